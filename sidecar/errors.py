@@ -1,0 +1,93 @@
+"""Typed errors and the exit codes a service manager can tell apart.
+
+Leaf module: imports nothing of the project. Adapters raise these (``raise ... from exc``);
+the CLI turns them into a message and an exit code, the server into an error response.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Process exit codes; documented in README (systemd uses CONFIG to stop restarting)."""
+
+    OK = 0
+    FAILURE = 1  # unexpected crash
+    USAGE = 2  # bad command line (argparse's own code)
+    CONFIG = 3  # configuration error: restarting will not help
+    SOCKET_IN_USE = 4  # another daemon already serves this socket
+    INDEX_UNUSABLE = 5  # the index directory cannot be locked or created
+    NOT_RUNNING = 6  # a client found no daemon
+    REQUEST_FAILED = 7  # the daemon answered with an error
+
+
+class SidecarError(Exception):
+    """Base of every error sidecar raises on purpose."""
+
+    code = "internal"
+    exit_code = ExitCode.FAILURE
+
+
+class ConfigError(SidecarError):
+    """A configuration file, environment variable or flag is wrong."""
+
+    code = "config"
+    exit_code = ExitCode.CONFIG
+
+
+class SourceError(SidecarError):
+    """A reference or path is invalid, refused, or not found."""
+
+    code = "bad_reference"
+    exit_code = ExitCode.REQUEST_FAILED
+
+
+class NotFoundError(SourceError):
+    """The reference is valid but no such note exists."""
+
+    code = "not_found"
+
+
+class EmbedderError(SidecarError):
+    """The embedding model cannot be found, loaded or run."""
+
+    code = "embedder"
+
+
+class StoreError(SidecarError):
+    """An index store cannot be opened or written."""
+
+    code = "store"
+    exit_code = ExitCode.INDEX_UNUSABLE
+
+
+class ProtocolError(SidecarError):
+    """A request or response violates the wire protocol."""
+
+    code = "bad_request"
+    exit_code = ExitCode.REQUEST_FAILED
+
+
+class DaemonNotRunningError(SidecarError):
+    """No daemon listens on the socket."""
+
+    code = "not_running"
+    exit_code = ExitCode.NOT_RUNNING
+
+
+class DaemonRunningError(SidecarError):
+    """Another daemon already owns the socket or the index."""
+
+    code = "already_running"
+    exit_code = ExitCode.SOCKET_IN_USE
+
+
+class RemoteError(SidecarError):
+    """The daemon answered a request with an error; carries the daemon's code."""
+
+    exit_code = ExitCode.REQUEST_FAILED
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code

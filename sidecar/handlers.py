@@ -1,0 +1,178 @@
+"""One function per protocol op. Parameters are validated here; errors are raised as typed
+SidecarErrors and the server turns them into error responses. Imports retrieval, indexer, sources.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sidecar import __version__
+from sidecar.config import Config, valid_agent
+from sidecar.embedder import EmbedderSlot
+from sidecar.errors import NotFoundError, ProtocolError, SourceError
+from sidecar.indexer import Indexer
+from sidecar.protocol import (
+    PROTOCOL_VERSION,
+    Request,
+    check_known,
+    param_bool,
+    param_float,
+    param_int,
+    param_str,
+)
+from sidecar.retrieval import Retriever, SearchRequest
+from sidecar.sources import (
+    SOURCES,
+    NoteUnreadable,
+    key_for_reference,
+    path_for_key,
+    public_reference,
+    read_note,
+)
+
+MAX_QUERY_CHARS = 4000
+
+
+@dataclass
+class ServiceState:
+    started: float
+    queue_depth: Callable[[], int]
+    request_sweep: Callable[[bool], None]
+
+
+class Handlers:
+    def __init__(
+        self, cfg: Config, indexer: Indexer, retriever: Retriever, slot: EmbedderSlot, service: ServiceState
+    ) -> None:
+        self.cfg = cfg
+        self.indexer = indexer
+        self.retriever = retriever
+        self.slot = slot
+        self.service = service
+        self._ops: dict[str, Callable[[Request], dict[str, Any]]] = {
+            "health": self.health,
+            "search": self.search,
+            "get": self.get,
+            "index": self.index,
+        }
+
+    def dispatch(self, req: Request) -> dict[str, Any]:
+        handler = self._ops.get(req.op)
+        if handler is None:
+            raise ProtocolError(f"unknown op {req.op!r}; known ops: {', '.join(sorted(self._ops))}")
+        if req.agent is not None and not valid_agent(req.agent):
+            raise ProtocolError(f"invalid agent name {req.agent!r}: use a-z, 0-9, '_' and '-' (max 64)")
+        return handler(req)
+
+    # --- ops -------------------------------------------------------------------------------
+
+    def health(self, req: Request) -> dict[str, Any]:
+        check_known(req.params, ())
+        act = self.indexer.activity
+        counts = self.indexer.counts()
+        pending = self.indexer.stores.manifest.pending_count()
+        embedder = self.slot.describe()
+        vectors_waiting = embedder["state"] in ("idle", "loading") or (
+            embedder["state"] == "ok" and pending > 0
+        )
+        if act.first_sweep_done and not vectors_waiting:
+            act.ready_once = True
+        state = "ready" if act.ready_once else "building"
+        rate = act.embedded / act.embed_seconds if act.embed_seconds > 0 else None
+        return {
+            "version": __version__,
+            "protocol": PROTOCOL_VERSION,
+            "pid": os.getpid(),
+            "started": self.service.started,
+            "uptime_seconds": round(time.time() - self.service.started, 1),
+            "embedder": embedder,
+            "index": {
+                "state": state,
+                "phase": act.phase,
+                "progress": {"done": act.done, "total": act.total},
+                "files": counts["files"],
+                "chunks": counts["chunks"],
+                "pending_vectors": pending,
+                "embed_rate_chunks_per_second": round(rate, 2) if rate else None,
+                "by_source": counts["by_source"],
+                "by_agent": counts["by_agent"],
+                "skipped": {**act.scan_skipped, **{k or "unknown": v for k, v in counts["skipped"].items()}},
+                "sweeps": act.sweeps,
+            },
+            "roots": [
+                {
+                    "name": r.name,
+                    "path": r.path,
+                    "mode": r.mode,
+                    "last_sweep": r.last_sweep,
+                    "last_sweep_seconds": None
+                    if r.last_sweep_seconds is None
+                    else round(r.last_sweep_seconds, 3),
+                    "error": r.error,
+                    "held_deletions": r.held_deletions,
+                }
+                for r in act.roots.values()
+            ],
+            "queue": {"depth": self.service.queue_depth()},
+            "socket": str(self.cfg.socket_path),
+            "home": str(self.cfg.home),
+            "vault": str(self.cfg.vault.path) if self.cfg.vault.path else None,
+        }
+
+    def search(self, req: Request) -> dict[str, Any]:
+        p = req.params
+        check_known(p, ("query", "limit", "minScore", "source"))
+        query = param_str(p, "query", max_len=MAX_QUERY_CHARS)
+        if "\0" in query:
+            raise ProtocolError("'query' contains a NUL byte")
+        limit = param_int(p, "limit", default=self.cfg.search.limit, lo=1, hi=200)
+        min_score = param_float(p, "minScore", default=self.cfg.search.min_score, lo=0.0, hi=100.0)
+        source = p.get("source")
+        sources: tuple[str, ...] | None
+        if source is None:
+            sources = None
+        elif isinstance(source, str) and source in SOURCES:
+            sources = (source,)
+        elif isinstance(source, list) and source and all(isinstance(s, str) and s in SOURCES for s in source):
+            sources = tuple(dict.fromkeys(source))
+        else:
+            raise ProtocolError(f"'source' must be one of {', '.join(SOURCES)} or a list of them")
+        result = self.retriever.search(SearchRequest(query, limit, min_score, sources, req.agent))
+        out: dict[str, Any] = {"hits": result.hits}
+        if result.degraded:
+            out["degraded"] = result.degraded
+        return out
+
+    def get(self, req: Request) -> dict[str, Any]:
+        p = req.params
+        check_known(p, ("reference",))
+        reference = param_str(p, "reference", max_len=2000)
+        key = key_for_reference(reference, req.agent)
+        _root, path = path_for_key(self.cfg, key)
+        try:
+            _data, text = read_note(path, self.cfg.index.max_file_bytes)
+        except FileNotFoundError as exc:
+            raise NotFoundError(f"no note {reference!r}") from exc
+        except NoteUnreadable as exc:
+            raise SourceError(f"{reference!r} cannot be read: {exc.reason}") from exc
+        chunks = self.indexer.stores.manifest.chunks_of(key)
+        title = chunks[0].title if chunks else path.stem
+        return {
+            "reference": public_reference(key, req.agent),
+            "source": key.split("/", 1)[0],
+            "title": title,
+            "text": text,
+            "lines": text.count("\n") + 1,
+            "indexed": bool(chunks),
+        }
+
+    def index(self, req: Request) -> dict[str, Any]:
+        p = req.params
+        check_known(p, ("rebuild",))
+        rebuild = param_bool(p, "rebuild", default=False)
+        self.service.request_sweep(rebuild)
+        return {"queued": True, "rebuild": rebuild, "sweeps": self.indexer.activity.sweeps}

@@ -1,0 +1,513 @@
+"""Files -> chunks -> stores: sweeps, batched writes, deletions, vector backfill, reconcile.
+
+The write protocol per batch (crash-safe, see DESIGN.md invariant 5): the manifest marks the files
+``indexing``; BM25 docs are replaced and vectors of vanished chunks deleted; BM25 commits; then one
+manifest transaction records the new chunks and ``indexed``. A start finds any file still marked
+``indexing`` / ``deleting`` and redoes it. Chunk ids hash (key, embedded text, occurrence), so an
+edit re-embeds only the chunks whose text changed. Imports sources, chunking, embedder, stores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sidecar.chunking import ParsedNote, chunk_note
+from sidecar.config import Config
+from sidecar.embedder import EmbedderSlot, approx_token_count
+from sidecar.errors import StoreError
+from sidecar.sources import NoteFile, NoteUnreadable, Root, Skipped, read_note, roots, scan
+from sidecar.stores.bm25 import Bm25Doc, Bm25Index
+from sidecar.stores.manifest import ChunkRecord, FileRecord, Manifest
+from sidecar.stores.vectors import VectorStore
+
+log = logging.getLogger(__name__)
+
+# A root that suddenly lost more than this share of its notes is treated as unreachable until
+# the loss is confirmed by the next sweep (an unmounted share must not empty the index).
+MASS_DELETION_SHARE = 0.5
+MASS_DELETION_MIN_FILES = 4
+
+
+@dataclass
+class Stores:
+    """The three stores and the lock that keeps their writes in one order."""
+
+    manifest: Manifest
+    bm25: Bm25Index
+    vectors: VectorStore | None = None
+    write_lock: threading.RLock = field(default_factory=threading.RLock)
+
+
+@dataclass
+class RootStatus:
+    name: str
+    path: str
+    mode: str = "polling"  # no file events yet: sweeps only (events come with the watcher)
+    last_sweep: float | None = None
+    last_sweep_seconds: float | None = None
+    error: str | None = None
+    held_deletions: int = 0
+
+
+@dataclass
+class Activity:
+    """What the indexer is doing now, for health and progress bars."""
+
+    phase: str = "starting"  # starting | scanning | indexing | embedding | idle
+    done: int = 0
+    total: int = 0
+    started: float = field(default_factory=time.time)
+    sweeps: int = 0
+    first_sweep_done: bool = False
+    ready_once: bool = False
+    scan_skipped: dict[str, int] = field(default_factory=dict)
+    roots: dict[str, RootStatus] = field(default_factory=dict)
+    embedded: int = 0
+    embed_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    note: NoteFile
+    hash: str
+    parsed: ParsedNote | None  # None: unreadable, see skip_reason
+    skip_reason: str | None = None
+
+
+def _chunk_id(key: str, embed_text: str, occurrence: int) -> str:
+    h = hashlib.blake2b(digest_size=12)
+    h.update(key.encode())
+    h.update(b"\0")
+    h.update(embed_text.encode())
+    h.update(b"\0%d" % occurrence)
+    return h.hexdigest()
+
+
+def _source_agent(key: str) -> tuple[str, str]:
+    parts = key.split("/", 2)
+    return parts[0], parts[1] if parts[0] == "memory" else ""
+
+
+class Indexer:
+    """Owns the write path. One thread calls sweep/index/delete; another may call embed_pending."""
+
+    def __init__(self, cfg: Config, stores: Stores, slot: EmbedderSlot) -> None:
+        self.cfg = cfg
+        self.stores = stores
+        self.slot = slot
+        self.activity = Activity()
+        self.vectors_changed = threading.Event()
+        self._suspect: dict[str, int] = {}  # root name -> sweeps in a row that saw a mass deletion
+
+    # --- token counting ------------------------------------------------------------------
+
+    def _count_tokens(self, texts: Sequence[str]) -> list[int]:
+        model = self.slot.model
+        return model.count_tokens(texts) if model is not None else approx_token_count(texts)
+
+    # --- sweeps --------------------------------------------------------------------------
+
+    def sweep(
+        self,
+        only: Iterable[Root] | None = None,
+        progress: Callable[[Activity], None] | None = None,
+        stop: threading.Event | None = None,
+        confirm_deletions: bool = False,
+    ) -> dict[str, int]:
+        """Compare every root with the manifest; index what changed, remove what is gone."""
+        act = self.activity
+        act.phase, act.done, act.total, act.started = "scanning", 0, 0, time.time()
+        summary = {"changed": 0, "deleted": 0, "unchanged": 0, "skipped": 0}
+        work: list[NoteFile] = []
+        gone: list[str] = []
+        skipped: dict[str, int] = {}
+        states_all = self.stores.manifest.file_states()
+        for root in list(only) if only is not None else roots(self.cfg):
+            status = act.roots.setdefault(root.name, RootStatus(root.name, str(root.path)))
+            t0 = time.time()
+            try:
+                found = list(scan(root, self.cfg.index.max_file_bytes))
+            except FileNotFoundError as exc:
+                if root.source == "vault" or not root.path.parent.is_dir():
+                    self._root_unreachable(root, status, f"{root.path} does not exist or is not mounted")
+                    continue
+                # A wiki subfolder or an inbox that does not exist (yet) inside a reachable parent
+                # is simply empty; the mass-deletion guard still protects what it used to hold.
+                log.debug("root_absent root=%s error=%s", root.name, exc)
+                found = []
+            except OSError as exc:
+                self._root_unreachable(root, status, f"cannot list {root.path}: {exc.strerror or exc}")
+                continue
+            notes = [f for f in found if isinstance(f, NoteFile)]
+            for s in found:
+                if isinstance(s, Skipped):
+                    skipped[s.reason] = skipped.get(s.reason, 0) + 1
+                    log.debug("file_skipped path=%s reason=%s", s.path, s.reason)
+            prefix = root.key_of("x")[:-1]  # "vault/", "wiki/", "memory/<agent>/"
+            known = {k: v for k, v in states_all.items() if k.startswith(prefix)}
+            seen = {n.key for n in notes}
+            missing = [k for k in known if k not in seen]
+            if not confirm_deletions and self._mass_deletion(
+                root, status, len(known), len(missing), len(notes)
+            ):
+                missing = []
+            else:
+                status.error, status.held_deletions = None, 0
+                if status.mode == "offline":
+                    log.info("watcher_recovered root=%s", root.name)
+                status.mode = "polling"
+            gone.extend(missing)
+            for n in notes:
+                st = known.get(n.key)
+                if (
+                    st is None
+                    or st.mtime_ns != n.mtime_ns
+                    or st.size != n.size
+                    or st.state not in ("indexed", "skipped")
+                ):
+                    work.append(n)
+                else:
+                    summary["unchanged"] += 1
+            status.last_sweep, status.last_sweep_seconds = time.time(), time.time() - t0
+        act.scan_skipped = skipped
+        summary["skipped"] = sum(skipped.values())
+        # Roots of agents whose inbox folder vanished entirely are handled as deletions too.
+        act.phase, act.total = "indexing", len(work) + len(gone)
+        if gone:
+            self.delete(gone)
+            summary["deleted"] = len(gone)
+            act.done += len(gone)
+        batch = self.cfg.index.batch_files
+        for start in range(0, len(work), batch):
+            if stop is not None and stop.is_set():
+                break
+            summary["changed"] += self.index_files(work[start : start + batch])
+            act.done += len(work[start : start + batch])
+            if progress is not None:
+                progress(act)
+        if not act.first_sweep_done:
+            self._check_bm25()
+        act.sweeps += 1
+        act.first_sweep_done = True
+        act.phase = "idle"
+        log.info(
+            "sweep_done changed=%d deleted=%d unchanged=%d skipped=%d seconds=%.2f",
+            summary["changed"],
+            summary["deleted"],
+            summary["unchanged"],
+            summary["skipped"],
+            time.time() - act.started,
+        )
+        return summary
+
+    def _root_unreachable(self, root: Root, status: RootStatus, why: str) -> None:
+        if status.mode != "offline":
+            log.warning("watcher_retry root=%s reason=%s", root.name, why)
+        status.mode, status.error = "offline", why
+
+    def _mass_deletion(self, root: Root, status: RootStatus, known: int, missing: int, present: int) -> bool:
+        """True when deletions must be held: the root looks unmounted rather than edited."""
+        if root.source == "memory" or known < MASS_DELETION_MIN_FILES:
+            return False
+        suspicious = present == 0 or missing / known > MASS_DELETION_SHARE
+        if not suspicious:
+            self._suspect.pop(root.name, None)
+            return False
+        count = self._suspect.get(root.name, 0) + 1
+        self._suspect[root.name] = count
+        if count >= 3:  # the state held across two more sweeps: it is real
+            self._suspect.pop(root.name, None)
+            log.warning("mass_deletion_confirmed root=%s missing=%d of %d", root.name, missing, known)
+            return False
+        status.held_deletions = missing
+        self._root_unreachable(
+            root,
+            status,
+            f"{missing} of {known} indexed notes vanished at once; deletions held until confirmed",
+        )
+        return True
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def _prepare(self, note: NoteFile, known_hash: str | None) -> _Prepared | None:
+        try:
+            data, text = read_note(note.path, self.cfg.index.max_file_bytes)
+        except FileNotFoundError:
+            return None  # vanished between scan and read: the next sweep deletes it
+        except NoteUnreadable as exc:
+            log.warning("file_skipped path=%s reason=%s", note.path, exc.reason)
+            return _Prepared(note, "", None, exc.reason)
+        digest = hashlib.blake2b(data, digest_size=16).hexdigest()
+        if digest == known_hash:
+            return _Prepared(note, digest, None)
+        title = Path(note.rel).stem
+        try:
+            parsed = chunk_note(
+                text,
+                title=title,
+                count_tokens=self._count_tokens,
+                max_tokens=self.cfg.chunking.max_tokens,
+                overlap=self.cfg.chunking.overlap,
+            )
+        except (ValueError, RecursionError) as exc:  # pathological Markdown: skip this note only
+            log.warning("file_skipped path=%s reason=parse error %s", note.path, exc)
+            return _Prepared(note, digest, None, f"parse error: {type(exc).__name__}")
+        if parsed.front_matter_error:
+            log.info("front_matter_ignored path=%s reason=%s", note.path, parsed.front_matter_error)
+        return _Prepared(note, digest, parsed)
+
+    def index_files(self, notes: Sequence[NoteFile]) -> int:
+        """Read, chunk and write a batch of notes; returns how many changed content."""
+        states = self.stores.manifest.file_states()
+        prepared: list[_Prepared] = []
+        for note in notes:
+            st = states.get(note.key)
+            known = st.hash if st is not None and st.state == "indexed" else None
+            p = self._prepare(note, known)
+            if p is None:
+                continue
+            if p.parsed is None and p.skip_reason is None:
+                self.stores.manifest.touch(note.key, note.mtime_ns, note.size)
+                continue
+            prepared.append(p)
+        if prepared:
+            self._write(prepared)
+        return len(prepared)
+
+    def _records(self, p: _Prepared, state: str) -> tuple[FileRecord, list[ChunkRecord]]:
+        n = p.note
+        source, agent = n.root.source, n.root.agent
+        if p.parsed is None:
+            return FileRecord(
+                n.key,
+                source,
+                agent,
+                n.rel,
+                n.mtime_ns,
+                n.size,
+                p.hash,
+                "skipped" if state != "indexing" else state,
+                title=Path(n.rel).stem,
+                error=p.skip_reason,
+            ), []
+        parsed = p.parsed
+        seen: dict[str, int] = {}
+        chunks: list[ChunkRecord] = []
+        for c in parsed.chunks:
+            occurrence = seen.get(c.embed_text, 0)
+            seen[c.embed_text] = occurrence + 1
+            chunks.append(
+                ChunkRecord(
+                    _chunk_id(n.key, c.embed_text, occurrence),
+                    n.key,
+                    c.ord,
+                    c.text,
+                    c.headings,
+                    c.start_line,
+                    c.end_line,
+                    c.embed_text,
+                    c.tokens,
+                )
+            )
+        record = FileRecord(
+            n.key,
+            source,
+            agent,
+            n.rel,
+            n.mtime_ns,
+            n.size,
+            p.hash,
+            state,
+            title=parsed.title,
+            tags=parsed.tags,
+            front_matter=json.dumps(parsed.front_matter, ensure_ascii=False),
+            error=parsed.front_matter_error,
+        )
+        return record, chunks
+
+    def _write(self, prepared: Sequence[_Prepared]) -> None:
+        stores = self.stores
+        built = [self._records(p, "indexed") for p in prepared]
+        with stores.write_lock:
+            stores.manifest.mark(self._records(p, "indexing")[0] for p in prepared)
+            vanished: list[str] = []
+            for (record, chunks), p in zip(built, prepared, strict=True):
+                old = stores.manifest.chunk_ids(record.key)
+                vanished.extend(old - {c.chunk_id for c in chunks})
+                stores.bm25.delete_key(record.key)
+                title = " ".join([record.title, *(p.parsed.aliases if p.parsed else ())])
+                stores.bm25.add(
+                    Bm25Doc(
+                        c.chunk_id, c.key, record.source, record.agent, title, " ".join(c.headings), c.text
+                    )
+                    for c in chunks
+                )
+            if vanished and stores.vectors is not None:
+                stores.vectors.delete_ids(vanished)
+            stores.bm25.commit()
+            with stores.manifest.transaction() as db:
+                for record, chunks in built:
+                    stores.manifest.commit_file(record, chunks, db)
+        self.vectors_changed.set()
+
+    def delete(self, keys: Sequence[str]) -> None:
+        """Remove notes from every store (intent first, so a crash mid-way is redone)."""
+        if not keys:
+            return
+        stores = self.stores
+        with stores.write_lock:
+            stores.manifest.mark_state(keys, "deleting")
+            for key in keys:
+                stores.bm25.delete_key(key)
+            if stores.vectors is not None:
+                stores.vectors.delete_keys(list(keys))
+            stores.bm25.commit()
+            with stores.manifest.transaction() as db:
+                for key in keys:
+                    stores.manifest.delete_file(key, db)
+        log.info("notes_deleted count=%d", len(keys))
+
+    # --- reconcile and rebuild ---------------------------------------------------------------
+
+    def finish_interrupted(self) -> None:
+        """Redo deletions a crash interrupted (interrupted indexing is redone by the next sweep)."""
+        pending = self.stores.manifest.keys_in_state("deleting")
+        if pending:
+            log.info("reconcile_deletions count=%d", len(pending))
+            self.delete(pending)
+
+    def _check_bm25(self) -> None:
+        """After the first sweep, BM25 must hold exactly the manifest's chunks; else rebuild it."""
+        expected = sum(1 for _ in self.stores.manifest.all_chunks())
+        actual = self.stores.bm25.num_docs()
+        if expected != actual:
+            log.warning(
+                "index_rebuilt store=bm25 reason=count mismatch expected=%d actual=%d", expected, actual
+            )
+            self.rebuild_bm25()
+
+    def clear(self) -> None:
+        """Forget everything indexed (for a rebuild); the next sweep reads every note again."""
+        stores = self.stores
+        with stores.write_lock:
+            with stores.manifest.transaction() as db:
+                stores.manifest.clear(db)
+            stores.bm25.delete_all()
+            stores.bm25.commit()
+            if stores.vectors is not None:
+                stores.vectors.clear()
+        self.activity.first_sweep_done = self.activity.ready_once = False
+        log.info("index_cleared reason=rebuild requested")
+
+    def rebuild_bm25(self) -> None:
+        """Refill Tantivy from the manifest: no file is read, no vector recomputed."""
+        stores = self.stores
+        with stores.write_lock:
+            stores.bm25.delete_all()
+            docs = []
+            for v in stores.manifest.all_chunks():
+                docs.append(
+                    Bm25Doc(v.chunk_id, v.key, v.source, v.agent, v.title, " ".join(v.headings), v.text)
+                )
+            stores.bm25.add(docs)
+            stores.bm25.commit()
+
+    def attach_vectors(self, vectors: VectorStore) -> None:
+        """Use a vector table; reconcile it with the manifest so no chunk is missing or doubled."""
+        stores = self.stores
+        manifest = stores.manifest
+        with stores.write_lock:
+            if manifest.get_meta("vector_table") != vectors.name:
+                log.info("vectors_reset table=%s reason=new model or new table", vectors.name)
+                manifest.reset_vectors()
+                manifest.set_meta("vector_table", vectors.name)
+            in_table = vectors.ids()
+            known = manifest.all_chunk_ids()
+            flagged = manifest.vector_ids()
+            orphans = sorted(in_table - known)
+            if orphans:
+                log.info("reconcile_vectors orphans=%d", len(orphans))
+                vectors.delete_ids(orphans)
+            with manifest.transaction() as db:
+                manifest.set_has_vector(sorted((in_table & known) - flagged), 1, db)
+                manifest.set_has_vector(sorted(flagged - in_table), 0, db)
+            stores.vectors = vectors
+        self.vectors_changed.set()
+
+    # --- vectors -----------------------------------------------------------------------------
+
+    def embed_pending(self, batch: int = 64) -> int:
+        """Embed one batch of chunks still without vectors; returns how many were stored."""
+        model, vectors = self.slot.model, self.stores.vectors
+        if model is None or vectors is None:
+            return 0
+        rows = self.stores.manifest.pending_vectors(batch)
+        if not rows:
+            return 0
+        t0 = time.perf_counter()
+        vecs = model.embed_passages([r[2] for r in rows])
+        stores = self.stores
+        with stores.write_lock, stores.manifest.transaction() as db:
+            live = stores.manifest.existing([r[0] for r in rows], db)
+            keep = [i for i, r in enumerate(rows) if r[0] in live]
+            if keep:
+                vectors.add([(rows[i][0], rows[i][1], *_source_agent(rows[i][1])) for i in keep], vecs[keep])
+                stores.manifest.set_has_vector([rows[i][0] for i in keep], 1, db)
+        self.activity.embedded += len(keep)
+        self.activity.embed_seconds += time.perf_counter() - t0
+        return len(keep)
+
+    def counts(self) -> dict[str, Any]:
+        return self.stores.manifest.counts()
+
+
+def open_stores(cfg: Config) -> Stores:
+    """Open manifest and BM25; a store that cannot be opened is moved aside and started fresh."""
+    index_dir = cfg.index_dir
+    index_dir.mkdir(parents=True, exist_ok=True)
+    manifest = _open_or_reset(index_dir / "manifest.sqlite", Manifest, cfg)
+    bm25 = _open_or_reset(index_dir / "bm25", Bm25Index, cfg)
+    return Stores(manifest, bm25)
+
+
+def _open_or_reset(path: Path, opener: Callable[[Path], Any], cfg: Config) -> Any:
+    try:
+        return opener(path)
+    except StoreError as exc:
+        aside = move_aside(path)
+        log.error("index_rebuilt store=%s reason=%s moved_to=%s", path.name, exc, aside)
+        if path.name == "manifest.sqlite":
+            # Without the manifest the other stores cannot be trusted: start them over too.
+            for other in (cfg.index_dir / "bm25", cfg.index_dir / "vectors"):
+                if other.exists():
+                    move_aside(other)
+        return opener(path)
+
+
+def move_aside(path: Path) -> Path:
+    """Rename a broken store to ``<name>.broken-<time>`` (kept for inspection, never deleted)."""
+    target = path.with_name(f"{path.name}.broken-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6}")
+    path.rename(target)
+    for suffix in ("-wal", "-shm"):
+        side = path.with_name(path.name + suffix)
+        if side.exists():
+            side.rename(target.with_name(target.name + suffix))
+    return target
+
+
+def open_vectors(cfg: Config, model_id: str, dim: int, pooling: str) -> VectorStore:
+    path = cfg.index_dir / "vectors"
+    try:
+        return VectorStore(path, model_id, dim, pooling)
+    except StoreError as exc:
+        aside = move_aside(path)
+        log.error("index_rebuilt store=vectors reason=%s moved_to=%s", exc, aside)
+        return VectorStore(path, model_id, dim, pooling)

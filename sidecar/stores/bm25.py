@@ -1,0 +1,164 @@
+"""BM25 over chunk text with Tantivy: the keyword arm. One writer (this process), readers reload.
+
+Queries are built from analysed terms with ``Query.term_query``: no user text ever reaches
+Tantivy's query parser, so ``[[x]]``, ``"``, ``(``, ``AND``, ``foo:bar`` cannot raise or match
+everything. Imports ``errors``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import tantivy
+
+from sidecar.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+ANALYZER = "sidecar_text"
+# Title and headings say what a chunk is about; a match there counts more than one in the body.
+FIELD_BOOSTS = {"title": 2.0, "headings": 1.5, "body": 1.0}
+_WRITER_HEAP = 64_000_000
+
+
+def text_analyzer() -> tantivy.TextAnalyzer:
+    """Unicode words, lowercased, accents folded (Straße -> strasse, Kündigung -> kundigung)."""
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(r"[\w]+"))
+        .filter(tantivy.Filter.remove_long(64))
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.ascii_fold())
+        .build()
+    )
+
+
+def _schema() -> tantivy.Schema:
+    sb = tantivy.SchemaBuilder()
+    sb.add_text_field("chunk_id", stored=True, tokenizer_name="raw")
+    sb.add_text_field("key", stored=False, tokenizer_name="raw")
+    sb.add_text_field("source", stored=False, tokenizer_name="raw")
+    sb.add_text_field("agent", stored=False, tokenizer_name="raw")
+    for name in FIELD_BOOSTS:
+        sb.add_text_field(name, stored=False, tokenizer_name=ANALYZER)
+    return sb.build()
+
+
+@dataclass(frozen=True)
+class Bm25Doc:
+    chunk_id: str
+    key: str
+    source: str
+    agent: str
+    title: str
+    headings: str
+    body: str
+
+
+class Bm25Index:
+    """Tantivy index in one folder; ``add``/``delete_key`` then ``commit`` make changes visible."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+        self.schema = _schema()
+        self.analyzer = text_analyzer()
+        self._lock = threading.Lock()
+        try:
+            self._index = tantivy.Index(self.schema, path=str(path), reuse=True)
+            self._index.register_tokenizer(ANALYZER, text_analyzer())
+            self._writer = self._index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+            self._index.reload()
+            self._searcher = self._index.searcher()
+        except (ValueError, OSError) as exc:
+            raise StoreError(f"BM25 index {path} cannot be opened: {exc}") from exc
+
+    def analyze(self, text: str) -> list[str]:
+        return list(self.analyzer.analyze(text))
+
+    def add(self, docs: Iterable[Bm25Doc]) -> None:
+        with self._lock:
+            for d in docs:
+                self._writer.add_document(
+                    tantivy.Document(
+                        chunk_id=d.chunk_id,
+                        key=d.key,
+                        source=d.source,
+                        agent=d.agent,
+                        title=d.title,
+                        headings=d.headings,
+                        body=d.body,
+                    )
+                )
+
+    def delete_key(self, key: str) -> None:
+        with self._lock:
+            self._writer.delete_documents_by_term("key", key)
+
+    def delete_all(self) -> None:
+        with self._lock:
+            self._writer.delete_all_documents()
+
+    def commit(self) -> None:
+        with self._lock:
+            try:
+                self._writer.commit()
+            except ValueError as exc:
+                raise StoreError(f"BM25 commit failed: {exc}") from exc
+            self._index.reload()
+            self._searcher = self._index.searcher()
+
+    def num_docs(self) -> int:
+        return int(self._searcher.num_docs)
+
+    def search(
+        self,
+        terms: Sequence[str],
+        limit: int,
+        sources: Sequence[str] | None = None,
+        agent_scope: str | None = None,
+    ) -> list[tuple[str, float]]:
+        """(chunk_id, bm25 score) for chunks matching any term, best first.
+
+        ``sources`` restricts to those sources; ``agent_scope`` limits memory to one agent's inbox
+        (vault and wiki stay visible).
+        """
+        if not terms:
+            return []
+        schema = self.schema
+        should = [
+            (tantivy.Occur.Should, tantivy.Query.boost_query(tantivy.Query.term_query(schema, f, t), boost))
+            for t in dict.fromkeys(terms)
+            for f, boost in FIELD_BOOSTS.items()
+        ]
+        clauses = [(tantivy.Occur.Must, tantivy.Query.boolean_query(should))]
+        if sources:
+            clauses.append(
+                (tantivy.Occur.Must, tantivy.Query.term_set_query(schema, "source", list(sources)))
+            )
+        if agent_scope is not None:
+            scope = tantivy.Query.boolean_query(
+                [
+                    (tantivy.Occur.Should, tantivy.Query.term_set_query(schema, "source", ["vault", "wiki"])),
+                    (tantivy.Occur.Should, tantivy.Query.term_query(schema, "agent", agent_scope)),
+                ]
+            )
+            clauses.append((tantivy.Occur.Must, scope))
+        query = tantivy.Query.boolean_query(clauses)
+        searcher = self._searcher
+        result = searcher.search(query, limit=limit, count=False)
+        out: list[tuple[str, float]] = []
+        for score, address in result.hits:
+            doc = searcher.doc(address)
+            out.append((doc.get_first("chunk_id"), float(score)))
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            try:
+                self._writer.wait_merging_threads()
+            except ValueError as exc:  # already consumed or failed: nothing more to flush
+                log.debug("bm25_close %s", exc)

@@ -1,0 +1,337 @@
+"""The manifest (stdlib sqlite3): which files are indexed, their chunks, and what waits for vectors.
+
+It is the root of the derived indexes: chunk text and metadata live here, Tantivy and LanceDB hold
+only what they search on plus the chunk id. A file's ``state`` is written before the stores are
+touched (``indexing`` / ``deleting``) and after they committed (``indexed``), so a start after a
+crash knows what to redo. Imports ``errors``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sidecar.errors import StoreError
+
+SCHEMA_VERSION = 1
+SOURCE_RANK = {"memory": 0, "wiki": 1, "vault": 2}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS files (
+  key TEXT PRIMARY KEY, source TEXT NOT NULL, agent TEXT NOT NULL, rel TEXT NOT NULL,
+  mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL, hash TEXT NOT NULL, state TEXT NOT NULL,
+  title TEXT NOT NULL DEFAULT '', tags TEXT NOT NULL DEFAULT '[]', front_matter TEXT NOT NULL DEFAULT '{}',
+  chunks INTEGER NOT NULL DEFAULT 0, error TEXT, indexed_at REAL NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS chunks (
+  chunk_id TEXT PRIMARY KEY, key TEXT NOT NULL, ord INTEGER NOT NULL, text TEXT NOT NULL,
+  headings TEXT NOT NULL, start_line INTEGER NOT NULL, end_line INTEGER NOT NULL,
+  embed_text TEXT NOT NULL, tokens INTEGER NOT NULL, has_vector INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS chunks_by_key ON chunks(key);
+CREATE INDEX IF NOT EXISTS chunks_pending ON chunks(key) WHERE has_vector = 0;
+"""
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    key: str
+    source: str
+    agent: str
+    rel: str
+    mtime_ns: int
+    size: int
+    hash: str
+    state: str
+    title: str = ""
+    tags: tuple[str, ...] = ()
+    front_matter: str = "{}"
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ChunkRecord:
+    chunk_id: str
+    key: str
+    ord: int
+    text: str
+    headings: tuple[str, ...]
+    start_line: int
+    end_line: int
+    embed_text: str
+    tokens: int
+
+
+@dataclass(frozen=True)
+class FileState:
+    mtime_ns: int
+    size: int
+    hash: str
+    state: str
+
+
+@dataclass(frozen=True)
+class ChunkView:
+    """A chunk joined with its file: everything a hit shows."""
+
+    chunk_id: str
+    key: str
+    source: str
+    agent: str
+    title: str
+    text: str
+    headings: tuple[str, ...]
+    start_line: int
+    end_line: int
+    tags: tuple[str, ...]
+
+
+class Manifest:
+    """Thread-safe wrapper over one sqlite connection (WAL); the daemon is the only writer."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.RLock()
+        try:
+            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, SCHEMA_VERSION):
+                raise StoreError(f"manifest {path} has schema {version}, expected {SCHEMA_VERSION}")
+            self._db.executescript(_SCHEMA)
+            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            if self._db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                raise StoreError(f"manifest {path} failed its integrity check")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"manifest {path} cannot be opened: {exc}") from exc
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _query(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    # --- meta ----------------------------------------------------------------------------
+
+    def get_meta(self, name: str) -> str | None:
+        rows = self._query("SELECT value FROM meta WHERE name = ?", (name,))
+        return rows[0][0] if rows else None
+
+    def set_meta(self, name: str, value: str) -> None:
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO meta(name, value) VALUES (?, ?)", (name, value))
+
+    # --- files ---------------------------------------------------------------------------
+
+    def file_states(self, prefix: str = "") -> dict[str, FileState]:
+        rows = self._query(
+            "SELECT key, mtime_ns, size, hash, state FROM files WHERE key >= ? AND key < ?",
+            (prefix, prefix + "\uffff"),
+        )
+        return {r[0]: FileState(r[1], r[2], r[3], r[4]) for r in rows}
+
+    def keys_in_state(self, *states: str) -> list[str]:
+        marks = ",".join("?" * len(states))
+        return [r[0] for r in self._query(f"SELECT key FROM files WHERE state IN ({marks})", states)]
+
+    def mark(self, records: Iterable[FileRecord]) -> None:
+        """Write intent rows (state indexing/deleting) before the stores are touched."""
+        with self.transaction() as db:
+            for r in records:
+                db.execute(
+                    "INSERT INTO files(key, source, agent, rel, mtime_ns, size, hash, state) "
+                    "VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET state = excluded.state",
+                    (r.key, r.source, r.agent, r.rel, r.mtime_ns, r.size, r.hash, r.state),
+                )
+
+    def mark_state(self, keys: Iterable[str], state: str) -> None:
+        with self.transaction() as db:
+            db.executemany("UPDATE files SET state = ? WHERE key = ?", [(state, k) for k in keys])
+
+    def touch(self, key: str, mtime_ns: int, size: int) -> None:
+        """Same content, new stat (a `touch`, a copy that kept the bytes): remember the stat only."""
+        with self.transaction() as db:
+            db.execute("UPDATE files SET mtime_ns = ?, size = ? WHERE key = ?", (mtime_ns, size, key))
+
+    def chunk_ids(self, key: str) -> set[str]:
+        return {r[0] for r in self._query("SELECT chunk_id FROM chunks WHERE key = ?", (key,))}
+
+    def commit_file(self, record: FileRecord, chunks: Sequence[ChunkRecord], db: sqlite3.Connection) -> None:
+        """Replace a file's row and chunks inside an open transaction; unchanged chunk ids keep vectors."""
+        old = {r[0] for r in db.execute("SELECT chunk_id FROM chunks WHERE key = ?", (record.key,))}
+        new_ids = {c.chunk_id for c in chunks}
+        gone = old - new_ids
+        db.executemany("DELETE FROM chunks WHERE chunk_id = ?", [(i,) for i in gone])
+        db.executemany(
+            "INSERT INTO chunks(chunk_id, key, ord, text, headings, start_line, end_line, embed_text, tokens) "
+            "VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(chunk_id) DO UPDATE SET ord = excluded.ord, "
+            "text = excluded.text, headings = excluded.headings, start_line = excluded.start_line, "
+            "end_line = excluded.end_line",
+            [
+                (
+                    c.chunk_id,
+                    c.key,
+                    c.ord,
+                    c.text,
+                    json.dumps(c.headings, ensure_ascii=False),
+                    c.start_line,
+                    c.end_line,
+                    c.embed_text,
+                    c.tokens,
+                )
+                for c in chunks
+            ],
+        )
+        db.execute(
+            "INSERT OR REPLACE INTO files(key, source, agent, rel, mtime_ns, size, hash, state, title, tags, "
+            "front_matter, chunks, error, indexed_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                record.key,
+                record.source,
+                record.agent,
+                record.rel,
+                record.mtime_ns,
+                record.size,
+                record.hash,
+                record.state,
+                record.title,
+                json.dumps(record.tags, ensure_ascii=False),
+                record.front_matter,
+                len(chunks),
+                record.error,
+                time.time(),
+            ),
+        )
+
+    def clear(self, db: sqlite3.Connection) -> None:
+        db.execute("DELETE FROM chunks")
+        db.execute("DELETE FROM files")
+
+    def delete_file(self, key: str, db: sqlite3.Connection) -> None:
+        db.execute("DELETE FROM chunks WHERE key = ?", (key,))
+        db.execute("DELETE FROM files WHERE key = ?", (key,))
+
+    # --- chunks and vectors ----------------------------------------------------------------
+
+    def all_chunks(self) -> Iterator[ChunkView]:
+        """Every indexed chunk, for rebuilding the BM25 index without reading a file."""
+        yield from self._views("f.state = 'indexed'", ())
+
+    def chunks_of(self, key: str) -> list[ChunkView]:
+        return list(self._views("c.key = ?", (key,)))
+
+    def views(self, chunk_ids: Sequence[str]) -> dict[str, ChunkView]:
+        out: dict[str, ChunkView] = {}
+        for start in range(0, len(chunk_ids), 500):
+            part = chunk_ids[start : start + 500]
+            marks = ",".join("?" * len(part))
+            out.update((v.chunk_id, v) for v in self._views(f"c.chunk_id IN ({marks})", part))
+        return out
+
+    def _views(self, where: str, args: Sequence[Any]) -> Iterator[ChunkView]:
+        rows = self._query(
+            "SELECT c.chunk_id, c.key, f.source, f.agent, f.title, c.text, c.headings, c.start_line, "
+            f"c.end_line, f.tags FROM chunks c JOIN files f ON f.key = c.key WHERE {where} ORDER BY c.key, c.ord",
+            args,
+        )
+        for r in rows:
+            yield ChunkView(
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                r[5],
+                tuple(json.loads(r[6])),
+                r[7],
+                r[8],
+                tuple(json.loads(r[9])),
+            )
+
+    def pending_vectors(self, limit: int) -> list[tuple[str, str, str]]:
+        """(chunk_id, key, embed_text) still without a vector: memory, then wiki, then newest vault notes."""
+        return self._query(
+            "SELECT c.chunk_id, c.key, c.embed_text FROM chunks c JOIN files f ON f.key = c.key "
+            "WHERE c.has_vector = 0 AND f.state = 'indexed' "
+            "ORDER BY CASE f.source WHEN 'memory' THEN 0 WHEN 'wiki' THEN 1 ELSE 2 END, f.mtime_ns DESC, c.ord "
+            "LIMIT ?",
+            (limit,),
+        )
+
+    def pending_count(self) -> int:
+        return int(self._query("SELECT count(*) FROM chunks WHERE has_vector = 0")[0][0])
+
+    def existing(self, chunk_ids: Sequence[str], db: sqlite3.Connection) -> set[str]:
+        out: set[str] = set()
+        for start in range(0, len(chunk_ids), 500):
+            part = list(chunk_ids[start : start + 500])
+            marks = ",".join("?" * len(part))
+            out.update(
+                r[0] for r in db.execute(f"SELECT chunk_id FROM chunks WHERE chunk_id IN ({marks})", part)
+            )
+        return out
+
+    def set_has_vector(self, chunk_ids: Iterable[str], value: int, db: sqlite3.Connection) -> None:
+        db.executemany("UPDATE chunks SET has_vector = ? WHERE chunk_id = ?", [(value, i) for i in chunk_ids])
+
+    def reset_vectors(self) -> None:
+        with self.transaction() as db:
+            db.execute("UPDATE chunks SET has_vector = 0")
+
+    def vector_ids(self) -> set[str]:
+        return {r[0] for r in self._query("SELECT chunk_id FROM chunks WHERE has_vector = 1")}
+
+    def all_chunk_ids(self) -> set[str]:
+        return {r[0] for r in self._query("SELECT chunk_id FROM chunks")}
+
+    # --- health --------------------------------------------------------------------------
+
+    def counts(self) -> dict[str, Any]:
+        """Files and chunks per source and per agent, plus skipped files by reason."""
+        by_source: dict[str, dict[str, int]] = {}
+        for source, files, chunks in self._query(
+            "SELECT source, count(*), coalesce(sum(chunks), 0) FROM files WHERE state = 'indexed' GROUP BY source"
+        ):
+            by_source[source] = {"files": files, "chunks": chunks}
+        by_agent = {
+            agent: {"files": files, "chunks": chunks}
+            for agent, files, chunks in self._query(
+                "SELECT agent, count(*), coalesce(sum(chunks), 0) FROM files "
+                "WHERE state = 'indexed' AND source = 'memory' GROUP BY agent"
+            )
+        }
+        skipped = dict(
+            self._query("SELECT error, count(*) FROM files WHERE state = 'skipped' GROUP BY error")
+        )
+        return {
+            "files": sum(v["files"] for v in by_source.values()),
+            "chunks": sum(v["chunks"] for v in by_source.values()),
+            "by_source": by_source,
+            "by_agent": by_agent,
+            "skipped": skipped,
+        }
+
+    def chunk_count(self) -> int:
+        return int(self._query("SELECT count(*) FROM chunks")[0][0])

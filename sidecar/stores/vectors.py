@@ -1,0 +1,179 @@
+"""Vectors in LanceDB: the semantic arm. One table per model (id, dimension, pooling), so
+vectors of different models never mix. Rows hold the chunk id, key, source, agent and vector;
+the chunk text lives in the manifest. Imports ``errors``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import lancedb
+import numpy as np
+import pyarrow as pa
+
+from sidecar.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+# Without compaction, thousands of small updates leave thousands of fragments and queries slow
+# down tenfold (FIELD-NOTES): compact after this many writes.
+OPTIMIZE_EVERY = 100
+
+
+def table_name(model_id: str, dim: int, pooling: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_]+", "_", model_id).strip("_").lower()
+    return f"vectors_{safe}_{dim}_{pooling}"
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _in_list(column: str, values: Sequence[str]) -> str:
+    return f"{column} IN ({', '.join(_quote(v) for v in values)})"
+
+
+class VectorStore:
+    """One LanceDB table for one model; thread-safe writes, concurrent reads."""
+
+    def __init__(self, path: Path, model_id: str, dim: int, pooling: str) -> None:
+        self.path = path
+        self.model_id = model_id
+        self.dim = dim
+        self.name = table_name(model_id, dim, pooling)
+        self._lock = threading.Lock()
+        self._writes = 0
+        self.schema = pa.schema(
+            [
+                pa.field("chunk_id", pa.string()),
+                pa.field("key", pa.string()),
+                pa.field("source", pa.string()),
+                pa.field("agent", pa.string()),
+                pa.field("vector", pa.list_(pa.float32(), dim)),
+            ],
+            metadata={"model": model_id, "dim": str(dim), "pooling": pooling},
+        )
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            self._db = lancedb.connect(str(path))
+            existing = self._db.list_tables().tables
+            if self.name in existing:
+                self._table = self._db.open_table(self.name)
+                self._check_schema()
+            else:
+                self._table = self._db.create_table(self.name, schema=self.schema)
+                self.created = True
+                return
+        except StoreError:
+            raise
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise StoreError(f"vector table {self.name} in {path} cannot be opened: {exc}") from exc
+        self.created = False
+
+    def _check_schema(self) -> None:
+        meta = self._table.schema.metadata or {}
+        got_model = meta.get(b"model", b"").decode()
+        got_dim = meta.get(b"dim", b"0").decode()
+        vector_type = self._table.schema.field("vector").type
+        if (
+            got_model != self.model_id
+            or got_dim != str(self.dim)
+            or vector_type != self.schema.field("vector").type
+        ):
+            raise StoreError(
+                f"vector table {self.name} records model {got_model!r} dim {got_dim}, expected "
+                f"{self.model_id!r} dim {self.dim}"
+            )
+        self._table.count_rows()  # touches the manifest: a corrupt table fails here, not mid-query
+
+    def add(self, rows: Sequence[tuple[str, str, str, str]], vectors: np.ndarray[Any, Any]) -> None:
+        """Rows of (chunk_id, key, source, agent) with their vectors."""
+        if not rows:
+            return
+        flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).ravel())
+        data = pa.table(
+            {
+                "chunk_id": [r[0] for r in rows],
+                "key": [r[1] for r in rows],
+                "source": [r[2] for r in rows],
+                "agent": [r[3] for r in rows],
+                "vector": pa.FixedSizeListArray.from_arrays(flat, self.dim),
+            },
+            schema=self.schema,
+        )
+        with self._lock:
+            self._wrap("add", lambda: self._table.add(data))
+            self._count_write()
+
+    def delete_ids(self, chunk_ids: Sequence[str]) -> None:
+        self._delete("chunk_id", chunk_ids)
+
+    def delete_keys(self, keys: Sequence[str]) -> None:
+        self._delete("key", keys)
+
+    def _delete(self, column: str, values: Sequence[str]) -> None:
+        with self._lock:
+            for start in range(0, len(values), 200):
+                where = _in_list(column, values[start : start + 200])
+                self._wrap("delete", lambda w=where: self._table.delete(w))  # type: ignore[misc]
+                self._count_write()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._wrap("clear", lambda: self._table.delete("true"))
+            self._count_write()
+
+    def ids(self) -> set[str]:
+        """Every chunk id in the table (one column read; used by the start-up reconcile)."""
+        table = self._wrap("scan", lambda: self._table.search().select(["chunk_id"]).limit(None).to_arrow())
+        return set(table.column("chunk_id").to_pylist())
+
+    def count(self) -> int:
+        return int(self._wrap("count", self._table.count_rows))
+
+    def search(
+        self,
+        vector: np.ndarray[Any, Any],
+        limit: int,
+        sources: Sequence[str] | None = None,
+        agent_scope: str | None = None,
+    ) -> list[tuple[str, float]]:
+        """(chunk_id, cosine similarity), best first; same filters as the BM25 arm."""
+        filters = []
+        if sources:
+            filters.append(_in_list("source", list(sources)))
+        if agent_scope is not None:
+            filters.append(f"(source IN ('vault', 'wiki') OR agent = {_quote(agent_scope)})")
+        query = self._table.search(vector.astype(np.float32)).metric("cosine").limit(limit)
+        query = query.select(["chunk_id", "_distance"])
+        if filters:
+            query = query.where(" AND ".join(filters), prefilter=True)
+        table = self._wrap("search", query.to_arrow)
+        ids = table.column("chunk_id").to_pylist()
+        dists = table.column("_distance").to_pylist()
+        return [(i, 1.0 - float(d)) for i, d in zip(ids, dists, strict=True)]
+
+    def optimize(self) -> None:
+        """Compact fragments and drop old versions (this process is the only reader and writer)."""
+        with self._lock:
+            self._wrap("optimize", lambda: self._table.optimize(cleanup_older_than=timedelta(seconds=0)))
+            self._writes = 0
+        log.info("vectors_optimized table=%s", self.name)
+
+    def _count_write(self) -> None:
+        self._writes += 1
+        if self._writes >= OPTIMIZE_EVERY:
+            self._wrap("optimize", lambda: self._table.optimize(cleanup_older_than=timedelta(seconds=0)))
+            self._writes = 0
+
+    def _wrap(self, what: str, fn: Any) -> Any:
+        try:
+            return fn()
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise StoreError(f"vector {what} failed on {self.name}: {exc}") from exc
