@@ -332,13 +332,31 @@ def _pack(
         )
         if j >= len(pieces):
             break
-        # Start the next chunk with trailing pieces worth at most `keep` tokens (the overlap).
+        # Start the next chunk with trailing pieces worth at most `keep` tokens (the overlap);
+        # when the last piece alone is larger, its tail words serve as the overlap.
         back, carried = j, 0
         while back - 1 > i and carried + pieces[back - 1].tokens <= keep:
             back -= 1
             carried += pieces[back].tokens
+        if back == j and keep > 0 and j - 1 > i:
+            tail = _tail(pieces[j - 1], keep, count)
+            if tail is not None:
+                pieces.insert(j, tail)
         i = back
     return out
+
+
+def _tail(piece: _Piece, keep: int, count: CountTokens) -> _Piece | None:
+    """The last words of a piece, at most ``keep`` tokens, placed on the piece's last line."""
+    words = piece.text.split()
+    n = max(1, len(words) * keep // max(piece.tokens, 1))
+    while n > 0:
+        text = " ".join(words[-n:])
+        tokens = count([text])[0]
+        if tokens <= keep:
+            return _Piece(piece.end - 1, piece.end, text, tokens)
+        n = n * keep // max(tokens, 1) if tokens > keep and n > 1 else n - 1
+    return None
 
 
 def text_hash(text: str) -> str:

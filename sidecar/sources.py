@@ -100,12 +100,12 @@ def is_note_name(name: str) -> bool:
 def scan(root: Root, max_bytes: int) -> Iterator[NoteFile | Skipped]:
     """Walk a root: notes with their stat, and the files left out with a reason.
 
-    Dot-folders are skipped, symlinks are followed only when they stay inside the root,
-    folders are visited once (symlink loops), the memory inbox is flat. Raises OSError when
+    Dot-folders are skipped; a file symlink is followed only when it stays inside the root; a
+    folder symlink is never followed (outside: refused; inside: already indexed under its real
+    path, and loops are impossible); the memory inbox is flat. Raises OSError when
     the root itself cannot be listed (the caller decides what an unreachable root means).
     """
     base = root.path.resolve()
-    seen: set[tuple[int, int]] = set()
     stack: list[tuple[Path, str]] = [(root.path, "")]
     first = True
     while stack:
@@ -135,9 +135,9 @@ def scan(root: Root, max_bytes: int) -> Iterator[NoteFile | Skipped]:
             if stat.S_ISDIR(st.st_mode):
                 if root.source == "memory" or (rel_dir == "" and entry.name == root.exclude):
                     continue
-                if (st.st_dev, st.st_ino) not in seen:
-                    seen.add((st.st_dev, st.st_ino))
-                    stack.append((Path(entry.path), rel + "/"))
+                if is_link:  # its target lies inside the root and is indexed under its real path
+                    continue
+                stack.append((Path(entry.path), rel + "/"))
                 continue
             if not stat.S_ISREG(st.st_mode) or not is_note_name(entry.name):
                 continue

@@ -67,6 +67,7 @@ class Bm25Index:
         self.schema = _schema()
         self.analyzer = text_analyzer()
         self._lock = threading.Lock()
+        self._closed = False
         try:
             self._index = tantivy.Index(self.schema, path=str(path), reuse=True)
             self._index.register_tokenizer(ANALYZER, text_analyzer())
@@ -157,8 +158,12 @@ class Bm25Index:
         return out
 
     def close(self) -> None:
+        """Wait for background merges and release the writer lock; safe to call twice."""
         with self._lock:
+            if self._closed:
+                return
+            self._closed = True
             try:
                 self._writer.wait_merging_threads()
-            except ValueError as exc:  # already consumed or failed: nothing more to flush
+            except (ValueError, RuntimeError) as exc:  # a failed writer: nothing more to flush
                 log.debug("bm25_close %s", exc)

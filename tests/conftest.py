@@ -1,0 +1,213 @@
+"""Shared fixtures: a hermetic environment, small vaults, a fake embedder and a real daemon."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from sidecar.client import Client
+from sidecar.config import Config, load_config
+from sidecar.embedder import EmbedderSlot
+from sidecar.errors import DaemonNotRunningError
+from sidecar.indexer import Indexer, open_stores, open_vectors
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def hermetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every user path points into tmp_path; no SIDECAR_* or XDG variable leaks in."""
+    for name in list(os.environ):
+        if name.startswith(("SIDECAR_", "XDG_")) or name == "JOURNAL_STREAM":
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(tmp_path / "userhome"))
+    (tmp_path / "userhome").mkdir(exist_ok=True)
+
+
+class FakeEmbedder:
+    """Deterministic bag-of-words vectors behind the real Embedder interface."""
+
+    model_id = "fake-bow@1"
+    dim = 64
+    pooling = "mean"
+
+    def __init__(self) -> None:
+        self.embedded: list[str] = []
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        return [len(t.split()) for t in texts]
+
+    def _vec(self, text: str) -> np.ndarray:
+        v = np.zeros(self.dim, dtype=np.float32)
+        for word in text.lower().split():
+            v[int(hashlib.md5(word.encode()).hexdigest(), 16) % self.dim] += 1.0
+        n = np.linalg.norm(v)
+        return v / n if n else v
+
+    def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
+        self.embedded.extend(texts)
+        return np.stack([self._vec(t) for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._vec(text)
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def vault(tmp_path: Path) -> Path:
+    """A small vault with a wiki, a dot-folder and a few ordinary notes."""
+    v = tmp_path / "vault"
+    write(v / "Garden.md", "---\ntags: [garden]\n---\n# Garden\n\nTomatoes need sun and water every day.\n")
+    write(v / "Projects/Boat.md", "# Boat\n\n## Engine\n\nThe outboard engine needs new spark plugs.\n")
+    write(v / "Recipes/Bread.md", "# Bread\n\nSourdough bread needs flour, water, salt and a starter.\n")
+    write(v / "wiki/Backups.md", "# Backups\n\nWe back up the NAS with restic every night at 2am.\n")
+    write(v / ".obsidian/workspace.md", "# not a note\n")
+    write(v / ".trash/Old.md", "# deleted note\n")
+    return v
+
+
+@pytest.fixture
+def make_cfg(tmp_path: Path) -> Any:
+    def make(vault_dir: Path | None, **flags: Any) -> Config:
+        all_flags = {"home": str(tmp_path / "home"), "vault.path": str(vault_dir) if vault_dir else None}
+        all_flags.update(flags)
+        return load_config(flags=all_flags, env={})
+
+    return make
+
+
+class Harness:
+    """Real stores in tmp_path with a fake (or given) embedder, driven without a daemon."""
+
+    def __init__(self, cfg: Config, model: Any) -> None:
+        self.cfg = cfg
+        self.slot = EmbedderSlot()
+        if model is not None:
+            self.slot.set_ok(model, "test")
+        else:
+            self.slot.set_failed("no model in this test")
+        self.stores = open_stores(cfg)
+        self.indexer = Indexer(cfg, self.stores, self.slot)
+        if model is not None:
+            self.indexer.attach_vectors(open_vectors(cfg, model.model_id, model.dim, model.pooling))
+
+    def sweep(self) -> dict[str, int]:
+        summary = self.indexer.sweep()
+        while self.indexer.embed_pending():
+            pass
+        return summary
+
+    def close(self) -> None:
+        self.stores.bm25.close()
+        self.stores.manifest.close()
+
+
+@pytest.fixture
+def harness(make_cfg: Any, vault: Path) -> Iterator[Harness]:
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    yield h
+    h.close()
+
+
+# --- a real daemon in a subprocess -------------------------------------------------------------
+
+
+class DaemonProcess:
+    def __init__(self, home: Path, vault_dir: Path | None, extra: Sequence[str] = (), env: dict[str, str] | None = None):
+        self.home = home
+        self.vault = vault_dir
+        self.extra = list(extra)
+        self.env = {**os.environ, **(env or {})}
+        self.env.pop("SIDECAR_HOME", None)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.cfg = load_config(flags={"home": str(home)}, env={})
+        self.log = home.parent / f"daemon-{home.name}.log"
+
+    @property
+    def socket(self) -> Path:
+        return self.cfg.socket_path
+
+    def cmd(self) -> list[str]:
+        args = [sys.executable, "-m", "sidecar", "serve", "--home", str(self.home), "--log-level", "debug"]
+        if self.vault is not None:
+            args += ["--vault", str(self.vault)]
+        return args + self.extra
+
+    def start(self, wait: str | None = "ready", timeout: float = 120.0) -> DaemonProcess:
+        self.home.mkdir(parents=True, exist_ok=True)
+        self._logfh = self.log.open("ab")
+        self.proc = subprocess.Popen(self.cmd(), stdout=self._logfh, stderr=self._logfh, env=self.env)
+        if wait:
+            self.wait_for(lambda h: h["index"]["state"] == wait, timeout)
+        return self
+
+    def client(self, agent: str | None = None) -> Client:
+        return Client(self.socket, agent=agent, timeout=60)
+
+    def call(self, op: str, params: dict[str, Any] | None = None, agent: str | None = None) -> dict[str, Any]:
+        with self.client(agent) as c:
+            return c.call(op, params)
+
+    def health(self) -> dict[str, Any]:
+        return self.call("health")
+
+    def wait_for(self, predicate: Any, timeout: float = 120.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"daemon exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+            try:
+                last = self.health()
+                if predicate(last):
+                    return last
+            except DaemonNotRunningError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"timed out; last health: {json.dumps(last)[:2000]}\n{self.log.read_text()[-3000:]}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        code = self.proc.wait(timeout=30)
+        self._logfh.close()
+        return code
+
+    def run_cli(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+        env = {**self.env, "SIDECAR_HOME": str(self.home)}
+        return subprocess.run(
+            [sys.executable, "-m", "sidecar", *args], capture_output=True, text=True, env=env, check=check, timeout=120
+        )
+
+
+@pytest.fixture
+def daemon_factory(tmp_path: Path) -> Iterator[Any]:
+    started: list[DaemonProcess] = []
+
+    def factory(vault_dir: Path | None, name: str = "home", **kw: Any) -> DaemonProcess:
+        d = DaemonProcess(tmp_path / name, vault_dir, **kw)
+        started.append(d)
+        return d
+
+    yield factory
+    for d in started:
+        if d.proc is not None and d.proc.poll() is None:
+            d.proc.kill()
+            d.proc.wait()

@@ -1,0 +1,111 @@
+"""Chunking: heading-aware, sized in tokens, overlapping, front matter parsed, links readable."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sidecar.chunking import chunk_note, readable_links
+
+
+def words(texts: Sequence[str]) -> list[int]:
+    return [len(t.split()) for t in texts]
+
+
+def test_heading_path_and_line_ranges() -> None:
+    """Each chunk knows its heading path and 1-based line range."""
+    text = "# Boat\n\nintro line\n\n## Engine\n\nspark plugs\n\n### Fuel\n\ndiesel only\n"
+    note = chunk_note(text, title="Boat", count_tokens=words)
+    by_text = {c.text.splitlines()[-1]: c for c in note.chunks}
+    assert by_text["intro line"].headings == ("Boat",)
+    assert by_text["spark plugs"].headings == ("Boat", "Engine")
+    assert by_text["diesel only"].headings == ("Boat", "Engine", "Fuel")
+    fuel = by_text["diesel only"]
+    assert (fuel.start_line, fuel.end_line) == (9, 11)
+    assert fuel.embed_text.startswith("Boat\nBoat › Engine › Fuel\n")
+
+
+def test_chunks_never_exceed_budget_and_overlap() -> None:
+    """A long section is cut into chunks within max_tokens that share about 20 % with the next one."""
+    paragraphs = "\n\n".join(f"paragraph {i} " + "word " * 18 for i in range(40))
+    note = chunk_note(f"# Long\n\n{paragraphs}\n", title="Long", count_tokens=words, max_tokens=100, overlap=0.2)
+    assert len(note.chunks) > 5
+    assert all(c.tokens <= 100 for c in note.chunks)
+    for a, b in zip(note.chunks, note.chunks[1:], strict=False):
+        assert b.start_line <= a.end_line, "adjacent chunks overlap"
+        assert b.start_line > a.start_line, "chunks advance"
+
+
+def test_single_huge_line_is_split() -> None:
+    """One 5,000-word line (no structure at all) still yields chunks within the budget."""
+    note = chunk_note("word " * 5000, title="Blob", count_tokens=words, max_tokens=64)
+    assert all(c.tokens <= 64 for c in note.chunks)
+    assert sum(len(c.text.split()) for c in note.chunks) >= 5000
+
+
+def test_front_matter_parsed_not_embedded() -> None:
+    """Tags, aliases and description come from YAML; the raw YAML is not in any chunk."""
+    text = (
+        "---\ntitle: Audio recorder\naliases: [voice memo]\ntags: [plugin, Audio]\n"
+        "description: Record audio.\ncreated: 2026-01-05\n---\nBody text with #inline-tag here.\n"
+    )
+    note = chunk_note(text, title="file-name", count_tokens=words)
+    assert note.title == "Audio recorder"
+    assert note.aliases == ("voice memo",)
+    assert note.tags == ("plugin", "audio", "inline-tag")
+    assert note.front_matter["created"] == "2026-01-05"
+    assert all("aliases:" not in c.embed_text and "tags:" not in c.text for c in note.chunks)
+    assert "Record audio." in note.chunks[0].embed_text
+    assert note.chunks[0].start_line == 8
+
+
+def test_broken_front_matter_keeps_the_body() -> None:
+    """Invalid YAML is reported and the note is still chunked."""
+    note = chunk_note("---\ntags: [unclosed\n---\nStill here.\n", title="t", count_tokens=words)
+    assert note.front_matter == {} and note.front_matter_error
+    assert "Still here." in note.chunks[0].text
+
+
+def test_yaml_alias_bomb_is_contained() -> None:
+    """A billion-laughs front matter is refused by the node budget, not expanded."""
+    bomb = "---\na: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+        for i in range(12)
+    ) + "---\nbody\n"
+    note = chunk_note(bomb, title="bomb", count_tokens=words)
+    assert note.front_matter == {} and note.front_matter_error
+
+
+def test_bom_is_stripped() -> None:
+    """A BOM in front of --- does not hide the front matter."""
+    note = chunk_note("\ufeff---\ntitle: Real\n---\nbody\n", title="x", count_tokens=words)
+    assert note.title == "Real"
+
+
+def test_wikilinks_become_readable() -> None:
+    """[[target|alias]] reads as alias, [[a/b#h]] as 'b › h', image embeds vanish."""
+    assert readable_links("see [[Projects/Boat|the boat]] now") == "see the boat now"
+    assert readable_links("[[Boat#Engine]]") == "Boat › Engine"
+    assert readable_links("![[diagram.png]] and ![[Other note]]") == " and Other note"
+    note = chunk_note("Link to [[Garden|my garden]].\n", title="t", count_tokens=words)
+    assert note.chunks[0].text == "Link to my garden."
+
+
+def test_empty_note_is_findable_by_title() -> None:
+    """A note with only front matter still yields one chunk carrying its title."""
+    note = chunk_note("---\ntags: [x]\n---\n", title="Empty idea", count_tokens=words)
+    assert len(note.chunks) == 1 and note.chunks[0].embed_text.startswith("Empty idea")
+
+
+def test_heading_only_sections_glue_to_the_next() -> None:
+    """A heading directly followed by a sub-heading is not a chunk of its own."""
+    note = chunk_note("# A\n## B\ntext\n", title="t", count_tokens=words)
+    assert len(note.chunks) == 1
+    assert note.chunks[0].text.startswith("# A")
+
+
+def test_pathological_structure() -> None:
+    """10,000 headings and deeply nested lists parse and chunk without error."""
+    many = "".join(f"## h{i}\nx\n" for i in range(10_000))
+    assert len(chunk_note(many, title="t", count_tokens=words).chunks) == 10_000
+    nested = "".join("  " * i + "- item\n" for i in range(200))
+    assert chunk_note(nested, title="t", count_tokens=words).chunks

@@ -1,0 +1,128 @@
+"""Configuration: precedence, validation with file/key/value, defaults, the example file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sidecar.config import load_config, render_example
+from sidecar.errors import ConfigError
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _yaml(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "config.yaml"
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def test_defaults_match_design(tmp_path: Path) -> None:
+    """Defaults: fusion 0.7/0.3, boosts wiki 1.4 memory 0.85 vault 0.65, rescan 10 min, home ~/.sidecar."""
+    cfg = load_config(env={"HOME": str(tmp_path)})
+    assert cfg.search.vector_weight == 0.7
+    assert (cfg.search.boosts.wiki, cfg.search.boosts.memory, cfg.search.boosts.vault) == (1.4, 0.85, 0.65)
+    assert cfg.index.rescan_minutes == 10
+    assert cfg.home == (Path.home() / ".sidecar").resolve()
+    assert cfg.vault.wiki_subfolder == "wiki"
+
+
+def test_precedence_flag_over_env_over_file(tmp_path: Path) -> None:
+    """A flag beats SIDECAR_* which beats the YAML file which beats the default."""
+    f = _yaml(tmp_path, "search:\n  limit: 5\n  vectorWeight: 0.6\nvault:\n  wikiSubfolder: curated\n")
+    env = {"SIDECAR_SEARCH_LIMIT": "7"}
+    cfg = load_config(config_file=str(f), env=env, flags={"vault.wikiSubfolder": "kb"})
+    assert cfg.search.limit == 7
+    assert cfg.search.vector_weight == 0.6
+    assert cfg.vault.wiki_subfolder == "kb"
+    assert cfg.origins["search.limit"] == "environment SIDECAR_SEARCH_LIMIT"
+    assert cfg.origins["search.vectorWeight"].startswith("file ")
+    assert cfg.origins["vault.wikiSubfolder"] == "flag"
+    assert cfg.origins["chunking.maxTokens"] == "default"
+
+
+def test_config_file_from_environment(tmp_path: Path) -> None:
+    """SIDECAR_CONFIG names the file when no --config is given."""
+    f = _yaml(tmp_path, "search:\n  limit: 3\n")
+    assert load_config(env={"SIDECAR_CONFIG": str(f)}).search.limit == 3
+
+
+def test_default_config_location_is_read(tmp_path: Path) -> None:
+    """~/.config/sidecar/config.yaml (or $XDG_CONFIG_HOME/sidecar) is read when present."""
+    (tmp_path / "xdg" / "sidecar").mkdir(parents=True)
+    (tmp_path / "xdg" / "sidecar" / "config.yaml").write_text("search:\n  limit: 4\n")
+    assert load_config(env={"XDG_CONFIG_HOME": str(tmp_path / "xdg")}).search.limit == 4
+
+
+def test_unknown_key_names_file_key_and_value(tmp_path: Path) -> None:
+    """A typo in a key is an error naming the file, the key and the value."""
+    f = _yaml(tmp_path, "search:\n  vectorWieght: 0.5\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(config_file=str(f), env={})
+    msg = str(exc.value)
+    assert str(f) in msg and "search.vectorWieght" in msg and "0.5" in msg
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "needle"),
+    [
+        ("search:\n  vectorWeight: 1.5\n", "at most 1.0"),
+        ("search:\n  limit: many\n", "integer"),
+        ("search:\n  limit: 2.5\n", "integer"),
+        ("embedder:\n  pooling: max\n", "one of"),
+        ("embedder:\n  enabled: maybe\n", "true or false"),
+        ("chunking:\n  maxTokens: 400\n", "maxLength"),
+        ("vault:\n  wikiSubfolder: ../outside\n", "inside the vault"),
+        ("- a list\n", "mapping"),
+        ("search: [\n", "invalid YAML"),
+    ],
+)
+def test_bad_values_are_errors(tmp_path: Path, yaml_text: str, needle: str) -> None:
+    """Wrong types, ranges, choices and broken YAML are clear errors."""
+    f = _yaml(tmp_path, yaml_text)
+    with pytest.raises(ConfigError, match=needle):
+        load_config(config_file=str(f), env={})
+
+
+def test_bad_environment_value_and_unknown_variable() -> None:
+    """SIDECAR_* variables are validated; an unknown one is an error, not silently ignored."""
+    with pytest.raises(ConfigError, match="SIDECAR_SEARCH_LIMIT"):
+        load_config(env={"SIDECAR_SEARCH_LIMIT": "-3"})
+    with pytest.raises(ConfigError, match="SIDECAR_SEARCH_LIMITT"):
+        load_config(env={"SIDECAR_SEARCH_LIMITT": "3"})
+
+
+def test_missing_named_config_file(tmp_path: Path) -> None:
+    """A config file named explicitly must exist."""
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(config_file=str(tmp_path / "nope.yaml"), env={})
+
+
+def test_relative_paths_in_file_resolve_next_to_it(tmp_path: Path) -> None:
+    """vault.path in the YAML file is relative to the file, not to the working directory."""
+    f = _yaml(tmp_path, "vault:\n  path: notes\n")
+    assert load_config(config_file=str(f), env={}).vault.path == (tmp_path / "notes").resolve()
+
+
+def test_socket_location(tmp_path: Path) -> None:
+    """Socket in $XDG_RUNTIME_DIR when set, else in <home>/run, else a short private /tmp path."""
+    home = tmp_path / "h"
+    cfg = load_config(env={"SIDECAR_HOME": str(home)})
+    assert cfg.socket_path == home.resolve() / "run" / "sidecar.sock"
+    cfg = load_config(env={"SIDECAR_HOME": str(home), "XDG_RUNTIME_DIR": str(tmp_path / "rt")})
+    assert cfg.socket_path.parent.parent == tmp_path / "rt"
+    deep = tmp_path / ("x" * 120)
+    cfg = load_config(env={"SIDECAR_HOME": str(deep)})
+    assert len(str(cfg.socket_path)) < 100 and str(cfg.socket_path).startswith("/tmp/sidecar-")
+
+
+def test_example_file_is_current() -> None:
+    """config/sidecar.example.yaml documents every key with its default (regenerate with `sidecar config example`)."""
+    assert (REPO / "config" / "sidecar.example.yaml").read_text(encoding="utf-8") == render_example()
+
+
+def test_example_file_loads_cleanly(tmp_path: Path) -> None:
+    """The example file is itself a valid configuration."""
+    cfg = load_config(config_file=str(REPO / "config" / "sidecar.example.yaml"), env={})
+    assert cfg.search.limit == 10

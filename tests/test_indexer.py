@@ -1,0 +1,311 @@
+"""Indexer over real Tantivy, LanceDB and sqlite with a fake embedder: sweeps, edits, deletes,
+crash convergence, bad files, and the vault never being written."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar import indexer as indexer_mod
+from sidecar.retrieval import Retriever, SearchRequest
+from tests.conftest import FakeEmbedder, Harness, write
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[str, int]]:
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_file():
+            out[str(p.relative_to(folder))] = (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        else:
+            out[str(p.relative_to(folder))] = ("dir", 0)
+    return out
+
+
+def _store_counts(h: Harness) -> tuple[int, int, int]:
+    assert h.stores.vectors is not None
+    return h.stores.manifest.chunk_count(), h.stores.bm25.num_docs(), h.stores.vectors.count()
+
+
+def _search(h: Harness, query: str, **kw: Any) -> list[dict[str, Any]]:
+    r = Retriever(h.stores, h.slot, h.cfg.search)
+    return r.search(SearchRequest(query, kw.pop("limit", 10), kw.pop("min_score", 0.0), **kw)).hits
+
+
+def test_sweep_indexes_every_store_consistently(harness: Harness) -> None:
+    """A first sweep puts every chunk in BM25 and, after backfill, in the vector table."""
+    summary = harness.sweep()
+    assert summary["changed"] == 4
+    chunks, docs, vectors = _store_counts(harness)
+    assert chunks == docs == vectors > 0
+    assert harness.stores.manifest.pending_count() == 0
+    counts = harness.indexer.counts()
+    assert counts["by_source"]["wiki"]["files"] == 1 and counts["by_source"]["vault"]["files"] == 3
+
+
+def test_search_finds_by_keyword_and_vector(harness: Harness) -> None:
+    """Hybrid search returns the right note first, with every documented hit field."""
+    harness.sweep()
+    hits = _search(harness, "restic backups of the NAS")
+    top = hits[0]
+    assert top["reference"] == "wiki/Backups"
+    assert set(top) >= {"reference", "source", "score", "vecScore", "bm25Score", "title", "lines", "text", "boosts"}
+    assert top["source"] == "wiki" and top["boosts"] == {"source": 1.4}
+    only_vault = _search(harness, "restic backups", sources=("vault",))
+    assert all(h["source"] == "vault" for h in only_vault)
+
+
+@pytest.mark.parametrize("query", ['[[wiki-link]]', '"unclosed', "(paren", "AND", "foo:bar", "😀", "*", "OR NOT"])
+def test_hostile_queries_neither_raise_nor_match_everything(harness: Harness, query: str) -> None:
+    """Query syntax in user text is just text: nothing raises, nothing turns into match-all."""
+    harness.sweep()
+    hits = harness.stores.bm25.search(harness.stores.bm25.analyze(query), 50)
+    assert len(hits) < harness.stores.bm25.num_docs() or harness.stores.bm25.num_docs() == 0
+
+
+def test_unchanged_resweep_reads_no_file(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second sweep over an unchanged vault compares stat only and reads no note."""
+    harness.sweep()
+    reads: list[Path] = []
+    real = indexer_mod.read_note
+    monkeypatch.setattr(indexer_mod, "read_note", lambda p, m: reads.append(p) or real(p, m))
+    summary = harness.sweep()
+    assert reads == [] and summary["changed"] == 0 and summary["unchanged"] == 4
+
+
+def test_touched_file_with_same_content_is_not_reindexed(harness: Harness) -> None:
+    """A new mtime with identical bytes is read and hashed, but nothing is re-chunked or re-embedded."""
+    harness.sweep()
+    model = harness.slot.model
+    assert isinstance(model, FakeEmbedder)
+    before = len(model.embedded)
+    note = harness.cfg.vault.path / "Garden.md"  # type: ignore[operator]
+    os.utime(note, ns=(time.time_ns(), time.time_ns() + 5_000_000_000))
+    assert harness.sweep()["changed"] == 0
+    assert len(model.embedded) == before
+
+
+def test_edit_reembeds_only_changed_chunks(harness: Harness) -> None:
+    """Editing one section re-embeds that chunk only; unchanged chunks keep their vectors."""
+    vault = harness.cfg.vault.path
+    assert vault is not None
+    write(vault / "Long.md", "# Long\n\n## One\n\nalpha text\n\n## Two\n\nbeta text\n\n## Three\n\ngamma text\n")
+    harness.sweep()
+    model = harness.slot.model
+    assert isinstance(model, FakeEmbedder)
+    model.embedded.clear()
+    write(vault / "Long.md", "# Long\n\n## One\n\nalpha text\n\n## Two\n\nBETA CHANGED\n\n## Three\n\ngamma text\n")
+    harness.sweep()
+    assert len(model.embedded) == 1 and "BETA CHANGED" in model.embedded[0]
+    chunks, docs, vectors = _store_counts(harness)
+    assert chunks == docs == vectors
+    assert _search(harness, "beta changed")[0]["reference"] == "vault/Long"
+
+
+def test_deleted_note_leaves_every_store(harness: Harness) -> None:
+    """Deleting a note removes its chunks from BM25, vectors and the manifest."""
+    harness.sweep()
+    (harness.cfg.vault.path / "Recipes" / "Bread.md").unlink()  # type: ignore[operator]
+    harness.sweep()
+    chunks, docs, vectors = _store_counts(harness)
+    assert chunks == docs == vectors
+    assert all(h["reference"] != "vault/Recipes/Bread" for h in _search(harness, "sourdough bread starter"))
+
+
+def test_bad_files_are_skipped_and_counted(harness: Harness) -> None:
+    """Binary, non-UTF-8 and unreadable notes are skipped with a reason; the others index."""
+    vault = harness.cfg.vault.path
+    assert vault is not None
+    (vault / "binary.md").write_bytes(b"\0\1\2\3" * 100)
+    (vault / "latin1.md").write_bytes("Grüße aus Köln".encode("latin-1"))
+    locked = write(vault / "locked.md", "secret")
+    locked.chmod(0)
+    write(vault / "badyaml.md", "---\ntags: [oops\n---\nThe body of a note with broken front matter.\n")
+    try:
+        summary = harness.sweep()
+    finally:
+        locked.chmod(0o644)
+    counts = harness.indexer.counts()
+    readable_anyway = 1 if os.geteuid() == 0 else 0  # root reads mode-000 files
+    assert counts["by_source"]["vault"]["files"] == 4 + readable_anyway  # 3 good + badyaml
+    skipped = counts["skipped"]
+    assert skipped.get("binary") == 1 and skipped.get("not UTF-8") == 1
+    if not readable_anyway:
+        assert any(k.startswith("unreadable") for k in skipped)
+    assert summary["changed"] >= 6
+    assert _search(harness, "broken front matter")[0]["reference"] == "vault/badyaml"
+    # skipped files are not re-read on the next sweep
+    assert harness.sweep()["changed"] == 0
+
+
+def test_vault_is_never_written(harness: Harness) -> None:
+    """Indexing, re-indexing and searching leave every byte and mtime of the vault as it was."""
+    vault = harness.cfg.vault.path
+    assert vault is not None
+    before = _snapshot(vault)
+    harness.sweep()
+    _search(harness, "garden")
+    harness.indexer.clear()
+    harness.sweep()
+    assert _snapshot(vault) == before
+
+
+def test_crash_mid_write_converges(harness: Harness, make_cfg: Any) -> None:
+    """A crash between the intent mark and the manifest commit is redone on the next start."""
+    harness.sweep()
+    vault = harness.cfg.vault.path
+    assert vault is not None
+    write(vault / "Garden.md", "# Garden\n\nCucumbers instead of tomatoes this year.\n")
+
+    boom = RuntimeError("simulated crash after BM25 commit")
+    real_commit = harness.stores.bm25.commit
+
+    def crash() -> None:
+        real_commit()
+        raise boom
+
+    harness.stores.bm25.commit = crash  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        harness.indexer.sweep()
+    assert harness.stores.manifest.keys_in_state("indexing") == ["vault/Garden"]
+    harness.close()
+    # "restart": fresh objects over the same directories
+    h2 = Harness(harness.cfg, FakeEmbedder())
+    try:
+        h2.indexer.finish_interrupted()
+        h2.sweep()
+        chunks, docs, vectors = _store_counts(h2)
+        assert chunks == docs == vectors
+        assert h2.stores.manifest.keys_in_state("indexing", "deleting") == []
+        assert _search(h2, "cucumbers")[0]["reference"] == "vault/Garden"
+    finally:
+        h2.close()
+
+
+def test_interrupted_delete_is_finished_on_start(harness: Harness) -> None:
+    """A note left in state 'deleting' by a crash is removed from every store at the next start."""
+    harness.sweep()
+    harness.stores.manifest.mark_state(["vault/Garden"], "deleting")
+    harness.indexer.finish_interrupted()
+    keys = {v.key for v in harness.stores.manifest.all_chunks()}
+    assert "vault/Garden" not in keys
+    chunks, docs, vectors = _store_counts(harness)
+    assert chunks == docs == vectors
+
+
+def test_orphan_and_missing_vectors_are_reconciled(harness: Harness) -> None:
+    """Vectors of unknown chunks are dropped and chunks whose vector vanished are queued again."""
+    harness.sweep()
+    vectors = harness.stores.vectors
+    assert vectors is not None
+    import numpy as np
+
+    vectors.add([("orphan-id", "vault/Gone", "vault", "")], np.ones((1, 64), dtype=np.float32) / 8)
+    victim = next(iter(harness.stores.manifest.vector_ids()))
+    vectors.delete_ids([victim])
+    harness.indexer.attach_vectors(vectors)
+    assert "orphan-id" not in vectors.ids()
+    assert harness.stores.manifest.pending_count() == 1
+    harness.sweep()
+    chunks, docs, n_vectors = _store_counts(harness)
+    assert chunks == docs == n_vectors
+
+
+def test_lost_bm25_index_is_rebuilt_from_manifest(harness: Harness) -> None:
+    """If BM25 holds fewer docs than the manifest (deleted dir, crash), the first sweep refills it."""
+    harness.sweep()
+    harness.stores.bm25.delete_all()
+    harness.stores.bm25.commit()
+    harness.indexer.activity.first_sweep_done = False
+    harness.sweep()
+    chunks, docs, _ = _store_counts(harness)
+    assert chunks == docs
+
+
+def test_corrupt_manifest_is_moved_aside(make_cfg: Any, vault: Path) -> None:
+    """An unreadable manifest is renamed *.broken-* and the index is rebuilt from the files."""
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    h.close()
+    (cfg.index_dir / "manifest.sqlite").write_bytes(b"this is not sqlite" * 100)
+    for side in ("manifest.sqlite-wal", "manifest.sqlite-shm"):
+        (cfg.index_dir / side).unlink(missing_ok=True)
+    h2 = Harness(cfg, FakeEmbedder())
+    try:
+        assert any(p.name.startswith("manifest.sqlite.broken-") for p in cfg.index_dir.iterdir())
+        h2.sweep()
+        chunks, docs, vectors = _store_counts(h2)
+        assert chunks == docs == vectors > 0
+    finally:
+        h2.close()
+
+
+def test_other_model_gets_its_own_table(harness: Harness) -> None:
+    """A different model id or dimension never writes into the old table: a new one is filled."""
+    harness.sweep()
+
+    class OtherModel(FakeEmbedder):
+        model_id = "other-model@2"
+        dim = 32
+
+    other = OtherModel()
+    harness.slot.set_ok(other, "test")
+    new_table = indexer_mod.open_vectors(harness.cfg, other.model_id, other.dim, other.pooling)
+    assert new_table.name != harness.stores.vectors.name  # type: ignore[union-attr]
+    harness.indexer.attach_vectors(new_table)
+    assert harness.stores.manifest.pending_count() == harness.stores.manifest.chunk_count()
+    harness.sweep()
+    assert new_table.count() == harness.stores.manifest.chunk_count()
+
+
+def test_bm25_only_without_model(make_cfg: Any, vault: Path) -> None:
+    """With no model, indexing still works, search answers from BM25 and says it is degraded."""
+    h = Harness(make_cfg(vault), None)
+    try:
+        h.indexer.sweep()
+        r = Retriever(h.stores, h.slot, h.cfg.search).search(SearchRequest("spark plugs", 5, 0.0))
+        assert r.hits[0]["reference"] == "vault/Projects/Boat"
+        assert r.hits[0]["vecScore"] is None
+        assert r.degraded and "keyword" in r.degraded
+        assert h.stores.manifest.pending_count() == h.stores.manifest.chunk_count()
+    finally:
+        h.close()
+
+
+def test_unmounted_vault_keeps_its_index(harness: Harness, tmp_path: Path) -> None:
+    """A vault folder that vanishes (unmounted share) goes offline; nothing is deleted."""
+    harness.sweep()
+    vault = harness.cfg.vault.path
+    assert vault is not None
+    before = _store_counts(harness)
+    vault.rename(tmp_path / "unmounted")
+    harness.sweep()
+    assert _store_counts(harness) == before
+    assert harness.indexer.activity.roots["vault"].mode == "offline"
+    (tmp_path / "unmounted").rename(vault)
+    harness.sweep()
+    assert harness.indexer.activity.roots["vault"].mode == "polling"
+    assert _store_counts(harness) == before
+
+
+def test_emptied_mount_point_holds_deletions(harness: Harness) -> None:
+    """Most notes gone at once (an empty mount point) holds deletions until confirmed by later sweeps."""
+    vault = harness.cfg.vault.path
+    assert vault is not None
+    for i in range(6):
+        write(vault / f"extra{i}.md", f"# Extra {i}\n\nfiller note number {i}\n")
+    harness.sweep()
+    before = _store_counts(harness)
+    for p in vault.glob("*.md"):
+        p.unlink()
+    harness.sweep()
+    assert _store_counts(harness) == before
+    assert harness.indexer.activity.roots["vault"].mode == "offline"
+    harness.sweep()
+    harness.sweep()  # the third sweep in a row confirms: the user really deleted them
+    assert _store_counts(harness)[0] < before[0]

@@ -1,0 +1,137 @@
+"""Sources: which files are notes, how they are named, and references that must not escape."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.errors import NotFoundError, SourceError
+from sidecar.sources import (
+    NoteFile,
+    NoteUnreadable,
+    Skipped,
+    key_for_reference,
+    path_for_key,
+    public_reference,
+    read_note,
+    roots,
+    scan,
+)
+from tests.conftest import write
+
+
+def _scan_all(cfg: Any) -> tuple[dict[str, NoteFile], list[Skipped]]:
+    notes: dict[str, NoteFile] = {}
+    skipped: list[Skipped] = []
+    for root in roots(cfg):
+        if not root.path.exists():
+            continue
+        for item in scan(root, cfg.index.max_file_bytes):
+            if isinstance(item, NoteFile):
+                notes[item.key] = item
+            else:
+                skipped.append(item)
+    return notes, skipped
+
+
+def test_roots_split_vault_wiki_and_inboxes(make_cfg: Any, vault: Path) -> None:
+    """Vault minus wiki and dot-folders, wiki as its own source, each agent inbox as memory."""
+    cfg = make_cfg(vault)
+    write(cfg.agents_dir / "claude" / "memory" / "first-note.md", "remember this\n")
+    write(cfg.agents_dir / "Bad Name" / "memory" / "x.md", "ignored agent\n")
+    notes, _ = _scan_all(cfg)
+    assert set(notes) == {
+        "vault/Garden", "vault/Projects/Boat", "vault/Recipes/Bread", "wiki/Backups", "memory/claude/first-note",
+    }
+
+
+def test_debris_and_non_notes_are_ignored(make_cfg: Any, vault: Path) -> None:
+    """Sync conflicts, cloud stubs, editor temp files and non-Markdown files are not notes."""
+    for name in [
+        "Garden.sync-conflict-20260101-120000-ABC.md", "Garden (conflicted copy 2026-01-01).md",
+        ".Garden.md.icloud", "notes.txt", "image.png", "~$draft.md",
+    ]:
+        write(vault / name, "x\n")
+    notes, _ = _scan_all(make_cfg(vault))
+    assert "vault/Garden" in notes
+    assert len([k for k in notes if k.startswith("vault/")]) == 3
+
+
+def test_symlinks_inside_followed_outside_skipped(make_cfg: Any, vault: Path, tmp_path: Path) -> None:
+    """Symlinks leading outside are skipped with a reason; a folder symlink inside adds no duplicates."""
+    outside = write(tmp_path / "secret" / "passwords.md", "hunter2\n")
+    os.symlink(outside, vault / "leak.md")
+    os.symlink(outside.parent, vault / "leakdir")
+    os.symlink(vault / "Recipes", vault / "Also recipes")
+    notes, skipped = _scan_all(make_cfg(vault))
+    assert "vault/leak" not in notes and not any(k.startswith("vault/leakdir") for k in notes)
+    assert "vault/Recipes/Bread" in notes and "vault/Also recipes/Bread" not in notes
+    assert sum(s.reason == "symlink leads outside the root" for s in skipped) == 2
+
+
+def test_symlink_loop_does_not_hang(make_cfg: Any, vault: Path) -> None:
+    """A folder symlink pointing at its parent is visited once."""
+    os.symlink(vault / "Projects", vault / "Projects" / "again")
+    notes, _ = _scan_all(make_cfg(vault))
+    assert "vault/Projects/Boat" in notes
+
+
+def test_too_large_files_are_skipped(make_cfg: Any, vault: Path) -> None:
+    """Files over the size cap are skipped and reported."""
+    write(vault / "Huge.md", "word " * 1000)
+    cfg = make_cfg(vault, **{"index.maxFileBytes": 2048})
+    notes, skipped = _scan_all(cfg)
+    assert "vault/Huge" not in notes
+    assert [s.reason for s in skipped] == ["too large"]
+
+
+def test_read_note_rejects_binary_and_non_utf8(tmp_path: Path) -> None:
+    """Binary and non-UTF-8 files raise NoteUnreadable with a reason; a BOM is stripped."""
+    (tmp_path / "bin.md").write_bytes(b"\x89PNG\r\n\x1a\n\0\0\0")
+    (tmp_path / "latin.md").write_bytes("Grüße".encode("latin-1"))
+    (tmp_path / "bom.md").write_bytes("\ufeff---\ntitle: x\n---\nbody".encode())
+    with pytest.raises(NoteUnreadable, match="binary"):
+        read_note(tmp_path / "bin.md", 10_000)
+    with pytest.raises(NoteUnreadable, match="UTF-8"):
+        read_note(tmp_path / "latin.md", 10_000)
+    assert read_note(tmp_path / "bom.md", 10_000)[1].startswith("---")
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "vault/../../etc/passwd", "../etc/passwd", "/etc/passwd", "vault//x", "vault/./x", "vault/a\0b",
+        "C:/Windows/x", "vault\\..\\x", "notasource/x", "vault", "vault/.obsidian/workspace",
+        "memory/other/secret", "memory/../x", "memory/UPPER",
+    ],
+)
+def test_references_that_escape_are_refused(ref: str) -> None:
+    """Traversal, absolute paths, NUL bytes, hidden folders and bad slugs are refused clearly."""
+    with pytest.raises(SourceError):
+        key_for_reference(ref, agent="claude")
+
+
+def test_references_map_to_keys_and_back() -> None:
+    """An agent sees its memory as memory/<slug>; without an agent it is memory/<agent>/<slug>."""
+    assert key_for_reference("memory/notes", agent="claude") == "memory/claude/notes"
+    assert key_for_reference("memory/claude/notes", agent=None) == "memory/claude/notes"
+    assert key_for_reference("vault/Plugins/Audio recorder.md", agent=None) == "vault/Plugins/Audio recorder"
+    assert public_reference("memory/claude/notes", "claude") == "memory/notes"
+    assert public_reference("memory/claude/notes", None) == "memory/claude/notes"
+
+
+def test_path_for_key_refuses_symlink_escape(make_cfg: Any, vault: Path, tmp_path: Path) -> None:
+    """A note that is a symlink leading outside its root cannot be read through get."""
+    outside = write(tmp_path / "outside.md", "secret\n")
+    os.symlink(outside, vault / "link.md")
+    cfg = make_cfg(vault)
+    with pytest.raises(SourceError, match="outside"):
+        path_for_key(cfg, "vault/link")
+    with pytest.raises(NotFoundError):
+        path_for_key(cfg, "vault/Nope")
+    with pytest.raises(SourceError, match="wiki"):
+        path_for_key(cfg, "vault/wiki/Backups")
+    assert path_for_key(cfg, "wiki/Backups")[1] == (vault / "wiki" / "Backups.md").resolve()
