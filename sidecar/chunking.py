@@ -193,11 +193,12 @@ def _split_long(text: str, budget: int, count: CountTokens) -> list[str]:
     # A single "word" longer than the budget (a base64 blob): cut by characters.
     out: list[str] = []
     for piece in pieces:
-        while count([piece])[0] > budget and len(piece) > 1:
-            cut = max(1, len(piece) * budget // max(count([piece])[0], 1))
-            out.append(piece[:cut])
-            piece = piece[cut:]
-        out.append(piece)
+        rest = piece
+        while count([rest])[0] > budget and len(rest) > 1:
+            cut = max(1, len(rest) * budget // max(count([rest])[0], 1))
+            out.append(rest[:cut])
+            rest = rest[cut:]
+        out.append(rest)
     return out
 
 
@@ -232,6 +233,7 @@ def chunk_note(
     tag_set = tuple(dict.fromkeys(_norm_tag(t) for t in tags if _norm_tag(t)))
 
     readable = [readable_links(line) for line in lines]
+    spec = _Budget(count_tokens, max_tokens, overlap)
     chunks: list[Chunk] = []
     carry: list[_Block] = []  # heading lines of sections with no content, glued to the next one
     for section in sections:
@@ -244,13 +246,11 @@ def chunk_note(
         prefix = note_title + ("\n" + " › ".join(section.headings) if section.headings else "")
         if not chunks and description:
             prefix += "\n" + description
-        chunks.extend(
-            _pack(blocks, readable, section.headings, prefix, len(chunks), count_tokens, max_tokens, overlap)
-        )
+        chunks.extend(_pack(blocks, readable, section.headings, prefix, first_ord=len(chunks), spec=spec))
     if carry:  # trailing headings with no content still deserve a chunk
         heads = sections[-1].headings
         prefix = note_title + ("\n" + " › ".join(heads) if heads else "")
-        chunks.extend(_pack(carry, readable, heads, prefix, len(chunks), count_tokens, max_tokens, overlap))
+        chunks.extend(_pack(carry, readable, heads, prefix, first_ord=len(chunks), spec=spec))
     if not chunks:  # an empty note (or front matter only) is still findable by its title
         body = description
         embed = _fit(note_title + ("\n" + body if body else ""), max_tokens, count_tokens)
@@ -275,17 +275,24 @@ def _fit(text: str, budget: int, count: CountTokens) -> str:
     return _split_long(text.replace("\n", " "), budget, count)[0]
 
 
+@dataclass(frozen=True)
+class _Budget:
+    count: CountTokens
+    max_tokens: int
+    overlap: float
+
+
 def _pack(
     blocks: list[_Block],
     readable: list[str],
     headings: tuple[str, ...],
     prefix: str,
+    *,
     first_ord: int,
-    count: CountTokens,
-    max_tokens: int,
-    overlap: float,
+    spec: _Budget,
 ) -> list[Chunk]:
     """Greedy packing of a section's lines into chunks within the token budget, with overlap."""
+    count, max_tokens, overlap = spec.count, spec.max_tokens, spec.overlap
     prefix = _fit(prefix, max(max_tokens // 3, 8), count)
     budget = max(max_tokens - count([prefix])[0], _MIN_BUDGET)
     # Pieces: whole blocks where they fit, else their lines, else parts of lines.

@@ -134,12 +134,10 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
     from sidecar.daemon import index_once
 
     logs.setup(cfg.logging.level if cfg.logging.level != "info" else "warning", journald=cfg.journald)
-    summary = index_once(
-        cfg, rebuild=bool(args.rebuild), progress=lambda phase, done, total: bar.update(phase, done, total)
-    )
+    summary = index_once(cfg, rebuild=bool(args.rebuild), progress=bar.update)
     bar.done(
-        f"indexed {summary['files']} notes, {summary['chunks']} chunks "
-        f"({summary['changed']} read, {summary['deleted']} removed, {summary['pending_vectors']} without vectors)"
+        f"indexed {summary['files']} notes, {summary['chunks']} chunks ({summary['changed']} read, "
+        f"{summary['deleted']} removed, {summary['pending_vectors']} without vectors)"
     )
     return int(ExitCode.OK)
 

@@ -174,58 +174,74 @@ def settings(cls: type = Config, prefix: str = "", attrs: tuple[str, ...] = ()) 
     return out
 
 
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def _to_bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    word = raw.strip().lower() if isinstance(raw, str) else None
+    if word in _TRUE or word in _FALSE:
+        return word in _TRUE
+    raise ValueError("expected true or false")
+
+
+def _to_number(raw: Any, base: type, checks: Mapping[str, Any]) -> int | float:
+    kind = "an integer" if base is int else "a number"
+    if isinstance(raw, bool) or (base is int and isinstance(raw, float)):
+        raise ValueError(f"expected {kind}")
+    try:
+        value: int | float = base(raw.strip() if isinstance(raw, str) else raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected {kind}") from None
+    if "min" in checks and value < checks["min"]:
+        raise ValueError(f"must be at least {checks['min']}")
+    if "max" in checks and value > checks["max"]:
+        raise ValueError(f"must be at most {checks['max']}")
+    return value
+
+
+def _to_str(raw: Any, checks: Mapping[str, Any]) -> str:
+    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+        raise ValueError("expected text")
+    value = str(raw)
+    choices = checks.get("choices")
+    if choices and value not in choices:
+        raise ValueError(f"must be one of {', '.join(choices)}")
+    return value
+
+
+def _to_path(raw: Any) -> Path:
+    if not isinstance(raw, str) or not raw.strip():
+        raise ValueError("expected a path")
+    if "\0" in raw:
+        raise ValueError("a path cannot contain NUL")
+    return Path(raw).expanduser()
+
+
 def _coerce(setting: Setting, raw: Any, where: str) -> Any:
     """Turn a YAML or string value into the setting's type, or raise naming where it came from."""
     tp = setting.type
     optional = isinstance(tp, types.UnionType) and type(None) in typing.get_args(tp)
     base = next(a for a in typing.get_args(tp) if a is not type(None)) if optional else tp
-
-    def bad(why: str) -> ConfigError:
-        return ConfigError(f"{where}: {setting.dotted} = {raw!r}: {why}")
-
-    if raw is None or (optional and isinstance(raw, str) and raw.strip().lower() in ("", "null", "none")):
-        if optional:
+    empty = raw is None or (isinstance(raw, str) and raw.strip().lower() in ("", "null", "none"))
+    try:
+        if optional and empty:
             return None
-        raise bad("a value is required")
-    value: Any
-    if base is bool:
-        if isinstance(raw, bool):
-            value = raw
-        elif isinstance(raw, str) and raw.strip().lower() in ("1", "true", "yes", "on"):
-            value = True
-        elif isinstance(raw, str) and raw.strip().lower() in ("0", "false", "no", "off"):
-            value = False
-        else:
-            raise bad("expected true or false")
-    elif base in (int, float):
-        if isinstance(raw, bool):
-            raise bad(f"expected a {base.__name__}")
-        try:
-            value = base(raw) if not (base is int and isinstance(raw, float)) else None
-        except (TypeError, ValueError):
-            value = None
-        if value is None or (base is int and isinstance(raw, str) and not raw.strip().lstrip("-").isdigit()):
-            raise bad(f"expected a{'n integer' if base is int else ' number'}")
-        if "min" in setting.checks and value < setting.checks["min"]:
-            raise bad(f"must be at least {setting.checks['min']}")
-        if "max" in setting.checks and value > setting.checks["max"]:
-            raise bad(f"must be at most {setting.checks['max']}")
-    elif base is str:
-        if not isinstance(raw, str | int | float) or isinstance(raw, bool):
-            raise bad("expected text")
-        value = str(raw)
-        choices = setting.checks.get("choices")
-        if choices and value not in choices:
-            raise bad(f"must be one of {', '.join(choices)}")
-    elif base is Path:
-        if not isinstance(raw, str) or not raw.strip():
-            raise bad("expected a path")
-        if "\0" in raw:
-            raise bad("a path cannot contain NUL")
-        value = Path(raw).expanduser()
-    else:  # pragma: no cover - every declared type is handled above
-        raise bad(f"unsupported type {tp}")
-    return value
+        if raw is None:
+            raise ValueError("a value is required")
+        if base is bool:
+            return _to_bool(raw)
+        if base in (int, float):
+            return _to_number(raw, base, setting.checks)
+        if base is str:
+            return _to_str(raw, setting.checks)
+        if base is Path:
+            return _to_path(raw)
+        raise ValueError(f"unsupported type {tp}")  # pragma: no cover - every declared type is handled
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {setting.dotted} = {raw!r}: {exc}") from None
 
 
 def _flatten(data: Mapping[str, Any], where: str, prefix: str = "") -> dict[str, Any]:
@@ -409,7 +425,7 @@ def render_example() -> str:
         elif isinstance(default, bool):
             shown = "true" if default else "false"
         elif isinstance(default, str):
-            shown = '""' if not default else default
+            shown = default or '""'
         else:
             shown = str(default)
         extra = ""

@@ -163,7 +163,8 @@ class OnnxEmbedder:
         return self._run([prefix + t for t in texts])
 
     def embed_query(self, text: str) -> Vectors:
-        return self._run([self.cfg.query_prefix + text])[0]
+        vector: Vectors = self._run([self.cfg.query_prefix + text])[0]
+        return vector
 
     def _run(self, texts: Sequence[str]) -> Vectors:
         if not texts:

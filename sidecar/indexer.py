@@ -23,9 +23,9 @@ from sidecar.chunking import ParsedNote, chunk_note
 from sidecar.config import Config
 from sidecar.embedder import EmbedderSlot, approx_token_count
 from sidecar.errors import StoreError
-from sidecar.sources import NoteFile, NoteUnreadable, Root, Skipped, read_note, roots, scan
+from sidecar.sources import NoteFile, NoteUnreadable, Root, Skipped, agent_inbox, read_note, roots, scan
 from sidecar.stores.bm25 import Bm25Doc, Bm25Index
-from sidecar.stores.manifest import ChunkRecord, FileRecord, Manifest
+from sidecar.stores.manifest import ChunkRecord, FileRecord, FileState, Manifest
 from sidecar.stores.vectors import VectorStore
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,19 @@ class Activity:
     roots: dict[str, RootStatus] = field(default_factory=dict)
     embedded: int = 0
     embed_seconds: float = 0.0
+
+
+_SETTLED = ("indexed", "skipped")
+
+
+@dataclass
+class _Diff:
+    """What one sweep found: notes to (re)index, keys to delete, skip reasons."""
+
+    work: list[NoteFile] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)
+    unchanged: int = 0
 
 
 @dataclass(frozen=True)
@@ -125,72 +138,22 @@ class Indexer:
         """Compare every root with the manifest; index what changed, remove what is gone."""
         act = self.activity
         act.phase, act.done, act.total, act.started = "scanning", 0, 0, time.time()
-        summary = {"changed": 0, "deleted": 0, "unchanged": 0, "skipped": 0}
-        work: list[NoteFile] = []
-        gone: list[str] = []
-        skipped: dict[str, int] = {}
-        states_all = self.stores.manifest.file_states()
-        for root in list(only) if only is not None else roots(self.cfg):
-            status = act.roots.setdefault(root.name, RootStatus(root.name, str(root.path)))
-            t0 = time.time()
-            try:
-                found = list(scan(root, self.cfg.index.max_file_bytes))
-            except FileNotFoundError as exc:
-                if root.source == "vault" or not root.path.parent.is_dir():
-                    self._root_unreachable(root, status, f"{root.path} does not exist or is not mounted")
-                    continue
-                # A wiki subfolder or an inbox that does not exist (yet) inside a reachable parent
-                # is simply empty; the mass-deletion guard still protects what it used to hold.
-                log.debug("root_absent root=%s error=%s", root.name, exc)
-                found = []
-            except OSError as exc:
-                self._root_unreachable(root, status, f"cannot list {root.path}: {exc.strerror or exc}")
-                continue
-            notes = [f for f in found if isinstance(f, NoteFile)]
-            for s in found:
-                if isinstance(s, Skipped):
-                    skipped[s.reason] = skipped.get(s.reason, 0) + 1
-                    log.debug("file_skipped path=%s reason=%s", s.path, s.reason)
-            prefix = root.key_of("x")[:-1]  # "vault/", "wiki/", "memory/<agent>/"
-            known = {k: v for k, v in states_all.items() if k.startswith(prefix)}
-            seen = {n.key for n in notes}
-            missing = [k for k in known if k not in seen]
-            if not confirm_deletions and self._mass_deletion(
-                root, status, len(known), len(missing), len(notes)
-            ):
-                missing = []
-            else:
-                status.error, status.held_deletions = None, 0
-                if status.mode == "offline":
-                    log.info("watcher_recovered root=%s", root.name)
-                status.mode = "polling"
-            gone.extend(missing)
-            for n in notes:
-                st = known.get(n.key)
-                if (
-                    st is None
-                    or st.mtime_ns != n.mtime_ns
-                    or st.size != n.size
-                    or st.state not in ("indexed", "skipped")
-                ):
-                    work.append(n)
-                else:
-                    summary["unchanged"] += 1
-            status.last_sweep, status.last_sweep_seconds = time.time(), time.time() - t0
-        act.scan_skipped = skipped
-        summary["skipped"] = sum(skipped.values())
-        # Roots of agents whose inbox folder vanished entirely are handled as deletions too.
-        act.phase, act.total = "indexing", len(work) + len(gone)
-        if gone:
-            self.delete(gone)
-            summary["deleted"] = len(gone)
-            act.done += len(gone)
+        states = self.stores.manifest.file_states()
+        diff = _Diff()
+        for root in list(only) if only is not None else self._roots(states):
+            self._diff_root(root, states, diff, confirm_deletions)
+        act.scan_skipped = diff.skipped
+        act.phase, act.total = "indexing", len(diff.work) + len(diff.gone)
+        if diff.gone:
+            self.delete(diff.gone)
+            act.done += len(diff.gone)
+        changed = 0
         batch = self.cfg.index.batch_files
-        for start in range(0, len(work), batch):
+        for start in range(0, len(diff.work), batch):
             if stop is not None and stop.is_set():
                 break
-            summary["changed"] += self.index_files(work[start : start + batch])
-            act.done += len(work[start : start + batch])
+            changed += self.index_files(diff.work[start : start + batch])
+            act.done += len(diff.work[start : start + batch])
             if progress is not None:
                 progress(act)
         if not act.first_sweep_done:
@@ -198,15 +161,67 @@ class Indexer:
         act.sweeps += 1
         act.first_sweep_done = True
         act.phase = "idle"
+        summary = {
+            "changed": changed,
+            "deleted": len(diff.gone),
+            "unchanged": diff.unchanged,
+            "skipped": sum(diff.skipped.values()),
+        }
         log.info(
             "sweep_done changed=%d deleted=%d unchanged=%d skipped=%d seconds=%.2f",
-            summary["changed"],
-            summary["deleted"],
-            summary["unchanged"],
-            summary["skipped"],
+            *summary.values(),
             time.time() - act.started,
         )
         return summary
+
+    def _roots(self, states: dict[str, FileState]) -> list[Root]:
+        """Configured roots plus inboxes of agents that are indexed but whose folder is gone."""
+        out = roots(self.cfg)
+        present = {r.agent for r in out if r.source == "memory"}
+        indexed = {k.split("/", 2)[1] for k in states if k.startswith("memory/")}
+        out.extend(Root("memory", agent_inbox(self.cfg, a), agent=a) for a in sorted(indexed - present))
+        return out
+
+    def _diff_root(self, root: Root, states: dict[str, FileState], diff: _Diff, confirm: bool) -> None:
+        """Scan one root and add what changed and what is gone to ``diff``."""
+        status = self.activity.roots.setdefault(root.name, RootStatus(root.name, str(root.path)))
+        t0 = time.time()
+        try:
+            found = list(scan(root, self.cfg.index.max_file_bytes))
+        except FileNotFoundError:
+            if root.source == "vault" or (root.source == "wiki" and not root.path.parent.is_dir()):
+                self._root_unreachable(root, status, f"{root.path} does not exist or is not mounted")
+                return
+            # A wiki subfolder or an inbox that does not exist (any more) inside a reachable
+            # parent is simply empty; the mass-deletion guard still protects the wiki.
+            found = []
+        except OSError as exc:
+            self._root_unreachable(root, status, f"cannot list {root.path}: {exc.strerror or exc}")
+            return
+        notes = [f for f in found if isinstance(f, NoteFile)]
+        for s in found:
+            if isinstance(s, Skipped):
+                diff.skipped[s.reason] = diff.skipped.get(s.reason, 0) + 1
+                log.debug("file_skipped path=%s reason=%s", s.path, s.reason)
+        prefix = root.key_of("x")[:-1]  # "vault/", "wiki/", "memory/<agent>/"
+        known = {k: v for k, v in states.items() if k.startswith(prefix)}
+        seen = {n.key for n in notes}
+        missing = [k for k in known if k not in seen]
+        if not confirm and self._mass_deletion(root, status, len(known), len(missing), len(notes)):
+            missing = []
+        else:
+            status.error, status.held_deletions = None, 0
+            if status.mode == "offline":
+                log.info("watcher_recovered root=%s", root.name)
+            status.mode = "polling"
+        diff.gone.extend(missing)
+        for n in notes:
+            st = known.get(n.key)
+            if st is not None and (st.mtime_ns, st.size) == (n.mtime_ns, n.size) and st.state in _SETTLED:
+                diff.unchanged += 1
+            else:
+                diff.work.append(n)
+        status.last_sweep, status.last_sweep_seconds = time.time(), time.time() - t0
 
     def _root_unreachable(self, root: Root, status: RootStatus, why: str) -> None:
         if status.mode != "offline":

@@ -9,6 +9,7 @@ Leaf module shared by the server and every client. A request is one JSON object 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,7 +137,7 @@ def param_float(params: dict[str, Any], name: str, *, default: float, lo: float,
     value = params.get(name, default)
     if value is None:
         value = default
-    if not isinstance(value, int | float) or isinstance(value, bool) or value != value:  # NaN != NaN
+    if not isinstance(value, int | float) or isinstance(value, bool) or math.isnan(value):
         raise ProtocolError(f"'{name}' must be a number")
     if not lo <= value <= hi:
         raise ProtocolError(f"'{name}' must be between {lo} and {hi}")

@@ -67,10 +67,10 @@ class Retriever:
                 log.warning("vector_search_failed error=%s", exc)
                 degraded = f"vector search failed ({exc}); keyword results only"
         scores: dict[str, dict[str, float]] = {}
-        for cid, s in bm:
-            scores.setdefault(cid, {})["bm25"] = s
-        for cid, s in vec:
-            scores.setdefault(cid, {})["vec"] = s
+        for cid, score in bm:
+            scores.setdefault(cid, {})["bm25"] = score
+        for cid, score in vec:
+            scores.setdefault(cid, {})["vec"] = score
         views = self.stores.manifest.views(list(scores))
         candidates = [
             Candidate(

@@ -129,7 +129,9 @@ def harness(make_cfg: Any, vault: Path) -> Iterator[Harness]:
 
 
 class DaemonProcess:
-    def __init__(self, home: Path, vault_dir: Path | None, extra: Sequence[str] = (), env: dict[str, str] | None = None):
+    def __init__(
+        self, home: Path, vault_dir: Path | None, extra: Sequence[str] = (), env: dict[str, str] | None = None
+    ):
         self.home = home
         self.vault = vault_dir
         self.extra = list(extra)
@@ -151,7 +153,8 @@ class DaemonProcess:
 
     def start(self, wait: str | None = "ready", timeout: float = 120.0) -> DaemonProcess:
         self.home.mkdir(parents=True, exist_ok=True)
-        self._logfh = self.log.open("ab")
+        self.close_log()
+        self._logfh: Any = self.log.open("ab")
         self.proc = subprocess.Popen(self.cmd(), stdout=self._logfh, stderr=self._logfh, env=self.env)
         if wait:
             self.wait_for(lambda h: h["index"]["state"] == wait, timeout)
@@ -172,7 +175,9 @@ class DaemonProcess:
         last: Any = None
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
-                raise AssertionError(f"daemon exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+                raise AssertionError(
+                    f"daemon exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}"
+                )
             try:
                 last = self.health()
                 if predicate(last):
@@ -180,20 +185,33 @@ class DaemonProcess:
             except DaemonNotRunningError:
                 pass
             time.sleep(0.1)
-        raise AssertionError(f"timed out; last health: {json.dumps(last)[:2000]}\n{self.log.read_text()[-3000:]}")
+        raise AssertionError(
+            f"timed out; last health: {json.dumps(last)[:2000]}\n{self.log.read_text()[-3000:]}"
+        )
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         assert self.proc is not None
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         code = self.proc.wait(timeout=30)
-        self._logfh.close()
+        self.close_log()
         return code
+
+    def close_log(self) -> None:
+        fh = getattr(self, "_logfh", None)
+        if fh is not None:
+            fh.close()
+            self._logfh = None
 
     def run_cli(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
         env = {**self.env, "SIDECAR_HOME": str(self.home)}
         return subprocess.run(
-            [sys.executable, "-m", "sidecar", *args], capture_output=True, text=True, env=env, check=check, timeout=120
+            [sys.executable, "-m", "sidecar", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=check,
+            timeout=120,
         )
 
 
@@ -211,3 +229,4 @@ def daemon_factory(tmp_path: Path) -> Iterator[Any]:
         if d.proc is not None and d.proc.poll() is None:
             d.proc.kill()
             d.proc.wait()
+        d.close_log()

@@ -27,7 +27,9 @@ def test_heading_path_and_line_ranges() -> None:
 def test_chunks_never_exceed_budget_and_overlap() -> None:
     """A long section is cut into chunks within max_tokens that share about 20 % with the next one."""
     paragraphs = "\n\n".join(f"paragraph {i} " + "word " * 18 for i in range(40))
-    note = chunk_note(f"# Long\n\n{paragraphs}\n", title="Long", count_tokens=words, max_tokens=100, overlap=0.2)
+    note = chunk_note(
+        f"# Long\n\n{paragraphs}\n", title="Long", count_tokens=words, max_tokens=100, overlap=0.2
+    )
     assert len(note.chunks) > 5
     assert all(c.tokens <= 100 for c in note.chunks)
     for a, b in zip(note.chunks, note.chunks[1:], strict=False):
@@ -67,10 +69,13 @@ def test_broken_front_matter_keeps_the_body() -> None:
 
 def test_yaml_alias_bomb_is_contained() -> None:
     """A billion-laughs front matter is refused by the node budget, not expanded."""
-    bomb = "---\na: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
-        for i in range(12)
-    ) + "---\nbody\n"
+    bomb = (
+        "---\na: &a [x, x, x, x, x, x, x, x, x]\n"
+        + "".join(
+            f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 4) + "]\n" for i in range(12)
+        )
+        + "---\nbody\n"
+    )
     note = chunk_note(bomb, title="bomb", count_tokens=words)
     assert note.front_matter == {} and note.front_matter_error
 

@@ -118,7 +118,7 @@ def test_socket_location(tmp_path: Path) -> None:
 
 
 def test_example_file_is_current() -> None:
-    """config/sidecar.example.yaml documents every key with its default (regenerate with `sidecar config example`)."""
+    """config/sidecar.example.yaml documents every key with its default (`sidecar config example`)."""
     assert (REPO / "config" / "sidecar.example.yaml").read_text(encoding="utf-8") == render_example()
 
 

@@ -31,8 +31,13 @@ def test_bundled_model_is_installed() -> None:
 
 def test_vectors_are_normalised_and_meaningful(model: OnnxEmbedder) -> None:
     """384-dim unit vectors; a paraphrase is closer than an unrelated sentence."""
-    v = model.embed_passages(["How do I record audio in a note?", "Recording a lecture with a microphone",
-                              "The tax return is due in April"])
+    v = model.embed_passages(
+        [
+            "How do I record audio in a note?",
+            "Recording a lecture with a microphone",
+            "The tax return is due in April",
+        ]
+    )
     assert v.shape == (3, 384)
     assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
     assert v[0] @ v[1] > v[0] @ v[2] + 0.1

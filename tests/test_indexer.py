@@ -20,7 +20,10 @@ def _snapshot(folder: Path) -> dict[str, tuple[str, int]]:
     out = {}
     for p in sorted(folder.rglob("*")):
         if p.is_file():
-            out[str(p.relative_to(folder))] = (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            out[str(p.relative_to(folder))] = (
+                hashlib.sha256(p.read_bytes()).hexdigest(),
+                p.stat().st_mtime_ns,
+            )
         else:
             out[str(p.relative_to(folder))] = ("dir", 0)
     return out
@@ -53,13 +56,25 @@ def test_search_finds_by_keyword_and_vector(harness: Harness) -> None:
     hits = _search(harness, "restic backups of the NAS")
     top = hits[0]
     assert top["reference"] == "wiki/Backups"
-    assert set(top) >= {"reference", "source", "score", "vecScore", "bm25Score", "title", "lines", "text", "boosts"}
+    assert set(top) >= {
+        "reference",
+        "source",
+        "score",
+        "vecScore",
+        "bm25Score",
+        "title",
+        "lines",
+        "text",
+        "boosts",
+    }
     assert top["source"] == "wiki" and top["boosts"] == {"source": 1.4}
     only_vault = _search(harness, "restic backups", sources=("vault",))
     assert all(h["source"] == "vault" for h in only_vault)
 
 
-@pytest.mark.parametrize("query", ['[[wiki-link]]', '"unclosed', "(paren", "AND", "foo:bar", "😀", "*", "OR NOT"])
+@pytest.mark.parametrize(
+    "query", ["[[wiki-link]]", '"unclosed', "(paren", "AND", "foo:bar", "😀", "*", "OR NOT"]
+)
 def test_hostile_queries_neither_raise_nor_match_everything(harness: Harness, query: str) -> None:
     """Query syntax in user text is just text: nothing raises, nothing turns into match-all."""
     harness.sweep()
@@ -93,12 +108,17 @@ def test_edit_reembeds_only_changed_chunks(harness: Harness) -> None:
     """Editing one section re-embeds that chunk only; unchanged chunks keep their vectors."""
     vault = harness.cfg.vault.path
     assert vault is not None
-    write(vault / "Long.md", "# Long\n\n## One\n\nalpha text\n\n## Two\n\nbeta text\n\n## Three\n\ngamma text\n")
+    write(
+        vault / "Long.md", "# Long\n\n## One\n\nalpha text\n\n## Two\n\nbeta text\n\n## Three\n\ngamma text\n"
+    )
     harness.sweep()
     model = harness.slot.model
     assert isinstance(model, FakeEmbedder)
     model.embedded.clear()
-    write(vault / "Long.md", "# Long\n\n## One\n\nalpha text\n\n## Two\n\nBETA CHANGED\n\n## Three\n\ngamma text\n")
+    write(
+        vault / "Long.md",
+        "# Long\n\n## One\n\nalpha text\n\n## Two\n\nBETA CHANGED\n\n## Three\n\ngamma text\n",
+    )
     harness.sweep()
     assert len(model.embedded) == 1 and "BETA CHANGED" in model.embedded[0]
     chunks, docs, vectors = _store_counts(harness)

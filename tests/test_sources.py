@@ -44,15 +44,23 @@ def test_roots_split_vault_wiki_and_inboxes(make_cfg: Any, vault: Path) -> None:
     write(cfg.agents_dir / "Bad Name" / "memory" / "x.md", "ignored agent\n")
     notes, _ = _scan_all(cfg)
     assert set(notes) == {
-        "vault/Garden", "vault/Projects/Boat", "vault/Recipes/Bread", "wiki/Backups", "memory/claude/first-note",
+        "vault/Garden",
+        "vault/Projects/Boat",
+        "vault/Recipes/Bread",
+        "wiki/Backups",
+        "memory/claude/first-note",
     }
 
 
 def test_debris_and_non_notes_are_ignored(make_cfg: Any, vault: Path) -> None:
     """Sync conflicts, cloud stubs, editor temp files and non-Markdown files are not notes."""
     for name in [
-        "Garden.sync-conflict-20260101-120000-ABC.md", "Garden (conflicted copy 2026-01-01).md",
-        ".Garden.md.icloud", "notes.txt", "image.png", "~$draft.md",
+        "Garden.sync-conflict-20260101-120000-ABC.md",
+        "Garden (conflicted copy 2026-01-01).md",
+        ".Garden.md.icloud",
+        "notes.txt",
+        "image.png",
+        "~$draft.md",
     ]:
         write(vault / name, "x\n")
     notes, _ = _scan_all(make_cfg(vault))
@@ -103,9 +111,20 @@ def test_read_note_rejects_binary_and_non_utf8(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "ref",
     [
-        "vault/../../etc/passwd", "../etc/passwd", "/etc/passwd", "vault//x", "vault/./x", "vault/a\0b",
-        "C:/Windows/x", "vault\\..\\x", "notasource/x", "vault", "vault/.obsidian/workspace",
-        "memory/other/secret", "memory/../x", "memory/UPPER",
+        "vault/../../etc/passwd",
+        "../etc/passwd",
+        "/etc/passwd",
+        "vault//x",
+        "vault/./x",
+        "vault/a\0b",
+        "C:/Windows/x",
+        "vault\\..\\x",
+        "notasource/x",
+        "vault",
+        "vault/.obsidian/workspace",
+        "memory/other/secret",
+        "memory/../x",
+        "memory/UPPER",
     ],
 )
 def test_references_that_escape_are_refused(ref: str) -> None:

@@ -154,7 +154,7 @@ class Bm25Index:
         out: list[tuple[str, float]] = []
         for score, address in result.hits:
             doc = searcher.doc(address)
-            out.append((doc.get_first("chunk_id"), float(score)))
+            out.append((str(doc.get_first("chunk_id")), float(score)))
         return out
 
     def close(self) -> None:

@@ -185,7 +185,8 @@ class Manifest:
         gone = old - new_ids
         db.executemany("DELETE FROM chunks WHERE chunk_id = ?", [(i,) for i in gone])
         db.executemany(
-            "INSERT INTO chunks(chunk_id, key, ord, text, headings, start_line, end_line, embed_text, tokens) "
+            "INSERT INTO chunks(chunk_id, key, ord, text, headings, start_line, end_line, embed_text, "
+            "tokens) "
             "VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(chunk_id) DO UPDATE SET ord = excluded.ord, "
             "text = excluded.text, headings = excluded.headings, start_line = excluded.start_line, "
             "end_line = excluded.end_line",
@@ -253,7 +254,8 @@ class Manifest:
     def _views(self, where: str, args: Sequence[Any]) -> Iterator[ChunkView]:
         rows = self._query(
             "SELECT c.chunk_id, c.key, f.source, f.agent, f.title, c.text, c.headings, c.start_line, "
-            f"c.end_line, f.tags FROM chunks c JOIN files f ON f.key = c.key WHERE {where} ORDER BY c.key, c.ord",
+            f"c.end_line, f.tags FROM chunks c JOIN files f ON f.key = c.key WHERE {where} "
+            "ORDER BY c.key, c.ord",
             args,
         )
         for r in rows:
@@ -275,7 +277,8 @@ class Manifest:
         return self._query(
             "SELECT c.chunk_id, c.key, c.embed_text FROM chunks c JOIN files f ON f.key = c.key "
             "WHERE c.has_vector = 0 AND f.state = 'indexed' "
-            "ORDER BY CASE f.source WHEN 'memory' THEN 0 WHEN 'wiki' THEN 1 ELSE 2 END, f.mtime_ns DESC, c.ord "
+            "ORDER BY CASE f.source WHEN 'memory' THEN 0 WHEN 'wiki' THEN 1 ELSE 2 END, "
+            "f.mtime_ns DESC, c.ord "
             "LIMIT ?",
             (limit,),
         )
@@ -312,7 +315,8 @@ class Manifest:
         """Files and chunks per source and per agent, plus skipped files by reason."""
         by_source: dict[str, dict[str, int]] = {}
         for source, files, chunks in self._query(
-            "SELECT source, count(*), coalesce(sum(chunks), 0) FROM files WHERE state = 'indexed' GROUP BY source"
+            "SELECT source, count(*), coalesce(sum(chunks), 0) FROM files WHERE state = 'indexed' "
+            "GROUP BY source"
         ):
             by_source[source] = {"files": files, "chunks": chunks}
         by_agent = {

@@ -121,7 +121,7 @@ class VectorStore:
         with self._lock:
             for start in range(0, len(values), 200):
                 where = _in_list(column, values[start : start + 200])
-                self._wrap("delete", lambda w=where: self._table.delete(w))  # type: ignore[misc]
+                self._wrap("delete", lambda w=where: self._table.delete(w))
                 self._count_write()
 
     def clear(self) -> None:
@@ -150,7 +150,9 @@ class VectorStore:
             filters.append(_in_list("source", list(sources)))
         if agent_scope is not None:
             filters.append(f"(source IN ('vault', 'wiki') OR agent = {_quote(agent_scope)})")
-        query = self._table.search(vector.astype(np.float32)).metric("cosine").limit(limit)
+        # lancedb types search() as the base builder; with a vector it is a vector query.
+        query: Any = self._table.search(vector.astype(np.float32))
+        query = query.distance_type("cosine").limit(limit)
         query = query.select(["chunk_id", "_distance"])
         if filters:
             query = query.where(" AND ".join(filters), prefilter=True)

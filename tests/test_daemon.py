@@ -1,0 +1,279 @@
+"""The daemon as users run it: a real process, a real socket, the real model, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.errors import ExitCode, RemoteError
+from tests.conftest import DaemonProcess, write
+
+pytestmark = pytest.mark.model
+
+
+@pytest.fixture
+def running(daemon_factory: Any, vault: Path) -> DaemonProcess:
+    return daemon_factory(vault).start()
+
+
+def _raw(sock_path: Path, payload: bytes, read: bool = True) -> list[dict[str, Any]]:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(30)
+    s.connect(str(sock_path))
+    try:
+        s.sendall(payload)
+        s.shutdown(socket.SHUT_WR)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the daemon may answer and close before reading everything (oversized frames)
+    data = b""
+    while read:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    return [json.loads(line) for line in data.splitlines() if line.strip()]
+
+
+def test_end_to_end_search_and_get(running: DaemonProcess) -> None:
+    """Ready with every chunk embedded; search --json ranks the right note; get returns it whole."""
+    h = running.wait_for(lambda h: h["index"]["pending_vectors"] == 0)
+    assert h["index"]["files"] == 4 and h["embedder"]["state"] == "ok"
+    assert h["embedder"]["origin"] == "bundled package"
+    out = running.run_cli("search", "when do we back up the NAS", "--json", check=True)
+    hits = json.loads(out.stdout)["hits"]
+    assert hits[0]["reference"] == "wiki/Backups"
+    assert hits[0]["vecScore"] is not None and hits[0]["bm25Score"] is not None
+    assert set(hits[0]) >= {"reference", "source", "score", "vecScore", "bm25Score", "title", "lines", "text"}
+    got = running.call("get", {"reference": hits[0]["reference"]})
+    assert got["text"].startswith("# Backups") and got["source"] == "wiki"
+    human = running.run_cli("get", "vault/Projects/Boat", check=True)
+    assert "spark plugs" in human.stdout
+    limited = running.call("search", {"query": "water", "limit": 1, "source": "vault"})
+    assert len(limited["hits"]) == 1 and limited["hits"][0]["source"] == "vault"
+
+
+def test_status_contract(running: DaemonProcess) -> None:
+    """status --json carries index.state/files/chunks/pending_vectors and embedder.state; text is plain."""
+    out = running.run_cli("status", "--json", check=True)
+    data = json.loads(out.stdout)
+    assert data["index"]["state"] == "ready"
+    assert {"files", "chunks", "pending_vectors"} <= set(data["index"])
+    assert data["embedder"]["state"] == "ok"
+    text = running.run_cli("status", check=True).stdout
+    assert "Index: ready" in text and "Embedder: ok" in text
+
+
+def test_get_refuses_escapes(running: DaemonProcess, tmp_path: Path) -> None:
+    """Traversal, absolute paths, NUL bytes and symlinks out of the vault are refused with clear errors."""
+    assert running.vault is not None
+    secret = write(tmp_path / "secret.md", "top secret\n")
+    os.symlink(secret, running.vault / "escape.md")
+    for ref in ["vault/../../etc/passwd", "/etc/passwd", "vault/a\0b", "vault/escape", "memory/x"]:
+        with pytest.raises(RemoteError) as exc:
+            running.call("get", {"reference": ref})
+        assert exc.value.code in ("bad_reference", "not_found")
+        assert "top secret" not in str(exc.value)
+
+
+def test_socket_is_private(running: DaemonProcess) -> None:
+    """Socket mode 0600 inside a 0700 directory; no TCP socket is open."""
+    mode = stat.S_IMODE(running.socket.stat().st_mode)
+    assert mode == 0o600
+    assert stat.S_IMODE(running.socket.parent.stat().st_mode) == 0o700
+    assert running.proc is not None
+    inodes = set()
+    for fd in Path(f"/proc/{running.proc.pid}/fd").iterdir():
+        target = os.readlink(fd)
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if Path(table).exists():
+            for line in Path(table).read_text().splitlines()[1:]:
+                assert line.split()[9] not in inodes, "the daemon owns a TCP socket"
+
+
+def test_peer_of_another_uid_is_refused(running: DaemonProcess) -> None:
+    """A client running as another user gets a 'forbidden' answer even if file modes would let it in."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("needs root and setpriv to run a client as another user")
+    # Open the modes on purpose: the UID check must hold on its own.
+    dirs = [running.socket.parent, *running.socket.parent.parents]
+    saved = {d: stat.S_IMODE(d.stat().st_mode) for d in dirs}
+    saved_sock = stat.S_IMODE(running.socket.stat().st_mode)
+    try:
+        for d in dirs:
+            os.chmod(d, saved[d] | 0o011)
+        os.chmod(running.socket, 0o666)
+        code = (
+            "import socket,sys;s=socket.socket(socket.AF_UNIX);s.connect(sys.argv[1]);"
+            "print(s.recv(4096).decode())"
+        )
+        out = subprocess.run(
+            [
+                setpriv,
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                sys.executable,
+                "-c",
+                code,
+                str(running.socket),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    finally:
+        for d in dirs:
+            os.chmod(d, saved[d])
+        os.chmod(running.socket, saved_sock)
+    assert '"forbidden"' in out.stdout, out.stderr
+    assert '"index"' not in out.stdout
+
+
+def test_bad_requests_get_clear_errors_and_daemon_survives(running: DaemonProcess) -> None:
+    """Malformed JSON, wrong shapes, unknown ops and wrong types each get an error frame."""
+    frames = (
+        b"\n".join(
+            [
+                b"{not json",
+                b"[1,2,3]",
+                b'{"op": 5}',
+                b'{"id": "u", "op": "launch_missiles"}',
+                b'{"id": 1, "op": "search", "params": {"query": 42}}',
+                b'{"id": 2, "op": "search", "params": {"query": "x", "limit": -1}}',
+                b'{"id": 3, "op": "search", "params": {"query": "x", "limit": 10000000}}',
+                b'{"id": 4, "op": "search", "params": {"query": "x", "bogus": 1}}',
+                b'{"id": 5, "op": "get", "params": {"reference": "vault/../../etc/passwd"}}',
+                b'{"id": 6, "op": "health", "agent": "../../evil"}',
+                b'{"id": 7, "v": 99, "op": "health"}',
+                b"\xff\xfe garbage",
+                b'{"id": 8, "op": "search", "params": {"query": "spark plugs"}}',
+            ]
+        )
+        + b"\n"
+    )
+    answers = _raw(running.socket, frames)
+    assert len(answers) == 13
+    assert all(not a["ok"] for a in answers[:-1])
+    assert answers[3]["id"] == "u" and "unknown op" in answers[3]["error"]["message"]
+    assert answers[-1]["ok"] and answers[-1]["result"]["hits"]
+    codes = {a["error"]["code"] for a in answers[:-1]}
+    assert codes <= {"bad_request", "bad_reference", "not_found"}
+    assert running.health()["index"]["state"] == "ready"
+
+
+def test_oversized_and_partial_frames(running: DaemonProcess) -> None:
+    """A frame over the limit is refused and the connection closed; a half frame then hang-up is harmless."""
+    big = b'{"op":"search","params":{"query":"' + b"a" * 2_000_000 + b'"}}\n'
+    answers = _raw(running.socket, big)
+    assert answers and answers[0]["error"]["code"] == "frame_too_large"
+    assert _raw(running.socket, b'{"op":"hea') == []
+    assert running.health()["index"]["state"] == "ready"
+
+
+def test_second_instance_is_refused(running: DaemonProcess, daemon_factory: Any, vault: Path) -> None:
+    """A second daemon on the same home exits with the socket-in-use code and says why."""
+    second = DaemonProcess(running.home, vault)
+    proc = subprocess.run(second.cmd(), capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == ExitCode.SOCKET_IN_USE
+    assert "in use" in proc.stderr or "already" in proc.stderr
+    assert running.health()["index"]["state"] == "ready"
+
+
+def test_stale_socket_is_replaced_and_sigterm_cleans_up(daemon_factory: Any, vault: Path) -> None:
+    """A socket file left by a crash is removed at start; SIGTERM stops cleanly and removes the socket."""
+    d = daemon_factory(vault)
+    d.socket.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(d.socket))
+    stale.close()  # the file stays, nobody listens: exactly what a kill -9 leaves
+    d.start()
+    assert d.stop(signal.SIGTERM) == 0
+    assert not d.socket.exists()
+    d.start()
+    assert d.stop(signal.SIGINT) == 0
+    assert not d.socket.exists()
+
+
+def test_cli_without_daemon_says_how_to_start(tmp_path: Path) -> None:
+    """A client with no daemon exits non-zero with a message naming `sidecar serve`."""
+    env = {**os.environ, "SIDECAR_HOME": str(tmp_path / "nohome")}
+    for args in (["search", "x"], ["status"], ["get", "vault/x"]):
+        out = subprocess.run(
+            [sys.executable, "-m", "sidecar", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+        assert out.returncode == ExitCode.NOT_RUNNING
+        assert "sidecar serve" in out.stdout + out.stderr
+
+
+def test_restart_rebuild_and_delete(daemon_factory: Any, vault: Path) -> None:
+    """Unchanged restart reads no note; a deleted index dir is rebuilt; a deleted note leaves the index."""
+    d = daemon_factory(vault).start()
+    d.wait_for(lambda h: h["index"]["pending_vectors"] == 0)
+    chunks = d.health()["index"]["chunks"]
+    assert d.stop() == 0
+    d.start()
+    assert "sweep_done changed=0 deleted=0 unchanged=4" in d.log.read_text()
+    (vault / "Recipes" / "Bread.md").unlink()
+    out = d.run_cli("index", check=True)  # goes through the running daemon
+    assert "indexed 3 notes" in out.stderr
+    assert all(
+        h["reference"] != "vault/Recipes/Bread" for h in d.call("search", {"query": "sourdough"})["hits"]
+    )
+    assert d.stop() == 0
+    shutil.rmtree(d.home / "index")
+    d.start()
+    h = d.wait_for(lambda h: h["index"]["pending_vectors"] == 0)
+    assert h["index"]["files"] == 3 and 0 < h["index"]["chunks"] < chunks
+
+
+def test_offline_index_command(daemon_factory: Any, vault: Path) -> None:
+    """`sidecar index` with no daemon indexes in-process and a daemon started later finds it all done."""
+    d = daemon_factory(vault)
+    out = d.run_cli("index", "--vault", str(vault), check=True)
+    assert "indexed 4 notes" in out.stderr and "0 without vectors" in out.stderr
+    d.start()
+    assert d.health()["index"]["pending_vectors"] == 0
+    assert "sweep_done changed=0" in d.log.read_text()
+
+
+def test_broken_model_degrades_to_keyword_search(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
+    """A model that cannot load means embedder 'failed', one log line, BM25-only answers that say so."""
+    d = daemon_factory(vault, env={"SIDECAR_EMBEDDER_PATH": str(tmp_path / "no-model")}).start()
+    h = d.health()
+    assert h["embedder"]["state"] == "failed" and "no-model" in h["embedder"]["error"]
+    result = d.call("search", {"query": "spark plugs"})
+    assert result["hits"][0]["reference"] == "vault/Projects/Boat"
+    assert "keyword" in result["degraded"]
+    assert d.log.read_text().count("embedder_failed") == 1
+    assert "search is keyword-only" in d.run_cli("status").stdout
+
+
+def test_thin_clients_never_load_engines() -> None:
+    """Importing the CLI and client loads no onnxruntime, tokenizers, lancedb or tantivy."""
+    code = (
+        "import sys, sidecar.cli, sidecar.client, sidecar.protocol;"
+        "heavy = {'onnxruntime', 'tokenizers', 'lancedb', 'tantivy', 'pyarrow', 'numpy'} & set(sys.modules);"
+        "print(sorted(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]"
