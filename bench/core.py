@@ -1,0 +1,209 @@
+"""Core benchmark: cold index (scan+parse / BM25 / embedding), unchanged re-sweep, socket search
+latency and daemon RSS, on a real vault. Figures go to BENCHMARKS.md.
+
+    python bench/core.py --vault ../shared/eval/vaults/obsidian-help/en --out bench/out/en.json
+    python bench/core.py --vault ../shared/eval/vaults/obsidian-help --out bench/out/all.json
+
+Runs in-process for the index phases (timers wrap the indexer's own steps), then starts a real
+daemon on the built home and measures search latency through the socket.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from sidecar.client import Client
+from sidecar.config import load_config
+from sidecar.daemon import load_embedder
+from sidecar.embedder import EmbedderSlot
+from sidecar.errors import DaemonNotRunningError
+from sidecar.indexer import Indexer, open_stores, open_vectors
+
+QUERIES = [
+    "record a lecture with my microphone",
+    "how do I sync my notes between phone and computer",
+    "link to a heading in another note",
+    "change the font size of the editor",
+    "publish my notes as a website",
+    "keyboard shortcut for the command palette",
+    "embed an image in a note",
+    "create a new vault",
+    "canvas cards and connections",
+    "search for notes with a tag",
+    "daily notes template",
+    "undo a change with file recovery",
+    "callout block syntax",
+    "graph view filters",
+    "properties and front matter",
+    "install a community plugin",
+    "web clipper templates",
+    "bookmark a search",
+    "encryption of synced data",
+    "move files to another folder",
+]
+
+
+class Timer:
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def wrap(self, fn: Any) -> Any:
+        def inner(*a: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                self.seconds += time.perf_counter() - t0
+
+        return inner
+
+
+def rss_mb(pid: int) -> dict[str, float]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(("VmRSS", "VmHWM")):
+            name, value, _unit = line.split()
+            fields[name.rstrip(":")] = round(int(value) / 1024, 1)
+    return fields
+
+
+def index_phases(vault: Path, home: Path) -> dict[str, Any]:
+    cfg = load_config(flags={"home": str(home), "vault.path": str(vault)}, env={})
+    stores = open_stores(cfg)
+    slot = EmbedderSlot()
+    t0 = time.perf_counter()
+    load_embedder(cfg, slot)
+    load_s = time.perf_counter() - t0
+    model = slot.model
+    assert model is not None
+    indexer = Indexer(cfg, stores, slot)
+    prepare, write = Timer(), Timer()
+    indexer._prepare = prepare.wrap(indexer._prepare)  # type: ignore[method-assign]
+    indexer._write = write.wrap(indexer._write)  # type: ignore[method-assign]
+    t0 = time.perf_counter()
+    summary = indexer.sweep()
+    sweep_s = time.perf_counter() - t0
+    chunks = stores.manifest.chunk_count()
+    tokens = sum(r[0] for r in stores.manifest._query("SELECT tokens FROM chunks"))
+    # Embedding phase: pure inference time versus LanceDB writes.
+    embed = Timer()
+    model.embed_passages = embed.wrap(model.embed_passages)  # type: ignore[method-assign]
+    indexer.attach_vectors(open_vectors(cfg, model.model_id, model.dim, model.pooling))
+    t0 = time.perf_counter()
+    while indexer.embed_pending(batch=256):
+        pass
+    embed_total = time.perf_counter() - t0
+    stores.bm25.close()
+    stores.manifest.close()
+    # Unchanged re-sweep: a restart over the same files (fresh objects, warm page cache).
+    stores2 = open_stores(cfg)
+    indexer2 = Indexer(cfg, stores2, slot)
+    t0 = time.perf_counter()
+    again = indexer2.sweep()
+    resweep_s = time.perf_counter() - t0
+    stores2.bm25.close()
+    stores2.manifest.close()
+    size = sum(p.stat().st_size for p in cfg.index_dir.rglob("*") if p.is_file())
+    return {
+        "notes": summary["changed"],
+        "chunks": chunks,
+        "tokens": tokens,
+        "model_load_s": round(load_s, 2),
+        "scan_parse_s": round(prepare.seconds, 2),
+        "bm25_manifest_write_s": round(write.seconds, 2),
+        "sweep_total_s": round(sweep_s, 2),
+        "embed_inference_s": round(embed.seconds, 1),
+        "embed_total_s": round(embed_total, 1),
+        "vector_write_s": round(embed_total - embed.seconds, 2),
+        "chunks_per_s": round(chunks / embed.seconds, 1),
+        "tokens_per_s": round(tokens / embed.seconds, 0),
+        "unchanged_resweep_s": round(resweep_s, 3),
+        "unchanged_resweep_changed": again["changed"],
+        "index_size_mb": round(size / 1e6, 1),
+        "in_process_peak_rss_mb": rss_mb(os.getpid()).get("VmHWM"),
+    }
+
+
+def serve_latency(vault: Path, home: Path, rounds: int) -> dict[str, Any]:
+    cfg = load_config(flags={"home": str(home)}, env={})
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SIDECAR_", "XDG_"))}
+    log = open(home / "bench-daemon.log", "ab")  # noqa: SIM115
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sidecar", "serve", "--home", str(home), "--vault", str(vault)],
+        stdout=log,
+        stderr=log,
+        env=env,
+    )
+    try:
+        ready_s = None
+        while time.perf_counter() - t0 < 120:
+            try:
+                with Client(cfg.socket_path) as c:
+                    if c.call("health")["index"]["state"] == "ready":
+                        ready_s = time.perf_counter() - t0
+                        break
+            except DaemonNotRunningError:
+                pass
+            time.sleep(0.05)
+        lat: list[float] = []
+        top3 = None
+        with Client(cfg.socket_path) as c:
+            for q in QUERIES:  # warm-up
+                c.call("search", {"query": q})
+            for _ in range(rounds):
+                for q in QUERIES:
+                    t = time.perf_counter()
+                    hits = c.call("search", {"query": q, "limit": 10})["hits"]
+                    lat.append((time.perf_counter() - t) * 1000)
+                    if q == QUERIES[0] and top3 is None:
+                        top3 = [h["reference"] for h in hits[:3]]
+        lat.sort()
+        return {
+            "restart_ready_s": round(ready_s, 2) if ready_s else None,
+            "search_p50_ms": round(statistics.median(lat), 1),
+            "search_p95_ms": round(lat[int(len(lat) * 0.95) - 1], 1),
+            "searches": len(lat),
+            "daemon_rss_mb": rss_mb(proc.pid),
+            "audio_recorder_top3": top3,
+        }
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        log.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--vault", required=True, type=Path)
+    ap.add_argument("--home", type=Path, default=None, help="default: a fresh temporary folder")
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    home = args.home or Path(tempfile.mkdtemp(prefix="sidecar-bench-"))
+    result: dict[str, Any] = {
+        "vault": str(args.vault),
+        "machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}",
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
+    result.update(index_phases(args.vault.resolve(), home))
+    result.update(serve_latency(args.vault.resolve(), home, args.rounds))
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
