@@ -30,6 +30,7 @@ from sidecar.handlers import Handlers, ServiceState
 from sidecar.indexer import Indexer, Stores, open_stores, open_vectors
 from sidecar.retrieval import Retriever
 from sidecar.server import Server, bind_socket
+from sidecar.watcher import Watcher
 
 log = logging.getLogger(__name__)
 
@@ -116,11 +117,17 @@ class Daemon:
             indexer = Indexer(cfg, stores, self.slot)
             indexer.finish_interrupted()
             retriever = Retriever(stores, self.slot, cfg.search)
-            service = ServiceState(self.started, self.jobs.qsize, self.request_sweep)
+            cfg.agents_dir.mkdir(parents=True, exist_ok=True)
+            watch = [p for p in (cfg.vault.path, cfg.agents_dir) if p is not None]
+            self.watcher = Watcher(watch, lambda _paths: self.request_sweep(False), self.stop)
+            service = ServiceState(
+                self.started, self.jobs.qsize, self.request_sweep, lambda: self.watcher.watching
+            )
             handlers = Handlers(cfg, indexer, retriever, self.slot, service)
             self._start_thread("embedder-load", lambda: load_embedder(cfg, self.slot))
             self._start_thread("indexer", lambda: self._index_loop(indexer))
             self._start_thread("vectors", lambda: self._embed_loop(indexer))
+            self._start_thread("watcher", self.watcher.run)
             scheduler = BackgroundScheduler(daemon=True)
             scheduler.add_job(
                 self.request_sweep,

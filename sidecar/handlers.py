@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sidecar import __version__
@@ -42,6 +43,7 @@ class ServiceState:
     started: float
     queue_depth: Callable[[], int]
     request_sweep: Callable[[bool], None]
+    watched: Callable[[], list[Path]]
 
 
 class Handlers:
@@ -107,7 +109,7 @@ class Handlers:
                 {
                     "name": r.name,
                     "path": r.path,
-                    "mode": r.mode,
+                    "mode": self._mode(r.mode, r.path),
                     "last_sweep": r.last_sweep,
                     "last_sweep_seconds": None
                     if r.last_sweep_seconds is None
@@ -122,6 +124,13 @@ class Handlers:
             "home": str(self.cfg.home),
             "vault": str(self.cfg.vault.path) if self.cfg.vault.path else None,
         }
+
+    def _mode(self, mode: str, path: str) -> str:
+        """``events`` when a live file watch covers the root, else what the sweeps found."""
+        if mode == "offline":
+            return mode
+        watched = self.service.watched()
+        return "events" if any(Path(path).is_relative_to(w) for w in watched) else mode
 
     def search(self, req: Request) -> dict[str, Any]:
         p = req.params

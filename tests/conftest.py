@@ -130,8 +130,14 @@ def harness(make_cfg: Any, vault: Path) -> Iterator[Harness]:
 
 class DaemonProcess:
     def __init__(
-        self, home: Path, vault_dir: Path | None, extra: Sequence[str] = (), env: dict[str, str] | None = None
+        self,
+        home: Path,
+        vault_dir: Path | None,
+        extra: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        prefix: Sequence[str] = (),
     ):
+        self.prefix = list(prefix)
         self.home = home
         self.vault = vault_dir
         self.extra = list(extra)
@@ -146,7 +152,17 @@ class DaemonProcess:
         return self.cfg.socket_path
 
     def cmd(self) -> list[str]:
-        args = [sys.executable, "-m", "sidecar", "serve", "--home", str(self.home), "--log-level", "debug"]
+        args = [
+            *self.prefix,
+            sys.executable,
+            "-m",
+            "sidecar",
+            "serve",
+            "--home",
+            str(self.home),
+            "--log-level",
+            "debug",
+        ]
         if self.vault is not None:
             args += ["--vault", str(self.vault)]
         return args + self.extra

@@ -277,3 +277,50 @@ def test_thin_clients_never_load_engines() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]"
+
+
+def test_saved_and_deleted_notes_are_seen_without_a_command(running: DaemonProcess) -> None:
+    """A note saved through an atomic rename is searchable shortly after; a deleted one leaves."""
+    assert running.vault is not None
+    tmp = write(
+        running.vault / ".new-note.md.tmp", "# Kayak\n\nThe kayak paddle is stored in the garage loft.\n"
+    )
+    os.replace(tmp, running.vault / "Kayak.md")
+    running.wait_for(lambda h: h["index"]["files"] == 5, timeout=30)
+    hits = running.call("search", {"query": "kayak paddle garage"})["hits"]
+    assert hits[0]["reference"] == "vault/Kayak"
+    assert any(r["mode"] == "events" for r in running.health()["roots"])
+    (running.vault / "Kayak.md").unlink()
+    running.wait_for(lambda h: h["index"]["files"] == 4, timeout=30)
+
+
+def test_no_network_is_attempted(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
+    """Start, index, embed and search with an audit hook that records every non-Unix socket use.
+
+    (urllib3, imported by lancedb, binds a throwaway socket to ::1 to probe IPv6 support: that
+    loopback probe is not network access and is let through.)
+    """
+    hook_dir = tmp_path / "hook"
+    hook_dir.mkdir()
+    record = tmp_path / "network.log"
+    (hook_dir / "sitecustomize.py").write_text(
+        "import socket, sys\n"
+        f"_LOG = {str(record)!r}\n"
+        "def _hook(event, args):\n"
+        "    if event in ('socket.connect', 'socket.getaddrinfo', 'socket.sendto', 'socket.bind'):\n"
+        "        target = args[1] if event != 'socket.getaddrinfo' else args[0]\n"
+        "        loopback_probe = event == 'socket.bind' and target[0] in ('::1', '127.0.0.1')\n"
+        "        if not loopback_probe and (event == 'socket.getaddrinfo' or not isinstance(target, (str, bytes))):\n"
+        "            with open(_LOG, 'a') as fh:\n"
+        "                fh.write(f'{event} {target!r}\\n')\n"
+        "sys.addaudithook(_hook)\n"
+    )
+    prefix: list[str] = []
+    if os.geteuid() == 0 and shutil.which("unshare"):
+        prefix = ["unshare", "--net"]  # and no network at all, so native code cannot reach out either
+    d = daemon_factory(vault, env={"PYTHONPATH": str(hook_dir)}, prefix=prefix)
+    d.start()
+    d.wait_for(lambda h: h["index"]["pending_vectors"] == 0)
+    assert d.call("search", {"query": "spark plugs"})["hits"][0]["reference"] == "vault/Projects/Boat"
+    d.stop()
+    assert not record.exists() or record.read_text() == ""
