@@ -43,6 +43,16 @@ class IndexConfig:
     rescan_minutes: float = _opt(10.0, "Full sweep interval in minutes.", min=0.1)
     max_file_bytes: int = _opt(5_000_000, "Notes larger than this are skipped (and counted).", min=1024)
     batch_files: int = _opt(128, "Notes written to the stores per batch during a sweep.", min=1, max=10_000)
+    mass_deletion_share: float = _opt(
+        0.5,
+        "A sweep that finds more than this share of a root's notes gone holds the deletions and marks "
+        "the root offline (an unmounted share is not an empty one) until two more sweeps confirm it.",
+        min=0.0,
+        max=1.0,
+    )
+    debounce_ms: int = _opt(
+        300, "File events are collected this long before a sweep runs.", min=0, max=60_000
+    )
 
 
 @dataclass(frozen=True)

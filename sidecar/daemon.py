@@ -119,7 +119,9 @@ class Daemon:
             retriever = Retriever(stores, self.slot, cfg.search)
             cfg.agents_dir.mkdir(parents=True, exist_ok=True)
             watch = [p for p in (cfg.vault.path, cfg.agents_dir) if p is not None]
-            self.watcher = Watcher(watch, lambda _paths: self.request_sweep(False), self.stop)
+            self.watcher = Watcher(
+                watch, lambda _paths: self.request_sweep(False), self.stop, cfg.index.debounce_ms
+            )
             service = ServiceState(
                 self.started, self.jobs.qsize, self.request_sweep, lambda: self.watcher.watching
             )

@@ -30,9 +30,7 @@ from sidecar.stores.vectors import VectorStore
 
 log = logging.getLogger(__name__)
 
-# A root that suddenly lost more than this share of its notes is treated as unreachable until
-# the loss is confirmed by the next sweep (an unmounted share must not empty the index).
-MASS_DELETION_SHARE = 0.5
+# Below this many indexed notes a root is too small for the mass-deletion guard to mean anything.
 MASS_DELETION_MIN_FILES = 4
 
 
@@ -232,7 +230,7 @@ class Indexer:
         """True when deletions must be held: the root looks unmounted rather than edited."""
         if root.source == "memory" or known < MASS_DELETION_MIN_FILES:
             return False
-        suspicious = present == 0 or missing / known > MASS_DELETION_SHARE
+        suspicious = present == 0 or missing / known > self.cfg.index.mass_deletion_share
         if not suspicious:
             self._suspect.pop(root.name, None)
             return False
