@@ -68,6 +68,20 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
+    p = sub.add_parser("mcp", help="MCP stdio server for one agent (started by the agent's host)")
+    _common(p)
+    p.add_argument("--agent", required=True, help="the agent's name: a-z, 0-9, '_' and '-'")
+
+    p = sub.add_parser("memory", help="an agent's memory inbox: list, write, edit, delete")
+    _common(p)
+    p.add_argument("action", choices=("list", "write", "edit", "delete"))
+    p.add_argument("slug", nargs="?", help="note name (write, edit, delete)")
+    p.add_argument("--agent", required=True, help="whose inbox")
+    p.add_argument("--content", help="note text (default: read from stdin)")
+    p.add_argument("--frontmatter", help='front matter as JSON, e.g. \'{"tags": ["nas"]}\'')
+    p.add_argument("--tag", help="list: only notes with this tag")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
     p = sub.add_parser("config", help="configuration helpers")
     _common(p)
     p.add_argument(
@@ -202,6 +216,59 @@ def cmd_status(args: argparse.Namespace, cfg: Config) -> int:
     return int(ExitCode.OK)
 
 
+def cmd_mcp(args: argparse.Namespace, cfg: Config) -> int:
+    from sidecar import logs
+    from sidecar.config import valid_agent
+
+    if not valid_agent(args.agent):
+        print(f"sidecar: invalid agent name {args.agent!r}: use a-z, 0-9, '_' and '-'", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    logs.setup("warning", journald=cfg.journald)  # stderr only: stdout carries the protocol
+    from sidecar.mcp_shim import run
+
+    run(cfg.socket_path, args.agent)
+    return int(ExitCode.OK)
+
+
+def cmd_memory(args: argparse.Namespace, cfg: Config) -> int:
+    params: dict[str, Any] = {}
+    if args.action == "list":
+        if args.tag:
+            params["tag"] = args.tag
+    else:
+        if not args.slug:
+            print(f"sidecar: memory {args.action} needs a SLUG", file=sys.stderr)
+            return int(ExitCode.USAGE)
+        params["slug"] = args.slug
+        if args.action in ("write", "edit"):
+            params["content"] = args.content if args.content is not None else sys.stdin.read()
+            if args.frontmatter:
+                try:
+                    params["frontmatter"] = json.loads(args.frontmatter)
+                except json.JSONDecodeError as exc:
+                    print(f"sidecar: --frontmatter is not valid JSON: {exc}", file=sys.stderr)
+                    return int(ExitCode.USAGE)
+    with Client(cfg.socket_path, agent=args.agent) as client:
+        result = client.call(args.action, params)
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False))
+    elif args.action == "list":
+        for n in result["notes"]:
+            print(f"{n['reference']}  {n['title']}  ({n['modified']})")
+        print(f"{result['total']} note(s)")
+    elif args.action == "delete":
+        print(f"moved to {result['trash']}" if result["deleted"] else result["message"])
+    else:
+        print(
+            f"{result['reference']} {'created' if result['created'] else 'written'} ({result['bytes']} bytes)"
+        )
+        for kind, n in result["redacted"].items():
+            print(f"redacted {n} {kind}", file=sys.stderr)
+        for d in result["duplicates"]:
+            print(f"similar: {d['reference']} ({d['similarity']:.0%})", file=sys.stderr)
+    return int(ExitCode.OK)
+
+
 def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
     from sidecar.config import render_example, settings
 
@@ -224,6 +291,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "get": cmd_get,
     "status": cmd_status,
     "config": cmd_config,
+    "mcp": cmd_mcp,
+    "memory": cmd_memory,
 }
 
 

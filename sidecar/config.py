@@ -98,6 +98,25 @@ class SearchConfig:
 
 
 @dataclass(frozen=True)
+class MemoryWriteConfig:
+    on_duplicate: str = _opt(
+        "warn",
+        "A write close to an existing note: warn (write and report) or reject.",
+        choices=("warn", "reject"),
+    )
+    duplicate_threshold: float = _opt(
+        0.9, "Cosine similarity from which a note counts as a near-duplicate.", min=0.0, max=1.0
+    )
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    max_note_bytes: int = _opt(100_000, "Largest memory note an agent may write.", min=256)
+    redact_secrets: bool = _opt(True, "Replace keys, tokens and passwords by [REDACTED:kind] before writing.")
+    write: MemoryWriteConfig = field(default_factory=MemoryWriteConfig)
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     max_frame_bytes: int = _opt(1_048_576, "Largest request line accepted.", min=1024)
     workers: int = _opt(4, "Threads that run requests.", min=1, max=64)
@@ -118,6 +137,7 @@ class Config:
     chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
     embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     # Not settable: where the file came from and where each value came from.

@@ -27,7 +27,9 @@ from sidecar.config import Config
 from sidecar.embedder import EmbedderSlot, load_model
 from sidecar.errors import DaemonRunningError, EmbedderError, StoreError
 from sidecar.handlers import Handlers, ServiceState
+from sidecar.inbox import Inboxes
 from sidecar.indexer import Indexer, Stores, open_stores, open_vectors
+from sidecar.memory_ops import MemoryOps
 from sidecar.retrieval import Retriever
 from sidecar.server import Server, bind_socket
 from sidecar.watcher import Watcher
@@ -116,16 +118,7 @@ class Daemon:
             stores = open_stores(cfg)
             indexer = Indexer(cfg, stores, self.slot)
             indexer.finish_interrupted()
-            retriever = Retriever(stores, self.slot, cfg.search)
-            cfg.agents_dir.mkdir(parents=True, exist_ok=True)
-            watch = [p for p in (cfg.vault.path, cfg.agents_dir) if p is not None]
-            self.watcher = Watcher(
-                watch, lambda _paths: self.request_sweep(False), self.stop, cfg.index.debounce_ms
-            )
-            service = ServiceState(
-                self.started, self.jobs.qsize, self.request_sweep, lambda: self.watcher.watching
-            )
-            handlers = Handlers(cfg, indexer, retriever, self.slot, service)
+            handlers = self._handlers(indexer)
             self._start_thread("embedder-load", lambda: load_embedder(cfg, self.slot))
             self._start_thread("indexer", lambda: self._index_loop(indexer))
             self._start_thread("vectors", lambda: self._embed_loop(indexer))
@@ -166,6 +159,25 @@ class Daemon:
                     cfg.socket_path.unlink()
             lock.release()
             log.info("daemon_stopped")
+
+    def _handlers(self, indexer: Indexer) -> Handlers:
+        cfg = self.cfg
+        cfg.agents_dir.mkdir(parents=True, exist_ok=True)
+        watch = [p for p in (cfg.vault.path, cfg.agents_dir) if p is not None]
+        self.watcher = Watcher(
+            watch, lambda _paths: self.request_sweep(False), self.stop, cfg.index.debounce_ms
+        )
+        service = ServiceState(
+            self.started, self.jobs.qsize, self.request_sweep, lambda: self.watcher.watching
+        )
+        return Handlers(
+            cfg,
+            indexer=indexer,
+            retriever=Retriever(indexer.stores, self.slot, cfg.search),
+            slot=self.slot,
+            service=service,
+            memory=MemoryOps(cfg, Inboxes(cfg), indexer, self.slot),
+        )
 
     async def _serve(self, server: Server, listener: object) -> None:
         loop = asyncio.get_running_loop()

@@ -16,6 +16,7 @@ from sidecar.config import Config, valid_agent
 from sidecar.embedder import EmbedderSlot
 from sidecar.errors import NotFoundError, ProtocolError, SourceError
 from sidecar.indexer import Indexer
+from sidecar.memory_ops import MemoryOps
 from sidecar.protocol import (
     PROTOCOL_VERSION,
     Request,
@@ -48,7 +49,14 @@ class ServiceState:
 
 class Handlers:
     def __init__(
-        self, cfg: Config, indexer: Indexer, retriever: Retriever, slot: EmbedderSlot, service: ServiceState
+        self,
+        cfg: Config,
+        *,
+        indexer: Indexer,
+        retriever: Retriever,
+        slot: EmbedderSlot,
+        service: ServiceState,
+        memory: MemoryOps,
     ) -> None:
         self.cfg = cfg
         self.indexer = indexer
@@ -60,6 +68,7 @@ class Handlers:
             "search": self.search,
             "get": self.get,
             "index": self.index,
+            **memory.ops(),
         }
 
     def dispatch(self, req: Request) -> dict[str, Any]:
@@ -78,12 +87,7 @@ class Handlers:
         counts = self.indexer.counts()
         pending = self.indexer.stores.manifest.pending_count()
         embedder = self.slot.describe()
-        vectors_waiting = embedder["state"] in ("idle", "loading") or (
-            embedder["state"] == "ok" and pending > 0
-        )
-        if act.first_sweep_done and not vectors_waiting:
-            act.ready_once = True
-        state = "ready" if act.ready_once else "building"
+        state = self.indexer.index_state(pending, embedder["state"])
         rate = act.embedded / act.embed_seconds if act.embed_seconds > 0 else None
         return {
             "version": __version__,

@@ -457,13 +457,22 @@ class Indexer:
 
     # --- vectors -----------------------------------------------------------------------------
 
+    def index_now(self, root: Root, path: Path) -> str:
+        """Index one note synchronously, vectors included (memory writes are searchable on return)."""
+        st = path.stat()
+        rel = path.relative_to(root.path).as_posix()
+        note = NoteFile(root.key_of(rel), root, path, rel, st.st_mtime_ns, st.st_size)
+        self.index_files([note])
+        self._embed_rows(self.stores.manifest.pending_vectors(10_000, key=note.key))
+        return note.key
+
     def embed_pending(self, batch: int = 64) -> int:
         """Embed one batch of chunks still without vectors; returns how many were stored."""
+        return self._embed_rows(self.stores.manifest.pending_vectors(batch))
+
+    def _embed_rows(self, rows: list[tuple[str, str, str]]) -> int:
         model, vectors = self.slot.model, self.stores.vectors
-        if model is None or vectors is None:
-            return 0
-        rows = self.stores.manifest.pending_vectors(batch)
-        if not rows:
+        if model is None or vectors is None or not rows:
             return 0
         t0 = time.perf_counter()
         vecs = model.embed_passages([r[2] for r in rows])
@@ -477,6 +486,14 @@ class Indexer:
         self.activity.embedded += len(keep)
         self.activity.embed_seconds += time.perf_counter() - t0
         return len(keep)
+
+    def index_state(self, pending_vectors: int, embedder_state: str) -> str:
+        """``building`` until the first sweep is done and no chunk waits for a vector it can get."""
+        act = self.activity
+        waiting = embedder_state in ("idle", "loading") or (embedder_state == "ok" and pending_vectors > 0)
+        if act.first_sweep_done and not waiting:
+            act.ready_once = True  # later edits queue a few vectors without flipping back to building
+        return "ready" if act.ready_once else "building"
 
     def counts(self) -> dict[str, Any]:
         return self.stores.manifest.counts()

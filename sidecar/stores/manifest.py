@@ -272,15 +272,24 @@ class Manifest:
                 tuple(json.loads(r[9])),
             )
 
-    def pending_vectors(self, limit: int) -> list[tuple[str, str, str]]:
+    def pending_vectors(self, limit: int, key: str | None = None) -> list[tuple[str, str, str]]:
         """(chunk_id, key, embed_text) still without a vector: memory, then wiki, then newest vault notes."""
+        only = "AND c.key = ? " if key is not None else ""
         return self._query(
             "SELECT c.chunk_id, c.key, c.embed_text FROM chunks c JOIN files f ON f.key = c.key "
-            "WHERE c.has_vector = 0 AND f.state = 'indexed' "
+            f"WHERE c.has_vector = 0 AND f.state = 'indexed' {only}"
             "ORDER BY CASE f.source WHEN 'memory' THEN 0 WHEN 'wiki' THEN 1 ELSE 2 END, "
             "f.mtime_ns DESC, c.ord "
             "LIMIT ?",
-            (limit,),
+            (key, limit) if key is not None else (limit,),
+        )
+
+    def list_files(self, where: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """(key, source, agent, title, tags json, mtime_ns, chunks) of indexed files matching ``where``."""
+        return self._query(
+            "SELECT key, source, agent, title, tags, mtime_ns, chunks FROM files "
+            f"WHERE state = 'indexed' AND ({where}) ORDER BY key",
+            args,
         )
 
     def pending_count(self) -> int:

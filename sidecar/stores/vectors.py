@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 # Without compaction, thousands of small updates leave thousands of fragments and queries slow
 # down tenfold (FIELD-NOTES): compact after this many writes.
 OPTIMIZE_EVERY = 100
+# Old versions are dropped by optimize; a short grace keeps LanceDB from warning that a reader of
+# an older version could fail (this process is the only reader, but the margin costs nothing).
+_KEEP_VERSIONS = timedelta(seconds=30)
 
 
 def table_name(model_id: str, dim: int, pooling: str) -> str:
@@ -164,14 +167,14 @@ class VectorStore:
     def optimize(self) -> None:
         """Compact fragments and drop old versions (this process is the only reader and writer)."""
         with self._lock:
-            self._wrap("optimize", lambda: self._table.optimize(cleanup_older_than=timedelta(seconds=0)))
+            self._wrap("optimize", lambda: self._table.optimize(cleanup_older_than=_KEEP_VERSIONS))
             self._writes = 0
         log.info("vectors_optimized table=%s", self.name)
 
     def _count_write(self) -> None:
         self._writes += 1
         if self._writes >= OPTIMIZE_EVERY:
-            self._wrap("optimize", lambda: self._table.optimize(cleanup_older_than=timedelta(seconds=0)))
+            self._wrap("optimize", lambda: self._table.optimize(cleanup_older_than=_KEEP_VERSIONS))
             self._writes = 0
 
     def _wrap(self, what: str, fn: Any) -> Any:

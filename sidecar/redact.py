@@ -1,0 +1,83 @@
+"""Secret redaction (pure): what an agent writes to memory never carries a live credential.
+
+Each match is replaced by a visible ``[REDACTED:kind]`` marker, so the note still says that a
+secret was there. Patterns aim at formats with a recognisable shape (key prefixes, PEM blocks,
+URL credentials, ``password = ...`` assignments) so ordinary prose survives untouched.
+Imports nothing of the project.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Rule:
+    kind: str
+    pattern: re.Pattern[str]
+    group: int = 0  # the part of the match that is the secret (0: all of it)
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "private_key",
+        re.compile(
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----.*?"
+            r"(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)",
+            re.S,
+        ),
+    ),
+    Rule("aws_access_key", re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b")),
+    Rule(
+        "aws_secret_key",
+        re.compile(r"(?i)\baws_?secret_?access_?key\b[\"']?\s*[:=]\s*[\"']?([A-Za-z0-9/+=]{40})"),
+        1,
+    ),
+    Rule("github_token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{50,})\b")),
+    Rule("gitlab_token", re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}\b")),
+    Rule("anthropic_key", re.compile(r"\bsk-ant-[A-Za-z0-9_-]{20,}")),
+    Rule("openai_key", re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}")),
+    Rule("stripe_key", re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}\b")),
+    Rule("slack_token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b")),
+    Rule("slack_webhook", re.compile(r"https://hooks\.slack\.com/services/[A-Za-z0-9/]{20,}")),
+    Rule("google_api_key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b")),
+    Rule("huggingface_token", re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")),
+    Rule("npm_token", re.compile(r"\bnpm_[A-Za-z0-9]{36}\b")),
+    Rule("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
+    Rule("bearer_token", re.compile(r"(?i)\bBearer\s+([A-Za-z0-9._~+/-]{16,}=*)"), 1),
+    Rule(
+        "basic_auth",
+        re.compile(r"(?i)\bAuthorization:\s*Basic\s+([A-Za-z0-9+/]{12,}=*)"),
+        1,
+    ),
+    # scheme://user:password@host: only the password goes.
+    Rule("url_password", re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]{1,20}://[^\s:/@]+:([^\s@/]{3,})@[^\s/]+"), 1),
+    # password = "..." / api_key: ...; the value must look like a secret (8+ chars, no spaces).
+    Rule(
+        "password",
+        re.compile(
+            r"(?i)(?<![a-z0-9])(?:password|passwd|pwd|passphrase|secret|client_secret|api[_-]?key|access[_-]?token|"
+            r"auth[_-]?token|secret[_-]?key|private[_-]?key)\b[\"']?\s*[:=]\s*[\"']?"
+            r"(?!\[REDACTED:)((?=[^\s\"']*[0-9_\-+/=!@#$%^&*])[^\s\"']{8,})"
+        ),
+        1,
+    ),
+)
+
+
+def redact(text: str, rules: tuple[Rule, ...] = RULES) -> tuple[str, dict[str, int]]:
+    """Replace every secret by ``[REDACTED:kind]``; returns the text and counts per kind."""
+    counts: dict[str, int] = {}
+    for rule in rules:
+
+        def repl(m: re.Match[str], rule: Rule = rule) -> str:
+            counts[rule.kind] = counts.get(rule.kind, 0) + 1
+            marker = f"[REDACTED:{rule.kind}]"
+            if rule.group == 0:
+                return marker
+            start, end = m.span(rule.group)
+            return m.group(0)[: start - m.start()] + marker + m.group(0)[end - m.start() :]
+
+        text = rule.pattern.sub(repl, text)
+    return text, counts

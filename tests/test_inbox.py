@@ -1,0 +1,163 @@
+"""Memory inbox writes: confined paths, atomic replace, managed dates, trash, audit log."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sidecar.errors import NotFoundError, SourceError
+from sidecar.inbox import Inboxes, split_front_matter
+
+
+@pytest.fixture
+def inboxes(make_cfg: Any, vault: Path) -> Inboxes:
+    return Inboxes(make_cfg(vault))
+
+
+def _read(path: Path) -> tuple[dict[str, Any], str]:
+    return split_front_matter(path.read_text(encoding="utf-8"))
+
+
+def test_write_creates_note_with_managed_dates(inboxes: Inboxes) -> None:
+    """A write lands in <home>/agents/<agent>/memory/<slug>.md with created/updated and given keys."""
+    w = inboxes.write(
+        "claude",
+        "nas-backup",
+        "Restic runs nightly.",
+        {"tags": ["nas"], "wiki_promote": False},
+        must_exist=False,
+    )
+    assert w.path == inboxes.cfg.agents_dir / "claude" / "memory" / "nas-backup.md"
+    assert w.created
+    meta, body = _read(w.path)
+    assert meta["tags"] == ["nas"] and meta["wiki_promote"] is False
+    assert {"created", "updated"} <= set(meta)
+    assert body == "Restic runs nightly.\n"
+
+
+def test_replace_keeps_created_and_edit_keeps_other_keys(inboxes: Inboxes) -> None:
+    """write replaces text and keys (created kept); edit updates given keys and keeps the rest."""
+    first = inboxes.write("claude", "n", "one", {"tags": ["a"], "description": "d"}, must_exist=False)
+    created = _read(first.path)[0]["created"]
+    inboxes.write("claude", "n", "two", {"tags": ["b"]}, must_exist=False)
+    meta, body = _read(first.path)
+    assert meta["created"] == created and meta["tags"] == ["b"] and "description" not in meta
+    inboxes.write("claude", "n", "three", {"status": "done"}, must_exist=True)
+    meta, body = _read(first.path)
+    assert meta["tags"] == ["b"] and meta["status"] == "done" and body == "three\n"
+
+
+def test_inline_front_matter_is_merged_not_doubled(inboxes: Inboxes) -> None:
+    """Content that starts with its own front matter yields one front matter block."""
+    w = inboxes.write("claude", "x", "---\ntags: [inline]\n---\nBody\n", {"source": "chat"}, must_exist=False)
+    text = w.path.read_text()
+    assert text.count("---\n") == 2
+    meta, body = _read(w.path)
+    assert meta["tags"] == ["inline"] and meta["source"] == "chat" and body == "Body\n"
+
+
+def test_edit_of_missing_note_fails(inboxes: Inboxes) -> None:
+    """edit refuses a note that does not exist and writes nothing."""
+    with pytest.raises(NotFoundError, match="memory_write"):
+        inboxes.write("claude", "ghost", "text", None, must_exist=True)
+    assert not (inboxes.cfg.agents_dir / "claude" / "memory" / "ghost.md").exists()
+
+
+@pytest.mark.parametrize(
+    "slug",
+    [
+        "../escape",
+        "vault/x",
+        "wiki/x",
+        "/etc/passwd",
+        "UPPER",
+        "",
+        "a" * 129,
+        "x.md",
+        "-lead",
+        "ü",
+        "a\0b",
+        "ｐａｓｓ",
+    ],
+)
+def test_bad_slugs_are_refused(inboxes: Inboxes, slug: str) -> None:
+    """Anything but ^[a-z0-9][a-z0-9_-]{0,127}$ is refused before touching the disk."""
+    with pytest.raises(SourceError, match="slug"):
+        inboxes.write("claude", slug, "text", None, must_exist=False)
+
+
+def test_bad_agent_and_oversize_are_refused(make_cfg: Any, vault: Path) -> None:
+    """Invalid agent names and content over memory.maxNoteBytes are refused."""
+    with pytest.raises(SourceError, match="agent"):
+        Inboxes(make_cfg(vault)).write("../other", "x", "t", None, must_exist=False)
+    small = Inboxes(make_cfg(vault, **{"memory.maxNoteBytes": 1000}))
+    with pytest.raises(SourceError, match="maxNoteBytes"):
+        small.write("claude", "big", "x" * 2000, None, must_exist=False)
+
+
+def test_secrets_are_redacted_in_body_and_front_matter(inboxes: Inboxes) -> None:
+    """Nothing secret reaches disk, neither in the text nor in front matter values."""
+    w = inboxes.write(
+        "claude",
+        "creds",
+        "db: postgres://app:Sup3rS3cret!@db/x",
+        {"note": "token ghp_1234567890abcdefghijABCDEFGHIJ123456"},
+        must_exist=False,
+    )
+    raw = w.path.read_text()
+    assert "Sup3rS3cret" not in raw and "ghp_1234" not in raw
+    assert w.redacted == {"url_password": 1, "github_token": 1}
+    assert yaml.safe_load(raw.split("---\n")[1])["note"] == "token [REDACTED:github_token]"
+
+
+def test_delete_moves_to_trash_and_is_idempotent(inboxes: Inboxes) -> None:
+    """delete moves the note to <inbox>/.trash/; a second delete is a no-op."""
+    w = inboxes.write("claude", "old", "obsolete", None, must_exist=False)
+    moved = inboxes.delete("claude", "old")
+    assert moved is not None and moved.parent.name == ".trash" and "obsolete" in moved.read_text()
+    assert not w.path.exists()
+    assert inboxes.delete("claude", "old") is None
+
+
+def test_audit_log_records_every_change(inboxes: Inboxes) -> None:
+    """Each write, edit and delete appends one JSON line with time, op, slug, hash and size."""
+    inboxes.write("claude", "a", "one", None, must_exist=False)
+    inboxes.write("claude", "a", "two", None, must_exist=True)
+    inboxes.delete("claude", "a")
+    lines = [
+        json.loads(x) for x in (inboxes.cfg.agents_dir / "claude" / "audit.log").read_text().splitlines()
+    ]
+    assert [x["op"] for x in lines] == ["write", "edit", "delete"]
+    assert all(len(x["sha256"]) == 64 and x["bytes"] > 0 and x["slug"] == "a" and x["time"] for x in lines)
+
+
+def test_write_is_atomic_and_leaves_no_temp_files(inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash during the write leaves the old note intact and no temp file behind."""
+    w = inboxes.write("claude", "safe", "original", None, must_exist=False)
+
+    def boom(src: Any, dst: Any) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError, match="disk full"):
+        inboxes.write("claude", "safe", "new text", None, must_exist=False)
+    monkeypatch.undo()
+    assert _read(w.path)[1] == "original\n"
+    assert sorted(p.name for p in w.path.parent.iterdir()) == ["safe.md"]
+
+
+def test_symlinked_inbox_outside_home_is_refused(inboxes: Inboxes, tmp_path: Path) -> None:
+    """An inbox folder that is a symlink leading out of agents/ is refused, nothing is written there."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    agent_dir = inboxes.cfg.agents_dir / "mallory"
+    agent_dir.mkdir(parents=True)
+    (agent_dir / "memory").symlink_to(outside)
+    with pytest.raises(SourceError, match="outside"):
+        inboxes.write("mallory", "x", "text", None, must_exist=False)
+    assert list(outside.iterdir()) == []

@@ -1,0 +1,83 @@
+"""Secret redaction: real-looking secrets are replaced, ordinary text survives byte for byte."""
+
+from __future__ import annotations
+
+import pytest
+
+from sidecar.redact import redact
+
+PEM = (
+    "-----BEGIN OPENSSH PRIVATE KEY-----\n"
+    "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n"
+    "QyNTUxOQAAACDx4Xo2Yz8mBVx8lAX9QF3n6c3aN2x1k3m2W8QvQ2n8pAAAAJgW8d7xFvHe\n"
+    "-----END OPENSSH PRIVATE KEY-----"
+)
+
+SECRETS = [
+    (PEM, "private_key"),
+    (
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo\n-----END RSA PRIVATE KEY-----",
+        "private_key",
+    ),
+    ("aws key AKIAIOSFODNN7EXAMPLE in the env", "aws_access_key"),
+    ("aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "aws_secret_key"),
+    ("token ghp_1234567890abcdefghijABCDEFGHIJ123456 for CI", "github_token"),
+    ("github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVW", "github_token"),
+    ("glpat-abcdefghij1234567890", "gitlab_token"),
+    ("OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuvwxyz0123456789", "openai_key"),
+    ("key sk-ant-api03-abcdefghijklmnopqrstuvwxyz-0123456789", "anthropic_key"),
+    ("stripe sk_live_51HabcdefghijklmnopqrstuV", "stripe_key"),
+    ("slack xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx", "slack_token"),
+    ("hook https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX", "slack_webhook"),
+    ("maps AIzaSyA1234567890abcdefghijklmnopqrstuv", "google_api_key"),
+    ("hf_abcdefghijklmnopqrstuvwxyzABCDEFGH", "huggingface_token"),
+    ("curl -H 'Authorization: Bearer abcdef0123456789abcdef0123456789'", "bearer_token"),
+    ("Authorization: Basic dXNlcjpwYXNzd29yZDEyMw==", "basic_auth"),
+    ("postgres://admin:S3cr3t-Passw0rd@db.example.com:5432/app", "url_password"),
+    ("mongodb+srv://user:hunter22@cluster0.example.net/test", "url_password"),
+    (
+        "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+        "jwt",
+    ),
+    ("password: Tr0ub4dor&3", "password"),
+    ('DB_PASSWORD="c0rrect-horse-battery"', "password"),
+    ("api_key = 9f8e7d6c5b4a39281706f5e4d3c2b1a0", "password"),
+    ("Passwort für das NAS: password=NasAdmin2026!", "password"),
+]
+
+
+@pytest.mark.parametrize(("text", "kind"), SECRETS)
+def test_secret_samples_are_redacted(text: str, kind: str) -> None:
+    """Each real-looking secret is replaced by a [REDACTED:kind] marker."""
+    clean, counts = redact(text)
+    assert f"[REDACTED:{kind}]" in clean
+    assert counts.get(kind, 0) >= 1
+
+
+def test_secret_value_does_not_survive() -> None:
+    """Not a single character run of the secret remains next to the marker."""
+    clean, _ = redact("postgres://admin:S3cr3t-Passw0rd@db.example.com/app and " + PEM)
+    assert "S3cr3t" not in clean and "b3BlbnNz" not in clean
+    assert "postgres://admin:[REDACTED:url_password]@db.example.com/app" in clean
+
+
+ORDINARY = [
+    "# Backups\n\nWe back up the NAS with restic every night at 2am. The password manager holds the key.",
+    "Die Kündigung muss schriftlich erfolgen; das Passwort steht im Tresor, nicht hier.",
+    "Use scikit-learn (sk-learn) and the token bucket algorithm; a token economy is not a key.",
+    "See https://example.com/docs/setup?x=1 and git@github.com:user/repo.git for the code.",
+    "password: see the vault entry 'NAS admin'",
+    "The API key is stored in 1Password under 'OpenAI'.",
+    "```python\ndef check(password: str) -> bool:\n    return len(password) > 8\n```",
+    "Termine: 2026-09-01, 14:30; Raum B-204; Tel. +49 30 1234567",
+    "[[Projects/Boat|the boat]] needs #maintenance before May.",
+    "SELECT * FROM users WHERE name = 'bob';",
+    "ssh-keygen -t ed25519 -C 'me@example.com' creates a key pair; keep the private half secret.",
+    "AKIA alone is just four letters, Bearer of good news, sk- prefix alone.",
+]
+
+
+@pytest.mark.parametrize("text", ORDINARY)
+def test_ordinary_text_survives_untouched(text: str) -> None:
+    """Notes about passwords, tokens and keys that contain none stay byte-identical."""
+    assert redact(text) == (text, {})
