@@ -16,7 +16,8 @@ PEM = (
 SECRETS = [
     (PEM, "private_key"),
     (
-        "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo\n-----END RSA PRIVATE KEY-----",
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo\n"
+        "-----END RSA PRIVATE KEY-----",
         "private_key",
     ),
     ("aws key AKIAIOSFODNN7EXAMPLE in the env", "aws_access_key"),
