@@ -1,0 +1,139 @@
+"""MCP shim benchmark: cold start to the answer of tools/list, write-to-searchable latency and
+memory-tool round trips, through the MCP SDK's stdio client against a real daemon.
+
+    python bench/mcp.py --vault ../shared/eval/vaults/obsidian-help/en --out bench/out/mcp.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from sidecar.client import Client as SocketClient
+from sidecar.config import load_config
+from sidecar.errors import DaemonNotRunningError
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return round(values[max(0, int(len(values) * p) - 1)], 1)
+
+
+def params(home: Path, agent: str) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable, args=["-m", "sidecar", "mcp", "--agent", agent, "--home", str(home)]
+    )
+
+
+async def cold_start(home: Path) -> float:
+    t0 = time.perf_counter()
+    async with Client(params(home, "bench")) as client:
+        await client.list_tools()
+        return (time.perf_counter() - t0) * 1000
+
+
+async def session(home: Path, n: int) -> dict[str, Any]:
+    write_ms: list[float] = []
+    visible_ms: list[float] = []
+    search_ms: list[float] = []
+    get_ms: list[float] = []
+    async with Client(params(home, "bench")) as client:
+        for i in range(n):
+            word = f"zebracorn{i}"
+            t0 = time.perf_counter()
+            await client.call_tool(
+                "memory_write", {"slug": f"bench-{i}", "content": f"Note {i}: the {word} lives in the shed."}
+            )
+            t1 = time.perf_counter()
+            found = await client.call_tool(
+                "memory_search", {"query": f"where does the {word} live", "limit": 3}
+            )
+            t2 = time.perf_counter()
+            assert f"memory/bench-{i}" in found.content[0].text, found.content[0].text[:300]
+            write_ms.append((t1 - t0) * 1000)
+            visible_ms.append((t2 - t0) * 1000)
+        queries = ["record a lecture", "sync notes", "canvas", "properties", "graph view", "hotkeys"]
+        for _ in range(20):
+            for q in queries:
+                t0 = time.perf_counter()
+                await client.call_tool("memory_search", {"query": q})
+                search_ms.append((time.perf_counter() - t0) * 1000)
+        for _ in range(50):
+            t0 = time.perf_counter()
+            await client.call_tool("memory_get", {"reference": "memory/bench-0"})
+            get_ms.append((time.perf_counter() - t0) * 1000)
+        for i in range(n):
+            await client.call_tool("memory_delete", {"slug": f"bench-{i}"})
+    return {
+        "write_ms_p50": pct(write_ms, 0.5),
+        "write_ms_p95": pct(write_ms, 0.95),
+        "write_to_found_ms_p50": pct(visible_ms, 0.5),
+        "write_to_found_ms_p95": pct(visible_ms, 0.95),
+        "search_ms_p50": pct(search_ms, 0.5),
+        "search_ms_p95": pct(search_ms, 0.95),
+        "get_ms_p50": pct(get_ms, 0.5),
+        "get_ms_p95": pct(get_ms, 0.95),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--vault", required=True, type=Path)
+    ap.add_argument("--home", type=Path, default=None)
+    ap.add_argument("--writes", type=int, default=20)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    home = args.home or Path(tempfile.mkdtemp(prefix="sidecar-mcp-bench-"))
+    cfg = load_config(flags={"home": str(home)}, env={})
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SIDECAR_", "XDG_"))}
+    log = open(home.parent / f"{home.name}-daemon.log", "ab")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sidecar", "serve", "--home", str(home), "--vault", str(args.vault.resolve())],
+        stdout=log,
+        stderr=log,
+        env=env,
+    )
+    try:
+        while True:
+            try:
+                with SocketClient(cfg.socket_path) as c:
+                    if c.call("health")["index"]["state"] == "ready":
+                        break
+            except DaemonNotRunningError:
+                pass
+            time.sleep(0.2)
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        bare_python_ms = (time.perf_counter() - t0) * 1000
+        starts = [asyncio.run(cold_start(home)) for _ in range(7)]
+        result = {
+            "mcp_cold_start_to_tools_list_ms_p50": round(statistics.median(starts), 1),
+            "mcp_cold_start_min_ms": round(min(starts), 1),
+            "bare_python_start_ms": round(bare_python_ms, 1),
+            **asyncio.run(session(home, args.writes)),
+        }
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        log.close()
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
