@@ -329,3 +329,44 @@ def test_emptied_mount_point_holds_deletions(harness: Harness) -> None:
     harness.sweep()
     harness.sweep()  # the third sweep in a row confirms: the user really deleted them
     assert _store_counts(harness)[0] < before[0]
+
+
+def test_corrupt_bm25_index_is_moved_aside_and_refilled(make_cfg: Any, vault: Path) -> None:
+    """A garbage Tantivy meta.json: the folder is moved aside and BM25 is refilled from the manifest."""
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    expected = h.stores.manifest.chunk_count()
+    h.close()
+    (cfg.index_dir / "bm25" / "meta.json").write_text("{ not json")
+    h2 = Harness(cfg, FakeEmbedder())
+    try:
+        assert any(p.name.startswith("bm25.broken-") for p in cfg.index_dir.iterdir())
+        summary = h2.sweep()
+        assert summary["changed"] == 0, "no note is re-read: BM25 comes back from the manifest"
+        assert h2.stores.bm25.num_docs() == expected
+        (cid, _score), *_ = h2.stores.bm25.search(["spark"], 5)
+        assert h2.stores.manifest.views([cid])[cid].key == "vault/Projects/Boat"
+    finally:
+        h2.close()
+
+
+def test_corrupt_vector_table_is_moved_aside_and_reembedded(make_cfg: Any, vault: Path) -> None:
+    """A truncated LanceDB manifest: the vectors folder is moved aside, vectors are recomputed."""
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    expected = h.stores.manifest.chunk_count()
+    h.close()
+    manifests = list((cfg.index_dir / "vectors").rglob("_versions/*.manifest"))
+    assert manifests
+    for m in manifests:
+        m.write_bytes(m.read_bytes()[:10])
+    h2 = Harness(cfg, FakeEmbedder())
+    try:
+        assert any(p.name.startswith("vectors.broken-") for p in cfg.index_dir.iterdir())
+        h2.sweep()
+        assert h2.stores.vectors is not None and h2.stores.vectors.count() == expected
+        assert h2.stores.manifest.pending_count() == 0
+    finally:
+        h2.close()
