@@ -48,6 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     _vault_flags(p)
     p.add_argument("--rebuild", action="store_true", help="forget the index and build it again")
+    p.add_argument(
+        "--confirm-deletions",
+        metavar="ROOT",
+        help="apply deletions held for ROOT (vault, wiki, memory/<agent>) after most of its notes vanished",
+    )
 
     p = sub.add_parser("search", help="hybrid search")
     _common(p)
@@ -131,7 +136,10 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
     try:
         with Client(cfg.socket_path) as client:
             before = client.call("health")["index"]["sweeps"]
-            client.call("index", {"rebuild": bool(args.rebuild)})
+            params: dict[str, Any] = {"rebuild": bool(args.rebuild)}
+            if args.confirm_deletions:
+                params["confirmDeletions"] = args.confirm_deletions
+            client.call("index", params)
             while True:
                 health = client.call("health")
                 idx = health["index"]
@@ -148,7 +156,8 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
     from sidecar.daemon import index_once
 
     logs.setup(cfg.logging.level if cfg.logging.level != "info" else "warning", journald=cfg.journald)
-    summary = index_once(cfg, rebuild=bool(args.rebuild), progress=bar.update)
+    confirm = frozenset([args.confirm_deletions]) if args.confirm_deletions else frozenset()
+    summary = index_once(cfg, rebuild=bool(args.rebuild), progress=bar.update, confirm=confirm)
     bar.done(
         f"indexed {summary['files']} notes, {summary['chunks']} chunks ({summary['changed']} read, "
         f"{summary['deleted']} removed, {summary['pending_vectors']} without vectors)"

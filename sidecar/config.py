@@ -50,8 +50,29 @@ class IndexConfig:
         min=0.0,
         max=1.0,
     )
+    optimize_minutes: float = _opt(
+        60.0, "Compact the vector table (and drop old versions) this often.", min=1.0
+    )
+
+
+@dataclass(frozen=True)
+class WatchConfig:
     debounce_ms: int = _opt(
         300, "File events are collected this long before a sweep runs.", min=0, max=60_000
+    )
+    poll_seconds: float = _opt(
+        60.0,
+        "Stat sweep interval for roots on network shares (no file events arrive from other machines).",
+        min=1.0,
+    )
+    retry_base_seconds: float = _opt(30.0, "First retry of an unreachable root; doubles each time.", min=0.1)
+    retry_max_seconds: float = _opt(600.0, "Longest wait between retries of an unreachable root.", min=1.0)
+    probe_timeout_seconds: float = _opt(
+        10.0, "A root whose listing takes longer is treated as unreachable (hung share).", min=0.1
+    )
+    scan_timeout_seconds: float = _opt(600.0, "Longest a full scan of one root may take.", min=1.0)
+    mount_table: Path | None = _opt(
+        None, "Mount table to read filesystem types from (default /proc/self/mountinfo; macOS: mount)."
     )
 
 
@@ -75,6 +96,7 @@ class EmbedderConfig:
     passage_prefix: str = _opt("", "Text put before every chunk (e.g. 'passage: ').")
     batch_tokens: int = _opt(2048, "Token budget of one inference batch.", min=64)
     max_batch: int = _opt(32, "Most texts in one inference batch.", min=1, max=1024)
+    retry_minutes: float = _opt(5.0, "A model that failed to load is tried again this often.", min=0.1)
     threads: int = _opt(0, "onnxruntime intra-op threads; 0 = number of cores.", min=0, max=256)
 
 
@@ -134,6 +156,7 @@ class Config:
     socket: Path | None = _opt(None, "Socket path; default in $XDG_RUNTIME_DIR or <home>/run/.")
     vault: VaultConfig = field(default_factory=VaultConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
+    watch: WatchConfig = field(default_factory=WatchConfig)
     chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
     embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
     search: SearchConfig = field(default_factory=SearchConfig)

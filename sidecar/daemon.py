@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -37,6 +38,19 @@ from sidecar.watcher import Watcher
 log = logging.getLogger(__name__)
 
 _JOIN_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class Job:
+    """A sweep request; bursts are merged into one."""
+
+    rebuild: bool = False
+    roots: frozenset[str] | None = None  # None: every root
+    confirm: frozenset[str] = frozenset()  # roots whose mass deletion the user confirmed
+
+    def merge(self, other: Job) -> Job:
+        roots = None if self.roots is None or other.roots is None else self.roots | other.roots
+        return Job(self.rebuild or other.rebuild, roots, self.confirm | other.confirm)
 
 
 class IndexLock:
@@ -93,7 +107,7 @@ class Daemon:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.stop = threading.Event()
-        self.jobs: queue.Queue[str] = queue.Queue()
+        self.jobs: queue.Queue[Job] = queue.Queue()
         self.slot = EmbedderSlot()
         self.started = time.time()
         self._threads: list[threading.Thread] = []
@@ -123,18 +137,9 @@ class Daemon:
             self._start_thread("indexer", lambda: self._index_loop(indexer))
             self._start_thread("vectors", lambda: self._embed_loop(indexer))
             self._start_thread("watcher", self.watcher.run)
-            scheduler = BackgroundScheduler(daemon=True)
-            scheduler.add_job(
-                self.request_sweep,
-                "interval",
-                minutes=cfg.index.rescan_minutes,
-                args=[False],
-                id="sweep",
-                coalesce=True,
-                max_instances=1,
-            )
+            scheduler = self._scheduler(indexer)
             scheduler.start()
-            self.jobs.put("sweep")
+            self.jobs.put(Job())
             server = Server(
                 handlers.dispatch,
                 max_frame=cfg.server.max_frame_bytes,
@@ -165,7 +170,7 @@ class Daemon:
         cfg.agents_dir.mkdir(parents=True, exist_ok=True)
         watch = [p for p in (cfg.vault.path, cfg.agents_dir) if p is not None]
         self.watcher = Watcher(
-            watch, lambda _paths: self.request_sweep(False), self.stop, cfg.index.debounce_ms
+            watch, lambda _paths: self.request_sweep(False), self.stop, cfg.watch.debounce_ms
         )
         service = ServiceState(
             self.started, self.jobs.qsize, self.request_sweep, lambda: self.watcher.watching
@@ -197,8 +202,38 @@ class Daemon:
         t.start()
         self._threads.append(t)
 
-    def request_sweep(self, rebuild: bool = False) -> None:
-        self.jobs.put("rebuild" if rebuild else "sweep")
+    def request_sweep(
+        self,
+        rebuild: bool = False,
+        roots: frozenset[str] | None = None,
+        confirm: frozenset[str] = frozenset(),
+    ) -> None:
+        self.jobs.put(Job(rebuild, roots, confirm))
+
+    def _scheduler(self, indexer: Indexer) -> BackgroundScheduler:
+        """Full sweeps, the per-root tick (polling, retries), vector compaction, model retries."""
+        cfg = self.cfg
+        scheduler = BackgroundScheduler(daemon=True, job_defaults={"coalesce": True, "max_instances": 1})
+        scheduler.add_job(self.request_sweep, "interval", minutes=cfg.index.rescan_minutes, id="sweep")
+        tick = min(5.0, cfg.watch.poll_seconds, cfg.watch.retry_base_seconds)
+        scheduler.add_job(lambda: self._tick(indexer), "interval", seconds=tick, id="tick")
+        scheduler.add_job(
+            indexer.optimize_vectors, "interval", minutes=cfg.index.optimize_minutes, id="optimize"
+        )
+        scheduler.add_job(
+            self._retry_embedder, "interval", minutes=cfg.embedder.retry_minutes, id="model-retry"
+        )
+        return scheduler
+
+    def _tick(self, indexer: Indexer) -> None:
+        due = indexer.supervisor.due()
+        if due and self.jobs.empty():
+            self.jobs.put(Job(roots=frozenset(due)))
+
+    def _retry_embedder(self) -> None:
+        if self.slot.state == "failed" and self.cfg.embedder.enabled:
+            log.info("embedder_retry")
+            load_embedder(self.cfg, self.slot)
 
     # --- worker loops --------------------------------------------------------------------------
 
@@ -211,31 +246,29 @@ class Daemon:
                 job = self.jobs.get(timeout=0.5)
             except queue.Empty:
                 continue
-            rebuild = job == "rebuild"
             while not self.jobs.empty():  # coalesce a burst of requests into one sweep
-                rebuild = rebuild or self.jobs.get_nowait() == "rebuild"
+                job = job.merge(self.jobs.get_nowait())
             try:
-                if rebuild:
+                if job.rebuild:
                     indexer.clear()
-                indexer.sweep(stop=self.stop)
+                indexer.sweep(only=job.roots, stop=self.stop, confirm_deletions=job.confirm)
                 delay = 1.0
             except StoreError as exc:
                 log.error("sweep_failed error=%s retry_in=%.0fs", exc, delay)
                 self.stop.wait(delay)
                 delay = min(delay * 2, 600.0)
-                self.jobs.put("sweep")
+                self.jobs.put(job)
             except Exception:
                 log.exception("sweep_crashed")
                 self.stop.wait(delay)
                 delay = min(delay * 2, 600.0)
 
     def _embed_loop(self, indexer: Indexer) -> None:
-        while not self.slot.ready.wait(timeout=0.5):
-            if self.stop.is_set():
+        # Wait for a model: it may load late (first start) or only after a retry.
+        while self.slot.model is None:
+            if self.stop.wait(0.5):
                 return
         model = self.slot.model
-        if model is None:
-            return
         try:
             indexer.attach_vectors(open_vectors(self.cfg, model.model_id, model.dim, model.pooling))
         except StoreError as exc:
@@ -254,7 +287,11 @@ class Daemon:
 
 
 def index_once(
-    cfg: Config, *, rebuild: bool, progress: Callable[[str, int, int], None] | None = None
+    cfg: Config,
+    *,
+    rebuild: bool,
+    progress: Callable[[str, int, int], None] | None = None,
+    confirm: frozenset[str] = frozenset(),
 ) -> dict[str, int]:
     """`sidecar index` with no daemon running: this process is the one writer until it is done."""
     lock = IndexLock(cfg.index_dir)
@@ -270,7 +307,7 @@ def index_once(
         if rebuild:
             indexer.clear()
         report = (lambda a: progress(a.phase, a.done, a.total)) if progress else None
-        summary = indexer.sweep(progress=report)
+        summary = indexer.sweep(progress=report, confirm_deletions=confirm)
         total = stores.manifest.chunk_count()
         while indexer.embed_pending() > 0:
             if progress:

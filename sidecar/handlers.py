@@ -24,6 +24,7 @@ from sidecar.protocol import (
     param_bool,
     param_float,
     param_int,
+    param_opt_str,
     param_str,
 )
 from sidecar.retrieval import Retriever, SearchRequest
@@ -43,7 +44,7 @@ MAX_QUERY_CHARS = 4000
 class ServiceState:
     started: float
     queue_depth: Callable[[], int]
-    request_sweep: Callable[[bool], None]
+    request_sweep: Callable[[bool, frozenset[str] | None, frozenset[str]], None]
     watched: Callable[[], list[Path]]
 
 
@@ -109,32 +110,17 @@ class Handlers:
                 "skipped": {**act.scan_skipped, **{k or "unknown": v for k, v in counts["skipped"].items()}},
                 "sweeps": act.sweeps,
             },
-            "roots": [
-                {
-                    "name": r.name,
-                    "path": r.path,
-                    "mode": self._mode(r.mode, r.path),
-                    "last_sweep": r.last_sweep,
-                    "last_sweep_seconds": None
-                    if r.last_sweep_seconds is None
-                    else round(r.last_sweep_seconds, 3),
-                    "error": r.error,
-                    "held_deletions": r.held_deletions,
-                }
-                for r in act.roots.values()
-            ],
+            "roots": self.indexer.supervisor.describe(self._watched),
+            "last_optimize": act.last_optimize,
             "queue": {"depth": self.service.queue_depth()},
             "socket": str(self.cfg.socket_path),
             "home": str(self.cfg.home),
             "vault": str(self.cfg.vault.path) if self.cfg.vault.path else None,
         }
 
-    def _mode(self, mode: str, path: str) -> str:
-        """``events`` when a live file watch covers the root, else what the sweeps found."""
-        if mode == "offline":
-            return mode
-        watched = self.service.watched()
-        return "events" if any(Path(path).is_relative_to(w) for w in watched) else mode
+    def _watched(self, path: str) -> bool:
+        """Whether a live file watch covers this root (else it is only swept)."""
+        return any(Path(path).is_relative_to(w) for w in self.service.watched())
 
     def search(self, req: Request) -> dict[str, Any]:
         p = req.params
@@ -185,7 +171,11 @@ class Handlers:
 
     def index(self, req: Request) -> dict[str, Any]:
         p = req.params
-        check_known(p, ("rebuild",))
+        check_known(p, ("rebuild", "confirmDeletions"))
         rebuild = param_bool(p, "rebuild", default=False)
-        self.service.request_sweep(rebuild)
+        confirm = param_opt_str(p, "confirmDeletions", max_len=200)
+        known = set(self.indexer.supervisor.roots)
+        if confirm is not None and confirm not in known:
+            raise ProtocolError(f"unknown root {confirm!r}; roots: {', '.join(sorted(known)) or 'none yet'}")
+        self.service.request_sweep(rebuild, None, frozenset([confirm]) if confirm else frozenset())
         return {"queued": True, "rebuild": rebuild, "sweeps": self.indexer.activity.sweeps}

@@ -14,7 +14,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,15 +23,13 @@ from sidecar.chunking import ParsedNote, chunk_note
 from sidecar.config import Config
 from sidecar.embedder import EmbedderSlot, approx_token_count
 from sidecar.errors import StoreError
-from sidecar.sources import NoteFile, NoteUnreadable, Root, Skipped, agent_inbox, read_note, roots, scan
+from sidecar.sources import NoteFile, NoteUnreadable, Root, Skipped, agent_inbox, read_note, roots
 from sidecar.stores.bm25 import Bm25Doc, Bm25Index
 from sidecar.stores.manifest import ChunkRecord, FileRecord, FileState, Manifest
 from sidecar.stores.vectors import VectorStore
+from sidecar.supervisor import RootUnreachable, Supervisor
 
 log = logging.getLogger(__name__)
-
-# Below this many indexed notes a root is too small for the mass-deletion guard to mean anything.
-MASS_DELETION_MIN_FILES = 4
 
 
 @dataclass
@@ -42,17 +40,6 @@ class Stores:
     bm25: Bm25Index
     vectors: VectorStore | None = None
     write_lock: threading.RLock = field(default_factory=threading.RLock)
-
-
-@dataclass
-class RootStatus:
-    name: str
-    path: str
-    mode: str = "polling"  # no file events yet: sweeps only (events come with the watcher)
-    last_sweep: float | None = None
-    last_sweep_seconds: float | None = None
-    error: str | None = None
-    held_deletions: int = 0
 
 
 @dataclass
@@ -67,7 +54,7 @@ class Activity:
     first_sweep_done: bool = False
     ready_once: bool = False
     scan_skipped: dict[str, int] = field(default_factory=dict)
-    roots: dict[str, RootStatus] = field(default_factory=dict)
+    last_optimize: float | None = None
     embedded: int = 0
     embed_seconds: float = 0.0
 
@@ -116,7 +103,7 @@ class Indexer:
         self.slot = slot
         self.activity = Activity()
         self.vectors_changed = threading.Event()
-        self._suspect: dict[str, int] = {}  # root name -> sweeps in a row that saw a mass deletion
+        self.supervisor = Supervisor(cfg)
 
     # --- token counting ------------------------------------------------------------------
 
@@ -128,19 +115,23 @@ class Indexer:
 
     def sweep(
         self,
-        only: Iterable[Root] | None = None,
+        only: Collection[str] | None = None,
         progress: Callable[[Activity], None] | None = None,
         stop: threading.Event | None = None,
-        confirm_deletions: bool = False,
+        confirm_deletions: Collection[str] = (),
     ) -> dict[str, int]:
-        """Compare every root with the manifest; index what changed, remove what is gone."""
+        """Compare roots (all, or those named in ``only``) with the manifest; index what changed,
+        remove what is gone. ``confirm_deletions`` names roots whose mass deletion the user confirmed."""
         act = self.activity
         act.phase, act.done, act.total, act.started = "scanning", 0, 0, time.time()
         states = self.stores.manifest.file_states()
         diff = _Diff()
-        for root in list(only) if only is not None else self._roots(states):
-            self._diff_root(root, states, diff, confirm_deletions)
-        act.scan_skipped = diff.skipped
+        chosen = [r for r in self._roots(states) if only is None or r.name in only]
+        self.supervisor.classify(chosen)
+        for root in chosen:
+            self._diff_root(root, states, diff, root.name in confirm_deletions)
+        if only is None:
+            act.scan_skipped = diff.skipped
         act.phase, act.total = "indexing", len(diff.work) + len(diff.gone)
         if diff.gone:
             self.delete(diff.gone)
@@ -182,36 +173,28 @@ class Indexer:
 
     def _diff_root(self, root: Root, states: dict[str, FileState], diff: _Diff, confirm: bool) -> None:
         """Scan one root and add what changed and what is gone to ``diff``."""
-        status = self.activity.roots.setdefault(root.name, RootStatus(root.name, str(root.path)))
+        supervisor = self.supervisor
+        status = supervisor.status(root)
         t0 = time.time()
         try:
-            found = list(scan(root, self.cfg.index.max_file_bytes))
-        except FileNotFoundError:
-            if root.source == "vault" or (root.source == "wiki" and not root.path.parent.is_dir()):
-                self._root_unreachable(root, status, f"{root.path} does not exist or is not mounted")
-                return
-            # A wiki subfolder or an inbox that does not exist (any more) inside a reachable
-            # parent is simply empty; the mass-deletion guard still protects the wiki.
-            found = []
-        except OSError as exc:
-            self._root_unreachable(root, status, f"cannot list {root.path}: {exc.strerror or exc}")
+            found = supervisor.list_root(root)
+        except RootUnreachable as exc:
+            supervisor.mark_offline(root, str(exc))
             return
         notes = [f for f in found if isinstance(f, NoteFile)]
-        for s in found:
-            if isinstance(s, Skipped):
-                diff.skipped[s.reason] = diff.skipped.get(s.reason, 0) + 1
-                log.debug("file_skipped path=%s reason=%s", s.path, s.reason)
+        skipped = [s for s in found if isinstance(s, Skipped)]
+        for s in skipped:
+            diff.skipped[s.reason] = diff.skipped.get(s.reason, 0) + 1
+            log.debug("file_skipped path=%s reason=%s", s.path, s.reason)
+        status.seen, status.skipped = len(notes), len(skipped)
         prefix = root.key_of("x")[:-1]  # "vault/", "wiki/", "memory/<agent>/"
         known = {k: v for k, v in states.items() if k.startswith(prefix)}
         seen = {n.key for n in notes}
         missing = [k for k in known if k not in seen]
-        if not confirm and self._mass_deletion(root, status, len(known), len(missing), len(notes)):
+        if supervisor.hold_deletions(root, len(known), len(missing), len(notes), confirm):
             missing = []
         else:
-            status.error, status.held_deletions = None, 0
-            if status.mode == "offline":
-                log.info("watcher_recovered root=%s", root.name)
-            status.mode = "polling"
+            supervisor.mark_online(root)
         diff.gone.extend(missing)
         for n in notes:
             st = known.get(n.key)
@@ -220,33 +203,6 @@ class Indexer:
             else:
                 diff.work.append(n)
         status.last_sweep, status.last_sweep_seconds = time.time(), time.time() - t0
-
-    def _root_unreachable(self, root: Root, status: RootStatus, why: str) -> None:
-        if status.mode != "offline":
-            log.warning("watcher_retry root=%s reason=%s", root.name, why)
-        status.mode, status.error = "offline", why
-
-    def _mass_deletion(self, root: Root, status: RootStatus, known: int, missing: int, present: int) -> bool:
-        """True when deletions must be held: the root looks unmounted rather than edited."""
-        if root.source == "memory" or known < MASS_DELETION_MIN_FILES:
-            return False
-        suspicious = present == 0 or missing / known > self.cfg.index.mass_deletion_share
-        if not suspicious:
-            self._suspect.pop(root.name, None)
-            return False
-        count = self._suspect.get(root.name, 0) + 1
-        self._suspect[root.name] = count
-        if count >= 3:  # the state held across two more sweeps: it is real
-            self._suspect.pop(root.name, None)
-            log.warning("mass_deletion_confirmed root=%s missing=%d of %d", root.name, missing, known)
-            return False
-        status.held_deletions = missing
-        self._root_unreachable(
-            root,
-            status,
-            f"{missing} of {known} indexed notes vanished at once; deletions held until confirmed",
-        )
-        return True
 
     # --- writing ---------------------------------------------------------------------------
 
@@ -494,6 +450,18 @@ class Indexer:
         if act.first_sweep_done and not waiting:
             act.ready_once = True  # later edits queue a few vectors without flipping back to building
         return "ready" if act.ready_once else "building"
+
+    def optimize_vectors(self) -> None:
+        """Scheduled compaction of the vector table (also done after every 100 writes)."""
+        vectors = self.stores.vectors
+        if vectors is None:
+            return
+        try:
+            vectors.optimize()
+        except StoreError as exc:
+            log.error("optimize_failed error=%s", exc)
+            return
+        self.activity.last_optimize = time.time()
 
     def counts(self) -> dict[str, Any]:
         return self.stores.manifest.counts()

@@ -9,6 +9,8 @@ sweeps). Editor temp files, dot-folders and non-Markdown files are filtered out.
 from __future__ import annotations
 
 import logging
+import os
+import stat
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -74,8 +76,21 @@ class Watcher:
                 self.watching = []
                 self.stop.wait(delay)
 
+    def _identity(self) -> list[tuple[str, int, int] | None]:
+        """(path, device, inode) of each watched folder: a recreated or remounted folder differs."""
+        out: list[tuple[str, int, int] | None] = []
+        for p in self.paths:
+            try:
+                st = os.stat(p)
+            except OSError:
+                out.append(None)
+                continue
+            out.append((str(p), st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None)
+        return out
+
     def _watch(self, existing: list[Path]) -> None:
         log.info("watcher_started paths=%s", ",".join(map(str, existing)))
+        identity = self._identity()
         for changes in watchfiles.watch(
             *existing,
             watch_filter=NoteFilter(existing),
@@ -90,7 +105,9 @@ class Watcher:
             if changes:
                 log.debug("watcher_changes count=%d", len(changes))
                 self.on_change({p for _, p in changes})
-            # A root that appeared or vanished (mount, unmount) needs a new watch.
-            if [p for p in self.paths if p.is_dir()] != existing:
-                log.info("watcher_restart reason=roots changed")
+            # inotify dies silently when a watched folder is deleted, recreated or remounted:
+            # compare device and inode every tick and start a new watch (and a catch-up sweep).
+            if self._identity() != identity:
+                log.info("watcher_restart reason=a watched folder was replaced, mounted or unmounted")
+                self.on_change(set())
                 return

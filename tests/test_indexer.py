@@ -306,10 +306,10 @@ def test_unmounted_vault_keeps_its_index(harness: Harness, tmp_path: Path) -> No
     vault.rename(tmp_path / "unmounted")
     harness.sweep()
     assert _store_counts(harness) == before
-    assert harness.indexer.activity.roots["vault"].mode == "offline"
+    assert harness.indexer.supervisor.roots["vault"].offline
     (tmp_path / "unmounted").rename(vault)
     harness.sweep()
-    assert harness.indexer.activity.roots["vault"].mode == "polling"
+    assert not harness.indexer.supervisor.roots["vault"].offline
     assert _store_counts(harness) == before
 
 
@@ -325,7 +325,7 @@ def test_emptied_mount_point_holds_deletions(harness: Harness) -> None:
         p.unlink()
     harness.sweep()
     assert _store_counts(harness) == before
-    assert harness.indexer.activity.roots["vault"].mode == "offline"
+    assert harness.indexer.supervisor.roots["vault"].offline
     harness.sweep()
     harness.sweep()  # the third sweep in a row confirms: the user really deleted them
     assert _store_counts(harness)[0] < before[0]

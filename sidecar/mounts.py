@@ -1,0 +1,94 @@
+"""Which filesystem a root lives on (pure parsing plus one read of the mount table).
+
+Network filesystems (SMB/CIFS, NFS, AFP, FUSE mounts such as sshfs or rclone) deliver no file
+events for edits made on other machines, so their roots are polled on a short interval.
+Linux reads ``/proc/self/mountinfo``; macOS asks ``mount``. Imports nothing of the project.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+NETWORK_TYPES = frozenset(
+    {
+        "cifs", "smb", "smb2", "smb3", "smbfs", "nfs", "nfs4", "afpfs", "afs", "9p", "ceph", "glusterfs",
+        "lustre", "gpfs", "davfs", "webdav", "fuse", "fuseblk", "sshfs", "ncpfs", "osxfuse", "macfuse",
+    }
+)  # fmt: skip
+
+
+def is_network(fs_type: str | None) -> bool:
+    if not fs_type:
+        return False
+    fs_type = fs_type.lower()
+    return fs_type in NETWORK_TYPES or fs_type.startswith(("fuse.", "fuse-", "nfs"))
+
+
+def _unescape(field: str) -> str:
+    """mountinfo escapes space, tab, newline and backslash as octal (\\040 ...)."""
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and i + 3 < len(field) and field[i + 1 : i + 4].isdigit():
+            out.append(chr(int(field[i + 1 : i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def parse_mountinfo(text: str) -> list[tuple[str, str]]:
+    """(mount point, filesystem type) for every line of a Linux mountinfo table."""
+    mounts = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields = left.split()
+        if not sep or len(fields) < 5 or not right.split():
+            continue
+        mounts.append((_unescape(fields[4]), right.split()[0]))
+    return mounts
+
+
+def parse_mount_output(text: str) -> list[tuple[str, str]]:
+    """macOS ``mount`` lines: ``//user@nas/share on /Volumes/share (smbfs, nodev, ...)``."""
+    mounts = []
+    for line in text.splitlines():
+        _, on, rest = line.partition(" on ")
+        point, paren, opts = rest.rpartition(" (")
+        if on and paren:
+            mounts.append((point, opts.split(",")[0].strip(" )")))
+    return mounts
+
+
+def fs_type_of(path: Path, mounts: list[tuple[str, str]]) -> str | None:
+    """Type of the mount with the longest mount point containing ``path`` (the last one wins on ties)."""
+    target = os.path.realpath(path)
+    best: tuple[int, str] | None = None
+    for point, fs_type in mounts:
+        p = point.rstrip("/") or "/"
+        inside = target == p or target.startswith(p + "/") or p == "/"
+        if inside and (best is None or len(p) >= best[0]):
+            best = (len(p), fs_type)
+    return best[1] if best else None
+
+
+def read_mounts(table: Path | None) -> list[tuple[str, str]]:
+    """The mount table of this machine (or the file given, for tests and unusual systems)."""
+    if table is not None:
+        try:
+            return parse_mountinfo(table.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            return []
+    if sys.platform == "darwin":
+        try:
+            out = subprocess.run(["/sbin/mount"], capture_output=True, text=True, timeout=10, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return []
+        return parse_mount_output(out.stdout)
+    try:
+        return parse_mountinfo(Path("/proc/self/mountinfo").read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return []
