@@ -112,6 +112,15 @@ class Bm25Index:
             self._index.reload()
             self._searcher = self._index.searcher()
 
+    def all_ids(self) -> set[str]:
+        """Every chunk id in the index (for consistency checks)."""
+        searcher = self._searcher
+        n = searcher.num_docs
+        if n == 0:
+            return set()
+        hits = searcher.search(tantivy.Query.all_query(), limit=n, count=False).hits
+        return {str(searcher.doc(address).get_first("chunk_id")) for _score, address in hits}
+
     def num_docs(self) -> int:
         return int(self._searcher.num_docs)
 

@@ -1,0 +1,116 @@
+"""Root supervision: mount types, backoff, due roots, hung shares, polling mode."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar import supervisor as supervisor_mod
+from sidecar.backoff import Backoff
+from sidecar.mounts import fs_type_of, is_network, parse_mount_output, parse_mountinfo
+from sidecar.sources import Root
+from sidecar.supervisor import Supervisor
+from tests.conftest import FakeEmbedder, Harness
+
+MOUNTINFO = """\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+40 22 0:35 / /mnt/nas rw,relatime shared:20 - cifs //nas/share rw,vers=3.0
+41 22 0:36 / /mnt/my\\040notes rw - nfs4 nas:/notes rw
+42 22 0:37 / /home/u/remote rw - fuse.sshfs u@host: rw
+43 40 0:38 / /mnt/nas/local rw - tmpfs tmpfs rw
+"""
+
+
+def test_mountinfo_types_and_longest_prefix() -> None:
+    """Types come from the longest mount point containing the path; escapes are decoded."""
+    mounts = parse_mountinfo(MOUNTINFO)
+    assert ("/mnt/my notes", "nfs4") in mounts
+    assert fs_type_of(Path("/mnt/nas/Vault"), mounts) == "cifs"
+    assert fs_type_of(Path("/mnt/nas/local/x"), mounts) == "tmpfs"
+    assert fs_type_of(Path("/mnt/my notes/v"), mounts) == "nfs4"
+    assert fs_type_of(Path("/srv/vault"), mounts) == "ext4"
+    assert all(is_network(t) for t in ("cifs", "nfs4", "fuse.sshfs", "smbfs", "afpfs"))
+    assert not any(is_network(t) for t in ("ext4", "apfs", "tmpfs", "btrfs", None))
+
+
+def test_macos_mount_output() -> None:
+    """macOS `mount` lines parse into (mount point, type)."""
+    out = "//me@nas._smb._tcp.local/Vault on /Volumes/Vault (smbfs, nodev, nosuid, mounted by me)\n"
+    assert parse_mount_output(out) == [("/Volumes/Vault", "smbfs")]
+
+
+def test_backoff_grows_caps_and_jitters() -> None:
+    """30 s, 60 s, 120 s ... capped at 10 min, each within ±20 %."""
+    b = Backoff(30, 600, 0.2)
+    assert [b.delay(n, lambda: 0.5) for n in (1, 2, 3, 6, 9)] == [30, 60, 120, 600, 600]
+    assert b.delay(1, lambda: 0.0) == pytest.approx(24) and b.delay(1, lambda: 1.0) == pytest.approx(36)
+
+
+def test_due_roots_follow_retry_and_poll_intervals(make_cfg: Any, vault: Path) -> None:
+    """Offline roots are due at their retry time; network roots every poll interval."""
+    now = [1000.0]
+    sup = Supervisor(make_cfg(vault, **{"watch.pollSeconds": 60}), clock=lambda: now[0])
+    nas = Root("vault", vault)
+    sup.status(nas).network = True
+    sup.status(nas).last_sweep = 990.0
+    assert sup.due() == []
+    now[0] = 1051.0
+    assert sup.due() == ["vault"]
+    wiki = Root("wiki", vault / "wiki")
+    sup.mark_offline(wiki, "gone")
+    assert "wiki" not in sup.due()
+    now[0] += 40
+    assert "wiki" in sup.due()
+    sup.mark_online(wiki)
+    assert sup.status(wiki).failures == 0 and not sup.status(wiki).offline
+
+
+def test_hung_root_does_not_block_the_others(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A root whose listing hangs goes offline after its timeout; the other roots are indexed."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3})
+    real_probe = supervisor_mod._probe
+    release = __import__("threading").Event()
+
+    def probe(root: Root) -> None:
+        if root.source == "wiki":
+            release.wait(30)  # a hung NFS stat
+        real_probe(root)
+
+    monkeypatch.setattr(supervisor_mod, "_probe", probe)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        t0 = time.monotonic()
+        h.sweep()
+        assert time.monotonic() - t0 < 10
+        wiki = h.indexer.supervisor.roots["wiki"]
+        assert wiki.offline and "timeout" in (wiki.error or "")
+        assert h.indexer.counts()["by_source"]["vault"]["files"] == 3
+        h.sweep()  # the hung probe thread is still there: no second one is started
+        assert "still hanging" in (h.indexer.supervisor.roots["wiki"].error or "")
+        release.set()
+        time.sleep(0.2)
+        h.sweep()
+        assert not h.indexer.supervisor.roots["wiki"].offline
+        assert h.indexer.counts()["by_source"]["wiki"]["files"] == 1
+    finally:
+        release.set()
+        h.close()
+
+
+def test_mount_table_double_puts_root_in_polling_mode(make_cfg: Any, vault: Path, tmp_path: Path) -> None:
+    """A vault on a cifs mount (per the mount table) is reported as polling, not events."""
+    table = tmp_path / "mountinfo"
+    table.write_text(f"22 1 8:1 / / rw - ext4 /dev/sda1 rw\n40 22 0:35 / {vault} rw - cifs //nas/v rw\n")
+    h = Harness(make_cfg(vault, **{"watch.mountTable": str(table)}), FakeEmbedder())
+    try:
+        h.sweep()
+        roots = {r["name"]: r for r in h.indexer.supervisor.describe(lambda _p: True)}
+        assert roots["vault"]["mode"] == "polling" and roots["vault"]["fs_type"] == "cifs"
+        assert roots["wiki"]["mode"] == "polling"  # inside the same share
+    finally:
+        h.close()

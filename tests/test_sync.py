@@ -1,0 +1,150 @@
+"""Following the files through outages and crashes, with a real daemon process."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.config import load_config
+from sidecar.stores.bm25 import Bm25Index
+from sidecar.stores.manifest import Manifest
+from tests.conftest import DaemonProcess, write
+
+pytestmark = pytest.mark.model
+
+FAST_RETRY = {"SIDECAR_WATCH_RETRY_BASE_SECONDS": "0.5", "SIDECAR_WATCH_RETRY_MAX_SECONDS": "1"}
+
+
+def _vault_root(h: dict[str, Any]) -> dict[str, Any]:
+    return next(r for r in h["roots"] if r["name"] == "vault")
+
+
+def test_vanished_root_stays_searchable_and_recovers(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
+    """A vanished vault goes offline, loses no chunk, comes back by itself with the edits made meanwhile."""
+    d: DaemonProcess = daemon_factory(vault, env=FAST_RETRY).start()
+    chunks = d.health()["index"]["chunks"]
+    away = tmp_path / "unmounted"
+    vault.rename(away)
+    d.call("index")  # a sweep now, as the next scheduled one would
+    h = d.wait_for(lambda h: _vault_root(h)["mode"] == "offline", timeout=30)
+    assert h["index"]["chunks"] == chunks
+    assert d.call("search", {"query": "spark plugs"})["hits"][0]["reference"] == "vault/Projects/Boat"
+    assert "vault" in d.run_cli("status").stdout and "PROBLEM" in d.run_cli("status").stdout
+    write(away / "Projects" / "Boat.md", "# Boat\n\n## Engine\n\nThe outboard engine got a new propeller.\n")
+    write(away / "Kayak.md", "# Kayak\n\nThe kayak paddle hangs in the garage loft.\n")
+    away.rename(vault)
+    d.wait_for(lambda h: _vault_root(h)["mode"] != "offline" and h["index"]["files"] == 5, timeout=60)
+    assert "watcher_recovered" in d.log.read_text() and "watcher_retry" in d.log.read_text()
+    hits = d.call("search", {"query": "outboard propeller"})["hits"]
+    assert hits[0]["reference"] == "vault/Projects/Boat" and "propeller" in hits[0]["text"]
+
+
+def test_recreated_root_is_watched_again(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
+    """After the vault folder is replaced by a new one, saves in it are still seen by events."""
+    d: DaemonProcess = daemon_factory(vault).start()
+    shutil.copytree(vault, tmp_path / "copy")
+    shutil.rmtree(vault)
+    (tmp_path / "copy").rename(vault)
+    time.sleep(6)  # one liveness tick (5 s) notices the new inode and restarts the watch
+    write(vault / "Fresh.md", "# Fresh\n\nThe greenhouse heater switches on below five degrees.\n")
+    d.wait_for(lambda h: h["index"]["files"] == 5, timeout=20)
+    assert d.call("search", {"query": "greenhouse heater"})["hits"][0]["reference"] == "vault/Fresh"
+
+
+def test_network_mount_runs_in_polling_mode(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
+    """A vault on a cifs share (per the mount table) is polled on its own interval and says so."""
+    table = tmp_path / "mountinfo"
+    table.write_text(f"22 1 8:1 / / rw - ext4 /dev/sda1 rw\n40 22 0:35 / {vault} rw - cifs //nas/v rw\n")
+    env = {"SIDECAR_WATCH_MOUNT_TABLE": str(table), "SIDECAR_WATCH_POLL_SECONDS": "1"}
+    d: DaemonProcess = daemon_factory(vault, env=env).start()
+    assert _vault_root(d.health())["mode"] == "polling"
+    sweeps = d.health()["index"]["sweeps"]
+    d.wait_for(lambda h: h["index"]["sweeps"] >= sweeps + 2, timeout=20)
+
+
+def _notes(vault: Path, n: int) -> None:
+    rng = random.Random(7)
+    words = [
+        "garden",
+        "boat",
+        "engine",
+        "bread",
+        "backup",
+        "restic",
+        "kayak",
+        "paddle",
+        "tomato",
+        "propeller",
+    ]
+    for i in range(n):
+        body = "\n\n".join(" ".join(rng.choice(words) for _ in range(30)) for _ in range(rng.randint(1, 4)))
+        write(vault / f"folder{i % 7}" / f"note-{i:03d}.md", f"# Note {i}\n\n{body}\n")
+
+
+def _store_ids(home: Path) -> tuple[set[str], set[str], set[str]]:
+    cfg = load_config(flags={"home": str(home)}, env={})
+    manifest = Manifest(cfg.index_dir / "manifest.sqlite")
+    bm25 = Bm25Index(cfg.index_dir / "bm25")
+    try:
+        ids = manifest.all_chunk_ids()
+        bm25_ids = bm25.all_ids()
+        table = manifest.get_meta("vector_table")
+    finally:
+        bm25.close()
+        manifest.close()
+    import lancedb
+
+    db = lancedb.connect(str(cfg.index_dir / "vectors"))
+    vec = (
+        db.open_table(table)
+        .search()
+        .select(["chunk_id"])
+        .limit(None)
+        .to_arrow()
+        .column("chunk_id")
+        .to_pylist()
+    )
+    assert len(vec) == len(set(vec)), "duplicate vectors"
+    return ids, bm25_ids, set(vec)
+
+
+def test_kill_9_at_twenty_moments_converges(daemon_factory: Any, tmp_path: Path) -> None:
+    """SIGKILL at 20 moments of indexing 200 notes; after restarts the index equals a clean rebuild."""
+    vault = tmp_path / "big-vault"
+    _notes(vault, 200)
+    d: DaemonProcess = daemon_factory(vault, name="killed")
+    rng = random.Random(11)
+    for _ in range(20):
+        d.start(wait=None)
+        time.sleep(rng.uniform(0.3, 3.0))
+        d.stop(signal.SIGKILL)
+        if rng.random() < 0.3:  # the vault changes between crashes too
+            victim = vault / "folder1" / f"note-{rng.randrange(200):03d}.md"
+            if victim.exists():
+                victim.unlink()
+            write(
+                vault / "folder9" / f"late-{rng.randrange(1000)}.md", "# Late\n\nadded between two crashes\n"
+            )
+    d.start(wait=None)
+    d.wait_for(lambda h: h["index"]["state"] == "ready" and h["index"]["pending_vectors"] == 0, timeout=180)
+    assert d.stop() == 0
+    clean = daemon_factory(vault, name="clean")
+    out = clean.run_cli("index", "--vault", str(vault), check=True)
+    assert "0 without vectors" in out.stderr
+    ids, bm25_ids, vec_ids = _store_ids(d.home)
+    clean_ids, clean_bm25, clean_vec = _store_ids(clean.home)
+    assert ids == clean_ids, "manifest chunks differ from a clean rebuild"
+    assert bm25_ids == ids and vec_ids == ids
+    assert clean_bm25 == clean_ids == clean_vec
+    notes = set(vault.rglob("*.md"))
+    assert len(notes) > 150
+    assert not os.path.exists(d.socket)
