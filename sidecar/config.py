@@ -53,10 +53,14 @@ class IndexConfig:
     optimize_minutes: float = _opt(
         60.0, "Compact the vector table (and drop old versions) this often.", min=1.0
     )
+    optimize_every_writes: int = _opt(
+        100, "Also compact after this many vector writes (0: only on the schedule).", min=0, max=1_000_000
+    )
 
 
 @dataclass(frozen=True)
 class WatchConfig:
+    events: bool = _opt(True, "Use file events (inotify/FSEvents); false: sweeps and polling only.")
     debounce_ms: int = _opt(
         300, "File events are collected this long before a sweep runs.", min=0, max=60_000
     )

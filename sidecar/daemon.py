@@ -168,7 +168,7 @@ class Daemon:
     def _handlers(self, indexer: Indexer) -> Handlers:
         cfg = self.cfg
         cfg.agents_dir.mkdir(parents=True, exist_ok=True)
-        watch = [p for p in (cfg.vault.path, cfg.agents_dir) if p is not None]
+        watch = [p for p in (cfg.vault.path, cfg.agents_dir) if p is not None and cfg.watch.events]
         self.watcher = Watcher(
             watch, lambda _paths: self.request_sweep(False), self.stop, cfg.watch.debounce_ms
         )

@@ -45,7 +45,10 @@ def _in_list(column: str, values: Sequence[str]) -> str:
 class VectorStore:
     """One LanceDB table for one model; thread-safe writes, concurrent reads."""
 
-    def __init__(self, path: Path, model_id: str, dim: int, pooling: str) -> None:
+    def __init__(
+        self, path: Path, model_id: str, dim: int, pooling: str, optimize_every: int = OPTIMIZE_EVERY
+    ) -> None:
+        self.optimize_every = optimize_every
         self.path = path
         self.model_id = model_id
         self.dim = dim
@@ -173,7 +176,7 @@ class VectorStore:
 
     def _count_write(self) -> None:
         self._writes += 1
-        if self._writes >= OPTIMIZE_EVERY:
+        if self.optimize_every and self._writes >= self.optimize_every:
             self._wrap("optimize", lambda: self._table.optimize(cleanup_older_than=_KEEP_VERSIONS))
             self._writes = 0
 
