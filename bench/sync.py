@@ -2,7 +2,7 @@
 daemon, and query latency while single-note updates stream in (with and without compaction).
 
     python bench/sync.py latency --vault ../shared/eval/vaults/obsidian-help/en --out bench/out/lat.json
-    python bench/sync.py idle --vault ../shared/eval/vaults/obsidian-help --seconds 600 --out bench/out/idle.json
+    python bench/sync.py idle --vault ../shared/eval/vaults/obsidian-help --seconds 600 --out idle.json
     python bench/sync.py stream --vault ../shared/eval/vaults/obsidian-help/en --updates 500 --out ...
 
 The vault is copied to a temporary folder first: the benchmark edits notes, the corpus stays untouched.
