@@ -89,9 +89,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("config", help="configuration helpers")
     _common(p)
+    _vault_flags(p)
     p.add_argument(
-        "action", choices=("example", "show"), help="example: print a documented file; show: effective values"
+        "action",
+        choices=("check", "example", "show"),
+        help="check/show: validate and print the effective values and where each came from; "
+        "example: print a documented file",
     )
+
+    p = sub.add_parser("service", help="install the user service (systemd on Linux, launchd on macOS)")
+    _common(p)
+    p.add_argument("action", choices=("install", "uninstall", "status"))
+    p.add_argument("--dry-run", action="store_true", help="print the file instead of writing it")
     return parser
 
 
@@ -127,7 +136,7 @@ def cmd_serve(args: argparse.Namespace, cfg: Config) -> int:
     from sidecar.daemon import Daemon
 
     logs.setup(cfg.logging.level, journald=cfg.journald)
-    Daemon(cfg).run()
+    Daemon(cfg, reload_config=lambda: _config(args)).run()
     return int(ExitCode.OK)
 
 
@@ -284,12 +293,52 @@ def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
     if args.action == "example":
         sys.stdout.write(render_example())
         return int(ExitCode.OK)
+    print(f"configuration OK ({cfg.source_file or 'no file: defaults, environment and flags'})")
     for s in settings():
         value: Any = cfg
         for attr in s.attrs:
             value = getattr(value, attr)
         print(f"{s.dotted} = {value}  ({cfg.origins.get(s.dotted, 'default')})")
     print(f"socket (effective) = {cfg.socket_path}")
+    return int(ExitCode.OK)
+
+
+def cmd_service(args: argparse.Namespace, cfg: Config) -> int:
+    from pathlib import Path
+
+    from sidecar.service import service_file
+
+    svc = service_file(cfg, Path.home())
+    if args.action == "status":
+        state = "installed" if svc.path.exists() else "not installed"
+        print(f"service file {svc.path}: {state}")
+        print(
+            f"start it with: {svc.enable}"
+            if svc.path.exists()
+            else "install it with: sidecar service install"
+        )
+        return int(ExitCode.OK)
+    if args.action == "uninstall":
+        if args.dry_run:
+            print(f"would remove {svc.path}; first run: {svc.disable}")
+            return int(ExitCode.OK)
+        print(f"stop it first with: {svc.disable}")
+        svc.path.unlink(missing_ok=True)
+        print(f"removed {svc.path}")
+        return int(ExitCode.OK)
+    if args.dry_run:
+        sys.stdout.write(svc.text)
+        print(f"# would be written to {svc.path}; then: {svc.enable}", file=sys.stderr)
+        return int(ExitCode.OK)
+    if cfg.source_file is None:
+        print(
+            "note: no configuration file; the service will start without a vault. Write one "
+            "(sidecar config example > ~/.config/sidecar/config.yaml) and set vault.path.",
+            file=sys.stderr,
+        )
+    svc.path.parent.mkdir(parents=True, exist_ok=True)
+    svc.path.write_text(svc.text, encoding="utf-8")
+    print(f"wrote {svc.path}\nstart it now and at every login with:\n  {svc.enable}")
     return int(ExitCode.OK)
 
 
@@ -301,6 +350,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "status": cmd_status,
     "config": cmd_config,
     "mcp": cmd_mcp,
+    "service": cmd_service,
     "memory": cmd_memory,
 }
 

@@ -171,6 +171,8 @@ class Config:
     source_file: Path | None = field(default=None, metadata={"internal": True})
     origins: Mapping[str, str] = field(default_factory=dict, metadata={"internal": True})
     journald: bool = field(default=False, metadata={"internal": True})  # stderr goes to journald
+    notify_socket: str | None = field(default=None, metadata={"internal": True})  # systemd Type=notify
+    watchdog_usec: int | None = field(default=None, metadata={"internal": True})
 
     @property
     def index_dir(self) -> Path:
@@ -448,6 +450,8 @@ def load_config(
         source_file=source_file,
         origins=origins,
         journald=bool(env.get("JOURNAL_STREAM")),
+        notify_socket=env.get("NOTIFY_SOCKET") or None,
+        watchdog_usec=int(env["WATCHDOG_USEC"]) if env.get("WATCHDOG_USEC", "").isdigit() else None,
     )
 
 

@@ -18,19 +18,20 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from sidecar.config import Config
 from sidecar.embedder import EmbedderSlot, load_model
-from sidecar.errors import DaemonRunningError, EmbedderError, StoreError
+from sidecar.errors import DaemonRunningError, EmbedderError, SidecarError, StoreError
 from sidecar.handlers import Handlers, ServiceState
 from sidecar.inbox import Inboxes
 from sidecar.indexer import Indexer, Stores, open_stores, open_vectors
 from sidecar.memory_ops import MemoryOps
+from sidecar.notify import Notifier
 from sidecar.retrieval import Retriever
 from sidecar.server import Server, bind_socket
 from sidecar.watcher import Watcher
@@ -104,8 +105,12 @@ def load_embedder(cfg: Config, slot: EmbedderSlot) -> None:
 
 
 class Daemon:
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, reload_config: Callable[[], Config] | None = None) -> None:
         self.cfg = cfg
+        self.reload_config = reload_config
+        self.notifier = Notifier(cfg.notify_socket)
+        self.loop_beat = self.indexer_beat = time.monotonic()
+        self._retriever: Retriever | None = None
         self.stop = threading.Event()
         self.jobs: queue.Queue[Job] = queue.Queue()
         self.slot = EmbedderSlot()
@@ -173,12 +178,13 @@ class Daemon:
             watch, lambda _paths: self.request_sweep(False), self.stop, cfg.watch.debounce_ms
         )
         service = ServiceState(
-            self.started, self.jobs.qsize, self.request_sweep, lambda: self.watcher.watching
+            self.started, self.jobs.qsize, self.request_sweep, lambda: self.watcher.watching, self.reload
         )
+        self._retriever = Retriever(indexer.stores, self.slot, cfg.search)
         return Handlers(
             cfg,
             indexer=indexer,
-            retriever=Retriever(indexer.stores, self.slot, cfg.search),
+            retriever=self._retriever,
             slot=self.slot,
             service=service,
             memory=MemoryOps(cfg, Inboxes(cfg), indexer, self.slot),
@@ -189,13 +195,62 @@ class Daemon:
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, lambda: loop.run_in_executor(None, self._reload_quietly))
+        beat = asyncio.create_task(self._beat())
         try:
             log.info("daemon_ready socket=%s", self.cfg.socket_path)
+            self.notifier.send("READY=1", "STATUS=serving; first sweep starting")
             await server.serve(listener, stop)  # type: ignore[arg-type]
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            beat.cancel()
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
+            self.notifier.send("STOPPING=1", "STATUS=stopping")
             log.info("daemon_stopping")
+
+    async def _beat(self) -> None:
+        """Proves the event loop turns; the watchdog pings only while it does."""
+        while True:
+            self.loop_beat = time.monotonic()
+            await asyncio.sleep(1.0)
+
+    def _notify(self, indexer: Indexer) -> None:
+        """STATUS= for `systemctl status`, and WATCHDOG=1 when the loop and the indexer are alive."""
+        if not self.notifier.enabled:
+            return
+        self.notifier.send(f"STATUS={status_line(indexer, self.slot.state)}")
+        if self.cfg.watchdog_usec:
+            now = time.monotonic()
+            limit = self.cfg.watchdog_usec / 1e6
+            loop_ok = now - self.loop_beat < limit / 2
+            # The indexer thread beats between jobs and after every batch of a sweep.
+            indexer_ok = now - self.indexer_beat < max(limit, 300.0)
+            if loop_ok and indexer_ok:
+                self.notifier.send("WATCHDOG=1")
+            else:
+                log.error("watchdog_missed event_loop_ok=%s indexer_ok=%s", loop_ok, indexer_ok)
+
+    def _reload_quietly(self) -> None:
+        with contextlib.suppress(SidecarError):  # already logged; the running configuration stays
+            self.reload()
+
+    def reload(self) -> dict[str, Any]:
+        """Re-read the configuration and apply the ranking tunables (SIGHUP or the reload op)."""
+        if self.reload_config is None or self._retriever is None:
+            return {"reloaded": False, "changed": []}
+        try:
+            new = self.reload_config()
+        except SidecarError as exc:
+            log.error("reload_failed error=%s; keeping the running configuration", exc)
+            raise
+        old = self._retriever.cfg
+        changed = [f.name for f in fields(old) if getattr(old, f.name) != getattr(new.search, f.name)]
+        self._retriever.cfg = new.search
+        log.info("config_reloaded changed=%s", ",".join(changed) or "nothing")
+        return {"reloaded": True, "changed": changed}
+
+    def _indexer_alive(self, _activity: object) -> None:
+        self.indexer_beat = time.monotonic()
 
     def _start_thread(self, name: str, target: object) -> None:
         t = threading.Thread(target=target, name=name, daemon=True)  # type: ignore[arg-type]
@@ -223,6 +278,9 @@ class Daemon:
         scheduler.add_job(
             self._retry_embedder, "interval", minutes=cfg.embedder.retry_minutes, id="model-retry"
         )
+        if self.notifier.enabled:
+            every = min(5.0, cfg.watchdog_usec / 2e6) if cfg.watchdog_usec else 5.0
+            scheduler.add_job(lambda: self._notify(indexer), "interval", seconds=every, id="notify")
         return scheduler
 
     def _tick(self, indexer: Indexer) -> None:
@@ -242,6 +300,7 @@ class Daemon:
         self.slot.ready.wait(timeout=60)
         delay = 1.0
         while not self.stop.is_set():
+            self.indexer_beat = time.monotonic()
             try:
                 job = self.jobs.get(timeout=0.5)
             except queue.Empty:
@@ -251,7 +310,12 @@ class Daemon:
             try:
                 if job.rebuild:
                     indexer.clear()
-                indexer.sweep(only=job.roots, stop=self.stop, confirm_deletions=job.confirm)
+                indexer.sweep(
+                    only=job.roots,
+                    stop=self.stop,
+                    confirm_deletions=job.confirm,
+                    progress=self._indexer_alive,
+                )
                 delay = 1.0
             except StoreError as exc:
                 log.error("sweep_failed error=%s retry_in=%.0fs", exc, delay)
@@ -284,6 +348,25 @@ class Daemon:
             if stored == 0:
                 indexer.vectors_changed.wait(1.0)
                 indexer.vectors_changed.clear()
+
+
+def status_line(indexer: Indexer, embedder_state: str) -> str:
+    """One line for `systemctl status`: what the daemon is doing right now."""
+    act = indexer.activity
+    offline = [st.name for st in indexer.supervisor.roots.values() if st.offline]
+    if act.phase in ("scanning", "indexing") and not act.first_sweep_done:
+        text = f"building {act.done:,}/{act.total:,} notes"
+    else:
+        counts = indexer.counts()
+        pending = indexer.stores.manifest.pending_count()
+        text = f"ready: {counts['files']:,} notes, {counts['chunks']:,} chunks"
+        if pending and embedder_state == "ok":
+            text += f", {pending:,} waiting for vectors"
+        elif embedder_state != "ok":
+            text += f", keyword search only (model {embedder_state})"
+    if offline:
+        text += f"; offline: {', '.join(offline)}"
+    return text
 
 
 def index_once(

@@ -46,6 +46,7 @@ class ServiceState:
     queue_depth: Callable[[], int]
     request_sweep: Callable[[bool, frozenset[str] | None, frozenset[str]], None]
     watched: Callable[[], list[Path]]
+    reload: Callable[[], dict[str, Any]]
 
 
 class Handlers:
@@ -69,6 +70,7 @@ class Handlers:
             "search": self.search,
             "get": self.get,
             "index": self.index,
+            "reload": self.reload,
             **memory.ops(),
         }
 
@@ -168,6 +170,10 @@ class Handlers:
             "lines": text.count("\n") + 1,
             "indexed": bool(chunks),
         }
+
+    def reload(self, req: Request) -> dict[str, Any]:
+        check_known(req.params, ())
+        return self.service.reload()
 
     def index(self, req: Request) -> dict[str, Any]:
         p = req.params

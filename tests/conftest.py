@@ -29,7 +29,11 @@ REPO = Path(__file__).resolve().parent.parent
 def hermetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every user path points into tmp_path; no SIDECAR_* or XDG variable leaks in."""
     for name in list(os.environ):
-        if name.startswith(("SIDECAR_", "XDG_")) or name == "JOURNAL_STREAM":
+        if name.startswith(("SIDECAR_", "XDG_")) or name in (
+            "JOURNAL_STREAM",
+            "NOTIFY_SOCKET",
+            "WATCHDOG_USEC",
+        ):
             monkeypatch.delenv(name)
     monkeypatch.setenv("HOME", str(tmp_path / "userhome"))
     (tmp_path / "userhome").mkdir(exist_ok=True)

@@ -1,0 +1,40 @@
+"""systemd's notify protocol (sd_notify) in a few lines: datagrams to $NOTIFY_SOCKET.
+
+READY=1 once the socket is bound, STATUS= lines a person sees in `systemctl status`, WATCHDOG=1
+from a check that the event loop and the indexer are alive, STOPPING=1 on shutdown. A no-op when
+not running under systemd. Imports nothing of the project.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+log = logging.getLogger(__name__)
+
+
+class Notifier:
+    def __init__(self, address: str | None) -> None:
+        self.address = address
+        self._sock: socket.socket | None = None
+        if address:
+            self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self._sock.setblocking(False)
+
+    @property
+    def enabled(self) -> bool:
+        return self._sock is not None
+
+    def send(self, *lines: str) -> None:
+        if self._sock is None or self.address is None:
+            return
+        target = "\0" + self.address[1:] if self.address.startswith("@") else self.address
+        try:
+            self._sock.sendto("\n".join(lines).encode("utf-8"), target)
+        except OSError as exc:  # the manager went away: nothing to tell any more
+            log.debug("notify_failed error=%s", exc)
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None

@@ -1,0 +1,151 @@
+"""Running as a service: unit files, sd_notify, exit codes, reload."""
+
+from __future__ import annotations
+
+import os
+import plistlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.config import load_config
+from sidecar.errors import ExitCode
+from sidecar.service import LABEL, service_file
+from tests.conftest import DaemonProcess
+
+
+def test_unit_and_plist_render_absolute_paths(tmp_path: Path, vault: Path) -> None:
+    """The systemd unit and the launchd plist name the absolute sidecar path, config, home and vault."""
+    cfg_file = tmp_path / "config.yaml"
+    cfg_file.write_text(f"vault:\n  path: {vault}\nhome: {tmp_path / 'home'}\n")
+    cfg = load_config(config_file=str(cfg_file), env={})
+    unit = service_file(cfg, tmp_path, platform="linux")
+    assert unit.path == tmp_path / ".config" / "systemd" / "user" / "sidecar.service"
+    exec_start = next(line for line in unit.text.splitlines() if line.startswith("ExecStart="))
+    exe = exec_start.split("=", 1)[1].split()[0]
+    assert Path(exe).is_absolute() and Path(exe).exists()
+    assert f"--config {cfg_file.resolve()}" in exec_start
+    assert "Type=notify" in unit.text and f"RestartPreventExitStatus={int(ExitCode.CONFIG)}" in unit.text
+    assert f"ReadOnlyPaths={vault.resolve()}" in unit.text
+    mac = service_file(cfg, tmp_path, platform="darwin")
+    data = plistlib.loads(mac.text.encode())
+    assert (
+        data["Label"] == LABEL and data["RunAtLoad"] is True and data["KeepAlive"]["SuccessfulExit"] is False
+    )
+    assert data["ProgramArguments"][1:] == ["serve", "--config", str(cfg_file.resolve())]
+    assert Path(data["ProgramArguments"][0]).is_absolute() and data["ThrottleInterval"] > 0
+    assert data["StandardErrorPath"].startswith(str(tmp_path))
+
+
+def test_repository_plist_parses() -> None:
+    """launchd/dev.sidecar.plist is a valid plist with the keys launchd needs."""
+    data = plistlib.loads((Path(__file__).parent.parent / "launchd" / "dev.sidecar.plist").read_bytes())
+    assert {"Label", "ProgramArguments", "RunAtLoad", "KeepAlive", "ThrottleInterval"} <= set(data)
+
+
+def test_systemd_analyze_verify(tmp_path: Path, vault: Path) -> None:
+    """The rendered unit passes `systemd-analyze verify` where systemd is installed."""
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        pytest.skip("systemd-analyze is not installed here")
+    cfg = load_config(flags={"home": str(tmp_path / "home"), "vault.path": str(vault)}, env={})
+    unit = tmp_path / "sidecar.service"
+    unit.write_text(service_file(cfg, tmp_path, platform="linux").text)
+    # System mode: a user manager may not run here; the syntax and ExecStart checks are the same.
+    out = subprocess.run([tool, "verify", str(unit)], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+
+
+def test_cli_service_dry_run(tmp_path: Path) -> None:
+    """`sidecar service install --dry-run` prints the unit and writes nothing."""
+    env = {**os.environ, "HOME": str(tmp_path), "SIDECAR_HOME": str(tmp_path / "h")}
+    out = subprocess.run(
+        [sys.executable, "-m", "sidecar", "service", "install", "--dry-run"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert "ExecStart=" in out.stdout or "<plist" in out.stdout
+    assert not (tmp_path / ".config" / "systemd").exists()
+
+
+def test_bad_config_exits_with_the_config_code(tmp_path: Path) -> None:
+    """A configuration error exits with code 3 (systemd does not restart it) and names the key."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("search:\n  vectorWieght: 2\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "sidecar", "serve", "--config", str(bad), "--home", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == ExitCode.CONFIG == 3
+    assert "search.vectorWieght" in out.stderr
+
+
+@pytest.mark.model
+def test_sd_notify_ready_status_watchdog_stopping(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
+    """With NOTIFY_SOCKET set the daemon sends READY=1, STATUS= lines, WATCHDOG=1 and STOPPING=1."""
+    path = tmp_path / "notify.sock"
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sink.bind(str(path))
+    sink.settimeout(20)
+    d: DaemonProcess = daemon_factory(vault, env={"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "2000000"})
+    d.start()
+    seen: list[str] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not ({"READY=1", "WATCHDOG=1"} <= set(seen)):
+        seen.extend(sink.recv(4096).decode().splitlines())
+    assert "READY=1" in seen and "WATCHDOG=1" in seen
+    assert any(s.startswith("STATUS=ready: 4 notes") for s in seen), seen
+    d.stop()
+    rest: list[str] = []
+    sink.settimeout(2)
+    try:
+        while True:
+            rest.extend(sink.recv(4096).decode().splitlines())
+    except TimeoutError:
+        pass
+    sink.close()
+    assert "STOPPING=1" in rest
+
+
+@pytest.mark.model
+def test_sighup_reloads_ranking_weights(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
+    """Editing search.vectorWeight and sending SIGHUP changes scores without a restart."""
+    cfg_file = tmp_path / "sidecar.yaml"
+    cfg_file.write_text("search:\n  vectorWeight: 1.0\n")
+    d: DaemonProcess = daemon_factory(vault, extra=["--config", str(cfg_file)]).start()
+    d.wait_for(lambda h: h["index"]["pending_vectors"] == 0)
+    pid = d.proc.pid if d.proc else 0
+
+    def top() -> list[float]:
+        hits = d.call("search", {"query": "outboard engine spark plugs and tomatoes", "limit": 5})["hits"]
+        return [h["score"] for h in hits]
+
+    before = top()
+    cfg_file.write_text("search:\n  vectorWeight: 0.0\n")
+    os.kill(pid, signal.SIGHUP)
+    deadline = time.monotonic() + 20
+    while "config_reloaded" not in d.log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "config_reloaded changed=vector_weight" in d.log.read_text()
+    after = top()
+    assert after != before
+    assert d.proc is not None and d.proc.pid == pid and d.proc.poll() is None
+    cfg_file.write_text("search:\n  vectorWeight: 0.5\n")
+    assert d.call("reload")["changed"] == ["vector_weight"]
+    cfg_file.write_text("search:\n  vectorWeight: 7\n")
+    with pytest.raises(Exception, match="vectorWeight"):
+        d.call("reload")
+    assert d.health()["index"]["state"] == "ready"
