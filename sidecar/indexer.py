@@ -355,7 +355,7 @@ class Indexer:
 
     def _check_bm25(self) -> None:
         """After the first sweep, BM25 must hold exactly the manifest's chunks; else rebuild it."""
-        expected = sum(1 for _ in self.stores.manifest.all_chunks())
+        expected = self.stores.manifest.indexed_chunk_count()
         actual = self.stores.bm25.num_docs()
         if expected != actual:
             log.warning(

@@ -346,5 +346,13 @@ class Manifest:
             "skipped": skipped,
         }
 
+    def indexed_chunk_count(self) -> int:
+        """Chunks of files in state indexed: what BM25 must hold."""
+        return int(
+            self._query(
+                "SELECT count(*) FROM chunks c JOIN files f ON f.key = c.key WHERE f.state = 'indexed'"
+            )[0][0]
+        )
+
     def chunk_count(self) -> int:
         return int(self._query("SELECT count(*) FROM chunks")[0][0])
