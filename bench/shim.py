@@ -1,7 +1,7 @@
 """MCP shim benchmark: cold start to the answer of tools/list, write-to-searchable latency and
 memory-tool round trips, through the MCP SDK's stdio client against a real daemon.
 
-    python bench/mcp.py --vault ../shared/eval/vaults/obsidian-help/en --out bench/out/mcp.json
+    python bench/shim.py --vault ../shared/eval/vaults/obsidian-help/en --out bench/out/mcp.json
 """
 
 from __future__ import annotations
