@@ -18,22 +18,25 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import IO, Any
 
+import lancedb
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from sidecar.config import Config
-from sidecar.embedder import EmbedderSlot, load_model
+from sidecar.embedder import Embedder, EmbedderSlot, load_model
 from sidecar.errors import DaemonRunningError, EmbedderError, SidecarError, StoreError
 from sidecar.handlers import Handlers, ServiceState
 from sidecar.inbox import Inboxes
-from sidecar.indexer import Indexer, Stores, open_stores, open_vectors
+from sidecar.indexer import Indexer, open_stores, open_vectors
 from sidecar.memory_ops import MemoryOps
 from sidecar.notify import Notifier
 from sidecar.retrieval import Retriever
 from sidecar.server import Server, bind_socket
+from sidecar.stores.vectors import VectorStore
+from sidecar.vectoring import Stores
 from sidecar.watcher import Watcher
 
 log = logging.getLogger(__name__)
@@ -334,7 +337,7 @@ class Daemon:
                 return
         model = self.slot.model
         try:
-            indexer.attach_vectors(open_vectors(self.cfg, model.model_id, model.dim, model.pooling))
+            attach(self.cfg, indexer, model)
         except StoreError as exc:
             log.error("vectors_unavailable error=%s; keyword search only", exc)
             return
@@ -346,8 +349,46 @@ class Daemon:
                 self.stop.wait(5.0)
                 continue
             if stored == 0:
-                indexer.vectors_changed.wait(1.0)
-                indexer.vectors_changed.clear()
+                indexer.vectors.changed.wait(1.0)
+                indexer.vectors.changed.clear()
+
+
+def attach(cfg: Config, indexer: Indexer, model: Embedder) -> None:
+    """Serve vectors of ``model``; if the index holds another model's vectors, keep serving those
+    (queried with that model) while the new table is built, as long as the old model can be loaded."""
+    new = open_vectors(cfg, model.model_id, model.dim, model.pooling)
+    old_name = indexer.stores.manifest.get_meta("vector_table")
+    if old_name and old_name != new.name:
+        previous = open_previous(cfg, old_name)
+        if previous is not None:
+            indexer.vectors.begin_migration(previous[0], previous[1], new, model)
+            return
+        log.warning(
+            "vectors_rebuild table=%s reason=the previous model cannot be loaded; vectors are recomputed "
+            "and search is keyword-only for chunks without one meanwhile",
+            new.name,
+        )
+    indexer.attach_vectors(new, model)
+
+
+def open_previous(cfg: Config, table: str) -> tuple[VectorStore, Embedder] | None:
+    """The serving table of the previous model and that model, if both can still be opened."""
+    try:
+        db = lancedb.connect(str(cfg.index_dir / "vectors"))
+        if table not in db.list_tables().tables:
+            return None
+        meta = db.open_table(table).schema.metadata or {}
+        model_id = meta.get(b"model", b"").decode()
+        dim, pooling = int(meta.get(b"dim", b"0")), meta.get(b"pooling", b"mean").decode()
+        name = model_id.split("@", 1)[0]
+        old_cfg = replace(cfg, embedder=replace(cfg.embedder, model=name, path=None, pooling=pooling))
+        old_model = load_model(old_cfg)
+        if old_model.model_id != model_id:
+            return None
+        return VectorStore(cfg.index_dir / "vectors", model_id, dim, pooling), old_model
+    except (EmbedderError, StoreError, OSError, ValueError) as exc:
+        log.info("previous_model_unavailable table=%s error=%s", table, exc)
+        return None
 
 
 def status_line(indexer: Indexer, embedder_state: str) -> str:
@@ -386,7 +427,7 @@ def index_once(
         indexer = Indexer(cfg, stores, slot)
         indexer.finish_interrupted()
         if slot.model is not None:
-            indexer.attach_vectors(open_vectors(cfg, slot.model.model_id, slot.model.dim, slot.model.pooling))
+            attach(cfg, indexer, slot.model)
         if rebuild:
             indexer.clear()
         report = (lambda a: progress(a.phase, a.done, a.total)) if progress else None

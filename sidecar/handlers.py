@@ -91,7 +91,8 @@ class Handlers:
         pending = self.indexer.stores.manifest.pending_count()
         embedder = self.slot.describe()
         state = self.indexer.index_state(pending, embedder["state"])
-        rate = act.embedded / act.embed_seconds if act.embed_seconds > 0 else None
+        vec = self.indexer.vectors
+        rate = vec.embedded / vec.embed_seconds if vec.embed_seconds > 0 else None
         return {
             "version": __version__,
             "protocol": PROTOCOL_VERSION,
@@ -113,7 +114,7 @@ class Handlers:
                 "sweeps": act.sweeps,
             },
             "roots": self.indexer.supervisor.describe(self._watched),
-            "last_optimize": act.last_optimize,
+            "vectors": vec.describe(),
             "queue": {"depth": self.service.queue_depth()},
             "socket": str(self.cfg.socket_path),
             "home": str(self.cfg.home),

@@ -21,25 +21,16 @@ from typing import Any
 
 from sidecar.chunking import ParsedNote, chunk_note
 from sidecar.config import Config
-from sidecar.embedder import EmbedderSlot, approx_token_count
+from sidecar.embedder import Embedder, EmbedderSlot, approx_token_count
 from sidecar.errors import StoreError
 from sidecar.sources import NoteFile, NoteUnreadable, Root, Skipped, agent_inbox, read_note, roots
 from sidecar.stores.bm25 import Bm25Doc, Bm25Index
 from sidecar.stores.manifest import ChunkRecord, FileRecord, FileState, Manifest
 from sidecar.stores.vectors import VectorStore
 from sidecar.supervisor import RootUnreachable, Supervisor
+from sidecar.vectoring import Stores, Vectoring
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Stores:
-    """The three stores and the lock that keeps their writes in one order."""
-
-    manifest: Manifest
-    bm25: Bm25Index
-    vectors: VectorStore | None = None
-    write_lock: threading.RLock = field(default_factory=threading.RLock)
 
 
 @dataclass
@@ -54,9 +45,6 @@ class Activity:
     first_sweep_done: bool = False
     ready_once: bool = False
     scan_skipped: dict[str, int] = field(default_factory=dict)
-    last_optimize: float | None = None
-    embedded: int = 0
-    embed_seconds: float = 0.0
 
 
 _SETTLED = ("indexed", "skipped")
@@ -89,11 +77,6 @@ def _chunk_id(key: str, embed_text: str, occurrence: int) -> str:
     return h.hexdigest()
 
 
-def _source_agent(key: str) -> tuple[str, str]:
-    parts = key.split("/", 2)
-    return parts[0], parts[1] if parts[0] == "memory" else ""
-
-
 class Indexer:
     """Owns the write path. One thread calls sweep/index/delete; another may call embed_pending."""
 
@@ -102,7 +85,7 @@ class Indexer:
         self.stores = stores
         self.slot = slot
         self.activity = Activity()
-        self.vectors_changed = threading.Event()
+        self.vectors = Vectoring(stores)
         self.supervisor = Supervisor(cfg)
 
     # --- token counting ------------------------------------------------------------------
@@ -319,13 +302,13 @@ class Indexer:
                     )
                     for c in chunks
                 )
-            if vanished and stores.vectors is not None:
-                stores.vectors.delete_ids(vanished)
+            if vanished:
+                self.vectors.delete_ids(vanished)
             stores.bm25.commit()
             with stores.manifest.transaction() as db:
                 for record, chunks in built:
                     stores.manifest.commit_file(record, chunks, db)
-        self.vectors_changed.set()
+        self.vectors.changed.set()
 
     def delete(self, keys: Sequence[str]) -> None:
         """Remove notes from every store (intent first, so a crash mid-way is redone)."""
@@ -336,8 +319,7 @@ class Indexer:
             stores.manifest.mark_state(keys, "deleting")
             for key in keys:
                 stores.bm25.delete_key(key)
-            if stores.vectors is not None:
-                stores.vectors.delete_keys(list(keys))
+            self.vectors.delete_keys(list(keys))
             stores.bm25.commit()
             with stores.manifest.transaction() as db:
                 for key in keys:
@@ -371,8 +353,7 @@ class Indexer:
                 stores.manifest.clear(db)
             stores.bm25.delete_all()
             stores.bm25.commit()
-            if stores.vectors is not None:
-                stores.vectors.clear()
+            self.vectors.clear()
         self.activity.first_sweep_done = self.activity.ready_once = False
         log.info("index_cleared reason=rebuild requested")
 
@@ -389,29 +370,11 @@ class Indexer:
             stores.bm25.add(docs)
             stores.bm25.commit()
 
-    def attach_vectors(self, vectors: VectorStore) -> None:
-        """Use a vector table; reconcile it with the manifest so no chunk is missing or doubled."""
-        stores = self.stores
-        manifest = stores.manifest
-        with stores.write_lock:
-            if manifest.get_meta("vector_table") != vectors.name:
-                log.info("vectors_reset table=%s reason=new model or new table", vectors.name)
-                manifest.reset_vectors()
-                manifest.set_meta("vector_table", vectors.name)
-            in_table = vectors.ids()
-            known = manifest.all_chunk_ids()
-            flagged = manifest.vector_ids()
-            orphans = sorted(in_table - known)
-            if orphans:
-                log.info("reconcile_vectors orphans=%d", len(orphans))
-                vectors.delete_ids(orphans)
-            with manifest.transaction() as db:
-                manifest.set_has_vector(sorted((in_table & known) - flagged), 1, db)
-                manifest.set_has_vector(sorted(flagged - in_table), 0, db)
-            stores.vectors = vectors
-        self.vectors_changed.set()
-
-    # --- vectors -----------------------------------------------------------------------------
+    def attach_vectors(self, store: VectorStore, model: Embedder | None = None) -> None:
+        """Serve vectors from ``store`` (model: the loaded one unless given)."""
+        model = model or self.slot.model
+        assert model is not None
+        self.vectors.attach(store, model)
 
     def index_now(self, root: Root, path: Path) -> str:
         """Index one note synchronously, vectors included (memory writes are searchable on return)."""
@@ -419,29 +382,12 @@ class Indexer:
         rel = path.relative_to(root.path).as_posix()
         note = NoteFile(root.key_of(rel), root, path, rel, st.st_mtime_ns, st.st_size)
         self.index_files([note])
-        self._embed_rows(self.stores.manifest.pending_vectors(10_000, key=note.key))
+        self.vectors.embed_key(note.key)
         return note.key
 
     def embed_pending(self, batch: int = 64) -> int:
         """Embed one batch of chunks still without vectors; returns how many were stored."""
-        return self._embed_rows(self.stores.manifest.pending_vectors(batch))
-
-    def _embed_rows(self, rows: list[tuple[str, str, str]]) -> int:
-        model, vectors = self.slot.model, self.stores.vectors
-        if model is None or vectors is None or not rows:
-            return 0
-        t0 = time.perf_counter()
-        vecs = model.embed_passages([r[2] for r in rows])
-        stores = self.stores
-        with stores.write_lock, stores.manifest.transaction() as db:
-            live = stores.manifest.existing([r[0] for r in rows], db)
-            keep = [i for i, r in enumerate(rows) if r[0] in live]
-            if keep:
-                vectors.add([(rows[i][0], rows[i][1], *_source_agent(rows[i][1])) for i in keep], vecs[keep])
-                stores.manifest.set_has_vector([rows[i][0] for i in keep], 1, db)
-        self.activity.embedded += len(keep)
-        self.activity.embed_seconds += time.perf_counter() - t0
-        return len(keep)
+        return self.vectors.embed_pending(batch)
 
     def index_state(self, pending_vectors: int, embedder_state: str) -> str:
         """``building`` until the first sweep is done and no chunk waits for a vector it can get."""
@@ -452,16 +398,11 @@ class Indexer:
         return "ready" if act.ready_once else "building"
 
     def optimize_vectors(self) -> None:
-        """Scheduled compaction of the vector table (also done after every 100 writes)."""
-        vectors = self.stores.vectors
-        if vectors is None:
-            return
+        """Scheduled compaction of the vector tables (also done after every N writes)."""
         try:
-            vectors.optimize()
+            self.vectors.optimize()
         except StoreError as exc:
             log.error("optimize_failed error=%s", exc)
-            return
-        self.activity.last_optimize = time.time()
 
     def counts(self) -> dict[str, Any]:
         return self.stores.manifest.counts()

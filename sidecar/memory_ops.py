@@ -88,9 +88,12 @@ class MemoryOps:
 
     def _near_duplicates(self, agent: str, slug: str, body: str) -> list[dict[str, Any]] | None:
         """Notes in the agent's inbox or the wiki whose chunks are at least threshold-similar."""
-        model, vectors = self.slot.model, self.indexer.stores.vectors
-        if model is None or vectors is None or not body.strip():
-            return None if (model is None or vectors is None) else []
+        serving = self.indexer.stores.serving
+        if serving is None:
+            return None  # no model yet: similarity cannot be computed
+        model, vectors = serving.model, serving.store
+        if not body.strip():
+            return []
         try:
             vec = model.embed_passages([body])[0]
             hits = vectors.search(vec, 20, ("memory", "wiki"), agent)

@@ -14,9 +14,9 @@ from sidecar.config import SearchConfig
 from sidecar.embedder import EmbedderSlot
 from sidecar.errors import EmbedderError, StoreError
 from sidecar.fusion import Candidate, fold, fuse
-from sidecar.indexer import Stores
 from sidecar.query import analyze, is_stopword
 from sidecar.sources import public_reference
+from sidecar.vectoring import Stores
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +57,12 @@ class Retriever:
         bm = self.stores.bm25.search(bm25_terms(qa.text, self.stores.bm25.analyze), fetch, req.sources, scope)
         vec: Sequence[tuple[str, float]] = []
         degraded = None
-        model, vectors = self.slot.model, self.stores.vectors
-        if model is None or vectors is None:
+        serving = self.stores.serving
+        if serving is None:
             degraded = f"vector search unavailable (embedder {self.slot.state}); keyword results only"
         elif qa.words:
             try:
-                vec = vectors.search(model.embed_query(qa.text), fetch, req.sources, scope)
+                vec = serving.store.search(serving.model.embed_query(qa.text), fetch, req.sources, scope)
             except (EmbedderError, StoreError) as exc:
                 log.warning("vector_search_failed error=%s", exc)
                 degraded = f"vector search failed ({exc}); keyword results only"

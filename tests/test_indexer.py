@@ -265,22 +265,57 @@ def test_corrupt_manifest_is_moved_aside(make_cfg: Any, vault: Path) -> None:
         h2.close()
 
 
-def test_other_model_gets_its_own_table(harness: Harness) -> None:
-    """A different model id or dimension never writes into the old table: a new one is filled."""
+def test_new_model_is_built_while_the_old_table_serves(harness: Harness) -> None:
+    """A differently configured model fills its own table in the background; the old one answers
+    (queried with the old model) until the new one is complete, then takes over and is dropped."""
     harness.sweep()
 
     class OtherModel(FakeEmbedder):
         model_id = "other-model@2"
         dim = 32
 
+    old = harness.stores.serving
+    assert old is not None
     other = OtherModel()
-    harness.slot.set_ok(other, "test")
     new_table = indexer_mod.open_vectors(harness.cfg, other.model_id, other.dim, other.pooling)
-    assert new_table.name != harness.stores.vectors.name  # type: ignore[union-attr]
-    harness.indexer.attach_vectors(new_table)
-    assert harness.stores.manifest.pending_count() == harness.stores.manifest.chunk_count()
+    assert new_table.name != old.store.name
+    harness.indexer.vectors.begin_migration(old.store, old.model, new_table, other)
+    harness.indexer.embed_pending(batch=2)
+    assert harness.stores.serving is not None and harness.stores.serving.store is old.store
+    hits = _search(harness, "restic backups of the NAS")
+    assert hits[0]["vecScore"] is not None, "the old table keeps serving during the build"
+    assert harness.indexer.vectors.describe()["building"] == new_table.name
+    # a change during the build reaches both tables, a deletion leaves both
+    write(harness.cfg.vault.path / "Late.md", "# Late\n\nA note written during the migration.\n")  # type: ignore[operator]
+    (harness.cfg.vault.path / "Garden.md").unlink()  # type: ignore[operator]
     harness.sweep()
-    assert new_table.count() == harness.stores.manifest.chunk_count()
+    assert harness.stores.serving.store is new_table and harness.stores.building is None
+    assert harness.stores.manifest.get_meta("vector_table") == new_table.name
+    assert old.store.name not in old.store._db.list_tables().tables
+    assert new_table.ids() == harness.stores.manifest.all_chunk_ids()
+    assert harness.stores.manifest.pending_count() == 0
+
+
+def test_manifest_of_version_1_is_upgraded(tmp_path: Path) -> None:
+    """A 0.1.0 manifest (schema 1, no has_next column) opens and gains the column."""
+    import sqlite3
+
+    from sidecar.stores.manifest import Manifest
+
+    path = tmp_path / "m.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript(
+        "CREATE TABLE chunks (chunk_id TEXT PRIMARY KEY, key TEXT NOT NULL, ord INTEGER NOT NULL, "
+        "text TEXT NOT NULL, headings TEXT NOT NULL, start_line INTEGER NOT NULL, end_line INTEGER NOT NULL, "
+        "embed_text TEXT NOT NULL, tokens INTEGER NOT NULL, has_vector INTEGER NOT NULL DEFAULT 0);"
+        "PRAGMA user_version=1;"
+    )
+    db.close()
+    m = Manifest(path)
+    try:
+        assert m.pending_count("has_next") == 0
+    finally:
+        m.close()
 
 
 def test_bm25_only_without_model(make_cfg: Any, vault: Path) -> None:

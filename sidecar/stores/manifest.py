@@ -20,7 +20,10 @@ from typing import Any
 
 from sidecar.errors import StoreError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# has_vector: the chunk is in the serving vector table; has_next: in the table being built for a
+# newly configured model (DESIGN.md invariant 6). Only these two names are ever put into SQL.
+FLAGS = ("has_vector", "has_next")
 SOURCE_RANK = {"memory": 0, "wiki": 1, "vault": 2}
 
 _SCHEMA = """
@@ -34,11 +37,18 @@ CREATE TABLE IF NOT EXISTS files (
 CREATE TABLE IF NOT EXISTS chunks (
   chunk_id TEXT PRIMARY KEY, key TEXT NOT NULL, ord INTEGER NOT NULL, text TEXT NOT NULL,
   headings TEXT NOT NULL, start_line INTEGER NOT NULL, end_line INTEGER NOT NULL,
-  embed_text TEXT NOT NULL, tokens INTEGER NOT NULL, has_vector INTEGER NOT NULL DEFAULT 0
+  embed_text TEXT NOT NULL, tokens INTEGER NOT NULL, has_vector INTEGER NOT NULL DEFAULT 0,
+  has_next INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS chunks_by_key ON chunks(key);
 CREATE INDEX IF NOT EXISTS chunks_pending ON chunks(key) WHERE has_vector = 0;
 """
+
+
+def _flag(name: str) -> str:
+    if name not in FLAGS:  # pragma: no cover - a programming error, never user input
+        raise ValueError(f"unknown vector flag {name!r}")
+    return name
 
 
 @dataclass(frozen=True)
@@ -105,8 +115,10 @@ class Manifest:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
+            if version not in (0, 1, SCHEMA_VERSION):
                 raise StoreError(f"manifest {path} has schema {version}, expected {SCHEMA_VERSION}")
+            if version == 1:  # 0.1.0 manifests lack the column of the table being built
+                self._db.execute("ALTER TABLE chunks ADD COLUMN has_next INTEGER NOT NULL DEFAULT 0")
             self._db.executescript(_SCHEMA)
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             if self._db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
@@ -272,12 +284,14 @@ class Manifest:
                 tuple(json.loads(r[9])),
             )
 
-    def pending_vectors(self, limit: int, key: str | None = None) -> list[tuple[str, str, str]]:
+    def pending_vectors(
+        self, limit: int, key: str | None = None, flag: str = "has_vector"
+    ) -> list[tuple[str, str, str]]:
         """(chunk_id, key, embed_text) still without a vector: memory, then wiki, then newest vault notes."""
         only = "AND c.key = ? " if key is not None else ""
         return self._query(
             "SELECT c.chunk_id, c.key, c.embed_text FROM chunks c JOIN files f ON f.key = c.key "
-            f"WHERE c.has_vector = 0 AND f.state = 'indexed' {only}"
+            f"WHERE c.{_flag(flag)} = 0 AND f.state = 'indexed' {only}"
             "ORDER BY CASE f.source WHEN 'memory' THEN 0 WHEN 'wiki' THEN 1 ELSE 2 END, "
             "f.mtime_ns DESC, c.ord "
             "LIMIT ?",
@@ -292,8 +306,8 @@ class Manifest:
             args,
         )
 
-    def pending_count(self) -> int:
-        return int(self._query("SELECT count(*) FROM chunks WHERE has_vector = 0")[0][0])
+    def pending_count(self, flag: str = "has_vector") -> int:
+        return int(self._query(f"SELECT count(*) FROM chunks WHERE {_flag(flag)} = 0")[0][0])
 
     def existing(self, chunk_ids: Sequence[str], db: sqlite3.Connection) -> set[str]:
         out: set[str] = set()
@@ -305,15 +319,23 @@ class Manifest:
             )
         return out
 
-    def set_has_vector(self, chunk_ids: Iterable[str], value: int, db: sqlite3.Connection) -> None:
-        db.executemany("UPDATE chunks SET has_vector = ? WHERE chunk_id = ?", [(value, i) for i in chunk_ids])
+    def set_has_vector(
+        self, chunk_ids: Iterable[str], value: int, db: sqlite3.Connection, flag: str = "has_vector"
+    ) -> None:
+        db.executemany(
+            f"UPDATE chunks SET {_flag(flag)} = ? WHERE chunk_id = ?", [(value, i) for i in chunk_ids]
+        )
 
-    def reset_vectors(self) -> None:
+    def reset_vectors(self, flag: str = "has_vector") -> None:
         with self.transaction() as db:
-            db.execute("UPDATE chunks SET has_vector = 0")
+            db.execute(f"UPDATE chunks SET {_flag(flag)} = 0")
 
-    def vector_ids(self) -> set[str]:
-        return {r[0] for r in self._query("SELECT chunk_id FROM chunks WHERE has_vector = 1")}
+    def promote_next(self, db: sqlite3.Connection) -> None:
+        """The table being built becomes the serving one."""
+        db.execute("UPDATE chunks SET has_vector = has_next, has_next = 0")
+
+    def vector_ids(self, flag: str = "has_vector") -> set[str]:
+        return {r[0] for r in self._query(f"SELECT chunk_id FROM chunks WHERE {_flag(flag)} = 1")}
 
     def all_chunk_ids(self) -> set[str]:
         return {r[0] for r in self._query("SELECT chunk_id FROM chunks")}

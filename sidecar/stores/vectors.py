@@ -135,6 +135,11 @@ class VectorStore:
             self._wrap("clear", lambda: self._table.delete("true"))
             self._count_write()
 
+    def drop(self) -> None:
+        """Remove this table (after a newer model's table took over)."""
+        with self._lock:
+            self._wrap("drop", lambda: self._db.drop_table(self.name))
+
     def ids(self) -> set[str]:
         """Every chunk id in the table (one column read; used by the start-up reconcile)."""
         table = self._wrap("scan", lambda: self._table.search().select(["chunk_id"]).limit(None).to_arrow())

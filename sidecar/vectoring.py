@@ -1,0 +1,195 @@
+"""Vectors for chunks: the serving table, backfill, reconcile, and the switch to a new model.
+
+Vectors of different models never mix (DESIGN.md invariant 6): each model has its own table. When
+the configured model differs from the serving table's, a second table is filled in the background
+with the new model while the old table keeps answering (queries embedded with the old model); when
+every chunk has its new vector the new table takes over and the old one is dropped. The manifest
+keeps one flag per chunk and table (``has_vector`` serving, ``has_next`` being built).
+Imports the stores and the embedder protocol.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from threading import Event, RLock
+from typing import Any
+
+from sidecar.embedder import Embedder
+from sidecar.stores.bm25 import Bm25Index
+from sidecar.stores.manifest import Manifest
+from sidecar.stores.vectors import VectorStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class VectorSet:
+    """A table and the model whose vectors it holds (and that embeds queries for it)."""
+
+    store: VectorStore
+    model: Embedder
+    flag: str  # manifest column: has_vector (serving) or has_next (being built)
+
+
+@dataclass
+class Stores:
+    """The stores and the lock that keeps their writes in one order."""
+
+    manifest: Manifest
+    bm25: Bm25Index
+    serving: VectorSet | None = None
+    building: VectorSet | None = None
+    write_lock: RLock = field(default_factory=RLock)
+
+    @property
+    def vectors(self) -> VectorStore | None:
+        return self.serving.store if self.serving else None
+
+    def vector_stores(self) -> list[VectorStore]:
+        return [s.store for s in (self.serving, self.building) if s is not None]
+
+
+def source_agent(key: str) -> tuple[str, str]:
+    parts = key.split("/", 2)
+    return parts[0], parts[1] if parts[0] == "memory" else ""
+
+
+class Vectoring:
+    def __init__(self, stores: Stores) -> None:
+        self.stores = stores
+        self.changed = Event()
+        self.embedded = 0
+        self.embed_seconds = 0.0
+        self.last_optimize: float | None = None
+
+    # --- attaching ---------------------------------------------------------------------------
+
+    def attach(self, store: VectorStore, model: Embedder) -> None:
+        """Serve from ``store``; reconcile it with the manifest so no chunk is missing or doubled."""
+        manifest = self.stores.manifest
+        with self.stores.write_lock:
+            if manifest.get_meta("vector_table") != store.name:
+                log.info("vectors_reset table=%s reason=new model or new table", store.name)
+                manifest.reset_vectors()
+                manifest.set_meta("vector_table", store.name)
+            self._reconcile(store, "has_vector")
+            self.stores.serving = VectorSet(store, model, "has_vector")
+        self.changed.set()
+
+    def begin_migration(
+        self, old: VectorStore, old_model: Embedder, new: VectorStore, model: Embedder
+    ) -> None:
+        """Keep serving ``old`` (queried with ``old_model``) while ``new`` is filled with ``model``."""
+        manifest = self.stores.manifest
+        with self.stores.write_lock:
+            if manifest.get_meta("vector_table_next") != new.name:
+                manifest.reset_vectors("has_next")
+                manifest.set_meta("vector_table_next", new.name)
+            self._reconcile(old, "has_vector")
+            self._reconcile(new, "has_next")
+            self.stores.serving = VectorSet(old, old_model, "has_vector")
+            self.stores.building = VectorSet(new, model, "has_next")
+        log.info("vectors_migration_started serving=%s building=%s", old.name, new.name)
+        self.changed.set()
+
+    def _reconcile(self, store: VectorStore, flag: str) -> None:
+        manifest = self.stores.manifest
+        in_table = store.ids()
+        known = manifest.all_chunk_ids()
+        flagged = manifest.vector_ids(flag)
+        orphans = sorted(in_table - known)
+        if orphans:
+            log.info("reconcile_vectors table=%s orphans=%d", store.name, len(orphans))
+            store.delete_ids(orphans)
+        with manifest.transaction() as db:
+            manifest.set_has_vector(sorted((in_table & known) - flagged), 1, db, flag)
+            manifest.set_has_vector(sorted(flagged - in_table), 0, db, flag)
+
+    # --- embedding ---------------------------------------------------------------------------
+
+    def embed_pending(self, batch: int = 64) -> int:
+        """One batch for the serving table, else for the table being built; how many were stored."""
+        stores = self.stores
+        if stores.serving is not None:
+            done = self._embed(stores.serving, stores.manifest.pending_vectors(batch))
+            if done:
+                return done
+        if stores.building is not None:
+            done = self._embed(stores.building, stores.manifest.pending_vectors(batch, flag="has_next"))
+            if done == 0 and stores.manifest.pending_count("has_next") == 0:
+                self._finish_migration()
+            return done
+        return 0
+
+    def embed_key(self, key: str) -> None:
+        """Vectors for one note now, in every table (a memory write is searchable on return)."""
+        for vs in (self.stores.serving, self.stores.building):
+            if vs is not None:
+                self._embed(vs, self.stores.manifest.pending_vectors(10_000, key=key, flag=vs.flag))
+
+    def _embed(self, vs: VectorSet, rows: list[tuple[str, str, str]]) -> int:
+        if not rows:
+            return 0
+        t0 = time.perf_counter()
+        vecs = vs.model.embed_passages([r[2] for r in rows])
+        stores = self.stores
+        with stores.write_lock, stores.manifest.transaction() as db:
+            live = stores.manifest.existing([r[0] for r in rows], db)
+            keep = [i for i, r in enumerate(rows) if r[0] in live]
+            if keep:
+                vs.store.add([(rows[i][0], rows[i][1], *source_agent(rows[i][1])) for i in keep], vecs[keep])
+                stores.manifest.set_has_vector([rows[i][0] for i in keep], 1, db, vs.flag)
+        self.embedded += len(keep)
+        self.embed_seconds += time.perf_counter() - t0
+        return len(keep)
+
+    def _finish_migration(self) -> None:
+        stores = self.stores
+        with stores.write_lock:
+            building, serving = stores.building, stores.serving
+            if building is None:
+                return
+            with stores.manifest.transaction() as db:
+                stores.manifest.promote_next(db)
+            stores.manifest.set_meta("vector_table", building.store.name)
+            stores.manifest.set_meta("vector_table_next", "")
+            stores.serving = VectorSet(building.store, building.model, "has_vector")
+            stores.building = None
+        if serving is not None:
+            serving.store.drop()
+        log.info(
+            "vectors_switched table=%s dropped=%s",
+            building.store.name,
+            serving.store.name if serving else None,
+        )
+
+    # --- upkeep ------------------------------------------------------------------------------
+
+    def delete_ids(self, chunk_ids: list[str]) -> None:
+        for store in self.stores.vector_stores():
+            store.delete_ids(chunk_ids)
+
+    def delete_keys(self, keys: list[str]) -> None:
+        for store in self.stores.vector_stores():
+            store.delete_keys(keys)
+
+    def clear(self) -> None:
+        for store in self.stores.vector_stores():
+            store.clear()
+
+    def optimize(self) -> None:
+        for store in self.stores.vector_stores():
+            store.optimize()
+        self.last_optimize = time.time()
+
+    def describe(self) -> dict[str, Any]:
+        s, b = self.stores.serving, self.stores.building
+        return {
+            "serving": s.store.name if s else None,
+            "serving_model": s.model.model_id if s else None,
+            "building": b.store.name if b else None,
+            "building_pending": self.stores.manifest.pending_count("has_next") if b else 0,
+            "last_optimize": self.last_optimize,
+        }
