@@ -121,6 +121,53 @@ class SearchConfig:
         0.5, "BM25 share for queries of one or two content words.", min=0.0, max=1.0
     )
     boosts: SourceBoosts = field(default_factory=SourceBoosts)
+    slug_boost: float = _opt(
+        1.15,
+        "Factor for a note whose file name or title contains a content word of the query.",
+        min=0.0,
+        max=10.0,
+    )
+    full_name_boost: float = _opt(
+        1.3,
+        "Factor when the query contains every word of a note's title or alias (2+ words).",
+        min=0.0,
+        max=10.0,
+    )
+    log_folder: str = _opt("logs", "Folder of the wiki that holds change logs.")
+    log_demotion: float = _opt(
+        0.6, "Factor for wiki log pages unless the query is about dates or changes.", min=0.0, max=10.0
+    )
+    page_support: float = _opt(
+        0.2,
+        "A page's best chunk gains this share of its next two chunks reaching half its score.",
+        min=0.0,
+        max=1.0,
+    )
+    max_hits_per_note: int = _opt(2, "Most hits of one note in a result (0: no cap).", min=0, max=100)
+
+
+@dataclass(frozen=True)
+class RecallConfig:
+    limit: int = _opt(5, "Most notes in an injected context block.", min=1, max=50)
+    token_budget: int = _opt(1500, "Token budget of the context block.", min=100, max=50_000)
+    score_floor: float = _opt(0.35, "Hits below this fused score stay out of the block.", min=0.0)
+    min_similarity: float = _opt(
+        0.3,
+        "Hits whose cosine similarity to the message is below this stay out (keeps small talk empty).",
+        min=0.0,
+        max=1.0,
+    )
+    history_turns: int = _opt(3, "Previous turns blended into the query vector.", min=0, max=20)
+    history_head_chars: int = _opt(400, "Only the head of each previous turn is embedded.", min=20)
+    history_weight_none: float = _opt(
+        0.7, "History share of the query vector for a message without content words.", min=0.0, max=1.0
+    )
+    history_weight_short: float = _opt(
+        0.4, "History share for a message of one or two content words.", min=0.0, max=1.0
+    )
+    history_weight_long: float = _opt(
+        0.2, "History share for a message of three or more content words.", min=0.0, max=1.0
+    )
 
 
 @dataclass(frozen=True)
@@ -164,6 +211,7 @@ class Config:
     chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
     embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
+    recall: RecallConfig = field(default_factory=RecallConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)

@@ -183,7 +183,7 @@ class Daemon:
         service = ServiceState(
             self.started, self.jobs.qsize, self.request_sweep, lambda: self.watcher.watching, self.reload
         )
-        self._retriever = Retriever(indexer.stores, self.slot, cfg.search)
+        self._retriever = Retriever(indexer.stores, self.slot, cfg.search, cfg.recall)
         return Handlers(
             cfg,
             indexer=indexer,
@@ -249,6 +249,7 @@ class Daemon:
         old = self._retriever.cfg
         changed = [f.name for f in fields(old) if getattr(old, f.name) != getattr(new.search, f.name)]
         self._retriever.cfg = new.search
+        self._retriever.recall_cfg = new.recall
         log.info("config_reloaded changed=%s", ",".join(changed) or "nothing")
         return {"reloaded": True, "changed": changed}
 

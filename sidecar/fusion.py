@@ -1,4 +1,5 @@
-"""Fusion (pure): normalise each arm on its own, weigh, boost by source, fold contained chunks.
+"""Fusion (pure): normalise each arm on its own, weigh, boost by source and name, demote logs,
+add page support, fold contained chunks, cap hits per note.
 
 Imports nothing but the standard library, so every rule is testable in microseconds.
 """
@@ -20,6 +21,8 @@ class Candidate:
     end_line: int
     vec: float | None = None
     bm25: float | None = None
+    name_words: frozenset[str] = frozenset()  # folded words of the note's file name and title
+    full_names: tuple[frozenset[str], ...] = ()  # folded word sets of title and aliases
 
 
 @dataclass(frozen=True)
@@ -95,3 +98,73 @@ def fold(hits: Sequence[Scored]) -> list[Scored]:
             kept.append(hit)
     kept.sort(key=lambda s: -s.score)
     return kept
+
+
+@dataclass(frozen=True)
+class Rules:
+    """Ranking refinements on top of fusion; a factor of 1.0 (or 0) turns a rule off."""
+
+    slug_boost: float = 1.15
+    full_name_boost: float = 1.3
+    log_demotion: float = 0.6
+    log_prefix: str = "wiki/logs/"
+    page_support: float = 0.2
+    max_hits_per_note: int = 2
+
+
+def _boost(s: Scored, name: str, factor: float) -> Scored:
+    return replace(s, score=s.score * factor, boosts={**s.boosts, name: factor})
+
+
+def apply_rules(
+    hits: Sequence[Scored], content_words: frozenset[str], chronicle: bool, rules: Rules
+) -> list[Scored]:
+    """Name boosts and log demotion per chunk, then page support; best first."""
+    out: list[Scored] = []
+    for hit in hits:
+        s, c = hit, hit.candidate
+        if rules.full_name_boost != 1.0 and any(len(n) >= 2 and n <= content_words for n in c.full_names):
+            s = _boost(s, "fullName", rules.full_name_boost)
+        elif rules.slug_boost != 1.0 and content_words & c.name_words:
+            s = _boost(s, "slug", rules.slug_boost)
+        if rules.log_demotion != 1.0 and not chronicle and c.key.startswith(rules.log_prefix):
+            s = _boost(s, "log", rules.log_demotion)
+        out.append(s)
+    return support(out, rules.page_support)
+
+
+def support(hits: Sequence[Scored], share: float) -> list[Scored]:
+    """A page's best chunk gains ``share`` of its next two chunks that reach half its score."""
+    ranked = sorted(hits, key=lambda s: -s.score)
+    if share <= 0:
+        return ranked
+    by_key: dict[str, list[Scored]] = {}
+    for s in ranked:
+        by_key.setdefault(s.candidate.key, []).append(s)
+    out: list[Scored] = []
+    for s in ranked:
+        page = by_key[s.candidate.key]
+        extra = 0.0
+        if page[0] is s and len(page) > 1:
+            extra = sum(o.score for o in page[1:3] if o.score >= s.score / 2) * share
+        out.append(
+            replace(s, score=s.score + extra, boosts={**s.boosts, "support": round(extra, 4)})
+            if extra > 0
+            else s
+        )
+    out.sort(key=lambda s: -s.score)
+    return out
+
+
+def cap_per_note(hits: Sequence[Scored], cap: int) -> list[Scored]:
+    """At most ``cap`` hits of one note (0: no cap), keeping order."""
+    if cap <= 0:
+        return list(hits)
+    seen: dict[str, int] = {}
+    out = []
+    for s in hits:
+        n = seen.get(s.candidate.key, 0)
+        if n < cap:
+            out.append(s)
+            seen[s.candidate.key] = n + 1
+    return out

@@ -5,6 +5,7 @@ SidecarErrors and the server turns them into error responses. Imports retrieval,
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from typing import Any
 
 from sidecar import __version__
 from sidecar.config import Config, valid_agent
-from sidecar.embedder import EmbedderSlot
+from sidecar.embedder import EmbedderSlot, approx_token_count
 from sidecar.errors import NotFoundError, ProtocolError, SourceError
 from sidecar.indexer import Indexer
 from sidecar.memory_ops import MemoryOps
@@ -27,6 +28,7 @@ from sidecar.protocol import (
     param_opt_str,
     param_str,
 )
+from sidecar.query import Filters
 from sidecar.retrieval import Retriever, SearchRequest
 from sidecar.sources import (
     SOURCES,
@@ -68,6 +70,7 @@ class Handlers:
         self._ops: dict[str, Callable[[Request], dict[str, Any]]] = {
             "health": self.health,
             "search": self.search,
+            "recall": self.recall,
             "get": self.get,
             "index": self.index,
             "reload": self.reload,
@@ -125,13 +128,12 @@ class Handlers:
         """Whether a live file watch covers this root (else it is only swept)."""
         return any(Path(path).is_relative_to(w) for w in self.service.watched())
 
-    def search(self, req: Request) -> dict[str, Any]:
-        p = req.params
-        check_known(p, ("query", "limit", "minScore", "source"))
-        query = param_str(p, "query", max_len=MAX_QUERY_CHARS)
+    def _request(self, p: dict[str, Any], agent: str | None, text_param: str, limit: int) -> SearchRequest:
+        """The search parameters shared by search and recall, validated."""
+        query = param_str(p, text_param, max_len=MAX_QUERY_CHARS)
         if "\0" in query:
-            raise ProtocolError("'query' contains a NUL byte")
-        limit = param_int(p, "limit", default=self.cfg.search.limit, lo=1, hi=200)
+            raise ProtocolError(f"'{text_param}' contains a NUL byte")
+        limit = param_int(p, "limit", default=limit, lo=1, hi=200)
         min_score = param_float(p, "minScore", default=self.cfg.search.min_score, lo=0.0, hi=100.0)
         source = p.get("source")
         sources: tuple[str, ...] | None
@@ -143,10 +145,64 @@ class Handlers:
             sources = tuple(dict.fromkeys(source))
         else:
             raise ProtocolError(f"'source' must be one of {', '.join(SOURCES)} or a list of them")
-        result = self.retriever.search(SearchRequest(query, limit, min_score, sources, req.agent))
+        tag = param_opt_str(p, "tag", max_len=200)
+        filters = Filters(
+            tags=(tag.lstrip("#").lower(),) if tag else (),
+            path_prefix=param_opt_str(p, "pathPrefix", max_len=1000),
+            since=_date(p, "since"),
+            until=_date(p, "until"),
+        )
+        return SearchRequest(query, limit, min_score, sources, agent, filters)
+
+    def search(self, req: Request) -> dict[str, Any]:
+        p = req.params
+        check_known(
+            p, ("query", "limit", "minScore", "source", "tag", "pathPrefix", "since", "until", "preview")
+        )
+        result = self.retriever.search(self._request(p, req.agent, "query", self.cfg.search.limit))
         out: dict[str, Any] = {"hits": result.hits}
         if result.degraded:
             out["degraded"] = result.degraded
+        if param_bool(p, "preview", default=False):
+            out["analysis"] = result.analysis
+        return out
+
+    def recall(self, req: Request) -> dict[str, Any]:
+        """Auto-injection: the current message (previous turns blended in) -> a context block."""
+        p = req.params
+        check_known(
+            p,
+            (
+                "message",
+                "history",
+                "limit",
+                "minScore",
+                "source",
+                "tag",
+                "pathPrefix",
+                "since",
+                "until",
+                "preview",
+            ),
+        )
+        history = p.get("history", [])
+        if (
+            not isinstance(history, list)
+            or not all(isinstance(t, str) for t in history)
+            or len(history) > 100
+        ):
+            raise ProtocolError(
+                "'history' must be a list of at most 100 strings (previous turns, oldest first)"
+            )
+        search = self._request(p, req.agent, "message", self.cfg.recall.limit)
+        model = self.slot.model
+        count = model.count_tokens if model is not None else approx_token_count
+        result, block = self.retriever.recall(search.query, history, search, count)
+        out: dict[str, Any] = {"hits": result.hits, "context": block}
+        if result.degraded:
+            out["degraded"] = result.degraded
+        if param_bool(p, "preview", default=False):
+            out["analysis"] = result.analysis
         return out
 
     def get(self, req: Request) -> dict[str, Any]:
@@ -186,3 +242,13 @@ class Handlers:
             raise ProtocolError(f"unknown root {confirm!r}; roots: {', '.join(sorted(known)) or 'none yet'}")
         self.service.request_sweep(rebuild, None, frozenset([confirm]) if confirm else frozenset())
         return {"queued": True, "rebuild": rebuild, "sweeps": self.indexer.activity.sweeps}
+
+
+_ISO_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def _date(p: dict[str, Any], name: str) -> str | None:
+    value = param_opt_str(p, name, max_len=10)
+    if value is not None and not _ISO_DAY.match(value):
+        raise ProtocolError(f"'{name}' must be a date like 2026-09-01")
+    return value

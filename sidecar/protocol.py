@@ -17,7 +17,7 @@ from sidecar.errors import ProtocolError
 
 PROTOCOL_VERSION = 1
 DEFAULT_MAX_FRAME = 1_048_576
-OPS = ("health", "search", "get", "index", "list", "write", "edit", "delete")
+OPS = ("health", "search", "recall", "get", "index", "reload", "list", "write", "edit", "delete")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """Query analysis (pure): content words versus filler words of German and English.
 
 Filler words are removed from the BM25 query; the number of content words picks the fusion
-weights (a one- or two-word query leans on BM25). Imports nothing of the project.
+weights (a one- or two-word query leans on BM25); chronicle questions (months, years, "when",
+"changed", "geändert") keep change logs from being demoted; inline filters (``tag:``, ``path:``,
+``since:``, ``until:``, ``source:``) are split off. Imports nothing of the project.
 """
 
 from __future__ import annotations
@@ -426,11 +428,137 @@ def fold(word: str) -> str:
 _FOLDED_STOPWORDS = frozenset(fold(w) for w in STOPWORDS)
 
 
+MONTHS = frozenset(
+    [
+        "january",
+        "february",
+        "march",
+        "april",
+        "may",
+        "june",
+        "july",
+        "august",
+        "september",
+        "october",
+        "november",
+        "december",
+        "jan",
+        "feb",
+        "mar",
+        "apr",
+        "jun",
+        "jul",
+        "aug",
+        "sep",
+        "sept",
+        "oct",
+        "nov",
+        "dec",
+        "januar",
+        "februar",
+        "märz",
+        "maerz",
+        "mai",
+        "juni",
+        "juli",
+        "oktober",
+        "dezember",
+    ]
+)
+CHRONICLE_WORDS = frozenset(
+    [
+        "changed",
+        "change",
+        "changes",
+        "changelog",
+        "when",
+        "created",
+        "promoted",
+        "updated",
+        "history",
+        "log",
+        "logs",
+        "timeline",
+        "released",
+        "release",
+        "version",
+        "yesterday",
+        "today",
+        "last",
+        "ago",
+        "since",
+        "date",
+        "geändert",
+        "geaendert",
+        "änderung",
+        "aenderung",
+        "änderungen",
+        "wann",
+        "erstellt",
+        "aktualisiert",
+        "verlauf",
+        "protokoll",
+        "gestern",
+        "heute",
+        "letzte",
+        "seit",
+        "datum",
+    ]
+)
+_YEAR = re.compile(r"^(19|20)\d\d$")
+_ISO_MONTH = re.compile(r"\b(19|20)\d\d-(0[1-9]|1[0-2])(-\d\d)?\b")
+_FILTER = re.compile(r"(?<!\S)(tag|path|since|until|source):(\"[^\"]*\"|\S+)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Restrictions a query can carry inline (``tag:garten path:projekte/ since:2026-09-01``)."""
+
+    tags: tuple[str, ...] = ()
+    path_prefix: str | None = None
+    since: str | None = None  # ISO date, inclusive
+    until: str | None = None
+    sources: tuple[str, ...] = ()
+
+    def merged(self, other: Filters) -> Filters:
+        return Filters(
+            tuple(dict.fromkeys(self.tags + other.tags)),
+            other.path_prefix or self.path_prefix,
+            other.since or self.since,
+            other.until or self.until,
+            tuple(dict.fromkeys(self.sources + other.sources)),
+        )
+
+    @property
+    def active(self) -> bool:
+        return bool(self.tags or self.path_prefix or self.since or self.until)
+
+
+def split_filters(text: str) -> tuple[str, Filters]:
+    """Strip inline filter syntax from the text that is ranked; return both."""
+    tags: list[str] = []
+    sources: list[str] = []
+    found: dict[str, str] = {}
+    for m in _FILTER.finditer(text):
+        name, value = m.group(1).lower(), m.group(2).strip('"')
+        if name == "tag":
+            tags.append(value.lstrip("#").lower())
+        elif name == "source":
+            sources.append(value.lower())
+        else:
+            found[name] = value
+    rest = " ".join(_FILTER.sub(" ", text).split())
+    return rest, Filters(
+        tuple(tags), found.get("path"), found.get("since"), found.get("until"), tuple(sources)
+    )
+
+
 @dataclass(frozen=True)
 class QueryAnalysis:
     text: str
     words: tuple[str, ...]
     content_words: tuple[str, ...]
+    chronicle: bool = False  # about when/what changed: logs are not demoted
 
     @property
     def word_class(self) -> int:
@@ -443,8 +571,18 @@ def is_stopword(word: str) -> bool:
     return word.lower() in STOPWORDS or fold(word) in _FOLDED_STOPWORDS
 
 
+def is_chronicle(text: str, words: tuple[str, ...]) -> bool:
+    """Month names (de/en), years, ``2026-09``, and words like changed / when / geändert / wann."""
+    if _ISO_MONTH.search(text):
+        return True
+    return any(
+        w.lower() in MONTHS or w.lower() in CHRONICLE_WORDS or fold(w) in CHRONICLE_WORDS or _YEAR.match(w)
+        for w in words
+    )
+
+
 def analyze(text: str) -> QueryAnalysis:
     text = unicodedata.normalize("NFC", text)
     words = tuple(_WORD.findall(text))
     content = tuple(w for w in words if not is_stopword(w))
-    return QueryAnalysis(text, words, content)
+    return QueryAnalysis(text, words, content, is_chronicle(text, words))

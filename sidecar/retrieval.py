@@ -1,24 +1,32 @@
-"""Query -> both arms -> fusion -> hits. Each arm over-fetches, fusion ranks, then we truncate.
-
-Imports query, fusion, sources, the stores and the embedder slot (for the query vector).
+"""Query -> both arms -> fusion -> rules -> hits. Each arm over-fetches, fusion ranks, then we
+truncate. ``recall`` (auto-injection) blends the previous turns into the query vector and renders
+a context block. Imports query, fusion, sources, the stores and the embedder protocol.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from sidecar.config import SearchConfig
+import numpy as np
+
+from sidecar.config import RecallConfig, SearchConfig
 from sidecar.embedder import EmbedderSlot
 from sidecar.errors import EmbedderError, StoreError
-from sidecar.fusion import Candidate, fold, fuse
-from sidecar.query import analyze, is_stopword
+from sidecar.fusion import Candidate, Rules, Scored, apply_rules, cap_per_note, fold, fuse
+from sidecar.query import Filters, QueryAnalysis, analyze, is_stopword, split_filters
+from sidecar.query import fold as fold_word
 from sidecar.sources import public_reference
+from sidecar.stores.manifest import ChunkView
 from sidecar.vectoring import Stores
 
 log = logging.getLogger(__name__)
+
+_NAME_WORD = re.compile(r"\w+")
 
 
 @dataclass(frozen=True)
@@ -28,88 +36,254 @@ class SearchRequest:
     min_score: float
     sources: tuple[str, ...] | None = None
     agent: str | None = None  # scope: own memory plus vault and wiki
+    filters: Filters = field(default_factory=Filters)
 
 
 @dataclass(frozen=True)
 class SearchResult:
     hits: list[dict[str, Any]]
     degraded: str | None  # why the vector arm did not take part, if it did not
+    analysis: dict[str, Any] = field(default_factory=dict)
 
 
-def bm25_terms(query: str, analyze_text: Any) -> list[str]:
+def bm25_terms(query: str, analyze_text: Callable[[str], Sequence[str]]) -> list[str]:
     """Analysed query terms minus filler words; all terms if nothing else is left."""
     terms: list[str] = list(analyze_text(query))
     content = [t for t in terms if not is_stopword(t)]
     return content or terms
 
 
+def _words(text: str) -> frozenset[str]:
+    return frozenset(fold_word(w) for w in _NAME_WORD.findall(text) if not is_stopword(w))
+
+
+def _passes(view: ChunkView, filters: Filters) -> bool:
+    if filters.tags and not any(t == f or t.startswith(f + "/") for f in filters.tags for t in view.tags):
+        return False
+    if filters.path_prefix:
+        path = view.key.split("/", 2)[-1] if view.source == "memory" else view.key.split("/", 1)[1]
+        if not path.lower().startswith(filters.path_prefix.strip("/").lower()):
+            return False
+    if filters.since or filters.until:
+        day = dt.datetime.fromtimestamp(view.mtime_ns / 1e9).date().isoformat()
+        if (filters.since and day < filters.since) or (filters.until and day > filters.until):
+            return False
+    return True
+
+
 class Retriever:
-    def __init__(self, stores: Stores, slot: EmbedderSlot, cfg: SearchConfig) -> None:
+    def __init__(self, stores: Stores, slot: EmbedderSlot, cfg: SearchConfig, recall: RecallConfig) -> None:
         self.stores = stores
         self.slot = slot
         self.cfg = cfg
+        self.recall_cfg = recall
 
-    def search(self, req: SearchRequest) -> SearchResult:
-        cfg = self.cfg
-        qa = analyze(req.query)
-        fetch = max(cfg.candidates, req.limit * 3)
-        scope = req.agent
-        bm = self.stores.bm25.search(bm25_terms(qa.text, self.stores.bm25.analyze), fetch, req.sources, scope)
-        vec: Sequence[tuple[str, float]] = []
-        degraded = None
+    # --- the arms -----------------------------------------------------------------------------
+
+    def _arms(
+        self, req: SearchRequest, text: str, qa: QueryAnalysis, vectors: Sequence[np.ndarray[Any, Any]] | None
+    ) -> tuple[list[tuple[str, float]], list[list[tuple[str, float]]], str | None]:
+        fetch = max(self.cfg.candidates, req.limit * 3) * (4 if req.filters.active else 1)
+        sources = req.sources
+        bm = self.stores.bm25.search(bm25_terms(text, self.stores.bm25.analyze), fetch, sources, req.agent)
         serving = self.stores.serving
         if serving is None:
-            degraded = f"vector search unavailable (embedder {self.slot.state}); keyword results only"
-        elif qa.words:
-            try:
-                vec = serving.store.search(serving.model.embed_query(qa.text), fetch, req.sources, scope)
-            except (EmbedderError, StoreError) as exc:
-                log.warning("vector_search_failed error=%s", exc)
-                degraded = f"vector search failed ({exc}); keyword results only"
-        scores: dict[str, dict[str, float]] = {}
-        for cid, score in bm:
-            scores.setdefault(cid, {})["bm25"] = score
-        for cid, score in vec:
-            scores.setdefault(cid, {})["vec"] = score
-        views = self.stores.manifest.views(list(scores))
-        candidates = [
-            Candidate(
-                cid,
-                v.key,
-                v.source,
-                v.start_line,
-                v.end_line,
-                scores[cid].get("vec"),
-                scores[cid].get("bm25"),
-            )
-            for cid, v in views.items()
-        ]
-        vector_weight = cfg.vector_weight
-        if qa.word_class == 1:
-            vector_weight = 1.0 - cfg.short_query_bm25_weight
+            return bm, [], f"vector search unavailable (embedder {self.slot.state}); keyword results only"
+        if not qa.words and vectors is None:
+            return bm, [], None
+        try:
+            queries = list(vectors) if vectors is not None else [serving.model.embed_query(text)]
+            return bm, [serving.store.search(q, fetch, sources, req.agent) for q in queries], None
+        except (EmbedderError, StoreError) as exc:
+            log.warning("vector_search_failed error=%s", exc)
+            return bm, [], f"vector search failed ({exc}); keyword results only"
+
+    def _rank(
+        self,
+        req: SearchRequest,
+        qa: QueryAnalysis,
+        bm: list[tuple[str, float]],
+        vec_lists: list[list[tuple[str, float]]],
+    ) -> tuple[list[Scored], dict[str, ChunkView]]:
+        ids = list(dict.fromkeys([c for c, _ in bm] + [c for vl in vec_lists for c, _ in vl]))
+        views = {k: v for k, v in self.stores.manifest.views(ids).items() if _passes(v, req.filters)}
+        cfg = self.cfg
+        weight = 1.0 - cfg.short_query_bm25_weight if qa.word_class == 1 else cfg.vector_weight
         boosts = {"vault": cfg.boosts.vault, "wiki": cfg.boosts.wiki, "memory": cfg.boosts.memory}
-        ranked = fold(fuse(candidates, vector_weight=vector_weight, source_boosts=boosts))
-        hits = []
-        for s in ranked:
-            if s.score < req.min_score:
-                continue
-            v = views[s.candidate.chunk_id]
-            c = s.candidate
-            hit: dict[str, Any] = {
-                "reference": public_reference(v.key, req.agent),
-                "source": v.source,
-                "score": round(s.score, 6),
-                "vecScore": None if c.vec is None else round(c.vec, 6),
-                "bm25Score": None if c.bm25 is None else round(c.bm25, 6),
-                "boosts": dict(s.boosts),
-                "title": v.title,
-                "headings": list(v.headings),
-                "lines": [c.start_line, c.end_line],
-                "text": v.text,
-            }
-            if v.agent:
-                hit["agent"] = v.agent
-            hits.append(hit)
-            if len(hits) >= req.limit:
+        bm_scores = dict(bm)
+        best: dict[str, Scored] = {}
+        # Each vector query is fused with BM25 on its own; a chunk keeps its better score.
+        for vec in vec_lists or [[]]:
+            vec_scores = dict(vec)
+            cands = [
+                Candidate(
+                    cid,
+                    v.key,
+                    v.source,
+                    v.start_line,
+                    v.end_line,
+                    vec_scores.get(cid),
+                    bm_scores.get(cid),
+                    _words(v.key.rsplit("/", 1)[-1] + " " + v.title),
+                    tuple(w for w in (_words(v.title), *(_words(a) for a in v.aliases)) if w),
+                )
+                for cid, v in views.items()
+                if cid in vec_scores or cid in bm_scores
+            ]
+            for s in fuse(cands, vector_weight=weight, source_boosts=boosts):
+                if s.candidate.chunk_id not in best or s.score > best[s.candidate.chunk_id].score:
+                    best[s.candidate.chunk_id] = s
+        rules = Rules(
+            cfg.slug_boost,
+            cfg.full_name_boost,
+            cfg.log_demotion,
+            f"wiki/{cfg.log_folder.strip('/')}/",
+            cfg.page_support,
+            cfg.max_hits_per_note,
+        )
+        content = frozenset(fold_word(w) for w in qa.content_words)
+        ranked = cap_per_note(
+            fold(apply_rules(list(best.values()), content, qa.chronicle, rules)), rules.max_hits_per_note
+        )
+        return ranked, views
+
+    def _hit(self, s: Scored, view: ChunkView, agent: str | None) -> dict[str, Any]:
+        c = s.candidate
+        hit: dict[str, Any] = {
+            "reference": public_reference(view.key, agent),
+            "source": view.source,
+            "score": round(s.score, 6),
+            "vecScore": None if c.vec is None else round(c.vec, 6),
+            "bm25Score": None if c.bm25 is None else round(c.bm25, 6),
+            "boosts": dict(s.boosts),
+            "title": view.title,
+            "headings": list(view.headings),
+            "lines": [c.start_line, c.end_line],
+            "text": view.text,
+        }
+        if view.agent:
+            hit["agent"] = view.agent
+        return hit
+
+    # --- search ---------------------------------------------------------------------------------
+
+    def search(self, req: SearchRequest) -> SearchResult:
+        text, inline = split_filters(req.query)
+        req = _with_filters(req, inline)
+        qa = analyze(text)
+        bm, vec_lists, degraded = self._arms(req, text, qa, None)
+        ranked, views = self._rank(req, qa, bm, vec_lists)
+        hits = [
+            self._hit(s, views[s.candidate.chunk_id], req.agent) for s in ranked if s.score >= req.min_score
+        ]
+        return SearchResult(hits[: req.limit], degraded, _analysis(qa, req.filters))
+
+    # --- recall (auto-injection) -----------------------------------------------------------------
+
+    def recall(
+        self,
+        message: str,
+        history: Sequence[str],
+        req: SearchRequest,
+        count_tokens: Callable[[Sequence[str]], list[int]],
+    ) -> tuple[SearchResult, str]:
+        """Hits for the current message (previous turns blended in) and the rendered context block."""
+        rc = self.recall_cfg
+        text, inline = split_filters(message)
+        req = _with_filters(req, inline)
+        qa = analyze(text)
+        turns = (
+            [t[: rc.history_head_chars] for t in history[-rc.history_turns :] if t.strip()]
+            if rc.history_turns
+            else []
+        )
+        if not qa.content_words and not turns:
+            return SearchResult([], None, _analysis(qa, req.filters)), ""
+        vectors = self._recall_vectors(text, qa, turns)
+        bm, vec_lists, degraded = self._arms(req, text, qa, vectors)
+        ranked, views = self._rank(req, qa, bm if qa.content_words else [], vec_lists)
+        floor = max(req.min_score, rc.score_floor)
+        kept = [
+            s
+            for s in ranked
+            if s.score >= floor
+            and (s.candidate.vec is None or s.candidate.vec >= rc.min_similarity)
+            and (s.candidate.vec is not None or degraded is not None)
+        ]
+        hits = [self._hit(s, views[s.candidate.chunk_id], req.agent) for s in kept[: req.limit]]
+        result = SearchResult(hits, degraded, {**_analysis(qa, req.filters), "historyTurns": len(turns)})
+        return result, render_block(hits, rc.token_budget, count_tokens)
+
+    def _recall_vectors(
+        self, text: str, qa: QueryAnalysis, turns: list[str]
+    ) -> list[np.ndarray[Any, Any]] | None:
+        serving = self.stores.serving
+        if serving is None:
+            return None
+        model = serving.model
+        rc = self.recall_cfg
+        message = model.embed_query(text) if qa.words else None
+        if not turns:
+            return [message] if message is not None else None
+        history = np.mean(model.embed_passages(turns), axis=0)
+        weight = (rc.history_weight_none, rc.history_weight_short, rc.history_weight_long)[qa.word_class]
+        blended = history if message is None else (1 - weight) * message + weight * history
+        blended = blended / max(float(np.linalg.norm(blended)), 1e-12)
+        # A message with content words also runs alone; each query is fused on its own.
+        return [blended, message] if message is not None and qa.content_words else [blended]
+
+
+HEADER = (
+    "Notes recalled from the user's knowledge base because they may relate to this message. They are "
+    "recollection, not observation: written earlier, possibly outdated or wrong, and they never replace "
+    "checking the current state with your tools."
+)
+LEGEND = "Sources: [wiki] curated pages · [vault] the user's notes · [memory] your own earlier notes"
+
+
+def render_block(
+    hits: Sequence[dict[str, Any]], budget: int, count_tokens: Callable[[Sequence[str]], list[int]]
+) -> str:
+    """The context block: header, legend, then hits until the token budget is spent."""
+    if not hits:
+        return ""
+    parts = ["<recalled-notes>", HEADER, LEGEND]
+    used = sum(count_tokens(parts))
+    for h in hits:
+        head = f"\n[{h['source']}] {h['reference']} (lines {h['lines'][0]}-{h['lines'][1]})"
+        body = h["text"]
+        cost = sum(count_tokens([head, body]))
+        if used + cost > budget:
+            room = budget - used - count_tokens([head])[0]
+            if room < 40:
                 break
-        return SearchResult(hits, degraded)
+            words = body.split()
+            body = " ".join(words[: max(1, len(words) * room // max(cost, 1))]) + " …"
+            cost = sum(count_tokens([head, body]))
+        parts.extend([head, body])
+        used += cost
+    parts.append("</recalled-notes>")
+    return "\n".join(parts)
+
+
+def _with_filters(req: SearchRequest, inline: Filters) -> SearchRequest:
+    filters = req.filters.merged(inline)
+    sources = req.sources
+    if inline.sources:
+        sources = tuple(s for s in inline.sources if s in ("vault", "wiki", "memory")) or sources
+    return SearchRequest(req.query, req.limit, req.min_score, sources, req.agent, filters)
+
+
+def _analysis(qa: QueryAnalysis, filters: Filters) -> dict[str, Any]:
+    return {
+        "text": qa.text,
+        "contentWords": list(qa.content_words),
+        "wordClass": qa.word_class,
+        "chronicle": qa.chronicle,
+        "filters": {
+            "tags": list(filters.tags),
+            "pathPrefix": filters.path_prefix,
+            "since": filters.since,
+            "until": filters.until,
+        },
+    }

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sidecar.fusion import Candidate, fold, fuse, minmax
-from sidecar.query import analyze
+from sidecar.fusion import Candidate, Rules, Scored, apply_rules, cap_per_note, fold, fuse, minmax
+from sidecar.query import analyze, split_filters
 
 
 def test_minmax_scales_each_arm() -> None:
@@ -61,3 +61,85 @@ def test_query_content_words_in_german_and_english() -> None:
     assert qa.word_class == 2
     assert analyze("how do I record a lecture").content_words == ("record", "lecture")
     assert analyze("what is this").word_class == 0
+
+
+def _scored(cid: str, key: str, score: float, lines: tuple[int, int] = (1, 5), **kw: object) -> Scored:
+    c = Candidate(cid, key, key.split("/", maxsplit=1)[0], lines[0], lines[1], **kw)  # type: ignore[arg-type]
+    return Scored(c, score, 0.0, 0.0, {})
+
+
+def test_slug_boost_moves_the_named_page_up_and_turns_off() -> None:
+    """A content word in the note's name lifts it (search.slugBoost); 1.0 disables the rule."""
+    hits = [
+        _scored("a", "vault/Other", 0.50),
+        _scored("b", "vault/Backups", 0.46, name_words=frozenset({"backups"})),
+    ]
+    on = apply_rules(hits, frozenset({"backups"}), False, Rules(page_support=0))
+    assert on[0].candidate.key == "vault/Backups" and on[0].boosts["slug"] == 1.15
+    off = apply_rules(hits, frozenset({"backups"}), False, Rules(slug_boost=1.0, page_support=0))
+    assert off[0].candidate.key == "vault/Other"
+
+
+def test_full_name_boost_needs_every_word_of_a_multiword_name() -> None:
+    """`audio recorder` fully named in the query beats a partial match (search.fullNameBoost)."""
+    full = (frozenset({"audio", "recorder"}),)
+    hits = [_scored("a", "vault/Other", 0.60), _scored("b", "vault/Audio recorder", 0.50, full_names=full)]
+    assert apply_rules(hits, frozenset({"audio", "recorder", "setup"}), False, Rules(page_support=0))[
+        0
+    ].candidate.key == ("vault/Audio recorder")
+    assert (
+        apply_rules(hits, frozenset({"audio"}), False, Rules(page_support=0))[0].candidate.key
+        == "vault/Other"
+    )
+    assert (
+        apply_rules(
+            hits,
+            frozenset({"audio", "recorder"}),
+            False,
+            Rules(full_name_boost=1.0, slug_boost=1.0, page_support=0),
+        )[0].candidate.key
+        == "vault/Other"
+    )
+
+
+def test_logs_are_demoted_unless_the_query_is_about_the_chronicle() -> None:
+    """wiki/logs/ pages lose to the page about the thing, except for 'when/changed/2026-09' questions."""
+    hits = [_scored("l", "wiki/logs/2026-09", 0.60), _scored("p", "wiki/Backups", 0.50)]
+    assert apply_rules(hits, frozenset(), False, Rules(page_support=0))[0].candidate.key == "wiki/Backups"
+    assert apply_rules(hits, frozenset(), True, Rules(page_support=0))[0].candidate.key == "wiki/logs/2026-09"
+    assert apply_rules(hits, frozenset(), False, Rules(log_demotion=1.0, page_support=0))[
+        0
+    ].candidate.key == ("wiki/logs/2026-09")
+
+
+def test_page_support_lifts_a_page_matching_in_several_chunks() -> None:
+    """A page whose next two chunks also score well gains a share of them (search.pageSupport)."""
+    hits = [
+        _scored("x1", "vault/Mentions", 0.70),
+        _scored("p1", "vault/Topic", 0.62, (1, 5)),
+        _scored("p2", "vault/Topic", 0.55, (6, 9)),
+        _scored("p3", "vault/Topic", 0.50, (10, 14)),
+    ]
+    on = apply_rules(hits, frozenset(), False, Rules())
+    assert on[0].candidate.chunk_id == "p1" and on[0].boosts["support"] > 0
+    assert apply_rules(hits, frozenset(), False, Rules(page_support=0))[0].candidate.chunk_id == "x1"
+
+
+def test_cap_per_note() -> None:
+    """At most search.maxHitsPerNote hits of one note; 0 means no cap."""
+    hits = [_scored(f"c{i}", "vault/Same", 1 - i / 10, (i * 10, i * 10 + 5)) for i in range(5)]
+    assert len(cap_per_note(hits, 2)) == 2 and len(cap_per_note(hits, 0)) == 5
+
+
+def test_chronicle_detection_and_inline_filters() -> None:
+    """Months, years, ISO months and change words mark chronicle queries; filters are split off."""
+    assert analyze("what changed in September").chronicle
+    assert analyze("Was wurde im März geändert?").chronicle
+    assert analyze("backup plan 2026-09").chronicle
+    assert not analyze("how do I set up backups").chronicle
+    text, filters = split_filters(
+        'garden plans tag:#Garten path:"Projekte/Haus" since:2026-09-01 source:wiki'
+    )
+    assert text == "garden plans"
+    assert filters.tags == ("garten",) and filters.path_prefix == "Projekte/Haus"
+    assert filters.since == "2026-09-01" and filters.sources == ("wiki",)

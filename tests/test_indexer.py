@@ -35,7 +35,7 @@ def _store_counts(h: Harness) -> tuple[int, int, int]:
 
 
 def _search(h: Harness, query: str, **kw: Any) -> list[dict[str, Any]]:
-    r = Retriever(h.stores, h.slot, h.cfg.search)
+    r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
     return r.search(SearchRequest(query, kw.pop("limit", 10), kw.pop("min_score", 0.0), **kw)).hits
 
 
@@ -67,7 +67,7 @@ def test_search_finds_by_keyword_and_vector(harness: Harness) -> None:
         "text",
         "boosts",
     }
-    assert top["source"] == "wiki" and top["boosts"] == {"source": 1.4}
+    assert top["source"] == "wiki" and top["boosts"]["source"] == 1.4
     only_vault = _search(harness, "restic backups", sources=("vault",))
     assert all(h["source"] == "vault" for h in only_vault)
 
@@ -323,7 +323,9 @@ def test_bm25_only_without_model(make_cfg: Any, vault: Path) -> None:
     h = Harness(make_cfg(vault), None)
     try:
         h.indexer.sweep()
-        r = Retriever(h.stores, h.slot, h.cfg.search).search(SearchRequest("spark plugs", 5, 0.0))
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall).search(
+            SearchRequest("spark plugs", 5, 0.0)
+        )
         assert r.hits[0]["reference"] == "vault/Projects/Boat"
         assert r.hits[0]["vecScore"] is None
         assert r.degraded and "keyword" in r.degraded

@@ -45,6 +45,16 @@ CREATE INDEX IF NOT EXISTS chunks_pending ON chunks(key) WHERE has_vector = 0;
 """
 
 
+def _aliases(front_matter: str) -> tuple[str, ...]:
+    try:
+        value = json.loads(front_matter).get("aliases")
+    except (ValueError, AttributeError):
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    return tuple(str(v) for v in value) if isinstance(value, list) else ()
+
+
 def _flag(name: str) -> str:
     if name not in FLAGS:  # pragma: no cover - a programming error, never user input
         raise ValueError(f"unknown vector flag {name!r}")
@@ -102,6 +112,8 @@ class ChunkView:
     start_line: int
     end_line: int
     tags: tuple[str, ...]
+    mtime_ns: int = 0
+    aliases: tuple[str, ...] = ()
 
 
 class Manifest:
@@ -266,7 +278,8 @@ class Manifest:
     def _views(self, where: str, args: Sequence[Any]) -> Iterator[ChunkView]:
         rows = self._query(
             "SELECT c.chunk_id, c.key, f.source, f.agent, f.title, c.text, c.headings, c.start_line, "
-            f"c.end_line, f.tags FROM chunks c JOIN files f ON f.key = c.key WHERE {where} "
+            f"c.end_line, f.tags, f.mtime_ns, f.front_matter FROM chunks c JOIN files f ON f.key = c.key "
+            f"WHERE {where} "
             "ORDER BY c.key, c.ord",
             args,
         )
@@ -282,6 +295,8 @@ class Manifest:
                 r[7],
                 r[8],
                 tuple(json.loads(r[9])),
+                r[10],
+                _aliases(r[11]),
             )
 
     def pending_vectors(
