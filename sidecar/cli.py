@@ -10,6 +10,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from sidecar import __version__
@@ -54,6 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="apply deletions held for ROOT (vault, wiki, memory/<agent>) after most of its notes vanished",
     )
 
+    _query_commands(sub)
+    _agent_commands(sub)
+    _admin_commands(sub)
+    return parser
+
+
+def _query_commands(sub: Any) -> None:
     p = sub.add_parser("search", help="hybrid search")
     _common(p)
     p.add_argument("query", help="what to look for")
@@ -63,16 +71,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agent", help="search as this agent (its memory plus vault and wiki)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
+    p = sub.add_parser("recall", help="the context block an agent would get for a message (auto-injection)")
+    _common(p)
+    p.add_argument("message", help="the current message")
+    p.add_argument(
+        "--history", metavar="FILE", help="previous turns, one per line or a JSON list (oldest first)"
+    )
+    p.add_argument("--agent", help="recall as this agent (its memory plus vault and wiki)")
+    p.add_argument("--preview", action="store_true", help="show per-hit scores and the query analysis")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
     p = sub.add_parser("get", help="print a whole note by its reference")
     _common(p)
     p.add_argument("reference", help="a reference as search returns it, e.g. vault/Plugins/Audio recorder")
     p.add_argument("--agent", help="resolve memory/<slug> in this agent's inbox")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
+
+def _admin_commands(sub: Any) -> None:
     p = sub.add_parser("status", help="what the daemon is doing")
     _common(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
+
+def _agent_commands(sub: Any) -> None:
     p = sub.add_parser("mcp", help="MCP stdio server for one agent (started by the agent's host)")
     _common(p)
     p.add_argument("--agent", required=True, help="the agent's name: a-z, 0-9, '_' and '-'")
@@ -101,7 +123,6 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("action", choices=("install", "uninstall", "status"))
     p.add_argument("--dry-run", action="store_true", help="print the file instead of writing it")
-    return parser
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -207,6 +228,36 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
     return int(ExitCode.OK)
 
 
+def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
+    history: list[str] = []
+    if args.history:
+        source = sys.stdin.read() if args.history == "-" else Path(args.history).read_text(encoding="utf-8")
+        raw = source.strip()
+        try:
+            loaded = json.loads(raw) if raw.startswith("[") else raw.splitlines()
+        except json.JSONDecodeError as exc:
+            print(f"sidecar: --history is not a JSON list: {exc}", file=sys.stderr)
+            return int(ExitCode.USAGE)
+        history = [str(t) for t in loaded]
+    params: dict[str, Any] = {"message": args.message, "history": history, "preview": bool(args.preview)}
+    with Client(cfg.socket_path, agent=args.agent) as client:
+        result = client.call("recall", params)
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False))
+        return int(ExitCode.OK)
+    if args.preview:
+        print(json.dumps(result.get("analysis", {}), ensure_ascii=False))
+        for h in result["hits"]:
+            print(
+                f"{h['score']:.3f} vec={h['vecScore']} bm25={h['bm25Score']} {h['boosts']} {h['reference']}"
+            )
+    if result["context"]:
+        print(result["context"])
+    elif not args.preview:
+        print("(nothing recalled)", file=sys.stderr)
+    return int(ExitCode.OK)
+
+
 def cmd_get(args: argparse.Namespace, cfg: Config) -> int:
     with Client(cfg.socket_path, agent=args.agent) as client:
         result = client.call("get", {"reference": args.reference})
@@ -304,8 +355,6 @@ def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def cmd_service(args: argparse.Namespace, cfg: Config) -> int:
-    from pathlib import Path
-
     from sidecar.service import service_file
 
     svc = service_file(cfg, Path.home())
@@ -347,6 +396,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "index": cmd_index,
     "search": cmd_search,
     "get": cmd_get,
+    "recall": cmd_recall,
     "status": cmd_status,
     "config": cmd_config,
     "mcp": cmd_mcp,

@@ -274,7 +274,7 @@ class Daemon:
         cfg = self.cfg
         scheduler = BackgroundScheduler(daemon=True, job_defaults={"coalesce": True, "max_instances": 1})
         scheduler.add_job(self.request_sweep, "interval", minutes=cfg.index.rescan_minutes, id="sweep")
-        tick = min(5.0, cfg.watch.poll_seconds, cfg.watch.retry_base_seconds)
+        tick = min(1.0, cfg.watch.poll_seconds, cfg.watch.retry_base_seconds)  # due() is a few compares
         scheduler.add_job(lambda: self._tick(indexer), "interval", seconds=tick, id="tick")
         scheduler.add_job(
             indexer.optimize_vectors, "interval", minutes=cfg.index.optimize_minutes, id="optimize"

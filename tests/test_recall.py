@@ -1,0 +1,106 @@
+"""Auto-injection (`recall`) with the real model: relevant context in, small talk out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.errors import RemoteError
+from tests.conftest import DaemonProcess, write
+
+pytestmark = pytest.mark.model
+
+OFF_TOPIC = [
+    "hi there!",
+    "thanks, that's all",
+    "how are you today?",
+    "lol ok",
+    "what's the capital of Peru?",
+    "tell me a joke",
+    "good morning",
+    "can you speak French?",
+    "what time is it in Tokyo?",
+    "who won the football world cup in 2014?",
+    "hmm, interesting",
+    "please continue",
+    "write a haiku about autumn leaves",
+    "what is 17 times 23?",
+    "ok cool, next",
+    "bye for now",
+    "translate 'cat' into Spanish",
+    "who wrote Hamlet?",
+    "what is the boiling point of water?",
+    "nice work",
+]
+
+
+@pytest.fixture
+def running(daemon_factory: Any, vault: Path) -> DaemonProcess:
+    write(
+        vault / "wiki" / "Network.md",
+        "# Network\n\nThe NAS has the address 192.168.1.20; the router is a Fritzbox.\n",
+    )
+    write(
+        vault / "Travel.md", "# Travel\n\nPacking list for the Norway trip: rain jacket, boots, headlamp.\n"
+    )
+    d: DaemonProcess = daemon_factory(vault).start()
+    d.wait_for(lambda h: h["index"]["pending_vectors"] == 0)
+    return d
+
+
+def test_relevant_message_gets_a_framed_context_block(running: DaemonProcess) -> None:
+    """A message about a noted topic yields a block with the header, source tags and the note."""
+    r = running.call("recall", {"message": "When does the NAS backup with restic run?"}, agent="claude")
+    assert r["hits"] and r["hits"][0]["reference"] == "wiki/Backups"
+    block = r["context"]
+    assert block.startswith("<recalled-notes>") and block.endswith("</recalled-notes>")
+    assert "recollection, not observation" in block and "never replace" in block
+    assert "[wiki] wiki/Backups" in block and "Sources: [wiki]" in block
+
+
+def test_off_topic_messages_stay_empty(running: DaemonProcess) -> None:
+    """At least 18 of 20 small-talk and unrelated messages inject nothing."""
+    empty = sum(running.call("recall", {"message": m}, agent="claude")["context"] == "" for m in OFF_TOPIC)
+    assert empty >= 18, empty
+
+
+def test_follow_up_uses_the_history(running: DaemonProcess) -> None:
+    """A follow-up without content words is answered from the previous turns."""
+    r = running.call(
+        "recall",
+        {
+            "message": "and how often does it run?",
+            "history": ["How do we back up the NAS?", "With restic, nightly."],
+        },
+        agent="claude",
+    )
+    assert r["hits"] and r["hits"][0]["reference"] == "wiki/Backups"
+    alone = running.call("recall", {"message": "and how often does it run?"}, agent="claude")
+    assert alone["context"] == "" or alone["hits"][0]["reference"] != "wiki/Backups"
+
+
+def test_preview_budget_and_bad_input(running: DaemonProcess) -> None:
+    """preview explains the query; the block respects its token budget; bad history is refused."""
+    r = running.call(
+        "recall",
+        {"message": "NAS backup restic network address", "preview": True, "limit": 5},
+        agent="claude",
+    )
+    assert r["analysis"]["contentWords"] == ["NAS", "backup", "restic", "network", "address"]
+    assert len(r["context"].split()) < 1500
+    with pytest.raises(RemoteError, match="history"):
+        running.call("recall", {"message": "x", "history": "not a list"}, agent="claude")
+
+
+def test_search_filters_by_tag_path_and_inline_syntax(running: DaemonProcess) -> None:
+    """tag:, path: and source filters restrict hits, inline or as parameters."""
+    hits = running.call("search", {"query": "tomatoes water tag:garden"})["hits"]
+    assert hits and all(h["reference"] == "vault/Garden" for h in hits)
+    assert running.call("search", {"query": "engine", "pathPrefix": "Projects/"})["hits"][0]["reference"] == (
+        "vault/Projects/Boat"
+    )
+    assert all(h["source"] == "wiki" for h in running.call("search", {"query": "NAS source:wiki"})["hits"])
+    with pytest.raises(RemoteError, match="since"):
+        running.call("search", {"query": "x", "since": "yesterday"})
