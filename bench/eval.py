@@ -1,0 +1,249 @@
+"""Retrieval quality harness: a BEIR folder (corpus/queries/qrels) or a question file against a real
+daemon, hybrid and each arm alone from the same index, with latency.
+
+    python bench/eval.py beir ../shared/eval/scifact --out bench/out/scifact.json
+    python bench/eval.py beir ../shared/eval/xquad-de --out bench/out/xquad-de.json
+    python bench/eval.py beir ../shared/eval/xquad-en --queries ../shared/eval/xquad-de --out x.json  (cross-lingual)
+    python bench/eval.py questions bench/questions.jsonl --vault DIR --out bench/out/help.json
+
+BEIR documents become notes ``<id>.md`` (title as heading, text as body) in a temporary vault;
+a hit's reference names the document. Arms are switched with the ``reload`` op (search.vectorWeight
+1.0 / 0.0), so all three runs share one index. Question files are JSONL: ``{"q": ..., "expected":
+["vault/..."], "context": [previous turns]}``; with ``context`` the ``recall`` op is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from sidecar.client import Client
+from sidecar.config import load_config
+from sidecar.errors import DaemonNotRunningError
+
+ARMS = {
+    "hybrid": "",
+    "bm25": "search:\n  vectorWeight: 0.0\n  shortQueryBm25Weight: 1.0\n",
+    "vector": "search:\n  vectorWeight: 1.0\n  shortQueryBm25Weight: 0.0\n",
+}
+
+
+def load_beir(folder: Path) -> tuple[dict[str, Any], dict[str, str], dict[str, dict[str, int]]]:
+    corpus = {d["_id"]: d for d in map(json.loads, (folder / "corpus.jsonl").open(encoding="utf-8"))}
+    queries = {
+        q["_id"]: q["text"] for q in map(json.loads, (folder / "queries.jsonl").open(encoding="utf-8"))
+    }
+    qrels: dict[str, dict[str, int]] = defaultdict(dict)
+    with (folder / "qrels.tsv").open(encoding="utf-8") as f:
+        for row in csv.DictReader(f, delimiter="\t"):
+            qrels[row["query-id"]][row["corpus-id"]] = int(row["score"])
+    return corpus, queries, qrels
+
+
+def safe_name(doc_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", doc_id)
+
+
+def write_vault(corpus: dict[str, Any], vault: Path, with_title: bool) -> dict[str, str]:
+    """One note per document; returns reference -> doc id."""
+    vault.mkdir(parents=True)
+    refs = {}
+    for doc_id, doc in corpus.items():
+        name = safe_name(doc_id)
+        title = doc.get("title") or ""
+        head = f"# {title}\n\n" if with_title and title else ""
+        (vault / f"{name}.md").write_text(head + doc["text"] + "\n", encoding="utf-8")
+        refs[f"vault/{name}"] = doc_id
+    return refs
+
+
+class Daemon:
+    def __init__(self, vault: Path, home: Path, config: Path) -> None:
+        self.cfg = load_config(flags={"home": str(home)}, env={})
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SIDECAR_", "XDG_"))}
+        self.log = (home.parent / "daemon.log").open("ab")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sidecar",
+                "serve",
+                "--home",
+                str(home),
+                "--vault",
+                str(vault),
+                "--config",
+                str(config),
+            ],
+            stdout=self.log,
+            stderr=self.log,
+            env=env,
+        )
+
+    def call(self, op: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        with Client(self.cfg.socket_path, timeout=300) as c:
+            return c.call(op, params)
+
+    def wait_ready(self) -> None:
+        t0 = time.time()
+        while True:
+            try:
+                h = self.call("health")
+                if h["index"]["state"] == "ready":
+                    print(
+                        f"ready after {time.time() - t0:.0f}s: {h['index']['chunks']} chunks", file=sys.stderr
+                    )
+                    return
+                print(f"  {h['index']['phase']} pending={h['index']['pending_vectors']}", file=sys.stderr)
+            except DaemonNotRunningError:
+                pass
+            time.sleep(5)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(60)
+        self.log.close()
+
+
+def metrics(ranked: list[str], relevant: dict[str, int]) -> dict[str, float]:
+    """hit@1, hit@5, MRR@10, nDCG@10 (binary or graded gains), recall@10 for one query."""
+    top = ranked[:10]
+    dcg = sum(relevant.get(d, 0) / math.log2(i + 2) for i, d in enumerate(top))
+    ideal = sorted(relevant.values(), reverse=True)[:10]
+    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
+    rr = next((1 / (i + 1) for i, d in enumerate(top) if relevant.get(d, 0) > 0), 0.0)
+    found = sum(1 for d in top if relevant.get(d, 0) > 0)
+    return {
+        "hit@1": float(bool(ranked[:1]) and relevant.get(ranked[0], 0) > 0),
+        "hit@5": float(any(relevant.get(d, 0) > 0 for d in ranked[:5])),
+        "mrr@10": rr,
+        "ndcg@10": dcg / idcg if idcg else 0.0,
+        "recall@10": found / max(1, sum(1 for g in relevant.values() if g > 0)),
+    }
+
+
+def run_queries(
+    d: Daemon, queries: list[tuple[str, str, list[str]]], refs: dict[str, str] | None
+) -> dict[str, Any]:
+    """queries: (text, id, history); returns averaged metrics and latency."""
+    per: dict[str, list[float]] = defaultdict(list)
+    lat: list[float] = []
+    return_rankings: dict[str, list[str]] = {}
+    for text, qid, history in queries:
+        t0 = time.perf_counter()
+        if history:
+            r = d.call("recall", {"message": text, "history": history, "limit": 20, "minScore": 0.0})
+        else:
+            r = d.call("search", {"query": text, "limit": 30})
+        lat.append((time.perf_counter() - t0) * 1000)
+        ranked: list[str] = []
+        for h in r["hits"]:
+            doc = refs.get(h["reference"], h["reference"]) if refs else h["reference"]
+            if doc not in ranked:
+                ranked.append(doc)
+        return_rankings[qid] = ranked
+    return {"rankings": return_rankings, "latency": sorted(lat), "per": per}
+
+
+def summarise(
+    rankings: dict[str, list[str]], qrels: dict[str, dict[str, int]], lat: list[float]
+) -> dict[str, Any]:
+    sums: dict[str, float] = defaultdict(float)
+    for qid, ranked in rankings.items():
+        for k, v in metrics(ranked, qrels[qid]).items():
+            sums[k] += v
+    n = max(1, len(rankings))
+    out: dict[str, Any] = {k: round(v / n, 4) for k, v in sums.items()}
+    out["queries"] = len(rankings)
+    out["latency_ms_p50"] = round(lat[len(lat) // 2], 1) if lat else None
+    out["latency_ms_p95"] = round(lat[max(0, int(len(lat) * 0.95) - 1)], 1) if lat else None
+    return out
+
+
+def evaluate(
+    vault: Path,
+    work: Path,
+    queries: list[tuple[str, str, list[str]]],
+    qrels: dict[str, dict[str, int]],
+    refs: dict[str, str] | None,
+) -> dict[str, Any]:
+    config = work / "sidecar.yaml"
+    config.write_text(ARMS["hybrid"])
+    d = Daemon(vault, work / "home", config)
+    try:
+        d.wait_ready()
+        out = {}
+        for arm, text in ARMS.items():
+            config.write_text(text)
+            d.call("reload")
+            res = run_queries(d, queries, refs)
+            out[arm] = summarise(res["rankings"], qrels, res["latency"])
+            print(arm, json.dumps(out[arm]), file=sys.stderr)
+        return out
+    finally:
+        d.stop()
+
+
+def cmd_beir(args: argparse.Namespace) -> dict[str, Any]:
+    corpus, queries, qrels = load_beir(args.folder)
+    if args.queries:
+        _, queries, qrels = load_beir(args.queries)
+    work = Path(tempfile.mkdtemp(prefix="sidecar-eval-"))
+    refs = write_vault(corpus, work / "vault", with_title=not args.no_title)
+    qs = [(text, qid, []) for qid, text in queries.items() if qid in qrels][: args.limit or None]
+    result = evaluate(work / "vault", work, qs, qrels, refs)
+    return {
+        "set": str(args.folder),
+        "queries_from": str(args.queries or args.folder),
+        "docs": len(corpus),
+        **result,
+    }
+
+
+def cmd_questions(args: argparse.Namespace) -> dict[str, Any]:
+    rows = [json.loads(line) for line in args.file.open(encoding="utf-8") if line.strip()]
+    qs = [(r["q"], str(i), r.get("context", [])) for i, r in enumerate(rows)]
+    qrels = {str(i): dict.fromkeys(r["expected"], 1) for i, r in enumerate(rows)}
+    work = Path(tempfile.mkdtemp(prefix="sidecar-eval-"))
+    result = evaluate(args.vault.resolve(), work, qs, qrels, None)
+    return {"questions": str(args.file), "vault": str(args.vault), **result}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("beir")
+    p.add_argument("folder", type=Path)
+    p.add_argument(
+        "--queries", type=Path, default=None, help="take queries and qrels from another BEIR folder"
+    )
+    p.add_argument("--no-title", action="store_true", help="index the text only (XQuAD titles are English)")
+    p.add_argument("--limit", type=int, default=0)
+    p = sub.add_parser("questions")
+    p.add_argument("file", type=Path)
+    p.add_argument("--vault", type=Path, required=True)
+    for p in sub.choices.values():
+        p.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    result = {"beir": cmd_beir, "questions": cmd_questions}[args.cmd](args)
+    result["date"] = time.strftime("%Y-%m-%d %H:%M")
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
