@@ -3,7 +3,7 @@ daemon, hybrid and each arm alone from the same index, with latency.
 
     python bench/eval.py beir ../shared/eval/scifact --out bench/out/scifact.json
     python bench/eval.py beir ../shared/eval/xquad-de --out bench/out/xquad-de.json
-    python bench/eval.py beir ../shared/eval/xquad-en --queries ../shared/eval/xquad-de --out x.json  (cross-lingual)
+    python bench/eval.py beir ../shared/eval/xquad-en --queries ../shared/eval/xquad-de  (cross-lingual)
     python bench/eval.py questions bench/questions.jsonl --vault DIR --out bench/out/help.json
 
 BEIR documents become notes ``<id>.md`` (title as heading, text as body) in a temporary vault;
