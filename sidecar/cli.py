@@ -428,9 +428,11 @@ def render_status(h: dict[str, Any]) -> str:
     lines = [
         f"sidecar {h['version']}: running since {_ago(h['started'])} (pid {h['pid']}), socket {h['socket']}"
     ]
-    if idx["state"] == "building":
+    if idx["state"] == "building" and idx["phase"] in ("scanning", "indexing", "starting"):
         prog = idx["progress"]
-        lines.append(f"Index: building ({idx['phase']}, {prog['done']:,}/{prog['total']:,} notes this sweep)")
+        lines.append(f"Index: building ({idx['phase']} {prog['done']:,}/{prog['total']:,} notes)")
+    elif idx["state"] == "building":
+        lines.append("Index: building (every note is searchable by keyword; vectors are being computed)")
     else:
         lines.append("Index: ready")
     lines.append(f"  {idx['files']:,} notes, {idx['chunks']:,} chunks")
