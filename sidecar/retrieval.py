@@ -46,11 +46,9 @@ class SearchResult:
     analysis: dict[str, Any] = field(default_factory=dict)
 
 
-def bm25_terms(query: str, analyze_text: Callable[[str], Sequence[str]]) -> list[str]:
-    """Analysed query terms minus filler words; all terms if nothing else is left."""
-    terms: list[str] = list(analyze_text(query))
-    content = [t for t in terms if not is_stopword(t)]
-    return content or terms
+def bm25_text(qa: QueryAnalysis) -> str:
+    """The words BM25 looks for: content words, or every word when the query has none."""
+    return " ".join(qa.content_words or qa.words)
 
 
 def _words(text: str) -> frozenset[str]:
@@ -85,7 +83,7 @@ class Retriever:
     ) -> tuple[list[tuple[str, float]], list[list[tuple[str, float]]], str | None]:
         fetch = max(self.cfg.candidates, req.limit * 3) * (4 if req.filters.active else 1)
         sources = req.sources
-        bm = self.stores.bm25.search(bm25_terms(text, self.stores.bm25.analyze), fetch, sources, req.agent)
+        bm = self.stores.bm25.search(bm25_text(qa), fetch, sources, req.agent)
         serving = self.stores.serving
         if serving is None:
             return bm, [], f"vector search unavailable (embedder {self.slot.state}); keyword results only"

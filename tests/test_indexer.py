@@ -78,7 +78,7 @@ def test_search_finds_by_keyword_and_vector(harness: Harness) -> None:
 def test_hostile_queries_neither_raise_nor_match_everything(harness: Harness, query: str) -> None:
     """Query syntax in user text is just text: nothing raises, nothing turns into match-all."""
     harness.sweep()
-    hits = harness.stores.bm25.search(harness.stores.bm25.analyze(query), 50)
+    hits = harness.stores.bm25.search(query, 50)
     assert len(hits) < harness.stores.bm25.num_docs() or harness.stores.bm25.num_docs() == 0
 
 
@@ -382,7 +382,7 @@ def test_corrupt_bm25_index_is_moved_aside_and_refilled(make_cfg: Any, vault: Pa
         summary = h2.sweep()
         assert summary["changed"] == 0, "no note is re-read: BM25 comes back from the manifest"
         assert h2.stores.bm25.num_docs() == expected
-        (cid, _score), *_ = h2.stores.bm25.search(["spark"], 5)
+        (cid, _score), *_ = h2.stores.bm25.search("spark", 5)
         assert h2.stores.manifest.views([cid])[cid].key == "vault/Projects/Boat"
     finally:
         h2.close()
@@ -407,3 +407,24 @@ def test_corrupt_vector_table_is_moved_aside_and_reembedded(make_cfg: Any, vault
         assert h2.stores.manifest.pending_count() == 0
     finally:
         h2.close()
+
+
+def test_german_and_english_forms_meet(make_cfg: Any, tmp_path: Path) -> None:
+    """Kündigung / Kuendigung / Kundigung, Straße / Strasse and stemmed forms find the same note."""
+    vault = tmp_path / "v"
+    write(
+        vault / "Vertrag.md",
+        "# Vertrag\n\nDie Kündigung des Mietvertrags an der Hauptstraße ist schriftlich.\n",
+    )
+    write(vault / "Garden.md", "# Garden\n\nWe planted tomatoes and watered the beds.\n")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        for query in ("Kündigung", "Kuendigung", "Kundigung", "Hauptstrasse", "Mietverträge", "kündigen"):
+            hits = h.stores.bm25.search(query, 5)
+            assert hits, query
+            assert h.stores.manifest.views([hits[0][0]])[hits[0][0]].key == "vault/Vertrag", query
+        hits = h.stores.bm25.search("planting tomato", 5)
+        assert h.stores.manifest.views([hits[0][0]])[hits[0][0]].key == "vault/Garden"
+    finally:
+        h.close()

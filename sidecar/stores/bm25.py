@@ -8,6 +8,7 @@ everything. Imports ``errors``.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -20,20 +21,39 @@ from sidecar.errors import StoreError
 log = logging.getLogger(__name__)
 
 ANALYZER = "sidecar_text"
+ANALYZER_EN = "sidecar_en"
+ANALYZER_DE = "sidecar_de"
 # Title and headings say what a chunk is about; a match there counts more than one in the body.
-FIELD_BOOSTS = {"title": 2.0, "headings": 1.5, "body": 1.0}
+# The body is indexed three times: as written (folded), English-stemmed and German-stemmed, so a
+# note matches in its own language without detecting it, and an exact form still counts most.
+FIELD_BOOSTS = {"title": 2.0, "headings": 1.5, "body": 1.0, "body_en": 0.5, "body_de": 0.5}
+FIELD_ANALYZER = {
+    "title": ANALYZER, "headings": ANALYZER, "body": ANALYZER, "body_en": ANALYZER_EN, "body_de": ANALYZER_DE,
+}  # fmt: skip
 _WRITER_HEAP = 64_000_000
+_UMLAUT = str.maketrans({"ä": "a", "ö": "o", "ü": "u", "Ä": "a", "Ö": "o", "Ü": "u", "ß": "ss"})
+_DIGRAPH = re.compile(r"(?<=[a-z])([aou])e", re.IGNORECASE)
 
 
-def text_analyzer() -> tantivy.TextAnalyzer:
-    """Unicode words, lowercased, accents folded (Straße -> strasse, Kündigung -> kundigung)."""
-    return (
+def german_fold(text: str) -> str:
+    """Kündigung, Kuendigung and Kundigung meet as kundigung; Straße and Strasse as strasse."""
+    return _DIGRAPH.sub(r"\1", text.translate(_UMLAUT))
+
+
+def text_analyzer(stem: str | None = None) -> tantivy.TextAnalyzer:
+    """Unicode words, lowercased, accents folded (Straße -> strasse), optionally stemmed."""
+    builder = (
         tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(r"[\w]+"))
         .filter(tantivy.Filter.remove_long(64))
         .filter(tantivy.Filter.lowercase())
         .filter(tantivy.Filter.ascii_fold())
-        .build()
     )
+    if stem:
+        builder = builder.filter(tantivy.Filter.stemmer(stem))
+    return builder.build()
+
+
+_ANALYZERS = {ANALYZER: None, ANALYZER_EN: "english", ANALYZER_DE: "german"}
 
 
 def _schema() -> tantivy.Schema:
@@ -43,7 +63,7 @@ def _schema() -> tantivy.Schema:
     sb.add_text_field("source", stored=False, tokenizer_name="raw")
     sb.add_text_field("agent", stored=False, tokenizer_name="raw")
     for name in FIELD_BOOSTS:
-        sb.add_text_field(name, stored=False, tokenizer_name=ANALYZER)
+        sb.add_text_field(name, stored=False, tokenizer_name=FIELD_ANALYZER[name])
     return sb.build()
 
 
@@ -65,20 +85,23 @@ class Bm25Index:
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
         self.schema = _schema()
-        self.analyzer = text_analyzer()
+        self.analyzers = {name: text_analyzer(stem) for name, stem in _ANALYZERS.items()}
         self._lock = threading.Lock()
         self._closed = False
         try:
             self._index = tantivy.Index(self.schema, path=str(path), reuse=True)
-            self._index.register_tokenizer(ANALYZER, text_analyzer())
+            for name, stem in _ANALYZERS.items():
+                self._index.register_tokenizer(name, text_analyzer(stem))
             self._writer = self._index.writer(heap_size=_WRITER_HEAP, num_threads=1)
             self._index.reload()
             self._searcher = self._index.searcher()
         except (ValueError, OSError) as exc:
             raise StoreError(f"BM25 index {path} cannot be opened: {exc}") from exc
 
-    def analyze(self, text: str) -> list[str]:
-        return list(self.analyzer.analyze(text))
+    def analyze(self, text: str, field: str = "body") -> list[str]:
+        """Terms of ``text`` as the field indexes them."""
+        name = FIELD_ANALYZER[field]
+        return list(self.analyzers[name].analyze(german_fold(text) if name == ANALYZER_DE else text))
 
     def add(self, docs: Iterable[Bm25Doc]) -> None:
         with self._lock:
@@ -92,6 +115,8 @@ class Bm25Index:
                         title=d.title,
                         headings=d.headings,
                         body=d.body,
+                        body_en=d.body,
+                        body_de=german_fold(d.body),
                     )
                 )
 
@@ -126,24 +151,24 @@ class Bm25Index:
 
     def search(
         self,
-        terms: Sequence[str],
+        text: str,
         limit: int,
         sources: Sequence[str] | None = None,
         agent_scope: str | None = None,
     ) -> list[tuple[str, float]]:
-        """(chunk_id, bm25 score) for chunks matching any term, best first.
+        """(chunk_id, bm25 score) for chunks matching any word of ``text``, best first.
 
-        ``sources`` restricts to those sources; ``agent_scope`` limits memory to one agent's inbox
-        (vault and wiki stay visible).
+        The text is analysed per field (never parsed as query syntax); ``sources`` restricts to
+        those sources; ``agent_scope`` limits memory to one agent's inbox (vault and wiki stay).
         """
-        if not terms:
-            return []
         schema = self.schema
         should = [
             (tantivy.Occur.Should, tantivy.Query.boost_query(tantivy.Query.term_query(schema, f, t), boost))
-            for t in dict.fromkeys(terms)
             for f, boost in FIELD_BOOSTS.items()
+            for t in dict.fromkeys(self.analyze(text, f))
         ]
+        if not should:
+            return []
         clauses = [(tantivy.Occur.Must, tantivy.Query.boolean_query(should))]
         if sources:
             clauses.append(
