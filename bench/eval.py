@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -216,8 +217,14 @@ def cmd_questions(args: argparse.Namespace) -> dict[str, Any]:
     qs = [(r["q"], str(i), r.get("context", [])) for i, r in enumerate(rows)]
     qrels = {str(i): dict.fromkeys(r["expected"], 1) for i, r in enumerate(rows)}
     work = Path(tempfile.mkdtemp(prefix="sidecar-eval-"))
-    result = evaluate(args.vault.resolve(), work, qs, qrels, None)
-    return {"questions": str(args.file), "vault": str(args.vault), **result}
+    vault = args.vault.resolve()
+    if args.subset:  # a vault made of some folders of a larger one (e.g. en and de of the help vault)
+        target = work / "vault"
+        for name in args.subset.split(","):
+            shutil.copytree(vault / name, target / name)
+        vault = target
+    result = evaluate(vault, work, qs, qrels, None)
+    return {"questions": str(args.file), "vault": str(args.vault), "subset": args.subset, **result}
 
 
 def main() -> None:
@@ -233,6 +240,9 @@ def main() -> None:
     p = sub.add_parser("questions")
     p.add_argument("file", type=Path)
     p.add_argument("--vault", type=Path, required=True)
+    p.add_argument(
+        "--subset", default="", help="comma-separated folders of the vault to copy into the test vault"
+    )
     for p in sub.choices.values():
         p.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
