@@ -101,6 +101,9 @@ class EmbedderConfig:
     batch_tokens: int = _opt(2048, "Token budget of one inference batch.", min=64)
     max_batch: int = _opt(32, "Most texts in one inference batch.", min=1, max=1024)
     retry_minutes: float = _opt(5.0, "A model that failed to load is tried again this often.", min=0.1)
+    languages: str = _opt(
+        "en", "Languages the model embeds well (comma-separated); other queries lean on BM25 (all: any)."
+    )
     threads: int = _opt(0, "onnxruntime intra-op threads; 0 = number of cores.", min=0, max=256)
 
 
@@ -144,6 +147,12 @@ class SearchConfig:
         max=1.0,
     )
     max_hits_per_note: int = _opt(2, "Most hits of one note in a result (0: no cap).", min=0, max=100)
+    foreign_vector_weight: float = _opt(
+        0.35,
+        "Vector share for queries in a language the model does not know (embedder.languages).",
+        min=0.0,
+        max=1.0,
+    )
 
 
 @dataclass(frozen=True)

@@ -183,7 +183,7 @@ class Daemon:
         service = ServiceState(
             self.started, self.jobs.qsize, self.request_sweep, lambda: self.watcher.watching, self.reload
         )
-        self._retriever = Retriever(indexer.stores, self.slot, cfg.search, cfg.recall)
+        self._retriever = Retriever(indexer.stores, self.slot, cfg.search, cfg.recall, cfg.embedder.languages)
         return Handlers(
             cfg,
             indexer=indexer,

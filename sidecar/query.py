@@ -559,6 +559,7 @@ class QueryAnalysis:
     words: tuple[str, ...]
     content_words: tuple[str, ...]
     chronicle: bool = False  # about when/what changed: logs are not demoted
+    language: str | None = None  # "de" or "en" when the words say so
 
     @property
     def word_class(self) -> int:
@@ -581,8 +582,20 @@ def is_chronicle(text: str, words: tuple[str, ...]) -> bool:
     )
 
 
+_ONLY_DE = STOPWORDS_DE - STOPWORDS_EN
+_ONLY_EN = STOPWORDS_EN - STOPWORDS_DE
+
+
+def language(text: str, words: tuple[str, ...]) -> str | None:
+    """``de`` or ``en`` by filler words and German letters; None when undecided."""
+    lower = [w.lower() for w in words]
+    de = sum(w in _ONLY_DE for w in lower) + (2 if re.search(r"[äöüß]", text, re.IGNORECASE) else 0)
+    en = sum(w in _ONLY_EN for w in lower)
+    return "de" if de > en else ("en" if en > de else None)
+
+
 def analyze(text: str) -> QueryAnalysis:
     text = unicodedata.normalize("NFC", text)
     words = tuple(_WORD.findall(text))
     content = tuple(w for w in words if not is_stopword(w))
-    return QueryAnalysis(text, words, content, is_chronicle(text, words))
+    return QueryAnalysis(text, words, content, is_chronicle(text, words), language(text, words))

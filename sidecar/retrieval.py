@@ -70,7 +70,15 @@ def _passes(view: ChunkView, filters: Filters) -> bool:
 
 
 class Retriever:
-    def __init__(self, stores: Stores, slot: EmbedderSlot, cfg: SearchConfig, recall: RecallConfig) -> None:
+    def __init__(
+        self,
+        stores: Stores,
+        slot: EmbedderSlot,
+        cfg: SearchConfig,
+        recall: RecallConfig,
+        languages: str = "all",
+    ) -> None:
+        self.languages = {x.strip().lower() for x in languages.split(",") if x.strip()}
         self.stores = stores
         self.slot = slot
         self.cfg = cfg
@@ -107,6 +115,8 @@ class Retriever:
         views = {k: v for k, v in self.stores.manifest.views(ids).items() if _passes(v, req.filters)}
         cfg = self.cfg
         weight = 1.0 - cfg.short_query_bm25_weight if qa.word_class == 1 else cfg.vector_weight
+        if qa.language and self.languages != {"all"} and qa.language not in self.languages:
+            weight = min(weight, cfg.foreign_vector_weight)  # an English model reads German poorly
         boosts = {"vault": cfg.boosts.vault, "wiki": cfg.boosts.wiki, "memory": cfg.boosts.memory}
         bm_scores = dict(bm)
         best: dict[str, Scored] = {}

@@ -143,3 +143,11 @@ def test_chronicle_detection_and_inline_filters() -> None:
     assert text == "garden plans"
     assert filters.tags == ("garten",) and filters.path_prefix == "Projekte/Haus"
     assert filters.since == "2026-09-01" and filters.sources == ("wiki",)
+
+
+def test_query_language_detection() -> None:
+    """German filler words or letters mark a German query; English ones an English query."""
+    assert analyze("Wie nehme ich Audio in einer Notiz auf?").language == "de"
+    assert analyze("Tägliche Notizen").language == "de"
+    assert analyze("how do I record audio in a note").language == "en"
+    assert analyze("hotkeys").language is None
