@@ -84,6 +84,14 @@ class Retriever:
         self.cfg = cfg
         self.recall_cfg = recall
 
+    def vector_weight(self, qa: QueryAnalysis) -> float:
+        """Share of the vector arm: less for short queries and for languages the model reads poorly."""
+        cfg = self.cfg
+        weight = 1.0 - cfg.short_query_bm25_weight if qa.word_class == 1 else cfg.vector_weight
+        if qa.language and "all" not in self.languages and qa.language not in self.languages:
+            weight = min(weight, cfg.foreign_vector_weight)
+        return weight
+
     # --- the arms -----------------------------------------------------------------------------
 
     def _arms(
@@ -114,9 +122,7 @@ class Retriever:
         ids = list(dict.fromkeys([c for c, _ in bm] + [c for vl in vec_lists for c, _ in vl]))
         views = {k: v for k, v in self.stores.manifest.views(ids).items() if _passes(v, req.filters)}
         cfg = self.cfg
-        weight = 1.0 - cfg.short_query_bm25_weight if qa.word_class == 1 else cfg.vector_weight
-        if qa.language and self.languages != {"all"} and qa.language not in self.languages:
-            weight = min(weight, cfg.foreign_vector_weight)  # an English model reads German poorly
+        weight = self.vector_weight(qa)
         boosts = {"vault": cfg.boosts.vault, "wiki": cfg.boosts.wiki, "memory": cfg.boosts.memory}
         bm_scores = dict(bm)
         best: dict[str, Scored] = {}

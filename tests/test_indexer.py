@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from sidecar import indexer as indexer_mod
+from sidecar.query import analyze
 from sidecar.retrieval import Retriever, SearchRequest
 from tests.conftest import FakeEmbedder, Harness, write
 
@@ -428,3 +429,20 @@ def test_german_and_english_forms_meet(make_cfg: Any, tmp_path: Path) -> None:
         assert h.stores.manifest.views([hits[0][0]])[hits[0][0]].key == "vault/Garden"
     finally:
         h.close()
+
+
+def test_vector_weight_by_length_and_language(harness: Harness) -> None:
+    """Short queries and queries in a language the model lacks lean on BM25; the keys turn it off."""
+    cfg = harness.cfg.search
+    r = Retriever(harness.stores, harness.slot, cfg, harness.cfg.recall, "en")
+    assert r.vector_weight(analyze("how do I set up the backup of the NAS")) == cfg.vector_weight
+    assert r.vector_weight(analyze("backups")) == 1.0 - cfg.short_query_bm25_weight
+    assert (
+        r.vector_weight(analyze("Wie richte ich die Datensicherung auf dem NAS ein?"))
+        == cfg.foreign_vector_weight
+    )
+    everyone = Retriever(harness.stores, harness.slot, cfg, harness.cfg.recall, "all")
+    assert (
+        everyone.vector_weight(analyze("Wie richte ich die Datensicherung auf dem NAS ein?"))
+        == cfg.vector_weight
+    )
