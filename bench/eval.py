@@ -36,7 +36,7 @@ from sidecar.errors import DaemonNotRunningError
 ARMS = {
     "hybrid": "",
     "bm25": "search:\n  vectorWeight: 0.0\n  shortQueryBm25Weight: 1.0\n",
-    "vector": "search:\n  vectorWeight: 1.0\n  shortQueryBm25Weight: 0.0\n",
+    "vector": "search:\n  vectorWeight: 1.0\n  shortQueryBm25Weight: 0.0\n  foreignVectorWeight: 1.0\n",
 }
 
 
@@ -178,14 +178,20 @@ def evaluate(
     queries: list[tuple[str, str, list[str]]],
     qrels: dict[str, dict[str, int]],
     refs: dict[str, str] | None,
+    sweep: str = "",
 ) -> dict[str, Any]:
     config = work / "sidecar.yaml"
     config.write_text(ARMS["hybrid"])
     d = Daemon(vault, work / "home", config)
+    arms = dict(ARMS)
+    if sweep:  # e.g. search.foreignVectorWeight=0.1,0.2,0.3: one hybrid run per value
+        key, _, values = sweep.partition("=")
+        section, name = key.split(".")
+        arms.update({f"{key}={v}": f"{section}:\n  {name}: {v}\n" for v in values.split(",")})
     try:
         d.wait_ready()
         out = {}
-        for arm, text in ARMS.items():
+        for arm, text in arms.items():
             config.write_text(text)
             d.call("reload")
             res = run_queries(d, queries, refs)
@@ -203,7 +209,7 @@ def cmd_beir(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="sidecar-eval-"))
     refs = write_vault(corpus, work / "vault", with_title=not args.no_title)
     qs = [(text, qid, []) for qid, text in queries.items() if qid in qrels][: args.limit or None]
-    result = evaluate(work / "vault", work, qs, qrels, refs)
+    result = evaluate(work / "vault", work, qs, qrels, refs, args.sweep)
     return {
         "set": str(args.folder),
         "queries_from": str(args.queries or args.folder),
@@ -223,7 +229,7 @@ def cmd_questions(args: argparse.Namespace) -> dict[str, Any]:
         for name in args.subset.split(","):
             shutil.copytree(vault / name, target / name)
         vault = target
-    result = evaluate(vault, work, qs, qrels, None)
+    result = evaluate(vault, work, qs, qrels, None, args.sweep)
     return {"questions": str(args.file), "vault": str(args.vault), "subset": args.subset, **result}
 
 
@@ -245,6 +251,7 @@ def main() -> None:
     )
     for p in sub.choices.values():
         p.add_argument("--out", type=Path, default=None)
+        p.add_argument("--sweep", default="", help="section.key=v1,v2,...: extra hybrid runs, one per value")
     args = ap.parse_args()
     result = {"beir": cmd_beir, "questions": cmd_questions}[args.cmd](args)
     result["date"] = time.strftime("%Y-%m-%d %H:%M")
