@@ -233,6 +233,30 @@ def cmd_questions(args: argparse.Namespace) -> dict[str, Any]:
     return {"questions": str(args.file), "vault": str(args.vault), "subset": args.subset, **result}
 
 
+def cmd_offtopic(args: argparse.Namespace) -> dict[str, Any]:
+    """How many off-topic messages get an empty auto-injection block."""
+    messages = [m.strip() for m in args.file.read_text(encoding="utf-8").splitlines() if m.strip()]
+    work = Path(tempfile.mkdtemp(prefix="sidecar-eval-"))
+    vault = args.vault.resolve()
+    if args.subset:
+        for name in args.subset.split(","):
+            shutil.copytree(vault / name, work / "vault" / name)
+        vault = work / "vault"
+    config = work / "sidecar.yaml"
+    config.write_text("")
+    d = Daemon(vault, work / "home", config)
+    try:
+        d.wait_ready()
+        leaked = {}
+        for m in messages:
+            r = d.call("recall", {"message": m})
+            if r["context"]:
+                leaked[m] = [h["reference"] for h in r["hits"]]
+        return {"messages": len(messages), "empty": len(messages) - len(leaked), "leaked": leaked}
+    finally:
+        d.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -243,6 +267,10 @@ def main() -> None:
     )
     p.add_argument("--no-title", action="store_true", help="index the text only (XQuAD titles are English)")
     p.add_argument("--limit", type=int, default=0)
+    p = sub.add_parser("offtopic")
+    p.add_argument("file", type=Path)
+    p.add_argument("--vault", type=Path, required=True)
+    p.add_argument("--subset", default="")
     p = sub.add_parser("questions")
     p.add_argument("file", type=Path)
     p.add_argument("--vault", type=Path, required=True)
@@ -253,7 +281,7 @@ def main() -> None:
         p.add_argument("--out", type=Path, default=None)
         p.add_argument("--sweep", default="", help="section.key=v1,v2,...: extra hybrid runs, one per value")
     args = ap.parse_args()
-    result = {"beir": cmd_beir, "questions": cmd_questions}[args.cmd](args)
+    result = {"beir": cmd_beir, "questions": cmd_questions, "offtopic": cmd_offtopic}[args.cmd](args)
     result["date"] = time.strftime("%Y-%m-%d %H:%M")
     text = json.dumps(result, indent=2)
     print(text)
