@@ -81,6 +81,13 @@ def _query_commands(sub: Any) -> None:
     p.add_argument("--preview", action="store_true", help="show per-hit scores and the query analysis")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
+    p = sub.add_parser("why", help="why a note ranks where it does for a query (scores, boosts, outcome)")
+    _common(p)
+    p.add_argument("reference", help="the note, e.g. vault/Plugins/Audio recorder")
+    p.add_argument("query", help="the query")
+    p.add_argument("--agent", help="as this agent")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
     p = sub.add_parser("get", help="print a whole note by its reference")
     _common(p)
     p.add_argument("reference", help="a reference as search returns it, e.g. vault/Plugins/Audio recorder")
@@ -258,6 +265,26 @@ def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
     return int(ExitCode.OK)
 
 
+def cmd_why(args: argparse.Namespace, cfg: Config) -> int:
+    with Client(cfg.socket_path, agent=args.agent) as client:
+        r = client.call("why", {"reference": args.reference, "query": args.query})
+    if args.json:
+        print(json.dumps(r, ensure_ascii=False))
+        return int(ExitCode.OK)
+    if not r["indexed"]:
+        print(f"{args.reference}: not indexed: {r.get('reason', '')}")
+        return int(ExitCode.OK)
+    a = r["analysis"]
+    words, weight = a["contentWords"], r["vectorWeight"]
+    print(f"{r['reference']} for {a['text']!r}: content words {words}, vector weight {weight}")
+    if r.get("degraded"):
+        print(f"note: {r['degraded']}")
+    for c in r["chunks"]:
+        scores = f"vec={c['vecScore']} bm25={c['bm25Score']} fused={c['score']} {c['boosts'] or ''}"
+        print(f"  lines {c['lines'][0]}-{c['lines'][1]}: {c['outcome']}  ({scores})")
+    return int(ExitCode.OK)
+
+
 def cmd_get(args: argparse.Namespace, cfg: Config) -> int:
     with Client(cfg.socket_path, agent=args.agent) as client:
         result = client.call("get", {"reference": args.reference})
@@ -397,6 +424,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "search": cmd_search,
     "get": cmd_get,
     "recall": cmd_recall,
+    "why": cmd_why,
     "status": cmd_status,
     "config": cmd_config,
     "mcp": cmd_mcp,

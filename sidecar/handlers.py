@@ -71,6 +71,7 @@ class Handlers:
             "health": self.health,
             "search": self.search,
             "recall": self.recall,
+            "why": self.why,
             "get": self.get,
             "index": self.index,
             "reload": self.reload,
@@ -165,6 +166,27 @@ class Handlers:
             out["degraded"] = result.degraded
         if param_bool(p, "preview", default=False):
             out["analysis"] = result.analysis
+        return out
+
+    def why(self, req: Request) -> dict[str, Any]:
+        """Explain a note's place (or absence) in the results of a query."""
+        p = req.params
+        check_known(p, ("reference", "query"))
+        key = key_for_reference(param_str(p, "reference", max_len=2000), req.agent)
+        out = self.retriever.explain(key, param_str(p, "query", max_len=MAX_QUERY_CHARS), req.agent)
+        if not out["indexed"]:
+            state = self.indexer.stores.manifest.file_states(key).get(key)
+            try:
+                path_for_key(self.cfg, key)
+                exists = True
+            except SourceError:
+                exists = False
+            if state is not None and state.state == "skipped":
+                out["reason"] = "the file was skipped when indexing (see `file_skipped` in the log)"
+            elif exists:
+                out["reason"] = "the file exists but is not indexed yet (a sweep will pick it up)"
+            else:
+                out["reason"] = "no such note in the vault, wiki or this agent's memory"
         return out
 
     def recall(self, req: Request) -> dict[str, Any]:

@@ -40,6 +40,14 @@ class SearchRequest:
 
 
 @dataclass(frozen=True)
+class Ranking:
+    ranked: list[Scored]  # the result order (folded, capped)
+    views: dict[str, ChunkView]
+    scored: list[Scored]  # every candidate after fusion and rules, before folding
+    folded: list[Scored]  # after folding, before the per-note cap
+
+
+@dataclass(frozen=True)
 class SearchResult:
     hits: list[dict[str, Any]]
     degraded: str | None  # why the vector arm did not take part, if it did not
@@ -118,7 +126,7 @@ class Retriever:
         qa: QueryAnalysis,
         bm: list[tuple[str, float]],
         vec_lists: list[list[tuple[str, float]]],
-    ) -> tuple[list[Scored], dict[str, ChunkView]]:
+    ) -> Ranking:
         ids = list(dict.fromkeys([c for c, _ in bm] + [c for vl in vec_lists for c, _ in vl]))
         views = {k: v for k, v in self.stores.manifest.views(ids).items() if _passes(v, req.filters)}
         cfg = self.cfg
@@ -156,10 +164,9 @@ class Retriever:
             cfg.max_hits_per_note,
         )
         content = frozenset(fold_word(w) for w in qa.content_words)
-        ranked = cap_per_note(
-            fold(apply_rules(list(best.values()), content, qa.chronicle, rules)), rules.max_hits_per_note
-        )
-        return ranked, views
+        ruled = apply_rules(list(best.values()), content, qa.chronicle, rules)
+        folded = fold(ruled)
+        return Ranking(cap_per_note(folded, rules.max_hits_per_note), views, ruled, folded)
 
     def _hit(self, s: Scored, view: ChunkView, agent: str | None) -> dict[str, Any]:
         c = s.candidate
@@ -186,11 +193,75 @@ class Retriever:
         req = _with_filters(req, inline)
         qa = analyze(text)
         bm, vec_lists, degraded = self._arms(req, text, qa, None)
-        ranked, views = self._rank(req, qa, bm, vec_lists)
+        r = self._rank(req, qa, bm, vec_lists)
         hits = [
-            self._hit(s, views[s.candidate.chunk_id], req.agent) for s in ranked if s.score >= req.min_score
+            self._hit(s, r.views[s.candidate.chunk_id], req.agent)
+            for s in r.ranked
+            if s.score >= req.min_score
         ]
         return SearchResult(hits[: req.limit], degraded, _analysis(qa, req.filters))
+
+    # --- explain ----------------------------------------------------------------------------------
+
+    def explain(self, key: str, query: str, agent: str | None) -> dict[str, Any]:
+        """Why a note ranks where it does (or not at all) for a query: scores, boosts, outcome."""
+        text, inline = split_filters(query)
+        req = _with_filters(SearchRequest(query, self.cfg.limit, self.cfg.min_score, None, agent), inline)
+        qa = analyze(text)
+        chunks = self.stores.manifest.chunks_of(key)
+        if not chunks:
+            return {"indexed": False, "analysis": _analysis(qa, req.filters)}
+        bm, vec_lists, degraded = self._arms(req, text, qa, None)
+        r = self._rank(req, qa, bm, vec_lists)
+        ids = [c.chunk_id for c in chunks]
+        direct_bm = dict(self.stores.bm25.search(bm25_text(qa), len(ids) + 5, key=key))
+        direct_vec: dict[str, float] = {}
+        serving = self.stores.serving
+        if serving is not None and qa.words:
+            q = serving.model.embed_query(text)
+            direct_vec = {cid: float(np.dot(v, q)) for cid, v in serving.store.vectors_of(ids).items()}
+        scored = {s.candidate.chunk_id: s for s in r.scored}
+        rank = {s.candidate.chunk_id: i + 1 for i, s in enumerate(r.ranked)}
+        folded_into = {f: s for s in r.folded for f in s.folded}
+        in_folded = {s.candidate.chunk_id for s in r.folded}
+        out = []
+        for c in chunks:
+            s = scored.get(c.chunk_id)
+            if c.chunk_id in rank and rank[c.chunk_id] <= req.limit:
+                outcome = f"hit #{rank[c.chunk_id]}"
+            elif c.chunk_id in rank:
+                outcome = f"rank {rank[c.chunk_id]}, beyond the limit of {req.limit}"
+            elif c.chunk_id in folded_into:
+                w = folded_into[c.chunk_id].candidate
+                outcome = f"folded into the wider hit of lines {w.start_line}-{w.end_line}"
+            elif c.chunk_id in in_folded:
+                outcome = f"dropped by the cap of {self.cfg.max_hits_per_note} hits per note"
+            elif (
+                c.chunk_id not in r.views
+                and (c.chunk_id in direct_bm or c.chunk_id in direct_vec)
+                and s is None
+            ):
+                outcome = "not among the candidates of either arm (or removed by a filter)"
+            else:
+                outcome = "not among the candidates of either arm"
+            out.append(
+                {
+                    "lines": [c.start_line, c.end_line],
+                    "vecScore": round(direct_vec[c.chunk_id], 4) if c.chunk_id in direct_vec else None,
+                    "bm25Score": round(direct_bm[c.chunk_id], 4) if c.chunk_id in direct_bm else None,
+                    "score": round(s.score, 4) if s else None,
+                    "boosts": dict(s.boosts) if s else {},
+                    "outcome": outcome,
+                }
+            )
+        return {
+            "indexed": True,
+            "reference": public_reference(key, agent),
+            "chunks": out,
+            "vectorWeight": self.vector_weight(qa),
+            "degraded": degraded,
+            "analysis": _analysis(qa, req.filters),
+        }
 
     # --- recall (auto-injection) -----------------------------------------------------------------
 
@@ -215,11 +286,12 @@ class Retriever:
             return SearchResult([], None, _analysis(qa, req.filters)), ""
         vectors = self._recall_vectors(text, qa, turns)
         bm, vec_lists, degraded = self._arms(req, text, qa, vectors)
-        ranked, views = self._rank(req, qa, bm if qa.content_words else [], vec_lists)
+        r = self._rank(req, qa, bm if qa.content_words else [], vec_lists)
+        views = r.views
         floor = max(req.min_score, rc.score_floor)
         kept = [
             s
-            for s in ranked
+            for s in r.ranked
             if s.score >= floor
             and (s.candidate.vec is None or s.candidate.vec >= rc.min_similarity)
             and (s.candidate.vec is not None or degraded is not None)

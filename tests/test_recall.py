@@ -104,3 +104,17 @@ def test_search_filters_by_tag_path_and_inline_syntax(running: DaemonProcess) ->
     assert all(h["source"] == "wiki" for h in running.call("search", {"query": "NAS source:wiki"})["hits"])
     with pytest.raises(RemoteError, match="since"):
         running.call("search", {"query": "x", "since": "yesterday"})
+
+
+def test_why_explains_rank_and_absence(running: DaemonProcess) -> None:
+    """`why` gives per-chunk scores, boosts and the outcome; a missing note says why it is absent."""
+    r = running.call("why", {"reference": "wiki/Backups", "query": "restic backups of the NAS"})
+    assert r["indexed"] and r["chunks"][0]["outcome"] == "hit #1"
+    assert r["chunks"][0]["vecScore"] > 0.3 and r["chunks"][0]["bm25Score"] > 0
+    assert r["chunks"][0]["boosts"]["source"] == 1.4
+    far = running.call("why", {"reference": "vault/Travel", "query": "restic backups of the NAS"})
+    assert far["indexed"] and "hit #1" not in far["chunks"][0]["outcome"]
+    gone = running.call("why", {"reference": "vault/Nowhere", "query": "x"})
+    assert gone["indexed"] is False and "no such note" in gone["reason"]
+    text = running.run_cli("why", "wiki/Backups", "restic backups of the NAS", check=True).stdout
+    assert "hit #1" in text and "vec=" in text

@@ -155,8 +155,10 @@ class Bm25Index:
         limit: int,
         sources: Sequence[str] | None = None,
         agent_scope: str | None = None,
+        key: str | None = None,
     ) -> list[tuple[str, float]]:
-        """(chunk_id, bm25 score) for chunks matching any word of ``text``, best first.
+        """(chunk_id, bm25 score) for chunks matching any word of ``text``, best first (of one note
+        when ``key`` is given).
 
         The text is analysed per field (never parsed as query syntax); ``sources`` restricts to
         those sources; ``agent_scope`` limits memory to one agent's inbox (vault and wiki stay).
@@ -174,6 +176,8 @@ class Bm25Index:
             clauses.append(
                 (tantivy.Occur.Must, tantivy.Query.term_set_query(schema, "source", list(sources)))
             )
+        if key is not None:
+            clauses.append((tantivy.Occur.Must, tantivy.Query.term_query(schema, "key", key)))
         if agent_scope is not None:
             scope = tantivy.Query.boolean_query(
                 [

@@ -145,6 +145,26 @@ class VectorStore:
         table = self._wrap("scan", lambda: self._table.search().select(["chunk_id"]).limit(None).to_arrow())
         return set(table.column("chunk_id").to_pylist())
 
+    def vectors_of(self, chunk_ids: Sequence[str]) -> dict[str, np.ndarray[Any, Any]]:
+        """The stored vectors of some chunks (for explanations)."""
+        if not chunk_ids:
+            return {}
+        table = self._wrap(
+            "read",
+            lambda: (
+                self._table.search()
+                .where(_in_list("chunk_id", list(chunk_ids)))
+                .select(["chunk_id", "vector"])
+                .limit(len(chunk_ids))
+                .to_arrow()
+            ),
+        )
+        vectors = table.column("vector").to_pylist()
+        return {
+            cid: np.asarray(v, dtype=np.float32)
+            for cid, v in zip(table.column("chunk_id").to_pylist(), vectors, strict=True)
+        }
+
     def count(self) -> int:
         return int(self._wrap("count", self._table.count_rows))
 
