@@ -147,6 +147,12 @@ class SearchConfig:
         max=1.0,
     )
     max_hits_per_note: int = _opt(2, "Most hits of one note in a result (0: no cap).", min=0, max=100)
+    ann_threshold: int = _opt(
+        20_000,
+        "Chunks from which vector search uses an IVF index instead of an exact scan (0: never).",
+        min=0,
+    )
+    ann_probes: int = _opt(20, "IVF partitions searched per query (more: closer to exact, slower).", min=1)
     foreign_vector_weight: float = _opt(
         0.25,  # XQuAD-de sweep: 0.10 -> 0.930, 0.20 -> 0.931, 0.25 -> 0.932, 0.35 -> 0.929 nDCG@10
         "Vector share for queries in a language the model does not know (embedder.languages).",

@@ -342,6 +342,7 @@ class Daemon:
         except StoreError as exc:
             log.error("vectors_unavailable error=%s; keyword search only", exc)
             return
+        ann_checked = 0.0
         while not self.stop.is_set():
             try:
                 stored = indexer.embed_pending()
@@ -350,6 +351,12 @@ class Daemon:
                 self.stop.wait(5.0)
                 continue
             if stored == 0:
+                if time.monotonic() - ann_checked > 60:
+                    ann_checked = time.monotonic()
+                    try:
+                        indexer.vectors.ensure_ann()
+                    except StoreError as exc:
+                        log.error("vector_index_failed error=%s", exc)
                 indexer.vectors.changed.wait(1.0)
                 indexer.vectors.changed.clear()
 

@@ -444,10 +444,14 @@ def move_aside(path: Path) -> Path:
 
 def open_vectors(cfg: Config, model_id: str, dim: int, pooling: str) -> VectorStore:
     path = cfg.index_dir / "vectors"
-    every = cfg.index.optimize_every_writes
+    opts = {
+        "optimize_every": cfg.index.optimize_every_writes,
+        "ann_threshold": cfg.search.ann_threshold,
+        "nprobes": cfg.search.ann_probes,
+    }
     try:
-        return VectorStore(path, model_id, dim, pooling, every)
+        return VectorStore(path, model_id, dim, pooling, **opts)
     except StoreError as exc:
         aside = move_aside(path)
         log.error("index_rebuilt store=vectors reason=%s moved_to=%s", exc, aside)
-        return VectorStore(path, model_id, dim, pooling, every)
+        return VectorStore(path, model_id, dim, pooling, **opts)

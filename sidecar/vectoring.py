@@ -182,7 +182,13 @@ class Vectoring:
     def optimize(self) -> None:
         for store in self.stores.vector_stores():
             store.optimize()
+            store.ensure_ann()
         self.last_optimize = time.time()
+
+    def ensure_ann(self) -> None:
+        """Index the serving table once it is large (called when the backfill is idle)."""
+        if self.stores.serving is not None:
+            self.stores.serving.store.ensure_ann()
 
     def describe(self) -> dict[str, Any]:
         s, b = self.stores.serving, self.stores.building

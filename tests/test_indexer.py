@@ -446,3 +446,21 @@ def test_vector_weight_by_length_and_language(harness: Harness) -> None:
         everyone.vector_weight(analyze("Wie richte ich die Datensicherung auf dem NAS ein?"))
         == cfg.vector_weight
     )
+
+
+def test_large_table_gets_an_ann_index(make_cfg: Any, tmp_path: Path) -> None:
+    """Above search.annThreshold the vector table gets an IVF index; results stay the same notes."""
+    vault = tmp_path / "big"
+    for i in range(300):
+        write(vault / f"n{i:03d}.md", f"# Note {i}\n\nword{i} topic{i % 17} shared text about item {i}\n")
+    h = Harness(make_cfg(vault, **{"search.annThreshold": 256}), FakeEmbedder())
+    try:
+        h.sweep()
+        before = [x["reference"] for x in _search(h, "word42 topic8", limit=5)]
+        assert h.stores.vectors is not None and not h.stores.vectors.indexed
+        h.indexer.vectors.ensure_ann()
+        assert h.stores.vectors.indexed
+        after = [x["reference"] for x in _search(h, "word42 topic8", limit=5)]
+        assert after[0] == before[0] == "vault/n042"
+    finally:
+        h.close()
