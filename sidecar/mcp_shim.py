@@ -96,6 +96,12 @@ def build_server(socket_path: Path, agent: str) -> MCPServer:
         except ProtocolError as exc:
             raise ToolError(f"talking to the sidecar daemon failed: {exc}") from exc
 
+    def write(op: str, slug: str, content: str, frontmatter: dict[str, Any] | None) -> str:
+        params: dict[str, Any] = {"slug": slug, "content": content}
+        if frontmatter is not None:
+            params["frontmatter"] = frontmatter
+        return _text_of_write(op, call(op, params))
+
     @server.tool(
         structured_output=False,
         description=(
@@ -173,10 +179,7 @@ def build_server(socket_path: Path, agent: str) -> MCPServer:
         content: Annotated[str, CONTENT_FIELD],
         frontmatter: Annotated[dict[str, Any] | None, FM_FIELD] = None,
     ) -> str:
-        params: dict[str, Any] = {"slug": slug, "content": content}
-        if frontmatter is not None:
-            params["frontmatter"] = frontmatter
-        return _text_of_write("write", call("write", params))
+        return write("write", slug, content, frontmatter)
 
     @server.tool(
         structured_output=False,
@@ -190,10 +193,7 @@ def build_server(socket_path: Path, agent: str) -> MCPServer:
         content: Annotated[str, CONTENT_FIELD],
         frontmatter: Annotated[dict[str, Any] | None, FM_FIELD] = None,
     ) -> str:
-        params: dict[str, Any] = {"slug": slug, "content": content}
-        if frontmatter is not None:
-            params["frontmatter"] = frontmatter
-        return _text_of_write("edit", call("edit", params))
+        return write("edit", slug, content, frontmatter)
 
     @server.tool(
         structured_output=False,
