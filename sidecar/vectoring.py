@@ -195,6 +195,7 @@ class Vectoring:
         return {
             "serving": s.store.name if s else None,
             "serving_model": s.model.model_id if s else None,
+            "ann_index": bool(s and s.store.indexed),
             "building": b.store.name if b else None,
             "building_pending": self.stores.manifest.pending_count("has_next") if b else 0,
             "last_optimize": self.last_optimize,
