@@ -167,7 +167,7 @@ class RecallConfig:
     token_budget: int = _opt(1500, "Token budget of the context block.", min=100, max=50_000)
     score_floor: float = _opt(0.35, "Hits below this fused score stay out of the block.", min=0.0)
     min_similarity: float = _opt(
-        0.3,
+        0.4,  # help vault: off-topic top hits reach 0.30-0.38, answered questions mostly above 0.42
         "Hits whose cosine similarity to the message is below this stay out (keeps small talk empty).",
         min=0.0,
         max=1.0,
