@@ -11,22 +11,19 @@ daemon on the built home and measures search latency through the socket.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from common import BenchDaemon, emit, pct, rss_mb
+
 from sidecar.client import Client
 from sidecar.config import load_config
 from sidecar.daemon import load_embedder
 from sidecar.embedder import EmbedderSlot
-from sidecar.errors import DaemonNotRunningError
 from sidecar.indexer import Indexer, open_stores, open_vectors
 
 QUERIES = [
@@ -66,15 +63,6 @@ class Timer:
                 self.seconds += time.perf_counter() - t0
 
         return inner
-
-
-def rss_mb(pid: int) -> dict[str, float]:
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(("VmRSS", "VmHWM")):
-            name, value, _unit = line.split()
-            fields[name.rstrip(":")] = round(int(value) / 1024, 1)
-    return fields
 
 
 def index_phases(vault: Path, home: Path) -> dict[str, Any]:
@@ -135,40 +123,21 @@ def index_phases(vault: Path, home: Path) -> dict[str, Any]:
 
 
 def serve_latency(vault: Path, home: Path, rounds: int) -> dict[str, Any]:
-    cfg = load_config(flags={"home": str(home)}, env={})
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SIDECAR_", "XDG_"))}
-    log = open(home / "bench-daemon.log", "ab")  # noqa: SIM115
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sidecar", "serve", "--home", str(home), "--vault", str(vault)],
-        stdout=log,
-        stderr=log,
-        env=env,
-    )
+    d = BenchDaemon(vault, home)
     try:
-        ready_s = None
-        while time.perf_counter() - t0 < 120:
-            try:
-                with Client(cfg.socket_path) as c:
-                    if c.call("health")["index"]["state"] == "ready":
-                        ready_s = time.perf_counter() - t0
-                        break
-            except DaemonNotRunningError:
-                pass
-            time.sleep(0.05)
+        ready_s = d.wait_ready(poll=0.05, limit=600)
         # Large tables get their IVF index right after start: measure with it in place.
         deadline = time.perf_counter() + 120
         while time.perf_counter() < deadline:
-            with Client(cfg.socket_path) as c:
-                h = c.call("health")
+            h = d.call("health")
             if h["index"]["chunks"] < 20_000 or h["vectors"]["ann_index"]:
                 break
             time.sleep(1)
         lat: list[float] = []
         top3 = None
-        with Client(cfg.socket_path) as c:
-            for q in QUERIES:  # warm-up
-                c.call("search", {"query": q})
+        for q in QUERIES:  # warm-up
+            d.call("search", {"query": q})
+        with Client(d.cfg.socket_path) as c:
             for _ in range(rounds):
                 for q in QUERIES:
                     t = time.perf_counter()
@@ -176,57 +145,43 @@ def serve_latency(vault: Path, home: Path, rounds: int) -> dict[str, Any]:
                     lat.append((time.perf_counter() - t) * 1000)
                     if q == QUERIES[0] and top3 is None:
                         top3 = [h["reference"] for h in hits[:3]]
-        lat.sort()
         return {
-            "restart_ready_s": round(ready_s, 2) if ready_s else None,
-            "search_p50_ms": round(statistics.median(lat), 1),
-            "search_p95_ms": round(lat[int(len(lat) * 0.95) - 1], 1),
+            "restart_ready_s": round(ready_s, 2),
+            "search_p50_ms": pct(lat, 0.5),
+            "search_p95_ms": pct(lat, 0.95),
             "searches": len(lat),
-            "daemon_rss_mb": rss_mb(proc.pid),
+            "daemon_rss_mb": d.rss_mb(),
             "audio_recorder_top3": top3,
         }
     finally:
-        proc.terminate()
-        proc.wait(30)
-        log.close()
+        d.stop()
 
 
 def cold_daemon(vault: Path) -> dict[str, Any]:
     """A daemon indexing from scratch: time to keyword-searchable, to ready, and its peak RSS."""
-    home = Path(tempfile.mkdtemp(prefix="sidecar-cold-"))
-    cfg = load_config(flags={"home": str(home)}, env={})
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SIDECAR_", "XDG_"))}
-    log = open(home / "daemon.log", "ab")  # noqa: SIM115
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sidecar", "serve", "--home", str(home), "--vault", str(vault)],
-        stdout=log,
-        stderr=log,
-        env=env,
-    )
-    keyword_s = ready_s = None
+    d = BenchDaemon(vault, Path(tempfile.mkdtemp(prefix="sidecar-cold-")) / "home")
+    keyword_s = None
     try:
-        while ready_s is None and time.perf_counter() - t0 < 3600:
-            try:
-                with Client(cfg.socket_path) as c:
-                    h = c.call("health")
-            except DaemonNotRunningError:
-                time.sleep(0.05)
-                continue
-            if keyword_s is None and h["index"]["phase"] == "idle" and h["index"]["sweeps"] >= 1:
-                keyword_s = time.perf_counter() - t0
-            if h["index"]["state"] == "ready":
-                ready_s = time.perf_counter() - t0
+        while True:
+            h = d.health()
+            now = time.perf_counter() - d.started
+            if (
+                h is not None
+                and keyword_s is None
+                and h["index"]["phase"] == "idle"
+                and h["index"]["sweeps"] >= 1
+            ):
+                keyword_s = now
+            if h is not None and h["index"]["state"] == "ready":
+                break
             time.sleep(0.1)
         return {
             "cold_daemon_keyword_searchable_s": round(keyword_s or 0, 2),
-            "cold_daemon_ready_s": round(ready_s or 0, 1),
-            "cold_daemon_rss_mb": rss_mb(proc.pid),
+            "cold_daemon_ready_s": round(now, 1),
+            "cold_daemon_rss_mb": d.rss_mb(),
         }
     finally:
-        proc.terminate()
-        proc.wait(30)
-        log.close()
+        d.stop()
 
 
 def main() -> None:
@@ -251,11 +206,7 @@ def main() -> None:
     result.update(serve_latency(args.vault.resolve(), home, args.rounds))
     if args.cold_daemon:
         result.update(cold_daemon(args.vault.resolve()))
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    emit(result, args.out)
 
 
 if __name__ == "__main__":

@@ -18,10 +18,8 @@ import argparse
 import csv
 import json
 import math
-import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,9 +27,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from sidecar.client import Client
-from sidecar.config import load_config
-from sidecar.errors import DaemonNotRunningError
+from common import BenchDaemon, emit
 
 ARMS = {
     "hybrid": "",
@@ -69,54 +65,6 @@ def write_vault(corpus: dict[str, Any], vault: Path, with_title: bool) -> dict[s
     return refs
 
 
-class Daemon:
-    def __init__(self, vault: Path, home: Path, config: Path) -> None:
-        self.cfg = load_config(flags={"home": str(home)}, env={})
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SIDECAR_", "XDG_"))}
-        self.log = (home.parent / "daemon.log").open("ab")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sidecar",
-                "serve",
-                "--home",
-                str(home),
-                "--vault",
-                str(vault),
-                "--config",
-                str(config),
-            ],
-            stdout=self.log,
-            stderr=self.log,
-            env=env,
-        )
-
-    def call(self, op: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        with Client(self.cfg.socket_path, timeout=300) as c:
-            return c.call(op, params)
-
-    def wait_ready(self) -> None:
-        t0 = time.time()
-        while True:
-            try:
-                h = self.call("health")
-                if h["index"]["state"] == "ready":
-                    print(
-                        f"ready after {time.time() - t0:.0f}s: {h['index']['chunks']} chunks", file=sys.stderr
-                    )
-                    return
-                print(f"  {h['index']['phase']} pending={h['index']['pending_vectors']}", file=sys.stderr)
-            except DaemonNotRunningError:
-                pass
-            time.sleep(5)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(60)
-        self.log.close()
-
-
 def metrics(ranked: list[str], relevant: dict[str, int]) -> dict[str, float]:
     """hit@1, hit@5, MRR@10, nDCG@10 (binary or graded gains), recall@10 for one query."""
     top = ranked[:10]
@@ -135,7 +83,7 @@ def metrics(ranked: list[str], relevant: dict[str, int]) -> dict[str, float]:
 
 
 def run_queries(
-    d: Daemon, queries: list[tuple[str, str, list[str]]], refs: dict[str, str] | None
+    d: BenchDaemon, queries: list[tuple[str, str, list[str]]], refs: dict[str, str] | None
 ) -> dict[str, Any]:
     """queries: (text, id, history); returns averaged metrics and latency."""
     per: dict[str, list[float]] = defaultdict(list)
@@ -182,14 +130,14 @@ def evaluate(
 ) -> dict[str, Any]:
     config = work / "sidecar.yaml"
     config.write_text(ARMS["hybrid"])
-    d = Daemon(vault, work / "home", config)
+    d = BenchDaemon(vault, work / "home", args=["--config", str(config)])
     arms = dict(ARMS)
     if sweep:  # e.g. search.foreignVectorWeight=0.1,0.2,0.3: one hybrid run per value
         key, _, values = sweep.partition("=")
         section, name = key.split(".")
         arms.update({f"{key}={v}": f"{section}:\n  {name}: {v}\n" for v in values.split(",")})
     try:
-        d.wait_ready()
+        d.wait_ready(verbose=True, poll=5)
         out = {}
         for arm, text in arms.items():
             config.write_text(text)
@@ -244,9 +192,9 @@ def cmd_offtopic(args: argparse.Namespace) -> dict[str, Any]:
         vault = work / "vault"
     config = work / "sidecar.yaml"
     config.write_text("")
-    d = Daemon(vault, work / "home", config)
+    d = BenchDaemon(vault, work / "home", args=["--config", str(config)])
     try:
-        d.wait_ready()
+        d.wait_ready(verbose=True, poll=5)
         leaked = {}
         for m in messages:
             r = d.call("recall", {"message": m})
@@ -282,12 +230,7 @@ def main() -> None:
         p.add_argument("--sweep", default="", help="section.key=v1,v2,...: extra hybrid runs, one per value")
     args = ap.parse_args()
     result = {"beir": cmd_beir, "questions": cmd_questions, "offtopic": cmd_offtopic}[args.cmd](args)
-    result["date"] = time.strftime("%Y-%m-%d %H:%M")
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    emit(result, args.out)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
 import statistics
 import subprocess
 import sys
@@ -18,17 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common import BenchDaemon, emit, pct
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-
-from sidecar.client import Client as SocketClient
-from sidecar.config import load_config
-from sidecar.errors import DaemonNotRunningError
-
-
-def pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return round(values[max(0, int(len(values) * p) - 1)], 1)
 
 
 def params(home: Path, agent: str) -> StdioServerParameters:
@@ -94,24 +84,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     home = args.home or Path(tempfile.mkdtemp(prefix="sidecar-mcp-bench-"))
-    cfg = load_config(flags={"home": str(home)}, env={})
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SIDECAR_", "XDG_"))}
-    log = open(home.parent / f"{home.name}-daemon.log", "ab")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sidecar", "serve", "--home", str(home), "--vault", str(args.vault.resolve())],
-        stdout=log,
-        stderr=log,
-        env=env,
-    )
+    d = BenchDaemon(args.vault.resolve(), home)
     try:
-        while True:
-            try:
-                with SocketClient(cfg.socket_path) as c:
-                    if c.call("health")["index"]["state"] == "ready":
-                        break
-            except DaemonNotRunningError:
-                pass
-            time.sleep(0.2)
+        d.wait_ready()
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-c", "pass"], check=True)
         bare_python_ms = (time.perf_counter() - t0) * 1000
@@ -123,14 +98,8 @@ def main() -> None:
             **asyncio.run(session(home, args.writes)),
         }
     finally:
-        proc.terminate()
-        proc.wait(30)
-        log.close()
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        d.stop()
+    emit(result, args.out)
 
 
 if __name__ == "__main__":

@@ -11,62 +11,15 @@ The vault is copied to a temporary folder first: the benchmark edits notes, the 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from sidecar.client import Client
-from sidecar.config import load_config
-from sidecar.errors import DaemonNotRunningError
-
-
-def pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return round(values[max(0, int(len(values) * p) - 1)], 1)
-
-
-class Daemon:
-    def __init__(self, vault: Path, home: Path, env: dict[str, str] | None = None) -> None:
-        self.home = home
-        self.cfg = load_config(flags={"home": str(home)}, env={})
-        base = {k: v for k, v in os.environ.items() if not k.startswith(("SIDECAR_", "XDG_"))}
-        self.log = open(home.parent / f"{home.name}.log", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sidecar", "serve", "--home", str(home), "--vault", str(vault)],
-            stdout=self.log,
-            stderr=self.log,
-            env={**base, **(env or {})},
-        )
-
-    def call(self, op: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        with Client(self.cfg.socket_path) as c:
-            return c.call(op, params)
-
-    def wait_ready(self) -> None:
-        while True:
-            try:
-                h = self.call("health")
-                if h["index"]["state"] == "ready":
-                    return
-            except DaemonNotRunningError:
-                pass
-            time.sleep(0.2)
-
-    def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(60)
-        self.log.close()
+from common import BenchDaemon, emit, pct
 
 
 def copy_vault(src: Path, work: Path) -> Path:
@@ -82,7 +35,7 @@ def save(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def edit_latencies(d: Daemon, vault: Path, edits: int, tag: str) -> list[float]:
+def edit_latencies(d: BenchDaemon, vault: Path, edits: int, tag: str) -> list[float]:
     notes = sorted(vault.rglob("*.md"))[:edits]
     out = []
     for i, note in enumerate(notes):
@@ -109,7 +62,7 @@ def edit_latencies(d: Daemon, vault: Path, edits: int, tag: str) -> list[float]:
 def cmd_latency(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="sidecar-sync-"))
     vault = copy_vault(args.vault, work)
-    d = Daemon(vault, work / "home")
+    d = BenchDaemon(vault, work / "home")
     d.wait_ready()
     events = edit_latencies(d, vault, args.edits, "e")
     d.stop()
@@ -121,7 +74,7 @@ def cmd_latency(args: argparse.Namespace) -> dict[str, Any]:
         "SIDECAR_WATCH_POLL_SECONDS": str(args.poll),
         "SIDECAR_WATCH_EVENTS": "false",
     }
-    d = Daemon(vault, work / "home", env)
+    d = BenchDaemon(vault, work / "home", env)
     d.wait_ready()
     polling = edit_latencies(d, vault, max(3, args.edits // 4), "p")
     d.stop()
@@ -152,7 +105,7 @@ def cmd_idle(args: argparse.Namespace) -> dict[str, Any]:
                 f"40 22 0:35 / {args.vault.resolve()} rw - cifs //nas/v rw\n"
             )
             env = {"SIDECAR_WATCH_MOUNT_TABLE": str(table)}
-        d = Daemon(args.vault.resolve(), home, env)
+        d = BenchDaemon(args.vault.resolve(), home, env)
         d.wait_ready()
         time.sleep(5)
         c0, t0 = d.cpu_seconds(), time.monotonic()
@@ -174,12 +127,12 @@ def cmd_stream(args: argparse.Namespace) -> dict[str, Any]:
         ("without_optimize", {"SIDECAR_INDEX_OPTIMIZE_EVERY_WRITES": "0"}),
     ):
         home = work / f"home-{label}"
-        d = Daemon(vault, home, env)
+        d = BenchDaemon(vault, home, env)
         d.wait_ready()
         lat: list[float] = []
         stop = threading.Event()
 
-        def query(d: Daemon = d, stop: threading.Event = stop, lat: list[float] = lat) -> None:
+        def query(d: BenchDaemon = d, stop: threading.Event = stop, lat: list[float] = lat) -> None:
             queries = ["record audio", "sync settings", "canvas cards", "graph view", "daily notes"]
             i = 0
             while not stop.is_set():
@@ -233,12 +186,7 @@ def main() -> None:
         p.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     result = {"latency": cmd_latency, "idle": cmd_idle, "stream": cmd_stream}[args.cmd](args)
-    result["date"] = time.strftime("%Y-%m-%d %H:%M")
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    emit(result, args.out)
 
 
 if __name__ == "__main__":
