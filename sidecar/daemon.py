@@ -334,7 +334,8 @@ class Daemon:
     def _embed_loop(self, indexer: Indexer) -> None:
         # Wait for a model: it may load late (first start) or only after a retry.
         while self.slot.model is None:
-            if self.stop.wait(0.5):
+            # Poll fast while the model loads, so vectors serve right after it is there.
+            if self.stop.wait(0.05 if self.slot.state in ("idle", "loading") else 0.5):
                 return
         model = self.slot.model
         try:

@@ -392,7 +392,10 @@ class Indexer:
     def index_state(self, pending_vectors: int, embedder_state: str) -> str:
         """``building`` until the first sweep is done and no chunk waits for a vector it can get."""
         act = self.activity
-        waiting = embedder_state in ("idle", "loading") or (embedder_state == "ok" and pending_vectors > 0)
+        attached = self.stores.serving is not None
+        waiting = embedder_state in ("idle", "loading") or (
+            embedder_state == "ok" and (pending_vectors > 0 or not attached)
+        )
         if act.first_sweep_done and not waiting:
             act.ready_once = True  # later edits queue a few vectors without flipping back to building
         return "ready" if act.ready_once else "building"

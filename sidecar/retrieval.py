@@ -110,7 +110,8 @@ class Retriever:
         bm = self.stores.bm25.search(bm25_text(qa), fetch, sources, req.agent)
         serving = self.stores.serving
         if serving is None:
-            return bm, [], f"vector search unavailable (embedder {self.slot.state}); keyword results only"
+            why = "the vector table is opening" if self.slot.state == "ok" else f"embedder {self.slot.state}"
+            return bm, [], f"vector search unavailable ({why}); keyword results only"
         if not qa.words and vectors is None:
             return bm, [], None
         try:

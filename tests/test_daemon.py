@@ -232,6 +232,8 @@ def test_restart_rebuild_and_delete(daemon_factory: Any, vault: Path) -> None:
     chunks = d.health()["index"]["chunks"]
     assert d.stop() == 0
     d.start()
+    first = d.call("search", {"query": "spark plugs"})  # right at `ready`: vectors must already serve
+    assert "degraded" not in first and first["hits"][0]["vecScore"] is not None
     assert "sweep_done changed=0 deleted=0 unchanged=4" in d.log.read_text()
     (vault / "Recipes" / "Bread.md").unlink()
     out = d.run_cli("index", check=True)  # goes through the running daemon
