@@ -14,6 +14,7 @@ import fcntl
 import logging
 import os
 import queue
+import resource
 import signal
 import threading
 import time
@@ -87,6 +88,15 @@ class IndexLock:
             self._fh = None
 
 
+def raise_fd_limit() -> None:
+    """Allow as many open connections as the hard limit permits (the default soft limit is often 1024)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+    if soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
 def load_embedder(cfg: Config, slot: EmbedderSlot) -> None:
     """Load the model into the slot; on failure say so once and let search run BM25-only."""
     if not cfg.embedder.enabled:
@@ -125,6 +135,7 @@ class Daemon:
     def run(self) -> None:
         """Serve until a signal; raises typed errors for the CLI to map to exit codes."""
         cfg = self.cfg
+        raise_fd_limit()
         lock = IndexLock(cfg.index_dir)
         lock.acquire()
         listener = None

@@ -1,0 +1,147 @@
+"""Hostile and broken input on the socket: the daemon answers or drops, never falls over."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import DaemonProcess, write
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    base = tmp_path_factory.mktemp("abuse")
+    vault = base / "vault"
+    write(vault / "Boat.md", "# Boat\n\nThe outboard engine needs new spark plugs.\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SIDECAR_", "XDG_"))}
+    env["SIDECAR_EMBEDDER_ENABLED"] = "false"  # the protocol is under test here, not the model
+    d = DaemonProcess(base / "home", vault, env=env)
+    d.env = env
+    d.start()
+    yield d
+    d.stop()
+
+
+def _exchange(path: Path, payload: bytes) -> list[dict[str, object]]:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(20)
+    s.connect(str(path))
+    try:
+        s.sendall(payload)
+        s.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+    data = b""
+    try:
+        while chunk := s.recv(65536):
+            data += chunk
+    except OSError:
+        pass
+    s.close()
+    return [json.loads(line) for line in data.splitlines() if line.strip()]
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=50),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner, max_size=5),
+    max_leaves=20,
+)
+ops = st.sampled_from(
+    ["health", "search", "recall", "get", "list", "write", "edit", "delete", "why", "index", "x"]
+)
+requests = st.fixed_dictionaries(
+    {"op": ops | st.text(max_size=10)},
+    optional={
+        "id": json_values,
+        "v": json_values,
+        "agent": st.text(max_size=70) | json_values,
+        "params": st.dictionaries(
+            st.sampled_from(
+                [
+                    "query",
+                    "message",
+                    "limit",
+                    "minScore",
+                    "source",
+                    "reference",
+                    "slug",
+                    "content",
+                    "history",
+                    "tag",
+                    "since",
+                    "frontmatter",
+                    "rebuild",
+                    "zzz",
+                ]
+            ),
+            json_values | st.text(max_size=200),
+            max_size=6,
+        )
+        | json_values,
+    },
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(req=requests)
+def test_random_requests_get_an_answer_each(daemon: DaemonProcess, req: dict[str, object]) -> None:
+    """Any JSON request gets exactly one well-formed answer; nothing is written outside an inbox."""
+    if req.get("op") in ("index",):
+        req["op"] = "health"  # sweeps on demand are fine but slow the property run down
+    answers = _exchange(daemon.socket, json.dumps(req).encode() + b"\n")
+    assert len(answers) == 1
+    a = answers[0]
+    assert a["ok"] is True or (isinstance(a["error"], dict) and a["error"]["code"] and a["error"]["message"])
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(raw=st.binary(max_size=300))
+def test_random_bytes_never_break_the_daemon(daemon: DaemonProcess, raw: bytes) -> None:
+    """Arbitrary bytes get error frames (or nothing, for a half line) and the daemon stays up."""
+    answers = _exchange(daemon.socket, raw.replace(b"\n", b" ") + b"\n")
+    assert all(a["ok"] is False or a.get("result") is not None for a in answers)
+
+
+def test_abuse_leaves_the_daemon_healthy_and_the_vault_untouched(daemon: DaemonProcess) -> None:
+    """After the property runs: health answers, the vault holds only its note."""
+    assert daemon.health()["index"]["state"] == "ready"
+    assert daemon.vault is not None
+    assert sorted(p.name for p in daemon.vault.rglob("*") if p.is_file()) == ["Boat.md"]
+
+
+def test_many_idle_connections_and_a_client_that_never_reads(daemon: DaemonProcess) -> None:
+    """2,000 idle connections and one client that floods requests without reading do not stop others."""
+    idle = []
+    for _ in range(2000):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(str(daemon.socket))
+        idle.append(s)
+    flood = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    flood.connect(str(daemon.socket))
+    flood.setblocking(False)
+    frame = b'{"op": "search", "params": {"query": "spark plugs"}}\n'
+    sent = 0
+    try:
+        for _ in range(20_000):
+            sent += flood.send(frame)
+    except BlockingIOError:
+        pass  # our send buffer is full: the daemon stopped reading us, as it should
+    try:
+        t0 = time.monotonic()
+        hits = daemon.call("search", {"query": "spark plugs"})["hits"]
+        assert hits[0]["reference"] == "vault/Boat"
+        assert time.monotonic() - t0 < 10
+        assert sent > 0
+    finally:
+        flood.close()
+        for s in idle:
+            s.close()
+    assert daemon.health()["index"]["state"] == "ready"
