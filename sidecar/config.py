@@ -152,7 +152,8 @@ class SearchConfig:
         "Chunks from which vector search uses an IVF index instead of an exact scan (0: never).",
         min=0,
     )
-    ann_probes: int = _opt(20, "IVF partitions searched per query (more: closer to exact, slower).", min=1)
+    # 102 k chunks: 10 probes keep 98.7 % of the exact top 10, 12 -> 99.2 %, 20 -> 99.9 % (+3 ms).
+    ann_probes: int = _opt(12, "IVF partitions searched per query (more: closer to exact, slower).", min=1)
     foreign_vector_weight: float = _opt(
         0.25,  # XQuAD-de sweep: 0.10 -> 0.930, 0.20 -> 0.931, 0.25 -> 0.932, 0.35 -> 0.929 nDCG@10
         "Vector share for queries in a language the model does not know (embedder.languages).",

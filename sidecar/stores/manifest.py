@@ -8,6 +8,7 @@ crash knows what to redo. Imports ``errors``.
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import threading
@@ -45,6 +46,7 @@ CREATE INDEX IF NOT EXISTS chunks_pending ON chunks(key) WHERE has_vector = 0;
 """
 
 
+@functools.lru_cache(maxsize=16_384)  # every chunk of a note carries the same front matter
 def _aliases(front_matter: str) -> tuple[str, ...]:
     try:
         value = json.loads(front_matter).get("aliases")

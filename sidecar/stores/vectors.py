@@ -56,7 +56,7 @@ class VectorStore:
         *,
         optimize_every: int = OPTIMIZE_EVERY,
         ann_threshold: int = 20_000,
-        nprobes: int = 20,
+        nprobes: int = 12,
     ) -> None:
         self.optimize_every = optimize_every
         self.ann_threshold = ann_threshold
