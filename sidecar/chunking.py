@@ -8,7 +8,6 @@ every chunk keeps its title, heading path, line range and tags. Token counting i
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -364,7 +363,3 @@ def _tail(piece: _Piece, keep: int, count: CountTokens) -> _Piece | None:
             return _Piece(piece.end - 1, piece.end, text, tokens)
         n = n * keep // max(tokens, 1) if tokens > keep and n > 1 else n - 1
     return None
-
-
-def text_hash(text: str) -> str:
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=12).hexdigest()

@@ -17,7 +17,6 @@ from sidecar.errors import ProtocolError
 
 PROTOCOL_VERSION = 1
 DEFAULT_MAX_FRAME = 1_048_576
-OPS = ("health", "search", "recall", "get", "index", "reload", "list", "write", "edit", "delete")
 
 
 @dataclass(frozen=True)
