@@ -1,0 +1,40 @@
+"""The docs keep up with the code: every command in the README, every op in docs/protocol.md."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from sidecar.cli import build_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_command_is_in_the_readme() -> None:
+    """Each `sidecar COMMAND` of the parser appears in README.md."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for name in sub.choices:  # type: ignore[union-attr]
+        assert f"sidecar {name}" in readme, name
+
+
+def test_every_op_is_in_the_protocol_doc() -> None:
+    """Each op the daemon dispatches has a section in docs/protocol.md."""
+    doc = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
+    source = (ROOT / "sidecar" / "handlers.py").read_text() + (ROOT / "sidecar" / "memory_ops.py").read_text()
+    ops = set(re.findall(r'"(\w+)": self\.\w+[,}]', source))
+    assert {
+        "health",
+        "search",
+        "recall",
+        "why",
+        "get",
+        "index",
+        "reload",
+        "list",
+        "write",
+        "edit",
+        "delete",
+    } <= ops
+    for op in ops:
+        assert f"### `{op}`" in doc, op
