@@ -141,7 +141,9 @@ class SearchConfig:
         0.6, "Factor for wiki log pages unless the query is about dates or changes.", min=0.0, max=10.0
     )
     page_support: float = _opt(
-        0.2,
+        # nDCG@10 SciFact / help set: 0 -> 0.709 / 0.726, 0.05 -> 0.703, 0.1 -> 0.699 / 0.740,
+        # 0.2 -> 0.696 / 0.724 (BENCHMARKS.md)
+        0.05,
         "A page's best chunk gains this share of its next two chunks reaching half its score.",
         min=0.0,
         max=1.0,

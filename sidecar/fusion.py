@@ -108,7 +108,7 @@ class Rules:
     full_name_boost: float = 1.3
     log_demotion: float = 0.6
     log_prefix: str = "wiki/logs/"
-    page_support: float = 0.2
+    page_support: float = 0.05
     max_hits_per_note: int = 2
 
 

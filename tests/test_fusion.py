@@ -120,8 +120,9 @@ def test_page_support_lifts_a_page_matching_in_several_chunks() -> None:
         _scored("p2", "vault/Topic", 0.55, (6, 9)),
         _scored("p3", "vault/Topic", 0.50, (10, 14)),
     ]
-    on = apply_rules(hits, frozenset(), False, Rules())
+    on = apply_rules(hits, frozenset(), False, Rules(page_support=0.2))
     assert on[0].candidate.chunk_id == "p1" and on[0].boosts["support"] > 0
+    assert apply_rules(hits, frozenset(), False, Rules())[0].boosts.get("support", 0) == 0  # x1: one chunk
     assert apply_rules(hits, frozenset(), False, Rules(page_support=0))[0].candidate.chunk_id == "x1"
 
 
