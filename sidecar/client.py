@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from sidecar.errors import DaemonNotRunningError, ProtocolError, RemoteError
 from sidecar.protocol import Request, parse_response, request_frame
 
 _MAX_RESPONSE = 256 * 1024 * 1024
+_CONNECT_TRIES = 10
 
 
 class Client:
@@ -34,7 +36,14 @@ class Client:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(self.timeout)
         try:
-            sock.connect(str(self.socket_path))
+            for attempt in range(_CONNECT_TRIES):
+                try:
+                    sock.connect(str(self.socket_path))
+                    break
+                except BlockingIOError:  # the daemon's accept queue is full for a moment
+                    if attempt == _CONNECT_TRIES - 1:
+                        raise
+                    time.sleep(0.05 * (attempt + 1))
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             sock.close()
             raise DaemonNotRunningError(

@@ -100,7 +100,7 @@ def bind_socket(path: Path) -> socket.socket:
     finally:
         os.umask(old)
     os.chmod(path, 0o600)
-    sock.listen(128)
+    sock.listen(socket.SOMAXCONN)  # bursts of connecting clients queue instead of failing
     sock.setblocking(False)
     return sock
 
@@ -167,6 +167,7 @@ class Server:
                 await self._send(
                     writer, error_frame(None, "frame_too_large", f"request exceeds {self.max_frame} bytes")
                 )
+                await self._discard(reader)
                 return
             if not line:
                 return
@@ -181,6 +182,15 @@ class Server:
                 continue
             frame = await loop.run_in_executor(self.pool, self.call, req)
             await self._send(writer, frame)
+
+    async def _discard(self, reader: asyncio.StreamReader) -> None:
+        """Read away the rest of an oversized frame for a moment before closing: closing with unread
+        data resets the connection, and the client could lose the error it was just sent."""
+        deadline = asyncio.get_running_loop().time() + 2.0
+        with contextlib.suppress(TimeoutError, ConnectionError):
+            while (left := deadline - asyncio.get_running_loop().time()) > 0:
+                if not await asyncio.wait_for(reader.read(1 << 16), left):
+                    return
 
     async def _send(self, writer: asyncio.StreamWriter, frame: bytes) -> None:
         writer.write(frame)

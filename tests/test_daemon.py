@@ -37,7 +37,10 @@ def _raw(sock_path: Path, payload: bytes, read: bool = True) -> list[dict[str, A
         pass  # the daemon may answer and close before reading everything (oversized frames)
     data = b""
     while read:
-        chunk = s.recv(65536)
+        try:
+            chunk = s.recv(65536)
+        except ConnectionResetError:
+            break
         if not chunk:
             break
         data += chunk
