@@ -81,6 +81,16 @@ def _query_commands(sub: Any) -> None:
     p.add_argument("--preview", action="store_true", help="show per-hit scores and the query analysis")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
+    p = sub.add_parser("preview", help="recall with per-hit scores and the query analysis (for tuning)")
+    _common(p)
+    p.add_argument("message", help="the current message")
+    p.add_argument(
+        "--history", metavar="FILE", help="previous turns, one per line or a JSON list (oldest first)"
+    )
+    p.add_argument("--agent", help="recall as this agent")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(preview=True)
+
     p = sub.add_parser("why", help="why a note ranks where it does for a query (scores, boosts, outcome)")
     _common(p)
     p.add_argument("reference", help="the note, e.g. vault/Plugins/Audio recorder")
@@ -424,6 +434,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "search": cmd_search,
     "get": cmd_get,
     "recall": cmd_recall,
+    "preview": cmd_recall,
     "why": cmd_why,
     "status": cmd_status,
     "config": cmd_config,

@@ -1,0 +1,103 @@
+"""Each ranking rule on a small fixture vault: its effect on a page, and the key that turns it off."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.retrieval import Retriever, SearchRequest
+from tests.conftest import FakeEmbedder, Harness, write
+
+
+@pytest.fixture
+def fixture_vault(tmp_path: Path) -> Path:
+    v = tmp_path / "vault"
+    write(v / "Backups.md", "# Backups\n\nRestic copies the NAS every night to the offsite bucket.\n")
+    write(v / "Audio recorder.md", "# Audio recorder\n\nThe plugin records audio from the microphone.\n")
+    write(v / "Mentions.md", "# Misc\n\nAudio and microphone settings live in the system panel.\n")
+    write(v / "wiki/logs/2026-09.md", "# September\n\nThe backup job changed from rsync to restic.\n")
+    write(
+        v / "wiki/Backup setup.md", "# Backup setup\n\nThe backup job uses restic with a nightly schedule.\n"
+    )
+    long = "\n\n".join(
+        f"## Part {i}\n\nThe garden irrigation timer waters tomatoes zone {i}." for i in range(6)
+    )
+    write(v / "Garden.md", f"# Garden\n\n{long}\n")
+    return v
+
+
+def _hits(make_cfg: Any, vault: Path, query: str, **flags: Any) -> list[dict[str, Any]]:
+    h = Harness(make_cfg(vault, **flags), FakeEmbedder())
+    try:
+        h.sweep()
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        return r.search(SearchRequest(query, 20, 0.0)).hits
+    finally:
+        h.close()
+
+
+def _by_ref(hits: list[dict[str, Any]], ref: str) -> dict[str, Any]:
+    return next(h for h in hits if h["reference"] == ref)
+
+
+def test_slug_boost(make_cfg: Any, fixture_vault: Path) -> None:
+    """A content word in the file name multiplies the score by search.slugBoost; 1.0 turns it off."""
+    on = _by_ref(_hits(make_cfg, fixture_vault, "restic backups nightly"), "vault/Backups")
+    off = _by_ref(
+        _hits(make_cfg, fixture_vault, "restic backups nightly", **{"search.slugBoost": 1.0}), "vault/Backups"
+    )
+    assert on["boosts"]["slug"] == 1.15 and "slug" not in off["boosts"]
+    assert on["score"] == pytest.approx(off["score"] * 1.15, rel=1e-3)
+
+
+def test_full_name_boost(make_cfg: Any, fixture_vault: Path) -> None:
+    """The query naming every word of a two-word title lifts that page above a page of the same words."""
+    on = _hits(make_cfg, fixture_vault, "audio recorder microphone")
+    assert on[0]["reference"] == "vault/Audio recorder" and on[0]["boosts"]["fullName"] == 1.3
+    off = _hits(
+        make_cfg,
+        fixture_vault,
+        "audio recorder microphone",
+        **{"search.fullNameBoost": 1.0, "search.slugBoost": 1.0},
+    )
+    assert "fullName" not in _by_ref(off, "vault/Audio recorder")["boosts"]
+
+
+def test_log_demotion_unless_chronicle(make_cfg: Any, fixture_vault: Path) -> None:
+    """wiki/logs/ pages are demoted (search.logDemotion) unless the query asks when/what changed."""
+    plain = _by_ref(_hits(make_cfg, fixture_vault, "backup job restic"), "wiki/logs/2026-09")
+    assert plain["boosts"]["log"] == 0.6
+    chronicle = _by_ref(_hits(make_cfg, fixture_vault, "when did the backup job change"), "wiki/logs/2026-09")
+    assert "log" not in chronicle["boosts"]
+    off = _by_ref(
+        _hits(make_cfg, fixture_vault, "backup job restic", **{"search.logDemotion": 1.0}),
+        "wiki/logs/2026-09",
+    )
+    assert "log" not in off["boosts"] and off["score"] > plain["score"]
+
+
+def test_page_support_and_cap(make_cfg: Any, fixture_vault: Path) -> None:
+    """A page matching in several chunks gains support (search.pageSupport); hits per note are capped
+    (search.maxHitsPerNote, 0 = no cap)."""
+    q = "garden irrigation timer tomatoes"
+    supported = _hits(make_cfg, fixture_vault, q, **{"search.pageSupport": 0.5, "search.maxHitsPerNote": 0})
+    best = supported[0]
+    assert best["reference"] == "vault/Garden" and best["boosts"]["support"] > 0
+    plain = _hits(make_cfg, fixture_vault, q, **{"search.pageSupport": 0.0, "search.maxHitsPerNote": 0})
+    assert "support" not in plain[0]["boosts"] and plain[0]["score"] < best["score"]
+    assert sum(h["reference"] == "vault/Garden" for h in plain) > 2
+    capped = _hits(make_cfg, fixture_vault, q, **{"search.maxHitsPerNote": 2})
+    assert sum(h["reference"] == "vault/Garden" for h in capped) == 2
+
+
+def test_short_query_leans_on_bm25(make_cfg: Any, fixture_vault: Path) -> None:
+    """One or two content words use 1 - search.shortQueryBm25Weight for vectors; the key changes the mix."""
+    a = _by_ref(
+        _hits(make_cfg, fixture_vault, "restic", **{"search.shortQueryBm25Weight": 1.0}), "vault/Backups"
+    )
+    b = _by_ref(
+        _hits(make_cfg, fixture_vault, "restic", **{"search.shortQueryBm25Weight": 0.0}), "vault/Backups"
+    )
+    assert a["score"] != b["score"]
