@@ -122,8 +122,27 @@ def index_phases(vault: Path, home: Path) -> dict[str, Any]:
     }
 
 
+ARM_CONFIGS = {
+    "bm25": "search:\n  vectorWeight: 0.0\n  shortQueryBm25Weight: 1.0\n",
+    "vector": "search:\n  vectorWeight: 1.0\n  shortQueryBm25Weight: 0.0\n  foreignVectorWeight: 1.0\n",
+}
+
+
+def _latencies(d: BenchDaemon, rounds: int) -> list[float]:
+    lat: list[float] = []
+    with Client(d.cfg.socket_path) as c:
+        for _ in range(rounds):
+            for q in QUERIES:
+                t = time.perf_counter()
+                c.call("search", {"query": q, "limit": 10})
+                lat.append((time.perf_counter() - t) * 1000)
+    return lat
+
+
 def serve_latency(vault: Path, home: Path, rounds: int) -> dict[str, Any]:
-    d = BenchDaemon(vault, home)
+    config = home.parent / f"{home.name}-bench.yaml"
+    config.write_text("")
+    d = BenchDaemon(vault, home, args=["--config", str(config)])
     try:
         ready_s = d.wait_ready(poll=0.05, limit=600)
         # Large tables get their IVF index right after start: measure with it in place.
@@ -145,10 +164,21 @@ def serve_latency(vault: Path, home: Path, rounds: int) -> dict[str, Any]:
                     lat.append((time.perf_counter() - t) * 1000)
                     if q == QUERIES[0] and top3 is None:
                         top3 = [h["reference"] for h in hits[:3]]
+        arms = {}
+        for arm, text in ARM_CONFIGS.items():  # one arm alone: the other gets weight 0 (still computed)
+            config.write_text(text)
+            d.call("reload")
+            arm_lat = _latencies(d, rounds)
+            arms[f"{arm}_weighted_p50_ms"], arms[f"{arm}_weighted_p95_ms"] = (
+                pct(arm_lat, 0.5),
+                pct(arm_lat, 0.95),
+            )
+        config.write_text("")
         return {
             "restart_ready_s": round(ready_s, 2),
             "search_p50_ms": pct(lat, 0.5),
             "search_p95_ms": pct(lat, 0.95),
+            **arms,
             "searches": len(lat),
             "daemon_rss_mb": d.rss_mb(),
             "audio_recorder_top3": top3,

@@ -109,8 +109,16 @@ class Retriever:
     ) -> tuple[list[tuple[str, float]], list[list[tuple[str, float]]], str | None]:
         fetch = max(self.cfg.candidates, req.limit * 3) * (4 if req.filters.active else 1)
         sources = req.sources
-        bm = self.stores.bm25.search(bm25_text(qa), fetch, sources, req.agent)
+        weight = self.vector_weight(qa)
+        # An arm with no share in the fused score is not run at all (recall always blends vectors).
+        bm = (
+            []
+            if weight >= 1.0 and vectors is None
+            else self.stores.bm25.search(bm25_text(qa), fetch, sources, req.agent)
+        )
         serving = self.stores.serving
+        if weight <= 0.0 and vectors is None:
+            return bm, [], None
         if serving is None:
             why = "the vector table is opening" if self.slot.state == "ok" else f"embedder {self.slot.state}"
             return bm, [], f"vector search unavailable ({why}); keyword results only"
