@@ -149,6 +149,12 @@ class SearchConfig:
         max=1.0,
     )
     max_hits_per_note: int = _opt(2, "Most hits of one note in a result (0: no cap).", min=0, max=100)
+    fold: str = _opt(
+        "overlap",
+        "Fold a chunk into a better hit of the same note that contains it (contained) or also one it "
+        "overlaps (overlap); off keeps all.",
+        choices=("overlap", "contained", "off"),
+    )
     ann_threshold: int = _opt(
         20_000,
         "Chunks from which vector search uses an IVF index instead of an exact scan (0: never).",

@@ -75,18 +75,30 @@ def _contains(outer: Candidate, inner: Candidate) -> bool:
     return outer.start_line <= inner.start_line and inner.end_line <= outer.end_line
 
 
-def fold(hits: Sequence[Scored]) -> list[Scored]:
-    """Fold a chunk whose lines lie inside another hit of the same file into the wider one.
+def _overlaps(a: Candidate, b: Candidate) -> bool:
+    return a.start_line <= b.end_line and b.start_line <= a.end_line
 
-    The wider hit survives with the better of the two scores; order is by score.
+
+def fold(hits: Sequence[Scored], mode: str = "overlap") -> list[Scored]:
+    """Fold a chunk whose lines lie inside another hit of the same file into the wider one; with
+    ``mode="overlap"`` also a chunk that overlaps a better hit (neighbours sharing their overlap
+    lines say the same thing twice). ``"off"`` keeps every chunk.
+
+    The surviving hit keeps the better of the two scores; order is by score.
     """
+    if mode == "off":
+        return sorted(hits, key=lambda s: -s.score)
     kept: list[Scored] = []
     for hit in sorted(hits, key=lambda s: -s.score):
         merged = False
         for i, k in enumerate(kept):
             if k.candidate.key != hit.candidate.key:
                 continue
-            if _contains(k.candidate, hit.candidate):
+            if _contains(k.candidate, hit.candidate) or (
+                mode == "overlap"
+                and not _contains(hit.candidate, k.candidate)
+                and _overlaps(k.candidate, hit.candidate)
+            ):
                 kept[i] = replace(k, folded=(*k.folded, hit.candidate.chunk_id))
                 merged = True
                 break

@@ -176,7 +176,7 @@ class Retriever:
         )
         content = frozenset(fold_word(w) for w in qa.content_words)
         ruled = apply_rules(list(best.values()), content, qa.chronicle, rules)
-        folded = fold(ruled)
+        folded = fold(ruled, cfg.fold)
         return Ranking(cap_per_note(folded, rules.max_hits_per_note), views, ruled, folded)
 
     def _hit(self, s: Scored, view: ChunkView, agent: str | None) -> dict[str, Any]:

@@ -152,3 +152,10 @@ def test_query_language_detection() -> None:
     assert analyze("Tägliche Notizen").language == "de"
     assert analyze("how do I record audio in a note").language == "en"
     assert analyze("hotkeys").language is None
+
+
+def test_fold_modes() -> None:
+    """overlap folds a lower neighbour sharing lines; contained does not; off keeps both."""
+    hits = [_scored("a", "vault/n", 0.9, (1, 10)), _scored("b", "vault/n", 0.5, (8, 20))]
+    assert [s.candidate.chunk_id for s in fold(hits, "overlap")] == ["a"]
+    assert len(fold(hits, "contained")) == 2 and len(fold(hits, "off")) == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -101,3 +102,18 @@ def test_short_query_leans_on_bm25(make_cfg: Any, fixture_vault: Path) -> None:
         _hits(make_cfg, fixture_vault, "restic", **{"search.shortQueryBm25Weight": 0.0}), "vault/Backups"
     )
     assert a["score"] != b["score"]
+
+
+def test_overlapping_chunks_fold_into_the_better_hit(make_cfg: Any, tmp_path: Path) -> None:
+    """Neighbouring chunks that share their overlap lines fold into the better one (search.fold)."""
+    v = tmp_path / "v"
+    paragraphs = "\n\n".join(f"Irrigation timer note {i}. " + "water " * 55 for i in range(8))
+    write(v / "Long.md", f"# Long\n\n{paragraphs}\n")
+    q = "irrigation timer"
+    off = _hits(make_cfg, v, q, **{"search.fold": "off", "search.maxHitsPerNote": 0})
+    on = _hits(make_cfg, v, q, **{"search.fold": "overlap", "search.maxHitsPerNote": 0})
+    contained = _hits(make_cfg, v, q, **{"search.fold": "contained", "search.maxHitsPerNote": 0})
+    assert len(off) > 3 and len(contained) == len(off)
+    assert 0 < len(on) < len(off)
+    lines = sorted(tuple(h["lines"]) for h in on)
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(lines)), "no two kept hits overlap"
