@@ -118,3 +118,5 @@ def test_why_explains_rank_and_absence(running: DaemonProcess) -> None:
     assert gone["indexed"] is False and "no such note" in gone["reason"]
     text = running.run_cli("why", "wiki/Backups", "restic backups of the NAS", check=True).stdout
     assert "hit #1" in text and "vec=" in text
+    preview = running.run_cli("preview", "When does the restic backup of the NAS run?", check=True).stdout
+    assert '"contentWords"' in preview and "wiki/Backups" in preview and "<recalled-notes>" in preview
