@@ -61,6 +61,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _recall_args(p: argparse.ArgumentParser) -> None:
+    _common(p)
+    p.add_argument("message", help="the current message")
+    p.add_argument(
+        "--history", metavar="FILE", help="previous turns, one per line or a JSON list (oldest first)"
+    )
+    p.add_argument("--agent", help="recall as this agent (its memory plus vault and wiki)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
 def _query_commands(sub: Any) -> None:
     p = sub.add_parser("search", help="hybrid search")
     _common(p)
@@ -72,23 +82,11 @@ def _query_commands(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = sub.add_parser("recall", help="the context block an agent would get for a message (auto-injection)")
-    _common(p)
-    p.add_argument("message", help="the current message")
-    p.add_argument(
-        "--history", metavar="FILE", help="previous turns, one per line or a JSON list (oldest first)"
-    )
-    p.add_argument("--agent", help="recall as this agent (its memory plus vault and wiki)")
+    _recall_args(p)
     p.add_argument("--preview", action="store_true", help="show per-hit scores and the query analysis")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = sub.add_parser("preview", help="recall with per-hit scores and the query analysis (for tuning)")
-    _common(p)
-    p.add_argument("message", help="the current message")
-    p.add_argument(
-        "--history", metavar="FILE", help="previous turns, one per line or a JSON list (oldest first)"
-    )
-    p.add_argument("--agent", help="recall as this agent")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _recall_args(p)
     p.set_defaults(preview=True)
 
     p = sub.add_parser("why", help="why a note ranks where it does for a query (scores, boosts, outcome)")
