@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -130,6 +131,26 @@ def harness(make_cfg: Any, vault: Path) -> Iterator[Harness]:
 
 
 # --- a real daemon in a subprocess -------------------------------------------------------------
+
+
+def exchange(sock_path: Path, payload: bytes) -> list[dict[str, Any]]:
+    """Send raw bytes, close our side, and collect every answer line until the daemon closes."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(30)
+    s.connect(str(sock_path))
+    try:
+        s.sendall(payload)
+        s.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass  # the daemon may answer and close before reading everything (oversized frames)
+    data = b""
+    try:
+        while chunk := s.recv(65536):
+            data += chunk
+    except OSError:
+        pass  # a reset after the last answer
+    s.close()
+    return [json.loads(line) for line in data.splitlines() if line.strip()]
 
 
 class DaemonProcess:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from sidecar.errors import ExitCode, RemoteError
-from tests.conftest import DaemonProcess, write
+from tests.conftest import DaemonProcess, exchange, write
 
 pytestmark = pytest.mark.model
 
@@ -24,28 +24,6 @@ pytestmark = pytest.mark.model
 @pytest.fixture
 def running(daemon_factory: Any, vault: Path) -> DaemonProcess:
     return daemon_factory(vault).start()
-
-
-def _raw(sock_path: Path, payload: bytes, read: bool = True) -> list[dict[str, Any]]:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(30)
-    s.connect(str(sock_path))
-    try:
-        s.sendall(payload)
-        s.shutdown(socket.SHUT_WR)
-    except (BrokenPipeError, ConnectionResetError):
-        pass  # the daemon may answer and close before reading everything (oversized frames)
-    data = b""
-    while read:
-        try:
-            chunk = s.recv(65536)
-        except ConnectionResetError:
-            break
-        if not chunk:
-            break
-        data += chunk
-    s.close()
-    return [json.loads(line) for line in data.splitlines() if line.strip()]
 
 
 def test_end_to_end_search_and_get(running: DaemonProcess) -> None:
@@ -169,7 +147,7 @@ def test_bad_requests_get_clear_errors_and_daemon_survives(running: DaemonProces
         )
         + b"\n"
     )
-    answers = _raw(running.socket, frames)
+    answers = exchange(running.socket, frames)
     assert len(answers) == 13
     assert all(not a["ok"] for a in answers[:-1])
     assert answers[3]["id"] == "u" and "unknown op" in answers[3]["error"]["message"]
@@ -182,9 +160,9 @@ def test_bad_requests_get_clear_errors_and_daemon_survives(running: DaemonProces
 def test_oversized_and_partial_frames(running: DaemonProcess) -> None:
     """A frame over the limit is refused and the connection closed; a half frame then hang-up is harmless."""
     big = b'{"op":"search","params":{"query":"' + b"a" * 2_000_000 + b'"}}\n'
-    answers = _raw(running.socket, big)
+    answers = exchange(running.socket, big)
     assert answers and answers[0]["error"]["code"] == "frame_too_large"
-    assert _raw(running.socket, b'{"op":"hea') == []
+    assert exchange(running.socket, b'{"op":"hea') == []
     assert running.health()["index"]["state"] == "ready"
 
 

@@ -7,13 +7,12 @@ import os
 import socket
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import DaemonProcess, write
+from tests.conftest import DaemonProcess, exchange, write
 
 
 @pytest.fixture(scope="module")
@@ -28,25 +27,6 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     d.start()
     yield d
     d.stop()
-
-
-def _exchange(path: Path, payload: bytes) -> list[dict[str, object]]:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(20)
-    s.connect(str(path))
-    try:
-        s.sendall(payload)
-        s.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass
-    data = b""
-    try:
-        while chunk := s.recv(65536):
-            data += chunk
-    except OSError:
-        pass
-    s.close()
-    return [json.loads(line) for line in data.splitlines() if line.strip()]
 
 
 json_values = st.recursive(
@@ -96,7 +76,7 @@ def test_random_requests_get_an_answer_each(daemon: DaemonProcess, req: dict[str
     """Any JSON request gets exactly one well-formed answer; nothing is written outside an inbox."""
     if req.get("op") in ("index",):
         req["op"] = "health"  # sweeps on demand are fine but slow the property run down
-    answers = _exchange(daemon.socket, json.dumps(req).encode() + b"\n")
+    answers = exchange(daemon.socket, json.dumps(req).encode() + b"\n")
     assert len(answers) == 1
     a = answers[0]
     assert a["ok"] is True or (isinstance(a["error"], dict) and a["error"]["code"] and a["error"]["message"])
@@ -106,7 +86,7 @@ def test_random_requests_get_an_answer_each(daemon: DaemonProcess, req: dict[str
 @given(raw=st.binary(max_size=300))
 def test_random_bytes_never_break_the_daemon(daemon: DaemonProcess, raw: bytes) -> None:
     """Arbitrary bytes get error frames (or nothing, for a half line) and the daemon stays up."""
-    answers = _exchange(daemon.socket, raw.replace(b"\n", b" ") + b"\n")
+    answers = exchange(daemon.socket, raw.replace(b"\n", b" ") + b"\n")
     assert all(a["ok"] is False or a.get("result") is not None for a in answers)
 
 
