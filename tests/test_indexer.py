@@ -35,6 +35,15 @@ def _store_counts(h: Harness) -> tuple[int, int, int]:
     return h.stores.manifest.chunk_count(), h.stores.bm25.num_docs(), h.stores.vectors.count()
 
 
+def _index_and_close(cfg: Any) -> int:
+    """Index the vault into real stores, close them (as a stopped daemon would); the chunk count."""
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    count = h.stores.manifest.chunk_count()
+    h.close()
+    return count
+
+
 def _search(h: Harness, query: str, **kw: Any) -> list[dict[str, Any]]:
     r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
     return r.search(SearchRequest(query, kw.pop("limit", 10), kw.pop("min_score", 0.0), **kw)).hits
@@ -250,9 +259,7 @@ def test_lost_bm25_index_is_rebuilt_from_manifest(harness: Harness) -> None:
 def test_corrupt_manifest_is_moved_aside(make_cfg: Any, vault: Path) -> None:
     """An unreadable manifest is renamed *.broken-* and the index is rebuilt from the files."""
     cfg = make_cfg(vault)
-    h = Harness(cfg, FakeEmbedder())
-    h.sweep()
-    h.close()
+    _index_and_close(cfg)
     (cfg.index_dir / "manifest.sqlite").write_bytes(b"this is not sqlite" * 100)
     for side in ("manifest.sqlite-wal", "manifest.sqlite-shm"):
         (cfg.index_dir / side).unlink(missing_ok=True)
@@ -372,10 +379,7 @@ def test_emptied_mount_point_holds_deletions(harness: Harness) -> None:
 def test_corrupt_bm25_index_is_moved_aside_and_refilled(make_cfg: Any, vault: Path) -> None:
     """A garbage Tantivy meta.json: the folder is moved aside and BM25 is refilled from the manifest."""
     cfg = make_cfg(vault)
-    h = Harness(cfg, FakeEmbedder())
-    h.sweep()
-    expected = h.stores.manifest.chunk_count()
-    h.close()
+    expected = _index_and_close(cfg)
     (cfg.index_dir / "bm25" / "meta.json").write_text("{ not json")
     h2 = Harness(cfg, FakeEmbedder())
     try:
@@ -392,10 +396,7 @@ def test_corrupt_bm25_index_is_moved_aside_and_refilled(make_cfg: Any, vault: Pa
 def test_corrupt_vector_table_is_moved_aside_and_reembedded(make_cfg: Any, vault: Path) -> None:
     """A truncated LanceDB manifest: the vectors folder is moved aside, vectors are recomputed."""
     cfg = make_cfg(vault)
-    h = Harness(cfg, FakeEmbedder())
-    h.sweep()
-    expected = h.stores.manifest.chunk_count()
-    h.close()
+    expected = _index_and_close(cfg)
     manifests = list((cfg.index_dir / "vectors").rglob("_versions/*.manifest"))
     assert manifests
     for m in manifests:

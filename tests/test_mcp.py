@@ -30,6 +30,17 @@ async def _session(home: Path, agent: str, steps: Any) -> Any:
         return await steps(client)
 
 
+def _shim_with_closed_stdin(home: Path, agent: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sidecar", "mcp", "--agent", agent, "--home", str(home)],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def _text(result: Any) -> str:
     return "\n".join(c.text for c in result.content if getattr(c, "text", None))
 
@@ -126,25 +137,10 @@ def test_mcp_stdout_is_protocol_only_and_imports_no_engine(tmp_path: Path) -> No
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]"
     # Started with closed stdin, a shim must exit without writing anything to stdout.
-    proc = subprocess.run(
-        [sys.executable, "-m", "sidecar", "mcp", "--agent", "claude", "--home", str(tmp_path)],
-        input="",
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.stdout == ""
+    assert _shim_with_closed_stdin(tmp_path, "claude").stdout == ""
 
 
 def test_mcp_refuses_bad_agent_name(tmp_path: Path) -> None:
     """An invalid agent name stops the shim at once with a message on stderr."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "sidecar", "mcp", "--agent", "../x", "--home", str(tmp_path)],
-        input="",
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = _shim_with_closed_stdin(tmp_path, "../x")
     assert proc.returncode == 2 and "invalid agent name" in proc.stderr and proc.stdout == ""
