@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -97,6 +99,16 @@ def rss_mb(pid: int) -> dict[str, float]:
             name, value, _unit = line.split()
             out[name.rstrip(":")] = round(int(value) / 1024, 1)
     return out
+
+
+def combined_vault(vaults: list[Path]) -> Path:
+    """One vault: the folder itself, or for several a temporary copy with each under its own name."""
+    if len(vaults) == 1:
+        return vaults[0].resolve()
+    root = Path(tempfile.mkdtemp(prefix="sidecar-vault-"))
+    for v in vaults:
+        shutil.copytree(v, root / v.name)
+    return root
 
 
 def emit(result: dict[str, Any], out: Path | None) -> None:

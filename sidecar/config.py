@@ -105,6 +105,11 @@ class EmbedderConfig:
         "en", "Languages the model embeds well (comma-separated); other queries lean on BM25 (all: any)."
     )
     threads: int = _opt(0, "onnxruntime intra-op threads; 0 = number of cores.", min=0, max=256)
+    optimization: str = _opt(
+        "basic",
+        "onnxruntime graph optimisation (constant folding stays off: it unpacks int8 weights).",
+        choices=("none", "basic", "extended", "all"),
+    )
 
 
 @dataclass(frozen=True)

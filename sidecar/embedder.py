@@ -132,12 +132,19 @@ class OnnxEmbedder:
         opts = ort.SessionOptions()
         # The CPU arena keeps the peak allocation forever (GBs after big batches): off.
         opts.enable_cpu_mem_arena = False
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.graph_optimization_level = _OPT_LEVELS[ecfg.optimization](ort)
         opts.intra_op_num_threads = ecfg.threads or (os.cpu_count() or 1)
         opts.inter_op_num_threads = 1
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
-            self._session = ort.InferenceSession(str(files.onnx), opts, providers=["CPUExecutionProvider"])
+            # Constant folding turns the int8 model's DequantizeLinear initializers back into float
+            # weights: +120 MB resident for no measured speed-up (BENCHMARKS.md, issue 7).
+            self._session = ort.InferenceSession(
+                str(files.onnx),
+                opts,
+                providers=["CPUExecutionProvider"],
+                disabled_optimizers=["ConstantFolding"],
+            )
         except Exception as exc:  # onnxruntime raises its own untyped exceptions
             raise EmbedderError(f"cannot load model {files.onnx}: {exc}") from exc
         self._inputs = {i.name for i in self._session.get_inputs()}
@@ -171,17 +178,17 @@ class OnnxEmbedder:
             return np.zeros((0, getattr(self, "dim", 0)), dtype=np.float32)
         encodings = self._tok.encode_batch(list(texts))
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
-        result: list[Any] = [None] * len(texts)
-        for batch in _batches(
-            order, [len(e.ids) for e in encodings], self.cfg.batch_tokens, self.cfg.max_batch
-        ):
-            width = max(len(encodings[i].ids) for i in batch)
+        rows = [encodings[i].ids for i in range(len(texts))]
+        result = np.zeros((len(texts), getattr(self, "dim", 0) or 1), dtype=np.float32)
+        for batch in _batches(order, [len(r) for r in rows], self.cfg.batch_tokens, self.cfg.max_batch):
+            lengths = np.fromiter((len(rows[i]) for i in batch), dtype=np.int64, count=len(batch))
+            width = int(lengths.max())
+            # Pad in one step: a mask from the lengths, the ids scattered into it.
+            mask = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)
             ids = np.zeros((len(batch), width), dtype=np.int64)
-            mask = np.zeros((len(batch), width), dtype=np.int64)
-            for row, i in enumerate(batch):
-                n = len(encodings[i].ids)
-                ids[row, :n] = encodings[i].ids
-                mask[row, :n] = 1
+            ids[mask.astype(bool)] = np.fromiter(
+                (t for i in batch for t in rows[i]), dtype=np.int64, count=int(lengths.sum())
+            )
             feeds = {"input_ids": ids, "attention_mask": mask}
             if "token_type_ids" in self._inputs:
                 feeds["token_type_ids"] = np.zeros_like(ids)
@@ -190,9 +197,10 @@ class OnnxEmbedder:
             except Exception as exc:  # onnxruntime's own exception types are not public
                 raise EmbedderError(f"inference failed: {exc}") from exc
             pooled = _pool(states, mask, self.pooling)
-            for row, i in enumerate(batch):
-                result[i] = pooled[row]
-        vectors = np.stack(result).astype(np.float32)
+            if result.shape[1] != pooled.shape[1]:  # the probe run that finds the dimension
+                result = np.zeros((len(texts), pooled.shape[1]), dtype=np.float32)
+            result[batch] = pooled
+        vectors = result
         if self.cfg.normalize:
             norms = np.linalg.norm(vectors, axis=1, keepdims=True)
             vectors = vectors / np.maximum(norms, 1e-12)
@@ -221,6 +229,14 @@ def _pool(states: Any, mask: Any, pooling: str) -> Any:
         return states[:, 0, :]
     weights = mask[:, :, None].astype(np.float32)
     return (states * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+
+
+_OPT_LEVELS: dict[str, Any] = {
+    "none": lambda ort: ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": lambda ort: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": lambda ort: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": lambda ort: ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
 
 
 def approx_token_count(texts: Sequence[str]) -> list[int]:

@@ -25,7 +25,7 @@ from sidecar.embedder import Embedder, EmbedderSlot, approx_token_count
 from sidecar.errors import StoreError
 from sidecar.sources import NoteFile, NoteUnreadable, Root, Skipped, agent_inbox, read_note, roots
 from sidecar.stores.bm25 import Bm25Doc, Bm25Index
-from sidecar.stores.manifest import ChunkRecord, FileRecord, FileState, Manifest
+from sidecar.stores.manifest import ChunkRecord, FileRecord, FileState, Manifest, embed_hash
 from sidecar.stores.vectors import VectorStore
 from sidecar.supervisor import RootUnreachable, Supervisor
 from sidecar.vectoring import Stores, Vectoring
@@ -267,6 +267,7 @@ class Indexer:
                     c.end_line,
                     c.embed_text,
                     c.tokens,
+                    embed_hash(c.embed_text) if c.embed else "",
                 )
             )
         record = FileRecord(

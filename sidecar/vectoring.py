@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from threading import Event, RLock
 from typing import Any
 
+import numpy as np
+
 from sidecar.embedder import Embedder
 from sidecar.stores.bm25 import Bm25Index
 from sidecar.stores.manifest import Manifest
@@ -61,6 +63,7 @@ class Vectoring:
         self.stores = stores
         self.changed = Event()
         self.embedded = 0
+        self.reused = 0  # vectors copied from an equal text instead of embedded
         self.embed_seconds = 0.0
         self.last_optimize: float | None = None
 
@@ -129,11 +132,11 @@ class Vectoring:
             if vs is not None:
                 self._embed(vs, self.stores.manifest.pending_vectors(10_000, key=key, flag=vs.flag))
 
-    def _embed(self, vs: VectorSet, rows: list[tuple[str, str, str]]) -> int:
+    def _embed(self, vs: VectorSet, rows: list[tuple[str, str, str, str]]) -> int:
         if not rows:
             return 0
         t0 = time.perf_counter()
-        vecs = vs.model.embed_passages([r[2] for r in rows])
+        vecs = self._vectors_for(vs, rows)
         stores = self.stores
         with stores.write_lock, stores.manifest.transaction() as db:
             live = stores.manifest.existing([r[0] for r in rows], db)
@@ -144,6 +147,24 @@ class Vectoring:
         self.embedded += len(keep)
         self.embed_seconds += time.perf_counter() - t0
         return len(keep)
+
+    def _vectors_for(self, vs: VectorSet, rows: list[tuple[str, str, str, str]]) -> Any:
+        """Vectors for rows of (chunk_id, key, embed_text, embed_hash): each distinct text is embedded
+        once, and a text that already has a vector in this table (a template, a copied block, a
+        moved note) reuses it instead of running the model."""
+        ident = [r[3] or "#" + r[0] for r in rows]  # a row without a hash shares with nobody
+        first: dict[str, int] = {}
+        for i, h in enumerate(ident):
+            first.setdefault(h, i)
+        donors = self.stores.manifest.vector_donors([h for h in first if not h.startswith("#")], vs.flag)
+        stored = vs.store.vectors_of(list(donors.values())) if donors else {}
+        known = {h: stored[cid] for h, cid in donors.items() if cid in stored}
+        todo = [i for h, i in first.items() if h not in known]
+        if todo:
+            fresh = vs.model.embed_passages([rows[i][2] for i in todo])
+            known.update((ident[i], fresh[n]) for n, i in enumerate(todo))
+        self.reused += len(rows) - len(todo)
+        return np.stack([known[h] for h in ident]).astype(np.float32)
 
     def _finish_migration(self) -> None:
         stores = self.stores
@@ -199,4 +220,6 @@ class Vectoring:
             "building": b.store.name if b else None,
             "building_pending": self.stores.manifest.pending_count("has_next") if b else 0,
             "last_optimize": self.last_optimize,
+            "embedded": self.embedded,
+            "reused": self.reused,
         }

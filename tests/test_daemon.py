@@ -269,7 +269,8 @@ def test_saved_and_deleted_notes_are_seen_without_a_command(running: DaemonProce
         running.vault / ".new-note.md.tmp", "# Kayak\n\nThe kayak paddle is stored in the garage loft.\n"
     )
     os.replace(tmp, running.vault / "Kayak.md")
-    running.wait_for(lambda h: h["index"]["files"] == 5, timeout=30)
+    # Ranking compares both arms: wait for the new note's vector too, not only for BM25.
+    running.wait_for(lambda h: h["index"]["files"] == 5 and h["index"]["pending_vectors"] == 0, timeout=30)
     hits = running.call("search", {"query": "kayak paddle garage"})["hits"]
     assert hits[0]["reference"] == "vault/Kayak"
     assert any(r["mode"] == "events" for r in running.health()["roots"])

@@ -136,6 +136,75 @@ def test_edit_reembeds_only_changed_chunks(harness: Harness) -> None:
     assert _search(harness, "beta changed")[0]["reference"] == "vault/Long"
 
 
+def test_editing_one_paragraph_of_a_20_chunk_note_embeds_one_chunk(harness: Harness) -> None:
+    """Issue 7: chunk-level hashes, so one changed paragraph costs one model call for one text."""
+    vault = harness.cfg.vault.path
+    assert vault is not None
+    sections = [f"## Part {i}\n\nParagraph {i} talks about topic{i} in plain words.\n" for i in range(20)]
+    write(vault / "Twenty.md", "# Twenty\n\n" + "\n".join(sections))
+    harness.sweep()
+    assert len(harness.stores.manifest.chunks_of("vault/Twenty")) == 20
+    model = harness.slot.model
+    assert isinstance(model, FakeEmbedder)
+    calls: list[list[str]] = []
+    real = model.embed_passages
+    model.embed_passages = lambda texts: calls.append(list(texts)) or real(texts)  # type: ignore[method-assign]
+    sections[7] = "## Part 7\n\nParagraph 7 was rewritten to mention lighthouses.\n"
+    write(vault / "Twenty.md", "# Twenty\n\n" + "\n".join(sections))
+    harness.sweep()
+    assert len(calls) == 1 and len(calls[0]) == 1 and "lighthouses" in calls[0][0]
+    chunks, docs, vectors = _store_counts(harness)
+    assert chunks == docs == vectors
+    assert "vault/Twenty" in [h["reference"] for h in _search(harness, "lighthouses")]
+
+
+def test_identical_text_is_embedded_once_across_notes(harness: Harness) -> None:
+    """A template copied into several folders (same title, same text) runs the model once per text;
+    every copy still gets its vector, and a later copy reuses the stored one without the model."""
+    vault = harness.cfg.vault.path
+    assert vault is not None
+    body = "# Weekly review\n\n## Wins\n\nWhat went well this week.\n\n## Next\n\nThree priorities.\n"
+    for folder in ("2024", "2025"):
+        write(vault / folder / "Weekly review.md", body)
+    model = harness.slot.model
+    assert isinstance(model, FakeEmbedder)
+    harness.sweep()
+    texts = [t for t in model.embedded if "Weekly review" in t]
+    assert len(texts) == len(set(texts)) == 2
+    write(vault / "2026" / "Weekly review.md", body)
+    model.embedded.clear()
+    harness.sweep()
+    assert model.embedded == []
+    chunks, docs, vectors = _store_counts(harness)
+    assert chunks == docs == vectors
+    assert harness.indexer.vectors.reused >= 4
+    store = harness.stores.vectors
+    assert store is not None
+    ids = [c.chunk_id for c in harness.stores.manifest.chunks_of("vault/2026/Weekly review")]
+    copies = [c.chunk_id for c in harness.stores.manifest.chunks_of("vault/2024/Weekly review")]
+    got = store.vectors_of(ids + copies)
+    assert all((got[a] == got[b]).all() for a, b in zip(ids, copies, strict=True))
+
+
+def test_front_matter_only_and_empty_notes_are_not_embedded(harness: Harness) -> None:
+    """Such notes get one chunk for BM25 (findable by title) but no model call and no vector."""
+    vault = harness.cfg.vault.path
+    assert vault is not None
+    write(vault / "Only props.md", "---\ntags: [inbox]\ndescription: placeholder zebra\n---\n")
+    write(vault / "Empty.md", "")
+    model = harness.slot.model
+    assert isinstance(model, FakeEmbedder)
+    harness.sweep()
+    assert not any("Only props" in t or t.startswith("Empty") for t in model.embedded)
+    assert harness.stores.manifest.pending_count() == 0
+    chunks, docs, vectors = _store_counts(harness)
+    assert chunks == docs == vectors + 2
+    assert "vault/Only props" in [h["reference"] for h in _search(harness, "zebra")]
+    # A new model's table (migration) does not wait for them either.
+    harness.stores.manifest.reset_vectors()
+    assert harness.stores.manifest.pending_count() == vectors
+
+
 def test_deleted_note_leaves_every_store(harness: Harness) -> None:
     """Deleting a note removes its chunks from BM25, vectors and the manifest."""
     harness.sweep()
@@ -465,3 +534,28 @@ def test_large_table_gets_an_ann_index(make_cfg: Any, tmp_path: Path) -> None:
         assert after[0] == before[0] == "vault/n042"
     finally:
         h.close()
+
+
+def test_schema_2_manifest_gains_text_hashes_and_keeps_vectors(make_cfg: Any, vault: Path) -> None:
+    """An index written before text de-duplication opens, gets its hashes and embeds nothing again."""
+    import sqlite3
+
+    from sidecar.stores.manifest import Manifest, embed_hash
+
+    cfg = make_cfg(vault)
+    _index_and_close(cfg)
+    path = cfg.index_dir / "manifest.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("DROP INDEX chunks_by_text")
+    db.execute("ALTER TABLE chunks DROP COLUMN embed_hash")
+    db.execute("PRAGMA user_version=2")
+    db.commit()
+    db.close()
+    m = Manifest(path)
+    rows = m._query("SELECT embed_text, embed_hash, has_vector FROM chunks")
+    m.close()
+    assert rows and all(h == embed_hash(t) and v == 1 for t, h, v in rows)
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    assert h.slot.model.embedded == [] and h.stores.manifest.pending_count() == 0  # type: ignore[union-attr]
+    h.close()

@@ -9,6 +9,7 @@ crash knows what to redo. Imports ``errors``.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import sqlite3
 import threading
@@ -21,10 +22,12 @@ from typing import Any
 
 from sidecar.errors import StoreError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # has_vector: the chunk is in the serving vector table; has_next: in the table being built for a
 # newly configured model (DESIGN.md invariant 6). Only these two names are ever put into SQL.
+# Values: 0 waits for a vector, 1 has one, 2 needs none (an empty or front-matter-only note).
 FLAGS = ("has_vector", "has_next")
+NO_VECTOR = 2
 SOURCE_RANK = {"memory": 0, "wiki": 1, "vault": 2}
 
 _SCHEMA = """
@@ -39,11 +42,17 @@ CREATE TABLE IF NOT EXISTS chunks (
   chunk_id TEXT PRIMARY KEY, key TEXT NOT NULL, ord INTEGER NOT NULL, text TEXT NOT NULL,
   headings TEXT NOT NULL, start_line INTEGER NOT NULL, end_line INTEGER NOT NULL,
   embed_text TEXT NOT NULL, tokens INTEGER NOT NULL, has_vector INTEGER NOT NULL DEFAULT 0,
-  has_next INTEGER NOT NULL DEFAULT 0
+  has_next INTEGER NOT NULL DEFAULT 0, embed_hash TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS chunks_by_key ON chunks(key);
 CREATE INDEX IF NOT EXISTS chunks_pending ON chunks(key) WHERE has_vector = 0;
+CREATE INDEX IF NOT EXISTS chunks_by_text ON chunks(embed_hash) WHERE embed_hash != '';
 """
+
+
+def embed_hash(embed_text: str) -> str:
+    """Identity of a chunk's text for the model: equal texts anywhere share one embedding."""
+    return hashlib.blake2b(embed_text.encode(), digest_size=12).hexdigest()
 
 
 @functools.lru_cache(maxsize=16_384)  # every chunk of a note carries the same front matter
@@ -90,6 +99,7 @@ class ChunkRecord:
     end_line: int
     embed_text: str
     tokens: int
+    embed_hash: str = ""  # "" = nothing to embed
 
 
 @dataclass(frozen=True)
@@ -129,16 +139,28 @@ class Manifest:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, 1, SCHEMA_VERSION):
+            if version not in (0, 1, 2, SCHEMA_VERSION):
                 raise StoreError(f"manifest {path} has schema {version}, expected {SCHEMA_VERSION}")
             if version == 1:  # 0.1.0 manifests lack the column of the table being built
                 self._db.execute("ALTER TABLE chunks ADD COLUMN has_next INTEGER NOT NULL DEFAULT 0")
+            if version in (1, 2):
+                self._add_embed_hashes()
             self._db.executescript(_SCHEMA)
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             if self._db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
                 raise StoreError(f"manifest {path} failed its integrity check")
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"manifest {path} cannot be opened: {exc}") from exc
+
+    def _add_embed_hashes(self) -> None:
+        """Schema 3: the text identity that lets equal chunks share one embedding."""
+        self._db.execute("ALTER TABLE chunks ADD COLUMN embed_hash TEXT NOT NULL DEFAULT ''")
+        rows = self._db.execute("SELECT chunk_id, embed_text FROM chunks").fetchall()
+        self._db.execute("BEGIN IMMEDIATE")
+        self._db.executemany(
+            "UPDATE chunks SET embed_hash = ? WHERE chunk_id = ?", [(embed_hash(t), i) for i, t in rows]
+        )
+        self._db.execute("COMMIT")
 
     def close(self) -> None:
         with self._lock:
@@ -212,8 +234,8 @@ class Manifest:
         db.executemany("DELETE FROM chunks WHERE chunk_id = ?", [(i,) for i in gone])
         db.executemany(
             "INSERT INTO chunks(chunk_id, key, ord, text, headings, start_line, end_line, embed_text, "
-            "tokens) "
-            "VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(chunk_id) DO UPDATE SET ord = excluded.ord, "
+            "tokens, embed_hash, has_vector, has_next) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(chunk_id) DO UPDATE SET ord = excluded.ord, "
             "text = excluded.text, headings = excluded.headings, start_line = excluded.start_line, "
             "end_line = excluded.end_line",
             [
@@ -227,6 +249,9 @@ class Manifest:
                     c.end_line,
                     c.embed_text,
                     c.tokens,
+                    c.embed_hash,
+                    0 if c.embed_hash else NO_VECTOR,
+                    0 if c.embed_hash else NO_VECTOR,
                 )
                 for c in chunks
             ],
@@ -303,17 +328,34 @@ class Manifest:
 
     def pending_vectors(
         self, limit: int, key: str | None = None, flag: str = "has_vector"
-    ) -> list[tuple[str, str, str]]:
-        """(chunk_id, key, embed_text) still without a vector: memory, then wiki, then newest vault notes."""
+    ) -> list[tuple[str, str, str, str]]:
+        """(chunk_id, key, embed_text, embed_hash) still without a vector: memory, then wiki, then
+        newest vault notes."""
         only = "AND c.key = ? " if key is not None else ""
         return self._query(
-            "SELECT c.chunk_id, c.key, c.embed_text FROM chunks c JOIN files f ON f.key = c.key "
+            "SELECT c.chunk_id, c.key, c.embed_text, c.embed_hash FROM chunks c "
+            "JOIN files f ON f.key = c.key "
             f"WHERE c.{_flag(flag)} = 0 AND f.state = 'indexed' {only}"
             "ORDER BY CASE f.source WHEN 'memory' THEN 0 WHEN 'wiki' THEN 1 ELSE 2 END, "
             "f.mtime_ns DESC, c.ord "
             "LIMIT ?",
             (key, limit) if key is not None else (limit,),
         )
+
+    def vector_donors(self, hashes: Sequence[str], flag: str = "has_vector") -> dict[str, str]:
+        """For texts about to be embedded: a chunk with the same text that already has a vector."""
+        out: dict[str, str] = {}
+        for start in range(0, len(hashes), 500):
+            part = list(hashes[start : start + 500])
+            marks = ",".join("?" * len(part))
+            out.update(
+                self._query(
+                    f"SELECT embed_hash, min(chunk_id) FROM chunks WHERE embed_hash IN ({marks}) "
+                    f"AND {_flag(flag)} = 1 GROUP BY embed_hash",
+                    part,
+                )
+            )
+        return out
 
     def list_files(self, where: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
         """(key, source, agent, title, tags json, mtime_ns, chunks) of indexed files matching ``where``."""
@@ -345,11 +387,14 @@ class Manifest:
 
     def reset_vectors(self, flag: str = "has_vector") -> None:
         with self.transaction() as db:
-            db.execute(f"UPDATE chunks SET {_flag(flag)} = 0")
+            db.execute(f"UPDATE chunks SET {_flag(flag)} = 0 WHERE {_flag(flag)} = 1")
 
     def promote_next(self, db: sqlite3.Connection) -> None:
         """The table being built becomes the serving one."""
-        db.execute("UPDATE chunks SET has_vector = has_next, has_next = 0")
+        db.execute(
+            "UPDATE chunks SET has_vector = has_next, "
+            f"has_next = CASE has_next WHEN {NO_VECTOR} THEN {NO_VECTOR} ELSE 0 END"
+        )
 
     def vector_ids(self, flag: str = "has_vector") -> set[str]:
         return {r[0] for r in self._query(f"SELECT chunk_id FROM chunks WHERE {_flag(flag)} = 1")}

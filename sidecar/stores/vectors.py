@@ -172,11 +172,9 @@ class VectorStore:
                 .to_arrow()
             ),
         )
-        vectors = table.column("vector").to_pylist()
-        return {
-            cid: np.asarray(v, dtype=np.float32)
-            for cid, v in zip(table.column("chunk_id").to_pylist(), vectors, strict=True)
-        }
+        flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        vectors = np.asarray(flat, dtype=np.float32).reshape(-1, self.dim)
+        return dict(zip(table.column("chunk_id").to_pylist(), vectors, strict=True))
 
     def count(self) -> int:
         return int(self._wrap("count", self._table.count_rows))
