@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import BenchDaemon, emit, pct, rss_mb
+from common import BenchDaemon, combined_vault, emit, pct, rss_mb
 
 from sidecar.client import Client
 from sidecar.config import load_config
@@ -216,7 +216,7 @@ def cold_daemon(vault: Path) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--vault", required=True, type=Path)
+    ap.add_argument("--vault", required=True, type=Path, action="append", help="repeat to combine vaults")
     ap.add_argument("--home", type=Path, default=None, help="default: a fresh temporary folder")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--out", type=Path, default=None)
@@ -227,15 +227,16 @@ def main() -> None:
     args = ap.parse_args()
     home = args.home or Path(tempfile.mkdtemp(prefix="sidecar-bench-"))
     result: dict[str, Any] = {
-        "vault": str(args.vault),
+        "vault": [str(v) for v in args.vault],
         "machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}",
         "date": time.strftime("%Y-%m-%d %H:%M"),
     }
+    vault = combined_vault(args.vault)
     if not args.serve_only:
-        result.update(index_phases(args.vault.resolve(), home))
-    result.update(serve_latency(args.vault.resolve(), home, args.rounds))
+        result.update(index_phases(vault, home))
+    result.update(serve_latency(vault, home, args.rounds))
     if args.cold_daemon:
-        result.update(cold_daemon(args.vault.resolve()))
+        result.update(cold_daemon(vault))
     emit(result, args.out)
 
 

@@ -21,6 +21,7 @@ import argparse
 import os
 import platform
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,27 @@ class Recorder:
         return getattr(self.session, name)
 
 
+class RssSampler:
+    """Largest VmRSS seen per phase (sampled every 20 ms in a thread)."""
+
+    def __init__(self) -> None:
+        self.phase = "start"
+        self.peaks: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            now = rss_mb(os.getpid())["VmRSS"]
+            self.peaks[self.phase] = max(self.peaks.get(self.phase, 0.0), now)
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        self._thread.join()
+        return self.peaks
+
+
 def bare(session: Any, feeds: list[dict[str, np.ndarray[Any, Any]]]) -> float:
     t0 = time.perf_counter()
     for f in feeds:
@@ -66,7 +88,7 @@ def ideal_feeds(model: OnnxEmbedder, texts: list[str], inputs: set[str]) -> list
     lengths = [len(e.ids) for e in enc]
     order = sorted(range(len(texts)), key=lambda i: lengths[i])
     out = []
-    for batch in _batches(order, lengths, model.cfg.batch_tokens, model.cfg.max_batch):
+    for batch in _batches(order, lengths, model.cfg):
         width = max(lengths[i] for i in batch)
         ids = np.zeros((len(batch), width), dtype=np.int64)
         mask = np.zeros_like(ids)
@@ -82,12 +104,15 @@ def ideal_feeds(model: OnnxEmbedder, texts: list[str], inputs: set[str]) -> list
 
 def run(vault: Path, home: Path, overrides: dict[str, str]) -> dict[str, Any]:
     cfg = load_config(flags={"home": str(home), "vault.path": str(vault), **overrides}, env={})
+    sampler = RssSampler()
     stores = open_stores(cfg)
+    sampler.phase = "model_load"
     slot = EmbedderSlot()
     load_embedder(cfg, slot)
     model = slot.model
     assert isinstance(model, OnnxEmbedder)
     indexer = Indexer(cfg, stores, slot)
+    sampler.phase = "keyword_sweep"
     t0 = time.perf_counter()
     indexer.sweep()
     sweep_s = time.perf_counter() - t0
@@ -101,14 +126,17 @@ def run(vault: Path, home: Path, overrides: dict[str, str]) -> dict[str, Any]:
     model._session = recorder
     indexer.attach_vectors(open_vectors(cfg, model.model_id, model.dim, model.pooling))
     rss_before = rss_mb(os.getpid())["VmRSS"]
+    sampler.phase = "pipeline"
     t0 = time.perf_counter()
     while indexer.embed_pending():
         pass
     pipeline_s = time.perf_counter() - t0
     rss_after = rss_mb(os.getpid())
     model._session = session
+    sampler.phase = "bare"
     bare_s = bare(session, recorder.feeds)
     padded = sum(int(f["input_ids"].size) for f in recorder.feeds)
+    sampler.phase = "ideal"
     ideal = ideal_feeds(model, [t for t, _ in distinct.values()], inputs)
     ideal_s = bare(session, ideal)
     ideal_padded = sum(int(f["input_ids"].size) for f in ideal)
@@ -136,6 +164,7 @@ def run(vault: Path, home: Path, overrides: dict[str, str]) -> dict[str, Any]:
         "pipeline_vs_ideal": round(pipeline_s / ideal_s, 3),
         "rss_before_mb": rss_before,
         "rss_after_mb": rss_after,
+        "rss_peak_by_phase_mb": sampler.stop(),
     }
 
 

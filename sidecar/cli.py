@@ -168,7 +168,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, cfg: Config) -> int:
-    from sidecar import logs
+    from sidecar import heap, logs
+
+    heap.limit_arenas()  # before the stores' native threads exist
     from sidecar.daemon import Daemon
 
     logs.setup(cfg.logging.level, journald=cfg.journald)

@@ -100,16 +100,17 @@ class EmbedderConfig:
     passage_prefix: str = _opt("", "Text put before every chunk (e.g. 'passage: ').")
     batch_tokens: int = _opt(2048, "Token budget of one inference batch.", min=64)
     max_batch: int = _opt(32, "Most texts in one inference batch.", min=1, max=1024)
+    batch_cells: int = _opt(
+        160_000,
+        "Bound on texts x longest-text-tokens squared per batch: attention memory grows with it "
+        "(about 1.2 KB per cell for the bundled model).",
+        min=1024,
+    )
     retry_minutes: float = _opt(5.0, "A model that failed to load is tried again this often.", min=0.1)
     languages: str = _opt(
         "en", "Languages the model embeds well (comma-separated); other queries lean on BM25 (all: any)."
     )
     threads: int = _opt(0, "onnxruntime intra-op threads; 0 = number of cores.", min=0, max=256)
-    optimization: str = _opt(
-        "basic",
-        "onnxruntime graph optimisation (constant folding stays off: it unpacks int8 weights).",
-        choices=("none", "basic", "extended", "all"),
-    )
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from typing import IO, Any
 import lancedb
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from sidecar import heap
 from sidecar.config import Config
 from sidecar.embedder import Embedder, EmbedderSlot, load_model
 from sidecar.errors import DaemonRunningError, EmbedderError, SidecarError, StoreError
@@ -325,12 +326,14 @@ class Daemon:
             try:
                 if job.rebuild:
                     indexer.clear()
-                indexer.sweep(
+                summary = indexer.sweep(
                     only=job.roots,
                     stop=self.stop,
                     confirm_deletions=job.confirm,
                     progress=self._indexer_alive,
                 )
+                if summary.get("changed", 0) > 100:
+                    heap.trim()  # parsing a large batch leaves freed pages behind
                 delay = 1.0
             except StoreError as exc:
                 log.error("sweep_failed error=%s retry_in=%.0fs", exc, delay)
@@ -355,14 +358,25 @@ class Daemon:
             log.error("vectors_unavailable error=%s; keyword search only", exc)
             return
         ann_checked = 0.0
+        busy = False
+        act = indexer.activity
         while not self.stop.is_set():
+            # Keyword search first: while a large sweep runs (a cold start, a new vault) the CPU
+            # goes to parsing; memory writes still embed at once on their own path.
+            if act.phase in ("scanning", "indexing") and act.total - act.done > self.cfg.index.batch_files:
+                self.stop.wait(0.2)
+                continue
             try:
                 stored = indexer.embed_pending()
+                busy = busy or stored > 0
             except (StoreError, EmbedderError) as exc:
                 log.error("embedding_failed error=%s", exc)
                 self.stop.wait(5.0)
                 continue
             if stored == 0:
+                if busy:
+                    busy = False
+                    heap.trim()  # an embedding burst is over: give its buffers back
                 if time.monotonic() - ann_checked > 60:
                     ann_checked = time.monotonic()
                     try:

@@ -132,19 +132,15 @@ class OnnxEmbedder:
         opts = ort.SessionOptions()
         # The CPU arena keeps the peak allocation forever (GBs after big batches): off.
         opts.enable_cpu_mem_arena = False
-        opts.graph_optimization_level = _OPT_LEVELS[ecfg.optimization](ort)
+        # Full optimisation: the bundled int8 model stores weights as int8 + Cast + Mul; constant
+        # folding turns them into float once (+120 MB resident) instead of on every call (a
+        # one-text query took 39 ms without it, 2.6 ms with it; BENCHMARKS.md, issue 7).
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.intra_op_num_threads = ecfg.threads or (os.cpu_count() or 1)
         opts.inter_op_num_threads = 1
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
-            # Constant folding turns the int8 model's DequantizeLinear initializers back into float
-            # weights: +120 MB resident for no measured speed-up (BENCHMARKS.md, issue 7).
-            self._session = ort.InferenceSession(
-                str(files.onnx),
-                opts,
-                providers=["CPUExecutionProvider"],
-                disabled_optimizers=["ConstantFolding"],
-            )
+            self._session = ort.InferenceSession(str(files.onnx), opts, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own untyped exceptions
             raise EmbedderError(f"cannot load model {files.onnx}: {exc}") from exc
         self._inputs = {i.name for i in self._session.get_inputs()}
@@ -180,7 +176,7 @@ class OnnxEmbedder:
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
         rows = [encodings[i].ids for i in range(len(texts))]
         result = np.zeros((len(texts), getattr(self, "dim", 0) or 1), dtype=np.float32)
-        for batch in _batches(order, [len(r) for r in rows], self.cfg.batch_tokens, self.cfg.max_batch):
+        for batch in _batches(order, [len(r) for r in rows], self.cfg):
             lengths = np.fromiter((len(rows[i]) for i in batch), dtype=np.int64, count=len(batch))
             width = int(lengths.max())
             # Pad in one step: a mask from the lengths, the ids scattered into it.
@@ -207,13 +203,19 @@ class OnnxEmbedder:
         return vectors
 
 
-def _batches(order: list[int], lengths: list[int], token_budget: int, max_batch: int) -> list[list[int]]:
-    """Consecutive runs of length-sorted texts whose padded size stays within the token budget."""
+def _batches(order: list[int], lengths: list[int], ecfg: EmbedderConfig) -> list[list[int]]:
+    """Consecutive runs of length-sorted texts (so little padding) within three bounds: padded
+    tokens, texts, and texts x width squared. Inference memory peaks with the last one (attention
+    scores; measured ~1.2 KB per cell for MiniLM int8) while per-text speed levels off after a few
+    long texts, so long texts go in small batches and short ones in large ones."""
     out: list[list[int]] = []
     current: list[int] = []
     for i in order:
-        width = max([lengths[j] for j in current] + [lengths[i]])
-        if current and (width * (len(current) + 1) > token_budget or len(current) >= max_batch):
+        width = max(lengths[i], lengths[current[-1]] if current else 0)
+        n = len(current) + 1
+        if current and (
+            width * n > ecfg.batch_tokens or n > ecfg.max_batch or n * width * width > ecfg.batch_cells
+        ):
             out.append(current)
             current = []
         current.append(i)
@@ -229,14 +231,6 @@ def _pool(states: Any, mask: Any, pooling: str) -> Any:
         return states[:, 0, :]
     weights = mask[:, :, None].astype(np.float32)
     return (states * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
-
-
-_OPT_LEVELS: dict[str, Any] = {
-    "none": lambda ort: ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-    "basic": lambda ort: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-    "extended": lambda ort: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-    "all": lambda ort: ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-}
 
 
 def approx_token_count(texts: Sequence[str]) -> list[int]:

@@ -218,7 +218,7 @@ class Indexer:
 
     def index_files(self, notes: Sequence[NoteFile]) -> int:
         """Read, chunk and write a batch of notes; returns how many changed content."""
-        states = self.stores.manifest.file_states()
+        states = self.stores.manifest.file_states_of([n.key for n in notes])
         prepared: list[_Prepared] = []
         for note in notes:
             st = states.get(note.key)
@@ -386,7 +386,7 @@ class Indexer:
         self.vectors.embed_key(note.key)
         return note.key
 
-    def embed_pending(self, batch: int = 64) -> int:
+    def embed_pending(self, batch: int = 256) -> int:
         """Embed one batch of chunks still without vectors; returns how many were stored."""
         return self.vectors.embed_pending(batch)
 

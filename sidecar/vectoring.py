@@ -112,7 +112,7 @@ class Vectoring:
 
     # --- embedding ---------------------------------------------------------------------------
 
-    def embed_pending(self, batch: int = 64) -> int:
+    def embed_pending(self, batch: int = 256) -> int:
         """One batch for the serving table, else for the table being built; how many were stored."""
         stores = self.stores
         if stores.serving is not None:

@@ -47,6 +47,12 @@ CREATE TABLE IF NOT EXISTS chunks (
 CREATE INDEX IF NOT EXISTS chunks_by_key ON chunks(key);
 CREATE INDEX IF NOT EXISTS chunks_pending ON chunks(key) WHERE has_vector = 0;
 CREATE INDEX IF NOT EXISTS chunks_by_text ON chunks(embed_hash) WHERE embed_hash != '';
+-- The backfill queue in priority order: walking this index and probing chunks_pending answers
+-- "the next 256 chunks without a vector" in under a millisecond, where sorting every pending
+-- chunk took 0.2 s per call at 100 k chunks (the ORDER BY of pending_vectors must match it).
+CREATE INDEX IF NOT EXISTS files_queue ON files(
+  (CASE source WHEN 'memory' THEN 0 WHEN 'wiki' THEN 1 ELSE 2 END), mtime_ns DESC
+) WHERE state = 'indexed';
 """
 
 
@@ -200,6 +206,17 @@ class Manifest:
         )
         return {r[0]: FileState(r[1], r[2], r[3], r[4]) for r in rows}
 
+    def file_states_of(self, keys: Sequence[str]) -> dict[str, FileState]:
+        out: dict[str, FileState] = {}
+        for start in range(0, len(keys), 500):
+            part = list(keys[start : start + 500])
+            marks = ",".join("?" * len(part))
+            rows = self._query(
+                f"SELECT key, mtime_ns, size, hash, state FROM files WHERE key IN ({marks})", part
+            )
+            out.update((r[0], FileState(r[1], r[2], r[3], r[4])) for r in rows)
+        return out
+
     def keys_in_state(self, *states: str) -> list[str]:
         marks = ",".join("?" * len(states))
         return [r[0] for r in self._query(f"SELECT key FROM files WHERE state IN ({marks})", states)]
@@ -333,8 +350,8 @@ class Manifest:
         newest vault notes."""
         only = "AND c.key = ? " if key is not None else ""
         return self._query(
-            "SELECT c.chunk_id, c.key, c.embed_text, c.embed_hash FROM chunks c "
-            "JOIN files f ON f.key = c.key "
+            "SELECT c.chunk_id, c.key, c.embed_text, c.embed_hash FROM files f "
+            "JOIN chunks c ON c.key = f.key "
             f"WHERE c.{_flag(flag)} = 0 AND f.state = 'indexed' {only}"
             "ORDER BY CASE f.source WHEN 'memory' THEN 0 WHEN 'wiki' THEN 1 ELSE 2 END, "
             "f.mtime_ns DESC, c.ord "
