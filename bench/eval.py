@@ -127,9 +127,10 @@ def evaluate(
     qrels: dict[str, dict[str, int]],
     refs: dict[str, str] | None,
     sweep: str = "",
+    base: str = "",
 ) -> dict[str, Any]:
     config = work / "sidecar.yaml"
-    config.write_text(ARMS["hybrid"])
+    config.write_text(base + ARMS["hybrid"])
     d = BenchDaemon(vault, work / "home", args=["--config", str(config)])
     arms = dict(ARMS)
     if sweep:  # e.g. search.foreignVectorWeight=0.1,0.2,0.3: one hybrid run per value
@@ -140,7 +141,7 @@ def evaluate(
         d.wait_ready(verbose=True, poll=5)
         out = {}
         for arm, text in arms.items():
-            config.write_text(text)
+            config.write_text(base + text)
             d.call("reload")
             res = run_queries(d, queries, refs)
             out[arm] = summarise(res["rankings"], qrels, res["latency"])
@@ -150,6 +151,11 @@ def evaluate(
         d.stop()
 
 
+def _base(args: argparse.Namespace) -> str:
+    """Index-time settings of this run (the arms only change search settings through reload)."""
+    return f"chunking:\n  maxTokens: {args.max_tokens}\n" if args.max_tokens else ""
+
+
 def cmd_beir(args: argparse.Namespace) -> dict[str, Any]:
     corpus, queries, qrels = load_beir(args.folder)
     if args.queries:
@@ -157,7 +163,7 @@ def cmd_beir(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="sidecar-eval-"))
     refs = write_vault(corpus, work / "vault", with_title=not args.no_title)
     qs = [(text, qid, []) for qid, text in queries.items() if qid in qrels][: args.limit or None]
-    result = evaluate(work / "vault", work, qs, qrels, refs, args.sweep)
+    result = evaluate(work / "vault", work, qs, qrels, refs, args.sweep, _base(args))
     return {
         "set": str(args.folder),
         "queries_from": str(args.queries or args.folder),
@@ -177,7 +183,7 @@ def cmd_questions(args: argparse.Namespace) -> dict[str, Any]:
         for name in args.subset.split(","):
             shutil.copytree(vault / name, target / name)
         vault = target
-    result = evaluate(vault, work, qs, qrels, None, args.sweep)
+    result = evaluate(vault, work, qs, qrels, None, args.sweep, _base(args))
     return {"questions": str(args.file), "vault": str(args.vault), "subset": args.subset, **result}
 
 
@@ -228,6 +234,7 @@ def main() -> None:
     for p in sub.choices.values():
         p.add_argument("--out", type=Path, default=None)
         p.add_argument("--sweep", default="", help="section.key=v1,v2,...: extra hybrid runs, one per value")
+        p.add_argument("--max-tokens", type=int, default=0, help="chunking.maxTokens of the index")
     args = ap.parse_args()
     result = {"beir": cmd_beir, "questions": cmd_questions, "offtopic": cmd_offtopic}[args.cmd](args)
     emit(result, args.out)

@@ -462,6 +462,31 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}h {seconds % 3600 // 60}m"
 
 
+_PROBLEM_AREAS = {
+    "index": "index updates",
+    "embedding": "vectors",
+    "keyword_search": "keyword search",
+    "vector_search": "vector search",
+    "memory_write": "memory writes",
+    "stores": "index files",
+}
+
+
+def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
+    """What is wrong now (and what was repaired lately), in the words of health's problems."""
+    out = []
+    for p in problems["active"]:
+        area = _PROBLEM_AREAS.get(p["area"], p["area"])
+        times = f", {p['count']} times" if p["count"] > 1 else ""
+        out.append(f"PROBLEM ({area}, since {_ago(p['since'])}{times}): {p['error']}")
+    if problems["active"]:
+        todo.append("check free disk space and permissions of the home folder; the daemon retries by itself")
+    for p in problems["recent"][-3:]:
+        area = _PROBLEM_AREAS.get(p["area"], p["area"])
+        out.append(f"Recovered ({area}, {_ago(p['cleared'])}): {p['error']}")
+    return out
+
+
 def render_status(h: dict[str, Any]) -> str:
     idx, emb = h["index"], h["embedder"]
     lines = [
@@ -505,6 +530,7 @@ def render_status(h: dict[str, Any]) -> str:
     if idx["skipped"]:
         parts = ", ".join(f"{n} {reason}" for reason, n in sorted(idx["skipped"].items()))
         lines.append(f"Skipped files: {parts}")
+    lines += _problem_lines(h.get("problems") or {"active": [], "recent": []}, todo)
     if h["vault"] is None:
         todo.append("configure a vault (--vault or vault.path) to index notes")
     if todo:

@@ -113,6 +113,7 @@ def load_embedder(cfg: Config, slot: EmbedderSlot) -> None:
         log.error("embedder_failed error=%s; keyword search only until the model loads", exc)
         return
     slot.set_ok(model, model.files.origin)
+    heap.trim()  # graph optimisation's scratch memory (about 60 MB) goes back to the system
     log.info(
         "embedder_ready model=%s dim=%d seconds=%.2f", model.model_id, model.dim, time.perf_counter() - t0
     )
@@ -294,6 +295,9 @@ class Daemon:
         scheduler.add_job(
             self._retry_embedder, "interval", minutes=cfg.embedder.retry_minutes, id="model-retry"
         )
+        # Native libraries free into malloc's arenas, which keep the pages: hand them back now and
+        # then (a few milliseconds; 50-60 MB after loading the model, BENCHMARKS.md).
+        scheduler.add_job(heap.trim, "interval", seconds=60, id="trim")
         if self.notifier.enabled:
             every = min(5.0, cfg.watchdog_usec / 2e6) if cfg.watchdog_usec else 5.0
             scheduler.add_job(lambda: self._notify(indexer), "interval", seconds=every, id="notify")
@@ -315,6 +319,7 @@ class Daemon:
         # Chunk sizes are counted with the model's tokenizer: give the model a moment to load.
         self.slot.ready.wait(timeout=60)
         delay = 1.0
+        problems = indexer.stores.problems
         while not self.stop.is_set():
             self.indexer_beat = time.monotonic()
             try:
@@ -334,14 +339,17 @@ class Daemon:
                 )
                 if summary.get("changed", 0) > 100:
                     heap.trim()  # parsing a large batch leaves freed pages behind
+                problems.clear("index")
                 delay = 1.0
             except StoreError as exc:
                 log.error("sweep_failed error=%s retry_in=%.0fs", exc, delay)
+                problems.report("index", f"updating the index failed: {exc} (retrying in {delay:.0f} s)")
                 self.stop.wait(delay)
                 delay = min(delay * 2, 600.0)
                 self.jobs.put(job)
-            except Exception:
+            except Exception as exc:  # e.g. sqlite "disk is full": keep serving, retry later
                 log.exception("sweep_crashed")
+                problems.report("index", f"updating the index failed: {type(exc).__name__}: {exc}")
                 self.stop.wait(delay)
                 delay = min(delay * 2, 600.0)
 
@@ -354,8 +362,10 @@ class Daemon:
         model = self.slot.model
         try:
             attach(self.cfg, indexer, model)
+            heap.trim()  # the reconcile's id sets are garbage now
         except StoreError as exc:
             log.error("vectors_unavailable error=%s; keyword search only", exc)
+            indexer.stores.problems.report("vector_search", f"vector table unavailable: {exc}")
             return
         ann_checked = 0.0
         busy = False
@@ -369,8 +379,17 @@ class Daemon:
             try:
                 stored = indexer.embed_pending()
                 busy = busy or stored > 0
+                indexer.stores.problems.clear("embedding")
             except (StoreError, EmbedderError) as exc:
                 log.error("embedding_failed error=%s", exc)
+                indexer.stores.problems.report("embedding", f"storing vectors failed: {exc} (retrying)")
+                self.stop.wait(5.0)
+                continue
+            except Exception as exc:  # e.g. sqlite "disk is full" while flagging vectors
+                log.exception("embedding_crashed")
+                indexer.stores.problems.report(
+                    "embedding", f"storing vectors failed: {type(exc).__name__}: {exc}"
+                )
                 self.stop.wait(5.0)
                 continue
             if stored == 0:
@@ -390,7 +409,7 @@ class Daemon:
 def attach(cfg: Config, indexer: Indexer, model: Embedder) -> None:
     """Serve vectors of ``model``; if the index holds another model's vectors, keep serving those
     (queried with that model) while the new table is built, as long as the old model can be loaded."""
-    new = open_vectors(cfg, model.model_id, model.dim, model.pooling)
+    new = open_vectors(cfg, model.model_id, model.dim, model.pooling, indexer.stores.problems)
     old_name = indexer.stores.manifest.get_meta("vector_table")
     if old_name and old_name != new.name:
         previous = open_previous(cfg, old_name)

@@ -62,6 +62,13 @@ class StoreError(SidecarError):
     exit_code = ExitCode.INDEX_UNUSABLE
 
 
+class StorageError(SidecarError):
+    """A file could not be written (disk full, read-only file system); nothing was changed."""
+
+    code = "storage"
+    exit_code = ExitCode.REQUEST_FAILED
+
+
 class ProtocolError(SidecarError):
     """A request or response violates the wire protocol."""
 

@@ -119,6 +119,7 @@ class Handlers:
             },
             "roots": self.indexer.supervisor.describe(self._watched),
             "vectors": vec.describe(),
+            "problems": self.indexer.stores.problems.describe(),
             "queue": {"depth": self.service.queue_depth()},
             "socket": str(self.cfg.socket_path),
             "home": str(self.cfg.home),

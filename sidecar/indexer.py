@@ -23,6 +23,7 @@ from sidecar.chunking import ParsedNote, chunk_note
 from sidecar.config import Config
 from sidecar.embedder import Embedder, EmbedderSlot, approx_token_count
 from sidecar.errors import StoreError
+from sidecar.problems import Problems
 from sidecar.sources import NoteFile, NoteUnreadable, Root, Skipped, agent_inbox, read_note, roots
 from sidecar.stores.bm25 import Bm25Doc, Bm25Index
 from sidecar.stores.manifest import ChunkRecord, FileRecord, FileState, Manifest, embed_hash
@@ -416,17 +417,19 @@ def open_stores(cfg: Config) -> Stores:
     """Open manifest and BM25; a store that cannot be opened is moved aside and started fresh."""
     index_dir = cfg.index_dir
     index_dir.mkdir(parents=True, exist_ok=True)
-    manifest = _open_or_reset(index_dir / "manifest.sqlite", Manifest, cfg)
-    bm25 = _open_or_reset(index_dir / "bm25", Bm25Index, cfg)
-    return Stores(manifest, bm25)
+    problems = Problems()
+    manifest = _open_or_reset(index_dir / "manifest.sqlite", Manifest, cfg, problems)
+    bm25 = _open_or_reset(index_dir / "bm25", Bm25Index, cfg, problems)
+    return Stores(manifest, bm25, problems=problems)
 
 
-def _open_or_reset(path: Path, opener: Callable[[Path], Any], cfg: Config) -> Any:
+def _open_or_reset(path: Path, opener: Callable[[Path], Any], cfg: Config, problems: Problems) -> Any:
     try:
         return opener(path)
     except StoreError as exc:
         aside = move_aside(path)
         log.error("index_rebuilt store=%s reason=%s moved_to=%s", path.name, exc, aside)
+        problems.note("stores", f"{path.name} could not be opened ({exc}); moved to {aside.name} and rebuilt")
         if path.name == "manifest.sqlite":
             # Without the manifest the other stores cannot be trusted: start them over too.
             for other in (cfg.index_dir / "bm25", cfg.index_dir / "vectors"):
@@ -446,7 +449,9 @@ def move_aside(path: Path) -> Path:
     return target
 
 
-def open_vectors(cfg: Config, model_id: str, dim: int, pooling: str) -> VectorStore:
+def open_vectors(
+    cfg: Config, model_id: str, dim: int, pooling: str, problems: Problems | None = None
+) -> VectorStore:
     path = cfg.index_dir / "vectors"
     opts = {
         "optimize_every": cfg.index.optimize_every_writes,
@@ -458,4 +463,8 @@ def open_vectors(cfg: Config, model_id: str, dim: int, pooling: str) -> VectorSt
     except StoreError as exc:
         aside = move_aside(path)
         log.error("index_rebuilt store=vectors reason=%s moved_to=%s", exc, aside)
+        if problems is not None:
+            problems.note(
+                "stores", f"vectors could not be opened ({exc}); moved to {aside.name}, re-embedding"
+            )
         return VectorStore(path, model_id, dim, pooling, **opts)

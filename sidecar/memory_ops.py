@@ -10,11 +10,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import sqlite3
 from typing import Any
 
 from sidecar.config import Config
 from sidecar.embedder import EmbedderSlot
-from sidecar.errors import EmbedderError, ProtocolError, SidecarError, StoreError
+from sidecar.errors import EmbedderError, ProtocolError, SidecarError, StorageError, StoreError
 from sidecar.inbox import Inboxes, check_agent, check_slug, split_front_matter
 from sidecar.indexer import Indexer
 from sidecar.protocol import Request, check_known, param_int, param_opt_str, param_str
@@ -65,8 +66,23 @@ class MemoryOps:
                 f"(threshold {self.cfg.memory.write.duplicate_threshold:.0%}); update that note with "
                 "edit instead, or write something that differs"
             )
-        written = self.inboxes.write(agent, slug, content, front_matter, must_exist=must_exist)
-        key = self.indexer.index_now(Root("memory", agent_inbox(self.cfg, agent), agent=agent), written.path)
+        problems = self.indexer.stores.problems
+        try:
+            written = self.inboxes.write(agent, slug, content, front_matter, must_exist=must_exist)
+        except OSError as exc:  # disk full, read-only inbox: the old note (if any) is untouched
+            problems.report("memory_write", f"writing to the {agent} inbox failed: {exc}")
+            raise StorageError(f"not written: {exc.strerror or exc}; the inbox is unchanged") from exc
+        problems.clear("memory_write")
+        root = Root("memory", agent_inbox(self.cfg, agent), agent=agent)
+        warning = None
+        try:
+            key = self.indexer.index_now(root, written.path)
+        except (StoreError, EmbedderError, OSError, sqlite3.Error) as exc:
+            # The note is safely on disk; the index catches up once it can be written again.
+            log.error("memory_index_failed agent=%s slug=%s error=%s", agent, slug, exc)
+            problems.report("index", f"indexing a memory write failed: {exc}")
+            key = root.key_of(written.path.relative_to(root.path).as_posix())
+            warning = f"saved, but not searchable yet: the index cannot be written ({exc})"
         log.info(
             "memory_%s agent=%s slug=%s bytes=%d",
             "edit" if must_exist else "write",
@@ -80,8 +96,10 @@ class MemoryOps:
             "bytes": written.size,
             "redacted": written.redacted,
             "duplicates": duplicates if duplicates is not None else [],
-            "searchable": True,
+            "searchable": warning is None,
         }
+        if warning:
+            out["warning"] = warning
         if duplicates is None:
             out["duplicatesChecked"] = False  # no model yet: similarity could not be computed
         return out

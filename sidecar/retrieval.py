@@ -111,14 +111,20 @@ class Retriever:
         sources = req.sources
         weight = self.vector_weight(qa)
         # An arm with no share in the fused score is not run at all (recall always blends vectors).
-        bm = (
-            []
-            if weight >= 1.0 and vectors is None
-            else self.stores.bm25.search(bm25_text(qa), fetch, sources, req.agent)
-        )
+        problems = self.stores.problems
+        bm: list[tuple[str, float]] = []
+        bm_note: str | None = None
+        if weight < 1.0 or vectors is not None:
+            try:
+                bm = self.stores.bm25.search(bm25_text(qa), fetch, sources, req.agent)
+                problems.clear("keyword_search")
+            except StoreError as exc:  # a damaged keyword index: answer from vectors alone
+                log.warning("keyword_search_failed error=%s", exc)
+                problems.report("keyword_search", str(exc))
+                bm_note = f"keyword search failed ({exc}); vector results only"
         serving = self.stores.serving
         if weight <= 0.0 and vectors is None:
-            return bm, [], None
+            return bm, [], bm_note
         if serving is None:
             why = "the vector table is opening" if self.slot.state == "ok" else f"embedder {self.slot.state}"
             return bm, [], f"vector search unavailable ({why}); keyword results only"
@@ -126,9 +132,12 @@ class Retriever:
             return bm, [], None
         try:
             queries = list(vectors) if vectors is not None else [serving.model.embed_query(text)]
-            return bm, [serving.store.search(q, fetch, sources, req.agent) for q in queries], None
+            found = [serving.store.search(q, fetch, sources, req.agent) for q in queries]
+            problems.clear("vector_search")
+            return bm, found, bm_note
         except (EmbedderError, StoreError) as exc:
             log.warning("vector_search_failed error=%s", exc)
+            problems.report("vector_search", str(exc))
             return bm, [], f"vector search failed ({exc}); keyword results only"
 
     def _rank(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from threading import Event, RLock
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from sidecar.embedder import Embedder
+from sidecar.problems import Problems
 from sidecar.stores.bm25 import Bm25Index
 from sidecar.stores.manifest import Manifest
 from sidecar.stores.vectors import VectorStore
@@ -44,6 +46,7 @@ class Stores:
     serving: VectorSet | None = None
     building: VectorSet | None = None
     write_lock: RLock = field(default_factory=RLock)
+    problems: Problems = field(default_factory=Problems)
 
     @property
     def vectors(self) -> VectorStore | None:
@@ -66,6 +69,7 @@ class Vectoring:
         self.reused = 0  # vectors copied from an equal text instead of embedded
         self.embed_seconds = 0.0
         self.last_optimize: float | None = None
+        self._unsure: set[str] = set()  # flags whose table may disagree with the manifest
 
     # --- attaching ---------------------------------------------------------------------------
 
@@ -99,9 +103,15 @@ class Vectoring:
 
     def _reconcile(self, store: VectorStore, flag: str) -> None:
         manifest = self.stores.manifest
-        in_table = store.ids()
+        listed = store.id_list()
+        in_table = set(listed)
         known = manifest.all_chunk_ids()
         flagged = manifest.vector_ids(flag)
+        doubled = [i for i, n in Counter(listed).items() if n > 1] if len(listed) != len(in_table) else []
+        if doubled:  # rows of one chunk twice: drop every copy, embed it once more
+            log.warning("reconcile_vectors table=%s doubled=%d", store.name, len(doubled))
+            store.delete_ids(doubled)
+            in_table -= set(doubled)
         orphans = sorted(in_table - known)
         if orphans:
             log.info("reconcile_vectors table=%s orphans=%d", store.name, len(orphans))
@@ -138,12 +148,25 @@ class Vectoring:
         t0 = time.perf_counter()
         vecs = self._vectors_for(vs, rows)
         stores = self.stores
-        with stores.write_lock, stores.manifest.transaction() as db:
-            live = stores.manifest.existing([r[0] for r in rows], db)
-            keep = [i for i, r in enumerate(rows) if r[0] in live]
-            if keep:
-                vs.store.add([(rows[i][0], rows[i][1], *source_agent(rows[i][1])) for i in keep], vecs[keep])
-                stores.manifest.set_has_vector([rows[i][0] for i in keep], 1, db, vs.flag)
+        with stores.write_lock:
+            if vs.flag in self._unsure:
+                # A write failed half-way (disk full: rows added, flags not committed): put table
+                # and flags back in agreement first, or these chunks would get a second vector.
+                self._reconcile(vs.store, vs.flag)
+                self._unsure.discard(vs.flag)
+            try:
+                with stores.manifest.transaction() as db:
+                    # Still there and still without a vector: the backfill and a memory write's
+                    # own embedding can race for the same new chunk; only the first one stores it.
+                    live = stores.manifest.still_pending([r[0] for r in rows], db, vs.flag)
+                    keep = [i for i, r in enumerate(rows) if r[0] in live]
+                    if keep:
+                        added = [(rows[i][0], rows[i][1], *source_agent(rows[i][1])) for i in keep]
+                        vs.store.add(added, vecs[keep])
+                        stores.manifest.set_has_vector([rows[i][0] for i in keep], 1, db, vs.flag)
+            except BaseException:
+                self._unsure.add(vs.flag)
+                raise
         self.embedded += len(keep)
         self.embed_seconds += time.perf_counter() - t0
         return len(keep)

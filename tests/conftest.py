@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -22,6 +23,8 @@ from sidecar.config import Config, load_config
 from sidecar.embedder import EmbedderSlot
 from sidecar.errors import DaemonNotRunningError
 from sidecar.indexer import Indexer, open_stores, open_vectors
+from sidecar.stores.bm25 import Bm25Index
+from sidecar.stores.manifest import Manifest
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -271,3 +274,53 @@ def daemon_factory(tmp_path: Path) -> Iterator[Any]:
             d.proc.kill()
             d.proc.wait()
         d.close_log()
+
+
+def make_notes(vault: Path, n: int) -> None:
+    """``n`` small notes of random words in seven folders (deterministic)."""
+    rng = random.Random(7)
+    words = [
+        "garden",
+        "boat",
+        "engine",
+        "bread",
+        "backup",
+        "restic",
+        "kayak",
+        "paddle",
+        "tomato",
+        "propeller",
+    ]
+    for i in range(n):
+        body = "\n\n".join(" ".join(rng.choice(words) for _ in range(30)) for _ in range(rng.randint(1, 4)))
+        write(vault / f"folder{i % 7}" / f"note-{i:03d}.md", f"# Note {i}\n\n{body}\n")
+
+
+def store_ids(home: Path) -> tuple[set[str], set[str], set[str]]:
+    """Chunk ids of a stopped daemon's manifest, BM25 index and vector table (chunks that need no
+    vector, flag 2, count as present in the vector set so the three compare directly)."""
+    cfg = load_config(flags={"home": str(home)}, env={})
+    manifest = Manifest(cfg.index_dir / "manifest.sqlite")
+    bm25 = Bm25Index(cfg.index_dir / "bm25")
+    try:
+        ids = manifest.all_chunk_ids()
+        novec = {r[0] for r in manifest._query("SELECT chunk_id FROM chunks WHERE has_vector = 2")}
+        bm25_ids = bm25.all_ids()
+        table = manifest.get_meta("vector_table")
+    finally:
+        bm25.close()
+        manifest.close()
+    import lancedb
+
+    db = lancedb.connect(str(cfg.index_dir / "vectors"))
+    vec = (
+        db.open_table(table)
+        .search()
+        .select(["chunk_id"])
+        .limit(None)
+        .to_arrow()
+        .column("chunk_id")
+        .to_pylist()
+    )
+    assert len(vec) == len(set(vec)), "duplicate vectors"
+    return ids, bm25_ids, set(vec) | novec

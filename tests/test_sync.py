@@ -12,10 +12,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.config import load_config
-from sidecar.stores.bm25 import Bm25Index
-from sidecar.stores.manifest import Manifest
-from tests.conftest import DaemonProcess, write
+from tests.conftest import DaemonProcess, make_notes, store_ids, write
 
 pytestmark = pytest.mark.model
 
@@ -71,56 +68,10 @@ def test_network_mount_runs_in_polling_mode(daemon_factory: Any, vault: Path, tm
     d.wait_for(lambda h: h["index"]["sweeps"] >= sweeps + 2, timeout=20)
 
 
-def _notes(vault: Path, n: int) -> None:
-    rng = random.Random(7)
-    words = [
-        "garden",
-        "boat",
-        "engine",
-        "bread",
-        "backup",
-        "restic",
-        "kayak",
-        "paddle",
-        "tomato",
-        "propeller",
-    ]
-    for i in range(n):
-        body = "\n\n".join(" ".join(rng.choice(words) for _ in range(30)) for _ in range(rng.randint(1, 4)))
-        write(vault / f"folder{i % 7}" / f"note-{i:03d}.md", f"# Note {i}\n\n{body}\n")
-
-
-def _store_ids(home: Path) -> tuple[set[str], set[str], set[str]]:
-    cfg = load_config(flags={"home": str(home)}, env={})
-    manifest = Manifest(cfg.index_dir / "manifest.sqlite")
-    bm25 = Bm25Index(cfg.index_dir / "bm25")
-    try:
-        ids = manifest.all_chunk_ids()
-        bm25_ids = bm25.all_ids()
-        table = manifest.get_meta("vector_table")
-    finally:
-        bm25.close()
-        manifest.close()
-    import lancedb
-
-    db = lancedb.connect(str(cfg.index_dir / "vectors"))
-    vec = (
-        db.open_table(table)
-        .search()
-        .select(["chunk_id"])
-        .limit(None)
-        .to_arrow()
-        .column("chunk_id")
-        .to_pylist()
-    )
-    assert len(vec) == len(set(vec)), "duplicate vectors"
-    return ids, bm25_ids, set(vec)
-
-
 def test_kill_9_at_twenty_moments_converges(daemon_factory: Any, tmp_path: Path) -> None:
     """SIGKILL at 20 moments of indexing 200 notes; after restarts the index equals a clean rebuild."""
     vault = tmp_path / "big-vault"
-    _notes(vault, 200)
+    make_notes(vault, 200)
     d: DaemonProcess = daemon_factory(vault, name="killed")
     rng = random.Random(11)
     for _ in range(20):
@@ -140,8 +91,8 @@ def test_kill_9_at_twenty_moments_converges(daemon_factory: Any, tmp_path: Path)
     clean = daemon_factory(vault, name="clean")
     out = clean.run_cli("index", "--vault", str(vault), check=True)
     assert "0 without vectors" in out.stderr
-    ids, bm25_ids, vec_ids = _store_ids(d.home)
-    clean_ids, clean_bm25, clean_vec = _store_ids(clean.home)
+    ids, bm25_ids, vec_ids = store_ids(d.home)
+    clean_ids, clean_bm25, clean_vec = store_ids(clean.home)
     assert ids == clean_ids, "manifest chunks differ from a clean rebuild"
     assert bm25_ids == ids and vec_ids == ids
     assert clean_bm25 == clean_ids == clean_vec

@@ -7,6 +7,7 @@ everything. Imports ``errors``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
@@ -98,6 +99,21 @@ class Bm25Index:
         except (ValueError, OSError) as exc:
             raise StoreError(f"BM25 index {path} cannot be opened: {exc}") from exc
 
+    def _recover_writer(self) -> None:
+        """After a failed commit: drop the uncommitted documents (the manifest still marks those
+        notes as being indexed, so the next sweep redoes them) and keep a usable writer."""
+        try:
+            self._writer.rollback()
+            return
+        except (ValueError, OSError) as exc:
+            log.warning("bm25_writer_reset reason=%s", exc)
+        with contextlib.suppress(ValueError, OSError, RuntimeError):
+            self._writer.wait_merging_threads()  # releases the index lock
+        try:
+            self._writer = self._index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+        except (ValueError, OSError) as exc:
+            log.error("bm25_writer_unavailable error=%s", exc)
+
     def analyze(self, text: str, field: str = "body") -> list[str]:
         """Terms of ``text`` as the field indexes them."""
         name = FIELD_ANALYZER[field]
@@ -132,7 +148,8 @@ class Bm25Index:
         with self._lock:
             try:
                 self._writer.commit()
-            except ValueError as exc:
+            except (ValueError, OSError) as exc:  # disk full, read-only folder
+                self._recover_writer()
                 raise StoreError(f"BM25 commit failed: {exc}") from exc
             self._index.reload()
             self._searcher = self._index.searcher()
@@ -188,12 +205,14 @@ class Bm25Index:
             clauses.append((tantivy.Occur.Must, scope))
         query = tantivy.Query.boolean_query(clauses)
         searcher = self._searcher
-        result = searcher.search(query, limit=limit, count=False)
-        out: list[tuple[str, float]] = []
-        for score, address in result.hits:
-            doc = searcher.doc(address)
-            out.append((str(doc.get_first("chunk_id")), float(score)))
-        return out
+        try:
+            result = searcher.search(query, limit=limit, count=False)
+            return [
+                (str(searcher.doc(address).get_first("chunk_id")), float(score))
+                for score, address in result.hits
+            ]
+        except (ValueError, OSError, RuntimeError) as exc:  # damaged segment files
+            raise StoreError(f"BM25 search failed: {exc}") from exc
 
     def close(self) -> None:
         """Wait for background merges and release the writer lock; safe to call twice."""

@@ -385,13 +385,17 @@ class Manifest:
     def pending_count(self, flag: str = "has_vector") -> int:
         return int(self._query(f"SELECT count(*) FROM chunks WHERE {_flag(flag)} = 0")[0][0])
 
-    def existing(self, chunk_ids: Sequence[str], db: sqlite3.Connection) -> set[str]:
+    def still_pending(self, chunk_ids: Sequence[str], db: sqlite3.Connection, flag: str) -> set[str]:
+        """Those of ``chunk_ids`` that exist and still wait for a vector (checked inside the write)."""
         out: set[str] = set()
         for start in range(0, len(chunk_ids), 500):
             part = list(chunk_ids[start : start + 500])
             marks = ",".join("?" * len(part))
             out.update(
-                r[0] for r in db.execute(f"SELECT chunk_id FROM chunks WHERE chunk_id IN ({marks})", part)
+                r[0]
+                for r in db.execute(
+                    f"SELECT chunk_id FROM chunks WHERE chunk_id IN ({marks}) AND {_flag(flag)} = 0", part
+                )
             )
         return out
 

@@ -155,8 +155,12 @@ class VectorStore:
 
     def ids(self) -> set[str]:
         """Every chunk id in the table (one column read; used by the start-up reconcile)."""
+        return set(self.id_list())
+
+    def id_list(self) -> list[str]:
+        """The chunk id of every row, repeats included (a repeat means a doubled vector)."""
         table = self._wrap("scan", lambda: self._table.search().select(["chunk_id"]).limit(None).to_arrow())
-        return set(table.column("chunk_id").to_pylist())
+        return list(table.column("chunk_id").to_pylist())
 
     def vectors_of(self, chunk_ids: Sequence[str]) -> dict[str, np.ndarray[Any, Any]]:
         """The stored vectors of some chunks (for explanations)."""

@@ -70,7 +70,12 @@ requests = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# bench/chaos.py runs these with more examples and connections (RELIABILITY.md).
+EXAMPLES = int(os.environ.get("SIDECAR_CHAOS_EXAMPLES", "150"))
+IDLE = int(os.environ.get("SIDECAR_CHAOS_IDLE", "2000"))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(req=requests)
 def test_random_requests_get_an_answer_each(daemon: DaemonProcess, req: dict[str, object]) -> None:
     """Any JSON request gets exactly one well-formed answer; nothing is written outside an inbox."""
@@ -82,7 +87,11 @@ def test_random_requests_get_an_answer_each(daemon: DaemonProcess, req: dict[str
     assert a["ok"] is True or (isinstance(a["error"], dict) and a["error"]["code"] and a["error"]["message"])
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=max(100, EXAMPLES * 2 // 3),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(raw=st.binary(max_size=300))
 def test_random_bytes_never_break_the_daemon(daemon: DaemonProcess, raw: bytes) -> None:
     """Arbitrary bytes get error frames (or nothing, for a half line) and the daemon stays up."""
@@ -98,9 +107,10 @@ def test_abuse_leaves_the_daemon_healthy_and_the_vault_untouched(daemon: DaemonP
 
 
 def test_many_idle_connections_and_a_client_that_never_reads(daemon: DaemonProcess) -> None:
-    """2,000 idle connections and one client that floods requests without reading do not stop others."""
+    """2,000 idle connections (10,000 in bench/chaos) and a client that floods requests without
+    reading do not stop others."""
     idle = []
-    for _ in range(2000):
+    for _ in range(IDLE):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.connect(str(daemon.socket))
         idle.append(s)
@@ -125,3 +135,63 @@ def test_many_idle_connections_and_a_client_that_never_reads(daemon: DaemonProce
         for s in idle:
             s.close()
     assert daemon.health()["index"]["state"] == "ready"
+
+
+HOSTILE_SLUGS = [
+    "../escape",
+    "a/b",
+    "a\\b",
+    "%2e%2e",
+    "%2e%2e%2fescape",
+    "/etc/passwd",
+    "..",
+    ".",
+    "",
+    "x\0y",
+    "a\u2215b",  # DIVISION SLASH looks like "/"
+    "a\u2044b",  # FRACTION SLASH
+    "\uff0e\uff0e",  # FULLWIDTH FULL STOPs look like ".."
+    "a" * 300,
+    "CON\u200b",  # zero-width space
+]
+HOSTILE_REFERENCES = [
+    "vault/../../etc/passwd",
+    "vault/%2e%2e/%2e%2e/etc/passwd",
+    "%2e%2e/%2e%2e/etc/passwd",
+    "/etc/passwd",
+    "vault//etc/passwd",
+    "vault/\0",
+    "memory/../../x",
+    "wiki/../../../etc/shadow",
+]
+
+
+def test_fixed_corpus_of_hostile_names(daemon: DaemonProcess) -> None:
+    """Slugs with separators, encoded dots, look-alike slashes and NULs, and references that
+    climb out of a root, are each refused with a clear error; nothing lands outside the inbox."""
+    assert daemon.vault is not None
+    home = daemon.home
+    before = {p for p in home.parent.rglob("*") if p.is_file() and "daemon-" not in p.name}
+    for slug in HOSTILE_SLUGS:
+        for op in ("write", "edit", "delete"):
+            answers = exchange(
+                daemon.socket,
+                json.dumps({"op": op, "agent": "probe", "params": {"slug": slug, "content": "x"}}).encode()
+                + b"\n",
+            )
+            assert answers[0]["ok"] is False, (op, slug)
+            assert answers[0]["error"]["code"] in ("bad_memory_write", "bad_request", "not_found"), (op, slug)
+    for ref in HOSTILE_REFERENCES:
+        answers = exchange(
+            daemon.socket, json.dumps({"op": "get", "params": {"reference": ref}}).encode() + b"\n"
+        )
+        assert answers[0]["ok"] is False and answers[0]["error"]["code"] in ("bad_reference", "not_found"), (
+            ref
+        )
+    for params in ({"query": "x", "limit": 10**12}, {"query": "x", "limit": -5}, {"query": "\0"}):
+        answers = exchange(daemon.socket, json.dumps({"op": "search", "params": params}).encode() + b"\n")
+        assert answers[0]["ok"] is False and answers[0]["error"]["code"] == "bad_request", params
+    after = {p for p in home.parent.rglob("*") if p.is_file() and "daemon-" not in p.name}
+    new = {p for p in after - before if "agents" not in p.relative_to(home.parent).parts}
+    assert {p for p in new if not p.is_relative_to(home / "index")} == set(), new
+    assert sorted(p.name for p in daemon.vault.rglob("*") if p.is_file()) == ["Boat.md"]

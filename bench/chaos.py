@@ -1,0 +1,350 @@
+"""The long reliability run behind RELIABILITY.md: crashes, vanishing shares, load, storage faults
+and hostile input against real daemon processes, with counts of runs and failures.
+
+    python bench/chaos.py --out bench/out/chaos.json                 # everything (about 25 min)
+    python bench/chaos.py --only crash --runs 30 --out bench/out/chaos-crash.json
+
+Scenarios:
+- crash: SIGKILL at random moments while the daemon indexes a 300-note vault, an agent writes
+  memory notes without pause, and LanceDB compacts after every third write; after each restart
+  every acknowledged write must be on disk with its exact content, at the end searchable, and the
+  index must equal a clean rebuild of the same files (manifest, Tantivy, LanceDB chunk ids).
+- shares: the vault vanishes and returns N times while a client searches; notes are added, edited
+  and deleted while it is away. No failed request, every change found, no chunk lost or doubled.
+- load: 32 clients run mixed search / recall / write for 2 minutes while a sweep re-indexes
+  edited notes: errors, p50/p95/p99 per operation, daemon RSS before and after.
+- faults, hostile: the disk-full / read-only / broken-note tests and the protocol fuzz of
+  tests/reliability run repeatedly (hypothesis with 2,000 examples, 10,000 idle connections).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from common import emit, pct, rss_mb  # noqa: E402
+
+from sidecar.errors import RemoteError  # noqa: E402
+from tests.conftest import DaemonProcess, make_notes, store_ids, write  # noqa: E402
+
+FAST_RETRY = {"SIDECAR_WATCH_RETRY_BASE_SECONDS": "0.5", "SIDECAR_WATCH_RETRY_MAX_SECONDS": "1"}
+
+
+def _daemon(home: Path, vault: Path, env: dict[str, str] | None = None) -> DaemonProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SIDECAR_", "XDG_"))}
+    return DaemonProcess(home, vault, env={**clean, **FAST_RETRY, **(env or {})})
+
+
+def _clean_rebuild(d: DaemonProcess, vault: Path, work: Path) -> tuple[set[str], set[str], set[str]]:
+    """The same files indexed from scratch by ``sidecar index`` (agents' inboxes copied along)."""
+    home = work / f"clean-{time.time_ns()}"
+    home.mkdir()
+    if (d.home / "agents").exists():
+        shutil.copytree(d.home / "agents", home / "agents")
+    clean = _daemon(home, vault)
+    clean.run_cli("index", "--vault", str(vault), check=True)
+    return store_ids(home)
+
+
+def crash(work: Path, runs: int, seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    vault = work / "crash-vault"
+    make_notes(vault, 300)
+    d = _daemon(work / "crash-home", vault, {"SIDECAR_INDEX_OPTIMIZE_EVERY_WRITES": "3"})
+    acked: dict[str, str] = {}  # slug -> content the daemon acknowledged
+    out: dict[str, Any] = {"runs": runs, "kills_by_phase": {}, "lost_writes": 0, "changed_writes": 0}
+    n = 0
+    for run in range(runs):
+        d.start(wait=None)
+        stop = threading.Event()
+
+        def writer(stop: threading.Event = stop, run: int = run) -> None:
+            nonlocal n
+            while not stop.is_set():
+                slug = f"note-{n}"
+                content = f"# Note {n}\n\nChaos token zq{n}x written in run {run}.\n"
+                n += 1
+                try:
+                    d.call("write", {"slug": slug, "content": content}, agent="chaos")
+                    acked[slug] = content
+                except Exception:  # not acknowledged: the daemon is starting or was killed
+                    time.sleep(0.05)
+
+        t = threading.Thread(target=writer)
+        t.start()
+        time.sleep(rng.uniform(0.5, 5.0))
+        try:
+            phase = d.health()["index"]["phase"]
+        except Exception:
+            phase = "starting"
+        d.stop(signal.SIGKILL)
+        stop.set()
+        t.join()
+        out["kills_by_phase"][phase] = out["kills_by_phase"].get(phase, 0) + 1
+        if rng.random() < 0.3:  # the vault changes between crashes too
+            victim = vault / f"folder{rng.randrange(7)}" / f"note-{rng.randrange(300):03d}.md"
+            victim.unlink(missing_ok=True)
+            write(vault / "late" / f"late-{run}.md", f"# Late {run}\n\nadded between two crashes\n")
+        inbox = next((p for p in (d.home / "agents").rglob("chaos") if p.is_dir()), None)
+        for slug, content in acked.items():
+            path = inbox / f"{slug}.md" if inbox else None
+            if path is None or not path.exists():
+                out["lost_writes"] += 1
+            elif content.split("\n\n", 1)[1] not in path.read_text():
+                out["changed_writes"] += 1
+    d.start(wait=None)
+    d.wait_for(lambda h: h["index"]["state"] == "ready" and h["index"]["pending_vectors"] == 0, timeout=600)
+    unsearchable = 0
+    for slug, content in acked.items():
+        token = content.split("token ", 1)[1].split()[0]
+        hits = d.call("search", {"query": token, "source": "memory"}, agent="chaos")["hits"]
+        if not any(h["reference"].endswith(slug) for h in hits):
+            unsearchable += 1
+    d.stop()
+    ids, bm25_ids, vec_ids = store_ids(d.home)
+    clean_ids, _, _ = _clean_rebuild(d, vault, work)
+    out.update(
+        {
+            "acknowledged_writes": len(acked),
+            "unsearchable_writes": unsearchable,
+            "index_equals_clean_rebuild": ids == clean_ids,
+            "stores_agree": ids == bm25_ids == vec_ids,
+            "chunks": len(ids),
+        }
+    )
+    return out
+
+
+def shares(work: Path, cycles: int, seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    vault = work / "share-vault"
+    make_notes(vault, 100)
+    d = _daemon(work / "share-home", vault, {"SIDECAR_WATCH_POLL_SECONDS": "1"})
+    d.start(timeout=300)
+    errors: list[str] = []
+    latencies: list[float] = []
+    done = threading.Event()
+
+    def query() -> None:
+        with d.client() as c:
+            while not done.is_set():
+                t0 = time.perf_counter()
+                try:
+                    c.call("search", {"query": "kayak paddle"})
+                    latencies.append((time.perf_counter() - t0) * 1000)
+                except Exception as exc:  # counted
+                    errors.append(repr(exc))
+                time.sleep(0.02)
+
+    thread = threading.Thread(target=query)
+    thread.start()
+    away = work / "share-away"
+    expect_present: dict[str, str] = {}
+    expect_gone: set[str] = set()
+    t_start = time.monotonic()
+    try:
+        for i in range(cycles):
+            vault.rename(away)
+            d.call("index")
+            d.wait_for(lambda h: any(r["mode"] == "offline" for r in h["roots"] if r["name"] == "vault"), 60)
+            write(away / "away" / f"added-{i}.md", f"# Added {i}\n\nWritten while away, token aw{i}q.\n")
+            expect_present[f"aw{i}q"] = f"vault/away/added-{i}"
+            if i % 2 == 0:  # an edit of a note that stays
+                note = away / f"folder{(i + 1) % 7}" / f"note-{(i * 7 + 1) % 100:03d}.md"
+                if (
+                    note.exists()
+                    and f"vault/{note.relative_to(away).with_suffix('').as_posix()}" not in expect_gone
+                ):
+                    with note.open("a", encoding="utf-8") as fh:
+                        fh.write(f"\n\nEdited while away: ed{i}q\n")
+                    expect_present[f"ed{i}q"] = f"vault/{note.relative_to(away).with_suffix('').as_posix()}"
+            if i % 3 == 0:
+                victim = away / f"folder{i % 7}" / f"note-{rng.randrange(100):03d}.md"
+                if victim.exists():
+                    victim.unlink()
+                    expect_gone.add(f"vault/{victim.relative_to(away).with_suffix('').as_posix()}")
+            away.rename(vault)
+            d.wait_for(lambda h, n=i: h["index"]["files"] >= 100 - len(expect_gone) + n, timeout=120)
+    finally:
+        done.set()
+        thread.join()
+    d.wait_for(lambda h: h["index"]["pending_vectors"] == 0, timeout=300)
+    missing = [
+        t
+        for t, ref in expect_present.items()
+        if d.call("search", {"query": t})["hits"][0]["reference"] != ref
+    ]
+    still = []
+    for ref in expect_gone:
+        try:
+            d.call("get", {"reference": ref})
+            still.append(ref)
+        except RemoteError:
+            pass  # gone, as it should be
+    d.stop()
+    ids, bm25_ids, vec_ids = store_ids(d.home)
+    clean_ids, _, _ = _clean_rebuild(d, vault, work)
+    return {
+        "cycles": cycles,
+        "seconds": round(time.monotonic() - t_start, 1),
+        "queries": len(latencies),
+        "query_errors": len(errors),
+        "query_p50_ms": pct(latencies, 0.5) if latencies else None,
+        "query_p95_ms": pct(latencies, 0.95) if latencies else None,
+        "changes_missing": len(missing) + len(still),
+        "deleted_while_away": len(expect_gone),
+        "index_equals_clean_rebuild": ids == clean_ids,
+        "stores_agree": ids == bm25_ids == vec_ids,
+    }
+
+
+def load(work: Path, clients: int, seconds: float, vaults: list[Path]) -> dict[str, Any]:
+    vault = work / "load-vault"
+    if vaults:
+        for v in vaults:
+            shutil.copytree(v, vault / v.name)
+    else:
+        make_notes(vault, 1000)
+    d = _daemon(work / "load-home", vault)
+    d.start(timeout=1800)
+    assert d.proc is not None
+    queries = ["how do I sync my notes", "link to a heading", "Kündigung", "canvas cards", "backup plan"]
+    rss_before = rss_mb(d.proc.pid)
+    notes = sorted(vault.rglob("*.md"))
+    for p in notes[: len(notes) // 2]:  # a sweep with real work runs during the load
+        with p.open("a", encoding="utf-8") as fh:
+            fh.write("\n\nEdited during the load run.\n")
+    d.call("index")
+    lat: dict[str, list[float]] = {"search": [], "recall": [], "write": []}
+    errors: list[str] = []
+    lock = threading.Lock()
+    deadline = time.monotonic() + seconds
+
+    def client(k: int) -> None:
+        rng = random.Random(k)
+        with d.client(agent=f"load{k}") as c:
+            i = 0
+            while time.monotonic() < deadline:
+                r = rng.random()
+                op = "search" if r < 0.6 else "recall" if r < 0.85 else "write"
+                params: dict[str, Any]
+                if op == "search":
+                    params = {"query": rng.choice(queries)}
+                elif op == "recall":
+                    params = {"message": rng.choice(queries)}
+                else:
+                    params = {"slug": f"n{i % 20}", "content": f"# Load {k}\n\nclient {k} write {i}\n"}
+                    i += 1
+                t0 = time.perf_counter()
+                try:
+                    c.call(op, params)
+                    with lock:
+                        lat[op].append((time.perf_counter() - t0) * 1000)
+                except Exception as exc:  # counted
+                    with lock:
+                        errors.append(f"{op}: {exc!r}")
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    sweep_phase = d.health()["index"]["phase"]
+    time.sleep(10)
+    rss_after = rss_mb(d.proc.pid)
+    d.stop()
+    return {
+        "clients": clients,
+        "seconds": seconds,
+        "notes": len(notes),
+        "requests": sum(len(v) for v in lat.values()) + len(errors),
+        "errors": len(errors),
+        "error_samples": errors[:5],
+        **{
+            f"{op}_{name}_ms": pct(v, q) if v else None
+            for op, v in lat.items()
+            for name, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
+        },
+        **{f"{op}_count": len(v) for op, v in lat.items()},
+        "phase_at_end": sweep_phase,
+        "rss_before_mb": rss_before,
+        "rss_after_mb": rss_after,
+    }
+
+
+def pytest_runs(expr: str, runs: int, env: dict[str, str] | None = None) -> dict[str, Any]:
+    passed = failed = 0
+    failures: list[str] = []
+    for _ in range(runs):
+        r = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:randomly", *expr.split()],
+            cwd=ROOT,
+            check=False,
+            capture_output=True,
+            text=True,
+            env={**os.environ, **(env or {})},
+            timeout=3600,
+        )
+        if r.returncode == 0:
+            passed += 1
+        else:
+            failed += 1
+            failures.append(r.stdout[-2000:])
+    return {"runs": runs, "passed": passed, "failed": failed, "failures": failures[:2]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="crash,shares,load,faults,hostile")
+    ap.add_argument("--runs", type=int, default=30, help="crash runs")
+    ap.add_argument("--cycles", type=int, default=50, help="share outages")
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--seconds", type=float, default=120)
+    ap.add_argument("--vault", type=Path, action="append", default=[], help="vault(s) for the load run")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # 10,000 idle connections need fds
+    work = Path(tempfile.mkdtemp(prefix="sidecar-chaos-"))
+    result: dict[str, Any] = {"work": str(work)}
+    only = set(args.only.split(","))
+    try:
+        if "crash" in only:
+            result["crash"] = crash(work, args.runs, args.seed)
+            emit(result, args.out)
+        if "shares" in only:
+            result["shares"] = shares(work, args.cycles, args.seed)
+            emit(result, args.out)
+        if "load" in only:
+            result["load"] = load(work, args.clients, args.seconds, args.vault)
+            emit(result, args.out)
+        if "faults" in only:
+            result["faults"] = pytest_runs("tests/reliability/test_faults.py", 3)
+            emit(result, args.out)
+        if "hostile" in only:
+            env = {"SIDECAR_CHAOS_EXAMPLES": "2000", "SIDECAR_CHAOS_IDLE": "10000"}
+            result["hostile"] = pytest_runs("tests/reliability/test_socket_abuse.py", 1, env)
+            emit(result, args.out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps({k: v for k, v in result.items() if k != "work"}, indent=1), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""What is wrong right now, in words a person can act on: health and ``sidecar status`` show it.
+
+One entry per area (``index``, ``embedding``, ``keyword_search``, ``vector_search``, ``memory_write``,
+``stores``); an area is reported when it fails and cleared when it works again, so a fault that
+went away leaves only a line under ``recent``. Thread-safe; imports nothing from sidecar.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class Problems:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._active: dict[str, dict[str, Any]] = {}
+        self._recent: deque[dict[str, Any]] = deque(maxlen=20)
+
+    def report(self, area: str, error: str) -> None:
+        now = self._clock()
+        with self._lock:
+            item = self._active.get(area)
+            if item is None:
+                self._active[area] = {"area": area, "error": error, "since": now, "last": now, "count": 1}
+                log.warning("problem area=%s error=%s", area, error)
+            else:
+                item.update(error=error, last=now, count=item["count"] + 1)
+
+    def clear(self, area: str) -> None:
+        with self._lock:
+            item = self._active.pop(area, None)
+            if item is None:
+                return
+            item["cleared"] = self._clock()
+            self._recent.append(item)
+        log.info("problem_cleared area=%s after=%.1fs", area, item["cleared"] - item["since"])
+
+    def note(self, area: str, what: str) -> None:
+        """Something that went wrong and was already repaired (a corrupt store rebuilt at start)."""
+        now = self._clock()
+        with self._lock:
+            self._recent.append({"area": area, "error": what, "since": now, "cleared": now, "count": 1})
+
+    def active(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(v) for v in self._active.values()]
+
+    def describe(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "active": [dict(v) for v in self._active.values()],
+                "recent": [dict(v) for v in self._recent],
+            }

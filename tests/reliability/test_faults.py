@@ -1,0 +1,212 @@
+"""Storage faults, broken notes and vanishing shares against a real daemon process.
+
+Disk-full and read-only cases need root and mount(2) (a small tmpfs, a read-only bind mount); where
+that is not available they skip and say so. Figures of the longer runs are in RELIABILITY.md
+(``python bench/chaos.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.errors import RemoteError
+from tests.conftest import DaemonProcess, store_ids, write
+
+pytestmark = pytest.mark.model
+
+FAST_RETRY = {"SIDECAR_WATCH_RETRY_BASE_SECONDS": "0.5", "SIDECAR_WATCH_RETRY_MAX_SECONDS": "1"}
+
+
+def _mount(*args: str) -> None:
+    subprocess.run(["mount", *args], check=True, capture_output=True, timeout=30)
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str) -> Iterator[Path]:
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs (disk-full case)")
+    try:
+        _mount("-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path))
+    except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+        pytest.skip(f"cannot mount a tmpfs here: {exc}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False, capture_output=True, timeout=30)
+
+
+def _fill(folder: Path) -> Path:
+    """Fill the file system of ``folder`` to the last byte; the filler file is returned."""
+    filler = folder / "filler.bin"
+    with filler.open("wb", buffering=0) as fh:  # unbuffered: nothing left to flush on close
+        for size in (1 << 16, 1):
+            with contextlib.suppress(OSError):
+                while fh.write(b"\0" * size):
+                    pass
+    return filler
+
+
+def _snapshot(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _active(h: dict[str, Any]) -> set[str]:
+    return {p["area"] for p in h["problems"]["active"]}
+
+
+def test_disk_full_during_indexing_and_memory_write(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
+    """With the home on a full tmpfs: searches keep working, the failure is in health and status,
+    a memory write fails cleanly (old note intact, no temp file), nothing in the vault changes;
+    with space back, everything written meanwhile is indexed and the problem clears."""
+    before = _snapshot(vault)
+    with tmpfs(tmp_path / "home", "48m") as home:
+        d: DaemonProcess = daemon_factory(vault, env=FAST_RETRY).start()
+        assert d.home == home
+        d.call(
+            "write", {"slug": "plan", "content": "# Plan\n\nRotate the backup disks monthly.\n"}, agent="ops"
+        )
+        inbox = next(home.rglob("plan.md")).parent
+        original = (inbox / "plan.md").read_bytes()
+        filler = _fill(home)
+        for i in range(20):
+            write(vault / "Later" / f"note-{i}.md", f"# Later {i}\n\nThe lighthouse keeper logs storm {i}.\n")
+        h = d.wait_for(lambda h: "index" in _active(h) or "embedding" in _active(h), timeout=60)
+        assert h["pid"] == d.proc.pid  # type: ignore[union-attr]
+        assert d.call("search", {"query": "spark plugs"})["hits"][0]["reference"] == "vault/Projects/Boat"
+        with pytest.raises(RemoteError) as err:
+            d.call("edit", {"slug": "plan", "content": "# Plan\n\n" + "x" * 50_000}, agent="ops")
+        assert err.value.code in ("storage", "internal") and "space" in str(err.value).lower()
+        assert (inbox / "plan.md").read_bytes() == original
+        assert not [p for p in inbox.iterdir() if p.name.endswith(".tmp")]
+        assert "PROBLEM" in d.run_cli("status").stdout
+        filler.unlink()
+        d.call("index")
+        d.wait_for(
+            lambda h: (
+                h["index"]["files"] == 25  # 4 notes + 20 new + the memory note
+                and not _active(h) & {"index", "embedding"}
+                and h["index"]["pending_vectors"] == 0
+            ),
+            timeout=120,
+        )
+        hits = d.call("search", {"query": "lighthouse keeper storm 7"})["hits"]
+        assert any(hit["reference"] == "vault/Later/note-7" for hit in hits)
+        d.call("edit", {"slug": "plan", "content": "# Plan\n\nRotate the disks weekly.\n"}, agent="ops")
+        assert not _active(d.health())
+        assert d.stop() == 0
+        ids, bm25_ids, vec_ids = store_ids(home)
+        assert ids == bm25_ids == vec_ids
+    assert _snapshot(vault) == {
+        **before,
+        **{k: v for k, v in _snapshot(vault).items() if k.startswith("Later")},
+    }
+
+
+def test_read_only_index_directory(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
+    """A read-only index folder: searches still answer, health says indexing fails, and once the
+    folder is writable again the notes saved meanwhile are indexed."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root for a read-only bind mount (root ignores file modes)")
+    d: DaemonProcess = daemon_factory(vault, env=FAST_RETRY).start()
+    index = d.cfg.index_dir
+    try:
+        _mount("--bind", str(index), str(index))
+        _mount("-o", "remount,bind,ro", str(index))
+    except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+        pytest.skip(f"cannot bind-mount read-only here: {exc}")
+    try:
+        write(vault / "Dock.md", "# Dock\n\nThe floating dock needs new fenders before winter.\n")
+        d.wait_for(lambda h: bool(_active(h) & {"index", "embedding"}), timeout=60)
+        assert d.call("search", {"query": "spark plugs"})["hits"][0]["reference"] == "vault/Projects/Boat"
+    finally:
+        subprocess.run(["umount", "-l", str(index)], check=False, capture_output=True, timeout=30)
+    d.call("index")
+    d.wait_for(
+        lambda h: h["index"]["files"] == 5 and not _active(h) and h["index"]["pending_vectors"] == 0, 120
+    )
+    assert d.call("search", {"query": "floating dock fenders"})["hits"][0]["reference"] == "vault/Dock"
+
+
+def test_broken_notes_are_skipped_or_indexed_with_reasons(daemon_factory: Any, tmp_path: Path) -> None:
+    """Every kind of broken note either indexes or is skipped with a reason in health; the daemon
+    stays up and the good note is found."""
+    vault = tmp_path / "vault"
+    write(vault / "Good.md", "# Good\n\nThe weather station reports humidity every minute.\n")
+    (vault / "Latin1.md").write_bytes("# Caf\xe9\n\nna\xefve cr\xe8me\n".encode("latin-1"))
+    (vault / "Binary.md").write_bytes(b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + os.urandom(2048))
+    with (vault / "Huge.md").open("wb") as fh:  # 50 MB: over index.maxFileBytes
+        fh.truncate(50 * 1024 * 1024)
+    bomb = "---\na: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
+        f"{c}: &{c} [*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p}]\n"
+        for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+    write(vault / "Bomb.md", bomb + "---\n# Bomb\n\nbody after a YAML bomb\n")
+    write(vault / "BadYaml.md", "---\ntitle: [unclosed\n---\n# Bad yaml\n\nbody text survives\n")
+    write(vault / "Headings.md", "".join(f"## Heading {i}\n" for i in range(10_000)) + "\nend\n")
+    write(vault / "Line.md", "# Line\n\n" + " ".join(f"w{i % 5000}" for i in range(180_000)) + "\n")
+    write(vault / "Nested.md", "".join("  " * i + "- level\n" for i in range(400)))
+    d: DaemonProcess = daemon_factory(vault).start(wait=None)
+    h = d.wait_for(lambda h: h["index"]["sweeps"] >= 1 and h["index"]["phase"] == "idle", timeout=120)
+    skipped = h["index"]["skipped"]
+    assert sum(skipped.values()) == 3, skipped  # binary, too large, not UTF-8
+    assert any("large" in reason for reason in skipped)
+    assert h["index"]["files"] == 6  # good, bomb, bad YAML, headings, long line, nested
+    assert d.call("search", {"query": "weather station humidity"})["hits"][0]["reference"] == "vault/Good"
+    assert d.call("search", {"query": "YAML bomb"})["hits"][0]["reference"] == "vault/Bomb"
+    assert "Skipped files" in d.run_cli("status").stdout
+    assert d.proc is not None and d.proc.poll() is None
+
+
+def test_share_vanishes_and_returns_while_queries_run(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
+    """Five outages with edits made while the share is away; a client searches throughout. No
+    request fails, no chunk is lost or doubled, and every change is picked up (50 in bench/chaos)."""
+    d: DaemonProcess = daemon_factory(vault, env={**FAST_RETRY, "SIDECAR_WATCH_POLL_SECONDS": "1"}).start()
+    errors: list[str] = []
+    done = threading.Event()
+
+    def query() -> None:
+        with d.client() as c:
+            while not done.is_set():
+                try:
+                    c.call("search", {"query": "spark plugs engine"})
+                except Exception as exc:  # collected and asserted below
+                    errors.append(repr(exc))
+                time.sleep(0.02)
+
+    t = threading.Thread(target=query)
+    t.start()
+    away = tmp_path / "away"
+    try:
+        for i in range(5):
+            vault.rename(away)
+            d.call("index")
+            d.wait_for(lambda h: any(r["mode"] == "offline" for r in h["roots"] if r["name"] == "vault"), 30)
+            write(away / f"Outage {i}.md", f"# Outage {i}\n\nWritten while the share was away, mark{i}.\n")
+            away.rename(vault)
+            d.wait_for(lambda h, n=i: h["index"]["files"] == 5 + n, timeout=60)
+    finally:
+        done.set()
+        t.join()
+    assert errors == []
+    d.wait_for(lambda h: h["index"]["pending_vectors"] == 0, timeout=60)
+    assert d.call("search", {"query": "mark3"})["hits"][0]["reference"] == "vault/Outage 3"
+    assert d.stop() == 0
+    ids, bm25_ids, vec_ids = store_ids(d.home)
+    assert ids == bm25_ids == vec_ids
