@@ -16,6 +16,7 @@ import os
 import queue
 import resource
 import signal
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -131,6 +132,7 @@ class Daemon:
         self.slot = EmbedderSlot()
         self.started = time.time()
         self._threads: list[threading.Thread] = []
+        self._indexer: Indexer | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -151,7 +153,7 @@ class Daemon:
             elif not cfg.vault.path.is_dir():
                 log.warning("watcher_retry root=vault reason=%s is not reachable", cfg.vault.path)
             stores = open_stores(cfg)
-            indexer = Indexer(cfg, stores, self.slot)
+            indexer = self._indexer = Indexer(cfg, stores, self.slot)
             indexer.finish_interrupted()
             handlers = self._handlers(indexer)
             self._start_thread("embedder-load", lambda: load_embedder(cfg, self.slot))
@@ -172,11 +174,16 @@ class Daemon:
             self.stop.set()
             if scheduler is not None:
                 scheduler.shutdown(wait=False)
+            stuck = False
             for t in self._threads:
                 t.join(_JOIN_TIMEOUT)
                 if t.is_alive():
+                    stuck = True
                     log.warning("shutdown_timeout thread=%s", t.name)
             if stores is not None:
+                if not stuck and self._indexer is not None:
+                    with contextlib.suppress(StoreError, sqlite3.Error):
+                        self._indexer.vectors.mark_clean()
                 stores.bm25.close()
                 stores.manifest.close()
             if listener is not None:

@@ -180,6 +180,9 @@ class VectorStore:
         vectors = np.asarray(flat, dtype=np.float32).reshape(-1, self.dim)
         return dict(zip(table.column("chunk_id").to_pylist(), vectors, strict=True))
 
+    def version(self) -> int:
+        return int(self._wrap("version", lambda: self._table.version))
+
     def count(self) -> int:
         return int(self._wrap("count", self._table.count_rows))
 
