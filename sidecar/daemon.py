@@ -314,6 +314,21 @@ class Daemon:
         due = indexer.supervisor.due()
         if due and self.jobs.empty():
             self.jobs.put(Job(roots=frozenset(due)))
+        self._check_manifest(indexer)
+
+    def _check_manifest(self, indexer: Indexer) -> None:
+        """sqlite keeps writing to a deleted or replaced file: say so instead of losing work silently."""
+        path = indexer.stores.manifest.path
+        try:
+            same = os.stat(path).st_ino == indexer.stores.manifest.inode
+        except OSError:
+            same = False
+        if not same:
+            indexer.stores.problems.report(
+                "stores",
+                f"{path} was deleted or replaced while running; restart the daemon to rebuild the "
+                "index from the notes (searches still answer from the open copy)",
+            )
 
     def _retry_embedder(self) -> None:
         if self.slot.state == "failed" and self.cfg.embedder.enabled:

@@ -155,6 +155,7 @@ class Manifest:
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             if self._db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
                 raise StoreError(f"manifest {path} failed its integrity check")
+            self.inode = path.stat().st_ino  # the daemon notices a deleted or replaced file
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"manifest {path} cannot be opened: {exc}") from exc
 

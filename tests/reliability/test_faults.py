@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import subprocess
 import threading
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from sidecar.errors import RemoteError
-from tests.conftest import DaemonProcess, store_ids, write
+from tests.conftest import DaemonProcess, exchange, store_ids, write
 
 pytestmark = pytest.mark.model
 
@@ -207,6 +208,43 @@ def test_share_vanishes_and_returns_while_queries_run(
     assert errors == []
     d.wait_for(lambda h: h["index"]["pending_vectors"] == 0, timeout=60)
     assert d.call("search", {"query": "mark3"})["hits"][0]["reference"] == "vault/Outage 3"
+    assert d.stop() == 0
+    ids, bm25_ids, vec_ids = store_ids(d.home)
+    assert ids == bm25_ids == vec_ids
+
+
+def _scribble(folder: Path) -> int:
+    """Overwrite the middle of every file in ``folder`` in place (same inode, as a bad disk would)."""
+    n = 0
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and p.stat().st_size > 64:
+            with p.open("r+b") as fh:
+                fh.seek(p.stat().st_size // 2)
+                fh.write(os.urandom(min(4096, p.stat().st_size // 3)))
+            n += 1
+    return n
+
+
+def test_stores_damaged_while_running(daemon_factory: Any, vault: Path) -> None:
+    """Tantivy and LanceDB files scribbled over and the manifest deleted under a running daemon:
+    every request still gets an answer (hits from whatever still works, or a clear error), the
+    daemon stays up, and a restart rebuilds a consistent index from the notes."""
+    d: DaemonProcess = daemon_factory(vault).start()
+    index = d.cfg.index_dir
+    assert _scribble(index / "bm25") > 0
+    assert _scribble(index / "vectors") > 0
+    (index / "manifest.sqlite").unlink()
+    for q in ("spark plugs", "sourdough starter", "tomatoes sun"):
+        answers = exchange(d.socket, json.dumps({"op": "search", "params": {"query": q}}).encode() + b"\n")
+        assert len(answers) == 1 and (answers[0]["ok"] or answers[0]["error"]["message"])
+    h = d.wait_for(lambda h: {"stores", "keyword_search"} <= _active(h), timeout=30)
+    assert h["pid"] == d.proc.pid  # type: ignore[union-attr]
+    assert "restart the daemon" in d.run_cli("status").stdout
+    assert d.stop() == 0
+    d.start()
+    assert d.call("search", {"query": "spark plugs"})["hits"][0]["reference"] == "vault/Projects/Boat"
+    h = d.health()
+    assert h["index"]["files"] == 4 and h["index"]["pending_vectors"] == 0
     assert d.stop() == 0
     ids, bm25_ids, vec_ids = store_ids(d.home)
     assert ids == bm25_ids == vec_ids
