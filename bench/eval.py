@@ -138,8 +138,9 @@ def evaluate(
         section, name = key.split(".")
         arms.update({f"{key}={v}": f"{section}:\n  {name}: {v}\n" for v in values.split(",")})
     try:
-        d.wait_ready(verbose=True, poll=5)
-        out = {}
+        out: dict[str, Any] = {"index_ready_s": round(d.wait_ready(verbose=True, poll=2), 1)}
+        h = d.call("health")["index"]
+        out["chunks"], out["files"] = h["chunks"], h["files"]
         for arm, text in arms.items():
             config.write_text(base + text)
             d.call("reload")

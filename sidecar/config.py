@@ -101,7 +101,7 @@ class EmbedderConfig:
     batch_tokens: int = _opt(2048, "Token budget of one inference batch.", min=64)
     max_batch: int = _opt(32, "Most texts in one inference batch.", min=1, max=1024)
     batch_cells: int = _opt(
-        160_000,
+        80_000,
         "Bound on texts x longest-text-tokens squared per batch: attention memory grows with it "
         "(about 1.2 KB per cell for the bundled model).",
         min=1024,
