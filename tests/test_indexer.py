@@ -559,3 +559,23 @@ def test_schema_2_manifest_gains_text_hashes_and_keeps_vectors(make_cfg: Any, va
     h.sweep()
     assert h.slot.model.embedded == [] and h.stores.manifest.pending_count() == 0  # type: ignore[union-attr]
     h.close()
+
+
+def test_file_vanishing_between_scan_and_read(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A note deleted after the scan listed it and before it is read is simply not indexed: the
+    sweep finishes, the other notes index, and the next sweep has nothing left to do for it."""
+    vault = harness.cfg.vault.path
+    assert vault is not None
+    write(vault / "Fleeting.md", "# Fleeting\n\nhere one moment\n")
+    real = indexer_mod.read_note
+
+    def vanish_first(path: Path, limit: int) -> Any:
+        if path.name == "Fleeting.md" and path.exists():
+            path.unlink()  # gone between the scan's stat and this read
+        return real(path, limit)
+
+    monkeypatch.setattr(indexer_mod, "read_note", vanish_first)
+    summary = harness.sweep()
+    assert summary["changed"] == 4
+    assert "vault/Fleeting" not in {f[0] for f in harness.stores.manifest.list_files("1", ())}
+    assert harness.sweep()["changed"] == 0

@@ -7,6 +7,7 @@ that is not available they skip and say so. Figures of the longer runs are in RE
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import json
@@ -161,12 +162,14 @@ def test_broken_notes_are_skipped_or_indexed_with_reasons(daemon_factory: Any, t
     write(vault / "Headings.md", "".join(f"## Heading {i}\n" for i in range(10_000)) + "\nend\n")
     write(vault / "Line.md", "# Line\n\n" + " ".join(f"w{i % 5000}" for i in range(180_000)) + "\n")
     write(vault / "Nested.md", "".join("  " * i + "- level\n" for i in range(400)))
+    # A pasted 100 KB base64 blob: one "word" far over the chunk budget (cut by characters).
+    write(vault / "Blob.md", "# Blob\n\n" + base64.b64encode(os.urandom(75_000)).decode() + "\n")
     d: DaemonProcess = daemon_factory(vault).start(wait=None)
     h = d.wait_for(lambda h: h["index"]["sweeps"] >= 1 and h["index"]["phase"] == "idle", timeout=120)
     skipped = h["index"]["skipped"]
     assert sum(skipped.values()) == 3, skipped  # binary, too large, not UTF-8
     assert any("large" in reason for reason in skipped)
-    assert h["index"]["files"] == 6  # good, bomb, bad YAML, headings, long line, nested
+    assert h["index"]["files"] == 7  # good, bomb, bad YAML, headings, long line, nested, blob
     assert d.call("search", {"query": "weather station humidity"})["hits"][0]["reference"] == "vault/Good"
     assert d.call("search", {"query": "YAML bomb"})["hits"][0]["reference"] == "vault/Bomb"
     assert "Skipped files" in d.run_cli("status").stdout
