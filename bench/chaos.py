@@ -294,6 +294,8 @@ def load(work: Path, clients: int, seconds: float, vaults: list[Path]) -> dict[s
         "phase_at_end": sweep_phase,
         "rss_before_mb": rss_before,
         "rss_after_mb": rss_after,
+        # The bound RELIABILITY.md states: settled RSS at most 10 % above the start of the load.
+        "rss_within_bound": rss_after["VmRSS"] <= 1.1 * rss_before["VmRSS"],
     }
 
 
