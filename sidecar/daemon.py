@@ -133,6 +133,7 @@ class Daemon:
         self.started = time.time()
         self._threads: list[threading.Thread] = []
         self._indexer: Indexer | None = None
+        self._bm25_repaired = -1e9
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -315,6 +316,18 @@ class Daemon:
         if due and self.jobs.empty():
             self.jobs.put(Job(roots=frozenset(due)))
         self._check_manifest(indexer)
+        self._repair_keyword_index(indexer)
+
+    def _repair_keyword_index(self, indexer: Indexer) -> None:
+        """Searches found the BM25 index damaged: rebuild it in place (at most once a minute)."""
+        failing = next((p for p in indexer.stores.problems.active() if p["area"] == "keyword_search"), None)
+        if failing is None or time.monotonic() - self._bm25_repaired < 60:
+            return
+        self._bm25_repaired = time.monotonic()
+        try:
+            indexer.repair_bm25(failing["error"])
+        except (StoreError, OSError) as exc:
+            log.error("bm25_repair_failed error=%s", exc)
 
     def _check_manifest(self, indexer: Indexer) -> None:
         """sqlite keeps writing to a deleted or replaced file: say so instead of losing work silently."""

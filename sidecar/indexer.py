@@ -9,6 +9,7 @@ edit re-embeds only the chunks whose text changed. Imports sources, chunking, em
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -371,6 +372,21 @@ class Indexer:
                 )
             stores.bm25.add(docs)
             stores.bm25.commit()
+
+    def repair_bm25(self, reason: str) -> None:
+        """A keyword index that fails under the running daemon: move it aside and refill a fresh
+        one from the manifest (seconds even for large vaults; no note is read)."""
+        stores = self.stores
+        with stores.write_lock:
+            old = stores.bm25
+            with contextlib.suppress(StoreError, ValueError, OSError, RuntimeError):
+                old.close()
+            aside = move_aside(old.path)
+            stores.bm25 = Bm25Index(old.path)
+            self.rebuild_bm25()
+        log.error("index_rebuilt store=bm25 reason=%s moved_to=%s", reason, aside)
+        stores.problems.note("stores", f"the keyword index failed ({reason}); moved aside and rebuilt")
+        stores.problems.clear("keyword_search")
 
     def attach_vectors(self, store: VectorStore, model: Embedder | None = None) -> None:
         """Serve vectors from ``store`` (model: the loaded one unless given)."""
