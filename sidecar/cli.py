@@ -479,8 +479,11 @@ def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
         area = _PROBLEM_AREAS.get(p["area"], p["area"])
         times = f", {p['count']} times" if p["count"] > 1 else ""
         out.append(f"PROBLEM ({area}, since {_ago(p['since'])}{times}): {p['error']}")
-    if problems["active"]:
+    areas = {p["area"] for p in problems["active"]}
+    if areas & {"index", "embedding", "memory_write"}:
         todo.append("check free disk space and permissions of the home folder; the daemon retries by itself")
+    if "stores" in areas:
+        todo.append("restart the daemon so it rebuilds its index (e.g. `systemctl --user restart sidecar`)")
     for p in problems["recent"][-3:]:
         area = _PROBLEM_AREAS.get(p["area"], p["area"])
         out.append(f"Recovered ({area}, {_ago(p['cleared'])}): {p['error']}")
