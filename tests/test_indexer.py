@@ -579,3 +579,24 @@ def test_file_vanishing_between_scan_and_read(harness: Harness, monkeypatch: pyt
     assert summary["changed"] == 4
     assert "vault/Fleeting" not in {f[0] for f in harness.stores.manifest.list_files("1", ())}
     assert harness.sweep()["changed"] == 0
+
+
+def test_an_older_kind_of_vector_index_is_replaced(make_cfg: Any, tmp_path: Path) -> None:
+    """A table indexed with IVF_FLAT (0.1) gets the IVF_HNSW_SQ index (half the memory) instead."""
+    from lancedb.index import IvfFlat
+
+    vault = tmp_path / "big"
+    for i in range(300):
+        write(vault / f"n{i:03d}.md", f"# Note {i}\n\nword{i} topic{i % 17} shared text about item {i}\n")
+    h = Harness(make_cfg(vault, **{"search.annThreshold": 256}), FakeEmbedder())
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None
+        store._table.create_index("vector", config=IvfFlat(distance_type="cosine", num_partitions=4))
+        assert {str(i.index_type) for i in store._table.list_indices()} == {"IvfFlat"}
+        assert store.ensure_ann()
+        assert {str(i.index_type) for i in store._table.list_indices()} == {"IvfHnswSq"}
+        assert _search(h, "word42 topic8", limit=5)[0]["reference"] == "vault/n042"
+    finally:
+        h.close()
