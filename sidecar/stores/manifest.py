@@ -72,6 +72,13 @@ def _aliases(front_matter: str) -> tuple[str, ...]:
     return tuple(str(v) for v in value) if isinstance(value, list) else ()
 
 
+def _in_groups(values: Sequence[str]) -> Iterator[tuple[list[str], str]]:
+    """``values`` in groups that fit one SQL ``IN (...)``: each group with its placeholders."""
+    for start in range(0, len(values), 500):
+        part = list(values[start : start + 500])
+        yield part, ",".join("?" * len(part))
+
+
 def _flag(name: str) -> str:
     if name not in FLAGS:  # pragma: no cover - a programming error, never user input
         raise ValueError(f"unknown vector flag {name!r}")
@@ -209,9 +216,7 @@ class Manifest:
 
     def file_states_of(self, keys: Sequence[str]) -> dict[str, FileState]:
         out: dict[str, FileState] = {}
-        for start in range(0, len(keys), 500):
-            part = list(keys[start : start + 500])
-            marks = ",".join("?" * len(part))
+        for part, marks in _in_groups(keys):
             rows = self._query(
                 f"SELECT key, mtime_ns, size, hash, state FROM files WHERE key IN ({marks})", part
             )
@@ -314,9 +319,7 @@ class Manifest:
 
     def views(self, chunk_ids: Sequence[str]) -> dict[str, ChunkView]:
         out: dict[str, ChunkView] = {}
-        for start in range(0, len(chunk_ids), 500):
-            part = chunk_ids[start : start + 500]
-            marks = ",".join("?" * len(part))
+        for part, marks in _in_groups(chunk_ids):
             out.update((v.chunk_id, v) for v in self._views(f"c.chunk_id IN ({marks})", part))
         return out
 
@@ -363,9 +366,7 @@ class Manifest:
     def vector_donors(self, hashes: Sequence[str], flag: str = "has_vector") -> dict[str, str]:
         """For texts about to be embedded: a chunk with the same text that already has a vector."""
         out: dict[str, str] = {}
-        for start in range(0, len(hashes), 500):
-            part = list(hashes[start : start + 500])
-            marks = ",".join("?" * len(part))
+        for part, marks in _in_groups(hashes):
             out.update(
                 self._query(
                     f"SELECT embed_hash, min(chunk_id) FROM chunks WHERE embed_hash IN ({marks}) "
@@ -389,9 +390,7 @@ class Manifest:
     def still_pending(self, chunk_ids: Sequence[str], db: sqlite3.Connection, flag: str) -> set[str]:
         """Those of ``chunk_ids`` that exist and still wait for a vector (checked inside the write)."""
         out: set[str] = set()
-        for start in range(0, len(chunk_ids), 500):
-            part = list(chunk_ids[start : start + 500])
-            marks = ",".join("?" * len(part))
+        for part, marks in _in_groups(chunk_ids):
             out.update(
                 r[0]
                 for r in db.execute(
