@@ -178,7 +178,7 @@ class OnnxEmbedder:
         encodings = self._tok.encode_batch(list(texts))
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
         rows = [encodings[i].ids for i in range(len(texts))]
-        result = np.zeros((len(texts), getattr(self, "dim", 0) or 1), dtype=np.float32)
+        result: Vectors | None = None  # sized by the first batch (the probe run finds the dimension)
         for batch in _batches(order, [len(r) for r in rows], self.cfg):
             lengths = np.fromiter((len(rows[i]) for i in batch), dtype=np.int64, count=len(batch))
             width = int(lengths.max())
@@ -196,9 +196,10 @@ class OnnxEmbedder:
             except Exception as exc:  # onnxruntime's own exception types are not public
                 raise EmbedderError(f"inference failed: {exc}") from exc
             pooled = _pool(states, mask, self.pooling)
-            if result.shape[1] != pooled.shape[1]:  # the probe run that finds the dimension
+            if result is None:
                 result = np.zeros((len(texts), pooled.shape[1]), dtype=np.float32)
             result[batch] = pooled
+        assert result is not None  # texts is not empty, so there was a batch
         vectors = result
         if self.cfg.normalize:
             norms = np.linalg.norm(vectors, axis=1, keepdims=True)
