@@ -518,12 +518,17 @@ def test_vector_weight_by_length_and_language(harness: Harness) -> None:
     )
 
 
-def test_large_table_gets_an_ann_index(make_cfg: Any, tmp_path: Path) -> None:
-    """Above search.annThreshold the vector table gets an IVF index; results stay the same notes."""
+def _harness_over_ann_threshold(make_cfg: Any, tmp_path: Path) -> Harness:
+    """300 small notes with search.annThreshold 256: enough rows for an IVF index."""
     vault = tmp_path / "big"
     for i in range(300):
         write(vault / f"n{i:03d}.md", f"# Note {i}\n\nword{i} topic{i % 17} shared text about item {i}\n")
-    h = Harness(make_cfg(vault, **{"search.annThreshold": 256}), FakeEmbedder())
+    return Harness(make_cfg(vault, **{"search.annThreshold": 256}), FakeEmbedder())
+
+
+def test_large_table_gets_an_ann_index(make_cfg: Any, tmp_path: Path) -> None:
+    """Above search.annThreshold the vector table gets an IVF index; results stay the same notes."""
+    h = _harness_over_ann_threshold(make_cfg, tmp_path)
     try:
         h.sweep()
         before = [x["reference"] for x in _search(h, "word42 topic8", limit=5)]
@@ -585,10 +590,7 @@ def test_an_older_kind_of_vector_index_is_replaced(make_cfg: Any, tmp_path: Path
     """A table indexed with IVF_FLAT (0.1) gets the IVF_HNSW_SQ index (half the memory) instead."""
     from lancedb.index import IvfFlat
 
-    vault = tmp_path / "big"
-    for i in range(300):
-        write(vault / f"n{i:03d}.md", f"# Note {i}\n\nword{i} topic{i % 17} shared text about item {i}\n")
-    h = Harness(make_cfg(vault, **{"search.annThreshold": 256}), FakeEmbedder())
+    h = _harness_over_ann_threshold(make_cfg, tmp_path)
     try:
         h.sweep()
         store = h.stores.vectors
