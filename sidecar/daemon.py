@@ -271,6 +271,9 @@ class Daemon:
         changed = [f.name for f in fields(old) if getattr(old, f.name) != getattr(new.search, f.name)]
         self._retriever.cfg = new.search
         self._retriever.recall_cfg = new.recall
+        if self._indexer is not None:
+            s = new.search
+            self._indexer.vectors.tune(s.ann_index, s.ann_probes, s.ann_threshold)
         log.info("config_reloaded changed=%s", ",".join(changed) or "nothing")
         return {"reloaded": True, "changed": changed}
 

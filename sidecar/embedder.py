@@ -24,6 +24,7 @@ import numpy.typing as npt
 
 from sidecar.config import Config, EmbedderConfig
 from sidecar.errors import EmbedderError
+from sidecar.modelprep import cache_name, ensure_prepared
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,7 @@ def _file_digest(path: Path) -> str:
 class OnnxEmbedder:
     """A sentence-embedding ONNX model: token states -> pooled, L2-normalised vectors."""
 
-    def __init__(self, files: ModelFiles, ecfg: EmbedderConfig) -> None:
+    def __init__(self, files: ModelFiles, ecfg: EmbedderConfig, prepared_dir: Path | None = None) -> None:
         import onnxruntime as ort  # heavy: only the daemon loads a model
         from tokenizers import Tokenizer
 
@@ -134,18 +135,36 @@ class OnnxEmbedder:
         opts.enable_cpu_mem_arena = False
         # Full optimisation: the bundled int8 model stores weights as int8 + Cast + Mul; constant
         # folding turns them into float once (+120 MB resident) instead of on every call (a
-        # one-text query took 39 ms without it, 2.6 ms with it; BENCHMARKS.md, issue 7).
+        # one-text query took 39 ms without it, 2.6 ms with it; BENCHMARKS.md, issue 7). The
+        # prepared copy (sidecar.modelprep) has no such nodes left and keeps the weights int8.
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.intra_op_num_threads = ecfg.threads or (os.cpu_count() or 1)
         opts.inter_op_num_threads = 1
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        try:
-            # From bytes, not a path: onnxruntime would keep the file mapped (21 MB resident).
-            self._session = ort.InferenceSession(
-                files.onnx.read_bytes(), opts, providers=["CPUExecutionProvider"]
-            )
-        except Exception as exc:  # onnxruntime raises its own untyped exceptions
-            raise EmbedderError(f"cannot load model {files.onnx}: {exc}") from exc
+        digest = _file_digest(files.onnx)
+        self.prepared: Path | None = None
+        if ecfg.int8_kernels and prepared_dir is not None:
+            target = prepared_dir / cache_name(digest, ort.__version__)
+            self.prepared = ensure_prepared(files.onnx, target)
+        session: Any = None
+        if self.prepared is not None:
+            try:
+                # From bytes, not a path: onnxruntime would keep the file mapped.
+                session = ort.InferenceSession(
+                    self.prepared.read_bytes(), opts, providers=["CPUExecutionProvider"]
+                )
+            except Exception as exc:  # onnxruntime raises its own untyped exceptions
+                log.warning("model_prepared_unusable path=%s error=%s", self.prepared, exc)
+                self.prepared.unlink(missing_ok=True)  # made again at the next start
+                self.prepared = None
+        if session is None:
+            try:
+                session = ort.InferenceSession(
+                    files.onnx.read_bytes(), opts, providers=["CPUExecutionProvider"]
+                )
+            except Exception as exc:  # onnxruntime raises its own untyped exceptions
+                raise EmbedderError(f"cannot load model {files.onnx}: {exc}") from exc
+        self._session = session
         self._inputs = {i.name for i in self._session.get_inputs()}
         missing = {"input_ids", "attention_mask"} - self._inputs
         if missing:
@@ -155,7 +174,9 @@ class OnnxEmbedder:
         if not isinstance(dim, int):
             dim = int(self._run(["probe"]).shape[1])
         self.dim = int(dim)
-        self.model_id = f"{ecfg.model}@{_file_digest(files.onnx)}"
+        # The source file names the model: the prepared copy computes the same vectors (checked
+        # to cosine 0.999 before it is used), so switching int8Kernels keeps the stored vectors.
+        self.model_id = f"{ecfg.model}@{digest}"
         self.files = files
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
@@ -245,7 +266,7 @@ def approx_token_count(texts: Sequence[str]) -> list[int]:
 def load_model(cfg: Config) -> OnnxEmbedder:
     files = resolve_model(cfg)
     log.info("embedder_loading model=%s origin=%s path=%s", cfg.embedder.model, files.origin, files.onnx)
-    return OnnxEmbedder(files, cfg.embedder)
+    return OnnxEmbedder(files, cfg.embedder, cfg.prepared_dir)
 
 
 class EmbedderSlot:

@@ -469,10 +469,11 @@ def open_vectors(
     cfg: Config, model_id: str, dim: int, pooling: str, problems: Problems | None = None
 ) -> VectorStore:
     path = cfg.index_dir / "vectors"
-    opts = {
+    opts: dict[str, Any] = {
         "optimize_every": cfg.index.optimize_every_writes,
         "ann_threshold": cfg.search.ann_threshold,
         "nprobes": cfg.search.ann_probes,
+        "ann_kind": cfg.search.ann_index,
     }
     try:
         return VectorStore(path, model_id, dim, pooling, **opts)

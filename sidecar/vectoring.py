@@ -250,6 +250,11 @@ class Vectoring:
         if self.stores.serving is not None:
             self.stores.serving.store.ensure_ann()
 
+    def tune(self, ann_kind: str, nprobes: int, ann_threshold: int) -> None:
+        for vs in (self.stores.serving, self.stores.building):
+            if vs is not None:
+                vs.store.tune(ann_kind, nprobes, ann_threshold)
+
     def describe(self) -> dict[str, Any]:
         s, b = self.stores.serving, self.stores.building
         return {

@@ -29,9 +29,17 @@ from sidecar.stores.manifest import Manifest
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(scope="session")
+def prepared_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache of the int8-kernel model copy for the whole run: made once by the first test
+    that loads the model (the same code path as a user's first start), reused by the rest."""
+    return tmp_path_factory.mktemp("prepared-models")
+
+
 @pytest.fixture(autouse=True)
-def hermetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every user path points into tmp_path; no SIDECAR_* or XDG variable leaks in."""
+def hermetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prepared_models: Path) -> None:
+    """Every user path points into tmp_path; no SIDECAR_* or XDG variable leaks in (except the
+    shared cache of the prepared model, see ``prepared_models``)."""
     for name in list(os.environ):
         if name.startswith(("SIDECAR_", "XDG_")) or name in (
             "JOURNAL_STREAM",
@@ -41,6 +49,7 @@ def hermetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
     monkeypatch.setenv("HOME", str(tmp_path / "userhome"))
     (tmp_path / "userhome").mkdir(exist_ok=True)
+    monkeypatch.setenv("SIDECAR_EMBEDDER_CACHE_DIR", str(prepared_models))
 
 
 class FakeEmbedder:

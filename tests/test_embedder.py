@@ -16,10 +16,11 @@ pytestmark = pytest.mark.model
 
 
 @pytest.fixture(scope="module")
-def model() -> OnnxEmbedder:
+def model(prepared_models: Path) -> OnnxEmbedder:
     from sidecar.config import load_config
 
-    return load_model(load_config(env={"SIDECAR_HOME": "/nonexistent-home"}))
+    env = {"SIDECAR_HOME": "/nonexistent-home", "SIDECAR_EMBEDDER_CACHE_DIR": str(prepared_models)}
+    return load_model(load_config(env=env))
 
 
 def test_bundled_model_is_installed() -> None:
@@ -93,3 +94,133 @@ def test_missing_and_broken_models_fail_clearly(tmp_path: Path) -> None:
     cfg = load_config(env={"SIDECAR_HOME": str(tmp_path), "SIDECAR_EMBEDDER_PATH": str(broken)})
     with pytest.raises(EmbedderError, match="cannot load model"):
         load_model(cfg)
+
+
+def _tiny_model(path: Path, quantized: bool) -> None:
+    """input_ids -> embedding table -> MatMul: with int8 weights stored as Cast + Mul(scale) (the
+    bundled model's layout) or as plain float tensors."""
+    import onnx
+    from onnx import TensorProto, helper
+    from onnx import numpy_helper as nh
+
+    rng = np.random.default_rng(3)
+    table = rng.integers(-127, 128, size=(100, 64), dtype=np.int8)
+    row_scale = rng.uniform(0.001, 0.01, size=(100, 1)).astype(np.float32)
+    weight = rng.integers(-127, 128, size=(64, 16), dtype=np.int8)
+    col_scale = rng.uniform(0.001, 0.01, size=(1, 16)).astype(np.float32)
+    nodes: list[Any] = []
+    if quantized:
+        inits = [
+            nh.from_array(table, "table_q"),
+            nh.from_array(row_scale, "table_scale"),
+            nh.from_array(weight, "w_q"),
+            nh.from_array(col_scale, "w_scale"),
+        ]
+        nodes += [
+            helper.make_node("Cast", ["table_q"], ["table_f"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["table_f", "table_scale"], ["table"]),
+            helper.make_node("Cast", ["w_q"], ["w_f"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["w_f", "w_scale"], ["w"]),
+        ]
+    else:
+        inits = [
+            nh.from_array(table.astype(np.float32) * row_scale, "table"),
+            nh.from_array(weight.astype(np.float32) * col_scale, "w"),
+        ]
+    nodes += [
+        helper.make_node("Gather", ["table", "input_ids"], ["emb"], axis=0),
+        helper.make_node("MatMul", ["emb", "w"], ["states"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tiny",
+        [
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", "s"]),
+            helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["b", "s"]),
+        ],
+        [helper.make_tensor_value_info("states", TensorProto.FLOAT, ["b", "s", 16])],
+        initializer=inits,
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def _run(path: Path, ids: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    out: np.ndarray = session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids)})[0]
+    return out
+
+
+def test_prepare_keeps_int8_weights_int8(tmp_path: Path) -> None:
+    """Cast + Mul(scale) weights are rewritten to int8 kernels (gathered rows dequantized after the
+    Gather, MatMulNBits for the MatMul), checked against the original, and cached."""
+    import onnx
+
+    from sidecar.modelprep import ensure_prepared
+
+    source, target = tmp_path / "tiny.onnx", tmp_path / "cache" / "tiny-prepared.onnx"
+    _tiny_model(source, quantized=True)
+    assert ensure_prepared(source, target) == target
+    ops = [n.op_type for n in onnx.load(target).graph.node]
+    assert "MatMulNBits" in ops and "MatMul" not in ops
+    assert ops.count("Cast") == 1  # only the gathered rows are converted, not the table
+    ids = np.array([[1, 5, 99, 0], [42, 42, 7, 3]], dtype=np.int64)
+    a, b = _run(source, ids), _run(target, ids)
+    cos = (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
+    assert cos.min() > 0.999
+    assert ensure_prepared(source, target) == target  # cached: no second child
+
+
+def test_prepare_leaves_other_models_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A float model has nothing to rewrite: a .skip note says so and later starts do not ask again;
+    a child that fails (not a model) leaves no note, so the next start tries again."""
+    import sidecar.modelprep as prep
+
+    source, target = tmp_path / "float.onnx", tmp_path / "cache" / "float-prepared.onnx"
+    _tiny_model(source, quantized=False)
+    assert prep.ensure_prepared(source, target) is None
+    assert "no int8" in target.with_suffix(".skip").read_text()
+    monkeypatch.setattr(prep.subprocess, "run", lambda *a, **k: pytest.fail("child started again"))
+    assert prep.ensure_prepared(source, target) is None
+    monkeypatch.undo()
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not a model")
+    assert prep.ensure_prepared(broken, tmp_path / "cache" / "broken.onnx") is None
+    assert not (tmp_path / "cache" / "broken.skip").exists()
+
+
+def test_int8_kernels_give_the_float_models_vectors(model: OnnxEmbedder, tmp_path: Path) -> None:
+    """The default (prepared copy, weights kept int8) and int8Kernels false (weights folded to
+    float32) agree to cosine 0.999 and share the model id, so stored vectors stay valid."""
+    from sidecar.config import load_config
+
+    assert model.prepared is not None and model.prepared.is_file()
+    plain = load_model(load_config(env={"SIDECAR_HOME": str(tmp_path), "SIDECAR_EMBEDDER_INT8_KERNELS": "0"}))
+    assert plain.prepared is None and plain.model_id == model.model_id
+    texts = [
+        "How do I record audio in a note?",
+        "Sync your vault across devices with end-to-end encryption.",
+        "Die Grafansicht zeigt Verbindungen zwischen Notizen.",
+        "garden " * 180,
+    ]
+    cos = (model.embed_passages(texts) * plain.embed_passages(texts)).sum(axis=1)
+    assert cos.min() > 0.999
+    assert float(model.embed_query("sync settings") @ plain.embed_query("sync settings")) > 0.999
+
+
+def test_unusable_prepared_copy_is_replaced(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A damaged cached copy is logged, deleted and the original model used; the next load makes
+    a good copy again (in the default place, <home>/models/.prepared/)."""
+    from sidecar.config import load_config
+
+    cfg = load_config(env={"SIDECAR_HOME": str(tmp_path / "home")})
+    first = load_model(cfg)
+    assert first.prepared is not None and first.prepared.parent == tmp_path / "home" / "models" / ".prepared"
+    first.prepared.write_bytes(b"\x00garbage")
+    second = load_model(cfg)
+    assert second.prepared is None and "model_prepared_unusable" in caplog.text
+    assert not first.prepared.exists()
+    third = load_model(cfg)
+    assert third.prepared == first.prepared and third.prepared.stat().st_size > 20_000_000
+    assert float(second.embed_query("canvas") @ third.embed_query("canvas")) > 0.999

@@ -587,7 +587,8 @@ def test_file_vanishing_between_scan_and_read(harness: Harness, monkeypatch: pyt
 
 
 def test_an_older_kind_of_vector_index_is_replaced(make_cfg: Any, tmp_path: Path) -> None:
-    """A table indexed with IVF_FLAT (0.1) gets the IVF_HNSW_SQ index (half the memory) instead."""
+    """A table indexed with IVF_FLAT (0.1) gets the configured kind (IVF_PQ by default) instead,
+    and a reloaded ``search.annIndex`` swaps it again; search answers the same throughout."""
     from lancedb.index import IvfFlat
 
     h = _harness_over_ann_threshold(make_cfg, tmp_path)
@@ -598,7 +599,13 @@ def test_an_older_kind_of_vector_index_is_replaced(make_cfg: Any, tmp_path: Path
         store._table.create_index("vector", config=IvfFlat(distance_type="cosine", num_partitions=4))
         assert {str(i.index_type) for i in store._table.list_indices()} == {"IvfFlat"}
         assert store.ensure_ann()
-        assert {str(i.index_type) for i in store._table.list_indices()} == {"IvfHnswSq"}
+        assert {str(i.index_type) for i in store._table.list_indices()} == {"IvfPq"}
+        assert _search(h, "word42 topic8", limit=5)[0]["reference"] == "vault/n042"
+        h.indexer.vectors.tune("ivf_sq", 12, 20)
+        assert not store.indexed
+        assert _search(h, "word42 topic8", limit=5)[0]["reference"] == "vault/n042"  # old index
+        assert store.ensure_ann()
+        assert {str(i.index_type) for i in store._table.list_indices()} == {"IvfSq"}
         assert _search(h, "word42 topic8", limit=5)[0]["reference"] == "vault/n042"
     finally:
         h.close()

@@ -17,7 +17,7 @@ from typing import Any
 import lancedb
 import numpy as np
 import pyarrow as pa
-from lancedb.index import IvfHnswSq
+from lancedb.index import IvfHnswSq, IvfPq, IvfRq, IvfSq
 
 from sidecar.errors import StoreError
 
@@ -31,7 +31,25 @@ OPTIMIZE_EVERY = 100
 _KEEP_VERSIONS = timedelta(seconds=30)
 
 
-_ANN_KIND = "IvfHnswSq"  # as lancedb's list_indices names it
+# The ANN index kinds (config search.annIndex): how lancedb's list_indices names each, how to
+# build it, and how many times the limit it fetches to re-rank with the stored float vectors
+# (refine_factor; None: the index's own distances are used). Measured at 94 k chunks with 65
+# real queries, top 60 (BENCHMARKS.md, issue 7): see ANN_DOC.
+ANN_KINDS: dict[str, tuple[str, Any, int | None]] = {
+    "ivf_pq": ("IvfPq", lambda dim: IvfPq(distance_type="cosine", num_sub_vectors=_sub_vectors(dim)), 2),
+    "ivf_sq": ("IvfSq", lambda dim: IvfSq(distance_type="cosine"), None),
+    "ivf_rq": ("IvfRq", lambda dim: IvfRq(distance_type="cosine"), 4),
+    "ivf_hnsw_sq": ("IvfHnswSq", lambda dim: IvfHnswSq(distance_type="cosine"), None),
+}
+
+
+def _sub_vectors(dim: int) -> int:
+    """PQ codes of one byte per 4 dimensions (96 for 384): with a 2x re-rank the top 10 matched
+    exact search; 48 lost a tenth of the top 60."""
+    for n in (dim // 4, dim // 8, dim // 16):
+        if n and dim % n == 0:
+            return n
+    return 1
 
 
 def table_name(model_id: str, dim: int, pooling: str) -> str:
@@ -60,10 +78,13 @@ class VectorStore:
         optimize_every: int = OPTIMIZE_EVERY,
         ann_threshold: int = 20_000,
         nprobes: int = 12,
+        ann_kind: str = "ivf_pq",
     ) -> None:
         self.optimize_every = optimize_every
         self.ann_threshold = ann_threshold
         self.nprobes = nprobes
+        self.ann_kind = ann_kind
+        self._ann_type, self._ann_config, self._refine = ANN_KINDS[ann_kind]
         self.indexed = False
         self.path = path
         self.model_id = model_id
@@ -207,6 +228,8 @@ class VectorStore:
         query = query.distance_type("cosine").limit(limit)
         if self.indexed:
             query = query.nprobes(self.nprobes)
+            if self._refine:
+                query = query.refine_factor(self._refine)
         query = query.select(["chunk_id", "_distance"])
         if filters:
             query = query.where(" AND ".join(filters), prefilter=True)
@@ -214,6 +237,14 @@ class VectorStore:
         ids = table.column("chunk_id").to_pylist()
         dists = table.column("_distance").to_pylist()
         return [(i, 1.0 - float(d)) for i, d in zip(ids, dists, strict=True)]
+
+    def tune(self, ann_kind: str, nprobes: int, ann_threshold: int) -> None:
+        """Apply reloaded search settings; another kind is built by the next ``ensure_ann``."""
+        self.nprobes, self.ann_threshold = nprobes, ann_threshold
+        if ann_kind != self.ann_kind:
+            self.ann_kind = ann_kind
+            self._ann_type, self._ann_config, self._refine = ANN_KINDS[ann_kind]
+            self.indexed = False  # searches keep using the old index until the new one is built
 
     def ensure_ann(self) -> bool:
         """Build an IVF_HNSW_SQ index once the table is large enough; True if one exists.
@@ -227,18 +258,19 @@ class VectorStore:
             return True
         with self._lock:
             kinds = {str(i.index_type) for i in self._wrap("indices", self._table.list_indices)}
-            if _ANN_KIND in kinds:
+            if self._ann_type in kinds:
                 self.indexed = True
                 return True
             if self.ann_threshold <= 0 or self._table.count_rows() < self.ann_threshold:
                 return False
             t0 = time.perf_counter()
-            config = IvfHnswSq(distance_type="cosine")
+            config = self._ann_config(self.dim)
             self._wrap("index", lambda: self._table.create_index("vector", config=config, replace=True))
             self.indexed = True
         log.info(
-            "vector_index_built table=%s kind=IVF_HNSW_SQ replaced=%s seconds=%.1f",
+            "vector_index_built table=%s kind=%s replaced=%s seconds=%.1f",
             self.name,
+            self._ann_type,
             ",".join(sorted(kinds)) or None,
             time.perf_counter() - t0,
         )
