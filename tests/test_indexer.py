@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -607,5 +608,43 @@ def test_an_older_kind_of_vector_index_is_replaced(make_cfg: Any, tmp_path: Path
         assert store.ensure_ann()
         assert {str(i.index_type) for i in store._table.list_indices()} == {"IvfSq"}
         assert _search(h, "word42 topic8", limit=5)[0]["reference"] == "vault/n042"
+    finally:
+        h.close()
+
+
+def test_writes_do_not_wait_for_an_index_build(make_cfg: Any, tmp_path: Path) -> None:
+    """The index is built outside the store's lock: rows added and deleted while it builds are
+    stored at once, found by search (exactly, until compaction) and none is lost."""
+    h = _harness_over_ann_threshold(make_cfg, tmp_path)
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None
+        real = store._table.create_index
+        entered, release = threading.Event(), threading.Event()
+
+        def slow_build(*a: Any, **k: Any) -> Any:
+            entered.set()
+            assert release.wait(30)
+            return real(*a, **k)
+
+        store._table.create_index = slow_build  # type: ignore[method-assign]
+        builder = threading.Thread(target=store.ensure_ann)
+        builder.start()
+        assert entered.wait(30)
+        fake = FakeEmbedder()
+        gone = sorted(store.ids())[:5]
+        t0 = time.monotonic()
+        store.add([("late#0", "vault/late", "vault", "")], fake.embed_passages(["zebra quokka late"]))
+        store.delete_ids(gone)
+        assert time.monotonic() - t0 < 5  # not blocked by the build
+        release.set()
+        builder.join(60)
+        assert store.indexed
+        hits = [cid for cid, _ in store.search(fake.embed_query("zebra quokka late"), 5)]
+        assert hits[0] == "late#0"
+        ids = store.ids()
+        assert "late#0" in ids and not ids & set(gone)
+        assert store.count() == 300 - 5 + 1
     finally:
         h.close()
