@@ -437,7 +437,9 @@ class Daemon:
                 if time.monotonic() - ann_checked > 60:
                     ann_checked = time.monotonic()
                     try:
-                        indexer.vectors.ensure_ann()
+                        before = indexer.vectors.describe()["ann_index"]
+                        if indexer.vectors.ensure_ann() and not before:
+                            heap.trim()  # the build's buffers (hundreds of MB at 100 k vectors)
                     except StoreError as exc:
                         log.error("vector_index_failed error=%s", exc)
                 indexer.vectors.changed.wait(1.0)

@@ -303,4 +303,8 @@ class EmbedderSlot:
                 "model": model.model_id if model else None,
                 "dim": model.dim if model else None,
                 "origin": self.origin,
+                # int8 weights kept int8 (the prepared copy) or expanded to float32
+                "weights": None
+                if model is None
+                else ("int8" if getattr(model, "prepared", None) else "float32"),
             }

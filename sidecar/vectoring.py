@@ -245,10 +245,10 @@ class Vectoring:
             store.ensure_ann()
         self.last_optimize = time.time()
 
-    def ensure_ann(self) -> None:
-        """Index the serving table once it is large (called when the backfill is idle)."""
-        if self.stores.serving is not None:
-            self.stores.serving.store.ensure_ann()
+    def ensure_ann(self) -> bool:
+        """Index the serving table once it is large (called when the backfill is idle); True if
+        it has an index."""
+        return self.stores.serving is not None and self.stores.serving.store.ensure_ann()
 
     def tune(self, ann_kind: str, nprobes: int, ann_threshold: int) -> None:
         for vs in (self.stores.serving, self.stores.building):
@@ -261,6 +261,7 @@ class Vectoring:
             "serving": s.store.name if s else None,
             "serving_model": s.model.model_id if s else None,
             "ann_index": bool(s and s.store.indexed),
+            "ann_kind": s.store.ann_kind if s else None,
             "building": b.store.name if b else None,
             "building_pending": self.stores.manifest.pending_count("has_next") if b else 0,
             "last_optimize": self.last_optimize,

@@ -613,22 +613,23 @@ def test_an_older_kind_of_vector_index_is_replaced(make_cfg: Any, tmp_path: Path
 
 
 def test_writes_do_not_wait_for_an_index_build(make_cfg: Any, tmp_path: Path) -> None:
-    """The index is built outside the store's lock: rows added and deleted while it builds are
-    stored at once, found by search (exactly, until compaction) and none is lost."""
+    """The index is built in a child process outside the store's lock: rows added and deleted
+    while it builds are stored at once, found by search (exactly, until compaction) and none is
+    lost; afterwards this process serves from the child's index."""
     h = _harness_over_ann_threshold(make_cfg, tmp_path)
     try:
         h.sweep()
         store = h.stores.vectors
         assert store is not None
-        real = store._table.create_index
+        real = store.build_index
         entered, release = threading.Event(), threading.Event()
 
-        def slow_build(*a: Any, **k: Any) -> Any:
+        def slow_build() -> None:
             entered.set()
             assert release.wait(30)
-            return real(*a, **k)
+            real()
 
-        store._table.create_index = slow_build  # type: ignore[method-assign]
+        store.build_index = slow_build  # type: ignore[method-assign]
         builder = threading.Thread(target=store.ensure_ann)
         builder.start()
         assert entered.wait(30)
@@ -641,10 +642,35 @@ def test_writes_do_not_wait_for_an_index_build(make_cfg: Any, tmp_path: Path) ->
         release.set()
         builder.join(60)
         assert store.indexed
+        assert {str(i.index_type) for i in store._table.list_indices()} == {"IvfPq"}
         hits = [cid for cid, _ in store.search(fake.embed_query("zebra quokka late"), 5)]
         assert hits[0] == "late#0"
         ids = store.ids()
         assert "late#0" in ids and not ids & set(gone)
         assert store.count() == 300 - 5 + 1
+    finally:
+        h.close()
+
+
+def test_a_failed_index_build_is_reported_and_search_goes_on(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child that fails (here: an interpreter that cannot start) raises StoreError with the
+    reason; the table stays unindexed and exact search keeps answering."""
+    from sidecar.errors import StoreError
+    from sidecar.stores import vectors as vectors_mod
+
+    h = _harness_over_ann_threshold(make_cfg, tmp_path)
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None
+        monkeypatch.setattr(vectors_mod.sys, "executable", str(tmp_path / "no-python"))
+        with pytest.raises(StoreError, match="vector index build"):
+            store.ensure_ann()
+        assert not store.indexed and not store._building
+        assert _search(h, "word42 topic8", limit=5)[0]["reference"] == "vault/n042"
+        monkeypatch.undo()
+        assert store.ensure_ann() and store.indexed
     finally:
         h.close()

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -29,6 +31,7 @@ OPTIMIZE_EVERY = 100
 # Old versions are dropped by optimize; a short grace keeps LanceDB from warning that a reader of
 # an older version could fail (this process is the only reader, but the margin costs nothing).
 _KEEP_VERSIONS = timedelta(seconds=30)
+BUILD_TIMEOUT_S = 6 * 3600  # IVF_PQ took 71 s at 94 k vectors on 2 cores; generous for millions
 
 
 # The ANN index kinds (config search.annIndex): how lancedb's list_indices names each, how to
@@ -268,16 +271,20 @@ class VectorStore:
             if self.ann_threshold <= 0 or self._table.count_rows() < self.ann_threshold:
                 return False
             self._building = True
-        # Outside the lock: a build takes a minute at 100 k vectors (IVF_PQ) and writes must not
-        # wait for it (a memory write embeds and stores at once). Rows added meanwhile are
-        # searched exactly until compaction folds them into the index.
+        # Outside the lock and in a child process (sidecar.stores.annbuild): a build takes a
+        # minute and hundreds of MB at 100 k vectors (IVF_PQ), and writes must not wait for it (a
+        # memory write embeds and stores at once). Rows added meanwhile are searched exactly until
+        # compaction folds them into the index.
         t0 = time.perf_counter()
-        config = self._ann_config(self.dim)
         try:
-            self._wrap("index", lambda: self._table.create_index("vector", config=config, replace=True))
+            self.build_index()
+            self._wrap("checkout", self._table.checkout_latest)
+            kinds_now = {str(i.index_type) for i in self._wrap("indices", self._table.list_indices)}
         finally:
             with self._lock:
                 self._building = False
+        if self._ann_type not in kinds_now:
+            raise StoreError(f"vector index build left no {self._ann_type} index on {self.name}")
         self.indexed = True
         log.info(
             "vector_index_built table=%s kind=%s replaced=%s seconds=%.1f",
@@ -287,6 +294,19 @@ class VectorStore:
             time.perf_counter() - t0,
         )
         return True
+
+    def build_index(self) -> None:
+        """Run ``sidecar.stores.annbuild`` for this table; StoreError with its last words."""
+        cmd = [sys.executable, "-m", "sidecar.stores.annbuild", str(self.path), self.name]
+        cmd += [self.ann_kind, str(self.dim)]
+        try:
+            # Our own interpreter and module, arguments from our own config: no shell.
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False)  # noqa: S603
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise StoreError(f"vector index build for {self.name} failed: {exc}") from exc
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise StoreError(f"vector index build for {self.name} failed ({done.returncode}): {last}")
 
     def optimize(self) -> None:
         """Compact fragments and drop old versions (this process is the only reader and writer)."""
