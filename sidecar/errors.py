@@ -62,6 +62,10 @@ class StoreError(SidecarError):
     exit_code = ExitCode.INDEX_UNUSABLE
 
 
+class StoreOutdatedError(StoreError):
+    """A store written by another version with another layout: rebuilt, nothing is wrong."""
+
+
 class StorageError(SidecarError):
     """A file could not be written (disk full, read-only file system); nothing was changed."""
 

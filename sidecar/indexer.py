@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -23,7 +24,7 @@ from typing import Any
 from sidecar.chunking import ParsedNote, chunk_note
 from sidecar.config import Config
 from sidecar.embedder import Embedder, EmbedderSlot, approx_token_count
-from sidecar.errors import StoreError
+from sidecar.errors import StoreError, StoreOutdatedError
 from sidecar.problems import Problems
 from sidecar.sources import NoteFile, NoteUnreadable, Root, Skipped, agent_inbox, read_note, roots
 from sidecar.stores.bm25 import Bm25Doc, Bm25Index
@@ -343,8 +344,13 @@ class Indexer:
         expected = self.stores.manifest.indexed_chunk_count()
         actual = self.stores.bm25.num_docs()
         if expected != actual:
-            log.warning(
-                "index_rebuilt store=bm25 reason=count mismatch expected=%d actual=%d", expected, actual
+            # A new (upgraded or moved-aside) index is expected to be empty: refilling it is routine.
+            level = logging.INFO if actual == 0 else logging.WARNING
+            log.log(
+                level,
+                "index_rebuilt store=bm25 reason=count mismatch expected=%d actual=%d",
+                expected,
+                actual,
             )
             self.rebuild_bm25()
 
@@ -441,6 +447,11 @@ def open_stores(cfg: Config) -> Stores:
 
 def _open_or_reset(path: Path, opener: Callable[[Path], Any], cfg: Config, problems: Problems) -> Any:
     try:
+        return opener(path)
+    except StoreOutdatedError as exc:
+        # Derived data in an older layout (e.g. the BM25 fields of 0.2): replaced, not kept.
+        log.info("index_upgraded store=%s reason=%s", path.name, exc)
+        shutil.rmtree(path)
         return opener(path)
     except StoreError as exc:
         aside = move_aside(path)

@@ -446,6 +446,41 @@ def test_emptied_mount_point_holds_deletions(harness: Harness) -> None:
     assert _store_counts(harness)[0] < before[0]
 
 
+def test_bm25_index_of_an_older_layout_is_upgraded(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An index with 0.2's fields (positions everywhere) is replaced without alarm: logged as
+    ``index_upgraded``, no problem noted, no ``*.broken-*`` copy kept, refilled from the manifest."""
+    import shutil
+
+    import tantivy
+
+    from sidecar.stores.bm25 import FIELD_ANALYZER, FIELD_BOOSTS
+
+    cfg = make_cfg(vault)
+    expected = _index_and_close(cfg)
+    shutil.rmtree(cfg.index_dir / "bm25")
+    (cfg.index_dir / "bm25").mkdir()
+    sb = tantivy.SchemaBuilder()
+    sb.add_text_field("chunk_id", stored=True, tokenizer_name="raw")
+    for name in ("key", "source", "agent"):
+        sb.add_text_field(name, stored=False, tokenizer_name="raw")
+    for name in FIELD_BOOSTS:
+        sb.add_text_field(name, stored=False, tokenizer_name=FIELD_ANALYZER[name])
+    tantivy.Index(sb.build(), path=str(cfg.index_dir / "bm25"), reuse=True)
+    caplog.set_level("INFO")
+    h2 = Harness(cfg, FakeEmbedder())
+    try:
+        assert "index_upgraded store=bm25" in caplog.text
+        assert not any(".broken-" in p.name for p in cfg.index_dir.iterdir())
+        assert h2.stores.problems.describe()["recent"] == []
+        assert h2.sweep()["changed"] == 0
+        assert h2.stores.bm25.num_docs() == expected
+        assert not any(r.levelname in ("WARNING", "ERROR") for r in caplog.records)
+    finally:
+        h2.close()
+
+
 def test_corrupt_bm25_index_is_moved_aside_and_refilled(make_cfg: Any, vault: Path) -> None:
     """A garbage Tantivy meta.json: the folder is moved aside and BM25 is refilled from the manifest."""
     cfg = make_cfg(vault)
