@@ -175,12 +175,7 @@ class Daemon:
             self.stop.set()
             if scheduler is not None:
                 scheduler.shutdown(wait=False)
-            stuck = False
-            for t in self._threads:
-                t.join(_JOIN_TIMEOUT)
-                if t.is_alive():
-                    stuck = True
-                    log.warning("shutdown_timeout thread=%s", t.name)
+            stuck = self._join_workers()
             if stores is not None:
                 if not stuck and self._indexer is not None:
                     with contextlib.suppress(StoreError, sqlite3.Error):
@@ -193,6 +188,19 @@ class Daemon:
                     cfg.socket_path.unlink()
             lock.release()
             log.info("daemon_stopped")
+
+    def _join_workers(self) -> bool:
+        """Wait for the worker threads (an index build's child is ended first: the embedding
+        thread waits on it); True if one did not finish in time."""
+        if self._indexer is not None:
+            self._indexer.vectors.stop_builds()
+        stuck = False
+        for t in self._threads:
+            t.join(_JOIN_TIMEOUT)
+            if t.is_alive():
+                stuck = True
+                log.warning("shutdown_timeout thread=%s", t.name)
+        return stuck
 
     def _handlers(self, indexer: Indexer) -> Handlers:
         cfg = self.cfg

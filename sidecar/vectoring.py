@@ -250,6 +250,11 @@ class Vectoring:
         it has an index."""
         return self.stores.serving is not None and self.stores.serving.store.ensure_ann()
 
+    def stop_builds(self) -> None:
+        for vs in (self.stores.serving, self.stores.building):
+            if vs is not None:
+                vs.store.stop_build()
+
     def tune(self, ann_kind: str, nprobes: int, ann_threshold: int) -> None:
         for vs in (self.stores.serving, self.stores.building):
             if vs is not None:

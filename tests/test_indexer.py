@@ -709,3 +709,83 @@ def test_a_failed_index_build_is_reported_and_search_goes_on(
         assert store.ensure_ann() and store.indexed
     finally:
         h.close()
+
+
+def test_stopping_ends_an_index_build(make_cfg: Any, tmp_path: Path) -> None:
+    """``stop_build`` (the daemon stopping) ends the child at once; the store is left unindexed
+    and ready to build again, with compaction no longer held back."""
+    import sys
+
+    from sidecar.errors import StoreError
+
+    h = _harness_over_ann_threshold(make_cfg, tmp_path)
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None
+        store._build_command = lambda: [sys.executable, "-c", "import time; time.sleep(120)"]  # type: ignore[method-assign]
+        errors: list[Exception] = []
+
+        def build() -> None:
+            try:
+                store.ensure_ann()
+            except StoreError as exc:
+                errors.append(exc)
+
+        builder = threading.Thread(target=build)
+        builder.start()
+        deadline = time.monotonic() + 30
+        while store._child is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        t0 = time.monotonic()
+        h.indexer.vectors.stop_builds()
+        builder.join(30)
+        assert not builder.is_alive() and time.monotonic() - t0 < 10
+        assert errors and "failed" in str(errors[0])
+        assert not store.indexed and not store._building and store._child is None
+    finally:
+        h.close()
+
+
+def test_an_orphaned_index_build_exits(tmp_path: Path) -> None:
+    """The build child watches its parent: when the daemon is killed, the child exits within
+    seconds instead of committing an index the next daemon is building too."""
+    import signal
+    import subprocess
+    import sys
+
+    pid_file = tmp_path / "child.pid"
+    child_py = tmp_path / "child.py"
+    child_py.write_text(
+        "import os, sys, time\n"
+        "from sidecar.stores.annbuild import _die_with_parent\n"
+        "_die_with_parent()\n"
+        "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+        "time.sleep(120)\n"
+    )
+    parent = (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, sys.argv[1], sys.argv[2]])\n"
+        "time.sleep(120)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", parent, str(child_py), str(pid_file)])
+    try:
+        deadline = time.monotonic() + 30
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child = int(pid_file.read_text())
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(child, signal.SIGKILL)
+            pytest.fail("the orphaned child kept running")
+    finally:
+        if proc.poll() is None:
+            proc.kill()

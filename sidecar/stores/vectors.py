@@ -96,6 +96,7 @@ class VectorStore:
         self._lock = threading.Lock()
         self._writes = 0
         self._building = False  # an index build runs outside the lock; compaction waits for it
+        self._child: subprocess.Popen[str] | None = None
         self.schema = pa.schema(
             [
                 pa.field("chunk_id", pa.string()),
@@ -297,16 +298,34 @@ class VectorStore:
 
     def build_index(self) -> None:
         """Run ``sidecar.stores.annbuild`` for this table; StoreError with its last words."""
-        cmd = [sys.executable, "-m", "sidecar.stores.annbuild", str(self.path), self.name]
-        cmd += [self.ann_kind, str(self.dim)]
+        cmd = self._build_command()
         try:
             # Our own interpreter and module, arguments from our own config: no shell.
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False)  # noqa: S603
-        except (OSError, subprocess.TimeoutExpired) as exc:
+            child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # noqa: S603
+        except OSError as exc:
             raise StoreError(f"vector index build for {self.name} failed: {exc}") from exc
-        if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            raise StoreError(f"vector index build for {self.name} failed ({done.returncode}): {last}")
+        self._child = child
+        try:
+            _, err = child.communicate(timeout=BUILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired as exc:
+            child.kill()
+            child.communicate()
+            raise StoreError(f"vector index build for {self.name} failed: {exc}") from exc
+        finally:
+            self._child = None
+        if child.returncode != 0:
+            last = (err.strip().splitlines() or ["no output"])[-1]
+            raise StoreError(f"vector index build for {self.name} failed ({child.returncode}): {last}")
+
+    def _build_command(self) -> list[str]:
+        args = [str(self.path), self.name, self.ann_kind, str(self.dim)]
+        return [sys.executable, "-m", "sidecar.stores.annbuild", *args]
+
+    def stop_build(self) -> None:
+        """End a running index build (the daemon is stopping); it is started again later."""
+        child = self._child
+        if child is not None and child.poll() is None:
+            child.terminate()
 
     def optimize(self) -> None:
         """Compact fragments and drop old versions (this process is the only reader and writer)."""
