@@ -449,7 +449,10 @@ class Daemon:
                         if indexer.vectors.ensure_ann() and not before:
                             heap.trim()  # the build's buffers (hundreds of MB at 100 k vectors)
                     except StoreError as exc:
-                        log.error("vector_index_failed error=%s", exc)
+                        if self.stop.is_set():  # the build was ended because the daemon stops
+                            log.info("vector_index_build_stopped error=%s", exc)
+                        else:
+                            log.error("vector_index_failed error=%s", exc)
                 indexer.vectors.changed.wait(1.0)
                 indexer.vectors.changed.clear()
 
