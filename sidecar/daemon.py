@@ -445,8 +445,7 @@ class Daemon:
                 if time.monotonic() - ann_checked > 60:
                     ann_checked = time.monotonic()
                     try:
-                        before = indexer.vectors.describe()["ann_index"]
-                        if indexer.vectors.ensure_ann() and not before:
+                        if indexer.vectors.ensure_ann():
                             heap.trim()  # the build's buffers (hundreds of MB at 100 k vectors)
                     except StoreError as exc:
                         if self.stop.is_set():  # the build was ended because the daemon stops

@@ -146,22 +146,22 @@ class OnnxEmbedder:
         if ecfg.int8_kernels and prepared_dir is not None:
             target = prepared_dir / cache_name(digest, ort.__version__)
             self.prepared = ensure_prepared(files.onnx, target)
+
+        def open_session(path: Path) -> Any:
+            # From bytes, not a path: onnxruntime would keep the file mapped.
+            return ort.InferenceSession(path.read_bytes(), opts, providers=["CPUExecutionProvider"])
+
         session: Any = None
         if self.prepared is not None:
             try:
-                # From bytes, not a path: onnxruntime would keep the file mapped.
-                session = ort.InferenceSession(
-                    self.prepared.read_bytes(), opts, providers=["CPUExecutionProvider"]
-                )
+                session = open_session(self.prepared)
             except Exception as exc:  # onnxruntime raises its own untyped exceptions
                 log.warning("model_prepared_unusable path=%s error=%s", self.prepared, exc)
                 self.prepared.unlink(missing_ok=True)  # made again at the next start
                 self.prepared = None
         if session is None:
             try:
-                session = ort.InferenceSession(
-                    files.onnx.read_bytes(), opts, providers=["CPUExecutionProvider"]
-                )
+                session = open_session(files.onnx)
             except Exception as exc:  # onnxruntime raises its own untyped exceptions
                 raise EmbedderError(f"cannot load model {files.onnx}: {exc}") from exc
         self._session = session

@@ -23,10 +23,8 @@ throughput unchanged, vectors within cosine 0.9997 of the float model's.
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -259,37 +257,28 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m sidecar.modelprep SOURCE.onnx TARGET.onnx", file=sys.stderr)
         return 2
+    from sidecar.inbox import atomic_write  # temp file, fsync, rename: the inbox's writer
+
     source, target = Path(argv[0]), Path(argv[1])
-    skip = target.with_suffix(".skip")
+
+    def skip(reason: str) -> int:
+        """Remember why (the daemon does not ask again) and say it."""
+        target.with_suffix(".skip").write_text(reason + "\n")
+        print(reason, file=sys.stderr)
+        return EXIT_SKIPPED
+
     original = source.read_bytes()
     done = rewrite(original)
     if done is None:
-        skip.write_text("no int8 Cast/Mul weights to rewrite\n")
-        print("no int8 Cast/Mul weights to rewrite", file=sys.stderr)
-        return EXIT_SKIPPED
+        return skip("no int8 Cast/Mul weights to rewrite")
     prepared, counts = done
     try:
         cosine = check(original, prepared, counts["vocab"])
     except Exception as exc:  # onnxruntime raises its own types (e.g. an op this build lacks)
-        reason = f"rewritten model does not run here: {str(exc).splitlines()[0][:300]}"
-        skip.write_text(reason + "\n")
-        print(reason, file=sys.stderr)
-        return EXIT_SKIPPED
+        return skip(f"rewritten model does not run here: {str(exc).splitlines()[0][:300]}")
     if cosine < MIN_COSINE:
-        reason = f"rewritten model disagrees with the original: cosine {cosine:.5f} < {MIN_COSINE}"
-        skip.write_text(reason + "\n")
-        print(reason, file=sys.stderr)
-        return EXIT_SKIPPED
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".prep-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(prepared)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        return skip(f"rewritten model disagrees with the original: cosine {cosine:.5f} < {MIN_COSINE}")
+    atomic_write(target, prepared)
     summary = f"gathers={counts['gather']} matmuls={counts['matmul']} bytes={len(prepared)}"
     print(f"{summary} min_cosine={cosine:.6f}", file=sys.stderr)
     return 0

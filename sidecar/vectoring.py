@@ -247,8 +247,11 @@ class Vectoring:
 
     def ensure_ann(self) -> bool:
         """Index the serving table once it is large (called when the backfill is idle); True if
-        it has an index."""
-        return self.stores.serving is not None and self.stores.serving.store.ensure_ann()
+        the index came with this call (a build's buffers are then worth giving back)."""
+        serving = self.stores.serving
+        if serving is None or serving.store.indexed:
+            return False
+        return serving.store.ensure_ann()
 
     def stop_builds(self) -> None:
         for vs in (self.stores.serving, self.stores.building):

@@ -37,7 +37,7 @@ BUILD_TIMEOUT_S = 6 * 3600  # IVF_PQ took 71 s at 94 k vectors on 2 cores; gener
 # The ANN index kinds (config search.annIndex): how lancedb's list_indices names each, how to
 # build it, and how many times the limit it fetches to re-rank with the stored float vectors
 # (refine_factor; None: the index's own distances are used). Measured at 94 k chunks with 65
-# real queries, top 60 (BENCHMARKS.md, issue 7): see ANN_DOC.
+# real queries, top 60 (BENCHMARKS.md, issue 7): see VectorStore.ensure_ann.
 ANN_KINDS: dict[str, tuple[str, Any, int | None]] = {
     "ivf_pq": ("IvfPq", lambda dim: IvfPq(distance_type="cosine", num_sub_vectors=_sub_vectors(dim)), 2),
     "ivf_sq": ("IvfSq", lambda dim: IvfSq(distance_type="cosine"), None),
@@ -46,13 +46,10 @@ ANN_KINDS: dict[str, tuple[str, Any, int | None]] = {
 }
 
 
-def _session() -> Any:
-    """LanceDB's caches with bounds: the metadata cache otherwise keeps the manifests and deletion
-    files of every version a long run of memory writes creates (RSS grew ~4 MB per 1,000 mixed
-    requests under load); the index cache needs ~13 MB at 94 k vectors with IVF_PQ."""
-    return lancedb.Session(index_cache_size_bytes=256 << 20, metadata_cache_size_bytes=METADATA_CACHE)
-
-
+# LanceDB's caches with bounds: the metadata cache otherwise keeps the manifests and deletion
+# files of every version a long run of memory writes creates (RSS grew ~4 MB per 1,000 mixed
+# requests under load); the index cache needs ~13 MB at 94 k vectors with IVF_PQ.
+INDEX_CACHE = 256 << 20
 METADATA_CACHE = 64 << 20
 
 
@@ -97,7 +94,6 @@ class VectorStore:
         self.ann_threshold = ann_threshold
         self.nprobes = nprobes
         self.ann_kind = ann_kind
-        self._ann_type, self._ann_config, self._refine = ANN_KINDS[ann_kind]
         self.indexed = False
         self.path = path
         self.model_id = model_id
@@ -119,13 +115,16 @@ class VectorStore:
         )
         try:
             path.mkdir(parents=True, exist_ok=True)
-            self._db = lancedb.connect(str(path), session=_session())
+            session = lancedb.Session(
+                index_cache_size_bytes=INDEX_CACHE, metadata_cache_size_bytes=METADATA_CACHE
+            )
+            self._db = lancedb.connect(str(path), session=session)
             existing = self._db.list_tables().tables
             if self.name in existing:
                 self._table = self._db.open_table(self.name)
                 self._check_schema()
                 # Probes and re-ranking apply from the first search, not from the first idle tick.
-                self.indexed = self._ann_type in {str(i.index_type) for i in self._table.list_indices()}
+                self.indexed = self._ann_type in self._index_kinds()
             else:
                 self._table = self._db.create_table(self.name, schema=self.schema)
                 self.created = True
@@ -260,8 +259,19 @@ class VectorStore:
         self.nprobes, self.ann_threshold = nprobes, ann_threshold
         if ann_kind != self.ann_kind:
             self.ann_kind = ann_kind
-            self._ann_type, self._ann_config, self._refine = ANN_KINDS[ann_kind]
             self.indexed = False  # searches keep using the old index until the new one is built
+
+    @property
+    def _ann_type(self) -> str:
+        return str(ANN_KINDS[self.ann_kind][0])
+
+    @property
+    def _refine(self) -> int | None:
+        return ANN_KINDS[self.ann_kind][2]
+
+    def _index_kinds(self) -> set[str]:
+        """Kinds of the table's indices as lancedb names them (``IvfPq``, ...)."""
+        return {str(i.index_type) for i in self._wrap("indices", self._table.list_indices)}
 
     def ensure_ann(self) -> bool:
         """Build the configured index once the table is large enough; True if one exists.
@@ -275,7 +285,7 @@ class VectorStore:
         if self.indexed:
             return True
         with self._lock:
-            kinds = {str(i.index_type) for i in self._wrap("indices", self._table.list_indices)}
+            kinds = self._index_kinds()
             if self._ann_type in kinds:
                 self.indexed = True
                 return True
@@ -290,7 +300,7 @@ class VectorStore:
         try:
             self.build_index()
             self._wrap("checkout", self._table.checkout_latest)
-            kinds_now = {str(i.index_type) for i in self._wrap("indices", self._table.list_indices)}
+            kinds_now = self._index_kinds()
         finally:
             with self._lock:
                 self._building = False
@@ -342,15 +352,18 @@ class VectorStore:
         with self._lock:
             if self._building:
                 return  # compaction would rewrite the fragments the build reads; next time
-            self._wrap("optimize", lambda: self._table.optimize(cleanup_older_than=_KEEP_VERSIONS))
-            self._writes = 0
+            self._compact()
         log.info("vectors_optimized table=%s", self.name)
 
     def _count_write(self) -> None:
         self._writes += 1
         if self.optimize_every and self._writes >= self.optimize_every and not self._building:
-            self._wrap("optimize", lambda: self._table.optimize(cleanup_older_than=_KEEP_VERSIONS))
-            self._writes = 0
+            self._compact()
+
+    def _compact(self) -> None:
+        """Compaction and old-version cleanup; the caller holds the lock."""
+        self._wrap("optimize", lambda: self._table.optimize(cleanup_older_than=_KEEP_VERSIONS))
+        self._writes = 0
 
     def _wrap(self, what: str, fn: Any) -> Any:
         try:
