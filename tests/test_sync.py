@@ -39,7 +39,15 @@ def test_vanished_root_stays_searchable_and_recovers(
     write(away / "Projects" / "Boat.md", "# Boat\n\n## Engine\n\nThe outboard engine got a new propeller.\n")
     write(away / "Kayak.md", "# Kayak\n\nThe kayak paddle hangs in the garage loft.\n")
     away.rename(vault)
-    d.wait_for(lambda h: _vault_root(h)["mode"] != "offline" and h["index"]["files"] == 5, timeout=60)
+    # Files are committed in batches: the count can reach 5 (Kayak) before the edited Boat is in,
+    # so wait for the recovery sweep to finish, not for the count alone.
+    d.wait_for(
+        lambda h: _vault_root(h)["mode"] != "offline"
+        and h["index"]["files"] == 5
+        and h["index"]["phase"] == "idle"
+        and h["index"]["pending_vectors"] == 0,
+        timeout=60,
+    )
     assert "watcher_recovered" in d.log.read_text() and "watcher_retry" in d.log.read_text()
     hits = d.call("search", {"query": "outboard propeller"})["hits"]
     assert hits[0]["reference"] == "vault/Projects/Boat" and "propeller" in hits[0]["text"]
@@ -53,7 +61,7 @@ def test_recreated_root_is_watched_again(daemon_factory: Any, vault: Path, tmp_p
     (tmp_path / "copy").rename(vault)
     time.sleep(6)  # one liveness tick (5 s) notices the new inode and restarts the watch
     write(vault / "Fresh.md", "# Fresh\n\nThe greenhouse heater switches on below five degrees.\n")
-    d.wait_for(lambda h: h["index"]["files"] == 5, timeout=20)
+    d.wait_for(lambda h: h["index"]["files"] == 5 and h["index"]["pending_vectors"] == 0, timeout=30)
     assert d.call("search", {"query": "greenhouse heater"})["hits"][0]["reference"] == "vault/Fresh"
 
 
