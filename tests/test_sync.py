@@ -42,10 +42,12 @@ def test_vanished_root_stays_searchable_and_recovers(
     # Files are committed in batches: the count can reach 5 (Kayak) before the edited Boat is in,
     # so wait for the recovery sweep to finish, not for the count alone.
     d.wait_for(
-        lambda h: _vault_root(h)["mode"] != "offline"
-        and h["index"]["files"] == 5
-        and h["index"]["phase"] == "idle"
-        and h["index"]["pending_vectors"] == 0,
+        lambda h: (
+            _vault_root(h)["mode"] != "offline"
+            and h["index"]["files"] == 5
+            and h["index"]["phase"] == "idle"
+            and h["index"]["pending_vectors"] == 0
+        ),
         timeout=60,
     )
     assert "watcher_recovered" in d.log.read_text() and "watcher_retry" in d.log.read_text()
