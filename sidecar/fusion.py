@@ -23,6 +23,7 @@ class Candidate:
     bm25: float | None = None
     name_words: frozenset[str] = frozenset()  # folded words of the note's file name and title
     full_names: tuple[frozenset[str], ...] = ()  # folded word sets of title and aliases
+    embedded: bool = True  # False: no vector yet (just written, or the backfill has not reached it)
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,12 @@ def fuse(
     vector_weight: float,
     source_boosts: Mapping[str, float],
 ) -> list[Scored]:
-    """Weighted sum of the normalised arms times the source boost, best first."""
+    """Weighted sum of the normalised arms times the source boost, best first.
+
+    A chunk without a vector yet is invisible to the vector arm, not dissimilar: it is scored by
+    BM25 alone, as every chunk is when there is no vector arm. Otherwise a note edited a moment
+    ago (or not yet reached by a cold start's backfill) loses to any note the vector arm favours.
+    """
     vec = minmax({c.chunk_id: c.vec for c in candidates if c.vec is not None})
     bm = minmax({c.chunk_id: c.bm25 for c in candidates if c.bm25 is not None})
     # An arm that produced nothing (no model, no matching term) gives its share to the other.
@@ -66,7 +72,8 @@ def fuse(
         v, b = vec.get(c.chunk_id, 0.0), bm.get(c.chunk_id, 0.0)
         boost = source_boosts.get(c.source, 1.0)
         boosts = {"source": boost} if boost != 1.0 else {}
-        out.append(Scored(c, (wv * v + wb * b) * boost, v, b, boosts))
+        fused = wv * v + wb * b if c.embedded or not wb else b
+        out.append(Scored(c, fused * boost, v, b, boosts))
     out.sort(key=lambda s: (-s.score, s.candidate.key, s.candidate.start_line))
     return out
 

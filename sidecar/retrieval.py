@@ -168,6 +168,7 @@ class Retriever:
                     bm_scores.get(cid),
                     _words(v.key.rsplit("/", 1)[-1] + " " + v.title),
                     tuple(w for w in (_words(v.title), *(_words(a) for a in v.aliases)) if w),
+                    v.has_vector,
                 )
                 for cid, v in views.items()
                 if cid in vec_scores or cid in bm_scores

@@ -34,6 +34,20 @@ def test_missing_arm_gives_its_share_to_the_other() -> None:
     assert out[0].score == 1.0
 
 
+def test_chunk_without_a_vector_is_scored_by_bm25_alone() -> None:
+    """A chunk the vector arm cannot see yet is not treated as dissimilar: BM25 carries its score."""
+    cands = [
+        Candidate("fav", "vault/a", "vault", 1, 1, vec=0.9),
+        Candidate("other", "vault/b", "vault", 1, 1, vec=0.2, bm25=1.0),
+        Candidate("new", "vault/c", "vault", 1, 1, bm25=3.0, embedded=False),
+    ]
+    scores = {s.candidate.chunk_id: s.score for s in fuse(cands, vector_weight=0.7, source_boosts={})}
+    assert scores == {"new": 1.0, "fav": 0.7, "other": 0.0}
+    # Embedded but outside the vector candidates: the vector arm has judged it, so it keeps 0 there.
+    cands[2] = Candidate("new", "vault/c", "vault", 1, 1, bm25=3.0)
+    assert fuse(cands, vector_weight=0.7, source_boosts={})[0].candidate.chunk_id == "fav"
+
+
 def test_fold_contained_chunk_into_wider_hit() -> None:
     """A chunk whose lines lie inside another hit of the same file folds into the wider one."""
     wide = Candidate("wide", "vault/a", "vault", 1, 40)

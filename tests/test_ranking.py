@@ -43,6 +43,26 @@ def _by_ref(hits: list[dict[str, Any]], ref: str) -> dict[str, Any]:
     return next(h for h in hits if h["reference"] == ref)
 
 
+def test_edited_note_ranks_by_keywords_until_its_vector_exists(make_cfg: Any, fixture_vault: Path) -> None:
+    """Between an edit and its embedding the new words still find the note first (CI caught a
+    freshly edited note ranked below the vector arm's favourite), and after it too."""
+    h = Harness(make_cfg(fixture_vault), FakeEmbedder())
+    try:
+        h.sweep()
+        write(fixture_vault / "Backups.md", "# Backups\n\nThe outboard engine got a new propeller.\n")
+        h.indexer.sweep()  # indexed, not embedded
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        before = r.search(SearchRequest("outboard propeller", 20, 0.0)).hits
+        assert before[0]["reference"] == "vault/Backups" and before[0]["vecScore"] is None
+        assert any(hit["vecScore"] is not None for hit in before)  # the vector arm did take part
+        while h.indexer.embed_pending():
+            pass
+        after = r.search(SearchRequest("outboard propeller", 20, 0.0)).hits
+        assert after[0]["reference"] == "vault/Backups" and after[0]["vecScore"] is not None
+    finally:
+        h.close()
+
+
 def test_slug_boost(make_cfg: Any, fixture_vault: Path) -> None:
     """A content word in the file name multiplies the score by search.slugBoost; 1.0 turns it off."""
     on = _by_ref(_hits(make_cfg, fixture_vault, "restic backups nightly"), "vault/Backups")

@@ -139,6 +139,7 @@ class ChunkView:
     tags: tuple[str, ...]
     mtime_ns: int = 0
     aliases: tuple[str, ...] = ()
+    has_vector: bool = True  # in the serving vector table
 
 
 class Manifest:
@@ -326,7 +327,8 @@ class Manifest:
     def _views(self, where: str, args: Sequence[Any]) -> Iterator[ChunkView]:
         rows = self._query(
             "SELECT c.chunk_id, c.key, f.source, f.agent, f.title, c.text, c.headings, c.start_line, "
-            f"c.end_line, f.tags, f.mtime_ns, f.front_matter FROM chunks c JOIN files f ON f.key = c.key "
+            "c.end_line, f.tags, f.mtime_ns, f.front_matter, c.has_vector "
+            "FROM chunks c JOIN files f ON f.key = c.key "
             f"WHERE {where} "
             "ORDER BY c.key, c.ord",
             args,
@@ -345,6 +347,7 @@ class Manifest:
                 tuple(json.loads(r[9])),
                 r[10],
                 _aliases(r[11]),
+                bool(r[12]),
             )
 
     def pending_vectors(
