@@ -81,7 +81,7 @@ class MemoryOps:
             # The note is safely on disk; the index catches up once it can be written again.
             log.error("memory_index_failed agent=%s slug=%s error=%s", agent, slug, exc)
             problems.report("index", f"indexing a memory write failed: {exc}")
-            key = root.key_of(written.path.relative_to(root.path).as_posix())
+            key = root.key_of_path(written.path)
             warning = f"saved, but not searchable yet: the index cannot be written ({exc})"
         log.info(
             "memory_%s agent=%s slug=%s bytes=%d",

@@ -47,6 +47,10 @@ class Root:
             return f"memory/{self.agent}/{stem}"
         return f"{self.source}/{stem}"
 
+    def key_of_path(self, path: Path) -> str:
+        """Index key of a note file inside this root."""
+        return self.key_of(path.relative_to(self.path).as_posix())
+
 
 @dataclass(frozen=True)
 class NoteFile:
