@@ -426,16 +426,14 @@ class Daemon:
                 stored = indexer.embed_pending()
                 busy = busy or stored > 0
                 indexer.stores.problems.clear("embedding")
-            except (StoreError, EmbedderError) as exc:
-                log.error("embedding_failed error=%s", exc)
-                indexer.stores.problems.report("embedding", f"storing vectors failed: {exc} (retrying)")
-                self.stop.wait(5.0)
-                continue
-            except Exception as exc:  # e.g. sqlite "disk is full" while flagging vectors
-                log.exception("embedding_crashed")
-                indexer.stores.problems.report(
-                    "embedding", f"storing vectors failed: {type(exc).__name__}: {exc}"
-                )
+            except Exception as exc:  # ours, or e.g. sqlite "disk is full" while flagging vectors
+                if isinstance(exc, (StoreError, EmbedderError)):
+                    log.error("embedding_failed error=%s", exc)
+                    why = str(exc)
+                else:  # unexpected: keep the traceback
+                    log.exception("embedding_crashed")
+                    why = f"{type(exc).__name__}: {exc}"
+                indexer.stores.problems.report("embedding", f"storing vectors failed: {why} (retrying)")
                 self.stop.wait(5.0)
                 continue
             if stored == 0:
