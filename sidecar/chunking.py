@@ -25,6 +25,10 @@ _NOT_NOTE = re.compile(r"\.(png|jpe?g|gif|svg|webp|bmp|pdf|mp3|mp4|m4a|wav|ogg|w
 _INLINE_TAG = re.compile(r"(?<![\w/&#])#([^\W\d][\w/-]*|\d+[^\W\d][\w/-]*)")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _MIN_BUDGET = 24
+# Base64, hex digests, minified data: runs of "word" characters no language has. A chunk made
+# mostly of them means nothing to the model (a pasted 1 MB image was 3,600 embedded chunks).
+_DATA_RUN = re.compile(r"[A-Za-z0-9+/=_-]{64,}")
+_WEB_LINK = re.compile(r"\bhttps?://\S+")  # ids in links are not pasted data
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,7 @@ class Chunk:
     end_line: int
     embed_text: str  # what the model sees: title, heading path, text
     tokens: int
-    embed: bool = True  # False: nothing to embed (an empty or front-matter-only note); BM25 only
+    embed: bool = True  # False: nothing to embed (empty, front matter only, or data); BM25 only
 
 
 @dataclass(frozen=True)
@@ -178,6 +182,22 @@ def _sections(text: str) -> tuple[list[_Section], str | None, int]:
     return sections, fm_raw, fm_end
 
 
+def mostly_data(text: str) -> bool:
+    """Whether at least half of the text's visible characters are encoded data, not language."""
+    text = _WEB_LINK.sub(" ", text)
+    visible = len(text) - text.count(" ") - text.count("\n")
+    if visible < 64:
+        return False
+    return 2 * sum(len(run) for run in _DATA_RUN.findall(text) if _looks_encoded(run)) >= visible
+
+
+def _looks_encoded(run: str) -> bool:
+    """Digits among letters all along (base64, hex), not a rule of dashes or a long-slug link."""
+    digits = sum(ch.isdigit() for ch in run)
+    letters = sum(ch.isalpha() for ch in run)
+    return digits * 20 >= len(run) and letters * 5 >= len(run)
+
+
 def _split_long(text: str, budget: int, count: CountTokens) -> list[str]:
     """Split one over-long line at word boundaries into pieces of at most ``budget`` tokens."""
     words = text.split(" ")
@@ -289,7 +309,10 @@ def chunk_note(
         )
     # Every chunk's embed text is counted in one batch (the model's view of its size).
     sizes = count_tokens([c.embed_text for c in chunks])
-    chunks = [replace(c, tokens=n) for c, n in zip(chunks, sizes, strict=True)]
+    chunks = [
+        replace(c, tokens=n, embed=c.embed and not mostly_data(c.text))
+        for c, n in zip(chunks, sizes, strict=True)
+    ]
     return ParsedNote(note_title, aliases, description, tag_set, fm, fm_error, tuple(chunks))
 
 

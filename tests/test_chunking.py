@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import os
 from collections.abc import Sequence
 
-from sidecar.chunking import chunk_note, readable_links
+from sidecar.chunking import chunk_note, mostly_data, readable_links
 
 
 def words(texts: Sequence[str]) -> list[int]:
@@ -42,6 +45,33 @@ def test_single_huge_line_is_split() -> None:
     note = chunk_note("word " * 5000, title="Blob", count_tokens=words, max_tokens=64)
     assert all(c.tokens <= 64 for c in note.chunks)
     assert sum(len(c.text.split()) for c in note.chunks) >= 5000
+
+
+def test_pasted_data_is_keyword_indexed_but_not_embedded() -> None:
+    """Chunks that are mostly base64 or hex carry no language: kept for BM25, never sent to the model."""
+    blob = base64.b64encode(os.urandom(20_000)).decode()
+    text = f"# Photo\n\nThe harbour at dawn, taken from the pier.\n\n{blob}\n\n## Notes\n\nShot on film.\n"
+    note = chunk_note(text, title="Photo", count_tokens=lambda ts: [len(t) // 4 + 1 for t in ts])
+    data = [c for c in note.chunks if not c.embed]
+    assert len(data) > 10 and all(c.text.strip() in blob for c in data)
+    assert sum(len(c.text) for c in data) >= len(blob) * 0.9
+    embedded = " ".join(c.text for c in note.chunks if c.embed)
+    assert "harbour at dawn" in embedded and "Shot on film." in embedded
+
+
+def test_data_detection_spares_prose_links_and_code() -> None:
+    """Links, long words, code and a digest inside a sentence stay text; digests and base64 do not."""
+    digest = hashlib.sha256(b"x").hexdigest()
+    for text in (
+        "See https://docs.example.org/en/latest/getting-started/installation.html?lang=en#linux "
+        "for the install steps and https://example.com/a/b for the rest.",
+        "Donaudampfschifffahrtsgesellschaftskapitänswitwenrentenversicherung is a long word indeed.",
+        "def load(path):\n    return json.loads(Path(path).read_text(encoding='utf-8'))\n",
+        f"The release tarball has the checksum {digest}, check it before you unpack the archive.",
+    ):
+        assert not mostly_data(text), text
+    assert mostly_data("\n".join(hashlib.sha256(bytes([i])).hexdigest() for i in range(20)))
+    assert mostly_data("data:image/png;base64," + base64.b64encode(os.urandom(300)).decode())
 
 
 def test_front_matter_parsed_not_embedded() -> None:

@@ -174,6 +174,9 @@ def test_broken_notes_are_skipped_or_indexed_with_reasons(daemon_factory: Any, t
     assert d.call("search", {"query": "YAML bomb"})["hits"][0]["reference"] == "vault/Bomb"
     assert "Skipped files" in d.run_cli("status").stdout
     assert d.proc is not None and d.proc.poll() is None
+    # The blob's ~170 chunks are keyword-indexed but not embedded: they carry no language.
+    h = d.wait_for(lambda h: h["index"]["pending_vectors"] == 0, timeout=120)
+    assert h["index"]["chunks"] > 200 and h["vectors"]["embedded"] < h["index"]["chunks"] - 150
 
 
 def test_share_vanishes_and_returns_while_queries_run(
