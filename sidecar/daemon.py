@@ -45,6 +45,12 @@ from sidecar.watcher import Watcher
 log = logging.getLogger(__name__)
 
 _JOIN_TIMEOUT = 10.0
+# Compact the vector table a minute after the last write: after a burst of memory writes the
+# table held ~900 versions and ~500 fragments until the hourly optimize (bench/soak.py).
+COMPACT_AFTER_QUIET_S = 60.0
+# Vector searches failing this many times in a row make the table suspect (one bad request does not).
+VECTOR_REPAIR_AFTER_FAILURES = 3
+VECTOR_REPAIR_EVERY_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,8 @@ class Daemon:
         self._threads: list[threading.Thread] = []
         self._indexer: Indexer | None = None
         self._bm25_repaired = -1e9
+        self._vectors_repaired = -1e9
+        self._ann_checked = 0.0
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -328,6 +336,7 @@ class Daemon:
             self.jobs.put(Job(roots=frozenset(due)))
         self._check_manifest(indexer)
         self._repair_keyword_index(indexer)
+        self._repair_vector_table(indexer)
 
     def _repair_keyword_index(self, indexer: Indexer) -> None:
         """Searches found the BM25 index damaged: rebuild it in place (at most once a minute)."""
@@ -339,6 +348,23 @@ class Daemon:
             indexer.repair_bm25(failing["error"])
         except (StoreError, OSError) as exc:
             log.error("bm25_repair_failed error=%s", exc)
+
+    def _repair_vector_table(self, indexer: Indexer) -> None:
+        """Vector searches keep failing with a working model: check the table, replace it if it
+        cannot be read (at most every ten minutes: the check reads every vector)."""
+        failing = next((p for p in indexer.stores.problems.active() if p["area"] == "vector_search"), None)
+        if (
+            failing is None
+            or failing["count"] < VECTOR_REPAIR_AFTER_FAILURES
+            or self.slot.state != "ok"
+            or time.monotonic() - self._vectors_repaired < VECTOR_REPAIR_EVERY_S
+        ):
+            return
+        self._vectors_repaired = time.monotonic()
+        try:
+            indexer.repair_vectors(failing["error"])
+        except (StoreError, OSError) as exc:
+            log.error("vector_repair_failed error=%s", exc)
 
     def _check_manifest(self, indexer: Indexer) -> None:
         """sqlite keeps writing to a deleted or replaced file: say so instead of losing work silently."""
@@ -405,15 +431,9 @@ class Daemon:
             # Poll fast while the model loads, so vectors serve right after it is there.
             if self.stop.wait(0.05 if self.slot.state in ("idle", "loading") else 0.5):
                 return
-        model = self.slot.model
-        try:
-            attach(self.cfg, indexer, model)
-            heap.trim()  # the reconcile's id sets are garbage now
-        except StoreError as exc:
-            log.error("vectors_unavailable error=%s; keyword search only", exc)
-            indexer.stores.problems.report("vector_search", f"vector table unavailable: {exc}")
+        if not self._attach_vectors(indexer, self.slot.model):
             return
-        ann_checked = 0.0
+        self._ann_checked = 0.0
         busy = False
         act = indexer.activity
         while not self.stop.is_set():
@@ -440,18 +460,43 @@ class Daemon:
                 if busy:
                     busy = False
                     heap.trim()  # an embedding burst is over: give its buffers back
-                if time.monotonic() - ann_checked > 60:
-                    ann_checked = time.monotonic()
-                    try:
-                        if indexer.vectors.ensure_ann():
-                            heap.trim()  # the build's buffers (hundreds of MB at 100 k vectors)
-                    except StoreError as exc:
-                        if self.stop.is_set():  # the build was ended because the daemon stops
-                            log.info("vector_index_build_stopped error=%s", exc)
-                        else:
-                            log.error("vector_index_failed error=%s", exc)
+                self._vector_upkeep(indexer)
                 indexer.vectors.changed.wait(1.0)
                 indexer.vectors.changed.clear()
+
+    def _attach_vectors(self, indexer: Indexer, model: Embedder) -> bool:
+        """Serve vectors at start; a table that cannot be attached is checked and, if it cannot be
+        read, replaced (it would fail the same way after every restart)."""
+        try:
+            attach(self.cfg, indexer, model)
+        except StoreError as exc:
+            log.error("vectors_unavailable error=%s", exc)
+            try:
+                indexer.repair_vectors(f"attaching failed: {exc}")
+            except StoreError as again:
+                log.error("vectors_unavailable error=%s; keyword search only", again)
+                indexer.stores.problems.report("vector_search", f"vector table unavailable: {again}")
+                return False
+        heap.trim()  # the reconcile's id sets are garbage now
+        return True
+
+    def _vector_upkeep(self, indexer: Indexer) -> None:
+        """While nothing waits for a vector: compact after a write burst, build the ANN index."""
+        try:
+            if indexer.vectors.compact_if_quiet(COMPACT_AFTER_QUIET_S):
+                heap.trim()
+        except StoreError as exc:
+            log.error("vectors_compact_failed error=%s", exc)
+        if time.monotonic() - self._ann_checked > 60:
+            self._ann_checked = time.monotonic()
+            try:
+                if indexer.vectors.ensure_ann():
+                    heap.trim()  # the build's buffers (hundreds of MB at 100 k vectors)
+            except StoreError as exc:
+                if self.stop.is_set():  # the build was ended because the daemon stops
+                    log.info("vector_index_build_stopped error=%s", exc)
+                else:
+                    log.error("vector_index_failed error=%s", exc)
 
 
 def attach(cfg: Config, indexer: Indexer, model: Embedder) -> None:

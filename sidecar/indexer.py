@@ -394,6 +394,32 @@ class Indexer:
         stores.problems.note("stores", f"the keyword index failed ({reason}); moved aside and rebuilt")
         stores.problems.clear("keyword_search")
 
+    def repair_vectors(self, reason: str) -> bool:
+        """Vector searches keep failing (or the table could not be attached): open it afresh and
+        read it whole; if it reads, serve the fresh handle, else move it aside and embed again into
+        a new table (keyword search answers meanwhile). True if vectors are recomputed. Left to a
+        restart during a model switch, where two tables share the folder."""
+        stores = self.stores
+        serving = stores.serving
+        model = serving.model if serving is not None else self.slot.model
+        if model is None or stores.building is not None:
+            return False
+        with stores.write_lock:
+            if serving is not None:
+                serving.store.stop_build()
+            store = open_vectors(self.cfg, model.model_id, model.dim, model.pooling, stores.problems)
+            try:
+                store.verify()
+                rebuilt = False
+            except StoreError as exc:
+                discard_vectors(store.path, f"could not be read ({exc}; searches: {reason})", stores.problems)
+                store = open_vectors(self.cfg, model.model_id, model.dim, model.pooling, stores.problems)
+                rebuilt = True
+            self.vectors.attach(store, model)
+        stores.problems.clear("vector_search")
+        log.warning("vectors_repaired table=%s recomputed=%s", store.name, rebuilt)
+        return rebuilt
+
     def attach_vectors(self, store: VectorStore, model: Embedder | None = None) -> None:
         """Serve vectors from ``store`` (model: the loaded one unless given)."""
         model = model or self.slot.model
@@ -489,10 +515,13 @@ def open_vectors(
     try:
         return VectorStore(path, model_id, dim, pooling, **opts)
     except StoreError as exc:
-        aside = move_aside(path)
-        log.error("index_rebuilt store=vectors reason=%s moved_to=%s", exc, aside)
-        if problems is not None:
-            problems.note(
-                "stores", f"vectors could not be opened ({exc}); moved to {aside.name}, re-embedding"
-            )
+        discard_vectors(path, f"could not be opened ({exc})", problems)
         return VectorStore(path, model_id, dim, pooling, **opts)
+
+
+def discard_vectors(path: Path, why: str, problems: Problems | None) -> None:
+    """Move a broken vector folder aside; the chunks are embedded again into a new table."""
+    aside = move_aside(path)
+    log.error("index_rebuilt store=vectors reason=%s moved_to=%s", why, aside)
+    if problems is not None:
+        problems.note("stores", f"vectors {why}; moved to {aside.name}, re-embedding")

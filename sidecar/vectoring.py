@@ -245,6 +245,11 @@ class Vectoring:
             store.ensure_ann()
         self.last_optimize = time.time()
 
+    def compact_if_quiet(self, quiet_seconds: float) -> bool:
+        """Compact the tables whose writes have paused for ``quiet_seconds``; True if any was."""
+        compacted = [store.compact_if_quiet(quiet_seconds) for store in self.stores.vector_stores()]
+        return any(compacted)
+
     def ensure_ann(self) -> bool:
         """Index the serving table once it is large (called when the backfill is idle); True if
         the index came with this call (a build's buffers are then worth giving back)."""

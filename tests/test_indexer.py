@@ -15,6 +15,7 @@ import pytest
 from sidecar import indexer as indexer_mod
 from sidecar.query import analyze
 from sidecar.retrieval import Retriever, SearchRequest
+from sidecar.sources import Root
 from tests.conftest import FakeEmbedder, Harness, write
 
 
@@ -516,6 +517,49 @@ def test_corrupt_vector_table_is_moved_aside_and_reembedded(make_cfg: Any, vault
         h2.close()
 
 
+def _truncate_vector_data(cfg: Any) -> None:
+    """Cut every data file of the vector table in half: the table still opens, reads fail."""
+    files = list((cfg.index_dir / "vectors").rglob("data/*.lance"))
+    assert files
+    for f in files:
+        with f.open("r+b") as fh:
+            fh.truncate(f.stat().st_size // 2)
+
+
+def test_unreadable_vector_table_is_replaced_while_running(harness: Harness) -> None:
+    """Truncated data files fail every vector search (a restart would not notice: the table opens);
+    the repair reads the table, moves it aside and re-embeds; searches use both arms again."""
+    harness.sweep()
+    expected = harness.stores.manifest.chunk_count()
+    r = Retriever(harness.stores, harness.slot, harness.cfg.search, harness.cfg.recall)
+    assert r.search(SearchRequest("spark plugs", 5, 0.0)).degraded is None
+    _truncate_vector_data(harness.cfg)
+    failed = r.search(SearchRequest("spark plugs", 5, 0.0))
+    assert failed.degraded and "vector search failed" in failed.degraded
+    assert failed.hits[0]["reference"] == "vault/Projects/Boat"  # keyword arm answers meanwhile
+    assert harness.indexer.repair_vectors(failed.degraded) is True
+    assert any(p.name.startswith("vectors.broken-") for p in harness.cfg.index_dir.iterdir())
+    assert harness.stores.manifest.pending_count() == expected
+    while harness.indexer.embed_pending():
+        pass
+    store = harness.stores.vectors
+    assert store is not None and store.count() == expected
+    again = r.search(SearchRequest("spark plugs", 5, 0.0))
+    assert again.degraded is None and again.hits[0]["vecScore"] is not None
+    assert not [p for p in harness.stores.problems.active() if p["area"] == "vector_search"]
+
+
+def test_readable_vector_table_is_kept_by_the_repair(harness: Harness) -> None:
+    """A repair triggered by failures that were not the table's (e.g. the model) keeps every vector."""
+    harness.sweep()
+    expected = harness.stores.manifest.chunk_count()
+    assert harness.indexer.repair_vectors("the model failed to embed a query") is False
+    assert not any(p.name.startswith("vectors.broken-") for p in harness.cfg.index_dir.iterdir())
+    store = harness.stores.vectors
+    assert store is not None and store.count() == expected
+    assert harness.stores.manifest.pending_count() == 0
+
+
 def test_german_and_english_forms_meet(make_cfg: Any, tmp_path: Path) -> None:
     """Kündigung / Kuendigung / Kundigung, Straße / Strasse and stemmed forms find the same note."""
     vault = tmp_path / "v"
@@ -575,6 +619,23 @@ def test_large_table_gets_an_ann_index(make_cfg: Any, tmp_path: Path) -> None:
         assert after[0] == before[0] == "vault/n042"
     finally:
         h.close()
+
+
+def test_vector_table_is_compacted_once_writes_pause(harness: Harness, vault: Path) -> None:
+    """A burst of single-note writes leaves one fragment each; once writes pause they are merged."""
+    harness.sweep()
+    store = harness.stores.vectors
+    assert store is not None
+    for i in range(6):
+        write(vault / f"Burst {i}.md", f"# Burst {i}\n\nNote number {i} of a burst of writes.\n")
+        harness.indexer.index_now(Root("vault", vault), vault / f"Burst {i}.md")
+    fragments = store._table.stats()["fragment_stats"]["num_fragments"]
+    assert fragments >= 6
+    assert not store.compact_if_quiet(3600.0)  # not quiet long enough
+    assert harness.indexer.vectors.compact_if_quiet(0.0)
+    assert store._table.stats()["fragment_stats"]["num_fragments"] == 1
+    assert not store.compact_if_quiet(0.0)  # nothing written since
+    assert _search(harness, "burst of writes number 4")[0]["reference"] == "vault/Burst 4"
 
 
 def test_schema_2_manifest_gains_text_hashes_and_keeps_vectors(make_cfg: Any, vault: Path) -> None:

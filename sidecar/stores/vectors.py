@@ -50,7 +50,7 @@ ANN_KINDS: dict[str, tuple[str, Any, int | None]] = {
 # files of every version a long run of memory writes creates (RSS grew ~4 MB per 1,000 mixed
 # requests under load); the index cache needs ~13 MB at 94 k vectors with IVF_PQ.
 INDEX_CACHE = 256 << 20
-METADATA_CACHE = 64 << 20
+METADATA_CACHE = 16 << 20
 
 
 def _sub_vectors(dim: int) -> int:
@@ -101,6 +101,7 @@ class VectorStore:
         self.name = table_name(model_id, dim, pooling)
         self._lock = threading.Lock()
         self._writes = 0
+        self._last_write = 0.0  # monotonic
         self._building = False  # an index build runs outside the lock; compaction waits for it
         self._child: subprocess.Popen[str] | None = None
         self.schema = pa.schema(
@@ -219,6 +220,15 @@ class VectorStore:
         flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
         vectors = np.asarray(flat, dtype=np.float32).reshape(-1, self.dim)
         return dict(zip(table.column("chunk_id").to_pylist(), vectors, strict=True))
+
+    def verify(self) -> None:
+        """Read the whole table once (every id, every vector by a flat scan); StoreError if any
+        part cannot be read. Opening only reads the manifest: a truncated data file passes it and
+        then fails every search."""
+        probe = np.random.default_rng(0).standard_normal(self.dim).astype(np.float32)
+        self.id_list()
+        query: Any = self._table.search(probe)  # a vector query (see search)
+        self._wrap("verify", query.distance_type("cosine").bypass_vector_index().limit(1).to_arrow)
 
     def version(self) -> int:
         return int(self._wrap("version", lambda: self._table.version))
@@ -355,8 +365,19 @@ class VectorStore:
             self._compact()
         log.info("vectors_optimized table=%s", self.name)
 
+    def compact_if_quiet(self, quiet_seconds: float) -> bool:
+        """Compact once writes have paused: a burst of memory writes otherwise leaves hundreds of
+        versions and fragments (and their cached metadata) until the next scheduled optimize."""
+        with self._lock:
+            if not self._writes or self._building or time.monotonic() - self._last_write < quiet_seconds:
+                return False
+            self._compact()
+        log.info("vectors_compacted table=%s reason=writes paused", self.name)
+        return True
+
     def _count_write(self) -> None:
         self._writes += 1
+        self._last_write = time.monotonic()
         if self.optimize_every and self._writes >= self.optimize_every and not self._building:
             self._compact()
 

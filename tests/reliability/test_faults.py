@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -259,3 +260,54 @@ def test_stores_damaged_while_running(daemon_factory: Any, vault: Path) -> None:
     assert d.stop() == 0
     ids, bm25_ids, vec_ids = store_ids(d.home)
     assert ids == bm25_ids == vec_ids
+
+
+def _truncate_vector_data(index: Path) -> None:
+    files = list((index / "vectors").rglob("data/*.lance"))
+    assert files
+    for f in files:
+        with f.open("r+b") as fh:
+            fh.truncate(f.stat().st_size // 2)
+
+
+def _vectors_back(d: DaemonProcess) -> None:
+    """The table was replaced, every chunk embedded again, and searches use both arms."""
+    h = d.wait_for(
+        lambda h: (
+            "vector_search" not in _active(h)
+            and h["index"]["pending_vectors"] == 0
+            and any("re-embedding" in p["error"] for p in h["problems"]["recent"])
+        ),
+        timeout=90,
+    )
+    assert h["index"]["chunks"] > 0
+    answer = d.call("search", {"query": "spark plugs"})
+    assert "degraded" not in answer and answer["hits"][0]["reference"] == "vault/Projects/Boat"
+    assert answer["hits"][0]["vecScore"] is not None
+    assert d.stop() == 0
+    ids, bm25_ids, vec_ids = store_ids(d.home)
+    assert ids == bm25_ids == vec_ids
+
+
+def test_unreadable_vector_table_is_replaced_while_running(daemon_factory: Any, vault: Path) -> None:
+    """Truncated LanceDB data files (the table still opens; every vector read fails): searches
+    answer from keywords, and after a few failures the daemon reads the table, moves it aside
+    and embeds again, without a restart (a restart would not notice: the table opens)."""
+    d: DaemonProcess = daemon_factory(vault).start()
+    _truncate_vector_data(d.cfg.index_dir)
+    for _ in range(3):
+        answer = d.call("search", {"query": "spark plugs"})
+        assert "vector search failed" in answer["degraded"]
+        assert answer["hits"][0]["reference"] == "vault/Projects/Boat"
+    _vectors_back(d)
+    assert "vectors_repaired" in d.log.read_text()
+
+
+def test_unreadable_vector_table_found_at_start(daemon_factory: Any, vault: Path) -> None:
+    """After a kill the start reconciles the table with the manifest; a table that cannot be read
+    there is replaced at once instead of leaving the daemon on keywords alone."""
+    d: DaemonProcess = daemon_factory(vault).start()
+    d.stop(signal.SIGKILL)
+    _truncate_vector_data(d.cfg.index_dir)
+    d.start(wait=None)
+    _vectors_back(d)
