@@ -223,6 +223,52 @@ def shares(work: Path, cycles: int, seed: int) -> dict[str, Any]:
     }
 
 
+QUERIES = ["how do I sync my notes", "link to a heading", "Kündigung", "canvas cards", "backup plan"]
+MIXED = (0.6, 0.85)  # shares up to which an op is a search, then a recall; the rest are writes
+
+
+def run_clients(
+    d: DaemonProcess, clients: int, seconds: float, mix: tuple[float, float], label: str, seed: int = 0
+) -> tuple[dict[str, list[float]], list[str]]:
+    """``clients`` threads, each its own agent, calling search / recall / write (20 slugs each,
+    rewritten) in the ``mix`` for ``seconds``: latencies in ms per op, and the errors."""
+    lat: dict[str, list[float]] = {"search": [], "recall": [], "write": []}
+    errors: list[str] = []
+    lock = threading.Lock()
+    deadline = time.monotonic() + seconds
+
+    def client(k: int) -> None:
+        rng = random.Random(k * 1000 + seed)
+        with d.client(agent=f"{label.lower()}{k}") as c:
+            i = 0
+            while time.monotonic() < deadline:
+                r = rng.random()
+                op = "search" if r < mix[0] else "recall" if r < mix[1] else "write"
+                params: dict[str, Any]
+                if op == "search":
+                    params = {"query": rng.choice(QUERIES)}
+                elif op == "recall":
+                    params = {"message": rng.choice(QUERIES)}
+                else:
+                    params = {"slug": f"n{i % 20}", "content": f"# {label} {k}\n\nclient {k} write {i}\n"}
+                    i += 1
+                t0 = time.perf_counter()
+                try:
+                    c.call(op, params)
+                    with lock:
+                        lat[op].append((time.perf_counter() - t0) * 1000)
+                except Exception as exc:  # counted: the run measures what survives
+                    with lock:
+                        errors.append(f"{op}: {exc!r}")
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return lat, errors
+
+
 def load(work: Path, clients: int, seconds: float, vaults: list[Path]) -> dict[str, Any]:
     vault = work / "load-vault"
     if vaults:
@@ -233,47 +279,13 @@ def load(work: Path, clients: int, seconds: float, vaults: list[Path]) -> dict[s
     d = _daemon(work / "load-home", vault)
     d.start(timeout=1800)
     assert d.proc is not None
-    queries = ["how do I sync my notes", "link to a heading", "Kündigung", "canvas cards", "backup plan"]
     rss_before = rss_mb(d.proc.pid)
     notes = sorted(vault.rglob("*.md"))
     for p in notes[: len(notes) // 2]:  # a sweep with real work runs during the load
         with p.open("a", encoding="utf-8") as fh:
             fh.write("\n\nEdited during the load run.\n")
     d.call("index")
-    lat: dict[str, list[float]] = {"search": [], "recall": [], "write": []}
-    errors: list[str] = []
-    lock = threading.Lock()
-    deadline = time.monotonic() + seconds
-
-    def client(k: int) -> None:
-        rng = random.Random(k)
-        with d.client(agent=f"load{k}") as c:
-            i = 0
-            while time.monotonic() < deadline:
-                r = rng.random()
-                op = "search" if r < 0.6 else "recall" if r < 0.85 else "write"
-                params: dict[str, Any]
-                if op == "search":
-                    params = {"query": rng.choice(queries)}
-                elif op == "recall":
-                    params = {"message": rng.choice(queries)}
-                else:
-                    params = {"slug": f"n{i % 20}", "content": f"# Load {k}\n\nclient {k} write {i}\n"}
-                    i += 1
-                t0 = time.perf_counter()
-                try:
-                    c.call(op, params)
-                    with lock:
-                        lat[op].append((time.perf_counter() - t0) * 1000)
-                except Exception as exc:  # counted
-                    with lock:
-                        errors.append(f"{op}: {exc!r}")
-
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    lat, errors = run_clients(d, clients, seconds, MIXED, "Load")
     sweep_phase = d.health()["index"]["phase"]
     time.sleep(10)
     rss_after = rss_mb(d.proc.pid)

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import shutil
 import sqlite3
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -27,12 +25,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from chaos import _daemon  # noqa: E402
+from chaos import MIXED, _daemon, run_clients  # noqa: E402
 from common import emit, pct  # noqa: E402
 
 from tests.conftest import DaemonProcess, make_notes  # noqa: E402
 
-QUERIES = ["how do I sync my notes", "link to a heading", "Kündigung", "canvas cards", "backup plan"]
 SETTLE_SECONDS = 65  # one full interval of the daemon's minute trim
 
 
@@ -113,48 +110,11 @@ def _snapshot(d: DaemonProcess, label: str, requests: int) -> dict[str, Any]:
     return snap
 
 
+MIXES = {"search": (0.7, 1.0), "write": (0.0, 0.0), "mixed": MIXED}
+
+
 def _phase(d: DaemonProcess, kind: str, clients: int, seconds: float, round_: int) -> dict[str, Any]:
-    lat: dict[str, list[float]] = {"search": [], "recall": [], "write": []}
-    errors: list[str] = []
-    lock = threading.Lock()
-    deadline = time.monotonic() + seconds
-
-    def client(k: int) -> None:
-        rng = random.Random(k * 1000 + round_)
-        with d.client(agent=f"soak{k}") as c:
-            i = 0
-            while time.monotonic() < deadline:
-                r = rng.random()
-                if kind == "search":
-                    op = "search" if r < 0.7 else "recall"
-                elif kind == "write":
-                    op = "write"
-                else:
-                    op = "search" if r < 0.6 else "recall" if r < 0.85 else "write"
-                if op == "search":
-                    params: dict[str, Any] = {"query": rng.choice(QUERIES)}
-                elif op == "recall":
-                    params = {"message": rng.choice(QUERIES)}
-                else:
-                    params = {
-                        "slug": f"n{i % 20}",
-                        "content": f"# Soak {k}\n\nclient {k} round {round_} write {i}\n",
-                    }
-                    i += 1
-                t0 = time.perf_counter()
-                try:
-                    c.call(op, params)
-                    with lock:
-                        lat[op].append((time.perf_counter() - t0) * 1000)
-                except Exception as exc:  # counted, not fatal: the run measures what survives
-                    with lock:
-                        errors.append(f"{op}: {exc!r}")
-
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    lat, errors = run_clients(d, clients, seconds, MIXES[kind], "Soak", seed=round_)
     return {
         "phase": kind,
         "requests": sum(len(v) for v in lat.values()) + len(errors),
