@@ -137,6 +137,13 @@ class SearchConfig:
     short_query_bm25_weight: float = _opt(
         0.5, "BM25 share for queries of one or two content words.", min=0.0, max=1.0
     )
+    vector_min_spread: float = _opt(
+        0.0,
+        "Cosine range the vector arm's candidates must span to get its full share: below it (many "
+        "near-identical notes) the vector arm barely tells them apart and keywords decide. 0: off.",
+        min=0.0,
+        max=2.0,
+    )
     boosts: SourceBoosts = field(default_factory=SourceBoosts)
     slug_boost: float = _opt(
         1.15,

@@ -36,14 +36,17 @@ class Scored:
     folded: tuple[str, ...] = ()  # chunk ids folded into this hit
 
 
-def minmax(scores: Mapping[str, float]) -> dict[str, float]:
-    """Scale to [0, 1]; when every score is equal (or there is one), each gets 1."""
+def minmax(scores: Mapping[str, float], min_spread: float = 0.0) -> dict[str, float]:
+    """Scale to [0, 1]; when every score is equal (or there is one), each gets 1. With
+    ``min_spread``, scores spanning less than it are scaled by it instead: the best gets
+    spread / min_spread, so small differences stay small."""
     if not scores:
         return {}
     lo, hi = min(scores.values()), max(scores.values())
-    if hi - lo < 1e-12:
+    if hi - lo < 1e-12 and min_spread <= 0:
         return dict.fromkeys(scores, 1.0)
-    return {k: (v - lo) / (hi - lo) for k, v in scores.items()}
+    span = max(hi - lo, min_spread)
+    return {k: (v - lo) / span for k, v in scores.items()}
 
 
 def fuse(
@@ -51,6 +54,7 @@ def fuse(
     *,
     vector_weight: float,
     source_boosts: Mapping[str, float],
+    vector_min_spread: float = 0.0,
 ) -> list[Scored]:
     """Weighted sum of the normalised arms times the source boost, best first.
 
@@ -58,7 +62,7 @@ def fuse(
     BM25 alone, as every chunk is when there is no vector arm. Otherwise a note edited a moment
     ago (or not yet reached by a cold start's backfill) loses to any note the vector arm favours.
     """
-    vec = minmax({c.chunk_id: c.vec for c in candidates if c.vec is not None})
+    vec = minmax({c.chunk_id: c.vec for c in candidates if c.vec is not None}, vector_min_spread)
     bm = minmax({c.chunk_id: c.bm25 for c in candidates if c.bm25 is not None})
     # An arm that produced nothing (no model, no matching term) gives its share to the other.
     wv = vector_weight if vec else 0.0

@@ -173,7 +173,9 @@ class Retriever:
                 for cid, v in views.items()
                 if cid in vec_scores or cid in bm_scores
             ]
-            for s in fuse(cands, vector_weight=weight, source_boosts=boosts):
+            for s in fuse(
+                cands, vector_weight=weight, source_boosts=boosts, vector_min_spread=cfg.vector_min_spread
+            ):
                 if s.candidate.chunk_id not in best or s.score > best[s.candidate.chunk_id].score:
                     best[s.candidate.chunk_id] = s
         rules = Rules(

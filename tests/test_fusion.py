@@ -13,6 +13,22 @@ def test_minmax_scales_each_arm() -> None:
     assert minmax({}) == {}
 
 
+def test_min_spread_keeps_small_vector_differences_small() -> None:
+    """Near-identical notes: the vector arm's 0.02 of cosine no longer outweighs the one note that
+    contains the query's rare token (without a minimum spread the two tie)."""
+    cands = [
+        Candidate("fav", "vault/a", "vault", 1, 1, vec=0.66),
+        Candidate("twin", "vault/b", "vault", 1, 1, vec=0.64),
+        Candidate("token", "vault/c", "vault", 1, 1, bm25=7.0),
+    ]
+    plain = {s.candidate.chunk_id: s.score for s in fuse(cands, vector_weight=0.5, source_boosts={})}
+    assert plain["fav"] == plain["token"] == 0.5
+    spread = fuse(cands, vector_weight=0.5, source_boosts={}, vector_min_spread=0.2)
+    assert [s.candidate.chunk_id for s in spread] == ["token", "fav", "twin"]
+    assert abs(spread[1].vec_norm - 0.1) < 1e-9
+    assert minmax({"a": 0.9, "b": 0.1}, 0.2) == minmax({"a": 0.9, "b": 0.1})  # a wide arm is unchanged
+
+
 def test_weighted_sum_and_source_boost() -> None:
     """0.7 vector + 0.3 BM25, then the source factor; the boost is reported."""
     cands = [
