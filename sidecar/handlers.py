@@ -29,7 +29,7 @@ from sidecar.protocol import (
     param_str,
 )
 from sidecar.query import Filters
-from sidecar.retrieval import Retriever, SearchRequest
+from sidecar.retrieval import Retriever, SearchRequest, SearchResult
 from sidecar.sources import (
     SOURCES,
     NoteUnreadable,
@@ -40,6 +40,8 @@ from sidecar.sources import (
 )
 
 MAX_QUERY_CHARS = 4000
+# Filters and options shared by `search` and `recall`.
+_SEARCH_PARAMS = ("limit", "minScore", "source", "tag", "pathPrefix", "since", "until", "preview")
 
 
 @dataclass
@@ -158,16 +160,9 @@ class Handlers:
 
     def search(self, req: Request) -> dict[str, Any]:
         p = req.params
-        check_known(
-            p, ("query", "limit", "minScore", "source", "tag", "pathPrefix", "since", "until", "preview")
-        )
+        check_known(p, ("query", *_SEARCH_PARAMS))
         result = self.retriever.search(self._request(p, req.agent, "query", self.cfg.search.limit))
-        out: dict[str, Any] = {"hits": result.hits}
-        if result.degraded:
-            out["degraded"] = result.degraded
-        if param_bool(p, "preview", default=False):
-            out["analysis"] = result.analysis
-        return out
+        return _hits_reply(result, p, {})
 
     def why(self, req: Request) -> dict[str, Any]:
         """Explain a note's place (or absence) in the results of a query."""
@@ -193,21 +188,7 @@ class Handlers:
     def recall(self, req: Request) -> dict[str, Any]:
         """Auto-injection: the current message (previous turns blended in) -> a context block."""
         p = req.params
-        check_known(
-            p,
-            (
-                "message",
-                "history",
-                "limit",
-                "minScore",
-                "source",
-                "tag",
-                "pathPrefix",
-                "since",
-                "until",
-                "preview",
-            ),
-        )
+        check_known(p, ("message", "history", *_SEARCH_PARAMS))
         history = p.get("history", [])
         if (
             not isinstance(history, list)
@@ -221,12 +202,7 @@ class Handlers:
         model = self.slot.model
         count = model.count_tokens if model is not None else approx_token_count
         result, block = self.retriever.recall(search.query, history, search, count)
-        out: dict[str, Any] = {"hits": result.hits, "context": block}
-        if result.degraded:
-            out["degraded"] = result.degraded
-        if param_bool(p, "preview", default=False):
-            out["analysis"] = result.analysis
-        return out
+        return _hits_reply(result, p, {"context": block})
 
     def get(self, req: Request) -> dict[str, Any]:
         p = req.params
@@ -265,6 +241,15 @@ class Handlers:
             raise ProtocolError(f"unknown root {confirm!r}; roots: {', '.join(sorted(known)) or 'none yet'}")
         self.service.request_sweep(rebuild, None, frozenset([confirm]) if confirm else frozenset())
         return {"queued": True, "rebuild": rebuild, "sweeps": self.indexer.activity.sweeps}
+
+
+def _hits_reply(result: SearchResult, p: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"hits": result.hits, **extra}
+    if result.degraded:
+        out["degraded"] = result.degraded
+    if param_bool(p, "preview", default=False):
+        out["analysis"] = result.analysis
+    return out
 
 
 _ISO_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")

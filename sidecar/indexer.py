@@ -10,6 +10,7 @@ edit re-embeds only the chunks whose text changed. Imports sources, chunking, em
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -239,20 +240,12 @@ class Indexer:
 
     def _records(self, p: _Prepared, state: str) -> tuple[FileRecord, list[ChunkRecord]]:
         n = p.note
-        source, agent = n.root.source, n.root.agent
+        record = functools.partial(
+            FileRecord, n.key, n.root.source, n.root.agent, n.rel, n.mtime_ns, n.size, p.hash
+        )
         if p.parsed is None:
-            return FileRecord(
-                n.key,
-                source,
-                agent,
-                n.rel,
-                n.mtime_ns,
-                n.size,
-                p.hash,
-                "skipped" if state != "indexing" else state,
-                title=Path(n.rel).stem,
-                error=p.skip_reason,
-            ), []
+            skipped = "skipped" if state != "indexing" else state
+            return record(skipped, title=Path(n.rel).stem, error=p.skip_reason), []
         parsed = p.parsed
         seen: dict[str, int] = {}
         chunks: list[ChunkRecord] = []
@@ -273,21 +266,13 @@ class Indexer:
                     embed_hash(c.embed_text) if c.embed else "",
                 )
             )
-        record = FileRecord(
-            n.key,
-            source,
-            agent,
-            n.rel,
-            n.mtime_ns,
-            n.size,
-            p.hash,
+        return record(
             state,
             title=parsed.title,
             tags=parsed.tags,
             front_matter=json.dumps(parsed.front_matter, ensure_ascii=False),
             error=parsed.front_matter_error,
-        )
-        return record, chunks
+        ), chunks
 
     def _write(self, prepared: Sequence[_Prepared]) -> None:
         stores = self.stores
