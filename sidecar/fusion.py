@@ -37,16 +37,17 @@ class Scored:
 
 
 def minmax(scores: Mapping[str, float], min_spread: float = 0.0) -> dict[str, float]:
-    """Scale to [0, 1]; when every score is equal (or there is one), each gets 1. With
-    ``min_spread``, scores spanning less than it are scaled by it instead: the best gets
-    spread / min_spread, so small differences stay small."""
+    """Scale to [0, 1]: the best gets 1, the worst 0; when every score is equal (or there is
+    one), each gets 1. Scores spanning less than ``min_spread`` are scaled by it instead, so the
+    worst gets 1 - span / min_spread: an arm that barely tells its candidates apart does not
+    spread them over the whole range."""
     if not scores:
         return {}
     lo, hi = min(scores.values()), max(scores.values())
-    if hi - lo < 1e-12 and min_spread <= 0:
-        return dict.fromkeys(scores, 1.0)
     span = max(hi - lo, min_spread)
-    return {k: (v - lo) / span for k, v in scores.items()}
+    if span < 1e-12:
+        return dict.fromkeys(scores, 1.0)
+    return {k: 1.0 - (hi - v) / span for k, v in scores.items()}
 
 
 def fuse(
@@ -61,8 +62,13 @@ def fuse(
     A chunk without a vector yet is invisible to the vector arm, not dissimilar: it is scored by
     BM25 alone, as every chunk is when there is no vector arm. Otherwise a note edited a moment
     ago (or not yet reached by a cold start's backfill) loses to any note the vector arm favours.
+
+    With ``vector_min_spread``, a chunk found only by BM25 gets the vector arm's lowest value
+    (its similarity is at most that of the worst vector candidate): 0 when the arm spans the
+    minimum or more, close to 1 among near-identical notes, where the vector arm cannot tell.
     """
     vec = minmax({c.chunk_id: c.vec for c in candidates if c.vec is not None}, vector_min_spread)
+    floor = min(vec.values()) if vec and vector_min_spread > 0 else 0.0
     bm = minmax({c.chunk_id: c.bm25 for c in candidates if c.bm25 is not None})
     # An arm that produced nothing (no model, no matching term) gives its share to the other.
     wv = vector_weight if vec else 0.0
@@ -73,7 +79,7 @@ def fuse(
     wv, wb = wv / total, wb / total
     out: list[Scored] = []
     for c in candidates:
-        v, b = vec.get(c.chunk_id, 0.0), bm.get(c.chunk_id, 0.0)
+        v, b = vec.get(c.chunk_id, floor), bm.get(c.chunk_id, 0.0)
         boost = source_boosts.get(c.source, 1.0)
         boosts = {"source": boost} if boost != 1.0 else {}
         fused = wv * v + wb * b if c.embedded or not wb else b

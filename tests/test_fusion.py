@@ -25,8 +25,15 @@ def test_min_spread_keeps_small_vector_differences_small() -> None:
     assert plain["fav"] == plain["token"] == 0.5
     spread = fuse(cands, vector_weight=0.5, source_boosts={}, vector_min_spread=0.2)
     assert [s.candidate.chunk_id for s in spread] == ["token", "fav", "twin"]
-    assert abs(spread[1].vec_norm - 0.1) < 1e-9
+    scores = {s.candidate.chunk_id: s for s in spread}
+    assert scores["fav"].vec_norm == 1.0 and abs(scores["twin"].vec_norm - 0.9) < 1e-9
+    assert abs(scores["token"].vec_norm - 0.9) < 1e-9  # the arm's floor: it cannot tell them apart
     assert minmax({"a": 0.9, "b": 0.1}, 0.2) == minmax({"a": 0.9, "b": 0.1})  # a wide arm is unchanged
+    wide = [Candidate("x", "vault/x", "vault", 1, 1, vec=0.9), *cands[1:]]
+    assert {
+        s.candidate.chunk_id: s.vec_norm
+        for s in fuse(wide, vector_weight=0.5, source_boosts={}, vector_min_spread=0.2)
+    }["token"] == 0.0
 
 
 def test_weighted_sum_and_source_boost() -> None:
