@@ -5,6 +5,7 @@ daemon, hybrid and each arm alone from the same index, with latency.
     python bench/eval.py beir ../shared/eval/xquad-de --out bench/out/xquad-de.json
     python bench/eval.py beir ../shared/eval/xquad-en --queries ../shared/eval/xquad-de  (cross-lingual)
     python bench/eval.py questions bench/questions.jsonl --vault DIR --out bench/out/help.json
+    python bench/eval.py identifiers --vault ../shared/eval/vaults/obsidian-help --subset en,de
 
 BEIR documents become notes ``<id>.md`` (title as heading, text as body) in a temporary vault;
 a hit's reference names the document. Arms are switched with the ``reload`` op (search.vectorWeight
@@ -18,12 +19,14 @@ import argparse
 import csv
 import json
 import math
+import random
 import re
 import shutil
 import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +35,10 @@ from common import BenchDaemon, emit
 ARMS = {
     "hybrid": "",
     "bm25": "search:\n  vectorWeight: 0.0\n  shortQueryBm25Weight: 1.0\n",
-    "vector": "search:\n  vectorWeight: 1.0\n  shortQueryBm25Weight: 0.0\n  foreignVectorWeight: 1.0\n",
+    "vector": (
+        "search:\n  vectorWeight: 1.0\n  shortQueryBm25Weight: 0.0\n  foreignVectorWeight: 1.0\n"
+        "  rareTermChunks: 0\n"
+    ),
 }
 
 
@@ -126,14 +132,14 @@ def evaluate(
     queries: list[tuple[str, str, list[str]]],
     qrels: dict[str, dict[str, int]],
     refs: dict[str, str] | None,
-    sweep: str = "",
+    sweeps: Sequence[str] = (),
     base: str = "",
 ) -> dict[str, Any]:
     config = work / "sidecar.yaml"
     config.write_text(base + ARMS["hybrid"])
     d = BenchDaemon(vault, work / "home", args=["--config", str(config)])
     arms = dict(ARMS)
-    if sweep:  # e.g. search.foreignVectorWeight=0.1,0.2,0.3: one hybrid run per value
+    for sweep in sweeps:  # e.g. search.foreignVectorWeight=0.1,0.2,0.3: one hybrid run per value
         key, _, values = sweep.partition("=")
         section, name = key.split(".")
         arms.update({f"{key}={v}": f"{section}:\n  {name}: {v}\n" for v in values.split(",")})
@@ -188,6 +194,55 @@ def cmd_questions(args: argparse.Namespace) -> dict[str, Any]:
     return {"questions": str(args.file), "vault": str(args.vault), "subset": args.subset, **result}
 
 
+# Sentences a person (or an agent) adds to a note, each naming something only that note names:
+# ticket numbers, host names, codes. {id} is the identifier.
+_ID_LINES = (
+    "Follow-up is tracked in ticket {id}.",
+    "This setup runs on the host {id} since the spring.",
+    "Reference {id} in the contract folder covers this page.",
+    "The {id} paragraph was added after the last review.",
+)
+_ID_QUERIES = ("{id}", "{id} {title}", "{id} {generic}", "where did I write about {id}?")
+_GENERICS = ("ticket", "host", "contract", "paragraph")
+
+
+def _identifier(rng: random.Random, kind: int) -> str:
+    letters = "abcdefghijkmnpqrstuvwxyz"
+    if kind == 0:
+        return f"OPS-{rng.randrange(1000, 9999)}"
+    if kind == 1:
+        return f"srv-{rng.choice(('nas', 'db', 'web'))}{rng.randrange(10, 99)}{rng.choice(letters)}"
+    if kind == 2:
+        return "".join(rng.choice(letters) for _ in range(3)) + str(rng.randrange(100, 999))
+    return "".join(rng.choice(letters) for _ in range(2)) + str(rng.randrange(1, 9)) + rng.choice(letters) * 2
+
+
+def cmd_identifiers(args: argparse.Namespace) -> dict[str, Any]:
+    """Notes that name an identifier (ticket, host, code) found nowhere else, and queries naming it
+    alone, with a title word, with a generic word and in a question: does the note come first?"""
+    work = Path(tempfile.mkdtemp(prefix="sidecar-eval-"))
+    vault = work / "vault"
+    for name in args.subset.split(",") if args.subset else ["."]:
+        shutil.copytree(args.vault.resolve() / name, vault / name)
+    rng = random.Random(7)
+    notes = rng.sample(sorted(vault.rglob("*.md")), args.notes)
+    qs: list[tuple[str, str, list[str]]] = []
+    qrels: dict[str, dict[str, int]] = {}
+    for i, note in enumerate(notes):
+        kind = i % len(_ID_LINES)
+        ident = _identifier(rng, kind)
+        line = _ID_LINES[kind].format(id=ident)
+        note.write_text(note.read_text(encoding="utf-8") + f"\n\n{line}\n", encoding="utf-8")
+        title = max(re.findall(r"\w+", note.stem) or [note.stem], key=len)
+        ref = "vault/" + note.relative_to(vault).with_suffix("").as_posix()
+        for j, pattern in enumerate(_ID_QUERIES):
+            qid = f"{i}-{j}"
+            qs.append((pattern.format(id=ident, title=title, generic=_GENERICS[kind]), qid, []))
+            qrels[qid] = {ref: 1}
+    result = evaluate(vault, work, qs, qrels, None, args.sweep, _base(args))
+    return {"vault": str(args.vault), "subset": args.subset, "notes": len(notes), **result}
+
+
 def cmd_offtopic(args: argparse.Namespace) -> dict[str, Any]:
     """How many off-topic messages get an empty auto-injection block."""
     messages = [m.strip() for m in args.file.read_text(encoding="utf-8").splitlines() if m.strip()]
@@ -226,6 +281,10 @@ def main() -> None:
     p.add_argument("file", type=Path)
     p.add_argument("--vault", type=Path, required=True)
     p.add_argument("--subset", default="")
+    p = sub.add_parser("identifiers")
+    p.add_argument("--vault", type=Path, required=True)
+    p.add_argument("--subset", default="")
+    p.add_argument("--notes", type=int, default=40)
     p = sub.add_parser("questions")
     p.add_argument("file", type=Path)
     p.add_argument("--vault", type=Path, required=True)
@@ -234,10 +293,21 @@ def main() -> None:
     )
     for p in sub.choices.values():
         p.add_argument("--out", type=Path, default=None)
-        p.add_argument("--sweep", default="", help="section.key=v1,v2,...: extra hybrid runs, one per value")
+        p.add_argument(
+            "--sweep",
+            action="append",
+            default=[],
+            help="section.key=v1,v2,...: extra hybrid runs, one per value (repeatable)",
+        )
         p.add_argument("--max-tokens", type=int, default=0, help="chunking.maxTokens of the index")
     args = ap.parse_args()
-    result = {"beir": cmd_beir, "questions": cmd_questions, "offtopic": cmd_offtopic}[args.cmd](args)
+    commands = {
+        "beir": cmd_beir,
+        "questions": cmd_questions,
+        "offtopic": cmd_offtopic,
+        "identifiers": cmd_identifiers,
+    }
+    result = commands[args.cmd](args)
     emit(result, args.out)
 
 

@@ -137,12 +137,17 @@ class SearchConfig:
     short_query_bm25_weight: float = _opt(
         0.5, "BM25 share for queries of one or two content words.", min=0.0, max=1.0
     )
-    vector_min_spread: float = _opt(
-        0.0,
-        "Cosine range the vector arm's candidates must span to get its full share: below it (many "
-        "near-identical notes) the vector arm barely tells them apart and keywords decide. 0: off.",
-        min=0.0,
-        max=2.0,
+    rare_term_chunks: int = _opt(
+        5,
+        "A query word the model splits into pieces (a name, code or identifier) and that at most "
+        "this many chunks contain makes keywords lead (rareTermVectorWeight). 0: off.",
+        min=0,
+    )
+    rare_term_vector_weight: float = _opt(
+        0.3, "Vector share for queries with such a rare word.", min=0.0, max=1.0
+    )
+    rare_term_boost: float = _opt(
+        1.5, "Factor for a chunk that contains such a rare word of the query.", min=0.0, max=10.0
     )
     boosts: SourceBoosts = field(default_factory=SourceBoosts)
     slug_boost: float = _opt(

@@ -36,18 +36,15 @@ class Scored:
     folded: tuple[str, ...] = ()  # chunk ids folded into this hit
 
 
-def minmax(scores: Mapping[str, float], min_spread: float = 0.0) -> dict[str, float]:
+def minmax(scores: Mapping[str, float]) -> dict[str, float]:
     """Scale to [0, 1]: the best gets 1, the worst 0; when every score is equal (or there is
-    one), each gets 1. Scores spanning less than ``min_spread`` are scaled by it instead, so the
-    worst gets 1 - span / min_spread: an arm that barely tells its candidates apart does not
-    spread them over the whole range."""
+    one), each gets 1."""
     if not scores:
         return {}
     lo, hi = min(scores.values()), max(scores.values())
-    span = max(hi - lo, min_spread)
-    if span < 1e-12:
+    if hi - lo < 1e-12:
         return dict.fromkeys(scores, 1.0)
-    return {k: 1.0 - (hi - v) / span for k, v in scores.items()}
+    return {k: (v - lo) / (hi - lo) for k, v in scores.items()}
 
 
 def fuse(
@@ -55,20 +52,14 @@ def fuse(
     *,
     vector_weight: float,
     source_boosts: Mapping[str, float],
-    vector_min_spread: float = 0.0,
 ) -> list[Scored]:
     """Weighted sum of the normalised arms times the source boost, best first.
 
     A chunk without a vector yet is invisible to the vector arm, not dissimilar: it is scored by
     BM25 alone, as every chunk is when there is no vector arm. Otherwise a note edited a moment
     ago (or not yet reached by a cold start's backfill) loses to any note the vector arm favours.
-
-    With ``vector_min_spread``, a chunk found only by BM25 gets the vector arm's lowest value
-    (its similarity is at most that of the worst vector candidate): 0 when the arm spans the
-    minimum or more, close to 1 among near-identical notes, where the vector arm cannot tell.
     """
-    vec = minmax({c.chunk_id: c.vec for c in candidates if c.vec is not None}, vector_min_spread)
-    floor = min(vec.values()) if vec and vector_min_spread > 0 else 0.0
+    vec = minmax({c.chunk_id: c.vec for c in candidates if c.vec is not None})
     bm = minmax({c.chunk_id: c.bm25 for c in candidates if c.bm25 is not None})
     # An arm that produced nothing (no model, no matching term) gives its share to the other.
     wv = vector_weight if vec else 0.0
@@ -79,7 +70,7 @@ def fuse(
     wv, wb = wv / total, wb / total
     out: list[Scored] = []
     for c in candidates:
-        v, b = vec.get(c.chunk_id, floor), bm.get(c.chunk_id, 0.0)
+        v, b = vec.get(c.chunk_id, 0.0), bm.get(c.chunk_id, 0.0)
         boost = source_boosts.get(c.source, 1.0)
         boosts = {"source": boost} if boost != 1.0 else {}
         fused = wv * v + wb * b if c.embedded or not wb else b
@@ -139,6 +130,7 @@ class Rules:
     log_prefix: str = "wiki/logs/"
     page_support: float = 0.05
     max_hits_per_note: int = 2
+    rare_term_boost: float = 1.5
 
 
 def _boost(s: Scored, name: str, factor: float) -> Scored:
@@ -146,12 +138,19 @@ def _boost(s: Scored, name: str, factor: float) -> Scored:
 
 
 def apply_rules(
-    hits: Sequence[Scored], content_words: frozenset[str], chronicle: bool, rules: Rules
+    hits: Sequence[Scored],
+    content_words: frozenset[str],
+    chronicle: bool,
+    rules: Rules,
+    rare_chunks: frozenset[str] = frozenset(),
 ) -> list[Scored]:
-    """Name boosts and log demotion per chunk, then page support; best first."""
+    """Name boosts, rare-term boost and log demotion per chunk, then page support; best first.
+    ``rare_chunks`` are the chunks that contain a rare word of the query (``Retriever.rare_words``)."""
     out: list[Scored] = []
     for hit in hits:
         s, c = hit, hit.candidate
+        if rules.rare_term_boost != 1.0 and c.chunk_id in rare_chunks:
+            s = _boost(s, "rareTerm", rules.rare_term_boost)
         if rules.full_name_boost != 1.0 and any(len(n) >= 2 and n <= content_words for n in c.full_names):
             s = _boost(s, "fullName", rules.full_name_boost)
         elif rules.slug_boost != 1.0 and content_words & c.name_words:

@@ -94,22 +94,48 @@ class Retriever:
         self.cfg = cfg
         self.recall_cfg = recall
 
-    def vector_weight(self, qa: QueryAnalysis) -> float:
-        """Share of the vector arm: less for short queries and for languages the model reads poorly."""
+    def vector_weight(self, qa: QueryAnalysis, rare: Sequence[str] = ()) -> float:
+        """Share of the vector arm: less for short queries, for languages the model reads poorly
+        and for queries naming something rare the model cannot read (see ``rare_words``)."""
         cfg = self.cfg
         weight = 1.0 - cfg.short_query_bm25_weight if qa.word_class == 1 else cfg.vector_weight
         if qa.language and "all" not in self.languages and qa.language not in self.languages:
             weight = min(weight, cfg.foreign_vector_weight)
+        if rare:
+            weight = min(weight, cfg.rare_term_vector_weight)
         return weight
+
+    def rare_words(self, qa: QueryAnalysis) -> tuple[str, ...]:
+        """Content words the model splits into word pieces and few chunks contain: names, codes,
+        identifiers. The vector arm is blind to them (a made-up token still has nearest
+        neighbours) while BM25 gives them their full weight, so for such a query keywords lead."""
+        limit = self.cfg.rare_term_chunks
+        serving = self.stores.serving
+        if limit <= 0 or serving is None or not qa.content_words:
+            return ()
+        words = list(dict.fromkeys(qa.content_words))
+        pieces = serving.model.count_tokens(words)
+        try:
+            return tuple(
+                w
+                for w, n in zip(words, pieces, strict=True)
+                if n >= 2 and 0 < self.stores.bm25.doc_freq(w) <= limit
+            )
+        except (ValueError, OSError, RuntimeError):  # a damaged index: the search reports it
+            return ()
 
     # --- the arms -----------------------------------------------------------------------------
 
     def _arms(
-        self, req: SearchRequest, text: str, qa: QueryAnalysis, vectors: Sequence[np.ndarray[Any, Any]] | None
+        self,
+        req: SearchRequest,
+        text: str,
+        qa: QueryAnalysis,
+        vectors: Sequence[np.ndarray[Any, Any]] | None,
+        weight: float,
     ) -> tuple[list[tuple[str, float]], list[list[tuple[str, float]]], str | None]:
         fetch = max(self.cfg.candidates, req.limit * 3) * (4 if req.filters.active else 1)
         sources = req.sources
-        weight = self.vector_weight(qa)
         # An arm with no share in the fused score is not run at all (recall always blends vectors).
         problems = self.stores.problems
         bm: list[tuple[str, float]] = []
@@ -146,11 +172,13 @@ class Retriever:
         qa: QueryAnalysis,
         bm: list[tuple[str, float]],
         vec_lists: list[list[tuple[str, float]]],
+        *,
+        weight: float,
+        rare: Sequence[str] = (),
     ) -> Ranking:
         ids = list(dict.fromkeys([c for c, _ in bm] + [c for vl in vec_lists for c, _ in vl]))
         views = {k: v for k, v in self.stores.manifest.views(ids).items() if _passes(v, req.filters)}
         cfg = self.cfg
-        weight = self.vector_weight(qa)
         boosts = {"vault": cfg.boosts.vault, "wiki": cfg.boosts.wiki, "memory": cfg.boosts.memory}
         bm_scores = dict(bm)
         best: dict[str, Scored] = {}
@@ -173,9 +201,7 @@ class Retriever:
                 for cid, v in views.items()
                 if cid in vec_scores or cid in bm_scores
             ]
-            for s in fuse(
-                cands, vector_weight=weight, source_boosts=boosts, vector_min_spread=cfg.vector_min_spread
-            ):
+            for s in fuse(cands, vector_weight=weight, source_boosts=boosts):
                 if s.candidate.chunk_id not in best or s.score > best[s.candidate.chunk_id].score:
                     best[s.candidate.chunk_id] = s
         rules = Rules(
@@ -185,11 +211,23 @@ class Retriever:
             f"wiki/{cfg.log_folder.strip('/')}/",
             cfg.page_support,
             cfg.max_hits_per_note,
+            cfg.rare_term_boost,
         )
         content = frozenset(fold_word(w) for w in qa.content_words)
-        ruled = apply_rules(list(best.values()), content, qa.chronicle, rules)
+        rare_chunks = frozenset(
+            cid for cid, _ in self._bm25_or_nothing(" ".join(rare), 4 * cfg.rare_term_chunks * len(rare), req)
+        )
+        ruled = apply_rules(list(best.values()), content, qa.chronicle, rules, rare_chunks)
         folded = fold(ruled, cfg.fold)
         return Ranking(cap_per_note(folded, rules.max_hits_per_note), views, ruled, folded)
+
+    def _bm25_or_nothing(self, text: str, limit: int, req: SearchRequest) -> list[tuple[str, float]]:
+        if not text or limit <= 0:
+            return []
+        try:
+            return self.stores.bm25.search(text, limit, req.sources, req.agent)
+        except StoreError:  # the keyword arm has reported it already
+            return []
 
     def _hit(self, s: Scored, view: ChunkView, agent: str | None) -> dict[str, Any]:
         c = s.candidate
@@ -215,14 +253,16 @@ class Retriever:
         text, inline = split_filters(req.query)
         req = _with_filters(req, inline)
         qa = analyze(text)
-        bm, vec_lists, degraded = self._arms(req, text, qa, None)
-        r = self._rank(req, qa, bm, vec_lists)
+        rare = self.rare_words(qa)
+        weight = self.vector_weight(qa, rare)
+        bm, vec_lists, degraded = self._arms(req, text, qa, None, weight)
+        r = self._rank(req, qa, bm, vec_lists, weight=weight, rare=rare)
         hits = [
             self._hit(s, r.views[s.candidate.chunk_id], req.agent)
             for s in r.ranked
             if s.score >= req.min_score
         ]
-        return SearchResult(hits[: req.limit], degraded, _analysis(qa, req.filters))
+        return SearchResult(hits[: req.limit], degraded, _analysis(qa, req.filters, rare))
 
     # --- explain ----------------------------------------------------------------------------------
 
@@ -234,8 +274,10 @@ class Retriever:
         chunks = self.stores.manifest.chunks_of(key)
         if not chunks:
             return {"indexed": False, "analysis": _analysis(qa, req.filters)}
-        bm, vec_lists, degraded = self._arms(req, text, qa, None)
-        r = self._rank(req, qa, bm, vec_lists)
+        rare = self.rare_words(qa)
+        weight = self.vector_weight(qa, rare)
+        bm, vec_lists, degraded = self._arms(req, text, qa, None, weight)
+        r = self._rank(req, qa, bm, vec_lists, weight=weight, rare=rare)
         ids = [c.chunk_id for c in chunks]
         direct_bm = dict(self.stores.bm25.search(bm25_text(qa), len(ids) + 5, key=key))
         direct_vec: dict[str, float] = {}
@@ -281,9 +323,9 @@ class Retriever:
             "indexed": True,
             "reference": public_reference(key, agent),
             "chunks": out,
-            "vectorWeight": self.vector_weight(qa),
+            "vectorWeight": weight,
             "degraded": degraded,
-            "analysis": _analysis(qa, req.filters),
+            "analysis": _analysis(qa, req.filters, rare),
         }
 
     # --- recall (auto-injection) -----------------------------------------------------------------
@@ -308,8 +350,10 @@ class Retriever:
         if not qa.content_words and not turns:
             return SearchResult([], None, _analysis(qa, req.filters)), ""
         vectors = self._recall_vectors(text, qa, turns)
-        bm, vec_lists, degraded = self._arms(req, text, qa, vectors)
-        r = self._rank(req, qa, bm if qa.content_words else [], vec_lists)
+        rare = self.rare_words(qa)
+        weight = self.vector_weight(qa, rare)
+        bm, vec_lists, degraded = self._arms(req, text, qa, vectors, weight)
+        r = self._rank(req, qa, bm if qa.content_words else [], vec_lists, weight=weight, rare=rare)
         views = r.views
         floor = max(req.min_score, rc.score_floor)
         kept = [
@@ -320,7 +364,8 @@ class Retriever:
             and (s.candidate.vec is not None or degraded is not None)
         ]
         hits = [self._hit(s, views[s.candidate.chunk_id], req.agent) for s in kept[: req.limit]]
-        result = SearchResult(hits, degraded, {**_analysis(qa, req.filters), "historyTurns": len(turns)})
+        analysis = {**_analysis(qa, req.filters, rare), "historyTurns": len(turns)}
+        result = SearchResult(hits, degraded, analysis)
         return result, render_block(hits, rc.token_budget, count_tokens)
 
     def _recall_vectors(
@@ -383,10 +428,11 @@ def _with_filters(req: SearchRequest, inline: Filters) -> SearchRequest:
     return SearchRequest(req.query, req.limit, req.min_score, sources, req.agent, filters)
 
 
-def _analysis(qa: QueryAnalysis, filters: Filters) -> dict[str, Any]:
+def _analysis(qa: QueryAnalysis, filters: Filters, rare: Sequence[str] = ()) -> dict[str, Any]:
     return {
         "text": qa.text,
         "contentWords": list(qa.content_words),
+        "rareWords": list(rare),
         "wordClass": qa.word_class,
         "chronicle": qa.chronicle,
         "filters": {

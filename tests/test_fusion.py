@@ -13,29 +13,6 @@ def test_minmax_scales_each_arm() -> None:
     assert minmax({}) == {}
 
 
-def test_min_spread_keeps_small_vector_differences_small() -> None:
-    """Near-identical notes: the vector arm's 0.02 of cosine no longer outweighs the one note that
-    contains the query's rare token (without a minimum spread the two tie)."""
-    cands = [
-        Candidate("fav", "vault/a", "vault", 1, 1, vec=0.66),
-        Candidate("twin", "vault/b", "vault", 1, 1, vec=0.64),
-        Candidate("token", "vault/c", "vault", 1, 1, bm25=7.0),
-    ]
-    plain = {s.candidate.chunk_id: s.score for s in fuse(cands, vector_weight=0.5, source_boosts={})}
-    assert plain["fav"] == plain["token"] == 0.5
-    spread = fuse(cands, vector_weight=0.5, source_boosts={}, vector_min_spread=0.2)
-    assert [s.candidate.chunk_id for s in spread] == ["token", "fav", "twin"]
-    scores = {s.candidate.chunk_id: s for s in spread}
-    assert scores["fav"].vec_norm == 1.0 and abs(scores["twin"].vec_norm - 0.9) < 1e-9
-    assert abs(scores["token"].vec_norm - 0.9) < 1e-9  # the arm's floor: it cannot tell them apart
-    assert minmax({"a": 0.9, "b": 0.1}, 0.2) == minmax({"a": 0.9, "b": 0.1})  # a wide arm is unchanged
-    wide = [Candidate("x", "vault/x", "vault", 1, 1, vec=0.9), *cands[1:]]
-    assert {
-        s.candidate.chunk_id: s.vec_norm
-        for s in fuse(wide, vector_weight=0.5, source_boosts={}, vector_min_spread=0.2)
-    }["token"] == 0.0
-
-
 def test_weighted_sum_and_source_boost() -> None:
     """0.7 vector + 0.3 BM25, then the source factor; the boost is reported."""
     cands = [
@@ -137,6 +114,18 @@ def test_full_name_boost_needs_every_word_of_a_multiword_name() -> None:
         )[0].candidate.key
         == "vault/Other"
     )
+
+
+def test_chunks_holding_a_rare_query_word_are_boosted() -> None:
+    """Chunks that contain a rare word of the query (Retriever.rare_words) get search.rareTermBoost;
+    1.0 turns the rule off."""
+    hits = [_scored("fav", "vault/Paragraphs", 0.60), _scored("id", "vault/Garden", 0.45)]
+    on = apply_rules(hits, frozenset(), False, Rules(page_support=0, rare_term_boost=1.5), frozenset({"id"}))
+    assert on[0].candidate.chunk_id == "id" and on[0].boosts["rareTerm"] == 1.5
+    assert on[1].boosts == {}
+    off = apply_rules(hits, frozenset(), False, Rules(page_support=0, rare_term_boost=1.0), frozenset({"id"}))
+    assert off[0].candidate.chunk_id == "fav" and "rareTerm" not in off[1].boosts
+    assert apply_rules(hits, frozenset(), False, Rules(page_support=0))[0].candidate.chunk_id == "fav"
 
 
 def test_logs_are_demoted_unless_the_query_is_about_the_chronicle() -> None:

@@ -850,3 +850,18 @@ def test_an_orphaned_index_build_exits(tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_doc_freq_counts_live_chunks_only(harness: Harness, vault: Path) -> None:
+    """How rare a word is (Retriever.rare_words) counts the chunks that hold it now: the old
+    chunks of an edited note no longer count, though Tantivy's term statistics keep them until
+    a merge."""
+    bm25 = harness.stores.bm25
+    note = write(vault / "Ticket.md", "# Ticket\n\nOPS-4821 tracks the restic retention change.\n")
+    harness.sweep()  # with the fixture's notes: one segment, which outlives the edits below
+    assert bm25.doc_freq("OPS-4821") == 1 and bm25.doc_freq("4821") == 1
+    for i in range(3):
+        note.write_text(f"# Ticket\n\nOPS-4821 tracks the restic retention change, take {i}.\n")
+        harness.sweep()
+    assert bm25.doc_freq("4821") == 1
+    assert bm25.doc_freq("nowhere-to-be-found") == 0 and bm25.doc_freq("...") == 0

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.embedder import load_model
 from sidecar.retrieval import Retriever, SearchRequest
 from tests.conftest import FakeEmbedder, Harness, write
 
@@ -137,3 +138,45 @@ def test_overlapping_chunks_fold_into_the_better_hit(make_cfg: Any, tmp_path: Pa
     assert 0 < len(on) < len(off)
     lines = sorted(tuple(h["lines"]) for h in on)
     assert all(a[1] < b[0] for a, b in itertools.pairwise(lines)), "no two kept hits overlap"
+
+
+def test_rare_identifier_leads_over_the_vector_arms_favourites(make_cfg: Any, tmp_path: Path) -> None:
+    """A query word the model splits into pieces and few chunks contain (a code, a made-up name)
+    makes keywords lead (search.rareTermVectorWeight) and lifts the chunks holding it
+    (search.rareTermBoost): with the real model, pages about paragraphs otherwise outrank the one
+    note that names the identifier. rareTermChunks 0 turns it off."""
+    v = tmp_path / "v"
+    write(
+        v / "Formatting.md",
+        "# Formatting\n\n## Paragraphs\n\nTo create paragraphs, leave a blank line between two "
+        "paragraphs. A paragraph is a block of text.\n\n## Line breaks\n\nA line break inside a "
+        "paragraph needs two trailing spaces.\n",
+    )
+    write(v / "Style.md", "# Style guide\n\nKeep each paragraph short: one idea per paragraph.\n")
+    write(
+        v / "Garden.md",
+        "# Garden\n\nBeds of tomatoes, beans and basil share one irrigation timer; it waters them at "
+        "dawn from May to September. The zq7k3 paragraph was added to the log.\n",
+    )
+    for i in range(30):
+        write(v / f"Kitchen {i}.md", f"# Kitchen {i}\n\nThe oven timer rings after {i + 20} minutes.\n")
+
+    def top(query: str, **flags: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        cfg = make_cfg(v, **flags)
+        h = Harness(cfg, load_model(cfg))
+        try:
+            h.sweep()
+            res = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall).search(
+                SearchRequest(query, 10, 0.0)
+            )
+            return res.hits[0], res.analysis
+        finally:
+            h.close()
+
+    hit, analysis = top("zq7k3 paragraph")
+    assert analysis["rareWords"] == ["zq7k3"]
+    assert hit["reference"] == "vault/Garden" and "zq7k3" in hit["text"] and "rareTerm" in hit["boosts"]
+    hit, analysis = top("zq7k3 paragraph", **{"search.rareTermChunks": 0})
+    assert analysis["rareWords"] == [] and hit["reference"] != "vault/Garden"
+    # An ordinary word the model knows is not rare, however few notes contain it.
+    assert top("oven paragraph")[1]["rareWords"] == []
