@@ -356,12 +356,17 @@ class Retriever:
         r = self._rank(req, qa, bm if qa.content_words else [], vec_lists, weight=weight, rare=rare)
         views = r.views
         floor = max(req.min_score, rc.score_floor)
+        # The similarity gate keeps small talk out; a chunk holding a rare word of the message
+        # (a ticket number, a host name) was named, not guessed, and passes it.
         kept = [
             s
             for s in r.ranked
             if s.score >= floor
-            and (s.candidate.vec is None or s.candidate.vec >= rc.min_similarity)
-            and (s.candidate.vec is not None or degraded is not None)
+            and (
+                "rareTerm" in s.boosts
+                or (s.candidate.vec is not None and s.candidate.vec >= rc.min_similarity)
+                or (s.candidate.vec is None and degraded is not None)
+            )
         ]
         hits = [self._hit(s, views[s.candidate.chunk_id], req.agent) for s in kept[: req.limit]]
         analysis = {**_analysis(qa, req.filters, rare), "historyTurns": len(turns)}

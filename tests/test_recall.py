@@ -45,6 +45,10 @@ def running(daemon_factory: Any, vault: Path) -> DaemonProcess:
     write(
         vault / "Travel.md", "# Travel\n\nPacking list for the Norway trip: rain jacket, boots, headlamp.\n"
     )
+    write(
+        vault / "Disks.md",
+        "# Disks\n\nThe failing disk in bay 3 is tracked in ticket OPS-4821; the spare arrives Friday.\n",
+    )
     d: DaemonProcess = daemon_factory(vault).start()
     d.wait_for(lambda h: h["index"]["pending_vectors"] == 0)
     return d
@@ -64,6 +68,15 @@ def test_off_topic_messages_stay_empty(running: DaemonProcess) -> None:
     """At least 18 of 20 small-talk and unrelated messages inject nothing."""
     empty = sum(running.call("recall", {"message": m}, agent="claude")["context"] == "" for m in OFF_TOPIC)
     assert empty >= 18, empty
+
+
+def test_a_named_identifier_is_recalled(running: DaemonProcess) -> None:
+    """A message naming a ticket the notes know injects that note, whatever the model makes of
+    the number (search.rareTerm*); a ticket the notes do not know injects nothing."""
+    r = running.call("recall", {"message": "what did we decide about OPS-4821", "preview": True}, agent="claude")
+    assert r["analysis"]["rareWords"] == ["4821"]
+    assert r["hits"][0]["reference"] == "vault/Disks" and "[vault] vault/Disks" in r["context"]
+    assert running.call("recall", {"message": "what did we decide about OPS-9377"}, agent="claude")["context"] == ""
 
 
 def test_follow_up_uses_the_history(running: DaemonProcess) -> None:
