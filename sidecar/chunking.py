@@ -272,8 +272,14 @@ def chunk_note(
 
     readable = [readable_links(line) for line in lines]
     count = _Counter(count_tokens)
-    # Ask the tokenizer about every block at once (one batch per note, not one call per piece).
-    count(["\n".join(readable[b.start : b.end]).strip("\n") for s in sections for b in s.blocks])
+    # Ask the tokenizer about every block and every section's prefix at once (one batch per
+    # note, not one call per piece or section).
+    prefixes = [note_title + ("\n" + " › ".join(s.headings) if s.headings else "") for s in sections]
+    count(
+        ["\n".join(readable[b.start : b.end]).strip("\n") for s in sections for b in s.blocks]
+        + prefixes
+        + ([p + "\n" + description for p in prefixes] if description else [])
+    )
     spec = _Budget(count, max_tokens, overlap)
     chunks: list[Chunk] = []
     carry: list[_Block] = []  # heading lines of sections with no content, glued to the next one
@@ -303,16 +309,11 @@ def chunk_note(
                 fm_end + 1 if fm_end < len(lines) else 1,
                 max(fm_end, 1),
                 embed,
-                0,
+                count([embed])[0],
                 embed=False,
             )
         )
-    # Every chunk's embed text is counted in one batch (the model's view of its size).
-    sizes = count_tokens([c.embed_text for c in chunks])
-    chunks = [
-        replace(c, tokens=n, embed=c.embed and not mostly_data(c.text))
-        for c, n in zip(chunks, sizes, strict=True)
-    ]
+    chunks = [replace(c, embed=False) if c.embed and mostly_data(c.text) else c for c in chunks]
     return ParsedNote(note_title, aliases, description, tag_set, fm, fm_error, tuple(chunks))
 
 
@@ -356,7 +357,8 @@ def _pack(
     """Greedy packing of a section's lines into chunks within the token budget, with overlap."""
     count, max_tokens, overlap = spec.count, spec.max_tokens, spec.overlap
     prefix = _fit(prefix, max(max_tokens // 3, 8), count)
-    budget = max(max_tokens - count([prefix])[0], _MIN_BUDGET)
+    prefix_tokens = count([prefix])[0]
+    budget = max(max_tokens - prefix_tokens, _MIN_BUDGET)
     # Pieces: whole blocks where they fit, else their lines, else parts of lines.
     raw = ["\n".join(readable[b.start : b.end]).strip("\n") for b in blocks]
     sizes = count(raw)
@@ -396,7 +398,9 @@ def _pack(
                 start_line=group[0].line + 1,
                 end_line=group[-1].end,
                 embed_text=embed,
-                tokens=0,  # counted for the whole note at once, in chunk_note
+                # The model's pre-tokenizer splits at whitespace, so the pieces (joined by line
+                # breaks) and the prefix add up exactly: no second pass over the text.
+                tokens=prefix_tokens + used,
             )
         )
         if j >= len(pieces):

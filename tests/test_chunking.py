@@ -8,6 +8,8 @@ import os
 from collections.abc import Sequence
 
 from sidecar.chunking import chunk_note, mostly_data, readable_links
+from sidecar.config import load_config
+from sidecar.embedder import load_model
 
 
 def words(texts: Sequence[str]) -> list[int]:
@@ -144,3 +146,30 @@ def test_pathological_structure() -> None:
     assert len(chunk_note(many, title="t", count_tokens=words).chunks) == 10_000
     nested = "".join("  " * i + "- item\n" for i in range(200))
     assert chunk_note(nested, title="t", count_tokens=words).chunks
+
+
+def test_chunk_token_counts_add_up_to_the_model_tokenizers() -> None:
+    """A chunk's count is its prefix's plus its pieces' (no second tokenizer pass over the note):
+    exact, because the model's pre-tokenizer splits at whitespace and pieces are joined by line
+    breaks. Checked with the real tokenizer on text that splits lines, words and scripts."""
+    model = load_model(load_config(env={}))
+    long_line = " ".join(f"Wort{i} über Straße, naïve café." for i in range(300))
+    text = (
+        "---\ntitle: Mixed\ndescription: A note to count.\n---\n# Top\n\n"
+        + "\n\n".join(
+            f"## Part {i}\n\nParagraph {i}: the quick brown fox, état, 東京都, Кириллица, عربى."
+            for i in range(12)
+        )
+        + f"\n\n{long_line}\n\n```python\nprint('x' * 10)  # code\n```\n\n"
+        + "| a | b |\n| --- | --- |\n| 1 | 2 |\n\n"
+        + "x" * 500
+        + "\n\n"
+        + "https://example.com/"
+        + "a1" * 80
+        + "\n"
+    )
+    note = chunk_note(text, title="Mixed", count_tokens=model.count_tokens, max_tokens=64)
+    assert len(note.chunks) > 10
+    real = model.count_tokens([c.embed_text for c in note.chunks])
+    assert [c.tokens for c in note.chunks] == real
+    assert max(real) <= 64

@@ -73,10 +73,15 @@ def test_off_topic_messages_stay_empty(running: DaemonProcess) -> None:
 def test_a_named_identifier_is_recalled(running: DaemonProcess) -> None:
     """A message naming a ticket the notes know injects that note, whatever the model makes of
     the number (search.rareTerm*); a ticket the notes do not know injects nothing."""
-    r = running.call("recall", {"message": "what did we decide about OPS-4821", "preview": True}, agent="claude")
+    r = running.call(
+        "recall", {"message": "what did we decide about OPS-4821", "preview": True}, agent="claude"
+    )
     assert r["analysis"]["rareWords"] == ["4821"]
     assert r["hits"][0]["reference"] == "vault/Disks" and "[vault] vault/Disks" in r["context"]
-    assert running.call("recall", {"message": "what did we decide about OPS-9377"}, agent="claude")["context"] == ""
+    assert (
+        running.call("recall", {"message": "what did we decide about OPS-9377"}, agent="claude")["context"]
+        == ""
+    )
 
 
 def test_follow_up_uses_the_history(running: DaemonProcess) -> None:
