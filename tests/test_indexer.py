@@ -638,23 +638,6 @@ def test_vector_table_is_compacted_once_writes_pause(harness: Harness, vault: Pa
     assert _search(harness, "burst of writes number 4")[0]["reference"] == "vault/Burst 4"
 
 
-def test_a_fragmented_table_is_compacted_after_a_restart(harness: Harness, vault: Path) -> None:
-    """A daemon stopped within the quiet minute leaves its burst's fragments; the next start
-    compacts them at its first idle moment instead of waiting for the hourly optimize."""
-    from sidecar.indexer import open_vectors
-
-    harness.sweep()
-    for i in range(10):
-        write(vault / f"Burst {i}.md", f"# Burst {i}\n\nNote number {i} of a burst of writes.\n")
-        harness.indexer.index_now(Root("vault", vault), vault / f"Burst {i}.md")
-    model = FakeEmbedder()
-    again = open_vectors(harness.cfg, model.model_id, model.dim, model.pooling)
-    assert again.compact_if_quiet(60.0)  # nothing written by this process, yet fragmented
-    assert again._table.stats()["fragment_stats"]["num_fragments"] == 1
-    third = open_vectors(harness.cfg, model.model_id, model.dim, model.pooling)
-    assert not third.compact_if_quiet(60.0)  # compact already: nothing to do
-
-
 def test_schema_2_manifest_gains_text_hashes_and_keeps_vectors(make_cfg: Any, vault: Path) -> None:
     """An index written before text de-duplication opens, gets its hashes and embeds nothing again."""
     import sqlite3

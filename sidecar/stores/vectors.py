@@ -28,7 +28,6 @@ log = logging.getLogger(__name__)
 # Without compaction, thousands of small updates leave thousands of fragments and queries slow
 # down tenfold (FIELD-NOTES): compact after this many writes.
 OPTIMIZE_EVERY = 100
-FRAGMENTS_AT_OPEN = 8  # more than this in a table being opened: compact when idle
 # Old versions are dropped by optimize; a short grace keeps LanceDB from warning that a reader of
 # an older version could fail (this process is the only reader, but the margin costs nothing).
 _KEEP_VERSIONS = timedelta(seconds=30)
@@ -128,12 +127,6 @@ class VectorStore:
                 self._check_schema()
                 # Probes and re-ranking apply from the first search, not from the first idle tick.
                 self.indexed = self._ann_type in self._index_kinds()
-                # A table left fragmented (the daemon stopped within a minute of a write burst:
-                # 372 data files, 2.5x its size, after a 10k backfill) is compacted at the first
-                # idle moment rather than at the next scheduled optimize.
-                stats: Any = self._table.stats()  # a dict at runtime, typed as a class
-                if stats["fragment_stats"]["num_fragments"] > FRAGMENTS_AT_OPEN:
-                    self._writes = 1
             else:
                 self._table = self._db.create_table(self.name, schema=self.schema)
                 self.created = True
