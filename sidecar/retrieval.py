@@ -356,14 +356,16 @@ class Retriever:
         r = self._rank(req, qa, bm if qa.content_words else [], vec_lists, weight=weight, rare=rare)
         views = r.views
         floor = max(req.min_score, rc.score_floor)
-        # The similarity gate keeps small talk out; a chunk holding a rare word of the message
-        # (a ticket number, a host name) was named, not guessed, and passes it.
+        # The similarity gate keeps small talk out; a chunk holding a rare code of the message (a
+        # ticket number, a host name: a rare word with a digit) was named, not guessed, and passes
+        # it. Rare plain words do not ("haiku", "Danke" found a page each in the help vault).
+        named = any(any(ch.isdigit() for ch in w) for w in rare)
         kept = [
             s
             for s in r.ranked
             if s.score >= floor
             and (
-                "rareTerm" in s.boosts
+                (named and "rareTerm" in s.boosts)
                 or (s.candidate.vec is not None and s.candidate.vec >= rc.min_similarity)
                 or (s.candidate.vec is None and degraded is not None)
             )
