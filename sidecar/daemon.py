@@ -340,7 +340,7 @@ class Daemon:
 
     def _repair_keyword_index(self, indexer: Indexer) -> None:
         """Searches found the BM25 index damaged: rebuild it in place (at most once a minute)."""
-        failing = next((p for p in indexer.stores.problems.active() if p["area"] == "keyword_search"), None)
+        failing = indexer.stores.problems.active_in("keyword_search")
         if failing is None or time.monotonic() - self._bm25_repaired < 60:
             return
         self._bm25_repaired = time.monotonic()
@@ -352,7 +352,7 @@ class Daemon:
     def _repair_vector_table(self, indexer: Indexer) -> None:
         """Vector searches keep failing with a working model: check the table, replace it if it
         cannot be read (at most every ten minutes: the check reads every vector)."""
-        failing = next((p for p in indexer.stores.problems.active() if p["area"] == "vector_search"), None)
+        failing = indexer.stores.problems.active_in("vector_search")
         if (
             failing is None
             or failing["count"] < VECTOR_REPAIR_AFTER_FAILURES

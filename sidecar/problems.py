@@ -53,6 +53,12 @@ class Problems:
         with self._lock:
             return [dict(v) for v in self._active.values()]
 
+    def active_in(self, area: str) -> dict[str, Any] | None:
+        """The active problem of ``area`` (a copy), or None."""
+        with self._lock:
+            item = self._active.get(area)
+            return dict(item) if item is not None else None
+
     def describe(self) -> dict[str, Any]:
         with self._lock:
             return {

@@ -105,6 +105,11 @@ class Retriever:
             weight = min(weight, cfg.rare_term_vector_weight)
         return weight
 
+    def _plan(self, qa: QueryAnalysis) -> tuple[tuple[str, ...], float]:
+        """The query's rare words and the vector share they lead to."""
+        rare = self.rare_words(qa)
+        return rare, self.vector_weight(qa, rare)
+
     def rare_words(self, qa: QueryAnalysis) -> tuple[str, ...]:
         """Content words the model splits into word pieces and few chunks contain: names, codes,
         identifiers. The vector arm is blind to them (a made-up token still has nearest
@@ -253,8 +258,7 @@ class Retriever:
         text, inline = split_filters(req.query)
         req = _with_filters(req, inline)
         qa = analyze(text)
-        rare = self.rare_words(qa)
-        weight = self.vector_weight(qa, rare)
+        rare, weight = self._plan(qa)
         bm, vec_lists, degraded = self._arms(req, text, qa, None, weight)
         r = self._rank(req, qa, bm, vec_lists, weight=weight, rare=rare)
         hits = [
@@ -274,8 +278,7 @@ class Retriever:
         chunks = self.stores.manifest.chunks_of(key)
         if not chunks:
             return {"indexed": False, "analysis": _analysis(qa, req.filters)}
-        rare = self.rare_words(qa)
-        weight = self.vector_weight(qa, rare)
+        rare, weight = self._plan(qa)
         bm, vec_lists, degraded = self._arms(req, text, qa, None, weight)
         r = self._rank(req, qa, bm, vec_lists, weight=weight, rare=rare)
         ids = [c.chunk_id for c in chunks]
@@ -350,8 +353,7 @@ class Retriever:
         if not qa.content_words and not turns:
             return SearchResult([], None, _analysis(qa, req.filters)), ""
         vectors = self._recall_vectors(text, qa, turns)
-        rare = self.rare_words(qa)
-        weight = self.vector_weight(qa, rare)
+        rare, weight = self._plan(qa)
         bm, vec_lists, degraded = self._arms(req, text, qa, vectors, weight)
         r = self._rank(req, qa, bm if qa.content_words else [], vec_lists, weight=weight, rare=rare)
         views = r.views

@@ -546,7 +546,7 @@ def test_unreadable_vector_table_is_replaced_while_running(harness: Harness) -> 
     assert store is not None and store.count() == expected
     again = r.search(SearchRequest("spark plugs", 5, 0.0))
     assert again.degraded is None and again.hits[0]["vecScore"] is not None
-    assert not [p for p in harness.stores.problems.active() if p["area"] == "vector_search"]
+    assert harness.stores.problems.active_in("vector_search") is None
 
 
 def test_readable_vector_table_is_kept_by_the_repair(harness: Harness) -> None:
