@@ -131,7 +131,24 @@ class SourceBoosts:
 @dataclass(frozen=True)
 class SearchConfig:
     limit: int = _opt(10, "Hits returned when a request names no limit.", min=1, max=200)
-    min_score: float = _opt(0.0, "Hits scoring below this are dropped.", min=0.0)
+    min_score: float = _opt(
+        0.0, "Hits whose relevance (0 unrelated .. 1 a clear match) is below this are dropped.", min=0.0
+    )
+    fusion: str = _opt(
+        "calibrated",
+        "How the two arms are put on one scale before the weighted sum: calibrated (raw cosine and "
+        "BM25 on absolute scales), rrf (ranks only) or minmax (each arm's best 1, worst 0).",
+        choices=("calibrated", "rrf", "minmax"),
+    )
+    cosine_floor: float | None = _opt(
+        None, "Cosine that counts as unrelated (relevance 0); default: the model's own.", min=-1.0, max=1.0
+    )
+    cosine_full: float | None = _opt(
+        None,
+        "Cosine that counts as a clear match (relevance 1); default: the model's own.",
+        min=-1.0,
+        max=1.0,
+    )
     candidates: int = _opt(60, "Candidates each arm fetches before fusion (at least 3x limit).", min=10)
     vector_weight: float = _opt(0.7, "Share of the vector arm in the fused score.", min=0.0, max=1.0)
     short_query_bm25_weight: float = _opt(
@@ -213,6 +230,9 @@ class RecallConfig:
     )
     history_turns: int = _opt(3, "Previous turns blended into the query vector.", min=0, max=20)
     history_head_chars: int = _opt(400, "Only the head of each previous turn is embedded.", min=20)
+    history_words: int = _opt(
+        24, "Most content words of the previous turns added to the keyword query (newest first).", min=0
+    )
     history_weight_none: float = _opt(
         0.7, "History share of the query vector for a message without content words.", min=0.0, max=1.0
     )

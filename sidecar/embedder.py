@@ -308,3 +308,20 @@ class EmbedderSlot:
                 if model is None
                 else ("int8" if getattr(model, "prepared", None) else "float32"),
             }
+
+
+# Cosine of unrelated text and of a clear match, per model (measured on the labeled sets, see
+# BENCHMARKS.md): the vector arm's raw scores mean different things for different models.
+COSINE_RANGES = {
+    "all-MiniLM-L6-v2": (0.10, 0.65),
+    "multilingual-e5-small": (0.76, 0.90),
+}
+DEFAULT_COSINE_RANGE = (0.10, 0.65)
+
+
+def cosine_range(model: Embedder | None, search: Any) -> tuple[float, float]:
+    """The vector arm's (unrelated, clear match) cosines: configured, else the model's own."""
+    if search.cosine_floor is not None and search.cosine_full is not None:
+        return float(search.cosine_floor), float(search.cosine_full)
+    name = model.model_id.split("@", 1)[0] if model is not None else ""
+    return COSINE_RANGES.get(name, DEFAULT_COSINE_RANGE)

@@ -1,12 +1,12 @@
-"""Fusion (pure): normalise each arm on its own, weigh, boost by source and name, demote logs,
-add page support, fold contained chunks, cap hits per note.
+"""Fusion (pure): put each arm on one scale, weigh, boost by source and name, demote logs, damp
+hub pages, add page support, fold contained chunks, cap hits per note.
 
 Imports nothing but the standard library, so every rule is testable in microseconds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 
@@ -29,11 +29,36 @@ class Candidate:
 @dataclass(frozen=True)
 class Scored:
     candidate: Candidate
-    score: float
-    vec_norm: float
+    score: float  # the ranking score: fused, times every boost
+    vec_norm: float  # each arm's share before weighting, as the fusion method scaled it
     bm25_norm: float
     boosts: Mapping[str, float] = field(default_factory=dict)
     folded: tuple[str, ...] = ()  # chunk ids folded into this hit
+    relevance: float = 0.0  # calibrated, before boosts: 0 unrelated ... 1 a clear match
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Where each arm's raw score means "unrelated" and "a clear match", so both arms land on one
+    absolute [0, 1] scale. Cosine ranges differ by model (an e5 model puts unrelated text near
+    0.75, MiniLM near 0.05), so they come with the model; BM25 is divided by the query's
+    ``ideal`` score (``Bm25Index.ideal_score``)."""
+
+    cosine_floor: float = 0.1
+    cosine_full: float = 0.6
+    bm25_ideal: float = 0.0  # 0: unknown, the arm's best candidate stands in
+
+    def vec(self, cosine: float) -> float:
+        span = max(self.cosine_full - self.cosine_floor, 1e-6)
+        return min(1.0, max(0.0, (cosine - self.cosine_floor) / span))
+
+    def bm25(self, score: float, best: float) -> float:
+        ideal = self.bm25_ideal if self.bm25_ideal > 0 else best
+        return min(1.0, max(0.0, score / ideal)) if ideal > 0 else 0.0
+
+
+FUSIONS = ("calibrated", "rrf", "minmax")
+RRF_K = 60  # the constant of the rank-fusion paper; ranks beyond the first few weigh alike
 
 
 def minmax(scores: Mapping[str, float]) -> dict[str, float]:
@@ -47,20 +72,47 @@ def minmax(scores: Mapping[str, float]) -> dict[str, float]:
     return {k: (v - lo) / (hi - lo) for k, v in scores.items()}
 
 
+def rrf(scores: Mapping[str, float]) -> dict[str, float]:
+    """Reciprocal rank, scaled so the first gets 1: only the order of an arm counts."""
+    ranked = sorted(scores, key=lambda k: -scores[k])
+    return {k: (RRF_K + 1) / (RRF_K + 1 + i) for i, k in enumerate(ranked)}
+
+
+def _arm(method: str, scores: Mapping[str, float], calibrate: Callable[[float], float]) -> dict[str, float]:
+    if method == "minmax":
+        return minmax(scores)
+    if method == "rrf":
+        return rrf(scores)
+    return {k: calibrate(v) for k, v in scores.items()}
+
+
 def fuse(
     candidates: Sequence[Candidate],
     *,
     vector_weight: float,
     source_boosts: Mapping[str, float],
+    scale: Scale | None = None,
+    method: str = "calibrated",
 ) -> list[Scored]:
-    """Weighted sum of the normalised arms times the source boost, best first.
+    """Weighted sum of the two arms times the source boost, best first.
+
+    ``method`` scales each arm before the sum: ``calibrated`` (the raw scores on ``scale``: a
+    weak match stays weak however the other candidates score), ``rrf`` (rank only) or
+    ``minmax`` (the arm's best candidate 1, its worst 0). Whatever the method, ``relevance`` is
+    the calibrated sum without boosts: the absolute figure floors are compared with.
 
     A chunk without a vector yet is invisible to the vector arm, not dissimilar: it is scored by
     BM25 alone, as every chunk is when there is no vector arm. Otherwise a note edited a moment
     ago (or not yet reached by a cold start's backfill) loses to any note the vector arm favours.
     """
-    vec = minmax({c.chunk_id: c.vec for c in candidates if c.vec is not None})
-    bm = minmax({c.chunk_id: c.bm25 for c in candidates if c.bm25 is not None})
+    scale = scale or Scale()
+    raw_vec = {c.chunk_id: c.vec for c in candidates if c.vec is not None}
+    raw_bm = {c.chunk_id: c.bm25 for c in candidates if c.bm25 is not None}
+    best_bm = max(raw_bm.values(), default=0.0)
+    cal_vec = {k: scale.vec(v) for k, v in raw_vec.items()}
+    cal_bm = {k: scale.bm25(v, best_bm) for k, v in raw_bm.items()}
+    vec = cal_vec if method == "calibrated" else _arm(method, raw_vec, scale.vec)
+    bm = cal_bm if method == "calibrated" else _arm(method, raw_bm, lambda x: scale.bm25(x, best_bm))
     # An arm that produced nothing (no model, no matching term) gives its share to the other.
     wv = vector_weight if vec else 0.0
     wb = (1.0 - vector_weight) if bm else 0.0
@@ -70,11 +122,14 @@ def fuse(
     wv, wb = wv / total, wb / total
     out: list[Scored] = []
     for c in candidates:
-        v, b = vec.get(c.chunk_id, 0.0), bm.get(c.chunk_id, 0.0)
+        cid = c.chunk_id
+        v, b = vec.get(cid, 0.0), bm.get(cid, 0.0)
+        alone = not c.embedded and wb > 0
+        fused = b if alone else wv * v + wb * b
+        relevance = cal_bm.get(cid, 0.0) if alone else wv * cal_vec.get(cid, 0.0) + wb * cal_bm.get(cid, 0.0)
         boost = source_boosts.get(c.source, 1.0)
         boosts = {"source": boost} if boost != 1.0 else {}
-        fused = wv * v + wb * b if c.embedded or not wb else b
-        out.append(Scored(c, fused * boost, v, b, boosts))
+        out.append(Scored(c, fused * boost, v, b, boosts, relevance=relevance))
     out.sort(key=lambda s: (-s.score, s.candidate.key, s.candidate.start_line))
     return out
 
@@ -111,7 +166,12 @@ def fold(hits: Sequence[Scored], mode: str = "overlap") -> list[Scored]:
                 merged = True
                 break
             if _contains(hit.candidate, k.candidate):
-                kept[i] = replace(hit, score=k.score, folded=(*k.folded, k.candidate.chunk_id))
+                kept[i] = replace(
+                    hit,
+                    score=k.score,
+                    relevance=max(k.relevance, hit.relevance),
+                    folded=(*k.folded, k.candidate.chunk_id),
+                )
                 merged = True
                 break
         if not merged:

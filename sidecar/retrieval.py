@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from sidecar.config import RecallConfig, SearchConfig
-from sidecar.embedder import EmbedderSlot
+from sidecar.embedder import EmbedderSlot, cosine_range
 from sidecar.errors import EmbedderError, StoreError
-from sidecar.fusion import Candidate, Rules, Scored, apply_rules, cap_per_note, fold, fuse
+from sidecar.fusion import Candidate, Rules, Scale, Scored, apply_rules, cap_per_note, fold, fuse
 from sidecar.query import Filters, QueryAnalysis, analyze, is_stopword, split_filters
 from sidecar.query import fold as fold_word
 from sidecar.sources import public_reference
@@ -46,6 +46,7 @@ class Ranking:
     views: dict[str, ChunkView]
     scored: list[Scored]  # every candidate after fusion and rules, before folding
     folded: list[Scored]  # after folding, before the per-note cap
+    scale: Scale = field(default_factory=Scale)  # how raw scores became relevance
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,9 @@ class SearchResult:
 def bm25_text(qa: QueryAnalysis) -> str:
     """The words BM25 looks for: content words, or every word when the query has none."""
     return " ".join(qa.content_words or qa.words)
+
+
+BmParts = list[tuple[str, float]]  # (words, weight): the message's words, then the history's
 
 
 @functools.lru_cache(maxsize=65_536)  # titles repeat across queries; folding them was 4 ms a query
@@ -138,6 +142,8 @@ class Retriever:
         qa: QueryAnalysis,
         vectors: Sequence[np.ndarray[Any, Any]] | None,
         weight: float,
+        *,
+        parts: BmParts | None = None,
     ) -> tuple[list[tuple[str, float]], list[list[tuple[str, float]]], str | None]:
         fetch = max(self.cfg.candidates, req.limit * 3) * (4 if req.filters.active else 1)
         sources = req.sources
@@ -147,7 +153,9 @@ class Retriever:
         bm_note: str | None = None
         if weight < 1.0 or vectors is not None:
             try:
-                bm = self.stores.bm25.search(bm25_text(qa), fetch, sources, req.agent)
+                bm = self.stores.bm25.search(
+                    bm25_text(qa) if parts is None else parts, fetch, sources, req.agent
+                )
                 problems.clear("keyword_search")
             except StoreError as exc:  # a damaged keyword index: answer from vectors alone
                 log.warning("keyword_search_failed error=%s", exc)
@@ -180,12 +188,14 @@ class Retriever:
         *,
         weight: float,
         rare: Sequence[str] = (),
+        parts: BmParts | None = None,
     ) -> Ranking:
         ids = list(dict.fromkeys([c for c, _ in bm] + [c for vl in vec_lists for c, _ in vl]))
         views = {k: v for k, v in self.stores.manifest.views(ids).items() if _passes(v, req.filters)}
         cfg = self.cfg
         boosts = {"vault": cfg.boosts.vault, "wiki": cfg.boosts.wiki, "memory": cfg.boosts.memory}
         bm_scores = dict(bm)
+        scale = self._scale([(bm25_text(qa), 1.0)] if parts is None else parts)
         best: dict[str, Scored] = {}
         # Each vector query is fused with BM25 on its own; a chunk keeps its better score.
         for vec in vec_lists or [[]]:
@@ -206,7 +216,8 @@ class Retriever:
                 for cid, v in views.items()
                 if cid in vec_scores or cid in bm_scores
             ]
-            for s in fuse(cands, vector_weight=weight, source_boosts=boosts):
+            fused = fuse(cands, vector_weight=weight, source_boosts=boosts, scale=scale, method=cfg.fusion)
+            for s in fused:
                 if s.candidate.chunk_id not in best or s.score > best[s.candidate.chunk_id].score:
                     best[s.candidate.chunk_id] = s
         rules = Rules(
@@ -224,7 +235,17 @@ class Retriever:
         )
         ruled = apply_rules(list(best.values()), content, qa.chronicle, rules, rare_chunks)
         folded = fold(ruled, cfg.fold)
-        return Ranking(cap_per_note(folded, rules.max_hits_per_note), views, ruled, folded)
+        return Ranking(cap_per_note(folded, rules.max_hits_per_note), views, ruled, folded, scale)
+
+    def _scale(self, parts: BmParts) -> Scale:
+        """This query's scale: the model's cosine range, the query's ideal BM25 score."""
+        serving = self.stores.serving
+        lo, hi = cosine_range(serving.model if serving else None, self.cfg)
+        try:
+            ideal = sum(w * self.stores.bm25.ideal_score(text) for text, w in parts)
+        except StoreError:
+            ideal = 0.0
+        return Scale(lo, hi, ideal)
 
     def _bm25_or_nothing(self, text: str, limit: int, req: SearchRequest) -> list[tuple[str, float]]:
         if not text or limit <= 0:
@@ -240,6 +261,7 @@ class Retriever:
             "reference": public_reference(view.key, agent),
             "source": view.source,
             "score": round(s.score, 6),
+            "relevance": round(s.relevance, 4),
             "vecScore": None if c.vec is None else round(c.vec, 6),
             "bm25Score": None if c.bm25 is None else round(c.bm25, 6),
             "boosts": dict(s.boosts),
@@ -264,7 +286,7 @@ class Retriever:
         hits = [
             self._hit(s, r.views[s.candidate.chunk_id], req.agent)
             for s in r.ranked
-            if s.score >= req.min_score
+            if s.relevance >= req.min_score
         ]
         return SearchResult(hits[: req.limit], degraded, _analysis(qa, req.filters, rare))
 
@@ -354,8 +376,9 @@ class Retriever:
             return SearchResult([], None, _analysis(qa, req.filters)), ""
         vectors = self._recall_vectors(text, qa, turns)
         rare, weight = self._plan(qa)
-        bm, vec_lists, degraded = self._arms(req, text, qa, vectors, weight)
-        r = self._rank(req, qa, bm if qa.content_words else [], vec_lists, weight=weight, rare=rare)
+        parts = self._recall_parts(qa, turns)
+        bm, vec_lists, degraded = self._arms(req, text, qa, vectors, weight, parts=parts)
+        r = self._rank(req, qa, bm, vec_lists, weight=weight, rare=rare, parts=parts)
         views = r.views
         floor = max(req.min_score, rc.score_floor)
         # The similarity gate keeps small talk out; a chunk holding a rare code of the message (a
@@ -365,10 +388,10 @@ class Retriever:
         kept = [
             s
             for s in r.ranked
-            if s.score >= floor
+            if s.relevance >= floor
             and (
                 (named and "rareTerm" in s.boosts)
-                or (s.candidate.vec is not None and s.candidate.vec >= rc.min_similarity)
+                or (s.candidate.vec is not None and r.scale.vec(s.candidate.vec) >= rc.min_similarity)
                 or (s.candidate.vec is None and degraded is not None)
             )
         ]
@@ -376,6 +399,18 @@ class Retriever:
         analysis = {**_analysis(qa, req.filters, rare), "historyTurns": len(turns)}
         result = SearchResult(hits, degraded, analysis)
         return result, render_block(hits, rc.token_budget, count_tokens)
+
+    def _recall_parts(self, qa: QueryAnalysis, turns: list[str]) -> BmParts:
+        """BM25 words of a recall: the message's, then the history's content words at the share the
+        history has in the query vector (a follow-up without content words is all history)."""
+        rc = self.recall_cfg
+        parts: BmParts = [(bm25_text(qa), 1.0)] if qa.content_words else []
+        words = [w for t in reversed(turns) for w in analyze(t).content_words]
+        history = " ".join(list(dict.fromkeys(w.lower() for w in words))[: rc.history_words])
+        if history:
+            weight = (rc.history_weight_none, rc.history_weight_short, rc.history_weight_long)[qa.word_class]
+            parts.append((history, 1.0 if not parts else weight))
+        return parts
 
     def _recall_vectors(
         self, text: str, qa: QueryAnalysis, turns: list[str]
@@ -388,7 +423,9 @@ class Retriever:
         message = model.embed_query(text) if qa.words else None
         if not turns:
             return [message] if message is not None else None
-        history = np.mean(model.embed_passages(turns), axis=0)
+        # Turns are what someone said, like the message: embedded as queries (e5 models tell the two
+        # apart by prefix), newest last.
+        history = np.mean([model.embed_query(t) for t in turns], axis=0)
         weight = (rc.history_weight_none, rc.history_weight_short, rc.history_weight_long)[qa.word_class]
         blended = history if message is None else (1 - weight) * message + weight * history
         blended = blended / max(float(np.linalg.norm(blended)), 1e-12)

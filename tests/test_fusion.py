@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sidecar.fusion import Candidate, Rules, Scored, apply_rules, cap_per_note, fold, fuse, minmax
+from sidecar.fusion import Candidate, Rules, Scale, Scored, apply_rules, cap_per_note, fold, fuse, minmax, rrf
 from sidecar.query import analyze, split_filters
 
 
@@ -13,14 +13,51 @@ def test_minmax_scales_each_arm() -> None:
     assert minmax({}) == {}
 
 
+def test_rrf_scores_ranks_only() -> None:
+    """Rank fusion gives the first 1 and the rest 61/(61+i), whatever the raw gaps."""
+    assert rrf({"a": 0.9, "b": 0.1, "c": 0.5}) == {"a": 1.0, "c": 61 / 62, "b": 61 / 63}
+
+
+def test_calibrated_fusion_keeps_absolute_evidence() -> None:
+    """Calibrated: raw cosine and BM25 on fixed scales, so a weak best candidate stays weak and a
+    chunk without any keyword match gains nothing from the BM25 arm (min-max made it 1 and 0)."""
+    scale = Scale(cosine_floor=0.2, cosine_full=0.7, bm25_ideal=10.0)
+    cands = [
+        Candidate("weak", "vault/a", "vault", 1, 2, vec=0.3, bm25=1.0),
+        Candidate("none", "vault/b", "vault", 1, 2, vec=0.25),
+    ]
+    out = {s.candidate.chunk_id: s for s in fuse(cands, vector_weight=0.7, source_boosts={}, scale=scale)}
+    assert abs(out["weak"].relevance - (0.7 * 0.2 + 0.3 * 0.1)) < 1e-9
+    assert abs(out["none"].relevance - 0.7 * 0.1) < 1e-9
+    assert out["weak"].score == out["weak"].relevance  # no boosts: score and relevance agree
+    minmaxed = {
+        s.candidate.chunk_id: s
+        for s in fuse(cands, vector_weight=0.7, source_boosts={}, scale=scale, method="minmax")
+    }
+    assert minmaxed["weak"].score == 1.0  # the arm's best, however weak
+    assert minmaxed["weak"].relevance == out["weak"].relevance  # relevance is calibrated always
+
+
+def test_relevance_ignores_boosts_and_clips() -> None:
+    """Boosts move the ranking score, not the relevance; arm scores above a clear match clip at 1."""
+    scale = Scale(cosine_floor=0.0, cosine_full=0.5, bm25_ideal=2.0)
+    [hit] = fuse(
+        [Candidate("w", "wiki/a", "wiki", 1, 1, vec=0.9, bm25=9.0)],
+        vector_weight=0.7,
+        source_boosts={"wiki": 1.4},
+        scale=scale,
+    )
+    assert hit.relevance == 1.0 and abs(hit.score - 1.4) < 1e-9
+
+
 def test_weighted_sum_and_source_boost() -> None:
-    """0.7 vector + 0.3 BM25, then the source factor; the boost is reported."""
+    """0.7 vector + 0.3 BM25 (min-max), then the source factor; the boost is reported."""
     cands = [
         Candidate("v1", "vault/a", "vault", 1, 2, vec=0.9, bm25=1.0),
         Candidate("w1", "wiki/b", "wiki", 1, 2, vec=0.8, bm25=3.0),
         Candidate("v2", "vault/c", "vault", 1, 2, vec=0.7, bm25=2.0),
     ]
-    out = fuse(cands, vector_weight=0.7, source_boosts={"vault": 0.65, "wiki": 1.4})
+    out = fuse(cands, vector_weight=0.7, source_boosts={"vault": 0.65, "wiki": 1.4}, method="minmax")
     scores = {s.candidate.chunk_id: s for s in out}
     assert abs(scores["w1"].score - (0.7 * 0.5 + 0.3 * 1.0) * 1.4) < 1e-9
     assert abs(scores["v1"].score - 0.7 * 1.0 * 0.65) < 1e-9
@@ -31,7 +68,12 @@ def test_weighted_sum_and_source_boost() -> None:
 def test_missing_arm_gives_its_share_to_the_other() -> None:
     """Without vectors (BM25-only), BM25 carries the whole score."""
     out = fuse([Candidate("a", "vault/a", "vault", 1, 1, bm25=2.0)], vector_weight=0.7, source_boosts={})
-    assert out[0].score == 1.0
+    assert out[0].score == 1.0  # no ideal known: the best BM25 candidate stands in
+    scale = Scale(bm25_ideal=4.0)
+    out = fuse(
+        [Candidate("a", "vault/a", "vault", 1, 1, bm25=2.0)], vector_weight=0.7, source_boosts={}, scale=scale
+    )
+    assert out[0].score == 0.5
 
 
 def test_chunk_without_a_vector_is_scored_by_bm25_alone() -> None:
@@ -41,11 +83,14 @@ def test_chunk_without_a_vector_is_scored_by_bm25_alone() -> None:
         Candidate("other", "vault/b", "vault", 1, 1, vec=0.2, bm25=1.0),
         Candidate("new", "vault/c", "vault", 1, 1, bm25=3.0, embedded=False),
     ]
-    scores = {s.candidate.chunk_id: s.score for s in fuse(cands, vector_weight=0.7, source_boosts={})}
+    scores = {
+        s.candidate.chunk_id: s.score
+        for s in fuse(cands, vector_weight=0.7, source_boosts={}, method="minmax")
+    }
     assert scores == {"new": 1.0, "fav": 0.7, "other": 0.0}
     # Embedded but outside the vector candidates: the vector arm has judged it, so it keeps 0 there.
     cands[2] = Candidate("new", "vault/c", "vault", 1, 1, bm25=3.0)
-    assert fuse(cands, vector_weight=0.7, source_boosts={})[0].candidate.chunk_id == "fav"
+    assert fuse(cands, vector_weight=0.7, source_boosts={}, method="minmax")[0].candidate.chunk_id == "fav"
 
 
 def test_fold_contained_chunk_into_wider_hit() -> None:
@@ -61,6 +106,7 @@ def test_fold_contained_chunk_into_wider_hit() -> None:
         ],
         vector_weight=1.0,
         source_boosts={},
+        method="minmax",
     )
     folded = fold(scored)
     assert [s.candidate.chunk_id for s in folded] == ["wide", "other"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import re
 import threading
 from collections.abc import Iterable, Sequence
@@ -183,7 +184,7 @@ class Bm25Index:
 
     def search(
         self,
-        text: str,
+        text: str | Sequence[tuple[str, float]],
         limit: int,
         sources: Sequence[str] | None = None,
         agent_scope: str | None = None,
@@ -192,32 +193,44 @@ class Bm25Index:
         """(chunk_id, bm25 score) for chunks matching any word of ``text``, best first (of one note
         when ``key`` is given).
 
-        The text is analysed per field (never parsed as query syntax); ``sources`` restricts to
-        those sources; ``agent_scope`` limits memory to one agent's inbox (vault and wiki stay).
+        ``text`` is a string or (text, weight) parts (a follow-up's history words count less than
+        the message's). It is analysed per field (never parsed as query syntax); ``sources``
+        restricts to those sources; ``agent_scope`` limits memory to one agent's inbox (vault and
+        wiki stay). Restrictions score nothing: a hit's score is its text's match alone, the same
+        with or without them.
         """
         schema = self.schema
+        parts = [(text, 1.0)] if isinstance(text, str) else list(text)
+        terms: dict[tuple[str, str], float] = {}
+        for part, weight in parts:
+            for f, boost in FIELD_BOOSTS.items():
+                for t in self.analyze(part, f):
+                    terms[f, t] = max(terms.get((f, t), 0.0), boost * weight)
+        if not terms:
+            return []
         should = [
             (tantivy.Occur.Should, tantivy.Query.boost_query(tantivy.Query.term_query(schema, f, t), boost))
-            for f, boost in FIELD_BOOSTS.items()
-            for t in dict.fromkeys(self.analyze(text, f))
+            for (f, t), boost in terms.items()
         ]
-        if not should:
-            return []
         clauses = [(tantivy.Occur.Must, tantivy.Query.boolean_query(should))]
+        restrict: list[tantivy.Query] = []
         if sources:
-            clauses.append(
-                (tantivy.Occur.Must, tantivy.Query.term_set_query(schema, "source", list(sources)))
-            )
+            restrict.append(tantivy.Query.term_set_query(schema, "source", list(sources)))
         if key is not None:
-            clauses.append((tantivy.Occur.Must, tantivy.Query.term_query(schema, "key", key)))
+            restrict.append(tantivy.Query.term_query(schema, "key", key))
         if agent_scope is not None:
-            scope = tantivy.Query.boolean_query(
-                [
-                    (tantivy.Occur.Should, tantivy.Query.term_set_query(schema, "source", ["vault", "wiki"])),
-                    (tantivy.Occur.Should, tantivy.Query.term_query(schema, "agent", agent_scope)),
-                ]
+            restrict.append(
+                tantivy.Query.boolean_query(
+                    [
+                        (
+                            tantivy.Occur.Should,
+                            tantivy.Query.term_set_query(schema, "source", ["vault", "wiki"]),
+                        ),
+                        (tantivy.Occur.Should, tantivy.Query.term_query(schema, "agent", agent_scope)),
+                    ]
+                )
             )
-            clauses.append((tantivy.Occur.Must, scope))
+        clauses += [(tantivy.Occur.Must, tantivy.Query.const_score_query(q, 0.0)) for q in restrict]
         query = tantivy.Query.boolean_query(clauses)
         searcher = self._searcher
         try:
@@ -228,6 +241,24 @@ class Bm25Index:
             ]
         except (ValueError, OSError, RuntimeError) as exc:  # damaged segment files
             raise StoreError(f"BM25 search failed: {exc}") from exc
+
+    def ideal_score(self, text: str) -> float:
+        """What a chunk scores that holds every word of ``text`` once, at average length, in its
+        body (each word's idf: once as written, half each for the two stemmed copies). Dividing
+        by it puts BM25 on a scale that means the same for every query: 1 is "all of it, once",
+        a match of the rarest of three words counts more than one of the commonest. Words the
+        index has never seen count fully (a query about something absent is not a good match)."""
+        searcher = self._searcher
+        n = max(int(searcher.num_docs), 1)
+        total = 0.0
+        for f in ("body", "body_en", "body_de"):
+            for t in dict.fromkeys(self.analyze(text, f)):
+                try:
+                    df = int(searcher.doc_freq(f, t))
+                except (ValueError, OSError, RuntimeError):
+                    df = 0
+                total += FIELD_BOOSTS[f] * math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+        return total
 
     def close(self) -> None:
         """Wait for background merges and release the writer lock; safe to call twice."""
