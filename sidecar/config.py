@@ -149,6 +149,13 @@ class SearchConfig:
         min=-1.0,
         max=1.0,
     )
+    hub_damping: float = _opt(
+        0.0,
+        "Share of a chunk's nearness to the centre of all vectors taken off its cosine: a chunk "
+        "about everything a little (a command list) stops topping unrelated questions. 0: off.",
+        min=0.0,
+        max=2.0,
+    )
     candidates: int = _opt(60, "Candidates each arm fetches before fusion (at least 3x limit).", min=10)
     vector_weight: float = _opt(0.7, "Share of the vector arm in the fused score.", min=0.0, max=1.0)
     short_query_bm25_weight: float = _opt(
@@ -159,6 +166,13 @@ class SearchConfig:
         "A query word the model splits into pieces (a name, code or identifier) and that at most "
         "this many chunks contain makes keywords lead (rareTermVectorWeight). 0: off.",
         min=0,
+    )
+    rare_term_share: float = _opt(
+        0.0005,
+        "In a smaller index, rare means at most this share of its chunks (at least one): in 300 "
+        "chunks nearly every word is in fewer than five.",
+        min=0.0,
+        max=1.0,
     )
     rare_term_vector_weight: float = _opt(
         0.3, "Vector share for queries with such a rare word.", min=0.0, max=1.0

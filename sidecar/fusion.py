@@ -24,6 +24,7 @@ class Candidate:
     name_words: frozenset[str] = frozenset()  # folded words of the note's file name and title
     full_names: tuple[frozenset[str], ...] = ()  # folded word sets of title and aliases
     embedded: bool = True  # False: no vector yet (just written, or the backfill has not reached it)
+    hub: float = 0.0  # how much nearer than average the chunk lies to the table's centre
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ def fuse(
     source_boosts: Mapping[str, float],
     scale: Scale | None = None,
     method: str = "calibrated",
+    hub_damping: float = 0.0,
 ) -> list[Scored]:
     """Weighted sum of the two arms times the source boost, best first.
 
@@ -101,12 +103,16 @@ def fuse(
     ``minmax`` (the arm's best candidate 1, its worst 0). Whatever the method, ``relevance`` is
     the calibrated sum without boosts: the absolute figure floors are compared with.
 
+    ``hub_damping`` takes that share of a chunk's hubness off its cosine (centring the space on
+    the table's mean, in part): a chunk about everything a little stops being every query's
+    neighbour. The change shows as the ``hub`` boost.
+
     A chunk without a vector yet is invisible to the vector arm, not dissimilar: it is scored by
     BM25 alone, as every chunk is when there is no vector arm. Otherwise a note edited a moment
     ago (or not yet reached by a cold start's backfill) loses to any note the vector arm favours.
     """
     scale = scale or Scale()
-    raw_vec = {c.chunk_id: c.vec for c in candidates if c.vec is not None}
+    raw_vec = {c.chunk_id: c.vec - hub_damping * c.hub for c in candidates if c.vec is not None}
     raw_bm = {c.chunk_id: c.bm25 for c in candidates if c.bm25 is not None}
     best_bm = max(raw_bm.values(), default=0.0)
     cal_vec = {k: scale.vec(v) for k, v in raw_vec.items()}
@@ -129,6 +135,8 @@ def fuse(
         relevance = cal_bm.get(cid, 0.0) if alone else wv * cal_vec.get(cid, 0.0) + wb * cal_bm.get(cid, 0.0)
         boost = source_boosts.get(c.source, 1.0)
         boosts = {"source": boost} if boost != 1.0 else {}
+        if hub_damping and c.hub and c.vec is not None:
+            boosts["hub"] = round(-hub_damping * c.hub, 4)
         out.append(Scored(c, fused * boost, v, b, boosts, relevance=relevance))
     out.sort(key=lambda s: (-s.score, s.candidate.key, s.candidate.start_line))
     return out

@@ -119,10 +119,10 @@ class MemoryOps:
             log.warning("duplicate_check_failed error=%s", exc)
             return None
         threshold = self.cfg.memory.write.duplicate_threshold
-        views = self.indexer.stores.manifest.views([cid for cid, sim in hits if sim >= threshold])
+        views = self.indexer.stores.manifest.views([cid for cid, sim, _ in hits if sim >= threshold])
         own = f"memory/{agent}/{slug}"
         best: dict[str, float] = {}
-        for cid, sim in hits:
+        for cid, sim, _ in hits:
             view = views.get(cid)
             if view is None or view.key == own:
                 continue

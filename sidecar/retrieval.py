@@ -118,13 +118,13 @@ class Retriever:
         """Content words the model splits into word pieces and few chunks contain: names, codes,
         identifiers. The vector arm is blind to them (a made-up token still has nearest
         neighbours) while BM25 gives them their full weight, so for such a query keywords lead."""
-        limit = self.cfg.rare_term_chunks
         serving = self.stores.serving
-        if limit <= 0 or serving is None or not qa.content_words:
+        if self.cfg.rare_term_chunks <= 0 or serving is None or not qa.content_words:
             return ()
         words = list(dict.fromkeys(qa.content_words))
         pieces = serving.model.count_tokens(words)
         try:
+            limit = self.rare_limit()
             return tuple(
                 w
                 for w, n in zip(words, pieces, strict=True)
@@ -132,6 +132,11 @@ class Retriever:
             )
         except (ValueError, OSError, RuntimeError):  # a damaged index: the search reports it
             return ()
+
+    def rare_limit(self) -> int:
+        """How many chunks may hold a word that still counts as rare (relative in a small index)."""
+        share = int(self.stores.bm25.num_docs() * self.cfg.rare_term_share)
+        return min(self.cfg.rare_term_chunks, max(1, share))
 
     # --- the arms -----------------------------------------------------------------------------
 
@@ -144,7 +149,7 @@ class Retriever:
         weight: float,
         *,
         parts: BmParts | None = None,
-    ) -> tuple[list[tuple[str, float]], list[list[tuple[str, float]]], str | None]:
+    ) -> tuple[list[tuple[str, float]], list[list[tuple[str, float, float]]], str | None]:
         fetch = max(self.cfg.candidates, req.limit * 3) * (4 if req.filters.active else 1)
         sources = req.sources
         # An arm with no share in the fused score is not run at all (recall always blends vectors).
@@ -184,13 +189,13 @@ class Retriever:
         req: SearchRequest,
         qa: QueryAnalysis,
         bm: list[tuple[str, float]],
-        vec_lists: list[list[tuple[str, float]]],
+        vec_lists: list[list[tuple[str, float, float]]],
         *,
         weight: float,
         rare: Sequence[str] = (),
         parts: BmParts | None = None,
     ) -> Ranking:
-        ids = list(dict.fromkeys([c for c, _ in bm] + [c for vl in vec_lists for c, _ in vl]))
+        ids = list(dict.fromkeys([c for c, _ in bm] + [c for vl in vec_lists for c, _, _ in vl]))
         views = {k: v for k, v in self.stores.manifest.views(ids).items() if _passes(v, req.filters)}
         cfg = self.cfg
         boosts = {"vault": cfg.boosts.vault, "wiki": cfg.boosts.wiki, "memory": cfg.boosts.memory}
@@ -199,7 +204,8 @@ class Retriever:
         best: dict[str, Scored] = {}
         # Each vector query is fused with BM25 on its own; a chunk keeps its better score.
         for vec in vec_lists or [[]]:
-            vec_scores = dict(vec)
+            vec_scores = {cid: cos for cid, cos, _ in vec}
+            hubs = {cid: hub for cid, _, hub in vec}
             cands = [
                 Candidate(
                     cid,
@@ -212,11 +218,19 @@ class Retriever:
                     _words(v.key.rsplit("/", 1)[-1] + " " + v.title),
                     tuple(w for w in (_words(v.title), *(_words(a) for a in v.aliases)) if w),
                     v.has_vector,
+                    hubs.get(cid, 0.0),
                 )
                 for cid, v in views.items()
                 if cid in vec_scores or cid in bm_scores
             ]
-            fused = fuse(cands, vector_weight=weight, source_boosts=boosts, scale=scale, method=cfg.fusion)
+            fused = fuse(
+                cands,
+                vector_weight=weight,
+                source_boosts=boosts,
+                scale=scale,
+                method=cfg.fusion,
+                hub_damping=cfg.hub_damping,
+            )
             for s in fused:
                 if s.candidate.chunk_id not in best or s.score > best[s.candidate.chunk_id].score:
                     best[s.candidate.chunk_id] = s
@@ -231,7 +245,7 @@ class Retriever:
         )
         content = frozenset(fold_word(w) for w in qa.content_words)
         rare_chunks = frozenset(
-            cid for cid, _ in self._bm25_or_nothing(" ".join(rare), 4 * cfg.rare_term_chunks * len(rare), req)
+            cid for cid, _ in self._bm25_or_nothing(" ".join(rare), 4 * self.rare_limit() * len(rare), req)
         )
         ruled = apply_rules(list(best.values()), content, qa.chronicle, rules, rare_chunks)
         folded = fold(ruled, cfg.fold)

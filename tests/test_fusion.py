@@ -231,3 +231,18 @@ def test_fold_modes() -> None:
     hits = [_scored("a", "vault/n", 0.9, (1, 10)), _scored("b", "vault/n", 0.5, (8, 20))]
     assert [s.candidate.chunk_id for s in fold(hits, "overlap")] == ["a"]
     assert len(fold(hits, "contained")) == 2 and len(fold(hits, "off")) == 2
+
+
+def test_hub_damping_discounts_chunks_near_the_centre() -> None:
+    """A chunk near the centre of all vectors (about everything a little) loses that share of its
+    hubness; a chunk off the centre gains; the change is reported as the hub boost."""
+    cands = [
+        Candidate("hub", "vault/commands", "vault", 1, 9, vec=0.82, hub=0.06),
+        Candidate("page", "vault/ip", "vault", 1, 9, vec=0.80, hub=-0.02),
+    ]
+    scale = Scale(cosine_floor=0.7, cosine_full=0.9)
+    plain = fuse(cands, vector_weight=1.0, source_boosts={}, scale=scale)
+    assert plain[0].candidate.chunk_id == "hub" and "hub" not in plain[0].boosts
+    damped = fuse(cands, vector_weight=1.0, source_boosts={}, scale=scale, hub_damping=0.5)
+    assert [s.candidate.chunk_id for s in damped] == ["page", "hub"]
+    assert damped[1].boosts["hub"] == -0.03 and damped[0].boosts["hub"] == 0.01

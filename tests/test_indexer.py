@@ -739,7 +739,7 @@ def test_writes_do_not_wait_for_an_index_build(make_cfg: Any, tmp_path: Path) ->
         builder.join(60)
         assert store.indexed
         assert {str(i.index_type) for i in store._table.list_indices()} == {"IvfPq"}
-        hits = [cid for cid, _ in store.search(fake.embed_query("zebra quokka late"), 5)]
+        hits = [cid for cid, _, _ in store.search(fake.embed_query("zebra quokka late"), 5)]
         assert hits[0] == "late#0"
         ids = store.ids()
         assert "late#0" in ids and not ids & set(gone)

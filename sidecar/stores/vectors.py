@@ -52,6 +52,10 @@ ANN_KINDS: dict[str, tuple[str, Any, int | None]] = {
 # latency unchanged (13.0 ms p50). The index cache needs ~13 MB at 94 k vectors with IVF_PQ.
 INDEX_CACHE = 256 << 20
 METADATA_CACHE = 16 << 20
+# The table's centre (for hubness) from this many sampled rows (~1.5 MB at 384 dims), and not
+# below this many rows: a handful of notes has no meaningful centre.
+CENTROID_SAMPLE = 4096
+CENTROID_MIN_ROWS = 200
 
 
 def _sub_vectors(dim: int) -> int:
@@ -105,6 +109,7 @@ class VectorStore:
         self._last_write = 0.0  # monotonic
         self._building = False  # an index build runs outside the lock; compaction waits for it
         self._child: subprocess.Popen[str] | None = None
+        self._centroid: tuple[int, np.ndarray[Any, Any] | None] = (-1, None)  # (row count, mean)
         self.schema = pa.schema(
             [
                 pa.field("chunk_id", pa.string()),
@@ -243,13 +248,18 @@ class VectorStore:
         limit: int,
         sources: Sequence[str] | None = None,
         agent_scope: str | None = None,
-    ) -> list[tuple[str, float]]:
-        """(chunk_id, cosine similarity), best first; same filters as the BM25 arm."""
+    ) -> list[tuple[str, float, float]]:
+        """(chunk_id, cosine similarity, hubness), best first; same filters as the BM25 arm.
+
+        Hubness is how much closer than average a chunk lies to the centre of the whole table
+        (``centroid``): a chunk about everything a little (a command list, an index page) is near
+        every query, and ranking can discount it. 0 while the table is too small to tell."""
         filters = []
         if sources:
             filters.append(_in_list("source", list(sources)))
         if agent_scope is not None:
             filters.append(f"(source IN ('vault', 'wiki') OR agent = {_quote(agent_scope)})")
+        centre = self.centroid()
         # lancedb types search() as the base builder; with a vector it is a vector query.
         query: Any = self._table.search(vector.astype(np.float32))
         query = query.distance_type("cosine").limit(limit)
@@ -257,13 +267,37 @@ class VectorStore:
             query = query.nprobes(self.nprobes)
             if self._refine:
                 query = query.refine_factor(self._refine)
-        query = query.select(["chunk_id", "_distance"])
+        query = query.select(["chunk_id", "_distance"] + (["vector"] if centre is not None else []))
         if filters:
             query = query.where(" AND ".join(filters), prefilter=True)
         table = self._wrap("search", query.to_arrow)
         ids = table.column("chunk_id").to_pylist()
         dists = table.column("_distance").to_pylist()
-        return [(i, 1.0 - float(d)) for i, d in zip(ids, dists, strict=True)]
+        hubs = [0.0] * len(ids)
+        if centre is not None and ids:
+            flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+            rows = np.asarray(flat, dtype=np.float32).reshape(-1, self.dim)
+            hubs = (rows @ centre - float(centre @ centre)).tolist()
+        return [(i, 1.0 - float(d), float(h)) for i, d, h in zip(ids, dists, hubs, strict=True)]
+
+    def centroid(self) -> np.ndarray[Any, Any] | None:
+        """Mean of (a sample of) the stored vectors, kept until the table grew or shrank by a
+        tenth; None below ``CENTROID_MIN_ROWS`` rows, where a mean says little."""
+        count = self.count()
+        known, centre = self._centroid
+        if count < CENTROID_MIN_ROWS:
+            return None
+        if centre is not None and abs(count - known) <= known // 10:
+            return centre
+        take = np.random.default_rng(count).choice(count, min(count, CENTROID_SAMPLE), replace=False)
+        table = self._wrap(
+            "sample", lambda: self._table.take_offsets(sorted(take.tolist())).select(["vector"]).to_arrow()
+        )
+        flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        rows = np.asarray(flat, dtype=np.float32).reshape(-1, self.dim)
+        centre = rows.mean(axis=0) if len(rows) else None
+        self._centroid = (count, centre)
+        return centre
 
     def tune(self, ann_kind: str, nprobes: int, ann_threshold: int) -> None:
         """Apply reloaded search settings; another kind is built by the next ``ensure_ann``."""
