@@ -14,7 +14,8 @@ BEIR documents become notes ``<id>.md`` (title as heading, text as body) in a te
 a hit's reference names the document. Arms are switched with the ``reload`` op (search.vectorWeight
 1.0 / 0.0), so all three runs share one index. Question files are JSONL: ``{"q": ..., "expected":
 ["vault/..."], "context": [previous turns]}``; with ``context`` the ``recall`` op is used. Optional
-``kind``, ``lang`` and ``hub`` fields group the figures (hit@1, hit@5, MRR@10 per group). ``--vault`` is
+``kind``, ``lang`` and ``hub`` fields group the figures (hit@1, hit@5, MRR@10 per group); ``tempting``
+names wrong pages (long hubs) whose rank in the top 3 above every expected page is counted. ``--vault`` is
 repeatable as ``name=DIR[:sub1,sub2]``: each folder (or the listed subfolders of it) is copied under
 ``name/`` of one temporary vault, so references read ``vault/name/...``. Every expected reference is checked
 against the vault's files before the daemon starts.
@@ -146,6 +147,22 @@ def summarise_groups(
     return out
 
 
+def tempting_share(
+    rankings: dict[str, list[str]], qrels: dict[str, dict[str, int]], tempting: dict[str, set[str]]
+) -> float:
+    """Share of queries with a known tempting wrong page (a long hub) that rank one in their top 3
+    above every expected page."""
+    hits = 0
+    for qid, wrong in tempting.items():
+        for ref in rankings.get(qid, [])[:3]:
+            if qrels[qid].get(ref, 0) > 0:
+                break
+            if ref in wrong:
+                hits += 1
+                break
+    return round(hits / max(1, len(tempting)), 4)
+
+
 def build_vault(specs: Sequence[str], subset: str, work: Path, copy: bool = False) -> Path:
     """The vault of a run. One plain folder is used in place (copied when ``copy``, or only its
     ``subset`` folders); ``name=DIR[:sub1,sub2]`` specs are copied each under ``name/`` of one vault."""
@@ -174,7 +191,7 @@ def missing_references(rows: list[dict[str, Any]], vault: Path) -> list[str]:
     """Expected references (``vault/<path>`` without ``.md``) that name no note of the vault."""
     missing = []
     for i, row in enumerate(rows, 1):
-        for ref in row["expected"]:
+        for ref in [*row["expected"], *row.get("tempting", [])]:
             rel = ref.removeprefix("vault/")
             if not ref.startswith("vault/") or not (vault / f"{rel}.md").is_file():
                 missing.append(f"line {i}: {ref}")
@@ -190,6 +207,7 @@ def evaluate(
     sweeps: Sequence[str] = (),
     base: str = "",
     groups: dict[str, list[str]] | None = None,
+    tempting: dict[str, set[str]] | None = None,
 ) -> dict[str, Any]:
     config = work / "sidecar.yaml"
     config.write_text(base + ARMS["hybrid"])
@@ -210,6 +228,8 @@ def evaluate(
             out[arm] = summarise(res["rankings"], qrels, res["latency"])
             if groups:
                 out[arm]["groups"] = summarise_groups(res["rankings"], qrels, groups)
+            if tempting:
+                out[arm]["tempting_in_top3"] = tempting_share(res["rankings"], qrels, tempting)
             print(arm, json.dumps(out[arm]), file=sys.stderr)
         return out
     finally:
@@ -261,7 +281,8 @@ def cmd_questions(args: argparse.Namespace) -> dict[str, Any]:
     if args.check:
         shutil.rmtree(work)
         return {"questions": str(args.file), "vault": args.vault, "checked": len(rows), "missing": 0}
-    result = evaluate(vault, work, qs, qrels, None, args.sweep, _base(args), groups or None)
+    tempting = {str(i): set(r["tempting"]) for i, r in enumerate(rows) if r.get("tempting")}
+    result = evaluate(vault, work, qs, qrels, None, args.sweep, _base(args), groups or None, tempting or None)
     return {"questions": str(args.file), "vault": args.vault, "subset": args.subset, **result}
 
 
