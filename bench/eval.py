@@ -18,7 +18,8 @@ a hit's reference names the document. Arms are switched with the ``reload`` op (
 names wrong pages (long hubs) whose rank in the top 3 above every expected page is counted. ``--vault`` is
 repeatable as ``name=DIR[:sub1,sub2]``: each folder (or the listed subfolders of it) is copied under
 ``name/`` of one temporary vault, so references read ``vault/name/...``. Every expected reference is checked
-against the vault's files before the daemon starts.
+against the vault's files before the daemon starts; ``--offtopic FILE`` also runs the off-topic
+messages on the same index (one index for both on a large vault).
 """
 
 from __future__ import annotations
@@ -208,6 +209,7 @@ def evaluate(
     base: str = "",
     groups: dict[str, list[str]] | None = None,
     tempting: dict[str, set[str]] | None = None,
+    offtopic: Sequence[str] = (),
 ) -> dict[str, Any]:
     config = work / "sidecar.yaml"
     config.write_text(base + ARMS["hybrid"])
@@ -231,6 +233,11 @@ def evaluate(
             if tempting:
                 out[arm]["tempting_in_top3"] = tempting_share(res["rankings"], qrels, tempting)
             print(arm, json.dumps(out[arm]), file=sys.stderr)
+        if offtopic:  # the same index with the run's own settings: auto-injection should stay empty
+            config.write_text(base + ARMS["hybrid"])
+            d.call("reload")
+            out["offtopic"] = recall_offtopic(d, offtopic)
+            print("offtopic", json.dumps(out["offtopic"]), file=sys.stderr)
         return out
     finally:
         d.stop()
@@ -282,7 +289,10 @@ def cmd_questions(args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(work)
         return {"questions": str(args.file), "vault": args.vault, "checked": len(rows), "missing": 0}
     tempting = {str(i): set(r["tempting"]) for i, r in enumerate(rows) if r.get("tempting")}
-    result = evaluate(vault, work, qs, qrels, None, args.sweep, _base(args), groups or None, tempting or None)
+    offtopic = read_messages(args.offtopic) if args.offtopic else []
+    result = evaluate(
+        vault, work, qs, qrels, None, args.sweep, _base(args), groups or None, tempting or None, offtopic
+    )
     return {"questions": str(args.file), "vault": args.vault, "subset": args.subset, **result}
 
 
@@ -333,9 +343,23 @@ def cmd_identifiers(args: argparse.Namespace) -> dict[str, Any]:
     return {"vault": args.vault, "subset": args.subset, "notes": len(notes), **result}
 
 
+def read_messages(path: Path) -> list[str]:
+    return [m.strip() for m in path.read_text(encoding="utf-8").splitlines() if m.strip()]
+
+
+def recall_offtopic(d: BenchDaemon, messages: Sequence[str]) -> dict[str, Any]:
+    """How many messages get an empty auto-injection block, and what the others injected."""
+    leaked = {}
+    for m in messages:
+        r = d.call("recall", {"message": m})
+        if r["context"]:
+            leaked[m] = [h["reference"] for h in r["hits"]]
+    return {"messages": len(messages), "empty": len(messages) - len(leaked), "leaked": leaked}
+
+
 def cmd_offtopic(args: argparse.Namespace) -> dict[str, Any]:
     """How many off-topic messages get an empty auto-injection block."""
-    messages = [m.strip() for m in args.file.read_text(encoding="utf-8").splitlines() if m.strip()]
+    messages = read_messages(args.file)
     work = Path(tempfile.mkdtemp(prefix="sidecar-eval-"))
     vault = build_vault(args.vault, args.subset, work)
     config = work / "sidecar.yaml"
@@ -343,12 +367,7 @@ def cmd_offtopic(args: argparse.Namespace) -> dict[str, Any]:
     d = BenchDaemon(vault, work / "home", args=["--config", str(config)])
     try:
         d.wait_ready(verbose=True, poll=5)
-        leaked = {}
-        for m in messages:
-            r = d.call("recall", {"message": m})
-            if r["context"]:
-                leaked[m] = [h["reference"] for h in r["hits"]]
-        return {"messages": len(messages), "empty": len(messages) - len(leaked), "leaked": leaked}
+        return recall_offtopic(d, messages)
     finally:
         d.stop()
 
@@ -379,6 +398,9 @@ def main() -> None:
         "--subset", default="", help="comma-separated folders of the vault to copy into the test vault"
     )
     p.add_argument("--check", action="store_true", help="check the expected references and stop")
+    p.add_argument(
+        "--offtopic", type=Path, default=None, help="also run these off-topic messages on the same index"
+    )
     for p in sub.choices.values():
         p.add_argument("--out", type=Path, default=None)
         p.add_argument(
