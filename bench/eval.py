@@ -6,11 +6,20 @@ daemon, hybrid and each arm alone from the same index, with latency.
     python bench/eval.py beir ../shared/eval/xquad-en --queries ../shared/eval/xquad-de  (cross-lingual)
     python bench/eval.py questions bench/questions.jsonl --vault DIR --out bench/out/help.json
     python bench/eval.py identifiers --vault ../shared/eval/vaults/obsidian-help --subset en,de
+    python bench/eval.py questions bench/questions-de.jsonl --vault tldr=../shared/eval/vaults/tldr-pages-de \
+        --vault rustbook=../shared/eval/vaults/rustbook-de --vault help=../shared/eval/vaults/obsidian-help:de
+    python bench/eval.py questions bench/questions-de.jsonl --vault ... --check   (references only, no daemon)
 
 BEIR documents become notes ``<id>.md`` (title as heading, text as body) in a temporary vault;
 a hit's reference names the document. Arms are switched with the ``reload`` op (search.vectorWeight
 1.0 / 0.0), so all three runs share one index. Question files are JSONL: ``{"q": ..., "expected":
-["vault/..."], "context": [previous turns]}``; with ``context`` the ``recall`` op is used.
+["vault/..."], "context": [previous turns]}``; with ``context`` the ``recall`` op is used. Optional
+``kind``, ``lang`` and ``hub`` fields group the figures (hit@1, hit@5, MRR@10 per group); ``tempting``
+names wrong pages (long hubs) whose rank in the top 3 above every expected page is counted. ``--vault`` is
+repeatable as ``name=DIR[:sub1,sub2]``: each folder (or the listed subfolders of it) is copied under
+``name/`` of one temporary vault, so references read ``vault/name/...``. Every expected reference is checked
+against the vault's files before the daemon starts; ``--offtopic FILE`` also runs the off-topic
+messages on the same index (one index for both on a large vault).
 """
 
 from __future__ import annotations
@@ -126,6 +135,70 @@ def summarise(
     return out
 
 
+def summarise_groups(
+    rankings: dict[str, list[str]], qrels: dict[str, dict[str, int]], groups: dict[str, list[str]]
+) -> dict[str, dict[str, float]]:
+    """hit@1 / hit@5 / MRR@10 and the count of each group of queries (e.g. ``kind=paraphrase``)."""
+    out = {}
+    for name, qids in sorted(groups.items()):
+        per = [metrics(rankings[q], qrels[q]) for q in qids if q in rankings]
+        n = max(1, len(per))
+        out[name] = {k: round(sum(m[k] for m in per) / n, 4) for k in ("hit@1", "hit@5", "mrr@10")}
+        out[name]["queries"] = len(per)
+    return out
+
+
+def tempting_share(
+    rankings: dict[str, list[str]], qrels: dict[str, dict[str, int]], tempting: dict[str, set[str]]
+) -> float:
+    """Share of queries with a known tempting wrong page (a long hub) that rank one in their top 3
+    above every expected page."""
+    hits = 0
+    for qid, wrong in tempting.items():
+        for ref in rankings.get(qid, [])[:3]:
+            if qrels[qid].get(ref, 0) > 0:
+                break
+            if ref in wrong:
+                hits += 1
+                break
+    return round(hits / max(1, len(tempting)), 4)
+
+
+def build_vault(specs: Sequence[str], subset: str, work: Path, copy: bool = False) -> Path:
+    """The vault of a run. One plain folder is used in place (copied when ``copy``, or only its
+    ``subset`` folders); ``name=DIR[:sub1,sub2]`` specs are copied each under ``name/`` of one vault."""
+    mounts = [spec for spec in specs if "=" in spec.split("/", 1)[0]]
+    if not mounts:
+        if len(specs) != 1:
+            raise SystemExit("several --vault folders need the name=DIR form")
+        vault = Path(specs[0]).resolve()
+        if not subset and not copy:
+            return vault
+        for name in subset.split(",") if subset else ["."]:
+            shutil.copytree(vault / name, work / "vault" / name)
+        return work / "vault"
+    if len(mounts) != len(specs) or subset:
+        raise SystemExit("name=DIR[:subfolders] cannot be mixed with a plain --vault or --subset")
+    for spec in mounts:
+        name, _, rest = spec.partition("=")
+        folder, _, subs = rest.rpartition(":") if re.search(r":[^/:]+$", rest) else (rest, "", "")
+        source = Path(folder).resolve()
+        for sub in subs.split(",") if subs else ["."]:
+            shutil.copytree(source / sub, work / "vault" / name / sub)
+    return work / "vault"
+
+
+def missing_references(rows: list[dict[str, Any]], vault: Path) -> list[str]:
+    """Expected references (``vault/<path>`` without ``.md``) that name no note of the vault."""
+    missing = []
+    for i, row in enumerate(rows, 1):
+        for ref in [*row["expected"], *row.get("tempting", [])]:
+            rel = ref.removeprefix("vault/")
+            if not ref.startswith("vault/") or not (vault / f"{rel}.md").is_file():
+                missing.append(f"line {i}: {ref}")
+    return missing
+
+
 def evaluate(
     vault: Path,
     work: Path,
@@ -134,6 +207,9 @@ def evaluate(
     refs: dict[str, str] | None,
     sweeps: Sequence[str] = (),
     base: str = "",
+    groups: dict[str, list[str]] | None = None,
+    tempting: dict[str, set[str]] | None = None,
+    offtopic: Sequence[str] = (),
 ) -> dict[str, Any]:
     config = work / "sidecar.yaml"
     config.write_text(base + ARMS["hybrid"])
@@ -152,7 +228,16 @@ def evaluate(
             d.call("reload")
             res = run_queries(d, queries, refs)
             out[arm] = summarise(res["rankings"], qrels, res["latency"])
+            if groups:
+                out[arm]["groups"] = summarise_groups(res["rankings"], qrels, groups)
+            if tempting:
+                out[arm]["tempting_in_top3"] = tempting_share(res["rankings"], qrels, tempting)
             print(arm, json.dumps(out[arm]), file=sys.stderr)
+        if offtopic:  # the same index with the run's own settings: auto-injection should stay empty
+            config.write_text(base + ARMS["hybrid"])
+            d.call("reload")
+            out["offtopic"] = recall_offtopic(d, offtopic)
+            print("offtopic", json.dumps(out["offtopic"]), file=sys.stderr)
         return out
     finally:
         d.stop()
@@ -183,15 +268,32 @@ def cmd_questions(args: argparse.Namespace) -> dict[str, Any]:
     rows = [json.loads(line) for line in args.file.open(encoding="utf-8") if line.strip()]
     qs = [(r["q"], str(i), r.get("context", [])) for i, r in enumerate(rows)]
     qrels = {str(i): dict.fromkeys(r["expected"], 1) for i, r in enumerate(rows)}
+    groups: dict[str, list[str]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        for field in ("kind", "lang"):
+            if field in r:
+                groups[f"{field}={r[field]}"].append(str(i))
+        if r.get("hub"):
+            groups["hub"].append(str(i))
     work = Path(tempfile.mkdtemp(prefix="sidecar-eval-"))
-    vault = args.vault.resolve()
-    if args.subset:  # a vault made of some folders of a larger one (e.g. en and de of the help vault)
-        target = work / "vault"
-        for name in args.subset.split(","):
-            shutil.copytree(vault / name, target / name)
-        vault = target
-    result = evaluate(vault, work, qs, qrels, None, args.sweep, _base(args))
-    return {"questions": str(args.file), "vault": str(args.vault), "subset": args.subset, **result}
+    # a vault made of some folders of a larger one (e.g. en and de of the help vault), or of several
+    vault = build_vault(args.vault, args.subset, work)
+    missing = missing_references(rows, vault)
+    print(
+        f"references: {sum(len(r['expected']) for r in rows)} checked, {len(missing)} missing",
+        file=sys.stderr,
+    )
+    if missing:
+        raise SystemExit("expected references without a note:\n" + "\n".join(missing))
+    if args.check:
+        shutil.rmtree(work)
+        return {"questions": str(args.file), "vault": args.vault, "checked": len(rows), "missing": 0}
+    tempting = {str(i): set(r["tempting"]) for i, r in enumerate(rows) if r.get("tempting")}
+    offtopic = read_messages(args.offtopic) if args.offtopic else []
+    result = evaluate(
+        vault, work, qs, qrels, None, args.sweep, _base(args), groups or None, tempting or None, offtopic
+    )
+    return {"questions": str(args.file), "vault": args.vault, "subset": args.subset, **result}
 
 
 # Sentences a person (or an agent) adds to a note, each naming something only that note names:
@@ -221,9 +323,7 @@ def cmd_identifiers(args: argparse.Namespace) -> dict[str, Any]:
     """Notes that name an identifier (ticket, host, code) found nowhere else, and queries naming it
     alone, with a title word, with a generic word and in a question: does the note come first?"""
     work = Path(tempfile.mkdtemp(prefix="sidecar-eval-"))
-    vault = work / "vault"
-    for name in args.subset.split(",") if args.subset else ["."]:
-        shutil.copytree(args.vault.resolve() / name, vault / name)
+    vault = build_vault(args.vault, args.subset, work, copy=True)  # notes get a line added
     rng = random.Random(7)
     notes = rng.sample(sorted(vault.rglob("*.md")), args.notes)
     qs: list[tuple[str, str, list[str]]] = []
@@ -240,29 +340,34 @@ def cmd_identifiers(args: argparse.Namespace) -> dict[str, Any]:
             qs.append((pattern.format(id=ident, title=title, generic=_GENERICS[kind]), qid, []))
             qrels[qid] = {ref: 1}
     result = evaluate(vault, work, qs, qrels, None, args.sweep, _base(args))
-    return {"vault": str(args.vault), "subset": args.subset, "notes": len(notes), **result}
+    return {"vault": args.vault, "subset": args.subset, "notes": len(notes), **result}
+
+
+def read_messages(path: Path) -> list[str]:
+    return [m.strip() for m in path.read_text(encoding="utf-8").splitlines() if m.strip()]
+
+
+def recall_offtopic(d: BenchDaemon, messages: Sequence[str]) -> dict[str, Any]:
+    """How many messages get an empty auto-injection block, and what the others injected."""
+    leaked = {}
+    for m in messages:
+        r = d.call("recall", {"message": m})
+        if r["context"]:
+            leaked[m] = [h["reference"] for h in r["hits"]]
+    return {"messages": len(messages), "empty": len(messages) - len(leaked), "leaked": leaked}
 
 
 def cmd_offtopic(args: argparse.Namespace) -> dict[str, Any]:
     """How many off-topic messages get an empty auto-injection block."""
-    messages = [m.strip() for m in args.file.read_text(encoding="utf-8").splitlines() if m.strip()]
+    messages = read_messages(args.file)
     work = Path(tempfile.mkdtemp(prefix="sidecar-eval-"))
-    vault = args.vault.resolve()
-    if args.subset:
-        for name in args.subset.split(","):
-            shutil.copytree(vault / name, work / "vault" / name)
-        vault = work / "vault"
+    vault = build_vault(args.vault, args.subset, work)
     config = work / "sidecar.yaml"
     config.write_text("")
     d = BenchDaemon(vault, work / "home", args=["--config", str(config)])
     try:
         d.wait_ready(verbose=True, poll=5)
-        leaked = {}
-        for m in messages:
-            r = d.call("recall", {"message": m})
-            if r["context"]:
-                leaked[m] = [h["reference"] for h in r["hits"]]
-        return {"messages": len(messages), "empty": len(messages) - len(leaked), "leaked": leaked}
+        return recall_offtopic(d, messages)
     finally:
         d.stop()
 
@@ -277,19 +382,24 @@ def main() -> None:
     )
     p.add_argument("--no-title", action="store_true", help="index the text only (XQuAD titles are English)")
     p.add_argument("--limit", type=int, default=0)
+    vault_help = "DIR, or name=DIR[:sub1,sub2] (repeatable): copied under name/ of one vault"
     p = sub.add_parser("offtopic")
     p.add_argument("file", type=Path)
-    p.add_argument("--vault", type=Path, required=True)
+    p.add_argument("--vault", action="append", required=True, help=vault_help)
     p.add_argument("--subset", default="")
     p = sub.add_parser("identifiers")
-    p.add_argument("--vault", type=Path, required=True)
+    p.add_argument("--vault", action="append", required=True, help=vault_help)
     p.add_argument("--subset", default="")
     p.add_argument("--notes", type=int, default=40)
     p = sub.add_parser("questions")
     p.add_argument("file", type=Path)
-    p.add_argument("--vault", type=Path, required=True)
+    p.add_argument("--vault", action="append", required=True, help=vault_help)
     p.add_argument(
         "--subset", default="", help="comma-separated folders of the vault to copy into the test vault"
+    )
+    p.add_argument("--check", action="store_true", help="check the expected references and stop")
+    p.add_argument(
+        "--offtopic", type=Path, default=None, help="also run these off-topic messages on the same index"
     )
     for p in sub.choices.values():
         p.add_argument("--out", type=Path, default=None)
