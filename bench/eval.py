@@ -69,13 +69,15 @@ def safe_name(doc_id: str) -> str:
 
 def write_vault(corpus: dict[str, Any], vault: Path, with_title: bool) -> dict[str, str]:
     """One note per document; returns reference -> doc id."""
-    vault.mkdir(parents=True)
+    vault.mkdir(parents=True, exist_ok=True)
     refs = {}
     for doc_id, doc in corpus.items():
         name = safe_name(doc_id)
         title = doc.get("title") or ""
         head = f"# {title}\n\n" if with_title and title else ""
-        (vault / f"{name}.md").write_text(head + doc["text"] + "\n", encoding="utf-8")
+        note, text = vault / f"{name}.md", head + doc["text"] + "\n"
+        if not note.is_file() or note.read_text(encoding="utf-8") != text:  # kept work: no re-index
+            note.write_text(text, encoding="utf-8")
         refs[f"vault/{name}"] = doc_id
     return refs
 
@@ -175,7 +177,7 @@ def build_vault(specs: Sequence[str], subset: str, work: Path, copy: bool = Fals
         if not subset and not copy:
             return vault
         for name in subset.split(",") if subset else ["."]:
-            shutil.copytree(vault / name, work / "vault" / name)
+            shutil.copytree(vault / name, work / "vault" / name, dirs_exist_ok=True)
         return work / "vault"
     if len(mounts) != len(specs) or subset:
         raise SystemExit("name=DIR[:subfolders] cannot be mixed with a plain --vault or --subset")
@@ -184,7 +186,7 @@ def build_vault(specs: Sequence[str], subset: str, work: Path, copy: bool = Fals
         folder, _, subs = rest.rpartition(":") if re.search(r":[^/:]+$", rest) else (rest, "", "")
         source = Path(folder).resolve()
         for sub in subs.split(",") if subs else ["."]:
-            shutil.copytree(source / sub, work / "vault" / name / sub)
+            shutil.copytree(source / sub, work / "vault" / name / sub, dirs_exist_ok=True)
     return work / "vault"
 
 
@@ -248,11 +250,21 @@ def _base(args: argparse.Namespace) -> str:
     return f"chunking:\n  maxTokens: {args.max_tokens}\n" if args.max_tokens else ""
 
 
+def workdir(args: argparse.Namespace) -> Path:
+    """A fresh temporary folder, or ``--work DIR`` kept between runs: its home still holds the
+    index, so the next run (another question file, changed ranking code) starts in seconds
+    instead of embedding everything again. Copies of unchanged files are not re-indexed."""
+    if getattr(args, "work", None) is None:
+        return Path(tempfile.mkdtemp(prefix="sidecar-eval-"))
+    args.work.mkdir(parents=True, exist_ok=True)
+    return Path(args.work).resolve()
+
+
 def cmd_beir(args: argparse.Namespace) -> dict[str, Any]:
     corpus, queries, qrels = load_beir(args.folder)
     if args.queries:
         _, queries, qrels = load_beir(args.queries)
-    work = Path(tempfile.mkdtemp(prefix="sidecar-eval-"))
+    work = workdir(args)
     refs = write_vault(corpus, work / "vault", with_title=not args.no_title)
     qs = [(text, qid, []) for qid, text in queries.items() if qid in qrels][: args.limit or None]
     result = evaluate(work / "vault", work, qs, qrels, refs, args.sweep, _base(args))
@@ -275,7 +287,7 @@ def cmd_questions(args: argparse.Namespace) -> dict[str, Any]:
                 groups[f"{field}={r[field]}"].append(str(i))
         if r.get("hub"):
             groups["hub"].append(str(i))
-    work = Path(tempfile.mkdtemp(prefix="sidecar-eval-"))
+    work = workdir(args)
     # a vault made of some folders of a larger one (e.g. en and de of the help vault), or of several
     vault = build_vault(args.vault, args.subset, work)
     missing = missing_references(rows, vault)
@@ -403,6 +415,7 @@ def main() -> None:
     )
     for p in sub.choices.values():
         p.add_argument("--out", type=Path, default=None)
+        p.add_argument("--work", type=Path, default=None, help="keep vault and index here, reuse them")
         p.add_argument(
             "--sweep",
             action="append",
