@@ -100,7 +100,10 @@ def metrics(ranked: list[str], relevant: dict[str, int]) -> dict[str, float]:
 
 
 def run_queries(
-    d: BenchDaemon, queries: list[tuple[str, str, list[str]]], refs: dict[str, str] | None
+    d: BenchDaemon,
+    queries: list[tuple[str, str, list[str]]],
+    refs: dict[str, str] | None,
+    relevant: dict[str, dict[str, int]],
 ) -> dict[str, Any]:
     """queries: (text, id, history); returns averaged metrics and latency."""
     per: dict[str, list[float]] = defaultdict(list)
@@ -113,6 +116,15 @@ def run_queries(
         else:
             r = d.call("search", {"query": text, "limit": 30})
         lat.append((time.perf_counter() - t0) * 1000)
+        if r["hits"]:
+            top = r["hits"][0]
+            doc = refs.get(top["reference"], top["reference"]) if refs else top["reference"]
+            per["top_cosine" if doc in relevant.get(qid, {}) else "top_cosine_wrong"].append(
+                top["vecScore"] or 0.0
+            )
+            per["top_relevance" if doc in relevant.get(qid, {}) else "top_relevance_wrong"].append(
+                top.get("relevance", 0.0)
+            )
         ranked: list[str] = []
         for h in r["hits"]:
             doc = refs.get(h["reference"], h["reference"]) if refs else h["reference"]
@@ -228,8 +240,9 @@ def evaluate(
         for arm, text in arms.items():
             config.write_text(base + text)
             d.call("reload")
-            res = run_queries(d, queries, refs)
+            res = run_queries(d, queries, refs, qrels)
             out[arm] = summarise(res["rankings"], qrels, res["latency"])
+            out[arm]["calibration"] = {k: spread(v) for k, v in sorted(res["per"].items())}
             if groups:
                 out[arm]["groups"] = summarise_groups(res["rankings"], qrels, groups)
             if tempting:
@@ -247,7 +260,10 @@ def evaluate(
 
 def _base(args: argparse.Namespace) -> str:
     """Index-time settings of this run (the arms only change search settings through reload)."""
-    return f"chunking:\n  maxTokens: {args.max_tokens}\n" if args.max_tokens else ""
+    base = f"chunking:\n  maxTokens: {args.max_tokens}\n" if args.max_tokens else ""
+    # One inference thread where the machine is shared: a two-thread pool waiting for a
+    # descheduled thread ran 30x slower here.
+    return base + (f"embedder:\n  threads: {args.threads}\n" if args.threads else "")
 
 
 def workdir(args: argparse.Namespace) -> Path:
@@ -362,11 +378,30 @@ def read_messages(path: Path) -> list[str]:
 def recall_offtopic(d: BenchDaemon, messages: Sequence[str]) -> dict[str, Any]:
     """How many messages get an empty auto-injection block, and what the others injected."""
     leaked = {}
+    tops: list[tuple[float, float]] = []  # (relevance, cosine) of each message's best search hit
     for m in messages:
         r = d.call("recall", {"message": m})
         if r["context"]:
             leaked[m] = [h["reference"] for h in r["hits"]]
-    return {"messages": len(messages), "empty": len(messages) - len(leaked), "leaked": leaked}
+        hits = d.call("search", {"query": m, "limit": 1, "minScore": 0.0})["hits"]
+        if hits:
+            tops.append((hits[0].get("relevance", 0.0), hits[0]["vecScore"] or 0.0))
+    return {
+        "messages": len(messages),
+        "empty": len(messages) - len(leaked),
+        "leaked": leaked,
+        "search_top_relevance": spread([t[0] for t in tops]),
+        "search_top_cosine": spread([t[1] for t in tops]),
+    }
+
+
+def spread(values: Sequence[float]) -> dict[str, float] | None:
+    """Median, 10th and 90th percentile and maximum: where a score's scale is (calibration)."""
+    if not values:
+        return None
+    v = sorted(values)
+    pick = lambda q: round(v[min(len(v) - 1, int(q * len(v)))], 4)  # noqa: E731
+    return {"p10": pick(0.1), "median": pick(0.5), "p90": pick(0.9), "max": round(v[-1], 4)}
 
 
 def cmd_offtopic(args: argparse.Namespace) -> dict[str, Any]:
@@ -416,6 +451,7 @@ def main() -> None:
     for p in sub.choices.values():
         p.add_argument("--out", type=Path, default=None)
         p.add_argument("--work", type=Path, default=None, help="keep vault and index here, reuse them")
+        p.add_argument("--threads", type=int, default=0, help="embedder.threads of the daemon")
         p.add_argument(
             "--sweep",
             action="append",

@@ -236,10 +236,11 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
     if result.get("degraded"):
         print(f"note: {result['degraded']}", file=sys.stderr)
     if not result["hits"]:
-        print("no hits")
+        print("nothing relevant found")
     for i, hit in enumerate(result["hits"], 1):
         where = f"lines {hit['lines'][0]}-{hit['lines'][1]}"
-        print(f"{i:>2}. {hit['reference']}  ({hit['score']:.3f}, {where})")
+        scores = f"relevance {hit['relevance']:.2f}, score {hit['score']:.3f}"
+        print(f"{i:>2}. {hit['reference']}  ({scores}, {where})")
         snippet = " ".join(hit["text"].split())
         print(f"    {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
     return int(ExitCode.OK)
@@ -266,7 +267,8 @@ def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
         print(json.dumps(result.get("analysis", {}), ensure_ascii=False))
         for h in result["hits"]:
             print(
-                f"{h['score']:.3f} vec={h['vecScore']} bm25={h['bm25Score']} {h['boosts']} {h['reference']}"
+                f"{h['score']:.3f} relevance={h['relevance']} vec={h['vecScore']} bm25={h['bm25Score']} "
+                f"{h['boosts']} {h['reference']}"
             )
     if result["context"]:
         print(result["context"])
@@ -290,7 +292,10 @@ def cmd_why(args: argparse.Namespace, cfg: Config) -> int:
     if r.get("degraded"):
         print(f"note: {r['degraded']}")
     for c in r["chunks"]:
-        scores = f"vec={c['vecScore']} bm25={c['bm25Score']} fused={c['score']} {c['boosts'] or ''}"
+        scores = (
+            f"vec={c['vecScore']} bm25={c['bm25Score']} relevance={c['relevance']} fused={c['score']} "
+            f"{c['boosts'] or ''}"
+        )
         print(f"  lines {c['lines'][0]}-{c['lines'][1]}: {c['outcome']}  ({scores})")
     return int(ExitCode.OK)
 

@@ -354,6 +354,7 @@ class Retriever:
                     "vecScore": round(direct_vec[c.chunk_id], 4) if c.chunk_id in direct_vec else None,
                     "bm25Score": round(direct_bm[c.chunk_id], 4) if c.chunk_id in direct_bm else None,
                     "score": round(s.score, 4) if s else None,
+                    "relevance": round(s.relevance, 4) if s else None,
                     "boosts": dict(s.boosts) if s else {},
                     "outcome": outcome,
                 }
