@@ -16,8 +16,14 @@ ITEMS = [
     ("query", "how do I restore a deleted file from the backup?"),
     ("query", "Wie viel kostet die Mitgliedschaft im Monat?"),
     ("query", "straße größe ß äöü"),
-    ("passage", "Restic takes a snapshot of the NAS every night at 2am; restore single files with `restic restore`."),
-    ("passage", "Die Preise: Das Abo kostet 4,99 € pro Monat, die Jahreslizenz 49 €. Schüler zahlen die Hälfte."),
+    (
+        "passage",
+        "Restic takes a snapshot of the NAS every night at 2am; restore single files with `restic restore`.",
+    ),
+    (
+        "passage",
+        "Die Preise: Das Abo kostet 4,99 € pro Monat, die Jahreslizenz 49 €. Schüler zahlen die Hälfte.",
+    ),
     ("passage", "東京は日本の首都です。 Emoji 🦄 and code: def f(x): return x**2"),
 ]
 

