@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import re
 import types
@@ -91,12 +92,17 @@ class ChunkingConfig:
 @dataclass(frozen=True)
 class EmbedderConfig:
     enabled: bool = _opt(True, "false: BM25 only, no model is loaded.")
-    model: str = _opt("all-MiniLM-L6-v2", "Model name; also the folder name under <home>/models/.")
+    model: str = _opt(
+        "multilingual-e5-small",
+        "Model name; also the folder name under <home>/models/. Built in: multilingual-e5-small "
+        "(about 100 languages) and all-MiniLM-L6-v2 (English, about 3x faster); each sets its own "
+        "maxLength, pooling, prefixes and languages unless they are given here.",
+    )
     path: Path | None = _opt(None, "Folder with model.onnx and tokenizer.json (overrides resolution).")
     max_length: int = _opt(256, "Tokens the model sees; longer input is cut.", min=16, max=8192)
     pooling: str = _opt("mean", "How token states become one vector.", choices=("mean", "cls"))
     normalize: bool = _opt(True, "L2-normalise vectors (cosine similarity).")
-    query_prefix: str = _opt("", "Text put before every query (e.g. 'query: ' for e5 models).")
+    query_prefix: str = _opt("", "Text put before every query ('query: ' for e5 models).")
     passage_prefix: str = _opt("", "Text put before every chunk (e.g. 'passage: ').")
     batch_tokens: int = _opt(2048, "Token budget of one inference batch.", min=64)
     max_batch: int = _opt(32, "Most texts in one inference batch.", min=1, max=1024)
@@ -119,6 +125,47 @@ class EmbedderConfig:
     cache_dir: Path | None = _opt(
         None, "Where the int8-kernel copy of the model is kept; default <home>/models/.prepared/."
     )
+
+
+# Settings each built-in model needs; a value from the file, the environment or a flag wins.
+# e5 models were trained with "query: " / "passage: " in front and mean pooling.
+MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "multilingual-e5-small": {
+        "max_length": 256,
+        "pooling": "mean",
+        "query_prefix": "query: ",
+        "passage_prefix": "passage: ",
+        "languages": "all",
+    },
+    "all-MiniLM-L6-v2": {
+        "max_length": 256,
+        "pooling": "mean",
+        "query_prefix": "",
+        "passage_prefix": "",
+        "languages": "en",
+    },
+}
+
+
+def model_settings(
+    ecfg: EmbedderConfig, model: str, given: Mapping[str, str] | None = None
+) -> EmbedderConfig:
+    """``ecfg`` for ``model``: its built-in settings, except those in ``given`` (dotted key ->
+    origin; only keys whose origin is not "default" are kept as they are)."""
+    table = MODEL_DEFAULTS.get(model, {})
+    kept = {k: v for k, v in (given or {}).items() if v != "default"}
+    chosen = {k: v for k, v in table.items() if f"embedder.{camel(k)}" not in kept}
+    return dataclasses.replace(ecfg, model=model, **chosen)
+
+
+def _with_model(cfg: Config, origins: dict[str, str]) -> Config:
+    """The chosen model's own settings where none were given (their origin says so)."""
+    model = cfg.embedder.model
+    embedder = model_settings(cfg.embedder, model, origins)
+    for key in MODEL_DEFAULTS.get(model, {}):
+        if origins[f"embedder.{camel(key)}"] == "default":
+            origins[f"embedder.{camel(key)}"] = f"model {model}"
+    return dataclasses.replace(cfg, embedder=embedder)
 
 
 @dataclass(frozen=True)
@@ -561,7 +608,7 @@ def load_config(
         values[setting.attrs] = cwd / value if isinstance(value, Path) and not value.is_absolute() else value
         origins[dotted] = "flag"
 
-    cfg: Config = _build(Config, values)
+    cfg = _with_model(_build(Config, values), origins)
     home = cfg.home.expanduser()
     home = (home if home.is_absolute() else cwd / home).resolve()
     vault = cfg.vault
@@ -632,6 +679,11 @@ def render_example() -> str:
         extra = ""
         if "choices" in s.checks:
             extra = f" One of: {', '.join(s.checks['choices'])}."
+        own = MODEL_DEFAULTS[EmbedderConfig.model].get(s.attrs[-1]) if s.attrs[0] == "embedder" else None
+        if own is not None:  # set by the model: a copied example must not pin one model's value
+            lines.append(f"{indent}# {s.doc}{extra} Default: the model's own.")
+            lines.append(f"{indent}# {parts[-1]}: {json.dumps(own) if isinstance(own, str) else own}")
+            continue
         lines.append(f"{indent}# {s.doc}{extra}")
         lines.append(f"{indent}{parts[-1]}: {shown}")
     return "\n".join(lines) + "\n"

