@@ -179,7 +179,10 @@ class SourceBoosts:
 class SearchConfig:
     limit: int = _opt(10, "Hits returned when a request names no limit.", min=1, max=200)
     min_score: float = _opt(
-        0.0, "Hits whose relevance (0 unrelated .. 1 a clear match) is below this are dropped.", min=0.0
+        0.1,
+        "Hits whose relevance is below this are dropped. Relevance is absolute: 0 is what unrelated "
+        "text scores, 1 a clear match in both arms; below 0.1 is noise (text matching nothing).",
+        min=0.0,
     )
     fusion: str = _opt(
         "calibrated",
@@ -282,10 +285,11 @@ class SearchConfig:
 class RecallConfig:
     limit: int = _opt(5, "Most notes in an injected context block.", min=1, max=50)
     token_budget: int = _opt(1500, "Token budget of the context block.", min=100, max=50_000)
-    score_floor: float = _opt(0.35, "Hits below this fused score stay out of the block.", min=0.0)
+    score_floor: float = _opt(0.35, "Hits whose relevance is below this stay out of the block.", min=0.0)
     min_similarity: float = _opt(
-        0.4,  # help vault: off-topic top hits reach 0.30-0.38, answered questions mostly above 0.42
-        "Hits whose cosine similarity to the message is below this stay out (keeps small talk empty).",
+        0.4,
+        "Hits whose calibrated cosine to the message (0 unrelated, 1 a clear match; see "
+        "search.cosineFloor) is below this stay out (keeps small talk empty).",
         min=0.0,
         max=1.0,
     )
