@@ -76,7 +76,9 @@ def test_a_named_identifier_is_recalled(running: DaemonProcess) -> None:
     r = running.call(
         "recall", {"message": "what did we decide about OPS-4821", "preview": True}, agent="claude"
     )
-    assert r["analysis"]["rareWords"] == ["4821"]
+    # The number is always rare; "OPS" too when the model splits it (XLM-R pieces, not MiniLM's).
+    rare = r["analysis"]["rareWords"]
+    assert "4821" in rare and set(rare) <= {"OPS", "4821"}
     assert r["hits"][0]["reference"] == "vault/Disks" and "[vault] vault/Disks" in r["context"]
     assert (
         running.call("recall", {"message": "what did we decide about OPS-9377"}, agent="claude")["context"]
