@@ -28,7 +28,7 @@ import lancedb
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from sidecar import heap
-from sidecar.config import Config
+from sidecar.config import Config, model_settings
 from sidecar.embedder import Embedder, EmbedderSlot, load_model
 from sidecar.errors import DaemonRunningError, EmbedderError, SidecarError, StoreError
 from sidecar.handlers import Handlers, ServiceState
@@ -527,7 +527,9 @@ def open_previous(cfg: Config, table: str) -> tuple[VectorStore, Embedder] | Non
         model_id = meta.get(b"model", b"").decode()
         dim, pooling = int(meta.get(b"dim", b"0")), meta.get(b"pooling", b"mean").decode()
         name = model_id.split("@", 1)[0]
-        old_cfg = replace(cfg, embedder=replace(cfg.embedder, model=name, path=None, pooling=pooling))
+        # The previous model with its own settings (prefixes, languages), not the new one's.
+        old_ecfg = replace(model_settings(cfg.embedder, name), path=None, pooling=pooling)
+        old_cfg = replace(cfg, embedder=old_ecfg)
         old_model = load_model(old_cfg)
         if old_model.model_id != model_id:
             return None
