@@ -138,6 +138,12 @@ def _agent_commands(sub: Any) -> None:
     _common(p)
     p.add_argument("action", choices=("install", "uninstall", "status"))
     p.add_argument("--dry-run", action="store_true", help="print the file instead of writing it")
+    p.add_argument(
+        "--sandbox",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="systemd mount-namespace sandboxing (auto: only where unprivileged user namespaces work)",
+    )
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -392,9 +398,10 @@ def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def cmd_service(args: argparse.Namespace, cfg: Config) -> int:
-    from sidecar.service import service_file
+    from sidecar.service import prepare, service_file
 
-    svc = service_file(cfg, Path.home())
+    sandbox = {"yes": True, "no": False}.get(getattr(args, "sandbox", "auto"))
+    svc = service_file(cfg, Path.home(), sandbox=sandbox)
     if args.action == "status":
         state = "installed" if svc.path.exists() else "not installed"
         print(f"service file {svc.path}: {state}")
@@ -422,6 +429,8 @@ def cmd_service(args: argparse.Namespace, cfg: Config) -> int:
             "(sidecar config example > ~/.config/sidecar/config.yaml) and set vault.path.",
             file=sys.stderr,
         )
+    for folder in prepare(cfg, Path.home()):
+        print(f"created {folder}")
     svc.path.parent.mkdir(parents=True, exist_ok=True)
     svc.path.write_text(svc.text, encoding="utf-8")
     print(f"wrote {svc.path}\nstart it now and at every login with:\n  {svc.enable}")
