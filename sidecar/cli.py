@@ -471,6 +471,11 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}h {seconds % 3600 // 60}m"
 
 
+def _until(ts: float) -> str:
+    left = ts - time.time()
+    return "at the next sweep" if left <= 0 else f"in {_duration(left)}"
+
+
 _PROBLEM_AREAS = {
     "index": "index updates",
     "embedding": "vectors",
@@ -478,6 +483,7 @@ _PROBLEM_AREAS = {
     "vector_search": "vector search",
     "memory_write": "memory writes",
     "stores": "index files",
+    "unreadable": "unreadable folders",
 }
 
 
@@ -537,6 +543,17 @@ def render_status(h: dict[str, Any]) -> str:
         lines.append(
             f"  {r['name']:<16} {r['mode']:<8} last sweep {_ago(r['last_sweep'])}  {r['path']}{extra}"
         )
+        hold = r.get("hold")
+        if hold:
+            when = (
+                f"; applied {_until(hold['applies_at'])} unless the notes come back"
+                if hold.get("applies_at")
+                else "; held for as long as it stays so"
+            )
+            lines.append(
+                f"    {r['held_deletions']:,} deletions held ({hold['kind']}) since {_ago(hold['since'])}"
+                f"{when}; to apply them now: {hold['confirm']}"
+            )
         if r["mode"] == "offline":
             todo.append(f"check that {r['path']} is mounted and readable")
     if idx["skipped"]:
