@@ -67,6 +67,7 @@ def test_emptied_in_place_while_memory_is_written(daemon_factory: Any, vault: Pa
     assert "--confirm-deletions vault" in d.run_cli("status").stdout
     assert h["index"]["sweeps"] > 5  # many sweeps saw it: sweeps no longer confirm anything
     memory_embedded = h["vectors"]["embedded"] - embedded
+    print(f"emptied 15 s: {n} memory writes, {h['index']['sweeps']} sweeps, vault {vault_files} notes kept")
     shutil.copytree(saved, vault, dirs_exist_ok=True)
     h = d.wait_for(lambda h: _root(h)["mode"] != "offline", 30)
     h = d.wait_for(lambda h: h["index"]["pending_vectors"] == 0, 30)
@@ -87,6 +88,7 @@ def test_emptied_in_place_while_memory_is_written(daemon_factory: Any, vault: Pa
     h = d.wait_for(lambda h: _vault_files(h) == vault_files and h["index"]["pending_vectors"] == 0, 30)
     assert h["vectors"]["embedded"] == before["embedded"]
     assert h["vectors"]["reused"] >= before["reused"] + 12
+    print(f"restored after a confirmed deletion: {h['vectors']['reused'] - before['reused']} reused")
     assert d.stop() == 0
     ids, bm25_ids, vec_ids = store_ids(d.home)
     assert ids == bm25_ids == vec_ids
