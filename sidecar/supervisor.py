@@ -186,8 +186,7 @@ class Supervisor:
                     self.beat,
                 )
         except FileNotFoundError:
-            vault = self.cfg.vault.path
-            if root.source == "vault" or (root.source == "wiki" and not (vault and vault.is_dir())):
+            if root.source == "vault" or (root.source == "wiki" and self._vault_not_there()):
                 raise RootUnreachable(f"{root.path} does not exist or is not mounted") from None
             # A wiki subfolder or an inbox that does not exist (any more) inside a reachable parent
             # is simply empty; the mass-deletion guard still protects the wiki.
@@ -201,6 +200,22 @@ class Supervisor:
             raise RootUnreachable(f"{root.path} did not answer within its timeout (hung share?)")
         assert found is not None
         return found
+
+    def _vault_not_there(self) -> bool:
+        """The wiki's folder is missing: is the vault around it missing, empty or unmounted too
+        (then the wiki is unreachable, however few notes it has)?"""
+        vault = self.cfg.vault.path
+        if vault is None:
+            return True
+        try:
+            with os.scandir(vault) as it:
+                if next(it, None) is None:
+                    return True
+            ident = identity_of(vault)
+        except OSError:
+            return True
+        memo = self._remembered(Root("vault", vault))
+        return (bool(memo.get("mount")) and not ident.mount) or memo.get("dev", ident.dev) != ident.dev
 
     def mark_offline(self, root: Root, why: str) -> None:
         st = self.status(root)

@@ -277,3 +277,18 @@ def test_nested_wiki_keeps_its_siblings(make_cfg: Any, tmp_path: Path) -> None:
         assert {"vault/Areas/projects/Kayak", "wiki/Kayaks"} <= set(h.stores.manifest.file_states())
     finally:
         h.close()
+
+
+def test_a_small_wiki_survives_its_vault_emptied_in_place(big: Harness, vault: Path) -> None:
+    """The wiki (one note, below the mass-deletion minimum) of a vault whose mount point was
+    emptied is unreachable with it, not an empty folder whose notes were deleted."""
+    import shutil
+
+    before = _counts(big)
+    for p in list(vault.iterdir()):
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    for _ in range(3):
+        big.sweep()
+    assert _counts(big) == before
+    assert big.indexer.supervisor.roots["wiki"].offline
+    assert big.stores.manifest.file_states_of(["wiki/Backups"])
