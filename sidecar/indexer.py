@@ -271,6 +271,11 @@ class Indexer:
         ordered = sorted(candidates, key=lambda r: len(str(r.path)), reverse=True)
         for raw in paths:
             path = Path(raw)
+            # A folder that holds a whole root (a new agent's folder moved in, the wiki's parent):
+            # that root is swept in full.
+            escalate.extend(
+                r for r in ordered if r.path != path and r.path.is_relative_to(path) and r not in escalate
+            )
             root = next((r for r in ordered if path == r.path or path.is_relative_to(r.path)), None)
             if root is None:
                 continue
@@ -281,7 +286,10 @@ class Indexer:
                 continue  # the wiki inside the vault: its own root
             if any(p.startswith(".") for p in rel.split("/")) or (root.source == "memory" and "/" in rel):
                 continue
-            if not rel or self.supervisor.status(root).offline:
+            st = self.supervisor.status(root)
+            # Offline (unreachable, not the share): a full sweep looks again. A held mass deletion
+            # leaves the root readable: its changed paths are looked at (deletions stay held).
+            if not rel or (st.offline and st.hold_kind != "mass"):
                 if root not in escalate:
                     escalate.append(root)
                 continue

@@ -292,3 +292,13 @@ def test_a_small_wiki_survives_its_vault_emptied_in_place(big: Harness, vault: P
     assert _counts(big) == before
     assert big.indexer.supervisor.roots["wiki"].offline
     assert big.stores.manifest.file_states_of(["wiki/Backups"])
+
+
+def test_a_folder_holding_a_whole_root_sweeps_that_root(big: Harness, tmp_path: Path) -> None:
+    """An agent's folder moved in whole arrives as one event for the folder: its inbox is swept."""
+    staged = write(tmp_path / "staged" / "newbie" / "memory" / "hello.md", "# Hello\n\nfirst words\n")
+    target = big.cfg.agents_dir / "newbie"
+    big.cfg.agents_dir.mkdir(parents=True, exist_ok=True)
+    staged.parent.parent.rename(target)
+    big.indexer.sweep(only=frozenset(), paths={str(target)})
+    assert big.stores.manifest.file_states_of(["memory/newbie/hello"])
