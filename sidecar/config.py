@@ -49,10 +49,24 @@ class IndexConfig:
     batch_files: int = _opt(128, "Notes written to the stores per batch during a sweep.", min=1, max=10_000)
     mass_deletion_share: float = _opt(
         0.5,
-        "A sweep that finds more than this share of a root's notes gone holds the deletions and marks "
-        "the root offline (an unmounted share is not an empty one) until two more sweeps confirm it.",
+        "A sweep that finds more than this share of a root's notes gone (same mount, not empty) holds "
+        "the deletions for massDeletionHoldMinutes, or until `sidecar index --confirm-deletions ROOT`.",
         min=0.0,
         max=1.0,
+    )
+    mass_deletion_hold_minutes: float = _opt(
+        360.0,
+        "Wall-clock time a mass deletion stays held before it is applied (an emptied, unmounted or "
+        "replaced share is held for as long as it stays so, whatever this says).",
+        min=0.0,
+    )
+    keep_deleted_vectors_hours: float = _opt(
+        168.0,
+        "Vectors of deleted chunks are kept this long, by text: a note that comes back is not re-embedded.",
+        min=0.0,
+    )
+    keep_deleted_vectors_max: int = _opt(
+        20_000, "At most this many kept vectors of deleted chunks (oldest go first).", min=0, max=10**7
     )
     optimize_minutes: float = _opt(
         60.0, "Compact the vector table (and drop old versions) this often.", min=1.0
@@ -75,6 +89,9 @@ class WatchConfig:
     )
     retry_base_seconds: float = _opt(30.0, "First retry of an unreachable root; doubles each time.", min=0.1)
     retry_max_seconds: float = _opt(600.0, "Longest wait between retries of an unreachable root.", min=1.0)
+    fault_retry_max_seconds: float = _opt(
+        5.0, "Longest wait before an index update that failed (disk full, read-only) is tried again.", min=0.1
+    )
     probe_timeout_seconds: float = _opt(
         10.0, "A root whose listing takes longer is treated as unreachable (hung share).", min=0.1
     )
