@@ -140,7 +140,7 @@ def test_write_is_atomic_and_leaves_no_temp_files(inboxes: Inboxes, monkeypatch:
     """A crash during the write leaves the old note intact and no temp file behind."""
     w = inboxes.write("claude", "safe", "original", None, must_exist=False)
 
-    def boom(src: Any, dst: Any) -> None:
+    def boom(*_args: Any, **_kw: Any) -> None:
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", boom)
@@ -158,6 +158,6 @@ def test_symlinked_inbox_outside_home_is_refused(inboxes: Inboxes, tmp_path: Pat
     agent_dir = inboxes.cfg.agents_dir / "mallory"
     agent_dir.mkdir(parents=True)
     (agent_dir / "memory").symlink_to(outside)
-    with pytest.raises(SourceError, match="outside"):
+    with pytest.raises(SourceError, match="symbolic link"):
         inboxes.write("mallory", "x", "text", None, must_exist=False)
     assert list(outside.iterdir()) == []
