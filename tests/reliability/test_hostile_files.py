@@ -298,3 +298,58 @@ def test_connection_cap_and_unfinished_input_are_bounded(daemon_factory: Any, tm
             s.close()
     assert "connection_refused reason=unfinished input" in _log(d)
     assert d.stop() == 0
+
+
+def test_a_request_that_hangs_is_answered_and_frees_the_server(tmp_path: Path) -> None:
+    """A request that never finishes is answered `timeout` after the bound; once every worker is
+    stuck, a fresh pool serves the next requests (the real server on a real socket)."""
+    import asyncio
+
+    from sidecar.protocol import Request
+    from sidecar.server import Server, bind_socket
+
+    release = threading.Event()
+
+    def dispatch(req: Request) -> dict[str, Any]:
+        if req.op == "hang":
+            release.wait(30)
+        return {"op": req.op}
+
+    server = Server(dispatch, max_frame=1 << 16, workers=1, idle_timeout=30, request_timeout=0.5)
+    path = tmp_path / "run" / "s.sock"
+    listener = bind_socket(path)
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    thread = threading.Thread(target=loop.run_until_complete, args=(server.serve(listener, stop),))
+    thread.start()
+    try:
+        t0 = time.monotonic()
+        first = _ask(path, b'{"op": "hang", "id": 1}\n')
+        assert first["error"]["code"] == "timeout" and time.monotonic() - t0 < 5
+        second = _ask(path, b'{"op": "health", "id": 2}\n')  # the only worker is still stuck
+        assert second["ok"] is True and second["result"] == {"op": "health"}
+    finally:
+        release.set()
+        time.sleep(0.5)  # the handlers see our hang-ups and close their transports
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(10)
+        listener.close()
+        loop.close()
+
+
+def _ask(path: Path, frame: bytes) -> dict[str, Any]:
+    import json
+
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(str(path))
+    s.sendall(frame)
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    answer: dict[str, Any] = json.loads(data)
+    return answer
