@@ -125,12 +125,14 @@ def read_fd(fd: int, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def tighten_home(home: Path, skip: Sequence[Path] = ()) -> int:
-    """Remove group and other permissions from the home and everything in it (symlinks and the
-    folders in ``skip``, e.g. a vault kept inside the home, are left alone); returns how many
-    entries were changed and says so in the log."""
+def tighten_home(home: Path, subtrees: Sequence[Path], skip: Sequence[Path] = ()) -> int:
+    """Remove group and other permissions from the home folder and everything in the daemon's
+    own ``subtrees`` of it (index, agents, models, run; not whatever else a user keeps in the
+    folder named as home). Symlinks and the folders in ``skip`` (a vault kept inside the home)
+    are left alone. Returns how many entries were changed, and says so in the log."""
     changed: list[str] = []
     skipped = {p.resolve() for p in skip}
+    subtrees = [t for t in subtrees if t.is_dir() and not t.is_symlink()]
 
     def fix(path: str, st: os.stat_result) -> None:
         mode = stat.S_IMODE(st.st_mode)
@@ -139,11 +141,14 @@ def tighten_home(home: Path, skip: Sequence[Path] = ()) -> int:
                 os.chmod(path, mode & 0o700, follow_symlinks=False)
                 changed.append(path)
 
-    try:
-        fix(str(home), os.lstat(home))
-    except OSError:
-        return 0
-    for folder, dirs, files in os.walk(home, followlinks=False):
+    for top in (home, *subtrees):
+        try:
+            st = os.lstat(top)
+        except OSError:
+            continue
+        if not stat.S_ISLNK(st.st_mode) and top.resolve() not in skipped:
+            fix(str(top), st)
+    for folder, dirs, files in (w for top in subtrees for w in os.walk(top, followlinks=False)):
         dirs[:] = [d for d in dirs if Path(folder, d).resolve() not in skipped]
         for name in (*dirs, *files):
             path = os.path.join(folder, name)

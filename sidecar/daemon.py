@@ -101,7 +101,8 @@ def make_private(cfg: Config) -> None:
     """Everything this process creates is readable by the user only (LanceDB's and Tantivy's files
     too), and a home left readable by others is tightened (and the log says so)."""
     os.umask(0o077)
-    tighten_home(cfg.home, [p for p in (cfg.vault.path,) if p is not None])
+    own = [cfg.index_dir, cfg.agents_dir, cfg.models_dir, cfg.home / "run"]
+    tighten_home(cfg.home, own, [p for p in (cfg.vault.path,) if p is not None])
 
 
 def raise_fd_limit() -> None:
