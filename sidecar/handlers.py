@@ -212,7 +212,13 @@ class Handlers:
         check_known(p, ("reference",))
         reference = param_str(p, "reference", max_len=MAX_REFERENCE_CHARS)
         key = key_for_reference(reference, req.agent)
-        root, path = path_for_key(self.cfg, key)
+        manifest = self.indexer.stores.manifest
+        if not key.startswith("memory/") and key != reference:
+            # "vault/a.md" may name the note a.md.md (its reference as search returns it).
+            exact = key_for_reference(reference + ".md", req.agent)
+            if manifest.rel_of(exact) is not None:
+                key = exact
+        root, path = path_for_key(self.cfg, key, manifest.rel_of(key))
         limit = self.cfg.index.max_file_bytes
         try:
             if root.source == "memory":

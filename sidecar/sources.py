@@ -314,10 +314,11 @@ def key_for_reference(reference: str, agent: str | None) -> str:
     return "/".join(parts)
 
 
-def path_for_key(cfg: Config, key: str) -> tuple[Root, Path]:
+def path_for_key(cfg: Config, key: str, rel: str | None = None) -> tuple[Root, Path]:
     """The file behind a key, checked by the rules of ``scan``: a vault or wiki note (or its
     symlink target) must lie inside its root and outside dot-folders; a memory note must be in a
-    private inbox and is never a symlink (it is then read with ``read_inbox_note``)."""
+    private inbox and is never a symlink (it is then read with ``read_inbox_note``). ``rel``: the
+    file name the index recorded for the key (``Note.MD``, ``a.md.md``), else ``<path>.md``."""
     source, rest = key.split("/", 1)
     if source == "memory":
         agent, slug = rest.split("/", 1)
@@ -344,7 +345,7 @@ def path_for_key(cfg: Config, key: str) -> tuple[Root, Path]:
         if rest == wiki or rest.startswith(wiki + "/"):
             raise SourceError(f"{key!r} lies in the wiki; use wiki/{rest[len(wiki) + 1 :]}")
         root = Root("vault", cfg.vault.path, exclude=wiki)
-    path = root.path / f"{rest}.md"
+    path = root.path / (rel if rel is not None and root.key_of(rel) == key else f"{rest}.md")
     try:
         resolved = path.resolve(strict=True)
         base = root.path.resolve(strict=True)

@@ -222,7 +222,10 @@ def test_inbox_swapped_for_a_link_during_200_writes(inboxes: Inboxes, tmp_path: 
     finally:
         stop.set()
         t.join()
-    assert swaps > 50 and acknowledged and refused > 0 and refused + len(acknowledged) == 200, (swaps, refused)
+    assert swaps > 50 and acknowledged and refused > 0 and refused + len(acknowledged) == 200, (
+        swaps,
+        refused,
+    )
     real = agent / "memory"
     assert real.is_dir() and not real.is_symlink()
     assert list(outside.iterdir()) == []

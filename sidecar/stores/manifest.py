@@ -267,6 +267,11 @@ class Manifest:
             out.update((r[0], FileState(r[1], r[2], r[3], r[4])) for r in rows)
         return out
 
+    def rel_of(self, key: str) -> str | None:
+        """The file name (relative to its root, with its extension as on disk) of an indexed key."""
+        rows = self._query("SELECT rel FROM files WHERE key = ?", (key,))
+        return str(rows[0][0]) if rows else None
+
     def keys_in_state(self, *states: str) -> list[str]:
         marks = ",".join("?" * len(states))
         return [r[0] for r in self._query(f"SELECT key FROM files WHERE state IN ({marks})", states)]

@@ -229,6 +229,9 @@ def test_references_round_trip_and_temp_files_are_cleaned(daemon_factory: Any, t
     2,000 characters); temp files a killed write left in an inbox are removed at start."""
     vault = tmp_path / "vault"
     write(vault / "back\\slash.md", "# Back\n\nnarwhal tusk\n")
+    write(vault / "Shout.MD", "# Shout\n\nbellbird\n")
+    write(vault / "twice.md.md", "# Twice\n\nkakapo\n")
+    write(vault / "twice.md", "# Once\n\nkea parrot\n")
     deep = vault.joinpath(*(["d" * 200] * 11))
     write(deep / "Deep.md", "# Deep\n\nabyssal plain\n")
     home = tmp_path / "home"
@@ -239,9 +242,9 @@ def test_references_round_trip_and_temp_files_are_cleaned(daemon_factory: Any, t
     d = _daemon(daemon_factory, vault).start(timeout=60)
     assert sorted(p.name for p in inbox.iterdir()) == ["kept.md"]
     assert "inbox_temp_removed" in _log(d)
-    for word in ("narwhal", "abyssal"):
+    for word in ("bellbird", "kakapo", "kea", "narwhal", "abyssal"):
         ref = d.call("search", {"query": word})["hits"][0]["reference"]
-        assert word in d.call("get", {"reference": ref})["text"]
+        assert word in d.call("get", {"reference": ref})["text"], ref
     assert len(ref) > 2000
     assert d.call("get", {"reference": "vault/back\\slash"})["reference"] == "vault/back\\slash"
     assert d.stop() == 0
