@@ -39,17 +39,6 @@ _WRITE_TIMEOUT = 30.0
 _READ_CHUNK = 1 << 16
 # Ops that change the inbox or the index: they run on their own pool (see the module doc).
 WRITE_OPS = frozenset({"write", "edit", "delete", "index", "reload"})
-# The write pool's threads run at this lower CPU priority (Linux: a nice value per thread), so on
-# a busy machine the CPU goes to searches first and writes take the rest.
-WRITE_NICE = 10
-
-
-def _lower_priority() -> None:
-    if sys.platform == "linux":  # elsewhere a thread id is no process id: leave it
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITE_NICE)
-
-
 _LOCAL_PEERCRED = 0x001  # macOS <sys/un.h>
 _SOL_LOCAL = 0
 
@@ -129,17 +118,14 @@ def bind_socket(path: Path) -> socket.socket:
 class _Lane:
     """A thread pool for one kind of request, replaced when every worker is stuck."""
 
-    def __init__(self, name: str, workers: int, nice: bool = False) -> None:
+    def __init__(self, name: str, workers: int) -> None:
         self.name, self.workers = name, workers
-        self._init = _lower_priority if nice else None
         self.pool = self._new_pool()
         self.stuck = 0
         self._lock = threading.Lock()
 
     def _new_pool(self) -> ThreadPoolExecutor:
-        return ThreadPoolExecutor(
-            max_workers=self.workers, thread_name_prefix=self.name, initializer=self._init
-        )
+        return ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=self.name)
 
     def overran(self, fut: Future[bytes]) -> None:
         """A request ran past its time bound: count it until it ends; a fresh pool if all are."""
@@ -177,7 +163,7 @@ class Server:
         self.max_connections = max_connections
         self.max_buffered = max_buffered
         self.request_timeout = request_timeout
-        self.lanes = {"read": _Lane("request", workers), "write": _Lane("write", write_workers, nice=True)}
+        self.lanes = {"read": _Lane("request", workers), "write": _Lane("write", write_workers)}
         self.connections = 0
         self.buffered = 0  # bytes of unfinished frames held, over every connection
         # Connections waiting for a request with nothing buffered, oldest first (dicts keep order).
