@@ -13,6 +13,8 @@ Scenarios:
   and deleted while it is away. No failed request, every change found, no chunk lost or doubled.
 - load: 32 clients run mixed search / recall / write for 2 minutes while a sweep re-indexes
   edited notes: errors, p50/p95/p99 per operation, daemon RSS before and after.
+- mixed: 16 clients, 70 % search and 30 % memory writes for 60 s on an idle daemon (searches
+  must not queue behind writes): errors, latencies, RSS before, after and settled.
 - faults, hostile: the disk-full / read-only / broken-note tests and the protocol fuzz of
   tests/reliability run repeatedly (hypothesis with 2,000 examples, 10,000 idle connections).
 """
@@ -317,6 +319,50 @@ def load(work: Path, clients: int, seconds: float, vaults: list[Path]) -> dict[s
     }
 
 
+def mixed(work: Path, clients: int, seconds: float) -> dict[str, Any]:
+    """16 clients, 70 % search and 30 % memory writes, on an idle daemon (no sweep running): do
+    searches wait for writes? Reports latencies per op, errors and RSS before, after and settled."""
+    vault = work / "mixed-vault"
+    make_notes(vault, 1000)
+    d = _daemon(work / "mixed-home", vault)
+    d.start(timeout=1800)
+    assert d.proc is not None
+    d.wait_for(lambda h: h["index"]["phase"] == "idle" and h["index"]["pending_vectors"] == 0, 600)
+    alone: list[float] = []
+    with d.client() as c:
+        for i in range(100):
+            t0 = time.perf_counter()
+            c.call("search", {"query": QUERIES[i % len(QUERIES)]})
+            alone.append((time.perf_counter() - t0) * 1000)
+    rss_before = rss_mb(d.proc.pid)
+    lat, errors = run_clients(d, clients, seconds, (0.7, 0.7), "Mixed")
+    rss_after = rss_mb(d.proc.pid)
+    d.wait_for(lambda h: h["index"]["phase"] == "idle" and h["index"]["pending_vectors"] == 0, 600)
+    time.sleep(65)
+    rss_settled = rss_mb(d.proc.pid)
+    d.stop()
+    return {
+        "clients": clients,
+        "seconds": seconds,
+        "search_alone_p50_ms": pct(alone, 0.5),
+        "search_alone_p99_ms": pct(alone, 0.99),
+        "requests": sum(len(v) for v in lat.values()) + len(errors),
+        "errors": len(errors),
+        "error_samples": errors[:5],
+        **{
+            f"{op}_{name}_ms": pct(v, q) if v else None
+            for op, v in lat.items()
+            if op != "recall"
+            for name, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
+        },
+        "search_count": len(lat["search"]),
+        "write_count": len(lat["write"]),
+        "rss_before_mb": rss_before,
+        "rss_after_mb": rss_after,
+        "rss_settled_mb": rss_settled,
+    }
+
+
 def pytest_runs(expr: str, runs: int, env: dict[str, str] | None = None) -> dict[str, Any]:
     passed = failed = 0
     failures: list[str] = []
@@ -340,11 +386,13 @@ def pytest_runs(expr: str, runs: int, env: dict[str, str] | None = None) -> dict
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="crash,shares,load,faults,hostile")
+    ap.add_argument("--only", default="crash,shares,load,mixed,faults,hostile")
     ap.add_argument("--runs", type=int, default=30, help="crash runs")
     ap.add_argument("--cycles", type=int, default=50, help="share outages")
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--seconds", type=float, default=120)
+    ap.add_argument("--mixed-clients", type=int, default=16)
+    ap.add_argument("--mixed-seconds", type=float, default=60)
     ap.add_argument("--vault", type=Path, action="append", default=[], help="vault(s) for the load run")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None)
@@ -363,6 +411,9 @@ def main() -> None:
             emit(result, args.out)
         if "load" in only:
             result["load"] = load(work, args.clients, args.seconds, args.vault)
+            emit(result, args.out)
+        if "mixed" in only:
+            result["mixed"] = mixed(work, args.mixed_clients, args.mixed_seconds)
             emit(result, args.out)
         if "faults" in only:
             result["faults"] = pytest_runs("tests/reliability/test_faults.py", 3)

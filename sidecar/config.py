@@ -364,8 +364,20 @@ class MemoryConfig:
 @dataclass(frozen=True)
 class ServerConfig:
     max_frame_bytes: int = _opt(1_048_576, "Largest request line accepted.", min=1024)
-    workers: int = _opt(4, "Threads that run requests.", min=1, max=64)
+    workers: int = _opt(4, "Threads that run searches and other reads.", min=1, max=64)
+    write_workers: int = _opt(
+        2, "Threads that run memory writes and index requests (searches never wait for them).", min=1, max=16
+    )
     idle_timeout_seconds: float = _opt(300.0, "A connection silent this long is closed.", min=1.0)
+    max_connections: int = _opt(1024, "Open connections beyond this are refused with an error.", min=1)
+    max_buffered_bytes: int = _opt(
+        64 << 20,
+        "Unfinished request bytes held over all connections; beyond, a connection is refused.",
+        min=1024,
+    )
+    request_timeout_seconds: float = _opt(
+        120.0, "A request running longer is answered with a timeout error.", min=1.0
+    )
 
 
 @dataclass(frozen=True)

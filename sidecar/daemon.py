@@ -29,6 +29,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from sidecar import heap
 from sidecar.config import Config, model_settings
+from sidecar.confine import tighten_home
 from sidecar.embedder import Embedder, EmbedderSlot, load_model
 from sidecar.errors import DaemonRunningError, EmbedderError, SidecarError, StoreError
 from sidecar.handlers import Handlers, ServiceState
@@ -98,6 +99,14 @@ class IndexLock:
             self._fh = None
 
 
+def make_private(cfg: Config) -> None:
+    """Everything this process creates is readable by the user only (LanceDB's and Tantivy's files
+    too), and a home left readable by others is tightened (and the log says so)."""
+    os.umask(0o077)
+    own = [cfg.index_dir, cfg.agents_dir, cfg.models_dir, cfg.home / "run"]
+    tighten_home(cfg.home, own, [p for p in (cfg.vault.path,) if p is not None])
+
+
 def raise_fd_limit() -> None:
     """Allow as many open connections as the hard limit permits (the default soft limit is often 1024)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -151,6 +160,7 @@ class Daemon:
         """Serve until a signal; raises typed errors for the CLI to map to exit codes."""
         cfg = self.cfg
         raise_fd_limit()
+        make_private(cfg)
         lock = IndexLock(cfg.index_dir)
         lock.acquire()
         listener = None
@@ -179,6 +189,10 @@ class Daemon:
                 max_frame=cfg.server.max_frame_bytes,
                 workers=cfg.server.workers,
                 idle_timeout=cfg.server.idle_timeout_seconds,
+                max_connections=cfg.server.max_connections,
+                max_buffered=cfg.server.max_buffered_bytes,
+                request_timeout=cfg.server.request_timeout_seconds,
+                write_workers=cfg.server.write_workers,
             )
             asyncio.run(self._serve(server, listener))
         finally:
@@ -215,6 +229,8 @@ class Daemon:
     def _handlers(self, indexer: Indexer) -> Handlers:
         cfg = self.cfg
         cfg.agents_dir.mkdir(parents=True, exist_ok=True)
+        inboxes = Inboxes(cfg)
+        inboxes.clean_temp()  # a write killed mid-way leaves its temp file; none runs yet
         watch = [p for p in (cfg.vault.path, cfg.agents_dir) if p is not None and cfg.watch.events]
         self.watcher = Watcher(watch, self.changed, self.stop, cfg.watch.debounce_ms)
         service = ServiceState(
@@ -227,7 +243,7 @@ class Daemon:
             retriever=self._retriever,
             slot=self.slot,
             service=service,
-            memory=MemoryOps(cfg, Inboxes(cfg), indexer, self.slot),
+            memory=MemoryOps(cfg, inboxes, indexer, self.slot),
         )
 
     async def _serve(self, server: Server, listener: object) -> None:
@@ -580,6 +596,7 @@ def index_once(
     confirm: frozenset[str] = frozenset(),
 ) -> dict[str, int]:
     """`sidecar index` with no daemon running: this process is the one writer until it is done."""
+    make_private(cfg)
     lock = IndexLock(cfg.index_dir)
     lock.acquire()
     stores = open_stores(cfg)

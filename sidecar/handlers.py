@@ -36,10 +36,13 @@ from sidecar.sources import (
     key_for_reference,
     path_for_key,
     public_reference,
+    read_inbox_note,
     read_note,
 )
 
 MAX_QUERY_CHARS = 4000
+# A reference is a path inside a root: PATH_MAX (4096 bytes on Linux) plus the source prefix.
+MAX_REFERENCE_CHARS = 8192
 # Filters and options shared by `search` and `recall`.
 _SEARCH_PARAMS = ("limit", "minScore", "source", "tag", "pathPrefix", "since", "until", "preview")
 
@@ -168,7 +171,7 @@ class Handlers:
         """Explain a note's place (or absence) in the results of a query."""
         p = req.params
         check_known(p, ("reference", "query"))
-        key = key_for_reference(param_str(p, "reference", max_len=2000), req.agent)
+        key = key_for_reference(param_str(p, "reference", max_len=MAX_REFERENCE_CHARS), req.agent)
         out = self.retriever.explain(key, param_str(p, "query", max_len=MAX_QUERY_CHARS), req.agent)
         if not out["indexed"]:
             state = self.indexer.stores.manifest.file_states(key).get(key)
@@ -207,11 +210,21 @@ class Handlers:
     def get(self, req: Request) -> dict[str, Any]:
         p = req.params
         check_known(p, ("reference",))
-        reference = param_str(p, "reference", max_len=2000)
+        reference = param_str(p, "reference", max_len=MAX_REFERENCE_CHARS)
         key = key_for_reference(reference, req.agent)
-        _root, path = path_for_key(self.cfg, key)
+        manifest = self.indexer.stores.manifest
+        if not key.startswith("memory/") and key != reference:
+            # "vault/a.md" may name the note a.md.md (its reference as search returns it).
+            exact = key_for_reference(reference + ".md", req.agent)
+            if manifest.rel_of(exact) is not None:
+                key = exact
+        root, path = path_for_key(self.cfg, key, manifest.rel_of(key))
+        limit = self.cfg.index.max_file_bytes
         try:
-            _data, text = read_note(path, self.cfg.index.max_file_bytes)
+            if root.source == "memory":
+                _data, text = read_inbox_note(root, path.name, limit)
+            else:
+                _data, text = read_note(path, limit)
         except FileNotFoundError as exc:
             raise NotFoundError(f"no note {reference!r}") from exc
         except NoteUnreadable as exc:

@@ -1,9 +1,14 @@
 """An agent's memory inbox: write, edit, delete (to .trash), with an audit log.
 
-The path is always built from a validated slug, never taken from the client; writes are atomic
-(temp file in the inbox, fsync, rename, fsync of the folder) and serialised per note; ``created``
-and ``updated`` are managed in the front matter, every other key is kept as given; secrets are
-redacted before anything reaches disk. Imports config, sources, redact, errors.
+The path is always built from a validated slug, never taken from the client. Confinement is by
+construction: ``agents/``, ``agents/<agent>/`` and its ``memory/`` are created 0700 by the daemon
+and, before every write, opened one level at a time without following symlinks and checked to be
+this user's folders (:mod:`sidecar.confine`); the note is read, written and renamed relative to
+the inbox's own descriptor, so a folder swapped for a link mid-write cannot redirect it, and a
+note that is a symlink is refused. Writes are atomic (temp file, fsync, rename, fsync of the
+folder) and serialised per note; ``created`` and ``updated`` are managed in the front matter,
+every other key is kept as given; secrets are redacted before anything reaches disk. Imports
+config, confine, sources, redact, errors.
 """
 
 from __future__ import annotations
@@ -12,8 +17,11 @@ import contextlib
 import datetime as dt
 import hashlib
 import json
+import logging
 import os
 import re
+import secrets
+import stat
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -24,12 +32,16 @@ from typing import Any
 import yaml
 
 from sidecar.config import Config, valid_agent
+from sidecar.confine import NotRegularError, open_private_dir, open_regular, private_dirs, read_fd
 from sidecar.errors import NotFoundError, SourceError
 from sidecar.redact import redact
 from sidecar.sources import SLUG_RE, agent_inbox
 
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?\n)?---[ \t]*(?:\n|\Z)", re.S)
 _MANAGED = ("created", "updated")
+_TEMP = re.compile(r"^\.[a-z0-9][a-z0-9_-]*\..+\.tmp$")  # atomic_write's temp files
+
+log = logging.getLogger(__name__)
 
 
 class MemoryWriteError(SourceError):
@@ -46,6 +58,8 @@ class Written:
     redacted: dict[str, int] = field(default_factory=dict)
     sha256: str = ""
     size: int = 0
+    data: bytes = b""  # what was written (indexed as is, never read back through the path)
+    mtime_ns: int = 0
 
 
 def check_agent(agent: str | None) -> str:
@@ -97,12 +111,21 @@ class Inboxes:
         self._guard = threading.Lock()
 
     def path_of(self, agent: str, slug: str) -> Path:
+        """Where the note lives; refuses at once an inbox that is not a private folder."""
         inbox = agent_inbox(self.cfg, check_agent(agent))
         path = inbox / f"{check_slug(slug)}.md"
-        # Built from a validated slug it cannot escape, but the inbox itself could be a symlink.
-        if inbox.exists() and not path.parent.resolve().is_relative_to(self.cfg.agents_dir.resolve()):
-            raise SourceError(f"the inbox of {agent!r} resolves outside {self.cfg.agents_dir}; refused")
+        with contextlib.suppress(FileNotFoundError), self._dirs(agent, create=False):
+            pass
         return path
+
+    @contextlib.contextmanager
+    def _dirs(self, agent: str, *, create: bool) -> Iterator[tuple[int, int]]:
+        """Descriptors of ``agents/<agent>/`` and its inbox, each checked (see the module doc)."""
+        agents = self.cfg.agents_dir
+        parts = [agents.name, agent, "memory"]
+        what = f"the inbox of {agent!r}"
+        with private_dirs(agents.parent, parts, create=create, what=what) as fds:
+            yield fds[1], fds[2]
 
     @contextlib.contextmanager
     def _lock(self, agent: str, slug: str) -> Iterator[None]:
@@ -122,11 +145,13 @@ class Inboxes:
     ) -> Written:
         """Create or replace (``must_exist=False``) or edit (``must_exist=True``) a memory note."""
         path = self.path_of(agent, slug)
+        name = path.name
         self._check_content(content, front_matter)
-        with self._lock(agent, slug):
+        with self._lock(agent, slug), self._dirs(agent, create=True) as (agent_fd, inbox_fd):
+            old = _read_existing(inbox_fd, name, slug)
             existing: dict[str, Any] = {}
-            if path.exists():
-                existing, _old_body = split_front_matter(path.read_text(encoding="utf-8", errors="replace"))
+            if old is not None:
+                existing, _old_body = split_front_matter(old.decode("utf-8", errors="replace"))
             elif must_exist:
                 raise NotFoundError(f"no memory note {slug!r} to edit; use memory_write to create it")
             inline, body = split_front_matter(content)
@@ -144,11 +169,10 @@ class Inboxes:
                     f"the note would be {len(data):,} bytes; the limit is {self.cfg.memory.max_note_bytes:,} "
                     "(memory.maxNoteBytes): split it into several notes"
                 )
-            created = not path.exists()
-            atomic_write(path, data)
+            mtime_ns = write_in(inbox_fd, name, data)
             digest = hashlib.sha256(data).hexdigest()
-            self.audit(agent, "edit" if must_exist else "write", slug, digest, len(data))
-        return Written(slug, path, created, counts, digest, len(data))
+            self._audit(agent_fd, "edit" if must_exist else "write", slug, digest, len(data))
+        return Written(slug, path, old is None, counts, digest, len(data), data, mtime_ns)
 
     def _check_content(self, content: Any, front_matter: Any) -> None:
         if not isinstance(content, str):
@@ -179,29 +203,116 @@ class Inboxes:
     def delete(self, agent: str, slug: str) -> Path | None:
         """Move the note to ``<inbox>/.trash/<slug>--<time>.md``; None if there was nothing to delete."""
         path = self.path_of(agent, slug)
-        with self._lock(agent, slug):
-            if not path.exists():
+        name = path.name
+        with self._lock(agent, slug), self._dirs(agent, create=True) as (agent_fd, inbox_fd):
+            try:
+                st = os.stat(name, dir_fd=inbox_fd, follow_symlinks=False)
+            except FileNotFoundError:
                 return None
-            trash = path.parent / ".trash"
-            trash.mkdir(mode=0o700, exist_ok=True)
-            stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S%f")
-            target = trash / f"{slug}--{stamp}.md"
-            data = path.read_bytes()
-            os.replace(path, target)
-            _fsync_dir(path.parent)
-            self.audit(agent, "delete", slug, hashlib.sha256(data).hexdigest(), len(data))
-        return target
+            data = b""
+            if stat.S_ISREG(st.st_mode):  # a symlink or pipe is moved, never opened
+                with contextlib.suppress(OSError):
+                    data = read_fd(open_regular(name, dir_fd=inbox_fd, follow=False), st.st_size + 1)
+            with contextlib.closing(_Fd(_trash_dir(inbox_fd))) as trash:
+                stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S%f")
+                target = f"{slug}--{stamp}.md"
+                os.replace(name, target, src_dir_fd=inbox_fd, dst_dir_fd=trash.fd)
+                os.fsync(trash.fd)
+            os.fsync(inbox_fd)
+            self._audit(agent_fd, "delete", slug, hashlib.sha256(data).hexdigest(), len(data))
+        return path.parent / ".trash" / target
 
     def audit(self, agent: str, op: str, slug: str, digest: str, size: int) -> None:
         """Append one JSON line to the agent's audit log (append-only, never rewritten)."""
-        log_path = self.cfg.agents_dir / agent / "audit.log"
+        with self._dirs(agent, create=True) as (agent_fd, _inbox_fd):
+            self._audit(agent_fd, op, slug, digest, size)
+
+    def _audit(self, agent_fd: int, op: str, slug: str, digest: str, size: int) -> None:
         line = json.dumps({"time": _now(), "op": op, "slug": slug, "sha256": digest, "bytes": size}) + "\n"
-        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        fd = os.open("audit.log", flags, 0o600, dir_fd=agent_fd)
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise SourceError("the audit log is not a regular file; refused")
             os.write(fd, line.encode("utf-8"))
             os.fsync(fd)
         finally:
             os.close(fd)
+
+    def clean_temp(self) -> int:
+        """Remove temp files a killed write left in the inboxes (at start, before any write)."""
+        try:
+            agents = sorted(os.listdir(self.cfg.agents_dir))
+        except OSError:
+            return 0
+        removed = 0
+        for agent in agents:
+            if not valid_agent(agent):
+                continue
+            try:
+                with self._dirs(agent, create=False) as (_agent_fd, inbox_fd):
+                    for name in os.listdir(inbox_fd):
+                        if _TEMP.match(name):
+                            os.unlink(name, dir_fd=inbox_fd)
+                            removed += 1
+                            log.info("inbox_temp_removed agent=%s file=%s", agent, name)
+            except (OSError, SourceError):
+                continue  # no inbox, or not a private one (never written to either)
+        return removed
+
+
+class _Fd:
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _trash_dir(inbox_fd: int) -> int:
+    return open_private_dir(inbox_fd, ".trash", create=True, what="the trash folder")
+
+
+def _read_existing(inbox_fd: int, name: str, slug: str) -> bytes | None:
+    """The current bytes of a note, None if there is none; a symlink or pipe is refused."""
+    try:
+        fd = open_regular(name, dir_fd=inbox_fd, follow=False)
+    except FileNotFoundError:
+        return None
+    except NotRegularError as exc:
+        raise SourceError(f"memory note {slug!r} is {exc.strerror}; refused") from exc
+    return read_fd(fd, 1 << 26)
+
+
+def write_in(dir_fd: int, name: str, data: bytes) -> int:
+    """Atomic write of ``name`` inside the folder ``dir_fd``: a new temp file (O_EXCL, no
+    symlink followed), fsync, rename within the same descriptor, fsync of the folder. Returns
+    the file's mtime (ns)."""
+    stem = name[:-3] if name.endswith(".md") else name
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    while True:
+        tmp = f".{stem}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
+            break
+        except FileExistsError:
+            continue
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+            mtime_ns = os.fstat(fd).st_mtime_ns
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    os.fsync(dir_fd)
+    return mtime_ns
 
 
 def _redact_into(text: str, counts: dict[str, int]) -> str:

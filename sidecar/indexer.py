@@ -36,7 +36,9 @@ from sidecar.sources import (
     Root,
     Skipped,
     agent_inbox,
+    decode_note,
     is_note_name,
+    read_inbox_note,
     read_note,
     roots,
     scan,
@@ -375,9 +377,15 @@ class Indexer:
 
     # --- writing ---------------------------------------------------------------------------
 
-    def _prepare(self, note: NoteFile, known_hash: str | None) -> _Prepared | None:
+    def _prepare(self, note: NoteFile, known_hash: str | None, data: bytes | None = None) -> _Prepared | None:
+        limit = self.cfg.index.max_file_bytes
         try:
-            data, text = read_note(note.path, self.cfg.index.max_file_bytes)
+            if data is not None:  # a memory write's own bytes: never read back through a path
+                text = decode_note(data, limit)
+            elif note.root.source == "memory":
+                data, text = read_inbox_note(note.root, note.path.name, limit)
+            else:
+                data, text = read_note(note.path, limit)
         except FileNotFoundError:
             return None  # vanished between scan and read: the next sweep deletes it
         except NoteUnreadable as exc:
@@ -402,14 +410,15 @@ class Indexer:
             log.info("front_matter_ignored path=%s reason=%s", note.path, parsed.front_matter_error)
         return _Prepared(note, digest, parsed)
 
-    def index_files(self, notes: Sequence[NoteFile]) -> int:
-        """Read, chunk and write a batch of notes; returns how many changed content."""
+    def index_files(self, notes: Sequence[NoteFile], data: dict[str, bytes] | None = None) -> int:
+        """Read (or take from ``data``, by key), chunk and write a batch of notes; returns how many
+        changed content."""
         states = self.stores.manifest.file_states_of([n.key for n in notes])
         prepared: list[_Prepared] = []
         for note in notes:
             st = states.get(note.key)
             known = st.hash if st is not None and st.state == "indexed" else None
-            p = self._prepare(note, known)
+            p = self._prepare(note, known, (data or {}).get(note.key))
             if p is None:
                 continue
             if known is not None and p.skip_reason is not None and p.skip_reason.startswith("unreadable"):
@@ -597,12 +606,19 @@ class Indexer:
         assert model is not None
         self.vectors.attach(store, model)
 
-    def index_now(self, root: Root, path: Path) -> str:
-        """Index one note synchronously, vectors included (memory writes are searchable on return)."""
-        st = path.stat()
+    def index_now(self, root: Root, path: Path, written: tuple[bytes, int] | None = None) -> str:
+        """Index one note synchronously, vectors included (memory writes are searchable on return).
+        ``written``: the bytes and mtime just written, indexed as they are (no second read)."""
         rel = path.relative_to(root.path).as_posix()
-        note = NoteFile(root.key_of(rel), root, path, rel, st.st_mtime_ns, st.st_size)
-        self.index_files([note])
+        key = root.key_of(rel)
+        if written is not None:
+            data, mtime_ns = written
+            note = NoteFile(key, root, path, rel, mtime_ns, len(data))
+            self.index_files([note], {key: data})
+        else:
+            st = path.stat()
+            note = NoteFile(key, root, path, rel, st.st_mtime_ns, st.st_size)
+            self.index_files([note])
         self.vectors.embed_key(note.key)
         return note.key
 

@@ -76,7 +76,7 @@ class MemoryOps:
         root = Root("memory", agent_inbox(self.cfg, agent), agent=agent)
         warning = None
         try:
-            key = self.indexer.index_now(root, written.path)
+            key = self.indexer.index_now(root, written.path, (written.data, written.mtime_ns))
         except (StoreError, EmbedderError, OSError, sqlite3.Error) as exc:
             # The note is safely on disk; the index catches up once it can be written again.
             log.error("memory_index_failed agent=%s slug=%s error=%s", agent, slug, exc)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sidecar.config import Config, valid_agent
+from sidecar.confine import NotPrivateError, NotRegularError, decodable, open_regular, private_dirs, read_fd
 from sidecar.errors import NotFoundError, SourceError
 
 SOURCES = ("vault", "wiki", "memory")
@@ -105,11 +106,19 @@ def scan(root: Root, max_bytes: int, start: str = "") -> Iterator[NoteFile | Ski
     """Walk a root (or its subfolder ``start``, relative): notes with their stat, and the files
     left out with a reason.
 
-    Dot-folders are skipped; a file symlink is followed only when it stays inside the root; a
-    folder symlink is never followed (outside: refused; inside: already indexed under its real
-    path, and loops are impossible); the memory inbox is flat. Raises OSError when
-    the root itself (or ``start``) cannot be listed (the caller decides what that means).
+    Dot-folders are skipped; a name that is not valid UTF-8 is skipped (file or folder, counted);
+    a file symlink is followed only when its target stays inside the root and outside dot-folders
+    (and, for the vault, outside the wiki); a folder symlink is never followed (outside: refused;
+    inside: already indexed under its real path, and loops are impossible); only regular files
+    are notes. The memory inbox is flat, must be a real folder of this user (not a symlink, nor
+    the agent's folder) and its symlinks are never followed. Raises OSError when the root itself
+    (or ``start``) cannot be listed (the caller decides what an unreachable root means).
     """
+    if root.source == "memory":
+        reason = inbox_refusal(root)
+        if reason is not None:
+            yield Skipped(root.path, reason)
+            return
     base = root.path.resolve()
     stack: list[tuple[Path, str]] = [(root.path / start, f"{start}/")] if start else [(root.path, "")]
     first = True
@@ -124,42 +133,83 @@ def scan(root: Root, max_bytes: int, start: str = "") -> Iterator[NoteFile | Ski
             continue
         first = False
         for entry in sorted(entries, key=lambda e: e.name):
-            rel = f"{rel_dir}{entry.name}"
-            if entry.name.startswith("."):
-                continue
-            try:
-                is_link = entry.is_symlink()
-                st = entry.stat(follow_symlinks=True)
-            except OSError:
-                if entry.name.lower().endswith(".md"):
-                    yield Skipped(Path(entry.path), "unreadable" if not is_link else "broken symlink")
-                continue
-            if is_link and not _inside(Path(entry.path), base):
-                yield Skipped(Path(entry.path), "symlink leads outside the root")
-                continue
-            if stat.S_ISDIR(st.st_mode):
-                if root.source == "memory" or rel == root.exclude:
-                    continue
-                if is_link:  # its target lies inside the root and is indexed under its real path
-                    continue
-                stack.append((Path(entry.path), rel + "/"))
-                continue
-            if not stat.S_ISREG(st.st_mode) or not is_note_name(entry.name):
-                continue
-            if root.source == "memory" and not SLUG_RE.fullmatch(entry.name[:-3]):
-                yield Skipped(Path(entry.path), "memory note name is not a valid slug")
-                continue
-            if st.st_size > max_bytes:
-                yield Skipped(Path(entry.path), "too large")
-                continue
-            yield NoteFile(root.key_of(rel), root, Path(entry.path), rel, st.st_mtime_ns, st.st_size)
+            found = _entry(root, entry, rel_dir, base, max_bytes)
+            if isinstance(found, str):
+                stack.append((Path(entry.path), found))
+            elif found is not None:
+                yield found
 
 
-def _inside(path: Path, base: Path) -> bool:
+def _entry(  # noqa: PLR0911 - one return per kind of entry
+    root: Root, entry: os.DirEntry[str], rel_dir: str, base: Path, max_bytes: int
+) -> NoteFile | Skipped | str | None:
+    """One entry of a scanned folder: a note, a skip, a folder to descend (its rel prefix), or None."""
+    rel = f"{rel_dir}{entry.name}"
+    if entry.name.startswith("."):
+        return None
+    if not decodable(entry.name):
+        return Skipped(Path(entry.path), "name is not valid UTF-8")
     try:
-        return path.resolve().is_relative_to(base)
+        is_link = entry.is_symlink()
+        st = entry.stat(follow_symlinks=True)
+    except OSError:
+        if entry.name.lower().endswith(".md"):
+            return Skipped(Path(entry.path), "unreadable" if not is_link else "broken symlink")
+        return None
+    if is_link:
+        why = _link_refusal(root, Path(entry.path), base)
+        if why is not None:
+            return (
+                Skipped(Path(entry.path), why)
+                if stat.S_ISDIR(st.st_mode) or is_note_name(entry.name)
+                else None
+            )
+    if stat.S_ISDIR(st.st_mode):
+        if root.source == "memory" or rel == root.exclude:
+            return None
+        # A folder symlink's target lies inside the root and is indexed under its real path.
+        return None if is_link else rel + "/"
+    if not is_note_name(entry.name):
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return Skipped(Path(entry.path), "not a regular file")
+    if root.source == "memory" and not SLUG_RE.fullmatch(entry.name[:-3]):
+        return Skipped(Path(entry.path), "memory note name is not a valid slug")
+    if st.st_size > max_bytes:
+        return Skipped(Path(entry.path), "too large")
+    return NoteFile(root.key_of(rel), root, Path(entry.path), rel, st.st_mtime_ns, st.st_size)
+
+
+def _link_refusal(root: Root, link: Path, base: Path) -> str | None:
+    """Why a symlink inside a root is not followed, or None when it may be."""
+    if root.source == "memory":
+        return "symlink in a memory inbox (never followed)"
+    try:
+        target = link.resolve(strict=True)
     except (OSError, RuntimeError):  # RuntimeError: symlink loop
-        return False
+        return "broken symlink"
+    if not target.is_relative_to(base):
+        return "symlink leads outside the root"
+    parts = target.relative_to(base).parts
+    if any(p.startswith(".") for p in parts):
+        return "symlink leads into a hidden folder"
+    inside = "/".join(parts)
+    if root.exclude and (inside == root.exclude or inside.startswith(root.exclude + "/")):
+        return "symlink leads into the wiki (indexed there)"
+    return None
+
+
+def inbox_refusal(root: Root) -> str | None:
+    """Why an agent's inbox may not be read or written: its folder or the inbox is a symlink,
+    not a folder, or another user's. None when it is private (or does not exist yet)."""
+    agents = root.path.parent.parent
+    try:
+        with private_dirs(agents.parent, [agents.name, root.agent, "memory"], create=False, what="inbox"):
+            return None
+    except FileNotFoundError:
+        return None
+    except NotPrivateError as exc:
+        return str(exc)
 
 
 class NoteUnreadable(Exception):  # noqa: N818 - a reason to skip a file, not a failure
@@ -171,23 +221,49 @@ class NoteUnreadable(Exception):  # noqa: N818 - a reason to skip a file, not a 
 
 
 def read_note(path: Path, max_bytes: int) -> tuple[bytes, str]:
-    """Raw bytes and text of a note; raise NoteUnreadable for binary, non-UTF-8 or huge files."""
+    """Raw bytes and text of a note; raise NoteUnreadable for binary, non-UTF-8, huge files and
+    anything that is not a regular file (a pipe is never opened for a blocking read)."""
     try:
-        with path.open("rb") as fh:
-            data = fh.read(max_bytes + 1)
+        data = read_fd(open_regular(path), max_bytes + 1)
     except FileNotFoundError:
         raise
+    except NotRegularError as exc:
+        raise NoteUnreadable(exc.strerror or "not a regular file") from exc
     except OSError as exc:
         raise NoteUnreadable(f"unreadable ({exc.strerror})") from exc
+    return data, decode_note(data, max_bytes)
+
+
+def read_inbox_note(root: Root, name: str, max_bytes: int) -> tuple[bytes, str]:
+    """A memory note, opened through its inbox's checked folders and never through a symlink."""
+    agents = root.path.parent.parent
+    try:
+        with private_dirs(
+            agents.parent, [agents.name, root.agent, "memory"], create=False, what="inbox"
+        ) as fds:
+            fd = open_regular(name, dir_fd=fds[-1], follow=False)
+        data = read_fd(fd, max_bytes + 1)
+    except FileNotFoundError:
+        raise
+    except NotPrivateError as exc:
+        raise NoteUnreadable(str(exc)) from exc
+    except NotRegularError as exc:
+        raise NoteUnreadable(exc.strerror or "not a regular file") from exc
+    except OSError as exc:
+        raise NoteUnreadable(f"unreadable ({exc.strerror})") from exc
+    return data, decode_note(data, max_bytes)
+
+
+def decode_note(data: bytes, max_bytes: int) -> str:
+    """The text of a note's bytes; NoteUnreadable when it cannot be indexed as text."""
     if len(data) > max_bytes:
         raise NoteUnreadable("too large")
     if b"\0" in data[:8192]:
         raise NoteUnreadable("binary")
     try:
-        text = data.decode("utf-8-sig")  # -sig strips a BOM that would hide the front matter
+        return data.decode("utf-8-sig")  # -sig strips a BOM that would hide the front matter
     except UnicodeDecodeError as exc:
         raise NoteUnreadable("not UTF-8") from exc
-    return data, text
 
 
 # --- references --------------------------------------------------------------------------
@@ -203,14 +279,16 @@ def public_reference(key: str, agent: str | None) -> str:
 def key_for_reference(reference: str, agent: str | None) -> str:
     """Validate a client's reference and return the index key; refuse anything that could escape.
 
-    Refused: NUL bytes, absolute paths, ``..`` or ``.`` segments, backslashes, empty segments,
-    unknown sources, another agent's memory, vault paths inside the wiki or dot-folders.
+    Refused: NUL bytes, absolute paths, ``..`` or ``.`` segments, empty segments, unknown
+    sources, another agent's memory, vault paths inside the wiki or dot-folders. A reference is
+    the note's path with ``/`` between folders and no escaping: every other character (a
+    backslash too) is part of a name, so each reference search returns is accepted here.
     """
     if not isinstance(reference, str) or not reference:
         raise SourceError("reference is empty")
     if "\0" in reference:
         raise SourceError("reference contains a NUL byte")
-    if reference.startswith("/") or "\\" in reference or re.match(r"^[A-Za-z]:", reference):
+    if reference.startswith("/") or re.match(r"^[A-Za-z]:", reference):
         raise SourceError(f"reference {reference!r} is an absolute path; use a reference returned by search")
     ref = reference[:-3] if reference.lower().endswith(".md") else reference
     parts = ref.split("/")
@@ -238,25 +316,38 @@ def key_for_reference(reference: str, agent: str | None) -> str:
     return "/".join(parts)
 
 
-def path_for_key(cfg: Config, key: str) -> tuple[Root, Path]:
-    """The file behind a key, checked to resolve inside its root (symlinks included)."""
+def path_for_key(cfg: Config, key: str, rel: str | None = None) -> tuple[Root, Path]:
+    """The file behind a key, checked by the rules of ``scan``: a vault or wiki note (or its
+    symlink target) must lie inside its root and outside dot-folders; a memory note must be in a
+    private inbox and is never a symlink (it is then read with ``read_inbox_note``). ``rel``: the
+    file name the index recorded for the key (``Note.MD``, ``a.md.md``), else ``<path>.md``."""
     source, rest = key.split("/", 1)
     if source == "memory":
         agent, slug = rest.split("/", 1)
         root = Root("memory", agent_inbox(cfg, agent), agent=agent)
-        rel = f"{slug}.md"
+        refusal = inbox_refusal(root)
+        if refusal is not None:
+            raise SourceError(f"{key!r}: {refusal}")
+        path = root.path / f"{slug}.md"
+        try:
+            st = path.lstat()
+        except FileNotFoundError as exc:
+            raise NotFoundError(f"no note {key!r}") from exc
+        except OSError as exc:
+            raise SourceError(f"{key!r} cannot be read: {exc.strerror}") from exc
+        if stat.S_ISLNK(st.st_mode):
+            raise SourceError(f"{key!r} is a symbolic link in a memory inbox; refused")
+        return root, path
+    if cfg.vault.path is None:
+        raise NotFoundError("no vault is configured")
+    wiki = cfg.vault.wiki_subfolder
+    if source == "wiki":
+        root = Root("wiki", cfg.vault.path / wiki)
     else:
-        if cfg.vault.path is None:
-            raise NotFoundError("no vault is configured")
-        wiki = cfg.vault.wiki_subfolder
-        if source == "wiki":
-            root = Root("wiki", cfg.vault.path / wiki)
-        else:
-            if rest == wiki or rest.startswith(wiki + "/"):
-                raise SourceError(f"{key!r} lies in the wiki; use wiki/{rest[len(wiki) + 1 :]}")
-            root = Root("vault", cfg.vault.path, exclude=wiki)
-        rel = f"{rest}.md"
-    path = root.path / rel
+        if rest == wiki or rest.startswith(wiki + "/"):
+            raise SourceError(f"{key!r} lies in the wiki; use wiki/{rest[len(wiki) + 1 :]}")
+        root = Root("vault", cfg.vault.path, exclude=wiki)
+    path = root.path / (rel if rel is not None and root.key_of(rel) == key else f"{rest}.md")
     try:
         resolved = path.resolve(strict=True)
         base = root.path.resolve(strict=True)
@@ -266,4 +357,8 @@ def path_for_key(cfg: Config, key: str) -> tuple[Root, Path]:
         raise SourceError(f"{key!r} cannot be resolved") from exc
     if not resolved.is_relative_to(base):
         raise SourceError(f"{key!r} resolves outside its root; refused")
+    if path.is_symlink() or resolved != path.absolute():
+        why = _link_refusal(root, path, base)
+        if why is not None:
+            raise SourceError(f"{key!r}: {why}; refused")
     return root, resolved

@@ -2,11 +2,14 @@
 
 Each batch of changes hands its paths to the indexer, which looks at those paths only (a stat
 each; a new folder is walked), never at the rest of their root: a memory write does not walk a
-vault on a share. What events miss (edits made on other machines of a network share, a watch
-that died) arrives with the scheduled full sweeps and the polling of network roots; a watched
-folder that was replaced, mounted or unmounted restarts the watch and asks for a full sweep
-(an empty set of paths). Editor temp files, dot-folders and non-Markdown files are filtered out.
-Imports ``sources``.
+vault on a share. What events miss (edits made on other machines of a network share, files in
+freshly created nested folders, a watch that died) arrives with the scheduled full sweeps and the
+polling of network roots; a watched folder that was replaced, mounted or unmounted restarts the
+watch and asks for a full sweep (an empty set of paths). Editor temp files, dot-folders and
+non-Markdown files are filtered out. A folder whose name is not valid UTF-8 makes the recursive
+watch fail ("Unable to decode path"): the watcher then watches every other folder one by one (not
+recursively), restarting when a folder appears, so events keep flowing for the rest of the tree.
+Imports ``sources`` and ``confine``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 
 import watchfiles
 
+from sidecar.confine import decodable, printable
 from sidecar.sources import is_debris
 
 log = logging.getLogger(__name__)
@@ -29,6 +33,28 @@ _RETRY_SECONDS = (5.0, 30.0, 60.0, 300.0)
 # How often the watched folders' identity is compared (a stat of each; not once per event batch,
 # or every memory write would stat the vault's share).
 _IDENTITY_EVERY_S = 5.0
+_UNDECODABLE = "Unable to decode path"
+# Watching folder by folder: more than this many and the scheduled sweeps have to do.
+MAX_FLAT_FOLDERS = 50_000
+
+
+def watchable_folders(paths: Sequence[Path], limit: int = MAX_FLAT_FOLDERS) -> list[Path]:
+    """The folders under ``paths`` whose names decode, without dot-folders or symlinks."""
+    out: list[Path] = []
+    stack = [p for p in paths if p.is_dir()]
+    while stack and len(out) < limit:
+        folder = stack.pop()
+        out.append(folder)
+        try:
+            with os.scandir(folder) as it:
+                for e in it:
+                    if e.name.startswith(".") or not decodable(e.name):
+                        continue
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(Path(e.path))
+        except OSError:
+            continue
+    return out
 
 
 class NoteFilter:
@@ -64,6 +90,7 @@ class Watcher:
         self.stop = stop
         self.debounce_ms = debounce_ms
         self.watching: list[Path] = []
+        self.flat = False  # watching folder by folder (a name that does not decode was met)
 
     def run(self) -> None:
         failures = 0
@@ -77,6 +104,15 @@ class Watcher:
                 self._watch(existing)
                 failures = 0
             except (OSError, RuntimeError) as exc:  # watchfiles raises RuntimeError for backend errors
+                if _UNDECODABLE in str(exc):
+                    # Not a failure to back off from: watch around the name, sweep for what was missed.
+                    log.warning(
+                        "watcher_undecodable_path error=%s; watching folder by folder", printable(exc)
+                    )
+                    self.flat = True
+                    self.on_change(set())
+                    self.stop.wait(1.0)
+                    continue
                 delay = _RETRY_SECONDS[min(failures, len(_RETRY_SECONDS) - 1)]
                 failures += 1
                 log.warning("watcher_retry paths=%s error=%s retry_in=%.0fs", existing, exc, delay)
@@ -96,11 +132,18 @@ class Watcher:
         return out
 
     def _watch(self, existing: list[Path]) -> None:
-        log.info("watcher_started paths=%s", ",".join(map(str, existing)))
+        folders = watchable_folders(existing) if self.flat else existing
+        known = {str(f) for f in folders}
+        log.info(
+            "watcher_started paths=%s%s",
+            ",".join(map(str, existing)),
+            f" folders={len(folders)} (one by one)" if self.flat else "",
+        )
         identity = self._identity()
         checked = time.monotonic()
         for changes in watchfiles.watch(
-            *existing,
+            *folders,
+            recursive=not self.flat,
             watch_filter=NoteFilter(existing),
             debounce=self.debounce_ms,
             step=50,
@@ -113,6 +156,8 @@ class Watcher:
             if changes:
                 log.debug("watcher_changes count=%d", len(changes))
                 self.on_change({p for _, p in changes})
+                if self.flat and any(p not in known and os.path.isdir(p) for _, p in changes):
+                    return  # a new folder: watch it too (the sweep just asked for covers its notes)
             # inotify dies silently when a watched folder is deleted, recreated or remounted:
             # compare device and inode now and then and start a new watch (and a catch-up sweep).
             if time.monotonic() - checked < _IDENTITY_EVERY_S:

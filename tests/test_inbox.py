@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -140,7 +142,7 @@ def test_write_is_atomic_and_leaves_no_temp_files(inboxes: Inboxes, monkeypatch:
     """A crash during the write leaves the old note intact and no temp file behind."""
     w = inboxes.write("claude", "safe", "original", None, must_exist=False)
 
-    def boom(src: Any, dst: Any) -> None:
+    def boom(*_args: Any, **_kw: Any) -> None:
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", boom)
@@ -158,6 +160,86 @@ def test_symlinked_inbox_outside_home_is_refused(inboxes: Inboxes, tmp_path: Pat
     agent_dir = inboxes.cfg.agents_dir / "mallory"
     agent_dir.mkdir(parents=True)
     (agent_dir / "memory").symlink_to(outside)
-    with pytest.raises(SourceError, match="outside"):
+    with pytest.raises(SourceError, match="symbolic link"):
         inboxes.write("mallory", "x", "text", None, must_exist=False)
     assert list(outside.iterdir()) == []
+
+
+def _exchange() -> Any:
+    """renameat2(RENAME_EXCHANGE): swap two names atomically (Linux), or None."""
+    import ctypes
+    import ctypes.util
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    fn = getattr(libc, "renameat2", None)
+    if fn is None:
+        return None
+    at_fdcwd, rename_exchange = -100, 2
+
+    def swap(a: Path, b: Path) -> None:
+        if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) != 0:
+            raise OSError(ctypes.get_errno(), "renameat2")
+
+    return swap
+
+
+def test_inbox_swapped_for_a_link_during_200_writes(inboxes: Inboxes, tmp_path: Path) -> None:
+    """While 200 writes run, another thread keeps exchanging the inbox with a symlink to a folder
+    outside (atomically, so the inbox name always exists). Every write either is refused or lands
+    in the real inbox: 0 acknowledged writes lost, 0 files outside, no temp file left."""
+    swap = _exchange()
+    if swap is None:
+        pytest.skip("renameat2 is not available")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    inboxes.write("claude", "first", "the inbox exists", None, must_exist=False)
+    agent = inboxes.cfg.agents_dir / "claude"
+    link = agent / "memory-link"
+    link.symlink_to(outside)
+    stop = threading.Event()
+    swaps = 0
+
+    def swapper() -> None:
+        nonlocal swaps
+        while not stop.is_set():
+            swap(agent / "memory", link)  # now memory -> outside, memory-link is the real inbox
+            time.sleep(0.0005)
+            swap(agent / "memory", link)  # and back
+            swaps += 1
+            time.sleep(0.0005)
+
+    t = threading.Thread(target=swapper)
+    t.start()
+    acknowledged: dict[str, bytes] = {}
+    refused = 0
+    try:
+        for i in range(200):
+            try:
+                w = inboxes.write("claude", f"note-{i}", f"write number {i}", None, must_exist=False)
+                acknowledged[w.slug] = w.data
+            except SourceError:
+                refused += 1
+    finally:
+        stop.set()
+        t.join()
+    assert swaps > 50 and acknowledged and refused > 0 and refused + len(acknowledged) == 200, (
+        swaps,
+        refused,
+    )
+    real = agent / "memory"
+    assert real.is_dir() and not real.is_symlink()
+    assert list(outside.iterdir()) == []
+    for slug, data in acknowledged.items():
+        assert (real / f"{slug}.md").read_bytes() == data, slug
+    assert not [p for p in real.iterdir() if p.name.endswith(".tmp")]
+    assert len((agent / "audit.log").read_text().splitlines()) == len(acknowledged) + 1
+
+
+def test_leftover_temp_files_are_removed_and_notes_kept(inboxes: Inboxes) -> None:
+    """clean_temp removes only the writer's temp files (at start, before any write)."""
+    w = inboxes.write("claude", "a", "text", None, must_exist=False)
+    inbox = w.path.parent
+    (inbox / ".a.1f2e3d4c.tmp").write_text("half")
+    (inbox / "notes.tmp.md").write_text("a note with an odd name")
+    assert inboxes.clean_temp() == 1
+    assert sorted(p.name for p in inbox.iterdir()) == ["a.md", "notes.tmp.md"]

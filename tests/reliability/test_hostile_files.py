@@ -1,0 +1,358 @@
+"""Hostile files and layouts in the vault and the home: names that do not decode, named pipes,
+symlinks under agents/ and in the vault, modes of everything the daemon writes, references that
+must round-trip, leftover temp files, connection and input limits."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.errors import RemoteError
+from tests.conftest import DaemonProcess, write
+
+BAD = b"caf\xe9"  # Latin-1 bytes: not valid UTF-8
+
+
+def _daemon(factory: Any, vault: Path | None, **extra: str) -> DaemonProcess:
+    """A daemon without the model (the files are under test here), with ``extra`` settings."""
+    d: DaemonProcess = factory(vault, env={"SIDECAR_EMBEDDER_ENABLED": "false", **extra})
+    return d
+
+
+def _refs(hits: list[dict[str, Any]]) -> list[str]:
+    return [h["reference"] for h in hits]
+
+
+def _log(d: DaemonProcess) -> str:
+    return d.log.read_text(errors="replace")
+
+
+def _new_note_is_indexed(d: DaemonProcess, vault: Path, name: str, word: str) -> None:
+    """A note written now (``name``: its path in the vault) is found within 20 s: by a file
+    event, the scheduled sweep is an hour away."""
+    files = d.health()["index"]["files"]
+    write(vault / f"{name}.md", f"# {name}\n\n{word}\n")
+    d.wait_for(lambda h: h["index"]["files"] == files + 1, 20)
+    assert _refs(d.call("search", {"query": word})["hits"]) == [f"vault/{name}"]
+
+
+def test_undecodable_names_before_start(daemon_factory: Any, tmp_path: Path) -> None:
+    """A file and a folder whose names are not UTF-8 are skipped and counted; the rest is indexed
+    and file events keep working (the recursive watch cannot take such a folder)."""
+    vault = tmp_path / "vault"
+    write(vault / "Good.md", "# Good\n\nquokka habitat notes\n")
+    vault_b = os.fsencode(vault)
+    with open(vault_b + b"/" + BAD + b".md", "wb") as fh:
+        fh.write(b"# bad name\n\nzebrafinch\n")
+    os.mkdir(vault_b + b"/" + BAD + b"-folder")
+    with open(vault_b + b"/" + BAD + b"-folder/Inside.md", "wb") as fh:
+        fh.write(b"# inside\n\nzebrafinch\n")
+    write(vault / "Sub" / "Other.md", "# Other\n\nplatypus\n")
+    d = _daemon(daemon_factory, vault).start(timeout=60)
+    h = d.health()
+    assert h["index"]["state"] == "ready" and h["index"]["files"] == 2
+    assert h["index"]["skipped"].get("name is not valid UTF-8") == 2
+    assert not h["problems"]["active"]
+    assert _refs(d.call("search", {"query": "quokka"})["hits"]) == ["vault/Good"]
+    assert d.call("search", {"query": "zebrafinch"})["hits"] == []
+    time.sleep(2)  # the watcher settles (it starts over folder by folder)
+    _new_note_is_indexed(d, vault, "Later", "wombat")
+    _new_note_is_indexed(d, vault, "Sub/Deeper", "echidna")
+    assert d.stop() == 0
+
+
+def test_undecodable_names_while_running(daemon_factory: Any, tmp_path: Path) -> None:
+    """An empty folder and a note with names that are not UTF-8, made while the daemon runs, stop
+    neither the watcher nor indexing."""
+    vault = tmp_path / "vault"
+    write(vault / "Good.md", "# Good\n\nquokka habitat notes\n")
+    d = _daemon(daemon_factory, vault).start(timeout=60)
+    time.sleep(1)
+    vault_b = os.fsencode(vault)
+    os.mkdir(vault_b + b"/" + BAD + b"-empty")
+    with open(vault_b + b"/later-" + BAD + b".md", "wb") as fh:
+        fh.write(b"# later\n")
+    deadline = time.monotonic() + 20
+    while "watcher_undecodable_path" not in _log(d) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "watcher_undecodable_path" in _log(d)
+    time.sleep(2)
+    _new_note_is_indexed(d, vault, "Later", "wombat")
+    h = d.health()
+    assert h["index"]["skipped"].get("name is not valid UTF-8") == 2
+    assert not h["problems"]["active"]
+    assert d.stop() == 0
+
+
+def test_named_pipes_never_block_a_sweep_or_get(daemon_factory: Any, tmp_path: Path) -> None:
+    """A fifo named like a note is skipped by the sweep, and `get` of it answers at once (four in
+    parallel, more than the request workers), while health and search keep answering."""
+    vault = tmp_path / "vault"
+    write(vault / "Good.md", "# Good\n\nquokka habitat notes\n")
+    os.mkfifo(vault / "pipe.md")
+    home = tmp_path / "home"
+    inbox = home / "agents" / "claude" / "memory"
+    inbox.mkdir(parents=True, mode=0o700)
+    os.mkfifo(inbox / "piped.md")
+    d = _daemon(daemon_factory, vault, SIDECAR_SERVER_WORKERS="2").start(timeout=60)
+    assert d.health()["index"]["skipped"].get("not a regular file") == 2
+    errors: list[str] = []
+
+    def get(ref: str, agent: str | None = None) -> None:
+        try:
+            d.call("get", {"reference": ref}, agent=agent)
+        except RemoteError as exc:
+            errors.append(exc.code)
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=get, args=("vault/pipe",)) for _ in range(4)]
+    threads.append(threading.Thread(target=get, args=("memory/piped", "claude")))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert time.monotonic() - t0 < 10
+    assert errors == ["bad_reference"] * 5
+    assert d.health()["index"]["state"] == "ready"
+    assert _refs(d.call("search", {"query": "quokka"})["hits"]) == ["vault/Good"]
+    assert d.stop() == 0
+
+
+def test_symlink_layouts_never_confine_wrongly(daemon_factory: Any, tmp_path: Path) -> None:
+    """Every layout of the report: an agent folder linked elsewhere, an inbox linked into another
+    agent's inbox or outside, a note that is a link, a vault link into a dot-folder."""
+    vault = tmp_path / "vault"
+    write(vault / "Good.md", "# Good\n\nquokka habitat notes\n")
+    write(vault / ".hidden/hidden.md", "# hidden\n\nsecretpelican\n")
+    os.symlink(".hidden/hidden.md", vault / "inside-link.md")
+    outside = tmp_path / "outside"
+    write(outside / "loot.md", "---\nowner: someone\n---\n# loot\n\nsecretcormorant\n")
+    home = tmp_path / "home"
+    agents = home / "agents"
+    (agents / "victim" / "memory").mkdir(parents=True, mode=0o700)
+    write(agents / "victim" / "memory" / "diary.md", "# diary\n\nsecretheron\n")
+    (agents / "eve").mkdir(mode=0o700)
+    os.symlink(agents / "victim" / "memory", agents / "eve" / "memory")  # into another inbox
+    os.symlink(outside, agents / "mallory")  # the agent folder itself, before memory/ exists
+    (agents / "out").mkdir(mode=0o700)
+    os.symlink(outside, agents / "out" / "memory")  # an inbox linked outside
+    (agents / "claude" / "memory").mkdir(parents=True, mode=0o700)
+    os.symlink(outside / "loot.md", agents / "claude" / "memory" / "linked.md")  # a note that is a link
+    before = {p: p.read_bytes() for p in outside.rglob("*") if p.is_file()}
+    d = _daemon(daemon_factory, vault).start(timeout=60)
+
+    for agent in ("eve", "mallory", "out"):
+        with pytest.raises(RemoteError) as info:
+            d.call("write", {"slug": "x", "content": "planted"}, agent=agent)
+        assert "symbolic link" in str(info.value)
+    with pytest.raises(RemoteError, match="symbolic link"):
+        d.call("edit", {"slug": "linked", "content": "changed"}, agent="claude")
+    with pytest.raises(RemoteError, match="symbolic link"):
+        d.call("write", {"slug": "linked", "content": "changed"}, agent="claude")
+    # Nothing indexed or served through a link: the other inbox, outside, the dot-folder.
+    h = d.health()
+    assert set(h["index"]["by_agent"]) == {"victim"}
+    for word in ("secretpelican", "secretcormorant"):
+        assert d.call("search", {"query": word})["hits"] == []
+    assert _refs(d.call("search", {"query": "secretheron"})["hits"]) == ["memory/victim/diary"]
+    assert d.call("search", {"query": "secretheron"}, agent="eve")["hits"] == []
+    for ref, agent in (
+        ("memory/diary", "eve"),
+        ("memory/out/loot", None),
+        ("memory/linked", "claude"),
+        ("vault/inside-link", None),
+        ("vault/.hidden/hidden", None),
+    ):
+        with pytest.raises(RemoteError):
+            d.call("get", {"reference": ref}, agent=agent)
+    assert d.call("list", {}, agent="eve")["notes"] == []
+    # The outside folder and the victim's inbox are as they were: no note, no audit log, no temp file.
+    assert {p: p.read_bytes() for p in outside.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in (agents / "victim" / "memory").iterdir()) == ["diary.md"]
+    assert d.stop() == 0
+
+
+def _tree_modes(home: Path) -> dict[str, int]:
+    out = {}
+    for folder, dirs, files in os.walk(home):
+        for name in (*dirs, *files):
+            p = Path(folder, name)
+            st = p.lstat()
+            if not stat.S_ISLNK(st.st_mode):
+                out[str(p.relative_to(home))] = stat.S_IMODE(st.st_mode)
+    return out
+
+
+def test_everything_under_the_home_is_private(daemon_factory: Any, tmp_path: Path) -> None:
+    """A home left 0755 (index 0755, a manifest 0644) is tightened at start and says so; after
+    start and after writes (with the model, so LanceDB writes too) nothing is group or other
+    readable."""
+    vault = tmp_path / "vault"
+    write(vault / "Good.md", "# Good\n\nquokka habitat notes\n")
+    home = tmp_path / "home"
+    (home / "index").mkdir(parents=True)
+    (home / "agents" / "claude" / "memory").mkdir(parents=True)
+    write(home / "agents" / "claude" / "memory" / "old.md", "# old\n\nkept\n")
+    for p in (home, home / "index", home / "agents", home / "agents" / "claude"):
+        p.chmod(0o755)
+    (home / "agents" / "claude" / "memory" / "old.md").chmod(0o644)
+    old = os.umask(0o022)  # a permissive login umask, inherited by the daemon
+    try:
+        d: DaemonProcess = daemon_factory(vault, env={})
+        d.env.pop("SIDECAR_EMBEDDER_ENABLED", None)
+        d.start(timeout=180)
+    finally:
+        os.umask(old)
+    assert "home_tightened" in _log(d)
+    loose = {p: oct(m) for p, m in _tree_modes(home).items() if m & 0o077}
+    assert loose == {}
+    for i in range(5):
+        d.call("write", {"slug": f"n{i}", "content": f"# note {i}\n\nfact number {i}\n"}, agent="claude")
+    d.call("delete", {"slug": "n0"}, agent="claude")
+    d.call("write", {"slug": "fresh", "content": "# fresh\n\nnew agent\n"}, agent="newagent")
+    d.wait_for(lambda h: h["index"]["pending_vectors"] == 0, 60)
+    modes = _tree_modes(home)
+    assert any(p.startswith("index/vectors") for p in modes)  # LanceDB wrote files
+    assert {p: oct(m) for p, m in modes.items() if m & 0o077} == {}
+    assert d.stop() == 0
+
+
+def test_references_round_trip_and_temp_files_are_cleaned(daemon_factory: Any, tmp_path: Path) -> None:
+    """Every reference search returns is accepted by get (a backslash in a name, a path over
+    2,000 characters); temp files a killed write left in an inbox are removed at start."""
+    vault = tmp_path / "vault"
+    write(vault / "back\\slash.md", "# Back\n\nnarwhal tusk\n")
+    write(vault / "Shout.MD", "# Shout\n\nbellbird\n")
+    write(vault / "twice.md.md", "# Twice\n\nkakapo\n")
+    write(vault / "twice.md", "# Once\n\nkea parrot\n")
+    deep = vault.joinpath(*(["d" * 200] * 11))
+    write(deep / "Deep.md", "# Deep\n\nabyssal plain\n")
+    home = tmp_path / "home"
+    inbox = home / "agents" / "claude" / "memory"
+    inbox.mkdir(parents=True, mode=0o700)
+    write(inbox / "kept.md", "# kept\n")
+    write(inbox / ".kept.1a2b3c4d.tmp", "half a write")
+    d = _daemon(daemon_factory, vault).start(timeout=60)
+    assert sorted(p.name for p in inbox.iterdir()) == ["kept.md"]
+    assert "inbox_temp_removed" in _log(d)
+    for word in ("bellbird", "kakapo", "kea", "narwhal", "abyssal"):
+        ref = d.call("search", {"query": word})["hits"][0]["reference"]
+        assert word in d.call("get", {"reference": ref})["text"], ref
+    assert len(ref) > 2000
+    assert d.call("get", {"reference": "vault/back\\slash"})["reference"] == "vault/back\\slash"
+    assert d.stop() == 0
+
+
+def _recv_all(s: socket.socket, timeout: float = 10) -> bytes:
+    s.settimeout(timeout)
+    data = b""
+    try:
+        while chunk := s.recv(65536):
+            data += chunk
+    except OSError:
+        pass
+    return data
+
+
+def test_connection_cap_and_unfinished_input_are_bounded(daemon_factory: Any, tmp_path: Path) -> None:
+    """At the cap the longest-idle connection is closed with a `busy` frame to make room; unfinished
+    frames beyond the total budget are refused with `busy`; the daemon keeps answering."""
+    vault = tmp_path / "vault"
+    write(vault / "Good.md", "# Good\n\nquokka habitat notes\n")
+    d = _daemon(
+        daemon_factory,
+        vault,
+        SIDECAR_SERVER_MAX_CONNECTIONS="20",
+        SIDECAR_SERVER_MAX_BUFFERED_BYTES="1048576",
+    ).start(timeout=60)
+    idle = []
+    for _ in range(25):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(str(d.socket))
+        idle.append(s)
+        time.sleep(0.02)  # in order, so "the longest idle" is the first ones
+    try:
+        assert _refs(d.call("search", {"query": "quokka"})["hits"]) == ["vault/Good"]
+        closed = [s for s in idle[:6] if b'"busy"' in _recv_all(s, 5)]
+        assert len(closed) == 6  # 25 + 1 connections for a cap of 20
+    finally:
+        for s in idle:
+            s.close()
+    # Unfinished frames: 3 x 400 KB without a newline against a 1 MiB budget.
+    partial = []
+    for _ in range(3):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(str(d.socket))
+        s.sendall(b'{"op": "search", "params": {"query": "' + b"x" * 400_000)
+        partial.append(s)
+        time.sleep(0.3)
+    try:
+        assert b'"busy"' in _recv_all(partial[2], 5)
+        assert _refs(d.call("search", {"query": "quokka"})["hits"]) == ["vault/Good"]
+    finally:
+        for s in partial:
+            s.close()
+    assert "connection_refused reason=unfinished input" in _log(d)
+    assert d.stop() == 0
+
+
+def test_a_request_that_hangs_is_answered_and_frees_the_server(tmp_path: Path) -> None:
+    """A request that never finishes is answered `timeout` after the bound; once every worker is
+    stuck, a fresh pool serves the next requests (the real server on a real socket)."""
+    import asyncio
+
+    from sidecar.protocol import Request
+    from sidecar.server import Server, bind_socket
+
+    release = threading.Event()
+
+    def dispatch(req: Request) -> dict[str, Any]:
+        if req.op == "hang":
+            release.wait(30)
+        return {"op": req.op}
+
+    server = Server(dispatch, max_frame=1 << 16, workers=1, idle_timeout=30, request_timeout=0.5)
+    path = tmp_path / "run" / "s.sock"
+    listener = bind_socket(path)
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    thread = threading.Thread(target=loop.run_until_complete, args=(server.serve(listener, stop),))
+    thread.start()
+    try:
+        t0 = time.monotonic()
+        first = _ask(path, b'{"op": "hang", "id": 1}\n')
+        assert first["error"]["code"] == "timeout" and time.monotonic() - t0 < 5
+        second = _ask(path, b'{"op": "health", "id": 2}\n')  # the only worker is still stuck
+        assert second["ok"] is True and second["result"] == {"op": "health"}
+    finally:
+        release.set()
+        time.sleep(0.5)  # the handlers see our hang-ups and close their transports
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(10)
+        listener.close()
+        loop.close()
+
+
+def _ask(path: Path, frame: bytes) -> dict[str, Any]:
+    import json
+
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(str(path))
+    s.sendall(frame)
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    answer: dict[str, Any] = json.loads(data)
+    return answer
