@@ -105,8 +105,15 @@ def test_vault_absent_at_start_is_indexed_when_it_appears(
     h = d.wait_for(lambda h: _root(h)["mode"] == "offline", 60)
     assert _vault_files(h) == 0
     away.rename(vault)
-    h = d.wait_for(lambda h: _vault_files(h) == 3 and _root(h)["mode"] != "offline", 60)
-    assert h["index"]["by_source"]["wiki"]["files"] == 1
+    h = d.wait_for(
+        lambda h: (
+            _vault_files(h) == 3
+            and h["index"]["by_source"].get("wiki", {}).get("files") == 1
+            and _root(h)["mode"] != "offline"
+            and _root(h, "wiki")["mode"] != "offline"
+        ),
+        60,
+    )
     assert d.stop() == 0
 
 
