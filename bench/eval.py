@@ -248,7 +248,9 @@ def evaluate(
 
 def _base(args: argparse.Namespace) -> str:
     """Index-time settings of this run (the arms only change search settings through reload)."""
-    return f"chunking:\n  maxTokens: {args.max_tokens}\n" if args.max_tokens else ""
+    base = f"chunking:\n  maxTokens: {args.max_tokens}\n" if args.max_tokens else ""
+    # one intra-op thread: on an oversubscribed machine every op's barrier waits for a time slice
+    return base + (f"embedder:\n  threads: {args.threads}\n" if args.threads else "")
 
 
 def cmd_beir(args: argparse.Namespace) -> dict[str, Any]:
@@ -413,6 +415,7 @@ def main() -> None:
             help="section.key=v1,v2,...: extra hybrid runs, one per value (repeatable)",
         )
         p.add_argument("--max-tokens", type=int, default=0, help="chunking.maxTokens of the index")
+        p.add_argument("--threads", type=int, default=0, help="embedder.threads of the daemon (0: cores)")
     args = ap.parse_args()
     commands = {
         "beir": cmd_beir,
