@@ -14,12 +14,15 @@ BEIR documents become notes ``<id>.md`` (title as heading, text as body) in a te
 a hit's reference names the document. Arms are switched with the ``reload`` op (search.vectorWeight
 1.0 / 0.0), so all three runs share one index. Question files are JSONL: ``{"q": ..., "expected":
 ["vault/..."], "context": [previous turns]}``; with ``context`` the ``recall`` op is used. Optional
-``kind``, ``lang`` and ``hub`` fields group the figures (hit@1, hit@5, MRR@10 per group); ``tempting``
-names wrong pages (long hubs) whose rank in the top 3 above every expected page is counted. ``--vault`` is
-repeatable as ``name=DIR[:sub1,sub2]``: each folder (or the listed subfolders of it) is copied under
-``name/`` of one temporary vault, so references read ``vault/name/...``. Every expected reference is checked
-against the vault's files before the daemon starts; ``--offtopic FILE`` also runs the off-topic
-messages on the same index (one index for both on a large vault).
+``kind``, ``lang``, ``source`` and ``hub`` fields group the figures (hit@1, hit@5, MRR@10 per
+group); ``tempting`` names wrong pages (long hubs) whose rank in the top 3 above every expected
+page is counted.
+
+``--vault`` is repeatable as ``name=DIR[:sub1,sub2]``: each folder (or the listed subfolders of
+it) is copied under ``name/`` of one temporary vault, so references read ``vault/name/...``. Every
+expected reference is checked against the vault's files before the daemon starts.
+``--offtopic FILE`` also runs off-topic messages through ``recall`` on the same index (one index
+for both on a large vault).
 """
 
 from __future__ import annotations
@@ -298,7 +301,7 @@ def cmd_questions(args: argparse.Namespace) -> dict[str, Any]:
     qrels = {str(i): dict.fromkeys(r["expected"], 1) for i, r in enumerate(rows)}
     groups: dict[str, list[str]] = defaultdict(list)
     for i, r in enumerate(rows):
-        for field in ("kind", "lang"):
+        for field in ("kind", "lang", "source"):
             if field in r:
                 groups[f"{field}={r[field]}"].append(str(i))
         if r.get("hub"):
@@ -451,7 +454,6 @@ def main() -> None:
     for p in sub.choices.values():
         p.add_argument("--out", type=Path, default=None)
         p.add_argument("--work", type=Path, default=None, help="keep vault and index here, reuse them")
-        p.add_argument("--threads", type=int, default=0, help="embedder.threads of the daemon")
         p.add_argument(
             "--sweep",
             action="append",
@@ -459,6 +461,7 @@ def main() -> None:
             help="section.key=v1,v2,...: extra hybrid runs, one per value (repeatable)",
         )
         p.add_argument("--max-tokens", type=int, default=0, help="chunking.maxTokens of the index")
+        p.add_argument("--threads", type=int, default=0, help="embedder.threads of the daemon (0: cores)")
     args = ap.parse_args()
     commands = {
         "beir": cmd_beir,
