@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -28,9 +29,12 @@ def rss_mb() -> float:
     return 0.0
 
 
-def run_engine(engine: str, corpus: Path, n_queries: int, cache: Path, threads: int) -> dict[str, Any]:
-    """In the child: load, embed every passage, time single queries."""
+def run_engine(
+    engine: str, corpus: Path, n_queries: int, cache: Path, threads: int, n_passages: int
+) -> dict[str, Any]:
+    """In the child: load, embed the passages, time single queries."""
     passages = [json.loads(line)["text"] for line in (corpus / "corpus.jsonl").open(encoding="utf-8")]
+    passages = passages[:n_passages]
     queries = [json.loads(line)["text"] for line in (corpus / "queries.jsonl").open(encoding="utf-8")]
     queries = queries[:n_queries]
     base = rss_mb()
@@ -98,14 +102,20 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpus", type=Path, default=Path("/work/shared/eval/xquad-de"))
     ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--passages", type=int, default=240)
     ap.add_argument("--threads", type=int, default=0, help="0: all cores")
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--cache", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(run_engine(args.child, args.corpus, args.queries, args.cache, args.threads)))
+        print(
+            json.dumps(
+                run_engine(args.child, args.corpus, args.queries, args.cache, args.threads, args.passages)
+            )
+        )
         return
+    print(json.dumps({"load_average": os.getloadavg()}), flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-models-") as tmp:
         cache = Path(tmp)
         print(json.dumps({"e5_conversion_s": round(convert_once(cache), 1)}), flush=True)
@@ -118,6 +128,8 @@ def main() -> None:
                 str(args.queries),
                 "--threads",
                 str(args.threads),
+                "--passages",
+                str(args.passages),
             ]
             done = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if done.returncode != 0:
