@@ -7,9 +7,9 @@ write holds. Bounded: a frame over the limit is answered with an error and the c
 at ``server.maxConnections`` the longest-idle connection is closed to make room (with a ``busy``
 frame), and a new one is refused with that frame when none is idle; input beyond
 ``server.maxBufferedBytes`` (summed over every connection's unfinished frame) is refused
-likewise; a request that runs longer than ``server.requestTimeoutSeconds`` is answered ``timeout`` (and, should every worker be
-stuck, requests go to a fresh pool). Imports protocol and errors only: handlers arrive as a
-callable.
+likewise; a request running longer than ``server.requestTimeoutSeconds`` is answered
+``timeout`` (should every worker be stuck, requests go to a fresh pool). Imports protocol and
+errors only: handlers arrive as a callable.
 """
 
 from __future__ import annotations
