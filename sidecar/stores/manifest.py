@@ -11,11 +11,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import sqlite3
 import threading
 import time
-import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -157,10 +155,6 @@ class Manifest:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.RLock()
-        # Reads on their own per-thread connections (WAL: they see every committed write and never
-        # wait for a writer), so a search does not queue behind a memory write's transaction.
-        self._local = threading.local()
-        self._readers: list[sqlite3.Connection] = []
         try:
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -192,57 +186,20 @@ class Manifest:
 
     def close(self) -> None:
         with self._lock:
-            for reader in self._readers:
-                reader.close()
-            self._readers.clear()
             self._db.close()
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
-            self._local.writing = True
             try:
                 yield self._db
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
-            finally:
-                self._local.writing = False
             self._db.execute("COMMIT")
 
-    def _reader(self) -> sqlite3.Connection | None:
-        """This thread's read connection; None inside a transaction (it must see its own writes)
-        or when the file is gone or replaced (the writer's connection still has the open copy)."""
-        if getattr(self._local, "writing", False):
-            return None
-        reader: sqlite3.Connection | None = getattr(self._local, "reader", None)
-        if reader is not None:
-            return reader
-        try:
-            reader = sqlite3.connect(
-                f"file:{urllib.parse.quote(str(self.path))}?mode=ro",
-                uri=True,
-                check_same_thread=False,
-                isolation_level=None,
-            )
-            if os.stat(self.path).st_ino != self.inode:
-                reader.close()
-                return None
-        except (sqlite3.Error, OSError):
-            return None
-        with self._lock:
-            self._readers.append(reader)
-        self._local.reader = reader
-        return reader
-
     def _query(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
-        reader = self._reader()
-        if reader is not None:
-            try:
-                return reader.execute(sql, args).fetchall()
-            except sqlite3.OperationalError:
-                pass  # e.g. the file vanished under the reader: ask the writer's connection
         with self._lock:
             return self._db.execute(sql, args).fetchall()
 
