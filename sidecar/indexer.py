@@ -27,7 +27,7 @@ from sidecar.config import Config
 from sidecar.embedder import Embedder, EmbedderSlot, approx_token_count
 from sidecar.errors import StoreError, StoreOutdatedError
 from sidecar.ignore import IgnoreRules
-from sidecar.links import Link, drop_links, extract_links, names_of, replace_links, reresolve
+from sidecar.links import Link, aliases_of, drop_links, extract_links, names_of, replace_links, reresolve
 from sidecar.problems import Problems
 from sidecar.sources import NoteFile, NoteUnreadable, Root, Skipped, agent_inbox, read_note, roots
 from sidecar.stores.bm25 import Bm25Doc, Bm25Index
@@ -353,7 +353,7 @@ class Indexer:
                 for (record, chunks), p in zip(built, prepared, strict=True):
                     stores.manifest.commit_file(record, chunks, db)
                     replace_links(db, record.key, p.links)
-                    names |= names_of(record.key, p.parsed.aliases if p.parsed else ())
+                    names |= names_of(record.key, aliases_of(p.parsed.front_matter) if p.parsed else ())
                 # A new or changed note may be what an ambiguous or dangling name now means.
                 reresolve(db, self.cfg.vault.wiki_subfolder, names=names, keys=[r.key for r, _ in built])
         self.vectors.changed.set()

@@ -215,6 +215,16 @@ def ensure_schema(db: sqlite3.Connection) -> bool:
     return existed is None
 
 
+def aliases_of(front_matter: Any) -> tuple[str, ...]:
+    """A note's aliases as link names: a list, or one string (commas separate several)."""
+    value = front_matter.get("aliases", front_matter.get("alias")) if isinstance(front_matter, dict) else None
+    if isinstance(value, str):
+        return tuple(a.strip() for a in value.split(",") if a.strip())
+    if isinstance(value, list):
+        return tuple(str(a).strip() for a in value if isinstance(a, str | int | float) and str(a).strip())
+    return ()
+
+
 def _targets(db: sqlite3.Connection, wiki_subfolder: str) -> list[Target]:
     out: list[Target] = []
     for key, source, agent, front_matter in db.execute(
@@ -223,13 +233,9 @@ def _targets(db: sqlite3.Connection, wiki_subfolder: str) -> list[Target]:
         aliases: tuple[str, ...] = ()
         if source != "memory":
             try:
-                value = json.loads(front_matter).get("aliases", json.loads(front_matter).get("alias"))
-            except (ValueError, AttributeError):
-                value = None
-            if isinstance(value, str):
-                aliases = tuple(a.strip() for a in value.split(",") if a.strip())
-            elif isinstance(value, list):
-                aliases = tuple(str(a).strip() for a in value if isinstance(a, str | int | float))
+                aliases = aliases_of(json.loads(front_matter))
+            except ValueError:
+                aliases = ()
         out.append(Target(key, vault_path(key, wiki_subfolder), aliases, agent if source == "memory" else ""))
     return out
 

@@ -7,6 +7,7 @@ that an agent sees its own memory as ``memory/<slug>`` (DESIGN.md §1). Imports 
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import stat
@@ -16,6 +17,8 @@ from pathlib import Path
 
 from sidecar.config import Config, valid_agent
 from sidecar.errors import NotFoundError, SourceError
+
+log = logging.getLogger(__name__)
 
 SOURCES = ("vault", "wiki", "memory")
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,127}$")
@@ -125,6 +128,9 @@ def scan(root: Root, max_bytes: int) -> Iterator[NoteFile | Skipped]:
         for entry in sorted(entries, key=lambda e: e.name):
             rel = f"{rel_dir}{entry.name}"
             if entry.name.startswith("."):
+                # Hidden, as in Obsidian; a hidden note (even one named "..md") is still counted.
+                if entry.name.lower().endswith(".md") and entry.is_file(follow_symlinks=False):
+                    yield Skipped(Path(entry.path), "hidden file name")
                 continue
             try:
                 is_link = entry.is_symlink()
@@ -184,8 +190,14 @@ def read_note(path: Path, max_bytes: int) -> tuple[bytes, str]:
         raise NoteUnreadable("binary")
     try:
         text = data.decode("utf-8-sig")  # -sig strips a BOM that would hide the front matter
-    except UnicodeDecodeError as exc:
-        raise NoteUnreadable("not UTF-8") from exc
+    except UnicodeDecodeError:
+        # A few bad bytes (a paste, a truncated sync) in UTF-8 text: keep the note, mark them.
+        # Mostly undecodable bytes mean another encoding or binary data: skipped, counted.
+        text = data.decode("utf-8-sig", errors="replace")
+        bad = text.count("\ufffd")
+        if bad * 100 > max(len(text), 1):
+            raise NoteUnreadable("not UTF-8") from None
+        log.warning("note_invalid_utf8 path=%s replaced=%d", path, bad)
     return data, text
 
 
