@@ -176,7 +176,7 @@ class Resolver:
             return src_key, 1
         low = t.lower()
         src_path = self.paths.get(src_key, "")
-        src_dir = posixpath.dirname(src_path) if not src_key.startswith("memory/") else ""
+        src_dir = posixpath.dirname(src_path).lower() if not src_key.startswith("memory/") else ""
         if src_key.startswith("memory/"):
             agent = src_key.split("/", 2)[1]
             own = self.memory.get((agent, low))
@@ -200,7 +200,7 @@ class Resolver:
             return None, 0
         best = min(
             matches,
-            key=lambda c: (posixpath.dirname(c.path) != src_dir, c.path.count("/"), len(c.path), c.path),
+            key=lambda c: (posixpath.dirname(c.path).lower() != src_dir, c.path.count("/"), len(c.path), c.path),
         )
         return best.key, len({c.key for c in matches})
 
