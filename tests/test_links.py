@@ -206,6 +206,13 @@ def test_resolver_rules() -> None:
     assert r.resolve("plan", "memory/a/x") == ("memory/a/plan", 1)  # own inbox first
     assert r.resolve("plan", "memory/b/x") == ("vault/Plan", 1)
     assert r.resolve("Nothing", "vault/Plan") == (None, 0)
-    r2 = Resolver([Target("vault/Notes/Plan", "Notes/Plan"), Target("vault/Work/Plan", "Work/Plan")])
-    assert r2.resolve("Plan", "vault/Work/Other") == ("vault/Work/Plan", 2)  # same folder first
-    assert r2.resolve("Plan", "vault/Other") == ("vault/Notes/Plan", 2)  # then alphabetical
+    r2 = Resolver(
+        [
+            Target("vault/Notes/Plan", "Notes/Plan"),
+            Target("vault/Work/Plan", "Work/Plan"),
+            Target("vault/Notes/Other", "Notes/Other"),
+            Target("vault/Other", "Other"),
+        ]
+    )
+    assert r2.resolve("Plan", "vault/Notes/Other") == ("vault/Notes/Plan", 2)  # same folder first
+    assert r2.resolve("Plan", "vault/Other") == ("vault/Work/Plan", 2)  # then the shorter path
