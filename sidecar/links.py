@@ -200,7 +200,12 @@ class Resolver:
             return None, 0
         best = min(
             matches,
-            key=lambda c: (posixpath.dirname(c.path).lower() != src_dir, c.path.count("/"), len(c.path), c.path),
+            key=lambda c: (
+                posixpath.dirname(c.path).lower() != src_dir,
+                c.path.count("/"),
+                len(c.path),
+                c.path,
+            ),
         )
         return best.key, len({c.key for c in matches})
 
@@ -412,7 +417,7 @@ class LinkGraph:
         ins = {r[0] for r in in_rows}
         scores: dict[str, float] = defaultdict(float)
         why: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
-        for other in outs | ins:
+        for other in [*outs, *ins]:  # linked both ways counts twice
             scores[other] += 100.0
         indeg = dict(q("SELECT dst, count(DISTINCT src) FROM links WHERE dst IS NOT NULL GROUP BY dst"))
         outdeg = dict(q("SELECT src, count(DISTINCT dst) FROM links WHERE dst IS NOT NULL GROUP BY src"))
