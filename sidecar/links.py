@@ -70,9 +70,9 @@ def _front_matter_end(lines: Sequence[str]) -> int:
 
 
 def _is_note_target(path: str) -> bool:
-    """A note (``.md`` or no extension), not an image, PDF or canvas."""
+    """A note (``.md`` or no extension; "Release 1.5" has none), not an image, video, PDF or canvas."""
     m = _EXT.search(path.rsplit("/", 1)[-1])
-    return m is None or m.group(1).lower() == "md" or not m.group(1).isalpha()
+    return m is None or m.group(1).lower() == "md" or m.group(1).isdigit()
 
 
 def _anchor(raw: str) -> str:
