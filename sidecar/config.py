@@ -230,6 +230,13 @@ class SearchConfig:
         min=0.0,
         max=2.0,
     )
+    link_lift: float = _opt(
+        0.0,
+        "Lift for a note that the best notes of a result link to: its score times 1 + this x (share "
+        "of the top 10 notes linking to it). 0: off (see BENCHMARKS.md for the measured effect).",
+        min=0.0,
+        max=2.0,
+    )
     candidates: int = _opt(60, "Candidates each arm fetches before fusion (at least 3x limit).", min=10)
     vector_weight: float = _opt(0.7, "Share of the vector arm in the fused score.", min=0.0, max=1.0)
     short_query_bm25_weight: float = _opt(

@@ -471,3 +471,16 @@ class LinkGraph:
                 item["shared"] = detail
             result.append(item)
         return result
+
+
+def cited_by(query: Any, keys: Sequence[str]) -> dict[str, int]:
+    """For the notes ``keys`` (a result's best), how many of them link to each other note."""
+    if not keys:
+        return {}
+    marks = ",".join("?" * len(keys))
+    rows = query(
+        f"SELECT dst, count(DISTINCT src) FROM links WHERE src IN ({marks}) AND dst IS NOT NULL "
+        "AND dst != src GROUP BY dst",
+        list(keys),
+    )
+    return {r[0]: int(r[1]) for r in rows}
