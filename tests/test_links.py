@@ -216,3 +216,21 @@ def test_resolver_rules() -> None:
     )
     assert r2.resolve("Plan", "vault/Notes/Other") == ("vault/Notes/Plan", 2)  # same folder first
     assert r2.resolve("Plan", "vault/Other") == ("vault/Work/Plan", 2)  # then the shorter path
+
+
+def test_link_lift_raises_a_note_the_top_notes_link_to(linked: Any) -> None:
+    from dataclasses import replace
+
+    from sidecar.query import Filters
+    from sidecar.retrieval import Retriever, SearchRequest
+
+    h, _v = linked
+    req = SearchRequest("sync", 20, 0.0, None, None, Filters())
+    off = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall).search(req).hits
+    assert not any("linked" in hit["boosts"] for hit in off)
+    on = Retriever(h.stores, h.slot, replace(h.cfg.search, link_lift=0.4), h.cfg.recall).search(req).hits
+    sync = next(hit for hit in on if hit["reference"] == "vault/Sync")
+    # Home, Getting started, Audio recorder, B/Deep/Index and wiki/Backups mention and link Sync.
+    assert sync["boosts"]["linked"] > 1.0
+    before = next(hit for hit in off if hit["reference"] == "vault/Sync")
+    assert sync["score"] == pytest.approx(before["score"] * sync["boosts"]["linked"], rel=1e-4)
