@@ -96,6 +96,9 @@ class Indexer:
         self.vectors = Vectoring(stores)
         self.supervisor = Supervisor(cfg)
         self.ignore = IgnoreRules(cfg.index.exclude, cfg.vault.path, cfg.index.obsidian_excludes)
+        # During the first sweep of a start every link is resolved once at its end (_check_links):
+        # resolving after each batch as well would redo the whole vault's names again and again.
+        self._defer_links = False
 
     def set_excludes(self, patterns: Sequence[str], obsidian: bool) -> bool:
         """New exclusion rules (config reload); True if they differ (a sweep applies them)."""
@@ -130,6 +133,7 @@ class Indexer:
         states = self.stores.manifest.file_states()
         diff = _Diff()
         self.ignore.refresh()
+        self._defer_links = not act.first_sweep_done
         excluded: dict[str, int] = {}
         chosen = [r for r in self._roots(states) if only is None or r.name in only]
         self.supervisor.classify(chosen)
@@ -153,6 +157,7 @@ class Indexer:
                 progress(act)
         if not act.first_sweep_done:
             self._check_bm25()
+            self._defer_links = False
             self._check_links()
         act.sweeps += 1
         act.first_sweep_done = True
@@ -355,7 +360,8 @@ class Indexer:
                     replace_links(db, record.key, p.links)
                     names |= names_of(record.key, aliases_of(p.parsed.front_matter) if p.parsed else ())
                 # A new or changed note may be what an ambiguous or dangling name now means.
-                reresolve(db, self.cfg.vault.wiki_subfolder, names=names, keys=[r.key for r, _ in built])
+                if not self._defer_links:
+                    reresolve(db, self.cfg.vault.wiki_subfolder, names=names, keys=[r.key for r, _ in built])
         self.vectors.changed.set()
 
     def delete(self, keys: Sequence[str]) -> None:
@@ -373,7 +379,8 @@ class Indexer:
                 for key in keys:
                     stores.manifest.delete_file(key, db)
                 drop_links(db, keys)
-                reresolve(db, self.cfg.vault.wiki_subfolder, names=_names(keys), keys=list(keys))
+                if not self._defer_links:
+                    reresolve(db, self.cfg.vault.wiki_subfolder, names=_names(keys), keys=list(keys))
         log.info("notes_deleted count=%d", len(keys))
 
     # --- reconcile and rebuild ---------------------------------------------------------------
