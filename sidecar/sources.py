@@ -107,10 +107,11 @@ def is_note_name(name: str) -> bool:
 def scan(root: Root, max_bytes: int) -> Iterator[NoteFile | Skipped]:
     """Walk a root: notes with their stat, and the files left out with a reason.
 
-    Dot-folders are skipped, hidden notes (``.x.md``, ``..md``) reported as skipped; a file symlink is followed only when it stays inside the root; a
-    folder symlink is never followed (outside: refused; inside: already indexed under its real
-    path, and loops are impossible); the memory inbox is flat. Raises OSError when
-    the root itself cannot be listed (the caller decides what an unreachable root means).
+    Dot-folders are skipped and hidden notes (``.x.md``, ``..md``) reported as skipped; a file
+    symlink is followed only when it stays inside the root; a folder symlink is never followed
+    (outside: refused; inside: already indexed under its real path, and loops are impossible);
+    the memory inbox is flat. Raises OSError when the root itself cannot be listed (the caller
+    decides what an unreachable root means).
     """
     base = root.path.resolve()
     stack: list[tuple[Path, str]] = [(root.path, "")]
