@@ -120,6 +120,7 @@ class Handlers:
                 "by_agent": counts["by_agent"],
                 "skipped": {**act.scan_skipped, **{k or "unknown": v for k, v in counts["skipped"].items()}},
                 "excluded": act.excluded,
+                "links": LinkGraph(self.indexer.stores.manifest.read).totals(),
                 "sweeps": act.sweeps,
             },
             "roots": self.indexer.supervisor.describe(self._watched),

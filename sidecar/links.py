@@ -395,6 +395,11 @@ class LinkGraph:
             )
         ]
 
+    def totals(self) -> dict[str, int]:
+        """How many links the notes hold, and how many of them name no note."""
+        n, dangling = self._query("SELECT count(*), coalesce(sum(dst IS NULL), 0) FROM links")[0]
+        return {"links": int(n), "unresolved": int(dangling)}
+
     def backlink_counts(self) -> dict[str, int]:
         """Distinct linking notes per target (a note linking twice counts once)."""
         return dict(

@@ -224,6 +224,7 @@ def test_daemon_links_related_and_excludes_after_reload(daemon_factory: Any, tmp
     why = d.call("why", {"reference": "vault/Projects/Boat", "query": "engine"})
     assert why["indexed"] is False and why["excluded"] == "index.exclude: Projects/"
     assert d.health()["index"]["excluded"] == {"index.exclude: Projects/": 1}
+    assert d.health()["index"]["links"] == {"links": 6, "unresolved": 1}
     assert "Excluded notes: 1 by index.exclude: Projects/" in d.run_cli("status", check=True).stdout
     # Events for the excluded folder bring nothing back; an ordinary note still comes in.
     write(v / "Projects/Boat.md", "# Boat\n\nThe outboard engine needs spark plugs and oil.\n")
