@@ -266,6 +266,8 @@ def _base(args: argparse.Namespace) -> str:
     base = f"chunking:\n  maxTokens: {args.max_tokens}\n" if args.max_tokens else ""
     # One inference thread where the machine is shared: a two-thread pool waiting for a
     # descheduled thread ran 30x slower here.
+    if getattr(args, "no_model", False):  # keyword arm only: every arm then ranks by BM25 alone
+        return base + "embedder:\n  enabled: false\n"
     return base + (f"embedder:\n  threads: {args.threads}\n" if args.threads else "")
 
 
@@ -454,6 +456,7 @@ def main() -> None:
     for p in sub.choices.values():
         p.add_argument("--out", type=Path, default=None)
         p.add_argument("--work", type=Path, default=None, help="keep vault and index here, reuse them")
+        p.add_argument("--no-model", action="store_true", help="embedder.enabled: false (BM25 only)")
         p.add_argument(
             "--sweep",
             action="append",

@@ -100,6 +100,14 @@ def _query_commands(sub: Any) -> None:
     _common(p)
     p.add_argument("reference", help="a reference as search returns it, e.g. vault/Plugins/Audio recorder")
     p.add_argument("--agent", help="resolve memory/<slug> in this agent's inbox")
+    p.add_argument("--links", action="store_true", help="print its links, backlinks and unresolved links")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = sub.add_parser("related", help="notes linked with a note, then notes sharing its links or tags")
+    _common(p)
+    p.add_argument("reference", help="the note, e.g. vault/Plugins/Audio recorder")
+    p.add_argument("--limit", type=int, default=10, help="notes shown (default 10)")
+    p.add_argument("--agent", help="as this agent")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -311,9 +319,40 @@ def cmd_get(args: argparse.Namespace, cfg: Config) -> int:
         result = client.call("get", {"reference": args.reference})
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
+    elif args.links:
+        print(render_links(result))
     else:
         sys.stdout.write(result["text"] if result["text"].endswith("\n") else result["text"] + "\n")
     return int(ExitCode.OK)
+
+
+def cmd_related(args: argparse.Namespace, cfg: Config) -> int:
+    with Client(cfg.socket_path, agent=args.agent) as client:
+        r = client.call("related", {"reference": args.reference, "limit": args.limit})
+    if args.json:
+        print(json.dumps(r, ensure_ascii=False))
+        return int(ExitCode.OK)
+    if not r["related"]:
+        print(f"{r['reference']}: no linked notes, no shared links or tags")
+    for item in r["related"]:
+        shared = "; ".join(f"{k}: {', '.join(v)}" for k, v in item.get("shared", {}).items())
+        print(f"{item['reference']}  ({item['relation']}{'; ' + shared if shared else ''})")
+    return int(ExitCode.OK)
+
+
+def render_links(r: dict[str, Any]) -> str:
+    """A note's outgoing links, backlinks and unresolved links, one per line."""
+    lines = [f"{r['reference']}: {len(r['links'])} link(s), {len(r['backlinks'])} backlink(s)"]
+    for link in r["links"]:
+        if link["target"] is not None:
+            kind = "embeds" if link["embed"] else "links to"
+            anchor = f" #{link['anchor']}" if link["anchor"] else ""
+            lines.append(f"  line {link['line']}: {kind} {link['target']}{anchor}")
+    for b in r["backlinks"]:
+        lines.append(f"  line {b['line']} of {b['reference']} links here")
+    for name in r["unresolved"]:
+        lines.append(f"  unresolved: [[{name}]]")
+    return "\n".join(lines)
 
 
 def cmd_status(args: argparse.Namespace, cfg: Config) -> int:
@@ -447,6 +486,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "index": cmd_index,
     "search": cmd_search,
     "get": cmd_get,
+    "related": cmd_related,
     "recall": cmd_recall,
     "preview": cmd_recall,
     "why": cmd_why,
@@ -542,8 +582,25 @@ def render_status(h: dict[str, Any]) -> str:
         if emb["state"] == "failed":
             lines.append(f"Vectors: {pending:,} chunks wait for the model; search is keyword-only")
             todo.append("fix the model (see the embedder error above) and restart the daemon")
-    lines.append("Roots:")
-    for r in h["roots"]:
+    lines += _root_lines(h["roots"], todo)
+    if idx["skipped"]:
+        parts = ", ".join(f"{n} {reason}" for reason, n in sorted(idx["skipped"].items()))
+        lines.append(f"Skipped files: {parts}")
+    if idx.get("excluded"):
+        parts = ", ".join(f"{n} by {rule}" for rule, n in sorted(idx["excluded"].items()))
+        lines.append(f"Excluded notes: {parts}")
+    lines += _problem_lines(h.get("problems") or {"active": [], "recent": []}, todo)
+    if h["vault"] is None:
+        todo.append("configure a vault (--vault or vault.path) to index notes")
+    if todo:
+        lines.append("To do: " + "; ".join(todo))
+    return "\n".join(lines)
+
+
+def _root_lines(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
+    """The Roots block of `status`: mode, last sweep, held deletions and what to do about them."""
+    lines = ["Roots:"]
+    for r in roots:
         extra = f"  PROBLEM: {r['error']}" if r.get("error") else ""
         lines.append(
             f"  {r['name']:<16} {r['mode']:<8} last sweep {_ago(r['last_sweep'])}  {r['path']}{extra}"
@@ -561,15 +618,7 @@ def render_status(h: dict[str, Any]) -> str:
             )
         if r["mode"] == "offline":
             todo.append(f"check that {r['path']} is mounted and readable")
-    if idx["skipped"]:
-        parts = ", ".join(f"{n} {reason}" for reason, n in sorted(idx["skipped"].items()))
-        lines.append(f"Skipped files: {parts}")
-    lines += _problem_lines(h.get("problems") or {"active": [], "recent": []}, todo)
-    if h["vault"] is None:
-        todo.append("configure a vault (--vault or vault.path) to index notes")
-    if todo:
-        lines.append("To do: " + "; ".join(todo))
-    return "\n".join(lines)
+    return lines
 
 
 class Progress:

@@ -74,6 +74,14 @@ class IndexConfig:
     optimize_every_writes: int = _opt(
         100, "Also compact after this many vector writes (0: only on the schedule).", min=0, max=1_000_000
     )
+    exclude: tuple[str, ...] = _opt(
+        (),
+        "Notes to leave out, as gitignore patterns relative to the vault (e.g. [Templates/, "
+        "Archive/, '*.excalidraw.md']); excluded notes leave the index on the next sweep.",
+    )
+    obsidian_excludes: bool = _opt(
+        True, "Also leave out what Obsidian's 'Excluded files' setting (.obsidian/app.json) names."
+    )
 
 
 @dataclass(frozen=True)
@@ -236,6 +244,13 @@ class SearchConfig:
         0.0,
         "Share of a chunk's nearness to the centre of all vectors taken off its cosine: a chunk "
         "about everything a little (a command list) stops topping unrelated questions. 0: off.",
+        min=0.0,
+        max=2.0,
+    )
+    link_lift: float = _opt(
+        0.0,
+        "Lift for a note that the best notes of a result link to: its score times 1 + this x (share "
+        "of the top 10 notes linking to it). 0: off (see BENCHMARKS.md for the measured effect).",
         min=0.0,
         max=2.0,
     )
@@ -482,6 +497,14 @@ def _to_bool(raw: Any) -> bool:
     raise ValueError("expected true or false")
 
 
+def _to_str_tuple(raw: Any) -> tuple[str, ...]:
+    """A YAML list of strings, or one string with items separated by commas (environment, flags)."""
+    items = raw.split(",") if isinstance(raw, str) else raw
+    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+        raise ValueError("expected a list of strings")
+    return tuple(i.strip() for i in items if i.strip())
+
+
 def _to_number(raw: Any, base: type, checks: Mapping[str, Any]) -> int | float:
     kind = "an integer" if base is int else "a number"
     if isinstance(raw, bool) or (base is int and isinstance(raw, float)):
@@ -534,6 +557,8 @@ def _coerce(setting: Setting, raw: Any, where: str) -> Any:
             return _to_str(raw, setting.checks)
         if base is Path:
             return _to_path(raw)
+        if base == tuple[str, ...]:
+            return _to_str_tuple(raw)
         raise ValueError(f"unsupported type {tp}")  # pragma: no cover - every declared type is handled
     except ValueError as exc:
         raise ConfigError(f"{where}: {setting.dotted} = {raw!r}: {exc}") from None
@@ -723,6 +748,8 @@ def render_example() -> str:
             shown = "true" if default else "false"
         elif isinstance(default, str):
             shown = default or '""'
+        elif isinstance(default, tuple):
+            shown = json.dumps(list(default))
         else:
             shown = str(default)
         extra = ""

@@ -306,6 +306,9 @@ class Daemon:
         if self._indexer is not None:
             s = new.search
             self._indexer.vectors.tune(s.ann_index, s.ann_probes, s.ann_threshold)
+            if self._indexer.set_excludes(new.index.exclude, new.index.obsidian_excludes):
+                changed.append("index.exclude")
+                self.request_sweep(False, None, frozenset())  # excluded notes leave, included ones come
         log.info("config_reloaded changed=%s", ",".join(changed) or "nothing")
         return {"reloaded": True, "changed": changed}
 

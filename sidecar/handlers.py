@@ -17,6 +17,7 @@ from sidecar.config import Config, valid_agent
 from sidecar.embedder import EmbedderSlot, approx_token_count
 from sidecar.errors import NotFoundError, ProtocolError, SourceError
 from sidecar.indexer import Indexer
+from sidecar.links import LinkGraph
 from sidecar.memory_ops import MemoryOps
 from sidecar.protocol import (
     PROTOCOL_VERSION,
@@ -78,6 +79,7 @@ class Handlers:
             "recall": self.recall,
             "why": self.why,
             "get": self.get,
+            "related": self.related,
             "index": self.index,
             "reload": self.reload,
             **memory.ops(),
@@ -120,6 +122,8 @@ class Handlers:
                 "by_source": counts["by_source"],
                 "by_agent": counts["by_agent"],
                 "skipped": {**act.scan_skipped, **{k or "unknown": v for k, v in counts["skipped"].items()}},
+                "excluded": act.excluded,
+                "links": LinkGraph(self.indexer.stores.manifest.read).totals(),
                 "sweeps": act.sweeps,
             },
             "roots": self.indexer.supervisor.describe(self._watched),
@@ -180,7 +184,11 @@ class Handlers:
                 exists = True
             except SourceError:
                 exists = False
-            if state is not None and state.state == "skipped":
+            rule = self.indexer.excluded_by(key)
+            if rule is not None:
+                out["reason"] = f"the note is excluded by {rule}"
+                out["excluded"] = rule
+            elif state is not None and state.state == "skipped":
                 out["reason"] = "the file was skipped when indexing (see `file_skipped` in the log)"
             elif exists:
                 out["reason"] = "the file exists but is not indexed yet (a sweep will pick it up)"
@@ -231,14 +239,49 @@ class Handlers:
             raise SourceError(f"{reference!r} cannot be read: {exc.reason}") from exc
         chunks = self.indexer.stores.manifest.chunks_of(key)
         title = chunks[0].title if chunks else path.stem
-        return {
+        graph = LinkGraph(self.indexer.stores.manifest.read)
+        links = graph.links_of(key, req.agent)
+        for link in links:
+            link["target"] = public_reference(link["target"], req.agent) if link["target"] else None
+        backlinks = [
+            {"reference": public_reference(b.pop("source"), req.agent), **b}
+            for b in graph.backlinks(key, req.agent)
+        ]
+        out: dict[str, Any] = {
             "reference": public_reference(key, req.agent),
             "source": key.split("/", 1)[0],
             "title": title,
             "text": text,
             "lines": text.count("\n") + 1,
             "indexed": bool(chunks),
+            "links": links,
+            "backlinks": backlinks,
+            "unresolved": sorted({link["link"] for link in links if link["target"] is None}),
         }
+        rule = self.indexer.excluded_by(key)
+        if rule is not None:
+            out["excluded"] = rule
+        return out
+
+    def related(self, req: Request) -> dict[str, Any]:
+        """Notes linked with this one (either way), then notes sharing its links or tags."""
+        p = req.params
+        check_known(p, ("reference", "limit"))
+        reference = param_str(p, "reference", max_len=2000)
+        key = key_for_reference(reference, req.agent)
+        limit = param_int(p, "limit", default=10, lo=1, hi=100)
+        manifest = self.indexer.stores.manifest
+        if not manifest.file_states(key).get(key):
+            path_for_key(self.cfg, key)  # not_found / bad_reference for a note that does not exist
+        graph = LinkGraph(manifest.read)
+        items = graph.related(key, limit, req.agent)
+        for item in items:
+            item["reference"] = public_reference(item.pop("key"), req.agent)
+            item["source"] = item["reference"].split("/", 1)[0]
+            for kind, keys in item.get("shared", {}).items():
+                if kind != "tags":
+                    item["shared"][kind] = [public_reference(k, req.agent) for k in keys]
+        return {"reference": public_reference(key, req.agent), "related": items}
 
     def reload(self, req: Request) -> dict[str, Any]:
         check_known(req.params, ())

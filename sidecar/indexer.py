@@ -28,6 +28,8 @@ from sidecar.chunking import ParsedNote, chunk_note
 from sidecar.config import Config
 from sidecar.embedder import Embedder, EmbedderSlot, approx_token_count
 from sidecar.errors import StoreError, StoreOutdatedError
+from sidecar.ignore import IgnoreRules
+from sidecar.links import Link, aliases_of, drop_links, extract_links, names_of, replace_links, reresolve
 from sidecar.problems import Problems
 from sidecar.sources import (
     SLUG_RE,
@@ -69,6 +71,7 @@ class Activity:
     first_sweep_done: bool = False
     ready_once: bool = False
     scan_skipped: dict[str, int] = field(default_factory=dict)
+    excluded: dict[str, int] = field(default_factory=dict)  # rule -> notes it leaves out
 
 
 _SETTLED = ("indexed", "skipped")
@@ -90,6 +93,7 @@ class _Prepared:
     hash: str
     parsed: ParsedNote | None  # None: unreadable, see skip_reason
     skip_reason: str | None = None
+    links: tuple[Link, ...] = ()
 
 
 def _chunk_id(key: str, embed_text: str, occurrence: int) -> str:
@@ -116,6 +120,21 @@ class Indexer:
         self._unreadable: dict[str, str] = {}  # root name -> what cannot be read there
         self._event_deletions: dict[str, list[float]] = {}  # root name -> times of recent ones
         self.leftover: frozenset[str] | None = None  # paths a failed sweep scanned but did not write
+        self.ignore = IgnoreRules(cfg.index.exclude, cfg.vault.path, cfg.index.obsidian_excludes)
+        # During the first sweep of a start every link is resolved once at its end (_check_links):
+        # resolving after each batch as well would redo the whole vault's names again and again.
+        self._defer_links = False
+
+    def set_excludes(self, patterns: Sequence[str], obsidian: bool) -> bool:
+        """New exclusion rules (config reload); True if they differ (a sweep applies them)."""
+        if (tuple(patterns), obsidian) == (self.ignore.patterns, self.ignore.obsidian):
+            return False
+        self.ignore = IgnoreRules(patterns, self.cfg.vault.path, obsidian)
+        return True
+
+    def excluded_by(self, key: str) -> str | None:
+        """The rule that leaves this note out of the index, or None."""
+        return self.ignore.match_key(key, self.cfg.vault.wiki_subfolder)
 
     # --- token counting ------------------------------------------------------------------
 
@@ -139,6 +158,9 @@ class Indexer:
         act = self.activity
         act.phase, act.done, act.total, act.started = "scanning", 0, 0, time.time()
         diff = _Diff()
+        self.ignore.refresh()
+        self._defer_links = not act.first_sweep_done
+        excluded: dict[str, int] = {}
         every = self._roots()
         chosen = [r for r in every if only is None or r.name in only]
         if paths:
@@ -146,9 +168,10 @@ class Indexer:
             chosen += [r for r in self._diff_paths(paths, rest, diff) if r not in chosen]
         self.supervisor.classify(chosen)
         for root in chosen:
-            self._diff_root(root, diff, root.name in confirm_deletions)
+            self._diff_root(root, diff, root.name in confirm_deletions, excluded)
         if only is None:
             act.scan_skipped = diff.skipped
+            act.excluded = excluded
         act.phase, act.total = "indexing", len(diff.work) + len(diff.gone)
         self.leftover = None
         if diff.gone:
@@ -170,6 +193,8 @@ class Indexer:
                 progress(act)
         if not act.first_sweep_done:
             self._check_bm25()
+            self._defer_links = False
+            self._check_links()
         act.sweeps += 1
         act.first_sweep_done = act.first_sweep_done or only is None or bool(chosen)
         act.phase = "idle"
@@ -196,7 +221,9 @@ class Indexer:
         out.extend(Root("memory", agent_inbox(self.cfg, a), agent=a) for a in sorted(indexed - present))
         return out
 
-    def _diff_root(self, root: Root, diff: _Diff, confirm: bool) -> None:
+    def _diff_root(
+        self, root: Root, diff: _Diff, confirm: bool, excluded: dict[str, int] | None = None
+    ) -> None:
         """Scan one root and add what changed and what is gone to ``diff``."""
         supervisor = self.supervisor
         status = supervisor.status(root)
@@ -207,13 +234,14 @@ class Indexer:
             supervisor.mark_offline(root, str(exc))
             return
         notes = [f for f in found if isinstance(f, NoteFile)]
+        prefix = root.key_of("x")[:-1]  # "vault/", "wiki/", "memory/<agent>/"
+        known = self.stores.manifest.file_states(prefix)
+        notes = self._without_excluded(root, notes, known, diff, {} if excluded is None else excluded)
         skipped = [s for s in found if isinstance(s, Skipped)]
         for s in skipped:
             diff.skipped[s.reason] = diff.skipped.get(s.reason, 0) + 1
             log.debug("file_skipped path=%s reason=%s", s.path, s.reason)
         status.seen, status.skipped = len(notes), len(skipped)
-        prefix = root.key_of("x")[:-1]  # "vault/", "wiki/", "memory/<agent>/"
-        known = self.stores.manifest.file_states(prefix)
         seen = {n.key for n in notes}
         # An error reading a folder (or a file's stat) is no evidence that its notes are gone.
         kept = self._unreadable_prefixes(root, skipped)
@@ -375,6 +403,31 @@ class Indexer:
         self._event_deletions[root.name] = recent + [now] * count
         return True
 
+    def _without_excluded(
+        self,
+        root: Root,
+        notes: list[NoteFile],
+        states: dict[str, FileState],
+        diff: _Diff,
+        counts: dict[str, int],
+    ) -> list[NoteFile]:
+        """Drop excluded notes; indexed ones are deleted at once (a rule is no vanished mount, so
+        the mass-deletion guard does not hold them)."""
+        if root.source == "memory":
+            return notes
+        kept: list[NoteFile] = []
+        for n in notes:
+            rule = self.excluded_by(n.key)
+            if rule is None:
+                kept.append(n)
+            else:
+                counts[rule] = counts.get(rule, 0) + 1
+        prefix = root.key_of("x")[:-1]
+        for key in [k for k in states if k.startswith(prefix) and self.excluded_by(k) is not None]:
+            diff.gone.append(key)
+            del states[key]
+        return kept
+
     # --- writing ---------------------------------------------------------------------------
 
     def _prepare(self, note: NoteFile, known_hash: str | None, data: bytes | None = None) -> _Prepared | None:
@@ -408,11 +461,13 @@ class Indexer:
             return _Prepared(note, digest, None, f"parse error: {type(exc).__name__}")
         if parsed.front_matter_error:
             log.info("front_matter_ignored path=%s reason=%s", note.path, parsed.front_matter_error)
-        return _Prepared(note, digest, parsed)
+        return _Prepared(note, digest, parsed, links=tuple(extract_links(text)))
 
     def index_files(self, notes: Sequence[NoteFile], data: dict[str, bytes] | None = None) -> int:
         """Read (or take from ``data``, by key), chunk and write a batch of notes; returns how many
-        changed content."""
+        changed content. Notes a rule excludes are dropped here too, so events cannot bring them
+        back."""
+        notes = [n for n in notes if n.root.source == "memory" or self.excluded_by(n.key) is None]
         states = self.stores.manifest.file_states_of([n.key for n in notes])
         prepared: list[_Prepared] = []
         for note in notes:
@@ -490,8 +545,14 @@ class Indexer:
                 self.vectors.delete_ids(vanished)
             stores.bm25.commit()
             with stores.manifest.transaction() as db:
-                for record, chunks in built:
+                names: set[str] = set()
+                for (record, chunks), p in zip(built, prepared, strict=True):
                     stores.manifest.commit_file(record, chunks, db)
+                    replace_links(db, record.key, p.links)
+                    names |= names_of(record.key, aliases_of(p.parsed.front_matter) if p.parsed else ())
+                # A new or changed note may be what an ambiguous or dangling name now means.
+                if not self._defer_links:
+                    reresolve(db, self.cfg.vault.wiki_subfolder, names=names, keys=[r.key for r, _ in built])
         self.vectors.changed.set()
 
     def delete(self, keys: Sequence[str]) -> None:
@@ -508,6 +569,9 @@ class Indexer:
             with stores.manifest.transaction() as db:
                 for key in keys:
                     stores.manifest.delete_file(key, db)
+                drop_links(db, keys)
+                if not self._defer_links:
+                    reresolve(db, self.cfg.vault.wiki_subfolder, names=_names(keys), keys=list(keys))
         log.info("notes_deleted count=%d", len(keys))
 
     # --- reconcile and rebuild ---------------------------------------------------------------
@@ -533,6 +597,14 @@ class Indexer:
                 actual,
             )
             self.rebuild_bm25()
+
+    def _check_links(self) -> None:
+        """Once per start: resolve every link again (the rules or the notes may have changed while
+        the daemon was down, e.g. a wiki subfolder renamed in the config)."""
+        with self.stores.write_lock, self.stores.manifest.transaction() as db:
+            changed = reresolve(db, self.cfg.vault.wiki_subfolder, everything=True)
+        if changed:
+            log.info("links_reresolved count=%d", changed)
 
     def clear(self) -> None:
         """Forget everything indexed (for a rebuild); the next sweep reads every note again."""
@@ -646,6 +718,13 @@ class Indexer:
 
     def counts(self) -> dict[str, Any]:
         return self.stores.manifest.counts()
+
+
+def _names(keys: Sequence[str]) -> set[str]:
+    out: set[str] = set()
+    for k in keys:
+        out |= names_of(k)
+    return out
 
 
 def open_stores(cfg: Config) -> Stores:

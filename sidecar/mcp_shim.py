@@ -136,7 +136,41 @@ def build_server(socket_path: Path, agent: str) -> MCPServer:
         reference: Annotated[str, Field(description="A reference from memory_search or memory_list.")],
     ) -> str:
         r = call("get", {"reference": reference})
-        return f"[{r['source']}] {r['reference']} ({r['lines']} lines)\n\n{r['text']}"
+        links = sorted({link["target"] for link in r.get("links", []) if link["target"]})
+        back = sorted({b["reference"] for b in r.get("backlinks", [])})
+        tail = ""
+        if links or back:
+            tail = (
+                "\n\n---\nLinks to: "
+                + (", ".join(links) or "none")
+                + "\nLinked from: "
+                + (", ".join(back) or "none")
+            )
+        return f"[{r['source']}] {r['reference']} ({r['lines']} lines)\n\n{r['text']}{tail}"
+
+    @server.tool(
+        structured_output=False,
+        description=(
+            "Notes related to one note through the user's link graph: the notes it links to and those "
+            "linking to it first, then notes sharing its links or tags. Use it to explore around a note "
+            "found with memory_search."
+        ),
+    )
+    def memory_related(
+        reference: Annotated[str, Field(description="A reference from memory_search or memory_list.")],
+        limit: Annotated[int, Field(ge=1, le=50, description="Number of notes (default 10).")] = 10,
+    ) -> str:
+        r = call("related", {"reference": reference, "limit": limit})
+        if not r["related"]:
+            return f"No notes are linked with {r['reference']} or share its links or tags."
+        lines = [f"Related to {r['reference']}:"]
+        for item in r["related"]:
+            shared = "; ".join(f"{k}: {', '.join(v)}" for k, v in item.get("shared", {}).items())
+            lines.append(
+                f"- [{item['source']}] {item['reference']}: {item['title']} ({item['relation']}"
+                f"{'; ' + shared if shared else ''})"
+            )
+        return "\n".join(lines)
 
     @server.tool(
         structured_output=False,

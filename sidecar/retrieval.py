@@ -10,7 +10,7 @@ import functools
 import logging
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,7 @@ from sidecar.config import RecallConfig, SearchConfig
 from sidecar.embedder import EmbedderSlot, cosine_range
 from sidecar.errors import EmbedderError, StoreError
 from sidecar.fusion import Candidate, Rules, Scale, Scored, apply_rules, cap_per_note, fold, fuse
+from sidecar.links import cited_by
 from sidecar.query import Filters, QueryAnalysis, analyze, is_stopword, split_filters
 from sidecar.query import fold as fold_word
 from sidecar.sources import public_reference
@@ -248,8 +249,22 @@ class Retriever:
             cid for cid, _ in self._bm25_or_nothing(" ".join(rare), 4 * self.rare_limit() * len(rare), req)
         )
         ruled = apply_rules(list(best.values()), content, qa.chronicle, rules, rare_chunks)
+        if cfg.link_lift > 0:
+            ruled = self._link_lift(ruled, cfg.link_lift)
         folded = fold(ruled, cfg.fold)
         return Ranking(cap_per_note(folded, rules.max_hits_per_note), views, ruled, folded, scale)
+
+    def _link_lift(self, ranked: list[Scored], lift: float) -> list[Scored]:
+        """A note the best ten notes of this result link to rises (``search.linkLift``)."""
+        top = list(dict.fromkeys(s.candidate.key for s in ranked))[:10]
+        cited = cited_by(self.stores.manifest.read, top)
+        out = [
+            replace(s, score=s.score * f, boosts={**s.boosts, "linked": round(f, 3)})
+            if (f := 1.0 + lift * cited.get(s.candidate.key, 0) / 10) > 1.0
+            else s
+            for s in ranked
+        ]
+        return sorted(out, key=lambda s: -s.score)
 
     def _scale(self, parts: BmParts) -> Scale:
         """This query's scale: the model's cosine range, the query's ideal BM25 score."""

@@ -7,6 +7,7 @@ that an agent sees its own memory as ``memory/<slug>`` (DESIGN.md §1). Imports 
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import stat
@@ -17,6 +18,8 @@ from pathlib import Path
 from sidecar.config import Config, valid_agent
 from sidecar.confine import NotPrivateError, NotRegularError, decodable, open_regular, private_dirs, read_fd
 from sidecar.errors import NotFoundError, SourceError
+
+log = logging.getLogger(__name__)
 
 SOURCES = ("vault", "wiki", "memory")
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,127}$")
@@ -106,13 +109,14 @@ def scan(root: Root, max_bytes: int, start: str = "") -> Iterator[NoteFile | Ski
     """Walk a root (or its subfolder ``start``, relative): notes with their stat, and the files
     left out with a reason.
 
-    Dot-folders are skipped; a name that is not valid UTF-8 is skipped (file or folder, counted);
-    a file symlink is followed only when its target stays inside the root and outside dot-folders
-    (and, for the vault, outside the wiki); a folder symlink is never followed (outside: refused;
-    inside: already indexed under its real path, and loops are impossible); only regular files
-    are notes. The memory inbox is flat, must be a real folder of this user (not a symlink, nor
-    the agent's folder) and its symlinks are never followed. Raises OSError when the root itself
-    (or ``start``) cannot be listed (the caller decides what an unreachable root means).
+    Dot-folders are skipped and hidden notes (``.x.md``, ``..md``) reported as skipped; a name
+    that is not valid UTF-8 is skipped (file or folder, counted); a file symlink is followed only
+    when its target stays inside the root and outside dot-folders (and, for the vault, outside the
+    wiki); a folder symlink is never followed (outside: refused; inside: already indexed under its
+    real path, and loops are impossible); only regular files are notes. The memory inbox is flat,
+    must be a real folder of this user (not a symlink, nor the agent's folder) and its symlinks are
+    never followed. Raises OSError when the root itself (or ``start``) cannot be listed (the caller
+    decides what an unreachable root means).
     """
     if root.source == "memory":
         reason = inbox_refusal(root)
@@ -146,6 +150,9 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
     """One entry of a scanned folder: a note, a skip, a folder to descend (its rel prefix), or None."""
     rel = f"{rel_dir}{entry.name}"
     if entry.name.startswith("."):
+        # Hidden, as in Obsidian; a hidden note (even one named "..md") is still counted.
+        if entry.name.lower().endswith(".md") and entry.is_file(follow_symlinks=False):
+            return Skipped(Path(entry.path), "hidden file name")
         return None
     if not decodable(entry.name):
         return Skipped(Path(entry.path), "name is not valid UTF-8")
@@ -231,7 +238,7 @@ def read_note(path: Path, max_bytes: int) -> tuple[bytes, str]:
         raise NoteUnreadable(exc.strerror or "not a regular file") from exc
     except OSError as exc:
         raise NoteUnreadable(f"unreadable ({exc.strerror})") from exc
-    return data, decode_note(data, max_bytes)
+    return data, decode_note(data, max_bytes, path)
 
 
 def read_inbox_note(root: Root, name: str, max_bytes: int) -> tuple[bytes, str]:
@@ -254,7 +261,7 @@ def read_inbox_note(root: Root, name: str, max_bytes: int) -> tuple[bytes, str]:
     return data, decode_note(data, max_bytes)
 
 
-def decode_note(data: bytes, max_bytes: int) -> str:
+def decode_note(data: bytes, max_bytes: int, where: object = "-") -> str:
     """The text of a note's bytes; NoteUnreadable when it cannot be indexed as text."""
     if len(data) > max_bytes:
         raise NoteUnreadable("too large")
@@ -262,8 +269,15 @@ def decode_note(data: bytes, max_bytes: int) -> str:
         raise NoteUnreadable("binary")
     try:
         return data.decode("utf-8-sig")  # -sig strips a BOM that would hide the front matter
-    except UnicodeDecodeError as exc:
-        raise NoteUnreadable("not UTF-8") from exc
+    except UnicodeDecodeError:
+        # A few bad bytes (a paste, a truncated sync) in UTF-8 text: keep the note, mark them.
+        # Mostly undecodable bytes mean another encoding or binary data: skipped, counted.
+        text = data.decode("utf-8-sig", errors="replace")
+        bad = text.count("\ufffd")
+        if bad * 100 > max(len(text), 1):
+            raise NoteUnreadable("not UTF-8") from None
+        log.warning("note_invalid_utf8 path=%s replaced=%d", where, bad)
+        return text
 
 
 # --- references --------------------------------------------------------------------------

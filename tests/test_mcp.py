@@ -16,7 +16,15 @@ from tests.conftest import DaemonProcess
 
 pytestmark = pytest.mark.model
 
-TOOLS = {"memory_search", "memory_get", "memory_list", "memory_write", "memory_edit", "memory_delete"}
+TOOLS = {
+    "memory_search",
+    "memory_get",
+    "memory_related",
+    "memory_list",
+    "memory_write",
+    "memory_edit",
+    "memory_delete",
+}
 
 
 def _params(home: Path, agent: str) -> StdioServerParameters:

@@ -19,12 +19,15 @@ from pathlib import Path
 import tantivy
 
 from sidecar.errors import StoreError, StoreOutdatedError
+from sidecar.stores.cjk import bigrams
 
 log = logging.getLogger(__name__)
 
-ANALYZER = "sidecar_text"
-ANALYZER_EN = "sidecar_en"
-ANALYZER_DE = "sidecar_de"
+# The names are part of the index's schema: text prepared differently (CJK bigrams since 0.4)
+# gets new names, so an index written the old way no longer opens and is refilled from the manifest.
+ANALYZER = "sidecar_text_cjk"
+ANALYZER_EN = "sidecar_en_cjk"
+ANALYZER_DE = "sidecar_de_cjk"
 # Title and headings say what a chunk is about; a match there counts more than one in the body.
 # The body is indexed three times: as written (folded), English-stemmed and German-stemmed, so a
 # note matches in its own language without detecting it, and an exact form still counts most.
@@ -120,24 +123,26 @@ class Bm25Index:
             log.error("bm25_writer_unavailable error=%s", exc)
 
     def analyze(self, text: str, field: str = "body") -> list[str]:
-        """Terms of ``text`` as the field indexes them."""
+        """Terms of ``text`` as the field indexes them (CJK runs as bigrams, see ``stores.cjk``)."""
         name = FIELD_ANALYZER[field]
+        text = bigrams(text)
         return list(self.analyzers[name].analyze(german_fold(text) if name == ANALYZER_DE else text))
 
     def add(self, docs: Iterable[Bm25Doc]) -> None:
         with self._lock:
             for d in docs:
+                body = bigrams(d.body)
                 self._writer.add_document(
                     tantivy.Document(
                         chunk_id=d.chunk_id,
                         key=d.key,
                         source=d.source,
                         agent=d.agent,
-                        title=d.title,
-                        headings=d.headings,
-                        body=d.body,
-                        body_en=d.body,
-                        body_de=german_fold(d.body),
+                        title=bigrams(d.title),
+                        headings=bigrams(d.headings),
+                        body=body,
+                        body_en=body,
+                        body_de=german_fold(body),
                     )
                 )
 

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sidecar import links
 from sidecar.errors import StoreError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # has_vector: the chunk is in the serving vector table; has_next: in the table being built for a
 # newly configured model (DESIGN.md invariant 6). Only these two names are ever put into SQL.
 # Values: 0 waits for a vector, 1 has one, 2 needs none (an empty or front-matter-only note).
@@ -160,13 +161,17 @@ class Manifest:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, 1, 2, SCHEMA_VERSION):
+            if version not in (0, 1, 2, 3, SCHEMA_VERSION):
                 raise StoreError(f"manifest {path} has schema {version}, expected {SCHEMA_VERSION}")
             if version == 1:  # 0.1.0 manifests lack the column of the table being built
                 self._db.execute("ALTER TABLE chunks ADD COLUMN has_next INTEGER NOT NULL DEFAULT 0")
             if version in (1, 2):
                 self._add_embed_hashes()
             self._db.executescript(_SCHEMA)
+            if links.ensure_schema(self._db) and version != 0:
+                # Schema 4 adds the link graph, read from the notes themselves: forget their
+                # stat and hash so the next sweep reads each once (chunk ids, and so vectors, stay).
+                self._db.execute("UPDATE files SET mtime_ns = 0, hash = '' WHERE state = 'indexed'")
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             if self._db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
                 raise StoreError(f"manifest {path} failed its integrity check")
@@ -202,6 +207,10 @@ class Manifest:
     def _query(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
         with self._lock:
             return self._db.execute(sql, args).fetchall()
+
+    def read(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+        """A read-only query for modules that keep their own tables here (the link graph)."""
+        return self._query(sql, args)
 
     # --- meta ----------------------------------------------------------------------------
 
@@ -314,10 +323,12 @@ class Manifest:
         )
 
     def clear(self, db: sqlite3.Connection) -> None:
+        db.execute("DELETE FROM links")
         db.execute("DELETE FROM chunks")
         db.execute("DELETE FROM files")
 
     def delete_file(self, key: str, db: sqlite3.Connection) -> None:
+        db.execute("DELETE FROM links WHERE src = ?", (key,))
         db.execute("DELETE FROM chunks WHERE key = ?", (key,))
         db.execute("DELETE FROM files WHERE key = ?", (key,))
 

@@ -1,0 +1,123 @@
+"""Which notes to leave out: ``index.exclude`` (gitignore patterns) and Obsidian's "Excluded files".
+
+Paths are matched relative to the vault, with ``.md`` (the wiki is its folder ``<wikiSubfolder>/``),
+so ``Templates/``, ``*.excalidraw.md``, ``/Archive`` and ``!Archive/keep.md`` mean what they mean
+in a ``.gitignore`` (the last matching pattern decides). Obsidian's setting
+(``.obsidian/app.json``, ``userIgnoreFilters``) holds path prefixes (``Archive/``) or regular
+expressions written ``/…/``; it is read again whenever the file changes. Memory inboxes are never
+excluded. Imports nothing of the project.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Rule:
+    origin: str  # "index.exclude" | "Obsidian excluded files"
+    text: str
+    pattern: GitIgnoreSpecPattern | None = None
+    regex: re.Pattern[str] | None = None
+
+    def decides(self, path: str) -> bool | None:
+        """True: excludes ``path``; False: a negation takes it back in; None: no opinion."""
+        if self.pattern is not None:
+            if self.pattern.include is None or self.pattern.match_file(path) is None:
+                return None
+            return bool(self.pattern.include)
+        if self.regex is not None:
+            return True if self.regex.search(path) else None
+        return True if path.startswith(self.text) else None
+
+    def describe(self) -> str:
+        return f"{self.origin}: {self.text}"
+
+
+class IgnoreRules:
+    """The exclusion rules of one vault; ``match`` names the rule that leaves a note out."""
+
+    def __init__(self, patterns: Sequence[str], vault: Path | None, obsidian: bool = True) -> None:
+        self.patterns = tuple(patterns)
+        self.vault = vault
+        self.obsidian = obsidian
+        self._own: list[_Rule] = []
+        for text in self.patterns:
+            line = text.strip()
+            if not line or line.startswith("#"):
+                continue
+            self._own.append(_Rule("index.exclude", line, pattern=GitIgnoreSpecPattern(line)))
+        self._app_stat: tuple[int, int] | None = None
+        self._app: list[_Rule] = []
+
+    def _obsidian_rules(self) -> list[_Rule]:
+        if not self.obsidian or self.vault is None:
+            return []
+        path = self.vault / ".obsidian" / "app.json"
+        try:
+            st = os.stat(path)
+        except OSError:
+            self._app_stat, self._app = None, []
+            return []
+        if (st.st_mtime_ns, st.st_size) == self._app_stat:
+            return self._app
+        self._app_stat = (st.st_mtime_ns, st.st_size)
+        self._app = []
+        try:
+            filters = json.loads(path.read_text(encoding="utf-8")).get("userIgnoreFilters") or []
+        except (OSError, ValueError, AttributeError) as exc:
+            log.warning("obsidian_settings_unreadable path=%s error=%s", path, exc)
+            return []
+        for raw in filters if isinstance(filters, list) else []:
+            if not isinstance(raw, str) or not raw.strip():
+                continue
+            f = raw.strip()
+            if len(f) > 2 and f.startswith("/") and f.endswith("/"):
+                try:
+                    self._app.append(_Rule("Obsidian excluded files", f, regex=re.compile(f[1:-1])))
+                except re.error:
+                    log.warning("obsidian_filter_invalid filter=%s", f)
+            else:
+                self._app.append(_Rule("Obsidian excluded files", f))
+        if self._app:
+            log.info("obsidian_excluded_files count=%d", len(self._app))
+        return self._app
+
+    def refresh(self) -> None:
+        """Re-read Obsidian's settings if they changed (called once per sweep)."""
+        self._obsidian_rules()
+
+    def rules(self) -> list[str]:
+        return [r.describe() for r in [*self._own, *self._app]]
+
+    def match(self, vault_rel: str) -> str | None:
+        """The rule that excludes a note at ``vault_rel`` (POSIX, with .md), or None."""
+        decided: _Rule | None = None
+        for rule in self._own:
+            verdict = rule.decides(vault_rel)
+            if verdict is not None:
+                decided = rule if verdict else None
+        if decided is not None:
+            return decided.describe()
+        for rule in self._app:
+            if rule.decides(vault_rel):
+                return rule.describe()
+        return None
+
+    def match_key(self, key: str, wiki_subfolder: str) -> str | None:
+        """The rule that excludes the note behind an index key (memory keys: never)."""
+        source, _, rest = key.partition("/")
+        if source == "memory" or not rest:
+            return None
+        rel = f"{wiki_subfolder.strip('/')}/{rest}" if source == "wiki" else rest
+        return self.match(rel + ".md")

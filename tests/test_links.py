@@ -1,0 +1,236 @@
+"""The link graph: extraction, Obsidian's resolution rules, updates on edits, renames and deletions."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.links import LinkGraph, Resolver, Target, extract_links
+from tests.conftest import FakeEmbedder, Harness, write
+
+# A help-vault-like fixture: every way of linking, each page's backlinks counted by hand below.
+PAGES = {
+    "Home.md": (
+        "---\ntags: [start]\n---\n# Home\n\n"
+        "Begin with [[Getting started]] or the [[Plugins/Audio recorder|recorder]].\n"
+        "Sync is set up in [[Sync#Setup]].\n\n![[Callouts]]\n\n"
+        "See [Format](Formatting%20syntax.md#Bold) too.\n"
+        "Backups live in the wiki: [[Backups]]. Planned: [[Missing page]].\n"
+        "![[diagram.png]] and [a site](https://example.org/page.md) are no note links.\n"
+    ),
+    "Getting started.md": (
+        "---\naliases: [Start here]\ntags: [start]\n---\n# Getting started\n\n"
+        "Back to [[Home]]. The key step: [[Sync#^step1]].\n"
+        "Headings: [[Formatting syntax#Headings#Level 2]].\n"
+    ),
+    "Sync.md": "# Sync\n\n## Setup\n\nOpen the settings. ^step1\n\nSee [[Home]] and the [[Index]].\n",
+    "Formatting syntax.md": (
+        "# Formatting syntax\n\n## Headings\n\n### Level 2\n\n"
+        "Use [[Callouts]] and again [[Callouts|a callout]].\n\n"
+        "```\n[[Home]] in a code block is no link\n```\n\nInline `[[Sync]]` neither.\n"
+    ),
+    "Callouts.md": "---\ntags: [start]\n---\n# Callouts\n\nStart at [[Start here]].\n",
+    "Plugins/Audio recorder.md": "# Audio recorder\n\nUp: [home](../Home.md). Needs [[Sync]].\n",
+    "A/Index.md": "# Index A\n\n[[Home]]\n",
+    "B/Deep/Index.md": "# Index B\n\n[[Sync]]\n",
+    "wiki/Backups.md": "# Backups\n\nRestic nightly. Sync first: [[Sync]]; start at [[Home]].\n",
+}
+MEMORY = {
+    "nas-setup.md": "# NAS setup\n\nThe wiki says [[Backups]]; details in [[other-note]].\n",
+    "other-note.md": "# Other note\n\nNothing links from here.\n",
+}
+# Distinct linking notes per page, counted by reading PAGES and MEMORY above.
+EXPECTED = {
+    "vault/Home": 5,  # Getting started, Sync, Audio recorder (markdown link), A/Index, wiki/Backups
+    "vault/Getting started": 2,  # Home, Callouts (through the alias "Start here")
+    "vault/Sync": 5,  # Home, Getting started, Audio recorder, B/Deep/Index, wiki/Backups (code ignored)
+    "vault/Formatting syntax": 2,  # Home (markdown link), Getting started
+    "vault/Callouts": 2,  # Home (embed), Formatting syntax (twice, counted once)
+    "vault/Plugins/Audio recorder": 1,  # Home
+    "vault/A/Index": 1,  # Sync: [[Index]] is ambiguous, the shorter path wins
+    "vault/B/Deep/Index": 0,
+    "wiki/Backups": 2,  # Home, memory/claude/nas-setup
+    "memory/claude/other-note": 1,  # nas-setup, its agent's own inbox
+}
+
+
+@pytest.fixture
+def linked(tmp_path: Path, make_cfg: Any) -> Any:
+    v = tmp_path / "lvault"
+    for rel, text in PAGES.items():
+        write(v / rel, text)
+    cfg = make_cfg(v)
+    for rel, text in MEMORY.items():
+        write(cfg.agents_dir / "claude" / "memory" / rel, text)
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    yield h, v
+    h.close()
+
+
+def _counts(h: Harness) -> dict[str, int]:
+    return LinkGraph(h.stores.manifest.read).backlink_counts()
+
+
+def test_backlink_counts_match_an_independent_count(linked: Any) -> None:
+    h, _v = linked
+    counts = _counts(h)
+    assert {k: counts.get(k, 0) for k in EXPECTED} == EXPECTED
+
+
+def test_links_keep_anchors_embeds_and_ambiguity(linked: Any) -> None:
+    h, _v = linked
+    graph = LinkGraph(h.stores.manifest.read)
+    home = graph.links_of("vault/Home")
+    by_target = {(link["target"], link["anchor"]): link for link in home}
+    assert by_target["vault/Sync", "Setup"]["line"] == 7
+    assert by_target["vault/Callouts", None]["embed"] is True
+    assert by_target["vault/Formatting syntax", "Bold"]["link"] == "Formatting syntax.md#Bold"
+    assert by_target["vault/Plugins/Audio recorder", None]["display"] == "recorder"
+    assert [link["link"] for link in home if link["target"] is None] == ["Missing page"]
+    started = {link["target"]: link["anchor"] for link in graph.links_of("vault/Getting started")}
+    assert started["vault/Sync"] == "^step1"
+    assert started["vault/Formatting syntax"] == "Headings › Level 2"
+    sync = graph.links_of("vault/Sync")
+    assert [(link["target"], link.get("ambiguous")) for link in sync][1] == ("vault/A/Index", 2)
+    # An agent sees no other agent's memory among the backlinks.
+    assert [b["source"] for b in graph.backlinks("wiki/Backups", agent="other")] == ["vault/Home"]
+    assert len(graph.backlinks("wiki/Backups", agent="claude")) == 2
+
+
+def test_rename_and_delete_reresolve_what_names_mean(linked: Any) -> None:
+    h, v = linked
+    os.rename(v / "A/Index.md", v / "A/Contents.md")
+    h.sweep()
+    counts = _counts(h)
+    assert counts.get("vault/B/Deep/Index") == 1  # the only Index left
+    assert "vault/A/Index" not in counts and counts["vault/Home"] == 5  # A/Contents still links Home
+    (v / "Callouts.md").unlink()
+    write(v / "Missing page.md", "# Missing page\n\nNow it exists.\n")
+    h.sweep()
+    counts = _counts(h)
+    assert counts["vault/Getting started"] == 1  # its alias link came from Callouts
+    assert counts["vault/Missing page"] == 1
+    graph = LinkGraph(h.stores.manifest.read)
+    assert [u[1] for u in graph.unresolved("vault/Home")] == ["Callouts"]
+    # An alias added to one note makes a dangling link of an unchanged note resolve.
+    write(v / "Plugins/Audio recorder.md", PAGES["Plugins/Audio recorder.md"] + "\nSee [[Deep thoughts]].\n")
+    h.sweep()
+    assert _counts(h)["vault/B/Deep/Index"] == 1
+    write(v / "B/Deep/Index.md", "---\naliases: Deep thoughts\n---\n# Index B\n\n[[Sync]]\n")
+    h.sweep()
+    assert _counts(h)["vault/B/Deep/Index"] == 2
+
+
+def test_a_crash_between_stores_leaves_no_half_written_links(linked: Any, monkeypatch: Any) -> None:
+    """Links are written in the manifest transaction of the note's chunks: if it fails, neither
+    changes, and the next sweep writes both."""
+    h, v = linked
+    from sidecar import indexer as indexer_mod
+
+    write(v / "A/Index.md", "# Index A\n\n[[Home]] [[Sync]]\n")
+
+    def boom(*_a: Any, **_k: Any) -> int:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(indexer_mod, "reresolve", boom)
+    with pytest.raises(sqlite3.OperationalError):
+        h.indexer.sweep()
+    assert _counts(h)["vault/Sync"] == 5
+    monkeypatch.undo()
+    h.sweep()
+    assert _counts(h)["vault/Sync"] == 6
+
+
+def test_old_manifest_gets_its_links_on_the_next_sweep(linked: Any) -> None:
+    """A manifest from before the link graph: every note is read once more, vectors are kept."""
+    h, _v = linked
+    cfg = h.cfg
+    vectors_before = h.stores.manifest.vector_ids()
+    h.close()
+    db = sqlite3.connect(cfg.index_dir / "manifest.sqlite")
+    db.execute("DROP TABLE links")
+    db.execute("PRAGMA user_version=3")
+    db.commit()
+    db.close()
+    h2 = Harness(cfg, FakeEmbedder())
+    try:
+        h2.sweep()
+        assert {k: _counts(h2).get(k, 0) for k in EXPECTED} == EXPECTED
+        assert h2.stores.manifest.vector_ids() == vectors_before
+        assert h2.indexer.vectors.embedded == 0
+    finally:
+        h2.close()
+    h.stores = h2.stores  # the fixture closes these again (a no-op)
+
+
+def test_extraction_ignores_front_matter_code_and_attachments() -> None:
+    text = (
+        "---\nup: '[[Home]]'\n---\n[[A]] `[[B]]` ![[pic.jpg]] [[C.pdf]] [[D.md|dee]] [x](E%20F.md) [y](http://g.md)\n"
+        "~~~\n[[H]]\n~~~\n| [[I\\|i]] |\n[[#Local heading]]\n"
+    )
+    links = extract_links(text)
+    assert [(link.target, link.line) for link in links] == [
+        ("A", 4),
+        ("D.md", 4),
+        ("E F.md", 4),
+        ("I", 8),
+        ("", 9),
+    ]
+    assert links[-1].anchor == "Local heading"
+
+
+def test_resolver_rules() -> None:
+    r = Resolver(
+        [
+            Target("vault/Notes/Plan", "Notes/Plan"),
+            Target("vault/Work/Plan", "Work/Plan"),
+            Target("vault/Work/Deep/Plan", "Work/Deep/Plan"),
+            Target("vault/Plan", "Plan"),
+            Target("wiki/Plan", "wiki/Plan", ("Roadmap",)),
+            Target("memory/a/plan", "plan", agent="a"),
+            Target("vault/Work/Note", "Work/Note"),
+            Target("vault/Work/Deep/Note", "Work/Deep/Note"),
+        ]
+    )
+    assert r.resolve("Plan", "vault/Other") == ("vault/Plan", 1)  # the vault-root file is an exact path
+    assert r.resolve("Work/Plan", "vault/Other") == ("vault/Work/Plan", 1)
+    assert r.resolve("Deep/Plan", "vault/Other") == ("vault/Work/Deep/Plan", 1)
+    assert r.resolve("roadmap", "vault/Other") == ("wiki/Plan", 1)
+    assert r.resolve("./Plan.md", "vault/Work/Note") == ("vault/Work/Plan", 1)
+    assert r.resolve("../Plan", "vault/Work/Deep/Note") == ("vault/Work/Plan", 1)
+    assert r.resolve("plan", "memory/a/x") == ("memory/a/plan", 1)  # own inbox first
+    assert r.resolve("plan", "memory/b/x") == ("vault/Plan", 1)
+    assert r.resolve("Nothing", "vault/Plan") == (None, 0)
+    r2 = Resolver(
+        [
+            Target("vault/Notes/Plan", "Notes/Plan"),
+            Target("vault/Work/Plan", "Work/Plan"),
+            Target("vault/Notes/Other", "Notes/Other"),
+            Target("vault/Other", "Other"),
+        ]
+    )
+    assert r2.resolve("Plan", "vault/Notes/Other") == ("vault/Notes/Plan", 2)  # same folder first
+    assert r2.resolve("Plan", "vault/Other") == ("vault/Work/Plan", 2)  # then the shorter path
+
+
+def test_link_lift_raises_a_note_the_top_notes_link_to(linked: Any) -> None:
+    from dataclasses import replace
+
+    from sidecar.query import Filters
+    from sidecar.retrieval import Retriever, SearchRequest
+
+    h, _v = linked
+    req = SearchRequest("sync", 20, 0.0, None, None, Filters())
+    off = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall).search(req).hits
+    assert not any("linked" in hit["boosts"] for hit in off)
+    on = Retriever(h.stores, h.slot, replace(h.cfg.search, link_lift=0.4), h.cfg.recall).search(req).hits
+    sync = next(hit for hit in on if hit["reference"] == "vault/Sync")
+    # Home, Getting started, Audio recorder, B/Deep/Index and wiki/Backups mention and link Sync.
+    assert sync["boosts"]["linked"] > 1.0
+    before = next(hit for hit in off if hit["reference"] == "vault/Sync")
+    assert sync["score"] == pytest.approx(before["score"] * sync["boosts"]["linked"], rel=1e-4)

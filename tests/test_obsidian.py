@@ -1,0 +1,236 @@
+"""Obsidian-native behaviour: folders left out, CJK keyword search, every file indexed or accounted
+for, and the link graph through the daemon (get, related, CLI)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.stores.cjk import bigrams
+from tests.conftest import DaemonProcess, FakeEmbedder, Harness, write
+
+
+def _keys(h: Harness) -> set[str]:
+    return set(h.stores.manifest.file_states())
+
+
+def _exclusion_vault(tmp_path: Path) -> Path:
+    v = tmp_path / "xvault"
+    write(v / "Notes/Plan.md", "# Plan\n\nThe plan links [[Template]].\n")
+    write(v / "Templates/Template.md", "# Template\n\n{{date}} daily template\n")
+    write(v / "Archive/old.md", "# Old\n\nold archived note\n")
+    write(v / "Archive/keep.md", "# Keep\n\nkept archived note\n")
+    write(v / "Private/diary.md", "# Diary\n\nprivate thoughts\n")
+    write(v / "Notes/secret-42.md", "# Secret\n\nnumbered secret\n")
+    write(v / "Drawing.excalidraw.md", "# Drawing\n\nexcalidraw data\n")
+    write(v / "wiki/Backups.md", "# Backups\n\nrestic nightly\n")
+    write(v / "wiki/drafts/Draft.md", "# Draft\n\nunfinished wiki page\n")
+    write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Private/", "/secret-\\d+/"]}))
+    return v
+
+
+def test_exclude_patterns_and_obsidian_setting(tmp_path: Path, make_cfg: Any) -> None:
+    v = _exclusion_vault(tmp_path)
+    cfg = make_cfg(
+        v, **{"index.exclude": "Templates/,Archive/,!Archive/keep.md,*.excalidraw.md,wiki/drafts/"}
+    )
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        assert _keys(h) == {"vault/Notes/Plan", "vault/Archive/keep", "wiki/Backups"}
+        act = h.indexer.activity
+        assert act.excluded == {
+            "index.exclude: Templates/": 1,
+            "index.exclude: Archive/": 1,
+            "index.exclude: *.excalidraw.md": 1,
+            "index.exclude: wiki/drafts/": 1,
+            "Obsidian excluded files: Private/": 1,
+            "Obsidian excluded files: /secret-\\d+/": 1,
+        }
+        assert h.indexer.excluded_by("vault/Private/diary") == "Obsidian excluded files: Private/"
+        assert h.indexer.excluded_by("vault/Archive/keep") is None
+        # The Obsidian setting changes while running: the next sweep follows it.
+        write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Notes/"]}))
+        h.sweep()
+        assert _keys(h) == {"vault/Private/diary", "vault/Archive/keep", "wiki/Backups"}
+    finally:
+        h.close()
+
+
+def test_obsidian_setting_can_be_ignored(tmp_path: Path, make_cfg: Any) -> None:
+    v = _exclusion_vault(tmp_path)
+    h = Harness(make_cfg(v, **{"index.obsidianExcludes": "false"}), FakeEmbedder())
+    try:
+        h.sweep()
+        assert {"vault/Private/diary", "vault/Notes/secret-42", "vault/Templates/Template"} <= _keys(h)
+    finally:
+        h.close()
+
+
+def test_new_rules_remove_indexed_notes_past_the_mass_deletion_guard(tmp_path: Path, make_cfg: Any) -> None:
+    """Excluding most of a vault is a rule, not a vanished mount: the notes leave at once."""
+    v = tmp_path / "big"
+    for i in range(10):
+        write(v / f"Archive/n{i}.md", f"# N{i}\n\narchived {i}\n")
+    write(v / "Keep.md", "# Keep\n\nstays\n")
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        assert len(_keys(h)) == 11
+        assert h.indexer.set_excludes(["Archive/"], True)
+        assert not h.indexer.set_excludes(["Archive/"], True)
+        h.sweep()
+        assert _keys(h) == {"vault/Keep"}
+        assert h.stores.bm25.search("archived", 10) == []
+        # A write for an excluded note (an event, index_now) is dropped too.
+        write(v / "Archive/n1.md", "# N1\n\narchived again\n")
+        h.indexer.index_now(h.indexer._roots({})[-1], v / "Archive/n1.md")
+        assert _keys(h) == {"vault/Keep"}
+    finally:
+        h.close()
+
+
+def test_cjk_words_find_their_notes(tmp_path: Path, make_cfg: Any) -> None:
+    v = tmp_path / "cjk"
+    write(v / "zh/同步.md", "# 同步\n\n使用数据库备份功能可以恢复你的笔记。\n")
+    write(v / "zh/插件.md", "# 插件\n\n社区插件由第三方开发者编写。\n")
+    write(v / "ja/同期.md", "# 同期\n\nノートを別のデバイスと同期するには設定を開きます。\n")
+    write(v / "ja/プラグイン.md", "# プラグイン\n\nコミュニティプラグインを有効にします。\n")
+    write(v / "ko/동기화.md", "# 동기화\n\n노트를 다른 기기와 동기화하려면 설정을 여세요.\n")
+    write(v / "en/Sync.md", "# Sync\n\nKeep your notes in sync across devices.\n")
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+
+        def top(query: str) -> str:
+            hits = h.stores.bm25.search(query, 3)
+            views = h.stores.manifest.views([c for c, _ in hits])
+            return views[hits[0][0]].key if hits else ""
+
+        assert top("备份") == "vault/zh/同步"  # two characters inside a longer run
+        assert top("第三方") == "vault/zh/插件"
+        assert top("設定") == "vault/ja/同期"
+        assert top("プラグイン") == "vault/ja/プラグイン"
+        assert top("기기") == "vault/ko/동기화"
+        assert top("devices") == "vault/en/Sync"  # other scripts as before
+        assert bigrams("Straße 数据库") == "Straße  数据 据库 "
+    finally:
+        h.close()
+
+
+def test_keyword_index_of_the_analyzer_before_cjk_is_rebuilt(make_cfg: Any, vault: Path) -> None:
+    """Index written before the CJK bigrams (other analyzer names): replaced and refilled."""
+    import shutil
+
+    import tantivy
+
+    from sidecar.stores.bm25 import FIELD_BOOSTS
+
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    expected = h.stores.bm25.num_docs()
+    h.close()
+    shutil.rmtree(cfg.index_dir / "bm25")
+    sb = tantivy.SchemaBuilder()
+    sb.add_text_field("chunk_id", stored=True, tokenizer_name="raw", index_option="basic")
+    for name in ("key", "source", "agent"):
+        sb.add_text_field(name, stored=False, tokenizer_name="raw", index_option="basic")
+    old = {"body_en": "sidecar_en", "body_de": "sidecar_de"}
+    for name in FIELD_BOOSTS:
+        sb.add_text_field(
+            name, stored=False, tokenizer_name=old.get(name, "sidecar_text"), index_option="freq"
+        )
+    (cfg.index_dir / "bm25").mkdir()
+    tantivy.Index(sb.build(), path=str(cfg.index_dir / "bm25"), reuse=True)
+    h2 = Harness(cfg, FakeEmbedder())
+    try:
+        assert h2.stores.bm25.num_docs() == 0
+        h2.sweep()
+        assert h2.stores.bm25.num_docs() == expected > 0
+        assert h2.stores.bm25.search("restic", 3)
+    finally:
+        h2.close()
+
+
+def test_invalid_bytes_are_replaced_and_every_file_is_accounted_for(
+    harness: Harness, vault: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    body = "# Bytes\n\n" + "A note about gardening and compost heaps. " * 10
+    (vault / "Bytes.md").write_bytes(body.encode() + b"\xff\xfe broken tail about worms\n")
+    (vault / "Binary.md").write_bytes(b"\x00\x01\x02binary")
+    write(vault / "..md", "# dot dot\n")
+    write(vault / ".hidden.md", "# hidden\n")
+    caplog.set_level(logging.WARNING)
+    harness.sweep()
+    keys = _keys(harness)
+    assert "vault/Bytes" in keys
+    assert harness.stores.manifest.file_states("vault/Bytes")["vault/Bytes"].state == "indexed"
+    assert "note_invalid_utf8" in caplog.text and "Bytes.md" in caplog.text
+    hits = harness.stores.bm25.search("worms", 3)
+    assert hits and "\ufffd" in harness.stores.manifest.views([hits[0][0]])[hits[0][0]].text
+    assert harness.stores.manifest.file_states("vault/Binary")["vault/Binary"].state == "skipped"
+    assert harness.indexer.activity.scan_skipped.get("hidden file name") == 2
+
+
+def _wait(predicate: Any, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.2)
+
+
+def test_daemon_links_related_and_excludes_after_reload(daemon_factory: Any, tmp_path: Path) -> None:
+    v = tmp_path / "dvault"
+    write(v / "Home.md", "---\ntags: [hub]\n---\n# Home\n\n[[Sync#Setup]] and ![[Callouts]], [[Nowhere]].\n")
+    write(v / "Sync.md", "---\ntags: [hub]\n---\n# Sync\n\n## Setup\n\nBack to [[Home]].\n")
+    write(v / "Callouts.md", "# Callouts\n\nSee [[Sync]].\n")
+    write(v / "Other.md", "---\ntags: [hub]\n---\n# Other\n\nAlso about [[Sync]].\n")
+    write(v / "Projects/Boat.md", "# Boat\n\nThe outboard engine needs spark plugs.\n")
+    cfg_file = tmp_path / "sidecar.yaml"
+    cfg_file.write_text("embedder:\n  enabled: false\n")
+    d: DaemonProcess = daemon_factory(v, extra=["--config", str(cfg_file)]).start()
+    got = d.call("get", {"reference": "vault/Home"})
+    assert [(x["target"], x["anchor"], x["embed"]) for x in got["links"]] == [
+        ("vault/Sync", "Setup", False),
+        ("vault/Callouts", None, True),
+        (None, None, False),
+    ]
+    assert got["unresolved"] == ["Nowhere"]
+    assert {b["reference"] for b in d.call("get", {"reference": "vault/Sync"})["backlinks"]} == {
+        "vault/Home",
+        "vault/Callouts",
+        "vault/Other",
+    }
+    related = d.call("related", {"reference": "vault/Home"})["related"]
+    assert [r["reference"] for r in related[:2]] == ["vault/Sync", "vault/Callouts"]
+    assert related[0]["relation"] == "links both ways"
+    assert related[2]["reference"] == "vault/Other" and related[2]["shared"]["links"] == ["vault/Sync"]
+    out = d.run_cli("related", "vault/Home", check=True).stdout
+    assert "vault/Sync  (links both ways" in out
+    out = d.run_cli("get", "vault/Home", "--links", check=True).stdout
+    assert "embeds vault/Callouts" in out and "unresolved: [[Nowhere]]" in out
+
+    assert d.call("search", {"query": "outboard engine", "minScore": 0})["hits"]
+    cfg_file.write_text("embedder:\n  enabled: false\nindex:\n  exclude: [Projects/]\n")
+    assert "index.exclude" in d.call("reload")["changed"]
+    _wait(lambda: not d.call("search", {"query": "outboard engine", "minScore": 0})["hits"])
+    why = d.call("why", {"reference": "vault/Projects/Boat", "query": "engine"})
+    assert why["indexed"] is False and why["excluded"] == "index.exclude: Projects/"
+    assert d.health()["index"]["excluded"] == {"index.exclude: Projects/": 1}
+    assert d.health()["index"]["links"] == {"links": 6, "unresolved": 1}
+    assert "Excluded notes: 1 by index.exclude: Projects/" in d.run_cli("status", check=True).stdout
+    # Events for the excluded folder bring nothing back; an ordinary note still comes in.
+    write(v / "Projects/Boat.md", "# Boat\n\nThe outboard engine needs spark plugs and oil.\n")
+    write(v / "Projects/Car.md", "# Car\n\nThe outboard engine of the car.\n")
+    write(v / "Garden.md", "# Garden\n\nThe outboard engine of the lawnmower.\n")
+    _wait(lambda: d.call("search", {"query": "lawnmower", "minScore": 0})["hits"])
+    time.sleep(1.0)
+    refs = {h["reference"] for h in d.call("search", {"query": "outboard engine", "minScore": 0})["hits"]}
+    assert refs == {"vault/Garden"}
