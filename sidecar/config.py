@@ -178,6 +178,11 @@ class SourceBoosts:
 @dataclass(frozen=True)
 class SearchConfig:
     limit: int = _opt(10, "Hits returned when a request names no limit.", min=1, max=200)
+    mask_secrets: bool = _opt(
+        True,
+        "Mask secrets (keys, tokens, passwords, card numbers, connection strings) in the text of "
+        "search hits, recall blocks and get; the notes themselves are never changed.",
+    )
     min_score: float = _opt(
         0.1,
         "Hits whose relevance is below this are dropped. Relevance is absolute: 0 is what unrelated "

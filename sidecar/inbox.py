@@ -1,4 +1,5 @@
-"""An agent's memory inbox: write, edit, delete (to .trash), with an audit log.
+"""An agent's memory inbox: write, edit, delete, with an audit log; replaced and deleted texts are
+kept in the inbox's .trash folder.
 
 The path is always built from a validated slug, never taken from the client; writes are atomic
 (temp file in the inbox, fsync, rename, fsync of the folder) and serialised per note; ``created``
@@ -46,6 +47,7 @@ class Written:
     redacted: dict[str, int] = field(default_factory=dict)
     sha256: str = ""
     size: int = 0
+    previous: Path | None = None  # where the replaced text was kept (in .trash), if any
 
 
 def check_agent(agent: str | None) -> str:
@@ -145,10 +147,23 @@ class Inboxes:
                     "(memory.maxNoteBytes): split it into several notes"
                 )
             created = not path.exists()
+            # The text being replaced stays recoverable, as a deleted note does (an identical
+            # rewrite keeps nothing: there is nothing to lose).
+            previous = None
+            if not created and path.read_bytes() != data:
+                previous = self._keep(agent, slug, path)
             atomic_write(path, data)
             digest = hashlib.sha256(data).hexdigest()
             self.audit(agent, "edit" if must_exist else "write", slug, digest, len(data))
-        return Written(slug, path, created, counts, digest, len(data))
+        return Written(slug, path, created, counts, digest, len(data), previous)
+
+    def _keep(self, agent: str, slug: str, path: Path) -> Path:
+        """Copy the current text of a note to ``.trash/<slug>--<time>.md`` (caller holds the lock)."""
+        trash = path.parent / ".trash"
+        trash.mkdir(mode=0o700, exist_ok=True)
+        target = trash / f"{slug}--{dt.datetime.now().strftime('%Y%m%dT%H%M%S%f')}.md"
+        atomic_write(target, path.read_bytes())
+        return target
 
     def _check_content(self, content: Any, front_matter: Any) -> None:
         if not isinstance(content, str):
