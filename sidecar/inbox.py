@@ -147,10 +147,12 @@ class Inboxes:
                     "(memory.maxNoteBytes): split it into several notes"
                 )
             created = not path.exists()
-            # The text being replaced stays recoverable, as a deleted note does (an identical
-            # rewrite keeps nothing: there is nothing to lose).
+            # The text being replaced stays recoverable, as a deleted note does (a rewrite that
+            # changes only the 'updated' stamp keeps nothing: there is nothing to lose).
             previous = None
-            if not created and path.read_bytes() != data:
+            if not created and _unstamped(path.read_text(encoding="utf-8", errors="replace")) != _unstamped(
+                text
+            ):
                 previous = self._keep(agent, slug, path)
             atomic_write(path, data)
             digest = hashlib.sha256(data).hexdigest()
@@ -217,6 +219,11 @@ class Inboxes:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def _unstamped(text: str) -> tuple[dict[str, Any], str]:
+    meta, body = split_front_matter(text)
+    return {k: v for k, v in meta.items() if k != "updated"}, body
 
 
 def _redact_into(text: str, counts: dict[str, int]) -> str:
