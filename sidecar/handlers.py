@@ -275,9 +275,9 @@ class Handlers:
                 continue
             description = _fm_description(fm)
             if not description:
-                chunks = manifest.chunks_of(key)
-                body = next((c.text for c in chunks if c.text.strip(" #\n") != title), "")
-                description = one_line(body.lstrip("# "))
+                # Else the first prose of the page: headings only repeat the title.
+                lines = (line for c in manifest.chunks_of(key) for line in c.text.splitlines())
+                description = next((x for x in lines if x.strip() and not x.lstrip().startswith("#")), "")
             pages.append(Page(path, title, one_line(description)))
         model = self.slot.model
         count = model.count_tokens if model is not None else approx_token_count
