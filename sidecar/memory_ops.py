@@ -19,7 +19,7 @@ from typing import Any
 
 from sidecar.chunking import chunk_note
 from sidecar.config import Config
-from sidecar.embedder import EmbedderSlot
+from sidecar.embedder import EmbedderSlot, cosine_range
 from sidecar.errors import EmbedderError, ProtocolError, SidecarError, StorageError, StoreError
 from sidecar.inbox import Inboxes, check_agent, check_slug
 from sidecar.indexer import Indexer
@@ -140,8 +140,8 @@ class MemoryOps:
         Like is compared with like: the note is cut into chunks as the indexer would cut it, and
         each chunk's vector is compared with the stored chunks' vectors (so the whole note counts,
         not its first 256 tokens); a candidate's similarity is the share-weighted mean of its best
-        matches, or the overlap of the two notes' word triples where that is higher (an exact
-        copy is 100% whatever its title or headings)."""
+        matches (on the model's scale from a clear match to identical), or the overlap of the two
+        notes' word triples where that is higher (an exact copy is 100% whatever its title)."""
         serving = self.indexer.stores.serving
         if serving is None:
             return None  # no model yet: similarity cannot be computed
@@ -175,10 +175,14 @@ class MemoryOps:
             log.warning("duplicate_check_failed error=%s", exc)
             return None
         threshold = self.cfg.memory.write.duplicate_threshold
+        # Cosines are put on the model's own scale, from a clear match (0: the same topic) to
+        # identical (1): multilingual-e5 gives 0.9 to any two notes on one subject.
+        _floor, full = cosine_range(model, self.cfg.search)
         mine = _triples(" ".join(c.text for c in parsed.chunks))
         found: list[tuple[str, float, float, float]] = []
         for key, row in sorted(best.items(), key=lambda kv: -max(kv[1]))[:10]:
-            by_vector = sum(w * s for w, s in zip(weights, row, strict=True)) / sum(weights)
+            cosine = sum(w * s for w, s in zip(weights, row, strict=True)) / sum(weights)
+            by_vector = min(1.0, max(0.0, (cosine - full) / max(1.0 - full, 1e-6)))
             theirs = _triples(" ".join(c.text for c in manifest.chunks_of(key)))
             by_words = len(mine & theirs) / len(mine | theirs) if mine and theirs else 0.0
             similarity = max(by_vector, by_words)
