@@ -96,6 +96,17 @@ def _query_commands(sub: Any) -> None:
     p.add_argument("--agent", help="as this agent")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
+    p = sub.add_parser(
+        "outline", help="the wiki's folders, pages and one-line descriptions (for a system prompt)"
+    )
+    _common(p)
+    p.add_argument("--path", dest="path_prefix", help="only this folder, e.g. Projects")
+    p.add_argument("--tokens", type=int, dest="token_budget", help="token budget (default 1000)")
+    p.add_argument(
+        "--vault", dest="outline_vault", action="store_true", help="outline the vault, not the wiki"
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
     p = sub.add_parser("get", help="print a whole note by its reference")
     _common(p)
     p.add_argument("reference", help="a reference as search returns it, e.g. vault/Plugins/Audio recorder")
@@ -310,6 +321,18 @@ def cmd_get(args: argparse.Namespace, cfg: Config) -> int:
     return int(ExitCode.OK)
 
 
+def cmd_outline(args: argparse.Namespace, cfg: Config) -> int:
+    params: dict[str, Any] = {"source": "vault" if args.outline_vault else "wiki"}
+    if args.path_prefix:
+        params["pathPrefix"] = args.path_prefix
+    if args.token_budget:
+        params["tokenBudget"] = args.token_budget
+    with Client(cfg.socket_path) as client:
+        result = client.call("outline", params)
+    print(json.dumps(result, ensure_ascii=False) if args.json else result["outline"])
+    return int(ExitCode.OK)
+
+
 def cmd_status(args: argparse.Namespace, cfg: Config) -> int:
     try:
         with Client(cfg.socket_path, timeout=10.0) as client:
@@ -438,6 +461,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "index": cmd_index,
     "search": cmd_search,
     "get": cmd_get,
+    "outline": cmd_outline,
     "recall": cmd_recall,
     "preview": cmd_recall,
     "why": cmd_why,

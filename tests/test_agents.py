@@ -77,7 +77,7 @@ def served(make_cfg: Any, agent_vault: Path) -> Iterator[Served]:
     cfg.agents_dir.mkdir(parents=True, exist_ok=True)
     retriever = Retriever(h.stores, h.slot, cfg.search, cfg.recall, cfg.embedder.languages)
     retriever.today = lambda: TODAY
-    service = ServiceState(time.time(), lambda: 0, lambda *a: None, lambda: [], lambda: {})
+    service = ServiceState(time.time(), lambda: 0, lambda *a: None, list, dict)
     handlers = Handlers(
         cfg,
         indexer=h.indexer,
@@ -413,3 +413,17 @@ def test_status_without_daemon_and_tools_say_how_to_start(tmp_path: Path) -> Non
     status, search = asyncio.run(session())
     assert not status.is_error and status.structured_content["daemon"] == "down"
     assert search.is_error and "sidecar serve" in _text(search)
+
+
+def test_cli_outline(served: Served) -> None:
+    import subprocess
+
+    run = subprocess.run(
+        [sys.executable, "-m", "sidecar", "outline", "--home", str(served.cfg.home)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == served.call("outline", {})["outline"]

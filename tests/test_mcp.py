@@ -16,7 +16,16 @@ from tests.conftest import DaemonProcess
 
 pytestmark = pytest.mark.model
 
-TOOLS = {"memory_search", "memory_get", "memory_list", "memory_write", "memory_edit", "memory_delete"}
+TOOLS = {
+    "memory_search",
+    "memory_get",
+    "memory_list",
+    "memory_write",
+    "memory_edit",
+    "memory_delete",
+    "memory_status",
+    "wiki_outline",
+}
 
 
 def _params(home: Path, agent: str) -> StdioServerParameters:
@@ -46,7 +55,7 @@ def _text(result: Any) -> str:
 
 
 def test_mcp_end_to_end(daemon_factory: Any, vault: Path) -> None:
-    """List six tools; write, search, get, edit, delete a note; a second agent never sees it."""
+    """List the tools; write, search, get, edit, delete a note; a second agent never sees it."""
     d: DaemonProcess = daemon_factory(vault).start()
 
     async def claude(client: Client) -> dict[str, Any]:
