@@ -495,9 +495,7 @@ def _with_filters(req: SearchRequest, inline: Filters) -> SearchRequest:
     sources = req.sources
     if inline.sources:
         sources = tuple(s for s in inline.sources if s in ("vault", "wiki", "memory")) or sources
-    return SearchRequest(
-        req.query, req.limit, req.min_score, sources, req.agent, filters, req.token_budget
-    )
+    return SearchRequest(req.query, req.limit, req.min_score, sources, req.agent, filters, req.token_budget)
 
 
 def _analysis(qa: QueryAnalysis, filters: Filters, rare: Sequence[str] = ()) -> dict[str, Any]:
