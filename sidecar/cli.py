@@ -68,6 +68,10 @@ def _recall_args(p: argparse.ArgumentParser) -> None:
         "--history", metavar="FILE", help="previous turns, one per line or a JSON list (oldest first)"
     )
     p.add_argument("--agent", help="recall as this agent (its memory plus vault and wiki)")
+    p.add_argument("--limit", type=int, help="most notes in the block (default recall.limit)")
+    p.add_argument(
+        "--tokens", type=int, dest="token_budget", help="token budget (default recall.tokenBudget)"
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -269,6 +273,10 @@ def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
             return int(ExitCode.USAGE)
         history = [str(t) for t in loaded]
     params: dict[str, Any] = {"message": args.message, "history": history, "preview": bool(args.preview)}
+    if args.limit:
+        params["limit"] = args.limit
+    if args.token_budget:
+        params["tokenBudget"] = args.token_budget
     with Client(cfg.socket_path, agent=args.agent) as client:
         result = client.call("recall", params)
     if args.json:
