@@ -148,7 +148,8 @@ def test_write_is_atomic_and_leaves_no_temp_files(inboxes: Inboxes, monkeypatch:
         inboxes.write("claude", "safe", "new text", None, must_exist=False)
     monkeypatch.undo()
     assert _read(w.path)[1] == "original\n"
-    assert sorted(p.name for p in w.path.parent.iterdir()) == ["safe.md"]
+    assert sorted(p.name for p in w.path.parent.iterdir()) == [".trash", "safe.md"]
+    assert list((w.path.parent / ".trash").iterdir()) == []  # the copy of the old text failed too
 
 
 def test_symlinked_inbox_outside_home_is_refused(inboxes: Inboxes, tmp_path: Path) -> None:
@@ -161,3 +162,17 @@ def test_symlinked_inbox_outside_home_is_refused(inboxes: Inboxes, tmp_path: Pat
     with pytest.raises(SourceError, match="outside"):
         inboxes.write("mallory", "x", "text", None, must_exist=False)
     assert list(outside.iterdir()) == []
+
+
+def test_replaced_and_edited_text_is_kept_in_trash(inboxes: Inboxes) -> None:
+    """Replacing or editing a note keeps the previous text in .trash; an unchanged rewrite keeps nothing."""
+    first = inboxes.write("claude", "n", "first text", None, must_exist=False)
+    assert first.previous is None
+    same = inboxes.write("claude", "n", "first text", None, must_exist=False)
+    assert same.previous is None
+    second = inboxes.write("claude", "n", "second text", None, must_exist=False)
+    assert second.previous is not None and _read(second.previous)[1] == "first text\n"
+    third = inboxes.write("claude", "n", "third text", None, must_exist=True)
+    assert third.previous is not None and _read(third.previous)[1] == "second text\n"
+    assert _read(first.path)[1] == "third text\n"
+    assert sorted(p.parent.name for p in (second.previous, third.previous)) == [".trash", ".trash"]
