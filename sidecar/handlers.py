@@ -311,6 +311,16 @@ def _hits_reply(result: SearchResult, p: dict[str, Any], extra: dict[str, Any]) 
     out: dict[str, Any] = {"hits": result.hits, **extra}
     if result.degraded:
         out["degraded"] = result.degraded
+    filters = result.analysis.get("filters") or {}
+    if result.analysis.get("timePhraseIgnored"):
+        out["window"] = {"phrase": result.analysis["timePhraseIgnored"], "applied": False}
+    elif filters.get("timePhrase"):
+        out["window"] = {
+            "phrase": filters["timePhrase"],
+            "since": filters["since"],
+            "until": filters["until"],
+            "applied": True,
+        }
     if param_bool(p, "preview", default=False):
         out["analysis"] = result.analysis
     return out

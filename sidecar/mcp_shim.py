@@ -48,7 +48,8 @@ FILTER_HELP = (
     "path:Projects/, source:wiki, since:2026-09-01, until:2026-09 (also since:yesterday, "
     "since:monday, since:3d). Time phrases in English or German ('today', 'yesterday', 'last week', "
     "'last 3 days', 'this month', 'heute', 'gestern', 'letzte Woche', 'seit Montag', 'vor 3 Tagen') "
-    "restrict hits to notes of that date (front matter date, daily-note name, else last change). "
+    "restrict hits to notes of that date (front matter date, daily-note name, else last change); "
+    "when no note of that date matches, the phrase is searched as words instead. "
     "A filter value that cannot be used is an error naming it."
 )
 DAY_HELP = "A day: YYYY-MM-DD, YYYY-MM, today, yesterday, a weekday name or Nd (N days ago)."
@@ -179,7 +180,15 @@ TOOLS: list[dict[str, Any]] = [
             ("query",),
         ),
         _obj(
-            {"query": _STR, "hits": {"type": "array", "items": HIT}, "degraded": _STR, "masked": _COUNTS},
+            {
+                "query": _STR,
+                "hits": {"type": "array", "items": HIT},
+                "degraded": _STR,
+                "masked": _COUNTS,
+                "window": _obj(
+                    {"phrase": _STR, "since": _STR, "until": _STR, "applied": _BOOL}, ("phrase", "applied")
+                ),
+            },
             ("query", "hits"),
         ),
         READ,
@@ -374,6 +383,11 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
     lines = [f'{len(hits)} hit(s) for "{query}"  ({LEGEND})']
     if result.get("degraded"):
         lines.append(f"note: {result['degraded']}")
+    window = result.get("window")
+    if window and window["applied"]:
+        lines.append(f"'{window['phrase']}': only notes dated {window['since']} to {window['until']}.")
+    elif window:
+        lines.append(f"'{window['phrase']}': no note of that date matched, so it was searched as words.")
     for i, h in enumerate(hits, 1):
         head = " › ".join(h.get("headings") or [])
         lines.append(
@@ -544,8 +558,9 @@ class Shim:
             for kind, n in h.get("masked", {}).items():
                 masked[kind] = masked.get(kind, 0) + n
         out: dict[str, Any] = {"query": query, "hits": hits}
-        if r.get("degraded"):
-            out["degraded"] = r["degraded"]
+        for k in ("degraded", "window"):
+            if r.get(k):
+                out[k] = r[k]
         if masked:
             out["masked"] = masked
         return text_of_search(query, out), out

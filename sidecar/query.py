@@ -212,7 +212,8 @@ def _month(today: dt.date, back: int) -> Window:
 
 # (pattern, window from today and the match); longest phrases first so "last 3 days" wins over "last".
 _PHRASES: tuple[tuple[re.Pattern[str], Callable[[dt.date, re.Match[str]], Window]], ...] = tuple(
-    (re.compile(r"(?<!\w)(?:" + pat + r")(?!\w)", re.IGNORECASE), fn)
+    # "today's date" names a thing, not a time: a possessive is no phrase.
+    (re.compile(r"(?<!\w)(?:" + pat + r")(?![\w'’])", re.IGNORECASE), fn)
     for pat, fn in (
         (
             r"(?:in\s+)?(?:the\s+)?(?:last|past)\s+" + _NUM + r"\s+days?",
@@ -258,11 +259,12 @@ def time_window(text: str, today: dt.date) -> tuple[str, Window | None, str | No
     return text, None, None
 
 
-def split_filters(text: str, today: dt.date | None = None) -> tuple[str, Filters]:
+def split_filters(text: str, today: dt.date | None = None, *, phrases: bool = True) -> tuple[str, Filters]:
     """Strip inline filters and a time phrase from the text that is ranked; return both.
 
     A filter value that cannot be honoured raises FilterError naming it, rather than filtering
-    everything or nothing. ``today`` is the local day (tests pass a fixed one).
+    everything or nothing. ``today`` is the local day (tests pass a fixed one); ``phrases=False``
+    leaves time phrases in the text.
     """
     day = today or dt.date.today()
     tags: list[str] = []
@@ -287,7 +289,7 @@ def split_filters(text: str, today: dt.date | None = None) -> tuple[str, Filters
         else:
             found[name] = value
     rest = " ".join(_FILTER.sub(" ", text).split())
-    rest, window, phrase = time_window(rest, day)
+    rest, window, phrase = time_window(rest, day) if phrases else (rest, None, None)
     since = parse_day(found["since"], day, name="since").isoformat() if "since" in found else None
     until = parse_day(found["until"], day, name="until", end=True).isoformat() if "until" in found else None
     if window is not None:

@@ -300,7 +300,18 @@ class Retriever:
 
     def search(self, req: SearchRequest) -> SearchResult:
         text, inline = split_filters(req.query, self.today())
-        req = _with_filters(req, inline)
+        result = self._search(_with_filters(req, inline), text)
+        if result.hits or not inline.phrase:
+            return result
+        # A time phrase is a soft filter: "a daily note for today" asks about daily notes, not
+        # about notes of today. When its window holds nothing, the words are searched instead.
+        phrase = inline.phrase
+        text, inline = split_filters(req.query, self.today(), phrases=False)
+        result = self._search(_with_filters(req, inline), text)
+        result.analysis["timePhraseIgnored"] = phrase
+        return result
+
+    def _search(self, req: SearchRequest, text: str) -> SearchResult:
         qa = analyze(text)
         rare, weight = self._plan(qa)
         bm, vec_lists, degraded = self._arms(req, text, qa, None, weight)
@@ -386,9 +397,24 @@ class Retriever:
         count_tokens: Callable[[Sequence[str]], list[int]],
     ) -> tuple[SearchResult, str]:
         """Hits for the current message (previous turns blended in) and the rendered context block."""
-        rc = self.recall_cfg
         text, inline = split_filters(message, self.today())
-        req = _with_filters(req, inline)
+        result, block = self._recall(text, history, _with_filters(req, inline), count_tokens)
+        if result.hits or not inline.phrase:
+            return result, block
+        phrase = inline.phrase
+        text, inline = split_filters(message, self.today(), phrases=False)  # see search
+        result, block = self._recall(text, history, _with_filters(req, inline), count_tokens)
+        result.analysis["timePhraseIgnored"] = phrase
+        return result, block
+
+    def _recall(
+        self,
+        text: str,
+        history: Sequence[str],
+        req: SearchRequest,
+        count_tokens: Callable[[Sequence[str]], list[int]],
+    ) -> tuple[SearchResult, str]:
+        rc = self.recall_cfg
         qa = analyze(text)
         turns = (
             [t[: rc.history_head_chars] for t in history[-rc.history_turns :] if t.strip()]

@@ -143,9 +143,23 @@ def test_time_phrases_filter_on_the_notes_date(served: Served) -> None:
     ) == {"vault/Old"}
     everything = set(_refs(served.call("search", {"query": "garlic", "minScore": 0})))
     assert {"vault/Old", "vault/Trip", f"vault/Daily/{_ago(0)}"} <= everything
+    applied = served.call("search", {"query": "garlic gestern"})["window"]
+    assert applied == {"phrase": "gestern", "since": _ago(1), "until": _ago(1), "applied": True}
     analysis = served.call("search", {"query": "garlic seit Montag", "preview": True})["analysis"]
     assert analysis["filters"]["timePhrase"] == "seit Montag" and analysis["text"] == "garlic"
     assert analysis["filters"]["since"] == "2026-11-30"
+
+
+def test_a_time_phrase_with_no_notes_of_that_date_is_searched_as_words(served: Served) -> None:
+    """'a daily note for today' is about daily notes: with nothing dated in the window the words count."""
+    r = served.call("search", {"query": "tomatoes sun water last month", "preview": True})
+    assert "vault/Garden" in _refs(r)  # the window (November) held only an unrelated note
+    assert r["window"] == {"phrase": "last month", "applied": False}
+    assert r["analysis"]["timePhraseIgnored"] == "last month"
+    recall = served.call("recall", {"message": "tomatoes sun water letzten Monat", "minScore": 0})
+    assert recall["window"]["applied"] is False
+    text, f = split_filters("insert today's date in a template", TODAY)
+    assert f.since is None and "today's" in text
 
 
 @pytest.mark.parametrize(

@@ -117,7 +117,10 @@ def test_mcp_end_to_end(daemon_factory: Any, vault: Path) -> None:
 
     assert "deleted" in _text(asyncio.run(_session(d.home, "claude", delete)))
     trash = d.home / "agents" / "claude" / "memory" / ".trash"
-    assert [p.name.startswith("garage-kayak--") for p in trash.iterdir()] == [True]
+    # the edit kept the first text, the delete the last one
+    kept = sorted(trash.iterdir())
+    assert [p.name.startswith("garage-kayak--") for p in kept] == [True, True]
+    assert "garage loft" in kept[0].read_text() and "basement" in kept[1].read_text()
 
 
 def test_mcp_starts_without_daemon_and_reconnects(daemon_factory: Any, vault: Path) -> None:
