@@ -83,7 +83,7 @@ MASK_RULES: tuple[Rule, ...] = (
     *RULES,
     Rule(
         "connection_string",
-        re.compile(r"(?i)(?:^|;)\s*(?:password|pwd)\s*=\s*([^;\s][^;]*)"),
+        re.compile(r"(?i)(?:^|;)\s*(?:password|pwd)\s*=\s*(?!\[REDACTED:)([^;\s][^;]*)"),
         1,
     ),
 )
