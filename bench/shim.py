@@ -2,12 +2,14 @@
 memory-tool round trips, through the MCP SDK's stdio client against a real daemon.
 
     python bench/shim.py --vault ../shared/eval/vaults/obsidian-help/en --out bench/out/mcp.json
+    python bench/shim.py --start-only 15   # spawn to tools/list, bare JSON-RPC, no daemon needed
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import subprocess
 import sys
@@ -76,13 +78,69 @@ async def session(home: Path, n: int) -> dict[str, Any]:
     }
 
 
+def raw_start(home: Path) -> float:
+    """Spawn to the tools/list answer with a bare JSON-RPC exchange (no client library cost)."""
+    lines = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "b", "version": "0"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+    ]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sidecar", "mcp", "--agent", "bench", "--home", str(home)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    proc.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in lines))
+    proc.stdin.flush()
+    for raw in proc.stdout:
+        if json.loads(raw).get("id") == 2:
+            break
+    elapsed = (time.perf_counter() - t0) * 1000
+    proc.stdin.close()
+    proc.wait(10)
+    return elapsed
+
+
+def start_only(runs: int) -> dict[str, Any]:
+    home = Path(tempfile.mkdtemp(prefix="sidecar-mcp-start-"))
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    bare = (time.perf_counter() - t0) * 1000
+    starts = [raw_start(home) for _ in range(runs)]
+    return {
+        "mcp_start_to_tools_list_ms_p50": round(statistics.median(starts), 1),
+        "mcp_start_to_tools_list_ms_min": round(min(starts), 1),
+        "bare_python_start_ms": round(bare, 1),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--vault", required=True, type=Path)
+    ap.add_argument("--vault", type=Path, help="needed unless --start-only")
+    ap.add_argument(
+        "--start-only", type=int, metavar="RUNS", default=0, help="only time the start, RUNS times"
+    )
     ap.add_argument("--home", type=Path, default=None)
     ap.add_argument("--writes", type=int, default=20)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    if args.start_only:
+        emit(start_only(args.start_only), args.out)
+        return
+    if args.vault is None:
+        ap.error("--vault is required")
     home = args.home or Path(tempfile.mkdtemp(prefix="sidecar-mcp-bench-"))
     d = BenchDaemon(args.vault.resolve(), home)
     try:

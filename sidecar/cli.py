@@ -68,6 +68,10 @@ def _recall_args(p: argparse.ArgumentParser) -> None:
         "--history", metavar="FILE", help="previous turns, one per line or a JSON list (oldest first)"
     )
     p.add_argument("--agent", help="recall as this agent (its memory plus vault and wiki)")
+    p.add_argument("--limit", type=int, help="most notes in the block (default recall.limit)")
+    p.add_argument(
+        "--tokens", type=int, dest="token_budget", help="token budget (default recall.tokenBudget)"
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -94,6 +98,17 @@ def _query_commands(sub: Any) -> None:
     p.add_argument("reference", help="the note, e.g. vault/Plugins/Audio recorder")
     p.add_argument("query", help="the query")
     p.add_argument("--agent", help="as this agent")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = sub.add_parser(
+        "outline", help="the wiki's folders, pages and one-line descriptions (for a system prompt)"
+    )
+    _common(p)
+    p.add_argument("--path", dest="path_prefix", help="only this folder, e.g. Projects")
+    p.add_argument("--tokens", type=int, dest="token_budget", help="token budget (default 1000)")
+    p.add_argument(
+        "--vault", dest="outline_vault", action="store_true", help="outline the vault, not the wiki"
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = sub.add_parser("get", help="print a whole note by its reference")
@@ -272,6 +287,10 @@ def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
             return int(ExitCode.USAGE)
         history = [str(t) for t in loaded]
     params: dict[str, Any] = {"message": args.message, "history": history, "preview": bool(args.preview)}
+    if args.limit:
+        params["limit"] = args.limit
+    if args.token_budget:
+        params["tokenBudget"] = args.token_budget
     with Client(cfg.socket_path, agent=args.agent) as client:
         result = client.call("recall", params)
     if args.json:
@@ -353,6 +372,18 @@ def render_links(r: dict[str, Any]) -> str:
     for name in r["unresolved"]:
         lines.append(f"  unresolved: [[{name}]]")
     return "\n".join(lines)
+
+
+def cmd_outline(args: argparse.Namespace, cfg: Config) -> int:
+    params: dict[str, Any] = {"source": "vault" if args.outline_vault else "wiki"}
+    if args.path_prefix:
+        params["pathPrefix"] = args.path_prefix
+    if args.token_budget:
+        params["tokenBudget"] = args.token_budget
+    with Client(cfg.socket_path) as client:
+        result = client.call("outline", params)
+    print(json.dumps(result, ensure_ascii=False) if args.json else result["outline"])
+    return int(ExitCode.OK)
 
 
 def cmd_status(args: argparse.Namespace, cfg: Config) -> int:
@@ -487,6 +518,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "search": cmd_search,
     "get": cmd_get,
     "related": cmd_related,
+    "outline": cmd_outline,
     "recall": cmd_recall,
     "preview": cmd_recall,
     "why": cmd_why,

@@ -26,9 +26,6 @@ from sidecar.errors import ConfigError
 _AGENT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 # A Unix socket path must fit sun_path (104 bytes on macOS, 108 on Linux) with a margin.
 _MAX_SOCKET_PATH = 100
-# multilingual-e5-small's cosines sit high (unrelated texts around 0.7-0.8); distinct passages of
-# one article reach 0.95 (XQuAD de/en, 120 passages each), so a duplicate needs more.
-E5_DUPLICATE = 0.96
 
 
 def _opt(default: Any, doc: str, **checks: Any) -> Any:
@@ -157,9 +154,9 @@ class EmbedderConfig:
 
 
 # Settings each built-in model needs (dotted keys); a value from the file, the environment or a
-# flag wins. e5 models were trained with "query: " / "passage: " in front and mean pooling; their
-# cosine similarities sit higher than MiniLM's, so the duplicate threshold is the model's too
-# (ranking reads cosines on the model's own scale, ``embedder.cosine_range``).
+# flag wins. e5 models were trained with "query: " / "passage: " in front and mean pooling. Their
+# cosines sit higher than MiniLM's: ranking and the duplicate check read them on the model's own
+# scale (``embedder.cosine_range``), so their thresholds are the same for every model.
 MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     "multilingual-e5-small": {
         "embedder.maxLength": 256,
@@ -167,7 +164,6 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
         "embedder.queryPrefix": "query: ",
         "embedder.passagePrefix": "passage: ",
         "embedder.languages": "all",
-        "memory.write.duplicateThreshold": E5_DUPLICATE,
     },
     "all-MiniLM-L6-v2": {
         "embedder.maxLength": 256,
@@ -175,7 +171,6 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
         "embedder.queryPrefix": "",
         "embedder.passagePrefix": "",
         "embedder.languages": "en",
-        "memory.write.duplicateThreshold": 0.9,
     },
 }
 
@@ -219,6 +214,11 @@ class SourceBoosts:
 @dataclass(frozen=True)
 class SearchConfig:
     limit: int = _opt(10, "Hits returned when a request names no limit.", min=1, max=200)
+    mask_secrets: bool = _opt(
+        True,
+        "Mask secrets (keys, tokens, passwords, card numbers, connection strings) in the text of "
+        "search hits, recall blocks and get; the notes themselves are never changed.",
+    )
     min_score: float = _opt(
         0.1,
         "Hits whose relevance is below this are dropped. Relevance is absolute: 0 is what unrelated "

@@ -4,8 +4,9 @@ SidecarErrors and the server turns them into error responses. Imports retrieval,
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ from sidecar.errors import NotFoundError, ProtocolError, SourceError
 from sidecar.indexer import Indexer
 from sidecar.links import LinkGraph
 from sidecar.memory_ops import MemoryOps
+from sidecar.outline import Page, one_line
+from sidecar.outline import render as render_outline
 from sidecar.protocol import (
     PROTOCOL_VERSION,
     Request,
@@ -29,7 +32,8 @@ from sidecar.protocol import (
     param_opt_str,
     param_str,
 )
-from sidecar.query import Filters
+from sidecar.query import FilterError, Filters, parse_day
+from sidecar.redact import mask
 from sidecar.retrieval import Retriever, SearchRequest, SearchResult
 from sidecar.sources import (
     SOURCES,
@@ -46,6 +50,8 @@ MAX_QUERY_CHARS = 4000
 MAX_REFERENCE_CHARS = 8192
 # Filters and options shared by `search` and `recall`.
 _SEARCH_PARAMS = ("limit", "minScore", "source", "tag", "pathPrefix", "since", "until", "preview")
+MAX_TAGS = 20
+OUTLINE_BUDGET = 1000
 
 
 @dataclass
@@ -81,6 +87,7 @@ class Handlers:
             "get": self.get,
             "related": self.related,
             "index": self.index,
+            "outline": self.outline,
             "reload": self.reload,
             **memory.ops(),
         }
@@ -156,19 +163,29 @@ class Handlers:
             sources = tuple(dict.fromkeys(source))
         else:
             raise ProtocolError(f"'source' must be one of {', '.join(SOURCES)} or a list of them")
-        tag = param_opt_str(p, "tag", max_len=200)
+        today = self.retriever.today()
+        since = _day(p, "since", today)
+        until = _day(p, "until", today, end=True)
+        if since and until and since > until:
+            raise ProtocolError(f"the date window is empty: 'since' {since} is after 'until' {until}")
         filters = Filters(
-            tags=(tag.lstrip("#").lower(),) if tag else (),
+            tags=_tags(p),
             path_prefix=param_opt_str(p, "pathPrefix", max_len=1000),
-            since=_date(p, "since"),
-            until=_date(p, "until"),
+            since=since,
+            until=until,
         )
-        return SearchRequest(query, limit, min_score, sources, agent, filters)
+        budget = None
+        if text_param == "message":
+            budget = param_int(p, "tokenBudget", default=self.cfg.recall.token_budget, lo=100, hi=50_000)
+        return SearchRequest(query, limit, min_score, sources, agent, filters, budget)
 
     def search(self, req: Request) -> dict[str, Any]:
         p = req.params
         check_known(p, ("query", *_SEARCH_PARAMS))
-        result = self.retriever.search(self._request(p, req.agent, "query", self.cfg.search.limit))
+        try:
+            result = self.retriever.search(self._request(p, req.agent, "query", self.cfg.search.limit))
+        except FilterError as exc:
+            raise ProtocolError(f"bad filter in 'query': {exc}") from exc
         return _hits_reply(result, p, {})
 
     def why(self, req: Request) -> dict[str, Any]:
@@ -176,7 +193,10 @@ class Handlers:
         p = req.params
         check_known(p, ("reference", "query"))
         key = key_for_reference(param_str(p, "reference", max_len=MAX_REFERENCE_CHARS), req.agent)
-        out = self.retriever.explain(key, param_str(p, "query", max_len=MAX_QUERY_CHARS), req.agent)
+        try:
+            out = self.retriever.explain(key, param_str(p, "query", max_len=MAX_QUERY_CHARS), req.agent)
+        except FilterError as exc:
+            raise ProtocolError(f"bad filter in 'query': {exc}") from exc
         if not out["indexed"]:
             state = self.indexer.stores.manifest.file_states(key).get(key)
             try:
@@ -199,7 +219,7 @@ class Handlers:
     def recall(self, req: Request) -> dict[str, Any]:
         """Auto-injection: the current message (previous turns blended in) -> a context block."""
         p = req.params
-        check_known(p, ("message", "history", *_SEARCH_PARAMS))
+        check_known(p, ("message", "history", "tokenBudget", *_SEARCH_PARAMS))
         history = p.get("history", [])
         if (
             not isinstance(history, list)
@@ -212,7 +232,10 @@ class Handlers:
         search = self._request(p, req.agent, "message", self.cfg.recall.limit)
         model = self.slot.model
         count = model.count_tokens if model is not None else approx_token_count
-        result, block = self.retriever.recall(search.query, history, search, count)
+        try:
+            result, block = self.retriever.recall(search.query, history, search, count)
+        except FilterError as exc:
+            raise ProtocolError(f"bad filter in 'message': {exc}") from exc
         return _hits_reply(result, p, {"context": block})
 
     def get(self, req: Request) -> dict[str, Any]:
@@ -247,6 +270,9 @@ class Handlers:
             {"reference": public_reference(b.pop("source"), req.agent), **b}
             for b in graph.backlinks(key, req.agent)
         ]
+        masked: dict[str, int] = {}
+        if self.cfg.search.mask_secrets:
+            text, masked = mask(text)
         out: dict[str, Any] = {
             "reference": public_reference(key, req.agent),
             "source": key.split("/", 1)[0],
@@ -261,6 +287,8 @@ class Handlers:
         rule = self.indexer.excluded_by(key)
         if rule is not None:
             out["excluded"] = rule
+        if masked:
+            out["masked"] = masked
         return out
 
     def related(self, req: Request) -> dict[str, Any]:
@@ -283,6 +311,41 @@ class Handlers:
                     item["shared"][kind] = [public_reference(k, req.agent) for k in keys]
         return {"reference": public_reference(key, req.agent), "related": items}
 
+    def outline(self, req: Request) -> dict[str, Any]:
+        """The wiki's (or vault's) folders, pages and one-line descriptions within a token budget."""
+        p = req.params
+        check_known(p, ("source", "pathPrefix", "tokenBudget"))
+        source = param_opt_str(p, "source") or "wiki"
+        if source not in ("wiki", "vault"):
+            raise ProtocolError("'source' must be wiki or vault")
+        prefix = (param_opt_str(p, "pathPrefix", max_len=1000) or "").strip("/")
+        budget = param_int(p, "tokenBudget", default=OUTLINE_BUDGET, lo=100, hi=50_000)
+        manifest = self.indexer.stores.manifest
+        pages = []
+        for key, _src, _agent, title, _tags, _mtime, _chunks, fm in manifest.list_files(
+            "source = ?", [source]
+        ):
+            path = key.split("/", 1)[1]
+            if prefix and not (path == prefix or path.startswith(prefix + "/")):
+                continue
+            description = _fm_description(fm)
+            if not description:
+                # Else the first prose of the page: headings only repeat the title.
+                lines = (line for c in manifest.chunks_of(key) for line in c.text.splitlines())
+                description = next((x for x in lines if x.strip() and not x.lstrip().startswith("#")), "")
+            pages.append(Page(path, title, one_line(description)))
+        model = self.slot.model
+        count = model.count_tokens if model is not None else approx_token_count
+        out = render_outline(pages, budget, count, label=source)
+        return {
+            "outline": out.text,
+            "source": source,
+            "pages": out.pages,
+            "folders": out.folders,
+            "tokens": out.tokens,
+            "detail": out.detail,
+        }
+
     def reload(self, req: Request) -> dict[str, Any]:
         check_known(req.params, ())
         return self.service.reload()
@@ -303,16 +366,55 @@ def _hits_reply(result: SearchResult, p: dict[str, Any], extra: dict[str, Any]) 
     out: dict[str, Any] = {"hits": result.hits, **extra}
     if result.degraded:
         out["degraded"] = result.degraded
+    filters = result.analysis.get("filters") or {}
+    if result.analysis.get("timePhraseIgnored"):
+        out["window"] = {"phrase": result.analysis["timePhraseIgnored"], "applied": False}
+    elif filters.get("timePhrase"):
+        out["window"] = {
+            "phrase": filters["timePhrase"],
+            "since": filters["since"],
+            "until": filters["until"],
+            "applied": True,
+        }
     if param_bool(p, "preview", default=False):
         out["analysis"] = result.analysis
     return out
 
 
-_ISO_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+def _fm_description(fm_json: str) -> str:
+    try:
+        fm = json.loads(fm_json)
+    except ValueError:
+        return ""
+    value = (fm.get("description") or fm.get("summary")) if isinstance(fm, dict) else None
+    return value if isinstance(value, str) else ""
 
 
-def _date(p: dict[str, Any], name: str) -> str | None:
-    value = param_opt_str(p, name, max_len=10)
-    if value is not None and not _ISO_DAY.match(value):
-        raise ProtocolError(f"'{name}' must be a date like 2026-09-01")
-    return value
+def _day(p: dict[str, Any], name: str, today: dt.date, *, end: bool = False) -> str | None:
+    """A ``since``/``until`` parameter as an ISO day (``2026-9-1``, ``2026-09``, ``yesterday``, ``3d``)."""
+    value = param_opt_str(p, name, max_len=20)
+    if value is None:
+        return None
+    try:
+        return parse_day(value, today, name=name, end=end).isoformat()
+    except FilterError as exc:
+        raise ProtocolError(f"'{name}': {exc}") from exc
+
+
+def _tags(p: dict[str, Any]) -> tuple[str, ...]:
+    """``tag``: one tag, ``"a,b"`` or a list; a note with any of them passes."""
+    value = p.get("tag")
+    if value is None:
+        return ()
+    items = value.split(",") if isinstance(value, str) else value
+    if (
+        not isinstance(items, list)
+        or not all(isinstance(t, str) for t in items)
+        or len(items) > MAX_TAGS
+        or any(len(t) > 200 for t in items)
+    ):
+        raise ProtocolError(f"'tag' must be a tag, 'a,b' or a list of at most {MAX_TAGS} tags")
+    tags = tuple(dict.fromkeys(t.strip().lstrip("#").lower() for t in items))
+    if not all(tags):
+        raise ProtocolError("'tag' has an empty tag")
+    return tags

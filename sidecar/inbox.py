@@ -1,4 +1,5 @@
-"""An agent's memory inbox: write, edit, delete (to .trash), with an audit log.
+"""An agent's memory inbox: write, edit, delete, with an audit log; replaced and deleted texts are
+kept in the inbox's .trash folder.
 
 The path is always built from a validated slug, never taken from the client. Confinement is by
 construction: ``agents/``, ``agents/<agent>/`` and its ``memory/`` are created 0700 by the daemon
@@ -60,6 +61,7 @@ class Written:
     size: int = 0
     data: bytes = b""  # what was written (indexed as is, never read back through the path)
     mtime_ns: int = 0
+    previous: Path | None = None  # where the replaced text was kept (in .trash), if any
 
 
 def check_agent(agent: str | None) -> str:
@@ -169,10 +171,23 @@ class Inboxes:
                     f"the note would be {len(data):,} bytes; the limit is {self.cfg.memory.max_note_bytes:,} "
                     "(memory.maxNoteBytes): split it into several notes"
                 )
+            # The text being replaced stays recoverable, as a deleted note does (a rewrite that
+            # changes only the 'updated' stamp keeps nothing: there is nothing to lose).
+            previous = None
+            if old is not None and _unstamped(old.decode("utf-8", errors="replace")) != _unstamped(text):
+                previous = path.parent / ".trash" / self._keep(inbox_fd, slug, old)
             mtime_ns = write_in(inbox_fd, name, data)
             digest = hashlib.sha256(data).hexdigest()
             self._audit(agent_fd, "edit" if must_exist else "write", slug, digest, len(data))
-        return Written(slug, path, old is None, counts, digest, len(data), data, mtime_ns)
+        return Written(slug, path, old is None, counts, digest, len(data), data, mtime_ns, previous)
+
+    def _keep(self, inbox_fd: int, slug: str, old: bytes) -> str:
+        """Put the replaced text in ``.trash/<slug>--<time>.md`` through the inbox's descriptor
+        (the caller holds the note's lock); returns the file name."""
+        target = f"{slug}--{dt.datetime.now().strftime('%Y%m%dT%H%M%S%f')}.md"
+        with contextlib.closing(_Fd(_trash_dir(inbox_fd))) as trash:
+            write_in(trash.fd, target, old)
+        return target
 
     def _check_content(self, content: Any, front_matter: Any) -> None:
         if not isinstance(content, str):
@@ -313,6 +328,11 @@ def write_in(dir_fd: int, name: str, data: bytes) -> int:
         raise
     os.fsync(dir_fd)
     return mtime_ns
+
+
+def _unstamped(text: str) -> tuple[dict[str, Any], str]:
+    meta, body = split_front_matter(text)
+    return {k: v for k, v in meta.items() if k != "updated"}, body
 
 
 def _redact_into(text: str, counts: dict[str, int]) -> str:

@@ -3,14 +3,17 @@
 Filler words are removed from the BM25 query; the number of content words picks the fusion
 weights (a one- or two-word query leans on BM25); chronicle questions (months, years, "when",
 "changed", "geändert") keep change logs from being demoted; inline filters (``tag:``, ``path:``,
-``since:``, ``until:``, ``source:``) are split off. Imports nothing of the project.
+``since:``, ``until:``, ``source:``) are split off and validated, and time phrases ("last week",
+"seit Montag") become a date window. Imports nothing of the project.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import unicodedata
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from importlib import resources
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -44,15 +47,23 @@ _ISO_MONTH = re.compile(r"\b(19|20)\d\d-(0[1-9]|1[0-2])(-\d\d)?\b")
 _FILTER = re.compile(r"(?<!\S)(tag|path|since|until|source):(\"[^\"]*\"|\S+)", re.IGNORECASE)
 
 
+SOURCE_NAMES = ("vault", "wiki", "memory")
+
+
+class FilterError(ValueError):
+    """An inline filter or time value that cannot be honoured; the message names it."""
+
+
 @dataclass(frozen=True)
 class Filters:
     """Restrictions a query can carry inline (``tag:garten path:projekte/ since:2026-09-01``)."""
 
     tags: tuple[str, ...] = ()
     path_prefix: str | None = None
-    since: str | None = None  # ISO date, inclusive
+    since: str | None = None  # ISO date, inclusive, compared with the note's date
     until: str | None = None
     sources: tuple[str, ...] = ()
+    phrase: str | None = None  # the time phrase that set since/until ("last week")
 
     def merged(self, other: Filters) -> Filters:
         return Filters(
@@ -61,6 +72,7 @@ class Filters:
             other.since or self.since,
             other.until or self.until,
             tuple(dict.fromkeys(self.sources + other.sources)),
+            other.phrase or self.phrase,
         )
 
     @property
@@ -68,23 +80,228 @@ class Filters:
         return bool(self.tags or self.path_prefix or self.since or self.until)
 
 
-def split_filters(text: str) -> tuple[str, Filters]:
-    """Strip inline filter syntax from the text that is ranked; return both."""
+# --- days: since:/until: values and time phrases ------------------------------------------------
+
+_WEEKDAYS = {
+    **{
+        d: i
+        for i, d in enumerate(("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"))
+    },
+    **{
+        d: i
+        for i, d in enumerate(
+            ("montag", "dienstag", "mittwoch", "donnerstag", "freitag", "samstag", "sonntag")
+        )
+    },
+}
+_NUMBERS = {
+    **{
+        w: i
+        for i, w in enumerate(
+            [
+                "zero",
+                "one",
+                "two",
+                "three",
+                "four",
+                "five",
+                "six",
+                "seven",
+                "eight",
+                "nine",
+                "ten",
+                "eleven",
+                "twelve",
+            ]
+        )
+    },
+    **{
+        w: i
+        for i, w in enumerate(
+            [
+                "null",
+                "ein",
+                "zwei",
+                "drei",
+                "vier",
+                "fünf",
+                "sechs",
+                "sieben",
+                "acht",
+                "neun",
+                "zehn",
+                "elf",
+                "zwölf",
+            ]
+        )
+    },
+    "a": 1,
+    "an": 1,
+    "eine": 1,
+    "einem": 1,
+    "einer": 1,
+    "einen": 1,
+}
+_TODAY = ("today", "heute")
+_YESTERDAY = ("yesterday", "gestern")
+_ISO_LOOSE = re.compile(r"^(\d{4})-(\d{1,2})-(\d{1,2})$")
+_ISO_MONTH_ONLY = re.compile(r"^(\d{4})-(\d{1,2})$")
+_DAYS_AGO = re.compile(r"^(\d{1,4})d$")
+DAY_VALUES = "YYYY-MM-DD, YYYY-MM, today, yesterday, a weekday or Nd (N days ago)"
+
+
+def _last_weekday(today: dt.date, weekday: int) -> dt.date:
+    return today - dt.timedelta(days=(today.weekday() - weekday) % 7)
+
+
+def _month_end(day: dt.date) -> dt.date:
+    nxt = (day.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
+    return nxt - dt.timedelta(days=1)
+
+
+def parse_day(value: str, today: dt.date, *, name: str, end: bool = False) -> dt.date:
+    """A ``since:``/``until:`` value as a day; ``end`` picks the last day of a month value."""
+    v = value.strip().lower()
+    try:
+        if m := _ISO_LOOSE.match(v):
+            return dt.date(int(m[1]), int(m[2]), int(m[3]))
+        if m := _ISO_MONTH_ONLY.match(v):
+            first = dt.date(int(m[1]), int(m[2]), 1)
+            return _month_end(first) if end else first
+    except ValueError as exc:
+        raise FilterError(f"{name}:{value} is not a valid date ({exc})") from exc
+    if v in _TODAY:
+        return today
+    if v in _YESTERDAY:
+        return today - dt.timedelta(days=1)
+    if v in _WEEKDAYS:
+        return _last_weekday(today, _WEEKDAYS[v])
+    if m := _DAYS_AGO.match(v):
+        return today - dt.timedelta(days=int(m[1]))
+    raise FilterError(f"{name}:{value} is not a date: use {DAY_VALUES}")
+
+
+_NUM = (
+    r"(\d{1,3}|"
+    + "|".join(sorted((w for w in _NUMBERS if w not in ("a", "an")), key=len, reverse=True))
+    + ")"
+)
+_WD = "(" + "|".join(_WEEKDAYS) + ")"
+Window = tuple[dt.date, dt.date]
+
+
+def _num(word: str) -> int:
+    return int(word) if word.isdigit() else _NUMBERS[word.lower()]
+
+
+def _one(day: dt.date) -> Window:
+    return day, day
+
+
+def _week(today: dt.date, back: int) -> Window:
+    monday = today - dt.timedelta(days=today.weekday()) - dt.timedelta(weeks=back)
+    return monday, min(today, monday + dt.timedelta(days=6))
+
+
+def _month(today: dt.date, back: int) -> Window:
+    first = today.replace(day=1)
+    for _ in range(back):
+        first = (first - dt.timedelta(days=1)).replace(day=1)
+    return first, min(today, _month_end(first))
+
+
+# (pattern, window from today and the match); longest phrases first so "last 3 days" wins over "last".
+_PHRASES: tuple[tuple[re.Pattern[str], Callable[[dt.date, re.Match[str]], Window]], ...] = tuple(
+    # "today's date" names a thing, not a time: a possessive is no phrase.
+    (re.compile(r"(?<!\w)(?:" + pat + r")(?![\w'’])", re.IGNORECASE), fn)
+    for pat, fn in (
+        (
+            r"(?:in\s+)?(?:the\s+)?(?:last|past)\s+" + _NUM + r"\s+days?",
+            lambda t, m: (t - dt.timedelta(days=_num(m[1])), t),
+        ),
+        (
+            r"(?:in\s+)?(?:den\s+)?(?:letzten|vergangenen)\s+" + _NUM + r"\s+tage?n?",
+            lambda t, m: (t - dt.timedelta(days=_num(m[1])), t),
+        ),
+        (
+            r"(?:in\s+)?(?:the\s+)?(?:last|past)\s+" + _NUM + r"\s+weeks?",
+            lambda t, m: (t - dt.timedelta(weeks=_num(m[1])), t),
+        ),
+        (
+            r"(?:in\s+)?(?:den\s+)?(?:letzten|vergangenen)\s+" + _NUM + r"\s+wochen",
+            lambda t, m: (t - dt.timedelta(weeks=_num(m[1])), t),
+        ),
+        (_NUM + r"\s+days?\s+ago", lambda t, m: _one(t - dt.timedelta(days=_num(m[1])))),
+        (r"vor\s+" + _NUM + r"\s+tage?n?", lambda t, m: _one(t - dt.timedelta(days=_num(m[1])))),
+        (r"seit\s+" + _NUM + r"\s+tage?n?", lambda t, m: (t - dt.timedelta(days=_num(m[1])), t)),
+        (r"(?:since|seit)\s+" + _WD, lambda t, m: (_last_weekday(t, _WEEKDAYS[m[1].lower()]), t)),
+        (r"(?:since|seit)\s+(?:yesterday|gestern)", lambda t, m: (t - dt.timedelta(days=1), t)),
+        (r"(?:since|seit)\s+(\d{4}-\d{1,2}-\d{1,2})", lambda t, m: (parse_day(m[1], t, name="since"), t)),
+        (r"(?:this|current)\s+week|diese[rn]?\s+woche", lambda t, m: _week(t, 0)),
+        (r"(?:last|previous)\s+week|(?:letzte|vorige|vergangene)[rn]?\s+woche", lambda t, m: _week(t, 1)),
+        (r"this\s+month|diese[nrm]?\s+monat", lambda t, m: _month(t, 0)),
+        (r"(?:last|previous)\s+month|(?:letzte|vorige|vergangene)[nrm]?\s+monat", lambda t, m: _month(t, 1)),
+        (r"this\s+year|dieses\s+jahr|diesem\s+jahr", lambda t, m: (t.replace(month=1, day=1), t)),
+        (r"(?:the\s+)?day\s+before\s+yesterday|vorgestern", lambda t, m: _one(t - dt.timedelta(days=2))),
+        (r"(?:yesterday|gestern)", lambda t, m: _one(t - dt.timedelta(days=1))),
+        (r"(?:today|heute)", lambda t, m: (t, t)),
+    )
+)
+
+
+def time_window(text: str, today: dt.date) -> tuple[str, Window | None, str | None]:
+    """The first time phrase of ``text`` as a window of days; the text without it; the phrase."""
+    for pattern, window in _PHRASES:
+        m = pattern.search(text)
+        if m:
+            rest = " ".join((text[: m.start()] + " " + text[m.end() :]).split())
+            return rest, window(today, m), m.group(0)
+    return text, None, None
+
+
+def split_filters(text: str, today: dt.date | None = None, *, phrases: bool = True) -> tuple[str, Filters]:
+    """Strip inline filters and a time phrase from the text that is ranked; return both.
+
+    A filter value that cannot be honoured raises FilterError naming it, rather than filtering
+    everything or nothing. ``today`` is the local day (tests pass a fixed one); ``phrases=False``
+    leaves time phrases in the text.
+    """
+    day = today or dt.date.today()
     tags: list[str] = []
     sources: list[str] = []
     found: dict[str, str] = {}
     for m in _FILTER.finditer(text):
         name, value = m.group(1).lower(), m.group(2).strip('"')
+        if not value:
+            raise FilterError(f"{name}: needs a value")
         if name == "tag":
-            tags.append(value.lstrip("#").lower())
+            parts = [t.strip().lstrip("#").lower() for t in value.split(",")]
+            if not all(parts):
+                raise FilterError(f"tag:{value} has an empty tag; write tag:a,b")
+            tags.extend(parts)
         elif name == "source":
-            sources.append(value.lower())
+            for s in value.lower().split(","):
+                if s not in SOURCE_NAMES:
+                    raise FilterError(f"source:{s} is not a source: use {', '.join(SOURCE_NAMES)}")
+                sources.append(s)
+        elif name in found:
+            raise FilterError(f"{name}: is given twice")
         else:
             found[name] = value
     rest = " ".join(_FILTER.sub(" ", text).split())
-    return rest, Filters(
-        tuple(tags), found.get("path"), found.get("since"), found.get("until"), tuple(sources)
-    )
+    rest, window, phrase = time_window(rest, day) if phrases else (rest, None, None)
+    since = parse_day(found["since"], day, name="since").isoformat() if "since" in found else None
+    until = parse_day(found["until"], day, name="until", end=True).isoformat() if "until" in found else None
+    if window is not None:
+        since = since or window[0].isoformat()
+        until = until or window[1].isoformat()
+    if since and until and since > until:
+        raise FilterError(f"the date window is empty: since {since} is after until {until}")
+    return rest, Filters(tuple(dict.fromkeys(tags)), found.get("path"), since, until, tuple(sources), phrase)
+
+
+def with_window(filters: Filters, since: str | None, until: str | None) -> Filters:
+    return replace(filters, since=since, until=until)
 
 
 @dataclass(frozen=True)

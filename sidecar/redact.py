@@ -66,6 +66,43 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+def _luhn(digits: str) -> bool:
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = int(ch) * (2 if i % 2 else 1)
+        total += d - 9 if d > 9 else d
+    return total % 10 == 0
+
+
+_CARD = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])")
+
+# Beyond what memory writes redact, text shown to agents from the user's own notes also hides
+# payment card numbers (Luhn-checked, so order numbers and phone numbers stay) and the password
+# of connection strings in key=value form (ADO/ODBC/JDBC: "Server=db;Password=...").
+MASK_RULES: tuple[Rule, ...] = (
+    *RULES,
+    Rule(
+        "connection_string",
+        re.compile(r"(?i)(?:^|;)\s*(?:password|pwd)\s*=\s*(?!\[REDACTED:)([^;\s][^;]*)"),
+        1,
+    ),
+)
+
+
+def mask(text: str) -> tuple[str, dict[str, int]]:
+    """What an agent may read of a note: :data:`MASK_RULES` and card numbers replaced by markers."""
+    text, counts = redact(text, MASK_RULES)
+
+    def card(m: re.Match[str]) -> str:
+        digits = re.sub(r"\D", "", m.group(0))
+        if not 13 <= len(digits) <= 19 or not _luhn(digits):
+            return m.group(0)
+        counts["card_number"] = counts.get("card_number", 0) + 1
+        return "[REDACTED:card_number]"
+
+    return _CARD.sub(card, text), counts
+
+
 def redact(text: str, rules: tuple[Rule, ...] = RULES) -> tuple[str, dict[str, int]]:
     """Replace every secret by ``[REDACTED:kind]``; returns the text and counts per kind."""
     counts: dict[str, int] = {}

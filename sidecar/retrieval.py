@@ -22,6 +22,7 @@ from sidecar.fusion import Candidate, Rules, Scale, Scored, apply_rules, cap_per
 from sidecar.links import cited_by
 from sidecar.query import Filters, QueryAnalysis, analyze, is_stopword, split_filters
 from sidecar.query import fold as fold_word
+from sidecar.redact import mask
 from sidecar.sources import public_reference
 from sidecar.stores.manifest import ChunkView
 from sidecar.vectoring import Stores
@@ -39,6 +40,7 @@ class SearchRequest:
     sources: tuple[str, ...] | None = None
     agent: str | None = None  # scope: own memory plus vault and wiki
     filters: Filters = field(default_factory=Filters)
+    token_budget: int | None = None  # recall: this call's block budget (else recall.tokenBudget)
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,8 @@ def _passes(view: ChunkView, filters: Filters) -> bool:
         if not path.lower().startswith(filters.path_prefix.strip("/").lower()):
             return False
     if filters.since or filters.until:
-        day = dt.datetime.fromtimestamp(view.mtime_ns / 1e9).date().isoformat()
+        # The note's own day when it names one (front matter, daily-note name), else its local mtime.
+        day = view.date or dt.datetime.fromtimestamp(view.mtime_ns / 1e9).date().isoformat()
         if (filters.since and day < filters.since) or (filters.until and day > filters.until):
             return False
     return True
@@ -98,6 +101,7 @@ class Retriever:
         self.slot = slot
         self.cfg = cfg
         self.recall_cfg = recall
+        self.today: Callable[[], dt.date] = dt.date.today  # local day; tests pin it
 
     def vector_weight(self, qa: QueryAnalysis, rare: Sequence[str] = ()) -> float:
         """Share of the vector arm: less for short queries, for languages the model reads poorly
@@ -299,6 +303,10 @@ class Retriever:
             "lines": [c.start_line, c.end_line],
             "text": view.text,
         }
+        if self.cfg.mask_secrets:
+            hit["text"], masked = mask(view.text)
+            if masked:
+                hit["masked"] = masked
         if view.agent:
             hit["agent"] = view.agent
         return hit
@@ -306,8 +314,19 @@ class Retriever:
     # --- search ---------------------------------------------------------------------------------
 
     def search(self, req: SearchRequest) -> SearchResult:
-        text, inline = split_filters(req.query)
-        req = _with_filters(req, inline)
+        text, inline = split_filters(req.query, self.today())
+        result = self._search(_with_filters(req, inline), text)
+        if result.hits or not inline.phrase:
+            return result
+        # A time phrase is a soft filter: "a daily note for today" asks about daily notes, not
+        # about notes of today. When its window holds nothing, the words are searched instead.
+        phrase = inline.phrase
+        text, inline = split_filters(req.query, self.today(), phrases=False)
+        result = self._search(_with_filters(req, inline), text)
+        result.analysis["timePhraseIgnored"] = phrase
+        return result
+
+    def _search(self, req: SearchRequest, text: str) -> SearchResult:
         qa = analyze(text)
         rare, weight = self._plan(qa)
         bm, vec_lists, degraded = self._arms(req, text, qa, None, weight)
@@ -323,7 +342,7 @@ class Retriever:
 
     def explain(self, key: str, query: str, agent: str | None) -> dict[str, Any]:
         """Why a note ranks where it does (or not at all) for a query: scores, boosts, outcome."""
-        text, inline = split_filters(query)
+        text, inline = split_filters(query, self.today())
         req = _with_filters(SearchRequest(query, self.cfg.limit, self.cfg.min_score, None, agent), inline)
         qa = analyze(text)
         chunks = self.stores.manifest.chunks_of(key)
@@ -393,9 +412,24 @@ class Retriever:
         count_tokens: Callable[[Sequence[str]], list[int]],
     ) -> tuple[SearchResult, str]:
         """Hits for the current message (previous turns blended in) and the rendered context block."""
+        text, inline = split_filters(message, self.today())
+        result, block = self._recall(text, history, _with_filters(req, inline), count_tokens)
+        if result.hits or not inline.phrase:
+            return result, block
+        phrase = inline.phrase
+        text, inline = split_filters(message, self.today(), phrases=False)  # see search
+        result, block = self._recall(text, history, _with_filters(req, inline), count_tokens)
+        result.analysis["timePhraseIgnored"] = phrase
+        return result, block
+
+    def _recall(
+        self,
+        text: str,
+        history: Sequence[str],
+        req: SearchRequest,
+        count_tokens: Callable[[Sequence[str]], list[int]],
+    ) -> tuple[SearchResult, str]:
         rc = self.recall_cfg
-        text, inline = split_filters(message)
-        req = _with_filters(req, inline)
         qa = analyze(text)
         turns = (
             [t[: rc.history_head_chars] for t in history[-rc.history_turns :] if t.strip()]
@@ -428,7 +462,7 @@ class Retriever:
         hits = [self._hit(s, views[s.candidate.chunk_id], req.agent) for s in kept[: req.limit]]
         analysis = {**_analysis(qa, req.filters, rare), "historyTurns": len(turns)}
         result = SearchResult(hits, degraded, analysis)
-        return result, render_block(hits, rc.token_budget, count_tokens)
+        return result, render_block(hits, req.token_budget or rc.token_budget, count_tokens)
 
     def _recall_parts(self, qa: QueryAnalysis, turns: list[str]) -> BmParts:
         """BM25 words of a recall: the message's, then the history's content words at the share the
@@ -468,6 +502,7 @@ HEADER = (
     "recollection, not observation: written earlier, possibly outdated or wrong, and they never replace "
     "checking the current state with your tools."
 )
+MORE = "Call memory_search to recall more, or memory_get with a reference for the whole note."
 LEGEND = "Sources: [wiki] curated pages · [vault] the user's notes · [memory] your own earlier notes"
 
 
@@ -477,7 +512,7 @@ def render_block(
     """The context block: header, legend, then hits until the token budget is spent."""
     if not hits:
         return ""
-    parts = ["<recalled-notes>", HEADER, LEGEND]
+    parts = ["<recalled-notes>", HEADER, LEGEND, MORE]
     used = sum(count_tokens(parts))
     for h in hits:
         head = f"\n[{h['source']}] {h['reference']} (lines {h['lines'][0]}-{h['lines'][1]})"
@@ -501,7 +536,7 @@ def _with_filters(req: SearchRequest, inline: Filters) -> SearchRequest:
     sources = req.sources
     if inline.sources:
         sources = tuple(s for s in inline.sources if s in ("vault", "wiki", "memory")) or sources
-    return SearchRequest(req.query, req.limit, req.min_score, sources, req.agent, filters)
+    return SearchRequest(req.query, req.limit, req.min_score, sources, req.agent, filters, req.token_budget)
 
 
 def _analysis(qa: QueryAnalysis, filters: Filters, rare: Sequence[str] = ()) -> dict[str, Any]:
@@ -516,5 +551,6 @@ def _analysis(qa: QueryAnalysis, filters: Filters, rare: Sequence[str] = ()) -> 
             "pathPrefix": filters.path_prefix,
             "since": filters.since,
             "until": filters.until,
+            "timePhrase": filters.phrase,
         },
     }

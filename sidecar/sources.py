@@ -315,12 +315,20 @@ def key_for_reference(reference: str, agent: str | None) -> str:
         raise SourceError(f"reference {reference!r} must start with vault/, wiki/ or memory/")
     if source == "memory":
         if agent is not None:
+            # memory/<slug> is the agent's own; memory/<agent>/<slug> (as the CLI prints it) too.
+            if len(parts) == 3 and parts[1] == agent:
+                parts = [parts[0], parts[2]]
             if len(parts) != 2:
-                raise SourceError(f"reference {reference!r}: memory references are memory/<slug>")
+                raise SourceError(
+                    f"reference {reference!r}: memory references are memory/<slug> (your own notes)"
+                )
             owner, slug = agent, parts[1]
         else:
             if len(parts) != 3:
-                raise SourceError(f"reference {reference!r}: without an agent, use memory/<agent>/<slug>")
+                raise SourceError(
+                    f"reference {reference!r}: without an agent, use memory/<agent>/<slug> "
+                    "(or name the agent: --agent NAME)"
+                )
             owner, slug = parts[1], parts[2]
         if not valid_agent(owner):
             raise SourceError(f"reference {reference!r}: invalid agent name")

@@ -150,7 +150,8 @@ def test_write_is_atomic_and_leaves_no_temp_files(inboxes: Inboxes, monkeypatch:
         inboxes.write("claude", "safe", "new text", None, must_exist=False)
     monkeypatch.undo()
     assert _read(w.path)[1] == "original\n"
-    assert sorted(p.name for p in w.path.parent.iterdir()) == ["safe.md"]
+    assert sorted(p.name for p in w.path.parent.iterdir()) == [".trash", "safe.md"]
+    assert list((w.path.parent / ".trash").iterdir()) == []  # the copy of the old text failed too
 
 
 def test_symlinked_inbox_outside_home_is_refused(inboxes: Inboxes, tmp_path: Path) -> None:
@@ -243,3 +244,17 @@ def test_leftover_temp_files_are_removed_and_notes_kept(inboxes: Inboxes) -> Non
     (inbox / "notes.tmp.md").write_text("a note with an odd name")
     assert inboxes.clean_temp() == 1
     assert sorted(p.name for p in inbox.iterdir()) == ["a.md", "notes.tmp.md"]
+
+
+def test_replaced_and_edited_text_is_kept_in_trash(inboxes: Inboxes) -> None:
+    """Replacing or editing a note keeps the previous text in .trash; an unchanged rewrite keeps nothing."""
+    first = inboxes.write("claude", "n", "first text", None, must_exist=False)
+    assert first.previous is None
+    same = inboxes.write("claude", "n", "first text", None, must_exist=False)
+    assert same.previous is None
+    second = inboxes.write("claude", "n", "second text", None, must_exist=False)
+    assert second.previous is not None and _read(second.previous)[1] == "first text\n"
+    third = inboxes.write("claude", "n", "third text", None, must_exist=True)
+    assert third.previous is not None and _read(third.previous)[1] == "second text\n"
+    assert _read(first.path)[1] == "third text\n"
+    assert sorted(p.parent.name for p in (second.previous, third.previous)) == [".trash", ".trash"]

@@ -24,6 +24,8 @@ TOOLS = {
     "memory_write",
     "memory_edit",
     "memory_delete",
+    "memory_status",
+    "wiki_outline",
 }
 
 
@@ -54,7 +56,7 @@ def _text(result: Any) -> str:
 
 
 def test_mcp_end_to_end(daemon_factory: Any, vault: Path) -> None:
-    """List six tools; write, search, get, edit, delete a note; a second agent never sees it."""
+    """List the tools; write, search, get, edit, delete a note; a second agent never sees it."""
     d: DaemonProcess = daemon_factory(vault).start()
 
     async def claude(client: Client) -> dict[str, Any]:
@@ -116,7 +118,10 @@ def test_mcp_end_to_end(daemon_factory: Any, vault: Path) -> None:
 
     assert "deleted" in _text(asyncio.run(_session(d.home, "claude", delete)))
     trash = d.home / "agents" / "claude" / "memory" / ".trash"
-    assert [p.name.startswith("garage-kayak--") for p in trash.iterdir()] == [True]
+    # the edit kept the first text, the delete the last one
+    kept = sorted(trash.iterdir())
+    assert [p.name.startswith("garage-kayak--") for p in kept] == [True, True]
+    assert "garage loft" in kept[0].read_text() and "basement" in kept[1].read_text()
 
 
 def test_mcp_starts_without_daemon_and_reconnects(daemon_factory: Any, vault: Path) -> None:

@@ -171,3 +171,62 @@ def test_cli_memory_commands(running: DaemonProcess) -> None:
     assert (
         "moved to" in running.run_cli("memory", "delete", "cli-note", "--agent", "claude", check=True).stdout
     )
+
+
+_TOPICS = (
+    "The boat trailer needs new bearings before the spring launch at the lake.",
+    "Grandmother's apple cake uses cinnamon, brown sugar and a shortcrust base.",
+    "The home server runs Debian with ZFS mirrors on two refurbished disks.",
+    "Tax documents for the year go into the blue folder in the office drawer.",
+    "The cat gets her vaccination every March at the clinic on Lindenstrasse.",
+    "Our router forwards port 443 to the reverse proxy on the small NUC.",
+    "The garden hose reel broke; the replacement is a wall-mounted model.",
+    "Piano lessons moved to Thursday evenings with the new teacher.",
+)
+
+
+def _long_note(n: int) -> str:
+    """A note far longer than 256 tokens, every paragraph different."""
+    parts = ["# Household handbook"]
+    for i in range(n):
+        parts.append(f"## Part {i}\n\n{_TOPICS[i % len(_TOPICS)]} Checked on visit {i}, item {i * 7}.")
+    return "\n\n".join(parts) + "\n"
+
+
+def test_duplicate_check_finds_exact_copies_of_long_notes(daemon_factory: Any, vault: Path) -> None:
+    """An exact copy of a long note is 100% similar whatever its title, in memory and in the vault;
+    reject names the note to edit; an unrelated note is no duplicate (real vectors)."""
+    long = _long_note(24)
+    (vault / "Handbook.md").write_text(long.replace("# Household handbook", "# Vault handbook"))
+    reject = {"SIDECAR_MEMORY_WRITE_ON_DUPLICATE": "reject"}
+    d = daemon_factory(vault, env=reject).start()
+    with pytest.raises(RemoteError) as exc:
+        d.call("write", {"slug": "handbook-copy", "content": long}, agent="claude")
+    assert exc.value.code == "duplicate" and "vault/Handbook" in str(exc.value)
+    d.stop()
+    (vault / "Handbook.md").unlink()
+    d = daemon_factory(vault, name="home2", env=reject).start()
+    first = d.call("write", {"slug": "handbook", "content": long}, agent="claude")
+    assert first["duplicates"] == []
+    with pytest.raises(RemoteError) as exc:
+        d.call(
+            "write", {"slug": "other-title", "content": long.replace("Household", "Family")}, agent="claude"
+        )
+    assert exc.value.code == "duplicate" and "memory/handbook" in str(exc.value)
+    assert "memory_edit" in str(exc.value)
+    # warn mode is the same check: an edit reports what it is similar to
+    copy = d.call("edit", {"slug": "handbook", "content": long}, agent="claude")
+    assert copy["duplicates"] == []  # itself is never a copy
+    tail = "\n\n".join(long.split("\n\n")[-6:])  # the last paragraphs only: beyond the first 256 tokens
+    near = d.call("write", {"slug": "tail", "content": tail}, agent="claude")
+    assert near["duplicates"] == [] or near["duplicates"][0]["similarity"] < 0.9
+    other = d.call("write", {"slug": "unrelated", "content": NOTE}, agent="claude")
+    assert other["duplicates"] == []
+    d.stop()
+    warn = daemon_factory(vault, name="home3").start()
+    warn.call("write", {"slug": "handbook", "content": long}, agent="claude")
+    copy = warn.call(
+        "write", {"slug": "copy", "content": "# Copied\n\n" + long.split("\n", 1)[1]}, agent="claude"
+    )
+    dup = copy["duplicates"][0]
+    assert dup["reference"] == "memory/handbook" and dup["similarity"] >= 0.95 and dup["byWords"] >= 0.95

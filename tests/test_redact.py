@@ -82,3 +82,19 @@ ORDINARY = [
 def test_ordinary_text_survives_untouched(text: str) -> None:
     """Notes about passwords, tokens and keys that contain none stay byte-identical."""
     assert redact(text) == (text, {})
+
+
+def test_mask_adds_card_numbers_and_connection_strings() -> None:
+    """What agents read of the user's notes also hides Luhn-valid card numbers and
+    connection-string passwords; order and phone numbers stay."""
+    from sidecar.redact import mask
+
+    text = (
+        "visa 4111 1111 1111 1111, amex 3782-822463-10005, order 1234 5678 9012 3456, "
+        "phone +49 170 1234567; Server=db1;User Id=sa;Password=correct horse;Encrypt=true"
+    )
+    clean, counts = mask(text)
+    assert counts == {"connection_string": 1, "card_number": 2}
+    assert "4111" not in clean and "3782" not in clean and "horse" not in clean
+    assert "1234 5678 9012 3456" in clean and "+49 170 1234567" in clean and "Encrypt=true" in clean
+    assert mask("nothing secret here")[1] == {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 import sqlite3
 import threading
 import time
@@ -78,6 +79,25 @@ def _aliases(front_matter: str) -> tuple[str, ...]:
     if isinstance(value, str):
         return (value,)
     return tuple(str(v) for v in value) if isinstance(value, list) else ()
+
+
+_DAY = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
+
+
+def note_date(front_matter: str, key: str) -> str:
+    """The day a note is about: front matter ``date``, ``updated`` or ``created``, else a
+    ``YYYY-MM-DD`` file name (daily notes); '' when neither says (callers use the mtime)."""
+    try:
+        fm = json.loads(front_matter)
+    except ValueError:
+        fm = {}
+    if isinstance(fm, dict):
+        for name in ("date", "updated", "created"):
+            value = fm.get(name)
+            if isinstance(value, str) and (m := _DAY.match(value.strip())):
+                return m.group(0)
+    m = _DAY.search(key.rsplit("/", 1)[-1])
+    return m.group(0) if m else ""
 
 
 def _in_groups(values: Sequence[str]) -> Iterator[tuple[list[str], str]]:
@@ -148,6 +168,7 @@ class ChunkView:
     mtime_ns: int = 0
     aliases: tuple[str, ...] = ()
     has_vector: bool = True  # in the serving vector table
+    date: str = ""  # the note's own day (front matter or daily-note name), '' when it has none
 
 
 class Manifest:
@@ -371,6 +392,7 @@ class Manifest:
                 r[10],
                 _aliases(r[11]),
                 bool(r[12]),
+                note_date(r[11], r[1]),
             )
 
     def pending_vectors(
@@ -457,10 +479,19 @@ class Manifest:
         return int(self._query("SELECT count(*) FROM kept_vectors")[0][0])
 
     def list_files(self, where: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
-        """(key, source, agent, title, tags json, mtime_ns, chunks) of indexed files matching ``where``."""
+        """(key, source, agent, title, tags json, mtime_ns, chunks, front matter json) of indexed
+        files matching ``where``."""
         return self._query(
-            "SELECT key, source, agent, title, tags, mtime_ns, chunks FROM files "
+            "SELECT key, source, agent, title, tags, mtime_ns, chunks, front_matter FROM files "
             f"WHERE state = 'indexed' AND ({where}) ORDER BY key",
+            args,
+        )
+
+    def unindexed_files(self, where: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """(key, source, mtime_ns, state, error) of known files that are not indexed (skipped)."""
+        return self._query(
+            "SELECT key, source, mtime_ns, state, error FROM files "
+            f"WHERE state != 'indexed' AND ({where}) ORDER BY key",
             args,
         )
 

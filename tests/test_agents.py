@@ -1,0 +1,443 @@
+"""The agent surface: MCP tools, resources and status through the SDK's stdio client, time phrases,
+inline filter errors, the wiki outline, honest write replies, recoverable overwrites, masking.
+
+A real socket server over real stores runs in this process with the fake embedder (so a fixed
+clock can be set); the shim is a real subprocess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client as McpClient
+from mcp.client.stdio import StdioServerParameters
+
+from sidecar.errors import SidecarError
+from sidecar.handlers import Handlers, ServiceState
+from sidecar.inbox import Inboxes
+from sidecar.memory_ops import MemoryOps
+from sidecar.protocol import Request
+from sidecar.query import FilterError, split_filters
+from sidecar.retrieval import Retriever
+from sidecar.server import Server, bind_socket
+from tests.conftest import FakeEmbedder, Harness, write
+
+TODAY = dt.date(2026, 12, 2)  # a Wednesday
+SECRET = "hunter2-Sup3rSecret!"
+
+
+def _ago(days: int) -> str:
+    return (TODAY - dt.timedelta(days=days)).isoformat()
+
+
+@pytest.fixture
+def agent_vault(vault: Path) -> Path:
+    write(vault / f"Daily/{_ago(0)}.md", "# Today\n\nPlanted garlic in the raised bed.\n")
+    write(vault / f"Daily/{_ago(1)}.md", "# Yesterday\n\nPruned the garlic bed roses.\n")
+    write(vault / "Trip.md", f"---\ndate: {_ago(9)}\n---\n# Trip\n\nGarlic market in Lyon.\n")
+    write(vault / "Old.md", "---\ndate: 2026-01-05\n---\n# Old\n\nGarlic notes from January.\n")
+    write(
+        vault / "Router.md",
+        f"# Router\n\nThe router admin password={SECRET} and the card 4111 1111 1111 1111 for the "
+        "router subscription.\n",
+    )
+    write(
+        vault / "wiki/Projects/Boat.md",
+        "---\ndescription: The sailing boat and its outboard engine.\n---\n# Boat\n\nEngine notes.\n",
+    )
+    write(vault / "wiki/Projects/House.md", "# House\n\nThe roof was redone in 2025. More text.\n")
+    return vault
+
+
+class Served:
+    def __init__(self, h: Harness, handlers: Handlers) -> None:
+        self.h = h
+        self.handlers = handlers
+        self.cfg = h.cfg
+
+    def call(self, op: str, params: dict[str, Any] | None = None, agent: str | None = "claude") -> Any:
+        return self.handlers.dispatch(Request(op, params or {}, agent=agent))
+
+
+@pytest.fixture
+def served(make_cfg: Any, agent_vault: Path) -> Iterator[Served]:
+    """Handlers over real stores (fake embedder, fixed clock) behind a real socket."""
+    h = Harness(make_cfg(agent_vault), FakeEmbedder())
+    h.sweep()
+    cfg = h.cfg
+    cfg.agents_dir.mkdir(parents=True, exist_ok=True)
+    retriever = Retriever(h.stores, h.slot, cfg.search, cfg.recall, cfg.embedder.languages)
+    retriever.today = lambda: TODAY
+    service = ServiceState(time.time(), lambda: 0, lambda *a: None, list, dict)
+    handlers = Handlers(
+        cfg,
+        indexer=h.indexer,
+        retriever=retriever,
+        slot=h.slot,
+        service=service,
+        memory=MemoryOps(cfg, Inboxes(cfg), h.indexer, h.slot),
+    )
+    listener = bind_socket(cfg.socket_path)
+    server = Server(handlers.dispatch, max_frame=1 << 20, workers=2, idle_timeout=30)
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    thread = threading.Thread(
+        target=loop.run_until_complete, args=(server.serve(listener, stop),), daemon=True
+    )
+    thread.start()
+    yield Served(h, handlers)
+    loop.call_soon_threadsafe(stop.set)
+    thread.join(10)
+    loop.close()
+    listener.close()
+    h.close()
+
+
+def _refs(result: dict[str, Any]) -> list[str]:
+    return [hit["reference"] for hit in result["hits"]]
+
+
+# --- time phrases and inline filters ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("query", "since", "until"),
+    [
+        ("garlic today", _ago(0), _ago(0)),
+        ("garlic yesterday", _ago(1), _ago(1)),
+        ("garlic last week", "2026-11-23", "2026-11-29"),
+        ("garlic in the last 3 days", _ago(3), _ago(0)),
+        ("garlic this month", "2026-12-01", _ago(0)),
+        ("Knoblauch heute", _ago(0), _ago(0)),
+        ("Knoblauch gestern", _ago(1), _ago(1)),
+        ("Knoblauch letzte Woche", "2026-11-23", "2026-11-29"),
+        ("Knoblauch seit Montag", "2026-11-30", _ago(0)),
+        ("Knoblauch vor 3 Tagen", _ago(3), _ago(3)),
+        ("Knoblauch in den letzten drei Tagen", _ago(3), _ago(0)),
+        ("Knoblauch diesen Monat", "2026-12-01", _ago(0)),
+    ],
+)
+def test_time_phrases_become_a_window(query: str, since: str, until: str) -> None:
+    text, f = split_filters(query, TODAY)
+    assert (f.since, f.until) == (since, until)
+    assert text in ("garlic", "Knoblauch")  # the phrase is not ranked as words
+
+
+def test_time_phrases_filter_on_the_notes_date(served: Served) -> None:
+    """Front matter date and daily-note names decide, not the file's mtime (all files are new)."""
+    assert _refs(served.call("search", {"query": "garlic today"})) == [f"vault/Daily/{_ago(0)}"]
+    assert _refs(served.call("search", {"query": "garlic gestern"})) == [f"vault/Daily/{_ago(1)}"]
+    week = set(_refs(served.call("search", {"query": "garlic last week"})))
+    assert week == {"vault/Trip"}
+    assert set(
+        _refs(served.call("search", {"query": "garlic", "since": "2026-1-1", "until": "2026-01"}))
+    ) == {"vault/Old"}
+    everything = set(_refs(served.call("search", {"query": "garlic", "minScore": 0})))
+    assert {"vault/Old", "vault/Trip", f"vault/Daily/{_ago(0)}"} <= everything
+    applied = served.call("search", {"query": "garlic gestern"})["window"]
+    assert applied == {"phrase": "gestern", "since": _ago(1), "until": _ago(1), "applied": True}
+    analysis = served.call("search", {"query": "garlic seit Montag", "preview": True})["analysis"]
+    assert analysis["filters"]["timePhrase"] == "seit Montag" and analysis["text"] == "garlic"
+    assert analysis["filters"]["since"] == "2026-11-30"
+
+
+def test_a_time_phrase_with_no_notes_of_that_date_is_searched_as_words(served: Served) -> None:
+    """'a daily note for today' is about daily notes: with nothing dated in the window the words count."""
+    r = served.call("search", {"query": "tomatoes sun water last month", "preview": True})
+    assert "vault/Garden" in _refs(r)  # the window (November) held only an unrelated note
+    assert r["window"] == {"phrase": "last month", "applied": False}
+    assert r["analysis"]["timePhraseIgnored"] == "last month"
+    recall = served.call("recall", {"message": "tomatoes sun water letzten Monat", "minScore": 0})
+    assert recall["window"]["applied"] is False
+    text, f = split_filters("insert today's date in a template", TODAY)
+    assert f.since is None and "today's" in text
+
+
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [
+        ("garlic source:wikki", "source:wikki"),
+        ("garlic since:tomorrowish", "since:tomorrowish"),
+        ("garlic since:2026-13-01", "since:2026-13-01"),
+        ("garlic since:today until:yesterday", "after until"),
+        ("garlic tag:a,,b", "tag:a,,b"),
+        ("garlic path:a path:b", "path:"),
+    ],
+)
+def test_inline_filter_errors_name_the_value(served: Served, query: str, named: str) -> None:
+    with pytest.raises(FilterError, match=named):
+        split_filters(query, TODAY)
+    for op, key in (("search", "query"), ("recall", "message")):
+        with pytest.raises(SidecarError, match=named) as err:
+            served.call(op, {key: query})
+        assert err.value.code == "bad_request"
+
+
+def test_inline_filters_that_used_to_fail_silently(served: Served) -> None:
+    """since:yesterday, until:yesterday, since:2026-9-1 and tag:a,b now mean what they say."""
+    assert _refs(served.call("search", {"query": "garlic since:yesterday"})) != []
+    assert set(_refs(served.call("search", {"query": "garlic until:yesterday", "minScore": 0}))) >= {
+        "vault/Old"
+    }
+    assert f"vault/Daily/{_ago(0)}" not in _refs(served.call("search", {"query": "garlic until:yesterday"}))
+    assert "vault/Old" not in _refs(served.call("search", {"query": "garlic since:2026-9-1"}))
+    both = served.call("search", {"query": "tomatoes sun engine tag:garden,nothing", "minScore": 0})
+    assert _refs(both) == ["vault/Garden"]
+    with pytest.raises(SidecarError, match="'since'"):
+        served.call("search", {"query": "garlic", "since": "someday"})
+
+
+# --- recall ----------------------------------------------------------------------------------
+
+
+def test_recall_budget_limit_and_more_line(served: Served) -> None:
+    r = served.call("recall", {"message": "garlic bed garlic market", "limit": 1, "minScore": 0})
+    assert len(r["hits"]) <= 1
+    if r["context"]:
+        assert "memory_search" in r["context"] and "memory_get" in r["context"]
+    big = served.call("recall", {"message": "router admin password subscription", "tokenBudget": 100})
+    assert sum(len(t.split()) for t in big["context"].split("\n")) <= 110  # fake model: words = tokens
+    with pytest.raises(SidecarError, match="tokenBudget"):
+        served.call("recall", {"message": "x", "tokenBudget": 5})
+
+
+# --- secrets ---------------------------------------------------------------------------------
+
+
+def test_vault_secrets_are_masked_in_search_get_and_recall(served: Served) -> None:
+    search = served.call("search", {"query": "router admin password subscription"})
+    hit = next(h for h in search["hits"] if h["reference"] == "vault/Router")
+    get = served.call("get", {"reference": "vault/Router"})
+    recall = served.call("recall", {"message": "router admin password subscription", "minScore": 0})
+    for text in (hit["text"], get["text"], recall["context"]):
+        assert SECRET not in text and "4111 1111" not in text
+        assert "[REDACTED:password]" in text and "[REDACTED:card_number]" in text
+    assert hit["masked"] == get["masked"] == {"password": 1, "card_number": 1}
+    assert SECRET in (served.cfg.vault.path / "Router.md").read_text()  # type: ignore[operator]
+
+
+def test_masking_can_be_switched_off(make_cfg: Any, agent_vault: Path) -> None:
+    h = Harness(make_cfg(agent_vault, **{"search.maskSecrets": False}), FakeEmbedder())
+    try:
+        h.sweep()
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        from sidecar.retrieval import SearchRequest
+
+        hits = r.search(SearchRequest("router admin password", 5, 0.0)).hits
+        assert any(SECRET in x["text"] for x in hits)
+    finally:
+        h.close()
+
+
+# --- memory writes ---------------------------------------------------------------------------
+
+
+def test_write_replies_and_recoverable_overwrite(served: Served) -> None:
+    first = served.call("write", {"slug": "kayak", "content": "The kayak paddle hangs in the loft."})
+    assert first["action"] == "created" and first["searchable"] and "previous" not in first
+    assert first["searchableBy"] == ["keywords", "meaning"]
+    again = served.call("write", {"slug": "kayak", "content": "The kayak paddle hangs in the loft."})
+    assert again["action"] == "replaced" and "previous" not in again  # nothing changed, nothing kept
+    second = served.call("write", {"slug": "kayak", "content": "The kayak paddle is in the basement."})
+    assert second["action"] == "replaced"
+    kept = Path(second["previous"])
+    assert kept.parent.name == ".trash" and "loft" in kept.read_text()
+    edit = served.call("edit", {"slug": "kayak", "content": "The paddle went to the boat house."})
+    assert edit["action"] == "updated" and "basement" in Path(edit["previous"]).read_text()
+    note = served.cfg.agents_dir / "claude" / "memory" / "kayak.md"
+    assert "boat house" in note.read_text()
+    secret = served.call("write", {"slug": "keys", "content": "api_key = sk-abcdefghijklmnopqrstuvwx12"})
+    assert secret["redacted"] and secret["action"] == "created"
+
+
+def test_list_shows_descriptions_all_and_unindexed(served: Served) -> None:
+    served.call(
+        "write", {"slug": "nas", "content": "NAS notes", "frontmatter": {"description": "How the NAS runs"}}
+    )
+    inbox = served.cfg.agents_dir / "claude" / "memory"
+    (inbox / "dropped-in.md").write_text("# Dropped in by hand\n")
+    own = served.call("list", {})
+    by_ref = {n["reference"]: n for n in own["notes"]}
+    assert by_ref["memory/nas"]["description"] == "How the NAS runs" and by_ref["memory/nas"]["indexed"]
+    assert by_ref["memory/dropped-in"]["indexed"] is False and by_ref["memory/dropped-in"]["why"]
+    every = {n["reference"] for n in served.call("list", {"source": "all"})["notes"]}
+    assert {"memory/nas", "vault/Garden", "wiki/Backups", "wiki/Projects/Boat"} <= every
+    assert not any(r.startswith("memory/") and r.count("/") > 1 for r in every)  # no other agent's notes
+    with pytest.raises(SidecarError, match="source"):
+        served.call("list", {"source": "everything"})
+
+
+def test_references_in_one_form(served: Served) -> None:
+    served.call("write", {"slug": "ref-note", "content": "reference form check"})
+    own = served.call("get", {"reference": "memory/ref-note"})
+    long = served.call("get", {"reference": "memory/claude/ref-note"})
+    assert own["reference"] == long["reference"] == "memory/ref-note"
+    with pytest.raises(SidecarError, match="--agent"):
+        served.call("get", {"reference": "memory/ref-note"}, agent=None)
+    with pytest.raises(SidecarError):
+        served.call("get", {"reference": "memory/codex/ref-note"})
+
+
+# --- outline ---------------------------------------------------------------------------------
+
+
+def test_outline_is_stable_and_fits_the_budget(served: Served) -> None:
+    first = served.call("outline", {})
+    assert first == served.call("outline", {})  # stable between calls
+    text = first["outline"]
+    assert first["detail"] == "full" and first["pages"] == 3 and first["folders"] == 1
+    assert "- Projects/ (2 pages)" in text and "Boat: The sailing boat and its outboard engine." in text
+    assert "House: The roof was redone in 2025." in text and "- Backups" in text
+    for n in range(30):
+        write(served.cfg.vault.path / f"wiki/Area{n % 5}/Page {n}.md", f"# Page {n}\n\nAbout topic {n}.\n")  # type: ignore[operator]
+    served.h.sweep()
+    tight = served.call("outline", {"tokenBudget": 100})
+    assert tight["tokens"] <= 100 and tight["detail"] in ("titles", "folders", "truncated")
+    assert tight == served.call("outline", {"tokenBudget": 100})
+    wide = served.call("outline", {"tokenBudget": 5000})
+    assert wide["detail"] == "full" and wide["pages"] == 33
+    only = served.call("outline", {"pathPrefix": "Projects"})
+    assert only["pages"] == 2
+
+
+# --- MCP through the SDK's client --------------------------------------------------------------
+
+TOOLS = {
+    "memory_search",
+    "memory_get",
+    "memory_list",
+    "memory_write",
+    "memory_edit",
+    "memory_delete",
+    "memory_status",
+    "wiki_outline",
+}
+
+
+def _shim(home: Path, agent: str = "claude") -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "sidecar", "mcp", "--agent", agent, "--home", str(home)],
+        env=dict(os.environ),
+    )
+
+
+def _text(result: Any) -> str:
+    return "\n".join(c.text for c in result.content if getattr(c, "text", None))
+
+
+def test_every_tool_resource_and_status_through_the_sdk(served: Served) -> None:
+    async def steps(client: McpClient) -> dict[str, Any]:
+        out: dict[str, Any] = {"tools": {t.name: t for t in (await client.list_tools()).tools}}
+        call = client.call_tool
+        out["write"] = await call(
+            "memory_write", {"slug": "kayak", "content": "The kayak paddle is in the loft."}
+        )
+        out["rewrite"] = await call(
+            "memory_write", {"slug": "kayak", "content": "The kayak paddle is in the shed."}
+        )
+        out["edit"] = await call(
+            "memory_edit", {"slug": "kayak", "content": "The kayak paddle is in the garage."}
+        )
+        out["search"] = await call("memory_search", {"query": "router admin password subscription"})
+        out["get"] = await call("memory_get", {"reference": "vault/Router"})
+        out["list"] = await call("memory_list", {"source": "all"})
+        out["status"] = await call("memory_status", {})
+        out["outline"] = await call("wiki_outline", {})
+        out["delete"] = await call("memory_delete", {"slug": "kayak"})
+        out["bad_filter"] = await call("memory_search", {"query": "garlic source:wikki"})
+        out["templates"] = await client.list_resource_templates()
+        out["resources"] = await client.list_resources()
+        out["note"] = await client.read_resource("sidecar://note/wiki/Projects/Boat")
+        out["outline_res"] = await client.read_resource("sidecar://outline/wiki")
+        out["prompts"] = await client.list_prompts()
+        return out
+
+    async def session() -> dict[str, Any]:
+        async with McpClient(_shim(served.cfg.home)) as client:
+            return await steps(client)
+
+    r = asyncio.run(session())
+    tools = r["tools"]
+    assert set(tools) == TOOLS
+    for tool in tools.values():
+        assert tool.title and tool.annotations is not None and tool.output_schema is not None
+        assert tool.annotations.read_only_hint is (
+            tool.name not in ("memory_write", "memory_edit", "memory_delete")
+        )
+        assert tool.annotations.destructive_hint is (not tool.annotations.read_only_hint)
+        assert tool.annotations.idempotent_hint is True and tool.annotations.open_world_hint is False
+    assert tools["memory_write"].input_schema["properties"]["slug"]["pattern"].startswith("^[a-z0-9]")
+    assert tools["memory_list"].input_schema["properties"]["source"]["enum"] == [
+        "vault",
+        "wiki",
+        "memory",
+        "all",
+    ]
+    assert (
+        "tag:a,b" in tools["memory_search"].description
+        and "letzte Woche" in tools["memory_search"].description
+    )
+
+    w, rw, ed = r["write"], r["rewrite"], r["edit"]
+    assert w.structured_content["action"] == "created" and "memory/kayak created" in _text(w)
+    assert rw.structured_content["action"] == "replaced" and ".trash" in rw.structured_content["previous"]
+    assert "previous text was kept" in _text(rw) and "searchable now" in _text(rw)
+    assert ed.structured_content["action"] == "updated"
+    search = r["search"]
+    assert search.structured_content["masked"]["password"] == 1
+    assert (
+        "vault/Router" in _text(search)
+        and SECRET not in _text(search)
+        and "[REDACTED:password]" in _text(search)
+    )
+    assert r["get"].structured_content["reference"] == "vault/Router" and SECRET not in _text(r["get"])
+    listed = {n["reference"] for n in r["list"].structured_content["notes"]}
+    assert {"memory/kayak", "wiki/Projects/Boat", "vault/Router"} <= listed
+    status = r["status"].structured_content
+    assert status["daemon"] == "running" and status["index"]["state"] in ("building", "ready")
+    assert status["embedder"]["state"] == "ok" and status["keywordOnly"] is False
+    assert "index" in _text(r["status"])
+    assert r["outline"].structured_content["pages"] == 3 and "Projects/" in _text(r["outline"])
+    assert r["delete"].structured_content["deleted"] is True
+    assert r["bad_filter"].is_error and "source:wikki" in _text(r["bad_filter"])
+    assert r["templates"].resource_templates[0].uri_template == "sidecar://note/{+reference}"
+    assert r["resources"].resources[0].uri == "sidecar://outline/wiki"
+    assert "outboard engine" in r["note"].contents[0].text
+    assert r["outline_res"].contents[0].text == r["outline"].structured_content["outline"]
+    assert r["prompts"].prompts[0].name == "recall"
+
+
+def test_status_without_daemon_and_tools_say_how_to_start(tmp_path: Path) -> None:
+    async def session() -> tuple[Any, Any]:
+        async with McpClient(_shim(tmp_path / "nohome")) as client:
+            return await client.call_tool("memory_status", {}), await client.call_tool(
+                "memory_search", {"query": "x"}
+            )
+
+    status, search = asyncio.run(session())
+    assert not status.is_error and status.structured_content["daemon"] == "down"
+    assert search.is_error and "sidecar serve" in _text(search)
+
+
+def test_cli_outline(served: Served) -> None:
+    import subprocess
+
+    run = subprocess.run(
+        [sys.executable, "-m", "sidecar", "outline", "--home", str(served.cfg.home)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == served.call("outline", {})["outline"]
