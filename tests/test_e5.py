@@ -115,7 +115,7 @@ def test_default_model_is_e5_converted_once(e5: OnnxEmbedder, monkeypatch: pytes
         folder.parent.name == e5.files.onnx.parents[1].name and f"-e{e5prep.PREP_VERSION}-ort" in folder.name
     )
     assert "MIT License" in (folder / "NOTICE").read_text()
-    assert e5prep.verify_folder(folder).keys() == {"model.onnx", "tokenizer.json"}
+    assert e5prep.verify_folder(folder).keys() == {"model.onnx", "tokenizer.model", "tokenizer.json"}
     monkeypatch.setattr(e5prep.subprocess, "run", lambda *a, **k: pytest.fail("converted again"))
     cfg = load_config(env={"SIDECAR_HOME": "/nonexistent", "SIDECAR_EMBEDDER_CACHE_DIR": str(folder.parent)})
     assert load_model(cfg).model_id == e5.model_id
