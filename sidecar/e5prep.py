@@ -355,7 +355,7 @@ def charsmap(norm: dict[int, tuple[int, ...]]) -> bytes:
     return struct.pack("<I", 4 * len(units)) + struct.pack(f"<{len(units)}I", *units) + bytes(blob)
 
 
-def tokenizer_json(e5: E5File) -> str:
+def tokenizer_json(e5: E5File, compiled: bytes | None = None) -> str:
     """The tokenizer as ``tokenizers`` JSON. No added tokens: the C engine has none either, so
     ``<s>`` typed in a note is text, not a control token."""
     specials = {"<s>": e5.bos, "</s>": e5.eos}
@@ -364,6 +364,7 @@ def tokenizer_json(e5: E5File) -> str:
     assert e5.norm.get(1) == ()
     pieces = list(e5.pieces)
     pieces[e5.unk] = pieces[e5.unk] + "\x01"
+    blob = base64.b64encode(compiled or charsmap(e5.norm)).decode()
     # "▁" for every space and in front; no split at spaces (the C engine runs one lattice).
     metaspace = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": False}
     spec: dict[str, Any] = {
@@ -374,7 +375,7 @@ def tokenizer_json(e5: E5File) -> str:
         "normalizer": {
             "type": "Sequence",
             "normalizers": [
-                {"type": "Precompiled", "precompiled_charsmap": base64.b64encode(charsmap(e5.norm)).decode()},
+                {"type": "Precompiled", "precompiled_charsmap": blob},
                 {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "},
             ],
         },
@@ -427,7 +428,7 @@ def _pb_int(field_no: int, value: int) -> bytes:
 NORMALIZER_FIELD = 3  # ModelProto.normalizer_spec, written first (the embedder reads it alone)
 
 
-def sentencepiece_model(e5: E5File) -> bytes:
+def sentencepiece_model(e5: E5File, compiled: bytes | None = None) -> bytes:
     """The tokenizer as a SentencePiece ``ModelProto`` (sentencepiece_model.proto; written by
     hand, so no protobuf dependency). Ids are the file's: the pieces keep its order.
 
@@ -439,7 +440,7 @@ def sentencepiece_model(e5: E5File) -> bytes:
     stays on, so spaces reach the lattice as ``▁``."""
     normalizer = (
         _pb_bytes(1, b"e5-charsmap")  # name
-        + _pb_bytes(2, charsmap(e5.norm))  # precompiled_charsmap
+        + _pb_bytes(2, compiled or charsmap(e5.norm))  # precompiled_charsmap
         + _pb_int(3, 0)  # add_dummy_prefix
         + _pb_int(4, 0)  # remove_extra_whitespaces
         + _pb_int(5, 1)  # escape_whitespaces
@@ -673,8 +674,9 @@ def main(argv: list[str]) -> int:
     work.mkdir(parents=True)
     try:
         (work / "model.onnx").write_bytes(build_onnx(e5))
-        (work / "tokenizer.model").write_bytes(sentencepiece_model(e5))
-        (work / "tokenizer.json").write_text(tokenizer_json(e5), encoding="utf-8")
+        compiled = charsmap(e5.norm)  # seconds of Python: built once for both tokenizer files
+        (work / "tokenizer.model").write_bytes(sentencepiece_model(e5, compiled))
+        (work / "tokenizer.json").write_text(tokenizer_json(e5, compiled), encoding="utf-8")
         (work / "NOTICE").write_text(NOTICE, encoding="utf-8")
         del e5, data
         try:
