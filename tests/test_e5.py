@@ -170,6 +170,19 @@ def test_sentencepiece_edges_equal_e5c(e5: OnnxEmbedder, source: e5prep.E5File, 
     assert len(long) == e5.cfg.max_length and long[0] == source.bos and long[-1] == source.eos
 
 
+def test_tampered_tokenizer_model_is_caught(e5: OnnxEmbedder, tmp_path: Path) -> None:
+    """tokenizer.model is covered by SHA256SUMS like the graph: one changed byte is named."""
+    folder = tmp_path / "copy"
+    shutil.copytree(e5.files.onnx.parent, folder)
+    assert e5.files.tokenizer.name == "tokenizer.model"
+    model = folder / "tokenizer.model"
+    data = bytearray(model.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    model.write_bytes(bytes(data))
+    with pytest.raises(EmbedderError, match=rf"{model}: sha256"):
+        e5prep.verify_folder(folder)
+
+
 def test_compiled_charsmap_finds_every_entry(source: e5prep.E5File) -> None:
     """The double array built for the normaliser maps each character to its replacement, and
     only mapped characters (walked here the way the reader walks it)."""
