@@ -438,6 +438,9 @@ def sentencepiece_model(e5: E5File, compiled: bytes | None = None) -> bytes:
     space handling off (it strips a trailing space, which the C engine keeps as ``▁``): the
     embedder collapses space runs and puts one space in front itself. ``escape_whitespaces``
     stays on, so spaces reach the lattice as ``▁``."""
+    # The embedder applies the map, collapses spaces, then encodes (which applies it again):
+    # only right if no replacement is mapped further.
+    assert all(e5.norm.get(c, (c,)) == (c,) for outs in e5.norm.values() for c in outs)
     normalizer = (
         _pb_bytes(1, b"e5-charsmap")  # name
         + _pb_bytes(2, compiled or charsmap(e5.norm))  # precompiled_charsmap
