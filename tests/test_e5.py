@@ -14,7 +14,7 @@ import pytest
 
 from sidecar import e5prep
 from sidecar.config import load_config
-from sidecar.embedder import DEFAULT_MODEL, OnnxEmbedder, load_model
+from sidecar.embedder import DEFAULT_MODEL, E5SentencePiece, OnnxEmbedder, load_model
 from sidecar.errors import EmbedderError
 
 pytestmark = pytest.mark.model
@@ -115,7 +115,7 @@ def test_default_model_is_e5_converted_once(e5: OnnxEmbedder, monkeypatch: pytes
         folder.parent.name == e5.files.onnx.parents[1].name and f"-e{e5prep.PREP_VERSION}-ort" in folder.name
     )
     assert "MIT License" in (folder / "NOTICE").read_text()
-    assert e5prep.verify_folder(folder).keys() == {"model.onnx", "tokenizer.json"}
+    assert e5prep.verify_folder(folder).keys() == {"model.onnx", "tokenizer.model", "tokenizer.json"}
     monkeypatch.setattr(e5prep.subprocess, "run", lambda *a, **k: pytest.fail("converted again"))
     cfg = load_config(env={"SIDECAR_HOME": "/nonexistent", "SIDECAR_EMBEDDER_CACHE_DIR": str(folder.parent)})
     assert load_model(cfg).model_id == e5.model_id
@@ -150,6 +150,37 @@ def test_token_ids_equal_e5c(e5: OnnxEmbedder, source: e5prep.E5File) -> None:
     for text in [*TEXTS, "x", " ", "ß"]:
         want = [source.bos, *_e5c_tokens(source, "passage: " + text), source.eos]
         assert e5.encode(["passage: " + text])[0] == want, text
+
+
+def test_sentencepiece_edges_equal_e5c(e5: OnnxEmbedder, source: e5prep.E5File, nano: Any) -> None:
+    """Where SentencePiece's own habits differ from e5.c's, the embedder follows e5.c: a run of
+    unknown characters is one unknown each (SentencePiece merges them), a trailing space stays a
+    ``▁`` (SentencePiece strips it), empty and blank texts are one ``▁``, ``<s>`` typed in a note
+    is a piece. (The daemon's e5 tokenises with sentencepiece, not ``tokenizers``.)"""
+    assert isinstance(e5._tok, E5SentencePiece)
+    edges = ["", " ", "\t\n", "a ", "a▁", "▁a▁ ", "𓀀𓀁𓀂 x 𓀀", "x\u0001", "\u200b", "x ¨", "¨x"]
+    edges += ["<s></s><pad>", "ﷺ  x"]
+    for text in edges:
+        assert e5.encode([text])[0] == [source.bos, *_e5c_tokens(source, text), source.eos], repr(text)
+        assert e5.count_tokens(["query: " + text])[0] + 2 == nano.token_count(text, True), repr(text)
+    unknowns = e5.count_tokens(["𓀀𓀁𓀂"])[0]
+    assert unknowns == 4 and e5.encode(["𓀀𓀁𓀂"])[0][2:5] == [source.unk] * 3
+    # cut to max_length like the tokenizers path: content first, then <s> </s> around it
+    long = e5.encode(["wort " * 600])[0]
+    assert len(long) == e5.cfg.max_length and long[0] == source.bos and long[-1] == source.eos
+
+
+def test_tampered_tokenizer_model_is_caught(e5: OnnxEmbedder, tmp_path: Path) -> None:
+    """tokenizer.model is covered by SHA256SUMS like the graph: one changed byte is named."""
+    folder = tmp_path / "copy"
+    shutil.copytree(e5.files.onnx.parent, folder)
+    assert e5.files.tokenizer.name == "tokenizer.model"
+    model = folder / "tokenizer.model"
+    data = bytearray(model.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    model.write_bytes(bytes(data))
+    with pytest.raises(EmbedderError, match=rf"{model}: sha256"):
+        e5prep.verify_folder(folder)
 
 
 def test_compiled_charsmap_finds_every_entry(source: e5prep.E5File) -> None:
