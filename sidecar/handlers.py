@@ -177,6 +177,7 @@ class Handlers:
                 exists = True
             except SourceError:
                 exists = False
+            out["exists"] = exists
             if state is not None and state.state == "skipped":
                 out["reason"] = "the file was skipped when indexing (see `file_skipped` in the log)"
             elif exists:
