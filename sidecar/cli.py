@@ -763,18 +763,25 @@ class Progress:
     """A one-line progress bar on stderr when it is a terminal; silent otherwise."""
 
     def __init__(self, stream: TextIO) -> None:
+        from sidecar.foreground import Eta
+
         self.stream = stream
         self.enabled = stream.isatty()
-        self.started = time.time()
+        self.phase = ""
+        self.eta = Eta()
 
     def update(self, phase: str, done: int, total: int) -> None:
+        from sidecar.foreground import Eta
+
         if not self.enabled or total <= 0:
             return
+        if phase != self.phase:  # each phase has its own pace
+            self.phase, self.eta = phase, Eta()
         share = min(done / total, 1.0)
         width = 30
         filled = int(share * width)
-        elapsed = time.time() - self.started
-        eta = f" ETA {_duration(elapsed / share - elapsed)}" if 0 < share < 1 and elapsed > 2 else ""
+        left = self.eta.update(done, total)  # a moving average: steady although counts move in steps
+        eta = f" ETA {_duration(left)}" if left is not None and share < 1 else ""
         self.stream.write(
             f"\r{phase:<10} [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,}{eta}   "
         )

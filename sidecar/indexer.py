@@ -91,6 +91,7 @@ class Indexer:
         self.activity = Activity()
         self.vectors = Vectoring(stores)
         self.supervisor = Supervisor(cfg)
+        self._skips_named: set[tuple[str, str]] = set()  # (path, reason) already in the log
 
     # --- token counting ------------------------------------------------------------------
 
@@ -172,7 +173,9 @@ class Indexer:
         skipped = [s for s in found if isinstance(s, Skipped)]
         for s in skipped:
             diff.skipped[s.reason] = diff.skipped.get(s.reason, 0) + 1
-            log.debug("file_skipped path=%s reason=%s", s.path, s.reason)
+            if (str(s.path), s.reason) not in self._skips_named:  # named once, not at every sweep
+                self._skips_named.add((str(s.path), s.reason))
+                log.info("file_skipped path=%s reason=%s", s.path, s.reason)
         status.seen, status.skipped = len(notes), len(skipped)
         prefix = root.key_of("x")[:-1]  # "vault/", "wiki/", "memory/<agent>/"
         known = {k: v for k, v in states.items() if k.startswith(prefix)}
