@@ -84,8 +84,8 @@ def bare(session: Any, feeds: list[dict[str, np.ndarray[Any, Any]]]) -> float:
 
 
 def ideal_feeds(model: OnnxEmbedder, texts: list[str], inputs: set[str]) -> list[dict[str, Any]]:
-    enc = model._tok.encode_batch(texts)
-    lengths = [len(e.ids) for e in enc]
+    enc = model.encode(texts)
+    lengths = [len(e) for e in enc]
     order = sorted(range(len(texts)), key=lambda i: lengths[i])
     out = []
     for batch in _batches(order, lengths, model.cfg):
@@ -93,7 +93,7 @@ def ideal_feeds(model: OnnxEmbedder, texts: list[str], inputs: set[str]) -> list
         ids = np.zeros((len(batch), width), dtype=np.int64)
         mask = np.zeros_like(ids)
         for row, i in enumerate(batch):
-            ids[row, : lengths[i]] = enc[i].ids
+            ids[row, : lengths[i]] = enc[i]
             mask[row, : lengths[i]] = 1
         feeds = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in inputs:

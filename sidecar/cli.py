@@ -219,6 +219,12 @@ def _agent_commands(sub: Any) -> None:
     _common(p)
     p.add_argument("action", choices=("install", "uninstall", "status"))
     p.add_argument("--dry-run", action="store_true", help="print the file instead of writing it")
+    p.add_argument(
+        "--sandbox",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="systemd mount-namespace sandboxing (auto: only where unprivileged user namespaces work)",
+    )
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -565,11 +571,12 @@ def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def cmd_service(args: argparse.Namespace, cfg: Config) -> int:
-    from sidecar.service import service_file
+    from sidecar.service import prepare, service_file
 
-    svc = service_file(cfg, Path.home())
+    sandbox = {"yes": True, "no": False}.get(getattr(args, "sandbox", "auto"))
+    svc = service_file(cfg, Path.home(), sandbox=sandbox)
     if args.json:
-        return _service_json(args, svc)
+        return _service_json(args, cfg, svc)
     if args.action == "status":
         state = "installed" if svc.path.exists() else "not installed"
         print(f"service file {svc.path}: {state}")
@@ -597,13 +604,15 @@ def cmd_service(args: argparse.Namespace, cfg: Config) -> int:
             "(sidecar config example > ~/.config/sidecar/config.yaml) and set vault.path.",
             file=sys.stderr,
         )
+    for folder in prepare(cfg, Path.home()):
+        print(f"created {folder}")
     svc.path.parent.mkdir(parents=True, exist_ok=True)
     svc.path.write_text(svc.text, encoding="utf-8")
     print(f"wrote {svc.path}\nstart it now and at every login with:\n  {svc.enable}")
     return int(ExitCode.OK)
 
 
-def _service_json(args: argparse.Namespace, svc: Any) -> int:
+def _service_json(args: argparse.Namespace, cfg: Config, svc: Any) -> int:
     out: dict[str, Any] = {"path": str(svc.path), "start": svc.enable, "stop": svc.disable}
     if args.action == "status":
         out["installed"] = svc.path.exists()
@@ -612,6 +621,9 @@ def _service_json(args: argparse.Namespace, svc: Any) -> int:
         if args.action == "install":
             out["text"] = svc.text
     elif args.action == "install":
+        from sidecar.service import prepare
+
+        out["created"] = [str(f) for f in prepare(cfg, Path.home())]
         svc.path.parent.mkdir(parents=True, exist_ok=True)
         svc.path.write_text(svc.text, encoding="utf-8")
         out["written"] = True
@@ -680,6 +692,11 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}h {seconds % 3600 // 60}m"
 
 
+def _until(ts: float) -> str:
+    left = ts - time.time()
+    return "at the next sweep" if left <= 0 else f"in {_duration(left)}"
+
+
 _PROBLEM_AREAS = {
     "index": "index updates",
     "embedding": "vectors",
@@ -687,6 +704,7 @@ _PROBLEM_AREAS = {
     "vector_search": "vector search",
     "memory_write": "memory writes",
     "stores": "index files",
+    "unreadable": "unreadable folders",
 }
 
 
@@ -746,6 +764,17 @@ def render_status(h: dict[str, Any]) -> str:
         lines.append(
             f"  {r['name']:<16} {r['mode']:<8} last sweep {_ago(r['last_sweep'])}  {r['path']}{extra}"
         )
+        hold = r.get("hold")
+        if hold:
+            when = (
+                f"; applied {_until(hold['applies_at'])} unless the notes come back"
+                if hold.get("applies_at")
+                else "; held for as long as it stays so"
+            )
+            lines.append(
+                f"    {r['held_deletions']:,} deletions held ({hold['kind']}) since {_ago(hold['since'])}"
+                f"{when}; to apply them now: {hold['confirm']}"
+            )
         if r["mode"] == "offline":
             todo.append(f"check that {r['path']} is mounted and readable")
     if idx["skipped"]:

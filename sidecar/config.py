@@ -27,6 +27,9 @@ from sidecar.errors import ConfigError
 _AGENT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 # A Unix socket path must fit sun_path (104 bytes on macOS, 108 on Linux) with a margin.
 _MAX_SOCKET_PATH = 100
+# multilingual-e5-small's cosines sit high (unrelated texts around 0.7-0.8); distinct passages of
+# one article reach 0.95 (XQuAD de/en, 120 passages each), so a duplicate needs more.
+E5_DUPLICATE = 0.96
 
 
 def _opt(default: Any, doc: str, **checks: Any) -> Any:
@@ -47,10 +50,24 @@ class IndexConfig:
     batch_files: int = _opt(128, "Notes written to the stores per batch during a sweep.", min=1, max=10_000)
     mass_deletion_share: float = _opt(
         0.5,
-        "A sweep that finds more than this share of a root's notes gone holds the deletions and marks "
-        "the root offline (an unmounted share is not an empty one) until two more sweeps confirm it.",
+        "A sweep that finds more than this share of a root's notes gone (same mount, not empty) holds "
+        "the deletions for massDeletionHoldMinutes, or until `sidecar index --confirm-deletions ROOT`.",
         min=0.0,
         max=1.0,
+    )
+    mass_deletion_hold_minutes: float = _opt(
+        360.0,
+        "Wall-clock time a mass deletion stays held before it is applied (an emptied, unmounted or "
+        "replaced share is held for as long as it stays so, whatever this says).",
+        min=0.0,
+    )
+    keep_deleted_vectors_hours: float = _opt(
+        168.0,
+        "Vectors of deleted chunks are kept this long, by text: a note that comes back is not re-embedded.",
+        min=0.0,
+    )
+    keep_deleted_vectors_max: int = _opt(
+        20_000, "At most this many kept vectors of deleted chunks (oldest go first).", min=0, max=10**7
     )
     optimize_minutes: float = _opt(
         60.0, "Compact the vector table (and drop old versions) this often.", min=1.0
@@ -73,6 +90,9 @@ class WatchConfig:
     )
     retry_base_seconds: float = _opt(30.0, "First retry of an unreachable root; doubles each time.", min=0.1)
     retry_max_seconds: float = _opt(600.0, "Longest wait between retries of an unreachable root.", min=1.0)
+    fault_retry_max_seconds: float = _opt(
+        5.0, "Longest wait before an index update that failed (disk full, read-only) is tried again.", min=0.1
+    )
     probe_timeout_seconds: float = _opt(
         10.0, "A root whose listing takes longer is treated as unreachable (hung share).", min=0.1
     )
@@ -110,7 +130,7 @@ class EmbedderConfig:
     batch_cells: int = _opt(
         80_000,
         "Bound on texts x longest-text-tokens squared per batch: attention memory grows with it "
-        "(about 1.2 KB per cell for the bundled model).",
+        "(about 1.2 KB per cell measured for all-MiniLM-L6-v2).",
         min=1024,
     )
     retry_minutes: float = _opt(5.0, "A model that failed to load is tried again this often.", min=0.1)
@@ -124,49 +144,62 @@ class EmbedderConfig:
         "cosine 0.9997); false expands them to float32 once.",
     )
     cache_dir: Path | None = _opt(
-        None, "Where the int8-kernel copy of the model is kept; default <home>/models/.prepared/."
+        None,
+        "Where converted models and int8-kernel copies are kept; default <home>/models/.prepared/.",
     )
 
 
-# Settings each built-in model needs; a value from the file, the environment or a flag wins.
-# e5 models were trained with "query: " / "passage: " in front and mean pooling.
+# Settings each built-in model needs (dotted keys); a value from the file, the environment or a
+# flag wins. e5 models were trained with "query: " / "passage: " in front and mean pooling; their
+# cosine similarities sit higher than MiniLM's, so the duplicate threshold is the model's too
+# (ranking reads cosines on the model's own scale, ``embedder.cosine_range``).
 MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     "multilingual-e5-small": {
-        "max_length": 256,
-        "pooling": "mean",
-        "query_prefix": "query: ",
-        "passage_prefix": "passage: ",
-        "languages": "all",
+        "embedder.maxLength": 256,
+        "embedder.pooling": "mean",
+        "embedder.queryPrefix": "query: ",
+        "embedder.passagePrefix": "passage: ",
+        "embedder.languages": "all",
+        "memory.write.duplicateThreshold": E5_DUPLICATE,
     },
     "all-MiniLM-L6-v2": {
-        "max_length": 256,
-        "pooling": "mean",
-        "query_prefix": "",
-        "passage_prefix": "",
-        "languages": "en",
+        "embedder.maxLength": 256,
+        "embedder.pooling": "mean",
+        "embedder.queryPrefix": "",
+        "embedder.passagePrefix": "",
+        "embedder.languages": "en",
+        "memory.write.duplicateThreshold": 0.9,
     },
 }
 
 
-def model_settings(
-    ecfg: EmbedderConfig, model: str, given: Mapping[str, str] | None = None
-) -> EmbedderConfig:
-    """``ecfg`` for ``model``: its built-in settings, except those in ``given`` (dotted key ->
-    origin; only keys whose origin is not "default" are kept as they are)."""
-    table = MODEL_DEFAULTS.get(model, {})
-    kept = {k: v for k, v in (given or {}).items() if v != "default"}
-    chosen = {k: v for k, v in table.items() if f"embedder.{camel(k)}" not in kept}
-    return dataclasses.replace(ecfg, model=model, **chosen)
+def model_settings(ecfg: EmbedderConfig, model: str) -> EmbedderConfig:
+    """``ecfg`` for ``model`` with all of that model's own ``embedder.*`` settings (how the
+    previous model of a migration is loaded: the configured values were meant for the new one)."""
+    own = {
+        name: value
+        for name, value in MODEL_DEFAULTS.get(model, {}).items()
+        if name.startswith("embedder.") and name.count(".") == 1
+    }
+    by_dotted = {f"embedder.{camel(f.name)}": f.name for f in dataclasses.fields(EmbedderConfig)}
+    return dataclasses.replace(ecfg, model=model, **{by_dotted[k]: v for k, v in own.items()})
+
+
+def _replace_at(obj: Any, attrs: tuple[str, ...], value: Any) -> Any:
+    if len(attrs) == 1:
+        return dataclasses.replace(obj, **{attrs[0]: value})
+    return dataclasses.replace(obj, **{attrs[0]: _replace_at(getattr(obj, attrs[0]), attrs[1:], value)})
 
 
 def _with_model(cfg: Config, origins: dict[str, str]) -> Config:
     """The chosen model's own settings where none were given (their origin says so)."""
     model = cfg.embedder.model
-    embedder = model_settings(cfg.embedder, model, origins)
-    for key in MODEL_DEFAULTS.get(model, {}):
-        if origins[f"embedder.{camel(key)}"] == "default":
-            origins[f"embedder.{camel(key)}"] = f"model {model}"
-    return dataclasses.replace(cfg, embedder=embedder)
+    attrs = {s.dotted: s.attrs for s in settings()}
+    for dotted, value in MODEL_DEFAULTS.get(model, {}).items():
+        if origins[dotted] == "default":
+            cfg = _replace_at(cfg, attrs[dotted], value)
+            origins[dotted] = f"model {model}"
+    return cfg
 
 
 @dataclass(frozen=True)
@@ -742,7 +775,7 @@ def render_example() -> str:
         extra = ""
         if "choices" in s.checks:
             extra = f" One of: {', '.join(s.checks['choices'])}."
-        own = MODEL_DEFAULTS[EmbedderConfig.model].get(s.attrs[-1]) if s.attrs[0] == "embedder" else None
+        own = MODEL_DEFAULTS[EmbedderConfig.model].get(s.dotted)
         if own is not None:  # set by the model: a copied example must not pin one model's value
             lines.append(f"{indent}# {s.doc}{extra} Default: the model's own.")
             lines.append(f"{indent}# {parts[-1]}: {json.dumps(own) if isinstance(own, str) else own}")

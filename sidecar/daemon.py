@@ -28,7 +28,7 @@ import lancedb
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from sidecar import heap
-from sidecar.config import Config
+from sidecar.config import Config, model_settings
 from sidecar.embedder import Embedder, EmbedderSlot, load_model
 from sidecar.errors import DaemonRunningError, EmbedderError, SidecarError, StoreError
 from sidecar.handlers import Handlers, ServiceState
@@ -60,10 +60,12 @@ class Job:
     rebuild: bool = False
     roots: frozenset[str] | None = None  # None: every root
     confirm: frozenset[str] = frozenset()  # roots whose mass deletion the user confirmed
+    paths: frozenset[str] = frozenset()  # changed files or folders (file events): only these
 
     def merge(self, other: Job) -> Job:
         roots = None if self.roots is None or other.roots is None else self.roots | other.roots
-        return Job(self.rebuild or other.rebuild, roots, self.confirm | other.confirm)
+        paths = frozenset() if roots is None else self.paths | other.paths
+        return Job(self.rebuild or other.rebuild, roots, self.confirm | other.confirm, paths)
 
 
 class IndexLock:
@@ -217,9 +219,7 @@ class Daemon:
         cfg = self.cfg
         cfg.agents_dir.mkdir(parents=True, exist_ok=True)
         watch = [p for p in (cfg.vault.path, cfg.agents_dir) if p is not None and cfg.watch.events]
-        self.watcher = Watcher(
-            watch, lambda _paths: self.request_sweep(False), self.stop, cfg.watch.debounce_ms
-        )
+        self.watcher = Watcher(watch, self.changed, self.stop, cfg.watch.debounce_ms)
         service = ServiceState(
             self.started, self.jobs.qsize, self.request_sweep, lambda: self.watcher.watching, self.reload
         )
@@ -303,6 +303,13 @@ class Daemon:
         t = threading.Thread(target=target, name=name, daemon=True)  # type: ignore[arg-type]
         t.start()
         self._threads.append(t)
+
+    def changed(self, paths: set[str]) -> None:
+        """File events: look at the changed paths only; none (a watch restarted): every root."""
+        if paths:
+            self.jobs.put(Job(roots=frozenset(), paths=frozenset(paths)))
+        else:
+            self.jobs.put(Job())
 
     def request_sweep(
         self,
@@ -394,7 +401,11 @@ class Daemon:
         # Chunk sizes are counted with the model's tokenizer: give the model a moment to load.
         self.slot.ready.wait(timeout=60)
         delay = 1.0
+        # A storage fault (disk full, read-only) is retried often: notes saved meanwhile must be
+        # searchable seconds after it clears, not after a backoff of minutes.
+        cap = self.cfg.watch.fault_retry_max_seconds
         problems = indexer.stores.problems
+        indexer.supervisor.beat = lambda: self._indexer_alive(None)
         while not self.stop.is_set():
             self.indexer_beat = time.monotonic()
             try:
@@ -411,22 +422,25 @@ class Daemon:
                     stop=self.stop,
                     confirm_deletions=job.confirm,
                     progress=self._indexer_alive,
+                    paths=job.paths,
                 )
                 if summary.get("changed", 0) > 100:
                     heap.trim()  # parsing a large batch leaves freed pages behind
                 problems.clear("index")
                 delay = 1.0
-            except StoreError as exc:
-                log.error("sweep_failed error=%s retry_in=%.0fs", exc, delay)
-                problems.report("index", f"updating the index failed: {exc} (retrying in {delay:.0f} s)")
+            except Exception as exc:  # e.g. sqlite "disk is full": keep serving, retry soon
+                if isinstance(exc, (StoreError, OSError, sqlite3.Error)):
+                    log.error("sweep_failed error=%s retry_in=%.0fs", exc, delay)
+                    why = str(exc)
+                else:  # unexpected: keep the traceback
+                    log.exception("sweep_crashed retry_in=%.0fs", delay)
+                    why = f"{type(exc).__name__}: {exc}"
+                problems.report("index", f"updating the index failed: {why} (retrying in {delay:.0f} s)")
                 self.stop.wait(delay)
-                delay = min(delay * 2, 600.0)
+                delay = min(delay * 2, cap)
+                if indexer.leftover is not None and not job.rebuild:
+                    job = Job(roots=frozenset(), confirm=job.confirm, paths=indexer.leftover)
                 self.jobs.put(job)
-            except Exception as exc:  # e.g. sqlite "disk is full": keep serving, retry later
-                log.exception("sweep_crashed")
-                problems.report("index", f"updating the index failed: {type(exc).__name__}: {exc}")
-                self.stop.wait(delay)
-                delay = min(delay * 2, 600.0)
 
     def _embed_loop(self, indexer: Indexer) -> None:
         # Wait for a model: it may load late (first start) or only after a retry.
@@ -530,7 +544,9 @@ def open_previous(cfg: Config, table: str) -> tuple[VectorStore, Embedder] | Non
         model_id = meta.get(b"model", b"").decode()
         dim, pooling = int(meta.get(b"dim", b"0")), meta.get(b"pooling", b"mean").decode()
         name = model_id.split("@", 1)[0]
-        old_cfg = replace(cfg, embedder=replace(cfg.embedder, model=name, path=None, pooling=pooling))
+        # The previous model with its own settings (prefixes, languages), not the new one's.
+        old_ecfg = replace(model_settings(cfg.embedder, name), path=None, pooling=pooling)
+        old_cfg = replace(cfg, embedder=old_ecfg)
         old_model = load_model(old_cfg)
         if old_model.model_id != model_id:
             return None

@@ -194,11 +194,11 @@ def check_service(cfg: Config, probes: Probes) -> Check:  # noqa: PLR0911 - one 
     svc = service_file(cfg, probes.home_dir or Path.home())
     if not svc.path.exists():
         return Check("service", True, f"not installed ({svc.path}); optional: sidecar service install")
-    if svc.path.read_text(encoding="utf-8") != svc.text:
+    if str(executable()) not in svc.path.read_text(encoding="utf-8", errors="replace"):
         return Check(
             "service",
             False,
-            f"{svc.path} was written for another installation or configuration",
+            f"{svc.path} starts another installation of sidecar, not {executable()}",
             "run `sidecar service install` again from this installation, then systemctl --user daemon-reload",
         )
     if sys.platform == "darwin":

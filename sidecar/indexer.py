@@ -14,7 +14,9 @@ import functools
 import hashlib
 import json
 import logging
+import os
 import shutil
+import stat
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -27,7 +29,18 @@ from sidecar.config import Config
 from sidecar.embedder import Embedder, EmbedderSlot, approx_token_count
 from sidecar.errors import StoreError, StoreOutdatedError
 from sidecar.problems import Problems
-from sidecar.sources import NoteFile, NoteUnreadable, Root, Skipped, agent_inbox, read_note, roots
+from sidecar.sources import (
+    SLUG_RE,
+    NoteFile,
+    NoteUnreadable,
+    Root,
+    Skipped,
+    agent_inbox,
+    is_note_name,
+    read_note,
+    roots,
+    scan,
+)
 from sidecar.stores.bm25 import Bm25Doc, Bm25Index
 from sidecar.stores.manifest import ChunkRecord, FileRecord, FileState, Manifest, embed_hash
 from sidecar.stores.vectors import VectorStore
@@ -35,6 +48,11 @@ from sidecar.supervisor import RootUnreachable, Supervisor
 from sidecar.vectoring import Stores, Vectoring
 
 log = logging.getLogger(__name__)
+
+# File events may delete this many notes of a root within the window at once; beyond that, a
+# full sweep of the root decides (an emptied mount point sends an event per vanished file).
+EVENT_DELETIONS_MAX = 4
+EVENT_DELETION_WINDOW_S = 60.0
 
 
 @dataclass
@@ -90,7 +108,12 @@ class Indexer:
         self.slot = slot
         self.activity = Activity()
         self.vectors = Vectoring(stores)
-        self.supervisor = Supervisor(cfg)
+        self.vectors.keep_seconds = cfg.index.keep_deleted_vectors_hours * 3600
+        self.vectors.keep_max = cfg.index.keep_deleted_vectors_max
+        self.supervisor = Supervisor(cfg, meta=stores.manifest)
+        self._unreadable: dict[str, str] = {}  # root name -> what cannot be read there
+        self._event_deletions: dict[str, list[float]] = {}  # root name -> times of recent ones
+        self.leftover: frozenset[str] | None = None  # paths a failed sweep scanned but did not write
         self._skips_named: set[tuple[str, str]] = set()  # (path, reason) already in the log
 
     # --- token counting ------------------------------------------------------------------
@@ -107,20 +130,26 @@ class Indexer:
         progress: Callable[[Activity], None] | None = None,
         stop: threading.Event | None = None,
         confirm_deletions: Collection[str] = (),
+        paths: Collection[str] = (),
     ) -> dict[str, int]:
         """Compare roots (all, or those named in ``only``) with the manifest; index what changed,
-        remove what is gone. ``confirm_deletions`` names roots whose mass deletion the user confirmed."""
+        remove what is gone. ``paths`` (from file events) are looked at one by one, without walking
+        their roots. ``confirm_deletions`` names roots whose mass deletion the user confirmed."""
         act = self.activity
         act.phase, act.done, act.total, act.started = "scanning", 0, 0, time.time()
-        states = self.stores.manifest.file_states()
         diff = _Diff()
-        chosen = [r for r in self._roots(states) if only is None or r.name in only]
+        every = self._roots()
+        chosen = [r for r in every if only is None or r.name in only]
+        if paths:
+            rest = [r for r in every if r not in chosen]
+            chosen += [r for r in self._diff_paths(paths, rest, diff) if r not in chosen]
         self.supervisor.classify(chosen)
         for root in chosen:
-            self._diff_root(root, states, diff, root.name in confirm_deletions)
+            self._diff_root(root, diff, root.name in confirm_deletions)
         if only is None:
             act.scan_skipped = diff.skipped
         act.phase, act.total = "indexing", len(diff.work) + len(diff.gone)
+        self.leftover = None
         if diff.gone:
             self.delete(diff.gone)
             act.done += len(diff.gone)
@@ -129,14 +158,19 @@ class Indexer:
         for start in range(0, len(diff.work), batch):
             if stop is not None and stop.is_set():
                 break
-            changed += self.index_files(diff.work[start : start + batch])
+            try:
+                changed += self.index_files(diff.work[start : start + batch])
+            except BaseException:
+                # Scanned, not written (disk full ...): a retry needs only these paths, not a walk.
+                self.leftover = frozenset(str(n.path) for n in diff.work[start:])
+                raise
             act.done += len(diff.work[start : start + batch])
             if progress is not None:
                 progress(act)
         if not act.first_sweep_done:
             self._check_bm25()
         act.sweeps += 1
-        act.first_sweep_done = True
+        act.first_sweep_done = act.first_sweep_done or only is None or bool(chosen)
         act.phase = "idle"
         summary = {
             "changed": changed,
@@ -144,22 +178,24 @@ class Indexer:
             "unchanged": diff.unchanged,
             "skipped": sum(diff.skipped.values()),
         }
-        log.info(
-            "sweep_done changed=%d deleted=%d unchanged=%d skipped=%d seconds=%.2f",
+        log.log(
+            logging.INFO if chosen or changed or diff.gone else logging.DEBUG,
+            "sweep_done changed=%d deleted=%d unchanged=%d skipped=%d seconds=%.2f roots=%s",
             *summary.values(),
             time.time() - act.started,
+            ",".join(r.name for r in chosen) or "-",
         )
         return summary
 
-    def _roots(self, states: dict[str, FileState]) -> list[Root]:
+    def _roots(self) -> list[Root]:
         """Configured roots plus inboxes of agents that are indexed but whose folder is gone."""
         out = roots(self.cfg)
         present = {r.agent for r in out if r.source == "memory"}
-        indexed = {k.split("/", 2)[1] for k in states if k.startswith("memory/")}
+        indexed = {k.split("/", 2)[1] for k in self.stores.manifest.file_states("memory/")}
         out.extend(Root("memory", agent_inbox(self.cfg, a), agent=a) for a in sorted(indexed - present))
         return out
 
-    def _diff_root(self, root: Root, states: dict[str, FileState], diff: _Diff, confirm: bool) -> None:
+    def _diff_root(self, root: Root, diff: _Diff, confirm: bool) -> None:
         """Scan one root and add what changed and what is gone to ``diff``."""
         supervisor = self.supervisor
         status = supervisor.status(root)
@@ -178,21 +214,167 @@ class Indexer:
                 log.info("file_skipped path=%s reason=%s", s.path, s.reason)
         status.seen, status.skipped = len(notes), len(skipped)
         prefix = root.key_of("x")[:-1]  # "vault/", "wiki/", "memory/<agent>/"
-        known = {k: v for k, v in states.items() if k.startswith(prefix)}
+        known = self.stores.manifest.file_states(prefix)
         seen = {n.key for n in notes}
-        missing = [k for k in known if k not in seen]
-        if supervisor.hold_deletions(root, len(known), len(missing), len(notes), confirm):
-            missing = []
-        else:
+        # An error reading a folder (or a file's stat) is no evidence that its notes are gone.
+        kept = self._unreadable_prefixes(root, skipped)
+        missing = [k for k in known if k not in seen and not k.startswith(kept)]
+        hold = supervisor.hold_deletions(root, len(known), len(missing), len(notes), confirm)
+        if hold is None:
             supervisor.mark_online(root)
-        diff.gone.extend(missing)
+            self._event_deletions.pop(root.name, None)
+            diff.gone.extend(missing)
+        status.last_sweep, status.last_sweep_seconds = time.time(), time.time() - t0
+        if hold not in (None, "mass"):
+            return  # what is there now is not the share: leave the root alone while it stays so
+        self._add_work(notes, known, diff)
+
+    def _add_work(self, notes: Sequence[NoteFile], known: dict[str, FileState], diff: _Diff) -> None:
         for n in notes:
             st = known.get(n.key)
             if st is not None and (st.mtime_ns, st.size) == (n.mtime_ns, n.size) and st.state in _SETTLED:
                 diff.unchanged += 1
             else:
                 diff.work.append(n)
-        status.last_sweep, status.last_sweep_seconds = time.time(), time.time() - t0
+
+    def _unreadable_prefixes(self, root: Root, skipped: Sequence[Skipped]) -> tuple[str, ...]:
+        """Key prefixes (and keys) under folders and files that could not be read; reported."""
+        out: list[str] = []
+        paths: list[str] = []
+        for s in skipped:
+            if s.reason not in ("unreadable folder", "unreadable"):
+                continue
+            try:
+                rel = s.path.relative_to(root.path).as_posix()
+            except ValueError:
+                continue
+            paths.append(str(s.path))
+            out.append(root.key_of(rel) if s.reason == "unreadable" else root.key_of(rel + "/x")[:-1])
+        self.supervisor.status(root).unreadable = paths
+        problems = self.stores.problems
+        if paths:
+            self._unreadable[root.name] = (
+                f"{len(paths)} folder(s) or note(s) of {root.name} cannot be read ({paths[0]}"
+                f"{', ...' if len(paths) > 1 else ''}); their notes stay in the index as they were"
+            )
+        else:
+            self._unreadable.pop(root.name, None)
+        if self._unreadable:
+            problems.report("unreadable", "; ".join(self._unreadable.values()))
+        else:
+            problems.clear("unreadable")
+        return tuple(out)
+
+    def _diff_paths(self, paths: Collection[str], candidates: Sequence[Root], diff: _Diff) -> list[Root]:
+        """Look at changed paths only (a stat each; a new or changed folder is walked); return
+        the roots that need a full sweep instead (offline, a root itself changed, many deletions)."""
+        by_root: dict[Root, set[str]] = {}
+        escalate: list[Root] = []
+        # Longest path first: a path in the wiki belongs to the wiki, not to the vault around it.
+        ordered = sorted(candidates, key=lambda r: len(str(r.path)), reverse=True)
+        for raw in paths:
+            path = Path(raw)
+            # A folder that holds a whole root (a new agent's folder moved in, the wiki's parent):
+            # that root is swept in full.
+            escalate.extend(
+                r for r in ordered if r.path != path and r.path.is_relative_to(path) and r not in escalate
+            )
+            root = next((r for r in ordered if path == r.path or path.is_relative_to(r.path)), None)
+            if root is None:
+                continue
+            rel = path.relative_to(root.path).as_posix()
+            if rel == ".":
+                rel = ""
+            if root.exclude and (rel == root.exclude or rel.startswith(root.exclude + "/")):
+                continue  # the wiki inside the vault: its own root
+            if any(p.startswith(".") for p in rel.split("/")) or (root.source == "memory" and "/" in rel):
+                continue
+            st = self.supervisor.status(root)
+            # Offline (unreachable, not the share): a full sweep looks again. A held mass deletion
+            # leaves the root readable: its changed paths are looked at (deletions stay held).
+            if not rel or (st.offline and st.hold_kind != "mass"):
+                if root not in escalate:
+                    escalate.append(root)
+                continue
+            by_root.setdefault(root, set()).add(rel)
+        for root, rels in by_root.items():
+            if root not in escalate and not self._diff_group(root, rels, diff):
+                escalate.append(root)
+        return escalate
+
+    def _diff_group(self, root: Root, rels: set[str], diff: _Diff) -> bool:
+        """Changed paths of one root into ``diff``; False if the root needs a full sweep instead."""
+        try:
+            found, gone = self.supervisor.bounded(root, functools.partial(self._look, root, sorted(rels)))
+        except RootUnreachable:
+            return False  # the full sweep marks it offline with the reason
+        notes = [f for f in found if isinstance(f, NoteFile)]
+        for s in found:
+            if isinstance(s, Skipped):
+                diff.skipped[s.reason] = diff.skipped.get(s.reason, 0) + 1
+        manifest = self.stores.manifest
+        missing: set[str] = set()
+        for rel in gone:
+            if rel.lower().endswith(".md"):
+                missing.update(manifest.file_states_of([root.key_of(rel)]))
+            else:
+                missing.update(manifest.file_states(root.key_of(rel + "/x")[:-1]))
+        missing -= {n.key for n in notes}
+        if missing and not self._may_delete(root, len(missing)):
+            return False
+        diff.gone.extend(sorted(missing))
+        self._add_work(notes, manifest.file_states_of([n.key for n in notes]), diff)
+        return True
+
+    def _look(self, root: Root, rels: Sequence[str]) -> tuple[list[NoteFile | Skipped], list[str]]:
+        """Stat each changed path of a root: (notes and skipped files found, relative paths gone)."""
+        found: list[NoteFile | Skipped] = []
+        gone: list[str] = []
+        max_bytes = self.cfg.index.max_file_bytes
+        for rel in rels:
+            path = root.path / rel
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                gone.append(rel)
+                continue
+            except OSError:
+                continue  # unreadable: kept as it is; the next full sweep reports it
+            if stat.S_ISDIR(st.st_mode):
+                if root.source != "memory":
+                    with contextlib.suppress(OSError):
+                        found.extend(scan(root, max_bytes, start=rel))
+                continue
+            if stat.S_ISLNK(st.st_mode):  # followed only to a file inside the root, as a scan does
+                try:
+                    inside = path.resolve(strict=True).is_relative_to(root.path.resolve())
+                    st = os.stat(path)
+                except (OSError, RuntimeError):
+                    continue
+                if not inside:
+                    found.append(Skipped(path, "symlink leads outside the root"))
+                    continue
+            if not stat.S_ISREG(st.st_mode) or not is_note_name(path.name):
+                continue
+            if root.source == "memory" and not SLUG_RE.fullmatch(path.name[:-3]):
+                found.append(Skipped(path, "memory note name is not a valid slug"))
+            elif st.st_size > max_bytes:
+                found.append(Skipped(path, "too large"))
+            else:
+                found.append(NoteFile(root.key_of(rel), root, path, rel, st.st_mtime_ns, st.st_size))
+        return found, gone
+
+    def _may_delete(self, root: Root, count: int) -> bool:
+        """Deletions seen by events are applied at once only a few at a time, on a root that is
+        where it was and not empty; more go through a full sweep of the root and its guard."""
+        now = time.monotonic()
+        recent = [t for t in self._event_deletions.get(root.name, []) if now - t < EVENT_DELETION_WINDOW_S]
+        if root.source != "memory" and (
+            len(recent) + count > EVENT_DELETIONS_MAX or not self.supervisor.deletable(root)
+        ):
+            return False
+        self._event_deletions[root.name] = recent + [now] * count
+        return True
 
     # --- writing ---------------------------------------------------------------------------
 
@@ -232,6 +414,10 @@ class Indexer:
             known = st.hash if st is not None and st.state == "indexed" else None
             p = self._prepare(note, known)
             if p is None:
+                continue
+            if known is not None and p.skip_reason is not None and p.skip_reason.startswith("unreadable"):
+                # A read error is no evidence the note changed: keep what is indexed.
+                log.warning("file_kept path=%s reason=%s", note.path, p.skip_reason)
                 continue
             if p.parsed is None and p.skip_reason is None:
                 self.stores.manifest.touch(note.key, note.mtime_ns, note.size)

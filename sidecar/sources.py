@@ -34,7 +34,7 @@ class Root:
     source: str
     path: Path
     agent: str = ""
-    exclude: str | None = None  # a first-level folder to leave out (the wiki inside the vault)
+    exclude: str | None = None  # a folder to leave out, relative (the wiki inside the vault)
 
     @property
     def name(self) -> str:
@@ -88,7 +88,7 @@ def roots(cfg: Config) -> list[Root]:
     vault = cfg.vault.path
     if vault is not None:
         out.append(Root("wiki", vault / cfg.vault.wiki_subfolder))
-        out.append(Root("vault", vault, exclude=cfg.vault.wiki_subfolder.split("/")[0]))
+        out.append(Root("vault", vault, exclude=cfg.vault.wiki_subfolder))
     return out
 
 
@@ -101,16 +101,17 @@ def is_note_name(name: str) -> bool:
     return name.lower().endswith(".md") and not is_debris(name)
 
 
-def scan(root: Root, max_bytes: int) -> Iterator[NoteFile | Skipped]:
-    """Walk a root: notes with their stat, and the files left out with a reason.
+def scan(root: Root, max_bytes: int, start: str = "") -> Iterator[NoteFile | Skipped]:
+    """Walk a root (or its subfolder ``start``, relative): notes with their stat, and the files
+    left out with a reason.
 
     Dot-folders are skipped; a file symlink is followed only when it stays inside the root; a
     folder symlink is never followed (outside: refused; inside: already indexed under its real
     path, and loops are impossible); the memory inbox is flat. Raises OSError when
-    the root itself cannot be listed (the caller decides what an unreachable root means).
+    the root itself (or ``start``) cannot be listed (the caller decides what that means).
     """
     base = root.path.resolve()
-    stack: list[tuple[Path, str]] = [(root.path, "")]
+    stack: list[tuple[Path, str]] = [(root.path / start, f"{start}/")] if start else [(root.path, "")]
     first = True
     while stack:
         folder, rel_dir = stack.pop()
@@ -137,7 +138,7 @@ def scan(root: Root, max_bytes: int) -> Iterator[NoteFile | Skipped]:
                 yield Skipped(Path(entry.path), "symlink leads outside the root")
                 continue
             if stat.S_ISDIR(st.st_mode):
-                if root.source == "memory" or (rel_dir == "" and entry.name == root.exclude):
+                if root.source == "memory" or rel == root.exclude:
                     continue
                 if is_link:  # its target lies inside the root and is indexed under its real path
                     continue

@@ -70,8 +70,12 @@ class Vectoring:
     def __init__(self, stores: Stores) -> None:
         self.stores = stores
         self.changed = Event()
-        self.embedded = 0
-        self.reused = 0  # vectors copied from an equal text instead of embedded
+        self.embedded = 0  # vectors computed by the model
+        self.reused = 0  # vectors copied from an equal text (or a deleted chunk's kept vector) instead
+        self.kept_reused = 0  # of which came from vectors kept after a deletion
+        # Vectors of deleted chunks are kept by text this long and up to this many (0: not at all).
+        self.keep_seconds = 7 * 86400.0
+        self.keep_max = 20_000
         self.embed_seconds = 0.0
         self.last_optimize: float | None = None
         self._unsure: set[str] = set()  # flags whose table may disagree with the manifest
@@ -183,7 +187,6 @@ class Vectoring:
             except BaseException:
                 self._unsure.add(vs.flag)
                 raise
-        self.embedded += len(keep)
         self.embed_seconds += time.perf_counter() - t0
         return len(keep)
 
@@ -198,11 +201,20 @@ class Vectoring:
         donors = self.stores.manifest.vector_donors([h for h in first if not h.startswith("#")], vs.flag)
         stored = vs.store.vectors_of(list(donors.values())) if donors else {}
         known = {h: stored[cid] for h, cid in donors.items() if cid in stored}
+        wanted = [h for h in first if h not in known and not h.startswith("#")]
+        if wanted and self.keep_max > 0:
+            kept = self.stores.manifest.kept_vectors(vs.store.name, wanted)
+            for h, blob in kept.items():
+                vec = np.frombuffer(blob, dtype=np.float32)
+                if vec.shape[0] == vs.store.dim:
+                    known[h] = vec
+                    self.kept_reused += sum(1 for x in ident if x == h)
         todo = [i for h, i in first.items() if h not in known]
         if todo:
             fresh = vs.model.embed_passages([rows[i][2] for i in todo])
             known.update((ident[i], fresh[n]) for n, i in enumerate(todo))
         self.reused += len(rows) - len(todo)
+        self.embedded += len(todo)
         return np.stack([known[h] for h in ident]).astype(np.float32)
 
     def _finish_migration(self) -> None:
@@ -228,12 +240,33 @@ class Vectoring:
     # --- upkeep ------------------------------------------------------------------------------
 
     def delete_ids(self, chunk_ids: list[str]) -> None:
+        self._keep(chunk_ids)
         for store in self.stores.vector_stores():
             store.delete_ids(chunk_ids)
 
     def delete_keys(self, keys: list[str]) -> None:
+        if self.keep_max > 0:
+            self._keep(self.stores.manifest.chunk_ids_of(keys))
         for store in self.stores.vector_stores():
             store.delete_keys(keys)
+
+    def _keep(self, chunk_ids: list[str]) -> None:
+        """Remember the vectors of chunks about to be deleted, by text, for a while (bounded):
+        a note that comes back (a remount, a checkout, an undo, a move) is not embedded again."""
+        if self.keep_max <= 0 or self.keep_seconds <= 0 or not chunk_ids:
+            return
+        manifest = self.stores.manifest
+        for vs in (self.stores.serving, self.stores.building):
+            if vs is None:
+                continue
+            hashes = manifest.embed_hashes(chunk_ids[: self.keep_max], vs.flag)
+            if not hashes:
+                continue
+            vecs = vs.store.vectors_of(list(hashes))
+            rows = [(hashes[cid], np.asarray(v, dtype=np.float32).tobytes()) for cid, v in vecs.items()]
+            now = time.time()
+            manifest.keep_vectors(vs.store.name, rows, now)
+            manifest.prune_kept(now - self.keep_seconds, self.keep_max)
 
     def clear(self) -> None:
         for store in self.stores.vector_stores():
@@ -280,4 +313,6 @@ class Vectoring:
             "last_optimize": self.last_optimize,
             "embedded": self.embedded,
             "reused": self.reused,
+            "reused_after_deletion": self.kept_reused,
+            "kept_deleted": self.stores.manifest.kept_count(),
         }

@@ -1,9 +1,12 @@
-"""File events (watchfiles) that trigger a sweep soon after a save.
+"""File events (watchfiles) that trigger indexing soon after a save.
 
-Events are only a hint: every batch of changes asks the indexer for a stat sweep, which is cheap
-(it reads only files whose (mtime, size) changed) and catches what inotify misses (files in freshly
-created nested folders, edits made on other machines of a network share arrive with the scheduled
-sweeps). Editor temp files, dot-folders and non-Markdown files are filtered out. Imports ``sources``.
+Each batch of changes hands its paths to the indexer, which looks at those paths only (a stat
+each; a new folder is walked), never at the rest of their root: a memory write does not walk a
+vault on a share. What events miss (edits made on other machines of a network share, a watch
+that died) arrives with the scheduled full sweeps and the polling of network roots; a watched
+folder that was replaced, mounted or unmounted restarts the watch and asks for a full sweep
+(an empty set of paths). Editor temp files, dot-folders and non-Markdown files are filtered out.
+Imports ``sources``.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import logging
 import os
 import stat
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -22,6 +26,9 @@ from sidecar.sources import is_debris
 log = logging.getLogger(__name__)
 
 _RETRY_SECONDS = (5.0, 30.0, 60.0, 300.0)
+# How often the watched folders' identity is compared (a stat of each; not once per event batch,
+# or every memory write would stat the vault's share).
+_IDENTITY_EVERY_S = 5.0
 
 
 class NoteFilter:
@@ -91,6 +98,7 @@ class Watcher:
     def _watch(self, existing: list[Path]) -> None:
         log.info("watcher_started paths=%s", ",".join(map(str, existing)))
         identity = self._identity()
+        checked = time.monotonic()
         for changes in watchfiles.watch(
             *existing,
             watch_filter=NoteFilter(existing),
@@ -106,7 +114,10 @@ class Watcher:
                 log.debug("watcher_changes count=%d", len(changes))
                 self.on_change({p for _, p in changes})
             # inotify dies silently when a watched folder is deleted, recreated or remounted:
-            # compare device and inode every tick and start a new watch (and a catch-up sweep).
+            # compare device and inode now and then and start a new watch (and a catch-up sweep).
+            if time.monotonic() - checked < _IDENTITY_EVERY_S:
+                continue
+            checked = time.monotonic()
             if self._identity() != identity:
                 log.info("watcher_restart reason=a watched folder was replaced, mounted or unmounted")
                 self.on_change(set())

@@ -149,7 +149,7 @@ def test_token_ids_equal_e5c(e5: OnnxEmbedder, source: e5prep.E5File) -> None:
     """The same ids, piece by piece, as a line-by-line port of e5.c's tokenizer, plus <s> </s>."""
     for text in [*TEXTS, "x", " ", "ß"]:
         want = [source.bos, *_e5c_tokens(source, "passage: " + text), source.eos]
-        assert e5._counter.encode("passage: " + text).ids == want, text
+        assert e5.encode(["passage: " + text])[0] == want, text
 
 
 def test_compiled_charsmap_finds_every_entry(source: e5prep.E5File) -> None:
@@ -254,3 +254,20 @@ def test_user_settings_override_the_model_table(tmp_path: Path) -> None:
     assert (mini.embedder.query_prefix, mini.embedder.languages) == ("", "en")
     custom = load_config(env={"SIDECAR_HOME": str(tmp_path), "SIDECAR_EMBEDDER_MODEL": "my-model"})
     assert (custom.embedder.query_prefix, custom.embedder.languages) == ("", "en")  # no guess
+
+
+def test_previous_model_keeps_its_own_settings(tmp_path: Path, prepared_models: Path) -> None:
+    """Switching from MiniLM to the default: while the new table is built, the old one is still
+    queried with MiniLM and MiniLM's own settings (no "query: " in front)."""
+    from sidecar.daemon import open_previous
+    from sidecar.indexer import open_vectors
+
+    env = {"SIDECAR_HOME": str(tmp_path / "home"), "SIDECAR_EMBEDDER_CACHE_DIR": str(prepared_models)}
+    mini_cfg = load_config(env={**env, "SIDECAR_EMBEDDER_MODEL": "all-MiniLM-L6-v2"})
+    mini = load_model(mini_cfg)
+    table = open_vectors(mini_cfg, mini.model_id, mini.dim, mini.pooling).name
+    previous = open_previous(load_config(env=env), table)
+    assert previous is not None
+    old = previous[1]
+    assert isinstance(old, OnnxEmbedder) and old.model_id == mini.model_id
+    assert (old.cfg.query_prefix, old.cfg.passage_prefix, old.cfg.languages) == ("", "", "en")

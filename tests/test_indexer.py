@@ -430,20 +430,23 @@ def test_unmounted_vault_keeps_its_index(harness: Harness, tmp_path: Path) -> No
 
 
 def test_emptied_mount_point_holds_deletions(harness: Harness) -> None:
-    """Most notes gone at once (an empty mount point) holds deletions until confirmed by later sweeps."""
+    """An emptied root (a mount point left behind) holds deletions however many sweeps see it;
+    the user's confirmation applies them."""
     vault = harness.cfg.vault.path
     assert vault is not None
     for i in range(6):
         write(vault / f"extra{i}.md", f"# Extra {i}\n\nfiller note number {i}\n")
     harness.sweep()
     before = _store_counts(harness)
-    for p in vault.glob("*.md"):
-        p.unlink()
-    harness.sweep()
+    for p in vault.rglob("*.md"):
+        if "wiki" not in p.parts and ".obsidian" not in p.parts and ".trash" not in p.parts:
+            p.unlink()
+    for _ in range(5):
+        harness.sweep()
     assert _store_counts(harness) == before
     assert harness.indexer.supervisor.roots["vault"].offline
-    harness.sweep()
-    harness.sweep()  # the third sweep in a row confirms: the user really deleted them
+    assert harness.indexer.supervisor.roots["vault"].hold_kind == "empty"
+    harness.indexer.sweep(confirm_deletions={"vault"})
     assert _store_counts(harness)[0] < before[0]
 
 

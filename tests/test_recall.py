@@ -76,7 +76,9 @@ def test_a_named_identifier_is_recalled(running: DaemonProcess) -> None:
     r = running.call(
         "recall", {"message": "what did we decide about OPS-4821", "preview": True}, agent="claude"
     )
-    assert "4821" in r["analysis"]["rareWords"]  # e5 also splits the rare "OPS" into pieces
+    # The number is always rare; "OPS" too when the model splits it (XLM-R pieces, not MiniLM's).
+    rare = r["analysis"]["rareWords"]
+    assert "4821" in rare and set(rare) <= {"OPS", "4821"}
     assert r["hits"][0]["reference"] == "vault/Disks" and "[vault] vault/Disks" in r["context"]
     assert (
         running.call("recall", {"message": "what did we decide about OPS-9377"}, agent="claude")["context"]
@@ -138,54 +140,3 @@ def test_why_explains_rank_and_absence(running: DaemonProcess) -> None:
     assert "hit #1" in text and "vec=" in text
     preview = running.run_cli("preview", "When does the restic backup of the NAS run?", check=True).stdout
     assert '"contentWords"' in preview and "wiki/Backups" in preview and "<recalled-notes>" in preview
-
-
-def test_nothing_relevant_is_said_plainly(running: DaemonProcess) -> None:
-    """Text that matches nothing has no hit at or above the relevance floor (search.minScore), and
-    the CLI says so; a real question's best hit clears the floor by a margin."""
-    floor = 0.1  # search.minScore's default, documented in the configuration
-    for query in ("xyzzy quux", "plorf wibble zonk"):
-        hits = running.call("search", {"query": query, "minScore": 0.0})["hits"]
-        assert all(h["relevance"] < floor for h in hits), hits[:2]
-        assert running.call("search", {"query": query})["hits"] == []
-    assert "nothing relevant found" in running.run_cli("search", "xyzzy quux", check=True).stdout
-    best = running.call("search", {"query": "when does the restic backup of the NAS run"})["hits"][0]
-    assert best["reference"] == "wiki/Backups" and best["relevance"] >= 0.4
-
-
-def test_keyword_scores_are_the_text_match_alone(running: DaemonProcess) -> None:
-    """A source filter scores nothing: a chunk's bm25Score is the same with and without it, and the
-    same in `search` and in `why`."""
-    query = "restic backups of the NAS"
-    plain = running.call("search", {"query": query})["hits"][0]
-    only_wiki = running.call("search", {"query": query, "source": "wiki"})["hits"][0]
-    scoped = running.call("search", {"query": query}, agent="claude")["hits"][0]
-    assert plain["reference"] == only_wiki["reference"] == "wiki/Backups"
-    assert plain["bm25Score"] == only_wiki["bm25Score"] == scoped["bm25Score"]
-    why = running.call("why", {"reference": "wiki/Backups", "query": query})
-    assert abs(why["chunks"][0]["bm25Score"] - plain["bm25Score"]) < 1e-3
-
-
-def test_german_follow_up_and_filler(running: DaemonProcess) -> None:
-    """A German follow-up is steered by the history's topic; a message of filler words only is the
-    empty-message case and injects nothing."""
-    r = running.call(
-        "recall",
-        {
-            "message": "und wie oft läuft das?",
-            "history": ["Wie sichern wir eigentlich das NAS?", "Mit restic, jede Nacht."],
-        },
-        agent="claude",
-    )
-    assert r["hits"] and r["hits"][0]["reference"] == "wiki/Backups"
-    filler = running.call("recall", {"message": "das solltest du aber wissen oder?", "preview": True})
-    assert filler["analysis"]["contentWords"] == [] and filler["context"] == ""
-
-
-def test_a_german_question_finds_the_english_note(running: DaemonProcess) -> None:
-    """The default model reads German: a German paraphrase finds the English note whose words it
-    does not share."""
-    hits = running.call("search", {"query": "Was muss ich für die Wanderung in Skandinavien einpacken?"})[
-        "hits"
-    ]
-    assert hits and hits[0]["reference"] == "vault/Travel"

@@ -33,7 +33,11 @@ def test_unit_and_plist_render_absolute_paths(tmp_path: Path, vault: Path) -> No
     assert Path(exe).is_absolute() and Path(exe).exists()
     assert f"--config {cfg_file.resolve()}" in exec_start
     assert "Type=notify" in unit.text and f"RestartPreventExitStatus={int(ExitCode.CONFIG)}" in unit.text
-    assert f"ReadOnlyPaths={vault.resolve()}" in unit.text
+    sandboxed = service_file(cfg, tmp_path, platform="linux", sandbox=True)
+    assert "After=" not in sandboxed.text and "Wants=" not in sandboxed.text
+    for line in sandboxed.text.splitlines():
+        if line.startswith(("ReadOnlyPaths=", "ReadWritePaths=")):
+            assert all(p.startswith("-") or p == "%t" for p in line.split("=", 1)[1].split()), line
     mac = service_file(cfg, tmp_path, platform="darwin")
     data = plistlib.loads(mac.text.encode())
     assert (
@@ -50,17 +54,52 @@ def test_repository_plist_parses() -> None:
     assert {"Label", "ProgramArguments", "RunAtLoad", "KeepAlive", "ThrottleInterval"} <= set(data)
 
 
-def test_systemd_analyze_verify(tmp_path: Path, vault: Path) -> None:
-    """The rendered unit passes `systemd-analyze verify` where systemd is installed."""
+@pytest.mark.parametrize("sandbox", [True, False])
+def test_systemd_analyze_verify(tmp_path: Path, sandbox: bool) -> None:
+    """The unit of `sidecar service install --dry-run`, for a vault and home that do not exist
+    yet, passes `systemd-analyze verify --user` with nothing to warn about; every path in it
+    may be absent ("-"), with or without the sandboxing lines."""
     tool = shutil.which("systemd-analyze")
     if tool is None:
         pytest.skip("systemd-analyze is not installed here")
-    cfg = load_config(flags={"home": str(tmp_path / "home"), "vault.path": str(vault)}, env={})
+    absent = tmp_path / "nas" / "Vault"
+    cfg_file = tmp_path / "config.yaml"
+    cfg_file.write_text(f"vault:\n  path: {absent}\n")
+    env = {
+        **os.environ,
+        "HOME": str(tmp_path),
+        "SIDECAR_HOME": str(tmp_path / "not-yet"),
+    }
+    flag = "--sandbox=" + ("yes" if sandbox else "no")
+    out = subprocess.run(
+        [sys.executable, "-m", "sidecar", "service", "install", "--dry-run", flag, "--config", str(cfg_file)],
+        env=env, capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    assert (f"ReadOnlyPaths=-{absent}" in out.stdout) is sandbox
+    assert ("ProtectSystem=strict" in out.stdout) is sandbox
+    assert not absent.exists() and not (tmp_path / "not-yet").exists()
     unit = tmp_path / "sidecar.service"
-    unit.write_text(service_file(cfg, tmp_path, platform="linux").text)
-    # System mode: a user manager may not run here; the syntax and ExecStart checks are the same.
-    out = subprocess.run([tool, "verify", str(unit)], capture_output=True, text=True, check=False)
-    assert out.returncode == 0, out.stderr
+    unit.write_text(out.stdout)
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    done = subprocess.run(
+        [tool, "verify", "--user", str(unit)],
+        capture_output=True, text=True, check=False, env={**env, "XDG_RUNTIME_DIR": str(runtime)},
+    )  # fmt: skip
+    assert done.returncode == 0 and "sidecar.service" not in done.stderr, done.stderr
+
+
+def test_service_install_creates_the_home(tmp_path: Path) -> None:
+    """`sidecar service install` creates the home (and its agents folder) the unit names."""
+    env = {**os.environ, "HOME": str(tmp_path), "SIDECAR_HOME": str(tmp_path / "h")}
+    out = subprocess.run(
+        [sys.executable, "-m", "sidecar", "service", "install"],
+        env=env, capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    assert (tmp_path / "h").is_dir() and (tmp_path / "h").stat().st_mode & 0o777 == 0o700
+    assert f"created {tmp_path / 'h'}" in out.stdout
+    unit = tmp_path / ".config" / "systemd" / "user" / "sidecar.service"
+    assert unit.exists() or sys.platform == "darwin"
 
 
 def test_cli_service_dry_run(tmp_path: Path) -> None:

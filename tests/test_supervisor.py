@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from pathlib import Path
 from typing import Any
@@ -112,5 +113,37 @@ def test_mount_table_double_puts_root_in_polling_mode(make_cfg: Any, vault: Path
         roots = {r["name"]: r for r in h.indexer.supervisor.describe(lambda _p: True)}
         assert roots["vault"]["mode"] == "polling" and roots["vault"]["fs_type"] == "cifs"
         assert roots["wiki"]["mode"] == "polling"  # inside the same share
+    finally:
+        h.close()
+
+
+def test_long_scan_beats_the_watchdog_and_a_hung_one_is_reported(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slow scan keeps the indexer's heartbeat going (about once a second) and completes; a
+    scan hung past watch.scanTimeoutSeconds is reported (root offline, reason given), and the
+    heartbeat went on meanwhile, so the watchdog kills neither."""
+    real_scan = supervisor_mod.scan
+    delay = {"vault": 2.5}
+
+    def slow_scan(root: Root, max_bytes: int) -> Any:
+        time.sleep(delay.get(root.source, 0.0))
+        return real_scan(root, max_bytes)
+
+    monkeypatch.setattr(supervisor_mod, "scan", slow_scan)
+    h = Harness(make_cfg(vault, **{"watch.scanTimeoutSeconds": 4}), FakeEmbedder())
+    try:
+        beats: list[float] = []
+        h.indexer.supervisor.beat = lambda: beats.append(time.monotonic())
+        h.sweep()
+        assert len(beats) >= 2 and not h.indexer.supervisor.roots["vault"].offline
+        assert h.stores.manifest.file_states_of(["vault/Garden"])
+        beats.clear()
+        delay["vault"] = 6.0
+        h.sweep()
+        st = h.indexer.supervisor.roots["vault"]
+        assert st.offline and "did not answer within its timeout" in (st.error or "")
+        assert len(beats) >= 3 and max(b - a for a, b in itertools.pairwise(beats)) < 2.0
+        assert h.stores.manifest.file_states_of(["vault/Garden"])  # nothing deleted
     finally:
         h.close()

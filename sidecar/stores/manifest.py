@@ -50,6 +50,13 @@ CREATE INDEX IF NOT EXISTS chunks_by_text ON chunks(embed_hash) WHERE embed_hash
 -- The backfill queue in priority order: walking this index and probing chunks_pending answers
 -- "the next 256 chunks without a vector" in under a millisecond, where sorting every pending
 -- chunk took 0.2 s per call at 100 k chunks (the ORDER BY of pending_vectors must match it).
+-- Vectors of deleted chunks, by text and table, so a note that comes back (a remount, a checkout,
+-- an undo) is not embedded again; bounded by age and count (Manifest.prune_kept).
+CREATE TABLE IF NOT EXISTS kept_vectors (
+  vec_table TEXT NOT NULL, embed_hash TEXT NOT NULL, vector BLOB NOT NULL, kept_at REAL NOT NULL,
+  PRIMARY KEY (vec_table, embed_hash)
+);
+CREATE INDEX IF NOT EXISTS kept_by_age ON kept_vectors(kept_at);
 CREATE INDEX IF NOT EXISTS files_queue ON files(
   (CASE source WHEN 'memory' THEN 0 WHEN 'wiki' THEN 1 ELSE 2 END), mtime_ns DESC
 ) WHERE state = 'indexed';
@@ -378,6 +385,60 @@ class Manifest:
                 )
             )
         return out
+
+    def embed_hashes(self, chunk_ids: Sequence[str], flag: str = "has_vector") -> dict[str, str]:
+        """chunk_id -> text hash of those chunks that have a vector in ``flag``'s table."""
+        out: dict[str, str] = {}
+        for part, marks in _in_groups(chunk_ids):
+            out.update(
+                self._query(
+                    f"SELECT chunk_id, embed_hash FROM chunks WHERE chunk_id IN ({marks}) "
+                    f"AND embed_hash != '' AND {_flag(flag)} = 1",
+                    part,
+                )
+            )
+        return out
+
+    def chunk_ids_of(self, keys: Sequence[str]) -> list[str]:
+        out: list[str] = []
+        for part, marks in _in_groups(keys):
+            out.extend(r[0] for r in self._query(f"SELECT chunk_id FROM chunks WHERE key IN ({marks})", part))
+        return out
+
+    def keep_vectors(self, table: str, rows: Sequence[tuple[str, bytes]], now: float) -> None:
+        """Remember (text hash, vector bytes) of chunks about to lose their vector."""
+        with self.transaction() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO kept_vectors(vec_table, embed_hash, vector, kept_at) "
+                "VALUES (?,?,?,?)",
+                [(table, h, v, now) for h, v in rows],
+            )
+
+    def kept_vectors(self, table: str, hashes: Sequence[str]) -> dict[str, bytes]:
+        out: dict[str, bytes] = {}
+        for part, marks in _in_groups(hashes):
+            out.update(
+                self._query(
+                    "SELECT embed_hash, vector FROM kept_vectors "
+                    f"WHERE vec_table = ? AND embed_hash IN ({marks})",
+                    [table, *part],
+                )
+            )
+        return out
+
+    def prune_kept(self, older_than: float, keep_at_most: int) -> int:
+        """Forget kept vectors older than ``older_than`` and all but the newest ``keep_at_most``."""
+        with self.transaction() as db:
+            n = db.execute("DELETE FROM kept_vectors WHERE kept_at < ?", (older_than,)).rowcount
+            n += db.execute(
+                "DELETE FROM kept_vectors WHERE rowid NOT IN "
+                "(SELECT rowid FROM kept_vectors ORDER BY kept_at DESC LIMIT ?)",
+                (keep_at_most,),
+            ).rowcount
+        return int(n)
+
+    def kept_count(self) -> int:
+        return int(self._query("SELECT count(*) FROM kept_vectors")[0][0])
 
     def list_files(self, where: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
         """(key, source, agent, title, tags json, mtime_ns, chunks) of indexed files matching ``where``."""

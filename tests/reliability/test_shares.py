@@ -1,0 +1,177 @@
+"""Shares under a real daemon: a vault emptied in place (its mount point left behind) while
+agents write memory, a genuine mass deletion held and confirmed, a vault that appears after the
+start, and a full index disk whose notes are searchable seconds after space is freed."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import DaemonProcess, store_ids, write
+
+pytestmark = pytest.mark.model
+
+FAST = {
+    "SIDECAR_WATCH_RETRY_BASE_SECONDS": "0.5",
+    "SIDECAR_WATCH_RETRY_MAX_SECONDS": "1",
+    "SIDECAR_WATCH_DEBOUNCE_MS": "50",
+}
+
+
+def _root(h: dict[str, Any], name: str = "vault") -> dict[str, Any]:
+    return next((r for r in h["roots"] if r["name"] == name), {"mode": None})
+
+
+def _vault_files(h: dict[str, Any]) -> int:
+    return int(h["index"]["by_source"].get("vault", {}).get("files", 0))
+
+
+def _fill_vault(vault: Path, n: int) -> None:
+    for i in range(n):
+        write(vault / "Log" / f"entry-{i}.md", f"# Entry {i}\n\nThe lighthouse keeper logged storm {i}.\n")
+
+
+def test_emptied_in_place_while_memory_is_written(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
+    """The vault folder emptied in place for longer than the old confirmation window (11 s with
+    memory writes going on, then 90 s without): no chunk leaves the index. Restored, nothing is
+    embedded again. A genuine mass deletion is held, then applied on confirmation, and its notes,
+    restored, come back with their kept vectors (`vectors.reused`, not `vectors.embedded`)."""
+    _fill_vault(vault, 12)
+    d: DaemonProcess = daemon_factory(vault, env=FAST).start()
+    h = d.wait_for(lambda h: h["index"]["pending_vectors"] == 0)
+    chunks, vault_files = h["index"]["chunks"], _vault_files(h)
+    saved = tmp_path / "saved"
+    shutil.copytree(vault, saved)
+    for p in list(vault.iterdir()):  # the mount point stays, its content is gone
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    d.wait_for(lambda h: _root(h)["mode"] == "offline", 30)
+    embedded = d.health()["vectors"]["embedded"]
+    deadline, n = time.monotonic() + 15, 0
+    while time.monotonic() < deadline:
+        note = {"slug": f"note-{n}", "content": f"# Note {n}\n\nkayak trip {n}\n"}
+        out = d.call("write", note, agent="ops")
+        assert out["searchable"] is True
+        n += 1
+        time.sleep(0.3)
+    h = d.health()
+    assert _vault_files(h) == vault_files and h["index"]["chunks"] >= chunks
+    assert _root(h)["hold"]["kind"] == "empty" and _root(h)["held_deletions"] > 0
+    assert "--confirm-deletions vault" in d.run_cli("status").stdout
+    assert h["index"]["sweeps"] > 5  # many sweeps saw it: sweeps no longer confirm anything
+    memory_embedded = h["vectors"]["embedded"] - embedded
+    print(f"emptied 15 s: {n} memory writes, {h['index']['sweeps']} sweeps, vault {vault_files} notes kept")
+    shutil.copytree(saved, vault, dirs_exist_ok=True)
+    h = d.wait_for(lambda h: _root(h)["mode"] != "offline", 30)
+    h = d.wait_for(lambda h: h["index"]["pending_vectors"] == 0, 30)
+    assert _vault_files(h) == vault_files
+    assert h["vectors"]["embedded"] - embedded == memory_embedded  # only the memory notes
+
+    # A genuine mass deletion (same mount, some notes left): held until confirmed.
+    for p in (vault / "Log").glob("*.md"):
+        p.unlink()
+    d.wait_for(lambda h: (_root(h).get("hold") or {}).get("kind") == "mass", 30)
+    time.sleep(3)
+    assert _vault_files(d.health()) == vault_files
+    d.call("index", {"confirmDeletions": "vault"})
+    h = d.wait_for(lambda h: _vault_files(h) == vault_files - 12, 30)
+    assert _root(h)["mode"] != "offline"
+    before = h["vectors"]
+    shutil.copytree(saved / "Log", vault / "Log", dirs_exist_ok=True)
+    h = d.wait_for(lambda h: _vault_files(h) == vault_files and h["index"]["pending_vectors"] == 0, 30)
+    assert h["vectors"]["embedded"] == before["embedded"]
+    assert h["vectors"]["reused"] >= before["reused"] + 12
+    print(f"restored after a confirmed deletion: {h['vectors']['reused'] - before['reused']} reused")
+    assert d.stop() == 0
+    ids, bm25_ids, vec_ids = store_ids(d.home)
+    assert ids == bm25_ids == vec_ids
+
+
+def test_vault_absent_at_start_is_indexed_when_it_appears(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
+    """Started before the share is mounted (the vault path does not exist): the daemon serves,
+    the root is offline; when the folder appears it is indexed by itself."""
+    away = tmp_path / "not-mounted-yet"
+    vault.rename(away)
+    d: DaemonProcess = daemon_factory(vault, env=FAST).start(wait=None)
+    h = d.wait_for(lambda h: _root(h)["mode"] == "offline", 60)
+    assert _vault_files(h) == 0
+    away.rename(vault)
+    h = d.wait_for(lambda h: _vault_files(h) == 3 and _root(h)["mode"] != "offline", 60)
+    assert h["index"]["by_source"]["wiki"]["files"] == 1
+    assert d.stop() == 0
+
+
+def _mount(*args: str) -> None:
+    subprocess.run(["mount", *args], check=True, capture_output=True, timeout=30)
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str) -> Iterator[Path]:
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs (disk-full case)")
+    try:
+        _mount("-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path))
+    except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+        pytest.skip(f"cannot mount a tmpfs here: {exc}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False, capture_output=True, timeout=30)
+
+
+def _fill(folder: Path) -> Path:
+    filler = folder / "filler.bin"
+    with filler.open("wb", buffering=0) as fh:
+        for size in (1 << 16, 1):
+            with contextlib.suppress(OSError):
+                while fh.write(b"\0" * size):
+                    pass
+    return filler
+
+
+def test_notes_written_while_the_index_disk_is_full_are_searchable_within_10_s(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
+    """The index folder on a full tmpfs (the inbox and the vault elsewhere): memory notes are
+    saved but not searchable, vault notes wait; within 10 s of the space being freed (no
+    request needed) all of them are found."""
+    d: DaemonProcess = daemon_factory(vault, env={**FAST, "SIDECAR_WATCH_RETRY_MAX_SECONDS": "600"})
+    with tmpfs(d.home / "index", "48m") as index:
+        d.start()
+        d.call("write", {"slug": "first", "content": "# First\n\nbefore the disk filled\n"}, agent="ops")
+        filler = _fill(index)
+        notes = [{"slug": f"full-{i}", "content": f"# Full {i}\n\nzeppelin hangar {i}\n"} for i in range(3)]
+        outs = [d.call("write", note, agent="ops") for note in notes]
+        assert not any(o["searchable"] for o in outs)
+        write(vault / "Later.md", "# Later\n\nThe albatross circled the mast.\n")
+        d.wait_for(lambda h: "index" in {p["area"] for p in h["problems"]["active"]}, 30)
+        time.sleep(20)  # long enough for an exponential backoff to have grown past 10 s
+        filler.unlink()
+        freed = time.monotonic()
+
+        def found() -> bool:
+            hits = d.call("search", {"query": "zeppelin hangar 2"}, agent="ops")["hits"]
+            later = d.call("search", {"query": "albatross mast"})["hits"]
+            return any(x["reference"] == "memory/full-2" for x in hits) and any(
+                x["reference"] == "vault/Later" for x in later
+            )
+
+        while not found():
+            assert time.monotonic() - freed < 10, "not searchable within 10 s of space being freed"
+            time.sleep(0.2)
+        took = time.monotonic() - freed
+        print(f"searchable {took:.1f} s after space was freed")
+        d.wait_for(lambda h: h["index"]["pending_vectors"] == 0, 60)
+        assert d.stop() == 0
+        ids, bm25_ids, vec_ids = store_ids(d.home)
+        assert ids == bm25_ids == vec_ids

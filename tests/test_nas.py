@@ -1,0 +1,304 @@
+"""Shares that are emptied, unmounted, replaced or partly unreadable keep their notes; mass
+deletions wait for wall-clock time or the user; file events touch only their paths; vectors of
+deleted chunks come back without the model; a nested wiki keeps its sibling folders."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar import sources as sources_mod
+from sidecar import supervisor as supervisor_mod
+from sidecar.supervisor import Identity
+from tests.conftest import FakeEmbedder, Harness, write
+
+
+def _counts(h: Harness) -> tuple[int, int, int]:
+    assert h.stores.vectors is not None
+    return h.stores.manifest.chunk_count(), h.stores.bm25.num_docs(), h.stores.vectors.count()
+
+
+def _notes(vault: Path, n: int, folder: str = "Notes") -> list[Path]:
+    return [
+        write(vault / folder / f"n{i}.md", f"# Note {i}\n\nThe keeper of lighthouse {i} logs storm {i}.\n")
+        for i in range(n)
+    ]
+
+
+@pytest.fixture
+def big(make_cfg: Any, vault: Path) -> Any:
+    _notes(vault, 10)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    h.sweep()
+    yield h
+    h.close()
+
+
+def test_mass_deletion_waits_for_the_clock_not_for_sweeps(big: Harness, vault: Path) -> None:
+    """Most notes gone on the same mount: held through many sweeps; applied once the hold
+    (wall-clock, default hours) has passed; the status says which, since when and the command."""
+    now = [1_000_000.0]
+    sup = big.indexer.supervisor
+    sup.clock = lambda: now[0]
+    before = _counts(big)
+    for p in list((vault / "Notes").glob("*.md"))[:9]:
+        p.unlink()
+    for _ in range(10):
+        big.sweep()
+        now[0] += 30
+    assert _counts(big) == before
+    st = sup.roots["vault"]
+    assert st.offline and st.hold_kind == "mass" and st.hold_since == 1_000_000.0
+    (root,) = [r for r in sup.describe(lambda _p: True) if r["name"] == "vault"]
+    assert root["hold"]["confirm"] == "sidecar index --confirm-deletions vault"
+    assert root["hold"]["applies_at"] == 1_000_000.0 + 360 * 60
+    assert "--confirm-deletions vault" in root["error"]
+    now[0] = 1_000_000.0 + 360 * 60 + 1
+    big.sweep()
+    assert _counts(big)[0] < before[0]
+    assert not sup.roots["vault"].offline
+
+
+def test_hold_survives_a_restart(make_cfg: Any, vault: Path) -> None:
+    """The hold's start is kept in the manifest: a restart does not restart (or skip) the clock."""
+    _notes(vault, 10)
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    for p in list((vault / "Notes").glob("*.md"))[:9]:
+        p.unlink()
+    h.indexer.supervisor.clock = lambda: 5_000.0
+    h.sweep()
+    h.close()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.indexer.supervisor.clock = lambda: 5_000.0 + 3600
+        h.sweep()
+        assert h.indexer.supervisor.roots["vault"].hold_since == 5_000.0
+        before = h.stores.manifest.chunk_count()
+        h.indexer.supervisor.clock = lambda: 5_000.0 + 361 * 60
+        h.sweep()
+        assert h.stores.manifest.chunk_count() < before
+    finally:
+        h.close()
+
+
+def test_unmounted_share_holds_even_with_notes_in_the_mount_point(
+    big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A root that was a mount point and is not (or is on another device) stays offline while
+    it stays so, whatever lies in the folder, and the clock never applies it."""
+    real = supervisor_mod.identity_of
+    state = {"mount": True, "dev": 77}
+    monkeypatch.setattr(
+        supervisor_mod,
+        "identity_of",
+        lambda p: Identity(state["mount"], state["dev"]) if Path(p) == vault else real(p),
+    )
+    big.sweep()  # remembered: a mount point of its own on device 77
+    before = _counts(big)
+    now = [1e6]
+    big.indexer.supervisor.clock = lambda: now[0]
+    hidden = vault.parent / "hidden"
+    os.mkdir(hidden)
+    for p in vault.iterdir():
+        if p.name != "wiki":
+            p.rename(hidden / p.name)
+    write(vault / "Stray.md", "# Stray\n\nA half-synced note in the bare mount point.\n")
+    state["mount"] = False
+    for _ in range(3):
+        big.sweep()
+        now[0] += 86400
+    assert _counts(big) == before
+    st = big.indexer.supervisor.roots["vault"]
+    assert st.offline and st.hold_kind == "unmounted" and "not any more" in (st.error or "")
+    assert (
+        big.stores.manifest.file_states_of(["vault/Stray"]) == {}
+    )  # the mount point's content is not indexed
+    state.update(mount=True, dev=78)  # another share mounted there
+    big.sweep()
+    assert big.indexer.supervisor.roots["vault"].hold_kind == "device"
+    assert _counts(big) == before
+    (vault / "Stray.md").unlink()
+    for p in hidden.iterdir():
+        p.rename(vault / p.name)
+    big.sweep()  # the share is back (its new device is adopted: nothing is missing)
+    assert not big.indexer.supervisor.roots["vault"].offline
+    assert _counts(big) == before
+
+
+def test_unreadable_folder_keeps_its_notes(
+    big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder that cannot be listed (permission denied, I/O error) keeps its notes in the
+    index; the problem is shown, and clears when it is readable again."""
+    real = os.scandir
+    bad = vault / "Notes"
+
+    def scandir(path: Any) -> Any:
+        if Path(path) == bad:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    before = _counts(big)
+    monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+    big.sweep()
+    assert _counts(big) == before
+    assert not big.indexer.supervisor.roots["vault"].offline
+    problem = big.stores.problems.active_in("unreadable")
+    assert problem is not None and str(bad) in problem["error"]
+    monkeypatch.setattr(sources_mod.os, "scandir", real)
+    big.sweep()
+    assert big.stores.problems.active_in("unreadable") is None
+    assert _counts(big) == before
+
+
+def test_unreadable_note_keeps_its_chunks(big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A changed note that cannot be read (I/O error) keeps what was indexed."""
+    target = vault / "Notes" / "n3.md"
+    real_open = Path.open
+
+    def fake_open(self: Path, *a: Any, **kw: Any) -> Any:
+        if self == target:
+            raise OSError(5, "Input/output error")
+        return real_open(self, *a, **kw)
+
+    before = big.stores.manifest.chunk_ids("vault/Notes/n3")
+    os.utime(target, ns=(1, 1))
+    monkeypatch.setattr(Path, "open", fake_open)
+    big.sweep()
+    assert big.stores.manifest.chunk_ids("vault/Notes/n3") == before != set()
+
+
+def test_deleted_vectors_come_back_without_the_model(big: Harness, vault: Path) -> None:
+    """Notes deleted (confirmed) and restored are not embedded again: their vectors were kept by
+    text; `reused` counts them, `embedded` does not move."""
+    model = big.slot.model
+    assert isinstance(model, FakeEmbedder)
+    saved = {p: p.read_bytes() for p in (vault / "Notes").glob("*.md")}
+    for p in saved:
+        p.unlink()
+    big.indexer.sweep(confirm_deletions={"vault"})
+    assert big.stores.manifest.kept_count() >= len(saved)
+    embedded, reused = big.indexer.vectors.embedded, big.indexer.vectors.reused
+    model.embedded.clear()
+    for p, data in saved.items():
+        p.write_bytes(data)
+    big.sweep()
+    assert model.embedded == []
+    assert big.indexer.vectors.embedded == embedded
+    assert big.indexer.vectors.reused >= reused + len(saved)
+    chunks, docs, vectors = _counts(big)
+    assert chunks == docs == vectors
+
+
+def test_kept_vectors_are_bounded(make_cfg: Any, vault: Path) -> None:
+    """At most keepDeletedVectorsMax vectors are kept (the newest)."""
+    _notes(vault, 10)
+    h = Harness(make_cfg(vault, **{"index.keepDeletedVectorsMax": 3}), FakeEmbedder())
+    try:
+        h.sweep()
+        for p in (vault / "Notes").glob("*.md"):
+            p.unlink()
+        h.indexer.sweep(confirm_deletions={"vault"})
+        assert h.stores.manifest.kept_count() == 3
+    finally:
+        h.close()
+
+
+def test_a_memory_write_never_walks_the_vault(big: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Event paths are looked at one by one: a changed memory note does not list or stat any
+    other root; a new vault note is indexed from its own path."""
+    cfg = big.cfg
+    inbox = cfg.agents_dir / "ops" / "memory"
+    note = write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+    touched: list[str] = []
+    real_scandir, real_lstat, real_stat = os.scandir, os.lstat, os.stat
+    vault = str(cfg.vault.path)
+
+    def spy(real: Any) -> Any:
+        def inner(path: Any, *a: Any, **kw: Any) -> Any:
+            if str(path).startswith(vault):
+                touched.append(str(path))
+            return real(path, *a, **kw)
+
+        return inner
+
+    monkeypatch.setattr(os, "scandir", spy(real_scandir))
+    monkeypatch.setattr(os, "lstat", spy(real_lstat))
+    monkeypatch.setattr(os, "stat", spy(real_stat))
+    big.indexer.sweep(only=frozenset(), paths={str(note)})
+    assert big.stores.manifest.file_states_of(["memory/ops/plan"])
+    assert touched == []
+    new = write(Path(vault) / "Fresh" / "Idea.md", "# Idea\n\nA windmill on the roof.\n")
+    big.indexer.sweep(only=frozenset(), paths={str(new.parent)})
+    assert big.stores.manifest.file_states_of(["vault/Fresh/Idea"])
+    assert not any(t.endswith("/Notes") for t in touched)  # its siblings were not walked
+
+
+def test_event_deletions_beyond_a_few_go_through_the_guard(big: Harness, vault: Path) -> None:
+    """One deleted note seen by an event is removed at once; a burst of deletions (an emptied
+    mount point sends one event per file) is handed to a full sweep and held."""
+    one = vault / "Garden.md"
+    one.unlink()
+    big.indexer.sweep(only=frozenset(), paths={str(one)})
+    assert big.stores.manifest.file_states_of(["vault/Garden"]) == {}
+    before = _counts(big)
+    gone = sorted((vault / "Notes").glob("*.md"))
+    for p in gone:
+        p.unlink()
+    for p in vault.rglob("*.md"):
+        if "wiki" not in p.parts and not any(x.startswith(".") for x in p.relative_to(vault).parts):
+            p.unlink()
+    big.indexer.sweep(only=frozenset(), paths={str(p) for p in gone})
+    assert _counts(big) == before
+    assert big.indexer.supervisor.roots["vault"].offline
+
+
+def test_nested_wiki_keeps_its_siblings(make_cfg: Any, tmp_path: Path) -> None:
+    """wikiSubfolder Areas/wiki: the wiki is its own source, Areas/projects stays in the vault."""
+    v = tmp_path / "nested"
+    write(v / "Areas/wiki/Backups.md", "# Backups\n\nrestic every night.\n")
+    write(v / "Areas/projects/Boat.md", "# Boat\n\nnew spark plugs.\n")
+    write(v / "Top.md", "# Top\n\nfirst page.\n")
+    h = Harness(make_cfg(v, **{"vault.wikiSubfolder": "Areas/wiki"}), FakeEmbedder())
+    try:
+        h.sweep()
+        keys = set(h.stores.manifest.file_states())
+        assert keys == {"wiki/Backups", "vault/Areas/projects/Boat", "vault/Top"}
+        write(v / "Areas/projects/Kayak.md", "# Kayak\n\npaddle.\n")
+        write(v / "Areas/wiki/Kayaks.md", "# Kayaks\n\nwiki page.\n")
+        h.indexer.sweep(
+            only=frozenset(), paths={str(v / "Areas/projects/Kayak.md"), str(v / "Areas/wiki/Kayaks.md")}
+        )
+        assert {"vault/Areas/projects/Kayak", "wiki/Kayaks"} <= set(h.stores.manifest.file_states())
+    finally:
+        h.close()
+
+
+def test_a_small_wiki_survives_its_vault_emptied_in_place(big: Harness, vault: Path) -> None:
+    """The wiki (one note, below the mass-deletion minimum) of a vault whose mount point was
+    emptied is unreachable with it, not an empty folder whose notes were deleted."""
+    import shutil
+
+    before = _counts(big)
+    for p in list(vault.iterdir()):
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    for _ in range(3):
+        big.sweep()
+    assert _counts(big) == before
+    assert big.indexer.supervisor.roots["wiki"].offline
+    assert big.stores.manifest.file_states_of(["wiki/Backups"])
+
+
+def test_a_folder_holding_a_whole_root_sweeps_that_root(big: Harness, tmp_path: Path) -> None:
+    """An agent's folder moved in whole arrives as one event for the folder: its inbox is swept."""
+    staged = write(tmp_path / "staged" / "newbie" / "memory" / "hello.md", "# Hello\n\nfirst words\n")
+    target = big.cfg.agents_dir / "newbie"
+    big.cfg.agents_dir.mkdir(parents=True, exist_ok=True)
+    staged.parent.parent.rename(target)
+    big.indexer.sweep(only=frozenset(), paths={str(target)})
+    assert big.stores.manifest.file_states_of(["memory/newbie/hello"])
