@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
@@ -29,28 +30,41 @@ def duration(seconds: float) -> str:
 
 class Eta:
     """Time left from a count that moves in steps (vectors arrive 256 chunks at a time): the rate
-    is a moving average over steps, and between two steps the estimate counts down instead of
-    jumping."""
+    is taken over the last ``window`` steps (one step's timing jitter barely moves it), and
+    between two steps the estimate counts down instead of standing still and then jumping."""
 
-    def __init__(self, alpha: float = 0.2) -> None:
-        self.alpha = alpha
-        self.rate: float | None = None  # units per second
-        self._last: tuple[float, int] | None = None  # (time, done) of the last step
+    def __init__(self, window: int = 16, pull: float = 0.25) -> None:
+        self.steps: deque[tuple[float, int]] = deque(maxlen=window)  # (time, done) when it moved
+        self.pull = pull
+        self._shown: tuple[float, float] | None = None  # (time, seconds left) last returned
+
+    @property
+    def rate(self) -> float | None:
+        """Units per second over the window, None before two steps."""
+        if len(self.steps) < 2:
+            return None
+        (t0, d0), (t1, d1) = self.steps[0], self.steps[-1]
+        return (d1 - d0) / (t1 - t0) if t1 > t0 and d1 > d0 else None
 
     def update(self, done: int, total: int, now: float | None = None) -> float | None:
         now = time.monotonic() if now is None else now
-        if self._last is None or done < self._last[1]:  # first sample, or a new count began
-            self._last = (now, done)
+        if self.steps and done < self.steps[-1][1]:  # a new count began
+            self.steps.clear()
+            self._shown = None
+        if not self.steps or done > self.steps[-1][1]:
+            self.steps.append((now, done))
+        rate = self.rate
+        if not rate:
             return None
-        t0, d0 = self._last
-        if done > d0 and now > t0:
-            rate = (done - d0) / (now - t0)
-            self.rate = rate if self.rate is None else self.alpha * rate + (1 - self.alpha) * self.rate
-            self._last = (now, done)
-        if not self.rate:
-            return None
-        left = max(total - done, 0) / self.rate - (now - self._last[0])
-        return max(left, 0.0)
+        raw = max(max(total - done, 0) / rate - (now - self.steps[-1][0]), 0.0)
+        if self._shown is None or done >= total:
+            shown = raw
+        else:  # count down from the last figure, moving a quarter of the way to the new estimate
+            t, value = self._shown
+            predicted = value - (now - t)
+            shown = max(predicted + self.pull * (raw - predicted), 0.0)
+        self._shown = (now, shown)
+        return shown
 
 
 class Summary:

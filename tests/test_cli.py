@@ -229,8 +229,9 @@ def test_a_closed_pipe_is_not_an_error(shared: DaemonProcess, argv: list[str]) -
     )
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()  # the reader is gone before anything is written
-    err = proc.stderr.read().decode()
-    assert proc.wait(timeout=60) == 0 and err == ""
+    with proc.stderr:
+        err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0 and "Traceback" not in err and "Error" not in err
 
 
 def test_config_errors_exit_3_listing_all(shared: DaemonProcess, tmp_path: Path) -> None:
@@ -368,7 +369,7 @@ def test_eta_is_steady_while_vectors_arrive_in_steps() -> None:
             etas.append((now, left))
     assert etas
     for (t0, a), (t1, b) in itertools.pairwise(etas):
-        assert abs((a - b) - (t1 - t0)) < 3.0, (t0, a, b)  # never a jump of a whole step's worth
+        assert abs((a - b) - (t1 - t0)) < 1.0, (t0, a, b)  # never a jump of a whole step (2.56 s)
     true_left = (total - int(59.5 / 2.56) * 256) / 100 - (59.5 - int(59.5 / 2.56) * 2.56)
     assert abs(etas[-1][1] - true_left) < 5
 
