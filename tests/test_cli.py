@@ -417,3 +417,9 @@ def test_journald_lines_carry_their_priority() -> None:
     assert line(logging.ERROR, "sweep_failed error=x") == "<3>ERROR sidecar.x sweep_failed error=x"
     assert line(logging.WARNING, "w").startswith("<4>") and line(logging.INFO, "i").startswith("<6>")
     assert line(logging.INFO, "a\nb") == "<6>INFO sidecar.x a\n<6>b"
+
+
+def test_cli_sources_match_the_scanner() -> None:
+    from sidecar import cli, sources
+
+    assert cli.SOURCES == sources.SOURCES
