@@ -103,11 +103,8 @@ class Summary:
         )
         pending = idx["pending_vectors"]
         if emb["state"] == "failed":
-            self._once(
-                "failed", f"vectors: the model failed ({emb.get('error')}); search is keyword-only", out
-            )
-        elif emb["state"] == "disabled":
-            self._once("disabled", "vectors: embedder disabled; search is keyword-only", out)
+            what = "off" if "disabled" in str(emb.get("error")) else "the model failed"
+            self._once("failed", f"vectors: {what} ({emb.get('error')}); search is keyword-only", out)
         elif emb["state"] != "ok":
             self._once("loading", f"vectors: loading the model ({emb.get('model') or 'default'}) ...", out)
         elif pending:
