@@ -423,3 +423,18 @@ def test_cli_sources_match_the_scanner() -> None:
     from sidecar import cli, sources
 
     assert cli.SOURCES == sources.SOURCES
+
+
+def test_each_skipped_file_is_named_once_at_info(
+    harness: Any, vault: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A symlink leading out of the vault is named in the log with its reason at the first sweep,
+    not again at every later one."""
+    outside = write(tmp_path / "outside.md", "# Secret\n\nnot part of the vault\n")
+    (vault / "Link.md").symlink_to(outside)
+    with caplog.at_level(logging.INFO, logger="sidecar.indexer"):
+        harness.sweep()
+        harness.sweep()
+    named = [r for r in caplog.records if r.getMessage().startswith("file_skipped")]
+    assert len(named) == 1 and named[0].levelno == logging.INFO
+    assert str(vault / "Link.md") in named[0].getMessage() and "reason=" in named[0].getMessage()
