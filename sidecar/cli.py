@@ -7,17 +7,89 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from sidecar import __version__
 from sidecar.client import Client
 from sidecar.config import Config, load_config
-from sidecar.errors import DaemonNotRunningError, ExitCode, SidecarError
-from sidecar.sources import SOURCES
+from sidecar.errors import DaemonNotRunningError, ExitCode, RemoteError, SidecarError
+
+# The sources a search can be limited to (sidecar.sources.SOURCES; not imported: a thin client
+# starts faster without the scanner's module, and a test keeps the two equal).
+SOURCES = ("vault", "wiki", "memory")
+
+
+class UsageError(SidecarError):
+    """A wrong command line value the parser cannot check (a missing --history file, bad JSON)."""
+
+    code = "usage"
+    exit_code = ExitCode.USAGE
+
+
+# Set by main() when the command line asks for --json: errors are printed as JSON too.
+_json_errors = False
+
+
+def _emit_error(message: str, code: str) -> None:
+    """One line per error: JSON on stdout with --json (where the answer would have been), else
+    ``sidecar: message`` on stderr."""
+    if _json_errors:
+        print(json.dumps({"error": {"code": code, "message": message}}, ensure_ascii=False))
+    else:
+        print(f"sidecar: {message}", file=sys.stderr)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Options and positionals in any order (``memory write --agent me my-note``: plain argparse
+    stops at the first optional after a ``?`` positional), and usage errors as one line."""
+
+    _intermixing = False
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        # The top level (it has the subcommands) parses as usual; each command's own parser
+        # (which the subcommand action calls) collects all optionals first, then the positionals.
+        if self._intermixing or self._subparsers is not None:
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("sidecar").strip()
+        _emit_error(f"{command + ': ' if command else ''}{message} (see `{self.prog} --help`)", "usage")
+        raise SystemExit(int(ExitCode.USAGE))
+
+
+class _Version(argparse.Action):
+    """``--version``: the package and the model a daemon started here would use."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="show the version and the model, then exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: Any, **_kwargs: Any) -> NoReturn:
+        print(version_text())
+        raise SystemExit(0)
+
+
+def version_text() -> str:
+    from sidecar.config import EmbedderConfig
+
+    try:
+        model, origin = load_config().embedder.model, "configured"
+    except SidecarError:
+        model, origin = EmbedderConfig.model, "default"
+    if model == EmbedderConfig.model:
+        origin = "default"
+    return f"sidecar {__version__} (distribution sidecar-recall), model {model} ({origin})"
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -37,8 +109,8 @@ def _vault_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sidecar", description="Hybrid recall over an Obsidian vault.")
-    parser.add_argument("--version", action="version", version=f"sidecar {__version__}")
+    parser = _Parser(prog="sidecar", description="Hybrid recall over an Obsidian vault.")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("serve", help="run the daemon in the foreground")
@@ -58,7 +130,19 @@ def build_parser() -> argparse.ArgumentParser:
     _query_commands(sub)
     _agent_commands(sub)
     _admin_commands(sub)
+    _help_commands(sub)
+    for command in sub.choices.values():  # every command takes --json (errors come as JSON too)
+        if "--json" not in command._option_string_actions:
+            command.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
+
+
+def _help_commands(sub: Any) -> None:
+    p = sub.add_parser("doctor", help="check what usually goes wrong and say what to do")
+    _common(p)
+    _vault_flags(p)
+    p = sub.add_parser("completion", help="print a shell completion script (bash, zsh or fish)")
+    p.add_argument("shell", choices=("bash", "zsh", "fish"))
 
 
 def _recall_args(p: argparse.ArgumentParser) -> None:
@@ -181,19 +265,58 @@ def _config(args: argparse.Namespace) -> Config:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    global _json_errors
+    argv = list(sys.argv[1:] if argv is None else argv)
+    _json_errors = "--json" in argv[: argv.index("--") if "--" in argv else len(argv)]
     try:
+        args = build_parser().parse_args(argv)
+        if args.command == "completion":  # needs no configuration
+            return cmd_completion(args)
         cfg = _config(args)
+        for warning in cfg.warnings:
+            print(f"sidecar: warning: {warning}", file=sys.stderr)
         command: Callable[[argparse.Namespace, Config], int] = COMMANDS[args.command]
-        return command(args, cfg)
+        code = command(args, cfg)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler below
+        return code
     except SidecarError as exc:
-        print(f"sidecar: {exc}", file=sys.stderr)
+        _emit_error(str(exc), exc.code)
         return int(exc.exit_code)
+    except BrokenPipeError:
+        # The reader went away (`sidecar status | head -1`): not an error. Point stdout at
+        # /dev/null so the interpreter's final flush does not complain again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return int(ExitCode.OK)
     except KeyboardInterrupt:
         return 130
 
 
 # --- commands ---------------------------------------------------------------------------------
+
+
+def _check_vault(args: argparse.Namespace, cfg: Config, *, serving: bool) -> None:
+    """A vault folder that does not exist: the daemon waits for it (a share not mounted yet), with
+    a warning; a literal ``~`` from the command line (quoted, so the shell did not expand it) or
+    an offline ``index`` run is an error instead of a run over 0 notes."""
+    from sidecar.errors import ConfigError
+
+    path = cfg.vault.path
+    if path is None or path.is_dir():
+        return
+    raw = getattr(args, "vault", None)
+    if raw is not None and "~" in raw:
+        raise ConfigError(
+            f"--vault {raw}: the folder {path} does not exist; the shell did not expand '~' "
+            "(was it quoted?): write the full path"
+        )
+    if not serving:
+        raise ConfigError(f"vault.path: the folder {path} does not exist")
+    print(
+        f"sidecar: warning: the vault folder {path} does not exist (yet); serving agent memory and "
+        "waiting for it to appear (e.g. a share that is not mounted)",
+        file=sys.stderr,
+    )
 
 
 def cmd_serve(args: argparse.Namespace, cfg: Config) -> int:
@@ -202,7 +325,14 @@ def cmd_serve(args: argparse.Namespace, cfg: Config) -> int:
     heap.limit_arenas()  # before the stores' native threads exist
     from sidecar.daemon import Daemon
 
+    _check_vault(args, cfg, serving=True)
     logs.setup(cfg.logging.level, journald=cfg.journald)
+    if sys.stdout.isatty() and not cfg.journald and not args.json:
+        import threading
+
+        from sidecar.foreground import follow
+
+        follow(cfg.socket_path, threading.Event(), sys.stdout)
     Daemon(cfg, reload_config=lambda: _config(args)).run()
     return int(ExitCode.OK)
 
@@ -224,16 +354,23 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
                 if idx["sweeps"] > before and idx["phase"] == "idle" and not waiting:
                     break
                 time.sleep(0.5)
-        bar.done(f"indexed {idx['files']} notes, {idx['chunks']} chunks (through the daemon)")
+        if args.json:
+            print(json.dumps({"through": "daemon", "files": idx["files"], "chunks": idx["chunks"]}))
+        else:
+            bar.done(f"indexed {idx['files']} notes, {idx['chunks']} chunks (through the daemon)")
         return int(ExitCode.OK)
     except DaemonNotRunningError:
         pass
+    _check_vault(args, cfg, serving=False)
     from sidecar import logs
     from sidecar.daemon import index_once
 
     logs.setup(cfg.logging.level if cfg.logging.level != "info" else "warning", journald=cfg.journald)
     confirm = frozenset([args.confirm_deletions]) if args.confirm_deletions else frozenset()
     summary = index_once(cfg, rebuild=bool(args.rebuild), progress=bar.update, confirm=confirm)
+    if args.json:
+        print(json.dumps({"through": "in-process", **summary}, default=str))
+        return int(ExitCode.OK)
     bar.done(
         f"indexed {summary['files']} notes, {summary['chunks']} chunks ({summary['changed']} read, "
         f"{summary['deleted']} removed, {summary['pending_vectors']} without vectors)"
@@ -278,13 +415,19 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
 def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
     history: list[str] = []
     if args.history:
-        source = sys.stdin.read() if args.history == "-" else Path(args.history).read_text(encoding="utf-8")
+        try:
+            source = (
+                sys.stdin.read() if args.history == "-" else Path(args.history).read_text(encoding="utf-8")
+            )
+        except OSError as exc:
+            raise UsageError(f"--history {args.history}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise UsageError(f"--history {args.history}: not UTF-8 text") from None
         raw = source.strip()
         try:
             loaded = json.loads(raw) if raw.startswith("[") else raw.splitlines()
         except json.JSONDecodeError as exc:
-            print(f"sidecar: --history is not a JSON list: {exc}", file=sys.stderr)
-            return int(ExitCode.USAGE)
+            raise UsageError(f"--history {args.history} is not a JSON list: {exc}") from None
         history = [str(t) for t in loaded]
     params: dict[str, Any] = {"message": args.message, "history": history, "preview": bool(args.preview)}
     if args.limit:
@@ -313,12 +456,16 @@ def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
 def cmd_why(args: argparse.Namespace, cfg: Config) -> int:
     with Client(cfg.socket_path, agent=args.agent) as client:
         r = client.call("why", {"reference": args.reference, "query": args.query})
+    missing = not r["indexed"] and r.get("exists") is False  # like `get`: a missing note fails
     if args.json:
         print(json.dumps(r, ensure_ascii=False))
-        return int(ExitCode.OK)
+        return int(ExitCode.REQUEST_FAILED if missing else ExitCode.OK)
     if not r["indexed"]:
-        print(f"{args.reference}: not indexed: {r.get('reason', '')}")
-        return int(ExitCode.OK)
+        print(
+            f"{args.reference}: not indexed: {r.get('reason', '')}",
+            file=sys.stderr if missing else sys.stdout,
+        )
+        return int(ExitCode.REQUEST_FAILED if missing else ExitCode.OK)
     a = r["analysis"]
     words, weight = a["contentWords"], r["vectorWeight"]
     print(f"{r['reference']} for {a['text']!r}: content words {words}, vector weight {weight}")
@@ -408,8 +555,7 @@ def cmd_mcp(args: argparse.Namespace, cfg: Config) -> int:
     from sidecar.config import valid_agent
 
     if not valid_agent(args.agent):
-        print(f"sidecar: invalid agent name {args.agent!r}: use a-z, 0-9, '_' and '-'", file=sys.stderr)
-        return int(ExitCode.USAGE)
+        raise UsageError(f"invalid agent name {args.agent!r}: use a-z, 0-9, '_' and '-'")
     logs.setup("warning", journald=cfg.journald)  # stderr only: stdout carries the protocol
     from sidecar.mcp_shim import run
 
@@ -424,8 +570,9 @@ def cmd_memory(args: argparse.Namespace, cfg: Config) -> int:
             params["tag"] = args.tag
     else:
         if not args.slug:
-            print(f"sidecar: memory {args.action} needs a SLUG", file=sys.stderr)
-            return int(ExitCode.USAGE)
+            raise UsageError(
+                f"memory {args.action} needs a SLUG (sidecar memory {args.action} SLUG --agent NAME)"
+            )
         params["slug"] = args.slug
         if args.action in ("write", "edit"):
             params["content"] = args.content if args.content is not None else sys.stdin.read()
@@ -433,10 +580,12 @@ def cmd_memory(args: argparse.Namespace, cfg: Config) -> int:
                 try:
                     params["frontmatter"] = json.loads(args.frontmatter)
                 except json.JSONDecodeError as exc:
-                    print(f"sidecar: --frontmatter is not valid JSON: {exc}", file=sys.stderr)
-                    return int(ExitCode.USAGE)
-    with Client(cfg.socket_path, agent=args.agent) as client:
-        result = client.call(args.action, params)
+                    raise UsageError(f"--frontmatter is not valid JSON: {exc}") from None
+    try:
+        with Client(cfg.socket_path, agent=args.agent) as client:
+            result = client.call(args.action, params)
+    except RemoteError as exc:  # the daemon's words name the MCP tools; a person typed a command
+        raise RemoteError(exc.code, str(exc).replace("memory_write", "`sidecar memory write`")) from None
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
     elif args.action == "list":
@@ -460,14 +609,36 @@ def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
     from sidecar.config import render_example, settings
 
     if args.action == "example":
-        sys.stdout.write(render_example())
+        text = render_example()
+        print(json.dumps({"example": text}) if args.json else text, end="" if not args.json else "\n")
         return int(ExitCode.OK)
-    print(f"configuration OK ({cfg.source_file or 'no file: defaults, environment and flags'})")
+    values: dict[str, Any] = {}
     for s in settings():
         value: Any = cfg
         for attr in s.attrs:
             value = getattr(value, attr)
-        print(f"{s.dotted} = {value}  ({cfg.origins.get(s.dotted, 'default')})")
+        values[s.dotted] = value
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "file": str(cfg.source_file) if cfg.source_file else None,
+                    "warnings": list(cfg.warnings),
+                    "values": {
+                        k: {"value": v, "from": cfg.origins.get(k, "default")} for k, v in values.items()
+                    },
+                    "socket": str(cfg.socket_path),
+                },
+                default=str,
+            )
+        )
+        return int(ExitCode.OK)
+    state = f"with {len(cfg.warnings)} warning(s)" if cfg.warnings else "OK"
+    print(f"configuration {state} ({cfg.source_file or 'no file: defaults, environment and flags'})")
+    for warning in cfg.warnings:
+        print(f"warning: {warning}")
+    for dotted, value in values.items():
+        print(f"{dotted} = {value}  ({cfg.origins.get(dotted, 'default')})")
     print(f"socket (effective) = {cfg.socket_path}")
     return int(ExitCode.OK)
 
@@ -477,6 +648,8 @@ def cmd_service(args: argparse.Namespace, cfg: Config) -> int:
 
     sandbox = {"yes": True, "no": False}.get(getattr(args, "sandbox", "auto"))
     svc = service_file(cfg, Path.home(), sandbox=sandbox)
+    if args.json:
+        return _service_json(args, cfg, svc)
     if args.action == "status":
         state = "installed" if svc.path.exists() else "not installed"
         print(f"service file {svc.path}: {state}")
@@ -512,6 +685,51 @@ def cmd_service(args: argparse.Namespace, cfg: Config) -> int:
     return int(ExitCode.OK)
 
 
+def _service_json(args: argparse.Namespace, cfg: Config, svc: Any) -> int:
+    out: dict[str, Any] = {"path": str(svc.path), "start": svc.enable, "stop": svc.disable}
+    if args.action == "status":
+        out["installed"] = svc.path.exists()
+    elif args.dry_run:
+        out["dryRun"] = True
+        if args.action == "install":
+            out["text"] = svc.text
+    elif args.action == "install":
+        from sidecar.service import prepare
+
+        out["created"] = [str(f) for f in prepare(cfg, Path.home())]
+        svc.path.parent.mkdir(parents=True, exist_ok=True)
+        svc.path.write_text(svc.text, encoding="utf-8")
+        out["written"] = True
+    else:
+        svc.path.unlink(missing_ok=True)
+        out["removed"] = True
+    print(json.dumps(out))
+    return int(ExitCode.OK)
+
+
+def cmd_doctor(args: argparse.Namespace, cfg: Config) -> int:
+    from sidecar.doctor import mcp_snippets, render, run_checks
+
+    checks = run_checks(cfg)
+    if args.json:
+        ok = all(c.ok for c in checks)
+        print(json.dumps({"ok": ok, "checks": [c.as_dict() for c in checks], "mcp": mcp_snippets(cfg)}))
+    else:
+        print(render(checks, cfg))
+    return int(ExitCode.OK if all(c.ok for c in checks) else ExitCode.FAILURE)
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    from sidecar.completion import command_tree, script
+
+    parser = build_parser()
+    if args.json:
+        print(json.dumps(command_tree(parser)))
+    else:
+        sys.stdout.write(script(parser, args.shell))
+    return int(ExitCode.OK)
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "serve": cmd_serve,
     "index": cmd_index,
@@ -527,6 +745,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "mcp": cmd_mcp,
     "service": cmd_service,
     "memory": cmd_memory,
+    "doctor": cmd_doctor,
 }
 
 
@@ -657,18 +876,25 @@ class Progress:
     """A one-line progress bar on stderr when it is a terminal; silent otherwise."""
 
     def __init__(self, stream: TextIO) -> None:
+        from sidecar.foreground import Eta
+
         self.stream = stream
         self.enabled = stream.isatty()
-        self.started = time.time()
+        self.phase = ""
+        self.eta = Eta()
 
     def update(self, phase: str, done: int, total: int) -> None:
+        from sidecar.foreground import Eta
+
         if not self.enabled or total <= 0:
             return
+        if phase != self.phase:  # each phase has its own pace
+            self.phase, self.eta = phase, Eta()
         share = min(done / total, 1.0)
         width = 30
         filled = int(share * width)
-        elapsed = time.time() - self.started
-        eta = f" ETA {_duration(elapsed / share - elapsed)}" if 0 < share < 1 and elapsed > 2 else ""
+        left = self.eta.update(done, total)  # a moving average: steady although counts move in steps
+        eta = f" ETA {_duration(left)}" if left is not None and share < 1 else ""
         self.stream.write(
             f"\r{phase:<10} [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,}{eta}   "
         )

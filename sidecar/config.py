@@ -8,6 +8,7 @@ environment or the file. Every key of the YAML file is checked: an unknown key o
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import os
@@ -18,8 +19,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from sidecar.errors import ConfigError
 
@@ -420,6 +419,8 @@ class Config:
     journald: bool = field(default=False, metadata={"internal": True})  # stderr goes to journald
     notify_socket: str | None = field(default=None, metadata={"internal": True})  # systemd Type=notify
     watchdog_usec: int | None = field(default=None, metadata={"internal": True})
+    # Not fatal, shown by every command and by `config check` (an unknown SIDECAR_* variable).
+    warnings: tuple[str, ...] = field(default=(), metadata={"internal": True})
 
     @property
     def index_dir(self) -> Path:
@@ -564,11 +565,16 @@ def _coerce(setting: Setting, raw: Any, where: str) -> Any:
         raise ConfigError(f"{where}: {setting.dotted} = {raw!r}: {exc}") from None
 
 
+# Variables of the project's own tooling (CI's venv), not configuration keys: never a warning.
+_NOT_KEYS = frozenset({"SIDECAR_CONFIG", "SIDECAR_CI_VENV"})
+EXAMPLE_HINT = "`sidecar config example` prints every key with its default"
+
+
 def _flatten(data: Mapping[str, Any], where: str, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in data.items():
         if not isinstance(key, str):
-            raise ConfigError(f"{where}: key {key!r} is not text")
+            raise ConfigError(f"{where}: key {key!r} is not text (expected a name such as vault)")
         dotted = prefix + key
         if isinstance(value, Mapping):
             out.update(_flatten(value, where, dotted + "."))
@@ -584,6 +590,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: cannot read the configuration file: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: the configuration file is not UTF-8") from exc
+    import yaml  # only when there is a file: a thin client without one starts faster
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -631,6 +639,80 @@ def _build(cls: type, values: Mapping[tuple[str, ...], Any], attrs: tuple[str, .
     return cls(**kwargs)
 
 
+def _unknown_key(where: Path, dotted: str, raw: Any, known: Mapping[str, Setting]) -> str:
+    """The message for a key that is not a setting, with the likeliest intended one."""
+    section = [k for k in known if k.startswith(dotted + ".")]
+    if section:  # `vault: /path` written where a section belongs
+        first = section[0].split(".")[-1]
+        return (
+            f"{where}: {dotted} = {raw!r}: {dotted} is a section, not a value; write it as "
+            f"`{dotted}:` with `{first}: {raw}` indented on the next line ({section[0]})"
+        )
+    close = difflib.get_close_matches(dotted, list(known), n=1, cutoff=0.75)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return f"{where}: unknown key {dotted!r} (value {raw!r}); {hint}{EXAMPLE_HINT}"
+
+
+def _problems(problems: list[str]) -> ConfigError:
+    if len(problems) == 1:
+        return ConfigError(problems[0])
+    return ConfigError(f"{len(problems)} configuration problems:\n  " + "\n  ".join(problems))
+
+
+@dataclass
+class _Layers:
+    """Values gathered from the file, the environment and the flags, and what was wrong."""
+
+    known: dict[str, Setting]
+    values: dict[tuple[str, ...], Any] = field(default_factory=dict)
+    origins: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # every one is reported at once
+    warnings: list[str] = field(default_factory=list)
+
+    def put(self, setting: Setting, raw: Any, where: str, origin: str, base: Path) -> None:
+        try:
+            value = _coerce(setting, raw, where)
+        except ConfigError as exc:
+            self.problems.append(str(exc))
+            return
+        if isinstance(value, Path) and not value.is_absolute():
+            value = base / value
+        self.values[setting.attrs] = value
+        self.origins[setting.dotted] = origin
+
+    def read_file(self, path: Path, source_file: Path) -> None:
+        for dotted, raw in _read_yaml(path).items():
+            setting = self.known.get(dotted)
+            if setting is None:
+                self.problems.append(_unknown_key(path, dotted, raw, self.known))
+            else:
+                self.put(setting, raw, str(path), f"file {source_file}", source_file.parent)
+
+    def read_env(self, env: Mapping[str, str], cwd: Path) -> None:
+        by_env = {env_name(s.dotted): s for s in self.known.values()}
+        for name, raw in env.items():
+            if not name.startswith("SIDECAR_") or name in _NOT_KEYS:
+                continue
+            setting = by_env.get(name)
+            if setting is None:  # a typo or another tool's variable: ignored, not fatal
+                close = difflib.get_close_matches(name, list(by_env), n=1, cutoff=0.8)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                self.warnings.append(f"environment: {name} is not a sidecar setting and is ignored{hint}")
+            else:
+                self.put(setting, raw, f"environment {name}", f"environment {name}", cwd)
+
+    def read_flags(self, flags: Mapping[str, Any], cwd: Path) -> None:
+        for dotted, raw in flags.items():
+            if raw is not None:
+                self.put(
+                    self.known[dotted],
+                    str(raw) if isinstance(raw, Path) else raw,
+                    "command line",
+                    "flag",
+                    cwd,
+                )
+
+
 def load_config(
     *,
     config_file: str | None = None,
@@ -642,8 +724,7 @@ def load_config(
     env = dict(os.environ) if env is None else env
     cwd = cwd or Path.cwd()
     known = {s.dotted: s for s in settings()}
-    values: dict[tuple[str, ...], Any] = {}
-    origins: dict[str, str] = {s.dotted: "default" for s in known.values()}
+    layers = _Layers(known, origins={s.dotted: "default" for s in known.values()})
 
     path, required = _default_config_path(config_file, env)
     source_file: Path | None = None
@@ -651,37 +732,13 @@ def load_config(
         if not path.exists():
             raise ConfigError(f"{path}: configuration file not found")
         source_file = path.resolve()
-        for dotted, raw in _read_yaml(path).items():
-            setting = known.get(dotted)
-            if setting is None:
-                raise ConfigError(
-                    f"{path}: unknown key {dotted!r} (value {raw!r}); see config/sidecar.example.yaml"
-                )
-            value = _coerce(setting, raw, str(path))
-            if isinstance(value, Path) and not value.is_absolute():
-                value = source_file.parent / value
-            values[setting.attrs] = value
-            origins[dotted] = f"file {source_file}"
+        layers.read_file(path, source_file)
+    layers.read_env(env, cwd)
+    layers.read_flags(flags or {}, cwd)
+    values, origins, problems, warnings = layers.values, layers.origins, layers.problems, layers.warnings
 
-    by_env = {env_name(s.dotted): s for s in known.values()}
-    for name, raw in env.items():
-        if not name.startswith("SIDECAR_") or name == "SIDECAR_CONFIG":
-            continue
-        setting = by_env.get(name)
-        if setting is None:
-            raise ConfigError(f"environment: unknown variable {name} (value {raw!r})")
-        value = _coerce(setting, raw, f"environment {name}")
-        values[setting.attrs] = cwd / value if isinstance(value, Path) and not value.is_absolute() else value
-        origins[setting.dotted] = f"environment {name}"
-
-    for dotted, raw in (flags or {}).items():
-        if raw is None:
-            continue
-        setting = known[dotted]
-        value = _coerce(setting, raw if not isinstance(raw, Path) else str(raw), "command line")
-        values[setting.attrs] = cwd / value if isinstance(value, Path) and not value.is_absolute() else value
-        origins[dotted] = "flag"
-
+    if problems:
+        raise _problems(problems)
     cfg = _with_model(_build(Config, values), origins)
     home = cfg.home.expanduser()
     home = (home if home.is_absolute() else cwd / home).resolve()
@@ -713,6 +770,7 @@ def load_config(
         journald=bool(env.get("JOURNAL_STREAM")),
         notify_socket=env.get("NOTIFY_SOCKET") or None,
         watchdog_usec=int(env["WATCHDOG_USEC"]) if env.get("WATCHDOG_USEC", "").isdigit() else None,
+        warnings=tuple(warnings),
     )
 
 
@@ -727,7 +785,8 @@ def render_example() -> str:
         "# sidecar configuration: every key with its default.",
         "# Precedence: command-line flag > SIDECAR_* environment variable > this file > default.",
         "# The environment variable of a key is SIDECAR_ plus its path in upper snake case,",
-        "# e.g. search.vectorWeight -> SIDECAR_SEARCH_VECTOR_WEIGHT. Unknown keys are an error.",
+        "# e.g. search.vectorWeight -> SIDECAR_SEARCH_VECTOR_WEIGHT. Unknown keys are an error,",
+        "# unknown SIDECAR_* variables a warning.",
         "",
     ]
     current: tuple[str, ...] = ()

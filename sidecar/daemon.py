@@ -85,7 +85,10 @@ class IndexLock:
             fh.seek(0)
             holder = fh.read().strip() or "another process"
             fh.close()
-            raise DaemonRunningError(f"the index {self.path.parent} is in use by {holder}") from exc
+            raise DaemonRunningError(  # the words README's troubleshooting table promises
+                f"another sidecar daemon is already serving {self.path.parent.parent} "
+                f"(its index {self.path.parent} is in use by {holder})"
+            ) from exc
         fh.seek(0)
         fh.truncate()
         fh.write(f"pid {os.getpid()}")

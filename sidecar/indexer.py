@@ -120,6 +120,7 @@ class Indexer:
         self._unreadable: dict[str, str] = {}  # root name -> what cannot be read there
         self._event_deletions: dict[str, list[float]] = {}  # root name -> times of recent ones
         self.leftover: frozenset[str] | None = None  # paths a failed sweep scanned but did not write
+        self._skips_named: set[tuple[str, str]] = set()  # (path, reason) already in the log
         self.ignore = IgnoreRules(cfg.index.exclude, cfg.vault.path, cfg.index.obsidian_excludes)
         # During the first sweep of a start every link is resolved once at its end (_check_links):
         # resolving after each batch as well would redo the whole vault's names again and again.
@@ -240,7 +241,9 @@ class Indexer:
         skipped = [s for s in found if isinstance(s, Skipped)]
         for s in skipped:
             diff.skipped[s.reason] = diff.skipped.get(s.reason, 0) + 1
-            log.debug("file_skipped path=%s reason=%s", s.path, s.reason)
+            if (str(s.path), s.reason) not in self._skips_named:  # named once, not at every sweep
+                self._skips_named.add((str(s.path), s.reason))
+                log.info("file_skipped path=%s reason=%s", s.path, s.reason)
         status.seen, status.skipped = len(notes), len(skipped)
         seen = {n.key for n in notes}
         # An error reading a folder (or a file's stat) is no evidence that its notes are gone.

@@ -1,6 +1,8 @@
 """Logging a service manager can live with: stderr only, one line per event, stable event names.
 
-Under journald (``JOURNAL_STREAM`` set) lines carry no timestamp, journald adds its own.
+Under journald (``JOURNAL_STREAM`` set) lines carry no timestamp, journald adds its own, and
+start with the syslog priority (``<3>`` error, ``<4>`` warning, ``<6>`` info, ``<7>`` debug), which
+journald turns into the entry's priority (``journalctl -p err`` finds sidecar's errors).
 """
 
 from __future__ import annotations
@@ -8,13 +10,23 @@ from __future__ import annotations
 import logging
 import sys
 
+_PRIORITY = {logging.CRITICAL: 2, logging.ERROR: 3, logging.WARNING: 4, logging.INFO: 6, logging.DEBUG: 7}
+
+
+class JournaldFormatter(logging.Formatter):
+    """``<N>`` in front of every line (of a multi-line message too: journald reads each line)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        prefix = f"<{_PRIORITY.get(record.levelno, 6)}>"
+        return "\n".join(prefix + line for line in super().format(record).splitlines())
+
 
 def setup(level: str = "info", *, journald: bool = False) -> None:
-    fmt = (
-        "%(levelname)s %(name)s %(message)s" if journald else "%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(fmt))
+    if journald:
+        handler.setFormatter(JournaldFormatter("%(levelname)s %(name)s %(message)s"))
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -86,11 +86,38 @@ def test_bad_values_are_errors(tmp_path: Path, yaml_text: str, needle: str) -> N
 
 
 def test_bad_environment_value_and_unknown_variable() -> None:
-    """SIDECAR_* variables are validated; an unknown one is an error, not silently ignored."""
+    """SIDECAR_* values are validated; an unknown variable is a warning naming the likely key, not
+    fatal; the project's own SIDECAR_CI_VENV is not even a warning."""
     with pytest.raises(ConfigError, match="SIDECAR_SEARCH_LIMIT"):
         load_config(env={"SIDECAR_SEARCH_LIMIT": "-3"})
-    with pytest.raises(ConfigError, match="SIDECAR_SEARCH_LIMITT"):
-        load_config(env={"SIDECAR_SEARCH_LIMITT": "3"})
+    cfg = load_config(env={"SIDECAR_SEARCH_LIMITT": "3"})
+    assert len(cfg.warnings) == 1 and "SIDECAR_SEARCH_LIMITT" in cfg.warnings[0]
+    assert "did you mean SIDECAR_SEARCH_LIMIT?" in cfg.warnings[0]
+    assert load_config(env={"SIDECAR_CI_VENV": "/tmp/v"}).warnings == ()
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
+    """Three problems in a file and the environment: one error listing all, each with file, key,
+    value and what was expected."""
+    f = _yaml(tmp_path, "search:\n  limit: many\n  vectorWieght: 0.5\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(config_file=str(f), env={"SIDECAR_SEARCH_VECTOR_WEIGHT": "2"})
+    msg = str(exc.value)
+    assert msg.startswith("3 configuration problems:")
+    assert f"{f}: search.limit = 'many': expected an integer" in msg
+    assert "unknown key 'search.vectorWieght' (value 0.5); did you mean search.vectorWeight?" in msg
+    assert "environment SIDECAR_SEARCH_VECTOR_WEIGHT: search.vectorWeight = '2': must be at most 1.0" in msg
+    assert "sidecar config example" in msg and "config/sidecar.example.yaml" not in msg
+
+
+def test_section_written_as_a_value_gets_a_hint(tmp_path: Path) -> None:
+    """`vault: /path` says how to write it (vault.path), not 'unknown key'."""
+    f = _yaml(tmp_path, "vault: /data/notes\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(config_file=str(f), env={})
+    msg = str(exc.value)
+    assert "vault is a section" in msg and "path: /data/notes" in msg and "vault.path" in msg
+    assert "unknown key" not in msg
 
 
 def test_missing_named_config_file(tmp_path: Path) -> None:

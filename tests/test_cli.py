@@ -1,0 +1,440 @@
+"""The command line as a person meets it: every command form README.md shows works against a real
+daemon, user errors are one line with a documented exit code (JSON with --json), closed pipes
+are quiet, doctor names what is broken, completion comes from the parser, and the foreground
+summary and log lines read well."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.cli import COMMANDS, build_parser
+from sidecar.config import load_config
+from sidecar.doctor import Probes, check_model, render, run_checks
+from sidecar.errors import ExitCode
+from sidecar.foreground import Eta, Summary
+from sidecar.logs import JournaldFormatter
+
+from .conftest import REPO, DaemonProcess, write
+
+NO_MODEL = {"SIDECAR_EMBEDDER_ENABLED": "false"}  # these tests are about the CLI, not vectors
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    """One real daemon (keyword search only) on a tiny vault for the whole module."""
+    base = tmp_path_factory.mktemp("cli")
+    vault = base / "vault"
+    write(vault / "Audio.md", "# Audio recorder\n\nRecord a lecture with my microphone.\n")
+    write(vault / "Plugins" / "Audio recorder.md", "# Audio recorder\n\nThe plugin records audio.\n")
+    write(vault / "wiki" / "Backups.md", "# Backups\n\nThe NAS is backed up every night at 2:00.\n")
+    d = DaemonProcess(base / "home", vault, env=NO_MODEL)
+    d.env = {k: v for k, v in d.env.items() if not k.startswith(("SIDECAR_", "XDG_"))} | NO_MODEL
+    d.env["HOME"] = str(base / "userhome")
+    (base / "userhome").mkdir()
+    d.start()
+    yield d
+    if d.proc is not None and d.proc.poll() is None:
+        d.stop()
+
+
+def _run(d: DaemonProcess, *args: str, stdin: str = "", env: dict[str, str] | None = None) -> Any:
+    return subprocess.run(
+        [sys.executable, "-m", "sidecar", *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        env={**d.env, "SIDECAR_HOME": str(d.home), **(env or {})},
+        timeout=120,
+        check=False,
+    )
+
+
+# --- the README's own command forms ----------------------------------------------------------
+
+_PARSE_ONLY = {"serve", "mcp"}  # a second daemon would be refused; mcp waits for a client
+
+
+def readme_forms() -> list[str]:
+    """Every `sidecar COMMAND ...` in README.md (inline code and shell blocks), as written."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    pieces = re.findall(r"`([^`\n]+)`", text)
+    pieces += [line for block in re.findall(r"```sh\n(.*?)```", text, re.S) for line in block.splitlines()]
+    names = "|".join(sorted({*COMMANDS, "completion"}, key=len, reverse=True))
+    forms = []
+    for piece in pieces:
+        for m in re.finditer(rf"(?:^|[\s/])sidecar ((?:{names})\b.*)", piece):
+            form = re.split(r"\s+(?:#|>|&&|;|\|(?!\|))\s*|\s+\|\s", m.group(1))[0].strip()
+            forms.append(form)
+    return list(dict.fromkeys(forms))
+
+
+def _expand(form: str) -> list[list[str]]:
+    """A documented form -> concrete command lines: alternatives (``a\\|b``) each, optional
+    ``[...]`` parts included, placeholders replaced by values of the test vault."""
+    form = re.sub(r"\[([^\]]*)\]", r"\1", form).replace("…", "DIR")
+    form = form.replace("vault/<path>", "vault/Audio")
+    words = shlex.split(form.replace("\\|", "|"))
+    alternatives = [w.split("|") if "|" in w and not w.startswith("-") else [w] for w in words]
+    lines: list[list[str]] = [[]]
+    for alt in alternatives:
+        lines = [[*line, a] for line in lines for a in alt]
+    return lines
+
+
+def _concrete(words: list[str], d: DaemonProcess, history: Path, config: Path) -> list[str]:
+    values = {
+        "QUERY": "backed up every night",
+        "REFERENCE": "wiki/Backups",
+        "MESSAGE": "when is the NAS backed up?",
+        "N": "3",
+        "S": "wiki",
+        "X": "0.1",
+        "A": "me",
+        "NAME": "me",
+        "SLUG": "readme-note",
+        "ROOT": "vault",
+    }
+    by_option = {
+        "--vault": str(d.vault),
+        "--home": str(d.home),
+        "--history": str(history),
+        "--config": str(config),
+        "--wiki-subfolder": "wiki",
+    }
+    out = []
+    for i, w in enumerate(words):
+        prev = words[i - 1] if i else ""
+        out.append(by_option.get(prev, values.get(w, w)) if w.isupper() or prev in by_option else w)
+    return out
+
+
+def test_readme_lists_every_command_form() -> None:
+    """The extraction finds the forms (a broken extractor must not pass vacuously)."""
+    forms = readme_forms()
+    assert len(forms) >= 25, forms
+    shown = {f.split()[0] for f in forms}
+    assert shown >= set(COMMANDS) - {"preview"} | {"doctor", "completion"}, set(COMMANDS) - shown
+    assert any(f.startswith("memory list|write|edit|delete --agent NAME") for f in forms)
+
+
+def test_every_readme_command_form_works(shared: DaemonProcess, tmp_path: Path) -> None:
+    """Each form README.md shows runs (against the daemon where it needs one) and exits 0."""
+    history = write(tmp_path / "history.txt", "we talked about the NAS\n")
+    config = write(tmp_path / "config.yaml", f"vault:\n  path: {shared.vault}\nembedder:\n  enabled: false\n")
+    parser = build_parser()
+    ran = 0
+    for form in readme_forms():
+        for words in _expand(form):
+            argv = _concrete(words, shared, history, config)
+            if argv[0] in _PARSE_ONLY:
+                parser.parse_args(argv)  # SystemExit here fails the test
+                continue
+            r = _run(shared, *argv, stdin="A note from the README test.\n")
+            assert r.returncode == 0, f"sidecar {shlex.join(argv)} (from `sidecar {form}`): {r.stderr}"
+            assert "Traceback" not in r.stderr
+            ran += 1
+    assert ran >= 30
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["memory", "write", "--agent", "me", "my-note", "--content", "x"],
+        ["memory", "--agent", "me", "write", "my-note", "--content", "x"],
+        ["memory", "write", "my-note", "--agent", "me", "--content", "x"],
+        ["memory", "--content", "x", "write", "--agent", "me", "my-note"],
+    ],
+)
+def test_options_and_positionals_in_any_order(argv: list[str]) -> None:
+    args = build_parser().parse_args(argv)
+    assert (args.action, args.slug, args.agent, args.content) == ("write", "my-note", "me", "x")
+
+
+# --- user errors: one line, a documented exit code --------------------------------------------
+
+
+def _one_line(r: Any, code: int, needle: str) -> None:
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if not ln.startswith("sidecar: warning:")]
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "needle"),
+    [
+        (["recall", "hi", "--history", "missing.txt"], ExitCode.USAGE, "--history missing.txt: No such file"),
+        (
+            ["memory", "edit", "--agent", "me", "nope", "--content", "x"],
+            ExitCode.REQUEST_FAILED,
+            "sidecar memory write",
+        ),
+        (["why", "vault/Nope", "backup"], ExitCode.REQUEST_FAILED, "no such note"),
+        (["get", "vault/Nope"], ExitCode.REQUEST_FAILED, "no note"),
+        (["search", "x", "--limit", "abc"], ExitCode.USAGE, "invalid int value: 'abc'"),
+        (["search", "x", "--limit", "0"], ExitCode.REQUEST_FAILED, "limit"),
+        (
+            ["memory", "write", "--agent", "me", "n", "--frontmatter", "{", "--content", "x"],
+            ExitCode.USAGE,
+            "JSON",
+        ),
+        (["mcp", "--agent", "Bad Name"], ExitCode.USAGE, "invalid agent name"),
+        (["serve", "--vault", "~/path/to/vault"], ExitCode.CONFIG, "the shell did not expand '~'"),
+        (["serve"], ExitCode.SOCKET_IN_USE, "another sidecar daemon is already serving"),
+    ],
+)
+def test_user_errors_are_one_line_with_their_exit_code(
+    shared: DaemonProcess, argv: list[str], code: int, needle: str
+) -> None:
+    _one_line(_run(shared, *argv), code, needle)
+
+
+def test_errors_as_json_with_json(shared: DaemonProcess, tmp_path: Path) -> None:
+    r = _run(shared, "search", "x", "--limit", "abc", "--json")
+    assert r.returncode == ExitCode.USAGE
+    assert json.loads(r.stdout)["error"]["code"] == "usage"
+    r = _run(shared, "get", "vault/Nope", "--json")
+    assert r.returncode == ExitCode.REQUEST_FAILED and json.loads(r.stdout)["error"]["code"] == "not_found"
+    r = _run(shared, "search", "x", "--json", env={"SIDECAR_HOME": str(tmp_path / "other")})
+    assert r.returncode == ExitCode.NOT_RUNNING and json.loads(r.stdout)["error"]["code"] == "not_running"
+
+
+def test_every_command_takes_json() -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name, p in sub.choices.items():  # type: ignore[attr-defined]
+        assert "--json" in p._option_string_actions, name
+
+
+@pytest.mark.parametrize("argv", [["status"], ["search", "backed up"], ["memory", "list", "--agent", "me"]])
+def test_a_closed_pipe_is_not_an_error(shared: DaemonProcess, argv: list[str]) -> None:
+    """`sidecar status | head -1` when head has gone: no BrokenPipeError traceback, exit 0."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sidecar", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**shared.env, "SIDECAR_HOME": str(shared.home)},
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before anything is written
+    with proc.stderr:
+        err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0 and "Traceback" not in err and "Error" not in err
+
+
+def test_config_errors_exit_3_listing_all(shared: DaemonProcess, tmp_path: Path) -> None:
+    bad = write(tmp_path / "bad.yaml", "vault: /data/notes\nsearch:\n  limit: many\n")
+    r = _run(shared, "status", "--config", str(bad))
+    assert r.returncode == ExitCode.CONFIG and "Traceback" not in r.stderr
+    assert "2 configuration problems" in r.stderr and "vault is a section" in r.stderr
+    assert "search.limit = 'many': expected an integer" in r.stderr
+
+
+def test_unknown_environment_variable_is_a_warning(shared: DaemonProcess) -> None:
+    r = _run(shared, "status", env={"SIDECAR_SEARCH_LIMITT": "3", "SIDECAR_CI_VENV": "/tmp/v"})
+    assert r.returncode == 0 and "Index:" in r.stdout
+    assert r.stderr.splitlines() == [
+        "sidecar: warning: environment: SIDECAR_SEARCH_LIMITT is not a sidecar setting and is ignored "
+        "(did you mean SIDECAR_SEARCH_LIMIT?)"
+    ]
+    r = _run(shared, "config", "check", env={"SIDECAR_SEARCH_LIMITT": "3"})
+    assert r.returncode == 0 and "configuration with 1 warning(s)" in r.stdout
+    assert "warning: environment: SIDECAR_SEARCH_LIMITT" in r.stdout
+
+
+def test_serve_waits_for_a_missing_vault(daemon_factory: Any, tmp_path: Path) -> None:
+    """A vault folder that does not exist (a share not mounted yet) is a warning line naming it;
+    the daemon starts and serves."""
+    d = daemon_factory(tmp_path / "nas" / "notes", env=NO_MODEL).start(wait=None)
+    d.wait_for(lambda h: h["index"]["sweeps"] >= 1, timeout=120)
+    first = d.log.read_text().splitlines()[0]
+    assert first.startswith("sidecar: warning: the vault folder") and str(tmp_path / "nas" / "notes") in first
+    assert "waiting for it" in first
+
+
+def test_version_names_the_model() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "sidecar", "--version"], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.startswith("sidecar ") and "model multilingual-e5-small" in out.stdout
+
+
+# --- doctor ---------------------------------------------------------------------------------
+
+
+def test_doctor_passes_on_a_healthy_setup(shared: DaemonProcess) -> None:
+    r = _run(shared, "doctor")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "all checks passed" in r.stdout and "FAIL" not in r.stdout
+    for name in ("file events", "model", "daemon", "one daemon per home", "service", "storage", "disk"):
+        assert f"ok    {name}" in r.stdout
+    exe = str(Path(sys.executable).parent / "sidecar")
+    assert f'"command": "{exe}"' in r.stdout or "sidecar mcp --agent claude" in r.stdout
+    assert "[mcp_servers.sidecar]" in r.stdout and "--home" in r.stdout
+
+
+def test_doctor_checks_the_default_model_files() -> None:
+    check = check_model(load_config(env={}))
+    assert check.ok and "sha256 verified" in check.verdict
+
+
+def _failed(checks: list[Any]) -> dict[str, Any]:
+    return {c.name: c for c in checks if not c.ok}
+
+
+def test_doctor_names_a_stopped_daemon_and_a_broken_model(tmp_path: Path) -> None:
+    model = tmp_path / "my-model"
+    write(model / "model.onnx", "not really")
+    cfg = load_config(env={"SIDECAR_HOME": str(tmp_path / "home"), "SIDECAR_EMBEDDER_PATH": str(model)})
+    failed = _failed(run_checks(cfg))
+    assert set(failed) == {"daemon", "model"}, failed
+    assert "no daemon answers" in failed["daemon"].verdict and "sidecar serve" in failed["daemon"].todo
+    assert "tokenizer.json" in failed["model"].verdict
+    assert "FAIL  model" in render(run_checks(cfg), cfg)
+
+
+def test_doctor_names_a_home_on_a_share_and_a_low_watch_limit(shared: DaemonProcess, tmp_path: Path) -> None:
+    assert shared.vault is not None
+    for i in range(12):
+        (shared.vault / f"Folder {i}").mkdir(exist_ok=True)
+    table = write(
+        tmp_path / "mountinfo",
+        f"1 0 8:1 / / rw - ext4 /dev/sda1 rw\n2 1 0:50 / {shared.home} rw - cifs //nas/home rw\n",
+    )
+    limit = write(tmp_path / "max_user_watches", "16\n")
+    cfg = load_config(flags={"home": str(shared.home), "vault.path": str(shared.vault)}, env=NO_MODEL)
+    failed = _failed(run_checks(cfg, Probes(inotify_limit=limit, mount_table=table)))
+    assert set(failed) == {"storage", "file events"}, failed
+    assert "network filesystem (cifs)" in failed["storage"].verdict and "local" in failed["storage"].todo
+    assert "inotify limit is 16" in failed["file events"].verdict
+    assert "fs.inotify.max_user_watches" in failed["file events"].todo
+
+
+# --- completion, foreground summary, journald -------------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash not installed")
+def test_bash_completion_from_the_parser(tmp_path: Path) -> None:
+    script = subprocess.run(
+        [sys.executable, "-m", "sidecar", "completion", "bash"], capture_output=True, text=True, check=True
+    ).stdout
+    f = write(tmp_path / "c.bash", script)
+
+    def complete(*words: str) -> list[str]:
+        line = " ".join(["sidecar", *words])
+        prog = (
+            f"source {f}; COMP_WORDS=({line}); COMP_CWORD={len(words)}; _sidecar; "
+            'printf "%s\\n" "${COMPREPLY[@]}"'
+        )
+        return subprocess.run(["bash", "-c", prog], capture_output=True, text=True, check=True).stdout.split()
+
+    assert "doctor" in complete("do") and complete("memory", "w") == ["write"]
+    assert "--confirm-deletions" in complete("index", "--con")
+    assert complete("search", "--source", "w") == ["wiki"]
+
+
+@pytest.mark.parametrize("shell", ["zsh", "fish"])
+def test_zsh_and_fish_completion_name_every_command(shell: str) -> None:
+    text = subprocess.run(
+        [sys.executable, "-m", "sidecar", "completion", shell], capture_output=True, text=True, check=True
+    ).stdout
+    for name in COMMANDS:
+        assert name in text
+    if shutil.which(shell):
+        syntax = ["zsh", "-n"] if shell == "zsh" else ["fish", "--no-execute"]
+        subprocess.run([*syntax], input=text, text=True, check=True)
+
+
+def test_eta_is_steady_while_vectors_arrive_in_steps() -> None:
+    """Vectors land 256 at a time every 2.56 s (100 chunks/s); sampled every 0.5 s, the ETA counts
+    down smoothly instead of jumping with each step."""
+    eta, total, etas = Eta(), 10_000, []
+    for tick in range(1, 120):
+        now = tick * 0.5
+        done = int(now / 2.56) * 256
+        left = eta.update(done, total, now)
+        if left is not None:
+            etas.append((now, left))
+    assert etas
+    for (t0, a), (t1, b) in itertools.pairwise(etas):
+        assert abs((a - b) - (t1 - t0)) < 1.0, (t0, a, b)  # never a jump of a whole step (2.56 s)
+    true_left = (total - int(59.5 / 2.56) * 256) / 100 - (59.5 - int(59.5 / 2.56) * 2.56)
+    assert abs(etas[-1][1] - true_left) < 5
+
+
+def _health(phase: str, sweeps: int, pending: int, state: str = "ok") -> dict[str, Any]:
+    return {
+        "version": "0.1.0",
+        "socket": "/run/s.sock",
+        "vault": "/v",
+        "index": {
+            "phase": phase,
+            "sweeps": sweeps,
+            "progress": {"done": 10, "total": 100},
+            "files": 100,
+            "chunks": 1000,
+            "pending_vectors": pending,
+        },
+        "embedder": {"state": state, "model": "m"},
+        "roots": [{"name": "vault", "mode": "events", "path": "/v"}],
+    }
+
+
+def test_foreground_summary_says_keyword_ready_eta_and_done() -> None:
+    clock = iter(float(t) for t in range(0, 1000, 30))
+    s = Summary(clock=lambda: next(clock))
+    said = s.lines(_health("indexing", 0, 1000))
+    said += s.lines(_health("idle", 1, 1000))
+    said += s.lines(_health("embedding", 1, 700))
+    said += s.lines(_health("embedding", 1, 400))
+    said += s.lines(_health("idle", 1, 0))
+    said += s.lines(_health("idle", 1, 0))
+    text = "\n".join(said)
+    assert "listening on /run/s.sock" in said[0] and "reading 100 notes" in said[1]
+    assert "keyword search ready: 100 notes, 1,000 chunks" in text
+    assert re.search(r"vectors: 400 of 1,000 chunks to embed, about \d+s left", text)
+    assert text.count("done: every chunk has a vector") == 1
+
+
+def test_journald_lines_carry_their_priority() -> None:
+    fmt = JournaldFormatter("%(levelname)s %(name)s %(message)s")
+
+    def line(level: int, msg: str) -> str:
+        return fmt.format(logging.LogRecord("sidecar.x", level, __file__, 1, msg, None, None))
+
+    assert line(logging.ERROR, "sweep_failed error=x") == "<3>ERROR sidecar.x sweep_failed error=x"
+    assert line(logging.WARNING, "w").startswith("<4>") and line(logging.INFO, "i").startswith("<6>")
+    assert line(logging.INFO, "a\nb") == "<6>INFO sidecar.x a\n<6>b"
+
+
+def test_cli_sources_match_the_scanner() -> None:
+    from sidecar import cli, sources
+
+    assert cli.SOURCES == sources.SOURCES
+
+
+def test_each_skipped_file_is_named_once_at_info(
+    harness: Any, vault: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A symlink leading out of the vault is named in the log with its reason at the first sweep,
+    not again at every later one."""
+    outside = write(tmp_path / "outside.md", "# Secret\n\nnot part of the vault\n")
+    (vault / "Link.md").symlink_to(outside)
+    with caplog.at_level(logging.INFO, logger="sidecar.indexer"):
+        harness.sweep()
+        harness.sweep()
+    named = [r for r in caplog.records if r.getMessage().startswith("file_skipped")]
+    assert len(named) == 1 and named[0].levelno == logging.INFO
+    assert str(vault / "Link.md") in named[0].getMessage() and "reason=" in named[0].getMessage()
