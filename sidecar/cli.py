@@ -191,7 +191,11 @@ def _query_commands(sub: Any) -> None:
     p.add_argument("--path", dest="path_prefix", help="only this folder, e.g. Projects")
     p.add_argument("--tokens", type=int, dest="token_budget", help="token budget (default 1000)")
     p.add_argument(
-        "--vault", dest="outline_vault", action="store_true", help="outline the vault, not the wiki"
+        "--source",
+        dest="outline_source",
+        choices=("wiki", "vault"),
+        default="wiki",
+        help="outline the wiki (default) or the vault",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -522,7 +526,7 @@ def render_links(r: dict[str, Any]) -> str:
 
 
 def cmd_outline(args: argparse.Namespace, cfg: Config) -> int:
-    params: dict[str, Any] = {"source": "vault" if args.outline_vault else "wiki"}
+    params: dict[str, Any] = {"source": args.outline_source}
     if args.path_prefix:
         params["pathPrefix"] = args.path_prefix
     if args.token_budget:

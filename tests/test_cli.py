@@ -112,6 +112,7 @@ def _concrete(words: list[str], d: DaemonProcess, history: Path, config: Path) -
         "--history": str(history),
         "--config": str(config),
         "--wiki-subfolder": "wiki",
+        "--tokens": "800",  # a token budget: 100 at least
     }
     out = []
     for i, w in enumerate(words):
