@@ -18,6 +18,7 @@ from sidecar import __version__
 from sidecar.client import Client
 from sidecar.config import Config, load_config
 from sidecar.errors import DaemonNotRunningError, ExitCode, RemoteError, SidecarError
+from sidecar.foreground import duration
 
 # The sources a search can be limited to (sidecar.sources.SOURCES; not imported: a thin client
 # starts faster without the scanner's module, and a test keeps the two equal).
@@ -759,21 +760,12 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
 def _ago(ts: float | None) -> str:
     if ts is None:
         return "never"
-    return f"{_duration(time.time() - ts)} ago"
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m {seconds % 60}s"
-    return f"{seconds // 3600}h {seconds % 3600 // 60}m"
+    return f"{duration(time.time() - ts)} ago"
 
 
 def _until(ts: float) -> str:
     left = ts - time.time()
-    return "at the next sweep" if left <= 0 else f"in {_duration(left)}"
+    return "at the next sweep" if left <= 0 else f"in {duration(left)}"
 
 
 _PROBLEM_AREAS = {
@@ -826,7 +818,7 @@ def render_status(h: dict[str, Any]) -> str:
         lines.append(f"Embedder: ok ({emb['model']}, from {emb['origin']})")
         if pending:
             rate = idx.get("embed_rate_chunks_per_second")
-            eta = f", about {_duration(pending / rate)} left" if rate else ""
+            eta = f", about {duration(pending / rate)} left" if rate else ""
             lines.append(
                 f"Vectors: {pending:,} chunks waiting for vectors{eta}; keyword search covers them already"
             )
@@ -898,7 +890,7 @@ class Progress:
         width = 30
         filled = int(share * width)
         left = self.eta.update(done, total)  # a moving average: steady although counts move in steps
-        eta = f" ETA {_duration(left)}" if left is not None and share < 1 else ""
+        eta = f" ETA {duration(left)}" if left is not None and share < 1 else ""
         self.stream.write(
             f"\r{phase:<10} [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,}{eta}   "
         )

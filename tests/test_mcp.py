@@ -13,20 +13,9 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from tests.conftest import DaemonProcess
+from tests.test_agents import TOOLS  # one list of the shim's tools
 
 pytestmark = pytest.mark.model
-
-TOOLS = {
-    "memory_search",
-    "memory_get",
-    "memory_related",
-    "memory_list",
-    "memory_write",
-    "memory_edit",
-    "memory_delete",
-    "memory_status",
-    "wiki_outline",
-}
 
 
 def _params(home: Path, agent: str) -> StdioServerParameters:
