@@ -579,7 +579,7 @@ def status_line(indexer: Indexer, embedder_state: str) -> str:
     """One line for `systemctl status`: what the daemon is doing right now."""
     act = indexer.activity
     offline = [st.name for st in indexer.supervisor.roots.values() if st.offline]
-    if act.phase in ("scanning", "indexing") and not act.first_sweep_done:
+    if not act.first_sweep_done:  # before the first sweep's end (also while it is still starting)
         text = f"building {act.done:,}/{act.total:,} notes"
     else:
         counts = indexer.counts()

@@ -159,7 +159,8 @@ class Indexer:
         act = self.activity
         act.phase, act.done, act.total, act.started = "scanning", 0, 0, time.time()
         diff = _Diff()
-        self.ignore.refresh()
+        if not paths:  # Obsidian's settings are read on full sweeps: a memory write touches no vault file
+            self.ignore.refresh()
         self._defer_links = not act.first_sweep_done
         excluded: dict[str, int] = {}
         every = self._roots()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import os
 import re
 import sqlite3
 from collections.abc import Iterable, Sequence
@@ -24,7 +25,7 @@ from sidecar.errors import EmbedderError, ProtocolError, SidecarError, StorageEr
 from sidecar.inbox import Inboxes, check_agent, check_slug
 from sidecar.indexer import Indexer
 from sidecar.protocol import Request, check_known, param_int, param_opt_str, param_str
-from sidecar.sources import SOURCES, Root, agent_inbox, is_note_name, public_reference
+from sidecar.sources import SOURCES, Root, agent_inbox, inbox_refusal, is_note_name, public_reference
 
 log = logging.getLogger(__name__)
 
@@ -274,10 +275,14 @@ class MemoryOps:
             reference = public_reference(key, agent)
             if not prefix or reference.split("/", 1)[1].startswith(prefix):
                 out.append(_unindexed_note(reference, src, mtime_ns, f"{state}: {error or 'unknown reason'}"))
-        if source in ("memory", "all"):
-            inbox = agent_inbox(self.cfg, agent)
+        inbox = agent_inbox(self.cfg, agent)
+        # An inbox that is a link (into another agent's, or elsewhere) is neither read nor listed.
+        if source in ("memory", "all") and inbox_refusal(Root("memory", inbox, agent=agent)) is None:
             try:
-                names = sorted(e.name for e in inbox.iterdir() if e.is_file() and is_note_name(e.name))
+                with os.scandir(inbox) as entries:  # a note that is a link is not listed either
+                    names = sorted(
+                        e.name for e in entries if e.is_file(follow_symlinks=False) and is_note_name(e.name)
+                    )
             except OSError:
                 names = []
             for name in names:

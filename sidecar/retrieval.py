@@ -452,11 +452,13 @@ class Retriever:
         kept = [
             s
             for s in r.ranked
-            if s.relevance >= floor
-            and (
-                (named and "rareTerm" in s.boosts)
-                or (s.candidate.vec is not None and r.scale.vec(s.candidate.vec) >= rc.min_similarity)
-                or (s.candidate.vec is None and degraded is not None)
+            if (named and "rareTerm" in s.boosts)  # named, not guessed: neither floor applies
+            or (
+                s.relevance >= floor
+                and (
+                    (s.candidate.vec is not None and r.scale.vec(s.candidate.vec) >= rc.min_similarity)
+                    or (s.candidate.vec is None and degraded is not None)
+                )
             )
         ]
         hits = [self._hit(s, views[s.candidate.chunk_id], req.agent) for s in kept[: req.limit]]
