@@ -28,7 +28,7 @@ from common import emit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sidecar import heap
+from sidecar.runtime import heap
 from sidecar.stores.vectors import ANN_KINDS, VectorStore
 
 LIMIT = 60
@@ -98,7 +98,7 @@ def prepare(home: Path, work: Path) -> tuple[Path, float]:
     from core import QUERIES
 
     from sidecar.config import load_config
-    from sidecar.embedder import load_model
+    from sidecar.model.embedder import load_model
 
     folder = work / "vectors"
     shutil.copytree(home / "index" / "vectors", folder)

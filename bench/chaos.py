@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from common import emit, pct, rss_mb  # noqa: E402
 
-from sidecar.errors import RemoteError  # noqa: E402
+from sidecar.contracts.errors import RemoteError  # noqa: E402
 from tests.conftest import DaemonProcess, make_notes, store_ids, write  # noqa: E402
 
 FAST_RETRY = {"SIDECAR_WATCH_RETRY_BASE_SECONDS": "0.5", "SIDECAR_WATCH_RETRY_MAX_SECONDS": "1"}

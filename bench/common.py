@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sidecar.client import Client
+from sidecar.clients.client import Client
 from sidecar.config import load_config
-from sidecar.errors import DaemonNotRunningError
+from sidecar.contracts.errors import DaemonNotRunningError
 
 
 def pct(values: list[float], p: float) -> float:

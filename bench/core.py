@@ -20,11 +20,11 @@ from typing import Any
 
 from common import BenchDaemon, combined_vault, emit, pct, rss_mb
 
-from sidecar.client import Client
+from sidecar.clients.client import Client
 from sidecar.config import load_config
-from sidecar.daemon import load_embedder
-from sidecar.embedder import EmbedderSlot
-from sidecar.indexer import Indexer, open_stores, open_vectors
+from sidecar.daemon.lifecycle import load_embedder
+from sidecar.index.indexer import Indexer, open_stores, open_vectors
+from sidecar.model.embedder import EmbedderSlot
 
 QUERIES = [
     "record a lecture with my microphone",

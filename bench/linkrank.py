@@ -28,11 +28,11 @@ from urllib.parse import quote
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sidecar.config import load_config
-from sidecar.embedder import EmbedderSlot
-from sidecar.indexer import Indexer, open_stores
-from sidecar.links import LinkGraph
-from sidecar.query import Filters
-from sidecar.retrieval import Retriever, SearchRequest
+from sidecar.index.indexer import Indexer, open_stores
+from sidecar.model.embedder import EmbedderSlot
+from sidecar.notes.links import LinkGraph
+from sidecar.search.query import Filters
+from sidecar.search.retrieval import Retriever, SearchRequest
 
 
 def metrics(rankings: list[list[str]], expected: list[set[str]]) -> dict[str, float]:

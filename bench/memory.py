@@ -1,5 +1,5 @@
 """Where the embedder's memory goes: model load with and without constant folding and as the
-int8-kernel copy that ``sidecar.modelprep`` makes (and after giving freed pages back), one-text
+int8-kernel copy that ``sidecar.model.int8prep`` makes (and after giving freed pages back), one-text
 query latency, and the transient peak of one inference batch by batch shape. Each case runs in a
 fresh subprocess so RSS figures do not mix.
 
@@ -18,16 +18,16 @@ from typing import Any
 
 from common import emit
 
-from sidecar.embedder import bundled_model_files
-from sidecar.modelprep import ensure_prepared
+from sidecar.model.embedder import bundled_model_files
+from sidecar.model.int8prep import ensure_prepared
 
 CASE = r"""
 import json, sys, threading, time
 import numpy as np
-from sidecar import heap
+from sidecar.runtime import heap
 heap.limit_arenas()
 import onnxruntime as ort
-from sidecar.embedder import bundled_model_files
+from sidecar.model.embedder import bundled_model_files
 
 def anon():
     for line in open("/proc/self/status"):

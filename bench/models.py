@@ -48,7 +48,7 @@ def run_engine(
         tokens = sum(model.token_count(p, False) for p in passages)
     else:
         from sidecar.config import load_config
-        from sidecar.embedder import load_model
+        from sidecar.model.embedder import load_model
 
         env = {"SIDECAR_HOME": str(cache / "home"), "SIDECAR_EMBEDDER_CACHE_DIR": str(cache)}
         env["SIDECAR_EMBEDDER_MODEL"] = engine
@@ -87,7 +87,7 @@ def run_engine(
 
 def convert_once(cache: Path) -> float:
     """A first start's conversion (child process, reference check included), timed."""
-    from sidecar import e5prep
+    from sidecar.model import e5prep
 
     source = e5prep.source_path()
     assert source is not None

@@ -31,9 +31,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sidecar.client import Client  # noqa: E402
+from sidecar.clients.client import Client  # noqa: E402
 from sidecar.config import load_config  # noqa: E402
-from sidecar.errors import DaemonNotRunningError  # noqa: E402
+from sidecar.contracts.errors import DaemonNotRunningError  # noqa: E402
 
 CALLS = "stat,lstat,newfstatat,statx,openat,getdents64,fstatat64"
 

@@ -32,7 +32,7 @@ from typing import Any
 from common import BenchDaemon, emit, pct
 from core import QUERIES
 
-from sidecar.client import Client
+from sidecar.clients.client import Client
 
 EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval" / "vaults"
 HELP_LANGUAGES = ("en", "de", "fr", "es", "it", "pt", "nl", "Release notes", "Sandbox")

@@ -30,9 +30,9 @@ import numpy as np
 from common import combined_vault, emit, rss_mb
 
 from sidecar.config import load_config
-from sidecar.daemon import load_embedder
-from sidecar.embedder import EmbedderSlot, OnnxEmbedder, _batches
-from sidecar.indexer import Indexer, open_stores, open_vectors
+from sidecar.daemon.lifecycle import load_embedder
+from sidecar.index.indexer import Indexer, open_stores, open_vectors
+from sidecar.model.embedder import EmbedderSlot, OnnxEmbedder, _batches
 
 
 class Recorder:

@@ -1,5 +1,5 @@
 """`python -m sidecar` is the CLI."""
 
-from sidecar.cli import main
+from sidecar.clients.cli import main
 
 raise SystemExit(main())

@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sidecar.client import Client
+from sidecar.clients.client import Client
 from sidecar.config import Config, load_config
-from sidecar.embedder import EmbedderSlot
-from sidecar.errors import DaemonNotRunningError
-from sidecar.indexer import Indexer, open_stores, open_vectors
+from sidecar.contracts.errors import DaemonNotRunningError
+from sidecar.index.indexer import Indexer, open_stores, open_vectors
+from sidecar.model.embedder import EmbedderSlot
 from sidecar.stores.bm25 import Bm25Index
 from sidecar.stores.manifest import Manifest
 

@@ -21,14 +21,14 @@ import pytest
 from mcp import Client as McpClient
 from mcp.client.stdio import StdioServerParameters
 
-from sidecar.errors import SidecarError
-from sidecar.handlers import Handlers, ServiceState
-from sidecar.inbox import Inboxes
-from sidecar.memory_ops import MemoryOps
-from sidecar.protocol import Request
-from sidecar.query import FilterError, split_filters
-from sidecar.retrieval import Retriever
-from sidecar.server import Server, bind_socket
+from sidecar.contracts.errors import SidecarError
+from sidecar.contracts.protocol import Request
+from sidecar.daemon.handlers import Handlers, ServiceState
+from sidecar.daemon.server import Server, bind_socket
+from sidecar.memory.inbox import Inboxes
+from sidecar.memory.ops import MemoryOps
+from sidecar.search.query import FilterError, split_filters
+from sidecar.search.retrieval import Retriever
 from tests.conftest import FakeEmbedder, Harness, write
 
 TODAY = dt.date(2026, 12, 2)  # a Wednesday
@@ -230,7 +230,7 @@ def test_masking_can_be_switched_off(make_cfg: Any, agent_vault: Path) -> None:
     try:
         h.sweep()
         r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
-        from sidecar.retrieval import SearchRequest
+        from sidecar.search.retrieval import SearchRequest
 
         hits = r.search(SearchRequest("router admin password", 5, 0.0)).hits
         assert any(SECRET in x["text"] for x in hits)

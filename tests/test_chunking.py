@@ -7,9 +7,9 @@ import hashlib
 import os
 from collections.abc import Sequence
 
-from sidecar.chunking import chunk_note, mostly_data, readable_links
 from sidecar.config import load_config
-from sidecar.embedder import load_model
+from sidecar.model.embedder import load_model
+from sidecar.notes.chunking import chunk_note, mostly_data, readable_links
 
 
 def words(texts: Sequence[str]) -> list[int]:

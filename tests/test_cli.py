@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from sidecar.cli import COMMANDS, build_parser
+from sidecar.clients.cli import COMMANDS, build_parser
+from sidecar.clients.doctor import Probes, check_model, render, run_checks
+from sidecar.clients.foreground import Eta, Summary
 from sidecar.config import load_config
-from sidecar.doctor import Probes, check_model, render, run_checks
-from sidecar.errors import ExitCode
-from sidecar.foreground import Eta, Summary
-from sidecar.logs import JournaldFormatter
+from sidecar.contracts.errors import ExitCode
+from sidecar.runtime.logs import JournaldFormatter
 
 from .conftest import REPO, DaemonProcess, write
 
@@ -421,7 +421,8 @@ def test_journald_lines_carry_their_priority() -> None:
 
 
 def test_cli_sources_match_the_scanner() -> None:
-    from sidecar import cli, sources
+    from sidecar.clients import cli
+    from sidecar.vault import sources
 
     assert cli.SOURCES == sources.SOURCES
 
@@ -433,7 +434,7 @@ def test_each_skipped_file_is_named_once_at_info(
     not again at every later one."""
     outside = write(tmp_path / "outside.md", "# Secret\n\nnot part of the vault\n")
     (vault / "Link.md").symlink_to(outside)
-    with caplog.at_level(logging.INFO, logger="sidecar.indexer"):
+    with caplog.at_level(logging.INFO, logger="sidecar.index.indexer"):
         harness.sweep()
         harness.sweep()
     named = [r for r in caplog.records if r.getMessage().startswith("file_skipped")]

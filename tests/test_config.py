@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.config import load_config, render_example
-from sidecar.errors import ConfigError
+from sidecar.contracts.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
 

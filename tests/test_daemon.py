@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.errors import ExitCode, RemoteError
+from sidecar.contracts.errors import ExitCode, RemoteError
 from tests.conftest import DaemonProcess, exchange, write
 
 pytestmark = pytest.mark.model
@@ -254,7 +254,7 @@ def test_broken_model_degrades_to_keyword_search(daemon_factory: Any, vault: Pat
 def test_thin_clients_never_load_engines() -> None:
     """Importing the CLI and client loads no onnxruntime, tokenizers, lancedb or tantivy."""
     code = (
-        "import sys, sidecar.cli, sidecar.client, sidecar.protocol;"
+        "import sys, sidecar.clients.cli, sidecar.clients.client, sidecar.contracts.protocol;"
         "heavy = {'onnxruntime', 'tokenizers', 'lancedb', 'tantivy', 'pyarrow', 'numpy'} & set(sys.modules);"
         "print(sorted(heavy))"
     )

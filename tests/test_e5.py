@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sidecar import e5prep
 from sidecar.config import load_config
-from sidecar.embedder import DEFAULT_MODEL, E5SentencePiece, OnnxEmbedder, load_model
-from sidecar.errors import EmbedderError
+from sidecar.contracts.errors import EmbedderError
+from sidecar.model import e5prep
+from sidecar.model.embedder import DEFAULT_MODEL, E5SentencePiece, OnnxEmbedder, load_model
 
 pytestmark = pytest.mark.model
 
@@ -290,8 +290,8 @@ def test_user_settings_override_the_model_table(tmp_path: Path) -> None:
 def test_previous_model_keeps_its_own_settings(tmp_path: Path, prepared_models: Path) -> None:
     """Switching from MiniLM to the default: while the new table is built, the old one is still
     queried with MiniLM and MiniLM's own settings (no "query: " in front)."""
-    from sidecar.daemon import open_previous
-    from sidecar.indexer import open_vectors
+    from sidecar.daemon.lifecycle import open_previous
+    from sidecar.index.indexer import open_vectors
 
     env = {"SIDECAR_HOME": str(tmp_path / "home"), "SIDECAR_EMBEDDER_CACHE_DIR": str(prepared_models)}
     mini_cfg = load_config(env={**env, "SIDECAR_EMBEDDER_MODEL": "all-MiniLM-L6-v2"})

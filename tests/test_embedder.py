@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sidecar.embedder import MINILM_MODEL, OnnxEmbedder, bundled_model_files, load_model, resolve_model
-from sidecar.errors import EmbedderError
+from sidecar.contracts.errors import EmbedderError
+from sidecar.model.embedder import MINILM_MODEL, OnnxEmbedder, bundled_model_files, load_model, resolve_model
 
 pytestmark = pytest.mark.model
 
@@ -164,7 +164,7 @@ def test_prepare_keeps_int8_weights_int8(tmp_path: Path) -> None:
     Gather, MatMulNBits for the MatMul), checked against the original, and cached."""
     import onnx
 
-    from sidecar.modelprep import ensure_prepared
+    from sidecar.model.int8prep import ensure_prepared
 
     source, target = tmp_path / "tiny.onnx", tmp_path / "cache" / "tiny-prepared.onnx"
     _tiny_model(source, quantized=True)
@@ -182,7 +182,7 @@ def test_prepare_keeps_int8_weights_int8(tmp_path: Path) -> None:
 def test_prepare_leaves_other_models_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A float model has nothing to rewrite: a .skip note says so and later starts do not ask again;
     a child that fails (not a model) leaves no note, so the next start tries again."""
-    import sidecar.modelprep as prep
+    import sidecar.model.int8prep as prep
 
     source, target = tmp_path / "float.onnx", tmp_path / "cache" / "float-prepared.onnx"
     _tiny_model(source, quantized=False)
@@ -255,7 +255,7 @@ def _flip_one_byte(path: Path) -> None:
 def test_tampered_minilm_files_fail_naming_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One changed byte in the package's model.onnx or in the shipped tokenizer.json: a start-up
     error that names the file (and nothing is loaded from it)."""
-    import sidecar.embedder as emb
+    import sidecar.model.embedder as emb
     from sidecar.config import load_config
 
     files = bundled_model_files()

@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
-from sidecar.fusion import Candidate, Rules, Scale, Scored, apply_rules, cap_per_note, fold, fuse, minmax, rrf
-from sidecar.query import analyze, split_filters
+from sidecar.search.fusion import (
+    Candidate,
+    Rules,
+    Scale,
+    Scored,
+    apply_rules,
+    cap_per_note,
+    fold,
+    fuse,
+    minmax,
+    rrf,
+)
+from sidecar.search.query import analyze, split_filters
 
 
 def test_minmax_scales_each_arm() -> None:

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from sidecar.errors import NotFoundError, SourceError
-from sidecar.inbox import Inboxes, split_front_matter
+from sidecar.contracts.errors import NotFoundError, SourceError
+from sidecar.memory.inbox import Inboxes, split_front_matter
 
 
 @pytest.fixture
@@ -213,8 +213,13 @@ def test_inbox_swapped_for_a_link_during_200_writes(inboxes: Inboxes, tmp_path: 
     t.start()
     acknowledged: dict[str, bytes] = {}
     refused = 0
+    writes = 0
     try:
-        for i in range(200):
+        # At least 200 writes, and on until the swapper has swapped 50 times (a loaded machine
+        # can starve it): the race is exercised however the threads get scheduled.
+        while writes < 200 or (swaps < 50 and writes < 20_000):
+            i = writes
+            writes += 1
             try:
                 w = inboxes.write("claude", f"note-{i}", f"write number {i}", None, must_exist=False)
                 acknowledged[w.slug] = w.data
@@ -223,9 +228,10 @@ def test_inbox_swapped_for_a_link_during_200_writes(inboxes: Inboxes, tmp_path: 
     finally:
         stop.set()
         t.join()
-    assert swaps > 50 and acknowledged and refused > 0 and refused + len(acknowledged) == 200, (
+    assert swaps >= 50 and acknowledged and refused > 0 and refused + len(acknowledged) == writes, (
         swaps,
         refused,
+        writes,
     )
     real = agent / "memory"
     assert real.is_dir() and not real.is_symlink()

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from sidecar import indexer as indexer_mod
-from sidecar.query import analyze
-from sidecar.retrieval import Retriever, SearchRequest
-from sidecar.sources import Root
+from sidecar.index import indexer as indexer_mod
+from sidecar.search.query import analyze
+from sidecar.search.retrieval import Retriever, SearchRequest
+from sidecar.vault.sources import Root
 from tests.conftest import FakeEmbedder, Harness, write
 
 
@@ -756,7 +756,7 @@ def test_a_failed_index_build_is_reported_and_search_goes_on(
 ) -> None:
     """A child that fails (here: an interpreter that cannot start) raises StoreError with the
     reason; the table stays unindexed and exact search keeps answering."""
-    from sidecar.errors import StoreError
+    from sidecar.contracts.errors import StoreError
     from sidecar.stores import vectors as vectors_mod
 
     h = _harness_over_ann_threshold(make_cfg, tmp_path)
@@ -780,7 +780,7 @@ def test_stopping_ends_an_index_build(make_cfg: Any, tmp_path: Path) -> None:
     and ready to build again, with compaction no longer held back."""
     import sys
 
-    from sidecar.errors import StoreError
+    from sidecar.contracts.errors import StoreError
 
     h = _harness_over_ann_threshold(make_cfg, tmp_path)
     try:

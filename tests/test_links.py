@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.links import LinkGraph, Resolver, Target, extract_links
+from sidecar.notes.links import LinkGraph, Resolver, Target, extract_links
 from tests.conftest import FakeEmbedder, Harness, write
 
 # A help-vault-like fixture: every way of linking, each page's backlinks counted by hand below.
@@ -130,7 +130,7 @@ def test_a_crash_between_stores_leaves_no_half_written_links(linked: Any, monkey
     """Links are written in the manifest transaction of the note's chunks: if it fails, neither
     changes, and the next sweep writes both."""
     h, v = linked
-    from sidecar import indexer as indexer_mod
+    from sidecar.index import indexer as indexer_mod
 
     write(v / "A/Index.md", "# Index A\n\n[[Home]] [[Sync]]\n")
 
@@ -221,8 +221,8 @@ def test_resolver_rules() -> None:
 def test_link_lift_raises_a_note_the_top_notes_link_to(linked: Any) -> None:
     from dataclasses import replace
 
-    from sidecar.query import Filters
-    from sidecar.retrieval import Retriever, SearchRequest
+    from sidecar.search.query import Filters
+    from sidecar.search.retrieval import Retriever, SearchRequest
 
     h, _v = linked
     req = SearchRequest("sync", 20, 0.0, None, None, Filters())

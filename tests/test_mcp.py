@@ -133,7 +133,7 @@ def test_mcp_starts_without_daemon_and_reconnects(daemon_factory: Any, vault: Pa
 def test_mcp_stdout_is_protocol_only_and_imports_no_engine(tmp_path: Path) -> None:
     """The shim loads no engine module and prints nothing to stdout on its own."""
     code = (
-        "import sys, sidecar.mcp_shim;"
+        "import sys, sidecar.clients.mcp_shim;"
         "print(sorted({'onnxruntime', 'tokenizers', 'lancedb', 'tantivy', 'pyarrow'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)

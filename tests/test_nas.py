@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from sidecar import sources as sources_mod
-from sidecar import supervisor as supervisor_mod
-from sidecar.supervisor import Identity
+from sidecar.vault import sources as sources_mod
+from sidecar.vault import supervisor as supervisor_mod
+from sidecar.vault.supervisor import Identity
 from tests.conftest import FakeEmbedder, Harness, write
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from sidecar.embedder import load_model
-from sidecar.retrieval import Retriever, SearchRequest
+from sidecar.model.embedder import load_model
+from sidecar.search.retrieval import Retriever, SearchRequest
 from tests.conftest import FakeEmbedder, Harness, write
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.errors import RemoteError
+from sidecar.contracts.errors import RemoteError
 from tests.conftest import DaemonProcess, write
 
 pytestmark = pytest.mark.model

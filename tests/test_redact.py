@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.redact import redact
+from sidecar.notes.redact import redact
 
 PEM = (
     "-----BEGIN OPENSSH PRIVATE KEY-----\n"
@@ -87,7 +87,7 @@ def test_ordinary_text_survives_untouched(text: str) -> None:
 def test_mask_adds_card_numbers_and_connection_strings() -> None:
     """What agents read of the user's notes also hides Luhn-valid card numbers and
     connection-string passwords; order and phone numbers stay."""
-    from sidecar.redact import mask
+    from sidecar.notes.redact import mask
 
     text = (
         "visa 4111 1111 1111 1111, amex 3782-822463-10005, order 1234 5678 9012 3456, "

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from sidecar.clients.service import LABEL, service_file
 from sidecar.config import load_config
-from sidecar.errors import ExitCode
-from sidecar.service import LABEL, service_file
+from sidecar.contracts.errors import ExitCode
 from tests.conftest import DaemonProcess
 
 

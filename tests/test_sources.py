@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from sidecar.errors import NotFoundError, SourceError
-from sidecar.sources import (
+from sidecar.contracts.errors import NotFoundError, SourceError
+from sidecar.vault.sources import (
     NoteFile,
     NoteUnreadable,
     Skipped,

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from sidecar import supervisor as supervisor_mod
-from sidecar.backoff import Backoff
-from sidecar.mounts import fs_type_of, is_network, parse_mount_output, parse_mountinfo
-from sidecar.sources import Root
-from sidecar.supervisor import Supervisor
+from sidecar.runtime.backoff import Backoff
+from sidecar.vault import supervisor as supervisor_mod
+from sidecar.vault.mounts import fs_type_of, is_network, parse_mount_output, parse_mountinfo
+from sidecar.vault.sources import Root
+from sidecar.vault.supervisor import Supervisor
 from tests.conftest import FakeEmbedder, Harness
 
 MOUNTINFO = """\

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import tantivy
 
-from sidecar.errors import StoreError, StoreOutdatedError
+from sidecar.contracts.errors import StoreError, StoreOutdatedError
 from sidecar.stores.cjk import bigrams
 
 log = logging.getLogger(__name__)

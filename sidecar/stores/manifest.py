@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sidecar import links
-from sidecar.errors import StoreError
+from sidecar.contracts.errors import StoreError
+from sidecar.notes import links
 
 SCHEMA_VERSION = 4
 # has_vector: the chunk is in the serving vector table; has_next: in the table being built for a

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 from lancedb.index import IvfHnswSq, IvfPq, IvfRq, IvfSq
 
-from sidecar.errors import StoreError
+from sidecar.contracts.errors import StoreError
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.errors import RemoteError
+from sidecar.contracts.errors import RemoteError
 from tests.conftest import DaemonProcess, exchange, store_ids, write
 
 pytestmark = pytest.mark.model

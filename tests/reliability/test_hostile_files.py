@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.errors import RemoteError
+from sidecar.contracts.errors import RemoteError
 from tests.conftest import DaemonProcess, write
 
 BAD = b"caf\xe9"  # Latin-1 bytes: not valid UTF-8
@@ -308,8 +308,8 @@ def test_a_request_that_hangs_is_answered_and_frees_the_server(tmp_path: Path) -
     stuck, a fresh pool serves the next requests (the real server on a real socket)."""
     import asyncio
 
-    from sidecar.protocol import Request
-    from sidecar.server import Server, bind_socket
+    from sidecar.contracts.protocol import Request
+    from sidecar.daemon.server import Server, bind_socket
 
     release = threading.Event()
 

@@ -1,0 +1,97 @@
+"""Blocking socket client with typed errors. Light: imports protocol and errors only, so the CLI
+and the MCP shim start fast and never load a model or open an index.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from sidecar.contracts.errors import DaemonNotRunningError, ProtocolError, RemoteError
+from sidecar.contracts.protocol import Request, parse_response, request_frame
+
+_MAX_RESPONSE = 256 * 1024 * 1024
+_CONNECT_TRIES = 10
+
+
+class Client:
+    def __init__(self, socket_path: Path, *, timeout: float = 60.0, agent: str | None = None) -> None:
+        self.socket_path = socket_path
+        self.timeout = timeout
+        self.agent = agent
+        self._sock: socket.socket | None = None
+        self._buf = b""
+        self._ids = itertools.count(1)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            for attempt in range(_CONNECT_TRIES):
+                try:
+                    sock.connect(str(self.socket_path))
+                    break
+                except BlockingIOError:  # the daemon's accept queue is full for a moment
+                    if attempt == _CONNECT_TRIES - 1:
+                        raise
+                    time.sleep(0.05 * (attempt + 1))
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            sock.close()
+            raise DaemonNotRunningError(
+                f"no sidecar daemon is listening on {self.socket_path}. Start it with "
+                "`sidecar serve --vault PATH` (or `systemctl --user start sidecar`)."
+            ) from exc
+        except OSError as exc:
+            sock.close()
+            raise DaemonNotRunningError(f"cannot connect to {self.socket_path}: {exc.strerror}") from exc
+        self._sock = sock
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def call(self, op: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Send one request and wait for its answer; raise RemoteError if the daemon refused it."""
+        if self._sock is None:
+            self.connect()
+        assert self._sock is not None
+        req_id = next(self._ids)
+        try:
+            self._sock.sendall(request_frame(Request(op, params or {}, req_id, self.agent)))
+            line = self._readline()
+        except TimeoutError as exc:
+            self.close()
+            raise ProtocolError(f"the daemon did not answer {op!r} within {self.timeout:.0f}s") from exc
+        except OSError as exc:
+            self.close()
+            raise DaemonNotRunningError(f"the connection to the daemon broke: {exc}") from exc
+        data = parse_response(line)
+        if not data.get("ok"):
+            err = data.get("error") or {}
+            raise RemoteError(str(err.get("code", "error")), str(err.get("message", "request failed")))
+        result = data.get("result")
+        if not isinstance(result, dict):
+            raise ProtocolError("the daemon sent a malformed answer")
+        return result
+
+    def _readline(self) -> bytes:
+        assert self._sock is not None
+        while b"\n" not in self._buf:
+            chunk = self._sock.recv(1 << 16)
+            if not chunk:
+                raise ConnectionResetError("the daemon closed the connection")
+            self._buf += chunk
+            if len(self._buf) > _MAX_RESPONSE:
+                raise ProtocolError("answer too large")
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line

@@ -1,0 +1,149 @@
+"""What ``sidecar serve`` tells a person at a terminal: a few plain lines on stdout (listening,
+keyword search ready, vectors ETA, done) while the log keeps one structured line per event on
+stderr. The summary is a client of the daemon's own ``health`` op, so the daemon knows nothing
+of it. Also the steady ETA that the progress bar and the summary share.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from sidecar.clients.client import Client
+from sidecar.contracts.errors import SidecarError
+
+_ETA_EVERY = 60.0  # seconds between two "vectors: ... left" lines
+
+
+def duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60}s"
+    return f"{seconds // 3600}h {seconds % 3600 // 60}m"
+
+
+class Eta:
+    """Time left from a count that moves in steps (vectors arrive 256 chunks at a time): the rate
+    is taken over the last ``window`` steps (one step's timing jitter barely moves it), and
+    between two steps the estimate counts down instead of standing still and then jumping."""
+
+    def __init__(self, window: int = 16, pull: float = 0.25) -> None:
+        self.steps: deque[tuple[float, int]] = deque(maxlen=window)  # (time, done) when it moved
+        self.pull = pull
+        self._shown: tuple[float, float] | None = None  # (time, seconds left) last returned
+
+    @property
+    def rate(self) -> float | None:
+        """Units per second over the window, None before two steps."""
+        if len(self.steps) < 2:
+            return None
+        (t0, d0), (t1, d1) = self.steps[0], self.steps[-1]
+        return (d1 - d0) / (t1 - t0) if t1 > t0 and d1 > d0 else None
+
+    def update(self, done: int, total: int, now: float | None = None) -> float | None:
+        now = time.monotonic() if now is None else now
+        if self.steps and done < self.steps[-1][1]:  # a new count began
+            self.steps.clear()
+            self._shown = None
+        if not self.steps or done > self.steps[-1][1]:
+            self.steps.append((now, done))
+        rate = self.rate
+        if not rate:
+            return None
+        raw = max(max(total - done, 0) / rate - (now - self.steps[-1][0]), 0.0)
+        if self._shown is None or done >= total:
+            shown = raw
+        else:  # count down from the last figure, moving a quarter of the way to the new estimate
+            t, value = self._shown
+            predicted = value - (now - t)
+            shown = max(predicted + self.pull * (raw - predicted), 0.0)
+        self._shown = (now, shown)
+        return shown
+
+
+class Summary:
+    """Turns successive health answers into the few lines worth a person's attention."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.started = clock()
+        self.eta = Eta()
+        self.said: set[str] = set()
+        self.last_eta_line = -1e9
+        self.offline: set[str] = set()
+
+    def _once(self, key: str, line: str, out: list[str]) -> None:
+        if key not in self.said:
+            self.said.add(key)
+            out.append(line)
+
+    def lines(self, h: dict[str, Any]) -> list[str]:
+        out: list[str] = []
+        idx, emb = h["index"], h["embedder"]
+        now = self.clock()
+        vault = h.get("vault") or "none configured (only agent memory)"
+        self._once("up", f"sidecar {h['version']} is listening on {h['socket']}; vault: {vault}", out)
+        building = idx["phase"] in ("starting", "scanning", "indexing") and idx["sweeps"] == 0
+        if building:
+            prog = idx.get("progress") or {}
+            if prog.get("total"):
+                self._once("reading", f"reading {prog['total']:,} notes for keyword search ...", out)
+            return out
+        self._once(
+            "keywords",
+            f"keyword search ready: {idx['files']:,} notes, {idx['chunks']:,} chunks "
+            f"(after {duration(now - self.started)})",
+            out,
+        )
+        pending = idx["pending_vectors"]
+        if emb["state"] == "failed":
+            what = "off" if "disabled" in str(emb.get("error")) else "the model failed"
+            self._once("failed", f"vectors: {what} ({emb.get('error')}); search is keyword-only", out)
+        elif emb["state"] != "ok":
+            self._once("loading", f"vectors: loading the model ({emb.get('model') or 'default'}) ...", out)
+        elif pending:
+            total = idx["chunks"]
+            left = self.eta.update(total - pending, total, now)
+            if now - self.last_eta_line >= _ETA_EVERY and (left is not None or "vectors" not in self.said):
+                self.said.add("vectors")
+                self.last_eta_line = now
+                eta = f", about {duration(left)} left" if left is not None else ""
+                out.append(f"vectors: {pending:,} of {total:,} chunks to embed{eta}")
+        elif idx["chunks"] or "vectors" in self.said:
+            self._once("done", f"done: every chunk has a vector (after {duration(now - self.started)})", out)
+        for r in h.get("roots", []):
+            if r["mode"] == "offline" and r["name"] not in self.offline:
+                self.offline.add(r["name"])
+                out.append(
+                    f"offline: {r['name']} ({r['path']}): {r.get('error') or 'not reachable'}; waiting"
+                )
+            elif r["mode"] != "offline" and r["name"] in self.offline:
+                self.offline.discard(r["name"])
+                out.append(f"back: {r['name']} ({r['path']}) is reachable again")
+        return out
+
+
+def follow(socket: Path, stop: threading.Event, out: TextIO, every: float = 2.0) -> threading.Thread:
+    """Print the summary of a daemon starting on ``socket`` until ``stop`` is set (a daemon thread)."""
+
+    def run() -> None:
+        summary = Summary()
+        while not stop.wait(every):
+            try:
+                with Client(socket, timeout=5.0) as client:
+                    health = client.call("health")
+            except (SidecarError, OSError):
+                continue  # not listening yet, or stopping
+            for line in summary.lines(health):
+                out.write(line + "\n")
+                out.flush()
+
+    thread = threading.Thread(target=run, name="foreground-summary", daemon=True)
+    thread.start()
+    return thread

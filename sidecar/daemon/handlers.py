@@ -1,0 +1,421 @@
+"""One function per protocol op. Parameters are validated here; errors are raised as typed
+SidecarErrors and the server turns them into error responses. Imports retrieval, indexer, sources.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sidecar import __version__
+from sidecar.config import Config, valid_agent
+from sidecar.contracts.errors import NotFoundError, ProtocolError, SourceError
+from sidecar.contracts.protocol import (
+    PROTOCOL_VERSION,
+    Request,
+    check_known,
+    param_bool,
+    param_float,
+    param_int,
+    param_opt_str,
+    param_str,
+)
+from sidecar.index.indexer import Indexer
+from sidecar.memory.ops import MemoryOps
+from sidecar.model.embedder import EmbedderSlot, approx_token_count
+from sidecar.notes.links import LinkGraph
+from sidecar.notes.outline import Page, one_line
+from sidecar.notes.outline import render as render_outline
+from sidecar.notes.redact import mask
+from sidecar.search.query import FilterError, Filters, parse_day
+from sidecar.search.retrieval import Retriever, SearchRequest, SearchResult
+from sidecar.vault.sources import (
+    SOURCES,
+    NoteUnreadable,
+    key_for_reference,
+    path_for_key,
+    public_reference,
+    read_inbox_note,
+    read_note,
+)
+
+MAX_QUERY_CHARS = 4000
+# A reference is a path inside a root: PATH_MAX (4096 bytes on Linux) plus the source prefix.
+MAX_REFERENCE_CHARS = 8192
+# Filters and options shared by `search` and `recall`.
+_SEARCH_PARAMS = ("limit", "minScore", "source", "tag", "pathPrefix", "since", "until", "preview")
+MAX_TAGS = 20
+OUTLINE_BUDGET = 1000
+
+
+@dataclass
+class ServiceState:
+    started: float
+    queue_depth: Callable[[], int]
+    request_sweep: Callable[[bool, frozenset[str] | None, frozenset[str]], None]
+    watched: Callable[[], list[Path]]
+    reload: Callable[[], dict[str, Any]]
+
+
+class Handlers:
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        indexer: Indexer,
+        retriever: Retriever,
+        slot: EmbedderSlot,
+        service: ServiceState,
+        memory: MemoryOps,
+    ) -> None:
+        self.cfg = cfg
+        self.indexer = indexer
+        self.retriever = retriever
+        self.slot = slot
+        self.service = service
+        self._ops: dict[str, Callable[[Request], dict[str, Any]]] = {
+            "health": self.health,
+            "search": self.search,
+            "recall": self.recall,
+            "why": self.why,
+            "get": self.get,
+            "related": self.related,
+            "index": self.index,
+            "outline": self.outline,
+            "reload": self.reload,
+            **memory.ops(),
+        }
+
+    def dispatch(self, req: Request) -> dict[str, Any]:
+        handler = self._ops.get(req.op)
+        if handler is None:
+            raise ProtocolError(f"unknown op {req.op!r}; known ops: {', '.join(sorted(self._ops))}")
+        if req.agent is not None and not valid_agent(req.agent):
+            raise ProtocolError(f"invalid agent name {req.agent!r}: use a-z, 0-9, '_' and '-' (max 64)")
+        return handler(req)
+
+    # --- ops -------------------------------------------------------------------------------
+
+    def health(self, req: Request) -> dict[str, Any]:
+        check_known(req.params, ())
+        act = self.indexer.activity
+        counts = self.indexer.counts()
+        pending = self.indexer.stores.manifest.pending_count()
+        embedder = self.slot.describe()
+        state = self.indexer.index_state(pending, embedder["state"])
+        vec = self.indexer.vectors
+        rate = vec.embedded / vec.embed_seconds if vec.embed_seconds > 0 else None
+        return {
+            "version": __version__,
+            "protocol": PROTOCOL_VERSION,
+            "pid": os.getpid(),
+            "started": self.service.started,
+            "uptime_seconds": round(time.time() - self.service.started, 1),
+            "embedder": embedder,
+            "index": {
+                "state": state,
+                "phase": act.phase,
+                "progress": {"done": act.done, "total": act.total},
+                "files": counts["files"],
+                "chunks": counts["chunks"],
+                "pending_vectors": pending,
+                "embed_rate_chunks_per_second": round(rate, 2) if rate else None,
+                "by_source": counts["by_source"],
+                "by_agent": counts["by_agent"],
+                "skipped": {**act.scan_skipped, **{k or "unknown": v for k, v in counts["skipped"].items()}},
+                "excluded": act.excluded,
+                "links": LinkGraph(self.indexer.stores.manifest.read).totals(),
+                "sweeps": act.sweeps,
+            },
+            "roots": self.indexer.supervisor.describe(self._watched),
+            "vectors": vec.describe(),
+            "problems": self.indexer.stores.problems.describe(),
+            "queue": {"depth": self.service.queue_depth()},
+            "socket": str(self.cfg.socket_path),
+            "home": str(self.cfg.home),
+            "vault": str(self.cfg.vault.path) if self.cfg.vault.path else None,
+        }
+
+    def _watched(self, path: str) -> bool:
+        """Whether a live file watch covers this root (else it is only swept)."""
+        return any(Path(path).is_relative_to(w) for w in self.service.watched())
+
+    def _request(self, p: dict[str, Any], agent: str | None, text_param: str, limit: int) -> SearchRequest:
+        """The search parameters shared by search and recall, validated."""
+        query = param_str(p, text_param, max_len=MAX_QUERY_CHARS)
+        if "\0" in query:
+            raise ProtocolError(f"'{text_param}' contains a NUL byte")
+        limit = param_int(p, "limit", default=limit, lo=1, hi=200)
+        min_score = param_float(p, "minScore", default=self.cfg.search.min_score, lo=0.0, hi=100.0)
+        source = p.get("source")
+        sources: tuple[str, ...] | None
+        if source is None:
+            sources = None
+        elif isinstance(source, str) and source in SOURCES:
+            sources = (source,)
+        elif isinstance(source, list) and source and all(isinstance(s, str) and s in SOURCES for s in source):
+            sources = tuple(dict.fromkeys(source))
+        else:
+            raise ProtocolError(f"'source' must be one of {', '.join(SOURCES)} or a list of them")
+        today = self.retriever.today()
+        since = _day(p, "since", today)
+        until = _day(p, "until", today, end=True)
+        if since and until and since > until:
+            raise ProtocolError(f"the date window is empty: 'since' {since} is after 'until' {until}")
+        filters = Filters(
+            tags=_tags(p),
+            path_prefix=param_opt_str(p, "pathPrefix", max_len=1000),
+            since=since,
+            until=until,
+        )
+        budget = None
+        if text_param == "message":
+            budget = param_int(p, "tokenBudget", default=self.cfg.recall.token_budget, lo=100, hi=50_000)
+        return SearchRequest(query, limit, min_score, sources, agent, filters, budget)
+
+    def search(self, req: Request) -> dict[str, Any]:
+        p = req.params
+        check_known(p, ("query", *_SEARCH_PARAMS))
+        try:
+            result = self.retriever.search(self._request(p, req.agent, "query", self.cfg.search.limit))
+        except FilterError as exc:
+            raise ProtocolError(f"bad filter in 'query': {exc}") from exc
+        return _hits_reply(result, p, {})
+
+    def why(self, req: Request) -> dict[str, Any]:
+        """Explain a note's place (or absence) in the results of a query."""
+        p = req.params
+        check_known(p, ("reference", "query"))
+        key = key_for_reference(param_str(p, "reference", max_len=MAX_REFERENCE_CHARS), req.agent)
+        try:
+            out = self.retriever.explain(key, param_str(p, "query", max_len=MAX_QUERY_CHARS), req.agent)
+        except FilterError as exc:
+            raise ProtocolError(f"bad filter in 'query': {exc}") from exc
+        if not out["indexed"]:
+            state = self.indexer.stores.manifest.file_states(key).get(key)
+            try:
+                path_for_key(self.cfg, key)
+                exists = True
+            except SourceError:
+                exists = False
+            out["exists"] = exists
+            rule = self.indexer.excluded_by(key)
+            if rule is not None:
+                out["reason"] = f"the note is excluded by {rule}"
+                out["excluded"] = rule
+            elif state is not None and state.state == "skipped":
+                out["reason"] = "the file was skipped when indexing (see `file_skipped` in the log)"
+            elif exists:
+                out["reason"] = "the file exists but is not indexed yet (a sweep will pick it up)"
+            else:
+                out["reason"] = "no such note in the vault, wiki or this agent's memory"
+        return out
+
+    def recall(self, req: Request) -> dict[str, Any]:
+        """Auto-injection: the current message (previous turns blended in) -> a context block."""
+        p = req.params
+        check_known(p, ("message", "history", "tokenBudget", *_SEARCH_PARAMS))
+        history = p.get("history", [])
+        if (
+            not isinstance(history, list)
+            or not all(isinstance(t, str) for t in history)
+            or len(history) > 100
+        ):
+            raise ProtocolError(
+                "'history' must be a list of at most 100 strings (previous turns, oldest first)"
+            )
+        search = self._request(p, req.agent, "message", self.cfg.recall.limit)
+        model = self.slot.model
+        count = model.count_tokens if model is not None else approx_token_count
+        try:
+            result, block = self.retriever.recall(search.query, history, search, count)
+        except FilterError as exc:
+            raise ProtocolError(f"bad filter in 'message': {exc}") from exc
+        return _hits_reply(result, p, {"context": block})
+
+    def get(self, req: Request) -> dict[str, Any]:
+        p = req.params
+        check_known(p, ("reference",))
+        reference = param_str(p, "reference", max_len=MAX_REFERENCE_CHARS)
+        key = key_for_reference(reference, req.agent)
+        manifest = self.indexer.stores.manifest
+        if not key.startswith("memory/") and key != reference:
+            # "vault/a.md" may name the note a.md.md (its reference as search returns it).
+            exact = key_for_reference(reference + ".md", req.agent)
+            if manifest.rel_of(exact) is not None:
+                key = exact
+        root, path = path_for_key(self.cfg, key, manifest.rel_of(key))
+        limit = self.cfg.index.max_file_bytes
+        try:
+            if root.source == "memory":
+                _data, text = read_inbox_note(root, path.name, limit)
+            else:
+                _data, text = read_note(path, limit)
+        except FileNotFoundError as exc:
+            raise NotFoundError(f"no note {reference!r}") from exc
+        except NoteUnreadable as exc:
+            raise SourceError(f"{reference!r} cannot be read: {exc.reason}") from exc
+        chunks = self.indexer.stores.manifest.chunks_of(key)
+        title = chunks[0].title if chunks else path.stem
+        graph = LinkGraph(self.indexer.stores.manifest.read)
+        links = graph.links_of(key, req.agent)
+        for link in links:
+            link["target"] = public_reference(link["target"], req.agent) if link["target"] else None
+        backlinks = [
+            {"reference": public_reference(b.pop("source"), req.agent), **b}
+            for b in graph.backlinks(key, req.agent)
+        ]
+        masked: dict[str, int] = {}
+        if self.cfg.search.mask_secrets:
+            text, masked = mask(text)
+        out: dict[str, Any] = {
+            "reference": public_reference(key, req.agent),
+            "source": key.split("/", 1)[0],
+            "title": title,
+            "text": text,
+            "lines": text.count("\n") + 1,
+            "indexed": bool(chunks),
+            "links": links,
+            "backlinks": backlinks,
+            "unresolved": sorted({link["link"] for link in links if link["target"] is None}),
+        }
+        rule = self.indexer.excluded_by(key)
+        if rule is not None:
+            out["excluded"] = rule
+        if masked:
+            out["masked"] = masked
+        return out
+
+    def related(self, req: Request) -> dict[str, Any]:
+        """Notes linked with this one (either way), then notes sharing its links or tags."""
+        p = req.params
+        check_known(p, ("reference", "limit"))
+        reference = param_str(p, "reference", max_len=2000)
+        key = key_for_reference(reference, req.agent)
+        limit = param_int(p, "limit", default=10, lo=1, hi=100)
+        manifest = self.indexer.stores.manifest
+        if not manifest.file_states(key).get(key):
+            path_for_key(self.cfg, key)  # not_found / bad_reference for a note that does not exist
+        graph = LinkGraph(manifest.read)
+        items = graph.related(key, limit, req.agent)
+        for item in items:
+            item["reference"] = public_reference(item.pop("key"), req.agent)
+            item["source"] = item["reference"].split("/", 1)[0]
+            for kind, keys in item.get("shared", {}).items():
+                if kind != "tags":
+                    item["shared"][kind] = [public_reference(k, req.agent) for k in keys]
+        return {"reference": public_reference(key, req.agent), "related": items}
+
+    def outline(self, req: Request) -> dict[str, Any]:
+        """The wiki's (or vault's) folders, pages and one-line descriptions within a token budget."""
+        p = req.params
+        check_known(p, ("source", "pathPrefix", "tokenBudget"))
+        source = param_opt_str(p, "source") or "wiki"
+        if source not in ("wiki", "vault"):
+            raise ProtocolError("'source' must be wiki or vault")
+        prefix = (param_opt_str(p, "pathPrefix", max_len=1000) or "").strip("/")
+        budget = param_int(p, "tokenBudget", default=OUTLINE_BUDGET, lo=100, hi=50_000)
+        manifest = self.indexer.stores.manifest
+        pages = []
+        for key, _src, _agent, title, _tags, _mtime, _chunks, fm in manifest.list_files(
+            "source = ?", [source]
+        ):
+            path = key.split("/", 1)[1]
+            if prefix and not (path == prefix or path.startswith(prefix + "/")):
+                continue
+            description = _fm_description(fm)
+            if not description:
+                # Else the first prose of the page: headings only repeat the title.
+                lines = (line for c in manifest.chunks_of(key) for line in c.text.splitlines())
+                description = next((x for x in lines if x.strip() and not x.lstrip().startswith("#")), "")
+            pages.append(Page(path, title, one_line(description)))
+        model = self.slot.model
+        count = model.count_tokens if model is not None else approx_token_count
+        out = render_outline(pages, budget, count, label=source)
+        return {
+            "outline": out.text,
+            "source": source,
+            "pages": out.pages,
+            "folders": out.folders,
+            "tokens": out.tokens,
+            "detail": out.detail,
+        }
+
+    def reload(self, req: Request) -> dict[str, Any]:
+        check_known(req.params, ())
+        return self.service.reload()
+
+    def index(self, req: Request) -> dict[str, Any]:
+        p = req.params
+        check_known(p, ("rebuild", "confirmDeletions"))
+        rebuild = param_bool(p, "rebuild", default=False)
+        confirm = param_opt_str(p, "confirmDeletions", max_len=200)
+        known = set(self.indexer.supervisor.roots)
+        if confirm is not None and confirm not in known:
+            raise ProtocolError(f"unknown root {confirm!r}; roots: {', '.join(sorted(known)) or 'none yet'}")
+        self.service.request_sweep(rebuild, None, frozenset([confirm]) if confirm else frozenset())
+        return {"queued": True, "rebuild": rebuild, "sweeps": self.indexer.activity.sweeps}
+
+
+def _hits_reply(result: SearchResult, p: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"hits": result.hits, **extra}
+    if result.degraded:
+        out["degraded"] = result.degraded
+    filters = result.analysis.get("filters") or {}
+    if result.analysis.get("timePhraseIgnored"):
+        out["window"] = {"phrase": result.analysis["timePhraseIgnored"], "applied": False}
+    elif filters.get("timePhrase"):
+        out["window"] = {
+            "phrase": filters["timePhrase"],
+            "since": filters["since"],
+            "until": filters["until"],
+            "applied": True,
+        }
+    if param_bool(p, "preview", default=False):
+        out["analysis"] = result.analysis
+    return out
+
+
+def _fm_description(fm_json: str) -> str:
+    try:
+        fm = json.loads(fm_json)
+    except ValueError:
+        return ""
+    value = (fm.get("description") or fm.get("summary")) if isinstance(fm, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+def _day(p: dict[str, Any], name: str, today: dt.date, *, end: bool = False) -> str | None:
+    """A ``since``/``until`` parameter as an ISO day (``2026-9-1``, ``2026-09``, ``yesterday``, ``3d``)."""
+    value = param_opt_str(p, name, max_len=20)
+    if value is None:
+        return None
+    try:
+        return parse_day(value, today, name=name, end=end).isoformat()
+    except FilterError as exc:
+        raise ProtocolError(f"'{name}': {exc}") from exc
+
+
+def _tags(p: dict[str, Any]) -> tuple[str, ...]:
+    """``tag``: one tag, ``"a,b"`` or a list; a note with any of them passes."""
+    value = p.get("tag")
+    if value is None:
+        return ()
+    items = value.split(",") if isinstance(value, str) else value
+    if (
+        not isinstance(items, list)
+        or not all(isinstance(t, str) for t in items)
+        or len(items) > MAX_TAGS
+        or any(len(t) > 200 for t in items)
+    ):
+        raise ProtocolError(f"'tag' must be a tag, 'a,b' or a list of at most {MAX_TAGS} tags")
+    tags = tuple(dict.fromkeys(t.strip().lstrip("#").lower() for t in items))
+    if not all(tags):
+        raise ProtocolError("'tag' has an empty tag")
+    return tags

@@ -1,0 +1,335 @@
+"""The socket loop: frame -> handler -> frame, on a private Unix socket (no TCP, ever).
+
+The socket lives in a directory of mode 0700, has mode 0600, and every connection's peer UID is
+checked (SO_PEERCRED on Linux, LOCAL_PEERCRED on macOS). Requests run on thread pools so a slow
+search never stalls the loop; writes have their own pool, so searches never wait for a worker a
+write holds. Bounded: a frame over the limit is answered with an error and the connection closed;
+at ``server.maxConnections`` the longest-idle connection is closed to make room (with a ``busy``
+frame), and a new one is refused with that frame when none is idle; input beyond
+``server.maxBufferedBytes`` (summed over every connection's unfinished frame) is refused
+likewise; a request running longer than ``server.requestTimeoutSeconds`` is answered
+``timeout`` (should every worker be stuck, requests go to a fresh pool). Imports protocol and
+errors only: handlers arrive as a callable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import os
+import socket
+import stat
+import struct
+import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from sidecar.contracts.errors import ConfigError, DaemonRunningError, SidecarError
+from sidecar.contracts.protocol import Request, error_frame, ok_frame, parse_request, request_id_of
+
+log = logging.getLogger(__name__)
+
+Dispatch = Callable[[Request], dict[str, Any]]
+_WRITE_TIMEOUT = 30.0
+_READ_CHUNK = 1 << 16
+# Ops that change the inbox or the index: they run on their own pool (see the module doc).
+WRITE_OPS = frozenset({"write", "edit", "delete", "index", "reload"})
+_LOCAL_PEERCRED = 0x001  # macOS <sys/un.h>
+_SOL_LOCAL = 0
+
+
+def ensure_private_dir(path: Path) -> None:
+    """Create ``path`` with mode 0700, or check that an existing one is ours and private."""
+    created = not path.exists()
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = path.stat()
+    if st.st_uid != os.getuid():
+        raise ConfigError(f"socket directory {path} belongs to another user; refusing to use it")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        if created or path.name.startswith(("sidecar", "run")):
+            os.chmod(path, 0o700)
+        else:
+            raise ConfigError(
+                f"socket directory {path} is readable by others (mode {stat.S_IMODE(st.st_mode):o}); "
+                "choose a private directory (mode 0700) for the socket"
+            )
+
+
+def peer_uid(sock: socket.socket) -> int | None:
+    """UID of the process at the other end, or None where the platform cannot tell."""
+    try:
+        if hasattr(socket, "SO_PEERCRED"):
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            _pid, uid, _gid = struct.unpack("3i", creds)
+            return int(uid)
+        if sys.platform == "darwin":
+            # struct xucred { u_int cr_version; uid_t cr_uid; short cr_ngroups; gid_t cr_groups[16]; }
+            raw = sock.getsockopt(_SOL_LOCAL, _LOCAL_PEERCRED, 76)
+            return int(struct.unpack_from("Ii", raw)[1])
+    except OSError:
+        return None
+    return None
+
+
+def socket_is_live(path: Path) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+def bind_socket(path: Path) -> socket.socket:
+    """Bind the listening socket; a live one means another daemon, a dead one is a crash leftover."""
+    ensure_private_dir(path.parent)
+    if path.exists() or path.is_symlink():
+        if socket_is_live(path):
+            raise DaemonRunningError(f"another sidecar daemon is already serving {path}")
+        if not stat.S_ISSOCK(path.lstat().st_mode):
+            raise ConfigError(f"{path} exists and is not a socket; refusing to replace it")
+        log.info("stale_socket_removed path=%s", path)
+        path.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise DaemonRunningError(f"socket {path} is in use") from exc
+        raise ConfigError(f"cannot bind socket {path}: {exc.strerror}") from exc
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(socket.SOMAXCONN)  # bursts of connecting clients queue instead of failing
+    sock.setblocking(False)
+    return sock
+
+
+class _Lane:
+    """A thread pool for one kind of request, replaced when every worker is stuck."""
+
+    def __init__(self, name: str, workers: int) -> None:
+        self.name, self.workers = name, workers
+        self.pool = self._new_pool()
+        self.stuck = 0
+        self._lock = threading.Lock()
+
+    def _new_pool(self) -> ThreadPoolExecutor:
+        return ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=self.name)
+
+    def overran(self, fut: Future[bytes]) -> None:
+        """A request ran past its time bound: count it until it ends; a fresh pool if all are."""
+        with self._lock:
+            self.stuck += 1
+            if self.stuck >= self.workers:
+                log.error("request_pool_replaced lane=%s stuck=%d", self.name, self.stuck)
+                self.pool.shutdown(wait=False)
+                self.pool = self._new_pool()
+                self.stuck = 0
+                return
+        fut.add_done_callback(self._ended)
+
+    def _ended(self, _fut: Future[bytes]) -> None:
+        with self._lock:
+            self.stuck = max(0, self.stuck - 1)
+
+
+class Server:
+    def __init__(
+        self,
+        dispatch: Dispatch,
+        *,
+        max_frame: int,
+        workers: int,
+        idle_timeout: float,
+        max_connections: int = 1024,
+        max_buffered: int = 64 << 20,
+        request_timeout: float = 120.0,
+        write_workers: int = 2,
+    ) -> None:
+        self.dispatch = dispatch
+        self.max_frame = max_frame
+        self.idle_timeout = idle_timeout
+        self.max_connections = max_connections
+        self.max_buffered = max_buffered
+        self.request_timeout = request_timeout
+        self.lanes = {"read": _Lane("request", workers), "write": _Lane("write", write_workers)}
+        self.connections = 0
+        self.buffered = 0  # bytes of unfinished frames held, over every connection
+        # Connections waiting for a request with nothing buffered, oldest first (dicts keep order).
+        self._idle: dict[asyncio.StreamWriter, None] = {}
+        self._uid = os.getuid()
+
+    def call(self, req: Request) -> bytes:
+        """Run one request; every failure becomes an error frame, never a dropped connection."""
+        try:
+            return ok_frame(req.id, self.dispatch(req))
+        except SidecarError as exc:
+            return error_frame(req.id, exc.code, str(exc))
+        except Exception:
+            log.exception("request_failed op=%s", req.op)
+            return error_frame(
+                req.id, "internal", f"internal error while running {req.op!r}; see the daemon log"
+            )
+
+    async def run(self, req: Request) -> bytes:
+        """Run a request on its lane, answering ``timeout`` if it overruns its bound."""
+        lane = self.lanes["write" if req.op in WRITE_OPS else "read"]
+        fut = lane.pool.submit(self.call, req)
+        try:
+            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), self.request_timeout)
+        except TimeoutError:
+            log.error("request_timeout op=%s seconds=%.0f", req.op, self.request_timeout)
+            lane.overran(fut)
+            return error_frame(
+                req.id,
+                "timeout",
+                f"{req.op!r} did not finish within {self.request_timeout:.0f} s "
+                "(server.requestTimeoutSeconds); a write may still complete, check before retrying",
+            )
+
+    async def serve(self, listener: socket.socket, stop: asyncio.Event) -> None:
+        server = await asyncio.start_unix_server(self._client, sock=listener, limit=_READ_CHUNK)
+        try:
+            await stop.wait()
+        finally:
+            server.close()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(server.wait_closed(), 5.0)
+            for lane in self.lanes.values():
+                lane.pool.shutdown(wait=False, cancel_futures=True)
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            sock = writer.get_extra_info("socket")
+            uid = peer_uid(sock) if sock is not None else None
+            if uid is not None and uid != self._uid:
+                log.warning("peer_refused uid=%s", uid)
+                await self._send(
+                    writer, error_frame(None, "forbidden", "this daemon serves only its own user")
+                )
+                return
+            if self.connections > self.max_connections and not self._evict_idle():
+                log.warning("connection_refused reason=too many connections limit=%d", self.max_connections)
+                await self._send(
+                    writer,
+                    error_frame(
+                        None,
+                        "busy",
+                        f"too many open connections (server.maxConnections: {self.max_connections}); "
+                        "close idle ones or retry later",
+                    ),
+                )
+                return
+            await self._loop(reader, writer)
+        except (ConnectionError, TimeoutError):
+            pass
+        finally:
+            self.connections -= 1
+            self._idle.pop(writer, None)
+            writer.close()
+            with contextlib.suppress(ConnectionError, TimeoutError, OSError):
+                await asyncio.wait_for(writer.wait_closed(), 1.0)
+
+    def _evict_idle(self) -> bool:
+        """Close the connection idle the longest (it may reconnect); False if none is idle."""
+        if not self._idle:
+            return False
+        writer = next(iter(self._idle))
+        del self._idle[writer]
+        log.info("connection_closed reason=connection limit reached, idle the longest")
+        with contextlib.suppress(OSError, RuntimeError):
+            writer.write(
+                error_frame(None, "busy", "closed to make room for new connections (server.maxConnections)")
+            )
+            writer.close()
+        return True
+
+    async def _loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        buf = bytearray()
+        try:
+            while True:
+                line = await self._next_line(reader, writer, buf)
+                if line is None:
+                    return
+                if not line.strip():
+                    continue
+                try:
+                    req = parse_request(line)
+                except SidecarError as exc:
+                    await self._send(writer, error_frame(request_id_of(line), exc.code, str(exc)))
+                    continue
+                await self._send(writer, await self.run(req))
+        finally:
+            self.buffered -= len(buf)
+
+    async def _next_line(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, buf: bytearray
+    ) -> bytes | None:
+        """The next complete line, or None to close (hang-up, idle, too large, over budget).
+        ``buf`` holds what was read past it; its size is counted in ``self.buffered``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.idle_timeout  # a frame, once begun, must end in this time too
+        while True:
+            nl = buf.find(b"\n")
+            if nl >= 0 and nl < self.max_frame:
+                line = bytes(buf[: nl + 1])
+                del buf[: nl + 1]
+                self.buffered -= nl + 1
+                return line
+            if nl >= self.max_frame or len(buf) >= self.max_frame:
+                await self._send(
+                    writer, error_frame(None, "frame_too_large", f"request exceeds {self.max_frame} bytes")
+                )
+                await self._discard(reader)
+                return None
+            if not buf:
+                self._idle[writer] = None
+            try:
+                chunk = await asyncio.wait_for(reader.read(_READ_CHUNK), max(deadline - loop.time(), 0.001))
+            except TimeoutError:
+                return None
+            finally:
+                self._idle.pop(writer, None)
+            if not chunk:
+                return None  # hung up (mid-frame: nothing to answer)
+            if self.buffered + len(chunk) > self.max_buffered:
+                log.warning(
+                    "connection_refused reason=unfinished input over limit limit=%d", self.max_buffered
+                )
+                await self._send(
+                    writer,
+                    error_frame(
+                        None,
+                        "busy",
+                        f"too much unfinished input across connections (server.maxBufferedBytes: "
+                        f"{self.max_buffered}); send whole lines, retry later",
+                    ),
+                )
+                return None
+            buf += chunk
+            self.buffered += len(chunk)
+
+    async def _discard(self, reader: asyncio.StreamReader) -> None:
+        """Read away the rest of an oversized frame for a moment before closing: closing with unread
+        data resets the connection, and the client could lose the error it was just sent."""
+        deadline = asyncio.get_running_loop().time() + 2.0
+        with contextlib.suppress(TimeoutError, ConnectionError):
+            while (left := deadline - asyncio.get_running_loop().time()) > 0:
+                if not await asyncio.wait_for(reader.read(1 << 16), left):
+                    return
+
+    async def _send(self, writer: asyncio.StreamWriter, frame: bytes) -> None:
+        writer.write(frame)
+        await asyncio.wait_for(writer.drain(), _WRITE_TIMEOUT)

@@ -1,0 +1,352 @@
+"""An agent's memory inbox: write, edit, delete, with an audit log; replaced and deleted texts are
+kept in the inbox's .trash folder.
+
+The path is always built from a validated slug, never taken from the client. Confinement is by
+construction: ``agents/``, ``agents/<agent>/`` and its ``memory/`` are created 0700 by the daemon
+and, before every write, opened one level at a time without following symlinks and checked to be
+this user's folders (:mod:`sidecar.vault.confine`); the note is read, written and renamed relative to
+the inbox's own descriptor, so a folder swapped for a link mid-write cannot redirect it, and a
+note that is a symlink is refused. Writes are atomic (temp file, fsync, rename, fsync of the
+folder) and serialised per note; ``created`` and ``updated`` are managed in the front matter,
+every other key is kept as given; secrets are redacted before anything reaches disk. Imports
+config, confine, sources, redact, errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import json
+import logging
+import os
+import re
+import secrets
+import stat
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sidecar.config import Config, valid_agent
+from sidecar.contracts.errors import NotFoundError, SourceError
+from sidecar.notes.redact import redact
+from sidecar.vault.confine import NotRegularError, open_private_dir, open_regular, private_dirs, read_fd
+from sidecar.vault.sources import SLUG_RE, agent_inbox
+
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?\n)?---[ \t]*(?:\n|\Z)", re.S)
+_MANAGED = ("created", "updated")
+_TEMP = re.compile(r"^\.[a-z0-9][a-z0-9_-]*\..+\.tmp$")  # atomic_write's temp files
+
+log = logging.getLogger(__name__)
+
+
+class MemoryWriteError(SourceError):
+    """A memory write was refused (bad slug, too large, bad front matter)."""
+
+    code = "bad_memory_write"
+
+
+@dataclass(frozen=True)
+class Written:
+    slug: str
+    path: Path
+    created: bool  # a new note (not a replacement)
+    redacted: dict[str, int] = field(default_factory=dict)
+    sha256: str = ""
+    size: int = 0
+    data: bytes = b""  # what was written (indexed as is, never read back through the path)
+    mtime_ns: int = 0
+    previous: Path | None = None  # where the replaced text was kept (in .trash), if any
+
+
+def check_agent(agent: str | None) -> str:
+    if agent is None:
+        raise MemoryWriteError("this operation needs an agent name (the 'agent' field of the request)")
+    if not valid_agent(agent):
+        raise MemoryWriteError(f"invalid agent name {agent!r}: use a-z, 0-9, '_' and '-' (max 64)")
+    return agent
+
+
+def check_slug(slug: Any) -> str:
+    if not isinstance(slug, str) or not SLUG_RE.fullmatch(slug):
+        raise MemoryWriteError(
+            f"invalid slug {slug!r}: use 1-128 characters a-z, 0-9, '_' and '-', starting with a letter or "
+            "digit (no folders, no extension), e.g. 'nas-backup-setup'"
+        )
+    return slug
+
+
+def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
+    """Front matter of a note as a dict (empty when absent or broken) and the body."""
+    m = _FRONT_MATTER.match(text)
+    if not m:
+        return {}, text
+    try:
+        data = yaml.safe_load(m.group(1) or "")
+    except yaml.YAMLError:
+        return {}, text  # keep a broken block as body rather than lose it
+    return (data if isinstance(data, dict) else {}), text[m.end() :]
+
+
+def _now() -> str:
+    return dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def _plain(value: Any) -> Any:
+    """YAML gives dates as date objects; keep them as the ISO text the user wrote."""
+    if isinstance(value, dt.date | dt.datetime):
+        return value.isoformat()
+    return value
+
+
+class Inboxes:
+    """Memory writes for every agent of one home; one lock per note serialises writers."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def path_of(self, agent: str, slug: str) -> Path:
+        """Where the note lives; refuses at once an inbox that is not a private folder."""
+        inbox = agent_inbox(self.cfg, check_agent(agent))
+        path = inbox / f"{check_slug(slug)}.md"
+        with contextlib.suppress(FileNotFoundError), self._dirs(agent, create=False):
+            pass
+        return path
+
+    @contextlib.contextmanager
+    def _dirs(self, agent: str, *, create: bool) -> Iterator[tuple[int, int]]:
+        """Descriptors of ``agents/<agent>/`` and its inbox, each checked (see the module doc)."""
+        agents = self.cfg.agents_dir
+        parts = [agents.name, agent, "memory"]
+        what = f"the inbox of {agent!r}"
+        with private_dirs(agents.parent, parts, create=create, what=what) as fds:
+            yield fds[1], fds[2]
+
+    @contextlib.contextmanager
+    def _lock(self, agent: str, slug: str) -> Iterator[None]:
+        with self._guard:
+            lock = self._locks.setdefault((agent, slug), threading.Lock())
+        with lock:
+            yield
+
+    def write(
+        self,
+        agent: str,
+        slug: str,
+        content: str,
+        front_matter: dict[str, Any] | None,
+        *,
+        must_exist: bool,
+    ) -> Written:
+        """Create or replace (``must_exist=False``) or edit (``must_exist=True``) a memory note."""
+        path = self.path_of(agent, slug)
+        name = path.name
+        self._check_content(content, front_matter)
+        with self._lock(agent, slug), self._dirs(agent, create=True) as (agent_fd, inbox_fd):
+            old = _read_existing(inbox_fd, name, slug)
+            existing: dict[str, Any] = {}
+            if old is not None:
+                existing, _old_body = split_front_matter(old.decode("utf-8", errors="replace"))
+            elif must_exist:
+                raise NotFoundError(f"no memory note {slug!r} to edit; use memory_write to create it")
+            inline, body = split_front_matter(content)
+            meta: dict[str, Any] = dict(existing) if must_exist else {}
+            meta.update({k: _plain(v) for k, v in inline.items()})
+            meta.update(front_matter or {})
+            for key in _MANAGED:
+                meta.pop(key, None)
+            meta["created"] = _plain(existing.get("created")) or _now()
+            meta["updated"] = _now()
+            text, counts = self._render(meta, body)
+            data = text.encode("utf-8")
+            if len(data) > self.cfg.memory.max_note_bytes:
+                raise MemoryWriteError(
+                    f"the note would be {len(data):,} bytes; the limit is {self.cfg.memory.max_note_bytes:,} "
+                    "(memory.maxNoteBytes): split it into several notes"
+                )
+            # The text being replaced stays recoverable, as a deleted note does (a rewrite that
+            # changes only the 'updated' stamp keeps nothing: there is nothing to lose).
+            previous = None
+            if old is not None and _unstamped(old.decode("utf-8", errors="replace")) != _unstamped(text):
+                previous = path.parent / ".trash" / self._keep(inbox_fd, slug, old)
+            mtime_ns = write_in(inbox_fd, name, data)
+            digest = hashlib.sha256(data).hexdigest()
+            self._audit(agent_fd, "edit" if must_exist else "write", slug, digest, len(data))
+        return Written(slug, path, old is None, counts, digest, len(data), data, mtime_ns, previous)
+
+    def _keep(self, inbox_fd: int, slug: str, old: bytes) -> str:
+        """Put the replaced text in ``.trash/<slug>--<time>.md`` through the inbox's descriptor
+        (the caller holds the note's lock); returns the file name."""
+        target = f"{slug}--{dt.datetime.now().strftime('%Y%m%dT%H%M%S%f')}.md"
+        with contextlib.closing(_Fd(_trash_dir(inbox_fd))) as trash:
+            write_in(trash.fd, target, old)
+        return target
+
+    def _check_content(self, content: Any, front_matter: Any) -> None:
+        if not isinstance(content, str):
+            raise MemoryWriteError("'content' must be text")
+        if "\0" in content:
+            raise MemoryWriteError("'content' contains a NUL byte")
+        if len(content.encode("utf-8")) > self.cfg.memory.max_note_bytes:
+            raise MemoryWriteError(
+                f"'content' is larger than {self.cfg.memory.max_note_bytes:,} bytes (memory.maxNoteBytes)"
+            )
+        if front_matter is not None:
+            if not isinstance(front_matter, dict) or not all(isinstance(k, str) for k in front_matter):
+                raise MemoryWriteError("'frontmatter' must be an object with text keys")
+            try:
+                json.dumps(front_matter)
+            except (TypeError, ValueError) as exc:
+                raise MemoryWriteError(f"'frontmatter' is not plain data: {exc}") from exc
+
+    def _render(self, meta: dict[str, Any], body: str) -> tuple[str, dict[str, int]]:
+        counts: dict[str, int] = {}
+        if self.cfg.memory.redact_secrets:
+            body = _redact_into(body, counts)
+            meta = _redact_values(meta, counts)
+        dumped = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True)
+        body = body.lstrip("\n")
+        return f"---\n{dumped}---\n{body if body.endswith(chr(10)) or not body else body + chr(10)}", counts
+
+    def delete(self, agent: str, slug: str) -> Path | None:
+        """Move the note to ``<inbox>/.trash/<slug>--<time>.md``; None if there was nothing to delete."""
+        path = self.path_of(agent, slug)
+        name = path.name
+        with self._lock(agent, slug), self._dirs(agent, create=True) as (agent_fd, inbox_fd):
+            try:
+                st = os.stat(name, dir_fd=inbox_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return None
+            data = b""
+            if stat.S_ISREG(st.st_mode):  # a symlink or pipe is moved, never opened
+                with contextlib.suppress(OSError):
+                    data = read_fd(open_regular(name, dir_fd=inbox_fd, follow=False), st.st_size + 1)
+            with contextlib.closing(_Fd(_trash_dir(inbox_fd))) as trash:
+                stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S%f")
+                target = f"{slug}--{stamp}.md"
+                os.replace(name, target, src_dir_fd=inbox_fd, dst_dir_fd=trash.fd)
+                os.fsync(trash.fd)
+            os.fsync(inbox_fd)
+            self._audit(agent_fd, "delete", slug, hashlib.sha256(data).hexdigest(), len(data))
+        return path.parent / ".trash" / target
+
+    def audit(self, agent: str, op: str, slug: str, digest: str, size: int) -> None:
+        """Append one JSON line to the agent's audit log (append-only, never rewritten)."""
+        with self._dirs(agent, create=True) as (agent_fd, _inbox_fd):
+            self._audit(agent_fd, op, slug, digest, size)
+
+    def _audit(self, agent_fd: int, op: str, slug: str, digest: str, size: int) -> None:
+        line = json.dumps({"time": _now(), "op": op, "slug": slug, "sha256": digest, "bytes": size}) + "\n"
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        fd = os.open("audit.log", flags, 0o600, dir_fd=agent_fd)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise SourceError("the audit log is not a regular file; refused")
+            os.write(fd, line.encode("utf-8"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def clean_temp(self) -> int:
+        """Remove temp files a killed write left in the inboxes (at start, before any write)."""
+        try:
+            agents = sorted(os.listdir(self.cfg.agents_dir))
+        except OSError:
+            return 0
+        removed = 0
+        for agent in agents:
+            if not valid_agent(agent):
+                continue
+            try:
+                with self._dirs(agent, create=False) as (_agent_fd, inbox_fd):
+                    for name in os.listdir(inbox_fd):
+                        if _TEMP.match(name):
+                            os.unlink(name, dir_fd=inbox_fd)
+                            removed += 1
+                            log.info("inbox_temp_removed agent=%s file=%s", agent, name)
+            except (OSError, SourceError):
+                continue  # no inbox, or not a private one (never written to either)
+        return removed
+
+
+class _Fd:
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _trash_dir(inbox_fd: int) -> int:
+    return open_private_dir(inbox_fd, ".trash", create=True, what="the trash folder")
+
+
+def _read_existing(inbox_fd: int, name: str, slug: str) -> bytes | None:
+    """The current bytes of a note, None if there is none; a symlink or pipe is refused."""
+    try:
+        fd = open_regular(name, dir_fd=inbox_fd, follow=False)
+    except FileNotFoundError:
+        return None
+    except NotRegularError as exc:
+        raise SourceError(f"memory note {slug!r} is {exc.strerror}; refused") from exc
+    return read_fd(fd, 1 << 26)
+
+
+def write_in(dir_fd: int, name: str, data: bytes) -> int:
+    """Atomic write of ``name`` inside the folder ``dir_fd``: a new temp file (O_EXCL, no
+    symlink followed), fsync, rename within the same descriptor, fsync of the folder. Returns
+    the file's mtime (ns)."""
+    stem = name[:-3] if name.endswith(".md") else name
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    while True:
+        tmp = f".{stem}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
+            break
+        except FileExistsError:
+            continue
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+            mtime_ns = os.fstat(fd).st_mtime_ns
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    os.fsync(dir_fd)
+    return mtime_ns
+
+
+def _unstamped(text: str) -> tuple[dict[str, Any], str]:
+    meta, body = split_front_matter(text)
+    return {k: v for k, v in meta.items() if k != "updated"}, body
+
+
+def _redact_into(text: str, counts: dict[str, int]) -> str:
+    clean, found = redact(text)
+    for kind, n in found.items():
+        counts[kind] = counts.get(kind, 0) + n
+    return clean
+
+
+def _redact_values(value: Any, counts: dict[str, int]) -> Any:
+    """Redact every string inside front matter values (keys are names, not secrets)."""
+    if isinstance(value, str):
+        return _redact_into(value, counts)
+    if isinstance(value, dict):
+        return {k: _redact_values(v, counts) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact_values(v, counts) for v in value]
+    return value

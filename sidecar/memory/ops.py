@@ -1,0 +1,342 @@
+"""Protocol ops for agents' memory: list, write, edit, delete.
+
+Writes go through :mod:`sidecar.memory.inbox` (own inbox only, atomic, redacted, audited) and are indexed
+synchronously, so a note is searchable when the call returns, and the reply says what happened.
+Before a write, copies of the whole note in the agent's inbox, the wiki and the vault are looked up:
+by words (exact and near copies, whatever their title) and by the vectors of its chunks.
+Imports inbox, indexer, chunking, sources.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import re
+import sqlite3
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sidecar.config import Config
+from sidecar.contracts.errors import EmbedderError, ProtocolError, SidecarError, StorageError, StoreError
+from sidecar.contracts.protocol import Request, check_known, param_int, param_opt_str, param_str
+from sidecar.index.indexer import Indexer
+from sidecar.memory.inbox import Inboxes, check_agent, check_slug
+from sidecar.model.embedder import EmbedderSlot, cosine_range
+from sidecar.notes.chunking import chunk_note
+from sidecar.vault.sources import SOURCES, Root, agent_inbox, inbox_refusal, is_note_name, public_reference
+
+log = logging.getLogger(__name__)
+
+MAX_LIST = 1000
+DUPLICATE_SOURCES = ("memory", "wiki", "vault")
+MAX_DUPLICATE_CHUNKS = 32  # a longer note is compared by its first 32 chunks' vectors (and all its words)
+_WORDS = re.compile(r"\w+")
+
+
+class DuplicateError(SidecarError):
+    """A write was refused because a near-identical note exists (memory.write.onDuplicate: reject)."""
+
+    code = "duplicate"
+
+
+class MemoryOps:
+    def __init__(self, cfg: Config, inboxes: Inboxes, indexer: Indexer, slot: EmbedderSlot) -> None:
+        self.cfg = cfg
+        self.inboxes = inboxes
+        self.indexer = indexer
+        self.slot = slot
+
+    def ops(self) -> dict[str, Any]:
+        return {"list": self.list, "write": self.write, "edit": self.edit, "delete": self.delete}
+
+    # --- writes --------------------------------------------------------------------------
+
+    def write(self, req: Request) -> dict[str, Any]:
+        return self._write(req, must_exist=False)
+
+    def edit(self, req: Request) -> dict[str, Any]:
+        return self._write(req, must_exist=True)
+
+    def _write(self, req: Request, *, must_exist: bool) -> dict[str, Any]:
+        p = req.params
+        check_known(p, ("slug", "content", "frontmatter"))
+        agent = check_agent(req.agent)
+        slug = check_slug(p.get("slug"))
+        content = param_str(p, "content", max_len=self.cfg.server.max_frame_bytes)  # size: inbox checks bytes
+        front_matter = p.get("frontmatter")
+        self.inboxes.path_of(agent, slug)  # validates before any similarity work
+        duplicates = self._near_duplicates(agent, slug, content)
+        if duplicates and not must_exist and self.cfg.memory.write.on_duplicate == "reject":
+            best = duplicates[0]
+            raise DuplicateError(
+                f"not written: {best['reference']} is {best['similarity']:.0%} similar "
+                f"(threshold {self.cfg.memory.write.duplicate_threshold:.0%}); {_instead(best['reference'])}"
+            )
+        problems = self.indexer.stores.problems
+        try:
+            written = self.inboxes.write(agent, slug, content, front_matter, must_exist=must_exist)
+        except OSError as exc:  # disk full, read-only inbox: the old note (if any) is untouched
+            problems.report("memory_write", f"writing to the {agent} inbox failed: {exc}")
+            raise StorageError(f"not written: {exc.strerror or exc}; the inbox is unchanged") from exc
+        problems.clear("memory_write")
+        root = Root("memory", agent_inbox(self.cfg, agent), agent=agent)
+        warning = None
+        try:
+            key = self.indexer.index_now(root, written.path, (written.data, written.mtime_ns))
+        except (StoreError, EmbedderError, OSError, sqlite3.Error) as exc:
+            # The note is safely on disk; the index catches up once it can be written again.
+            log.error("memory_index_failed agent=%s slug=%s error=%s", agent, slug, exc)
+            problems.report("index", f"indexing a memory write failed: {exc}")
+            key = root.key_of_path(written.path)
+            warning = f"saved, but not searchable yet: the index cannot be written ({exc})"
+        log.info(
+            "memory_%s agent=%s slug=%s bytes=%d",
+            "edit" if must_exist else "write",
+            agent,
+            slug,
+            written.size,
+        )
+        action = "created" if written.created else ("updated" if must_exist else "replaced")
+        out: dict[str, Any] = {
+            "reference": public_reference(key, agent),
+            "action": action,
+            "created": written.created,
+            "bytes": written.size,
+            "redacted": written.redacted,
+            "duplicates": duplicates if duplicates is not None else [],
+            "duplicatesChecked": duplicates is not None,
+            "searchable": warning is None,
+        }
+        if written.previous is not None:
+            out["previous"] = str(written.previous)
+        if warning is None:
+            searchable, by, warning = self._searchable(key)
+            out["searchable"], out["searchableBy"] = searchable, by
+        if warning:
+            out["warning"] = warning
+        return out
+
+    def _searchable(self, key: str) -> tuple[bool, list[str], str | None]:
+        """Whether the note just indexed can be found, by which arm, and why not."""
+        manifest = self.indexer.stores.manifest
+        state = manifest.file_states(key).get(key)
+        if state is None or state.state != "indexed":
+            why = state.state if state is not None else "not in the index"
+            return False, [], f"saved, but not searchable: the note was {why} when indexing"
+        chunks = manifest.chunks_of(key)
+        if not chunks:
+            return True, ["keywords"], None
+        if all(c.has_vector for c in chunks):
+            return True, ["keywords", "meaning"], None
+        why = (
+            "the embedding model is not loaded yet" if self.indexer.stores.serving is None else "it is queued"
+        )
+        return True, ["keywords"], f"searchable by keywords now, by meaning once its vectors exist ({why})"
+
+    def _near_duplicates(self, agent: str, slug: str, content: str) -> list[dict[str, Any]] | None:
+        """Notes of the agent's inbox, the wiki or the vault that are copies of this one.
+
+        Like is compared with like: the note is cut into chunks as the indexer would cut it, and
+        each chunk's vector is compared with the stored chunks' vectors (so the whole note counts,
+        not its first 256 tokens); a candidate's similarity is the share-weighted mean of its best
+        matches (on the model's scale from a clear match to identical), or the overlap of the two
+        notes' word triples where that is higher (an exact copy is 100% whatever its title)."""
+        serving = self.indexer.stores.serving
+        if serving is None:
+            return None  # no model yet: similarity cannot be computed
+        model, vectors = serving.model, serving.store
+        parsed = chunk_note(
+            content,
+            title=slug,
+            count_tokens=model.count_tokens,
+            max_tokens=self.cfg.chunking.max_tokens,
+            overlap=self.cfg.chunking.overlap,
+        )
+        chunks = [c for c in parsed.chunks if c.embed][:MAX_DUPLICATE_CHUNKS]
+        if not chunks:
+            return []
+        own = f"memory/{agent}/{slug}"
+        manifest = self.indexer.stores.manifest
+        weights = [max(c.tokens, 1) for c in chunks]
+        best: dict[str, list[float]] = {}
+        try:
+            vecs = model.embed_passages([c.embed_text for c in chunks])
+            for i, vec in enumerate(vecs):
+                hits = vectors.search(vec, 10, DUPLICATE_SOURCES, agent)
+                views = manifest.views([cid for cid, _sim, _hub in hits])
+                for cid, sim, _hub in hits:
+                    view = views.get(cid)
+                    if view is None or view.key == own:
+                        continue
+                    row = best.setdefault(view.key, [0.0] * len(chunks))
+                    row[i] = max(row[i], sim)
+        except (EmbedderError, StoreError) as exc:
+            log.warning("duplicate_check_failed error=%s", exc)
+            return None
+        threshold = self.cfg.memory.write.duplicate_threshold
+        # Cosines are put on the model's own scale, from a clear match (0: the same topic) to
+        # identical (1): multilingual-e5 gives 0.9 to any two notes on one subject.
+        _floor, full = cosine_range(model, self.cfg.search)
+        mine = _triples(" ".join(c.text for c in parsed.chunks))
+        found: list[tuple[str, float, float, float]] = []
+        for key, row in sorted(best.items(), key=lambda kv: -max(kv[1]))[:10]:
+            cosine = sum(w * s for w, s in zip(weights, row, strict=True)) / sum(weights)
+            by_vector = min(1.0, max(0.0, (cosine - full) / max(1.0 - full, 1e-6)))
+            theirs = _triples(" ".join(c.text for c in manifest.chunks_of(key)))
+            by_words = len(mine & theirs) / len(mine | theirs) if mine and theirs else 0.0
+            similarity = max(by_vector, by_words)
+            if similarity >= threshold:
+                found.append((key, similarity, by_vector, by_words))
+        found.sort(key=lambda f: (-f[1], f[0]))
+        return [
+            {
+                "reference": public_reference(k, agent),
+                "similarity": round(sim, 4),
+                "byVector": round(vec, 4),
+                "byWords": round(words, 4),
+            }
+            for k, sim, vec, words in found
+        ]
+
+    def delete(self, req: Request) -> dict[str, Any]:
+        p = req.params
+        check_known(p, ("slug",))
+        agent = check_agent(req.agent)
+        slug = check_slug(p.get("slug"))
+        moved = self.inboxes.delete(agent, slug)
+        key = f"memory/{agent}/{slug}"
+        if key in self.indexer.stores.manifest.file_states(key):
+            self.indexer.delete([key])
+        if moved is None:
+            return {
+                "deleted": False,
+                "reference": f"memory/{slug}",
+                "message": "no such note (nothing to do)",
+            }
+        log.info("memory_delete agent=%s slug=%s", agent, slug)
+        return {"deleted": True, "reference": f"memory/{slug}", "trash": str(moved)}
+
+    # --- listing -------------------------------------------------------------------------
+
+    def list(self, req: Request) -> dict[str, Any]:
+        p = req.params
+        check_known(p, ("source", "tag", "pathPrefix", "limit"))
+        agent = check_agent(req.agent)
+        source = param_opt_str(p, "source") or "memory"
+        if source not in (*SOURCES, "all"):
+            raise ProtocolError(f"'source' must be one of {', '.join(SOURCES)} or all")
+        tag = (param_opt_str(p, "tag", max_len=200) or "").lstrip("#").lower() or None
+        prefix = (param_opt_str(p, "pathPrefix", max_len=1000) or "").lstrip("/")
+        limit = param_int(p, "limit", default=200, lo=1, hi=MAX_LIST)
+        own = ("key >= ? AND key < ?", [f"memory/{agent}/", f"memory/{agent}/\uffff"])
+        if source == "memory":
+            where, args = own
+        elif source == "all":
+            where, args = "source != 'memory' OR (" + own[0] + ")", own[1]
+        else:
+            where, args = "source = ?", [source]
+        manifest = self.indexer.stores.manifest
+        notes = []
+        known: set[str] = set()
+        for key, src, _owner, title, tags_json, mtime_ns, chunks, fm_json in manifest.list_files(where, args):
+            known.add(key)
+            reference = public_reference(key, agent)
+            tags = json.loads(tags_json)
+            if prefix and not reference.split("/", 1)[1].startswith(prefix):
+                continue
+            if tag and not any(t == tag or t.startswith(tag + "/") for t in tags):
+                continue
+            notes.append(
+                {
+                    "reference": reference,
+                    "source": src,
+                    "title": title,
+                    "description": _description(fm_json),
+                    "tags": tags,
+                    "modified": _local(mtime_ns),
+                    "chunks": chunks,
+                    "indexed": True,
+                }
+            )
+        if not tag:  # unindexed files have no tags to match
+            notes.extend(self._unindexed(where, args, agent, source=source, prefix=prefix, known=known))
+        notes.sort(key=lambda n: n["reference"])
+        return {"notes": notes[:limit], "total": len(notes), "truncated": len(notes) > limit}
+
+    def _unindexed(
+        self, where: str, args: Sequence[Any], agent: str, *, source: str, prefix: str, known: set[str]
+    ) -> Iterable[dict[str, Any]]:
+        """Files that are there but not searchable: skipped ones, and memory notes not indexed yet."""
+        out = []
+        for key, src, mtime_ns, state, error in self.indexer.stores.manifest.unindexed_files(where, args):
+            known.add(key)
+            reference = public_reference(key, agent)
+            if not prefix or reference.split("/", 1)[1].startswith(prefix):
+                out.append(_unindexed_note(reference, src, mtime_ns, f"{state}: {error or 'unknown reason'}"))
+        inbox = agent_inbox(self.cfg, agent)
+        # An inbox that is a link (into another agent's, or elsewhere) is neither read nor listed.
+        if source in ("memory", "all") and inbox_refusal(Root("memory", inbox, agent=agent)) is None:
+            try:
+                with os.scandir(inbox) as entries:  # a note that is a link is not listed either
+                    names = sorted(
+                        e.name for e in entries if e.is_file(follow_symlinks=False) and is_note_name(e.name)
+                    )
+            except OSError:
+                names = []
+            for name in names:
+                key = f"memory/{agent}/{name[:-3]}"
+                if key in known or (prefix and not name.startswith(prefix)):
+                    continue
+                try:
+                    mtime_ns = (inbox / name).stat().st_mtime_ns
+                except OSError:
+                    continue
+                out.append(
+                    _unindexed_note(public_reference(key, agent), "memory", mtime_ns, "not indexed yet")
+                )
+        return out
+
+
+def _local(mtime_ns: int) -> str:
+    return dt.datetime.fromtimestamp(mtime_ns / 1e9).astimezone().isoformat(timespec="seconds")
+
+
+def _unindexed_note(reference: str, source: str, mtime_ns: int, why: str) -> dict[str, Any]:
+    return {
+        "reference": reference,
+        "source": source,
+        "title": reference.rsplit("/", 1)[-1],
+        "description": "",
+        "tags": [],
+        "modified": _local(mtime_ns),
+        "chunks": 0,
+        "indexed": False,
+        "why": why,
+    }
+
+
+def _description(fm_json: str) -> str:
+    """Front matter ``description`` (or ``summary``), on one line."""
+    try:
+        fm = json.loads(fm_json)
+    except ValueError:
+        return ""
+    value = (fm.get("description") or fm.get("summary")) if isinstance(fm, dict) else None
+    return " ".join(value.split())[:300] if isinstance(value, str) else ""
+
+
+def _triples(text: str) -> set[tuple[str, ...]]:
+    """The note's word triples (lowercase); a note of one or two words is its words."""
+    words = [w.lower() for w in _WORDS.findall(text)]
+    if len(words) < 3:
+        return {(w,) for w in words}
+    return set(zip(words, words[1:], words[2:], strict=False))
+
+
+def _instead(reference: str) -> str:
+    if reference.startswith("memory/"):
+        slug = reference.rsplit("/", 1)[-1]
+        return f"update that note with memory_edit (slug {slug!r}) instead of writing a second one"
+    return f"the user's note {reference} already says this: refer to it instead of copying it into memory"

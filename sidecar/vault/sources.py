@@ -1,0 +1,393 @@
+"""Roots, references and safe paths: which files are notes, and what each one is called.
+
+A *key* names a note inside the index and is unique across agents: ``vault/<path>``, ``wiki/<path>``,
+``memory/<agent>/<slug>`` (paths without ``.md``). The *reference* a client sees is the key, except
+that an agent sees its own memory as ``memory/<slug>`` (DESIGN.md §1). Imports ``config`` and ``errors``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from sidecar.config import Config, valid_agent
+from sidecar.contracts.errors import NotFoundError, SourceError
+from sidecar.vault.confine import (
+    NotPrivateError,
+    NotRegularError,
+    decodable,
+    open_regular,
+    private_dirs,
+    read_fd,
+)
+
+log = logging.getLogger(__name__)
+
+SOURCES = ("vault", "wiki", "memory")
+SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,127}$")
+_DEBRIS = (
+    re.compile(r"\.sync-conflict-", re.IGNORECASE),  # Syncthing
+    re.compile(r" \(conflicted copy", re.IGNORECASE),  # Dropbox
+    re.compile(r" \(Case Conflict", re.IGNORECASE),
+    re.compile(r"^~\$|~$|\.(tmp|swp|swx|bak)$", re.IGNORECASE),  # editor temp files
+)
+
+
+@dataclass(frozen=True)
+class Root:
+    """One folder of notes of one source."""
+
+    source: str
+    path: Path
+    agent: str = ""
+    exclude: str | None = None  # a folder to leave out, relative (the wiki inside the vault)
+
+    @property
+    def name(self) -> str:
+        return f"memory/{self.agent}" if self.source == "memory" else self.source
+
+    def key_of(self, rel: str) -> str:
+        """Index key of a note at ``rel`` (POSIX, relative to the root, with .md)."""
+        stem = rel[:-3] if rel.lower().endswith(".md") else rel
+        if self.source == "memory":
+            return f"memory/{self.agent}/{stem}"
+        return f"{self.source}/{stem}"
+
+    def key_of_path(self, path: Path) -> str:
+        """Index key of a note file inside this root."""
+        return self.key_of(path.relative_to(self.path).as_posix())
+
+
+@dataclass(frozen=True)
+class NoteFile:
+    """A note found by a scan: its key, absolute path and the stat fields the sweep compares."""
+
+    key: str
+    root: Root
+    path: Path
+    rel: str
+    mtime_ns: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A file a scan left out, and why (counted in health)."""
+
+    path: Path
+    reason: str
+
+
+def agent_inbox(cfg: Config, agent: str) -> Path:
+    return cfg.agents_dir / agent / "memory"
+
+
+def roots(cfg: Config) -> list[Root]:
+    """Vault (minus the wiki), wiki, and every agent inbox that exists, in priority order for vectors."""
+    out: list[Root] = []
+    if cfg.agents_dir.is_dir():
+        try:
+            names = sorted(os.listdir(cfg.agents_dir))
+        except OSError:
+            names = []
+        out.extend(Root("memory", agent_inbox(cfg, n), agent=n) for n in names if valid_agent(n))
+    vault = cfg.vault.path
+    if vault is not None:
+        out.append(Root("wiki", vault / cfg.vault.wiki_subfolder))
+        out.append(Root("vault", vault, exclude=cfg.vault.wiki_subfolder))
+    return out
+
+
+def is_debris(name: str) -> bool:
+    """Sync-conflict copies, cloud placeholders, editor temp files: never notes."""
+    return name.startswith(".") or any(p.search(name) for p in _DEBRIS)
+
+
+def is_note_name(name: str) -> bool:
+    return name.lower().endswith(".md") and not is_debris(name)
+
+
+def scan(root: Root, max_bytes: int, start: str = "") -> Iterator[NoteFile | Skipped]:
+    """Walk a root (or its subfolder ``start``, relative): notes with their stat, and the files
+    left out with a reason.
+
+    Dot-folders are skipped and hidden notes (``.x.md``, ``..md``) reported as skipped; a name
+    that is not valid UTF-8 is skipped (file or folder, counted); a file symlink is followed only
+    when its target stays inside the root and outside dot-folders (and, for the vault, outside the
+    wiki); a folder symlink is never followed (outside: refused; inside: already indexed under its
+    real path, and loops are impossible); only regular files are notes. The memory inbox is flat,
+    must be a real folder of this user (not a symlink, nor the agent's folder) and its symlinks are
+    never followed. Raises OSError when the root itself (or ``start``) cannot be listed (the caller
+    decides what an unreachable root means).
+    """
+    if root.source == "memory":
+        reason = inbox_refusal(root)
+        if reason is not None:
+            yield Skipped(root.path, reason)
+            return
+    base = root.path.resolve()
+    stack: list[tuple[Path, str]] = [(root.path / start, f"{start}/")] if start else [(root.path, "")]
+    first = True
+    while stack:
+        folder, rel_dir = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            if first:
+                raise
+            yield Skipped(folder, "unreadable folder")
+            continue
+        first = False
+        for entry in sorted(entries, key=lambda e: e.name):
+            found = _entry(root, entry, rel_dir, base, max_bytes)
+            if isinstance(found, str):
+                stack.append((Path(entry.path), found))
+            elif found is not None:
+                yield found
+
+
+def _entry(  # noqa: PLR0911 - one return per kind of entry
+    root: Root, entry: os.DirEntry[str], rel_dir: str, base: Path, max_bytes: int
+) -> NoteFile | Skipped | str | None:
+    """One entry of a scanned folder: a note, a skip, a folder to descend (its rel prefix), or None."""
+    rel = f"{rel_dir}{entry.name}"
+    if entry.name.startswith("."):
+        # Hidden, as in Obsidian; a hidden note (even one named "..md") is still counted.
+        if entry.name.lower().endswith(".md") and entry.is_file(follow_symlinks=False):
+            return Skipped(Path(entry.path), "hidden file name")
+        return None
+    if not decodable(entry.name):
+        return Skipped(Path(entry.path), "name is not valid UTF-8")
+    try:
+        is_link = entry.is_symlink()
+        st = entry.stat(follow_symlinks=True)
+    except OSError:
+        if entry.name.lower().endswith(".md"):
+            return Skipped(Path(entry.path), "unreadable" if not is_link else "broken symlink")
+        return None
+    if is_link:
+        why = _link_refusal(root, Path(entry.path), base)
+        if why is not None:
+            return (
+                Skipped(Path(entry.path), why)
+                if stat.S_ISDIR(st.st_mode) or is_note_name(entry.name)
+                else None
+            )
+    if stat.S_ISDIR(st.st_mode):
+        if root.source == "memory" or rel == root.exclude:
+            return None
+        # A folder symlink's target lies inside the root and is indexed under its real path.
+        return None if is_link else rel + "/"
+    if not is_note_name(entry.name):
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return Skipped(Path(entry.path), "not a regular file")
+    if root.source == "memory" and not SLUG_RE.fullmatch(entry.name[:-3]):
+        return Skipped(Path(entry.path), "memory note name is not a valid slug")
+    if st.st_size > max_bytes:
+        return Skipped(Path(entry.path), "too large")
+    return NoteFile(root.key_of(rel), root, Path(entry.path), rel, st.st_mtime_ns, st.st_size)
+
+
+def _link_refusal(root: Root, link: Path, base: Path) -> str | None:
+    """Why a symlink inside a root is not followed, or None when it may be."""
+    if root.source == "memory":
+        return "symlink in a memory inbox (never followed)"
+    try:
+        target = link.resolve(strict=True)
+    except (OSError, RuntimeError):  # RuntimeError: symlink loop
+        return "broken symlink"
+    if not target.is_relative_to(base):
+        return "symlink leads outside the root"
+    parts = target.relative_to(base).parts
+    if any(p.startswith(".") for p in parts):
+        return "symlink leads into a hidden folder"
+    inside = "/".join(parts)
+    if root.exclude and (inside == root.exclude or inside.startswith(root.exclude + "/")):
+        return "symlink leads into the wiki (indexed there)"
+    return None
+
+
+def inbox_refusal(root: Root) -> str | None:
+    """Why an agent's inbox may not be read or written: its folder or the inbox is a symlink,
+    not a folder, or another user's. None when it is private (or does not exist yet)."""
+    agents = root.path.parent.parent
+    try:
+        with private_dirs(agents.parent, [agents.name, root.agent, "memory"], create=False, what="inbox"):
+            return None
+    except FileNotFoundError:
+        return None
+    except NotPrivateError as exc:
+        return str(exc)
+
+
+class NoteUnreadable(Exception):  # noqa: N818 - a reason to skip a file, not a failure
+    """A file that exists but cannot be indexed as text; ``reason`` is counted in health."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def read_note(path: Path, max_bytes: int) -> tuple[bytes, str]:
+    """Raw bytes and text of a note; raise NoteUnreadable for binary, non-UTF-8, huge files and
+    anything that is not a regular file (a pipe is never opened for a blocking read)."""
+    try:
+        data = read_fd(open_regular(path), max_bytes + 1)
+    except FileNotFoundError:
+        raise
+    except NotRegularError as exc:
+        raise NoteUnreadable(exc.strerror or "not a regular file") from exc
+    except OSError as exc:
+        raise NoteUnreadable(f"unreadable ({exc.strerror})") from exc
+    return data, decode_note(data, max_bytes, path)
+
+
+def read_inbox_note(root: Root, name: str, max_bytes: int) -> tuple[bytes, str]:
+    """A memory note, opened through its inbox's checked folders and never through a symlink."""
+    agents = root.path.parent.parent
+    try:
+        with private_dirs(
+            agents.parent, [agents.name, root.agent, "memory"], create=False, what="inbox"
+        ) as fds:
+            fd = open_regular(name, dir_fd=fds[-1], follow=False)
+        data = read_fd(fd, max_bytes + 1)
+    except FileNotFoundError:
+        raise
+    except NotPrivateError as exc:
+        raise NoteUnreadable(str(exc)) from exc
+    except NotRegularError as exc:
+        raise NoteUnreadable(exc.strerror or "not a regular file") from exc
+    except OSError as exc:
+        raise NoteUnreadable(f"unreadable ({exc.strerror})") from exc
+    return data, decode_note(data, max_bytes)
+
+
+def decode_note(data: bytes, max_bytes: int, where: object = "-") -> str:
+    """The text of a note's bytes; NoteUnreadable when it cannot be indexed as text."""
+    if len(data) > max_bytes:
+        raise NoteUnreadable("too large")
+    if b"\0" in data[:8192]:
+        raise NoteUnreadable("binary")
+    try:
+        return data.decode("utf-8-sig")  # -sig strips a BOM that would hide the front matter
+    except UnicodeDecodeError:
+        # A few bad bytes (a paste, a truncated sync) in UTF-8 text: keep the note, mark them.
+        # Mostly undecodable bytes mean another encoding or binary data: skipped, counted.
+        text = data.decode("utf-8-sig", errors="replace")
+        bad = text.count("\ufffd")
+        if bad * 100 > max(len(text), 1):
+            raise NoteUnreadable("not UTF-8") from None
+        log.warning("note_invalid_utf8 path=%s replaced=%d", where, bad)
+        return text
+
+
+# --- references --------------------------------------------------------------------------
+
+
+def public_reference(key: str, agent: str | None) -> str:
+    """What a client sees: an agent's own memory is ``memory/<slug>``."""
+    if agent and key.startswith(f"memory/{agent}/"):
+        return "memory/" + key[len(f"memory/{agent}/") :]
+    return key
+
+
+def key_for_reference(reference: str, agent: str | None) -> str:
+    """Validate a client's reference and return the index key; refuse anything that could escape.
+
+    Refused: NUL bytes, absolute paths, ``..`` or ``.`` segments, empty segments, unknown
+    sources, another agent's memory, vault paths inside the wiki or dot-folders. A reference is
+    the note's path with ``/`` between folders and no escaping: every other character (a
+    backslash too) is part of a name, so each reference search returns is accepted here.
+    """
+    if not isinstance(reference, str) or not reference:
+        raise SourceError("reference is empty")
+    if "\0" in reference:
+        raise SourceError("reference contains a NUL byte")
+    if reference.startswith("/") or re.match(r"^[A-Za-z]:", reference):
+        raise SourceError(f"reference {reference!r} is an absolute path; use a reference returned by search")
+    ref = reference[:-3] if reference.lower().endswith(".md") else reference
+    parts = ref.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise SourceError(f"reference {reference!r} leaves its root or has empty segments")
+    if any(p.startswith(".") for p in parts):
+        raise SourceError(f"reference {reference!r} points into a hidden folder")
+    source = parts[0]
+    if source not in SOURCES or len(parts) < 2:
+        raise SourceError(f"reference {reference!r} must start with vault/, wiki/ or memory/")
+    if source == "memory":
+        if agent is not None:
+            # memory/<slug> is the agent's own; memory/<agent>/<slug> (as the CLI prints it) too.
+            if len(parts) == 3 and parts[1] == agent:
+                parts = [parts[0], parts[2]]
+            if len(parts) != 2:
+                raise SourceError(
+                    f"reference {reference!r}: memory references are memory/<slug> (your own notes)"
+                )
+            owner, slug = agent, parts[1]
+        else:
+            if len(parts) != 3:
+                raise SourceError(
+                    f"reference {reference!r}: without an agent, use memory/<agent>/<slug> "
+                    "(or name the agent: --agent NAME)"
+                )
+            owner, slug = parts[1], parts[2]
+        if not valid_agent(owner):
+            raise SourceError(f"reference {reference!r}: invalid agent name")
+        if not SLUG_RE.fullmatch(slug):
+            raise SourceError(f"reference {reference!r}: invalid slug")
+        return f"memory/{owner}/{slug}"
+    return "/".join(parts)
+
+
+def path_for_key(cfg: Config, key: str, rel: str | None = None) -> tuple[Root, Path]:
+    """The file behind a key, checked by the rules of ``scan``: a vault or wiki note (or its
+    symlink target) must lie inside its root and outside dot-folders; a memory note must be in a
+    private inbox and is never a symlink (it is then read with ``read_inbox_note``). ``rel``: the
+    file name the index recorded for the key (``Note.MD``, ``a.md.md``), else ``<path>.md``."""
+    source, rest = key.split("/", 1)
+    if source == "memory":
+        agent, slug = rest.split("/", 1)
+        root = Root("memory", agent_inbox(cfg, agent), agent=agent)
+        refusal = inbox_refusal(root)
+        if refusal is not None:
+            raise SourceError(f"{key!r}: {refusal}")
+        path = root.path / f"{slug}.md"
+        try:
+            st = path.lstat()
+        except FileNotFoundError as exc:
+            raise NotFoundError(f"no note {key!r}") from exc
+        except OSError as exc:
+            raise SourceError(f"{key!r} cannot be read: {exc.strerror}") from exc
+        if stat.S_ISLNK(st.st_mode):
+            raise SourceError(f"{key!r} is a symbolic link in a memory inbox; refused")
+        return root, path
+    if cfg.vault.path is None:
+        raise NotFoundError("no vault is configured")
+    wiki = cfg.vault.wiki_subfolder
+    if source == "wiki":
+        root = Root("wiki", cfg.vault.path / wiki)
+    else:
+        if rest == wiki or rest.startswith(wiki + "/"):
+            raise SourceError(f"{key!r} lies in the wiki; use wiki/{rest[len(wiki) + 1 :]}")
+        root = Root("vault", cfg.vault.path, exclude=wiki)
+    path = root.path / (rel if rel is not None and root.key_of(rel) == key else f"{rest}.md")
+    try:
+        resolved = path.resolve(strict=True)
+        base = root.path.resolve(strict=True)
+    except FileNotFoundError as exc:
+        raise NotFoundError(f"no note {key!r}") from exc
+    except (OSError, RuntimeError) as exc:
+        raise SourceError(f"{key!r} cannot be resolved") from exc
+    if not resolved.is_relative_to(base):
+        raise SourceError(f"{key!r} resolves outside its root; refused")
+    if path.is_symlink() or resolved != path.absolute():
+        why = _link_refusal(root, path, base)
+        if why is not None:
+            raise SourceError(f"{key!r}: {why}; refused")
+    return root, resolved

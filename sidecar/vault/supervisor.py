@@ -1,0 +1,415 @@
+"""Root supervision: is a root reachable, local or on a share, and when to look at it again.
+
+An unreachable share is not an empty share: a root that is missing, fails with I/O errors or
+hangs past a timeout goes ``offline``; so does one that was a mount point and is not any more,
+whose device changed while its notes vanished, or that is empty although notes of it are indexed,
+for as long as that holds. Nothing of an offline root is deleted; it is retried with growing
+jittered delays and comes back by itself. A mass deletion on the same, non-empty mount is applied
+only after a wall-clock hold (``index.massDeletionHoldMinutes``) or on the user's confirmation,
+never because some sweeps saw it. Each root's mount state (mount point of its own, device) is
+remembered in the manifest, so a restart while the share is away still knows. Listing a root runs
+in a helper thread with a timeout, so a hanging NFS mount never blocks the other roots; the
+waiting thread beats the watchdog while the timeout runs. Imports sources, mounts, backoff, config.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from sidecar.config import Config
+from sidecar.runtime.backoff import Backoff
+from sidecar.vault.mounts import fs_type_of, is_network, read_mounts
+from sidecar.vault.sources import NoteFile, Root, Skipped, scan
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Below this many indexed notes a root is too small for the mass-deletion guard to mean anything.
+MASS_DELETION_MIN_FILES = 4
+# Why a root's deletions are held; only "mass" is ever applied by the clock.
+HOLD_WHY = {
+    "unmounted": "was a mount point and is not any more (share unmounted?)",
+    "device": "is on a different device than before (another share or disk mounted here?)",
+    "empty": "is empty although {known} of its notes are indexed (share not mounted?)",
+    "mass": "lost {missing} of {known} indexed notes at once",
+}
+
+
+class MetaStore(Protocol):
+    def get_meta(self, name: str) -> str | None: ...
+    def set_meta(self, name: str, value: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What a root folder is: a mount point of its own or not, and its device."""
+
+    mount: bool
+    dev: int
+
+
+def identity_of(path: Path) -> Identity:
+    st = os.stat(path)
+    return Identity(os.path.ismount(path), st.st_dev)
+
+
+@dataclass
+class RootStatus:
+    name: str
+    path: str
+    offline: bool = False
+    error: str | None = None
+    fs_type: str | None = None
+    network: bool = False
+    failures: int = 0
+    next_retry: float | None = None
+    last_sweep: float | None = None
+    last_sweep_seconds: float | None = None
+    seen: int = 0
+    skipped: int = 0
+    held_deletions: int = 0
+    hold_kind: str | None = None  # unmounted | device | empty | mass
+    hold_since: float | None = None
+    unreadable: list[str] = field(default_factory=list)  # folders/files kept because unreadable
+    identity: Identity | None = None  # as seen by the last listing
+    _stuck: threading.Thread | None = field(default=None, repr=False)
+
+
+class RootUnreachable(Exception):  # noqa: N818 - a state of the world, not a bug
+    pass
+
+
+def run_with_timeout(
+    fn: Callable[[], T], timeout: float, name: str, beat: Callable[[], None] | None = None
+) -> tuple[T | None, threading.Thread | None]:
+    """Run ``fn`` in a daemon thread; (result, None), or (None, the stuck thread) after ``timeout``.
+
+    A thread blocked in a hung NFS call cannot be killed; it is left behind and reported so that
+    no second one is started for the same root while it hangs. ``beat`` is called about once a
+    second while waiting: the caller is alive as long as the wait is bounded, so a long scan of a
+    slow share does not look like a hung daemon to the watchdog.
+    """
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # re-raised in the caller's thread
+            box["error"] = exc
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=target, name=f"probe-{name}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not done.wait(max(min(1.0, deadline - time.monotonic()), 0.0)):
+        if time.monotonic() >= deadline:
+            return None, thread
+        if beat is not None:
+            beat()
+    if "error" in box:
+        raise box["error"]
+    return box["value"], None
+
+
+class Supervisor:
+    """Status, probing, backoff and the mass-deletion guard for every root."""
+
+    def __init__(
+        self, cfg: Config, clock: Callable[[], float] = time.time, meta: MetaStore | None = None
+    ) -> None:
+        self.cfg = cfg
+        self.clock = clock
+        self.meta = meta  # where each root's mount state and hold survive a restart
+        self.backoff = Backoff(cfg.watch.retry_base_seconds, cfg.watch.retry_max_seconds)
+        self.roots: dict[str, RootStatus] = {}
+        self.beat: Callable[[], None] | None = None  # the indexer's heartbeat, during long waits
+        self._lock = threading.Lock()
+
+    def status(self, root: Root) -> RootStatus:
+        with self._lock:
+            return self.roots.setdefault(root.name, RootStatus(root.name, str(root.path)))
+
+    def classify(self, roots: list[Root]) -> None:
+        """Record each root's filesystem type (network shares are polled)."""
+        if not roots:
+            return
+        mounts = read_mounts(self.cfg.watch.mount_table)
+        for root in roots:
+            st = self.status(root)
+            st.fs_type = fs_type_of(root.path, mounts) if mounts else None
+            st.network = is_network(st.fs_type)
+
+    def bounded(self, root: Root, fn: Callable[[], T]) -> T:
+        """Run file-system work on ``root`` with its scan timeout; RootUnreachable if it hangs."""
+        st = self.status(root)
+        if st._stuck is not None and st._stuck.is_alive():
+            raise RootUnreachable(f"an earlier listing of {root.path} is still hanging")
+        st._stuck = None
+        try:
+            value, stuck = run_with_timeout(fn, self.cfg.watch.scan_timeout_seconds, root.name, self.beat)
+        except OSError as exc:
+            raise RootUnreachable(f"cannot read {root.path}: {exc.strerror or exc}") from exc
+        if stuck is not None:
+            st._stuck = stuck
+            log.error("scan_hung root=%s timeout=%.0fs", root.name, self.cfg.watch.scan_timeout_seconds)
+            raise RootUnreachable(f"{root.path} did not answer within its timeout (hung share?)")
+        assert value is not None
+        return value
+
+    def list_root(self, root: Root) -> list[NoteFile | Skipped]:
+        """Probe, then scan a root, each bounded by its timeout; RootUnreachable when it cannot be read."""
+        st = self.status(root)
+        if st._stuck is not None and st._stuck.is_alive():
+            raise RootUnreachable(f"an earlier listing of {root.path} is still hanging")
+        st._stuck = None
+        try:
+            ident, stuck = run_with_timeout(
+                lambda: _probe(root), self.cfg.watch.probe_timeout_seconds, root.name, self.beat
+            )
+            if stuck is None:
+                st.identity = ident
+                found, stuck = run_with_timeout(
+                    lambda: list(scan(root, self.cfg.index.max_file_bytes)),
+                    self.cfg.watch.scan_timeout_seconds,
+                    root.name,
+                    self.beat,
+                )
+        except FileNotFoundError:
+            if root.source == "vault" or (root.source == "wiki" and self._vault_not_there()):
+                raise RootUnreachable(f"{root.path} does not exist or is not mounted") from None
+            # A wiki subfolder or an inbox that does not exist (any more) inside a reachable parent
+            # is simply empty; the mass-deletion guard still protects the wiki.
+            st.identity = None
+            return []
+        except OSError as exc:
+            raise RootUnreachable(f"cannot read {root.path}: {exc.strerror or exc}") from exc
+        if stuck is not None:
+            st._stuck = stuck
+            log.error("scan_hung root=%s", root.name)
+            raise RootUnreachable(f"{root.path} did not answer within its timeout (hung share?)")
+        assert found is not None
+        return found
+
+    def _vault_not_there(self) -> bool:
+        """The wiki's folder is missing: is the vault around it missing, empty or unmounted too
+        (then the wiki is unreachable, however few notes it has)?"""
+        vault = self.cfg.vault.path
+        if vault is None:
+            return True
+        try:
+            with os.scandir(vault) as it:
+                if next(it, None) is None:
+                    return True
+            ident = identity_of(vault)
+        except OSError:
+            return True
+        memo = self._remembered(Root("vault", vault))
+        return (bool(memo.get("mount")) and not ident.mount) or memo.get("dev", ident.dev) != ident.dev
+
+    def mark_offline(self, root: Root, why: str) -> None:
+        st = self.status(root)
+        st.failures += 1
+        delay = self.backoff.delay(st.failures)
+        st.next_retry = self.clock() + delay
+        if not st.offline or st.error != why:
+            log.warning("watcher_retry root=%s reason=%s retry_in=%.0fs", root.name, why, delay)
+        st.offline, st.error = True, why
+
+    def mark_online(self, root: Root) -> None:
+        st = self.status(root)
+        if st.offline:
+            log.info("watcher_recovered root=%s after=%d failures", root.name, st.failures)
+        st.offline, st.error, st.failures, st.next_retry = False, None, 0, None
+        st.held_deletions, st.hold_kind, st.hold_since = 0, None, None
+
+    # --- the mass-deletion guard -------------------------------------------------------------
+
+    def _remembered(self, root: Root) -> dict[str, Any]:
+        if self.meta is None:
+            return {}
+        try:
+            raw = self.meta.get_meta(f"root:{root.name}")
+            value = json.loads(raw) if raw else {}
+        except ValueError:
+            value = {}
+        return value if isinstance(value, dict) else {}
+
+    def _remember(self, root: Root, value: dict[str, Any]) -> None:
+        if self.meta is not None and value != self._remembered(root):
+            self.meta.set_meta(f"root:{root.name}", json.dumps(value, sort_keys=True))
+
+    def hold_deletions(
+        self, root: Root, known: int, missing: int, present: int, confirmed: bool
+    ) -> str | None:
+        """Why this sweep must not delete (``unmounted``, ``device``, ``empty``, ``mass``), or None.
+
+        ``mass`` still lets the sweep index the notes that are there; the others leave the root
+        alone entirely (what is there is not the share). The hold's start is remembered across
+        restarts; a mass deletion is applied once it has lasted ``massDeletionHoldMinutes``.
+        """
+        st = self.status(root)
+        ident = st.identity
+        memo = self._remembered(root)
+        now = self.clock()
+        kind: str | None = None
+        if confirmed or root.source == "memory":
+            if confirmed and memo.get("hold"):
+                log.warning(
+                    "mass_deletion_confirmed root=%s missing=%d of %d by=user", root.name, missing, known
+                )
+        elif missing and memo.get("mount") and ident is not None and not ident.mount:
+            kind = "unmounted"
+        elif (
+            missing
+            and ident is not None
+            and "dev" in memo
+            and memo["dev"] != ident.dev
+            and (present == 0 or missing / max(known, 1) > self.cfg.index.mass_deletion_share)
+        ):
+            kind = "device"
+        elif known >= MASS_DELETION_MIN_FILES and present == 0:
+            kind = "empty"
+        elif known >= MASS_DELETION_MIN_FILES and missing / known > self.cfg.index.mass_deletion_share:
+            kind = "mass"
+        if kind is None:
+            if ident is not None:
+                self._remember(root, {"mount": ident.mount, "dev": ident.dev})
+            st.hold_kind = st.hold_since = None
+            return None
+        since = memo.get("hold", {}).get("since") if memo.get("hold", {}).get("kind") == kind else None
+        since = float(since) if isinstance(since, (int, float)) else now
+        if kind == "mass" and now - since >= self.cfg.index.mass_deletion_hold_minutes * 60:
+            log.warning(
+                "mass_deletion_confirmed root=%s missing=%d of %d by=hold held_minutes=%.1f",
+                root.name, missing, known, (now - since) / 60,
+            )  # fmt: skip
+            if ident is not None:
+                self._remember(root, {"mount": ident.mount, "dev": ident.dev})
+            st.hold_kind = st.hold_since = None
+            return None
+        self._remember(root, {**memo, "hold": {"kind": kind, "since": since}})
+        st.held_deletions, st.hold_kind, st.hold_since = missing, kind, since
+        why = HOLD_WHY[kind].format(missing=missing, known=known)
+        if kind == "mass":
+            left = self.cfg.index.mass_deletion_hold_minutes * 60 - (now - since)
+            then = f"applied in {_duration(left)} unless they come back"
+        else:
+            then = "held while it stays so"
+        self.mark_offline(
+            root,
+            f"{root.path} {why}; {missing} deletions {then} "
+            f"(or `sidecar index --confirm-deletions {root.name}`)",
+        )
+        return kind
+
+    def applies_at(self, st: RootStatus) -> float | None:
+        if st.hold_kind != "mass" or st.hold_since is None:
+            return None
+        return st.hold_since + self.cfg.index.mass_deletion_hold_minutes * 60
+
+    def deletable(self, root: Root) -> bool:
+        """Deletions seen by file events may go ahead: the root is online, on the mount it was
+        on, and not empty (else a full sweep of it decides, through the guard)."""
+        if root.source == "memory":
+            return True
+        if self.status(root).offline:
+            return False
+
+        def look() -> tuple[Identity, bool]:
+            ident = identity_of(root.path)
+            with os.scandir(root.path) as it:
+                return ident, next(it, None) is None
+
+        try:
+            got, _stuck = run_with_timeout(look, self.cfg.watch.probe_timeout_seconds, root.name, self.beat)
+        except OSError:
+            return False
+        if got is None:
+            return False
+        ident, empty = got
+        memo = self._remembered(root)
+        moved = bool(memo.get("mount")) and not ident.mount
+        return not (empty or moved or memo.get("dev", ident.dev) != ident.dev)
+
+    def due(self, now: float | None = None) -> list[str]:
+        """Roots to sweep now: offline ones whose retry is due, network ones whose poll is due."""
+        now = self.clock() if now is None else now
+        out = []
+        with self._lock:
+            for st in self.roots.values():
+                if st.offline:
+                    if st.next_retry is not None and st.next_retry <= now:
+                        out.append(st.name)
+                elif st.network and (
+                    st.last_sweep is None or now - st.last_sweep >= self.cfg.watch.poll_seconds
+                ):
+                    out.append(st.name)
+        return out
+
+    def describe(self, watched: Callable[[str], bool]) -> list[dict[str, Any]]:
+        now = self.clock()
+        out = []
+        with self._lock:
+            statuses = list(self.roots.values())
+        for st in statuses:
+            mode = (
+                "offline" if st.offline else ("polling" if st.network or not watched(st.path) else "events")
+            )
+            out.append(
+                {
+                    "name": st.name,
+                    "path": st.path,
+                    "mode": mode,
+                    "error": st.error,
+                    "fs_type": st.fs_type,
+                    "next_retry_seconds": None
+                    if st.next_retry is None
+                    else round(max(st.next_retry - now, 0), 1),
+                    "failures": st.failures,
+                    "last_sweep": st.last_sweep,
+                    "last_sweep_seconds": None
+                    if st.last_sweep_seconds is None
+                    else round(st.last_sweep_seconds, 3),
+                    "files_seen": st.seen,
+                    "files_skipped": st.skipped,
+                    "held_deletions": st.held_deletions,
+                    "hold": None
+                    if st.hold_kind is None
+                    else {
+                        "kind": st.hold_kind,
+                        "since": st.hold_since,
+                        "applies_at": self.applies_at(st),
+                        "confirm": f"sidecar index --confirm-deletions {st.name}",
+                    },
+                    "unreadable": st.unreadable[:20],
+                }
+            )
+        return out
+
+
+def _probe(root: Root) -> Identity:
+    """Cheap reachability check: the folder answers a stat and a listing; what it is."""
+    ident = identity_of(root.path)
+    with os.scandir(root.path) as it:
+        next(it, None)
+    return ident
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(int(seconds), 0)
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds / 3600:.1f} h"

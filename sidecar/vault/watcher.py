@@ -1,0 +1,169 @@
+"""File events (watchfiles) that trigger indexing soon after a save.
+
+Each batch of changes hands its paths to the indexer, which looks at those paths only (a stat
+each; a new folder is walked), never at the rest of their root: a memory write does not walk a
+vault on a share. What events miss (edits made on other machines of a network share, files in
+freshly created nested folders, a watch that died) arrives with the scheduled full sweeps and the
+polling of network roots; a watched folder that was replaced, mounted or unmounted restarts the
+watch and asks for a full sweep (an empty set of paths). Editor temp files, dot-folders and
+non-Markdown files are filtered out. A folder whose name is not valid UTF-8 makes the recursive
+watch fail ("Unable to decode path"): the watcher then watches every other folder one by one (not
+recursively), restarting when a folder appears, so events keep flowing for the rest of the tree.
+Imports ``sources`` and ``confine``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import watchfiles
+
+from sidecar.vault.confine import decodable, printable
+from sidecar.vault.sources import is_debris
+
+log = logging.getLogger(__name__)
+
+_RETRY_SECONDS = (5.0, 30.0, 60.0, 300.0)
+# How often the watched folders' identity is compared (a stat of each; not once per event batch,
+# or every memory write would stat the vault's share).
+_IDENTITY_EVERY_S = 5.0
+_UNDECODABLE = "Unable to decode path"
+# Watching folder by folder: more than this many and the scheduled sweeps have to do.
+MAX_FLAT_FOLDERS = 50_000
+
+
+def watchable_folders(paths: Sequence[Path], limit: int = MAX_FLAT_FOLDERS) -> list[Path]:
+    """The folders under ``paths`` whose names decode, without dot-folders or symlinks."""
+    out: list[Path] = []
+    stack = [p for p in paths if p.is_dir()]
+    while stack and len(out) < limit:
+        folder = stack.pop()
+        out.append(folder)
+        try:
+            with os.scandir(folder) as it:
+                for e in it:
+                    if e.name.startswith(".") or not decodable(e.name):
+                        continue
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(Path(e.path))
+        except OSError:
+            continue
+    return out
+
+
+class NoteFilter:
+    """Accept changes to Markdown notes and to folders (a new folder may hold notes) under the roots."""
+
+    def __init__(self, roots: Sequence[Path]) -> None:
+        self.roots = [str(r).rstrip("/") + "/" for r in roots]
+
+    def __call__(self, _change: watchfiles.Change, path: str) -> bool:
+        root = next((r for r in self.roots if path.startswith(r)), None)
+        rel = path[len(root) :] if root else Path(path).name
+        parts = rel.split("/")
+        if any(p.startswith(".") for p in parts):
+            return False
+        name = parts[-1]
+        if "." in name and not name.lower().endswith(".md"):
+            return False  # another kind of file; a name without a dot may be a folder
+        return not is_debris(name)
+
+
+class Watcher:
+    """Watch the given folders until ``stop`` is set; call ``on_change`` after each debounced batch."""
+
+    def __init__(
+        self,
+        paths: Sequence[Path],
+        on_change: Callable[[set[str]], None],
+        stop: threading.Event,
+        debounce_ms: int = 300,
+    ) -> None:
+        self.paths = list(paths)
+        self.on_change = on_change
+        self.stop = stop
+        self.debounce_ms = debounce_ms
+        self.watching: list[Path] = []
+        self.flat = False  # watching folder by folder (a name that does not decode was met)
+
+    def run(self) -> None:
+        failures = 0
+        while not self.stop.is_set():
+            existing = [p for p in self.paths if p.is_dir()]
+            if not existing:
+                self.stop.wait(_RETRY_SECONDS[1])
+                continue
+            self.watching = existing
+            try:
+                self._watch(existing)
+                failures = 0
+            except (OSError, RuntimeError) as exc:  # watchfiles raises RuntimeError for backend errors
+                if _UNDECODABLE in str(exc):
+                    # Not a failure to back off from: watch around the name, sweep for what was missed.
+                    log.warning(
+                        "watcher_undecodable_path error=%s; watching folder by folder", printable(exc)
+                    )
+                    self.flat = True
+                    self.on_change(set())
+                    self.stop.wait(1.0)
+                    continue
+                delay = _RETRY_SECONDS[min(failures, len(_RETRY_SECONDS) - 1)]
+                failures += 1
+                log.warning("watcher_retry paths=%s error=%s retry_in=%.0fs", existing, exc, delay)
+                self.watching = []
+                self.stop.wait(delay)
+
+    def _identity(self) -> list[tuple[str, int, int] | None]:
+        """(path, device, inode) of each watched folder: a recreated or remounted folder differs."""
+        out: list[tuple[str, int, int] | None] = []
+        for p in self.paths:
+            try:
+                st = os.stat(p)
+            except OSError:
+                out.append(None)
+                continue
+            out.append((str(p), st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None)
+        return out
+
+    def _watch(self, existing: list[Path]) -> None:
+        folders = watchable_folders(existing) if self.flat else existing
+        known = {str(f) for f in folders}
+        log.info(
+            "watcher_started paths=%s%s",
+            ",".join(map(str, existing)),
+            f" folders={len(folders)} (one by one)" if self.flat else "",
+        )
+        identity = self._identity()
+        checked = time.monotonic()
+        for changes in watchfiles.watch(
+            *folders,
+            recursive=not self.flat,
+            watch_filter=NoteFilter(existing),
+            debounce=self.debounce_ms,
+            step=50,
+            stop_event=self.stop,
+            rust_timeout=5000,
+            yield_on_timeout=True,
+            raise_interrupt=False,
+            ignore_permission_denied=True,
+        ):
+            if changes:
+                log.debug("watcher_changes count=%d", len(changes))
+                self.on_change({p for _, p in changes})
+                if self.flat and any(p not in known and os.path.isdir(p) for _, p in changes):
+                    return  # a new folder: watch it too (the sweep just asked for covers its notes)
+            # inotify dies silently when a watched folder is deleted, recreated or remounted:
+            # compare device and inode now and then and start a new watch (and a catch-up sweep).
+            if time.monotonic() - checked < _IDENTITY_EVERY_S:
+                continue
+            checked = time.monotonic()
+            if self._identity() != identity:
+                log.info("watcher_restart reason=a watched folder was replaced, mounted or unmounted")
+                self.on_change(set())
+                return
