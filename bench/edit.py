@@ -51,13 +51,12 @@ def main() -> None:
     ap.add_argument("--vault", required=True, type=Path)
     ap.add_argument("--min-chunks", type=int, default=20)
     ap.add_argument("--notes", type=int, default=5)
-    ap.add_argument("--home", type=Path, default=None, help="default: a fresh temporary folder")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sidecar-edit-"))
     vault = work / "vault"
     shutil.copytree(args.vault, vault)
-    home = args.home or work / "home"
+    home = work / "home"
     cfg = load_config(flags={"home": str(home), "vault.path": str(vault)}, env={})
     stores = open_stores(cfg)
     slot = EmbedderSlot()
@@ -72,10 +71,18 @@ def main() -> None:
         sizes[key] = len(stores.manifest.chunks_of(key))
     chosen = sorted((k for k, n in sizes.items() if n >= args.min_chunks), key=lambda k: -sizes[k])
     chosen = chosen[: args.notes]
-    keep = {vault / (k.removeprefix("vault/") + ".md") for k in chosen}
-    for path in list(vault.rglob("*.md")):
-        if path not in keep:
-            path.unlink()
+    stores.bm25.close()
+    stores.manifest.close()
+    # Only the chosen notes, in a vault and home of their own (removing the rest from the first
+    # copy would trip the mass-deletion guard); the loaded model is reused.
+    vault = work / "long-notes"
+    for key in chosen:
+        rel = key.removeprefix("vault/") + ".md"
+        (vault / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(work / "vault" / rel, vault / rel)
+    cfg = load_config(flags={"home": str(work / "home-long"), "vault.path": str(vault)}, env={})
+    stores = open_stores(cfg)
+    indexer = Indexer(cfg, stores, slot)
     indexer.sweep()
     embedded: list[str] = []
     real = model.embed_passages
