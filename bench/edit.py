@@ -22,9 +22,9 @@ from typing import Any
 from common import emit
 
 from sidecar.config import load_config
-from sidecar.daemon import load_embedder
-from sidecar.embedder import EmbedderSlot
-from sidecar.indexer import Indexer, open_stores, open_vectors
+from sidecar.daemon.lifecycle import load_embedder
+from sidecar.index.indexer import Indexer, open_stores, open_vectors
+from sidecar.model.embedder import EmbedderSlot
 
 ADDED = " This sentence was added later to see how many chunks an edit costs."
 
