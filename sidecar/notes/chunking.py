@@ -7,19 +7,18 @@ every chunk keeps its title, heading path, line range and tags. Token counting i
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import yaml
 from markdown_it import MarkdownIt
 from mdit_py_plugins.front_matter import front_matter_plugin
 
+from sidecar.notes.frontmatter import parse_front_matter
+
 CountTokens = Callable[[Sequence[str]], list[int]]
 
-_MAX_FRONT_MATTER = 64 * 1024
 _WIKILINK = re.compile(r"(!?)\[\[([^\[\]|#^]*)((?:[#^][^\[\]|]*)?)(?:\|([^\[\]]*))?\]\]")
 _NOT_NOTE = re.compile(r"\.(png|jpe?g|gif|svg|webp|bmp|pdf|mp3|mp4|m4a|wav|ogg|webm|mov|canvas|base)$", re.I)
 _INLINE_TAG = re.compile(r"(?<![\w/&#])#([^\W\d][\w/-]*|\d+[^\W\d][\w/-]*)")
@@ -70,40 +69,6 @@ def readable_links(line: str) -> str:
         return f"{name} › {head}" if name and head else (name or head)
 
     return _WIKILINK.sub(repl, line)
-
-
-def _json_safe(value: Any, budget: list[int]) -> Any:
-    """Front matter as plain JSON values, with a node budget so a YAML alias bomb cannot explode."""
-    budget[0] -= 1
-    if budget[0] < 0:
-        raise ValueError("front matter is too large or too deeply aliased")
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v, budget) for k, v in value.items()}
-    if isinstance(value, list | tuple | set):
-        return [_json_safe(v, budget) for v in value]
-    if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat()
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    return str(value)
-
-
-def parse_front_matter(raw: str) -> tuple[dict[str, Any], str | None]:
-    """Front matter as a dict, or ({}, reason) when it is not valid YAML or not a mapping."""
-    if len(raw) > _MAX_FRONT_MATTER:
-        return {}, "front matter larger than 64 KiB"
-    try:
-        data = yaml.safe_load(raw)
-        if data is None:
-            return {}, None
-        if not isinstance(data, dict):
-            return {}, "front matter is not a mapping"
-        safe = _json_safe(data, [10_000])
-    except yaml.YAMLError as exc:
-        return {}, f"invalid YAML in front matter: {str(exc).splitlines()[0]}"
-    except (ValueError, RecursionError) as exc:
-        return {}, str(exc) or "front matter too deep"
-    return safe, None
 
 
 def _str_list(value: Any) -> list[str]:
