@@ -9,7 +9,7 @@ the inbox's own descriptor, so a folder swapped for a link mid-write cannot redi
 note that is a symlink is refused. Writes are atomic (temp file, fsync, rename, fsync of the
 folder) and serialised per note; ``created`` and ``updated`` are managed in the front matter,
 every other key is kept as given; secrets are redacted before anything reaches disk. Imports
-config, confine, sources, redact, errors.
+config, confine, sources, frontmatter, redact, errors.
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ class OnnxEmbedder:
         opts.enable_cpu_mem_arena = False
         # Full optimisation: the bundled int8 model stores weights as int8 + Cast + Mul; constant
         # folding turns them into float once (+120 MB resident) instead of on every call (a
-        # one-text query took 39 ms without it, 2.6 ms with it; BENCHMARKS.md, issue 7). The
+        # one-text query took 39 ms without it, 2.6 ms with it; BENCHMARKS.md). The
         # prepared copy (sidecar.model.int8prep) has no such nodes left and keeps the weights int8.
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.intra_op_num_threads = ecfg.threads or (os.cpu_count() or 1)

@@ -14,7 +14,7 @@ The child checks the rewritten model against the original on fixed probe inputs 
 pooled outputs >= ``MIN_COSINE``, 0.995) before it writes the file; a model that does not have the
 pattern, or fails the check, gets a ``.skip`` note with the reason and is loaded as it is. The
 daemon never imports ``onnx`` (14 MB resident) and never holds both models at once.
-Measured (BENCHMARKS.md, issue 7): model resident 120 -> ~60 MB, query 2.6 -> 1.3 ms, batch
+Measured (BENCHMARKS.md): model resident 120 -> ~60 MB, query 2.6 -> 1.3 ms, batch
 throughput unchanged, vectors within cosine 0.9997 of the float model's.
 
     python -m sidecar.model.int8prep SOURCE.onnx TARGET.onnx    # exit 0 written, 3 skipped, 1 failed

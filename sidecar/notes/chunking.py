@@ -2,7 +2,7 @@
 
 Front matter is parsed with PyYAML (never embedded as raw YAML), wiki-links become readable text,
 every chunk keeps its title, heading path, line range and tags. Token counting is injected
-(``count_tokens``) so this module imports no model. Imports nothing of the project.
+(``count_tokens``) so this module imports no model. Imports only the front-matter parser of the project.
 """
 
 from __future__ import annotations

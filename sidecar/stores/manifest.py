@@ -3,7 +3,8 @@
 It is the root of the derived indexes: chunk text and metadata live here, Tantivy and LanceDB hold
 only what they search on plus the chunk id. A file's ``state`` is written before the stores are
 touched (``indexing`` / ``deleting``) and after they committed (``indexed``), so a start after a
-crash knows what to redo. Imports ``errors``.
+crash knows what to redo. Imports ``errors``, the link graph's table (``notes.links``) and its
+own vector bookkeeping (``vectorbook``).
 """
 
 from __future__ import annotations

@@ -11,8 +11,9 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 # has_vector: the chunk is in the serving vector table; has_next: in the table being built for a
-# newly configured model (never both written by one request). Only these two names are ever put
-# into SQL. Values: 0 waits for a vector, 1 has one, 2 needs none (an empty or front-matter-only note).
+# newly configured model (vectors of two models never share a table). Only these two names are
+# ever put into SQL. Values: 0 waits for a vector, 1 has one, 2 needs none (an empty or
+# front-matter-only note).
 FLAGS = ("has_vector", "has_next")
 NO_VECTOR = 2
 
