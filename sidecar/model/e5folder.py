@@ -7,11 +7,11 @@ from __future__ import annotations
 import logging
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from sidecar.contracts.errors import EmbedderError
+from sidecar.model import child
 from sidecar.model.files import SUMS, package_dir, read_sums, verify_file
 
 log = logging.getLogger(__name__)
@@ -64,15 +64,11 @@ def ensure_converted(source: Path, target: Path, timeout: float = CHILD_TIMEOUT_
         raise EmbedderError(f"{MODEL_NAME} cannot run here: {skip.read_text().strip()} (noted in {skip})")
     verify_file(source, SOURCE_SHA256)
     t0 = time.perf_counter()
-    cmd = [sys.executable, "-m", "sidecar.model.e5prep", str(source), str(target)]
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # Our own interpreter and module, paths as separate arguments: no shell, nothing untrusted.
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)  # noqa: S603
+        code, detail = child.run("sidecar.model.e5prep", source, target, timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise EmbedderError(f"converting {source} failed: {exc}") from exc
-    detail = (done.stderr.strip().splitlines() or [""])[-1]
-    if done.returncode == 0 and (target / SUMS).is_file():
+    if code == 0 and (target / SUMS).is_file():
         log.info(
             "model_converted source=%s target=%s seconds=%.1f %s",
             source,
@@ -81,6 +77,6 @@ def ensure_converted(source: Path, target: Path, timeout: float = CHILD_TIMEOUT_
             detail,
         )
         return target
-    if done.returncode == EXIT_REFUSED:
+    if code == EXIT_REFUSED:
         raise EmbedderError(f"{MODEL_NAME} cannot run here: {detail} (noted in {skip})")
-    raise EmbedderError(f"converting {source} failed (exit {done.returncode}): {detail}")
+    raise EmbedderError(f"converting {source} failed (exit {code}): {detail}")

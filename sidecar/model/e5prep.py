@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from sidecar.config import EmbedderConfig
+from sidecar.model import child
 from sidecar.model.e5file import read_e5
 from sidecar.model.e5folder import EXIT_REFUSED, FILES, MODEL_NAME, SOURCE_SHA256
 from sidecar.model.e5graph import build_onnx
@@ -105,10 +106,7 @@ def main(argv: list[str]) -> int:
     source, target = Path(argv[0]), Path(argv[1])
 
     def refuse(reason: str) -> int:
-        """Remember why (the daemon does not try again) and say it."""
-        target.with_suffix(".skip").write_text(reason + "\n")
-        print(reason, file=sys.stderr)
-        return EXIT_REFUSED
+        return child.refuse(target, reason, EXIT_REFUSED)
 
     t0 = time.perf_counter()
     data = source.read_bytes()

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from sidecar.model import child
+
 log = logging.getLogger(__name__)
 
 PREP_VERSION = 1  # bump when the rewrite changes: cached files carry it in their name
@@ -55,16 +57,12 @@ def ensure_prepared(source: Path, target: Path, timeout: float = CHILD_TIMEOUT_S
     if skip.is_file():
         return None
     t0 = time.perf_counter()
-    cmd = [sys.executable, "-m", "sidecar.model.int8prep", str(source), str(target)]
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # Our own interpreter and module, paths as separate arguments: no shell, nothing untrusted.
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)  # noqa: S603
+        code, detail = child.run("sidecar.model.int8prep", source, target, timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
         log.warning("model_prepare_failed source=%s error=%s", source, exc)
         return None
-    detail = (done.stderr.strip().splitlines() or [""])[-1]
-    if done.returncode == 0 and target.is_file():
+    if code == 0 and target.is_file():
         log.info(
             "model_prepared source=%s target=%s seconds=%.1f %s",
             source,
@@ -73,10 +71,10 @@ def ensure_prepared(source: Path, target: Path, timeout: float = CHILD_TIMEOUT_S
             detail,
         )
         return target
-    if done.returncode == EXIT_SKIPPED:
+    if code == EXIT_SKIPPED:
         log.info("model_prepare_skipped source=%s reason=%s", source, detail)
     else:  # a crash or a full disk: tried again at the next start
-        log.warning("model_prepare_failed source=%s code=%s error=%s", source, done.returncode, detail)
+        log.warning("model_prepare_failed source=%s code=%s error=%s", source, code, detail)
     return None
 
 
@@ -262,10 +260,7 @@ def main(argv: list[str]) -> int:
     source, target = Path(argv[0]), Path(argv[1])
 
     def skip(reason: str) -> int:
-        """Remember why (the daemon does not ask again) and say it."""
-        target.with_suffix(".skip").write_text(reason + "\n")
-        print(reason, file=sys.stderr)
-        return EXIT_SKIPPED
+        return child.refuse(target, reason, EXIT_SKIPPED)
 
     original = source.read_bytes()
     done = rewrite(original)

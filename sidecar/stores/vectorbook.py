@@ -40,6 +40,14 @@ class VectorBook:
     def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         raise NotImplementedError
 
+    def _pairs(self, sql: str, values: Sequence[str], *before: Any) -> dict[str, Any]:
+        """Two-column rows of ``sql`` (``{marks}``: the group's placeholders) over ``values`` in
+        groups that fit one ``IN (...)``, as a dict; ``before`` are parameters ahead of the group."""
+        out: dict[str, Any] = {}
+        for part, marks in _in_groups(values):
+            out.update(self._query(sql.format(marks=marks), [*before, *part]))
+        return out
+
     def pending_vectors(
         self, limit: int, key: str | None = None, flag: str = "has_vector"
     ) -> list[tuple[str, str, str, str]]:
@@ -58,29 +66,19 @@ class VectorBook:
 
     def vector_donors(self, hashes: Sequence[str], flag: str = "has_vector") -> dict[str, str]:
         """For texts about to be embedded: a chunk with the same text that already has a vector."""
-        out: dict[str, str] = {}
-        for part, marks in _in_groups(hashes):
-            out.update(
-                self._query(
-                    f"SELECT embed_hash, min(chunk_id) FROM chunks WHERE embed_hash IN ({marks}) "
-                    f"AND {_flag(flag)} = 1 GROUP BY embed_hash",
-                    part,
-                )
-            )
-        return out
+        return self._pairs(
+            "SELECT embed_hash, min(chunk_id) FROM chunks WHERE embed_hash IN ({marks}) "
+            f"AND {_flag(flag)} = 1 GROUP BY embed_hash",
+            hashes,
+        )
 
     def embed_hashes(self, chunk_ids: Sequence[str], flag: str = "has_vector") -> dict[str, str]:
         """chunk_id -> text hash of those chunks that have a vector in ``flag``'s table."""
-        out: dict[str, str] = {}
-        for part, marks in _in_groups(chunk_ids):
-            out.update(
-                self._query(
-                    f"SELECT chunk_id, embed_hash FROM chunks WHERE chunk_id IN ({marks}) "
-                    f"AND embed_hash != '' AND {_flag(flag)} = 1",
-                    part,
-                )
-            )
-        return out
+        return self._pairs(
+            "SELECT chunk_id, embed_hash FROM chunks WHERE chunk_id IN ({marks}) "
+            f"AND embed_hash != '' AND {_flag(flag)} = 1",
+            chunk_ids,
+        )
 
     def keep_vectors(self, table: str, rows: Sequence[tuple[str, bytes]], now: float) -> None:
         """Remember (text hash, vector bytes) of chunks about to lose their vector."""
@@ -92,16 +90,11 @@ class VectorBook:
             )
 
     def kept_vectors(self, table: str, hashes: Sequence[str]) -> dict[str, bytes]:
-        out: dict[str, bytes] = {}
-        for part, marks in _in_groups(hashes):
-            out.update(
-                self._query(
-                    "SELECT embed_hash, vector FROM kept_vectors "
-                    f"WHERE vec_table = ? AND embed_hash IN ({marks})",
-                    [table, *part],
-                )
-            )
-        return out
+        return self._pairs(
+            "SELECT embed_hash, vector FROM kept_vectors WHERE vec_table = ? AND embed_hash IN ({marks})",
+            hashes,
+            table,
+        )
 
     def prune_kept(self, older_than: float, keep_at_most: int) -> int:
         """Forget kept vectors older than ``older_than`` and all but the newest ``keep_at_most``."""
