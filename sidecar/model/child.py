@@ -19,6 +19,14 @@ def run(module: str, source: Path, target: Path, timeout: float) -> tuple[int, s
     return done.returncode, (done.stderr.strip().splitlines() or [""])[-1]
 
 
+def arguments(argv: list[str], usage: str) -> tuple[Path, Path] | None:
+    """SOURCE and TARGET from the child's command line; None (the usage printed) when it is wrong."""
+    if len(argv) != 2:
+        print(f"usage: {usage}", file=sys.stderr)
+        return None
+    return Path(argv[0]), Path(argv[1])
+
+
 def refuse(target: Path, reason: str, code: int) -> int:
     """Remember why next to ``target`` (``.skip``), say it on stderr, and exit with ``code``."""
     target.with_suffix(".skip").write_text(reason + "\n")

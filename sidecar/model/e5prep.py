@@ -100,10 +100,10 @@ def check(folder: Path, reference: Path | None = None) -> float:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python -m sidecar.model.e5prep SOURCE.bin TARGET_DIR", file=sys.stderr)
+    paths = child.arguments(argv, "python -m sidecar.model.e5prep SOURCE.bin TARGET_DIR")
+    if paths is None:
         return 2
-    source, target = Path(argv[0]), Path(argv[1])
+    source, target = paths
 
     def refuse(reason: str) -> int:
         return child.refuse(target, reason, EXIT_REFUSED)

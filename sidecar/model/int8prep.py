@@ -252,12 +252,12 @@ def check(original: bytes, prepared: bytes, vocab: int) -> float:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python -m sidecar.model.int8prep SOURCE.onnx TARGET.onnx", file=sys.stderr)
+    paths = child.arguments(argv, "python -m sidecar.model.int8prep SOURCE.onnx TARGET.onnx")
+    if paths is None:
         return 2
     from sidecar.runtime.atomic import atomic_write
 
-    source, target = Path(argv[0]), Path(argv[1])
+    source, target = paths
 
     def skip(reason: str) -> int:
         return child.refuse(target, reason, EXIT_SKIPPED)
