@@ -34,7 +34,10 @@ def run(variant: str, corpus: Path, cache: Path) -> dict[str, Any]:
     passages = [json.loads(line)["text"] for line in (corpus / "corpus.jsonl").open(encoding="utf-8")]
     base = rss_mb()
     from sidecar.config import load_config
-    from sidecar.model.embedder import ModelFiles, OnnxEmbedder, _tokenizer, resolve_model
+    from sidecar.model.embedder import OnnxEmbedder
+    from sidecar.model.files import ModelFiles
+    from sidecar.model.locate import resolve_model
+    from sidecar.model.tokenizer import make_tokenizer as _tokenizer
 
     env = {"SIDECAR_HOME": str(cache / "home"), "SIDECAR_EMBEDDER_CACHE_DIR": str(cache)}
     cfg = load_config(env={**env, "SIDECAR_EMBEDDER_THREADS": "1"})
@@ -92,7 +95,7 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="bench-e5tok-") as tmp:
         from sidecar.config import load_config
-        from sidecar.model.embedder import resolve_model
+        from sidecar.model.locate import resolve_model
 
         cache = Path(tmp)
         env = {"SIDECAR_HOME": str(cache / "home"), "SIDECAR_EMBEDDER_CACHE_DIR": tmp}

@@ -18,8 +18,8 @@ from typing import Any
 
 from common import emit
 
-from sidecar.model.embedder import bundled_model_files
 from sidecar.model.int8prep import ensure_prepared
+from sidecar.model.locate import bundled_model_files
 
 CASE = r"""
 import json, sys, threading, time
@@ -27,7 +27,7 @@ import numpy as np
 from sidecar.runtime import heap
 heap.limit_arenas()
 import onnxruntime as ort
-from sidecar.model.embedder import bundled_model_files
+from sidecar.model.locate import bundled_model_files
 
 def anon():
     for line in open("/proc/self/status"):

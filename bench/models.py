@@ -87,14 +87,14 @@ def run_engine(
 
 def convert_once(cache: Path) -> float:
     """A first start's conversion (child process, reference check included), timed."""
-    from sidecar.model import e5prep
+    from sidecar.model import e5folder
 
-    source = e5prep.source_path()
+    source = e5folder.source_path()
     assert source is not None
     import onnxruntime as ort
 
     t0 = time.perf_counter()
-    e5prep.ensure_converted(source, cache / e5prep.folder_name(ort.__version__))
+    e5folder.ensure_converted(source, cache / e5folder.folder_name(ort.__version__))
     return time.perf_counter() - t0
 
 

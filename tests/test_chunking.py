@@ -9,7 +9,8 @@ from collections.abc import Sequence
 
 from sidecar.config import load_config
 from sidecar.model.embedder import load_model
-from sidecar.notes.chunking import chunk_note, mostly_data, readable_links
+from sidecar.notes.chunking import chunk_note
+from sidecar.notes.markdown import mostly_data, readable_links
 
 
 def words(texts: Sequence[str]) -> list[int]:

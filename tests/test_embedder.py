@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from sidecar.contracts.errors import EmbedderError
-from sidecar.model.embedder import MINILM_MODEL, OnnxEmbedder, bundled_model_files, load_model, resolve_model
+from sidecar.model.embedder import OnnxEmbedder, load_model
+from sidecar.model.locate import MINILM_MODEL, bundled_model_files, resolve_model
 
 pytestmark = pytest.mark.model
 
@@ -255,7 +256,7 @@ def _flip_one_byte(path: Path) -> None:
 def test_tampered_minilm_files_fail_naming_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One changed byte in the package's model.onnx or in the shipped tokenizer.json: a start-up
     error that names the file (and nothing is loaded from it)."""
-    import sidecar.model.embedder as emb
+    import sidecar.model.locate as locate
     from sidecar.config import load_config
 
     files = bundled_model_files()
@@ -265,7 +266,8 @@ def test_tampered_minilm_files_fail_naming_the_file(tmp_path: Path, monkeypatch:
     package.mkdir()
     shutil.copy(files.onnx, package / "model.onnx")
     _flip_one_byte(package / "model.onnx")
-    monkeypatch.setattr(emb, "_package_dir", lambda name: package if name == emb.MINILM_PACKAGE else None)
+    minilm = locate.MINILM_PACKAGE
+    monkeypatch.setattr(locate, "package_dir", lambda name: package if name == minilm else None)
     with pytest.raises(EmbedderError, match=rf"{package / 'model.onnx'}: sha256 .* differs"):
         load_model(cfg)
     monkeypatch.undo()
@@ -273,6 +275,6 @@ def test_tampered_minilm_files_fail_naming_the_file(tmp_path: Path, monkeypatch:
     data.mkdir()
     shutil.copy(files.tokenizer, data / files.tokenizer.name)
     _flip_one_byte(data / files.tokenizer.name)
-    monkeypatch.setattr(emb, "DATA_DIR", data)
+    monkeypatch.setattr(locate, "DATA_DIR", data)
     with pytest.raises(EmbedderError, match=rf"{data / files.tokenizer.name}: sha256 .* differs"):
         load_model(cfg)

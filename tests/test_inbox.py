@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from sidecar.contracts.errors import NotFoundError, SourceError
-from sidecar.memory.inbox import Inboxes, split_front_matter
+from sidecar.memory.inbox import Inboxes
+from sidecar.notes.frontmatter import split_front_matter
 
 
 @pytest.fixture

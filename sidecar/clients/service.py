@@ -6,7 +6,7 @@ refuses a unit whose ReadOnlyPaths= names a missing folder), no target is waited
 manager has no network-online or remote-fs target), and the daemon itself treats an absent
 vault as an offline root that recovers when the mount appears. Mount-namespace sandboxing needs
 unprivileged user namespaces in a user unit; where they are off it would fail every start, so
-it is written only when this machine has them (and said so in the unit). Imports config only.
+it is written only when this machine has them (and said so in the unit). Imports config and errors.
 """
 
 from __future__ import annotations

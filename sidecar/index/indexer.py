@@ -30,15 +30,8 @@ from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.model.embedder import Embedder, EmbedderSlot, approx_token_count
 from sidecar.notes.chunking import ParsedNote, chunk_note
-from sidecar.notes.links import (
-    Link,
-    aliases_of,
-    drop_links,
-    extract_links,
-    names_of,
-    replace_links,
-    reresolve,
-)
+from sidecar.notes.links import aliases_of, drop_links, names_of, replace_links, reresolve
+from sidecar.notes.linktext import Link, extract_links
 from sidecar.stores.bm25 import Bm25Doc, Bm25Index
 from sidecar.stores.manifest import ChunkRecord, FileRecord, FileState, Manifest, embed_hash
 from sidecar.stores.vectors import VectorStore

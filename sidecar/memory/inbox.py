@@ -9,7 +9,7 @@ the inbox's own descriptor, so a folder swapped for a link mid-write cannot redi
 note that is a symlink is refused. Writes are atomic (temp file, fsync, rename, fsync of the
 folder) and serialised per note; ``created`` and ``updated`` are managed in the front matter,
 every other key is kept as given; secrets are redacted before anything reaches disk. Imports
-config, confine, sources, redact, errors.
+config, confine, sources, frontmatter, redact, errors.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ import yaml
 
 from sidecar.config import Config, valid_agent
 from sidecar.contracts.errors import NotFoundError, SourceError
+from sidecar.notes.frontmatter import split_front_matter
 from sidecar.notes.redact import redact
 from sidecar.vault.confine import NotRegularError, open_private_dir, open_regular, private_dirs, read_fd
 from sidecar.vault.sources import SLUG_RE, agent_inbox
 
-_FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?\n)?---[ \t]*(?:\n|\Z)", re.S)
 _MANAGED = ("created", "updated")
 _TEMP = re.compile(r"^\.[a-z0-9][a-z0-9_-]*\..+\.tmp$")  # atomic_write's temp files
 
@@ -78,18 +78,6 @@ def check_slug(slug: Any) -> str:
             "digit (no folders, no extension), e.g. 'nas-backup-setup'"
         )
     return slug
-
-
-def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
-    """Front matter of a note as a dict (empty when absent or broken) and the body."""
-    m = _FRONT_MATTER.match(text)
-    if not m:
-        return {}, text
-    try:
-        data = yaml.safe_load(m.group(1) or "")
-    except yaml.YAMLError:
-        return {}, text  # keep a broken block as body rather than lose it
-    return (data if isinstance(data, dict) else {}), text[m.end() :]
 
 
 def _now() -> str:

@@ -14,7 +14,7 @@ The child checks the rewritten model against the original on fixed probe inputs 
 pooled outputs >= ``MIN_COSINE``, 0.995) before it writes the file; a model that does not have the
 pattern, or fails the check, gets a ``.skip`` note with the reason and is loaded as it is. The
 daemon never imports ``onnx`` (14 MB resident) and never holds both models at once.
-Measured (BENCHMARKS.md, issue 7): model resident 120 -> ~60 MB, query 2.6 -> 1.3 ms, batch
+Measured (BENCHMARKS.md): model resident 120 -> ~60 MB, query 2.6 -> 1.3 ms, batch
 throughput unchanged, vectors within cosine 0.9997 of the float model's.
 
     python -m sidecar.model.int8prep SOURCE.onnx TARGET.onnx    # exit 0 written, 3 skipped, 1 failed
@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from sidecar.model import child
 
 log = logging.getLogger(__name__)
 
@@ -55,16 +57,12 @@ def ensure_prepared(source: Path, target: Path, timeout: float = CHILD_TIMEOUT_S
     if skip.is_file():
         return None
     t0 = time.perf_counter()
-    cmd = [sys.executable, "-m", "sidecar.model.int8prep", str(source), str(target)]
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # Our own interpreter and module, paths as separate arguments: no shell, nothing untrusted.
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)  # noqa: S603
+        code, detail = child.run("sidecar.model.int8prep", source, target, timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
         log.warning("model_prepare_failed source=%s error=%s", source, exc)
         return None
-    detail = (done.stderr.strip().splitlines() or [""])[-1]
-    if done.returncode == 0 and target.is_file():
+    if code == 0 and target.is_file():
         log.info(
             "model_prepared source=%s target=%s seconds=%.1f %s",
             source,
@@ -73,10 +71,10 @@ def ensure_prepared(source: Path, target: Path, timeout: float = CHILD_TIMEOUT_S
             detail,
         )
         return target
-    if done.returncode == EXIT_SKIPPED:
+    if code == EXIT_SKIPPED:
         log.info("model_prepare_skipped source=%s reason=%s", source, detail)
     else:  # a crash or a full disk: tried again at the next start
-        log.warning("model_prepare_failed source=%s code=%s error=%s", source, done.returncode, detail)
+        log.warning("model_prepare_failed source=%s code=%s error=%s", source, code, detail)
     return None
 
 
@@ -254,18 +252,15 @@ def check(original: bytes, prepared: bytes, vocab: int) -> float:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python -m sidecar.model.int8prep SOURCE.onnx TARGET.onnx", file=sys.stderr)
+    paths = child.arguments(argv, "python -m sidecar.model.int8prep SOURCE.onnx TARGET.onnx")
+    if paths is None:
         return 2
     from sidecar.runtime.atomic import atomic_write
 
-    source, target = Path(argv[0]), Path(argv[1])
+    source, target = paths
 
     def skip(reason: str) -> int:
-        """Remember why (the daemon does not ask again) and say it."""
-        target.with_suffix(".skip").write_text(reason + "\n")
-        print(reason, file=sys.stderr)
-        return EXIT_SKIPPED
+        return child.refuse(target, reason, EXIT_SKIPPED)
 
     original = source.read_bytes()
     done = rewrite(original)

@@ -2,33 +2,30 @@
 
 Front matter is parsed with PyYAML (never embedded as raw YAML), wiki-links become readable text,
 every chunk keeps its title, heading path, line range and tags. Token counting is injected
-(``count_tokens``) so this module imports no model. Imports nothing of the project.
+(``count_tokens``) so this module imports no model. Imports only ``notes`` modules (front matter,
+Markdown).
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import yaml
-from markdown_it import MarkdownIt
-from mdit_py_plugins.front_matter import front_matter_plugin
+from sidecar.notes.frontmatter import parse_front_matter
+from sidecar.notes.markdown import (
+    Block,
+    inline_tags,
+    mostly_data,
+    norm_tag,
+    readable_links,
+    split_sections,
+    str_list,
+)
 
 CountTokens = Callable[[Sequence[str]], list[int]]
 
-_MAX_FRONT_MATTER = 64 * 1024
-_WIKILINK = re.compile(r"(!?)\[\[([^\[\]|#^]*)((?:[#^][^\[\]|]*)?)(?:\|([^\[\]]*))?\]\]")
-_NOT_NOTE = re.compile(r"\.(png|jpe?g|gif|svg|webp|bmp|pdf|mp3|mp4|m4a|wav|ogg|webm|mov|canvas|base)$", re.I)
-_INLINE_TAG = re.compile(r"(?<![\w/&#])#([^\W\d][\w/-]*|\d+[^\W\d][\w/-]*)")
-_FENCE = re.compile(r"^\s*(```|~~~)")
 _MIN_BUDGET = 24
-# Base64, hex digests, minified data: runs of "word" characters no language has. A chunk made
-# mostly of them means nothing to the model (a pasted 1 MB image was 3,600 embedded chunks).
-_DATA_RUN = re.compile(r"[A-Za-z0-9+/=_-]{64,}")
-_WEB_LINK = re.compile(r"\bhttps?://\S+")  # ids in links are not pasted data
 
 
 @dataclass(frozen=True)
@@ -52,150 +49,6 @@ class ParsedNote:
     front_matter: dict[str, Any]
     front_matter_error: str | None
     chunks: tuple[Chunk, ...] = field(default=())
-
-
-def readable_links(line: str) -> str:
-    """``[[target|alias]]`` -> ``alias``; ``[[target#head]]`` -> ``target › head``; image embeds vanish."""
-
-    def repl(m: re.Match[str]) -> str:
-        bang, target, anchor, alias = m.group(1), m.group(2).strip(), m.group(3), m.group(4)
-        if alias is not None and alias.strip():
-            return alias.strip()
-        if bang and _NOT_NOTE.search(target):
-            return ""
-        name = target.rsplit("/", 1)[-1]
-        if name.lower().endswith(".md"):
-            name = name[:-3]
-        head = anchor.lstrip("#^").strip() if anchor else ""
-        return f"{name} › {head}" if name and head else (name or head)
-
-    return _WIKILINK.sub(repl, line)
-
-
-def _json_safe(value: Any, budget: list[int]) -> Any:
-    """Front matter as plain JSON values, with a node budget so a YAML alias bomb cannot explode."""
-    budget[0] -= 1
-    if budget[0] < 0:
-        raise ValueError("front matter is too large or too deeply aliased")
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v, budget) for k, v in value.items()}
-    if isinstance(value, list | tuple | set):
-        return [_json_safe(v, budget) for v in value]
-    if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat()
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    return str(value)
-
-
-def parse_front_matter(raw: str) -> tuple[dict[str, Any], str | None]:
-    """Front matter as a dict, or ({}, reason) when it is not valid YAML or not a mapping."""
-    if len(raw) > _MAX_FRONT_MATTER:
-        return {}, "front matter larger than 64 KiB"
-    try:
-        data = yaml.safe_load(raw)
-        if data is None:
-            return {}, None
-        if not isinstance(data, dict):
-            return {}, "front matter is not a mapping"
-        safe = _json_safe(data, [10_000])
-    except yaml.YAMLError as exc:
-        return {}, f"invalid YAML in front matter: {str(exc).splitlines()[0]}"
-    except (ValueError, RecursionError) as exc:
-        return {}, str(exc) or "front matter too deep"
-    return safe, None
-
-
-def _str_list(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [v.strip() for v in re.split(r"[,\s]+", value) if v.strip()]
-    if isinstance(value, list):
-        return [str(v).strip() for v in value if isinstance(v, str | int | float) and str(v).strip()]
-    return []
-
-
-def _norm_tag(tag: str) -> str:
-    return tag.strip().lstrip("#").lower()
-
-
-def inline_tags(lines: Sequence[str]) -> list[str]:
-    """``#tags`` in the body, outside code fences and inline code."""
-    out: list[str] = []
-    in_fence = False
-    for line in lines:
-        if _FENCE.match(line):
-            in_fence = not in_fence
-            continue
-        if in_fence:
-            continue
-        out.extend(m.group(1) for m in _INLINE_TAG.finditer(re.sub(r"`[^`]*`", "", line)))
-    return out
-
-
-@dataclass
-class _Block:
-    start: int  # 0-based line, inclusive
-    end: int  # exclusive
-    heading: bool = False
-
-
-@dataclass
-class _Section:
-    headings: tuple[str, ...]
-    blocks: list[_Block]
-
-
-def _md() -> MarkdownIt:
-    # Only the block structure is used (a heading's text is its inline token's content), so the
-    # inline rule, 40 % of parsing time, stays off.
-    return MarkdownIt("commonmark").enable("table").use(front_matter_plugin).disable("inline")
-
-
-_PARSER = _md()
-
-
-def _sections(text: str) -> tuple[list[_Section], str | None, int]:
-    """Top-level blocks grouped under their heading path; the raw front matter; its last line."""
-    tokens = _PARSER.parse(text)
-    sections = [_Section((), [])]
-    stack: list[tuple[int, str]] = []
-    fm_raw: str | None = None
-    fm_end = 0
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        if tok.type == "front_matter":
-            fm_raw = tok.content
-            fm_end = tok.map[1] if tok.map else 0
-        elif tok.level == 0 and tok.map and tok.nesting >= 0:
-            start, end = tok.map
-            if tok.type == "heading_open":
-                level = int(tok.tag[1:])
-                title = tokens[i + 1].content.strip() if i + 1 < len(tokens) else ""
-                while stack and stack[-1][0] >= level:
-                    stack.pop()
-                stack.append((level, readable_links(title)))
-                sections.append(_Section(tuple(h for _, h in stack), [_Block(start, end, heading=True)]))
-            else:
-                sections[-1].blocks.append(_Block(start, end))
-        i += 1
-    return sections, fm_raw, fm_end
-
-
-def mostly_data(text: str) -> bool:
-    """Whether at least half of the text's visible characters are encoded data, not language."""
-    text = _WEB_LINK.sub(" ", text)
-    visible = len(text) - text.count(" ") - text.count("\n")
-    if visible < 64:
-        return False
-    return 2 * sum(len(run) for run in _DATA_RUN.findall(text) if _looks_encoded(run)) >= visible
-
-
-def _looks_encoded(run: str) -> bool:
-    """Digits among letters all along (base64, hex), not a rule of dashes or a long-slug link."""
-    digits = sum(ch.isdigit() for ch in run)
-    letters = sum(ch.isalpha() for ch in run)
-    return digits * 20 >= len(run) and letters * 5 >= len(run)
 
 
 def _split_long(text: str, budget: int, count: CountTokens) -> list[str]:
@@ -259,16 +112,16 @@ def chunk_note(
     """Parse a note and cut it into chunks whose embed text never exceeds ``max_tokens``."""
     text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
     lines = text.split("\n")
-    sections, fm_raw, fm_end = _sections(text)
+    sections, fm_raw, fm_end = split_sections(text)
     fm, fm_error = parse_front_matter(fm_raw) if fm_raw is not None else ({}, None)
     fm_title = fm.get("title")
     note_title = (
         str(fm_title).strip() if isinstance(fm_title, str | int | float) and str(fm_title).strip() else title
     )
-    aliases = tuple(_str_list(fm.get("aliases", fm.get("alias"))))
+    aliases = tuple(str_list(fm.get("aliases", fm.get("alias"))))
     description = str(fm.get("description") or "").strip() if isinstance(fm.get("description"), str) else ""
-    tags = _str_list(fm.get("tags", fm.get("tag"))) + inline_tags(lines[fm_end:])
-    tag_set = tuple(dict.fromkeys(_norm_tag(t) for t in tags if _norm_tag(t)))
+    tags = str_list(fm.get("tags", fm.get("tag"))) + inline_tags(lines[fm_end:])
+    tag_set = tuple(dict.fromkeys(norm_tag(t) for t in tags if norm_tag(t)))
 
     readable = [readable_links(line) for line in lines]
     count = _Counter(count_tokens)
@@ -282,7 +135,7 @@ def chunk_note(
     )
     spec = _Budget(count, max_tokens, overlap)
     chunks: list[Chunk] = []
-    carry: list[_Block] = []  # heading lines of sections with no content, glued to the next one
+    carry: list[Block] = []  # heading lines of sections with no content, glued to the next one
     for section in sections:
         content = [b for b in section.blocks if not b.heading]
         if not content:
@@ -346,7 +199,7 @@ class _Budget:
 
 
 def _pack(
-    blocks: list[_Block],
+    blocks: list[Block],
     readable: list[str],
     headings: tuple[str, ...],
     prefix: str,

@@ -1,42 +1,22 @@
-"""The link graph: which notes link to which, resolved the way Obsidian resolves a link.
-
-Links are read from the raw Markdown (wiki-links ``[[target#heading|alias]]``, block references
-``[[target#^id]]``, embeds ``![[target]]`` and Markdown links ``[text](path.md#anchor)``; code
-blocks, inline code and front matter hold none). A link path resolves, case-insensitively and
-without ``.md``:
-
-1. relative (``./`` or ``../``) or absolute (``/``) paths against the source's folder or the vault root;
-2. a full path from the vault root (``Folder/Note``);
-3. otherwise every note whose path ends with the link path (``Note``, ``Folder/Note``): one in the
-   source's own folder first, then the shortest path, then alphabetical;
-4. failing all of that, a note whose front matter ``aliases`` holds the link text.
-
-The vault and its wiki subfolder form one vault (wiki notes are at ``<wikiSubfolder>/...``). A memory
-note links like a note of its own inbox folder: its agent's own notes (by slug) first, then the vault.
-Vault notes never resolve into memory. Rows live in the manifest (``links``), written in the same
-transaction as the note's chunks, and are re-resolved whenever a note that a link's name could mean
-appears, vanishes or changes its aliases. Imports nothing of the project.
+"""The link graph kept in the manifest: each note's links (read by :mod:`sidecar.notes.linktext`,
+resolved by :mod:`sidecar.notes.resolver`) as rows of its ``links`` table, written in the same
+transaction as the note's chunks and re-resolved whenever a note that a link's name could mean
+appears, vanishes or changes its aliases; and the graph read back (links, backlinks, related
+notes) as an agent may see it.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import posixpath
-import re
 import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
 
-_WIKILINK = re.compile(r"(!?)\[\[([^\[\]|#^]*)((?:[#^][^\[\]|]*)?)(?:\|([^\[\]]*))?\]\]")
-_MDLINK = re.compile(r"(!?)\[([^\[\]]*)\]\(\s*(<[^<>\n]+>|[^()\s]+)(?:\s+\"[^\"]*\")?\s*\)")
-_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
-_FENCE = re.compile(r"^\s*(```|~~~)")
-_INLINE_CODE = re.compile(r"`[^`\n]*`")
-_EXT = re.compile(r"\.([A-Za-z0-9]{1,8})$")
+from sidecar.notes.linktext import Link, link_name
+from sidecar.notes.resolver import Resolver, Target, vault_path
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS links (
   src TEXT NOT NULL, ord INTEGER NOT NULL, target TEXT NOT NULL, name TEXT NOT NULL,
@@ -46,168 +26,6 @@ CREATE TABLE IF NOT EXISTS links (
 CREATE INDEX IF NOT EXISTS links_by_dst ON links(dst);
 CREATE INDEX IF NOT EXISTS links_by_name ON links(name);
 """
-
-
-@dataclass(frozen=True)
-class Link:
-    """One link as written in a note."""
-
-    target: str  # the link path as written, without anchor and alias ("" = this note)
-    anchor: str  # heading ("Setup › Linux" for nested ones), "^block-id", or ""
-    display: str  # the alias or the link text, "" when none
-    embed: bool
-    kind: str  # "wiki" | "markdown"
-    line: int  # 1-based
-
-
-def _front_matter_end(lines: Sequence[str]) -> int:
-    if not lines or lines[0].strip() != "---":
-        return 0
-    for i in range(1, min(len(lines), 2000)):
-        if lines[i].strip() in ("---", "..."):
-            return i + 1
-    return 0
-
-
-def _is_note_target(path: str) -> bool:
-    """A note (``.md`` or no extension; "Release 1.5" has none), not an image, video, PDF or canvas."""
-    m = _EXT.search(path.rsplit("/", 1)[-1])
-    return m is None or m.group(1).lower() == "md" or m.group(1).isdigit()
-
-
-def _anchor(raw: str) -> str:
-    parts = [p.strip() for p in raw.split("#") if p.strip()]
-    return " › ".join(parts)
-
-
-def extract_links(text: str) -> list[Link]:
-    """Every link to a note in ``text``, in order (links to attachments and web pages left out)."""
-    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
-    lines = text.split("\n")
-    out: list[Link] = []
-    in_fence = False
-    for i in range(_front_matter_end(lines), len(lines)):
-        line = lines[i]
-        if _FENCE.match(line):
-            in_fence = not in_fence
-            continue
-        if in_fence or ("[" not in line):
-            continue
-        line = _INLINE_CODE.sub("", line)
-        for m in _WIKILINK.finditer(line):
-            target = m.group(2).strip().rstrip("\\").strip()  # "[[a\|b]]" inside a table
-            if target and not _is_note_target(target):
-                continue
-            anchor = _anchor(m.group(3) or "")
-            if not target and not anchor:
-                continue
-            display = (m.group(4) or "").strip()
-            out.append(Link(target, anchor, display, bool(m.group(1)), "wiki", i + 1))
-        for m in _MDLINK.finditer(_WIKILINK.sub("", line)):
-            raw = m.group(3).strip()
-            raw = raw[1:-1].strip() if raw.startswith("<") else raw
-            if _SCHEME.match(raw) or (raw.startswith("#") and not raw[1:].strip()):
-                continue
-            path, _, anchor = raw.partition("#")
-            path = unquote(path).strip()
-            if path and not _is_note_target(path):
-                continue
-            if not path and not anchor:
-                continue
-            out.append(
-                Link(path, _anchor(unquote(anchor)), m.group(2).strip(), bool(m.group(1)), "markdown", i + 1)
-            )
-    return out
-
-
-def _strip_md(path: str) -> str:
-    return path[:-3] if path.lower().endswith(".md") else path
-
-
-def link_name(target: str) -> str:
-    """What a link is looked up by: its last path segment, lowercased, without ``.md``."""
-    return _strip_md(target.replace("\\", "/").rstrip("/")).rsplit("/", 1)[-1].strip().lower()
-
-
-@dataclass(frozen=True)
-class Target:
-    """A note links can point at: its key and its path inside the vault (or inbox)."""
-
-    key: str
-    path: str  # vault-relative without .md ("Plugins/Audio recorder", "wiki/Backups"); memory: the slug
-    aliases: tuple[str, ...] = ()
-    agent: str = ""  # memory notes only
-
-
-def vault_path(key: str, wiki_subfolder: str) -> str:
-    """A key's path inside the vault (without .md): the wiki is one of its folders."""
-    source, rest = key.split("/", 1)
-    if source == "wiki":
-        return f"{wiki_subfolder.strip('/')}/{rest}"
-    if source == "memory":
-        return rest.split("/", 1)[1]
-    return rest
-
-
-class Resolver:
-    """Link path -> key over a set of notes, by the rules in the module docstring."""
-
-    def __init__(self, targets: Iterable[Target]) -> None:
-        self.by_path: dict[str, str] = {}
-        self.by_name: dict[str, list[Target]] = defaultdict(list)
-        self.by_alias: dict[str, list[Target]] = defaultdict(list)
-        self.memory: dict[tuple[str, str], str] = {}
-        self.paths: dict[str, str] = {}
-        for t in targets:
-            self.paths[t.key] = t.path
-            if t.agent:
-                self.memory[t.agent, t.path.lower()] = t.key
-                continue
-            self.by_path[t.path.lower()] = t.key
-            self.by_name[t.path.rsplit("/", 1)[-1].lower()].append(t)
-            for a in t.aliases:
-                if a.strip():
-                    self.by_alias[a.strip().lower()].append(t)
-
-    def resolve(self, target: str, src_key: str) -> tuple[str | None, int]:  # noqa: PLR0911 - one rule each
-        """(key or None, how many notes the name could mean) for a link written in ``src_key``."""
-        t = _strip_md(target.replace("\\", "/").strip()).strip()
-        if not t:
-            return src_key, 1
-        low = t.lower()
-        src_path = self.paths.get(src_key, "")
-        src_dir = posixpath.dirname(src_path).lower() if not src_key.startswith("memory/") else ""
-        if src_key.startswith("memory/"):
-            agent = src_key.split("/", 2)[1]
-            own = self.memory.get((agent, low))
-            if own is not None:
-                return own, 1
-        if low.startswith("/"):
-            hit = self.by_path.get(posixpath.normpath(low.lstrip("/")))
-            return hit, int(hit is not None)
-        if low.startswith(("./", "../")):
-            joined = posixpath.normpath(posixpath.join(src_dir, low))
-            hit = self.by_path.get(joined)
-            return hit, int(hit is not None)
-        exact = self.by_path.get(low)
-        if exact is not None:
-            return exact, 1
-        name = low.rsplit("/", 1)[-1]
-        matches = [c for c in self.by_name.get(name, ()) if c.path.lower().endswith("/" + low)]
-        if not matches and "/" not in low:
-            matches = list(self.by_alias.get(low, ()))
-        if not matches:
-            return None, 0
-        best = min(
-            matches,
-            key=lambda c: (
-                posixpath.dirname(c.path).lower() != src_dir,
-                c.path.count("/"),
-                len(c.path),
-                c.path,
-            ),
-        )
-        return best.key, len({c.key for c in matches})
 
 
 # --- storage in the manifest -------------------------------------------------------------------

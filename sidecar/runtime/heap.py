@@ -3,7 +3,7 @@ elsewhere). Imports nothing from sidecar.
 
 onnxruntime, LanceDB (tokio) and Tantivy threads each get their own malloc arena by default and
 keep its high-water mark: measured here, an embedding run left 586 MB resident with the default
-arenas and 369 MB with two (BENCHMARKS.md, issue 7). ``trim`` hands freed pages back after bursts.
+arenas and 369 MB with two (BENCHMARKS.md). ``trim`` hands freed pages back after bursts.
 """
 
 from __future__ import annotations

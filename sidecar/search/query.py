@@ -25,6 +25,13 @@ def _words_file(name: str) -> frozenset[str]:
     return frozenset(w.strip().lower() for w in text.splitlines() if w.strip() and not w.startswith("#"))
 
 
+def _numbered_file(name: str) -> dict[str, int]:
+    """``word number`` a line, from the package's data folder, in the file's order."""
+    text = resources.files("sidecar").joinpath("data", name).read_text(encoding="utf-8")
+    pairs = (line.split() for line in text.splitlines() if line.strip() and not line.startswith("#"))
+    return {word.lower(): int(number) for word, number in pairs}
+
+
 # Filler words: articles, pronouns, auxiliaries and the chat frame around a question ("kannst du
 # mir sagen", "ok thanks", "do you know"). Words that are also command or feature names (sort,
 # kill, right, wrong) stay content words.
@@ -82,66 +89,8 @@ class Filters:
 
 # --- days: since:/until: values and time phrases ------------------------------------------------
 
-_WEEKDAYS = {
-    **{
-        d: i
-        for i, d in enumerate(("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"))
-    },
-    **{
-        d: i
-        for i, d in enumerate(
-            ("montag", "dienstag", "mittwoch", "donnerstag", "freitag", "samstag", "sonntag")
-        )
-    },
-}
-_NUMBERS = {
-    **{
-        w: i
-        for i, w in enumerate(
-            [
-                "zero",
-                "one",
-                "two",
-                "three",
-                "four",
-                "five",
-                "six",
-                "seven",
-                "eight",
-                "nine",
-                "ten",
-                "eleven",
-                "twelve",
-            ]
-        )
-    },
-    **{
-        w: i
-        for i, w in enumerate(
-            [
-                "null",
-                "ein",
-                "zwei",
-                "drei",
-                "vier",
-                "fünf",
-                "sechs",
-                "sieben",
-                "acht",
-                "neun",
-                "zehn",
-                "elf",
-                "zwölf",
-            ]
-        )
-    },
-    "a": 1,
-    "an": 1,
-    "eine": 1,
-    "einem": 1,
-    "einer": 1,
-    "einen": 1,
-}
+_WEEKDAYS = _numbered_file("weekdays.txt")
+_NUMBERS = _numbered_file("numbers.txt")
 _TODAY = ("today", "heute")
 _YESTERDAY = ("yesterday", "gestern")
 _ISO_LOOSE = re.compile(r"^(\d{4})-(\d{1,2})-(\d{1,2})$")

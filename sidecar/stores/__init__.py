@@ -1,4 +1,5 @@
-"""Engine adapters, one file each: the manifest (sqlite3), BM25 (Tantivy) and vectors (LanceDB).
+"""Engine adapters: the manifest (sqlite3; its vector bookkeeping in ``vectorbook``), BM25 (Tantivy)
+and vectors (LanceDB).
 
 Imports ``contracts`` and ``notes``; nothing above (no model, no index, no daemon).
 """

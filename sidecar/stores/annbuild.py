@@ -1,7 +1,7 @@
 """Build a vector table's ANN index in a child process.
 
 Training an index (IVF_PQ's k-means and codebooks) allocates hundreds of MB at 100 k vectors; in
-the daemon that left ~40 MB it could not give back and a 614 MB peak (BENCHMARKS.md, issue 7).
+the daemon that left ~40 MB it could not give back and a 614 MB peak (BENCHMARKS.md).
 In a child the memory goes away with the process; the daemon keeps serving (from the old index or
 an exact scan) and writing (LanceDB commits the index next to concurrent appends), then checks out
 the new version.

@@ -2,7 +2,7 @@
 
 Queries are built from analysed terms with ``Query.term_query``: no user text ever reaches
 Tantivy's query parser, so ``[[x]]``, ``"``, ``(``, ``AND``, ``foo:bar`` cannot raise or match
-everything. Imports ``errors``.
+everything. Imports ``errors`` and ``cjk``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 It is the root of the derived indexes: chunk text and metadata live here, Tantivy and LanceDB hold
 only what they search on plus the chunk id. A file's ``state`` is written before the stores are
 touched (``indexing`` / ``deleting``) and after they committed (``indexed``), so a start after a
-crash knows what to redo. Imports ``errors``.
+crash knows what to redo. Imports ``errors``, the link graph's table (``notes.links``) and its
+own vector bookkeeping (``vectorbook``).
 """
 
 from __future__ import annotations
@@ -23,13 +24,9 @@ from typing import Any
 
 from sidecar.contracts.errors import StoreError
 from sidecar.notes import links
+from sidecar.stores.vectorbook import NO_VECTOR, VectorBook, _in_groups
 
 SCHEMA_VERSION = 4
-# has_vector: the chunk is in the serving vector table; has_next: in the table being built for a
-# newly configured model (DESIGN.md invariant 6). Only these two names are ever put into SQL.
-# Values: 0 waits for a vector, 1 has one, 2 needs none (an empty or front-matter-only note).
-FLAGS = ("has_vector", "has_next")
-NO_VECTOR = 2
 SOURCE_RANK = {"memory": 0, "wiki": 1, "vault": 2}
 
 _SCHEMA = """
@@ -100,19 +97,6 @@ def note_date(front_matter: str, key: str) -> str:
     return m.group(0) if m else ""
 
 
-def _in_groups(values: Sequence[str]) -> Iterator[tuple[list[str], str]]:
-    """``values`` in groups that fit one SQL ``IN (...)``: each group with its placeholders."""
-    for start in range(0, len(values), 500):
-        part = list(values[start : start + 500])
-        yield part, ",".join("?" * len(part))
-
-
-def _flag(name: str) -> str:
-    if name not in FLAGS:  # pragma: no cover - a programming error, never user input
-        raise ValueError(f"unknown vector flag {name!r}")
-    return name
-
-
 @dataclass(frozen=True)
 class FileRecord:
     key: str
@@ -171,7 +155,7 @@ class ChunkView:
     date: str = ""  # the note's own day (front matter or daily-note name), '' when it has none
 
 
-class Manifest:
+class Manifest(VectorBook):
     """Thread-safe wrapper over one sqlite connection (WAL); the daemon is the only writer."""
 
     def __init__(self, path: Path) -> None:
@@ -395,88 +379,11 @@ class Manifest:
                 note_date(r[11], r[1]),
             )
 
-    def pending_vectors(
-        self, limit: int, key: str | None = None, flag: str = "has_vector"
-    ) -> list[tuple[str, str, str, str]]:
-        """(chunk_id, key, embed_text, embed_hash) still without a vector: memory, then wiki, then
-        newest vault notes."""
-        only = "AND c.key = ? " if key is not None else ""
-        return self._query(
-            "SELECT c.chunk_id, c.key, c.embed_text, c.embed_hash FROM files f "
-            "JOIN chunks c ON c.key = f.key "
-            f"WHERE c.{_flag(flag)} = 0 AND f.state = 'indexed' {only}"
-            "ORDER BY CASE f.source WHEN 'memory' THEN 0 WHEN 'wiki' THEN 1 ELSE 2 END, "
-            "f.mtime_ns DESC, c.ord "
-            "LIMIT ?",
-            (key, limit) if key is not None else (limit,),
-        )
-
-    def vector_donors(self, hashes: Sequence[str], flag: str = "has_vector") -> dict[str, str]:
-        """For texts about to be embedded: a chunk with the same text that already has a vector."""
-        out: dict[str, str] = {}
-        for part, marks in _in_groups(hashes):
-            out.update(
-                self._query(
-                    f"SELECT embed_hash, min(chunk_id) FROM chunks WHERE embed_hash IN ({marks}) "
-                    f"AND {_flag(flag)} = 1 GROUP BY embed_hash",
-                    part,
-                )
-            )
-        return out
-
-    def embed_hashes(self, chunk_ids: Sequence[str], flag: str = "has_vector") -> dict[str, str]:
-        """chunk_id -> text hash of those chunks that have a vector in ``flag``'s table."""
-        out: dict[str, str] = {}
-        for part, marks in _in_groups(chunk_ids):
-            out.update(
-                self._query(
-                    f"SELECT chunk_id, embed_hash FROM chunks WHERE chunk_id IN ({marks}) "
-                    f"AND embed_hash != '' AND {_flag(flag)} = 1",
-                    part,
-                )
-            )
-        return out
-
     def chunk_ids_of(self, keys: Sequence[str]) -> list[str]:
         out: list[str] = []
         for part, marks in _in_groups(keys):
             out.extend(r[0] for r in self._query(f"SELECT chunk_id FROM chunks WHERE key IN ({marks})", part))
         return out
-
-    def keep_vectors(self, table: str, rows: Sequence[tuple[str, bytes]], now: float) -> None:
-        """Remember (text hash, vector bytes) of chunks about to lose their vector."""
-        with self.transaction() as db:
-            db.executemany(
-                "INSERT OR REPLACE INTO kept_vectors(vec_table, embed_hash, vector, kept_at) "
-                "VALUES (?,?,?,?)",
-                [(table, h, v, now) for h, v in rows],
-            )
-
-    def kept_vectors(self, table: str, hashes: Sequence[str]) -> dict[str, bytes]:
-        out: dict[str, bytes] = {}
-        for part, marks in _in_groups(hashes):
-            out.update(
-                self._query(
-                    "SELECT embed_hash, vector FROM kept_vectors "
-                    f"WHERE vec_table = ? AND embed_hash IN ({marks})",
-                    [table, *part],
-                )
-            )
-        return out
-
-    def prune_kept(self, older_than: float, keep_at_most: int) -> int:
-        """Forget kept vectors older than ``older_than`` and all but the newest ``keep_at_most``."""
-        with self.transaction() as db:
-            n = db.execute("DELETE FROM kept_vectors WHERE kept_at < ?", (older_than,)).rowcount
-            n += db.execute(
-                "DELETE FROM kept_vectors WHERE rowid NOT IN "
-                "(SELECT rowid FROM kept_vectors ORDER BY kept_at DESC LIMIT ?)",
-                (keep_at_most,),
-            ).rowcount
-        return int(n)
-
-    def kept_count(self) -> int:
-        return int(self._query("SELECT count(*) FROM kept_vectors")[0][0])
 
     def list_files(self, where: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
         """(key, source, agent, title, tags json, mtime_ns, chunks, front matter json) of indexed
@@ -494,42 +401,6 @@ class Manifest:
             f"WHERE state != 'indexed' AND ({where}) ORDER BY key",
             args,
         )
-
-    def pending_count(self, flag: str = "has_vector") -> int:
-        return int(self._query(f"SELECT count(*) FROM chunks WHERE {_flag(flag)} = 0")[0][0])
-
-    def still_pending(self, chunk_ids: Sequence[str], db: sqlite3.Connection, flag: str) -> set[str]:
-        """Those of ``chunk_ids`` that exist and still wait for a vector (checked inside the write)."""
-        out: set[str] = set()
-        for part, marks in _in_groups(chunk_ids):
-            out.update(
-                r[0]
-                for r in db.execute(
-                    f"SELECT chunk_id FROM chunks WHERE chunk_id IN ({marks}) AND {_flag(flag)} = 0", part
-                )
-            )
-        return out
-
-    def set_has_vector(
-        self, chunk_ids: Iterable[str], value: int, db: sqlite3.Connection, flag: str = "has_vector"
-    ) -> None:
-        db.executemany(
-            f"UPDATE chunks SET {_flag(flag)} = ? WHERE chunk_id = ?", [(value, i) for i in chunk_ids]
-        )
-
-    def reset_vectors(self, flag: str = "has_vector") -> None:
-        with self.transaction() as db:
-            db.execute(f"UPDATE chunks SET {_flag(flag)} = 0 WHERE {_flag(flag)} = 1")
-
-    def promote_next(self, db: sqlite3.Connection) -> None:
-        """The table being built becomes the serving one."""
-        db.execute(
-            "UPDATE chunks SET has_vector = has_next, "
-            f"has_next = CASE has_next WHEN {NO_VECTOR} THEN {NO_VECTOR} ELSE 0 END"
-        )
-
-    def vector_ids(self, flag: str = "has_vector") -> set[str]:
-        return {r[0] for r in self._query(f"SELECT chunk_id FROM chunks WHERE {_flag(flag)} = 1")}
 
     def all_chunk_ids(self) -> set[str]:
         return {r[0] for r in self._query("SELECT chunk_id FROM chunks")}

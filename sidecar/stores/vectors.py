@@ -26,7 +26,7 @@ from sidecar.contracts.errors import StoreError
 log = logging.getLogger(__name__)
 
 # Without compaction, thousands of small updates leave thousands of fragments and queries slow
-# down tenfold (FIELD-NOTES): compact after this many writes.
+# down tenfold (measured): compact after this many writes.
 OPTIMIZE_EVERY = 100
 # Old versions are dropped by optimize; a short grace keeps LanceDB from warning that a reader of
 # an older version could fail (this process is the only reader, but the margin costs nothing).
@@ -37,7 +37,7 @@ BUILD_TIMEOUT_S = 6 * 3600  # IVF_PQ took 71 s at 94 k vectors on 2 cores; gener
 # The ANN index kinds (config search.annIndex): how lancedb's list_indices names each, how to
 # build it, and how many times the limit it fetches to re-rank with the stored float vectors
 # (refine_factor; None: the index's own distances are used). Measured at 94 k chunks with 65
-# real queries, top 60 (BENCHMARKS.md, issue 7): see VectorStore.ensure_ann.
+# real queries, top 60 (BENCHMARKS.md): see VectorStore.ensure_ann.
 ANN_KINDS: dict[str, tuple[str, Any, int | None]] = {
     "ivf_pq": ("IvfPq", lambda dim: IvfPq(distance_type="cosine", num_sub_vectors=_sub_vectors(dim)), 2),
     "ivf_sq": ("IvfSq", lambda dim: IvfSq(distance_type="cosine"), None),

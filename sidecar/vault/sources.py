@@ -2,7 +2,8 @@
 
 A *key* names a note inside the index and is unique across agents: ``vault/<path>``, ``wiki/<path>``,
 ``memory/<agent>/<slug>`` (paths without ``.md``). The *reference* a client sees is the key, except
-that an agent sees its own memory as ``memory/<slug>`` (DESIGN.md §1). Imports ``config`` and ``errors``.
+that an agent sees its own memory as ``memory/<slug>``.
+Imports ``config``, ``confine`` and ``errors``.
 """
 
 from __future__ import annotations

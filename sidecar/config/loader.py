@@ -1,0 +1,248 @@
+"""The layered loader: CLI flag > ``SIDECAR_*`` environment > YAML file > default, each value
+checked, every problem reported at once, and the folders and socket path resolved."""
+
+import dataclasses
+import hashlib
+import os
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from sidecar.config.embedding import MODEL_DEFAULTS
+from sidecar.config.fields import env_name
+from sidecar.config.root import Config
+from sidecar.config.settings import Setting, _coerce, settings
+from sidecar.contracts.errors import ConfigError
+
+# A Unix socket path must fit sun_path (104 bytes on macOS, 108 on Linux) with a margin.
+_MAX_SOCKET_PATH = 100
+
+
+def _replace_at(obj: Any, attrs: tuple[str, ...], value: Any) -> Any:
+    if len(attrs) == 1:
+        return dataclasses.replace(obj, **{attrs[0]: value})
+    return dataclasses.replace(obj, **{attrs[0]: _replace_at(getattr(obj, attrs[0]), attrs[1:], value)})
+
+
+def _with_model(cfg: Config, origins: dict[str, str]) -> Config:
+    """The chosen model's own settings where none were given (their origin says so)."""
+    model = cfg.embedder.model
+    attrs = {s.dotted: s.attrs for s in settings()}
+    for dotted, value in MODEL_DEFAULTS.get(model, {}).items():
+        if origins[dotted] == "default":
+            cfg = _replace_at(cfg, attrs[dotted], value)
+            origins[dotted] = f"model {model}"
+    return cfg
+
+
+# Variables of the project's own tooling (CI's venv), not configuration keys: never a warning.
+_NOT_KEYS = frozenset({"SIDECAR_CONFIG", "SIDECAR_CI_VENV"})
+EXAMPLE_HINT = "`sidecar config example` prints every key with its default"
+
+
+def _flatten(data: Mapping[str, Any], where: str, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"{where}: key {key!r} is not text (expected a name such as vault)")
+        dotted = prefix + key
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, where, dotted + "."))
+        else:
+            out[dotted] = value
+    return out
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the configuration file: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: the configuration file is not UTF-8") from exc
+    import yaml  # only when there is a file: a thin client without one starts faster
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys")
+    return _flatten(data, str(path))
+
+
+def _default_config_path(flag: str | None, env: Mapping[str, str]) -> tuple[Path | None, bool]:
+    """The config file to read and whether it must exist (named explicitly)."""
+    if flag:
+        return Path(flag).expanduser(), True
+    if env.get("SIDECAR_CONFIG"):
+        return Path(env["SIDECAR_CONFIG"]).expanduser(), True
+    base = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else Path("~/.config").expanduser()
+    return base / "sidecar" / "config.yaml", False
+
+
+def _default_socket(home: Path, env: Mapping[str, str], uid: int) -> Path:
+    """$XDG_RUNTIME_DIR/sidecar-<hash of home>/, else <home>/run/, else /tmp/sidecar-<uid>/ if too long."""
+    digest = hashlib.sha256(str(home).encode()).hexdigest()[:10]
+    runtime = env.get("XDG_RUNTIME_DIR")
+    candidate = (
+        Path(runtime) / f"sidecar-{digest}" / "sidecar.sock" if runtime else home / "run" / "sidecar.sock"
+    )
+    if len(os.fsencode(candidate)) <= _MAX_SOCKET_PATH:
+        return candidate
+    return Path("/tmp") / f"sidecar-{uid}" / f"{digest}.sock"  # noqa: S108 - private 0700 dir, owner checked
+
+
+def _build(cls: type, values: Mapping[tuple[str, ...], Any], attrs: tuple[str, ...] = ()) -> Any:
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("internal"):
+            continue
+        path = (*attrs, f.name)
+        if dataclasses.is_dataclass(f.type):
+            kwargs[f.name] = _build(typing.cast(type, f.type), values, path)
+        elif path in values:
+            kwargs[f.name] = values[path]
+    return cls(**kwargs)
+
+
+def _unknown_key(where: Path, dotted: str, raw: Any, known: Mapping[str, Setting]) -> str:
+    """The message for a key that is not a setting, with the likeliest intended one."""
+    section = [k for k in known if k.startswith(dotted + ".")]
+    if section:  # `vault: /path` written where a section belongs
+        first = section[0].split(".")[-1]
+        return (
+            f"{where}: {dotted} = {raw!r}: {dotted} is a section, not a value; write it as "
+            f"`{dotted}:` with `{first}: {raw}` indented on the next line ({section[0]})"
+        )
+    import difflib  # only for a wrong key: a thin client starts faster without it
+
+    close = difflib.get_close_matches(dotted, list(known), n=1, cutoff=0.75)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return f"{where}: unknown key {dotted!r} (value {raw!r}); {hint}{EXAMPLE_HINT}"
+
+
+def _problems(problems: list[str]) -> ConfigError:
+    if len(problems) == 1:
+        return ConfigError(problems[0])
+    return ConfigError(f"{len(problems)} configuration problems:\n  " + "\n  ".join(problems))
+
+
+class _Layers:
+    """Values gathered from the file, the environment and the flags, and what was wrong."""
+
+    def __init__(self, known: dict[str, Setting], origins: dict[str, str]) -> None:
+        self.known = known
+        self.values: dict[tuple[str, ...], Any] = {}
+        self.origins = origins
+        self.problems: list[str] = []  # every one is reported at once
+        self.warnings: list[str] = []
+
+    def put(self, setting: Setting, raw: Any, where: str, origin: str, base: Path) -> None:
+        try:
+            value = _coerce(setting, raw, where)
+        except ConfigError as exc:
+            self.problems.append(str(exc))
+            return
+        if isinstance(value, Path) and not value.is_absolute():
+            value = base / value
+        self.values[setting.attrs] = value
+        self.origins[setting.dotted] = origin
+
+    def read_file(self, path: Path, source_file: Path) -> None:
+        for dotted, raw in _read_yaml(path).items():
+            setting = self.known.get(dotted)
+            if setting is None:
+                self.problems.append(_unknown_key(path, dotted, raw, self.known))
+            else:
+                self.put(setting, raw, str(path), f"file {source_file}", source_file.parent)
+
+    def read_env(self, env: Mapping[str, str], cwd: Path) -> None:
+        by_env = {env_name(s.dotted): s for s in self.known.values()}
+        for name, raw in env.items():
+            if not name.startswith("SIDECAR_") or name in _NOT_KEYS:
+                continue
+            setting = by_env.get(name)
+            if setting is None:  # a typo or another tool's variable: ignored, not fatal
+                import difflib
+
+                close = difflib.get_close_matches(name, list(by_env), n=1, cutoff=0.8)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                self.warnings.append(f"environment: {name} is not a sidecar setting and is ignored{hint}")
+            else:
+                self.put(setting, raw, f"environment {name}", f"environment {name}", cwd)
+
+    def read_flags(self, flags: Mapping[str, Any], cwd: Path) -> None:
+        for dotted, raw in flags.items():
+            if raw is not None:
+                self.put(
+                    self.known[dotted],
+                    str(raw) if isinstance(raw, Path) else raw,
+                    "command line",
+                    "flag",
+                    cwd,
+                )
+
+
+def load_config(
+    *,
+    config_file: str | None = None,
+    flags: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Config:
+    """Build the effective configuration. ``flags`` maps dotted keys (``vault.path``) to raw values."""
+    env = dict(os.environ) if env is None else env
+    cwd = cwd or Path.cwd()
+    known = {s.dotted: s for s in settings()}
+    layers = _Layers(known, origins={s.dotted: "default" for s in known.values()})
+
+    path, required = _default_config_path(config_file, env)
+    source_file: Path | None = None
+    if path is not None and (required or path.exists()):
+        if not path.exists():
+            raise ConfigError(f"{path}: configuration file not found")
+        source_file = path.resolve()
+        layers.read_file(path, source_file)
+    layers.read_env(env, cwd)
+    layers.read_flags(flags or {}, cwd)
+    values, origins, problems, warnings = layers.values, layers.origins, layers.problems, layers.warnings
+
+    if problems:
+        raise _problems(problems)
+    cfg = _with_model(_build(Config, values), origins)
+    home = cfg.home.expanduser()
+    home = (home if home.is_absolute() else cwd / home).resolve()
+    vault = cfg.vault
+    if vault.path is not None:
+        vault = dataclasses.replace(vault, path=vault.path.expanduser().resolve())
+    wiki = vault.wiki_subfolder.strip("/")
+    if not wiki or ".." in Path(wiki).parts or wiki.startswith("."):
+        raise ConfigError(
+            f"{source_file or 'configuration'}: vault.wikiSubfolder = {vault.wiki_subfolder!r}: "
+            "must be a relative folder inside the vault"
+        )
+    vault = dataclasses.replace(vault, wiki_subfolder=wiki)
+    socket = cfg.socket.expanduser() if cfg.socket else _default_socket(home, env, os.getuid())
+    if len(os.fsencode(socket)) > _MAX_SOCKET_PATH + 4:
+        raise ConfigError(f"socket = {str(socket)!r}: path too long for a Unix socket")
+    if cfg.chunking.max_tokens > cfg.embedder.max_length - 2:
+        raise ConfigError(
+            f"{source_file or 'configuration'}: chunking.maxTokens = {cfg.chunking.max_tokens}: must leave "
+            f"room for the model's two special tokens within embedder.maxLength = {cfg.embedder.max_length}"
+        )
+    return dataclasses.replace(
+        cfg,
+        home=home,
+        socket=socket,
+        vault=vault,
+        source_file=source_file,
+        origins=origins,
+        journald=bool(env.get("JOURNAL_STREAM")),
+        notify_socket=env.get("NOTIFY_SOCKET") or None,
+        watchdog_usec=int(env["WATCHDOG_USEC"]) if env.get("WATCHDOG_USEC", "").isdigit() else None,
+        warnings=tuple(warnings),
+    )

@@ -1,0 +1,65 @@
+"""The whole configuration: one frozen record of every section, its derived folders, and the rule
+for agent names."""
+
+import re
+from collections.abc import Mapping
+from dataclasses import field
+from pathlib import Path
+
+from sidecar.config.embedding import ChunkingConfig, EmbedderConfig
+from sidecar.config.fields import _opt, section
+from sidecar.config.indexing import IndexConfig, VaultConfig, WatchConfig
+from sidecar.config.search import RecallConfig, SearchConfig
+from sidecar.config.service import LoggingConfig, MemoryConfig, ServerConfig
+
+_AGENT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
+@section
+class Config:
+    home: Path = _opt(Path("~/.sidecar"), "Holds agents/, index/, models/ (and the socket by default).")
+    socket: Path | None = _opt(None, "Socket path; default in $XDG_RUNTIME_DIR or <home>/run/.")
+    vault: VaultConfig = field(default_factory=VaultConfig)
+    index: IndexConfig = field(default_factory=IndexConfig)
+    watch: WatchConfig = field(default_factory=WatchConfig)
+    chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
+    embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    recall: RecallConfig = field(default_factory=RecallConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    # Not settable: where the file came from and where each value came from.
+    source_file: Path | None = field(default=None, metadata={"internal": True})
+    origins: Mapping[str, str] = field(default_factory=dict, metadata={"internal": True})
+    journald: bool = field(default=False, metadata={"internal": True})  # stderr goes to journald
+    notify_socket: str | None = field(default=None, metadata={"internal": True})  # systemd Type=notify
+    watchdog_usec: int | None = field(default=None, metadata={"internal": True})
+    # Not fatal, shown by every command and by `config check` (an unknown SIDECAR_* variable).
+    warnings: tuple[str, ...] = field(default=(), metadata={"internal": True})
+
+    @property
+    def index_dir(self) -> Path:
+        return self.home / "index"
+
+    @property
+    def agents_dir(self) -> Path:
+        return self.home / "agents"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.home / "models"
+
+    @property
+    def prepared_dir(self) -> Path:
+        return self.embedder.cache_dir or self.models_dir / ".prepared"
+
+    @property
+    def socket_path(self) -> Path:
+        assert self.socket is not None  # always resolved by load_config
+        return self.socket
+
+
+def valid_agent(name: str) -> bool:
+    """Agent names as the protocol accepts them."""
+    return bool(_AGENT_RE.fullmatch(name))

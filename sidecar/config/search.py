@@ -1,0 +1,158 @@
+"""How a query is answered: the search, source boost and recall sections."""
+
+from dataclasses import field
+
+from sidecar.config.fields import _opt, section
+
+
+@section
+class SourceBoosts:
+    vault: float = _opt(0.65, "Score factor for vault notes.", min=0.0, max=10.0)
+    wiki: float = _opt(1.4, "Score factor for wiki pages.", min=0.0, max=10.0)
+    memory: float = _opt(0.85, "Score factor for agent memory notes.", min=0.0, max=10.0)
+
+
+@section
+class SearchConfig:
+    limit: int = _opt(10, "Hits returned when a request names no limit.", min=1, max=200)
+    mask_secrets: bool = _opt(
+        True,
+        "Mask secrets (keys, tokens, passwords, card numbers, connection strings) in the text of "
+        "search hits, recall blocks and get; the notes themselves are never changed.",
+    )
+    min_score: float = _opt(
+        0.1,
+        "Hits whose relevance is below this are dropped. Relevance is absolute: 0 is what unrelated "
+        "text scores, 1 a clear match in both arms; below 0.1 is noise (text matching nothing).",
+        min=0.0,
+    )
+    fusion: str = _opt(
+        "calibrated",
+        "How the two arms are put on one scale before the weighted sum: calibrated (raw cosine and "
+        "BM25 on absolute scales), rrf (ranks only) or minmax (each arm's best 1, worst 0).",
+        choices=("calibrated", "rrf", "minmax"),
+    )
+    cosine_floor: float | None = _opt(
+        None, "Cosine that counts as unrelated (relevance 0); default: the model's own.", min=-1.0, max=1.0
+    )
+    cosine_full: float | None = _opt(
+        None,
+        "Cosine that counts as a clear match (relevance 1); default: the model's own.",
+        min=-1.0,
+        max=1.0,
+    )
+    hub_damping: float = _opt(
+        0.0,
+        "Share of a chunk's nearness to the centre of all vectors taken off its cosine: a chunk "
+        "about everything a little (a command list) stops topping unrelated questions. 0: off.",
+        min=0.0,
+        max=2.0,
+    )
+    link_lift: float = _opt(
+        0.0,
+        "Lift for a note that the best notes of a result link to: its score times 1 + this x (share "
+        "of the top 10 notes linking to it). 0: off (see BENCHMARKS.md for the measured effect).",
+        min=0.0,
+        max=2.0,
+    )
+    candidates: int = _opt(60, "Candidates each arm fetches before fusion (at least 3x limit).", min=10)
+    vector_weight: float = _opt(0.7, "Share of the vector arm in the fused score.", min=0.0, max=1.0)
+    short_query_bm25_weight: float = _opt(
+        0.5, "BM25 share for queries of one or two content words.", min=0.0, max=1.0
+    )
+    rare_term_chunks: int = _opt(
+        5,
+        "A query word the model splits into pieces (a name, code or identifier) and that at most "
+        "this many chunks contain makes keywords lead (rareTermVectorWeight). 0: off.",
+        min=0,
+    )
+    rare_term_share: float = _opt(
+        0.0005,
+        "In a smaller index, rare means at most this share of its chunks (at least one): in 300 "
+        "chunks nearly every word is in fewer than five.",
+        min=0.0,
+        max=1.0,
+    )
+    rare_term_vector_weight: float = _opt(
+        0.3, "Vector share for queries with such a rare word.", min=0.0, max=1.0
+    )
+    rare_term_boost: float = _opt(
+        1.5, "Factor for a chunk that contains such a rare word of the query.", min=0.0, max=10.0
+    )
+    boosts: SourceBoosts = field(default_factory=SourceBoosts)
+    slug_boost: float = _opt(
+        1.15,
+        "Factor for a note whose file name or title contains a content word of the query.",
+        min=0.0,
+        max=10.0,
+    )
+    full_name_boost: float = _opt(
+        1.3,
+        "Factor when the query contains every word of a note's title or alias (2+ words).",
+        min=0.0,
+        max=10.0,
+    )
+    log_folder: str = _opt("logs", "Folder of the wiki that holds change logs.")
+    log_demotion: float = _opt(
+        0.6, "Factor for wiki log pages unless the query is about dates or changes.", min=0.0, max=10.0
+    )
+    page_support: float = _opt(
+        # nDCG@10 SciFact / help set: 0 -> 0.709 / 0.726, 0.05 -> 0.703, 0.1 -> 0.699 / 0.740,
+        # 0.2 -> 0.696 / 0.724 (BENCHMARKS.md)
+        0.05,
+        "A page's best chunk gains this share of its next two chunks reaching half its score.",
+        min=0.0,
+        max=1.0,
+    )
+    max_hits_per_note: int = _opt(2, "Most hits of one note in a result (0: no cap).", min=0, max=100)
+    fold: str = _opt(
+        "overlap",
+        "Fold a chunk into a better hit of the same note that contains it (contained) or also one it "
+        "overlaps (overlap); off keeps all.",
+        choices=("overlap", "contained", "off"),
+    )
+    ann_threshold: int = _opt(
+        20_000,
+        "Chunks from which vector search uses an IVF index instead of an exact scan (0: never).",
+        min=0,
+    )
+    ann_index: str = _opt(
+        "ivf_pq",
+        "Kind of vector index above annThreshold: ivf_pq (least memory), ivf_sq, ivf_rq, ivf_hnsw_sq.",
+        choices=("ivf_pq", "ivf_sq", "ivf_rq", "ivf_hnsw_sq"),
+    )
+    ann_probes: int = _opt(12, "IVF partitions searched per query (more: closer to exact, slower).", min=1)
+    foreign_vector_weight: float = _opt(
+        0.25,  # XQuAD-de sweep: 0.10 -> 0.930, 0.20 -> 0.931, 0.25 -> 0.932, 0.35 -> 0.929 nDCG@10
+        "Vector share for queries in a language the model does not know (embedder.languages).",
+        min=0.0,
+        max=1.0,
+    )
+
+
+@section
+class RecallConfig:
+    limit: int = _opt(5, "Most notes in an injected context block.", min=1, max=50)
+    token_budget: int = _opt(1500, "Token budget of the context block.", min=100, max=50_000)
+    score_floor: float = _opt(0.35, "Hits whose relevance is below this stay out of the block.", min=0.0)
+    min_similarity: float = _opt(
+        0.4,
+        "Hits whose calibrated cosine to the message (0 unrelated, 1 a clear match; see "
+        "search.cosineFloor) is below this stay out (keeps small talk empty).",
+        min=0.0,
+        max=1.0,
+    )
+    history_turns: int = _opt(3, "Previous turns blended into the query vector.", min=0, max=20)
+    history_head_chars: int = _opt(400, "Only the head of each previous turn is embedded.", min=20)
+    history_words: int = _opt(
+        24, "Most content words of the previous turns added to the keyword query (newest first).", min=0
+    )
+    history_weight_none: float = _opt(
+        0.7, "History share of the query vector for a message without content words.", min=0.0, max=1.0
+    )
+    history_weight_short: float = _opt(
+        0.4, "History share for a message of one or two content words.", min=0.0, max=1.0
+    )
+    history_weight_long: float = _opt(
+        0.2, "History share for a message of three or more content words.", min=0.0, max=1.0
+    )

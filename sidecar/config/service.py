@@ -1,0 +1,48 @@
+"""The running service: the memory, server and logging sections."""
+
+from dataclasses import field
+
+from sidecar.config.fields import _opt, section
+
+
+@section
+class MemoryWriteConfig:
+    on_duplicate: str = _opt(
+        "warn",
+        "A write close to an existing note: warn (write and report) or reject.",
+        choices=("warn", "reject"),
+    )
+    duplicate_threshold: float = _opt(
+        0.9, "Cosine similarity from which a note counts as a near-duplicate.", min=0.0, max=1.0
+    )
+
+
+@section
+class MemoryConfig:
+    max_note_bytes: int = _opt(100_000, "Largest memory note an agent may write.", min=256)
+    redact_secrets: bool = _opt(True, "Replace keys, tokens and passwords by [REDACTED:kind] before writing.")
+    write: MemoryWriteConfig = field(default_factory=MemoryWriteConfig)
+
+
+@section
+class ServerConfig:
+    max_frame_bytes: int = _opt(1_048_576, "Largest request line accepted.", min=1024)
+    workers: int = _opt(4, "Threads that run searches and other reads.", min=1, max=64)
+    write_workers: int = _opt(
+        2, "Threads that run memory writes and index requests (searches never wait for them).", min=1, max=16
+    )
+    idle_timeout_seconds: float = _opt(300.0, "A connection silent this long is closed.", min=1.0)
+    max_connections: int = _opt(1024, "Open connections beyond this are refused with an error.", min=1)
+    max_buffered_bytes: int = _opt(
+        64 << 20,
+        "Unfinished request bytes held over all connections; beyond, a connection is refused.",
+        min=1024,
+    )
+    request_timeout_seconds: float = _opt(
+        120.0, "A request running longer is answered with a timeout error.", min=1.0
+    )
+
+
+@section
+class LoggingConfig:
+    level: str = _opt("info", "Log level.", choices=("debug", "info", "warning", "error"))

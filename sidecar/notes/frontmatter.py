@@ -1,0 +1,59 @@
+"""Front matter, the one parser: a note's YAML block as plain JSON values (dates as ISO text, a
+node budget against alias bombs, a size cap), or the reason it cannot be read."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Any
+
+import yaml
+
+_MAX_FRONT_MATTER = 64 * 1024
+# A block at the very start: "---" line, YAML, "---" line (what the inbox writes and reads back).
+_BLOCK = re.compile(r"\A---[ \t]*\n(.*?\n)?---[ \t]*(?:\n|\Z)", re.S)
+
+
+def _json_safe(value: Any, budget: list[int]) -> Any:
+    """Front matter as plain JSON values, with a node budget so a YAML alias bomb cannot explode."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ValueError("front matter is too large or too deeply aliased")
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v, budget) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [_json_safe(v, budget) for v in value]
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
+
+
+def parse_front_matter(raw: str) -> tuple[dict[str, Any], str | None]:
+    """Front matter as a dict, or ({}, reason) when it is not valid YAML or not a mapping."""
+    if len(raw) > _MAX_FRONT_MATTER:
+        return {}, "front matter larger than 64 KiB"
+    try:
+        data = yaml.safe_load(raw)
+        if data is None:
+            return {}, None
+        if not isinstance(data, dict):
+            return {}, "front matter is not a mapping"
+        safe = _json_safe(data, [10_000])
+    except yaml.YAMLError as exc:
+        return {}, f"invalid YAML in front matter: {str(exc).splitlines()[0]}"
+    except (ValueError, RecursionError) as exc:
+        return {}, str(exc) or "front matter too deep"
+    return safe, None
+
+
+def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
+    """Front matter of a note as a dict (empty when absent or broken) and the body."""
+    m = _BLOCK.match(text)
+    if not m:
+        return {}, text
+    data, problem = parse_front_matter(m.group(1) or "")
+    if problem is not None:
+        return {}, text  # keep a broken block as body rather than lose it
+    return data, text[m.end() :]

@@ -1,0 +1,99 @@
+"""Links as written in a note's raw Markdown: wiki-links ``[[target#heading|alias]]``, block
+references ``[[target#^id]]``, embeds ``![[target]]`` and Markdown links ``[text](path.md#anchor)``;
+code blocks, inline code and front matter hold none, and links to attachments and web pages are
+left out."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+_WIKILINK = re.compile(r"(!?)\[\[([^\[\]|#^]*)((?:[#^][^\[\]|]*)?)(?:\|([^\[\]]*))?\]\]")
+_MDLINK = re.compile(r"(!?)\[([^\[\]]*)\]\(\s*(<[^<>\n]+>|[^()\s]+)(?:\s+\"[^\"]*\")?\s*\)")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_INLINE_CODE = re.compile(r"`[^`\n]*`")
+_EXT = re.compile(r"\.([A-Za-z0-9]{1,8})$")
+
+
+@dataclass(frozen=True)
+class Link:
+    """One link as written in a note."""
+
+    target: str  # the link path as written, without anchor and alias ("" = this note)
+    anchor: str  # heading ("Setup › Linux" for nested ones), "^block-id", or ""
+    display: str  # the alias or the link text, "" when none
+    embed: bool
+    kind: str  # "wiki" | "markdown"
+    line: int  # 1-based
+
+
+def _front_matter_end(lines: Sequence[str]) -> int:
+    if not lines or lines[0].strip() != "---":
+        return 0
+    for i in range(1, min(len(lines), 2000)):
+        if lines[i].strip() in ("---", "..."):
+            return i + 1
+    return 0
+
+
+def _is_note_target(path: str) -> bool:
+    """A note (``.md`` or no extension; "Release 1.5" has none), not an image, video, PDF or canvas."""
+    m = _EXT.search(path.rsplit("/", 1)[-1])
+    return m is None or m.group(1).lower() == "md" or m.group(1).isdigit()
+
+
+def _anchor(raw: str) -> str:
+    parts = [p.strip() for p in raw.split("#") if p.strip()]
+    return " › ".join(parts)
+
+
+def extract_links(text: str) -> list[Link]:
+    """Every link to a note in ``text``, in order (links to attachments and web pages left out)."""
+    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    out: list[Link] = []
+    in_fence = False
+    for i in range(_front_matter_end(lines), len(lines)):
+        line = lines[i]
+        if _FENCE.match(line):
+            in_fence = not in_fence
+            continue
+        if in_fence or ("[" not in line):
+            continue
+        line = _INLINE_CODE.sub("", line)
+        for m in _WIKILINK.finditer(line):
+            target = m.group(2).strip().rstrip("\\").strip()  # "[[a\|b]]" inside a table
+            if target and not _is_note_target(target):
+                continue
+            anchor = _anchor(m.group(3) or "")
+            if not target and not anchor:
+                continue
+            display = (m.group(4) or "").strip()
+            out.append(Link(target, anchor, display, bool(m.group(1)), "wiki", i + 1))
+        for m in _MDLINK.finditer(_WIKILINK.sub("", line)):
+            raw = m.group(3).strip()
+            raw = raw[1:-1].strip() if raw.startswith("<") else raw
+            if _SCHEME.match(raw) or (raw.startswith("#") and not raw[1:].strip()):
+                continue
+            path, _, anchor = raw.partition("#")
+            path = unquote(path).strip()
+            if path and not _is_note_target(path):
+                continue
+            if not path and not anchor:
+                continue
+            out.append(
+                Link(path, _anchor(unquote(anchor)), m.group(2).strip(), bool(m.group(1)), "markdown", i + 1)
+            )
+    return out
+
+
+def strip_md(path: str) -> str:
+    return path[:-3] if path.lower().endswith(".md") else path
+
+
+def link_name(target: str) -> str:
+    """What a link is looked up by: its last path segment, lowercased, without ``.md``."""
+    return strip_md(target.replace("\\", "/").rstrip("/")).rsplit("/", 1)[-1].strip().lower()

@@ -1,0 +1,147 @@
+"""The manifest's vector bookkeeping: which chunks wait for a vector in the serving table and in
+the table being built for a newly configured model, which equal texts can share one, and the
+vectors of deleted chunks kept by text for a while. A base of :class:`~sidecar.stores.manifest.Manifest`
+over the same connection."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+# has_vector: the chunk is in the serving vector table; has_next: in the table being built for a
+# newly configured model (vectors of two models never share a table). Only these two names are
+# ever put into SQL. Values: 0 waits for a vector, 1 has one, 2 needs none (an empty or
+# front-matter-only note).
+FLAGS = ("has_vector", "has_next")
+NO_VECTOR = 2
+
+
+def _in_groups(values: Sequence[str]) -> Iterator[tuple[list[str], str]]:
+    """``values`` in groups that fit one SQL ``IN (...)``: each group with its placeholders."""
+    for start in range(0, len(values), 500):
+        part = list(values[start : start + 500])
+        yield part, ",".join("?" * len(part))
+
+
+def _flag(name: str) -> str:
+    if name not in FLAGS:  # pragma: no cover - a programming error, never user input
+        raise ValueError(f"unknown vector flag {name!r}")
+    return name
+
+
+class VectorBook:
+    """Vector flags and kept vectors; the subclass owns the connection."""
+
+    def _query(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+        raise NotImplementedError
+
+    def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        raise NotImplementedError
+
+    def _pairs(self, sql: str, values: Sequence[str], *before: Any) -> dict[str, Any]:
+        """Two-column rows of ``sql`` (``{marks}``: the group's placeholders) over ``values`` in
+        groups that fit one ``IN (...)``, as a dict; ``before`` are parameters ahead of the group."""
+        out: dict[str, Any] = {}
+        for part, marks in _in_groups(values):
+            out.update(self._query(sql.format(marks=marks), [*before, *part]))
+        return out
+
+    def pending_vectors(
+        self, limit: int, key: str | None = None, flag: str = "has_vector"
+    ) -> list[tuple[str, str, str, str]]:
+        """(chunk_id, key, embed_text, embed_hash) still without a vector: memory, then wiki, then
+        newest vault notes."""
+        only = "AND c.key = ? " if key is not None else ""
+        return self._query(
+            "SELECT c.chunk_id, c.key, c.embed_text, c.embed_hash FROM files f "
+            "JOIN chunks c ON c.key = f.key "
+            f"WHERE c.{_flag(flag)} = 0 AND f.state = 'indexed' {only}"
+            "ORDER BY CASE f.source WHEN 'memory' THEN 0 WHEN 'wiki' THEN 1 ELSE 2 END, "
+            "f.mtime_ns DESC, c.ord "
+            "LIMIT ?",
+            (key, limit) if key is not None else (limit,),
+        )
+
+    def vector_donors(self, hashes: Sequence[str], flag: str = "has_vector") -> dict[str, str]:
+        """For texts about to be embedded: a chunk with the same text that already has a vector."""
+        return self._pairs(
+            "SELECT embed_hash, min(chunk_id) FROM chunks WHERE embed_hash IN ({marks}) "
+            f"AND {_flag(flag)} = 1 GROUP BY embed_hash",
+            hashes,
+        )
+
+    def embed_hashes(self, chunk_ids: Sequence[str], flag: str = "has_vector") -> dict[str, str]:
+        """chunk_id -> text hash of those chunks that have a vector in ``flag``'s table."""
+        return self._pairs(
+            "SELECT chunk_id, embed_hash FROM chunks WHERE chunk_id IN ({marks}) "
+            f"AND embed_hash != '' AND {_flag(flag)} = 1",
+            chunk_ids,
+        )
+
+    def keep_vectors(self, table: str, rows: Sequence[tuple[str, bytes]], now: float) -> None:
+        """Remember (text hash, vector bytes) of chunks about to lose their vector."""
+        with self.transaction() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO kept_vectors(vec_table, embed_hash, vector, kept_at) "
+                "VALUES (?,?,?,?)",
+                [(table, h, v, now) for h, v in rows],
+            )
+
+    def kept_vectors(self, table: str, hashes: Sequence[str]) -> dict[str, bytes]:
+        return self._pairs(
+            "SELECT embed_hash, vector FROM kept_vectors WHERE vec_table = ? AND embed_hash IN ({marks})",
+            hashes,
+            table,
+        )
+
+    def prune_kept(self, older_than: float, keep_at_most: int) -> int:
+        """Forget kept vectors older than ``older_than`` and all but the newest ``keep_at_most``."""
+        with self.transaction() as db:
+            n = db.execute("DELETE FROM kept_vectors WHERE kept_at < ?", (older_than,)).rowcount
+            n += db.execute(
+                "DELETE FROM kept_vectors WHERE rowid NOT IN "
+                "(SELECT rowid FROM kept_vectors ORDER BY kept_at DESC LIMIT ?)",
+                (keep_at_most,),
+            ).rowcount
+        return int(n)
+
+    def kept_count(self) -> int:
+        return int(self._query("SELECT count(*) FROM kept_vectors")[0][0])
+
+    def pending_count(self, flag: str = "has_vector") -> int:
+        return int(self._query(f"SELECT count(*) FROM chunks WHERE {_flag(flag)} = 0")[0][0])
+
+    def still_pending(self, chunk_ids: Sequence[str], db: sqlite3.Connection, flag: str) -> set[str]:
+        """Those of ``chunk_ids`` that exist and still wait for a vector (checked inside the write)."""
+        out: set[str] = set()
+        for part, marks in _in_groups(chunk_ids):
+            out.update(
+                r[0]
+                for r in db.execute(
+                    f"SELECT chunk_id FROM chunks WHERE chunk_id IN ({marks}) AND {_flag(flag)} = 0", part
+                )
+            )
+        return out
+
+    def set_has_vector(
+        self, chunk_ids: Iterable[str], value: int, db: sqlite3.Connection, flag: str = "has_vector"
+    ) -> None:
+        db.executemany(
+            f"UPDATE chunks SET {_flag(flag)} = ? WHERE chunk_id = ?", [(value, i) for i in chunk_ids]
+        )
+
+    def reset_vectors(self, flag: str = "has_vector") -> None:
+        with self.transaction() as db:
+            db.execute(f"UPDATE chunks SET {_flag(flag)} = 0 WHERE {_flag(flag)} = 1")
+
+    def promote_next(self, db: sqlite3.Connection) -> None:
+        """The table being built becomes the serving one."""
+        db.execute(
+            "UPDATE chunks SET has_vector = has_next, "
+            f"has_next = CASE has_next WHEN {NO_VECTOR} THEN {NO_VECTOR} ELSE 0 END"
+        )
+
+    def vector_ids(self, flag: str = "has_vector") -> set[str]:
+        return {r[0] for r in self._query(f"SELECT chunk_id FROM chunks WHERE {_flag(flag)} = 1")}
