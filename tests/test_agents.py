@@ -213,14 +213,16 @@ def test_replies_parse_into_typed_results_and_back_byte_for_byte(served: Served)
     replies = [
         served.call("search", {"query": "garlic gestern", "preview": True}),
         served.call("search", {"query": "tomatoes sun water last month", "preview": True}),
-        served.call("search", {"query": "router admin password"}),
-        served.call("recall", {"message": "how do I water the tomatoes?", "preview": True, "minScore": 0}),
+        served.call("search", {"query": "router admin password", "minScore": 0}),
+        served.call(
+            "recall", {"message": "router admin password subscription", "preview": True, "minScore": 0}
+        ),
     ]
     assert {"applied", "ignored"} == {
         "applied" if r["window"]["applied"] else "ignored" for r in replies if "window" in r
     }
     for reply in replies:
-        assert reply["hits"]
+        assert reply["hits"], reply
         result = wire.parse_search(reply)
         assert _same_json(wire.search_json(result, preview="analysis" in reply), reply)
     masked = wire.parse_search(replies[2]).hits

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import cast
 
-from sidecar.clients.cli_parser import build_parser, config_of, emit_error, set_json_errors
+from sidecar.clients.cli_parser import build_parser, command_named, config_of, emit_error, set_json_errors
 from sidecar.config import Config
 from sidecar.contracts.errors import ExitCode, SidecarError
 
@@ -48,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     set_json_errors("--json" in argv[: argv.index("--") if "--" in argv else len(argv)])
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(command_named(argv)).parse_args(argv)
         if args.command == "completion":  # needs no configuration
             from sidecar.clients.cli_admin import cmd_completion
 

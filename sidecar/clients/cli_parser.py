@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from sidecar import __version__
@@ -108,15 +108,35 @@ def _vault_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), help="log level")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Every command's parser, or with ``only`` (a command name) just that one: a command line
+    names its command first, and building the other fifteen costs a thin client's start."""
     parser = _Parser(prog="sidecar", description="Hybrid recall over an Obsidian vault.")
     parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, build in _COMMANDS.items():
+        if only in (None, name):
+            # every command takes --json (errors come as JSON too)
+            build(sub).add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
 
+
+def command_named(argv: Sequence[str]) -> str | None:
+    """The command a command line starts with, if it is one (else the full parser decides)."""
+    return argv[0] if argv and argv[0] in _COMMANDS else None
+
+
+Sub = Any  # argparse's subparsers action (a private type)
+
+
+def _serve(sub: Sub) -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="run the daemon in the foreground")
     _common(p)
     _vault_flags(p)
+    return p
 
+
+def _index(sub: Sub) -> argparse.ArgumentParser:
     p = sub.add_parser("index", help="index the vault now (through the daemon if one runs)")
     _common(p)
     _vault_flags(p)
@@ -126,25 +146,21 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ROOT",
         help="apply deletions held for ROOT (vault, wiki, memory/<agent>) after most of its notes vanished",
     )
-
-    _query_commands(sub)
-    _agent_commands(sub)
-    _admin_commands(sub)
-    _help_commands(sub)
-    for command in sub.choices.values():  # every command takes --json (errors come as JSON too)
-        command.add_argument("--json", action="store_true", help="machine-readable output")
-    return parser
+    return p
 
 
-def _help_commands(sub: Any) -> None:
-    p = sub.add_parser("doctor", help="check what usually goes wrong and say what to do")
+def _search(sub: Sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("search", help="hybrid search")
     _common(p)
-    _vault_flags(p)
-    p = sub.add_parser("completion", help="print a shell completion script (bash, zsh or fish)")
-    p.add_argument("shell", choices=("bash", "zsh", "fish"))
+    p.add_argument("query", help="what to look for")
+    p.add_argument("--limit", type=int, default=None, help="number of hits (default from config)")
+    p.add_argument("--source", choices=SOURCES, action="append", help="only this source (repeatable)")
+    p.add_argument("--min-score", type=float, default=None, help="drop hits below this score")
+    _agent(p, "search as this agent (its memory plus vault and wiki)")
+    return p
 
 
-def _recall_args(p: argparse.ArgumentParser) -> None:
+def _recall_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("message", help="the current message")
     p.add_argument(
@@ -155,31 +171,33 @@ def _recall_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tokens", type=int, dest="token_budget", help="token budget (default recall.tokenBudget)"
     )
+    return p
 
 
-def _query_commands(sub: Any) -> None:
-    p = sub.add_parser("search", help="hybrid search")
-    _common(p)
-    p.add_argument("query", help="what to look for")
-    p.add_argument("--limit", type=int, default=None, help="number of hits (default from config)")
-    p.add_argument("--source", choices=SOURCES, action="append", help="only this source (repeatable)")
-    p.add_argument("--min-score", type=float, default=None, help="drop hits below this score")
-    _agent(p, "search as this agent (its memory plus vault and wiki)")
-
+def _recall(sub: Sub) -> argparse.ArgumentParser:
     p = sub.add_parser("recall", help="the context block an agent would get for a message (auto-injection)")
     _recall_args(p)
     p.add_argument("--preview", action="store_true", help="show per-hit scores and the query analysis")
+    return p
 
+
+def _preview(sub: Sub) -> argparse.ArgumentParser:
     p = sub.add_parser("preview", help="recall with per-hit scores and the query analysis (for tuning)")
     _recall_args(p)
     p.set_defaults(preview=True)
+    return p
 
+
+def _why(sub: Sub) -> argparse.ArgumentParser:
     p = sub.add_parser("why", help="why a note ranks where it does for a query (scores, boosts, outcome)")
     _common(p)
     p.add_argument("reference", help="the note, e.g. vault/Plugins/Audio recorder")
     p.add_argument("query", help="the query")
     _agent(p, "as this agent")
+    return p
 
+
+def _outline(sub: Sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "outline", help="the wiki's folders, pages and one-line descriptions (for a system prompt)"
     )
@@ -193,30 +211,35 @@ def _query_commands(sub: Any) -> None:
         default="wiki",
         help="outline the wiki (default) or the vault",
     )
+    return p
 
+
+def _get(sub: Sub) -> argparse.ArgumentParser:
     p = sub.add_parser("get", help="print a whole note by its reference")
     _common(p)
     p.add_argument("reference", help="a reference as search returns it, e.g. vault/Plugins/Audio recorder")
     _agent(p, "resolve memory/<slug> in this agent's inbox")
     p.add_argument("--links", action="store_true", help="print its links, backlinks and unresolved links")
+    return p
 
+
+def _related(sub: Sub) -> argparse.ArgumentParser:
     p = sub.add_parser("related", help="notes linked with a note, then notes sharing its links or tags")
     _common(p)
     p.add_argument("reference", help="the note, e.g. vault/Plugins/Audio recorder")
     p.add_argument("--limit", type=int, default=10, help="notes shown (default 10)")
     _agent(p, "as this agent")
+    return p
 
 
-def _admin_commands(sub: Any) -> None:
-    p = sub.add_parser("status", help="what the daemon is doing")
-    _common(p)
-
-
-def _agent_commands(sub: Any) -> None:
+def _mcp(sub: Sub) -> argparse.ArgumentParser:
     p = sub.add_parser("mcp", help="MCP stdio server for one agent (started by the agent's host)")
     _common(p)
     _agent(p, "the agent's name: a-z, 0-9, '_' and '-'", required=True)
+    return p
 
+
+def _memory(sub: Sub) -> argparse.ArgumentParser:
     p = sub.add_parser("memory", help="an agent's memory inbox: list, write, edit, delete")
     _common(p)
     p.add_argument("action", choices=("list", "write", "edit", "delete"))
@@ -225,7 +248,10 @@ def _agent_commands(sub: Any) -> None:
     p.add_argument("--content", help="note text (default: read from stdin)")
     p.add_argument("--frontmatter", help='front matter as JSON, e.g. \'{"tags": ["nas"]}\'')
     p.add_argument("--tag", help="list: only notes with this tag")
+    return p
 
+
+def _config(sub: Sub) -> argparse.ArgumentParser:
     p = sub.add_parser("config", help="configuration helpers")
     _common(p)
     _vault_flags(p)
@@ -235,7 +261,10 @@ def _agent_commands(sub: Any) -> None:
         help="check/show: validate and print the effective values and where each came from; "
         "example: print a documented file",
     )
+    return p
 
+
+def _service(sub: Sub) -> argparse.ArgumentParser:
     p = sub.add_parser("service", help="install the user service (systemd on Linux, launchd on macOS)")
     _common(p)
     p.add_argument("action", choices=("install", "uninstall", "status"))
@@ -246,6 +275,47 @@ def _agent_commands(sub: Any) -> None:
         default="auto",
         help="systemd mount-namespace sandboxing (auto: only where unprivileged user namespaces work)",
     )
+    return p
+
+
+def _status(sub: Sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("status", help="what the daemon is doing")
+    _common(p)
+    return p
+
+
+def _doctor(sub: Sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("doctor", help="check what usually goes wrong and say what to do")
+    _common(p)
+    _vault_flags(p)
+    return p
+
+
+def _completion(sub: Sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("completion", help="print a shell completion script (bash, zsh or fish)")
+    p.add_argument("shell", choices=("bash", "zsh", "fish"))
+    return p
+
+
+# In the order `sidecar --help` lists them.
+_COMMANDS: dict[str, Callable[[Sub], argparse.ArgumentParser]] = {
+    "serve": _serve,
+    "index": _index,
+    "search": _search,
+    "recall": _recall,
+    "preview": _preview,
+    "why": _why,
+    "outline": _outline,
+    "get": _get,
+    "related": _related,
+    "mcp": _mcp,
+    "memory": _memory,
+    "config": _config,
+    "service": _service,
+    "status": _status,
+    "doctor": _doctor,
+    "completion": _completion,
+}
 
 
 def config_of(args: argparse.Namespace) -> Config:
