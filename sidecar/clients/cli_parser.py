@@ -114,10 +114,14 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(prog="sidecar", description="Hybrid recall over an Obsidian vault.")
     parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, build in _COMMANDS.items():
-        if only in (None, name):
-            # every command takes --json (errors come as JSON too)
-            build(sub).add_argument("--json", action="store_true", help="machine-readable output")
+    for name, (help_text, options) in _COMMANDS.items():
+        if only not in (None, name):
+            continue
+        p = sub.add_parser(name, help=help_text)
+        if name != "completion":  # it needs no configuration
+            _common(p)
+        options(p)
+        p.add_argument("--json", action="store_true", help="machine-readable output")  # errors too
     return parser
 
 
@@ -126,19 +130,7 @@ def command_named(argv: Sequence[str]) -> str | None:
     return argv[0] if argv and argv[0] in _COMMANDS else None
 
 
-Sub = Any  # argparse's subparsers action (a private type)
-
-
-def _serve(sub: Sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("serve", help="run the daemon in the foreground")
-    _common(p)
-    _vault_flags(p)
-    return p
-
-
-def _index(sub: Sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("index", help="index the vault now (through the daemon if one runs)")
-    _common(p)
+def _index(p: argparse.ArgumentParser) -> None:
     _vault_flags(p)
     p.add_argument("--rebuild", action="store_true", help="forget the index and build it again")
     p.add_argument(
@@ -146,22 +138,17 @@ def _index(sub: Sub) -> argparse.ArgumentParser:
         metavar="ROOT",
         help="apply deletions held for ROOT (vault, wiki, memory/<agent>) after most of its notes vanished",
     )
-    return p
 
 
-def _search(sub: Sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("search", help="hybrid search")
-    _common(p)
+def _search(p: argparse.ArgumentParser) -> None:
     p.add_argument("query", help="what to look for")
     p.add_argument("--limit", type=int, default=None, help="number of hits (default from config)")
     p.add_argument("--source", choices=SOURCES, action="append", help="only this source (repeatable)")
     p.add_argument("--min-score", type=float, default=None, help="drop hits below this score")
     _agent(p, "search as this agent (its memory plus vault and wiki)")
-    return p
 
 
-def _recall_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    _common(p)
+def _recall_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("message", help="the current message")
     p.add_argument(
         "--history", metavar="FILE", help="previous turns, one per line or a JSON list (oldest first)"
@@ -171,37 +158,25 @@ def _recall_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument(
         "--tokens", type=int, dest="token_budget", help="token budget (default recall.tokenBudget)"
     )
-    return p
 
 
-def _recall(sub: Sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("recall", help="the context block an agent would get for a message (auto-injection)")
-    _recall_args(p)
+def _recall(p: argparse.ArgumentParser) -> None:
+    _recall_options(p)
     p.add_argument("--preview", action="store_true", help="show per-hit scores and the query analysis")
-    return p
 
 
-def _preview(sub: Sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("preview", help="recall with per-hit scores and the query analysis (for tuning)")
-    _recall_args(p)
+def _preview(p: argparse.ArgumentParser) -> None:
+    _recall_options(p)
     p.set_defaults(preview=True)
-    return p
 
 
-def _why(sub: Sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("why", help="why a note ranks where it does for a query (scores, boosts, outcome)")
-    _common(p)
+def _why(p: argparse.ArgumentParser) -> None:
     p.add_argument("reference", help="the note, e.g. vault/Plugins/Audio recorder")
     p.add_argument("query", help="the query")
     _agent(p, "as this agent")
-    return p
 
 
-def _outline(sub: Sub) -> argparse.ArgumentParser:
-    p = sub.add_parser(
-        "outline", help="the wiki's folders, pages and one-line descriptions (for a system prompt)"
-    )
-    _common(p)
+def _outline(p: argparse.ArgumentParser) -> None:
     p.add_argument("--path", dest="path_prefix", help="only this folder, e.g. Projects")
     p.add_argument("--tokens", type=int, dest="token_budget", help="token budget (default 1000)")
     p.add_argument(
@@ -211,49 +186,34 @@ def _outline(sub: Sub) -> argparse.ArgumentParser:
         default="wiki",
         help="outline the wiki (default) or the vault",
     )
-    return p
 
 
-def _get(sub: Sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("get", help="print a whole note by its reference")
-    _common(p)
+def _get(p: argparse.ArgumentParser) -> None:
     p.add_argument("reference", help="a reference as search returns it, e.g. vault/Plugins/Audio recorder")
     _agent(p, "resolve memory/<slug> in this agent's inbox")
     p.add_argument("--links", action="store_true", help="print its links, backlinks and unresolved links")
-    return p
 
 
-def _related(sub: Sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("related", help="notes linked with a note, then notes sharing its links or tags")
-    _common(p)
+def _related(p: argparse.ArgumentParser) -> None:
     p.add_argument("reference", help="the note, e.g. vault/Plugins/Audio recorder")
     p.add_argument("--limit", type=int, default=10, help="notes shown (default 10)")
     _agent(p, "as this agent")
-    return p
 
 
-def _mcp(sub: Sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("mcp", help="MCP stdio server for one agent (started by the agent's host)")
-    _common(p)
+def _mcp(p: argparse.ArgumentParser) -> None:
     _agent(p, "the agent's name: a-z, 0-9, '_' and '-'", required=True)
-    return p
 
 
-def _memory(sub: Sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("memory", help="an agent's memory inbox: list, write, edit, delete")
-    _common(p)
+def _memory(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=("list", "write", "edit", "delete"))
     p.add_argument("slug", nargs="?", help="note name (write, edit, delete)")
     _agent(p, "whose inbox", required=True)
     p.add_argument("--content", help="note text (default: read from stdin)")
     p.add_argument("--frontmatter", help='front matter as JSON, e.g. \'{"tags": ["nas"]}\'')
     p.add_argument("--tag", help="list: only notes with this tag")
-    return p
 
 
-def _config(sub: Sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("config", help="configuration helpers")
-    _common(p)
+def _config(p: argparse.ArgumentParser) -> None:
     _vault_flags(p)
     p.add_argument(
         "action",
@@ -261,12 +221,9 @@ def _config(sub: Sub) -> argparse.ArgumentParser:
         help="check/show: validate and print the effective values and where each came from; "
         "example: print a documented file",
     )
-    return p
 
 
-def _service(sub: Sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("service", help="install the user service (systemd on Linux, launchd on macOS)")
-    _common(p)
+def _service(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=("install", "uninstall", "status"))
     p.add_argument("--dry-run", action="store_true", help="print the file instead of writing it")
     p.add_argument(
@@ -275,46 +232,34 @@ def _service(sub: Sub) -> argparse.ArgumentParser:
         default="auto",
         help="systemd mount-namespace sandboxing (auto: only where unprivileged user namespaces work)",
     )
-    return p
 
 
-def _status(sub: Sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("status", help="what the daemon is doing")
-    _common(p)
-    return p
+def _no_options(_p: argparse.ArgumentParser) -> None:
+    """The common options only."""
 
 
-def _doctor(sub: Sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("doctor", help="check what usually goes wrong and say what to do")
-    _common(p)
-    _vault_flags(p)
-    return p
-
-
-def _completion(sub: Sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("completion", help="print a shell completion script (bash, zsh or fish)")
+def _completion(p: argparse.ArgumentParser) -> None:
     p.add_argument("shell", choices=("bash", "zsh", "fish"))
-    return p
 
 
-# In the order `sidecar --help` lists them.
-_COMMANDS: dict[str, Callable[[Sub], argparse.ArgumentParser]] = {
-    "serve": _serve,
-    "index": _index,
-    "search": _search,
-    "recall": _recall,
-    "preview": _preview,
-    "why": _why,
-    "outline": _outline,
-    "get": _get,
-    "related": _related,
-    "mcp": _mcp,
-    "memory": _memory,
-    "config": _config,
-    "service": _service,
-    "status": _status,
-    "doctor": _doctor,
-    "completion": _completion,
+# Name -> (help, its own options), in the order `sidecar --help` lists them.
+_COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
+    "serve": ("run the daemon in the foreground", _vault_flags),
+    "index": ("index the vault now (through the daemon if one runs)", _index),
+    "search": ("hybrid search", _search),
+    "recall": ("the context block an agent would get for a message (auto-injection)", _recall),
+    "preview": ("recall with per-hit scores and the query analysis (for tuning)", _preview),
+    "why": ("why a note ranks where it does for a query (scores, boosts, outcome)", _why),
+    "outline": ("the wiki's folders, pages and one-line descriptions (for a system prompt)", _outline),
+    "get": ("print a whole note by its reference", _get),
+    "related": ("notes linked with a note, then notes sharing its links or tags", _related),
+    "mcp": ("MCP stdio server for one agent (started by the agent's host)", _mcp),
+    "memory": ("an agent's memory inbox: list, write, edit, delete", _memory),
+    "config": ("configuration helpers", _config),
+    "service": ("install the user service (systemd on Linux, launchd on macOS)", _service),
+    "status": ("what the daemon is doing", _no_options),
+    "doctor": ("check what usually goes wrong and say what to do", _vault_flags),
+    "completion": ("print a shell completion script (bash, zsh or fish)", _completion),
 }
 
 
