@@ -20,19 +20,43 @@ from typing import Any, BinaryIO
 
 from sidecar import __version__
 from sidecar.clients.mcp_calls import ToolCalls, ToolError
-from sidecar.clients.mcp_tools import (
-    INSTRUCTIONS,
-    NOTE_URI,
-    OUTLINE_URI,
-    PROMPTS,
-    RESOURCE_TEMPLATES,
-    RESOURCES,
-    TOOLS,
-)
+from sidecar.clients.mcp_tools import INSTRUCTIONS, TOOLS
 
 log = logging.getLogger(__name__)
 
 PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+NOTE_URI = "sidecar://note/"
+OUTLINE_URI = "sidecar://outline/wiki"
+
+PROMPTS = [
+    {
+        "name": "recall",
+        "title": "Recall what the notes say",
+        "description": "Ask the model to search the user's notes and its memory before answering.",
+        "arguments": [{"name": "topic", "description": "What to recall", "required": True}],
+    }
+]
+
+
+RESOURCES = [
+    {
+        "uri": OUTLINE_URI,
+        "name": "wiki-outline",
+        "title": "Wiki outline",
+        "description": "The wiki's folders, pages and one-line descriptions.",
+        "mimeType": "text/markdown",
+    }
+]
+RESOURCE_TEMPLATES = [
+    {
+        "uriTemplate": NOTE_URI + "{+reference}",
+        "name": "note",
+        "title": "A note by reference",
+        "description": "A note of the vault, the wiki or your memory, e.g. "
+        f"{NOTE_URI}wiki/Backups or {NOTE_URI}memory/nas-backup-setup.",
+        "mimeType": "text/markdown",
+    }
+]
 
 
 class Shim:

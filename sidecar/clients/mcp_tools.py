@@ -1,5 +1,5 @@
-"""The MCP tool table: each tool's name, description, input and output schema and hints, the
-prompts and resources, and the instructions an agent gets at the handshake."""
+"""The MCP tool table: each tool's name, description, input and output schema and hints, and the
+instructions an agent gets at the handshake."""
 
 from __future__ import annotations
 
@@ -23,9 +23,6 @@ from sidecar.clients.mcp_schemas import (
     tool,
 )
 from sidecar.contracts.wire import SOURCES
-
-NOTE_URI = "sidecar://note/"
-OUTLINE_URI = "sidecar://outline/wiki"
 
 INSTRUCTIONS = """\
 sidecar gives you recall over the user's Obsidian notes and a private memory inbox of your own.
@@ -273,34 +270,4 @@ TOOLS: list[dict[str, Any]] = [
         ),
         READ,
     ),
-]
-
-PROMPTS = [
-    {
-        "name": "recall",
-        "title": "Recall what the notes say",
-        "description": "Ask the model to search the user's notes and its memory before answering.",
-        "arguments": [{"name": "topic", "description": "What to recall", "required": True}],
-    }
-]
-
-
-RESOURCES = [
-    {
-        "uri": OUTLINE_URI,
-        "name": "wiki-outline",
-        "title": "Wiki outline",
-        "description": "The wiki's folders, pages and one-line descriptions.",
-        "mimeType": "text/markdown",
-    }
-]
-RESOURCE_TEMPLATES = [
-    {
-        "uriTemplate": NOTE_URI + "{+reference}",
-        "name": "note",
-        "title": "A note by reference",
-        "description": "A note of the vault, the wiki or your memory, e.g. "
-        f"{NOTE_URI}wiki/Backups or {NOTE_URI}memory/nas-backup-setup.",
-        "mimeType": "text/markdown",
-    }
 ]
