@@ -107,7 +107,7 @@ def main() -> None:
         req = SearchRequest(q["q"], 30, 0.0, None, None, Filters())
         seen: dict[str, float] = {}
         for h in retriever.search(req).hits:
-            seen.setdefault(h["reference"], h["score"])
+            seen.setdefault(h.reference, h.score)
         base.append(list(seen.items()))
     result: dict[str, Any] = {"questions": len(questions), "notes": len(stores.manifest.file_states())}
     result["backlinks"] = backlinks

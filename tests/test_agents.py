@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import os
+import re
 import sys
 import threading
 import time
@@ -21,6 +23,7 @@ import pytest
 from mcp import Client as McpClient
 from mcp.client.stdio import StdioServerParameters
 
+from sidecar.contracts import wire
 from sidecar.contracts.errors import SidecarError
 from sidecar.contracts.protocol import Request
 from sidecar.daemon.handlers import Handlers, ServiceState
@@ -196,6 +199,53 @@ def test_inline_filters_that_used_to_fail_silently(served: Served) -> None:
         served.call("search", {"query": "garlic", "since": "someday"})
 
 
+# --- the wire: typed results and their JSON --------------------------------------------------
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """Equal as the client sees the bytes: values and key order."""
+    return json.dumps(a, ensure_ascii=False) == json.dumps(b, ensure_ascii=False)
+
+
+def test_replies_parse_into_typed_results_and_back_byte_for_byte(served: Served) -> None:
+    """What the CLI and the shim parse (contracts.wire) is the whole reply: nothing is lost or
+    reordered on the way back, for search, recall and why, with and without a window."""
+    replies = [
+        served.call("search", {"query": "garlic gestern", "preview": True}),
+        served.call("search", {"query": "tomatoes sun water last month", "preview": True}),
+        served.call("search", {"query": "router admin password", "minScore": 0}),
+        served.call(
+            "recall", {"message": "router admin password subscription", "preview": True, "minScore": 0}
+        ),
+    ]
+    assert {"applied", "ignored"} == {
+        "applied" if r["window"]["applied"] else "ignored" for r in replies if "window" in r
+    }
+    for reply in replies:
+        assert reply["hits"], reply
+        result = wire.parse_search(reply)
+        assert _same_json(wire.search_json(result, preview="analysis" in reply), reply)
+    masked = wire.parse_search(replies[2]).hits
+    assert any(h.masked for h in masked) and all(SECRET not in h.text for h in masked)
+    recalled = wire.parse_search(replies[3])
+    assert recalled.context and recalled.analysis and recalled.analysis.history_turns == 0
+    for query in ("tomatoes sun water", "nothing at all here"):
+        why = served.call("why", {"reference": "vault/Garden", "query": query})
+        assert _same_json(wire.explanation_json(wire.parse_explanation(why)), why)
+    missing = served.call("why", {"reference": "vault/Nope", "query": "garden"})
+    assert missing["exists"] is False and "reason" in missing
+    assert _same_json(wire.explanation_json(wire.parse_explanation(missing)), missing)
+
+
+def test_hit_fields_are_the_documented_ones(served: Served) -> None:
+    """A hit carries the fields docs/protocol.md lists for it (agent and masked only when they apply)."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "protocol.md").read_text(encoding="utf-8")
+    table = doc.split("Each hit:", 1)[1].split("\n\n", 2)[1]
+    documented = re.findall(r"^\| `(\w+)` \|", table, re.M)
+    hit = served.call("search", {"query": "tomatoes sun water"})["hits"][0]
+    assert set(hit) <= set(documented) and set(documented) - set(hit) <= {"agent", "masked"}
+
+
 # --- recall ----------------------------------------------------------------------------------
 
 
@@ -233,7 +283,7 @@ def test_masking_can_be_switched_off(make_cfg: Any, agent_vault: Path) -> None:
         from sidecar.search.retrieval import SearchRequest
 
         hits = r.search(SearchRequest("router admin password", 5, 0.0)).hits
-        assert any(SECRET in x["text"] for x in hits)
+        assert any(SECRET in x.text for x in hits)
     finally:
         h.close()
 

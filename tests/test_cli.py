@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from sidecar.clients.cli import COMMANDS, build_parser
+from sidecar.clients.cli import COMMANDS, command_for
+from sidecar.clients.cli_parser import build_parser
 from sidecar.clients.doctor import Probes, check_model, render, run_checks
 from sidecar.clients.foreground import Eta, Summary
 from sidecar.config import load_config
@@ -346,6 +347,20 @@ def test_bash_completion_from_the_parser(tmp_path: Path) -> None:
     assert complete("search", "--source", "w") == ["wiki"]
 
 
+def test_each_command_resolves_and_its_module_loads_no_engine() -> None:
+    """main imports only the module of the command given; none of them loads an engine at import
+    (serve and an offline index import the daemon when they run)."""
+    assert all(callable(command_for(name)) for name in COMMANDS)
+    modules = sorted({f"sidecar.clients.{module}" for module, _ in COMMANDS.values()})
+    code = (
+        f"import sys, {', '.join(modules)};"
+        "heavy = {'onnxruntime', 'tokenizers', 'lancedb', 'tantivy', 'pyarrow', 'numpy'} & set(sys.modules);"
+        "print(sorted(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]"
+
+
 @pytest.mark.parametrize("shell", ["zsh", "fish"])
 def test_zsh_and_fish_completion_name_every_command(shell: str) -> None:
     text = subprocess.run(
@@ -418,13 +433,6 @@ def test_journald_lines_carry_their_priority() -> None:
     assert line(logging.ERROR, "sweep_failed error=x") == "<3>ERROR sidecar.x sweep_failed error=x"
     assert line(logging.WARNING, "w").startswith("<4>") and line(logging.INFO, "i").startswith("<6>")
     assert line(logging.INFO, "a\nb") == "<6>INFO sidecar.x a\n<6>b"
-
-
-def test_cli_sources_match_the_scanner() -> None:
-    from sidecar.clients import cli
-    from sidecar.vault import sources
-
-    assert cli.SOURCES == sources.SOURCES
 
 
 def test_each_skipped_file_is_named_once_at_info(

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.contracts.wire import hit_json
 from sidecar.index import indexer as indexer_mod
 from sidecar.search.query import analyze
 from sidecar.search.retrieval import Retriever, SearchRequest
@@ -48,7 +49,8 @@ def _index_and_close(cfg: Any) -> int:
 
 def _search(h: Harness, query: str, **kw: Any) -> list[dict[str, Any]]:
     r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
-    return r.search(SearchRequest(query, kw.pop("limit", 10), kw.pop("min_score", 0.0), **kw)).hits
+    hits = r.search(SearchRequest(query, kw.pop("limit", 10), kw.pop("min_score", 0.0), **kw)).hits
+    return [hit_json(h) for h in hits]
 
 
 def test_sweep_indexes_every_store_consistently(harness: Harness) -> None:
@@ -405,8 +407,8 @@ def test_bm25_only_without_model(make_cfg: Any, vault: Path) -> None:
         r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall).search(
             SearchRequest("spark plugs", 5, 0.0)
         )
-        assert r.hits[0]["reference"] == "vault/Projects/Boat"
-        assert r.hits[0]["vecScore"] is None
+        assert r.hits[0].reference == "vault/Projects/Boat"
+        assert r.hits[0].vec_score is None
         assert r.degraded and "keyword" in r.degraded
         assert h.stores.manifest.pending_count() == h.stores.manifest.chunk_count()
     finally:
@@ -539,7 +541,7 @@ def test_unreadable_vector_table_is_replaced_while_running(harness: Harness) -> 
     _truncate_vector_data(harness.cfg)
     failed = r.search(SearchRequest("spark plugs", 5, 0.0))
     assert failed.degraded and "vector search failed" in failed.degraded
-    assert failed.hits[0]["reference"] == "vault/Projects/Boat"  # keyword arm answers meanwhile
+    assert failed.hits[0].reference == "vault/Projects/Boat"  # keyword arm answers meanwhile
     assert harness.indexer.repair_vectors(failed.degraded) is True
     assert any(p.name.startswith("vectors.broken-") for p in harness.cfg.index_dir.iterdir())
     assert harness.stores.manifest.pending_count() == expected
@@ -548,7 +550,7 @@ def test_unreadable_vector_table_is_replaced_while_running(harness: Harness) -> 
     store = harness.stores.vectors
     assert store is not None and store.count() == expected
     again = r.search(SearchRequest("spark plugs", 5, 0.0))
-    assert again.degraded is None and again.hits[0]["vecScore"] is not None
+    assert again.degraded is None and again.hits[0].vec_score is not None
     assert harness.stores.problems.active_in("vector_search") is None
 
 

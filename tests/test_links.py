@@ -229,10 +229,10 @@ def test_link_lift_raises_a_note_the_top_notes_link_to(linked: Any) -> None:
     h, _v = linked
     req = SearchRequest("sync", 20, 0.0, None, None, Filters())
     off = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall).search(req).hits
-    assert not any("linked" in hit["boosts"] for hit in off)
+    assert not any("linked" in hit.boosts for hit in off)
     on = Retriever(h.stores, h.slot, replace(h.cfg.search, link_lift=0.4), h.cfg.recall).search(req).hits
-    sync = next(hit for hit in on if hit["reference"] == "vault/Sync")
+    sync = next(hit for hit in on if hit.reference == "vault/Sync")
     # Home, Getting started, Audio recorder, B/Deep/Index and wiki/Backups mention and link Sync.
-    assert sync["boosts"]["linked"] > 1.0
-    before = next(hit for hit in off if hit["reference"] == "vault/Sync")
-    assert sync["score"] == pytest.approx(before["score"] * sync["boosts"]["linked"], rel=1e-4)
+    assert sync.boosts["linked"] > 1.0
+    before = next(hit for hit in off if hit.reference == "vault/Sync")
+    assert sync.score == pytest.approx(before.score * sync.boosts["linked"], rel=1e-4)

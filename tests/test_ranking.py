@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sidecar.contracts.wire import Analysis, Hit
 from sidecar.model.embedder import load_model
 from sidecar.search.retrieval import Retriever, SearchRequest
 from tests.conftest import FakeEmbedder, Harness, write
@@ -30,7 +32,7 @@ def fixture_vault(tmp_path: Path) -> Path:
     return v
 
 
-def _hits(make_cfg: Any, vault: Path, query: str, **flags: Any) -> list[dict[str, Any]]:
+def _hits(make_cfg: Any, vault: Path, query: str, **flags: Any) -> tuple[Hit, ...]:
     h = Harness(make_cfg(vault, **flags), FakeEmbedder())
     try:
         h.sweep()
@@ -40,8 +42,8 @@ def _hits(make_cfg: Any, vault: Path, query: str, **flags: Any) -> list[dict[str
         h.close()
 
 
-def _by_ref(hits: list[dict[str, Any]], ref: str) -> dict[str, Any]:
-    return next(h for h in hits if h["reference"] == ref)
+def _by_ref(hits: Sequence[Hit], ref: str) -> Hit:
+    return next(h for h in hits if h.reference == ref)
 
 
 def test_edited_note_ranks_by_keywords_until_its_vector_exists(make_cfg: Any, fixture_vault: Path) -> None:
@@ -54,12 +56,12 @@ def test_edited_note_ranks_by_keywords_until_its_vector_exists(make_cfg: Any, fi
         h.indexer.sweep()  # indexed, not embedded
         r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
         before = r.search(SearchRequest("outboard propeller", 20, 0.0)).hits
-        assert before[0]["reference"] == "vault/Backups" and before[0]["vecScore"] is None
-        assert any(hit["vecScore"] is not None for hit in before)  # the vector arm did take part
+        assert before[0].reference == "vault/Backups" and before[0].vec_score is None
+        assert any(hit.vec_score is not None for hit in before)  # the vector arm did take part
         while h.indexer.embed_pending():
             pass
         after = r.search(SearchRequest("outboard propeller", 20, 0.0)).hits
-        assert after[0]["reference"] == "vault/Backups" and after[0]["vecScore"] is not None
+        assert after[0].reference == "vault/Backups" and after[0].vec_score is not None
     finally:
         h.close()
 
@@ -70,34 +72,34 @@ def test_slug_boost(make_cfg: Any, fixture_vault: Path) -> None:
     off = _by_ref(
         _hits(make_cfg, fixture_vault, "restic backups nightly", **{"search.slugBoost": 1.0}), "vault/Backups"
     )
-    assert on["boosts"]["slug"] == 1.15 and "slug" not in off["boosts"]
-    assert on["score"] == pytest.approx(off["score"] * 1.15, rel=1e-3)
+    assert on.boosts["slug"] == 1.15 and "slug" not in off.boosts
+    assert on.score == pytest.approx(off.score * 1.15, rel=1e-3)
 
 
 def test_full_name_boost(make_cfg: Any, fixture_vault: Path) -> None:
     """The query naming every word of a two-word title lifts that page above a page of the same words."""
     on = _hits(make_cfg, fixture_vault, "audio recorder microphone")
-    assert on[0]["reference"] == "vault/Audio recorder" and on[0]["boosts"]["fullName"] == 1.3
+    assert on[0].reference == "vault/Audio recorder" and on[0].boosts["fullName"] == 1.3
     off = _hits(
         make_cfg,
         fixture_vault,
         "audio recorder microphone",
         **{"search.fullNameBoost": 1.0, "search.slugBoost": 1.0},
     )
-    assert "fullName" not in _by_ref(off, "vault/Audio recorder")["boosts"]
+    assert "fullName" not in _by_ref(off, "vault/Audio recorder").boosts
 
 
 def test_log_demotion_unless_chronicle(make_cfg: Any, fixture_vault: Path) -> None:
     """wiki/logs/ pages are demoted (search.logDemotion) unless the query asks when/what changed."""
     plain = _by_ref(_hits(make_cfg, fixture_vault, "backup job restic"), "wiki/logs/2026-09")
-    assert plain["boosts"]["log"] == 0.6
+    assert plain.boosts["log"] == 0.6
     chronicle = _by_ref(_hits(make_cfg, fixture_vault, "when did the backup job change"), "wiki/logs/2026-09")
-    assert "log" not in chronicle["boosts"]
+    assert "log" not in chronicle.boosts
     off = _by_ref(
         _hits(make_cfg, fixture_vault, "backup job restic", **{"search.logDemotion": 1.0}),
         "wiki/logs/2026-09",
     )
-    assert "log" not in off["boosts"] and off["score"] > plain["score"]
+    assert "log" not in off.boosts and off.score > plain.score
 
 
 def test_page_support_and_cap(make_cfg: Any, fixture_vault: Path) -> None:
@@ -106,12 +108,12 @@ def test_page_support_and_cap(make_cfg: Any, fixture_vault: Path) -> None:
     q = "garden irrigation timer tomatoes"
     supported = _hits(make_cfg, fixture_vault, q, **{"search.pageSupport": 0.5, "search.maxHitsPerNote": 0})
     best = supported[0]
-    assert best["reference"] == "vault/Garden" and best["boosts"]["support"] > 0
+    assert best.reference == "vault/Garden" and best.boosts["support"] > 0
     plain = _hits(make_cfg, fixture_vault, q, **{"search.pageSupport": 0.0, "search.maxHitsPerNote": 0})
-    assert "support" not in plain[0]["boosts"] and plain[0]["score"] < best["score"]
-    assert sum(h["reference"] == "vault/Garden" for h in plain) > 2
+    assert "support" not in plain[0].boosts and plain[0].score < best.score
+    assert sum(h.reference == "vault/Garden" for h in plain) > 2
     capped = _hits(make_cfg, fixture_vault, q, **{"search.maxHitsPerNote": 2})
-    assert sum(h["reference"] == "vault/Garden" for h in capped) == 2
+    assert sum(h.reference == "vault/Garden" for h in capped) == 2
 
 
 def test_short_query_leans_on_bm25(make_cfg: Any, fixture_vault: Path) -> None:
@@ -122,7 +124,7 @@ def test_short_query_leans_on_bm25(make_cfg: Any, fixture_vault: Path) -> None:
     b = _by_ref(
         _hits(make_cfg, fixture_vault, "restic", **{"search.shortQueryBm25Weight": 0.0}), "vault/Backups"
     )
-    assert a["score"] != b["score"]
+    assert a.score != b.score
 
 
 def test_overlapping_chunks_fold_into_the_better_hit(make_cfg: Any, tmp_path: Path) -> None:
@@ -136,7 +138,7 @@ def test_overlapping_chunks_fold_into_the_better_hit(make_cfg: Any, tmp_path: Pa
     contained = _hits(make_cfg, v, q, **{"search.fold": "contained", "search.maxHitsPerNote": 0})
     assert len(off) > 3 and len(contained) == len(off)
     assert 0 < len(on) < len(off)
-    lines = sorted(tuple(h["lines"]) for h in on)
+    lines = sorted(h.lines for h in on)
     assert all(a[1] < b[0] for a, b in itertools.pairwise(lines)), "no two kept hits overlap"
 
 
@@ -161,7 +163,7 @@ def test_rare_identifier_leads_over_the_vector_arms_favourites(make_cfg: Any, tm
     for i in range(30):
         write(v / f"Kitchen {i}.md", f"# Kitchen {i}\n\nThe oven timer rings after {i + 20} minutes.\n")
 
-    def top(query: str, **flags: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    def top(query: str, **flags: Any) -> tuple[Hit, Analysis]:
         cfg = make_cfg(v, **flags)
         h = Harness(cfg, load_model(cfg))
         try:
@@ -169,14 +171,15 @@ def test_rare_identifier_leads_over_the_vector_arms_favourites(make_cfg: Any, tm
             res = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall).search(
                 SearchRequest(query, 10, 0.0)
             )
+            assert res.analysis is not None
             return res.hits[0], res.analysis
         finally:
             h.close()
 
     hit, analysis = top("zq7k3 paragraph")
-    assert analysis["rareWords"] == ["zq7k3"]
-    assert hit["reference"] == "vault/Garden" and "zq7k3" in hit["text"] and "rareTerm" in hit["boosts"]
+    assert analysis.rare_words == ("zq7k3",)
+    assert hit.reference == "vault/Garden" and "zq7k3" in hit.text and "rareTerm" in hit.boosts
     hit, analysis = top("zq7k3 paragraph", **{"search.rareTermChunks": 0})
-    assert analysis["rareWords"] == [] and hit["reference"] != "vault/Garden"
+    assert analysis.rare_words == () and hit.reference != "vault/Garden"
     # An ordinary word the model knows is not rare, however few notes contain it.
-    assert top("oven paragraph")[1]["rareWords"] == []
+    assert top("oven paragraph")[1].rare_words == ()

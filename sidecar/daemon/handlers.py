@@ -1,5 +1,6 @@
 """One function per protocol op. Parameters are validated here; errors are raised as typed
-SidecarErrors and the server turns them into error responses. Imports retrieval, indexer, sources.
+SidecarErrors and the server turns them into error responses; search results become replies
+through ``sidecar.contracts.wire``.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from sidecar.contracts.protocol import (
     param_opt_str,
     param_str,
 )
+from sidecar.contracts.wire import SOURCES, explanation_json, search_json
 from sidecar.index.indexer import Indexer
 from sidecar.memory.ops import MemoryOps
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
@@ -33,10 +35,11 @@ from sidecar.notes.links import LinkGraph
 from sidecar.notes.outline import Page, one_line
 from sidecar.notes.outline import render as render_outline
 from sidecar.notes.redact import mask
+from sidecar.search.explain import explain
 from sidecar.search.query import FilterError, Filters, parse_day
-from sidecar.search.retrieval import Retriever, SearchRequest, SearchResult
+from sidecar.search.recall import recall
+from sidecar.search.retrieval import Retriever, SearchRequest
 from sidecar.vault.sources import (
-    SOURCES,
     NoteUnreadable,
     key_for_reference,
     path_for_key,
@@ -186,7 +189,7 @@ class Handlers:
             result = self.retriever.search(self._request(p, req.agent, "query", self.cfg.search.limit))
         except FilterError as exc:
             raise ProtocolError(f"bad filter in 'query': {exc}") from exc
-        return _hits_reply(result, p, {})
+        return search_json(result, preview=param_bool(p, "preview", default=False))
 
     def why(self, req: Request) -> dict[str, Any]:
         """Explain a note's place (or absence) in the results of a query."""
@@ -194,28 +197,29 @@ class Handlers:
         check_known(p, ("reference", "query"))
         key = key_for_reference(param_str(p, "reference", max_len=MAX_REFERENCE_CHARS), req.agent)
         try:
-            out = self.retriever.explain(key, param_str(p, "query", max_len=MAX_QUERY_CHARS), req.agent)
+            out = explain(self.retriever, key, param_str(p, "query", max_len=MAX_QUERY_CHARS), req.agent)
         except FilterError as exc:
             raise ProtocolError(f"bad filter in 'query': {exc}") from exc
-        if not out["indexed"]:
+        if not out.indexed:
             state = self.indexer.stores.manifest.file_states(key).get(key)
             try:
                 path_for_key(self.cfg, key)
                 exists = True
             except SourceError:
                 exists = False
-            out["exists"] = exists
+            out = replace(out, exists=exists)
             rule = self.indexer.excluded_by(key)
             if rule is not None:
-                out["reason"] = f"the note is excluded by {rule}"
-                out["excluded"] = rule
+                out = replace(out, reason=f"the note is excluded by {rule}", excluded=rule)
             elif state is not None and state.state == "skipped":
-                out["reason"] = "the file was skipped when indexing (see `file_skipped` in the log)"
+                out = replace(
+                    out, reason="the file was skipped when indexing (see `file_skipped` in the log)"
+                )
             elif exists:
-                out["reason"] = "the file exists but is not indexed yet (a sweep will pick it up)"
+                out = replace(out, reason="the file exists but is not indexed yet (a sweep will pick it up)")
             else:
-                out["reason"] = "no such note in the vault, wiki or this agent's memory"
-        return out
+                out = replace(out, reason="no such note in the vault, wiki or this agent's memory")
+        return explanation_json(out)
 
     def recall(self, req: Request) -> dict[str, Any]:
         """Auto-injection: the current message (previous turns blended in) -> a context block."""
@@ -234,10 +238,10 @@ class Handlers:
         model = self.slot.model
         count = model.count_tokens if model is not None else approx_token_count
         try:
-            result, block = self.retriever.recall(search.query, history, search, count)
+            result = recall(self.retriever, search.query, history, search, count)
         except FilterError as exc:
             raise ProtocolError(f"bad filter in 'message': {exc}") from exc
-        return _hits_reply(result, p, {"context": block})
+        return search_json(result, preview=param_bool(p, "preview", default=False))
 
     def get(self, req: Request) -> dict[str, Any]:
         p = req.params
@@ -361,25 +365,6 @@ class Handlers:
             raise ProtocolError(f"unknown root {confirm!r}; roots: {', '.join(sorted(known)) or 'none yet'}")
         self.service.request_sweep(rebuild, None, frozenset([confirm]) if confirm else frozenset())
         return {"queued": True, "rebuild": rebuild, "sweeps": self.indexer.activity.sweeps}
-
-
-def _hits_reply(result: SearchResult, p: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"hits": result.hits, **extra}
-    if result.degraded:
-        out["degraded"] = result.degraded
-    filters = result.analysis.get("filters") or {}
-    if result.analysis.get("timePhraseIgnored"):
-        out["window"] = {"phrase": result.analysis["timePhraseIgnored"], "applied": False}
-    elif filters.get("timePhrase"):
-        out["window"] = {
-            "phrase": filters["timePhrase"],
-            "since": filters["since"],
-            "until": filters["until"],
-            "applied": True,
-        }
-    if param_bool(p, "preview", default=False):
-        out["analysis"] = result.analysis
-    return out
 
 
 def _fm_description(fm_json: str) -> str:

@@ -21,11 +21,12 @@ from typing import Any
 from sidecar.config import Config
 from sidecar.contracts.errors import EmbedderError, ProtocolError, SidecarError, StorageError, StoreError
 from sidecar.contracts.protocol import Request, check_known, param_int, param_opt_str, param_str
+from sidecar.contracts.wire import SOURCES
 from sidecar.index.indexer import Indexer
 from sidecar.memory.inbox import Inboxes, check_agent, check_slug
 from sidecar.model.embedder import EmbedderSlot, cosine_range
 from sidecar.notes.chunking import chunk_note
-from sidecar.vault.sources import SOURCES, Root, agent_inbox, inbox_refusal, is_note_name, public_reference
+from sidecar.vault.sources import Root, agent_inbox, inbox_refusal, is_note_name, public_reference
 
 log = logging.getLogger(__name__)
 

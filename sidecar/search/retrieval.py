@@ -1,6 +1,6 @@
-"""Query -> both arms -> fusion -> rules -> hits. Each arm over-fetches, fusion ranks, then we
-truncate. ``recall`` (auto-injection) blends the previous turns into the query vector and renders
-a context block. Imports query, fusion, sources, the stores and the embedder protocol.
+"""Query -> both arms -> fusion -> rules -> typed hits. Each arm over-fetches, fusion ranks, then
+we truncate. ``plan``, ``arms`` and ``rank`` are shared with ``why`` (search.explain) and ``recall``
+(search.recall).
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ import numpy as np
 
 from sidecar.config import RecallConfig, SearchConfig
 from sidecar.contracts.errors import EmbedderError, StoreError
+from sidecar.contracts.wire import SOURCES, SearchResult
 from sidecar.index.vectoring import Stores
 from sidecar.model.embedder import EmbedderSlot, cosine_range
 from sidecar.notes.links import cited_by
-from sidecar.notes.redact import mask
 from sidecar.search.fusion import Candidate, Rules, Scale, Scored, apply_rules, cap_per_note, fold, fuse
 from sidecar.search.query import Filters, QueryAnalysis, analyze, is_stopword, split_filters
 from sidecar.search.query import fold as fold_word
+from sidecar.search.results import analysis_of, to_hit
 from sidecar.stores.manifest import ChunkView
-from sidecar.vault.sources import public_reference
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +50,6 @@ class Ranking:
     scored: list[Scored]  # every candidate after fusion and rules, before folding
     folded: list[Scored]  # after folding, before the per-note cap
     scale: Scale = field(default_factory=Scale)  # how raw scores became relevance
-
-
-@dataclass(frozen=True)
-class SearchResult:
-    hits: list[dict[str, Any]]
-    degraded: str | None  # why the vector arm did not take part, if it did not
-    analysis: dict[str, Any] = field(default_factory=dict)
 
 
 def bm25_text(qa: QueryAnalysis) -> str:
@@ -114,7 +107,7 @@ class Retriever:
             weight = min(weight, cfg.rare_term_vector_weight)
         return weight
 
-    def _plan(self, qa: QueryAnalysis) -> tuple[tuple[str, ...], float]:
+    def plan(self, qa: QueryAnalysis) -> tuple[tuple[str, ...], float]:
         """The query's rare words and the vector share they lead to."""
         rare = self.rare_words(qa)
         return rare, self.vector_weight(qa, rare)
@@ -145,7 +138,7 @@ class Retriever:
 
     # --- the arms -----------------------------------------------------------------------------
 
-    def _arms(
+    def arms(
         self,
         req: SearchRequest,
         text: str,
@@ -189,7 +182,7 @@ class Retriever:
             problems.report("vector_search", str(exc))
             return bm, [], f"vector search failed ({exc}); keyword results only"
 
-    def _rank(
+    def rank(
         self,
         req: SearchRequest,
         qa: QueryAnalysis,
@@ -288,271 +281,38 @@ class Retriever:
         except StoreError:  # the keyword arm has reported it already
             return []
 
-    def _hit(self, s: Scored, view: ChunkView, agent: str | None) -> dict[str, Any]:
-        c = s.candidate
-        hit: dict[str, Any] = {
-            "reference": public_reference(view.key, agent),
-            "source": view.source,
-            "score": round(s.score, 6),
-            "relevance": round(s.relevance, 4),
-            "vecScore": None if c.vec is None else round(c.vec, 6),
-            "bm25Score": None if c.bm25 is None else round(c.bm25, 6),
-            "boosts": dict(s.boosts),
-            "title": view.title,
-            "headings": list(view.headings),
-            "lines": [c.start_line, c.end_line],
-            "text": view.text,
-        }
-        if self.cfg.mask_secrets:
-            hit["text"], masked = mask(view.text)
-            if masked:
-                hit["masked"] = masked
-        if view.agent:
-            hit["agent"] = view.agent
-        return hit
-
     # --- search ---------------------------------------------------------------------------------
 
     def search(self, req: SearchRequest) -> SearchResult:
         text, inline = split_filters(req.query, self.today())
-        result = self._search(_with_filters(req, inline), text)
+        result = self._search(with_filters(req, inline), text)
         if result.hits or not inline.phrase:
             return result
         # A time phrase is a soft filter: "a daily note for today" asks about daily notes, not
         # about notes of today. When its window holds nothing, the words are searched instead.
         phrase = inline.phrase
         text, inline = split_filters(req.query, self.today(), phrases=False)
-        result = self._search(_with_filters(req, inline), text)
-        result.analysis["timePhraseIgnored"] = phrase
-        return result
+        result = self._search(with_filters(req, inline), text)
+        assert result.analysis is not None
+        return replace(result, analysis=replace(result.analysis, time_phrase_ignored=phrase))
 
     def _search(self, req: SearchRequest, text: str) -> SearchResult:
         qa = analyze(text)
-        rare, weight = self._plan(qa)
-        bm, vec_lists, degraded = self._arms(req, text, qa, None, weight)
-        r = self._rank(req, qa, bm, vec_lists, weight=weight, rare=rare)
+        rare, weight = self.plan(qa)
+        bm, vec_lists, degraded = self.arms(req, text, qa, None, weight)
+        r = self.rank(req, qa, bm, vec_lists, weight=weight, rare=rare)
+        mask_secrets = self.cfg.mask_secrets
         hits = [
-            self._hit(s, r.views[s.candidate.chunk_id], req.agent)
+            to_hit(s, r.views[s.candidate.chunk_id], req.agent, mask_secrets=mask_secrets)
             for s in r.ranked
             if s.relevance >= req.min_score
         ]
-        return SearchResult(hits[: req.limit], degraded, _analysis(qa, req.filters, rare))
-
-    # --- explain ----------------------------------------------------------------------------------
-
-    def explain(self, key: str, query: str, agent: str | None) -> dict[str, Any]:
-        """Why a note ranks where it does (or not at all) for a query: scores, boosts, outcome."""
-        text, inline = split_filters(query, self.today())
-        req = _with_filters(SearchRequest(query, self.cfg.limit, self.cfg.min_score, None, agent), inline)
-        qa = analyze(text)
-        chunks = self.stores.manifest.chunks_of(key)
-        if not chunks:
-            return {"indexed": False, "analysis": _analysis(qa, req.filters)}
-        rare, weight = self._plan(qa)
-        bm, vec_lists, degraded = self._arms(req, text, qa, None, weight)
-        r = self._rank(req, qa, bm, vec_lists, weight=weight, rare=rare)
-        ids = [c.chunk_id for c in chunks]
-        direct_bm = dict(self.stores.bm25.search(bm25_text(qa), len(ids) + 5, key=key))
-        direct_vec: dict[str, float] = {}
-        serving = self.stores.serving
-        if serving is not None and qa.words:
-            q = serving.model.embed_query(text)
-            direct_vec = {cid: float(np.dot(v, q)) for cid, v in serving.store.vectors_of(ids).items()}
-        scored = {s.candidate.chunk_id: s for s in r.scored}
-        rank = {s.candidate.chunk_id: i + 1 for i, s in enumerate(r.ranked)}
-        folded_into = {f: s for s in r.folded for f in s.folded}
-        in_folded = {s.candidate.chunk_id for s in r.folded}
-        out = []
-        for c in chunks:
-            s = scored.get(c.chunk_id)
-            if c.chunk_id in rank and rank[c.chunk_id] <= req.limit:
-                outcome = f"hit #{rank[c.chunk_id]}"
-            elif c.chunk_id in rank:
-                outcome = f"rank {rank[c.chunk_id]}, beyond the limit of {req.limit}"
-            elif c.chunk_id in folded_into:
-                w = folded_into[c.chunk_id].candidate
-                outcome = f"folded into the wider hit of lines {w.start_line}-{w.end_line}"
-            elif c.chunk_id in in_folded:
-                outcome = f"dropped by the cap of {self.cfg.max_hits_per_note} hits per note"
-            elif (
-                c.chunk_id not in r.views
-                and (c.chunk_id in direct_bm or c.chunk_id in direct_vec)
-                and s is None
-            ):
-                outcome = "not among the candidates of either arm (or removed by a filter)"
-            else:
-                outcome = "not among the candidates of either arm"
-            out.append(
-                {
-                    "lines": [c.start_line, c.end_line],
-                    "vecScore": round(direct_vec[c.chunk_id], 4) if c.chunk_id in direct_vec else None,
-                    "bm25Score": round(direct_bm[c.chunk_id], 4) if c.chunk_id in direct_bm else None,
-                    "score": round(s.score, 4) if s else None,
-                    "relevance": round(s.relevance, 4) if s else None,
-                    "boosts": dict(s.boosts) if s else {},
-                    "outcome": outcome,
-                }
-            )
-        return {
-            "indexed": True,
-            "reference": public_reference(key, agent),
-            "chunks": out,
-            "vectorWeight": weight,
-            "degraded": degraded,
-            "analysis": _analysis(qa, req.filters, rare),
-        }
-
-    # --- recall (auto-injection) -----------------------------------------------------------------
-
-    def recall(
-        self,
-        message: str,
-        history: Sequence[str],
-        req: SearchRequest,
-        count_tokens: Callable[[Sequence[str]], list[int]],
-    ) -> tuple[SearchResult, str]:
-        """Hits for the current message (previous turns blended in) and the rendered context block."""
-        text, inline = split_filters(message, self.today())
-        result, block = self._recall(text, history, _with_filters(req, inline), count_tokens)
-        if result.hits or not inline.phrase:
-            return result, block
-        phrase = inline.phrase
-        text, inline = split_filters(message, self.today(), phrases=False)  # see search
-        result, block = self._recall(text, history, _with_filters(req, inline), count_tokens)
-        result.analysis["timePhraseIgnored"] = phrase
-        return result, block
-
-    def _recall(
-        self,
-        text: str,
-        history: Sequence[str],
-        req: SearchRequest,
-        count_tokens: Callable[[Sequence[str]], list[int]],
-    ) -> tuple[SearchResult, str]:
-        rc = self.recall_cfg
-        qa = analyze(text)
-        turns = (
-            [t[: rc.history_head_chars] for t in history[-rc.history_turns :] if t.strip()]
-            if rc.history_turns
-            else []
-        )
-        if not qa.content_words and not turns:
-            return SearchResult([], None, _analysis(qa, req.filters)), ""
-        vectors = self._recall_vectors(text, qa, turns)
-        rare, weight = self._plan(qa)
-        parts = self._recall_parts(qa, turns)
-        bm, vec_lists, degraded = self._arms(req, text, qa, vectors, weight, parts=parts)
-        r = self._rank(req, qa, bm, vec_lists, weight=weight, rare=rare, parts=parts)
-        views = r.views
-        floor = max(req.min_score, rc.score_floor)
-        # The similarity gate keeps small talk out; a chunk holding a rare code of the message (a
-        # ticket number, a host name: a rare word with a digit) was named, not guessed, and passes
-        # it. Rare plain words do not ("haiku", "Danke" found a page each in the help vault).
-        named = any(any(ch.isdigit() for ch in w) for w in rare)
-        kept = [
-            s
-            for s in r.ranked
-            if (named and "rareTerm" in s.boosts)  # named, not guessed: neither floor applies
-            or (
-                s.relevance >= floor
-                and (
-                    (s.candidate.vec is not None and r.scale.vec(s.candidate.vec) >= rc.min_similarity)
-                    or (s.candidate.vec is None and degraded is not None)
-                )
-            )
-        ]
-        hits = [self._hit(s, views[s.candidate.chunk_id], req.agent) for s in kept[: req.limit]]
-        analysis = {**_analysis(qa, req.filters, rare), "historyTurns": len(turns)}
-        result = SearchResult(hits, degraded, analysis)
-        return result, render_block(hits, req.token_budget or rc.token_budget, count_tokens)
-
-    def _recall_parts(self, qa: QueryAnalysis, turns: list[str]) -> BmParts:
-        """BM25 words of a recall: the message's, then the history's content words at the share the
-        history has in the query vector (a follow-up without content words is all history)."""
-        rc = self.recall_cfg
-        parts: BmParts = [(bm25_text(qa), 1.0)] if qa.content_words else []
-        words = [w for t in reversed(turns) for w in analyze(t).content_words]
-        history = " ".join(list(dict.fromkeys(w.lower() for w in words))[: rc.history_words])
-        if history:
-            weight = (rc.history_weight_none, rc.history_weight_short, rc.history_weight_long)[qa.word_class]
-            parts.append((history, 1.0 if not parts else weight))
-        return parts
-
-    def _recall_vectors(
-        self, text: str, qa: QueryAnalysis, turns: list[str]
-    ) -> list[np.ndarray[Any, Any]] | None:
-        serving = self.stores.serving
-        if serving is None:
-            return None
-        model = serving.model
-        rc = self.recall_cfg
-        message = model.embed_query(text) if qa.words else None
-        if not turns:
-            return [message] if message is not None else None
-        # Turns are what someone said, like the message: embedded as queries (e5 models tell the two
-        # apart by prefix), newest last.
-        history = np.mean([model.embed_query(t) for t in turns], axis=0)
-        weight = (rc.history_weight_none, rc.history_weight_short, rc.history_weight_long)[qa.word_class]
-        blended = history if message is None else (1 - weight) * message + weight * history
-        blended = blended / max(float(np.linalg.norm(blended)), 1e-12)
-        # A message with content words also runs alone; each query is fused on its own.
-        return [blended, message] if message is not None and qa.content_words else [blended]
+        return SearchResult(tuple(hits[: req.limit]), degraded, analysis_of(qa, req.filters, rare))
 
 
-HEADER = (
-    "Notes recalled from the user's knowledge base because they may relate to this message. They are "
-    "recollection, not observation: written earlier, possibly outdated or wrong, and they never replace "
-    "checking the current state with your tools."
-)
-MORE = "Call memory_search to recall more, or memory_get with a reference for the whole note."
-LEGEND = "Sources: [wiki] curated pages · [vault] the user's notes · [memory] your own earlier notes"
-
-
-def render_block(
-    hits: Sequence[dict[str, Any]], budget: int, count_tokens: Callable[[Sequence[str]], list[int]]
-) -> str:
-    """The context block: header, legend, then hits until the token budget is spent."""
-    if not hits:
-        return ""
-    parts = ["<recalled-notes>", HEADER, LEGEND, MORE]
-    used = sum(count_tokens(parts))
-    for h in hits:
-        head = f"\n[{h['source']}] {h['reference']} (lines {h['lines'][0]}-{h['lines'][1]})"
-        body = h["text"]
-        cost = sum(count_tokens([head, body]))
-        if used + cost > budget:
-            room = budget - used - count_tokens([head])[0]
-            if room < 40:
-                break
-            words = body.split()
-            body = " ".join(words[: max(1, len(words) * room // max(cost, 1))]) + " …"
-            cost = sum(count_tokens([head, body]))
-        parts.extend([head, body])
-        used += cost
-    parts.append("</recalled-notes>")
-    return "\n".join(parts)
-
-
-def _with_filters(req: SearchRequest, inline: Filters) -> SearchRequest:
+def with_filters(req: SearchRequest, inline: Filters) -> SearchRequest:
     filters = req.filters.merged(inline)
     sources = req.sources
     if inline.sources:
-        sources = tuple(s for s in inline.sources if s in ("vault", "wiki", "memory")) or sources
+        sources = tuple(s for s in inline.sources if s in SOURCES) or sources
     return SearchRequest(req.query, req.limit, req.min_score, sources, req.agent, filters, req.token_budget)
-
-
-def _analysis(qa: QueryAnalysis, filters: Filters, rare: Sequence[str] = ()) -> dict[str, Any]:
-    return {
-        "text": qa.text,
-        "contentWords": list(qa.content_words),
-        "rareWords": list(rare),
-        "wordClass": qa.word_class,
-        "chronicle": qa.chronicle,
-        "filters": {
-            "tags": list(filters.tags),
-            "pathPrefix": filters.path_prefix,
-            "since": filters.since,
-            "until": filters.until,
-            "timePhrase": filters.phrase,
-        },
-    }

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from sidecar.config import Config, valid_agent
 from sidecar.contracts.errors import NotFoundError, SourceError
+from sidecar.contracts.wire import SOURCES
 from sidecar.vault.confine import (
     NotPrivateError,
     NotRegularError,
@@ -29,7 +30,6 @@ from sidecar.vault.confine import (
 
 log = logging.getLogger(__name__)
 
-SOURCES = ("vault", "wiki", "memory")
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,127}$")
 _DEBRIS = (
     re.compile(r"\.sync-conflict-", re.IGNORECASE),  # Syncthing

@@ -1,0 +1,250 @@
+"""The service commands: serve, index, status, config, service, doctor, completion. ``serve`` and
+an offline ``index`` import the daemon lazily; ``status`` only asks the socket."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from sidecar.clients.cli_parser import build_parser, config_of
+from sidecar.clients.cli_render import Progress, render_status
+from sidecar.clients.client import Client
+from sidecar.config import Config
+from sidecar.contracts.errors import DaemonNotRunningError, ExitCode
+
+
+def _check_vault(args: argparse.Namespace, cfg: Config, *, serving: bool) -> None:
+    """A vault folder that does not exist: the daemon waits for it (a share not mounted yet), with
+    a warning; a literal ``~`` from the command line (quoted, so the shell did not expand it) or
+    an offline ``index`` run is an error instead of a run over 0 notes."""
+    from sidecar.contracts.errors import ConfigError
+
+    path = cfg.vault.path
+    if path is None or path.is_dir():
+        return
+    raw = getattr(args, "vault", None)
+    if raw is not None and "~" in raw:
+        raise ConfigError(
+            f"--vault {raw}: the folder {path} does not exist; the shell did not expand '~' "
+            "(was it quoted?): write the full path"
+        )
+    if not serving:
+        raise ConfigError(f"vault.path: the folder {path} does not exist")
+    print(
+        f"sidecar: warning: the vault folder {path} does not exist (yet); serving agent memory and "
+        "waiting for it to appear (e.g. a share that is not mounted)",
+        file=sys.stderr,
+    )
+
+
+def cmd_serve(args: argparse.Namespace, cfg: Config) -> int:
+    from sidecar.runtime import heap, logs
+
+    heap.limit_arenas()  # before the stores' native threads exist
+    from sidecar.daemon.lifecycle import Daemon
+
+    _check_vault(args, cfg, serving=True)
+    logs.setup(cfg.logging.level, journald=cfg.journald)
+    if sys.stdout.isatty() and not cfg.journald and not args.json:
+        import threading
+
+        from sidecar.clients.foreground import follow
+
+        follow(cfg.socket_path, threading.Event(), sys.stdout)
+    Daemon(cfg, reload_config=lambda: config_of(args)).run()
+    return int(ExitCode.OK)
+
+
+def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
+    bar = Progress(sys.stderr)
+    try:
+        with Client(cfg.socket_path) as client:
+            before = client.call("health")["index"]["sweeps"]
+            params: dict[str, Any] = {"rebuild": bool(args.rebuild)}
+            if args.confirm_deletions:
+                params["confirmDeletions"] = args.confirm_deletions
+            client.call("index", params)
+            while True:
+                health = client.call("health")
+                idx = health["index"]
+                _show_progress(bar, idx, health["embedder"])
+                waiting = health["embedder"]["state"] == "ok" and idx["pending_vectors"] > 0
+                if idx["sweeps"] > before and idx["phase"] == "idle" and not waiting:
+                    break
+                time.sleep(0.5)
+        if args.json:
+            print(json.dumps({"through": "daemon", "files": idx["files"], "chunks": idx["chunks"]}))
+        else:
+            bar.done(f"indexed {idx['files']} notes, {idx['chunks']} chunks (through the daemon)")
+        return int(ExitCode.OK)
+    except DaemonNotRunningError:
+        pass
+    _check_vault(args, cfg, serving=False)
+    from sidecar.daemon.lifecycle import index_once
+    from sidecar.runtime import logs
+
+    logs.setup(cfg.logging.level if cfg.logging.level != "info" else "warning", journald=cfg.journald)
+    confirm = frozenset([args.confirm_deletions]) if args.confirm_deletions else frozenset()
+    summary = index_once(cfg, rebuild=bool(args.rebuild), progress=bar.update, confirm=confirm)
+    if args.json:
+        print(json.dumps({"through": "in-process", **summary}, default=str))
+        return int(ExitCode.OK)
+    bar.done(
+        f"indexed {summary['files']} notes, {summary['chunks']} chunks ({summary['changed']} read, "
+        f"{summary['deleted']} removed, {summary['pending_vectors']} without vectors)"
+    )
+    return int(ExitCode.OK)
+
+
+def _show_progress(bar: Progress, idx: dict[str, Any], embedder: dict[str, Any]) -> None:
+    if idx["phase"] in ("scanning", "indexing"):
+        bar.update(idx["phase"], idx["progress"]["done"], idx["progress"]["total"])
+    elif embedder["state"] == "ok" and idx["pending_vectors"]:
+        total = idx["chunks"]
+        bar.update("embedding", total - idx["pending_vectors"], total)
+
+
+def cmd_status(args: argparse.Namespace, cfg: Config) -> int:
+    try:
+        with Client(cfg.socket_path, timeout=10.0) as client:
+            health = client.call("health")
+    except DaemonNotRunningError as exc:
+        if args.json:
+            print(json.dumps({"running": False, "socket": str(cfg.socket_path), "error": str(exc)}))
+        else:
+            print(f"sidecar is not running.\n{exc}")
+        return int(ExitCode.NOT_RUNNING)
+    if args.json:
+        print(json.dumps({"running": True, **health}, ensure_ascii=False))
+    else:
+        print(render_status(health))
+    return int(ExitCode.OK)
+
+
+def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
+    from sidecar.config import render_example, settings
+
+    if args.action == "example":
+        text = render_example()
+        print(json.dumps({"example": text}) if args.json else text, end="" if not args.json else "\n")
+        return int(ExitCode.OK)
+    values: dict[str, Any] = {}
+    for s in settings():
+        value: Any = cfg
+        for attr in s.attrs:
+            value = getattr(value, attr)
+        values[s.dotted] = value
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "file": str(cfg.source_file) if cfg.source_file else None,
+                    "warnings": list(cfg.warnings),
+                    "values": {
+                        k: {"value": v, "from": cfg.origins.get(k, "default")} for k, v in values.items()
+                    },
+                    "socket": str(cfg.socket_path),
+                },
+                default=str,
+            )
+        )
+        return int(ExitCode.OK)
+    state = f"with {len(cfg.warnings)} warning(s)" if cfg.warnings else "OK"
+    print(f"configuration {state} ({cfg.source_file or 'no file: defaults, environment and flags'})")
+    for warning in cfg.warnings:
+        print(f"warning: {warning}")
+    for dotted, value in values.items():
+        print(f"{dotted} = {value}  ({cfg.origins.get(dotted, 'default')})")
+    print(f"socket (effective) = {cfg.socket_path}")
+    return int(ExitCode.OK)
+
+
+def cmd_service(args: argparse.Namespace, cfg: Config) -> int:
+    from sidecar.clients.service import prepare, service_file
+
+    sandbox = {"yes": True, "no": False}.get(getattr(args, "sandbox", "auto"))
+    svc = service_file(cfg, Path.home(), sandbox=sandbox)
+    if args.json:
+        return _service_json(args, cfg, svc)
+    if args.action == "status":
+        state = "installed" if svc.path.exists() else "not installed"
+        print(f"service file {svc.path}: {state}")
+        print(
+            f"start it with: {svc.enable}"
+            if svc.path.exists()
+            else "install it with: sidecar service install"
+        )
+        return int(ExitCode.OK)
+    if args.action == "uninstall":
+        if args.dry_run:
+            print(f"would remove {svc.path}; first run: {svc.disable}")
+            return int(ExitCode.OK)
+        print(f"stop it first with: {svc.disable}")
+        svc.path.unlink(missing_ok=True)
+        print(f"removed {svc.path}")
+        return int(ExitCode.OK)
+    if args.dry_run:
+        sys.stdout.write(svc.text)
+        print(f"# would be written to {svc.path}; then: {svc.enable}", file=sys.stderr)
+        return int(ExitCode.OK)
+    if cfg.source_file is None:
+        print(
+            "note: no configuration file; the service will start without a vault. Write one "
+            "(sidecar config example > ~/.config/sidecar/config.yaml) and set vault.path.",
+            file=sys.stderr,
+        )
+    for folder in prepare(cfg, Path.home()):
+        print(f"created {folder}")
+    svc.path.parent.mkdir(parents=True, exist_ok=True)
+    svc.path.write_text(svc.text, encoding="utf-8")
+    print(f"wrote {svc.path}\nstart it now and at every login with:\n  {svc.enable}")
+    return int(ExitCode.OK)
+
+
+def _service_json(args: argparse.Namespace, cfg: Config, svc: Any) -> int:
+    out: dict[str, Any] = {"path": str(svc.path), "start": svc.enable, "stop": svc.disable}
+    if args.action == "status":
+        out["installed"] = svc.path.exists()
+    elif args.dry_run:
+        out["dryRun"] = True
+        if args.action == "install":
+            out["text"] = svc.text
+    elif args.action == "install":
+        from sidecar.clients.service import prepare
+
+        out["created"] = [str(f) for f in prepare(cfg, Path.home())]
+        svc.path.parent.mkdir(parents=True, exist_ok=True)
+        svc.path.write_text(svc.text, encoding="utf-8")
+        out["written"] = True
+    else:
+        svc.path.unlink(missing_ok=True)
+        out["removed"] = True
+    print(json.dumps(out))
+    return int(ExitCode.OK)
+
+
+def cmd_doctor(args: argparse.Namespace, cfg: Config) -> int:
+    from sidecar.clients.doctor import mcp_snippets, render, run_checks
+
+    checks = run_checks(cfg)
+    if args.json:
+        ok = all(c.ok for c in checks)
+        print(json.dumps({"ok": ok, "checks": [c.as_dict() for c in checks], "mcp": mcp_snippets(cfg)}))
+    else:
+        print(render(checks, cfg))
+    return int(ExitCode.OK if all(c.ok for c in checks) else ExitCode.FAILURE)
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    from sidecar.clients.completion import command_tree, script
+
+    parser = build_parser()
+    if args.json:
+        print(json.dumps(command_tree(parser)))
+    else:
+        sys.stdout.write(script(parser, args.shell))
+    return int(ExitCode.OK)

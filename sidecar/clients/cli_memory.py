@@ -1,0 +1,69 @@
+"""The agent commands: ``mcp`` (an agent's MCP stdio server) and ``memory`` (its inbox from the
+shell)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from sidecar.clients.cli_parser import UsageError
+from sidecar.clients.client import Client
+from sidecar.config import Config
+from sidecar.contracts.errors import ExitCode, RemoteError
+
+
+def cmd_mcp(args: argparse.Namespace, cfg: Config) -> int:
+    from sidecar.config import valid_agent
+    from sidecar.runtime import logs
+
+    if not valid_agent(args.agent):
+        raise UsageError(f"invalid agent name {args.agent!r}: use a-z, 0-9, '_' and '-'")
+    logs.setup("warning", journald=cfg.journald)  # stderr only: stdout carries the protocol
+    from sidecar.clients.mcp_shim import run
+
+    run(cfg.socket_path, args.agent)
+    return int(ExitCode.OK)
+
+
+def cmd_memory(args: argparse.Namespace, cfg: Config) -> int:
+    params: dict[str, Any] = {}
+    if args.action == "list":
+        if args.tag:
+            params["tag"] = args.tag
+    else:
+        if not args.slug:
+            raise UsageError(
+                f"memory {args.action} needs a SLUG (sidecar memory {args.action} SLUG --agent NAME)"
+            )
+        params["slug"] = args.slug
+        if args.action in ("write", "edit"):
+            params["content"] = args.content if args.content is not None else sys.stdin.read()
+            if args.frontmatter:
+                try:
+                    params["frontmatter"] = json.loads(args.frontmatter)
+                except json.JSONDecodeError as exc:
+                    raise UsageError(f"--frontmatter is not valid JSON: {exc}") from None
+    try:
+        with Client(cfg.socket_path, agent=args.agent) as client:
+            result = client.call(args.action, params)
+    except RemoteError as exc:  # the daemon's words name the MCP tools; a person typed a command
+        raise RemoteError(exc.code, str(exc).replace("memory_write", "`sidecar memory write`")) from None
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False))
+    elif args.action == "list":
+        for n in result["notes"]:
+            print(f"{n['reference']}  {n['title']}  ({n['modified']})")
+        print(f"{result['total']} note(s)")
+    elif args.action == "delete":
+        print(f"moved to {result['trash']}" if result["deleted"] else result["message"])
+    else:
+        print(
+            f"{result['reference']} {'created' if result['created'] else 'written'} ({result['bytes']} bytes)"
+        )
+        for kind, n in result["redacted"].items():
+            print(f"redacted {n} {kind}", file=sys.stderr)
+        for d in result["duplicates"]:
+            print(f"similar: {d['reference']} ({d['similarity']:.0%})", file=sys.stderr)
+    return int(ExitCode.OK)

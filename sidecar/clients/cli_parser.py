@@ -1,0 +1,275 @@
+"""The command line's grammar: every command, its options and their help (``sidecar --help``,
+completion scripts), usage errors as one line (JSON with ``--json``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from sidecar import __version__
+from sidecar.config import Config, load_config
+from sidecar.contracts.errors import ExitCode, SidecarError
+from sidecar.contracts.wire import SOURCES
+
+
+class UsageError(SidecarError):
+    """A wrong command line value the parser cannot check (a missing --history file, bad JSON)."""
+
+    code = "usage"
+    exit_code = ExitCode.USAGE
+
+
+# Set by main() when the command line asks for --json: errors are printed as JSON too.
+_json_errors = False
+
+
+def set_json_errors(on: bool) -> None:
+    global _json_errors
+    _json_errors = on
+
+
+def emit_error(message: str, code: str) -> None:
+    """One line per error: JSON on stdout with --json (where the answer would have been), else
+    ``sidecar: message`` on stderr."""
+    if _json_errors:
+        print(json.dumps({"error": {"code": code, "message": message}}, ensure_ascii=False))
+    else:
+        print(f"sidecar: {message}", file=sys.stderr)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Options and positionals in any order (``memory write --agent me my-note``: plain argparse
+    stops at the first optional after a ``?`` positional), and usage errors as one line."""
+
+    _intermixing = False
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        # The top level (it has the subcommands) parses as usual; each command's own parser
+        # (which the subcommand action calls) collects all optionals first, then the positionals.
+        if self._intermixing or self._subparsers is not None:
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("sidecar").strip()
+        emit_error(f"{command + ': ' if command else ''}{message} (see `{self.prog} --help`)", "usage")
+        raise SystemExit(int(ExitCode.USAGE))
+
+
+class _Version(argparse.Action):
+    """``--version``: the package and the model a daemon started here would use."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="show the version and the model, then exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: Any, **_kwargs: Any) -> NoReturn:
+        print(version_text())
+        raise SystemExit(0)
+
+
+def version_text() -> str:
+    from sidecar.config import EmbedderConfig
+
+    try:
+        model, origin = load_config().embedder.model, "configured"
+    except SidecarError:
+        model, origin = EmbedderConfig.model, "default"
+    if model == EmbedderConfig.model:
+        origin = "default"
+    return f"sidecar {__version__} (distribution sidecar-recall), model {model} ({origin})"
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--config", metavar="FILE", help="configuration file (default ~/.config/sidecar/config.yaml)"
+    )
+    p.add_argument(
+        "--home", metavar="DIR", help="sidecar home: agents/, index/, models/ (default ~/.sidecar)"
+    )
+    p.add_argument("--socket", metavar="PATH", help="daemon socket (default derived from the home)")
+
+
+def _agent(p: argparse.ArgumentParser, help: str, *, required: bool = False) -> None:
+    p.add_argument("--agent", required=required, help=help)
+
+
+def _vault_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--vault", metavar="DIR", help="the Obsidian vault folder")
+    p.add_argument("--wiki-subfolder", metavar="NAME", help="curated subfolder of the vault (default wiki)")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), help="log level")
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Every command's parser, or with ``only`` (a command name) just that one: a command line
+    names its command first, and building the other fifteen costs a thin client's start."""
+    parser = _Parser(prog="sidecar", description="Hybrid recall over an Obsidian vault.")
+    parser.add_argument("--version", action=_Version)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (help_text, options) in _COMMANDS.items():
+        if only not in (None, name):
+            continue
+        p = sub.add_parser(name, help=help_text)
+        if name != "completion":  # it needs no configuration
+            _common(p)
+        options(p)
+        p.add_argument("--json", action="store_true", help="machine-readable output")  # errors too
+    return parser
+
+
+def command_named(argv: Sequence[str]) -> str | None:
+    """The command a command line starts with, if it is one (else the full parser decides)."""
+    return argv[0] if argv and argv[0] in _COMMANDS else None
+
+
+def _index(p: argparse.ArgumentParser) -> None:
+    _vault_flags(p)
+    p.add_argument("--rebuild", action="store_true", help="forget the index and build it again")
+    p.add_argument(
+        "--confirm-deletions",
+        metavar="ROOT",
+        help="apply deletions held for ROOT (vault, wiki, memory/<agent>) after most of its notes vanished",
+    )
+
+
+def _search(p: argparse.ArgumentParser) -> None:
+    p.add_argument("query", help="what to look for")
+    p.add_argument("--limit", type=int, default=None, help="number of hits (default from config)")
+    p.add_argument("--source", choices=SOURCES, action="append", help="only this source (repeatable)")
+    p.add_argument("--min-score", type=float, default=None, help="drop hits below this score")
+    _agent(p, "search as this agent (its memory plus vault and wiki)")
+
+
+def _recall_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("message", help="the current message")
+    p.add_argument(
+        "--history", metavar="FILE", help="previous turns, one per line or a JSON list (oldest first)"
+    )
+    _agent(p, "recall as this agent (its memory plus vault and wiki)")
+    p.add_argument("--limit", type=int, help="most notes in the block (default recall.limit)")
+    p.add_argument(
+        "--tokens", type=int, dest="token_budget", help="token budget (default recall.tokenBudget)"
+    )
+
+
+def _recall(p: argparse.ArgumentParser) -> None:
+    _recall_options(p)
+    p.add_argument("--preview", action="store_true", help="show per-hit scores and the query analysis")
+
+
+def _preview(p: argparse.ArgumentParser) -> None:
+    _recall_options(p)
+    p.set_defaults(preview=True)
+
+
+def _why(p: argparse.ArgumentParser) -> None:
+    p.add_argument("reference", help="the note, e.g. vault/Plugins/Audio recorder")
+    p.add_argument("query", help="the query")
+    _agent(p, "as this agent")
+
+
+def _outline(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--path", dest="path_prefix", help="only this folder, e.g. Projects")
+    p.add_argument("--tokens", type=int, dest="token_budget", help="token budget (default 1000)")
+    p.add_argument(
+        "--source",
+        dest="outline_source",
+        choices=("wiki", "vault"),
+        default="wiki",
+        help="outline the wiki (default) or the vault",
+    )
+
+
+def _get(p: argparse.ArgumentParser) -> None:
+    p.add_argument("reference", help="a reference as search returns it, e.g. vault/Plugins/Audio recorder")
+    _agent(p, "resolve memory/<slug> in this agent's inbox")
+    p.add_argument("--links", action="store_true", help="print its links, backlinks and unresolved links")
+
+
+def _related(p: argparse.ArgumentParser) -> None:
+    p.add_argument("reference", help="the note, e.g. vault/Plugins/Audio recorder")
+    p.add_argument("--limit", type=int, default=10, help="notes shown (default 10)")
+    _agent(p, "as this agent")
+
+
+def _mcp(p: argparse.ArgumentParser) -> None:
+    _agent(p, "the agent's name: a-z, 0-9, '_' and '-'", required=True)
+
+
+def _memory(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=("list", "write", "edit", "delete"))
+    p.add_argument("slug", nargs="?", help="note name (write, edit, delete)")
+    _agent(p, "whose inbox", required=True)
+    p.add_argument("--content", help="note text (default: read from stdin)")
+    p.add_argument("--frontmatter", help='front matter as JSON, e.g. \'{"tags": ["nas"]}\'')
+    p.add_argument("--tag", help="list: only notes with this tag")
+
+
+def _config(p: argparse.ArgumentParser) -> None:
+    _vault_flags(p)
+    p.add_argument(
+        "action",
+        choices=("check", "example", "show"),
+        help="check/show: validate and print the effective values and where each came from; "
+        "example: print a documented file",
+    )
+
+
+def _service(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=("install", "uninstall", "status"))
+    p.add_argument("--dry-run", action="store_true", help="print the file instead of writing it")
+    p.add_argument(
+        "--sandbox",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="systemd mount-namespace sandboxing (auto: only where unprivileged user namespaces work)",
+    )
+
+
+def _no_options(_p: argparse.ArgumentParser) -> None:
+    """The common options only."""
+
+
+def _completion(p: argparse.ArgumentParser) -> None:
+    p.add_argument("shell", choices=("bash", "zsh", "fish"))
+
+
+# Name -> (help, its own options), in the order `sidecar --help` lists them.
+_COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
+    "serve": ("run the daemon in the foreground", _vault_flags),
+    "index": ("index the vault now (through the daemon if one runs)", _index),
+    "search": ("hybrid search", _search),
+    "recall": ("the context block an agent would get for a message (auto-injection)", _recall),
+    "preview": ("recall with per-hit scores and the query analysis (for tuning)", _preview),
+    "why": ("why a note ranks where it does for a query (scores, boosts, outcome)", _why),
+    "outline": ("the wiki's folders, pages and one-line descriptions (for a system prompt)", _outline),
+    "get": ("print a whole note by its reference", _get),
+    "related": ("notes linked with a note, then notes sharing its links or tags", _related),
+    "mcp": ("MCP stdio server for one agent (started by the agent's host)", _mcp),
+    "memory": ("an agent's memory inbox: list, write, edit, delete", _memory),
+    "config": ("configuration helpers", _config),
+    "service": ("install the user service (systemd on Linux, launchd on macOS)", _service),
+    "status": ("what the daemon is doing", _no_options),
+    "doctor": ("check what usually goes wrong and say what to do", _vault_flags),
+    "completion": ("print a shell completion script (bash, zsh or fish)", _completion),
+}
+
+
+def config_of(args: argparse.Namespace) -> Config:
+    """The configuration this command line names (file, flags, environment)."""
+    flags = {
+        "home": getattr(args, "home", None),
+        "socket": getattr(args, "socket", None),
+        "vault.path": getattr(args, "vault", None),
+        "vault.wikiSubfolder": getattr(args, "wiki_subfolder", None),
+        "logging.level": getattr(args, "log_level", None),
+    }
+    return load_config(config_file=getattr(args, "config", None), flags=flags)

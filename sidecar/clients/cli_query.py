@@ -1,0 +1,154 @@
+"""The query commands: search, recall (and preview), why, get, related, outline. Each sends one
+op and prints its reply; ``--json`` prints the reply as the daemon sent it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from sidecar.clients.cli_parser import UsageError
+from sidecar.clients.cli_render import render_links
+from sidecar.clients.client import Client
+from sidecar.config import Config
+from sidecar.contracts.errors import ExitCode
+from sidecar.contracts.wire import parse_explanation, parse_search
+
+
+def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
+    source = (args.source if len(args.source) > 1 else args.source[0]) if args.source else None
+    params = _given(query=args.query, limit=args.limit, source=source, minScore=args.min_score)
+    reply = _call(args, cfg, "search", params)
+    if reply is None:
+        return int(ExitCode.OK)
+    result = parse_search(reply)
+    if result.degraded:
+        print(f"note: {result.degraded}", file=sys.stderr)
+    if not result.hits:
+        print("nothing relevant found")
+    for i, hit in enumerate(result.hits, 1):
+        where = f"lines {hit.lines[0]}-{hit.lines[1]}"
+        scores = f"relevance {hit.relevance:.2f}, score {hit.score:.3f}"
+        print(f"{i:>2}. {hit.reference}  ({scores}, {where})")
+        snippet = " ".join(hit.text.split())
+        print(f"    {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
+    return int(ExitCode.OK)
+
+
+def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
+    history: list[str] = []
+    if args.history:
+        try:
+            source = (
+                sys.stdin.read() if args.history == "-" else Path(args.history).read_text(encoding="utf-8")
+            )
+        except OSError as exc:
+            raise UsageError(f"--history {args.history}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise UsageError(f"--history {args.history}: not UTF-8 text") from None
+        raw = source.strip()
+        try:
+            loaded = json.loads(raw) if raw.startswith("[") else raw.splitlines()
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--history {args.history} is not a JSON list: {exc}") from None
+        history = [str(t) for t in loaded]
+    params = _given(
+        message=args.message,
+        history=history,
+        preview=bool(args.preview),
+        limit=args.limit or None,
+        tokenBudget=args.token_budget or None,
+    )
+    reply = _call(args, cfg, "recall", params)
+    if reply is None:
+        return int(ExitCode.OK)
+    result = parse_search(reply)
+    if args.preview:
+        print(json.dumps(reply.get("analysis", {}), ensure_ascii=False))
+        for h in result.hits:
+            print(
+                f"{h.score:.3f} relevance={h.relevance} vec={h.vec_score} bm25={h.bm25_score} "
+                f"{h.boosts} {h.reference}"
+            )
+    if result.context:
+        print(result.context)
+    elif not args.preview:
+        print("(nothing recalled)", file=sys.stderr)
+    return int(ExitCode.OK)
+
+
+def cmd_why(args: argparse.Namespace, cfg: Config) -> int:
+    with Client(cfg.socket_path, agent=args.agent) as client:
+        reply = client.call("why", {"reference": args.reference, "query": args.query})
+    r = parse_explanation(reply)
+    missing = not r.indexed and r.exists is False  # like `get`: a missing note fails
+    if args.json:
+        print(json.dumps(reply, ensure_ascii=False))
+        return int(ExitCode.REQUEST_FAILED if missing else ExitCode.OK)
+    if not r.indexed:
+        print(
+            f"{args.reference}: not indexed: {r.reason or ''}",
+            file=sys.stderr if missing else sys.stdout,
+        )
+        return int(ExitCode.REQUEST_FAILED if missing else ExitCode.OK)
+    a = r.analysis
+    words, weight = list(a.content_words), r.vector_weight
+    print(f"{r.reference} for {a.text!r}: content words {words}, vector weight {weight}")
+    if r.degraded:
+        print(f"note: {r.degraded}")
+    for c in r.chunks:
+        scores = (
+            f"vec={c.vec_score} bm25={c.bm25_score} relevance={c.relevance} fused={c.score} {c.boosts or ''}"
+        )
+        print(f"  lines {c.lines[0]}-{c.lines[1]}: {c.outcome}  ({scores})")
+    return int(ExitCode.OK)
+
+
+def cmd_get(args: argparse.Namespace, cfg: Config) -> int:
+    result = _call(args, cfg, "get", {"reference": args.reference})
+    if result is not None and args.links:
+        print(render_links(result))
+    elif result is not None:
+        sys.stdout.write(result["text"] if result["text"].endswith("\n") else result["text"] + "\n")
+    return int(ExitCode.OK)
+
+
+def cmd_related(args: argparse.Namespace, cfg: Config) -> int:
+    r = _call(args, cfg, "related", {"reference": args.reference, "limit": args.limit})
+    if r is None:
+        return int(ExitCode.OK)
+    if not r["related"]:
+        print(f"{r['reference']}: no linked notes, no shared links or tags")
+    for item in r["related"]:
+        shared = "; ".join(f"{k}: {', '.join(v)}" for k, v in item.get("shared", {}).items())
+        print(f"{item['reference']}  ({item['relation']}{'; ' + shared if shared else ''})")
+    return int(ExitCode.OK)
+
+
+def cmd_outline(args: argparse.Namespace, cfg: Config) -> int:
+    params = _given(
+        source=args.outline_source,
+        pathPrefix=args.path_prefix or None,
+        tokenBudget=args.token_budget or None,
+    )
+    result = _call(args, cfg, "outline", params)
+    if result is not None:
+        print(result["outline"])
+    return int(ExitCode.OK)
+
+
+def _given(**params: Any) -> dict[str, Any]:
+    """The parameters the command line gave (the daemon's defaults apply to the others)."""
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def _call(args: argparse.Namespace, cfg: Config, op: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    """The daemon's reply to one op, or None when ``--json`` printed it as it came."""
+    with Client(cfg.socket_path, agent=getattr(args, "agent", None)) as client:
+        reply = client.call(op, params)
+    if args.json:
+        print(json.dumps(reply, ensure_ascii=False))
+        return None
+    return reply

@@ -1,0 +1,169 @@
+"""What the CLI prints for people: the ``status`` screen, a note's links, the progress bar."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, TextIO
+
+from sidecar.clients.foreground import duration
+
+
+def _ago(ts: float | None) -> str:
+    if ts is None:
+        return "never"
+    return f"{duration(time.time() - ts)} ago"
+
+
+def _until(ts: float) -> str:
+    left = ts - time.time()
+    return "at the next sweep" if left <= 0 else f"in {duration(left)}"
+
+
+_PROBLEM_AREAS = {
+    "index": "index updates",
+    "embedding": "vectors",
+    "keyword_search": "keyword search",
+    "vector_search": "vector search",
+    "memory_write": "memory writes",
+    "stores": "index files",
+    "unreadable": "unreadable folders",
+}
+
+
+def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
+    """What is wrong now (and what was repaired lately), in the words of health's problems."""
+    out = []
+    for p in problems["active"]:
+        area = _PROBLEM_AREAS.get(p["area"], p["area"])
+        times = f", {p['count']} times" if p["count"] > 1 else ""
+        out.append(f"PROBLEM ({area}, since {_ago(p['since'])}{times}): {p['error']}")
+    areas = {p["area"] for p in problems["active"]}
+    if areas & {"index", "embedding", "memory_write"}:
+        todo.append("check free disk space and permissions of the home folder; the daemon retries by itself")
+    if "stores" in areas:
+        todo.append("restart the daemon so it rebuilds its index (e.g. `systemctl --user restart sidecar`)")
+    for p in problems["recent"][-3:]:
+        area = _PROBLEM_AREAS.get(p["area"], p["area"])
+        out.append(f"Recovered ({area}, {_ago(p['cleared'])}): {p['error']}")
+    return out
+
+
+def render_status(h: dict[str, Any]) -> str:
+    idx, emb = h["index"], h["embedder"]
+    lines = [
+        f"sidecar {h['version']}: running since {_ago(h['started'])} (pid {h['pid']}), socket {h['socket']}"
+    ]
+    if idx["state"] == "building" and idx["phase"] in ("scanning", "indexing", "starting"):
+        prog = idx["progress"]
+        lines.append(f"Index: building ({idx['phase']} {prog['done']:,}/{prog['total']:,} notes)")
+    elif idx["state"] == "building":
+        lines.append("Index: building (every note is searchable by keyword; vectors are being computed)")
+    else:
+        lines.append("Index: ready")
+    lines.append(f"  {idx['files']:,} notes, {idx['chunks']:,} chunks")
+    for source, c in sorted(idx["by_source"].items()):
+        lines.append(f"    {source:<7} {c['files']:>7,} notes {c['chunks']:>8,} chunks")
+    pending = idx["pending_vectors"]
+    todo: list[str] = []
+    if emb["state"] == "ok":
+        lines.append(f"Embedder: ok ({emb['model']}, from {emb['origin']})")
+        if pending:
+            rate = idx.get("embed_rate_chunks_per_second")
+            eta = f", about {duration(pending / rate)} left" if rate else ""
+            lines.append(
+                f"Vectors: {pending:,} chunks waiting for vectors{eta}; keyword search covers them already"
+            )
+        else:
+            lines.append("Vectors: every chunk has a vector")
+    else:
+        lines.append(f"Embedder: {emb['state']}" + (f": {emb['error']}" if emb.get("error") else ""))
+        if emb["state"] == "failed":
+            lines.append(f"Vectors: {pending:,} chunks wait for the model; search is keyword-only")
+            todo.append("fix the model (see the embedder error above) and restart the daemon")
+    lines += _root_lines(h["roots"], todo)
+    if idx["skipped"]:
+        parts = ", ".join(f"{n} {reason}" for reason, n in sorted(idx["skipped"].items()))
+        lines.append(f"Skipped files: {parts}")
+    if idx.get("excluded"):
+        parts = ", ".join(f"{n} by {rule}" for rule, n in sorted(idx["excluded"].items()))
+        lines.append(f"Excluded notes: {parts}")
+    lines += _problem_lines(h.get("problems") or {"active": [], "recent": []}, todo)
+    if h["vault"] is None:
+        todo.append("configure a vault (--vault or vault.path) to index notes")
+    if todo:
+        lines.append("To do: " + "; ".join(todo))
+    return "\n".join(lines)
+
+
+def _root_lines(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
+    """The Roots block of `status`: mode, last sweep, held deletions and what to do about them."""
+    lines = ["Roots:"]
+    for r in roots:
+        extra = f"  PROBLEM: {r['error']}" if r.get("error") else ""
+        lines.append(
+            f"  {r['name']:<16} {r['mode']:<8} last sweep {_ago(r['last_sweep'])}  {r['path']}{extra}"
+        )
+        hold = r.get("hold")
+        if hold:
+            when = (
+                f"; applied {_until(hold['applies_at'])} unless the notes come back"
+                if hold.get("applies_at")
+                else "; held for as long as it stays so"
+            )
+            lines.append(
+                f"    {r['held_deletions']:,} deletions held ({hold['kind']}) since {_ago(hold['since'])}"
+                f"{when}; to apply them now: {hold['confirm']}"
+            )
+        if r["mode"] == "offline":
+            todo.append(f"check that {r['path']} is mounted and readable")
+    return lines
+
+
+def render_links(r: dict[str, Any]) -> str:
+    """A note's outgoing links, backlinks and unresolved links, one per line."""
+    lines = [f"{r['reference']}: {len(r['links'])} link(s), {len(r['backlinks'])} backlink(s)"]
+    for link in r["links"]:
+        if link["target"] is not None:
+            kind = "embeds" if link["embed"] else "links to"
+            anchor = f" #{link['anchor']}" if link["anchor"] else ""
+            lines.append(f"  line {link['line']}: {kind} {link['target']}{anchor}")
+    for b in r["backlinks"]:
+        lines.append(f"  line {b['line']} of {b['reference']} links here")
+    for name in r["unresolved"]:
+        lines.append(f"  unresolved: [[{name}]]")
+    return "\n".join(lines)
+
+
+class Progress:
+    """A one-line progress bar on stderr when it is a terminal; silent otherwise."""
+
+    def __init__(self, stream: TextIO) -> None:
+        from sidecar.clients.foreground import Eta
+
+        self.stream = stream
+        self.enabled = stream.isatty()
+        self.phase = ""
+        self.eta = Eta()
+
+    def update(self, phase: str, done: int, total: int) -> None:
+        from sidecar.clients.foreground import Eta
+
+        if not self.enabled or total <= 0:
+            return
+        if phase != self.phase:  # each phase has its own pace
+            self.phase, self.eta = phase, Eta()
+        share = min(done / total, 1.0)
+        width = 30
+        filled = int(share * width)
+        left = self.eta.update(done, total)  # a moving average: steady although counts move in steps
+        eta = f" ETA {duration(left)}" if left is not None and share < 1 else ""
+        self.stream.write(
+            f"\r{phase:<10} [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,}{eta}   "
+        )
+        self.stream.flush()
+
+    def done(self, message: str) -> None:
+        if self.enabled:
+            self.stream.write("\r" + " " * 79 + "\r")
+        self.stream.write(message + "\n")
+        self.stream.flush()

@@ -1,0 +1,155 @@
+"""The MCP tools' work: each tool forwards one protocol op over a fresh connection (the shim keeps
+working across daemon restarts) and answers with a text for the model and structured content."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sidecar.clients.client import Client
+from sidecar.clients.mcp_texts import masked_note, status_of, text_of_list, text_of_search, text_of_write
+from sidecar.contracts.errors import DaemonNotRunningError, ProtocolError, RemoteError
+from sidecar.contracts.wire import hit_json, parse_search, window_json
+
+# What a search hit shows an agent (the scores behind relevance are for tuning, not for it).
+HIT_KEYS = ("reference", "source", "title", "headings", "lines", "text", "relevance", "score", "masked")
+
+Tool = Callable[[dict[str, Any]], tuple[str, dict[str, Any]]]
+
+
+class ToolError(Exception):
+    """A tool call that failed in a way the model should read (sent as isError content)."""
+
+
+class ToolCalls:
+    """One agent's tools, by name."""
+
+    def __init__(self, socket_path: Path, agent: str) -> None:
+        self.socket_path = socket_path
+        self.agent = agent
+        self.tools: dict[str, Tool] = {
+            "memory_search": self.search,
+            "memory_get": self.get,
+            "memory_related": self.related,
+            "memory_list": self.list,
+            "memory_write": lambda a: self.write("write", a),
+            "memory_edit": lambda a: self.write("edit", a),
+            "memory_delete": self.delete,
+            "memory_status": self.status,
+            "wiki_outline": self.outline,
+        }
+
+    def call(self, op: str, params: dict[str, Any]) -> dict[str, Any]:
+        try:
+            with Client(self.socket_path, agent=self.agent, timeout=60.0) as client:
+                return client.call(op, params)
+        except DaemonNotRunningError as exc:
+            raise ToolError(f"sidecar daemon unavailable: {exc}") from exc
+        except RemoteError as exc:
+            raise ToolError(f"{exc.code}: {exc}") from exc
+        except ProtocolError as exc:
+            raise ToolError(f"talking to the sidecar daemon failed: {exc}") from exc
+
+    def search(self, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        query = a.get("query")
+        if not isinstance(query, str) or not query.strip():
+            raise ToolError("'query' is required")
+        params: dict[str, Any] = {"query": query, "limit": a.get("limit", 8)}
+        for k in ("minScore", "source", "tag", "pathPrefix", "since", "until"):
+            if a.get(k) is not None:
+                params[k] = a[k]
+        result = parse_search(self.call("search", params))
+        hits = [{k: j[k] for k in HIT_KEYS if k in j} for j in map(hit_json, result.hits)]
+        masked: dict[str, int] = {}
+        for h in result.hits:
+            for kind, n in h.masked.items():
+                masked[kind] = masked.get(kind, 0) + n
+        out: dict[str, Any] = {"query": query, "hits": hits}
+        if result.degraded:
+            out["degraded"] = result.degraded
+        if result.window:
+            out["window"] = window_json(result.window)
+        if masked:
+            out["masked"] = masked
+        return text_of_search(query, out), out
+
+    def get(self, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        r = self.call("get", {"reference": a.get("reference")})
+        text = f"[{r['source']}] {r['reference']} ({r['lines']} lines)\n\n{r['text']}"
+        links = sorted({link["target"] for link in r.get("links", []) if link["target"]})
+        back = sorted({b["reference"] for b in r.get("backlinks", [])})
+        if links or back:
+            text += (
+                f"\n\n---\nLinks to: {', '.join(links) or 'none'}\nLinked from: {', '.join(back) or 'none'}"
+            )
+        if r.get("masked"):
+            text += "\n\n" + masked_note(r["masked"])
+        return text, r
+
+    def related(self, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        params = {k: a[k] for k in ("reference", "limit") if a.get(k) is not None}
+        r = self.call("related", params)
+        if not r["related"]:
+            return f"No notes are linked with {r['reference']} or share its links or tags.", r
+        lines = [f"Related to {r['reference']}:"]
+        for item in r["related"]:
+            shared = "; ".join(f"{k}: {', '.join(v)}" for k, v in item.get("shared", {}).items())
+            lines.append(
+                f"- [{item['source']}] {item['reference']}: {item.get('title', '')} ({item['relation']}"
+                f"{'; ' + shared if shared else ''})"
+            )
+        return "\n".join(lines), r
+
+    def list(self, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        params = {k: a[k] for k in ("source", "tag", "pathPrefix", "limit") if a.get(k) is not None}
+        r = self.call("list", params)
+        keep = ("reference", "source", "title", "description", "tags", "modified", "indexed", "why")
+        r = {**r, "notes": [{k: n[k] for k in keep if k in n} for n in r["notes"]]}
+        return text_of_list(r), r
+
+    def write(self, op: str, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        params = {k: a[k] for k in ("slug", "content", "frontmatter") if a.get(k) is not None}
+        r = self.call(op, params)
+        keep = (
+            "reference",
+            "action",
+            "bytes",
+            "searchable",
+            "searchableBy",
+            "warning",
+            "redacted",
+            "duplicatesChecked",
+            "previous",
+        )
+        out = {k: r[k] for k in keep if k in r}
+        out["duplicates"] = [
+            {"reference": d["reference"], "similarity": d["similarity"]} for d in r.get("duplicates", [])
+        ]
+        return text_of_write(out), out
+
+    def delete(self, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        r = self.call("delete", {"slug": a.get("slug")})
+        text = (
+            f"{r['reference']} deleted (kept in .trash)."
+            if r["deleted"]
+            else f"{r['reference']}: {r['message']}"
+        )
+        return text, r
+
+    def status(self, _a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        try:
+            health = self.call("health", {})
+        except ToolError as exc:
+            down = {"daemon": "down", "message": str(exc)}
+            return f"sidecar is not available: {exc}", down
+        out = status_of(health)
+        return f"sidecar: {out['message']}", out
+
+    def outline(self, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        params = {k: a[k] for k in ("pathPrefix", "tokenBudget") if a.get(k) is not None}
+        r = self.call("outline", params)
+        out = {k: r[k] for k in ("outline", "pages", "folders", "tokens", "detail")}
+        return r["outline"], out
+
+    # JSON-RPC

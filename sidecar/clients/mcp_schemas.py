@@ -1,0 +1,98 @@
+"""The JSON schemas of the MCP tools' inputs and outputs: shared pieces (a hit, a note, a write
+reply, a slug) and ``tool``, which puts a tool's entry together."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sidecar.contracts.wire import SOURCES
+
+SLUG_PATTERN = "^[a-z0-9][a-z0-9_-]{0,127}$"
+REFERENCE_PATTERN = "^(vault|wiki|memory)/[^/].*$"
+
+
+def obj(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "object", "properties": props}
+    if required:
+        out["required"] = list(required)
+    return out
+
+
+STR = {"type": "string"}
+INT = {"type": "integer"}
+NUM = {"type": "number"}
+BOOL = {"type": "boolean"}
+STR_LIST = {"type": "array", "items": STR}
+COUNTS = {"type": "object", "additionalProperties": {"type": "integer"}}
+
+HIT = obj(
+    {
+        "reference": STR,
+        "source": {"type": "string", "enum": list(SOURCES)},
+        "title": STR,
+        "headings": STR_LIST,
+        "lines": {"type": "array", "items": INT, "minItems": 2, "maxItems": 2},
+        "text": STR,
+        "relevance": NUM,
+        "score": NUM,
+        "masked": COUNTS,
+    },
+    ("reference", "source", "title", "lines", "text", "relevance"),
+)
+NOTE = obj(
+    {
+        "reference": STR,
+        "source": {"type": "string", "enum": list(SOURCES)},
+        "title": STR,
+        "description": STR,
+        "tags": STR_LIST,
+        "modified": STR,
+        "indexed": BOOL,
+        "why": STR,
+    },
+    ("reference", "source", "title", "indexed"),
+)
+WRITE_OUT = obj(
+    {
+        "reference": STR,
+        "action": {"type": "string", "enum": ["created", "replaced", "updated"]},
+        "bytes": INT,
+        "searchable": BOOL,
+        "searchableBy": STR_LIST,
+        "warning": STR,
+        "redacted": COUNTS,
+        "duplicates": {
+            "type": "array",
+            "items": obj({"reference": STR, "similarity": NUM}, ("reference", "similarity")),
+        },
+        "duplicatesChecked": BOOL,
+        "previous": {"type": "string", "description": "where the replaced text was kept"},
+    },
+    ("reference", "action", "searchable", "duplicates"),
+)
+SLUG = {
+    "type": "string",
+    "pattern": SLUG_PATTERN,
+    "description": "File name of the note in your memory: a-z, 0-9, '-' and '_', starting with a letter "
+    "or digit, no folder, no extension (e.g. 'nas-backup-setup').",
+}
+CONTENT = {"type": "string", "description": "The whole note in Markdown (it replaces the previous text)."}
+FRONTMATTER = {
+    "type": "object",
+    "description": 'Optional front matter keys, e.g. {"tags": ["nas"], "description": "one line"}; '
+    "'created' and 'updated' are managed for you.",
+}
+READ = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
+WRITE = {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": True, "openWorldHint": False}
+
+
+def tool(name: str, title: str, description: str, *schemas_and_hints: dict[str, Any]) -> dict[str, Any]:
+    inp, out, ann = schemas_and_hints
+    return {
+        "name": name,
+        "title": title,
+        "description": description,
+        "inputSchema": inp,
+        "outputSchema": out,
+        "annotations": {"title": title, **ann},
+    }

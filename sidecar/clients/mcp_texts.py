@@ -1,0 +1,126 @@
+"""What the MCP tools say in words: the text content of each tool's answer, and the status an
+agent reads of the daemon's ``health``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+LEGEND = "[wiki] curated pages · [vault] the user's notes · [memory] your own earlier notes"
+
+
+def masked_note(counts: dict[str, int]) -> str:
+    kinds = ", ".join(f"{n}× {k}" for k, n in sorted(counts.items()))
+    return f"Secrets in the notes are shown as [REDACTED:kind] ({kinds})."
+
+
+def text_of_search(query: str, result: dict[str, Any]) -> str:
+    hits = result.get("hits", [])
+    lines = [f'{len(hits)} hit(s) for "{query}"  ({LEGEND})']
+    if result.get("degraded"):
+        lines.append(f"note: {result['degraded']}")
+    window = result.get("window")
+    if window and window["applied"]:
+        lines.append(f"'{window['phrase']}': only notes dated {window['since']} to {window['until']}.")
+    elif window:
+        lines.append(f"'{window['phrase']}': no note of that date matched, so it was searched as words.")
+    for i, h in enumerate(hits, 1):
+        head = " › ".join(h.get("headings") or [])
+        lines.append(
+            f"\n{i}. [{h['source']}] {h['reference']} (lines {h['lines'][0]}-{h['lines'][1]}, "
+            f"relevance {h.get('relevance', 0.0):.2f})" + (f"\n   section: {head}" if head else "")
+        )
+        lines.extend("   " + line for line in h["text"].splitlines())
+    if not hits:
+        lines.append("Nothing relevant found; try other words, a wider date, or memory_list to browse.")
+    if result.get("masked"):
+        lines.append(masked_note(result["masked"]))
+    return "\n".join(lines)
+
+
+def text_of_write(result: dict[str, Any]) -> str:
+    size = f"{result['bytes']} bytes" if "bytes" in result else "written"
+    lines = [f"{result['reference']} {result['action']} ({size})."]
+    if result.get("previous"):
+        lines.append(f"The previous text was kept in {result['previous']}.")
+    if result.get("warning"):
+        lines.append(str(result["warning"]))
+    elif result.get("searchable"):
+        lines.append("It is searchable now.")
+    if result.get("redacted"):
+        kinds = ", ".join(f"{n}× {k}" for k, n in result["redacted"].items())
+        lines.append(f"Secrets were replaced by [REDACTED:kind] markers before writing: {kinds}.")
+    for d in result.get("duplicates", []):
+        lines.append(
+            f"Near copy: {d['reference']} ({d['similarity']:.0%} similar); "
+            + (
+                "consider memory_edit on it instead of keeping two."
+                if d["reference"].startswith("memory/")
+                else "the user's note already says this."
+            )
+        )
+    if result.get("duplicatesChecked") is False:
+        lines.append("Copies were not looked for (the embedding model is not loaded yet).")
+    return "\n".join(lines)
+
+
+def text_of_list(r: dict[str, Any]) -> str:
+    if not r["notes"]:
+        return "No notes match."
+    shown = f" (first {len(r['notes'])} shown)" if r["truncated"] else ""
+    lines = [f"{r['total']} note(s){shown}:"]
+    for n in r["notes"]:
+        tags = f"  #{' #'.join(n['tags'])}" if n.get("tags") else ""
+        desc = f": {n['description']}" if n.get("description") else ""
+        state = "" if n.get("indexed", True) else f"  [not searchable: {n.get('why', 'not indexed')}]"
+        lines.append(f"- [{n['source']}] {n['reference']} {n['title']}{desc} ({n['modified']}){tags}{state}")
+    return "\n".join(lines)
+
+
+def status_of(health: dict[str, Any]) -> dict[str, Any]:
+    """What an agent needs of the daemon's ``health``."""
+    emb = health.get("embedder", {})
+    idx = health.get("index", {})
+    progress = idx.get("progress", {})
+    offline = [
+        {"name": r.get("name", "?"), "path": r.get("path", ""), "why": r.get("error") or "unreachable"}
+        for r in health.get("roots", [])
+        if r.get("mode") == "offline"
+    ]
+    keyword_only = emb.get("state") != "ok" or (health.get("vectors") or {}).get("serving") is None
+    index = {
+        "state": idx.get("state", "building"),
+        "phase": idx.get("phase", ""),
+        "done": progress.get("done", 0),
+        "total": progress.get("total", 0),
+        "files": idx.get("files", 0),
+        "chunks": idx.get("chunks", 0),
+        "pendingVectors": idx.get("pending_vectors", 0),
+    }
+    parts = [
+        f"index {index['state']}"
+        + (f" ({index['done']}/{index['total']})" if index["state"] == "building" else ""),
+        f"{index['files']} notes, {index['chunks']} chunks",
+    ]
+    if index["pendingVectors"]:
+        parts.append(f"{index['pendingVectors']} chunks wait for their vector (found by keywords only)")
+    if keyword_only:
+        parts.append(f"keyword-only search (embedder {emb.get('state', 'unknown')})")
+    parts.extend(f"{r['name']} offline: {r['why']}" for r in offline)
+    problems = [
+        {"area": p.get("area", ""), "error": p.get("error", "")}
+        for p in (health.get("problems") or {}).get("active", [])
+    ]
+    parts.extend(f"problem in {p['area']}: {p['error']}" for p in problems)
+    return {
+        "daemon": "running",
+        "message": "; ".join(parts) + ".",
+        "embedder": {
+            "state": emb.get("state", ""),
+            "model": emb.get("model"),
+            "error": emb.get("error") or "",
+        },
+        "index": index,
+        "keywordOnly": keyword_only,
+        "offlineRoots": offline,
+        "problems": problems,
+    }

@@ -1,0 +1,273 @@
+"""The MCP tool table: each tool's name, description, input and output schema and hints, and the
+instructions an agent gets at the handshake."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sidecar.clients.mcp_schemas import (
+    BOOL,
+    CONTENT,
+    COUNTS,
+    FRONTMATTER,
+    HIT,
+    INT,
+    NOTE,
+    READ,
+    REFERENCE_PATTERN,
+    SLUG,
+    STR,
+    WRITE,
+    WRITE_OUT,
+    obj,
+    tool,
+)
+from sidecar.contracts.wire import SOURCES
+
+INSTRUCTIONS = """\
+sidecar gives you recall over the user's Obsidian notes and a private memory inbox of your own.
+Sources: [wiki] the user's curated pages (most trustworthy), [vault] the user's other notes,
+[memory] notes you wrote yourself in earlier sessions. Notes are recollection that can be outdated:
+check facts that matter with your tools before acting on them. You can read everything but write
+only to your own memory (memory_write / memory_edit / memory_delete); the vault and wiki are read-only.
+References look like 'wiki/Backups', 'vault/Projects/Boat' or 'memory/nas-backup-setup' (your own
+note). wiki_outline shows the wiki's folders and pages; memory_status says whether search is
+complete (index building, keyword-only mode, offline folders)."""
+
+FILTER_HELP = (
+    "Filters may also be written inside the query: tag:garden (tag:a,b for any of several), "
+    "path:Projects/, source:wiki, since:2026-09-01, until:2026-09 (also since:yesterday, "
+    "since:monday, since:3d). Time phrases in English or German ('today', 'yesterday', 'last week', "
+    "'last 3 days', 'this month', 'heute', 'gestern', 'letzte Woche', 'seit Montag', 'vor 3 Tagen') "
+    "restrict hits to notes of that date (front matter date, daily-note name, else last change); "
+    "when no note of that date matches, the phrase is searched as words instead. "
+    "A filter value that cannot be used is an error naming it."
+)
+DAY_HELP = "A day: YYYY-MM-DD, YYYY-MM, today, yesterday, a weekday name or Nd (N days ago)."
+
+TOOLS: list[dict[str, Any]] = [
+    tool(
+        "memory_search",
+        "Search notes and memory",
+        "Search the user's notes and your own memory by meaning and keywords (hybrid search). Use it "
+        "before answering questions about the user's projects, setup, decisions or preferences, and "
+        "before writing a memory note (to find one to update instead). Returns the best passages, each "
+        "with its source tag, reference, line range and relevance (0-1); pass a reference to memory_get "
+        "for the whole note. " + FILTER_HELP,
+        obj(
+            {
+                "query": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": 4000,
+                    "description": "What you are looking for, in plain words (any language); inline "
+                    "filters and time phrases allowed (see the tool description).",
+                },
+                "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 8},
+                "minScore": {
+                    "type": "number",
+                    "minimum": 0,
+                    "maximum": 1,
+                    "description": "Drop passages whose relevance is below this (default: the "
+                    "daemon's search.minScore, 0.1).",
+                },
+                "source": {"type": "string", "enum": list(SOURCES), "description": "Only this source."},
+                "tag": {"type": "string", "description": "Only notes with this tag ('a,b': any of them)."},
+                "pathPrefix": {"type": "string", "description": "Only notes whose path starts with this."},
+                "since": {"type": "string", "description": "Only notes of this day or later. " + DAY_HELP},
+                "until": {"type": "string", "description": "Only notes of this day or earlier. " + DAY_HELP},
+            },
+            ("query",),
+        ),
+        obj(
+            {
+                "query": STR,
+                "hits": {"type": "array", "items": HIT},
+                "degraded": STR,
+                "masked": COUNTS,
+                "window": obj(
+                    {"phrase": STR, "since": STR, "until": STR, "applied": BOOL}, ("phrase", "applied")
+                ),
+            },
+            ("query", "hits"),
+        ),
+        READ,
+    ),
+    tool(
+        "memory_get",
+        "Read a note",
+        "Read one whole note by its reference, exactly as memory_search or memory_list return it "
+        "(e.g. 'wiki/Backups', 'vault/Projects/Boat', 'memory/nas-backup-setup'). Secrets in the text "
+        "are shown as [REDACTED:kind].",
+        obj(
+            {
+                "reference": {
+                    "type": "string",
+                    "pattern": REFERENCE_PATTERN,
+                    "description": "A reference from memory_search or memory_list.",
+                }
+            },
+            ("reference",),
+        ),
+        obj(
+            {
+                "reference": STR,
+                "source": {"type": "string", "enum": list(SOURCES)},
+                "title": STR,
+                "text": STR,
+                "lines": INT,
+                "indexed": BOOL,
+                "masked": COUNTS,
+            },
+            ("reference", "source", "title", "text", "lines", "indexed"),
+        ),
+        READ,
+    ),
+    tool(
+        "memory_related",
+        "Notes related to a note",
+        "Notes related to one note through the user's link graph: the notes it links to and those "
+        "linking to it first, then notes sharing its links or tags. Use it to explore around a note "
+        "found with memory_search.",
+        obj(
+            {
+                "reference": {
+                    "type": "string",
+                    "pattern": REFERENCE_PATTERN,
+                    "description": "A reference from memory_search or memory_list.",
+                },
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 50,
+                    "description": "Notes (default 10).",
+                },
+            },
+            ("reference",),
+        ),
+        obj(
+            {
+                "reference": STR,
+                "related": {
+                    "type": "array",
+                    "items": obj(
+                        {"reference": STR, "source": STR, "title": STR, "relation": STR},
+                        ("reference", "relation"),
+                    ),
+                },
+            },
+            ("reference", "related"),
+        ),
+        READ,
+    ),
+    tool(
+        "memory_list",
+        "List notes",
+        "List notes with their one-line description: by default your own memory notes; with source "
+        "'wiki', 'vault' or 'all' the user's notes too. Filter by tag (front matter or #tag) and by path "
+        "prefix (e.g. 'Projects/'). Notes that exist but are not searchable are marked with the reason.",
+        obj(
+            {
+                "source": {"type": "string", "enum": [*SOURCES, "all"], "default": "memory"},
+                "tag": {"type": "string", "description": "Only notes with this tag."},
+                "pathPrefix": {"type": "string", "description": "Only notes whose path starts with this."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 200},
+            }
+        ),
+        obj(
+            {"notes": {"type": "array", "items": NOTE}, "total": INT, "truncated": BOOL},
+            ("notes", "total", "truncated"),
+        ),
+        READ,
+    ),
+    tool(
+        "memory_write",
+        "Write a memory note",
+        "Create or replace a note in your own memory inbox (never the user's vault or wiki). Write "
+        "durable facts worth recalling in later sessions: decisions, how something was set up, "
+        "preferences. Search first: if a similar note exists, use memory_edit on it (the reply lists "
+        "near copies). Secrets are redacted before writing; a replaced text is kept in the inbox's "
+        ".trash folder.",
+        obj({"slug": SLUG, "content": CONTENT, "frontmatter": FRONTMATTER}, ("slug", "content")),
+        WRITE_OUT,
+        WRITE,
+    ),
+    tool(
+        "memory_edit",
+        "Update a memory note",
+        "Update an existing note of your memory (fails if it does not exist). The content replaces the "
+        "body; front matter keys you pass are updated, the others are kept. The previous text is kept "
+        "in the inbox's .trash folder.",
+        obj({"slug": SLUG, "content": CONTENT, "frontmatter": FRONTMATTER}, ("slug", "content")),
+        WRITE_OUT,
+        WRITE,
+    ),
+    tool(
+        "memory_delete",
+        "Delete a memory note",
+        "Delete a note of your memory that is wrong or obsolete. It is moved to the inbox's .trash "
+        "folder (the user can restore it) and leaves search at once. Deleting a missing note is not an "
+        "error.",
+        obj({"slug": SLUG}, ("slug",)),
+        obj({"reference": STR, "deleted": BOOL, "trash": STR, "message": STR}, ("reference", "deleted")),
+        WRITE,
+    ),
+    tool(
+        "memory_status",
+        "Memory status",
+        "Whether recall is complete right now: the embedding model's state, the index (building or "
+        "ready, with progress), chunks still waiting for their vector, folders that are offline and why, "
+        "and whether search runs on keywords only. Call it when results look thin or a note is missing.",
+        obj({}),
+        obj(
+            {
+                "daemon": {"type": "string", "enum": ["running", "down"]},
+                "message": STR,
+                "embedder": obj({"state": STR, "model": {"type": ["string", "null"]}, "error": STR}),
+                "index": obj(
+                    {
+                        "state": {"type": "string", "enum": ["building", "ready"]},
+                        "phase": STR,
+                        "done": INT,
+                        "total": INT,
+                        "files": INT,
+                        "chunks": INT,
+                        "pendingVectors": INT,
+                    }
+                ),
+                "keywordOnly": BOOL,
+                "offlineRoots": {
+                    "type": "array",
+                    "items": obj({"name": STR, "path": STR, "why": STR}, ("name", "why")),
+                },
+                "problems": {"type": "array", "items": obj({"area": STR, "error": STR})},
+            },
+            ("daemon", "message"),
+        ),
+        READ,
+    ),
+    tool(
+        "wiki_outline",
+        "Wiki outline",
+        "The wiki's topology: folders, pages and one-line descriptions, within a token budget. The text "
+        "stays the same between calls while the wiki does, so it can sit in a system prompt. Read a page "
+        "with memory_get('wiki/<path>').",
+        obj(
+            {
+                "pathPrefix": {"type": "string", "description": "Only this folder (e.g. 'Projects')."},
+                "tokenBudget": {"type": "integer", "minimum": 100, "maximum": 50000, "default": 1000},
+            }
+        ),
+        obj(
+            {
+                "outline": STR,
+                "pages": INT,
+                "folders": INT,
+                "tokens": INT,
+                "detail": {"type": "string", "enum": ["full", "titles", "folders", "truncated"]},
+            },
+            ("outline", "pages", "folders", "tokens", "detail"),
+        ),
+        READ,
+    ),
+]

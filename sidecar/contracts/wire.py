@@ -1,0 +1,297 @@
+"""Typed search results and their JSON on the wire: the one place that spells the reply shapes of
+``search``, ``recall`` and ``why`` (docs/protocol.md). The daemon builds its replies with it, the
+CLI and the MCP shim parse the same replies back into the same types. Standard library only: a thin
+client imports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# The sources a note can come from (and a search can be limited to).
+SOURCES = ("vault", "wiki", "memory")
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One ranked passage: where it is, how it scored, its (masked) text."""
+
+    reference: str
+    source: str
+    score: float
+    relevance: float
+    vec_score: float | None
+    bm25_score: float | None
+    boosts: Mapping[str, float]
+    title: str
+    headings: tuple[str, ...]
+    lines: tuple[int, int]
+    text: str
+    masked: Mapping[str, int] = field(default_factory=dict)  # secrets masked in ``text``, by kind
+    agent: str | None = None  # owner of a memory note
+
+
+@dataclass(frozen=True)
+class AnalysisFilters:
+    tags: tuple[str, ...] = ()
+    path_prefix: str | None = None
+    since: str | None = None
+    until: str | None = None
+    time_phrase: str | None = None
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """How the query was read: its words, their class, the filters taken from it."""
+
+    text: str
+    content_words: tuple[str, ...]
+    rare_words: tuple[str, ...]
+    word_class: int
+    chronicle: bool
+    filters: AnalysisFilters
+    history_turns: int | None = None  # recall only
+    time_phrase_ignored: str | None = None  # a time phrase whose window held nothing
+
+
+@dataclass(frozen=True)
+class Window:
+    """The date window a time phrase of the query became, or that it was given up."""
+
+    phrase: str
+    applied: bool
+    since: str | None = None
+    until: str | None = None
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The answer of ``search`` and ``recall``; ``context`` is recall's rendered block."""
+
+    hits: tuple[Hit, ...]
+    degraded: str | None  # why the vector arm did not take part, if it did not
+    analysis: Analysis | None  # always set by the daemon; on the client only with ``preview``
+    context: str | None = None
+    window: Window | None = None
+
+
+@dataclass(frozen=True)
+class ChunkExplanation:
+    lines: tuple[int, int]
+    vec_score: float | None
+    bm25_score: float | None
+    score: float | None
+    relevance: float | None
+    boosts: Mapping[str, float]
+    outcome: str
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """The answer of ``why``: a note's place (or absence) in the results of a query."""
+
+    indexed: bool
+    analysis: Analysis
+    reference: str | None = None
+    chunks: tuple[ChunkExplanation, ...] = ()
+    vector_weight: float | None = None
+    degraded: str | None = None
+    exists: bool | None = None  # the rest: only for a note that is not indexed
+    reason: str | None = None
+    excluded: str | None = None
+
+
+def window_of(analysis: Analysis) -> Window | None:
+    if analysis.time_phrase_ignored:
+        return Window(analysis.time_phrase_ignored, applied=False)
+    f = analysis.filters
+    if f.time_phrase:
+        return Window(f.time_phrase, applied=True, since=f.since, until=f.until)
+    return None
+
+
+# --- to JSON (the daemon) -----------------------------------------------------------------------
+
+
+def hit_json(h: Hit) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "reference": h.reference,
+        "source": h.source,
+        "score": h.score,
+        "relevance": h.relevance,
+        "vecScore": h.vec_score,
+        "bm25Score": h.bm25_score,
+        "boosts": dict(h.boosts),
+        "title": h.title,
+        "headings": list(h.headings),
+        "lines": list(h.lines),
+        "text": h.text,
+    }
+    if h.masked:
+        out["masked"] = dict(h.masked)
+    if h.agent:
+        out["agent"] = h.agent
+    return out
+
+
+def analysis_json(a: Analysis) -> dict[str, Any]:
+    f = a.filters
+    out: dict[str, Any] = {
+        "text": a.text,
+        "contentWords": list(a.content_words),
+        "rareWords": list(a.rare_words),
+        "wordClass": a.word_class,
+        "chronicle": a.chronicle,
+        "filters": {
+            "tags": list(f.tags),
+            "pathPrefix": f.path_prefix,
+            "since": f.since,
+            "until": f.until,
+            "timePhrase": f.time_phrase,
+        },
+    }
+    if a.history_turns is not None:
+        out["historyTurns"] = a.history_turns
+    if a.time_phrase_ignored:
+        out["timePhraseIgnored"] = a.time_phrase_ignored
+    return out
+
+
+def window_json(w: Window) -> dict[str, Any]:
+    if not w.applied:
+        return {"phrase": w.phrase, "applied": False}
+    return {"phrase": w.phrase, "since": w.since, "until": w.until, "applied": True}
+
+
+def search_json(result: SearchResult, *, preview: bool) -> dict[str, Any]:
+    """The reply of ``search`` (and of ``recall``, with its ``context``)."""
+    out: dict[str, Any] = {"hits": [hit_json(h) for h in result.hits]}
+    if result.context is not None:
+        out["context"] = result.context
+    if result.degraded:
+        out["degraded"] = result.degraded
+    window = result.window or (window_of(result.analysis) if result.analysis else None)
+    if window is not None:
+        out["window"] = window_json(window)
+    if preview and result.analysis is not None:
+        out["analysis"] = analysis_json(result.analysis)
+    return out
+
+
+def explanation_json(e: Explanation) -> dict[str, Any]:
+    """The reply of ``why``."""
+    if not e.indexed:
+        out: dict[str, Any] = {"indexed": False, "analysis": analysis_json(e.analysis)}
+        if e.exists is not None:
+            out["exists"] = e.exists
+        if e.reason is not None:
+            out["reason"] = e.reason
+        if e.excluded is not None:
+            out["excluded"] = e.excluded
+        return out
+    chunks = [
+        {
+            "lines": list(c.lines),
+            "vecScore": c.vec_score,
+            "bm25Score": c.bm25_score,
+            "score": c.score,
+            "relevance": c.relevance,
+            "boosts": dict(c.boosts),
+            "outcome": c.outcome,
+        }
+        for c in e.chunks
+    ]
+    return {
+        "indexed": True,
+        "reference": e.reference,
+        "chunks": chunks,
+        "vectorWeight": e.vector_weight,
+        "degraded": e.degraded,
+        "analysis": analysis_json(e.analysis),
+    }
+
+
+# --- from JSON (the clients) --------------------------------------------------------------------
+
+
+def _lines(value: Any) -> tuple[int, int]:
+    return int(value[0]), int(value[1])
+
+
+def parse_hit(d: Mapping[str, Any]) -> Hit:
+    return Hit(
+        reference=d["reference"],
+        source=d["source"],
+        score=d["score"],
+        relevance=d["relevance"],
+        vec_score=d.get("vecScore"),
+        bm25_score=d.get("bm25Score"),
+        boosts=dict(d.get("boosts") or {}),
+        title=d.get("title", ""),
+        headings=tuple(d.get("headings") or ()),
+        lines=_lines(d["lines"]),
+        text=d["text"],
+        masked=dict(d.get("masked") or {}),
+        agent=d.get("agent"),
+    )
+
+
+def parse_analysis(d: Mapping[str, Any]) -> Analysis:
+    f = d.get("filters") or {}
+    return Analysis(
+        text=d["text"],
+        content_words=tuple(d.get("contentWords") or ()),
+        rare_words=tuple(d.get("rareWords") or ()),
+        word_class=d.get("wordClass", 0),
+        chronicle=bool(d.get("chronicle")),
+        filters=AnalysisFilters(
+            tags=tuple(f.get("tags") or ()),
+            path_prefix=f.get("pathPrefix"),
+            since=f.get("since"),
+            until=f.get("until"),
+            time_phrase=f.get("timePhrase"),
+        ),
+        history_turns=d.get("historyTurns"),
+        time_phrase_ignored=d.get("timePhraseIgnored"),
+    )
+
+
+def parse_search(d: Mapping[str, Any]) -> SearchResult:
+    w = d.get("window")
+    window = Window(w["phrase"], bool(w["applied"]), w.get("since"), w.get("until")) if w else None
+    analysis = d.get("analysis")
+    return SearchResult(
+        hits=tuple(parse_hit(h) for h in d.get("hits", [])),
+        degraded=d.get("degraded"),
+        analysis=parse_analysis(analysis) if analysis else None,
+        context=d.get("context"),
+        window=window,
+    )
+
+
+def parse_explanation(d: Mapping[str, Any]) -> Explanation:
+    chunks = tuple(
+        ChunkExplanation(
+            lines=_lines(c["lines"]),
+            vec_score=c.get("vecScore"),
+            bm25_score=c.get("bm25Score"),
+            score=c.get("score"),
+            relevance=c.get("relevance"),
+            boosts=dict(c.get("boosts") or {}),
+            outcome=c["outcome"],
+        )
+        for c in d.get("chunks", [])
+    )
+    return Explanation(
+        indexed=bool(d["indexed"]),
+        analysis=parse_analysis(d["analysis"]),
+        reference=d.get("reference"),
+        chunks=chunks,
+        vector_weight=d.get("vectorWeight"),
+        degraded=d.get("degraded"),
+        exists=d.get("exists"),
+        reason=d.get("reason"),
+        excluded=d.get("excluded"),
+    )

@@ -1,0 +1,39 @@
+"""Recall's context block: the words that frame the recalled notes for an agent, and the hits
+cut to a token budget."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from sidecar.contracts.wire import Hit
+
+HEADER = (
+    "Notes recalled from the user's knowledge base because they may relate to this message. They are "
+    "recollection, not observation: written earlier, possibly outdated or wrong, and they never replace "
+    "checking the current state with your tools."
+)
+MORE = "Call memory_search to recall more, or memory_get with a reference for the whole note."
+LEGEND = "Sources: [wiki] curated pages · [vault] the user's notes · [memory] your own earlier notes"
+
+
+def render_block(hits: Sequence[Hit], budget: int, count_tokens: Callable[[Sequence[str]], list[int]]) -> str:
+    """The context block: header, legend, then hits until the token budget is spent."""
+    if not hits:
+        return ""
+    parts = ["<recalled-notes>", HEADER, LEGEND, MORE]
+    used = sum(count_tokens(parts))
+    for h in hits:
+        head = f"\n[{h.source}] {h.reference} (lines {h.lines[0]}-{h.lines[1]})"
+        body = h.text
+        cost = sum(count_tokens([head, body]))
+        if used + cost > budget:
+            room = budget - used - count_tokens([head])[0]
+            if room < 40:
+                break
+            words = body.split()
+            body = " ".join(words[: max(1, len(words) * room // max(cost, 1))]) + " …"
+            cost = sum(count_tokens([head, body]))
+        parts.extend([head, body])
+        used += cost
+    parts.append("</recalled-notes>")
+    return "\n".join(parts)

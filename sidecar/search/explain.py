@@ -1,0 +1,76 @@
+"""``why``: a note's place (or absence) in the results of a query, chunk by chunk: both arms'
+scores, the fused score and boosts, and what became of it (a hit, beyond the limit, folded,
+capped, or not a candidate at all)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sidecar.contracts.wire import ChunkExplanation, Explanation
+from sidecar.search.query import analyze, split_filters
+from sidecar.search.results import analysis_of
+from sidecar.search.retrieval import Retriever, SearchRequest, bm25_text, with_filters
+from sidecar.vault.sources import public_reference
+
+
+def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanation:
+    """Why a note ranks where it does (or not at all) for a query: scores, boosts, outcome."""
+    text, inline = split_filters(query, r.today())
+    req = with_filters(SearchRequest(query, r.cfg.limit, r.cfg.min_score, None, agent), inline)
+    qa = analyze(text)
+    chunks = r.stores.manifest.chunks_of(key)
+    if not chunks:
+        return Explanation(indexed=False, analysis=analysis_of(qa, req.filters))
+    rare, weight = r.plan(qa)
+    bm, vec_lists, degraded = r.arms(req, text, qa, None, weight)
+    ranking = r.rank(req, qa, bm, vec_lists, weight=weight, rare=rare)
+    ids = [c.chunk_id for c in chunks]
+    direct_bm = dict(r.stores.bm25.search(bm25_text(qa), len(ids) + 5, key=key))
+    direct_vec: dict[str, float] = {}
+    serving = r.stores.serving
+    if serving is not None and qa.words:
+        q = serving.model.embed_query(text)
+        direct_vec = {cid: float(np.dot(v, q)) for cid, v in serving.store.vectors_of(ids).items()}
+    scored = {s.candidate.chunk_id: s for s in ranking.scored}
+    rank = {s.candidate.chunk_id: i + 1 for i, s in enumerate(ranking.ranked)}
+    folded_into = {f: s for s in ranking.folded for f in s.folded}
+    in_folded = {s.candidate.chunk_id for s in ranking.folded}
+    out = []
+    for c in chunks:
+        s = scored.get(c.chunk_id)
+        if c.chunk_id in rank and rank[c.chunk_id] <= req.limit:
+            outcome = f"hit #{rank[c.chunk_id]}"
+        elif c.chunk_id in rank:
+            outcome = f"rank {rank[c.chunk_id]}, beyond the limit of {req.limit}"
+        elif c.chunk_id in folded_into:
+            w = folded_into[c.chunk_id].candidate
+            outcome = f"folded into the wider hit of lines {w.start_line}-{w.end_line}"
+        elif c.chunk_id in in_folded:
+            outcome = f"dropped by the cap of {r.cfg.max_hits_per_note} hits per note"
+        elif (
+            c.chunk_id not in ranking.views
+            and (c.chunk_id in direct_bm or c.chunk_id in direct_vec)
+            and s is None
+        ):
+            outcome = "not among the candidates of either arm (or removed by a filter)"
+        else:
+            outcome = "not among the candidates of either arm"
+        out.append(
+            ChunkExplanation(
+                lines=(c.start_line, c.end_line),
+                vec_score=round(direct_vec[c.chunk_id], 4) if c.chunk_id in direct_vec else None,
+                bm25_score=round(direct_bm[c.chunk_id], 4) if c.chunk_id in direct_bm else None,
+                score=round(s.score, 4) if s else None,
+                relevance=round(s.relevance, 4) if s else None,
+                boosts=dict(s.boosts) if s else {},
+                outcome=outcome,
+            )
+        )
+    return Explanation(
+        indexed=True,
+        reference=public_reference(key, agent),
+        chunks=tuple(out),
+        vector_weight=weight,
+        degraded=degraded,
+        analysis=analysis_of(qa, req.filters, rare),
+    )

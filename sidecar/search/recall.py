@@ -1,0 +1,119 @@
+"""``recall`` (auto-injection): the current message with the previous turns blended into the
+query vector and into the keyword words, a stricter gate than search (small talk recalls nothing),
+and the hits rendered as a context block within a token budget."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from sidecar.contracts.wire import SearchResult
+from sidecar.search.context import render_block
+from sidecar.search.query import QueryAnalysis, analyze, split_filters
+from sidecar.search.results import analysis_of, to_hit
+from sidecar.search.retrieval import BmParts, Retriever, SearchRequest, bm25_text, with_filters
+
+
+def recall(
+    r: Retriever,
+    message: str,
+    history: Sequence[str],
+    req: SearchRequest,
+    count_tokens: Callable[[Sequence[str]], list[int]],
+) -> SearchResult:
+    """Hits for the current message (previous turns blended in) and the rendered context block."""
+    text, inline = split_filters(message, r.today())
+    result = _recall(r, text, history, with_filters(req, inline), count_tokens)
+    if result.hits or not inline.phrase:
+        return result
+    phrase = inline.phrase
+    text, inline = split_filters(message, r.today(), phrases=False)  # see Retriever.search
+    result = _recall(r, text, history, with_filters(req, inline), count_tokens)
+    assert result.analysis is not None
+    return replace(result, analysis=replace(result.analysis, time_phrase_ignored=phrase))
+
+
+def _recall(
+    r: Retriever,
+    text: str,
+    history: Sequence[str],
+    req: SearchRequest,
+    count_tokens: Callable[[Sequence[str]], list[int]],
+) -> SearchResult:
+    rc = r.recall_cfg
+    qa = analyze(text)
+    turns = (
+        [t[: rc.history_head_chars] for t in history[-rc.history_turns :] if t.strip()]
+        if rc.history_turns
+        else []
+    )
+    if not qa.content_words and not turns:
+        return SearchResult((), None, analysis_of(qa, req.filters), context="")
+    vectors = _recall_vectors(r, text, qa, turns)
+    rare, weight = r.plan(qa)
+    parts = _recall_parts(r, qa, turns)
+    bm, vec_lists, degraded = r.arms(req, text, qa, vectors, weight, parts=parts)
+    ranking = r.rank(req, qa, bm, vec_lists, weight=weight, rare=rare, parts=parts)
+    views = ranking.views
+    floor = max(req.min_score, rc.score_floor)
+    # The similarity gate keeps small talk out; a chunk holding a rare code of the message (a
+    # ticket number, a host name: a rare word with a digit) was named, not guessed, and passes
+    # it. Rare plain words do not ("haiku", "Danke" found a page each in the help vault).
+    named = any(any(ch.isdigit() for ch in w) for w in rare)
+    kept = [
+        s
+        for s in ranking.ranked
+        if (named and "rareTerm" in s.boosts)  # named, not guessed: neither floor applies
+        or (
+            s.relevance >= floor
+            and (
+                (s.candidate.vec is not None and ranking.scale.vec(s.candidate.vec) >= rc.min_similarity)
+                or (s.candidate.vec is None and degraded is not None)
+            )
+        )
+    ]
+    mask_secrets = r.cfg.mask_secrets
+    hits = tuple(
+        to_hit(s, views[s.candidate.chunk_id], req.agent, mask_secrets=mask_secrets)
+        for s in kept[: req.limit]
+    )
+    analysis = replace(analysis_of(qa, req.filters, rare), history_turns=len(turns))
+    block = render_block(hits, req.token_budget or rc.token_budget, count_tokens)
+    return SearchResult(hits, degraded, analysis, context=block)
+
+
+def _recall_parts(r: Retriever, qa: QueryAnalysis, turns: list[str]) -> BmParts:
+    """BM25 words of a recall: the message's, then the history's content words at the share the
+    history has in the query vector (a follow-up without content words is all history)."""
+    rc = r.recall_cfg
+    parts: BmParts = [(bm25_text(qa), 1.0)] if qa.content_words else []
+    words = [w for t in reversed(turns) for w in analyze(t).content_words]
+    history = " ".join(list(dict.fromkeys(w.lower() for w in words))[: rc.history_words])
+    if history:
+        weight = (rc.history_weight_none, rc.history_weight_short, rc.history_weight_long)[qa.word_class]
+        parts.append((history, 1.0 if not parts else weight))
+    return parts
+
+
+def _recall_vectors(
+    r: Retriever, text: str, qa: QueryAnalysis, turns: list[str]
+) -> list[np.ndarray[Any, Any]] | None:
+    serving = r.stores.serving
+    if serving is None:
+        return None
+    model = serving.model
+    rc = r.recall_cfg
+    message = model.embed_query(text) if qa.words else None
+    if not turns:
+        return [message] if message is not None else None
+    # Turns are what someone said, like the message: embedded as queries (e5 models tell the two
+    # apart by prefix), newest last.
+    history = np.mean([model.embed_query(t) for t in turns], axis=0)
+    weight = (rc.history_weight_none, rc.history_weight_short, rc.history_weight_long)[qa.word_class]
+    blended = history if message is None else (1 - weight) * message + weight * history
+    blended = blended / max(float(np.linalg.norm(blended)), 1e-12)
+    # A message with content words also runs alone; each query is fused on its own.
+    return [blended, message] if message is not None and qa.content_words else [blended]

@@ -1,0 +1,50 @@
+"""Ranked chunks into the typed results of the wire (``sidecar.contracts.wire``): a hit with its
+public reference and masked text, and the query analysis a preview shows."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sidecar.contracts.wire import Analysis, AnalysisFilters, Hit
+from sidecar.notes.redact import mask
+from sidecar.search.fusion import Scored
+from sidecar.search.query import Filters, QueryAnalysis
+from sidecar.stores.manifest import ChunkView
+from sidecar.vault.sources import public_reference
+
+
+def to_hit(s: Scored, view: ChunkView, agent: str | None, *, mask_secrets: bool) -> Hit:
+    c = s.candidate
+    text, masked = mask(view.text) if mask_secrets else (view.text, {})
+    return Hit(
+        reference=public_reference(view.key, agent),
+        source=view.source,
+        score=round(s.score, 6),
+        relevance=round(s.relevance, 4),
+        vec_score=None if c.vec is None else round(c.vec, 6),
+        bm25_score=None if c.bm25 is None else round(c.bm25, 6),
+        boosts=dict(s.boosts),
+        title=view.title,
+        headings=tuple(view.headings),
+        lines=(c.start_line, c.end_line),
+        text=text,
+        masked=masked,
+        agent=view.agent or None,
+    )
+
+
+def analysis_of(qa: QueryAnalysis, filters: Filters, rare: Sequence[str] = ()) -> Analysis:
+    return Analysis(
+        text=qa.text,
+        content_words=tuple(qa.content_words),
+        rare_words=tuple(rare),
+        word_class=qa.word_class,
+        chronicle=qa.chronicle,
+        filters=AnalysisFilters(
+            tags=tuple(filters.tags),
+            path_prefix=filters.path_prefix,
+            since=filters.since,
+            until=filters.until,
+            time_phrase=filters.phrase,
+        ),
+    )
