@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from sidecar.contracts.errors import RemoteError
-from tests.conftest import DaemonProcess, write
+from tests.conftest import write
+from tests.daemon_process import DaemonProcess
 
 BAD = b"caf\xe9"  # Latin-1 bytes: not valid UTF-8
 

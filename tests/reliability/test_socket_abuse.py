@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import DaemonProcess, exchange, write
+from tests.conftest import write
+from tests.daemon_process import DaemonProcess, exchange
 
 
 @pytest.fixture(scope="module")
