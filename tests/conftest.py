@@ -1,11 +1,12 @@
-"""Shared fixtures: a hermetic environment, small vaults, a fake embedder and a real daemon."""
+"""Shared fixtures: a hermetic environment, small vaults, a fake embedder, real stores, a real
+server in this process and a real daemon in a subprocess."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from sidecar.stores.manifest import Manifest
 # The subprocess harness lives in tests/daemon_process.py, shared with the benchmarks; these names
 # stay importable from here for the test modules that import them from conftest.
 from tests.daemon_process import DaemonProcess, exchange  # noqa: F401
+from tests.in_process import InProcessServer
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -136,6 +138,43 @@ def harness(make_cfg: Any, vault: Path) -> Iterator[Harness]:
     h = Harness(make_cfg(vault), FakeEmbedder())
     yield h
     h.close()
+
+
+# --- the socket loop and handlers in this process (tests/in_process.py) -------------------------
+
+KEYWORD_ONLY = None  # ``serve_in_process(model=KEYWORD_ONLY)``: no model, search is BM25 only
+
+
+@pytest.fixture
+def serve_in_process(make_cfg: Any, vault: Path) -> Iterator[Callable[..., InProcessServer]]:
+    """Start real servers in this process over a swept vault (``vault`` by default): the fake
+    embedder unless ``model`` says otherwise (KEYWORD_ONLY, or a real model); ``flags`` are
+    configuration keys (``**{"server.maxFrameBytes": 2048}``). Each is closed after the test."""
+    started: list[tuple[InProcessServer, Harness]] = []
+
+    def start(vault_dir: Path | None = vault, model: Any = "fake", **flags: Any) -> InProcessServer:
+        h = Harness(make_cfg(vault_dir, **flags), FakeEmbedder() if model == "fake" else model)
+        try:
+            h.sweep()
+            server = InProcessServer(h)
+        except BaseException:
+            h.close()
+            raise
+        started.append((server, h))
+        return server
+
+    yield start
+    for server, h in started:
+        try:
+            server.close()
+        finally:
+            h.close()
+
+
+@pytest.fixture
+def in_process(serve_in_process: Callable[..., InProcessServer]) -> InProcessServer:
+    """A real server in this process over the small ``vault``, with the fake embedder."""
+    return serve_in_process()
 
 
 # --- a real daemon in a subprocess (tests/daemon_process.py) ---------------------------------
