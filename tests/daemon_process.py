@@ -49,6 +49,7 @@ class DaemonProcess:
 
     ``env`` is laid over ``base_env`` (this process's environment by default; the benchmarks pass
     one without SIDECAR_* and XDG_*); SIDECAR_HOME never passes, the home is a flag.
+    ``keyword_only`` disables the model: for tests that need no vectors (BM25 search only).
     """
 
     def __init__(
@@ -61,6 +62,7 @@ class DaemonProcess:
         base_env: Mapping[str, str] | None = None,
         call_timeout: float = 60.0,
         log_level: str | None = "debug",
+        keyword_only: bool = False,
     ):
         self.prefix = list(prefix)
         self.home = home
@@ -68,6 +70,8 @@ class DaemonProcess:
         self.extra = list(extra)
         self.env = {**(os.environ if base_env is None else base_env), **(env or {})}
         self.env.pop("SIDECAR_HOME", None)
+        if keyword_only:  # no model: starts in a second or two, ready after the first sweep
+            self.env["SIDECAR_EMBEDDER_ENABLED"] = "false"
         self.call_timeout = call_timeout
         self.log_level = log_level
         self.proc: subprocess.Popen[bytes] | None = None

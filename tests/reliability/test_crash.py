@@ -21,6 +21,7 @@ from tests.reliability.writer import AckedWriter
 pytestmark = pytest.mark.model
 
 
+@pytest.mark.timeout(900)  # six daemon starts with the real model
 def test_kill_during_memory_writes_and_compaction(daemon_factory: Any, tmp_path: Path) -> None:
     """Five kills while a writer stores notes without pause and LanceDB compacts after every third
     write: each acknowledged note is on disk with its content and searchable after the restart,

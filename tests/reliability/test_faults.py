@@ -113,6 +113,7 @@ def test_read_only_index_directory(daemon_factory: Any, vault: Path, tmp_path: P
     assert d.call("search", {"query": "floating dock fenders"})["hits"][0]["reference"] == "vault/Dock"
 
 
+@pytest.mark.timeout(900)  # embeds a few hundred chunks of broken notes with the real model
 def test_broken_notes_are_skipped_or_indexed_with_reasons(daemon_factory: Any, tmp_path: Path) -> None:
     """Every kind of broken note either indexes or is skipped with a reason in health; the daemon
     stays up and the good note is found."""

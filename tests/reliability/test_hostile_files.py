@@ -23,7 +23,7 @@ BAD = b"caf\xe9"  # Latin-1 bytes: not valid UTF-8
 
 def _daemon(factory: Any, vault: Path | None, **extra: str) -> DaemonProcess:
     """A daemon without the model (the files are under test here), with ``extra`` settings."""
-    d: DaemonProcess = factory(vault, env={"SIDECAR_EMBEDDER_ENABLED": "false", **extra})
+    d: DaemonProcess = factory(vault, env=extra, keyword_only=True)
     return d
 
 
@@ -33,6 +33,11 @@ def _refs(hits: list[dict[str, Any]]) -> list[str]:
 
 def _log(d: DaemonProcess) -> str:
     return d.log.read_text(errors="replace")
+
+
+def _wait_log(d: DaemonProcess, event: str, timeout: float = 20) -> None:
+    """Wait until the daemon's log holds ``event`` (a stable event name or its detail)."""
+    d.wait_for(lambda _h: event in _log(d), timeout)
 
 
 def _new_note_is_indexed(d: DaemonProcess, vault: Path, name: str, word: str) -> None:
@@ -63,7 +68,7 @@ def test_undecodable_names_before_start(daemon_factory: Any, tmp_path: Path) -> 
     assert not h["problems"]["active"]
     assert _refs(d.call("search", {"query": "quokka"})["hits"]) == ["vault/Good"]
     assert d.call("search", {"query": "zebrafinch"})["hits"] == []
-    time.sleep(2)  # the watcher settles (it starts over folder by folder)
+    _wait_log(d, "(one by one)")  # the watcher started over, folder by folder
     _new_note_is_indexed(d, vault, "Later", "wombat")
     _new_note_is_indexed(d, vault, "Sub/Deeper", "echidna")
     assert d.stop() == 0
@@ -75,16 +80,13 @@ def test_undecodable_names_while_running(daemon_factory: Any, tmp_path: Path) ->
     vault = tmp_path / "vault"
     write(vault / "Good.md", "# Good\n\nquokka habitat notes\n")
     d = _daemon(daemon_factory, vault).start(timeout=60)
-    time.sleep(1)
+    _wait_log(d, "watcher_started")  # the names below are made while the watch runs
     vault_b = os.fsencode(vault)
     os.mkdir(vault_b + b"/" + BAD + b"-empty")
     with open(vault_b + b"/later-" + BAD + b".md", "wb") as fh:
         fh.write(b"# later\n")
-    deadline = time.monotonic() + 20
-    while "watcher_undecodable_path" not in _log(d) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert "watcher_undecodable_path" in _log(d)
-    time.sleep(2)
+    _wait_log(d, "watcher_undecodable_path")
+    _wait_log(d, "(one by one)")
     _new_note_is_indexed(d, vault, "Later", "wombat")
     h = d.health()
     assert h["index"]["skipped"].get("name is not valid UTF-8") == 2

@@ -28,6 +28,17 @@ def _vault_files(h: dict[str, Any]) -> int:
     return int(h["index"]["by_source"].get("vault", {}).get("files", 0))
 
 
+def _problem_count(h: dict[str, Any], area: str) -> int:
+    """How often the active problem of ``area`` was reported (0: none is active)."""
+    return next((int(p["count"]) for p in h["problems"]["active"] if p["area"] == area), 0)
+
+
+def _swept_since(h: dict[str, Any], sweeps: int) -> bool:
+    """A sweep ended after ``sweeps`` had, and none is queued or running."""
+    idx = h["index"]
+    return bool(idx["sweeps"] > sweeps and not h["queue"]["depth"] and idx["phase"] == "idle")
+
+
 def _fill_vault(vault: Path, n: int) -> None:
     for i in range(n):
         write(vault / "Log" / f"entry-{i}.md", f"# Entry {i}\n\nThe lighthouse keeper logged storm {i}.\n")
@@ -72,8 +83,9 @@ def test_emptied_in_place_while_memory_is_written(daemon_factory: Any, vault: Pa
     for p in (vault / "Log").glob("*.md"):
         p.unlink()
     d.wait_for(lambda h: (_root(h).get("hold") or {}).get("kind") == "mass", 30)
-    time.sleep(3)
-    assert _vault_files(d.health()) == vault_files
+    sweeps = d.call("index")["sweeps"]  # a sweep asked for now sees the deletions again: still held
+    h = d.wait_for(lambda h: _swept_since(h, sweeps))
+    assert _vault_files(h) == vault_files and _root(h)["hold"]["kind"] == "mass"
     d.call("index", {"confirmDeletions": "vault"})
     h = d.wait_for(lambda h: _vault_files(h) == vault_files - 12, 30)
     assert _root(h)["mode"] != "offline"
@@ -126,8 +138,9 @@ def test_notes_written_while_the_index_disk_is_full_are_searchable_within_10_s(
         outs = [d.call("write", note, agent="ops") for note in notes]
         assert not any(o["searchable"] for o in outs)
         write(vault / "Later.md", "# Later\n\nThe albatross circled the mast.\n")
-        d.wait_for(lambda h: "index" in {p["area"] for p in h["problems"]["active"]}, 30)
-        time.sleep(20)  # long enough for an exponential backoff to have grown past 10 s
+        # Five failed updates: a backoff doubling from 1 s would now wait 16 s, longer than the 10 s
+        # allowed below (the storage-fault retries are capped well under that).
+        d.wait_for(lambda h: _problem_count(h, "index") >= 5, 60)
         filler.unlink()
         freed = time.monotonic()
 
