@@ -39,17 +39,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from common import emit, pct, rss_mb  # noqa: E402
+from common import clean_env, emit, pct, rss_mb  # noqa: E402
 
 from sidecar.contracts.errors import RemoteError  # noqa: E402
-from tests.conftest import DaemonProcess, make_notes, store_ids, write  # noqa: E402
-
-FAST_RETRY = {"SIDECAR_WATCH_RETRY_BASE_SECONDS": "0.5", "SIDECAR_WATCH_RETRY_MAX_SECONDS": "1"}
+from tests.conftest import make_notes, store_ids, write  # noqa: E402
+from tests.daemon_process import DaemonProcess  # noqa: E402
+from tests.reliability.disks import FAST_RETRY  # noqa: E402
+from tests.reliability.writer import AckedWriter  # noqa: E402
 
 
 def _daemon(home: Path, vault: Path, env: dict[str, str] | None = None) -> DaemonProcess:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SIDECAR_", "XDG_"))}
-    return DaemonProcess(home, vault, env={**clean, **FAST_RETRY, **(env or {})})
+    return DaemonProcess(home, vault, env={**FAST_RETRY, **(env or {})}, base_env=clean_env())
 
 
 def _clean_rebuild(d: DaemonProcess, vault: Path, work: Path) -> tuple[set[str], set[str], set[str]]:
@@ -68,64 +68,41 @@ def crash(work: Path, runs: int, seed: int) -> dict[str, Any]:
     vault = work / "crash-vault"
     make_notes(vault, 1500)  # indexing and embedding it spans many of the kills
     d = _daemon(work / "crash-home", vault, {"SIDECAR_INDEX_OPTIMIZE_EVERY_WRITES": "3"})
-    acked: dict[str, str] = {}  # slug -> content the daemon acknowledged
+    writer = AckedWriter(d, "chaos")
     out: dict[str, Any] = {"runs": runs, "kills_by_phase": {}}
     lost: set[str] = set()
     changed: set[str] = set()
-    n = 0
     for run in range(runs):
         d.start(wait=None)
-        stop = threading.Event()
-
-        def writer(stop: threading.Event = stop, run: int = run) -> None:
-            nonlocal n
-            while not stop.is_set():
-                slug = f"note-{n}"
-                content = f"# Note {n}\n\nChaos token zq{n}x written in run {run}.\n"
-                n += 1
-                try:
-                    d.call("write", {"slug": slug, "content": content}, agent="chaos")
-                    acked[slug] = content
-                except Exception:  # not acknowledged: the daemon is starting or was killed
-                    time.sleep(0.05)
-
-        t = threading.Thread(target=writer)
-        t.start()
-        time.sleep(rng.uniform(0.5, 5.0))
-        try:
-            idx = d.health()["index"]
-            phase = "embedding" if idx["phase"] == "idle" and idx["pending_vectors"] else idx["phase"]
-        except Exception:
-            phase = "starting"
-        d.stop(signal.SIGKILL)
-        stop.set()
-        t.join()
+        with writer.running():
+            time.sleep(rng.uniform(0.5, 5.0))
+            try:
+                idx = d.health()["index"]
+                phase = "embedding" if idx["phase"] == "idle" and idx["pending_vectors"] else idx["phase"]
+            except Exception:
+                phase = "starting"
+            d.stop(signal.SIGKILL)
         out["kills_by_phase"][phase] = out["kills_by_phase"].get(phase, 0) + 1
         if rng.random() < 0.3:  # the vault changes between crashes too
             victim = vault / f"folder{rng.randrange(7)}" / f"note-{rng.randrange(300):03d}.md"
             victim.unlink(missing_ok=True)
             write(vault / "late" / f"late-{run}.md", f"# Late {run}\n\nadded between two crashes\n")
-        inbox = d.home / "agents" / "chaos" / "memory"
-        for slug, content in acked.items():
-            path = inbox / f"{slug}.md"
-            if not path.exists():
-                lost.add(slug)
-            elif content.split("\n\n", 1)[1] not in path.read_text(encoding="utf-8"):
-                changed.add(slug)
+        gone, altered = writer.damaged()
+        lost |= gone
+        changed |= altered
     d.start(wait=None)
     d.wait_for(lambda h: h["index"]["state"] == "ready" and h["index"]["pending_vectors"] == 0, timeout=600)
     unsearchable = 0
-    for slug, content in acked.items():
-        token = content.split("token ", 1)[1].split()[0]
-        hits = d.call("search", {"query": token, "source": "memory"}, agent="chaos")["hits"]
-        if not any(h["reference"].endswith(slug) for h in hits):
+    for slug in writer.acked:
+        hits = d.call("search", {"query": writer.token(slug), "source": "memory"}, agent="chaos")["hits"]
+        if f"memory/{slug}" not in [h["reference"] for h in hits]:
             unsearchable += 1
     d.stop()
     ids, bm25_ids, vec_ids = store_ids(d.home)
     clean_ids, _, _ = _clean_rebuild(d, vault, work)
     out.update(
         {
-            "acknowledged_writes": len(acked),
+            "acknowledged_writes": len(writer.acked),
             "lost_writes": len(lost),
             "changed_writes": len(changed),
             "unsearchable_writes": unsearchable,

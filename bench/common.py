@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from sidecar.clients.client import Client
-from sidecar.config import load_config
-from sidecar.contracts.errors import DaemonNotRunningError
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the daemon harness is the tests' (tests/daemon_process.py)
+
+from tests.daemon_process import DaemonProcess  # noqa: E402
 
 
 def pct(values: list[float], p: float) -> float:
@@ -29,66 +29,22 @@ def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**env, **(extra or {})}
 
 
-class BenchDaemon:
-    """`sidecar serve` on a home and a vault, logging next to the home."""
+def bench_daemon(
+    vault: Path, home: Path, env: dict[str, str] | None = None, args: list[str] | None = None
+) -> DaemonProcess:
+    """`sidecar serve` on a home and a vault, started (not waited for), logging next to the home:
+    the tests' harness, given this environment minus SIDECAR_*/XDG_*, at the configured log level."""
+    home.parent.mkdir(parents=True, exist_ok=True)
+    d = DaemonProcess(
+        home, vault, args or [], env=env, base_env=clean_env(), call_timeout=300, log_level=None
+    )
+    return d.start(wait=None)
 
-    def __init__(
-        self, vault: Path, home: Path, env: dict[str, str] | None = None, args: list[str] | None = None
-    ) -> None:
-        self.home = home
-        self.cfg = load_config(flags={"home": str(home)}, env={})
-        home.parent.mkdir(parents=True, exist_ok=True)
-        self.log = (home.parent / f"{home.name}-daemon.log").open("ab")
-        self.started = time.perf_counter()
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sidecar",
-                "serve",
-                "--home",
-                str(home),
-                "--vault",
-                str(vault),
-                *(args or []),
-            ],
-            stdout=self.log,
-            stderr=self.log,
-            env=clean_env(env),
-        )
 
-    def call(self, op: str, params: dict[str, Any] | None = None, timeout: float = 300) -> dict[str, Any]:
-        with Client(self.cfg.socket_path, timeout=timeout) as c:
-            return c.call(op, params)
-
-    def health(self) -> dict[str, Any] | None:
-        try:
-            return self.call("health")
-        except DaemonNotRunningError:
-            return None
-
-    def wait_ready(self, verbose: bool = False, poll: float = 0.2, limit: float = 7200) -> float:
-        """Seconds from start until health says ready."""
-        while time.perf_counter() - self.started < limit:
-            h = self.health()
-            if h is not None and h["index"]["state"] == "ready":
-                return time.perf_counter() - self.started
-            if verbose and h is not None:
-                print(f"  {h['index']['phase']} pending={h['index']['pending_vectors']}", file=sys.stderr)
-            time.sleep(poll)
-        raise TimeoutError("the daemon did not become ready")
-
-    def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def rss_mb(self) -> dict[str, float]:
-        return rss_mb(self.proc.pid)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(60)
-        self.log.close()
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mb(pid: int) -> dict[str, float]:

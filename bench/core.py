@@ -18,13 +18,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import BenchDaemon, combined_vault, emit, pct, rss_mb
+from common import bench_daemon, combined_vault, emit, pct, rss_mb
 
 from sidecar.clients.client import Client
 from sidecar.config import load_config
 from sidecar.daemon.lifecycle import load_embedder
 from sidecar.index.indexer import Indexer, open_stores, open_vectors
 from sidecar.model.embedder import EmbedderSlot
+from tests.daemon_process import DaemonProcess
 
 QUERIES = [
     "record a lecture with my microphone",
@@ -128,7 +129,7 @@ ARM_CONFIGS = {
 }
 
 
-def _latencies(d: BenchDaemon, rounds: int) -> list[float]:
+def _latencies(d: DaemonProcess, rounds: int) -> list[float]:
     lat: list[float] = []
     with Client(d.cfg.socket_path) as c:
         for _ in range(rounds):
@@ -142,9 +143,9 @@ def _latencies(d: BenchDaemon, rounds: int) -> list[float]:
 def serve_latency(vault: Path, home: Path, rounds: int, settle: bool = False) -> dict[str, Any]:
     config = home.parent / f"{home.name}-bench.yaml"
     config.write_text("")
-    d = BenchDaemon(vault, home, args=["--config", str(config)])
+    d = bench_daemon(vault, home, args=["--config", str(config)])
     try:
-        ready_s = d.wait_ready(poll=0.05, limit=600)
+        ready_s = d.wait_ready(timeout=600, poll=0.05)
         # Large tables get their IVF index right after start: measure with it in place.
         deadline = time.perf_counter() + 120
         while time.perf_counter() < deadline:
@@ -174,11 +175,11 @@ def serve_latency(vault: Path, home: Path, rounds: int, settle: bool = False) ->
                 pct(arm_lat, 0.95),
             )
         config.write_text("")
-        rss = d.rss_mb()
+        rss = rss_mb(d.pid)
         if settle:  # the daemon hands freed pages back once a minute (heap.trim)
             time.sleep(61)
         return {
-            "daemon_rss_after_settle_mb": d.rss_mb() if settle else None,
+            "daemon_rss_after_settle_mb": rss_mb(d.pid) if settle else None,
             "restart_ready_s": round(ready_s, 2),
             "search_p50_ms": pct(lat, 0.5),
             "search_p95_ms": pct(lat, 0.95),
@@ -193,12 +194,12 @@ def serve_latency(vault: Path, home: Path, rounds: int, settle: bool = False) ->
 
 def cold_daemon(vault: Path) -> dict[str, Any]:
     """A daemon indexing from scratch: time to keyword-searchable, to ready, and its peak RSS."""
-    d = BenchDaemon(vault, Path(tempfile.mkdtemp(prefix="sidecar-cold-")) / "home")
+    d = bench_daemon(vault, Path(tempfile.mkdtemp(prefix="sidecar-cold-")) / "home")
     keyword_s = None
     try:
         while True:
-            h = d.health()
-            now = time.perf_counter() - d.started
+            h = d.health_or_none()
+            now = d.seconds()
             if (
                 h is not None
                 and keyword_s is None
@@ -212,7 +213,7 @@ def cold_daemon(vault: Path) -> dict[str, Any]:
         return {
             "cold_daemon_keyword_searchable_s": round(keyword_s or 0, 2),
             "cold_daemon_ready_s": round(now, 1),
-            "cold_daemon_rss_mb": d.rss_mb(),
+            "cold_daemon_rss_mb": rss_mb(d.pid),
         }
     finally:
         d.stop()

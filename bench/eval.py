@@ -42,7 +42,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from common import BenchDaemon, emit
+from common import bench_daemon, emit
+
+from tests.daemon_process import DaemonProcess
 
 ARMS = {
     "hybrid": "",
@@ -103,7 +105,7 @@ def metrics(ranked: list[str], relevant: dict[str, int]) -> dict[str, float]:
 
 
 def run_queries(
-    d: BenchDaemon,
+    d: DaemonProcess,
     queries: list[tuple[str, str, list[str]]],
     refs: dict[str, str] | None,
     relevant: dict[str, dict[str, int]],
@@ -230,14 +232,14 @@ def evaluate(
 ) -> dict[str, Any]:
     config = work / "sidecar.yaml"
     config.write_text(base + ARMS["hybrid"])
-    d = BenchDaemon(vault, work / "home", args=["--config", str(config)])
+    d = bench_daemon(vault, work / "home", args=["--config", str(config)])
     arms = dict(ARMS)
     for sweep in sweeps:  # e.g. search.foreignVectorWeight=0.1,0.2,0.3: one hybrid run per value
         key, _, values = sweep.partition("=")
         section, name = key.split(".")
         arms.update({f"{key}={v}": f"{section}:\n  {name}: {v}\n" for v in values.split(",")})
     try:
-        out: dict[str, Any] = {"index_ready_s": round(d.wait_ready(verbose=True, poll=2), 1)}
+        out: dict[str, Any] = {"index_ready_s": round(d.wait_ready(timeout=7200, poll=2, verbose=True), 1)}
         h = d.call("health")["index"]
         out["chunks"], out["files"] = h["chunks"], h["files"]
         for arm, text in arms.items():
@@ -380,7 +382,7 @@ def read_messages(path: Path) -> list[str]:
     return [m.strip() for m in path.read_text(encoding="utf-8").splitlines() if m.strip()]
 
 
-def recall_offtopic(d: BenchDaemon, messages: Sequence[str]) -> dict[str, Any]:
+def recall_offtopic(d: DaemonProcess, messages: Sequence[str]) -> dict[str, Any]:
     """How many messages get an empty auto-injection block, and what the others injected."""
     leaked = {}
     tops: list[tuple[float, float]] = []  # (relevance, cosine) of each message's best search hit
@@ -416,9 +418,9 @@ def cmd_offtopic(args: argparse.Namespace) -> dict[str, Any]:
     vault = build_vault(args.vault, args.subset, work)
     config = work / "sidecar.yaml"
     config.write_text("")
-    d = BenchDaemon(vault, work / "home", args=["--config", str(config)])
+    d = bench_daemon(vault, work / "home", args=["--config", str(config)])
     try:
-        d.wait_ready(verbose=True, poll=5)
+        d.wait_ready(timeout=7200, poll=5, verbose=True)
         return recall_offtopic(d, messages)
     finally:
         d.stop()

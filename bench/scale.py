@@ -29,10 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import BenchDaemon, emit, pct
+from common import bench_daemon, emit, pct, rss_mb
 from core import QUERIES
 
 from sidecar.clients.client import Client
+from tests.daemon_process import DaemonProcess
 
 EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval" / "vaults"
 HELP_LANGUAGES = ("en", "de", "fr", "es", "it", "pt", "nl", "Release notes", "Sandbox")
@@ -60,7 +61,7 @@ def build_vault(target: Path, size: int, notes: list[tuple[Path, str]]) -> None:
         shutil.copyfile(src, dest)
 
 
-def latencies(d: BenchDaemon, clients: int, rounds: int) -> tuple[list[float], int]:
+def latencies(d: DaemonProcess, clients: int, rounds: int) -> tuple[list[float], int]:
     """Search latencies (ms) of ``clients`` threads each running the query set ``rounds`` times."""
     lat: list[float] = []
     errors = 0
@@ -102,16 +103,16 @@ def one_size(
     home = work / f"home-{size}"
     build_vault(vault, size, notes)
     out: dict[str, Any] = {"notes": size, "vault_mb": dir_mb(vault)}
-    d = BenchDaemon(vault, home)
+    d = bench_daemon(vault, home)
     keyword_s = None
     peak_indexing = 0.0
     samples: list[tuple[float, int]] = []
     try:
         while True:
-            h = d.health()
-            now = time.perf_counter() - d.started
+            h = d.health_or_none()
+            now = d.seconds()
             if h is not None:
-                peak_indexing = max(peak_indexing, d.rss_mb()["VmRSS"])
+                peak_indexing = max(peak_indexing, rss_mb(d.pid)["VmRSS"])
                 idx = h["index"]
                 if keyword_s is None and idx["sweeps"] >= 1 and idx["phase"] == "idle":
                     keyword_s = now
@@ -137,20 +138,20 @@ def one_size(
             out["fully_embedded_s"] = round(t1 + p1 / rate, 0) if rate > 0 else None
             out["fully_embedded_measured"] = False  # extrapolated from the measured rate
             out["pending_at_stop"] = p1
-        out["peak_rss_indexing_mb"] = round(max(peak_indexing, d.rss_mb()["VmHWM"]), 1)
+        out["peak_rss_indexing_mb"] = round(max(peak_indexing, rss_mb(d.pid)["VmHWM"]), 1)
     finally:
         d.stop()
     # Restart over the unchanged vault.
-    d = BenchDaemon(vault, home)
+    d = bench_daemon(vault, home)
     try:
         while True:
-            h = d.health()
+            h = d.health_or_none()
             if h is not None and h["index"]["sweeps"] >= 1 and h["index"]["phase"] == "idle":
-                out["restart_keyword_ready_s"] = round(time.perf_counter() - d.started, 2)
+                out["restart_keyword_ready_s"] = round(d.seconds(), 2)
                 break
             time.sleep(0.05)
         if out.get("fully_embedded_measured"):
-            out["restart_ready_s"] = round(d.wait_ready(poll=0.05), 2)
+            out["restart_ready_s"] = round(d.wait_ready(timeout=7200, poll=0.05), 2)
         # The IVF index comes with the first idle moment above the threshold: measure with it.
         deadline = time.perf_counter() + 300
         while time.perf_counter() < deadline:
@@ -170,7 +171,7 @@ def one_size(
                 "search_16_clients_p95_ms": pct(many, 0.95),
                 "searches": len(one) + len(many),
                 "search_errors": e1 + e16,
-                "rss_serving_mb": d.rss_mb(),
+                "rss_serving_mb": rss_mb(d.pid),
                 "index_mb": dir_mb(home / "index"),
             }
         )

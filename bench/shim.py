@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from common import BenchDaemon, emit, pct
+from common import bench_daemon, emit, pct
 
 if TYPE_CHECKING:
     from mcp.client.stdio import StdioServerParameters
@@ -163,9 +163,9 @@ def main() -> None:
     if args.vault is None:
         ap.error("--vault is required")
     home = args.home or Path(tempfile.mkdtemp(prefix="sidecar-mcp-bench-"))
-    d = BenchDaemon(args.vault.resolve(), home)
+    d = bench_daemon(args.vault.resolve(), home)
     try:
-        d.wait_ready()
+        d.wait_ready(timeout=7200, poll=0.2)
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-c", "pass"], check=True)
         bare_python_ms = (time.perf_counter() - t0) * 1000

@@ -28,7 +28,8 @@ sys.path.insert(0, str(ROOT))
 from chaos import MIXED, _daemon, run_clients  # noqa: E402
 from common import emit, pct  # noqa: E402
 
-from tests.conftest import DaemonProcess, make_notes  # noqa: E402
+from tests.conftest import make_notes  # noqa: E402
+from tests.daemon_process import DaemonProcess  # noqa: E402
 
 SETTLE_SECONDS = 65  # one full interval of the daemon's minute trim
 

@@ -19,7 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import BenchDaemon, emit, pct
+from common import bench_daemon, cpu_seconds, emit, pct
+
+from tests.daemon_process import DaemonProcess
 
 
 def copy_vault(src: Path, work: Path) -> Path:
@@ -35,7 +37,7 @@ def save(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def edit_latencies(d: BenchDaemon, vault: Path, edits: int, tag: str) -> list[float]:
+def edit_latencies(d: DaemonProcess, vault: Path, edits: int, tag: str) -> list[float]:
     notes = sorted(vault.rglob("*.md"))[:edits]
     out = []
     for i, note in enumerate(notes):
@@ -62,8 +64,8 @@ def edit_latencies(d: BenchDaemon, vault: Path, edits: int, tag: str) -> list[fl
 def cmd_latency(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="sidecar-sync-"))
     vault = copy_vault(args.vault, work)
-    d = BenchDaemon(vault, work / "home")
-    d.wait_ready()
+    d = bench_daemon(vault, work / "home")
+    d.wait_ready(timeout=7200, poll=0.2)
     events = edit_latencies(d, vault, args.edits, "e")
     d.stop()
     table = work / "mountinfo"
@@ -74,8 +76,8 @@ def cmd_latency(args: argparse.Namespace) -> dict[str, Any]:
         "SIDECAR_WATCH_POLL_SECONDS": str(args.poll),
         "SIDECAR_WATCH_EVENTS": "false",
     }
-    d = BenchDaemon(vault, work / "home", env)
-    d.wait_ready()
+    d = bench_daemon(vault, work / "home", env)
+    d.wait_ready(timeout=7200, poll=0.2)
     polling = edit_latencies(d, vault, max(3, args.edits // 4), "p")
     d.stop()
     shutil.rmtree(work)
@@ -105,12 +107,12 @@ def cmd_idle(args: argparse.Namespace) -> dict[str, Any]:
                 f"40 22 0:35 / {args.vault.resolve()} rw - cifs //nas/v rw\n"
             )
             env = {"SIDECAR_WATCH_MOUNT_TABLE": str(table)}
-        d = BenchDaemon(args.vault.resolve(), home, env)
-        d.wait_ready()
+        d = bench_daemon(args.vault.resolve(), home, env)
+        d.wait_ready(timeout=7200, poll=0.2)
         time.sleep(5)
-        c0, t0 = d.cpu_seconds(), time.monotonic()
+        c0, t0 = cpu_seconds(d.pid), time.monotonic()
         time.sleep(args.seconds)
-        c1, t1 = d.cpu_seconds(), time.monotonic()
+        c1, t1 = cpu_seconds(d.pid), time.monotonic()
         out[f"{mode}_cpu_percent_of_one_core"] = round(100 * (c1 - c0) / (t1 - t0), 2)
         out[f"{mode}_files"] = d.call("health")["index"]["files"]
         d.stop()
@@ -127,12 +129,12 @@ def cmd_stream(args: argparse.Namespace) -> dict[str, Any]:
         ("without_optimize", {"SIDECAR_INDEX_OPTIMIZE_EVERY_WRITES": "0"}),
     ):
         home = work / f"home-{label}"
-        d = BenchDaemon(vault, home, env)
-        d.wait_ready()
+        d = bench_daemon(vault, home, env)
+        d.wait_ready(timeout=7200, poll=0.2)
         lat: list[float] = []
         stop = threading.Event()
 
-        def query(d: BenchDaemon = d, stop: threading.Event = stop, lat: list[float] = lat) -> None:
+        def query(d: DaemonProcess = d, stop: threading.Event = stop, lat: list[float] = lat) -> None:
             queries = ["record audio", "sync settings", "canvas cards", "graph view", "daily notes"]
             i = 0
             while not stop.is_set():

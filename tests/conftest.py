@@ -1,30 +1,28 @@
-"""Shared fixtures: a hermetic environment, small vaults, a fake embedder and a real daemon."""
+"""Shared fixtures: a hermetic environment, small vaults, a fake embedder, real stores, a real
+server in this process and a real daemon in a subprocess."""
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import random
-import signal
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from sidecar.clients.client import Client
 from sidecar.config import Config, load_config
-from sidecar.contracts.errors import DaemonNotRunningError
 from sidecar.index.indexer import Indexer, open_stores, open_vectors
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.stores.bm25 import Bm25Index
 from sidecar.stores.manifest import Manifest
+
+# The subprocess harness lives in tests/daemon_process.py, shared with the benchmarks; these names
+# stay importable from here for the test modules that import them from conftest.
+from tests.daemon_process import DaemonProcess, exchange  # noqa: F401
+from tests.in_process import InProcessServer
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -142,130 +140,44 @@ def harness(make_cfg: Any, vault: Path) -> Iterator[Harness]:
     h.close()
 
 
-# --- a real daemon in a subprocess -------------------------------------------------------------
+# --- the socket loop and handlers in this process (tests/in_process.py) -------------------------
+
+KEYWORD_ONLY = None  # ``serve_in_process(model=KEYWORD_ONLY)``: no model, search is BM25 only
 
 
-def exchange(sock_path: Path, payload: bytes) -> list[dict[str, Any]]:
-    """Send raw bytes, close our side, and collect every answer line until the daemon closes."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(30)
-    s.connect(str(sock_path))
-    try:
-        s.sendall(payload)
-        s.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass  # the daemon may answer and close before reading everything (oversized frames)
-    data = b""
-    try:
-        while chunk := s.recv(65536):
-            data += chunk
-    except OSError:
-        pass  # a reset after the last answer
-    s.close()
-    return [json.loads(line) for line in data.splitlines() if line.strip()]
+@pytest.fixture
+def serve_in_process(make_cfg: Any, vault: Path) -> Iterator[Callable[..., InProcessServer]]:
+    """Start real servers in this process over a swept vault (``vault`` by default): the fake
+    embedder unless ``model`` says otherwise (KEYWORD_ONLY, or a real model); ``flags`` are
+    configuration keys (``**{"server.maxFrameBytes": 2048}``). Each is closed after the test."""
+    started: list[tuple[InProcessServer, Harness]] = []
+
+    def start(vault_dir: Path | None = vault, model: Any = "fake", **flags: Any) -> InProcessServer:
+        h = Harness(make_cfg(vault_dir, **flags), FakeEmbedder() if model == "fake" else model)
+        try:
+            h.sweep()
+            server = InProcessServer(h)
+        except BaseException:
+            h.close()
+            raise
+        started.append((server, h))
+        return server
+
+    yield start
+    for server, h in started:
+        try:
+            server.close()
+        finally:
+            h.close()
 
 
-class DaemonProcess:
-    def __init__(
-        self,
-        home: Path,
-        vault_dir: Path | None,
-        extra: Sequence[str] = (),
-        env: dict[str, str] | None = None,
-        prefix: Sequence[str] = (),
-    ):
-        self.prefix = list(prefix)
-        self.home = home
-        self.vault = vault_dir
-        self.extra = list(extra)
-        self.env = {**os.environ, **(env or {})}
-        self.env.pop("SIDECAR_HOME", None)
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.cfg = load_config(flags={"home": str(home)}, env={})
-        self.log = home.parent / f"daemon-{home.name}.log"
+@pytest.fixture
+def in_process(serve_in_process: Callable[..., InProcessServer]) -> InProcessServer:
+    """A real server in this process over the small ``vault``, with the fake embedder."""
+    return serve_in_process()
 
-    @property
-    def socket(self) -> Path:
-        return self.cfg.socket_path
 
-    def cmd(self) -> list[str]:
-        args = [
-            *self.prefix,
-            sys.executable,
-            "-m",
-            "sidecar",
-            "serve",
-            "--home",
-            str(self.home),
-            "--log-level",
-            "debug",
-        ]
-        if self.vault is not None:
-            args += ["--vault", str(self.vault)]
-        return args + self.extra
-
-    def start(self, wait: str | None = "ready", timeout: float = 120.0) -> DaemonProcess:
-        self.home.mkdir(parents=True, exist_ok=True)
-        self.close_log()
-        self._logfh: Any = self.log.open("ab")
-        self.proc = subprocess.Popen(self.cmd(), stdout=self._logfh, stderr=self._logfh, env=self.env)
-        if wait:
-            self.wait_for(lambda h: h["index"]["state"] == wait, timeout)
-        return self
-
-    def client(self, agent: str | None = None) -> Client:
-        return Client(self.socket, agent=agent, timeout=60)
-
-    def call(self, op: str, params: dict[str, Any] | None = None, agent: str | None = None) -> dict[str, Any]:
-        with self.client(agent) as c:
-            return c.call(op, params)
-
-    def health(self) -> dict[str, Any]:
-        return self.call("health")
-
-    def wait_for(self, predicate: Any, timeout: float = 120.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        last: Any = None
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise AssertionError(
-                    f"daemon exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}"
-                )
-            try:
-                last = self.health()
-                if predicate(last):
-                    return last
-            except DaemonNotRunningError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError(
-            f"timed out; last health: {json.dumps(last)[:2000]}\n{self.log.read_text()[-3000:]}"
-        )
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        code = self.proc.wait(timeout=30)
-        self.close_log()
-        return code
-
-    def close_log(self) -> None:
-        fh = getattr(self, "_logfh", None)
-        if fh is not None:
-            fh.close()
-            self._logfh = None
-
-    def run_cli(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
-        env = {**self.env, "SIDECAR_HOME": str(self.home)}
-        return subprocess.run(
-            [sys.executable, "-m", "sidecar", *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            check=check,
-            timeout=120,
-        )
+# --- a real daemon in a subprocess (tests/daemon_process.py) ---------------------------------
 
 
 @pytest.fixture
@@ -279,10 +191,7 @@ def daemon_factory(tmp_path: Path) -> Iterator[Any]:
 
     yield factory
     for d in started:
-        if d.proc is not None and d.proc.poll() is None:
-            d.proc.kill()
-            d.proc.wait()
-        d.close_log()
+        d.kill()
 
 
 def make_notes(vault: Path, n: int) -> None:

@@ -31,5 +31,5 @@ def setup(level: str = "info", *, journald: bool = False) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     # Third-party chatter stays at warnings.
-    for noisy in ("apscheduler", "lancedb", "asyncio"):
+    for noisy in ("apscheduler", "lancedb", "asyncio", "markdown_it"):  # markdown_it: lines per block
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

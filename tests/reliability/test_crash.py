@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import random
 import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import DaemonProcess, make_notes, store_ids
+from tests.conftest import make_notes, store_ids
+from tests.daemon_process import DaemonProcess
+from tests.reliability.writer import AckedWriter
 
 pytestmark = pytest.mark.model
 
 
+@pytest.mark.timeout(900)  # six daemon starts with the real model
 def test_kill_during_memory_writes_and_compaction(daemon_factory: Any, tmp_path: Path) -> None:
     """Five kills while a writer stores notes without pause and LanceDB compacts after every third
     write: each acknowledged note is on disk with its content and searchable after the restart,
@@ -28,39 +30,19 @@ def test_kill_during_memory_writes_and_compaction(daemon_factory: Any, tmp_path:
     make_notes(vault, 60)
     d: DaemonProcess = daemon_factory(vault, env={"SIDECAR_INDEX_OPTIMIZE_EVERY_WRITES": "3"})
     rng = random.Random(5)
-    acked: dict[str, str] = {}
-    counter = 0
+    writer = AckedWriter(d, "crash")
     for _ in range(5):
         d.start(wait=None)
         d.wait_for(lambda h: h["index"]["sweeps"] >= 1, timeout=60)
-        stop = threading.Event()
-
-        def writer(stop: threading.Event = stop) -> None:
-            nonlocal counter
-            while not stop.is_set():
-                slug = f"n{counter}"
-                body = f"# N {counter}\n\nCrash token qk{counter}z.\n"
-                counter += 1
-                try:
-                    d.call("write", {"slug": slug, "content": body}, agent="crash")
-                    acked[slug] = body
-                except Exception:  # not acknowledged: the kill landed first
-                    return
-
-        t = threading.Thread(target=writer)
-        t.start()
-        time.sleep(rng.uniform(0.3, 2.0))
-        d.stop(signal.SIGKILL)
-        stop.set()
-        t.join()
-    assert len(acked) >= 5
+        with writer.running():
+            time.sleep(rng.uniform(0.3, 2.0))  # a random moment of the writes: the kill lands there
+            d.stop(signal.SIGKILL)
+    assert len(writer.acked) >= 5
     d.start(wait=None)
     d.wait_for(lambda h: h["index"]["state"] == "ready" and h["index"]["pending_vectors"] == 0, timeout=120)
-    inbox = d.home / "agents" / "crash" / "memory"
-    for slug, body in acked.items():
-        assert body.split("\n\n", 1)[1] in (inbox / f"{slug}.md").read_text(encoding="utf-8"), slug
-        token = body.split("token ", 1)[1].split(".")[0]
-        hits = d.call("search", {"query": token, "source": "memory"}, agent="crash")["hits"]
+    assert writer.damaged() == (set(), set())
+    for slug in writer.acked:
+        hits = d.call("search", {"query": writer.token(slug), "source": "memory"}, agent="crash")["hits"]
         # Searchable, and first: the token is a rare word, so it outranks near-identical notes
         # that the vector arm cannot tell apart (search.rareTerm*).
         assert hits[0]["reference"] == f"memory/{slug}", (slug, [h["reference"] for h in hits[:3]])

@@ -8,7 +8,6 @@ that is not available they skip and say so. Figures of the longer runs are in RE
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import json
 import os
@@ -16,48 +15,17 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sidecar.contracts.errors import RemoteError
-from tests.conftest import DaemonProcess, exchange, store_ids, write
+from tests.conftest import store_ids, write
+from tests.daemon_process import DaemonProcess, exchange
+from tests.reliability.disks import FAST_RETRY, fill, mount, tmpfs
 
 pytestmark = pytest.mark.model
-
-FAST_RETRY = {"SIDECAR_WATCH_RETRY_BASE_SECONDS": "0.5", "SIDECAR_WATCH_RETRY_MAX_SECONDS": "1"}
-
-
-def _mount(*args: str) -> None:
-    subprocess.run(["mount", *args], check=True, capture_output=True, timeout=30)
-
-
-@contextlib.contextmanager
-def tmpfs(path: Path, size: str) -> Iterator[Path]:
-    path.mkdir(parents=True, exist_ok=True)
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount a small tmpfs (disk-full case)")
-    try:
-        _mount("-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path))
-    except (subprocess.CalledProcessError, FileNotFoundError) as exc:
-        pytest.skip(f"cannot mount a tmpfs here: {exc}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False, capture_output=True, timeout=30)
-
-
-def _fill(folder: Path) -> Path:
-    """Fill the file system of ``folder`` to the last byte; the filler file is returned."""
-    filler = folder / "filler.bin"
-    with filler.open("wb", buffering=0) as fh:  # unbuffered: nothing left to flush on close
-        for size in (1 << 16, 1):
-            with contextlib.suppress(OSError):
-                while fh.write(b"\0" * size):
-                    pass
-    return filler
 
 
 def _snapshot(folder: Path) -> dict[str, str]:
@@ -85,7 +53,7 @@ def test_disk_full_during_indexing_and_memory_write(daemon_factory: Any, vault: 
         )
         inbox = next(home.rglob("plan.md")).parent
         original = (inbox / "plan.md").read_bytes()
-        filler = _fill(home)
+        filler = fill(home)
         for i in range(20):
             write(vault / "Later" / f"note-{i}.md", f"# Later {i}\n\nThe lighthouse keeper logs storm {i}.\n")
         h = d.wait_for(lambda h: "index" in _active(h) or "embedding" in _active(h), timeout=60)
@@ -128,8 +96,8 @@ def test_read_only_index_directory(daemon_factory: Any, vault: Path, tmp_path: P
     d: DaemonProcess = daemon_factory(vault, env=FAST_RETRY).start()
     index = d.cfg.index_dir
     try:
-        _mount("--bind", str(index), str(index))
-        _mount("-o", "remount,bind,ro", str(index))
+        mount("--bind", str(index), str(index))
+        mount("-o", "remount,bind,ro", str(index))
     except (subprocess.CalledProcessError, FileNotFoundError) as exc:
         pytest.skip(f"cannot bind-mount read-only here: {exc}")
     try:
@@ -145,6 +113,7 @@ def test_read_only_index_directory(daemon_factory: Any, vault: Path, tmp_path: P
     assert d.call("search", {"query": "floating dock fenders"})["hits"][0]["reference"] == "vault/Dock"
 
 
+@pytest.mark.timeout(900)  # embeds a few hundred chunks of broken notes with the real model
 def test_broken_notes_are_skipped_or_indexed_with_reasons(daemon_factory: Any, tmp_path: Path) -> None:
     """Every kind of broken note either indexes or is skipped with a reason in health; the daemon
     stays up and the good note is found."""

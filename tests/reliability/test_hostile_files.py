@@ -1,11 +1,11 @@
 """Hostile files and layouts in the vault and the home: names that do not decode, named pipes,
 symlinks under agents/ and in the vault, modes of everything the daemon writes, references that
-must round-trip, leftover temp files, connection and input limits."""
+must round-trip, leftover temp files. (The socket's connection, input and time limits are tested
+on the in-process server, tests/test_server.py.)"""
 
 from __future__ import annotations
 
 import os
-import socket
 import stat
 import threading
 import time
@@ -15,14 +15,15 @@ from typing import Any
 import pytest
 
 from sidecar.contracts.errors import RemoteError
-from tests.conftest import DaemonProcess, write
+from tests.conftest import write
+from tests.daemon_process import DaemonProcess
 
 BAD = b"caf\xe9"  # Latin-1 bytes: not valid UTF-8
 
 
 def _daemon(factory: Any, vault: Path | None, **extra: str) -> DaemonProcess:
     """A daemon without the model (the files are under test here), with ``extra`` settings."""
-    d: DaemonProcess = factory(vault, env={"SIDECAR_EMBEDDER_ENABLED": "false", **extra})
+    d: DaemonProcess = factory(vault, env=extra, keyword_only=True)
     return d
 
 
@@ -32,6 +33,11 @@ def _refs(hits: list[dict[str, Any]]) -> list[str]:
 
 def _log(d: DaemonProcess) -> str:
     return d.log.read_text(errors="replace")
+
+
+def _wait_log(d: DaemonProcess, event: str, timeout: float = 20) -> None:
+    """Wait until the daemon's log holds ``event`` (a stable event name or its detail)."""
+    d.wait_for(lambda _h: event in _log(d), timeout)
 
 
 def _new_note_is_indexed(d: DaemonProcess, vault: Path, name: str, word: str) -> None:
@@ -62,7 +68,7 @@ def test_undecodable_names_before_start(daemon_factory: Any, tmp_path: Path) -> 
     assert not h["problems"]["active"]
     assert _refs(d.call("search", {"query": "quokka"})["hits"]) == ["vault/Good"]
     assert d.call("search", {"query": "zebrafinch"})["hits"] == []
-    time.sleep(2)  # the watcher settles (it starts over folder by folder)
+    _wait_log(d, "(one by one)")  # the watcher started over, folder by folder
     _new_note_is_indexed(d, vault, "Later", "wombat")
     _new_note_is_indexed(d, vault, "Sub/Deeper", "echidna")
     assert d.stop() == 0
@@ -74,16 +80,13 @@ def test_undecodable_names_while_running(daemon_factory: Any, tmp_path: Path) ->
     vault = tmp_path / "vault"
     write(vault / "Good.md", "# Good\n\nquokka habitat notes\n")
     d = _daemon(daemon_factory, vault).start(timeout=60)
-    time.sleep(1)
+    _wait_log(d, "watcher_started")  # the names below are made while the watch runs
     vault_b = os.fsencode(vault)
     os.mkdir(vault_b + b"/" + BAD + b"-empty")
     with open(vault_b + b"/later-" + BAD + b".md", "wb") as fh:
         fh.write(b"# later\n")
-    deadline = time.monotonic() + 20
-    while "watcher_undecodable_path" not in _log(d) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert "watcher_undecodable_path" in _log(d)
-    time.sleep(2)
+    _wait_log(d, "watcher_undecodable_path")
+    _wait_log(d, "(one by one)")
     _new_note_is_indexed(d, vault, "Later", "wombat")
     h = d.health()
     assert h["index"]["skipped"].get("name is not valid UTF-8") == 2
@@ -248,111 +251,3 @@ def test_references_round_trip_and_temp_files_are_cleaned(daemon_factory: Any, t
     assert len(ref) > 2000
     assert d.call("get", {"reference": "vault/back\\slash"})["reference"] == "vault/back\\slash"
     assert d.stop() == 0
-
-
-def _recv_all(s: socket.socket, timeout: float = 10) -> bytes:
-    s.settimeout(timeout)
-    data = b""
-    try:
-        while chunk := s.recv(65536):
-            data += chunk
-    except OSError:
-        pass
-    return data
-
-
-def test_connection_cap_and_unfinished_input_are_bounded(daemon_factory: Any, tmp_path: Path) -> None:
-    """At the cap the longest-idle connection is closed with a `busy` frame to make room; unfinished
-    frames beyond the total budget are refused with `busy`; the daemon keeps answering."""
-    vault = tmp_path / "vault"
-    write(vault / "Good.md", "# Good\n\nquokka habitat notes\n")
-    d = _daemon(
-        daemon_factory,
-        vault,
-        SIDECAR_SERVER_MAX_CONNECTIONS="20",
-        SIDECAR_SERVER_MAX_BUFFERED_BYTES="1048576",
-    ).start(timeout=60)
-    idle = []
-    for _ in range(25):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.connect(str(d.socket))
-        idle.append(s)
-        time.sleep(0.02)  # in order, so "the longest idle" is the first ones
-    try:
-        assert _refs(d.call("search", {"query": "quokka"})["hits"]) == ["vault/Good"]
-        closed = [s for s in idle[:6] if b'"busy"' in _recv_all(s, 5)]
-        assert len(closed) == 6  # 25 + 1 connections for a cap of 20
-    finally:
-        for s in idle:
-            s.close()
-    # Unfinished frames: 3 x 400 KB without a newline against a 1 MiB budget.
-    partial = []
-    for _ in range(3):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.connect(str(d.socket))
-        s.sendall(b'{"op": "search", "params": {"query": "' + b"x" * 400_000)
-        partial.append(s)
-        time.sleep(0.3)
-    try:
-        assert b'"busy"' in _recv_all(partial[2], 5)
-        assert _refs(d.call("search", {"query": "quokka"})["hits"]) == ["vault/Good"]
-    finally:
-        for s in partial:
-            s.close()
-    assert "connection_refused reason=unfinished input" in _log(d)
-    assert d.stop() == 0
-
-
-def test_a_request_that_hangs_is_answered_and_frees_the_server(tmp_path: Path) -> None:
-    """A request that never finishes is answered `timeout` after the bound; once every worker is
-    stuck, a fresh pool serves the next requests (the real server on a real socket)."""
-    import asyncio
-
-    from sidecar.contracts.protocol import Request
-    from sidecar.daemon.server import Server, bind_socket
-
-    release = threading.Event()
-
-    def dispatch(req: Request) -> dict[str, Any]:
-        if req.op == "hang":
-            release.wait(30)
-        return {"op": req.op}
-
-    server = Server(dispatch, max_frame=1 << 16, workers=1, idle_timeout=30, request_timeout=0.5)
-    path = tmp_path / "run" / "s.sock"
-    listener = bind_socket(path)
-    loop = asyncio.new_event_loop()
-    stop = asyncio.Event()
-    thread = threading.Thread(target=loop.run_until_complete, args=(server.serve(listener, stop),))
-    thread.start()
-    try:
-        t0 = time.monotonic()
-        first = _ask(path, b'{"op": "hang", "id": 1}\n')
-        assert first["error"]["code"] == "timeout" and time.monotonic() - t0 < 5
-        second = _ask(path, b'{"op": "health", "id": 2}\n')  # the only worker is still stuck
-        assert second["ok"] is True and second["result"] == {"op": "health"}
-    finally:
-        release.set()
-        time.sleep(0.5)  # the handlers see our hang-ups and close their transports
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(10)
-        listener.close()
-        loop.close()
-
-
-def _ask(path: Path, frame: bytes) -> dict[str, Any]:
-    import json
-
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(10)
-    s.connect(str(path))
-    s.sendall(frame)
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    s.close()
-    answer: dict[str, Any] = json.loads(data)
-    return answer

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import DaemonProcess, exchange, write
+from tests.conftest import write
+from tests.daemon_process import DaemonProcess, exchange
 
 
 @pytest.fixture(scope="module")
@@ -20,10 +21,11 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     base = tmp_path_factory.mktemp("abuse")
     vault = base / "vault"
     write(vault / "Boat.md", "# Boat\n\nThe outboard engine needs new spark plugs.\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SIDECAR_", "XDG_"))}
-    env["SIDECAR_EMBEDDER_ENABLED"] = "false"  # the protocol is under test here, not the model
-    d = DaemonProcess(base / "home", vault, env=env)
-    d.env = env
+    # The protocol is under test here, not the model. A process of its own: 2,000 idle
+    # connections (10,000 in bench/chaos.py) would share this process's file limit in-process.
+    # Module-scoped: set up before the per-test hermetic environment, so this strips it itself.
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SIDECAR_", "XDG_"))}
+    d = DaemonProcess(base / "home", vault, base_env=clean, keyword_only=True)
     d.start()
     yield d
     d.stop()

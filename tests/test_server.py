@@ -1,0 +1,218 @@
+"""The socket loop with the real handlers, in this process: frames in, frames out, errors as data,
+many clients at once, and the bounds on connections, input and time."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import KEYWORD_ONLY, write
+from tests.daemon_process import exchange
+from tests.in_process import InProcessServer
+
+
+def _refs(answer: dict[str, Any]) -> list[str]:
+    return [h["reference"] for h in answer["result"]["hits"]]
+
+
+def _connect(path: Path) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(str(path))
+    return s
+
+
+def _recv_all(s: socket.socket, timeout: float = 10) -> bytes:
+    s.settimeout(timeout)
+    data = b""
+    try:
+        while chunk := s.recv(65536):
+            data += chunk
+    except OSError:
+        pass
+    return data
+
+
+def test_each_bad_frame_gets_an_error_and_the_connection_goes_on(in_process: InProcessServer) -> None:
+    """Malformed JSON, wrong shapes, bad bytes, unknown ops, bad parameters: one error frame each,
+    with the request's id where it has one, and the requests after them on the same connection
+    are answered in order."""
+    frames = [
+        b"{not json",
+        b"[1,2,3]",
+        b'{"op": 5}',
+        b"\xff\xfe garbage",
+        b'{"id": "u", "op": "launch_missiles"}',
+        b'{"id": 1, "op": "search", "params": {"query": 42}}',
+        b'{"id": 2, "op": "search", "params": {"query": "x", "limit": -1}}',
+        b'{"id": 3, "op": "search", "params": {"query": "x", "bogus": 1}}',
+        b'{"id": 4, "op": "get", "params": {"reference": "vault/../../etc/passwd"}}',
+        b'{"id": 5, "op": "health", "agent": "../../evil"}',
+        b'{"id": 6, "v": 99, "op": "health"}',
+        b"",  # an empty line is skipped, not answered
+        b'{"id": 7, "op": "search", "params": {"query": "spark plugs"}}',
+    ]
+    answers = exchange(in_process.socket, b"\n".join(frames) + b"\n")
+    assert len(answers) == len(frames) - 1
+    *bad, good = answers
+    assert [a["ok"] for a in bad] == [False] * len(bad)
+    assert [a["id"] for a in bad[4:]] == ["u", 1, 2, 3, 4, 5, 6]
+    assert "unknown op" in bad[4]["error"]["message"] and "launch_missiles" in bad[4]["error"]["message"]
+    assert {a["error"]["code"] for a in bad} <= {"bad_request", "bad_reference"}
+    assert all(a["error"]["message"] for a in bad)
+    assert good["id"] == 7 and _refs(good)[0] == "vault/Projects/Boat"
+
+
+def test_typed_errors_travel_as_data(in_process: InProcessServer) -> None:
+    """A handler's typed error becomes that error's code and message; the connection stays open."""
+    with _connect(in_process.socket) as s, s.makefile("rb") as answers:
+        s.sendall(b'{"id": 1, "op": "get", "params": {"reference": "vault/Nowhere"}}\n')
+        s.sendall(b'{"id": 2, "op": "write", "agent": "a1", "params": {"slug": "../up", "content": "x"}}\n')
+        s.sendall(b'{"id": 3, "op": "health"}\n')
+        missing, refused, health = (json.loads(answers.readline()) for _ in range(3))
+    assert missing["error"]["code"] == "not_found" and "vault/Nowhere" in missing["error"]["message"]
+    assert refused["id"] == 2 and refused["error"]["code"] == "bad_memory_write"
+    assert health["ok"] is True and health["result"]["index"]["files"] == 4
+
+
+def test_an_unexpected_failure_is_an_internal_error_not_a_dropped_connection(
+    in_process: InProcessServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in a handler is answered `internal` (the traceback goes to the log) and the next
+    request on the same connection is served."""
+
+    def broken() -> dict[str, Any]:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(in_process.harness.indexer, "counts", broken)
+    answers = exchange(
+        in_process.socket,
+        b'{"id": 1, "op": "health"}\n{"id": 2, "op": "search", "params": {"query": "bread"}}\n',
+    )
+    assert answers[0]["id"] == 1 and answers[0]["error"]["code"] == "internal"
+    assert "health" in answers[0]["error"]["message"] and "a bug" not in answers[0]["error"]["message"]
+    assert _refs(answers[1])[0] == "vault/Recipes/Bread"
+
+
+def test_oversized_and_half_frames(serve_in_process: Any) -> None:
+    """A frame over the limit is refused and its connection closed; a half frame and a hang-up
+    are no error; the server answers the next client."""
+    server: InProcessServer = serve_in_process(**{"server.maxFrameBytes": 4096})
+    big = b'{"op": "search", "params": {"query": "' + b"a" * 10_000 + b'"}}\n'
+    answers = exchange(server.socket, big)
+    assert [a["error"]["code"] for a in answers] == ["frame_too_large"]
+    assert exchange(server.socket, b'{"op": "hea') == []
+    assert server.call("health")["index"]["files"] == 4
+
+
+def test_concurrent_clients_each_get_their_own_answers(in_process: InProcessServer) -> None:
+    """Eight readers pipelining searches and two agents writing memory at the same time: every
+    answer carries its own request's id and result, and every write is searchable after."""
+    errors: list[str] = []
+    queries = {"tomatoes": "vault/Garden", "sourdough": "vault/Recipes/Bread", "restic": "wiki/Backups"}
+
+    def reader(k: int) -> None:
+        batch = [
+            json.dumps({"id": f"{k}-{i}", "op": "search", "params": {"query": q}}).encode()
+            for i, q in enumerate(list(queries) * 5)
+        ]
+        answers = exchange(in_process.socket, b"\n".join(batch) + b"\n")
+        want = [(f"{k}-{i}", queries[q]) for i, q in enumerate(list(queries) * 5)]
+        got = [(a["id"], _refs(a)[0] if a["ok"] else a["error"]) for a in answers]
+        if got != want:
+            errors.append(f"reader {k}: {got}")
+
+    def writer(agent: str) -> None:
+        with in_process.client(agent) as c:
+            for i in range(5):
+                c.call("write", {"slug": f"w{i}", "content": f"# W {i}\n\nzq{agent}{i}x\n"})
+
+    threads = [threading.Thread(target=reader, args=(k,)) for k in range(8)]
+    threads += [threading.Thread(target=writer, args=(agent,)) for agent in ("ann", "bob")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    for agent in ("ann", "bob"):
+        for i in range(5):
+            hits = in_process.call("search", {"query": f"zq{agent}{i}x", "source": "memory"}, agent=agent)
+            assert [h["reference"] for h in hits["hits"]][:1] == [f"memory/w{i}"]
+
+
+def test_connection_cap_closes_the_longest_idle_and_unfinished_input_is_bounded(
+    serve_in_process: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At the cap the longest-idle connection is closed with a `busy` frame to make room;
+    unfinished frames beyond the total budget are refused with `busy`; searches keep working."""
+    server: InProcessServer = serve_in_process(
+        model=KEYWORD_ONLY, **{"server.maxConnections": 20, "server.maxBufferedBytes": 1 << 20}
+    )
+    idle = []
+    for _ in range(25):
+        idle.append(_connect(server.socket))
+        # The server must have taken this one before the next arrives, so "the longest idle" is
+        # the earliest: a request on a fresh connection is answered only after that.
+        assert server.call("health")["socket"]
+    try:
+        assert server.call("search", {"query": "tomatoes"})["hits"][0]["reference"] == "vault/Garden"
+        # 25 idle ones and one at a time for the health calls, against a cap of 20: at least the
+        # first six were closed to make room (more if a finished call was not yet counted out).
+        assert all(b'"busy"' in _recv_all(s, 5) for s in idle[:6])
+        idle[-1].setblocking(False)
+        with pytest.raises(BlockingIOError):  # still open, nothing sent to it
+            idle[-1].recv(1)
+    finally:
+        for s in idle:
+            s.close()
+    partial = []
+    try:
+        for _ in range(3):  # 3 x 400 KB without a newline against a 1 MiB budget
+            s = _connect(server.socket)
+            s.sendall(b'{"op": "search", "params": {"query": "' + b"x" * 400_000)
+            partial.append(s)
+        assert b'"busy"' in _recv_all(partial[2], 5)
+        assert server.call("search", {"query": "sourdough"})["hits"][0]["reference"] == "vault/Recipes/Bread"
+    finally:
+        for s in partial:
+            s.close()
+    assert "connection_refused reason=unfinished input" in caplog.text
+
+
+def test_a_request_that_hangs_is_answered_timeout_and_the_server_goes_on(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request that never finishes is answered `timeout` after the bound; with its only worker
+    stuck, a fresh pool serves the next request."""
+    server: InProcessServer = serve_in_process(**{"server.workers": 1, "server.requestTimeoutSeconds": 1})
+    release = threading.Event()
+    counts = server.harness.indexer.counts
+
+    def stuck() -> dict[str, Any]:
+        release.wait(30)
+        return counts()
+
+    monkeypatch.setattr(server.harness.indexer, "counts", stuck)
+    try:
+        t0 = time.monotonic()
+        first = exchange(server.socket, b'{"id": 1, "op": "health"}\n')
+        assert first[0]["error"]["code"] == "timeout" and time.monotonic() - t0 < 5
+        monkeypatch.setattr(server.harness.indexer, "counts", counts)
+        second = exchange(server.socket, b'{"id": 2, "op": "search", "params": {"query": "restic"}}\n')
+        assert second[0]["id"] == 2 and _refs(second[0])[0] == "wiki/Backups"
+    finally:
+        release.set()
+
+
+def test_index_op_sweeps_new_notes(in_process: InProcessServer, vault: Path) -> None:
+    """The in-process server's index op sweeps at once: a note written before it is found after."""
+    write(vault / "Kayak.md", "# Kayak\n\nThe kayak paddle is in the shed.\n")
+    assert in_process.call("index")["queued"] is True
+    assert in_process.sweeps == [(False, None, frozenset())]
+    assert in_process.call("search", {"query": "kayak paddle"})["hits"][0]["reference"] == "vault/Kayak"
