@@ -21,9 +21,10 @@ import pytest
 from sidecar.clients.client import Client
 from sidecar.config import Config, load_config
 from sidecar.contracts.errors import DaemonNotRunningError
-from sidecar.index.indexer import Indexer, open_stores, open_vectors
+from sidecar.daemon.compose import build
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.stores.bm25 import Bm25Index
+from sidecar.stores.lifecycle import open_vectors
 from sidecar.stores.manifest import Manifest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -119,20 +120,20 @@ class Harness:
             self.slot.set_ok(model, "test")
         else:
             self.slot.set_failed("no model in this test")
-        self.stores = open_stores(cfg)
-        self.indexer = Indexer(cfg, self.stores, self.slot)
+        parts = build(cfg, self.slot)
+        self.problems, self.stores, self.vectors = parts.problems, parts.stores, parts.vectors
+        self.supervisor, self.indexer, self.repair = parts.supervisor, parts.indexer, parts.repair
         if model is not None:
-            self.indexer.attach_vectors(open_vectors(cfg, model.model_id, model.dim, model.pooling))
+            self.vectors.attach(open_vectors(cfg, model.model_id, model.dim, model.pooling), model)
 
     def sweep(self) -> dict[str, int]:
         summary = self.indexer.sweep()
-        while self.indexer.embed_pending():
+        while self.vectors.embed_pending():
             pass
         return summary
 
     def close(self) -> None:
-        self.stores.bm25.close()
-        self.stores.manifest.close()
+        self.stores.close()
 
 
 @pytest.fixture

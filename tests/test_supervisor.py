@@ -88,16 +88,16 @@ def test_hung_root_does_not_block_the_others(
         t0 = time.monotonic()
         h.sweep()
         assert time.monotonic() - t0 < 10
-        wiki = h.indexer.supervisor.roots["wiki"]
+        wiki = h.supervisor.roots["wiki"]
         assert wiki.offline and "timeout" in (wiki.error or "")
-        assert h.indexer.counts()["by_source"]["vault"]["files"] == 3
+        assert h.stores.manifest.counts()["by_source"]["vault"]["files"] == 3
         h.sweep()  # the hung probe thread is still there: no second one is started
-        assert "still hanging" in (h.indexer.supervisor.roots["wiki"].error or "")
+        assert "still hanging" in (h.supervisor.roots["wiki"].error or "")
         release.set()
         time.sleep(0.2)
         h.sweep()
-        assert not h.indexer.supervisor.roots["wiki"].offline
-        assert h.indexer.counts()["by_source"]["wiki"]["files"] == 1
+        assert not h.supervisor.roots["wiki"].offline
+        assert h.stores.manifest.counts()["by_source"]["wiki"]["files"] == 1
     finally:
         release.set()
         h.close()
@@ -110,7 +110,7 @@ def test_mount_table_double_puts_root_in_polling_mode(make_cfg: Any, vault: Path
     h = Harness(make_cfg(vault, **{"watch.mountTable": str(table)}), FakeEmbedder())
     try:
         h.sweep()
-        roots = {r["name"]: r for r in h.indexer.supervisor.describe(lambda _p: True)}
+        roots = {r["name"]: r for r in h.supervisor.describe(lambda _p: True)}
         assert roots["vault"]["mode"] == "polling" and roots["vault"]["fs_type"] == "cifs"
         assert roots["wiki"]["mode"] == "polling"  # inside the same share
     finally:
@@ -134,14 +134,14 @@ def test_long_scan_beats_the_watchdog_and_a_hung_one_is_reported(
     h = Harness(make_cfg(vault, **{"watch.scanTimeoutSeconds": 4}), FakeEmbedder())
     try:
         beats: list[float] = []
-        h.indexer.supervisor.beat = lambda: beats.append(time.monotonic())
+        h.supervisor.beat = lambda: beats.append(time.monotonic())
         h.sweep()
-        assert len(beats) >= 2 and not h.indexer.supervisor.roots["vault"].offline
+        assert len(beats) >= 2 and not h.supervisor.roots["vault"].offline
         assert h.stores.manifest.file_states_of(["vault/Garden"])
         beats.clear()
         delay["vault"] = 6.0
         h.sweep()
-        st = h.indexer.supervisor.roots["vault"]
+        st = h.supervisor.roots["vault"]
         assert st.offline and "did not answer within its timeout" in (st.error or "")
         assert len(beats) >= 3 and max(b - a for a, b in itertools.pairwise(beats)) < 2.0
         assert h.stores.manifest.file_states_of(["vault/Garden"])  # nothing deleted

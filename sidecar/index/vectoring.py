@@ -1,11 +1,10 @@
 """Vectors for chunks: the serving table, backfill, reconcile, and the switch to a new model.
 
-Vectors of different models never mix (DESIGN.md invariant 6): each model has its own table. When
+Vectors of different models never mix: each model has its own table. When
 the configured model differs from the serving table's, a second table is filled in the background
 with the new model while the old table keeps answering (queries embedded with the old model); when
 every chunk has its new vector the new table takes over and the old one is dropped. The manifest
 keeps one flag per chunk and table (``has_vector`` serving, ``has_next`` being built).
-Imports the stores and the embedder protocol.
 """
 
 from __future__ import annotations
@@ -55,6 +54,11 @@ class Stores:
     def vector_stores(self) -> list[VectorStore]:
         return [s.store for s in (self.serving, self.building) if s is not None]
 
+    def close(self) -> None:
+        """Flush and close BM25 and the manifest (the vector tables need no closing)."""
+        self.bm25.close()
+        self.manifest.close()
+
 
 def _stamp(store: VectorStore) -> str:
     """Table name and version: a table changed by anything else after the stop does not match."""
@@ -67,20 +71,26 @@ def source_agent(key: str) -> tuple[str, str]:
 
 
 class Vectoring:
-    def __init__(self, stores: Stores) -> None:
+    """The vector tables of the stores: attach, embed what is pending, delete, keep, switch models."""
+
+    def __init__(self, stores: Stores, keep_seconds: float = 7 * 86400.0, keep_max: int = 20_000) -> None:
         self.stores = stores
         self.changed = Event()
         self.embedded = 0  # vectors computed by the model
         self.reused = 0  # vectors copied from an equal text (or a deleted chunk's kept vector) instead
         self.kept_reused = 0  # of which came from vectors kept after a deletion
         # Vectors of deleted chunks are kept by text this long and up to this many (0: not at all).
-        self.keep_seconds = 7 * 86400.0
-        self.keep_max = 20_000
+        self.keep_seconds = keep_seconds
+        self.keep_max = keep_max
         self.embed_seconds = 0.0
         self.last_optimize: float | None = None
         self._unsure: set[str] = set()  # flags whose table may disagree with the manifest
 
     # --- attaching ---------------------------------------------------------------------------
+
+    def serving_table(self) -> str | None:
+        """The table the manifest's vector flags belong to (another model's after a switch)."""
+        return self.stores.manifest.get_meta("vector_table")
 
     def attach(self, store: VectorStore, model: Embedder) -> None:
         """Serve from ``store``; reconcile it with the manifest so no chunk is missing or doubled."""

@@ -9,7 +9,7 @@ only after a wall-clock hold (``index.massDeletionHoldMinutes``) or on the user'
 never because some sweeps saw it. Each root's mount state (mount point of its own, device) is
 remembered in the manifest, so a restart while the share is away still knows. Listing a root runs
 in a helper thread with a timeout, so a hanging NFS mount never blocks the other roots; the
-waiting thread beats the watchdog while the timeout runs. Imports sources, mounts, backoff, config.
+waiting thread beats the watchdog while the timeout runs.
 """
 
 from __future__ import annotations
@@ -126,14 +126,18 @@ class Supervisor:
     """Status, probing, backoff and the mass-deletion guard for every root."""
 
     def __init__(
-        self, cfg: Config, clock: Callable[[], float] = time.time, meta: MetaStore | None = None
+        self,
+        cfg: Config,
+        clock: Callable[[], float] = time.time,
+        meta: MetaStore | None = None,
+        beat: Callable[[], None] | None = None,
     ) -> None:
         self.cfg = cfg
         self.clock = clock
         self.meta = meta  # where each root's mount state and hold survive a restart
         self.backoff = Backoff(cfg.watch.retry_base_seconds, cfg.watch.retry_max_seconds)
         self.roots: dict[str, RootStatus] = {}
-        self.beat: Callable[[], None] | None = None  # the indexer's heartbeat, during long waits
+        self.beat = beat  # the indexer's heartbeat, during long waits
         self._lock = threading.Lock()
 
     def status(self, root: Root) -> RootStatus:
