@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.runtime import backoff
 from sidecar.runtime.backoff import Backoff
 from sidecar.vault import supervisor as supervisor_mod
 from sidecar.vault.mounts import fs_type_of, is_network, parse_mount_output, parse_mountinfo
@@ -48,6 +49,16 @@ def test_backoff_grows_caps_and_jitters() -> None:
     b = Backoff(30, 600, 0.2)
     assert [b.delay(n, lambda: 0.5) for n in (1, 2, 3, 6, 9)] == [30, 60, 120, 600, 600]
     assert b.delay(1, lambda: 0.0) == pytest.approx(24) and b.delay(1, lambda: 1.0) == pytest.approx(36)
+
+
+def test_backoff_test_mode_removes_the_waits_and_ends_with_the_block() -> None:
+    """In test mode every delay is 0 (retries still run in order); outside it the policy holds."""
+    b = Backoff(30, 600, 0.2)
+    with backoff.testing():
+        assert backoff.is_testing()
+        assert [b.delay(n) for n in (1, 2, 9)] == [0.0, 0.0, 0.0]
+    assert not backoff.is_testing()
+    assert b.delay(1, lambda: 0.5) == 30
 
 
 def test_due_roots_follow_retry_and_poll_intervals(make_cfg: Any, vault: Path) -> None:

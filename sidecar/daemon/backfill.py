@@ -90,8 +90,7 @@ class Backfill:
                     busy = False
                     heap.trim()  # an embedding burst is over: give its buffers back
                 self._upkeep()
-                self.vectors.changed.wait(1.0)
-                self.vectors.changed.clear()
+                self.vectors.wait_for_writes(1.0)
 
     def _attach(self, model: Embedder) -> bool:
         """Serve vectors at start; a table that cannot be attached is checked and, if it cannot be

@@ -322,8 +322,9 @@ class Daemon:
     def _join_workers(self) -> bool:
         """Wait for the worker threads (an index build's child is ended first: the embedding
         thread waits on it); True if one did not finish in time."""
-        if self.parts is not None:
-            self.parts.vectors.stop_builds()
+        parts = self.parts
+        if parts is not None:
+            parts.vectors.stop_builds()
         stuck = False
         for t in self._threads:
             t.join(_JOIN_TIMEOUT)

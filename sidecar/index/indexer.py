@@ -61,6 +61,7 @@ class Indexer:
     ) -> None:
         self.cfg = cfg
         self.stores = stores
+        self.manifest = stores.manifest
         self.slot = slot
         self.activity = Activity()
         self.vectors = vectors
@@ -160,7 +161,7 @@ class Indexer:
         changed content. Notes a rule excludes are dropped here too, so events cannot bring them
         back."""
         notes = [n for n in notes if n.root.source == "memory" or self.excluded_by(n.key) is None]
-        states = self.stores.manifest.file_states_of([n.key for n in notes])
+        states = self.manifest.file_states_of([n.key for n in notes])
         prepared: list[Prepared] = []
         for note in notes:
             st = states.get(note.key)
@@ -173,7 +174,7 @@ class Indexer:
                 log.warning("file_kept path=%s reason=%s", note.path, p.skip_reason)
                 continue
             if p.parsed is None and p.skip_reason is None:
-                self.stores.manifest.touch(note.key, note.mtime_ns, note.size)
+                self.manifest.touch(note.key, note.mtime_ns, note.size)
                 continue
             prepared.append(p)
         if prepared:
@@ -186,7 +187,7 @@ class Indexer:
 
     def finish_interrupted(self) -> None:
         """Redo deletions a crash interrupted (interrupted indexing is redone by the next sweep)."""
-        pending = self.stores.manifest.keys_in_state("deleting")
+        pending = self.manifest.keys_in_state("deleting")
         if pending:
             log.info("reconcile_deletions count=%d", len(pending))
             self.delete(pending)
