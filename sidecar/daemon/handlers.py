@@ -1,5 +1,5 @@
 """One function per protocol op. Parameters are validated here; errors are raised as typed
-SidecarErrors and the server turns them into error responses. Imports retrieval, indexer, sources.
+SidecarErrors and the server turns them into error responses.
 """
 
 from __future__ import annotations
