@@ -23,7 +23,7 @@ from common import BenchDaemon, combined_vault, emit, pct, rss_mb
 from sidecar.clients.client import Client
 from sidecar.config import load_config
 from sidecar.daemon.compose import build
-from sidecar.daemon.lifecycle import load_embedder
+from sidecar.daemon.process import load_embedder
 from sidecar.index import indexer as indexer_mod
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.stores.lifecycle import open_vectors

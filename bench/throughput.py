@@ -5,7 +5,7 @@
 
 Method (one process, one model session, so the figures compare within one run):
 1. The vaults are indexed keyword-only into a temporary home (real chunker, real token counts).
-2. Pipeline: ``Indexer.embed_pending`` until nothing waits, exactly as the daemon's backfill runs
+2. Pipeline: ``Vectoring.embed_pending`` until nothing waits, exactly as the daemon's backfill runs
    it: manifest reads in priority order, de-duplication, tokenization, padding, inference, pooling,
    LanceDB writes and manifest flags. A proxy in front of the onnxruntime session records the
    feeds of every ``run`` call.
@@ -31,7 +31,7 @@ from common import combined_vault, emit, rss_mb
 
 from sidecar.config import load_config
 from sidecar.daemon.compose import build
-from sidecar.daemon.lifecycle import load_embedder
+from sidecar.daemon.process import load_embedder
 from sidecar.model.embedder import EmbedderSlot, OnnxEmbedder, _batches
 from sidecar.stores.lifecycle import open_vectors
 

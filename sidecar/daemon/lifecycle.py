@@ -4,35 +4,32 @@ startup: lock the index, bind the socket, build the parts (the composition root)
 interrupted deletions, start the model loader, the indexer thread (first sweep, then scheduled
 sweeps), the vector backfill, the watcher and the scheduler. serve: the socket server until
 SIGTERM/SIGINT (SIGHUP reloads the configuration); the signal handlers are removed again when it
-returns. shutdown: stop the threads with a bound, flush the stores, remove the socket, release
-the lock (each step even if an earlier one failed).
+returns. shutdown: stop the threads with a bound, flush the stores, then (even if that failed)
+remove the socket and release the lock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
-import os
-import resource
 import signal
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import fields
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from sidecar.config import Config
-from sidecar.contracts.errors import DaemonRunningError, EmbedderError, SidecarError, StoreError
+from sidecar.contracts.errors import SidecarError, StoreError
 from sidecar.daemon.backfill import Backfill
 from sidecar.daemon.compose import Parts, build, build_watcher
 from sidecar.daemon.handlers import Handlers, ServiceState
 from sidecar.daemon.indexing import IndexLoop
+from sidecar.daemon.process import IndexLock, load_embedder, make_private, raise_fd_limit
 from sidecar.daemon.repairs import RepairPolicy
 from sidecar.daemon.schedule import build_scheduler
 from sidecar.daemon.server import Server, bind_socket
@@ -40,87 +37,14 @@ from sidecar.daemon.watchdog import Watchdog, status_line
 from sidecar.index.migration import attach
 from sidecar.memory.inbox import Inboxes
 from sidecar.memory.ops import MemoryOps
-from sidecar.model.embedder import EmbedderSlot, load_model
-from sidecar.runtime import heap
+from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime.notify import Notifier
 from sidecar.search.retrieval import Retriever
-from sidecar.vault.confine import tighten_home
 from sidecar.vault.watcher import Watcher
 
 log = logging.getLogger(__name__)
 
 _JOIN_TIMEOUT = 10.0
-
-
-class IndexLock:
-    """An exclusive lock on the index directory: one writer per index, daemon or `sidecar index`."""
-
-    def __init__(self, index_dir: Path) -> None:
-        index_dir.mkdir(parents=True, exist_ok=True)
-        self.path = index_dir / ".lock"
-        self._fh: IO[str] | None = None
-
-    def acquire(self) -> None:
-        fh = self.path.open("a+")
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            fh.seek(0)
-            holder = fh.read().strip() or "another process"
-            fh.close()
-            raise DaemonRunningError(  # the words README's troubleshooting table promises
-                f"another sidecar daemon is already serving {self.path.parent.parent} "
-                f"(its index {self.path.parent} is in use by {holder})"
-            ) from exc
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"pid {os.getpid()}")
-        fh.flush()
-        self._fh = fh
-
-    def release(self) -> None:
-        if self._fh is not None:
-            fcntl.flock(self._fh, fcntl.LOCK_UN)
-            self._fh.close()
-            self._fh = None
-
-
-def make_private(cfg: Config) -> None:
-    """Everything this process creates is readable by the user only (LanceDB's and Tantivy's files
-    too), and a home left readable by others is tightened (and the log says so)."""
-    os.umask(0o077)
-    own = [cfg.index_dir, cfg.agents_dir, cfg.models_dir, cfg.home / "run"]
-    tighten_home(cfg.home, own, [p for p in (cfg.vault.path,) if p is not None])
-
-
-def raise_fd_limit() -> None:
-    """Allow as many open connections as the hard limit permits (the default soft limit is often 1024)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
-    if soft < target:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-
-
-def load_embedder(cfg: Config, slot: EmbedderSlot) -> None:
-    """Load the model into the slot; on failure say so once and let search run BM25-only."""
-    if not cfg.embedder.enabled:
-        slot.set_failed("disabled by configuration (embedder.enabled: false)")
-        log.warning("embedder_failed reason=disabled by configuration; keyword search only")
-        return
-    slot.set_loading()
-    t0 = time.perf_counter()
-    try:
-        model = load_model(cfg)
-    except EmbedderError as exc:
-        slot.set_failed(str(exc))
-        log.error("embedder_failed error=%s; keyword search only until the model loads", exc)
-        return
-    slot.set_ok(model, model.files.origin)
-    heap.trim()  # graph optimisation's scratch memory (about 60 MB) goes back to the system
-    log.info(
-        "embedder_ready model=%s dim=%d seconds=%.2f", model.model_id, model.dim, time.perf_counter() - t0
-    )
 
 
 class Daemon:
