@@ -1,6 +1,7 @@
-"""The daemon's worker loops in-process, over real stores: file events carry their paths to the
-indexer, bursts merge, a failing sweep is retried with the backoff policy (its waits removed in
-test mode) and reported, and a retry needs only the paths it did not write."""
+"""The daemon's worker loops and repair policy in-process, over real stores: file events carry
+their paths to the indexer, bursts merge, a failing sweep is retried with the backoff policy (its
+waits removed in test mode) and reported, a retry needs only the paths it did not write, the
+backfill attaches vectors once the model is there, and a failing keyword index is rebuilt."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from typing import Any
 
 import pytest
 
+from sidecar.daemon.backfill import Backfill
 from sidecar.daemon.indexing import IndexLoop, Job
+from sidecar.daemon.repairs import RepairPolicy
 from sidecar.daemon.watchdog import status_line
 from sidecar.runtime import backoff
 from tests.conftest import FakeEmbedder, Harness, write
@@ -101,3 +104,45 @@ def test_status_line_says_building_then_ready(looped: Any) -> None:
     _until(lambda: h.indexer.activity.sweeps == 1)
     line = status_line(h.indexer.activity, h.supervisor, h.stores.manifest, "ok")
     assert line.startswith("ready: 4 notes")
+
+
+def test_backfill_attaches_vectors_once_the_model_is_there(make_cfg: Any, vault: Path) -> None:
+    """The model loads after the first sweep: the backfill attaches a table, embeds every pending
+    chunk, and stops when told."""
+    h = Harness(make_cfg(vault), None)
+    try:
+        h.indexer.sweep()
+        assert h.stores.serving is None and h.stores.manifest.pending_count() > 0
+        stop = threading.Event()
+        backfill = Backfill(
+            h.cfg, h.slot, h.vectors, h.repair, problems=h.problems, activity=h.indexer.activity, stop=stop
+        )
+        thread = threading.Thread(target=backfill.run, daemon=True)
+        h.slot.set_loading()
+        thread.start()
+        h.slot.set_ok(FakeEmbedder(), "test")
+        _until(lambda: h.stores.serving is not None and h.stores.manifest.pending_count() == 0)
+        stop.set()
+        thread.join(10)
+        assert not thread.is_alive()
+        assert h.stores.vectors is not None and h.stores.vectors.count() == h.stores.manifest.chunk_count()
+    finally:
+        h.close()
+
+
+def test_repair_policy_rebuilds_a_failing_keyword_index_at_most_once_a_minute(harness: Harness) -> None:
+    """Searches report the keyword index failing: the tick moves it aside and refills it from the
+    manifest, notes it, and does not repair again within the minute."""
+    harness.sweep()
+    policy = RepairPolicy(harness.repair, harness.problems, harness.stores.manifest, harness.slot)
+    docs = harness.stores.bm25.num_docs()
+    first = harness.stores.bm25
+    harness.problems.report("keyword_search", "tantivy: corrupt segment")
+    policy.tick()
+    assert harness.stores.bm25 is not first and harness.stores.bm25.num_docs() == docs
+    assert harness.problems.active_in("keyword_search") is None
+    assert any(r["area"] == "stores" for r in harness.problems.describe()["recent"])
+    second = harness.stores.bm25
+    harness.problems.report("keyword_search", "tantivy: corrupt segment")
+    policy.tick()
+    assert harness.stores.bm25 is second  # within the minute: left for the next tick after it
