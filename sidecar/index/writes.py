@@ -84,7 +84,8 @@ class Writer:
     def resolve_all_links(self) -> None:
         """Once per start: resolve every link again (the rules or the notes may have changed while
         the daemon was down, e.g. a wiki subfolder renamed in the config)."""
-        with self.stores.write_lock, self.stores.manifest.transaction() as db:
+        stores = self.stores
+        with stores.write_lock, stores.manifest.transaction() as db:
             changed = reresolve(db, self.wiki_subfolder, everything=True)
         if changed:
             log.info("links_reresolved count=%d", changed)
