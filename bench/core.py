@@ -22,9 +22,11 @@ from common import bench_daemon, combined_vault, emit, pct, rss_mb
 
 from sidecar.clients.client import Client
 from sidecar.config import load_config
-from sidecar.daemon.lifecycle import load_embedder
-from sidecar.index.indexer import Indexer, open_stores, open_vectors
+from sidecar.daemon.compose import build
+from sidecar.daemon.process import load_embedder
+from sidecar.index import indexer as indexer_mod
 from sidecar.model.embedder import EmbedderSlot
+from sidecar.stores.lifecycle import open_vectors
 from tests.daemon_process import DaemonProcess
 
 QUERIES = [
@@ -68,40 +70,41 @@ class Timer:
 
 def index_phases(vault: Path, home: Path) -> dict[str, Any]:
     cfg = load_config(flags={"home": str(home), "vault.path": str(vault)}, env={})
-    stores = open_stores(cfg)
     slot = EmbedderSlot()
+    parts = build(cfg, slot)
+    stores, indexer = parts.stores, parts.indexer
     t0 = time.perf_counter()
     load_embedder(cfg, slot)
     load_s = time.perf_counter() - t0
     model = slot.model
     assert model is not None
-    indexer = Indexer(cfg, stores, slot)
     prepare, write = Timer(), Timer()
-    indexer._prepare = prepare.wrap(indexer._prepare)  # type: ignore[method-assign]
-    indexer._write = write.wrap(indexer._write)  # type: ignore[method-assign]
+    unwrapped = indexer_mod.prepare
+    indexer_mod.prepare = prepare.wrap(unwrapped)  # type: ignore[assignment]
+    indexer.writer.write = write.wrap(indexer.writer.write)  # type: ignore[method-assign]
     t0 = time.perf_counter()
-    summary = indexer.sweep()
+    try:
+        summary = indexer.sweep()
+    finally:
+        indexer_mod.prepare = unwrapped
     sweep_s = time.perf_counter() - t0
     chunks = stores.manifest.chunk_count()
     tokens = sum(r[0] for r in stores.manifest._query("SELECT tokens FROM chunks"))
     # Embedding phase: pure inference time versus LanceDB writes.
     embed = Timer()
     model.embed_passages = embed.wrap(model.embed_passages)  # type: ignore[method-assign]
-    indexer.attach_vectors(open_vectors(cfg, model.model_id, model.dim, model.pooling))
+    parts.vectors.attach(open_vectors(cfg, model.model_id, model.dim, model.pooling), model)
     t0 = time.perf_counter()
-    while indexer.embed_pending(batch=256):
+    while parts.vectors.embed_pending(batch=256):
         pass
     embed_total = time.perf_counter() - t0
-    stores.bm25.close()
-    stores.manifest.close()
+    stores.close()
     # Unchanged re-sweep: a restart over the same files (fresh objects, warm page cache).
-    stores2 = open_stores(cfg)
-    indexer2 = Indexer(cfg, stores2, slot)
+    parts2 = build(cfg, slot)
     t0 = time.perf_counter()
-    again = indexer2.sweep()
+    again = parts2.indexer.sweep()
     resweep_s = time.perf_counter() - t0
-    stores2.bm25.close()
-    stores2.manifest.close()
+    parts2.stores.close()
     size = sum(p.stat().st_size for p in cfg.index_dir.rglob("*") if p.is_file())
     return {
         "notes": summary["changed"],

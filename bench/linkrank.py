@@ -28,7 +28,7 @@ from urllib.parse import quote
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sidecar.config import load_config
-from sidecar.index.indexer import Indexer, open_stores
+from sidecar.daemon.compose import build
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.notes.links import LinkGraph
 from sidecar.search.query import Filters
@@ -87,8 +87,9 @@ def main() -> None:
     )
     slot = EmbedderSlot()
     slot.set_failed("keyword-only run")
-    stores = open_stores(cfg)
-    Indexer(cfg, stores, slot).sweep()
+    parts = build(cfg, slot)
+    stores = parts.stores
+    parts.indexer.sweep()
     graph = LinkGraph(stores.manifest.read)
     indeg = graph.backlink_counts()
     top_in = max(indeg.values(), default=1)

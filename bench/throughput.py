@@ -5,7 +5,7 @@
 
 Method (one process, one model session, so the figures compare within one run):
 1. The vaults are indexed keyword-only into a temporary home (real chunker, real token counts).
-2. Pipeline: ``Indexer.embed_pending`` until nothing waits, exactly as the daemon's backfill runs
+2. Pipeline: ``Vectoring.embed_pending`` until nothing waits, exactly as the daemon's backfill runs
    it: manifest reads in priority order, de-duplication, tokenization, padding, inference, pooling,
    LanceDB writes and manifest flags. A proxy in front of the onnxruntime session records the
    feeds of every ``run`` call.
@@ -30,9 +30,10 @@ import numpy as np
 from common import combined_vault, emit, rss_mb
 
 from sidecar.config import load_config
-from sidecar.daemon.lifecycle import load_embedder
-from sidecar.index.indexer import Indexer, open_stores, open_vectors
+from sidecar.daemon.compose import build
+from sidecar.daemon.process import load_embedder
 from sidecar.model.embedder import EmbedderSlot, OnnxEmbedder, _batches
+from sidecar.stores.lifecycle import open_vectors
 
 
 class Recorder:
@@ -105,13 +106,13 @@ def ideal_feeds(model: OnnxEmbedder, texts: list[str], inputs: set[str]) -> list
 def run(vault: Path, home: Path, overrides: dict[str, str]) -> dict[str, Any]:
     cfg = load_config(flags={"home": str(home), "vault.path": str(vault), **overrides}, env={})
     sampler = RssSampler()
-    stores = open_stores(cfg)
-    sampler.phase = "model_load"
     slot = EmbedderSlot()
+    parts = build(cfg, slot)
+    stores, indexer = parts.stores, parts.indexer
+    sampler.phase = "model_load"
     load_embedder(cfg, slot)
     model = slot.model
     assert isinstance(model, OnnxEmbedder)
-    indexer = Indexer(cfg, stores, slot)
     sampler.phase = "keyword_sweep"
     t0 = time.perf_counter()
     indexer.sweep()
@@ -124,11 +125,11 @@ def run(vault: Path, home: Path, overrides: dict[str, str]) -> dict[str, Any]:
     bare(session, warm)  # first runs plan memory; keep them out of every figure
     recorder = Recorder(session)
     model._session = recorder
-    indexer.attach_vectors(open_vectors(cfg, model.model_id, model.dim, model.pooling))
+    parts.vectors.attach(open_vectors(cfg, model.model_id, model.dim, model.pooling), model)
     rss_before = rss_mb(os.getpid())["VmRSS"]
     sampler.phase = "pipeline"
     t0 = time.perf_counter()
-    while indexer.embed_pending():
+    while parts.vectors.embed_pending():
         pass
     pipeline_s = time.perf_counter() - t0
     rss_after = rss_mb(os.getpid())

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 from sidecar.config import Config, load_config
-from sidecar.index.indexer import Indexer, open_stores, open_vectors
+from sidecar.daemon.compose import build
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.stores.bm25 import Bm25Index
+from sidecar.stores.lifecycle import open_vectors
 from sidecar.stores.manifest import Manifest
 
 # The subprocess harness lives in tests/daemon_process.py, shared with the benchmarks; these names
@@ -117,20 +118,20 @@ class Harness:
             self.slot.set_ok(model, "test")
         else:
             self.slot.set_failed("no model in this test")
-        self.stores = open_stores(cfg)
-        self.indexer = Indexer(cfg, self.stores, self.slot)
+        parts = build(cfg, self.slot)
+        self.problems, self.stores, self.vectors = parts.problems, parts.stores, parts.vectors
+        self.supervisor, self.indexer, self.repair = parts.supervisor, parts.indexer, parts.repair
         if model is not None:
-            self.indexer.attach_vectors(open_vectors(cfg, model.model_id, model.dim, model.pooling))
+            self.vectors.attach(open_vectors(cfg, model.model_id, model.dim, model.pooling), model)
 
     def sweep(self) -> dict[str, int]:
         summary = self.indexer.sweep()
-        while self.indexer.embed_pending():
+        while self.vectors.embed_pending():
             pass
         return summary
 
     def close(self) -> None:
-        self.stores.bm25.close()
-        self.stores.manifest.close()
+        self.stores.close()
 
 
 @pytest.fixture

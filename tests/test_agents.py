@@ -84,10 +84,14 @@ def served(make_cfg: Any, agent_vault: Path) -> Iterator[Served]:
     handlers = Handlers(
         cfg,
         indexer=h.indexer,
+        manifest=h.stores.manifest,
+        supervisor=h.supervisor,
+        vectors=h.vectors,
+        problems=h.problems,
         retriever=retriever,
         slot=h.slot,
         service=service,
-        memory=MemoryOps(cfg, Inboxes(cfg), h.indexer, h.slot),
+        memory=MemoryOps(cfg, Inboxes(cfg), h.indexer, h.slot, stores=h.stores, problems=h.problems),
     )
     listener = bind_socket(cfg.socket_path)
     server = Server(handlers.dispatch, max_frame=1 << 20, workers=2, idle_timeout=30)

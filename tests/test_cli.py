@@ -442,7 +442,7 @@ def test_each_skipped_file_is_named_once_at_info(
     not again at every later one."""
     outside = write(tmp_path / "outside.md", "# Secret\n\nnot part of the vault\n")
     (vault / "Link.md").symlink_to(outside)
-    with caplog.at_level(logging.INFO, logger="sidecar.index.indexer"):
+    with caplog.at_level(logging.INFO, logger="sidecar.index"):
         harness.sweep()
         harness.sweep()
     named = [r for r in caplog.records if r.getMessage().startswith("file_skipped")]

@@ -295,8 +295,8 @@ def test_user_settings_override_the_model_table(tmp_path: Path) -> None:
 def test_previous_model_keeps_its_own_settings(tmp_path: Path, prepared_models: Path) -> None:
     """Switching from MiniLM to the default: while the new table is built, the old one is still
     queried with MiniLM and MiniLM's own settings (no "query: " in front)."""
-    from sidecar.daemon.lifecycle import open_previous
-    from sidecar.index.indexer import open_vectors
+    from sidecar.index.migration import open_previous
+    from sidecar.stores.lifecycle import open_vectors
 
     env = {"SIDECAR_HOME": str(tmp_path / "home"), "SIDECAR_EMBEDDER_CACHE_DIR": str(prepared_models)}
     mini_cfg = load_config(env={**env, "SIDECAR_EMBEDDER_MODEL": "all-MiniLM-L6-v2"})

@@ -132,14 +132,14 @@ def test_a_crash_between_stores_leaves_no_half_written_links(linked: Any, monkey
     """Links are written in the manifest transaction of the note's chunks: if it fails, neither
     changes, and the next sweep writes both."""
     h, v = linked
-    from sidecar.index import indexer as indexer_mod
+    from sidecar.index import writes as writes_mod
 
     write(v / "A/Index.md", "# Index A\n\n[[Home]] [[Sync]]\n")
 
     def boom(*_a: Any, **_k: Any) -> int:
         raise sqlite3.OperationalError("disk I/O error")
 
-    monkeypatch.setattr(indexer_mod, "reresolve", boom)
+    monkeypatch.setattr(writes_mod, "reresolve", boom)
     with pytest.raises(sqlite3.OperationalError):
         h.indexer.sweep()
     assert _counts(h)["vault/Sync"] == 5
@@ -164,7 +164,7 @@ def test_old_manifest_gets_its_links_on_the_next_sweep(linked: Any) -> None:
         h2.sweep()
         assert {k: _counts(h2).get(k, 0) for k in EXPECTED} == EXPECTED
         assert h2.stores.manifest.vector_ids() == vectors_before
-        assert h2.indexer.vectors.embedded == 0
+        assert h2.vectors.embedded == 0
     finally:
         h2.close()
     h.stores = h2.stores  # the fixture closes these again (a no-op)

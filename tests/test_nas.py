@@ -41,7 +41,7 @@ def test_mass_deletion_waits_for_the_clock_not_for_sweeps(big: Harness, vault: P
     """Most notes gone on the same mount: held through many sweeps; applied once the hold
     (wall-clock, default hours) has passed; the status says which, since when and the command."""
     now = [1_000_000.0]
-    sup = big.indexer.supervisor
+    sup = big.supervisor
     sup.clock = lambda: now[0]
     before = _counts(big)
     for p in list((vault / "Notes").glob("*.md"))[:9]:
@@ -70,16 +70,16 @@ def test_hold_survives_a_restart(make_cfg: Any, vault: Path) -> None:
     h.sweep()
     for p in list((vault / "Notes").glob("*.md"))[:9]:
         p.unlink()
-    h.indexer.supervisor.clock = lambda: 5_000.0
+    h.supervisor.clock = lambda: 5_000.0
     h.sweep()
     h.close()
     h = Harness(cfg, FakeEmbedder())
     try:
-        h.indexer.supervisor.clock = lambda: 5_000.0 + 3600
+        h.supervisor.clock = lambda: 5_000.0 + 3600
         h.sweep()
-        assert h.indexer.supervisor.roots["vault"].hold_since == 5_000.0
+        assert h.supervisor.roots["vault"].hold_since == 5_000.0
         before = h.stores.manifest.chunk_count()
-        h.indexer.supervisor.clock = lambda: 5_000.0 + 361 * 60
+        h.supervisor.clock = lambda: 5_000.0 + 361 * 60
         h.sweep()
         assert h.stores.manifest.chunk_count() < before
     finally:
@@ -101,7 +101,7 @@ def test_unmounted_share_holds_even_with_notes_in_the_mount_point(
     big.sweep()  # remembered: a mount point of its own on device 77
     before = _counts(big)
     now = [1e6]
-    big.indexer.supervisor.clock = lambda: now[0]
+    big.supervisor.clock = lambda: now[0]
     hidden = vault.parent / "hidden"
     os.mkdir(hidden)
     for p in vault.iterdir():
@@ -113,20 +113,20 @@ def test_unmounted_share_holds_even_with_notes_in_the_mount_point(
         big.sweep()
         now[0] += 86400
     assert _counts(big) == before
-    st = big.indexer.supervisor.roots["vault"]
+    st = big.supervisor.roots["vault"]
     assert st.offline and st.hold_kind == "unmounted" and "not any more" in (st.error or "")
     assert (
         big.stores.manifest.file_states_of(["vault/Stray"]) == {}
     )  # the mount point's content is not indexed
     state.update(mount=True, dev=78)  # another share mounted there
     big.sweep()
-    assert big.indexer.supervisor.roots["vault"].hold_kind == "device"
+    assert big.supervisor.roots["vault"].hold_kind == "device"
     assert _counts(big) == before
     (vault / "Stray.md").unlink()
     for p in hidden.iterdir():
         p.rename(vault / p.name)
     big.sweep()  # the share is back (its new device is adopted: nothing is missing)
-    assert not big.indexer.supervisor.roots["vault"].offline
+    assert not big.supervisor.roots["vault"].offline
     assert _counts(big) == before
 
 
@@ -147,7 +147,7 @@ def test_unreadable_folder_keeps_its_notes(
     monkeypatch.setattr(sources_mod.os, "scandir", scandir)
     big.sweep()
     assert _counts(big) == before
-    assert not big.indexer.supervisor.roots["vault"].offline
+    assert not big.supervisor.roots["vault"].offline
     problem = big.stores.problems.active_in("unreadable")
     assert problem is not None and str(bad) in problem["error"]
     monkeypatch.setattr(sources_mod.os, "scandir", real)
@@ -183,14 +183,14 @@ def test_deleted_vectors_come_back_without_the_model(big: Harness, vault: Path) 
         p.unlink()
     big.indexer.sweep(confirm_deletions={"vault"})
     assert big.stores.manifest.kept_count() >= len(saved)
-    embedded, reused = big.indexer.vectors.embedded, big.indexer.vectors.reused
+    embedded, reused = big.vectors.embedded, big.vectors.reused
     model.embedded.clear()
     for p, data in saved.items():
         p.write_bytes(data)
     big.sweep()
     assert model.embedded == []
-    assert big.indexer.vectors.embedded == embedded
-    assert big.indexer.vectors.reused >= reused + len(saved)
+    assert big.vectors.embedded == embedded
+    assert big.vectors.reused >= reused + len(saved)
     chunks, docs, vectors = _counts(big)
     assert chunks == docs == vectors
 
@@ -255,7 +255,7 @@ def test_event_deletions_beyond_a_few_go_through_the_guard(big: Harness, vault: 
             p.unlink()
     big.indexer.sweep(only=frozenset(), paths={str(p) for p in gone})
     assert _counts(big) == before
-    assert big.indexer.supervisor.roots["vault"].offline
+    assert big.supervisor.roots["vault"].offline
 
 
 def test_nested_wiki_keeps_its_siblings(make_cfg: Any, tmp_path: Path) -> None:
@@ -290,7 +290,7 @@ def test_a_small_wiki_survives_its_vault_emptied_in_place(big: Harness, vault: P
     for _ in range(3):
         big.sweep()
     assert _counts(big) == before
-    assert big.indexer.supervisor.roots["wiki"].offline
+    assert big.supervisor.roots["wiki"].offline
     assert big.stores.manifest.file_states_of(["wiki/Backups"])
 
 

@@ -89,7 +89,7 @@ def test_new_rules_remove_indexed_notes_past_the_mass_deletion_guard(tmp_path: P
         assert h.stores.bm25.search("archived", 10) == []
         # A write for an excluded note (an event, index_now) is dropped too.
         write(v / "Archive/n1.md", "# N1\n\narchived again\n")
-        h.indexer.index_now(h.indexer._roots()[-1], v / "Archive/n1.md")
+        h.indexer.index_now(h.indexer.changes.roots()[-1], v / "Archive/n1.md")
         assert _keys(h) == {"vault/Keep"}
     finally:
         h.close()

@@ -58,7 +58,7 @@ def test_edited_note_ranks_by_keywords_until_its_vector_exists(make_cfg: Any, fi
         before = r.search(SearchRequest("outboard propeller", 20, 0.0)).hits
         assert before[0].reference == "vault/Backups" and before[0].vec_score is None
         assert any(hit.vec_score is not None for hit in before)  # the vector arm did take part
-        while h.indexer.embed_pending():
+        while h.vectors.embed_pending():
             pass
         after = r.search(SearchRequest("outboard propeller", 20, 0.0)).hits
         assert after[0].reference == "vault/Backups" and after[0].vec_score is not None

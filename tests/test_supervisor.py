@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.runtime import backoff
 from sidecar.runtime.backoff import Backoff
 from sidecar.vault import supervisor as supervisor_mod
 from sidecar.vault.mounts import fs_type_of, is_network, parse_mount_output, parse_mountinfo
@@ -50,6 +51,16 @@ def test_backoff_grows_caps_and_jitters() -> None:
     assert b.delay(1, lambda: 0.0) == pytest.approx(24) and b.delay(1, lambda: 1.0) == pytest.approx(36)
 
 
+def test_backoff_test_mode_removes_the_waits_and_ends_with_the_block() -> None:
+    """In test mode every delay is 0 (retries still run in order); outside it the policy holds."""
+    b = Backoff(30, 600, 0.2)
+    with backoff.testing():
+        assert backoff.is_testing()
+        assert [b.delay(n) for n in (1, 2, 9)] == [0.0, 0.0, 0.0]
+    assert not backoff.is_testing()
+    assert b.delay(1, lambda: 0.5) == 30
+
+
 def test_due_roots_follow_retry_and_poll_intervals(make_cfg: Any, vault: Path) -> None:
     """Offline roots are due at their retry time; network roots every poll interval."""
     now = [1000.0]
@@ -88,16 +99,16 @@ def test_hung_root_does_not_block_the_others(
         t0 = time.monotonic()
         h.sweep()
         assert time.monotonic() - t0 < 10
-        wiki = h.indexer.supervisor.roots["wiki"]
+        wiki = h.supervisor.roots["wiki"]
         assert wiki.offline and "timeout" in (wiki.error or "")
-        assert h.indexer.counts()["by_source"]["vault"]["files"] == 3
+        assert h.stores.manifest.counts()["by_source"]["vault"]["files"] == 3
         h.sweep()  # the hung probe thread is still there: no second one is started
-        assert "still hanging" in (h.indexer.supervisor.roots["wiki"].error or "")
+        assert "still hanging" in (h.supervisor.roots["wiki"].error or "")
         release.set()
         time.sleep(0.2)
         h.sweep()
-        assert not h.indexer.supervisor.roots["wiki"].offline
-        assert h.indexer.counts()["by_source"]["wiki"]["files"] == 1
+        assert not h.supervisor.roots["wiki"].offline
+        assert h.stores.manifest.counts()["by_source"]["wiki"]["files"] == 1
     finally:
         release.set()
         h.close()
@@ -110,7 +121,7 @@ def test_mount_table_double_puts_root_in_polling_mode(make_cfg: Any, vault: Path
     h = Harness(make_cfg(vault, **{"watch.mountTable": str(table)}), FakeEmbedder())
     try:
         h.sweep()
-        roots = {r["name"]: r for r in h.indexer.supervisor.describe(lambda _p: True)}
+        roots = {r["name"]: r for r in h.supervisor.describe(lambda _p: True)}
         assert roots["vault"]["mode"] == "polling" and roots["vault"]["fs_type"] == "cifs"
         assert roots["wiki"]["mode"] == "polling"  # inside the same share
     finally:
@@ -134,14 +145,14 @@ def test_long_scan_beats_the_watchdog_and_a_hung_one_is_reported(
     h = Harness(make_cfg(vault, **{"watch.scanTimeoutSeconds": 4}), FakeEmbedder())
     try:
         beats: list[float] = []
-        h.indexer.supervisor.beat = lambda: beats.append(time.monotonic())
+        h.supervisor.beat = lambda: beats.append(time.monotonic())
         h.sweep()
-        assert len(beats) >= 2 and not h.indexer.supervisor.roots["vault"].offline
+        assert len(beats) >= 2 and not h.supervisor.roots["vault"].offline
         assert h.stores.manifest.file_states_of(["vault/Garden"])
         beats.clear()
         delay["vault"] = 6.0
         h.sweep()
-        st = h.indexer.supervisor.roots["vault"]
+        st = h.supervisor.roots["vault"]
         assert st.offline and "did not answer within its timeout" in (st.error or "")
         assert len(beats) >= 3 and max(b - a for a, b in itertools.pairwise(beats)) < 2.0
         assert h.stores.manifest.file_states_of(["vault/Garden"])  # nothing deleted

@@ -29,6 +29,8 @@ from sidecar.contracts.protocol import (
 )
 from sidecar.contracts.wire import SOURCES, explanation_json, search_json
 from sidecar.index.indexer import Indexer
+from sidecar.index.problems import Problems
+from sidecar.index.vectoring import Vectoring
 from sidecar.memory.ops import MemoryOps
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
 from sidecar.notes.links import LinkGraph
@@ -39,6 +41,7 @@ from sidecar.search.explain import explain
 from sidecar.search.query import FilterError, Filters, parse_day
 from sidecar.search.recall import recall
 from sidecar.search.retrieval import Retriever, SearchRequest
+from sidecar.stores.manifest import Manifest
 from sidecar.vault.sources import (
     NoteUnreadable,
     key_for_reference,
@@ -47,6 +50,7 @@ from sidecar.vault.sources import (
     read_inbox_note,
     read_note,
 )
+from sidecar.vault.supervisor import Supervisor
 
 MAX_QUERY_CHARS = 4000
 # A reference is a path inside a root: PATH_MAX (4096 bytes on Linux) plus the source prefix.
@@ -72,6 +76,10 @@ class Handlers:
         cfg: Config,
         *,
         indexer: Indexer,
+        manifest: Manifest,
+        supervisor: Supervisor,
+        vectors: Vectoring,
+        problems: Problems,
         retriever: Retriever,
         slot: EmbedderSlot,
         service: ServiceState,
@@ -79,6 +87,10 @@ class Handlers:
     ) -> None:
         self.cfg = cfg
         self.indexer = indexer
+        self.manifest = manifest
+        self.supervisor = supervisor
+        self.vectors = vectors
+        self.problems = problems
         self.retriever = retriever
         self.slot = slot
         self.service = service
@@ -108,11 +120,11 @@ class Handlers:
     def health(self, req: Request) -> dict[str, Any]:
         check_known(req.params, ())
         act = self.indexer.activity
-        counts = self.indexer.counts()
-        pending = self.indexer.stores.manifest.pending_count()
+        counts = self.manifest.counts()
+        pending = self.manifest.pending_count()
         embedder = self.slot.describe()
         state = self.indexer.index_state(pending, embedder["state"])
-        vec = self.indexer.vectors
+        vec = self.vectors
         rate = vec.embedded / vec.embed_seconds if vec.embed_seconds > 0 else None
         return {
             "version": __version__,
@@ -133,12 +145,12 @@ class Handlers:
                 "by_agent": counts["by_agent"],
                 "skipped": {**act.scan_skipped, **{k or "unknown": v for k, v in counts["skipped"].items()}},
                 "excluded": act.excluded,
-                "links": LinkGraph(self.indexer.stores.manifest.read).totals(),
+                "links": LinkGraph(self.manifest.read).totals(),
                 "sweeps": act.sweeps,
             },
-            "roots": self.indexer.supervisor.describe(self._watched),
+            "roots": self.supervisor.describe(self._watched),
             "vectors": vec.describe(),
-            "problems": self.indexer.stores.problems.describe(),
+            "problems": self.problems.describe(),
             "queue": {"depth": self.service.queue_depth()},
             "socket": str(self.cfg.socket_path),
             "home": str(self.cfg.home),
@@ -201,7 +213,7 @@ class Handlers:
         except FilterError as exc:
             raise ProtocolError(f"bad filter in 'query': {exc}") from exc
         if not out.indexed:
-            state = self.indexer.stores.manifest.file_states(key).get(key)
+            state = self.manifest.file_states(key).get(key)
             try:
                 path_for_key(self.cfg, key)
                 exists = True
@@ -248,7 +260,7 @@ class Handlers:
         check_known(p, ("reference",))
         reference = param_str(p, "reference", max_len=MAX_REFERENCE_CHARS)
         key = key_for_reference(reference, req.agent)
-        manifest = self.indexer.stores.manifest
+        manifest = self.manifest
         if not key.startswith("memory/") and key != reference:
             # "vault/a.md" may name the note a.md.md (its reference as search returns it).
             exact = key_for_reference(reference + ".md", req.agent)
@@ -265,9 +277,9 @@ class Handlers:
             raise NotFoundError(f"no note {reference!r}") from exc
         except NoteUnreadable as exc:
             raise SourceError(f"{reference!r} cannot be read: {exc.reason}") from exc
-        chunks = self.indexer.stores.manifest.chunks_of(key)
+        chunks = self.manifest.chunks_of(key)
         title = chunks[0].title if chunks else path.stem
-        graph = LinkGraph(self.indexer.stores.manifest.read)
+        graph = LinkGraph(self.manifest.read)
         links = graph.links_of(key, req.agent)
         for link in links:
             link["target"] = public_reference(link["target"], req.agent) if link["target"] else None
@@ -303,7 +315,7 @@ class Handlers:
         reference = param_str(p, "reference", max_len=2000)
         key = key_for_reference(reference, req.agent)
         limit = param_int(p, "limit", default=10, lo=1, hi=100)
-        manifest = self.indexer.stores.manifest
+        manifest = self.manifest
         if not manifest.file_states(key).get(key):
             path_for_key(self.cfg, key)  # not_found / bad_reference for a note that does not exist
         graph = LinkGraph(manifest.read)
@@ -325,7 +337,7 @@ class Handlers:
             raise ProtocolError("'source' must be wiki or vault")
         prefix = (param_opt_str(p, "pathPrefix", max_len=1000) or "").strip("/")
         budget = param_int(p, "tokenBudget", default=OUTLINE_BUDGET, lo=100, hi=50_000)
-        manifest = self.indexer.stores.manifest
+        manifest = self.manifest
         pages = []
         for key, _src, _agent, title, _tags, _mtime, _chunks, fm in manifest.list_files(
             "source = ?", [source]
@@ -360,7 +372,7 @@ class Handlers:
         check_known(p, ("rebuild", "confirmDeletions"))
         rebuild = param_bool(p, "rebuild", default=False)
         confirm = param_opt_str(p, "confirmDeletions", max_len=200)
-        known = set(self.indexer.supervisor.roots)
+        known = set(self.supervisor.roots)
         if confirm is not None and confirm not in known:
             raise ProtocolError(f"unknown root {confirm!r}; roots: {', '.join(sorted(known)) or 'none yet'}")
         self.service.request_sweep(rebuild, None, frozenset([confirm]) if confirm else frozenset())

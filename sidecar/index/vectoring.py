@@ -1,11 +1,10 @@
 """Vectors for chunks: the serving table, backfill, reconcile, and the switch to a new model.
 
-Vectors of different models never mix (DESIGN.md invariant 6): each model has its own table. When
+Vectors of different models never mix: each model has its own table. When
 the configured model differs from the serving table's, a second table is filled in the background
 with the new model while the old table keeps answering (queries embedded with the old model); when
 every chunk has its new vector the new table takes over and the old one is dropped. The manifest
 keeps one flag per chunk and table (``has_vector`` serving, ``has_next`` being built).
-Imports the stores and the embedder protocol.
 """
 
 from __future__ import annotations
@@ -55,6 +54,11 @@ class Stores:
     def vector_stores(self) -> list[VectorStore]:
         return [s.store for s in (self.serving, self.building) if s is not None]
 
+    def close(self) -> None:
+        """Flush and close BM25 and the manifest (the vector tables need no closing)."""
+        self.bm25.close()
+        self.manifest.close()
+
 
 def _stamp(store: VectorStore) -> str:
     """Table name and version: a table changed by anything else after the stop does not match."""
@@ -67,24 +71,40 @@ def source_agent(key: str) -> tuple[str, str]:
 
 
 class Vectoring:
-    def __init__(self, stores: Stores) -> None:
+    """The vector tables of the stores: attach, embed what is pending, delete, keep, switch models."""
+
+    def __init__(self, stores: Stores, keep_seconds: float = 7 * 86400.0, keep_max: int = 20_000) -> None:
         self.stores = stores
-        self.changed = Event()
+        self.manifest = stores.manifest
+        self._changed = Event()
         self.embedded = 0  # vectors computed by the model
         self.reused = 0  # vectors copied from an equal text (or a deleted chunk's kept vector) instead
         self.kept_reused = 0  # of which came from vectors kept after a deletion
         # Vectors of deleted chunks are kept by text this long and up to this many (0: not at all).
-        self.keep_seconds = 7 * 86400.0
-        self.keep_max = 20_000
+        self.keep_seconds = keep_seconds
+        self.keep_max = keep_max
         self.embed_seconds = 0.0
         self.last_optimize: float | None = None
         self._unsure: set[str] = set()  # flags whose table may disagree with the manifest
 
+    def notify_written(self) -> None:
+        """Chunks were written: the backfill looks for pending vectors now, not at its next poll."""
+        self._changed.set()
+
+    def wait_for_writes(self, timeout: float) -> None:
+        """Wait until chunks are written (or ``timeout``), for the backfill while nothing is pending."""
+        self._changed.wait(timeout)
+        self._changed.clear()
+
     # --- attaching ---------------------------------------------------------------------------
+
+    def serving_table(self) -> str | None:
+        """The table the manifest's vector flags belong to (another model's after a switch)."""
+        return self.manifest.get_meta("vector_table")
 
     def attach(self, store: VectorStore, model: Embedder) -> None:
         """Serve from ``store``; reconcile it with the manifest so no chunk is missing or doubled."""
-        manifest = self.stores.manifest
+        manifest = self.manifest
         with self.stores.write_lock:
             if manifest.get_meta("vector_table") != store.name:
                 log.info("vectors_reset table=%s reason=new model or new table", store.name)
@@ -96,13 +116,13 @@ class Vectoring:
                 self._reconcile(store, "has_vector")
             manifest.set_meta("vectors_clean", "")  # until the next clean stop
             self.stores.serving = VectorSet(store, model, "has_vector")
-        self.changed.set()
+        self._changed.set()
 
     def begin_migration(
         self, old: VectorStore, old_model: Embedder, new: VectorStore, model: Embedder
     ) -> None:
         """Keep serving ``old`` (queried with ``old_model``) while ``new`` is filled with ``model``."""
-        manifest = self.stores.manifest
+        manifest = self.manifest
         with self.stores.write_lock:
             if manifest.get_meta("vector_table_next") != new.name:
                 manifest.reset_vectors("has_next")
@@ -112,17 +132,17 @@ class Vectoring:
             self.stores.serving = VectorSet(old, old_model, "has_vector")
             self.stores.building = VectorSet(new, model, "has_next")
         log.info("vectors_migration_started serving=%s building=%s", old.name, new.name)
-        self.changed.set()
+        self._changed.set()
 
     def mark_clean(self) -> None:
         """At a clean stop (every writer joined): the serving table agrees with the manifest, so
         the next start can skip reading every vector id (seconds and ~40 MB at 100 k chunks)."""
         serving = self.stores.serving
         if serving is not None and not self._unsure and self.stores.building is None:
-            self.stores.manifest.set_meta("vectors_clean", _stamp(serving.store))
+            self.manifest.set_meta("vectors_clean", _stamp(serving.store))
 
     def _reconcile(self, store: VectorStore, flag: str) -> None:
-        manifest = self.stores.manifest
+        manifest = self.manifest
         listed = store.id_list()
         in_table = set(listed)
         known = manifest.all_chunk_ids()
@@ -160,7 +180,7 @@ class Vectoring:
         """Vectors for one note now, in every table (a memory write is searchable on return)."""
         for vs in (self.stores.serving, self.stores.building):
             if vs is not None:
-                self._embed(vs, self.stores.manifest.pending_vectors(10_000, key=key, flag=vs.flag))
+                self._embed(vs, self.manifest.pending_vectors(10_000, key=key, flag=vs.flag))
 
     def _embed(self, vs: VectorSet, rows: list[tuple[str, str, str, str]]) -> int:
         if not rows:
@@ -198,12 +218,12 @@ class Vectoring:
         first: dict[str, int] = {}
         for i, h in enumerate(ident):
             first.setdefault(h, i)
-        donors = self.stores.manifest.vector_donors([h for h in first if not h.startswith("#")], vs.flag)
+        donors = self.manifest.vector_donors([h for h in first if not h.startswith("#")], vs.flag)
         stored = vs.store.vectors_of(list(donors.values())) if donors else {}
         known = {h: stored[cid] for h, cid in donors.items() if cid in stored}
         wanted = [h for h in first if h not in known and not h.startswith("#")]
         if wanted and self.keep_max > 0:
-            kept = self.stores.manifest.kept_vectors(vs.store.name, wanted)
+            kept = self.manifest.kept_vectors(vs.store.name, wanted)
             for h, blob in kept.items():
                 vec = np.frombuffer(blob, dtype=np.float32)
                 if vec.shape[0] == vs.store.dim:
@@ -246,7 +266,7 @@ class Vectoring:
 
     def delete_keys(self, keys: list[str]) -> None:
         if self.keep_max > 0:
-            self._keep(self.stores.manifest.chunk_ids_of(keys))
+            self._keep(self.manifest.chunk_ids_of(keys))
         for store in self.stores.vector_stores():
             store.delete_keys(keys)
 
@@ -255,7 +275,7 @@ class Vectoring:
         a note that comes back (a remount, a checkout, an undo, a move) is not embedded again."""
         if self.keep_max <= 0 or self.keep_seconds <= 0 or not chunk_ids:
             return
-        manifest = self.stores.manifest
+        manifest = self.manifest
         for vs in (self.stores.serving, self.stores.building):
             if vs is None:
                 continue
@@ -309,10 +329,10 @@ class Vectoring:
             "ann_index": bool(s and s.store.indexed),
             "ann_kind": s.store.ann_kind if s else None,
             "building": b.store.name if b else None,
-            "building_pending": self.stores.manifest.pending_count("has_next") if b else 0,
+            "building_pending": self.manifest.pending_count("has_next") if b else 0,
             "last_optimize": self.last_optimize,
             "embedded": self.embedded,
             "reused": self.reused,
             "reused_after_deletion": self.kept_reused,
-            "kept_deleted": self.stores.manifest.kept_count(),
+            "kept_deleted": self.manifest.kept_count(),
         }

@@ -4,7 +4,6 @@ Writes go through :mod:`sidecar.memory.inbox` (own inbox only, atomic, redacted,
 synchronously, so a note is searchable when the call returns, and the reply says what happened.
 Before a write, copies of the whole note in the agent's inbox, the wiki and the vault are looked up:
 by words (exact and near copies, whatever their title) and by the vectors of its chunks.
-Imports inbox, indexer, chunking, sources.
 """
 
 from __future__ import annotations
@@ -23,6 +22,8 @@ from sidecar.contracts.errors import EmbedderError, ProtocolError, SidecarError,
 from sidecar.contracts.protocol import Request, check_known, param_int, param_opt_str, param_str
 from sidecar.contracts.wire import SOURCES
 from sidecar.index.indexer import Indexer
+from sidecar.index.problems import Problems
+from sidecar.index.vectoring import Stores
 from sidecar.memory.inbox import Inboxes, check_agent, check_slug
 from sidecar.model.embedder import EmbedderSlot, cosine_range
 from sidecar.notes.chunking import chunk_note
@@ -43,11 +44,23 @@ class DuplicateError(SidecarError):
 
 
 class MemoryOps:
-    def __init__(self, cfg: Config, inboxes: Inboxes, indexer: Indexer, slot: EmbedderSlot) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        inboxes: Inboxes,
+        indexer: Indexer,
+        slot: EmbedderSlot,
+        *,
+        stores: Stores,
+        problems: Problems,
+    ) -> None:
         self.cfg = cfg
         self.inboxes = inboxes
         self.indexer = indexer
         self.slot = slot
+        self.stores = stores  # the serving vectors, for the duplicate check
+        self.manifest = stores.manifest
+        self.problems = problems
 
     def ops(self) -> dict[str, Any]:
         return {"list": self.list, "write": self.write, "edit": self.edit, "delete": self.delete}
@@ -75,7 +88,7 @@ class MemoryOps:
                 f"not written: {best['reference']} is {best['similarity']:.0%} similar "
                 f"(threshold {self.cfg.memory.write.duplicate_threshold:.0%}); {_instead(best['reference'])}"
             )
-        problems = self.indexer.stores.problems
+        problems = self.problems
         try:
             written = self.inboxes.write(agent, slug, content, front_matter, must_exist=must_exist)
         except OSError as exc:  # disk full, read-only inbox: the old note (if any) is untouched
@@ -121,7 +134,7 @@ class MemoryOps:
 
     def _searchable(self, key: str) -> tuple[bool, list[str], str | None]:
         """Whether the note just indexed can be found, by which arm, and why not."""
-        manifest = self.indexer.stores.manifest
+        manifest = self.manifest
         state = manifest.file_states(key).get(key)
         if state is None or state.state != "indexed":
             why = state.state if state is not None else "not in the index"
@@ -131,9 +144,7 @@ class MemoryOps:
             return True, ["keywords"], None
         if all(c.has_vector for c in chunks):
             return True, ["keywords", "meaning"], None
-        why = (
-            "the embedding model is not loaded yet" if self.indexer.stores.serving is None else "it is queued"
-        )
+        why = "the embedding model is not loaded yet" if self.stores.serving is None else "it is queued"
         return True, ["keywords"], f"searchable by keywords now, by meaning once its vectors exist ({why})"
 
     def _near_duplicates(self, agent: str, slug: str, content: str) -> list[dict[str, Any]] | None:
@@ -144,7 +155,7 @@ class MemoryOps:
         not its first 256 tokens); a candidate's similarity is the share-weighted mean of its best
         matches (on the model's scale from a clear match to identical), or the overlap of the two
         notes' word triples where that is higher (an exact copy is 100% whatever its title)."""
-        serving = self.indexer.stores.serving
+        serving = self.stores.serving
         if serving is None:
             return None  # no model yet: similarity cannot be computed
         model, vectors = serving.model, serving.store
@@ -159,7 +170,7 @@ class MemoryOps:
         if not chunks:
             return []
         own = f"memory/{agent}/{slug}"
-        manifest = self.indexer.stores.manifest
+        manifest = self.manifest
         weights = [max(c.tokens, 1) for c in chunks]
         best: dict[str, list[float]] = {}
         try:
@@ -208,7 +219,7 @@ class MemoryOps:
         slug = check_slug(p.get("slug"))
         moved = self.inboxes.delete(agent, slug)
         key = f"memory/{agent}/{slug}"
-        if key in self.indexer.stores.manifest.file_states(key):
+        if key in self.manifest.file_states(key):
             self.indexer.delete([key])
         if moved is None:
             return {
@@ -238,7 +249,7 @@ class MemoryOps:
             where, args = "source != 'memory' OR (" + own[0] + ")", own[1]
         else:
             where, args = "source = ?", [source]
-        manifest = self.indexer.stores.manifest
+        manifest = self.manifest
         notes = []
         known: set[str] = set()
         for key, src, _owner, title, tags_json, mtime_ns, chunks, fm_json in manifest.list_files(where, args):
@@ -271,7 +282,7 @@ class MemoryOps:
     ) -> Iterable[dict[str, Any]]:
         """Files that are there but not searchable: skipped ones, and memory notes not indexed yet."""
         out = []
-        for key, src, mtime_ns, state, error in self.indexer.stores.manifest.unindexed_files(where, args):
+        for key, src, mtime_ns, state, error in self.manifest.unindexed_files(where, args):
             known.add(key)
             reference = public_reference(key, agent)
             if not prefix or reference.split("/", 1)[1].startswith(prefix):

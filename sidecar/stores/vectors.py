@@ -426,3 +426,13 @@ class VectorStore:
             return fn()
         except (OSError, ValueError, RuntimeError) as exc:
             raise StoreError(f"vector {what} failed on {self.name}: {exc}") from exc
+
+
+def table_model(path: Path, table: str) -> tuple[str, int, str] | None:
+    """(model id, dimension, pooling) that an existing table of ``path`` was written with, or None."""
+    db = lancedb.connect(str(path))
+    if table not in db.list_tables().tables:
+        return None
+    meta = db.open_table(table).schema.metadata or {}
+    model_id = meta.get(b"model", b"").decode()
+    return model_id, int(meta.get(b"dim", b"0")), meta.get(b"pooling", b"mean").decode()

@@ -9,7 +9,7 @@ only after a wall-clock hold (``index.massDeletionHoldMinutes``) or on the user'
 never because some sweeps saw it. Each root's mount state (mount point of its own, device) is
 remembered in the manifest, so a restart while the share is away still knows. Listing a root runs
 in a helper thread with a timeout, so a hanging NFS mount never blocks the other roots; the
-waiting thread beats the watchdog while the timeout runs. Imports sources, mounts, backoff, config.
+waiting thread beats the watchdog while the timeout runs.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from sidecar.config import Config
 from sidecar.runtime.backoff import Backoff
 from sidecar.vault.mounts import fs_type_of, is_network, read_mounts
 from sidecar.vault.sources import NoteFile, Root, Skipped, scan
+from sidecar.vault.timeout import run_with_timeout
 
 log = logging.getLogger(__name__)
 
@@ -88,52 +89,22 @@ class RootUnreachable(Exception):  # noqa: N818 - a state of the world, not a bu
     pass
 
 
-def run_with_timeout(
-    fn: Callable[[], T], timeout: float, name: str, beat: Callable[[], None] | None = None
-) -> tuple[T | None, threading.Thread | None]:
-    """Run ``fn`` in a daemon thread; (result, None), or (None, the stuck thread) after ``timeout``.
-
-    A thread blocked in a hung NFS call cannot be killed; it is left behind and reported so that
-    no second one is started for the same root while it hangs. ``beat`` is called about once a
-    second while waiting: the caller is alive as long as the wait is bounded, so a long scan of a
-    slow share does not look like a hung daemon to the watchdog.
-    """
-    box: dict[str, Any] = {}
-    done = threading.Event()
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # re-raised in the caller's thread
-            box["error"] = exc
-        finally:
-            done.set()
-
-    thread = threading.Thread(target=target, name=f"probe-{name}", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + timeout
-    while not done.wait(max(min(1.0, deadline - time.monotonic()), 0.0)):
-        if time.monotonic() >= deadline:
-            return None, thread
-        if beat is not None:
-            beat()
-    if "error" in box:
-        raise box["error"]
-    return box["value"], None
-
-
 class Supervisor:
     """Status, probing, backoff and the mass-deletion guard for every root."""
 
     def __init__(
-        self, cfg: Config, clock: Callable[[], float] = time.time, meta: MetaStore | None = None
+        self,
+        cfg: Config,
+        clock: Callable[[], float] = time.time,
+        meta: MetaStore | None = None,
+        beat: Callable[[], None] | None = None,
     ) -> None:
         self.cfg = cfg
         self.clock = clock
         self.meta = meta  # where each root's mount state and hold survive a restart
         self.backoff = Backoff(cfg.watch.retry_base_seconds, cfg.watch.retry_max_seconds)
         self.roots: dict[str, RootStatus] = {}
-        self.beat: Callable[[], None] | None = None  # the indexer's heartbeat, during long waits
+        self.beat = beat  # the indexer's heartbeat, during long waits
         self._lock = threading.Lock()
 
     def status(self, root: Root) -> RootStatus:

@@ -9,7 +9,6 @@ watch and asks for a full sweep (an empty set of paths). Editor temp files, dot-
 non-Markdown files are filtered out. A folder whose name is not valid UTF-8 makes the recursive
 watch fail ("Unable to decode path"): the watcher then watches every other folder one by one (not
 recursively), restarting when a folder appears, so events keep flowing for the rest of the tree.
-Imports ``sources`` and ``confine``.
 """
 
 from __future__ import annotations
@@ -24,12 +23,16 @@ from pathlib import Path
 
 import watchfiles
 
+from sidecar.runtime.backoff import Backoff
 from sidecar.vault.confine import decodable, printable
 from sidecar.vault.sources import is_debris
 
 log = logging.getLogger(__name__)
 
-_RETRY_SECONDS = (5.0, 30.0, 60.0, 300.0)
+# A watch that fails is started again after 5 s, 10 s, 20 s ... up to 5 min.
+RETRY = Backoff(base=5.0, cap=300.0)
+# While no watched folder exists (a share not mounted yet), look again this often.
+_ABSENT_POLL_S = 30.0
 # How often the watched folders' identity is compared (a stat of each; not once per event batch,
 # or every memory write would stat the vault's share).
 _IDENTITY_EVERY_S = 5.0
@@ -91,13 +94,14 @@ class Watcher:
         self.debounce_ms = debounce_ms
         self.watching: list[Path] = []
         self.flat = False  # watching folder by folder (a name that does not decode was met)
+        self.retry = RETRY
 
     def run(self) -> None:
         failures = 0
         while not self.stop.is_set():
             existing = [p for p in self.paths if p.is_dir()]
             if not existing:
-                self.stop.wait(_RETRY_SECONDS[1])
+                self.stop.wait(_ABSENT_POLL_S)
                 continue
             self.watching = existing
             try:
@@ -113,8 +117,8 @@ class Watcher:
                     self.on_change(set())
                     self.stop.wait(1.0)
                     continue
-                delay = _RETRY_SECONDS[min(failures, len(_RETRY_SECONDS) - 1)]
                 failures += 1
+                delay = self.retry.delay(failures)
                 log.warning("watcher_retry paths=%s error=%s retry_in=%.0fs", existing, exc, delay)
                 self.watching = []
                 self.stop.wait(delay)

@@ -1,0 +1,127 @@
+"""The vector backfill thread: vectors for chunks that have none, once a model is there.
+
+It waits for the model (it may load late, or only after a retry), attaches the vector table
+(through the model migration if the index holds another model's vectors), then embeds what is
+pending, yielding the CPU to a large sweep's parsing. While nothing waits for a vector it compacts
+the tables after a write burst and builds the ANN index once the table is large.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from sidecar.config import Config
+from sidecar.contracts.errors import EmbedderError, StoreError
+from sidecar.index.indexer import Activity
+from sidecar.index.migration import attach
+from sidecar.index.problems import Problems
+from sidecar.index.repair import Repair
+from sidecar.index.vectoring import Vectoring
+from sidecar.model.embedder import Embedder, EmbedderSlot
+from sidecar.runtime import heap
+
+log = logging.getLogger(__name__)
+
+# Compact the vector table a minute after the last write: after a burst of memory writes the
+# table held ~900 versions and ~500 fragments until the hourly optimize (bench/soak.py).
+COMPACT_AFTER_QUIET_S = 60.0
+# A failed batch of vectors is tried again after this long.
+EMBED_RETRY_S = 5.0
+
+
+class Backfill:
+    """Embeds pending chunks until ``stop`` is set."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        slot: EmbedderSlot,
+        vectors: Vectoring,
+        repair: Repair,
+        *,
+        problems: Problems,
+        activity: Activity,
+        stop: threading.Event,
+    ) -> None:
+        self.cfg = cfg
+        self.slot = slot
+        self.vectors = vectors
+        self.repair = repair
+        self.problems = problems
+        self.activity = activity
+        self.stop = stop
+        self._ann_checked = 0.0
+
+    def run(self) -> None:
+        # Wait for a model: it may load late (first start) or only after a retry.
+        while self.slot.model is None:
+            # Poll fast while the model loads, so vectors serve right after it is there.
+            if self.stop.wait(0.05 if self.slot.state in ("idle", "loading") else 0.5):
+                return
+        if not self._attach(self.slot.model):
+            return
+        self._ann_checked = 0.0
+        busy = False
+        act = self.activity
+        while not self.stop.is_set():
+            # Keyword search first: while a large sweep runs (a cold start, a new vault) the CPU
+            # goes to parsing; memory writes still embed at once on their own path.
+            if act.phase in ("scanning", "indexing") and act.total - act.done > self.cfg.index.batch_files:
+                self.stop.wait(0.2)
+                continue
+            try:
+                stored = self.vectors.embed_pending()
+                busy = busy or stored > 0
+                self.problems.clear("embedding")
+            except Exception as exc:  # ours, or e.g. sqlite "disk is full" while flagging vectors
+                if isinstance(exc, (StoreError, EmbedderError)):
+                    log.error("embedding_failed error=%s", exc)
+                    why = str(exc)
+                else:  # unexpected: keep the traceback
+                    log.exception("embedding_crashed")
+                    why = f"{type(exc).__name__}: {exc}"
+                self.problems.report("embedding", f"storing vectors failed: {why} (retrying)")
+                self.stop.wait(EMBED_RETRY_S)
+                continue
+            if stored == 0:
+                if busy:
+                    busy = False
+                    heap.trim()  # an embedding burst is over: give its buffers back
+                self._upkeep()
+                self.vectors.wait_for_writes(1.0)
+
+    def _attach(self, model: Embedder) -> bool:
+        """Serve vectors at start; a table that cannot be attached is checked and, if it cannot be
+        read, replaced (it would fail the same way after every restart)."""
+        try:
+            attach(self.cfg, self.vectors, model, self.problems)
+        except StoreError as exc:
+            log.error("vectors_unavailable error=%s", exc)
+            try:
+                self.repair.repair_vectors(f"attaching failed: {exc}")
+            except StoreError as again:
+                log.error("vectors_unavailable error=%s; keyword search only", again)
+                self.problems.report("vector_search", f"vector table unavailable: {again}")
+                return False
+        heap.trim()  # the reconcile's id sets are garbage now
+        return True
+
+    def _upkeep(self) -> None:
+        """While nothing waits for a vector: compact after a write burst, build the ANN index."""
+        try:
+            if self.vectors.compact_if_quiet(COMPACT_AFTER_QUIET_S):
+                heap.trim()
+        except StoreError as exc:
+            log.error("vectors_compact_failed error=%s", exc)
+        if time.monotonic() - self._ann_checked > 60:
+            self._ann_checked = time.monotonic()
+            try:
+                if self.vectors.ensure_ann():
+                    heap.trim()  # the build's buffers (hundreds of MB at 100 k vectors)
+            except StoreError as exc:
+                if self.stop.is_set():  # the build was ended because the daemon stops
+                    log.info("vector_index_build_stopped error=%s", exc)
+                else:
+                    log.error("vector_index_failed error=%s", exc)

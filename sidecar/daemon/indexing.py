@@ -1,0 +1,130 @@
+"""The indexer thread: sweep requests in, one sweep at a time, a storage fault retried soon.
+
+Requests (a start, the schedule, the index op, file events with their paths) queue as jobs; a
+burst is merged into one sweep. A sweep that fails (disk full, read-only) is retried with the
+backoff policy, capped low (``watch.faultRetryMaxSeconds``): notes saved meanwhile must be
+searchable seconds after the fault clears. A retry needs only the paths the failed sweep
+scanned but did not write.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sidecar.config import Config
+from sidecar.contracts.errors import StoreError
+from sidecar.index.indexer import Activity, Indexer
+from sidecar.index.problems import Problems
+from sidecar.model.embedder import EmbedderSlot
+from sidecar.runtime import heap
+from sidecar.runtime.backoff import Backoff
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A sweep request; bursts are merged into one."""
+
+    rebuild: bool = False
+    roots: frozenset[str] | None = None  # None: every root
+    confirm: frozenset[str] = frozenset()  # roots whose mass deletion the user confirmed
+    paths: frozenset[str] = frozenset()  # changed files or folders (file events): only these
+
+    def merge(self, other: Job) -> Job:
+        roots = None if self.roots is None or other.roots is None else self.roots | other.roots
+        paths = frozenset() if roots is None else self.paths | other.paths
+        return Job(self.rebuild or other.rebuild, roots, self.confirm | other.confirm, paths)
+
+
+class IndexLoop:
+    """Runs jobs on the indexer until ``stop`` is set."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        indexer: Indexer,
+        slot: EmbedderSlot,
+        problems: Problems,
+        *,
+        stop: threading.Event,
+        beat: Callable[[Activity | None], None],
+    ) -> None:
+        self.cfg = cfg
+        self.indexer = indexer
+        self.slot = slot
+        self.problems = problems
+        self.stop = stop
+        self.beat = beat
+        self.jobs: queue.Queue[Job] = queue.Queue()
+        # A storage fault is retried often, not after a backoff of minutes.
+        self.retry = Backoff(base=1.0, cap=cfg.watch.fault_retry_max_seconds, jitter=0.0)
+
+    def changed(self, paths: set[str]) -> None:
+        """File events: look at the changed paths only; none (a watch restarted): every root."""
+        if paths:
+            self.jobs.put(Job(roots=frozenset(), paths=frozenset(paths)))
+        else:
+            self.jobs.put(Job())
+
+    def request_sweep(
+        self,
+        rebuild: bool = False,
+        roots: frozenset[str] | None = None,
+        confirm: frozenset[str] = frozenset(),
+    ) -> None:
+        self.jobs.put(Job(rebuild, roots, confirm))
+
+    def sweep_roots(self, names: list[str]) -> None:
+        """Roots whose retry or poll is due; skipped while other work waits (it sweeps them too)."""
+        if names and self.jobs.empty():
+            self.jobs.put(Job(roots=frozenset(names)))
+
+    def run(self) -> None:
+        # Chunk sizes are counted with the model's tokenizer: give the model a moment to load.
+        self.slot.ready.wait(timeout=60)
+        failures = 0
+        while not self.stop.is_set():
+            self.beat(None)
+            try:
+                job = self.jobs.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            while not self.jobs.empty():  # coalesce a burst of requests into one sweep
+                job = job.merge(self.jobs.get_nowait())
+            try:
+                self._run(job)
+                failures = 0
+            except Exception as exc:  # e.g. sqlite "disk is full": keep serving, retry soon
+                failures += 1
+                self._failed(job, exc, self.retry.delay(failures))
+
+    def _run(self, job: Job) -> None:
+        indexer = self.indexer
+        if job.rebuild:
+            indexer.clear()
+        summary = indexer.sweep(
+            only=job.roots, stop=self.stop, confirm_deletions=job.confirm, progress=self.beat, paths=job.paths
+        )
+        if summary.get("changed", 0) > 100:
+            heap.trim()  # parsing a large batch leaves freed pages behind
+        self.problems.clear("index")
+
+    def _failed(self, job: Job, exc: Exception, delay: float) -> None:
+        if isinstance(exc, (StoreError, OSError, sqlite3.Error)):
+            log.error("sweep_failed error=%s retry_in=%.0fs", exc, delay)
+            why = str(exc)
+        else:  # unexpected: keep the traceback
+            log.error("sweep_crashed retry_in=%.0fs", delay, exc_info=exc)
+            why = f"{type(exc).__name__}: {exc}"
+        self.problems.report("index", f"updating the index failed: {why} (retrying in {delay:.0f} s)")
+        self.stop.wait(delay)
+        leftover = self.indexer.leftover
+        if leftover is not None and not job.rebuild:
+            job = Job(roots=frozenset(), confirm=job.confirm, paths=leftover)
+        self.jobs.put(job)

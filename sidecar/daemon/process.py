@@ -1,0 +1,97 @@
+"""What the daemon process holds and sets up before it serves: the index lock, private files,
+the open-files limit, and the model loaded into its slot.
+
+One writer per index, daemon or `sidecar index`: an exclusive lock on the index folder. Every file
+the process creates is the user's only. The model loads in the background; when it cannot load,
+search runs on keywords and the daemon says so once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import resource
+import time
+from pathlib import Path
+from typing import IO
+
+from sidecar.config import Config
+from sidecar.contracts.errors import DaemonRunningError, EmbedderError
+from sidecar.model.embedder import EmbedderSlot, load_model
+from sidecar.runtime import heap
+from sidecar.vault.confine import tighten_home
+
+log = logging.getLogger(__name__)
+
+
+class IndexLock:
+    """An exclusive lock on the index directory: one writer per index, daemon or `sidecar index`."""
+
+    def __init__(self, index_dir: Path) -> None:
+        index_dir.mkdir(parents=True, exist_ok=True)
+        self.path = index_dir / ".lock"
+        self._fh: IO[str] | None = None
+
+    def acquire(self) -> None:
+        fh = self.path.open("a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            fh.close()
+            raise DaemonRunningError(  # the words README's troubleshooting table promises
+                f"another sidecar daemon is already serving {self.path.parent.parent} "
+                f"(its index {self.path.parent} is in use by {holder})"
+            ) from exc
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()}")
+        fh.flush()
+        self._fh = fh
+
+    def release(self) -> None:
+        if self._fh is not None:
+            fcntl.flock(self._fh, fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None
+
+
+def make_private(cfg: Config) -> None:
+    """Everything this process creates is readable by the user only (LanceDB's and Tantivy's files
+    too), and a home left readable by others is tightened (and the log says so)."""
+    os.umask(0o077)
+    own = [cfg.index_dir, cfg.agents_dir, cfg.models_dir, cfg.home / "run"]
+    tighten_home(cfg.home, own, [p for p in (cfg.vault.path,) if p is not None])
+
+
+def raise_fd_limit() -> None:
+    """Allow as many open connections as the hard limit permits (the default soft limit is often 1024)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+    if soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+def load_embedder(cfg: Config, slot: EmbedderSlot) -> None:
+    """Load the model into the slot; on failure say so once and let search run BM25-only."""
+    if not cfg.embedder.enabled:
+        slot.set_failed("disabled by configuration (embedder.enabled: false)")
+        log.warning("embedder_failed reason=disabled by configuration; keyword search only")
+        return
+    slot.set_loading()
+    t0 = time.perf_counter()
+    try:
+        model = load_model(cfg)
+    except EmbedderError as exc:
+        slot.set_failed(str(exc))
+        log.error("embedder_failed error=%s; keyword search only until the model loads", exc)
+        return
+    slot.set_ok(model, model.files.origin)
+    heap.trim()  # graph optimisation's scratch memory (about 60 MB) goes back to the system
+    log.info(
+        "embedder_ready model=%s dim=%d seconds=%.2f", model.model_id, model.dim, time.perf_counter() - t0
+    )

@@ -1,0 +1,83 @@
+"""The repair policy: when a failing store is put right, and how often at most.
+
+Searches report what fails on ``problems``; the scheduled tick looks here. A damaged keyword index
+is rebuilt at once (at most once a minute); a vector table only after several failures in a row
+with a working model (one bad request is no evidence), at most every ten minutes (the check reads
+every vector). A manifest file deleted or replaced under the running daemon is reported.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from sidecar.contracts.errors import StoreError
+from sidecar.index.problems import Problems
+from sidecar.index.repair import Repair
+from sidecar.model.embedder import EmbedderSlot
+from sidecar.stores.manifest import Manifest
+
+log = logging.getLogger(__name__)
+
+BM25_REPAIR_EVERY_S = 60.0
+# Vector searches failing this many times in a row make the table suspect (one bad request does not).
+VECTOR_REPAIR_AFTER_FAILURES = 3
+VECTOR_REPAIR_EVERY_S = 600.0
+
+
+class RepairPolicy:
+    def __init__(self, repair: Repair, problems: Problems, manifest: Manifest, slot: EmbedderSlot) -> None:
+        self.repair = repair
+        self.problems = problems
+        self.manifest = manifest
+        self.slot = slot
+        self._bm25_repaired = -1e9
+        self._vectors_repaired = -1e9
+
+    def tick(self) -> None:
+        self.check_manifest()
+        self.repair_keyword_index()
+        self.repair_vector_table()
+
+    def repair_keyword_index(self) -> None:
+        """Searches found the BM25 index damaged: rebuild it in place (at most once a minute)."""
+        failing = self.problems.active_in("keyword_search")
+        if failing is None or time.monotonic() - self._bm25_repaired < BM25_REPAIR_EVERY_S:
+            return
+        self._bm25_repaired = time.monotonic()
+        try:
+            self.repair.repair_bm25(failing["error"])
+        except (StoreError, OSError) as exc:
+            log.error("bm25_repair_failed error=%s", exc)
+
+    def repair_vector_table(self) -> None:
+        """Vector searches keep failing with a working model: check the table, replace it if it
+        cannot be read (at most every ten minutes: the check reads every vector)."""
+        failing = self.problems.active_in("vector_search")
+        if (
+            failing is None
+            or failing["count"] < VECTOR_REPAIR_AFTER_FAILURES
+            or self.slot.state != "ok"
+            or time.monotonic() - self._vectors_repaired < VECTOR_REPAIR_EVERY_S
+        ):
+            return
+        self._vectors_repaired = time.monotonic()
+        try:
+            self.repair.repair_vectors(failing["error"])
+        except (StoreError, OSError) as exc:
+            log.error("vector_repair_failed error=%s", exc)
+
+    def check_manifest(self) -> None:
+        """sqlite keeps writing to a deleted or replaced file: say so instead of losing work silently."""
+        path = self.manifest.path
+        try:
+            same = os.stat(path).st_ino == self.manifest.inode
+        except OSError:
+            same = False
+        if not same:
+            self.problems.report(
+                "stores",
+                f"{path} was deleted or replaced while running; restart the daemon to rebuild the "
+                "index from the notes (searches still answer from the open copy)",
+            )

@@ -1,0 +1,283 @@
+"""What a sweep has to do: compare the roots (or the changed paths of file events) with the manifest.
+
+A full sweep lists a root through the supervisor (bounded by its timeouts) and diffs it with the
+manifest: notes to (re)index, keys gone, skip reasons. An unreadable folder is no evidence that its
+notes are gone, and deletions pass the supervisor's mass-deletion guard. Changed paths from file
+events are looked at one by one (a stat each; a new folder is walked), never the rest of their
+root; a root that changed as a whole, is offline, or loses many notes at once gets a full sweep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import stat
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sidecar.config import Config
+from sidecar.index.problems import Problems
+from sidecar.stores.manifest import FileState, Manifest
+from sidecar.vault.sources import SLUG_RE, NoteFile, Root, Skipped, agent_inbox, is_note_name, roots, scan
+from sidecar.vault.supervisor import RootUnreachable, Supervisor
+
+log = logging.getLogger(__name__)
+
+# File events may delete this many notes of a root within the window at once; beyond that, a
+# full sweep of the root decides (an emptied mount point sends an event per vanished file).
+EVENT_DELETIONS_MAX = 4
+EVENT_DELETION_WINDOW_S = 60.0
+
+_SETTLED = ("indexed", "skipped")
+
+
+@dataclass
+class Diff:
+    """What one sweep found: notes to (re)index, keys to delete, skip reasons."""
+
+    work: list[NoteFile] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)
+    unchanged: int = 0
+
+
+class ChangeFinder:
+    """Finds what changed in the roots; remembers what it already reported and recent event deletions."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        manifest: Manifest,
+        supervisor: Supervisor,
+        problems: Problems,
+        excluded_by: Callable[[str], str | None],
+    ) -> None:
+        self.cfg = cfg
+        self.manifest = manifest
+        self.supervisor = supervisor
+        self.problems = problems
+        self.excluded_by = excluded_by
+        self._unreadable: dict[str, str] = {}  # root name -> what cannot be read there
+        self._event_deletions: dict[str, list[float]] = {}  # root name -> times of recent ones
+        self._skips_named: set[tuple[str, str]] = set()  # (path, reason) already in the log
+
+    def roots(self) -> list[Root]:
+        """Configured roots plus inboxes of agents that are indexed but whose folder is gone."""
+        out = roots(self.cfg)
+        present = {r.agent for r in out if r.source == "memory"}
+        indexed = {k.split("/", 2)[1] for k in self.manifest.file_states("memory/")}
+        out.extend(Root("memory", agent_inbox(self.cfg, a), agent=a) for a in sorted(indexed - present))
+        return out
+
+    def diff_root(
+        self, root: Root, diff: Diff, confirm: bool, excluded: dict[str, int] | None = None
+    ) -> None:
+        """Scan one root and add what changed and what is gone to ``diff``."""
+        supervisor = self.supervisor
+        status = supervisor.status(root)
+        t0 = time.time()
+        try:
+            found = supervisor.list_root(root)
+        except RootUnreachable as exc:
+            supervisor.mark_offline(root, str(exc))
+            return
+        notes = [f for f in found if isinstance(f, NoteFile)]
+        prefix = root.key_of("x")[:-1]  # "vault/", "wiki/", "memory/<agent>/"
+        known = self.manifest.file_states(prefix)
+        notes = self._without_excluded(root, notes, known, diff, {} if excluded is None else excluded)
+        skipped = [s for s in found if isinstance(s, Skipped)]
+        for s in skipped:
+            diff.skipped[s.reason] = diff.skipped.get(s.reason, 0) + 1
+            if (str(s.path), s.reason) not in self._skips_named:  # named once, not at every sweep
+                self._skips_named.add((str(s.path), s.reason))
+                log.info("file_skipped path=%s reason=%s", s.path, s.reason)
+        status.seen, status.skipped = len(notes), len(skipped)
+        seen = {n.key for n in notes}
+        # An error reading a folder (or a file's stat) is no evidence that its notes are gone.
+        kept = self._unreadable_prefixes(root, skipped)
+        missing = [k for k in known if k not in seen and not k.startswith(kept)]
+        hold = supervisor.hold_deletions(root, len(known), len(missing), len(notes), confirm)
+        if hold is None:
+            supervisor.mark_online(root)
+            self._event_deletions.pop(root.name, None)
+            diff.gone.extend(missing)
+        status.last_sweep, status.last_sweep_seconds = time.time(), time.time() - t0
+        if hold not in (None, "mass"):
+            return  # what is there now is not the share: leave the root alone while it stays so
+        self._add_work(notes, known, diff)
+
+    def _add_work(self, notes: Sequence[NoteFile], known: dict[str, FileState], diff: Diff) -> None:
+        for n in notes:
+            st = known.get(n.key)
+            if st is not None and (st.mtime_ns, st.size) == (n.mtime_ns, n.size) and st.state in _SETTLED:
+                diff.unchanged += 1
+            else:
+                diff.work.append(n)
+
+    def _unreadable_prefixes(self, root: Root, skipped: Sequence[Skipped]) -> tuple[str, ...]:
+        """Key prefixes (and keys) under folders and files that could not be read; reported."""
+        out: list[str] = []
+        paths: list[str] = []
+        for s in skipped:
+            if s.reason not in ("unreadable folder", "unreadable"):
+                continue
+            try:
+                rel = s.path.relative_to(root.path).as_posix()
+            except ValueError:
+                continue
+            paths.append(str(s.path))
+            out.append(root.key_of(rel) if s.reason == "unreadable" else root.key_of(rel + "/x")[:-1])
+        self.supervisor.status(root).unreadable = paths
+        problems = self.problems
+        if paths:
+            self._unreadable[root.name] = (
+                f"{len(paths)} folder(s) or note(s) of {root.name} cannot be read ({paths[0]}"
+                f"{', ...' if len(paths) > 1 else ''}); their notes stay in the index as they were"
+            )
+        else:
+            self._unreadable.pop(root.name, None)
+        if self._unreadable:
+            problems.report("unreadable", "; ".join(self._unreadable.values()))
+        else:
+            problems.clear("unreadable")
+        return tuple(out)
+
+    def diff_paths(self, paths: Collection[str], candidates: Sequence[Root], diff: Diff) -> list[Root]:
+        """Look at changed paths only (a stat each; a new or changed folder is walked); return
+        the roots that need a full sweep instead (offline, a root itself changed, many deletions)."""
+        by_root: dict[Root, set[str]] = {}
+        escalate: list[Root] = []
+        # Longest path first: a path in the wiki belongs to the wiki, not to the vault around it.
+        ordered = sorted(candidates, key=lambda r: len(str(r.path)), reverse=True)
+        for raw in paths:
+            path = Path(raw)
+            # A folder that holds a whole root (a new agent's folder moved in, the wiki's parent):
+            # that root is swept in full.
+            escalate.extend(
+                r for r in ordered if r.path != path and r.path.is_relative_to(path) and r not in escalate
+            )
+            root = next((r for r in ordered if path == r.path or path.is_relative_to(r.path)), None)
+            if root is None:
+                continue
+            rel = path.relative_to(root.path).as_posix()
+            if rel == ".":
+                rel = ""
+            if root.exclude and (rel == root.exclude or rel.startswith(root.exclude + "/")):
+                continue  # the wiki inside the vault: its own root
+            if any(p.startswith(".") for p in rel.split("/")) or (root.source == "memory" and "/" in rel):
+                continue
+            st = self.supervisor.status(root)
+            # Offline (unreachable, not the share): a full sweep looks again. A held mass deletion
+            # leaves the root readable: its changed paths are looked at (deletions stay held).
+            if not rel or (st.offline and st.hold_kind != "mass"):
+                if root not in escalate:
+                    escalate.append(root)
+                continue
+            by_root.setdefault(root, set()).add(rel)
+        for root, rels in by_root.items():
+            if root not in escalate and not self._diff_group(root, rels, diff):
+                escalate.append(root)
+        return escalate
+
+    def _diff_group(self, root: Root, rels: set[str], diff: Diff) -> bool:
+        """Changed paths of one root into ``diff``; False if the root needs a full sweep instead."""
+        try:
+            found, gone = self.supervisor.bounded(root, functools.partial(self._look, root, sorted(rels)))
+        except RootUnreachable:
+            return False  # the full sweep marks it offline with the reason
+        notes = [f for f in found if isinstance(f, NoteFile)]
+        for s in found:
+            if isinstance(s, Skipped):
+                diff.skipped[s.reason] = diff.skipped.get(s.reason, 0) + 1
+        manifest = self.manifest
+        missing: set[str] = set()
+        for rel in gone:
+            if rel.lower().endswith(".md"):
+                missing.update(manifest.file_states_of([root.key_of(rel)]))
+            else:
+                missing.update(manifest.file_states(root.key_of(rel + "/x")[:-1]))
+        missing -= {n.key for n in notes}
+        if missing and not self._may_delete(root, len(missing)):
+            return False
+        diff.gone.extend(sorted(missing))
+        self._add_work(notes, manifest.file_states_of([n.key for n in notes]), diff)
+        return True
+
+    def _look(self, root: Root, rels: Sequence[str]) -> tuple[list[NoteFile | Skipped], list[str]]:
+        """Stat each changed path of a root: (notes and skipped files found, relative paths gone)."""
+        found: list[NoteFile | Skipped] = []
+        gone: list[str] = []
+        max_bytes = self.cfg.index.max_file_bytes
+        for rel in rels:
+            path = root.path / rel
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                gone.append(rel)
+                continue
+            except OSError:
+                continue  # unreadable: kept as it is; the next full sweep reports it
+            if stat.S_ISDIR(st.st_mode):
+                if root.source != "memory":
+                    with contextlib.suppress(OSError):
+                        found.extend(scan(root, max_bytes, start=rel))
+                continue
+            if stat.S_ISLNK(st.st_mode):  # followed only to a file inside the root, as a scan does
+                try:
+                    inside = path.resolve(strict=True).is_relative_to(root.path.resolve())
+                    st = os.stat(path)
+                except (OSError, RuntimeError):
+                    continue
+                if not inside:
+                    found.append(Skipped(path, "symlink leads outside the root"))
+                    continue
+            if not stat.S_ISREG(st.st_mode) or not is_note_name(path.name):
+                continue
+            if root.source == "memory" and not SLUG_RE.fullmatch(path.name[:-3]):
+                found.append(Skipped(path, "memory note name is not a valid slug"))
+            elif st.st_size > max_bytes:
+                found.append(Skipped(path, "too large"))
+            else:
+                found.append(NoteFile(root.key_of(rel), root, path, rel, st.st_mtime_ns, st.st_size))
+        return found, gone
+
+    def _may_delete(self, root: Root, count: int) -> bool:
+        """Deletions seen by events are applied at once only a few at a time, on a root that is
+        where it was and not empty; more go through a full sweep of the root and its guard."""
+        now = time.monotonic()
+        recent = [t for t in self._event_deletions.get(root.name, []) if now - t < EVENT_DELETION_WINDOW_S]
+        if root.source != "memory" and (
+            len(recent) + count > EVENT_DELETIONS_MAX or not self.supervisor.deletable(root)
+        ):
+            return False
+        self._event_deletions[root.name] = recent + [now] * count
+        return True
+
+    def _without_excluded(
+        self,
+        root: Root,
+        notes: list[NoteFile],
+        states: dict[str, FileState],
+        diff: Diff,
+        counts: dict[str, int],
+    ) -> list[NoteFile]:
+        """Drop excluded notes; indexed ones are deleted at once (a rule is no vanished mount, so
+        the mass-deletion guard does not hold them)."""
+        if root.source == "memory":
+            return notes
+        kept: list[NoteFile] = []
+        for n in notes:
+            rule = self.excluded_by(n.key)
+            if rule is None:
+                kept.append(n)
+            else:
+                counts[rule] = counts.get(rule, 0) + 1
+        prefix = root.key_of("x")[:-1]
+        for key in [k for k in states if k.startswith(prefix) and self.excluded_by(k) is not None]:
+            diff.gone.append(key)
+            del states[key]
+        return kept

@@ -1,0 +1,59 @@
+"""Which vectors to serve at start, and the switch to a new model without losing vector search.
+
+If the index holds another model's vectors, those keep serving (queried with that model) while
+the new model's table is filled, as long as the old model can still be loaded; else vectors are
+recomputed and search is keyword-only for chunks without one meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from sidecar.config import Config, model_settings
+from sidecar.contracts.errors import EmbedderError, StoreError
+from sidecar.index.problems import Problems
+from sidecar.index.vectoring import Vectoring
+from sidecar.model.embedder import Embedder, load_model
+from sidecar.stores.lifecycle import open_vectors
+from sidecar.stores.vectors import VectorStore, table_model
+
+log = logging.getLogger(__name__)
+
+
+def attach(cfg: Config, vectors: Vectoring, model: Embedder, problems: Problems | None = None) -> None:
+    """Serve vectors of ``model``; if the index holds another model's vectors, keep serving those
+    (queried with that model) while the new table is built, as long as the old model can be loaded."""
+    new = open_vectors(cfg, model.model_id, model.dim, model.pooling, problems)
+    old_name = vectors.serving_table()
+    if old_name and old_name != new.name:
+        previous = open_previous(cfg, old_name)
+        if previous is not None:
+            vectors.begin_migration(previous[0], previous[1], new, model)
+            return
+        log.warning(
+            "vectors_rebuild table=%s reason=the previous model cannot be loaded; vectors are recomputed "
+            "and search is keyword-only for chunks without one meanwhile",
+            new.name,
+        )
+    vectors.attach(new, model)
+
+
+def open_previous(cfg: Config, table: str) -> tuple[VectorStore, Embedder] | None:
+    """The serving table of the previous model and that model, if both can still be opened."""
+    try:
+        found = table_model(cfg.index_dir / "vectors", table)
+        if found is None:
+            return None
+        model_id, dim, pooling = found
+        name = model_id.split("@", 1)[0]
+        # The previous model with its own settings (prefixes, languages), not the new one's.
+        old_ecfg = replace(model_settings(cfg.embedder, name), path=None, pooling=pooling)
+        old_cfg = replace(cfg, embedder=old_ecfg)
+        old_model = load_model(old_cfg)
+        if old_model.model_id != model_id:
+            return None
+        return VectorStore(cfg.index_dir / "vectors", model_id, dim, pooling), old_model
+    except (EmbedderError, StoreError, OSError, ValueError) as exc:
+        log.info("previous_model_unavailable table=%s error=%s", table, exc)
+        return None

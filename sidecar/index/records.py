@@ -1,0 +1,125 @@
+"""One note into records: read it, hash it, cut it into chunks, name each chunk.
+
+Chunk ids hash (key, embedded text, occurrence), so an edit re-embeds only the chunks whose text
+changed. A note whose bytes hash as before is not parsed again; one that cannot be read or parsed
+becomes a skipped record with the reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sidecar.config import Config
+from sidecar.model.embedder import approx_token_count
+from sidecar.notes.chunking import ParsedNote, chunk_note
+from sidecar.notes.linktext import Link, extract_links
+from sidecar.stores.manifest import ChunkRecord, FileRecord, embed_hash
+from sidecar.vault.sources import NoteFile, NoteUnreadable, decode_note, read_inbox_note, read_note
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A note read and parsed, ready to be written (or skipped, with the reason)."""
+
+    note: NoteFile
+    hash: str
+    parsed: ParsedNote | None  # None: unchanged, or unreadable (see skip_reason)
+    skip_reason: str | None = None
+    links: tuple[Link, ...] = ()
+
+
+def chunk_id(key: str, embed_text: str, occurrence: int) -> str:
+    h = hashlib.blake2b(digest_size=12)
+    h.update(key.encode())
+    h.update(b"\0")
+    h.update(embed_text.encode())
+    h.update(b"\0%d" % occurrence)
+    return h.hexdigest()
+
+
+def prepare(
+    cfg: Config,
+    note: NoteFile,
+    known_hash: str | None,
+    data: bytes | None = None,
+    count_tokens: Callable[[Sequence[str]], list[int]] = approx_token_count,
+) -> Prepared | None:
+    """Read (or take ``data``), hash and chunk one note; None if it vanished. Unchanged
+    (hash equals ``known_hash``): no chunks. Unreadable or unparseable: a skip reason."""
+    limit = cfg.index.max_file_bytes
+    try:
+        if data is not None:  # a memory write's own bytes: never read back through a path
+            text = decode_note(data, limit)
+        elif note.root.source == "memory":
+            data, text = read_inbox_note(note.root, note.path.name, limit)
+        else:
+            data, text = read_note(note.path, limit)
+    except FileNotFoundError:
+        return None  # vanished between scan and read: the next sweep deletes it
+    except NoteUnreadable as exc:
+        log.warning("file_skipped path=%s reason=%s", note.path, exc.reason)
+        return Prepared(note, "", None, exc.reason)
+    digest = hashlib.blake2b(data, digest_size=16).hexdigest()
+    if digest == known_hash:
+        return Prepared(note, digest, None)
+    title = Path(note.rel).stem
+    try:
+        parsed = chunk_note(
+            text,
+            title=title,
+            count_tokens=count_tokens,
+            max_tokens=cfg.chunking.max_tokens,
+            overlap=cfg.chunking.overlap,
+        )
+    except (ValueError, RecursionError) as exc:  # pathological Markdown: skip this note only
+        log.warning("file_skipped path=%s reason=parse error %s", note.path, exc)
+        return Prepared(note, digest, None, f"parse error: {type(exc).__name__}")
+    if parsed.front_matter_error:
+        log.info("front_matter_ignored path=%s reason=%s", note.path, parsed.front_matter_error)
+    return Prepared(note, digest, parsed, links=tuple(extract_links(text)))
+
+
+def records(p: Prepared, state: str) -> tuple[FileRecord, list[ChunkRecord]]:
+    """The manifest's file record (in ``state``) and chunk records of a prepared note."""
+    n = p.note
+    record = functools.partial(
+        FileRecord, n.key, n.root.source, n.root.agent, n.rel, n.mtime_ns, n.size, p.hash
+    )
+    if p.parsed is None:
+        skipped = "skipped" if state != "indexing" else state
+        return record(skipped, title=Path(n.rel).stem, error=p.skip_reason), []
+    parsed = p.parsed
+    seen: dict[str, int] = {}
+    chunks: list[ChunkRecord] = []
+    for c in parsed.chunks:
+        occurrence = seen.get(c.embed_text, 0)
+        seen[c.embed_text] = occurrence + 1
+        chunks.append(
+            ChunkRecord(
+                chunk_id(n.key, c.embed_text, occurrence),
+                n.key,
+                c.ord,
+                c.text,
+                c.headings,
+                c.start_line,
+                c.end_line,
+                c.embed_text,
+                c.tokens,
+                embed_hash(c.embed_text) if c.embed else "",
+            )
+        )
+    return record(
+        state,
+        title=parsed.title,
+        tags=parsed.tags,
+        front_matter=json.dumps(parsed.front_matter, ensure_ascii=False),
+        error=parsed.front_matter_error,
+    ), chunks

@@ -1,0 +1,102 @@
+"""Stores that fail under the running daemon, put right: BM25 refilled from the manifest, a
+vector table read whole and, if it cannot be read, replaced and embedded again.
+
+No note is read to repair BM25 (the manifest holds every chunk's text); keyword search answers
+while vectors are recomputed. When to repair is the daemon's policy, not this module's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from sidecar.config import Config
+from sidecar.contracts.errors import StoreError
+from sidecar.index.problems import Problems
+from sidecar.index.vectoring import Stores, Vectoring
+from sidecar.model.embedder import EmbedderSlot
+from sidecar.stores.bm25 import Bm25Doc, Bm25Index
+from sidecar.stores.lifecycle import discard_vectors, move_aside, open_vectors
+
+log = logging.getLogger(__name__)
+
+
+def rebuild_bm25(stores: Stores) -> None:
+    """Refill Tantivy from the manifest: no file is read, no vector recomputed."""
+    with stores.write_lock:
+        stores.bm25.delete_all()
+        docs = []
+        for v in stores.manifest.all_chunks():
+            docs.append(Bm25Doc(v.chunk_id, v.key, v.source, v.agent, v.title, " ".join(v.headings), v.text))
+        stores.bm25.add(docs)
+        stores.bm25.commit()
+
+
+def check_bm25(stores: Stores) -> None:
+    """After the first sweep, BM25 must hold exactly the manifest's chunks; else rebuild it."""
+    expected = stores.manifest.indexed_chunk_count()
+    actual = stores.bm25.num_docs()
+    if expected != actual:
+        # A new (upgraded or moved-aside) index is expected to be empty: refilling it is routine.
+        level = logging.INFO if actual == 0 else logging.WARNING
+        log.log(
+            level,
+            "index_rebuilt store=bm25 reason=count mismatch expected=%d actual=%d",
+            expected,
+            actual,
+        )
+        rebuild_bm25(stores)
+
+
+class Repair:
+    """Replaces a failing keyword index or vector table with a sound one."""
+
+    def __init__(
+        self, cfg: Config, stores: Stores, vectors: Vectoring, slot: EmbedderSlot, problems: Problems
+    ) -> None:
+        self.cfg = cfg
+        self.stores = stores
+        self.vectors = vectors
+        self.slot = slot
+        self.problems = problems
+
+    def repair_bm25(self, reason: str) -> None:
+        """A keyword index that fails under the running daemon: move it aside and refill a fresh
+        one from the manifest (seconds even for large vaults; no note is read)."""
+        stores = self.stores
+        with stores.write_lock:
+            old = stores.bm25
+            with contextlib.suppress(StoreError, ValueError, OSError, RuntimeError):
+                old.close()
+            aside = move_aside(old.path)
+            stores.bm25 = Bm25Index(old.path)
+            rebuild_bm25(stores)
+        log.error("index_rebuilt store=bm25 reason=%s moved_to=%s", reason, aside)
+        self.problems.note("stores", f"the keyword index failed ({reason}); moved aside and rebuilt")
+        self.problems.clear("keyword_search")
+
+    def repair_vectors(self, reason: str) -> bool:
+        """Vector searches keep failing (or the table could not be attached): open it afresh and
+        read it whole; if it reads, serve the fresh handle, else move it aside and embed again into
+        a new table (keyword search answers meanwhile). True if vectors are recomputed. Left to a
+        restart during a model switch, where two tables share the folder."""
+        stores, problems = self.stores, self.problems
+        serving = stores.serving
+        model = serving.model if serving is not None else self.slot.model
+        if model is None or stores.building is not None:
+            return False
+        with stores.write_lock:
+            if serving is not None:
+                serving.store.stop_build()
+            store = open_vectors(self.cfg, model.model_id, model.dim, model.pooling, problems)
+            try:
+                store.verify()
+                rebuilt = False
+            except StoreError as exc:
+                discard_vectors(store.path, f"could not be read ({exc}; searches: {reason})", problems)
+                store = open_vectors(self.cfg, model.model_id, model.dim, model.pooling, problems)
+                rebuilt = True
+            self.vectors.attach(store, model)
+        problems.clear("vector_search")
+        log.warning("vectors_repaired table=%s recomputed=%s", store.name, rebuilt)
+        return rebuilt

@@ -1,0 +1,108 @@
+"""The batch write protocol: every store changes in one order, so a crash at any point is redone.
+
+Per batch: the manifest marks the files ``indexing``; BM25 docs are replaced and vectors of
+vanished chunks deleted; BM25 commits; then one manifest transaction records the new chunks,
+their links and ``indexed``. Deletions mark ``deleting`` first, in the same order. A start finds
+any file still marked ``indexing`` / ``deleting`` and redoes it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from sidecar.index.records import Prepared, records
+from sidecar.index.vectoring import Stores, Vectoring
+from sidecar.notes.links import aliases_of, drop_links, names_of, replace_links, reresolve
+from sidecar.stores.bm25 import Bm25Doc
+
+log = logging.getLogger(__name__)
+
+
+class Writer:
+    """Writes prepared notes and deletions into manifest, BM25 and vectors under the write lock."""
+
+    def __init__(self, stores: Stores, vectors: Vectoring, wiki_subfolder: str) -> None:
+        self.stores = stores
+        self.vectors = vectors
+        self.wiki_subfolder = wiki_subfolder
+        # During the first sweep of a start every link is resolved once at its end
+        # (resolve_all_links): resolving after each batch as well would redo the whole vault's
+        # names again and again.
+        self.defer_links = False
+
+    def write(self, prepared: Sequence[Prepared]) -> None:
+        stores = self.stores
+        built = [records(p, "indexed") for p in prepared]
+        with stores.write_lock:
+            stores.manifest.mark(records(p, "indexing")[0] for p in prepared)
+            vanished: list[str] = []
+            for (record, chunks), p in zip(built, prepared, strict=True):
+                old = stores.manifest.chunk_ids(record.key)
+                vanished.extend(old - {c.chunk_id for c in chunks})
+                stores.bm25.delete_key(record.key)
+                title = " ".join([record.title, *(p.parsed.aliases if p.parsed else ())])
+                stores.bm25.add(
+                    Bm25Doc(
+                        c.chunk_id, c.key, record.source, record.agent, title, " ".join(c.headings), c.text
+                    )
+                    for c in chunks
+                )
+            if vanished:
+                self.vectors.delete_ids(vanished)
+            stores.bm25.commit()
+            with stores.manifest.transaction() as db:
+                names: set[str] = set()
+                for (record, chunks), p in zip(built, prepared, strict=True):
+                    stores.manifest.commit_file(record, chunks, db)
+                    replace_links(db, record.key, p.links)
+                    names |= names_of(record.key, aliases_of(p.parsed.front_matter) if p.parsed else ())
+                # A new or changed note may be what an ambiguous or dangling name now means.
+                if not self.defer_links:
+                    reresolve(db, self.wiki_subfolder, names=names, keys=[r.key for r, _ in built])
+        self.vectors.notify_written()
+
+    def delete(self, keys: Sequence[str]) -> None:
+        """Remove notes from every store (intent first, so a crash mid-way is redone)."""
+        if not keys:
+            return
+        stores = self.stores
+        with stores.write_lock:
+            stores.manifest.mark_state(keys, "deleting")
+            for key in keys:
+                stores.bm25.delete_key(key)
+            self.vectors.delete_keys(list(keys))
+            stores.bm25.commit()
+            with stores.manifest.transaction() as db:
+                for key in keys:
+                    stores.manifest.delete_file(key, db)
+                drop_links(db, keys)
+                if not self.defer_links:
+                    reresolve(db, self.wiki_subfolder, names=_names(keys), keys=list(keys))
+        log.info("notes_deleted count=%d", len(keys))
+
+    def resolve_all_links(self) -> None:
+        """Once per start: resolve every link again (the rules or the notes may have changed while
+        the daemon was down, e.g. a wiki subfolder renamed in the config)."""
+        stores = self.stores
+        with stores.write_lock, stores.manifest.transaction() as db:
+            changed = reresolve(db, self.wiki_subfolder, everything=True)
+        if changed:
+            log.info("links_reresolved count=%d", changed)
+
+    def clear(self) -> None:
+        """Empty every store (for a rebuild)."""
+        stores = self.stores
+        with stores.write_lock:
+            with stores.manifest.transaction() as db:
+                stores.manifest.clear(db)
+            stores.bm25.delete_all()
+            stores.bm25.commit()
+            self.vectors.clear()
+
+
+def _names(keys: Sequence[str]) -> set[str]:
+    out: set[str] = set()
+    for k in keys:
+        out |= names_of(k)
+    return out

@@ -1,0 +1,148 @@
+"""The daemon's worker loops and repair policy in-process, over real stores: file events carry
+their paths to the indexer, bursts merge, a failing sweep is retried with the backoff policy (its
+waits removed in test mode) and reported, a retry needs only the paths it did not write, the
+backfill attaches vectors once the model is there, and a failing keyword index is rebuilt."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.daemon.backfill import Backfill
+from sidecar.daemon.indexing import IndexLoop, Job
+from sidecar.daemon.repairs import RepairPolicy
+from sidecar.daemon.watchdog import status_line
+from sidecar.runtime import backoff
+from tests.conftest import FakeEmbedder, Harness, write
+
+
+@pytest.fixture
+def looped(make_cfg: Any, vault: Path) -> Iterator[tuple[Harness, IndexLoop, list[dict[str, Any]]]]:
+    """A harness whose indexer records every sweep's arguments, driven by an IndexLoop thread."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    calls: list[dict[str, Any]] = []
+    real = h.indexer.sweep
+
+    def recording(**kw: Any) -> dict[str, int]:
+        calls.append(kw)
+        return real(**kw)
+
+    h.indexer.sweep = recording  # type: ignore[method-assign]
+    stop = threading.Event()
+    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=stop, beat=lambda _a: None)
+    thread = threading.Thread(target=loop.run, daemon=True)
+    with backoff.testing():
+        thread.start()
+        yield h, loop, calls
+        stop.set()
+        thread.join(10)
+    h.close()
+
+
+def _until(check: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_file_events_carry_their_paths_to_the_indexer(looped: Any, vault: Path) -> None:
+    """A batch of changed paths becomes a sweep of those paths only (no root walked)."""
+    h, loop, calls = looped
+    loop.request_sweep()
+    _until(lambda: h.indexer.activity.sweeps == 1)
+    write(vault / "Fresh.md", "# Fresh\n\nA note saved while the daemon runs.\n")
+    loop.changed({str(vault / "Fresh.md")})
+    _until(lambda: h.indexer.activity.sweeps == 2)
+    assert calls[-1]["paths"] == frozenset({str(vault / "Fresh.md")})
+    assert calls[-1]["only"] == frozenset()
+    assert "vault/Fresh" in h.stores.manifest.file_states("vault/")
+
+
+def test_a_restarted_watch_asks_for_every_root() -> None:
+    """No paths (a watch restarted): a full sweep; a full sweep merged with paths stays full."""
+    events = Job(roots=frozenset(), paths=frozenset({"/v/a.md"}))
+    assert events.merge(Job(roots=frozenset(), paths=frozenset({"/v/b.md"}))).paths == {"/v/a.md", "/v/b.md"}
+    full = events.merge(Job())
+    assert full.roots is None and full.paths == frozenset()
+
+
+def test_a_failed_sweep_is_retried_with_what_it_did_not_write(looped: Any, vault: Path) -> None:
+    """Disk full mid-sweep: reported with the policy's delay, retried with the leftover paths only,
+    and the problem clears once the retry succeeds."""
+    h, loop, calls = looped
+    real_index = h.indexer.index_files
+    failures = [OSError(28, "No space left on device")]
+
+    def flaky(notes: Any, data: Any = None) -> int:
+        if failures:
+            raise failures.pop()
+        return real_index(notes, data)
+
+    h.indexer.index_files = flaky  # type: ignore[method-assign]
+    reports: list[str] = []
+    real_report = h.problems.report
+    h.problems.report = lambda area, error: reports.append(error) or real_report(area, error)  # type: ignore[method-assign]
+    loop.request_sweep()
+    _until(lambda: h.indexer.activity.sweeps >= 1 and h.problems.active_in("index") is None and bool(reports))
+    assert "No space left on device" in reports[0] and "retrying in 0 s" in reports[0]
+    assert calls[0]["paths"] == frozenset()
+    assert calls[1]["paths"] and all(p.startswith(str(vault)) for p in calls[1]["paths"])
+    assert h.stores.manifest.counts()["files"] == 4
+
+
+def test_status_line_says_building_then_ready(looped: Any) -> None:
+    """systemd's STATUS= line: building before the first sweep ends, then the counts."""
+    h, loop, _calls = looped
+    assert status_line(h.indexer.activity, h.supervisor, h.stores.manifest, "ok").startswith("building")
+    loop.request_sweep()
+    _until(lambda: h.indexer.activity.sweeps == 1)
+    line = status_line(h.indexer.activity, h.supervisor, h.stores.manifest, "ok")
+    assert line.startswith("ready: 4 notes")
+
+
+def test_backfill_attaches_vectors_once_the_model_is_there(make_cfg: Any, vault: Path) -> None:
+    """The model loads after the first sweep: the backfill attaches a table, embeds every pending
+    chunk, and stops when told."""
+    h = Harness(make_cfg(vault), None)
+    try:
+        h.indexer.sweep()
+        assert h.stores.serving is None and h.stores.manifest.pending_count() > 0
+        stop = threading.Event()
+        backfill = Backfill(
+            h.cfg, h.slot, h.vectors, h.repair, problems=h.problems, activity=h.indexer.activity, stop=stop
+        )
+        thread = threading.Thread(target=backfill.run, daemon=True)
+        h.slot.set_loading()
+        thread.start()
+        h.slot.set_ok(FakeEmbedder(), "test")
+        _until(lambda: h.stores.serving is not None and h.stores.manifest.pending_count() == 0)
+        stop.set()
+        thread.join(10)
+        assert not thread.is_alive()
+        assert h.stores.vectors is not None and h.stores.vectors.count() == h.stores.manifest.chunk_count()
+    finally:
+        h.close()
+
+
+def test_repair_policy_rebuilds_a_failing_keyword_index_at_most_once_a_minute(harness: Harness) -> None:
+    """Searches report the keyword index failing: the tick moves it aside and refills it from the
+    manifest, notes it, and does not repair again within the minute."""
+    harness.sweep()
+    policy = RepairPolicy(harness.repair, harness.problems, harness.stores.manifest, harness.slot)
+    docs = harness.stores.bm25.num_docs()
+    first = harness.stores.bm25
+    harness.problems.report("keyword_search", "tantivy: corrupt segment")
+    policy.tick()
+    assert harness.stores.bm25 is not first and harness.stores.bm25.num_docs() == docs
+    assert harness.problems.active_in("keyword_search") is None
+    assert any(r["area"] == "stores" for r in harness.problems.describe()["recent"])
+    second = harness.stores.bm25
+    harness.problems.report("keyword_search", "tantivy: corrupt segment")
+    policy.tick()
+    assert harness.stores.bm25 is second  # within the minute: left for the next tick after it

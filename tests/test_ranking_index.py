@@ -1,0 +1,101 @@
+"""Ranking over a real index: keyword and vector arms, hostile queries, language forms, the
+vector weight, and document frequencies of live chunks only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.search.query import analyze
+from sidecar.search.retrieval import Retriever
+from tests.conftest import FakeEmbedder, Harness, write
+from tests.index_helpers import (
+    search,
+)
+
+
+def test_search_finds_by_keyword_and_vector(harness: Harness) -> None:
+    """Hybrid search returns the right note first, with every documented hit field."""
+    harness.sweep()
+    hits = search(harness, "restic backups of the NAS")
+    top = hits[0]
+    assert top["reference"] == "wiki/Backups"
+    assert set(top) >= {
+        "reference",
+        "source",
+        "score",
+        "vecScore",
+        "bm25Score",
+        "title",
+        "lines",
+        "text",
+        "boosts",
+    }
+    assert top["source"] == "wiki" and top["boosts"]["source"] == 1.4
+    only_vault = search(harness, "restic backups", sources=("vault",))
+    assert all(h["source"] == "vault" for h in only_vault)
+
+
+@pytest.mark.parametrize(
+    "query", ["[[wiki-link]]", '"unclosed', "(paren", "AND", "foo:bar", "😀", "*", "OR NOT"]
+)
+def test_hostile_queries_neither_raise_nor_match_everything(harness: Harness, query: str) -> None:
+    """Query syntax in user text is just text: nothing raises, nothing turns into match-all."""
+    harness.sweep()
+    hits = harness.stores.bm25.search(query, 50)
+    assert len(hits) < harness.stores.bm25.num_docs() or harness.stores.bm25.num_docs() == 0
+
+
+def test_german_and_english_forms_meet(make_cfg: Any, tmp_path: Path) -> None:
+    """Kündigung / Kuendigung / Kundigung, Straße / Strasse and stemmed forms find the same note."""
+    vault = tmp_path / "v"
+    write(
+        vault / "Vertrag.md",
+        "# Vertrag\n\nDie Kündigung des Mietvertrags an der Hauptstraße ist schriftlich.\n",
+    )
+    write(vault / "Garden.md", "# Garden\n\nWe planted tomatoes and watered the beds.\n")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        for query in ("Kündigung", "Kuendigung", "Kundigung", "Hauptstrasse", "Mietverträge", "kündigen"):
+            hits = h.stores.bm25.search(query, 5)
+            assert hits, query
+            assert h.stores.manifest.views([hits[0][0]])[hits[0][0]].key == "vault/Vertrag", query
+        hits = h.stores.bm25.search("planting tomato", 5)
+        assert h.stores.manifest.views([hits[0][0]])[hits[0][0]].key == "vault/Garden"
+    finally:
+        h.close()
+
+
+def test_vector_weight_by_length_and_language(harness: Harness) -> None:
+    """Short queries and queries in a language the model lacks lean on BM25; the keys turn it off."""
+    cfg = harness.cfg.search
+    r = Retriever(harness.stores, harness.slot, cfg, harness.cfg.recall, "en")
+    assert r.vector_weight(analyze("how do I set up the backup of the NAS")) == cfg.vector_weight
+    assert r.vector_weight(analyze("backups")) == 1.0 - cfg.short_query_bm25_weight
+    assert (
+        r.vector_weight(analyze("Wie richte ich die Datensicherung auf dem NAS ein?"))
+        == cfg.foreign_vector_weight
+    )
+    everyone = Retriever(harness.stores, harness.slot, cfg, harness.cfg.recall, "all")
+    assert (
+        everyone.vector_weight(analyze("Wie richte ich die Datensicherung auf dem NAS ein?"))
+        == cfg.vector_weight
+    )
+
+
+def test_doc_freq_counts_live_chunks_only(harness: Harness, vault: Path) -> None:
+    """How rare a word is (Retriever.rare_words) counts the chunks that hold it now: the old
+    chunks of an edited note no longer count, though Tantivy's term statistics keep them until
+    a merge."""
+    bm25 = harness.stores.bm25
+    note = write(vault / "Ticket.md", "# Ticket\n\nOPS-4821 tracks the restic retention change.\n")
+    harness.sweep()  # with the fixture's notes: one segment, which outlives the edits below
+    assert bm25.doc_freq("OPS-4821") == 1 and bm25.doc_freq("4821") == 1
+    for i in range(3):
+        note.write_text(f"# Ticket\n\nOPS-4821 tracks the restic retention change, take {i}.\n")
+        harness.sweep()
+    assert bm25.doc_freq("4821") == 1
+    assert bm25.doc_freq("nowhere-to-be-found") == 0 and bm25.doc_freq("...") == 0

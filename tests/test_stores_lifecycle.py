@@ -1,0 +1,160 @@
+"""Opening the stores: a lost, corrupt or older-layout store is moved aside or upgraded and refilled
+(from the manifest, or from the notes), never silently lost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import FakeEmbedder, Harness
+from tests.index_helpers import (
+    index_and_close,
+    store_counts,
+)
+
+
+def test_lost_bm25_index_is_rebuilt_from_manifest(harness: Harness) -> None:
+    """If BM25 holds fewer docs than the manifest (deleted dir, crash), the first sweep refills it."""
+    harness.sweep()
+    harness.stores.bm25.delete_all()
+    harness.stores.bm25.commit()
+    harness.indexer.activity.first_sweep_done = False
+    harness.sweep()
+    chunks, docs, _ = store_counts(harness)
+    assert chunks == docs
+
+
+def test_corrupt_manifest_is_moved_aside(make_cfg: Any, vault: Path) -> None:
+    """An unreadable manifest is renamed *.broken-* and the index is rebuilt from the files."""
+    cfg = make_cfg(vault)
+    index_and_close(cfg)
+    (cfg.index_dir / "manifest.sqlite").write_bytes(b"this is not sqlite" * 100)
+    for side in ("manifest.sqlite-wal", "manifest.sqlite-shm"):
+        (cfg.index_dir / side).unlink(missing_ok=True)
+    h2 = Harness(cfg, FakeEmbedder())
+    try:
+        assert any(p.name.startswith("manifest.sqlite.broken-") for p in cfg.index_dir.iterdir())
+        h2.sweep()
+        chunks, docs, vectors = store_counts(h2)
+        assert chunks == docs == vectors > 0
+    finally:
+        h2.close()
+
+
+def test_manifest_of_version_1_is_upgraded(tmp_path: Path) -> None:
+    """A 0.1.0 manifest (schema 1, no has_next column) opens and gains the column."""
+    import sqlite3
+
+    from sidecar.stores.manifest import Manifest
+
+    path = tmp_path / "m.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript(
+        "CREATE TABLE chunks (chunk_id TEXT PRIMARY KEY, key TEXT NOT NULL, ord INTEGER NOT NULL, "
+        "text TEXT NOT NULL, headings TEXT NOT NULL, start_line INTEGER NOT NULL, end_line INTEGER NOT NULL, "
+        "embed_text TEXT NOT NULL, tokens INTEGER NOT NULL, has_vector INTEGER NOT NULL DEFAULT 0);"
+        "PRAGMA user_version=1;"
+    )
+    db.close()
+    m = Manifest(path)
+    try:
+        assert m.pending_count("has_next") == 0
+    finally:
+        m.close()
+
+
+def test_bm25_index_of_an_older_layout_is_upgraded(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An index with 0.2's fields (positions everywhere) is replaced without alarm: logged as
+    ``index_upgraded``, no problem noted, no ``*.broken-*`` copy kept, refilled from the manifest."""
+    import shutil
+
+    import tantivy
+
+    from sidecar.stores.bm25 import FIELD_ANALYZER, FIELD_BOOSTS
+
+    cfg = make_cfg(vault)
+    expected = index_and_close(cfg)
+    shutil.rmtree(cfg.index_dir / "bm25")
+    (cfg.index_dir / "bm25").mkdir()
+    sb = tantivy.SchemaBuilder()
+    sb.add_text_field("chunk_id", stored=True, tokenizer_name="raw")
+    for name in ("key", "source", "agent"):
+        sb.add_text_field(name, stored=False, tokenizer_name="raw")
+    for name in FIELD_BOOSTS:
+        sb.add_text_field(name, stored=False, tokenizer_name=FIELD_ANALYZER[name])
+    tantivy.Index(sb.build(), path=str(cfg.index_dir / "bm25"), reuse=True)
+    caplog.set_level("INFO")
+    h2 = Harness(cfg, FakeEmbedder())
+    try:
+        assert "index_upgraded store=bm25" in caplog.text
+        assert not any(".broken-" in p.name for p in cfg.index_dir.iterdir())
+        assert h2.stores.problems.describe()["recent"] == []
+        assert h2.sweep()["changed"] == 0
+        assert h2.stores.bm25.num_docs() == expected
+        assert not any(r.levelname in ("WARNING", "ERROR") for r in caplog.records)
+    finally:
+        h2.close()
+
+
+def test_corrupt_bm25_index_is_moved_aside_and_refilled(make_cfg: Any, vault: Path) -> None:
+    """A garbage Tantivy meta.json: the folder is moved aside and BM25 is refilled from the manifest."""
+    cfg = make_cfg(vault)
+    expected = index_and_close(cfg)
+    (cfg.index_dir / "bm25" / "meta.json").write_text("{ not json")
+    h2 = Harness(cfg, FakeEmbedder())
+    try:
+        assert any(p.name.startswith("bm25.broken-") for p in cfg.index_dir.iterdir())
+        summary = h2.sweep()
+        assert summary["changed"] == 0, "no note is re-read: BM25 comes back from the manifest"
+        assert h2.stores.bm25.num_docs() == expected
+        (cid, _score), *_ = h2.stores.bm25.search("spark", 5)
+        assert h2.stores.manifest.views([cid])[cid].key == "vault/Projects/Boat"
+    finally:
+        h2.close()
+
+
+def test_corrupt_vector_table_is_moved_aside_and_reembedded(make_cfg: Any, vault: Path) -> None:
+    """A truncated LanceDB manifest: the vectors folder is moved aside, vectors are recomputed."""
+    cfg = make_cfg(vault)
+    expected = index_and_close(cfg)
+    manifests = list((cfg.index_dir / "vectors").rglob("_versions/*.manifest"))
+    assert manifests
+    for m in manifests:
+        m.write_bytes(m.read_bytes()[:10])
+    h2 = Harness(cfg, FakeEmbedder())
+    try:
+        assert any(p.name.startswith("vectors.broken-") for p in cfg.index_dir.iterdir())
+        h2.sweep()
+        assert h2.stores.vectors is not None and h2.stores.vectors.count() == expected
+        assert h2.stores.manifest.pending_count() == 0
+    finally:
+        h2.close()
+
+
+def test_schema_2_manifest_gains_text_hashes_and_keeps_vectors(make_cfg: Any, vault: Path) -> None:
+    """An index written before text de-duplication opens, gets its hashes and embeds nothing again."""
+    import sqlite3
+
+    from sidecar.stores.manifest import Manifest, embed_hash
+
+    cfg = make_cfg(vault)
+    index_and_close(cfg)
+    path = cfg.index_dir / "manifest.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("DROP INDEX chunks_by_text")
+    db.execute("ALTER TABLE chunks DROP COLUMN embed_hash")
+    db.execute("PRAGMA user_version=2")
+    db.commit()
+    db.close()
+    m = Manifest(path)
+    rows = m._query("SELECT embed_text, embed_hash, has_vector FROM chunks")
+    m.close()
+    assert rows and all(h == embed_hash(t) and v == 1 for t, h, v in rows)
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    assert h.slot.model.embedded == [] and h.stores.manifest.pending_count() == 0  # type: ignore[union-attr]
+    h.close()

@@ -1,0 +1,335 @@
+"""Vectors over real LanceDB and sqlite with a fake embedder: reuse of equal texts, reconcile, the
+switch to a new model, repair of a table that cannot be read, ANN index builds and compaction."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.search.retrieval import Retriever, SearchRequest
+from sidecar.stores.lifecycle import open_vectors
+from sidecar.vault.sources import Root
+from tests.conftest import FakeEmbedder, Harness, write
+from tests.index_helpers import (
+    harness_over_ann_threshold,
+    search,
+    store_counts,
+    truncate_vector_data,
+)
+
+
+def test_identical_text_is_embedded_once_across_notes(harness: Harness) -> None:
+    """A template copied into several folders (same title, same text) runs the model once per text;
+    every copy still gets its vector, and a later copy reuses the stored one without the model."""
+    vault = harness.cfg.vault.path
+    assert vault is not None
+    body = "# Weekly review\n\n## Wins\n\nWhat went well this week.\n\n## Next\n\nThree priorities.\n"
+    for folder in ("2024", "2025"):
+        write(vault / folder / "Weekly review.md", body)
+    model = harness.slot.model
+    assert isinstance(model, FakeEmbedder)
+    harness.sweep()
+    texts = [t for t in model.embedded if "Weekly review" in t]
+    assert len(texts) == len(set(texts)) == 2
+    write(vault / "2026" / "Weekly review.md", body)
+    model.embedded.clear()
+    harness.sweep()
+    assert model.embedded == []
+    chunks, docs, vectors = store_counts(harness)
+    assert chunks == docs == vectors
+    assert harness.vectors.reused >= 4
+    store = harness.stores.vectors
+    assert store is not None
+    ids = [c.chunk_id for c in harness.stores.manifest.chunks_of("vault/2026/Weekly review")]
+    copies = [c.chunk_id for c in harness.stores.manifest.chunks_of("vault/2024/Weekly review")]
+    got = store.vectors_of(ids + copies)
+    assert all((got[a] == got[b]).all() for a, b in zip(ids, copies, strict=True))
+
+
+def test_orphan_and_missing_vectors_are_reconciled(harness: Harness) -> None:
+    """Vectors of unknown chunks are dropped and chunks whose vector vanished are queued again."""
+    harness.sweep()
+    vectors = harness.stores.vectors
+    assert vectors is not None
+    import numpy as np
+
+    vectors.add([("orphan-id", "vault/Gone", "vault", "")], np.ones((1, 64), dtype=np.float32) / 8)
+    victim = next(iter(harness.stores.manifest.vector_ids()))
+    vectors.delete_ids([victim])
+    harness.vectors.attach(vectors, harness.slot.model)
+    assert "orphan-id" not in vectors.ids()
+    assert harness.stores.manifest.pending_count() == 1
+    harness.sweep()
+    chunks, docs, n_vectors = store_counts(harness)
+    assert chunks == docs == n_vectors
+
+
+def test_new_model_is_built_while_the_old_table_serves(harness: Harness) -> None:
+    """A differently configured model fills its own table in the background; the old one answers
+    (queried with the old model) until the new one is complete, then takes over and is dropped."""
+    harness.sweep()
+
+    class OtherModel(FakeEmbedder):
+        model_id = "other-model@2"
+        dim = 32
+
+    old = harness.stores.serving
+    assert old is not None
+    other = OtherModel()
+    new_table = open_vectors(harness.cfg, other.model_id, other.dim, other.pooling)
+    assert new_table.name != old.store.name
+    harness.vectors.begin_migration(old.store, old.model, new_table, other)
+    harness.vectors.embed_pending(batch=2)
+    assert harness.stores.serving is not None and harness.stores.serving.store is old.store
+    hits = search(harness, "restic backups of the NAS")
+    assert hits[0]["vecScore"] is not None, "the old table keeps serving during the build"
+    assert harness.vectors.describe()["building"] == new_table.name
+    # a change during the build reaches both tables, a deletion leaves both
+    write(harness.cfg.vault.path / "Late.md", "# Late\n\nA note written during the migration.\n")  # type: ignore[operator]
+    (harness.cfg.vault.path / "Garden.md").unlink()  # type: ignore[operator]
+    harness.sweep()
+    assert harness.stores.serving.store is new_table and harness.stores.building is None
+    assert harness.stores.manifest.get_meta("vector_table") == new_table.name
+    assert old.store.name not in old.store._db.list_tables().tables
+    assert new_table.ids() == harness.stores.manifest.all_chunk_ids()
+    assert harness.stores.manifest.pending_count() == 0
+
+
+def test_unreadable_vector_table_is_replaced_while_running(harness: Harness) -> None:
+    """Truncated data files fail every vector search (a restart would not notice: the table opens);
+    the repair reads the table, moves it aside and re-embeds; searches use both arms again."""
+    harness.sweep()
+    expected = harness.stores.manifest.chunk_count()
+    r = Retriever(harness.stores, harness.slot, harness.cfg.search, harness.cfg.recall)
+    assert r.search(SearchRequest("spark plugs", 5, 0.0)).degraded is None
+    truncate_vector_data(harness.cfg)
+    failed = r.search(SearchRequest("spark plugs", 5, 0.0))
+    assert failed.degraded and "vector search failed" in failed.degraded
+    assert failed.hits[0].reference == "vault/Projects/Boat"  # keyword arm answers meanwhile
+    assert harness.repair.repair_vectors(failed.degraded) is True
+    assert any(p.name.startswith("vectors.broken-") for p in harness.cfg.index_dir.iterdir())
+    assert harness.stores.manifest.pending_count() == expected
+    while harness.vectors.embed_pending():
+        pass
+    store = harness.stores.vectors
+    assert store is not None and store.count() == expected
+    again = r.search(SearchRequest("spark plugs", 5, 0.0))
+    assert again.degraded is None and again.hits[0].vec_score is not None
+    assert harness.stores.problems.active_in("vector_search") is None
+
+
+def test_readable_vector_table_is_kept_by_the_repair(harness: Harness) -> None:
+    """A repair triggered by failures that were not the table's (e.g. the model) keeps every vector."""
+    harness.sweep()
+    expected = harness.stores.manifest.chunk_count()
+    assert harness.repair.repair_vectors("the model failed to embed a query") is False
+    assert not any(p.name.startswith("vectors.broken-") for p in harness.cfg.index_dir.iterdir())
+    store = harness.stores.vectors
+    assert store is not None and store.count() == expected
+    assert harness.stores.manifest.pending_count() == 0
+
+
+def test_large_table_gets_an_ann_index(make_cfg: Any, tmp_path: Path) -> None:
+    """Above search.annThreshold the vector table gets an IVF index; results stay the same notes."""
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    try:
+        h.sweep()
+        before = [x["reference"] for x in search(h, "word42 topic8", limit=5)]
+        assert h.stores.vectors is not None and not h.stores.vectors.indexed
+        h.vectors.ensure_ann()
+        assert h.stores.vectors.indexed
+        after = [x["reference"] for x in search(h, "word42 topic8", limit=5)]
+        assert after[0] == before[0] == "vault/n042"
+    finally:
+        h.close()
+
+
+def test_vector_table_is_compacted_once_writes_pause(harness: Harness, vault: Path) -> None:
+    """A burst of single-note writes leaves one fragment each; once writes pause they are merged."""
+    harness.sweep()
+    store = harness.stores.vectors
+    assert store is not None
+    for i in range(6):
+        write(vault / f"Burst {i}.md", f"# Burst {i}\n\nNote number {i} of a burst of writes.\n")
+        harness.indexer.index_now(Root("vault", vault), vault / f"Burst {i}.md")
+    fragments = store._table.stats()["fragment_stats"]["num_fragments"]
+    assert fragments >= 6
+    assert not store.compact_if_quiet(3600.0)  # not quiet long enough
+    assert harness.vectors.compact_if_quiet(0.0)
+    assert store._table.stats()["fragment_stats"]["num_fragments"] == 1
+    assert not store.compact_if_quiet(0.0)  # nothing written since
+    assert search(harness, "burst of writes number 4")[0]["reference"] == "vault/Burst 4"
+
+
+def test_an_older_kind_of_vector_index_is_replaced(make_cfg: Any, tmp_path: Path) -> None:
+    """A table indexed with IVF_FLAT (0.1) gets the configured kind (IVF_PQ by default) instead,
+    and a reloaded ``search.annIndex`` swaps it again; search answers the same throughout."""
+    from lancedb.index import IvfFlat
+
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None
+        store._table.create_index("vector", config=IvfFlat(distance_type="cosine", num_partitions=4))
+        assert {str(i.index_type) for i in store._table.list_indices()} == {"IvfFlat"}
+        assert store.ensure_ann()
+        assert {str(i.index_type) for i in store._table.list_indices()} == {"IvfPq"}
+        assert search(h, "word42 topic8", limit=5)[0]["reference"] == "vault/n042"
+        h.vectors.tune("ivf_sq", 12, 20)
+        assert not store.indexed
+        assert search(h, "word42 topic8", limit=5)[0]["reference"] == "vault/n042"  # old index
+        assert store.ensure_ann()
+        assert {str(i.index_type) for i in store._table.list_indices()} == {"IvfSq"}
+        assert search(h, "word42 topic8", limit=5)[0]["reference"] == "vault/n042"
+    finally:
+        h.close()
+
+
+def test_writes_do_not_wait_for_an_index_build(make_cfg: Any, tmp_path: Path) -> None:
+    """The index is built in a child process outside the store's lock: rows added and deleted
+    while it builds are stored at once, found by search (exactly, until compaction) and none is
+    lost; afterwards this process serves from the child's index."""
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None
+        real = store.build_index
+        entered, release = threading.Event(), threading.Event()
+
+        def slow_build() -> None:
+            entered.set()
+            assert release.wait(30)
+            real()
+
+        store.build_index = slow_build  # type: ignore[method-assign]
+        builder = threading.Thread(target=store.ensure_ann)
+        builder.start()
+        assert entered.wait(30)
+        fake = FakeEmbedder()
+        gone = sorted(store.ids())[:5]
+        t0 = time.monotonic()
+        store.add([("late#0", "vault/late", "vault", "")], fake.embed_passages(["zebra quokka late"]))
+        store.delete_ids(gone)
+        assert time.monotonic() - t0 < 5  # not blocked by the build
+        release.set()
+        builder.join(60)
+        assert store.indexed
+        assert {str(i.index_type) for i in store._table.list_indices()} == {"IvfPq"}
+        hits = [cid for cid, _, _ in store.search(fake.embed_query("zebra quokka late"), 5)]
+        assert hits[0] == "late#0"
+        ids = store.ids()
+        assert "late#0" in ids and not ids & set(gone)
+        assert store.count() == 300 - 5 + 1
+    finally:
+        h.close()
+
+
+def test_a_failed_index_build_is_reported_and_search_goes_on(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child that fails (here: an interpreter that cannot start) raises StoreError with the
+    reason; the table stays unindexed and exact search keeps answering."""
+    from sidecar.contracts.errors import StoreError
+    from sidecar.stores import vectors as vectors_mod
+
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None
+        monkeypatch.setattr(vectors_mod.sys, "executable", str(tmp_path / "no-python"))
+        with pytest.raises(StoreError, match="vector index build"):
+            store.ensure_ann()
+        assert not store.indexed and not store._building
+        assert search(h, "word42 topic8", limit=5)[0]["reference"] == "vault/n042"
+        monkeypatch.undo()
+        assert store.ensure_ann() and store.indexed
+    finally:
+        h.close()
+
+
+def test_stopping_ends_an_index_build(make_cfg: Any, tmp_path: Path) -> None:
+    """``stop_build`` (the daemon stopping) ends the child at once; the store is left unindexed
+    and ready to build again, with compaction no longer held back."""
+    import sys
+
+    from sidecar.contracts.errors import StoreError
+
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None
+        store._build_command = lambda: [sys.executable, "-c", "import time; time.sleep(120)"]  # type: ignore[method-assign]
+        errors: list[Exception] = []
+
+        def build() -> None:
+            try:
+                store.ensure_ann()
+            except StoreError as exc:
+                errors.append(exc)
+
+        builder = threading.Thread(target=build)
+        builder.start()
+        deadline = time.monotonic() + 30
+        while store._child is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        t0 = time.monotonic()
+        h.vectors.stop_builds()
+        builder.join(30)
+        assert not builder.is_alive() and time.monotonic() - t0 < 10
+        assert errors and "failed" in str(errors[0])
+        assert not store.indexed and not store._building and store._child is None
+    finally:
+        h.close()
+
+
+def test_an_orphaned_index_build_exits(tmp_path: Path) -> None:
+    """The build child watches its parent: when the daemon is killed, the child exits within
+    seconds instead of committing an index the next daemon is building too."""
+    import signal
+    import subprocess
+    import sys
+
+    pid_file = tmp_path / "child.pid"
+    child_py = tmp_path / "child.py"
+    child_py.write_text(
+        "import os, sys, time\n"
+        "from sidecar.stores.annbuild import _die_with_parent\n"
+        "_die_with_parent()\n"
+        "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+        "time.sleep(120)\n"
+    )
+    parent = (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, sys.argv[1], sys.argv[2]])\n"
+        "time.sleep(120)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", parent, str(child_py), str(pid_file)])
+    try:
+        deadline = time.monotonic() + 30
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child = int(pid_file.read_text())
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(child, signal.SIGKILL)
+            pytest.fail("the orphaned child kept running")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
