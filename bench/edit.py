@@ -22,9 +22,10 @@ from typing import Any
 from common import emit
 
 from sidecar.config import load_config
-from sidecar.daemon.lifecycle import load_embedder
-from sidecar.index.indexer import Indexer, open_stores, open_vectors
+from sidecar.daemon.compose import build
+from sidecar.daemon.process import load_embedder
 from sidecar.model.embedder import EmbedderSlot
+from sidecar.stores.lifecycle import open_vectors
 
 ADDED = " This sentence was added later to see how many chunks an edit costs."
 
@@ -58,13 +59,13 @@ def main() -> None:
     shutil.copytree(args.vault, vault)
     home = work / "home"
     cfg = load_config(flags={"home": str(home), "vault.path": str(vault)}, env={})
-    stores = open_stores(cfg)
     slot = EmbedderSlot()
     load_embedder(cfg, slot)
     model = slot.model
     assert model is not None
-    indexer = Indexer(cfg, stores, slot)
-    indexer.sweep()  # keyword only: no vector table attached yet
+    parts = build(cfg, slot)
+    stores = parts.stores
+    parts.indexer.sweep()  # keyword only: no vector table attached yet
     sizes: dict[str, int] = {}
     for path in sorted(vault.rglob("*.md")):
         key = "vault/" + path.relative_to(vault).with_suffix("").as_posix()
@@ -81,8 +82,8 @@ def main() -> None:
         (vault / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(work / "vault" / rel, vault / rel)
     cfg = load_config(flags={"home": str(work / "home-long"), "vault.path": str(vault)}, env={})
-    stores = open_stores(cfg)
-    indexer = Indexer(cfg, stores, slot)
+    parts = build(cfg, slot)
+    stores, indexer, vectors = parts.stores, parts.indexer, parts.vectors
     indexer.sweep()
     embedded: list[str] = []
     real = model.embed_passages
@@ -92,9 +93,9 @@ def main() -> None:
         return real(texts)
 
     model.embed_passages = counting  # type: ignore[method-assign]
-    indexer.attach_vectors(open_vectors(cfg, model.model_id, model.dim, model.pooling))
+    vectors.attach(open_vectors(cfg, model.model_id, model.dim, model.pooling), model)
     t0 = time.perf_counter()
-    while indexer.embed_pending(batch=256):
+    while vectors.embed_pending(batch=256):
         pass
     first = {"texts": len(embedded), "seconds": round(time.perf_counter() - t0, 2)}
     tick = [time.time_ns()]
@@ -118,7 +119,7 @@ def main() -> None:
             embedded.clear()
             t0 = time.perf_counter()
             indexer.sweep()
-            while indexer.embed_pending(batch=256):
+            while vectors.embed_pending(batch=256):
                 pass
             after = {v.chunk_id for v in stores.manifest.chunks_of(key)}
             edits.append(
