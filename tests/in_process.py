@@ -16,13 +16,17 @@ from typing import Any, Protocol
 
 from sidecar.clients.client import Client
 from sidecar.config import Config
-from sidecar.daemon.handlers import Handlers, ServiceState
-from sidecar.daemon.server import Server, bind_socket
+from sidecar.daemon.compose import Parts, build_handlers, build_server
+from sidecar.daemon.handlers import ServiceState
+from sidecar.daemon.server import bind_socket
 from sidecar.index.indexer import Indexer
+from sidecar.index.problems import Problems
+from sidecar.index.repair import Repair
+from sidecar.index.vectoring import Stores as IndexStores
+from sidecar.index.vectoring import Vectoring
 from sidecar.memory.inbox import Inboxes
-from sidecar.memory.ops import MemoryOps
 from sidecar.model.embedder import EmbedderSlot
-from sidecar.search.retrieval import Retriever
+from sidecar.vault.supervisor import Supervisor
 
 
 class Stores(Protocol):
@@ -30,7 +34,12 @@ class Stores(Protocol):
 
     cfg: Config
     slot: EmbedderSlot
+    problems: Problems
+    stores: IndexStores
+    vectors: Vectoring
+    supervisor: Supervisor
     indexer: Indexer
+    repair: Repair
 
     def sweep(self) -> dict[str, int]: ...
 
@@ -50,26 +59,17 @@ class InProcessServer:
             watched=list,
             reload=lambda: {"reloaded": False, "changed": []},
         )
-        indexer, slot = harness.indexer, harness.slot
-        self.handlers = Handlers(
-            cfg,
-            indexer=indexer,
-            retriever=Retriever(indexer.stores, slot, cfg.search, cfg.recall, cfg.embedder.languages),
-            slot=slot,
-            service=service,
-            memory=MemoryOps(cfg, Inboxes(cfg), indexer, slot),
+        parts = Parts(
+            harness.problems,
+            harness.stores,
+            harness.vectors,
+            harness.supervisor,
+            harness.indexer,
+            harness.repair,
         )
-        s = cfg.server
-        self.server = Server(
-            self.handlers.dispatch,
-            max_frame=s.max_frame_bytes,
-            workers=s.workers,
-            idle_timeout=s.idle_timeout_seconds,
-            max_connections=s.max_connections,
-            max_buffered=s.max_buffered_bytes,
-            request_timeout=s.request_timeout_seconds,
-            write_workers=s.write_workers,
-        )
+        # The daemon's own composition: the same handlers over the same parts, the same limits.
+        self.handlers = build_handlers(cfg, parts, harness.slot, service, Inboxes(cfg))
+        self.server = build_server(cfg, self.handlers)
         self.listener = bind_socket(cfg.socket_path)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None

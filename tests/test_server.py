@@ -90,7 +90,7 @@ def test_an_unexpected_failure_is_an_internal_error_not_a_dropped_connection(
     def broken() -> dict[str, Any]:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(in_process.harness.indexer, "counts", broken)
+    monkeypatch.setattr(in_process.handlers.manifest, "counts", broken)
     answers = exchange(
         in_process.socket,
         b'{"id": 1, "op": "health"}\n{"id": 2, "op": "search", "params": {"query": "bread"}}\n',
@@ -192,18 +192,18 @@ def test_a_request_that_hangs_is_answered_timeout_and_the_server_goes_on(
     stuck, a fresh pool serves the next request."""
     server: InProcessServer = serve_in_process(**{"server.workers": 1, "server.requestTimeoutSeconds": 1})
     release = threading.Event()
-    counts = server.harness.indexer.counts
+    counts = server.handlers.manifest.counts
 
     def stuck() -> dict[str, Any]:
         release.wait(30)
         return counts()
 
-    monkeypatch.setattr(server.harness.indexer, "counts", stuck)
+    monkeypatch.setattr(server.handlers.manifest, "counts", stuck)
     try:
         t0 = time.monotonic()
         first = exchange(server.socket, b'{"id": 1, "op": "health"}\n')
         assert first[0]["error"]["code"] == "timeout" and time.monotonic() - t0 < 5
-        monkeypatch.setattr(server.harness.indexer, "counts", counts)
+        monkeypatch.setattr(server.handlers.manifest, "counts", counts)
         second = exchange(server.socket, b'{"id": 2, "op": "search", "params": {"query": "restic"}}\n')
         assert second[0]["id"] == 2 and _refs(second[0])[0] == "wiki/Backups"
     finally:

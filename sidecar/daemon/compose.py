@@ -2,7 +2,9 @@
 
 Problems first (every part reports there), then the stores (a broken one moved aside), the
 vectors over them, the root supervisor (its mount memory lives in the manifest), the indexer,
-and the store repair. The daemon, ``sidecar index`` and the test harness build the same parts.
+and the store repair; then the op handlers over those parts and the socket server in front of
+them. The daemon, ``sidecar index`` and the tests' harness and in-process server build the same
+parts the same way.
 """
 
 from __future__ import annotations
@@ -12,11 +14,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sidecar.config import Config
+from sidecar.daemon.handlers import Handlers, ServiceState
+from sidecar.daemon.server import Server
 from sidecar.index.indexer import Indexer
 from sidecar.index.problems import Problems
 from sidecar.index.repair import Repair
 from sidecar.index.vectoring import Stores, Vectoring
+from sidecar.memory.inbox import Inboxes
+from sidecar.memory.ops import MemoryOps
 from sidecar.model.embedder import EmbedderSlot
+from sidecar.search.retrieval import Retriever
 from sidecar.stores.lifecycle import open_stores
 from sidecar.vault.supervisor import Supervisor
 from sidecar.vault.watcher import Watcher
@@ -52,3 +59,37 @@ def build_watcher(cfg: Config, on_change: Callable[[set[str]], None], stop: thre
     """File events of the vault and the agents' inboxes, with their paths, to ``on_change``."""
     watch = [p for p in (cfg.vault.path, cfg.agents_dir) if p is not None and cfg.watch.events]
     return Watcher(watch, on_change, stop, cfg.watch.debounce_ms)
+
+
+def build_handlers(
+    cfg: Config, parts: Parts, slot: EmbedderSlot, service: ServiceState, inboxes: Inboxes
+) -> Handlers:
+    """One handler per protocol op, over the built parts."""
+    stores = parts.stores
+    return Handlers(
+        cfg,
+        indexer=parts.indexer,
+        manifest=stores.manifest,
+        supervisor=parts.supervisor,
+        vectors=parts.vectors,
+        problems=parts.problems,
+        retriever=Retriever(stores, slot, cfg.search, cfg.recall, cfg.embedder.languages),
+        slot=slot,
+        service=service,
+        memory=MemoryOps(cfg, inboxes, parts.indexer, slot, stores=stores, problems=parts.problems),
+    )
+
+
+def build_server(cfg: Config, handlers: Handlers) -> Server:
+    """The socket loop in front of the handlers, with the configured limits."""
+    s = cfg.server
+    return Server(
+        handlers.dispatch,
+        max_frame=s.max_frame_bytes,
+        workers=s.workers,
+        idle_timeout=s.idle_timeout_seconds,
+        max_connections=s.max_connections,
+        max_buffered=s.max_buffered_bytes,
+        request_timeout=s.request_timeout_seconds,
+        write_workers=s.write_workers,
+    )

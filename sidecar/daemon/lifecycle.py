@@ -26,7 +26,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sidecar.config import Config
 from sidecar.contracts.errors import SidecarError, StoreError
 from sidecar.daemon.backfill import Backfill
-from sidecar.daemon.compose import Parts, build, build_watcher
+from sidecar.daemon.compose import Parts, build, build_handlers, build_server, build_watcher
 from sidecar.daemon.handlers import Handlers, ServiceState
 from sidecar.daemon.indexing import IndexLoop
 from sidecar.daemon.process import IndexLock, load_embedder, make_private, raise_fd_limit
@@ -36,7 +36,6 @@ from sidecar.daemon.server import Server, bind_socket
 from sidecar.daemon.watchdog import Watchdog, status_line
 from sidecar.index.migration import attach
 from sidecar.memory.inbox import Inboxes
-from sidecar.memory.ops import MemoryOps
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime.notify import Notifier
 from sidecar.search.retrieval import Retriever
@@ -128,16 +127,7 @@ class Daemon:
         )
         scheduler.start()
         loop.request_sweep()
-        return Server(
-            handlers.dispatch,
-            max_frame=cfg.server.max_frame_bytes,
-            workers=cfg.server.workers,
-            idle_timeout=cfg.server.idle_timeout_seconds,
-            max_connections=cfg.server.max_connections,
-            max_buffered=cfg.server.max_buffered_bytes,
-            request_timeout=cfg.server.request_timeout_seconds,
-            write_workers=cfg.server.write_workers,
-        )
+        return build_server(cfg, handlers)
 
     def _handlers(self, parts: Parts, loop: IndexLoop, watcher: Watcher) -> Handlers:
         cfg = self.cfg
@@ -147,20 +137,9 @@ class Daemon:
         service = ServiceState(
             self.started, loop.jobs.qsize, loop.request_sweep, lambda: watcher.watching, self.reload
         )
-        stores = parts.stores
-        self._retriever = Retriever(stores, self.slot, cfg.search, cfg.recall, cfg.embedder.languages)
-        return Handlers(
-            cfg,
-            indexer=parts.indexer,
-            manifest=stores.manifest,
-            supervisor=parts.supervisor,
-            vectors=parts.vectors,
-            problems=parts.problems,
-            retriever=self._retriever,
-            slot=self.slot,
-            service=service,
-            memory=MemoryOps(cfg, inboxes, parts.indexer, self.slot, stores=stores, problems=parts.problems),
-        )
+        handlers = build_handlers(cfg, parts, self.slot, service, inboxes)
+        self._retriever = handlers.retriever
+        return handlers
 
     def _start_thread(self, name: str, target: Callable[[], None]) -> None:
         t = threading.Thread(target=target, name=name, daemon=True)
