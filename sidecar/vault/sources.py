@@ -3,7 +3,7 @@
 A *key* names a note inside the index and is unique across agents: ``vault/<path>``, ``wiki/<path>``,
 ``memory/<agent>/<slug>`` (paths without ``.md``). The *reference* a client sees is the key, except
 that an agent sees its own memory as ``memory/<slug>``.
-Imports ``config``, ``confine`` and ``errors``.
+Imports ``config``, ``confine`` and ``contracts`` (errors, the source names).
 """
 
 from __future__ import annotations
