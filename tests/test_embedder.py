@@ -152,6 +152,26 @@ def _tiny_model(path: Path, quantized: bool) -> None:
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
+def test_loaded_model_keeps_no_copy_of_the_file(tmp_path: Path) -> None:
+    """The session is made from the file's bytes; onnxruntime's Python wrapper would keep them for
+    good (the whole file resident beside the session): nothing of that size stays referenced."""
+    from sidecar.config import load_config
+    from sidecar.model.files import DATA_DIR
+
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    _tiny_model(folder / "model.onnx", quantized=False)
+    shutil.copy(DATA_DIR / "all-MiniLM-L6-v2.tokenizer.json", folder / "tokenizer.json")
+    cfg = load_config(env={"SIDECAR_HOME": str(tmp_path / "home"), "SIDECAR_EMBEDDER_PATH": str(folder)})
+    model = load_model(cfg)
+    assert model.dim == 16
+    size = (folder / "model.onnx").stat().st_size
+    kept = [
+        k for k, v in vars(model._session).items() if isinstance(v, (bytes, bytearray)) and len(v) >= size
+    ]
+    assert kept == []
+
+
 def _run(path: Path, ids: np.ndarray) -> np.ndarray:
     import onnxruntime as ort
 

@@ -75,8 +75,13 @@ class OnnxEmbedder:
             self.prepared = ensure_prepared(files.onnx, target)
 
         def open_session(path: Path) -> Any:
-            # From bytes, not a path: onnxruntime would keep the file mapped.
-            return ort.InferenceSession(path.read_bytes(), opts, providers=["CPUExecutionProvider"])
+            # From bytes, not a path: onnxruntime would keep the file mapped. Its Python wrapper
+            # keeps the bytes for a provider fallback that a CPU-only session never takes: drop
+            # them, or the whole file stays resident beside the session (+65 MB for e5).
+            session = ort.InferenceSession(path.read_bytes(), opts, providers=["CPUExecutionProvider"])
+            if getattr(session, "_model_bytes", None) is not None:
+                session._model_bytes = None
+            return session
 
         session: Any = None
         if self.prepared is not None:
