@@ -393,7 +393,9 @@ def _identifier(rng: random.Random, kind: int) -> str:
 def cmd_identifiers(args: argparse.Namespace) -> dict[str, Any]:
     """Notes that name an identifier (ticket, host, code) found nowhere else, and queries naming it
     alone, with a title word, with a generic word and in a question: does the note come first?"""
-    work = Path(tempfile.mkdtemp(prefix="sidecar-eval-"))
+    # With --work (a copy of another run's kept index of the same vault) only the changed notes
+    # are embedded again; the work folder's vault is then the changed one, for this command only.
+    work = workdir(args)
     vault = build_vault(args.vault, args.subset, work, copy=True)  # notes get a line added
     rng = random.Random(7)
     notes = rng.sample(sorted(vault.rglob("*.md")), args.notes)

@@ -65,11 +65,11 @@ def test_edited_note_ranks_by_keywords_until_its_vector_exists(make_cfg: Any, fi
 
 
 def test_slug_boost(make_cfg: Any, fixture_vault: Path) -> None:
-    """A content word in the file name multiplies the score by search.slugBoost; 1.0 turns it off."""
-    on = _by_ref(_hits(make_cfg, fixture_vault, "restic backups nightly"), "vault/Backups")
-    off = _by_ref(
-        _hits(make_cfg, fixture_vault, "restic backups nightly", **{"search.slugBoost": 1.0}), "vault/Backups"
-    )
+    """A content word in the file name multiplies the score by search.slugBoost; 1.0 (the default)
+    turns it off."""
+    query = "restic backups nightly"
+    on = _by_ref(_hits(make_cfg, fixture_vault, query, **{"search.slugBoost": 1.15}), "vault/Backups")
+    off = _by_ref(_hits(make_cfg, fixture_vault, query), "vault/Backups")
     assert on["boosts"]["slug"] == 1.15 and "slug" not in off["boosts"]
     assert on["score"] == pytest.approx(off["score"] * 1.15, rel=1e-3)
 
