@@ -452,7 +452,7 @@ def spread(values: Sequence[float]) -> dict[str, float] | None:
 def cmd_offtopic(args: argparse.Namespace) -> dict[str, Any]:
     """How many off-topic messages get an empty auto-injection block."""
     messages = read_messages(args.file)
-    work = Path(tempfile.mkdtemp(prefix="sidecar-eval-"))
+    work = workdir(args)  # --work: another run's kept index of the same vault
     vault = build_vault(args.vault, args.subset, work)
     config = work / "sidecar.yaml"
     config.write_text(json.dumps(_base(args)))
