@@ -414,7 +414,10 @@ class Retriever:
         """Hits for the current message (previous turns blended in) and the rendered context block."""
         text, inline = split_filters(message, self.today())
         result, block = self._recall(text, history, _with_filters(req, inline), count_tokens)
-        if result.hits or not inline.phrase:
+        # A time phrase that was all the message said ("how are you today?", "bye for now") names
+        # no topic: its word is not searched instead (it found a function reference for today()).
+        alone = not history and not analyze(text).content_words
+        if result.hits or not inline.phrase or alone:
             return result, block
         phrase = inline.phrase
         text, inline = split_filters(message, self.today(), phrases=False)  # see search

@@ -180,3 +180,23 @@ def test_rare_identifier_leads_over_the_vector_arms_favourites(make_cfg: Any, tm
     assert analysis["rareWords"] == [] and hit["reference"] != "vault/Garden"
     # An ordinary word the model knows is not rare, however few notes contain it.
     assert top("oven paragraph")[1]["rareWords"] == []
+
+
+def test_a_time_phrase_alone_recalls_nothing(make_cfg: Any, fixture_vault: Path) -> None:
+    """'how are you today?' says nothing but a time: the phrase's word is not searched instead
+    (a note about a today() function was injected), while a topic with a time phrase still is."""
+    write(fixture_vault / "Functions.md", "# Functions\n\ntoday() returns the date of today.\n")
+    h = Harness(make_cfg(fixture_vault, **{"recall.minSimilarity": 0.0}), FakeEmbedder())
+    try:
+        h.sweep()
+        while h.indexer.embed_pending():
+            pass
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        count = lambda texts: [len(t.split()) for t in texts]  # noqa: E731
+        req = SearchRequest("", 5, 0.0)
+        alone, block = r.recall("how are you today?", [], req, count)
+        assert alone.hits == [] and block == ""
+        topic, _ = r.recall("today function date", [], req, count)  # every file is of today
+        assert topic.hits[0]["reference"] == "vault/Functions"
+    finally:
+        h.close()
