@@ -46,14 +46,36 @@ from common import bench_daemon, emit
 
 from tests.daemon_process import DaemonProcess
 
-ARMS = {
-    "hybrid": "",
-    "bm25": "search:\n  vectorWeight: 0.0\n  shortQueryBm25Weight: 1.0\n",
-    "vector": (
-        "search:\n  vectorWeight: 1.0\n  shortQueryBm25Weight: 0.0\n  foreignVectorWeight: 1.0\n"
-        "  rareTermChunks: 0\n"
-    ),
+ARMS: dict[str, dict[str, Any]] = {
+    "hybrid": {},
+    "bm25": {"search": {"vectorWeight": 0.0, "shortQueryBm25Weight": 1.0}},
+    "vector": {
+        "search": {
+            "vectorWeight": 1.0,
+            "shortQueryBm25Weight": 0.0,
+            "foreignVectorWeight": 1.0,
+            "rareTermChunks": 0,
+        }
+    },
 }
+
+
+def merged(*layers: dict[str, Any]) -> dict[str, Any]:
+    """Config layers merged per section (later wins): the daemon's file is their JSON (YAML reads it)."""
+    out: dict[str, Any] = {}
+    for layer in layers:
+        for section, values in layer.items():
+            out.setdefault(section, {}).update(values)
+    return out
+
+
+def setting(spec: str) -> dict[str, Any]:
+    """``section.key=value`` as a config layer (the value parsed as YAML: numbers, booleans)."""
+    import yaml
+
+    key, _, value = spec.partition("=")
+    section, name = key.split(".")
+    return {section: {name: yaml.safe_load(value)}}
 
 
 def load_beir(folder: Path) -> tuple[dict[str, Any], dict[str, str], dict[str, dict[str, int]]]:
@@ -225,25 +247,26 @@ def evaluate(
     qrels: dict[str, dict[str, int]],
     refs: dict[str, str] | None,
     sweeps: Sequence[str] = (),
-    base: str = "",
+    base: dict[str, Any] | None = None,
     groups: dict[str, list[str]] | None = None,
     tempting: dict[str, set[str]] | None = None,
     offtopic: Sequence[str] = (),
+    only: Sequence[str] = (),
 ) -> dict[str, Any]:
+    base = base or {}
     config = work / "sidecar.yaml"
-    config.write_text(base + ARMS["hybrid"])
+    config.write_text(json.dumps(merged(base, ARMS["hybrid"])))
     d = bench_daemon(vault, work / "home", args=["--config", str(config)])
-    arms = dict(ARMS)
+    arms = {k: v for k, v in ARMS.items() if not only or k in only}
     for sweep in sweeps:  # e.g. search.foreignVectorWeight=0.1,0.2,0.3: one hybrid run per value
         key, _, values = sweep.partition("=")
-        section, name = key.split(".")
-        arms.update({f"{key}={v}": f"{section}:\n  {name}: {v}\n" for v in values.split(",")})
+        arms.update({f"{key}={v}": setting(f"{key}={v}") for v in values.split(",")})
     try:
         out: dict[str, Any] = {"index_ready_s": round(d.wait_ready(timeout=7200, poll=2, verbose=True), 1)}
         h = d.call("health")["index"]
         out["chunks"], out["files"] = h["chunks"], h["files"]
         for arm, text in arms.items():
-            config.write_text(base + text)
+            config.write_text(json.dumps(merged(base, text)))
             d.call("reload")
             res = run_queries(d, queries, refs, qrels)
             out[arm] = summarise(res["rankings"], qrels, res["latency"])
@@ -254,7 +277,7 @@ def evaluate(
                 out[arm]["tempting_in_top3"] = tempting_share(res["rankings"], qrels, tempting)
             print(arm, json.dumps(out[arm]), file=sys.stderr)
         if offtopic:  # the same index with the run's own settings: auto-injection should stay empty
-            config.write_text(base + ARMS["hybrid"])
+            config.write_text(json.dumps(merged(base, ARMS["hybrid"])))
             d.call("reload")
             out["offtopic"] = recall_offtopic(d, offtopic)
             print("offtopic", json.dumps(out["offtopic"]), file=sys.stderr)
@@ -263,14 +286,19 @@ def evaluate(
         d.stop()
 
 
-def _base(args: argparse.Namespace) -> str:
-    """Index-time settings of this run (the arms only change search settings through reload)."""
-    base = f"chunking:\n  maxTokens: {args.max_tokens}\n" if args.max_tokens else ""
+def _base(args: argparse.Namespace) -> dict[str, Any]:
+    """Settings of this run under every arm: index-time ones (the arms only change search settings
+    through reload) and ``--set`` ones."""
+    layers: list[dict[str, Any]] = []
+    if args.max_tokens:
+        layers.append({"chunking": {"maxTokens": args.max_tokens}})
     # One inference thread where the machine is shared: a two-thread pool waiting for a
     # descheduled thread ran 30x slower here.
     if getattr(args, "no_model", False):  # keyword arm only: every arm then ranks by BM25 alone
-        return base + "embedder:\n  enabled: false\n"
-    return base + (f"embedder:\n  threads: {args.threads}\n" if args.threads else "")
+        layers.append({"embedder": {"enabled": False}})
+    elif args.threads:
+        layers.append({"embedder": {"threads": args.threads}})
+    return merged(*layers, *(setting(s) for s in args.set))
 
 
 def workdir(args: argparse.Namespace) -> Path:
@@ -290,7 +318,7 @@ def cmd_beir(args: argparse.Namespace) -> dict[str, Any]:
     work = workdir(args)
     refs = write_vault(corpus, work / "vault", with_title=not args.no_title)
     qs = [(text, qid, []) for qid, text in queries.items() if qid in qrels][: args.limit or None]
-    result = evaluate(work / "vault", work, qs, qrels, refs, args.sweep, _base(args))
+    result = evaluate(work / "vault", work, qs, qrels, refs, args.sweep, _base(args), only=args.arms)
     return {
         "set": str(args.folder),
         "queries_from": str(args.queries or args.folder),
@@ -326,7 +354,17 @@ def cmd_questions(args: argparse.Namespace) -> dict[str, Any]:
     tempting = {str(i): set(r["tempting"]) for i, r in enumerate(rows) if r.get("tempting")}
     offtopic = read_messages(args.offtopic) if args.offtopic else []
     result = evaluate(
-        vault, work, qs, qrels, None, args.sweep, _base(args), groups or None, tempting or None, offtopic
+        vault,
+        work,
+        qs,
+        qrels,
+        None,
+        args.sweep,
+        _base(args),
+        groups or None,
+        tempting or None,
+        offtopic,
+        only=args.arms,
     )
     return {"questions": str(args.file), "vault": args.vault, "subset": args.subset, **result}
 
@@ -357,7 +395,9 @@ def _identifier(rng: random.Random, kind: int) -> str:
 def cmd_identifiers(args: argparse.Namespace) -> dict[str, Any]:
     """Notes that name an identifier (ticket, host, code) found nowhere else, and queries naming it
     alone, with a title word, with a generic word and in a question: does the note come first?"""
-    work = Path(tempfile.mkdtemp(prefix="sidecar-eval-"))
+    # With --work (a copy of another run's kept index of the same vault) only the changed notes
+    # are embedded again; the work folder's vault is then the changed one, for this command only.
+    work = workdir(args)
     vault = build_vault(args.vault, args.subset, work, copy=True)  # notes get a line added
     rng = random.Random(7)
     notes = rng.sample(sorted(vault.rglob("*.md")), args.notes)
@@ -374,7 +414,7 @@ def cmd_identifiers(args: argparse.Namespace) -> dict[str, Any]:
             qid = f"{i}-{j}"
             qs.append((pattern.format(id=ident, title=title, generic=_GENERICS[kind]), qid, []))
             qrels[qid] = {ref: 1}
-    result = evaluate(vault, work, qs, qrels, None, args.sweep, _base(args))
+    result = evaluate(vault, work, qs, qrels, None, args.sweep, _base(args), only=args.arms)
     return {"vault": args.vault, "subset": args.subset, "notes": len(notes), **result}
 
 
@@ -414,10 +454,10 @@ def spread(values: Sequence[float]) -> dict[str, float] | None:
 def cmd_offtopic(args: argparse.Namespace) -> dict[str, Any]:
     """How many off-topic messages get an empty auto-injection block."""
     messages = read_messages(args.file)
-    work = Path(tempfile.mkdtemp(prefix="sidecar-eval-"))
+    work = workdir(args)  # --work: another run's kept index of the same vault
     vault = build_vault(args.vault, args.subset, work)
     config = work / "sidecar.yaml"
-    config.write_text("")
+    config.write_text(json.dumps(_base(args)))
     d = bench_daemon(vault, work / "home", args=["--config", str(config)])
     try:
         d.wait_ready(timeout=7200, poll=5, verbose=True)
@@ -464,6 +504,18 @@ def main() -> None:
             action="append",
             default=[],
             help="section.key=v1,v2,...: extra hybrid runs, one per value (repeatable)",
+        )
+        p.add_argument(
+            "--arms",
+            type=lambda v: [a for a in v.split(",") if a],
+            default=[],
+            help="comma-separated arms to run (hybrid,bm25,vector; default all) besides the sweeps",
+        )
+        p.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            help="section.key=value under every arm (repeatable), e.g. search.cosineFloor=0.8",
         )
         p.add_argument("--max-tokens", type=int, default=0, help="chunking.maxTokens of the index")
         p.add_argument("--threads", type=int, default=0, help="embedder.threads of the daemon (0: cores)")

@@ -145,10 +145,10 @@ def test_slug_boost_moves_the_named_page_up_and_turns_off() -> None:
         _scored("a", "vault/Other", 0.50),
         _scored("b", "vault/Backups", 0.46, name_words=frozenset({"backups"})),
     ]
-    on = apply_rules(hits, frozenset({"backups"}), False, Rules(page_support=0))
+    on = apply_rules(hits, frozenset({"backups"}), False, Rules(slug_boost=1.15, page_support=0))
     assert on[0].candidate.key == "vault/Backups" and on[0].boosts["slug"] == 1.15
-    off = apply_rules(hits, frozenset({"backups"}), False, Rules(slug_boost=1.0, page_support=0))
-    assert off[0].candidate.key == "vault/Other"
+    off = apply_rules(hits, frozenset({"backups"}), False, Rules(page_support=0))
+    assert off[0].candidate.key == "vault/Other" and "slug" not in off[0].boosts  # off by default
 
 
 def test_full_name_boost_needs_every_word_of_a_multiword_name() -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from sidecar.contracts.wire import Analysis, Hit
 from sidecar.model.embedder import load_model
+from sidecar.search.recall import recall
 from sidecar.search.retrieval import Retriever, SearchRequest
 from tests.conftest import FakeEmbedder, Harness, write
 
@@ -67,11 +68,11 @@ def test_edited_note_ranks_by_keywords_until_its_vector_exists(make_cfg: Any, fi
 
 
 def test_slug_boost(make_cfg: Any, fixture_vault: Path) -> None:
-    """A content word in the file name multiplies the score by search.slugBoost; 1.0 turns it off."""
-    on = _by_ref(_hits(make_cfg, fixture_vault, "restic backups nightly"), "vault/Backups")
-    off = _by_ref(
-        _hits(make_cfg, fixture_vault, "restic backups nightly", **{"search.slugBoost": 1.0}), "vault/Backups"
-    )
+    """A content word in the file name multiplies the score by search.slugBoost; 1.0 (the default)
+    turns it off."""
+    query = "restic backups nightly"
+    on = _by_ref(_hits(make_cfg, fixture_vault, query, **{"search.slugBoost": 1.15}), "vault/Backups")
+    off = _by_ref(_hits(make_cfg, fixture_vault, query), "vault/Backups")
     assert on.boosts["slug"] == 1.15 and "slug" not in off.boosts
     assert on.score == pytest.approx(off.score * 1.15, rel=1e-3)
 
@@ -183,3 +184,21 @@ def test_rare_identifier_leads_over_the_vector_arms_favourites(make_cfg: Any, tm
     assert analysis.rare_words == () and hit.reference != "vault/Garden"
     # An ordinary word the model knows is not rare, however few notes contain it.
     assert top("oven paragraph")[1].rare_words == ()
+
+
+def test_a_time_phrase_alone_recalls_nothing(make_cfg: Any, fixture_vault: Path) -> None:
+    """'how are you today?' says nothing but a time: the phrase's word is not searched instead
+    (a note about a today() function was injected), while a topic with a time phrase still is."""
+    write(fixture_vault / "Functions.md", "# Functions\n\ntoday() returns the date of today.\n")
+    h = Harness(make_cfg(fixture_vault, **{"recall.minSimilarity": 0.0}), FakeEmbedder())
+    try:
+        h.sweep()
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        count = lambda texts: [len(t.split()) for t in texts]  # noqa: E731
+        req = SearchRequest("", 5, 0.0)
+        alone = recall(r, "how are you today?", [], req, count)
+        assert alone.hits == [] and not alone.context
+        topic = recall(r, "today function date", [], req, count)  # every file is of today
+        assert topic.hits[0].reference == "vault/Functions"
+    finally:
+        h.close()

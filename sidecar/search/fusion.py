@@ -192,7 +192,7 @@ def fold(hits: Sequence[Scored], mode: str = "overlap") -> list[Scored]:
 class Rules:
     """Ranking refinements on top of fusion; a factor of 1.0 (or 0) turns a rule off."""
 
-    slug_boost: float = 1.15
+    slug_boost: float = 1.0  # off by default (search.slugBoost)
     full_name_boost: float = 1.3
     log_demotion: float = 0.6
     log_prefix: str = "wiki/logs/"

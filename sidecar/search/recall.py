@@ -27,7 +27,10 @@ def recall(
     """Hits for the current message (previous turns blended in) and the rendered context block."""
     text, inline = split_filters(message, r.today())
     result = _recall(r, text, history, with_filters(req, inline), count_tokens)
-    if result.hits or not inline.phrase:
+    # A time phrase that was all the message said ("how are you today?", "bye for now") names
+    # no topic: its word is not searched instead (it found a function reference for today()).
+    alone = not history and not analyze(text).content_words
+    if result.hits or not inline.phrase or alone:
         return result
     phrase = inline.phrase
     text, inline = split_filters(message, r.today(), phrases=False)  # see Retriever.search
