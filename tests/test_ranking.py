@@ -197,7 +197,7 @@ def test_a_time_phrase_alone_recalls_nothing(make_cfg: Any, fixture_vault: Path)
         count = lambda texts: [len(t.split()) for t in texts]  # noqa: E731
         req = SearchRequest("", 5, 0.0)
         alone = recall(r, "how are you today?", [], req, count)
-        assert alone.hits == [] and not alone.context
+        assert alone.hits == () and not alone.context
         topic = recall(r, "today function date", [], req, count)  # every file is of today
         assert topic.hits[0].reference == "vault/Functions"
     finally:
