@@ -257,3 +257,14 @@ def test_hub_damping_discounts_chunks_near_the_centre() -> None:
     damped = fuse(cands, vector_weight=1.0, source_boosts={}, scale=scale, hub_damping=0.5)
     assert [s.candidate.chunk_id for s in damped] == ["page", "hub"]
     assert damped[1].boosts["hub"] == -0.03 and damped[0].boosts["hub"] == 0.01
+
+
+def test_clipped_scores_tie_break_on_the_raw_evidence() -> None:
+    """Two keyword matches above the query's ideal score both calibrate to 1: the stronger raw
+    BM25 ranks first, not the name that sorts first."""
+    cands = [
+        Candidate("weak", "vault/BadYaml", "vault", 1, 5, bm25=55.0, embedded=False),
+        Candidate("strong", "vault/Bomb", "vault", 1, 5, bm25=102.0, embedded=False),
+    ]
+    out = fuse(cands, vector_weight=0.7, source_boosts={}, scale=Scale(0.1, 0.6, 20.0))
+    assert out[0].score == out[1].score and out[0].candidate.chunk_id == "strong"

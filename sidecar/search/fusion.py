@@ -138,8 +138,15 @@ def fuse(
         if hub_damping and c.hub and c.vec is not None:
             boosts["hub"] = round(-hub_damping * c.hub, 4)
         out.append(Scored(c, fused * boost, v, b, boosts, relevance=relevance))
-    out.sort(key=lambda s: (-s.score, s.candidate.key, s.candidate.start_line))
+    # Equal scores (both clipped at a clear match, say) go to the stronger raw evidence, not to
+    # the name that sorts first.
+    out.sort(key=_order)
     return out
+
+
+def _order(s: Scored) -> tuple[float, float, float, str, int]:
+    c = s.candidate
+    return (-s.score, -(c.bm25 or 0.0), -(c.vec or 0.0), c.key, c.start_line)
 
 
 def _contains(outer: Candidate, inner: Candidate) -> bool:
