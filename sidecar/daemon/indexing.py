@@ -87,7 +87,7 @@ class IndexLoop:
 
     def run(self) -> None:
         # Chunk sizes are counted with the model's tokenizer: give the model a moment to load.
-        self.slot.ready.wait(timeout=60)
+        self.slot.wait_settled(timeout=60)
         failures = 0
         while not self.stop.is_set():
             self.beat(None)

@@ -233,6 +233,10 @@ class EmbedderSlot:
             self.model, self.state, self.error = None, "failed", error
         self.ready.set()
 
+    def wait_settled(self, timeout: float) -> bool:
+        """Wait until loading ended (a model, or a failure); False when ``timeout`` ran out first."""
+        return self.ready.wait(timeout)
+
     def describe(self) -> dict[str, Any]:
         with self._lock:
             model = self.model
