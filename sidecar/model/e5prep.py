@@ -21,7 +21,11 @@ ordinary loader runs like any other:
   rest of the C engine's pipeline around it (space runs collapsed, one unknown per character).
 - ``tokenizer.json``: the same tokenizer for ``tokenizers`` (a Unigram with the same pipeline),
   for tools that read that format; the daemon does not load it (its trie takes ~280 MB).
-- ``NOTICE``, and ``SHA256SUMS`` with the hashes of the three files (checked at every load).
+- ``kernels.json``: which ``MatMulNBits`` kernels (int8 dot products or float32) embedded a probe
+  batch faster on this CPU, measured here once (see :mod:`sidecar.model.kernels`); the loader
+  applies the choice to the bytes it builds the session from, so ``model.onnx`` and the model id
+  are the same on every machine.
+- ``NOTICE``, and ``SHA256SUMS`` with the hashes of the four files (checked at every load).
 
 The source file's sha256 is pinned (a different file is refused with an error naming it). The
 conversion runs in a child process (``onnx`` is never imported by the daemon) and checks its
@@ -44,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from sidecar.config import EmbedderConfig
-from sidecar.model import child
+from sidecar.model import child, kernels
 from sidecar.model.e5file import read_e5
 from sidecar.model.e5folder import EXIT_REFUSED, FILES, MODEL_NAME, SOURCE_SHA256
 from sidecar.model.e5graph import build_onnx
@@ -89,7 +93,10 @@ def check(folder: Path, reference: Path | None = None) -> float:
     ecfg = EmbedderConfig(
         model=MODEL_NAME, query_prefix="query: ", passage_prefix="passage: ", max_length=512, threads=1
     )
-    model = OnnxEmbedder(ModelFiles(folder / "model.onnx", folder / "tokenizer.model", "check"), ecfg)
+    files = ModelFiles(
+        folder / "model.onnx", folder / "tokenizer.model", "check", accuracy=kernels.read_choice(folder)
+    )
+    model = OnnxEmbedder(files, ecfg)
     lowest = 1.0
     for item in ref["items"]:
         want = np.asarray(item["vector"], dtype=np.float32)
@@ -118,13 +125,18 @@ def main(argv: list[str]) -> int:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     try:
-        (work / "model.onnx").write_bytes(build_onnx(e5))
+        graph = build_onnx(e5)
+        (work / "model.onnx").write_bytes(graph)
         compiled = charsmap(e5.norm)  # seconds of Python: built once for both tokenizer files
         (work / "tokenizer.model").write_bytes(sentencepiece_model(e5, compiled))
         (work / "tokenizer.json").write_text(tokenizer_json(e5, compiled), encoding="utf-8")
         (work / "NOTICE").write_text(NOTICE, encoding="utf-8")
         del e5, data
         try:
+            # Which kernels are faster on this CPU; the check below runs the chosen ones.
+            choice = kernels.probe(graph, os.cpu_count() or 1)
+            (work / kernels.CHOICE_FILE).write_text(json.dumps(choice, indent=1) + "\n", encoding="utf-8")
+            del graph
             cosine = check(work)
         except Exception as exc:  # onnxruntime raises its own types (e.g. an op this build lacks)
             return refuse(f"converted model does not run here: {str(exc).splitlines()[0][:300]}")
@@ -140,7 +152,11 @@ def main(argv: list[str]) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     size = (target / "model.onnx").stat().st_size
-    print(f"bytes={size} min_cosine={cosine:.6f} seconds={time.perf_counter() - t0:.1f}", file=sys.stderr)
+    print(
+        f"bytes={size} min_cosine={cosine:.6f} accuracy_level={choice['accuracyLevel']} "
+        f"probe_ms={choice['medianMs']} seconds={time.perf_counter() - t0:.1f}",
+        file=sys.stderr,
+    )
     return 0
 
 

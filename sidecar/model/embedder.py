@@ -20,6 +20,7 @@ from sidecar.config import Config, EmbedderConfig
 from sidecar.contracts.errors import EmbedderError
 from sidecar.model.files import ModelFiles, sha256_file
 from sidecar.model.int8prep import cache_name, ensure_prepared
+from sidecar.model.kernels import FLOAT, with_accuracy
 from sidecar.model.locate import resolve_model
 from sidecar.model.tokenizer import make_tokenizer
 
@@ -78,7 +79,8 @@ class OnnxEmbedder:
             # From bytes, not a path: onnxruntime would keep the file mapped. Its Python wrapper
             # keeps the bytes for a provider fallback that a CPU-only session never takes: drop
             # them, or the whole file stays resident beside the session (+65 MB for e5).
-            session = ort.InferenceSession(path.read_bytes(), opts, providers=["CPUExecutionProvider"])
+            data = _graph_bytes(path, files)
+            session = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
             if getattr(session, "_model_bytes", None) is not None:
                 session._model_bytes = None
             return session
@@ -112,6 +114,8 @@ class OnnxEmbedder:
         # to cosine 0.999 before it is used), so switching int8Kernels keeps the stored vectors.
         self.model_id = f"{ecfg.model}@{digest}"
         self.files = files
+        # How the 4-bit weights are multiplied (kernels.json of the converted folder).
+        self.compute = "float32" if files.accuracy == FLOAT or self.weights == "float32" else "int8"
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Word pieces per text, special tokens excluded, never truncated."""
@@ -197,6 +201,17 @@ def _pool(states: Any, mask: Any, pooling: str) -> Any:
     return (states * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
 
 
+def _graph_bytes(path: Path, files: ModelFiles) -> bytes:
+    """The model file's bytes, with the kernels measured fastest on this CPU (model.kernels)."""
+    data = path.read_bytes()
+    if files.accuracy is not None and path == files.onnx:
+        try:
+            data = with_accuracy(data, files.accuracy)
+        except ValueError as exc:
+            log.warning("model_kernels_unchanged path=%s reason=%s", path, exc)
+    return data
+
+
 def approx_token_count(texts: Sequence[str]) -> list[int]:
     """Token estimate when no tokenizer could load (BM25-only mode): ~1.4 pieces per word."""
     return [int(len(t.split()) * 1.4) + t.count("\n") for t in texts]
@@ -248,6 +263,7 @@ class EmbedderSlot:
                 "origin": self.origin,
                 # 4-bit or int8 weights kept so in memory, or expanded to float32
                 "weights": None if model is None else getattr(model, "weights", "float32"),
+                "compute": None if model is None else getattr(model, "compute", None),
             }
 
 

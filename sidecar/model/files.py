@@ -21,6 +21,7 @@ class ModelFiles:
     origin: str  # "configured path", "home", "bundled package"
     sha256: str | None = None  # of ``onnx``, when already verified
     kernels: str | None = None  # weights already in kernel form ("4-bit"): no int8 rewrite
+    accuracy: int | None = None  # MatMulNBits accuracy level chosen for this CPU (model.kernels)
 
 
 def sha256_file(path: Path) -> str:

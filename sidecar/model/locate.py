@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sidecar.config import Config
 from sidecar.contracts.errors import EmbedderError
-from sidecar.model import e5folder
+from sidecar.model import e5folder, kernels
 from sidecar.model.files import DATA_DIR, ModelFiles, package_dir, read_sums, verify_file
 
 DEFAULT_MODEL = e5folder.MODEL_NAME
@@ -40,7 +40,12 @@ def bundled_model_files(model: str = MINILM_MODEL, prepared_dir: Path | None = N
         folder = e5folder.ensure_converted(source, prepared_dir / e5folder.folder_name(ort.__version__))
         sums = read_sums(folder)  # just verified by ensure_converted
         return ModelFiles(
-            folder / "model.onnx", folder / "tokenizer.model", "bundled package", sums["model.onnx"], "4-bit"
+            folder / "model.onnx",
+            folder / "tokenizer.model",
+            "bundled package",
+            sums["model.onnx"],
+            "4-bit",
+            kernels.read_choice(folder),
         )
     if model != MINILM_MODEL:
         return None

@@ -1,0 +1,93 @@
+"""Which ``MatMulNBits`` kernels run fastest on this CPU, measured once when a model is prepared.
+
+onnxruntime's ``MatMulNBits`` multiplies either with int8 dot products (accuracy level 4: the
+activations quantized per block of 32) or in float32 from the dequantized weights (level 1).
+Which one is faster depends on the CPU: int8 wins where the CPU has int8 dot-product
+instructions (AVX-512 VNNI, AVX-VNNI, Arm dotprod); on a core with plain AVX2 (measured: a 2-core
+AMD EPYC) float32 embedded 16 passages of 200 tokens of multilingual-e5-small in 2.6 s against
+3.5 s. The weights stay as they are in memory either way; only the level differs, and the vectors
+agree to cosine 0.9999. The model file is not rewritten: the level is patched into the bytes the
+session is built from, so the file's hash, and with it the model id and the stored vectors, stay.
+
+The converting child measures both levels on a fixed probe batch and writes the choice into the
+model folder (``kernels.json``, listed in its ``SHA256SUMS``); the loader applies it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+CHOICE_FILE = "kernels.json"
+INT8, FLOAT = 4, 1  # MatMulNBits accuracy levels
+# A serialized AttributeProto: field 1 (name) "accuracy_level", field 3 (i) <level>, field 20 (type) INT.
+_HEAD = b"\x0a\x0eaccuracy_level\x18"
+_TAIL = b"\xa0\x01\x02"
+_NODE = b"\x22\x0bMatMulNBits"  # NodeProto field 4 (op_type)
+# Float32 is chosen only when it is clearly faster: int8 is what the model was checked with.
+_MARGIN = 0.9
+
+
+def with_accuracy(data: bytes, level: int) -> bytes:
+    """The model ``data`` with every ``MatMulNBits`` node at accuracy ``level``: a same-length
+    patch of the serialized attribute (one byte each). ValueError unless every such node carries
+    exactly one level attribute that was patched (so no weight byte can have been touched)."""
+    nodes = data.count(_NODE)
+    if nodes == 0:
+        return data
+    out = data
+    for old in (INT8, FLOAT):
+        if old != level:
+            out = out.replace(_HEAD + bytes([old]) + _TAIL, _HEAD + bytes([level]) + _TAIL)
+    if out.count(_HEAD + bytes([level]) + _TAIL) != nodes:
+        raise ValueError(f"{nodes} MatMulNBits nodes, but not as many accuracy levels to set")
+    return out
+
+
+def read_choice(folder: Path) -> int | None:
+    """The accuracy level the folder's ``kernels.json`` chose (None: none chosen, run as written)."""
+    path = folder / CHOICE_FILE
+    if not path.is_file():
+        return None
+    level = json.loads(path.read_text(encoding="utf-8")).get("accuracyLevel")
+    return level if level in (INT8, FLOAT) else None
+
+
+def probe(data: bytes, threads: int, rounds: int = 3) -> dict[str, Any]:
+    """Time both levels on one batch (4 texts of 128 random tokens, after a warm-up run each),
+    alternating so that a change of machine load hits both; the faster level and the medians."""
+    import numpy as np
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    sessions = {
+        level: ort.InferenceSession(with_accuracy(data, level), opts, providers=["CPUExecutionProvider"])
+        for level in (INT8, FLOAT)
+    }
+    ids = np.random.default_rng(0).integers(1000, 30_000, size=(4, 128), dtype=np.int64)
+    first = next(iter(sessions.values()))
+    feeds = {i.name: ids if i.name == "input_ids" else np.ones_like(ids) for i in first.get_inputs()}
+    feeds = {k: (np.zeros_like(ids) if k == "token_type_ids" else v) for k, v in feeds.items()}
+    times: dict[int, list[float]] = {level: [] for level in sessions}
+    for s in sessions.values():
+        s.run(None, feeds)
+    for _ in range(rounds):
+        for level, s in sessions.items():
+            t0 = time.perf_counter()
+            s.run(None, feeds)
+            times[level].append((time.perf_counter() - t0) * 1000)
+    median = {level: statistics.median(t) for level, t in times.items()}
+    chosen = FLOAT if median[FLOAT] < _MARGIN * median[INT8] else INT8
+    return {
+        "accuracyLevel": chosen,
+        "medianMs": {"int8": round(median[INT8], 1), "float32": round(median[FLOAT], 1)},
+        "threads": threads,
+        "onnxruntime": ort.__version__,
+    }
