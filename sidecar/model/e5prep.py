@@ -37,6 +37,7 @@ below ``MIN_COSINE`` it writes a ``.skip`` note with the reason instead of the f
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -116,6 +117,9 @@ def main(argv: list[str]) -> int:
         return child.refuse(target, reason, EXIT_REFUSED)
 
     t0 = time.perf_counter()
+    # Background work: the daemon's first sweep (keyword search) and its requests go first.
+    with contextlib.suppress(OSError):
+        os.nice(10)
     data = source.read_bytes()
     if hashlib.sha256(data).hexdigest() != SOURCE_SHA256:
         print(f"model file {source}: sha256 differs from the pinned {SOURCE_SHA256}", file=sys.stderr)

@@ -10,6 +10,8 @@ import json
 import struct
 from typing import Any
 
+import numpy as np
+
 from sidecar.model.e5file import E5File
 
 
@@ -180,15 +182,26 @@ def sentencepiece_model(e5: E5File, compiled: bytes | None = None) -> bytes:
         + _pb_int(42, e5.eos)
         + _pb_int(43, e5.pad)
     )
-    out = bytearray(_pb_bytes(NORMALIZER_FIELD, normalizer))
-    for i, (piece, score) in enumerate(zip(e5.pieces, e5.scores.tolist(), strict=True)):
-        kind = 2 if i == e5.unk else 1  # UNKNOWN, NORMAL
-        body = (
-            _pb_bytes(1, piece.encode()) + _varint(2 << 3 | 5) + struct.pack("<f", score) + _pb_int(3, kind)
+    parts = [_pb_bytes(NORMALIZER_FIELD, normalizer)]
+    # 250k pieces: the field tags are constants and the scores packed at once (this runs before
+    # the daemon can count tokens on a first start, so it is kept to a fraction of a second).
+    scores = np.asarray(e5.scores, dtype="<f4").tobytes()
+    small = [bytes([n]) for n in range(128)]  # one-byte varints
+    normal = _varint(2 << 3 | 5), _varint(3 << 3) + b"\x01"  # score tag; type NORMAL
+    for i, piece in enumerate(e5.pieces):
+        raw = piece.encode()
+        n = len(raw)
+        body = b"\x0a%s%s%s%s%s" % (
+            small[n] if n < 128 else _varint(n),
+            raw,
+            normal[0],
+            scores[4 * i : 4 * i + 4],
+            normal[1] if i != e5.unk else _pb_int(3, 2),  # UNKNOWN
         )
-        out += _pb_bytes(1, body)
-    out += _pb_bytes(2, trainer)
-    return bytes(out)
+        m = len(body)
+        parts.append(b"\x0a%s%s" % (small[m] if m < 128 else _varint(m), body))
+    parts.append(_pb_bytes(2, trainer))
+    return b"".join(parts)
 
 
 def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
