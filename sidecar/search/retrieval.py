@@ -136,6 +136,10 @@ class Retriever:
         share = int(self.stores.bm25.num_docs() * self.cfg.rare_term_share)
         return min(self.cfg.rare_term_chunks, max(1, share))
 
+    def field_boosts(self) -> dict[str, float]:
+        """The keyword arm's weights of the title and headings fields (the text counts 1)."""
+        return {"title": self.cfg.title_weight, "headings": self.cfg.headings_weight}
+
     # --- the arms -----------------------------------------------------------------------------
 
     def arms(
@@ -157,7 +161,11 @@ class Retriever:
         if weight < 1.0 or vectors is not None:
             try:
                 bm = self.stores.bm25.search(
-                    bm25_text(qa) if parts is None else parts, fetch, sources, req.agent
+                    bm25_text(qa) if parts is None else parts,
+                    fetch,
+                    sources,
+                    req.agent,
+                    field_boosts=self.field_boosts(),
                 )
                 problems.clear("keyword_search")
             except StoreError as exc:  # a damaged keyword index: answer from vectors alone
@@ -277,7 +285,9 @@ class Retriever:
         if not text or limit <= 0:
             return []
         try:
-            return self.stores.bm25.search(text, limit, req.sources, req.agent)
+            return self.stores.bm25.search(
+                text, limit, req.sources, req.agent, field_boosts=self.field_boosts()
+            )
         except StoreError:  # the keyword arm has reported it already
             return []
 
