@@ -80,15 +80,6 @@ class SearchConfig:
     rare_term_boost: float = _opt(
         1.5, "Factor for a chunk that contains such a rare word of the query.", min=0.0, max=10.0
     )
-    title_weight: float = _opt(
-        2.0,
-        "Keyword weight of a match in the note's title (or an alias) against 1.0 in the text.",
-        min=0.0,
-        max=10.0,
-    )
-    headings_weight: float = _opt(
-        1.5, "Keyword weight of a match in the chunk's headings against 1.0 in the text.", min=0.0, max=10.0
-    )
     boosts: SourceBoosts = field(default_factory=SourceBoosts)
     slug_boost: float = _opt(
         # Off, unlike the seed's 1.15: nearly every title shares a generic query word ("notes",

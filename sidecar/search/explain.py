@@ -25,9 +25,7 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
     bm, vec_lists, degraded = r.arms(req, text, qa, None, weight)
     ranking = r.rank(req, qa, bm, vec_lists, weight=weight, rare=rare)
     ids = [c.chunk_id for c in chunks]
-    direct_bm = dict(
-        r.stores.bm25.search(bm25_text(qa), len(ids) + 5, key=key, field_boosts=r.field_boosts())
-    )
+    direct_bm = dict(r.stores.bm25.search(bm25_text(qa), len(ids) + 5, key=key))
     direct_vec: dict[str, float] = {}
     serving = r.stores.serving
     if serving is not None and qa.words:

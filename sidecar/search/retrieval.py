@@ -136,10 +136,6 @@ class Retriever:
         share = int(self.stores.bm25.num_docs() * self.cfg.rare_term_share)
         return min(self.cfg.rare_term_chunks, max(1, share))
 
-    def field_boosts(self) -> dict[str, float]:
-        """The keyword arm's weights of the title and headings fields (the text counts 1)."""
-        return {"title": self.cfg.title_weight, "headings": self.cfg.headings_weight}
-
     # --- the arms -----------------------------------------------------------------------------
 
     def arms(
@@ -161,11 +157,7 @@ class Retriever:
         if weight < 1.0 or vectors is not None:
             try:
                 bm = self.stores.bm25.search(
-                    bm25_text(qa) if parts is None else parts,
-                    fetch,
-                    sources,
-                    req.agent,
-                    field_boosts=self.field_boosts(),
+                    bm25_text(qa) if parts is None else parts, fetch, sources, req.agent
                 )
                 problems.clear("keyword_search")
             except StoreError as exc:  # a damaged keyword index: answer from vectors alone
@@ -285,9 +277,7 @@ class Retriever:
         if not text or limit <= 0:
             return []
         try:
-            return self.stores.bm25.search(
-                text, limit, req.sources, req.agent, field_boosts=self.field_boosts()
-            )
+            return self.stores.bm25.search(text, limit, req.sources, req.agent)
         except StoreError:  # the keyword arm has reported it already
             return []
 

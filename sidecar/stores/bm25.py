@@ -12,7 +12,7 @@ import logging
 import math
 import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -193,13 +193,10 @@ class Bm25Index:
         limit: int,
         sources: Sequence[str] | None = None,
         agent_scope: str | None = None,
-        *,
         key: str | None = None,
-        field_boosts: Mapping[str, float] | None = None,
     ) -> list[tuple[str, float]]:
         """(chunk_id, bm25 score) for chunks matching any word of ``text``, best first (of one note
-        when ``key`` is given). ``field_boosts`` overrides some of ``FIELD_BOOSTS`` (a weight of 0
-        leaves that field out).
+        when ``key`` is given).
 
         ``text`` is a string or (text, weight) parts (a follow-up's history words count less than
         the message's). It is analysed per field (never parsed as query syntax); ``sources``
@@ -210,11 +207,8 @@ class Bm25Index:
         schema = self.schema
         parts = [(text, 1.0)] if isinstance(text, str) else list(text)
         terms: dict[tuple[str, str], float] = {}
-        boosts = {**FIELD_BOOSTS, **(field_boosts or {})}
         for part, weight in parts:
-            for f, boost in boosts.items():
-                if boost <= 0:
-                    continue
+            for f, boost in FIELD_BOOSTS.items():
                 for t in self.analyze(part, f):
                     terms[f, t] = max(terms.get((f, t), 0.0), boost * weight)
         if not terms:
