@@ -22,7 +22,10 @@ page is counted.
 it) is copied under ``name/`` of one temporary vault, so references read ``vault/name/...``. Every
 expected reference is checked against the vault's files before the daemon starts.
 ``--offtopic FILE`` also runs off-topic messages through ``recall`` on the same index (one index
-for both on a large vault).
+for both on a large vault). ``--misses FILE`` writes one JSON line per question (its fields, the
+expected documents, and per arm and sweep value the rank of the first expected document, None
+when it is not among the returned hits, with the top five documents, their scores and boosts), so
+failures can be read by kind.
 """
 
 from __future__ import annotations
