@@ -22,7 +22,10 @@ page is counted.
 it) is copied under ``name/`` of one temporary vault, so references read ``vault/name/...``. Every
 expected reference is checked against the vault's files before the daemon starts.
 ``--offtopic FILE`` also runs off-topic messages through ``recall`` on the same index (one index
-for both on a large vault).
+for both on a large vault). ``--misses FILE`` writes one JSON line per question (its fields, the
+expected documents, and per arm and sweep value the rank of the first expected document, None
+when it is not among the returned hits, with the top five documents, their scores and boosts), so
+failures can be read by kind.
 """
 
 from __future__ import annotations
@@ -136,6 +139,7 @@ def run_queries(
     per: dict[str, list[float]] = defaultdict(list)
     lat: list[float] = []
     return_rankings: dict[str, list[str]] = {}
+    tops: dict[str, list[dict[str, Any]]] = {}  # the first five documents with their scores
     for text, qid, history in queries:
         t0 = time.perf_counter()
         if history:
@@ -153,12 +157,53 @@ def run_queries(
                 top.get("relevance", 0.0)
             )
         ranked: list[str] = []
+        tops[qid] = []
         for h in r["hits"]:
             doc = refs.get(h["reference"], h["reference"]) if refs else h["reference"]
             if doc not in ranked:
                 ranked.append(doc)
+                if len(tops[qid]) < 5:
+                    tops[qid].append(_brief(doc, h))
         return_rankings[qid] = ranked
-    return {"rankings": return_rankings, "latency": sorted(lat), "per": per}
+    return {"rankings": return_rankings, "latency": sorted(lat), "per": per, "tops": tops}
+
+
+def _brief(doc: str, hit: dict[str, Any]) -> dict[str, Any]:
+    """A hit as the per-question report shows it: the document and why it ranked there."""
+    out: dict[str, Any] = {"ref": doc, "score": round(hit.get("score", 0.0), 4)}
+    for key in ("relevance", "vecScore", "bm25Score"):
+        if hit.get(key) is not None:
+            out[key] = round(hit[key], 4)
+    if hit.get("boosts"):
+        out["boosts"] = hit["boosts"]
+    return out
+
+
+def first_rank(ranked: list[str], relevant: dict[str, int]) -> int | None:
+    """1-based rank of the first relevant document among the returned ones (None: not returned)."""
+    return next((i + 1 for i, d in enumerate(ranked) if relevant.get(d, 0) > 0), None)
+
+
+def write_misses(
+    path: Path,
+    queries: list[tuple[str, str, list[str]]],
+    qrels: dict[str, dict[str, int]],
+    per_arm: dict[str, dict[str, Any]],
+    info: dict[str, dict[str, Any]] | None,
+) -> None:
+    """One JSON line per question: its fields, then per arm the rank of the first expected document
+    (None: not among the returned hits) and the top five documents with their scores."""
+    with path.open("w", encoding="utf-8") as f:
+        for text, qid, history in queries:
+            row: dict[str, Any] = {"id": qid, "q": text, **(info or {}).get(qid, {})}
+            if history:
+                row["context"] = history
+            row["expected"] = sorted(d for d, g in qrels[qid].items() if g > 0)
+            row["arms"] = {
+                arm: {"rank": first_rank(res["rankings"][qid], qrels[qid]), "top": res["tops"][qid]}
+                for arm, res in per_arm.items()
+            }
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
 def summarise(
@@ -252,6 +297,8 @@ def evaluate(
     tempting: dict[str, set[str]] | None = None,
     offtopic: Sequence[str] = (),
     only: Sequence[str] = (),
+    misses: Path | None = None,
+    info: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     base = base or {}
     config = work / "sidecar.yaml"
@@ -265,10 +312,11 @@ def evaluate(
         out: dict[str, Any] = {"index_ready_s": round(d.wait_ready(timeout=7200, poll=2, verbose=True), 1)}
         h = d.call("health")["index"]
         out["chunks"], out["files"] = h["chunks"], h["files"]
+        per_arm: dict[str, dict[str, Any]] = {}
         for arm, text in arms.items():
             config.write_text(json.dumps(merged(base, text)))
             d.call("reload")
-            res = run_queries(d, queries, refs, qrels)
+            res = per_arm[arm] = run_queries(d, queries, refs, qrels)
             out[arm] = summarise(res["rankings"], qrels, res["latency"])
             out[arm]["calibration"] = {k: spread(v) for k, v in sorted(res["per"].items())}
             if groups:
@@ -276,6 +324,8 @@ def evaluate(
             if tempting:
                 out[arm]["tempting_in_top3"] = tempting_share(res["rankings"], qrels, tempting)
             print(arm, json.dumps(out[arm]), file=sys.stderr)
+        if misses:
+            write_misses(misses, queries, qrels, per_arm, info)
         if offtopic:  # the same index with the run's own settings: auto-injection should stay empty
             config.write_text(json.dumps(merged(base, ARMS["hybrid"])))
             d.call("reload")
@@ -318,7 +368,9 @@ def cmd_beir(args: argparse.Namespace) -> dict[str, Any]:
     work = workdir(args)
     refs = write_vault(corpus, work / "vault", with_title=not args.no_title)
     qs = [(text, qid, []) for qid, text in queries.items() if qid in qrels][: args.limit or None]
-    result = evaluate(work / "vault", work, qs, qrels, refs, args.sweep, _base(args), only=args.arms)
+    result = evaluate(
+        work / "vault", work, qs, qrels, refs, args.sweep, _base(args), only=args.arms, misses=args.misses
+    )
     return {
         "set": str(args.folder),
         "queries_from": str(args.queries or args.folder),
@@ -365,6 +417,11 @@ def cmd_questions(args: argparse.Namespace) -> dict[str, Any]:
         tempting or None,
         offtopic,
         only=args.arms,
+        misses=args.misses,
+        info={
+            str(i): {k: r[k] for k in ("kind", "lang", "source", "hub", "tempting") if k in r}
+            for i, r in enumerate(rows)
+        },
     )
     return {"questions": str(args.file), "vault": args.vault, "subset": args.subset, **result}
 
@@ -414,7 +471,9 @@ def cmd_identifiers(args: argparse.Namespace) -> dict[str, Any]:
             qid = f"{i}-{j}"
             qs.append((pattern.format(id=ident, title=title, generic=_GENERICS[kind]), qid, []))
             qrels[qid] = {ref: 1}
-    result = evaluate(vault, work, qs, qrels, None, args.sweep, _base(args), only=args.arms)
+    result = evaluate(
+        vault, work, qs, qrels, None, args.sweep, _base(args), only=args.arms, misses=args.misses
+    )
     return {"vault": args.vault, "subset": args.subset, "notes": len(notes), **result}
 
 
@@ -516,6 +575,12 @@ def main() -> None:
             action="append",
             default=[],
             help="section.key=value under every arm (repeatable), e.g. search.cosineFloor=0.8",
+        )
+        p.add_argument(
+            "--misses",
+            type=Path,
+            default=None,
+            help="write one JSON line per question: rank of the first expected document per arm, top 5",
         )
         p.add_argument("--max-tokens", type=int, default=0, help="chunking.maxTokens of the index")
         p.add_argument("--threads", type=int, default=0, help="embedder.threads of the daemon (0: cores)")
