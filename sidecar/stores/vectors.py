@@ -110,6 +110,12 @@ class VectorStore:
         self._building = False  # an index build runs outside the lock; compaction waits for it
         self._child: subprocess.Popen[str] | None = None
         self._centroid: tuple[int, np.ndarray[Any, Any] | None] = (-1, None)  # (row count, mean)
+        # Row count for the centroid check, kept between writes: count_rows on every query cost a
+        # round trip through lancedb's event loop. ``_generation`` counts writes, so a count read
+        # while a write lands is not kept.
+        self._rows: int | None = None
+        self._generation = 0
+        self._rows_lock = threading.Lock()
         self.schema = pa.schema(
             [
                 pa.field("chunk_id", pa.string()),
@@ -174,7 +180,7 @@ class VectorStore:
             schema=self.schema,
         )
         with self._lock:
-            self._wrap("add", lambda: self._table.add(data))
+            self._write("add", lambda: self._table.add(data))
             self._count_write()
 
     def delete_ids(self, chunk_ids: Sequence[str]) -> None:
@@ -187,12 +193,12 @@ class VectorStore:
         with self._lock:
             for start in range(0, len(values), 200):
                 where = _in_list(column, values[start : start + 200])
-                self._wrap("delete", lambda w=where: self._table.delete(w))
+                self._write("delete", lambda w=where: self._table.delete(w))
                 self._count_write()
 
     def clear(self) -> None:
         with self._lock:
-            self._wrap("clear", lambda: self._table.delete("true"))
+            self._write("clear", lambda: self._table.delete("true"))
             self._count_write()
 
     def drop(self) -> None:
@@ -242,6 +248,17 @@ class VectorStore:
     def count(self) -> int:
         return int(self._wrap("count", self._table.count_rows))
 
+    def _row_count(self) -> int:
+        """``count``, read again only after a write of this process (the only writer)."""
+        rows = self._rows
+        if rows is None:
+            generation = self._generation
+            rows = self.count()
+            with self._rows_lock:
+                if generation == self._generation:
+                    self._rows = rows
+        return rows
+
     def search(
         self,
         vector: np.ndarray[Any, Any],
@@ -283,7 +300,7 @@ class VectorStore:
     def centroid(self) -> np.ndarray[Any, Any] | None:
         """Mean of (a sample of) the stored vectors, kept until the table grew or shrank by a
         tenth; None below ``CENTROID_MIN_ROWS`` rows, where a mean says little."""
-        count = self.count()
+        count = self._row_count()
         known, centre = self._centroid
         if count < CENTROID_MIN_ROWS:
             return None
@@ -420,6 +437,16 @@ class VectorStore:
         """Compaction and old-version cleanup; the caller holds the lock."""
         self._wrap("optimize", lambda: self._table.optimize(cleanup_older_than=_KEEP_VERSIONS))
         self._writes = 0
+
+    def _write(self, what: str, fn: Any) -> Any:
+        """A write that changes the rows: the kept row count goes, even when the write fails
+        half-way (rows may have landed)."""
+        try:
+            return self._wrap(what, fn)
+        finally:
+            with self._rows_lock:
+                self._generation += 1
+                self._rows = None
 
     def _wrap(self, what: str, fn: Any) -> Any:
         try:
