@@ -44,21 +44,23 @@ def _config(setting: dict[str, Any], extra: dict[str, Any]) -> str:
     return json.dumps(out)
 
 
-def _hits(reply: dict[str, Any]) -> list[tuple[Any, ...]]:
-    """What must not change: every hit's reference, lines, scores, boosts and text."""
-    return [
-        (
-            h["reference"],
-            tuple(h["lines"]),
-            h["score"],
-            h.get("relevance"),
-            h.get("vecScore"),
-            h.get("bm25Score"),
-            json.dumps(h.get("boosts"), sort_keys=True),
-            h.get("text"),
-        )
-        for h in reply["hits"]
+Hits = tuple[list[tuple[Any, ...]], list[list[float]]]
+SCORES = ("score", "relevance", "vecScore", "bm25Score")
+
+
+def _hits(reply: dict[str, Any]) -> Hits:
+    """Every hit's reference, lines, boost names and text (the order), and its scores."""
+    order = [
+        (h["reference"], tuple(h["lines"]), tuple(sorted(h["boosts"])), h["text"]) for h in reply["hits"]
     ]
+    scores = [[float(h.get(k) or 0.0) for k in SCORES] for h in reply["hits"]]
+    return order, scores
+
+
+def _score_gap(a: Hits, b: Hits) -> float:
+    """The largest difference of any score of the same hit (both in the same order)."""
+    pairs = zip(a[1], b[1], strict=True)
+    return max((abs(x - y) for ra, rb in pairs for x, y in zip(ra, rb, strict=True)), default=0.0)
 
 
 class Side:
@@ -90,7 +92,7 @@ class Side:
         self.config.write_text(_config(setting, self.extra))
         self.daemon.call("reload")
 
-    def search(self, query: str) -> tuple[float, list[tuple[Any, ...]]]:
+    def search(self, query: str) -> tuple[float, Hits]:
         assert self.client is not None
         t = time.perf_counter()
         reply = self.client.call("search", {"query": query, "limit": 10})
@@ -142,6 +144,7 @@ def main() -> None:
             load_before = os.getloadavg()[0]
             lat: dict[str, list[float]] = {s.name: [] for s in sides}
             differ: set[str] = set()
+            gap = 0.0
             n = 0
             for _ in range(args.rounds):
                 for q in queries:
@@ -152,13 +155,17 @@ def main() -> None:
                         ms, hits = s.search(q)
                         lat[s.name].append(ms)
                         answers[s.name] = hits
-                    if len(answers) == 2 and answers["new"] != answers["old"]:
-                        differ.add(q)
+                    if len(answers) == 2:
+                        if answers["new"][0] != answers["old"][0]:
+                            differ.add(q)
+                        else:
+                            gap = max(gap, _score_gap(answers["new"], answers["old"]))
             row: dict[str, Any] = {"load_before": round(load_before, 2), "load_after": os.getloadavg()[0]}
             for side, values in lat.items():
                 row[f"{side}_p50_ms"], row[f"{side}_p95_ms"] = pct(values, 0.5), pct(values, 0.95)
-            if len(sides) == 2:
+            if len(sides) == 2:  # hits in another order or other hits; else how far scores moved
                 row["queries_with_other_hits"] = sorted(differ)
+                row["largest_score_difference"] = gap
             result[name] = row
             print(name, json.dumps(row), flush=True)
     finally:
