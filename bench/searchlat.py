@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, clean_env, emit, pct
+from common import ROOT, clean_env, emit, pct, rss_mb
 from core import ARM_CONFIGS, QUERIES
 
 from sidecar.clients.client import Client
@@ -135,6 +135,7 @@ def main() -> None:
         for s in sides:
             s.ready()
             result[f"{s.name}_code"] = s.code
+            print(f"{s.name} pid {s.daemon.pid} code {s.code}", flush=True)  # for a profiler
         for name in args.settings.split(","):
             for s in sides:
                 s.use(SETTINGS[name])
@@ -168,6 +169,8 @@ def main() -> None:
                 row["largest_score_difference"] = gap
             result[name] = row
             print(name, json.dumps(row), flush=True)
+        for s in sides:  # after every search: the vectors' copy in memory is part of it
+            result[f"{s.name}_rss_mb"] = rss_mb(s.daemon.pid).get("VmRSS")
     finally:
         for s in sides:
             s.stop()
