@@ -101,13 +101,21 @@ def test_new_model_is_built_while_the_old_table_serves(harness: Harness) -> None
 
 
 def test_unreadable_vector_table_is_replaced_while_running(harness: Harness) -> None:
-    """Truncated data files fail every vector search (a restart would not notice: the table opens);
-    the repair reads the table, moves it aside and re-embeds; searches use both arms again."""
+    """Truncated data files fail every vector search once the table is read again (a restart would
+    not notice: the table opens); the repair reads the table, moves it aside and re-embeds;
+    searches use both arms again."""
     harness.sweep()
-    expected = harness.stores.manifest.chunk_count()
     r = Retriever(harness.stores, harness.slot, harness.cfg.search, harness.cfg.recall)
     assert r.search(SearchRequest("spark plugs", 5, 0.0)).degraded is None
     truncate_vector_data(harness.cfg)
+    # The small table's copy in memory still answers, with the vectors it read before ...
+    assert r.search(SearchRequest("spark plugs", 5, 0.0)).hits[0].vec_score is not None
+    # ... until a write makes it read the table again.
+    write(harness.cfg.vault.path / "Late.md", "# Late\n\nWritten after the damage.\n")  # type: ignore[operator]
+    harness.sweep()
+    while harness.vectors.embed_pending():
+        pass
+    expected = harness.stores.manifest.chunk_count()
     failed = r.search(SearchRequest("spark plugs", 5, 0.0))
     assert failed.degraded and "vector search failed" in failed.degraded
     assert failed.hits[0].reference == "vault/Projects/Boat"  # keyword arm answers meanwhile

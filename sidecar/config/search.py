@@ -57,6 +57,12 @@ class SearchConfig:
         max=2.0,
     )
     candidates: int = _opt(60, "Candidates each arm fetches before fusion (at least 3x limit).", min=10)
+    query_cache: int = _opt(
+        256,
+        "Query vectors kept per model for repeated queries (an agent asking again, recall's turns). 0: off.",
+        min=0,
+        max=100_000,
+    )
     vector_weight: float = _opt(0.7, "Share of the vector arm in the fused score.", min=0.0, max=1.0)
     short_query_bm25_weight: float = _opt(
         0.5, "BM25 share for queries of one or two content words.", min=0.0, max=1.0

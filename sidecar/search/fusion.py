@@ -167,11 +167,12 @@ def fold(hits: Sequence[Scored], mode: str = "overlap") -> list[Scored]:
     if mode == "off":
         return sorted(hits, key=lambda s: -s.score)
     kept: list[Scored] = []
+    of_key: dict[str, list[int]] = {}  # positions in ``kept`` per note: a hit meets its own note only
     for hit in sorted(hits, key=lambda s: -s.score):
         merged = False
-        for i, k in enumerate(kept):
-            if k.candidate.key != hit.candidate.key:
-                continue
+        mine = of_key.setdefault(hit.candidate.key, [])
+        for i in mine:
+            k = kept[i]
             if _contains(k.candidate, hit.candidate) or (
                 mode == "overlap"
                 and not _contains(hit.candidate, k.candidate)
@@ -190,6 +191,7 @@ def fold(hits: Sequence[Scored], mode: str = "overlap") -> list[Scored]:
                 merged = True
                 break
         if not merged:
+            mine.append(len(kept))
             kept.append(hit)
     kept.sort(key=lambda s: -s.score)
     return kept

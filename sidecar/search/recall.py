@@ -109,12 +109,12 @@ def _recall_vectors(
         return None
     model = serving.model
     rc = r.recall_cfg
-    message = model.embed_query(text) if qa.words else None
+    message = r.query_vector(model, text) if qa.words else None
     if not turns:
         return [message] if message is not None else None
     # Turns are what someone said, like the message: embedded as queries (e5 models tell the two
     # apart by prefix), newest last.
-    history = np.mean([model.embed_query(t) for t in turns], axis=0)
+    history = np.mean([r.query_vector(model, t) for t in turns], axis=0)
     weight = (rc.history_weight_none, rc.history_weight_short, rc.history_weight_long)[qa.word_class]
     blended = history if message is None else (1 - weight) * message + weight * history
     blended = blended / max(float(np.linalg.norm(blended)), 1e-12)

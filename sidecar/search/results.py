@@ -3,6 +3,7 @@ public reference and masked text, and the query analysis a preview shows."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from sidecar.contracts.wire import Analysis, AnalysisFilters, Hit
@@ -13,9 +14,15 @@ from sidecar.stores.manifest import ChunkView
 from sidecar.vault.sources import public_reference
 
 
+@functools.lru_cache(maxsize=2048)  # hits repeat across queries; a chunk took 0.3-1.5 ms to mask
+def _masked(text: str) -> tuple[str, tuple[tuple[str, int], ...]]:
+    out, counts = mask(text)
+    return out, tuple(counts.items())
+
+
 def to_hit(s: Scored, view: ChunkView, agent: str | None, *, mask_secrets: bool) -> Hit:
     c = s.candidate
-    text, masked = mask(view.text) if mask_secrets else (view.text, {})
+    text, masked = _masked(view.text) if mask_secrets else (view.text, ())
     return Hit(
         reference=public_reference(view.key, agent),
         source=view.source,
@@ -28,7 +35,7 @@ def to_hit(s: Scored, view: ChunkView, agent: str | None, *, mask_secrets: bool)
         headings=tuple(view.headings),
         lines=(c.start_line, c.end_line),
         text=text,
-        masked=masked,
+        masked=dict(masked),
         agent=view.agent or None,
     )
 

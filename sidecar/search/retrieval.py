@@ -9,7 +9,9 @@ import datetime as dt
 import functools
 import logging
 import re
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -18,12 +20,13 @@ import numpy as np
 from sidecar.config import RecallConfig, SearchConfig
 from sidecar.contracts.errors import EmbedderError, StoreError
 from sidecar.contracts.wire import SOURCES, SearchResult
-from sidecar.index.vectoring import Stores
-from sidecar.model.embedder import EmbedderSlot, cosine_range
+from sidecar.index.vectoring import Stores, VectorSet
+from sidecar.model.embedder import Embedder, EmbedderSlot, cosine_range
 from sidecar.notes.links import cited_by
 from sidecar.search.fusion import Candidate, Rules, Scale, Scored, apply_rules, cap_per_note, fold, fuse
 from sidecar.search.query import Filters, QueryAnalysis, analyze, is_stopword, split_filters
 from sidecar.search.query import fold as fold_word
+from sidecar.search.querycache import QueryCache
 from sidecar.search.results import analysis_of, to_hit
 from sidecar.stores.manifest import ChunkView
 
@@ -58,6 +61,30 @@ def bm25_text(qa: QueryAnalysis) -> str:
 
 
 BmParts = list[tuple[str, float]]  # (words, weight): the message's words, then the history's
+VecList = list[tuple[str, float, float]]  # (chunk id, cosine, hubness) of one vector query
+
+# The vector arm of a search runs here while the calling thread runs the keyword arm: the model
+# and LanceDB release the GIL, so the two overlap. Shared by every Retriever of the process (the
+# tests build hundreds); as many workers as the socket has request threads by default.
+_ARM_WORKERS = 4
+_arm_pool: ThreadPoolExecutor | None = None
+_arm_pool_lock = threading.Lock()
+
+
+def _vector_pool() -> ThreadPoolExecutor:
+    global _arm_pool
+    with _arm_pool_lock:
+        if _arm_pool is None:
+            _arm_pool = ThreadPoolExecutor(max_workers=_ARM_WORKERS, thread_name_prefix="vector-arm")
+        return _arm_pool
+
+
+@dataclass(frozen=True)
+class EarlyVectors:
+    """The vector arm of a search, started before the keyword arm; for one serving table."""
+
+    serving: VectorSet
+    found: Future[list[VecList]]
 
 
 @functools.lru_cache(maxsize=65_536)  # titles repeat across queries; folding them was 4 ms a query
@@ -95,6 +122,12 @@ class Retriever:
         self.cfg = cfg
         self.recall_cfg = recall
         self.today: Callable[[], dt.date] = dt.date.today  # local day; tests pin it
+        self.queries = QueryCache(cfg.query_cache)
+
+    def query_vector(self, model: Embedder, text: str) -> np.ndarray[Any, Any]:
+        """The query's vector by ``model`` (``search.queryCache`` recent ones are kept per model)."""
+        self.queries.size = self.cfg.query_cache  # a reload may change it
+        return self.queries.vector(model, text)
 
     def vector_weight(self, qa: QueryAnalysis, rare: Sequence[str] = ()) -> float:
         """Share of the vector arm: less for short queries, for languages the model reads poorly
@@ -120,7 +153,7 @@ class Retriever:
         if self.cfg.rare_term_chunks <= 0 or serving is None or not qa.content_words:
             return ()
         words = list(dict.fromkeys(qa.content_words))
-        pieces = serving.model.count_tokens(words)
+        pieces = self.queries.pieces(serving.model, words)
         try:
             limit = self.rare_limit()
             return tuple(
@@ -147,8 +180,11 @@ class Retriever:
         weight: float,
         *,
         parts: BmParts | None = None,
-    ) -> tuple[list[tuple[str, float]], list[list[tuple[str, float, float]]], str | None]:
-        fetch = max(self.cfg.candidates, req.limit * 3) * (4 if req.filters.active else 1)
+        early: EarlyVectors | None = None,
+    ) -> tuple[list[tuple[str, float]], list[VecList], str | None]:
+        """The keyword arm's hits and each vector query's hits (``early``: a vector arm already
+        started by ``start_vectors``), and what was degraded."""
+        fetch = self._fetch(req)
         sources = req.sources
         # An arm with no share in the fused score is not run at all (recall always blends vectors).
         problems = self.stores.problems
@@ -173,8 +209,11 @@ class Retriever:
         if not qa.words and vectors is None:
             return bm, [], None
         try:
-            queries = list(vectors) if vectors is not None else [serving.model.embed_query(text)]
-            found = [serving.store.search(q, fetch, sources, req.agent) for q in queries]
+            if early is not None and early.serving is serving:
+                found = early.found.result()
+            else:  # no early start, or the serving table changed meanwhile
+                queries = list(vectors) if vectors is not None else [self.query_vector(serving.model, text)]
+                found = [serving.store.search(q, fetch, sources, req.agent) for q in queries]
             problems.clear("vector_search")
             return bm, found, bm_note
         except (EmbedderError, StoreError) as exc:
@@ -182,12 +221,29 @@ class Retriever:
             problems.report("vector_search", str(exc))
             return bm, [], f"vector search failed ({exc}); keyword results only"
 
+    def _fetch(self, req: SearchRequest) -> int:
+        return max(self.cfg.candidates, req.limit * 3) * (4 if req.filters.active else 1)
+
+    def start_vectors(self, req: SearchRequest, text: str, qa: QueryAnalysis) -> EarlyVectors | None:
+        """Embed the query and search the vector table in a helper thread, for ``arms``; None when
+        the vector arm will not run (no model yet, no words, no share whatever the rare words)."""
+        serving = self.stores.serving
+        if serving is None or not qa.words or self.vector_weight(qa) <= 0.0:
+            return None
+        fetch = self._fetch(req)
+
+        def run() -> list[VecList]:
+            query = self.query_vector(serving.model, text)
+            return [serving.store.search(query, fetch, req.sources, req.agent)]
+
+        return EarlyVectors(serving, _vector_pool().submit(run))
+
     def rank(
         self,
         req: SearchRequest,
         qa: QueryAnalysis,
         bm: list[tuple[str, float]],
-        vec_lists: list[list[tuple[str, float, float]]],
+        vec_lists: list[VecList],
         *,
         weight: float,
         rare: Sequence[str] = (),
@@ -298,16 +354,17 @@ class Retriever:
 
     def _search(self, req: SearchRequest, text: str) -> SearchResult:
         qa = analyze(text)
+        early = self.start_vectors(req, text, qa)
         rare, weight = self.plan(qa)
-        bm, vec_lists, degraded = self.arms(req, text, qa, None, weight)
+        bm, vec_lists, degraded = self.arms(req, text, qa, None, weight, early=early)
         r = self.rank(req, qa, bm, vec_lists, weight=weight, rare=rare)
         mask_secrets = self.cfg.mask_secrets
-        hits = [
-            to_hit(s, r.views[s.candidate.chunk_id], req.agent, mask_secrets=mask_secrets)
-            for s in r.ranked
-            if s.relevance >= req.min_score
-        ]
-        return SearchResult(tuple(hits[: req.limit]), degraded, analysis_of(qa, req.filters, rare))
+        # Only the hits returned are masked and built: masking every ranked candidate (a hundred
+        # and more) was the largest cost of a search after the query embedding.
+        kept = [s for s in r.ranked if s.relevance >= req.min_score][: req.limit]
+        views, agent = r.views, req.agent
+        hits = tuple(to_hit(s, views[s.candidate.chunk_id], agent, mask_secrets=mask_secrets) for s in kept)
+        return SearchResult(hits, degraded, analysis_of(qa, req.filters, rare))
 
 
 def with_filters(req: SearchRequest, inline: Filters) -> SearchRequest:

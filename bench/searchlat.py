@@ -1,0 +1,181 @@
+"""Search latency through the socket, old code against new, queries interleaved (A B A B ...) so
+both see the same machine load; and whether both answer every query with the same hits.
+
+    python bench/searchlat.py --home H --vault V                       (this checkout alone)
+    python bench/searchlat.py --home H --vault V --old-home H2 --old-code DIR
+
+``--old-code`` is a checkout (or ``git archive`` export) of the code to compare with; ``--old-home``
+a copy of ``--home`` (two daemons cannot share one home). Each side runs its daemon on its own
+home; every query goes to one, then to the other, in a rotating order. Three settings, switched
+with ``reload``: the defaults (hybrid), BM25 alone (vector share 0) and vectors alone. This
+checkout's daemon runs with ``search.queryCache: 0`` unless ``--cache``: every figure is then a
+query embedded afresh, as a distinct query would be. The load average is read before and after
+each setting (other processes share the cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from common import ROOT, clean_env, emit, pct, rss_mb
+from core import ARM_CONFIGS, QUERIES
+
+from sidecar.clients.client import Client
+from tests.daemon_process import DaemonProcess
+
+SETTINGS: dict[str, dict[str, Any]] = {
+    "hybrid": {},
+    "bm25": {"search": {"vectorWeight": 0.0, "shortQueryBm25Weight": 1.0}},
+    "vector": {"search": {"vectorWeight": 1.0, "shortQueryBm25Weight": 0.0, "foreignVectorWeight": 1.0}},
+}
+assert set(ARM_CONFIGS) < set(SETTINGS)  # the same arms as core.py's
+
+
+def _config(setting: dict[str, Any], extra: dict[str, Any]) -> str:
+    """The settings as YAML (JSON is YAML), ``extra`` merged into its sections."""
+    out: dict[str, Any] = {k: dict(v) for k, v in setting.items()}
+    for section, values in extra.items():
+        out.setdefault(section, {}).update(values)
+    return json.dumps(out)
+
+
+Hits = tuple[list[tuple[Any, ...]], list[list[float]]]
+SCORES = ("score", "relevance", "vecScore", "bm25Score")
+
+
+def _hits(reply: dict[str, Any]) -> Hits:
+    """Every hit's reference, lines, boost names and text (the order), and its scores."""
+    order = [
+        (h["reference"], tuple(h["lines"]), tuple(sorted(h["boosts"])), h["text"]) for h in reply["hits"]
+    ]
+    scores = [[float(h.get(k) or 0.0) for k in SCORES] for h in reply["hits"]]
+    return order, scores
+
+
+def _score_gap(a: Hits, b: Hits) -> float:
+    """The largest difference of any score of the same hit (both in the same order)."""
+    pairs = zip(a[1], b[1], strict=True)
+    return max((abs(x - y) for ra, rb in pairs for x, y in zip(ra, rb, strict=True)), default=0.0)
+
+
+class Side:
+    def __init__(self, name: str, home: Path, vault: Path, code: Path, extra: dict[str, Any]) -> None:
+        self.name, self.extra = name, extra
+        self.config = home.parent / f"{home.name}-searchlat.yaml"
+        self.config.write_text(_config({}, extra))
+        # `python -m` puts the working folder first on the path: the daemon starts inside ``code``.
+        self.daemon = DaemonProcess(
+            home,
+            vault,
+            ["--config", str(self.config)],
+            env={"PYTHONPATH": str(code)},
+            prefix=["env", "-C", str(code)],
+            base_env=clean_env(),
+            call_timeout=300,
+            log_level=None,
+        ).start(wait=None)
+        self.client: Client | None = None
+
+    def ready(self) -> None:
+        self.daemon.wait_ready(timeout=600, poll=0.1)
+        # What the daemon imported sidecar from (its working folder decides, see __init__).
+        self.code = os.readlink(f"/proc/{self.daemon.pid}/cwd")
+        self.client = Client(self.daemon.cfg.socket_path)
+        self.client.__enter__()
+
+    def use(self, setting: dict[str, Any]) -> None:
+        self.config.write_text(_config(setting, self.extra))
+        self.daemon.call("reload")
+
+    def search(self, query: str) -> tuple[float, Hits]:
+        assert self.client is not None
+        t = time.perf_counter()
+        reply = self.client.call("search", {"query": query, "limit": 10})
+        return (time.perf_counter() - t) * 1000, _hits(reply)
+
+    def stop(self) -> None:
+        if self.client is not None:
+            self.client.__exit__(None, None, None)
+        self.daemon.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--home", required=True, type=Path)
+    ap.add_argument("--vault", required=True, type=Path)
+    ap.add_argument("--old-home", type=Path, default=None)
+    ap.add_argument("--old-code", type=Path, default=None)
+    ap.add_argument(
+        "--questions", type=Path, default=ROOT / "bench" / "questions-help2.jsonl", help="JSONL with 'q'"
+    )
+    ap.add_argument("--core-queries", action="store_true", help="core.py's 20 short queries instead")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--cache", action="store_true", help="leave this checkout's query cache on")
+    ap.add_argument("--settings", default="hybrid,bm25,vector")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    if (args.old_home is None) != (args.old_code is None):
+        ap.error("--old-home and --old-code go together")
+    queries = (
+        QUERIES
+        if args.core_queries
+        else [json.loads(line)["q"] for line in args.questions.read_text().splitlines() if line.strip()]
+    )
+    extra = {} if args.cache else {"search": {"queryCache": 0}}
+    sides = [Side("new", args.home.resolve(), args.vault.resolve(), ROOT, extra)]
+    if args.old_home is not None:
+        sides.append(Side("old", args.old_home.resolve(), args.vault.resolve(), args.old_code.resolve(), {}))
+    result: dict[str, Any] = {"queries": len(queries), "rounds": args.rounds, "cache": args.cache}
+    try:
+        for s in sides:
+            s.ready()
+            result[f"{s.name}_code"] = s.code
+            print(f"{s.name} pid {s.daemon.pid} code {s.code}", flush=True)  # for a profiler
+        for name in args.settings.split(","):
+            for s in sides:
+                s.use(SETTINGS[name])
+            for s in sides:  # warm-up: one pass each
+                for q in queries:
+                    s.search(q)
+            load_before = os.getloadavg()[0]
+            lat: dict[str, list[float]] = {s.name: [] for s in sides}
+            differ: set[str] = set()
+            gap = 0.0
+            n = 0
+            for _ in range(args.rounds):
+                for q in queries:
+                    order = sides if n % 2 == 0 else sides[::-1]  # neither side always goes first
+                    n += 1
+                    answers = {}
+                    for s in order:
+                        ms, hits = s.search(q)
+                        lat[s.name].append(ms)
+                        answers[s.name] = hits
+                    if len(answers) == 2:
+                        if answers["new"][0] != answers["old"][0]:
+                            differ.add(q)
+                        else:
+                            gap = max(gap, _score_gap(answers["new"], answers["old"]))
+            row: dict[str, Any] = {"load_before": round(load_before, 2), "load_after": os.getloadavg()[0]}
+            for side, values in lat.items():
+                row[f"{side}_p50_ms"], row[f"{side}_p95_ms"] = pct(values, 0.5), pct(values, 0.95)
+            if len(sides) == 2:  # hits in another order or other hits; else how far scores moved
+                row["queries_with_other_hits"] = sorted(differ)
+                row["largest_score_difference"] = gap
+            result[name] = row
+            print(name, json.dumps(row), flush=True)
+        for s in sides:  # after every search: the vectors' copy in memory is part of it
+            result[f"{s.name}_rss_mb"] = rss_mb(s.daemon.pid).get("VmRSS")
+    finally:
+        for s in sides:
+            s.stop()
+    emit(result, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""The shortcuts of a search keep its answers: the in-memory exact vector search answers as
+LanceDB's query does (and sees writes), the query cache never serves another model's vector,
+and the vector arm started early gives the hits of the sequential path."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sidecar.search.querycache import QueryCache
+from sidecar.stores import vectors as vectors_mod
+from sidecar.stores.vectors import VectorStore
+from tests.conftest import FakeEmbedder
+
+DIM = 32
+
+
+def _table(tmp_path: Path, rows: int) -> tuple[VectorStore, np.ndarray]:
+    rng = np.random.default_rng(7)
+    vecs = rng.standard_normal((rows, DIM)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    store = VectorStore(tmp_path / "vectors", "test@1", DIM, "mean")
+    meta = [
+        (f"c{i:04d}", f"vault/n{i // 3}" if i % 4 else f"memory/bot{i % 3}/m{i}", "vault", "")
+        if i % 4
+        else (f"c{i:04d}", f"memory/bot{i % 3}/m{i}", "memory", f"bot{i % 3}")
+        for i in range(rows)
+    ]
+    store.add(meta, vecs)
+    return store, vecs
+
+
+def _lance(store: VectorStore, monkeypatch: pytest.MonkeyPatch, *args: object, **kw: object) -> list:
+    with monkeypatch.context() as m:
+        m.setattr(vectors_mod, "EXACT_MAX_ROWS", 0)  # forces the LanceDB query
+        return store.search(*args, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [{}, {"sources": ["vault"]}, {"agent_scope": "bot1"}, {"sources": ["memory"], "agent_scope": "bot2"}],
+)
+def test_exact_search_answers_as_lancedb_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, filters: dict[str, object]
+) -> None:
+    store, vecs = _table(tmp_path, 400)  # above CENTROID_MIN_ROWS: hubness is computed too
+    rng = np.random.default_rng(3)
+    for i in range(12):
+        q = vecs[i * 30] + 0.5 * rng.standard_normal(DIM).astype(np.float32)
+        q /= np.linalg.norm(q)
+        want = _lance(store, monkeypatch, q, 25, **filters)
+        got = store.search(q, 25, **filters)  # type: ignore[arg-type]
+        assert store._exact is not None  # the copy answered
+        assert [c for c, _, _ in got] == [c for c, _, _ in want]
+        assert np.allclose([s for _, s, _ in got], [s for _, s, _ in want], atol=1e-6)
+        assert [h for _, _, h in got] == [h for _, _, h in want]
+        assert any(h != 0.0 for _, _, h in got)
+
+
+def test_exact_search_sees_every_write(tmp_path: Path) -> None:
+    store, _ = _table(tmp_path, 50)
+    probe = np.zeros(DIM, dtype=np.float32)
+    probe[0] = 1.0
+    before = store.search(probe, 5)
+    store.add([("new", "vault/new", "vault", "")], probe[None, :])
+    assert store.search(probe, 5)[0][:2] == ("new", pytest.approx(1.0, abs=1e-6))
+    store.delete_ids(["new"])
+    assert store.search(probe, 5) == before
+    store.clear()
+    assert store.search(probe, 5) == []
+
+
+def test_large_or_indexed_tables_use_the_lancedb_query(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, vecs = _table(tmp_path, 30)
+    monkeypatch.setattr(vectors_mod, "EXACT_MAX_ROWS", 20)
+    assert store.search(vecs[0], 3)[0][0] == "c0000"
+    assert store._exact is None
+
+
+class _Counting(FakeEmbedder):
+    def __init__(self, model_id: str) -> None:
+        super().__init__()
+        self.model_id = model_id
+        self.queries: list[str] = []
+        self.counted: list[str] = []
+
+    def embed_query(self, text: str) -> np.ndarray:
+        self.queries.append(text)
+        return super().embed_query(text) * (2.0 if self.model_id.endswith("2") else 1.0)
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        self.counted.extend(texts)
+        return super().count_tokens(texts)
+
+
+def test_query_cache_serves_one_model_only() -> None:
+    cache = QueryCache(2)
+    a, b = _Counting("m@1"), _Counting("m@2")
+    first = cache.vector(a, "tomato sun")
+    assert np.array_equal(cache.vector(a, "tomato sun"), first) and a.queries == ["tomato sun"]
+    with pytest.raises(ValueError, match="read-only"):
+        first[0] = 1.0  # shared between searches: read-only
+    other = cache.vector(b, "tomato sun")  # another model: embedded by it, never the cached one
+    assert b.queries == ["tomato sun"] and np.allclose(other, 2 * first)
+    cache.vector(a, "tomato sun")
+    assert a.queries == ["tomato sun", "tomato sun"]  # switching models started over
+    cache.vector(a, "x")
+    cache.vector(a, "y")  # size 2: "tomato sun" is the least recent and goes
+    cache.vector(a, "tomato sun")
+    assert a.queries.count("tomato sun") == 3
+    assert cache.pieces(a, ["garden", "boat", "garden"]) == [1, 1, 1]
+    assert cache.pieces(a, ["boat", "bread"]) == [1, 1]
+    assert a.counted == ["garden", "boat", "bread"]
+    off = QueryCache(0)
+    off.vector(a, "q")
+    off.vector(a, "q")
+    assert a.queries.count("q") == 2
