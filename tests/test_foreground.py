@@ -133,6 +133,30 @@ def test_writers_queued_behind_the_lock_share_one_commit(harness: Harness) -> No
         assert harness.stores.bm25.search(f"zq{i}x", 5)  # committed on return
 
 
+def test_a_note_indexed_meanwhile_with_the_same_bytes_is_not_written_again(harness: Harness) -> None:
+    """A memory write and the sweep of its own file event prepare the same bytes: the second one
+    to get the lock writes nothing (no second commit), whichever it is."""
+    harness.sweep()
+    commits = 0
+    real_commit = harness.stores.bm25.commit
+
+    def counting() -> None:
+        nonlocal commits
+        commits += 1
+        real_commit()
+
+    harness.stores.bm25.commit = counting  # type: ignore[method-assign]
+    text = "# Twice\n\nprepared twice, written once\n"
+    first, second = _note(harness, "twice", text), _note(harness, "twice", text)
+    harness.indexer.writer.write([first])
+    harness.indexer.writer.write([second])
+    assert commits == 1
+    changed = _note(harness, "twice", text + "\nand then edited\n")
+    harness.indexer.writer.write([changed])
+    assert commits == 2
+    assert harness.stores.manifest.file_states_of([changed.note.key])[changed.note.key].hash == changed.hash
+
+
 @pytest.fixture
 def mem(serve_in_process: Any) -> Any:
     server = serve_in_process()

@@ -21,6 +21,7 @@ from sidecar.notes.links import aliases_of, drop_links, names_of, replace_links,
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.group import GroupCommit
 from sidecar.stores.bm25 import Bm25Doc
+from sidecar.stores.manifest import FileState
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,22 @@ class Writer:
         self.group.run(prepared, [p.note.key for p in prepared], self._write_groups)
 
     def _write_groups(self, groups: list[Sequence[Prepared]]) -> None:
-        self._write([p for g in groups for p in g])
+        prepared = [p for g in groups for p in g]
+        # A memory write and the sweep its own file event starts read the same bytes: whichever
+        # comes second finds them indexed already (checked under the lock) and writes nothing.
+        states = self.stores.manifest.file_states_of([p.note.key for p in prepared])
+        fresh = []
+        for p in prepared:
+            if _already_indexed(p, states.get(p.note.key)):  # as a sweep treats an unchanged note
+                self.stores.manifest.touch(p.note.key, p.note.mtime_ns, p.note.size)
+            else:
+                fresh.append(p)
+        if len(fresh) < len(prepared):
+            log.debug(
+                "write_skipped reason=already indexed with these bytes count=%d", len(prepared) - len(fresh)
+            )
+        if fresh:
+            self._write(fresh)
 
     def _write(self, prepared: Sequence[Prepared]) -> None:
         stores = self.stores
@@ -120,6 +136,16 @@ class Writer:
             stores.bm25.delete_all()
             stores.bm25.commit()
             self.vectors.clear()
+
+
+def _already_indexed(p: Prepared, state: FileState | None) -> bool:
+    return (
+        state is not None
+        and state.state == "indexed"
+        and p.parsed is not None
+        and p.skip_reason is None
+        and state.hash == p.hash
+    )
 
 
 def _names(keys: Sequence[str]) -> set[str]:
