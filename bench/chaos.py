@@ -14,7 +14,10 @@ Scenarios:
 - load: 32 clients run mixed search / recall / write for 2 minutes while a sweep re-indexes
   edited notes: errors, p50/p95/p99 per operation, daemon RSS before and after.
 - mixed: 16 clients, 70 % search and 30 % memory writes for 60 s on an idle daemon (searches
-  must not queue behind writes): errors, latencies, RSS before, after and settled.
+  must not queue behind writes): errors, latencies, RSS before, after and settled, the load
+  average. ``--code DIR[,KEY=VALUE...]`` (repeatable) and ``--rounds N`` run it for other source
+  trees (or settings) in turn, on copies of one index (``--mixed-cache DIR`` keeps it): an A/B is
+  ``git archive OLD | tar -x -C /tmp/old``, then ``--code /tmp/old --code .``.
 - faults, hostile: the disk-full / read-only / broken-note tests and the protocol fuzz of
   tests/reliability run repeatedly (hypothesis with 2,000 examples, 10,000 idle connections).
 """
@@ -296,13 +299,50 @@ def load(work: Path, clients: int, seconds: float, vaults: list[Path]) -> dict[s
     }
 
 
-def mixed(work: Path, clients: int, seconds: float) -> dict[str, Any]:
+def mixed(
+    work: Path, clients: int, seconds: float, codes: list[str], rounds: int, cache: Path | None = None
+) -> dict[str, Any]:
     """16 clients, 70 % search and 30 % memory writes, on an idle daemon (no sweep running): do
-    searches wait for writes? Reports latencies per op, errors and RSS before, after and settled."""
-    vault = work / "mixed-vault"
-    make_notes(vault, 1000)
-    d = _daemon(work / "mixed-home", vault)
-    d.start(timeout=1800)
+    searches wait for writes? Reports latencies per op, errors and RSS before, after and settled.
+
+    The index is built once (with this checkout's code; kept in ``cache`` for later runs if given)
+    and each run starts on a copy of it. ``codes``: source trees to run, each ``DIR`` or
+    ``DIR,KEY=VALUE,...`` (environment for that daemon, e.g. a setting); with several, the runs
+    alternate between them, ``rounds`` times, so an A/B shares one machine state as far as it can."""
+    base = cache or work
+    vault, seed = base / "mixed-vault", base / "mixed-seed"
+    if not (seed / "index").is_dir():
+        shutil.rmtree(vault, ignore_errors=True)
+        make_notes(vault, 1000)
+        d = _daemon(seed, vault)
+        d.start(timeout=1800)
+        d.wait_for(lambda h: h["index"]["phase"] == "idle" and h["index"]["pending_vectors"] == 0, 1800)
+        d.stop()
+    runs = []
+    for r in range(rounds):
+        for n, spec in enumerate(codes):
+            code, *sets = spec.split(",")
+            home = work / f"mixed-home-{r}-{n}"
+            shutil.copytree(seed, home, ignore=shutil.ignore_patterns("*.sock"))
+            # The daemon imports this tree's package, never the current directory's.
+            env = {"PYTHONPATH": str(Path(code).resolve()), "PYTHONSAFEPATH": "1"}
+            env.update(kv.split("=", 1) for kv in sets)
+            loaded = subprocess.run(
+                [sys.executable, "-c", "import sidecar; print(sidecar.__file__)"],
+                env={**clean_env(), **env},
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+            once = _mixed_once(_daemon(home, vault, env), clients, seconds)
+            runs.append({"code": spec, "imports": loaded, "round": r, **once})
+            print(json.dumps(runs[-1]), file=sys.stderr)
+            shutil.rmtree(home, ignore_errors=True)
+    return runs[0] if len(runs) == 1 else {"runs": runs}
+
+
+def _mixed_once(d: DaemonProcess, clients: int, seconds: float) -> dict[str, Any]:
+    d.start(timeout=600)
     assert d.proc is not None
     d.wait_for(lambda h: h["index"]["phase"] == "idle" and h["index"]["pending_vectors"] == 0, 600)
     alone: list[float] = []
@@ -312,8 +352,11 @@ def mixed(work: Path, clients: int, seconds: float) -> dict[str, Any]:
             c.call("search", {"query": QUERIES[i % len(QUERIES)]})
             alone.append((time.perf_counter() - t0) * 1000)
     rss_before = rss_mb(d.proc.pid)
+    load_before = os.getloadavg()[0]
     lat, errors = run_clients(d, clients, seconds, (0.7, 0.7), "Mixed")
+    load_after = os.getloadavg()[0]
     rss_after = rss_mb(d.proc.pid)
+    vectors = d.health().get("vectors", {})
     d.wait_for(lambda h: h["index"]["phase"] == "idle" and h["index"]["pending_vectors"] == 0, 600)
     time.sleep(65)
     rss_settled = rss_mb(d.proc.pid)
@@ -321,6 +364,7 @@ def mixed(work: Path, clients: int, seconds: float) -> dict[str, Any]:
     return {
         "clients": clients,
         "seconds": seconds,
+        "load_average_1m": [round(load_before, 2), round(load_after, 2)],
         "search_alone_p50_ms": pct(alone, 0.5),
         "search_alone_p99_ms": pct(alone, 0.99),
         "requests": sum(len(v) for v in lat.values()) + len(errors),
@@ -334,9 +378,12 @@ def mixed(work: Path, clients: int, seconds: float) -> dict[str, Any]:
         },
         "search_count": len(lat["search"]),
         "write_count": len(lat["write"]),
+        "embedded": vectors.get("embedded"),
+        "reused": vectors.get("reused"),
         "rss_before_mb": rss_before,
         "rss_after_mb": rss_after,
         "rss_settled_mb": rss_settled,
+        "rss_within_bound": rss_settled["VmRSS"] <= 1.1 * rss_before["VmRSS"],
     }
 
 
@@ -370,6 +417,15 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=120)
     ap.add_argument("--mixed-clients", type=int, default=16)
     ap.add_argument("--mixed-seconds", type=float, default=60)
+    ap.add_argument(
+        "--code",
+        action="append",
+        default=[],
+        help="source tree for the mixed runs, DIR or DIR,KEY=VALUE,... (repeatable, run in turn; "
+        "default: this checkout)",
+    )
+    ap.add_argument("--rounds", type=int, default=1, help="mixed runs per source tree")
+    ap.add_argument("--mixed-cache", type=Path, default=None, help="keep the mixed run's index here")
     ap.add_argument("--vault", type=Path, action="append", default=[], help="vault(s) for the load run")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None)
@@ -390,7 +446,14 @@ def main() -> None:
             result["load"] = load(work, args.clients, args.seconds, args.vault)
             emit(result, args.out)
         if "mixed" in only:
-            result["mixed"] = mixed(work, args.mixed_clients, args.mixed_seconds)
+            result["mixed"] = mixed(
+                work,
+                args.mixed_clients,
+                args.mixed_seconds,
+                args.code or [str(ROOT)],
+                args.rounds,
+                args.mixed_cache,
+            )
             emit(result, args.out)
         if "faults" in only:
             result["faults"] = pytest_runs("tests/reliability/test_faults.py", 3)

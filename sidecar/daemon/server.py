@@ -3,13 +3,15 @@
 The socket lives in a directory of mode 0700, has mode 0600, and every connection's peer UID is
 checked (SO_PEERCRED on Linux, LOCAL_PEERCRED on macOS). Requests run on thread pools so a slow
 search never stalls the loop; writes have their own pool, so searches never wait for a worker a
-write holds. Bounded: a frame over the limit is answered with an error and the connection closed;
-at ``server.maxConnections`` the longest-idle connection is closed to make room (with a ``busy``
-frame), and a new one is refused with that frame when none is idle; input beyond
-``server.maxBufferedBytes`` (summed over every connection's unfinished frame) is refused
-likewise; a request running longer than ``server.requestTimeoutSeconds`` is answered
-``timeout`` (should every worker be stuck, requests go to a fresh pool). Imports protocol and
-errors only: handlers arrive as a callable.
+write holds, and read requests in flight are counted as foreground (write-side and background
+work yields the cores to them, ``sidecar.runtime.foreground``). Bounded: a frame over the limit
+is answered with an error and the connection closed; at ``server.maxConnections`` the
+longest-idle connection is closed to make room (with a ``busy`` frame), and a new one is refused
+with that frame when none is idle; input beyond ``server.maxBufferedBytes`` (summed over every
+connection's unfinished frame) is refused likewise; a request running longer than
+``server.requestTimeoutSeconds`` is answered ``timeout`` (should every worker be stuck, requests
+go to a fresh pool). Imports protocol and errors (and the foreground count) only: handlers
+arrive as a callable.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 
 from sidecar.contracts.errors import ConfigError, DaemonRunningError, SidecarError
 from sidecar.contracts.protocol import Request, error_frame, ok_frame, parse_request, request_id_of
+from sidecar.runtime.foreground import FOREGROUND, Foreground
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +159,7 @@ class Server:
         max_buffered: int = 64 << 20,
         request_timeout: float = 120.0,
         write_workers: int = 2,
+        foreground: Foreground = FOREGROUND,
     ) -> None:
         self.dispatch = dispatch
         self.max_frame = max_frame
@@ -164,6 +168,7 @@ class Server:
         self.max_buffered = max_buffered
         self.request_timeout = request_timeout
         self.lanes = {"read": _Lane("request", workers), "write": _Lane("write", write_workers)}
+        self.foreground = foreground
         self.connections = 0
         self.buffered = 0  # bytes of unfinished frames held, over every connection
         # Connections waiting for a request with nothing buffered, oldest first (dicts keep order).
@@ -183,8 +188,15 @@ class Server:
             )
 
     async def run(self, req: Request) -> bytes:
-        """Run a request on its lane, answering ``timeout`` if it overruns its bound."""
-        lane = self.lanes["write" if req.op in WRITE_OPS else "read"]
+        """Run a request on its lane, answering ``timeout`` if it overruns its bound. A read
+        request counts as foreground from its arrival to its reply: write-side and background
+        work yields the cores to it (``sidecar.runtime.foreground``)."""
+        if req.op in WRITE_OPS:
+            return await self._run(self.lanes["write"], req)
+        with self.foreground.serving():
+            return await self._run(self.lanes["read"], req)
+
+    async def _run(self, lane: _Lane, req: Request) -> bytes:
         fut = lane.pool.submit(self.call, req)
         try:
             return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), self.request_timeout)

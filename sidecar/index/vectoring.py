@@ -5,26 +5,43 @@ the configured model differs from the serving table's, a second table is filled 
 with the new model while the old table keeps answering (queries embedded with the old model); when
 every chunk has its new vector the new table takes over and the old one is dropped. The manifest
 keeps one flag per chunk and table (``has_vector`` serving, ``has_next`` being built).
+
+A memory write embeds its own note (``embed_key``): writers queued behind one another share one
+model run and one table add, the vectors its duplicate check computed for the same texts with
+the same model are used instead of running the model again (``expect``), and the backfill leaves
+such a note's chunks alone meanwhile. Both yield to searches in flight before the model runs and
+before the table changes (bounded; ``sidecar.runtime.foreground``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from threading import Event, RLock
+from threading import Event, Lock, RLock
 from typing import Any
 
 import numpy as np
 
 from sidecar.index.problems import Problems
 from sidecar.model.embedder import Embedder
+from sidecar.runtime.foreground import FOREGROUND
+from sidecar.runtime.group import GroupCommit
 from sidecar.stores.bm25 import Bm25Index
 from sidecar.stores.manifest import Manifest
 from sidecar.stores.vectors import VectorStore
 
 log = logging.getLogger(__name__)
+
+# Waits for the searches in flight, per checkpoint: a memory write's embedding and table add (the
+# caller waits for it too), and a backfill batch (nobody waits for it).
+WRITE_YIELD_S = 0.5
+BACKFILL_YIELD_S = 2.0
+# Vectors a duplicate check computed, kept by text hash until its write embeds (bounded).
+MAX_EXPECTED = 512
 
 
 @dataclass
@@ -86,6 +103,11 @@ class Vectoring:
         self.embed_seconds = 0.0
         self.last_optimize: float | None = None
         self._unsure: set[str] = set()  # flags whose table may disagree with the manifest
+        self._claims: Counter[str] = Counter()  # keys a memory write embeds itself (the backfill skips)
+        self._expected: OrderedDict[tuple[int, str], Any] = OrderedDict()  # (id(model), hash) -> vector
+        self._expect_lock = Lock()
+        self._key_group: GroupCommit[str] = GroupCommit(Lock())
+        self.expected_used = 0  # vectors taken from a duplicate check instead of the model
 
     def notify_written(self) -> None:
         """Chunks were written: the backfill looks for pending vectors now, not at its next poll."""
@@ -166,28 +188,71 @@ class Vectoring:
         """One batch for the serving table, else for the table being built; how many were stored."""
         stores = self.stores
         if stores.serving is not None:
-            done = self._embed(stores.serving, stores.manifest.pending_vectors(batch))
+            done = self._embed(stores.serving, self._unclaimed(stores.manifest.pending_vectors(batch)))
             if done:
                 return done
         if stores.building is not None:
-            done = self._embed(stores.building, stores.manifest.pending_vectors(batch, flag="has_next"))
-            if done == 0 and stores.manifest.pending_count("has_next") == 0:
+            rows = self._unclaimed(stores.manifest.pending_vectors(batch, flag="has_next"))
+            done = self._embed(stores.building, rows)
+            if done == 0 and not self._claims and stores.manifest.pending_count("has_next") == 0:
                 self._finish_migration()
             return done
         return 0
 
+    def _unclaimed(self, rows: list[tuple[str, str, str, str]]) -> list[tuple[str, str, str, str]]:
+        """Rows the backfill may embed: not of a note whose memory write embeds it right now (both
+        would run the model for the same chunks, and only the first one's vectors are stored)."""
+        if not self._claims:
+            return rows
+        claimed = set(self._claims)
+        return [r for r in rows if r[1] not in claimed]
+
+    @contextmanager
+    def expect(
+        self, key: str, model: Embedder | None = None, vectors: Mapping[str, Any] | None = None
+    ) -> Iterator[None]:
+        """Around a memory write that embeds ``key`` itself: the backfill leaves its chunks alone,
+        and ``vectors`` (text hash -> vector, computed by ``model`` for the duplicate check) stand
+        in for the model's run on equal texts."""
+        with self._expect_lock:
+            self._claims[key] += 1
+            if model is not None and vectors:
+                for h, vec in vectors.items():
+                    self._expected[(id(model), h)] = vec
+                    self._expected.move_to_end((id(model), h))
+                while len(self._expected) > MAX_EXPECTED:
+                    self._expected.popitem(last=False)
+        try:
+            yield
+        finally:
+            with self._expect_lock:
+                self._claims[key] -= 1
+                if self._claims[key] <= 0:
+                    del self._claims[key]
+                if model is not None and vectors:
+                    for h in vectors:
+                        self._expected.pop((id(model), h), None)
+
     def embed_key(self, key: str) -> None:
-        """Vectors for one note now, in every table (a memory write is searchable on return)."""
+        """Vectors for one note now, in every table (a memory write is searchable on return).
+        Callers queued behind a running one share the next run (one model call, one add)."""
+        self._key_group.run(key, [key], self._embed_keys)
+
+    def _embed_keys(self, keys: list[str]) -> None:
         for vs in (self.stores.serving, self.stores.building):
             if vs is not None:
-                self._embed(vs, self.manifest.pending_vectors(10_000, key=key, flag=vs.flag))
+                rows = [r for k in keys for r in self.manifest.pending_vectors(10_000, key=k, flag=vs.flag)]
+                self._embed(vs, rows, WRITE_YIELD_S)
 
-    def _embed(self, vs: VectorSet, rows: list[tuple[str, str, str, str]]) -> int:
+    def _embed(
+        self, vs: VectorSet, rows: list[tuple[str, str, str, str]], wait: float = BACKFILL_YIELD_S
+    ) -> int:
         if not rows:
             return 0
         t0 = time.perf_counter()
-        vecs = self._vectors_for(vs, rows)
+        vecs = self._vectors_for(vs, rows, wait)
         stores = self.stores
+        FOREGROUND.yield_to(wait)
         with stores.write_lock:
             if vs.flag in self._unsure:
                 # A write failed half-way (disk full: rows added, flags not committed): put table
@@ -210,7 +275,7 @@ class Vectoring:
         self.embed_seconds += time.perf_counter() - t0
         return len(keep)
 
-    def _vectors_for(self, vs: VectorSet, rows: list[tuple[str, str, str, str]]) -> Any:
+    def _vectors_for(self, vs: VectorSet, rows: list[tuple[str, str, str, str]], wait: float) -> Any:
         """Vectors for rows of (chunk_id, key, embed_text, embed_hash): each distinct text is embedded
         once, and a text that already has a vector in this table (a template, a copied block, a
         moved note) reuses it instead of running the model."""
@@ -229,8 +294,16 @@ class Vectoring:
                 if vec.shape[0] == vs.store.dim:
                     known[h] = vec
                     self.kept_reused += sum(1 for x in ident if x == h)
+        if self._expected:
+            with self._expect_lock:
+                for h in first:
+                    ready = self._expected.get((id(vs.model), h)) if h not in known else None
+                    if ready is not None:
+                        known[h] = ready
+                        self.expected_used += 1
         todo = [i for h, i in first.items() if h not in known]
         if todo:
+            FOREGROUND.yield_to(wait)
             fresh = vs.model.embed_passages([rows[i][2] for i in todo])
             known.update((ident[i], fresh[n]) for n, i in enumerate(todo))
         self.reused += len(rows) - len(todo)
@@ -334,5 +407,6 @@ class Vectoring:
             "embedded": self.embedded,
             "reused": self.reused,
             "reused_after_deletion": self.kept_reused,
+            "reused_from_duplicate_check": self.expected_used,
             "kept_deleted": self.manifest.kept_count(),
         }

@@ -4,6 +4,10 @@ Per batch: the manifest marks the files ``indexing``; BM25 docs are replaced and
 vanished chunks deleted; BM25 commits; then one manifest transaction records the new chunks,
 their links and ``indexed``. Deletions mark ``deleting`` first, in the same order. A start finds
 any file still marked ``indexing`` / ``deleting`` and redoes it.
+
+Writers queued behind the write lock share one batch (group commit): one Tantivy commit and one
+manifest transaction for all of them, in the same order, and each call returns only once its
+notes are committed. Before the commit the writer yields to searches in flight (bounded).
 """
 
 from __future__ import annotations
@@ -14,9 +18,15 @@ from collections.abc import Sequence
 from sidecar.index.records import Prepared, records
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.notes.links import aliases_of, drop_links, names_of, replace_links, reresolve
+from sidecar.runtime.foreground import FOREGROUND
+from sidecar.runtime.group import GroupCommit
 from sidecar.stores.bm25 import Bm25Doc
+from sidecar.stores.manifest import FileState
 
 log = logging.getLogger(__name__)
+
+# A commit waits at most this long for the searches in flight to finish (they get the cores first).
+COMMIT_YIELD_S = 0.5
 
 
 class Writer:
@@ -30,8 +40,34 @@ class Writer:
         # (resolve_all_links): resolving after each batch as well would redo the whole vault's
         # names again and again.
         self.defer_links = False
+        self.group: GroupCommit[Sequence[Prepared]] = GroupCommit(stores.write_lock)
 
     def write(self, prepared: Sequence[Prepared]) -> None:
+        """Write a batch of notes (sharing the commit with writers queued behind the lock)."""
+        if not prepared:
+            self._write(prepared)
+            return
+        self.group.run(prepared, [p.note.key for p in prepared], self._write_groups)
+
+    def _write_groups(self, groups: list[Sequence[Prepared]]) -> None:
+        prepared = [p for g in groups for p in g]
+        # A memory write and the sweep its own file event starts read the same bytes: whichever
+        # comes second finds them indexed already (checked under the lock) and writes nothing.
+        states = self.stores.manifest.file_states_of([p.note.key for p in prepared])
+        fresh = []
+        for p in prepared:
+            if _already_indexed(p, states.get(p.note.key)):  # as a sweep treats an unchanged note
+                self.stores.manifest.touch(p.note.key, p.note.mtime_ns, p.note.size)
+            else:
+                fresh.append(p)
+        if len(fresh) < len(prepared):
+            log.debug(
+                "write_skipped reason=already indexed with these bytes count=%d", len(prepared) - len(fresh)
+            )
+        if fresh:
+            self._write(fresh)
+
+    def _write(self, prepared: Sequence[Prepared]) -> None:
         stores = self.stores
         built = [records(p, "indexed") for p in prepared]
         with stores.write_lock:
@@ -50,6 +86,7 @@ class Writer:
                 )
             if vanished:
                 self.vectors.delete_ids(vanished)
+            FOREGROUND.yield_to(COMMIT_YIELD_S)
             stores.bm25.commit()
             with stores.manifest.transaction() as db:
                 names: set[str] = set()
@@ -99,6 +136,16 @@ class Writer:
             stores.bm25.delete_all()
             stores.bm25.commit()
             self.vectors.clear()
+
+
+def _already_indexed(p: Prepared, state: FileState | None) -> bool:
+    return (
+        state is not None
+        and state.state == "indexed"
+        and p.parsed is not None
+        and p.skip_reason is None
+        and state.hash == p.hash
+    )
 
 
 def _names(keys: Sequence[str]) -> set[str]:

@@ -23,10 +23,12 @@ from sidecar.contracts.protocol import Request, check_known, param_int, param_op
 from sidecar.contracts.wire import SOURCES
 from sidecar.index.indexer import Indexer
 from sidecar.index.problems import Problems
-from sidecar.index.vectoring import Stores
+from sidecar.index.vectoring import WRITE_YIELD_S, Stores
 from sidecar.memory.inbox import Inboxes, check_agent, check_slug
 from sidecar.model.embedder import EmbedderSlot, cosine_range
 from sidecar.notes.chunking import chunk_note
+from sidecar.runtime.foreground import FOREGROUND
+from sidecar.stores.manifest import embed_hash
 from sidecar.vault.sources import Root, agent_inbox, inbox_refusal, is_note_name, public_reference
 
 log = logging.getLogger(__name__)
@@ -81,7 +83,7 @@ class MemoryOps:
         content = param_str(p, "content", max_len=self.cfg.server.max_frame_bytes)  # size: inbox checks bytes
         front_matter = p.get("frontmatter")
         self.inboxes.path_of(agent, slug)  # validates before any similarity work
-        duplicates = self._near_duplicates(agent, slug, content)
+        duplicates, fresh = self._near_duplicates(agent, slug, content)
         if duplicates and not must_exist and self.cfg.memory.write.on_duplicate == "reject":
             best = duplicates[0]
             raise DuplicateError(
@@ -97,8 +99,11 @@ class MemoryOps:
         problems.clear("memory_write")
         root = Root("memory", agent_inbox(self.cfg, agent), agent=agent)
         warning = None
+        model = self.stores.serving.model if self.stores.serving is not None else None
         try:
-            key = self.indexer.index_now(root, written.path, (written.data, written.mtime_ns))
+            # The duplicate check's vectors stand in for the model on equal chunk texts.
+            with self.indexer.vectors.expect(f"memory/{agent}/{slug}", model, fresh):
+                key = self.indexer.index_now(root, written.path, (written.data, written.mtime_ns))
         except (StoreError, EmbedderError, OSError, sqlite3.Error) as exc:
             # The note is safely on disk; the index catches up once it can be written again.
             log.error("memory_index_failed agent=%s slug=%s error=%s", agent, slug, exc)
@@ -147,8 +152,11 @@ class MemoryOps:
         why = "the embedding model is not loaded yet" if self.stores.serving is None else "it is queued"
         return True, ["keywords"], f"searchable by keywords now, by meaning once its vectors exist ({why})"
 
-    def _near_duplicates(self, agent: str, slug: str, content: str) -> list[dict[str, Any]] | None:
-        """Notes of the agent's inbox, the wiki or the vault that are copies of this one.
+    def _near_duplicates(
+        self, agent: str, slug: str, content: str
+    ) -> tuple[list[dict[str, Any]] | None, dict[str, Any]]:
+        """Notes of the agent's inbox, the wiki or the vault that are copies of this one (None: not
+        checked), and the vectors computed for it by the serving model, by chunk text hash.
 
         Like is compared with like: the note is cut into chunks as the indexer would cut it, and
         each chunk's vector is compared with the stored chunks' vectors (so the whole note counts,
@@ -157,7 +165,7 @@ class MemoryOps:
         notes' word triples where that is higher (an exact copy is 100% whatever its title)."""
         serving = self.stores.serving
         if serving is None:
-            return None  # no model yet: similarity cannot be computed
+            return None, {}  # no model yet: similarity cannot be computed
         model, vectors = serving.model, serving.store
         parsed = chunk_note(
             content,
@@ -168,13 +176,16 @@ class MemoryOps:
         )
         chunks = [c for c in parsed.chunks if c.embed][:MAX_DUPLICATE_CHUNKS]
         if not chunks:
-            return []
+            return [], {}
         own = f"memory/{agent}/{slug}"
         manifest = self.manifest
         weights = [max(c.tokens, 1) for c in chunks]
         best: dict[str, list[float]] = {}
+        fresh: dict[str, Any] = {}
         try:
+            FOREGROUND.yield_to(WRITE_YIELD_S)
             vecs = model.embed_passages([c.embed_text for c in chunks])
+            fresh = {embed_hash(c.embed_text): v for c, v in zip(chunks, vecs, strict=True)}
             for i, vec in enumerate(vecs):
                 hits = vectors.search(vec, 10, DUPLICATE_SOURCES, agent)
                 views = manifest.views([cid for cid, _sim, _hub in hits])
@@ -186,7 +197,7 @@ class MemoryOps:
                     row[i] = max(row[i], sim)
         except (EmbedderError, StoreError) as exc:
             log.warning("duplicate_check_failed error=%s", exc)
-            return None
+            return None, fresh
         threshold = self.cfg.memory.write.duplicate_threshold
         # Cosines are put on the model's own scale, from a clear match (0: the same topic) to
         # identical (1): multilingual-e5 gives 0.9 to any two notes on one subject.
@@ -210,7 +221,7 @@ class MemoryOps:
                 "byWords": round(words, 4),
             }
             for k, sim, vec, words in found
-        ]
+        ], fresh
 
     def delete(self, req: Request) -> dict[str, Any]:
         p = req.params

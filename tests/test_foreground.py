@@ -1,0 +1,228 @@
+"""Searches first: the foreground count and its bounded wait, group commit of queued writers, and a
+memory write's embedding (the duplicate check's vectors reused, the backfill kept off its chunks),
+over real stores with the fake embedder."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from sidecar.index.records import prepare
+from sidecar.runtime.foreground import FOREGROUND, Foreground
+from sidecar.runtime.group import GroupCommit
+from sidecar.vault.sources import NoteFile, Root
+from tests.conftest import FakeEmbedder, Harness
+from tests.index_helpers import search, store_counts
+
+
+def _until(cond: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.005)
+
+
+def test_yield_waits_for_requests_in_flight_and_no_longer_than_its_bound() -> None:
+    fg = Foreground()
+    assert fg.yield_to(5.0) == 0.0  # nothing in flight: no wait at all
+    release = threading.Event()
+
+    def request() -> None:
+        with fg.serving():
+            release.wait(10)
+
+    t = threading.Thread(target=request)
+    t.start()
+    _until(lambda: fg.active == 1)
+    t0 = time.monotonic()
+    assert fg.yield_to(0.2) >= 0.2  # still in flight at the bound: the work goes on anyway
+    assert fg.overrun == 1
+    timer = threading.Timer(0.1, release.set)
+    timer.start()
+    waited = fg.yield_to(5.0)  # ends when the request does, long before the bound
+    t.join()
+    assert 0.05 <= waited < 2.0
+    assert time.monotonic() - t0 < 3.0
+    assert fg.active == 0 and fg.yields == 2 and fg.overrun == 1
+
+
+def test_queued_callers_share_one_run_in_order_and_conflicts_do_not() -> None:
+    lock = threading.RLock()
+    group: GroupCommit[str] = GroupCommit(lock)
+    runs: list[list[str]] = []
+    items = ["a", "b", "c", "a2", "d"]
+    keys = {"a": ["k1"], "b": ["k2"], "c": ["k3"], "a2": ["k1"], "d": ["k4"]}
+    threads = []
+    with lock:  # every caller queues behind the lock
+        for n, it in enumerate(items, 1):
+            t = threading.Thread(target=group.run, args=(it, keys[it], runs.append))
+            t.start()
+            threads.append(t)
+            _until(lambda n=n: len(group._queue) == n)
+    for t in threads:
+        t.join(10)
+    # The first run takes the queue up to the item that shares k1 with "a"; the rest follow.
+    assert runs == [["a", "b", "c"], ["a2", "d"]]
+    assert (group.runs, group.items) == (2, 5)
+
+
+def test_an_error_of_a_shared_run_reaches_every_caller_in_it() -> None:
+    lock = threading.Lock()
+    group: GroupCommit[int] = GroupCommit(lock)
+    errors: list[BaseException] = []
+
+    def fail(_batch: list[int]) -> None:
+        raise OSError("disk full")
+
+    def call(i: int) -> None:
+        try:
+            group.run(i, [i], fail)
+        except OSError as exc:
+            errors.append(exc)
+
+    with lock:
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(3)]
+        for n, t in enumerate(threads, 1):
+            t.start()
+            _until(lambda n=n: len(group._queue) == n)
+    for t in threads:
+        t.join(10)
+    assert len(errors) == 3 and group.runs == 1
+
+
+def _note(h: Harness, slug: str, text: str) -> Any:
+    root = Root("memory", h.cfg.agents_dir / "bot" / "memory", agent="bot")
+    root.path.mkdir(parents=True, exist_ok=True)
+    path = root.path / f"{slug}.md"
+    data = text.encode()
+    note = NoteFile(root.key_of(f"{slug}.md"), root, path, f"{slug}.md", time.time_ns(), len(data))
+    p = prepare(h.cfg, note, None, data, h.indexer._count_tokens)
+    assert p is not None
+    return p
+
+
+def test_writers_queued_behind_the_lock_share_one_commit(harness: Harness) -> None:
+    """Four memory notes written while the lock is held: one Tantivy commit for all of them, and
+    each call returns with its note committed (keyword-searchable)."""
+    harness.sweep()
+    writer = harness.indexer.writer
+    commits = 0
+    real_commit = harness.stores.bm25.commit
+
+    def counting() -> None:
+        nonlocal commits
+        commits += 1
+        real_commit()
+
+    harness.stores.bm25.commit = counting  # type: ignore[method-assign]
+    notes = [_note(harness, f"n{i}", f"# N{i}\n\nqueued note zq{i}x about kayaks\n") for i in range(4)]
+    with harness.stores.write_lock:
+        threads = [threading.Thread(target=writer.write, args=([p],)) for p in notes]
+        for n, t in enumerate(threads, 1):
+            t.start()
+            _until(lambda n=n: len(writer.group._queue) == n)
+    for t in threads:
+        t.join(10)
+    assert commits == 1
+    states = harness.stores.manifest.file_states_of([p.note.key for p in notes])
+    assert [states[p.note.key].state for p in notes] == ["indexed"] * 4
+    for i in range(4):
+        assert harness.stores.bm25.search(f"zq{i}x", 5)  # committed on return
+
+
+def test_a_note_indexed_meanwhile_with_the_same_bytes_is_not_written_again(harness: Harness) -> None:
+    """A memory write and the sweep of its own file event prepare the same bytes: the second one
+    to get the lock writes nothing (no second commit), whichever it is."""
+    harness.sweep()
+    commits = 0
+    real_commit = harness.stores.bm25.commit
+
+    def counting() -> None:
+        nonlocal commits
+        commits += 1
+        real_commit()
+
+    harness.stores.bm25.commit = counting  # type: ignore[method-assign]
+    text = "# Twice\n\nprepared twice, written once\n"
+    first, second = _note(harness, "twice", text), _note(harness, "twice", text)
+    harness.indexer.writer.write([first])
+    harness.indexer.writer.write([second])
+    assert commits == 1
+    changed = _note(harness, "twice", text + "\nand then edited\n")
+    harness.indexer.writer.write([changed])
+    assert commits == 2
+    assert harness.stores.manifest.file_states_of([changed.note.key])[changed.note.key].hash == changed.hash
+
+
+@pytest.fixture
+def mem(serve_in_process: Any) -> Any:
+    server = serve_in_process()
+    model = server.harness.slot.model
+    assert isinstance(model, FakeEmbedder)
+    return server, model
+
+
+def test_a_memory_write_embeds_its_note_once(mem: Any) -> None:
+    """The duplicate check's vectors are the note's own: the model runs once per chunk text, and
+    the note is searchable by meaning on return."""
+    server, model = mem
+    model.embedded.clear()
+    with server.client(agent="bot") as c:
+        text = "# Kayak\n\nThe red kayak leaks at the bow seam.\n"
+        out = c.call("write", {"slug": "kayak", "content": text})
+    assert out["searchable"] and out["searchableBy"] == ["keywords", "meaning"]
+    texts = [t for t in model.embedded if "kayak leaks" in t]
+    assert len(texts) == 1, model.embedded
+    assert server.harness.vectors.expected_used == 1
+    chunks, docs, vectors = store_counts(server.harness)
+    assert chunks == docs == vectors
+
+
+def test_the_backfill_leaves_a_writes_own_chunks_alone(harness: Harness) -> None:
+    harness.sweep()
+    vectors = harness.vectors
+    p = _note(harness, "late", "# Late\n\nwritten and not embedded yet\n")
+    with vectors.expect(p.note.key):
+        harness.indexer.writer.write([p])
+        assert vectors.embed_pending() == 0  # the write embeds it itself
+    assert vectors.embed_pending() == 1  # once the claim is gone, the backfill would
+
+
+def test_a_memory_write_yields_to_a_search_in_flight_and_still_completes(mem: Any) -> None:
+    """While a search is in flight the write waits at its checkpoints, bounded: it returns
+    searchable all the same, and a search answers meanwhile."""
+    server, _model = mem
+    before = FOREGROUND.yields
+    release = threading.Event()
+
+    def search_in_flight() -> None:
+        with FOREGROUND.serving():
+            release.wait(10)
+
+    holder = threading.Thread(target=search_in_flight)
+    holder.start()
+    _until(lambda: FOREGROUND.active >= 1)
+    try:
+        t0 = time.monotonic()
+        with server.client(agent="bot") as c:
+            out = c.call("write", {"slug": "held", "content": "# Held\n\nwritten behind a search\n"})
+            took = time.monotonic() - t0
+            assert c.call("search", {"query": "written behind a search"})["hits"]
+    finally:
+        release.set()
+        holder.join()
+    assert out["searchable"] and out["searchableBy"] == ["keywords", "meaning"]
+    assert FOREGROUND.yields > before
+    assert 0.5 <= took < 10.0  # waited at least one checkpoint's bound, not forever
+    assert search(server.harness, "written behind a search")
+
+
+def test_a_write_is_not_foreground_and_does_not_wait_for_itself(mem: Any) -> None:
+    server, _model = mem
+    before = FOREGROUND.yields
+    with server.client(agent="bot") as c:
+        c.call("write", {"slug": "alone", "content": "# Alone\n\nno search in flight\n"})
+    assert FOREGROUND.yields == before and FOREGROUND.active == 0
