@@ -248,6 +248,7 @@ def _vectors_back(d: DaemonProcess) -> None:
     h = d.wait_for(
         lambda h: (
             "vector_search" not in _active(h)
+            and h["vectors"]["serving"] is not None  # the new table is attached, not only filled
             and h["index"]["pending_vectors"] == 0
             and any("re-embedding" in p["error"] for p in h["problems"]["recent"])
         ),
