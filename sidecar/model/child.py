@@ -4,6 +4,8 @@ refused, so that the daemon does not ask again."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
 import tempfile
@@ -62,3 +64,18 @@ def refuse(target: Path, reason: str, code: int) -> int:
     target.with_suffix(".skip").write_text(reason + "\n")
     print(reason, file=sys.stderr)
     return code
+
+
+def die_with_parent() -> None:
+    """In the child: end when the daemon that started it ends (Linux), so a killed daemon leaves no
+    conversion running beside the next start's. Elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() == 1:  # the parent was gone before the call
+        raise SystemExit(1)

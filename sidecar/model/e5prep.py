@@ -116,6 +116,7 @@ def main(argv: list[str]) -> int:
     def refuse(reason: str) -> int:
         return child.refuse(target, reason, EXIT_REFUSED)
 
+    child.die_with_parent()
     t0 = time.perf_counter()
     # Background work: the daemon's first sweep (keyword search) and its requests go first.
     with contextlib.suppress(OSError):
