@@ -104,20 +104,25 @@ def _note(h: Harness, slug: str, text: str) -> Any:
     return p
 
 
+def _count_commits(harness: Harness) -> list[int]:
+    """Count the keyword index's commits from now on (one element, updated in place)."""
+    commits = [0]
+    real_commit = harness.stores.bm25.commit
+
+    def counting() -> None:
+        commits[0] += 1
+        real_commit()
+
+    harness.stores.bm25.commit = counting  # type: ignore[method-assign]
+    return commits
+
+
 def test_writers_queued_behind_the_lock_share_one_commit(harness: Harness) -> None:
     """Four memory notes written while the lock is held: one Tantivy commit for all of them, and
     each call returns with its note committed (keyword-searchable)."""
     harness.sweep()
     writer = harness.indexer.writer
-    commits = 0
-    real_commit = harness.stores.bm25.commit
-
-    def counting() -> None:
-        nonlocal commits
-        commits += 1
-        real_commit()
-
-    harness.stores.bm25.commit = counting  # type: ignore[method-assign]
+    commits = _count_commits(harness)
     notes = [_note(harness, f"n{i}", f"# N{i}\n\nqueued note zq{i}x about kayaks\n") for i in range(4)]
     with harness.stores.write_lock:
         threads = [threading.Thread(target=writer.write, args=([p],)) for p in notes]
@@ -126,7 +131,7 @@ def test_writers_queued_behind_the_lock_share_one_commit(harness: Harness) -> No
             _until(lambda n=n: len(writer.group._queue) == n)
     for t in threads:
         t.join(10)
-    assert commits == 1
+    assert commits == [1]
     states = harness.stores.manifest.file_states_of([p.note.key for p in notes])
     assert [states[p.note.key].state for p in notes] == ["indexed"] * 4
     for i in range(4):
@@ -137,23 +142,15 @@ def test_a_note_indexed_meanwhile_with_the_same_bytes_is_not_written_again(harne
     """A memory write and the sweep of its own file event prepare the same bytes: the second one
     to get the lock writes nothing (no second commit), whichever it is."""
     harness.sweep()
-    commits = 0
-    real_commit = harness.stores.bm25.commit
-
-    def counting() -> None:
-        nonlocal commits
-        commits += 1
-        real_commit()
-
-    harness.stores.bm25.commit = counting  # type: ignore[method-assign]
+    commits = _count_commits(harness)
     text = "# Twice\n\nprepared twice, written once\n"
     first, second = _note(harness, "twice", text), _note(harness, "twice", text)
     harness.indexer.writer.write([first])
     harness.indexer.writer.write([second])
-    assert commits == 1
+    assert commits == [1]
     changed = _note(harness, "twice", text + "\nand then edited\n")
     harness.indexer.writer.write([changed])
-    assert commits == 2
+    assert commits == [2]
     assert harness.stores.manifest.file_states_of([changed.note.key])[changed.note.key].hash == changed.hash
 
 

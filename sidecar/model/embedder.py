@@ -22,7 +22,7 @@ from sidecar.model.files import ModelFiles, sha256_file
 from sidecar.model.int8prep import cache_name, ensure_prepared
 from sidecar.model.kernels import FLOAT, with_accuracy
 from sidecar.model.locate import resolve_model
-from sidecar.model.tokenizer import make_tokenizer
+from sidecar.model.tokenizer import Tokenizer, make_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +118,7 @@ class OnnxEmbedder:
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Word pieces per text, special tokens excluded, never truncated."""
-        if not texts:
-            return []
-        return [len(ids) for ids in self._tok.ids_batch(texts, add_special=False)]
+        return _count(self._tok, texts)
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids with the special tokens, cut to ``max_length`` the way the tokenizer's own
@@ -242,7 +240,11 @@ def load_model(cfg: Config, on_tokenizer: Callable[[CountTokens], None] | None =
 def tokenizer_counter(path: Path) -> CountTokens:
     """Token counts as a model with this tokenizer counts them (its specials not included)."""
     tok = make_tokenizer(path)
-    return lambda texts: [len(ids) for ids in tok.ids_batch(texts, add_special=False)]
+    return lambda texts: _count(tok, texts)
+
+
+def _count(tok: Tokenizer, texts: Sequence[str]) -> list[int]:
+    return [len(ids) for ids in tok.ids_batch(texts, add_special=False)] if texts else []
 
 
 class EmbedderSlot:

@@ -73,8 +73,8 @@ def probe(data: bytes, threads: int, rounds: int = 3) -> dict[str, Any]:
     }
     ids = np.random.default_rng(0).integers(1000, 30_000, size=(4, 128), dtype=np.int64)
     first = next(iter(sessions.values()))
-    feeds = {i.name: ids if i.name == "input_ids" else np.ones_like(ids) for i in first.get_inputs()}
-    feeds = {k: (np.zeros_like(ids) if k == "token_type_ids" else v) for k, v in feeds.items()}
+    inputs = {"input_ids": ids, "token_type_ids": np.zeros_like(ids)}  # the rest: masks, all ones
+    feeds = {i.name: inputs.get(i.name, np.ones_like(ids)) for i in first.get_inputs()}
     times: dict[int, list[float]] = {level: [] for level in sessions}
     for s in sessions.values():
         s.run(None, feeds)
