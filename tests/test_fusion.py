@@ -132,6 +132,9 @@ def test_query_content_words_in_german_and_english() -> None:
     assert qa.word_class == 2
     assert analyze("how do I record a lecture").content_words == ("record", "lecture")
     assert analyze("what is this").word_class == 0
+    # Farewells are small talk in both languages, not a topic to search for.
+    assert analyze("bye for now").word_class == 0
+    assert analyze("ok, tschau und auf Wiedersehen").word_class == 0
 
 
 def _scored(cid: str, key: str, score: float, lines: tuple[int, int] = (1, 5), **kw: object) -> Scored:
