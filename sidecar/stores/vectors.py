@@ -111,7 +111,8 @@ class _Exact:
 
 
 def _norms(vectors: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    return np.sqrt(np.einsum("ij,ij->i", vectors, vectors, dtype=np.float32))
+    norms: np.ndarray[Any, Any] = np.sqrt(np.einsum("ij,ij->i", vectors, vectors, dtype=np.float32))
+    return norms
 
 
 def _empty_copy(dim: int) -> _Exact:
