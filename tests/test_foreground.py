@@ -275,3 +275,45 @@ def test_a_crash_between_the_vector_add_and_its_flags_leaves_no_second_vector(ha
     listed = store.id_list()
     assert len(listed) == len(set(listed)) == len(manifest.all_chunk_ids())
     assert harness.vectors.embed_pending() == 0
+
+
+def test_a_search_reads_views_without_waiting_for_a_transaction_and_sees_each_commit(
+    harness: Harness,
+) -> None:
+    """Chunk views come from the reader's own connection: a transaction held open does not delay
+    them (they show the last commit), and every commit is seen by the next read of the same thread
+    (no read keeps an old snapshot)."""
+    harness.sweep()
+    manifest = harness.stores.manifest
+    view = next(iter(manifest.views(sorted(manifest.all_chunk_ids())[:1]).values()))
+    asks: list[str] = []
+    answers: list[str] = []
+    ready, answered = threading.Semaphore(0), threading.Semaphore(0)
+
+    def reader() -> None:  # one thread, so one connection, for every read below
+        while True:
+            ready.acquire()
+            if not asks:
+                return
+            asks.pop()
+            answers.append(manifest.views([view.chunk_id])[view.chunk_id].title)
+            answered.release()
+
+    def read() -> str:
+        asks.append("read")
+        ready.release()
+        assert answered.acquire(timeout=5), "the read waited for the transaction"
+        return answers.pop()
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        assert read() == view.title
+        for n in range(5):
+            with manifest.transaction() as db:
+                db.execute("UPDATE files SET title = ? WHERE key = ?", (f"Title {n}", view.key))
+                assert read() == (f"Title {n - 1}" if n else view.title)  # the last commit
+            assert read() == f"Title {n}"  # committed: seen at once
+    finally:
+        ready.release()
+        t.join(5)
