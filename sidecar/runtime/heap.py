@@ -13,6 +13,12 @@ import ctypes.util
 import sys
 
 _M_ARENA_MAX = -8  # from glibc's malloc.h
+_M_MMAP_THRESHOLD = -3
+# Allocations from this size on are mapped on their own and unmapped when freed. glibc raises
+# its threshold to the largest block freed so far (up to 32 MB), after which the MB-sized
+# buffers of every write (vector copies, Arrow batches, replies) come from the heap and stay
+# resident behind the small long-lived blocks allocated between them.
+MMAP_FROM = 1 << 20
 _libc: ctypes.CDLL | None = None
 
 
@@ -32,7 +38,10 @@ def _glibc() -> ctypes.CDLL | None:
 def limit_arenas(arenas: int = 2) -> bool:
     """Cap malloc arenas; call before native threads start (before the daemon imports its stores)."""
     libc = _glibc()
-    return bool(libc and libc.mallopt(_M_ARENA_MAX, arenas))
+    if libc is None:
+        return False
+    libc.mallopt(_M_MMAP_THRESHOLD, MMAP_FROM)
+    return bool(libc.mallopt(_M_ARENA_MAX, arenas))
 
 
 def trim() -> None:
