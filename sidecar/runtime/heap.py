@@ -3,7 +3,8 @@ elsewhere). Imports nothing from sidecar.
 
 onnxruntime, LanceDB (tokio) and Tantivy threads each get their own malloc arena by default and
 keep its high-water mark: measured here, an embedding run left 586 MB resident with the default
-arenas and 369 MB with two (BENCHMARKS.md). ``trim`` hands freed pages back after bursts.
+arenas and 369 MB with two (BENCHMARKS.md). Blocks from 1 MB are mapped on their own, so they
+leave the resident set when freed. ``trim`` hands freed pages back after bursts.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def _glibc() -> ctypes.CDLL | None:
 
 
 def limit_arenas(arenas: int = 2) -> bool:
-    """Cap malloc arenas; call before native threads start (before the daemon imports its stores)."""
+    """Cap malloc arenas and map MB-sized blocks on their own; call before native threads start
+    (before the daemon imports its stores)."""
     libc = _glibc()
     if libc is None:
         return False
