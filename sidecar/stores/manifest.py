@@ -16,6 +16,7 @@ import re
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -212,13 +213,28 @@ class Manifest(VectorBook):
         with it an old snapshot, open past its call."""
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
         if db is None:
-            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            db = self._open_reader()
+            if db is None:
+                return self._query(sql, args)
+        return db.execute(sql, args).fetchall()
+
+    def _open_reader(self) -> sqlite3.Connection | None:
+        """This thread's reader on the writer's own file; None (read through the writer) when the
+        file was deleted or replaced meanwhile (the daemon reports it; a restart repairs it) or
+        cannot be opened: a reader must never create an empty manifest or read another one."""
+        try:
+            if self.path.stat().st_ino != self.inode:
+                return None
+            uri = "file:" + urllib.parse.quote(str(self.path)) + "?mode=ro"
+            db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
             db.execute("PRAGMA query_only=ON")
             db.execute("PRAGMA cache_size=-1024")  # 1 MB a reader (the writer keeps the default)
-            with self._lock:
-                self._readers.append(db)
-            self._local.db = db
-        return db.execute(sql, args).fetchall()
+        except (OSError, sqlite3.Error):
+            return None
+        with self._lock:
+            self._readers.append(db)
+        self._local.db = db
+        return db
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
