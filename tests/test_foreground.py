@@ -4,6 +4,7 @@ over real stores with the fake embedder."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from typing import Any
@@ -14,7 +15,7 @@ from sidecar.index.records import prepare
 from sidecar.runtime.foreground import FOREGROUND, Foreground
 from sidecar.runtime.group import GroupCommit
 from sidecar.vault.sources import NoteFile, Root
-from tests.conftest import FakeEmbedder, Harness
+from tests.conftest import FakeEmbedder, Harness, write
 from tests.index_helpers import search, store_counts
 
 
@@ -223,3 +224,96 @@ def test_a_write_is_not_foreground_and_does_not_wait_for_itself(mem: Any) -> Non
     with server.client(agent="bot") as c:
         c.call("write", {"slug": "alone", "content": "# Alone\n\nno search in flight\n"})
     assert FOREGROUND.yields == before and FOREGROUND.active == 0
+
+
+def test_searches_do_not_wait_for_the_manifest_while_vectors_are_added(harness: Harness) -> None:
+    """The vector table's add (and any compaction it runs) happens outside the manifest's
+    transaction: a search's manifest read during it answers at once."""
+    harness.sweep()
+    store = harness.stores.vectors
+    assert store is not None
+    some = sorted(harness.stores.manifest.all_chunk_ids())[:3]
+    real_add = store.add
+    reads: list[float] = []
+
+    def add_while_reading(rows: Any, vecs: Any) -> None:
+        reader = threading.Thread(target=lambda: reads.append(len(harness.stores.manifest.views(some))))
+        reader.start()
+        reader.join(5)
+        assert not reader.is_alive(), "a manifest read waited for the vector add"
+        real_add(rows, vecs)
+
+    store.add = add_while_reading  # type: ignore[method-assign]
+    write(harness.cfg.vault.path / "Added.md", "# Added\n\nnew words for the table\n")  # type: ignore[operator]
+    harness.sweep()
+    assert reads == [3]
+    chunks, docs, vectors = store_counts(harness)
+    assert chunks == docs == vectors
+
+
+def test_a_crash_between_the_vector_add_and_its_flags_leaves_no_second_vector(harness: Harness) -> None:
+    """Rows added, flags not committed (the process died, or the manifest failed): the reconcile
+    (the next start's, or the next write's) flags them; no chunk gets a second vector."""
+    harness.sweep()
+    manifest = harness.stores.manifest
+    real = manifest.set_has_vector
+
+    def dies(*_a: Any, **_k: Any) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    manifest.set_has_vector = dies  # type: ignore[method-assign]
+    write(harness.cfg.vault.path / "Added.md", "# Added\n\nwords whose flags never land\n")  # type: ignore[operator]
+    harness.indexer.sweep()
+    with pytest.raises(sqlite3.OperationalError):
+        harness.vectors.embed_pending()
+    manifest.set_has_vector = real  # type: ignore[method-assign]
+    store = harness.stores.vectors
+    assert store is not None and manifest.pending_count() == 1
+    assert len(store.id_list()) == len(manifest.all_chunk_ids())  # the row landed
+    harness.vectors.attach(store, harness.slot.model)  # what the next start does
+    assert manifest.pending_count() == 0
+    listed = store.id_list()
+    assert len(listed) == len(set(listed)) == len(manifest.all_chunk_ids())
+    assert harness.vectors.embed_pending() == 0
+
+
+def test_a_search_reads_views_without_waiting_for_a_transaction_and_sees_each_commit(
+    harness: Harness,
+) -> None:
+    """Chunk views come from the reader's own connection: a transaction held open does not delay
+    them (they show the last commit), and every commit is seen by the next read of the same thread
+    (no read keeps an old snapshot)."""
+    harness.sweep()
+    manifest = harness.stores.manifest
+    view = next(iter(manifest.views(sorted(manifest.all_chunk_ids())[:1]).values()))
+    asks: list[str] = []
+    answers: list[str] = []
+    ready, answered = threading.Semaphore(0), threading.Semaphore(0)
+
+    def reader() -> None:  # one thread, so one connection, for every read below
+        while True:
+            ready.acquire()
+            if not asks:
+                return
+            asks.pop()
+            answers.append(manifest.views([view.chunk_id])[view.chunk_id].title)
+            answered.release()
+
+    def read() -> str:
+        asks.append("read")
+        ready.release()
+        assert answered.acquire(timeout=5), "the read waited for the transaction"
+        return answers.pop()
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        assert read() == view.title
+        for n in range(5):
+            with manifest.transaction() as db:
+                db.execute("UPDATE files SET title = ? WHERE key = ?", (f"Title {n}", view.key))
+                assert read() == (f"Title {n - 1}" if n else view.title)  # the last commit
+            assert read() == f"Title {n}"  # committed: seen at once
+    finally:
+        ready.release()
+        t.join(5)

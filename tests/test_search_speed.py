@@ -73,6 +73,80 @@ def test_exact_search_sees_every_write(tmp_path: Path) -> None:
     assert store.search(probe, 5) == []
 
 
+def _as_read(store: VectorStore) -> tuple:
+    """The in-memory copy as it stands, and the table read afresh, in comparable form."""
+    kept = store._exact
+    assert kept is not None and kept.generation == store._generation
+    fresh = VectorStore._read_copy(store, kept.generation)  # not through a test's counter
+    assert fresh is not None
+
+    def form(e: object) -> tuple:
+        return (
+            e.ids,  # type: ignore[attr-defined]
+            e.keys,  # type: ignore[attr-defined]
+            e.sources.tolist(),  # type: ignore[attr-defined]
+            e.agents.tolist(),  # type: ignore[attr-defined]
+            e.vectors.tobytes(),  # type: ignore[attr-defined]
+            e.norms.tobytes(),  # type: ignore[attr-defined]
+        )
+
+    return form(kept), form(fresh)
+
+
+def test_writes_keep_the_copy_in_step_without_reading_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After adds, deletions by id and by note, a compaction and a clear, the copy a search uses is
+    the table as a fresh read gives it (rows, order, vectors), and no search read the table."""
+    store, vecs = _table(tmp_path, 60)
+    store.search(vecs[0], 5)  # the one read of the table
+    reads: list[int] = []
+    read = store._read_copy
+    monkeypatch.setattr(store, "_read_copy", lambda g: reads.append(g) or read(g))
+    rng = np.random.default_rng(11)
+    for step in range(12):
+        fresh = rng.standard_normal((3, DIM)).astype(np.float32)
+        rows = [
+            (f"s{step}-{j}", f"memory/bot{step % 2}/w{step}", "memory", f"bot{step % 2}") for j in range(3)
+        ]
+        store.add(rows, fresh)
+        if step % 3 == 1:
+            store.delete_ids([f"s{step - 1}-0", f"c{step:04d}", "absent"])
+        if step % 4 == 2:
+            store.delete_keys([f"memory/bot{(step - 1) % 2}/w{step - 1}", "vault/n5"])
+        if step == 6:
+            store.optimize()
+        hits = store.search(fresh[1], 3)
+        assert hits[0][0] == f"s{step}-1" and hits[0][1] == pytest.approx(1.0, abs=1e-5)
+    assert reads == []  # every search answered from the copy the writes kept
+    kept, table = _as_read(store)
+    assert kept == table
+    store.clear()
+    assert store.search(vecs[0], 5) == [] and reads == []
+    store.add([("late", "vault/late", "vault", "")], vecs[:1])
+    kept, table = _as_read(store)
+    assert kept == table and kept[0] == ["late"]
+
+
+def test_a_failed_write_drops_the_copy_and_the_next_search_reads_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, vecs = _table(tmp_path, 20)
+    store.search(vecs[0], 3)
+    assert store._exact is not None
+
+    def broken(*_a: object, **_k: object) -> None:
+        raise OSError("disk full")
+
+    with monkeypatch.context() as m:
+        m.setattr(store._table, "add", broken)
+        with pytest.raises(vectors_mod.StoreError):
+            store.add([("x", "vault/x", "vault", "")], vecs[:1])
+    assert store._exact is None
+    assert [c for c, _, _ in store.search(vecs[3], 1)] == ["c0003"]  # read again, still right
+    assert store._exact is not None and len(store._exact.ids) == 20
+
+
 def test_large_or_indexed_tables_use_the_lancedb_query(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

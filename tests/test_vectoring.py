@@ -108,13 +108,19 @@ def test_unreadable_vector_table_is_replaced_while_running(harness: Harness) -> 
     r = Retriever(harness.stores, harness.slot, harness.cfg.search, harness.cfg.recall)
     assert r.search(SearchRequest("spark plugs", 5, 0.0)).degraded is None
     truncate_vector_data(harness.cfg)
-    # The small table's copy in memory still answers, with the vectors it read before ...
+    # The small table's copy in memory still answers, with the vectors it read before, and the
+    # writes keep it in step (they append to the table, they do not read it) ...
     assert r.search(SearchRequest("spark plugs", 5, 0.0)).hits[0].vec_score is not None
-    # ... until a write makes it read the table again.
     write(harness.cfg.vault.path / "Late.md", "# Late\n\nWritten after the damage.\n")  # type: ignore[operator]
     harness.sweep()
     while harness.vectors.embed_pending():
         pass
+    late = r.search(SearchRequest("written after the damage", 5, 0.0))
+    assert late.degraded is None and late.hits[0].reference == "vault/Late"
+    # ... until the table is read again: at the next start, or after a write that failed.
+    store = harness.stores.vectors
+    assert store is not None
+    store._changed(None)
     expected = harness.stores.manifest.chunk_count()
     failed = r.search(SearchRequest("spark plugs", 5, 0.0))
     assert failed.degraded and "vector search failed" in failed.degraded

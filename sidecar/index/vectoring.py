@@ -260,14 +260,19 @@ class Vectoring:
                 self._reconcile(vs.store, vs.flag)
                 self._unsure.discard(vs.flag)
             try:
-                with stores.manifest.transaction() as db:
-                    # Still there and still without a vector: the backfill and a memory write's
-                    # own embedding can race for the same new chunk; only the first one stores it.
-                    live = stores.manifest.still_pending([r[0] for r in rows], db, vs.flag)
-                    keep = [i for i, r in enumerate(rows) if r[0] in live]
-                    if keep:
-                        added = [(rows[i][0], rows[i][1], *source_agent(rows[i][1])) for i in keep]
-                        vs.store.add(added, vecs[keep])
+                # Still there and still without a vector: the backfill and a memory write's own
+                # embedding can race for the same new chunk; only the first one stores it. Every
+                # writer of chunks and flags holds the write lock, so the answer holds until the
+                # flags are set. The table add runs outside the manifest's transaction, which
+                # searches would wait for (tens of ms for an add, longer for a compaction); a
+                # crash between the two leaves rows without flags, which the reconcile of the
+                # next start flags (it never adds a second vector).
+                live = stores.manifest.still_pending([r[0] for r in rows], vs.flag)
+                keep = [i for i, r in enumerate(rows) if r[0] in live]
+                if keep:
+                    added = [(rows[i][0], rows[i][1], *source_agent(rows[i][1])) for i in keep]
+                    vs.store.add(added, vecs[keep])
+                    with stores.manifest.transaction() as db:
                         stores.manifest.set_has_vector([rows[i][0] for i in keep], 1, db, vs.flag)
             except BaseException:
                 self._unsure.add(vs.flag)

@@ -3,7 +3,8 @@ elsewhere). Imports nothing from sidecar.
 
 onnxruntime, LanceDB (tokio) and Tantivy threads each get their own malloc arena by default and
 keep its high-water mark: measured here, an embedding run left 586 MB resident with the default
-arenas and 369 MB with two (BENCHMARKS.md). ``trim`` hands freed pages back after bursts.
+arenas and 369 MB with two (BENCHMARKS.md). Blocks from 1 MB are mapped on their own, so they
+leave the resident set when freed. ``trim`` hands freed pages back after bursts.
 """
 
 from __future__ import annotations
@@ -13,6 +14,12 @@ import ctypes.util
 import sys
 
 _M_ARENA_MAX = -8  # from glibc's malloc.h
+_M_MMAP_THRESHOLD = -3
+# Allocations from this size on are mapped on their own and unmapped when freed. glibc raises
+# its threshold to the largest block freed so far (up to 32 MB), after which the MB-sized
+# buffers of every write (vector copies, Arrow batches, replies) come from the heap and stay
+# resident behind the small long-lived blocks allocated between them.
+MMAP_FROM = 1 << 20
 _libc: ctypes.CDLL | None = None
 
 
@@ -30,9 +37,13 @@ def _glibc() -> ctypes.CDLL | None:
 
 
 def limit_arenas(arenas: int = 2) -> bool:
-    """Cap malloc arenas; call before native threads start (before the daemon imports its stores)."""
+    """Cap malloc arenas and map MB-sized blocks on their own; call before native threads start
+    (before the daemon imports its stores)."""
     libc = _glibc()
-    return bool(libc and libc.mallopt(_M_ARENA_MAX, arenas))
+    if libc is None:
+        return False
+    libc.mallopt(_M_MMAP_THRESHOLD, MMAP_FROM)
+    return bool(libc.mallopt(_M_ARENA_MAX, arenas))
 
 
 def trim() -> None:

@@ -16,6 +16,7 @@ import re
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -161,6 +162,11 @@ class Manifest(VectorBook):
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.RLock()
+        # Searches read chunk views on connections of their own (one per thread): in WAL mode a
+        # reader sees the last commit and never waits for the writer, whose transactions hold
+        # ``_lock`` for tens of ms under a load of memory writes (a search waited up to 80 ms).
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
         try:
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -197,6 +203,38 @@ class Manifest(VectorBook):
     def close(self) -> None:
         with self._lock:
             self._db.close()
+            for reader in self._readers:
+                reader.close()
+            self._readers.clear()
+
+    def _committed(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+        """A read of what is committed, on this thread's own connection (opened on first use).
+        Every statement is read to its end (``fetchall``), so none keeps a read transaction, and
+        with it an old snapshot, open past its call."""
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            db = self._open_reader()
+            if db is None:
+                return self._query(sql, args)
+        return db.execute(sql, args).fetchall()
+
+    def _open_reader(self) -> sqlite3.Connection | None:
+        """This thread's reader on the writer's own file; None (read through the writer) when the
+        file was deleted or replaced meanwhile (the daemon reports it; a restart repairs it) or
+        cannot be opened: a reader must never create an empty manifest or read another one."""
+        try:
+            if self.path.stat().st_ino != self.inode:
+                return None
+            uri = "file:" + urllib.parse.quote(str(self.path)) + "?mode=ro"
+            db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+            db.execute("PRAGMA query_only=ON")
+            db.execute("PRAGMA cache_size=-1024")  # 1 MB a reader (the writer keeps the default)
+        except (OSError, sqlite3.Error):
+            return None
+        with self._lock:
+            self._readers.append(db)
+        self._local.db = db
+        return db
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -347,13 +385,14 @@ class Manifest(VectorBook):
         return list(self._views("c.key = ?", (key,)))
 
     def views(self, chunk_ids: Sequence[str]) -> dict[str, ChunkView]:
+        """The chunks' views as last committed (a search's read: it never waits for a writer)."""
         out: dict[str, ChunkView] = {}
         for part, marks in _in_groups(chunk_ids):
-            out.update((v.chunk_id, v) for v in self._views(f"c.chunk_id IN ({marks})", part))
+            out.update((v.chunk_id, v) for v in self._views(f"c.chunk_id IN ({marks})", part, committed=True))
         return out
 
-    def _views(self, where: str, args: Sequence[Any]) -> Iterator[ChunkView]:
-        rows = self._query(
+    def _views(self, where: str, args: Sequence[Any], *, committed: bool = False) -> Iterator[ChunkView]:
+        rows = (self._committed if committed else self._query)(
             "SELECT c.chunk_id, c.key, f.source, f.agent, f.title, c.text, c.headings, c.start_line, "
             "c.end_line, f.tags, f.mtime_ns, f.front_matter, c.has_vector "
             "FROM chunks c JOIN files f ON f.key = c.key "

@@ -113,16 +113,13 @@ class VectorBook:
     def pending_count(self, flag: str = "has_vector") -> int:
         return int(self._query(f"SELECT count(*) FROM chunks WHERE {_flag(flag)} = 0")[0][0])
 
-    def still_pending(self, chunk_ids: Sequence[str], db: sqlite3.Connection, flag: str) -> set[str]:
-        """Those of ``chunk_ids`` that exist and still wait for a vector (checked inside the write)."""
+    def still_pending(self, chunk_ids: Sequence[str], flag: str) -> set[str]:
+        """Those of ``chunk_ids`` that exist and still wait for a vector (asked under the write
+        lock, which every writer of chunks and flags holds: the answer holds until it is released)."""
         out: set[str] = set()
         for part, marks in _in_groups(chunk_ids):
-            out.update(
-                r[0]
-                for r in db.execute(
-                    f"SELECT chunk_id FROM chunks WHERE chunk_id IN ({marks}) AND {_flag(flag)} = 0", part
-                )
-            )
+            sql = f"SELECT chunk_id FROM chunks WHERE chunk_id IN ({marks}) AND {_flag(flag)} = 0"
+            out.update(r[0] for r in self._query(sql, part))
         return out
 
     def set_has_vector(

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -59,14 +59,17 @@ CENTROID_SAMPLE = 4096
 CENTROID_MIN_ROWS = 200
 # Up to this many rows and without an ANN index, a query is answered from a copy of the vectors
 # in memory (1.5 KB a row at 384 dims, 30 MB at the most) instead of by a LanceDB query, whose
-# fixed cost alone was 6 ms a query, 10 ms at 4,001 rows (numpy: 0.2 ms). The copy is read again
-# after this process wrote to the table; cosines agree with LanceDB's to one float32 step.
+# fixed cost alone was 6 ms a query, 10 ms at 4,001 rows (numpy: 0.2 ms). Cosines agree with
+# LanceDB's to one float32 step. The copy is read once; each write of this process then changes
+# it as it changes the table (rows appended, rows dropped), so no search reads the table again:
+# under a load of memory writes that read (one LanceDB scan over a fragment per write) was most
+# of a slow search's time (10-150 ms, bench/chaos.py --only mixed).
 EXACT_MAX_ROWS = 20_000
 
 
 @dataclass(frozen=True)
 class _Exact:
-    """The table in memory, as of one write generation."""
+    """The table in memory, as of one write generation (rows in the table's order)."""
 
     generation: int
     ids: list[str]
@@ -74,6 +77,47 @@ class _Exact:
     norms: np.ndarray[Any, Any]
     sources: np.ndarray[Any, Any]
     agents: np.ndarray[Any, Any]
+    keys: list[str]
+
+    def appended(self, rows: Sequence[tuple[str, str, str, str]], vectors: np.ndarray[Any, Any]) -> _Exact:
+        """This copy with rows added at the end, as LanceDB's add appends them."""
+        return _Exact(
+            self.generation,
+            self.ids + [r[0] for r in rows],
+            np.concatenate([self.vectors, vectors]),
+            np.concatenate([self.norms, _norms(vectors)]),
+            np.concatenate([self.sources, np.asarray([r[2] for r in rows], dtype=str)]),
+            np.concatenate([self.agents, np.asarray([r[3] for r in rows], dtype=str)]),
+            self.keys + [r[1] for r in rows],
+        )
+
+    def without(self, column: str, values: Sequence[str]) -> _Exact:
+        """This copy without the rows whose ``chunk_id`` or ``key`` is one of ``values``."""
+        drop = set(values)
+        names = self.ids if column == "chunk_id" else self.keys
+        keep = np.fromiter((n not in drop for n in names), dtype=bool, count=len(names))
+        if keep.all():
+            return self
+        rows = np.flatnonzero(keep).tolist()
+        return _Exact(
+            self.generation,
+            [self.ids[r] for r in rows],
+            self.vectors[keep],
+            self.norms[keep],
+            self.sources[keep],
+            self.agents[keep],
+            [self.keys[r] for r in rows],
+        )
+
+
+def _norms(vectors: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    norms: np.ndarray[Any, Any] = np.sqrt(np.einsum("ij,ij->i", vectors, vectors, dtype=np.float32))
+    return norms
+
+
+def _empty_copy(dim: int) -> _Exact:
+    none = np.zeros(0, dtype=str)
+    return _Exact(0, [], np.zeros((0, dim), dtype=np.float32), np.zeros(0, dtype=np.float32), none, none, [])
 
 
 def _sub_vectors(dim: int) -> int:
@@ -199,8 +243,9 @@ class VectorStore:
             },
             schema=self.schema,
         )
+        vecs = np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(rows), self.dim)
         with self._lock:
-            self._write("add", lambda: self._table.add(data))
+            self._write("add", lambda: self._table.add(data), lambda e: e.appended(rows, vecs))
             self._count_write()
 
     def delete_ids(self, chunk_ids: Sequence[str]) -> None:
@@ -212,13 +257,18 @@ class VectorStore:
     def _delete(self, column: str, values: Sequence[str]) -> None:
         with self._lock:
             for start in range(0, len(values), 200):
-                where = _in_list(column, values[start : start + 200])
-                self._write("delete", lambda w=where: self._table.delete(w))
+                part = values[start : start + 200]
+                where = _in_list(column, part)
+                self._write(
+                    "delete",
+                    lambda w=where: self._table.delete(w),
+                    lambda e, c=column, p=part: e.without(c, p),
+                )
                 self._count_write()
 
     def clear(self) -> None:
         with self._lock:
-            self._write("clear", lambda: self._table.delete("true"))
+            self._write("clear", lambda: self._table.delete("true"), lambda _e: _empty_copy(self.dim))
             self._count_write()
 
     def drop(self) -> None:
@@ -321,9 +371,10 @@ class VectorStore:
         return [(i, 1.0 - float(d), float(h)) for i, d, h in zip(ids, dists, hubs, strict=True)]
 
     def _exact_copy(self) -> _Exact | None:
-        """The in-memory copy for an exact search, read again after a write; None when the table
-        has an ANN index or too many rows for one."""
+        """The in-memory copy for an exact search (read when there is none, kept in step by the
+        writes); None when the table has an ANN index or too many rows for one."""
         if self.indexed:
+            self._exact = None  # the index answers now: writes stop keeping a copy
             return None
         exact = self._exact
         if exact is not None and exact.generation == self._generation:
@@ -336,30 +387,37 @@ class VectorStore:
             if exact is not None and exact.generation == self._generation:
                 return exact
             generation = self._generation  # a write landing during the read makes it stale at once
-            table = self._wrap(
-                "scan",
-                lambda: (
-                    self._table.search()
-                    .select(["chunk_id", "source", "agent", "vector"])
-                    .limit(None)
-                    .to_arrow()
-                ),
-            )
-            if table.num_rows > EXACT_MAX_ROWS:
-                self._exact = None
-                return None
-            flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
-            vectors = np.ascontiguousarray(np.asarray(flat, dtype=np.float32).reshape(-1, self.dim))
-            exact = _Exact(
-                generation,
-                table.column("chunk_id").to_pylist(),
-                vectors,
-                np.sqrt(np.einsum("ij,ij->i", vectors, vectors, dtype=np.float32)),
-                np.asarray(table.column("source").to_pylist(), dtype=str),
-                np.asarray(table.column("agent").to_pylist(), dtype=str),
-            )
-            self._exact = exact
+            exact = self._read_copy(generation)
+            with self._rows_lock:
+                if generation == self._generation:  # else a write landed meanwhile: its copy stands
+                    self._exact = exact
+                    self._rows = len(exact.ids) if exact is not None else self._rows
             return exact
+
+    def _read_copy(self, generation: int) -> _Exact | None:
+        """The whole table read into memory (None above ``EXACT_MAX_ROWS`` rows)."""
+        table = self._wrap(
+            "scan",
+            lambda: (
+                self._table.search()
+                .select(["chunk_id", "key", "source", "agent", "vector"])
+                .limit(None)
+                .to_arrow()
+            ),
+        )
+        if table.num_rows > EXACT_MAX_ROWS:
+            return None
+        flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        vectors = np.ascontiguousarray(np.asarray(flat, dtype=np.float32).reshape(-1, self.dim))
+        return _Exact(
+            generation,
+            table.column("chunk_id").to_pylist(),
+            vectors,
+            _norms(vectors),
+            np.asarray(table.column("source").to_pylist(), dtype=str),
+            np.asarray(table.column("agent").to_pylist(), dtype=str),
+            table.column("key").to_pylist(),
+        )
 
     def _search_exact(
         self,
@@ -545,15 +603,31 @@ class VectorStore:
         self._wrap("optimize", lambda: self._table.optimize(cleanup_older_than=_KEEP_VERSIONS))
         self._writes = 0
 
-    def _write(self, what: str, fn: Any) -> Any:
-        """A write that changes the rows: the kept row count goes, even when the write fails
-        half-way (rows may have landed)."""
+    def _write(self, what: str, fn: Any, change: Any = None) -> Any:
+        """A write that changes the rows; the caller holds the lock. ``change`` makes the same
+        change to the in-memory copy, which (and the row count) is then still current; a write
+        that failed, even half-way (rows may have landed), drops both, so they are read again."""
+        exact = self._exact
+        current = exact if exact is not None and exact.generation == self._generation else None
         try:
-            return self._wrap(what, fn)
+            out = self._wrap(what, fn)
+        except BaseException:
+            self._changed(None)
+            raise
+        after = None
+        try:
+            if change is not None and current is not None:
+                after = change(current)
         finally:
-            with self._rows_lock:
-                self._generation += 1
-                self._rows = None
+            self._changed(after if after is not None and len(after.ids) <= EXACT_MAX_ROWS else None)
+        return out
+
+    def _changed(self, exact: _Exact | None) -> None:
+        """A write landed: the next generation, with its copy (None: read it again if needed)."""
+        with self._rows_lock:
+            self._generation += 1
+            self._exact = replace(exact, generation=self._generation) if exact is not None else None
+            self._rows = len(exact.ids) if exact is not None else None
 
     def _wrap(self, what: str, fn: Any) -> Any:
         try:
