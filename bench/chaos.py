@@ -16,8 +16,9 @@ Scenarios:
 - mixed: 16 clients, 70 % search and 30 % memory writes for 60 s on an idle daemon (searches
   must not queue behind writes): errors, latencies, RSS before, after and settled, the load
   average; then a second identical load on the same daemon (the same notes rewritten) and its
-  settled RSS, which tells growth with the data from growth without it. ``--code DIR[,KEY=VALUE...]`` (repeatable) and ``--rounds N`` run it for other source
-  trees (or settings) in turn, on copies of one index (``--mixed-cache DIR`` keeps it): an A/B is
+  settled RSS, which tells growth with the data from growth without it.
+  ``--code DIR[,KEY=VALUE...]`` (repeatable) and ``--rounds N`` run it for other source trees
+  (or settings) in turn, on copies of one index (``--mixed-cache DIR`` keeps it): an A/B is
   ``git archive OLD | tar -x -C /tmp/old``, then ``--code /tmp/old --code .``.
 - faults, hostile: the disk-full / read-only / broken-note tests and the protocol fuzz of
   tests/reliability run repeatedly (hypothesis with 2,000 examples, 10,000 idle connections).
