@@ -275,7 +275,7 @@ def load(work: Path, clients: int, seconds: float, vaults: list[Path]) -> dict[s
     rss_after = rss_mb(d.proc.pid)
     # Settled: the sweep and the re-embedding it caused are done and the minute's malloc_trim ran;
     # only then does a higher RSS than before the load mean memory that stays.
-    d.wait_for(lambda h: h["index"]["phase"] == "idle" and h["index"]["pending_vectors"] == 0, 600)
+    d.wait_for(_idle, 600)
     time.sleep(65)
     rss_settled = rss_mb(d.proc.pid)
     d.stop()
@@ -318,7 +318,7 @@ def mixed(
         make_notes(vault, 1000)
         d = _daemon(seed, vault)
         d.start(timeout=1800)
-        d.wait_for(lambda h: h["index"]["phase"] == "idle" and h["index"]["pending_vectors"] == 0, 1800)
+        d.wait_for(_idle, 1800)
         d.stop()
     runs = []
     for r in range(rounds):
@@ -343,10 +343,23 @@ def mixed(
     return runs[0] if len(runs) == 1 else {"runs": runs}
 
 
+def _idle(h: dict[str, Any]) -> bool:
+    """No sweep running and every chunk embedded."""
+    return bool(h["index"]["phase"] == "idle" and h["index"]["pending_vectors"] == 0)
+
+
+def _settled_rss(d: DaemonProcess) -> dict[str, float]:
+    """RSS once the daemon is idle again and 65 s more have passed."""
+    assert d.proc is not None
+    d.wait_for(_idle, 600)
+    time.sleep(65)
+    return rss_mb(d.proc.pid)
+
+
 def _mixed_once(d: DaemonProcess, clients: int, seconds: float) -> dict[str, Any]:
     d.start(timeout=600)
     assert d.proc is not None
-    d.wait_for(lambda h: h["index"]["phase"] == "idle" and h["index"]["pending_vectors"] == 0, 600)
+    d.wait_for(_idle, 600)
     alone: list[float] = []
     with d.client() as c:
         for i in range(100):
@@ -359,16 +372,12 @@ def _mixed_once(d: DaemonProcess, clients: int, seconds: float) -> dict[str, Any
     load_after = os.getloadavg()[0]
     rss_after = rss_mb(d.proc.pid)
     vectors = d.health().get("vectors", {})
-    d.wait_for(lambda h: h["index"]["phase"] == "idle" and h["index"]["pending_vectors"] == 0, 600)
-    time.sleep(65)
-    rss_settled = rss_mb(d.proc.pid)
+    rss_settled = _settled_rss(d)
     # The first load adds 320 notes (16 agents x 20 slugs) to the index, so part of its growth is
     # data. A second identical load rewrites the same notes: what it adds is growth without data,
     # the figure that tells bounded memory from a leak.
     lat2, errors2 = run_clients(d, clients, seconds, (0.7, 0.7), "Mixed")
-    d.wait_for(lambda h: h["index"]["phase"] == "idle" and h["index"]["pending_vectors"] == 0, 600)
-    time.sleep(65)
-    rss_again = rss_mb(d.proc.pid)
+    rss_again = _settled_rss(d)
     d.stop()
     return {
         "clients": clients,
