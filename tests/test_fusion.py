@@ -271,3 +271,45 @@ def test_clipped_scores_tie_break_on_the_raw_evidence() -> None:
     ]
     out = fuse(cands, vector_weight=0.7, source_boosts={}, scale=Scale(0.1, 0.6, 20.0))
     assert out[0].score == out[1].score and out[0].candidate.chunk_id == "strong"
+
+
+def test_follow_up_cues_in_both_languages() -> None:
+    """A message that opens with a conjunction or points back continues an earlier turn; a
+    question that stands on its own does not. German "das" before a noun is an article and
+    capitalised "Sie" the polite "you", not words pointing back."""
+    for text in (
+        "and how often?",
+        "what does it cost?",
+        "how do I fold them?",
+        "does this work on Android too?",
+        "und seine Frau?",
+        "geht das auch offline?",
+        "aber wie oft?",
+        "kann ich da meine eigene Adresse verwenden?",
+        "wie bekomme ich sie wieder heraus?",
+    ):
+        assert analyze(text).refers_back, text
+    for text in (
+        "how do I record a lecture",
+        "change the date format of daily notes",
+        "wie ändere ich das Datumsformat",
+        "Können Sie mir die Tastenkürzel zeigen?",
+        "Wie erstelle ich eine Base?",
+        "",
+    ):
+        assert not analyze(text).refers_back, text
+
+
+def test_a_message_pointing_back_takes_more_history() -> None:
+    """The history share of one content-word class lower, unless recall.followUpCues is off."""
+    from sidecar.config import RecallConfig
+    from sidecar.search.recall import history_weight
+
+    rc = RecallConfig()
+    assert history_weight(rc, analyze("what does the sync service cost")) == rc.history_weight_long
+    assert history_weight(rc, analyze("what does it cost")) == rc.history_weight_none
+    long_follow_up = analyze("and how does the sync service count devices")
+    assert history_weight(rc, long_follow_up) == rc.history_weight_short
+    assert history_weight(rc, analyze("and how often?")) == rc.history_weight_none
+    off = RecallConfig(follow_up_cues=False)
+    assert history_weight(off, analyze("what does it cost")) == off.history_weight_short

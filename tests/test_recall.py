@@ -140,3 +140,39 @@ def test_why_explains_rank_and_absence(running: DaemonProcess) -> None:
     assert "hit #1" in text and "vec=" in text
     preview = running.run_cli("preview", "When does the restic backup of the NAS run?", check=True).stdout
     assert '"contentWords"' in preview and "wiki/Backups" in preview and "<recalled-notes>" in preview
+
+
+def test_a_message_pointing_back_is_steered_by_the_history(daemon_factory: Any, tmp_path: Path) -> None:
+    """A follow-up that opens with "und" continues the previous turn: with the follow-up cue the
+    history takes the larger share and the archive tool's note comes first; with
+    recall.followUpCues off, the message's own words ("Dateien", "heraus") pull the file manager's
+    note above it."""
+    vault = tmp_path / "cues"
+    write(
+        vault / "wiki" / "tar.md",
+        "# tar\n\nArchivierungstool für Dateien. Erstelle ein Archiv aus einem Ordner: "
+        "`tar cf ziel.tar ordner`. Entpacke ein Archiv: `tar xf quelle.tar`.\n",
+    )
+    write(
+        vault / "wiki" / "Dateiexplorer.md",
+        "# Dateiexplorer\n\nDer Dateiexplorer zeigt alle Dateien und Ordner des Vaults. Ziehe Dateien "
+        "heraus, verschiebe oder lösche sie.\n",
+    )
+    write(vault / "Garden.md", "# Garten\n\nTomaten brauchen jeden Tag Sonne und Wasser.\n")
+    cfg = tmp_path / "cues.yaml"
+    cfg.write_text("recall:\n  followUpCues: true\n")
+    d: DaemonProcess = daemon_factory(vault, name="cues-home", extra=["--config", str(cfg)]).start()
+    d.wait_for(lambda h: h["index"]["pending_vectors"] == 0)
+    params = {
+        "message": "und wie bekomme ich die Dateien wieder heraus?",
+        "history": ["Wie packe ich einen Ordner in ein tar-Archiv?"],
+        "preview": True,
+    }
+    on = d.call("recall", params, agent="claude")
+    cfg.write_text("recall:\n  followUpCues: false\n")
+    d.call("reload")
+    off = d.call("recall", params, agent="claude")
+    assert on["analysis"]["refersBack"] is True and on["analysis"]["historyShare"] == 0.4
+    assert off["analysis"]["historyShare"] == 0.2
+    assert on["hits"] and on["hits"][0]["reference"] == "wiki/tar"
+    assert not off["hits"] or off["hits"][0]["reference"] != "wiki/tar"

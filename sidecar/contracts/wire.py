@@ -53,6 +53,8 @@ class Analysis:
     chronicle: bool
     filters: AnalysisFilters
     history_turns: int | None = None  # recall only
+    history_share: float | None = None  # recall with history: the turns' share of the query
+    refers_back: bool | None = None  # recall: the message continues an earlier turn
     time_phrase_ignored: str | None = None  # a time phrase whose window held nothing
 
 
@@ -154,6 +156,10 @@ def analysis_json(a: Analysis) -> dict[str, Any]:
     }
     if a.history_turns is not None:
         out["historyTurns"] = a.history_turns
+    if a.history_share is not None:
+        out["historyShare"] = a.history_share
+    if a.refers_back is not None:
+        out["refersBack"] = a.refers_back
     if a.time_phrase_ignored:
         out["timePhraseIgnored"] = a.time_phrase_ignored
     return out
@@ -254,6 +260,8 @@ def parse_analysis(d: Mapping[str, Any]) -> Analysis:
             time_phrase=f.get("timePhrase"),
         ),
         history_turns=d.get("historyTurns"),
+        history_share=d.get("historyShare"),
+        refers_back=d.get("refersBack"),
         time_phrase_ignored=d.get("timePhraseIgnored"),
     )
 

@@ -260,6 +260,7 @@ class QueryAnalysis:
     content_words: tuple[str, ...]
     chronicle: bool = False  # about when/what changed: logs are not demoted
     language: str | None = None  # "de" or "en" when the words say so
+    refers_back: bool = False  # continues an earlier turn ("and how often?", "geht das auch?")
 
     @property
     def word_class(self) -> int:
@@ -294,6 +295,28 @@ def language(text: str, words: tuple[str, ...]) -> str | None:
     return "de" if de > en else ("en" if en > de else None)
 
 
+_OPENERS = _words_file("followup-openers.txt")
+_REFS = _words_file("followup-refs.txt")
+
+
+def refers_back(words: tuple[str, ...]) -> bool:
+    """Whether a message continues an earlier turn: it opens with a conjunction ("and", "und",
+    "aber") or holds a word pointing back ("it", "them", "too", "seine", "dort", "auch"). German
+    "das" counts as a pronoun when no capitalised noun follows it ("geht das auch?", not "das
+    Datumsformat"), "sie" when written in lower case ("Sie" is the polite "you")."""
+    if not words:
+        return False
+    if words[0].lower() in _OPENERS:
+        return True
+    for i, w in enumerate(words):
+        low = w.lower()
+        if low in _REFS or (w == "sie" and i > 0):
+            return True
+        if low == "das" and (i + 1 == len(words) or not words[i + 1][:1].isupper()):
+            return True
+    return False
+
+
 # "karl's", "don't", "geht's": the clitic is not a word of its own (it was the content word "s").
 _CLITIC = re.compile(r"(?<=\w)['’](?:s|t|re|ve|ll|d|m)\b", re.IGNORECASE)
 
@@ -302,4 +325,6 @@ def analyze(text: str) -> QueryAnalysis:
     text = unicodedata.normalize("NFC", text)
     words = tuple(_WORD.findall(_CLITIC.sub("", text)))
     content = tuple(w for w in words if not is_stopword(w))
-    return QueryAnalysis(text, words, content, is_chronicle(text, words), language(text, words))
+    return QueryAnalysis(
+        text, words, content, is_chronicle(text, words), language(text, words), refers_back(words)
+    )

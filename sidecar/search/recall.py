@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from sidecar.config import RecallConfig
 from sidecar.contracts.wire import SearchResult
 from sidecar.search.context import render_block
 from sidecar.search.query import QueryAnalysis, analyze, split_filters
@@ -83,9 +84,24 @@ def _recall(
         to_hit(s, views[s.candidate.chunk_id], req.agent, mask_secrets=mask_secrets)
         for s in kept[: req.limit]
     )
-    analysis = replace(analysis_of(qa, req.filters, rare), history_turns=len(turns))
+    analysis = replace(
+        analysis_of(qa, req.filters, rare),
+        history_turns=len(turns),
+        history_share=history_weight(rc, qa) if turns else None,
+        refers_back=qa.refers_back,
+    )
     block = render_block(hits, req.token_budget or rc.token_budget, count_tokens)
     return SearchResult(hits, degraded, analysis, context=block)
+
+
+def history_weight(rc: RecallConfig, qa: QueryAnalysis) -> float:
+    """The previous turns' share by the message's content-word class; a message that refers back
+    ("what does it cost?") counts one class lower, because its own words alone name the wrong
+    thing (the cost of anything at all)."""
+    cls = qa.word_class
+    if rc.follow_up_cues and qa.refers_back:
+        cls = max(0, cls - 1)
+    return (rc.history_weight_none, rc.history_weight_short, rc.history_weight_long)[cls]
 
 
 def _recall_parts(r: Retriever, qa: QueryAnalysis, turns: list[str]) -> BmParts:
@@ -96,7 +112,7 @@ def _recall_parts(r: Retriever, qa: QueryAnalysis, turns: list[str]) -> BmParts:
     words = [w for t in reversed(turns) for w in analyze(t).content_words]
     history = " ".join(list(dict.fromkeys(w.lower() for w in words))[: rc.history_words])
     if history:
-        weight = (rc.history_weight_none, rc.history_weight_short, rc.history_weight_long)[qa.word_class]
+        weight = history_weight(rc, qa)
         parts.append((history, 1.0 if not parts else weight))
     return parts
 
@@ -115,7 +131,7 @@ def _recall_vectors(
     # Turns are what someone said, like the message: embedded as queries (e5 models tell the two
     # apart by prefix), newest last.
     history = np.mean([r.query_vector(model, t) for t in turns], axis=0)
-    weight = (rc.history_weight_none, rc.history_weight_short, rc.history_weight_long)[qa.word_class]
+    weight = history_weight(rc, qa)
     blended = history if message is None else (1 - weight) * message + weight * history
     blended = blended / max(float(np.linalg.norm(blended)), 1e-12)
     # A message with content words also runs alone; each query is fused on its own.
