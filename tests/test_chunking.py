@@ -27,7 +27,9 @@ def test_heading_path_and_line_ranges() -> None:
     assert by_text["diesel only"].headings == ("Boat", "Engine", "Fuel")
     fuel = by_text["diesel only"]
     assert (fuel.start_line, fuel.end_line) == (9, 11)
-    assert fuel.embed_text.startswith("Boat\nBoat › Engine › Fuel\n")
+    # The heading path without the H1 that repeats the title; the heading line not again.
+    assert fuel.embed_text == "Boat\nEngine › Fuel\ndiesel only"
+    assert fuel.text == "### Fuel\ndiesel only"
 
 
 def test_chunks_never_exceed_budget_and_overlap() -> None:
@@ -174,3 +176,21 @@ def test_chunk_token_counts_add_up_to_the_model_tokenizers() -> None:
     real = model.count_tokens([c.embed_text for c in note.chunks])
     assert [c.tokens for c in note.chunks] == real
     assert max(real) <= 64
+
+
+def test_the_embed_text_says_each_line_once() -> None:
+    """An H1 named like the note, a heading line under its own heading path and a lead paragraph
+    that is the front matter's description are shown and keyword-indexed, but the model reads
+    each of them once; a chunk of nothing but such lines still embeds them."""
+    text = (
+        "---\ndescription: Keep the boat running.\n---\n# Boat\n\nKeep the boat running.\n\n"
+        "More about the hull.\n\n## Engine\n\nspark plugs\n"
+    )
+    note = chunk_note(text, title="Boat", count_tokens=words)
+    first, engine = note.chunks
+    assert first.embed_text == "Boat\nKeep the boat running.\nMore about the hull."
+    assert "# Boat" in first.text and "Keep the boat running." in first.text
+    assert engine.embed_text == "Boat\nEngine\nspark plugs" and engine.text == "## Engine\nspark plugs"
+    assert engine.tokens == len(engine.embed_text.split())
+    only = chunk_note("# Solo\n\nSolo\n", title="Solo", count_tokens=words).chunks[0]
+    assert only.embed_text == "Solo\n# Solo\nSolo"

@@ -278,3 +278,40 @@ def test_file_vanishing_between_scan_and_read(harness: Harness, monkeypatch: pyt
     assert summary["changed"] == 4
     assert "vault/Fleeting" not in {f[0] for f in harness.stores.manifest.list_files("1", ())}
     assert harness.sweep()["changed"] == 0
+
+
+def test_other_chunking_is_redone_and_unchanged_chunks_keep_their_vectors(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An index cut with other chunking settings (or by another chunker version) is cut again
+    at the next start: every note re-read once, no duplicate or stale chunk, and a chunk whose
+    embed text stays the same is not embedded again."""
+    long_note = "# Log\n\n" + "\n\n".join(f"Entry {i}: the pump was checked and oiled." for i in range(40))
+    write(vault / "Log.md", long_note + "\n")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    h.indexer.reparse_if_chunking_changed()  # a new index: records today's chunking
+    h.sweep()
+    before = h.stores.manifest.chunk_ids("vault/Log")
+    assert h.stores.manifest.get_meta("chunker") is not None
+    # Another chunker version wrote this index: everything is read again, nothing re-embedded.
+    h.stores.manifest.set_meta("chunker", "1:200:0.2")
+    model = h.slot.model
+    assert isinstance(model, FakeEmbedder)
+    model.embedded.clear()
+    with caplog.at_level("INFO"):
+        h.indexer.reparse_if_chunking_changed()
+    assert "index_rechunk notes=5" in caplog.text
+    assert h.sweep()["changed"] == 5
+    assert model.embedded == [] and h.stores.manifest.chunk_ids("vault/Log") == before
+    h.close()
+    # Smaller chunks: the long note is cut again, its old chunks leave every store.
+    h = Harness(make_cfg(vault, **{"chunking.maxTokens": 60}), FakeEmbedder())
+    h.indexer.reparse_if_chunking_changed()
+    h.sweep()
+    after = h.stores.manifest.chunk_ids("vault/Log")
+    assert len(after) > len(before) and not after & before
+    chunks, docs, vectors = store_counts(h)
+    assert chunks == docs == vectors
+    h.indexer.reparse_if_chunking_changed()  # recorded: the next start reads nothing again
+    assert h.sweep()["changed"] == 0
+    h.close()

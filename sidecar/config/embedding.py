@@ -11,7 +11,11 @@ from sidecar.config.fields import _opt, camel, section
 @section
 class ChunkingConfig:
     max_tokens: int = _opt(
-        200, "Largest chunk in model tokens, title and heading path included.", min=32, max=8192
+        200,
+        "Largest chunk in model tokens, title and heading path included. A change cuts every note "
+        "again at the next start (chunks whose text stays the same keep their vectors).",
+        min=32,
+        max=8192,
     )
     overlap: float = _opt(0.2, "Share of a chunk repeated at the start of the next one.", min=0.0, max=0.5)
 

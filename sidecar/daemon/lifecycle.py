@@ -93,6 +93,7 @@ class Daemon:
         parts = self.parts = build(cfg, self.slot, beat=beat)
         indexer, problems, vectors = parts.indexer, parts.problems, parts.vectors
         indexer.finish_interrupted()
+        indexer.reparse_if_chunking_changed()
         loop = self.loop = IndexLoop(cfg, indexer, self.slot, problems, stop=self.stop, beat=beat)
         watcher = self.watcher = build_watcher(cfg, loop.changed, self.stop)
         handlers = self._handlers(parts, loop, watcher)
@@ -254,6 +255,7 @@ def index_once(
     try:
         load_embedder(cfg, slot)
         indexer.finish_interrupted()
+        indexer.reparse_if_chunking_changed()
         if slot.model is not None:
             attach(cfg, vectors, slot.model, parts.problems)
         if rebuild:

@@ -24,6 +24,7 @@ from sidecar.index.repair import check_bm25
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.index.writes import Writer
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
+from sidecar.notes.chunking import CHUNKER_VERSION
 from sidecar.vault.ignore import IgnoreRules
 from sidecar.vault.sources import NoteFile, Root
 from sidecar.vault.supervisor import Supervisor
@@ -191,6 +192,20 @@ class Indexer:
         if pending:
             log.info("reconcile_deletions count=%d", len(pending))
             self.delete(pending)
+
+    def reparse_if_chunking_changed(self) -> None:
+        """Notes cut by another chunker version or other chunking settings are read and cut again
+        by the next sweep (chunks whose embed text stays the same keep their vectors; the rest are
+        embedded again in the background), so the index converges on today's chunking."""
+        chunking = self.cfg.chunking
+        want = f"{CHUNKER_VERSION}:{chunking.max_tokens}:{chunking.overlap}"
+        have = self.manifest.get_meta("chunker")
+        if have == want:
+            return
+        notes = self.manifest.reread_all()  # none in a new index
+        if notes:
+            log.info("index_rechunk notes=%d old=%s new=%s", notes, have or "unrecorded", want)
+        self.manifest.set_meta("chunker", want)
 
     def clear(self) -> None:
         """Forget everything indexed (for a rebuild); the next sweep reads every note again."""

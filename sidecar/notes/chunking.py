@@ -27,6 +27,25 @@ CountTokens = Callable[[Sequence[str]], list[int]]
 
 _MIN_BUDGET = 24
 
+# Bumped whenever the same note would be cut or embedded differently: an index made by another
+# version re-reads every note once (``stores.manifest`` keeps the version with the settings).
+# 2: the embed text says each line once (no H1 repeating the title, no heading line repeating the
+#    heading path, no first paragraph repeating the description).
+CHUNKER_VERSION = 2
+
+
+def _norm(line: str) -> str:
+    """A line as compared for repeats: without heading marks, case and outer space."""
+    return line.strip().lstrip("#").strip().casefold()
+
+
+def _prefix(title: str, headings: Sequence[str], description: str = "") -> str:
+    """What every chunk of a section starts with: the note's title, its heading path (without a
+    heading that only repeats the title, as an H1 named like the file does) and, for the first
+    chunk, the description."""
+    path = [h for h in headings if _norm(h) != _norm(title)]
+    return title + ("\n" + " › ".join(path) if path else "") + ("\n" + description if description else "")
+
 
 @dataclass(frozen=True)
 class Chunk:
@@ -127,7 +146,7 @@ def chunk_note(
     count = _Counter(count_tokens)
     # Ask the tokenizer about every block and every section's prefix at once (one batch per
     # note, not one call per piece or section).
-    prefixes = [note_title + ("\n" + " › ".join(s.headings) if s.headings else "") for s in sections]
+    prefixes = [_prefix(note_title, s.headings) for s in sections]
     count(
         ["\n".join(readable[b.start : b.end]).strip("\n") for s in sections for b in s.blocks]
         + prefixes
@@ -143,13 +162,11 @@ def chunk_note(
             continue
         blocks = carry + section.blocks
         carry = []
-        prefix = note_title + ("\n" + " › ".join(section.headings) if section.headings else "")
-        if not chunks and description:
-            prefix += "\n" + description
+        prefix = _prefix(note_title, section.headings, description if not chunks else "")
         chunks.extend(_pack(blocks, readable, section.headings, prefix, first_ord=len(chunks), spec=spec))
     if carry:  # trailing headings with no content still deserve a chunk
         heads = sections[-1].headings
-        prefix = note_title + ("\n" + " › ".join(heads) if heads else "")
+        prefix = _prefix(note_title, heads)
         chunks.extend(_pack(carry, readable, heads, prefix, first_ord=len(chunks), spec=spec))
     if not chunks:  # an empty note (or front matter only) is still findable by its title
         body = description
@@ -242,7 +259,12 @@ def _pack(
             j += 1
         group = pieces[i:j]
         body = "\n".join(p.text for p in group)
-        embed = f"{prefix}\n{body}"
+        # The model sees each line once: a heading line or paragraph that repeats the prefix (the
+        # section's heading, an H1 named like the note, a lead paragraph that is the description)
+        # is shown and keyword-indexed, not embedded twice.
+        said = _said(prefix, headings)
+        fresh = [p for p in group if _norm(p.text) not in said] or group
+        embed = prefix + "\n" + "\n".join(p.text for p in fresh)
         out.append(
             Chunk(
                 ord=first_ord + len(out),
@@ -253,7 +275,7 @@ def _pack(
                 embed_text=embed,
                 # The model's pre-tokenizer splits at whitespace, so the pieces (joined by line
                 # breaks) and the prefix add up exactly: no second pass over the text.
-                tokens=prefix_tokens + used,
+                tokens=prefix_tokens + sum(p.tokens for p in fresh),
             )
         )
         if j >= len(pieces):
@@ -270,6 +292,11 @@ def _pack(
                 pieces.insert(j, tail)
         i = back
     return out
+
+
+def _said(prefix: str, headings: Sequence[str]) -> frozenset[str]:
+    """Lines a chunk's prefix already says: its own lines and each heading of the path."""
+    return frozenset(_norm(x) for x in (*prefix.split("\n"), *headings) if _norm(x))
 
 
 def _tail(piece: _Piece, keep: int, count: CountTokens) -> _Piece | None:

@@ -265,6 +265,12 @@ class Manifest(VectorBook):
         with self.transaction() as db:
             db.execute("INSERT OR REPLACE INTO meta(name, value) VALUES (?, ?)", (name, value))
 
+    def reread_all(self) -> int:
+        """Make every note look changed (stat and hash forgotten): the next sweep reads and cuts it
+        again, while its chunks stay searchable until then. Returns how many notes."""
+        with self.transaction() as db:
+            return int(db.execute("UPDATE files SET mtime_ns = 0, hash = ''").rowcount)
+
     # --- files ---------------------------------------------------------------------------
 
     def file_states(self, prefix: str = "") -> dict[str, FileState]:
