@@ -181,3 +181,25 @@ def test_a_message_pointing_back_is_steered_by_the_history(daemon_factory: Any, 
         return scores.get("wiki/tar", 0.0) - scores.get("wiki/Dateiexplorer", 0.0)
 
     assert lead(on) > lead(off) + 0.1
+
+
+def test_a_model_that_cannot_read_the_message_needs_the_keywords(daemon_factory: Any, tmp_path: Path) -> None:
+    """With the English-only MiniLM, German small talk finds some cosine for anything; recall then
+    asks the keywords to match as clearly as it asks of the cosine otherwise: the small talk
+    injects nothing, a German question naming the note's words still recalls it."""
+    vault = tmp_path / "minilm"
+    write(vault / "wiki" / "Backups.md", "# Backups\n\nWe back up the NAS with restic every night at 2am.\n")
+    write(
+        vault / "wiki" / "Datensicherung.md",
+        "# Datensicherung\n\nDie Datensicherung des NAS läuft jede Nacht um zwei Uhr mit restic.\n",
+    )
+    write(vault / "Kochen.md", "# Rezepte\n\nLinsensuppe: Linsen, Karotten, Zwiebeln, Brühe.\n")
+    write(vault / "Abend.md", "# Abendroutine\n\nAm Abend das Handy weglegen und lesen.\n")
+    cfg = tmp_path / "minilm.yaml"
+    cfg.write_text("embedder:\n  model: all-MiniLM-L6-v2\n")
+    d: DaemonProcess = daemon_factory(vault, name="minilm-home", extra=["--config", str(cfg)]).start()
+    d.wait_for(lambda h: h["index"]["pending_vectors"] == 0 and h["embedder"]["state"] == "ok")
+    for message in ("ich bin gleich wieder da", "alles klar, bis später", "hmm, na gut, dann halt nicht"):
+        assert d.call("recall", {"message": message}, agent="claude")["context"] == "", message
+    r = d.call("recall", {"message": "Wann läuft die Datensicherung mit restic?"}, agent="claude")
+    assert r["hits"] and r["hits"][0]["reference"] == "wiki/Datensicherung"

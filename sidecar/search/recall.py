@@ -13,6 +13,7 @@ import numpy as np
 from sidecar.config import RecallConfig
 from sidecar.contracts.wire import SearchResult
 from sidecar.search.context import render_block
+from sidecar.search.fusion import Scored
 from sidecar.search.query import QueryAnalysis, analyze, split_filters
 from sidecar.search.results import analysis_of, to_hit
 from sidecar.search.retrieval import BmParts, Retriever, SearchRequest, bm25_text, with_filters
@@ -67,17 +68,23 @@ def _recall(
     # ticket number, a host name: a rare word with a digit) was named, not guessed, and passes
     # it. Rare plain words do not ("haiku", "Danke" found a page each in the help vault).
     named = any(any(ch.isdigit() for ch in w) for w in rare)
+    # A model that does not read the message's language (MiniLM and German) finds some cosine for
+    # any text, small talk included: there the keywords must match as clearly instead.
+    reads = r.reads(qa)
+
+    def similar(s: Scored) -> bool:
+        if not reads:
+            bm = s.candidate.bm25
+            return bm is not None and ranking.scale.bm25(bm, 0.0) >= rc.min_similarity
+        if s.candidate.vec is not None:
+            return ranking.scale.vec(s.candidate.vec) >= rc.min_similarity
+        return degraded is not None
+
     kept = [
         s
         for s in ranking.ranked
         if (named and "rareTerm" in s.boosts)  # named, not guessed: neither floor applies
-        or (
-            s.relevance >= floor
-            and (
-                (s.candidate.vec is not None and ranking.scale.vec(s.candidate.vec) >= rc.min_similarity)
-                or (s.candidate.vec is None and degraded is not None)
-            )
-        )
+        or (s.relevance >= floor and similar(s))
     ]
     mask_secrets = r.cfg.mask_secrets
     hits = tuple(

@@ -129,12 +129,17 @@ class Retriever:
         self.queries.size = self.cfg.query_cache  # a reload may change it
         return self.queries.vector(model, text)
 
+    def reads(self, qa: QueryAnalysis) -> bool:
+        """Whether the model reads the query's language (``embedder.languages``); undecided counts
+        as read."""
+        return not qa.language or "all" in self.languages or qa.language in self.languages
+
     def vector_weight(self, qa: QueryAnalysis, rare: Sequence[str] = ()) -> float:
         """Share of the vector arm: less for short queries, for languages the model reads poorly
         and for queries naming something rare the model cannot read (see ``rare_words``)."""
         cfg = self.cfg
         weight = 1.0 - cfg.short_query_bm25_weight if qa.word_class == 1 else cfg.vector_weight
-        if qa.language and "all" not in self.languages and qa.language not in self.languages:
+        if not self.reads(qa):
             weight = min(weight, cfg.foreign_vector_weight)
         if rare:
             weight = min(weight, cfg.rare_term_vector_weight)
