@@ -135,6 +135,10 @@ def test_query_content_words_in_german_and_english() -> None:
     # Farewells are small talk in both languages, not a topic to search for.
     assert analyze("bye for now").word_class == 0
     assert analyze("ok, tschau und auf Wiedersehen").word_class == 0
+    # So are the chat frame's "later" and "soon" ("bis später", "bin gleich wieder da").
+    assert analyze("alles klar, bis später").word_class == 0
+    assert analyze("ich bin gleich wieder da").word_class == 0
+    assert analyze("ok, later then").word_class == 0 and analyze("soon!").word_class == 0
 
 
 def _scored(cid: str, key: str, score: float, lines: tuple[int, int] = (1, 5), **kw: object) -> Scored:

@@ -69,13 +69,13 @@ def _recall(
     # it. Rare plain words do not ("haiku", "Danke" found a page each in the help vault).
     named = any(any(ch.isdigit() for ch in w) for w in rare)
     # A model that does not read the message's language (MiniLM and German) finds some cosine for
-    # any text, small talk included: there the keywords must match as clearly instead.
+    # any text, small talk included: there the keywords must match as clearly as well.
     reads = r.reads(qa)
 
     def similar(s: Scored) -> bool:
-        if not reads:
-            bm = s.candidate.bm25
-            return bm is not None and ranking.scale.bm25(bm, 0.0) >= rc.min_similarity
+        bm = s.candidate.bm25
+        if not reads and (bm is None or ranking.scale.bm25(bm, 0.0) < rc.min_similarity):
+            return False
         if s.candidate.vec is not None:
             return ranking.scale.vec(s.candidate.vec) >= rc.min_similarity
         return degraded is not None
