@@ -298,9 +298,12 @@ def test_other_chunking_is_redone_and_unchanged_chunks_keep_their_vectors(
     model = h.slot.model
     assert isinstance(model, FakeEmbedder)
     model.embedded.clear()
+    mtimes = {k: st.mtime_ns for k, st in h.stores.manifest.file_states().items()}
     with caplog.at_level("INFO"):
         h.indexer.reparse_if_chunking_changed()
     assert "index_rechunk notes=5" in caplog.text
+    # Until the sweep, the notes keep their mtime (date filters read it).
+    assert {k: st.mtime_ns for k, st in h.stores.manifest.file_states().items()} == mtimes
     assert h.sweep()["changed"] == 5
     assert model.embedded == [] and h.stores.manifest.chunk_ids("vault/Log") == before
     h.close()

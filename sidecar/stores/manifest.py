@@ -266,10 +266,11 @@ class Manifest(VectorBook):
             db.execute("INSERT OR REPLACE INTO meta(name, value) VALUES (?, ?)", (name, value))
 
     def reread_all(self) -> int:
-        """Make every note look changed (stat and hash forgotten): the next sweep reads and cuts it
-        again, while its chunks stay searchable until then. Returns how many notes."""
+        """Make every note look changed (a size no file has, the hash forgotten): the next sweep
+        reads and cuts it again, while its chunks stay searchable until then. The mtime stays: date
+        filters read it for notes without a date of their own. Returns how many notes."""
         with self.transaction() as db:
-            return int(db.execute("UPDATE files SET mtime_ns = 0, hash = ''").rowcount)
+            return int(db.execute("UPDATE files SET size = -1, hash = ''").rowcount)
 
     # --- files ---------------------------------------------------------------------------
 
