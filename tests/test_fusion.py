@@ -278,19 +278,21 @@ def test_clipped_scores_tie_break_on_the_raw_evidence() -> None:
 
 
 def test_follow_up_cues_in_both_languages() -> None:
-    """A message that opens with a conjunction or points back continues an earlier turn; a
-    question that stands on its own does not. German "das" before a noun is an article and
-    capitalised "Sie" the polite "you", not words pointing back."""
+    """A message that opens with a conjunction or points back before its topic (or at the end of
+    a short one) continues an earlier turn; a question that stands on its own does not. German
+    "das" before a noun is an article and capitalised "Sie" the polite "you", not words pointing
+    back."""
     for text in (
         "and how often?",
         "what does it cost?",
         "how do I fold them?",
         "does this work on Android too?",
         "und seine Frau?",
-        "geht das auch offline?",
+        "und geht das auch offline?",
+        "das auch?",
         "aber wie oft?",
         "kann ich da meine eigene Adresse verwenden?",
-        "wie bekomme ich sie wieder heraus?",
+        "und wie bekomme ich sie wieder heraus?",
     ):
         assert analyze(text).refers_back, text
     for text in (
@@ -299,6 +301,10 @@ def test_follow_up_cues_in_both_languages() -> None:
         "wie ändere ich das Datumsformat",
         "Können Sie mir die Tastenkürzel zeigen?",
         "Wie erstelle ich eine Base?",
+        # A pointing word after the topic belongs to it: no earlier turn is needed.
+        "jump to a file quickly by typing its name",
+        "Unter Debian ein Paket auf seiner Version festhalten, damit ein Upgrade es nicht anfasst",
+        "Wie definiere ich ein Trait und implementiere es für einen Typ?",
         "",
     ):
         assert not analyze(text).refers_back, text

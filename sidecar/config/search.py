@@ -150,7 +150,8 @@ class RecallConfig:
     min_similarity: float = _opt(
         0.4,
         "Hits whose calibrated cosine to the message (0 unrelated, 1 a clear match; see "
-        "search.cosineFloor) is below this stay out (keeps small talk empty).",
+        "search.cosineFloor) is below this stay out (keeps small talk empty); for a message in a "
+        "language the model does not read (embedder.languages), its calibrated BM25 score too.",
         min=0.0,
         max=1.0,
     )

@@ -301,18 +301,27 @@ _REFS = _words_file("followup-refs.txt")
 
 def refers_back(words: tuple[str, ...]) -> bool:
     """Whether a message continues an earlier turn: it opens with a conjunction ("and", "und",
-    "aber") or holds a word pointing back ("it", "them", "too", "seine", "dort", "auch"). German
-    "das" counts as a pronoun when no capitalised noun follows it ("geht das auch?", not "das
+    "aber"), or a word pointing back ("it", "them", "too", "seine", "dort", "auch") comes before
+    its first content word ("what does it cost?", "geht das auch offline?") or ends a message of
+    at most two content words ("how do I fold them?"). Later in a longer message such a word
+    belongs to the message's own topic ("jump to a file by typing its name", "damit ein Upgrade es
+    nicht anfasst"). German "das" counts as a pronoun when no capitalised word follows it (not "das
     Datumsformat"), "sie" when written in lower case ("Sie" is the polite "you")."""
     if not words:
         return False
     if words[0].lower() in _OPENERS:
         return True
+    content = [i for i, w in enumerate(words) if not is_stopword(w) and w.lower() not in _REFS]
+    first = content[0] if content else len(words)
+    last = len(words) - 1
     for i, w in enumerate(words):
         low = w.lower()
-        if low in _REFS or (w == "sie" and i > 0):
-            return True
-        if low == "das" and (i + 1 == len(words) or not words[i + 1][:1].isupper()):
+        pointing = (
+            low in _REFS
+            or (w == "sie" and i > 0)
+            or (low == "das" and (i == last or not words[i + 1][:1].isupper()))
+        )
+        if pointing and (i < first or (i == last and len(content) <= 2)):
             return True
     return False
 

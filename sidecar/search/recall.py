@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 
 from sidecar.config import RecallConfig
+from sidecar.contracts.errors import StoreError
 from sidecar.contracts.wire import SearchResult
 from sidecar.search.context import render_block
-from sidecar.search.fusion import Scored
+from sidecar.search.fusion import Scale, Scored
 from sidecar.search.query import QueryAnalysis, analyze, split_filters
 from sidecar.search.results import analysis_of, to_hit
 from sidecar.search.retrieval import BmParts, Retriever, SearchRequest, bm25_text, with_filters
@@ -69,12 +70,14 @@ def _recall(
     # it. Rare plain words do not ("haiku", "Danke" found a page each in the help vault).
     named = any(any(ch.isdigit() for ch in w) for w in rare)
     # A model that does not read the message's language (MiniLM and German) finds some cosine for
-    # any text, small talk included: there the keywords must match as clearly as well.
-    reads = r.reads(qa)
+    # any text, small talk included: there the keywords must match as clearly as well, measured
+    # against the message's own words (or the turns' for a message without content words), not
+    # against everything the conversation said.
+    keywords = Scale(bm25_ideal=_own_ideal(r, parts)) if not r.reads(qa) else None
 
     def similar(s: Scored) -> bool:
         bm = s.candidate.bm25
-        if not reads and (bm is None or ranking.scale.bm25(bm, 0.0) < rc.min_similarity):
+        if keywords is not None and (bm is None or keywords.bm25(bm, 0.0) < rc.min_similarity):
             return False
         if s.candidate.vec is not None:
             return ranking.scale.vec(s.candidate.vec) >= rc.min_similarity
@@ -94,11 +97,24 @@ def _recall(
     analysis = replace(
         analysis_of(qa, req.filters, rare),
         history_turns=len(turns),
-        history_share=history_weight(rc, qa) if turns else None,
+        # the turns' share of the query vector (all of it when the message has no words)
+        history_share=(history_weight(rc, qa) if qa.words else 1.0) if turns else None,
         refers_back=qa.refers_back,
     )
     block = render_block(hits, req.token_budget or rc.token_budget, count_tokens)
     return SearchResult(hits, degraded, analysis, context=block)
+
+
+def _own_ideal(r: Retriever, parts: BmParts) -> float:
+    """The ideal BM25 score of the first keyword part: the message's words (or, for a message
+    without content words, the turns'); 0 when unknown, so nothing passes on keywords."""
+    if not parts:
+        return 0.0
+    text, weight = parts[0]
+    try:
+        return weight * r.stores.bm25.ideal_score(text)
+    except StoreError:
+        return 0.0
 
 
 def history_weight(rc: RecallConfig, qa: QueryAnalysis) -> float:
