@@ -248,6 +248,10 @@ def _pack(
             else:
                 for part in _split_long(line_text, budget, count):
                     pieces.append(_Piece(ln, ln + 1, part, count([part])[0]))
+    # The model sees each line once: a heading line or paragraph that repeats the prefix (the
+    # section's heading, an H1 named like the note, a lead paragraph that is the description) is
+    # shown and keyword-indexed, not embedded twice.
+    said = _said(prefix, headings)
     out: list[Chunk] = []
     keep = int(budget * overlap)
     i = 0
@@ -259,10 +263,6 @@ def _pack(
             j += 1
         group = pieces[i:j]
         body = "\n".join(p.text for p in group)
-        # The model sees each line once: a heading line or paragraph that repeats the prefix (the
-        # section's heading, an H1 named like the note, a lead paragraph that is the description)
-        # is shown and keyword-indexed, not embedded twice.
-        said = _said(prefix, headings)
         fresh = [p for p in group if _norm(p.text) not in said] or group
         embed = prefix + "\n" + "\n".join(p.text for p in fresh)
         out.append(

@@ -11,10 +11,9 @@ from typing import Any
 import numpy as np
 
 from sidecar.config import RecallConfig
-from sidecar.contracts.errors import StoreError
 from sidecar.contracts.wire import SearchResult
 from sidecar.search.context import render_block
-from sidecar.search.fusion import Scale, Scored
+from sidecar.search.fusion import Scored
 from sidecar.search.query import QueryAnalysis, analyze, split_filters
 from sidecar.search.results import analysis_of, to_hit
 from sidecar.search.retrieval import BmParts, Retriever, SearchRequest, bm25_text, with_filters
@@ -73,7 +72,7 @@ def _recall(
     # any text, small talk included: there the keywords must match as clearly as well, measured
     # against the message's own words (or the turns' for a message without content words), not
     # against everything the conversation said.
-    keywords = Scale(bm25_ideal=_own_ideal(r, parts)) if not r.reads(qa) else None
+    keywords = r.scale(parts[:1]) if not r.reads(qa) else None  # no parts: ideal 0, nothing passes
 
     def similar(s: Scored) -> bool:
         bm = s.candidate.bm25
@@ -103,18 +102,6 @@ def _recall(
     )
     block = render_block(hits, req.token_budget or rc.token_budget, count_tokens)
     return SearchResult(hits, degraded, analysis, context=block)
-
-
-def _own_ideal(r: Retriever, parts: BmParts) -> float:
-    """The ideal BM25 score of the first keyword part: the message's words (or, for a message
-    without content words, the turns'); 0 when unknown, so nothing passes on keywords."""
-    if not parts:
-        return 0.0
-    text, weight = parts[0]
-    try:
-        return weight * r.stores.bm25.ideal_score(text)
-    except StoreError:
-        return 0.0
 
 
 def history_weight(rc: RecallConfig, qa: QueryAnalysis) -> float:

@@ -259,7 +259,7 @@ class Retriever:
         cfg = self.cfg
         boosts = {"vault": cfg.boosts.vault, "wiki": cfg.boosts.wiki, "memory": cfg.boosts.memory}
         bm_scores = dict(bm)
-        scale = self._scale([(bm25_text(qa), 1.0)] if parts is None else parts)
+        scale = self.scale([(bm25_text(qa), 1.0)] if parts is None else parts)
         best: dict[str, Scored] = {}
         # Each vector query is fused with BM25 on its own; a chunk keeps its better score.
         for vec in vec_lists or [[]]:
@@ -324,7 +324,7 @@ class Retriever:
         ]
         return sorted(out, key=lambda s: -s.score)
 
-    def _scale(self, parts: BmParts) -> Scale:
+    def scale(self, parts: BmParts) -> Scale:
         """This query's scale: the model's cosine range, the query's ideal BM25 score."""
         serving = self.stores.serving
         lo, hi = cosine_range(serving.model if serving else None, self.cfg)
