@@ -99,3 +99,40 @@ def test_doc_freq_counts_live_chunks_only(harness: Harness, vault: Path) -> None
         harness.sweep()
     assert bm25.doc_freq("4821") == 1
     assert bm25.doc_freq("nowhere-to-be-found") == 0 and bm25.doc_freq("...") == 0
+
+
+def test_a_heading_word_counts_as_one_more_word_of_the_body(tmp_path: Path) -> None:
+    """A chunk's heading path is part of its body for BM25: a word in the heading scores what the
+    same word once in the body scores (equal lengths), not more, and rewrites no other scale. As
+    a field of its own a short heading path outweighed the body (a generic heading word beat the
+    chunk that is about it)."""
+    from sidecar.stores.bm25 import Bm25Doc, Bm25Index
+
+    def doc(
+        name: str, *, aliases: tuple[str, ...] = (), headings: tuple[str, ...] = (), body: str
+    ) -> Bm25Doc:
+        return Bm25Doc.of(
+            name, f"vault/{name}", "vault", "", title=name, aliases=aliases, headings=headings, body=body
+        )
+
+    filler = "the notes of the week about other things entirely"
+    idx = Bm25Index(tmp_path / "bm25")
+    try:
+        idx.add(
+            [
+                doc("h", headings=("Synchronisation",), body=filler),
+                doc("b", body=f"Synchronisation {filler}"),
+                doc("t", aliases=("Synchronisation",), headings=("Woche",), body=filler),
+                *(doc(f"o{i}", body=f"{filler} {i}") for i in range(20)),
+            ]
+        )
+        idx.commit()
+        scores = dict(idx.search("Synchronisation", 10))
+        assert set(scores) == {"h", "b", "t"}
+        assert scores["h"] == pytest.approx(scores["b"], rel=1e-6)
+        # The title (with aliases) is still a field of its own, found beside the body.
+        assert scores["t"] > 0
+        # 1.0 on the ideal scale is every word once in the body: the heading match reaches it.
+        assert scores["h"] == pytest.approx(idx.ideal_score("Synchronisation"), rel=0.25)
+    finally:
+        idx.close()

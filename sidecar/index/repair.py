@@ -27,7 +27,18 @@ def rebuild_bm25(stores: Stores) -> None:
         stores.bm25.delete_all()
         docs = []
         for v in stores.manifest.all_chunks():
-            docs.append(Bm25Doc(v.chunk_id, v.key, v.source, v.agent, v.title, " ".join(v.headings), v.text))
+            docs.append(
+                Bm25Doc.of(
+                    v.chunk_id,
+                    v.key,
+                    v.source,
+                    v.agent,
+                    title=v.title,
+                    aliases=v.aliases,
+                    headings=v.headings,
+                    body=v.text,
+                )
+            )
         stores.bm25.add(docs)
         stores.bm25.commit()
 

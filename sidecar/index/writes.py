@@ -77,10 +77,17 @@ class Writer:
                 old = stores.manifest.chunk_ids(record.key)
                 vanished.extend(old - {c.chunk_id for c in chunks})
                 stores.bm25.delete_key(record.key)
-                title = " ".join([record.title, *(p.parsed.aliases if p.parsed else ())])
+                aliases = p.parsed.aliases if p.parsed else ()
                 stores.bm25.add(
-                    Bm25Doc(
-                        c.chunk_id, c.key, record.source, record.agent, title, " ".join(c.headings), c.text
+                    Bm25Doc.of(
+                        c.chunk_id,
+                        c.key,
+                        record.source,
+                        record.agent,
+                        title=record.title,
+                        aliases=aliases,
+                        headings=c.headings,
+                        body=c.text,
                     )
                     for c in chunks
                 )

@@ -28,13 +28,15 @@ log = logging.getLogger(__name__)
 ANALYZER = "sidecar_text_cjk"
 ANALYZER_EN = "sidecar_en_cjk"
 ANALYZER_DE = "sidecar_de_cjk"
-# Title and headings say what a chunk is about; a match there counts more than one in the body.
+# A chunk's heading path is part of its body: a heading word is one more occurrence, saturating
+# with the body's own (BM25F's idea). Scored as a field of its own, a short heading path got a
+# high idf and nearly no length penalty, and a generic word there outweighed the body (keyword arm
+# on the German set MRR 0.45 -> 0.54, SciFact nDCG 0.62 -> 0.66; BENCHMARKS.md, twelfth session).
+# The note's title and aliases stay a field of their own, counted once beside the body.
 # The body is indexed three times: as written (folded), English-stemmed and German-stemmed, so a
 # note matches in its own language without detecting it, and an exact form still counts most.
-FIELD_BOOSTS = {"title": 2.0, "headings": 1.5, "body": 1.0, "body_en": 0.5, "body_de": 0.5}
-FIELD_ANALYZER = {
-    "title": ANALYZER, "headings": ANALYZER, "body": ANALYZER, "body_en": ANALYZER_EN, "body_de": ANALYZER_DE,
-}  # fmt: skip
+FIELD_BOOSTS = {"title": 1.0, "body": 1.0, "body_en": 0.5, "body_de": 0.5}
+FIELD_ANALYZER = {"title": ANALYZER, "body": ANALYZER, "body_en": ANALYZER_EN, "body_de": ANALYZER_DE}
 _WRITER_HEAP = 64_000_000
 _UMLAUT = str.maketrans({"ä": "a", "ö": "o", "ü": "u", "Ä": "a", "Ö": "o", "Ü": "u", "ß": "ss"})
 _DIGRAPH = re.compile(r"(?<=[a-z])([aou])e", re.IGNORECASE)
@@ -80,9 +82,25 @@ class Bm25Doc:
     key: str
     source: str
     agent: str
-    title: str
-    headings: str
+    title: str  # the note's title and aliases
+    headings: str  # the chunk's heading path, indexed as part of the body
     body: str
+
+    @classmethod
+    def of(
+        cls,
+        chunk_id: str,
+        key: str,
+        source: str,
+        agent: str,
+        *,
+        title: str,
+        aliases: Sequence[str],
+        headings: Sequence[str],
+        body: str,
+    ) -> Bm25Doc:
+        """One chunk's document, the same whether written from a note or refilled from the manifest."""
+        return cls(chunk_id, key, source, agent, " ".join([title, *aliases]), " ".join(headings), body)
 
 
 class Bm25Index:
@@ -131,7 +149,7 @@ class Bm25Index:
     def add(self, docs: Iterable[Bm25Doc]) -> None:
         with self._lock:
             for d in docs:
-                body = bigrams(d.body)
+                body = bigrams(f"{d.headings}\n{d.body}" if d.headings else d.body)
                 self._writer.add_document(
                     tantivy.Document(
                         chunk_id=d.chunk_id,
@@ -139,7 +157,6 @@ class Bm25Index:
                         source=d.source,
                         agent=d.agent,
                         title=bigrams(d.title),
-                        headings=bigrams(d.headings),
                         body=body,
                         body_en=body,
                         body_de=german_fold(body),
