@@ -323,3 +323,33 @@ def test_a_message_pointing_back_takes_more_history() -> None:
     assert history_weight(rc, analyze("and how often?")) == rc.history_weight_none
     off = RecallConfig(follow_up_cues=False)
     assert history_weight(off, analyze("what does it cost")) == off.history_weight_short
+
+
+def test_a_chunk_shares_its_whole_notes_keyword_evidence() -> None:
+    """With ``page_share`` p a chunk's keyword part is (1-p) of its own BM25 and p of its note's,
+    each on its own ideal: the vector arm's chunk of the note that holds the question's words
+    in different sections gains, though none of its chunks holds them all. Rank fusion and
+    min-max ignore it."""
+    scale = Scale(cosine_floor=0.2, cosine_full=0.7, bm25_ideal=10.0, page_ideal=20.0)
+    cands = [
+        Candidate("spread", "vault/a", "vault", 1, 2, vec=0.45, bm25=2.0, page_bm25=20.0),
+        Candidate("vector-only", "vault/a", "vault", 5, 6, vec=0.5, page_bm25=20.0),
+        Candidate("dense", "vault/b", "vault", 1, 2, vec=0.45, bm25=6.0, page_bm25=6.0),
+    ]
+
+    def fused(**kw: object) -> dict[str, Scored]:
+        out = fuse(cands, vector_weight=0.7, source_boosts={}, scale=scale, **kw)  # type: ignore[arg-type]
+        return {s.candidate.chunk_id: s for s in out}
+
+    alone = fused()
+    assert alone["dense"].score > alone["spread"].score  # chunks alone: the denser chunk wins
+    assert abs(alone["vector-only"].relevance - 0.7 * 0.6) < 1e-9
+    shared = fused(page_share=0.5)
+    assert abs(shared["spread"].relevance - (0.7 * 0.5 + 0.3 * (0.5 * 0.2 + 0.5 * 1.0))) < 1e-9
+    assert abs(shared["vector-only"].relevance - (0.7 * 0.6 + 0.3 * 0.5)) < 1e-9
+    assert abs(shared["dense"].relevance - (0.7 * 0.5 + 0.3 * (0.5 * 0.6 + 0.5 * 0.3))) < 1e-9
+    assert shared["spread"].score > shared["dense"].score
+    ranks = fused(page_share=0.5, method="rrf")
+    assert ranks["dense"].bm25_norm == 1.0 and "vector-only" not in {
+        k for k, s in ranks.items() if s.bm25_norm > 0
+    }

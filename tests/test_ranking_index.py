@@ -136,3 +136,44 @@ def test_a_heading_word_counts_as_one_more_word_of_the_body(tmp_path: Path) -> N
         assert scores["h"] == pytest.approx(idx.ideal_score("Synchronisation"), rel=0.25)
     finally:
         idx.close()
+
+
+def test_a_note_is_found_by_words_spread_over_its_sections(tmp_path: Path) -> None:
+    """The page index scores whole notes: a note holding each word of a question in another
+    section beats notes holding one of them twice, though each of those notes' chunks beats
+    each of its chunks. Deletions reach pages as they reach chunks."""
+    from sidecar.stores.bm25 import Bm25Doc, Bm25Index
+
+    def doc(cid: str, key: str, body: str) -> Bm25Doc:
+        return Bm25Doc.of(cid, key, "vault", "", title="Notiz", aliases=(), headings=(), body=body)
+
+    filler = "ein paar Worte über etwas anderes ohne Bezug"
+    words = ("Netzteil", "Lüfter")
+    idx = Bm25Index(tmp_path / "bm25")
+    try:
+        idx.add(
+            [
+                *(doc(f"a{i}", "vault/A", f"{w} {filler}") for i, w in enumerate(words)),
+                *(doc(w, f"vault/{w}", f"{w}, {w}. {filler}") for w in words),
+                *(doc(f"o{i}", f"vault/O{i}", f"{filler} {i}") for i in range(10)),
+            ]
+        )
+        idx.commit()
+        assert idx.num_pages() == 13 and idx.num_docs() == 14
+        assert {c for c, _ in idx.search("Netzteil Lüfter", 4)[:2]} == {"Netzteil", "Lüfter"}
+        assert idx.search_pages("Netzteil Lüfter", 5)[0][0] == "vault/A"
+        assert idx.ideal_score("Netzteil Lüfter", pages=True) > 0
+        idx.delete_key("vault/A")
+        idx.commit()
+        assert "vault/A" not in {k for k, _ in idx.search_pages("Netzteil Lüfter", 5)}
+        assert idx.num_pages() == 12
+    finally:
+        idx.close()
+
+
+def test_hits_carry_their_notes_keyword_score(harness: Harness) -> None:
+    """A hit shows its note's BM25 beside its own (``pageBm25Score``): the part of its keyword
+    evidence that comes from the whole note (``search.pageKeywords``)."""
+    harness.sweep()
+    top = search(harness, "restic backups of the NAS")[0]
+    assert top["pageBm25Score"] > 0 and top["bm25Score"] > 0

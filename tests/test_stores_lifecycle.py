@@ -100,17 +100,20 @@ def test_bm25_index_of_an_older_layout_is_upgraded(
         h2.close()
 
 
-def test_corrupt_bm25_index_is_moved_aside_and_refilled(make_cfg: Any, vault: Path) -> None:
-    """A garbage Tantivy meta.json: the folder is moved aside and BM25 is refilled from the manifest."""
+@pytest.mark.parametrize("part", ["chunks", "pages"])
+def test_corrupt_bm25_index_is_moved_aside_and_refilled(make_cfg: Any, vault: Path, part: str) -> None:
+    """A garbage Tantivy meta.json (of the chunks or of the pages): the folder is moved aside
+    and BM25 is refilled from the manifest."""
     cfg = make_cfg(vault)
     expected = index_and_close(cfg)
-    (cfg.index_dir / "bm25" / "meta.json").write_text("{ not json")
+    (cfg.index_dir / "bm25" / part / "meta.json").write_text("{ not json")
     h2 = Harness(cfg, FakeEmbedder())
     try:
         assert any(p.name.startswith("bm25.broken-") for p in cfg.index_dir.iterdir())
         summary = h2.sweep()
         assert summary["changed"] == 0, "no note is re-read: BM25 comes back from the manifest"
         assert h2.stores.bm25.num_docs() == expected
+        assert h2.stores.bm25.num_pages() == h2.stores.manifest.indexed_page_count() > 0
         (cid, _score), *_ = h2.stores.bm25.search("spark", 5)
         assert h2.stores.manifest.views([cid])[cid].key == "vault/Projects/Boat"
     finally:

@@ -70,7 +70,7 @@ def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
         for h in result.hits:
             print(
                 f"{h.score:.3f} relevance={h.relevance} vec={h.vec_score} bm25={h.bm25_score} "
-                f"{h.boosts} {h.reference}"
+                f"page={h.page_bm25_score} {h.boosts} {h.reference}"
             )
     if result.context:
         print(result.context)

@@ -108,6 +108,16 @@ class SearchConfig:
     log_demotion: float = _opt(
         0.6, "Factor for wiki log pages unless the query is about dates or changes.", min=0.0, max=10.0
     )
+    page_keywords: float = _opt(
+        # German set MRR@10 (e5 / MiniLM): 0 -> 0.657 / 0.558, 0.3 -> 0.673 / 0.576, 0.5 -> 0.671 /
+        # 0.589; help sets, SciFact, XQuAD-de within a question; identifiers 1.000 / 0.994 / 0.988
+        # at 0 / 0.3 / 0.5 (BENCHMARKS.md, twelfth session)
+        0.3,
+        "Share of a chunk's keyword score that comes from its whole note: the words of a question "
+        "spread over the sections of the page that answers it. 0: chunks alone.",
+        min=0.0,
+        max=1.0,
+    )
     page_support: float = _opt(
         # nDCG@10 SciFact / help set: 0 -> 0.709 / 0.726, 0.05 -> 0.703, 0.1 -> 0.699 / 0.740,
         # 0.2 -> 0.696 / 0.724 (BENCHMARKS.md)

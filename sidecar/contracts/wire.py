@@ -31,6 +31,7 @@ class Hit:
     text: str
     masked: Mapping[str, int] = field(default_factory=dict)  # secrets masked in ``text``, by kind
     agent: str | None = None  # owner of a memory note
+    page_bm25_score: float | None = None  # BM25 of the chunk's whole note (search.pageKeywords)
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,8 @@ def hit_json(h: Hit) -> dict[str, Any]:
         out["masked"] = dict(h.masked)
     if h.agent:
         out["agent"] = h.agent
+    if h.page_bm25_score is not None:
+        out["pageBm25Score"] = h.page_bm25_score
     return out
 
 
@@ -241,6 +244,7 @@ def parse_hit(d: Mapping[str, Any]) -> Hit:
         text=d["text"],
         masked=dict(d.get("masked") or {}),
         agent=d.get("agent"),
+        page_bm25_score=d.get("pageBm25Score"),
     )
 
 

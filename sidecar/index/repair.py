@@ -44,10 +44,19 @@ def rebuild_bm25(stores: Stores) -> None:
 
 
 def check_bm25(stores: Stores) -> None:
-    """After the first sweep, BM25 must hold exactly the manifest's chunks; else rebuild it."""
+    """After the first sweep, BM25 must hold exactly the manifest's chunks and pages; else
+    rebuild it."""
     expected = stores.manifest.indexed_chunk_count()
     actual = stores.bm25.num_docs()
-    if expected != actual:
+    pages = stores.manifest.indexed_page_count()
+    if actual == expected and stores.bm25.num_pages() != pages:
+        log.warning(
+            "index_rebuilt store=bm25 reason=page count mismatch expected=%d actual=%d",
+            pages,
+            stores.bm25.num_pages(),
+        )
+        rebuild_bm25(stores)
+    elif expected != actual:
         # A new (upgraded or moved-aside) index is expected to be empty: refilling it is routine.
         level = logging.INFO if actual == 0 else logging.WARNING
         log.log(

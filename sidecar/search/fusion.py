@@ -25,6 +25,7 @@ class Candidate:
     full_names: tuple[frozenset[str], ...] = ()  # folded word sets of title and aliases
     embedded: bool = True  # False: no vector yet (just written, or the backfill has not reached it)
     hub: float = 0.0  # how much nearer than average the chunk lies to the table's centre
+    page_bm25: float | None = None  # the BM25 score of the chunk's whole note
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class Scale:
     cosine_floor: float = 0.1
     cosine_full: float = 0.6
     bm25_ideal: float = 0.0  # 0: unknown, the arm's best candidate stands in
+    page_ideal: float = 0.0  # the same for whole notes
 
     def vec(self, cosine: float) -> float:
         span = max(self.cosine_full - self.cosine_floor, 1e-6)
@@ -55,6 +57,10 @@ class Scale:
 
     def bm25(self, score: float, best: float) -> float:
         ideal = self.bm25_ideal if self.bm25_ideal > 0 else best
+        return min(1.0, max(0.0, score / ideal)) if ideal > 0 else 0.0
+
+    def page(self, score: float, best: float) -> float:
+        ideal = self.page_ideal if self.page_ideal > 0 else best
         return min(1.0, max(0.0, score / ideal)) if ideal > 0 else 0.0
 
 
@@ -95,6 +101,7 @@ def fuse(
     scale: Scale | None = None,
     method: str = "calibrated",
     hub_damping: float = 0.0,
+    page_share: float = 0.0,
 ) -> list[Scored]:
     """Weighted sum of the two arms times the source boost, best first.
 
@@ -117,6 +124,15 @@ def fuse(
     best_bm = max(raw_bm.values(), default=0.0)
     cal_vec = {k: scale.vec(v) for k, v in raw_vec.items()}
     cal_bm = {k: scale.bm25(v, best_bm) for k, v in raw_bm.items()}
+    if page_share > 0 and method == "calibrated":
+        # A chunk's keyword evidence is partly its note's: the words of a question spread over
+        # the sections of the page that answers it.
+        best_page = max((c.page_bm25 for c in candidates if c.page_bm25 is not None), default=0.0)
+        for c in candidates:
+            if c.page_bm25 is None and c.bm25 is None:
+                continue
+            page = scale.page(c.page_bm25, best_page) if c.page_bm25 is not None else 0.0
+            cal_bm[c.chunk_id] = (1.0 - page_share) * cal_bm.get(c.chunk_id, 0.0) + page_share * page
     vec = cal_vec if method == "calibrated" else _arm(method, raw_vec, scale.vec)
     bm = cal_bm if method == "calibrated" else _arm(method, raw_bm, lambda x: scale.bm25(x, best_bm))
     # An arm that produced nothing (no model, no matching term) gives its share to the other.

@@ -37,6 +37,7 @@ def to_hit(s: Scored, view: ChunkView, agent: str | None, *, mask_secrets: bool)
         text=text,
         masked=dict(masked),
         agent=view.agent or None,
+        page_bm25_score=None if c.page_bm25 is None else round(c.page_bm25, 6),
     )
 
 

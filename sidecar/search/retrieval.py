@@ -259,7 +259,10 @@ class Retriever:
         cfg = self.cfg
         boosts = {"vault": cfg.boosts.vault, "wiki": cfg.boosts.wiki, "memory": cfg.boosts.memory}
         bm_scores = dict(bm)
-        scale = self.scale([(bm25_text(qa), 1.0)] if parts is None else parts)
+        words = [(bm25_text(qa), 1.0)] if parts is None else parts
+        share = cfg.page_keywords if cfg.fusion == "calibrated" else 0.0
+        pages = dict(self._pages_or_nothing(words, self._fetch(req), req)) if share > 0 else {}
+        scale = self.scale(words, pages=share > 0)
         best: dict[str, Scored] = {}
         # Each vector query is fused with BM25 on its own; a chunk keeps its better score.
         for vec in vec_lists or [[]]:
@@ -278,6 +281,7 @@ class Retriever:
                     tuple(w for w in (_words(v.title), *(_words(a) for a in v.aliases)) if w),
                     v.has_vector,
                     hubs.get(cid, 0.0),
+                    pages.get(v.key),
                 )
                 for cid, v in views.items()
                 if cid in vec_scores or cid in bm_scores
@@ -289,6 +293,7 @@ class Retriever:
                 scale=scale,
                 method=cfg.fusion,
                 hub_damping=cfg.hub_damping,
+                page_share=share,
             )
             for s in fused:
                 if s.candidate.chunk_id not in best or s.score > best[s.candidate.chunk_id].score:
@@ -324,15 +329,26 @@ class Retriever:
         ]
         return sorted(out, key=lambda s: -s.score)
 
-    def scale(self, parts: BmParts) -> Scale:
-        """This query's scale: the model's cosine range, the query's ideal BM25 score."""
+    def scale(self, parts: BmParts, *, pages: bool = False) -> Scale:
+        """This query's scale: the model's cosine range, the query's ideal BM25 score (of a
+        chunk; with ``pages`` also of a whole note)."""
         serving = self.stores.serving
         lo, hi = cosine_range(serving.model if serving else None, self.cfg)
+        bm25 = self.stores.bm25
         try:
-            ideal = sum(w * self.stores.bm25.ideal_score(text) for text, w in parts)
+            ideal = sum(w * bm25.ideal_score(text) for text, w in parts)
+            page = sum(w * bm25.ideal_score(text, pages=True) for text, w in parts) if pages else 0.0
         except StoreError:
-            ideal = 0.0
-        return Scale(lo, hi, ideal)
+            ideal = page = 0.0
+        return Scale(lo, hi, ideal, page)
+
+    def _pages_or_nothing(self, parts: BmParts, limit: int, req: SearchRequest) -> list[tuple[str, float]]:
+        if not any(text for text, _ in parts):
+            return []
+        try:
+            return self.stores.bm25.search_pages(parts, limit, req.sources, req.agent)
+        except StoreError:  # the keyword arm has reported it already
+            return []
 
     def _bm25_or_nothing(self, text: str, limit: int, req: SearchRequest) -> list[tuple[str, float]]:
         if not text or limit <= 0:

@@ -103,42 +103,79 @@ class Bm25Doc:
         return cls(chunk_id, key, source, agent, " ".join([title, *aliases]), " ".join(headings), body)
 
 
-class Bm25Index:
-    """Tantivy index in one folder; ``add``/``delete_key`` then ``commit`` make changes visible."""
+class _Folder:
+    """One Tantivy index in one folder: its writer and its current searcher."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, schema: tantivy.Schema) -> None:
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
-        self.schema = _schema()
-        self.analyzers = {name: text_analyzer(stem) for name, stem in _ANALYZERS.items()}
-        self._lock = threading.Lock()
-        self._closed = False
         try:
-            self._index = tantivy.Index(self.schema, path=str(path), reuse=True)
+            self.index = tantivy.Index(schema, path=str(path), reuse=True)
             for name, stem in _ANALYZERS.items():
-                self._index.register_tokenizer(name, text_analyzer(stem))
-            self._writer = self._index.writer(heap_size=_WRITER_HEAP, num_threads=1)
-            self._index.reload()
-            self._searcher = self._index.searcher()
+                self.index.register_tokenizer(name, text_analyzer(stem))
+            self.writer = self.index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+            self.index.reload()
+            self.searcher = self.index.searcher()
         except (ValueError, OSError) as exc:
             if "schema does not match" in str(exc):
                 raise StoreOutdatedError(f"BM25 index {path} has the fields of another version") from exc
             raise StoreError(f"BM25 index {path} cannot be opened: {exc}") from exc
 
-    def _recover_writer(self) -> None:
+    def recover_writer(self) -> None:
         """After a failed commit: drop the uncommitted documents (the manifest still marks those
         notes as being indexed, so the next sweep redoes them) and keep a usable writer."""
         try:
-            self._writer.rollback()
+            self.writer.rollback()
             return
         except (ValueError, OSError) as exc:
             log.warning("bm25_writer_reset reason=%s", exc)
         with contextlib.suppress(ValueError, OSError, RuntimeError):
-            self._writer.wait_merging_threads()  # releases the index lock
+            self.writer.wait_merging_threads()  # releases the index lock
         try:
-            self._writer = self._index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+            self.writer = self.index.writer(heap_size=_WRITER_HEAP, num_threads=1)
         except (ValueError, OSError) as exc:
             log.error("bm25_writer_unavailable error=%s", exc)
+
+    def commit(self) -> None:
+        try:
+            self.writer.commit()
+        except (ValueError, OSError) as exc:  # disk full, read-only folder
+            self.recover_writer()
+            raise StoreError(f"BM25 commit failed: {exc}") from exc
+        self.index.reload()
+        self.searcher = self.index.searcher()
+
+    def close(self) -> None:
+        try:
+            self.writer.wait_merging_threads()
+        except (ValueError, RuntimeError) as exc:  # a failed writer: nothing more to flush
+            log.debug("bm25_close %s", exc)
+
+
+class Bm25Index:
+    """BM25 over chunks and over whole notes (pages), one Tantivy index each in ``chunks/`` and
+    ``pages/`` of one folder; ``add``/``delete_key`` then ``commit`` make changes visible.
+
+    Hits are chunks, but a note's words are spread over its chunks: a page holding every word of
+    a question in different sections matches it better than any of its chunks does. The page
+    index scores that (``search_pages``), and fusion hands it to the page's chunks.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+        if (path / "meta.json").exists():  # one index in the folder itself: before pages
+            raise StoreOutdatedError(f"BM25 index {path} has no page index")
+        self.schema = _schema()
+        self.analyzers = {name: text_analyzer(stem) for name, stem in _ANALYZERS.items()}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._chunks = _Folder(path / "chunks", self.schema)
+        self._pages = _Folder(path / "pages", self.schema)
+
+    @property
+    def _searcher(self) -> tantivy.Searcher:
+        return self._chunks.searcher
 
     def analyze(self, text: str, field: str = "body") -> list[str]:
         """Terms of ``text`` as the field indexes them (CJK runs as bigrams, see ``stores.cjk``)."""
@@ -147,39 +184,50 @@ class Bm25Index:
         return list(self.analyzers[name].analyze(german_fold(text) if name == ANALYZER_DE else text))
 
     def add(self, docs: Iterable[Bm25Doc]) -> None:
+        """Chunks, grouped by note: each note's chunks also make its page (all of a note's chunks
+        come in one call, after ``delete_key``)."""
+        pages: dict[str, list[Bm25Doc]] = {}
         with self._lock:
             for d in docs:
-                body = bigrams(f"{d.headings}\n{d.body}" if d.headings else d.body)
-                self._writer.add_document(
-                    tantivy.Document(
-                        chunk_id=d.chunk_id,
-                        key=d.key,
-                        source=d.source,
-                        agent=d.agent,
-                        title=bigrams(d.title),
-                        body=body,
-                        body_en=body,
-                        body_de=german_fold(body),
-                    )
-                )
+                body = f"{d.headings}\n{d.body}" if d.headings else d.body
+                self._chunks.writer.add_document(self._document(d.chunk_id, d, body))
+                pages.setdefault(d.key, []).append(d)
+            for key, chunks in pages.items():
+                body = "\n".join(f"{d.headings}\n{d.body}" if d.headings else d.body for d in chunks)
+                self._pages.writer.add_document(self._document(key, chunks[0], body))
+
+    @staticmethod
+    def _document(doc_id: str, d: Bm25Doc, body: str) -> tantivy.Document:
+        body = bigrams(body)
+        return tantivy.Document(
+            chunk_id=doc_id,
+            key=d.key,
+            source=d.source,
+            agent=d.agent,
+            title=bigrams(d.title),
+            body=body,
+            body_en=body,
+            body_de=german_fold(body),
+        )
 
     def delete_key(self, key: str) -> None:
         with self._lock:
-            self._writer.delete_documents_by_term("key", key)
+            self._chunks.writer.delete_documents_by_term("key", key)
+            self._pages.writer.delete_documents_by_term("key", key)
 
     def delete_all(self) -> None:
         with self._lock:
-            self._writer.delete_all_documents()
+            self._chunks.writer.delete_all_documents()
+            self._pages.writer.delete_all_documents()
 
     def commit(self) -> None:
         with self._lock:
             try:
-                self._writer.commit()
-            except (ValueError, OSError) as exc:  # disk full, read-only folder
-                self._recover_writer()
-                raise StoreError(f"BM25 commit failed: {exc}") from exc
-            self._index.reload()
-            self._searcher = self._index.searcher()
+                self._chunks.commit()
+            except StoreError:
+                self._pages.recover_writer()
+                raise
+            self._pages.commit()
 
     def all_ids(self) -> set[str]:
         """Every chunk id in the index (for consistency checks)."""
@@ -204,6 +252,9 @@ class Bm25Index:
     def num_docs(self) -> int:
         return int(self._searcher.num_docs)
 
+    def num_pages(self) -> int:
+        return int(self._pages.searcher.num_docs)
+
     def search(
         self,
         text: str | Sequence[tuple[str, float]],
@@ -221,6 +272,28 @@ class Bm25Index:
         wiki stay). Restrictions score nothing: a hit's score is its text's match alone, the same
         with or without them.
         """
+        return self._search(self._chunks, text, limit, sources=sources, agent_scope=agent_scope, key=key)
+
+    def search_pages(
+        self,
+        text: str | Sequence[tuple[str, float]],
+        limit: int,
+        sources: Sequence[str] | None = None,
+        agent_scope: str | None = None,
+    ) -> list[tuple[str, float]]:
+        """(note key, bm25 score) for whole notes, as ``search`` scores chunks."""
+        return self._search(self._pages, text, limit, sources=sources, agent_scope=agent_scope, key=None)
+
+    def _search(
+        self,
+        folder: _Folder,
+        text: str | Sequence[tuple[str, float]],
+        limit: int,
+        *,
+        sources: Sequence[str] | None,
+        agent_scope: str | None,
+        key: str | None,
+    ) -> list[tuple[str, float]]:
         schema = self.schema
         parts = [(text, 1.0)] if isinstance(text, str) else list(text)
         terms: dict[tuple[str, str], float] = {}
@@ -254,7 +327,7 @@ class Bm25Index:
             )
         clauses += [(tantivy.Occur.Must, tantivy.Query.const_score_query(q, 0.0)) for q in restrict]
         query = tantivy.Query.boolean_query(clauses)
-        searcher = self._searcher
+        searcher = folder.searcher
         try:
             result = searcher.search(query, limit=limit, count=False)
             return [
@@ -264,13 +337,13 @@ class Bm25Index:
         except (ValueError, OSError, RuntimeError) as exc:  # damaged segment files
             raise StoreError(f"BM25 search failed: {exc}") from exc
 
-    def ideal_score(self, text: str) -> float:
-        """What a chunk scores that holds every word of ``text`` once, at average length, in its
-        body (each word's idf: once as written, half each for the two stemmed copies). Dividing
-        by it puts BM25 on a scale that means the same for every query: 1 is "all of it, once",
-        a match of the rarest of three words counts more than one of the commonest. Words the
-        index has never seen count fully (a query about something absent is not a good match)."""
-        searcher = self._searcher
+    def ideal_score(self, text: str, *, pages: bool = False) -> float:
+        """What a chunk (a page) scores that holds every word of ``text`` once, at average length,
+        in its body (each word's idf: once as written, half each for the two stemmed copies).
+        Dividing by it puts BM25 on a scale that means the same for every query: 1 is "all of it,
+        once", a match of the rarest of three words counts more than one of the commonest. Words
+        the index has never seen count fully (a query about something absent is not a good match)."""
+        searcher = (self._pages if pages else self._chunks).searcher
         n = max(int(searcher.num_docs), 1)
         total = 0.0
         for f in ("body", "body_en", "body_de"):
@@ -283,12 +356,10 @@ class Bm25Index:
         return total
 
     def close(self) -> None:
-        """Wait for background merges and release the writer lock; safe to call twice."""
+        """Wait for background merges and release the writer locks; safe to call twice."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            try:
-                self._writer.wait_merging_threads()
-            except (ValueError, RuntimeError) as exc:  # a failed writer: nothing more to flush
-                log.debug("bm25_close %s", exc)
+            self._chunks.close()
+            self._pages.close()

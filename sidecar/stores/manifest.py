@@ -487,5 +487,14 @@ class Manifest(VectorBook):
             )[0][0]
         )
 
+    def indexed_page_count(self) -> int:
+        """Files in state indexed that have chunks: what BM25's page index must hold."""
+        return int(
+            self._query(
+                "SELECT count(DISTINCT c.key) FROM chunks c JOIN files f ON f.key = c.key "
+                "WHERE f.state = 'indexed'"
+            )[0][0]
+        )
+
     def chunk_count(self) -> int:
         return int(self._query("SELECT count(*) FROM chunks")[0][0])
