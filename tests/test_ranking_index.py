@@ -177,3 +177,23 @@ def test_hits_carry_their_notes_keyword_score(harness: Harness) -> None:
     harness.sweep()
     top = search(harness, "restic backups of the NAS")[0]
     assert top["pageBm25Score"] > 0 and top["bm25Score"] > 0
+
+
+def test_the_serving_models_languages_decide_what_it_reads(harness: Harness) -> None:
+    """During a model switch the previous model serves until the new table is full: whether a
+    query's language is read (the vector share, recall's keyword gate) follows the serving
+    model's own ``embedder.languages``, not the configured model's."""
+    harness.sweep()
+    cfg = harness.cfg.search
+    r = Retriever(harness.stores, harness.slot, cfg, harness.cfg.recall, "all")
+    german = analyze("Wie richte ich die Datensicherung auf dem NAS ein?")
+    serving = harness.stores.serving
+    assert serving is not None
+    assert r.reads(german)  # a model without a language list: the configured "all"
+    serving.model.languages = "en"  # type: ignore[attr-defined]  # what an English model says
+    try:
+        assert not r.reads(german)
+        assert r.vector_weight(german) == cfg.foreign_vector_weight
+        assert r.reads(analyze("how do I set up the backup of the NAS"))
+    finally:
+        del serving.model.languages  # type: ignore[attr-defined]

@@ -62,6 +62,7 @@ class OnnxEmbedder:
 
         self.cfg = ecfg
         self.pooling = ecfg.pooling
+        self.languages = ecfg.languages  # what this model reads, whatever the configuration says now
         self._tok = make_tokenizer(files.tokenizer)
         if on_tokenizer is not None:
             on_tokenizer(self.count_tokens)  # chunking can start while the session is built

@@ -87,6 +87,11 @@ class EarlyVectors:
     found: Future[list[VecList]]
 
 
+@functools.lru_cache(maxsize=16)
+def _language_set(languages: str) -> frozenset[str]:
+    return frozenset(x.strip().lower() for x in languages.split(",") if x.strip())
+
+
 @functools.lru_cache(maxsize=65_536)  # titles repeat across queries; folding them was 4 ms a query
 def _words(text: str) -> frozenset[str]:
     return frozenset(fold_word(w) for w in _NAME_WORD.findall(text) if not is_stopword(w))
@@ -116,7 +121,7 @@ class Retriever:
         recall: RecallConfig,
         languages: str = "all",
     ) -> None:
-        self.languages = {x.strip().lower() for x in languages.split(",") if x.strip()}
+        self.languages = _language_set(languages)
         self.stores = stores
         self.slot = slot
         self.cfg = cfg
@@ -130,9 +135,13 @@ class Retriever:
         return self.queries.vector(model, text)
 
     def reads(self, qa: QueryAnalysis) -> bool:
-        """Whether the model reads the query's language (``embedder.languages``); undecided counts
-        as read."""
-        return not qa.language or "all" in self.languages or qa.language in self.languages
+        """Whether the serving model reads the query's language (its ``embedder.languages``; while
+        a model switch migrates, the previous model still serves and its languages count);
+        undecided counts as read."""
+        serving = self.stores.serving
+        own = getattr(serving.model, "languages", None) if serving is not None else None
+        languages = _language_set(own) if isinstance(own, str) else self.languages
+        return not qa.language or "all" in languages or qa.language in languages
 
     def vector_weight(self, qa: QueryAnalysis, rare: Sequence[str] = ()) -> float:
         """Share of the vector arm: less for short queries, for languages the model reads poorly
