@@ -81,14 +81,19 @@ def test_typed_errors_travel_as_data(in_process: InProcessServer) -> None:
     assert health["ok"] is True and health["result"]["index"]["files"] == 4
 
 
+class PanicException(BaseException):
+    """What pyo3 raises when a native library panics (Tantivy on a damaged segment)."""
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("a bug"), PanicException("a bug")])
 def test_an_unexpected_failure_is_an_internal_error_not_a_dropped_connection(
-    in_process: InProcessServer, monkeypatch: pytest.MonkeyPatch
+    in_process: InProcessServer, monkeypatch: pytest.MonkeyPatch, failure: BaseException
 ) -> None:
-    """A bug in a handler is answered `internal` (the traceback goes to the log) and the next
-    request on the same connection is served."""
+    """A bug in a handler, or a native library's panic (not an Exception), is answered `internal`
+    (the traceback goes to the log) and the next request on the same connection is served."""
 
     def broken() -> dict[str, Any]:
-        raise RuntimeError("a bug")
+        raise failure
 
     monkeypatch.setattr(in_process.handlers.manifest, "counts", broken)
     answers = exchange(

@@ -181,7 +181,9 @@ class Server:
             return ok_frame(req.id, self.dispatch(req))
         except SidecarError as exc:
             return error_frame(req.id, exc.code, str(exc))
-        except Exception:
+        except BaseException as exc:  # also a native library's panic (pyo3 raises it as BaseException)
+            if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+                raise
             log.exception("request_failed op=%s", req.op)
             return error_frame(
                 req.id, "internal", f"internal error while running {req.op!r}; see the daemon log"

@@ -175,7 +175,7 @@ class Retriever:
                 for w, n in zip(words, pieces, strict=True)
                 if n >= 2 and 0 < self.stores.bm25.doc_freq(w) <= limit
             )
-        except (ValueError, OSError, RuntimeError):  # a damaged index: the search reports it
+        except StoreError:  # a damaged index: the search reports it
             return ()
 
     def rare_limit(self) -> int:
@@ -356,7 +356,9 @@ class Retriever:
             return []
         try:
             return self.stores.bm25.search_pages(parts, limit, req.sources, req.agent)
-        except StoreError:  # the keyword arm has reported it already
+        except StoreError as exc:  # chunks alone; reported so that the repair rebuilds both parts
+            log.warning("keyword_search_failed part=pages error=%s", exc)
+            self.stores.problems.report("keyword_search", f"page index: {exc}")
             return []
 
     def _bm25_or_nothing(self, text: str, limit: int, req: SearchRequest) -> list[tuple[str, float]]:

@@ -42,6 +42,12 @@ _UMLAUT = str.maketrans({"ä": "a", "ö": "o", "ü": "u", "Ä": "a", "Ö": "o", 
 _DIGRAPH = re.compile(r"(?<=[a-z])([aou])e", re.IGNORECASE)
 
 
+def engine_failure(exc: BaseException) -> bool:
+    """Tantivy's errors on damaged files: raised ones, and its panics, which pyo3 turns into a
+    ``PanicException`` that derives from BaseException (an ``except Exception`` lets it through)."""
+    return isinstance(exc, (ValueError, OSError, RuntimeError)) or type(exc).__name__ == "PanicException"
+
+
 def german_fold(text: str) -> str:
     """Kündigung, Kuendigung and Kundigung meet as kundigung; Straße and Strasse as strasse."""
     return _DIGRAPH.sub(r"\1", text.translate(_UMLAUT))
@@ -243,10 +249,15 @@ class Bm25Index:
         by a query, not read from the term dictionary, which still counts the chunks of edited
         notes until their segment is merged."""
         searcher = self._searcher
-        counts = [
-            searcher.search(tantivy.Query.term_query(self.schema, "body", t), limit=1, count=True).count  # type: ignore[attr-defined]  # missing from the stubs
-            for t in dict.fromkeys(self.analyze(word))
-        ]
+        try:
+            counts = [
+                searcher.search(tantivy.Query.term_query(self.schema, "body", t), limit=1, count=True).count  # type: ignore[attr-defined]  # missing from the stubs
+                for t in dict.fromkeys(self.analyze(word))
+            ]
+        except BaseException as exc:
+            if not engine_failure(exc):
+                raise
+            raise StoreError(f"BM25 count failed: {exc}") from exc
         return int(min(counts, default=0))
 
     def num_docs(self) -> int:
@@ -334,7 +345,9 @@ class Bm25Index:
                 (str(searcher.doc(address).get_first("chunk_id")), float(score))
                 for score, address in result.hits
             ]
-        except (ValueError, OSError, RuntimeError) as exc:  # damaged segment files
+        except BaseException as exc:  # damaged segment files
+            if not engine_failure(exc):
+                raise
             raise StoreError(f"BM25 search failed: {exc}") from exc
 
     def ideal_score(self, text: str, *, pages: bool = False) -> float:
@@ -350,7 +363,9 @@ class Bm25Index:
             for t in dict.fromkeys(self.analyze(text, f)):
                 try:
                     df = int(searcher.doc_freq(f, t))
-                except (ValueError, OSError, RuntimeError):
+                except BaseException as exc:
+                    if not engine_failure(exc):
+                        raise
                     df = 0
                 total += FIELD_BOOSTS[f] * math.log(1.0 + (n - df + 0.5) / (df + 0.5))
         return total

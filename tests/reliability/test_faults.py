@@ -285,3 +285,20 @@ def test_unreadable_vector_table_found_at_start(daemon_factory: Any, vault: Path
     _truncate_vector_data(d.cfg.index_dir)
     d.start(wait=None)
     _vectors_back(d)
+
+
+def test_page_index_damaged_while_running(daemon_factory: Any, vault: Path) -> None:
+    """Only the keyword index's page part scribbled over: searches keep answering from the chunks,
+    the failure is reported, and the repair rebuilds both parts from the manifest, after which
+    hits carry their notes' scores again."""
+    d: DaemonProcess = daemon_factory(vault).start()
+    assert d.call("search", {"query": "spark plugs"})["hits"][0].get("pageBm25Score")
+    assert _scribble(d.cfg.index_dir / "bm25" / "pages") > 0
+    for q in ("spark plugs", "sourdough starter", "tomatoes sun"):
+        answers = exchange(d.socket, json.dumps({"op": "search", "params": {"query": q}}).encode() + b"\n")
+        assert len(answers) == 1 and (answers[0]["ok"] or answers[0]["error"]["message"])
+    h = d.wait_for(lambda h: any("keyword index failed" in p["error"] for p in h["problems"]["recent"]), 30)
+    assert "keyword_search" not in _active(h)
+    top = d.call("search", {"query": "spark plugs"})["hits"][0]
+    assert top["reference"] == "vault/Projects/Boat" and top.get("pageBm25Score")
+    assert d.stop() == 0
