@@ -68,8 +68,9 @@ def test_manifest_of_version_1_is_upgraded(tmp_path: Path) -> None:
 def test_bm25_index_of_an_older_layout_is_upgraded(
     make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """An index with 0.2's fields (positions everywhere) is replaced without alarm: logged as
-    ``index_upgraded``, no problem noted, no ``*.broken-*`` copy kept, refilled from the manifest."""
+    """An index with 0.2's fields (positions everywhere) in the folder itself, as every version
+    before the page index kept it, is replaced without alarm: logged as ``index_upgraded``, no
+    problem noted, no ``*.broken-*`` copy kept, chunks and pages refilled from the manifest."""
     import shutil
 
     import tantivy
@@ -95,6 +96,8 @@ def test_bm25_index_of_an_older_layout_is_upgraded(
         assert h2.stores.problems.describe()["recent"] == []
         assert h2.sweep()["changed"] == 0
         assert h2.stores.bm25.num_docs() == expected
+        assert h2.stores.bm25.num_pages() == h2.stores.manifest.indexed_page_count() > 0
+        assert sorted(p.name for p in (cfg.index_dir / "bm25").iterdir()) == ["chunks", "pages"]
         assert not any(r.levelname in ("WARNING", "ERROR") for r in caplog.records)
     finally:
         h2.close()
@@ -161,3 +164,28 @@ def test_schema_2_manifest_gains_text_hashes_and_keeps_vectors(make_cfg: Any, va
     h.sweep()
     assert h.slot.model.embedded == [] and h.stores.manifest.pending_count() == 0  # type: ignore[union-attr]
     h.close()
+
+
+def test_pages_missing_beside_whole_chunks_are_refilled(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The start-up check counts pages as well as chunks: a page index that lost its notes (a
+    crash between the two commits) is refilled from the manifest, chunks and all."""
+    from sidecar.stores.bm25 import Bm25Index
+
+    cfg = make_cfg(vault)
+    expected = index_and_close(cfg)
+    bm25 = Bm25Index(cfg.index_dir / "bm25")
+    bm25._pages.writer.delete_all_documents()
+    bm25._pages.commit()
+    assert bm25.num_pages() == 0 and bm25.num_docs() == expected
+    bm25.close()
+    caplog.set_level("INFO")
+    h2 = Harness(cfg, FakeEmbedder())
+    try:
+        h2.sweep()
+        assert "reason=page count mismatch" in caplog.text
+        assert h2.stores.bm25.num_pages() == h2.stores.manifest.indexed_page_count() > 0
+        assert h2.stores.bm25.num_docs() == expected
+    finally:
+        h2.close()
