@@ -132,12 +132,13 @@ def test_why_explains_rank_and_absence(running: DaemonProcess) -> None:
     assert r["indexed"] and r["chunks"][0]["outcome"] == "hit #1"
     assert r["chunks"][0]["vecScore"] > 0.3 and r["chunks"][0]["bm25Score"] > 0
     assert r["chunks"][0]["boosts"]["source"] == 1.4
+    assert r["pageBm25Score"] > 0  # the whole note's keyword score, part of each chunk's
     far = running.call("why", {"reference": "vault/Travel", "query": "restic backups of the NAS"})
     assert far["indexed"] and "hit #1" not in far["chunks"][0]["outcome"]
     gone = running.call("why", {"reference": "vault/Nowhere", "query": "x"})
     assert gone["indexed"] is False and "no such note" in gone["reason"]
     text = running.run_cli("why", "wiki/Backups", "restic backups of the NAS", check=True).stdout
-    assert "hit #1" in text and "vec=" in text
+    assert "hit #1" in text and "vec=" in text and "the whole note's keyword score" in text
     preview = running.run_cli("preview", "When does the restic backup of the NAS run?", check=True).stdout
     assert '"contentWords"' in preview and "wiki/Backups" in preview and "<recalled-notes>" in preview
 

@@ -96,6 +96,8 @@ def cmd_why(args: argparse.Namespace, cfg: Config) -> int:
     a = r.analysis
     words, weight = list(a.content_words), r.vector_weight
     print(f"{r.reference} for {a.text!r}: content words {words}, vector weight {weight}")
+    if r.page_bm25_score is not None:
+        print(f"the whole note's keyword score: bm25={r.page_bm25_score}")
     if r.degraded:
         print(f"note: {r.degraded}")
     for c in r.chunks:

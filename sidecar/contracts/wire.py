@@ -101,6 +101,7 @@ class Explanation:
     chunks: tuple[ChunkExplanation, ...] = ()
     vector_weight: float | None = None
     degraded: str | None = None
+    page_bm25_score: float | None = None  # the whole note's BM25 for the query (search.pageKeywords)
     exists: bool | None = None  # the rest: only for a note that is not indexed
     reason: str | None = None
     excluded: str | None = None
@@ -217,6 +218,7 @@ def explanation_json(e: Explanation) -> dict[str, Any]:
         "reference": e.reference,
         "chunks": chunks,
         "vectorWeight": e.vector_weight,
+        "pageBm25Score": e.page_bm25_score,
         "degraded": e.degraded,
         "analysis": analysis_json(e.analysis),
     }
@@ -303,6 +305,7 @@ def parse_explanation(d: Mapping[str, Any]) -> Explanation:
         chunks=chunks,
         vector_weight=d.get("vectorWeight"),
         degraded=d.get("degraded"),
+        page_bm25_score=d.get("pageBm25Score"),
         exists=d.get("exists"),
         reason=d.get("reason"),
         excluded=d.get("excluded"),

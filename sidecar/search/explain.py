@@ -26,6 +26,7 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
     ranking = r.rank(req, qa, bm, vec_lists, weight=weight, rare=rare)
     ids = [c.chunk_id for c in chunks]
     direct_bm = dict(r.stores.bm25.search(bm25_text(qa), len(ids) + 5, key=key))
+    page_bm = dict(r.stores.bm25.search_pages(bm25_text(qa), 1, key=key)) if r.cfg.page_keywords > 0 else {}
     direct_vec: dict[str, float] = {}
     serving = r.stores.serving
     if serving is not None and qa.words:
@@ -72,5 +73,6 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
         chunks=tuple(out),
         vector_weight=weight,
         degraded=degraded,
+        page_bm25_score=round(page_bm[key], 4) if key in page_bm else None,
         analysis=analysis_of(qa, req.filters, rare),
     )

@@ -291,9 +291,10 @@ class Bm25Index:
         limit: int,
         sources: Sequence[str] | None = None,
         agent_scope: str | None = None,
+        key: str | None = None,
     ) -> list[tuple[str, float]]:
-        """(note key, bm25 score) for whole notes, as ``search`` scores chunks."""
-        return self._search(self._pages, text, limit, sources=sources, agent_scope=agent_scope, key=None)
+        """(note key, bm25 score) for whole notes (or the one ``key``), as ``search`` scores chunks."""
+        return self._search(self._pages, text, limit, sources=sources, agent_scope=agent_scope, key=key)
 
     def _search(
         self,
