@@ -335,6 +335,7 @@ def test_a_chunk_shares_its_whole_notes_keyword_evidence() -> None:
         Candidate("spread", "vault/a", "vault", 1, 2, vec=0.45, bm25=2.0, page_bm25=20.0),
         Candidate("vector-only", "vault/a", "vault", 5, 6, vec=0.5, page_bm25=20.0),
         Candidate("dense", "vault/b", "vault", 1, 2, vec=0.45, bm25=6.0, page_bm25=6.0),
+        Candidate("unrelated", "vault/a", "vault", 9, 9, vec=0.15, page_bm25=20.0),
     ]
 
     def fused(**kw: object) -> dict[str, Scored]:
@@ -349,6 +350,8 @@ def test_a_chunk_shares_its_whole_notes_keyword_evidence() -> None:
     assert abs(shared["vector-only"].relevance - (0.7 * 0.6 + 0.3 * 0.5)) < 1e-9
     assert abs(shared["dense"].relevance - (0.7 * 0.5 + 0.3 * (0.5 * 0.6 + 0.5 * 0.3))) < 1e-9
     assert shared["spread"].score > shared["dense"].score
+    # Below the unrelated cosine and without the words itself: its note's words do not lift it.
+    assert shared["unrelated"].relevance == 0.0 == alone["unrelated"].relevance
     ranks = fused(page_share=0.5, method="rrf")
     assert ranks["dense"].bm25_norm == 1.0 and "vector-only" not in {
         k for k, s in ranks.items() if s.bm25_norm > 0

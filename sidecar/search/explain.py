@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sidecar.contracts.errors import StoreError
 from sidecar.contracts.wire import ChunkExplanation, Explanation
 from sidecar.search.query import analyze, split_filters
 from sidecar.search.results import analysis_of
@@ -26,7 +27,12 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
     ranking = r.rank(req, qa, bm, vec_lists, weight=weight, rare=rare)
     ids = [c.chunk_id for c in chunks]
     direct_bm = dict(r.stores.bm25.search(bm25_text(qa), len(ids) + 5, key=key))
-    page_bm = dict(r.stores.bm25.search_pages(bm25_text(qa), 1, key=key)) if r.cfg.page_keywords > 0 else {}
+    page_bm: dict[str, float] = {}
+    if r.page_share(weight) > 0:
+        try:
+            page_bm = dict(r.stores.bm25.search_pages(bm25_text(qa), 1, key=key))
+        except StoreError:  # the page index is failing: searches report it, why goes on
+            page_bm = {}
     direct_vec: dict[str, float] = {}
     serving = r.stores.serving
     if serving is not None and qa.words:

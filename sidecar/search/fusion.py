@@ -129,9 +129,11 @@ def fuse(
         # the sections of the page that answers it.
         best_page = max((c.page_bm25 for c in candidates if c.page_bm25 is not None), default=0.0)
         for c in candidates:
-            if c.page_bm25 is None and c.bm25 is None:
+            # Only for a chunk related by its own evidence: a vector neighbour at or below the
+            # unrelated cosine with none of the words is not lifted by its note's words.
+            if c.page_bm25 is None or (c.bm25 is None and cal_vec.get(c.chunk_id, 0.0) <= 0.0):
                 continue
-            page = scale.page(c.page_bm25, best_page) if c.page_bm25 is not None else 0.0
+            page = scale.page(c.page_bm25, best_page)
             cal_bm[c.chunk_id] = (1.0 - page_share) * cal_bm.get(c.chunk_id, 0.0) + page_share * page
     vec = cal_vec if method == "calibrated" else _arm(method, raw_vec, scale.vec)
     bm = cal_bm if method == "calibrated" else _arm(method, raw_bm, lambda x: scale.bm25(x, best_bm))

@@ -60,6 +60,7 @@ def bm25_text(qa: QueryAnalysis) -> str:
     return " ".join(qa.content_words or qa.words)
 
 
+PAGE_FAILURE = "page index: "  # how a failing page search is reported (keyword_search)
 BmParts = list[tuple[str, float]]  # (words, weight): the message's words, then the history's
 VecList = list[tuple[str, float, float]]  # (chunk id, cosine, hubness) of one vector query
 
@@ -209,7 +210,11 @@ class Retriever:
                 bm = self.stores.bm25.search(
                     bm25_text(qa) if parts is None else parts, fetch, sources, req.agent
                 )
-                problems.clear("keyword_search")
+                # A failing page index stays reported until a page search succeeds (or the
+                # repair rebuilds it): cleared here, it would flap on every search.
+                active = problems.active_in("keyword_search")
+                if active is None or not str(active.get("error", "")).startswith(PAGE_FAILURE):
+                    problems.clear("keyword_search")
             except StoreError as exc:  # a damaged keyword index: answer from vectors alone
                 log.warning("keyword_search_failed error=%s", exc)
                 problems.report("keyword_search", str(exc))
@@ -269,8 +274,9 @@ class Retriever:
         boosts = {"vault": cfg.boosts.vault, "wiki": cfg.boosts.wiki, "memory": cfg.boosts.memory}
         bm_scores = dict(bm)
         words = [(bm25_text(qa), 1.0)] if parts is None else parts
-        share = cfg.page_keywords if cfg.fusion == "calibrated" else 0.0
-        pages = dict(self._pages_or_nothing(words, self._fetch(req), req)) if share > 0 else {}
+        share = self.page_share(weight)
+        keys = sorted({v.key for v in views.values()})
+        pages = dict(self._pages_or_nothing(words, keys, req)) if share > 0 and keys else {}
         scale = self.scale(words, pages=share > 0)
         best: dict[str, Scored] = {}
         # Each vector query is fused with BM25 on its own; a chunk keeps its better score.
@@ -351,15 +357,29 @@ class Retriever:
             ideal = page = 0.0
         return Scale(lo, hi, ideal, page)
 
-    def _pages_or_nothing(self, parts: BmParts, limit: int, req: SearchRequest) -> list[tuple[str, float]]:
+    def page_share(self, weight: float) -> float:
+        """The share of a chunk's keyword part that comes from its note (``search.pageKeywords``;
+        calibrated fusion only, and nothing when the keyword arm has no share)."""
+        cfg = self.cfg
+        return cfg.page_keywords if cfg.fusion == "calibrated" and weight < 1.0 else 0.0
+
+    def _pages_or_nothing(
+        self, parts: BmParts, keys: Sequence[str], req: SearchRequest
+    ) -> list[tuple[str, float]]:
+        """The BM25 scores of the candidates' whole notes (none when the page index fails: the
+        chunks' own scores then count in full)."""
         if not any(text for text, _ in parts):
             return []
+        problems = self.stores.problems
         try:
-            return self.stores.bm25.search_pages(parts, limit, req.sources, req.agent)
-        except StoreError as exc:  # chunks alone; reported so that the repair rebuilds both parts
+            found = self.stores.bm25.search_pages(parts, len(keys), req.sources, req.agent, keys=keys)
+        except StoreError as exc:  # reported so that the repair rebuilds both parts
             log.warning("keyword_search_failed part=pages error=%s", exc)
-            self.stores.problems.report("keyword_search", f"page index: {exc}")
+            problems.report("keyword_search", f"{PAGE_FAILURE}{exc}")
             return []
+        if str((problems.active_in("keyword_search") or {}).get("error", "")).startswith(PAGE_FAILURE):
+            problems.clear("keyword_search")
+        return found
 
     def _bm25_or_nothing(self, text: str, limit: int, req: SearchRequest) -> list[tuple[str, float]]:
         if not text or limit <= 0:

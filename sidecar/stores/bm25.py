@@ -12,7 +12,7 @@ import logging
 import math
 import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +46,19 @@ def engine_failure(exc: BaseException) -> bool:
     """Tantivy's errors on damaged files: raised ones, and its panics, which pyo3 turns into a
     ``PanicException`` that derives from BaseException (an ``except Exception`` lets it through)."""
     return isinstance(exc, (ValueError, OSError, RuntimeError)) or type(exc).__name__ == "PanicException"
+
+
+@contextlib.contextmanager
+def _engine(what: str) -> Iterator[None]:
+    """Tantivy's failures (raised or panicking) as a StoreError naming ``what`` was done."""
+    try:
+        yield
+    except StoreError:
+        raise
+    except BaseException as exc:
+        if not engine_failure(exc):
+            raise
+        raise StoreError(f"BM25 {what} failed: {exc}") from exc
 
 
 def german_fold(text: str) -> str:
@@ -122,7 +135,9 @@ class _Folder:
             self.writer = self.index.writer(heap_size=_WRITER_HEAP, num_threads=1)
             self.index.reload()
             self.searcher = self.index.searcher()
-        except (ValueError, OSError) as exc:
+        except BaseException as exc:
+            if not engine_failure(exc):
+                raise
             if "schema does not match" in str(exc):
                 raise StoreOutdatedError(f"BM25 index {path} has the fields of another version") from exc
             raise StoreError(f"BM25 index {path} cannot be opened: {exc}") from exc
@@ -131,30 +146,35 @@ class _Folder:
         """After a failed commit: drop the uncommitted documents (the manifest still marks those
         notes as being indexed, so the next sweep redoes them) and keep a usable writer."""
         try:
-            self.writer.rollback()
+            with _engine("rollback"):
+                self.writer.rollback()
             return
-        except (ValueError, OSError) as exc:
+        except StoreError as exc:
             log.warning("bm25_writer_reset reason=%s", exc)
-        with contextlib.suppress(ValueError, OSError, RuntimeError):
+        with contextlib.suppress(StoreError), _engine("merge wait"):
             self.writer.wait_merging_threads()  # releases the index lock
         try:
-            self.writer = self.index.writer(heap_size=_WRITER_HEAP, num_threads=1)
-        except (ValueError, OSError) as exc:
+            with _engine("writer"):
+                self.writer = self.index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+        except StoreError as exc:
             log.error("bm25_writer_unavailable error=%s", exc)
 
     def commit(self) -> None:
         try:
-            self.writer.commit()
-        except (ValueError, OSError) as exc:  # disk full, read-only folder
+            with _engine("commit"):  # disk full, read-only folder, damaged segments
+                self.writer.commit()
+        except StoreError:
             self.recover_writer()
-            raise StoreError(f"BM25 commit failed: {exc}") from exc
-        self.index.reload()
-        self.searcher = self.index.searcher()
+            raise
+        with _engine("reload"):
+            self.index.reload()
+            self.searcher = self.index.searcher()
 
     def close(self) -> None:
         try:
-            self.writer.wait_merging_threads()
-        except (ValueError, RuntimeError) as exc:  # a failed writer: nothing more to flush
+            with _engine("close"):
+                self.writer.wait_merging_threads()
+        except StoreError as exc:  # a failed writer: nothing more to flush
             log.debug("bm25_close %s", exc)
 
 
@@ -193,7 +213,7 @@ class Bm25Index:
         """Chunks, grouped by note: each note's chunks also make its page (all of a note's chunks
         come in one call, after ``delete_key``)."""
         pages: dict[str, list[Bm25Doc]] = {}
-        with self._lock:
+        with self._lock, _engine("write"):
             for d in docs:
                 body = f"{d.headings}\n{d.body}" if d.headings else d.body
                 self._chunks.writer.add_document(self._document(d.chunk_id, d, body))
@@ -217,12 +237,12 @@ class Bm25Index:
         )
 
     def delete_key(self, key: str) -> None:
-        with self._lock:
+        with self._lock, _engine("delete"):
             self._chunks.writer.delete_documents_by_term("key", key)
             self._pages.writer.delete_documents_by_term("key", key)
 
     def delete_all(self) -> None:
-        with self._lock:
+        with self._lock, _engine("delete"):
             self._chunks.writer.delete_all_documents()
             self._pages.writer.delete_all_documents()
 
@@ -241,8 +261,9 @@ class Bm25Index:
         n = searcher.num_docs
         if n == 0:
             return set()
-        hits = searcher.search(tantivy.Query.all_query(), limit=n, count=False).hits
-        return {str(searcher.doc(address).get_first("chunk_id")) for _score, address in hits}
+        with _engine("read"):
+            hits = searcher.search(tantivy.Query.all_query(), limit=n, count=False).hits
+            return {str(searcher.doc(address).get_first("chunk_id")) for _score, address in hits}
 
     def doc_freq(self, word: str) -> int:
         """Chunks whose body holds ``word`` (its rarest term when the analyzer splits it). Counted
@@ -291,10 +312,15 @@ class Bm25Index:
         limit: int,
         sources: Sequence[str] | None = None,
         agent_scope: str | None = None,
+        *,
         key: str | None = None,
+        keys: Sequence[str] | None = None,
     ) -> list[tuple[str, float]]:
-        """(note key, bm25 score) for whole notes (or the one ``key``), as ``search`` scores chunks."""
-        return self._search(self._pages, text, limit, sources=sources, agent_scope=agent_scope, key=key)
+        """(note key, bm25 score) for whole notes (only the one ``key``, or only ``keys``), as
+        ``search`` scores chunks."""
+        return self._search(
+            self._pages, text, limit, sources=sources, agent_scope=agent_scope, key=key, keys=keys
+        )
 
     def _search(
         self,
@@ -305,6 +331,7 @@ class Bm25Index:
         sources: Sequence[str] | None,
         agent_scope: str | None,
         key: str | None,
+        keys: Sequence[str] | None = None,
     ) -> list[tuple[str, float]]:
         schema = self.schema
         parts = [(text, 1.0)] if isinstance(text, str) else list(text)
@@ -325,6 +352,8 @@ class Bm25Index:
             restrict.append(tantivy.Query.term_set_query(schema, "source", list(sources)))
         if key is not None:
             restrict.append(tantivy.Query.term_query(schema, "key", key))
+        if keys is not None:
+            restrict.append(tantivy.Query.term_set_query(schema, "key", list(keys)))
         if agent_scope is not None:
             restrict.append(
                 tantivy.Query.boolean_query(

@@ -70,13 +70,18 @@ def embed_hash(embed_text: str) -> str:
 
 @functools.lru_cache(maxsize=16_384)  # every chunk of a note carries the same front matter
 def _aliases(front_matter: str) -> tuple[str, ...]:
+    """The note's aliases as the parser reads them (``aliases`` or ``alias``; scalar items only),
+    so a keyword index refilled from the manifest holds what a sweep wrote."""
     try:
-        value = json.loads(front_matter).get("aliases")
+        fm = json.loads(front_matter)
+        value = fm.get("aliases", fm.get("alias"))
     except (ValueError, AttributeError):
         return ()
     if isinstance(value, str):
         return (value,)
-    return tuple(str(v) for v in value) if isinstance(value, list) else ()
+    if isinstance(value, list):
+        return tuple(str(v) for v in value if isinstance(v, str | int | float) and str(v).strip())
+    return ()
 
 
 _DAY = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
