@@ -57,9 +57,11 @@ def _recall(
     )
     if not qa.content_words and not turns:
         return SearchResult((), None, analysis_of(qa, req.filters), context="")
-    vectors = _recall_vectors(r, text, qa, turns)
+    # One reading of the recall settings for the whole call: a reload meanwhile must not give
+    # the vectors one history share and the keywords (or the analysis) another.
+    vectors = _recall_vectors(r, rc, text, qa, turns)
     rare, weight = r.plan(qa)
-    parts = _recall_parts(r, qa, turns)
+    parts = _recall_parts(rc, qa, turns)
     bm, vec_lists, degraded = r.arms(req, text, qa, vectors, weight, parts=parts)
     ranking = r.rank(req, qa, bm, vec_lists, weight=weight, rare=rare, parts=parts)
     views = ranking.views
@@ -114,10 +116,9 @@ def history_weight(rc: RecallConfig, qa: QueryAnalysis) -> float:
     return (rc.history_weight_none, rc.history_weight_short, rc.history_weight_long)[cls]
 
 
-def _recall_parts(r: Retriever, qa: QueryAnalysis, turns: list[str]) -> BmParts:
+def _recall_parts(rc: RecallConfig, qa: QueryAnalysis, turns: list[str]) -> BmParts:
     """BM25 words of a recall: the message's, then the history's content words at the share the
     history has in the query vector (a follow-up without content words is all history)."""
-    rc = r.recall_cfg
     parts: BmParts = [(bm25_text(qa), 1.0)] if qa.content_words else []
     words = [w for t in reversed(turns) for w in analyze(t).content_words]
     history = " ".join(list(dict.fromkeys(w.lower() for w in words))[: rc.history_words])
@@ -128,13 +129,12 @@ def _recall_parts(r: Retriever, qa: QueryAnalysis, turns: list[str]) -> BmParts:
 
 
 def _recall_vectors(
-    r: Retriever, text: str, qa: QueryAnalysis, turns: list[str]
+    r: Retriever, rc: RecallConfig, text: str, qa: QueryAnalysis, turns: list[str]
 ) -> list[np.ndarray[Any, Any]] | None:
     serving = r.stores.serving
     if serving is None:
         return None
     model = serving.model
-    rc = r.recall_cfg
     message = r.query_vector(model, text) if qa.words else None
     if not turns:
         return [message] if message is not None else None
