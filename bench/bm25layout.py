@@ -27,6 +27,7 @@ from pathlib import Path
 
 import tantivy
 from eval import load_beir, metrics
+from levers import score
 
 from sidecar.search.query import analyze
 from sidecar.search.retrieval import bm25_text
@@ -96,20 +97,14 @@ def ranked_notes(index: kw.Bm25Index, text: str, key_of: dict[str, str]) -> list
 
 def score_questions(index: kw.Bm25Index, chunks: list[Chunk], path: Path) -> str:
     key_of = {c[0]: c[1] for c in chunks}
-    per: dict[str, list[float]] = {}
-    for line in path.open(encoding="utf-8"):
-        q = json.loads(line)
-        text = " ".join([bm25_text(analyze(q["q"])), *(bm25_text(analyze(t)) for t in q.get("context", []))])
-        ranked = ranked_notes(index, text, key_of)[:10]
-        rank = next((i + 1 for i, k in enumerate(ranked) if k in q["expected"]), None)
-        for group in ("all", q.get("source", "-")):
-            acc = per.setdefault(group, [0.0, 0.0, 0.0, 0.0])
-            acc[0] += rank == 1
-            acc[1] += bool(rank and rank <= 5)
-            acc[2] += 1 / rank if rank else 0.0
-            acc[3] += 1
-    return "  ".join(
-        f"{g} ({int(a[3])}) {a[0] / a[3]:.3f} / {a[1] / a[3]:.3f} / {a[2] / a[3]:.3f}" for g, a in per.items()
+    questions = [json.loads(line) for line in path.open(encoding="utf-8")]
+    texts = [
+        " ".join([bm25_text(analyze(q["q"])), *(bm25_text(analyze(t)) for t in q.get("context", []))])
+        for q in questions
+    ]
+    # A note's score is minus its rank: levers.score orders by score, so the order stays BM25's.
+    return score(
+        questions, texts, lambda text: {k: -i for i, k in enumerate(ranked_notes(index, text, key_of))}
     )
 
 

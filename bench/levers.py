@@ -22,7 +22,7 @@ import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from common import ROOT
@@ -32,6 +32,7 @@ from sidecar.model.embedder import OnnxEmbedder, load_model
 from sidecar.search.query import analyze
 
 Matrix = np.ndarray[Any, Any]
+Q = TypeVar("Q")
 _FENCE = re.compile(r"```.*?```", re.S)
 _INLINE = re.compile(r"`[^`\n]+`")
 _SENTENCE = re.compile(r"(?<=[.!?:])\s+|\n+")
@@ -62,12 +63,13 @@ def embed(model: OnnxEmbedder, texts: Sequence[str]) -> list[Matrix]:
 
 def score(
     questions: list[dict[str, Any]],
-    query_vectors: list[Matrix],
-    note_scores: Callable[[Matrix], dict[str, float]],
+    queries: Sequence[Q],
+    note_scores: Callable[[Q], dict[str, float]],
 ) -> str:
-    """hit@1 / hit@5 / MRR@10 overall and per source, a note ranked by its score."""
+    """hit@1 / hit@5 / MRR@10 overall and per source, a note ranked by its score for the
+    question's query (a vector here, a text in bm25layout.py)."""
     per: dict[str, list[float]] = {}
-    for q, qv in zip(questions, query_vectors, strict=True):
+    for q, qv in zip(questions, queries, strict=True):
         scores = note_scores(qv)
         ranked = sorted(scores, key=lambda k: -scores[k])[:10]
         rank = next((i + 1 for i, k in enumerate(ranked) if k in q["expected"]), None)

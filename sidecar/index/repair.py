@@ -48,12 +48,10 @@ def check_bm25(stores: Stores) -> None:
     rebuild it."""
     expected = stores.manifest.indexed_chunk_count()
     actual = stores.bm25.num_docs()
-    pages = stores.manifest.indexed_page_count()
-    if actual == expected and stores.bm25.num_pages() != pages:
+    pages, have_pages = stores.manifest.indexed_page_count(), stores.bm25.num_pages()
+    if actual == expected and have_pages != pages:
         log.warning(
-            "index_rebuilt store=bm25 reason=page count mismatch expected=%d actual=%d",
-            pages,
-            stores.bm25.num_pages(),
+            "index_rebuilt store=bm25 reason=page count mismatch expected=%d actual=%d", pages, have_pages
         )
         rebuild_bm25(stores)
     elif expected != actual:

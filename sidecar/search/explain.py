@@ -4,6 +4,8 @@ capped, or not a candidate at all)."""
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from sidecar.contracts.errors import StoreError
@@ -29,10 +31,8 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
     direct_bm = dict(r.stores.bm25.search(bm25_text(qa), len(ids) + 5, key=key))
     page_bm: dict[str, float] = {}
     if r.page_share(weight) > 0:
-        try:
+        with contextlib.suppress(StoreError):  # a failing page index: searches report it, why goes on
             page_bm = dict(r.stores.bm25.search_pages(bm25_text(qa), 1, key=key))
-        except StoreError:  # the page index is failing: searches report it, why goes on
-            page_bm = {}
     direct_vec: dict[str, float] = {}
     serving = r.stores.serving
     if serving is not None and qa.words:

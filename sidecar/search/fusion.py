@@ -56,12 +56,16 @@ class Scale:
         return min(1.0, max(0.0, (cosine - self.cosine_floor) / span))
 
     def bm25(self, score: float, best: float) -> float:
-        ideal = self.bm25_ideal if self.bm25_ideal > 0 else best
-        return min(1.0, max(0.0, score / ideal)) if ideal > 0 else 0.0
+        return _share_of_ideal(score, self.bm25_ideal, best)
 
     def page(self, score: float, best: float) -> float:
-        ideal = self.page_ideal if self.page_ideal > 0 else best
-        return min(1.0, max(0.0, score / ideal)) if ideal > 0 else 0.0
+        return _share_of_ideal(score, self.page_ideal, best)
+
+
+def _share_of_ideal(score: float, ideal: float, best: float) -> float:
+    """``score`` over the ideal (the best candidate's when the ideal is unknown), clipped to [0, 1]."""
+    ideal = ideal if ideal > 0 else best
+    return min(1.0, max(0.0, score / ideal)) if ideal > 0 else 0.0
 
 
 FUSIONS = ("calibrated", "rrf", "minmax")

@@ -20,6 +20,7 @@ import numpy as np
 from sidecar.config import RecallConfig, SearchConfig
 from sidecar.contracts.errors import EmbedderError, StoreError
 from sidecar.contracts.wire import SOURCES, SearchResult
+from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, VectorSet
 from sidecar.model.embedder import Embedder, EmbedderSlot, cosine_range
 from sidecar.notes.links import cited_by
@@ -86,6 +87,12 @@ class EarlyVectors:
 
     serving: VectorSet
     found: Future[list[VecList]]
+
+
+def _page_failure_active(problems: Problems) -> bool:
+    """Whether the keyword-search problem now reported is the page index's."""
+    active = problems.active_in("keyword_search")
+    return active is not None and str(active.get("error", "")).startswith(PAGE_FAILURE)
 
 
 @functools.lru_cache(maxsize=16)
@@ -212,8 +219,7 @@ class Retriever:
                 )
                 # A failing page index stays reported until a page search succeeds (or the
                 # repair rebuilds it): cleared here, it would flap on every search.
-                active = problems.active_in("keyword_search")
-                if active is None or not str(active.get("error", "")).startswith(PAGE_FAILURE):
+                if not _page_failure_active(problems):
                     problems.clear("keyword_search")
             except StoreError as exc:  # a damaged keyword index: answer from vectors alone
                 log.warning("keyword_search_failed error=%s", exc)
@@ -377,7 +383,7 @@ class Retriever:
             log.warning("keyword_search_failed part=pages error=%s", exc)
             problems.report("keyword_search", f"{PAGE_FAILURE}{exc}")
             return []
-        if str((problems.active_in("keyword_search") or {}).get("error", "")).startswith(PAGE_FAILURE):
+        if _page_failure_active(problems):
             problems.clear("keyword_search")
         return found
 

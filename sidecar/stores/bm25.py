@@ -42,7 +42,7 @@ _UMLAUT = str.maketrans({"ä": "a", "ö": "o", "ü": "u", "Ä": "a", "Ö": "o", 
 _DIGRAPH = re.compile(r"(?<=[a-z])([aou])e", re.IGNORECASE)
 
 
-def engine_failure(exc: BaseException) -> bool:
+def _engine_failure(exc: BaseException) -> bool:
     """Tantivy's errors on damaged files: raised ones, and its panics, which pyo3 turns into a
     ``PanicException`` that derives from BaseException (an ``except Exception`` lets it through)."""
     return isinstance(exc, (ValueError, OSError, RuntimeError)) or type(exc).__name__ == "PanicException"
@@ -56,7 +56,7 @@ def _engine(what: str) -> Iterator[None]:
     except StoreError:
         raise
     except BaseException as exc:
-        if not engine_failure(exc):
+        if not _engine_failure(exc):
             raise
         raise StoreError(f"BM25 {what} failed: {exc}") from exc
 
@@ -136,7 +136,7 @@ class _Folder:
             self.index.reload()
             self.searcher = self.index.searcher()
         except BaseException as exc:
-            if not engine_failure(exc):
+            if not _engine_failure(exc):
                 raise
             if "schema does not match" in str(exc):
                 raise StoreOutdatedError(f"BM25 index {path} has the fields of another version") from exc
@@ -212,15 +212,14 @@ class Bm25Index:
     def add(self, docs: Iterable[Bm25Doc]) -> None:
         """Chunks, grouped by note: each note's chunks also make its page (all of a note's chunks
         come in one call, after ``delete_key``)."""
-        pages: dict[str, list[Bm25Doc]] = {}
+        pages: dict[str, tuple[Bm25Doc, list[str]]] = {}  # note key -> (its first chunk, bodies)
         with self._lock, _engine("write"):
             for d in docs:
                 body = f"{d.headings}\n{d.body}" if d.headings else d.body
                 self._chunks.writer.add_document(self._document(d.chunk_id, d, body))
-                pages.setdefault(d.key, []).append(d)
-            for key, chunks in pages.items():
-                body = "\n".join(f"{d.headings}\n{d.body}" if d.headings else d.body for d in chunks)
-                self._pages.writer.add_document(self._document(key, chunks[0], body))
+                pages.setdefault(d.key, (d, []))[1].append(body)
+            for key, (first, bodies) in pages.items():
+                self._pages.writer.add_document(self._document(key, first, "\n".join(bodies)))
 
     @staticmethod
     def _document(doc_id: str, d: Bm25Doc, body: str) -> tantivy.Document:
@@ -270,15 +269,11 @@ class Bm25Index:
         by a query, not read from the term dictionary, which still counts the chunks of edited
         notes until their segment is merged."""
         searcher = self._searcher
-        try:
+        with _engine("count"):
             counts = [
                 searcher.search(tantivy.Query.term_query(self.schema, "body", t), limit=1, count=True).count  # type: ignore[attr-defined]  # missing from the stubs
                 for t in dict.fromkeys(self.analyze(word))
             ]
-        except BaseException as exc:
-            if not engine_failure(exc):
-                raise
-            raise StoreError(f"BM25 count failed: {exc}") from exc
         return int(min(counts, default=0))
 
     def num_docs(self) -> int:
@@ -369,16 +364,12 @@ class Bm25Index:
         clauses += [(tantivy.Occur.Must, tantivy.Query.const_score_query(q, 0.0)) for q in restrict]
         query = tantivy.Query.boolean_query(clauses)
         searcher = folder.searcher
-        try:
+        with _engine("search"):  # damaged segment files
             result = searcher.search(query, limit=limit, count=False)
             return [
                 (str(searcher.doc(address).get_first("chunk_id")), float(score))
                 for score, address in result.hits
             ]
-        except BaseException as exc:  # damaged segment files
-            if not engine_failure(exc):
-                raise
-            raise StoreError(f"BM25 search failed: {exc}") from exc
 
     def ideal_score(self, text: str, *, pages: bool = False) -> float:
         """What a chunk (a page) scores that holds every word of ``text`` once, at average length,
@@ -392,10 +383,9 @@ class Bm25Index:
         for f in ("body", "body_en", "body_de"):
             for t in dict.fromkeys(self.analyze(text, f)):
                 try:
-                    df = int(searcher.doc_freq(f, t))
-                except BaseException as exc:
-                    if not engine_failure(exc):
-                        raise
+                    with _engine("doc_freq"):
+                        df = int(searcher.doc_freq(f, t))
+                except StoreError:
                     df = 0
                 total += FIELD_BOOSTS[f] * math.log(1.0 + (n - df + 0.5) / (df + 0.5))
         return total
