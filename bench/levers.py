@@ -1,9 +1,10 @@
 """Offline levers on a kept evaluation index: the vector arm alone, without a daemon, so a change of
 what the model reads or of the query can be tried in minutes before it is built into the code.
 
-    python bench/levers.py embedtext HOME QUESTIONS --variant strip|dedup   (re-embed changed chunks)
+    python bench/levers.py embedtext HOME QUESTIONS --variant V             (re-embed: strip|dedup|lead)
     python bench/levers.py sentences HOME QUESTIONS                         (sentence vectors beside chunks)
     python bench/levers.py queries HOME QUESTIONS                           (full text / content words / mean)
+    python bench/levers.py pages HOME QUESTIONS [--centroid]      (a whole-note vector beside chunks)
     python bench/levers.py cues                                             (follow-up cue on the own sets)
 
 HOME is the ``home`` folder of an ``eval.py --work`` folder (its manifest, vector table and
@@ -95,6 +96,28 @@ def best_per_note(keys: Sequence[str], matrix: Matrix) -> Callable[[Matrix], dic
     return run
 
 
+_LEAD_SKIP = re.compile(r"^\s*(#|```|\||<|!\[|---|>\s*\[!)")
+
+
+def note_leads(home: Path) -> dict[str, str]:
+    """Each note's lead: the first sentence of its first line of prose (at most 200 characters)."""
+    db = sqlite3.connect(f"file:{home}/index/manifest.sqlite?mode=ro", uri=True)
+    out: dict[str, str] = {}
+    for key, text in db.execute("SELECT key, text FROM chunks WHERE ord = 0"):
+        for raw in text.split("\n"):
+            line = raw.strip()
+            if len(line.split()) >= 4 and not _LEAD_SKIP.match(line):
+                out[key] = _SENTENCE.split(line.lstrip(">-* ").strip())[0][:200]
+                break
+    return out
+
+
+def lead_in(embed_text: str, lead: str) -> str:
+    """The embed text with the note's lead after its first line (the title)."""
+    head, _, rest = embed_text.partition("\n")
+    return f"{head}\n{lead}\n{rest}" if lead and lead not in embed_text else embed_text
+
+
 def strip_code(text: str) -> str:
     """The embed text without fenced and inline code (kept when little else is left)."""
     rest = "\n".join(line for line in _INLINE.sub(" ", _FENCE.sub(" ", text)).split("\n") if line.strip())
@@ -122,8 +145,17 @@ def queries_of(
 def cmd_embedtext(args: argparse.Namespace) -> None:
     model, rows, stored = open_home(args.home)
     questions = [json.loads(line) for line in args.questions.open(encoding="utf-8")]
-    change = {"strip": strip_code, "dedup": dedup}[args.variant]
-    fresh = [(c, change(e)) for c, _k, e, _t in rows if change(e) != e]
+    if args.variant == "lead":  # every chunk after the first gets its note's lead sentence
+        leads = note_leads(args.home)
+        db = sqlite3.connect(f"file:{args.home}/index/manifest.sqlite?mode=ro", uri=True)
+        fresh = [
+            (c, lead_in(e, leads[k]))
+            for c, k, o, e in db.execute("SELECT chunk_id, key, ord, embed_text FROM chunks")
+            if o > 0 and leads.get(k)
+        ]
+    else:
+        change = {"strip": strip_code, "dedup": dedup}[args.variant]
+        fresh = [(c, change(e)) for c, _k, e, _t in rows if change(e) != e]
     print(f"re-embedding {len(fresh)} of {len(rows)} chunks", file=sys.stderr)
     new = dict(zip([c for c, _ in fresh], embed(model, [t for _, t in fresh]), strict=True))
     keys = [k for _c, k, _e, _t in rows]
@@ -165,6 +197,53 @@ def cmd_sentences(args: argparse.Namespace) -> None:
         print(f"chunk share {w}", score(questions, queries, blend(w)))
 
 
+def note_texts(home: Path) -> dict[str, str]:
+    """Each note's title and its chunks' lines in order, a line repeated by a chunk's overlap once."""
+    db = sqlite3.connect(f"file:{home}/index/manifest.sqlite?mode=ro", uri=True)
+    out: dict[str, list[str]] = {}
+    seen: dict[str, set[str]] = {}
+    for key, embed_text, text in db.execute("SELECT key, embed_text, text FROM chunks ORDER BY key, ord"):
+        lines = out.setdefault(key, [embed_text.split("\n", 1)[0]])
+        mine = seen.setdefault(key, set())
+        for line in text.split("\n"):
+            if line.strip() and line not in mine:
+                mine.add(line)
+                lines.append(line)
+    return {k: "\n".join(v) for k, v in out.items()}
+
+
+def cmd_pages(args: argparse.Namespace) -> None:
+    model, rows, stored = open_home(args.home)
+    questions = [json.loads(line) for line in args.questions.open(encoding="utf-8")]
+    texts = note_texts(args.home)
+    keys = sorted(texts)
+    if args.centroid:  # the mean of the note's chunk vectors: no embedding at all
+        sums: dict[str, Matrix] = {}
+        for c, k, _e, _t in rows:
+            sums[k] = sums.get(k, 0) + stored[c]
+        pages = {k: v / max(float(np.linalg.norm(v)), 1e-12) for k, v in sums.items()}
+    else:
+        print(f"embedding {len(keys)} notes", file=sys.stderr)
+        pages = dict(zip(keys, embed(model, [texts[k] for k in keys]), strict=True))
+    chunk_best = best_per_note([k for _c, k, _e, _t in rows], np.stack([stored[c] for c, *_ in rows]))
+    page_matrix = np.stack([pages[k] for k in keys])
+    queries = queries_of(model, questions, lambda t: t)
+
+    def blend(w: float, how: str) -> Callable[[Matrix], dict[str, float]]:
+        def run(qv: Matrix) -> dict[str, float]:
+            c = chunk_best(qv)
+            p = dict(zip(keys, (page_matrix @ qv).tolist(), strict=True))
+            if how == "max":
+                return {k: max(c[k], p[k]) for k in c}
+            return {k: w * c[k] + (1 - w) * p[k] for k in c}
+
+        return run
+
+    for w in (1.0, 0.0, 0.8, 0.7, 0.5):
+        print(f"chunk share {w}", score(questions, queries, blend(w, "mix")))
+    print("max         ", score(questions, queries, blend(0, "max")))
+
+
 def cmd_queries(args: argparse.Namespace) -> None:
     model, rows, stored = open_home(args.home)
     questions = [json.loads(line) for line in args.questions.open(encoding="utf-8")]
@@ -196,18 +275,24 @@ def cmd_cues(args: argparse.Namespace) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("embedtext", "sentences", "queries"):
+    for name in ("embedtext", "sentences", "queries", "pages"):
         p = sub.add_parser(name)
         p.add_argument("home", type=Path)
         p.add_argument("questions", type=Path)
+        if name == "pages":
+            p.add_argument("--centroid", action="store_true")
         if name == "embedtext":
-            p.add_argument("--variant", choices=("strip", "dedup"), default="dedup")
+            p.add_argument("--variant", choices=("strip", "dedup", "lead"), default="dedup")
     p = sub.add_parser("cues")
     p.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
-    {"embedtext": cmd_embedtext, "sentences": cmd_sentences, "queries": cmd_queries, "cues": cmd_cues}[
-        args.cmd
-    ](args)
+    {
+        "embedtext": cmd_embedtext,
+        "sentences": cmd_sentences,
+        "queries": cmd_queries,
+        "pages": cmd_pages,
+        "cues": cmd_cues,
+    }[args.cmd](args)
 
 
 if __name__ == "__main__":

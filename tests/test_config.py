@@ -71,6 +71,7 @@ def test_unknown_key_names_file_key_and_value(tmp_path: Path) -> None:
         ("search:\n  limit: many\n", "integer"),
         ("search:\n  limit: 2.5\n", "integer"),
         ("embedder:\n  pooling: max\n", "one of"),
+        ("search:\n  stemFirst: [en, fr]\n", "each item must be one of en, de"),
         ("embedder:\n  enabled: maybe\n", "true or false"),
         ("chunking:\n  maxTokens: 400\n", "maxLength"),
         ("vault:\n  wikiSubfolder: ../outside\n", "inside the vault"),

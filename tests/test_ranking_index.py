@@ -3,6 +3,7 @@ vector weight, and document frequencies of live chunks only."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,52 @@ def test_a_heading_word_counts_as_one_more_word_of_the_body(tmp_path: Path) -> N
         assert scores["h"] == pytest.approx(idx.ideal_score("Synchronisation"), rel=0.25)
     finally:
         idx.close()
+
+
+def test_the_query_languages_stemmed_forms_count_as_much_as_the_exact_form(tmp_path: Path) -> None:
+    """For a query in a known language its stemmed copy of the body leads: a chunk holding
+    "configured" answers "configure" more nearly as well as one holding "configure" (else the
+    stemmed match counts half). Without a language the exact form leads, and the ideal score
+    follows the weights, so a full match stays near 1 on either scale."""
+    from sidecar.stores.bm25 import Bm25Doc, Bm25Index, field_boosts
+
+    def doc(name: str, body: str) -> Bm25Doc:
+        return Bm25Doc.of(name, f"vault/{name}", "vault", "", title=name, aliases=(), headings=(), body=body)
+
+    filler = "notes of the week about other things entirely"
+    idx = Bm25Index(tmp_path / "bm25")
+    try:
+        idx.add(
+            [
+                doc("exact", f"configure {filler}"),
+                doc("inflected", f"configured {filler}"),
+                *(doc(f"o{i}", f"{filler} {i}") for i in range(20)),
+            ]
+        )
+        idx.commit()
+        plain = dict(idx.search("configure", 10))
+        english = dict(idx.search("configure", 10, stem="en"))
+        assert plain["exact"] > english["exact"] * 0.99  # the exact form itself loses nothing much
+        # The inflected form's share of the exact form's score grows by half and more (the exact
+        # form keeps its rarer as-written term on top).
+        assert english["inflected"] / english["exact"] > 1.5 * plain["inflected"] / plain["exact"]
+        assert idx.ideal_score("configure", stem="en") == pytest.approx(english["exact"], rel=0.3)
+        assert field_boosts("en")["body_en"] == field_boosts()["body"]
+        assert field_boosts("fr") == field_boosts()
+    finally:
+        idx.close()
+
+
+def test_the_query_language_picks_the_stemmed_copy(harness: Harness) -> None:
+    """search.stemFirst: a query detected as English or German gets that language's stemmed
+    copy first; an undecided one, or any with the key empty, the exact form."""
+    cfg = harness.cfg.search
+    r = Retriever(harness.stores, harness.slot, cfg, harness.cfg.recall, "all")
+    assert r.stem(analyze("how do I set up the backups of the NAS")) == "en"
+    assert r.stem(analyze("Wie richte ich die Datensicherung auf dem NAS ein?")) == "de"
+    assert r.stem(analyze("restic NAS")) is None
+    off = Retriever(harness.stores, harness.slot, replace(cfg, stem_first=()), harness.cfg.recall, "all")
+    assert off.stem(analyze("how do I set up the backups of the NAS")) is None
 
 
 def test_a_note_is_found_by_words_spread_over_its_sections(tmp_path: Path) -> None:

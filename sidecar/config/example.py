@@ -41,7 +41,8 @@ def render_example() -> str:
             shown = str(default)
         extra = ""
         if "choices" in s.checks:
-            extra = f" One of: {', '.join(s.checks['choices'])}."
+            kind = "Each of" if isinstance(default, tuple) else "One of"
+            extra = f" {kind}: {', '.join(s.checks['choices'])}."
         own = MODEL_DEFAULTS[EmbedderConfig.model].get(s.dotted)
         if own is not None:  # set by the model: a copied example must not pin one model's value
             lines.append(f"{indent}# {s.doc}{extra} Default: the model's own.")

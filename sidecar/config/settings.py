@@ -67,12 +67,16 @@ def _to_bool(raw: Any) -> bool:
     raise ValueError("expected true or false")
 
 
-def _to_str_tuple(raw: Any) -> tuple[str, ...]:
+def _to_str_tuple(raw: Any, checks: Mapping[str, Any]) -> tuple[str, ...]:
     """A YAML list of strings, or one string with items separated by commas (environment, flags)."""
     items = raw.split(",") if isinstance(raw, str) else raw
     if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
         raise ValueError("expected a list of strings")
-    return tuple(i.strip() for i in items if i.strip())
+    value = tuple(i.strip() for i in items if i.strip())
+    choices = checks.get("choices")
+    if choices and any(i not in choices for i in value):
+        raise ValueError(f"each item must be one of {', '.join(choices)}")
+    return value
 
 
 def _to_number(raw: Any, base: type, checks: Mapping[str, Any]) -> int | float:
@@ -128,7 +132,7 @@ def _coerce(setting: Setting, raw: Any, where: str) -> Any:
         if base is Path:
             return _to_path(raw)
         if base == tuple[str, ...]:
-            return _to_str_tuple(raw)
+            return _to_str_tuple(raw, setting.checks)
         raise ValueError(f"unsupported type {tp}")  # pragma: no cover - every declared type is handled
     except ValueError as exc:
         raise ConfigError(f"{where}: {setting.dotted} = {raw!r}: {exc}") from None

@@ -28,11 +28,12 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
     bm, vec_lists, degraded = r.arms(req, text, qa, None, weight)
     ranking = r.rank(req, qa, bm, vec_lists, weight=weight, rare=rare)
     ids = [c.chunk_id for c in chunks]
-    direct_bm = dict(r.stores.bm25.search(bm25_text(qa), len(ids) + 5, key=key))
+    stem = r.stem(qa)
+    direct_bm = dict(r.stores.bm25.search(bm25_text(qa), len(ids) + 5, key=key, stem=stem))
     page_bm: dict[str, float] = {}
     if r.page_share(weight) > 0:
         with contextlib.suppress(StoreError):  # a failing page index: searches report it, why goes on
-            page_bm = dict(r.stores.bm25.search_pages(bm25_text(qa), 1, key=key))
+            page_bm = dict(r.stores.bm25.search_pages(bm25_text(qa), 1, key=key, stem=stem))
     direct_vec: dict[str, float] = {}
     serving = r.stores.serving
     if serving is not None and qa.words:

@@ -151,6 +151,11 @@ class Retriever:
         languages = _language_set(own) if isinstance(own, str) else self.languages
         return not qa.language or "all" in languages or qa.language in languages
 
+    def stem(self, qa: QueryAnalysis) -> str | None:
+        """The query's language when its stemmed forms lead (``search.stemFirst``), else None."""
+        lang = qa.language
+        return lang if lang and lang in self.cfg.stem_first else None
+
     def vector_weight(self, qa: QueryAnalysis, rare: Sequence[str] = ()) -> float:
         """Share of the vector arm: less for short queries, for languages the model reads poorly
         and for queries naming something rare the model cannot read (see ``rare_words``)."""
@@ -215,7 +220,11 @@ class Retriever:
         if weight < 1.0 or vectors is not None:
             try:
                 bm = self.stores.bm25.search(
-                    bm25_text(qa) if parts is None else parts, fetch, sources, req.agent
+                    bm25_text(qa) if parts is None else parts,
+                    fetch,
+                    sources,
+                    req.agent,
+                    stem=self.stem(qa),
                 )
                 # A failing page index stays reported until a page search succeeds (or the
                 # repair rebuilds it): cleared here, it would flap on every search.
@@ -282,8 +291,9 @@ class Retriever:
         words = [(bm25_text(qa), 1.0)] if parts is None else parts
         share = self.page_share(weight)
         keys = sorted({v.key for v in views.values()})
-        pages = dict(self._pages_or_nothing(words, keys, req)) if share > 0 and keys else {}
-        scale = self.scale(words, pages=share > 0)
+        stem = self.stem(qa)
+        pages = dict(self._pages_or_nothing(words, keys, req, stem)) if share > 0 and keys else {}
+        scale = self.scale(words, pages=share > 0, stem=stem)
         best: dict[str, Scored] = {}
         # Each vector query is fused with BM25 on its own; a chunk keeps its better score.
         for vec in vec_lists or [[]]:
@@ -350,15 +360,17 @@ class Retriever:
         ]
         return sorted(out, key=lambda s: -s.score)
 
-    def scale(self, parts: BmParts, *, pages: bool = False) -> Scale:
+    def scale(self, parts: BmParts, *, pages: bool = False, stem: str | None = None) -> Scale:
         """This query's scale: the model's cosine range, the query's ideal BM25 score (of a
         chunk; with ``pages`` also of a whole note)."""
         serving = self.stores.serving
         lo, hi = cosine_range(serving.model if serving else None, self.cfg)
         bm25 = self.stores.bm25
         try:
-            ideal = sum(w * bm25.ideal_score(text) for text, w in parts)
-            page = sum(w * bm25.ideal_score(text, pages=True) for text, w in parts) if pages else 0.0
+            ideal = sum(w * bm25.ideal_score(text, stem=stem) for text, w in parts)
+            page = (
+                sum(w * bm25.ideal_score(text, pages=True, stem=stem) for text, w in parts) if pages else 0.0
+            )
         except StoreError:
             ideal = page = 0.0
         return Scale(lo, hi, ideal, page)
@@ -370,7 +382,7 @@ class Retriever:
         return cfg.page_keywords if cfg.fusion == "calibrated" and weight < 1.0 else 0.0
 
     def _pages_or_nothing(
-        self, parts: BmParts, keys: Sequence[str], req: SearchRequest
+        self, parts: BmParts, keys: Sequence[str], req: SearchRequest, stem: str | None = None
     ) -> list[tuple[str, float]]:
         """The BM25 scores of the candidates' whole notes (none when the page index fails: the
         chunks' own scores then count in full)."""
@@ -378,7 +390,9 @@ class Retriever:
             return []
         problems = self.stores.problems
         try:
-            found = self.stores.bm25.search_pages(parts, len(keys), req.sources, req.agent, keys=keys)
+            found = self.stores.bm25.search_pages(
+                parts, len(keys), req.sources, req.agent, keys=keys, stem=stem
+            )
         except StoreError as exc:  # reported so that the repair rebuilds both parts
             log.warning("keyword_search_failed part=pages error=%s", exc)
             problems.report("keyword_search", f"{PAGE_FAILURE}{exc}")

@@ -34,8 +34,21 @@ ANALYZER_DE = "sidecar_de_cjk"
 # on the German set MRR 0.45 -> 0.54, SciFact nDCG 0.62 -> 0.66; BENCHMARKS.md, twelfth session).
 # The note's title and aliases stay a field of their own, counted once beside the body.
 # The body is indexed three times: as written (folded), English-stemmed and German-stemmed, so a
-# note matches in its own language without detecting it, and an exact form still counts most.
+# note matches in its own language without detecting it. The exact form counts most unless the
+# query's language is known: then that language's stemmed copy does (``field_boosts``).
 FIELD_BOOSTS = {"title": 1.0, "body": 1.0, "body_en": 0.5, "body_de": 0.5}
+
+
+def field_boosts(stem: str | None = None) -> dict[str, float]:
+    """The field weights; with ``stem`` (a query's language) the body as written and the body
+    stemmed in that language swap weights: a word's other forms in the query's language count
+    as much as its exact form."""
+    boosts = dict(FIELD_BOOSTS)
+    if stem and f"body_{stem}" in boosts:
+        boosts["body"], boosts[f"body_{stem}"] = boosts[f"body_{stem}"], boosts["body"]
+    return boosts
+
+
 FIELD_ANALYZER = {"title": ANALYZER, "body": ANALYZER, "body_en": ANALYZER_EN, "body_de": ANALYZER_DE}
 _WRITER_HEAP = 64_000_000
 _UMLAUT = str.maketrans({"ä": "a", "ö": "o", "ü": "u", "Ä": "a", "Ö": "o", "Ü": "u", "ß": "ss"})
@@ -288,7 +301,9 @@ class Bm25Index:
         limit: int,
         sources: Sequence[str] | None = None,
         agent_scope: str | None = None,
+        *,
         key: str | None = None,
+        stem: str | None = None,
     ) -> list[tuple[str, float]]:
         """(chunk_id, bm25 score) for chunks matching any word of ``text``, best first (of one note
         when ``key`` is given).
@@ -299,7 +314,9 @@ class Bm25Index:
         wiki stay). Restrictions score nothing: a hit's score is its text's match alone, the same
         with or without them.
         """
-        return self._search(self._chunks, text, limit, sources=sources, agent_scope=agent_scope, key=key)
+        return self._search(
+            self._chunks, text, limit, sources=sources, agent_scope=agent_scope, key=key, stem=stem
+        )
 
     def search_pages(
         self,
@@ -310,11 +327,19 @@ class Bm25Index:
         *,
         key: str | None = None,
         keys: Sequence[str] | None = None,
+        stem: str | None = None,
     ) -> list[tuple[str, float]]:
         """(note key, bm25 score) for whole notes (only the one ``key``, or only ``keys``), as
         ``search`` scores chunks."""
         return self._search(
-            self._pages, text, limit, sources=sources, agent_scope=agent_scope, key=key, keys=keys
+            self._pages,
+            text,
+            limit,
+            sources=sources,
+            agent_scope=agent_scope,
+            key=key,
+            keys=keys,
+            stem=stem,
         )
 
     def _search(
@@ -327,12 +352,13 @@ class Bm25Index:
         agent_scope: str | None,
         key: str | None,
         keys: Sequence[str] | None = None,
+        stem: str | None = None,
     ) -> list[tuple[str, float]]:
         schema = self.schema
         parts = [(text, 1.0)] if isinstance(text, str) else list(text)
         terms: dict[tuple[str, str], float] = {}
         for part, weight in parts:
-            for f, boost in FIELD_BOOSTS.items():
+            for f, boost in field_boosts(stem).items():
                 for t in self.analyze(part, f):
                     terms[f, t] = max(terms.get((f, t), 0.0), boost * weight)
         if not terms:
@@ -371,15 +397,17 @@ class Bm25Index:
                 for score, address in result.hits
             ]
 
-    def ideal_score(self, text: str, *, pages: bool = False) -> float:
+    def ideal_score(self, text: str, *, pages: bool = False, stem: str | None = None) -> float:
         """What a chunk (a page) scores that holds every word of ``text`` once, at average length,
-        in its body (each word's idf: once as written, half each for the two stemmed copies).
+        in its body (each word's idf once per copy of the body, at that copy's weight: see
+        ``field_boosts``).
         Dividing by it puts BM25 on a scale that means the same for every query: 1 is "all of it,
         once", a match of the rarest of three words counts more than one of the commonest. Words
         the index has never seen count fully (a query about something absent is not a good match)."""
         searcher = (self._pages if pages else self._chunks).searcher
         n = max(int(searcher.num_docs), 1)
         total = 0.0
+        boosts = field_boosts(stem)
         for f in ("body", "body_en", "body_de"):
             for t in dict.fromkeys(self.analyze(text, f)):
                 try:
@@ -387,7 +415,7 @@ class Bm25Index:
                         df = int(searcher.doc_freq(f, t))
                 except StoreError:
                     df = 0
-                total += FIELD_BOOSTS[f] * math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+                total += boosts[f] * math.log(1.0 + (n - df + 0.5) / (df + 0.5))
         return total
 
     def close(self) -> None:
