@@ -212,12 +212,30 @@ def note_texts(home: Path) -> dict[str, str]:
     return {k: "\n".join(v) for k, v in out.items()}
 
 
+def note_outlines(home: Path) -> dict[str, str]:
+    """Each note's title, lead sentence and headings in order: what the whole page is about."""
+    db = sqlite3.connect(f"file:{home}/index/manifest.sqlite?mode=ro", uri=True)
+    leads = note_leads(home)
+    out: dict[str, list[str]] = {}
+    for key, embed_text, headings in db.execute(
+        "SELECT key, embed_text, headings FROM chunks ORDER BY key, ord"
+    ):
+        lines = out.setdefault(key, [embed_text.split("\n", 1)[0], leads.get(key, "")])
+        for h in json.loads(headings or "[]"):
+            if h and h not in lines:
+                lines.append(h)
+    return {k: "\n".join(x for x in v if x) for k, v in out.items()}
+
+
 def cmd_pages(args: argparse.Namespace) -> None:
     model, rows, stored = open_home(args.home)
     questions = [json.loads(line) for line in args.questions.open(encoding="utf-8")]
-    texts = note_texts(args.home)
+    texts = note_outlines(args.home) if args.outline else note_texts(args.home)
     keys = sorted(texts)
-    if args.centroid:  # the mean of the note's chunk vectors: no embedding at all
+    if args.first:  # the note's first chunk (title and opening) stands for the page: no embedding
+        db = sqlite3.connect(f"file:{args.home}/index/manifest.sqlite?mode=ro", uri=True)
+        pages = {k: stored[c] for c, k in db.execute("SELECT chunk_id, key FROM chunks WHERE ord = 0")}
+    elif args.centroid:  # the mean of the note's chunk vectors: no embedding at all
         sums: dict[str, Matrix] = {}
         for c, k, _e, _t in rows:
             sums[k] = sums.get(k, 0) + stored[c]
@@ -227,6 +245,9 @@ def cmd_pages(args: argparse.Namespace) -> None:
         pages = dict(zip(keys, embed(model, [texts[k] for k in keys]), strict=True))
     chunk_best = best_per_note([k for _c, k, _e, _t in rows], np.stack([stored[c] for c, *_ in rows]))
     page_matrix = np.stack([pages[k] for k in keys])
+    room = model.cfg.max_length - 2
+    fits = {k for k, n in zip(keys, model.count_tokens([texts[k] for k in keys]), strict=True) if n <= room}
+    print(f"{len(fits)} of {len(keys)} notes fit in {room} tokens", file=sys.stderr)
     queries = queries_of(model, questions, lambda t: t)
 
     def blend(w: float, how: str) -> Callable[[Matrix], dict[str, float]]:
@@ -235,6 +256,8 @@ def cmd_pages(args: argparse.Namespace) -> None:
             p = dict(zip(keys, (page_matrix @ qv).tolist(), strict=True))
             if how == "max":
                 return {k: max(c[k], p[k]) for k in c}
+            if how == "fits":  # only where the page vector saw the whole note
+                return {k: w * c[k] + (1 - w) * p[k] if k in fits else c[k] for k in c}
             return {k: w * c[k] + (1 - w) * p[k] for k in c}
 
         return run
@@ -242,6 +265,8 @@ def cmd_pages(args: argparse.Namespace) -> None:
     for w in (1.0, 0.0, 0.8, 0.7, 0.5):
         print(f"chunk share {w}", score(questions, queries, blend(w, "mix")))
     print("max         ", score(questions, queries, blend(0, "max")))
+    for w in (0.7, 0.5):
+        print(f"fits {w}    ", score(questions, queries, blend(w, "fits")))
 
 
 def cmd_queries(args: argparse.Namespace) -> None:
@@ -281,6 +306,8 @@ def main() -> None:
         p.add_argument("questions", type=Path)
         if name == "pages":
             p.add_argument("--centroid", action="store_true")
+            p.add_argument("--outline", action="store_true")
+            p.add_argument("--first", action="store_true")
         if name == "embedtext":
             p.add_argument("--variant", choices=("strip", "dedup", "lead"), default="dedup")
     p = sub.add_parser("cues")

@@ -292,6 +292,17 @@ def test_user_settings_override_the_model_table(tmp_path: Path) -> None:
     assert (mini.embedder.query_prefix, mini.embedder.languages) == ("", "en")
     custom = load_config(env={"SIDECAR_HOME": str(tmp_path), "SIDECAR_EMBEDDER_MODEL": "my-model"})
     assert (custom.embedder.query_prefix, custom.embedder.languages) == ("", "en")  # no guess
+    # Keyword settings measured per model: e5's query language's word forms lead, MiniLM's not.
+    assert cfg.search.stem_first == ("en", "de") and mini.search.stem_first == ()
+    assert custom.search.stem_first == ()
+    mine = load_config(
+        env={
+            "SIDECAR_HOME": str(tmp_path),
+            "SIDECAR_EMBEDDER_MODEL": "all-MiniLM-L6-v2",
+            "SIDECAR_SEARCH_STEM_FIRST": "de",
+        }
+    )
+    assert mine.search.stem_first == ("de",) and mine.origins["search.stemFirst"] != "model all-MiniLM-L6-v2"
 
 
 def test_previous_model_keeps_its_own_settings(tmp_path: Path, prepared_models: Path) -> None:

@@ -27,7 +27,7 @@ class EmbedderConfig:
         "multilingual-e5-small",
         "Model name; also the folder name under <home>/models/. Built in: multilingual-e5-small "
         "(about 100 languages) and all-MiniLM-L6-v2 (English, about 3x faster); each sets its own "
-        "maxLength, pooling, prefixes and languages unless they are given here.",
+        "maxLength, pooling, prefixes and languages (and search.stemFirst) unless they are given.",
     )
     path: Path | None = _opt(None, "Folder with model.onnx and tokenizer.json (overrides resolution).")
     max_length: int = _opt(256, "Tokens the model sees; longer input is cut.", min=16, max=8192)
@@ -70,6 +70,9 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
         "embedder.queryPrefix": "query: ",
         "embedder.passagePrefix": "passage: ",
         "embedder.languages": "all",
+        # A query's own language's word forms lead (help sets MRR@10 +0.015 each); e5's vectors
+        # keep a stem's overreach (capital / capitalize) from turning into a hit.
+        "search.stemFirst": ("en", "de"),
     },
     "all-MiniLM-L6-v2": {
         "embedder.maxLength": 256,
@@ -77,6 +80,9 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
         "embedder.queryPrefix": "",
         "embedder.passagePrefix": "",
         "embedder.languages": "en",
+        # Exact forms lead: with MiniLM the English swap let small talk through ("capital" met
+        # "capitalize"), the German one cost the help set 0.013 MRR@10 (BENCHMARKS.md).
+        "search.stemFirst": (),
     },
 }
 

@@ -68,9 +68,10 @@ class SearchConfig:
         0.5, "BM25 share for queries of one or two content words.", min=0.0, max=1.0
     )
     stem_first: tuple[str, ...] = _opt(
-        # e5, MRR@10: help sets (77 / 45 q) 0.740 -> 0.755 / 0.833 -> 0.848, German (153 q)
-        # 0.673 -> 0.676, SciFact nDCG 0.715 -> 0.714, XQuAD-de unchanged (BENCHMARKS.md)
-        ("en", "de"),
+        # Each built-in model sets its own (embedding.MODEL_DEFAULTS). e5, MRR@10: help sets
+        # (77 / 45 q) 0.740 -> 0.755 / 0.833 -> 0.848, German (153 q) 0.673 -> 0.676, SciFact
+        # nDCG 0.715 -> 0.714, XQuAD-de unchanged (BENCHMARKS.md, thirteenth session).
+        (),
         "Languages whose queries count a word's stemmed forms as much as its exact form: for a "
         "query detected as one of them, the body as written and the body stemmed in that language "
         "swap weights. []: the exact form leads for every query.",
