@@ -66,13 +66,28 @@ def test_patch_refuses_a_node_without_its_level() -> None:
 
 
 def test_probe_times_both_levels() -> None:
-    """The probe runs both levels on its batch and names the faster one (int8 unless float32 is
-    clearly faster)."""
+    """The probe runs both levels on a query and on a passage batch and names the level the
+    figures choose."""
     choice = kernels.probe(_nbits_model_3d(), threads=1, rounds=2)
     assert choice["accuracyLevel"] in (kernels.INT8, kernels.FLOAT)
-    int8, f32 = choice["medianMs"]["int8"], choice["medianMs"]["float32"]
-    assert int8 >= 0 and f32 >= 0
-    assert (choice["accuracyLevel"] == kernels.FLOAT) == (f32 < 0.9 * int8)
+    q, p = choice["queryMedianMs"], choice["medianMs"]
+    assert min(q["int8"], q["float32"], p["int8"], p["float32"]) >= 0
+    assert choice["accuracyLevel"] == kernels.choose((q["int8"], q["float32"]), (p["int8"], p["float32"]))
+
+
+@pytest.mark.parametrize(
+    ("query", "passages", "level"),
+    [
+        ((8.4, 13.0), (65.5, 56.5), kernels.INT8),  # the query decides: what a person waits for
+        ((13.0, 8.4), (56.5, 65.5), kernels.FLOAT),
+        ((10.0, 10.2), (3.5, 2.6), kernels.FLOAT),  # a tie on the query: passages decide
+        ((10.0, 10.2), (3.5, 3.4), kernels.INT8),  # a tie on both: what the model was checked with
+    ],
+)
+def test_the_query_decides_the_kernels(
+    query: tuple[float, float], passages: tuple[float, float], level: int
+) -> None:
+    assert kernels.choose(query, passages) == level
 
 
 def _nbits_model_3d() -> bytes:
