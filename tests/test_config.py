@@ -154,3 +154,14 @@ def test_example_file_loads_cleanly(tmp_path: Path) -> None:
     """The example file is itself a valid configuration."""
     cfg = load_config(config_file=str(REPO / "config" / "sidecar.example.yaml"), env={})
     assert cfg.search.limit == 10
+
+
+def test_a_list_of_names_from_a_fixed_set(tmp_path: Path) -> None:
+    """search.stemFirst: names in any case, a repeat once; an empty environment value or an empty
+    YAML list turns it off."""
+    env = {"SIDECAR_HOME": str(tmp_path)}
+    cfg = load_config(env={**env, "SIDECAR_SEARCH_STEM_FIRST": "EN, de,en"})
+    assert cfg.search.stem_first == ("en", "de")
+    assert load_config(env={**env, "SIDECAR_SEARCH_STEM_FIRST": ""}).search.stem_first == ()
+    f = _yaml(tmp_path, "search:\n  stemFirst: []\n")
+    assert load_config(config_file=str(f), env=env).search.stem_first == ()

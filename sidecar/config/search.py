@@ -74,7 +74,7 @@ class SearchConfig:
         (),
         "Languages whose queries count a word's stemmed forms as much as its exact form: for a "
         "query detected as one of them, the body as written and the body stemmed in that language "
-        "swap weights. []: the exact form leads for every query.",
+        "swap weights. [] (or an empty environment value): the exact form leads for every query.",
         choices=("en", "de"),
     )
     rare_term_chunks: int = _opt(

@@ -74,8 +74,10 @@ def _to_str_tuple(raw: Any, checks: Mapping[str, Any]) -> tuple[str, ...]:
         raise ValueError("expected a list of strings")
     value = tuple(i.strip() for i in items if i.strip())
     choices = checks.get("choices")
-    if choices and any(i not in choices for i in value):
-        raise ValueError(f"each item must be one of {', '.join(choices)}")
+    if choices:  # names from a fixed list: EN and en are one, a repeat counts once
+        value = tuple(dict.fromkeys(i.lower() for i in value))
+        if any(i not in choices for i in value):
+            raise ValueError(f"each item must be one of {', '.join(choices)}")
     return value
 
 

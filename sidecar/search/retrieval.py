@@ -152,9 +152,13 @@ class Retriever:
         return not qa.language or "all" in languages or qa.language in languages
 
     def stem(self, qa: QueryAnalysis) -> str | None:
-        """The query's language when its stemmed forms lead (``search.stemFirst``), else None."""
+        """The query's language when its stemmed forms lead (``search.stemFirst``), else None.
+        Only with a vector arm serving: its cosine is what keeps a stem's overreach (capital /
+        capitalize) from passing as a match, so keyword-only search keeps exact forms first."""
         lang = qa.language
-        return lang if lang and lang in self.cfg.stem_first else None
+        if not lang or lang not in self.cfg.stem_first or self.stores.serving is None:
+            return None
+        return lang
 
     def vector_weight(self, qa: QueryAnalysis, rare: Sequence[str] = ()) -> float:
         """Share of the vector arm: less for short queries, for languages the model reads poorly
@@ -339,6 +343,7 @@ class Retriever:
             cfg.rare_term_boost,
         )
         content = frozenset(fold_word(w) for w in qa.content_words)
+        # Exact forms (no ``stem``): rare words are counted in the as-written body (doc_freq).
         rare_chunks = frozenset(
             cid for cid, _ in self._bm25_or_nothing(" ".join(rare), 4 * self.rare_limit() * len(rare), req)
         )
