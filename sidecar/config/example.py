@@ -46,12 +46,9 @@ def render_example() -> str:
         own = MODEL_DEFAULTS[EmbedderConfig.model].get(s.dotted)
         if own is not None:  # set by the model: a copied example must not pin one model's value
             lines.append(f"{indent}# {s.doc}{extra} Default: the model's own.")
-            shown_own = (
-                json.dumps(list(own) if isinstance(own, tuple) else own)
-                if isinstance(own, str | tuple)
-                else own
-            )
-            lines.append(f"{indent}# {parts[-1]}: {shown_own}")
+            if isinstance(own, tuple):
+                own = list(own)
+            lines.append(f"{indent}# {parts[-1]}: {json.dumps(own) if isinstance(own, str | list) else own}")
             continue
         lines.append(f"{indent}# {s.doc}{extra}")
         lines.append(f"{indent}{parts[-1]}: {shown}")

@@ -74,9 +74,8 @@ def _recall(
     # any text, small talk included: there the keywords must match as clearly as well, measured
     # against the message's own words (or the turns' for a message without content words), not
     # against everything the conversation said.
-    keywords = (
-        r.scale(parts[:1], stem=r.stem(qa)) if not r.reads(qa) else None
-    )  # no parts: ideal 0, nothing passes
+    # No parts: ideal 0, nothing passes.
+    keywords = r.scale(parts[:1], stem=r.stem(qa)) if not r.reads(qa) else None
 
     def similar(s: Scored) -> bool:
         bm = s.candidate.bm25

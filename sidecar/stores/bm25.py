@@ -357,8 +357,9 @@ class Bm25Index:
         schema = self.schema
         parts = [(text, 1.0)] if isinstance(text, str) else list(text)
         terms: dict[tuple[str, str], float] = {}
+        boosts = field_boosts(stem)
         for part, weight in parts:
-            for f, boost in field_boosts(stem).items():
+            for f, boost in boosts.items():
                 for t in self.analyze(part, f):
                     terms[f, t] = max(terms.get((f, t), 0.0), boost * weight)
         if not terms:
