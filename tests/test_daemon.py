@@ -265,6 +265,21 @@ def test_thin_clients_never_load_engines() -> None:
     assert out.stdout.strip() == "[]"
 
 
+def test_the_daemon_starts_without_waiting_for_the_vector_library() -> None:
+    """Loading the daemon's code imports no lancedb (about a second of its start, spent before
+    the first sweep could begin); a thread of its own loads it, and the vector store on use."""
+    code = (
+        "import sys, sidecar.daemon.lifecycle, sidecar.index.indexer, sidecar.daemon.compose;"
+        "print('lancedb' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "False"
+    from sidecar.stores import vectors
+
+    vectors.warm()
+    assert sys.modules["lancedb"] is vectors.lancedb_module()
+
+
 def test_saved_and_deleted_notes_are_seen_without_a_command(running: DaemonProcess) -> None:
     """A note saved through an atomic rename is searchable shortly after; a deleted one leaves."""
     assert running.vault is not None

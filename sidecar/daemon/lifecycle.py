@@ -39,6 +39,7 @@ from sidecar.memory.inbox import Inboxes
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime.notify import Notifier
 from sidecar.search.retrieval import Retriever
+from sidecar.stores.vectors import warm as warm_vector_library
 from sidecar.vault.watcher import Watcher
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,8 @@ class Daemon:
         """Bind the socket, build the parts, start the threads; the server to run."""
         cfg = self.cfg
         self._listener = bind_socket(cfg.socket_path)
+        # The vector library loads beside the first sweep: nothing before the model needs it.
+        self._start_thread("vector-library", warm_vector_library)
         log.info("daemon_starting socket=%s home=%s vault=%s", cfg.socket_path, cfg.home, cfg.vault.path)
         if cfg.vault.path is None:
             log.warning("no_vault configured: only agent memory is indexed")

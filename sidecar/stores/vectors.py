@@ -17,10 +17,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import lancedb
 import numpy as np
 import pyarrow as pa
-from lancedb.index import IvfHnswSq, IvfPq, IvfRq, IvfSq
 
 from sidecar.contracts.errors import StoreError
 
@@ -40,11 +38,35 @@ BUILD_TIMEOUT_S = 6 * 3600  # IVF_PQ took 71 s at 94 k vectors on 2 cores; gener
 # (refine_factor; None: the index's own distances are used). Measured at 94 k chunks with 65
 # real queries, top 60 (BENCHMARKS.md): see VectorStore.ensure_ann.
 ANN_KINDS: dict[str, tuple[str, Any, int | None]] = {
-    "ivf_pq": ("IvfPq", lambda dim: IvfPq(distance_type="cosine", num_sub_vectors=_sub_vectors(dim)), 2),
-    "ivf_sq": ("IvfSq", lambda dim: IvfSq(distance_type="cosine"), None),
-    "ivf_rq": ("IvfRq", lambda dim: IvfRq(distance_type="cosine"), 4),
-    "ivf_hnsw_sq": ("IvfHnswSq", lambda dim: IvfHnswSq(distance_type="cosine"), None),
+    "ivf_pq": (
+        "IvfPq",
+        lambda dim: _index().IvfPq(distance_type="cosine", num_sub_vectors=_sub_vectors(dim)),
+        2,
+    ),
+    "ivf_sq": ("IvfSq", lambda dim: _index().IvfSq(distance_type="cosine"), None),
+    "ivf_rq": ("IvfRq", lambda dim: _index().IvfRq(distance_type="cosine"), 4),
+    "ivf_hnsw_sq": ("IvfHnswSq", lambda dim: _index().IvfHnswSq(distance_type="cosine"), None),
 }
+
+
+def lancedb_module() -> Any:
+    """lancedb, imported on first use: its import takes about a second (its REST client's models),
+    which a daemon's start should not wait for before keyword indexing can begin (``warm``)."""
+    import lancedb
+
+    return lancedb
+
+
+def _index() -> Any:
+    import lancedb.index
+
+    return lancedb.index
+
+
+def warm() -> None:
+    """Import lancedb ahead of its first use (the daemon does this in a thread of its own while the
+    first sweep runs, so a model that is ready finds its table's library loaded)."""
+    lancedb_module()
 
 
 # LanceDB's caches with bounds: the metadata cache otherwise keeps the manifests and deletion
@@ -192,6 +214,7 @@ class VectorStore:
         )
         try:
             path.mkdir(parents=True, exist_ok=True)
+            lancedb = lancedb_module()
             session = lancedb.Session(
                 index_cache_size_bytes=INDEX_CACHE, metadata_cache_size_bytes=METADATA_CACHE
             )
@@ -638,7 +661,7 @@ class VectorStore:
 
 def table_model(path: Path, table: str) -> tuple[str, int, str] | None:
     """(model id, dimension, pooling) that an existing table of ``path`` was written with, or None."""
-    db = lancedb.connect(str(path))
+    db = lancedb_module().connect(str(path))
     if table not in db.list_tables().tables:
         return None
     meta = db.open_table(table).schema.metadata or {}
