@@ -90,9 +90,13 @@ class DaemonProcess:
         return self.proc.pid
 
     def cmd(self) -> list[str]:
+        # A PYTHONPATH names the code to run (the benchmarks' old checkout): -P keeps ``-m`` from
+        # putting the current directory first, where this checkout would shadow it.
+        safe = ["-P"] if self.env.get("PYTHONPATH") else []
         args = [
             *self.prefix,
             sys.executable,
+            *safe,
             "-m",
             "sidecar",
             "serve",
