@@ -188,6 +188,30 @@ def test_the_query_language_picks_the_stemmed_copy(harness: Harness) -> None:
     assert off.stem(analyze("how do I set up the backups of the NAS")) is None
 
 
+def test_the_serving_models_own_stem_list_counts_while_a_switch_migrates(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stemFirst left to the models: the serving model's list counts, so while a switch to e5
+    migrates, MiniLM still serves with its own (none); a user's value counts for every model."""
+    from sidecar.config import load_config
+    from sidecar.daemon.compose import model_stem
+
+    assert model_stem(load_config(flags={}, env={}))
+    assert not model_stem(load_config(flags={}, env={"SIDECAR_SEARCH_STEM_FIRST": "en"}))
+    serving = harness.stores.serving
+    assert serving is not None
+    e5_cfg = replace(harness.cfg.search, stem_first=("en", "de"))  # what loading for e5 resolves
+    r = Retriever(harness.stores, harness.slot, e5_cfg, harness.cfg.recall, "all", model_stem=True)
+    english = analyze("how do I set up the backups of the NAS")
+    monkeypatch.setattr(serving.model, "model_id", "all-MiniLM-L6-v2@abc", raising=False)
+    assert r.stem(english) is None
+    monkeypatch.setattr(serving.model, "model_id", "multilingual-e5-small@abc", raising=False)
+    assert r.stem(english) == "en"
+    mine = Retriever(harness.stores, harness.slot, replace(e5_cfg, stem_first=("en",)), harness.cfg.recall)
+    monkeypatch.setattr(serving.model, "model_id", "all-MiniLM-L6-v2@abc", raising=False)
+    assert mine.stem(english) == "en"
+
+
 def test_one_search_scores_and_calibrates_with_the_same_weights(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -61,6 +61,13 @@ def build_watcher(cfg: Config, on_change: Callable[[set[str]], None], stop: thre
     return Watcher(watch, on_change, stop, cfg.watch.debounce_ms)
 
 
+def model_stem(cfg: Config) -> bool:
+    """Whether ``search.stemFirst`` is left to the models (not given by the user): then the
+    serving model's own list counts, also while a switch to another model migrates."""
+    origin = cfg.origins.get("search.stemFirst", "default")
+    return origin == "default" or origin.startswith("model ")
+
+
 def build_handlers(
     cfg: Config, parts: Parts, slot: EmbedderSlot, service: ServiceState, inboxes: Inboxes
 ) -> Handlers:
@@ -73,7 +80,9 @@ def build_handlers(
         supervisor=parts.supervisor,
         vectors=parts.vectors,
         problems=parts.problems,
-        retriever=Retriever(stores, slot, cfg.search, cfg.recall, cfg.embedder.languages),
+        retriever=Retriever(
+            stores, slot, cfg.search, cfg.recall, cfg.embedder.languages, model_stem=model_stem(cfg)
+        ),
         slot=slot,
         service=service,
         memory=MemoryOps(cfg, inboxes, parts.indexer, slot, stores=stores, problems=parts.problems),

@@ -26,7 +26,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sidecar.config import Config
 from sidecar.contracts.errors import SidecarError, StoreError
 from sidecar.daemon.backfill import Backfill
-from sidecar.daemon.compose import Parts, build, build_handlers, build_server, build_watcher
+from sidecar.daemon.compose import Parts, build, build_handlers, build_server, build_watcher, model_stem
 from sidecar.daemon.handlers import Handlers, ServiceState
 from sidecar.daemon.indexing import IndexLoop
 from sidecar.daemon.process import IndexLock, load_embedder, make_private, raise_fd_limit
@@ -187,6 +187,7 @@ class Daemon:
         changed = [f.name for f in fields(old) if getattr(old, f.name) != getattr(new.search, f.name)]
         self._retriever.cfg = new.search
         self._retriever.recall_cfg = new.recall
+        self._retriever.model_stem = model_stem(new)
         parts, loop = self.parts, self.loop
         if parts is not None and loop is not None:
             s = new.search

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from sidecar.config import RecallConfig, SearchConfig
+from sidecar.config import MODEL_DEFAULTS, RecallConfig, SearchConfig
 from sidecar.contracts.errors import EmbedderError, StoreError
 from sidecar.contracts.wire import SOURCES, SearchResult
 from sidecar.index.problems import Problems
@@ -128,8 +128,12 @@ class Retriever:
         cfg: SearchConfig,
         recall: RecallConfig,
         languages: str = "all",
+        *,
+        model_stem: bool = False,
     ) -> None:
         self.languages = _language_set(languages)
+        # search.stemFirst was not set: each model's own list counts, the serving one's (see stem).
+        self.model_stem = model_stem
         self.stores = stores
         self.slot = slot
         self.cfg = cfg
@@ -156,9 +160,16 @@ class Retriever:
         Only with a vector arm serving: its cosine is what keeps a stem's overreach (capital /
         capitalize) from passing as a match, so keyword-only search keeps exact forms first."""
         lang = qa.language
-        if not lang or lang not in self.cfg.stem_first or self.stores.serving is None:
+        serving = self.stores.serving
+        if not lang or serving is None:
             return None
-        return lang
+        languages = self.cfg.stem_first
+        if self.model_stem:
+            # While a model switch migrates, the previous model still serves: its own list counts
+            # (MiniLM's cosine does not keep an English stem's overreach out; e5's does).
+            name = str(getattr(serving.model, "model_id", "")).split("@", 1)[0]
+            languages = MODEL_DEFAULTS.get(name, {}).get("search.stemFirst", ())
+        return lang if lang in languages else None
 
     def vector_weight(self, qa: QueryAnalysis, rare: Sequence[str] = ()) -> float:
         """Share of the vector arm: less for short queries, for languages the model reads poorly
