@@ -184,6 +184,24 @@ def test_rare_identifier_leads_over_the_vector_arms_favourites(make_cfg: Any, tm
     assert analysis.rare_words == () and hit.reference != "vault/Garden"
     # An ordinary word the model knows is not rare, however few notes contain it.
     assert top("oven paragraph")[1].rare_words == ()
+    # Rare counts notes: the code named in two chunks of one note (two sections, or the overlap
+    # of neighbours) is one mention, still rare where the limit is one.
+    write(
+        v / "Garden.md",
+        "# Garden\n\n## Beds\n\nBeds of tomatoes, beans and basil share one irrigation timer; it "
+        "waters them at dawn. The zq7k3 paragraph was added to the log.\n\n## Tools\n\nThe shed "
+        "keeps spades, rakes and the hose reel; zq7k3 names the paragraph about the hose.\n",
+    )
+    flags = {"chunking.maxTokens": 40, "search.rareTermChunks": 1}
+    cfg = make_cfg(v, **flags)
+    h = Harness(cfg, load_model(cfg))
+    try:
+        h.sweep()
+        assert h.stores.bm25.doc_freq("zq7k3") == 2 and h.stores.bm25.doc_freq("zq7k3", pages=True) == 1
+    finally:
+        h.close()
+    hit, analysis = top("zq7k3 paragraph", **flags)
+    assert analysis.rare_words == ("zq7k3",) and hit.reference == "vault/Garden"
 
 
 def test_a_time_phrase_alone_recalls_nothing(make_cfg: Any, fixture_vault: Path) -> None:

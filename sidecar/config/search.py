@@ -80,13 +80,18 @@ class SearchConfig:
     rare_term_chunks: int = _opt(
         5,
         "A query word the model splits into pieces (a name, code or identifier) and that at most "
-        "this many chunks contain makes keywords lead (rareTermVectorWeight). 0: off.",
+        "this many notes contain makes keywords lead (rareTermVectorWeight); notes, not chunks: "
+        "a word in the overlap of two chunks is one mention. 0: off.",
         min=0,
     )
     rare_term_share: float = _opt(
-        0.0005,
-        "In a smaller index, rare means at most this share of its chunks (at least one): in 300 "
-        "chunks nearly every word is in fewer than five.",
+        # German set (153 q, e5) hit@5 / MRR@10 0.817 / 0.669 -> 0.837 / 0.675, help2 (77 q)
+        # MRR 0.755 -> 0.760, SciFact 0.713 -> 0.712, help, XQuAD-de, identifiers unchanged
+        # (0.0005 counted chunks; BENCHMARKS.md, fourteenth session).
+        0.0002,
+        "In a smaller index, rare means in at most this share of its chunks as notes (at least "
+        "one): in a few thousand chunks ordinary words of a language the model reads are in two or "
+        "three, a name or code in one.",
         min=0.0,
         max=1.0,
     )

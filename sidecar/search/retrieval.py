@@ -188,7 +188,7 @@ class Retriever:
         return rare, self.vector_weight(qa, rare)
 
     def rare_words(self, qa: QueryAnalysis) -> tuple[str, ...]:
-        """Content words the model splits into word pieces and few chunks contain: names, codes,
+        """Content words the model splits into word pieces and few notes contain: names, codes,
         identifiers. The vector arm is blind to them (a made-up token still has nearest
         neighbours) while BM25 gives them their full weight, so for such a query keywords lead."""
         serving = self.stores.serving
@@ -201,13 +201,14 @@ class Retriever:
             return tuple(
                 w
                 for w, n in zip(words, pieces, strict=True)
-                if n >= 2 and 0 < self.stores.bm25.doc_freq(w) <= limit
+                if n >= 2 and 0 < self.stores.bm25.doc_freq(w, pages=True) <= limit
             )
         except StoreError:  # a damaged index: the search reports it
             return ()
 
     def rare_limit(self) -> int:
-        """How many chunks may hold a word that still counts as rare (relative in a small index)."""
+        """How many notes may hold a word that still counts as rare (relative to the chunks of a
+        small index)."""
         share = int(self.stores.bm25.num_docs() * self.cfg.rare_term_share)
         return min(self.cfg.rare_term_chunks, max(1, share))
 

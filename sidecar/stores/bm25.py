@@ -277,11 +277,11 @@ class Bm25Index:
             hits = searcher.search(tantivy.Query.all_query(), limit=n, count=False).hits
             return {str(searcher.doc(address).get_first("chunk_id")) for _score, address in hits}
 
-    def doc_freq(self, word: str) -> int:
-        """Chunks whose body holds ``word`` (its rarest term when the analyzer splits it). Counted
-        by a query, not read from the term dictionary, which still counts the chunks of edited
-        notes until their segment is merged."""
-        searcher = self._searcher
+    def doc_freq(self, word: str, *, pages: bool = False) -> int:
+        """Chunks (with ``pages``: notes) whose body holds ``word`` (its rarest term when the
+        analyzer splits it). Counted by a query, not read from the term dictionary, which still
+        counts the chunks of edited notes until their segment is merged."""
+        searcher = self._pages.searcher if pages else self._searcher
         with _engine("count"):
             counts = [
                 searcher.search(tantivy.Query.term_query(self.schema, "body", t), limit=1, count=True).count  # type: ignore[attr-defined]  # missing from the stubs
