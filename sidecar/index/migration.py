@@ -14,7 +14,7 @@ from sidecar.config import Config, model_settings
 from sidecar.contracts.errors import EmbedderError, StoreError
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Vectoring
-from sidecar.model.embedder import Embedder, load_model
+from sidecar.model.embedder import Embedder, load_model, model_name
 from sidecar.stores.lifecycle import open_vectors
 from sidecar.stores.vectors import VectorStore, table_model
 
@@ -46,9 +46,8 @@ def open_previous(cfg: Config, table: str) -> tuple[VectorStore, Embedder] | Non
         if found is None:
             return None
         model_id, dim, pooling = found
-        name = model_id.split("@", 1)[0]
         # The previous model with its own settings (prefixes, languages), not the new one's.
-        old_ecfg = replace(model_settings(cfg.embedder, name), path=None, pooling=pooling)
+        old_ecfg = replace(model_settings(cfg.embedder, model_name(model_id)), path=None, pooling=pooling)
         old_cfg = replace(cfg, embedder=old_ecfg)
         old_model = load_model(old_cfg)
         if old_model.model_id != model_id:

@@ -322,9 +322,14 @@ COSINE_RANGES = {
 DEFAULT_COSINE_RANGE = (0.10, 0.62)
 
 
+def model_name(model_id: str) -> str:
+    """The model's name in a model id (``name@digest``): what per-model tables are keyed by."""
+    return model_id.split("@", 1)[0]
+
+
 def cosine_range(model: Embedder | None, search: Any) -> tuple[float, float]:
     """The vector arm's (unrelated, clear match) cosines: configured, else the model's own."""
     if search.cosine_floor is not None and search.cosine_full is not None:
         return float(search.cosine_floor), float(search.cosine_full)
-    name = model.model_id.split("@", 1)[0] if model is not None else ""
+    name = model_name(model.model_id) if model is not None else ""
     return COSINE_RANGES.get(name, DEFAULT_COSINE_RANGE)

@@ -22,7 +22,7 @@ from sidecar.contracts.errors import EmbedderError, StoreError
 from sidecar.contracts.wire import SOURCES, SearchResult
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, VectorSet
-from sidecar.model.embedder import Embedder, EmbedderSlot, cosine_range
+from sidecar.model.embedder import Embedder, EmbedderSlot, cosine_range, model_name
 from sidecar.notes.links import cited_by
 from sidecar.search.fusion import Candidate, Rules, Scale, Scored, apply_rules, cap_per_note, fold, fuse
 from sidecar.search.query import Filters, QueryAnalysis, analyze, is_stopword, split_filters
@@ -167,8 +167,8 @@ class Retriever:
         if self.model_stem:
             # While a model switch migrates, the previous model still serves: its own list counts
             # (MiniLM's cosine does not keep an English stem's overreach out; e5's does).
-            name = str(getattr(serving.model, "model_id", "")).split("@", 1)[0]
-            languages = MODEL_DEFAULTS.get(name, {}).get("search.stemFirst", ())
+            own = MODEL_DEFAULTS.get(model_name(serving.model.model_id), {})
+            languages = own.get("search.stemFirst", ())
         return lang if lang in languages else None
 
     def vector_weight(self, qa: QueryAnalysis, rare: Sequence[str] = ()) -> float:
