@@ -41,6 +41,30 @@ def bench_daemon(
     return d.start(wait=None)
 
 
+def keyword_searchable(health: dict[str, Any] | None) -> bool:
+    """Whether a daemon's first sweep is done (its notes are searchable by keyword)."""
+    return health is not None and health["index"]["sweeps"] >= 1 and health["index"]["phase"] == "idle"
+
+
+def startup_times(
+    d: DaemonProcess, *, ready: bool = True, timeout: float = 7200.0, poll: float = 0.1
+) -> tuple[float, float | None]:
+    """Seconds from a daemon's start to keyword-searchable and to ready (with ``ready`` False, it
+    returns at keyword-searchable, ready None). A ready daemon is keyword-searchable too."""
+    keyword = None
+    while d.seconds() < timeout:
+        h = d.health_or_none()
+        now = d.seconds()
+        if keyword is None and keyword_searchable(h):
+            keyword = now
+            if not ready:
+                return keyword, None
+        if keyword is not None and h is not None and h["index"]["state"] == "ready":
+            return keyword, now
+        time.sleep(poll)
+    raise TimeoutError(f"daemon not {'ready' if ready else 'keyword-searchable'} within {timeout} s")
+
+
 def cpu_seconds(pid: int) -> float:
     """User plus system CPU seconds a process has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

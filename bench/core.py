@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import bench_daemon, combined_vault, emit, pct, rss_mb
+from common import bench_daemon, combined_vault, emit, pct, rss_mb, startup_times
 
 from sidecar.clients.client import Client
 from sidecar.config import load_config
@@ -200,26 +200,13 @@ def cold_daemon(vault: Path, keyword_only: bool = False) -> dict[str, Any]:
     """A daemon indexing from scratch (a first start: the model is converted too): time to
     keyword-searchable, to ready, and its peak RSS; ``keyword_only`` stops at keyword-searchable."""
     d = bench_daemon(vault, Path(tempfile.mkdtemp(prefix="sidecar-cold-")) / "home")
-    keyword_s = None
     try:
-        while True:
-            h = d.health_or_none()
-            now = d.seconds()
-            if (
-                h is not None
-                and keyword_s is None
-                and h["index"]["phase"] == "idle"
-                and h["index"]["sweeps"] >= 1
-            ):
-                keyword_s = now
-                if keyword_only:
-                    return {"cold_daemon_keyword_searchable_s": round(now, 2)}
-            if h is not None and h["index"]["state"] == "ready":
-                break
-            time.sleep(0.1)
+        keyword_s, ready_s = startup_times(d, ready=not keyword_only)
+        if ready_s is None:
+            return {"cold_daemon_keyword_searchable_s": round(keyword_s, 2)}
         return {
-            "cold_daemon_keyword_searchable_s": round(keyword_s or 0, 2),
-            "cold_daemon_ready_s": round(now, 1),
+            "cold_daemon_keyword_searchable_s": round(keyword_s, 2),
+            "cold_daemon_ready_s": round(ready_s, 1),
             "cold_daemon_rss_mb": rss_mb(d.pid),
         }
     finally:

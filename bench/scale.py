@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import bench_daemon, emit, pct, rss_mb
+from common import bench_daemon, emit, keyword_searchable, pct, rss_mb
 from core import QUERIES
 
 from sidecar.clients.client import Client
@@ -114,7 +114,7 @@ def one_size(
             if h is not None:
                 peak_indexing = max(peak_indexing, rss_mb(d.pid)["VmRSS"])
                 idx = h["index"]
-                if keyword_s is None and idx["sweeps"] >= 1 and idx["phase"] == "idle":
+                if keyword_s is None and keyword_searchable(h):
                     keyword_s = now
                     out["keyword_searchable_s"] = round(now, 1)
                     out["chunks"] = idx["chunks"]
@@ -146,7 +146,7 @@ def one_size(
     try:
         while True:
             h = d.health_or_none()
-            if h is not None and h["index"]["sweeps"] >= 1 and h["index"]["phase"] == "idle":
+            if keyword_searchable(h):
                 out["restart_keyword_ready_s"] = round(d.seconds(), 2)
                 break
             time.sleep(0.05)

@@ -14,40 +14,17 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, bench_daemon, emit
-
-from tests.daemon_process import DaemonProcess
-
-
-def until(d: DaemonProcess, timeout: float = 600.0) -> tuple[float, float]:
-    """Seconds from the start to keyword-searchable (first sweep done) and to ready."""
-    keyword = None
-    while d.seconds() < timeout:
-        h = d.health_or_none()
-        now = d.seconds()
-        if h is not None:
-            if keyword is None and h["index"]["phase"] == "idle" and h["index"]["sweeps"] >= 1:
-                keyword = now
-            if h["index"]["state"] == "ready":
-                return round(keyword or now, 2), round(now, 2)
-        time.sleep(0.02)
-    raise TimeoutError(f"not ready within {timeout} s")
+from common import ROOT, bench_daemon, emit, startup_times
 
 
 def first_start(vault: Path, code: Path, scratch: Path) -> float:
     home = Path(tempfile.mkdtemp(prefix="first-", dir=scratch)) / "home"
     d = bench_daemon(vault, home, env={"PYTHONPATH": str(code)})
     try:
-        while d.seconds() < 120:
-            h = d.health_or_none()
-            if h is not None and h["index"]["phase"] == "idle" and h["index"]["sweeps"] >= 1:
-                return round(d.seconds(), 2)
-            time.sleep(0.02)
-        raise TimeoutError("not keyword-searchable within 120 s")
+        return round(startup_times(d, ready=False, timeout=120, poll=0.02)[0], 2)
     finally:
         d.stop()
         shutil.rmtree(home.parent, ignore_errors=True)
@@ -56,7 +33,9 @@ def first_start(vault: Path, code: Path, scratch: Path) -> float:
 def restart(vault: Path, code: Path, home: Path) -> tuple[float, float]:
     d = bench_daemon(vault, home, env={"PYTHONPATH": str(code)})
     try:
-        return until(d)
+        keyword, ready = startup_times(d, timeout=600, poll=0.02)
+        assert ready is not None
+        return round(keyword, 2), round(ready, 2)
     finally:
         d.stop()
 
