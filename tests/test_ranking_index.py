@@ -102,6 +102,38 @@ def test_doc_freq_counts_live_chunks_only(harness: Harness, vault: Path) -> None
     assert bm25.doc_freq("nowhere-to-be-found") == 0 and bm25.doc_freq("...") == 0
 
 
+def test_holding_finds_the_word_as_written_in_every_chunk(make_cfg: Any, tmp_path: Path) -> None:
+    """The chunks a rare word lifts (search.rareTermBoost) are those doc_freq counted: every chunk
+    whose text holds the word as written, however many of one note, and none that holds only a
+    stemmed form of it ("dunkles" is not in a chunk that says "dunkle"), nor one that was not a
+    candidate."""
+    vault = tmp_path / "v"
+    sections = "\n\n".join(
+        f"## Teil {i}\n\nDas dunkles Thema, Abschnitt {i}, bleibt lesbar." for i in range(6)
+    )
+    write(vault / "Design.md", f"# Design\n\n{sections}\n")
+    write(vault / "Leser.md", "# Leser\n\nDer Lesemodus zeigt dunkle Farben.\n")
+    write(vault / "Kb.md", "# Kb\n\nZwei Teile, XK-77 und YQ, ein Paar.\n")
+    h = Harness(make_cfg(vault, **{"chunking.maxTokens": 40}), FakeEmbedder())
+    try:
+        h.sweep()
+        bm25 = h.stores.bm25
+        everything = [cid for cid, _ in bm25.search("Teil Lesemodus Paar", 100)]
+        keys = {cid: v.key for cid, v in h.stores.manifest.views(everything).items()}
+        design = {cid for cid, key in keys.items() if key == "vault/Design"}
+        assert len(design) >= 4
+        leser = {cid for cid, key in keys.items() if key == "vault/Leser"}
+        assert leser <= {cid for cid, _ in bm25.search("dunkles", 10)}  # a search meets the stem
+        assert bm25.holding(["dunkles"], everything) == design
+        assert bm25.holding(["dunkles"], sorted(design)[:2]) == set(sorted(design)[:2])
+        # A word the analyzer splits is held where every one of its terms is.
+        kb = {cid for cid, key in keys.items() if key == "vault/Kb"}
+        assert bm25.holding(["XK-77"], everything) == kb and bm25.holding(["XK-78"], everything) == set()
+        assert bm25.holding([], everything) == set() and bm25.holding(["dunkles"], []) == set()
+    finally:
+        h.close()
+
+
 def test_a_heading_word_counts_as_one_more_word_of_the_body(tmp_path: Path) -> None:
     """A chunk's heading path is part of its body for BM25: a word in the heading scores what the
     same word once in the body scores (equal lengths), not more, and rewrites no other scale. As

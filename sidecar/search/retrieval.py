@@ -355,10 +355,7 @@ class Retriever:
             cfg.rare_term_boost,
         )
         content = frozenset(fold_word(w) for w in qa.content_words)
-        # Exact forms (no ``stem``): rare words are counted in the as-written body (doc_freq).
-        rare_chunks = frozenset(
-            cid for cid, _ in self._bm25_or_nothing(" ".join(rare), 4 * self.rare_limit() * len(rare), req)
-        )
+        rare_chunks = frozenset(self._holding(rare, list(best)))
         ruled = apply_rules(list(best.values()), content, qa.chronicle, rules, rare_chunks)
         if cfg.link_lift > 0:
             ruled = self._link_lift(ruled, cfg.link_lift)
@@ -418,13 +415,15 @@ class Retriever:
             problems.clear("keyword_search")
         return found
 
-    def _bm25_or_nothing(self, text: str, limit: int, req: SearchRequest) -> list[tuple[str, float]]:
-        if not text or limit <= 0:
-            return []
+    def _holding(self, words: Sequence[str], among: Sequence[str]) -> set[str]:
+        """The candidates whose text holds a rare word as written, as it was counted: a chunk
+        matching only a stemmed form of it is not lifted, every chunk of a note naming it is."""
+        if not words:
+            return set()
         try:
-            return self.stores.bm25.search(text, limit, req.sources, req.agent)
+            return self.stores.bm25.holding(words, among)
         except StoreError:  # the keyword arm has reported it already
-            return []
+            return set()
 
     # --- search ---------------------------------------------------------------------------------
 

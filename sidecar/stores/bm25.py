@@ -289,6 +289,34 @@ class Bm25Index:
             ]
         return int(min(counts, default=0))
 
+    def holding(self, words: Sequence[str], among: Sequence[str]) -> set[str]:
+        """Those of the chunks ``among`` whose body as written holds one of ``words`` (every term
+        of it, when the analyzer splits a word): the chunks ``doc_freq`` counts, not those that
+        match only a stemmed form."""
+        schema = self.schema
+        per_word = []
+        for word in words:
+            terms = list(dict.fromkeys(self.analyze(word)))
+            if terms:
+                per_word.append(
+                    tantivy.Query.boolean_query(
+                        [(tantivy.Occur.Must, tantivy.Query.term_query(schema, "body", t)) for t in terms]
+                    )
+                )
+        if not per_word or not among:
+            return set()
+        any_word = tantivy.Query.boolean_query([(tantivy.Occur.Should, q) for q in per_word])
+        query = tantivy.Query.boolean_query(
+            [
+                (tantivy.Occur.Must, any_word),
+                (tantivy.Occur.Must, tantivy.Query.term_set_query(schema, "chunk_id", list(among))),
+            ]
+        )
+        searcher = self._searcher
+        with _engine("search"):
+            result = searcher.search(query, limit=len(among), count=False)
+            return {str(searcher.doc(address).get_first("chunk_id")) for _score, address in result.hits}
+
     def num_docs(self) -> int:
         return int(self._searcher.num_docs)
 
@@ -370,12 +398,30 @@ class Bm25Index:
         ]
         clauses = [(tantivy.Occur.Must, tantivy.Query.boolean_query(should))]
         restrict: list[tantivy.Query] = []
-        if sources:
-            restrict.append(tantivy.Query.term_set_query(schema, "source", list(sources)))
         if key is not None:
             restrict.append(tantivy.Query.term_query(schema, "key", key))
         if keys is not None:
             restrict.append(tantivy.Query.term_set_query(schema, "key", list(keys)))
+        clauses += [(tantivy.Occur.Must, tantivy.Query.const_score_query(q, 0.0)) for q in restrict]
+        clauses += self._restrictions(sources, agent_scope)
+        query = tantivy.Query.boolean_query(clauses)
+        searcher = folder.searcher
+        with _engine("search"):  # damaged segment files
+            result = searcher.search(query, limit=limit, count=False)
+            return [
+                (str(searcher.doc(address).get_first("chunk_id")), float(score))
+                for score, address in result.hits
+            ]
+
+    def _restrictions(
+        self, sources: Sequence[str] | None, agent_scope: str | None
+    ) -> list[tuple[tantivy.Occur, tantivy.Query]]:
+        """Must-clauses for a source restriction and an agent's scope (memory of that agent only;
+        vault and wiki stay), scoring nothing."""
+        schema = self.schema
+        restrict: list[tantivy.Query] = []
+        if sources:
+            restrict.append(tantivy.Query.term_set_query(schema, "source", list(sources)))
         if agent_scope is not None:
             restrict.append(
                 tantivy.Query.boolean_query(
@@ -388,15 +434,7 @@ class Bm25Index:
                     ]
                 )
             )
-        clauses += [(tantivy.Occur.Must, tantivy.Query.const_score_query(q, 0.0)) for q in restrict]
-        query = tantivy.Query.boolean_query(clauses)
-        searcher = folder.searcher
-        with _engine("search"):  # damaged segment files
-            result = searcher.search(query, limit=limit, count=False)
-            return [
-                (str(searcher.doc(address).get_first("chunk_id")), float(score))
-                for score, address in result.hits
-            ]
+        return [(tantivy.Occur.Must, tantivy.Query.const_score_query(q, 0.0)) for q in restrict]
 
     def ideal_score(self, text: str, *, pages: bool = False, stem: str | None = None) -> float:
         """What a chunk (a page) scores that holds every word of ``text`` once, at average length,
