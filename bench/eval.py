@@ -57,7 +57,7 @@ ARMS: dict[str, dict[str, Any]] = {
             "vectorWeight": 1.0,
             "shortQueryBm25Weight": 0.0,
             "foreignVectorWeight": 1.0,
-            "rareTermChunks": 0,
+            "rareTermNotes": 0,
         }
     },
 }

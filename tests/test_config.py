@@ -97,6 +97,23 @@ def test_bad_environment_value_and_unknown_variable() -> None:
     assert load_config(env={"SIDECAR_CI_VENV": "/tmp/v"}).warnings == ()
 
 
+def test_a_renamed_key_still_loads_with_a_warning(tmp_path: Path) -> None:
+    """A file or environment written for an older release keeps working: a renamed key's value
+    is used under its new name and a warning names both; giving both names is an error."""
+    old = _yaml(tmp_path, "search:\n  rareTermChunks: 3\n")
+    cfg = load_config(config_file=str(old), env={})
+    assert cfg.search.rare_term_notes == 3
+    assert len(cfg.warnings) == 1 and "search.rareTermChunks is now search.rareTermNotes" in cfg.warnings[0]
+    assert cfg.origins["search.rareTermNotes"].startswith("file ")
+    cfg = load_config(env={"SIDECAR_SEARCH_RARE_TERM_CHUNKS": "2"})
+    assert cfg.search.rare_term_notes == 2 and "SIDECAR_SEARCH_RARE_TERM_NOTES" in cfg.warnings[0]
+    both = _yaml(tmp_path, "search:\n  rareTermChunks: 3\n  rareTermNotes: 4\n")
+    with pytest.raises(ConfigError, match=r"are one setting: keep search\.rareTermNotes"):
+        load_config(config_file=str(both), env={})
+    with pytest.raises(ConfigError, match="keep SIDECAR_SEARCH_RARE_TERM_NOTES"):
+        load_config(env={"SIDECAR_SEARCH_RARE_TERM_CHUNKS": "2", "SIDECAR_SEARCH_RARE_TERM_NOTES": "1"})
+
+
 def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
     """Three problems in a file and the environment: one error listing all, each with file, key,
     value and what was expected."""

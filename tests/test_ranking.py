@@ -147,7 +147,7 @@ def test_rare_identifier_leads_over_the_vector_arms_favourites(make_cfg: Any, tm
     """A query word the model splits into pieces and few chunks contain (a code, a made-up name)
     makes keywords lead (search.rareTermVectorWeight) and lifts the chunks holding it
     (search.rareTermBoost): with the real model, pages about paragraphs otherwise outrank the one
-    note that names the identifier. rareTermChunks 0 turns it off."""
+    note that names the identifier. rareTermNotes 0 turns it off."""
     v = tmp_path / "v"
     write(
         v / "Formatting.md",
@@ -180,7 +180,7 @@ def test_rare_identifier_leads_over_the_vector_arms_favourites(make_cfg: Any, tm
     hit, analysis = top("zq7k3 paragraph")
     assert analysis.rare_words == ("zq7k3",)
     assert hit.reference == "vault/Garden" and "zq7k3" in hit.text and "rareTerm" in hit.boosts
-    hit, analysis = top("zq7k3 paragraph", **{"search.rareTermChunks": 0})
+    hit, analysis = top("zq7k3 paragraph", **{"search.rareTermNotes": 0})
     assert analysis.rare_words == () and hit.reference != "vault/Garden"
     # An ordinary word the model knows is not rare, however few notes contain it.
     assert top("oven paragraph")[1].rare_words == ()
@@ -192,7 +192,7 @@ def test_rare_identifier_leads_over_the_vector_arms_favourites(make_cfg: Any, tm
         "waters them at dawn. The zq7k3 paragraph was added to the log.\n\n## Tools\n\nThe shed "
         "keeps spades, rakes and the hose reel; zq7k3 names the paragraph about the hose.\n",
     )
-    flags = {"chunking.maxTokens": 40, "search.rareTermChunks": 1}
+    flags = {"chunking.maxTokens": 40, "search.rareTermNotes": 1}
     cfg = make_cfg(v, **flags)
     h = Harness(cfg, load_model(cfg))
     try:

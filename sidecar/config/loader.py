@@ -36,6 +36,13 @@ def _with_model(cfg: Config, origins: dict[str, str]) -> Config:
     return cfg
 
 
+# Keys that were renamed, old -> new: a file or environment written for an older release still
+# loads (with a warning saying what to write instead) rather than failing as an unknown key.
+RENAMED = {
+    # It counts notes since the rare-word count moved to whole notes.
+    "search.rareTermChunks": "search.rareTermNotes",
+}
+
 # Variables of the project's own tooling (CI's venv), not configuration keys: never a warning.
 _NOT_KEYS = frozenset({"SIDECAR_CONFIG", "SIDECAR_CI_VENV"})
 EXAMPLE_HINT = "`sidecar config example` prints every key with its default"
@@ -152,8 +159,21 @@ class _Layers:
         self.values[setting.attrs] = value
         self.origins[setting.dotted] = origin
 
+    def renamed(self, where: str, old: str, new: str, both: bool) -> bool:
+        """Whether a renamed key's value is taken (under ``new``; a warning says what to write
+        instead): not when the new name is given too, which is a problem (which one is meant?)."""
+        if both:
+            self.problems.append(f"{where}: {old} and {new} are one setting: keep {new}")
+            return False
+        self.warnings.append(f"{where}: {old} is now {new}; its value is used, rename it there")
+        return True
+
     def read_file(self, path: Path, source_file: Path) -> None:
-        for dotted, raw in _read_yaml(path).items():
+        values = _read_yaml(path)
+        for written, raw in values.items():
+            dotted = RENAMED.get(written, written)
+            if dotted != written and not self.renamed(str(path), written, dotted, dotted in values):
+                continue
             setting = self.known.get(dotted)
             if setting is None:
                 self.problems.append(_unknown_key(path, dotted, raw, self.known))
@@ -162,8 +182,12 @@ class _Layers:
 
     def read_env(self, env: Mapping[str, str], cwd: Path) -> None:
         by_env = {env_name(s.dotted): s for s in self.known.values()}
-        for name, raw in env.items():
-            if not name.startswith("SIDECAR_") or name in _NOT_KEYS:
+        renamed = {env_name(old): env_name(new) for old, new in RENAMED.items()}
+        for written, raw in env.items():
+            if not written.startswith("SIDECAR_") or written in _NOT_KEYS:
+                continue
+            name = renamed.get(written, written)
+            if name != written and not self.renamed("environment", written, name, name in env):
                 continue
             setting = by_env.get(name)
             if setting is None:  # a typo or another tool's variable: ignored, not fatal

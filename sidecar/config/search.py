@@ -77,7 +77,7 @@ class SearchConfig:
         "swap weights. [] (or an empty environment value): the exact form leads for every query.",
         choices=("en", "de"),
     )
-    rare_term_chunks: int = _opt(
+    rare_term_notes: int = _opt(
         5,
         "A query word the model splits into pieces (a name, code or identifier) and that at most "
         "this many notes contain makes keywords lead (rareTermVectorWeight); notes, not chunks: "

@@ -192,7 +192,7 @@ class Retriever:
         identifiers. The vector arm is blind to them (a made-up token still has nearest
         neighbours) while BM25 gives them their full weight, so for such a query keywords lead."""
         serving = self.stores.serving
-        if self.cfg.rare_term_chunks <= 0 or serving is None or not qa.content_words:
+        if self.cfg.rare_term_notes <= 0 or serving is None or not qa.content_words:
             return ()
         words = list(dict.fromkeys(qa.content_words))
         pieces = self.queries.pieces(serving.model, words)
@@ -210,7 +210,7 @@ class Retriever:
         """How many notes may hold a word that still counts as rare (relative to the chunks of a
         small index)."""
         share = int(self.stores.bm25.num_docs() * self.cfg.rare_term_share)
-        return min(self.cfg.rare_term_chunks, max(1, share))
+        return min(self.cfg.rare_term_notes, max(1, share))
 
     # --- the arms -----------------------------------------------------------------------------
 
