@@ -3,7 +3,6 @@ switch to a new model, repair of a table that cannot be read, ANN index builds a
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from pathlib import Path
@@ -303,47 +302,3 @@ def test_stopping_ends_an_index_build(make_cfg: Any, tmp_path: Path) -> None:
         assert not store.indexed and not store._building and store._child is None
     finally:
         h.close()
-
-
-def test_an_orphaned_index_build_exits(tmp_path: Path) -> None:
-    """The build child watches its parent: when the daemon is killed, the child exits within
-    seconds instead of committing an index the next daemon is building too."""
-    import signal
-    import subprocess
-    import sys
-
-    pid_file = tmp_path / "child.pid"
-    child_py = tmp_path / "child.py"
-    child_py.write_text(
-        "import os, sys, time\n"
-        "from sidecar.stores.annbuild import _die_with_parent\n"
-        "_die_with_parent()\n"
-        "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
-        "time.sleep(120)\n"
-    )
-    parent = (
-        "import subprocess, sys, time\n"
-        "subprocess.Popen([sys.executable, sys.argv[1], sys.argv[2]])\n"
-        "time.sleep(120)\n"
-    )
-    proc = subprocess.Popen([sys.executable, "-c", parent, str(child_py), str(pid_file)])
-    try:
-        deadline = time.monotonic() + 30
-        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        child = int(pid_file.read_text())
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                os.kill(child, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.1)
-        else:
-            os.kill(child, signal.SIGKILL)
-            pytest.fail("the orphaned child kept running")
-    finally:
-        if proc.poll() is None:
-            proc.kill()

@@ -44,7 +44,7 @@ RENAMED = {
 }
 
 # Variables of the project's own tooling (CI's venv), not configuration keys: never a warning.
-_NOT_KEYS = frozenset({"SIDECAR_CONFIG", "SIDECAR_CI_VENV"})
+_NOT_KEYS = frozenset({"SIDECAR_CONFIG", "SIDECAR_CI_VENV", "SIDECAR_PARENT_PID"})  # last: runtime.orphan
 EXAMPLE_HINT = "`sidecar config example` prints every key with its default"
 
 

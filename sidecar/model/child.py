@@ -4,14 +4,14 @@ refused, so that the daemon does not ask again."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from sidecar.runtime.orphan import child_env
 
 
 def run(
@@ -29,7 +29,7 @@ def run(
     deadline = time.monotonic() + timeout
     with tempfile.TemporaryFile() as err:
         # Our own interpreter and module, paths as separate arguments: no shell, nothing untrusted.
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)  # noqa: S603
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=child_env())  # noqa: S603
         try:
             while True:
                 try:
@@ -64,18 +64,3 @@ def refuse(target: Path, reason: str, code: int) -> int:
     target.with_suffix(".skip").write_text(reason + "\n")
     print(reason, file=sys.stderr)
     return code
-
-
-def die_with_parent() -> None:
-    """In the child: end when the daemon that started it ends (Linux), so a killed daemon leaves no
-    conversion running beside the next start's. Elsewhere a no-op."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-    import signal
-
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() == 1:  # the parent was gone before the call
-        raise SystemExit(1)

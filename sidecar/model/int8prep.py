@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from sidecar.model import child
+from sidecar.runtime.orphan import die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -258,6 +259,7 @@ def main(argv: list[str]) -> int:
     from sidecar.runtime.atomic import atomic_write
 
     source, target = paths
+    die_with_parent()
 
     def skip(reason: str) -> int:
         return child.refuse(target, reason, EXIT_SKIPPED)

@@ -11,23 +11,10 @@ the new version.
 
 from __future__ import annotations
 
-import os
 import sys
-import threading
 import time
 
-
-def _die_with_parent() -> None:
-    """Exit when the daemon is gone (killed, crashed): an orphaned build would commit an index
-    the next daemon is building too (LanceDB then refuses one as a commit conflict)."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(3)
-
-    threading.Thread(target=watch, daemon=True).start()
+from sidecar.runtime.orphan import die_with_parent
 
 
 def main(argv: list[str]) -> int:
@@ -38,7 +25,9 @@ def main(argv: list[str]) -> int:
 
     from sidecar.stores.vectors import ANN_KINDS
 
-    _die_with_parent()
+    # An orphaned build would commit an index the next daemon is building too (LanceDB then
+    # refuses one as a commit conflict).
+    die_with_parent(3)
     folder, name, kind, dim = argv[0], argv[1], argv[2], int(argv[3])
     t0 = time.perf_counter()
     table = lancedb.connect(folder).open_table(name)

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from sidecar.contracts.errors import StoreError
+from sidecar.runtime.orphan import child_env
 
 log = logging.getLogger(__name__)
 
@@ -571,7 +572,9 @@ class VectorStore:
         cmd = self._build_command()
         try:
             # Our own interpreter and module, arguments from our own config: no shell.
-            child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # noqa: S603
+            child = subprocess.Popen(  # noqa: S603
+                cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=child_env()
+            )
         except OSError as exc:
             raise StoreError(f"vector index build for {self.name} failed: {exc}") from exc
         self._child = child
