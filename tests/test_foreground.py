@@ -209,11 +209,13 @@ def test_a_memory_write_yields_to_a_search_in_flight_and_still_completes(mem: An
             out = c.call("write", {"slug": "held", "content": "# Held\n\nwritten behind a search\n"})
             took = time.monotonic() - t0
             assert c.call("search", {"query": "written behind a search"})["hits"]
+            shown = c.call("health")["foreground"]
     finally:
         release.set()
         holder.join()
     assert out["searchable"] and out["searchableBy"] == ["keywords", "meaning"]
     assert FOREGROUND.yields > before
+    assert shown["yields"] > before and shown["active"] >= 1 and shown["waited_seconds"] > 0
     assert 0.5 <= took < 10.0  # waited at least one checkpoint's bound, not forever
     assert search(server.harness, "written behind a search")
 

@@ -37,6 +37,7 @@ from sidecar.notes.links import LinkGraph
 from sidecar.notes.outline import Page, one_line
 from sidecar.notes.outline import render as render_outline
 from sidecar.notes.redact import mask
+from sidecar.runtime.foreground import FOREGROUND
 from sidecar.search.explain import explain
 from sidecar.search.query import FilterError, Filters, parse_day
 from sidecar.search.recall import recall
@@ -152,6 +153,7 @@ class Handlers:
             "vectors": vec.describe(),
             "problems": self.problems.describe(),
             "queue": {"depth": self.service.queue_depth()},
+            "foreground": FOREGROUND.describe(),
             "socket": str(self.cfg.socket_path),
             "home": str(self.cfg.home),
             "vault": str(self.cfg.vault.path) if self.cfg.vault.path else None,
