@@ -49,6 +49,31 @@ def test_calibrated_fusion_keeps_absolute_evidence() -> None:
     assert minmaxed["weak"].relevance == out["weak"].relevance  # relevance is calibrated always
 
 
+def test_rank_share_adds_each_arms_order_beside_the_scores() -> None:
+    """Within the narrow cosine band of one query a clear first and its neighbours score alike:
+    the arm's order adds rankShare x weight x 11 / (11 + place), shown as the ``rank`` boost, and
+    lifts the first of both arms over a neighbour with a hair more calibrated evidence; relevance
+    (the floors' figure) stays the calibrated sum, and 0 turns it off."""
+    scale = Scale(cosine_floor=0.8, cosine_full=0.9, bm25_ideal=10.0)
+    cands = [
+        Candidate("first", "vault/a", "vault", 1, 2, vec=0.870, bm25=5.0),
+        Candidate("hair", "vault/b", "vault", 1, 2, vec=0.869, bm25=4.9),
+        Candidate("crowd", "vault/c", "vault", 1, 2, vec=0.868, bm25=5.5),
+    ]
+    plain = fuse(cands, vector_weight=0.7, source_boosts={}, scale=scale)
+    assert plain[0].candidate.chunk_id == "crowd"
+    ranked = {
+        s.candidate.chunk_id: s
+        for s in fuse(cands, vector_weight=0.7, source_boosts={}, scale=scale, rank_share=0.1)
+    }
+    assert abs(ranked["first"].boosts["rank"] - 0.1 * (0.7 * 1.0 + 0.3 * 11 / 12)) < 1e-4
+    assert abs(ranked["crowd"].boosts["rank"] - 0.1 * (0.7 * 11 / 13 + 0.3 * 1.0)) < 1e-4
+    assert max(ranked.values(), key=lambda s: s.score).candidate.chunk_id == "first"
+    for s in plain:
+        assert ranked[s.candidate.chunk_id].relevance == s.relevance
+        assert "rank" not in s.boosts
+
+
 def test_relevance_ignores_boosts_and_clips() -> None:
     """Boosts move the ranking score, not the relevance; arm scores above a clear match clip at 1."""
     scale = Scale(cosine_floor=0.0, cosine_full=0.5, bm25_ideal=2.0)

@@ -138,6 +138,18 @@ class SearchConfig:
         min=0.0,
         max=1.0,
     )
+    rank_share: float = _opt(
+        # e5, MRR@10 (nDCG@10): German 0.678 -> 0.682, help2 0.760 -> 0.761 (hit@5 0.857 ->
+        # 0.870), help 0.848, SciFact (0.714 -> 0.718), XQuAD-de (0.970), identifiers unchanged;
+        # 0.05 about the same, 0.2 lower on German and help (BENCHMARKS.md, fifteenth session).
+        0.1,
+        "Each arm's order beside its calibrated score (calibrated fusion): a chunk gains this share "
+        "of the arm's weight for a first place, less for later ones (reciprocal rank). A small "
+        "model's cosines sit in a narrow band where a clear first and a crowd of neighbours look "
+        "alike. 0: scores alone.",
+        min=0.0,
+        max=1.0,
+    )
     page_support: float = _opt(
         # nDCG@10 SciFact / help set: 0 -> 0.709 / 0.726, 0.05 -> 0.703, 0.1 -> 0.699 / 0.740,
         # 0.2 -> 0.696 / 0.724 (BENCHMARKS.md)

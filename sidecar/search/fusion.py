@@ -70,6 +70,9 @@ def _share_of_ideal(score: float, ideal: float, best: float) -> float:
 
 FUSIONS = ("calibrated", "rrf", "minmax")
 RRF_K = 60  # the constant of the rank-fusion paper; ranks beyond the first few weigh alike
+# The rank bonus's constant: the first of an arm 1, the fifth 0.73, the tenth 0.55 (3 and 30
+# measured lower on the German and help sets; BENCHMARKS.md, fifteenth session).
+RANK_BONUS_K = 10
 
 
 def minmax(scores: Mapping[str, float]) -> dict[str, float]:
@@ -83,10 +86,10 @@ def minmax(scores: Mapping[str, float]) -> dict[str, float]:
     return {k: (v - lo) / (hi - lo) for k, v in scores.items()}
 
 
-def rrf(scores: Mapping[str, float]) -> dict[str, float]:
+def rrf(scores: Mapping[str, float], k: int = RRF_K) -> dict[str, float]:
     """Reciprocal rank, scaled so the first gets 1: only the order of an arm counts."""
-    ranked = sorted(scores, key=lambda k: -scores[k])
-    return {k: (RRF_K + 1) / (RRF_K + 1 + i) for i, k in enumerate(ranked)}
+    ranked = sorted(scores, key=lambda key: -scores[key])
+    return {key: (k + 1) / (k + 1 + i) for i, key in enumerate(ranked)}
 
 
 def _arm(method: str, scores: Mapping[str, float], calibrate: Callable[[float], float]) -> dict[str, float]:
@@ -106,6 +109,7 @@ def fuse(
     method: str = "calibrated",
     hub_damping: float = 0.0,
     page_share: float = 0.0,
+    rank_share: float = 0.0,
 ) -> list[Scored]:
     """Weighted sum of the two arms times the source boost, best first.
 
@@ -117,6 +121,12 @@ def fuse(
     ``hub_damping`` takes that share of a chunk's hubness off its cosine (centring the space on
     the table's mean, in part): a chunk about everything a little stops being every query's
     neighbour. The change shows as the ``hub`` boost.
+
+    ``rank_share`` adds each arm's order beside its calibrated score: a chunk gains that share
+    of the arm's weight times its reciprocal rank in the arm (``rrf`` with ``RANK_BONUS_K``),
+    shown as the ``rank`` boost. Calibration keeps a weak match weak, but the cosine of a small
+    model moves in a narrow band where a clear first place and a crowd of neighbours look alike;
+    the order tells them apart. Relevance (the floors' figure) stays the calibrated sum.
 
     A chunk without a vector yet is invisible to the vector arm, not dissimilar: it is scored by
     BM25 alone, as every chunk is when there is no vector arm. Otherwise a note edited a moment
@@ -148,6 +158,8 @@ def fuse(
     if total <= 0:
         return []
     wv, wb = wv / total, wb / total
+    rank_v = rrf(raw_vec, RANK_BONUS_K) if rank_share > 0 else {}
+    rank_b = rrf(raw_bm, RANK_BONUS_K) if rank_share > 0 else {}
     out: list[Scored] = []
     for c in candidates:
         cid = c.chunk_id
@@ -155,8 +167,14 @@ def fuse(
         alone = not c.embedded and wb > 0
         fused = b if alone else wv * v + wb * b
         relevance = cal_bm.get(cid, 0.0) if alone else wv * cal_vec.get(cid, 0.0) + wb * cal_bm.get(cid, 0.0)
+        bonus = rank_share * (
+            rank_b.get(cid, 0.0) if alone else wv * rank_v.get(cid, 0.0) + wb * rank_b.get(cid, 0.0)
+        )
+        fused += bonus
         boost = source_boosts.get(c.source, 1.0)
         boosts = {"source": boost} if boost != 1.0 else {}
+        if bonus > 0:
+            boosts["rank"] = round(bonus, 4)
         if hub_damping and c.hub and c.vec is not None:
             boosts["hub"] = round(-hub_damping * c.hub, 4)
         out.append(Scored(c, fused * boost, v, b, boosts, relevance=relevance))

@@ -341,6 +341,7 @@ class Retriever:
                 method=cfg.fusion,
                 hub_damping=cfg.hub_damping,
                 page_share=share,
+                rank_share=cfg.rank_share if cfg.fusion == "calibrated" else 0.0,
             )
             for s in fused:
                 if s.candidate.chunk_id not in best or s.score > best[s.candidate.chunk_id].score:
