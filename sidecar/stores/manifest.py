@@ -87,6 +87,7 @@ def _aliases(front_matter: str) -> tuple[str, ...]:
 _DAY = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
 
 
+@functools.lru_cache(maxsize=4_096)  # a search reads the same notes' views again and again
 def note_date(front_matter: str, key: str) -> str:
     """The day a note is about: front matter ``date``, ``updated`` or ``created``, else a
     ``YYYY-MM-DD`` file name (daily notes); '' when neither says (callers use the mtime)."""
@@ -101,6 +102,13 @@ def note_date(front_matter: str, key: str) -> str:
                 return m.group(0)
     m = _DAY.search(key.rsplit("/", 1)[-1])
     return m.group(0) if m else ""
+
+
+@functools.lru_cache(maxsize=16_384)
+def _strings(encoded: str) -> tuple[str, ...]:
+    """A JSON list of strings (a chunk's heading path, a note's tags) as stored, decoded once:
+    a search's candidates repeat them (every chunk of a note, the same notes query after query)."""
+    return tuple(json.loads(encoded))
 
 
 @dataclass(frozen=True)
@@ -420,10 +428,10 @@ class Manifest(VectorBook):
                 r[3],
                 r[4],
                 r[5],
-                tuple(json.loads(r[6])),
+                _strings(r[6]),
                 r[7],
                 r[8],
-                tuple(json.loads(r[9])),
+                _strings(r[9]),
                 r[10],
                 _aliases(r[11]),
                 bool(r[12]),
