@@ -10,6 +10,9 @@ from typing import Any
 import yaml
 
 _MAX_FRONT_MATTER = 64 * 1024
+# libyaml's loader where PyYAML was built with it (its wheels are): the same safe subset, about
+# ten times faster than the pure-Python one, which took 7 % of a first sweep.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # A block at the very start: "---" line, YAML, "---" line (what the inbox writes and reads back).
 _BLOCK = re.compile(r"\A---[ \t]*\n(.*?\n)?---[ \t]*(?:\n|\Z)", re.S)
 
@@ -35,7 +38,7 @@ def parse_front_matter(raw: str) -> tuple[dict[str, Any], str | None]:
     if len(raw) > _MAX_FRONT_MATTER:
         return {}, "front matter larger than 64 KiB"
     try:
-        data = yaml.safe_load(raw)
+        data = yaml.load(raw, Loader=_LOADER)  # noqa: S506 - a safe loader, C or Python
         if data is None:
             return {}, None
         if not isinstance(data, dict):
