@@ -318,3 +318,61 @@ def test_other_chunking_is_redone_and_unchanged_chunks_keep_their_vectors(
     h.indexer.reparse_if_chunking_changed()  # recorded: the next start reads nothing again
     assert h.sweep()["changed"] == 0
     h.close()
+
+
+def test_a_first_sweep_reads_and_parses_while_the_tokenizer_loads(
+    make_cfg: Any, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a first start the model's tokenizer comes a second or so after the sweep could begin
+    (the conversion publishes it): the sweep reads and parses every note meanwhile and waits only
+    to cut them, and the chunks are counted with the tokenizer, never estimated."""
+    import threading
+
+    from sidecar.model.embedder import EmbedderSlot
+
+    def by_chars(texts: Any) -> list[int]:  # far from the estimate: shows which one cut the notes
+        return [len(t) for t in texts]
+
+    for i in range(6):
+        write(
+            vault / f"Long {i}.md",
+            f"# Long {i}\n\n" + "\n\n".join(f"Paragraph {j} of note {i}, some words." for j in range(30)),
+        )
+    reference = Harness(make_cfg(vault, home=str(tmp_path / "ref")), None)
+    reference.indexer.slot = EmbedderSlot()
+    reference.indexer.slot.set_counter(by_chars)
+    reference.sweep()
+    want = _chunk_tokens(reference)
+    reference.close()
+
+    h = Harness(make_cfg(vault), None)
+    slot = h.indexer.slot = EmbedderSlot()
+    slot.set_loading()
+    reads: list[Path] = []
+    real = records_mod.read_note
+    monkeypatch.setattr(records_mod, "read_note", lambda p, m: reads.append(p) or real(p, m))
+    sweep = threading.Thread(target=h.indexer.sweep)
+    sweep.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(reads) < 10 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        assert len(reads) == 10 and sweep.is_alive()  # every note read, none cut: it waits
+        assert h.stores.manifest.counts()["chunks"] == 0
+        slot.set_counter(by_chars)
+        sweep.join(30)
+        assert not sweep.is_alive()
+        got = _chunk_tokens(h)
+        assert got == want and len(got) > 10
+    finally:
+        slot.set_failed("end of test")
+        sweep.join(30)
+        h.close()
+
+
+def _chunk_tokens(h: Harness) -> list[tuple[str, int]]:
+    import sqlite3
+
+    with sqlite3.connect(f"file:{h.stores.manifest.path}?mode=ro", uri=True) as db:
+        return sorted(db.execute("SELECT key, tokens FROM chunks").fetchall())

@@ -86,9 +86,8 @@ class IndexLoop:
             self.jobs.put(Job(roots=frozenset(names)))
 
     def run(self) -> None:
-        # Chunk sizes are counted with the model's tokenizer: give it a moment to load (it is
-        # ready before the model itself, and during a first start's conversion).
-        self.slot.wait_countable(timeout=60)
+        # Chunk sizes are counted with the model's tokenizer; the indexer reads and parses notes
+        # while it loads and waits for it only to cut them (Indexer._count_tokens).
         failures = 0
         while not self.stop.is_set():
             self.beat(None)

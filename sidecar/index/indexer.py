@@ -19,7 +19,7 @@ from pathlib import Path
 from sidecar.config import Config
 from sidecar.index.diff import ChangeFinder, Diff
 from sidecar.index.problems import Problems
-from sidecar.index.records import Prepared, prepare
+from sidecar.index.records import Drafted, Prepared, draft, finish
 from sidecar.index.repair import check_bm25
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.index.writes import Writer
@@ -30,6 +30,10 @@ from sidecar.vault.sources import NoteFile, Root
 from sidecar.vault.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
+
+# How long chunking waits for the model's tokenizer, once (a first start's conversion publishes it
+# in about a second; a model that is slow to come is not waited for twice).
+TOKENIZER_WAIT_S = 60.0
 
 
 @dataclass
@@ -71,6 +75,7 @@ class Indexer:
         self.ignore = IgnoreRules(cfg.index.exclude, cfg.vault.path, cfg.index.obsidian_excludes)
         self.changes = ChangeFinder(cfg, stores.manifest, supervisor, problems, self.excluded_by)
         self.writer = Writer(stores, vectors, cfg.vault.wiki_subfolder)
+        self._waited_for_tokenizer = False
 
     def set_excludes(self, patterns: Sequence[str], obsidian: bool) -> bool:
         """New exclusion rules (config reload); True if they differ (a sweep applies them)."""
@@ -85,6 +90,12 @@ class Indexer:
 
     def _count_tokens(self, texts: Sequence[str]) -> list[int]:
         count = self.slot.counter()
+        if count is None and not self._waited_for_tokenizer:
+            # Once: a tokenizer that does not come within the bound is not waited for again
+            # (sizes are then estimated, as without a model).
+            self.slot.wait_countable(TOKENIZER_WAIT_S)
+            self._waited_for_tokenizer = True
+            count = self.slot.counter()  # None: loading failed or is still under way
         return count(texts) if count is not None else approx_token_count(texts)
 
     def sweep(
@@ -164,13 +175,30 @@ class Indexer:
         notes = [n for n in notes if n.root.source == "memory" or self.excluded_by(n.key) is None]
         states = self.manifest.file_states_of([n.key for n in notes])
         prepared: list[Prepared] = []
-        for note in notes:
+
+        def known(note: NoteFile) -> str | None:
             st = states.get(note.key)
-            known = st.hash if st is not None and st.state == "indexed" else None
-            p = prepare(self.cfg, note, known, (data or {}).get(note.key), self._count_tokens)
+            return st.hash if st is not None and st.state == "indexed" else None
+
+        def drafted(note: NoteFile) -> Prepared | Drafted | None:
+            return draft(note, known(note), (data or {}).get(note.key), self.cfg.index.max_file_bytes)
+
+        # Chunk sizes are counted with the model's tokenizer. While it still loads (a first start
+        # converts the model beside the first sweep), notes are read and parsed ahead and cut
+        # once it is there, instead of the whole sweep waiting for it.
+
+        ahead: list[Prepared | Drafted | None] = []
+        for note in notes:
+            ahead.append(drafted(note))
+            if self.slot.counter() is not None:
+                break
+        for i, note in enumerate(notes):
+            d = ahead[i] if i < len(ahead) else drafted(note)
+            p = finish(self.cfg, d, self._count_tokens) if isinstance(d, Drafted) else d
             if p is None:
                 continue
-            if known is not None and p.skip_reason is not None and p.skip_reason.startswith("unreadable"):
+            unreadable = p.skip_reason is not None and p.skip_reason.startswith("unreadable")
+            if unreadable and known(note) is not None:
                 # A read error is no evidence the note changed: keep what is indexed.
                 log.warning("file_kept path=%s reason=%s", note.path, p.skip_reason)
                 continue

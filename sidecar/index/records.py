@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sidecar.config import Config
 from sidecar.model.embedder import approx_token_count
-from sidecar.notes.chunking import ParsedNote, chunk_note
+from sidecar.notes.chunking import NoteDraft, ParsedNote, cut_note, parse_note
 from sidecar.notes.linktext import Link, extract_links
 from sidecar.stores.manifest import ChunkRecord, FileRecord, embed_hash
 from sidecar.vault.sources import NoteFile, NoteUnreadable, decode_note, read_inbox_note, read_note
@@ -45,6 +45,16 @@ def chunk_id(key: str, embed_text: str, occurrence: int) -> str:
     return h.hexdigest()
 
 
+@dataclass(frozen=True)
+class Drafted:
+    """A note read and parsed, waiting for the tokenizer to be cut into chunks."""
+
+    note: NoteFile
+    hash: str
+    draft: NoteDraft
+    links: tuple[Link, ...]
+
+
 def prepare(
     cfg: Config,
     note: NoteFile,
@@ -54,7 +64,15 @@ def prepare(
 ) -> Prepared | None:
     """Read (or take ``data``), hash and chunk one note; None if it vanished. Unchanged
     (hash equals ``known_hash``): no chunks. Unreadable or unparseable: a skip reason."""
-    limit = cfg.index.max_file_bytes
+    drafted = draft(note, known_hash, data, cfg.index.max_file_bytes)
+    return finish(cfg, drafted, count_tokens) if isinstance(drafted, Drafted) else drafted
+
+
+def draft(
+    note: NoteFile, known_hash: str | None, data: bytes | None, limit: int
+) -> Prepared | Drafted | None:
+    """``prepare`` up to the token counts: read, hash and parse (None: the note vanished; a
+    Prepared: unchanged, unreadable or unparseable)."""
     try:
         if data is not None:  # a memory write's own bytes: never read back through a path
             text = decode_note(data, limit)
@@ -70,21 +88,30 @@ def prepare(
     digest = hashlib.blake2b(data, digest_size=16).hexdigest()
     if digest == known_hash:
         return Prepared(note, digest, None)
-    title = Path(note.rel).stem
     try:
-        parsed = chunk_note(
-            text,
-            title=title,
-            count_tokens=count_tokens,
-            max_tokens=cfg.chunking.max_tokens,
-            overlap=cfg.chunking.overlap,
-        )
+        parsed = parse_note(text, title=Path(note.rel).stem)
     except (ValueError, RecursionError) as exc:  # pathological Markdown: skip this note only
-        log.warning("file_skipped path=%s reason=parse error %s", note.path, exc)
-        return Prepared(note, digest, None, f"parse error: {type(exc).__name__}")
+        return _unparseable(note, digest, exc)
+    return Drafted(note, digest, parsed, tuple(extract_links(text)))
+
+
+def finish(cfg: Config, drafted: Drafted, count_tokens: Callable[[Sequence[str]], list[int]]) -> Prepared:
+    """Cut a drafted note into chunks, counted with ``count_tokens``."""
+    note = drafted.note
+    try:
+        parsed = cut_note(
+            drafted.draft, count_tokens, max_tokens=cfg.chunking.max_tokens, overlap=cfg.chunking.overlap
+        )
+    except (ValueError, RecursionError) as exc:
+        return _unparseable(note, drafted.hash, exc)
     if parsed.front_matter_error:
         log.info("front_matter_ignored path=%s reason=%s", note.path, parsed.front_matter_error)
-    return Prepared(note, digest, parsed, links=tuple(extract_links(text)))
+    return Prepared(note, drafted.hash, parsed, links=drafted.links)
+
+
+def _unparseable(note: NoteFile, digest: str, exc: BaseException) -> Prepared:
+    log.warning("file_skipped path=%s reason=parse error %s", note.path, exc)
+    return Prepared(note, digest, None, f"parse error: {type(exc).__name__}")
 
 
 def records(p: Prepared, state: str) -> tuple[FileRecord, list[ChunkRecord]]:

@@ -15,6 +15,7 @@ from typing import Any
 from sidecar.notes.frontmatter import parse_front_matter
 from sidecar.notes.markdown import (
     Block,
+    Section,
     inline_tags,
     mostly_data,
     norm_tag,
@@ -120,6 +121,18 @@ class _Piece:
     tokens: int
 
 
+@dataclass(frozen=True)
+class NoteDraft:
+    """A note parsed and not yet cut: everything but the token counts, which need the model's
+    tokenizer (a first start parses while that still loads)."""
+
+    lines: list[str]
+    sections: list[Section]
+    fm_end: int
+    readable: list[str]
+    note: ParsedNote  # title, aliases, description, tags, front matter; no chunks yet
+
+
 def chunk_note(
     text: str,
     *,
@@ -129,6 +142,11 @@ def chunk_note(
     overlap: float = 0.2,
 ) -> ParsedNote:
     """Parse a note and cut it into chunks whose embed text never exceeds ``max_tokens``."""
+    return cut_note(parse_note(text, title=title), count_tokens, max_tokens=max_tokens, overlap=overlap)
+
+
+def parse_note(text: str, *, title: str) -> NoteDraft:
+    """The part of ``chunk_note`` that needs no tokenizer: sections, front matter, tags, links."""
     text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
     lines = text.split("\n")
     sections, fm_raw, fm_end = split_sections(text)
@@ -141,8 +159,17 @@ def chunk_note(
     description = str(fm.get("description") or "").strip() if isinstance(fm.get("description"), str) else ""
     tags = str_list(fm.get("tags", fm.get("tag"))) + inline_tags(lines[fm_end:])
     tag_set = tuple(dict.fromkeys(norm_tag(t) for t in tags if norm_tag(t)))
-
     readable = [readable_links(line) for line in lines]
+    note = ParsedNote(note_title, aliases, description, tag_set, fm, fm_error)
+    return NoteDraft(lines, sections, fm_end, readable, note)
+
+
+def cut_note(
+    draft: NoteDraft, count_tokens: CountTokens, *, max_tokens: int = 200, overlap: float = 0.2
+) -> ParsedNote:
+    """Cut a parsed note into chunks whose embed text never exceeds ``max_tokens``."""
+    lines, sections, fm_end, readable = draft.lines, draft.sections, draft.fm_end, draft.readable
+    note_title, description = draft.note.title, draft.note.description
     count = _Counter(count_tokens)
     # Ask the tokenizer about every block and every section's prefix at once (one batch per
     # note, not one call per piece or section).
@@ -184,7 +211,7 @@ def chunk_note(
             )
         )
     chunks = [replace(c, embed=False) if c.embed and mostly_data(c.text) else c for c in chunks]
-    return ParsedNote(note_title, aliases, description, tag_set, fm, fm_error, tuple(chunks))
+    return replace(draft.note, chunks=tuple(chunks))
 
 
 class _Counter:
