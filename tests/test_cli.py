@@ -254,6 +254,7 @@ def test_unknown_environment_variable_is_a_warning(shared: DaemonProcess) -> Non
     r = _run(shared, "config", "check", env={"SIDECAR_SEARCH_LIMITT": "3"})
     assert r.returncode == 0 and "configuration with 1 warning(s)" in r.stdout
     assert "warning: environment: SIDECAR_SEARCH_LIMITT" in r.stdout
+    assert r.stderr == ""  # check lists its warnings once, in its report
 
 
 def test_serve_waits_for_a_missing_vault(daemon_factory: Any, tmp_path: Path) -> None:

@@ -54,8 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return cmd_completion(args)
         cfg = config_of(args)
-        for warning in cfg.warnings:
-            print(f"sidecar: warning: {warning}", file=sys.stderr)
+        if (args.command, getattr(args, "action", None)) != ("config", "check"):  # check lists them
+            for warning in cfg.warnings:
+                print(f"sidecar: warning: {warning}", file=sys.stderr)
         code = command_for(args.command)(args, cfg)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below
         return code
