@@ -398,30 +398,12 @@ class Bm25Index:
         ]
         clauses = [(tantivy.Occur.Must, tantivy.Query.boolean_query(should))]
         restrict: list[tantivy.Query] = []
+        if sources:
+            restrict.append(tantivy.Query.term_set_query(schema, "source", list(sources)))
         if key is not None:
             restrict.append(tantivy.Query.term_query(schema, "key", key))
         if keys is not None:
             restrict.append(tantivy.Query.term_set_query(schema, "key", list(keys)))
-        clauses += [(tantivy.Occur.Must, tantivy.Query.const_score_query(q, 0.0)) for q in restrict]
-        clauses += self._restrictions(sources, agent_scope)
-        query = tantivy.Query.boolean_query(clauses)
-        searcher = folder.searcher
-        with _engine("search"):  # damaged segment files
-            result = searcher.search(query, limit=limit, count=False)
-            return [
-                (str(searcher.doc(address).get_first("chunk_id")), float(score))
-                for score, address in result.hits
-            ]
-
-    def _restrictions(
-        self, sources: Sequence[str] | None, agent_scope: str | None
-    ) -> list[tuple[tantivy.Occur, tantivy.Query]]:
-        """Must-clauses for a source restriction and an agent's scope (memory of that agent only;
-        vault and wiki stay), scoring nothing."""
-        schema = self.schema
-        restrict: list[tantivy.Query] = []
-        if sources:
-            restrict.append(tantivy.Query.term_set_query(schema, "source", list(sources)))
         if agent_scope is not None:
             restrict.append(
                 tantivy.Query.boolean_query(
@@ -434,7 +416,15 @@ class Bm25Index:
                     ]
                 )
             )
-        return [(tantivy.Occur.Must, tantivy.Query.const_score_query(q, 0.0)) for q in restrict]
+        clauses += [(tantivy.Occur.Must, tantivy.Query.const_score_query(q, 0.0)) for q in restrict]
+        query = tantivy.Query.boolean_query(clauses)
+        searcher = folder.searcher
+        with _engine("search"):  # damaged segment files
+            result = searcher.search(query, limit=limit, count=False)
+            return [
+                (str(searcher.doc(address).get_first("chunk_id")), float(score))
+                for score, address in result.hits
+            ]
 
     def ideal_score(self, text: str, *, pages: bool = False, stem: str | None = None) -> float:
         """What a chunk (a page) scores that holds every word of ``text`` once, at average length,
