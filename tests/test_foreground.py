@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.index.records import prepare
+from sidecar.index.records import Drafted, draft, finish
 from sidecar.runtime.foreground import FOREGROUND, Foreground
 from sidecar.runtime.group import GroupCommit
 from sidecar.vault.sources import NoteFile, Root
@@ -100,9 +100,9 @@ def _note(h: Harness, slug: str, text: str) -> Any:
     path = root.path / f"{slug}.md"
     data = text.encode()
     note = NoteFile(root.key_of(f"{slug}.md"), root, path, f"{slug}.md", time.time_ns(), len(data))
-    p = prepare(h.cfg, note, None, data, h.indexer._count_tokens)
-    assert p is not None
-    return p
+    d = draft(note, None, data, h.cfg.index.max_file_bytes)
+    assert isinstance(d, Drafted)
+    return finish(h.cfg, d, h.indexer._count_tokens)
 
 
 def _count_commits(harness: Harness) -> list[int]:

@@ -185,12 +185,11 @@ class Indexer:
 
         # Chunk sizes are counted with the model's tokenizer. While it still loads (a first start
         # converts the model beside the first sweep), notes are read and parsed ahead and cut
-        # once it is there, instead of the whole sweep waiting for it.
-
+        # once it is there (or loading failed), instead of the whole sweep waiting for it.
         ahead: list[Prepared | Drafted | None] = []
         for note in notes:
             ahead.append(drafted(note))
-            if self.slot.counter() is not None:
+            if self.slot.wait_countable(0):
                 break
         for i, note in enumerate(notes):
             d = ahead[i] if i < len(ahead) else drafted(note)

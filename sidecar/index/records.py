@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sidecar.config import Config
-from sidecar.model.embedder import approx_token_count
 from sidecar.notes.chunking import NoteDraft, ParsedNote, cut_note, parse_note
 from sidecar.notes.linktext import Link, extract_links
 from sidecar.stores.manifest import ChunkRecord, FileRecord, embed_hash
@@ -55,24 +54,12 @@ class Drafted:
     links: tuple[Link, ...]
 
 
-def prepare(
-    cfg: Config,
-    note: NoteFile,
-    known_hash: str | None,
-    data: bytes | None = None,
-    count_tokens: Callable[[Sequence[str]], list[int]] = approx_token_count,
-) -> Prepared | None:
-    """Read (or take ``data``), hash and chunk one note; None if it vanished. Unchanged
-    (hash equals ``known_hash``): no chunks. Unreadable or unparseable: a skip reason."""
-    drafted = draft(note, known_hash, data, cfg.index.max_file_bytes)
-    return finish(cfg, drafted, count_tokens) if isinstance(drafted, Drafted) else drafted
-
-
 def draft(
     note: NoteFile, known_hash: str | None, data: bytes | None, limit: int
 ) -> Prepared | Drafted | None:
-    """``prepare`` up to the token counts: read, hash and parse (None: the note vanished; a
-    Prepared: unchanged, unreadable or unparseable)."""
+    """Read (or take ``data``), hash and parse one note, all but the token counts (``finish``
+    cuts it). None: the note vanished; a Prepared without chunks: unchanged (hash equals
+    ``known_hash``), unreadable or unparseable, with the skip reason."""
     try:
         if data is not None:  # a memory write's own bytes: never read back through a path
             text = decode_note(data, limit)
