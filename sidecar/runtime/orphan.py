@@ -37,6 +37,7 @@ def die_with_parent(code: int = 1, interval: float = WATCH_SECONDS) -> None:
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     spawner = os.environ.get(PARENT_ENV, "")
+    # Read again after the prctl: a daemon gone before it took effect shows here.
     if spawner.isdigit() and int(spawner) != os.getppid():
         raise SystemExit(code)
     watch_parent(parent, code, interval)
