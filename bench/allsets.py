@@ -66,7 +66,7 @@ def run_set(name: str, work: Path, model: str, out: Path, extra: list[str]) -> d
 def figure(name: str, arm: dict[str, Any]) -> float:
     """MRR@10 for question sets, nDCG@10 for the BEIR-form ones (their first relevant document
     is not the whole story)."""
-    return float(arm["ndcg@10"] if name in ("scifact", "xqde", "xqen") else arm["mrr@10"])
+    return float(arm["ndcg@10"] if SETS[name][0][0] == "beir" else arm["mrr@10"])
 
 
 def table(results: dict[str, dict[str, Any]]) -> str:

@@ -19,7 +19,7 @@ def _yaml(tmp_path: Path, text: str) -> Path:
 
 
 def test_defaults_match_design(tmp_path: Path) -> None:
-    """Defaults: fusion 0.7/0.3, boosts wiki 1.4 memory 0.85 vault 0.65, rescan 10 min, home ~/.sidecar."""
+    """Defaults: fusion 0.6/0.4, boosts wiki 1.4 memory 0.85 vault 0.65, rescan 10 min, home ~/.sidecar."""
     cfg = load_config(env={"HOME": str(tmp_path)})
     assert cfg.search.vector_weight == 0.6
     assert (cfg.search.boosts.wiki, cfg.search.boosts.memory, cfg.search.boosts.vault) == (1.4, 0.85, 0.65)
