@@ -49,6 +49,32 @@ def test_calibrated_fusion_keeps_absolute_evidence() -> None:
     assert minmaxed["weak"].relevance == out["weak"].relevance  # relevance is calibrated always
 
 
+def test_relevance_without_any_keyword_match_counts_meaning_at_its_share() -> None:
+    """When the keyword arm answered and none of the query's words occurs in any candidate, the
+    order still follows the vector arm, but relevance counts the missing keyword evidence as none:
+    a clear match by meaning alone reaches the vector share, not 1 (made-up words, which every
+    model puts near something, no longer look like a fair match). A failed keyword arm is no
+    evidence: then the vector arm's share is all of it, as before."""
+    scale = Scale(cosine_floor=0.8, cosine_full=0.9, bm25_ideal=10.0)
+    cands = [
+        Candidate("clear", "vault/a", "vault", 1, 2, vec=0.95),
+        Candidate("near", "vault/b", "vault", 1, 2, vec=0.84),
+    ]
+    silent = fuse(cands, vector_weight=0.6, source_boosts={}, scale=scale, keywords_silent=True)
+    unknown = fuse(cands, vector_weight=0.6, source_boosts={}, scale=scale)
+    assert [s.candidate.chunk_id for s in silent] == [s.candidate.chunk_id for s in unknown]
+    rel = {s.candidate.chunk_id: s.relevance for s in silent}
+    assert abs(rel["clear"] - 0.6) < 1e-9 and abs(rel["near"] - 0.6 * 0.4) < 1e-9
+    rel = {s.candidate.chunk_id: s.relevance for s in unknown}
+    assert rel["clear"] == 1.0 and abs(rel["near"] - 0.4) < 1e-9
+    # a keyword hit anywhere among the candidates: the arm was not silent, the flag changes nothing
+    with_word = [*cands, Candidate("word", "vault/c", "vault", 1, 2, bm25=5.0)]
+    assert [s.relevance for s in fuse(with_word, vector_weight=0.6, source_boosts={}, scale=scale)] == [
+        s.relevance
+        for s in fuse(with_word, vector_weight=0.6, source_boosts={}, scale=scale, keywords_silent=True)
+    ]
+
+
 def test_rank_share_adds_each_arms_order_beside_the_scores() -> None:
     """Within the narrow cosine band of one query a clear first and its neighbours score alike:
     the arm's order adds rankShare x weight x 11 / (11 + place), shown as the ``rank`` boost, and

@@ -70,6 +70,28 @@ def test_off_topic_messages_stay_empty(running: DaemonProcess) -> None:
     assert empty >= 18, empty
 
 
+MADE_UP = ["xyzzy quux", "asdfgh qwertz", "wonoxopi kaxivonys davohigo", "blorp fizzwick", "qyca lodam"]
+
+
+def test_search_for_made_up_words_finds_nothing_above_the_floor(running: DaemonProcess) -> None:
+    """Words that occur nowhere and mean nothing get no hit at the default minScore: the model
+    still finds a nearest chunk, but meaning alone counts at the vector share only. A real
+    question keeps its page."""
+    for text in MADE_UP:
+        hits = running.call("search", {"query": text}, agent="claude")["hits"]
+        assert hits == [], (text, hits)
+    nearest = running.call("search", {"query": "xyzzy quux", "minScore": 0}, agent="claude")["hits"]
+    assert nearest and all(h["relevance"] < 0.2 for h in nearest)
+    found = running.call("search", {"query": "what do I pack for Norway?"}, agent="claude")["hits"]
+    assert found and found[0]["reference"] == "vault/Travel"
+    # The note in German shares no word with it: found by meaning alone, which counts at the
+    # vector share (search.vectorWeight 0.6), however close the translation is.
+    german = "Packliste für die Norwegenreise: Regenjacke, Stiefel, Stirnlampe."
+    hits = running.call("search", {"query": german}, agent="claude")["hits"]
+    assert hits and hits[0]["reference"] == "vault/Travel"
+    assert 0.2 <= hits[0]["relevance"] <= 0.6, hits[0]
+
+
 def test_a_named_identifier_is_recalled(running: DaemonProcess) -> None:
     """A message naming a ticket the notes know injects that note, whatever the model makes of
     the number (search.rareTerm*); a ticket the notes do not know injects nothing."""

@@ -26,7 +26,7 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
         return Explanation(indexed=False, analysis=analysis_of(qa, req.filters))
     rare, weight = r.plan(qa)
     bm, vec_lists, degraded = r.arms(req, text, qa, None, weight)
-    ranking = r.rank(req, qa, bm, vec_lists, weight=weight, rare=rare)
+    ranking = r.rank(req, qa, bm, vec_lists, weight=weight, rare=rare, degraded=degraded)
     ids = [c.chunk_id for c in chunks]
     stem = r.stem(qa)
     direct_bm = dict(r.stores.bm25.search(bm25_text(qa), len(ids) + 5, key=key, stem=stem))

@@ -110,6 +110,7 @@ def fuse(
     hub_damping: float = 0.0,
     page_share: float = 0.0,
     rank_share: float = 0.0,
+    keywords_silent: bool = False,
 ) -> list[Scored]:
     """Weighted sum of the two arms times the source boost, best first.
 
@@ -127,6 +128,11 @@ def fuse(
     shown as the ``rank`` boost. Calibration keeps a weak match weak, but the cosine of a small
     model moves in a narrow band where a clear first place and a crowd of neighbours look alike;
     the order tells them apart. Relevance (the floors' figure) stays the calibrated sum.
+
+    ``keywords_silent``: the keyword arm ran and no word of the query occurs in any candidate.
+    The ranking then rests on the vector arm alone, but relevance counts the missing keyword
+    evidence as none: a clear match by meaning alone reaches ``vector_weight``, not 1. Otherwise
+    made-up words ("xyzzy quux"), which every model places near something, scored as a fair match.
 
     A chunk without a vector yet is invisible to the vector arm, not dissimilar: it is scored by
     BM25 alone, as every chunk is when there is no vector arm. Otherwise a note edited a moment
@@ -158,6 +164,7 @@ def fuse(
     if total <= 0:
         return []
     wv, wb = wv / total, wb / total
+    rv = vector_weight if keywords_silent and not bm else wv  # the vector arm's share of relevance
     rank_v = rrf(raw_vec, RANK_BONUS_K) if rank_share > 0 else {}
     rank_b = rrf(raw_bm, RANK_BONUS_K) if rank_share > 0 else {}
     out: list[Scored] = []
@@ -166,7 +173,7 @@ def fuse(
         v, b = vec.get(cid, 0.0), bm.get(cid, 0.0)
         alone = not c.embedded and wb > 0
         fused = b if alone else wv * v + wb * b
-        relevance = cal_bm.get(cid, 0.0) if alone else wv * cal_vec.get(cid, 0.0) + wb * cal_bm.get(cid, 0.0)
+        relevance = cal_bm.get(cid, 0.0) if alone else rv * cal_vec.get(cid, 0.0) + wb * cal_bm.get(cid, 0.0)
         bonus = rank_share * (
             rank_b.get(cid, 0.0) if alone else wv * rank_v.get(cid, 0.0) + wb * rank_b.get(cid, 0.0)
         )

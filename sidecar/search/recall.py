@@ -63,7 +63,7 @@ def _recall(
     rare, weight = r.plan(qa)
     parts = _recall_parts(rc, qa, turns)
     bm, vec_lists, degraded = r.arms(req, text, qa, vectors, weight, parts=parts)
-    ranking = r.rank(req, qa, bm, vec_lists, weight=weight, rare=rare, parts=parts)
+    ranking = r.rank(req, qa, bm, vec_lists, weight=weight, rare=rare, parts=parts, degraded=degraded)
     views = ranking.views
     floor = max(req.min_score, rc.score_floor)
     # The similarity gate keeps small talk out; a chunk holding a rare code of the message (a

@@ -62,6 +62,7 @@ def bm25_text(qa: QueryAnalysis) -> str:
 
 
 PAGE_FAILURE = "page index: "  # how a failing page search is reported (keyword_search)
+KEYWORDS_FAILED = "keyword search failed"  # how a search's note says the keyword arm failed
 BmParts = list[tuple[str, float]]  # (words, weight): the message's words, then the history's
 VecList = list[tuple[str, float, float]]  # (chunk id, cosine, hubness) of one vector query
 
@@ -249,7 +250,7 @@ class Retriever:
             except StoreError as exc:  # a damaged keyword index: answer from vectors alone
                 log.warning("keyword_search_failed error=%s", exc)
                 problems.report("keyword_search", str(exc))
-                bm_note = f"keyword search failed ({exc}); vector results only"
+                bm_note = f"{KEYWORDS_FAILED} ({exc}); vector results only"
         serving = self.stores.serving
         if weight <= 0.0 and vectors is None:
             return bm, [], bm_note
@@ -298,6 +299,7 @@ class Retriever:
         weight: float,
         rare: Sequence[str] = (),
         parts: BmParts | None = None,
+        degraded: str | None = None,
     ) -> Ranking:
         ids = list(dict.fromkeys([c for c, _ in bm] + [c for vl in vec_lists for c, _, _ in vl]))
         views = {k: v for k, v in self.stores.manifest.views(ids).items() if _passes(v, req.filters)}
@@ -342,6 +344,8 @@ class Retriever:
                 hub_damping=cfg.hub_damping,
                 page_share=share,
                 rank_share=cfg.rank_share if cfg.fusion == "calibrated" else 0.0,
+                # No keyword hit at all, from an arm that answered (a failed one says nothing).
+                keywords_silent=not bm and not keywords_failed(degraded),
             )
             for s in fused:
                 if s.candidate.chunk_id not in best or s.score > best[s.candidate.chunk_id].score:
@@ -446,7 +450,7 @@ class Retriever:
         early = self.start_vectors(req, text, qa)
         rare, weight = self.plan(qa)
         bm, vec_lists, degraded = self.arms(req, text, qa, None, weight, early=early)
-        r = self.rank(req, qa, bm, vec_lists, weight=weight, rare=rare)
+        r = self.rank(req, qa, bm, vec_lists, weight=weight, rare=rare, degraded=degraded)
         mask_secrets = self.cfg.mask_secrets
         # Only the hits returned are masked and built: masking every ranked candidate (a hundred
         # and more) was the largest cost of a search after the query embedding.
@@ -454,6 +458,11 @@ class Retriever:
         views, agent = r.views, req.agent
         hits = tuple(to_hit(s, views[s.candidate.chunk_id], agent, mask_secrets=mask_secrets) for s in kept)
         return SearchResult(hits, degraded, analysis_of(qa, req.filters, rare))
+
+
+def keywords_failed(degraded: str | None) -> bool:
+    """Whether an ``arms`` note says the keyword arm failed (its silence is then no evidence)."""
+    return degraded is not None and degraded.startswith(KEYWORDS_FAILED)
 
 
 def with_filters(req: SearchRequest, inline: Filters) -> SearchRequest:
