@@ -69,7 +69,7 @@ TOOLS: list[dict[str, Any]] = [
                     "minimum": 0,
                     "maximum": 1,
                     "description": "Drop passages whose relevance is below this (default: the "
-                    "daemon's search.minScore, 0.2).",
+                    "daemon's search.minScore, 0.1).",
                 },
                 "source": {"type": "string", "enum": list(SOURCES), "description": "Only this source."},
                 "tag": {"type": "string", "description": "Only notes with this tag ('a,b': any of them)."},

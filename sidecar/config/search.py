@@ -21,12 +21,9 @@ class SearchConfig:
         "search hits, recall blocks and get; the notes themselves are never changed.",
     )
     min_score: float = _opt(
-        # 0.1 let made-up words through (e5 finds some cosine for anything: 40 of 40 random-syllable
-        # queries kept a hit); 0.2 keeps 5 of 40 (real tokens among the syllables) and drops no
-        # right page from the labeled sets' top 10 with either model (BENCHMARKS.md, 17th session).
-        0.2,
+        0.1,
         "Hits whose relevance is below this are dropped. Relevance is absolute: 0 is what unrelated "
-        "text scores, 1 a clear match in both arms; below 0.2 is noise (text matching nothing).",
+        "text scores, 1 a clear match in both arms; below 0.1 is noise (text matching nothing).",
         min=0.0,
     )
     fusion: str = _opt(
