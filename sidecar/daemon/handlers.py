@@ -169,7 +169,7 @@ class Handlers:
         if "\0" in query:
             raise ProtocolError(f"'{text_param}' contains a NUL byte")
         limit = param_int(p, "limit", default=limit, lo=1, hi=200)
-        min_score = param_float(p, "minScore", default=self.cfg.search.min_score, lo=0.0, hi=100.0)
+        min_score = param_float(p, "minScore", default=self.retriever.cfg.min_score, lo=0.0, hi=100.0)
         source = p.get("source")
         sources: tuple[str, ...] | None
         if source is None:
@@ -193,14 +193,16 @@ class Handlers:
         )
         budget = None
         if text_param == "message":
-            budget = param_int(p, "tokenBudget", default=self.cfg.recall.token_budget, lo=100, hi=50_000)
+            budget = param_int(
+                p, "tokenBudget", default=self.retriever.recall_cfg.token_budget, lo=100, hi=50_000
+            )
         return SearchRequest(query, limit, min_score, sources, agent, filters, budget)
 
     def search(self, req: Request) -> dict[str, Any]:
         p = req.params
         check_known(p, ("query", *_SEARCH_PARAMS))
         try:
-            result = self.retriever.search(self._request(p, req.agent, "query", self.cfg.search.limit))
+            result = self.retriever.search(self._request(p, req.agent, "query", self.retriever.cfg.limit))
         except FilterError as exc:
             raise ProtocolError(f"bad filter in 'query': {exc}") from exc
         return search_json(result, preview=param_bool(p, "preview", default=False))
@@ -248,7 +250,7 @@ class Handlers:
             raise ProtocolError(
                 "'history' must be a list of at most 100 strings (previous turns, oldest first)"
             )
-        search = self._request(p, req.agent, "message", self.cfg.recall.limit)
+        search = self._request(p, req.agent, "message", self.retriever.recall_cfg.limit)
         model = self.slot.model
         count = model.count_tokens if model is not None else approx_token_count
         try:
@@ -290,7 +292,7 @@ class Handlers:
             for b in graph.backlinks(key, req.agent)
         ]
         masked: dict[str, int] = {}
-        if self.cfg.search.mask_secrets:
+        if self.retriever.cfg.mask_secrets:
             text, masked = mask(text)
         out: dict[str, Any] = {
             "reference": public_reference(key, req.agent),
