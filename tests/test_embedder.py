@@ -317,3 +317,21 @@ def test_slot_counts_with_the_tokenizer_before_the_model() -> None:
     assert slot.counter() == fake.count_tokens
     slot.set_failed("gone")
     assert slot.counter() is None and slot.wait_countable(0.01) is True
+
+
+def test_made_up_words_are_unread_by_the_tokenizer(model: OnnxEmbedder) -> None:
+    """A query whose words the tokenizer breaks into scraps is one the model has never read (the
+    search counts its cosine as no evidence when no word occurs in the vault either); real words,
+    numbers among them, and a script written one piece per character are read."""
+    from types import SimpleNamespace
+
+    from sidecar.config import RecallConfig, SearchConfig
+    from sidecar.search.query import analyze
+    from sidecar.search.retrieval import Retriever
+
+    stores: Any = SimpleNamespace(serving=SimpleNamespace(model=model))
+    r = Retriever(stores, None, SearchConfig(), RecallConfig())  # type: ignore[arg-type]
+    for text in ("xyzzy quux", "asdfgh qwertz", "wonoxopi kaxivonys davohigo"):
+        assert r.unread(analyze(text)), text
+    for text in ("restore a deleted file from the backup", "nightly snapshot 2024", "录音", "garden"):
+        assert not r.unread(analyze(text)), text

@@ -67,6 +67,10 @@ def test_relevance_without_any_keyword_match_counts_meaning_at_its_share() -> No
     assert abs(rel["clear"] - 0.6) < 1e-9 and abs(rel["near"] - 0.6 * 0.4) < 1e-9
     rel = {s.candidate.chunk_id: s.relevance for s in unknown}
     assert rel["clear"] == 1.0 and abs(rel["near"] - 0.4) < 1e-9
+    # words the model has never read (made up): their cosine is no evidence either
+    unread = fuse(cands, vector_weight=0.6, source_boosts={}, scale=scale, keywords_silent=True, unread=True)
+    assert [s.candidate.chunk_id for s in unread] == [s.candidate.chunk_id for s in unknown]
+    assert all(s.relevance == 0.0 for s in unread)
     # a keyword hit anywhere among the candidates: the arm was not silent, the flag changes nothing
     with_word = [*cands, Candidate("word", "vault/c", "vault", 1, 2, bm25=5.0)]
     assert [s.relevance for s in fuse(with_word, vector_weight=0.6, source_boosts={}, scale=scale)] == [

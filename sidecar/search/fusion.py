@@ -111,6 +111,7 @@ def fuse(
     page_share: float = 0.0,
     rank_share: float = 0.0,
     keywords_silent: bool = False,
+    unread: bool = False,
 ) -> list[Scored]:
     """Weighted sum of the two arms times the source boost, best first.
 
@@ -133,6 +134,8 @@ def fuse(
     The ranking then rests on the vector arm alone, but relevance counts the missing keyword
     evidence as none: a clear match by meaning alone reaches ``vector_weight``, not 1. Otherwise
     made-up words ("xyzzy quux"), which every model places near something, scored as a fair match.
+    With ``unread`` too (the model broke the query's words into scraps: it has never read them)
+    the cosine is no evidence either, and relevance is 0: the query matches nothing.
 
     A chunk without a vector yet is invisible to the vector arm, not dissimilar: it is scored by
     BM25 alone, as every chunk is when there is no vector arm. Otherwise a note edited a moment
@@ -164,7 +167,9 @@ def fuse(
     if total <= 0:
         return []
     wv, wb = wv / total, wb / total
-    rv = vector_weight if keywords_silent and not bm else wv  # the vector arm's share of relevance
+    rv = wv  # the vector arm's share of relevance
+    if keywords_silent and not bm:
+        rv = 0.0 if unread else vector_weight
     rank_v = rrf(raw_vec, RANK_BONUS_K) if rank_share > 0 else {}
     rank_b = rrf(raw_bm, RANK_BONUS_K) if rank_share > 0 else {}
     out: list[Scored] = []

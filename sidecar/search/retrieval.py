@@ -10,6 +10,7 @@ import functools
 import logging
 import re
 import threading
+import unicodedata
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -63,6 +64,12 @@ def bm25_text(qa: QueryAnalysis) -> str:
 
 PAGE_FAILURE = "page index: "  # how a failing page search is reported (keyword_search)
 KEYWORDS_FAILED = "keyword search failed"  # how a search's note says the keyword arm failed
+# Characters per word piece below which the model has not read a query's words: a tokenizer keeps
+# the words of its training text whole or in long pieces (e5: "Geschenkgutschein" 5.7, a question's
+# content words 4.1 at the median) and breaks made-up ones into scraps ("xyzzy" 1.7, "asdfgh" 1.5;
+# 97 % of 540 random-letter queries fall below 3.0, 6 % of 535 real questions, BENCHMARKS.md).
+UNREAD_CHARS_PER_PIECE = 3.0
+_ALPHABETS = ("LATIN", "GREEK", "CYRILLIC")
 BmParts = list[tuple[str, float]]  # (words, weight): the message's words, then the history's
 VecList = list[tuple[str, float, float]]  # (chunk id, cosine, hubness) of one vector query
 
@@ -207,6 +214,18 @@ class Retriever:
         except StoreError:  # a damaged index: the search reports it
             return ()
 
+    def unread(self, qa: QueryAnalysis) -> bool:
+        """Whether the serving model breaks the query's content words into scraps (fewer than
+        ``UNREAD_CHARS_PER_PIECE`` characters a piece over all of them): made-up words, which it
+        has never read. Only words written in an alphabet count: a logographic script is one
+        piece per character by design, so such a query is read."""
+        serving = self.stores.serving
+        words = list(dict.fromkeys(qa.content_words))
+        if serving is None or not words or not all(map(_alphabetic, words)):
+            return False
+        pieces = self.queries.pieces(serving.model, words)
+        return sum(map(len, words)) < UNREAD_CHARS_PER_PIECE * sum(pieces)
+
     def rare_limit(self) -> int:
         """How many notes may hold a word that still counts as rare (relative to the chunks of a
         small index)."""
@@ -312,6 +331,9 @@ class Retriever:
         stem = self.stem(qa)
         pages = dict(self._pages_or_nothing(words, keys, req, stem)) if share > 0 and keys else {}
         scale = self.scale(words, pages=share > 0, stem=stem)
+        # No keyword hit at all, from an arm that answered (a failed one says nothing).
+        silent = not bm and not keywords_failed(degraded)
+        unread = silent and self.unread(qa)
         best: dict[str, Scored] = {}
         # Each vector query is fused with BM25 on its own; a chunk keeps its better score.
         for vec in vec_lists or [[]]:
@@ -344,8 +366,8 @@ class Retriever:
                 hub_damping=cfg.hub_damping,
                 page_share=share,
                 rank_share=cfg.rank_share if cfg.fusion == "calibrated" else 0.0,
-                # No keyword hit at all, from an arm that answered (a failed one says nothing).
-                keywords_silent=not bm and not keywords_failed(degraded),
+                keywords_silent=silent,
+                unread=unread,
             )
             for s in fused:
                 if s.candidate.chunk_id not in best or s.score > best[s.candidate.chunk_id].score:
@@ -458,6 +480,10 @@ class Retriever:
         views, agent = r.views, req.agent
         hits = tuple(to_hit(s, views[s.candidate.chunk_id], agent, mask_secrets=mask_secrets) for s in kept)
         return SearchResult(hits, degraded, analysis_of(qa, req.filters, rare))
+
+
+def _alphabetic(word: str) -> bool:
+    return all(ch.isdigit() or unicodedata.name(ch, "").startswith(_ALPHABETS) for ch in word)
 
 
 def keywords_failed(degraded: str | None) -> bool:
