@@ -335,3 +335,23 @@ def test_made_up_words_are_unread_by_the_tokenizer(model: OnnxEmbedder) -> None:
         assert r.unread(analyze(text)), text
     for text in ("restore a deleted file from the backup", "nightly snapshot 2024", "录音", "garden"):
         assert not r.unread(analyze(text)), text
+
+
+def test_onnxruntime_reports_nothing_and_writes_nothing_outside_the_home(tmp_path: Path) -> None:
+    """onnxruntime 1.32 keeps a device id and an upload cache under ~/.cache/Microsoft unless
+    ORT_DISABLE_TELEMETRY is set before it starts: importing sidecar sets it, so loading a model
+    in a process that imported sidecar first leaves the user's home untouched."""
+    import os
+    import subprocess
+    import sys
+
+    files = bundled_model_files()
+    assert files is not None
+    env = {k: v for k, v in os.environ.items() if k != "ORT_DISABLE_TELEMETRY" and not k.startswith("XDG_")}
+    env["HOME"] = str(tmp_path)
+    code = (
+        "import sidecar, onnxruntime as ort; "
+        f"ort.InferenceSession({str(files.onnx)!r}, providers=['CPUExecutionProvider'])"
+    )
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    assert not (tmp_path / ".cache").exists(), sorted(p.name for p in tmp_path.rglob("*"))
