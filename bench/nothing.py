@@ -9,10 +9,10 @@ hit at or above 0.1 / 0.15 / 0.2 / 0.25 of relevance, and which. Phrases come fr
 per line) and/or ``--random N`` made-up phrases of one to four words of random syllables (seeded,
 so every run sends the same ones).
 
-``pieces`` reads no index: characters per word piece over a query's content words, as the
-search's "unread" rule measures them with the model's tokenizer, for every question of the labeled
-sets in ``bench/`` (CJK excluded), the off-topic messages, and ``--random N`` made-up phrases of
-random letters and of random syllables: the share of each below 2.5 / 2.75 / 3.0 / 3.25.
+``pieces`` reads no index: the share the search's "unread" rule (``retrieval.unread_words``, the
+model's own tokenizer) judges unread among the questions of the labeled sets in ``bench/`` (CJK
+excluded), their content words one at a time and two at a time, the off-topic messages, and
+``--random N`` made-up phrases of random letters and of random syllables.
 """
 
 from __future__ import annotations
@@ -78,18 +78,17 @@ def cmd_search(args: argparse.Namespace) -> dict[str, object]:
 
 
 def cmd_pieces(args: argparse.Namespace) -> dict[str, object]:
-    import numpy as np
-
     from sidecar.config import load_config
     from sidecar.model.embedder import load_model
     from sidecar.search.query import analyze
+    from sidecar.search.retrieval import unread_words
 
     env = {"SIDECAR_EMBEDDER_MODEL": "all-MiniLM-L6-v2"} if args.model == "minilm" else {}
     model = load_model(load_config(flags={"home": str(args.home)}, env=env))
 
-    def chars_per_piece(text: str) -> float | None:
+    def unread(text: str) -> bool | None:
         words = list(dict.fromkeys(analyze(text).content_words))
-        return sum(map(len, words)) / sum(model.count_tokens(words)) if words else None
+        return unread_words(words, model.count_tokens(words)) if words else None
 
     questions = [
         json.loads(line)["q"]
@@ -98,20 +97,23 @@ def cmd_pieces(args: argparse.Namespace) -> dict[str, object]:
         for line in f.read_text().splitlines()
         if line.strip()
     ]
+    words = sorted({w for q in questions for w in analyze(q).content_words})
+    rng = random.Random(5)
     offtopic = [m for f in ("offtopic.txt", "offtopic-de.txt") for m in (BENCH / f).read_text().splitlines()]
     groups = {
         "questions": questions,
+        "their content words, one at a time": words,
+        "two of their content words": [" ".join(rng.sample(words, 2)) for _ in range(500)],
         "off-topic messages": offtopic,
         "random letters": letters(args.random),
         "random syllables": made_up(args.random, seed=11),
     }
     out: dict[str, object] = {"model": model.model_id}
     for name, texts in groups.items():
-        a = np.array([x for x in map(chars_per_piece, texts) if x is not None])
-        out[name] = {
-            "n": len(a),
-            **{f"below {t}": round(float(np.mean(a < t)), 3) for t in (2.5, 2.75, 3.0, 3.25)},
-        }
+        verdicts = [v for v in map(unread, texts) if v is not None]
+        out[name] = {"n": len(verdicts), "unread": round(sum(verdicts) / max(1, len(verdicts)), 3)}
+    if args.show:
+        out["unread words"] = [w for w in words if unread(w)]
     return out
 
 
@@ -129,6 +131,7 @@ def main() -> None:
     p.add_argument(
         "--home", type=Path, default=Path("/nonexistent-home"), help="where converted models are kept"
     )
+    p.add_argument("--show", action="store_true", help="list the questions' words judged unread")
     args = ap.parse_args()
     result = cmd_search(args) if args.cmd == "search" else cmd_pieces(args)
     print(json.dumps(result, ensure_ascii=False, indent=1))

@@ -15,6 +15,7 @@ from sidecar.search.fusion import (
     rrf,
 )
 from sidecar.search.query import analyze, split_filters
+from sidecar.search.retrieval import unread_words
 
 
 def test_minmax_scales_each_arm() -> None:
@@ -60,7 +61,7 @@ def test_relevance_without_any_keyword_match_counts_meaning_at_its_share() -> No
         Candidate("clear", "vault/a", "vault", 1, 2, vec=0.95),
         Candidate("near", "vault/b", "vault", 1, 2, vec=0.84),
     ]
-    silent = fuse(cands, vector_weight=0.6, source_boosts={}, scale=scale, keywords_silent=True)
+    silent = fuse(cands, vector_weight=0.6, source_boosts={}, scale=scale, keywords_answered=True)
     unknown = fuse(cands, vector_weight=0.6, source_boosts={}, scale=scale)
     assert [s.candidate.chunk_id for s in silent] == [s.candidate.chunk_id for s in unknown]
     rel = {s.candidate.chunk_id: s.relevance for s in silent}
@@ -68,15 +69,28 @@ def test_relevance_without_any_keyword_match_counts_meaning_at_its_share() -> No
     rel = {s.candidate.chunk_id: s.relevance for s in unknown}
     assert rel["clear"] == 1.0 and abs(rel["near"] - 0.4) < 1e-9
     # words the model has never read (made up): their cosine is no evidence either
-    unread = fuse(cands, vector_weight=0.6, source_boosts={}, scale=scale, keywords_silent=True, unread=True)
+    unread = fuse(
+        cands, vector_weight=0.6, source_boosts={}, scale=scale, keywords_answered=True, unread=True
+    )
     assert [s.candidate.chunk_id for s in unread] == [s.candidate.chunk_id for s in unknown]
     assert all(s.relevance == 0.0 for s in unread)
     # a keyword hit anywhere among the candidates: the arm was not silent, the flag changes nothing
     with_word = [*cands, Candidate("word", "vault/c", "vault", 1, 2, bm25=5.0)]
     assert [s.relevance for s in fuse(with_word, vector_weight=0.6, source_boosts={}, scale=scale)] == [
         s.relevance
-        for s in fuse(with_word, vector_weight=0.6, source_boosts={}, scale=scale, keywords_silent=True)
+        for s in fuse(with_word, vector_weight=0.6, source_boosts={}, scale=scale, keywords_answered=True)
     ]
+
+
+def test_unread_words_are_the_ones_a_tokenizer_breaks_into_scraps() -> None:
+    """Scraps: every word split, fewer than 3 characters a piece over them. A word kept whole is
+    read however short ("AI"), numbers are no word to judge, and a script outside Latin, Greek
+    and Cyrillic letters is read (one piece per character by design)."""
+    assert unread_words(["xyzzy", "quux"], [3, 2])  # 9 characters in 5 pieces
+    assert not unread_words(["Geschenkgutschein"], [3])  # 5.7 a piece
+    assert not unread_words(["xyzzy", "AI"], [3, 1])  # one word kept whole
+    assert unread_words(["xyzzy", "1234"], [3, 2]) and not unread_words(["1234"], [2])
+    assert not unread_words(["录音机"], [3]) and not unread_words([], [])
 
 
 def test_rank_share_adds_each_arms_order_beside_the_scores() -> None:

@@ -110,7 +110,7 @@ def fuse(
     hub_damping: float = 0.0,
     page_share: float = 0.0,
     rank_share: float = 0.0,
-    keywords_silent: bool = False,
+    keywords_answered: bool = False,
     unread: bool = False,
 ) -> list[Scored]:
     """Weighted sum of the two arms times the source boost, best first.
@@ -130,16 +130,12 @@ def fuse(
     model moves in a narrow band where a clear first place and a crowd of neighbours look alike;
     the order tells them apart. Relevance (the floors' figure) stays the calibrated sum.
 
-    ``keywords_silent``: the keyword arm ran and no word of the query occurs in any candidate.
-    The ranking then rests on the vector arm alone, but relevance counts the missing keyword
-    evidence as none: a clear match by meaning alone reaches ``vector_weight``, not 1. Otherwise
-    made-up words ("xyzzy quux"), which every model places near something, scored as a fair match.
-    With ``unread`` too (the model broke the query's words into scraps: it has never read them)
-    the cosine is no evidence either, and relevance is 0: the query matches nothing.
-
-    A chunk without a vector yet is invisible to the vector arm, not dissimilar: it is scored by
-    BM25 alone, as every chunk is when there is no vector arm. Otherwise a note edited a moment
-    ago (or not yet reached by a cold start's backfill) loses to any note the vector arm favours.
+    ``keywords_answered``: the keyword arm ran and did not fail. When it found none of the query's
+    words in any candidate, the ranking rests on the vector arm alone, but relevance counts the
+    missing keyword evidence as none: a clear match by meaning alone reaches ``vector_weight`` (the
+    query's share), not 1. Otherwise made-up words ("xyzzy quux"), which every model places near
+    something, scored as a fair match. With ``unread`` too (the model broke the query's words into
+    scraps: it has never read them) the cosine is no evidence either, and relevance is 0.
     """
     scale = scale or Scale()
     raw_vec = {c.chunk_id: c.vec - hub_damping * c.hub for c in candidates if c.vec is not None}
@@ -168,7 +164,7 @@ def fuse(
         return []
     wv, wb = wv / total, wb / total
     rv = wv  # the vector arm's share of relevance
-    if keywords_silent and not bm:
+    if keywords_answered and not bm:
         rv = 0.0 if unread else vector_weight
     rank_v = rrf(raw_vec, RANK_BONUS_K) if rank_share > 0 else {}
     rank_b = rrf(raw_bm, RANK_BONUS_K) if rank_share > 0 else {}

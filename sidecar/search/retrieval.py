@@ -64,10 +64,12 @@ def bm25_text(qa: QueryAnalysis) -> str:
 
 PAGE_FAILURE = "page index: "  # how a failing page search is reported (keyword_search)
 KEYWORDS_FAILED = "keyword search failed"  # how a search's note says the keyword arm failed
-# Characters per word piece below which the model has not read a query's words: a tokenizer keeps
-# the words of its training text whole or in long pieces (e5: "Geschenkgutschein" 5.7, a question's
-# content words 4.1 at the median) and breaks made-up ones into scraps ("xyzzy" 1.7, "asdfgh" 1.5;
-# 97 % of 540 random-letter queries fall below 3.0, 6 % of 535 real questions, BENCHMARKS.md).
+# Characters per word piece below which the model has not read a query's words. A tokenizer keeps
+# the words of its training text whole or in long pieces (e5: "Geschenkgutschein" 5.7) and breaks
+# made-up ones into scraps ("xyzzy" 1.7, "asdfgh" 1.5). A query with a word kept whole, however short
+# ("AI"), is read, and digits are no word it could read or not (BENCHMARKS.md, seventeenth
+# session: 3.8 % of 505 real questions, 98.7 % of 540 random-letter and 90 % of random-syllable
+# phrases; it applies only when no word of the query is in the vault).
 UNREAD_CHARS_PER_PIECE = 3.0
 _ALPHABETS = ("LATIN", "GREEK", "CYRILLIC")
 BmParts = list[tuple[str, float]]  # (words, weight): the message's words, then the history's
@@ -215,16 +217,12 @@ class Retriever:
             return ()
 
     def unread(self, qa: QueryAnalysis) -> bool:
-        """Whether the serving model breaks the query's content words into scraps (fewer than
-        ``UNREAD_CHARS_PER_PIECE`` characters a piece over all of them): made-up words, which it
-        has never read. Only words written in an alphabet count: a logographic script is one
-        piece per character by design, so such a query is read."""
+        """Whether the serving model has never read the query's words (``unread_words``)."""
         serving = self.stores.serving
         words = list(dict.fromkeys(qa.content_words))
-        if serving is None or not words or not all(map(_alphabetic, words)):
+        if serving is None or not words:
             return False
-        pieces = self.queries.pieces(serving.model, words)
-        return sum(map(len, words)) < UNREAD_CHARS_PER_PIECE * sum(pieces)
+        return unread_words(words, self.queries.pieces(serving.model, words))
 
     def rare_limit(self) -> int:
         """How many notes may hold a word that still counts as rare (relative to the chunks of a
@@ -331,9 +329,12 @@ class Retriever:
         stem = self.stem(qa)
         pages = dict(self._pages_or_nothing(words, keys, req, stem)) if share > 0 and keys else {}
         scale = self.scale(words, pages=share > 0, stem=stem)
-        # No keyword hit at all, from an arm that answered (a failed one says nothing).
-        silent = not bm and not keywords_failed(degraded)
-        unread = silent and self.unread(qa)
+        # Whether the keyword arm answered: it runs whenever it has a share (recall always) and a
+        # failed one says nothing. fuse decides whether it found anything among the candidates
+        # (the filters' survivors); the tokenizer is asked only when it found nothing at all.
+        # Recall's history words are judged by its own gates, not here: only a search's words.
+        answered = (weight < 1.0 or parts is not None) and not keywords_failed(degraded)
+        unread = answered and parts is None and not any(cid in views for cid, _ in bm) and self.unread(qa)
         best: dict[str, Scored] = {}
         # Each vector query is fused with BM25 on its own; a chunk keeps its better score.
         for vec in vec_lists or [[]]:
@@ -366,7 +367,7 @@ class Retriever:
                 hub_damping=cfg.hub_damping,
                 page_share=share,
                 rank_share=cfg.rank_share if cfg.fusion == "calibrated" else 0.0,
-                keywords_silent=silent,
+                keywords_answered=answered,
                 unread=unread,
             )
             for s in fused:
@@ -480,6 +481,18 @@ class Retriever:
         views, agent = r.views, req.agent
         hits = tuple(to_hit(s, views[s.candidate.chunk_id], agent, mask_secrets=mask_secrets) for s in kept)
         return SearchResult(hits, degraded, analysis_of(qa, req.filters, rare))
+
+
+def unread_words(words: Sequence[str], pieces: Sequence[int]) -> bool:
+    """Whether a tokenizer broke ``words`` (with ``pieces`` word pieces each) into scraps: every
+    word it split is in Latin, Greek or Cyrillic letters, at least one was split, none was kept
+    whole, and the split ones average fewer than ``UNREAD_CHARS_PER_PIECE`` characters a piece.
+    Digits are left out (a number is no word to read); a logographic script is one piece per
+    character by design, so a query in one is read."""
+    judged = [(w, n) for w, n in zip(words, pieces, strict=True) if not w.isdigit()]
+    if not judged or any(n < 2 or not _alphabetic(w) for w, n in judged):
+        return False
+    return sum(len(w) for w, _ in judged) < UNREAD_CHARS_PER_PIECE * sum(n for _, n in judged)
 
 
 def _alphabetic(word: str) -> bool:
