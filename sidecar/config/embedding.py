@@ -73,6 +73,12 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
         # A query's own language's word forms lead (help sets MRR@10 +0.015 each); e5's vectors
         # keep a stem's overreach (capital / capitalize) from turning into a hit.
         "search.stemFirst": ("en", "de"),
+        # recall's gate one step looser than MiniLM's: the right page among recall's hits for 162
+        # of 266 German and 143 of 187 help questions (142 and 136 at 0.4 / 0.35), and no more of
+        # 205 off-topic messages leaking (60 of them written after the choice); one step further
+        # (0.3 / 0.25) let small talk in (BENCHMARKS.md, seventeenth session).
+        "recall.minSimilarity": 0.35,
+        "recall.scoreFloor": 0.3,
     },
     "all-MiniLM-L6-v2": {
         "embedder.maxLength": 256,
