@@ -203,6 +203,20 @@ def test_inline_filters_that_used_to_fail_silently(served: Served) -> None:
         served.call("search", {"query": "garlic", "since": "someday"})
 
 
+def test_request_defaults_follow_a_reload(served: Served) -> None:
+    """What a request leaves out comes from the configuration a reload put in place (the daemon
+    swaps the retriever's settings): masking and the search limit."""
+    import dataclasses
+
+    retriever = served.handlers.retriever
+    query = {"query": "garlic tomatoes router subscription"}
+    assert len(served.call("search", query)["hits"]) > 1
+    assert SECRET not in served.call("get", {"reference": "vault/Router"})["text"]
+    retriever.cfg = dataclasses.replace(retriever.cfg, mask_secrets=False, limit=1)
+    assert len(served.call("search", query)["hits"]) == 1
+    assert SECRET in served.call("get", {"reference": "vault/Router"})["text"]
+
+
 # --- the wire: typed results and their JSON --------------------------------------------------
 
 
