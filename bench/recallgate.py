@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 from common import bench_daemon
+from nothing import config_for
 
 
 def main() -> None:
@@ -27,7 +28,7 @@ def main() -> None:
     ap.add_argument("--pairs", default="0.4/0.35,0.35/0.3", help="minSimilarity/scoreFloor,...")
     ap.add_argument("--model", choices=("e5", "minilm"), default="e5")
     args = ap.parse_args()
-    model = {"embedder": {"model": "all-MiniLM-L6-v2"}} if args.model == "minilm" else {}
+    model = config_for(args.model)
     questions = [
         row
         for f in args.questions.split(",")

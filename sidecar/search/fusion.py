@@ -130,6 +130,10 @@ def fuse(
     model moves in a narrow band where a clear first place and a crowd of neighbours look alike;
     the order tells them apart. Relevance (the floors' figure) stays the calibrated sum.
 
+    A chunk without a vector yet is invisible to the vector arm, not dissimilar: it is scored by
+    BM25 alone, as every chunk is when there is no vector arm. Otherwise a note edited a moment
+    ago (or not yet reached by a cold start's backfill) loses to any note the vector arm favours.
+
     ``keywords_answered``: the keyword arm ran and did not fail. When it found none of the query's
     words in any candidate, the ranking rests on the vector arm alone, but relevance counts the
     missing keyword evidence as none: a clear match by meaning alone reaches ``vector_weight`` (the

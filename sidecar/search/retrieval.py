@@ -201,11 +201,11 @@ class Retriever:
         """Content words the model splits into word pieces and few notes contain: names, codes,
         identifiers. The vector arm is blind to them (a made-up token still has nearest
         neighbours) while BM25 gives them their full weight, so for such a query keywords lead."""
-        serving = self.stores.serving
-        if self.cfg.rare_term_notes <= 0 or serving is None or not qa.content_words:
+        if self.cfg.rare_term_notes <= 0:
             return ()
-        words = list(dict.fromkeys(qa.content_words))
-        pieces = self.queries.pieces(serving.model, words)
+        words, pieces = self._pieces(qa)
+        if not words:
+            return ()
         try:
             limit = self.rare_limit()
             return tuple(
@@ -218,11 +218,17 @@ class Retriever:
 
     def unread(self, qa: QueryAnalysis) -> bool:
         """Whether the serving model has never read the query's words (``unread_words``)."""
+        words, pieces = self._pieces(qa)
+        return bool(words) and unread_words(words, pieces)
+
+    def _pieces(self, qa: QueryAnalysis) -> tuple[list[str], list[int]]:
+        """The query's content words (once each) and the serving model's word pieces per word;
+        nothing without a serving model."""
         serving = self.stores.serving
         words = list(dict.fromkeys(qa.content_words))
         if serving is None or not words:
-            return False
-        return unread_words(words, self.queries.pieces(serving.model, words))
+            return [], []
+        return words, self.queries.pieces(serving.model, words)
 
     def rare_limit(self) -> int:
         """How many notes may hold a word that still counts as rare (relative to the chunks of a
