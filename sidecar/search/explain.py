@@ -25,10 +25,10 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
     if not chunks:
         return Explanation(indexed=False, analysis=analysis_of(qa, req.filters))
     rare, weight = r.plan(qa)
-    bm, vec_lists, degraded = r.arms(req, text, qa, None, weight)
-    ranking = r.rank(req, qa, bm, vec_lists, weight=weight, rare=rare, degraded=degraded)
+    found = r.arms(req, text, qa, None, weight)
+    ranking = r.rank(req, qa, found, weight=weight, rare=rare)
     ids = [c.chunk_id for c in chunks]
-    stem = r.stem(qa)
+    stem = found.stem
     direct_bm = dict(r.stores.bm25.search(bm25_text(qa), len(ids) + 5, key=key, stem=stem))
     page_bm: dict[str, float] = {}
     if r.page_share(weight) > 0:
@@ -79,7 +79,7 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
         reference=public_reference(key, agent),
         chunks=tuple(out),
         vector_weight=weight,
-        degraded=degraded,
+        degraded=found.degraded,
         page_bm25_score=round(page_bm[key], 4) if key in page_bm else None,
         analysis=analysis_of(qa, req.filters, rare),
     )

@@ -62,8 +62,9 @@ def _recall(
     vectors = _recall_vectors(r, rc, text, qa, turns)
     rare, weight = r.plan(qa)
     parts = _recall_parts(rc, qa, turns)
-    bm, vec_lists, degraded = r.arms(req, text, qa, vectors, weight, parts=parts)
-    ranking = r.rank(req, qa, bm, vec_lists, weight=weight, rare=rare, parts=parts, degraded=degraded)
+    found = r.arms(req, text, qa, vectors, weight, parts=parts)
+    ranking = r.rank(req, qa, found, weight=weight, rare=rare, parts=parts)
+    degraded = found.degraded
     views = ranking.views
     floor = max(req.min_score, rc.score_floor)
     # The similarity gate keeps small talk out; a chunk holding a rare code of the message (a
@@ -75,7 +76,7 @@ def _recall(
     # against the message's own words (or the turns' for a message without content words), not
     # against everything the conversation said.
     # No parts: ideal 0, nothing passes.
-    keywords = r.scale(parts[:1], stem=r.stem(qa)) if not r.reads(qa) else None
+    keywords = r.scale(parts[:1], stem=found.stem) if not r.reads(qa) else None
 
     def similar(s: Scored) -> bool:
         bm = s.candidate.bm25

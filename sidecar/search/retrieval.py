@@ -63,7 +63,6 @@ def bm25_text(qa: QueryAnalysis) -> str:
 
 
 PAGE_FAILURE = "page index: "  # how a failing page search is reported (keyword_search)
-KEYWORDS_FAILED = "keyword search failed"  # how a search's note says the keyword arm failed
 # Characters per word piece below which the model has not read a query's words. A tokenizer keeps
 # the words of its training text whole or in long pieces (e5: "Geschenkgutschein" 5.7) and breaks
 # made-up ones into scraps ("xyzzy" 1.7, "asdfgh" 1.5). A query with a word kept whole, however short
@@ -89,6 +88,18 @@ def _vector_pool() -> ThreadPoolExecutor:
         if _arm_pool is None:
             _arm_pool = ThreadPoolExecutor(max_workers=_ARM_WORKERS, thread_name_prefix="vector-arm")
         return _arm_pool
+
+
+@dataclass(frozen=True)
+class Found:
+    """What the two arms found for one query (``Retriever.arms``)."""
+
+    keywords: list[tuple[str, float]]  # (chunk id, BM25) of the keyword arm
+    vectors: list[VecList]  # each vector query's hits
+    degraded: str | None = None  # what was degraded, as the result reports it
+    # The keyword arm ran and did not fail: finding none of the words is then evidence (fuse).
+    keywords_answered: bool = False
+    stem: str | None = None  # the language whose stemmed forms the keyword arm searched first
 
 
 @dataclass(frozen=True)
@@ -248,24 +259,23 @@ class Retriever:
         *,
         parts: BmParts | None = None,
         early: EarlyVectors | None = None,
-    ) -> tuple[list[tuple[str, float]], list[VecList], str | None]:
+    ) -> Found:
         """The keyword arm's hits and each vector query's hits (``early``: a vector arm already
         started by ``start_vectors``), and what was degraded."""
         fetch = self._fetch(req)
         sources = req.sources
+        stem = self.stem(qa)
         # An arm with no share in the fused score is not run at all (recall always blends vectors).
         problems = self.stores.problems
         bm: list[tuple[str, float]] = []
         bm_note: str | None = None
+        answered = False
         if weight < 1.0 or vectors is not None:
             try:
                 bm = self.stores.bm25.search(
-                    bm25_text(qa) if parts is None else parts,
-                    fetch,
-                    sources,
-                    req.agent,
-                    stem=self.stem(qa),
+                    bm25_text(qa) if parts is None else parts, fetch, sources, req.agent, stem=stem
                 )
+                answered = True
                 # A failing page index stays reported until a page search succeeds (or the
                 # repair rebuilds it): cleared here, it would flap on every search.
                 if not _page_failure_active(problems):
@@ -273,27 +283,31 @@ class Retriever:
             except StoreError as exc:  # a damaged keyword index: answer from vectors alone
                 log.warning("keyword_search_failed error=%s", exc)
                 problems.report("keyword_search", str(exc))
-                bm_note = f"{KEYWORDS_FAILED} ({exc}); vector results only"
+                bm_note = f"keyword search failed ({exc}); vector results only"
+
+        def found(vec_lists: list[VecList], note: str | None) -> Found:
+            return Found(bm, vec_lists, note, answered, stem)
+
         serving = self.stores.serving
         if weight <= 0.0 and vectors is None:
-            return bm, [], bm_note
+            return found([], bm_note)
         if serving is None:
             why = "the vector table is opening" if self.slot.state == "ok" else f"embedder {self.slot.state}"
-            return bm, [], f"vector search unavailable ({why}); keyword results only"
+            return found([], f"vector search unavailable ({why}); keyword results only")
         if not qa.words and vectors is None:
-            return bm, [], None
+            return found([], None)
         try:
             if early is not None and early.serving is serving:
-                found = early.found.result()
+                hits = early.found.result()
             else:  # no early start, or the serving table changed meanwhile
                 queries = list(vectors) if vectors is not None else [self.query_vector(serving.model, text)]
-                found = [serving.store.search(q, fetch, sources, req.agent) for q in queries]
+                hits = [serving.store.search(q, fetch, sources, req.agent) for q in queries]
             problems.clear("vector_search")
-            return bm, found, bm_note
+            return found(hits, bm_note)
         except (EmbedderError, StoreError) as exc:
             log.warning("vector_search_failed error=%s", exc)
             problems.report("vector_search", str(exc))
-            return bm, [], f"vector search failed ({exc}); keyword results only"
+            return found([], f"vector search failed ({exc}); keyword results only")
 
     def _fetch(self, req: SearchRequest) -> int:
         return max(self.cfg.candidates, req.limit * 3) * (4 if req.filters.active else 1)
@@ -316,14 +330,13 @@ class Retriever:
         self,
         req: SearchRequest,
         qa: QueryAnalysis,
-        bm: list[tuple[str, float]],
-        vec_lists: list[VecList],
+        found: Found,
         *,
         weight: float,
         rare: Sequence[str] = (),
         parts: BmParts | None = None,
-        degraded: str | None = None,
     ) -> Ranking:
+        bm, vec_lists, stem = found.keywords, found.vectors, found.stem
         ids = list(dict.fromkeys([c for c, _ in bm] + [c for vl in vec_lists for c, _, _ in vl]))
         views = {k: v for k, v in self.stores.manifest.views(ids).items() if _passes(v, req.filters)}
         cfg = self.cfg
@@ -332,14 +345,12 @@ class Retriever:
         words = [(bm25_text(qa), 1.0)] if parts is None else parts
         share = self.page_share(weight)
         keys = sorted({v.key for v in views.values()})
-        stem = self.stem(qa)
         pages = dict(self._pages_or_nothing(words, keys, req, stem)) if share > 0 and keys else {}
         scale = self.scale(words, pages=share > 0, stem=stem)
-        # Whether the keyword arm answered: it runs whenever it has a share (recall always) and a
-        # failed one says nothing. fuse decides whether it found anything among the candidates
-        # (the filters' survivors); the tokenizer is asked only when it found nothing at all.
-        # Recall's history words are judged by its own gates, not here: only a search's words.
-        answered = (weight < 1.0 or parts is not None) and not keywords_failed(degraded)
+        # fuse decides whether the keyword arm found anything among the candidates (the filters'
+        # survivors); the tokenizer is asked only when it found nothing at all. Recall's history
+        # words are judged by its own gates, not here: only a search's words.
+        answered = found.keywords_answered
         unread = answered and parts is None and not any(cid in views for cid, _ in bm) and self.unread(qa)
         best: dict[str, Scored] = {}
         # Each vector query is fused with BM25 on its own; a chunk keeps its better score.
@@ -478,15 +489,15 @@ class Retriever:
         qa = analyze(text)
         early = self.start_vectors(req, text, qa)
         rare, weight = self.plan(qa)
-        bm, vec_lists, degraded = self.arms(req, text, qa, None, weight, early=early)
-        r = self.rank(req, qa, bm, vec_lists, weight=weight, rare=rare, degraded=degraded)
+        found = self.arms(req, text, qa, None, weight, early=early)
+        r = self.rank(req, qa, found, weight=weight, rare=rare)
         mask_secrets = self.cfg.mask_secrets
         # Only the hits returned are masked and built: masking every ranked candidate (a hundred
         # and more) was the largest cost of a search after the query embedding.
         kept = [s for s in r.ranked if s.relevance >= req.min_score][: req.limit]
         views, agent = r.views, req.agent
         hits = tuple(to_hit(s, views[s.candidate.chunk_id], agent, mask_secrets=mask_secrets) for s in kept)
-        return SearchResult(hits, degraded, analysis_of(qa, req.filters, rare))
+        return SearchResult(hits, found.degraded, analysis_of(qa, req.filters, rare))
 
 
 def unread_words(words: Sequence[str], pieces: Sequence[int]) -> bool:
@@ -503,11 +514,6 @@ def unread_words(words: Sequence[str], pieces: Sequence[int]) -> bool:
 
 def _alphabetic(word: str) -> bool:
     return all(ch.isdigit() or unicodedata.name(ch, "").startswith(_ALPHABETS) for ch in word)
-
-
-def keywords_failed(degraded: str | None) -> bool:
-    """Whether an ``arms`` note says the keyword arm failed (its silence is then no evidence)."""
-    return degraded is not None and degraded.startswith(KEYWORDS_FAILED)
 
 
 def with_filters(req: SearchRequest, inline: Filters) -> SearchRequest:
