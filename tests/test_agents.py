@@ -217,6 +217,27 @@ def test_request_defaults_follow_a_reload(served: Served) -> None:
     assert SECRET in served.call("get", {"reference": "vault/Router"})["text"]
 
 
+def test_recall_defaults_follow_a_reload(served: Served) -> None:
+    """recall's count and its block's token budget come from the recall settings a reload put in
+    place (the daemon swaps ``retriever.recall_cfg``), not from the startup configuration."""
+    import dataclasses
+
+    retriever = served.handlers.retriever
+    # Gates open, so that the small vault recalls several notes for one message.
+    retriever.recall_cfg = dataclasses.replace(retriever.recall_cfg, score_floor=0.0, min_similarity=-1.0)
+    message = {"message": "garlic tomatoes router subscription", "minScore": 0}
+    wide = served.call("recall", message)
+    assert len(wide["hits"]) > 1
+
+    retriever.recall_cfg = dataclasses.replace(retriever.recall_cfg, limit=1)
+    one = served.call("recall", message)
+    assert [h["reference"] for h in one["hits"]] == [wide["hits"][0]["reference"]]
+
+    retriever.recall_cfg = dataclasses.replace(retriever.recall_cfg, limit=5, token_budget=100)
+    small = served.call("recall", message)
+    assert 0 < len(small["context"]) < len(wide["context"])
+
+
 # --- the wire: typed results and their JSON --------------------------------------------------
 
 
