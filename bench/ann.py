@@ -54,7 +54,7 @@ def _store(folder: Path, kind: str) -> VectorStore:
 
 def child(folder: Path, kind: str, work: Path) -> dict[str, Any]:
     """Build (if needed) and measure one kind; runs in its own process."""
-    heap.limit_arenas()
+    heap.tune()
     out: dict[str, Any] = {"kind": kind}
     store = _store(folder, kind)
     t0 = time.perf_counter()

@@ -25,7 +25,7 @@ CASE = r"""
 import json, sys, threading, time
 import numpy as np
 from sidecar.runtime import heap
-heap.limit_arenas()
+heap.tune()
 import onnxruntime as ort
 from sidecar.model.locate import bundled_model_files
 

@@ -14,7 +14,7 @@ _PROBE = textwrap.dedent(
     import ctypes, sys
     from sidecar.runtime import heap
     if sys.argv[1] == "on":
-        assert heap.limit_arenas()
+        assert heap.tune()
     libc = ctypes.CDLL("libc.so.6")
     libc.malloc.restype = ctypes.c_void_p
     libc.free.argtypes = [ctypes.c_void_p]

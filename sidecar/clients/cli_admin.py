@@ -44,7 +44,7 @@ def _check_vault(args: argparse.Namespace, cfg: Config, *, serving: bool) -> Non
 def cmd_serve(args: argparse.Namespace, cfg: Config) -> int:
     from sidecar.runtime import heap, logs
 
-    heap.limit_arenas()  # before the stores' native threads exist
+    heap.tune()  # before the stores' native threads exist
     from sidecar.daemon.lifecycle import Daemon
 
     _check_vault(args, cfg, serving=True)

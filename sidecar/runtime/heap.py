@@ -36,9 +36,10 @@ def _glibc() -> ctypes.CDLL | None:
     return _libc
 
 
-def limit_arenas(arenas: int = 2) -> bool:
-    """Cap malloc arenas and map MB-sized blocks on their own; call before native threads start
-    (before the daemon imports its stores)."""
+def tune(arenas: int = 2) -> bool:
+    """Cap malloc arenas (``arenas``) and map MB-sized blocks on their own (``MMAP_FROM``); call
+    before native threads start (before the daemon imports its stores). False where glibc's
+    mallopt is missing or refused."""
     libc = _glibc()
     if libc is None:
         return False
