@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from sidecar.contracts.errors import NotFoundError, SourceError
-from sidecar.memory.inbox import Inboxes
+from sidecar.memory.inbox import Inboxes, MemoryWriteError
 from sidecar.notes.frontmatter import split_front_matter
 
 
@@ -62,6 +62,27 @@ def test_inline_front_matter_is_merged_not_doubled(inboxes: Inboxes) -> None:
     assert text.count("---\n") == 2
     meta, body = _read(w.path)
     assert meta["tags"] == ["inline"] and meta["source"] == "chat" and body == "Body\n"
+
+
+def test_inline_front_matter_with_windows_line_ends_is_merged(inboxes: Inboxes) -> None:
+    """An agent's text with CRLF line ends: its front matter block is read, not kept as body."""
+    w = inboxes.write("claude", "crlf", "---\r\ntags: [crlf]\r\n---\r\nBody\r\n", None, must_exist=False)
+    meta, body = _read(w.path)
+    assert meta["tags"] == ["crlf"] and w.path.read_text().count("---") == 2 and "Body" in body
+
+
+def test_front_matter_the_reader_cannot_read_is_refused(inboxes: Inboxes) -> None:
+    """Front matter past what the reader reads (64 KiB) is refused, not written to be lost by
+    every reader and the next edit; an edit of a note whose front matter no longer reads (edited by
+    hand) is refused rather than dropping its keys."""
+    with pytest.raises(MemoryWriteError, match=r"front matter cannot be stored.*64 KiB"):
+        inboxes.write("claude", "big", "body", {"description": "y" * 70_000}, must_exist=False)
+    assert not inboxes.path_of("claude", "big").exists()
+    w = inboxes.write("claude", "hand", "body", {"tags": ["a"]}, must_exist=False)
+    w.path.write_text("---\ntags: [a\n---\nbody\n")  # the user broke its YAML by hand
+    with pytest.raises(MemoryWriteError, match=r"cannot be read.*memory_write"):
+        inboxes.write("claude", "hand", "new body", None, must_exist=True)
+    assert w.path.read_text() == "---\ntags: [a\n---\nbody\n"
 
 
 def test_edit_of_missing_note_fails(inboxes: Inboxes) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from tests.conftest import DaemonProcess
+from tests.conftest import DaemonProcess, write
 from tests.test_agents import TOOLS  # one list of the shim's tools
 
 pytestmark = pytest.mark.model
@@ -146,3 +147,78 @@ def test_mcp_refuses_bad_agent_name(tmp_path: Path) -> None:
     """An invalid agent name stops the shim at once with a message on stderr."""
     proc = _shim_with_closed_stdin(tmp_path, "../x")
     assert proc.returncode == 2 and "invalid agent name" in proc.stderr and proc.stdout == ""
+
+
+def _raw_session(home: Path, lines: list[str]) -> dict[Any, Any]:
+    """Raw JSON-RPC lines through a shim (what a careless or hostile client may send, which the SDK
+    would refuse to); the answers by id (a batch's answer under the key "batch")."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "sidecar", "mcp", "--agent", "claude", "--home", str(home)],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out: dict[Any, Any] = {}
+    for line in proc.stdout.splitlines():
+        answer = json.loads(line)  # stdout holds nothing but protocol lines
+        if isinstance(answer, list):
+            out["batch"] = answer
+        else:
+            out.setdefault(answer["id"], []).append(answer)
+    return out
+
+
+def _call(rid: int, tool: str, arguments: str) -> str:
+    return (
+        f'{{"jsonrpc":"2.0","id":{rid},"method":"tools/call",'
+        f'"params":{{"name":"{tool}","arguments":{arguments}}}}}'
+    )
+
+
+def test_mcp_hostile_messages_get_clear_errors_and_the_session_goes_on(
+    daemon_factory: Any, vault: Path
+) -> None:
+    """Nesting thousands deep, a lone surrogate, a misspelt argument, a null id, a batch, a
+    percent-encoded resource URI, a prompt with a wrong argument: each gets its own clear answer
+    (a tool error where the model should read it) and the shim answers the next message."""
+    write(vault / "Trip notes.md", "# Trip notes\n\nPack the tent and the stove.\n")
+    d: DaemonProcess = daemon_factory(vault).start()
+    init = (
+        '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26",'
+        '"capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}'
+    )
+    deep = "[" * 5000 + "]" * 5000
+    nested = "{" + '"a":{' * 40 + "}" * 40 + "}"
+    answers = _raw_session(
+        d.home,
+        [
+            init,
+            _call(2, "memory_search", f'{{"query":"x","tag":{deep}}}'),
+            _call(3, "memory_search", '{"query":"tent\\ud800"}'),
+            _call(4, "memory_write", '{"slug":"typo","content":"body","frontMatter":{"tags":["x"]}}'),
+            _call(5, "memory_write", f'{{"slug":"deep","content":"body","frontmatter":{nested}}}'),
+            '{"jsonrpc":"2.0","id":null,"method":"ping"}',
+            '[{"jsonrpc":"2.0","id":6,"method":"ping"},{"jsonrpc":"2.0","id":7,"method":"ping"}]',
+            '{"jsonrpc":"2.0","id":8,"method":"resources/read",'
+            '"params":{"uri":"sidecar://note/vault/Trip%20notes"}}',
+            '{"jsonrpc":"2.0","id":9,"method":"prompts/get","params":{"name":"recall","arguments":"x"}}',
+            '{"jsonrpc":"2.0","id":10,"method":"ping"}',
+        ],
+    )
+    parse_errors = [a for a in answers.get(None, []) if a["error"]["code"] == -32700]
+    assert len(parse_errors) == 1 and "nests too deeply" in parse_errors[0]["error"]["message"]
+    for rid, words in ((3, "surrogate"), (4, "'frontMatter'"), (5, "nests deeper than 32")):
+        result = answers[rid][0]["result"]
+        assert result["isError"] and words in result["content"][0]["text"], (rid, result)
+    assert "slug, content, frontmatter" in answers[4][0]["result"]["content"][0]["text"]
+    assert not (d.home / "agents" / "claude" / "memory" / "typo.md").exists()
+    assert not (d.home / "agents" / "claude" / "memory" / "deep.md").exists()
+    null_id = [a for a in answers.get(None, []) if a["error"]["code"] == -32600]
+    assert len(null_id) == 1 and "'id'" in null_id[0]["error"]["message"]
+    assert sorted(a["id"] for a in answers["batch"]) == [6, 7]
+    assert "Pack the tent" in answers[8][0]["result"]["contents"][0]["text"]
+    assert answers[9][0]["error"]["code"] == -32602
+    assert answers[10][0]["result"] == {}

@@ -55,6 +55,10 @@ def test_each_bad_frame_gets_an_error_and_the_connection_goes_on(in_process: InP
         b'{"id": 4, "op": "get", "params": {"reference": "vault/../../etc/passwd"}}',
         b'{"id": 5, "op": "health", "agent": "../../evil"}',
         b'{"id": 6, "v": 99, "op": "health"}',
+        # nested past what json parses (recursion) and past the protocol's depth; a lone surrogate
+        b'{"id": 8, "op": "search", "params": {"query": "x", "tag": ' + b"[" * 5000 + b"]" * 5000 + b"}}",
+        b'{"id": 9, "op": "search", "params": {"query": "x", "tag": ' + b"[" * 40 + b"]" * 40 + b"}}",
+        b'{"id": 10, "op": "search", "params": {"query": "a\\ud800"}}',
         b"",  # an empty line is skipped, not answered
         b'{"id": 7, "op": "search", "params": {"query": "spark plugs"}}',
     ]
@@ -62,7 +66,9 @@ def test_each_bad_frame_gets_an_error_and_the_connection_goes_on(in_process: InP
     assert len(answers) == len(frames) - 1
     *bad, good = answers
     assert [a["ok"] for a in bad] == [False] * len(bad)
-    assert [a["id"] for a in bad[4:]] == ["u", 1, 2, 3, 4, 5, 6]
+    assert [a["id"] for a in bad[4:]] == ["u", 1, 2, 3, 4, 5, 6, None, 9, 10]
+    assert all("nests deeper than 32" in a["error"]["message"] for a in bad[-3:-1])
+    assert "surrogate" in bad[-1]["error"]["message"]
     assert "unknown op" in bad[4]["error"]["message"] and "launch_missiles" in bad[4]["error"]["message"]
     assert {a["error"]["code"] for a in bad} <= {"bad_request", "bad_reference"}
     assert all(a["error"]["message"] for a in bad)

@@ -46,7 +46,9 @@ def command_for(name: str) -> Command:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    set_json_errors("--json" in argv[: argv.index("--") if "--" in argv else len(argv)])
+    # The MCP shim's stdout belongs to the protocol: its errors stay on stderr even with --json.
+    json_errors = "--json" in argv[: argv.index("--") if "--" in argv else len(argv)]
+    set_json_errors(json_errors and command_named(argv) != "mcp")
     try:
         args = build_parser(command_named(argv)).parse_args(argv)
         if args.command == "completion":  # needs no configuration

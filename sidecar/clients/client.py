@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.contracts.errors import DaemonNotRunningError, ProtocolError, RemoteError
-from sidecar.contracts.protocol import Request, parse_response, request_frame
+from sidecar.contracts.protocol import Request, check_values, parse_response, request_frame
 
 _MAX_RESPONSE = 256 * 1024 * 1024
 _CONNECT_TRIES = 10
@@ -62,6 +62,10 @@ class Client:
 
     def call(self, op: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         """Send one request and wait for its answer; raise RemoteError if the daemon refused it."""
+        try:  # refused here as the daemon would refuse it (a lone surrogate cannot even be sent)
+            check_values(params or {})
+        except ProtocolError as exc:
+            raise RemoteError(exc.code, str(exc)) from exc
         if self._sock is None:
             self.connect()
         assert self._sock is not None

@@ -19,7 +19,17 @@ Tool = Callable[[dict[str, Any]], tuple[str, dict[str, Any]]]
 
 
 class ToolError(Exception):
-    """A tool call that failed in a way the model should read (sent as isError content)."""
+    """A tool call that failed in a way the model should read (sent as isError content);
+    ``daemon`` says how the daemon was when it failed ("down", "not answering"), if that was why."""
+
+    def __init__(self, message: str, daemon: str | None = None) -> None:
+        super().__init__(message)
+        self.daemon = daemon
+
+
+# Ops that change a memory: when the daemon was reached but no answer came back, the change may
+# have been made all the same.
+CHANGES = frozenset({"write", "edit", "delete"})
 
 
 class ToolCalls:
@@ -41,20 +51,25 @@ class ToolCalls:
         }
 
     def call(self, op: str, params: dict[str, Any]) -> dict[str, Any]:
+        sent = False
         try:
             with Client(self.socket_path, agent=self.agent, timeout=60.0) as client:
+                client.connect()
+                sent = True
                 return client.call(op, params)
         except DaemonNotRunningError as exc:
-            raise ToolError(f"sidecar daemon unavailable: {exc}") from exc
+            raise ToolError(f"sidecar daemon unavailable: {exc}{_unsure(op, sent)}", "down") from exc
         except RemoteError as exc:
             raise ToolError(f"{exc.code}: {exc}") from exc
         except ProtocolError as exc:
-            raise ToolError(f"talking to the sidecar daemon failed: {exc}") from exc
+            raise ToolError(
+                f"talking to the sidecar daemon failed: {exc}{_unsure(op, sent)}", "not answering"
+            ) from exc
 
     def search(self, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         query = a.get("query")
         if not isinstance(query, str) or not query.strip():
-            raise ToolError("'query' is required")
+            raise ToolError("'query' is required" if query is None else "'query' must be a non-empty string")
         params: dict[str, Any] = {"query": query, "limit": a.get("limit", 8)}
         for k in ("minScore", "source", "tag", "pathPrefix", "since", "until"):
             if a.get(k) is not None:
@@ -141,7 +156,7 @@ class ToolCalls:
         try:
             health = self.call("health", {})
         except ToolError as exc:
-            down = {"daemon": "down", "message": str(exc)}
+            down = {"daemon": exc.daemon or "down", "message": str(exc)}
             return f"sidecar is not available: {exc}", down
         out = status_of(health)
         return f"sidecar: {out['message']}", out
@@ -153,3 +168,10 @@ class ToolCalls:
         return r["outline"], out
 
     # JSON-RPC
+
+
+def _unsure(op: str, sent: bool) -> str:
+    """What to add when a change was sent and no answer came back."""
+    if not sent or op not in CHANGES:
+        return ""
+    return ". The change may still have been made: check with memory_get before trying again"

@@ -92,7 +92,8 @@ def tool(name: str, title: str, description: str, *schemas_and_hints: dict[str, 
         "name": name,
         "title": title,
         "description": description,
-        "inputSchema": inp,
+        # A misspelt argument is an error (ToolCalls checks it too), not a silently dropped filter.
+        "inputSchema": {**inp, "additionalProperties": False},
         "outputSchema": out,
         "annotations": {"title": title, **ann},
     }

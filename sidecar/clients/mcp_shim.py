@@ -17,10 +17,14 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
+from urllib.parse import unquote
 
 from sidecar import __version__
 from sidecar.clients.mcp_calls import ToolCalls, ToolError
 from sidecar.clients.mcp_tools import INSTRUCTIONS, TOOLS
+
+# Each tool's argument names (its input schema's properties), for the unknown-argument check.
+INPUTS: dict[str, tuple[str, ...]] = {t["name"]: tuple(t["inputSchema"]["properties"]) for t in TOOLS}
 
 log = logging.getLogger(__name__)
 
@@ -67,32 +71,43 @@ class Shim:
         self.out = out
         self._write_lock = threading.Lock()
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: dict[str, Any] | list[dict[str, Any]]) -> None:
         data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
         with self._write_lock:
             self.out.write(data)
             self.out.flush()
 
     def handle(self, message: Any) -> None:
-        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-            self.send({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "invalid request"}})
+        """Answer one message (or a batch of them, as JSON-RPC and MCP 2025-03-26 allow)."""
+        if isinstance(message, list) and message:
+            answers = [a for a in map(self.answer, message) if a is not None]
+            if answers:
+                self.send(answers)
             return
+        answer = self.answer(message)
+        if answer is not None:
+            self.send(answer)
+
+    def answer(self, message: Any) -> dict[str, Any] | None:
+        """The response to one message; None for a notification or a response."""
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            return _error(None, -32600, "invalid request")
         method, rid = message.get("method"), message.get("id")
         if "id" not in message or method is None:
-            return  # a notification (initialized, cancelled) or a response: nothing to answer
+            return None  # a notification (initialized, cancelled) or a response: nothing to answer
+        if not isinstance(rid, str | int) or isinstance(rid, bool):  # MCP: never null
+            return _error(None, -32600, "invalid request: 'id' must be a string or an integer")
         params = message.get("params") or {}
         try:
-            result = self.dispatch(str(method), params if isinstance(params, dict) else {})
+            if not isinstance(params, dict):
+                raise RpcError(-32602, "'params' must be an object")
+            result = self.dispatch(str(method), params)
         except RpcError as exc:
-            self.send({"jsonrpc": "2.0", "id": rid, "error": {"code": exc.code, "message": str(exc)}})
-            return
+            return _error(rid, exc.code, str(exc))
         except Exception as exc:  # a bug here must not kill the agent's session
             log.exception("mcp_request_failed method=%s", method)
-            self.send(
-                {"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": f"internal error: {exc}"}}
-            )
-            return
-        self.send({"jsonrpc": "2.0", "id": rid, "result": result})
+            return _error(rid, -32603, f"internal error: {exc}")
+        return {"jsonrpc": "2.0", "id": rid, "result": result}
 
     def dispatch(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         static: dict[str, dict[str, Any]] = {
@@ -137,7 +152,14 @@ class Shim:
             raise RpcError(-32602, f"unknown tool {name!r}")
         if not isinstance(args, dict):
             raise RpcError(-32602, "'arguments' must be an object")
+        known = INPUTS[str(name)]
+        unknown = sorted(str(k) for k in args if k not in known)
         try:
+            if unknown:
+                raise ToolError(
+                    f"unknown argument{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} for "
+                    f"{name}; it takes {', '.join(known) or 'no arguments'}"
+                )
             text, structured = tool(args)
         except ToolError as exc:
             return {"content": [{"type": "text", "text": str(exc)}], "isError": True}
@@ -152,17 +174,35 @@ class Shim:
             if uri == OUTLINE_URI:
                 text = self.calls.call("outline", {})["outline"]
             elif uri.startswith(NOTE_URI) and len(uri) > len(NOTE_URI):
-                text = self.calls.call("get", {"reference": uri[len(NOTE_URI) :]})["text"]
+                text = self.note_text(uri[len(NOTE_URI) :])
             else:
                 raise RpcError(-32602, f"unknown resource {uri!r}; use {NOTE_URI}<reference>")
         except ToolError as exc:
             raise RpcError(-32002, str(exc)) from exc
         return {"contents": [{"uri": uri, "mimeType": "text/markdown", "text": text}]}
 
+    def note_text(self, reference: str) -> str:
+        """A note by the reference of a resource URI. Clients expanding the template {+reference}
+        percent-encode spaces and non-ASCII letters; others send the name as it is, which may hold
+        a '%' of its own: the decoded form first, then the raw one."""
+        decoded = unquote(reference, errors="strict") if "%" in reference else reference
+        try:
+            return str(self.calls.call("get", {"reference": decoded})["text"])
+        except ToolError:
+            if decoded == reference:
+                raise
+            return str(self.calls.call("get", {"reference": reference})["text"])
+
     def get_prompt(self, params: dict[str, Any]) -> dict[str, Any]:
         if params.get("name") != "recall":
             raise RpcError(-32602, f"unknown prompt {params.get('name')!r}")
-        topic = str((params.get("arguments") or {}).get("topic", "")).strip() or "this conversation"
+        args = params.get("arguments") or {}
+        if not isinstance(args, dict):
+            raise RpcError(-32602, "'arguments' must be an object")
+        topic = args.get("topic")
+        if topic is not None and not isinstance(topic, str):
+            raise RpcError(-32602, "'topic' must be a string")
+        topic = (topic or "").strip() or "this conversation"
         text = (
             f"Before answering, recall what the user's notes and your memory say about {topic}: call "
             "memory_search (and memory_get for the notes that matter), say which notes you used by their "
@@ -182,7 +222,10 @@ class Shim:
             try:
                 message = json.loads(line)
             except ValueError:
-                self.send({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "parse error"}})
+                self.send(_error(None, -32700, "parse error"))
+                continue
+            except RecursionError:  # nested thousands deep: refused, the session goes on
+                self.send(_error(None, -32700, "parse error: the message nests too deeply"))
                 continue
             if isinstance(message, dict) and message.get("method") in ("tools/call", "resources/read"):
                 t = threading.Thread(target=self.handle, args=(message,), daemon=True)
@@ -192,6 +235,10 @@ class Shim:
                 self.handle(message)
         for t in threads:
             t.join(timeout=65.0)
+
+
+def _error(rid: Any, code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}
 
 
 class RpcError(Exception):

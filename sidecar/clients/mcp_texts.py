@@ -96,9 +96,16 @@ def status_of(health: dict[str, Any]) -> dict[str, Any]:
         "chunks": idx.get("chunks", 0),
         "pendingVectors": idx.get("pending_vectors", 0),
     }
+    # While building: notes read so far during the sweep, then the vectors (the sweep's counter
+    # stays at its end while chunks wait for theirs).
+    building = ""
+    if index["state"] == "building":
+        if index["total"] and index["done"] < index["total"]:
+            building = f" ({index['done']}/{index['total']} notes read)"
+        elif index["pendingVectors"]:
+            building = " (computing vectors)"
     parts = [
-        f"index {index['state']}"
-        + (f" ({index['done']}/{index['total']})" if index["state"] == "building" else ""),
+        f"index {index['state']}{building}",
         f"{index['files']} notes, {index['chunks']} chunks",
     ]
     if index["pendingVectors"]:

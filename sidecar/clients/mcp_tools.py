@@ -221,7 +221,7 @@ TOOLS: list[dict[str, Any]] = [
         obj({}),
         obj(
             {
-                "daemon": {"type": "string", "enum": ["running", "down"]},
+                "daemon": {"type": "string", "enum": ["running", "down", "not answering"]},
                 "message": STR,
                 "embedder": obj({"state": STR, "model": {"type": ["string", "null"]}, "error": STR}),
                 "index": obj(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,13 @@ from sidecar.contracts.errors import ProtocolError
 
 PROTOCOL_VERSION = 1
 DEFAULT_MAX_FRAME = 1_048_576
+# How deep a request's values may nest: parameters are flat but for a memory's front matter
+# (a few levels). Deeper is a bug or an attack, and recursive code (redaction, YAML) would
+# fail on it with an internal error instead of this clear one.
+MAX_DEPTH = 32
+# A JSON escape can encode half of a UTF-16 pair ("\ud800"): Python keeps it as a lone
+# surrogate, which no file, index or reply can hold.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -59,8 +67,11 @@ def parse_request(line: bytes) -> Request:
         raise ProtocolError("request is not valid UTF-8") from exc
     except json.JSONDecodeError as exc:
         raise ProtocolError(f"request is not valid JSON: {exc.msg} at position {exc.pos}") from exc
+    except RecursionError as exc:
+        raise ProtocolError(f"request nests deeper than {MAX_DEPTH} levels") from exc
     if not isinstance(data, dict):
         raise ProtocolError("request must be a JSON object")
+    check_values(data)
     version = data.get("v", PROTOCOL_VERSION)
     if version != PROTOCOL_VERSION:
         raise ProtocolError(
@@ -81,13 +92,31 @@ def parse_request(line: bytes) -> Request:
     return Request(op=op, params=params, id=req_id, agent=agent)
 
 
+def check_values(value: Any) -> None:
+    """Raise ProtocolError for values nested deeper than ``MAX_DEPTH`` or text holding a lone
+    surrogate (keys included)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                raise ProtocolError("request text holds an unpaired UTF-16 surrogate: not valid Unicode")
+        elif isinstance(item, dict | list):
+            if depth >= MAX_DEPTH:
+                raise ProtocolError(f"request nests deeper than {MAX_DEPTH} levels")
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+
+
 def request_id_of(line: bytes) -> Any:
     """Best-effort id of a request that failed validation, so the error still pairs with it."""
     try:
         data = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     rid = data.get("id") if isinstance(data, dict) else None
+    if isinstance(rid, str) and _SURROGATE.search(rid):
+        return None  # it could not be sent back
     return rid if isinstance(rid, str | int) and not isinstance(rid, bool) else None
 
 

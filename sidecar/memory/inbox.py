@@ -33,7 +33,7 @@ import yaml
 
 from sidecar.config import Config, valid_agent
 from sidecar.contracts.errors import NotFoundError, SourceError
-from sidecar.notes.frontmatter import split_front_matter
+from sidecar.notes.frontmatter import front_matter_problem, parse_front_matter, split_front_matter
 from sidecar.notes.redact import redact
 from sidecar.vault.confine import NotRegularError, open_private_dir, open_regular, private_dirs, read_fd
 from sidecar.vault.sources import SLUG_RE, agent_inbox
@@ -140,7 +140,14 @@ class Inboxes:
             old = _read_existing(inbox_fd, name, slug)
             existing: dict[str, Any] = {}
             if old is not None:
-                existing, _old_body = split_front_matter(old.decode("utf-8", errors="replace"))
+                old_text = old.decode("utf-8", errors="replace")
+                problem = front_matter_problem(old_text) if must_exist else None
+                if problem is not None:  # an edit keeps the keys: it cannot when it cannot read them
+                    raise MemoryWriteError(
+                        f"the front matter of {slug!r} cannot be read ({problem}): fix it, or replace "
+                        "the whole note with memory_write"
+                    )
+                existing, _old_body = split_front_matter(old_text)
             elif must_exist:
                 raise NotFoundError(f"no memory note {slug!r} to edit; use memory_write to create it")
             inline, body = split_front_matter(content)
@@ -199,6 +206,11 @@ class Inboxes:
             body = _redact_into(body, counts)
             meta = _redact_values(meta, counts)
         dumped = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True)
+        # What the reader would refuse (larger than it reads, too many nodes) must not be written:
+        # the note's keys would be lost to every reader and to the next edit.
+        _, problem = parse_front_matter(dumped)
+        if problem is not None:
+            raise MemoryWriteError(f"the front matter cannot be stored: {problem}; keep it small")
         body = body.lstrip("\n")
         return f"---\n{dumped}---\n{body if body.endswith(chr(10)) or not body else body + chr(10)}", counts
 
