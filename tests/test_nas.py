@@ -156,6 +156,67 @@ def test_unreadable_folder_keeps_its_notes(
     assert _counts(big) == before
 
 
+class _DeadEntry:
+    """A listed folder entry whose stat fails as a dead share mounted there fails (ENOTCONN);
+    the listing's own file type still says it is a folder."""
+
+    def __init__(self, entry: os.DirEntry[str]) -> None:
+        self.name, self.path = entry.name, entry.path
+
+    def is_symlink(self) -> bool:
+        return False
+
+    def is_dir(self, follow_symlinks: bool = True) -> bool:
+        return True
+
+    def stat(self, follow_symlinks: bool = True) -> os.stat_result:
+        raise OSError(107, "Transport endpoint is not connected", self.path)
+
+
+class _Listing:
+    """What os.scandir returns: an iterator and a context manager."""
+
+    def __init__(self, entries: list[Any]) -> None:
+        self._it = iter(entries)
+
+    def __iter__(self) -> _Listing:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._it)
+
+    def __enter__(self) -> _Listing:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def test_folder_that_fails_a_stat_keeps_its_notes(
+    big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder listed by its parent but failing a stat (a dead share mounted below the root, no
+    search permission on the parent) keeps its notes: they are unreadable now, not gone (they
+    were deleted as missing)."""
+    real = os.scandir
+
+    def scandir(path: Any) -> Any:
+        if Path(path) != vault:
+            return real(path)
+        with real(path) as it:
+            return _Listing([_DeadEntry(e) if e.name == "Projects" else e for e in it])
+
+    before = _counts(big)
+    monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+    big.sweep()
+    assert _counts(big) == before and big.stores.manifest.chunk_ids("vault/Projects/Boat")
+    problem = big.stores.problems.active_in("unreadable")
+    assert problem is not None and str(vault / "Projects") in problem["error"]
+    monkeypatch.setattr(sources_mod.os, "scandir", real)
+    big.sweep()
+    assert big.stores.problems.active_in("unreadable") is None and _counts(big) == before
+
+
 def test_unreadable_note_keeps_its_chunks(big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A changed note that cannot be read (I/O error) keeps what was indexed."""
     target = vault / "Notes" / "n3.md"

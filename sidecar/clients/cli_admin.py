@@ -22,9 +22,22 @@ def _check_vault(args: argparse.Namespace, cfg: Config, *, serving: bool) -> Non
     a warning; a literal ``~`` from the command line (quoted, so the shell did not expand it) or
     an offline ``index`` run is an error instead of a run over 0 notes."""
     from sidecar.contracts.errors import ConfigError
+    from sidecar.vault.timeout import folder_state
 
     path = cfg.vault.path
-    if path is None or path.is_dir():
+    if path is None:
+        return
+    there, why = folder_state(path, cfg.watch.probe_timeout_seconds)
+    if there:
+        return
+    if why is not None:  # there, but not answering: a share that is down or hangs
+        if not serving:
+            raise ConfigError(f"vault.path: the folder {path} cannot be read now ({why})")
+        print(
+            f"sidecar: warning: the vault folder {path} cannot be read now ({why}); serving agent "
+            "memory and the notes already indexed, retrying it",
+            file=sys.stderr,
+        )
         return
     raw = getattr(args, "vault", None)
     if raw is not None and "~" in raw:

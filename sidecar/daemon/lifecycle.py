@@ -40,6 +40,7 @@ from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime.notify import Notifier
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.vectors import warm as warm_vector_library
+from sidecar.vault.timeout import folder_state
 from sidecar.vault.watcher import Watcher
 
 log = logging.getLogger(__name__)
@@ -90,8 +91,14 @@ class Daemon:
         log.info("daemon_starting socket=%s home=%s vault=%s", cfg.socket_path, cfg.home, cfg.vault.path)
         if cfg.vault.path is None:
             log.warning("no_vault configured: only agent memory is indexed")
-        elif not cfg.vault.path.is_dir():
-            log.warning("watcher_retry root=vault reason=%s is not reachable", cfg.vault.path)
+        else:
+            there, why = folder_state(cfg.vault.path, cfg.watch.probe_timeout_seconds)
+            if not there:
+                log.warning(
+                    "watcher_retry root=vault reason=%s is not reachable%s",
+                    cfg.vault.path,
+                    f" ({why})" if why else "",
+                )
         beat = self.watchdog.indexer_alive
         parts = self.parts = build(cfg, self.slot, beat=beat)
         indexer, problems, vectors = parts.indexer, parts.problems, parts.vectors

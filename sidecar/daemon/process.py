@@ -64,7 +64,11 @@ def make_private(cfg: Config) -> None:
     too), and a home left readable by others is tightened (and the log says so)."""
     os.umask(0o077)
     own = [cfg.index_dir, cfg.agents_dir, cfg.models_dir, cfg.home / "run"]
-    tighten_home(cfg.home, own, [p for p in (cfg.vault.path,) if p is not None])
+    # Only a vault kept inside the home needs leaving alone; one elsewhere is not looked at (on a
+    # share that hangs, resolving its path would block the start).
+    vault = cfg.vault.path
+    inside = vault is not None and vault.is_absolute() and vault.is_relative_to(cfg.home)
+    tighten_home(cfg.home, own, [vault] if inside and vault is not None else [])
 
 
 def raise_fd_limit() -> None:

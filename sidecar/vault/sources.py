@@ -164,13 +164,23 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
         return None
     if not decodable(entry.name):
         return Skipped(Path(entry.path), "name is not valid UTF-8")
+    is_link = False
     try:
         is_link = entry.is_symlink()
         st = entry.stat(follow_symlinks=True)
     except OSError:
         if entry.name.lower().endswith(".md"):
             return Skipped(Path(entry.path), "unreadable" if not is_link else "broken symlink")
-        return None
+        if is_link:
+            return None  # a link to nothing: no notes lie behind it
+        # A folder that does not answer a stat (no search permission on its parent, a dead share
+        # mounted below the root) still holds its notes: kept, not counted as gone. The listing's
+        # own file type says whether it is one; when that fails too, it may be.
+        try:
+            folder = entry.is_dir(follow_symlinks=False)
+        except OSError:
+            folder = True
+        return Skipped(Path(entry.path), "unreadable folder") if folder else None
     if is_link:
         why = _link_refusal(root, Path(entry.path), base)
         if why is not None:

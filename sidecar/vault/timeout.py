@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -46,3 +47,16 @@ def run_with_timeout(
     if "error" in box:
         raise box["error"]
     return box["value"], None
+
+
+def folder_state(path: Path, timeout: float) -> tuple[bool, str | None]:
+    """Whether ``path`` is a folder, asked with a deadline: (True, None) it is; (False, None) it
+    does not exist (or is not a folder); (False, why) it did not answer: an I/O error, no
+    permission, a dead or hung share. Never raises, never blocks past ``timeout``."""
+    try:
+        found, stuck = run_with_timeout(path.is_dir, timeout, "folder-state")
+    except OSError as exc:
+        return False, exc.strerror or str(exc)
+    if stuck is not None:
+        return False, f"no answer within {timeout:.0f} s (hung share?)"
+    return bool(found), None
