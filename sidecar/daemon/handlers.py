@@ -276,7 +276,7 @@ class Handlers:
             if root.source == "memory":
                 _data, text = read_inbox_note(root, path.name, limit)
             else:
-                _data, text = read_note(path, limit)
+                _data, text = read_note(path, limit, root)
         except FileNotFoundError as exc:
             raise NotFoundError(f"no note {reference!r}") from exc
         except NoteUnreadable as exc:

@@ -22,7 +22,18 @@ from pathlib import Path
 from sidecar.config import Config
 from sidecar.index.problems import Problems
 from sidecar.stores.manifest import FileState, Manifest
-from sidecar.vault.sources import SLUG_RE, NoteFile, Root, Skipped, agent_inbox, is_note_name, roots, scan
+from sidecar.vault.sources import (
+    SLUG_RE,
+    NoteFile,
+    Root,
+    Skipped,
+    agent_inbox,
+    is_note_name,
+    link_refusal,
+    root_refusal,
+    roots,
+    scan,
+)
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
 
 log = logging.getLogger(__name__)
@@ -212,8 +223,16 @@ class ChangeFinder:
         found: list[NoteFile | Skipped] = []
         gone: list[str] = []
         max_bytes = self.cfg.index.max_file_bytes
+        refusal = root_refusal(root)
+        if refusal is not None:  # the wiki folder became a link out of the vault: a sweep decides
+            return [Skipped(root.path, refusal)], []
+        base = root.path.resolve()
         for rel in rels:
             path = root.path / rel
+            # File events come through folder symlinks too (the watch follows them): a path
+            # below one is never a note of this root, as a scan never descends into one.
+            if _below_a_link(root.path, rel):
+                continue
             try:
                 st = os.lstat(path)
             except FileNotFoundError:
@@ -226,14 +245,15 @@ class ChangeFinder:
                     with contextlib.suppress(OSError):
                         found.extend(scan(root, max_bytes, start=rel))
                 continue
-            if stat.S_ISLNK(st.st_mode):  # followed only to a file inside the root, as a scan does
+            if stat.S_ISLNK(st.st_mode):  # followed only where a scan follows it
+                why = "symlink in a memory inbox (never followed)" if root.source == "memory" else None
                 try:
-                    inside = path.resolve(strict=True).is_relative_to(root.path.resolve())
+                    why = why or link_refusal(root, path, base)
                     st = os.stat(path)
                 except (OSError, RuntimeError):
                     continue
-                if not inside:
-                    found.append(Skipped(path, "symlink leads outside the root"))
+                if why is not None:
+                    found.append(Skipped(path, why))
                     continue
             if not stat.S_ISREG(st.st_mode) or not is_note_name(path.name):
                 continue
@@ -281,3 +301,18 @@ class ChangeFinder:
             diff.gone.append(key)
             del states[key]
         return kept
+
+
+def _below_a_link(top: Path, rel: str) -> bool:
+    """Whether a folder between ``top`` and ``rel``'s last part is a symlink (or cannot be told)."""
+    folder = top
+    for part in rel.split("/")[:-1]:
+        folder = folder / part
+        try:
+            if stat.S_ISLNK(os.lstat(folder).st_mode):
+                return True
+        except FileNotFoundError:
+            return False  # gone: the path's own lstat says so
+        except OSError:
+            return True
+    return False

@@ -66,7 +66,7 @@ def draft(
         elif note.root.source == "memory":
             data, text = read_inbox_note(note.root, note.path.name, limit)
         else:
-            data, text = read_note(note.path, limit)
+            data, text = read_note(note.path, limit, note.root)
     except FileNotFoundError:
         return None  # vanished between scan and read: the next sweep deletes it
     except NoteUnreadable as exc:

@@ -15,6 +15,7 @@ import errno
 import logging
 import os
 import stat
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -107,6 +108,22 @@ def open_regular(name: str | Path, *, dir_fd: int | None = None, follow: bool = 
         os.close(fd)
         raise NotRegularError(0, "not a regular file")
     return fd
+
+
+def opened_path(fd: int) -> Path | None:
+    """The real path of an open file (what a symlink led to when it was opened), or None where
+    the system cannot say (then the caller's earlier check stands)."""
+    try:
+        if sys.platform.startswith("linux"):
+            return Path(os.readlink(f"/proc/self/fd/{fd}"))
+        if sys.platform == "darwin":
+            import fcntl
+
+            raw = fcntl.fcntl(fd, 50, b"\0" * 1024)  # F_GETPATH
+            return Path(os.fsdecode(raw.split(b"\0", 1)[0]))
+    except OSError:
+        return None
+    return None
 
 
 def read_fd(fd: int, limit: int) -> bytes:

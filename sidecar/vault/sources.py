@@ -24,6 +24,7 @@ from sidecar.vault.confine import (
     NotRegularError,
     decodable,
     open_regular,
+    opened_path,
     private_dirs,
     read_fd,
 )
@@ -47,6 +48,7 @@ class Root:
     path: Path
     agent: str = ""
     exclude: str | None = None  # a folder to leave out, relative (the wiki inside the vault)
+    within: Path | None = None  # the folder this root must lie in, however linked (the wiki: the vault)
 
     @property
     def name(self) -> str:
@@ -99,7 +101,7 @@ def roots(cfg: Config) -> list[Root]:
         out.extend(Root("memory", agent_inbox(cfg, n), agent=n) for n in names if valid_agent(n))
     vault = cfg.vault.path
     if vault is not None:
-        out.append(Root("wiki", vault / cfg.vault.wiki_subfolder))
+        out.append(Root("wiki", vault / cfg.vault.wiki_subfolder, within=vault))
         out.append(Root("vault", vault, exclude=cfg.vault.wiki_subfolder))
     return out
 
@@ -131,6 +133,10 @@ def scan(root: Root, max_bytes: int, start: str = "") -> Iterator[NoteFile | Ski
         if reason is not None:
             yield Skipped(root.path, reason)
             return
+    refusal = root_refusal(root)
+    if refusal is not None:
+        yield Skipped(root.path, refusal)
+        return
     base = root.path.resolve()
     stack: list[tuple[Path, str]] = [(root.path / start, f"{start}/")] if start else [(root.path, "")]
     first = True
@@ -182,7 +188,7 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
             folder = True
         return Skipped(Path(entry.path), "unreadable folder") if folder else None
     if is_link:
-        why = _link_refusal(root, Path(entry.path), base)
+        why = link_refusal(root, Path(entry.path), base)
         if why is not None:
             return (
                 Skipped(Path(entry.path), why)
@@ -205,7 +211,7 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
     return NoteFile(root.key_of(rel), root, Path(entry.path), rel, st.st_mtime_ns, st.st_size)
 
 
-def _link_refusal(root: Root, link: Path, base: Path) -> str | None:
+def link_refusal(root: Root, link: Path, base: Path) -> str | None:
     """Why a symlink inside a root is not followed, or None when it may be."""
     if root.source == "memory":
         return "symlink in a memory inbox (never followed)"
@@ -213,6 +219,11 @@ def _link_refusal(root: Root, link: Path, base: Path) -> str | None:
         target = link.resolve(strict=True)
     except (OSError, RuntimeError):  # RuntimeError: symlink loop
         return "broken symlink"
+    return _where_refusal(root, target, base)
+
+
+def _where_refusal(root: Root, target: Path, base: Path) -> str | None:
+    """Why a file whose real path is ``target`` is no note of ``root`` (real path ``base``)."""
     if not target.is_relative_to(base):
         return "symlink leads outside the root"
     parts = target.relative_to(base).parts
@@ -221,6 +232,26 @@ def _link_refusal(root: Root, link: Path, base: Path) -> str | None:
     inside = "/".join(parts)
     if root.exclude and (inside == root.exclude or inside.startswith(root.exclude + "/")):
         return "symlink leads into the wiki (indexed there)"
+    return None
+
+
+def root_refusal(root: Root) -> str | None:
+    """Why a root folder itself may not be read: a wiki folder that is (or lies behind) a symlink
+    leading out of the vault or into a hidden folder of it, where another agent's memory, the
+    index or any file of the machine may lie. None when it may (or does not exist)."""
+    if root.within is None:
+        return None
+    try:
+        real = root.path.resolve(strict=True)
+        outer = root.within.resolve(strict=True)
+    except FileNotFoundError:
+        return None  # a missing folder is the caller's matter (empty, or the share is away)
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop
+        return "folder cannot be resolved (broken symlink or loop)"
+    if real == outer or not real.is_relative_to(outer):
+        return f"folder is a symlink leading outside {root.within}"
+    if any(p.startswith(".") for p in real.relative_to(outer).parts):
+        return f"folder is a symlink leading into a hidden folder of {root.within}"
     return None
 
 
@@ -245,11 +276,22 @@ class NoteUnreadable(Exception):  # noqa: N818 - a reason to skip a file, not a 
         self.reason = reason
 
 
-def read_note(path: Path, max_bytes: int) -> tuple[bytes, str]:
+def read_note(path: Path, max_bytes: int, root: Root | None = None) -> tuple[bytes, str]:
     """Raw bytes and text of a note; raise NoteUnreadable for binary, non-UTF-8, huge files and
-    anything that is not a regular file (a pipe is never opened for a blocking read)."""
+    anything that is not a regular file (a pipe is never opened for a blocking read). With
+    ``root``, the file actually opened must be one ``scan`` would read: a symlink swapped after the
+    scan's check (to a file outside the root, in a hidden folder) is refused, not read."""
     try:
-        data = read_fd(open_regular(path), max_bytes + 1)
+        fd = open_regular(path)
+        try:
+            why = _opened_refusal(root, fd) if root is not None else None
+        except BaseException:
+            os.close(fd)
+            raise
+        if why is not None:
+            os.close(fd)
+            raise NoteUnreadable(why)
+        data = read_fd(fd, max_bytes + 1)
     except FileNotFoundError:
         raise
     except NotRegularError as exc:
@@ -257,6 +299,18 @@ def read_note(path: Path, max_bytes: int) -> tuple[bytes, str]:
     except OSError as exc:
         raise NoteUnreadable(f"unreadable ({exc.strerror})") from exc
     return data, decode_note(data, max_bytes, path)
+
+
+def _opened_refusal(root: Root, fd: int) -> str | None:
+    """Why the open file ``fd`` may not be read as a note of ``root`` (see ``link_refusal``)."""
+    real = opened_path(fd)
+    if real is None:  # no way to ask this system: the scan's check stands
+        return None
+    try:
+        base = root.path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return "root cannot be resolved"
+    return _where_refusal(root, real, base)
 
 
 def read_inbox_note(root: Root, name: str, max_bytes: int) -> tuple[bytes, str]:
@@ -382,7 +436,10 @@ def path_for_key(cfg: Config, key: str, rel: str | None = None) -> tuple[Root, P
         raise NotFoundError("no vault is configured")
     wiki = cfg.vault.wiki_subfolder
     if source == "wiki":
-        root = Root("wiki", cfg.vault.path / wiki)
+        root = Root("wiki", cfg.vault.path / wiki, within=cfg.vault.path)
+        refusal = root_refusal(root)
+        if refusal is not None:
+            raise SourceError(f"{key!r}: {refusal}; refused")
     else:
         if rest == wiki or rest.startswith(wiki + "/"):
             raise SourceError(f"{key!r} lies in the wiki; use wiki/{rest[len(wiki) + 1 :]}")
@@ -398,7 +455,7 @@ def path_for_key(cfg: Config, key: str, rel: str | None = None) -> tuple[Root, P
     if not resolved.is_relative_to(base):
         raise SourceError(f"{key!r} resolves outside its root; refused")
     if path.is_symlink() or resolved != path.absolute():
-        why = _link_refusal(root, path, base)
+        why = link_refusal(root, path, base)
         if why is not None:
             raise SourceError(f"{key!r}: {why}; refused")
     return root, resolved

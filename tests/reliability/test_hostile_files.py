@@ -182,6 +182,56 @@ def test_symlink_layouts_never_confine_wrongly(daemon_factory: Any, tmp_path: Pa
     assert d.stop() == 0
 
 
+def test_links_out_of_the_vault_are_refused_by_sweeps_and_file_events(
+    daemon_factory: Any, tmp_path: Path
+) -> None:
+    """A wiki folder that is a symlink into another agent's inbox or out of the vault is not
+    read; file events arriving through a folder symlink (the watch follows it), or naming a note
+    that links into a dot-folder, index nothing; what a sweep refuses, events refuse too."""
+    vault = tmp_path / "vault"
+    write(vault / "Good.md", "# Good\n\nquokka habitat notes\n")
+    write(vault / ".hidden/hidden.md", "# hidden\n\nsecretpelican\n")
+    outside = tmp_path / "outside"
+    write(outside / "dir/old.md", "# old\n\nsecretgannet\n")
+    home = tmp_path / "home"
+    inbox = home / "agents" / "bob" / "memory"
+    inbox.mkdir(parents=True, mode=0o700)
+    write(inbox / "plan.md", "# plan\n\nsecretheron\n")
+    os.symlink(inbox, vault / "wiki")  # the wiki folder: a link into bob's inbox
+    os.symlink(outside / "dir", vault / "linked-dir")  # a folder link out of the vault
+    d = _daemon(daemon_factory, vault).start(timeout=60)
+    for word in ("secretheron", "secretgannet", "secretpelican"):
+        assert d.call("search", {"query": word}, agent="alice")["hits"] == [], word
+    with pytest.raises(RemoteError, match="outside"):
+        d.call("get", {"reference": "wiki/plan"}, agent="alice")
+    # Events: a note written below the folder link, a note linking into the dot-folder, then a
+    # note of the vault itself (whose event must arrive and be indexed after the others).
+    write(outside / "dir" / "new.md", "# new\n\nsecretcormorant\n")
+    os.symlink(".hidden/hidden.md", vault / "hid.md")
+    _new_note_is_indexed(d, vault, "Later", "wombatburrow")
+    for word in ("secretcormorant", "secretpelican", "secretgannet"):
+        assert d.call("search", {"query": word})["hits"] == [], word
+    assert d.stop() == 0
+
+
+def test_a_link_swapped_after_the_check_is_not_read(tmp_path: Path) -> None:
+    """The file a note's path opens is checked, not only the link seen by the scan: a link
+    swapped to a file outside the root between scan and read is refused (a race made real by
+    reading after the swap)."""
+    from sidecar.vault.sources import NoteUnreadable, Root, read_note
+
+    vault = tmp_path / "vault"
+    write(vault / "real.md", "# real\n\ninside text\n")
+    write(tmp_path / "outside" / "secret.md", "# secret\n\noutside text\n")
+    root = Root("vault", vault)
+    os.symlink("real.md", vault / "swap.md")
+    assert "inside text" in read_note(vault / "swap.md", 1 << 20, root)[1]
+    os.unlink(vault / "swap.md")
+    os.symlink(tmp_path / "outside" / "secret.md", vault / "swap.md")  # swapped after the scan
+    with pytest.raises(NoteUnreadable, match="outside the root"):
+        read_note(vault / "swap.md", 1 << 20, root)
+
+
 def _tree_modes(home: Path) -> dict[str, int]:
     out = {}
     for folder, dirs, files in os.walk(home):
