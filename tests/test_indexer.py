@@ -36,7 +36,7 @@ def test_unchanged_resweep_reads_no_file(harness: Harness, monkeypatch: pytest.M
     harness.sweep()
     reads: list[Path] = []
     real = records_mod.read_note
-    monkeypatch.setattr(records_mod, "read_note", lambda p, m: reads.append(p) or real(p, m))
+    monkeypatch.setattr(records_mod, "read_note", lambda p, m, r=None: reads.append(p) or real(p, m, r))
     summary = harness.sweep()
     assert reads == [] and summary["changed"] == 0 and summary["unchanged"] == 4
 
@@ -268,10 +268,10 @@ def test_file_vanishing_between_scan_and_read(harness: Harness, monkeypatch: pyt
     write(vault / "Fleeting.md", "# Fleeting\n\nhere one moment\n")
     real = records_mod.read_note
 
-    def vanish_first(path: Path, limit: int) -> Any:
+    def vanish_first(path: Path, limit: int, root: Any = None) -> Any:
         if path.name == "Fleeting.md" and path.exists():
             path.unlink()  # gone between the scan's stat and this read
-        return real(path, limit)
+        return real(path, limit, root)
 
     monkeypatch.setattr(records_mod, "read_note", vanish_first)
     summary = harness.sweep()
@@ -350,7 +350,7 @@ def test_a_first_sweep_reads_and_parses_while_the_tokenizer_loads(
     slot.set_loading()
     reads: list[Path] = []
     real = records_mod.read_note
-    monkeypatch.setattr(records_mod, "read_note", lambda p, m: reads.append(p) or real(p, m))
+    monkeypatch.setattr(records_mod, "read_note", lambda p, m, r=None: reads.append(p) or real(p, m, r))
     sweep = threading.Thread(target=h.indexer.sweep)
     sweep.start()
     try:
