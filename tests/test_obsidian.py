@@ -72,6 +72,45 @@ def test_obsidian_setting_can_be_ignored(tmp_path: Path, make_cfg: Any) -> None:
         h.close()
 
 
+@pytest.mark.parametrize("kind", ["fifo", "device", "huge", "deep", "backtracking"])
+def test_hostile_obsidian_settings_never_stop_a_sweep(
+    tmp_path: Path, make_cfg: Any, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Obsidian's settings file is the vault's: a named pipe, a link to a device, a huge file or
+    JSON nested past the parser are skipped with a warning (was: a sweep blocked on the pipe for
+    good, /dev/zero read into gigabytes); a filter that backtracks without end is given up after
+    its deadline (was: the daemon frozen). The notes are indexed either way."""
+    import os
+
+    v = tmp_path / "v"
+    write(v / "Good.md", "# Good\n\nquokka habitat\n")
+    write(v / ("a" * 60 + ".md"), "# A\n\nmany letters\n")
+    settings = v / ".obsidian" / "app.json"
+    settings.parent.mkdir(parents=True)
+    if kind == "fifo":
+        os.mkfifo(settings)
+    elif kind == "device":
+        os.symlink("/dev/zero", settings)
+    elif kind == "huge":
+        settings.write_text(json.dumps({"userIgnoreFilters": ["Good"], "pad": "x" * (2 << 20)}))
+    elif kind == "deep":
+        settings.write_text("[" * 200_000 + "]" * 200_000)
+    else:
+        settings.write_text(json.dumps({"userIgnoreFilters": ["/^(a|aa)+$/"]}))
+    h = Harness(make_cfg(v), FakeEmbedder())
+    t0 = time.monotonic()
+    try:
+        with caplog.at_level(logging.WARNING):
+            h.sweep()
+            h.sweep()
+        assert {"vault/Good", "vault/" + "a" * 60} <= _keys(h)
+        assert time.monotonic() - t0 < 30
+        expected = "obsidian_filter_ignored" if kind == "backtracking" else "obsidian_settings_unreadable"
+        assert expected in caplog.text
+    finally:
+        h.close()
+
+
 def test_new_rules_remove_indexed_notes_past_the_mass_deletion_guard(tmp_path: Path, make_cfg: Any) -> None:
     """Excluding most of a vault is a rule, not a vanished mount: the notes leave at once."""
     v = tmp_path / "big"

@@ -5,7 +5,7 @@ so ``Templates/``, ``*.excalidraw.md``, ``/Archive`` and ``!Archive/keep.md`` me
 in a ``.gitignore`` (the last matching pattern decides). Obsidian's setting
 (``.obsidian/app.json``, ``userIgnoreFilters``) holds path prefixes (``Archive/``) or regular
 expressions written ``/…/``; it is read again whenever the file changes. Memory inboxes are never
-excluded. Imports nothing of the project.
+excluded. Of the project it imports only the confined reads (``sidecar.vault.confine``).
 """
 
 from __future__ import annotations
@@ -13,14 +13,24 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+# Obsidian's filters are regular expressions from the vault: not ours to trust. The regex engine
+# takes a deadline per match; one that backtracks without end (/^(a|aa)+$/) would hold the GIL
+# and freeze the daemon under the standard library's re.
+import regex
 from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
+from sidecar.vault.confine import open_regular, printable, read_fd
+
 log = logging.getLogger(__name__)
+# Obsidian's app.json holds a few settings: a file far larger is not one to read whole.
+_MAX_SETTINGS_BYTES = 1 << 20
+# A filter matches a short path in microseconds; past this it is backtracking without end.
+_REGEX_TIMEOUT_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -28,7 +38,9 @@ class _Rule:
     origin: str  # "index.exclude" | "Obsidian excluded files"
     text: str
     pattern: GitIgnoreSpecPattern | None = None
-    regex: re.Pattern[str] | None = None
+    regex: Any = None  # a compiled pattern of the regex engine
+    # Set when the pattern ran past its deadline once: from then on it decides nothing.
+    stuck: list[bool] = field(default_factory=lambda: [False], compare=False)
 
     def decides(self, path: str) -> bool | None:
         """True: excludes ``path``; False: a negation takes it back in; None: no opinion."""
@@ -37,7 +49,14 @@ class _Rule:
                 return None
             return bool(self.pattern.include)
         if self.regex is not None:
-            return True if self.regex.search(path) else None
+            if self.stuck[0]:
+                return None
+            try:
+                return True if self.regex.search(path, timeout=_REGEX_TIMEOUT_S) else None
+            except TimeoutError:
+                self.stuck[0] = True
+                log.warning("obsidian_filter_ignored filter=%s reason=too slow", printable(self.text))
+                return None
         return True if path.startswith(self.text) else None
 
     def describe(self) -> str:
@@ -74,9 +93,14 @@ class IgnoreRules:
         self._app_stat = (st.st_mtime_ns, st.st_size)
         self._app = []
         try:
-            filters = json.loads(path.read_text(encoding="utf-8")).get("userIgnoreFilters") or []
-        except (OSError, ValueError, AttributeError) as exc:
-            log.warning("obsidian_settings_unreadable path=%s error=%s", path, exc)
+            # Opened as a note is (never a blocking read of a pipe, a device is refused) and read
+            # up to a cap: the file is the vault's, whatever it holds.
+            raw = read_fd(open_regular(path), _MAX_SETTINGS_BYTES + 1)
+            if len(raw) > _MAX_SETTINGS_BYTES:
+                raise ValueError(f"larger than {_MAX_SETTINGS_BYTES} bytes")
+            filters = json.loads(raw.decode("utf-8")).get("userIgnoreFilters") or []
+        except (OSError, ValueError, AttributeError, RecursionError) as exc:
+            log.warning("obsidian_settings_unreadable path=%s error=%s", path, printable(exc))
             return []
         for raw in filters if isinstance(filters, list) else []:
             if not isinstance(raw, str) or not raw.strip():
@@ -84,9 +108,9 @@ class IgnoreRules:
             f = raw.strip()
             if len(f) > 2 and f.startswith("/") and f.endswith("/"):
                 try:
-                    self._app.append(_Rule("Obsidian excluded files", f, regex=re.compile(f[1:-1])))
-                except re.error:
-                    log.warning("obsidian_filter_invalid filter=%s", f)
+                    self._app.append(_Rule("Obsidian excluded files", f, regex=regex.compile(f[1:-1])))
+                except (regex.error, RecursionError, ValueError):
+                    log.warning("obsidian_filter_invalid filter=%s", printable(f))
             else:
                 self._app.append(_Rule("Obsidian excluded files", f))
         if self._app:
