@@ -433,7 +433,19 @@ def test_journald_lines_carry_their_priority() -> None:
 
     assert line(logging.ERROR, "sweep_failed error=x") == "<3>ERROR sidecar.x sweep_failed error=x"
     assert line(logging.WARNING, "w").startswith("<4>") and line(logging.INFO, "i").startswith("<6>")
-    assert line(logging.INFO, "a\nb") == "<6>INFO sidecar.x a\n<6>b"
+    # A value holding a newline (a file name) cannot forge a line: escaped, one event one line.
+    assert line(logging.INFO, "file_skipped path=a\n<2>CRITICAL x.md") == (
+        "<6>INFO sidecar.x file_skipped path=a\\n<2>CRITICAL x.md"
+    )
+    record = logging.LogRecord("sidecar.x", logging.ERROR, __file__, 1, "failed\tnow", None, None)
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        import sys
+
+        record.exc_info = sys.exc_info()
+    lines = fmt.format(record).splitlines()
+    assert lines[0] == "<3>ERROR sidecar.x failed\\tnow" and lines[-1] == "<3>ValueError: boom"
 
 
 def test_each_skipped_file_is_named_once_at_info(

@@ -144,6 +144,16 @@ def test_missing_named_config_file(tmp_path: Path) -> None:
         load_config(config_file=str(tmp_path / "nope.yaml"), env={})
 
 
+def test_home_inside_the_vault_is_refused(tmp_path: Path) -> None:
+    """The index and the agents' memory are never written into the vault (nor found as notes)."""
+    vault = tmp_path / "vault"
+    for home in (vault / "sidecarhome", vault / ".sidecar", vault):
+        with pytest.raises(ConfigError, match="inside the vault"):
+            load_config(flags={"home": str(home), "vault.path": str(vault)}, env={})
+    load_config(flags={"home": str(tmp_path / "home"), "vault.path": str(vault)}, env={})
+    load_config(flags={"home": str(tmp_path), "vault.path": str(vault)}, env={})  # vault in the home
+
+
 def test_relative_paths_in_file_resolve_next_to_it(tmp_path: Path) -> None:
     """vault.path in the YAML file is relative to the file, not to the working directory."""
     f = _yaml(tmp_path, "vault:\n  path: notes\n")

@@ -250,6 +250,14 @@ def load_config(
             "must be a relative folder inside the vault"
         )
     vault = dataclasses.replace(vault, wiki_subfolder=wiki)
+    if vault.path is not None and home.is_relative_to(vault.path):
+        # sidecar never writes into the vault; a home there would also be indexed as notes,
+        # every agent's memory with it.
+        raise ConfigError(
+            f"{source_file or 'configuration'}: home {home} lies inside the vault {vault.path}: the index "
+            "and every agent's memory would be written into the vault and found as its notes; use a "
+            "folder outside it (default ~/.sidecar)"
+        )
     socket = cfg.socket.expanduser() if cfg.socket else _default_socket(home, env, os.getuid())
     if len(os.fsencode(socket)) > _MAX_SOCKET_PATH + 4:
         raise ConfigError(f"socket = {str(socket)!r}: path too long for a Unix socket")

@@ -13,8 +13,20 @@ import sys
 _PRIORITY = {logging.CRITICAL: 2, logging.ERROR: 3, logging.WARNING: 4, logging.INFO: 6, logging.DEBUG: 7}
 
 
-class JournaldFormatter(logging.Formatter):
-    """``<N>`` in front of every line (of a multi-line message too: journald reads each line)."""
+class OneLineFormatter(logging.Formatter):
+    """An event is one line: control characters in its message (a file name holding a newline,
+    text from a note) are escaped, so no value can forge a line of its own. A traceback, added
+    after the message, keeps its lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        line = super().formatMessage(record)
+        if line.isprintable():
+            return line
+        return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in line)
+
+
+class JournaldFormatter(OneLineFormatter):
+    """``<N>`` in front of every line (of a traceback too: journald reads each line)."""
 
     def format(self, record: logging.LogRecord) -> str:
         prefix = f"<{_PRIORITY.get(record.levelno, 6)}>"
@@ -26,7 +38,7 @@ def setup(level: str = "info", *, journald: bool = False) -> None:
     if journald:
         handler.setFormatter(JournaldFormatter("%(levelname)s %(name)s %(message)s"))
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        handler.setFormatter(OneLineFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -47,8 +47,14 @@ def decodable(name: str) -> bool:
 
 
 def printable(path: object) -> str:
-    """A path for logs and messages, undecodable bytes shown as ``\\xNN``."""
-    return os.fsencode(str(path)).decode("utf-8", "backslashreplace")
+    """A path for logs and messages, undecodable bytes shown as ``\\xNN`` and control characters
+    escaped (a file name holding a newline cannot forge a log line)."""
+    text = os.fsencode(str(path)).decode("utf-8", "backslashreplace")
+    return (
+        text
+        if text.isprintable()
+        else "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+    )
 
 
 def open_private_dir(parent_fd: int, name: str, *, create: bool, what: str) -> int:
