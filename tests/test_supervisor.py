@@ -15,7 +15,7 @@ from sidecar.vault import supervisor as supervisor_mod
 from sidecar.vault.mounts import fs_type_of, is_network, parse_mount_output, parse_mountinfo
 from sidecar.vault.sources import Root
 from sidecar.vault.supervisor import Supervisor
-from tests.conftest import FakeEmbedder, Harness
+from tests.conftest import FakeEmbedder, Harness, write
 
 MOUNTINFO = """\
 22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
@@ -59,6 +59,54 @@ def test_backoff_test_mode_removes_the_waits_and_ends_with_the_block() -> None:
         assert [b.delay(n) for n in (1, 2, 9)] == [0.0, 0.0, 0.0]
     assert not backoff.is_testing()
     assert b.delay(1, lambda: 0.5) == 30
+
+
+def test_a_share_that_hangs_everywhere_never_blocks_a_sweep(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A vault whose every call hangs (a hard NFS mount whose server is gone): finding its file
+    system type and reading Obsidian's settings hang too, before any listing. Both are asked with
+    the probe timeout: the sweep ends, the vault and wiki go offline, the agents' memory is
+    indexed, and no second call is started while the first still hangs."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3})
+    release = __import__("threading").Event()
+    calls: list[str] = []
+    real_type = supervisor_mod.fs_type_of
+
+    def fs_type_of(path: Path, mounts: Any) -> Any:
+        if Path(path).is_relative_to(vault):
+            calls.append("type")
+            release.wait(30)
+        return real_type(path, mounts)
+
+    monkeypatch.setattr(supervisor_mod, "fs_type_of", fs_type_of)
+    h = Harness(cfg, FakeEmbedder())
+    settings = h.indexer.ignore.refresh
+
+    def refresh() -> None:
+        calls.append("settings")
+        release.wait(30)
+        settings()
+
+    monkeypatch.setattr(h.indexer.ignore, "refresh", refresh)
+    write(cfg.agents_dir / "claude" / "memory" / "note.md", "# Note\n\nheron\n")
+    try:
+        for _ in range(2):
+            t0 = time.monotonic()
+            h.sweep()
+            assert time.monotonic() - t0 < 10
+        for name in ("vault", "wiki"):
+            assert h.supervisor.roots[name].offline, name
+        assert h.stores.manifest.counts()["by_source"]["memory"]["files"] == 1
+        assert calls.count("settings") == 1 and calls.count("type") == 2  # one per root, not per sweep
+        release.set()
+        time.sleep(0.3)
+        h.sweep()
+        assert not h.supervisor.roots["vault"].offline
+        assert h.stores.manifest.counts()["by_source"]["vault"]["files"] == 3
+    finally:
+        release.set()
+        h.close()
 
 
 def test_due_roots_follow_retry_and_poll_intervals(make_cfg: Any, vault: Path) -> None:

@@ -55,6 +55,25 @@ def test_vanished_root_stays_searchable_and_recovers(
     assert hits[0]["reference"] == "vault/Projects/Boat" and "propeller" in hits[0]["text"]
 
 
+def test_a_vault_failing_with_an_error_starts_offline_and_events_go_on(
+    daemon_factory: Any, tmp_path: Path
+) -> None:
+    """A vault path that fails with an error other than "not found" (here ENAMETOOLONG; a dead
+    share answers ENOTCONN or EIO the same way): the daemon starts and serves, the vault is shown
+    offline with the reason, and file events keep working for the agents' inboxes (the watcher
+    thread died on the first such error, and serve exited with a traceback)."""
+    vault = tmp_path / ("v" * 300)
+    d: DaemonProcess = daemon_factory(vault, keyword_only=True).start(timeout=60)
+    h = d.wait_for(lambda h: _vault_root(h)["mode"] == "offline", timeout=30)
+    assert "too long" in (_vault_root(h)["error"] or "")
+    inbox = d.home / "agents" / "claude" / "memory"
+    d.call("write", {"slug": "first", "content": "# First\n\nheron colony\n"}, agent="claude")
+    write(inbox / "by-hand.md", "# By hand\n\nThe kestrel nests under the eaves.\n")
+    d.wait_for(lambda h: h["index"]["files"] == 2, timeout=20)  # an event: no sweep is due
+    assert "Exception in thread" not in d.log.read_text()
+    assert d.stop() == 0
+
+
 def test_recreated_root_is_watched_again(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
     """After the vault folder is replaced by a new one, saves in it are still seen by events."""
     d: DaemonProcess = daemon_factory(vault).start()

@@ -28,6 +28,7 @@ from sidecar.notes.chunking import CHUNKER_VERSION
 from sidecar.vault.ignore import IgnoreRules
 from sidecar.vault.sources import NoteFile, Root
 from sidecar.vault.supervisor import Supervisor
+from sidecar.vault.timeout import run_with_timeout
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ class Indexer:
         self.supervisor = supervisor
         self.leftover: frozenset[str] | None = None  # paths a failed sweep scanned but did not write
         self.ignore = IgnoreRules(cfg.index.exclude, cfg.vault.path, cfg.index.obsidian_excludes)
+        self._ignore_stuck: threading.Thread | None = None  # a read of Obsidian's settings that hangs
         self.changes = ChangeFinder(cfg, stores.manifest, supervisor, problems, self.excluded_by)
         self.writer = Writer(stores, vectors, cfg.vault.wiki_subfolder)
         self._waited_for_tokenizer = False
@@ -113,7 +115,7 @@ class Indexer:
         act.phase, act.done, act.total, act.started = "scanning", 0, 0, time.time()
         diff = Diff()
         if not paths:  # Obsidian's settings are read on full sweeps: a memory write touches no vault file
-            self.ignore.refresh()
+            self._refresh_ignore()
         self.writer.defer_links = not act.first_sweep_done
         excluded: dict[str, int] = {}
         every = self.changes.roots()
@@ -167,6 +169,15 @@ class Indexer:
             ",".join(r.name for r in chosen) or "-",
         )
         return summary
+
+    def _refresh_ignore(self) -> None:
+        """Re-read Obsidian's settings, a file of the vault, with the probe timeout: on a share
+        that hangs the rules in force stay (the vault's own listing then reports the share), and
+        no second read is started while the first still hangs."""
+        if self._ignore_stuck is not None and self._ignore_stuck.is_alive():
+            return
+        timeout, beat = self.cfg.watch.probe_timeout_seconds, self.supervisor.beat
+        _, self._ignore_stuck = run_with_timeout(self.ignore.refresh, timeout, "settings", beat)
 
     def index_files(self, notes: Sequence[NoteFile], data: dict[str, bytes] | None = None) -> int:
         """Read (or take from ``data``, by key), chunk and write a batch of notes; returns how many

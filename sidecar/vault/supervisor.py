@@ -14,6 +14,7 @@ waiting thread beats the watchdog while the timeout runs.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -112,13 +113,29 @@ class Supervisor:
             return self.roots.setdefault(root.name, RootStatus(root.name, str(root.path)))
 
     def classify(self, roots: list[Root]) -> None:
-        """Record each root's filesystem type (network shares are polled)."""
+        """Record each root's filesystem type (network shares are polled). Finding it resolves
+        the root's path, which a hung share never answers: asked with the probe timeout, and a
+        root whose call hangs is left to ``list_root``, which reports it unreachable."""
         if not roots:
             return
         mounts = read_mounts(self.cfg.watch.mount_table)
         for root in roots:
             st = self.status(root)
-            st.fs_type = fs_type_of(root.path, mounts) if mounts else None
+            if not mounts or (st._stuck is not None and st._stuck.is_alive()):
+                continue
+            try:
+                found, stuck = run_with_timeout(
+                    functools.partial(fs_type_of, root.path, mounts),
+                    self.cfg.watch.probe_timeout_seconds,
+                    root.name,
+                    self.beat,
+                )
+            except OSError:
+                continue  # list_root says why
+            if stuck is not None:
+                st._stuck = stuck
+                continue
+            st.fs_type = found
             st.network = is_network(st.fs_type)
 
     def bounded(self, root: Root, fn: Callable[[], T]) -> T:

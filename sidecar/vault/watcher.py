@@ -13,6 +13,7 @@ recursively), restarting when a folder appears, so events keep flowing for the r
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import stat
@@ -26,6 +27,7 @@ import watchfiles
 from sidecar.runtime.backoff import Backoff
 from sidecar.vault.confine import decodable, printable
 from sidecar.vault.sources import is_debris
+from sidecar.vault.timeout import run_with_timeout
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +46,11 @@ MAX_FLAT_FOLDERS = 50_000
 def watchable_folders(paths: Sequence[Path], limit: int = MAX_FLAT_FOLDERS) -> list[Path]:
     """The folders under ``paths`` whose names decode, without dot-folders or symlinks."""
     out: list[Path] = []
-    stack = [p for p in paths if p.is_dir()]
+    stack = []
+    for p in paths:
+        with contextlib.suppress(OSError):
+            if p.is_dir():
+                stack.append(p)
     while stack and len(out) < limit:
         folder = stack.pop()
         out.append(folder)
@@ -87,6 +93,7 @@ class Watcher:
         on_change: Callable[[set[str]], None],
         stop: threading.Event,
         debounce_ms: int = 300,
+        probe_timeout: float = 5.0,
     ) -> None:
         self.paths = list(paths)
         self.on_change = on_change
@@ -95,11 +102,30 @@ class Watcher:
         self.watching: list[Path] = []
         self.flat = False  # watching folder by folder (a name that does not decode was met)
         self.retry = RETRY
+        self.probe_timeout = probe_timeout
+        self._stuck: dict[Path, threading.Thread] = {}  # a stat of this folder still hangs
+
+    def _stat(self, path: Path) -> os.stat_result | None:
+        """A watched folder's stat with a deadline: None when it fails or hangs (a share that is
+        down). A hung one is not asked again until its first call returns, and the events of the
+        other folders go on meanwhile."""
+        stuck = self._stuck.get(path)
+        if stuck is not None and stuck.is_alive():
+            return None
+        self._stuck.pop(path, None)
+        try:
+            st, hung = run_with_timeout(lambda: os.stat(path), self.probe_timeout, "watch")
+        except OSError:
+            return None
+        if hung is not None:
+            self._stuck[path] = hung
+            return None
+        return st
 
     def run(self) -> None:
         failures = 0
         while not self.stop.is_set():
-            existing = [p for p in self.paths if p.is_dir()]
+            existing = [p for p in self.paths if _is_folder(self._stat(p))]
             if not existing:
                 self.stop.wait(_ABSENT_POLL_S)
                 continue
@@ -127,12 +153,8 @@ class Watcher:
         """(path, device, inode) of each watched folder: a recreated or remounted folder differs."""
         out: list[tuple[str, int, int] | None] = []
         for p in self.paths:
-            try:
-                st = os.stat(p)
-            except OSError:
-                out.append(None)
-                continue
-            out.append((str(p), st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None)
+            st = self._stat(p)
+            out.append((str(p), st.st_dev, st.st_ino) if st is not None and _is_folder(st) else None)
         return out
 
     def _watch(self, existing: list[Path]) -> None:
@@ -171,3 +193,7 @@ class Watcher:
                 log.info("watcher_restart reason=a watched folder was replaced, mounted or unmounted")
                 self.on_change(set())
                 return
+
+
+def _is_folder(st: os.stat_result | None) -> bool:
+    return st is not None and stat.S_ISDIR(st.st_mode)
