@@ -96,7 +96,7 @@ def test_unmounted_share_holds_even_with_notes_in_the_mount_point(
     monkeypatch.setattr(
         supervisor_mod,
         "identity_of",
-        lambda p: Identity(state["mount"], state["dev"]) if Path(p) == vault else real(p),
+        lambda p, *a: Identity(state["mount"], state["dev"]) if Path(p) == vault else real(p, *a),
     )
     big.sweep()  # remembered: a mount point of its own on device 77
     before = _counts(big)
@@ -114,7 +114,7 @@ def test_unmounted_share_holds_even_with_notes_in_the_mount_point(
         now[0] += 86400
     assert _counts(big) == before
     st = big.supervisor.roots["vault"]
-    assert st.offline and st.hold_kind == "unmounted" and "not any more" in (st.error or "")
+    assert st.offline and st.hold_kind == "unmounted" and "mount it was on" in (st.error or "")
     assert (
         big.stores.manifest.file_states_of(["vault/Stray"]) == {}
     )  # the mount point's content is not indexed
@@ -128,6 +128,37 @@ def test_unmounted_share_holds_even_with_notes_in_the_mount_point(
     big.sweep()  # the share is back (its new device is adopted: nothing is missing)
     assert not big.supervisor.roots["vault"].offline
     assert _counts(big) == before
+
+
+def test_a_stale_copy_under_an_unmounted_share_is_not_the_share(
+    big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A vault folder below a share's mount point (not a mount point itself): when the share
+    goes, the same path shows the disk's old copy under the mount point, with a few notes
+    missing and stale ones of its own. It lies on another mount now: held offline, nothing of
+    the copy indexed, nothing deleted (was: the missing notes deleted, the stale ones indexed)."""
+    real = supervisor_mod.identity_of
+    state = {"under": "/mnt/nas", "dev": 77}
+    monkeypatch.setattr(
+        supervisor_mod,
+        "identity_of",
+        lambda p, *a: Identity(False, state["dev"], state["under"]) if Path(p) == vault else real(p, *a),
+    )
+    big.sweep()  # remembered: on the mount point /mnt/nas
+    before = _counts(big)
+    for p in list((vault / "Notes").glob("*.md"))[:2]:
+        p.unlink()  # the old copy lacks two notes ...
+    write(vault / "Stale only.md", "# Stale\n\nA note only the old copy has.\n")  # ... and has one
+    state.update(under="/", dev=2049)
+    big.sweep()
+    st = big.supervisor.roots["vault"]
+    assert st.offline and st.hold_kind == "unmounted" and "mount it was on" in (st.error or "")
+    assert _counts(big) == before and big.stores.manifest.file_states_of(["vault/Stale only"]) == {}
+    state.update(under="/mnt/nas", dev=78)  # the share is back (a new device number, same mount)
+    (vault / "Stale only.md").unlink()
+    _notes(vault, 10)
+    big.sweep()
+    assert not big.supervisor.roots["vault"].offline and _counts(big) == before
 
 
 def test_unreadable_folder_keeps_its_notes(

@@ -136,10 +136,10 @@ def test_hung_root_does_not_block_the_others(
     real_probe = supervisor_mod._probe
     release = __import__("threading").Event()
 
-    def probe(root: Root) -> None:
+    def probe(root: Root, *args: Any) -> None:
         if root.source == "wiki":
             release.wait(30)  # a hung NFS stat
-        real_probe(root)
+        real_probe(root, *args)
 
     monkeypatch.setattr(supervisor_mod, "_probe", probe)
     h = Harness(cfg, FakeEmbedder())

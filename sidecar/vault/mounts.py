@@ -65,14 +65,21 @@ def parse_mount_output(text: str) -> list[tuple[str, str]]:
 
 def fs_type_of(path: Path, mounts: list[tuple[str, str]]) -> str | None:
     """Type of the mount with the longest mount point containing ``path`` (the last one wins on ties)."""
+    found = mount_of(path, mounts)
+    return found[1] if found else None
+
+
+def mount_of(path: Path, mounts: list[tuple[str, str]]) -> tuple[str, str] | None:
+    """(mount point, type) of the mount holding ``path``: the longest mount point containing its
+    real path (the last one wins on ties). Resolves the path: a hung share blocks here."""
     target = os.path.realpath(path)
-    best: tuple[int, str] | None = None
+    best: tuple[str, str] | None = None
     for point, fs_type in mounts:
         p = point.rstrip("/") or "/"
         inside = target == p or target.startswith(p + "/") or p == "/"
-        if inside and (best is None or len(p) >= best[0]):
-            best = (len(p), fs_type)
-    return best[1] if best else None
+        if inside and (best is None or len(p) >= len(best[0])):
+            best = (p, fs_type)
+    return best
 
 
 def read_mounts(table: Path | None) -> list[tuple[str, str]]:

@@ -27,7 +27,7 @@ from typing import Any, Protocol, TypeVar
 
 from sidecar.config import Config
 from sidecar.runtime.backoff import Backoff
-from sidecar.vault.mounts import fs_type_of, is_network, read_mounts
+from sidecar.vault.mounts import fs_type_of, is_network, mount_of, read_mounts
 from sidecar.vault.sources import NoteFile, Root, Skipped, scan
 from sidecar.vault.timeout import run_with_timeout
 
@@ -39,7 +39,7 @@ T = TypeVar("T")
 MASS_DELETION_MIN_FILES = 4
 # Why a root's deletions are held; only "mass" is ever applied by the clock.
 HOLD_WHY = {
-    "unmounted": "was a mount point and is not any more (share unmounted?)",
+    "unmounted": "is not on the mount it was on any more (share unmounted?)",
     "device": "is on a different device than before (another share or disk mounted here?)",
     "empty": "is empty although {known} of its notes are indexed (share not mounted?)",
     "mass": "lost {missing} of {known} indexed notes at once",
@@ -53,15 +53,28 @@ class MetaStore(Protocol):
 
 @dataclass(frozen=True)
 class Identity:
-    """What a root folder is: a mount point of its own or not, and its device."""
+    """What a root folder is: a mount point of its own or not, its device, and the mount point
+    it lies on (None when the mount table is unknown)."""
 
     mount: bool
     dev: int
+    under: str | None = None
 
 
-def identity_of(path: Path) -> Identity:
+def identity_of(path: Path, mounts: list[tuple[str, str]] | None = None) -> Identity:
     st = os.stat(path)
-    return Identity(os.path.ismount(path), st.st_dev)
+    found = mount_of(path, mounts) if mounts else None
+    return Identity(os.path.ismount(path), st.st_dev, found[0] if found else None)
+
+
+def _moved(memo: dict[str, Any], ident: Identity) -> bool:
+    """Whether a root is not on the mount it was on: it was a mount point and is not any more,
+    or it now lies on another mount point (a folder under an unmounted share's mount point: what
+    is there is the disk's stale copy below it, not the share)."""
+    was_under = memo.get("under")
+    return (bool(memo.get("mount")) and not ident.mount) or (
+        was_under is not None and ident.under is not None and was_under != ident.under
+    )
 
 
 @dataclass
@@ -106,6 +119,7 @@ class Supervisor:
         self.backoff = Backoff(cfg.watch.retry_base_seconds, cfg.watch.retry_max_seconds)
         self.roots: dict[str, RootStatus] = {}
         self.beat = beat  # the indexer's heartbeat, during long waits
+        self.mounts: list[tuple[str, str]] = []  # the mount table, as read by the last classify
         self._lock = threading.Lock()
 
     def status(self, root: Root) -> RootStatus:
@@ -118,7 +132,7 @@ class Supervisor:
         root whose call hangs is left to ``list_root``, which reports it unreachable."""
         if not roots:
             return
-        mounts = read_mounts(self.cfg.watch.mount_table)
+        mounts = self.mounts = read_mounts(self.cfg.watch.mount_table)
         for root in roots:
             st = self.status(root)
             if not mounts or (st._stuck is not None and st._stuck.is_alive()):
@@ -163,7 +177,7 @@ class Supervisor:
         st._stuck = None
         try:
             ident, stuck = run_with_timeout(
-                lambda: _probe(root), self.cfg.watch.probe_timeout_seconds, root.name, self.beat
+                lambda: _probe(root, self.mounts), self.cfg.watch.probe_timeout_seconds, root.name, self.beat
             )
             if stuck is None:
                 st.identity = ident
@@ -199,11 +213,11 @@ class Supervisor:
             with os.scandir(vault) as it:
                 if next(it, None) is None:
                     return True
-            ident = identity_of(vault)
+            ident = identity_of(vault, self.mounts)
         except OSError:
             return True
         memo = self._remembered(Root("vault", vault))
-        return (bool(memo.get("mount")) and not ident.mount) or memo.get("dev", ident.dev) != ident.dev
+        return _moved(memo, ident) or memo.get("dev", ident.dev) != ident.dev
 
     def mark_offline(self, root: Root, why: str) -> None:
         st = self.status(root)
@@ -256,7 +270,7 @@ class Supervisor:
                 log.warning(
                     "mass_deletion_confirmed root=%s missing=%d of %d by=user", root.name, missing, known
                 )
-        elif missing and memo.get("mount") and ident is not None and not ident.mount:
+        elif missing and ident is not None and _moved(memo, ident):
             kind = "unmounted"
         elif (
             missing
@@ -272,7 +286,7 @@ class Supervisor:
             kind = "mass"
         if kind is None:
             if ident is not None:
-                self._remember(root, {"mount": ident.mount, "dev": ident.dev})
+                self._remember(root, _memo_of(ident))
             st.hold_kind = st.hold_since = None
             return None
         since = memo.get("hold", {}).get("since") if memo.get("hold", {}).get("kind") == kind else None
@@ -283,7 +297,7 @@ class Supervisor:
                 root.name, missing, known, (now - since) / 60,
             )  # fmt: skip
             if ident is not None:
-                self._remember(root, {"mount": ident.mount, "dev": ident.dev})
+                self._remember(root, _memo_of(ident))
             st.hold_kind = st.hold_since = None
             return None
         self._remember(root, {**memo, "hold": {"kind": kind, "since": since}})
@@ -315,7 +329,7 @@ class Supervisor:
             return False
 
         def look() -> tuple[Identity, bool]:
-            ident = identity_of(root.path)
+            ident = identity_of(root.path, self.mounts)
             with os.scandir(root.path) as it:
                 return ident, next(it, None) is None
 
@@ -327,8 +341,7 @@ class Supervisor:
             return False
         ident, empty = got
         memo = self._remembered(root)
-        moved = bool(memo.get("mount")) and not ident.mount
-        return not (empty or moved or memo.get("dev", ident.dev) != ident.dev)
+        return not (empty or _moved(memo, ident) or memo.get("dev", ident.dev) != ident.dev)
 
     def due(self, now: float | None = None) -> list[str]:
         """Roots to sweep now: offline ones whose retry is due, network ones whose poll is due."""
@@ -386,9 +399,17 @@ class Supervisor:
         return out
 
 
-def _probe(root: Root) -> Identity:
+def _memo_of(ident: Identity) -> dict[str, Any]:
+    """What is remembered of a root's mount state (the mount point it lies on, where known)."""
+    memo: dict[str, Any] = {"mount": ident.mount, "dev": ident.dev}
+    if ident.under is not None:
+        memo["under"] = ident.under
+    return memo
+
+
+def _probe(root: Root, mounts: list[tuple[str, str]] | None = None) -> Identity:
     """Cheap reachability check: the folder answers a stat and a listing; what it is."""
-    ident = identity_of(root.path)
+    ident = identity_of(root.path, mounts)
     with os.scandir(root.path) as it:
         next(it, None)
     return ident
