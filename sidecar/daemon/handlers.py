@@ -316,7 +316,7 @@ class Handlers:
         """Notes linked with this one (either way), then notes sharing its links or tags."""
         p = req.params
         check_known(p, ("reference", "limit"))
-        reference = param_str(p, "reference", max_len=2000)
+        reference = param_str(p, "reference", max_len=MAX_REFERENCE_CHARS)
         key = key_for_reference(reference, req.agent)
         limit = param_int(p, "limit", default=10, lo=1, hi=100)
         manifest = self.manifest
