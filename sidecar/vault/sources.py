@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import stat
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -307,10 +308,26 @@ def _opened_refusal(root: Root, fd: int) -> str | None:
     if real is None:  # no way to ask this system: the scan's check stands
         return None
     try:
-        base = root.path.resolve(strict=True)
+        base = _real_root(root.path)
     except (OSError, RuntimeError):
         return "root cannot be resolved"
     return _where_refusal(root, real, base)
+
+
+_REAL_ROOTS: dict[Path, tuple[float, Path]] = {}
+_REAL_ROOT_TTL_S = 10.0
+
+
+def _real_root(path: Path) -> Path:
+    """A root's real path, resolved at most every few seconds (not once per note read: a sweep
+    of a large vault on a share reads thousands)."""
+    now = time.monotonic()
+    known = _REAL_ROOTS.get(path)
+    if known is not None and now - known[0] < _REAL_ROOT_TTL_S:
+        return known[1]
+    real = path.resolve(strict=True)
+    _REAL_ROOTS[path] = (now, real)
+    return real
 
 
 def read_inbox_note(root: Root, name: str, max_bytes: int) -> tuple[bytes, str]:
