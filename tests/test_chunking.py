@@ -95,6 +95,14 @@ def test_front_matter_parsed_not_embedded() -> None:
     assert note.chunks[0].start_line == 8
 
 
+def test_an_impossible_date_keeps_the_rest_of_the_front_matter() -> None:
+    """A date YAML cannot build (month 13) stays text; title, tags and aliases still count."""
+    text = "---\ntitle: Boat log\ncreated: 2020-13-45\ntags: [boat]\naliases: [log]\n---\nBody.\n"
+    note = chunk_note(text, title="file-name", count_tokens=words)
+    assert note.front_matter_error is None and note.front_matter["created"] == "2020-13-45"
+    assert (note.title, note.tags, note.aliases) == ("Boat log", ("boat",), ("log",))
+
+
 def test_broken_front_matter_keeps_the_body() -> None:
     """Invalid YAML is reported and the note is still chunked."""
     note = chunk_note("---\ntags: [unclosed\n---\nStill here.\n", title="t", count_tokens=words)

@@ -12,7 +12,23 @@ import yaml
 _MAX_FRONT_MATTER = 64 * 1024
 # libyaml's loader where PyYAML was built with it (its wheels are): the same safe subset, about
 # ten times faster than the pure-Python one, which took 7 % of a first sweep.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BASE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_BASE_LOADER):  # type: ignore[misc]
+    """The safe loader, with a date YAML cannot build ("2020-13-45") kept as the text it is:
+    one bad value no longer costs the note its title, tags and aliases."""
+
+
+def _timestamp(loader: Any, node: Any) -> Any:
+    try:
+        return loader.construct_yaml_timestamp(node)
+    except ValueError:
+        return loader.construct_scalar(node)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp)
+_LOADER = _Loader
 # A block at the very start: "---" line, YAML, "---" line (what the inbox writes and reads back).
 # Windows line ends too: an agent's text may come with them (notes read from disk are normalised).
 _BLOCK = re.compile(r"\A---[ \t]*\r?\n(.*?\r?\n)?---[ \t]*(?:\r?\n|\Z)", re.S)
