@@ -145,13 +145,16 @@ def test_missing_named_config_file(tmp_path: Path) -> None:
 
 
 def test_home_inside_the_vault_is_refused(tmp_path: Path) -> None:
-    """The index and the agents' memory are never written into the vault (nor found as notes)."""
+    """The index and the agents' memory are never written among the vault's notes (nor found as
+    notes); a hidden folder of the vault, never scanned, may hold them."""
     vault = tmp_path / "vault"
-    for home in (vault / "sidecarhome", vault / ".sidecar", vault):
+    for home in (vault / "sidecarhome", vault / "Notes" / "sidecar", vault):
         with pytest.raises(ConfigError, match="inside the vault"):
             load_config(flags={"home": str(home), "vault.path": str(vault)}, env={})
     load_config(flags={"home": str(tmp_path / "home"), "vault.path": str(vault)}, env={})
     load_config(flags={"home": str(tmp_path), "vault.path": str(vault)}, env={})  # vault in the home
+    # A hidden folder is never scanned: a vault of ~ with the default home ~/.sidecar is fine.
+    load_config(flags={"home": str(vault / ".sidecar"), "vault.path": str(vault)}, env={})
 
 
 def test_relative_paths_in_file_resolve_next_to_it(tmp_path: Path) -> None:

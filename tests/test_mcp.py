@@ -185,6 +185,7 @@ def test_mcp_hostile_messages_get_clear_errors_and_the_session_goes_on(
     percent-encoded resource URI, a prompt with a wrong argument: each gets its own clear answer
     (a tool error where the model should read it) and the shim answers the next message."""
     write(vault / "Trip notes.md", "# Trip notes\n\nPack the tent and the stove.\n")
+    write(vault / "Sales 100%DE.md", "# Sales\n\nAll of Germany.\n")
     d: DaemonProcess = daemon_factory(vault).start()
     init = (
         '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26",'
@@ -205,6 +206,9 @@ def test_mcp_hostile_messages_get_clear_errors_and_the_session_goes_on(
             '{"jsonrpc":"2.0","id":8,"method":"resources/read",'
             '"params":{"uri":"sidecar://note/vault/Trip%20notes"}}',
             '{"jsonrpc":"2.0","id":9,"method":"prompts/get","params":{"name":"recall","arguments":"x"}}',
+            '{"jsonrpc":"2.0","id":"\\ud800","method":"\\udfff"}',  # echoed back: escaped, not fatal
+            '{"jsonrpc":"2.0","id":11,"method":"resources/read",'
+            '"params":{"uri":"sidecar://note/vault/Sales 100%DE"}}',
             '{"jsonrpc":"2.0","id":10,"method":"ping"}',
         ],
     )
@@ -221,4 +225,6 @@ def test_mcp_hostile_messages_get_clear_errors_and_the_session_goes_on(
     assert sorted(a["id"] for a in answers["batch"]) == [6, 7]
     assert "Pack the tent" in answers[8][0]["result"]["contents"][0]["text"]
     assert answers[9][0]["error"]["code"] == -32602
+    assert answers["\ud800"][0]["error"]["code"] == -32601
+    assert "All of Germany" in answers[11][0]["result"]["contents"][0]["text"]
     assert answers[10][0]["result"] == {}

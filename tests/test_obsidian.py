@@ -111,6 +111,28 @@ def test_hostile_obsidian_settings_never_stop_a_sweep(
         h.close()
 
 
+def test_obsidian_rules_stay_while_the_settings_cannot_be_read(tmp_path: Path) -> None:
+    """Settings that cannot be read this time (replaced by something unreadable, a share that
+    fails) keep the rules in force: a note the user left out is not indexed meanwhile."""
+    import os
+
+    from sidecar.vault.ignore import IgnoreRules
+
+    v = tmp_path / "v"
+    settings = v / ".obsidian" / "app.json"
+    write(settings, json.dumps({"userIgnoreFilters": ["Private/"]}))
+    rules = IgnoreRules((), v)
+    rules.refresh()
+    assert rules.match("Private/diary.md") == "Obsidian excluded files: Private/"
+    settings.unlink()
+    os.mkfifo(settings)  # present but unreadable as settings
+    rules.refresh()
+    assert rules.match("Private/diary.md") == "Obsidian excluded files: Private/"
+    settings.unlink()  # gone for good: no rules of Obsidian's
+    rules.refresh()
+    assert rules.match("Private/diary.md") is None
+
+
 def test_new_rules_remove_indexed_notes_past_the_mass_deletion_guard(tmp_path: Path, make_cfg: Any) -> None:
     """Excluding most of a vault is a rule, not a vanished mount: the notes leave at once."""
     v = tmp_path / "big"

@@ -154,3 +154,23 @@ def test_path_for_key_refuses_symlink_escape(make_cfg: Any, vault: Path, tmp_pat
     with pytest.raises(SourceError, match="wiki"):
         path_for_key(cfg, "vault/wiki/Backups")
     assert path_for_key(cfg, "wiki/Backups")[1] == (vault / "wiki" / "Backups.md").resolve()
+
+
+def test_a_wiki_in_a_hidden_folder_is_read_and_a_folder_is_known_by_identity(
+    tmp_path: Path, make_cfg: Any
+) -> None:
+    """The wiki folder configured inside a hidden folder (no link on the way) is the wiki; a
+    note's real path is placed under its root by the folder's identity, not its spelling (a
+    case-insensitive file system reports the case on disk; here: the root named through a link)."""
+    from sidecar.vault import sources
+
+    vault = tmp_path / "vault"
+    write(vault / "a" / ".wiki" / "Page.md", "# Page\n\nhidden wiki\n")
+    cfg = make_cfg(vault, **{"vault.wikiSubfolder": "a/.wiki"})
+    (wiki,) = [r for r in sources.roots(cfg) if r.source == "wiki"]
+    assert sources.root_refusal(wiki) is None
+    assert [n.key for n in sources.scan(wiki, 1 << 20) if isinstance(n, sources.NoteFile)] == ["wiki/Page"]
+    os.symlink(vault, tmp_path / "alias")
+    real = (vault / "a" / "x.md").resolve()
+    assert sources._below(real, tmp_path / "alias") == Path("a/x.md")
+    assert sources._below(tmp_path / "elsewhere.md", tmp_path / "alias") is None

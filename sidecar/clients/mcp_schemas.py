@@ -92,8 +92,9 @@ def tool(name: str, title: str, description: str, *schemas_and_hints: dict[str, 
         "name": name,
         "title": title,
         "description": description,
-        # A misspelt argument is an error (ToolCalls checks it too), not a silently dropped filter.
-        "inputSchema": {**inp, "additionalProperties": False},
+        # A misspelt argument is an error (the shim checks the names), not a silently dropped
+        # filter; the schema does not say additionalProperties: some clients' model APIs refuse it.
+        "inputSchema": inp,
         "outputSchema": out,
         "annotations": {"title": title, **ann},
     }

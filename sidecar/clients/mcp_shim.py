@@ -72,7 +72,10 @@ class Shim:
         self._write_lock = threading.Lock()
 
     def send(self, message: dict[str, Any] | list[dict[str, Any]]) -> None:
-        data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+        try:
+            data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+        except UnicodeEncodeError:  # a lone surrogate echoed back (an id, a method name): escaped
+            data = json.dumps(message, separators=(",", ":")).encode("ascii") + b"\n"
         with self._write_lock:
             self.out.write(data)
             self.out.flush()
@@ -185,7 +188,10 @@ class Shim:
         """A note by the reference of a resource URI. Clients expanding the template {+reference}
         percent-encode spaces and non-ASCII letters; others send the name as it is, which may hold
         a '%' of its own: the decoded form first, then the raw one."""
-        decoded = unquote(reference, errors="strict") if "%" in reference else reference
+        try:
+            decoded = unquote(reference, errors="strict") if "%" in reference else reference
+        except UnicodeDecodeError:  # "100%DE": a '%' of the name itself
+            decoded = reference
         try:
             return str(self.calls.call("get", {"reference": decoded})["text"])
         except ToolError:

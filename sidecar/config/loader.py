@@ -1,9 +1,11 @@
 """The layered loader: CLI flag > ``SIDECAR_*`` environment > YAML file > default, each value
 checked, every problem reported at once, and the folders and socket path resolved."""
 
+import contextlib
 import dataclasses
 import hashlib
 import os
+import threading
 import typing
 from collections.abc import Mapping
 from pathlib import Path
@@ -242,7 +244,8 @@ def load_config(
     home = (home if home.is_absolute() else cwd / home).resolve()
     vault = cfg.vault
     if vault.path is not None:
-        vault = dataclasses.replace(vault, path=vault.path.expanduser().resolve())
+        path = vault.path.expanduser()
+        vault = dataclasses.replace(vault, path=_resolved(path, cfg.watch.probe_timeout_seconds))
     wiki = vault.wiki_subfolder.strip("/")
     if not wiki or ".." in Path(wiki).parts or wiki.startswith("."):
         raise ConfigError(
@@ -250,13 +253,15 @@ def load_config(
             "must be a relative folder inside the vault"
         )
     vault = dataclasses.replace(vault, wiki_subfolder=wiki)
-    if vault.path is not None and home.is_relative_to(vault.path):
-        # sidecar never writes into the vault; a home there would also be indexed as notes,
-        # every agent's memory with it.
+    inside = vault.path is not None and home.is_relative_to(vault.path)
+    if inside and vault.path is not None and not _hidden_below(home, vault.path):
+        # sidecar never writes into the vault's notes; a home there would also be indexed as
+        # notes, every agent's memory with it. A hidden folder (a vault of ~ and the home
+        # ~/.sidecar) is never scanned, as Obsidian never shows it.
         raise ConfigError(
             f"{source_file or 'configuration'}: home {home} lies inside the vault {vault.path}: the index "
             "and every agent's memory would be written into the vault and found as its notes; use a "
-            "folder outside it (default ~/.sidecar)"
+            "folder outside it or a hidden one (default ~/.sidecar)"
         )
     socket = cfg.socket.expanduser() if cfg.socket else _default_socket(home, env, os.getuid())
     if len(os.fsencode(socket)) > _MAX_SOCKET_PATH + 4:
@@ -278,3 +283,24 @@ def load_config(
         watchdog_usec=int(env["WATCHDOG_USEC"]) if env.get("WATCHDOG_USEC", "").isdigit() else None,
         warnings=tuple(warnings),
     )
+
+
+def _resolved(path: Path, timeout: float) -> Path:
+    """The real path of ``path``, or its absolute spelling when the file system does not answer
+    within ``timeout`` (a hung share): the daemon then starts and reports the share offline
+    instead of hanging here, before it could say anything."""
+    box: list[Path] = []
+
+    def resolve() -> None:
+        with contextlib.suppress(OSError, RuntimeError):
+            box.append(path.resolve())
+
+    thread = threading.Thread(target=resolve, name="resolve-vault", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return box[0] if box else Path(os.path.normpath(os.path.abspath(path)))
+
+
+def _hidden_below(path: Path, top: Path) -> bool:
+    """Whether ``path`` lies in a hidden folder (a name starting with '.') below ``top``."""
+    return any(part.startswith(".") for part in path.relative_to(top).parts)

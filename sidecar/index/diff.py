@@ -227,11 +227,12 @@ class ChangeFinder:
         if refusal is not None:  # the wiki folder became a link out of the vault: a sweep decides
             return [Skipped(root.path, refusal)], []
         base = root.path.resolve()
+        folders: dict[Path, bool] = {}  # folder -> a link (or no answer): each asked once a batch
         for rel in rels:
             path = root.path / rel
             # File events come through folder symlinks too (the watch follows them): a path
             # below one is never a note of this root, as a scan never descends into one.
-            if _below_a_link(root.path, rel):
+            if _below_a_link(root.path, rel, folders):
                 continue
             try:
                 st = os.lstat(path)
@@ -303,16 +304,19 @@ class ChangeFinder:
         return kept
 
 
-def _below_a_link(top: Path, rel: str) -> bool:
-    """Whether a folder between ``top`` and ``rel``'s last part is a symlink (or cannot be told)."""
+def _below_a_link(top: Path, rel: str, known: dict[Path, bool]) -> bool:
+    """Whether a folder between ``top`` and ``rel``'s last part is a symlink (or cannot be told);
+    ``known`` keeps each folder's answer for the batch (a checkout of thousands of files)."""
     folder = top
     for part in rel.split("/")[:-1]:
         folder = folder / part
-        try:
-            if stat.S_ISLNK(os.lstat(folder).st_mode):
-                return True
-        except FileNotFoundError:
-            return False  # gone: the path's own lstat says so
-        except OSError:
+        if folder not in known:
+            try:
+                known[folder] = stat.S_ISLNK(os.lstat(folder).st_mode)
+            except FileNotFoundError:
+                return False  # gone: the path's own lstat says so
+            except OSError:
+                known[folder] = True
+        if known[folder]:
             return True
     return False

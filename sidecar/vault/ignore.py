@@ -85,13 +85,14 @@ class IgnoreRules:
         path = self.vault / ".obsidian" / "app.json"
         try:
             st = os.stat(path)
-        except OSError:
-            self._app_stat, self._app = None, []
+        except (FileNotFoundError, NotADirectoryError):
+            self._app_stat, self._app = None, []  # no settings: no rules of Obsidian's
             return []
-        if (st.st_mtime_ns, st.st_size) == self._app_stat:
+        except OSError:
+            return self._app  # cannot tell now (a share that fails): the rules in force stay
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp == self._app_stat:
             return self._app
-        self._app_stat = (st.st_mtime_ns, st.st_size)
-        self._app = []
         try:
             # Opened as a note is (never a blocking read of a pipe, a device is refused) and read
             # up to a cap: the file is the vault's, whatever it holds.
@@ -100,22 +101,28 @@ class IgnoreRules:
                 raise ValueError(f"larger than {_MAX_SETTINGS_BYTES} bytes")
             filters = json.loads(raw.decode("utf-8")).get("userIgnoreFilters") or []
         except (OSError, ValueError, AttributeError, RecursionError) as exc:
+            # Said once per version of the file; the rules in force stay (a note the user left
+            # out is not indexed because the file could not be read this time).
             log.warning("obsidian_settings_unreadable path=%s error=%s", path, printable(exc))
-            return []
-        for raw in filters if isinstance(filters, list) else []:
-            if not isinstance(raw, str) or not raw.strip():
+            self._app_stat = stamp
+            return self._app
+        rules: list[_Rule] = []
+        for item in filters if isinstance(filters, list) else []:
+            if not isinstance(item, str) or not item.strip():
                 continue
-            f = raw.strip()
+            f = item.strip()
             if len(f) > 2 and f.startswith("/") and f.endswith("/"):
                 try:
-                    self._app.append(_Rule("Obsidian excluded files", f, regex=regex.compile(f[1:-1])))
+                    rules.append(_Rule("Obsidian excluded files", f, regex=regex.compile(f[1:-1])))
                 except (regex.error, RecursionError, ValueError):
                     log.warning("obsidian_filter_invalid filter=%s", printable(f))
             else:
-                self._app.append(_Rule("Obsidian excluded files", f))
-        if self._app:
-            log.info("obsidian_excluded_files count=%d", len(self._app))
-        return self._app
+                rules.append(_Rule("Obsidian excluded files", f))
+        if rules:
+            log.info("obsidian_excluded_files count=%d", len(rules))
+        # Both at once: a read that hung past its deadline and ends later replaces the whole list.
+        self._app_stat, self._app = stamp, rules
+        return rules
 
     def refresh(self) -> None:
         """Re-read Obsidian's settings if they changed (called once per sweep)."""

@@ -8,6 +8,7 @@ Imports ``config``, ``confine`` and ``contracts`` (errors, the source names).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -251,7 +252,9 @@ def root_refusal(root: Root) -> str | None:
         return "folder cannot be resolved (broken symlink or loop)"
     if real == outer or not real.is_relative_to(outer):
         return f"folder is a symlink leading outside {root.within}"
-    if any(p.startswith(".") for p in real.relative_to(outer).parts):
+    # No link on the way: the folder configured (even a hidden one) is the wiki.
+    linked = real != outer / root.path.relative_to(root.within)
+    if linked and any(p.startswith(".") for p in real.relative_to(outer).parts):
         return f"folder is a symlink leading into a hidden folder of {root.within}"
     return None
 
@@ -291,6 +294,8 @@ def read_note(path: Path, max_bytes: int, root: Root | None = None) -> tuple[byt
             raise
         if why is not None:
             os.close(fd)
+            if not os.path.lexists(path):  # moved away meanwhile (Obsidian's delete: into .trash)
+                raise FileNotFoundError(2, "gone while it was read", str(path))
             raise NoteUnreadable(why)
         data = read_fd(fd, max_bytes + 1)
     except FileNotFoundError:
@@ -311,7 +316,23 @@ def _opened_refusal(root: Root, fd: int) -> str | None:
         base = _real_root(root.path)
     except (OSError, RuntimeError):
         return "root cannot be resolved"
-    return _where_refusal(root, real, base)
+    rel = _below(real, base)
+    if rel is None:
+        return "symlink leads outside the root"
+    return _where_refusal(root, base / rel, base)
+
+
+def _below(real: Path, base: Path) -> Path | None:
+    """``real`` relative to the folder ``base``, or None when it is not inside. The folder is
+    compared by identity where the spelling differs: a case-insensitive file system (macOS by
+    default) reports the name's case on disk, which the configured path may not share."""
+    if real.is_relative_to(base):
+        return real.relative_to(base)
+    for depth in range(len(real.parts) - 1, 0, -1):
+        with contextlib.suppress(OSError):
+            if os.path.samefile(Path(*real.parts[:depth]), base):
+                return Path(*real.parts[depth:])
+    return None
 
 
 _REAL_ROOTS: dict[Path, tuple[float, Path]] = {}

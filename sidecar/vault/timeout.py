@@ -6,6 +6,8 @@ left behind and handed back, for the caller to refuse a second one on the same r
 
 from __future__ import annotations
 
+import os
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -54,9 +56,11 @@ def folder_state(path: Path, timeout: float) -> tuple[bool, str | None]:
     does not exist (or is not a folder); (False, why) it did not answer: an I/O error, no
     permission, a dead or hung share. Never raises, never blocks past ``timeout``."""
     try:
-        found, stuck = run_with_timeout(path.is_dir, timeout, "folder-state")
-    except OSError as exc:
+        st, stuck = run_with_timeout(lambda: os.stat(path), timeout, "folder-state")
+    except (FileNotFoundError, NotADirectoryError):
+        return False, None
+    except OSError as exc:  # asked with os.stat: Path.is_dir hides these on newer Pythons
         return False, exc.strerror or str(exc)
     if stuck is not None:
         return False, f"no answer within {timeout:.0f} s (hung share?)"
-    return bool(found), None
+    return st is not None and stat.S_ISDIR(st.st_mode), None
