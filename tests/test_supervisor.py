@@ -67,7 +67,7 @@ def test_a_share_that_hangs_everywhere_never_blocks_a_sweep(
     """A vault whose every call hangs (a hard NFS mount whose server is gone): finding its file
     system type and reading Obsidian's settings hang too, before any listing. Both are asked with
     the probe timeout: the sweep ends, the vault and wiki go offline, the agents' memory is
-    indexed, and no second call is started while the first still hangs."""
+    indexed, and no second call is started while the first still hangs (on the vault or in it)."""
     cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3})
     release = __import__("threading").Event()
     calls: list[str] = []
@@ -98,7 +98,9 @@ def test_a_share_that_hangs_everywhere_never_blocks_a_sweep(
         for name in ("vault", "wiki"):
             assert h.supervisor.roots[name].offline, name
         assert h.stores.manifest.counts()["by_source"]["memory"]["files"] == 1
-        assert calls.count("settings") == 1 and calls.count("type") == 2  # one per root, not per sweep
+        # One call on the hung vault in all: not one per sweep, none for the wiki inside it,
+        # and the settings file is not asked while the vault's call hangs.
+        assert calls == ["type"]
         release.set()
         time.sleep(0.3)
         h.sweep()
@@ -151,7 +153,7 @@ def test_hung_root_does_not_block_the_others(
         assert wiki.offline and "timeout" in (wiki.error or "")
         assert h.stores.manifest.counts()["by_source"]["vault"]["files"] == 3
         h.sweep()  # the hung probe thread is still there: no second one is started
-        assert "still hanging" in (h.supervisor.roots["wiki"].error or "")
+        assert "still hangs" in (h.supervisor.roots["wiki"].error or "")
         release.set()
         time.sleep(0.2)
         h.sweep()

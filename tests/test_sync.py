@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.contracts.errors import RemoteError
 from tests.conftest import DaemonProcess, make_notes, store_ids, write
 
 pytestmark = pytest.mark.model
@@ -36,6 +37,10 @@ def test_vanished_root_stays_searchable_and_recovers(
     assert h["index"]["chunks"] == chunks
     assert d.call("search", {"query": "spark plugs"})["hits"][0]["reference"] == "vault/Projects/Boat"
     assert "vault" in d.run_cli("status").stdout and "PROBLEM" in d.run_cli("status").stdout
+    # get reads the file itself: an offline root says so (not "cannot be resolved", and never the
+    # file of whatever now lies at the path).
+    with pytest.raises(RemoteError, match="offline"):
+        d.call("get", {"reference": "vault/Projects/Boat"})
     write(away / "Projects" / "Boat.md", "# Boat\n\n## Engine\n\nThe outboard engine got a new propeller.\n")
     write(away / "Kayak.md", "# Kayak\n\nThe kayak paddle hangs in the garage loft.\n")
     away.rename(vault)

@@ -27,7 +27,10 @@ def _check_vault(args: argparse.Namespace, cfg: Config, *, serving: bool) -> Non
     path = cfg.vault.path
     if path is None:
         return
-    there, why = folder_state(path, cfg.watch.probe_timeout_seconds)
+    # Briefly: this only decides a warning, and a hung share must not hold the start (the
+    # daemon's own checks are bounded by the probe timeout and report it).
+    timeout = cfg.watch.probe_timeout_seconds
+    there, why = folder_state(path, min(2.0, timeout) if serving else timeout)
     if there:
         return
     if why is not None:  # there, but not answering: a share that is down or hangs

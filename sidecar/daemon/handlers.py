@@ -270,6 +270,16 @@ class Handlers:
             exact = key_for_reference(reference + ".md", req.agent)
             if manifest.rel_of(exact) is not None:
                 key = exact
+        source = key.split("/", 1)[0]
+        status = self.supervisor.roots.get(source) if source != "memory" else None
+        if status is not None and status.offline and status.hold_kind != "mass":
+            # Unreachable, or what is there is not the share (a stale copy under an unmounted
+            # share's mount point): its files are not this vault's notes. (A mass hold leaves the
+            # share readable.) Search still finds the indexed text.
+            raise SourceError(
+                f"{reference!r} cannot be read now: the {source} is offline ({status.error}); "
+                "its indexed text is still found by search"
+            )
         root, path = path_for_key(self.cfg, key, manifest.rel_of(key))
         limit = self.cfg.index.max_file_bytes
         try:

@@ -114,8 +114,6 @@ class Indexer:
         act = self.activity
         act.phase, act.done, act.total, act.started = "scanning", 0, 0, time.time()
         diff = Diff()
-        if not paths:  # Obsidian's settings are read on full sweeps: a memory write touches no vault file
-            self._refresh_ignore()
         self.writer.defer_links = not act.first_sweep_done
         excluded: dict[str, int] = {}
         every = self.changes.roots()
@@ -124,6 +122,8 @@ class Indexer:
             rest = [r for r in every if r not in chosen]
             chosen += [r for r in self.changes.diff_paths(paths, rest, diff) if r not in chosen]
         self.supervisor.classify(chosen)
+        if not paths:  # Obsidian's settings are read on full sweeps: a memory write touches no vault file
+            self._refresh_ignore()
         for root in chosen:
             self.changes.diff_root(root, diff, root.name in confirm_deletions, excluded)
         if only is None:
@@ -176,6 +176,10 @@ class Indexer:
         no second read is started while the first still hangs."""
         if self._ignore_stuck is not None and self._ignore_stuck.is_alive():
             return
+        vault = self.cfg.vault.path
+        hung = self.supervisor.roots.get("vault")
+        if vault is None or (hung is not None and hung._stuck is not None and hung._stuck.is_alive()):
+            return  # the vault's own call still hangs: its rules in force stay
         timeout, beat = self.cfg.watch.probe_timeout_seconds, self.supervisor.beat
         _, self._ignore_stuck = run_with_timeout(self.ignore.refresh, timeout, "settings", beat)
 

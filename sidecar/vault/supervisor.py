@@ -133,8 +133,13 @@ class Supervisor:
         if not roots:
             return
         mounts = self.mounts = read_mounts(self.cfg.watch.mount_table)
-        for root in roots:
+        # The vault before the wiki inside it: when the vault hangs, so does its wiki, which is
+        # then not asked again (each ask of a hung share costs a full probe timeout).
+        for root in sorted(roots, key=lambda r: r.within is not None):
             st = self.status(root)
+            outer = self.stuck_within(root)
+            if outer is not None:
+                st._stuck = outer
             if not mounts or (st._stuck is not None and st._stuck.is_alive()):
                 continue
             try:
@@ -152,11 +157,20 @@ class Supervisor:
             st.fs_type = found
             st.network = is_network(st.fs_type)
 
+    def stuck_within(self, root: Root) -> threading.Thread | None:
+        """The call still hanging on the folder this root lies in (the wiki's vault), if any."""
+        if root.within is None:
+            return None
+        with self._lock:
+            outer = next((s for s in self.roots.values() if s.path == str(root.within)), None)
+        stuck = outer._stuck if outer is not None else None
+        return stuck if stuck is not None and stuck.is_alive() else None
+
     def bounded(self, root: Root, fn: Callable[[], T]) -> T:
         """Run file-system work on ``root`` with its scan timeout; RootUnreachable if it hangs."""
         st = self.status(root)
         if st._stuck is not None and st._stuck.is_alive():
-            raise RootUnreachable(f"an earlier listing of {root.path} is still hanging")
+            raise RootUnreachable(f"an earlier call on {root.path} still hangs (hung share?)")
         st._stuck = None
         try:
             value, stuck = run_with_timeout(fn, self.cfg.watch.scan_timeout_seconds, root.name, self.beat)
@@ -173,7 +187,7 @@ class Supervisor:
         """Probe, then scan a root, each bounded by its timeout; RootUnreachable when it cannot be read."""
         st = self.status(root)
         if st._stuck is not None and st._stuck.is_alive():
-            raise RootUnreachable(f"an earlier listing of {root.path} is still hanging")
+            raise RootUnreachable(f"an earlier call on {root.path} still hangs (hung share?)")
         st._stuck = None
         try:
             ident, stuck = run_with_timeout(

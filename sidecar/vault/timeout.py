@@ -51,10 +51,18 @@ def run_with_timeout(
     return box["value"], None
 
 
+# Folders whose stat hangs, by path: asked again while the first call still hangs, they answer
+# at once (a start checks the vault twice; a hung share cost a full timeout each time).
+_HANGING: dict[Path, threading.Thread] = {}
+
+
 def folder_state(path: Path, timeout: float) -> tuple[bool, str | None]:
     """Whether ``path`` is a folder, asked with a deadline: (True, None) it is; (False, None) it
     does not exist (or is not a folder); (False, why) it did not answer: an I/O error, no
     permission, a dead or hung share. Never raises, never blocks past ``timeout``."""
+    hanging = _HANGING.get(path)
+    if hanging is not None and hanging.is_alive():
+        return False, "an earlier call on it still hangs (hung share?)"
     try:
         st, stuck = run_with_timeout(lambda: os.stat(path), timeout, "folder-state")
     except (FileNotFoundError, NotADirectoryError):
@@ -62,5 +70,7 @@ def folder_state(path: Path, timeout: float) -> tuple[bool, str | None]:
     except OSError as exc:  # asked with os.stat: Path.is_dir hides these on newer Pythons
         return False, exc.strerror or str(exc)
     if stuck is not None:
+        _HANGING[path] = stuck
         return False, f"no answer within {timeout:.0f} s (hung share?)"
+    _HANGING.pop(path, None)
     return st is not None and stat.S_ISDIR(st.st_mode), None
