@@ -261,7 +261,7 @@ def load_config(
         # notes, every agent's memory with it. A hidden folder (a vault of ~ and the home
         # ~/.sidecar) is never scanned, as Obsidian never shows it.
         raise ConfigError(
-            f"{source_file or 'configuration'}: home {home} lies inside the vault {vault.path}: the index "
+            f"home {home} lies inside the vault {vault.path}: the index "
             "and every agent's memory would be written into the vault and found as its notes; use a "
             "folder outside it or a hidden one (default ~/.sidecar)"
         )

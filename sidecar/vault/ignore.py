@@ -103,7 +103,8 @@ class IgnoreRules:
         except (OSError, ValueError, AttributeError, RecursionError) as exc:
             # Said once per version of the file; the rules in force stay (a note the user left
             # out is not indexed because the file could not be read this time).
-            log.warning("obsidian_settings_unreadable path=%s error=%s", path, printable(exc))
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            log.warning("obsidian_settings_unreadable path=%s error=%s", path, printable(why))
             self._app_stat = stamp
             return self._app
         rules: list[_Rule] = []
