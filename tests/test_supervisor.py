@@ -111,6 +111,25 @@ def test_a_share_that_hangs_everywhere_never_blocks_a_sweep(
         h.close()
 
 
+def test_sweeps_before_the_retry_do_not_grow_the_backoff(make_cfg: Any, vault: Path) -> None:
+    """Sweeps that meet an offline root before its retry is due (file events, a user's index) keep
+    its schedule; only the retries themselves grow the delay (two early sweeps pushed it to a
+    minute)."""
+    now = [1000.0]
+    sup = Supervisor(make_cfg(vault), clock=lambda: now[0])
+    root = Root("vault", vault)
+    sup.mark_offline(root, "gone")
+    first = sup.status(root).next_retry
+    assert first is not None and sup.status(root).failures == 1
+    now[0] += 1
+    sup.mark_offline(root, "gone")
+    sup.mark_offline(root, "gone")
+    assert sup.status(root).failures == 1 and sup.status(root).next_retry == first
+    now[0] = first
+    sup.mark_offline(root, "gone")
+    assert sup.status(root).failures == 2
+
+
 def test_due_roots_follow_retry_and_poll_intervals(make_cfg: Any, vault: Path) -> None:
     """Offline roots are due at their retry time; network roots every poll interval."""
     now = [1000.0]

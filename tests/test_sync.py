@@ -41,6 +41,8 @@ def test_vanished_root_stays_searchable_and_recovers(
     # file of whatever now lies at the path).
     with pytest.raises(RemoteError, match="offline"):
         d.call("get", {"reference": "vault/Projects/Boat"})
+    ran = d.run_cli("index")  # says what it could not sweep, not only the totals
+    assert "vault offline, kept as indexed" in ran.stdout + ran.stderr
     write(away / "Projects" / "Boat.md", "# Boat\n\n## Engine\n\nThe outboard engine got a new propeller.\n")
     write(away / "Kayak.md", "# Kayak\n\nThe kayak paddle hangs in the garage loft.\n")
     away.rename(vault)

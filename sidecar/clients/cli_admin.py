@@ -92,10 +92,22 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
                 if idx["sweeps"] > before and idx["phase"] == "idle" and not waiting:
                     break
                 time.sleep(0.5)
+        # A root that could not be swept keeps what was indexed: say so, not only the totals.
+        offline = [r for r in health.get("roots", []) if r.get("mode") == "offline"]
         if args.json:
-            print(json.dumps({"through": "daemon", "files": idx["files"], "chunks": idx["chunks"]}))
+            print(
+                json.dumps(
+                    {
+                        "through": "daemon",
+                        "files": idx["files"],
+                        "chunks": idx["chunks"],
+                        "offline": [{"name": r["name"], "error": r.get("error")} for r in offline],
+                    }
+                )
+            )
         else:
-            bar.done(f"indexed {idx['files']} notes, {idx['chunks']} chunks (through the daemon)")
+            kept = "".join(f"; {r['name']} offline, kept as indexed: {r.get('error')}" for r in offline)
+            bar.done(f"indexed {idx['files']} notes, {idx['chunks']} chunks (through the daemon){kept}")
         return int(ExitCode.OK)
     except DaemonNotRunningError:
         pass

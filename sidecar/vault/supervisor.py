@@ -235,9 +235,12 @@ class Supervisor:
 
     def mark_offline(self, root: Root, why: str) -> None:
         st = self.status(root)
+        now = self.clock()
+        if st.offline and st.error == why and st.next_retry is not None and now < st.next_retry:
+            return  # a sweep before the retry was due (a file event, a user's index): same schedule
         st.failures += 1
         delay = self.backoff.delay(st.failures)
-        st.next_retry = self.clock() + delay
+        st.next_retry = now + delay
         if not st.offline or st.error != why:
             log.warning("watcher_retry root=%s reason=%s retry_in=%.0fs", root.name, why, delay)
         st.offline, st.error = True, why
