@@ -9,7 +9,6 @@ watch and asks for a full sweep (an empty set of paths). Editor temp files, dot-
 non-Markdown files are filtered out. A folder whose name is not valid UTF-8 makes the recursive
 watch fail ("Unable to decode path"): the watcher then watches every other folder one by one (not
 recursively), restarting when a folder appears, so events keep flowing for the rest of the tree.
-So does a tree holding a folder symlink: the recursive watch would follow it out of the vault.
 """
 
 from __future__ import annotations
@@ -46,13 +45,7 @@ MAX_FLAT_FOLDERS = 50_000
 
 def watchable_folders(paths: Sequence[Path], limit: int = MAX_FLAT_FOLDERS) -> list[Path]:
     """The folders under ``paths`` whose names decode, without dot-folders or symlinks."""
-    return _walk(paths, limit)[0]
-
-
-def _walk(paths: Sequence[Path], limit: int = MAX_FLAT_FOLDERS) -> tuple[list[Path], bool]:
-    """``watchable_folders``, and whether a folder symlink was met on the way."""
     out: list[Path] = []
-    linked = False
     stack = []
     for p in paths:
         with contextlib.suppress(OSError):
@@ -68,11 +61,9 @@ def _walk(paths: Sequence[Path], limit: int = MAX_FLAT_FOLDERS) -> tuple[list[Pa
                         continue
                     if e.is_dir(follow_symlinks=False):
                         stack.append(Path(e.path))
-                    elif not linked and e.is_symlink() and e.is_dir(follow_symlinks=True):
-                        linked = True
         except OSError:
             continue
-    return out, linked
+    return out
 
 
 class NoteFilter:
@@ -167,14 +158,6 @@ class Watcher:
         return out
 
     def _watch(self, existing: list[Path]) -> None:
-        if not self.flat:
-            # A recursive watch follows folder symlinks (notify sets watches through them, out of
-            # the vault: `r -> /` meant thousands, /proc included). Their notes are never indexed,
-            # so with such a link inside, the watch goes folder by folder, links left out.
-            walked, linked = _walk(existing)
-            if linked and len(walked) < MAX_FLAT_FOLDERS:
-                log.info("watcher_flat reason=a folder symlink inside (never followed)")
-                self.flat = True
         folders = watchable_folders(existing) if self.flat else existing
         known = {str(f) for f in folders}
         log.info(
