@@ -122,9 +122,11 @@ def test_sweeps_before_the_retry_do_not_grow_the_backoff(make_cfg: Any, vault: P
     first = sup.status(root).next_retry
     assert first is not None and sup.status(root).failures == 1
     now[0] += 1
-    sup.mark_offline(root, "gone")
-    sup.mark_offline(root, "gone")
+    # Whatever the early sweeps say (a hung root: "did not answer", then "still hangs").
+    sup.mark_offline(root, "did not answer within its timeout")
+    sup.mark_offline(root, "an earlier call still hangs")
     assert sup.status(root).failures == 1 and sup.status(root).next_retry == first
+    assert sup.status(root).error == "an earlier call still hangs"
     now[0] = first
     sup.mark_offline(root, "gone")
     assert sup.status(root).failures == 2

@@ -245,9 +245,9 @@ def load_config(
     vault = cfg.vault
     if vault.path is not None:
         path = vault.path.expanduser()
-        # A healthy share resolves in well under a second; a hung one must not hold the start.
-        wait = min(_RESOLVE_WAIT_S, cfg.watch.probe_timeout_seconds)
-        vault = dataclasses.replace(vault, path=_resolved(path, wait))
+        # A hung share must not hold the start past one probe timeout (a sleeping NAS's disks
+        # may take seconds to spin up: that still resolves).
+        vault = dataclasses.replace(vault, path=_resolved(path, cfg.watch.probe_timeout_seconds))
     wiki = vault.wiki_subfolder.strip("/")
     if not wiki or ".." in Path(wiki).parts or wiki.startswith("."):
         raise ConfigError(
@@ -285,9 +285,6 @@ def load_config(
         watchdog_usec=int(env["WATCHDOG_USEC"]) if env.get("WATCHDOG_USEC", "").isdigit() else None,
         warnings=tuple(warnings),
     )
-
-
-_RESOLVE_WAIT_S = 2.0
 
 
 def _resolved(path: Path, timeout: float) -> Path:

@@ -56,6 +56,8 @@ from sidecar.vault.supervisor import Supervisor
 MAX_QUERY_CHARS = 4000
 # A reference is a path inside a root: PATH_MAX (4096 bytes on Linux) plus the source prefix.
 MAX_REFERENCE_CHARS = 8192
+# Held roots whose folder is not the share: get does not read what lies there now.
+_NOT_THE_SHARE = frozenset({"unmounted", "device", "empty"})
 # Filters and options shared by `search` and `recall`.
 _SEARCH_PARAMS = ("limit", "minScore", "source", "tag", "pathPrefix", "since", "until", "preview")
 MAX_TAGS = 20
@@ -272,25 +274,25 @@ class Handlers:
                 key = exact
         source = key.split("/", 1)[0]
         status = self.supervisor.roots.get(source) if source != "memory" else None
-        if status is not None and status.offline and status.hold_kind != "mass":
-            # Unreachable, or what is there is not the share (a stale copy under an unmounted
-            # share's mount point): its files are not this vault's notes. (A mass hold leaves the
-            # share readable.) Search still finds the indexed text.
+        hung = status is not None and status._stuck is not None and status._stuck.is_alive()
+        if status is not None and status.offline and (hung or status.hold_kind in _NOT_THE_SHARE):
+            # What is there is not the share (a stale copy under an unmounted share's mount
+            # point): its files are not this vault's notes; or a call on it still hangs. Any other
+            # offline root is read as it is now (it may be back before its next retry).
             raise SourceError(
                 f"{reference!r} cannot be read now: the {source} is offline ({status.error}); "
                 "its indexed text is still found by search"
             )
-        root, path = path_for_key(self.cfg, key, manifest.rel_of(key))
-        limit = self.cfg.index.max_file_bytes
         try:
-            if root.source == "memory":
-                _data, text = read_inbox_note(root, path.name, limit)
-            else:
-                _data, text = read_note(path, limit, root)
-        except FileNotFoundError as exc:
-            raise NotFoundError(f"no note {reference!r}") from exc
-        except NoteUnreadable as exc:
-            raise SourceError(f"{reference!r} cannot be read: {exc.reason}") from exc
+            path, text = self._read(key, reference)
+        except SourceError as exc:
+            if status is None or not status.offline or manifest.rel_of(key) is None:
+                raise
+            # Indexed, but its root is offline: that is why, not a missing or a bad reference.
+            raise SourceError(
+                f"{reference!r} cannot be read now: the {source} is offline ({status.error}); "
+                "its indexed text is still found by search"
+            ) from exc
         chunks = self.manifest.chunks_of(key)
         title = chunks[0].title if chunks else path.stem
         graph = LinkGraph(self.manifest.read)
@@ -321,6 +323,21 @@ class Handlers:
         if masked:
             out["masked"] = masked
         return out
+
+    def _read(self, key: str, reference: str) -> tuple[Path, str]:
+        """The note behind a key as it is on disk now: its path and text."""
+        root, path = path_for_key(self.cfg, key, self.manifest.rel_of(key))
+        limit = self.cfg.index.max_file_bytes
+        try:
+            if root.source == "memory":
+                _data, text = read_inbox_note(root, path.name, limit)
+            else:
+                _data, text = read_note(path, limit, root)
+        except FileNotFoundError as exc:
+            raise NotFoundError(f"no note {reference!r}") from exc
+        except NoteUnreadable as exc:
+            raise SourceError(f"{reference!r} cannot be read: {exc.reason}") from exc
+        return path, text
 
     def related(self, req: Request) -> dict[str, Any]:
         """Notes linked with this one (either way), then notes sharing its links or tags."""

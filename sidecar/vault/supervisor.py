@@ -64,7 +64,8 @@ class Identity:
 def identity_of(path: Path, mounts: list[tuple[str, str]] | None = None) -> Identity:
     st = os.stat(path)
     found = mount_of(path, mounts) if mounts else None
-    return Identity(os.path.ismount(path), st.st_dev, found[0] if found else None)
+    # Asked of the real path: a root named through a symlink is a mount point if its target is.
+    return Identity(os.path.ismount(os.path.realpath(path)), st.st_dev, found[0] if found else None)
 
 
 def _moved(memo: dict[str, Any], ident: Identity) -> bool:
@@ -236,8 +237,13 @@ class Supervisor:
     def mark_offline(self, root: Root, why: str) -> None:
         st = self.status(root)
         now = self.clock()
-        if st.offline and st.error == why and st.next_retry is not None and now < st.next_retry:
-            return  # a sweep before the retry was due (a file event, a user's index): same schedule
+        if st.offline and st.next_retry is not None and now < st.next_retry:
+            # A sweep before the retry was due (a file event, a user's index): the same schedule,
+            # whatever it says now (a hung root says "did not answer", then "still hangs").
+            if st.error != why:
+                log.info("root_offline root=%s reason=%s", root.name, why)
+            st.error = why
+            return
         st.failures += 1
         delay = self.backoff.delay(st.failures)
         st.next_retry = now + delay
