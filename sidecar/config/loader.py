@@ -245,9 +245,11 @@ def load_config(
     vault = cfg.vault
     if vault.path is not None:
         path = vault.path.expanduser()
-        # A hung share must not hold the start past one probe timeout (a sleeping NAS's disks
-        # may take seconds to spin up: that still resolves).
-        vault = dataclasses.replace(vault, path=_resolved(path, cfg.watch.probe_timeout_seconds))
+        # Every command loads the configuration (status, search, each MCP shim's start): a hung
+        # share must not hold them. A share slower than this keeps the path as written (only a
+        # path through a symlink differs; its mount state is judged on the real path anyway).
+        wait = min(_RESOLVE_WAIT_S, cfg.watch.probe_timeout_seconds)
+        vault = dataclasses.replace(vault, path=_resolved(path, wait))
     wiki = vault.wiki_subfolder.strip("/")
     if not wiki or ".." in Path(wiki).parts or wiki.startswith("."):
         raise ConfigError(
@@ -285,6 +287,9 @@ def load_config(
         watchdog_usec=int(env["WATCHDOG_USEC"]) if env.get("WATCHDOG_USEC", "").isdigit() else None,
         warnings=tuple(warnings),
     )
+
+
+_RESOLVE_WAIT_S = 2.0
 
 
 def _resolved(path: Path, timeout: float) -> Path:
