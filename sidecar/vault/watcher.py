@@ -9,6 +9,7 @@ watch and asks for a full sweep (an empty set of paths). Editor temp files, dot-
 non-Markdown files are filtered out. A folder whose name is not valid UTF-8 makes the recursive
 watch fail ("Unable to decode path"): the watcher then watches every other folder one by one (not
 recursively), restarting when a folder appears, so events keep flowing for the rest of the tree.
+So does a tree holding a folder symlink: the recursive watch would follow it out of the vault.
 """
 
 from __future__ import annotations
@@ -45,7 +46,13 @@ MAX_FLAT_FOLDERS = 50_000
 
 def watchable_folders(paths: Sequence[Path], limit: int = MAX_FLAT_FOLDERS) -> list[Path]:
     """The folders under ``paths`` whose names decode, without dot-folders or symlinks."""
+    return _walk(paths, limit)[0]
+
+
+def _walk(paths: Sequence[Path], limit: int = MAX_FLAT_FOLDERS) -> tuple[list[Path], bool]:
+    """``watchable_folders``, and whether a folder symlink was met on the way."""
     out: list[Path] = []
+    linked = False
     stack = []
     for p in paths:
         with contextlib.suppress(OSError):
@@ -61,18 +68,23 @@ def watchable_folders(paths: Sequence[Path], limit: int = MAX_FLAT_FOLDERS) -> l
                         continue
                     if e.is_dir(follow_symlinks=False):
                         stack.append(Path(e.path))
+                    elif not linked and e.is_symlink() and e.is_dir(follow_symlinks=True):
+                        linked = True
         except OSError:
             continue
-    return out
+    return out, linked
 
 
 class NoteFilter:
     """Accept changes to Markdown notes and to folders (a new folder may hold notes) under the roots."""
 
-    def __init__(self, roots: Sequence[Path]) -> None:
+    def __init__(self, roots: Sequence[Path], *, folders: bool = False) -> None:
         self.roots = [str(r).rstrip("/") + "/" for r in roots]
+        # Watching folder by folder, every folder that appears must be seen, "v1.2" too: the
+        # watch restarts to cover it.
+        self.folders = folders
 
-    def __call__(self, _change: watchfiles.Change, path: str) -> bool:
+    def __call__(self, change: watchfiles.Change, path: str) -> bool:
         root = next((r for r in self.roots if path.startswith(r)), None)
         rel = path[len(root) :] if root else Path(path).name
         parts = rel.split("/")
@@ -80,7 +92,8 @@ class NoteFilter:
             return False
         name = parts[-1]
         if "." in name and not name.lower().endswith(".md"):
-            return False  # another kind of file; a name without a dot may be a folder
+            # another kind of file (a name without a dot may be a folder), or a folder named so
+            return self.folders and change == watchfiles.Change.added and os.path.isdir(path)
         return not is_debris(name)
 
 
@@ -101,6 +114,7 @@ class Watcher:
         self.debounce_ms = debounce_ms
         self.watching: list[Path] = []
         self.flat = False  # watching folder by folder (a name that does not decode was met)
+        self.linked = False  # watching folder by folder (the tree holds a folder symlink)
         self.retry = RETRY
         self.probe_timeout = probe_timeout
         self._stuck: dict[Path, threading.Thread] = {}  # a stat of this folder still hangs
@@ -158,19 +172,29 @@ class Watcher:
         return out
 
     def _watch(self, existing: list[Path]) -> None:
-        folders = watchable_folders(existing) if self.flat else existing
+        # A recursive watch follows folder symlinks (notify sets watches through them, out of the
+        # vault: `r -> /` meant thousands, /proc included) though their notes are never indexed:
+        # with such a link inside, the watch goes folder by folder, links left out, until the
+        # link is gone (asked again at every start of the watch).
+        walked, linked = _walk(existing)
+        linked = linked and len(walked) < MAX_FLAT_FOLDERS
+        if linked and not self.linked:
+            log.info("watcher_flat reason=a folder symlink inside (never followed)")
+        self.linked = linked
+        flat = self.flat or linked
+        folders = walked if flat else existing
         known = {str(f) for f in folders}
         log.info(
             "watcher_started paths=%s%s",
             ",".join(map(str, existing)),
-            f" folders={len(folders)} (one by one)" if self.flat else "",
+            f" folders={len(folders)} (one by one)" if flat else "",
         )
         identity = self._identity()
         checked = time.monotonic()
         for changes in watchfiles.watch(
             *folders,
-            recursive=not self.flat,
-            watch_filter=NoteFilter(existing),
+            recursive=not flat,
+            watch_filter=NoteFilter(existing, folders=flat),
             debounce=self.debounce_ms,
             step=50,
             stop_event=self.stop,
@@ -182,8 +206,13 @@ class Watcher:
             if changes:
                 log.debug("watcher_changes count=%d", len(changes))
                 self.on_change({p for _, p in changes})
-                if self.flat and any(p not in known and os.path.isdir(p) for _, p in changes):
-                    return  # a new folder: watch it too (the sweep just asked for covers its notes)
+                if flat and any(
+                    (p not in known or change == watchfiles.Change.added) and os.path.isdir(p)
+                    for change, p in changes
+                ):
+                    # A new folder, or one deleted and made again (its old watch died with it):
+                    # watch it too (the sweep just asked for covers its notes).
+                    return
             # inotify dies silently when a watched folder is deleted, recreated or remounted:
             # compare device and inode now and then and start a new watch (and a catch-up sweep).
             if time.monotonic() - checked < _IDENTITY_EVERY_S:

@@ -6,6 +6,7 @@ on the in-process server, tests/test_server.py.)"""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import threading
 import time
@@ -211,6 +212,20 @@ def test_links_out_of_the_vault_are_refused_by_sweeps_and_file_events(
     _new_note_is_indexed(d, vault, "Later", "wombatburrow")
     for word in ("secretcormorant", "secretpelican", "secretgannet"):
         assert d.call("search", {"query": word})["hits"] == [], word
+    # The watch goes folder by folder, links left out (a recursive one sets watches through them),
+    # and still sees notes in folders made later, a dotted name too, and in a folder deleted and
+    # made again (its old watch died with it).
+    assert "watcher_flat reason=a folder symlink inside" in _log(d)
+    (vault / "v1.2").mkdir()
+    time.sleep(2)
+    _new_note_is_indexed(d, vault, "v1.2/Dotted", "pangolinscales")
+    (vault / "Again").mkdir()
+    _new_note_is_indexed(d, vault, "Again/First", "axolotlgills")
+    shutil.rmtree(vault / "Again")
+    d.wait_for(lambda h: h["index"]["by_source"]["vault"]["files"] == 3, 20)  # Good, Later, Dotted
+    (vault / "Again").mkdir()
+    time.sleep(2)  # the folder's own event is handled before the note is written in it
+    _new_note_is_indexed(d, vault, "Again/Second", "narwhaltusk")
     assert d.stop() == 0
 
 
