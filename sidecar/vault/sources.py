@@ -189,7 +189,7 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
         except OSError:
             folder = True
         return Skipped(Path(entry.path), "unreadable folder") if folder else None
-    if is_link:
+    if is_link and rel != root.exclude:  # the wiki folder, a link: the wiki root reports it
         why = link_refusal(root, Path(entry.path), base)
         if why is not None:
             return (

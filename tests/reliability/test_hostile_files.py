@@ -205,6 +205,10 @@ def test_links_out_of_the_vault_are_refused_by_sweeps_and_file_events(
         assert d.call("search", {"query": word}, agent="alice")["hits"] == [], word
     with pytest.raises(RemoteError, match="outside"):
         d.call("get", {"reference": "wiki/plan"}, agent="alice")
+    # Each link counted once: the wiki folder by the wiki root, the folder link by the vault's scan.
+    skipped = d.health()["index"]["skipped"]
+    assert skipped["symlink leads outside the root"] == 1
+    assert sum(n for why, n in skipped.items() if why.startswith("folder is a symlink")) == 1
     # Events: a note written below the folder link, a note linking into the dot-folder, then a
     # note of the vault itself (whose event must arrive and be indexed after the others).
     write(outside / "dir" / "new.md", "# new\n\nsecretcormorant\n")
