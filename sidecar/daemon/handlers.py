@@ -274,25 +274,24 @@ class Handlers:
                 key = exact
         source = key.split("/", 1)[0]
         status = self.supervisor.roots.get(source) if source != "memory" else None
-        hung = status is not None and status._stuck is not None and status._stuck.is_alive()
-        if status is not None and status.offline and (hung or status.hold_kind in _NOT_THE_SHARE):
-            # What is there is not the share (a stale copy under an unmounted share's mount
-            # point): its files are not this vault's notes; or a call on it still hangs. Any other
-            # offline root is read as it is now (it may be back before its next retry).
-            raise SourceError(
+        offline = None
+        if status is not None and status.offline:
+            offline = SourceError(
                 f"{reference!r} cannot be read now: the {source} is offline ({status.error}); "
                 "its indexed text is still found by search"
             )
+            if status.hanging is not None or status.hold_kind in _NOT_THE_SHARE:
+                # What is there is not the share (a stale copy under an unmounted share's mount
+                # point): its files are not this vault's notes; or a call on it still hangs. Any
+                # other offline root is read as it is now (it may be back before its next retry).
+                raise offline
         try:
             path, text = self._read(key, reference)
         except SourceError as exc:
-            if status is None or not status.offline or manifest.rel_of(key) is None:
+            if offline is None or manifest.rel_of(key) is None:
                 raise
             # Indexed, but its root is offline: that is why, not a missing or a bad reference.
-            raise SourceError(
-                f"{reference!r} cannot be read now: the {source} is offline ({status.error}); "
-                "its indexed text is still found by search"
-            ) from exc
+            raise offline from exc
         chunks = self.manifest.chunks_of(key)
         title = chunks[0].title if chunks else path.stem
         graph = LinkGraph(self.manifest.read)

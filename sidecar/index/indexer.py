@@ -177,8 +177,8 @@ class Indexer:
         if self._ignore_stuck is not None and self._ignore_stuck.is_alive():
             return
         vault = self.cfg.vault.path
-        hung = self.supervisor.roots.get("vault")
-        if vault is None or (hung is not None and hung._stuck is not None and hung._stuck.is_alive()):
+        status = self.supervisor.roots.get("vault")
+        if vault is None or (status is not None and status.hanging is not None):
             return  # the vault's own call still hangs: its rules in force stay
         timeout, beat = self.cfg.watch.probe_timeout_seconds, self.supervisor.beat
         _, self._ignore_stuck = run_with_timeout(self.ignore.refresh, timeout, "settings", beat)

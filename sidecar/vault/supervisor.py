@@ -99,6 +99,12 @@ class RootStatus:
     identity: Identity | None = None  # as seen by the last listing
     _stuck: threading.Thread | None = field(default=None, repr=False)
 
+    @property
+    def hanging(self) -> threading.Thread | None:
+        """The call on this root that still hangs (a hung share), if any."""
+        stuck = self._stuck
+        return stuck if stuck is not None and stuck.is_alive() else None
+
 
 class RootUnreachable(Exception):  # noqa: N818 - a state of the world, not a bug
     pass
@@ -141,7 +147,7 @@ class Supervisor:
             outer = self.stuck_within(root)
             if outer is not None:
                 st._stuck = outer
-            if not mounts or (st._stuck is not None and st._stuck.is_alive()):
+            if not mounts or st.hanging is not None:
                 continue
             try:
                 found, stuck = run_with_timeout(
@@ -164,13 +170,12 @@ class Supervisor:
             return None
         with self._lock:
             outer = next((s for s in self.roots.values() if s.path == str(root.within)), None)
-        stuck = outer._stuck if outer is not None else None
-        return stuck if stuck is not None and stuck.is_alive() else None
+        return outer.hanging if outer is not None else None
 
     def bounded(self, root: Root, fn: Callable[[], T]) -> T:
         """Run file-system work on ``root`` with its scan timeout; RootUnreachable if it hangs."""
         st = self.status(root)
-        if st._stuck is not None and st._stuck.is_alive():
+        if st.hanging is not None:
             raise RootUnreachable(f"an earlier call on {root.path} still hangs (hung share?)")
         st._stuck = None
         try:
@@ -187,7 +192,7 @@ class Supervisor:
     def list_root(self, root: Root) -> list[NoteFile | Skipped]:
         """Probe, then scan a root, each bounded by its timeout; RootUnreachable when it cannot be read."""
         st = self.status(root)
-        if st._stuck is not None and st._stuck.is_alive():
+        if st.hanging is not None:
             raise RootUnreachable(f"an earlier call on {root.path} still hangs (hung share?)")
         st._stuck = None
         try:
