@@ -51,8 +51,29 @@ def run_with_timeout(
     return box["value"], None
 
 
-# Folders whose stat hangs, by path: asked again while the first call still hangs, they answer
-# at once (a start checks the vault twice; a hung share cost a full timeout each time).
+class NoAnswer(Exception):  # noqa: N818 - a state of the share, not a bug
+    """A file-system call did not answer within its deadline, or an earlier one still hangs."""
+
+
+def bounded_stat(
+    path: Path, timeout: float, hanging: dict[Path, threading.Thread], name: str
+) -> os.stat_result:
+    """``os.stat(path)`` with a deadline: NoAnswer when it hangs, and at once while an earlier
+    call on the same path (kept in ``hanging``) still does, so a hung share costs one timeout,
+    not one per question. Raises OSError as os.stat does."""
+    earlier = hanging.get(path)
+    if earlier is not None and earlier.is_alive():
+        raise NoAnswer("an earlier call on it still hangs (hung share?)")
+    hanging.pop(path, None)
+    st, stuck = run_with_timeout(lambda: os.stat(path), timeout, name)
+    if stuck is not None:
+        hanging[path] = stuck
+        raise NoAnswer(f"no answer within {timeout:.0f} s (hung share?)")
+    assert st is not None
+    return st
+
+
+# Folders whose stat hangs, by path (a start checks the vault twice).
 _HANGING: dict[Path, threading.Thread] = {}
 
 
@@ -60,17 +81,12 @@ def folder_state(path: Path, timeout: float) -> tuple[bool, str | None]:
     """Whether ``path`` is a folder, asked with a deadline: (True, None) it is; (False, None) it
     does not exist (or is not a folder); (False, why) it did not answer: an I/O error, no
     permission, a dead or hung share. Never raises, never blocks past ``timeout``."""
-    hanging = _HANGING.get(path)
-    if hanging is not None and hanging.is_alive():
-        return False, "an earlier call on it still hangs (hung share?)"
     try:
-        st, stuck = run_with_timeout(lambda: os.stat(path), timeout, "folder-state")
+        st = bounded_stat(path, timeout, _HANGING, "folder-state")
+    except NoAnswer as exc:
+        return False, str(exc)
     except (FileNotFoundError, NotADirectoryError):
         return False, None
     except OSError as exc:  # asked with os.stat: Path.is_dir hides these on newer Pythons
         return False, exc.strerror or str(exc)
-    if stuck is not None:
-        _HANGING[path] = stuck
-        return False, f"no answer within {timeout:.0f} s (hung share?)"
-    _HANGING.pop(path, None)
-    return st is not None and stat.S_ISDIR(st.st_mode), None
+    return stat.S_ISDIR(st.st_mode), None

@@ -28,7 +28,7 @@ import watchfiles
 from sidecar.runtime.backoff import Backoff
 from sidecar.vault.confine import decodable, printable
 from sidecar.vault.sources import is_debris
-from sidecar.vault.timeout import run_with_timeout
+from sidecar.vault.timeout import NoAnswer, bounded_stat
 
 log = logging.getLogger(__name__)
 
@@ -123,18 +123,10 @@ class Watcher:
         """A watched folder's stat with a deadline: None when it fails or hangs (a share that is
         down). A hung one is not asked again until its first call returns, and the events of the
         other folders go on meanwhile."""
-        stuck = self._stuck.get(path)
-        if stuck is not None and stuck.is_alive():
-            return None
-        self._stuck.pop(path, None)
         try:
-            st, hung = run_with_timeout(lambda: os.stat(path), self.probe_timeout, "watch")
-        except OSError:
+            return bounded_stat(path, self.probe_timeout, self._stuck, "watch")
+        except (OSError, NoAnswer):
             return None
-        if hung is not None:
-            self._stuck[path] = hung
-            return None
-        return st
 
     def run(self) -> None:
         failures = 0
