@@ -5,11 +5,15 @@ deleted chunks come back without the model; a nested wiki keeps its sibling fold
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sidecar.contracts.errors import RemoteError
+from sidecar.daemon import handlers as handlers_mod
 from sidecar.vault import sources as sources_mod
 from sidecar.vault import supervisor as supervisor_mod
 from sidecar.vault.supervisor import Identity
@@ -394,3 +398,37 @@ def test_a_folder_holding_a_whole_root_sweeps_that_root(big: Harness, tmp_path: 
     staged.parent.parent.rename(target)
     big.indexer.sweep(only=frozenset(), paths={str(target)})
     assert big.stores.manifest.file_states_of(["memory/newbie/hello"])
+
+
+def test_get_on_a_hung_share_answers_and_keeps_the_daemon_answering(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note read that hangs (a hard NFS mount, a FUSE share that stopped answering, before a
+    sweep has seen it) costs one probe timeout and then fails at once while it still hangs: each
+    such request held a worker thread for as long as the share did, and a few of them stopped the
+    daemon answering anything. Other roots, search and the note itself once the share answers
+    again are unaffected."""
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.3})
+    release = threading.Event()
+    real = handlers_mod.read_note
+
+    def hanging(path: Path, *args: Any) -> Any:
+        release.wait(30)
+        return real(path, *args)
+
+    monkeypatch.setattr(handlers_mod, "read_note", hanging)
+    started = time.monotonic()
+    with pytest.raises(RemoteError, match=r"no answer within 0 s.*still found by search"):
+        served.call("get", {"reference": "vault/Projects/Boat"})
+    for _ in range(20):  # more requests than the read lane has workers, answered at once
+        with pytest.raises(RemoteError, match="still hangs"):
+            served.call("get", {"reference": "vault/Kayak"})
+    assert time.monotonic() - started < 10
+    assert served.call("search", {"query": "kayak paddle"})["hits"]
+    why = served.call("why", {"reference": "vault/Absent", "query": "nothing of it"})
+    assert "cannot be looked at now" in str(why)
+    with pytest.raises(RemoteError, match="still hangs"):
+        served.call("related", {"reference": "vault/Absent"})
+    release.set()
+    time.sleep(0.2)
+    assert "spark plugs" in served.call("get", {"reference": "vault/Projects/Boat"})["text"]

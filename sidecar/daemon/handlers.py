@@ -8,11 +8,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sidecar import __version__
 from sidecar.config import Config, valid_agent
@@ -52,6 +53,7 @@ from sidecar.vault.sources import (
     read_note,
 )
 from sidecar.vault.supervisor import Supervisor
+from sidecar.vault.timeout import NoAnswer, bounded_call
 
 MAX_QUERY_CHARS = 4000
 # A reference is a path inside a root: PATH_MAX (4096 bytes on Linux) plus the source prefix.
@@ -62,6 +64,7 @@ _NOT_THE_SHARE = frozenset({"unmounted", "device", "empty"})
 _SEARCH_PARAMS = ("limit", "minScore", "source", "tag", "pathPrefix", "since", "until", "preview")
 MAX_TAGS = 20
 OUTLINE_BUDGET = 1000
+T = TypeVar("T")
 
 
 @dataclass
@@ -97,6 +100,8 @@ class Handlers:
         self.retriever = retriever
         self.slot = slot
         self.service = service
+        # A call on a note's file that still hangs, per root (see _on_disk).
+        self._hanging: dict[str, threading.Thread] = {}
         self._ops: dict[str, Callable[[Request], dict[str, Any]]] = {
             "health": self.health,
             "search": self.search,
@@ -220,14 +225,19 @@ class Handlers:
             raise ProtocolError(f"bad filter in 'query': {exc}") from exc
         if not out.indexed:
             state = self.manifest.file_states(key).get(key)
+            unanswered = None
             try:
-                path_for_key(self.cfg, key)
+                self._on_disk(key, lambda: path_for_key(self.cfg, key))
                 exists = True
+            except NoAnswer as exc:
+                exists, unanswered = False, str(exc)
             except SourceError:
                 exists = False
             out = replace(out, exists=exists)
             rule = self.indexer.excluded_by(key)
-            if rule is not None:
+            if unanswered is not None:
+                out = replace(out, reason=f"the file cannot be looked at now: {unanswered}")
+            elif rule is not None:
                 out = replace(out, reason=f"the note is excluded by {rule}", excluded=rule)
             elif state is not None and state.state == "skipped":
                 out = replace(
@@ -286,7 +296,11 @@ class Handlers:
                 # other offline root is read as it is now (it may be back before its next retry).
                 raise offline
         try:
-            path, text = self._read(key, reference)
+            path, text = self._on_disk(key, lambda: self._read(key, reference))
+        except NoAnswer as exc:
+            raise SourceError(
+                f"{reference!r} cannot be read now: {exc}; its indexed text is still found by search"
+            ) from exc
         except SourceError as exc:
             if offline is None or manifest.rel_of(key) is None:
                 raise
@@ -323,6 +337,15 @@ class Handlers:
             out["masked"] = masked
         return out
 
+    def _on_disk(self, key: str, fn: Callable[[], T]) -> T:
+        """``fn``, a look at the file behind ``key``, within the probe timeout: on a hung share
+        a request thread would otherwise wait as long as the share does (forever for a hard NFS
+        mount), and a few such requests would stop the daemon answering at all. After one
+        timeout, further looks into the same root fail at once while that call still hangs."""
+        source = key.rsplit("/", 1)[0] if key.startswith("memory/") else key.split("/", 1)[0]
+        timeout = self.cfg.watch.probe_timeout_seconds
+        return bounded_call(fn, timeout, self._hanging, source, f"get-{source}")
+
     def _read(self, key: str, reference: str) -> tuple[Path, str]:
         """The note behind a key as it is on disk now: its path and text."""
         root, path = path_for_key(self.cfg, key, self.manifest.rel_of(key))
@@ -347,7 +370,10 @@ class Handlers:
         limit = param_int(p, "limit", default=10, lo=1, hi=100)
         manifest = self.manifest
         if not manifest.file_states(key).get(key):
-            path_for_key(self.cfg, key)  # not_found / bad_reference for a note that does not exist
+            try:  # not_found / bad_reference for a note that does not exist
+                self._on_disk(key, lambda: path_for_key(self.cfg, key))
+            except NoAnswer as exc:
+                raise SourceError(f"{reference!r} cannot be looked at now: {exc}") from exc
         graph = LinkGraph(manifest.read)
         items = graph.related(key, limit, req.agent)
         for item in items:

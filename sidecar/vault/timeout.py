@@ -55,22 +55,31 @@ class NoAnswer(Exception):  # noqa: N818 - a state of the share, not a bug
     """A file-system call did not answer within its deadline, or an earlier one still hangs."""
 
 
+K = TypeVar("K")
+
+
+def bounded_call(
+    fn: Callable[[], T], timeout: float, hanging: dict[K, threading.Thread], key: K, name: str
+) -> T:
+    """``fn()`` with a deadline: NoAnswer when it hangs, and at once while an earlier call under
+    the same ``key`` (kept in ``hanging``) still does, so a hung share costs one timeout and one
+    stuck thread, not one per question. Raises what ``fn`` raises."""
+    earlier = hanging.get(key)
+    if earlier is not None and earlier.is_alive():
+        raise NoAnswer("an earlier call on it still hangs (hung share?)")
+    hanging.pop(key, None)
+    value, stuck = run_with_timeout(fn, timeout, name)
+    if stuck is not None:
+        hanging[key] = stuck
+        raise NoAnswer(f"no answer within {timeout:.0f} s (hung share?)")
+    return value  # type: ignore[return-value]  # fn's own result (None only when fn returns it)
+
+
 def bounded_stat(
     path: Path, timeout: float, hanging: dict[Path, threading.Thread], name: str
 ) -> os.stat_result:
-    """``os.stat(path)`` with a deadline: NoAnswer when it hangs, and at once while an earlier
-    call on the same path (kept in ``hanging``) still does, so a hung share costs one timeout,
-    not one per question. Raises OSError as os.stat does."""
-    earlier = hanging.get(path)
-    if earlier is not None and earlier.is_alive():
-        raise NoAnswer("an earlier call on it still hangs (hung share?)")
-    hanging.pop(path, None)
-    st, stuck = run_with_timeout(lambda: os.stat(path), timeout, name)
-    if stuck is not None:
-        hanging[path] = stuck
-        raise NoAnswer(f"no answer within {timeout:.0f} s (hung share?)")
-    assert st is not None
-    return st
+    """``os.stat(path)`` with a deadline (``bounded_call``). Raises OSError as os.stat does."""
+    return bounded_call(lambda: os.stat(path), timeout, hanging, path, name)
 
 
 # Folders whose stat hangs, by path (a start checks the vault twice).
