@@ -41,7 +41,7 @@ MASS_DELETION_MIN_FILES = 4
 HOLD_WHY = {
     "unmounted": "is not on the mount it was on any more (share unmounted?)",
     "device": "is on a different device than before (another share or disk mounted here?)",
-    "empty": "is empty although {known} of its notes are indexed (share not mounted?)",
+    "empty": "is empty or missing although {known} of its notes are indexed (unmounted? moved?)",
     "mass": "lost {missing} of {known} indexed notes at once",
 }
 
