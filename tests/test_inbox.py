@@ -143,7 +143,7 @@ def test_delete_moves_to_trash_and_is_idempotent(inboxes: Inboxes) -> None:
     """delete moves the note to <inbox>/.trash/; a second delete is a no-op."""
     w = inboxes.write("claude", "old", "obsolete", None, must_exist=False)
     moved = inboxes.delete("claude", "old")
-    assert moved is not None and moved.parent.name == ".trash" and "obsolete" in moved.read_text()
+    assert moved is not None and moved.trash.parent.name == ".trash" and "obsolete" in moved.trash.read_text()
     assert not w.path.exists()
     assert inboxes.delete("claude", "old") is None
 
@@ -286,3 +286,94 @@ def test_replaced_and_edited_text_is_kept_in_trash(inboxes: Inboxes) -> None:
     assert third.previous is not None and _read(third.previous)[1] == "second text\n"
     assert _read(first.path)[1] == "third text\n"
     assert sorted(p.parent.name for p in (second.previous, third.previous)) == [".trash", ".trash"]
+
+
+def _found(server: Any, query: str, agent: str) -> list[str]:
+    hits = server.call("search", {"query": query, "source": "memory", "minScore": 0}, agent=agent)["hits"]
+    return [h["reference"] for h in hits]
+
+
+def _memory_ops(server: Any) -> Any:
+    return server.handlers._ops["write"].__self__
+
+
+def test_a_change_made_whose_audit_line_fails_is_reported_made(in_process: Any) -> None:
+    """The audit line is appended after the note is committed: when it cannot be (disk full just
+    then, an unwritable audit.log), the answer says the change was made, with a warning, and the
+    note is indexed (it said "not written; the inbox is unchanged", or `internal` for a delete)."""
+    in_process.call("write", {"slug": "keep", "content": "first zqvone"}, agent="ro")
+    audit = in_process.cfg.agents_dir / "ro" / "audit.log"
+    audit.unlink()
+    audit.mkdir()  # appending to it fails (EISDIR), as a full disk or an immutable file would
+    out = in_process.call("write", {"slug": "fresh", "content": "fresh zqfresh"}, agent="ro")
+    assert out["action"] == "created" and "audit log" in out["warning"]
+    assert "memory/fresh" in _found(in_process, "zqfresh", "ro")
+    assert "memory_audit" in [p["area"] for p in in_process.call("health")["problems"]["active"]]
+    gone = in_process.call("delete", {"slug": "keep"}, agent="ro")
+    assert gone["deleted"] and "audit log" in gone["warning"]
+    assert "memory/keep" not in _found(in_process, "zqvone", "ro")
+    audit.rmdir()
+    assert "warning" not in in_process.call("write", {"slug": "later", "content": "x"}, agent="ro")
+
+
+def test_a_delete_never_falls_between_a_write_and_its_index_entry(
+    in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delete racing a write of the same note: the index follows whichever came last (a delete
+    between the write's file and its index entry left a search hit for a note with no file)."""
+    ops = _memory_ops(in_process)
+    real = ops.indexer.index_now
+    deleter: list[threading.Thread] = []
+
+    def slow_index(*args: Any, **kwargs: Any) -> Any:
+        if not deleter:  # the first write: a delete arrives while it is being indexed
+            t = threading.Thread(target=lambda: in_process.call("delete", {"slug": "hot"}, agent="hd"))
+            deleter.append(t)
+            t.start()
+            time.sleep(0.3)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ops.indexer, "index_now", slow_index)
+    in_process.call("write", {"slug": "hot", "content": "hot zqhot"}, agent="hd")
+    deleter[0].join(10)
+    assert not (in_process.cfg.agents_dir / "hd" / "memory" / "hot.md").exists()
+    assert "memory/hot" not in _found(in_process, "zqhot", "hd")
+    assert not [n for n in in_process.call("list", {}, agent="hd")["notes"] if n["indexed"]]
+
+
+def test_an_edit_never_overwrites_a_save_made_while_it_was_prepared(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another program (an editor saving in place) changes the note while an edit is prepared:
+    the edit fails and the other program's text stays (it was replaced, its save lost)."""
+    from sidecar.memory import inbox as inbox_mod
+
+    w = inboxes.write("claude", "n", "agent text", None, must_exist=False)
+    real_keep = inboxes._keep
+
+    def user_saves(*args: Any) -> str:
+        name = real_keep(*args)
+        w.path.write_text("the user's own save\n", encoding="utf-8")
+        return name
+
+    monkeypatch.setattr(inboxes, "_keep", user_saves)
+    with pytest.raises(MemoryWriteError, match="changed by someone else"):
+        inboxes.write("claude", "n", "agent edit", None, must_exist=True)
+    assert w.path.read_text(encoding="utf-8") == "the user's own save\n"
+    monkeypatch.undo()
+    # A note torn while read (an editor between truncate and write) is read again.
+    reads = []
+    real_read = inbox_mod.read_fd
+
+    def torn(fd: int, limit: int) -> bytes:
+        data = real_read(fd, limit)
+        if not reads:
+            w.path.write_text("---\ntags: [x]\n---\nthe user's whole text\n", encoding="utf-8")
+        reads.append(data)
+        return data
+
+    monkeypatch.setattr(inbox_mod, "read_fd", torn)
+    out = inboxes.write("claude", "n", "agent edit", None, must_exist=True)
+    assert len(reads) == 2 and out.previous is not None
+    assert "the user's whole text" in out.previous.read_text(encoding="utf-8")
+    assert split_front_matter(w.path.read_text(encoding="utf-8"))[0]["tags"] == ["x"]

@@ -25,6 +25,7 @@ _PROBLEM_AREAS = {
     "keyword_search": "keyword search",
     "vector_search": "vector search",
     "memory_write": "memory writes",
+    "memory_audit": "memory audit log",
     "stores": "index files",
     "unreadable": "unreadable folders",
 }
@@ -38,7 +39,7 @@ def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
         times = f", {p['count']} times" if p["count"] > 1 else ""
         out.append(f"PROBLEM ({area}, since {_ago(p['since'])}{times}): {p['error']}")
     areas = {p["area"] for p in problems["active"]}
-    if areas & {"index", "embedding", "memory_write"}:
+    if areas & {"index", "embedding", "memory_write", "memory_audit"}:
         todo.append("check free disk space and permissions of the home folder; the daemon retries by itself")
     if "stores" in areas:
         todo.append("restart the daemon so it rebuilds its index (e.g. `systemctl --user restart sidecar`)")

@@ -61,6 +61,13 @@ class Written:
     data: bytes = b""  # what was written (indexed as is, never read back through the path)
     mtime_ns: int = 0
     previous: Path | None = None  # where the replaced text was kept (in .trash), if any
+    audit_error: str | None = None  # the change is made, but its audit line could not be appended
+
+
+@dataclass(frozen=True)
+class Deleted:
+    trash: Path  # where the note's text now lies
+    audit_error: str | None = None  # as for Written
 
 
 def check_agent(agent: str | None) -> str:
@@ -96,7 +103,7 @@ class Inboxes:
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._locks: dict[tuple[str, str], threading.RLock] = {}
         self._guard = threading.Lock()
 
     def path_of(self, agent: str, slug: str) -> Path:
@@ -117,9 +124,12 @@ class Inboxes:
             yield fds[1], fds[2]
 
     @contextlib.contextmanager
-    def _lock(self, agent: str, slug: str) -> Iterator[None]:
+    def locked(self, agent: str, slug: str) -> Iterator[None]:
+        """The note's lock: held by the inbox's own changes, and by a caller around a change and
+        its index update, so a delete cannot fall between a write's file and its index entry
+        (which left an index entry without a file). Re-entrant."""
         with self._guard:
-            lock = self._locks.setdefault((agent, slug), threading.Lock())
+            lock = self._locks.setdefault((agent, slug), threading.RLock())
         with lock:
             yield
 
@@ -136,8 +146,18 @@ class Inboxes:
         path = self.path_of(agent, slug)
         name = path.name
         self._check_content(content, front_matter)
-        with self._lock(agent, slug), self._dirs(agent, create=True) as (agent_fd, inbox_fd):
-            old = _read_existing(inbox_fd, name, slug)
+        with self.locked(agent, slug), self._dirs(agent, create=True) as (agent_fd, inbox_fd):
+            for _attempt in range(_READ_ATTEMPTS):
+                old, seen = _read_existing(inbox_fd, name, slug)
+                if _state(inbox_fd, name) == seen:
+                    break
+                # Saved by someone else (an editor writing in place) while it was read: what was
+                # read may be half of it; read again rather than keep a torn copy as "previous".
+            else:
+                raise MemoryWriteError(
+                    f"{slug!r} kept changing while it was read (is it being edited elsewhere?); "
+                    "nothing was written: try again"
+                )
             existing: dict[str, Any] = {}
             if old is not None:
                 old_text = old.decode("utf-8", errors="replace")
@@ -170,10 +190,19 @@ class Inboxes:
             previous = None
             if old is not None and _unstamped(old.decode("utf-8", errors="replace")) != _unstamped(text):
                 previous = path.parent / ".trash" / self._keep(inbox_fd, slug, old)
+            if _state(inbox_fd, name) != seen:
+                # Changed since it was read (the window is the rendering and the .trash copy):
+                # replacing it now would lose that change.
+                raise MemoryWriteError(
+                    f"{slug!r} was changed by someone else while this edit was prepared; nothing "
+                    "was written: read it again and retry"
+                )
             mtime_ns = write_in(inbox_fd, name, data)
             digest = hashlib.sha256(data).hexdigest()
-            self._audit(agent_fd, "edit" if must_exist else "write", slug, digest, len(data))
-        return Written(slug, path, old is None, counts, digest, len(data), data, mtime_ns, previous)
+            audit_error = self._audit(agent_fd, "edit" if must_exist else "write", slug, digest, len(data))
+        return Written(
+            slug, path, old is None, counts, digest, len(data), data, mtime_ns, previous, audit_error
+        )
 
     def _keep(self, inbox_fd: int, slug: str, old: bytes) -> str:
         """Put the replaced text in ``.trash/<slug>--<time>.md`` through the inbox's descriptor
@@ -214,11 +243,11 @@ class Inboxes:
         body = body.lstrip("\n")
         return f"---\n{dumped}---\n{body if body.endswith(chr(10)) or not body else body + chr(10)}", counts
 
-    def delete(self, agent: str, slug: str) -> Path | None:
+    def delete(self, agent: str, slug: str) -> Deleted | None:
         """Move the note to ``<inbox>/.trash/<slug>--<time>.md``; None if there was nothing to delete."""
         path = self.path_of(agent, slug)
         name = path.name
-        with self._lock(agent, slug), self._dirs(agent, create=True) as (agent_fd, inbox_fd):
+        with self.locked(agent, slug), self._dirs(agent, create=True) as (agent_fd, inbox_fd):
             try:
                 st = os.stat(name, dir_fd=inbox_fd, follow_symlinks=False)
             except FileNotFoundError:
@@ -233,25 +262,29 @@ class Inboxes:
                 os.replace(name, target, src_dir_fd=inbox_fd, dst_dir_fd=trash.fd)
                 os.fsync(trash.fd)
             os.fsync(inbox_fd)
-            self._audit(agent_fd, "delete", slug, hashlib.sha256(data).hexdigest(), len(data))
-        return path.parent / ".trash" / target
+            audit_error = self._audit(agent_fd, "delete", slug, hashlib.sha256(data).hexdigest(), len(data))
+        return Deleted(path.parent / ".trash" / target, audit_error)
 
-    def audit(self, agent: str, op: str, slug: str, digest: str, size: int) -> None:
-        """Append one JSON line to the agent's audit log (append-only, never rewritten)."""
-        with self._dirs(agent, create=True) as (agent_fd, _inbox_fd):
-            self._audit(agent_fd, op, slug, digest, size)
-
-    def _audit(self, agent_fd: int, op: str, slug: str, digest: str, size: int) -> None:
+    def _audit(self, agent_fd: int, op: str, slug: str, digest: str, size: int) -> str | None:
+        """Append one JSON line to the agent's audit log (append-only, never rewritten). Called
+        after the change is made: a line that cannot be appended (disk full, an immutable log)
+        is returned as the reason, for the caller to report beside the change, never as if the
+        change had failed."""
         line = json.dumps({"time": _now(), "op": op, "slug": slug, "sha256": digest, "bytes": size}) + "\n"
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-        fd = os.open("audit.log", flags, 0o600, dir_fd=agent_fd)
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise SourceError("the audit log is not a regular file; refused")
-            os.write(fd, line.encode("utf-8"))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            fd = os.open("audit.log", flags, 0o600, dir_fd=agent_fd)
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    return "the audit log is not a regular file"
+                os.write(fd, line.encode("utf-8"))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            log.error("memory_audit_failed op=%s slug=%s error=%s", op, slug, exc)
+            return exc.strerror or str(exc)
+        return None
 
     def clean_temp(self) -> int:
         """Remove temp files a killed write left in the inboxes (at start, before any write)."""
@@ -287,15 +320,33 @@ def _trash_dir(inbox_fd: int) -> int:
     return open_private_dir(inbox_fd, ".trash", create=True, what="the trash folder")
 
 
-def _read_existing(inbox_fd: int, name: str, slug: str) -> bytes | None:
-    """The current bytes of a note, None if there is none; a symlink or pipe is refused."""
+_READ_ATTEMPTS = 3
+_State = tuple[int, int, int] | None  # (inode, size, mtime ns) of a note, None when there is none
+
+
+def _state(inbox_fd: int, name: str) -> _State:
+    try:
+        st = os.stat(name, dir_fd=inbox_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _read_existing(inbox_fd: int, name: str, slug: str) -> tuple[bytes | None, _State]:
+    """The current bytes of a note and its state when read (None, None if there is none); a
+    symlink or pipe is refused."""
     try:
         fd = open_regular(name, dir_fd=inbox_fd, follow=False)
     except FileNotFoundError:
-        return None
+        return None, None
     except NotRegularError as exc:
         raise SourceError(f"memory note {slug!r} is {exc.strerror}; refused") from exc
-    return read_fd(fd, 1 << 26)
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        raise
+    return read_fd(fd, 1 << 26), (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def write_in(dir_fd: int, name: str, data: bytes) -> int:

@@ -91,25 +91,29 @@ class MemoryOps:
                 f"(threshold {self.cfg.memory.write.duplicate_threshold:.0%}); {_instead(best['reference'])}"
             )
         problems = self.problems
-        try:
-            written = self.inboxes.write(agent, slug, content, front_matter, must_exist=must_exist)
-        except OSError as exc:  # disk full, read-only inbox: the old note (if any) is untouched
-            problems.report("memory_write", f"writing to the {agent} inbox failed: {exc}")
-            raise StorageError(f"not written: {exc.strerror or exc}; the inbox is unchanged") from exc
-        problems.clear("memory_write")
-        root = Root("memory", agent_inbox(self.cfg, agent), agent=agent)
-        warning = None
-        model = self.stores.serving.model if self.stores.serving is not None else None
-        try:
-            # The duplicate check's vectors stand in for the model on equal chunk texts.
-            with self.indexer.vectors.expect(f"memory/{agent}/{slug}", model, fresh):
-                key = self.indexer.index_now(root, written.path, (written.data, written.mtime_ns))
-        except (StoreError, EmbedderError, OSError, sqlite3.Error) as exc:
-            # The note is safely on disk; the index catches up once it can be written again.
-            log.error("memory_index_failed agent=%s slug=%s error=%s", agent, slug, exc)
-            problems.report("index", f"indexing a memory write failed: {exc}")
-            key = root.key_of_path(written.path)
-            warning = f"saved, but not searchable yet: the index cannot be written ({exc})"
+        # The note's lock over the file and its index entry: a delete in between would leave an
+        # entry without a file (found by search, "no note" on get).
+        with self.inboxes.locked(agent, slug):
+            try:
+                written = self.inboxes.write(agent, slug, content, front_matter, must_exist=must_exist)
+            except OSError as exc:  # disk full, read-only inbox: the old note (if any) is untouched
+                problems.report("memory_write", f"writing to the {agent} inbox failed: {exc}")
+                raise StorageError(f"not written: {exc.strerror or exc}; the inbox is unchanged") from exc
+            problems.clear("memory_write")
+            root = Root("memory", agent_inbox(self.cfg, agent), agent=agent)
+            warning = None
+            model = self.stores.serving.model if self.stores.serving is not None else None
+            try:
+                # The duplicate check's vectors stand in for the model on equal chunk texts.
+                with self.indexer.vectors.expect(f"memory/{agent}/{slug}", model, fresh):
+                    key = self.indexer.index_now(root, written.path, (written.data, written.mtime_ns))
+            except (StoreError, EmbedderError, OSError, sqlite3.Error) as exc:
+                # The note is safely on disk; the index catches up once it can be written again.
+                log.error("memory_index_failed agent=%s slug=%s error=%s", agent, slug, exc)
+                problems.report("index", f"indexing a memory write failed: {exc}")
+                key = root.key_of_path(written.path)
+                warning = f"saved, but not searchable yet: the index cannot be written ({exc})"
+        audit = _audit_warning(written.audit_error, agent, problems)
         log.info(
             "memory_%s agent=%s slug=%s bytes=%d",
             "edit" if must_exist else "write",
@@ -133,6 +137,7 @@ class MemoryOps:
         if warning is None:
             searchable, by, warning = self._searchable(key)
             out["searchable"], out["searchableBy"] = searchable, by
+        warning = "; ".join(w for w in (warning, audit) if w)
         if warning:
             out["warning"] = warning
         return out
@@ -228,10 +233,15 @@ class MemoryOps:
         check_known(p, ("slug",))
         agent = check_agent(req.agent)
         slug = check_slug(p.get("slug"))
-        moved = self.inboxes.delete(agent, slug)
         key = f"memory/{agent}/{slug}"
-        if key in self.manifest.file_states(key):
-            self.indexer.delete([key])
+        with self.inboxes.locked(agent, slug):  # the file and its index entry go together
+            try:
+                moved = self.inboxes.delete(agent, slug)
+            except OSError as exc:  # disk full (.trash), read-only inbox: the note stays as it was
+                self.problems.report("memory_write", f"deleting in the {agent} inbox failed: {exc}")
+                raise StorageError(f"not deleted: {exc.strerror or exc}; the note is unchanged") from exc
+            if key in self.manifest.file_states(key):
+                self.indexer.delete([key])
         if moved is None:
             return {
                 "deleted": False,
@@ -239,7 +249,11 @@ class MemoryOps:
                 "message": "no such note (nothing to do)",
             }
         log.info("memory_delete agent=%s slug=%s", agent, slug)
-        return {"deleted": True, "reference": f"memory/{slug}", "trash": str(moved)}
+        out: dict[str, Any] = {"deleted": True, "reference": f"memory/{slug}", "trash": str(moved.trash)}
+        audit = _audit_warning(moved.audit_error, agent, self.problems)
+        if audit:
+            out["warning"] = audit
+        return out
 
     # --- listing -------------------------------------------------------------------------
 
@@ -320,6 +334,15 @@ class MemoryOps:
                     _unindexed_note(public_reference(key, agent), "memory", mtime_ns, "not indexed yet")
                 )
         return out
+
+
+def _audit_warning(error: str | None, agent: str, problems: Problems) -> str | None:
+    """The warning for a change made whose audit line could not be appended, or None."""
+    if error is None:
+        problems.clear("memory_audit")
+        return None
+    problems.report("memory_audit", f"the {agent} inbox's audit log cannot be appended to: {error}")
+    return f"done, but its line in the audit log could not be written ({error})"
 
 
 def _local(mtime_ns: int) -> str:
