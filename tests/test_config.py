@@ -75,6 +75,10 @@ def test_unknown_key_names_file_key_and_value(tmp_path: Path) -> None:
         ("embedder:\n  enabled: maybe\n", "true or false"),
         ("chunking:\n  maxTokens: 400\n", "maxLength"),
         ("vault:\n  wikiSubfolder: ../outside\n", "inside the vault"),
+        ("vault:\n  wikiSubfolder: /elsewhere/wiki\n", "inside the vault"),
+        ("search:\n  minScore: .nan\n", "finite"),
+        ("search:\n  boosts:\n    vault: .NaN\n", "finite"),
+        ("watch:\n  probeTimeoutSeconds: .inf\n", "finite"),
         ("- a list\n", "mapping"),
         ("search: [\n", "invalid YAML"),
     ],
@@ -195,3 +199,12 @@ def test_a_list_of_names_from_a_fixed_set(tmp_path: Path) -> None:
     assert load_config(env={**env, "SIDECAR_SEARCH_STEM_FIRST": ""}).search.stem_first == ()
     f = _yaml(tmp_path, "search:\n  stemFirst: []\n")
     assert load_config(config_file=str(f), env=env).search.stem_first == ()
+
+
+def test_a_full_wiki_path_inside_the_vault_is_taken_as_its_folder(tmp_path: Path) -> None:
+    """wikiSubfolder written as a full path inside the vault names that folder (it was read as
+    a relative path below the vault: a folder nobody meant, watched and empty)."""
+    vault = tmp_path / "v"
+    (vault / "wiki").mkdir(parents=True)
+    f = _yaml(tmp_path, f"vault:\n  path: {vault}\n  wikiSubfolder: {vault / 'wiki'}\n")
+    assert load_config(config_file=str(f), env={}).vault.wiki_subfolder == "wiki"

@@ -250,7 +250,15 @@ def load_config(
         # path through a symlink differs; its mount state is judged on the real path anyway).
         wait = min(_RESOLVE_WAIT_S, cfg.watch.probe_timeout_seconds)
         vault = dataclasses.replace(vault, path=_resolved(path, wait))
-    wiki = vault.wiki_subfolder.strip("/")
+    wiki = vault.wiki_subfolder
+    if Path(wiki).expanduser().is_absolute():
+        # A full path is taken when it names a folder inside the vault (as written or resolved);
+        # anything else was silently read as relative, a folder nobody meant.
+        full, base = Path(wiki).expanduser(), vault.path
+        if base is not None and not full.is_relative_to(base):
+            full = _resolved(full, wait)
+        wiki = full.relative_to(base).as_posix() if base is not None and full.is_relative_to(base) else ""
+    wiki = wiki.strip("/")
     if not wiki or ".." in Path(wiki).parts or wiki.startswith("."):
         raise ConfigError(
             f"{source_file or 'configuration'}: vault.wikiSubfolder = {vault.wiki_subfolder!r}: "

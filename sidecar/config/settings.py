@@ -3,6 +3,7 @@ its type or a :class:`ConfigError` naming where it came from."""
 
 import dataclasses
 import functools
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -89,6 +90,8 @@ def _to_number(raw: Any, base: type, checks: Mapping[str, Any]) -> int | float:
         value: int | float = base(raw.strip() if isinstance(raw, str) else raw)
     except (TypeError, ValueError):
         raise ValueError(f"expected {kind}") from None
+    if not math.isfinite(value):  # .nan passes every range check and turns scores into NaN
+        raise ValueError(f"expected a finite number, not {raw!r}")
     if "min" in checks and value < checks["min"]:
         raise ValueError(f"must be at least {checks['min']}")
     if "max" in checks and value > checks["max"]:

@@ -43,5 +43,6 @@ def setup(level: str = "info", *, journald: bool = False) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     # Third-party chatter stays at warnings.
-    for noisy in ("apscheduler", "lancedb", "asyncio", "markdown_it"):  # markdown_it: lines per block
+    # markdown_it: lines per block; watchfiles: "N changes detected" per batch (our watcher_changes)
+    for noisy in ("apscheduler", "lancedb", "asyncio", "markdown_it", "watchfiles"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
