@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import plistlib
+import shlex
 import shutil
 import signal
 import socket
@@ -32,12 +33,13 @@ def test_unit_and_plist_render_absolute_paths(tmp_path: Path, vault: Path) -> No
     exe = exec_start.split("=", 1)[1].split()[0]
     assert Path(exe).is_absolute() and Path(exe).exists()
     assert f"--config {cfg_file.resolve()}" in exec_start
-    assert "Type=notify" in unit.text and f"RestartPreventExitStatus={int(ExitCode.CONFIG)}" in unit.text
+    assert "Type=notify" in unit.text
+    assert f"RestartPreventExitStatus={int(ExitCode.USAGE)} {int(ExitCode.CONFIG)}" in unit.text
     sandboxed = service_file(cfg, tmp_path, platform="linux", sandbox=True)
     assert "After=" not in sandboxed.text and "Wants=" not in sandboxed.text
     for line in sandboxed.text.splitlines():
         if line.startswith(("ReadOnlyPaths=", "ReadWritePaths=")):
-            assert all(p.startswith("-") or p == "%t" for p in line.split("=", 1)[1].split()), line
+            assert all(p.startswith("-") for p in line.split("=", 1)[1].split()), line
     mac = service_file(cfg, tmp_path, platform="darwin")
     data = plistlib.loads(mac.text.encode())
     assert (
@@ -87,6 +89,64 @@ def test_systemd_analyze_verify(tmp_path: Path, sandbox: bool) -> None:
         capture_output=True, text=True, check=False, env={**env, "XDG_RUNTIME_DIR": str(runtime)},
     )  # fmt: skip
     assert done.returncode == 0 and "sidecar.service" not in done.stderr, done.stderr
+
+
+def _verify(tool: str, unit_text: str, tmp_path: Path) -> str:
+    unit = tmp_path / "sidecar.service"
+    unit.write_text(unit_text)
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    done = subprocess.run(
+        [tool, "verify", "--user", str(unit)],
+        capture_output=True, text=True, check=False,
+        env={**os.environ, "HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(runtime)},
+    )  # fmt: skip
+    assert done.returncode == 0 and "sidecar.service" not in done.stderr, done.stderr
+    return done.stderr
+
+
+def test_paths_with_blanks_and_percent_signs_stay_whole(tmp_path: Path) -> None:
+    """A home, vault or configuration path holding a blank, a '%' or a '$' is written so that
+    systemd reads it whole (unquoted, "My Files" was two words: ExecStart gave the daemon an
+    argument too many, exit 2, restarted every 5 s forever); a socket or model cache outside
+    the home is writable in the sandbox, and a socket in /tmp keeps the unit's /tmp shared."""
+    tool = shutil.which("systemd-analyze")
+    odd = tmp_path / "sp ace" / "50% $HOME"
+    odd.mkdir(parents=True)
+    cfg_file = odd / "c f.yaml"
+    cfg_file.write_text(
+        f'home: "{odd / "home dir"}"\nvault:\n  path: "{odd / "My Vault"}"\n'
+        f'embedder:\n  cacheDir: "{tmp_path / "cache here"}"\nsocket: /tmp/sidecar-t-{os.getpid()}/s.sock\n'
+    )
+    cfg = load_config(config_file=str(cfg_file), env={})
+    text = service_file(cfg, tmp_path, platform="linux", sandbox=True).text
+    assert "PrivateTmp=yes" not in text and f"/tmp/sidecar-t-{os.getpid()}" in text
+    assert f'"-{tmp_path / "cache here"}"' in text
+    exec_start = next(x for x in text.splitlines() if x.startswith("ExecStart="))
+    words = shlex.split(exec_start.split("=", 1)[1].replace("%%", "%").replace("$$", "$"))
+    assert words[1:] == ["serve", "--config", str(cfg_file.resolve())]
+    if tool is None:
+        pytest.skip("systemd-analyze is not installed here")
+    _verify(tool, text, tmp_path)
+
+
+def test_service_without_a_configuration_file_starts(tmp_path: Path) -> None:
+    """Installed before any configuration file exists, the unit names none (a --config naming a
+    missing file is a configuration error, exit 3: the service said it would start without a
+    vault and never started); the daemon then reads the default file once it is written."""
+    env = {**os.environ, "HOME": str(tmp_path), "SIDECAR_HOME": str(tmp_path / "h")}
+    env.pop("SIDECAR_CONFIG", None)
+    env.pop("XDG_CONFIG_HOME", None)
+    out = subprocess.run(
+        [sys.executable, "-m", "sidecar", "service", "install", "--dry-run"],
+        env=env, capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    assert "--config" not in out.stdout and "no configuration file" in out.stderr
+    gone = subprocess.run(
+        [sys.executable, "-m", "sidecar", "service", "uninstall"],
+        env=env, capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    assert "nothing to remove" in gone.stdout and "removed" not in gone.stdout
 
 
 def test_service_install_creates_the_home(tmp_path: Path) -> None:

@@ -208,28 +208,34 @@ def cmd_service(args: argparse.Namespace, cfg: Config) -> int:
         )
         return int(ExitCode.OK)
     if args.action == "uninstall":
-        if args.dry_run:
-            print(f"would remove {svc.path}; first run: {svc.disable}")
-            return int(ExitCode.OK)
-        print(f"stop it first with: {svc.disable}")
-        svc.path.unlink(missing_ok=True)
-        print(f"removed {svc.path}")
-        return int(ExitCode.OK)
+        return _uninstall(args, svc)
+    if cfg.source_file is None:
+        print(
+            "note: no configuration file; the service starts without a vault and reads "
+            "~/.config/sidecar/config.yaml at its next start once you write one "
+            "(sidecar config example > ~/.config/sidecar/config.yaml, then set vault.path).",
+            file=sys.stderr,
+        )
     if args.dry_run:
         sys.stdout.write(svc.text)
         print(f"# would be written to {svc.path}; then: {svc.enable}", file=sys.stderr)
         return int(ExitCode.OK)
-    if cfg.source_file is None:
-        print(
-            "note: no configuration file; the service will start without a vault. Write one "
-            "(sidecar config example > ~/.config/sidecar/config.yaml) and set vault.path.",
-            file=sys.stderr,
-        )
     for folder in prepare(cfg, Path.home()):
         print(f"created {folder}")
     svc.path.parent.mkdir(parents=True, exist_ok=True)
     svc.path.write_text(svc.text, encoding="utf-8")
     print(f"wrote {svc.path}\nstart it now and at every login with:\n  {svc.enable}")
+    return int(ExitCode.OK)
+
+
+def _uninstall(args: argparse.Namespace, svc: Any) -> int:
+    if not svc.path.exists():
+        print(f"nothing to remove: {svc.path} is not installed")
+    elif args.dry_run:
+        print(f"would remove {svc.path}; first run: {svc.disable}")
+    else:
+        svc.path.unlink()
+        print(f"removed {svc.path}\nif it is running, stop it with: {svc.disable}")
     return int(ExitCode.OK)
 
 
@@ -249,8 +255,8 @@ def _service_json(args: argparse.Namespace, cfg: Config, svc: Any) -> int:
         svc.path.write_text(svc.text, encoding="utf-8")
         out["written"] = True
     else:
+        out["removed"] = svc.path.exists()
         svc.path.unlink(missing_ok=True)
-        out["removed"] = True
     print(json.dumps(out))
     return int(ExitCode.OK)
 

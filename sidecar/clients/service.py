@@ -42,8 +42,10 @@ def executable() -> Path:
     return Path(sys.argv[0]).resolve()
 
 
-def config_path(cfg: Config, home_dir: Path) -> Path:
-    return cfg.source_file or home_dir / ".config" / "sidecar" / "config.yaml"
+def config_argument(cfg: Config) -> Path | None:
+    """The file the service names with --config: the one in use, if any (else the daemon reads
+    the default location when it starts, so a file written later is found)."""
+    return cfg.source_file
 
 
 def user_namespaces() -> bool:
@@ -68,20 +70,60 @@ def user_namespaces() -> bool:
     return done.returncode == 0
 
 
-def systemd_unit(cfg: Config, exe: Path, config: Path, sandbox: bool | None = None) -> str:
+def _word(text: str, *, command: bool = False) -> str:
+    """One word of a unit file setting: '%' is a specifier ('%%'), '$' a variable in a command
+    line ('$$'), and a word with blanks, quotes or backslashes is double-quoted with C escapes
+    (a home such as "My Files" was split in two: the daemon exited 2 and restarted forever)."""
+    text = text.replace("%", "%%")
+    if command:
+        text = text.replace("$", "$$")
+    if any(c.isspace() or c in "\"'\\;" for c in text) or not text:
+        body = text.replace("\\", "\\\\").replace('"', '\\"')
+        body = body.replace("\n", "\\n").replace("\t", "\\t")
+        return f'"{body}"'
+    return text
+
+
+def _writable(cfg: Config) -> list[Path]:
+    """Folders the daemon writes besides its home: the socket's and the model cache's, when set
+    elsewhere (read-only under ProtectSystem=strict otherwise)."""
+    out: list[Path] = []
+    for folder in (cfg.socket_path.parent, cfg.prepared_dir):
+        if not folder.is_relative_to(cfg.home) and folder not in out:
+            out.append(folder)
+    return out
+
+
+def _in_tmp(path: Path) -> bool:
+    # Where PrivateTmp= gives the unit its own copy; only compared with, never written to.
+    return any(path.is_relative_to(t) for t in (Path("/tmp"), Path("/var/tmp")))  # noqa: S108
+
+
+def systemd_unit(cfg: Config, exe: Path, config: Path | None, sandbox: bool | None = None) -> str:
     sandbox = user_namespaces() if sandbox is None else sandbox
-    vault = f"ReadOnlyPaths=-{cfg.vault.path}\n" if cfg.vault.path else ""
+    vault = f"ReadOnlyPaths={_word(f'-{cfg.vault.path}')}\n" if cfg.vault.path else ""
     if sandbox:
+        writable = " ".join(_word(f"-{p}") for p in [cfg.home, *_writable(cfg)])
+        # A socket in /tmp under PrivateTmp= would be the unit's own /tmp: no client could see it.
+        private_tmp = (
+            "# PrivateTmp= is left out: the socket lies in /tmp, which clients must see.\n"
+            if _in_tmp(cfg.socket_path)
+            else "PrivateTmp=yes\n"
+        )
         isolation = (
             "# Sandboxing (this machine allows unprivileged user namespaces; where they are off,\n"
             "# `sidecar service install` leaves these lines out rather than fail every start).\n"
-            f"PrivateTmp=yes\nProtectSystem=strict\nReadWritePaths=-{cfg.home} %t\n{vault}"
+            f"{private_tmp}ProtectSystem=strict\nReadWritePaths={writable} -%t\n{vault}"
         )
     else:
         isolation = (
             "# No mount-namespace sandboxing: unprivileged user namespaces are off on this machine,\n"
             "# and a user unit with ProtectSystem=/PrivateTmp= would fail every start.\n"
         )
+    # Without a configuration file the daemon reads the default one once it is written (a
+    # --config naming a missing file is a configuration error: the unit would never start).
+    args = [str(exe), "serve", *(["--config", str(config)] if config is not None else [])]
+    command = " ".join(_word(a, command=True) for a in args)
     return f"""\
 # sidecar user service, written by `sidecar service install`.
 # It starts without its vault (a share mounted later is picked up by itself): no target is
@@ -92,13 +134,13 @@ Description=sidecar: hybrid recall over an Obsidian vault
 [Service]
 Type=notify
 NotifyAccess=main
-ExecStart={exe} serve --config {config}
+ExecStart={command}
 ExecReload=/bin/kill -HUP $MAINPID
-Environment=SIDECAR_HOME={cfg.home}
+Environment={_word(f"SIDECAR_HOME={cfg.home}")}
 Restart=on-failure
 RestartSec=5
-# Exit code {int(ExitCode.CONFIG)} is a configuration error: restarting would only loop.
-RestartPreventExitStatus={int(ExitCode.CONFIG)}
+# Exit codes {int(ExitCode.USAGE)} and {int(ExitCode.CONFIG)}: a bad command line or configuration (no loop).
+RestartPreventExitStatus={int(ExitCode.USAGE)} {int(ExitCode.CONFIG)}
 TimeoutStopSec=30
 # The daemon pings while its event loop turns and its indexer is alive or waiting on a bounded
 # scan (a slow share); a hung scan is reported in status after watch.scanTimeoutSeconds.
@@ -111,10 +153,10 @@ WantedBy=default.target
 """
 
 
-def launchd_plist(cfg: Config, exe: Path, config: Path, logs: Path) -> str:
+def launchd_plist(cfg: Config, exe: Path, config: Path | None, logs: Path) -> str:
     data = {
         "Label": LABEL,
-        "ProgramArguments": [str(exe), "serve", "--config", str(config)],
+        "ProgramArguments": [str(exe), "serve", *(["--config", str(config)] if config is not None else [])],
         "EnvironmentVariables": {"SIDECAR_HOME": str(cfg.home)},
         "RunAtLoad": True,
         "KeepAlive": {"SuccessfulExit": False, "Crashed": True},
@@ -144,7 +186,7 @@ def prepare(cfg: Config, home_dir: Path, platform: str = sys.platform) -> list[P
 def service_file(
     cfg: Config, home_dir: Path, platform: str = sys.platform, sandbox: bool | None = None
 ) -> ServiceFile:
-    exe, config = executable(), config_path(cfg, home_dir)
+    exe, config = executable(), config_argument(cfg)
     if platform == "darwin":
         path = home_dir / "Library" / "LaunchAgents" / f"{LABEL}.plist"
         return ServiceFile(
