@@ -77,6 +77,8 @@ def test_a_vault_failing_with_an_error_starts_offline_and_events_go_on(
     d.call("write", {"slug": "first", "content": "# First\n\nheron colony\n"}, agent="claude")
     write(inbox / "by-hand.md", "# By hand\n\nThe kestrel nests under the eaves.\n")
     d.wait_for(lambda h: h["index"]["files"] == 2, timeout=20)  # an event: no sweep is due
+    status = d.run_cli("status").stdout  # vectors turned off by the configuration: not a failure
+    assert "Vectors: off" in status and "fix the model" not in status and h["embedder"]["state"] == "off"
     log = d.log.read_text()
     assert "Exception in thread" not in log
     assert "changes detected" not in log and "change detected" not in log  # watchfiles' own INFO

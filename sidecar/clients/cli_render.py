@@ -81,6 +81,8 @@ def render_status(h: dict[str, Any]) -> str:
         if emb["state"] == "failed":
             lines.append(f"Vectors: {pending:,} chunks wait for the model; search is keyword-only")
             todo.append("fix the model (see the embedder error above) and restart the daemon")
+        elif emb["state"] == "off":
+            lines.append("Vectors: off; search is keyword-only (embedder.enabled: true turns them on)")
     lines += _root_lines(h["roots"], todo)
     if idx["skipped"]:
         parts = ", ".join(f"{n} {reason}" for reason, n in sorted(idx["skipped"].items()))

@@ -102,8 +102,8 @@ class Summary:
             out,
         )
         pending = idx["pending_vectors"]
-        if emb["state"] == "failed":
-            what = "off" if "disabled" in str(emb.get("error")) else "the model failed"
+        if emb["state"] in ("failed", "off"):
+            what = "off" if emb["state"] == "off" else "the model failed"
             self._once("failed", f"vectors: {what} ({emb.get('error')}); search is keyword-only", out)
         elif emb["state"] != "ok":
             self._once("loading", f"vectors: loading the model ({emb.get('model') or 'default'}) ...", out)

@@ -83,8 +83,8 @@ def raise_fd_limit() -> None:
 def load_embedder(cfg: Config, slot: EmbedderSlot) -> None:
     """Load the model into the slot; on failure say so once and let search run BM25-only."""
     if not cfg.embedder.enabled:
-        slot.set_failed("disabled by configuration (embedder.enabled: false)")
-        log.warning("embedder_failed reason=disabled by configuration; keyword search only")
+        slot.set_failed("disabled by configuration (embedder.enabled: false)", state="off")
+        log.info("embedder_off reason=disabled by configuration; keyword search only")
         return
     slot.set_loading()
     t0 = time.perf_counter()

@@ -66,6 +66,8 @@ def status_line(act: Activity, supervisor: Supervisor, manifest: Manifest, embed
         text = f"ready: {counts['files']:,} notes, {counts['chunks']:,} chunks"
         if pending and embedder_state == "ok":
             text += f", {pending:,} waiting for vectors"
+        elif embedder_state == "off":
+            text += ", keyword search only (vectors off)"
         elif embedder_state != "ok":
             text += f", keyword search only (model {embedder_state})"
     if offline:

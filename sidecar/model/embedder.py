@@ -278,9 +278,10 @@ class EmbedderSlot:
             self._counter = model.count_tokens
         self._countable.set()
 
-    def set_failed(self, error: str) -> None:
+    def set_failed(self, error: str, *, state: str = "failed") -> None:
+        """No model: it failed to load, or (``state="off"``) the configuration turns it off."""
         with self._lock:
-            self.model, self.state, self.error = None, "failed", error
+            self.model, self.state, self.error = None, state, error
             self._counter = None
         self._countable.set()
 
