@@ -260,3 +260,10 @@ def test_sighup_reloads_ranking_weights(daemon_factory: Any, vault: Path, tmp_pa
     with pytest.raises(Exception, match="vectorWeight"):
         d.call("reload")
     assert d.health()["index"]["state"] == "ready"
+    # A failed reload shows in status, not only in the log; a key read only at start is named.
+    assert "config" in [p["area"] for p in d.health()["problems"]["active"]]
+    cfg_file.write_text("search:\n  vectorWeight: 0.5\n  limit: 1\nwatch:\n  pollSeconds: 77\n")
+    answer = d.call("reload")
+    assert answer["changed"] == [] and answer["needsRestart"] == ["watch.pollSeconds"]
+    assert "config" not in [p["area"] for p in d.health()["problems"]["active"]]
+    assert "config_needs_restart keys=watch.pollSeconds" in d.log.read_text()

@@ -26,6 +26,7 @@ _PROBLEM_AREAS = {
     "vector_search": "vector search",
     "memory_write": "memory writes",
     "memory_audit": "memory audit log",
+    "config": "configuration file",
     "stores": "index files",
     "unreadable": "unreadable folders",
 }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 import sqlite3
@@ -24,6 +25,7 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from sidecar.config import Config
+from sidecar.config.settings import settings
 from sidecar.contracts.errors import SidecarError, StoreError
 from sidecar.daemon.backfill import Backfill
 from sidecar.daemon.compose import Parts, build, build_handlers, build_server, build_watcher, model_stem
@@ -46,6 +48,8 @@ from sidecar.vault.watcher import Watcher
 log = logging.getLogger(__name__)
 
 _JOIN_TIMEOUT = 10.0
+# Keys a reload applies; every other one is read at start.
+_RELOADED = ("search.", "recall.", "index.exclude", "index.obsidianExcludes")
 
 
 class Daemon:
@@ -185,11 +189,16 @@ class Daemon:
         """Re-read the configuration and apply the ranking tunables (SIGHUP or the reload op)."""
         if self.reload_config is None or self._retriever is None:
             return {"reloaded": False, "changed": []}
+        problems = self.parts.problems if self.parts is not None else None
         try:
             new = self.reload_config()
         except SidecarError as exc:
             log.error("reload_failed error=%s; keeping the running configuration", exc)
+            if problems is not None:
+                problems.report("config", f"the configuration file could not be reloaded: {exc}")
             raise
+        if problems is not None:
+            problems.clear("config")
         old = self._retriever.cfg
         changed = [f.name for f in fields(old) if getattr(old, f.name) != getattr(new.search, f.name)]
         self._retriever.cfg = new.search
@@ -203,7 +212,16 @@ class Daemon:
                 changed.append("index.exclude")
                 loop.request_sweep(False, None, frozenset())  # excluded notes leave, included ones come
         log.info("config_reloaded changed=%s", ",".join(changed) or "nothing")
-        return {"reloaded": True, "changed": changed}
+        # Everything else is read at start: say what waits for one instead of a silent success.
+        restart = [
+            s.dotted
+            for s in settings()
+            if not s.dotted.startswith(_RELOADED)
+            and functools.reduce(getattr, s.attrs, self.cfg) != functools.reduce(getattr, s.attrs, new)
+        ]
+        if restart:
+            log.warning("config_needs_restart keys=%s", ",".join(restart))
+        return {"reloaded": True, "changed": changed, "needsRestart": restart}
 
     def _retry_embedder(self) -> None:
         if self.slot.state == "failed" and self.cfg.embedder.enabled:
