@@ -270,8 +270,9 @@ def test_leftover_temp_files_are_removed_and_notes_kept(inboxes: Inboxes) -> Non
     inbox = w.path.parent
     (inbox / ".a.1f2e3d4c.tmp").write_text("half")
     (inbox / "notes.tmp.md").write_text("a note with an odd name")
+    (inbox / ".a.backup.tmp").write_text("the user's own file")  # not a name the writer makes
     assert inboxes.clean_temp() == 1
-    assert sorted(p.name for p in inbox.iterdir()) == ["a.md", "notes.tmp.md"]
+    assert sorted(p.name for p in inbox.iterdir()) == [".a.backup.tmp", "a.md", "notes.tmp.md"]
 
 
 def test_replaced_and_edited_text_is_kept_in_trash(inboxes: Inboxes) -> None:
@@ -377,3 +378,39 @@ def test_an_edit_never_overwrites_a_save_made_while_it_was_prepared(
     assert len(reads) == 2 and out.previous is not None
     assert "the user's whole text" in out.previous.read_text(encoding="utf-8")
     assert split_front_matter(w.path.read_text(encoding="utf-8"))[0]["tags"] == ["x"]
+
+
+def test_a_note_too_large_to_keep_whole_is_not_replaced(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note placed by hand that is larger than an edit reads is refused, not replaced with
+    only its first part kept in .trash."""
+    from sidecar.memory import inbox as inbox_mod
+
+    monkeypatch.setattr(inbox_mod, "_MAX_EXISTING", 1000)
+    w = inboxes.write("claude", "big", "small at first", None, must_exist=False)
+    w.path.write_text("x" * 5000)
+    for must_exist in (False, True):
+        with pytest.raises(MemoryWriteError, match="larger than"):
+            inboxes.write("claude", "big", "replacement", None, must_exist=must_exist)
+    assert w.path.read_text() == "x" * 5000
+
+
+def test_a_hand_placed_note_with_a_name_that_is_no_slug_says_why(in_process: Any) -> None:
+    """A file dropped into an inbox whose name is not a slug is never indexed: list says so
+    (it said "not indexed yet", a wait that never ends)."""
+    in_process.call("write", {"slug": "ok", "content": "fine"}, agent="dd")
+    inbox = in_process.cfg.agents_dir / "dd" / "memory"
+    (inbox / "My Note.md").write_text("# Mine\n")
+    (inbox / "later.md").write_text("# Later\n")
+    listed = {n["reference"]: n for n in in_process.call("list", {}, agent="dd")["notes"]}
+    assert "not a memory slug" in listed["memory/My Note"]["why"]
+    assert listed["memory/later"]["why"] == "not indexed yet"
+
+
+def test_front_matter_in_content_that_does_not_read_is_refused(inboxes: Inboxes) -> None:
+    """A front matter block at the top of the content that YAML cannot read is an error (it was
+    stored as body text under sidecar's own block, its keys lost)."""
+    with pytest.raises(MemoryWriteError, match="front matter at the top"):
+        inboxes.write("claude", "fm", "---\ntags: [a, b\n---\nbody\n", None, must_exist=False)
+    assert not (inboxes.cfg.agents_dir / "claude" / "memory" / "fm.md").exists()

@@ -98,8 +98,21 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--socket", metavar="PATH", help="daemon socket (default derived from the home)")
 
 
+class _Once(argparse.Action):
+    """An option that names an identity: given twice with different values is an error (the
+    last one silently won: `--agent alice --agent bob` acted as bob)."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, ns: argparse.Namespace, value: Any, opt: Any = None
+    ) -> None:
+        before = getattr(ns, self.dest, None)
+        if before is not None and before != value:
+            parser.error(f"{opt} given twice ({before!r} and {value!r}): name one")
+        setattr(ns, self.dest, value)
+
+
 def _agent(p: argparse.ArgumentParser, help: str, *, required: bool = False) -> None:
-    p.add_argument("--agent", required=required, help=help)
+    p.add_argument("--agent", required=required, help=help, action=_Once)
 
 
 def _vault_flags(p: argparse.ArgumentParser) -> None:

@@ -59,7 +59,7 @@ def text_of_write(result: dict[str, Any]) -> str:
             )
         )
     if result.get("duplicatesChecked") is False:
-        lines.append("Copies were not looked for (the embedding model is not loaded yet).")
+        lines.append("Copies were not looked for (no embedding model is loaded).")
     return "\n".join(lines)
 
 

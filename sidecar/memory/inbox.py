@@ -39,7 +39,7 @@ from sidecar.vault.confine import NotRegularError, open_private_dir, open_regula
 from sidecar.vault.sources import SLUG_RE, agent_inbox
 
 _MANAGED = ("created", "updated")
-_TEMP = re.compile(r"^\.[a-z0-9][a-z0-9_-]*\..+\.tmp$")  # atomic_write's temp files
+_TEMP = re.compile(r"^\.[a-z0-9][a-z0-9_-]*\.[0-9a-f]{8}\.tmp$")  # write_in's temp files, no one else's
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +217,12 @@ class Inboxes:
             raise MemoryWriteError("'content' must be text")
         if "\0" in content:
             raise MemoryWriteError("'content' contains a NUL byte")
+        problem = front_matter_problem(content)
+        if problem is not None:  # it would be stored as body text, its keys lost to every reader
+            raise MemoryWriteError(
+                f"the front matter at the top of 'content' cannot be read ({problem}): fix it, or "
+                "give the keys as 'frontmatter'"
+            )
         if len(content.encode("utf-8")) > self.cfg.memory.max_note_bytes:
             raise MemoryWriteError(
                 f"'content' is larger than {self.cfg.memory.max_note_bytes:,} bytes (memory.maxNoteBytes)"
@@ -321,6 +327,7 @@ def _trash_dir(inbox_fd: int) -> int:
 
 
 _READ_ATTEMPTS = 3
+_MAX_EXISTING = 1 << 26  # the largest note an edit or a replacement reads (and keeps in .trash)
 _State = tuple[int, int, int] | None  # (inode, size, mtime ns) of a note, None when there is none
 
 
@@ -346,7 +353,13 @@ def _read_existing(inbox_fd: int, name: str, slug: str) -> tuple[bytes | None, _
     except OSError:
         os.close(fd)
         raise
-    return read_fd(fd, 1 << 26), (st.st_ino, st.st_size, st.st_mtime_ns)
+    data = read_fd(fd, _MAX_EXISTING + 1)
+    if len(data) > _MAX_EXISTING:  # its copy in .trash would be cut: the note would be lost in part
+        raise MemoryWriteError(
+            f"memory note {slug!r} is larger than {_MAX_EXISTING >> 20} MiB (placed by hand?): sidecar "
+            "does not replace it; move it out of the inbox first"
+        )
+    return data, (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def write_in(dir_fd: int, name: str, data: bytes) -> int:

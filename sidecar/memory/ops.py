@@ -29,7 +29,7 @@ from sidecar.model.embedder import EmbedderSlot, cosine_range
 from sidecar.notes.chunking import chunk_note
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.stores.manifest import embed_hash
-from sidecar.vault.sources import Root, agent_inbox, inbox_refusal, is_note_name, public_reference
+from sidecar.vault.sources import SLUG_RE, Root, agent_inbox, inbox_refusal, is_note_name, public_reference
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +154,12 @@ class MemoryOps:
             return True, ["keywords"], None
         if all(c.has_vector for c in chunks):
             return True, ["keywords", "meaning"], None
+        if self.slot.state == "off":
+            return (
+                True,
+                ["keywords"],
+                "searchable by keywords; search by meaning is off here (embedder.enabled)",
+            )
         why = "the embedding model is not loaded yet" if self.stores.serving is None else "it is queued"
         return True, ["keywords"], f"searchable by keywords now, by meaning once its vectors exist ({why})"
 
@@ -330,9 +336,12 @@ class MemoryOps:
                     mtime_ns = (inbox / name).stat().st_mtime_ns
                 except OSError:
                     continue
-                out.append(
-                    _unindexed_note(public_reference(key, agent), "memory", mtime_ns, "not indexed yet")
+                why = (
+                    "not indexed yet"
+                    if SLUG_RE.fullmatch(name[:-3])
+                    else "never indexed: the file name is not a memory slug (a-z, 0-9, '_', '-'); rename it"
                 )
+                out.append(_unindexed_note(public_reference(key, agent), "memory", mtime_ns, why))
         return out
 
 
