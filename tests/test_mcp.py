@@ -228,3 +228,28 @@ def test_mcp_hostile_messages_get_clear_errors_and_the_session_goes_on(
     assert answers["\ud800"][0]["error"]["code"] == -32601
     assert "All of Germany" in answers[11][0]["result"]["contents"][0]["text"]
     assert answers[10][0]["result"] == {}
+
+
+def test_memory_status_leaves_out_other_agents_inboxes() -> None:
+    """memory_status shows an agent its own inbox's troubles, not another agent's name, path or
+    failed notes."""
+    from sidecar.clients.mcp_texts import status_of
+
+    health = {
+        "roots": [
+            {"name": "memory/alice", "mode": "offline", "path": "/h/agents/alice/memory", "error": "x"},
+            {"name": "memory/bob", "mode": "offline", "path": "/h/agents/bob/memory", "error": "y"},
+            {"name": "vault", "mode": "offline", "path": "/v", "error": "gone"},
+        ],
+        "problems": {
+            "active": [
+                {"area": "memory_write", "error": "writing to the bob inbox failed: secret-plan"},
+                {"area": "memory_audit", "error": "the alice inbox's audit log cannot be appended to"},
+                {"area": "index", "error": "disk full"},
+            ]
+        },
+    }
+    out = status_of(health, "alice")
+    assert [r["name"] for r in out["offlineRoots"]] == ["memory/alice", "vault"]
+    assert [p["area"] for p in out["problems"]] == ["memory_audit", "index"]
+    assert "bob" not in str(out)

@@ -158,7 +158,7 @@ class ToolCalls:
         except ToolError as exc:
             down = {"daemon": exc.daemon or "down", "message": str(exc)}
             return f"sidecar is not available: {exc}", down
-        out = status_of(health)
+        out = status_of(health, self.agent)
         return f"sidecar: {out['message']}", out
 
     def outline(self, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:

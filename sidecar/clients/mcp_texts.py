@@ -76,15 +76,23 @@ def text_of_list(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def status_of(health: dict[str, Any]) -> dict[str, Any]:
-    """What an agent needs of the daemon's ``health``."""
+def _another_agents(text: str, agent: str | None) -> bool:
+    """Whether ``text`` (a root's name, a problem) is about another agent's memory."""
+    return (text.startswith("memory/") and text != f"memory/{agent}") or (
+        " inbox" in text and f"the {agent} inbox" not in text
+    )
+
+
+def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any]:
+    """What an agent needs of the daemon's ``health``; other agents' inboxes are left out (their
+    names, paths and failed notes are theirs)."""
     emb = health.get("embedder", {})
     idx = health.get("index", {})
     progress = idx.get("progress", {})
     offline = [
         {"name": r.get("name", "?"), "path": r.get("path", ""), "why": r.get("error") or "unreachable"}
         for r in health.get("roots", [])
-        if r.get("mode") == "offline"
+        if r.get("mode") == "offline" and not _another_agents(r.get("name", ""), agent)
     ]
     keyword_only = emb.get("state") != "ok" or (health.get("vectors") or {}).get("serving") is None
     index = {
@@ -116,6 +124,7 @@ def status_of(health: dict[str, Any]) -> dict[str, Any]:
     problems = [
         {"area": p.get("area", ""), "error": p.get("error", "")}
         for p in (health.get("problems") or {}).get("active", [])
+        if not (p.get("area", "").startswith("memory_") and _another_agents(p.get("error", ""), agent))
     ]
     parts.extend(f"problem in {p['area']}: {p['error']}" for p in problems)
     return {
