@@ -90,6 +90,33 @@ def test_hold_survives_a_restart(make_cfg: Any, vault: Path) -> None:
         h.close()
 
 
+def test_a_vault_path_changed_in_the_configuration_is_not_a_lost_share(
+    make_cfg: Any, vault: Path, tmp_path: Path
+) -> None:
+    """The configuration names another vault folder: the old one's notes leave at the next start
+    (they were held for hours as "lost 21 of 21 notes at once: check it is mounted"); the same
+    folder empty stays held as before."""
+    _notes(vault, 10)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    h.sweep()
+    h.close()
+    other = tmp_path / "other-vault"
+    _notes(other, 5, folder="Elsewhere")
+    h = Harness(make_cfg(other), FakeEmbedder())
+    try:
+        h.sweep()
+        keys = set(h.stores.manifest.file_states("vault/"))
+        assert keys == {f"vault/Elsewhere/n{i}" for i in range(5)}
+        assert not h.supervisor.roots["vault"].offline
+        for p in (other / "Elsewhere").glob("*.md"):  # and the new folder is guarded as any root
+            p.unlink()
+        h.sweep()
+        assert h.supervisor.roots["vault"].hold_kind == "empty"
+        assert len(h.stores.manifest.file_states("vault/")) == 5
+    finally:
+        h.close()
+
+
 def test_unmounted_share_holds_even_with_notes_in_the_mount_point(
     big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -293,11 +293,19 @@ class Supervisor:
         memo = self._remembered(root)
         now = self.clock()
         kind: str | None = None
-        if confirmed or root.source == "memory":
+        reconfigured = memo.get("path") not in (None, str(root.path))
+        if confirmed or root.source == "memory" or reconfigured:
             if confirmed and memo.get("hold"):
                 log.warning(
                     "mass_deletion_confirmed root=%s missing=%d of %d by=user", root.name, missing, known
                 )
+            elif reconfigured and missing:
+                # The configuration names another folder now: the notes of the old one go (a
+                # share that is not mounted is told by the same path, not by a new one).
+                log.warning(
+                    "root_path_changed root=%s from=%s to=%s deleted=%d",
+                    root.name, memo.get("path"), root.path, missing,
+                )  # fmt: skip
         elif missing and ident is not None and _moved(memo, ident):
             kind = "unmounted"
         elif (
@@ -314,7 +322,7 @@ class Supervisor:
             kind = "mass"
         if kind is None:
             if ident is not None:
-                self._remember(root, _memo_of(ident))
+                self._remember(root, _memo_of(ident, root))
             st.hold_kind = st.hold_since = None
             return None
         since = memo.get("hold", {}).get("since") if memo.get("hold", {}).get("kind") == kind else None
@@ -325,7 +333,7 @@ class Supervisor:
                 root.name, missing, known, (now - since) / 60,
             )  # fmt: skip
             if ident is not None:
-                self._remember(root, _memo_of(ident))
+                self._remember(root, _memo_of(ident, root))
             st.hold_kind = st.hold_since = None
             return None
         self._remember(root, {**memo, "hold": {"kind": kind, "since": since}})
@@ -427,9 +435,10 @@ class Supervisor:
         return out
 
 
-def _memo_of(ident: Identity) -> dict[str, Any]:
-    """What is remembered of a root's mount state (the mount point it lies on, where known)."""
-    memo: dict[str, Any] = {"mount": ident.mount, "dev": ident.dev}
+def _memo_of(ident: Identity, root: Root) -> dict[str, Any]:
+    """What is remembered of a root: its folder, and its mount state (the mount point it lies
+    on, where known)."""
+    memo: dict[str, Any] = {"path": str(root.path), "mount": ident.mount, "dev": ident.dev}
     if ident.under is not None:
         memo["under"] = ident.under
     return memo
