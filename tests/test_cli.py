@@ -282,7 +282,8 @@ def test_doctor_passes_on_a_healthy_setup(shared: DaemonProcess) -> None:
     r = _run(shared, "doctor")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "all checks passed" in r.stdout and "FAIL" not in r.stdout
-    for name in ("file events", "model", "daemon", "one daemon per home", "service", "storage", "disk"):
+    names = ("vault", "file events", "model", "daemon", "one daemon per home", "service", "storage", "disk")
+    for name in names:
         assert f"ok    {name}" in r.stdout
     exe = str(Path(sys.executable).parent / "sidecar")
     assert f'"command": "{exe}"' in r.stdout or "sidecar mcp --agent claude" in r.stdout
@@ -307,6 +308,19 @@ def test_doctor_names_a_stopped_daemon_and_a_broken_model(tmp_path: Path) -> Non
     assert "no daemon answers" in failed["daemon"].verdict and "sidecar serve" in failed["daemon"].todo
     assert "tokenizer.json" in failed["model"].verdict
     assert "FAIL  model" in render(run_checks(cfg), cfg)
+
+
+def test_doctor_names_a_missing_vault(tmp_path: Path) -> None:
+    """A vault folder that is not there fails the vault check (doctor said "all checks passed"
+    while status showed the vault offline); a vault without its wiki folder says so."""
+    env = {**NO_MODEL, "SIDECAR_HOME": str(tmp_path / "home")}
+    cfg = load_config(flags={"vault.path": str(tmp_path / "nothere")}, env=env)
+    failed = _failed(run_checks(cfg))
+    assert "does not exist" in failed["vault"].verdict and "vault.path" in failed["vault"].todo
+    (tmp_path / "v").mkdir()
+    cfg = load_config(flags={"vault.path": str(tmp_path / "v"), "vault.wikiSubfolder": "Wikki"}, env=env)
+    vault = next(c for c in run_checks(cfg) if c.name == "vault")
+    assert vault.ok and "Wikki/ is not in the vault" in vault.verdict
 
 
 def test_doctor_names_a_home_on_a_share_and_a_low_watch_limit(shared: DaemonProcess, tmp_path: Path) -> None:

@@ -57,6 +57,7 @@ def test_mass_deletion_waits_for_the_clock_not_for_sweeps(big: Harness, vault: P
     st = sup.roots["vault"]
     assert st.offline and st.hold_kind == "mass" and st.hold_since == 1_000_000.0
     (root,) = [r for r in sup.describe(lambda _p: True) if r["name"] == "vault"]
+    assert root["mode"] == "held"  # the folder is there and followed: not "offline ... check it is mounted"
     assert root["hold"]["confirm"] == "sidecar index --confirm-deletions vault"
     assert root["hold"]["applies_at"] == 1_000_000.0 + 360 * 60
     assert "--confirm-deletions vault" in root["error"]
@@ -459,3 +460,15 @@ def test_get_on_a_hung_share_answers_and_keeps_the_daemon_answering(
     release.set()
     time.sleep(0.2)
     assert "spark plugs" in served.call("get", {"reference": "vault/Projects/Boat"})["text"]
+
+
+def test_a_wiki_folder_that_is_not_there_is_named_in_status(make_cfg: Any, vault: Path) -> None:
+    """A wiki folder missing from a reachable vault (a misspelled wikiSubfolder) is shown as
+    absent, not as a healthy root with no word (its notes simply count as vault notes)."""
+    h = Harness(make_cfg(vault, **{"vault.wikiSubfolder": "Wikki"}), FakeEmbedder())
+    try:
+        h.sweep()
+        roots = {r["name"]: r for r in h.supervisor.describe(lambda _p: True)}
+        assert roots["wiki"]["absent"] is True and roots["vault"]["absent"] is False
+    finally:
+        h.close()

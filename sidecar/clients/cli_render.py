@@ -104,6 +104,8 @@ def _root_lines(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
     lines = ["Roots:"]
     for r in roots:
         extra = f"  PROBLEM: {r['error']}" if r.get("error") else ""
+        if r.get("absent") and not extra:
+            extra = "  (no such folder: no notes; is the name right?)"
         lines.append(
             f"  {r['name']:<16} {r['mode']:<8} last sweep {_ago(r['last_sweep'])}  {r['path']}{extra}"
         )
@@ -120,6 +122,11 @@ def _root_lines(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
             )
         if r["mode"] == "offline":
             todo.append(f"check that {r['path']} is mounted and readable")
+        elif r["mode"] == "held" and hold:
+            todo.append(
+                f"if those notes of {r['name']} were deleted on purpose: {hold['confirm']}; "
+                "else put them back (nothing was removed from the index)"
+            )
     return lines
 
 

@@ -24,6 +24,7 @@ from sidecar.clients.service import executable, service_file
 from sidecar.config import Config
 from sidecar.contracts.errors import DaemonNotRunningError, EmbedderError, SidecarError
 from sidecar.vault.mounts import fs_type_of, is_network, read_mounts
+from sidecar.vault.timeout import folder_state
 
 _MIN_FREE_BYTES = 500 * 1024 * 1024
 _FOLDER_LIMIT = 200_000  # stop counting vault folders here: the verdict is clear by then
@@ -59,9 +60,44 @@ def _count_folders(root: Path) -> int:
     return n + 1
 
 
-def check_inotify(cfg: Config, probes: Probes, vault_network: bool) -> Check:
+def check_vault(cfg: Config) -> tuple[Check, bool]:
+    """The vault folder and its wiki are there (asked with a deadline: a hung share answers
+    "does not answer", not a hung doctor); whether the vault can be looked into."""
     vault = cfg.vault.path
-    if vault is None or not vault.is_dir():
+    if vault is None:
+        return Check("vault", True, "no vault configured: only the agents' memory is indexed"), False
+    timeout = min(cfg.watch.probe_timeout_seconds, 5.0)
+    there, why = folder_state(vault, timeout)
+    if not there:
+        what = f"cannot be read: {why}" if why else "does not exist or is not a folder"
+        return (
+            Check(
+                "vault",
+                False,
+                f"the vault {vault} {what}",
+                "mount its share or fix vault.path; the daemon picks it up by itself once it is there",
+            ),
+            False,
+        )
+    wiki = vault / cfg.vault.wiki_subfolder
+    wiki_there, wiki_why = folder_state(wiki, timeout)
+    if wiki_there:
+        return Check("vault", True, f"{vault}, wiki folder {cfg.vault.wiki_subfolder}/"), True
+    what = f"cannot be read: {wiki_why}" if wiki_why else "is not in the vault"
+    return (
+        Check(
+            "vault",
+            wiki_why is None,  # no wiki is a choice; an unreadable one is not
+            f"{vault}; its wiki folder {cfg.vault.wiki_subfolder}/ {what}: no note counts as wiki",
+            "" if wiki_why is None else "check the folder's permissions",
+        ),
+        True,
+    )
+
+
+def check_inotify(cfg: Config, probes: Probes, vault_network: bool, vault_there: bool = True) -> Check:
+    vault = cfg.vault.path
+    if vault is None or not vault_there:
         return Check("file events", True, "no vault folder to watch")
     if vault_network or not cfg.watch.events:
         return Check("file events", True, "the vault is polled (network share or watch.events off)")
@@ -281,8 +317,10 @@ def run_checks(cfg: Config, probes: Probes | None = None) -> list[Check]:
     probes = probes or Probes()
     storage, vault_network = check_mounts(cfg, probes)
     socket, other, _health = check_daemon(cfg)
+    vault, vault_there = check_vault(cfg)
     return [
-        check_inotify(cfg, probes, vault_network),
+        vault,
+        check_inotify(cfg, probes, vault_network, vault_there),
         check_model(cfg),
         socket,
         other,

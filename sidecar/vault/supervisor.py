@@ -97,6 +97,7 @@ class RootStatus:
     hold_since: float | None = None
     unreadable: list[str] = field(default_factory=list)  # folders/files kept because unreadable
     identity: Identity | None = None  # as seen by the last listing
+    absent: bool = False  # the folder is not there inside a reachable parent (a wiki not made yet)
     _stuck: threading.Thread | None = field(default=None, repr=False)
 
     @property
@@ -200,7 +201,7 @@ class Supervisor:
                 lambda: _probe(root, self.mounts), self.cfg.watch.probe_timeout_seconds, root.name, self.beat
             )
             if stuck is None:
-                st.identity = ident
+                st.identity, st.absent = ident, False
                 found, stuck = run_with_timeout(
                     lambda: list(scan(root, self.cfg.index.max_file_bytes)),
                     self.cfg.watch.scan_timeout_seconds,
@@ -212,7 +213,7 @@ class Supervisor:
                 raise RootUnreachable(f"{root.path} does not exist or is not mounted") from None
             # A wiki subfolder or an inbox that does not exist (any more) inside a reachable parent
             # is simply empty; the mass-deletion guard still protects the wiki.
-            st.identity = None
+            st.identity, st.absent = None, True
             return []
         except OSError as exc:
             raise RootUnreachable(f"cannot read {root.path}: {exc.strerror or exc}") from exc
@@ -401,7 +402,10 @@ class Supervisor:
             statuses = list(self.roots.values())
         for st in statuses:
             mode = (
-                "offline" if st.offline else ("polling" if st.network or not watched(st.path) else "events")
+                # A mass deletion held: the folder is there and followed, only deletions wait.
+                ("held" if st.hold_kind == "mass" else "offline")
+                if st.offline
+                else ("polling" if st.network or not watched(st.path) else "events")
             )
             out.append(
                 {
@@ -419,6 +423,7 @@ class Supervisor:
                     if st.last_sweep_seconds is None
                     else round(st.last_sweep_seconds, 3),
                     "files_seen": st.seen,
+                    "absent": st.absent,
                     "files_skipped": st.skipped,
                     "held_deletions": st.held_deletions,
                     "hold": None
