@@ -472,3 +472,24 @@ def test_a_wiki_folder_that_is_not_there_is_named_in_status(make_cfg: Any, vault
         assert roots["wiki"]["absent"] is True and roots["vault"]["absent"] is False
     finally:
         h.close()
+
+
+def test_a_note_grown_too_large_through_an_event_leaves_and_is_counted(make_cfg: Any, vault: Path) -> None:
+    """A note that grows past index.maxFileBytes, seen by a file event: its old text leaves the
+    index and it is counted and named as skipped at once (both waited for the next full sweep,
+    up to ten minutes, while search kept finding text the file no longer held)."""
+    note = write(vault / "grow.md", "# Grow\n\nxylofirst marks the first version.\n")
+    h = Harness(make_cfg(vault, **{"index.maxFileBytes": 2000}), FakeEmbedder())
+    try:
+        h.sweep()
+        assert "vault/grow" in h.stores.manifest.file_states("vault/")
+        note.write_text("# Grow\n\nxylosecond\n" + "x" * 3000)
+        h.indexer.sweep(only=frozenset(), paths={str(note)})
+        assert "vault/grow" not in h.stores.manifest.file_states("vault/")
+        assert h.indexer.activity.scan_skipped == {"too large": 1}
+        note.write_text("# Grow\n\nsmall again\n")
+        h.indexer.sweep(only=frozenset(), paths={str(note)})
+        assert "vault/grow" in h.stores.manifest.file_states("vault/")
+        assert h.indexer.activity.scan_skipped == {}
+    finally:
+        h.close()

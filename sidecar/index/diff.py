@@ -75,6 +75,21 @@ class ChangeFinder:
         self._unreadable: dict[str, str] = {}  # root name -> what cannot be read there
         self._event_deletions: dict[str, list[float]] = {}  # root name -> times of recent ones
         self._skips_named: set[tuple[str, str]] = set()  # (path, reason) already in the log
+        # Files left out now, by (root name, path): full sweeps set a root's, events each path's.
+        self._skips: dict[tuple[str, str], str] = {}
+
+    def skip_counts(self) -> dict[str, int]:
+        """Files left out now, by reason (what `status` lists as skipped)."""
+        out: dict[str, int] = {}
+        for reason in self._skips.values():
+            out[reason] = out.get(reason, 0) + 1
+        return out
+
+    def _skipped(self, root: Root, s: Skipped) -> None:
+        self._skips[(root.name, str(s.path))] = s.reason
+        if (str(s.path), s.reason) not in self._skips_named:  # named once, not at every sweep
+            self._skips_named.add((str(s.path), s.reason))
+            log.info("file_skipped path=%s reason=%s", s.path, s.reason)
 
     def roots(self) -> list[Root]:
         """Configured roots plus inboxes of agents that are indexed but whose folder is gone."""
@@ -101,11 +116,10 @@ class ChangeFinder:
         known = self.manifest.file_states(prefix)
         notes = self._without_excluded(root, notes, known, diff, {} if excluded is None else excluded)
         skipped = [s for s in found if isinstance(s, Skipped)]
+        self._skips = {k: v for k, v in self._skips.items() if k[0] != root.name}
         for s in skipped:
             diff.skipped[s.reason] = diff.skipped.get(s.reason, 0) + 1
-            if (str(s.path), s.reason) not in self._skips_named:  # named once, not at every sweep
-                self._skips_named.add((str(s.path), s.reason))
-                log.info("file_skipped path=%s reason=%s", s.path, s.reason)
+            self._skipped(root, s)
         status.seen, status.skipped = len(notes), len(skipped)
         seen = {n.key for n in notes}
         # An error reading a folder (or a file's stat) is no evidence that its notes are gone.
@@ -201,16 +215,29 @@ class ChangeFinder:
         except RootUnreachable:
             return False  # the full sweep marks it offline with the reason
         notes = [f for f in found if isinstance(f, NoteFile)]
-        for s in found:
-            if isinstance(s, Skipped):
-                diff.skipped[s.reason] = diff.skipped.get(s.reason, 0) + 1
         manifest = self.manifest
         missing: set[str] = set()
         for rel in gone:
+            where = str(root.path / rel)
+            self._skips = {k: v for k, v in self._skips.items() if not _at_or_below(k, root.name, where)}
             if rel.lower().endswith(".md"):
                 missing.update(manifest.file_states_of([root.key_of(rel)]))
             else:
                 missing.update(manifest.file_states(root.key_of(rel + "/x")[:-1]))
+        for n in notes:
+            self._skips.pop((root.name, str(n.path)), None)
+        for s in found:
+            if not isinstance(s, Skipped):
+                continue
+            diff.skipped[s.reason] = diff.skipped.get(s.reason, 0) + 1
+            self._skipped(root, s)
+            if s.reason not in _KEPT_WHEN_SKIPPED and is_note_name(s.path.name):
+                # Now left out (grown too large, ...): its old text must not be found any more,
+                # as a full sweep would remove it.
+                with contextlib.suppress(ValueError):
+                    missing.update(
+                        manifest.file_states_of([root.key_of(s.path.relative_to(root.path).as_posix())])
+                    )
         missing -= {n.key for n in notes}
         if missing and not self._may_delete(root, len(missing)):
             return False
@@ -302,6 +329,14 @@ class ChangeFinder:
             diff.gone.append(key)
             del states[key]
         return kept
+
+
+# Skipped for a reason that says nothing about the note's text: its indexed text stays.
+_KEPT_WHEN_SKIPPED = frozenset({"unreadable", "unreadable folder"})
+
+
+def _at_or_below(key: tuple[str, str], root_name: str, where: str) -> bool:
+    return key[0] == root_name and (key[1] == where or key[1].startswith(where + "/"))
 
 
 def _below_a_link(top: Path, rel: str, known: dict[Path, bool]) -> bool:

@@ -126,8 +126,8 @@ class Indexer:
             self._refresh_ignore()
         for root in chosen:
             self.changes.diff_root(root, diff, root.name in confirm_deletions, excluded)
+        act.scan_skipped = self.changes.skip_counts()
         if only is None:
-            act.scan_skipped = diff.skipped
             act.excluded = excluded
         act.phase, act.total = "indexing", len(diff.work) + len(diff.gone)
         self.leftover = None
