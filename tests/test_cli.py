@@ -239,7 +239,7 @@ def test_a_closed_pipe_is_not_an_error(shared: DaemonProcess, argv: list[str]) -
 
 def test_config_errors_exit_3_listing_all(shared: DaemonProcess, tmp_path: Path) -> None:
     bad = write(tmp_path / "bad.yaml", "vault: /data/notes\nsearch:\n  limit: many\n")
-    r = _run(shared, "status", "--config", str(bad))
+    r = _run(shared, "config", "check", "--config", str(bad))
     assert r.returncode == ExitCode.CONFIG and "Traceback" not in r.stderr
     assert "2 configuration problems" in r.stderr and "vault is a section" in r.stderr
     assert "search.limit = 'many': expected an integer" in r.stderr
@@ -276,6 +276,32 @@ def test_version_names_the_model() -> None:
 
 
 # --- doctor ---------------------------------------------------------------------------------
+
+
+def test_a_configuration_file_that_does_not_load_leaves_clients_the_daemon(
+    shared: DaemonProcess, tmp_path: Path
+) -> None:
+    """A typo in the configuration file (the running daemon keeps its own): clients that only
+    ask the daemon still reach it, at the home and socket the file names, and warn in one line
+    (every client exited 3, each agent's MCP shim with them); other commands still refuse it, and
+    a file named but missing is not guessed at."""
+    broken = tmp_path / "c.yaml"
+    broken.write_text(f"home: {shared.home}\nsearch:\n  limt: 5\n")
+    env = {k: v for k, v in shared.env.items() if k != "SIDECAR_HOME"}  # the file says where
+    r = subprocess.run(
+        [sys.executable, "-m", "sidecar", "search", "microphone", "--config", str(broken)],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0 and "vault/Audio" in r.stdout, r.stderr
+    (warning,) = [line for line in r.stderr.splitlines() if "limt" in line]  # one line
+    assert warning.startswith("sidecar: warning:") and "using the daemon at" in warning
+    broken.write_text(f"home: {shared.home}\nsearch: [\n")  # not even YAML: one line too
+    r = _run(shared, "status", "--config", str(broken))
+    assert r.returncode == 0 and "invalid YAML at line 3" in r.stderr and r.stderr.count("\n") == 1
+    r = _run(shared, "doctor", "--config", str(broken))
+    assert r.returncode == ExitCode.CONFIG
+    r = _run(shared, "search", "x", "--config", str(tmp_path / "missing.yaml"))
+    assert r.returncode == ExitCode.CONFIG and "not found" in r.stderr
 
 
 def test_doctor_passes_on_a_healthy_setup(shared: DaemonProcess) -> None:

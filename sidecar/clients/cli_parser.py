@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from sidecar import __version__
-from sidecar.config import Config, load_config
-from sidecar.contracts.errors import ExitCode, SidecarError
+from sidecar.config import Config, daemon_address, load_config
+from sidecar.contracts.errors import ConfigError, ExitCode, SidecarError
 from sidecar.contracts.wire import SOURCES
 
 
@@ -285,4 +285,28 @@ def config_of(args: argparse.Namespace) -> Config:
         "vault.wikiSubfolder": getattr(args, "wiki_subfolder", None),
         "logging.level": getattr(args, "log_level", None),
     }
-    return load_config(config_file=getattr(args, "config", None), flags=flags)
+    try:
+        return load_config(config_file=getattr(args, "config", None), flags=flags)
+    except ConfigError as exc:
+        if args.command not in _TALK_TO_THE_DAEMON:
+            raise
+        # The daemon runs with the configuration it loaded (a reload of a bad file keeps it):
+        # reach it anyway, and say what is wrong with the file.
+        try:
+            cfg = daemon_address(getattr(args, "config", None), flags)
+        except ConfigError:
+            raise exc from None
+        what = " ".join(line.strip() for line in str(exc).splitlines())
+        print(
+            f"sidecar: warning: {what}; using the daemon at {cfg.socket_path} "
+            "(fix the file: sidecar config check)",
+            file=sys.stderr,
+        )
+        return cfg
+
+
+# Commands that only ask the daemon: a configuration file that does not load falls back to where
+# the daemon is (a typo in the file cut every agent's MCP shim off from a healthy daemon).
+_TALK_TO_THE_DAEMON = frozenset(
+    {"search", "get", "related", "outline", "recall", "preview", "why", "status", "mcp", "memory"}
+)

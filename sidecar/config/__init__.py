@@ -13,7 +13,7 @@ from sidecar.config.embedding import MODEL_DEFAULTS, ChunkingConfig, EmbedderCon
 from sidecar.config.example import render_example
 from sidecar.config.fields import camel, env_name
 from sidecar.config.indexing import IndexConfig, VaultConfig, WatchConfig
-from sidecar.config.loader import EXAMPLE_HINT, load_config
+from sidecar.config.loader import EXAMPLE_HINT, daemon_address, load_config
 from sidecar.config.root import Config, valid_agent
 from sidecar.config.search import RecallConfig, SearchConfig, SourceBoosts
 from sidecar.config.service import LoggingConfig, MemoryConfig, MemoryWriteConfig, ServerConfig
@@ -37,6 +37,7 @@ __all__ = [
     "VaultConfig",
     "WatchConfig",
     "camel",
+    "daemon_address",
     "env_name",
     "load_config",
     "model_settings",

@@ -75,7 +75,11 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+        # One line, as every user error: where, and what the parser missed.
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}: invalid YAML{where}: {what}") from exc
     if data is None:
         return {}
     if not isinstance(data, Mapping):
@@ -213,12 +217,40 @@ class _Layers:
                 )
 
 
+def daemon_address(
+    config_file: str | None,
+    flags: Mapping[str, Any],
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Config:
+    """For a thin client whose configuration file does not load: the defaults, with only where
+    the daemon is (``home``, ``socket``) taken from the file when it still parses. The daemon
+    keeps serving with the configuration it started with; one typo must not cut every client
+    (each agent's MCP shim) off from it."""
+    env = dict(os.environ) if env is None else env
+    path, required = _default_config_path(config_file, env)
+    if path is not None and required and not path.exists():
+        raise ConfigError(f"{path}: configuration file not found")  # a file named is not a guess
+    where: dict[str, Any] = {}
+    if path is not None:
+        with contextlib.suppress(ConfigError):
+            raw = _read_yaml(path)
+            for key in ("home", "socket"):
+                value = None if env.get(env_name(key)) else raw.get(key)  # the environment wins
+                if isinstance(value, str) and value.strip() and "\0" not in value:
+                    full = Path(value).expanduser()
+                    where[key] = str(full if full.is_absolute() else path.parent / full)
+    given = {k: v for k, v in flags.items() if v is not None}
+    return load_config(flags={**where, **given}, env=env, cwd=cwd, read_file=False)
+
+
 def load_config(
     *,
     config_file: str | None = None,
     flags: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
+    read_file: bool = True,
 ) -> Config:
     """Build the effective configuration. ``flags`` maps dotted keys (``vault.path``) to raw values."""
     env = dict(os.environ) if env is None else env
@@ -226,7 +258,7 @@ def load_config(
     known = {s.dotted: s for s in settings()}
     layers = _Layers(known, origins={s.dotted: "default" for s in known.values()})
 
-    path, required = _default_config_path(config_file, env)
+    path, required = _default_config_path(config_file, env) if read_file else (None, False)
     source_file: Path | None = None
     if path is not None and (required or path.exists()):
         if not path.exists():
