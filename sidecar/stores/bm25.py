@@ -11,6 +11,7 @@ import contextlib
 import logging
 import math
 import re
+import shutil
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ def field_boosts(stem: str | None = None) -> dict[str, float]:
 
 FIELD_ANALYZER = {"title": ANALYZER, "body": ANALYZER, "body_en": ANALYZER_EN, "body_de": ANALYZER_DE}
 _WRITER_HEAP = 64_000_000
+_LOW_DISK = 2 * _WRITER_HEAP  # less free than two writer flushes: a failed write likely met a full disk
 # str.replace per letter: str.translate looks every character up in a dict, 75 times slower on
 # a note's text, and the German field folds every chunk and page of a sweep.
 _UMLAUT = (("ä", "a"), ("ö", "o"), ("ü", "u"), ("Ä", "a"), ("Ö", "o"), ("Ü", "u"), ("ß", "ss"))
@@ -74,6 +76,16 @@ def _engine(what: str) -> Iterator[None]:
         if not _engine_failure(exc):
             raise
         raise StoreError(f"BM25 {what} failed: {exc}") from exc
+
+
+def _disk_hint(path: Path) -> str:
+    """What a failed write most likely met, when the disk says so: Tantivy's own message after a
+    worker died ("an index writer was killed") no longer names the full disk."""
+    try:
+        free = shutil.disk_usage(path).free
+    except OSError:
+        return ""
+    return f" (only {free / 1e6:.1f} MB free on the index's disk: full?)" if free < _LOW_DISK else ""
 
 
 def german_fold(text: str) -> str:
@@ -231,13 +243,27 @@ class Bm25Index:
         """Chunks, grouped by note: each note's chunks also make its page (all of a note's chunks
         come in one call, after ``delete_key``)."""
         pages: dict[str, tuple[Bm25Doc, list[str]]] = {}  # note key -> (its first chunk, bodies)
-        with self._lock, _engine("write"):
+        with self._lock, self._writing("write"):
             for d in docs:
                 body = f"{d.headings}\n{d.body}" if d.headings else d.body
                 self._chunks.writer.add_document(self._document(d.chunk_id, d, body))
                 pages.setdefault(d.key, (d, []))[1].append(body)
             for key, (first, bodies) in pages.items():
                 self._pages.writer.add_document(self._document(key, first, "\n".join(bodies)))
+
+    @contextlib.contextmanager
+    def _writing(self, what: str) -> Iterator[None]:
+        """A change to both writers; a failure leaves both usable again. A writer whose worker
+        thread died (a segment flush that hit a full disk) refuses every later document ("an
+        index writer was killed"): without a new one the index never recovered, however much
+        space was freed. What was not committed is redone by the next sweep."""
+        try:
+            with _engine(what):
+                yield
+        except StoreError as exc:
+            self._chunks.recover_writer()
+            self._pages.recover_writer()
+            raise StoreError(f"{exc}{_disk_hint(self.path)}") from exc
 
     @staticmethod
     def _document(doc_id: str, d: Bm25Doc, body: str) -> tantivy.Document:
@@ -254,12 +280,12 @@ class Bm25Index:
         )
 
     def delete_key(self, key: str) -> None:
-        with self._lock, _engine("delete"):
+        with self._lock, self._writing("delete"):
             self._chunks.writer.delete_documents_by_term("key", key)
             self._pages.writer.delete_documents_by_term("key", key)
 
     def delete_all(self) -> None:
-        with self._lock, _engine("delete"):
+        with self._lock, self._writing("delete"):
             self._chunks.writer.delete_all_documents()
             self._pages.writer.delete_all_documents()
 
@@ -267,10 +293,10 @@ class Bm25Index:
         with self._lock:
             try:
                 self._chunks.commit()
-            except StoreError:
+                self._pages.commit()
+            except StoreError as exc:
                 self._pages.recover_writer()
-                raise
-            self._pages.commit()
+                raise StoreError(f"{exc}{_disk_hint(self.path)}") from exc
 
     def all_ids(self) -> set[str]:
         """Every chunk id in the index (for consistency checks)."""

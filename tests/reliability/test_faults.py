@@ -88,6 +88,37 @@ def test_disk_full_during_indexing_and_memory_write(daemon_factory: Any, vault: 
     }
 
 
+def test_a_keyword_writer_killed_by_a_full_disk_comes_back(tmp_path: Path) -> None:
+    """A segment flush that meets a full disk kills Tantivy's writer thread; every later document
+    was refused ("an index writer was killed") until a restart, however much space was freed.
+    Now the writer is replaced after a failed write, and the error names the full disk."""
+    from sidecar.contracts.errors import StoreError
+    from sidecar.stores.bm25 import Bm25Doc, Bm25Index
+
+    def docs(tag: str, n: int) -> list[Bm25Doc]:
+        body = " ".join(f"w{tag}{j}" for j in range(400))
+        return [Bm25Doc(f"{tag}{i}", f"vault/{tag}{i}", "vault", "", f"T{i}", "", body) for i in range(n)]
+
+    with tmpfs(tmp_path / "small", "3m") as disk:
+        index = Bm25Index(disk / "bm25")
+        try:
+            filler = fill(disk)
+            for attempt in range(2):
+
+                def index_some(tag: str = f"a{attempt}x") -> None:
+                    index.add(docs(tag, 200))
+                    index.commit()
+
+                with pytest.raises(StoreError, match="MB free on the index's disk"):
+                    index_some()
+            filler.unlink()
+            index.add(docs("b", 50))
+            index.commit()
+            assert index.num_docs() == 50 and index.num_pages() == 50
+        finally:
+            index.close()
+
+
 def test_read_only_index_directory(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
     """A read-only index folder: searches still answer, health says indexing fails, and once the
     folder is writable again the notes saved meanwhile are indexed."""
