@@ -502,3 +502,15 @@ def test_each_skipped_file_is_named_once_at_info(
     named = [r for r in caplog.records if r.getMessage().startswith("file_skipped")]
     assert len(named) == 1 and named[0].levelno == logging.INFO
     assert str(vault / "Link.md") in named[0].getMessage() and "reason=" in named[0].getMessage()
+
+
+def test_status_shows_a_batch_of_changes_being_indexed(shared: DaemonProcess) -> None:
+    """After the first sweep, thousands of changed notes (a checkout, a synced folder) show as
+    work in progress, not as a plain "ready" beside the old note count."""
+    from sidecar.clients.cli_render import render_status
+
+    h = shared.health()
+    h["index"].update(state="ready", phase="indexing", progress={"done": 1_825, "total": 5_000})
+    assert "Index: ready; indexing changes (1,825/5,000 notes)" in render_status(h)
+    h["index"].update(phase="idle", progress={"done": 3, "total": 3})
+    assert "Index: ready\n" in render_status(h)

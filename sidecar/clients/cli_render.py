@@ -50,6 +50,10 @@ def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
     return out
 
 
+# Changes to more notes than this at once are shown as work in progress.
+_BUSY_NOTES = 20
+
+
 def render_status(h: dict[str, Any]) -> str:
     idx, emb = h["index"], h["embedder"]
     lines = [
@@ -60,6 +64,10 @@ def render_status(h: dict[str, Any]) -> str:
         lines.append(f"Index: building ({idx['phase']} {prog['done']:,}/{prog['total']:,} notes)")
     elif idx["state"] == "building":
         lines.append("Index: building (every note is searchable by keyword; vectors are being computed)")
+    elif idx["phase"] == "indexing" and idx["progress"]["total"] > _BUSY_NOTES:
+        # Ready, and a batch of changes (a checkout, a synced folder) is being read in.
+        prog = idx["progress"]
+        lines.append(f"Index: ready; indexing changes ({prog['done']:,}/{prog['total']:,} notes)")
     else:
         lines.append("Index: ready")
     lines.append(f"  {idx['files']:,} notes, {idx['chunks']:,} chunks")
