@@ -53,6 +53,51 @@ def test_touched_file_with_same_content_is_not_reindexed(harness: Harness) -> No
     assert len(model.embedded) == before
 
 
+def test_an_edit_that_keeps_size_and_mtime_is_seen(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """New bytes of the same size with the old mtime put back (a tool restoring mtimes, two
+    saves within a coarse clock's tick) are found by the status change time (it was never seen,
+    not even by `sidecar index`); a change of mode alone is read once, then settles."""
+    harness.sweep()
+    note = harness.cfg.vault.path / "Garden.md"  # type: ignore[operator]
+    old = note.stat()
+    text = note.read_text()
+    note.write_text(text.replace("Tomatoes", "Potatoes"))
+    os.utime(note, ns=(old.st_atime_ns, old.st_mtime_ns))
+    assert note.stat().st_size == old.st_size and note.stat().st_mtime_ns == old.st_mtime_ns
+    assert harness.sweep()["changed"] == 1
+    assert any("Potatoes" in c.text for c in harness.stores.manifest.chunks_of("vault/Garden"))
+    os.chmod(note, 0o600)
+    reads: list[Path] = []
+    real = records_mod.read_note
+    monkeypatch.setattr(records_mod, "read_note", lambda p, m, r=None: reads.append(p) or real(p, m, r))
+    assert harness.sweep()["changed"] == 0 and reads == [note]
+    assert harness.sweep()["unchanged"] == 4 and reads == [note]
+
+
+def test_a_manifest_without_status_change_times_learns_them_without_reading(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manifest written before ctime was kept opens as it is; its unchanged notes get their
+    ctime from the next sweep's stat, with no note read again."""
+    import sqlite3
+
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    h.close()
+    with sqlite3.connect(cfg.index_dir / "manifest.sqlite") as db:
+        db.execute("ALTER TABLE files DROP COLUMN ctime_ns")
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        reads: list[Path] = []
+        real = records_mod.read_note
+        monkeypatch.setattr(records_mod, "read_note", lambda p, m, r=None: reads.append(p) or real(p, m, r))
+        assert h.sweep()["unchanged"] == 4 and reads == []
+        assert all(st.ctime_ns for st in h.stores.manifest.file_states("vault/").values())
+    finally:
+        h.close()
+
+
 def test_edit_reembeds_only_changed_chunks(harness: Harness) -> None:
     """Editing one section re-embeds that chunk only; unchanged chunks keep their vectors."""
     vault = harness.cfg.vault.path

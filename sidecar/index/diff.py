@@ -54,6 +54,7 @@ class Diff:
     gone: list[str] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
     unchanged: int = 0
+    stamps: list[tuple[str, int, int, int]] = field(default_factory=list)  # unchanged: (key, stat)
 
 
 class ChangeFinder:
@@ -138,10 +139,16 @@ class ChangeFinder:
     def _add_work(self, notes: Sequence[NoteFile], known: dict[str, FileState], diff: Diff) -> None:
         for n in notes:
             st = known.get(n.key)
-            if st is not None and (st.mtime_ns, st.size) == (n.mtime_ns, n.size) and st.state in _SETTLED:
-                diff.unchanged += 1
-            else:
+            if st is None or (st.mtime_ns, st.size) != (n.mtime_ns, n.size) or st.state not in _SETTLED:
                 diff.work.append(n)
+            elif st.ctime_ns and n.ctime_ns and st.ctime_ns != n.ctime_ns:
+                # Same size and mtime, yet changed (mtime set back by a tool, a clock too coarse
+                # for two saves): read again; equal bytes only update the stat.
+                diff.work.append(n)
+            else:
+                diff.unchanged += 1
+                if not st.ctime_ns and n.ctime_ns:
+                    diff.stamps.append((n.key, n.mtime_ns, n.size, n.ctime_ns))  # kept from now on
 
     def _unreadable_prefixes(self, root: Root, skipped: Sequence[Skipped]) -> tuple[str, ...]:
         """Key prefixes (and keys) under folders and files that could not be read; reported."""
@@ -290,7 +297,9 @@ class ChangeFinder:
             elif st.st_size > max_bytes:
                 found.append(Skipped(path, "too large"))
             else:
-                found.append(NoteFile(root.key_of(rel), root, path, rel, st.st_mtime_ns, st.st_size))
+                found.append(
+                    NoteFile(root.key_of(rel), root, path, rel, st.st_mtime_ns, st.st_size, st.st_ctime_ns)
+                )
         return found, gone
 
     def _may_delete(self, root: Root, count: int) -> bool:

@@ -129,6 +129,8 @@ class Indexer:
         act.scan_skipped = self.changes.skip_counts()
         if only is None:
             act.excluded = excluded
+        if diff.stamps:
+            self.manifest.touch_many(diff.stamps)
         act.phase, act.total = "indexing", len(diff.work) + len(diff.gone)
         self.leftover = None
         if diff.gone:
@@ -217,7 +219,7 @@ class Indexer:
                 log.warning("file_kept path=%s reason=%s", note.path, p.skip_reason)
                 continue
             if p.parsed is None and p.skip_reason is None:
-                self.manifest.touch(note.key, note.mtime_ns, note.size)
+                self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns)
                 continue
             prepared.append(p)
         if prepared:
@@ -266,7 +268,7 @@ class Indexer:
             self.index_files([note], {key: data})
         else:
             st = path.stat()
-            note = NoteFile(key, root, path, rel, st.st_mtime_ns, st.st_size)
+            note = NoteFile(key, root, path, rel, st.st_mtime_ns, st.st_size, st.st_ctime_ns)
             self.index_files([note])
         self.vectors.embed_key(note.key)
         return note.key

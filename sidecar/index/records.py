@@ -105,7 +105,7 @@ def records(p: Prepared, state: str) -> tuple[FileRecord, list[ChunkRecord]]:
     """The manifest's file record (in ``state``) and chunk records of a prepared note."""
     n = p.note
     record = functools.partial(
-        FileRecord, n.key, n.root.source, n.root.agent, n.rel, n.mtime_ns, n.size, p.hash
+        FileRecord, n.key, n.root.source, n.root.agent, n.rel, n.mtime_ns, n.size, p.hash, ctime_ns=n.ctime_ns
     )
     if p.parsed is None:
         skipped = "skipped" if state != "indexing" else state

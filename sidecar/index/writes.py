@@ -57,7 +57,7 @@ class Writer:
         fresh = []
         for p in prepared:
             if _already_indexed(p, states.get(p.note.key)):  # as a sweep treats an unchanged note
-                self.stores.manifest.touch(p.note.key, p.note.mtime_ns, p.note.size)
+                self.stores.manifest.touch(p.note.key, p.note.mtime_ns, p.note.size, p.note.ctime_ns)
             else:
                 fresh.append(p)
         if len(fresh) < len(prepared):

@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS files (
   key TEXT PRIMARY KEY, source TEXT NOT NULL, agent TEXT NOT NULL, rel TEXT NOT NULL,
   mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL, hash TEXT NOT NULL, state TEXT NOT NULL,
   title TEXT NOT NULL DEFAULT '', tags TEXT NOT NULL DEFAULT '[]', front_matter TEXT NOT NULL DEFAULT '{}',
-  chunks INTEGER NOT NULL DEFAULT 0, error TEXT, indexed_at REAL NOT NULL DEFAULT 0
+  chunks INTEGER NOT NULL DEFAULT 0, error TEXT, indexed_at REAL NOT NULL DEFAULT 0,
+  ctime_ns INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS chunks (
   chunk_id TEXT PRIMARY KEY, key TEXT NOT NULL, ord INTEGER NOT NULL, text TEXT NOT NULL,
@@ -125,6 +126,7 @@ class FileRecord:
     tags: tuple[str, ...] = ()
     front_matter: str = "{}"
     error: str | None = None
+    ctime_ns: int = 0  # the file's status change time; 0 where unknown
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,7 @@ class FileState:
     size: int
     hash: str
     state: str
+    ctime_ns: int = 0  # 0: not known (written before it was kept, or by a memory write)
 
 
 @dataclass(frozen=True)
@@ -191,6 +194,10 @@ class Manifest(VectorBook):
                 self._db.execute("ALTER TABLE chunks ADD COLUMN has_next INTEGER NOT NULL DEFAULT 0")
             if version in (1, 2):
                 self._add_embed_hashes()
+            columns = {r[1] for r in self._db.execute("PRAGMA table_info(files)").fetchall()}
+            if columns and "ctime_ns" not in columns:
+                # Edits that keep size and mtime (mtime restored, coarse clocks) change ctime.
+                self._db.execute("ALTER TABLE files ADD COLUMN ctime_ns INTEGER NOT NULL DEFAULT 0")
             self._db.executescript(_SCHEMA)
             if links.ensure_schema(self._db) and version != 0:
                 # Schema 4 adds the link graph, read from the notes themselves: forget their
@@ -289,18 +296,18 @@ class Manifest(VectorBook):
 
     def file_states(self, prefix: str = "") -> dict[str, FileState]:
         rows = self._query(
-            "SELECT key, mtime_ns, size, hash, state FROM files WHERE key >= ? AND key < ?",
+            "SELECT key, mtime_ns, size, hash, state, ctime_ns FROM files WHERE key >= ? AND key < ?",
             (prefix, prefix + "\uffff"),
         )
-        return {r[0]: FileState(r[1], r[2], r[3], r[4]) for r in rows}
+        return {r[0]: FileState(*r[1:]) for r in rows}
 
     def file_states_of(self, keys: Sequence[str]) -> dict[str, FileState]:
         out: dict[str, FileState] = {}
         for part, marks in _in_groups(keys):
             rows = self._query(
-                f"SELECT key, mtime_ns, size, hash, state FROM files WHERE key IN ({marks})", part
+                f"SELECT key, mtime_ns, size, hash, state, ctime_ns FROM files WHERE key IN ({marks})", part
             )
-            out.update((r[0], FileState(r[1], r[2], r[3], r[4])) for r in rows)
+            out.update((r[0], FileState(*r[1:])) for r in rows)
         return out
 
     def rel_of(self, key: str) -> str | None:
@@ -317,19 +324,26 @@ class Manifest(VectorBook):
         with self.transaction() as db:
             for r in records:
                 db.execute(
-                    "INSERT INTO files(key, source, agent, rel, mtime_ns, size, hash, state) "
-                    "VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET state = excluded.state",
-                    (r.key, r.source, r.agent, r.rel, r.mtime_ns, r.size, r.hash, r.state),
+                    "INSERT INTO files(key, source, agent, rel, mtime_ns, size, hash, state, ctime_ns) "
+                    "VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET state = excluded.state",
+                    (r.key, r.source, r.agent, r.rel, r.mtime_ns, r.size, r.hash, r.state, r.ctime_ns),
                 )
 
     def mark_state(self, keys: Iterable[str], state: str) -> None:
         with self.transaction() as db:
             db.executemany("UPDATE files SET state = ? WHERE key = ?", [(state, k) for k in keys])
 
-    def touch(self, key: str, mtime_ns: int, size: int) -> None:
+    def touch(self, key: str, mtime_ns: int, size: int, ctime_ns: int = 0) -> None:
         """Same content, new stat (a `touch`, a copy that kept the bytes): remember the stat only."""
+        self.touch_many([(key, mtime_ns, size, ctime_ns)])
+
+    def touch_many(self, stats: Sequence[tuple[str, int, int, int]]) -> None:
+        """``touch`` for (key, mtime, size, ctime) of many notes, in one transaction."""
         with self.transaction() as db:
-            db.execute("UPDATE files SET mtime_ns = ?, size = ? WHERE key = ?", (mtime_ns, size, key))
+            db.executemany(
+                "UPDATE files SET mtime_ns = ?, size = ?, ctime_ns = ? WHERE key = ?",
+                [(m, s, c, k) for k, m, s, c in stats],
+            )
 
     def chunk_ids(self, key: str) -> set[str]:
         return {r[0] for r in self._query("SELECT chunk_id FROM chunks WHERE key = ?", (key,))}
@@ -366,7 +380,7 @@ class Manifest(VectorBook):
         )
         db.execute(
             "INSERT OR REPLACE INTO files(key, source, agent, rel, mtime_ns, size, hash, state, title, tags, "
-            "front_matter, chunks, error, indexed_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "front_matter, chunks, error, indexed_at, ctime_ns) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 record.key,
                 record.source,
@@ -382,6 +396,7 @@ class Manifest(VectorBook):
                 len(chunks),
                 record.error,
                 time.time(),
+                record.ctime_ns,
             ),
         )
 

@@ -78,6 +78,7 @@ class NoteFile:
     rel: str
     mtime_ns: int
     size: int
+    ctime_ns: int = 0  # status change time: an edit that keeps size and mtime still changes it
 
 
 @dataclass(frozen=True)
@@ -210,7 +211,7 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
         return Skipped(Path(entry.path), "memory note name is not a valid slug")
     if st.st_size > max_bytes:
         return Skipped(Path(entry.path), "too large")
-    return NoteFile(root.key_of(rel), root, Path(entry.path), rel, st.st_mtime_ns, st.st_size)
+    return NoteFile(root.key_of(rel), root, Path(entry.path), rel, st.st_mtime_ns, st.st_size, st.st_ctime_ns)
 
 
 def link_refusal(root: Root, link: Path, base: Path) -> str | None:
