@@ -177,6 +177,7 @@ def test_bad_files_are_skipped_and_counted(harness: Harness) -> None:
     assert vault is not None
     (vault / "binary.md").write_bytes(b"\0\1\2\3" * 100)
     (vault / "latin1.md").write_bytes("Grüße aus Köln".encode("latin-1"))
+    (vault / "utf16.md").write_bytes("# Notiz\n\nGrüße".encode("utf-16"))  # a BOM, then NUL bytes
     locked = write(vault / "locked.md", "secret")
     locked.chmod(0)
     write(vault / "badyaml.md", "---\ntags: [oops\n---\nThe body of a note with broken front matter.\n")
@@ -189,6 +190,7 @@ def test_bad_files_are_skipped_and_counted(harness: Harness) -> None:
     assert counts["by_source"]["vault"]["files"] == 4 + readable_anyway  # 3 good + badyaml
     skipped = counts["skipped"]
     assert skipped.get("binary") == 1 and skipped.get("not UTF-8") == 1
+    assert skipped.get("not UTF-8 (UTF-16)") == 1
     if not readable_anyway:
         assert any(k.startswith("unreadable") for k in skipped)
     assert summary["changed"] >= 6

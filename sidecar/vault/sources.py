@@ -376,6 +376,8 @@ def decode_note(data: bytes, max_bytes: int, where: object = "-") -> str:
     """The text of a note's bytes; NoteUnreadable when it cannot be indexed as text."""
     if len(data) > max_bytes:
         raise NoteUnreadable("too large")
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):  # its NUL bytes are no binary data, but text
+        raise NoteUnreadable("not UTF-8 (UTF-16)")
     if b"\0" in data[:8192]:
         raise NoteUnreadable("binary")
     try:
