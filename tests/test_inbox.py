@@ -414,3 +414,21 @@ def test_front_matter_in_content_that_does_not_read_is_refused(inboxes: Inboxes)
     with pytest.raises(MemoryWriteError, match="front matter at the top"):
         inboxes.write("claude", "fm", "---\ntags: [a, b\n---\nbody\n", None, must_exist=False)
     assert not (inboxes.cfg.agents_dir / "claude" / "memory" / "fm.md").exists()
+
+
+def test_old_texts_in_trash_are_pruned(make_cfg: Any, vault: Path) -> None:
+    """Texts kept in .trash longer than memory.trashDays go (an agent rewriting notes in a loop
+    filled the disk the index shares); newer ones and files not named by sidecar stay."""
+    import datetime as dt
+
+    inboxes = Inboxes(make_cfg(vault, **{"memory.trashDays": 30}))
+    inboxes.write("claude", "n", "first", None, must_exist=False)
+    inboxes.write("claude", "n", "second", None, must_exist=False)
+    trash = inboxes.cfg.agents_dir / "claude" / "memory" / ".trash"
+    old = dt.datetime.now() - dt.timedelta(days=31)
+    (trash / f"n--{old.strftime('%Y%m%dT%H%M%S%f')}.md").write_text("old text")
+    (trash / "my own file.md").write_text("not sidecar's")
+    assert inboxes.prune_trash() == 1
+    assert sorted(p.name.split("--")[0] for p in trash.iterdir()) == ["my own file.md", "n"]
+    forever = Inboxes(make_cfg(vault, **{"memory.trashDays": 0}))
+    assert forever.prune_trash(now=time.time() + 10_000 * 86_400) == 0

@@ -21,6 +21,12 @@ class MemoryWriteConfig:
 class MemoryConfig:
     max_note_bytes: int = _opt(100_000, "Largest memory note an agent may write.", min=256)
     redact_secrets: bool = _opt(True, "Replace keys, tokens and passwords by [REDACTED:kind] before writing.")
+    trash_days: int = _opt(
+        90,
+        "Replaced and deleted memory texts are kept in <inbox>/.trash this many days (0: for ever); "
+        "older ones are removed at start and once a day.",
+        min=0,
+    )
     write: MemoryWriteConfig = field(default_factory=MemoryWriteConfig)
 
 

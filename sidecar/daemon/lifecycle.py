@@ -69,6 +69,7 @@ class Daemon:
         self._scheduler: BackgroundScheduler | None = None
         self._retriever: Retriever | None = None
         self.parts: Parts | None = None
+        self._inboxes: Inboxes | None = None
         self.loop: IndexLoop | None = None
         self.watcher: Watcher | None = None
 
@@ -139,6 +140,7 @@ class Daemon:
             vectors=vectors,
             retry_embedder=self._retry_embedder,
             notify=notify,
+            daily=self._daily,
         )
         scheduler.start()
         loop.request_sweep()
@@ -149,6 +151,8 @@ class Daemon:
         cfg.agents_dir.mkdir(parents=True, exist_ok=True)
         inboxes = Inboxes(cfg)
         inboxes.clean_temp()  # a write killed mid-way leaves its temp file; none runs yet
+        inboxes.prune_trash()
+        self._inboxes = inboxes
         service = ServiceState(
             self.started, loop.jobs.qsize, loop.request_sweep, lambda: watcher.watching, self.reload
         )
@@ -222,6 +226,10 @@ class Daemon:
         if restart:
             log.warning("config_needs_restart keys=%s", ",".join(restart))
         return {"reloaded": True, "changed": changed, "needsRestart": restart}
+
+    def _daily(self) -> None:
+        if self._inboxes is not None:
+            self._inboxes.prune_trash()
 
     def _retry_embedder(self) -> None:
         if self.slot.state == "failed" and self.cfg.embedder.enabled:

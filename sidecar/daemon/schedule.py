@@ -32,6 +32,7 @@ def build_scheduler(
     vectors: Vectoring,
     retry_embedder: Callable[[], None],
     notify: Callable[[], None] | None,
+    daily: Callable[[], None] | None = None,
 ) -> BackgroundScheduler:
     """The scheduler with every job added, not started. ``notify``: None without systemd."""
     scheduler = BackgroundScheduler(daemon=True, job_defaults={"coalesce": True, "max_instances": 1})
@@ -50,6 +51,8 @@ def build_scheduler(
     # Native libraries free into malloc's arenas, which keep the pages: hand them back now and
     # then (a few milliseconds; 50-60 MB after loading the model, BENCHMARKS.md).
     scheduler.add_job(heap.trim, "interval", seconds=60, id="trim")
+    if daily is not None:  # housekeeping: old texts in the inboxes' .trash
+        scheduler.add_job(daily, "interval", hours=24, id="daily")
     if notify is not None:
         seconds = min(5.0, cfg.watchdog_usec / 2e6) if cfg.watchdog_usec else 5.0
         scheduler.add_job(notify, "interval", seconds=seconds, id="notify")

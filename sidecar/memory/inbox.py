@@ -24,6 +24,7 @@ import re
 import secrets
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,7 @@ from sidecar.vault.confine import NotRegularError, open_private_dir, open_regula
 from sidecar.vault.sources import SLUG_RE, agent_inbox
 
 _MANAGED = ("created", "updated")
+_KEPT = re.compile(r"^[a-z0-9][a-z0-9_-]*--(\d{8}T\d{12})\.md$")  # <slug>--<time>.md in .trash
 _TEMP = re.compile(r"^\.[a-z0-9][a-z0-9_-]*\.[0-9a-f]{8}\.tmp$")  # write_in's temp files, no one else's
 
 log = logging.getLogger(__name__)
@@ -292,6 +294,44 @@ class Inboxes:
             return exc.strerror or str(exc)
         return None
 
+    def prune_trash(self, now: float | None = None) -> int:
+        """Remove texts kept in the inboxes' .trash longer than ``memory.trashDays`` (their age is
+        the time in their name, as written by this daemon; other files are left alone). An agent
+        in a loop of rewrites would otherwise fill the disk the index shares over the years."""
+        days = self.cfg.memory.trash_days
+        if days <= 0:
+            return 0
+        cutoff = dt.datetime.fromtimestamp((now or time.time()) - days * 86_400)
+        try:
+            agents = sorted(os.listdir(self.cfg.agents_dir))
+        except OSError:
+            return 0
+        removed = 0
+        for agent in agents:
+            if not valid_agent(agent):
+                continue
+            count = 0
+            try:
+                with self._dirs(agent, create=False) as (_agent_fd, inbox_fd):
+                    try:
+                        trash = _trash_dir_existing(inbox_fd)
+                    except FileNotFoundError:
+                        continue
+                    with contextlib.closing(_Fd(trash)):
+                        for name in os.listdir(trash):
+                            m = _KEPT.match(name)
+                            if m is None or dt.datetime.strptime(m.group(1), "%Y%m%dT%H%M%S%f") >= cutoff:
+                                continue
+                            with contextlib.suppress(FileNotFoundError):
+                                os.unlink(name, dir_fd=trash)
+                                count += 1
+            except (OSError, SourceError, ValueError):
+                continue  # no inbox, not a private one, or a name that is no date
+            if count:
+                log.info("memory_trash_pruned agent=%s removed=%d older_than_days=%d", agent, count, days)
+            removed += count
+        return removed
+
     def clean_temp(self) -> int:
         """Remove temp files a killed write left in the inboxes (at start, before any write)."""
         try:
@@ -324,6 +364,10 @@ class _Fd:
 
 def _trash_dir(inbox_fd: int) -> int:
     return open_private_dir(inbox_fd, ".trash", create=True, what="the trash folder")
+
+
+def _trash_dir_existing(inbox_fd: int) -> int:
+    return open_private_dir(inbox_fd, ".trash", create=False, what="the trash folder")
 
 
 _READ_ATTEMPTS = 3
