@@ -167,6 +167,8 @@ def test_cli_memory_commands(running: DaemonProcess) -> None:
         check=True,
     )
     assert "memory/cli-note created" in out.stdout
+    edited = running.run_cli("memory", "edit", "cli-note", "--agent", "claude", "--content", "b", check=True)
+    assert "memory/cli-note updated" in edited.stdout
     assert "memory/cli-note" in running.run_cli("memory", "list", "--agent", "claude", check=True).stdout
     assert (
         "moved to" in running.run_cli("memory", "delete", "cli-note", "--agent", "claude", check=True).stdout

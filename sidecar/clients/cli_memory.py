@@ -52,18 +52,24 @@ def cmd_memory(args: argparse.Namespace, cfg: Config) -> int:
         raise RemoteError(exc.code, str(exc).replace("memory_write", "`sidecar memory write`")) from None
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
-    elif args.action == "list":
+    else:
+        _print_memory(args.action, result)
+    return int(ExitCode.OK)
+
+
+def _print_memory(action: str, result: dict[str, Any]) -> None:
+    if action == "list":
         for n in result["notes"]:
             print(f"{n['reference']}  {n['title']}  ({n['modified']})")
         print(f"{result['total']} note(s)")
-    elif args.action == "delete":
+    elif action == "delete":
         print(f"moved to {result['trash']}" if result["deleted"] else result["message"])
     else:
-        print(
-            f"{result['reference']} {'created' if result['created'] else 'written'} ({result['bytes']} bytes)"
-        )
+        done = result.get("action") or ("created" if result["created"] else "written")
+        print(f"{result['reference']} {done} ({result['bytes']} bytes)")
         for kind, n in result["redacted"].items():
             print(f"redacted {n} {kind}", file=sys.stderr)
         for d in result["duplicates"]:
             print(f"similar: {d['reference']} ({d['similarity']:.0%})", file=sys.stderr)
-    return int(ExitCode.OK)
+    if result.get("warning"):  # saved, but not searchable yet; its audit line failed; ...
+        print(f"sidecar: warning: {result['warning']}", file=sys.stderr)
