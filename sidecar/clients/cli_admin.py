@@ -14,7 +14,7 @@ from sidecar.clients.cli_parser import build_parser, config_of
 from sidecar.clients.cli_render import Progress, render_status
 from sidecar.clients.client import Client
 from sidecar.config import Config
-from sidecar.contracts.errors import DaemonNotRunningError, ExitCode
+from sidecar.contracts.errors import DaemonNotRunningError, ExitCode, StorageError
 
 
 def _check_vault(args: argparse.Namespace, cfg: Config, *, serving: bool) -> None:
@@ -83,6 +83,7 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
             params: dict[str, Any] = {"rebuild": bool(args.rebuild)}
             if args.confirm_deletions:
                 params["confirmDeletions"] = args.confirm_deletions
+            asked = time.time()
             client.call("index", params)
             while True:
                 health = client.call("health")
@@ -91,6 +92,15 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
                 waiting = health["embedder"]["state"] == "ok" and idx["pending_vectors"] > 0
                 if idx["sweeps"] > before and idx["phase"] == "idle" and not waiting:
                     break
+                failing = _failing_since(health, asked, ("index", "stores"))
+                if failing is not None:  # the sweep cannot finish: say why instead of waiting on
+                    bar.done("")
+                    raise StorageError(
+                        f"the index cannot be updated now: {failing}; nothing indexed is lost and the "
+                        "daemon retries by itself (`sidecar status` shows when it recovers)"
+                    )
+                if idx["sweeps"] > before and waiting and _failing_since(health, asked, ("embedding",)):
+                    break  # notes are in; their vectors wait for the model (status says why)
                 time.sleep(0.5)
         # A root that could not be swept keeps what was indexed: say so, not only the totals.
         offline = [r for r in health.get("roots", []) if r.get("mode") == "offline"]
@@ -126,6 +136,14 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
         f"{summary['deleted']} removed, {summary['pending_vectors']} without vectors)"
     )
     return int(ExitCode.OK)
+
+
+def _failing_since(health: dict[str, Any], since: float, areas: tuple[str, ...]) -> str | None:
+    """The error of a problem in ``areas`` seen again since ``since`` (a sweep that keeps failing)."""
+    for p in (health.get("problems") or {}).get("active", []):
+        if p.get("area") in areas and p.get("last", 0) >= since and p.get("count", 0) >= 2:
+            return str(p.get("error"))
+    return None
 
 
 def _show_progress(bar: Progress, idx: dict[str, Any], embedder: dict[str, Any]) -> None:

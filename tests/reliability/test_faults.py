@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.contracts.errors import RemoteError
+from sidecar.contracts.errors import ExitCode, RemoteError
 from tests.conftest import store_ids, write
 from tests.daemon_process import DaemonProcess, exchange
 from tests.reliability.disks import FAST_RETRY, fill, mount, tmpfs
@@ -135,6 +135,9 @@ def test_read_only_index_directory(daemon_factory: Any, vault: Path, tmp_path: P
         write(vault / "Dock.md", "# Dock\n\nThe floating dock needs new fenders before winter.\n")
         d.wait_for(lambda h: bool(_active(h) & {"index", "embedding"}), timeout=60)
         assert d.call("search", {"query": "spark plugs"})["hits"][0]["reference"] == "vault/Projects/Boat"
+        # `sidecar index` says why it cannot finish (it waited silently for as long as it lasted).
+        ran = d.run_cli("index")
+        assert ran.returncode == ExitCode.REQUEST_FAILED and "cannot be updated now" in ran.stderr
     finally:
         subprocess.run(["umount", "-l", str(index)], check=False, capture_output=True, timeout=30)
     d.call("index")
