@@ -254,6 +254,30 @@ def test_interrupted_delete_is_finished_on_start(harness: Harness) -> None:
     assert chunks == docs == vectors
 
 
+def test_no_arm_that_can_search_is_an_error_not_an_empty_answer(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The keyword index cannot be read and there are no vectors (turned off, or failing too):
+    the search fails saying so (it answered "nothing relevant found", and an agent concluded the
+    note did not exist)."""
+    from sidecar.contracts.errors import StoreError
+
+    h = Harness(make_cfg(vault), None)
+    try:
+        h.indexer.sweep()
+
+        def damaged(*_a: Any, **_k: Any) -> Any:
+            raise StoreError("BM25 search failed: the offset to copy is not contained")
+
+        monkeypatch.setattr(h.stores.bm25, "search", damaged)
+        with pytest.raises(StoreError, match=r"keyword index cannot be read.*vector search is unavailable"):
+            Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall).search(
+                SearchRequest("spark plugs", 5, 0.0)
+            )
+    finally:
+        h.close()
+
+
 def test_bm25_only_without_model(make_cfg: Any, vault: Path) -> None:
     """With no model, indexing still works, search answers from BM25 and says it is degraded."""
     h = Harness(make_cfg(vault), None)

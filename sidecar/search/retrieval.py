@@ -269,6 +269,7 @@ class Retriever:
         problems = self.stores.problems
         bm: list[tuple[str, float]] = []
         bm_note: str | None = None
+        bm_error: StoreError | None = None
         answered = False
         if weight < 1.0 or vectors is not None:
             try:
@@ -283,16 +284,25 @@ class Retriever:
             except StoreError as exc:  # a damaged keyword index: answer from vectors alone
                 log.warning("keyword_search_failed error=%s", exc)
                 problems.report("keyword_search", str(exc))
-                bm_note = f"keyword search failed ({exc}); vector results only"
+                bm_note, bm_error = f"keyword search failed ({exc}); vector results only", exc
 
         def found(vec_lists: list[VecList], note: str | None) -> Found:
             return Found(bm, vec_lists, note, answered, stem)
+
+        def no_arm(vector_why: str) -> StoreError:
+            # Neither arm searched: an empty answer would read as "nothing relevant".
+            return StoreError(
+                f"search failed: the keyword index cannot be read ({bm_error}) and {vector_why}; "
+                "a damaged index is rebuilt by itself: try again shortly"
+            )
 
         serving = self.stores.serving
         if weight <= 0.0 and vectors is None:
             return found([], bm_note)
         if serving is None:
             why = "the vector table is opening" if self.slot.state == "ok" else f"embedder {self.slot.state}"
+            if bm_error is not None:
+                raise no_arm(f"vector search is unavailable ({why})")
             return found([], f"vector search unavailable ({why}); keyword results only")
         if not qa.words and vectors is None:
             return found([], None)
@@ -307,6 +317,8 @@ class Retriever:
         except (EmbedderError, StoreError) as exc:
             log.warning("vector_search_failed error=%s", exc)
             problems.report("vector_search", str(exc))
+            if bm_error is not None:
+                raise no_arm(f"vector search failed too ({exc})") from exc
             return found([], f"vector search failed ({exc}); keyword results only")
 
     def _fetch(self, req: SearchRequest) -> int:
