@@ -73,7 +73,9 @@ def test_a_restarted_watch_asks_for_every_root() -> None:
 
 
 def test_a_failed_sweep_is_retried_with_what_it_did_not_write(looped: Any, vault: Path) -> None:
-    """Disk full mid-sweep: reported with the policy's delay, retried with the leftover paths only,
+    """Disk full mid-sweep: reported with the policy's delay, retried with the leftover paths only
+    once the first sweep is done (a failed first sweep is retried whole, so that it counts as
+    done: finished as leftover paths, status said "building" until the next scheduled sweep),
     and the problem clears once the retry succeeds."""
     h, loop, calls = looped
     real_index = h.indexer.index_files
@@ -91,9 +93,14 @@ def test_a_failed_sweep_is_retried_with_what_it_did_not_write(looped: Any, vault
     loop.request_sweep()
     _until(lambda: h.indexer.activity.sweeps >= 1 and h.problems.active_in("index") is None and bool(reports))
     assert "No space left on device" in reports[0] and "retrying in 0 s" in reports[0]
-    assert calls[0]["paths"] == frozenset()
-    assert calls[1]["paths"] and all(p.startswith(str(vault)) for p in calls[1]["paths"])
-    assert h.stores.manifest.counts()["files"] == 4
+    assert calls[0]["paths"] == frozenset() and calls[1]["paths"] == frozenset() and calls[1]["only"] is None
+    assert h.indexer.activity.first_sweep_done and h.stores.manifest.counts()["files"] == 4
+    write(vault / "Later.md", "# Later\n\nA note written after the first sweep.\n")
+    failures.append(OSError(28, "No space left on device"))
+    loop.request_sweep()
+    _until(lambda: len(calls) >= 4 and h.problems.active_in("index") is None)
+    assert calls[3]["paths"] and all(p.startswith(str(vault)) for p in calls[3]["paths"])
+    assert h.stores.manifest.counts()["files"] == 5
 
 
 def test_status_line_says_building_then_ready(looped: Any) -> None:

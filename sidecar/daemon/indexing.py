@@ -125,6 +125,9 @@ class IndexLoop:
         self.problems.report("index", f"updating the index failed: {why} (retrying in {delay:.0f} s)")
         self.stop.wait(delay)
         leftover = self.indexer.leftover
-        if leftover is not None and not job.rebuild:
+        # The first sweep is retried whole (its unchanged notes cost a stat): finished as a list of
+        # leftover paths, it never counted as done, and status said "building" until the next
+        # scheduled sweep.
+        if leftover is not None and not job.rebuild and self.indexer.activity.first_sweep_done:
             job = Job(roots=frozenset(), confirm=job.confirm, paths=leftover)
         self.jobs.put(job)
