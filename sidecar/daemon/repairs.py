@@ -1,9 +1,10 @@
 """The repair policy: when a failing store is put right, and how often at most.
 
 Searches report what fails on ``problems``; the scheduled tick looks here. A damaged keyword index
-is rebuilt at once (at most once a minute); a vector table only after several failures in a row
-with a working model (one bad request is no evidence), at most every ten minutes (the check reads
-every vector). A manifest file deleted or replaced under the running daemon is reported.
+is rebuilt at once (at most once a minute); a vector table after a failed vector search with a
+working model, once the check (it reads every vector, so at most every ten minutes) finds it
+unreadable: a failure without damage costs one check and replaces nothing. A manifest file
+deleted or replaced under the running daemon is reported.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from sidecar.stores.manifest import Manifest
 log = logging.getLogger(__name__)
 
 BM25_REPAIR_EVERY_S = 60.0
-# Vector searches failing this many times in a row make the table suspect (one bad request does not).
-VECTOR_REPAIR_AFTER_FAILURES = 3
+# Vector searches failing this many times in a row make the table worth checking. The check is the
+# evidence: waiting for three left a table damaged while stopped broken until the third search.
+VECTOR_REPAIR_AFTER_FAILURES = 1
 VECTOR_REPAIR_EVERY_S = 600.0
 
 

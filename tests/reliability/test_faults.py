@@ -299,14 +299,13 @@ def _vectors_back(d: DaemonProcess) -> None:
 
 def test_unreadable_vector_table_is_replaced_while_running(daemon_factory: Any, vault: Path) -> None:
     """Truncated LanceDB data files (the table still opens; every vector read fails): searches
-    answer from keywords, and after a few failures the daemon reads the table, moves it aside
+    answer from keywords, and after the first failure the daemon reads the table, moves it aside
     and embeds again, without a restart (a restart would not notice: the table opens)."""
     d: DaemonProcess = daemon_factory(vault).start()
     _truncate_vector_data(d.cfg.index_dir)
-    for _ in range(3):
-        answer = d.call("search", {"query": "spark plugs"})
-        assert "vector search failed" in answer["degraded"]
-        assert answer["hits"][0]["reference"] == "vault/Projects/Boat"
+    answer = d.call("search", {"query": "spark plugs"})  # one failed search is enough to check
+    assert "vector search failed" in answer["degraded"]
+    assert answer["hits"][0]["reference"] == "vault/Projects/Boat"
     _vectors_back(d)
     assert "vectors_repaired" in d.log.read_text()
 
