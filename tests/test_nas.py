@@ -118,6 +118,30 @@ def test_a_vault_path_changed_in_the_configuration_is_not_a_lost_share(
         h.close()
 
 
+def test_a_vault_spelled_through_a_symlink_is_not_a_changed_vault(make_cfg: Any, tmp_path: Path) -> None:
+    """The vault's path remembered as its symlink (the share answered slowly at a start, so the
+    path was kept as written) and then found empty (unmounted at the next boot): the same folder,
+    so its notes are held, not deleted as those of a folder the configuration left."""
+    import json
+
+    real = tmp_path / "nas" / "Vault"
+    _notes(real, 10)
+    link = tmp_path / "Vault"
+    link.symlink_to(real)
+    h = Harness(make_cfg(link), FakeEmbedder())
+    try:
+        h.sweep()
+        memo = json.loads(h.stores.manifest.get_meta("root:vault") or "{}")
+        h.stores.manifest.set_meta("root:vault", json.dumps({**memo, "path": str(link)}))
+        for p in (real / "Notes").glob("*.md"):
+            p.unlink()
+        h.sweep()
+        assert h.supervisor.roots["vault"].hold_kind == "empty"
+        assert len(h.stores.manifest.file_states("vault/")) == 10
+    finally:
+        h.close()
+
+
 def test_unmounted_share_holds_even_with_notes_in_the_mount_point(
     big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -280,6 +280,20 @@ class Supervisor:
         if self.meta is not None and value != self._remembered(root):
             self.meta.set_meta(f"root:{root.name}", json.dumps(value, sort_keys=True))
 
+    def _reconfigured(self, before: Any, now: Path) -> bool:
+        """Whether the configuration names another folder than the one swept before: the two
+        differ by their real paths too (a vault named through a symlink is spelled either way,
+        as the symlink when the share answered slowly at start). Asked with a deadline; no
+        answer is no evidence."""
+        if not isinstance(before, str) or before == str(now):
+            return False
+        got, _stuck = run_with_timeout(
+            lambda: (os.path.realpath(before), os.path.realpath(now)),
+            self.cfg.watch.probe_timeout_seconds,
+            "realpath",
+        )
+        return got is not None and got[0] != got[1]
+
     def hold_deletions(
         self, root: Root, known: int, missing: int, present: int, confirmed: bool
     ) -> str | None:
@@ -294,7 +308,7 @@ class Supervisor:
         memo = self._remembered(root)
         now = self.clock()
         kind: str | None = None
-        reconfigured = memo.get("path") not in (None, str(root.path))
+        reconfigured = present > 0 and self._reconfigured(memo.get("path"), root.path)
         if confirmed or root.source == "memory" or reconfigured:
             if confirmed and memo.get("hold"):
                 log.warning(
