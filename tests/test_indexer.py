@@ -74,6 +74,33 @@ def test_an_edit_that_keeps_size_and_mtime_is_seen(harness: Harness, monkeypatch
     assert harness.sweep()["unchanged"] == 4 and reads == [note]
 
 
+def test_a_note_made_unreadable_is_kept_and_not_read_at_every_sweep(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note whose mode alone changed and that cannot be read now keeps its indexed text, and
+    the next sweeps leave it alone (its new status time is remembered) until it changes again."""
+    harness.sweep()
+    note = harness.cfg.vault.path / "Garden.md"  # type: ignore[operator]
+    note.chmod(0)
+    reads: list[Path] = []
+    real = records_mod.read_note
+
+    def unreadable(p: Path, m: int, r: Any = None) -> Any:
+        reads.append(p)
+        if p == note:
+            raise records_mod.NoteUnreadable("unreadable (Permission denied)")  # root reads mode 000
+        return real(p, m, r)
+
+    monkeypatch.setattr(records_mod, "read_note", unreadable)
+    try:
+        harness.sweep()
+        harness.sweep()
+    finally:
+        note.chmod(0o644)
+    assert reads == [note]
+    assert any("Tomatoes" in c.text for c in harness.stores.manifest.chunks_of("vault/Garden"))
+
+
 def test_a_manifest_without_status_change_times_learns_them_without_reading(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -217,6 +217,12 @@ class Indexer:
             if unreadable and known(note) is not None:
                 # A read error is no evidence the note changed: keep what is indexed.
                 log.warning("file_kept path=%s reason=%s", note.path, p.skip_reason)
+                st = states.get(note.key)
+                if st is not None and (st.mtime_ns, st.size) == (note.mtime_ns, note.size):
+                    # Only its status changed (a chmod that made it unreadable): remember that,
+                    # or every sweep reads it again. A changed mtime or size stays unrecorded,
+                    # so the new text is read once the note can be read.
+                    self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns)
                 continue
             if p.parsed is None and p.skip_reason is None:
                 self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns)
