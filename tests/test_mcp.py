@@ -253,3 +253,14 @@ def test_memory_status_leaves_out_other_agents_inboxes() -> None:
     assert [r["name"] for r in out["offlineRoots"]] == ["memory/alice", "vault"]
     assert [p["area"] for p in out["problems"]] == ["memory_audit", "index"]
     assert "bob" not in str(out)
+
+
+def test_memory_status_names_a_held_deletion() -> None:
+    """A root whose mass deletion is held (mode 'held', the folder is there) is named with its
+    reason and command, as an offline one is (the shim looked for 'offline' only)."""
+    from sidecar.clients.mcp_texts import status_of
+
+    why = "lost 9 of 10 indexed notes at once; (or `sidecar index --confirm-deletions vault`)"
+    out = status_of({"roots": [{"name": "vault", "mode": "held", "path": "/v", "error": why}]}, "a")
+    assert out["offlineRoots"][0]["mode"] == "held" and "--confirm-deletions vault" in out["message"]
+    assert "vault deletions held" in out["message"]

@@ -102,8 +102,9 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
                 if idx["sweeps"] > before and waiting and _failing_since(health, asked, ("embedding",)):
                     break  # notes are in; their vectors wait for the model (status says why)
                 time.sleep(0.5)
-        # A root that could not be swept keeps what was indexed: say so, not only the totals.
-        offline = [r for r in health.get("roots", []) if r.get("mode") == "offline"]
+        # A root that could not be swept keeps what was indexed (offline), or its deletions wait
+        # (held): say so, not only the totals.
+        offline = [r for r in health.get("roots", []) if r.get("mode") in ("offline", "held")]
         if args.json:
             print(
                 json.dumps(
@@ -111,12 +112,19 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
                         "through": "daemon",
                         "files": idx["files"],
                         "chunks": idx["chunks"],
-                        "offline": [{"name": r["name"], "error": r.get("error")} for r in offline],
+                        "offline": [
+                            {"name": r["name"], "mode": r["mode"], "error": r.get("error")} for r in offline
+                        ],
                     }
                 )
             )
         else:
-            kept = "".join(f"; {r['name']} offline, kept as indexed: {r.get('error')}" for r in offline)
+            kept = "".join(
+                f"; {r['name']} "
+                + ("deletions held" if r["mode"] == "held" else "offline, kept as indexed")
+                + f": {r.get('error')}"
+                for r in offline
+            )
             bar.done(f"indexed {idx['files']} notes, {idx['chunks']} chunks (through the daemon){kept}")
         return int(ExitCode.OK)
     except DaemonNotRunningError:

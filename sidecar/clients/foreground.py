@@ -118,12 +118,15 @@ class Summary:
         elif idx["chunks"] or "vectors" in self.said:
             self._once("done", f"done: every chunk has a vector (after {duration(now - self.started)})", out)
         for r in h.get("roots", []):
-            if r["mode"] == "offline" and r["name"] not in self.offline:
+            if r["mode"] in ("offline", "held") and r["name"] not in self.offline:
                 self.offline.add(r["name"])
+                why = r.get("error") or "not reachable"
                 out.append(
-                    f"offline: {r['name']} ({r['path']}): {r.get('error') or 'not reachable'}; waiting"
+                    f"deletions held: {r['name']} ({r['path']}): {why}"
+                    if r["mode"] == "held"
+                    else f"offline: {r['name']} ({r['path']}): {why}; waiting"
                 )
-            elif r["mode"] != "offline" and r["name"] in self.offline:
+            elif r["mode"] not in ("offline", "held") and r["name"] in self.offline:
                 self.offline.discard(r["name"])
                 out.append(f"back: {r['name']} ({r['path']}) is reachable again")
         return out

@@ -90,9 +90,14 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
     idx = health.get("index", {})
     progress = idx.get("progress", {})
     offline = [
-        {"name": r.get("name", "?"), "path": r.get("path", ""), "why": r.get("error") or "unreachable"}
+        {
+            "name": r.get("name", "?"),
+            "path": r.get("path", ""),
+            "why": r.get("error") or "unreachable",
+            "mode": r.get("mode"),
+        }
         for r in health.get("roots", [])
-        if r.get("mode") == "offline" and not _another_agents(r.get("name", ""), agent)
+        if r.get("mode") in ("offline", "held") and not _another_agents(r.get("name", ""), agent)
     ]
     keyword_only = emb.get("state") != "ok" or (health.get("vectors") or {}).get("serving") is None
     index = {
@@ -120,7 +125,9 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
         parts.append(f"{index['pendingVectors']} chunks wait for their vector (found by keywords only)")
     if keyword_only:
         parts.append(f"keyword-only search (embedder {emb.get('state', 'unknown')})")
-    parts.extend(f"{r['name']} offline: {r['why']}" for r in offline)
+    parts.extend(
+        f"{r['name']} {'deletions held' if r['mode'] == 'held' else 'offline'}: {r['why']}" for r in offline
+    )
     problems = [
         {"area": p.get("area", ""), "error": p.get("error", "")}
         for p in (health.get("problems") or {}).get("active", [])

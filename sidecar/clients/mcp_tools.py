@@ -238,7 +238,7 @@ TOOLS: list[dict[str, Any]] = [
                 "keywordOnly": BOOL,
                 "offlineRoots": {
                     "type": "array",
-                    "items": obj({"name": STR, "path": STR, "why": STR}, ("name", "why")),
+                    "items": obj({"name": STR, "path": STR, "why": STR, "mode": STR}, ("name", "why")),
                 },
                 "problems": {"type": "array", "items": obj({"area": STR, "error": STR})},
             },
