@@ -114,20 +114,50 @@ def test_paths_with_blanks_and_percent_signs_stay_whole(tmp_path: Path) -> None:
     odd = tmp_path / "sp ace" / "50% $HOME"
     odd.mkdir(parents=True)
     cfg_file = odd / "c f.yaml"
+    cache = Path(f"/srv/sidecar test {os.getpid()}")  # named, not made here
     cfg_file.write_text(
         f'home: "{odd / "home dir"}"\nvault:\n  path: "{odd / "My Vault"}"\n'
-        f'embedder:\n  cacheDir: "{tmp_path / "cache here"}"\nsocket: /tmp/sidecar-t-{os.getpid()}/s.sock\n'
+        f'embedder:\n  cacheDir: "{cache}"\nsocket: /tmp/sidecar-t-{os.getpid()}/s.sock\n'
     )
     cfg = load_config(config_file=str(cfg_file), env={})
     text = service_file(cfg, tmp_path, platform="linux", sandbox=True).text
-    assert "PrivateTmp=yes" not in text and f"/tmp/sidecar-t-{os.getpid()}" in text
-    assert f'"-{tmp_path / "cache here"}"' in text
+    # A socket folder in /tmp is gone after a reboot: /tmp itself stays writable for the daemon.
+    assert "PrivateTmp=yes" not in text and " -/tmp " in text
+    assert f'"-{cache}"' in text
     exec_start = next(x for x in text.splitlines() if x.startswith("ExecStart="))
     words = shlex.split(exec_start.split("=", 1)[1].replace("%%", "%").replace("$$", "$"))
     assert words[1:] == ["serve", "--config", str(cfg_file.resolve())]
     if tool is None:
         pytest.skip("systemd-analyze is not installed here")
     _verify(tool, text, tmp_path)
+
+
+def test_an_installation_path_with_a_dollar_sign_runs(tmp_path: Path, vault: Path) -> None:
+    """'$' is escaped in the arguments (variables) but not in the program's path, where systemd
+    expands nothing ('$$' stayed literal: the unit named a program that does not exist)."""
+    from sidecar.clients.service import systemd_unit
+
+    cfg = load_config(flags={"home": str(tmp_path / "h$x"), "vault.path": str(vault)}, env={})
+    exe = tmp_path / "v$env" / "bin" / "sidecar"
+    text = systemd_unit(cfg, exe, tmp_path / "c$.yaml", sandbox=False)
+    exec_start = next(x for x in text.splitlines() if x.startswith("ExecStart="))
+    assert exec_start == f"ExecStart={exe} serve --config {tmp_path}/c$$.yaml"
+
+
+def test_doctor_names_a_service_installed_with_another_home(tmp_path: Path, vault: Path) -> None:
+    """A home changed in the configuration after the service was installed (the unit pins the
+    home it was installed with): doctor says to install it again."""
+    from sidecar.clients.doctor import Probes, check_service
+
+    cfg = load_config(flags={"home": str(tmp_path / "old"), "vault.path": str(vault)}, env={})
+    svc = service_file(cfg, tmp_path, platform="linux")
+    svc.path.parent.mkdir(parents=True)
+    svc.path.write_text(svc.text)
+    probes = Probes(home_dir=tmp_path, systemctl="/bin/false")
+    assert "another home" not in check_service(cfg, probes).verdict
+    moved = load_config(flags={"home": str(tmp_path / "new"), "vault.path": str(vault)}, env={})
+    check = check_service(moved, probes)
+    assert not check.ok and "another home" in check.verdict and "service install" in check.todo
 
 
 def test_service_without_a_configuration_file_starts(tmp_path: Path) -> None:

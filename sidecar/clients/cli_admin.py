@@ -239,7 +239,8 @@ def cmd_service(args: argparse.Namespace, cfg: Config) -> int:
         print(
             "note: no configuration file; the service starts without a vault and reads "
             "~/.config/sidecar/config.yaml at its next start once you write one "
-            "(sidecar config example > ~/.config/sidecar/config.yaml, then set vault.path).",
+            "(sidecar config example > ~/.config/sidecar/config.yaml, then set vault.path; "
+            "a home: set there needs `sidecar service install` again).",
             file=sys.stderr,
         )
     if args.dry_run:

@@ -231,12 +231,23 @@ def check_service(cfg: Config, probes: Probes) -> Check:  # noqa: PLR0911 - one 
     svc = service_file(cfg, probes.home_dir or Path.home())
     if not svc.path.exists():
         return Check("service", True, f"not installed ({svc.path}); optional: sidecar service install")
-    if str(executable()) not in svc.path.read_text(encoding="utf-8", errors="replace"):
+    installed = svc.path.read_text(encoding="utf-8", errors="replace")
+    if str(executable()) not in installed:
         return Check(
             "service",
             False,
             f"{svc.path} starts another installation of sidecar, not {executable()}",
             "run `sidecar service install` again from this installation, then systemctl --user daemon-reload",
+        )
+    if _home_line(svc.text) not in installed:
+        # The unit pins the home it was installed with (and lets the sandbox write only there):
+        # a home changed in the configuration since would split the daemon from its clients.
+        return Check(
+            "service",
+            False,
+            f"{svc.path} runs the daemon with another home than this configuration's {cfg.home}",
+            "run `sidecar service install` again, then restart the service "
+            "(systemctl --user daemon-reload && systemctl --user restart sidecar)",
         )
     if sys.platform == "darwin":
         return Check("service", True, f"installed ({svc.path})")
@@ -261,6 +272,15 @@ def check_service(cfg: Config, probes: Probes) -> Check:  # noqa: PLR0911 - one 
             "see why: journalctl --user -u sidecar -p warning -n 20; then systemctl --user restart sidecar",
         )
     return Check("service", True, f"installed, {state}; start it: {svc.enable}")
+
+
+def _home_line(text: str) -> str:
+    """The line of a service file that names the home (its value's line in a plist)."""
+    lines = [line.strip() for line in text.splitlines()]
+    i = next((n for n, line in enumerate(lines) if "SIDECAR_HOME" in line), None)
+    if i is None:
+        return ""
+    return lines[i + 1] if lines[i].startswith("<key>") and i + 1 < len(lines) else lines[i]
 
 
 def check_mounts(cfg: Config, probes: Probes) -> tuple[Check, bool]:

@@ -84,9 +84,9 @@ def _word(text: str, *, command: bool = False) -> str:
     return text
 
 
-def _writable(cfg: Config) -> list[Path]:
+def _outside_home(cfg: Config) -> list[Path]:
     """Folders the daemon writes besides its home: the socket's and the model cache's, when set
-    elsewhere (read-only under ProtectSystem=strict otherwise)."""
+    elsewhere (read-only under ProtectSystem=strict unless listed)."""
     out: list[Path] = []
     for folder in (cfg.socket_path.parent, cfg.prepared_dir):
         if not folder.is_relative_to(cfg.home) and folder not in out:
@@ -94,9 +94,25 @@ def _writable(cfg: Config) -> list[Path]:
     return out
 
 
+def _writable(cfg: Config) -> list[Path]:
+    """What the sandbox must leave writable for ``_outside_home``: a folder in /tmp is gone after
+    a reboot and a missing path is left read-only ("-"), so the daemon could not make it again:
+    its temporary folder is listed whole; the others are made by ``prepare`` at install."""
+    out: list[Path] = []
+    for folder in _outside_home(cfg):
+        tmp = next((t for t in _TMP if folder.is_relative_to(t)), None)
+        wanted = tmp if tmp is not None else folder
+        if wanted not in out:
+            out.append(wanted)
+    return out
+
+
+# Where PrivateTmp= gives the unit its own copy; only compared with, never written to.
+_TMP = (Path("/tmp"), Path("/var/tmp"))  # noqa: S108
+
+
 def _in_tmp(path: Path) -> bool:
-    # Where PrivateTmp= gives the unit its own copy; only compared with, never written to.
-    return any(path.is_relative_to(t) for t in (Path("/tmp"), Path("/var/tmp")))  # noqa: S108
+    return any(path.is_relative_to(t) for t in _TMP)
 
 
 def systemd_unit(cfg: Config, exe: Path, config: Path | None, sandbox: bool | None = None) -> str:
@@ -123,7 +139,8 @@ def systemd_unit(cfg: Config, exe: Path, config: Path | None, sandbox: bool | No
     # Without a configuration file the daemon reads the default one once it is written (a
     # --config naming a missing file is a configuration error: the unit would never start).
     args = [str(exe), "serve", *(["--config", str(config)] if config is not None else [])]
-    command = " ".join(_word(a, command=True) for a in args)
+    # Variables are expanded in the arguments, not in the program's path ("$$" stayed literal).
+    command = " ".join(_word(a, command=i > 0) for i, a in enumerate(args))
     return f"""\
 # sidecar user service, written by `sidecar service install`.
 # It starts without its vault (a share mounted later is picked up by itself): no target is
@@ -171,7 +188,7 @@ def launchd_plist(cfg: Config, exe: Path, config: Path | None, logs: Path) -> st
 def prepare(cfg: Config, home_dir: Path, platform: str = sys.platform) -> list[Path]:
     """Create what the service needs before its first start (the home, the log folder)."""
     made = []
-    wanted = [cfg.home, cfg.agents_dir]
+    wanted = [cfg.home, cfg.agents_dir, *(f for f in _outside_home(cfg) if not _in_tmp(f))]
     if platform == "darwin":
         wanted.append(home_dir / "Library" / "Logs")
     for folder in wanted:
