@@ -428,7 +428,26 @@ def test_old_texts_in_trash_are_pruned(make_cfg: Any, vault: Path) -> None:
     old = dt.datetime.now() - dt.timedelta(days=31)
     (trash / f"n--{old.strftime('%Y%m%dT%H%M%S%f')}.md").write_text("old text")
     (trash / "my own file.md").write_text("not sidecar's")
+    (trash / "n--20261399T999999000000.md").write_text("digits that are no date")  # stops nothing
     assert inboxes.prune_trash() == 1
-    assert sorted(p.name.split("--")[0] for p in trash.iterdir()) == ["my own file.md", "n"]
+    assert sorted(p.name.split("--")[0] for p in trash.iterdir()) == ["my own file.md", "n", "n"]
     forever = Inboxes(make_cfg(vault, **{"memory.trashDays": 0}))
     assert forever.prune_trash(now=time.time() + 10_000 * 86_400) == 0
+
+
+def test_an_agents_memory_problem_is_cleared_by_its_own_success_only(in_process: Any) -> None:
+    """Another agent's successful write does not clear a problem with this agent's inbox."""
+    in_process.call("write", {"slug": "a", "content": "x"}, agent="alice")
+    audit = in_process.cfg.agents_dir / "alice" / "audit.log"
+    audit.unlink()
+    audit.mkdir()
+    in_process.call("write", {"slug": "b", "content": "y"}, agent="alice")
+
+    def areas() -> list[str]:
+        return [p["area"] for p in in_process.call("health")["problems"]["active"]]
+
+    in_process.call("write", {"slug": "c", "content": "z"}, agent="bob")
+    assert "memory_audit" in areas()
+    audit.rmdir()
+    in_process.call("write", {"slug": "d", "content": "w"}, agent="alice")
+    assert "memory_audit" not in areas()

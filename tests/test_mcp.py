@@ -246,6 +246,10 @@ def test_memory_status_leaves_out_other_agents_inboxes() -> None:
                 {"area": "memory_write", "error": "writing to the bob inbox failed: secret-plan"},
                 {"area": "memory_audit", "error": "the alice inbox's audit log cannot be appended to"},
                 {"area": "index", "error": "disk full"},
+                {
+                    "area": "unreadable",
+                    "error": "1 folder(s) of memory/bob cannot be read (/h/agents/bob/memory/x)",
+                },
             ]
         },
     }

@@ -3,6 +3,7 @@ agent reads of the daemon's ``health``."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 LEGEND = "[wiki] curated pages · [vault] the user's notes · [memory] your own earlier notes"
@@ -78,9 +79,13 @@ def text_of_list(r: dict[str, Any]) -> str:
 
 def _another_agents(text: str, agent: str | None) -> bool:
     """Whether ``text`` (a root's name, a problem) is about another agent's memory."""
-    return (text.startswith("memory/") and text != f"memory/{agent}") or (
-        " inbox" in text and f"the {agent} inbox" not in text
-    )
+    roots = set(_MEMORY_ROOT.findall(text)) | set(_INBOX_PATH.findall(text))
+    return bool(roots - {agent}) or (" inbox" in text and f"the {agent} inbox" not in text)
+
+
+# Another agent named in a problem or root: memory/<agent>, or a path .../agents/<agent>/...
+_MEMORY_ROOT = re.compile(r"\bmemory/([a-z0-9][a-z0-9_-]{0,63})")
+_INBOX_PATH = re.compile(r"/agents/([a-z0-9][a-z0-9_-]{0,63})/")
 
 
 def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any]:
@@ -131,7 +136,10 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
     problems = [
         {"area": p.get("area", ""), "error": p.get("error", "")}
         for p in (health.get("problems") or {}).get("active", [])
-        if not (p.get("area", "").startswith("memory_") and _another_agents(p.get("error", ""), agent))
+        if not (
+            (p.get("area", "").startswith("memory_") or p.get("area") == "unreadable")
+            and _another_agents(p.get("error", ""), agent)
+        )
     ]
     parts.extend(f"problem in {p['area']}: {p['error']}" for p in problems)
     return {

@@ -238,8 +238,8 @@ def daemon_address(
             for key in ("home", "socket"):
                 value = None if env.get(env_name(key)) else raw.get(key)  # the environment wins
                 if isinstance(value, str) and value.strip() and "\0" not in value:
-                    full = Path(value).expanduser()
-                    where[key] = str(full if full.is_absolute() else path.parent / full)
+                    full = Path(value).expanduser()  # relative: to the real file, as load_config
+                    where[key] = str(full if full.is_absolute() else path.resolve().parent / full)
     given = {k: v for k, v in flags.items() if v is not None}
     return load_config(flags={**where, **given}, env=env, cwd=cwd, read_file=False)
 

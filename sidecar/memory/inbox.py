@@ -319,14 +319,12 @@ class Inboxes:
                         continue
                     with contextlib.closing(_Fd(trash)):
                         for name in os.listdir(trash):
-                            m = _KEPT.match(name)
-                            if m is None or dt.datetime.strptime(m.group(1), "%Y%m%dT%H%M%S%f") >= cutoff:
-                                continue
-                            with contextlib.suppress(FileNotFoundError):
-                                os.unlink(name, dir_fd=trash)
-                                count += 1
-            except (OSError, SourceError, ValueError):
-                continue  # no inbox, not a private one, or a name that is no date
+                            if _kept_before(name, cutoff):
+                                with contextlib.suppress(FileNotFoundError):
+                                    os.unlink(name, dir_fd=trash)
+                                    count += 1
+            except (OSError, SourceError):
+                pass  # no inbox, or not a private one; what was removed is still counted
             if count:
                 log.info("memory_trash_pruned agent=%s removed=%d older_than_days=%d", agent, count, days)
             removed += count
@@ -364,6 +362,17 @@ class _Fd:
 
 def _trash_dir(inbox_fd: int) -> int:
     return open_private_dir(inbox_fd, ".trash", create=True, what="the trash folder")
+
+
+def _kept_before(name: str, cutoff: dt.datetime) -> bool:
+    """Whether ``name`` is a text kept in .trash by this daemon before ``cutoff``."""
+    m = _KEPT.match(name)
+    if m is None:
+        return False
+    try:
+        return dt.datetime.strptime(m.group(1), "%Y%m%dT%H%M%S%f") < cutoff
+    except ValueError:  # digits that are no date: not ours to remove
+        return False
 
 
 def _trash_dir_existing(inbox_fd: int) -> int:

@@ -99,7 +99,7 @@ class MemoryOps:
             except OSError as exc:  # disk full, read-only inbox: the old note (if any) is untouched
                 problems.report("memory_write", f"writing to the {agent} inbox failed: {exc}")
                 raise StorageError(f"not written: {exc.strerror or exc}; the inbox is unchanged") from exc
-            problems.clear("memory_write")
+            _clear_own(problems, "memory_write", agent)
             root = Root("memory", agent_inbox(self.cfg, agent), agent=agent)
             warning = None
             model = self.stores.serving.model if self.stores.serving is not None else None
@@ -246,6 +246,7 @@ class MemoryOps:
             except OSError as exc:  # disk full (.trash), read-only inbox: the note stays as it was
                 self.problems.report("memory_write", f"deleting in the {agent} inbox failed: {exc}")
                 raise StorageError(f"not deleted: {exc.strerror or exc}; the note is unchanged") from exc
+            _clear_own(self.problems, "memory_write", agent)
             if key in self.manifest.file_states(key):
                 self.indexer.delete([key])
         if moved is None:
@@ -345,10 +346,18 @@ class MemoryOps:
         return out
 
 
+def _clear_own(problems: Problems, area: str, agent: str) -> None:
+    """Clear a memory problem once this agent's inbox works again, not on another agent's success
+    (the problem names the inbox it is about)."""
+    item = problems.active_in(area)
+    if item is not None and f"the {agent} inbox" in item["error"]:
+        problems.clear(area)
+
+
 def _audit_warning(error: str | None, agent: str, problems: Problems) -> str | None:
     """The warning for a change made whose audit line could not be appended, or None."""
     if error is None:
-        problems.clear("memory_audit")
+        _clear_own(problems, "memory_audit", agent)
         return None
     problems.report("memory_audit", f"the {agent} inbox's audit log cannot be appended to: {error}")
     return f"done, but its line in the audit log could not be written ({error})"
