@@ -361,6 +361,7 @@ def test_an_edit_never_overwrites_a_save_made_while_it_was_prepared(
     with pytest.raises(MemoryWriteError, match="changed by someone else"):
         inboxes.write("claude", "n", "agent edit", None, must_exist=True)
     assert w.path.read_text(encoding="utf-8") == "the user's own save\n"
+    assert not list((w.path.parent / ".trash").iterdir())  # no copy left of a change not made
     monkeypatch.undo()
     # A note torn while read (an editor between truncate and write) is read again.
     reads = []

@@ -130,7 +130,7 @@ class Indexer:
         if only is None:
             act.excluded = excluded
         if diff.stamps:
-            self.manifest.touch_many(diff.stamps)
+            self.manifest.stamp_ctimes(diff.stamps)
         act.phase, act.total = "indexing", len(diff.work) + len(diff.gone)
         self.leftover = None
         if diff.gone:

@@ -194,7 +194,10 @@ class Inboxes:
                 previous = path.parent / ".trash" / self._keep(inbox_fd, slug, old)
             if _state(inbox_fd, name) != seen:
                 # Changed since it was read (the window is the rendering and the .trash copy):
-                # replacing it now would lose that change.
+                # replacing it now would lose that change; the copy kept of the old text goes.
+                if previous is not None:
+                    with contextlib.closing(_Fd(_trash_dir(inbox_fd))) as trash:
+                        os.unlink(previous.name, dir_fd=trash.fd)
                 raise MemoryWriteError(
                     f"{slug!r} was changed by someone else while this edit was prepared; nothing "
                     "was written: read it again and retry"
@@ -381,7 +384,9 @@ def _trash_dir_existing(inbox_fd: int) -> int:
 
 _READ_ATTEMPTS = 3
 _MAX_EXISTING = 1 << 26  # the largest note an edit or a replacement reads (and keeps in .trash)
-_State = tuple[int, int, int] | None  # (inode, size, mtime ns) of a note, None when there is none
+# (inode, size, mtime, ctime in ns) of a note, None when there is none: ctime moves with any save,
+# even one of the same size within a coarse clock's tick.
+_State = tuple[int, int, int, int] | None
 
 
 def _state(inbox_fd: int, name: str) -> _State:
@@ -389,7 +394,7 @@ def _state(inbox_fd: int, name: str) -> _State:
         st = os.stat(name, dir_fd=inbox_fd, follow_symlinks=False)
     except FileNotFoundError:
         return None
-    return st.st_ino, st.st_size, st.st_mtime_ns
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _read_existing(inbox_fd: int, name: str, slug: str) -> tuple[bytes | None, _State]:
@@ -412,7 +417,7 @@ def _read_existing(inbox_fd: int, name: str, slug: str) -> tuple[bytes | None, _
             f"memory note {slug!r} is larger than {_MAX_EXISTING >> 20} MiB (placed by hand?): sidecar "
             "does not replace it; move it out of the inbox first"
         )
-    return data, (st.st_ino, st.st_size, st.st_mtime_ns)
+    return data, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def write_in(dir_fd: int, name: str, data: bytes) -> int:

@@ -335,14 +335,19 @@ class Manifest(VectorBook):
 
     def touch(self, key: str, mtime_ns: int, size: int, ctime_ns: int = 0) -> None:
         """Same content, new stat (a `touch`, a copy that kept the bytes): remember the stat only."""
-        self.touch_many([(key, mtime_ns, size, ctime_ns)])
+        with self.transaction() as db:
+            db.execute(
+                "UPDATE files SET mtime_ns = ?, size = ?, ctime_ns = ? WHERE key = ?",
+                (mtime_ns, size, ctime_ns, key),
+            )
 
-    def touch_many(self, stats: Sequence[tuple[str, int, int, int]]) -> None:
-        """``touch`` for (key, mtime, size, ctime) of many notes, in one transaction."""
+    def stamp_ctimes(self, stats: Sequence[tuple[str, int, int, int]]) -> None:
+        """Remember the ctime of unchanged notes indexed without one, unless their row changed
+        since they were looked at (a memory write in between keeps its own stat)."""
         with self.transaction() as db:
             db.executemany(
-                "UPDATE files SET mtime_ns = ?, size = ?, ctime_ns = ? WHERE key = ?",
-                [(m, s, c, k) for k, m, s, c in stats],
+                "UPDATE files SET ctime_ns = ? WHERE key = ? AND mtime_ns = ? AND size = ? AND ctime_ns = 0",
+                [(c, k, m, s) for k, m, s, c in stats],
             )
 
     def chunk_ids(self, key: str) -> set[str]:
