@@ -10,6 +10,7 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +177,58 @@ def test_second_instance_is_refused(running: DaemonProcess, daemon_factory: Any,
     assert proc.returncode == ExitCode.SOCKET_IN_USE
     assert "in use" in proc.stderr or "already" in proc.stderr
     assert running.health()["index"]["state"] == "ready"
+
+
+def test_a_removed_index_lock_is_made_again_and_a_second_daemon_still_refused(
+    running: DaemonProcess, vault: Path, tmp_path: Path
+) -> None:
+    """The index lock file removed under a running daemon (a cleaner, an `rm` of the index):
+    the daemon makes it again within a tick, and a second daemon on the same home with another
+    socket is refused; were it to get past the lock, the keyword index in use is not taken for a
+    damaged one (the second daemon moved the first one's live index aside and rebuilt it)."""
+    lock = running.home / "index" / ".lock"
+    lock.unlink()
+    deadline = time.monotonic() + 10
+    while not lock.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert lock.exists() and "index_lock_restored" in running.log.read_text()
+    second = DaemonProcess(running.home, vault)
+    cmd = [*second.cmd(), "--socket", str(tmp_path / "other.sock")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == ExitCode.SOCKET_IN_USE and "already serving" in proc.stderr
+    from sidecar.contracts.errors import DaemonRunningError
+    from sidecar.stores.bm25 import Bm25Index
+
+    with pytest.raises(DaemonRunningError, match="in use by another process"):
+        Bm25Index(running.home / "index" / "bm25")
+    assert not list((running.home / "index").glob("bm25.broken-*"))
+    assert running.call("search", {"query": "spark plugs"})["hits"][0]["reference"] == "vault/Projects/Boat"
+
+
+@pytest.mark.parametrize("broken", ["home", "index", "agents", "lock"])
+def test_an_unusable_home_is_one_line_and_the_index_code(tmp_path: Path, broken: str) -> None:
+    """A home (or its index, agents folder, lock) that is a file where a folder belongs, or the
+    reverse: one line naming it and exit 5 (it was a traceback and exit 1)."""
+    home = tmp_path / "home"
+    target = {
+        "home": home,
+        "index": home / "index",
+        "agents": home / "agents",
+        "lock": home / "index" / ".lock",
+    }
+    path = target[broken]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if broken == "lock":
+        path.mkdir()
+    else:
+        path.write_text("not a folder")
+    env = {**os.environ, "SIDECAR_EMBEDDER_ENABLED": "false"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "sidecar", "serve", "--home", str(home), "--config", os.devnull],
+        capture_output=True, text=True, timeout=60, check=False, env=env,
+    )  # fmt: skip
+    assert proc.returncode == ExitCode.INDEX_UNUSABLE, proc.stderr
+    assert "Traceback" not in proc.stderr and f"the home {home} cannot be used" in proc.stderr
 
 
 def test_stale_socket_is_replaced_and_sigterm_cleans_up(daemon_factory: Any, vault: Path) -> None:

@@ -76,9 +76,17 @@ class Daemon:
     def run(self) -> None:
         """Serve until a signal; raises typed errors for the CLI to map to exit codes."""
         raise_fd_limit()
-        make_private(self.cfg)
-        lock = self._lock = IndexLock(self.cfg.index_dir)
-        lock.acquire()
+        try:
+            make_private(self.cfg)
+            self.cfg.agents_dir.mkdir(parents=True, exist_ok=True)
+            lock = self._lock = IndexLock(self.cfg.index_dir)
+            lock.acquire()
+        except OSError as exc:  # a read-only or immutable home, a file where a folder belongs
+            where = exc.filename or self.cfg.home
+            raise StoreError(
+                f"the home {self.cfg.home} cannot be used: {where}: {exc.strerror or exc} "
+                "(it must be a folder this user can write)"
+            ) from exc
         try:
             server = self.startup()
             asyncio.run(self.serve(server))
@@ -126,7 +134,10 @@ class Daemon:
         self._start_thread("vectors", backfill.run)
         self._start_thread("watcher", watcher.run)
         manifest = parts.stores.manifest
-        policy = RepairPolicy(parts.repair, problems, manifest, self.slot)
+        lock = self._lock
+        policy = RepairPolicy(
+            parts.repair, problems, manifest, self.slot, keep_lock=lock.keep if lock is not None else None
+        )
 
         def status() -> str:
             return status_line(indexer.activity, parts.supervisor, manifest, self.slot.state)

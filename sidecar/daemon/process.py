@@ -52,6 +52,35 @@ class IndexLock:
         fh.flush()
         self._fh = fh
 
+    def keep(self) -> str | None:
+        """Make sure the lock file at the path is the one this process holds: one removed under
+        the running daemon (a cleaner, an `rm -rf` of the index) let a second daemon start on
+        the same home. A removed file is made and locked again; the reason when another process
+        holds the file there now."""
+        fh = self._fh
+        if fh is None:
+            return None
+        try:
+            if os.stat(self.path).st_ino == os.fstat(fh.fileno()).st_ino:
+                return None
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            return f"the index lock {self.path} cannot be checked: {exc.strerror or exc}"
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = None
+            self.acquire()
+        except DaemonRunningError as exc:
+            self._fh = fh  # still ours, through the file that was removed
+            return str(exc)
+        except OSError as exc:
+            self._fh = fh
+            return f"the index lock {self.path} cannot be made again: {exc.strerror or exc}"
+        fh.close()  # the old, removed file's lock
+        log.warning("index_lock_restored path=%s", self.path)
+        return None
+
     def release(self) -> None:
         if self._fh is not None:
             fcntl.flock(self._fh, fcntl.LOCK_UN)

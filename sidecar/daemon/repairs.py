@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 
 from sidecar.contracts.errors import StoreError
 from sidecar.index.problems import Problems
@@ -29,8 +30,16 @@ VECTOR_REPAIR_EVERY_S = 600.0
 
 
 class RepairPolicy:
-    def __init__(self, repair: Repair, problems: Problems, manifest: Manifest, slot: EmbedderSlot) -> None:
+    def __init__(
+        self,
+        repair: Repair,
+        problems: Problems,
+        manifest: Manifest,
+        slot: EmbedderSlot,
+        keep_lock: Callable[[], str | None] | None = None,
+    ) -> None:
         self.repair = repair
+        self.keep_lock = keep_lock
         self.problems = problems
         self.manifest = manifest
         self.slot = slot
@@ -39,6 +48,7 @@ class RepairPolicy:
 
     def tick(self) -> None:
         self.check_manifest()
+        self.check_lock()
         self.repair_keyword_index()
         self.repair_vector_table()
 
@@ -69,6 +79,12 @@ class RepairPolicy:
             self.repair.repair_vectors(failing["error"])
         except (StoreError, OSError) as exc:
             log.error("vector_repair_failed error=%s", exc)
+
+    def check_lock(self) -> None:
+        """The home's index lock is still this daemon's (made again if it was removed)."""
+        why = self.keep_lock() if self.keep_lock is not None else None
+        if why is not None:
+            self.problems.report("stores", f"{why}; two daemons on one home write the same index: stop one")
 
     def check_manifest(self) -> None:
         """sqlite keeps writing to a deleted or replaced file: say so instead of losing work silently."""

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import tantivy
 
-from sidecar.contracts.errors import StoreError, StoreOutdatedError
+from sidecar.contracts.errors import DaemonRunningError, StoreError, StoreOutdatedError
 from sidecar.stores.cjk import bigrams
 
 log = logging.getLogger(__name__)
@@ -170,6 +170,13 @@ class _Folder:
                 raise
             if "schema does not match" in str(exc):
                 raise StoreOutdatedError(f"BM25 index {path} has the fields of another version") from exc
+            if "LockBusy" in str(exc):
+                # Another process writes this index (a daemon whose lock file was removed): in
+                # use, not damaged. Moved aside as broken, the running daemon's index was lost.
+                raise DaemonRunningError(
+                    f"the keyword index {path} is in use by another process (another sidecar daemon "
+                    "on this home?); not opened"
+                ) from exc
             raise StoreError(f"BM25 index {path} cannot be opened: {exc}") from exc
 
     def recover_writer(self) -> None:
