@@ -78,8 +78,9 @@ class Stores:
 
 
 def _stamp(store: VectorStore) -> str:
-    """Table name and version: a table changed by anything else after the stop does not match."""
-    return f"{store.name}@{store.version()}"
+    """Table name, version and its files: a table changed by anything else after the stop, or a
+    data file damaged meanwhile, does not match (the start then reads every id)."""
+    return f"{store.name}@{store.version()}#{store.files_signature()}"
 
 
 def source_agent(key: str) -> tuple[str, str]:

@@ -5,8 +5,10 @@ the chunk text lives in the manifest. Imports ``errors``.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
+import stat
 import subprocess
 import sys
 import threading
@@ -338,6 +340,22 @@ class VectorStore:
 
     def version(self) -> int:
         return int(self._wrap("version", lambda: self._table.version))
+
+    def files_signature(self) -> str:
+        """Name, size and mtime of the table's data and index files, digested: a file truncated,
+        overwritten or deleted while the daemon was stopped changes it (the table's version does
+        not, and the table still opens)."""
+        folder = self.path / f"{self.name}.lance"
+        digest = hashlib.sha256()
+        for part in ("data", "_indices"):
+            for file in sorted((folder / part).rglob("*")):
+                try:
+                    st = file.stat()
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    digest.update(f"{file.relative_to(folder)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        return digest.hexdigest()[:16]
 
     def count(self) -> int:
         return int(self._wrap("count", self._table.count_rows))

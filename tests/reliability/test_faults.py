@@ -310,11 +310,15 @@ def test_unreadable_vector_table_is_replaced_while_running(daemon_factory: Any, 
     assert "vectors_repaired" in d.log.read_text()
 
 
-def test_unreadable_vector_table_found_at_start(daemon_factory: Any, vault: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM])
+def test_unreadable_vector_table_found_at_start(daemon_factory: Any, vault: Path, stop: int) -> None:
     """After a kill the start reconciles the table with the manifest; a table that cannot be read
-    there is replaced at once instead of leaving the daemon on keywords alone."""
+    there is replaced at once instead of leaving the daemon on keywords alone. After a clean stop
+    the start skips that reconcile unless the table's files changed meanwhile (a data file
+    damaged while stopped went unnoticed until searches failed)."""
     d: DaemonProcess = daemon_factory(vault).start()
-    d.stop(signal.SIGKILL)
+    d.wait_for(lambda h: h["index"]["pending_vectors"] == 0)
+    d.stop(stop)
     _truncate_vector_data(d.cfg.index_dir)
     d.start(wait=None)
     _vectors_back(d)
