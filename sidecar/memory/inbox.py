@@ -297,6 +297,13 @@ class Inboxes:
             return exc.strerror or str(exc)
         return None
 
+    def _agent_names(self) -> list[str]:
+        """The agents with a folder in the home (names the protocol accepts)."""
+        try:
+            return [a for a in sorted(os.listdir(self.cfg.agents_dir)) if valid_agent(a)]
+        except OSError:
+            return []
+
     def prune_trash(self, now: float | None = None) -> int:
         """Remove texts kept in the inboxes' .trash longer than ``memory.trashDays`` (their age is
         the time in their name, as written by this daemon; other files are left alone). An agent
@@ -305,14 +312,8 @@ class Inboxes:
         if days <= 0:
             return 0
         cutoff = dt.datetime.fromtimestamp((now or time.time()) - days * 86_400)
-        try:
-            agents = sorted(os.listdir(self.cfg.agents_dir))
-        except OSError:
-            return 0
         removed = 0
-        for agent in agents:
-            if not valid_agent(agent):
-                continue
+        for agent in self._agent_names():
             count = 0
             try:
                 with self._dirs(agent, create=False) as (_agent_fd, inbox_fd):
@@ -335,14 +336,8 @@ class Inboxes:
 
     def clean_temp(self) -> int:
         """Remove temp files a killed write left in the inboxes (at start, before any write)."""
-        try:
-            agents = sorted(os.listdir(self.cfg.agents_dir))
-        except OSError:
-            return 0
         removed = 0
-        for agent in agents:
-            if not valid_agent(agent):
-                continue
+        for agent in self._agent_names():
             try:
                 with self._dirs(agent, create=False) as (_agent_fd, inbox_fd):
                     for name in os.listdir(inbox_fd):
