@@ -452,3 +452,24 @@ def test_an_agents_memory_problem_is_cleared_by_its_own_success_only(in_process:
     audit.rmdir()
     in_process.call("write", {"slug": "d", "content": "w"}, agent="alice")
     assert "memory_audit" not in areas()
+
+
+def test_a_delete_whose_index_entry_cannot_be_removed_is_reported_done(
+    in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The note moved to .trash but the index cannot be written (disk full): the answer says the
+    delete was done and that search finds it until the index can be written (was `internal`)."""
+    import sqlite3
+
+    in_process.call("write", {"slug": "gone", "content": "zqgone"}, agent="dx")
+    ops = _memory_ops(in_process)
+
+    def full(_keys: Any) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(ops.indexer, "delete", full)
+    out = in_process.call("delete", {"slug": "gone"}, agent="dx")
+    assert out["deleted"] and "still found by search" in out["warning"]
+    assert not (in_process.cfg.agents_dir / "dx" / "memory" / "gone.md").exists()
+    with pytest.raises(Exception, match="'slug' is missing"):
+        in_process.call("delete", {}, agent="dx")

@@ -81,6 +81,8 @@ def check_agent(agent: str | None) -> str:
 
 
 def check_slug(slug: Any) -> str:
+    if slug is None:
+        raise MemoryWriteError("'slug' is missing: name the note, e.g. 'nas-backup-setup'")
     if not isinstance(slug, str) or not SLUG_RE.fullmatch(slug):
         raise MemoryWriteError(
             f"invalid slug {slug!r}: use 1-128 characters a-z, 0-9, '_' and '-', starting with a letter or "
@@ -324,7 +326,7 @@ class Inboxes:
                     with contextlib.closing(_Fd(trash)):
                         for name in os.listdir(trash):
                             if _kept_before(name, cutoff):
-                                with contextlib.suppress(FileNotFoundError):
+                                with contextlib.suppress(OSError):  # gone, or a folder so named
                                     os.unlink(name, dir_fd=trash)
                                     count += 1
             except (OSError, SourceError):

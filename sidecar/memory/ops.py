@@ -247,8 +247,16 @@ class MemoryOps:
                 self.problems.report("memory_write", f"deleting in the {agent} inbox failed: {exc}")
                 raise StorageError(f"not deleted: {exc.strerror or exc}; the note is unchanged") from exc
             _clear_own(self.problems, "memory_write", agent)
-            if key in self.manifest.file_states(key):
-                self.indexer.delete([key])
+            unindexed = None
+            try:
+                if key in self.manifest.file_states(key):
+                    self.indexer.delete([key])
+            except (StoreError, OSError, sqlite3.Error) as exc:
+                # The note is in .trash; its index entry goes once the index can be written (the
+                # move's file event queues that sweep).
+                log.error("memory_index_failed agent=%s slug=%s error=%s", agent, slug, exc)
+                self.problems.report("index", f"removing a deleted memory note from the index failed: {exc}")
+                unindexed = f"deleted, but still found by search until the index can be written ({exc})"
         if moved is None:
             return {
                 "deleted": False,
@@ -258,8 +266,9 @@ class MemoryOps:
         log.info("memory_delete agent=%s slug=%s", agent, slug)
         out: dict[str, Any] = {"deleted": True, "reference": f"memory/{slug}", "trash": str(moved.trash)}
         audit = _audit_warning(moved.audit_error, agent, self.problems)
-        if audit:
-            out["warning"] = audit
+        warning = "; ".join(w for w in (unindexed, audit) if w)
+        if warning:
+            out["warning"] = warning
         return out
 
     # --- listing -------------------------------------------------------------------------
