@@ -474,3 +474,24 @@ def _chunk_tokens(h: Harness) -> list[tuple[str, int]]:
 
     with sqlite3.connect(f"file:{h.stores.manifest.path}?mode=ro", uri=True) as db:
         return sorted(db.execute("SELECT key, tokens FROM chunks").fetchall())
+
+
+def test_a_repaired_keyword_index_serves_only_once_it_is_filled(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The keyword index is refilled before it replaces the damaged one (swapped in empty, it
+    answered every search during the refill with nothing, read as "nothing relevant")."""
+    from sidecar.index import repair as repair_mod
+
+    harness.sweep()
+    serving_while_filled: list[bool] = []
+    real = repair_mod.fill_bm25
+
+    def spy(index: Any, manifest: Any) -> None:
+        serving_while_filled.append(harness.stores.bm25 is index)
+        real(index, manifest)
+
+    monkeypatch.setattr(repair_mod, "fill_bm25", spy)
+    harness.repair.repair_bm25("a test")
+    assert serving_while_filled == [False]
+    assert search(harness, "spark plugs")[0]["reference"] == "vault/Projects/Boat"

@@ -17,6 +17,7 @@ from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.stores.bm25 import Bm25Doc, Bm25Index
 from sidecar.stores.lifecycle import discard_vectors, move_aside, open_vectors
+from sidecar.stores.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -24,23 +25,28 @@ log = logging.getLogger(__name__)
 def rebuild_bm25(stores: Stores) -> None:
     """Refill Tantivy from the manifest: no file is read, no vector recomputed."""
     with stores.write_lock:
-        stores.bm25.delete_all()
-        docs = []
-        for v in stores.manifest.all_chunks():
-            docs.append(
-                Bm25Doc.of(
-                    v.chunk_id,
-                    v.key,
-                    v.source,
-                    v.agent,
-                    title=v.title,
-                    aliases=v.aliases,
-                    headings=v.headings,
-                    body=v.text,
-                )
+        fill_bm25(stores.bm25, stores.manifest)
+
+
+def fill_bm25(index: Bm25Index, manifest: Manifest) -> None:
+    """Every indexed chunk of the manifest into ``index`` (emptied first), committed."""
+    index.delete_all()
+    docs = []
+    for v in manifest.all_chunks():
+        docs.append(
+            Bm25Doc.of(
+                v.chunk_id,
+                v.key,
+                v.source,
+                v.agent,
+                title=v.title,
+                aliases=v.aliases,
+                headings=v.headings,
+                body=v.text,
             )
-        stores.bm25.add(docs)
-        stores.bm25.commit()
+        )
+    index.add(docs)
+    index.commit()
 
 
 def check_bm25(stores: Stores) -> None:
@@ -87,8 +93,11 @@ class Repair:
             with contextlib.suppress(StoreError, ValueError, OSError, RuntimeError):
                 old.close()
             aside = move_aside(old.path)
-            stores.bm25 = Bm25Index(old.path)
-            rebuild_bm25(stores)
+            # Filled before it serves: swapped in empty, it answered searches with nothing for
+            # as long as the refill took (an empty success, read as "nothing relevant").
+            fresh = Bm25Index(old.path)
+            fill_bm25(fresh, stores.manifest)
+            stores.bm25 = fresh
         log.error("index_rebuilt store=bm25 reason=%s moved_to=%s", reason, aside)
         self.problems.note("stores", f"the keyword index failed ({reason}); moved aside and rebuilt")
         self.problems.clear("keyword_search")
