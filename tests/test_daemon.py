@@ -205,7 +205,7 @@ def test_a_removed_index_lock_is_made_again_and_a_second_daemon_still_refused(
     assert running.call("search", {"query": "spark plugs"})["hits"][0]["reference"] == "vault/Projects/Boat"
 
 
-@pytest.mark.parametrize("broken", ["home", "index", "agents", "lock"])
+@pytest.mark.parametrize("broken", ["home", "index", "agents", "lock", "run"])
 def test_an_unusable_home_is_one_line_and_the_index_code(tmp_path: Path, broken: str) -> None:
     """A home (or its index, agents folder, lock) that is a file where a folder belongs, or the
     reverse: one line naming it and exit 5 (it was a traceback and exit 1)."""
@@ -215,6 +215,7 @@ def test_an_unusable_home_is_one_line_and_the_index_code(tmp_path: Path, broken:
         "index": home / "index",
         "agents": home / "agents",
         "lock": home / "index" / ".lock",
+        "run": home / "run",  # the socket's folder: a configuration error
     }
     path = target[broken]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -222,13 +223,19 @@ def test_an_unusable_home_is_one_line_and_the_index_code(tmp_path: Path, broken:
         path.mkdir()
     else:
         path.write_text("not a folder")
-    env = {**os.environ, "SIDECAR_EMBEDDER_ENABLED": "false"}
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"} | {
+        "SIDECAR_EMBEDDER_ENABLED": "false"
+    }
     proc = subprocess.run(
         [sys.executable, "-m", "sidecar", "serve", "--home", str(home), "--config", os.devnull],
         capture_output=True, text=True, timeout=60, check=False, env=env,
     )  # fmt: skip
-    assert proc.returncode == ExitCode.INDEX_UNUSABLE, proc.stderr
-    assert "Traceback" not in proc.stderr and f"the home {home} cannot be used" in proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    if broken == "run":
+        assert proc.returncode == ExitCode.CONFIG and "socket directory" in proc.stderr
+    else:
+        assert proc.returncode == ExitCode.INDEX_UNUSABLE, proc.stderr
+        assert f"the home {home} cannot be used" in proc.stderr
 
 
 def test_stale_socket_is_replaced_and_sigterm_cleans_up(daemon_factory: Any, vault: Path) -> None:

@@ -123,6 +123,26 @@ def test_corrupt_bm25_index_is_moved_aside_and_refilled(make_cfg: Any, vault: Pa
         h2.close()
 
 
+@pytest.mark.parametrize("where", ["bm25", "bm25/chunks"])
+def test_a_file_where_the_bm25_folder_belongs_is_moved_aside(make_cfg: Any, vault: Path, where: str) -> None:
+    """A file where a keyword index folder belongs is moved aside and the index refilled, like a
+    damaged one (the start ended in a traceback, exit 1)."""
+    import shutil
+
+    cfg = make_cfg(vault)
+    expected = index_and_close(cfg)
+    target = cfg.index_dir / where
+    shutil.rmtree(target)
+    target.write_text("not a folder")
+    h2 = Harness(cfg, FakeEmbedder())
+    try:
+        assert any(p.name.startswith("bm25.broken-") for p in cfg.index_dir.iterdir())
+        h2.sweep()
+        assert h2.stores.bm25.num_docs() == expected
+    finally:
+        h2.close()
+
+
 def test_corrupt_vector_table_is_moved_aside_and_reembedded(make_cfg: Any, vault: Path) -> None:
     """A truncated LanceDB manifest: the vectors folder is moved aside, vectors are recomputed."""
     cfg = make_cfg(vault)

@@ -49,8 +49,11 @@ _SOL_LOCAL = 0
 def ensure_private_dir(path: Path) -> None:
     """Create ``path`` with mode 0700, or check that an existing one is ours and private."""
     created = not path.exists()
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = path.stat()
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = path.stat()
+    except OSError as exc:  # a file where the folder belongs, a read-only parent
+        raise ConfigError(f"socket directory {path} cannot be made: {exc.strerror or exc}") from exc
     if st.st_uid != os.getuid():
         raise ConfigError(f"socket directory {path} belongs to another user; refusing to use it")
     if stat.S_IMODE(st.st_mode) & 0o077:

@@ -157,7 +157,10 @@ class _Folder:
 
     def __init__(self, path: Path, schema: tantivy.Schema) -> None:
         self.path = path
-        path.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file where the folder belongs: moved aside like a damaged store
+            raise StoreError(f"BM25 index {path} cannot be made: {exc.strerror or exc}") from exc
         try:
             self.index = tantivy.Index(schema, path=str(path), reuse=True)
             for name, stem in _ANALYZERS.items():
@@ -226,7 +229,10 @@ class Bm25Index:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"BM25 index {path} cannot be made: {exc.strerror or exc}") from exc
         if (path / "meta.json").exists():  # one index in the folder itself: before pages
             raise StoreOutdatedError(f"BM25 index {path} has no page index")
         self.schema = _schema()
