@@ -295,8 +295,11 @@ def test_a_configuration_file_that_does_not_load_leaves_clients_the_daemon(
     assert r.returncode == 0 and "vault/Audio" in r.stdout, r.stderr
     (warning,) = [line for line in r.stderr.splitlines() if "limt" in line]  # one line
     assert warning.startswith("sidecar: warning:") and "using the daemon at" in warning
-    broken.write_text(f"home: {shared.home}\nsearch: [\n")  # not even YAML: one line too
-    r = _run(shared, "status", "--config", str(broken))
+    broken.write_text(f'home: "{shared.home}"  # mine\nsearch: [\n')  # not even YAML: one line too
+    r = subprocess.run(
+        [sys.executable, "-m", "sidecar", "status", "--config", str(broken)],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
     assert r.returncode == 0 and "invalid YAML at line 3" in r.stderr and r.stderr.count("\n") == 1
     r = _run(shared, "doctor", "--config", str(broken))
     assert r.returncode == ExitCode.CONFIG

@@ -5,6 +5,7 @@ import contextlib
 import dataclasses
 import hashlib
 import os
+import re
 import threading
 import typing
 from collections.abc import Mapping
@@ -224,17 +225,21 @@ def daemon_address(
     cwd: Path | None = None,
 ) -> Config:
     """For a thin client whose configuration file does not load: the defaults, with only where
-    the daemon is (``home``, ``socket``) taken from the file when it still parses. The daemon
-    keeps serving with the configuration it started with; one typo must not cut every client
-    (each agent's MCP shim) off from it."""
+        the daemon is (``home``, ``socket``) taken from the file (from its plain top-level lines when it
+    no longer parses as YAML). The daemon
+        keeps serving with the configuration it started with; one typo must not cut every client
+        (each agent's MCP shim) off from it."""
     env = dict(os.environ) if env is None else env
     path, required = _default_config_path(config_file, env)
     if path is not None and required and not path.exists():
         raise ConfigError(f"{path}: configuration file not found")  # a file named is not a guess
     where: dict[str, Any] = {}
     if path is not None:
-        with contextlib.suppress(ConfigError):
-            raw = _read_yaml(path)
+        try:
+            raw: Mapping[str, Any] = _read_yaml(path)
+        except ConfigError:
+            raw = _top_level_lines(path)  # not YAML any more: its plain `home:` / `socket:` lines
+        with contextlib.suppress(OSError, ValueError):
             for key in ("home", "socket"):
                 value = None if env.get(env_name(key)) else raw.get(key)  # the environment wins
                 if isinstance(value, str) and value.strip() and "\0" not in value:
@@ -242,6 +247,24 @@ def daemon_address(
                     where[key] = str(full if full.is_absolute() else path.resolve().parent / full)
     given = {k: v for k, v in flags.items() if v is not None}
     return load_config(flags={**where, **given}, env=env, cwd=cwd, read_file=False)
+
+
+_TOP_LEVEL = re.compile(
+    r"^(home|socket):[ \t]*"  # a top-level key at the start of a line
+    r"(?:\"([^\"]*)\"|'([^']*)'|([^#\s][^#]*?))"  # its value: double-, single- or unquoted
+    r"[ \t]*(?:#.*)?$",
+    re.M,
+)
+
+
+def _top_level_lines(path: Path) -> dict[str, str]:
+    """``home:`` and ``socket:`` written on lines of their own at the top level of a file that no
+    longer parses as YAML (a typo elsewhere), so clients still find the daemon."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    return {m[1]: m[2] or m[3] or m[4] for m in _TOP_LEVEL.finditer(text)}
 
 
 def load_config(
