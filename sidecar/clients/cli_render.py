@@ -27,6 +27,7 @@ _PROBLEM_AREAS = {
     "memory_write": "memory writes",
     "memory_audit": "memory audit log",
     "config": "configuration file",
+    "restart": "restart needed",
     "stores": "index files",
     "unreadable": "unreadable folders",
 }

@@ -236,6 +236,15 @@ class Daemon:
         ]
         if restart:
             log.warning("config_needs_restart keys=%s", ",".join(restart))
+        if problems is not None:  # shown by status until the restart (or the file is put back)
+            if restart:
+                problems.report(
+                    "restart",
+                    f"changed in the configuration, applied at the next start: {', '.join(restart)} "
+                    "(restart the daemon, e.g. systemctl --user restart sidecar)",
+                )
+            else:
+                problems.clear("restart")
         return {"reloaded": True, "changed": changed, "needsRestart": restart}
 
     def _daily(self) -> None:
