@@ -62,6 +62,10 @@ def test_relevant_message_gets_a_framed_context_block(running: DaemonProcess) ->
     assert block.startswith("<recalled-notes>") and block.endswith("</recalled-notes>")
     assert "recollection, not observation" in block and "never replace" in block
     assert "[wiki] wiki/Backups" in block and "Sources: [wiki]" in block
+    assert "[memory] your own earlier notes" in block
+    # Asked without an agent (a person at the CLI): memory hits are the agents' notes, not "yours".
+    plain = running.call("recall", {"message": "When does the NAS backup with restic run?"})["context"]
+    assert "[memory] the agents' notes" in plain and "your own" not in plain
 
 
 def test_off_topic_messages_stay_empty(running: DaemonProcess) -> None:

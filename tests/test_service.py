@@ -142,6 +142,10 @@ def test_an_installation_path_with_a_dollar_sign_runs(tmp_path: Path, vault: Pat
     text = systemd_unit(cfg, exe, tmp_path / "c$.yaml", sandbox=False)
     exec_start = next(x for x in text.splitlines() if x.startswith("ExecStart="))
     assert exec_start == f"ExecStart={exe} serve --config {tmp_path}/c$$.yaml"
+    from sidecar.contracts.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="cannot name"):  # no escape of these works there
+        systemd_unit(cfg, tmp_path / 'it\'s "mine"' / "sidecar", None, sandbox=False)
 
 
 def test_doctor_names_a_service_installed_with_another_home(tmp_path: Path, vault: Path) -> None:

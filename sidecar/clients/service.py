@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sidecar.config import Config
-from sidecar.contracts.errors import ExitCode
+from sidecar.contracts.errors import ConfigError, ExitCode
 
 LABEL = "dev.sidecar"
 
@@ -135,6 +135,12 @@ def systemd_unit(cfg: Config, exe: Path, config: Path | None, sandbox: bool | No
         isolation = (
             "# No mount-namespace sandboxing: unprivileged user namespaces are off on this machine,\n"
             "# and a user unit with ProtectSystem=/PrivateTmp= would fail every start.\n"
+        )
+    if any(c in str(exe) for c in "\"'\\\t\n"):
+        # systemd reads the program's path with no escapes of these: the unit would never start.
+        raise ConfigError(
+            f"the sidecar command's path {str(exe)!r} holds a quote, backslash, tab or newline, which a "
+            "systemd unit cannot name: install sidecar under a path without them"
         )
     # Without a configuration file the daemon reads the default one once it is written (a
     # --config naming a missing file is a configuration error: the unit would never start).

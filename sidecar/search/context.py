@@ -14,13 +14,22 @@ HEADER = (
 )
 MORE = "Call memory_search to recall more, or memory_get with a reference for the whole note."
 LEGEND = "Sources: [wiki] curated pages · [vault] the user's notes · [memory] your own earlier notes"
+# Asked without an agent (a person at the CLI): memory hits are several agents' notes.
+LEGEND_ALL = "Sources: [wiki] curated pages · [vault] the user's notes · [memory] the agents' notes"
 
 
-def render_block(hits: Sequence[Hit], budget: int, count_tokens: Callable[[Sequence[str]], list[int]]) -> str:
-    """The context block: header, legend, then hits until the token budget is spent."""
+def render_block(
+    hits: Sequence[Hit],
+    budget: int,
+    count_tokens: Callable[[Sequence[str]], list[int]],
+    *,
+    own: bool = True,
+) -> str:
+    """The context block: header, legend, then hits until the token budget is spent. ``own``:
+    asked by an agent, whose memory hits are its own notes."""
     if not hits:
         return ""
-    parts = ["<recalled-notes>", HEADER, LEGEND, MORE]
+    parts = ["<recalled-notes>", HEADER, LEGEND if own else LEGEND_ALL, MORE]
     used = sum(count_tokens(parts))
     for h in hits:
         head = f"\n[{h.source}] {h.reference} (lines {h.lines[0]}-{h.lines[1]})"

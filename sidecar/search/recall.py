@@ -104,7 +104,7 @@ def _recall(
         history_share=(history_weight(rc, qa) if qa.words else 1.0) if turns else None,
         refers_back=qa.refers_back,
     )
-    block = render_block(hits, req.token_budget or rc.token_budget, count_tokens)
+    block = render_block(hits, req.token_budget or rc.token_budget, count_tokens, own=req.agent is not None)
     return SearchResult(hits, degraded, analysis, context=block)
 
 
