@@ -118,6 +118,7 @@ def test_oversized_and_half_frames(serve_in_process: Any) -> None:
     big = b'{"op": "search", "params": {"query": "' + b"a" * 10_000 + b'"}}\n'
     answers = exchange(server.socket, big)
     assert [a["error"]["code"] for a in answers] == ["frame_too_large"]
+    assert "memory.maxNoteBytes" in answers[0]["error"]["message"]  # a note's own, smaller limit
     assert exchange(server.socket, b'{"op": "hea') == []
     assert server.call("health")["index"]["files"] == 4
 

@@ -307,7 +307,13 @@ class Server:
                 return line
             if nl >= self.max_frame or len(buf) >= self.max_frame:
                 await self._send(
-                    writer, error_frame(None, "frame_too_large", f"request exceeds {self.max_frame} bytes")
+                    writer,
+                    error_frame(
+                        None,
+                        "frame_too_large",
+                        f"request exceeds {self.max_frame} bytes (server.maxFrameBytes; a memory note "
+                        "is limited further by memory.maxNoteBytes: split a larger one)",
+                    ),
                 )
                 await self._discard(reader)
                 return None
