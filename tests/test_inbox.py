@@ -407,6 +407,11 @@ def test_a_hand_placed_note_with_a_name_that_is_no_slug_says_why(in_process: Any
     listed = {n["reference"]: n for n in in_process.call("list", {}, agent="dd")["notes"]}
     assert "not a memory slug" in listed["memory/My Note"]["why"]
     assert listed["memory/later"]["why"] == "not indexed yet"
+    (inbox / "sub").mkdir()
+    (inbox / "sub" / "deep.md").write_text("# Deep\n")  # an inbox is flat: counted, not read
+    in_process.call("index")
+    skipped = in_process.call("health")["index"]["skipped"]
+    assert skipped.get("folder in a memory inbox (not read)") == 1
 
 
 def test_front_matter_in_content_that_does_not_read_is_refused(inboxes: Inboxes) -> None:

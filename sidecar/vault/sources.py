@@ -199,10 +199,16 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
                 else None
             )
     if stat.S_ISDIR(st.st_mode):
-        if root.source == "memory" or rel == root.exclude:
+        if is_link or rel == root.exclude:
+            # A folder symlink's target lies inside the root and is indexed under its real path.
             return None
-        # A folder symlink's target lies inside the root and is indexed under its real path.
-        return None if is_link else rel + "/"
+        # An inbox is flat (notes are named by their slug): a folder placed in it by hand is
+        # counted, so its notes do not go unseen without a word.
+        return (
+            Skipped(Path(entry.path), "folder in a memory inbox (not read)")
+            if root.source == "memory"
+            else rel + "/"
+        )
     if not is_note_name(entry.name):
         return None
     if not stat.S_ISREG(st.st_mode):
