@@ -32,6 +32,15 @@ def _notes(vault: Path, n: int, folder: str = "Notes") -> list[Path]:
     ]
 
 
+def _emptied_is_held(h: Harness, folder: Path, indexed: int) -> None:
+    """Empty ``folder`` (the vault's notes), sweep: the vault is held as empty, its notes kept."""
+    for p in folder.glob("*.md"):
+        p.unlink()
+    h.sweep()
+    assert h.supervisor.roots["vault"].hold_kind == "empty"
+    assert len(h.stores.manifest.file_states("vault/")) == indexed
+
+
 @pytest.fixture
 def big(make_cfg: Any, vault: Path) -> Any:
     _notes(vault, 10)
@@ -109,11 +118,7 @@ def test_a_vault_path_changed_in_the_configuration_is_not_a_lost_share(
         keys = set(h.stores.manifest.file_states("vault/"))
         assert keys == {f"vault/Elsewhere/n{i}" for i in range(5)}
         assert not h.supervisor.roots["vault"].offline
-        for p in (other / "Elsewhere").glob("*.md"):  # and the new folder is guarded as any root
-            p.unlink()
-        h.sweep()
-        assert h.supervisor.roots["vault"].hold_kind == "empty"
-        assert len(h.stores.manifest.file_states("vault/")) == 5
+        _emptied_is_held(h, other / "Elsewhere", 5)  # and the new folder is guarded as any root
     finally:
         h.close()
 
@@ -133,11 +138,7 @@ def test_a_vault_spelled_through_a_symlink_is_not_a_changed_vault(make_cfg: Any,
         h.sweep()
         memo = json.loads(h.stores.manifest.get_meta("root:vault") or "{}")
         h.stores.manifest.set_meta("root:vault", json.dumps({**memo, "path": str(link)}))
-        for p in (real / "Notes").glob("*.md"):
-            p.unlink()
-        h.sweep()
-        assert h.supervisor.roots["vault"].hold_kind == "empty"
-        assert len(h.stores.manifest.file_states("vault/")) == 10
+        _emptied_is_held(h, real / "Notes", 10)
     finally:
         h.close()
 

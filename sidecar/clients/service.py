@@ -42,10 +42,11 @@ def executable() -> Path:
     return Path(sys.argv[0]).resolve()
 
 
-def config_argument(cfg: Config) -> Path | None:
-    """The file the service names with --config: the one in use, if any (else the daemon reads
-    the default location when it starts, so a file written later is found)."""
-    return cfg.source_file
+def _serve_args(exe: Path, config: Path | None) -> list[str]:
+    """The daemon's command line. Without a configuration file it names none and reads the
+    default one once it is written (a --config naming a missing file is a configuration error:
+    the service would never start)."""
+    return [str(exe), "serve", *(["--config", str(config)] if config is not None else [])]
 
 
 def user_namespaces() -> bool:
@@ -100,8 +101,7 @@ def _writable(cfg: Config) -> list[Path]:
     its temporary folder is listed whole; the others are made by ``prepare`` at install."""
     out: list[Path] = []
     for folder in _outside_home(cfg):
-        tmp = next((t for t in _TMP if folder.is_relative_to(t)), None)
-        wanted = tmp if tmp is not None else folder
+        wanted = _tmp_of(folder) or folder
         if wanted not in out:
             out.append(wanted)
     return out
@@ -111,8 +111,9 @@ def _writable(cfg: Config) -> list[Path]:
 _TMP = (Path("/tmp"), Path("/var/tmp"))  # noqa: S108
 
 
-def _in_tmp(path: Path) -> bool:
-    return any(path.is_relative_to(t) for t in _TMP)
+def _tmp_of(path: Path) -> Path | None:
+    """The temporary folder ``path`` lies in, or None."""
+    return next((t for t in _TMP if path.is_relative_to(t)), None)
 
 
 def systemd_unit(cfg: Config, exe: Path, config: Path | None, sandbox: bool | None = None) -> str:
@@ -123,7 +124,7 @@ def systemd_unit(cfg: Config, exe: Path, config: Path | None, sandbox: bool | No
         # A socket in /tmp under PrivateTmp= would be the unit's own /tmp: no client could see it.
         private_tmp = (
             "# PrivateTmp= is left out: the socket lies in /tmp, which clients must see.\n"
-            if _in_tmp(cfg.socket_path)
+            if _tmp_of(cfg.socket_path)
             else "PrivateTmp=yes\n"
         )
         isolation = (
@@ -142,11 +143,8 @@ def systemd_unit(cfg: Config, exe: Path, config: Path | None, sandbox: bool | No
             f"the sidecar command's path {str(exe)!r} holds a quote, backslash, tab or newline, which a "
             "systemd unit cannot name: install sidecar under a path without them"
         )
-    # Without a configuration file the daemon reads the default one once it is written (a
-    # --config naming a missing file is a configuration error: the unit would never start).
-    args = [str(exe), "serve", *(["--config", str(config)] if config is not None else [])]
     # Variables are expanded in the arguments, not in the program's path ("$$" stayed literal).
-    command = " ".join(_word(a, command=i > 0) for i, a in enumerate(args))
+    command = " ".join(_word(a, command=i > 0) for i, a in enumerate(_serve_args(exe, config)))
     return f"""\
 # sidecar user service, written by `sidecar service install`.
 # It starts without its vault (a share mounted later is picked up by itself): no target is
@@ -179,7 +177,7 @@ WantedBy=default.target
 def launchd_plist(cfg: Config, exe: Path, config: Path | None, logs: Path) -> str:
     data = {
         "Label": LABEL,
-        "ProgramArguments": [str(exe), "serve", *(["--config", str(config)] if config is not None else [])],
+        "ProgramArguments": _serve_args(exe, config),
         "EnvironmentVariables": {"SIDECAR_HOME": str(cfg.home)},
         "RunAtLoad": True,
         "KeepAlive": {"SuccessfulExit": False, "Crashed": True},
@@ -194,7 +192,7 @@ def launchd_plist(cfg: Config, exe: Path, config: Path | None, logs: Path) -> st
 def prepare(cfg: Config, home_dir: Path, platform: str = sys.platform) -> list[Path]:
     """Create what the service needs before its first start (the home, the log folder)."""
     made = []
-    wanted = [cfg.home, cfg.agents_dir, *(f for f in _outside_home(cfg) if not _in_tmp(f))]
+    wanted = [cfg.home, cfg.agents_dir, *(f for f in _outside_home(cfg) if not _tmp_of(f))]
     if platform == "darwin":
         wanted.append(home_dir / "Library" / "Logs")
     for folder in wanted:
@@ -209,7 +207,7 @@ def prepare(cfg: Config, home_dir: Path, platform: str = sys.platform) -> list[P
 def service_file(
     cfg: Config, home_dir: Path, platform: str = sys.platform, sandbox: bool | None = None
 ) -> ServiceFile:
-    exe, config = executable(), config_argument(cfg)
+    exe, config = executable(), cfg.source_file  # the file in use, if any
     if platform == "darwin":
         path = home_dir / "Library" / "LaunchAgents" / f"{LABEL}.plist"
         return ServiceFile(

@@ -225,10 +225,9 @@ def daemon_address(
     cwd: Path | None = None,
 ) -> Config:
     """For a thin client whose configuration file does not load: the defaults, with only where
-        the daemon is (``home``, ``socket``) taken from the file (from its plain top-level lines when it
-    no longer parses as YAML). The daemon
-        keeps serving with the configuration it started with; one typo must not cut every client
-        (each agent's MCP shim) off from it."""
+    the daemon is (``home``, ``socket``) taken from the file (from its plain top-level lines when
+    it no longer parses as YAML). The daemon keeps serving with the configuration it started
+    with; one typo must not cut every client (each agent's MCP shim) off from it."""
     env = dict(os.environ) if env is None else env
     path, required = _default_config_path(config_file, env)
     if path is not None and required and not path.exists():

@@ -159,8 +159,7 @@ class Daemon:
 
     def _handlers(self, parts: Parts, loop: IndexLoop, watcher: Watcher) -> Handlers:
         cfg = self.cfg
-        cfg.agents_dir.mkdir(parents=True, exist_ok=True)
-        inboxes = Inboxes(cfg)
+        inboxes = Inboxes(cfg)  # its folder made by run, with the home's other checks
         inboxes.clean_temp()  # a write killed mid-way leaves its temp file; none runs yet
         inboxes.prune_trash()
         self._inboxes = inboxes

@@ -224,9 +224,10 @@ class ChangeFinder:
         notes = [f for f in found if isinstance(f, NoteFile)]
         manifest = self.manifest
         missing: set[str] = set()
+        if gone:  # what lay there is no longer left out either (one pass, however many went)
+            wheres = tuple(str(root.path / rel) for rel in gone)
+            self._skips = {k: v for k, v in self._skips.items() if not _at_or_below(k, root.name, wheres)}
         for rel in gone:
-            where = str(root.path / rel)
-            self._skips = {k: v for k, v in self._skips.items() if not _at_or_below(k, root.name, where)}
             if rel.lower().endswith(".md"):
                 missing.update(manifest.file_states_of([root.key_of(rel)]))
             else:
@@ -344,8 +345,9 @@ class ChangeFinder:
 _KEPT_WHEN_SKIPPED = frozenset({"unreadable", "unreadable folder"})
 
 
-def _at_or_below(key: tuple[str, str], root_name: str, where: str) -> bool:
-    return key[0] == root_name and (key[1] == where or key[1].startswith(where + "/"))
+def _at_or_below(key: tuple[str, str], root_name: str, wheres: tuple[str, ...]) -> bool:
+    """Whether a skip key lies at or below one of the paths ``wheres`` of the root."""
+    return key[0] == root_name and any(key[1] == w or key[1].startswith(w + "/") for w in wheres)
 
 
 def _below_a_link(top: Path, rel: str, known: dict[Path, bool]) -> bool:

@@ -320,7 +320,7 @@ class Inboxes:
             try:
                 with self._dirs(agent, create=False) as (_agent_fd, inbox_fd):
                     try:
-                        trash = _trash_dir_existing(inbox_fd)
+                        trash = _trash_dir(inbox_fd, create=False)
                     except FileNotFoundError:
                         continue
                     with contextlib.closing(_Fd(trash)):
@@ -360,8 +360,8 @@ class _Fd:
         os.close(self.fd)
 
 
-def _trash_dir(inbox_fd: int) -> int:
-    return open_private_dir(inbox_fd, ".trash", create=True, what="the trash folder")
+def _trash_dir(inbox_fd: int, *, create: bool = True) -> int:
+    return open_private_dir(inbox_fd, ".trash", create=create, what="the trash folder")
 
 
 def _kept_before(name: str, cutoff: dt.datetime) -> bool:
@@ -373,10 +373,6 @@ def _kept_before(name: str, cutoff: dt.datetime) -> bool:
         return dt.datetime.strptime(m.group(1), "%Y%m%dT%H%M%S%f") < cutoff
     except ValueError:  # digits that are no date: not ours to remove
         return False
-
-
-def _trash_dir_existing(inbox_fd: int) -> int:
-    return open_private_dir(inbox_fd, ".trash", create=False, what="the trash folder")
 
 
 _READ_ATTEMPTS = 3

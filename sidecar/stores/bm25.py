@@ -228,11 +228,7 @@ class Bm25Index:
     """
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreError(f"BM25 index {path} cannot be made: {exc.strerror or exc}") from exc
+        self.path = path  # made by its two parts' folders (with their guard)
         if (path / "meta.json").exists():  # one index in the folder itself: before pages
             raise StoreOutdatedError(f"BM25 index {path} has no page index")
         self.schema = _schema()
