@@ -132,7 +132,9 @@ def test_paths_with_blanks_and_percent_signs_stay_whole(tmp_path: Path) -> None:
     _verify(tool, text, tmp_path)
 
 
-def test_an_installation_path_with_a_dollar_sign_runs(tmp_path: Path, vault: Path) -> None:
+def test_an_installation_path_with_a_dollar_sign_runs(
+    tmp_path: Path, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """'$' is escaped in the arguments (variables) but not in the program's path, where systemd
     expands nothing ('$$' stayed literal: the unit named a program that does not exist)."""
     from sidecar.clients.service import systemd_unit
@@ -146,6 +148,13 @@ def test_an_installation_path_with_a_dollar_sign_runs(tmp_path: Path, vault: Pat
 
     with pytest.raises(ConfigError, match="cannot name"):  # no escape of these works there
         systemd_unit(cfg, tmp_path / 'it\'s "mine"' / "sidecar", None, sandbox=False)
+    # doctor reports such an installation's service as a failed check (it ended with the error).
+    from sidecar.clients import doctor as doctor_mod
+    from sidecar.clients import service as service_mod
+
+    monkeypatch.setattr(service_mod, "executable", lambda: tmp_path / 'it\'s "mine"' / "sidecar")
+    check = doctor_mod.check_service(cfg, doctor_mod.Probes(home_dir=tmp_path))
+    assert not check.ok and "cannot name" in check.verdict
 
 
 def test_doctor_names_a_service_installed_with_another_home(tmp_path: Path, vault: Path) -> None:

@@ -228,7 +228,10 @@ def check_daemon(cfg: Config) -> tuple[Check, Check, dict[str, Any] | None]:
 
 
 def check_service(cfg: Config, probes: Probes) -> Check:  # noqa: PLR0911 - one verdict per state
-    svc = service_file(cfg, probes.home_dir or Path.home())
+    try:
+        svc = service_file(cfg, probes.home_dir or Path.home())
+    except SidecarError as exc:  # no unit can name this installation: a verdict, not a crash
+        return Check("service", False, str(exc), "install sidecar under a plain path")
     if not svc.path.exists():
         return Check("service", True, f"not installed ({svc.path}); optional: sidecar service install")
     installed = svc.path.read_text(encoding="utf-8", errors="replace")
