@@ -348,6 +348,21 @@ def test_write_replies_and_recoverable_overwrite(served: Served) -> None:
     assert secret["redacted"] and secret["action"] == "created"
 
 
+def test_a_hand_edit_right_after_a_write_is_seen(served: Served) -> None:
+    """A memory write keeps the note's status change time, so an edit by hand that keeps size
+    and mtime in the same clock tick is still found by the next sweep (it was stored as 0: such
+    an edit stayed unseen until the note changed again)."""
+    served.call("write", {"slug": "boat", "content": "The boat is blue."})
+    note = served.cfg.agents_dir / "claude" / "memory" / "boat.md"
+    state = served.h.stores.manifest.file_states("memory/claude/")["memory/claude/boat"]
+    assert state.ctime_ns == note.stat().st_ctime_ns
+    old = note.stat()
+    note.write_text(note.read_text().replace("blue", "gray"))
+    os.utime(note, ns=(old.st_atime_ns, old.st_mtime_ns))
+    assert served.h.sweep()["changed"] == 1
+    assert any("gray" in c.text for c in served.h.stores.manifest.chunks_of("memory/claude/boat"))
+
+
 def test_list_shows_descriptions_all_and_unindexed(served: Served) -> None:
     served.call(
         "write", {"slug": "nas", "content": "NAS notes", "frontmatter": {"description": "How the NAS runs"}}

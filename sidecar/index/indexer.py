@@ -263,14 +263,14 @@ class Indexer:
         self.activity.first_sweep_done = self.activity.ready_once = False
         log.info("index_cleared reason=rebuild requested")
 
-    def index_now(self, root: Root, path: Path, written: tuple[bytes, int] | None = None) -> str:
+    def index_now(self, root: Root, path: Path, written: tuple[bytes, int, int] | None = None) -> str:
         """Index one note synchronously, vectors included (memory writes are searchable on return).
-        ``written``: the bytes and mtime just written, indexed as they are (no second read)."""
+        ``written``: the bytes, mtime and ctime just written, indexed as they are (no second read)."""
         rel = path.relative_to(root.path).as_posix()
         key = root.key_of(rel)
         if written is not None:
-            data, mtime_ns = written
-            note = NoteFile(key, root, path, rel, mtime_ns, len(data))
+            data, mtime_ns, ctime_ns = written
+            note = NoteFile(key, root, path, rel, mtime_ns, len(data), ctime_ns)
             self.index_files([note], {key: data})
         else:
             st = path.stat()

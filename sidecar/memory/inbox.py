@@ -64,6 +64,7 @@ class Written:
     mtime_ns: int = 0
     previous: Path | None = None  # where the replaced text was kept (in .trash), if any
     audit_error: str | None = None  # the change is made, but its audit line could not be appended
+    ctime_ns: int = 0  # kept in the manifest: a hand edit that keeps size and mtime is still seen
 
 
 @dataclass(frozen=True)
@@ -204,11 +205,21 @@ class Inboxes:
                     f"{slug!r} was changed by someone else while this edit was prepared; nothing "
                     "was written: read it again and retry"
                 )
-            mtime_ns = write_in(inbox_fd, name, data)
+            mtime_ns, ctime_ns = write_in(inbox_fd, name, data)
             digest = hashlib.sha256(data).hexdigest()
             audit_error = self._audit(agent_fd, "edit" if must_exist else "write", slug, digest, len(data))
         return Written(
-            slug, path, old is None, counts, digest, len(data), data, mtime_ns, previous, audit_error
+            slug,
+            path,
+            old is None,
+            counts,
+            digest,
+            len(data),
+            data,
+            mtime_ns,
+            previous,
+            audit_error,
+            ctime_ns,
         )
 
     def _keep(self, inbox_fd: int, slug: str, old: bytes) -> str:
@@ -413,10 +424,11 @@ def _read_existing(inbox_fd: int, name: str, slug: str) -> tuple[bytes | None, _
     return data, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def write_in(dir_fd: int, name: str, data: bytes) -> int:
+def write_in(dir_fd: int, name: str, data: bytes) -> tuple[int, int]:
     """Atomic write of ``name`` inside the folder ``dir_fd``: a new temp file (O_EXCL, no
     symlink followed), fsync, rename within the same descriptor, fsync of the folder. Returns
-    the file's mtime (ns)."""
+    the written file's (mtime, ctime) in ns, taken through its descriptor after the rename (the
+    rename moves ctime; a stat by name could see a file put there since)."""
     stem = name[:-3] if name.endswith(".md") else name
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     while True:
@@ -432,16 +444,16 @@ def write_in(dir_fd: int, name: str, data: bytes) -> int:
             while view:
                 view = view[os.write(fd, view) :]
             os.fsync(fd)
-            mtime_ns = os.fstat(fd).st_mtime_ns
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            st = os.fstat(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=dir_fd)
         raise
     os.fsync(dir_fd)
-    return mtime_ns
+    return st.st_mtime_ns, st.st_ctime_ns
 
 
 def _unstamped(text: str) -> tuple[dict[str, Any], str]:

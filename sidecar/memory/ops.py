@@ -106,7 +106,9 @@ class MemoryOps:
             try:
                 # The duplicate check's vectors stand in for the model on equal chunk texts.
                 with self.indexer.vectors.expect(f"memory/{agent}/{slug}", model, fresh):
-                    key = self.indexer.index_now(root, written.path, (written.data, written.mtime_ns))
+                    key = self.indexer.index_now(
+                        root, written.path, (written.data, written.mtime_ns, written.ctime_ns)
+                    )
             except (StoreError, EmbedderError, OSError, sqlite3.Error) as exc:
                 # The note is safely on disk; the index catches up once it can be written again.
                 log.error("memory_index_failed agent=%s slug=%s error=%s", agent, slug, exc)

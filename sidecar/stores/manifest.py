@@ -149,7 +149,7 @@ class FileState:
     size: int
     hash: str
     state: str
-    ctime_ns: int = 0  # 0: not known (written before it was kept, or by a memory write)
+    ctime_ns: int = 0  # 0: not known (written before it was kept)
 
 
 @dataclass(frozen=True)
