@@ -23,6 +23,7 @@ import pytest
 from mcp import Client as McpClient
 from mcp.client.stdio import StdioServerParameters
 
+from sidecar.clients.mcp_texts import text_of_search
 from sidecar.contracts import wire
 from sidecar.contracts.errors import SidecarError
 from sidecar.contracts.protocol import Request
@@ -325,6 +326,23 @@ def test_masking_can_be_switched_off(make_cfg: Any, agent_vault: Path) -> None:
         assert any(SECRET in x.text for x in hits)
     finally:
         h.close()
+
+
+def test_a_search_says_when_chunks_still_wait_for_their_vectors(served: Served) -> None:
+    """Chunks indexed for keywords whose vectors are not computed yet (a backfill, a replaced
+    vector table) cannot be found by meaning; the answer says how many (it was silent)."""
+    vault = served.cfg.vault.path
+    assert vault is not None
+    write(vault / "Canoe.md", "# Canoe\n\nThe canoe is stored behind the shed.\n")
+    served.h.indexer.sweep()  # keyword index only: the backfill has not run
+    waiting = served.call("search", {"query": "canoe shed"})
+    assert waiting["pendingVectors"] >= 1
+    assert waiting["hits"][0]["reference"] == "vault/Canoe"
+    assert "for its vector" in text_of_search("canoe shed", waiting)
+    while served.h.vectors.embed_pending():
+        pass
+    time.sleep(1.1)  # the count is taken at most once a second
+    assert "pendingVectors" not in served.call("search", {"query": "canoe shed"})
 
 
 # --- memory writes ---------------------------------------------------------------------------

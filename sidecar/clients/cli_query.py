@@ -14,7 +14,7 @@ from sidecar.clients.cli_render import render_links
 from sidecar.clients.client import Client
 from sidecar.config import Config
 from sidecar.contracts.errors import ExitCode
-from sidecar.contracts.wire import parse_explanation, parse_search
+from sidecar.contracts.wire import parse_explanation, parse_search, pending_note
 
 
 def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
@@ -26,6 +26,8 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
     result = parse_search(reply)
     if result.degraded:
         print(f"note: {result.degraded}", file=sys.stderr)
+    if result.pending_vectors:
+        print(f"note: {pending_note(result.pending_vectors)}", file=sys.stderr)
     if not result.hits:
         print("nothing relevant found")
     for i, hit in enumerate(result.hits, 1):

@@ -83,6 +83,8 @@ class ToolCalls:
         out: dict[str, Any] = {"query": query, "hits": hits}
         if result.degraded:
             out["degraded"] = result.degraded
+        if result.pending_vectors:
+            out["pendingVectors"] = result.pending_vectors
         if result.window:
             out["window"] = window_json(result.window)
         if masked:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from sidecar.contracts.wire import pending_note
+
 LEGEND = "[wiki] curated pages · [vault] the user's notes · [memory] your own earlier notes"
 
 
@@ -19,6 +21,8 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
     lines = [f'{len(hits)} hit(s) for "{query}"  ({LEGEND})']
     if result.get("degraded"):
         lines.append(f"note: {result['degraded']}")
+    if result.get("pendingVectors"):
+        lines.append(f"note: {pending_note(result['pendingVectors'])}")
     window = result.get("window")
     if window and window["applied"]:
         lines.append(f"'{window['phrase']}': only notes dated {window['since']} to {window['until']}.")

@@ -84,6 +84,7 @@ TOOLS: list[dict[str, Any]] = [
                 "query": STR,
                 "hits": {"type": "array", "items": HIT},
                 "degraded": STR,
+                "pendingVectors": {"type": "integer"},
                 "masked": COUNTS,
                 "window": obj(
                     {"phrase": STR, "since": STR, "until": STR, "applied": BOOL}, ("phrase", "applied")

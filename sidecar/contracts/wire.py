@@ -78,6 +78,7 @@ class SearchResult:
     analysis: Analysis | None  # always set by the daemon; on the client only with ``preview``
     context: str | None = None
     window: Window | None = None
+    pending_vectors: int = 0  # chunks not yet searchable by meaning (vectors being computed)
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,12 @@ class Explanation:
     exists: bool | None = None  # the rest: only for a note that is not indexed
     reason: str | None = None
     excluded: str | None = None
+
+
+def pending_note(n: int) -> str:
+    """What a client says when some chunks had no vector yet (the hits may miss them)."""
+    chunks = "1 chunk still waits" if n == 1 else f"{n:,} chunks still wait"
+    return f"{chunks} for its vector (being computed): until then found by words only, not by meaning"
 
 
 def window_of(analysis: Analysis) -> Window | None:
@@ -182,6 +189,8 @@ def search_json(result: SearchResult, *, preview: bool) -> dict[str, Any]:
         out["context"] = result.context
     if result.degraded:
         out["degraded"] = result.degraded
+    if result.pending_vectors:
+        out["pendingVectors"] = result.pending_vectors
     window = result.window or (window_of(result.analysis) if result.analysis else None)
     if window is not None:
         out["window"] = window_json(window)
@@ -282,6 +291,7 @@ def parse_search(d: Mapping[str, Any]) -> SearchResult:
         analysis=parse_analysis(analysis) if analysis else None,
         context=d.get("context"),
         window=window,
+        pending_vectors=int(d.get("pendingVectors") or 0),
     )
 
 

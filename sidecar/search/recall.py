@@ -105,7 +105,7 @@ def _recall(
         refers_back=qa.refers_back,
     )
     block = render_block(hits, req.token_budget or rc.token_budget, count_tokens, own=req.agent is not None)
-    return SearchResult(hits, degraded, analysis, context=block)
+    return SearchResult(hits, degraded, analysis, context=block, pending_vectors=found.pending)
 
 
 def history_weight(rc: RecallConfig, qa: QueryAnalysis) -> float:

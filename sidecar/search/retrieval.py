@@ -9,7 +9,9 @@ import datetime as dt
 import functools
 import logging
 import re
+import sqlite3
 import threading
+import time
 import unicodedata
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -100,6 +102,7 @@ class Found:
     # The keyword arm ran and did not fail: finding none of the words is then evidence (fuse).
     keywords_answered: bool = False
     stem: str | None = None  # the language whose stemmed forms the keyword arm searched first
+    pending: int = 0  # chunks the vector arm could not see: their vectors are still being computed
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,20 @@ class Retriever:
         self.recall_cfg = recall
         self.today: Callable[[], dt.date] = dt.date.today  # local day; tests pin it
         self.queries = QueryCache(cfg.query_cache)
+        self._pending: tuple[float, int] = (-1.0, 0)  # (when counted, chunks without a vector)
+
+    def pending_vectors(self) -> int:
+        """Chunks of the serving table still waiting for their vector, counted at most once a
+        second (a search during a backfill or after a table was replaced says so)."""
+        at, n = self._pending
+        now = time.monotonic()
+        if now - at > 1.0:
+            try:
+                n = self.stores.manifest.pending_count()
+            except sqlite3.Error:  # the answer is a courtesy: never fail a search for it
+                n = 0
+            self._pending = (now, n)
+        return n
 
     def query_vector(self, model: Embedder, text: str) -> np.ndarray[Any, Any]:
         """The query's vector by ``model`` (``search.queryCache`` recent ones are kept per model)."""
@@ -313,7 +330,7 @@ class Retriever:
                 queries = list(vectors) if vectors is not None else [self.query_vector(serving.model, text)]
                 hits = [serving.store.search(q, fetch, sources, req.agent) for q in queries]
             problems.clear("vector_search")
-            return found(hits, bm_note)
+            return replace(found(hits, bm_note), pending=self.pending_vectors())
         except (EmbedderError, StoreError) as exc:
             log.warning("vector_search_failed error=%s", exc)
             problems.report("vector_search", str(exc))
@@ -509,7 +526,9 @@ class Retriever:
         kept = [s for s in r.ranked if s.relevance >= req.min_score][: req.limit]
         views, agent = r.views, req.agent
         hits = tuple(to_hit(s, views[s.candidate.chunk_id], agent, mask_secrets=mask_secrets) for s in kept)
-        return SearchResult(hits, found.degraded, analysis_of(qa, req.filters, rare))
+        return SearchResult(
+            hits, found.degraded, analysis_of(qa, req.filters, rare), pending_vectors=found.pending
+        )
 
 
 def unread_words(words: Sequence[str], pieces: Sequence[int]) -> bool:
