@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -412,6 +413,14 @@ def test_a_hand_placed_note_with_a_name_that_is_no_slug_says_why(in_process: Any
     in_process.call("index")
     skipped = in_process.call("health")["index"]["skipped"]
     assert skipped.get("folder in a memory inbox (not read)") == 1
+    # An agent whose inbox holds only skipped files leaves no count behind when it is removed
+    # (its root is no longer swept, so nothing replaced the count: it stayed for the daemon's life).
+    (in_process.cfg.agents_dir / "ee" / "memory" / "sub").mkdir(parents=True)
+    in_process.call("index")
+    assert in_process.call("health")["index"]["skipped"]["folder in a memory inbox (not read)"] == 2
+    shutil.rmtree(in_process.cfg.agents_dir / "ee")
+    in_process.call("index")
+    assert in_process.call("health")["index"]["skipped"]["folder in a memory inbox (not read)"] == 1
 
 
 def test_front_matter_in_content_that_does_not_read_is_refused(inboxes: Inboxes) -> None:

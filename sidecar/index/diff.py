@@ -86,6 +86,11 @@ class ChangeFinder:
             out[reason] = out.get(reason, 0) + 1
         return out
 
+    def keep_skips_of(self, names: Collection[str]) -> None:
+        """Forget the skips of roots no longer swept (an agent's inbox folder removed, a root
+        taken out of the configuration): they were counted in status for as long as it ran."""
+        self._skips = {k: v for k, v in self._skips.items() if k[0] in names}
+
     def _skipped(self, root: Root, s: Skipped) -> None:
         self._skips[(root.name, str(s.path))] = s.reason
         if (str(s.path), s.reason) not in self._skips_named:  # named once, not at every sweep

@@ -122,6 +122,8 @@ class Indexer:
             rest = [r for r in every if r not in chosen]
             chosen += [r for r in self.changes.diff_paths(paths, rest, diff) if r not in chosen]
         self.supervisor.classify(chosen)
+        if only is None:
+            self.changes.keep_skips_of({r.name for r in every})
         if not paths:  # Obsidian's settings are read on full sweeps: a memory write touches no vault file
             self._refresh_ignore()
         for root in chosen:
