@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from sidecar.contracts.errors import NotFoundError, SourceError
-from sidecar.memory.inbox import Inboxes, MemoryWriteError
+from sidecar.memory import inbox as inbox_mod
+from sidecar.memory.inbox import Inboxes, InboxFullError, MemoryWriteError
 from sidecar.notes.frontmatter import split_front_matter
 
 
@@ -448,6 +449,60 @@ def test_old_texts_in_trash_are_pruned(make_cfg: Any, vault: Path) -> None:
     assert sorted(p.name.split("--")[0] for p in trash.iterdir()) == ["my own file.md", "n", "n"]
     forever = Inboxes(make_cfg(vault, **{"memory.trashDays": 0}))
     assert forever.prune_trash(now=time.time() + 10_000 * 86_400) == 0
+
+
+def test_an_inbox_has_a_size_limit(make_cfg: Any, vault: Path) -> None:
+    """The notes of one inbox together stay within memory.maxInboxBytes: a write that would pass
+    it is refused with inbox_full and nothing changes; a rewrite that does not grow a note, and
+    a write after a delete, pass (an agent in a loop filled the disk the index shares)."""
+    inboxes = Inboxes(make_cfg(vault, **{"memory.maxInboxBytes": 3500}))
+    for i in range(3):
+        inboxes.write("claude", f"n{i}", "x" * 1000, None, must_exist=False)
+    with pytest.raises(InboxFullError, match=r"memory\.maxInboxBytes") as refused:
+        inboxes.write("claude", "n3", "y" * 1000, None, must_exist=False)
+    assert refused.value.code == "inbox_full"
+    inbox = inboxes.cfg.agents_dir / "claude" / "memory"
+    assert not (inbox / "n3.md").exists()
+    inboxes.write("claude", "n0", "z" * 900, None, must_exist=False)  # shrinks: always passes
+    with pytest.raises(InboxFullError):
+        inboxes.write("claude", "n1", "w" * 2000, None, must_exist=True)  # an edit that grows
+    assert "x" * 1000 in (inbox / "n1.md").read_text()
+    inboxes.delete("claude", "n2")  # .trash does not count
+    inboxes.write("claude", "n3", "y" * 1000, None, must_exist=False)
+    unlimited = Inboxes(make_cfg(vault, **{"memory.maxInboxBytes": 0}))
+    unlimited.write("claude", "n4", "v" * 5000, None, must_exist=False)
+
+
+def test_the_trash_is_capped_oldest_first(make_cfg: Any, vault: Path) -> None:
+    """Kept texts beyond memory.maxTrashBytes go, oldest first, the newest always stays: an
+    agent rewriting one note in a loop filled .trash for memory.trashDays."""
+    inboxes = Inboxes(make_cfg(vault, **{"memory.maxTrashBytes": 3000}))
+    for i in range(8):
+        inboxes.write("claude", "loop", f"round {i} " + "x" * 1000, None, must_exist=False)
+    trash = inboxes.cfg.agents_dir / "claude" / "memory" / ".trash"
+    kept = sorted(trash.iterdir())
+    assert 0 < sum(p.stat().st_size for p in kept) <= 3000
+    assert "round 6 " in kept[-1].read_text()  # the text replaced last
+    assert all("round 0 " not in p.read_text() for p in kept)
+    (trash / "my own file.md").write_text("a" * 5000)  # not sidecar's: never removed
+    inboxes.delete("claude", "loop")
+    names = sorted(p.name for p in trash.iterdir())
+    assert "my own file.md" in names and any("round 7 " in (trash / n).read_text() for n in names)
+
+
+def test_the_audit_log_is_rotated(inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """audit.log becomes audit.log.1 at its size limit (one generation kept): it grew for as
+    long as agents wrote."""
+    monkeypatch.setattr(inbox_mod, "_AUDIT_ROTATE_BYTES", 400)
+    for i in range(12):
+        inboxes.write("claude", f"a{i}", "text", None, must_exist=False)
+    folder = inboxes.cfg.agents_dir / "claude"
+    current = (folder / "audit.log").read_text().splitlines()
+    previous = (folder / "audit.log.1").read_text().splitlines()
+    assert (folder / "audit.log").stat().st_size < 400 + 200
+    slugs = [json.loads(line)["slug"] for line in previous + current]
+    assert slugs == [f"a{i}" for i in range(12 - len(slugs), 12)]  # the newest, in order, none lost
+    assert len(slugs) < 12
 
 
 def test_an_agents_memory_problem_is_cleared_by_its_own_success_only(in_process: Any) -> None:

@@ -27,6 +27,18 @@ class MemoryConfig:
         "older ones are removed at start and once a day.",
         min=0,
     )
+    max_inbox_bytes: int = _opt(
+        100 << 20,
+        "Largest size of one agent's notes together (its .trash not counted): a write beyond it is "
+        "refused (error inbox_full) until the agent deletes notes (0: no limit).",
+        min=0,
+    )
+    max_trash_bytes: int = _opt(
+        100 << 20,
+        "Texts kept in an inbox's .trash beyond this size are removed, oldest first, when another "
+        "is added (0: no limit; memory.trashDays still applies).",
+        min=0,
+    )
     write: MemoryWriteConfig = field(default_factory=MemoryWriteConfig)
 
 

@@ -52,6 +52,12 @@ class MemoryWriteError(SourceError):
     code = "bad_memory_write"
 
 
+class InboxFullError(MemoryWriteError):
+    """The agent's notes together would pass ``memory.maxInboxBytes``."""
+
+    code = "inbox_full"
+
+
 @dataclass(frozen=True)
 class Written:
     slug: str
@@ -110,6 +116,7 @@ class Inboxes:
         self.cfg = cfg
         self._locks: dict[tuple[str, str], threading.RLock] = {}
         self._guard = threading.Lock()
+        self._audit_lock = threading.Lock()
 
     def path_of(self, agent: str, slug: str) -> Path:
         """Where the note lives; refuses at once an inbox that is not a private folder."""
@@ -190,6 +197,7 @@ class Inboxes:
                     f"the note would be {len(data):,} bytes; the limit is {self.cfg.memory.max_note_bytes:,} "
                     "(memory.maxNoteBytes): split it into several notes"
                 )
+            self._check_room(inbox_fd, name, len(data) - (len(old) if old is not None else 0))
             # The text being replaced stays recoverable, as a deleted note does (a rewrite that
             # changes only the 'updated' stamp keeps nothing: there is nothing to lose).
             previous = None
@@ -228,7 +236,53 @@ class Inboxes:
         target = f"{slug}--{dt.datetime.now().strftime('%Y%m%dT%H%M%S%f')}.md"
         with contextlib.closing(_Fd(_trash_dir(inbox_fd))) as trash:
             write_in(trash.fd, target, old)
+            self._cap_trash(trash.fd, target)
         return target
+
+    def _check_room(self, inbox_fd: int, name: str, growth: int) -> None:
+        """Refuse a write that takes the inbox's notes past ``memory.maxInboxBytes`` (an agent in
+        a loop would otherwise fill the disk the index shares). Writes of other notes running at
+        the same time may pass it by a note each."""
+        limit = self.cfg.memory.max_inbox_bytes
+        if limit <= 0 or growth <= 0:
+            return  # a note that shrinks or keeps its size is always let through
+        used = _notes_bytes(inbox_fd)
+        if used + growth > limit:
+            raise InboxFullError(
+                f"the inbox is full: its notes hold {used:,} bytes, {name} would add {growth:,}, the "
+                f"limit is {limit:,} (memory.maxInboxBytes): delete notes you no longer need, or "
+                "merge them with memory_edit"
+            )
+
+    def _cap_trash(self, trash_fd: int, newest: str) -> None:
+        """Remove the oldest kept texts while .trash holds more than ``memory.maxTrashBytes``
+        (``newest``, the one just kept, stays): rewrites in a loop would fill the disk within
+        ``memory.trashDays``."""
+        limit = self.cfg.memory.max_trash_bytes
+        if limit <= 0:
+            return
+        kept: list[tuple[str, str, int]] = []  # (time in the name, name, size)
+        total = 0
+        with os.scandir(trash_fd) as entries:
+            for e in entries:
+                m = _KEPT.match(e.name)
+                with contextlib.suppress(OSError):
+                    if m is not None and e.is_file(follow_symlinks=False):
+                        size = e.stat(follow_symlinks=False).st_size
+                        total += size
+                        if e.name != newest:
+                            kept.append((m.group(1), e.name, size))
+        kept.sort()
+        removed = 0
+        for _when, name, size in kept:
+            if total <= limit:
+                break
+            with contextlib.suppress(FileNotFoundError):  # another writer's cap took it
+                os.unlink(name, dir_fd=trash_fd)
+                removed += 1
+            total -= size
+        if removed:
+            log.info("memory_trash_capped removed=%d limit_bytes=%d", removed, limit)
 
     def _check_content(self, content: Any, front_matter: Any) -> None:
         if not isinstance(content, str):
@@ -285,6 +339,7 @@ class Inboxes:
                 target = f"{slug}--{stamp}.md"
                 os.replace(name, target, src_dir_fd=inbox_fd, dst_dir_fd=trash.fd)
                 os.fsync(trash.fd)
+                self._cap_trash(trash.fd, target)
             os.fsync(inbox_fd)
             audit_error = self._audit(agent_fd, "delete", slug, hashlib.sha256(data).hexdigest(), len(data))
         return Deleted(path.parent / ".trash" / target, audit_error)
@@ -297,14 +352,24 @@ class Inboxes:
         line = json.dumps({"time": _now(), "op": op, "slug": slug, "sha256": digest, "bytes": size}) + "\n"
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
         try:
-            fd = os.open("audit.log", flags, 0o600, dir_fd=agent_fd)
-            try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    return "the audit log is not a regular file"
-                os.write(fd, line.encode("utf-8"))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            # One lock for the rotation: two writers rotating at once would put the fresh log
+            # over the generation just kept.
+            with self._audit_lock:
+                fd = os.open("audit.log", flags, 0o600, dir_fd=agent_fd)
+                try:
+                    st = os.fstat(fd)
+                    if not stat.S_ISREG(st.st_mode):
+                        return "the audit log is not a regular file"
+                    if st.st_size >= _AUDIT_ROTATE_BYTES:
+                        # One earlier generation is kept (audit.log.1): bounded over the years.
+                        os.replace("audit.log", "audit.log.1", src_dir_fd=agent_fd, dst_dir_fd=agent_fd)
+                        fresh = os.open("audit.log", flags, 0o600, dir_fd=agent_fd)
+                        os.close(fd)
+                        fd = fresh
+                    os.write(fd, line.encode("utf-8"))
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
         except OSError as exc:
             log.error("memory_audit_failed op=%s slug=%s error=%s", op, slug, exc)
             return exc.strerror or str(exc)
@@ -371,6 +436,17 @@ class _Fd:
         os.close(self.fd)
 
 
+def _notes_bytes(inbox_fd: int) -> int:
+    """The size of the inbox's notes together (its files, not its folders or links)."""
+    total = 0
+    with os.scandir(inbox_fd) as entries:
+        for e in entries:
+            with contextlib.suppress(OSError):  # gone meanwhile
+                if e.name.endswith(".md") and e.is_file(follow_symlinks=False):
+                    total += e.stat(follow_symlinks=False).st_size
+    return total
+
+
 def _trash_dir(inbox_fd: int, *, create: bool = True) -> int:
     return open_private_dir(inbox_fd, ".trash", create=create, what="the trash folder")
 
@@ -387,6 +463,7 @@ def _kept_before(name: str, cutoff: dt.datetime) -> bool:
 
 
 _READ_ATTEMPTS = 3
+_AUDIT_ROTATE_BYTES = 8 << 20  # about 50,000 changes per generation
 _MAX_EXISTING = 1 << 26  # the largest note an edit or a replacement reads (and keeps in .trash)
 # (inode, size, mtime, ctime in ns) of a note, None when there is none: ctime moves with any save,
 # even one of the same size within a coarse clock's tick.
