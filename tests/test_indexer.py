@@ -495,3 +495,28 @@ def test_a_repaired_keyword_index_serves_only_once_it_is_filled(
     harness.repair.repair_bm25("a test")
     assert serving_while_filled == [False]
     assert search(harness, "spark plugs")[0]["reference"] == "vault/Projects/Boat"
+
+
+def test_a_memory_note_deleted_after_a_sweep_read_it_is_not_indexed(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep that read a memory note just before its agent deleted it does not write its entry
+    after the delete removed it (search found the deleted note until its file event came)."""
+    harness.sweep()
+    inbox = harness.cfg.agents_dir / "claude" / "memory"
+    inbox.mkdir(parents=True, mode=0o700)
+    os.chmod(inbox.parent, 0o700)
+    note = inbox / "gone.md"
+    note.write_text("# Gone\n\nA note deleted while the sweep read it.\n")
+    real = records_mod.read_inbox_note
+
+    def read_then_deleted(root: Any, name: str, limit: int) -> Any:
+        out = real(root, name, limit)
+        if name == note.name:
+            note.unlink()  # the agent's delete: file moved, entry (none yet) removed
+        return out
+
+    monkeypatch.setattr(records_mod, "read_inbox_note", read_then_deleted)
+    harness.sweep()
+    assert "memory/claude/gone" not in harness.stores.manifest.file_states("memory/")
+    assert harness.stores.manifest.chunks_of("memory/claude/gone") == []

@@ -13,6 +13,7 @@ notes are committed. Before the commit the writer yields to searches in flight (
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 
 from sidecar.index.records import Prepared, records
@@ -55,15 +56,19 @@ class Writer:
         # comes second finds them indexed already (checked under the lock) and writes nothing.
         states = self.stores.manifest.file_states_of([p.note.key for p in prepared])
         fresh = []
+        same = 0
         for p in prepared:
             if _already_indexed(p, states.get(p.note.key)):  # as a sweep treats an unchanged note
                 self.stores.manifest.touch(p.note.key, p.note.mtime_ns, p.note.size, p.note.ctime_ns)
+                same += 1
+            elif p.note.root.source == "memory" and not os.path.lexists(p.note.path):
+                # Read by a sweep, then deleted by its agent (the delete removed the entry under
+                # this lock already, or will): written now, a deleted note would be found again.
+                log.debug("write_skipped reason=deleted since read key=%s", p.note.key)
             else:
                 fresh.append(p)
-        if len(fresh) < len(prepared):
-            log.debug(
-                "write_skipped reason=already indexed with these bytes count=%d", len(prepared) - len(fresh)
-            )
+        if same:
+            log.debug("write_skipped reason=already indexed with these bytes count=%d", same)
         if fresh:
             self._write(fresh)
 
