@@ -262,25 +262,27 @@ class Inboxes:
         if limit <= 0:
             return
         kept: list[tuple[str, str, int]] = []  # (time in the name, name, size)
-        total = 0
-        with os.scandir(trash_fd) as entries:
-            for e in entries:
-                m = _KEPT.match(e.name)
-                with contextlib.suppress(OSError):
-                    if m is not None and e.is_file(follow_symlinks=False):
-                        size = e.stat(follow_symlinks=False).st_size
-                        total += size
-                        if e.name != newest:
-                            kept.append((m.group(1), e.name, size))
-        kept.sort()
-        removed = 0
-        for _when, name, size in kept:
-            if total <= limit:
-                break
-            with contextlib.suppress(FileNotFoundError):  # another writer's cap took it
-                os.unlink(name, dir_fd=trash_fd)
-                removed += 1
-            total -= size
+        total = removed = 0
+        try:  # housekeeping: the change it follows is made and must be reported as made
+            with os.scandir(trash_fd) as entries:
+                for e in entries:
+                    m = _KEPT.match(e.name)
+                    with contextlib.suppress(OSError):
+                        if m is not None and e.is_file(follow_symlinks=False):
+                            size = e.stat(follow_symlinks=False).st_size
+                            total += size
+                            if e.name != newest:
+                                kept.append((m.group(1), e.name, size))
+            kept.sort()
+            for _when, name, size in kept:
+                if total <= limit:
+                    break
+                with contextlib.suppress(FileNotFoundError):  # another writer's cap took it
+                    os.unlink(name, dir_fd=trash_fd)
+                    removed += 1
+                total -= size
+        except OSError as exc:
+            log.warning("memory_trash_cap_failed error=%s", exc)
         if removed:
             log.info("memory_trash_capped removed=%d limit_bytes=%d", removed, limit)
 
