@@ -295,3 +295,36 @@ def test_daemon_links_related_and_excludes_after_reload(daemon_factory: Any, tmp
     time.sleep(1.0)
     refs = {h["reference"] for h in d.call("search", {"query": "outboard engine", "minScore": 0})["hits"]}
     assert refs == {"vault/Garden"}
+
+
+def _nfd(text: str) -> str:
+    import unicodedata
+
+    return unicodedata.normalize("NFD", text)
+
+
+def test_names_and_text_a_mac_wrote_in_nfd_are_found_as_typed(tmp_path: Path, serve_in_process: Any) -> None:
+    """A Mac writes "ü" as "u" plus a combining mark (NFD) over SMB; a keyboard on Linux, an agent
+    and a YAML file type the single letter (NFC). Both are one name and one word: get, related,
+    links, the path filter, keywords, tags and exclusions meet them (each missed them before)."""
+    v = tmp_path / "nfd"
+    write(v / f"{_nfd('Übersicht')}.md", "# Umzug\n\nAlles zum Umzug in die neue Wohnung.\n")
+    write(v / "Linker.md", "# Linker\n\nSiehe [[Übersicht]] für den Umzug.\n")
+    write(v / _nfd("Bücher") / "Kapitel.md", "# Kapitel\n\nKapitel eins handelt vom Segeln.\n")
+    write(v / "Pasted.md", _nfd("# Pasted\n\nDie Kündigung der Wohnung kam am Freitag. #küche\n"))
+    write(v / _nfd("Privat Tagebücher") / "Geheim.md", "# Geheim\n\nzaubergeheim privat\n")
+    server = serve_in_process(v, **{"index.exclude": "Privat Tagebücher/"})
+    call = server.call
+    got = call("get", {"reference": "vault/Übersicht"})  # typed in NFC
+    assert "Umzug" in got["text"] and got["reference"] == f"vault/{_nfd('Übersicht')}"
+    links = call("get", {"reference": "vault/Linker"})["links"]
+    assert [link["target"] for link in links] == [f"vault/{_nfd('Übersicht')}"]
+    assert call("related", {"reference": "vault/Übersicht"})["related"]
+    assert call("why", {"reference": "vault/Übersicht", "query": "Umzug"})["indexed"]
+    hits = call("search", {"query": "Kapitel Segeln", "pathPrefix": "Bücher/"})["hits"]
+    assert [h["reference"] for h in hits] == [f"vault/{_nfd('Bücher')}/Kapitel"]
+    assert call("search", {"query": "Kündigung"})["hits"][0]["reference"] == "vault/Pasted"
+    assert [h["reference"] for h in call("search", {"query": "Wohnung", "tag": "küche"})["hits"]] == [
+        "vault/Pasted"
+    ]
+    assert call("search", {"query": "zaubergeheim"})["hits"] == []  # the excluded folder stays out

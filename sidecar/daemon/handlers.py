@@ -10,6 +10,7 @@ import json
 import os
 import threading
 import time
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -219,6 +220,7 @@ class Handlers:
         p = req.params
         check_known(p, ("reference", "query"))
         key = key_for_reference(param_str(p, "reference", max_len=MAX_REFERENCE_CHARS), req.agent)
+        key = self.manifest.key_in_any_form(key)  # typed in NFC, named in NFD by a Mac
         try:
             out = explain(self.retriever, key, param_str(p, "query", max_len=MAX_QUERY_CHARS), req.agent)
         except FilterError as exc:
@@ -282,6 +284,7 @@ class Handlers:
             exact = key_for_reference(reference + ".md", req.agent)
             if manifest.rel_of(exact) is not None:
                 key = exact
+        key = manifest.key_in_any_form(key)  # typed in NFC, named in NFD by a Mac
         source = key.split("/", 1)[0]
         status = self.supervisor.roots.get(source) if source != "memory" else None
         offline = None
@@ -366,9 +369,9 @@ class Handlers:
         p = req.params
         check_known(p, ("reference", "limit"))
         reference = param_str(p, "reference", max_len=MAX_REFERENCE_CHARS)
-        key = key_for_reference(reference, req.agent)
-        limit = param_int(p, "limit", default=10, lo=1, hi=100)
         manifest = self.manifest
+        key = manifest.key_in_any_form(key_for_reference(reference, req.agent))
+        limit = param_int(p, "limit", default=10, lo=1, hi=100)
         if not manifest.file_states(key).get(key):
             try:  # not_found / bad_reference for a note that does not exist
                 self._on_disk(key, lambda: path_for_key(self.cfg, key))
@@ -391,14 +394,14 @@ class Handlers:
         source = param_opt_str(p, "source") or "wiki"
         if source not in ("wiki", "vault"):
             raise ProtocolError("'source' must be wiki or vault")
-        prefix = (param_opt_str(p, "pathPrefix", max_len=1000) or "").strip("/")
+        prefix = unicodedata.normalize("NFC", (param_opt_str(p, "pathPrefix", max_len=1000) or "").strip("/"))
         budget = param_int(p, "tokenBudget", default=OUTLINE_BUDGET, lo=100, hi=50_000)
         manifest = self.manifest
         pages = []
         for key, _src, _agent, title, _tags, _mtime, _chunks, fm in manifest.list_files(
             "source = ?", [source]
         ):
-            path = key.split("/", 1)[1]
+            path = unicodedata.normalize("NFC", key.split("/", 1)[1])
             if prefix and not (path == prefix or path.startswith(prefix + "/")):
                 continue
             description = _fm_description(fm)

@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import sqlite3
+import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -284,6 +285,7 @@ class MemoryOps:
             raise ProtocolError(f"'source' must be one of {', '.join(SOURCES)} or all")
         tag = (param_opt_str(p, "tag", max_len=200) or "").lstrip("#").lower() or None
         prefix = (param_opt_str(p, "pathPrefix", max_len=1000) or "").lstrip("/")
+        prefix = unicodedata.normalize("NFC", prefix)
         limit = param_int(p, "limit", default=200, lo=1, hi=MAX_LIST)
         own = ("key >= ? AND key < ?", [f"memory/{agent}/", f"memory/{agent}/\uffff"])
         if source == "memory":
@@ -299,7 +301,7 @@ class MemoryOps:
             known.add(key)
             reference = public_reference(key, agent)
             tags = json.loads(tags_json)
-            if prefix and not reference.split("/", 1)[1].startswith(prefix):
+            if prefix and not unicodedata.normalize("NFC", reference.split("/", 1)[1]).startswith(prefix):
                 continue
             if tag and not any(t == tag or t.startswith(tag + "/") for t in tags):
                 continue

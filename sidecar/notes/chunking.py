@@ -8,6 +8,7 @@ Markdown).
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -32,7 +33,8 @@ _MIN_BUDGET = 24
 # version re-reads every note once (``stores.manifest`` keeps the version with the settings).
 # 2: the embed text says each line once (no H1 repeating the title, no heading line repeating the
 #    heading path, no first paragraph repeating the description).
-CHUNKER_VERSION = 2
+# 3: text and title in one Unicode form (NFC).
+CHUNKER_VERSION = 3
 
 
 def _norm(line: str) -> str:
@@ -147,7 +149,11 @@ def chunk_note(
 
 def parse_note(text: str, *, title: str) -> NoteDraft:
     """The part of ``chunk_note`` that needs no tokenizer: sections, front matter, tags, links."""
-    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    # One Unicode form (NFC) for text and title: a Mac (and text pasted from its PDFs) writes "ü"
+    # as "u" plus a combining mark, which no query typed on a keyboard meets, and where a tag or
+    # word pattern stops. Lines stay where they were: NFC never joins across a line break.
+    text = unicodedata.normalize("NFC", text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n"))
+    title = unicodedata.normalize("NFC", title)
     lines = text.split("\n")
     sections, fm_raw, fm_end = split_sections(text)
     fm, fm_error = parse_front_matter(fm_raw) if fm_raw is not None else ({}, None)

@@ -6,6 +6,7 @@ left out."""
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
@@ -52,7 +53,7 @@ def _anchor(raw: str) -> str:
 
 def extract_links(text: str) -> list[Link]:
     """Every link to a note in ``text``, in order (links to attachments and web pages left out)."""
-    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    text = unicodedata.normalize("NFC", text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n"))
     lines = text.split("\n")
     out: list[Link] = []
     in_fence = False

@@ -1,6 +1,6 @@
 """Link path -> note key, resolved the way Obsidian resolves a link.
 
-A link path resolves, case-insensitively and without ``.md``:
+A link path resolves, case-insensitively, in one Unicode form (NFC) and without ``.md``:
 
 1. relative (``./`` or ``../``) or absolute (``/``) paths against the source's folder or the vault root;
 2. a full path from the vault root (``Folder/Note``);
@@ -16,6 +16,7 @@ Vault notes never resolve into memory.
 from __future__ import annotations
 
 import posixpath
+import unicodedata
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -31,6 +32,12 @@ class Target:
     path: str  # vault-relative without .md ("Plugins/Audio recorder", "wiki/Backups"); memory: the slug
     aliases: tuple[str, ...] = ()
     agent: str = ""  # memory notes only
+
+
+def _low(name: str) -> str:
+    """A name as links compare it: case-insensitive, and one Unicode form (a Mac writes "ü" as
+    "u" plus a combining mark over SMB; a keyboard on Linux types the single letter)."""
+    return unicodedata.normalize("NFC", name).lower()
 
 
 def vault_path(key: str, wiki_subfolder: str) -> str:
@@ -55,22 +62,22 @@ class Resolver:
         for t in targets:
             self.paths[t.key] = t.path
             if t.agent:
-                self.memory[t.agent, t.path.lower()] = t.key
+                self.memory[t.agent, _low(t.path)] = t.key
                 continue
-            self.by_path[t.path.lower()] = t.key
-            self.by_name[t.path.rsplit("/", 1)[-1].lower()].append(t)
+            self.by_path[_low(t.path)] = t.key
+            self.by_name[_low(t.path.rsplit("/", 1)[-1])].append(t)
             for a in t.aliases:
                 if a.strip():
-                    self.by_alias[a.strip().lower()].append(t)
+                    self.by_alias[_low(a.strip())].append(t)
 
     def resolve(self, target: str, src_key: str) -> tuple[str | None, int]:  # noqa: PLR0911 - one rule each
         """(key or None, how many notes the name could mean) for a link written in ``src_key``."""
         t = strip_md(target.replace("\\", "/").strip()).strip()
         if not t:
             return src_key, 1
-        low = t.lower()
+        low = _low(t)
         src_path = self.paths.get(src_key, "")
-        src_dir = posixpath.dirname(src_path).lower() if not src_key.startswith("memory/") else ""
+        src_dir = _low(posixpath.dirname(src_path)) if not src_key.startswith("memory/") else ""
         if src_key.startswith("memory/"):
             agent = src_key.split("/", 2)[1]
             own = self.memory.get((agent, low))
@@ -87,7 +94,7 @@ class Resolver:
         if exact is not None:
             return exact, 1
         name = low.rsplit("/", 1)[-1]
-        matches = [c for c in self.by_name.get(name, ()) if c.path.lower().endswith("/" + low)]
+        matches = [c for c in self.by_name.get(name, ()) if _low(c.path).endswith("/" + low)]
         if not matches and "/" not in low:
             matches = list(self.by_alias.get(low, ()))
         if not matches:
@@ -95,7 +102,7 @@ class Resolver:
         best = min(
             matches,
             key=lambda c: (
-                posixpath.dirname(c.path).lower() != src_dir,
+                _low(posixpath.dirname(c.path)) != src_dir,
                 c.path.count("/"),
                 len(c.path),
                 c.path,

@@ -134,7 +134,9 @@ def _passes(view: ChunkView, filters: Filters) -> bool:
         return False
     if filters.path_prefix:
         path = view.key.split("/", 2)[-1] if view.source == "memory" else view.key.split("/", 1)[1]
-        if not path.lower().startswith(filters.path_prefix.strip("/").lower()):
+        # Case-insensitive and in one Unicode form: a Mac names "Bücher" in NFD, a keyboard types NFC.
+        want = unicodedata.normalize("NFC", filters.path_prefix.strip("/")).lower()
+        if not unicodedata.normalize("NFC", path).lower().startswith(want):
             return False
     if filters.since or filters.until:
         # The note's own day when it names one (front matter, daily-note name), else its local mtime.

@@ -16,6 +16,7 @@ import re
 import sqlite3
 import threading
 import time
+import unicodedata
 import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -314,6 +315,20 @@ class Manifest(VectorBook):
         """The file name (relative to its root, with its extension as on disk) of an indexed key."""
         rows = self._query("SELECT rel FROM files WHERE key = ?", (key,))
         return str(rows[0][0]) if rows else None
+
+    def key_in_any_form(self, key: str) -> str:
+        """``key`` when it is indexed, else the one indexed key that is the same text in another
+        Unicode form (a file a Mac named "Übersicht" in NFD, asked for as typed, in NFC); else
+        ``key`` unchanged. Only the keys sharing its ASCII beginning are compared."""
+        if self._query("SELECT 1 FROM files WHERE key = ?", (key,)):
+            return key
+        want = unicodedata.normalize("NFC", key)
+        head = want[: next((i for i, ch in enumerate(want) if ord(ch) > 127), len(want))]
+        if head == want:
+            return key  # all ASCII: there is no other form
+        rows = self._query("SELECT key FROM files WHERE key >= ? AND key < ?", (head, head + "\U0010ffff"))
+        same = [r[0] for r in rows if unicodedata.normalize("NFC", r[0]) == want]
+        return same[0] if len(same) == 1 else key
 
     def keys_in_state(self, *states: str) -> list[str]:
         marks = ",".join("?" * len(states))

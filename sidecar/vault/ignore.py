@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,7 +73,7 @@ class IgnoreRules:
         self.obsidian = obsidian
         self._own: list[_Rule] = []
         for text in self.patterns:
-            line = text.strip()
+            line = unicodedata.normalize("NFC", text.strip())
             if not line or line.startswith("#"):
                 continue
             self._own.append(_Rule("index.exclude", line, pattern=GitIgnoreSpecPattern(line)))
@@ -111,7 +112,7 @@ class IgnoreRules:
         for item in filters if isinstance(filters, list) else []:
             if not isinstance(item, str) or not item.strip():
                 continue
-            f = item.strip()
+            f = unicodedata.normalize("NFC", item.strip())
             if len(f) > 2 and f.startswith("/") and f.endswith("/"):
                 try:
                     rules.append(_Rule("Obsidian excluded files", f, regex=regex.compile(f[1:-1])))
@@ -133,7 +134,10 @@ class IgnoreRules:
         return [r.describe() for r in [*self._own, *self._app]]
 
     def match(self, vault_rel: str) -> str | None:
-        """The rule that excludes a note at ``vault_rel`` (POSIX, with .md), or None."""
+        """The rule that excludes a note at ``vault_rel`` (POSIX, with .md), or None. Names and
+        rules are compared in one Unicode form (NFC): a folder a Mac named in NFD is the folder
+        the user excluded by typing its name."""
+        vault_rel = unicodedata.normalize("NFC", vault_rel)
         decided: _Rule | None = None
         for rule in self._own:
             verdict = rule.decides(vault_rel)
