@@ -328,3 +328,29 @@ def test_names_and_text_a_mac_wrote_in_nfd_are_found_as_typed(tmp_path: Path, se
         "vault/Pasted"
     ]
     assert call("search", {"query": "zaubergeheim"})["hits"] == []  # the excluded folder stays out
+
+
+def test_note_md_and_note_upper_md_in_one_folder(tmp_path: Path, make_cfg: Any) -> None:
+    """`Dup.md` and `Dup.MD` share one key: `.md` is the note, the twin is counted as skipped
+    (the two overwrote each other's entry, one never searchable and never counted), by sweeps
+    and by file events alike, and the twin's deletion leaves the note alone."""
+    v = tmp_path / "twins"
+    write(v / "Dup.md", "# Dup\n\nlowercase zauberlow\n")
+    write(v / "Dup.MD", "# Dup\n\nuppercase zauberup\n")
+    write(v / "Solo.MD", "# Solo\n\nonly an upper-case extension\n")
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        manifest = h.stores.manifest
+        assert _keys(h) == {"vault/Dup", "vault/Solo"} and manifest.rel_of("vault/Dup") == "Dup.md"
+        assert h.indexer.activity.scan_skipped == {
+            "same name as another note but for the case of .md (not read)": 1
+        }
+        write(v / "Dup.MD", "# Dup\n\nuppercase edited zauberup\n")
+        h.indexer.sweep(paths=[str(v / "Dup.MD")])  # its file event
+        assert any("zauberlow" in c.text for c in manifest.chunks_of("vault/Dup"))
+        (v / "Dup.MD").unlink()
+        h.indexer.sweep(paths=[str(v / "Dup.MD")])
+        assert any("zauberlow" in c.text for c in manifest.chunks_of("vault/Dup"))
+    finally:
+        h.close()

@@ -24,10 +24,12 @@ from sidecar.index.problems import Problems
 from sidecar.stores.manifest import FileState, Manifest
 from sidecar.vault.sources import (
     SLUG_RE,
+    TWIN_REASON,
     NoteFile,
     Root,
     Skipped,
     agent_inbox,
+    extension_twin,
     is_note_name,
     link_refusal,
     root_refusal,
@@ -37,6 +39,21 @@ from sidecar.vault.sources import (
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
 
 log = logging.getLogger(__name__)
+
+
+class _Sibling:
+    """The names beside ``path`` that are another file (on a case-insensitive share "Note.md"
+    names ``Note.MD`` itself: not a twin)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __contains__(self, name: object) -> bool:
+        try:
+            other, own = os.lstat(self.path.parent / str(name)), os.lstat(self.path)
+        except OSError:
+            return False
+        return (other.st_dev, other.st_ino) != (own.st_dev, own.st_ino)
 
 # File events may delete this many notes of a root within the window at once; beyond that, a
 # full sweep of the root decides (an emptied mount point sends an event per vanished file).
@@ -234,7 +251,9 @@ class ChangeFinder:
             self._skips = {k: v for k, v in self._skips.items() if not _at_or_below(k, root.name, wheres)}
         for rel in gone:
             if rel.lower().endswith(".md"):
-                missing.update(manifest.file_states_of([root.key_of(rel)]))
+                key = root.key_of(rel)
+                if manifest.rel_of(key) in (None, rel):  # not when its key's file is a twin
+                    missing.update(manifest.file_states_of([key]))
             else:
                 missing.update(manifest.file_states(root.key_of(rel + "/x")[:-1]))
         for n in notes:
@@ -300,6 +319,8 @@ class ChangeFinder:
                 continue
             if root.source == "memory" and not SLUG_RE.fullmatch(path.name[:-3]):
                 found.append(Skipped(path, "memory note name is not a valid slug"))
+            elif extension_twin(path.name, _Sibling(path)) is not None:
+                found.append(Skipped(path, TWIN_REASON))
             elif st.st_size > max_bytes:
                 found.append(Skipped(path, "too large"))
             else:

@@ -14,7 +14,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,6 +118,18 @@ def is_note_name(name: str) -> bool:
     return name.lower().endswith(".md") and not is_debris(name)
 
 
+# "Note.md" and "Note.MD" in one folder are one note to Obsidian's links and one key here.
+TWIN_REASON = "same name as another note but for the case of .md (not read)"
+
+
+def extension_twin(name: str, names: Container[str]) -> str | None:
+    """The sibling that owns ``name``'s key: ``Note.md`` for ``Note.MD`` when both are there."""
+    if name.endswith(".md") or not name.lower().endswith(".md"):
+        return None
+    twin = name[:-3] + ".md"
+    return twin if twin in names else None
+
+
 def scan(root: Root, max_bytes: int, start: str = "") -> Iterator[NoteFile | Skipped]:
     """Walk a root (or its subfolder ``start``, relative): notes with their stat, and the files
     left out with a reason.
@@ -153,10 +165,19 @@ def scan(root: Root, max_bytes: int, start: str = "") -> Iterator[NoteFile | Ski
             yield Skipped(folder, "unreadable folder")
             continue
         first = False
+        names = {e.name for e in entries}
+        keys: set[str] = set()
         for entry in sorted(entries, key=lambda e: e.name):
             found = _entry(root, entry, rel_dir, base, max_bytes)
             if isinstance(found, str):
                 stack.append((Path(entry.path), found))
+            elif isinstance(found, NoteFile):
+                twin = extension_twin(entry.name, names) if found.key not in keys else entry.name
+                if twin is not None:  # one key, two files: the first one (`.md` before all) is the note
+                    yield Skipped(found.path, TWIN_REASON)
+                    continue
+                keys.add(found.key)
+                yield found
             elif found is not None:
                 yield found
 
