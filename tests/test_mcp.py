@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -268,3 +269,33 @@ def test_memory_status_names_a_held_deletion() -> None:
     out = status_of({"roots": [{"name": "vault", "mode": "held", "path": "/v", "error": why}]}, "a")
     assert out["offlineRoots"][0]["mode"] == "held" and "--confirm-deletions vault" in out["message"]
     assert "vault deletions held" in out["message"]
+
+
+def test_the_snippets_doctor_prints_reach_the_daemon(in_process: Any, tmp_path: Path) -> None:
+    """The MCP snippet of `doctor --config FILE` works when pasted into a host that has none of
+    the shell's flags or SIDECAR_* variables (it named only --home: a config with `socket:` left
+    the shim knocking at another socket)."""
+    cfg = in_process.cfg
+    conf = tmp_path / "elsewhere" / "sidecar.yaml"
+    write(conf, f"home: {cfg.home}\nsocket: {cfg.socket_path}\n")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
+    clean["XDG_CONFIG_HOME"] = str(tmp_path / "xdg")  # no default file either
+    out = subprocess.run(
+        [sys.executable, "-m", "sidecar", "doctor", "--config", str(conf), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=clean,
+    )
+    snippet = next(line for line in json.loads(out.stdout)["mcp"].splitlines() if "mcpServers" in line)
+    args = json.loads(snippet)["mcpServers"]["sidecar"]["args"]
+    assert args[-2:] == ["--config", str(conf)]
+    params = StdioServerParameters(command=sys.executable, args=["-m", "sidecar", *args], env=clean)
+
+    async def steps() -> Any:
+        async with Client(params) as client:
+            return await client.call_tool("memory_status", {})
+
+    status = asyncio.run(steps())
+    assert not status.is_error and "not available" not in _text(status), _text(status)

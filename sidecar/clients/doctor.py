@@ -10,6 +10,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from sidecar import __version__
 from sidecar.clients.client import Client
 from sidecar.clients.service import executable, service_file
 from sidecar.config import Config
+from sidecar.config.loader import default_config_file
 from sidecar.contracts.errors import DaemonNotRunningError, EmbedderError, SidecarError
 from sidecar.vault.mounts import fs_type_of, is_network, read_mounts
 from sidecar.vault.timeout import folder_state
@@ -353,19 +355,17 @@ def run_checks(cfg: Config, probes: Probes | None = None) -> list[Check]:
     ]
 
 
-def mcp_snippets(cfg: Config, default_home: Path | None = None) -> str:
+def mcp_snippets(cfg: Config) -> str:
     """Ready-to-paste MCP client configuration with this installation's absolute paths."""
     exe = str(executable())
     args = ["mcp", "--agent", "claude"]
-    home_args: list[str] = []
-    if cfg.home != (default_home or Path("~/.sidecar").expanduser()).resolve():
-        home_args = ["--home", str(cfg.home)]
+    home_args = _daemon_args(cfg)
     claude = {"mcpServers": {"sidecar": {"command": exe, "args": args + home_args}}}
     codex_args = ", ".join(json.dumps(a) for a in ["mcp", "--agent", "codex", *home_args])
     return "\n".join(
         [
             "Claude Code (run once):",
-            f"  claude mcp add sidecar -- {exe} {' '.join(args + home_args)}",
+            f"  claude mcp add sidecar -- {shlex.join([exe, *args, *home_args])}",
             "  or in .mcp.json / ~/.claude.json:",
             f"  {json.dumps(claude)}",
             "Codex (~/.codex/config.toml):",
@@ -374,6 +374,20 @@ def mcp_snippets(cfg: Config, default_home: Path | None = None) -> str:
             f"  args = [{codex_args}]",
         ]
     )
+
+
+def _daemon_args(cfg: Config) -> list[str]:
+    """What a shim started by an agent's host (with none of this shell's flags or SIDECAR_*
+    variables, reading the default configuration file) needs to reach this daemon: the file in
+    use when it is another one, and a home or socket that came from a flag or the environment."""
+    out: list[str] = []
+    if cfg.source_file is not None and cfg.source_file != default_config_file(os.environ).resolve():
+        out += ["--config", str(cfg.source_file)]
+    for key, flag, value in (("home", "--home", cfg.home), ("socket", "--socket", cfg.socket)):
+        origin = cfg.origins.get(key, "default")
+        if value is not None and origin != "default" and not origin.startswith("file"):
+            out += [flag, str(value)]
+    return out
 
 
 def render(checks: list[Check], cfg: Config) -> str:

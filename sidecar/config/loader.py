@@ -88,14 +88,19 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return _flatten(data, str(path))
 
 
+def default_config_file(env: Mapping[str, str]) -> Path:
+    """The file every command reads when none is named (no --config, no SIDECAR_CONFIG)."""
+    base = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else Path("~/.config").expanduser()
+    return base / "sidecar" / "config.yaml"
+
+
 def _default_config_path(flag: str | None, env: Mapping[str, str]) -> tuple[Path | None, bool]:
     """The config file to read and whether it must exist (named explicitly)."""
     if flag:
         return Path(flag).expanduser(), True
     if env.get("SIDECAR_CONFIG"):
         return Path(env["SIDECAR_CONFIG"]).expanduser(), True
-    base = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else Path("~/.config").expanduser()
-    return base / "sidecar" / "config.yaml", False
+    return default_config_file(env), False
 
 
 def _default_socket(home: Path, env: Mapping[str, str], uid: int) -> Path:
