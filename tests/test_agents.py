@@ -23,7 +23,7 @@ import pytest
 from mcp import Client as McpClient
 from mcp.client.stdio import StdioServerParameters
 
-from sidecar.clients.mcp_texts import text_of_search
+from sidecar.clients.mcp_texts import status_of, text_of_search
 from sidecar.contracts import wire
 from sidecar.contracts.errors import SidecarError
 from sidecar.contracts.protocol import Request
@@ -33,7 +33,7 @@ from sidecar.memory.inbox import Inboxes
 from sidecar.memory.ops import MemoryOps
 from sidecar.search.query import FilterError, split_filters
 from sidecar.search.retrieval import Retriever
-from tests.conftest import FakeEmbedder, Harness, write
+from tests.conftest import KEYWORD_ONLY, FakeEmbedder, Harness, write
 
 TODAY = dt.date(2026, 12, 2)  # a Wednesday
 SECRET = "hunter2-Sup3rSecret!"
@@ -364,6 +364,24 @@ def test_write_replies_and_recoverable_overwrite(served: Served) -> None:
     assert "boat house" in note.read_text()
     secret = served.call("write", {"slug": "keys", "content": "api_key = sk-abcdefghijklmnopqrstuvwx12"})
     assert secret["redacted"] and secret["action"] == "created"
+
+
+def test_a_note_without_text_to_embed_is_not_said_to_be_found_by_meaning(served: Served) -> None:
+    """An empty note gets no vector: searchableBy says keywords only and why (it claimed meaning)."""
+    empty = served.call("write", {"slug": "empty", "content": ""})
+    assert empty["searchableBy"] == ["keywords"] and "no text" in empty["warning"]
+    full = served.call("write", {"slug": "full", "content": "The canoe is red."})
+    assert full["searchableBy"] == ["keywords", "meaning"] and "warning" not in full
+
+
+def test_with_vectors_off_no_chunk_waits_for_one(serve_in_process: Any) -> None:
+    """health's pending_vectors is 0 when the model is off by configuration (the chunks would
+    wait for ever; memory_status said hundreds of them "wait for their vector")."""
+    server = serve_in_process(model=KEYWORD_ONLY, **{"embedder.enabled": False})
+    server.harness.slot.set_failed("disabled by configuration", state="off")  # as the daemon does
+    health = server.call("health")
+    assert health["embedder"]["state"] == "off" and health["index"]["pending_vectors"] == 0
+    assert "wait for their vector" not in status_of(health)["message"]
 
 
 def test_a_hand_edit_right_after_a_write_is_seen(served: Served) -> None:

@@ -354,3 +354,21 @@ def test_note_md_and_note_upper_md_in_one_folder(tmp_path: Path, make_cfg: Any) 
         assert any("zauberlow" in c.text for c in manifest.chunks_of("vault/Dup"))
     finally:
         h.close()
+
+
+def test_notes_left_out_by_the_scan_are_listed_and_explained(tmp_path: Path, serve_in_process: Any) -> None:
+    """A note the folder scan leaves out (too large) is listed as not searchable with its reason,
+    and `why` says so (list left it out; why said "a sweep will pick it up", which never came)."""
+    v = tmp_path / "sized"
+    write(v / "Small.md", "# Small\n\nA short note about kayaks.\n")
+    write(v / "Big.md", "# Big\n\n" + "kayak paddles and more. " * 200)
+    server = serve_in_process(v, **{"index.maxFileBytes": 2000})
+    notes = {n["reference"]: n for n in server.call("list", {"source": "vault"}, agent="claude")["notes"]}
+    assert notes["vault/Small"]["indexed"] is True
+    assert notes["vault/Big"]["indexed"] is False and "too large" in notes["vault/Big"]["why"]
+    assert "vault/Big" in {
+        n["reference"] for n in server.call("list", {"source": "all"}, agent="claude")["notes"]
+    }
+    assert "vault/Big" not in {n["reference"] for n in server.call("list", {}, agent="claude")["notes"]}
+    why = server.call("why", {"reference": "vault/Big", "query": "kayak"})
+    assert why["indexed"] is False and "left out when indexing: too large" in why["reason"]

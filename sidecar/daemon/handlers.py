@@ -130,8 +130,9 @@ class Handlers:
         check_known(req.params, ())
         act = self.indexer.activity
         counts = self.manifest.counts()
-        pending = self.manifest.pending_count()
         embedder = self.slot.describe()
+        # With the model off by configuration no chunk waits for a vector: none will come.
+        pending = self.manifest.pending_count() if embedder["state"] != "off" else 0
         state = self.indexer.index_state(pending, embedder["state"])
         vec = self.vectors
         rate = vec.embedded / vec.embed_seconds if vec.embed_seconds > 0 else None
@@ -242,9 +243,11 @@ class Handlers:
             elif rule is not None:
                 out = replace(out, reason=f"the note is excluded by {rule}", excluded=rule)
             elif state is not None and state.state == "skipped":
-                out = replace(
-                    out, reason="the file was skipped when indexing (see `file_skipped` in the log)"
-                )
+                error = self.manifest.read("SELECT error FROM files WHERE key = ?", (key,))
+                why = error[0][0] if error and error[0][0] else "see `file_skipped` in the log"
+                out = replace(out, reason=f"the file was skipped when indexing: {why}")
+            elif exists and key in (left_out := self.indexer.changes.skipped_notes()):
+                out = replace(out, reason=f"the file is left out when indexing: {left_out[key][1]}")
             elif exists:
                 out = replace(out, reason="the file exists but is not indexed yet (a sweep will pick it up)")
             else:

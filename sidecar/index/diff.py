@@ -104,6 +104,19 @@ class ChangeFinder:
             out[reason] = out.get(reason, 0) + 1
         return out
 
+    def skipped_notes(self) -> dict[str, tuple[Path, str]]:
+        """Notes the folder scans leave out now (too large, hidden, a link out of the root, ...),
+        by the key they would have: (path, reason). They never reach the manifest, so ``list``
+        and ``why`` ask here."""
+        by_name = {r.name: r for r in self.roots()}
+        out: dict[str, tuple[Path, str]] = {}
+        for (name, where), reason in list(self._skips.items()):
+            root, path = by_name.get(name), Path(where)
+            if root is None or not is_note_name(path.name) or not path.is_relative_to(root.path):
+                continue
+            out[root.key_of(path.relative_to(root.path).as_posix())] = (path, reason)
+        return out
+
     def keep_skips_of(self, names: Collection[str]) -> None:
         """Forget the skips of roots no longer swept (an agent's inbox folder removed, a root
         taken out of the configuration): they were counted in status for as long as it ran."""

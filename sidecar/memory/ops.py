@@ -30,6 +30,7 @@ from sidecar.model.embedder import EmbedderSlot, cosine_range
 from sidecar.notes.chunking import chunk_note
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.stores.manifest import embed_hash
+from sidecar.stores.vectorbook import NO_VECTOR
 from sidecar.vault.sources import SLUG_RE, Root, agent_inbox, inbox_refusal, is_note_name, public_reference
 
 log = logging.getLogger(__name__)
@@ -152,17 +153,19 @@ class MemoryOps:
         if state is None or state.state != "indexed":
             why = state.state if state is not None else "not in the index"
             return False, [], f"saved, but not searchable: the note was {why} when indexing"
-        chunks = manifest.chunks_of(key)
-        if not chunks:
+        flags = [int(r[0]) for r in manifest.read("SELECT has_vector FROM chunks WHERE key = ?", (key,))]
+        if not flags:
             return True, ["keywords"], None
-        if all(c.has_vector for c in chunks):
-            return True, ["keywords", "meaning"], None
         if self.slot.state == "off":
             return (
                 True,
                 ["keywords"],
                 "searchable by keywords; search by meaning is off here (embedder.enabled)",
             )
+        if all(f == NO_VECTOR for f in flags):  # an empty note, or data such as base64
+            return True, ["keywords"], "searchable by keywords; it holds no text to search by meaning"
+        if all(f != 0 for f in flags):
+            return True, ["keywords", "meaning"], None
         why = "the embedding model is not loaded yet" if self.stores.serving is None else "it is queued"
         return True, ["keywords"], f"searchable by keywords now, by meaning once its vectors exist ({why})"
 
@@ -332,6 +335,22 @@ class MemoryOps:
             reference = public_reference(key, agent)
             if not prefix or reference.split("/", 1)[1].startswith(prefix):
                 out.append(_unindexed_note(reference, src, mtime_ns, f"{state}: {error or 'unknown reason'}"))
+        # Left out by the folder scans (too large, hidden, ...): never in the manifest.
+        left_out = self.indexer.changes.skipped_notes()
+        for key, (path, reason) in sorted(left_out.items()):
+            src = key.split("/", 1)[0]
+            mine = src != "memory" or key.startswith(f"memory/{agent}/")
+            if key in known or not mine or source not in (src, "all"):
+                continue
+            reference = public_reference(key, agent)
+            if prefix and not unicodedata.normalize("NFC", reference.split("/", 1)[1]).startswith(prefix):
+                continue
+            try:
+                mtime_ns = path.stat().st_mtime_ns
+            except OSError:
+                continue
+            known.add(key)
+            out.append(_unindexed_note(reference, src, mtime_ns, f"skipped: {reason}"))
         inbox = agent_inbox(self.cfg, agent)
         # An inbox that is a link (into another agent's, or elsewhere) is neither read nor listed.
         if source in ("memory", "all") and inbox_refusal(Root("memory", inbox, agent=agent)) is None:
