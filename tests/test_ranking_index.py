@@ -328,3 +328,26 @@ def test_the_serving_models_languages_decide_what_it_reads(harness: Harness) -> 
         assert r.reads(analyze("how do I set up the backup of the NAS"))
     finally:
         del serving.model.languages  # type: ignore[attr-defined]
+
+
+def test_a_title_with_an_umlaut_is_found_by_its_transliteration(tmp_path: Path) -> None:
+    """'Kuendigung' finds a note titled 'Kündigung …' by its title, as it finds the word in a
+    body (the title field folded ü to u, the query kept 'ue': no match)."""
+    from sidecar.stores.bm25 import Bm25Doc, Bm25Index
+
+    def doc(name: str, title: str, body: str) -> Bm25Doc:
+        return Bm25Doc.of(name, f"vault/{name}", "vault", "", title=title, aliases=(), headings=(), body=body)
+
+    idx = Bm25Index(tmp_path / "bm25")
+    try:
+        idx.add(
+            [
+                doc("titled", "Kündigung Mietwohnung", "Frist drei Monate zum Monatsende."),
+                doc("other", "Post", "Briefe"),
+            ]
+        )
+        idx.commit()
+        for query in ("Kündigung", "Kundigung", "Kuendigung"):
+            assert [cid for cid, _ in idx.search(query, 5)] == ["titled"], query
+    finally:
+        idx.close()

@@ -430,6 +430,10 @@ class Bm25Index:
             for f, boost in boosts.items():
                 for t in self.analyze(part, f):
                     terms[f, t] = max(terms.get((f, t), 0.0), boost * weight)
+            # A title is folded as written (ü -> u) and not German-stemmed: 'Kuendigung' meets a
+            # title 'Kündigung' through its German folding, as it meets the word in a body.
+            for t in self.analyze(german_fold(part), "title"):
+                terms["title", t] = max(terms.get(("title", t), 0.0), boosts["title"] * weight)
         if not terms:
             return []
         should = [
