@@ -133,6 +133,7 @@ class NoteDraft:
     fm_end: int
     readable: list[str]
     note: ParsedNote  # title, aliases, description, tags, front matter; no chunks yet
+    code: frozenset[int] = frozenset()  # 0-based lines of code blocks (``markdown.code_lines``)
 
 
 def chunk_note(
@@ -155,7 +156,7 @@ def parse_note(text: str, *, title: str) -> NoteDraft:
     text = unicodedata.normalize("NFC", text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n"))
     title = unicodedata.normalize("NFC", title)
     lines = text.split("\n")
-    sections, fm_raw, fm_end = split_sections(text)
+    sections, fm_raw, fm_end, code = split_sections(text)
     fm, fm_error = parse_front_matter(fm_raw) if fm_raw is not None else ({}, None)
     fm_title = fm.get("title")
     note_title = (
@@ -163,11 +164,11 @@ def parse_note(text: str, *, title: str) -> NoteDraft:
     )
     aliases = tuple(str_list(fm.get("aliases", fm.get("alias"))))
     description = str(fm.get("description") or "").strip() if isinstance(fm.get("description"), str) else ""
-    tags = str_list(fm.get("tags", fm.get("tag"))) + inline_tags(lines[fm_end:])
+    tags = str_list(fm.get("tags", fm.get("tag"))) + inline_tags(lines, code, fm_end)
     tag_set = tuple(dict.fromkeys(norm_tag(t) for t in tags if norm_tag(t)))
     readable = [readable_links(line) for line in lines]
     note = ParsedNote(note_title, aliases, description, tag_set, fm, fm_error)
-    return NoteDraft(lines, sections, fm_end, readable, note)
+    return NoteDraft(lines, sections, fm_end, readable, note, code)
 
 
 def cut_note(

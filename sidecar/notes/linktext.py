@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
+
+from sidecar.notes.markdown import code_lines
 
 _WIKILINK = re.compile(r"(!?)\[\[([^\[\]|#^]*)((?:[#^][^\[\]|]*)?)(?:\|([^\[\]]*))?\]\]")
 _MDLINK = re.compile(r"(!?)\[([^\[\]]*)\]\(\s*(<[^<>\n]+>|[^()\s]+)(?:\s+\"[^\"]*\")?\s*\)")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
-_FENCE = re.compile(r"^\s*(```|~~~)")
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
 _EXT = re.compile(r"\.([A-Za-z0-9]{1,8})$")
 
@@ -51,18 +52,17 @@ def _anchor(raw: str) -> str:
     return " › ".join(parts)
 
 
-def extract_links(text: str) -> list[Link]:
-    """Every link to a note in ``text``, in order (links to attachments and web pages left out)."""
+def extract_links(text: str, code: Container[int] | None = None) -> list[Link]:
+    """Every link to a note in ``text``, in order (links to attachments and web pages left out).
+    ``code``: the lines of code blocks when known (``NoteDraft.code``), else the text is parsed."""
     text = unicodedata.normalize("NFC", text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n"))
     lines = text.split("\n")
+    if code is None:
+        code = code_lines(text)
     out: list[Link] = []
-    in_fence = False
     for i in range(_front_matter_end(lines), len(lines)):
         line = lines[i]
-        if _FENCE.match(line):
-            in_fence = not in_fence
-            continue
-        if in_fence or ("[" not in line):
+        if i in code or "[" not in line:
             continue
         line = _INLINE_CODE.sub("", line)
         for m in _WIKILINK.finditer(line):

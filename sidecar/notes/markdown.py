@@ -5,7 +5,7 @@ encoded data told apart from language."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +15,6 @@ from mdit_py_plugins.front_matter import front_matter_plugin
 _WIKILINK = re.compile(r"(!?)\[\[([^\[\]|#^]*)((?:[#^][^\[\]|]*)?)(?:\|([^\[\]]*))?\]\]")
 _NOT_NOTE = re.compile(r"\.(png|jpe?g|gif|svg|webp|bmp|pdf|mp3|mp4|m4a|wav|ogg|webm|mov|canvas|base)$", re.I)
 _INLINE_TAG = re.compile(r"(?<![\w/&#])#([^\W\d][\w/-]*|\d+[^\W\d][\w/-]*)")
-_FENCE = re.compile(r"^\s*(```|~~~)")
 # Base64, hex digests, minified data: runs of "word" characters no language has. A chunk made
 # mostly of them means nothing to the model (a pasted 1 MB image was 3,600 embedded chunks).
 _DATA_RUN = re.compile(r"[A-Za-z0-9+/=_-]{64,}")
@@ -52,18 +51,28 @@ def norm_tag(tag: str) -> str:
     return tag.strip().lstrip("#").lower()
 
 
-def inline_tags(lines: Sequence[str]) -> list[str]:
-    """``#tags`` in the body, outside code fences and inline code."""
+def inline_tags(lines: Sequence[str], code: Container[int] = frozenset(), start: int = 0) -> list[str]:
+    """``#tags`` in ``lines[start:]``, outside the ``code`` lines (see ``code_lines``) and inline code."""
     out: list[str] = []
-    in_fence = False
-    for line in lines:
-        if _FENCE.match(line):
-            in_fence = not in_fence
-            continue
-        if in_fence:
-            continue
-        out.extend(m.group(1) for m in _INLINE_TAG.finditer(re.sub(r"`[^`]*`", "", line)))
+    for i in range(start, len(lines)):
+        if i not in code:
+            out.extend(m.group(1) for m in _INLINE_TAG.finditer(re.sub(r"`[^`]*`", "", lines[i])))
     return out
+
+
+def code_lines(text: str) -> frozenset[int]:
+    """The 0-based lines of ``text``'s fenced and indented code blocks (see ``split_sections``)."""
+    return _code_lines(_PARSER.parse(text))
+
+
+def _code_lines(tokens: Sequence[Any]) -> frozenset[int]:
+    # CommonMark's reading, not a toggle on every fence-like line: a fence closes only on a line of
+    # its own character, at least as long and without an info string (a ```` fence may hold ```),
+    # an unclosed one runs to the end of its container, and an indented line is code only where it
+    # cannot continue a paragraph or a list item.
+    return frozenset(
+        line for tok in tokens if tok.type in ("fence", "code_block") and tok.map for line in range(*tok.map)
+    )
 
 
 @dataclass
@@ -88,8 +97,9 @@ def _md() -> MarkdownIt:
 _PARSER = _md()
 
 
-def split_sections(text: str) -> tuple[list[Section], str | None, int]:
-    """Top-level blocks grouped under their heading path; the raw front matter; its last line."""
+def split_sections(text: str) -> tuple[list[Section], str | None, int, frozenset[int]]:
+    """Top-level blocks grouped under their heading path; the raw front matter; its last line; the
+    lines of code blocks (``code_lines``)."""
     tokens = _PARSER.parse(text)
     sections = [Section((), [])]
     stack: list[tuple[int, str]] = []
@@ -113,7 +123,7 @@ def split_sections(text: str) -> tuple[list[Section], str | None, int]:
             else:
                 sections[-1].blocks.append(Block(start, end))
         i += 1
-    return sections, fm_raw, fm_end
+    return sections, fm_raw, fm_end, _code_lines(tokens)
 
 
 def mostly_data(text: str) -> bool:
