@@ -95,6 +95,19 @@ def test_front_matter_parsed_not_embedded() -> None:
     assert note.chunks[0].start_line == 8
 
 
+def test_links_comments_and_code_hold_no_tags() -> None:
+    """A heading link, a link anchor, indented code and Obsidian or HTML comments (over lines too)
+    are no tags; tags around them, nested and umlaut tags still are, numbers and URL fragments not."""
+    text = (
+        "Siehe [[#Einkauf]], [[Plan#Kosten|#alias]] und [Abschnitt](#kosten).\n\n"
+        "    #include <stdio.h>\n\n"
+        "%% #entwurf interner Kommentar %%\nA %% over\n#lines\n%% #echt\n"
+        "<!-- #html\n#more --> `#code` ``a ` #spanned`` #projekt/sub #Küche #2024 https://x.org/p#frag\n"
+    )
+    note = chunk_note(text, title="t", count_tokens=words)
+    assert note.tags == ("echt", "projekt/sub", "küche")
+
+
 def test_an_impossible_date_keeps_the_rest_of_the_front_matter() -> None:
     """A date YAML cannot build (month 13) stays text; title, tags and aliases still count."""
     text = "---\ntitle: Boat log\ncreated: 2020-13-45\ntags: [boat]\naliases: [log]\n---\nBody.\n"

@@ -15,6 +15,9 @@ from mdit_py_plugins.front_matter import front_matter_plugin
 _WIKILINK = re.compile(r"(!?)\[\[([^\[\]|#^]*)((?:[#^][^\[\]|]*)?)(?:\|([^\[\]]*))?\]\]")
 _NOT_NOTE = re.compile(r"\.(png|jpe?g|gif|svg|webp|bmp|pdf|mp3|mp4|m4a|wav|ogg|webm|mov|canvas|base)$", re.I)
 _INLINE_TAG = re.compile(r"(?<![\w/&#])#([^\W\d][\w/-]*|\d+[^\W\d][\w/-]*)")
+_CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`).+?(?<!`)\1(?!`)")
+_COMMENT = re.compile(r"%%.*?%%|<!--.*?-->", re.S)  # an unclosed one hides nothing
+_LINK_DEST = re.compile(r"\]\(\s*(?:<[^<>\n]*>|[^()\s]*)(?:\s+\"[^\"\n]*\")?\s*\)")
 # Base64, hex digests, minified data: runs of "word" characters no language has. A chunk made
 # mostly of them means nothing to the model (a pasted 1 MB image was 3,600 embedded chunks).
 _DATA_RUN = re.compile(r"[A-Za-z0-9+/=_-]{64,}")
@@ -52,12 +55,13 @@ def norm_tag(tag: str) -> str:
 
 
 def inline_tags(lines: Sequence[str], code: Container[int] = frozenset(), start: int = 0) -> list[str]:
-    """``#tags`` in ``lines[start:]``, outside the ``code`` lines (see ``code_lines``) and inline code."""
-    out: list[str] = []
-    for i in range(start, len(lines)):
-        if i not in code:
-            out.extend(m.group(1) for m in _INLINE_TAG.finditer(re.sub(r"`[^`]*`", "", lines[i])))
-    return out
+    """``#tags`` in ``lines[start:]``, outside the ``code`` lines (see ``code_lines``), inline code,
+    comments and link targets."""
+    prose = "\n".join("" if i in code else _CODE_SPAN.sub(" ", lines[i]) for i in range(start, len(lines)))
+    # Obsidian reads no tags in what it does not render (comments, over lines too) nor in where a
+    # link points: "[[#Heading]]" and "[text](#anchor)" name a heading, not a tag.
+    prose = _LINK_DEST.sub("]", _WIKILINK.sub(" ", _COMMENT.sub(" ", prose)))
+    return [m.group(1) for m in _INLINE_TAG.finditer(prose)]
 
 
 def code_lines(text: str) -> frozenset[int]:
