@@ -11,13 +11,12 @@ from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from sidecar.notes.markdown import code_lines
+from sidecar.notes.markdown import code_lines, is_attachment
 
 _WIKILINK = re.compile(r"(!?)\[\[([^\[\]|#^]*)((?:[#^][^\[\]|]*)?)(?:\|([^\[\]]*))?\]\]")
 _MDLINK = re.compile(r"(!?)\[([^\[\]]*)\]\(\s*(<[^<>\n]+>|[^()\s]+)(?:\s+\"[^\"]*\")?\s*\)")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
-_EXT = re.compile(r"\.([A-Za-z0-9]{1,8})$")
 
 
 @dataclass(frozen=True)
@@ -41,12 +40,6 @@ def _front_matter_end(lines: Sequence[str]) -> int:
     return 0
 
 
-def _is_note_target(path: str) -> bool:
-    """A note (``.md`` or no extension; "Release 1.5" has none), not an image, video, PDF or canvas."""
-    m = _EXT.search(path.rsplit("/", 1)[-1])
-    return m is None or m.group(1).lower() == "md" or m.group(1).isdigit()
-
-
 def _anchor(raw: str) -> str:
     parts = [p.strip() for p in raw.split("#") if p.strip()]
     return " › ".join(parts)
@@ -67,7 +60,7 @@ def extract_links(text: str, code: Container[int] | None = None) -> list[Link]:
         line = _INLINE_CODE.sub("", line)
         for m in _WIKILINK.finditer(line):
             target = m.group(2).strip().rstrip("\\").strip()  # "[[a\|b]]" inside a table
-            if target and not _is_note_target(target):
+            if target and is_attachment(target):
                 continue
             anchor = _anchor(m.group(3) or "")
             if not target and not anchor:
@@ -81,7 +74,7 @@ def extract_links(text: str, code: Container[int] | None = None) -> list[Link]:
                 continue
             path, _, anchor = raw.partition("#")
             path = unquote(path).strip()
-            if path and not _is_note_target(path):
+            if path and is_attachment(path):
                 continue
             if not path and not anchor:
                 continue

@@ -13,7 +13,16 @@ from markdown_it import MarkdownIt
 from mdit_py_plugins.front_matter import front_matter_plugin
 
 _WIKILINK = re.compile(r"(!?)\[\[([^\[\]|#^]*)((?:[#^][^\[\]|]*)?)(?:\|([^\[\]]*))?\]\]")
-_NOT_NOTE = re.compile(r"\.(png|jpe?g|gif|svg|webp|bmp|pdf|mp3|mp4|m4a|wav|ogg|webm|mov|canvas|base)$", re.I)
+# A link to one of these is to an attachment, not a note. Any other dotted name is a note's
+# ("Node.js", "ASP.NET", "Release 1.5"): Obsidian resolves it by appending ".md".
+_ATTACHMENT = re.compile(
+    r"\.(?:avif|bmp|gif|heic|ico|jpe?g|png|svg|tiff?|webp"  # images
+    r"|3gp|aac|flac|m4a|mp3|oga|ogg|opus|wav"  # audio
+    r"|avi|m4v|mkv|mov|mp4|ogv|webm"  # video
+    r"|pdf|canvas|base|epub|docx?|xlsx?|pptx?|od[gpst]|rtf"  # documents
+    r"|7z|bz2|gz|rar|tar|tgz|xz|zip)$",  # archives
+    re.I,
+)
 _INLINE_TAG = re.compile(r"(?<![\w/&#])#([^\W\d][\w/-]*|\d+[^\W\d][\w/-]*)")
 _CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`).+?(?<!`)\1(?!`)")
 _COMMENT = re.compile(r"%%.*?%%|<!--.*?-->", re.S)  # an unclosed one hides nothing
@@ -31,7 +40,7 @@ def readable_links(line: str) -> str:
         bang, target, anchor, alias = m.group(1), m.group(2).strip(), m.group(3), m.group(4)
         if alias is not None and alias.strip():
             return alias.strip()
-        if bang and _NOT_NOTE.search(target):
+        if bang and is_attachment(target):
             return ""
         name = target.rsplit("/", 1)[-1]
         if name.lower().endswith(".md"):
@@ -40,6 +49,11 @@ def readable_links(line: str) -> str:
         return f"{name} › {head}" if name and head else (name or head)
 
     return _WIKILINK.sub(repl, line)
+
+
+def is_attachment(path: str) -> bool:
+    """Whether a link path names an attachment (an image, a PDF, a canvas, ...), not a note."""
+    return _ATTACHMENT.search(path.rsplit("/", 1)[-1]) is not None
 
 
 def str_list(value: Any) -> list[str]:
