@@ -155,6 +155,13 @@ def test_empty_note_is_findable_by_title() -> None:
     """A note with only front matter still yields one chunk carrying its title."""
     note = chunk_note("---\ntags: [x]\n---\n", title="Empty idea", count_tokens=words)
     assert len(note.chunks) == 1 and note.chunks[0].embed_text.startswith("Empty idea")
+    # Its lines are the front matter's (they were "4-3", after the last line); an empty note's line 1.
+    assert (note.chunks[0].start_line, note.chunks[0].end_line) == (1, 3)
+    note = chunk_note("---\ntitle: T\n---\n\n\n", title="x", count_tokens=words)
+    assert (note.chunks[0].start_line, note.chunks[0].end_line) == (1, 3)
+    for empty in ("", "\n\n"):
+        note = chunk_note(empty, title="Empty", count_tokens=words)
+        assert (note.chunks[0].start_line, note.chunks[0].end_line) == (1, 1)
 
 
 def test_heading_only_sections_glue_to_the_next() -> None:

@@ -175,7 +175,7 @@ def cut_note(
     draft: NoteDraft, count_tokens: CountTokens, *, max_tokens: int = 200, overlap: float = 0.2
 ) -> ParsedNote:
     """Cut a parsed note into chunks whose embed text never exceeds ``max_tokens``."""
-    lines, sections, fm_end, readable = draft.lines, draft.sections, draft.fm_end, draft.readable
+    sections, fm_end, readable = draft.sections, draft.fm_end, draft.readable
     note_title, description = draft.note.title, draft.note.description
     count = _Counter(count_tokens)
     # Ask the tokenizer about every block and every section's prefix at once (one batch per
@@ -205,18 +205,9 @@ def cut_note(
     if not chunks:  # an empty note (or front matter only) is still findable by its title
         body = description
         embed = _fit(note_title + ("\n" + body if body else ""), max_tokens, count_tokens)
-        chunks.append(
-            Chunk(
-                0,
-                body,
-                (),
-                fm_end + 1 if fm_end < len(lines) else 1,
-                max(fm_end, 1),
-                embed,
-                count([embed])[0],
-                embed=False,
-            )
-        )
+        # Its lines are the front matter it comes from (line 1 of an empty note): after the front
+        # matter there is nothing, and "lines 5-4" is no range.
+        chunks.append(Chunk(0, body, (), 1, max(fm_end, 1), embed, count([embed])[0], embed=False))
     chunks = [replace(c, embed=False) if c.embed and mostly_data(c.text) else c for c in chunks]
     return replace(draft.note, chunks=tuple(chunks))
 
