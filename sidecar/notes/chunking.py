@@ -34,7 +34,8 @@ _MIN_BUDGET = 24
 # 2: the embed text says each line once (no H1 repeating the title, no heading line repeating the
 #    heading path, no first paragraph repeating the description).
 # 3: text and title in one Unicode form (NFC).
-CHUNKER_VERSION = 3
+# 4: code blocks as CommonMark reads them; no tags from links or comments; dotted names are links.
+CHUNKER_VERSION = 4
 
 
 def _norm(line: str) -> str:
