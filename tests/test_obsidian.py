@@ -354,3 +354,17 @@ def test_note_md_and_note_upper_md_in_one_folder(tmp_path: Path, make_cfg: Any) 
         assert any("zauberlow" in c.text for c in manifest.chunks_of("vault/Dup"))
     finally:
         h.close()
+
+
+def test_unresolved_names_each_missing_note_once(tmp_path: Path, serve_in_process: Any) -> None:
+    """`unresolved` lists a missing note once, without anchor, in its first spelling (it listed
+    "Nowhere", "Nowhere#Setup" and "nowhere"); links keep each link as written."""
+    v = tmp_path / "dangling"
+    write(
+        v / "Dangling.md",
+        "A [[Nowhere#Setup]] B [[Nowhere]] C [[nowhere]] D ![[Nowhere]] E [x](Nowhere.md#Cost)\n"
+        "F [[Elsewhere#^block]] G [[Abc/Deep#A#B]] H [[#Own heading]]\n",
+    )
+    got = serve_in_process(v).call("get", {"reference": "vault/Dangling"})
+    assert got["unresolved"] == ["Abc/Deep", "Elsewhere", "Nowhere"]
+    assert [link["link"] for link in got["links"]][:3] == ["Nowhere#Setup", "Nowhere", "nowhere"]
