@@ -60,7 +60,8 @@ def cmd_memory(args: argparse.Namespace, cfg: Config) -> int:
 def _print_memory(action: str, result: dict[str, Any]) -> None:
     if action == "list":
         for n in result["notes"]:
-            print(f"{n['reference']}  {n['title']}  ({n['modified']})")
+            state = "" if n.get("indexed", True) else f"  [not searchable: {n.get('why', 'not indexed')}]"
+            print(f"{n['reference']}  {n['title']}  ({n['modified']}){state}")
         print(f"{result['total']} note(s)")
     elif action == "delete":
         print(f"moved to {result['trash']}" if result["deleted"] else result["message"])
