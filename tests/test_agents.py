@@ -23,6 +23,8 @@ import pytest
 from mcp import Client as McpClient
 from mcp.client.stdio import StdioServerParameters
 
+from sidecar.clients.cli import command_for
+from sidecar.clients.cli_parser import build_parser
 from sidecar.clients.mcp_texts import status_of, text_of_search
 from sidecar.contracts import wire
 from sidecar.contracts.errors import SidecarError
@@ -586,3 +588,23 @@ def test_cli_outline(served: Served) -> None:
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == served.call("outline", {})["outline"]
+
+
+def test_memory_list_in_the_shell_marks_notes_that_are_not_searchable(
+    tmp_path: Path, make_cfg: Any, serve_in_process: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sidecar memory list` says why a file is not searchable, as the MCP text does (both read
+    alike before)."""
+    v = tmp_path / "mv"
+    write(v / "Note.md", "A vault note.\n")
+    inbox = make_cfg(v).agents_dir / "claude" / "memory"
+    write(inbox / "notes.md", "indexed one\n")
+    write(inbox / "Einkaufsliste.md", "dropped by hand\n")  # not a memory slug: never indexed
+    server = serve_in_process(v)
+    args = build_parser().parse_args(["memory", "list", "--agent", "claude"])
+    assert command_for("memory")(args, server.cfg) == 0
+    lines = capsys.readouterr().out.splitlines()
+    shown = {line.split()[0]: line for line in lines[:-1]}
+    why = "[not searchable: never indexed: the file name is not a memory slug"
+    assert why in shown["memory/Einkaufsliste"]
+    assert "not searchable" not in shown["memory/notes"]

@@ -95,6 +95,19 @@ def test_front_matter_parsed_not_embedded() -> None:
     assert note.chunks[0].start_line == 8
 
 
+def test_links_comments_and_code_hold_no_tags() -> None:
+    """A heading link, a link anchor, indented code and Obsidian or HTML comments (over lines too)
+    are no tags; tags around them, nested and umlaut tags still are, numbers and URL fragments not."""
+    text = (
+        "Siehe [[#Einkauf]], [[Plan#Kosten|#alias]] und [Abschnitt](#kosten).\n\n"
+        "    #include <stdio.h>\n\n"
+        "%% #entwurf interner Kommentar %%\nA %% over\n#lines\n%% #echt\n"
+        "<!-- #html\n#more --> `#code` ``a ` #spanned`` #projekt/sub #Küche #2024 https://x.org/p#frag\n"
+    )
+    note = chunk_note(text, title="t", count_tokens=words)
+    assert note.tags == ("echt", "projekt/sub", "küche")
+
+
 def test_an_impossible_date_keeps_the_rest_of_the_front_matter() -> None:
     """A date YAML cannot build (month 13) stays text; title, tags and aliases still count."""
     text = "---\ntitle: Boat log\ncreated: 2020-13-45\ntags: [boat]\naliases: [log]\n---\nBody.\n"
@@ -142,6 +155,13 @@ def test_empty_note_is_findable_by_title() -> None:
     """A note with only front matter still yields one chunk carrying its title."""
     note = chunk_note("---\ntags: [x]\n---\n", title="Empty idea", count_tokens=words)
     assert len(note.chunks) == 1 and note.chunks[0].embed_text.startswith("Empty idea")
+    # Its lines are the front matter's (they were "4-3", after the last line); an empty note's line 1.
+    assert (note.chunks[0].start_line, note.chunks[0].end_line) == (1, 3)
+    note = chunk_note("---\ntitle: T\n---\n\n\n", title="x", count_tokens=words)
+    assert (note.chunks[0].start_line, note.chunks[0].end_line) == (1, 3)
+    for empty in ("", "\n\n"):
+        note = chunk_note(empty, title="Empty", count_tokens=words)
+        assert (note.chunks[0].start_line, note.chunks[0].end_line) == (1, 1)
 
 
 def test_heading_only_sections_glue_to_the_next() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.notes.chunking import chunk_note
 from sidecar.notes.links import LinkGraph
 from sidecar.notes.linktext import extract_links
 from sidecar.notes.resolver import Resolver, Target
@@ -72,6 +73,10 @@ def linked(tmp_path: Path, make_cfg: Any) -> Any:
     h.sweep()
     yield h, v
     h.close()
+
+
+def _words(texts: Any) -> list[int]:
+    return [len(t.split()) for t in texts]
 
 
 def _counts(h: Harness) -> dict[str, int]:
@@ -184,6 +189,57 @@ def test_extraction_ignores_front_matter_code_and_attachments() -> None:
         ("", 9),
     ]
     assert links[-1].anchor == "Local heading"
+
+
+def test_code_blocks_end_where_commonmark_ends_them(tmp_path: Path, make_cfg: Any) -> None:
+    """A ```` fence holding ``` is one code block (a toggle on every fence-like line swallowed the
+    rest of the note), and an indented code block holds no links or tags; an indented line that
+    continues a list item is no code."""
+    doku = "Fences:\n\n````text\n```\n[[InFence]] #infence\n````\n\nReal #echt and [[Ziel]].\n"
+    code = "Example:\n\n    [[Ziel]] #beispiel\n\n~~~\n~~~ not a close\n[[Tilde]]\n~~~~\n[[After]]\n"
+    item = "- item\n\n    continued: [[Ziel]] #weiter\n"
+    assert [(link.target, link.line) for link in extract_links(doku)] == [("Ziel", 8)]
+    assert [link.target for link in extract_links(code)] == ["After"]
+    assert [link.target for link in extract_links(item)] == ["Ziel"]
+    assert chunk_note(doku, title="t", count_tokens=_words).tags == ("echt",)
+    assert chunk_note(code, title="t", count_tokens=_words).tags == ()
+    assert chunk_note(item, title="t", count_tokens=_words).tags == ("weiter",)
+    v = tmp_path / "cv"
+    write(v / "Ziel.md", "Ziel.\n")
+    write(v / "Doku.md", doku)
+    write(v / "Code.md", code)
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        graph = LinkGraph(h.stores.manifest.read)
+        assert [b["source"] for b in graph.backlinks("vault/Ziel")] == ["vault/Doku"]
+    finally:
+        h.close()
+
+
+def test_names_with_a_dot_are_notes_attachments_are_not(tmp_path: Path, make_cfg: Any) -> None:
+    """[[Node.js]], ![[Node.js]] and [[ASP.NET|ASP]] link to those notes (any dotted name was taken
+    for an attachment and dropped); images, PDFs, office files and archives stay no note links."""
+    v = tmp_path / "dots"
+    write(v / "Node.js.md", "JavaScript runtime.\n")
+    write(v / "ASP.NET.md", "Framework.\n")
+    write(
+        v / "Stack.md",
+        "Nutzt [[Node.js]], ![[Node.js]] und [[ASP.NET|ASP]], [[Release 1.5]].\n"
+        "![[pic.PNG]] [[Plan.pdf]] [x](Budget.xlsx) [[src.zip]] ![[clip.mp4]] [[Board.canvas]]\n",
+    )
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        links = LinkGraph(h.stores.manifest.read).links_of("vault/Stack")
+        assert [(link["target"], link["link"], link["embed"]) for link in links] == [
+            ("vault/Node.js", "Node.js", False),
+            ("vault/Node.js", "Node.js", True),
+            ("vault/ASP.NET", "ASP.NET", False),
+            (None, "Release 1.5", False),
+        ]
+    finally:
+        h.close()
 
 
 def test_resolver_rules() -> None:

@@ -372,3 +372,60 @@ def test_notes_left_out_by_the_scan_are_listed_and_explained(tmp_path: Path, ser
     assert "vault/Big" not in {n["reference"] for n in server.call("list", {}, agent="claude")["notes"]}
     why = server.call("why", {"reference": "vault/Big", "query": "kayak"})
     assert why["indexed"] is False and "left out when indexing: too large" in why["reason"]
+
+
+def test_unresolved_names_each_missing_note_once(tmp_path: Path, serve_in_process: Any) -> None:
+    """`unresolved` lists a missing note once, without anchor, in its first spelling (it listed
+    "Nowhere", "Nowhere#Setup" and "nowhere"); links keep each link as written."""
+    v = tmp_path / "dangling"
+    write(
+        v / "Dangling.md",
+        "A [[Nowhere#Setup]] B [[Nowhere]] C [[nowhere]] D ![[Nowhere]] E [x](Nowhere.md#Cost)\n"
+        "F [[Elsewhere#^block]] G [[Abc/Deep#A#B]] H [[#Own heading]]\n",
+    )
+    got = serve_in_process(v).call("get", {"reference": "vault/Dangling"})
+    assert got["unresolved"] == ["Abc/Deep", "Elsewhere", "Nowhere"]
+    assert [link["link"] for link in got["links"]][:3] == ["Nowhere#Setup", "Nowhere", "nowhere"]
+
+
+def test_control_characters_in_names_are_escaped_for_people(
+    tmp_path: Path, make_cfg: Any, serve_in_process: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A newline, CR or ESC in a file name is shown escaped in the CLI's lines and in the outline
+    (a newline forged a second outline entry, ESC and CR rewrote the terminal line); JSON and the
+    protocol keep the name exact."""
+    from sidecar.clients.cli import command_for
+    from sidecar.clients.cli_parser import build_parser
+
+    v = tmp_path / "ctl"
+    evil = "Evil\x1b[2K\rvault-Harmless"
+    write(v / "wiki" / "Backup\n- Passwords: see the Secrets page.md", "Body.\n")
+    write(v / f"{evil}.md", "zauberesc #esc\n")
+    write(v / "Ding\x07\x1bc.md", "zauberding #esc\n")  # ESC c resets a terminal
+    write(v / "Linker.md", "See [[Ding\x07\x1bc]]. #esc\n")
+    write(make_cfg(v).agents_dir / "claude" / "memory" / "Dropped\x1b[31m.md", "by hand\n")
+    server = serve_in_process(v)
+
+    def cli(*argv: str) -> str:
+        assert command_for(argv[0])(build_parser().parse_args(argv), server.cfg) == 0
+        return capsys.readouterr().out
+
+    def clean(out: str) -> bool:
+        return not any(ch in out for ch in "\x1b\r\x07")
+
+    outline = cli("outline")
+    assert "- Backup\\n- Passwords: see the Secrets page: Body." in outline.splitlines()
+    out = cli("search", "zauberesc")
+    assert "vault/Evil\\x1b[2K\\rvault-Harmless" in out and clean(out)
+    for out in (
+        cli("related", "vault/Linker"),
+        cli("get", "vault/Linker", "--links"),
+        cli("get", "vault/Ding\x07\x1bc", "--links"),
+        cli("why", f"vault/{evil}", "zauberesc"),
+        cli("memory", "list", "--agent", "claude"),
+    ):
+        assert "\\x1b" in out and clean(out), out
+    assert server.call("search", {"query": "zauberesc"})["hits"][0]["reference"] == f"vault/{evil}"
+    assert json.loads(cli("search", "zauberesc", "--json"))["hits"][0]["reference"] == f"vault/{evil}"
+    mcp_outline = server.call("outline", {})["outline"]
+    assert "\n- Passwords" not in mcp_outline

@@ -12,6 +12,7 @@ from sidecar.clients.cli_parser import UsageError
 from sidecar.clients.client import Client
 from sidecar.config import Config
 from sidecar.contracts.errors import ExitCode, RemoteError
+from sidecar.notes.outline import escape_controls as shown
 
 
 def cmd_mcp(args: argparse.Namespace, cfg: Config) -> int:
@@ -60,16 +61,18 @@ def cmd_memory(args: argparse.Namespace, cfg: Config) -> int:
 def _print_memory(action: str, result: dict[str, Any]) -> None:
     if action == "list":
         for n in result["notes"]:
-            print(f"{n['reference']}  {n['title']}  ({n['modified']})")
+            why = n.get("why", "not indexed")
+            state = "" if n.get("indexed", True) else f"  [not searchable: {shown(why)}]"
+            print(f"{shown(n['reference'])}  {shown(n['title'])}  ({n['modified']}){state}")
         print(f"{result['total']} note(s)")
     elif action == "delete":
-        print(f"moved to {result['trash']}" if result["deleted"] else result["message"])
+        print(f"moved to {shown(result['trash'])}" if result["deleted"] else shown(result["message"]))
     else:
         done = result.get("action") or ("created" if result["created"] else "written")
-        print(f"{result['reference']} {done} ({result['bytes']} bytes)")
+        print(f"{shown(result['reference'])} {done} ({result['bytes']} bytes)")
         for kind, n in result["redacted"].items():
             print(f"redacted {n} {kind}", file=sys.stderr)
         for d in result["duplicates"]:
-            print(f"similar: {d['reference']} ({d['similarity']:.0%})", file=sys.stderr)
+            print(f"similar: {shown(d['reference'])} ({d['similarity']:.0%})", file=sys.stderr)
     if result.get("warning"):  # saved, but not searchable yet; its audit line failed; ...
         print(f"sidecar: warning: {result['warning']}", file=sys.stderr)

@@ -15,6 +15,7 @@ from sidecar.clients.client import Client
 from sidecar.config import Config
 from sidecar.contracts.errors import ExitCode
 from sidecar.contracts.wire import parse_explanation, parse_search, pending_note
+from sidecar.notes.outline import escape_controls as shown
 
 
 def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
@@ -33,8 +34,8 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
     for i, hit in enumerate(result.hits, 1):
         where = f"lines {hit.lines[0]}-{hit.lines[1]}"
         scores = f"relevance {hit.relevance:.2f}, score {hit.score:.3f}"
-        print(f"{i:>2}. {hit.reference}  ({scores}, {where})")
-        snippet = " ".join(hit.text.split())
+        print(f"{i:>2}. {shown(hit.reference)}  ({scores}, {where})")
+        snippet = shown(" ".join(hit.text.split()))
         print(f"    {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
     return int(ExitCode.OK)
 
@@ -72,7 +73,7 @@ def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
         for h in result.hits:
             print(
                 f"{h.score:.3f} relevance={h.relevance} vec={h.vec_score} bm25={h.bm25_score} "
-                f"page={h.page_bm25_score} {h.boosts} {h.reference}"
+                f"page={h.page_bm25_score} {h.boosts} {shown(h.reference)}"
             )
     if result.context:
         print(result.context)
@@ -91,13 +92,14 @@ def cmd_why(args: argparse.Namespace, cfg: Config) -> int:
         return int(ExitCode.REQUEST_FAILED if missing else ExitCode.OK)
     if not r.indexed:
         print(
-            f"{args.reference}: not indexed: {r.reason or ''}",
+            f"{shown(args.reference)}: not indexed: {shown(r.reason or '')}",
             file=sys.stderr if missing else sys.stdout,
         )
         return int(ExitCode.REQUEST_FAILED if missing else ExitCode.OK)
     a = r.analysis
     words, weight = list(a.content_words), r.vector_weight
-    print(f"{r.reference} for {a.text!r}: content words {words}, vector weight {weight}")
+    name = shown(r.reference or args.reference)
+    print(f"{name} for {a.text!r}: content words {words}, vector weight {weight}")
     if r.page_bm25_score is not None:
         print(f"the whole note's keyword score: bm25={r.page_bm25_score}")
     if r.degraded:
@@ -124,10 +126,10 @@ def cmd_related(args: argparse.Namespace, cfg: Config) -> int:
     if r is None:
         return int(ExitCode.OK)
     if not r["related"]:
-        print(f"{r['reference']}: no linked notes, no shared links or tags")
+        print(f"{shown(r['reference'])}: no linked notes, no shared links or tags")
     for item in r["related"]:
-        shared = "; ".join(f"{k}: {', '.join(v)}" for k, v in item.get("shared", {}).items())
-        print(f"{item['reference']}  ({item['relation']}{'; ' + shared if shared else ''})")
+        shared = "; ".join(f"{k}: {', '.join(map(shown, v))}" for k, v in item.get("shared", {}).items())
+        print(f"{shown(item['reference'])}  ({item['relation']}{'; ' + shared if shared else ''})")
     return int(ExitCode.OK)
 
 

@@ -6,6 +6,7 @@ import time
 from typing import Any, TextIO
 
 from sidecar.clients.foreground import duration
+from sidecar.notes.outline import escape_controls as shown
 
 
 def _ago(ts: float | None) -> str:
@@ -141,16 +142,16 @@ def _root_lines(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
 
 def render_links(r: dict[str, Any]) -> str:
     """A note's outgoing links, backlinks and unresolved links, one per line."""
-    lines = [f"{r['reference']}: {len(r['links'])} link(s), {len(r['backlinks'])} backlink(s)"]
+    lines = [f"{shown(r['reference'])}: {len(r['links'])} link(s), {len(r['backlinks'])} backlink(s)"]
     for link in r["links"]:
         if link["target"] is not None:
             kind = "embeds" if link["embed"] else "links to"
-            anchor = f" #{link['anchor']}" if link["anchor"] else ""
-            lines.append(f"  line {link['line']}: {kind} {link['target']}{anchor}")
+            anchor = f" #{shown(link['anchor'])}" if link["anchor"] else ""
+            lines.append(f"  line {link['line']}: {kind} {shown(link['target'])}{anchor}")
     for b in r["backlinks"]:
-        lines.append(f"  line {b['line']} of {b['reference']} links here")
+        lines.append(f"  line {b['line']} of {shown(b['reference'])} links here")
     for name in r["unresolved"]:
-        lines.append(f"  unresolved: [[{name}]]")
+        lines.append(f"  unresolved: [[{shown(name)}]]")
     return "\n".join(lines)
 
 

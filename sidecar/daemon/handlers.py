@@ -35,7 +35,7 @@ from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Vectoring
 from sidecar.memory.ops import MemoryOps
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
-from sidecar.notes.links import LinkGraph
+from sidecar.notes.links import LinkGraph, unresolved_paths
 from sidecar.notes.outline import Page, one_line
 from sidecar.notes.outline import render as render_outline
 from sidecar.notes.redact import mask
@@ -334,7 +334,7 @@ class Handlers:
             "indexed": bool(chunks),
             "links": links,
             "backlinks": backlinks,
-            "unresolved": sorted({link["link"] for link in links if link["target"] is None}),
+            "unresolved": unresolved_paths(links),
         }
         rule = self.indexer.excluded_by(key)
         if rule is not None:

@@ -79,7 +79,7 @@ def draft(
         parsed = parse_note(text, title=Path(note.rel).stem)
     except (ValueError, RecursionError) as exc:  # pathological Markdown: skip this note only
         return _unparseable(note, digest, exc)
-    return Drafted(note, digest, parsed, tuple(extract_links(text)))
+    return Drafted(note, digest, parsed, tuple(extract_links(text, parsed.code)))
 
 
 def finish(cfg: Config, drafted: Drafted, count_tokens: Callable[[Sequence[str]], list[int]]) -> Prepared:

@@ -338,9 +338,8 @@ class MemoryOps:
         # Left out by the folder scans (too large, hidden, ...): never in the manifest.
         left_out = self.indexer.changes.skipped_notes()
         for key, (path, reason) in sorted(left_out.items()):
-            src = key.split("/", 1)[0]
-            mine = src != "memory" or key.startswith(f"memory/{agent}/")
-            if key in known or not mine or source not in (src, "all"):
+            src = key.split("/", 1)[0]  # memory: the inbox listing below says why, with advice
+            if key in known or src == "memory" or source not in (src, "all"):
                 continue
             reference = public_reference(key, agent)
             if prefix and not unicodedata.normalize("NFC", reference.split("/", 1)[1]).startswith(prefix):
@@ -369,11 +368,12 @@ class MemoryOps:
                     mtime_ns = (inbox / name).stat().st_mtime_ns
                 except OSError:
                     continue
-                why = (
-                    "not indexed yet"
-                    if SLUG_RE.fullmatch(name[:-3])
-                    else "never indexed: the file name is not a memory slug (a-z, 0-9, '_', '-'); rename it"
-                )
+                if not SLUG_RE.fullmatch(name[:-3]):
+                    why = "never indexed: the file name is not a memory slug (a-z, 0-9, '_', '-'); rename it"
+                elif key in left_out:
+                    why = f"skipped: {left_out[key][1]}"
+                else:
+                    why = "not indexed yet"
                 out.append(_unindexed_note(public_reference(key, agent), "memory", mtime_ns, why))
         return out
 

@@ -34,7 +34,8 @@ _MIN_BUDGET = 24
 # 2: the embed text says each line once (no H1 repeating the title, no heading line repeating the
 #    heading path, no first paragraph repeating the description).
 # 3: text and title in one Unicode form (NFC).
-CHUNKER_VERSION = 3
+# 4: code blocks as CommonMark reads them; no tags from links or comments; dotted names are links.
+CHUNKER_VERSION = 4
 
 
 def _norm(line: str) -> str:
@@ -133,6 +134,7 @@ class NoteDraft:
     fm_end: int
     readable: list[str]
     note: ParsedNote  # title, aliases, description, tags, front matter; no chunks yet
+    code: frozenset[int] = frozenset()  # 0-based lines of code blocks (``markdown.code_lines``)
 
 
 def chunk_note(
@@ -155,7 +157,7 @@ def parse_note(text: str, *, title: str) -> NoteDraft:
     text = unicodedata.normalize("NFC", text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n"))
     title = unicodedata.normalize("NFC", title)
     lines = text.split("\n")
-    sections, fm_raw, fm_end = split_sections(text)
+    sections, fm_raw, fm_end, code = split_sections(text)
     fm, fm_error = parse_front_matter(fm_raw) if fm_raw is not None else ({}, None)
     fm_title = fm.get("title")
     note_title = (
@@ -163,18 +165,18 @@ def parse_note(text: str, *, title: str) -> NoteDraft:
     )
     aliases = tuple(str_list(fm.get("aliases", fm.get("alias"))))
     description = str(fm.get("description") or "").strip() if isinstance(fm.get("description"), str) else ""
-    tags = str_list(fm.get("tags", fm.get("tag"))) + inline_tags(lines[fm_end:])
+    tags = str_list(fm.get("tags", fm.get("tag"))) + inline_tags(lines, code, fm_end)
     tag_set = tuple(dict.fromkeys(norm_tag(t) for t in tags if norm_tag(t)))
     readable = [readable_links(line) for line in lines]
     note = ParsedNote(note_title, aliases, description, tag_set, fm, fm_error)
-    return NoteDraft(lines, sections, fm_end, readable, note)
+    return NoteDraft(lines, sections, fm_end, readable, note, code)
 
 
 def cut_note(
     draft: NoteDraft, count_tokens: CountTokens, *, max_tokens: int = 200, overlap: float = 0.2
 ) -> ParsedNote:
     """Cut a parsed note into chunks whose embed text never exceeds ``max_tokens``."""
-    lines, sections, fm_end, readable = draft.lines, draft.sections, draft.fm_end, draft.readable
+    sections, fm_end, readable = draft.sections, draft.fm_end, draft.readable
     note_title, description = draft.note.title, draft.note.description
     count = _Counter(count_tokens)
     # Ask the tokenizer about every block and every section's prefix at once (one batch per
@@ -204,18 +206,9 @@ def cut_note(
     if not chunks:  # an empty note (or front matter only) is still findable by its title
         body = description
         embed = _fit(note_title + ("\n" + body if body else ""), max_tokens, count_tokens)
-        chunks.append(
-            Chunk(
-                0,
-                body,
-                (),
-                fm_end + 1 if fm_end < len(lines) else 1,
-                max(fm_end, 1),
-                embed,
-                count([embed])[0],
-                embed=False,
-            )
-        )
+        # Its lines are the front matter it comes from (line 1 of an empty note): after the front
+        # matter there is nothing, and "lines 5-4" is no range.
+        chunks.append(Chunk(0, body, (), 1, max(fm_end, 1), embed, count([embed])[0], embed=False))
     chunks = [replace(c, embed=False) if c.embed and mostly_data(c.text) else c for c in chunks]
     return replace(draft.note, chunks=tuple(chunks))
 

@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sidecar.notes.linktext import Link, link_name
+from sidecar.notes.linktext import Link, link_name, strip_md
 from sidecar.notes.resolver import Resolver, Target, vault_path
 
 _SCHEMA = """
@@ -164,6 +164,20 @@ def outgoing(db_rows: Sequence[tuple[Any, ...]]) -> list[dict[str, Any]]:
         }
         for r in db_rows
     ]
+
+
+def unresolved_paths(links: Sequence[dict[str, Any]]) -> list[str]:
+    """The link paths of ``links`` (as ``outgoing`` gives them) that name no note, each once: the
+    anchor left out, one spelling per name (the first; letter case and ``.md`` aside), sorted.
+    "[[Nowhere#Setup]]" and "[[nowhere]]" are one missing note, not three."""
+    first: dict[str, str] = {}
+    for link in links:
+        if link["target"] is None:
+            anchor = link["anchor"]
+            path = link["link"].removesuffix("#" + anchor.replace(" › ", "#")) if anchor else link["link"]
+            if path:
+                first.setdefault(strip_md(path).casefold(), path)
+    return [first[k] for k in sorted(first)]
 
 
 class LinkGraph:

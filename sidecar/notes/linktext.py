@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
+
+from sidecar.notes.markdown import code_lines, is_attachment
 
 _WIKILINK = re.compile(r"(!?)\[\[([^\[\]|#^]*)((?:[#^][^\[\]|]*)?)(?:\|([^\[\]]*))?\]\]")
 _MDLINK = re.compile(r"(!?)\[([^\[\]]*)\]\(\s*(<[^<>\n]+>|[^()\s]+)(?:\s+\"[^\"]*\")?\s*\)")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
-_FENCE = re.compile(r"^\s*(```|~~~)")
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
-_EXT = re.compile(r"\.([A-Za-z0-9]{1,8})$")
 
 
 @dataclass(frozen=True)
@@ -40,34 +40,27 @@ def _front_matter_end(lines: Sequence[str]) -> int:
     return 0
 
 
-def _is_note_target(path: str) -> bool:
-    """A note (``.md`` or no extension; "Release 1.5" has none), not an image, video, PDF or canvas."""
-    m = _EXT.search(path.rsplit("/", 1)[-1])
-    return m is None or m.group(1).lower() == "md" or m.group(1).isdigit()
-
-
 def _anchor(raw: str) -> str:
     parts = [p.strip() for p in raw.split("#") if p.strip()]
     return " › ".join(parts)
 
 
-def extract_links(text: str) -> list[Link]:
-    """Every link to a note in ``text``, in order (links to attachments and web pages left out)."""
+def extract_links(text: str, code: Container[int] | None = None) -> list[Link]:
+    """Every link to a note in ``text``, in order (links to attachments and web pages left out).
+    ``code``: the lines of code blocks when known (``NoteDraft.code``), else the text is parsed."""
     text = unicodedata.normalize("NFC", text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n"))
     lines = text.split("\n")
+    if code is None:
+        code = code_lines(text)
     out: list[Link] = []
-    in_fence = False
     for i in range(_front_matter_end(lines), len(lines)):
         line = lines[i]
-        if _FENCE.match(line):
-            in_fence = not in_fence
-            continue
-        if in_fence or ("[" not in line):
+        if i in code or "[" not in line:
             continue
         line = _INLINE_CODE.sub("", line)
         for m in _WIKILINK.finditer(line):
             target = m.group(2).strip().rstrip("\\").strip()  # "[[a\|b]]" inside a table
-            if target and not _is_note_target(target):
+            if target and is_attachment(target):
                 continue
             anchor = _anchor(m.group(3) or "")
             if not target and not anchor:
@@ -81,7 +74,7 @@ def extract_links(text: str) -> list[Link]:
                 continue
             path, _, anchor = raw.partition("#")
             path = unquote(path).strip()
-            if path and not _is_note_target(path):
+            if path and is_attachment(path):
                 continue
             if not path and not anchor:
                 continue

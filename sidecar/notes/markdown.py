@@ -5,7 +5,7 @@ encoded data told apart from language."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,9 +13,20 @@ from markdown_it import MarkdownIt
 from mdit_py_plugins.front_matter import front_matter_plugin
 
 _WIKILINK = re.compile(r"(!?)\[\[([^\[\]|#^]*)((?:[#^][^\[\]|]*)?)(?:\|([^\[\]]*))?\]\]")
-_NOT_NOTE = re.compile(r"\.(png|jpe?g|gif|svg|webp|bmp|pdf|mp3|mp4|m4a|wav|ogg|webm|mov|canvas|base)$", re.I)
+# A link to one of these is to an attachment, not a note. Any other dotted name is a note's
+# ("Node.js", "ASP.NET", "Release 1.5"): Obsidian resolves it by appending ".md".
+_ATTACHMENT = re.compile(
+    r"\.(?:avif|bmp|gif|heic|ico|jpe?g|png|svg|tiff?|webp"  # images
+    r"|3gp|aac|flac|m4a|mp3|oga|ogg|opus|wav"  # audio
+    r"|avi|m4v|mkv|mov|mp4|ogv|webm"  # video
+    r"|pdf|canvas|base|epub|docx?|xlsx?|pptx?|od[gpst]|rtf"  # documents
+    r"|7z|bz2|gz|rar|tar|tgz|xz|zip)$",  # archives
+    re.I,
+)
 _INLINE_TAG = re.compile(r"(?<![\w/&#])#([^\W\d][\w/-]*|\d+[^\W\d][\w/-]*)")
-_FENCE = re.compile(r"^\s*(```|~~~)")
+_CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`).+?(?<!`)\1(?!`)")
+_COMMENT = re.compile(r"%%.*?%%|<!--.*?-->", re.S)  # an unclosed one hides nothing
+_LINK_DEST = re.compile(r"\]\(\s*(?:<[^<>\n]*>|[^()\s]*)(?:\s+\"[^\"\n]*\")?\s*\)")
 # Base64, hex digests, minified data: runs of "word" characters no language has. A chunk made
 # mostly of them means nothing to the model (a pasted 1 MB image was 3,600 embedded chunks).
 _DATA_RUN = re.compile(r"[A-Za-z0-9+/=_-]{64,}")
@@ -29,7 +40,7 @@ def readable_links(line: str) -> str:
         bang, target, anchor, alias = m.group(1), m.group(2).strip(), m.group(3), m.group(4)
         if alias is not None and alias.strip():
             return alias.strip()
-        if bang and _NOT_NOTE.search(target):
+        if bang and is_attachment(target):
             return ""
         name = target.rsplit("/", 1)[-1]
         if name.lower().endswith(".md"):
@@ -38,6 +49,11 @@ def readable_links(line: str) -> str:
         return f"{name} › {head}" if name and head else (name or head)
 
     return _WIKILINK.sub(repl, line)
+
+
+def is_attachment(path: str) -> bool:
+    """Whether a link path names an attachment (an image, a PDF, a canvas, ...), not a note."""
+    return _ATTACHMENT.search(path.rsplit("/", 1)[-1]) is not None
 
 
 def str_list(value: Any) -> list[str]:
@@ -52,18 +68,29 @@ def norm_tag(tag: str) -> str:
     return tag.strip().lstrip("#").lower()
 
 
-def inline_tags(lines: Sequence[str]) -> list[str]:
-    """``#tags`` in the body, outside code fences and inline code."""
-    out: list[str] = []
-    in_fence = False
-    for line in lines:
-        if _FENCE.match(line):
-            in_fence = not in_fence
-            continue
-        if in_fence:
-            continue
-        out.extend(m.group(1) for m in _INLINE_TAG.finditer(re.sub(r"`[^`]*`", "", line)))
-    return out
+def inline_tags(lines: Sequence[str], code: Container[int] = frozenset(), start: int = 0) -> list[str]:
+    """``#tags`` in ``lines[start:]``, outside the ``code`` lines (see ``code_lines``), inline code,
+    comments and link targets."""
+    prose = "\n".join("" if i in code else _CODE_SPAN.sub(" ", lines[i]) for i in range(start, len(lines)))
+    # Obsidian reads no tags in what it does not render (comments, over lines too) nor in where a
+    # link points: "[[#Heading]]" and "[text](#anchor)" name a heading, not a tag.
+    prose = _LINK_DEST.sub("]", _WIKILINK.sub(" ", _COMMENT.sub(" ", prose)))
+    return [m.group(1) for m in _INLINE_TAG.finditer(prose)]
+
+
+def code_lines(text: str) -> frozenset[int]:
+    """The 0-based lines of ``text``'s fenced and indented code blocks (see ``split_sections``)."""
+    return _code_lines(_PARSER.parse(text))
+
+
+def _code_lines(tokens: Sequence[Any]) -> frozenset[int]:
+    # CommonMark's reading, not a toggle on every fence-like line: a fence closes only on a line of
+    # its own character, at least as long and without an info string (a ```` fence may hold ```),
+    # an unclosed one runs to the end of its container, and an indented line is code only where it
+    # cannot continue a paragraph or a list item.
+    return frozenset(
+        line for tok in tokens if tok.type in ("fence", "code_block") and tok.map for line in range(*tok.map)
+    )
 
 
 @dataclass
@@ -88,8 +115,9 @@ def _md() -> MarkdownIt:
 _PARSER = _md()
 
 
-def split_sections(text: str) -> tuple[list[Section], str | None, int]:
-    """Top-level blocks grouped under their heading path; the raw front matter; its last line."""
+def split_sections(text: str) -> tuple[list[Section], str | None, int, frozenset[int]]:
+    """Top-level blocks grouped under their heading path; the raw front matter; its last line; the
+    lines of code blocks (``code_lines``)."""
     tokens = _PARSER.parse(text)
     sections = [Section((), [])]
     stack: list[tuple[int, str]] = []
@@ -113,7 +141,7 @@ def split_sections(text: str) -> tuple[list[Section], str | None, int]:
             else:
                 sections[-1].blocks.append(Block(start, end))
         i += 1
-    return sections, fm_raw, fm_end
+    return sections, fm_raw, fm_end, _code_lines(tokens)
 
 
 def mostly_data(text: str) -> bool:

@@ -8,11 +8,20 @@ can keep it in a cached system prompt. Imports nothing of the project.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 CountTokens = Callable[[Sequence[str]], list[int]]
 DETAILS = ("full", "titles", "folders", "truncated")
+# C0 and C1 controls, DEL, line and paragraph separators: a file name holding one would break a
+# line (forging an entry) or drive the terminal (ESC, CR) in text meant for people and agents.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with control characters shown as escapes (``\\n``, ``\\x1b``), as in the log."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 @dataclass(frozen=True)
@@ -51,9 +60,9 @@ def _folders(pages: Sequence[Page]) -> dict[str, list[Page]]:
 
 def _page_line(p: Page, indent: str, describe: bool) -> str:
     name = p.path.rsplit("/", 1)[-1]
-    title = f" ({p.title})" if p.title and p.title != name else ""
-    desc = f": {p.description}" if describe and p.description else ""
-    return f"{indent}- {name}{title}{desc}"
+    title = f" ({escape_controls(p.title)})" if p.title and p.title != name else ""
+    desc = f": {escape_controls(p.description)}" if describe and p.description else ""
+    return f"{indent}- {escape_controls(name)}{title}{desc}"
 
 
 def _render(folders: dict[str, list[Page]], detail: str) -> list[str]:
@@ -66,7 +75,7 @@ def _render(folders: dict[str, list[Page]], detail: str) -> list[str]:
             if name not in shown:
                 shown.add(name)
                 count = f" ({len(pages)} page{'s' if len(pages) != 1 else ''})" if name == folder else ""
-                lines.append(f"{'  ' * (depth - 1)}- {parts[depth - 1]}/{count}")
+                lines.append(f"{'  ' * (depth - 1)}- {escape_controls(parts[depth - 1])}/{count}")
         if detail == "folders" and folder:
             continue
         lines.extend(_page_line(p, "  " * len(parts), detail == "full") for p in pages)
