@@ -228,3 +228,19 @@ def test_index_op_sweeps_new_notes(in_process: InProcessServer, vault: Path) -> 
     assert in_process.call("index")["queued"] is True
     assert in_process.sweeps == [(False, None, frozenset())]
     assert in_process.call("search", {"query": "kayak paddle"})["hits"][0]["reference"] == "vault/Kayak"
+
+
+def test_preview_analysis_carries_the_querys_language(in_process: InProcessServer) -> None:
+    """docs/protocol.md: `preview` returns `analysis` with the language (`de`, `en` or null), and
+    the typed reply the CLI and the shim parse keeps it."""
+    from sidecar.contracts import wire
+
+    english = in_process.call("search", {"query": "how do the tomatoes get their water", "preview": True})
+    german = in_process.call("search", {"query": "wie bekommen die Tomaten ihr Wasser", "preview": True})
+    neither = in_process.call("search", {"query": "tomatoes", "preview": True})
+    assert english["analysis"]["language"] == "en"
+    assert german["analysis"]["language"] == "de"
+    assert "language" in neither["analysis"] and neither["analysis"]["language"] is None
+    parsed = wire.parse_search(german).analysis
+    assert parsed is not None and parsed.language == "de"
+    assert wire.search_json(wire.parse_search(german), preview=True)["analysis"] == german["analysis"]
