@@ -55,6 +55,7 @@ class _Sibling:
             return False
         return (other.st_dev, other.st_ino) != (own.st_dev, own.st_ino)
 
+
 # File events may delete this many notes of a root within the window at once; beyond that, a
 # full sweep of the root decides (an emptied mount point sends an event per vanished file).
 EVENT_DELETIONS_MAX = 4
