@@ -244,3 +244,28 @@ def test_preview_analysis_carries_the_querys_language(in_process: InProcessServe
     parsed = wire.parse_search(german).analysis
     assert parsed is not None and parsed.language == "de"
     assert wire.search_json(wire.parse_search(german), preview=True)["analysis"] == german["analysis"]
+
+
+def test_inline_filters_combine_with_the_parameters_as_documented(in_process: InProcessServer) -> None:
+    """docs/protocol.md: inline `tag:` and `source:` may repeat and add up, `path:`/`since:`/`until:`
+    once; an inline filter replaces its parameter (tags add to it); and a window the two leave
+    empty between them is a `bad_request`, not a silent empty result."""
+    from sidecar.clients.client import RemoteError
+
+    def refs(params: dict[str, Any]) -> list[str]:
+        return [h["reference"] for h in in_process.call("search", {"minScore": 0, **params})["hits"]]
+
+    tags = in_process.call("search", {"query": "water tag:garden tag:x", "tag": "y", "preview": True})
+    assert tags["analysis"]["filters"]["tags"] == ["y", "garden", "x"]
+    assert refs({"query": "water source:wiki source:vault"}) != []
+    assert refs({"query": "restic source:wiki", "source": "vault"}) == ["wiki/Backups"]
+    assert refs({"query": "water path:Recipes", "pathPrefix": "Projects"}) == ["vault/Recipes/Bread"]
+    for query, params in [
+        ("water path:a path:b", {}),
+        ("water since:2026-01-01 since:2026-02-01", {}),
+        ("water until:2026-01-01", {"since": "2026-06-01"}),
+    ]:
+        with pytest.raises(RemoteError) as err:
+            in_process.call("search", {"query": query, **params})
+        assert err.value.code == "bad_request", query
+    assert "since 2026-06-01 is after until 2026-01-01" in str(err.value)
