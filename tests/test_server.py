@@ -269,3 +269,22 @@ def test_inline_filters_combine_with_the_parameters_as_documented(in_process: In
             in_process.call("search", {"query": query, **params})
         assert err.value.code == "bad_request", query
     assert "since 2026-06-01 is after until 2026-01-01" in str(err.value)
+
+
+def test_why_calls_a_hit_what_search_returns_and_names_chunks_below_min_score(
+    in_process: InProcessServer,
+) -> None:
+    """`why` says `hit #N` for exactly the hits `search` returns, at their place; a chunk `search`
+    drops for its relevance is `below minScore (0.1)`, not a hit."""
+    outcomes: dict[str, list[str]] = {}
+    for query in ("sourdough flour", "tomatoes water sun", "water"):
+        hits = [(h["reference"], h["lines"]) for h in in_process.call("search", {"query": query})["hits"]]
+        for ref in ("vault/Garden", "vault/Recipes/Bread", "wiki/Backups", "vault/Projects/Boat"):
+            for c in in_process.call("why", {"reference": ref, "query": query})["chunks"]:
+                outcomes.setdefault(query, []).append(c["outcome"])
+                if c["outcome"].startswith("hit #"):
+                    assert hits[int(c["outcome"][5:]) - 1] == (ref, c["lines"]), (query, ref)
+                elif c["outcome"] == "below minScore (0.1)":
+                    assert c["relevance"] < 0.1 and (ref, c["lines"]) not in hits
+    assert "below minScore (0.1)" in outcomes["sourdough flour"]
+    assert sum(o.startswith("hit #") for o in outcomes["sourdough flour"]) == 1
