@@ -22,6 +22,12 @@ DEFAULT_MAX_FRAME = 1_048_576
 # (a few levels). Deeper is a bug or an attack, and recursive code (redaction, YAML) would
 # fail on it with an internal error instead of this clear one.
 MAX_DEPTH = 32
+# The ranges of the ops' numeric parameters (docs/protocol.md). The daemon enforces them; the CLI
+# and the MCP shim check the same ranges before they ask.
+LIMIT_RANGE = (1, 200)  # search and recall: hits
+MIN_SCORE_RANGE = (0.0, 100.0)  # search and recall: minScore (relevance is 0-1; 0 keeps everything)
+RELATED_LIMIT_RANGE = (1, 100)  # related: notes
+TOKEN_BUDGET_RANGE = (100, 50_000)  # recall and outline: tokenBudget
 # A JSON escape can encode half of a UTF-16 pair ("\ud800"): Python keeps it as a lone
 # surrogate, which no file, index or reply can hold.
 _SURROGATE = re.compile("[\ud800-\udfff]")
