@@ -224,6 +224,11 @@ def test_errors_as_json_with_json(shared: DaemonProcess, tmp_path: Path) -> None
     assert r.returncode == ExitCode.REQUEST_FAILED and json.loads(r.stdout)["error"]["code"] == "not_found"
     r = _run(shared, "search", "x", "--json", env={"SIDECAR_HOME": str(tmp_path / "other")})
     assert r.returncode == ExitCode.NOT_RUNNING and json.loads(r.stdout)["error"]["code"] == "not_running"
+    # status too: the documented {"error": {"code", "message"}}, beside running: false
+    r = _run(shared, "status", "--json", env={"SIDECAR_HOME": str(tmp_path / "other")})
+    status = json.loads(r.stdout)
+    assert r.returncode == ExitCode.NOT_RUNNING and status["running"] is False
+    assert status["error"]["code"] == "not_running" and "no sidecar daemon" in status["error"]["message"]
 
 
 def test_every_command_takes_json() -> None:
