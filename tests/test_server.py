@@ -288,3 +288,26 @@ def test_why_calls_a_hit_what_search_returns_and_names_chunks_below_min_score(
                     assert c["relevance"] < 0.1 and (ref, c["lines"]) not in hits
     assert "below minScore (0.1)" in outcomes["sourdough flour"]
     assert sum(o.startswith("hit #") for o in outcomes["sourdough flour"]) == 1
+
+
+def test_a_line_of_exactly_max_frame_bytes_is_accepted(serve_in_process: Any) -> None:
+    """docs/protocol.md: `frame_too_large` is for a line *longer* than `server.maxFrameBytes`; the
+    newline is not counted. A line of exactly the limit is answered (also when its newline comes
+    in a later read), one byte more is refused."""
+    limit = 4096
+    server: InProcessServer = serve_in_process(**{"server.maxFrameBytes": limit})
+
+    def line(size: int) -> bytes:
+        frame = b'{"op": "search", "params": {"query": "bread"}}'
+        return frame + b" " * (size - len(frame))  # JSON allows the blanks
+
+    assert len(line(limit)) == limit
+    (answer,) = exchange(server.socket, line(limit) + b"\n")
+    assert answer["ok"] is True, answer
+    with _connect(server.socket) as s, s.makefile("rb") as answers:
+        s.sendall(line(limit))
+        time.sleep(0.2)  # the server has read the whole line but not its end yet
+        s.sendall(b"\n")
+        assert json.loads(answers.readline())["ok"] is True
+    (refused,) = exchange(server.socket, line(limit + 1) + b"\n")
+    assert refused["error"]["code"] == "frame_too_large"
