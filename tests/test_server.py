@@ -311,3 +311,17 @@ def test_a_line_of_exactly_max_frame_bytes_is_accepted(serve_in_process: Any) ->
         assert json.loads(answers.readline())["ok"] is True
     (refused,) = exchange(server.socket, line(limit + 1) + b"\n")
     assert refused["error"]["code"] == "frame_too_large"
+
+
+@pytest.mark.parametrize("version", [b"true", b"1.0", b'"1"', b"null", b"2"])
+def test_protocol_version_must_be_the_integer_1(in_process: InProcessServer, version: bytes) -> None:
+    """docs/protocol.md: `v` is an integer, 1 when present: `true` and `1.0` (equal to 1 in Python)
+    are refused like any other wrong version; 1 and no `v` at all are served."""
+    answers = exchange(
+        in_process.socket,
+        b'{"id": 1, "v": ' + version + b', "op": "health"}\n{"id": 2, "v": 1, "op": "health"}\n'
+        b'{"id": 3, "op": "health"}\n',
+    )
+    assert answers[0]["error"]["code"] == "bad_request"
+    assert "unsupported protocol version" in answers[0]["error"]["message"]
+    assert [a["ok"] for a in answers[1:]] == [True, True]

@@ -79,7 +79,7 @@ def parse_request(line: bytes) -> Request:
         raise ProtocolError("request must be a JSON object")
     check_values(data)
     version = data.get("v", PROTOCOL_VERSION)
-    if version != PROTOCOL_VERSION:
+    if type(version) is not int or version != PROTOCOL_VERSION:  # true and 1.0 equal 1 in Python
         raise ProtocolError(
             f"unsupported protocol version {version!r}; this daemon speaks {PROTOCOL_VERSION}"
         )
