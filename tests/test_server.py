@@ -325,3 +325,18 @@ def test_protocol_version_must_be_the_integer_1(in_process: InProcessServer, ver
     assert answers[0]["error"]["code"] == "bad_request"
     assert "unsupported protocol version" in answers[0]["error"]["message"]
     assert [a["ok"] for a in answers[1:]] == [True, True]
+
+
+def test_recall_gives_an_empty_context_when_no_note_fits_the_budget(
+    serve_in_process: Any, vault: Path
+) -> None:
+    """docs/protocol.md: `context` is empty when nothing qualifies and fits the token budget: a
+    budget that holds the frame but no note gives "", not a header announcing recalled notes."""
+    body = " ".join(["Sourdough starter feeding schedule with rye flour and warm water."] * 20)
+    write(vault / "Recipes/Starter.md", f"# Starter\n\n{body}\n")
+    server: InProcessServer = serve_in_process()
+    params = {"message": "sourdough starter feeding rye flour", "minScore": 0, "limit": 1}
+    roomy = server.call("recall", {**params, "tokenBudget": 1500})
+    assert roomy["hits"] and "vault/Recipes/Starter" in roomy["context"]
+    tight = server.call("recall", {**params, "tokenBudget": 100})
+    assert tight["hits"] and tight["context"] == ""
