@@ -340,3 +340,17 @@ def test_recall_gives_an_empty_context_when_no_note_fits_the_budget(
     assert roomy["hits"] and "vault/Recipes/Starter" in roomy["context"]
     tight = server.call("recall", {**params, "tokenBudget": 100})
     assert tight["hits"] and tight["context"] == ""
+
+
+def test_list_without_an_agent_is_a_bad_request_not_a_bad_write(in_process: InProcessServer) -> None:
+    """`list` reads: without an agent it is `bad_request` (as a bad agent name is for every op), not
+    `bad_memory_write`; a write without one stays `bad_memory_write` (docs/protocol.md)."""
+    from sidecar.clients.client import RemoteError
+
+    with pytest.raises(RemoteError) as listed:
+        in_process.call("list")
+    assert listed.value.code == "bad_request" and "agent" in str(listed.value)
+    with pytest.raises(RemoteError) as wrote:
+        in_process.call("write", {"slug": "x", "content": "y"})
+    assert wrote.value.code == "bad_memory_write"
+    assert in_process.call("list", agent="a1")["notes"] == []
