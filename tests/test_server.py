@@ -354,3 +354,17 @@ def test_list_without_an_agent_is_a_bad_request_not_a_bad_write(in_process: InPr
         in_process.call("write", {"slug": "x", "content": "y"})
     assert wrote.value.code == "bad_memory_write"
     assert in_process.call("list", agent="a1")["notes"] == []
+
+
+def test_confirm_deletions_of_an_unknown_root_lists_the_memory_roots_too(in_process: InProcessServer) -> None:
+    """`index` `confirmDeletions` names a root `vault`, `wiki` or `memory/<agent>` (docs/protocol.md):
+    an unknown one is refused listing them all, the agents' inboxes included, and an inbox is
+    accepted."""
+    from sidecar.clients.client import RemoteError
+
+    in_process.call("write", {"slug": "kayak", "content": "The paddle is in the loft."}, agent="a1")
+    with pytest.raises(RemoteError) as err:
+        in_process.call("index", {"confirmDeletions": "bogus"})
+    assert err.value.code == "bad_request"
+    assert "roots: memory/a1, vault, wiki" in str(err.value)
+    assert in_process.call("index", {"confirmDeletions": "memory/a1"})["queued"] is True

@@ -57,6 +57,7 @@ from sidecar.vault.sources import (
     read_inbox_note,
     read_note,
 )
+from sidecar.vault.sources import roots as note_roots
 from sidecar.vault.supervisor import Supervisor
 from sidecar.vault.timeout import NoAnswer, bounded_call
 
@@ -441,7 +442,8 @@ class Handlers:
         check_known(p, ("rebuild", "confirmDeletions"))
         rebuild = param_bool(p, "rebuild", default=False)
         confirm = param_opt_str(p, "confirmDeletions", max_len=200)
-        known = set(self.supervisor.roots)
+        # Every root a sweep would read (the agents' inboxes too), and those it has seen.
+        known = {r.name for r in note_roots(self.cfg)} | set(self.supervisor.roots)
         if confirm is not None and confirm not in known:
             raise ProtocolError(f"unknown root {confirm!r}; roots: {', '.join(sorted(known)) or 'none yet'}")
         self.service.request_sweep(rebuild, None, frozenset([confirm]) if confirm else frozenset())
