@@ -368,3 +368,15 @@ def test_confirm_deletions_of_an_unknown_root_lists_the_memory_roots_too(in_proc
     assert err.value.code == "bad_request"
     assert "roots: memory/a1, vault, wiki" in str(err.value)
     assert in_process.call("index", {"confirmDeletions": "memory/a1"})["queued"] is True
+
+
+@pytest.mark.parametrize("op", ["health", "reload"])
+def test_an_op_without_parameters_says_so_for_an_unknown_one(in_process: InProcessServer, op: str) -> None:
+    """`health` and `reload` take no parameters: an unknown one says that, not "allowed: " and
+    an empty list."""
+    from sidecar.clients.client import RemoteError
+
+    with pytest.raises(RemoteError) as err:
+        in_process.call(op, {"verbose": True})
+    assert err.value.code == "bad_request"
+    assert str(err.value) == "unknown parameter(s) verbose; this op takes no parameters"

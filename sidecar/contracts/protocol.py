@@ -188,4 +188,5 @@ def param_bool(params: dict[str, Any], name: str, *, default: bool) -> bool:
 def check_known(params: dict[str, Any], allowed: tuple[str, ...]) -> None:
     unknown = sorted(set(params) - set(allowed))
     if unknown:
-        raise ProtocolError(f"unknown parameter(s) {', '.join(unknown)}; allowed: {', '.join(allowed)}")
+        takes = f"allowed: {', '.join(allowed)}" if allowed else "this op takes no parameters"
+        raise ProtocolError(f"unknown parameter(s) {', '.join(unknown)}; {takes}")
