@@ -208,3 +208,18 @@ def test_a_full_wiki_path_inside_the_vault_is_taken_as_its_folder(tmp_path: Path
     (vault / "wiki").mkdir(parents=True)
     f = _yaml(tmp_path, f"vault:\n  path: {vault}\n  wikiSubfolder: {vault / 'wiki'}\n")
     assert load_config(config_file=str(f), env={}).vault.wiki_subfolder == "wiki"
+
+
+def test_a_list_in_the_environment_is_comma_separated_and_a_yaml_list_is_refused() -> None:
+    """README: a list-valued variable is one string, items separated by commas. `[a/, b/]` (a YAML
+    list) was split into the patterns '[a/' and 'b/]', excluding nothing, without a word; it is an
+    error saying how to write it, and a trailing comma keeps a real bracket expression."""
+    env = {"SIDECAR_INDEX_EXCLUDE": "Templates/, Archive/"}
+    assert load_config(env=env).index.exclude == ("Templates/", "Archive/")
+    with pytest.raises(ConfigError) as err:
+        load_config(env={"SIDECAR_INDEX_EXCLUDE": "[Templates/, 'Archive/']"})
+    message = str(err.value)
+    assert "environment SIDECAR_INDEX_EXCLUDE" in message and "index.exclude" in message
+    assert "separated by commas: 'Templates/,Archive/'" in message
+    assert load_config(env={"SIDECAR_INDEX_EXCLUDE": "[Tt]emplates/,"}).index.exclude == ("[Tt]emplates/",)
+    assert load_config(env={"SIDECAR_INDEX_EXCLUDE": "[ab],"}).index.exclude == ("[ab]",)
