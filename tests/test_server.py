@@ -380,3 +380,13 @@ def test_an_op_without_parameters_says_so_for_an_unknown_one(in_process: InProce
         in_process.call(op, {"verbose": True})
     assert err.value.code == "bad_request"
     assert str(err.value) == "unknown parameter(s) verbose; this op takes no parameters"
+
+
+def test_outline_counts_read_in_the_singular_for_one(in_process: InProcessServer) -> None:
+    """The outline's head says "1 page, 1 folder", not "1 pages, 1 folders"."""
+    wiki = in_process.call("outline")
+    assert wiki["pages"] == 1 and wiki["folders"] == 0
+    assert wiki["outline"].startswith("Outline of the wiki (1 page, 0 folders);"), wiki["outline"]
+    vault = in_process.call("outline", {"source": "vault", "pathPrefix": "Projects"})
+    assert vault["pages"] == 1 and vault["folders"] == 1
+    assert vault["outline"].startswith("Outline of the vault (1 page, 1 folder);"), vault["outline"]
