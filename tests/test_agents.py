@@ -36,6 +36,7 @@ from sidecar.memory.ops import MemoryOps
 from sidecar.search.query import FilterError, split_filters
 from sidecar.search.retrieval import Retriever
 from tests.conftest import KEYWORD_ONLY, FakeEmbedder, Harness, write
+from tests.in_process import InProcessServer
 
 TODAY = dt.date(2026, 12, 2)  # a Wednesday
 SECRET = "hunter2-Sup3rSecret!"
@@ -608,3 +609,39 @@ def test_memory_list_in_the_shell_marks_notes_that_are_not_searchable(
     why = "[not searchable: never indexed: the file name is not a memory slug"
     assert why in shown["memory/Einkaufsliste"]
     assert "not searchable" not in shown["memory/notes"]
+
+
+def test_mcp_tools_enforce_the_ranges_their_input_schemas_state(in_process: InProcessServer) -> None:
+    """Every numeric argument of every tool: the schema's maximum and minimum are answered, one
+    past them (and a wrong type) is an isError result quoting the schema's range, not the
+    daemon's wider one (memory_search limit 51 and minScore 2, memory_related limit 60 used to pass)."""
+    import io
+
+    from sidecar.clients.mcp_shim import Shim
+    from sidecar.clients.mcp_tools import TOOLS as SCHEMAS
+
+    shim = Shim(in_process.socket, "claude", io.BytesIO())
+    needed = {
+        "memory_search": {"query": "tomatoes"},
+        "memory_related": {"reference": "vault/Garden"},
+        "memory_list": {},
+        "wiki_outline": {},
+    }
+    checked = set()
+    for tool in SCHEMAS:
+        for name, prop in tool["inputSchema"]["properties"].items():
+            if prop.get("type") not in ("integer", "number"):
+                continue
+            lo, hi = prop["minimum"], prop["maximum"]
+            base = needed[tool["name"]]
+            for good in (lo, hi):
+                answer = shim.call_tool({"name": tool["name"], "arguments": {**base, name: good}})
+                assert answer["isError"] is False, (tool["name"], name, good, answer)
+            step = 1 if prop["type"] == "integer" else 0.5
+            for bad in (hi + step, lo - step, "5", True):
+                answer = shim.call_tool({"name": tool["name"], "arguments": {**base, name: bad}})
+                text = answer["content"][0]["text"]
+                assert answer["isError"] is True, (tool["name"], name, bad)
+                assert f"'{name}' must be" in text and f"from {lo} to {hi}" in text, text
+            checked.add((tool["name"], name))
+    assert {("memory_search", "limit"), ("memory_search", "minScore"), ("memory_related", "limit")} <= checked

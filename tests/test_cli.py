@@ -186,7 +186,19 @@ def _one_line(r: Any, code: int, needle: str) -> None:
         (["why", "vault/Nope", "backup"], ExitCode.REQUEST_FAILED, "no such note"),
         (["get", "vault/Nope"], ExitCode.REQUEST_FAILED, "no note"),
         (["search", "x", "--limit", "abc"], ExitCode.USAGE, "invalid int value: 'abc'"),
-        (["search", "x", "--limit", "0"], ExitCode.REQUEST_FAILED, "limit"),
+        # a value out of the daemon's range is a bad command line too, named with the range
+        (["search", "x", "--limit", "0"], ExitCode.USAGE, "--limit: 0 is not between 1 and 200"),
+        (["search", "x", "--limit", "201"], ExitCode.USAGE, "--limit: 201 is not between 1 and 200"),
+        (["search", "x", "--min-score", "101"], ExitCode.USAGE, "--min-score: 101 is not between 0 and 100"),
+        (["search", "x", "--min-score", "nan"], ExitCode.USAGE, "--min-score: nan is not between 0 and 100"),
+        (["recall", "x", "--limit", "0"], ExitCode.USAGE, "--limit: 0 is not between 1 and 200"),
+        (["recall", "x", "--tokens", "99"], ExitCode.USAGE, "--tokens: 99 is not between 100 and 50000"),
+        (["outline", "--tokens", "50001"], ExitCode.USAGE, "--tokens: 50001 is not between 100 and 50000"),
+        (
+            ["related", "vault/Audio", "--limit", "101"],
+            ExitCode.USAGE,
+            "--limit: 101 is not between 1 and 100",
+        ),
         (
             ["memory", "write", "--agent", "me", "n", "--frontmatter", "{", "--content", "x"],
             ExitCode.USAGE,
@@ -212,6 +224,11 @@ def test_errors_as_json_with_json(shared: DaemonProcess, tmp_path: Path) -> None
     assert r.returncode == ExitCode.REQUEST_FAILED and json.loads(r.stdout)["error"]["code"] == "not_found"
     r = _run(shared, "search", "x", "--json", env={"SIDECAR_HOME": str(tmp_path / "other")})
     assert r.returncode == ExitCode.NOT_RUNNING and json.loads(r.stdout)["error"]["code"] == "not_running"
+    # status too: the documented {"error": {"code", "message"}}, beside running: false
+    r = _run(shared, "status", "--json", env={"SIDECAR_HOME": str(tmp_path / "other")})
+    status = json.loads(r.stdout)
+    assert r.returncode == ExitCode.NOT_RUNNING and status["running"] is False
+    assert status["error"]["code"] == "not_running" and "no sidecar daemon" in status["error"]["message"]
 
 
 def test_every_command_takes_json() -> None:
@@ -517,3 +534,20 @@ def test_status_shows_a_batch_of_changes_being_indexed(shared: DaemonProcess) ->
     assert "Index: ready; indexing changes (1,825/5,000 notes)" in render_status(h)
     h["index"].update(phase="idle", progress={"done": 3, "total": 3})
     assert "Index: ready\n" in render_status(h)
+
+
+def test_option_ranges_are_the_daemons(shared: DaemonProcess) -> None:
+    """The CLI refuses what the daemon would (exit 2, above) and passes its bounds through: the
+    edges of each range are answered, and --min-score's help names relevance, what it filters on."""
+    for argv in (
+        ["search", "audio", "--limit", "200", "--min-score", "100"],
+        ["search", "audio", "--limit", "1", "--min-score", "0"],
+        ["recall", "audio", "--limit", "200", "--tokens", "50000"],
+        ["outline", "--tokens", "100"],
+        ["related", "vault/Audio", "--limit", "100"],
+    ):
+        r = _run(shared, *argv)
+        assert r.returncode == 0, (argv, r.stderr)
+    search = next(a for a in build_parser("search")._actions if a.dest == "command").choices["search"]
+    help_text = " ".join(search.format_help().split())
+    assert "drop hits whose relevance (0-1, not the score) is below this" in help_text

@@ -208,3 +208,40 @@ def test_a_full_wiki_path_inside_the_vault_is_taken_as_its_folder(tmp_path: Path
     (vault / "wiki").mkdir(parents=True)
     f = _yaml(tmp_path, f"vault:\n  path: {vault}\n  wikiSubfolder: {vault / 'wiki'}\n")
     assert load_config(config_file=str(f), env={}).vault.wiki_subfolder == "wiki"
+
+
+def test_a_list_in_the_environment_is_comma_separated_and_a_yaml_list_is_refused() -> None:
+    """README: a list-valued variable is one string, items separated by commas. `[a/, b/]` (a YAML
+    list) was split into the patterns '[a/' and 'b/]', excluding nothing, without a word; it is an
+    error saying how to write it, and a trailing comma keeps a real bracket expression."""
+    env = {"SIDECAR_INDEX_EXCLUDE": "Templates/, Archive/"}
+    assert load_config(env=env).index.exclude == ("Templates/", "Archive/")
+    with pytest.raises(ConfigError) as err:
+        load_config(env={"SIDECAR_INDEX_EXCLUDE": "[Templates/, 'Archive/']"})
+    message = str(err.value)
+    assert "environment SIDECAR_INDEX_EXCLUDE" in message and "index.exclude" in message
+    assert "separated by commas: 'Templates/,Archive/'" in message
+    assert load_config(env={"SIDECAR_INDEX_EXCLUDE": "[Tt]emplates/,"}).index.exclude == ("[Tt]emplates/",)
+    assert load_config(env={"SIDECAR_INDEX_EXCLUDE": "[ab],"}).index.exclude == ("[ab]",)
+
+
+def test_a_cross_key_error_names_where_each_value_came_from(tmp_path: Path) -> None:
+    """chunking.maxTokens against embedder.maxLength: the default 200 and an environment 128 are
+    named as such, not blamed on the configuration file (which sets neither)."""
+    cfg_file = tmp_path / "sidecar.yaml"
+    cfg_file.write_text("search:\n  limit: 5\n")
+    env = {"SIDECAR_EMBEDDER_MAX_LENGTH": "128"}
+    with pytest.raises(ConfigError) as err:
+        load_config(config_file=str(cfg_file), env=env)
+    message = str(err.value)
+    assert str(cfg_file) not in message, message
+    assert "chunking.maxTokens = 200 (default)" in message
+    assert "embedder.maxLength = 128 (environment SIDECAR_EMBEDDER_MAX_LENGTH)" in message
+    cfg_file.write_text("chunking:\n  maxTokens: 127\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(config_file=str(cfg_file), env=env)
+    assert f"chunking.maxTokens = 127 (file {cfg_file.resolve()})" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        load_config(env={"SIDECAR_VAULT_WIKI_SUBFOLDER": "../up", "SIDECAR_VAULT_PATH": str(tmp_path)})
+    wiki = "environment SIDECAR_VAULT_WIKI_SUBFOLDER: vault.wikiSubfolder = '../up'"
+    assert str(err.value).startswith(wiki)

@@ -228,3 +228,165 @@ def test_index_op_sweeps_new_notes(in_process: InProcessServer, vault: Path) -> 
     assert in_process.call("index")["queued"] is True
     assert in_process.sweeps == [(False, None, frozenset())]
     assert in_process.call("search", {"query": "kayak paddle"})["hits"][0]["reference"] == "vault/Kayak"
+
+
+def test_preview_analysis_carries_the_querys_language(in_process: InProcessServer) -> None:
+    """docs/protocol.md: `preview` returns `analysis` with the language (`de`, `en` or null), and
+    the typed reply the CLI and the shim parse keeps it."""
+    from sidecar.contracts import wire
+
+    english = in_process.call("search", {"query": "how do the tomatoes get their water", "preview": True})
+    german = in_process.call("search", {"query": "wie bekommen die Tomaten ihr Wasser", "preview": True})
+    neither = in_process.call("search", {"query": "tomatoes", "preview": True})
+    assert english["analysis"]["language"] == "en"
+    assert german["analysis"]["language"] == "de"
+    assert "language" in neither["analysis"] and neither["analysis"]["language"] is None
+    parsed = wire.parse_search(german).analysis
+    assert parsed is not None and parsed.language == "de"
+    assert wire.search_json(wire.parse_search(german), preview=True)["analysis"] == german["analysis"]
+
+
+def test_inline_filters_combine_with_the_parameters_as_documented(in_process: InProcessServer) -> None:
+    """docs/protocol.md: inline `tag:` and `source:` may repeat and add up, `path:`/`since:`/`until:`
+    once; an inline filter replaces its parameter (tags add to it); and a window the two leave
+    empty between them is a `bad_request`, not a silent empty result."""
+    from sidecar.clients.client import RemoteError
+
+    def refs(params: dict[str, Any]) -> list[str]:
+        return [h["reference"] for h in in_process.call("search", {"minScore": 0, **params})["hits"]]
+
+    tags = in_process.call("search", {"query": "water tag:garden tag:x", "tag": "y", "preview": True})
+    assert tags["analysis"]["filters"]["tags"] == ["y", "garden", "x"]
+    assert refs({"query": "water source:wiki source:vault"}) != []
+    assert refs({"query": "restic source:wiki", "source": "vault"}) == ["wiki/Backups"]
+    assert refs({"query": "water path:Recipes", "pathPrefix": "Projects"}) == ["vault/Recipes/Bread"]
+    for query, params in [
+        ("water path:a path:b", {}),
+        ("water since:2026-01-01 since:2026-02-01", {}),
+        ("water until:2026-01-01", {"since": "2026-06-01"}),
+    ]:
+        with pytest.raises(RemoteError) as err:
+            in_process.call("search", {"query": query, **params})
+        assert err.value.code == "bad_request", query
+    assert "since 2026-06-01 is after until 2026-01-01" in str(err.value)
+
+
+def test_why_calls_a_hit_what_search_returns_and_names_chunks_below_min_score(
+    in_process: InProcessServer,
+) -> None:
+    """`why` says `hit #N` for exactly the hits `search` returns, at their place; a chunk `search`
+    drops for its relevance is `below minScore (0.1)`, not a hit."""
+    outcomes: dict[str, list[str]] = {}
+    for query in ("sourdough flour", "tomatoes water sun", "water"):
+        hits = [(h["reference"], h["lines"]) for h in in_process.call("search", {"query": query})["hits"]]
+        for ref in ("vault/Garden", "vault/Recipes/Bread", "wiki/Backups", "vault/Projects/Boat"):
+            for c in in_process.call("why", {"reference": ref, "query": query})["chunks"]:
+                outcomes.setdefault(query, []).append(c["outcome"])
+                if c["outcome"].startswith("hit #"):
+                    assert hits[int(c["outcome"][5:]) - 1] == (ref, c["lines"]), (query, ref)
+                elif c["outcome"] == "below minScore (0.1)":
+                    assert c["relevance"] < 0.1 and (ref, c["lines"]) not in hits
+    assert "below minScore (0.1)" in outcomes["sourdough flour"]
+    assert sum(o.startswith("hit #") for o in outcomes["sourdough flour"]) == 1
+
+
+def test_a_line_of_exactly_max_frame_bytes_is_accepted(serve_in_process: Any) -> None:
+    """docs/protocol.md: `frame_too_large` is for a line *longer* than `server.maxFrameBytes`; the
+    newline is not counted. A line of exactly the limit is answered (also when its newline comes
+    in a later read), one byte more is refused."""
+    limit = 4096
+    server: InProcessServer = serve_in_process(**{"server.maxFrameBytes": limit})
+
+    def line(size: int) -> bytes:
+        frame = b'{"op": "search", "params": {"query": "bread"}}'
+        return frame + b" " * (size - len(frame))  # JSON allows the blanks
+
+    assert len(line(limit)) == limit
+    (answer,) = exchange(server.socket, line(limit) + b"\n")
+    assert answer["ok"] is True, answer
+    with _connect(server.socket) as s, s.makefile("rb") as answers:
+        s.sendall(line(limit))
+        time.sleep(0.2)  # the server has read the whole line but not its end yet
+        s.sendall(b"\n")
+        assert json.loads(answers.readline())["ok"] is True
+    (refused,) = exchange(server.socket, line(limit + 1) + b"\n")
+    assert refused["error"]["code"] == "frame_too_large"
+
+
+@pytest.mark.parametrize("version", [b"true", b"1.0", b'"1"', b"null", b"2"])
+def test_protocol_version_must_be_the_integer_1(in_process: InProcessServer, version: bytes) -> None:
+    """docs/protocol.md: `v` is an integer, 1 when present: `true` and `1.0` (equal to 1 in Python)
+    are refused like any other wrong version; 1 and no `v` at all are served."""
+    answers = exchange(
+        in_process.socket,
+        b'{"id": 1, "v": ' + version + b', "op": "health"}\n{"id": 2, "v": 1, "op": "health"}\n'
+        b'{"id": 3, "op": "health"}\n',
+    )
+    assert answers[0]["error"]["code"] == "bad_request"
+    assert "unsupported protocol version" in answers[0]["error"]["message"]
+    assert [a["ok"] for a in answers[1:]] == [True, True]
+
+
+def test_recall_gives_an_empty_context_when_no_note_fits_the_budget(
+    serve_in_process: Any, vault: Path
+) -> None:
+    """docs/protocol.md: `context` is empty when nothing qualifies and fits the token budget: a
+    budget that holds the frame but no note gives "", not a header announcing recalled notes."""
+    body = " ".join(["Sourdough starter feeding schedule with rye flour and warm water."] * 20)
+    write(vault / "Recipes/Starter.md", f"# Starter\n\n{body}\n")
+    server: InProcessServer = serve_in_process()
+    params = {"message": "sourdough starter feeding rye flour", "minScore": 0, "limit": 1}
+    roomy = server.call("recall", {**params, "tokenBudget": 1500})
+    assert roomy["hits"] and "vault/Recipes/Starter" in roomy["context"]
+    tight = server.call("recall", {**params, "tokenBudget": 100})
+    assert tight["hits"] and tight["context"] == ""
+
+
+def test_list_without_an_agent_is_a_bad_request_not_a_bad_write(in_process: InProcessServer) -> None:
+    """`list` reads: without an agent it is `bad_request` (as a bad agent name is for every op), not
+    `bad_memory_write`; a write without one stays `bad_memory_write` (docs/protocol.md)."""
+    from sidecar.clients.client import RemoteError
+
+    with pytest.raises(RemoteError) as listed:
+        in_process.call("list")
+    assert listed.value.code == "bad_request" and "agent" in str(listed.value)
+    with pytest.raises(RemoteError) as wrote:
+        in_process.call("write", {"slug": "x", "content": "y"})
+    assert wrote.value.code == "bad_memory_write"
+    assert in_process.call("list", agent="a1")["notes"] == []
+
+
+def test_confirm_deletions_of_an_unknown_root_lists_the_memory_roots_too(in_process: InProcessServer) -> None:
+    """`index` `confirmDeletions` names a root `vault`, `wiki` or `memory/<agent>` (docs/protocol.md):
+    an unknown one is refused listing them all, the agents' inboxes included, and an inbox is
+    accepted."""
+    from sidecar.clients.client import RemoteError
+
+    in_process.call("write", {"slug": "kayak", "content": "The paddle is in the loft."}, agent="a1")
+    with pytest.raises(RemoteError) as err:
+        in_process.call("index", {"confirmDeletions": "bogus"})
+    assert err.value.code == "bad_request"
+    assert "roots: memory/a1, vault, wiki" in str(err.value)
+    assert in_process.call("index", {"confirmDeletions": "memory/a1"})["queued"] is True
+
+
+@pytest.mark.parametrize("op", ["health", "reload"])
+def test_an_op_without_parameters_says_so_for_an_unknown_one(in_process: InProcessServer, op: str) -> None:
+    """`health` and `reload` take no parameters: an unknown one says that, not "allowed: " and
+    an empty list."""
+    from sidecar.clients.client import RemoteError
+
+    with pytest.raises(RemoteError) as err:
+        in_process.call(op, {"verbose": True})
+    assert err.value.code == "bad_request"
+    assert str(err.value) == "unknown parameter(s) verbose; this op takes no parameters"
+
+
+def test_outline_counts_read_in_the_singular_for_one(in_process: InProcessServer) -> None:
+    """The outline's head says "1 page, 1 folder", not "1 pages, 1 folders"."""
+    wiki = in_process.call("outline")
+    assert wiki["pages"] == 1 and wiki["folders"] == 0
+    assert wiki["outline"].startswith("Outline of the wiki (1 page, 0 folders);"), wiki["outline"]
+    vault = in_process.call("outline", {"source": "vault", "pathPrefix": "Projects"})
+    assert vault["pages"] == 1 and vault["folders"] == 1
+    assert vault["outline"].startswith("Outline of the vault (1 page, 1 folder);"), vault["outline"]

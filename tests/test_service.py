@@ -284,17 +284,17 @@ def test_sighup_reloads_ranking_weights(daemon_factory: Any, vault: Path, tmp_pa
     deadline = time.monotonic() + 20
     while "config_reloaded" not in d.log.read_text() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert "config_reloaded changed=vector_weight" in d.log.read_text()
+    assert "config_reloaded changed=search.vectorWeight" in d.log.read_text()
     after = top()
     assert after != before
     assert d.proc is not None and d.proc.pid == pid and d.proc.poll() is None
     cfg_file.write_text("search:\n  vectorWeight: 0.5\n")
-    assert d.call("reload")["changed"] == ["vector_weight"]
+    assert d.call("reload")["changed"] == ["search.vectorWeight"]
     # The defaults a request does not give are the reloaded ones too: a floor above every hit
     # empties the search and a limit of 1 keeps one hit, without a restart.
     assert len(d.call("search", {"query": "outboard engine spark plugs and tomatoes"})["hits"]) > 1
     cfg_file.write_text("search:\n  vectorWeight: 0.5\n  minScore: 50\n")
-    assert d.call("reload")["changed"] == ["min_score"]
+    assert d.call("reload")["changed"] == ["search.minScore"]
     assert d.call("search", {"query": "outboard engine spark plugs and tomatoes"})["hits"] == []
     cfg_file.write_text("search:\n  vectorWeight: 0.5\n  limit: 1\n")
     d.call("reload")
@@ -311,3 +311,30 @@ def test_sighup_reloads_ranking_weights(daemon_factory: Any, vault: Path, tmp_pa
     areas = [p["area"] for p in d.health()["problems"]["active"]]
     assert "config" not in areas and "restart" in areas  # status says a restart is due
     assert "config_needs_restart keys=watch.pollSeconds" in d.log.read_text()
+
+
+def test_reload_names_changed_keys_by_their_config_paths(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
+    """`reload`'s `changed` and the `config_reloaded` log line name keys as the file spells them
+    (search.minScore), as `needsRestart` does, recall.* included (it is applied too)."""
+    cfg_file = tmp_path / "sidecar.yaml"
+    cfg_file.write_text("search:\n  vectorWeight: 0.5\n")
+    d: DaemonProcess = daemon_factory(vault, extra=["--config", str(cfg_file)], keyword_only=True).start()
+    cfg_file.write_text(
+        "search:\n  vectorWeight: 0.4\n  minScore: 0.5\n  boosts:\n    wiki: 1.5\nrecall:\n  limit: 3\n"
+        "index:\n  exclude: [Recipes/]\nmemory:\n  maxNoteBytes: 7000\n"
+    )
+    answer = d.call("reload")
+    assert answer["changed"] == [  # in the order of the example file
+        "search.minScore",
+        "search.vectorWeight",
+        "search.boosts.wiki",
+        "recall.limit",
+        "index.exclude",
+    ], answer
+    assert answer["needsRestart"] == ["memory.maxNoteBytes"]
+    assert (
+        "config_reloaded changed=search.minScore,search.vectorWeight,search.boosts.wiki,recall.limit,"
+        "index.exclude" in d.log.read_text()
+    )

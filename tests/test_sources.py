@@ -174,3 +174,16 @@ def test_a_wiki_in_a_hidden_folder_is_read_and_a_folder_is_known_by_identity(
     real = (vault / "a" / "x.md").resolve()
     assert sources._below(real, tmp_path / "alias") == Path("a/x.md")
     assert sources._below(tmp_path / "elsewhere.md", tmp_path / "alias") is None
+
+
+def test_invalid_bytes_are_replaced_up_to_one_percent_of_the_text_as_the_readme_says() -> None:
+    """README: a note with invalid UTF-8 bytes is indexed with replacement characters when they are
+    at most 1 % of its characters; one bad byte in a note of 99 characters is `not UTF-8`."""
+    from sidecar.vault.sources import NoteUnreadable, decode_note
+
+    def note(chars: int) -> bytes:  # ``chars`` characters once decoded, one of them a bad byte
+        return b"a" * (chars - 1) + b"\xff"
+
+    assert decode_note(note(100), 10_000).count("\ufffd") == 1
+    with pytest.raises(NoteUnreadable, match="not UTF-8"):
+        decode_note(note(99), 10_000)

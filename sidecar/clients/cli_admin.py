@@ -168,7 +168,8 @@ def cmd_status(args: argparse.Namespace, cfg: Config) -> int:
             health = client.call("health")
     except DaemonNotRunningError as exc:
         if args.json:
-            print(json.dumps({"running": False, "socket": str(cfg.socket_path), "error": str(exc)}))
+            error = {"code": exc.code, "message": str(exc)}  # the shape of every command's error
+            print(json.dumps({"running": False, "socket": str(cfg.socket_path), "error": error}))
         else:
             print(f"sidecar is not running.\n{exc}")
         return int(ExitCode.NOT_RUNNING)

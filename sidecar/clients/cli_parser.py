@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 from sidecar import __version__
 from sidecar.config import Config, daemon_address, load_config
 from sidecar.contracts.errors import ConfigError, ExitCode, SidecarError
+from sidecar.contracts.protocol import LIMIT_RANGE, MIN_SCORE_RANGE, RELATED_LIMIT_RANGE, TOKEN_BUDGET_RANGE
 from sidecar.contracts.wire import SOURCES
 
 
@@ -153,11 +154,37 @@ def _index(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _in_range(kind: type[int] | type[float], bounds: tuple[float, float]) -> Callable[[str], Any]:
+    """An option's type: a number within the range the daemon accepts, else a usage error (exit 2)
+    that names the range, before any daemon is asked."""
+    lo, hi = bounds
+
+    def parse(text: str) -> int | float:
+        value = kind(text)  # a ValueError: argparse says "invalid int value: 'abc'"
+        if not lo <= value <= hi:  # NaN fails this too
+            raise argparse.ArgumentTypeError(f"{text} is not between {lo:g} and {hi:g}")
+        return value
+
+    parse.__name__ = kind.__name__  # the type argparse names in that message
+    return parse
+
+
 def _search(p: argparse.ArgumentParser) -> None:
     p.add_argument("query", help="what to look for")
-    p.add_argument("--limit", type=int, default=None, help="number of hits (default from config)")
+    p.add_argument(
+        "--limit",
+        type=_in_range(int, LIMIT_RANGE),
+        default=None,
+        help="number of hits, 1-200 (default search.limit)",
+    )
     p.add_argument("--source", choices=SOURCES, action="append", help="only this source (repeatable)")
-    p.add_argument("--min-score", type=float, default=None, help="drop hits below this score")
+    p.add_argument(
+        "--min-score",
+        type=_in_range(float, MIN_SCORE_RANGE),
+        default=None,
+        help="drop hits whose relevance (0-1, not the score) is below this; 0 keeps every candidate "
+        "(default search.minScore)",
+    )
     _agent(p, "search as this agent (its memory plus vault and wiki)")
 
 
@@ -167,9 +194,16 @@ def _recall_options(p: argparse.ArgumentParser) -> None:
         "--history", metavar="FILE", help="previous turns, one per line or a JSON list (oldest first)"
     )
     _agent(p, "recall as this agent (its memory plus vault and wiki)")
-    p.add_argument("--limit", type=int, help="most notes in the block (default recall.limit)")
     p.add_argument(
-        "--tokens", type=int, dest="token_budget", help="token budget (default recall.tokenBudget)"
+        "--limit",
+        type=_in_range(int, LIMIT_RANGE),
+        help="most notes in the block, 1-200 (default recall.limit)",
+    )
+    p.add_argument(
+        "--tokens",
+        type=_in_range(int, TOKEN_BUDGET_RANGE),
+        dest="token_budget",
+        help="token budget, 100-50000 (default recall.tokenBudget)",
     )
 
 
@@ -191,7 +225,12 @@ def _why(p: argparse.ArgumentParser) -> None:
 
 def _outline(p: argparse.ArgumentParser) -> None:
     p.add_argument("--path", dest="path_prefix", help="only this folder, e.g. Projects")
-    p.add_argument("--tokens", type=int, dest="token_budget", help="token budget (default 1000)")
+    p.add_argument(
+        "--tokens",
+        type=_in_range(int, TOKEN_BUDGET_RANGE),
+        dest="token_budget",
+        help="token budget, 100-50000 (default 1000)",
+    )
     p.add_argument(
         "--source",
         dest="outline_source",
@@ -209,7 +248,12 @@ def _get(p: argparse.ArgumentParser) -> None:
 
 def _related(p: argparse.ArgumentParser) -> None:
     p.add_argument("reference", help="the note, e.g. vault/Plugins/Audio recorder")
-    p.add_argument("--limit", type=int, default=10, help="notes shown (default 10)")
+    p.add_argument(
+        "--limit",
+        type=_in_range(int, RELATED_LIMIT_RANGE),
+        default=10,
+        help="notes shown, 1-100 (default 10)",
+    )
     _agent(p, "as this agent")
 
 

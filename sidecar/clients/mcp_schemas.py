@@ -3,6 +3,8 @@ reply, a slug) and ``tool``, which puts a tool's entry together."""
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
 from sidecar.contracts.wire import SOURCES
@@ -98,3 +100,21 @@ def tool(name: str, title: str, description: str, *schemas_and_hints: dict[str, 
         "outputSchema": out,
         "annotations": {"title": title, **ann},
     }
+
+
+def out_of_bounds(schema: dict[str, Any], args: dict[str, Any]) -> str | None:
+    """What is wrong with a numeric argument against its input schema (its type, ``minimum`` and
+    ``maximum``), or None. The shim checks these itself: a client need not validate the schema,
+    and the daemon's own, wider ranges (limit up to 200, minScore up to 100) are not the tool's."""
+    for name, prop in schema.get("properties", {}).items():
+        kind, value = prop.get("type"), args.get(name)
+        if kind not in ("integer", "number") or value is None:
+            continue
+        integral = isinstance(value, int) and not isinstance(value, bool)
+        ok = integral or (kind == "number" and isinstance(value, float) and not math.isnan(value))
+        lo, hi = prop.get("minimum"), prop.get("maximum")
+        if not ok or (lo is not None and value < lo) or (hi is not None and value > hi):
+            what = "an integer" if kind == "integer" else "a number"
+            span = f" from {lo} to {hi}" if lo is not None and hi is not None else ""
+            return f"'{name}' must be {what}{span}, not {json.dumps(value, ensure_ascii=False)}"
+    return None

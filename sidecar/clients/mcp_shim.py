@@ -21,10 +21,12 @@ from urllib.parse import unquote
 
 from sidecar import __version__
 from sidecar.clients.mcp_calls import ToolCalls, ToolError
+from sidecar.clients.mcp_schemas import out_of_bounds
 from sidecar.clients.mcp_tools import INSTRUCTIONS, TOOLS
 
 # Each tool's argument names (its input schema's properties), for the unknown-argument check.
 INPUTS: dict[str, tuple[str, ...]] = {t["name"]: tuple(t["inputSchema"]["properties"]) for t in TOOLS}
+SCHEMAS: dict[str, dict[str, Any]] = {t["name"]: t["inputSchema"] for t in TOOLS}
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +165,9 @@ class Shim:
                     f"unknown argument{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} for "
                     f"{name}; it takes {', '.join(known) or 'no arguments'}"
                 )
+            # the schema's ranges are the tool's, checked here (the daemon's are wider)
+            if (wrong := out_of_bounds(SCHEMAS[str(name)], args)) is not None:
+                raise ToolError(f"{wrong} (see the {name} input schema)")
             text, structured = tool(args)
         except ToolError as exc:
             return {"content": [{"type": "text", "text": str(exc)}], "isError": True}

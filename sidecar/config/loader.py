@@ -320,7 +320,7 @@ def load_config(
     wiki = wiki.strip("/")
     if not wiki or ".." in Path(wiki).parts or wiki.startswith("."):
         raise ConfigError(
-            f"{source_file or 'configuration'}: vault.wikiSubfolder = {vault.wiki_subfolder!r}: "
+            f"{_where(origins, 'vault.wikiSubfolder')}: vault.wikiSubfolder = {vault.wiki_subfolder!r}: "
             "must be a relative folder inside the vault"
         )
     vault = dataclasses.replace(vault, wiki_subfolder=wiki)
@@ -338,9 +338,12 @@ def load_config(
     if len(os.fsencode(socket)) > _MAX_SOCKET_PATH + 4:
         raise ConfigError(f"socket = {str(socket)!r}: path too long for a Unix socket")
     if cfg.chunking.max_tokens > cfg.embedder.max_length - 2:
+        # Two keys, each perhaps from elsewhere (the file, the environment, a default): each is
+        # named with its origin, not all blamed on the file.
         raise ConfigError(
-            f"{source_file or 'configuration'}: chunking.maxTokens = {cfg.chunking.max_tokens}: must leave "
-            f"room for the model's two special tokens within embedder.maxLength = {cfg.embedder.max_length}"
+            f"chunking.maxTokens = {cfg.chunking.max_tokens} ({origins['chunking.maxTokens']}): must "
+            "leave room for the model's two special tokens within embedder.maxLength = "
+            f"{cfg.embedder.max_length} ({origins['embedder.maxLength']})"
         )
     return dataclasses.replace(
         cfg,
@@ -357,6 +360,13 @@ def load_config(
 
 
 _RESOLVE_WAIT_S = 2.0
+
+
+def _where(origins: Mapping[str, str], dotted: str) -> str:
+    """Where a key's value came from, as a value error names it: the file's path, ``environment
+    SIDECAR_…``, ``command line``, ``default``."""
+    origin = origins.get(dotted, "configuration")
+    return origin.removeprefix("file ")
 
 
 def _resolved(path: Path, timeout: float) -> Path:

@@ -13,7 +13,12 @@ class MemoryWriteConfig:
         choices=("warn", "reject"),
     )
     duplicate_threshold: float = _opt(
-        0.9, "Cosine similarity from which a note counts as a near-duplicate.", min=0.0, max=1.0
+        0.9,
+        "Similarity from which a note counts as a near-duplicate: the higher of the cosine rescaled "
+        "from a note on the same subject (0) to an identical one (1) and the overlap of word triples "
+        "(see write's duplicates in docs/protocol.md).",
+        min=0.0,
+        max=1.0,
     )
 
 

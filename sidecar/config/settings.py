@@ -69,7 +69,17 @@ def _to_bool(raw: Any) -> bool:
 
 
 def _to_str_tuple(raw: Any, checks: Mapping[str, Any]) -> tuple[str, ...]:
-    """A YAML list of strings, or one string with items separated by commas (environment, flags)."""
+    """A YAML list of strings, or one string with items separated by commas (environment, flags).
+    A string in brackets, ``[a/, b/]``, is a YAML list written where commas are expected: split,
+    it would be the patterns ``[a/`` and ``b/]``, matching nothing. It is refused, saying how to
+    write it (a trailing comma keeps a single bracket expression such as ``[ab],``)."""
+    text = raw.strip() if isinstance(raw, str) else ""
+    if text.startswith("[") and text.endswith("]"):
+        items = [i.strip().strip("'\"") for i in text[1:-1].split(",")]
+        raise ValueError(
+            f"looks like a YAML list; here a list is one string, its items separated by commas: "
+            f"{','.join(i for i in items if i)!r} (a single pattern in brackets: end it with a comma)"
+        )
     items = raw.split(",") if isinstance(raw, str) else raw
     if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
         raise ValueError("expected a list of strings")

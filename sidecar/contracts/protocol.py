@@ -22,6 +22,12 @@ DEFAULT_MAX_FRAME = 1_048_576
 # (a few levels). Deeper is a bug or an attack, and recursive code (redaction, YAML) would
 # fail on it with an internal error instead of this clear one.
 MAX_DEPTH = 32
+# The ranges of the ops' numeric parameters (docs/protocol.md). The daemon enforces them; the CLI
+# and the MCP shim check the same ranges before they ask.
+LIMIT_RANGE = (1, 200)  # search and recall: hits
+MIN_SCORE_RANGE = (0.0, 100.0)  # search and recall: minScore (relevance is 0-1; 0 keeps everything)
+RELATED_LIMIT_RANGE = (1, 100)  # related: notes
+TOKEN_BUDGET_RANGE = (100, 50_000)  # recall and outline: tokenBudget
 # A JSON escape can encode half of a UTF-16 pair ("\ud800"): Python keeps it as a lone
 # surrogate, which no file, index or reply can hold.
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -73,7 +79,7 @@ def parse_request(line: bytes) -> Request:
         raise ProtocolError("request must be a JSON object")
     check_values(data)
     version = data.get("v", PROTOCOL_VERSION)
-    if version != PROTOCOL_VERSION:
+    if type(version) is not int or version != PROTOCOL_VERSION:  # true and 1.0 equal 1 in Python
         raise ProtocolError(
             f"unsupported protocol version {version!r}; this daemon speaks {PROTOCOL_VERSION}"
         )
@@ -182,4 +188,5 @@ def param_bool(params: dict[str, Any], name: str, *, default: bool) -> bool:
 def check_known(params: dict[str, Any], allowed: tuple[str, ...]) -> None:
     unknown = sorted(set(params) - set(allowed))
     if unknown:
-        raise ProtocolError(f"unknown parameter(s) {', '.join(unknown)}; allowed: {', '.join(allowed)}")
+        takes = f"allowed: {', '.join(allowed)}" if allowed else "this op takes no parameters"
+        raise ProtocolError(f"unknown parameter(s) {', '.join(unknown)}; {takes}")

@@ -53,6 +53,7 @@ class Analysis:
     word_class: int
     chronicle: bool
     filters: AnalysisFilters
+    language: str | None = None  # "de" or "en" when the query's words say so, else None
     history_turns: int | None = None  # recall only
     history_share: float | None = None  # recall with history: the turns' share of the query
     refers_back: bool | None = None  # recall: the message continues an earlier turn
@@ -157,6 +158,7 @@ def analysis_json(a: Analysis) -> dict[str, Any]:
         "rareWords": list(a.rare_words),
         "wordClass": a.word_class,
         "chronicle": a.chronicle,
+        "language": a.language,
         "filters": {
             "tags": list(f.tags),
             "pathPrefix": f.path_prefix,
@@ -267,6 +269,7 @@ def parse_analysis(d: Mapping[str, Any]) -> Analysis:
         rare_words=tuple(d.get("rareWords") or ()),
         word_class=d.get("wordClass", 0),
         chronicle=bool(d.get("chronicle")),
+        language=d.get("language"),
         filters=AnalysisFilters(
             tags=tuple(f.get("tags") or ()),
             path_prefix=f.get("pathPrefix"),

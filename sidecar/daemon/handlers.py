@@ -20,7 +20,11 @@ from sidecar import __version__
 from sidecar.config import Config, valid_agent
 from sidecar.contracts.errors import NotFoundError, ProtocolError, SourceError
 from sidecar.contracts.protocol import (
+    LIMIT_RANGE,
+    MIN_SCORE_RANGE,
     PROTOCOL_VERSION,
+    RELATED_LIMIT_RANGE,
+    TOKEN_BUDGET_RANGE,
     Request,
     check_known,
     param_bool,
@@ -53,6 +57,7 @@ from sidecar.vault.sources import (
     read_inbox_note,
     read_note,
 )
+from sidecar.vault.sources import roots as note_roots
 from sidecar.vault.supervisor import Supervisor
 from sidecar.vault.timeout import NoAnswer, bounded_call
 
@@ -177,8 +182,9 @@ class Handlers:
         query = param_str(p, text_param, max_len=MAX_QUERY_CHARS)
         if "\0" in query:
             raise ProtocolError(f"'{text_param}' contains a NUL byte")
-        limit = param_int(p, "limit", default=limit, lo=1, hi=200)
-        min_score = param_float(p, "minScore", default=self.retriever.cfg.min_score, lo=0.0, hi=100.0)
+        limit = param_int(p, "limit", default=limit, lo=LIMIT_RANGE[0], hi=LIMIT_RANGE[1])
+        lo, hi = MIN_SCORE_RANGE
+        min_score = param_float(p, "minScore", default=self.retriever.cfg.min_score, lo=lo, hi=hi)
         source = p.get("source")
         sources: tuple[str, ...] | None
         if source is None:
@@ -203,7 +209,11 @@ class Handlers:
         budget = None
         if text_param == "message":
             budget = param_int(
-                p, "tokenBudget", default=self.retriever.recall_cfg.token_budget, lo=100, hi=50_000
+                p,
+                "tokenBudget",
+                default=self.retriever.recall_cfg.token_budget,
+                lo=TOKEN_BUDGET_RANGE[0],
+                hi=TOKEN_BUDGET_RANGE[1],
             )
         return SearchRequest(query, limit, min_score, sources, agent, filters, budget)
 
@@ -374,7 +384,7 @@ class Handlers:
         reference = param_str(p, "reference", max_len=MAX_REFERENCE_CHARS)
         manifest = self.manifest
         key = manifest.key_in_any_form(key_for_reference(reference, req.agent))
-        limit = param_int(p, "limit", default=10, lo=1, hi=100)
+        limit = param_int(p, "limit", default=10, lo=RELATED_LIMIT_RANGE[0], hi=RELATED_LIMIT_RANGE[1])
         if not manifest.file_states(key).get(key):
             try:  # not_found / bad_reference for a note that does not exist
                 self._on_disk(key, lambda: path_for_key(self.cfg, key))
@@ -398,7 +408,8 @@ class Handlers:
         if source not in ("wiki", "vault"):
             raise ProtocolError("'source' must be wiki or vault")
         prefix = unicodedata.normalize("NFC", (param_opt_str(p, "pathPrefix", max_len=1000) or "").strip("/"))
-        budget = param_int(p, "tokenBudget", default=OUTLINE_BUDGET, lo=100, hi=50_000)
+        lo, hi = TOKEN_BUDGET_RANGE
+        budget = param_int(p, "tokenBudget", default=OUTLINE_BUDGET, lo=lo, hi=hi)
         manifest = self.manifest
         pages = []
         for key, _src, _agent, title, _tags, _mtime, _chunks, fm in manifest.list_files(
@@ -434,7 +445,8 @@ class Handlers:
         check_known(p, ("rebuild", "confirmDeletions"))
         rebuild = param_bool(p, "rebuild", default=False)
         confirm = param_opt_str(p, "confirmDeletions", max_len=200)
-        known = set(self.supervisor.roots)
+        # Every root a sweep would read (the agents' inboxes too), and those it has seen.
+        known = {r.name for r in note_roots(self.cfg)} | set(self.supervisor.roots)
         if confirm is not None and confirm not in known:
             raise ProtocolError(f"unknown root {confirm!r}; roots: {', '.join(sorted(known)) or 'none yet'}")
         self.service.request_sweep(rebuild, None, frozenset([confirm]) if confirm else frozenset())

@@ -19,7 +19,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import fields
 from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -213,8 +212,15 @@ class Daemon:
             raise
         if problems is not None:
             problems.clear("config")
-        old = self._retriever.cfg
-        changed = [f.name for f in fields(old) if getattr(old, f.name) != getattr(new.search, f.name)]
+        # Named by their config paths (search.minScore), as needsRestart names its keys.
+        running = {"search": self._retriever.cfg, "recall": self._retriever.recall_cfg}
+        changed = [
+            s.dotted
+            for s in settings()
+            if s.attrs[0] in running
+            and functools.reduce(getattr, s.attrs[1:], running[s.attrs[0]])
+            != functools.reduce(getattr, s.attrs, new)
+        ]
         self._retriever.cfg = new.search
         self._retriever.recall_cfg = new.recall
         self._retriever.model_stem = model_stem(new)

@@ -300,12 +300,12 @@ class Server:
         deadline = loop.time() + self.idle_timeout  # a frame, once begun, must end in this time too
         while True:
             nl = buf.find(b"\n")
-            if nl >= 0 and nl < self.max_frame:
+            if 0 <= nl <= self.max_frame:  # a line of up to max_frame bytes, its newline not counted
                 line = bytes(buf[: nl + 1])
                 del buf[: nl + 1]
                 self.buffered -= nl + 1
                 return line
-            if nl >= self.max_frame or len(buf) >= self.max_frame:
+            if nl > self.max_frame or len(buf) > self.max_frame:
                 await self._send(
                     writer,
                     error_frame(

@@ -282,6 +282,8 @@ class MemoryOps:
     def list(self, req: Request) -> dict[str, Any]:
         p = req.params
         check_known(p, ("source", "tag", "pathPrefix", "limit"))
+        if req.agent is None:  # a read: a request missing a field, as a bad agent name is for any op
+            raise ProtocolError("list needs an agent name (the 'agent' field of the request; --agent)")
         agent = check_agent(req.agent)
         source = param_opt_str(p, "source") or "memory"
         if source not in (*SOURCES, "all"):

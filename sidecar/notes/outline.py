@@ -82,11 +82,16 @@ def _render(folders: dict[str, list[Page]], detail: str) -> list[str]:
     return lines
 
 
+def _count(n: int, noun: str) -> str:
+    """``1 page``, ``2 pages``, ``0 folders``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def render(pages: Sequence[Page], budget: int, count: CountTokens, *, label: str = "wiki") -> Outline:
     """The most detailed outline of ``pages`` that fits ``budget`` tokens."""
     folders = _folders(pages)
     n_folders = len({"/".join(f.split("/")[:i]) for f in folders if f for i in range(1, f.count("/") + 2)})
-    head = f"Outline of the {label} ({len(pages)} pages, {n_folders} folders); "
+    head = f"Outline of the {label} ({_count(len(pages), 'page')}, {_count(n_folders, 'folder')}); "
     head += f"read a page with memory_get('{label}/<path>')."
     for detail in DETAILS[:3]:
         lines = [head, *_render(folders, detail)]
@@ -103,6 +108,7 @@ def render(pages: Sequence[Page], budget: int, count: CountTokens, *, label: str
             break
         kept.append(line)
         used += cost
-    kept.append(f"… ({len(lines) - len(kept)} more lines; pass a larger token budget or a path prefix)")
+    more = _count(len(lines) - len(kept), "more line")
+    kept.append(f"… ({more}; pass a larger token budget or a path prefix)")
     text = "\n".join(kept)
     return Outline(text, len(pages), n_folders, sum(count([text])), "truncated")

@@ -25,11 +25,13 @@ def render_block(
     *,
     own: bool = True,
 ) -> str:
-    """The context block: header, legend, then hits until the token budget is spent. ``own``:
-    asked by an agent, whose memory hits are its own notes."""
+    """The context block: header, legend, then hits until the token budget is spent; empty when
+    no hit fits (a frame saying notes were recalled, holding none, would mislead the model).
+    ``own``: asked by an agent, whose memory hits are its own notes."""
     if not hits:
         return ""
     parts = ["<recalled-notes>", HEADER, LEGEND if own else LEGEND_ALL, MORE]
+    frame = len(parts)
     used = sum(count_tokens(parts))
     for h in hits:
         head = f"\n[{h.source}] {h.reference} (lines {h.lines[0]}-{h.lines[1]})"
@@ -44,5 +46,7 @@ def render_block(
             cost = sum(count_tokens([head, body]))
         parts.extend([head, body])
         used += cost
+    if len(parts) == frame:
+        return ""
     parts.append("</recalled-notes>")
     return "\n".join(parts)

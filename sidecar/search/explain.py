@@ -1,6 +1,6 @@
 """``why``: a note's place (or absence) in the results of a query, chunk by chunk: both arms'
-scores, the fused score and boosts, and what became of it (a hit, beyond the limit, folded,
-capped, or not a candidate at all)."""
+scores, the fused score and boosts, and what became of it (a hit, below minScore, beyond the
+limit, folded, capped, or not a candidate at all)."""
 
 from __future__ import annotations
 
@@ -40,13 +40,18 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
         q = serving.model.embed_query(text)
         direct_vec = {cid: float(np.dot(v, q)) for cid, v in serving.store.vectors_of(ids).items()}
     scored = {s.candidate.chunk_id: s for s in ranking.scored}
-    rank = {s.candidate.chunk_id: i + 1 for i, s in enumerate(ranking.ranked)}
+    # As `search` does: drop what is below minScore, then cut at the limit (ranks count the kept).
+    below = {s.candidate.chunk_id for s in ranking.ranked if s.relevance < req.min_score}
+    kept = [s for s in ranking.ranked if s.candidate.chunk_id not in below]
+    rank = {s.candidate.chunk_id: i + 1 for i, s in enumerate(kept)}
     folded_into = {f: s for s in ranking.folded for f in s.folded}
     in_folded = {s.candidate.chunk_id for s in ranking.folded}
     out = []
     for c in chunks:
         s = scored.get(c.chunk_id)
-        if c.chunk_id in rank and rank[c.chunk_id] <= req.limit:
+        if c.chunk_id in below:
+            outcome = f"below minScore ({req.min_score:g})"
+        elif c.chunk_id in rank and rank[c.chunk_id] <= req.limit:
             outcome = f"hit #{rank[c.chunk_id]}"
         elif c.chunk_id in rank:
             outcome = f"rank {rank[c.chunk_id]}, beyond the limit of {req.limit}"

@@ -48,6 +48,7 @@ def analysis_of(qa: QueryAnalysis, filters: Filters, rare: Sequence[str] = ()) -
         rare_words=tuple(rare),
         word_class=qa.word_class,
         chronicle=qa.chronicle,
+        language=qa.language,
         filters=AnalysisFilters(
             tags=tuple(filters.tags),
             path_prefix=filters.path_prefix,

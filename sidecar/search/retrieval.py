@@ -28,7 +28,7 @@ from sidecar.index.vectoring import Stores, VectorSet
 from sidecar.model.embedder import Embedder, EmbedderSlot, cosine_range, model_name
 from sidecar.notes.links import cited_by
 from sidecar.search.fusion import Candidate, Rules, Scale, Scored, apply_rules, cap_per_note, fold, fuse
-from sidecar.search.query import Filters, QueryAnalysis, analyze, is_stopword, split_filters
+from sidecar.search.query import FilterError, Filters, QueryAnalysis, analyze, is_stopword, split_filters
 from sidecar.search.query import fold as fold_word
 from sidecar.search.querycache import QueryCache
 from sidecar.search.results import analysis_of, to_hit
@@ -550,7 +550,12 @@ def _alphabetic(word: str) -> bool:
 
 
 def with_filters(req: SearchRequest, inline: Filters) -> SearchRequest:
+    """The request with the query's inline filters: tags add to the parameter's (any of them), an
+    inline ``path:``, ``since:``, ``until:`` or ``source:`` replaces the parameter. A window left
+    empty by the two together (``since`` given, an inline ``until:`` before it) is refused."""
     filters = req.filters.merged(inline)
+    if filters.since and filters.until and filters.since > filters.until:
+        raise FilterError(f"the date window is empty: since {filters.since} is after until {filters.until}")
     sources = req.sources
     if inline.sources:
         sources = tuple(s for s in inline.sources if s in SOURCES) or sources
