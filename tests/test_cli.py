@@ -229,6 +229,14 @@ def test_errors_as_json_with_json(shared: DaemonProcess, tmp_path: Path) -> None
     status = json.loads(r.stdout)
     assert r.returncode == ExitCode.NOT_RUNNING and status["running"] is False
     assert status["error"]["code"] == "not_running" and "no sidecar daemon" in status["error"]["message"]
+    # The hint to start it names the configuration file whose socket was tried (it said --vault
+    # PATH, which starts a daemon on another socket when the file sets home: or socket:).
+    conf = tmp_path / "other.yaml"
+    conf.write_text("search: {minScore: 0.1}\n")
+    r = _run(
+        shared, "search", "x", "--config", str(conf), "--json", env={"SIDECAR_HOME": str(tmp_path / "other")}
+    )
+    assert f"sidecar serve --config {conf}" in json.loads(r.stdout)["error"]["message"]
 
 
 def test_every_command_takes_json() -> None:

@@ -78,7 +78,7 @@ def cmd_serve(args: argparse.Namespace, cfg: Config) -> int:
 def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
     bar = Progress(sys.stderr)
     try:
-        with Client(cfg.socket_path) as client:
+        with Client(cfg.socket_path, config_file=cfg.source_file) as client:
             before = client.call("health")["index"]["sweeps"]
             params: dict[str, Any] = {"rebuild": bool(args.rebuild)}
             if args.confirm_deletions:
@@ -164,7 +164,7 @@ def _show_progress(bar: Progress, idx: dict[str, Any], embedder: dict[str, Any])
 
 def cmd_status(args: argparse.Namespace, cfg: Config) -> int:
     try:
-        with Client(cfg.socket_path, timeout=10.0) as client:
+        with Client(cfg.socket_path, timeout=10.0, config_file=cfg.source_file) as client:
             health = client.call("health")
     except DaemonNotRunningError as exc:
         if args.json:

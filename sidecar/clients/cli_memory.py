@@ -47,7 +47,7 @@ def cmd_memory(args: argparse.Namespace, cfg: Config) -> int:
                 except json.JSONDecodeError as exc:
                     raise UsageError(f"--frontmatter is not valid JSON: {exc}") from None
     try:
-        with Client(cfg.socket_path, agent=args.agent) as client:
+        with Client(cfg.socket_path, agent=args.agent, config_file=cfg.source_file) as client:
             result = client.call(args.action, params)
     except RemoteError as exc:  # the daemon's words name the MCP tools; a person typed a command
         raise RemoteError(exc.code, str(exc).replace("memory_write", "`sidecar memory write`")) from None

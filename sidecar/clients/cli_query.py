@@ -83,7 +83,7 @@ def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def cmd_why(args: argparse.Namespace, cfg: Config) -> int:
-    with Client(cfg.socket_path, agent=args.agent) as client:
+    with Client(cfg.socket_path, agent=args.agent, config_file=cfg.source_file) as client:
         reply = client.call("why", {"reference": args.reference, "query": args.query})
     r = parse_explanation(reply)
     missing = not r.indexed and r.exists is False  # like `get`: a missing note fails
@@ -152,7 +152,7 @@ def _given(**params: Any) -> dict[str, Any]:
 
 def _call(args: argparse.Namespace, cfg: Config, op: str, params: dict[str, Any]) -> dict[str, Any] | None:
     """The daemon's reply to one op, or None when ``--json`` printed it as it came."""
-    with Client(cfg.socket_path, agent=getattr(args, "agent", None)) as client:
+    with Client(cfg.socket_path, agent=getattr(args, "agent", None), config_file=cfg.source_file) as client:
         reply = client.call(op, params)
     if args.json:
         print(json.dumps(reply, ensure_ascii=False))

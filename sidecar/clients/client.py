@@ -17,11 +17,27 @@ _MAX_RESPONSE = 256 * 1024 * 1024
 _CONNECT_TRIES = 10
 
 
+def serve_hint(config_file: Path | None) -> str:
+    """How to start the daemon this client looks for: with the file whose socket it knocks at."""
+    serve = (
+        f"sidecar serve --config {config_file}" if config_file is not None else "sidecar serve --vault PATH"
+    )
+    return f"`{serve}` (or `systemctl --user start sidecar`)"
+
+
 class Client:
-    def __init__(self, socket_path: Path, *, timeout: float = 60.0, agent: str | None = None) -> None:
+    def __init__(
+        self,
+        socket_path: Path,
+        *,
+        timeout: float = 60.0,
+        agent: str | None = None,
+        config_file: Path | None = None,
+    ) -> None:
         self.socket_path = socket_path
         self.timeout = timeout
         self.agent = agent
+        self.config_file = config_file  # named in the hint when no daemon listens
         self._sock: socket.socket | None = None
         self._buf = b""
         self._ids = itertools.count(1)
@@ -48,7 +64,7 @@ class Client:
             sock.close()
             raise DaemonNotRunningError(
                 f"no sidecar daemon is listening on {self.socket_path}. Start it with "
-                "`sidecar serve --vault PATH` (or `systemctl --user start sidecar`)."
+                f"{serve_hint(self.config_file)}."
             ) from exc
         except OSError as exc:
             sock.close()
