@@ -99,6 +99,7 @@ def _note(h: Harness, slug: str, text: str) -> Any:
     root.path.mkdir(parents=True, exist_ok=True)
     path = root.path / f"{slug}.md"
     data = text.encode()
+    path.write_bytes(data)  # a memory write's file is there before its entry (a note without one is skipped)
     note = NoteFile(root.key_of(f"{slug}.md"), root, path, f"{slug}.md", time.time_ns(), len(data))
     d = draft(note, None, data, h.cfg.index.max_file_bytes)
     assert isinstance(d, Drafted)
