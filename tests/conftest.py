@@ -88,7 +88,11 @@ def write(path: Path, text: str) -> Path:
 @pytest.fixture
 def vault(tmp_path: Path) -> Path:
     """A small vault with a wiki, a dot-folder and a few ordinary notes."""
-    v = tmp_path / "vault"
+    return make_vault(tmp_path / "vault")
+
+
+def make_vault(v: Path) -> Path:
+    """The notes of the ``vault`` fixture, at ``v``."""
     write(v / "Garden.md", "---\ntags: [garden]\n---\n# Garden\n\nTomatoes need sun and water every day.\n")
     write(v / "Projects/Boat.md", "# Boat\n\n## Engine\n\nThe outboard engine needs new spark plugs.\n")
     write(v / "Recipes/Bread.md", "# Bread\n\nSourdough bread needs flour, water, salt and a starter.\n")

@@ -11,13 +11,14 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sidecar.contracts.errors import ExitCode, RemoteError
-from tests.conftest import DaemonProcess, exchange, write
+from tests.conftest import DaemonProcess, exchange, make_vault, write
 
 pytestmark = pytest.mark.model
 
@@ -27,32 +28,41 @@ def running(daemon_factory: Any, vault: Path) -> DaemonProcess:
     return daemon_factory(vault).start()
 
 
-def test_end_to_end_search_and_get(running: DaemonProcess) -> None:
+@pytest.fixture(scope="module")
+def steady(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    """One daemon for the tests that only ask it (each asserts it is still ready after)."""
+    base = tmp_path_factory.mktemp("steady")
+    d = DaemonProcess(base / "home", make_vault(base / "vault")).start()
+    yield d
+    d.stop()
+
+
+def test_end_to_end_search_and_get(steady: DaemonProcess) -> None:
     """Ready with every chunk embedded; search --json ranks the right note; get returns it whole."""
-    h = running.wait_for(lambda h: h["index"]["pending_vectors"] == 0)
+    h = steady.wait_for(lambda h: h["index"]["pending_vectors"] == 0)
     assert h["index"]["files"] == 4 and h["embedder"]["state"] == "ok"
     assert h["embedder"]["origin"] == "bundled package"
-    out = running.run_cli("search", "when do we back up the NAS", "--json", check=True)
+    out = steady.run_cli("search", "when do we back up the NAS", "--json", check=True)
     hits = json.loads(out.stdout)["hits"]
     assert hits[0]["reference"] == "wiki/Backups"
     assert hits[0]["vecScore"] is not None and hits[0]["bm25Score"] is not None
     assert set(hits[0]) >= {"reference", "source", "score", "vecScore", "bm25Score", "title", "lines", "text"}
-    got = running.call("get", {"reference": hits[0]["reference"]})
+    got = steady.call("get", {"reference": hits[0]["reference"]})
     assert got["text"].startswith("# Backups") and got["source"] == "wiki"
-    human = running.run_cli("get", "vault/Projects/Boat", check=True)
+    human = steady.run_cli("get", "vault/Projects/Boat", check=True)
     assert "spark plugs" in human.stdout
-    limited = running.call("search", {"query": "water", "limit": 1, "source": "vault"})
+    limited = steady.call("search", {"query": "water", "limit": 1, "source": "vault"})
     assert len(limited["hits"]) == 1 and limited["hits"][0]["source"] == "vault"
 
 
-def test_status_contract(running: DaemonProcess) -> None:
+def test_status_contract(steady: DaemonProcess) -> None:
     """status --json carries index.state/files/chunks/pending_vectors and embedder.state; text is plain."""
-    out = running.run_cli("status", "--json", check=True)
+    out = steady.run_cli("status", "--json", check=True)
     data = json.loads(out.stdout)
     assert data["index"]["state"] == "ready"
     assert {"files", "chunks", "pending_vectors"} <= set(data["index"])
     assert data["embedder"]["state"] == "ok"
-    text = running.run_cli("status", check=True).stdout
+    text = steady.run_cli("status", check=True).stdout
     assert "Index: ready" in text and "Embedder: ok" in text
 
 
@@ -68,14 +78,14 @@ def test_get_refuses_escapes(running: DaemonProcess, tmp_path: Path) -> None:
         assert "top secret" not in str(exc.value)
 
 
-def test_socket_is_private(running: DaemonProcess) -> None:
+def test_socket_is_private(steady: DaemonProcess) -> None:
     """Socket mode 0600 inside a 0700 directory; no TCP socket is open."""
-    mode = stat.S_IMODE(running.socket.stat().st_mode)
+    mode = stat.S_IMODE(steady.socket.stat().st_mode)
     assert mode == 0o600
-    assert stat.S_IMODE(running.socket.parent.stat().st_mode) == 0o700
-    assert running.proc is not None
+    assert stat.S_IMODE(steady.socket.parent.stat().st_mode) == 0o700
+    assert steady.proc is not None
     inodes = set()
-    for fd in Path(f"/proc/{running.proc.pid}/fd").iterdir():
+    for fd in Path(f"/proc/{steady.proc.pid}/fd").iterdir():
         try:
             target = os.readlink(fd)
         except FileNotFoundError:  # closed between the listing and the read (a file the daemon was reading)
@@ -88,19 +98,19 @@ def test_socket_is_private(running: DaemonProcess) -> None:
                 assert line.split()[9] not in inodes, "the daemon owns a TCP socket"
 
 
-def test_peer_of_another_uid_is_refused(running: DaemonProcess) -> None:
+def test_peer_of_another_uid_is_refused(steady: DaemonProcess) -> None:
     """A client running as another user gets a 'forbidden' answer even if file modes would let it in."""
     setpriv = shutil.which("setpriv")
     if os.geteuid() != 0 or setpriv is None:
         pytest.skip("needs root and setpriv to run a client as another user")
     # Open the modes on purpose: the UID check must hold on its own.
-    dirs = [running.socket.parent, *running.socket.parent.parents]
+    dirs = [steady.socket.parent, *steady.socket.parent.parents]
     saved = {d: stat.S_IMODE(d.stat().st_mode) for d in dirs}
-    saved_sock = stat.S_IMODE(running.socket.stat().st_mode)
+    saved_sock = stat.S_IMODE(steady.socket.stat().st_mode)
     try:
         for d in dirs:
             os.chmod(d, saved[d] | 0o011)
-        os.chmod(running.socket, 0o666)
+        os.chmod(steady.socket, 0o666)
         code = (
             "import socket,sys;s=socket.socket(socket.AF_UNIX);s.connect(sys.argv[1]);"
             "print(s.recv(4096).decode())"
@@ -114,7 +124,7 @@ def test_peer_of_another_uid_is_refused(running: DaemonProcess) -> None:
                 sys.executable,
                 "-c",
                 code,
-                str(running.socket),
+                str(steady.socket),
             ],
             capture_output=True,
             text=True,
@@ -124,12 +134,12 @@ def test_peer_of_another_uid_is_refused(running: DaemonProcess) -> None:
     finally:
         for d in dirs:
             os.chmod(d, saved[d])
-        os.chmod(running.socket, saved_sock)
+        os.chmod(steady.socket, saved_sock)
     assert '"forbidden"' in out.stdout, out.stderr
     assert '"index"' not in out.stdout
 
 
-def test_bad_requests_get_clear_errors_and_daemon_survives(running: DaemonProcess) -> None:
+def test_bad_requests_get_clear_errors_and_daemon_survives(steady: DaemonProcess) -> None:
     """Malformed JSON, wrong shapes, unknown ops and wrong types each get an error frame."""
     frames = (
         b"\n".join(
@@ -151,23 +161,23 @@ def test_bad_requests_get_clear_errors_and_daemon_survives(running: DaemonProces
         )
         + b"\n"
     )
-    answers = exchange(running.socket, frames)
+    answers = exchange(steady.socket, frames)
     assert len(answers) == 13
     assert all(not a["ok"] for a in answers[:-1])
     assert answers[3]["id"] == "u" and "unknown op" in answers[3]["error"]["message"]
     assert answers[-1]["ok"] and answers[-1]["result"]["hits"]
     codes = {a["error"]["code"] for a in answers[:-1]}
     assert codes <= {"bad_request", "bad_reference", "not_found"}
-    assert running.health()["index"]["state"] == "ready"
+    assert steady.health()["index"]["state"] == "ready"
 
 
-def test_oversized_and_partial_frames(running: DaemonProcess) -> None:
+def test_oversized_and_partial_frames(steady: DaemonProcess) -> None:
     """A frame over the limit is refused and the connection closed; a half frame then hang-up is harmless."""
     big = b'{"op":"search","params":{"query":"' + b"a" * 2_000_000 + b'"}}\n'
-    answers = exchange(running.socket, big)
+    answers = exchange(steady.socket, big)
     assert answers and answers[0]["error"]["code"] == "frame_too_large"
-    assert exchange(running.socket, b'{"op":"hea') == []
-    assert running.health()["index"]["state"] == "ready"
+    assert exchange(steady.socket, b'{"op":"hea') == []
+    assert steady.health()["index"]["state"] == "ready"
 
 
 def test_second_instance_is_refused(running: DaemonProcess, daemon_factory: Any, vault: Path) -> None:

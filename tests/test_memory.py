@@ -81,30 +81,29 @@ def test_memory_lifecycle_and_scoping(running: DaemonProcess, vault: Path) -> No
     assert len(audit) == 3
 
 
-@pytest.mark.parametrize(
-    ("op", "params", "code"),
-    [
-        ("write", {"slug": "../../vault/x", "content": "x"}, "bad_memory_write"),
-        ("write", {"slug": "vault/Garden", "content": "x"}, "bad_memory_write"),
-        ("write", {"slug": "wiki/Backups", "content": "x"}, "bad_memory_write"),
-        ("write", {"slug": "Has Spaces", "content": "x"}, "bad_memory_write"),
-        ("write", {"slug": "ok", "content": 5}, "bad_request"),
-        ("write", {"slug": "ok", "content": "x", "frontmatter": [1]}, "bad_memory_write"),
-        ("edit", {"slug": "missing-note", "content": "x"}, "not_found"),
-        ("write", {"slug": "ok", "content": "x", "path": "/etc/passwd"}, "bad_request"),
-    ],
-)
-def test_memory_refusals(
-    running: DaemonProcess, vault: Path, op: str, params: dict[str, Any], code: str
-) -> None:
-    """Bad slugs, writes aimed at vault/wiki, wrong types, edits of missing notes: clear errors, no file."""
+REFUSALS = [
+    ("write", {"slug": "../../vault/x", "content": "x"}, "bad_memory_write"),
+    ("write", {"slug": "vault/Garden", "content": "x"}, "bad_memory_write"),
+    ("write", {"slug": "wiki/Backups", "content": "x"}, "bad_memory_write"),
+    ("write", {"slug": "Has Spaces", "content": "x"}, "bad_memory_write"),
+    ("write", {"slug": "ok", "content": 5}, "bad_request"),
+    ("write", {"slug": "ok", "content": "x", "frontmatter": [1]}, "bad_memory_write"),
+    ("edit", {"slug": "missing-note", "content": "x"}, "not_found"),
+    ("write", {"slug": "ok", "content": "x", "path": "/etc/passwd"}, "bad_request"),
+]
+
+
+def test_memory_refusals(running: DaemonProcess, vault: Path) -> None:
+    """Bad slugs, writes aimed at vault/wiki, wrong types, edits of missing notes: clear errors, no
+    file (one daemon for every case: each refusal leaves nothing behind for the next)."""
     before = _tree(vault)
-    with pytest.raises(RemoteError) as exc:
-        running.call(op, params, agent="claude")
-    assert exc.value.code == code
-    assert _tree(vault) == before
     inbox = running.home / "agents" / "claude" / "memory"
-    assert not inbox.exists() or [p.name for p in inbox.glob("*.md")] == []
+    for op, params, code in REFUSALS:
+        with pytest.raises(RemoteError) as exc:
+            running.call(op, params, agent="claude")
+        assert exc.value.code == code, (op, params)
+        assert _tree(vault) == before, (op, params)
+        assert not inbox.exists() or [p.name for p in inbox.glob("*.md")] == [], (op, params)
 
 
 def test_memory_ops_need_an_agent(running: DaemonProcess) -> None:
