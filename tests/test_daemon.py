@@ -397,3 +397,27 @@ def test_no_network_is_attempted(daemon_factory: Any, vault: Path, tmp_path: Pat
     assert d.call("search", {"query": "spark plugs"})["hits"][0]["reference"] == "vault/Projects/Boat"
     d.stop()
     assert not record.exists() or record.read_text() == ""
+
+
+def test_index_whose_daemon_stops_meanwhile_does_not_index_in_its_place(
+    daemon_factory: Any, tmp_path: Path
+) -> None:
+    """`sidecar index` whose daemon stops while it waits says so and exits 6; it no longer
+    indexes in-process (holding the index lock, it kept a restarted daemon from starting)."""
+    vault = tmp_path / "many"
+    for i in range(3000):
+        write(vault / f"f{i % 30}" / f"n{i}.md", f"# Note {i}\n\nText of note {i} about boats and gardens.\n")
+    d: DaemonProcess = daemon_factory(vault, keyword_only=True).start()
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "sidecar", "index", "--rebuild"],
+        env={**d.env, "SIDECAR_HOME": str(d.home)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    d.wait_for(lambda h: h["index"]["phase"] != "idle", timeout=60, poll=0.02)
+    d.stop()
+    _out, err = cli.communicate(timeout=60)
+    assert cli.returncode == ExitCode.NOT_RUNNING, err
+    assert "stopped while it was indexing" in err
+    assert "indexed 3000 notes" not in err  # no in-process run after it

@@ -77,6 +77,7 @@ def cmd_serve(args: argparse.Namespace, cfg: Config) -> int:
 
 def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
     bar = Progress(sys.stderr)
+    sent = False
     try:
         with Client(cfg.socket_path, config_file=cfg.source_file) as client:
             before = client.call("health")["index"]["sweeps"]
@@ -85,6 +86,7 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
                 params["confirmDeletions"] = args.confirm_deletions
             asked = time.time()
             client.call("index", params)
+            sent = True
             while True:
                 health = client.call("health")
                 idx = health["index"]
@@ -127,8 +129,16 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
             )
             bar.done(f"indexed {idx['files']} notes, {idx['chunks']} chunks (through the daemon){kept}")
         return int(ExitCode.OK)
-    except DaemonNotRunningError:
-        pass
+    except DaemonNotRunningError as exc:
+        if sent:
+            # The daemon took the request, then stopped or died. Indexing here now would hold the
+            # index lock against its restart (systemd restarts it at once): nothing would answer
+            # searches until this finished. The daemon picks the work up when it starts again.
+            bar.done("")
+            raise DaemonNotRunningError(
+                f"the daemon stopped while it was indexing ({exc}); it goes on with the work when it "
+                "starts again (`sidecar status` shows it)"
+            ) from exc
     _check_vault(args, cfg, serving=False)
     from sidecar.daemon.lifecycle import index_once
     from sidecar.runtime import logs
