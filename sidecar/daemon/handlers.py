@@ -301,7 +301,15 @@ class Handlers:
         source = key.split("/", 1)[0]
         status = self.supervisor.roots.get(source) if source != "memory" else None
         offline = None
-        if status is not None and status.offline:
+        if status is not None and status.offline and status.hold_kind == "mass":
+            # The folder is there and read; most of its notes vanished at once: this one among them.
+            offline = SourceError(
+                f"{reference!r} is no longer in the {source}: its deletion is held with "
+                f"{status.held_deletions} others (`sidecar index --confirm-deletions {source}` applies "
+                "them; `sidecar status` says when they apply by themselves); its indexed text is "
+                "still found by search"
+            )
+        elif status is not None and status.offline:
             offline = SourceError(
                 f"{reference!r} cannot be read now: the {source} is offline ({status.error}); "
                 "its indexed text is still found by search"

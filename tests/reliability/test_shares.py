@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.contracts.errors import RemoteError
 from tests.conftest import store_ids, write
 from tests.daemon_process import DaemonProcess
 from tests.reliability.disks import FAST_RETRY, fill, tmpfs
@@ -86,6 +87,9 @@ def test_emptied_in_place_while_memory_is_written(daemon_factory: Any, vault: Pa
     sweeps = d.call("index")["sweeps"]  # a sweep asked for now sees the deletions again: still held
     h = d.wait_for(lambda h: _swept_since(h, sweeps))
     assert _vault_files(h) == vault_files and _root(h)["hold"]["kind"] == "mass"
+    gone = sorted((saved / "Log").glob("*.md"))[0].stem
+    with pytest.raises(RemoteError, match="its deletion is held"):  # not "the vault is offline"
+        d.call("get", {"reference": f"vault/Log/{gone}"})
     d.call("index", {"confirmDeletions": "vault"})
     h = d.wait_for(lambda h: _vault_files(h) == vault_files - 12, 30)
     assert _root(h)["mode"] != "offline"
