@@ -209,3 +209,22 @@ def test_pages_missing_beside_whole_chunks_are_refilled(
         assert h2.stores.bm25.num_docs() == expected
     finally:
         h2.close()
+
+
+def test_a_clean_close_leaves_no_write_ahead_log(make_cfg: Any, vault: Path) -> None:
+    """Closing the stores checkpoints the manifest's WAL into the file: the last connection to
+    close was a read-only reader, which cannot, and a clean stop left tens of megabytes of WAL."""
+    import threading
+
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    h.sweep()
+    manifest = h.stores.manifest
+    ids = manifest.chunk_ids_of(["vault/Garden"])
+    reader = threading.Thread(target=manifest.views, args=(ids,))  # a reader of its own thread
+    reader.start()
+    reader.join()
+    assert manifest._readers  # the reader stays open until close
+    wal = manifest.path.with_name(manifest.path.name + "-wal")
+    assert wal.exists() and wal.stat().st_size > 0
+    h.close()
+    assert not wal.exists() or wal.stat().st_size == 0
