@@ -421,3 +421,24 @@ def test_index_whose_daemon_stops_meanwhile_does_not_index_in_its_place(
     assert cli.returncode == ExitCode.NOT_RUNNING, err
     assert "stopped while it was indexing" in err
     assert "indexed 3000 notes" not in err  # no in-process run after it
+
+
+def test_a_stop_with_clients_connected_logs_no_error(daemon_factory: Any, vault: Path) -> None:
+    """SIGTERM while a client holds a connection open (an MCP shim, a CLI waiting on `index`): the
+    connections are closed and the log holds no error (asyncio logged each cancelled connection
+    as an ERROR with a traceback: `journalctl -p err` showed it after every restart)."""
+    d: DaemonProcess = daemon_factory(vault, keyword_only=True).start()
+    held = []
+    for _ in range(2):
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(str(d.socket))
+        held.append(s)
+    held[0].sendall(b'{"op":"health"}\n')
+    held[0].recv(65536)
+    assert d.stop() == 0
+    for s in held:
+        s.settimeout(10)
+        assert s.recv(65536) == b""  # closed by the daemon
+        s.close()
+    log = d.log.read_text()
+    assert "Traceback" not in log and "ERROR" not in log, log[-2000:]

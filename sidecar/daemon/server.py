@@ -176,6 +176,9 @@ class Server:
         self.buffered = 0  # bytes of unfinished frames held, over every connection
         # Connections waiting for a request with nothing buffered, oldest first (dicts keep order).
         self._idle: dict[asyncio.StreamWriter, None] = {}
+        # Every open connection's handler task and writer: Python 3.11's server leaves them open
+        # when it closes, and the loop's end then cancels each one with an ERROR and a traceback.
+        self._open: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._uid = os.getuid()
 
     def call(self, req: Request) -> bytes:
@@ -221,6 +224,13 @@ class Server:
             await stop.wait()
         finally:
             server.close()
+            for writer in self._open.values():
+                writer.close()
+            tasks = list(self._open)
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.wait(tasks, timeout=5.0)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), 5.0)
             for lane in self.lanes.values():
@@ -228,6 +238,9 @@ class Server:
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        task = asyncio.current_task()
+        if task is not None:
+            self._open[task] = writer
         try:
             sock = writer.get_extra_info("socket")
             uid = peer_uid(sock) if sock is not None else None
@@ -252,8 +265,12 @@ class Server:
             await self._loop(reader, writer)
         except (ConnectionError, TimeoutError):
             pass
+        except asyncio.CancelledError:  # serving stops: the connection closes quietly
+            pass
         finally:
             self.connections -= 1
+            if task is not None:
+                self._open.pop(task, None)
             self._idle.pop(writer, None)
             writer.close()
             with contextlib.suppress(ConnectionError, TimeoutError, OSError):
