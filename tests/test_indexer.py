@@ -520,3 +520,14 @@ def test_a_memory_note_deleted_after_a_sweep_read_it_is_not_indexed(
     harness.sweep()
     assert "memory/claude/gone" not in harness.stores.manifest.file_states("memory/")
     assert harness.stores.manifest.chunks_of("memory/claude/gone") == []
+
+
+def test_an_index_problem_clears_with_the_first_batch_written(harness: Harness) -> None:
+    """Once a batch is written again (space freed), the 'index' problem clears at once, not at
+    the end of the sweep: a catch-up of minutes showed "disk is full" beside moving progress."""
+    harness.sweep()
+    harness.problems.report("index", "updating the index failed: database or disk is full (retrying in 5 s)")
+    note = harness.cfg.vault.path / "Garden.md"  # type: ignore[operator]
+    note.write_text(note.read_text() + "\nMore about potatoes.\n")
+    harness.indexer.sweep()
+    assert harness.problems.active_in("index") is None

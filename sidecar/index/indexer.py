@@ -75,6 +75,7 @@ class Indexer:
         self.leftover: frozenset[str] | None = None  # paths a failed sweep scanned but did not write
         self.ignore = IgnoreRules(cfg.index.exclude, cfg.vault.path, cfg.index.obsidian_excludes)
         self._ignore_stuck: threading.Thread | None = None  # a read of Obsidian's settings that hangs
+        self.problems = problems
         self.changes = ChangeFinder(cfg, stores.manifest, supervisor, problems, self.excluded_by)
         self.writer = Writer(stores, vectors, cfg.vault.wiki_subfolder)
         self._waited_for_tokenizer = False
@@ -232,6 +233,9 @@ class Indexer:
             prepared.append(p)
         if prepared:
             self.writer.write(prepared)
+            # Written: the index can be updated again. Said now, not at the end of a catch-up that
+            # may take minutes ("disk is full" stood beside moving progress).
+            self.problems.clear("index")
         return len(prepared)
 
     def delete(self, keys: Sequence[str]) -> None:
