@@ -9,6 +9,7 @@ included. The first sweep of a start checks BM25 against the manifest and resolv
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -136,9 +137,6 @@ class Indexer:
             self.manifest.stamp_ctimes(diff.stamps)
         act.phase, act.total = "indexing", len(diff.work) + len(diff.gone)
         self.leftover = None
-        if diff.gone:
-            self.delete(diff.gone)
-            act.done += len(diff.gone)
         changed = 0
         batch = self.cfg.index.batch_files
         for start in range(0, len(diff.work), batch):
@@ -149,10 +147,17 @@ class Indexer:
             except BaseException:
                 # Scanned, not written (disk full ...): a retry needs only these paths, not a walk.
                 self.leftover = frozenset(str(n.path) for n in diff.work[start:])
+                with contextlib.suppress(Exception):  # gone notes leave now if they can (else: next sweep)
+                    self.delete(diff.gone)
                 raise
             act.done += len(diff.work[start : start + batch])
             if progress is not None:
                 progress(act)
+        # Deletions after the new notes: a renamed folder's notes are found under their old names
+        # until the new ones are in (deleted first, 6,668 moved notes were missing for up to 28 s).
+        if diff.gone:
+            self.delete(diff.gone)
+            act.done += len(diff.gone)
         if not act.first_sweep_done:
             check_bm25(self.stores)
             self.writer.defer_links = False
