@@ -153,3 +153,41 @@ def test_repair_policy_rebuilds_a_failing_keyword_index_at_most_once_a_minute(ha
     harness.problems.report("keyword_search", "tantivy: corrupt segment")
     policy.tick()
     assert harness.stores.bm25 is second  # within the minute: left for the next tick after it
+
+
+def test_a_note_saved_during_a_long_sweep_is_indexed_before_it_ends(make_cfg: Any, tmp_path: Path) -> None:
+    """File events queued while a full sweep runs are taken between its batches: the saved note
+    is searchable within a batch, not when the sweep ends (two minutes on 40,000 notes). Other
+    requests stay queued for after it."""
+    v = tmp_path / "bulk"
+    for i in range(12):
+        write(v / f"n{i:02}.md", f"# N{i}\n\nbulk note {i}\n")
+    write(v / "Saved.md", "# Saved\n\nthe old text\n")
+    h = Harness(make_cfg(v, **{"index.batchFiles": 2}), FakeEmbedder())
+    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+    try:
+        h.indexer.sweep()
+        for i in range(12):  # the next full sweep has work for six batches
+            write(v / f"n{i:02}.md", f"# N{i}\n\nbulk note {i}, changed\n")
+        seen_during: list[bool] = []
+        real = h.indexer.writer.write
+
+        def batch(prepared: Any) -> None:
+            real(prepared)
+            if len(seen_during) == 1:  # after the first batch: the note is saved, its event queued
+                write(v / "Saved.md", "# Saved\n\nthe new text\n")
+                loop.changed({str(v / "Saved.md")})
+                loop.request_sweep(roots=frozenset({"wiki"}))  # not a file event: it waits
+            texts = " ".join(c.text for c in h.stores.manifest.chunks_of("vault/Saved"))
+            seen_during.append("new text" in texts)
+
+        h.indexer.writer.write = batch  # type: ignore[method-assign]
+        h.indexer.sweep()
+        # Taken after the second batch (the one it was saved in), before the remaining four.
+        assert seen_during.index(True) <= 3 and len(seen_during) >= 6, seen_during
+        remaining = []
+        while not loop.jobs.empty():
+            remaining.append(loop.jobs.get_nowait())
+        assert [j.roots for j in remaining] == [frozenset({"wiki"})]
+    finally:
+        h.close()

@@ -64,6 +64,26 @@ class IndexLoop:
         self.jobs: queue.Queue[Job] = queue.Queue()
         # A storage fault is retried often, not after a backoff of minutes.
         self.retry = Backoff(base=1.0, cap=cfg.watch.fault_retry_max_seconds, jitter=0.0)
+        # A long sweep takes the file events queued meanwhile between its batches (a note saved
+        # during a first sweep of 40,000 notes waited two minutes for it to end).
+        indexer.hot_paths = self.take_paths
+        indexer.hot_back = self.changed
+
+    def take_paths(self) -> frozenset[str]:
+        """The paths of the queued file-event jobs, taken off the queue; other jobs stay."""
+        taken: list[Job] = []
+        while True:
+            try:
+                taken.append(self.jobs.get_nowait())
+            except queue.Empty:
+                break
+        paths: set[str] = set()
+        for job in taken:
+            if job.roots == frozenset() and job.paths and not job.rebuild and not job.confirm:
+                paths |= job.paths
+            else:
+                self.jobs.put(job)
+        return frozenset(paths)
 
     def changed(self, paths: set[str]) -> None:
         """File events: look at the changed paths only; none (a watch restarted): every root."""

@@ -79,6 +79,11 @@ class Indexer:
         self.problems = problems
         self.changes = ChangeFinder(cfg, stores.manifest, supervisor, problems, self.excluded_by)
         self.writer = Writer(stores, vectors, cfg.vault.wiki_subfolder)
+        # Paths saved while a long sweep runs, and where to give back those it cannot take (set
+        # by the index loop; see ``_index_hot``).
+        self.hot_paths: Callable[[], frozenset[str]] | None = None
+        self.hot_back: Callable[[set[str]], None] | None = None
+        self._deferred: set[str] = set()
         self._waited_for_tokenizer = False
 
     def set_excludes(self, patterns: Sequence[str], obsidian: bool) -> bool:
@@ -136,28 +141,7 @@ class Indexer:
         if diff.stamps:
             self.manifest.stamp_ctimes(diff.stamps)
         act.phase, act.total = "indexing", len(diff.work) + len(diff.gone)
-        self.leftover = None
-        changed = 0
-        batch = self.cfg.index.batch_files
-        for start in range(0, len(diff.work), batch):
-            if stop is not None and stop.is_set():
-                break
-            try:
-                changed += self.index_files(diff.work[start : start + batch])
-            except BaseException:
-                # Scanned, not written (disk full ...): a retry needs only these paths, not a walk.
-                self.leftover = frozenset(str(n.path) for n in diff.work[start:])
-                with contextlib.suppress(Exception):  # gone notes leave now if they can (else: next sweep)
-                    self.delete(diff.gone)
-                raise
-            act.done += len(diff.work[start : start + batch])
-            if progress is not None:
-                progress(act)
-        # Deletions after the new notes: a renamed folder's notes are found under their old names
-        # until the new ones are in (deleted first, 6,668 moved notes were missing for up to 28 s).
-        if diff.gone:
-            self.delete(diff.gone)
-            act.done += len(diff.gone)
+        changed = self._apply(diff, every if not paths else None, progress, stop)
         if not act.first_sweep_done:
             check_bm25(self.stores)
             self.writer.defer_links = False
@@ -179,6 +163,69 @@ class Indexer:
             ",".join(r.name for r in chosen) or "-",
         )
         return summary
+
+    def _apply(
+        self,
+        diff: Diff,
+        every: Sequence[Root] | None,
+        progress: Callable[[Activity], None] | None,
+        stop: threading.Event | None,
+    ) -> int:
+        """Write a sweep's changes batch by batch (``every``: the roots, when notes saved meanwhile
+        are taken between batches), then its deletions; how many notes were read."""
+        act = self.activity
+        self.leftover = None
+        changed = 0
+        batch = self.cfg.index.batch_files
+        for start in range(0, len(diff.work), batch):
+            if stop is not None and stop.is_set():
+                break
+            try:
+                changed += self.index_files(diff.work[start : start + batch])
+            except BaseException:
+                # Scanned, not written (disk full ...): a retry needs only these paths, not a walk.
+                self.leftover = frozenset(str(n.path) for n in diff.work[start:])
+                with contextlib.suppress(Exception):  # gone notes leave now if they can (else: next sweep)
+                    self.delete(diff.gone)
+                raise
+            act.done += len(diff.work[start : start + batch])
+            if progress is not None:
+                progress(act)
+            if every is not None:
+                self._index_hot(every)
+        # Deletions after the new notes: a renamed folder's notes are found under their old names
+        # until the new ones are in (deleted first, 6,668 moved notes were missing for up to 28 s).
+        if diff.gone:
+            self.delete(diff.gone)
+            act.done += len(diff.gone)
+        if self._deferred and self.hot_back is not None:
+            self.hot_back(set(self._deferred))  # looked at again after this sweep, with their roots
+        self._deferred.clear()
+        return changed
+
+    def _index_hot(self, every: Sequence[Root]) -> None:
+        """Between the batches of a full sweep: the notes saved since it began, so each is
+        searchable within a batch's time, not at the end of a sweep of minutes. Paths whose root
+        needs a full sweep of its own are given back as they came."""
+        if self.hot_paths is None:
+            return
+        hot = self.hot_paths()
+        if not hot:
+            return
+        diff = Diff()
+        try:
+            if self.changes.diff_paths(hot, every, diff):
+                self._deferred |= hot  # a root needs a full look: given back when this sweep ends
+            if diff.gone:
+                self.delete(diff.gone)
+            if diff.work:
+                self.index_files(diff.work)
+        except BaseException:
+            if self.hot_back is not None:  # taken off the queue: not to be lost with the sweep
+                self.hot_back(set(hot) | self._deferred)
+                self._deferred.clear()
+            raise
+        log.debug("hot_paths paths=%d indexed=%d deleted=%d", len(hot), len(diff.work), len(diff.gone))
 
     def _refresh_ignore(self) -> None:
         """Re-read Obsidian's settings, a file of the vault, with the probe timeout: on a share
