@@ -10,14 +10,51 @@ import random
 import sys
 from pathlib import Path
 
-EN = (
-    "the backup server network garden recipe meeting project invoice travel photo camera battery "
-    "kernel python sqlite docker router printer budget lecture microphone bicycle"
-).split()
-DE = (
-    "Kündigung Wohnung Versicherung Steuererklärung Garten Gemüse Fahrrad Rechnung Urlaub "
-    "Besprechung Heizung Straße Müll Grüße Übersicht Bürgeramt Führerschein Zahnarzt"
-).split()
+EN = [
+    "the",
+    "backup",
+    "server",
+    "network",
+    "garden",
+    "recipe",
+    "meeting",
+    "project",
+    "invoice",
+    "travel",
+    "photo",
+    "camera",
+    "battery",
+    "kernel",
+    "python",
+    "sqlite",
+    "docker",
+    "router",
+    "printer",
+    "budget",
+    "lecture",
+    "microphone",
+    "bicycle",
+]
+DE = [
+    "Kündigung",
+    "Wohnung",
+    "Versicherung",
+    "Steuererklärung",
+    "Garten",
+    "Gemüse",
+    "Fahrrad",
+    "Rechnung",
+    "Urlaub",
+    "Besprechung",
+    "Heizung",
+    "Straße",
+    "Müll",
+    "Grüße",
+    "Übersicht",
+    "Bürgeramt",
+    "Führerschein",
+    "Zahnarzt",
+]
 
 
 def main() -> None:
