@@ -542,6 +542,9 @@ def test_status_shows_a_batch_of_changes_being_indexed(shared: DaemonProcess) ->
     assert "Index: ready; indexing changes (1,825/5,000 notes)" in render_status(h)
     h["index"].update(phase="idle", progress={"done": 3, "total": 3})
     assert "Index: ready\n" in render_status(h)
+    # A root says when its folder was listed, not "last sweep" (read as a sweep done while the
+    # first one was still writing what that listing found).
+    assert re.search(r"\n  vault +\w+ +listed \S", render_status(h)) and "last sweep" not in render_status(h)
 
 
 def test_option_ranges_are_the_daemons(shared: DaemonProcess) -> None:

@@ -110,14 +110,16 @@ def render_status(h: dict[str, Any]) -> str:
 
 
 def _root_lines(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
-    """The Roots block of `status`: mode, last sweep, held deletions and what to do about them."""
+    """The Roots block of `status`: mode, when last listed, held deletions and what to do about them."""
     lines = ["Roots:"]
     for r in roots:
         extra = f"  PROBLEM: {r['error']}" if r.get("error") else ""
         if r.get("absent") and not extra:
             extra = "  (no such folder: no notes; is the name right?)"
         lines.append(
-            f"  {r['name']:<16} {r['mode']:<8} last sweep {_ago(r['last_sweep'])}  {r['path']}{extra}"
+            # When its folder was last listed: a sweep may still be writing what that listing found
+            # ("last sweep 5s ago" read as a sweep done while the first one was at 1,920 of 40,004).
+            f"  {r['name']:<16} {r['mode']:<8} listed {_ago(r['last_sweep'])}  {r['path']}{extra}"
         )
         hold = r.get("hold")
         if hold:
