@@ -560,3 +560,34 @@ def test_a_renamed_folder_stays_findable_while_it_is_indexed(make_cfg: Any, tmp_
         assert moved == {f"vault/New/n{i}" for i in range(4)}
     finally:
         h.close()
+
+
+def test_a_note_brought_back_during_a_sweep_is_not_deleted_at_its_end(make_cfg: Any, tmp_path: Path) -> None:
+    """A note gone when the sweep listed its folder and restored while it runs is indexed from its
+    file event between batches and not deleted with the sweep's deletions after them (its event
+    was taken: it stayed out of the index until the next full sweep)."""
+    v = tmp_path / "v"
+    write(v / "X.md", "# X\n\nrestored zauberx\n")
+    for i in range(4):
+        write(v / f"n{i}.md", f"# n{i}\n\nfiller {i}\n")
+    h = Harness(make_cfg(v, **{"index.batchFiles": 1}), FakeEmbedder())
+    try:
+        h.sweep()
+        (v / "X.md").unlink()
+        for i in range(4):
+            write(v / f"n{i}.md", f"# n{i}\n\nchanged {i}\n")
+        fired: list[int] = []
+
+        def hot() -> frozenset[str]:
+            if fired:
+                return frozenset()
+            fired.append(1)
+            write(v / "X.md", "# X\n\nrestored zauberx\n")  # restored from the trash mid-sweep
+            return frozenset({str(v / "X.md")})
+
+        h.indexer.hot_paths = hot
+        h.indexer.sweep()
+        assert h.stores.manifest.file_states_of(["vault/X"])
+        assert any("zauberx" in c.text for c in h.stores.manifest.chunks_of("vault/X"))
+    finally:
+        h.close()

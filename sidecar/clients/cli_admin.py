@@ -85,8 +85,8 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
             if args.confirm_deletions:
                 params["confirmDeletions"] = args.confirm_deletions
             asked = time.time()
+            sent = True  # from here a lost daemon may have taken the request: no fallback
             client.call("index", params)
-            sent = True
             while True:
                 health = client.call("health")
                 idx = health["index"]
@@ -135,10 +135,12 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
             # index lock against its restart (systemd restarts it at once): nothing would answer
             # searches until this finished. The daemon picks the work up when it starts again.
             bar.done("")
-            raise DaemonNotRunningError(
-                f"the daemon stopped while it was indexing ({exc}); it goes on with the work when it "
-                "starts again (`sidecar status` shows it)"
-            ) from exc
+            again = (
+                "run this command again once it is back (a rebuild or a confirmation is not resumed)"
+                if args.rebuild or args.confirm_deletions
+                else "it goes on with the work when it starts again (`sidecar status` shows it)"
+            )
+            raise DaemonNotRunningError(f"the daemon stopped while it was indexing ({exc}); {again}") from exc
     _check_vault(args, cfg, serving=False)
     from sidecar.daemon.lifecycle import index_once
     from sidecar.runtime import logs

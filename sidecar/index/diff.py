@@ -382,7 +382,9 @@ class ChangeFinder:
 
 
 # Skipped for a reason that says nothing about the note's text: its indexed text stays.
-_KEPT_WHEN_SKIPPED = frozenset({"unreadable", "unreadable folder"})
+# Skips that leave the note's entry as it is: a file that cannot be read now, and a twin
+# (Note.MD beside Note.md), whose key is its sibling's note.
+_KEPT_WHEN_SKIPPED = frozenset({"unreadable", "unreadable folder", TWIN_REASON})
 
 
 def _at_or_below(key: tuple[str, str], root_name: str, wheres: tuple[str, ...]) -> bool:

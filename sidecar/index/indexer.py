@@ -84,6 +84,7 @@ class Indexer:
         self.hot_paths: Callable[[], frozenset[str]] | None = None
         self.hot_back: Callable[[set[str]], None] | None = None
         self._deferred: set[str] = set()
+        self._hot_written: set[str] = set()  # keys written from file events during this sweep
         self._waited_for_tokenizer = False
 
     def set_excludes(self, patterns: Sequence[str], obsidian: bool) -> bool:
@@ -186,7 +187,7 @@ class Indexer:
                 # Scanned, not written (disk full ...): a retry needs only these paths, not a walk.
                 self.leftover = frozenset(str(n.path) for n in diff.work[start:])
                 with contextlib.suppress(Exception):  # gone notes leave now if they can (else: next sweep)
-                    self.delete(diff.gone)
+                    self.delete(self._still_gone(diff.gone))
                 raise
             act.done += len(diff.work[start : start + batch])
             if progress is not None:
@@ -196,12 +197,18 @@ class Indexer:
         # Deletions after the new notes: a renamed folder's notes are found under their old names
         # until the new ones are in (deleted first, 6,668 moved notes were missing for up to 28 s).
         if diff.gone:
-            self.delete(diff.gone)
+            self.delete(self._still_gone(diff.gone))
             act.done += len(diff.gone)
         if self._deferred and self.hot_back is not None:
             self.hot_back(set(self._deferred))  # looked at again after this sweep, with their roots
         self._deferred.clear()
+        self._hot_written.clear()
         return changed
+
+    def _still_gone(self, gone: Sequence[str]) -> list[str]:
+        """The sweep's deletions but the notes a file event brought back meanwhile (indexed
+        between its batches: deleting them now would lose them until the next full sweep)."""
+        return [k for k in gone if k not in self._hot_written]
 
     def _index_hot(self, every: Sequence[Root]) -> None:
         """Between the batches of a full sweep: the notes saved since it began, so each is
@@ -220,6 +227,7 @@ class Indexer:
                 self.delete(diff.gone)
             if diff.work:
                 self.index_files(diff.work)
+                self._hot_written.update(n.key for n in diff.work)
         except BaseException:
             if self.hot_back is not None:  # taken off the queue: not to be lost with the sweep
                 self.hot_back(set(hot) | self._deferred)

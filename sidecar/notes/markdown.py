@@ -27,7 +27,8 @@ _INLINE_TAG = re.compile(r"(?<![\w/&#])#([^\W\d][\w/-]*|\d+[^\W\d][\w/-]*)")
 _TICKS = re.compile(r"`+")
 # Obsidian's comments and HTML ones: opener -> closer (see ``without_comments``).
 _COMMENTS = {"%%": "%%", "<!--": "-->"}
-_LINK_DEST = re.compile(r"\]\(\s*(?:<[^<>\n]*>|[^()\s]*)(?:\s+\"[^\"\n]*\")?\s*\)")
+# Possessive (Python 3.11): "](" before a long run of blanks backtracked over every split of it.
+_LINK_DEST = re.compile(r"\]\(\s*+(?:<[^<>\n]*+>|[^()\s]*+)(?:\s++\"[^\"\n]*+\")?\s*+\)")
 # Base64, hex digests, minified data: runs of "word" characters no language has. A chunk made
 # mostly of them means nothing to the model (a pasted 1 MB image was 3,600 embedded chunks).
 _DATA_RUN = re.compile(r"[A-Za-z0-9+/=_-]{64,}")
