@@ -419,7 +419,8 @@ def test_index_whose_daemon_stops_meanwhile_does_not_index_in_its_place(
     d.stop()
     _out, err = cli.communicate(timeout=60)
     assert cli.returncode == ExitCode.NOT_RUNNING, err
-    assert "stopped while it was indexing" in err and "run this command again" in err  # --rebuild is not resumed
+    # --rebuild is not resumed by the restarted daemon: asked again
+    assert "stopped while it was indexing" in err and "run this command again" in err
     assert "indexed 3000 notes" not in err  # no in-process run after it
 
 
