@@ -334,7 +334,11 @@ class Manifest(VectorBook):
         head = want[: next((i for i, ch in enumerate(want) if ord(ch) > 127), len(want))]
         if head == want:
             return key  # all ASCII: there is no other form
-        rows = self._query("SELECT key FROM files WHERE key >= ? AND key < ?", (head, head + "\U0010ffff"))
+        # On the reader of this thread: a miss may list many keys, and the writer's lock is not
+        # to be held for it (a sweep's batch would wait).
+        rows = self._committed(
+            "SELECT key FROM files WHERE key >= ? AND key < ?", (head, head + "\U0010ffff")
+        )
         same = [r[0] for r in rows if unicodedata.normalize("NFC", r[0]) == want]
         return same[0] if len(same) == 1 else key
 
