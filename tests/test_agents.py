@@ -563,6 +563,8 @@ def test_every_tool_resource_and_status_through_the_sdk(served: Served) -> None:
     assert "outboard engine" in r["note"].contents[0].text
     assert r["outline_res"].contents[0].text == r["outline"].structured_content["outline"]
     assert r["prompts"].prompts[0].name == "recall"
+    # Declared as the prompt reads it: a call without a topic recalls about "this conversation".
+    assert [(a.name, a.required) for a in r["prompts"].prompts[0].arguments or []] == [("topic", False)]
 
 
 def test_status_without_daemon_and_tools_say_how_to_start(tmp_path: Path) -> None:

@@ -39,7 +39,10 @@ PROMPTS = [
         "name": "recall",
         "title": "Recall what the notes say",
         "description": "Ask the model to search the user's notes and its memory before answering.",
-        "arguments": [{"name": "topic", "description": "What to recall", "required": True}],
+        # Optional, as the prompt reads it: without a topic it recalls about "this conversation".
+        "arguments": [
+            {"name": "topic", "description": "What to recall (default: this conversation)", "required": False}
+        ],
     }
 ]
 
