@@ -91,6 +91,21 @@ def combined_vault(vaults: list[Path]) -> Path:
     return root
 
 
+def code_daemon(home: Path, vault: Path, code: Path, config: Path) -> DaemonProcess:
+    """A daemon of the code in checkout ``code`` (old against new), started, not waited for.
+    ``python -m`` puts the working folder first on the path: the daemon starts inside ``code``."""
+    return DaemonProcess(
+        home,
+        vault,
+        ["--config", str(config)],
+        env={"PYTHONPATH": str(code)},
+        prefix=["env", "-C", str(code)],
+        base_env=clean_env(),
+        call_timeout=300,
+        log_level=None,
+    ).start(wait=None)
+
+
 def emit(result: dict[str, Any], out: Path | None) -> None:
     """Print the result as JSON and keep a copy in ``out``."""
     result.setdefault("date", time.strftime("%Y-%m-%d %H:%M"))

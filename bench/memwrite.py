@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, clean_env, emit, pct
+from common import ROOT, code_daemon, emit, pct
 
 from sidecar.clients.client import Client
-from tests.daemon_process import DaemonProcess
 
 
 class Side:
@@ -27,17 +26,7 @@ class Side:
         self.name = name
         config = home.parent / f"{home.name}-memwrite.yaml"
         config.write_text("embedder: {enabled: false}\n")
-        # `python -m` puts the working folder first on the path: the daemon starts inside ``code``.
-        self.daemon = DaemonProcess(
-            home,
-            vault,
-            ["--config", str(config)],
-            env={"PYTHONPATH": str(code)},
-            prefix=["env", "-C", str(code)],
-            base_env=clean_env(),
-            call_timeout=300,
-            log_level=None,
-        ).start(wait=None)
+        self.daemon = code_daemon(home, vault, code, config)
         self.times: dict[str, list[float]] = {"create": [], "rewrite": []}
         self.client: Client | None = None
 

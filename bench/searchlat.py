@@ -22,11 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, clean_env, emit, pct, rss_mb
+from common import ROOT, code_daemon, emit, pct, rss_mb
 from core import ARM_CONFIGS, QUERIES
 
 from sidecar.clients.client import Client
-from tests.daemon_process import DaemonProcess
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "hybrid": {},
@@ -68,17 +67,7 @@ class Side:
         self.name, self.extra = name, extra
         self.config = home.parent / f"{home.name}-searchlat.yaml"
         self.config.write_text(_config({}, extra))
-        # `python -m` puts the working folder first on the path: the daemon starts inside ``code``.
-        self.daemon = DaemonProcess(
-            home,
-            vault,
-            ["--config", str(self.config)],
-            env={"PYTHONPATH": str(code)},
-            prefix=["env", "-C", str(code)],
-            base_env=clean_env(),
-            call_timeout=300,
-            log_level=None,
-        ).start(wait=None)
+        self.daemon = code_daemon(home, vault, code, self.config)
         self.client: Client | None = None
 
     def ready(self) -> None:
