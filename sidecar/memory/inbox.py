@@ -264,15 +264,12 @@ class Inboxes:
         kept: list[tuple[str, str, int]] = []  # (time in the name, name, size)
         total = removed = 0
         try:  # housekeeping: the change it follows is made and must be reported as made
-            with os.scandir(trash_fd) as entries:
-                for e in entries:
-                    m = _KEPT.match(e.name)
-                    with contextlib.suppress(OSError):
-                        if m is not None and e.is_file(follow_symlinks=False):
-                            size = e.stat(follow_symlinks=False).st_size
-                            total += size
-                            if e.name != newest:
-                                kept.append((m.group(1), e.name, size))
+            for name, size in _file_sizes(trash_fd):
+                m = _KEPT.match(name)
+                if m is not None:
+                    total += size
+                    if name != newest:
+                        kept.append((m.group(1), name, size))
             kept.sort()
             for _when, name, size in kept:
                 if total <= limit:
@@ -438,15 +435,18 @@ class _Fd:
         os.close(self.fd)
 
 
-def _notes_bytes(inbox_fd: int) -> int:
-    """The size of the inbox's notes together (its files, not its folders or links)."""
-    total = 0
-    with os.scandir(inbox_fd) as entries:
+def _file_sizes(dir_fd: int) -> Iterator[tuple[str, int]]:
+    """(name, size) of the regular files of a folder (not its folders or links)."""
+    with os.scandir(dir_fd) as entries:
         for e in entries:
             with contextlib.suppress(OSError):  # gone meanwhile
-                if e.name.endswith(".md") and e.is_file(follow_symlinks=False):
-                    total += e.stat(follow_symlinks=False).st_size
-    return total
+                if e.is_file(follow_symlinks=False):
+                    yield e.name, e.stat(follow_symlinks=False).st_size
+
+
+def _notes_bytes(inbox_fd: int) -> int:
+    """The size of the inbox's notes together."""
+    return sum(size for name, size in _file_sizes(inbox_fd) if name.endswith(".md"))
 
 
 def _trash_dir(inbox_fd: int, *, create: bool = True) -> int:

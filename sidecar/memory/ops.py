@@ -306,7 +306,7 @@ class MemoryOps:
             known.add(key)
             reference = public_reference(key, agent)
             tags = json.loads(tags_json)
-            if prefix and not unicodedata.normalize("NFC", reference.split("/", 1)[1]).startswith(prefix):
+            if not _under(reference, prefix):
                 continue
             if tag and not any(t == tag or t.startswith(tag + "/") for t in tags):
                 continue
@@ -335,7 +335,7 @@ class MemoryOps:
         for key, src, mtime_ns, state, error in self.manifest.unindexed_files(where, args):
             known.add(key)
             reference = public_reference(key, agent)
-            if not prefix or reference.split("/", 1)[1].startswith(prefix):
+            if _under(reference, prefix):
                 out.append(_unindexed_note(reference, src, mtime_ns, f"{state}: {error or 'unknown reason'}"))
         # Left out by the folder scans (too large, hidden, ...): never in the manifest.
         left_out = self.indexer.changes.skipped_notes()
@@ -344,7 +344,7 @@ class MemoryOps:
             if key in known or src == "memory" or source not in (src, "all"):
                 continue
             reference = public_reference(key, agent)
-            if prefix and not unicodedata.normalize("NFC", reference.split("/", 1)[1]).startswith(prefix):
+            if not _under(reference, prefix):
                 continue
             try:
                 mtime_ns = path.stat().st_mtime_ns
@@ -378,6 +378,12 @@ class MemoryOps:
                     why = "not indexed yet"
                 out.append(_unindexed_note(public_reference(key, agent), "memory", mtime_ns, why))
         return out
+
+
+def _under(reference: str, prefix: str) -> bool:
+    """Whether ``reference``'s path (after its source) starts with ``prefix`` (NFC), compared in
+    one Unicode form: a Mac names "Bücher" in NFD."""
+    return not prefix or unicodedata.normalize("NFC", reference.split("/", 1)[1]).startswith(prefix)
 
 
 def _clear_own(problems: Problems, area: str, agent: str) -> None:
