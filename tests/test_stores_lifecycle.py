@@ -228,3 +228,34 @@ def test_a_clean_close_leaves_no_write_ahead_log(make_cfg: Any, vault: Path) -> 
     assert wal.exists() and wal.stat().st_size > 0
     h.close()
     assert not wal.exists() or wal.stat().st_size == 0
+
+
+def test_manifest_gives_the_disk_back_after_mass_deletions(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SQLite reuses free pages but never returns them: a manifest that once held a large vault
+    shrinks at the next open when free pages are most of it (and stays as it is otherwise)."""
+    from sidecar.stores.manifest import Manifest
+
+    path = tmp_path / "m.sqlite"
+    m = Manifest(path)
+    for i in range(200):
+        m.set_meta(f"bulk{i}", "x" * 100_000)  # 20 MB, then gone again
+    for i in range(200):
+        m._query("DELETE FROM meta WHERE name = ?", (f"bulk{i}",))
+    m.set_meta("kept", "yes")
+    m.close()
+    before = path.stat().st_size
+    assert before > 16 * 2**20
+    with caplog.at_level("INFO", logger="sidecar.stores.manifest"):
+        m = Manifest(path)
+    try:
+        assert m.get_meta("kept") == "yes"
+        assert "manifest_shrunk" in caplog.text
+    finally:
+        m.close()
+    assert path.stat().st_size < 2**20
+    caplog.clear()
+    with caplog.at_level("INFO", logger="sidecar.stores.manifest"):
+        Manifest(path).close()  # nothing free: no rewrite
+    assert "manifest_shrunk" not in caplog.text

@@ -13,6 +13,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import logging
 import re
 import sqlite3
 import threading
@@ -31,6 +32,10 @@ from sidecar.stores.vectorbook import NO_VECTOR, VectorBook, _in_groups
 
 SCHEMA_VERSION = 4
 SOURCE_RANK = {"memory": 0, "wiki": 1, "vault": 2}
+
+log = logging.getLogger(__name__)
+# Below this much free space a rewrite at open is not worth its seconds.
+_SHRINK_MIN_BYTES = 8 * 2**20
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -211,9 +216,33 @@ class Manifest(VectorBook):
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             if self._db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
                 raise StoreError(f"manifest {path} failed its integrity check")
+            self._shrink()
             self.inode = path.stat().st_ino  # the daemon notices a deleted or replaced file
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"manifest {path} cannot be opened: {exc}") from exc
+
+    def _shrink(self) -> None:
+        """Give the disk back after mass deletions: SQLite reuses free pages but never returns
+        them, so a vault that once held 40,000 notes kept its manifest's size for good. Rewritten
+        at open (nothing else holds the file yet) only when free pages are most of it."""
+        page = self._db.execute("PRAGMA page_size").fetchone()[0]
+        total = self._db.execute("PRAGMA page_count").fetchone()[0]
+        free = self._db.execute("PRAGMA freelist_count").fetchone()[0]
+        if free * page < _SHRINK_MIN_BYTES or free * 2 < total:
+            return
+        started = time.monotonic()
+        try:
+            self._db.execute("VACUUM")
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error as exc:  # a full disk: the manifest works as it is
+            log.warning("manifest_shrink_failed path=%s error=%s", self.path, exc)
+            return
+        log.info(
+            "manifest_shrunk path=%s freed_mb=%.1f seconds=%.2f",
+            self.path,
+            free * page / 2**20,
+            time.monotonic() - started,
+        )
 
     def _add_embed_hashes(self) -> None:
         """Schema 3: the text identity that lets equal chunks share one embedding."""
