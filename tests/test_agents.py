@@ -647,3 +647,22 @@ def test_mcp_tools_enforce_the_ranges_their_input_schemas_state(in_process: InPr
                 assert f"'{name}' must be" in text and f"from {lo} to {hi}" in text, text
             checked.add((tool["name"], name))
     assert {("memory_search", "limit"), ("memory_search", "minScore"), ("memory_related", "limit")} <= checked
+
+
+def test_an_agent_sees_how_full_its_inbox_is(served: Served) -> None:
+    """health asked by an agent carries its own inbox's use against memory.maxInboxBytes, and
+    memory_status says it (an agent learnt of the limit only from the write it refused)."""
+    served.call("write", {"slug": "boat", "content": "The boat is blue."})
+    size = (served.cfg.agents_dir / "claude" / "memory" / "boat.md").stat().st_size
+    inbox = served.call("health")["inbox"]
+    assert inbox == {
+        "notes": 1,
+        "bytes": size,
+        "max_bytes": served.cfg.memory.max_inbox_bytes,
+        "trash_bytes": 0,
+        "max_trash_bytes": served.cfg.memory.max_trash_bytes,
+    }
+    status = status_of(served.call("health"), "claude")
+    assert status["inbox"]["notes"] == 1 and "your memory: 1 note, " in status["message"]
+    assert served.call("health", agent="codex")["inbox"]["notes"] == 0  # its own, empty
+    assert "inbox" not in served.call("health", agent=None)

@@ -146,6 +146,13 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
         )
     ]
     parts.extend(f"problem in {p['area']}: {p['error']}" for p in problems)
+    inbox = health.get("inbox")
+    if inbox:
+        limit = inbox.get("max_bytes", 0)
+        of = f" of {_size(limit)} ({inbox['bytes'] * 100 // limit} %)" if limit > 0 else ""
+        notes = inbox.get("notes", 0)
+        used = _size(inbox.get("bytes", 0))
+        parts.append(f"your memory: {notes} note{'' if notes == 1 else 's'}, {used}{of}")
     return {
         "daemon": "running",
         "message": "; ".join(parts) + ".",
@@ -158,4 +165,22 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
         "keywordOnly": keyword_only,
         "offlineRoots": offline,
         "problems": problems,
+        **({"inbox": _inbox(inbox)} if inbox else {}),
     }
+
+
+def _inbox(usage: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "notes": usage.get("notes", 0),
+        "bytes": usage.get("bytes", 0),
+        "maxBytes": usage.get("max_bytes", 0),
+        "trashBytes": usage.get("trash_bytes", 0),
+    }
+
+
+def _size(n: int) -> str:
+    """A byte count as a person reads it (KB and MB of 1,024)."""
+    for unit, scale in (("MB", 2**20), ("KB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"

@@ -218,7 +218,8 @@ TOOLS: list[dict[str, Any]] = [
         "Memory status",
         "Whether recall is complete right now: the embedding model's state, the index (building or "
         "ready, with progress), chunks still waiting for their vector, folders that are offline and why, "
-        "and whether search runs on keywords only. Call it when results look thin or a note is missing.",
+        "whether search runs on keywords only, and how full your memory inbox is (maxBytes 0: no limit). "
+        "Call it when results look thin or a note is missing.",
         obj({}),
         obj(
             {
@@ -242,6 +243,7 @@ TOOLS: list[dict[str, Any]] = [
                     "items": obj({"name": STR, "path": STR, "why": STR, "mode": STR}, ("name", "why")),
                 },
                 "problems": {"type": "array", "items": obj({"area": STR, "error": STR})},
+                "inbox": obj({"notes": INT, "bytes": INT, "maxBytes": INT, "trashBytes": INT}),
             },
             ("daemon", "message"),
         ),

@@ -106,6 +106,7 @@ class Handlers:
         self.retriever = retriever
         self.slot = slot
         self.service = service
+        self.memory = memory
         # A call on a note's file that still hangs, per root (see _on_disk).
         self._hanging: dict[str, threading.Thread] = {}
         self._ops: dict[str, Callable[[Request], dict[str, Any]]] = {
@@ -171,6 +172,8 @@ class Handlers:
             "socket": str(self.cfg.socket_path),
             "home": str(self.cfg.home),
             "vault": str(self.cfg.vault.path) if self.cfg.vault.path else None,
+            # The asking agent's own inbox (an agent near memory.maxInboxBytes sees it coming).
+            **({"inbox": self.memory.usage(req.agent)} if req.agent is not None else {}),
         }
 
     def _watched(self, path: str) -> bool:

@@ -381,6 +381,31 @@ class Inboxes:
         except OSError:
             return []
 
+    def usage(self, agent: str) -> dict[str, int]:
+        """What the agent's inbox holds against its limits (zeros before its first note)."""
+        notes = used = trash = 0
+        try:
+            with self._dirs(check_agent(agent), create=False) as (_agent_fd, inbox_fd):
+                for name, size in _file_sizes(inbox_fd):
+                    if name.endswith(".md"):
+                        notes += 1
+                        used += size
+                with (
+                    contextlib.suppress(FileNotFoundError),
+                    contextlib.closing(_Fd(_trash_dir(inbox_fd, create=False))) as kept,
+                ):
+                    trash = sum(size for _name, size in _file_sizes(kept.fd))
+        except FileNotFoundError:
+            pass
+        limits = self.cfg.memory
+        return {
+            "notes": notes,
+            "bytes": used,
+            "max_bytes": limits.max_inbox_bytes,
+            "trash_bytes": trash,
+            "max_trash_bytes": limits.max_trash_bytes,
+        }
+
     def prune_trash(self, now: float | None = None) -> int:
         """Remove texts kept in the inboxes' .trash longer than ``memory.trashDays`` (their age is
         the time in their name, as written by this daemon; other files are left alone). An agent

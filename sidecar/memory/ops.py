@@ -66,6 +66,15 @@ class MemoryOps:
         self.manifest = stores.manifest
         self.problems = problems
 
+    def usage(self, agent: str) -> dict[str, int] | None:
+        """The agent's inbox against its limits; None when it cannot be read (the status of
+        the daemon must not fail on an inbox that is not a private folder)."""
+        try:
+            return self.inboxes.usage(agent)
+        except (OSError, SidecarError) as exc:
+            log.warning("memory_usage_failed agent=%s error=%s", agent, exc)
+            return None
+
     def ops(self) -> dict[str, Any]:
         return {"list": self.list, "write": self.write, "edit": self.edit, "delete": self.delete}
 
