@@ -666,3 +666,17 @@ def test_an_agent_sees_how_full_its_inbox_is(served: Served) -> None:
     assert status["inbox"]["notes"] == 1 and "your memory: 1 note, " in status["message"]
     assert served.call("health", agent="codex")["inbox"]["notes"] == 0  # its own, empty
     assert "inbox" not in served.call("health", agent=None)
+
+
+def test_outline_descriptions_read_as_rendered(served: Served) -> None:
+    """A description is the page's text as it reads: a link's text, not its destination cut off
+    mid-URL, and no bold or code marks."""
+    write(
+        served.cfg.vault.path / "wiki/Sync.md",  # type: ignore[operator]
+        "# Sync\n\nSee the **[setup guide](https://example.org/help/sync-setup?from=wiki&step=1)** and "
+        "[[Backups|your backups]] before running `sync --all`. Then more.\n",
+    )
+    served.h.sweep()
+    text = served.call("outline", {})["outline"]
+    assert "Sync: See the setup guide and your backups before running sync --all." in text
+    assert "https" not in text and "**" not in text

@@ -53,6 +53,19 @@ def readable_links(line: str) -> str:
     return _WIKILINK.sub(repl, line)
 
 
+# Inline Markdown a person does not read as text: a link's destination, emphasis and code marks.
+_INLINE_LINK = re.compile(r"(!?)\[([^\[\]\n]*)\]\([^()\n]*\)")
+_INLINE_MARKS = re.compile(r"\*\*|~~|`")  # not "__" nor "==": `__init__`, a == b
+
+
+def plain_inline(line: str) -> str:
+    """``line`` as it reads rendered: links as their text (image embeds vanish), without bold,
+    strike-through and code marks (an outline's description showed ``[text](https://…`` cut off)."""
+    line = readable_links(line)
+    line = _INLINE_LINK.sub(lambda m: "" if m.group(1) else m.group(2), line)
+    return _INLINE_MARKS.sub("", line)
+
+
 def is_attachment(path: str) -> bool:
     """Whether a link path names an attachment (an image, a PDF, a canvas, ...), not a note."""
     return _ATTACHMENT.search(path.rsplit("/", 1)[-1]) is not None

@@ -12,6 +12,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from sidecar.notes.markdown import plain_inline
+
 CountTokens = Callable[[Sequence[str]], list[int]]
 DETAILS = ("full", "titles", "folders", "truncated")
 # C0 and C1 controls, DEL, line and paragraph separators: a file name holding one would break a
@@ -41,8 +43,8 @@ class Outline:
 
 
 def one_line(text: str, limit: int = 120) -> str:
-    """The first sentence or line of ``text``, at most ``limit`` characters."""
-    line = " ".join(text.split())
+    """The first sentence or line of ``text`` as it reads rendered, at most ``limit`` characters."""
+    line = " ".join(plain_inline(text).split())
     for stop in (". ", "! ", "? "):
         if stop in line:
             line = line[: line.index(stop) + 1]
