@@ -680,3 +680,19 @@ def test_outline_descriptions_read_as_rendered(served: Served) -> None:
     text = served.call("outline", {})["outline"]
     assert "Sync: See the setup guide and your backups before running sync --all." in text
     assert "https" not in text and "**" not in text
+
+
+def test_related_takes_no_part_of_another_agents_notes(served: Served) -> None:
+    """An agent's related notes are the same whatever other agents write: another agent's note
+    linking two pages neither relates them nor is named as why (it named the private note)."""
+    before = served.call("related", {"reference": "wiki/Backups"})
+    served.call(
+        "write", {"slug": "secret-plan", "content": "See [[Backups]] and [[Garden]]. #plan"}, agent="codex"
+    )
+    served.call("write", {"slug": "mine", "content": "Tagged #plan too."})
+    after = served.call("related", {"reference": "wiki/Backups"})
+    assert after == before and "codex" not in json.dumps(after)
+    everything = served.call("related", {"reference": "wiki/Backups"}, agent=None)  # the CLI sees all
+    assert "memory/codex/secret-plan" in json.dumps(everything)
+    own = served.call("related", {"reference": "memory/mine"})
+    assert "codex" not in json.dumps(own)

@@ -151,6 +151,14 @@ def _visible(key: str, agent: str | None) -> bool:
     return agent is None or not key.startswith("memory/") or key.startswith(f"memory/{agent}/")
 
 
+def _seen(column: str, agent: str | None) -> tuple[str, tuple[str, ...]]:
+    """SQL (and its arguments) true where ``column`` names a note ``agent`` may see (``_visible``)."""
+    if agent is None:
+        return "1", ()
+    own = f"memory/{agent}/"
+    return f"({column} NOT LIKE 'memory/%' OR substr({column}, 1, {len(own)}) = ?)", (own,)
+
+
 def outgoing(db_rows: Sequence[tuple[Any, ...]]) -> list[dict[str, Any]]:
     return [
         {
@@ -246,21 +254,37 @@ class LinkGraph:
         A shared neighbour counts less the more notes link it (a hub every note links to says
         little); a shared tag likewise by how many notes carry it."""
         q = self._query
+        # Another agent's notes take no part: not as results, not as the links or tags that
+        # relate two notes (they named its private notes to every agent), not in the weights.
+        src_seen, seen_args = _seen("src", agent)
+        dst_seen, _ = _seen("dst", agent)
         out_rows = q(
-            "SELECT DISTINCT dst FROM links WHERE src = ? AND dst IS NOT NULL AND dst != ?", (key, key)
+            f"SELECT DISTINCT dst FROM links WHERE src = ? AND dst IS NOT NULL AND dst != ? AND {dst_seen}",
+            (key, key, *seen_args),
         )
-        in_rows = q("SELECT DISTINCT src FROM links WHERE dst = ? AND src != ?", (key, key))
+        in_rows = q(
+            f"SELECT DISTINCT src FROM links WHERE dst = ? AND src != ? AND {src_seen}",
+            (key, key, *seen_args),
+        )
         outs = {r[0] for r in out_rows}
         ins = {r[0] for r in in_rows}
         scores: dict[str, float] = defaultdict(float)
         why: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
         for other in [*outs, *ins]:  # linked both ways counts twice
             scores[other] += 100.0
-        indeg = dict(q("SELECT dst, count(DISTINCT src) FROM links WHERE dst IS NOT NULL GROUP BY dst"))
+        indeg = dict(
+            q(
+                f"SELECT dst, count(DISTINCT src) FROM links WHERE dst IS NOT NULL AND {src_seen} "
+                "GROUP BY dst",
+                seen_args,
+            )
+        )
         outdeg = dict(q("SELECT src, count(DISTINCT dst) FROM links WHERE dst IS NOT NULL GROUP BY src"))
         for t in outs:  # notes that link to what this note links to
             w = 1.0 / math.log2(1 + indeg.get(t, 1))
-            for (other,) in q("SELECT DISTINCT src FROM links WHERE dst = ?", (t,)):
+            for (other,) in q(
+                f"SELECT DISTINCT src FROM links WHERE dst = ? AND {src_seen}", (t, *seen_args)
+            ):
                 if other != key:
                     scores[other] += w
                     why[other]["links"].append(t)
@@ -272,7 +296,10 @@ class LinkGraph:
                     why[other]["linkedFrom"].append(s)
         files = {
             r[0]: (r[1], tuple(json.loads(r[2])))
-            for r in q("SELECT key, title, tags FROM files WHERE state = 'indexed'")
+            for r in q(
+                f"SELECT key, title, tags FROM files WHERE state = 'indexed' AND {_seen('key', agent)[0]}",
+                seen_args,
+            )
         }
         mine = set(files.get(key, ("", ()))[1])
         if mine:
