@@ -696,3 +696,36 @@ def test_related_takes_no_part_of_another_agents_notes(served: Served) -> None:
     assert "memory/codex/secret-plan" in json.dumps(everything)
     own = served.call("related", {"reference": "memory/mine"})
     assert "codex" not in json.dumps(own)
+
+
+def test_secrets_are_masked_in_every_line_an_agent_reads(served: Served) -> None:
+    """Titles, headings, descriptions, link texts and the outline are masked as the hit text is:
+    a key in a heading reached agents in every hit's section line, a password in a page's first
+    line in the outline (which sits in system prompts)."""
+    token = "ghp_1234567890abcdefghijABCDEFGHIJ123456"
+    key = "sk-ant-api03-abcdefghijklmnopqrstuvwxyz-0123456789"
+    write(
+        served.cfg.vault.path / "wiki/Leaky.md",  # type: ignore[operator]
+        f"---\ntitle: Leaky {token}\ndescription: 'token {token}'\n---\n# Leaky {token}\n\n"
+        f"## Heading with key {key}\n\nThe quokka lives here. See [[Backups|the {key} page]].\n",
+    )
+    write(
+        served.cfg.vault.path / "wiki/Plain.md",  # type: ignore[operator]
+        "# Plain\n\nThe first line says password: hunter2hunter2 and more. [[Leaky]]\n",
+    )
+    served.h.sweep()
+    answers = {
+        "search": served.call("search", {"query": "quokka"}),
+        "get": served.call("get", {"reference": "wiki/Leaky"}),
+        "backlinks": served.call("get", {"reference": "wiki/Backups"}),
+        "list": served.call("list", {"source": "wiki"}),
+        "outline": served.call("outline", {}),
+        "related": served.call("related", {"reference": "wiki/Plain"}),
+        "recall": served.call("recall", {"message": "where does the quokka live?"}),
+    }
+    for op, answer in answers.items():
+        text = json.dumps(answer)
+        assert token not in text and key not in text and "hunter2hunter2" not in text, op
+    hit = answers["search"]["hits"][0]
+    assert hit["title"].startswith("Leaky [REDACTED") and "[REDACTED:anthropic_key]" in hit["headings"][-1]
+    assert "[REDACTED:" in answers["outline"]["outline"]

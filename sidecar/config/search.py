@@ -17,8 +17,9 @@ class SearchConfig:
     limit: int = _opt(10, "Hits returned when a request names no limit.", min=1, max=200)
     mask_secrets: bool = _opt(
         True,
-        "Mask secrets (keys, tokens, passwords, card numbers, connection strings) in the text of "
-        "search hits, recall blocks and get; the notes themselves are never changed.",
+        "Mask secrets (keys, tokens, passwords, card numbers, connection strings) in what is read "
+        "of a note: hits' text, titles and headings, recall blocks, get, list, related and the "
+        "outline; the notes themselves are never changed.",
     )
     min_score: float = _opt(
         0.1,

@@ -42,7 +42,7 @@ from sidecar.model.embedder import EmbedderSlot, approx_token_count
 from sidecar.notes.links import LinkGraph, unresolved_paths
 from sidecar.notes.outline import Page, one_line
 from sidecar.notes.outline import render as render_outline
-from sidecar.notes.redact import mask
+from sidecar.notes.redact import mask, masked_line
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.search.explain import explain
 from sidecar.search.query import FilterError, Filters, parse_day
@@ -346,6 +346,11 @@ class Handlers:
         masked: dict[str, int] = {}
         if self.retriever.cfg.mask_secrets:
             text, masked = mask(text)
+            title = masked_line(title)
+            for link in links:
+                link["display"] = link["display"] and masked_line(link["display"])
+            for backlink in backlinks:
+                backlink["title"] = masked_line(backlink["title"])
         out: dict[str, Any] = {
             "reference": public_reference(key, req.agent),
             "source": key.split("/", 1)[0],
@@ -404,6 +409,8 @@ class Handlers:
         graph = LinkGraph(manifest.read)
         items = graph.related(key, limit, req.agent)
         for item in items:
+            if self.retriever.cfg.mask_secrets:
+                item["title"] = masked_line(item["title"])
             item["reference"] = public_reference(item.pop("key"), req.agent)
             item["source"] = item["reference"].split("/", 1)[0]
             for kind, keys in item.get("shared", {}).items():
@@ -422,6 +429,7 @@ class Handlers:
         lo, hi = TOKEN_BUDGET_RANGE
         budget = param_int(p, "tokenBudget", default=OUTLINE_BUDGET, lo=lo, hi=hi)
         manifest = self.manifest
+        show = masked_line if self.retriever.cfg.mask_secrets else str  # it sits in system prompts
         pages = []
         for key, _src, _agent, title, _tags, _mtime, _chunks, fm in manifest.list_files(
             "source = ?", [source]
@@ -434,7 +442,7 @@ class Handlers:
                 # Else the first prose of the page: headings only repeat the title.
                 lines = (line for c in manifest.chunks_of(key) for line in c.text.splitlines())
                 description = next((x for x in lines if x.strip() and not x.lstrip().startswith("#")), "")
-            pages.append(Page(path, title, one_line(description)))
+            pages.append(Page(path, show(title), one_line(show(description))))
         model = self.slot.model
         count = model.count_tokens if model is not None else approx_token_count
         out = render_outline(pages, budget, count, label=source)

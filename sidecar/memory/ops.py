@@ -28,6 +28,7 @@ from sidecar.index.vectoring import WRITE_YIELD_S, Stores
 from sidecar.memory.inbox import Inboxes, check_agent, check_slug
 from sidecar.model.embedder import EmbedderSlot, cosine_range
 from sidecar.notes.chunking import chunk_note
+from sidecar.notes.redact import masked_line
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.stores.manifest import embed_hash
 from sidecar.stores.vectorbook import NO_VECTOR
@@ -309,6 +310,7 @@ class MemoryOps:
         else:
             where, args = "source = ?", [source]
         manifest = self.manifest
+        show = masked_line if self.cfg.search.mask_secrets else str
         notes = []
         known: set[str] = set()
         for key, src, _owner, title, tags_json, mtime_ns, chunks, fm_json in manifest.list_files(where, args):
@@ -323,8 +325,8 @@ class MemoryOps:
                 {
                     "reference": reference,
                     "source": src,
-                    "title": title,
-                    "description": _description(fm_json),
+                    "title": show(title),
+                    "description": show(_description(fm_json)),
                     "tags": tags,
                     "modified": _local(mtime_ns),
                     "chunks": chunks,

@@ -7,7 +7,7 @@ import functools
 from collections.abc import Sequence
 
 from sidecar.contracts.wire import Analysis, AnalysisFilters, Hit
-from sidecar.notes.redact import mask
+from sidecar.notes.redact import mask, masked_line
 from sidecar.search.fusion import Scored
 from sidecar.search.query import Filters, QueryAnalysis
 from sidecar.stores.manifest import ChunkView
@@ -23,6 +23,9 @@ def _masked(text: str) -> tuple[str, tuple[tuple[str, int], ...]]:
 def to_hit(s: Scored, view: ChunkView, agent: str | None, *, mask_secrets: bool) -> Hit:
     c = s.candidate
     text, masked = _masked(view.text) if mask_secrets else (view.text, ())
+    title, headings = view.title, tuple(view.headings)
+    if mask_secrets:
+        title, headings = masked_line(title), tuple(map(masked_line, headings))
     return Hit(
         reference=public_reference(view.key, agent),
         source=view.source,
@@ -31,8 +34,8 @@ def to_hit(s: Scored, view: ChunkView, agent: str | None, *, mask_secrets: bool)
         vec_score=None if c.vec is None else round(c.vec, 6),
         bm25_score=None if c.bm25 is None else round(c.bm25, 6),
         boosts=dict(s.boosts),
-        title=view.title,
-        headings=tuple(view.headings),
+        title=title,
+        headings=headings,
         lines=(c.start_line, c.end_line),
         text=text,
         masked=dict(masked),
