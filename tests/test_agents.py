@@ -729,3 +729,19 @@ def test_secrets_are_masked_in_every_line_an_agent_reads(served: Served) -> None
     hit = answers["search"]["hits"][0]
     assert hit["title"].startswith("Leaky [REDACTED") and "[REDACTED:anthropic_key]" in hit["headings"][-1]
     assert "[REDACTED:" in answers["outline"]["outline"]
+
+
+def test_a_search_before_the_first_sweep_ends_says_the_index_is_incomplete(served: Served) -> None:
+    """Until the first sweep has read every note, search and recall say how far it got, and the
+    MCP text does not tell the agent that nothing relevant exists (it did, with most notes unread)."""
+    from sidecar.clients.mcp_texts import text_of_search
+
+    activity = served.handlers.indexer.activity
+    activity.first_sweep_done, activity.done, activity.total = False, 3, 40
+    found = served.call("search", {"query": "zzyzx nothing"})
+    assert found["indexing"] == {"done": 3, "total": 40}
+    assert served.call("recall", {"message": "the garden"})["indexing"] == {"done": 3, "total": 40}
+    text = text_of_search("zzyzx nothing", found)
+    assert "still being built (3 of 40 notes read so far)" in text and "Nothing relevant found" not in text
+    activity.first_sweep_done = True
+    assert "indexing" not in served.call("search", {"query": "zzyzx nothing"})

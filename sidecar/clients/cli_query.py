@@ -14,7 +14,7 @@ from sidecar.clients.cli_render import render_links
 from sidecar.clients.client import Client
 from sidecar.config import Config
 from sidecar.contracts.errors import ExitCode
-from sidecar.contracts.wire import parse_explanation, parse_search, pending_note
+from sidecar.contracts.wire import indexing_note, parse_explanation, parse_search, pending_note
 from sidecar.notes.outline import escape_controls as shown
 
 
@@ -29,6 +29,8 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         print(f"note: {result.degraded}", file=sys.stderr)
     if result.pending_vectors:
         print(f"note: {pending_note(result.pending_vectors)}", file=sys.stderr)
+    if result.indexing is not None:
+        print(f"note: {indexing_note(*result.indexing)}", file=sys.stderr)
     if not result.hits:
         print("nothing relevant found")
     for i, hit in enumerate(result.hits, 1):
@@ -68,6 +70,8 @@ def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
     if reply is None:
         return int(ExitCode.OK)
     result = parse_search(reply)
+    if result.indexing is not None:
+        print(f"note: {indexing_note(*result.indexing)}", file=sys.stderr)
     if args.preview:
         print(json.dumps(reply.get("analysis", {}), ensure_ascii=False))
         for h in result.hits:

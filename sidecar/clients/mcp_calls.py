@@ -85,6 +85,8 @@ class ToolCalls:
             out["degraded"] = result.degraded
         if result.pending_vectors:
             out["pendingVectors"] = result.pending_vectors
+        if result.indexing is not None:
+            out["indexing"] = {"done": result.indexing[0], "total": result.indexing[1]}
         if result.window:
             out["window"] = window_json(result.window)
         if masked:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sidecar.contracts.wire import pending_note
+from sidecar.contracts.wire import indexing_note, pending_note
 
 LEGEND = "[wiki] curated pages · [vault] the user's notes · [memory] your own earlier notes"
 
@@ -23,6 +23,11 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
         lines.append(f"note: {result['degraded']}")
     if result.get("pendingVectors"):
         lines.append(f"note: {pending_note(result['pendingVectors'])}")
+    building = result.get("indexing")
+    if building:
+        lines.append(
+            f"note: {indexing_note(building['done'], building['total'])}; memory_status shows progress"
+        )
     window = result.get("window")
     if window and window["applied"]:
         lines.append(f"'{window['phrase']}': only notes dated {window['since']} to {window['until']}.")
@@ -35,7 +40,9 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
             f"relevance {h.get('relevance', 0.0):.2f})" + (f"\n   section: {head}" if head else "")
         )
         lines.extend("   " + line for line in h["text"].splitlines())
-    if not hits:
+    if not hits and building:
+        lines.append("Nothing found so far; ask again once the index is built.")
+    elif not hits:
         lines.append("Nothing relevant found; try other words, a wider date, or memory_list to browse.")
     if result.get("masked"):
         lines.append(masked_note(result["masked"]))

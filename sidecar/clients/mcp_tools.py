@@ -85,6 +85,7 @@ TOOLS: list[dict[str, Any]] = [
                 "hits": {"type": "array", "items": HIT},
                 "degraded": STR,
                 "pendingVectors": {"type": "integer"},
+                "indexing": obj({"done": INT, "total": INT}),
                 "masked": COUNTS,
                 "window": obj(
                     {"phrase": STR, "since": STR, "until": STR, "applied": BOOL}, ("phrase", "applied")

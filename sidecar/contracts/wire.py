@@ -80,6 +80,9 @@ class SearchResult:
     context: str | None = None
     window: Window | None = None
     pending_vectors: int = 0  # chunks not yet searchable by meaning (vectors being computed)
+    # The first sweep is still reading the notes (read so far, of how many; 0: still listing):
+    # the hits come from part of the notes only.
+    indexing: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,12 @@ class Explanation:
     exists: bool | None = None  # the rest: only for a note that is not indexed
     reason: str | None = None
     excluded: str | None = None
+
+
+def indexing_note(done: int, total: int) -> str:
+    """What a client says when the first sweep has not read every note yet."""
+    read = f"{done:,} of {total:,} notes read so far" if total else "the notes are still being listed"
+    return f"the index is still being built ({read}): notes not read yet cannot be found"
 
 
 def pending_note(n: int) -> str:
@@ -193,6 +202,8 @@ def search_json(result: SearchResult, *, preview: bool) -> dict[str, Any]:
         out["degraded"] = result.degraded
     if result.pending_vectors:
         out["pendingVectors"] = result.pending_vectors
+    if result.indexing is not None:
+        out["indexing"] = {"done": result.indexing[0], "total": result.indexing[1]}
     window = result.window or (window_of(result.analysis) if result.analysis else None)
     if window is not None:
         out["window"] = window_json(window)
@@ -295,6 +306,7 @@ def parse_search(d: Mapping[str, Any]) -> SearchResult:
         context=d.get("context"),
         window=window,
         pending_vectors=int(d.get("pendingVectors") or 0),
+        indexing=(int(d["indexing"]["done"]), int(d["indexing"]["total"])) if d.get("indexing") else None,
     )
 
 

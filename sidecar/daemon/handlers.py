@@ -33,7 +33,7 @@ from sidecar.contracts.protocol import (
     param_opt_str,
     param_str,
 )
-from sidecar.contracts.wire import SOURCES, explanation_json, search_json
+from sidecar.contracts.wire import SOURCES, SearchResult, explanation_json, search_json
 from sidecar.index.indexer import Indexer
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Vectoring
@@ -227,7 +227,7 @@ class Handlers:
             result = self.retriever.search(self._request(p, req.agent, "query", self.retriever.cfg.limit))
         except FilterError as exc:
             raise ProtocolError(f"bad filter in 'query': {exc}") from exc
-        return search_json(result, preview=param_bool(p, "preview", default=False))
+        return search_json(self._while_building(result), preview=param_bool(p, "preview", default=False))
 
     def why(self, req: Request) -> dict[str, Any]:
         """Explain a note's place (or absence) in the results of a query."""
@@ -287,7 +287,15 @@ class Handlers:
             result = recall(self.retriever, search.query, history, search, count)
         except FilterError as exc:
             raise ProtocolError(f"bad filter in 'message': {exc}") from exc
-        return search_json(result, preview=param_bool(p, "preview", default=False))
+        return search_json(self._while_building(result), preview=param_bool(p, "preview", default=False))
+
+    def _while_building(self, result: SearchResult) -> SearchResult:
+        """``result``, saying so when the first sweep has not read every note yet: an agent
+        asking then was told "nothing relevant found" with most of the vault unread."""
+        act = self.indexer.activity
+        if act.first_sweep_done:
+            return result
+        return replace(result, indexing=(act.done, act.total))
 
     def get(self, req: Request) -> dict[str, Any]:
         p = req.params
