@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from sidecar.clients.mcp_texts import trash_dropped_note
 from sidecar.contracts.errors import NotFoundError, SourceError
 from sidecar.memory import inbox as inbox_mod
 from sidecar.memory.inbox import Inboxes, InboxFullError, MemoryWriteError
@@ -477,15 +478,22 @@ def test_the_trash_is_capped_oldest_first(make_cfg: Any, vault: Path) -> None:
     """Kept texts beyond memory.maxTrashBytes go, oldest first, the newest always stays: an
     agent rewriting one note in a loop filled .trash for memory.trashDays."""
     inboxes = Inboxes(make_cfg(vault, **{"memory.maxTrashBytes": 3000}))
+    dropped: list[str] = []
     for i in range(8):
-        inboxes.write("claude", "loop", f"round {i} " + "x" * 1000, None, must_exist=False)
+        written = inboxes.write("claude", "loop", f"round {i} " + "x" * 1000, None, must_exist=False)
+        dropped += written.trash_dropped  # each write says which kept texts it let go
     trash = inboxes.cfg.agents_dir / "claude" / "memory" / ".trash"
     kept = sorted(trash.iterdir())
+    assert dropped and not {p.name for p in kept} & set(dropped)
+    assert len(dropped) + len(kept) == 7  # every replaced text is kept or named as dropped
     assert 0 < sum(p.stat().st_size for p in kept) <= 3000
     assert "round 6 " in kept[-1].read_text()  # the text replaced last
     assert all("round 0 " not in p.read_text() for p in kept)
     (trash / "my own file.md").write_text("a" * 5000)  # not sidecar's: never removed
-    inboxes.delete("claude", "loop")
+    deleted = inboxes.delete("claude", "loop")
+    assert deleted is not None and deleted.trash_dropped and "my own file.md" not in deleted.trash_dropped
+    text = trash_dropped_note(list(deleted.trash_dropped))
+    assert "can no longer be restored" in text and deleted.trash_dropped[0] in text
     names = sorted(p.name for p in trash.iterdir())
     assert "my own file.md" in names and any("round 7 " in (trash / n).read_text() for n in names)
 

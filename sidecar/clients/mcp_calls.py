@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.clients.client import Client
-from sidecar.clients.mcp_texts import masked_note, status_of, text_of_list, text_of_search, text_of_write
+from sidecar.clients.mcp_texts import (
+    masked_note,
+    status_of,
+    text_of_list,
+    text_of_search,
+    text_of_write,
+    trash_dropped_note,
+)
 from sidecar.contracts.errors import DaemonNotRunningError, ProtocolError, RemoteError
 from sidecar.contracts.wire import hit_json, parse_search, window_json
 
@@ -140,6 +147,7 @@ class ToolCalls:
             "redacted",
             "duplicatesChecked",
             "previous",
+            "trashDropped",
         )
         out = {k: r[k] for k in keep if k in r}
         out["duplicates"] = [
@@ -154,6 +162,8 @@ class ToolCalls:
             if r["deleted"]
             else f"{r['reference']}: {r['message']}"
         )
+        if r.get("trashDropped"):
+            text += " " + trash_dropped_note(r["trashDropped"])
         return text, r
 
     def status(self, _a: dict[str, Any]) -> tuple[str, dict[str, Any]]:

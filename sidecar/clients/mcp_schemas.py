@@ -69,6 +69,11 @@ WRITE_OUT = obj(
         },
         "duplicatesChecked": BOOL,
         "previous": {"type": "string", "description": "where the replaced text was kept"},
+        "trashDropped": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "older kept texts removed from .trash to stay under memory.maxTrashBytes",
+        },
     },
     ("reference", "action", "searchable", "duplicates"),
 )

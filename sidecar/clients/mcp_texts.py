@@ -16,6 +16,15 @@ def masked_note(counts: dict[str, int]) -> str:
     return f"Secrets in the notes are shown as [REDACTED:kind] ({kinds})."
 
 
+def trash_dropped_note(names: list[str]) -> str:
+    """What an agent is told when keeping a text made .trash let older ones go."""
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return (
+        f".trash passed memory.maxTrashBytes: the oldest kept text{'s' if len(names) > 1 else ''} "
+        f"{shown} can no longer be restored."
+    )
+
+
 def text_of_search(query: str, result: dict[str, Any]) -> str:
     hits = result.get("hits", [])
     lines = [f'{len(hits)} hit(s) for "{query}"  ({LEGEND})']
@@ -54,6 +63,8 @@ def text_of_write(result: dict[str, Any]) -> str:
     lines = [f"{result['reference']} {result['action']} ({size})."]
     if result.get("previous"):
         lines.append(f"The previous text was kept in {result['previous']}.")
+    if result.get("trashDropped"):
+        lines.append(trash_dropped_note(result["trashDropped"]))
     if result.get("warning"):
         lines.append(str(result["warning"]))
     elif result.get("searchable"):

@@ -208,10 +208,20 @@ TOOLS: list[dict[str, Any]] = [
         "memory_delete",
         "Delete a memory note",
         "Delete a note of your memory that is wrong or obsolete. It is moved to the inbox's .trash "
-        "folder (the user can restore it) and leaves search at once. Deleting a missing note is not an "
+        "folder (the user can restore it; when .trash passes its size limit the oldest kept texts go, "
+        "and the reply names them) and leaves search at once. Deleting a missing note is not an "
         "error.",
         obj({"slug": SLUG}, ("slug",)),
-        obj({"reference": STR, "deleted": BOOL, "trash": STR, "message": STR}, ("reference", "deleted")),
+        obj(
+            {
+                "reference": STR,
+                "deleted": BOOL,
+                "trash": STR,
+                "message": STR,
+                "trashDropped": {"type": "array", "items": STR},
+            },
+            ("reference", "deleted"),
+        ),
         WRITE,
     ),
     tool(

@@ -71,12 +71,14 @@ class Written:
     previous: Path | None = None  # where the replaced text was kept (in .trash), if any
     audit_error: str | None = None  # the change is made, but its audit line could not be appended
     ctime_ns: int = 0  # kept in the manifest: a hand edit that keeps size and mtime is still seen
+    trash_dropped: tuple[str, ...] = ()  # older texts .trash let go to stay under its cap
 
 
 @dataclass(frozen=True)
 class Deleted:
     trash: Path  # where the note's text now lies
     audit_error: str | None = None  # as for Written
+    trash_dropped: tuple[str, ...] = ()  # as for Written
 
 
 def check_agent(agent: str | None) -> str:
@@ -201,8 +203,10 @@ class Inboxes:
             # The text being replaced stays recoverable, as a deleted note does (a rewrite that
             # changes only the 'updated' stamp keeps nothing: there is nothing to lose).
             previous = None
+            dropped: tuple[str, ...] = ()
             if old is not None and _unstamped(old.decode("utf-8", errors="replace")) != _unstamped(text):
-                previous = path.parent / ".trash" / self._keep(inbox_fd, slug, old)
+                kept, dropped = self._keep(inbox_fd, slug, old)
+                previous = path.parent / ".trash" / kept
             if _state(inbox_fd, name) != seen:
                 # Changed since it was read (the window is the rendering and the .trash copy):
                 # replacing it now would lose that change; the copy kept of the old text goes.
@@ -228,16 +232,17 @@ class Inboxes:
             previous,
             audit_error,
             ctime_ns,
+            dropped,
         )
 
-    def _keep(self, inbox_fd: int, slug: str, old: bytes) -> str:
+    def _keep(self, inbox_fd: int, slug: str, old: bytes) -> tuple[str, tuple[str, ...]]:
         """Put the replaced text in ``.trash/<slug>--<time>.md`` through the inbox's descriptor
-        (the caller holds the note's lock); returns the file name."""
+        (the caller holds the note's lock); returns the file name and the older texts let go."""
         target = f"{slug}--{dt.datetime.now().strftime('%Y%m%dT%H%M%S%f')}.md"
         with contextlib.closing(_Fd(_trash_dir(inbox_fd))) as trash:
             write_in(trash.fd, target, old)
-            self._cap_trash(trash.fd, target)
-        return target
+            dropped = self._cap_trash(trash.fd, target)
+        return target, dropped
 
     def _check_room(self, inbox_fd: int, name: str, growth: int) -> None:
         """Refuse a write that takes the inbox's notes past ``memory.maxInboxBytes`` (an agent in
@@ -254,15 +259,16 @@ class Inboxes:
                 "merge them with memory_edit"
             )
 
-    def _cap_trash(self, trash_fd: int, newest: str) -> None:
+    def _cap_trash(self, trash_fd: int, newest: str) -> tuple[str, ...]:
         """Remove the oldest kept texts while .trash holds more than ``memory.maxTrashBytes``
         (``newest``, the one just kept, stays): rewrites in a loop would fill the disk within
-        ``memory.trashDays``."""
+        ``memory.trashDays``. Returns the names removed: the reply says which texts are gone."""
         limit = self.cfg.memory.max_trash_bytes
         if limit <= 0:
-            return
+            return ()
         kept: list[tuple[str, str, int]] = []  # (time in the name, name, size)
-        total = removed = 0
+        total = 0
+        removed: list[str] = []
         try:  # housekeeping: the change it follows is made and must be reported as made
             for name, size in _file_sizes(trash_fd):
                 m = _KEPT.match(name)
@@ -276,12 +282,13 @@ class Inboxes:
                     break
                 with contextlib.suppress(FileNotFoundError):  # another writer's cap took it
                     os.unlink(name, dir_fd=trash_fd)
-                    removed += 1
+                    removed.append(name)
                 total -= size
         except OSError as exc:
             log.warning("memory_trash_cap_failed error=%s", exc)
         if removed:
-            log.info("memory_trash_capped removed=%d limit_bytes=%d", removed, limit)
+            log.info("memory_trash_capped removed=%d limit_bytes=%d", len(removed), limit)
+        return tuple(removed)
 
     def _check_content(self, content: Any, front_matter: Any) -> None:
         if not isinstance(content, str):
@@ -338,10 +345,10 @@ class Inboxes:
                 target = f"{slug}--{stamp}.md"
                 os.replace(name, target, src_dir_fd=inbox_fd, dst_dir_fd=trash.fd)
                 os.fsync(trash.fd)
-                self._cap_trash(trash.fd, target)
+                dropped = self._cap_trash(trash.fd, target)
             os.fsync(inbox_fd)
             audit_error = self._audit(agent_fd, "delete", slug, hashlib.sha256(data).hexdigest(), len(data))
-        return Deleted(path.parent / ".trash" / target, audit_error)
+        return Deleted(path.parent / ".trash" / target, audit_error, dropped)
 
     def _audit(self, agent_fd: int, op: str, slug: str, digest: str, size: int) -> str | None:
         """Append one JSON line to the agent's audit log (append-only, never rewritten). Called

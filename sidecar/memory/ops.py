@@ -148,6 +148,8 @@ class MemoryOps:
         }
         if written.previous is not None:
             out["previous"] = str(written.previous)
+        if written.trash_dropped:
+            out["trashDropped"] = list(written.trash_dropped)
         if warning is None:
             searchable, by, warning = self._searchable(key)
             out["searchable"], out["searchableBy"] = searchable, by
@@ -281,6 +283,8 @@ class MemoryOps:
             }
         log.info("memory_delete agent=%s slug=%s", agent, slug)
         out: dict[str, Any] = {"deleted": True, "reference": f"memory/{slug}", "trash": str(moved.trash)}
+        if moved.trash_dropped:
+            out["trashDropped"] = list(moved.trash_dropped)
         audit = _audit_warning(moved.audit_error, agent, self.problems)
         warning = "; ".join(w for w in (unindexed, audit) if w)
         if warning:
