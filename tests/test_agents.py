@@ -696,3 +696,23 @@ def test_related_takes_no_part_of_another_agents_notes(served: Served) -> None:
     assert "memory/codex/secret-plan" in json.dumps(everything)
     own = served.call("related", {"reference": "memory/mine"})
     assert "codex" not in json.dumps(own)
+
+
+def test_get_counts_the_lines_a_note_has(served: Served) -> None:
+    """`lines` of get is the note's line count, what search's line ranges are measured against: a
+    final line break ends the last line (get said one more: 'lines 5-7' of a note 'of 8 lines')."""
+    v = served.cfg.vault.path
+    assert v is not None
+    write(v / "Seven.md", "# Seven\n\nline 3\n\nline 5\nline 6\nthe walrus line 7\n")
+    write(v / "Crlf.md", "# Crlf\r\n\r\nthe walrus in windows\r\n")
+    write(v / "Nobreak.md", "# Nobreak\n\nthe walrus without a break")
+    served.h.sweep()
+    served.call("write", {"slug": "walrus", "content": "The walrus note.\n\nSecond paragraph."})
+    hits = {
+        h["reference"]: h["lines"] for h in served.call("search", {"query": "walrus", "limit": 10})["hits"]
+    }
+    for reference, n in (("vault/Seven", 7), ("vault/Crlf", 3), ("vault/Nobreak", 3)):
+        assert served.call("get", {"reference": reference})["lines"] == n, reference
+        assert hits[reference][1] == n, (reference, hits)
+    on_disk = (served.cfg.agents_dir / "claude" / "memory" / "walrus.md").read_text()
+    assert served.call("get", {"reference": "memory/walrus"})["lines"] == on_disk.count("\n")
