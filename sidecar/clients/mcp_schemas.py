@@ -10,7 +10,9 @@ from typing import Any
 from sidecar.contracts.wire import SOURCES
 
 SLUG_PATTERN = "^[a-z0-9][a-z0-9_-]{0,127}$"
-REFERENCE_PATTERN = "^(vault|wiki|memory)/[^/].*$"
+# [\s\S], not '.': a file name may hold a line break, and every reference search returns must pass
+# the schema of memory_get (a host enforcing input schemas refused to send such a one back).
+REFERENCE_PATTERN = "^(vault|wiki|memory)/[^/][\\s\\S]*$"
 
 
 def obj(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
