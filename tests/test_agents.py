@@ -749,3 +749,43 @@ def test_every_reference_search_returns_passes_the_get_schema(served: Served) ->
     for bad in ("notes/x", "vault//x", "vault/"):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate({"reference": bad}, schemas["memory_get"])
+
+
+def test_mcp_tools_enforce_the_lengths_their_input_schemas_state(in_process: InProcessServer) -> None:
+    """Every string argument with a maxLength: at the length it is not refused for its length, one
+    past it and a megabyte past it get the daemon's own words (a 2 MB query or reference got
+    'frame_too_large ... a memory note is limited ...'); the lengths are the daemon's."""
+    import io
+
+    from sidecar.clients.mcp_shim import Shim
+    from sidecar.clients.mcp_tools import TOOLS as SCHEMAS
+    from sidecar.daemon.handlers import MAX_QUERY_CHARS, MAX_REFERENCE_CHARS
+
+    shim = Shim(in_process.socket, "claude", io.BytesIO())
+    needed = {
+        "memory_search": {"query": "tomatoes"},
+        "memory_get": {"reference": "vault/Garden"},
+        "memory_related": {"reference": "vault/Garden"},
+        "memory_write": {"slug": "s", "content": "x"},
+        "memory_edit": {"slug": "s", "content": "x"},
+        "memory_delete": {"slug": "s"},
+    }
+    limits = {}
+    for tool in SCHEMAS:
+        for name, prop in tool["inputSchema"]["properties"].items():
+            if "maxLength" not in prop:
+                continue
+            longest = limits[tool["name"], name] = prop["maxLength"]
+            base = needed.get(tool["name"], {})
+            at = shim.call_tool({"name": tool["name"], "arguments": {**base, name: "a" * longest}})
+            assert "longer than" not in at["content"][0]["text"], (tool["name"], name)
+            for length in (longest + 1, 1 << 21):
+                answer = shim.call_tool({"name": tool["name"], "arguments": {**base, name: "a" * length}})
+                text = answer["content"][0]["text"]
+                assert answer["isError"] is True, (tool["name"], name)
+                assert text.startswith(f"'{name}' is longer than {longest} characters"), text
+    assert limits["memory_search", "query"] == MAX_QUERY_CHARS
+    assert limits["memory_get", "reference"] == limits["memory_related", "reference"] == MAX_REFERENCE_CHARS
+    assert {("memory_search", "pathPrefix"), ("memory_write", "slug"), ("wiki_outline", "pathPrefix")} <= set(
+        limits
+    )

@@ -168,7 +168,7 @@ class Shim:
                     f"unknown argument{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} for "
                     f"{name}; it takes {', '.join(known) or 'no arguments'}"
                 )
-            # the schema's ranges are the tool's, checked here (the daemon's are wider)
+            # the schema's ranges and lengths are the tool's, checked here (see out_of_bounds)
             if (wrong := out_of_bounds(SCHEMAS[str(name)], args)) is not None:
                 raise ToolError(f"{wrong} (see the {name} input schema)")
             text, structured = tool(args)
