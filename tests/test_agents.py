@@ -789,3 +789,68 @@ def test_mcp_tools_enforce_the_lengths_their_input_schemas_state(in_process: InP
     assert {("memory_search", "pathPrefix"), ("memory_write", "slug"), ("wiki_outline", "pathPrefix")} <= set(
         limits
     )
+
+
+def test_the_shim_stops_when_the_host_closes_its_stdout(served: Served) -> None:
+    """A host that closes the shim's stdout gets one log line with an event name and a shim that
+    exits (it printed a traceback per pending answer and went on running the calls it read,
+    writes included, whose answers could never arrive)."""
+    import subprocess
+
+    init = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    p = subprocess.Popen(
+        [sys.executable, "-m", "sidecar", "mcp", "--agent", "claude", "--home", str(served.cfg.home)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert p.stdin is not None and p.stdout is not None and p.stderr is not None
+    p.stdin.write(json.dumps(init).encode() + b"\n")
+    p.stdin.flush()
+    assert json.loads(p.stdout.readline())["id"] == 0
+    p.stdout.close()
+    for i in range(3):
+        call = {"name": "memory_write", "arguments": {"slug": f"unanswered-{i}", "content": "x"}}
+        p.stdin.write(
+            json.dumps({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": call}).encode()
+        )
+        p.stdin.write(b"\n")
+        p.stdin.flush()
+    try:  # stdin stays open: the shim ends on its own
+        assert p.wait(timeout=30) == 0
+    finally:
+        p.kill()
+        p.stdin.close()
+    stderr = p.stderr.read().decode()
+    p.stderr.close()
+    assert stderr.count("mcp_stdout_closed") == 1 and "Traceback" not in stderr, stderr
+    assert not list((served.cfg.agents_dir / "claude" / "memory").glob("unanswered-*"))
+
+
+def test_an_answer_to_a_closed_stdout_is_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """stdout closed while calls were running: each answer that cannot be written is dropped, the
+    first says so in one line (a thread's traceback each before)."""
+    import io
+
+    from sidecar.clients.mcp_shim import Shim
+
+    class Closed(io.BytesIO):
+        def write(self, _data: Any) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    shim = Shim(tmp_path / "none.sock", "claude", Closed())
+    for rid in (1, 2, 3):
+        shim.handle({"jsonrpc": "2.0", "id": rid, "method": "ping"})
+    assert shim.closed.is_set() and shim.stdout_gone()
+    assert [r.getMessage().split()[0] for r in caplog.records] == ["mcp_stdout_closed"]

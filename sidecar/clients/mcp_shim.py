@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import select
 import sys
 import threading
 from collections.abc import Callable
@@ -75,6 +77,7 @@ class Shim:
         self.calls = ToolCalls(socket_path, agent)
         self.out = out
         self._write_lock = threading.Lock()
+        self.closed = threading.Event()  # the host closed stdout: nothing can be answered any more
 
     def send(self, message: dict[str, Any] | list[dict[str, Any]]) -> None:
         try:
@@ -82,8 +85,34 @@ class Shim:
         except UnicodeEncodeError:  # a lone surrogate echoed back (an id, a method name): escaped
             data = json.dumps(message, separators=(",", ":")).encode("ascii") + b"\n"
         with self._write_lock:
-            self.out.write(data)
-            self.out.flush()
+            if self.closed.is_set():
+                return
+            try:
+                self.out.write(data)
+                self.out.flush()
+            except BrokenPipeError:
+                self._stdout_closed()
+
+    def _stdout_closed(self) -> None:
+        """Say once that the host closed stdout (a traceback per pending answer said it before)."""
+        if not self.closed.is_set():
+            self.closed.set()
+            log.warning("mcp_stdout_closed the host closed the shim's stdout; no more calls are run, exiting")
+
+    def stdout_gone(self) -> bool:
+        """Whether the host closed stdout, known before anything is written: a pipe with no reader
+        polls as an error. A call read after that is not run (a write would be made unanswered)."""
+        if self.closed.is_set():
+            return True
+        try:
+            fd = self.out.fileno()
+        except (AttributeError, OSError, ValueError):  # not a file (tests write to memory)
+            return False
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        if any(events & (select.POLLERR | select.POLLHUP) for _fd, events in poller.poll(0)):
+            self._stdout_closed()
+        return self.closed.is_set()
 
     def handle(self, message: Any) -> None:
         """Answer one message (or a batch of them, as JSON-RPC and MCP 2025-03-26 allow)."""
@@ -231,6 +260,8 @@ class Shim:
         """Read one JSON-RPC message a line until stdin closes; tool calls run on threads."""
         threads: list[threading.Thread] = []
         for line in stdin:
+            if self.stdout_gone():
+                break
             if not line.strip():
                 continue
             try:
@@ -262,4 +293,7 @@ class RpcError(Exception):
 
 
 def run(socket_path: Path, agent: str) -> None:
-    Shim(socket_path, agent, sys.stdout.buffer).serve(sys.stdin.buffer)
+    shim = Shim(socket_path, agent, sys.stdout.buffer)
+    shim.serve(sys.stdin.buffer)
+    if shim.closed.is_set():  # so the interpreter's last flush of stdout does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
