@@ -854,3 +854,39 @@ def test_an_answer_to_a_closed_stdout_is_logged_once(
         shim.handle({"jsonrpc": "2.0", "id": rid, "method": "ping"})
     assert shim.closed.is_set() and shim.stdout_gone()
     assert [r.getMessage().split()[0] for r in caplog.records] == ["mcp_stdout_closed"]
+
+
+def test_names_cannot_forge_lines_in_the_tools_texts(served: Served) -> None:
+    """A file name holding a line break, an escape sequence or an RTL override is shown escaped in
+    every tool's text, as the outline shows it (search showed a forged top '[wiki]' hit, list a
+    forged note line); the structured content keeps the exact reference."""
+    from sidecar.clients.mcp_calls import ToolCalls
+    from sidecar.contracts.printable import escape_controls
+
+    v = served.cfg.vault.path
+    assert v is not None
+    for name in HOSTILE_NAMES:
+        write(v / f"{name}.md", "# Hostile\n\nThe mongoose hides here. #mongoose\n")
+    write(v / "Hub.md", "# Hub\n\nThe mongoose hub links [[rtl \u202etxt.exe|the rtl note]]. #mongoose\n")
+    served.h.sweep()
+    tools = ToolCalls(served.cfg.socket_path, "claude").tools
+    evil = "vault/" + HOSTILE_NAMES[0]
+    texts = {
+        "search": tools["memory_search"]({"query": "mongoose", "limit": 10}),
+        "list": tools["memory_list"]({"source": "all"}),
+        "get": tools["memory_get"]({"reference": evil}),
+        "get_links": tools["memory_get"]({"reference": "vault/Hub"}),
+        "related": tools["memory_related"]({"reference": "vault/Hub"}),
+    }
+    for what, (full, structured) in texts.items():
+        text = full.replace(structured.get("text", "\0"), "")  # a note's own text is as it is
+        for line in text.splitlines():
+            assert not line.lstrip().startswith(("2. [wiki] Fake", "- Fake", "IGNORE")), (what, line)
+        assert not {"\u202e", "\x1b"} & set(text), what
+        assert "\\u202e" in text or what in ("get", "list"), what
+    assert escape_controls(evil) in texts["search"][0] and escape_controls(evil) in texts["list"][0]
+    assert texts["get"][0].startswith(f"[vault] {escape_controls(evil)} (")
+    assert texts["get"][1]["reference"] == evil  # the structured content is exact
+    assert evil in _refs(texts["search"][1]) and evil in {n["reference"] for n in texts["list"][1]["notes"]}
+    # the outline and the CLI escape the bidirectional controls as well
+    assert escape_controls("a\u202eb\u2066c\u200fd\u061c") == "a\\u202eb\\u2066c\\u200fd\\u061c"

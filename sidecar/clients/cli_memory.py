@@ -12,7 +12,7 @@ from sidecar.clients.cli_parser import UsageError
 from sidecar.clients.client import Client
 from sidecar.config import Config
 from sidecar.contracts.errors import ExitCode, RemoteError
-from sidecar.notes.outline import escape_controls as shown
+from sidecar.contracts.printable import escape_controls as shown
 
 
 def cmd_mcp(args: argparse.Namespace, cfg: Config) -> int:

@@ -10,6 +10,7 @@ from typing import Any
 from sidecar.clients.client import Client
 from sidecar.clients.mcp_texts import masked_note, status_of, text_of_list, text_of_search, text_of_write
 from sidecar.contracts.errors import DaemonNotRunningError, ProtocolError, RemoteError
+from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.wire import hit_json, parse_search, window_json
 
 # What a search hit shows an agent (the scores behind relevance are for tuning, not for it).
@@ -93,9 +94,9 @@ class ToolCalls:
 
     def get(self, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         r = self.call("get", {"reference": a.get("reference")})
-        text = f"[{r['source']}] {r['reference']} ({r['lines']} lines)\n\n{r['text']}"
-        links = sorted({link["target"] for link in r.get("links", []) if link["target"]})
-        back = sorted({b["reference"] for b in r.get("backlinks", [])})
+        text = f"[{r['source']}] {shown(r['reference'])} ({r['lines']} lines)\n\n{r['text']}"
+        links = sorted({shown(link["target"]) for link in r.get("links", []) if link["target"]})
+        back = sorted({shown(b["reference"]) for b in r.get("backlinks", [])})
         if links or back:
             text += (
                 f"\n\n---\nLinks to: {', '.join(links) or 'none'}\nLinked from: {', '.join(back) or 'none'}"
@@ -108,14 +109,15 @@ class ToolCalls:
         params = {k: a[k] for k in ("reference", "limit") if a.get(k) is not None}
         r = self.call("related", params)
         if not r["related"]:
-            return f"No notes are linked with {r['reference']} or share its links or tags.", r
-        lines = [f"Related to {r['reference']}:"]
+            return f"No notes are linked with {shown(r['reference'])} or share its links or tags.", r
+        lines = [f"Related to {shown(r['reference'])}:"]
         for item in r["related"]:
             shared = "; ".join(f"{k}: {', '.join(v)}" for k, v in item.get("shared", {}).items())
-            lines.append(
-                f"- [{item['source']}] {item['reference']}: {item.get('title', '')} ({item['relation']}"
+            line = (
+                f"[{item['source']}] {item['reference']}: {item.get('title', '')} ({item['relation']}"
                 f"{'; ' + shared if shared else ''})"
             )
+            lines.append(f"- {shown(line)}")
         return "\n".join(lines), r
 
     def list(self, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -147,7 +149,7 @@ class ToolCalls:
 
     def delete(self, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         r = self.call("delete", {"slug": a.get("slug")})
-        text = (
+        text = shown(
             f"{r['reference']} deleted (kept in .trash)."
             if r["deleted"]
             else f"{r['reference']}: {r['message']}"

@@ -1,11 +1,14 @@
 """What the MCP tools say in words: the text content of each tool's answer, and the status an
-agent reads of the daemon's ``health``."""
+agent reads of the daemon's ``health``. Names, references, titles and headings in the text are
+``shown``: a file name holding a line break forged hits and notes in it (the structured content
+keeps them exact)."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.wire import pending_note
 
 LEGEND = "[wiki] curated pages · [vault] the user's notes · [memory] your own earlier notes"
@@ -18,20 +21,22 @@ def masked_note(counts: dict[str, int]) -> str:
 
 def text_of_search(query: str, result: dict[str, Any]) -> str:
     hits = result.get("hits", [])
-    lines = [f'{len(hits)} hit(s) for "{query}"  ({LEGEND})']
+    lines = [f'{len(hits)} hit(s) for "{shown(query)}"  ({LEGEND})']
     if result.get("degraded"):
         lines.append(f"note: {result['degraded']}")
     if result.get("pendingVectors"):
         lines.append(f"note: {pending_note(result['pendingVectors'])}")
     window = result.get("window")
     if window and window["applied"]:
-        lines.append(f"'{window['phrase']}': only notes dated {window['since']} to {window['until']}.")
+        lines.append(f"'{shown(window['phrase'])}': only notes dated {window['since']} to {window['until']}.")
     elif window:
-        lines.append(f"'{window['phrase']}': no note of that date matched, so it was searched as words.")
-    for i, h in enumerate(hits, 1):
-        head = " › ".join(h.get("headings") or [])
         lines.append(
-            f"\n{i}. [{h['source']}] {h['reference']} (lines {h['lines'][0]}-{h['lines'][1]}, "
+            f"'{shown(window['phrase'])}': no note of that date matched, so it was searched as words."
+        )
+    for i, h in enumerate(hits, 1):
+        head = shown(" › ".join(h.get("headings") or []))
+        lines.append(
+            f"\n{i}. [{h['source']}] {shown(h['reference'])} (lines {h['lines'][0]}-{h['lines'][1]}, "
             f"relevance {h.get('relevance', 0.0):.2f})" + (f"\n   section: {head}" if head else "")
         )
         lines.extend("   " + line for line in h["text"].splitlines())
@@ -44,9 +49,9 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
 
 def text_of_write(result: dict[str, Any]) -> str:
     size = f"{result['bytes']} bytes" if "bytes" in result else "written"
-    lines = [f"{result['reference']} {result['action']} ({size})."]
+    lines = [f"{shown(result['reference'])} {result['action']} ({size})."]
     if result.get("previous"):
-        lines.append(f"The previous text was kept in {result['previous']}.")
+        lines.append(f"The previous text was kept in {shown(result['previous'])}.")
     if result.get("warning"):
         lines.append(str(result["warning"]))
     elif result.get("searchable"):
@@ -56,7 +61,7 @@ def text_of_write(result: dict[str, Any]) -> str:
         lines.append(f"Secrets were replaced by [REDACTED:kind] markers before writing: {kinds}.")
     for d in result.get("duplicates", []):
         lines.append(
-            f"Near copy: {d['reference']} ({d['similarity']:.0%} similar); "
+            f"Near copy: {shown(d['reference'])} ({d['similarity']:.0%} similar); "
             + (
                 "consider memory_edit on it instead of keeping two."
                 if d["reference"].startswith("memory/")
@@ -71,13 +76,14 @@ def text_of_write(result: dict[str, Any]) -> str:
 def text_of_list(r: dict[str, Any]) -> str:
     if not r["notes"]:
         return "No notes match."
-    shown = f" (first {len(r['notes'])} shown)" if r["truncated"] else ""
-    lines = [f"{r['total']} note(s){shown}:"]
+    first = f" (first {len(r['notes'])} shown)" if r["truncated"] else ""
+    lines = [f"{r['total']} note(s){first}:"]
     for n in r["notes"]:
         tags = f"  #{' #'.join(n['tags'])}" if n.get("tags") else ""
         desc = f": {n['description']}" if n.get("description") else ""
         state = "" if n.get("indexed", True) else f"  [not searchable: {n.get('why', 'not indexed')}]"
-        lines.append(f"- [{n['source']}] {n['reference']} {n['title']}{desc} ({n['modified']}){tags}{state}")
+        line = f"[{n['source']}] {n['reference']} {n['title']}{desc} ({n['modified']}){tags}{state}"
+        lines.append(f"- {shown(line)}")
     return "\n".join(lines)
 
 
@@ -135,7 +141,8 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
     if keyword_only:
         parts.append(f"keyword-only search (embedder {emb.get('state', 'unknown')})")
     parts.extend(
-        f"{r['name']} {'deletions held' if r['mode'] == 'held' else 'offline'}: {r['why']}" for r in offline
+        shown(f"{r['name']} {'deletions held' if r['mode'] == 'held' else 'offline'}: {r['why']}")
+        for r in offline
     )
     problems = [
         {"area": p.get("area", ""), "error": p.get("error", "")}
@@ -145,7 +152,7 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
             and _another_agents(p.get("error", ""), agent)
         )
     ]
-    parts.extend(f"problem in {p['area']}: {p['error']}" for p in problems)
+    parts.extend(shown(f"problem in {p['area']}: {p['error']}") for p in problems)
     inbox = health.get("inbox")
     if inbox:
         limit = inbox.get("max_bytes", 0)
