@@ -890,3 +890,26 @@ def test_names_cannot_forge_lines_in_the_tools_texts(served: Served) -> None:
     assert evil in _refs(texts["search"][1]) and evil in {n["reference"] for n in texts["list"][1]["notes"]}
     # the outline and the CLI escape the bidirectional controls as well
     assert escape_controls("a\u202eb\u2066c\u200fd\u061c") == "a\\u202eb\\u2066c\\u200fd\\u061c"
+
+
+def test_status_counts_what_the_agent_can_search(served: Served) -> None:
+    """memory_status counts the vault, the wiki and the agent's own memory (it counted every
+    agent's notes: a new agent read of notes it could never see), and its inbox's notes are those
+    memory_list shows (a hidden '.x.md' or a link was counted as well)."""
+    for slug in ("one", "two"):
+        served.call("write", {"slug": slug, "content": f"Note {slug} of claude."})
+    for slug in ("a", "b", "c"):
+        served.call("write", {"slug": slug, "content": f"Private note {slug}."}, agent="codex")
+    inbox = served.cfg.agents_dir / "claude" / "memory"
+    (inbox / ".hidden.md").write_text("not a note\n")
+    (inbox / "link-out.md").symlink_to(served.cfg.vault.path / "Garden.md")  # type: ignore[operator]
+    served.h.sweep()
+    for agent, own in (("claude", 2), ("codex", 3), ("newcomer", 0)):
+        status = status_of(served.call("health", agent=agent), agent)
+        listed = served.call("list", {"source": "all"}, agent=agent)["notes"]
+        searchable = [n for n in listed if n["indexed"]]
+        assert status["index"]["files"] == len(searchable), (agent, status["message"])
+        assert f"; {len(searchable)} notes, " in status["message"]
+        assert status["index"]["chunks"] == sum(n["chunks"] for n in searchable)
+        mine = served.call("list", {}, agent=agent)
+        assert status["inbox"]["notes"] == mine["total"] == own, (agent, mine)

@@ -122,6 +122,7 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
         "total": progress.get("total", 0),
         "files": idx.get("files", 0),
         "chunks": idx.get("chunks", 0),
+        **_searchable(idx, agent),
         "pendingVectors": idx.get("pending_vectors", 0),
     }
     # While building: notes read so far during the sweep, then the vectors (the sweep's counter
@@ -174,6 +175,17 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
         "problems": problems,
         **({"inbox": _inbox(inbox)} if inbox else {}),
     }
+
+
+def _searchable(idx: dict[str, Any], agent: str | None) -> dict[str, int]:
+    """The notes and chunks an agent can search: the vault, the wiki and its own memory (the
+    totals counted every agent's memory: another agent's notes, their number and growth)."""
+    by_source = idx.get("by_source")
+    if agent is None or by_source is None:
+        return {}
+    own = (idx.get("by_agent") or {}).get(agent, {})
+    counts = [c for source, c in by_source.items() if source != "memory"] + [own]
+    return {k: sum(c.get(k, 0) for c in counts) for k in ("files", "chunks")}
 
 
 def _inbox(usage: dict[str, Any]) -> dict[str, Any]:
