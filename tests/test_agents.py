@@ -577,6 +577,39 @@ def test_status_without_daemon_and_tools_say_how_to_start(tmp_path: Path) -> Non
     status, search = asyncio.run(session())
     assert not status.is_error and status.structured_content["daemon"] == "down"
     assert search.is_error and "sidecar serve" in _text(search)
+    # The hint names the home the shim was started with: a daemon started as it said (with no
+    # --home) listened on another socket.
+    assert f"`sidecar serve --home {tmp_path / 'nohome'} --vault PATH`" in _text(search)
+
+
+def test_the_daemon_down_hint_names_the_shims_config_and_socket(tmp_path: Path) -> None:
+    """Started with --config and --socket, the shim's hint starts the daemon with both."""
+    import subprocess
+
+    conf, sock = tmp_path / "my config.yaml", tmp_path / "s.sock"
+    write(conf, f"home: {tmp_path / 'h'}\n")
+    call = {"name": "memory_search", "arguments": {"query": "x"}}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sidecar",
+            "mcp",
+            "--agent",
+            "a",
+            "--config",
+            str(conf),
+            "--socket",
+            str(sock),
+        ],
+        input=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call}) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    text = json.loads(proc.stdout)["result"]["content"][0]["text"]
+    assert f"`sidecar serve --config '{conf}' --socket {sock}`" in text, text
 
 
 def test_cli_outline(served: Served) -> None:

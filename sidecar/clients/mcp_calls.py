@@ -3,7 +3,7 @@ working across daemon restarts) and answers with a text for the model and struct
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +36,15 @@ CHANGES = frozenset({"write", "edit", "delete"})
 class ToolCalls:
     """One agent's tools, by name."""
 
-    def __init__(self, socket_path: Path, agent: str) -> None:
+    def __init__(
+        self, socket_path: Path, agent: str, config_file: Path | None = None, serve_flags: Sequence[str] = ()
+    ) -> None:
         self.socket_path = socket_path
         self.agent = agent
+        # What the shim was started with: the daemon-down hint names them (a daemon started
+        # without them, as the hint said, listened on another home's socket).
+        self.config_file = config_file
+        self.serve_flags = tuple(serve_flags)
         self.tools: dict[str, Tool] = {
             "memory_search": self.search,
             "memory_get": self.get,
@@ -54,7 +60,13 @@ class ToolCalls:
     def call(self, op: str, params: dict[str, Any]) -> dict[str, Any]:
         sent = False
         try:
-            with Client(self.socket_path, agent=self.agent, timeout=60.0) as client:
+            with Client(
+                self.socket_path,
+                agent=self.agent,
+                timeout=60.0,
+                config_file=self.config_file,
+                serve_flags=self.serve_flags,
+            ) as client:
                 client.connect()
                 sent = True
                 return client.call(op, params)

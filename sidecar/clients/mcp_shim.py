@@ -16,7 +16,7 @@ import os
 import select
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import unquote
@@ -73,8 +73,8 @@ RESOURCE_TEMPLATES = [
 class Shim:
     """One agent's MCP server over a pair of byte streams: the JSON-RPC loop and the handshake."""
 
-    def __init__(self, socket_path: Path, agent: str, out: BinaryIO) -> None:
-        self.calls = ToolCalls(socket_path, agent)
+    def __init__(self, socket_path: Path, agent: str, out: BinaryIO, calls: ToolCalls | None = None) -> None:
+        self.calls = calls or ToolCalls(socket_path, agent)
         self.out = out
         self._write_lock = threading.Lock()
         self.closed = threading.Event()  # the host closed stdout: nothing can be answered any more
@@ -292,8 +292,11 @@ class RpcError(Exception):
         self.code = code
 
 
-def run(socket_path: Path, agent: str) -> None:
-    shim = Shim(socket_path, agent, sys.stdout.buffer)
+def run(
+    socket_path: Path, agent: str, config_file: Path | None = None, serve_flags: Sequence[str] = ()
+) -> None:
+    calls = ToolCalls(socket_path, agent, config_file, serve_flags)
+    shim = Shim(socket_path, agent, sys.stdout.buffer, calls)
     shim.serve(sys.stdin.buffer)
     if shim.closed.is_set():  # so the interpreter's last flush of stdout does not fail again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
