@@ -946,3 +946,30 @@ def test_status_counts_what_the_agent_can_search(served: Served) -> None:
         assert status["index"]["chunks"] == sum(n["chunks"] for n in searchable)
         mine = served.call("list", {}, agent=agent)
         assert status["inbox"]["notes"] == mine["total"] == own, (agent, mine)
+
+
+def test_the_shims_small_refusals_are_clear(tmp_path: Path) -> None:
+    """The recall prompt refuses unknown arguments and a topic longer than a query (it ignored the
+    one and echoed a 2 MB topic into the prompt); a request with a usable id but not JSON-RPC 2.0
+    is answered under that id (it was null); a call without a tool name says so ('unknown tool None')."""
+    import io
+
+    from sidecar.clients.mcp_shim import Shim
+
+    shim = Shim(tmp_path / "none.sock", "claude", io.BytesIO())
+
+    def ask(method: str, params: Any, **extra: Any) -> dict[str, Any]:
+        answer = shim.answer({"jsonrpc": "2.0", "id": 7, "method": method, "params": params, **extra})
+        assert answer is not None
+        return answer
+
+    bogus = ask("prompts/get", {"name": "recall", "arguments": {"topic": "x", "bogus": "y"}})["error"]
+    assert bogus["code"] == -32602 and "'bogus'" in bogus["message"] and "takes topic" in bogus["message"]
+    long = ask("prompts/get", {"name": "recall", "arguments": {"topic": "a" * 2_000_000}})["error"]
+    assert long["message"] == "'topic' is longer than 4000 characters"
+    fine = ask("prompts/get", {"name": "recall", "arguments": {"topic": "the boat"}})["result"]
+    assert "about the boat" in fine["messages"][0]["content"]["text"]
+    old = ask("ping", {}, jsonrpc="1.0")
+    assert old["id"] == 7 and old["error"]["code"] == -32600
+    nameless = ask("tools/call", {"arguments": {}})["error"]
+    assert nameless["code"] == -32602 and "'name' is required" in nameless["message"]

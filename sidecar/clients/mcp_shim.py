@@ -32,6 +32,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {t["name"]: t["inputSchema"] for t in TOOLS
 
 log = logging.getLogger(__name__)
 
+MAX_TOPIC_CHARS = 4000  # a recall topic is a query: memory_search's maxLength
 PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 NOTE_URI = "sidecar://note/"
 OUTLINE_URI = "sidecar://outline/wiki"
@@ -127,12 +128,14 @@ class Shim:
 
     def answer(self, message: Any) -> dict[str, Any] | None:
         """The response to one message; None for a notification or a response."""
-        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-            return _error(None, -32600, "invalid request")
-        method, rid = message.get("method"), message.get("id")
+        is_dict = isinstance(message, dict)
+        method, rid = (message.get("method"), message.get("id")) if is_dict else (None, None)
+        usable = isinstance(rid, str | int) and not isinstance(rid, bool)  # MCP: never null
+        if not is_dict or message.get("jsonrpc") != "2.0":  # answered with its id when it has one
+            return _error(rid if usable else None, -32600, "invalid request: not a JSON-RPC 2.0 message")
         if "id" not in message or method is None:
             return None  # a notification (initialized, cancelled) or a response: nothing to answer
-        if not isinstance(rid, str | int) or isinstance(rid, bool):  # MCP: never null
+        if not usable:
             return _error(None, -32600, "invalid request: 'id' must be a string or an integer")
         params = message.get("params") or {}
         try:
@@ -184,6 +187,8 @@ class Shim:
     def call_tool(self, params: dict[str, Any]) -> dict[str, Any]:
         name = params.get("name")
         args = params.get("arguments") or {}
+        if name is None:
+            raise RpcError(-32602, "'name' is required: the tool to call")
         tool = self.calls.tools.get(str(name))
         if tool is None:
             raise RpcError(-32602, f"unknown tool {name!r}")
@@ -242,9 +247,15 @@ class Shim:
         args = params.get("arguments") or {}
         if not isinstance(args, dict):
             raise RpcError(-32602, "'arguments' must be an object")
+        if unknown := sorted(str(k) for k in args if k != "topic"):  # refused as the tools refuse them
+            raise RpcError(
+                -32602, f"unknown argument {', '.join(map(repr, unknown))} for recall; it takes topic"
+            )
         topic = args.get("topic")
         if topic is not None and not isinstance(topic, str):
             raise RpcError(-32602, "'topic' must be a string")
+        if topic is not None and len(topic) > MAX_TOPIC_CHARS:  # echoed into the prompt
+            raise RpcError(-32602, f"'topic' is longer than {MAX_TOPIC_CHARS} characters")
         topic = (topic or "").strip() or "this conversation"
         text = (
             f"Before answering, recall what the user's notes and your memory say about {topic}: call "
