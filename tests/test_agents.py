@@ -973,3 +973,14 @@ def test_the_shims_small_refusals_are_clear(tmp_path: Path) -> None:
     assert old["id"] == 7 and old["error"]["code"] == -32600
     nameless = ask("tools/call", {"arguments": {}})["error"]
     assert nameless["code"] == -32602 and "'name' is required" in nameless["message"]
+
+
+def test_tool_errors_name_the_agents_notes_as_its_answers_do(served: Served) -> None:
+    """An error about the agent's own note says memory/<slug>, the form of its answers and its
+    input (it said 'no note memory/claude/nope')."""
+    from sidecar.clients.mcp_calls import ToolCalls, ToolError
+
+    tools = ToolCalls(served.cfg.socket_path, "claude").tools
+    with pytest.raises(ToolError) as missing:
+        tools["memory_get"]({"reference": "memory/nope"})
+    assert "'memory/nope'" in str(missing.value) and "memory/claude/" not in str(missing.value)

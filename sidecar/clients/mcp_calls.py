@@ -73,7 +73,9 @@ class ToolCalls:
         except DaemonNotRunningError as exc:
             raise ToolError(f"sidecar daemon unavailable: {exc}{_unsure(op, sent)}", "down") from exc
         except RemoteError as exc:
-            raise ToolError(f"{exc.code}: {exc}") from exc
+            # The daemon names the agent's own notes as the CLI does (memory/<agent>/<slug>); the
+            # agent's answers and input say memory/<slug>.
+            raise ToolError(f"{exc.code}: {str(exc).replace(f'memory/{self.agent}/', 'memory/')}") from exc
         except ProtocolError as exc:
             raise ToolError(
                 f"talking to the sidecar daemon failed: {exc}{_unsure(op, sent)}", "not answering"
