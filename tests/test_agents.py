@@ -984,3 +984,17 @@ def test_tool_errors_name_the_agents_notes_as_its_answers_do(served: Served) -> 
     with pytest.raises(ToolError) as missing:
         tools["memory_get"]({"reference": "memory/nope"})
     assert "'memory/nope'" in str(missing.value) and "memory/claude/" not in str(missing.value)
+
+
+def test_a_refused_vault_link_does_not_tell_when_its_target_changed(served: Served, tmp_path: Path) -> None:
+    """memory_list shows a vault link that leads outside the root with the link's own time, not
+    its target's: a link to another agent's note told when that agent last wrote it."""
+    target = tmp_path / "outside.md"
+    write(target, "private\n")
+    os.utime(target, (1_000_000_000, 1_000_000_000))  # 2001
+    (served.cfg.vault.path / "Leak.md").symlink_to(target)  # type: ignore[operator]
+    served.h.sweep()
+    listed = {n["reference"]: n for n in served.call("list", {"source": "vault"})["notes"]}
+    assert listed["vault/Leak"]["indexed"] is False and not listed["vault/Leak"]["modified"].startswith(
+        "2001"
+    )
