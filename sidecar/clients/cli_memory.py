@@ -12,7 +12,7 @@ from sidecar.clients.cli_parser import UsageError
 from sidecar.clients.client import Client
 from sidecar.config import Config
 from sidecar.contracts.errors import ExitCode, RemoteError
-from sidecar.notes.outline import escape_controls as shown
+from sidecar.contracts.printable import escape_controls as shown
 
 
 def cmd_mcp(args: argparse.Namespace, cfg: Config) -> int:
@@ -24,7 +24,13 @@ def cmd_mcp(args: argparse.Namespace, cfg: Config) -> int:
     logs.setup("warning", journald=cfg.journald)  # stderr only: stdout carries the protocol
     from sidecar.clients.mcp_shim import run
 
-    run(cfg.socket_path, args.agent)
+    # The daemon-down hint names what this shim was started with (absolute: the host's working
+    # folder is not the user's shell's).
+    flags = [
+        *(["--home", str(cfg.home)] if args.home else []),
+        *(["--socket", str(cfg.socket_path)] if args.socket else []),
+    ]
+    run(cfg.socket_path, args.agent, cfg.source_file, flags)
     return int(ExitCode.OK)
 
 

@@ -14,8 +14,8 @@ from sidecar.clients.cli_render import render_links
 from sidecar.clients.client import Client
 from sidecar.config import Config
 from sidecar.contracts.errors import ExitCode
+from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.wire import indexing_note, parse_explanation, parse_search, pending_note
-from sidecar.notes.outline import escape_controls as shown
 
 
 def cmd_search(args: argparse.Namespace, cfg: Config) -> int:

@@ -6,7 +6,7 @@ import time
 from typing import Any, TextIO
 
 from sidecar.clients.foreground import duration
-from sidecar.notes.outline import escape_controls as shown
+from sidecar.contracts.printable import escape_controls as shown
 
 
 def _ago(ts: float | None) -> str:
@@ -40,7 +40,7 @@ def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
     for p in problems["active"]:
         area = _PROBLEM_AREAS.get(p["area"], p["area"])
         times = f", {p['count']} times" if p["count"] > 1 else ""
-        out.append(f"PROBLEM ({area}, since {_ago(p['since'])}{times}): {p['error']}")
+        out.append(f"PROBLEM ({area}, since {_ago(p['since'])}{times}): {shown(p['error'])}")
     areas = {p["area"] for p in problems["active"]}
     if areas & {"index", "embedding", "memory_write", "memory_audit"}:
         todo.append("check free disk space and permissions of the home folder; the daemon retries by itself")
@@ -48,7 +48,7 @@ def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
         todo.append("restart the daemon so it rebuilds its index (e.g. `systemctl --user restart sidecar`)")
     for p in problems["recent"][-3:]:
         area = _PROBLEM_AREAS.get(p["area"], p["area"])
-        out.append(f"Recovered ({area}, {_ago(p['cleared'])}): {p['error']}")
+        out.append(f"Recovered ({area}, {_ago(p['cleared'])}): {shown(p['error'])}")
     return out
 
 
@@ -113,7 +113,7 @@ def _root_lines(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
     """The Roots block of `status`: mode, when last listed, held deletions and what to do about them."""
     lines = ["Roots:"]
     for r in roots:
-        extra = f"  PROBLEM: {r['error']}" if r.get("error") else ""
+        extra = f"  PROBLEM: {shown(r['error'])}" if r.get("error") else ""  # may name a file
         if r.get("absent") and not extra:
             extra = "  (no such folder: no notes; is the name right?)"
         lines.append(

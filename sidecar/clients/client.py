@@ -5,8 +5,10 @@ and the MCP shim start fast and never load a model or open an index.
 from __future__ import annotations
 
 import itertools
+import shlex
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +19,14 @@ _MAX_RESPONSE = 256 * 1024 * 1024
 _CONNECT_TRIES = 10
 
 
-def serve_hint(config_file: Path | None) -> str:
-    """How to start the daemon this client looks for: with the file whose socket it knocks at."""
-    serve = (
-        f"sidecar serve --config {config_file}" if config_file is not None else "sidecar serve --vault PATH"
-    )
-    return f"`{serve}` (or `systemctl --user start sidecar`)"
+def serve_hint(config_file: Path | None, flags: Sequence[str] = ()) -> str:
+    """How to start the daemon this client looks for: with the file whose socket it knocks at and
+    the ``flags`` (``--home``, ``--socket``) the client was given; without them a daemon started
+    as told listens on another socket."""
+    words = ["sidecar", "serve", *(["--config", str(config_file)] if config_file is not None else []), *flags]
+    if config_file is None:
+        words += ["--vault", "PATH"]
+    return f"`{shlex.join(words)}` (or `systemctl --user start sidecar`)"
 
 
 class Client:
@@ -33,11 +37,13 @@ class Client:
         timeout: float = 60.0,
         agent: str | None = None,
         config_file: Path | None = None,
+        serve_flags: Sequence[str] = (),
     ) -> None:
         self.socket_path = socket_path
         self.timeout = timeout
         self.agent = agent
         self.config_file = config_file  # named in the hint when no daemon listens
+        self.serve_flags = tuple(serve_flags)  # so are these (--home, --socket)
         self._sock: socket.socket | None = None
         self._buf = b""
         self._ids = itertools.count(1)
@@ -64,7 +70,7 @@ class Client:
             sock.close()
             raise DaemonNotRunningError(
                 f"no sidecar daemon is listening on {self.socket_path}. Start it with "
-                f"{serve_hint(self.config_file)}."
+                f"{serve_hint(self.config_file, self.serve_flags)}."
             ) from exc
         except OSError as exc:
             sock.close()

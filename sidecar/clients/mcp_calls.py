@@ -3,7 +3,7 @@ working across daemon restarts) and answers with a text for the model and struct
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from sidecar.clients.mcp_texts import (
     trash_dropped_note,
 )
 from sidecar.contracts.errors import DaemonNotRunningError, ProtocolError, RemoteError
+from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.wire import hit_json, parse_search, window_json
 
 # What a search hit shows an agent (the scores behind relevance are for tuning, not for it).
@@ -42,9 +43,15 @@ CHANGES = frozenset({"write", "edit", "delete"})
 class ToolCalls:
     """One agent's tools, by name."""
 
-    def __init__(self, socket_path: Path, agent: str) -> None:
+    def __init__(
+        self, socket_path: Path, agent: str, config_file: Path | None = None, serve_flags: Sequence[str] = ()
+    ) -> None:
         self.socket_path = socket_path
         self.agent = agent
+        # What the shim was started with: the daemon-down hint names them (a daemon started
+        # without them, as the hint said, listened on another home's socket).
+        self.config_file = config_file
+        self.serve_flags = tuple(serve_flags)
         self.tools: dict[str, Tool] = {
             "memory_search": self.search,
             "memory_get": self.get,
@@ -60,14 +67,22 @@ class ToolCalls:
     def call(self, op: str, params: dict[str, Any]) -> dict[str, Any]:
         sent = False
         try:
-            with Client(self.socket_path, agent=self.agent, timeout=60.0) as client:
+            with Client(
+                self.socket_path,
+                agent=self.agent,
+                timeout=60.0,
+                config_file=self.config_file,
+                serve_flags=self.serve_flags,
+            ) as client:
                 client.connect()
                 sent = True
                 return client.call(op, params)
         except DaemonNotRunningError as exc:
             raise ToolError(f"sidecar daemon unavailable: {exc}{_unsure(op, sent)}", "down") from exc
         except RemoteError as exc:
-            raise ToolError(f"{exc.code}: {exc}") from exc
+            # The daemon names the agent's own notes as the CLI does (memory/<agent>/<slug>); the
+            # agent's answers and input say memory/<slug>.
+            raise ToolError(f"{exc.code}: {str(exc).replace(f'memory/{self.agent}/', 'memory/')}") from exc
         except ProtocolError as exc:
             raise ToolError(
                 f"talking to the sidecar daemon failed: {exc}{_unsure(op, sent)}", "not answering"
@@ -102,9 +117,9 @@ class ToolCalls:
 
     def get(self, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         r = self.call("get", {"reference": a.get("reference")})
-        text = f"[{r['source']}] {r['reference']} ({r['lines']} lines)\n\n{r['text']}"
-        links = sorted({link["target"] for link in r.get("links", []) if link["target"]})
-        back = sorted({b["reference"] for b in r.get("backlinks", [])})
+        text = f"[{r['source']}] {shown(r['reference'])} ({r['lines']} lines)\n\n{r['text']}"
+        links = sorted({shown(link["target"]) for link in r.get("links", []) if link["target"]})
+        back = sorted({shown(b["reference"]) for b in r.get("backlinks", [])})
         if links or back:
             text += (
                 f"\n\n---\nLinks to: {', '.join(links) or 'none'}\nLinked from: {', '.join(back) or 'none'}"
@@ -117,14 +132,15 @@ class ToolCalls:
         params = {k: a[k] for k in ("reference", "limit") if a.get(k) is not None}
         r = self.call("related", params)
         if not r["related"]:
-            return f"No notes are linked with {r['reference']} or share its links or tags.", r
-        lines = [f"Related to {r['reference']}:"]
+            return f"No notes are linked with {shown(r['reference'])} or share its links or tags.", r
+        lines = [f"Related to {shown(r['reference'])}:"]
         for item in r["related"]:
             shared = "; ".join(f"{k}: {', '.join(v)}" for k, v in item.get("shared", {}).items())
-            lines.append(
-                f"- [{item['source']}] {item['reference']}: {item.get('title', '')} ({item['relation']}"
+            line = (
+                f"[{item['source']}] {item['reference']}: {item.get('title', '')} ({item['relation']}"
                 f"{'; ' + shared if shared else ''})"
             )
+            lines.append(f"- {shown(line)}")
         return "\n".join(lines), r
 
     def list(self, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -157,7 +173,7 @@ class ToolCalls:
 
     def delete(self, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         r = self.call("delete", {"slug": a.get("slug")})
-        text = (
+        text = shown(
             f"{r['reference']} deleted (kept in .trash)."
             if r["deleted"]
             else f"{r['reference']}: {r['message']}"

@@ -10,7 +10,9 @@ from typing import Any
 from sidecar.contracts.wire import SOURCES
 
 SLUG_PATTERN = "^[a-z0-9][a-z0-9_-]{0,127}$"
-REFERENCE_PATTERN = "^(vault|wiki|memory)/[^/].*$"
+# [\s\S], not '.': a file name may hold a line break, and every reference search returns must pass
+# the schema of memory_get (a host enforcing input schemas refused to send such a one back).
+REFERENCE_PATTERN = "^(vault|wiki|memory)/[^/][\\s\\S]*$"
 
 
 def obj(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -80,9 +82,20 @@ WRITE_OUT = obj(
 SLUG = {
     "type": "string",
     "pattern": SLUG_PATTERN,
+    "maxLength": 128,
     "description": "File name of the note in your memory: a-z, 0-9, '-' and '_', starting with a letter "
     "or digit, no folder, no extension (e.g. 'nas-backup-setup').",
 }
+# The lengths the daemon accepts (MAX_REFERENCE_CHARS, pathPrefix's and a day's), stated so the
+# shim answers a longer one in the daemon's words: sent on, a megabyte hit the frame limit first.
+REFERENCE = {
+    "type": "string",
+    "pattern": REFERENCE_PATTERN,
+    "maxLength": 8192,
+    "description": "A reference from memory_search or memory_list.",
+}
+PATH_PREFIX = {"type": "string", "maxLength": 1000, "description": "Only notes whose path starts with this."}
+DAY = {"type": "string", "maxLength": 20}
 CONTENT = {"type": "string", "description": "The whole note in Markdown (it replaces the previous text)."}
 FRONTMATTER = {
     "type": "object",
@@ -108,11 +121,15 @@ def tool(name: str, title: str, description: str, *schemas_and_hints: dict[str, 
 
 
 def out_of_bounds(schema: dict[str, Any], args: dict[str, Any]) -> str | None:
-    """What is wrong with a numeric argument against its input schema (its type, ``minimum`` and
-    ``maximum``), or None. The shim checks these itself: a client need not validate the schema,
-    and the daemon's own, wider ranges (limit up to 200, minScore up to 100) are not the tool's."""
+    """What is wrong with an argument against its input schema (a number's type, ``minimum`` and
+    ``maximum``; a string's ``maxLength``), or None. The shim checks these itself: a client need
+    not validate the schema, the daemon's own, wider ranges (limit up to 200, minScore up to 100)
+    are not the tool's, and a string too long for a frame got an error about frames, not its own."""
     for name, prop in schema.get("properties", {}).items():
         kind, value = prop.get("type"), args.get(name)
+        longest = prop.get("maxLength")
+        if isinstance(value, str) and longest is not None and len(value) > longest:
+            return f"'{name}' is longer than {longest} characters"  # the daemon's words
         if kind not in ("integer", "number") or value is None:
             continue
         integral = isinstance(value, int) and not isinstance(value, bool)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import select
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import unquote
@@ -30,6 +32,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {t["name"]: t["inputSchema"] for t in TOOLS
 
 log = logging.getLogger(__name__)
 
+MAX_TOPIC_CHARS = 4000  # a recall topic is a query: memory_search's maxLength
 PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 NOTE_URI = "sidecar://note/"
 OUTLINE_URI = "sidecar://outline/wiki"
@@ -71,10 +74,11 @@ RESOURCE_TEMPLATES = [
 class Shim:
     """One agent's MCP server over a pair of byte streams: the JSON-RPC loop and the handshake."""
 
-    def __init__(self, socket_path: Path, agent: str, out: BinaryIO) -> None:
-        self.calls = ToolCalls(socket_path, agent)
+    def __init__(self, socket_path: Path, agent: str, out: BinaryIO, calls: ToolCalls | None = None) -> None:
+        self.calls = calls or ToolCalls(socket_path, agent)
         self.out = out
         self._write_lock = threading.Lock()
+        self.closed = threading.Event()  # the host closed stdout: nothing can be answered any more
 
     def send(self, message: dict[str, Any] | list[dict[str, Any]]) -> None:
         try:
@@ -82,8 +86,34 @@ class Shim:
         except UnicodeEncodeError:  # a lone surrogate echoed back (an id, a method name): escaped
             data = json.dumps(message, separators=(",", ":")).encode("ascii") + b"\n"
         with self._write_lock:
-            self.out.write(data)
-            self.out.flush()
+            if self.closed.is_set():
+                return
+            try:
+                self.out.write(data)
+                self.out.flush()
+            except BrokenPipeError:
+                self._stdout_closed()
+
+    def _stdout_closed(self) -> None:
+        """Say once that the host closed stdout (a traceback per pending answer said it before)."""
+        if not self.closed.is_set():
+            self.closed.set()
+            log.warning("mcp_stdout_closed the host closed the shim's stdout; no more calls are run, exiting")
+
+    def stdout_gone(self) -> bool:
+        """Whether the host closed stdout, known before anything is written: a pipe with no reader
+        polls as an error. A call read after that is not run (a write would be made unanswered)."""
+        if self.closed.is_set():
+            return True
+        try:
+            fd = self.out.fileno()
+        except (AttributeError, OSError, ValueError):  # not a file (tests write to memory)
+            return False
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        if any(events & (select.POLLERR | select.POLLHUP) for _fd, events in poller.poll(0)):
+            self._stdout_closed()
+        return self.closed.is_set()
 
     def handle(self, message: Any) -> None:
         """Answer one message (or a batch of them, as JSON-RPC and MCP 2025-03-26 allow)."""
@@ -98,12 +128,14 @@ class Shim:
 
     def answer(self, message: Any) -> dict[str, Any] | None:
         """The response to one message; None for a notification or a response."""
-        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-            return _error(None, -32600, "invalid request")
-        method, rid = message.get("method"), message.get("id")
+        is_dict = isinstance(message, dict)
+        method, rid = (message.get("method"), message.get("id")) if is_dict else (None, None)
+        usable = isinstance(rid, str | int) and not isinstance(rid, bool)  # MCP: never null
+        if not is_dict or message.get("jsonrpc") != "2.0":  # answered with its id when it has one
+            return _error(rid if usable else None, -32600, "invalid request: not a JSON-RPC 2.0 message")
         if "id" not in message or method is None:
             return None  # a notification (initialized, cancelled) or a response: nothing to answer
-        if not isinstance(rid, str | int) or isinstance(rid, bool):  # MCP: never null
+        if not usable:
             return _error(None, -32600, "invalid request: 'id' must be a string or an integer")
         params = message.get("params") or {}
         try:
@@ -155,6 +187,8 @@ class Shim:
     def call_tool(self, params: dict[str, Any]) -> dict[str, Any]:
         name = params.get("name")
         args = params.get("arguments") or {}
+        if name is None:
+            raise RpcError(-32602, "'name' is required: the tool to call")
         tool = self.calls.tools.get(str(name))
         if tool is None:
             raise RpcError(-32602, f"unknown tool {name!r}")
@@ -168,7 +202,7 @@ class Shim:
                     f"unknown argument{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} for "
                     f"{name}; it takes {', '.join(known) or 'no arguments'}"
                 )
-            # the schema's ranges are the tool's, checked here (the daemon's are wider)
+            # the schema's ranges and lengths are the tool's, checked here (see out_of_bounds)
             if (wrong := out_of_bounds(SCHEMAS[str(name)], args)) is not None:
                 raise ToolError(f"{wrong} (see the {name} input schema)")
             text, structured = tool(args)
@@ -213,9 +247,15 @@ class Shim:
         args = params.get("arguments") or {}
         if not isinstance(args, dict):
             raise RpcError(-32602, "'arguments' must be an object")
+        if unknown := sorted(str(k) for k in args if k != "topic"):  # refused as the tools refuse them
+            raise RpcError(
+                -32602, f"unknown argument {', '.join(map(repr, unknown))} for recall; it takes topic"
+            )
         topic = args.get("topic")
         if topic is not None and not isinstance(topic, str):
             raise RpcError(-32602, "'topic' must be a string")
+        if topic is not None and len(topic) > MAX_TOPIC_CHARS:  # echoed into the prompt
+            raise RpcError(-32602, f"'topic' is longer than {MAX_TOPIC_CHARS} characters")
         topic = (topic or "").strip() or "this conversation"
         text = (
             f"Before answering, recall what the user's notes and your memory say about {topic}: call "
@@ -231,6 +271,8 @@ class Shim:
         """Read one JSON-RPC message a line until stdin closes; tool calls run on threads."""
         threads: list[threading.Thread] = []
         for line in stdin:
+            if self.stdout_gone():
+                break
             if not line.strip():
                 continue
             try:
@@ -261,5 +303,11 @@ class RpcError(Exception):
         self.code = code
 
 
-def run(socket_path: Path, agent: str) -> None:
-    Shim(socket_path, agent, sys.stdout.buffer).serve(sys.stdin.buffer)
+def run(
+    socket_path: Path, agent: str, config_file: Path | None = None, serve_flags: Sequence[str] = ()
+) -> None:
+    calls = ToolCalls(socket_path, agent, config_file, serve_flags)
+    shim = Shim(socket_path, agent, sys.stdout.buffer, calls)
+    shim.serve(sys.stdin.buffer)
+    if shim.closed.is_set():  # so the interpreter's last flush of stdout does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

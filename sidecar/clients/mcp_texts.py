@@ -1,11 +1,14 @@
 """What the MCP tools say in words: the text content of each tool's answer, and the status an
-agent reads of the daemon's ``health``."""
+agent reads of the daemon's ``health``. Names, references, titles and headings in the text are
+``shown``: a file name holding a line break forged hits and notes in it (the structured content
+keeps them exact)."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.wire import indexing_note, pending_note
 
 LEGEND = "[wiki] curated pages · [vault] the user's notes · [memory] your own earlier notes"
@@ -18,16 +21,16 @@ def masked_note(counts: dict[str, int]) -> str:
 
 def trash_dropped_note(names: list[str]) -> str:
     """What an agent is told when keeping a text made .trash let older ones go."""
-    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    listed = ", ".join(map(shown, names[:5])) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     return (
         f".trash passed memory.maxTrashBytes: the oldest kept text{'s' if len(names) > 1 else ''} "
-        f"{shown} can no longer be restored."
+        f"{listed} can no longer be restored."
     )
 
 
 def text_of_search(query: str, result: dict[str, Any]) -> str:
     hits = result.get("hits", [])
-    lines = [f'{len(hits)} hit(s) for "{query}"  ({LEGEND})']
+    lines = [f'{len(hits)} hit(s) for "{shown(query)}"  ({LEGEND})']
     if result.get("degraded"):
         lines.append(f"note: {result['degraded']}")
     if result.get("pendingVectors"):
@@ -39,13 +42,15 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
         )
     window = result.get("window")
     if window and window["applied"]:
-        lines.append(f"'{window['phrase']}': only notes dated {window['since']} to {window['until']}.")
+        lines.append(f"'{shown(window['phrase'])}': only notes dated {window['since']} to {window['until']}.")
     elif window:
-        lines.append(f"'{window['phrase']}': no note of that date matched, so it was searched as words.")
-    for i, h in enumerate(hits, 1):
-        head = " › ".join(h.get("headings") or [])
         lines.append(
-            f"\n{i}. [{h['source']}] {h['reference']} (lines {h['lines'][0]}-{h['lines'][1]}, "
+            f"'{shown(window['phrase'])}': no note of that date matched, so it was searched as words."
+        )
+    for i, h in enumerate(hits, 1):
+        head = shown(" › ".join(h.get("headings") or []))
+        lines.append(
+            f"\n{i}. [{h['source']}] {shown(h['reference'])} (lines {h['lines'][0]}-{h['lines'][1]}, "
             f"relevance {h.get('relevance', 0.0):.2f})" + (f"\n   section: {head}" if head else "")
         )
         lines.extend("   " + line for line in h["text"].splitlines())
@@ -60,9 +65,9 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
 
 def text_of_write(result: dict[str, Any]) -> str:
     size = f"{result['bytes']} bytes" if "bytes" in result else "written"
-    lines = [f"{result['reference']} {result['action']} ({size})."]
+    lines = [f"{shown(result['reference'])} {result['action']} ({size})."]
     if result.get("previous"):
-        lines.append(f"The previous text was kept in {result['previous']}.")
+        lines.append(f"The previous text was kept in {shown(result['previous'])}.")
     if result.get("trashDropped"):
         lines.append(trash_dropped_note(result["trashDropped"]))
     if result.get("warning"):
@@ -74,7 +79,7 @@ def text_of_write(result: dict[str, Any]) -> str:
         lines.append(f"Secrets were replaced by [REDACTED:kind] markers before writing: {kinds}.")
     for d in result.get("duplicates", []):
         lines.append(
-            f"Near copy: {d['reference']} ({d['similarity']:.0%} similar); "
+            f"Near copy: {shown(d['reference'])} ({d['similarity']:.0%} similar); "
             + (
                 "consider memory_edit on it instead of keeping two."
                 if d["reference"].startswith("memory/")
@@ -89,13 +94,14 @@ def text_of_write(result: dict[str, Any]) -> str:
 def text_of_list(r: dict[str, Any]) -> str:
     if not r["notes"]:
         return "No notes match."
-    shown = f" (first {len(r['notes'])} shown)" if r["truncated"] else ""
-    lines = [f"{r['total']} note(s){shown}:"]
+    first = f" (first {len(r['notes'])} shown)" if r["truncated"] else ""
+    lines = [f"{r['total']} note(s){first}:"]
     for n in r["notes"]:
         tags = f"  #{' #'.join(n['tags'])}" if n.get("tags") else ""
         desc = f": {n['description']}" if n.get("description") else ""
         state = "" if n.get("indexed", True) else f"  [not searchable: {n.get('why', 'not indexed')}]"
-        lines.append(f"- [{n['source']}] {n['reference']} {n['title']}{desc} ({n['modified']}){tags}{state}")
+        line = f"[{n['source']}] {n['reference']} {n['title']}{desc} ({n['modified']}){tags}{state}"
+        lines.append(f"- {shown(line)}")
     return "\n".join(lines)
 
 
@@ -134,6 +140,7 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
         "total": progress.get("total", 0),
         "files": idx.get("files", 0),
         "chunks": idx.get("chunks", 0),
+        **_searchable(idx, agent),
         "pendingVectors": idx.get("pending_vectors", 0),
     }
     # While building: notes read so far during the sweep, then the vectors (the sweep's counter
@@ -153,7 +160,8 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
     if keyword_only:
         parts.append(f"keyword-only search (embedder {emb.get('state', 'unknown')})")
     parts.extend(
-        f"{r['name']} {'deletions held' if r['mode'] == 'held' else 'offline'}: {r['why']}" for r in offline
+        shown(f"{r['name']} {'deletions held' if r['mode'] == 'held' else 'offline'}: {r['why']}")
+        for r in offline
     )
     problems = [
         {"area": p.get("area", ""), "error": p.get("error", "")}
@@ -163,7 +171,7 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
             and _another_agents(p.get("error", ""), agent)
         )
     ]
-    parts.extend(f"problem in {p['area']}: {p['error']}" for p in problems)
+    parts.extend(shown(f"problem in {p['area']}: {p['error']}") for p in problems)
     inbox = health.get("inbox")
     if inbox:
         limit = inbox.get("max_bytes", 0)
@@ -185,6 +193,17 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
         "problems": problems,
         **({"inbox": _inbox(inbox)} if inbox else {}),
     }
+
+
+def _searchable(idx: dict[str, Any], agent: str | None) -> dict[str, int]:
+    """The notes and chunks an agent can search: the vault, the wiki and its own memory (the
+    totals counted every agent's memory: another agent's notes, their number and growth)."""
+    by_source = idx.get("by_source")
+    if agent is None or by_source is None:
+        return {}
+    own = (idx.get("by_agent") or {}).get(agent, {})
+    counts = [c for source, c in by_source.items() if source != "memory"] + [own]
+    return {k: sum(c.get(k, 0) for c in counts) for k in ("files", "chunks")}
 
 
 def _inbox(usage: dict[str, Any]) -> dict[str, Any]:

@@ -9,12 +9,14 @@ from sidecar.clients.mcp_schemas import (
     BOOL,
     CONTENT,
     COUNTS,
+    DAY,
     FRONTMATTER,
     HIT,
     INT,
     NOTE,
+    PATH_PREFIX,
     READ,
-    REFERENCE_PATTERN,
+    REFERENCE,
     SLUG,
     STR,
     WRITE,
@@ -73,9 +75,9 @@ TOOLS: list[dict[str, Any]] = [
                 },
                 "source": {"type": "string", "enum": list(SOURCES), "description": "Only this source."},
                 "tag": {"type": "string", "description": "Only notes with this tag ('a,b': any of them)."},
-                "pathPrefix": {"type": "string", "description": "Only notes whose path starts with this."},
-                "since": {"type": "string", "description": "Only notes of this day or later. " + DAY_HELP},
-                "until": {"type": "string", "description": "Only notes of this day or earlier. " + DAY_HELP},
+                "pathPrefix": PATH_PREFIX,
+                "since": {**DAY, "description": "Only notes of this day or later. " + DAY_HELP},
+                "until": {**DAY, "description": "Only notes of this day or earlier. " + DAY_HELP},
             },
             ("query",),
         ),
@@ -102,13 +104,7 @@ TOOLS: list[dict[str, Any]] = [
         "(e.g. 'wiki/Backups', 'vault/Projects/Boat', 'memory/nas-backup-setup'). Secrets in the text "
         "are shown as [REDACTED:kind].",
         obj(
-            {
-                "reference": {
-                    "type": "string",
-                    "pattern": REFERENCE_PATTERN,
-                    "description": "A reference from memory_search or memory_list.",
-                }
-            },
+            {"reference": REFERENCE},
             ("reference",),
         ),
         obj(
@@ -133,11 +129,7 @@ TOOLS: list[dict[str, Any]] = [
         "found with memory_search.",
         obj(
             {
-                "reference": {
-                    "type": "string",
-                    "pattern": REFERENCE_PATTERN,
-                    "description": "A reference from memory_search or memory_list.",
-                },
+                "reference": REFERENCE,
                 "limit": {
                     "type": "integer",
                     "minimum": 1,
@@ -171,8 +163,8 @@ TOOLS: list[dict[str, Any]] = [
         obj(
             {
                 "source": {"type": "string", "enum": [*SOURCES, "all"], "default": "memory"},
-                "tag": {"type": "string", "description": "Only notes with this tag."},
-                "pathPrefix": {"type": "string", "description": "Only notes whose path starts with this."},
+                "tag": {"type": "string", "maxLength": 200, "description": "Only notes with this tag."},
+                "pathPrefix": PATH_PREFIX,
                 "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 200},
             }
         ),
@@ -268,7 +260,7 @@ TOOLS: list[dict[str, Any]] = [
         "with memory_get('wiki/<path>').",
         obj(
             {
-                "pathPrefix": {"type": "string", "description": "Only this folder (e.g. 'Projects')."},
+                "pathPrefix": {**PATH_PREFIX, "description": "Only this folder (e.g. 'Projects')."},
                 "tokenBudget": {"type": "integer", "minimum": 100, "maximum": 50000, "default": 1000},
             }
         ),

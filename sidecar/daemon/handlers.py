@@ -39,6 +39,7 @@ from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Vectoring
 from sidecar.memory.ops import MemoryOps
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
+from sidecar.notes.chunking import line_count
 from sidecar.notes.links import LinkGraph, unresolved_paths
 from sidecar.notes.outline import Page, one_line
 from sidecar.notes.outline import render as render_outline
@@ -351,6 +352,7 @@ class Handlers:
             {"reference": public_reference(b.pop("source"), req.agent), **b}
             for b in graph.backlinks(key, req.agent)
         ]
+        lines = line_count(text)  # of the file: a masked private key is a line, not a block
         masked: dict[str, int] = {}
         if self.retriever.cfg.mask_secrets:
             text, masked = mask(text)
@@ -364,7 +366,7 @@ class Handlers:
             "source": key.split("/", 1)[0],
             "title": title,
             "text": text,
-            "lines": text.count("\n") + 1,
+            "lines": lines,
             "indexed": bool(chunks),
             "links": links,
             "backlinks": backlinks,

@@ -362,7 +362,7 @@ class MemoryOps:
             if not _under(reference, prefix):
                 continue
             try:
-                mtime_ns = path.stat().st_mtime_ns
+                mtime_ns = path.lstat().st_mtime_ns  # a link refused: not when its target changed
             except OSError:
                 continue
             known.add(key)

@@ -149,6 +149,13 @@ def chunk_note(
     return cut_note(parse_note(text, title=title), count_tokens, max_tokens=max_tokens, overlap=overlap)
 
 
+def line_count(text: str) -> int:
+    """How many lines ``text`` has, numbered as hits number them (``\r\n`` and ``\r`` end a line
+    as ``\n`` does): a final line break ends the last line, it starts no other (``wc -l``)."""
+    breaks = text.count("\n") + text.count("\r") - text.count("\r\n")
+    return breaks + (not text.endswith(("\n", "\r"))) if text else 0
+
+
 def parse_note(text: str, *, title: str) -> NoteDraft:
     """The part of ``chunk_note`` that needs no tokenizer: sections, front matter, tags, links."""
     # One Unicode form (NFC) for text and title: a Mac (and text pasted from its PDFs) writes "ü"

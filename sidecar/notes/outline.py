@@ -8,22 +8,14 @@ can keep it in a cached system prompt. Imports nothing of the project.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from sidecar.contracts.printable import escape_controls
 from sidecar.notes.markdown import plain_inline
 
 CountTokens = Callable[[Sequence[str]], list[int]]
 DETAILS = ("full", "titles", "folders", "truncated")
-# C0 and C1 controls, DEL, line and paragraph separators: a file name holding one would break a
-# line (forging an entry) or drive the terminal (ESC, CR) in text meant for people and agents.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-
-
-def escape_controls(text: str) -> str:
-    """``text`` with control characters shown as escapes (``\\n``, ``\\x1b``), as in the log."""
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,17 @@
+"""Names as they may be shown in a line of text (pure): a file name, a title or a heading of a
+note is any string, and text for people and agents must not let one break a line or turn it."""
+
+from __future__ import annotations
+
+import re
+
+# C0 and C1 controls, DEL, line and paragraph separators, and the bidirectional marks, embeddings,
+# overrides and isolates: a name holding one would break a line (forging an entry or a hit), drive
+# the terminal (ESC, CR) or display the rest of the line reversed (U+202E).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with control characters shown as escapes (``\\n``, ``\\x1b``, ``\\u202e``), as in
+    the log. Structured replies keep names exact, so a reference still round-trips."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
