@@ -746,9 +746,14 @@ def test_secrets_are_masked_in_every_line_an_agent_reads(served: Served) -> None
         served.cfg.vault.path / "wiki/Plain.md",  # type: ignore[operator]
         "# Plain\n\nThe first line says password: hunter2hunter2 and more. [[Leaky]]\n",
     )
+    write(
+        served.cfg.vault.path / "wiki/Wifi.md",  # type: ignore[operator]
+        "# Wifi\n\n**Password**: Tr0ub4dor-horse-staple and the router sits upstairs.\n",
+    )
     served.h.sweep()
     answers = {
         "search": served.call("search", {"query": "quokka"}),
+        "wifi": served.call("search", {"query": "router upstairs"}),
         "get": served.call("get", {"reference": "wiki/Leaky"}),
         "backlinks": served.call("get", {"reference": "wiki/Backups"}),
         "list": served.call("list", {"source": "wiki"}),
@@ -759,6 +764,7 @@ def test_secrets_are_masked_in_every_line_an_agent_reads(served: Served) -> None
     for op, answer in answers.items():
         text = json.dumps(answer)
         assert token not in text and key not in text and "hunter2hunter2" not in text, op
+        assert "Tr0ub4dor" not in text, op
     hit = answers["search"]["hits"][0]
     assert hit["title"].startswith("Leaky [REDACTED") and "[REDACTED:anthropic_key]" in hit["headings"][-1]
     assert "[REDACTED:" in answers["outline"]["outline"]

@@ -44,6 +44,10 @@ SECRETS = [
     ('DB_PASSWORD="c0rrect-horse-battery"', "password"),
     ("api_key = 9f8e7d6c5b4a39281706f5e4d3c2b1a0", "password"),
     ("Passwort für das NAS: password=NasAdmin2026!", "password"),
+    ("**Password**: Tr0ub4dor-horse-staple", "password"),  # Markdown emphasis around the key
+    ("- **API key:** 9f8e7d6c5b4a39281706", "password"),
+    ("`password`: `hunter2hunter2`", "password"),
+    ("*secret*=**s3cr3t-value**", "password"),
 ]
 
 
@@ -75,6 +79,7 @@ ORDINARY = [
     "SELECT * FROM users WHERE name = 'bob';",
     "ssh-keygen -t ed25519 -C 'me@example.com' creates a key pair; keep the private half secret.",
     "AKIA alone is just four letters, Bearer of good news, sk- prefix alone.",
+    "**Password**: changeme is what the manual says; **secret**: the garden gate",
 ]
 
 
@@ -98,3 +103,20 @@ def test_mask_adds_card_numbers_and_connection_strings() -> None:
     assert "4111" not in clean and "3782" not in clean and "horse" not in clean
     assert "1234 5678 9012 3456" in clean and "+49 170 1234567" in clean and "Encrypt=true" in clean
     assert mask("nothing secret here")[1] == {}
+
+
+@pytest.mark.parametrize(
+    "unit", ["secret:", "-eyJ", "password=", "**password**:", "eyJaaaaaaaaaa.", "ab://c:dddd"]
+)
+def test_masking_is_linear_on_hostile_runs(unit: str) -> None:
+    """200 kB of one rule's opener takes well under a second: the password rule's lookahead and
+    the token rule's start inside a run were quadratic (100 kB of "secret:" took 16 s, and
+    masking runs on every title, heading and outline description an agent reads)."""
+    import time
+
+    from sidecar.notes.redact import mask
+
+    text = unit * (200_000 // len(unit))
+    started = time.perf_counter()
+    mask(text)
+    assert time.perf_counter() - started < 2.0

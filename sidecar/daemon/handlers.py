@@ -452,7 +452,7 @@ class Handlers:
                 # Else the first prose of the page: headings only repeat the title.
                 lines = (line for c in manifest.chunks_of(key) for line in c.text.splitlines())
                 description = next((x for x in lines if x.strip() and not x.lstrip().startswith("#")), "")
-            pages.append(Page(path, show(title), one_line(show(description))))
+            pages.append(Page(path, show(title), one_line(description, show=show)))
         model = self.slot.model
         count = model.count_tokens if model is not None else approx_token_count
         out = render_outline(pages, budget, count, label=source)

@@ -330,7 +330,7 @@ class MemoryOps:
                     "reference": reference,
                     "source": src,
                     "title": show(title),
-                    "description": show(_description(fm_json)),
+                    "description": show(_description(fm_json))[:300],
                     "tags": tags,
                     "modified": _local(mtime_ns),
                     "chunks": chunks,
@@ -443,7 +443,7 @@ def _description(fm_json: str) -> str:
     except ValueError:
         return ""
     value = (fm.get("description") or fm.get("summary")) if isinstance(fm, dict) else None
-    return " ".join(value.split())[:300] if isinstance(value, str) else ""
+    return " ".join(value.split()) if isinstance(value, str) else ""
 
 
 def _triples(text: str) -> set[tuple[str, ...]]:

@@ -34,9 +34,11 @@ class Outline:
     detail: str  # one of DETAILS
 
 
-def one_line(text: str, limit: int = 120) -> str:
-    """The first sentence or line of ``text`` as it reads rendered, at most ``limit`` characters."""
-    line = " ".join(plain_inline(text).split())
+def one_line(text: str, limit: int = 120, show: Callable[[str], str] = str) -> str:
+    """The first sentence or line of ``text`` as it reads rendered, at most ``limit`` characters;
+    ``show`` (secret masking) sees the rendered text before the cut: Markdown marks split a secret
+    that masking would then miss ("**Password**"), and a cut through one leaves a piece of it."""
+    line = " ".join(show(plain_inline(text)).split())
     for stop in (". ", "! ", "? "):
         if stop in line:
             line = line[: line.index(stop) + 1]
