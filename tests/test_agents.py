@@ -771,18 +771,24 @@ def test_secrets_are_masked_in_every_line_an_agent_reads(served: Served) -> None
 
 
 def test_a_search_before_the_first_sweep_ends_says_the_index_is_incomplete(served: Served) -> None:
-    """Until the first sweep has read every note, search and recall say how far it got, and the
-    MCP text does not tell the agent that nothing relevant exists (it did, with most notes unread)."""
+    """Until a new or rebuilt index has read every note, search and recall say how far it got, and
+    the MCP text does not tell the agent that nothing relevant exists (it did, with most notes
+    unread); a restart's catching up over a complete index says nothing."""
     from sidecar.clients.mcp_texts import text_of_search
 
-    activity = served.handlers.indexer.activity
-    activity.first_sweep_done, activity.done, activity.total = False, 3, 40
+    indexer = served.handlers.indexer
+    activity = indexer.activity
+    activity.first_sweep_done = False  # a restart: the index held every note before it
+    assert served.h.stores.manifest.get_meta("swept") == "1"
+    assert "indexing" not in served.call("search", {"query": "zzyzx nothing"})
+    indexer.clear()  # a rebuild: nothing is found until read again
+    activity.done, activity.total = 3, 40
     found = served.call("search", {"query": "zzyzx nothing"})
     assert found["indexing"] == {"done": 3, "total": 40}
     assert served.call("recall", {"message": "the garden"})["indexing"] == {"done": 3, "total": 40}
     text = text_of_search("zzyzx nothing", found)
     assert "still being built (3 of 40 notes read so far)" in text and "Nothing relevant found" not in text
-    activity.first_sweep_done = True
+    served.h.sweep()
     assert "indexing" not in served.call("search", {"query": "zzyzx nothing"})
 
 
@@ -1039,6 +1045,9 @@ def test_tool_errors_name_the_agents_notes_as_its_answers_do(served: Served) -> 
     with pytest.raises(ToolError) as missing:
         tools["memory_get"]({"reference": "memory/nope"})
     assert "'memory/nope'" in str(missing.value) and "memory/claude/" not in str(missing.value)
+    with pytest.raises(ToolError) as vault_path:  # a vault path that holds the same words stays whole
+        tools["memory_get"]({"reference": "vault/Archive/memory/claude/old"})
+    assert "vault/Archive/memory/claude/old" in str(vault_path.value)
 
 
 def test_a_refused_vault_link_does_not_tell_when_its_target_changed(served: Served, tmp_path: Path) -> None:

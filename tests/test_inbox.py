@@ -550,3 +550,26 @@ def test_a_delete_whose_index_entry_cannot_be_removed_is_reported_done(
     assert not (in_process.cfg.agents_dir / "dx" / "memory" / "gone.md").exists()
     with pytest.raises(Exception, match="'slug' is missing"):
         in_process.call("delete", {}, agent="dx")
+
+
+def test_a_write_that_fails_costs_no_older_kept_text(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """.trash is capped once the write is made: a write that fails (disk full) had already let
+    older kept texts go, and its error did not name them."""
+    inboxes = Inboxes(make_cfg(vault, **{"memory.maxTrashBytes": 2500}))
+    for i in range(3):
+        inboxes.write("claude", "loop", f"round {i} " + "x" * 1000, None, must_exist=False)
+    trash = inboxes.cfg.agents_dir / "claude" / "memory" / ".trash"
+    before = {p.name for p in trash.iterdir()}
+    real = inbox_mod.write_in
+
+    def full(dir_fd: int, name: str, data: bytes) -> tuple[int, int]:
+        if name == "loop.md":
+            raise OSError(28, "No space left on device")
+        return real(dir_fd, name, data)
+
+    monkeypatch.setattr(inbox_mod, "write_in", full)
+    with pytest.raises(OSError, match="No space"):
+        inboxes.write("claude", "loop", "round 3 " + "x" * 1000, None, must_exist=False)
+    assert before <= {p.name for p in trash.iterdir()}

@@ -3,6 +3,7 @@ working across daemon restarts) and answers with a text for the model and struct
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -81,8 +82,10 @@ class ToolCalls:
             raise ToolError(f"sidecar daemon unavailable: {exc}{_unsure(op, sent)}", "down") from exc
         except RemoteError as exc:
             # The daemon names the agent's own notes as the CLI does (memory/<agent>/<slug>); the
-            # agent's answers and input say memory/<slug>.
-            raise ToolError(f"{exc.code}: {str(exc).replace(f'memory/{self.agent}/', 'memory/')}") from exc
+            # agent's answers and input say memory/<slug>. Only where a reference starts: a vault
+            # path holding ".../memory/<agent>/..." stays as it is.
+            own = re.compile(rf"(?<![\w/.-])memory/{re.escape(self.agent)}/")
+            raise ToolError(f"{exc.code}: {own.sub('memory/', str(exc))}") from exc
         except ProtocolError as exc:
             raise ToolError(
                 f"talking to the sidecar daemon failed: {exc}{_unsure(op, sent)}", "not answering"

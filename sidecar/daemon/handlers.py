@@ -291,11 +291,11 @@ class Handlers:
         return search_json(self._while_building(result), preview=param_bool(p, "preview", default=False))
 
     def _while_building(self, result: SearchResult) -> SearchResult:
-        """``result``, saying so when the first sweep has not read every note yet: an agent
-        asking then was told "nothing relevant found" with most of the vault unread."""
-        act = self.indexer.activity
-        if act.first_sweep_done:
+        """``result``, saying so while a new or rebuilt index has not read every note yet: an
+        agent asking then was told "nothing relevant found" with most of the vault unread."""
+        if not self.indexer.reading_first_time:
             return result
+        act = self.indexer.activity
         return replace(result, indexing=(act.done, act.total))
 
     def get(self, req: Request) -> dict[str, Any]:

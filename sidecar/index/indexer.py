@@ -71,6 +71,9 @@ class Indexer:
         self.manifest = stores.manifest
         self.slot = slot
         self.activity = Activity()
+        # Whether a full sweep has ever completed into this index (kept across restarts): a
+        # restart's first sweep only catches up, every note read before is found meanwhile.
+        self._swept = self.manifest.get_meta("swept") == "1"
         self.vectors = vectors
         self.supervisor = supervisor
         self.leftover: frozenset[str] | None = None  # paths a failed sweep scanned but did not write
@@ -149,6 +152,9 @@ class Indexer:
             self.writer.resolve_all_links()
         act.sweeps += 1
         act.first_sweep_done = act.first_sweep_done or only is None or bool(chosen)
+        if act.first_sweep_done and not self._swept:
+            self.manifest.set_meta("swept", "1")
+            self._swept = True
         act.phase = "idle"
         summary = {
             "changed": changed,
@@ -309,6 +315,12 @@ class Indexer:
             log.info("reconcile_deletions count=%d", len(pending))
             self.delete(pending)
 
+    @property
+    def reading_first_time(self) -> bool:
+        """Whether notes are being read into an index that never held them all (a new or rebuilt
+        index): searches then miss the notes not read yet."""
+        return not self.activity.first_sweep_done and not self._swept
+
     def reparse_if_chunking_changed(self) -> None:
         """Notes cut by another chunker version or other chunking settings are read and cut again
         by the next sweep (chunks whose embed text stays the same keep their vectors; the rest are
@@ -326,6 +338,8 @@ class Indexer:
     def clear(self) -> None:
         """Forget everything indexed (for a rebuild); the next sweep reads every note again."""
         self.writer.clear()
+        self.manifest.set_meta("swept", "")
+        self._swept = False
         self.activity.first_sweep_done = self.activity.ready_once = False
         log.info("index_cleared reason=rebuild requested")
 

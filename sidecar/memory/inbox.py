@@ -203,10 +203,8 @@ class Inboxes:
             # The text being replaced stays recoverable, as a deleted note does (a rewrite that
             # changes only the 'updated' stamp keeps nothing: there is nothing to lose).
             previous = None
-            dropped: tuple[str, ...] = ()
             if old is not None and _unstamped(old.decode("utf-8", errors="replace")) != _unstamped(text):
-                kept, dropped = self._keep(inbox_fd, slug, old)
-                previous = path.parent / ".trash" / kept
+                previous = path.parent / ".trash" / self._keep(inbox_fd, slug, old)
             if _state(inbox_fd, name) != seen:
                 # Changed since it was read (the window is the rendering and the .trash copy):
                 # replacing it now would lose that change; the copy kept of the old text goes.
@@ -218,6 +216,13 @@ class Inboxes:
                     "was written: read it again and retry"
                 )
             mtime_ns, ctime_ns = write_in(inbox_fd, name, data)
+            dropped: tuple[str, ...] = ()
+            if previous is not None:  # only now: a write that fails must not have cost older texts
+                try:
+                    with contextlib.closing(_Fd(_trash_dir(inbox_fd))) as trash:
+                        dropped = self._cap_trash(trash.fd, previous.name)
+                except (OSError, SourceError) as exc:  # housekeeping: the write is made
+                    log.warning("memory_trash_cap_failed error=%s", exc)
             digest = hashlib.sha256(data).hexdigest()
             audit_error = self._audit(agent_fd, "edit" if must_exist else "write", slug, digest, len(data))
         return Written(
@@ -235,14 +240,14 @@ class Inboxes:
             dropped,
         )
 
-    def _keep(self, inbox_fd: int, slug: str, old: bytes) -> tuple[str, tuple[str, ...]]:
+    def _keep(self, inbox_fd: int, slug: str, old: bytes) -> str:
         """Put the replaced text in ``.trash/<slug>--<time>.md`` through the inbox's descriptor
-        (the caller holds the note's lock); returns the file name and the older texts let go."""
+        (the caller holds the note's lock; it caps .trash once its write is made); returns the
+        file name."""
         target = f"{slug}--{dt.datetime.now().strftime('%Y%m%dT%H%M%S%f')}.md"
         with contextlib.closing(_Fd(_trash_dir(inbox_fd))) as trash:
             write_in(trash.fd, target, old)
-            dropped = self._cap_trash(trash.fd, target)
-        return target, dropped
+        return target
 
     def _check_room(self, inbox_fd: int, name: str, growth: int) -> None:
         """Refuse a write that takes the inbox's notes past ``memory.maxInboxBytes`` (an agent in
@@ -400,7 +405,8 @@ class Inboxes:
                     contextlib.suppress(FileNotFoundError),
                     contextlib.closing(_Fd(_trash_dir(inbox_fd, create=False))) as kept,
                 ):
-                    trash = sum(size for _name, size in _file_sizes(kept.fd))
+                    # What the cap counts: sidecar's kept texts (a file of the user's is not).
+                    trash = sum(size for name, size in _file_sizes(kept.fd) if _KEPT.match(name))
         except FileNotFoundError:
             pass
         limits = self.cfg.memory

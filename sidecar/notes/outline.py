@@ -3,7 +3,7 @@
 Folders, pages and one-line descriptions, rendered within a token budget: when the full outline
 does not fit, descriptions go first, then pages inside folders (shown as counts), then folders
 beyond the budget. The text depends only on the pages, never on the clock or the call, so a host
-can keep it in a cached system prompt. Imports nothing of the project.
+can keep it in a cached system prompt. Imports only the project's pure text helpers.
 """
 
 from __future__ import annotations
