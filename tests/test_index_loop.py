@@ -103,6 +103,29 @@ def test_a_failed_sweep_is_retried_with_what_it_did_not_write(looped: Any, vault
     assert h.stores.manifest.counts()["files"] == 5
 
 
+def test_a_crash_that_repeats_logs_its_traceback_once(
+    looped: Any, vault: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An unexpected error retried every few seconds logs its traceback the first time and a
+    line each time after (the same 25-line traceback every 5 s filled the journal)."""
+    h, loop, _calls = looped
+    real_index = h.indexer.index_files
+    crashes = [ValueError("a value no sweep expects")] * 3
+
+    def crashing(notes: Any, data: Any = None) -> int:
+        if crashes:
+            raise crashes.pop()
+        return real_index(notes, data)
+
+    h.indexer.index_files = crashing  # type: ignore[method-assign]
+    with caplog.at_level("ERROR", logger="sidecar.daemon.indexing"):
+        loop.request_sweep()
+        _until(lambda: h.indexer.activity.sweeps >= 1 and h.problems.active_in("index") is None)
+    crashed = [r for r in caplog.records if r.getMessage().startswith("sweep_crashed")]
+    assert len(crashed) == 3 and "ValueError: a value no sweep expects" in crashed[0].getMessage()
+    assert crashed[0].exc_info and not crashed[1].exc_info and not crashed[2].exc_info
+
+
 def test_status_line_says_building_then_ready(looped: Any) -> None:
     """systemd's STATUS= line: building before the first sweep ends, then the counts."""
     h, loop, _calls = looped

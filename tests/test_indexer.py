@@ -41,6 +41,20 @@ def test_unchanged_resweep_reads_no_file(harness: Harness, monkeypatch: pytest.M
     assert reads == [] and summary["changed"] == 0 and summary["unchanged"] == 4
 
 
+def test_a_file_time_past_2262_is_indexed_and_stops_nothing(harness: Harness) -> None:
+    """A note whose mtime does not fit 64-bit nanoseconds (after 2262-04-11: a bad clock, a
+    restored backup; ext4 keeps up to 2446) is indexed with its time clamped: it failed every
+    sweep's batch, so nothing of the vault was indexed, for good."""
+    note = harness.cfg.vault.path / "Far future.md"  # type: ignore[operator]
+    write(note, "# Far future\n\nThe zeppelin hangar.\n")
+    far = 253_402_300_800 * 10**9  # year 10000; the file system keeps what it can
+    os.utime(note, ns=(far, far))
+    assert note.stat().st_mtime_ns > 2**63  # else this file system cannot show the case
+    assert harness.sweep()["changed"] == 5
+    assert harness.sweep()["changed"] == 0  # the clamped time compares equal next time
+    assert "vault/Far future" in harness.stores.manifest.file_states("vault/")
+
+
 def test_touched_file_with_same_content_is_not_reindexed(harness: Harness) -> None:
     """A new mtime with identical bytes is read and hashed, but nothing is re-chunked or re-embedded."""
     harness.sweep()

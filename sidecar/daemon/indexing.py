@@ -64,6 +64,7 @@ class IndexLoop:
         self.jobs: queue.Queue[Job] = queue.Queue()
         # A storage fault is retried often, not after a backoff of minutes.
         self.retry = Backoff(base=1.0, cap=cfg.watch.fault_retry_max_seconds, jitter=0.0)
+        self._last_crash = ""  # the last unexpected failure: its traceback is logged once
         # A long sweep takes the file events queued meanwhile between its batches (a note saved
         # during a first sweep of 40,000 notes waited two minutes for it to end).
         indexer.hot_paths = self.take_paths
@@ -119,7 +120,7 @@ class IndexLoop:
                 job = job.merge(self.jobs.get_nowait())
             try:
                 self._run(job)
-                failures = 0
+                failures, self._last_crash = 0, ""
             except Exception as exc:  # e.g. sqlite "disk is full": keep serving, retry soon
                 failures += 1
                 self._failed(job, exc, self.retry.delay(failures))
@@ -139,9 +140,18 @@ class IndexLoop:
         if isinstance(exc, (StoreError, OSError, sqlite3.Error)):
             log.error("sweep_failed error=%s retry_in=%.0fs", exc, delay)
             why = str(exc)
-        else:  # unexpected: keep the traceback
-            log.error("sweep_crashed retry_in=%.0fs", delay, exc_info=exc)
+        else:  # unexpected: keep the traceback, once per kind (retried every few seconds, the
+            # same 25-line traceback filled the journal at 24,000 lines an hour)
             why = f"{type(exc).__name__}: {exc}"
+            again = why == self._last_crash
+            self._last_crash = why
+            log.error(
+                "sweep_crashed error=%s retry_in=%.0fs%s",
+                why,
+                delay,
+                " (as before)" if again else "",
+                exc_info=None if again else exc,
+            )
         self.problems.report("index", f"updating the index failed: {why} (retrying in {delay:.0f} s)")
         self.stop.wait(delay)
         leftover = self.indexer.leftover

@@ -338,9 +338,7 @@ class ChangeFinder:
             elif st.st_size > max_bytes:
                 found.append(Skipped(path, "too large"))
             else:
-                found.append(
-                    NoteFile(root.key_of(rel), root, path, rel, st.st_mtime_ns, st.st_size, st.st_ctime_ns)
-                )
+                found.append(NoteFile.of(root.key_of(rel), root, path, rel, st))
         return found, gone
 
     def _may_delete(self, root: Root, count: int) -> bool:

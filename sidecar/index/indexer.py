@@ -27,7 +27,7 @@ from sidecar.index.writes import Writer
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
 from sidecar.notes.chunking import CHUNKER_VERSION
 from sidecar.vault.ignore import IgnoreRules
-from sidecar.vault.sources import NoteFile, Root
+from sidecar.vault.sources import NoteFile, Root, stamp_ns
 from sidecar.vault.supervisor import Supervisor
 from sidecar.vault.timeout import run_with_timeout
 
@@ -350,11 +350,11 @@ class Indexer:
         key = root.key_of(rel)
         if written is not None:
             data, mtime_ns, ctime_ns = written
-            note = NoteFile(key, root, path, rel, mtime_ns, len(data), ctime_ns)
+            note = NoteFile(key, root, path, rel, stamp_ns(mtime_ns), len(data), stamp_ns(ctime_ns))
             self.index_files([note], {key: data})
         else:
             st = path.stat()
-            note = NoteFile(key, root, path, rel, st.st_mtime_ns, st.st_size, st.st_ctime_ns)
+            note = NoteFile.of(key, root, path, rel, st)
             self.index_files([note])
         self.vectors.embed_key(note.key)
         return note.key

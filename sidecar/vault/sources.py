@@ -80,6 +80,20 @@ class NoteFile:
     size: int
     ctime_ns: int = 0  # status change time: an edit that keeps size and mtime still changes it
 
+    @classmethod
+    def of(cls, key: str, root: Root, path: Path, rel: str, st: os.stat_result) -> NoteFile:
+        return cls(key, root, path, rel, stamp_ns(st.st_mtime_ns), st.st_size, stamp_ns(st.st_ctime_ns))
+
+
+# SQLite keeps 64-bit integers: a file time after 2262-04-11 (a bad clock, a restored backup;
+# ext4 allows 2446) in nanoseconds does not fit, and one such note failed every sweep's batch.
+_NS_MAX = 2**63 - 1
+
+
+def stamp_ns(ns: int) -> int:
+    """A file time in nanoseconds, clamped to what the manifest can store."""
+    return max(-_NS_MAX, min(ns, _NS_MAX))
+
 
 @dataclass(frozen=True)
 class Skipped:
@@ -238,7 +252,7 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
         return Skipped(Path(entry.path), "memory note name is not a valid slug")
     if st.st_size > max_bytes:
         return Skipped(Path(entry.path), "too large")
-    return NoteFile(root.key_of(rel), root, Path(entry.path), rel, st.st_mtime_ns, st.st_size, st.st_ctime_ns)
+    return NoteFile.of(root.key_of(rel), root, Path(entry.path), rel, st)
 
 
 def link_refusal(root: Root, link: Path, base: Path) -> str | None:
