@@ -313,6 +313,40 @@ def test_sighup_reloads_ranking_weights(daemon_factory: Any, vault: Path, tmp_pa
     assert "config_needs_restart keys=watch.pollSeconds" in d.log.read_text()
 
 
+def test_a_reload_of_an_emptied_or_foreign_file_applies_nothing(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
+    """A file emptied (an editor's first step of a write, `cat > file`) or naming another socket is
+    refused whole, the exclusions stay (applied, an emptied file brought excluded notes back into
+    search); two reloads close together end with the last file's values, whichever thread
+    finished last (they ran in parallel and an older, slower file could win)."""
+    cfg_file = tmp_path / "sidecar.yaml"
+    cfg_file.write_text("index:\n  exclude: [Recipes/]\n")
+    d: DaemonProcess = daemon_factory(vault, extra=["--config", str(cfg_file)], keyword_only=True).start()
+    assert d.health()["index"]["excluded"]
+    cfg_file.write_text("")
+    with pytest.raises(Exception, match="empty"):
+        d.call("reload")
+    cfg_file.write_text(f"socket: {tmp_path / 'other.sock'}\nindex:\n  exclude: []\n")
+    with pytest.raises(Exception, match="nothing applied"):
+        d.call("reload")
+    assert "config" in [p["area"] for p in d.health()["problems"]["active"]]
+    cfg_file.write_text("index:\n  exclude: [Recipes/]\n")
+    assert d.call("reload")["changed"] == []  # the exclusion never left
+    pid = d.proc.pid if d.proc else 0
+    slow = "search:\n  vectorWeight: 0.11\n" + "# padding, slow to read\n" * 20_000
+    cfg_file.write_text(slow + "index:\n  exclude: [Recipes/]\n")
+    os.kill(pid, signal.SIGHUP)
+    time.sleep(0.005)
+    cfg_file.write_text("search:\n  vectorWeight: 0.37\nindex:\n  exclude: [Recipes/]\n")
+    os.kill(pid, signal.SIGHUP)
+    deadline = time.monotonic() + 20
+    while d.log.read_text().count("config_reloaded") < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    assert d.call("reload")["changed"] == []  # the running values are the file's last ones
+
+
 def test_reload_names_changed_keys_by_their_config_paths(
     daemon_factory: Any, vault: Path, tmp_path: Path
 ) -> None:

@@ -19,13 +19,14 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from sidecar.config import Config
 from sidecar.config.settings import settings
-from sidecar.contracts.errors import SidecarError, StoreError
+from sidecar.contracts.errors import ConfigError, SidecarError, StoreError
 from sidecar.daemon.backfill import Backfill
 from sidecar.daemon.compose import Parts, build, build_handlers, build_server, build_watcher, model_stem
 from sidecar.daemon.handlers import Handlers, ServiceState
@@ -49,6 +50,9 @@ log = logging.getLogger(__name__)
 _JOIN_TIMEOUT = 10.0
 # Keys a reload applies; every other one is read at start.
 _RELOADED = ("search.", "recall.", "index.exclude", "index.obsidianExcludes")
+# Keys that say which daemon a file is for: a file naming others is not this daemon's any more
+# (emptied, cut short while being written) and none of it is applied.
+_IDENTITY = ("home", "socket", "vault.path")
 
 
 class Daemon:
@@ -71,6 +75,9 @@ class Daemon:
         self._inboxes: Inboxes | None = None
         self.loop: IndexLoop | None = None
         self.watcher: Watcher | None = None
+        # Reloads one at a time, each reading the file inside: two SIGHUPs close together ran in
+        # parallel threads and the one finishing last won, with an older file's values.
+        self._reload_lock = threading.Lock()
 
     def run(self) -> None:
         """Serve until a signal; raises typed errors for the CLI to map to exit codes."""
@@ -200,11 +207,41 @@ class Daemon:
 
     def reload(self) -> dict[str, Any]:
         """Re-read the configuration and apply the ranking tunables (SIGHUP or the reload op)."""
+        with self._reload_lock:
+            return self._reload()
+
+    def _loaded(self) -> Config:
+        """The configuration file as it is now, once it stopped changing, refused when it is empty
+        or names another daemon's home, vault or socket (a file being written, or emptied: applied,
+        it dropped every exclusion and brought private folders back into search)."""
+        assert self.reload_config is not None
+        source = self.cfg.source_file
+        if source is not None:
+            _settled(source)
+            with contextlib.suppress(OSError):  # a missing file is the loader's error
+                text = source.read_text(encoding="utf-8", errors="replace")
+                if not any(line.strip() and not line.lstrip().startswith("#") for line in text.splitlines()):
+                    raise ConfigError(f"{source} is empty (being written?); nothing applied")
+        new = self.reload_config()
+        for s in settings():
+            if s.dotted in _IDENTITY:
+                was, now = (
+                    functools.reduce(getattr, s.attrs, self.cfg),
+                    functools.reduce(getattr, s.attrs, new),
+                )
+                if was != now:
+                    raise ConfigError(
+                        f"the file now gives {s.dotted} = {now} (running: {was}); nothing applied: a "
+                        "file cut short or emptied? To move the daemon, change it and restart"
+                    )
+        return new
+
+    def _reload(self) -> dict[str, Any]:
         if self.reload_config is None or self._retriever is None:
             return {"reloaded": False, "changed": []}
         problems = self.parts.problems if self.parts is not None else None
         try:
-            new = self.reload_config()
+            new = self._loaded()
         except SidecarError as exc:
             log.error("reload_failed error=%s; keeping the running configuration", exc)
             if problems is not None:
@@ -338,3 +375,20 @@ def index_once(
     finally:
         parts.stores.close()
         lock.release()
+
+
+def _settled(path: Path, wait: float = 0.1, limit: float = 2.0) -> None:
+    """Return once ``path``'s size and time hold still for ``wait`` (at most ``limit``): a reload
+    that lands while an editor writes the file reads it whole."""
+    deadline = time.monotonic() + limit
+    before = None
+    while time.monotonic() < deadline:
+        try:
+            st = path.stat()
+        except OSError:
+            return
+        now = (st.st_size, st.st_mtime_ns, st.st_ino)
+        if now == before:
+            return
+        before = now
+        time.sleep(wait)
