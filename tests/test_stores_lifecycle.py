@@ -259,3 +259,26 @@ def test_manifest_gives_the_disk_back_after_mass_deletions(
     with caplog.at_level("INFO", logger="sidecar.stores.manifest"):
         Manifest(path).close()  # nothing free: no rewrite
     assert "manifest_shrunk" not in caplog.text
+
+
+def test_deletions_while_no_vector_table_is_attached_leave_no_vectors_behind(
+    make_cfg: Any, vault: Path
+) -> None:
+    """Chunks deleted while no vector table is open (model off, still loading, failed) are
+    dropped from it when it is attached again: the clean-stop stamp had it skip the check, and
+    their vectors stayed in the table for good."""
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    h.vectors.mark_clean()
+    h.close()
+    keyword_only = Harness(cfg, None)
+    (vault / "Garden.md").unlink()
+    keyword_only.sweep()
+    keyword_only.close()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        chunks, docs, vectors = store_counts(h)
+        assert chunks == docs == vectors > 0
+    finally:
+        h.close()

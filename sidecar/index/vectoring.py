@@ -340,14 +340,23 @@ class Vectoring:
 
     def delete_ids(self, chunk_ids: list[str]) -> None:
         self._keep(chunk_ids)
-        for store in self.stores.vector_stores():
+        for store in self._stores_for_deletion():
             store.delete_ids(chunk_ids)
 
     def delete_keys(self, keys: list[str]) -> None:
         if self.keep_max > 0:
             self._keep(self.manifest.chunk_ids_of(keys))
-        for store in self.stores.vector_stores():
+        for store in self._stores_for_deletion():
             store.delete_keys(keys)
+
+    def _stores_for_deletion(self) -> list[VectorStore]:
+        """The open tables; with none open (model off, loading, failed), the table on disk is no
+        longer known clean: attached again, it is checked against the manifest (with the stamp
+        of the last clean stop it skipped the check, and the deleted chunks' vectors stayed)."""
+        stores = self.stores.vector_stores()
+        if not stores and self.manifest.get_meta("vectors_clean"):
+            self.manifest.set_meta("vectors_clean", "")
+        return stores
 
     def _keep(self, chunk_ids: list[str]) -> None:
         """Remember the vectors of chunks about to be deleted, by text, for a while (bounded):
