@@ -547,6 +547,28 @@ def test_status_shows_a_batch_of_changes_being_indexed(shared: DaemonProcess) ->
     assert re.search(r"\n  vault +\w+ +listed \S", render_status(h)) and "last sweep" not in render_status(h)
 
 
+def test_status_shows_a_model_switch_and_its_progress(shared: DaemonProcess) -> None:
+    """While the vectors of a new model are computed, status (and memory_status) say so, how far
+    it is and which model answers meanwhile: it said "every chunk has a vector" and named the new
+    model while the old one answered."""
+    from sidecar.clients.cli_render import render_status
+    from sidecar.clients.mcp_texts import status_of
+
+    h = shared.health()
+    h["embedder"].update(state="ok", model="all-MiniLM-L6-v2@8199be6f699a", origin="bundled package")
+    h["index"].update(state="ready", pending_vectors=0, chunks=854, embed_rate_chunks_per_second=10.0)
+    h["vectors"] = {
+        "serving": "vectors_e5",
+        "serving_model": "multilingual-e5-small@3db4bf40b651",
+        "building": "vectors_minilm",
+        "building_pending": 256,
+    }
+    text = render_status(h)
+    assert "Model switch: 256 of 854 chunks still wait for all-MiniLM-L6-v2@8199be6f699a's vectors" in text
+    assert "searches use multilingual-e5-small@3db4bf40b651's until then" in text
+    assert "switching models: 256 chunks" in status_of(h)["message"]
+
+
 def test_option_ranges_are_the_daemons(shared: DaemonProcess) -> None:
     """The CLI refuses what the daemon would (exit 2, above) and passes its bounds through: the
     edges of each range are answered, and --min-score's help names relevance, what it filters on."""

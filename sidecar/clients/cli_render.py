@@ -57,7 +57,7 @@ _BUSY_NOTES = 20
 
 
 def render_status(h: dict[str, Any]) -> str:
-    idx, emb = h["index"], h["embedder"]
+    idx = h["index"]
     lines = [
         f"sidecar {h['version']}: running since {_ago(h['started'])} (pid {h['pid']}), socket {h['socket']}"
     ]
@@ -75,25 +75,8 @@ def render_status(h: dict[str, Any]) -> str:
     lines.append(f"  {idx['files']:,} notes, {idx['chunks']:,} chunks")
     for source, c in sorted(idx["by_source"].items()):
         lines.append(f"    {source:<7} {c['files']:>7,} notes {c['chunks']:>8,} chunks")
-    pending = idx["pending_vectors"]
     todo: list[str] = []
-    if emb["state"] == "ok":
-        lines.append(f"Embedder: ok ({emb['model']}, from {emb['origin']})")
-        if pending:
-            rate = idx.get("embed_rate_chunks_per_second")
-            eta = f", about {duration(pending / rate)} left" if rate else ""
-            lines.append(
-                f"Vectors: {pending:,} chunks waiting for vectors{eta}; keyword search covers them already"
-            )
-        else:
-            lines.append("Vectors: every chunk has a vector")
-    else:
-        lines.append(f"Embedder: {emb['state']}" + (f": {emb['error']}" if emb.get("error") else ""))
-        if emb["state"] == "failed":
-            lines.append(f"Vectors: {pending:,} chunks wait for the model; search is keyword-only")
-            todo.append("fix the model (see the embedder error above) and restart the daemon")
-        elif emb["state"] == "off":
-            lines.append("Vectors: off; search is keyword-only (embedder.enabled: true turns them on)")
+    lines += _vector_lines(h, todo)
     lines += _root_lines(h["roots"], todo)
     if idx["skipped"]:
         parts = ", ".join(f"{n} {reason}" for reason, n in sorted(idx["skipped"].items()))
@@ -107,6 +90,43 @@ def render_status(h: dict[str, Any]) -> str:
     if todo:
         lines.append("To do: " + "; ".join(todo))
     return "\n".join(lines)
+
+
+def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
+    """The Embedder and Vectors lines of `status` (a model switch in progress included)."""
+    idx, emb = h["index"], h["embedder"]
+    pending = idx["pending_vectors"]
+    lines: list[str] = []
+    if emb["state"] == "ok":
+        lines.append(f"Embedder: ok ({emb['model']}, from {emb['origin']})")
+        if pending:
+            rate = idx.get("embed_rate_chunks_per_second")
+            eta = f", about {duration(pending / rate)} left" if rate else ""
+            lines.append(
+                f"Vectors: {pending:,} chunks waiting for vectors{eta}; keyword search covers them already"
+            )
+        else:
+            lines.append("Vectors: every chunk has a vector")
+        vec = h.get("vectors") or {}
+        if vec.get("building"):  # a model switch: the old model's vectors answer meanwhile
+            left = vec.get("building_pending", 0)
+            rate = idx.get("embed_rate_chunks_per_second")
+            eta = f", about {duration(left / rate)} left" if rate and left else ""
+            lines.append(
+                f"Model switch: {left:,} of {idx['chunks']:,} chunks still wait for {emb['model']}'s "
+                f"vectors{eta}; searches use {vec.get('serving_model')}'s until then"
+            )
+    else:
+        lines.append(f"Embedder: {emb['state']}" + (f": {emb['error']}" if emb.get("error") else ""))
+        if emb["state"] == "failed":
+            lines.append(f"Vectors: {pending:,} chunks wait for the model; search is keyword-only")
+            todo.append(
+                "fix the model (see the embedder error above): it is tried again every "
+                "embedder.retryMinutes, or restart the daemon"
+            )
+        elif emb["state"] == "off":
+            lines.append("Vectors: off; search is keyword-only (embedder.enabled: true turns them on)")
+    return lines
 
 
 def _root_lines(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:

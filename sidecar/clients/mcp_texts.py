@@ -157,6 +157,12 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
     ]
     if index["pendingVectors"]:
         parts.append(f"{index['pendingVectors']} chunks wait for their vector (found by keywords only)")
+    vec = health.get("vectors") or {}
+    if vec.get("building"):
+        parts.append(
+            f"switching models: {vec.get('building_pending', 0)} chunks still wait for the new model's "
+            f"vectors; search uses {vec.get('serving_model')} until then"
+        )
     if keyword_only:
         parts.append(f"keyword-only search (embedder {emb.get('state', 'unknown')})")
     parts.extend(
