@@ -282,3 +282,39 @@ def test_deletions_while_no_vector_table_is_attached_leave_no_vectors_behind(
         assert chunks == docs == vectors > 0
     finally:
         h.close()
+
+
+def test_a_keyword_index_mostly_of_deleted_notes_is_rewritten(make_cfg: Any, vault: Path) -> None:
+    """Once deleted documents outnumber live ones, the keyword index is rewritten from the
+    manifest: Tantivy keeps deleted documents until their segment is merged, which for a vault
+    that shrank never comes (they held the disk and counted in the word statistics)."""
+    from sidecar.index.repair import compact_bm25
+    from sidecar.stores.bm25 import Bm25Doc
+
+    h = Harness(make_cfg(vault), None)
+    try:
+        h.sweep()
+        assert compact_bm25(h.stores) is False  # nothing deleted: nothing to do
+        bm25 = h.stores.bm25
+        # 3,000 notes' chunks in one segment (as merges leave a vault that grew), then deleted
+        # (they and the one that stays are not in the manifest: the rewrite drops them all).
+        gone = [
+            Bm25Doc.of(
+                f"c{i}", f"vault/gone/{i}", "vault", "", title="Gone", aliases=(), headings=(), body="w"
+            )
+            for i in range(3000)
+        ]
+        stay = [Bm25Doc.of("s", "vault/stay", "vault", "", title="Stay", aliases=(), headings=(), body="w")]
+        bm25.add([*gone, *stay])  # a segment keeps its deleted documents while one stays live
+        bm25.commit()
+        for doc in gone:
+            bm25.delete_key(doc.key)
+        bm25.commit()
+        deleted, total = bm25.deleted_docs()
+        assert deleted >= 3000 and deleted * 2 > total
+        assert compact_bm25(h.stores) is True
+        manifest = h.stores.manifest
+        assert bm25.deleted_docs() == (0, manifest.indexed_chunk_count() + manifest.indexed_page_count())
+        assert bm25.num_docs() == manifest.indexed_chunk_count()
+    finally:
+        h.close()

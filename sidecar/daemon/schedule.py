@@ -16,6 +16,7 @@ from sidecar.config import Config
 from sidecar.contracts.errors import StoreError
 from sidecar.daemon.indexing import IndexLoop
 from sidecar.daemon.repairs import RepairPolicy
+from sidecar.index.repair import compact_bm25
 from sidecar.index.vectoring import Vectoring
 from sidecar.runtime import heap
 from sidecar.vault.supervisor import Supervisor
@@ -60,8 +61,13 @@ def build_scheduler(
 
 
 def optimize(vectors: Vectoring) -> None:
-    """Scheduled compaction of the vector tables (also done after every N writes)."""
+    """Scheduled compaction of the vector tables (also done after every N writes), and of the
+    keyword index once deleted documents outnumber its live ones."""
     try:
         vectors.optimize()
     except StoreError as exc:
         log.error("optimize_failed error=%s", exc)
+    try:
+        compact_bm25(vectors.stores)
+    except StoreError as exc:
+        log.error("bm25_compact_failed error=%s", exc)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 
 from sidecar.config import Config
 from sidecar.contracts.errors import StoreError
@@ -22,10 +23,31 @@ from sidecar.stores.manifest import Manifest
 log = logging.getLogger(__name__)
 
 
+# Fewer deleted documents than this are not worth a rewrite, whatever their share.
+_COMPACT_MIN_DELETED = 1000
+
+
 def rebuild_bm25(stores: Stores) -> None:
     """Refill Tantivy from the manifest: no file is read, no vector recomputed."""
     with stores.write_lock:
         fill_bm25(stores.bm25, stores.manifest)
+
+
+def compact_bm25(stores: Stores) -> bool:
+    """Rewrite the keyword index when deleted documents outnumber live ones (a vault that shrank:
+    Tantivy keeps them until their segment is merged, which for a small live vault never comes;
+    they held the disk, 18x after 5,000 notes went, and their words still counted in the scores,
+    so results differed from those of a rebuild of the same notes). Readers keep the old
+    snapshot until the single commit; writers wait for it (it costs what the live notes cost)."""
+    deleted, total = stores.bm25.deleted_docs()
+    if deleted < _COMPACT_MIN_DELETED or deleted * 2 < total:
+        return False
+    started = time.monotonic()
+    rebuild_bm25(stores)
+    log.info(
+        "bm25_compacted deleted=%d live=%d seconds=%.2f", deleted, total - deleted, time.monotonic() - started
+    )
+    return True
 
 
 def fill_bm25(index: Bm25Index, manifest: Manifest) -> None:

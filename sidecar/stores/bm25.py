@@ -8,6 +8,7 @@ everything. Imports ``errors`` and ``cjk``.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import re
@@ -362,6 +363,21 @@ class Bm25Index:
 
     def num_pages(self) -> int:
         return int(self._pages.searcher.num_docs)
+
+    def deleted_docs(self) -> tuple[int, int]:
+        """(deleted, all) documents of both indexes as their segments keep them: Tantivy drops a
+        deleted document only when its segment is merged, and a segment of a vault that shrank is
+        not merged again (its deleted notes kept the disk and counted in the word statistics)."""
+        deleted = total = 0
+        for folder in (self._chunks, self._pages):
+            try:
+                segments = json.loads((folder.path / "meta.json").read_text(encoding="utf-8"))["segments"]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # unreadable: judged again next time
+            for seg in segments:
+                total += int(seg.get("max_doc", 0))
+                deleted += int((seg.get("deletes") or {}).get("num_deleted_docs", 0))
+        return deleted, total
 
     def search(
         self,
