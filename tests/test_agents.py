@@ -1062,3 +1062,14 @@ def test_a_refused_vault_link_does_not_tell_when_its_target_changed(served: Serv
     assert listed["vault/Leak"]["indexed"] is False and not listed["vault/Leak"]["modified"].startswith(
         "2001"
     )
+
+
+def test_inline_tags_are_held_to_the_parameters_limit(served: Served) -> None:
+    """tag:a,b,... in the query takes at most as many tags as the 'tag' parameter (20): inline
+    it accepted 500."""
+    many = ",".join(f"t{i}" for i in range(21))
+    with pytest.raises(SidecarError, match="at most 20 tags"):
+        served.call("search", {"query": f"garden tag:{many}"})
+    with pytest.raises(SidecarError, match="at most 20 tags"):
+        served.call("search", {"query": "garden", "tag": many})
+    served.call("search", {"query": "garden tag:" + ",".join(f"t{i}" for i in range(20))})

@@ -46,7 +46,7 @@ from sidecar.notes.outline import render as render_outline
 from sidecar.notes.redact import mask, masked_line
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.search.explain import explain
-from sidecar.search.query import FilterError, Filters, parse_day
+from sidecar.search.query import MAX_TAGS, FilterError, Filters, parse_day
 from sidecar.search.recall import recall
 from sidecar.search.retrieval import Retriever, SearchRequest
 from sidecar.stores.manifest import Manifest
@@ -69,7 +69,6 @@ MAX_REFERENCE_CHARS = 8192
 _NOT_THE_SHARE = frozenset({"unmounted", "device", "empty"})
 # Filters and options shared by `search` and `recall`.
 _SEARCH_PARAMS = ("limit", "minScore", "source", "tag", "pathPrefix", "since", "until", "preview")
-MAX_TAGS = 20
 OUTLINE_BUDGET = 1000
 T = TypeVar("T")
 

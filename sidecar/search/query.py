@@ -61,6 +61,9 @@ class FilterError(ValueError):
     """An inline filter or time value that cannot be honoured; the message names it."""
 
 
+MAX_TAGS = 20  # tags a filter may name (inline or as the parameter)
+
+
 @dataclass(frozen=True)
 class Filters:
     """Restrictions a query can carry inline (``tag:garten path:projekte/ since:2026-09-01``)."""
@@ -228,6 +231,8 @@ def split_filters(text: str, today: dt.date | None = None, *, phrases: bool = Tr
             if not all(parts):
                 raise FilterError(f"tag:{value} has an empty tag; write tag:a,b")
             tags.extend(parts)
+            if len(tags) > MAX_TAGS:  # as the 'tag' parameter: each tag is a test per candidate
+                raise FilterError(f"tag: takes at most {MAX_TAGS} tags")
         elif name == "source":
             for s in value.lower().split(","):
                 if s not in SOURCE_NAMES:
