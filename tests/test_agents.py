@@ -659,6 +659,7 @@ def test_mcp_tools_enforce_the_ranges_their_input_schemas_state(in_process: InPr
     needed = {
         "memory_search": {"query": "tomatoes"},
         "memory_related": {"reference": "vault/Garden"},
+        "memory_get": {"reference": "vault/Garden"},
         "memory_list": {},
         "wiki_outline": {},
     }
@@ -1073,3 +1074,34 @@ def test_inline_tags_are_held_to_the_parameters_limit(served: Served) -> None:
     with pytest.raises(SidecarError, match="at most 20 tags"):
         served.call("search", {"query": "garden", "tag": many})
     served.call("search", {"query": "garden tag:" + ",".join(f"t{i}" for i in range(20))})
+
+
+def test_get_reads_a_range_of_lines_and_the_shim_cuts_a_huge_note(served: Served) -> None:
+    """get takes startLine/endLine (numbered as hits number lines; a private key masked over
+    several lines keeps the file's numbering), and memory_get gives a note of megabytes in parts,
+    saying where to read on (it returned 3.3 MB whole, twice)."""
+    from sidecar.clients.mcp_calls import ToolCalls
+
+    key = (
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo\nabc\n"
+        "-----END RSA PRIVATE KEY-----\n"
+    )
+    write(served.cfg.vault.path / "Keys.md", "# Keys\n\n" + key + "after the key\nlast line\n")  # type: ignore[operator]
+    served.h.sweep()
+    part = served.call("get", {"reference": "vault/Keys", "startLine": 7, "endLine": 8})
+    assert part["text"] == "after the key\nlast line\n" and part["range"] == [7, 8] and part["lines"] == 8
+    head = served.call("get", {"reference": "vault/Keys", "startLine": 3, "endLine": 4})
+    assert head["text"].startswith("[REDACTED:private_key]") and "MIIE" not in head["text"]
+    assert served.call("get", {"reference": "vault/Keys", "startLine": 8, "endLine": 99})["range"] == [8, 8]
+    with pytest.raises(SidecarError, match="endLine"):
+        served.call("get", {"reference": "vault/Keys", "startLine": 5, "endLine": 4})
+    big = "".join(f"line {i} " + "x" * 90 + "\n" for i in range(1, 3001))  # 300 kB
+    write(served.cfg.vault.path / "Big.md", big)  # type: ignore[operator]
+    served.h.sweep()
+    tools = ToolCalls(served.cfg.socket_path, "claude").tools
+    text, out = tools["memory_get"]({"reference": "vault/Big"})
+    first, last = out["range"]
+    assert first == 1 and 400 < last < 3000 and len(out["text"]) <= 50_000
+    assert f"lines 1-{last} of 3000; memory_get with startLine {last + 1} reads on" in text
+    text, out = tools["memory_get"]({"reference": "vault/Big", "startLine": last + 1, "endLine": last + 1})
+    assert out["text"].startswith(f"line {last + 1} ")

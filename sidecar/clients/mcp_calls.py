@@ -27,6 +27,10 @@ HIT_KEYS = ("reference", "source", "title", "headings", "lines", "text", "releva
 Tool = Callable[[dict[str, Any]], tuple[str, dict[str, Any]]]
 
 
+# The most of one note memory_get returns unasked (about 12,000 tokens); a range reads the rest.
+GET_CHARS = 50_000
+
+
 class ToolError(Exception):
     """A tool call that failed in a way the model should read (sent as isError content);
     ``daemon`` says how the daemon was when it failed ("down", "not answering"), if that was why."""
@@ -119,8 +123,22 @@ class ToolCalls:
         return text_of_search(query, out), out
 
     def get(self, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        r = self.call("get", {"reference": a.get("reference")})
-        text = f"[{r['source']}] {shown(r['reference'])} ({r['lines']} lines)\n\n{r['text']}"
+        params = {k: a[k] for k in ("reference", "startLine", "endLine") if a.get(k) is not None}
+        params.setdefault("reference", a.get("reference"))
+        r = self.call("get", params)
+        if "range" not in r and len(r["text"]) > GET_CHARS:
+            # Megabytes of one note would fill the agent's context: the first lines, and how to
+            # read on (search hits name the lines to ask for).
+            kept = r["text"][:GET_CHARS]
+            cut = kept.rfind("\n") + 1 or len(kept)
+            r = {**r, "text": kept[:cut], "range": [1, max(1, kept[:cut].count("\n"))]}
+        where = f"{r['lines']} lines"
+        if "range" in r:
+            first, last = r["range"]
+            where = f"lines {first}-{last} of {r['lines']}"
+            if last < r["lines"]:
+                where += f"; memory_get with startLine {last + 1} reads on"
+        text = f"[{r['source']}] {shown(r['reference'])} ({where})\n\n{r['text']}"
         links = sorted({shown(link["target"]) for link in r.get("links", []) if link["target"]})
         back = sorted({shown(b["reference"]) for b in r.get("backlinks", [])})
         if links or back:

@@ -47,6 +47,9 @@ FILTER_HELP = (
 )
 DAY_HELP = "A day: YYYY-MM-DD, YYYY-MM, today, yesterday, a weekday name or Nd (N days ago)."
 
+# A line of a note (the daemon takes as many: no note has more).
+LINE = {"type": "integer", "minimum": 1, "maximum": 10_000_000}
+
 TOOLS: list[dict[str, Any]] = [
     tool(
         "memory_search",
@@ -101,10 +104,16 @@ TOOLS: list[dict[str, Any]] = [
         "memory_get",
         "Read a note",
         "Read one whole note by its reference, exactly as memory_search or memory_list return it "
-        "(e.g. 'wiki/Backups', 'vault/Projects/Boat', 'memory/nas-backup-setup'). Secrets in the text "
-        "are shown as [REDACTED:kind].",
+        "(e.g. 'wiki/Backups', 'vault/Projects/Boat', 'memory/nas-backup-setup'), or only lines "
+        "startLine to endLine of it (a search hit names its lines). A note longer than about 50,000 "
+        "characters comes in parts: the answer says which lines it holds and where to read on. "
+        "Secrets in the text are shown as [REDACTED:kind].",
         obj(
-            {"reference": REFERENCE},
+            {
+                "reference": REFERENCE,
+                "startLine": {**LINE, "description": "First line to read (1-based)."},
+                "endLine": {**LINE, "description": "Last line to read (inclusive)."},
+            },
             ("reference",),
         ),
         obj(
@@ -114,6 +123,7 @@ TOOLS: list[dict[str, Any]] = [
                 "title": STR,
                 "text": STR,
                 "lines": INT,
+                "range": {"type": "array", "items": INT, "description": "the lines of the note in text"},
                 "indexed": BOOL,
                 "masked": COUNTS,
             },

@@ -39,7 +39,7 @@ from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Vectoring
 from sidecar.memory.ops import MemoryOps
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
-from sidecar.notes.chunking import line_count
+from sidecar.notes.chunking import line_count, line_range
 from sidecar.notes.links import LinkGraph, unresolved_paths
 from sidecar.notes.outline import Page, one_line
 from sidecar.notes.outline import render as render_outline
@@ -65,6 +65,7 @@ from sidecar.vault.timeout import NoAnswer, bounded_call
 MAX_QUERY_CHARS = 4000
 # A reference is a path inside a root: PATH_MAX (4096 bytes on Linux) plus the source prefix.
 MAX_REFERENCE_CHARS = 8192
+MAX_LINE = 10_000_000  # beyond any note's line count (notes are at most index.maxFileBytes)
 # Held roots whose folder is not the share: get does not read what lies there now.
 _NOT_THE_SHARE = frozenset({"unmounted", "device", "empty"})
 # Filters and options shared by `search` and `recall`.
@@ -299,8 +300,9 @@ class Handlers:
 
     def get(self, req: Request) -> dict[str, Any]:
         p = req.params
-        check_known(p, ("reference",))
+        check_known(p, ("reference", "startLine", "endLine"))
         reference = param_str(p, "reference", max_len=MAX_REFERENCE_CHARS)
+        part = _line_range(p)
         key = key_for_reference(reference, req.agent)
         manifest = self.manifest
         if not key.startswith("memory/") and key != reference:
@@ -354,18 +356,21 @@ class Handlers:
         lines = line_count(text)  # of the file: a masked private key is a line, not a block
         masked: dict[str, int] = {}
         if self.retriever.cfg.mask_secrets:
-            text, masked = mask(text)
+            text, masked = mask(text, keep_lines=part is not None)  # a range counts the file's lines
             title = masked_line(title)
             for link in links:
                 link["display"] = link["display"] and masked_line(link["display"])
             for backlink in backlinks:
                 backlink["title"] = masked_line(backlink["title"])
+        if part is not None:
+            text = line_range(text, *part)
         out: dict[str, Any] = {
             "reference": public_reference(key, req.agent),
             "source": key.split("/", 1)[0],
             "title": title,
             "text": text,
             "lines": lines,
+            **({"range": [part[0], min(part[1], lines)]} if part is not None else {}),
             "indexed": bool(chunks),
             "links": links,
             "backlinks": backlinks,
@@ -499,6 +504,15 @@ def _day(p: dict[str, Any], name: str, today: dt.date, *, end: bool = False) -> 
         return parse_day(value, today, name=name, end=end).isoformat()
     except FilterError as exc:
         raise ProtocolError(f"'{name}': {exc}") from exc
+
+
+def _line_range(p: dict[str, Any]) -> tuple[int, int] | None:
+    """get's ``startLine``/``endLine``: a part of a long note (the lines of a hit and around
+    them), a whole note of megabytes being more than an agent's context holds; None: all."""
+    if "startLine" not in p and "endLine" not in p:
+        return None
+    first = param_int(p, "startLine", default=1, lo=1, hi=MAX_LINE)
+    return first, param_int(p, "endLine", default=MAX_LINE, lo=first, hi=MAX_LINE)
 
 
 def _tags(p: dict[str, Any]) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ Markdown).
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -154,6 +155,21 @@ def line_count(text: str) -> int:
     as ``\n`` does): a final line break ends the last line, it starts no other (``wc -l``)."""
     breaks = text.count("\n") + text.count("\r") - text.count("\r\n")
     return breaks + (not text.endswith(("\n", "\r"))) if text else 0
+
+
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+def line_range(text: str, first: int, last: int) -> str:
+    """Lines ``first`` to ``last`` (1-based, inclusive) of ``text``, numbered as ``line_count``
+    numbers them, with their line breaks."""
+    out = []
+    for number, m in enumerate(_LINE.finditer(text), 1):
+        if number > last:
+            break
+        if number >= first:
+            out.append(m.group(0))
+    return "".join(out)
 
 
 def parse_note(text: str, *, title: str) -> NoteDraft:

@@ -111,9 +111,11 @@ MASK_RULES: tuple[Rule, ...] = (
 )
 
 
-def mask(text: str) -> tuple[str, dict[str, int]]:
-    """What an agent may read of a note: :data:`MASK_RULES` and card numbers replaced by markers."""
-    text, counts = redact(text, MASK_RULES)
+def mask(text: str, *, keep_lines: bool = False) -> tuple[str, dict[str, int]]:
+    """What an agent may read of a note: :data:`MASK_RULES` and card numbers replaced by markers.
+    ``keep_lines``: a secret over several lines (a private key) leaves as many line breaks after
+    its marker, so line numbers stay those of the file (a range of lines is cut after masking)."""
+    text, counts = redact(text, MASK_RULES, keep_lines=keep_lines)
 
     def card(m: re.Match[str]) -> str:
         digits = re.sub(r"\D", "", m.group(0))
@@ -132,8 +134,11 @@ def masked_line(text: str) -> str:
     return mask(text)[0] if text else text
 
 
-def redact(text: str, rules: tuple[Rule, ...] = RULES) -> tuple[str, dict[str, int]]:
-    """Replace every secret by ``[REDACTED:kind]``; returns the text and counts per kind."""
+def redact(
+    text: str, rules: tuple[Rule, ...] = RULES, *, keep_lines: bool = False
+) -> tuple[str, dict[str, int]]:
+    """Replace every secret by ``[REDACTED:kind]``; returns the text and counts per kind
+    (``keep_lines``: see :func:`mask`)."""
     counts: dict[str, int] = {}
     for rule in rules:
 
@@ -142,6 +147,8 @@ def redact(text: str, rules: tuple[Rule, ...] = RULES) -> tuple[str, dict[str, i
                 return m.group(0)
             counts[rule.kind] = counts.get(rule.kind, 0) + 1
             marker = f"[REDACTED:{rule.kind}]"
+            if keep_lines:
+                marker += "\n" * m.group(rule.group).count("\n")
             if rule.group == 0:
                 return marker
             start, end = m.span(rule.group)
