@@ -22,8 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from apscheduler.schedulers.background import BackgroundScheduler
-
 from sidecar.config import Config
 from sidecar.config.settings import settings
 from sidecar.contracts.errors import ConfigError, SidecarError, StoreError
@@ -33,7 +31,7 @@ from sidecar.daemon.handlers import Handlers, ServiceState
 from sidecar.daemon.indexing import IndexLoop
 from sidecar.daemon.process import IndexLock, load_embedder, make_private, raise_fd_limit
 from sidecar.daemon.repairs import RepairPolicy
-from sidecar.daemon.schedule import build_scheduler
+from sidecar.daemon.schedule import Schedule, build_scheduler
 from sidecar.daemon.server import Server, bind_socket
 from sidecar.daemon.watchdog import Watchdog, status_line
 from sidecar.index.migration import attach
@@ -69,7 +67,7 @@ class Daemon:
         self._threads: list[threading.Thread] = []
         self._lock: IndexLock | None = None
         self._listener: Any = None
-        self._scheduler: BackgroundScheduler | None = None
+        self._scheduler: Schedule | None = None
         self._retriever: Retriever | None = None
         self.parts: Parts | None = None
         self._inboxes: Inboxes | None = None
@@ -305,7 +303,7 @@ class Daemon:
         self.stop.set()
         try:
             if self._scheduler is not None:
-                self._scheduler.shutdown(wait=False)
+                self._scheduler.shutdown()
             stuck = self._join_workers()
             parts = self.parts
             if parts is not None:

@@ -1,15 +1,26 @@
-"""Scheduled work (APScheduler, in its own thread): full sweeps, the per-root tick, upkeep.
+"""Scheduled work: full sweeps and upkeep (APScheduler), the per-root tick and the watchdog ping.
 
 The tick (about once a second; a few compares) asks the supervisor which roots are due (a retry
 of an offline root, a poll of a network share) and runs the repair policy. Vector compaction, the
-model retry, giving freed memory back and the systemd status run on their own intervals.
+model retry, giving freed memory back and the trash prune run on APScheduler's interval jobs.
+
+APScheduler computes due times from the wall clock, which steps (NTP, a restored VM snapshot) and
+jumps over a suspend. So the tick and the watchdog ping run on threads paced by the monotonic
+clock, and a third one compares the two clocks every second: after a step back it moves the jobs'
+next runs back by the step (a job waits at most its interval), after a jump ahead (a resume) each
+overdue job runs once at once (coalesced, no misfire limit), then on its interval.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
 
+from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobEvent
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from sidecar.config import Config
@@ -23,6 +34,118 @@ from sidecar.vault.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
+# A difference between wall-clock and monotonic progress beyond this is a step (or a suspend);
+# NTP's slewing drifts by at most 0.5 ms per second.
+CLOCK_STEP_S = 1.0
+CLOCK_CHECK_S = 1.0
+# A job that keeps failing is logged with its traceback once, then once per this many seconds.
+_REPEAT_LOG_S = 600.0
+
+
+class Schedule:
+    """The APScheduler jobs plus the monotonic threads; ``start`` once, ``shutdown`` once."""
+
+    def __init__(self, scheduler: BackgroundScheduler) -> None:
+        self.scheduler = scheduler
+        self.guard = ClockGuard(scheduler)
+        self._stop = threading.Event()
+        self._pacers: list[Pacer] = [Pacer("clock", CLOCK_CHECK_S, self.guard.check, self._stop)]
+
+    def every(self, name: str, seconds: float, fn: Callable[[], None]) -> None:
+        self._pacers.append(Pacer(name, seconds, fn, self._stop))
+
+    def start(self) -> None:
+        self.scheduler.start()
+        for pacer in self._pacers:
+            pacer.start()
+
+    def shutdown(self) -> None:
+        """Stops dispatching; a run in progress finishes on its own (as APScheduler's wait=False)."""
+        self._stop.set()
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=False)
+
+
+class Pacer(threading.Thread):
+    """Runs ``fn`` every ``seconds`` of monotonic time (after the previous run ends)."""
+
+    def __init__(self, name: str, seconds: float, fn: Callable[[], None], stop: threading.Event) -> None:
+        super().__init__(name=f"sched-{name}", daemon=True)
+        self.job, self.seconds, self.fn, self.stop = name, seconds, fn, stop
+        self._failure: tuple[str, float, int] | None = None  # error text, last logged, repeats
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            # time.sleep, not stop.wait: on macOS a timed lock wait (Python < 3.13) ends at a
+            # wall-clock deadline, which a step back postpones by the step.
+            time.sleep(self.seconds)
+            if self.stop.is_set():
+                return
+            try:
+                self.fn()
+            except Exception as exc:
+                self._failed(exc)
+            else:
+                self._failure = None
+
+    def _failed(self, exc: Exception) -> None:
+        # The tick runs every second: a lasting fault is one traceback per ten minutes, not 86,400.
+        now, text = time.monotonic(), repr(exc)
+        last = self._failure
+        if last is not None and last[0] == text and now - last[1] < _REPEAT_LOG_S:
+            self._failure = (text, last[1], last[2] + 1)
+            return
+        repeats = last[2] if last is not None and last[0] == text else 0
+        log.error("scheduled_job_failed job=%s repeats=%d error=%s", self.job, repeats, text, exc_info=exc)
+        self._failure = (text, now, 0)
+
+
+class ClockGuard:
+    """Notices wall-clock steps and suspends against the monotonic clock; re-aims the scheduler."""
+
+    def __init__(self, scheduler: BackgroundScheduler) -> None:
+        self.scheduler = scheduler
+        offset = None
+        while offset is None:
+            offset = self._read()
+        self._offset = offset
+
+    @staticmethod
+    def _read() -> float | None:
+        """Wall minus monotonic; None if this thread was held up between the two readings."""
+        before = time.monotonic()
+        wall = time.time()
+        after = time.monotonic()
+        return None if after - before > 0.1 else wall - after
+
+    def check(self) -> None:
+        offset = self._read()
+        if offset is None:
+            return
+        step, self._offset = offset - self._offset, offset
+        if abs(step) < CLOCK_STEP_S:
+            return
+        if step < 0:
+            log.warning("clock_jump seconds=%.1f (the wall clock was set back)", step)
+        else:
+            log.info("clock_jump seconds=+%.1f (a resume, or the wall clock was set forward)", step)
+        self._realign(step)
+        self.scheduler.wakeup()  # its wait was measured on the old clock
+
+    def _realign(self, step: float) -> None:
+        """After a step back each job keeps its place in its interval; a job overdue (a resume)
+        runs once now and then a whole interval on (not at its old phase, which could be soon)."""
+        now = datetime.fromtimestamp(time.time(), self.scheduler.timezone)
+        for job in self.scheduler.get_jobs():
+            if job.next_run_time is None:  # paused
+                continue
+            due = max(job.next_run_time + timedelta(seconds=min(step, 0.0)), now)
+            interval = getattr(job.trigger, "interval", None)
+            if isinstance(interval, timedelta):
+                due = min(due, now + interval)
+            if due != job.next_run_time:
+                job.modify(next_run_time=due)
+
 
 def build_scheduler(
     cfg: Config,
@@ -34,9 +157,17 @@ def build_scheduler(
     retry_embedder: Callable[[], None],
     notify: Callable[[], None] | None,
     daily: Callable[[], None] | None = None,
-) -> BackgroundScheduler:
-    """The scheduler with every job added, not started. ``notify``: None without systemd."""
-    scheduler = BackgroundScheduler(daemon=True, job_defaults={"coalesce": True, "max_instances": 1})
+) -> Schedule:
+    """The schedule with every job added, not started. ``notify``: None without systemd."""
+    # misfire_grace_time None: a run that came due during a suspend (or while the scheduler's
+    # thread was held up) runs late instead of being dropped; coalesce makes that one run.
+    scheduler = BackgroundScheduler(
+        daemon=True, job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}
+    )
+    scheduler.add_listener(_log_event, EVENT_JOB_ERROR | EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
+    for name in ("apscheduler.scheduler", "apscheduler.executors.default"):
+        logging.getLogger(name).addFilter(_RELOGGED)
+    schedule = Schedule(scheduler)
     scheduler.add_job(loop.request_sweep, "interval", minutes=cfg.index.rescan_minutes, id="sweep")
 
     def tick() -> None:
@@ -44,7 +175,7 @@ def build_scheduler(
         policy.tick()
 
     every = min(1.0, cfg.watch.poll_seconds, cfg.watch.retry_base_seconds)  # due() is a few compares
-    scheduler.add_job(tick, "interval", seconds=every, id="tick")
+    schedule.every("tick", every, tick)
     scheduler.add_job(
         lambda: optimize(vectors), "interval", minutes=cfg.index.optimize_minutes, id="optimize"
     )
@@ -54,10 +185,38 @@ def build_scheduler(
     scheduler.add_job(heap.trim, "interval", seconds=60, id="trim")
     if daily is not None:  # housekeeping: old texts in the inboxes' .trash
         scheduler.add_job(daily, "interval", hours=24, id="daily")
-    if notify is not None:
+    if notify is not None:  # its own thread: a long repair in the tick must not delay it
         seconds = min(5.0, cfg.watchdog_usec / 2e6) if cfg.watchdog_usec else 5.0
-        scheduler.add_job(notify, "interval", seconds=seconds, id="notify")
-    return scheduler
+        schedule.every("notify", seconds, notify)
+    return schedule
+
+
+def _log_event(event: JobEvent) -> None:
+    """APScheduler's job events as our log lines (its own are dropped by ``_RELOGGED``)."""
+    if event.code == EVENT_JOB_ERROR:
+        exc: Any = getattr(event, "exception", None)
+        log.error("scheduled_job_failed job=%s error=%r", event.job_id, exc, exc_info=exc)
+    elif event.code == EVENT_JOB_MISSED:
+        due = getattr(event, "scheduled_run_time", None)
+        log.warning("scheduled_run_missed job=%s due=%s", event.job_id, due)
+    else:  # the previous run still goes on (max_instances 1); the next due time is kept
+        log.warning("scheduled_run_skipped job=%s reason=still_running", event.job_id)
+
+
+class _Relogged(logging.Filter):
+    """Drops APScheduler's lines that ``_log_event`` writes in our form."""
+
+    _MESSAGES = (
+        'Run time of job "%s" was missed by %s',
+        'Execution of job "%s" skipped: maximum number of running instances reached (%d)',
+        'Job "%s" raised an exception',
+    )
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg not in self._MESSAGES
+
+
+_RELOGGED = _Relogged()
 
 
 def optimize(vectors: Vectoring) -> None:

@@ -42,7 +42,10 @@ class Watchdog:
         """STATUS= for `systemctl status`, and WATCHDOG=1 when the loop and the indexer are alive."""
         if not self.notifier.enabled:
             return
-        self.notifier.send(f"STATUS={status()}")
+        try:
+            self.notifier.send(f"STATUS={status()}")
+        except Exception as exc:  # e.g. the manifest busy: the line is skipped, not the ping
+            log.warning("watchdog_status_failed error=%r", exc)
         if self.cfg.watchdog_usec:
             now = time.monotonic()
             limit = self.cfg.watchdog_usec / 1e6

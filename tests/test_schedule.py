@@ -1,0 +1,185 @@
+"""The schedule under a wall clock that steps (NTP, a restored VM) and jumps (suspend/resume).
+
+The system clock is not touched: ``time.time`` and the ``datetime`` APScheduler reads are shifted
+in-process, while ``time.monotonic`` goes on as it does across a real step (and a suspend, on
+Linux and macOS)."""
+
+from __future__ import annotations
+
+import datetime as real_dt
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import apscheduler.executors.base
+import apscheduler.schedulers.base
+import apscheduler.triggers.interval
+import pytest
+
+from sidecar.config import load_config
+from sidecar.daemon import schedule as schedule_module
+from sidecar.daemon.schedule import build_scheduler
+from sidecar.daemon.watchdog import Watchdog
+from sidecar.runtime import heap
+
+
+class WallClock:
+    """Real time plus an offset that a test steps."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+        self.real_time = time.time
+
+    def time(self) -> float:
+        return self.real_time() + self.offset
+
+
+@pytest.fixture
+def wall(monkeypatch: pytest.MonkeyPatch) -> WallClock:
+    clock = WallClock()
+
+    class FakeDatetime(real_dt.datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return real_dt.datetime.fromtimestamp(clock.time(), tz)
+
+    monkeypatch.setattr(time, "time", clock.time)
+    for module in (apscheduler.schedulers.base, apscheduler.executors.base, apscheduler.triggers.interval):
+        monkeypatch.setattr(module, "datetime", FakeDatetime)
+    return clock
+
+
+@pytest.fixture
+def runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[tuple[Counter[str], Any]]:
+    """Counts of every job's runs, and the schedule (sweeps every 6 s, watchdog ping every 0.5 s)."""
+    counts: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def bump(name: str) -> Callable[..., None]:
+        def run(*_args: Any) -> None:
+            with lock:
+                counts[name] += 1
+
+        return run
+
+    monkeypatch.setattr(heap, "trim", bump("trim"))
+    cfg = load_config(
+        flags={"home": str(tmp_path / "home"), "index.rescanMinutes": 0.1}, env={"WATCHDOG_USEC": "1000000"}
+    )
+    loop = SimpleNamespace(request_sweep=bump("sweep"), sweep_roots=lambda names: None)
+    schedule = build_scheduler(
+        cfg,
+        loop,  # type: ignore[arg-type]
+        SimpleNamespace(due=list),  # type: ignore[arg-type]
+        SimpleNamespace(tick=bump("tick")),  # type: ignore[arg-type]
+        vectors=SimpleNamespace(optimize=bump("optimize")),  # type: ignore[arg-type]
+        retry_embedder=bump("model-retry"),
+        notify=bump("notify"),
+        daily=bump("daily"),
+    )
+    schedule.start()
+    try:
+        yield counts, schedule
+    finally:
+        schedule.shutdown()
+
+
+def _wait(cond: Callable[[], bool], timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+def _apscheduler_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name.startswith("apscheduler") and r.levelno >= logging.WARNING]
+
+
+def test_a_step_back_of_the_wall_clock_stops_nothing(wall: WallClock, runs: Any) -> None:
+    """D5 (years.md): after the clock was set back 1 h the tick and the watchdog ping ran no more
+    (systemd kills the daemon after WatchdogSec=120) and the sweeps waited for the hour. Now the
+    tick and ping go on, and each job is due within its interval of the new time."""
+    counts, schedule = runs
+    assert _wait(lambda: counts["tick"] >= 1 and counts["notify"] >= 1, 3.0)
+    wall.offset = -3600.0
+    counts.clear()
+    time.sleep(2.5)
+    assert counts["tick"] >= 2, counts
+    assert counts["notify"] >= 3, counts
+    now = real_dt.datetime.fromtimestamp(wall.time(), real_dt.UTC)
+    for job in schedule.scheduler.get_jobs():
+        assert job.next_run_time - now <= job.trigger.interval, job.id
+    # The first sweep (6 s after the start) comes at its time, not an hour later.
+    assert _wait(lambda: counts["sweep"] == 1, 6.0), counts
+
+
+def test_jobs_due_during_a_suspend_run_once_after_the_resume(
+    wall: WallClock, runs: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """D5: a run that came due while the machine slept was dropped ('Run time of job ... was
+    missed', misfire_grace_time 1 s): a laptop asleep at the daily job's hour never pruned the trash
+    by age. Now each overdue job runs once (coalesced), promptly, and then on its interval."""
+    caplog.set_level(logging.INFO)
+    counts, schedule = runs
+    assert _wait(lambda: counts["tick"] >= 1, 3.0)
+    wall.offset = 25 * 3600.0  # asleep for 25 h: the monotonic clock did not move meanwhile
+    jobs = ("daily", "sweep", "optimize", "model-retry", "trim")
+    assert _wait(lambda: all(counts[j] for j in jobs), 3.0), counts
+    time.sleep(0.5)
+    assert {j: counts[j] for j in jobs} == dict.fromkeys(jobs, 1)  # once each, no burst (sweep: 6 s)
+    now = real_dt.datetime.fromtimestamp(wall.time(), real_dt.UTC)
+    assert schedule.scheduler.get_job("daily").next_run_time - now > real_dt.timedelta(hours=23)
+    assert not _apscheduler_lines(caplog)
+    assert any(r.getMessage().startswith("clock_jump seconds=+") for r in caplog.records)
+
+
+def test_apscheduler_job_failures_are_logged_in_our_form(caplog: pytest.LogCaptureFixture, runs: Any) -> None:
+    _, schedule = runs
+
+    def boom() -> None:
+        raise OSError("disk on fire")
+
+    schedule.scheduler.add_job(boom, id="boom")  # runs once, now
+    assert _wait(lambda: any("scheduled_job_failed" in r.getMessage() for r in caplog.records), 3.0)
+    ours = [r for r in caplog.records if r.getMessage().startswith("scheduled_job_failed job=boom")]
+    assert len(ours) == 1 and ours[0].exc_info is not None
+    assert not _apscheduler_lines(caplog)
+
+
+def test_a_failing_tick_keeps_running_and_logs_once(caplog: pytest.LogCaptureFixture) -> None:
+    from sidecar.daemon.schedule import Pacer  # new with the monotonic driver
+
+    calls = []
+
+    def fail() -> None:
+        calls.append(1)
+        raise RuntimeError("same fault")
+
+    stop = threading.Event()
+    pacer = Pacer("tick", 0.01, fail, stop)
+    pacer.start()
+    assert _wait(lambda: len(calls) >= 20, 3.0)
+    stop.set()
+    pacer.join(1.0)
+    failed = [r for r in caplog.records if r.name == schedule_module.__name__]
+    assert len(failed) == 1 and "scheduled_job_failed job=tick" in failed[0].getMessage()
+
+
+def test_watchdog_pings_even_if_the_status_line_fails(tmp_path: Path) -> None:
+    cfg = load_config(flags={"home": str(tmp_path / "home")}, env={"WATCHDOG_USEC": "1000000"})
+    sent: list[str] = []
+    notifier = SimpleNamespace(enabled=True, send=sent.append)
+    dog = Watchdog(cfg, notifier)  # type: ignore[arg-type]
+
+    def status() -> str:
+        raise OSError("database is locked")
+
+    dog.notify(status)
+    assert sent == ["WATCHDOG=1"]
