@@ -245,3 +245,14 @@ def test_a_cross_key_error_names_where_each_value_came_from(tmp_path: Path) -> N
         load_config(env={"SIDECAR_VAULT_WIKI_SUBFOLDER": "../up", "SIDECAR_VAULT_PATH": str(tmp_path)})
     wiki = "environment SIDECAR_VAULT_WIKI_SUBFOLDER: vault.wikiSubfolder = '../up'"
     assert str(err.value).startswith(wiki)
+
+
+def test_an_exclude_pattern_the_index_cannot_read_is_a_config_error(tmp_path: Path) -> None:
+    """A lone backslash in index.exclude passed `config check`, then failed the start with a
+    traceback (exit 1, restarted in a loop by the service manager) and a reload half-way."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text('index:\n  exclude: ["de/", "\\\\"]\n')
+    with pytest.raises(ConfigError, match=r"index.exclude pattern '\\\\' is not a gitignore pattern"):
+        load_config(config_file=str(cfg), env={})
+    cfg.write_text('index:\n  exclude: ["de/", "[unclosed", "# a comment"]\n')
+    assert load_config(config_file=str(cfg), env={}).index.exclude[0] == "de/"

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
+
 from sidecar.config.embedding import MODEL_DEFAULTS
 from sidecar.config.fields import env_name
 from sidecar.config.root import Config
@@ -337,6 +339,16 @@ def load_config(
     socket = cfg.socket.expanduser() if cfg.socket else _default_socket(home, env, os.getuid())
     if len(os.fsencode(socket)) > _MAX_SOCKET_PATH + 4:
         raise ConfigError(f"socket = {str(socket)!r}: path too long for a Unix socket")
+    for pattern in cfg.index.exclude:
+        line = pattern.strip()
+        if line and not line.startswith("#"):
+            try:  # as the index reads it: a pattern it cannot read failed the start with a traceback
+                GitIgnoreSpecPattern(line)
+            except (ValueError, TypeError) as exc:
+                raise ConfigError(
+                    f"{_where(origins, 'index.exclude')}: index.exclude pattern {pattern!r} is not a "
+                    f"gitignore pattern ({exc})"
+                ) from None
     if cfg.chunking.max_tokens > cfg.embedder.max_length - 2:
         # Two keys, each perhaps from elsewhere (the file, the environment, a default): each is
         # named with its origin, not all blamed on the file.
