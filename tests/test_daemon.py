@@ -443,3 +443,25 @@ def test_a_stop_with_clients_connected_logs_no_error(daemon_factory: Any, vault:
         s.close()
     log = d.log.read_text()
     assert "Traceback" not in log and "ERROR" not in log, log[-2000:]
+
+
+def test_a_stop_that_gives_up_on_a_worker_says_so(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker still running when the stop stops waiting (a model switch's batch inside the
+    model's native code) marks the daemon stuck: `sidecar serve` then leaves with os._exit once
+    everything is closed, as the interpreter's own exit aborted under that thread (exit 134)."""
+    import threading
+
+    from sidecar.daemon import lifecycle
+
+    monkeypatch.setattr(lifecycle, "_JOIN_TIMEOUT", 0.05)
+    daemon = lifecycle.Daemon(make_cfg(vault))
+    release = threading.Event()
+    worker = threading.Thread(target=release.wait, name="vectors", daemon=True)
+    worker.start()
+    daemon._threads.append(worker)
+    daemon.shutdown()
+    assert daemon.stuck
+    release.set()
+    worker.join(5)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -71,7 +73,15 @@ def cmd_serve(args: argparse.Namespace, cfg: Config) -> int:
         from sidecar.clients.foreground import follow
 
         follow(cfg.socket_path, threading.Event(), sys.stdout)
-    Daemon(cfg, reload_config=lambda: config_of(args)).run()
+    daemon = Daemon(cfg, reload_config=lambda: config_of(args))
+    daemon.run()
+    if daemon.stuck:
+        # A worker is still inside the model's native code (a batch of a model switch outlasts
+        # the stop's wait): the interpreter's own exit would tear down under it and abort (exit
+        # 134, "terminate called without an active exception"). Everything is closed by now.
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(int(ExitCode.OK))
     return int(ExitCode.OK)
 
 

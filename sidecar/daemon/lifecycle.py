@@ -76,6 +76,7 @@ class Daemon:
         # Reloads one at a time, each reading the file inside: two SIGHUPs close together ran in
         # parallel threads and the one finishing last won, with an older file's values.
         self._reload_lock = threading.Lock()
+        self.stuck = False  # a worker still ran (in native code) when the stop gave up waiting
 
     def run(self) -> None:
         """Serve until a signal; raises typed errors for the CLI to map to exit codes."""
@@ -304,7 +305,7 @@ class Daemon:
         try:
             if self._scheduler is not None:
                 self._scheduler.shutdown()
-            stuck = self._join_workers()
+            stuck = self.stuck = self._join_workers()
             parts = self.parts
             if parts is not None:
                 if not stuck:
