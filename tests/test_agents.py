@@ -695,6 +695,8 @@ def test_an_agent_sees_how_full_its_inbox_is(served: Served) -> None:
         "max_bytes": served.cfg.memory.max_inbox_bytes,
         "trash_bytes": 0,
         "max_trash_bytes": served.cfg.memory.max_trash_bytes,
+        "trash_files": 0,
+        "max_trash_files": served.cfg.memory.max_trash_files,
     }
     status = status_of(served.call("health"), "claude")
     assert status["inbox"]["notes"] == 1 and "your memory: 1 note, " in status["message"]

@@ -573,3 +573,139 @@ def test_a_write_that_fails_costs_no_older_kept_text(
     with pytest.raises(OSError, match="No space"):
         inboxes.write("claude", "loop", "round 3 " + "x" * 1000, None, must_exist=False)
     assert before <= {p.name for p in trash.iterdir()}
+
+
+def _fill_trash(trash: Path, n: int, days_ago: float = 30) -> list[str]:
+    """``n`` kept texts of 600 B as the daemon names them, oldest first, ``days_ago`` and after."""
+    import datetime as dt
+
+    start = dt.datetime.now() - dt.timedelta(days=days_ago)
+    names = [f"old--{(start + dt.timedelta(seconds=i)).strftime('%Y%m%dT%H%M%S%f')}.md" for i in range(n)]
+    trash.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (trash / name).write_bytes(b"x" * 600)
+    return names
+
+
+def _disk_use(trash: Path) -> tuple[int, int]:
+    """(files, allocated bytes) of sidecar's kept texts in ``trash``, as the caps count them."""
+    kept = [p for p in trash.iterdir() if inbox_mod._KEPT.match(p.name)]
+    return len(kept), sum(p.stat().st_blocks * 512 for p in kept)
+
+
+def _count_trash_listings(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one each time a .trash folder is listed."""
+    listed: list[int] = []
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        where = os.readlink(f"/proc/self/fd/{path}") if isinstance(path, int) else str(path)
+        if where.endswith("/.trash"):
+            listed.append(1)
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    return listed
+
+
+def test_a_write_does_not_list_the_trash(make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write counts .trash from running figures: it listed and stat'ed every kept text on
+    every write (x17 slower over 100,000 of them). The figures stay right when the user removes
+    kept texts; the folder is listed again only when a cap is passed, and then emptied with some
+    room, so the writes that follow do not list it again."""
+    inboxes = Inboxes(make_cfg(vault, **{"memory.maxTrashFiles": 100}))
+    inboxes.write("claude", "n", "first", None, must_exist=False)
+    trash = inboxes.cfg.agents_dir / "claude" / "memory" / ".trash"
+    olds = _fill_trash(trash, 70)
+    (trash / "my own file.md").write_text("the user's")
+    inboxes.prune_trash()  # at start: counts each trash once
+    listed = _count_trash_listings(monkeypatch)
+    for i in range(30):
+        inboxes.write("claude", f"s{i % 3}", f"round {i}", None, must_exist=False)
+    assert not listed
+    usage = inboxes.usage("claude")
+    assert (usage["trash_files"], usage["trash_bytes"]) == _disk_use(trash) and usage["trash_files"] == 97
+    for name in olds[:20]:  # the user empties part of it: counted again, once
+        (trash / name).unlink()
+    usage = inboxes.usage("claude")
+    assert (usage["trash_files"], usage["trash_bytes"]) == _disk_use(trash) and len(listed) == 1
+    dropped: list[str] = []
+    for i in range(29):  # 77 + 24 kept texts pass the cap of 100: down to 95% of it, then 5 more
+        dropped += inboxes.write("claude", f"s{i % 3}", f"again {i}", None, must_exist=False).trash_dropped
+    assert dropped == olds[20:26]  # the oldest
+    assert len(listed) == 2
+    assert _disk_use(trash)[0] == 100 and (trash / "my own file.md").exists()
+    usage = inboxes.usage("claude")
+    assert (usage["trash_files"], usage["trash_bytes"]) == _disk_use(trash) and len(listed) == 2
+
+
+def test_the_trash_caps_count_disk_use_and_files(make_cfg: Any, vault: Path) -> None:
+    """memory.maxTrashBytes counts the blocks a kept text takes (a 600-byte text takes 4 KiB:
+    counted by size, the 100 MiB cap let .trash take 650 MiB), and memory.maxTrashFiles caps
+    their number; the newest stays, the dropped ones are named."""
+    cap = 40 << 10
+    inboxes = Inboxes(make_cfg(vault, **{"memory.maxTrashBytes": cap}))
+    for i in range(40):
+        inboxes.write("claude", "loop", f"round {i} " + "x" * 600, None, must_exist=False)
+    trash = inboxes.cfg.agents_dir / "claude" / "memory" / ".trash"
+    _files, used = _disk_use(trash)
+    assert 0 < used <= cap and inboxes.usage("claude")["trash_bytes"] == used
+    by_count = Inboxes(make_cfg(vault, **{"memory.maxTrashFiles": 5, "memory.maxTrashBytes": 0}))
+    dropped: list[str] = []
+    for i in range(10):
+        dropped += by_count.write("claude", "loop", f"more {i}", None, must_exist=False).trash_dropped
+    names = sorted(p.name for p in trash.iterdir())
+    assert len(names) == 5 and not set(names) & set(dropped)
+    assert "more 8" in (trash / names[-1]).read_text()  # the text replaced last
+    assert by_count.usage("claude")["trash_files"] == 5
+
+
+def test_the_prune_applies_the_caps_and_removes_leftovers(make_cfg: Any, vault: Path) -> None:
+    """At start and once a day the trash is brought under the caps too (a trash an older
+    version kept, or caps lowered), oldest first, and temp files of a keep that was killed go;
+    files of the user's own stay."""
+    inboxes = Inboxes(make_cfg(vault, **{"memory.maxTrashFiles": 20}))
+    inboxes.write("claude", "n", "first", None, must_exist=False)
+    trash = inboxes.cfg.agents_dir / "claude" / "memory" / ".trash"
+    olds = _fill_trash(trash, 50)
+    (trash / ".old--20260101T000000000000.1a2b3c4d.tmp").write_text("half a kept text")
+    (trash / ".mine.1a2b3c4d.tmp").write_text("the user's")
+    (trash / "my own file.md").write_text("the user's")
+    assert inboxes.prune_trash() == 31
+    assert sorted(p.name for p in trash.iterdir()) == [".mine.1a2b3c4d.tmp", "my own file.md", *olds[31:]]
+
+
+def test_writers_at_once_keep_the_trash_figures_right(make_cfg: Any, vault: Path) -> None:
+    """Several threads rewrite notes of one agent at once (one .trash): its figures stay those of
+    the folder, it stays under its cap, and every replaced text is kept or named as dropped."""
+    inboxes = Inboxes(make_cfg(vault, **{"memory.maxTrashFiles": 20}))
+    trash = inboxes.cfg.agents_dir / "claude" / "memory" / ".trash"
+    dropped: list[str] = []
+    kept: list[str] = []
+    errors: list[BaseException] = []
+
+    def loop(t: int) -> None:
+        try:
+            for i in range(15):
+                w = inboxes.write("claude", f"t{t}", f"thread {t} round {i}", None, must_exist=False)
+                dropped.extend(w.trash_dropped)
+                if w.previous is not None:
+                    kept.append(w.previous.name)
+            d = inboxes.delete("claude", f"t{t}")
+            assert d is not None
+            dropped.extend(d.trash_dropped)
+            kept.append(d.trash.name)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=loop, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    names = {p.name for p in trash.iterdir()}
+    assert len(kept) == 4 * 15 and set(kept) == names | set(dropped) and not names & set(dropped)
+    assert len(names) <= 20
+    usage = inboxes.usage("claude")
+    assert (usage["trash_files"], usage["trash_bytes"]) == _disk_use(trash)

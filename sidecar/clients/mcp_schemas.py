@@ -74,7 +74,9 @@ WRITE_OUT = obj(
         "trashDropped": {
             "type": "array",
             "items": {"type": "string"},
-            "description": "older kept texts removed from .trash to stay under memory.maxTrashBytes",
+            "description": (
+                "older kept texts removed from .trash to stay under memory.maxTrashBytes and maxTrashFiles"
+            ),
         },
     },
     ("reference", "action", "searchable", "duplicates"),

@@ -23,7 +23,8 @@ def trash_dropped_note(names: list[str]) -> str:
     """What an agent is told when keeping a text made .trash let older ones go."""
     listed = ", ".join(map(shown, names[:5])) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     return (
-        f".trash passed memory.maxTrashBytes: the oldest kept text{'s' if len(names) > 1 else ''} "
+        ".trash passed its cap (memory.maxTrashBytes or maxTrashFiles): the oldest kept "
+        f"text{'s' if len(names) > 1 else ''} "
         f"{listed} can no longer be restored."
     )
 

@@ -210,7 +210,7 @@ TOOLS: list[dict[str, Any]] = [
         "memory_delete",
         "Delete a memory note",
         "Delete a note of your memory that is wrong or obsolete. It is moved to the inbox's .trash "
-        "folder (the user can restore it; when .trash passes its size limit the oldest kept texts go, "
+        "folder (the user can restore it; when .trash passes its limits the oldest kept texts go, "
         "and the reply names them) and leaves search at once. Deleting a missing note is not an "
         "error.",
         obj({"slug": SLUG}, ("slug",)),

@@ -40,8 +40,15 @@ class MemoryConfig:
     )
     max_trash_bytes: int = _opt(
         100 << 20,
-        "Texts kept in an inbox's .trash beyond this size are removed, oldest first, when another "
-        "is added (0: no limit; memory.trashDays still applies).",
+        "Texts kept in an inbox's .trash beyond this disk use (allocated blocks: a 600-byte text "
+        "takes 4 KiB on most disks) are removed, oldest first, when another is added and at start "
+        "and once a day (0: no limit; memory.trashDays still applies).",
+        min=0,
+    )
+    max_trash_files: int = _opt(
+        10_000,
+        "Texts kept in an inbox's .trash beyond this number are removed, oldest first, as for "
+        "memory.maxTrashBytes (0: no limit).",
         min=0,
     )
     write: MemoryWriteConfig = field(default_factory=MemoryWriteConfig)

@@ -42,6 +42,7 @@ from sidecar.vault.sources import SLUG_RE, agent_inbox, is_note_name
 _MANAGED = ("created", "updated")
 _KEPT = re.compile(r"^[a-z0-9][a-z0-9_-]*--(\d{8}T\d{12})\.md$")  # <slug>--<time>.md in .trash
 _TEMP = re.compile(r"^\.[a-z0-9][a-z0-9_-]*\.[0-9a-f]{8}\.tmp$")  # write_in's temp files, no one else's
+_TRASH_TEMP = re.compile(r"^\.[a-z0-9][a-z0-9_-]*--\d{8}T\d{12}\.[0-9a-f]{8}\.tmp$")  # _keep's, in .trash
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,11 @@ class Inboxes:
         self._locks: dict[tuple[str, str], threading.RLock] = {}
         self._guard = threading.Lock()
         self._audit_lock = threading.Lock()
+        self._trashes: dict[str, _Trash] = {}
+
+    def _trash_of(self, agent: str) -> _Trash:
+        with self._guard:
+            return self._trashes.setdefault(agent, _Trash())
 
     def path_of(self, agent: str, slug: str) -> Path:
         """Where the note lives; refuses at once an inbox that is not a private folder."""
@@ -203,25 +209,24 @@ class Inboxes:
             # The text being replaced stays recoverable, as a deleted note does (a rewrite that
             # changes only the 'updated' stamp keeps nothing: there is nothing to lose).
             previous = None
+            ledger = self._trash_of(agent)
             if old is not None and _unstamped(old.decode("utf-8", errors="replace")) != _unstamped(text):
-                previous = path.parent / ".trash" / self._keep(inbox_fd, slug, old)
-            if _state(inbox_fd, name) != seen:
-                # Changed since it was read (the window is the rendering and the .trash copy):
-                # replacing it now would lose that change; the copy kept of the old text goes.
-                if previous is not None:
-                    with contextlib.closing(_Fd(_trash_dir(inbox_fd))) as trash:
-                        os.unlink(previous.name, dir_fd=trash.fd)
-                raise MemoryWriteError(
-                    f"{slug!r} was changed by someone else while this edit was prepared; nothing "
-                    "was written: read it again and retry"
+                previous = path.parent / ".trash" / self._keep(ledger, inbox_fd, slug, old)
+            try:
+                mtime_ns, ctime_ns = self._replace(
+                    inbox_fd, name, seen, data, ledger=ledger, previous=previous
                 )
-            mtime_ns, ctime_ns = write_in(inbox_fd, name, data)
+            except BaseException:
+                if previous is not None:  # its write failed: no cap of this write will run
+                    ledger.release(previous.name)
+                raise
             dropped: tuple[str, ...] = ()
             if previous is not None:  # only now: a write that fails must not have cost older texts
                 try:
                     with contextlib.closing(_Fd(_trash_dir(inbox_fd))) as trash:
-                        dropped = self._cap_trash(trash.fd, previous.name)
+                        dropped = self._cap_trash(ledger, trash.fd, previous.name)
                 except (OSError, SourceError) as exc:  # housekeeping: the write is made
+                    ledger.release(previous.name)
                     log.warning("memory_trash_cap_failed error=%s", exc)
             digest = hashlib.sha256(data).hexdigest()
             audit_error = self._audit(agent_fd, "edit" if must_exist else "write", slug, digest, len(data))
@@ -240,13 +245,31 @@ class Inboxes:
             dropped,
         )
 
-    def _keep(self, inbox_fd: int, slug: str, old: bytes) -> str:
+    def _replace(
+        self, inbox_fd: int, name: str, seen: _State, data: bytes, *, ledger: _Trash, previous: Path | None
+    ) -> tuple[int, int]:
+        """Write the note unless it changed since it was read (the window is the rendering and
+        the .trash copy): replacing it then would lose that change; the copy kept of the old
+        text goes."""
+        if _state(inbox_fd, name) != seen:
+            if previous is not None:
+                kept = previous.name
+                with contextlib.closing(_Fd(_trash_dir(inbox_fd))) as trash, ledger.lock:
+                    ledger.change(trash.fd, kept, -1, lambda: os.unlink(kept, dir_fd=trash.fd))
+            raise MemoryWriteError(
+                f"{name[:-3]!r} was changed by someone else while this edit was prepared; nothing "
+                "was written: read it again and retry"
+            )
+        return write_in(inbox_fd, name, data)
+
+    def _keep(self, ledger: _Trash, inbox_fd: int, slug: str, old: bytes) -> str:
         """Put the replaced text in ``.trash/<slug>--<time>.md`` through the inbox's descriptor
-        (the caller holds the note's lock; it caps .trash once its write is made); returns the
-        file name."""
+        (the caller holds the note's lock; it caps .trash once its write is made, and releases
+        the name from ``ledger.busy`` whatever happens); returns the file name."""
         target = f"{slug}--{dt.datetime.now().strftime('%Y%m%dT%H%M%S%f')}.md"
-        with contextlib.closing(_Fd(_trash_dir(inbox_fd))) as trash:
-            write_in(trash.fd, target, old)
+        with contextlib.closing(_Fd(_trash_dir(inbox_fd))) as trash, ledger.lock:
+            ledger.change(trash.fd, target, +1, lambda: write_in(trash.fd, target, old))
+            ledger.busy.add(target)
         return target
 
     def _check_room(self, inbox_fd: int, name: str, growth: int) -> None:
@@ -264,36 +287,31 @@ class Inboxes:
                 "merge them with memory_edit"
             )
 
-    def _cap_trash(self, trash_fd: int, newest: str) -> tuple[str, ...]:
-        """Remove the oldest kept texts while .trash holds more than ``memory.maxTrashBytes``
-        (``newest``, the one just kept, stays): rewrites in a loop would fill the disk within
-        ``memory.trashDays``. Returns the names removed: the reply says which texts are gone."""
-        limit = self.cfg.memory.max_trash_bytes
-        if limit <= 0:
-            return ()
-        kept: list[tuple[str, str, int]] = []  # (time in the name, name, size)
-        total = 0
+    def _cap_trash(self, ledger: _Trash, trash_fd: int, newest: str) -> tuple[str, ...]:
+        """Remove the oldest kept texts while .trash holds more than ``memory.maxTrashBytes`` or
+        ``memory.maxTrashFiles`` (``newest``, the one just kept, stays): rewrites in a loop would
+        fill the disk within ``memory.trashDays``. Returns the names removed: the reply says
+        which texts are gone. Costs no listing of the folder until a cap is passed (see _Trash)."""
+        caps = self._caps()
         removed: list[str] = []
         try:  # housekeeping: the change it follows is made and must be reported as made
-            for name, size in _file_sizes(trash_fd):
-                m = _KEPT.match(name)
-                if m is not None:
-                    total += size
-                    if name != newest:
-                        kept.append((m.group(1), name, size))
-            kept.sort()
-            for _when, name, size in kept:
-                if total <= limit:
-                    break
-                with contextlib.suppress(FileNotFoundError):  # another writer's cap took it
-                    os.unlink(name, dir_fd=trash_fd)
-                    removed.append(name)
-                total -= size
+            with ledger.lock:
+                ledger.busy.discard(newest)  # its write is done: from now on the newest only
+                if caps == (0, 0):
+                    return ()
+                ledger.counted(trash_fd)
+                if _over(ledger.used, ledger.files, caps):
+                    removed = ledger.shed(trash_fd, caps, keep={newest})
         except OSError as exc:
             log.warning("memory_trash_cap_failed error=%s", exc)
         if removed:
-            log.info("memory_trash_capped removed=%d limit_bytes=%d", len(removed), limit)
+            log.info(
+                "memory_trash_capped removed=%d limit_bytes=%d limit_files=%d", len(removed), caps[0], caps[1]
+            )
         return tuple(removed)
+
+    def _caps(self) -> tuple[int, int]:
+        return self.cfg.memory.max_trash_bytes, self.cfg.memory.max_trash_files
 
     def _check_content(self, content: Any, front_matter: Any) -> None:
         if not isinstance(content, str):
@@ -345,12 +363,19 @@ class Inboxes:
             if stat.S_ISREG(st.st_mode):  # a symlink or pipe is moved, never opened
                 with contextlib.suppress(OSError):
                     data = read_fd(open_regular(name, dir_fd=inbox_fd, follow=False), st.st_size + 1)
+            ledger = self._trash_of(agent)
             with contextlib.closing(_Fd(_trash_dir(inbox_fd))) as trash:
                 stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S%f")
                 target = f"{slug}--{stamp}.md"
-                os.replace(name, target, src_dir_fd=inbox_fd, dst_dir_fd=trash.fd)
+                with ledger.lock:
+                    ledger.change(
+                        trash.fd,
+                        target,
+                        +1,
+                        lambda: os.replace(name, target, src_dir_fd=inbox_fd, dst_dir_fd=trash.fd),
+                    )
                 os.fsync(trash.fd)
-                dropped = self._cap_trash(trash.fd, target)
+                dropped = self._cap_trash(ledger, trash.fd, target)
             os.fsync(inbox_fd)
             audit_error = self._audit(agent_fd, "delete", slug, hashlib.sha256(data).hexdigest(), len(data))
         return Deleted(path.parent / ".trash" / target, audit_error, dropped)
@@ -395,18 +420,20 @@ class Inboxes:
 
     def usage(self, agent: str) -> dict[str, int]:
         """What the agent's inbox holds against its limits (zeros before its first note)."""
-        notes = used = trash = 0
+        notes = used = trash = trash_files = 0
         try:
             with self._dirs(check_agent(agent), create=False) as (_agent_fd, inbox_fd):
                 for _name, size in _note_sizes(inbox_fd):
                     notes += 1
                     used += size
+                ledger = self._trash_of(agent)
                 with (
                     contextlib.suppress(FileNotFoundError),
                     contextlib.closing(_Fd(_trash_dir(inbox_fd, create=False))) as kept,
+                    ledger.lock,
                 ):
-                    # What the cap counts: sidecar's kept texts (a file of the user's is not).
-                    trash = sum(size for name, size in _file_sizes(kept.fd) if _KEPT.match(name))
+                    ledger.counted(kept.fd)  # what the cap counts (a file of the user's is not)
+                    trash, trash_files = ledger.used, ledger.files
         except FileNotFoundError:
             pass
         limits = self.cfg.memory
@@ -416,36 +443,64 @@ class Inboxes:
             "max_bytes": limits.max_inbox_bytes,
             "trash_bytes": trash,
             "max_trash_bytes": limits.max_trash_bytes,
+            "trash_files": trash_files,
+            "max_trash_files": limits.max_trash_files,
         }
 
     def prune_trash(self, now: float | None = None) -> int:
         """Remove texts kept in the inboxes' .trash longer than ``memory.trashDays`` (their age is
-        the time in their name, as written by this daemon; other files are left alone). An agent
-        in a loop of rewrites would otherwise fill the disk the index shares over the years."""
+        the time in their name, as written by this daemon; other files are left alone), and the
+        oldest beyond the caps (a trash kept by an older version, or caps lowered); leftovers of
+        a keep that was killed go too. Counts each trash afresh for the caps (see _Trash). An
+        agent in a loop of rewrites would otherwise fill the disk the index shares over the years.
+        Returns how many kept texts were removed."""
         days = self.cfg.memory.trash_days
-        if days <= 0:
-            return 0
-        cutoff = dt.datetime.fromtimestamp((now or time.time()) - days * 86_400)
+        # The name's time is fixed-width digits: compared as text, as in time (no parsing of each).
+        cutoff = (
+            dt.datetime.fromtimestamp((now or time.time()) - days * 86_400).strftime("%Y%m%dT%H%M%S%f")
+            if days > 0
+            else ""
+        )
+        caps = self._caps()
         removed = 0
         for agent in self._agent_names():
-            count = 0
+            aged = capped = 0
             try:
                 with self._dirs(agent, create=False) as (_agent_fd, inbox_fd):
                     try:
                         trash = _trash_dir(inbox_fd, create=False)
                     except FileNotFoundError:
                         continue
-                    with contextlib.closing(_Fd(trash)):
+                    ledger = self._trash_of(agent)
+                    with contextlib.closing(_Fd(trash)), ledger.lock:
                         for name in os.listdir(trash):
-                            if _kept_before(name, cutoff):
+                            m = _KEPT.match(name)
+                            if m is not None and m.group(1) < cutoff and _is_time(m.group(1)):
                                 with contextlib.suppress(OSError):  # gone, or a folder so named
                                     os.unlink(name, dir_fd=trash)
-                                    count += 1
+                                    aged += 1
+                            elif m is None and _TRASH_TEMP.match(name):
+                                # Left by a keep that was killed (a keep runs under the lock held).
+                                with contextlib.suppress(OSError):
+                                    os.unlink(name, dir_fd=trash)
+                        ledger.seen = None  # counted again, with what is left
+                        if caps != (0, 0):  # else when asked (a stat of each kept text)
+                            ledger.counted(trash)
+                            if _over(ledger.used, ledger.files, caps):
+                                capped = len(ledger.shed(trash, caps, keep=set()))
             except (OSError, SourceError):
                 pass  # no inbox, or not a private one; what was removed is still counted
-            if count:
-                log.info("memory_trash_pruned agent=%s removed=%d older_than_days=%d", agent, count, days)
-            removed += count
+            if aged:
+                log.info("memory_trash_pruned agent=%s removed=%d older_than_days=%d", agent, aged, days)
+            if capped:
+                log.info(
+                    "memory_trash_capped agent=%s removed=%d limit_bytes=%d limit_files=%d",
+                    agent,
+                    capped,
+                    caps[0],
+                    caps[1],
+                )
+            removed += aged + capped
         return removed
 
     def clean_temp(self) -> int:
@@ -496,15 +551,126 @@ def _trash_dir(inbox_fd: int, *, create: bool = True) -> int:
     return open_private_dir(inbox_fd, ".trash", create=create, what="the trash folder")
 
 
-def _kept_before(name: str, cutoff: dt.datetime) -> bool:
-    """Whether ``name`` is a text kept in .trash by this daemon before ``cutoff``."""
-    m = _KEPT.match(name)
-    if m is None:
-        return False
+def _is_time(stamp: str) -> bool:
     try:
-        return dt.datetime.strptime(m.group(1), "%Y%m%dT%H%M%S%f") < cutoff
+        dt.datetime.strptime(stamp, "%Y%m%dT%H%M%S%f")
     except ValueError:  # digits that are no date: not ours to remove
         return False
+    return True
+
+
+def _over(used: int, files: int, caps: tuple[int, int]) -> bool:
+    return (caps[0] > 0 and used > caps[0]) or (caps[1] > 0 and files > caps[1])
+
+
+_Kept = tuple[str, str, int]  # (time in the name, name, allocated bytes) of a kept text
+# (device, inode, mtime, ctime in ns) of a .trash folder: any entry added or removed moves the times
+_Ident = tuple[int, int, int, int]
+
+
+def _ident(dir_fd: int) -> _Ident:
+    st = os.fstat(dir_fd)
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _disk_use(st: os.stat_result) -> int:
+    """What a file takes on disk: a 600-byte text takes a 4 KiB block (its size said 6x less)."""
+    return st.st_blocks * 512
+
+
+def _scan(trash_fd: int) -> list[_Kept]:
+    """The kept texts of a .trash folder: regular files named by this daemon (no one else's)."""
+    out: list[_Kept] = []
+    with os.scandir(trash_fd) as entries:
+        for e in entries:
+            m = _KEPT.match(e.name)
+            if m is None:
+                continue
+            with contextlib.suppress(OSError):  # gone meanwhile
+                st = e.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode):
+                    out.append((m.group(1), e.name, _disk_use(st)))
+    return out
+
+
+class _Trash:
+    """What one agent's .trash holds as the caps count it, kept up to date by this daemon's own
+    changes, so that a write does not list and stat the whole folder (it did, and a write over
+    100,000 kept texts took 17x as long). ``seen`` is the folder's identity and times after our
+    last change: anything else that changed it since (the user, a sync tool, another process)
+    makes the next check count it again, so the figures stay right when files are removed
+    behind our back (a change within the same clock tick as ours can be missed until the daily
+    prune counts afresh). The folder is listed again only when a cap is passed, and then emptied
+    down to 95% of the caps, so the writes that follow do not list it again. Use under ``lock``
+    (several writers of one agent share its .trash)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.files = 0
+        self.used = 0  # allocated bytes
+        self.seen: _Ident | None = None  # None: count afresh at the next check
+        self.busy: set[str] = set()  # kept texts whose write is not done: no cap removes them
+
+    def counted(self, trash_fd: int) -> None:
+        """Bring the figures up to date (listing the folder only if it changed behind our back)."""
+        ident = _ident(trash_fd)
+        if ident != self.seen:
+            self._count(_scan(trash_fd), ident)
+
+    def _count(self, kept: list[_Kept], ident: _Ident | None) -> None:
+        self.files, self.used, self.seen = len(kept), sum(k[2] for k in kept), ident
+
+    def change(self, trash_fd: int, name: str, sign: int, act: Any) -> None:
+        """Do ``act`` (our own change: ``name`` added, sign +1, or removed, -1) and count it, if
+        the figures were right before it; otherwise they are counted at the next check."""
+        valid = self.seen is not None and _ident(trash_fd) == self.seen
+        size = None
+        if sign < 0 and valid:
+            size = self._kept_size(trash_fd, name)
+        act()
+        if not valid:
+            return
+        if sign > 0:
+            size = self._kept_size(trash_fd, name)
+        if size is not None:
+            self.files += sign
+            self.used += sign * size
+        self.seen = _ident(trash_fd)
+
+    @staticmethod
+    def _kept_size(trash_fd: int, name: str) -> int | None:
+        try:
+            st = os.stat(name, dir_fd=trash_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        return _disk_use(st) if stat.S_ISREG(st.st_mode) and _KEPT.match(name) else None
+
+    def release(self, name: str) -> None:
+        with self.lock:
+            self.busy.discard(name)
+
+    def shed(self, trash_fd: int, caps: tuple[int, int], keep: set[str]) -> list[str]:
+        """Remove the oldest kept texts (not those in ``keep`` nor busy ones) down to 95% of
+        the caps; returns their names. Lists the folder: it alone knows which are the oldest."""
+        ident = _ident(trash_fd)
+        kept = _scan(trash_fd)
+        self._count(kept, ident)
+        low = (caps[0] - caps[0] // 20, caps[1] - caps[1] // 20)
+        removed: list[str] = []
+        kept.sort()
+        for _when, name, size in kept:
+            if not _over(self.used, self.files, low):
+                break
+            if name in keep or name in self.busy:
+                continue
+            with contextlib.suppress(FileNotFoundError):  # removed meanwhile (by the user)
+                os.unlink(name, dir_fd=trash_fd)
+                removed.append(name)
+            self.files -= 1
+            self.used -= size
+        if removed:
+            self.seen = _ident(trash_fd)
+        return removed
 
 
 _READ_ATTEMPTS = 3
