@@ -1107,3 +1107,10 @@ def test_get_reads_a_range_of_lines_and_the_shim_cuts_a_huge_note(served: Served
     assert f"lines 1-{last} of 3000; memory_get with startLine {last + 1} reads on" in text
     text, out = tools["memory_get"]({"reference": "vault/Big", "startLine": last + 1, "endLine": last + 1})
     assert out["text"].startswith(f"line {last + 1} ")
+    text, out = tools["memory_get"]({"reference": "vault/Big", "startLine": last + 1})  # as advised
+    assert out["range"][0] == last + 1 and len(out["text"]) <= 50_000 and "reads on" in text
+    write(served.cfg.vault.path / "Wide.md", "w" * 120_000 + "\nshort\n")  # type: ignore[operator]
+    served.h.sweep()
+    text, out = tools["memory_get"]({"reference": "vault/Wide"})
+    assert out["cut"] is True and out["range"] == [1, 1] and len(out["text"]) == 50_000
+    assert "only its start is shown" in text and "startLine 2 reads on" in text

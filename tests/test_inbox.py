@@ -709,3 +709,15 @@ def test_writers_at_once_keep_the_trash_figures_right(make_cfg: Any, vault: Path
     assert len(names) <= 20
     usage = inboxes.usage("claude")
     assert (usage["trash_files"], usage["trash_bytes"]) == _disk_use(trash)
+
+
+def test_the_prune_keeps_the_newest_kept_text_whatever_its_size(make_cfg: Any, vault: Path) -> None:
+    """The prune at start (and daily) brings .trash under its caps but keeps the newest kept
+    text, as a write's cap does: one larger than the cap, just kept and named as a write's
+    'previous', went at the next restart."""
+    inboxes = Inboxes(make_cfg(vault, **{"memory.maxTrashBytes": 8192}))
+    inboxes.write("claude", "big", "first " + "x" * 20_000, None, must_exist=False)
+    written = inboxes.write("claude", "big", "second", None, must_exist=False)
+    assert written.previous is not None and written.previous.exists()
+    Inboxes(inboxes.cfg).prune_trash()  # as a new start does
+    assert written.previous.exists()

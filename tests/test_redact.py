@@ -120,3 +120,15 @@ def test_masking_is_linear_on_hostile_runs(unit: str) -> None:
     started = time.perf_counter()
     mask(text)
     assert time.perf_counter() - started < 2.0
+
+
+@pytest.mark.parametrize("eol", ["\n", "\r\n", "\r"])
+def test_masking_that_keeps_lines_keeps_every_kind_of_line_end(eol: str) -> None:
+    """A masked secret over several lines leaves as many lines, whatever ends them (a note with
+    lines ended by a lone CR shifted the lines of a range read after masking)."""
+    from sidecar.notes.chunking import line_count
+    from sidecar.notes.redact import mask
+
+    text = eol.join(["a", *PEM.split("\n"), "b", ""])
+    masked, counts = mask(text, keep_lines=True)
+    assert counts == {"private_key": 1} and line_count(masked) == line_count(text)

@@ -125,17 +125,15 @@ class ToolCalls:
     def get(self, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         params = {k: a[k] for k in ("reference", "startLine", "endLine") if a.get(k) is not None}
         params.setdefault("reference", a.get("reference"))
-        r = self.call("get", params)
-        if "range" not in r and len(r["text"]) > GET_CHARS:
-            # Megabytes of one note would fill the agent's context: the first lines, and how to
-            # read on (search hits name the lines to ask for).
-            kept = r["text"][:GET_CHARS]
-            cut = kept.rfind("\n") + 1 or len(kept)
-            r = {**r, "text": kept[:cut], "range": [1, max(1, kept[:cut].count("\n"))]}
+        # Megabytes of one note would fill the agent's context: whole lines up to this, and
+        # where to read on (search hits name the lines to ask for).
+        r = self.call("get", {**params, "maxChars": GET_CHARS})
         where = f"{r['lines']} lines"
         if "range" in r:
             first, last = r["range"]
             where = f"lines {first}-{last} of {r['lines']}"
+            if r.get("cut"):
+                where += f"; line {first} is longer than {GET_CHARS:,} characters: only its start is shown"
             if last < r["lines"]:
                 where += f"; memory_get with startLine {last + 1} reads on"
         text = f"[{r['source']}] {shown(r['reference'])} ({where})\n\n{r['text']}"

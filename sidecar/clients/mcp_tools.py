@@ -124,6 +124,7 @@ TOOLS: list[dict[str, Any]] = [
                 "text": STR,
                 "lines": INT,
                 "range": {"type": "array", "items": INT, "description": "the lines of the note in text"},
+                "cut": {"type": "boolean", "description": "the one line in text is longer than shown"},
                 "indexed": BOOL,
                 "masked": COUNTS,
             },

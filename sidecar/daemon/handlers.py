@@ -39,7 +39,7 @@ from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Vectoring
 from sidecar.memory.ops import MemoryOps
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
-from sidecar.notes.chunking import line_count, line_range
+from sidecar.notes.chunking import line_count, line_range, lines_within
 from sidecar.notes.links import LinkGraph, unresolved_paths
 from sidecar.notes.outline import Page, one_line
 from sidecar.notes.outline import render as render_outline
@@ -300,9 +300,11 @@ class Handlers:
 
     def get(self, req: Request) -> dict[str, Any]:
         p = req.params
-        check_known(p, ("reference", "startLine", "endLine"))
+        check_known(p, ("reference", "startLine", "endLine", "maxChars"))
         reference = param_str(p, "reference", max_len=MAX_REFERENCE_CHARS)
         part = _line_range(p)
+        # At most this much text, whole lines (an agent's context); 0: all of it.
+        most = param_int(p, "maxChars", default=0, lo=0, hi=MAX_LINE)
         key = key_for_reference(reference, req.agent)
         manifest = self.manifest
         if not key.startswith("memory/") and key != reference:
@@ -354,16 +356,14 @@ class Handlers:
             for b in graph.backlinks(key, req.agent)
         ]
         lines = line_count(text)  # of the file: a masked private key is a line, not a block
-        masked: dict[str, int] = {}
-        if self.retriever.cfg.mask_secrets:
-            text, masked = mask(text, keep_lines=part is not None)  # a range counts the file's lines
+        masking = self.retriever.cfg.mask_secrets
+        text, masked, part, cut = _text_shown(text, part, most, mask_secrets=masking)
+        if masking:
             title = masked_line(title)
             for link in links:
                 link["display"] = link["display"] and masked_line(link["display"])
             for backlink in backlinks:
                 backlink["title"] = masked_line(backlink["title"])
-        if part is not None:
-            text = line_range(text, *part)
         out: dict[str, Any] = {
             "reference": public_reference(key, req.agent),
             "source": key.split("/", 1)[0],
@@ -371,6 +371,7 @@ class Handlers:
             "text": text,
             "lines": lines,
             **({"range": [part[0], min(part[1], lines)]} if part is not None else {}),
+            **({"cut": True} if cut else {}),
             "indexed": bool(chunks),
             "links": links,
             "backlinks": backlinks,
@@ -504,6 +505,24 @@ def _day(p: dict[str, Any], name: str, today: dt.date, *, end: bool = False) -> 
         return parse_day(value, today, name=name, end=end).isoformat()
     except FilterError as exc:
         raise ProtocolError(f"'{name}': {exc}") from exc
+
+
+def _text_shown(
+    text: str, part: tuple[int, int] | None, most: int, *, mask_secrets: bool
+) -> tuple[str, dict[str, int], tuple[int, int] | None, bool]:
+    """What get shows of a note's text: masked, the lines asked for, at most ``most`` characters
+    of whole lines; with the masked counts, the lines shown and whether one line was cut."""
+    masked: dict[str, int] = {}
+    if mask_secrets:  # a range counts the file's lines: a masked key over five lines leaves five
+        text, masked = mask(text, keep_lines=part is not None or most > 0)
+    if part is not None:
+        text = line_range(text, *part)
+    cut = False
+    if most and len(text) > most:
+        start = part[0] if part is not None else 1
+        text, count, cut = lines_within(text, most)
+        part = (start, start + count - 1)
+    return text, masked, part, cut
 
 
 def _line_range(p: dict[str, Any]) -> tuple[int, int] | None:

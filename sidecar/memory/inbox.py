@@ -658,14 +658,22 @@ class _Trash:
         low = (caps[0] - caps[0] // 20, caps[1] - caps[1] // 20)
         removed: list[str] = []
         kept.sort()
+        # The newest kept text always stays, whoever caps (the prune at start removed a large
+        # one a write had just kept and named as its 'previous').
+        newest = {kept[-1][1]} if kept else set()
         for _when, name, size in kept:
             if not _over(self.used, self.files, low):
                 break
-            if name in keep or name in self.busy:
+            if name in keep or name in self.busy or name in newest:
                 continue
-            with contextlib.suppress(FileNotFoundError):  # removed meanwhile (by the user)
+            try:
                 os.unlink(name, dir_fd=trash_fd)
                 removed.append(name)
+            except FileNotFoundError:  # removed meanwhile (by the user)
+                pass
+            except OSError as exc:  # cannot be removed (immutable): the next oldest goes instead
+                log.warning("memory_trash_cap_failed name=%s error=%s", name, exc)
+                continue
             self.files -= 1
             self.used -= size
         if removed:

@@ -172,6 +172,20 @@ def line_range(text: str, first: int, last: int) -> str:
     return "".join(out)
 
 
+def lines_within(text: str, most: int) -> tuple[str, int, bool]:
+    """The first whole lines of ``text`` within ``most`` characters, how many, and whether the
+    first line alone was longer (then its first ``most`` characters, and True)."""
+    size = count = 0
+    for m in _LINE.finditer(text):
+        if size + len(m.group(0)) > most:
+            break
+        size += len(m.group(0))
+        count += 1
+    if count == 0:
+        return text[:most], 1, True
+    return text[:size], count, False
+
+
 def parse_note(text: str, *, title: str) -> NoteDraft:
     """The part of ``chunk_note`` that needs no tokenizer: sections, front matter, tags, links."""
     # One Unicode form (NFC) for text and title: a Mac (and text pasted from its PDFs) writes "ü"

@@ -24,6 +24,7 @@ class Rule:
     accept: Callable[[str], bool] | None = None
 
 
+_BREAK = re.compile(r"\r\n|\r|\n")
 # A password-like value holds a digit or a symbol ("password: changeme" is prose, not a secret).
 _SECRETISH = re.compile(r"[0-9_\-+/=!@#$%^&*]")
 # Markdown emphasis and code marks around a key or its value: "**Password**: x", "`api_key`: x".
@@ -147,8 +148,8 @@ def redact(
                 return m.group(0)
             counts[rule.kind] = counts.get(rule.kind, 0) + 1
             marker = f"[REDACTED:{rule.kind}]"
-            if keep_lines:
-                marker += "\n" * m.group(rule.group).count("\n")
+            if keep_lines:  # a line ends at \n, \r\n or \r, as notes' lines are counted
+                marker += "\n" * len(_BREAK.findall(m.group(rule.group)))
             if rule.group == 0:
                 return marker
             start, end = m.span(rule.group)
