@@ -333,6 +333,17 @@ def test_a_reload_of_an_emptied_or_foreign_file_applies_nothing(
     assert "config" in [p["area"] for p in d.health()["problems"]["active"]]
     cfg_file.write_text("index:\n  exclude: [Recipes/]\n")
     assert d.call("reload")["changed"] == []  # the exclusion never left
+
+    def cli_reload() -> subprocess.CompletedProcess[str]:  # `sidecar reload`: SIGHUP for launchd
+        argv = [sys.executable, "-m", "sidecar", "reload", "--config", str(cfg_file), "--home", str(d.home)]
+        return subprocess.run(argv, capture_output=True, text=True, env=d.env, timeout=60, check=False)
+
+    answer = cli_reload()
+    assert answer.returncode == 0 and "reloaded; applied: nothing changed" in answer.stdout
+    cfg_file.write_text("")
+    answer = cli_reload()
+    assert answer.returncode != 0 and "empty" in answer.stderr
+    cfg_file.write_text("index:\n  exclude: [Recipes/]\n")
     pid = d.proc.pid if d.proc else 0
     slow = "search:\n  vectorWeight: 0.11\n" + "# padding, slow to read\n" * 20_000
     cfg_file.write_text(slow + "index:\n  exclude: [Recipes/]\n")

@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "preview": ("cli_query", "cmd_recall"),
     "why": ("cli_query", "cmd_why"),
     "status": ("cli_admin", "cmd_status"),
+    "reload": ("cli_admin", "cmd_reload"),
     "config": ("cli_admin", "cmd_config"),
     "mcp": ("cli_memory", "cmd_mcp"),
     "service": ("cli_admin", "cmd_service"),

@@ -202,6 +202,22 @@ def cmd_status(args: argparse.Namespace, cfg: Config) -> int:
     return int(ExitCode.OK)
 
 
+def cmd_reload(args: argparse.Namespace, cfg: Config) -> int:
+    """The daemon re-reads its configuration file (what SIGHUP does, for those without systemd:
+    a launchd agent, a daemon in a terminal); a refused file is an error naming why."""
+    with Client(cfg.socket_path, timeout=30.0, config_file=cfg.source_file) as client:
+        answer = client.call("reload")
+    if args.json:
+        print(json.dumps(answer))
+    elif not answer.get("reloaded"):
+        print("the daemon has no configuration file to reload")
+    else:
+        print(f"reloaded; applied: {', '.join(answer['changed']) or 'nothing changed'}")
+        if answer.get("needsRestart"):
+            print(f"changed, applied at the next start: {', '.join(answer['needsRestart'])}")
+    return int(ExitCode.OK)
+
+
 def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
     from sidecar.config import render_example, settings
 

@@ -315,6 +315,7 @@ _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "config": ("configuration helpers", _config),
     "service": ("install the user service (systemd on Linux, launchd on macOS)", _service),
     "status": ("what the daemon is doing", _no_options),
+    "reload": ("re-read the configuration file in the running daemon (as SIGHUP)", _no_options),
     "doctor": ("check what usually goes wrong and say what to do", _vault_flags),
     "completion": ("print a shell completion script (bash, zsh or fish)", _completion),
 }
@@ -352,5 +353,5 @@ def config_of(args: argparse.Namespace) -> Config:
 # Commands that only ask the daemon: a configuration file that does not load falls back to where
 # the daemon is (a typo in the file cut every agent's MCP shim off from a healthy daemon).
 _TALK_TO_THE_DAEMON = frozenset(
-    {"search", "get", "related", "outline", "recall", "preview", "why", "status", "mcp", "memory"}
+    {"search", "get", "related", "outline", "recall", "preview", "why", "status", "mcp", "memory", "reload"}
 )
