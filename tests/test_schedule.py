@@ -77,7 +77,10 @@ def runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[tuple[Coun
         loop,  # type: ignore[arg-type]
         SimpleNamespace(due=list),  # type: ignore[arg-type]
         SimpleNamespace(tick=bump("tick")),  # type: ignore[arg-type]
-        vectors=SimpleNamespace(optimize=bump("optimize")),  # type: ignore[arg-type]
+        vectors=SimpleNamespace(  # type: ignore[arg-type]
+            optimize=bump("optimize"),
+            stores=SimpleNamespace(bm25=SimpleNamespace(deleted_docs=lambda: (0, 0))),
+        ),
         retry_embedder=bump("model-retry"),
         notify=bump("notify"),
         daily=bump("daily"),
@@ -183,3 +186,28 @@ def test_watchdog_pings_even_if_the_status_line_fails(tmp_path: Path) -> None:
 
     dog.notify(status)
     assert sent == ["WATCHDOG=1"]
+
+
+def test_a_job_that_cannot_be_moved_leaves_the_others_realigned(
+    wall: WallClock, runs: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One job whose move fails after a clock step is logged; the others are still re-aimed (an
+    error there left every later job at the old clock)."""
+    from apscheduler.job import Job
+
+    counts, schedule = runs
+    real_modify = Job.modify
+
+    def modify(self: Job, **changes: Any) -> None:
+        if self.id == "daily":
+            raise RuntimeError("a job store that fails")
+        real_modify(self, **changes)
+
+    monkeypatch.setattr(Job, "modify", modify)
+    assert _wait(lambda: counts["tick"] >= 1, 3.0)
+    wall.offset = -3600.0
+    assert _wait(lambda: "clock_realign_failed job=daily" in caplog.text, 5.0)
+    now = real_dt.datetime.fromtimestamp(wall.time(), real_dt.UTC)
+    for job in schedule.scheduler.get_jobs():
+        if job.id != "daily":
+            assert job.next_run_time - now <= job.trigger.interval, job.id
