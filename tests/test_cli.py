@@ -237,6 +237,11 @@ def test_errors_as_json_with_json(shared: DaemonProcess, tmp_path: Path) -> None
         shared, "search", "x", "--config", str(conf), "--json", env={"SIDECAR_HOME": str(tmp_path / "other")}
     )
     assert f"sidecar serve --config {conf}" in json.loads(r.stdout)["error"]["message"]
+    # ... and the --home it was given (a daemon started without it listens on another socket).
+    other = tmp_path / "elsewhere"
+    for argv in (["search", "x"], ["status"], ["memory", "list", "--agent", "claude"], ["reload"]):
+        r = _run(shared, *argv, "--home", str(other), "--json")
+        assert f"sidecar serve --home {other}" in json.loads(r.stdout)["error"]["message"], argv
 
 
 def test_every_command_takes_json() -> None:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sidecar.clients.cli_parser import build_parser, config_of
+from sidecar.clients.cli_parser import build_parser, config_of, serve_flags
 from sidecar.clients.cli_render import Progress, render_status
 from sidecar.clients.client import Client
 from sidecar.config import Config
@@ -89,7 +89,9 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
     bar = Progress(sys.stderr)
     sent = False
     try:
-        with Client(cfg.socket_path, config_file=cfg.source_file) as client:
+        with Client(
+            cfg.socket_path, config_file=cfg.source_file, serve_flags=serve_flags(args, cfg)
+        ) as client:
             before = client.call("health")["index"]["sweeps"]
             params: dict[str, Any] = {"rebuild": bool(args.rebuild)}
             if args.confirm_deletions:
@@ -186,7 +188,8 @@ def _show_progress(bar: Progress, idx: dict[str, Any], embedder: dict[str, Any])
 
 def cmd_status(args: argparse.Namespace, cfg: Config) -> int:
     try:
-        with Client(cfg.socket_path, timeout=10.0, config_file=cfg.source_file) as client:
+        flags = serve_flags(args, cfg)
+        with Client(cfg.socket_path, timeout=10.0, config_file=cfg.source_file, serve_flags=flags) as client:
             health = client.call("health")
     except DaemonNotRunningError as exc:
         if args.json:
@@ -205,7 +208,8 @@ def cmd_status(args: argparse.Namespace, cfg: Config) -> int:
 def cmd_reload(args: argparse.Namespace, cfg: Config) -> int:
     """The daemon re-reads its configuration file (what SIGHUP does, for those without systemd:
     a launchd agent, a daemon in a terminal); a refused file is an error naming why."""
-    with Client(cfg.socket_path, timeout=30.0, config_file=cfg.source_file) as client:
+    flags = serve_flags(args, cfg)
+    with Client(cfg.socket_path, timeout=30.0, config_file=cfg.source_file, serve_flags=flags) as client:
         answer = client.call("reload")
     if args.json:
         print(json.dumps(answer))

@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Any
 
-from sidecar.clients.cli_parser import UsageError
+from sidecar.clients.cli_parser import UsageError, serve_flags
 from sidecar.clients.client import Client
 from sidecar.config import Config
 from sidecar.contracts.errors import ExitCode, RemoteError
@@ -26,11 +26,7 @@ def cmd_mcp(args: argparse.Namespace, cfg: Config) -> int:
 
     # The daemon-down hint names what this shim was started with (absolute: the host's working
     # folder is not the user's shell's).
-    flags = [
-        *(["--home", str(cfg.home)] if args.home else []),
-        *(["--socket", str(cfg.socket_path)] if args.socket else []),
-    ]
-    run(cfg.socket_path, args.agent, cfg.source_file, flags)
+    run(cfg.socket_path, args.agent, cfg.source_file, serve_flags(args, cfg))
     return int(ExitCode.OK)
 
 
@@ -53,7 +49,9 @@ def cmd_memory(args: argparse.Namespace, cfg: Config) -> int:
                 except json.JSONDecodeError as exc:
                     raise UsageError(f"--frontmatter is not valid JSON: {exc}") from None
     try:
-        with Client(cfg.socket_path, agent=args.agent, config_file=cfg.source_file) as client:
+        with Client(
+            cfg.socket_path, agent=args.agent, config_file=cfg.source_file, serve_flags=serve_flags(args, cfg)
+        ) as client:
             result = client.call(args.action, params)
     except RemoteError as exc:  # the daemon's words name the MCP tools; a person typed a command
         raise RemoteError(exc.code, str(exc).replace("memory_write", "`sidecar memory write`")) from None

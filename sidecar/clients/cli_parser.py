@@ -321,6 +321,15 @@ _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
 }
 
 
+def serve_flags(args: argparse.Namespace, cfg: Config) -> list[str]:
+    """The --home/--socket this command was given, absolute: the daemon-down hint names them (a
+    daemon started as told without them listens on another socket)."""
+    return [
+        *(["--home", str(cfg.home)] if getattr(args, "home", None) else []),
+        *(["--socket", str(cfg.socket_path)] if getattr(args, "socket", None) else []),
+    ]
+
+
 def config_of(args: argparse.Namespace) -> Config:
     """The configuration this command line names (file, flags, environment)."""
     flags = {

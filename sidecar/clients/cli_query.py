@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sidecar.clients.cli_parser import UsageError
+from sidecar.clients.cli_parser import UsageError, serve_flags
 from sidecar.clients.cli_render import render_links
 from sidecar.clients.client import Client
 from sidecar.config import Config
@@ -87,7 +87,9 @@ def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def cmd_why(args: argparse.Namespace, cfg: Config) -> int:
-    with Client(cfg.socket_path, agent=args.agent, config_file=cfg.source_file) as client:
+    with Client(
+        cfg.socket_path, agent=args.agent, config_file=cfg.source_file, serve_flags=serve_flags(args, cfg)
+    ) as client:
         reply = client.call("why", {"reference": args.reference, "query": args.query})
     r = parse_explanation(reply)
     missing = not r.indexed and r.exists is False  # like `get`: a missing note fails
@@ -156,7 +158,9 @@ def _given(**params: Any) -> dict[str, Any]:
 
 def _call(args: argparse.Namespace, cfg: Config, op: str, params: dict[str, Any]) -> dict[str, Any] | None:
     """The daemon's reply to one op, or None when ``--json`` printed it as it came."""
-    with Client(cfg.socket_path, agent=getattr(args, "agent", None), config_file=cfg.source_file) as client:
+    agent = getattr(args, "agent", None)
+    flags = serve_flags(args, cfg)
+    with Client(cfg.socket_path, agent=agent, config_file=cfg.source_file, serve_flags=flags) as client:
         reply = client.call(op, params)
     if args.json:
         print(json.dumps(reply, ensure_ascii=False))
