@@ -953,6 +953,37 @@ def test_an_answer_to_a_closed_stdout_is_logged_once(
     assert [r.getMessage().split()[0] for r in caplog.records] == ["mcp_stdout_closed"]
 
 
+def test_a_closed_stdout_does_not_wait_for_the_running_calls(tmp_path: Path) -> None:
+    """Once stdout is closed no answer can reach the host: the shim leaves without waiting for
+    the calls still running (it waited up to 65 s for each in turn)."""
+    import io
+    import threading
+    from types import SimpleNamespace
+
+    from sidecar.clients.mcp_shim import Shim
+
+    class Closed(io.BytesIO):
+        def write(self, _data: Any) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    release = threading.Event()
+    slow = SimpleNamespace(tools={"memory_status": lambda _a: (release.wait(30) and "", {})})
+    shim = Shim(tmp_path / "none.sock", "claude", Closed(), slow)  # type: ignore[arg-type]
+    lines = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "memory_status", "arguments": {}},
+        },
+        {"jsonrpc": "2.0", "id": 2, "method": "ping"},
+    ]
+    started = time.monotonic()
+    shim.serve(io.BytesIO(b"".join(json.dumps(m).encode() + b"\n" for m in lines)))
+    assert time.monotonic() - started < 5.0 and shim.closed.is_set()
+    release.set()
+
+
 def test_names_cannot_forge_lines_in_the_tools_texts(served: Served) -> None:
     """A file name holding a line break, an escape sequence or an RTL override is shown escaped in
     every tool's text, as the outline shows it (search showed a forged top '[wiki]' hit, list a

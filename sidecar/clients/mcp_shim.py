@@ -16,6 +16,7 @@ import os
 import select
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -289,8 +290,11 @@ class Shim:
                 threads = [x for x in threads if x.is_alive()] + [t]
             else:
                 self.handle(message)
+        if self.closed.is_set():
+            return  # no answer can reach the host: the calls sent finish in the daemon anyway
+        deadline = time.monotonic() + 65.0  # one wait for them all, not 65 s each in turn
         for t in threads:
-            t.join(timeout=65.0)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def _error(rid: Any, code: int, message: str) -> dict[str, Any]:
