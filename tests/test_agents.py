@@ -641,8 +641,11 @@ def test_memory_list_in_the_shell_marks_notes_that_are_not_searchable(
     assert command_for("memory")(args, server.cfg) == 0
     lines = capsys.readouterr().out.splitlines()
     shown = {line.split()[0]: line for line in lines[:-1]}
-    why = "[not searchable: never indexed: the file name is not a memory slug"
-    assert why in shown["memory/Einkaufsliste"]
+    why = "[not searchable: never indexed and not readable by reference: its file name is not a memory slug"
+    assert (
+        why in shown["memory/Einkaufsliste"]
+        and "the user can rename the file" in shown["memory/Einkaufsliste"]
+    )
     assert "not searchable" not in shown["memory/notes"]
 
 

@@ -386,7 +386,12 @@ class MemoryOps:
                 except OSError:
                     continue
                 if not SLUG_RE.fullmatch(name[:-3]):
-                    why = "never indexed: the file name is not a memory slug (a-z, 0-9, '_', '-'); rename it"
+                    # Neither searchable nor readable through get: the person can rename it (an agent
+                    # was told to, with no tool to do so).
+                    why = (
+                        "never indexed and not readable by reference: its file name is not a memory slug "
+                        "(a-z, 0-9, '_', '-'); the user can rename the file"
+                    )
                 elif key in left_out:
                     why = f"skipped: {left_out[key][1]}"
                 else:
