@@ -143,8 +143,14 @@ def test_new_rules_remove_indexed_notes_past_the_mass_deletion_guard(tmp_path: P
     try:
         h.sweep()
         assert len(_keys(h)) == 11
-        assert h.indexer.set_excludes(["Archive/"], True)
-        assert not h.indexer.set_excludes(["Archive/"], True)
+        assert h.indexer.set_excludes(["Archive/"], True) == "index.exclude"
+        assert h.indexer.set_excludes(["Archive/"], True) is None
+        # Obsidian's own "Excluded files" are read again by a reload (they waited for a sweep).
+        write(v / ".obsidian/app.json", '{"userIgnoreFilters": ["Keep.md"]}')
+        assert h.indexer.set_excludes(["Archive/"], True) == "Obsidian excluded files"
+        assert h.indexer.set_excludes(["Archive/"], True) is None
+        (v / ".obsidian/app.json").unlink()
+        assert h.indexer.set_excludes(["Archive/"], True) == "Obsidian excluded files"
         h.sweep()
         assert _keys(h) == {"vault/Keep"}
         assert h.stores.bm25.search("archived", 10) == []

@@ -264,8 +264,9 @@ class Daemon:
         if parts is not None and loop is not None:
             s = new.search
             parts.vectors.tune(s.ann_index, s.ann_probes, s.ann_threshold)
-            if parts.indexer.set_excludes(new.index.exclude, new.index.obsidian_excludes):
-                changed.append("index.exclude")
+            which = parts.indexer.set_excludes(new.index.exclude, new.index.obsidian_excludes)
+            if which is not None:
+                changed.append(which)
                 loop.request_sweep(False, None, frozenset())  # excluded notes leave, included ones come
         log.info("config_reloaded changed=%s", ",".join(changed) or "nothing")
         # Everything else is read at start: say what waits for one instead of a silent success.

@@ -90,12 +90,15 @@ class Indexer:
         self._hot_written: set[str] = set()  # keys written from file events during this sweep
         self._waited_for_tokenizer = False
 
-    def set_excludes(self, patterns: Sequence[str], obsidian: bool) -> bool:
-        """New exclusion rules (config reload); True if they differ (a sweep applies them)."""
+    def set_excludes(self, patterns: Sequence[str], obsidian: bool) -> str | None:
+        """New exclusion rules (config reload): what changed ("index.exclude", or Obsidian's
+        "Excluded files", read again now: an edit there waited for a full sweep), else None."""
         if (tuple(patterns), obsidian) == (self.ignore.patterns, self.ignore.obsidian):
-            return False
+            before = self.ignore.rules()
+            self.ignore.refresh()
+            return "Obsidian excluded files" if self.ignore.rules() != before else None
         self.ignore = IgnoreRules(patterns, self.cfg.vault.path, obsidian)
-        return True
+        return "index.exclude"
 
     def excluded_by(self, key: str) -> str | None:
         """The rule that leaves this note out of the index, or None."""
