@@ -385,6 +385,10 @@ def test_with_vectors_off_no_chunk_waits_for_one(serve_in_process: Any) -> None:
     health = server.call("health")
     assert health["embedder"]["state"] == "off" and health["index"]["pending_vectors"] == 0
     assert "wait for their vector" not in status_of(health)["message"]
+    # A write says in words why it is found by keywords only (it ended in a bare config key).
+    written = server.call("write", {"slug": "kayak", "content": "The kayak is red."}, agent="claude")
+    assert written["searchableBy"] == ["keywords"]
+    assert "turned off in this sidecar's configuration (embedder.enabled: false)" in written["warning"]
 
 
 def test_a_hand_edit_right_after_a_write_is_seen(served: Served) -> None:

@@ -172,7 +172,8 @@ class MemoryOps:
             return (
                 True,
                 ["keywords"],
-                "searchable by keywords; search by meaning is off here (embedder.enabled)",
+                "searchable by keywords; search by meaning is turned off in this sidecar's configuration "
+                "(embedder.enabled: false)",
             )
         if all(f == NO_VECTOR for f in flags):  # an empty note, or data such as base64
             return True, ["keywords"], "searchable by keywords; it holds no text to search by meaning"
