@@ -95,7 +95,7 @@ class Indexer:
         "Excluded files", read again now: an edit there waited for a full sweep), else None."""
         if (tuple(patterns), obsidian) == (self.ignore.patterns, self.ignore.obsidian):
             before = self.ignore.rules()
-            self.ignore.refresh()
+            self._refresh_ignore()  # with the probe timeout, as a sweep reads them: a share may hang
             return "Obsidian excluded files" if self.ignore.rules() != before else None
         self.ignore = IgnoreRules(patterns, self.cfg.vault.path, obsidian)
         return "index.exclude"
