@@ -863,7 +863,7 @@ def test_mcp_tools_enforce_the_lengths_their_input_schemas_state(in_process: InP
 
     from sidecar.clients.mcp_shim import Shim
     from sidecar.clients.mcp_tools import TOOLS as SCHEMAS
-    from sidecar.daemon.handlers import MAX_QUERY_CHARS, MAX_REFERENCE_CHARS
+    from sidecar.contracts.protocol import MAX_QUERY_CHARS, MAX_REFERENCE_CHARS
 
     shim = Shim(in_process.socket, "claude", io.BytesIO())
     needed = {

@@ -7,6 +7,7 @@ import json
 import math
 from typing import Any
 
+from sidecar.contracts.protocol import MAX_DAY_CHARS, MAX_PATH_PREFIX_CHARS, MAX_REFERENCE_CHARS
 from sidecar.contracts.wire import SOURCES
 
 SLUG_PATTERN = "^[a-z0-9][a-z0-9_-]{0,127}$"
@@ -88,16 +89,20 @@ SLUG = {
     "description": "File name of the note in your memory: a-z, 0-9, '-' and '_', starting with a letter "
     "or digit, no folder, no extension (e.g. 'nas-backup-setup').",
 }
-# The lengths the daemon accepts (MAX_REFERENCE_CHARS, pathPrefix's and a day's), stated so the
+# The lengths the daemon accepts (sidecar.contracts.protocol), stated so the
 # shim answers a longer one in the daemon's words: sent on, a megabyte hit the frame limit first.
 REFERENCE = {
     "type": "string",
     "pattern": REFERENCE_PATTERN,
-    "maxLength": 8192,
+    "maxLength": MAX_REFERENCE_CHARS,
     "description": "A reference from memory_search or memory_list.",
 }
-PATH_PREFIX = {"type": "string", "maxLength": 1000, "description": "Only notes whose path starts with this."}
-DAY = {"type": "string", "maxLength": 20}
+PATH_PREFIX = {
+    "type": "string",
+    "maxLength": MAX_PATH_PREFIX_CHARS,
+    "description": "Only notes whose path starts with this.",
+}
+DAY = {"type": "string", "maxLength": MAX_DAY_CHARS}
 CONTENT = {"type": "string", "description": "The whole note in Markdown (it replaces the previous text)."}
 FRONTMATTER = {
     "type": "object",

@@ -26,6 +26,7 @@ from sidecar import __version__
 from sidecar.clients.mcp_calls import ToolCalls, ToolError
 from sidecar.clients.mcp_schemas import out_of_bounds
 from sidecar.clients.mcp_tools import INSTRUCTIONS, TOOLS
+from sidecar.contracts.protocol import MAX_QUERY_CHARS
 
 # Each tool's argument names (its input schema's properties), for the unknown-argument check.
 INPUTS: dict[str, tuple[str, ...]] = {t["name"]: tuple(t["inputSchema"]["properties"]) for t in TOOLS}
@@ -33,7 +34,6 @@ SCHEMAS: dict[str, dict[str, Any]] = {t["name"]: t["inputSchema"] for t in TOOLS
 
 log = logging.getLogger(__name__)
 
-MAX_TOPIC_CHARS = 4000  # a recall topic is a query: memory_search's maxLength
 PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 NOTE_URI = "sidecar://note/"
 OUTLINE_URI = "sidecar://outline/wiki"
@@ -255,8 +255,8 @@ class Shim:
         topic = args.get("topic")
         if topic is not None and not isinstance(topic, str):
             raise RpcError(-32602, "'topic' must be a string")
-        if topic is not None and len(topic) > MAX_TOPIC_CHARS:  # echoed into the prompt
-            raise RpcError(-32602, f"'topic' is longer than {MAX_TOPIC_CHARS} characters")
+        if topic is not None and len(topic) > MAX_QUERY_CHARS:  # a query, echoed into the prompt
+            raise RpcError(-32602, f"'topic' is longer than {MAX_QUERY_CHARS} characters")
         topic = (topic or "").strip() or "this conversation"
         text = (
             f"Before answering, recall what the user's notes and your memory say about {topic}: call "

@@ -24,6 +24,7 @@ from sidecar.clients.mcp_schemas import (
     obj,
     tool,
 )
+from sidecar.contracts.protocol import MAX_QUERY_CHARS, MAX_TAG_CHARS
 from sidecar.contracts.wire import SOURCES
 
 INSTRUCTIONS = """\
@@ -64,7 +65,7 @@ TOOLS: list[dict[str, Any]] = [
                 "query": {
                     "type": "string",
                     "minLength": 1,
-                    "maxLength": 4000,
+                    "maxLength": MAX_QUERY_CHARS,
                     "description": "What you are looking for, in plain words (any language); inline "
                     "filters and time phrases allowed (see the tool description).",
                 },
@@ -174,7 +175,11 @@ TOOLS: list[dict[str, Any]] = [
         obj(
             {
                 "source": {"type": "string", "enum": [*SOURCES, "all"], "default": "memory"},
-                "tag": {"type": "string", "maxLength": 200, "description": "Only notes with this tag."},
+                "tag": {
+                    "type": "string",
+                    "maxLength": MAX_TAG_CHARS,
+                    "description": "Only notes with this tag.",
+                },
                 "pathPrefix": PATH_PREFIX,
                 "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 200},
             }

@@ -28,6 +28,12 @@ LIMIT_RANGE = (1, 200)  # search and recall: hits
 MIN_SCORE_RANGE = (0.0, 100.0)  # search and recall: minScore (relevance is 0-1; 0 keeps everything)
 RELATED_LIMIT_RANGE = (1, 100)  # related: notes
 TOKEN_BUDGET_RANGE = (100, 50_000)  # recall and outline: tokenBudget
+# The lengths of the ops' text parameters, in characters; the MCP tools' schemas state the same.
+MAX_QUERY_CHARS = 4000  # search, recall, why: the query or message (a recall prompt's topic too)
+MAX_REFERENCE_CHARS = 8192  # a path inside a root: PATH_MAX (4096 bytes on Linux) plus the source
+MAX_PATH_PREFIX_CHARS = 1000
+MAX_TAG_CHARS = 200
+MAX_DAY_CHARS = 20  # since / until
 # A JSON escape can encode half of a UTF-16 pair ("\ud800"): Python keeps it as a lone
 # surrogate, which no file, index or reply can hold.
 _SURROGATE = re.compile("[\ud800-\udfff]")

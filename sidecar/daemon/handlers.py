@@ -21,6 +21,11 @@ from sidecar.config import Config, valid_agent
 from sidecar.contracts.errors import NotFoundError, ProtocolError, SourceError
 from sidecar.contracts.protocol import (
     LIMIT_RANGE,
+    MAX_DAY_CHARS,
+    MAX_PATH_PREFIX_CHARS,
+    MAX_QUERY_CHARS,
+    MAX_REFERENCE_CHARS,
+    MAX_TAG_CHARS,
     MIN_SCORE_RANGE,
     PROTOCOL_VERSION,
     RELATED_LIMIT_RANGE,
@@ -62,9 +67,6 @@ from sidecar.vault.sources import roots as note_roots
 from sidecar.vault.supervisor import Supervisor
 from sidecar.vault.timeout import NoAnswer, bounded_call
 
-MAX_QUERY_CHARS = 4000
-# A reference is a path inside a root: PATH_MAX (4096 bytes on Linux) plus the source prefix.
-MAX_REFERENCE_CHARS = 8192
 MAX_LINE = 10_000_000  # beyond any note's line count (notes are at most index.maxFileBytes)
 # Held roots whose folder is not the share: get does not read what lies there now.
 _NOT_THE_SHARE = frozenset({"unmounted", "device", "empty"})
@@ -206,7 +208,7 @@ class Handlers:
             raise ProtocolError(f"the date window is empty: 'since' {since} is after 'until' {until}")
         filters = Filters(
             tags=_tags(p),
-            path_prefix=param_opt_str(p, "pathPrefix", max_len=1000),
+            path_prefix=param_opt_str(p, "pathPrefix", max_len=MAX_PATH_PREFIX_CHARS),
             since=since,
             until=until,
         )
@@ -440,7 +442,9 @@ class Handlers:
         source = param_opt_str(p, "source") or "wiki"
         if source not in ("wiki", "vault"):
             raise ProtocolError("'source' must be wiki or vault")
-        prefix = unicodedata.normalize("NFC", (param_opt_str(p, "pathPrefix", max_len=1000) or "").strip("/"))
+        prefix = unicodedata.normalize(
+            "NFC", (param_opt_str(p, "pathPrefix", max_len=MAX_PATH_PREFIX_CHARS) or "").strip("/")
+        )
         lo, hi = TOKEN_BUDGET_RANGE
         budget = param_int(p, "tokenBudget", default=OUTLINE_BUDGET, lo=lo, hi=hi)
         manifest = self.manifest
@@ -498,7 +502,7 @@ def _fm_description(fm_json: str) -> str:
 
 def _day(p: dict[str, Any], name: str, today: dt.date, *, end: bool = False) -> str | None:
     """A ``since``/``until`` parameter as an ISO day (``2026-9-1``, ``2026-09``, ``yesterday``, ``3d``)."""
-    value = param_opt_str(p, name, max_len=20)
+    value = param_opt_str(p, name, max_len=MAX_DAY_CHARS)
     if value is None:
         return None
     try:
@@ -544,7 +548,7 @@ def _tags(p: dict[str, Any]) -> tuple[str, ...]:
         not isinstance(items, list)
         or not all(isinstance(t, str) for t in items)
         or len(items) > MAX_TAGS
-        or any(len(t) > 200 for t in items)
+        or any(len(t) > MAX_TAG_CHARS for t in items)
     ):
         raise ProtocolError(f"'tag' must be a tag, 'a,b' or a list of at most {MAX_TAGS} tags")
     tags = tuple(dict.fromkeys(t.strip().lstrip("#").lower() for t in items))

@@ -20,7 +20,15 @@ from typing import Any
 
 from sidecar.config import Config
 from sidecar.contracts.errors import EmbedderError, ProtocolError, SidecarError, StorageError, StoreError
-from sidecar.contracts.protocol import Request, check_known, param_int, param_opt_str, param_str
+from sidecar.contracts.protocol import (
+    MAX_PATH_PREFIX_CHARS,
+    MAX_TAG_CHARS,
+    Request,
+    check_known,
+    param_int,
+    param_opt_str,
+    param_str,
+)
 from sidecar.contracts.wire import SOURCES
 from sidecar.index.indexer import Indexer
 from sidecar.index.problems import Problems
@@ -303,8 +311,8 @@ class MemoryOps:
         source = param_opt_str(p, "source") or "memory"
         if source not in (*SOURCES, "all"):
             raise ProtocolError(f"'source' must be one of {', '.join(SOURCES)} or all")
-        tag = (param_opt_str(p, "tag", max_len=200) or "").lstrip("#").lower() or None
-        prefix = (param_opt_str(p, "pathPrefix", max_len=1000) or "").lstrip("/")
+        tag = (param_opt_str(p, "tag", max_len=MAX_TAG_CHARS) or "").lstrip("#").lower() or None
+        prefix = (param_opt_str(p, "pathPrefix", max_len=MAX_PATH_PREFIX_CHARS) or "").lstrip("/")
         prefix = unicodedata.normalize("NFC", prefix)
         limit = param_int(p, "limit", default=200, lo=1, hi=MAX_LIST)
         own = ("key >= ? AND key < ?", [f"memory/{agent}/", f"memory/{agent}/\uffff"])
