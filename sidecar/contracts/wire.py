@@ -80,8 +80,8 @@ class SearchResult:
     context: str | None = None
     window: Window | None = None
     pending_vectors: int = 0  # chunks not yet searchable by meaning (vectors being computed)
-    # The first sweep is still reading the notes (read so far, of how many; 0: still listing):
-    # the hits come from part of the notes only.
+    # A new or rebuilt index is still reading the notes (read so far, of how many; 0: still
+    # listing): the hits come from part of the notes only.
     indexing: tuple[int, int] | None = None
 
 
@@ -113,7 +113,7 @@ class Explanation:
 
 
 def indexing_note(done: int, total: int) -> str:
-    """What a client says when the first sweep has not read every note yet."""
+    """What a client says while a new or rebuilt index has not read every note yet."""
     read = f"{done:,} of {total:,} notes read so far" if total else "the notes are still being listed"
     return f"the index is still being built ({read}): notes not read yet cannot be found"
 
