@@ -191,6 +191,23 @@ def test_extraction_ignores_front_matter_code_and_attachments() -> None:
     assert links[-1].anchor == "Local heading"
 
 
+def test_links_in_comments_are_not_links() -> None:
+    """Obsidian renders no comment, so a link commented out (``%% … %%``, ``<!-- … -->``, over
+    lines too) links nothing; a ``%%`` in code opens no comment, and the lines after a comment keep
+    their numbers. A wiki-link lies on one line."""
+    text = (
+        "%% old: [[Retired]] %%\n"
+        "<!-- draft\n[[Draft]] [d](Draft2.md)\n-->\n"
+        '`printf("%%d")` [[Kept]]\n'
+        "```\n%%\n```\n"
+        "[[Also kept]] %% [[Hidden]]\n"
+        "%%\n[[Split\nacross]] [[Last]]\n"
+    )
+    found = [(link.target, link.line) for link in extract_links(text)]
+    assert found == [("Kept", 5), ("Also kept", 9), ("Last", 12)]
+    assert chunk_note("[[Open\n#echt]] [[X|#kein]]\n", title="t", count_tokens=_words).tags == ("echt",)
+
+
 def test_code_blocks_end_where_commonmark_ends_them(tmp_path: Path, make_cfg: Any) -> None:
     """A ```` fence holding ``` is one code block (a toggle on every fence-like line swallowed the
     rest of the note), and an indented code block holds no links or tags; an indented line that

@@ -1,7 +1,7 @@
 """Links as written in a note's raw Markdown: wiki-links ``[[target#heading|alias]]``, block
 references ``[[target#^id]]``, embeds ``![[target]]`` and Markdown links ``[text](path.md#anchor)``;
-code blocks, inline code and front matter hold none, and links to attachments and web pages are
-left out."""
+code blocks, inline code, comments (``%% … %%``, ``<!-- … -->``) and front matter hold none, and
+links to attachments and web pages are left out."""
 
 from __future__ import annotations
 
@@ -11,12 +11,10 @@ from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from sidecar.notes.markdown import code_lines, is_attachment
+from sidecar.notes.markdown import WIKILINK, code_lines, is_attachment, without_code_spans, without_comments
 
-_WIKILINK = re.compile(r"(!?)\[\[([^\[\]|#^]*)((?:[#^][^\[\]|]*)?)(?:\|([^\[\]]*))?\]\]")
 _MDLINK = re.compile(r"(!?)\[([^\[\]]*)\]\(\s*(<[^<>\n]+>|[^()\s]+)(?:\s+\"[^\"]*\")?\s*\)")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
-_INLINE_CODE = re.compile(r"`[^`\n]*`")
 
 
 @dataclass(frozen=True)
@@ -52,13 +50,15 @@ def extract_links(text: str, code: Container[int] | None = None) -> list[Link]:
     lines = text.split("\n")
     if code is None:
         code = code_lines(text)
+    start = _front_matter_end(lines)
+    # What Obsidian does not render links nothing: code (blanked first, so a "%%" in code opens no
+    # comment) and comments, which may span lines (kept, so each link keeps its line number).
+    prose = "\n".join("" if i in code else without_code_spans(lines[i]) for i in range(start, len(lines)))
     out: list[Link] = []
-    for i in range(_front_matter_end(lines), len(lines)):
-        line = lines[i]
-        if i in code or "[" not in line:
+    for i, line in enumerate(without_comments(prose, keep_lines=True).split("\n"), start):
+        if "[" not in line:
             continue
-        line = _INLINE_CODE.sub("", line)
-        for m in _WIKILINK.finditer(line):
+        for m in WIKILINK.finditer(line):
             target = m.group(2).strip().rstrip("\\").strip()  # "[[a\|b]]" inside a table
             if target and is_attachment(target):
                 continue
@@ -67,7 +67,7 @@ def extract_links(text: str, code: Container[int] | None = None) -> list[Link]:
                 continue
             display = (m.group(4) or "").strip()
             out.append(Link(target, anchor, display, bool(m.group(1)), "wiki", i + 1))
-        for m in _MDLINK.finditer(_WIKILINK.sub("", line)):
+        for m in _MDLINK.finditer(WIKILINK.sub("", line)):
             raw = m.group(3).strip()
             raw = raw[1:-1].strip() if raw.startswith("<") else raw
             if _SCHEME.match(raw) or (raw.startswith("#") and not raw[1:].strip()):

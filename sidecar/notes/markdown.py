@@ -12,7 +12,8 @@ from typing import Any
 from markdown_it import MarkdownIt
 from mdit_py_plugins.front_matter import front_matter_plugin
 
-_WIKILINK = re.compile(r"(!?)\[\[([^\[\]|#^]*)((?:[#^][^\[\]|]*)?)(?:\|([^\[\]]*))?\]\]")
+# A wiki-link lies on one line: Obsidian reads "[[a" and "b]]" on two lines as text.
+WIKILINK = re.compile(r"(!?)\[\[([^\[\]|#^\n]*)((?:[#^][^\[\]|\n]*)?)(?:\|([^\[\]\n]*))?\]\]")
 # A link to one of these is to an attachment, not a note. Any other dotted name is a note's
 # ("Node.js", "ASP.NET", "Release 1.5"): Obsidian resolves it by appending ".md".
 _ATTACHMENT = re.compile(
@@ -50,7 +51,7 @@ def readable_links(line: str) -> str:
         head = anchor.lstrip("#^").strip() if anchor else ""
         return f"{name} › {head}" if name and head else (name or head)
 
-    return _WIKILINK.sub(repl, line)
+    return WIKILINK.sub(repl, line)
 
 
 # Inline Markdown a person does not read as text: a link's destination, emphasis and code marks.
@@ -89,7 +90,7 @@ def inline_tags(lines: Sequence[str], code: Container[int] = frozenset(), start:
     prose = "\n".join("" if i in code else without_code_spans(lines[i]) for i in range(start, len(lines)))
     # Obsidian reads no tags in what it does not render (comments, over lines too) nor in where a
     # link points: "[[#Heading]]" and "[text](#anchor)" name a heading, not a tag.
-    prose = _LINK_DEST.sub("]", _WIKILINK.sub(" ", without_comments(prose)))
+    prose = _LINK_DEST.sub("]", WIKILINK.sub(" ", without_comments(prose)))
     return [m.group(1) for m in _INLINE_TAG.finditer(prose)]
 
 
@@ -124,10 +125,11 @@ def without_code_spans(line: str) -> str:
     return "".join(out)
 
 
-def without_comments(text: str) -> str:
-    """``text`` with each ``%% … %%`` and ``<!-- … -->`` span (lines too) made a blank; an unclosed
-    one hides nothing. Linear: a regular expression tried every opener against the rest of the
-    text (a note of 32,000 unclosed ``<!--`` took 73 s)."""
+def without_comments(text: str, keep_lines: bool = False) -> str:
+    """``text`` with each ``%% … %%`` and ``<!-- … -->`` span (lines too) made a blank (with its
+    line ends when ``keep_lines``, so what follows keeps its line number); an unclosed one hides
+    nothing. Linear: a regular expression tried every opener against the rest of the text (a note
+    of 32,000 unclosed ``<!--`` took 73 s)."""
     out: list[str] = []
     i = 0
     nxt = {o: text.find(o) for o in _COMMENTS}  # each kind's next opener at or after i (-1: none)
@@ -140,7 +142,7 @@ def without_comments(text: str) -> str:
         if end < 0:  # unclosed: no later opener of its kind can close either
             nxt[o] = -1
             continue
-        out += [text[i:p], " "]
+        out += [text[i:p], " " + "\n" * text.count("\n", p, end) if keep_lines else " "]
         i = end + len(_COMMENTS[o])
         for k, q in nxt.items():
             if 0 <= q < i:
