@@ -1152,3 +1152,24 @@ def test_get_reads_a_range_of_lines_and_the_shim_cuts_a_huge_note(served: Served
     text, out = tools["memory_get"]({"reference": "vault/Wide"})
     assert out["cut"] is True and out["range"] == [1, 1] and len(out["text"]) == 50_000
     assert "only its start is shown" in text and "startLine 2 reads on" in text
+
+
+def test_a_refused_inbox_is_named_by_list_and_search(served: Served, tmp_path: Path) -> None:
+    """An inbox that is a symlink is neither read nor listed; list and search of the agent's memory
+    say so (both answered empty, as if the agent had written nothing)."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    write(outside / "kept.md", "Garlic notes kept outside.\n")
+    agent_dir = served.cfg.agents_dir / "linked"
+    agent_dir.mkdir(parents=True)
+    (agent_dir / "memory").symlink_to(outside)
+    served.h.sweep()
+    listed = served.call("list", {}, agent="linked")
+    assert listed["notes"] == [] and "symbolic link" in listed["inboxRefused"]
+    found = served.call("search", {"query": "garlic"}, agent="linked")
+    assert "symbolic link" in found["inboxRefused"]
+    assert "inboxRefused" not in served.call("search", {"query": "garlic", "source": "vault"}, agent="linked")
+    assert "inboxRefused" not in served.call("search", {"query": "garlic"}, agent="claude")
+    assert "inboxRefused" not in served.call("list", {}, agent="claude")
+    text = text_of_search("garlic", {"hits": [], "inboxRefused": found["inboxRefused"]})
+    assert "your memory inbox is not read" in text

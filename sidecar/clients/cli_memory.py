@@ -64,6 +64,8 @@ def cmd_memory(args: argparse.Namespace, cfg: Config) -> int:
 
 def _print_memory(action: str, result: dict[str, Any]) -> None:
     if action == "list":
+        if result.get("inboxRefused"):
+            print(f"note: the agent's inbox is not read: {shown(result['inboxRefused'])}", file=sys.stderr)
         for n in result["notes"]:
             why = n.get("why", "not indexed")
             state = "" if n.get("indexed", True) else f"  [not searchable: {shown(why)}]"

@@ -31,6 +31,8 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         print(f"note: {pending_note(result.pending_vectors)}", file=sys.stderr)
     if result.indexing is not None:
         print(f"note: {indexing_note(*result.indexing)}", file=sys.stderr)
+    if reply.get("inboxRefused"):
+        print(f"note: the agent's inbox is not read: {shown(reply['inboxRefused'])}", file=sys.stderr)
     if not result.hits:
         print("nothing relevant found")
     for i, hit in enumerate(result.hits, 1):

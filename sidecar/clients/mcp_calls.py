@@ -103,7 +103,8 @@ class ToolCalls:
         for k in ("minScore", "source", "tag", "pathPrefix", "since", "until"):
             if a.get(k) is not None:
                 params[k] = a[k]
-        result = parse_search(self.call("search", params))
+        raw = self.call("search", params)
+        result = parse_search(raw)
         hits = [{k: j[k] for k in HIT_KEYS if k in j} for j in map(hit_json, result.hits)]
         masked: dict[str, int] = {}
         for h in result.hits:
@@ -120,6 +121,8 @@ class ToolCalls:
             out["window"] = window_json(result.window)
         if masked:
             out["masked"] = masked
+        if raw.get("inboxRefused"):
+            out["inboxRefused"] = raw["inboxRefused"]
         return text_of_search(query, out), out
 
     def get(self, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -36,6 +36,8 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
         lines.append(f"note: {result['degraded']}")
     if result.get("pendingVectors"):
         lines.append(f"note: {pending_note(result['pendingVectors'])}")
+    if result.get("inboxRefused"):
+        lines.append(refused_note(result["inboxRefused"]))
     building = result.get("indexing")
     if building:
         lines.append(
@@ -92,11 +94,19 @@ def text_of_write(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def refused_note(reason: str) -> str:
+    return shown(
+        f"note: your memory inbox is not read ({reason}): its notes are neither searched nor listed "
+        "until the user makes it a private folder again"
+    )
+
+
 def text_of_list(r: dict[str, Any]) -> str:
+    head = [refused_note(r["inboxRefused"])] if r.get("inboxRefused") else []
     if not r["notes"]:
-        return "No notes match."
+        return "\n".join([*head, "No notes match."])
     first = f" (first {len(r['notes'])} shown)" if r["truncated"] else ""
-    lines = [f"{r['total']} note(s){first}:"]
+    lines = [*head, f"{r['total']} note(s){first}:"]
     for n in r["notes"]:
         tags = f"  #{' #'.join(n['tags'])}" if n.get("tags") else ""
         desc = f": {n['description']}" if n.get("description") else ""

@@ -92,6 +92,7 @@ TOOLS: list[dict[str, Any]] = [
                 "degraded": STR,
                 "pendingVectors": {"type": "integer"},
                 "indexing": obj({"done": INT, "total": INT}),
+                "inboxRefused": STR,
                 "masked": COUNTS,
                 "window": obj(
                     {"phrase": STR, "since": STR, "until": STR, "applied": BOOL}, ("phrase", "applied")
@@ -185,7 +186,7 @@ TOOLS: list[dict[str, Any]] = [
             }
         ),
         obj(
-            {"notes": {"type": "array", "items": NOTE}, "total": INT, "truncated": BOOL},
+            {"notes": {"type": "array", "items": NOTE}, "total": INT, "truncated": BOOL, "inboxRefused": STR},
             ("notes", "total", "truncated"),
         ),
         READ,

@@ -226,11 +226,17 @@ class Handlers:
     def search(self, req: Request) -> dict[str, Any]:
         p = req.params
         check_known(p, ("query", *_SEARCH_PARAMS))
+        request = self._request(p, req.agent, "query", self.retriever.cfg.limit)
         try:
-            result = self.retriever.search(self._request(p, req.agent, "query", self.retriever.cfg.limit))
+            result = self.retriever.search(request)
         except FilterError as exc:
             raise ProtocolError(f"bad filter in 'query': {exc}") from exc
-        return search_json(self._while_building(result), preview=param_bool(p, "preview", default=False))
+        out = search_json(self._while_building(result), preview=param_bool(p, "preview", default=False))
+        if request.sources is None or "memory" in request.sources:
+            refused = self.memory.inbox_refused(req.agent)
+            if refused:
+                out["inboxRefused"] = refused
+        return out
 
     def why(self, req: Request) -> dict[str, Any]:
         """Explain a note's place (or absence) in the results of a query."""

@@ -346,13 +346,37 @@ class MemoryOps:
                     "indexed": True,
                 }
             )
+        refused = self.inbox_refused(agent) if source in ("memory", "all") else None
         if not tag:  # unindexed files have no tags to match
-            notes.extend(self._unindexed(where, args, agent, source=source, prefix=prefix, known=known))
+            notes.extend(
+                self._unindexed(
+                    where, args, agent, source=source, prefix=prefix, known=known, refused=refused
+                )
+            )
         notes.sort(key=lambda n: n["reference"])
-        return {"notes": notes[:limit], "total": len(notes), "truncated": len(notes) > limit}
+        out: dict[str, Any] = {"notes": notes[:limit], "total": len(notes), "truncated": len(notes) > limit}
+        if refused:
+            out["inboxRefused"] = refused
+        return out
+
+    def inbox_refused(self, agent: str | None) -> str | None:
+        """Why the agent's inbox is neither read nor listed (a symlink, not a folder, another
+        user's), said with lists and searches of its memory: an empty answer alone reads as
+        "nothing there"."""
+        if agent is None:
+            return None
+        return inbox_refusal(Root("memory", agent_inbox(self.cfg, agent), agent=agent))
 
     def _unindexed(
-        self, where: str, args: Sequence[Any], agent: str, *, source: str, prefix: str, known: set[str]
+        self,
+        where: str,
+        args: Sequence[Any],
+        agent: str,
+        *,
+        source: str,
+        prefix: str,
+        known: set[str],
+        refused: str | None,
     ) -> Iterable[dict[str, Any]]:
         """Files that are there but not searchable: skipped ones, and memory notes not indexed yet."""
         out = []
@@ -378,7 +402,7 @@ class MemoryOps:
             out.append(_unindexed_note(reference, src, mtime_ns, f"skipped: {reason}"))
         inbox = agent_inbox(self.cfg, agent)
         # An inbox that is a link (into another agent's, or elsewhere) is neither read nor listed.
-        if source in ("memory", "all") and inbox_refusal(Root("memory", inbox, agent=agent)) is None:
+        if source in ("memory", "all") and refused is None:
             try:
                 with os.scandir(inbox) as entries:  # a note that is a link is not listed either
                     names = sorted(
