@@ -435,3 +435,29 @@ def test_control_characters_in_names_are_escaped_for_people(
     assert json.loads(cli("search", "zauberesc", "--json"))["hits"][0]["reference"] == f"vault/{evil}"
     mcp_outline = server.call("outline", {})["outline"]
     assert "\n- Passwords" not in mcp_outline
+
+
+def test_obsidian_settings_trouble_is_a_status_problem(tmp_path: Path, make_cfg: Any) -> None:
+    """A malformed app.json and a filter that is no regular expression are problems in status (a
+    log line alone left the user wondering why a folder excluded in Obsidian is searched), cleared
+    once the file reads well again."""
+    v = _exclusion_vault(tmp_path)
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        assert h.indexer.problems.active_in("obsidian_settings") is None
+        write(v / ".obsidian/app.json", '{"userIgnoreFilters": ["Private/",')
+        h.sweep()
+        problem = h.indexer.problems.active_in("obsidian_settings")
+        assert problem is not None and "cannot be read" in problem["error"]
+        assert "the 2 rules read before stay" in problem["error"]
+        assert h.indexer.excluded_by("vault/Private/diary") is not None  # the rules in force stay
+        write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Private/", "/(unclosed/"]}))
+        h.sweep()
+        problem = h.indexer.problems.active_in("obsidian_settings")
+        assert problem is not None and "/(unclosed/" in problem["error"]
+        write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Private/"]}))
+        h.sweep()
+        assert h.indexer.problems.active_in("obsidian_settings") is None
+    finally:
+        h.close()

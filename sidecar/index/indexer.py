@@ -98,6 +98,7 @@ class Indexer:
             self._refresh_ignore()  # with the probe timeout, as a sweep reads them: a share may hang
             return "Obsidian excluded files" if self.ignore.rules() != before else None
         self.ignore = IgnoreRules(patterns, self.cfg.vault.path, obsidian)
+        self.problems.clear("obsidian_settings")  # said again by the next read if still true
         return "index.exclude"
 
     def excluded_by(self, key: str) -> str | None:
@@ -256,6 +257,11 @@ class Indexer:
             return  # the vault's own call still hangs: its rules in force stay
         timeout, beat = self.cfg.watch.probe_timeout_seconds, self.supervisor.beat
         _, self._ignore_stuck = run_with_timeout(self.ignore.refresh, timeout, "settings", beat)
+        trouble = self.ignore.trouble
+        if trouble is not None:
+            self.problems.report("obsidian_settings", trouble)
+        else:
+            self.problems.clear("obsidian_settings")
 
     def index_files(self, notes: Sequence[NoteFile], data: dict[str, bytes] | None = None) -> int:
         """Read (or take from ``data``, by key), chunk and write a batch of notes; returns how many

@@ -79,6 +79,10 @@ class IgnoreRules:
             self._own.append(_Rule("index.exclude", line, pattern=GitIgnoreSpecPattern(line)))
         self._app_stat: tuple[int, int] | None = None
         self._app: list[_Rule] = []
+        # What is wrong with Obsidian's settings as last read (unreadable, filters that are no
+        # regular expression), for status: a log line alone left the user wondering why a folder
+        # they excluded in Obsidian is searched.
+        self.trouble: str | None = None
 
     def _obsidian_rules(self) -> list[_Rule]:
         if not self.obsidian or self.vault is None:
@@ -88,6 +92,7 @@ class IgnoreRules:
             st = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
             self._app_stat, self._app = None, []  # no settings: no rules of Obsidian's
+            self.trouble = None
             return []
         except OSError:
             return self._app  # cannot tell now (a share that fails): the rules in force stay
@@ -107,8 +112,11 @@ class IgnoreRules:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             log.warning("obsidian_settings_unreadable path=%s error=%s", path, printable(why))
             self._app_stat = stamp
+            kept = f"the {len(self._app)} rules read before stay" if self._app else "no rule of it applies"
+            self.trouble = f"{path} cannot be read ({printable(why)}); {kept}"
             return self._app
         rules: list[_Rule] = []
+        invalid: list[str] = []
         for item in filters if isinstance(filters, list) else []:
             if not isinstance(item, str) or not item.strip():
                 continue
@@ -118,12 +126,20 @@ class IgnoreRules:
                     rules.append(_Rule("Obsidian excluded files", f, regex=regex.compile(f[1:-1])))
                 except (regex.error, RecursionError, ValueError):
                     log.warning("obsidian_filter_invalid filter=%s", printable(f))
+                    invalid.append(f)
             else:
                 rules.append(_Rule("Obsidian excluded files", f))
         if rules:
             log.info("obsidian_excluded_files count=%d", len(rules))
         # Both at once: a read that hung past its deadline and ends later replaces the whole list.
         self._app_stat, self._app = stamp, rules
+        self.trouble = None
+        if invalid:
+            shown = ", ".join(printable(f[:80]) for f in invalid[:3]) + (" …" if len(invalid) > 3 else "")
+            self.trouble = (
+                f"{len(invalid)} of Obsidian's Excluded files filters are no regular expression and leave "
+                f"nothing out: {shown}"
+            )
         return rules
 
     def refresh(self) -> None:
