@@ -97,15 +97,17 @@ def test_front_matter_parsed_not_embedded() -> None:
 
 def test_links_comments_and_code_hold_no_tags() -> None:
     """A heading link, a link anchor, indented code and Obsidian or HTML comments (over lines too)
-    are no tags; tags around them, nested and umlaut tags still are, numbers and URL fragments not."""
+    are no tags; tags around them, nested and umlaut tags still are (also in a link's text, as in
+    Obsidian), numbers, URL fragments and an escaped ``\\#`` not."""
     text = (
         "Siehe [[#Einkauf]], [[Plan#Kosten|#alias]] und [Abschnitt](#kosten).\n\n"
         "    #include <stdio.h>\n\n"
         "%% #entwurf interner Kommentar %%\nA %% over\n#lines\n%% #echt\n"
         "<!-- #html\n#more --> `#code` ``a ` #spanned`` #projekt/sub #Küche #2024 https://x.org/p#frag\n"
+        "Escaped \\#nottag, linked [#Gentoo](https://gentoo.org).\n"
     )
     note = chunk_note(text, title="t", count_tokens=words)
-    assert note.tags == ("echt", "projekt/sub", "küche")
+    assert note.tags == ("echt", "projekt/sub", "küche", "gentoo")
 
 
 def test_an_impossible_date_keeps_the_rest_of_the_front_matter() -> None:

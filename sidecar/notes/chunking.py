@@ -36,7 +36,8 @@ _MIN_BUDGET = 24
 #    heading path, no first paragraph repeating the description).
 # 3: text and title in one Unicode form (NFC).
 # 4: code blocks as CommonMark reads them; no tags from links or comments; dotted names are links.
-# 5: no links in comments; a wiki-link on one line (tags beside "[[a" … "b]]" over lines count).
+# 5: no links in comments; a wiki-link on one line (tags beside "[[a" … "b]]" over lines count);
+#    no tag after an escaping backslash ("\#1").
 CHUNKER_VERSION = 5
 
 

@@ -24,7 +24,8 @@ _ATTACHMENT = re.compile(
     r"|7z|bz2|gz|rar|tar|tgz|xz|zip)$",  # archives
     re.I,
 )
-_INLINE_TAG = re.compile(r"(?<![\w/&#])#([^\W\d][\w/-]*|\d+[^\W\d][\w/-]*)")
+# "\#word" is an escaped "#", written to show one: no tag (Obsidian renders it as text).
+_INLINE_TAG = re.compile(r"(?<![\w/&#\\])#([^\W\d][\w/-]*|\d+[^\W\d][\w/-]*)")
 _TICKS = re.compile(r"`+")
 # Obsidian's comments and HTML ones: opener -> closer (see ``without_comments``).
 _COMMENTS = {"%%": "%%", "<!--": "-->"}
