@@ -1173,3 +1173,31 @@ def test_a_refused_inbox_is_named_by_list_and_search(served: Served, tmp_path: P
     assert "inboxRefused" not in served.call("list", {}, agent="claude")
     text = text_of_search("garlic", {"hits": [], "inboxRefused": found["inboxRefused"]})
     assert "your memory inbox is not read" in text
+
+
+def test_agents_whose_inboxes_hold_nothing_are_no_roots(in_process: InProcessServer) -> None:
+    """Agents that wrote once, or whose inbox was emptied, are no roots: no status line each in
+    health (or `status`), however many there are. Each still gets sensible answers (its inbox's
+    use, an empty list, memory_status), and a new agent's first write is searchable at once and
+    makes its inbox a root."""
+    agents = in_process.cfg.agents_dir
+    for i in range(40):
+        (agents / f"once{i}" / "memory" / ".trash").mkdir(parents=True)
+    in_process.call("write", {"slug": "gone", "content": "A note soon deleted."}, agent="once0")
+    in_process.call("index")
+    assert "memory/once0" in {r["name"] for r in in_process.call("health")["roots"]}
+    in_process.call("delete", {"slug": "gone"}, agent="once0")
+    in_process.call("index")
+    assert {r["name"] for r in in_process.call("health")["roots"]} == {"wiki", "vault"}
+    own = in_process.call("health", agent="once0")
+    assert own["inbox"]["notes"] == 0 and own["inbox"]["trash_files"] == 1
+    assert "your memory: 0 notes, 0 bytes" in status_of(own, "once0")["message"]
+    assert in_process.call("list", {}, agent="once0")["notes"] == []
+    written = in_process.call(
+        "write", {"slug": "first", "content": "The heron nests by the mill pond."}, agent="new"
+    )
+    assert written["searchable"]
+    hits = in_process.call("search", {"query": "heron mill pond"}, agent="new")["hits"]
+    assert hits[0]["reference"] == "memory/first"
+    in_process.call("index")
+    assert {r["name"] for r in in_process.call("health")["roots"]} == {"wiki", "vault", "memory/new"}

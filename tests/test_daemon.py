@@ -366,6 +366,27 @@ def test_saved_and_deleted_notes_are_seen_without_a_command(running: DaemonProce
     running.wait_for(lambda h: h["index"]["files"] == 4, timeout=30)
 
 
+def test_an_empty_inbox_becomes_a_root_with_its_first_note(daemon_factory: Any, vault: Path) -> None:
+    """An agent's inbox that holds nothing is no root (no status line); the first note saved in
+    it by hand is seen by file events, indexed, and the inbox is a root; once it is deleted
+    again, its entry goes and so does the root."""
+    d: DaemonProcess = daemon_factory(vault, keyword_only=True)
+    inbox = d.cfg.agents_dir / "idle" / "memory"
+    (inbox / ".trash").mkdir(parents=True)
+    d.start()
+    assert {r["name"] for r in d.health()["roots"]} == {"vault", "wiki"}
+    tmp = write(inbox / ".first.0123abcd.tmp", "# First\n\nThe heron nests by the mill pond.\n")
+    os.replace(tmp, inbox / "first.md")
+    h = d.wait_for(lambda h: h["index"]["by_agent"].get("idle", {}).get("files") == 1, timeout=30)
+    assert "memory/idle" in {r["name"] for r in h["roots"]}
+    assert (
+        d.call("search", {"query": "heron mill pond"}, agent="idle")["hits"][0]["reference"] == "memory/first"
+    )
+    (inbox / "first.md").unlink()
+    d.wait_for(lambda h: {r["name"] for r in h["roots"]} == {"vault", "wiki"}, timeout=30)
+    assert d.health()["index"]["by_agent"] == {}
+
+
 def test_no_network_is_attempted(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
     """Start, index, embed and search with an audit hook that records every non-Unix socket use.
 

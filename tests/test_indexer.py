@@ -605,3 +605,34 @@ def test_a_note_brought_back_during_a_sweep_is_not_deleted_at_its_end(make_cfg: 
         assert any("zauberx" in c.text for c in h.stores.manifest.chunks_of("vault/X"))
     finally:
         h.close()
+
+
+def test_an_emptied_inbox_is_a_root_until_its_entries_are_gone(harness: Harness) -> None:
+    """An inbox whose notes are deleted stays a root until the sweep that deletes their entries,
+    then its status (a line in health and `status`) and what was kept of it go at once, and
+    later sweeps do not bring them back; a note saved there again is indexed from its file
+    event and the inbox is a root again."""
+    agents = harness.cfg.agents_dir
+    plan = write(agents / "ada" / "memory" / "plan.md", "# Plan\n\nRotate the backup disks monthly.\n")
+    write(agents / "bob" / "memory" / "keep.md", "# Keep\n\nBob keeps this.\n")
+    harness.sweep()
+    sup, changes = harness.supervisor, harness.indexer.changes
+    assert {"memory/ada", "memory/bob"} <= set(sup.roots)
+
+    plan.unlink()  # by hand: the entry is still in the index
+    assert "memory/ada" in {r.name for r in changes.roots()}
+    harness.indexer.sweep(only=frozenset(), paths={str(plan)})  # its file event
+    assert not harness.stores.manifest.file_states("memory/ada/")
+    assert "memory/ada" not in sup.roots and "memory/ada" not in changes._event_deletions
+    assert "memory/ada" not in {r.name for r in changes.roots()}
+    harness.sweep()
+    assert "memory/ada" not in {r["name"] for r in sup.describe(lambda _p: True)}
+    assert "memory/bob" in sup.roots
+
+    write(plan, "# Plan\n\nRotate the backup disks weekly now.\n")
+    harness.indexer.sweep(only=frozenset(), paths={str(plan)})
+    assert search(harness, "backup disks weekly")[0]["reference"] == "memory/ada/plan"
+    assert "memory/ada" in sup.roots
+    plan.unlink()
+    harness.sweep()  # a full sweep deletes the entry: the status goes with that sweep
+    assert "memory/ada" not in sup.roots and not harness.stores.manifest.file_states("memory/ada/")

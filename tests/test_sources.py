@@ -187,3 +187,34 @@ def test_invalid_bytes_are_replaced_up_to_one_percent_of_the_text_as_the_readme_
     assert decode_note(note(100), 10_000).count("\ufffd") == 1
     with pytest.raises(NoteUnreadable, match="not UTF-8"):
         decode_note(note(99), 10_000)
+
+
+def test_an_inbox_with_nothing_to_sweep_is_no_root(
+    make_cfg: Any, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An inbox with no note (none yet, emptied: only its .trash and a temp file), or an agent
+    folder without one, is no root: each agent that ever wrote kept a root, a status line and a
+    scan per sweep. An inbox with a note is one, and so is one whose scan reports something (a
+    file left out, a folder, a symlinked inbox that is refused). One listing per inbox."""
+    cfg = make_cfg(vault)
+    agents = cfg.agents_dir
+    write(agents / "busy" / "memory" / "plan.md", "# Plan\n")
+    write(agents / "emptied" / "memory" / ".trash" / "plan--20260101T000000000000.md", "old\n")
+    write(agents / "emptied" / "memory" / ".plan.0123abcd.tmp", "half\n")
+    write(agents / "emptied" / "memory" / "plan.md.sync-conflict-x", "not a note\n")
+    (agents / "folder-only").mkdir(parents=True)
+    write(agents / "odd" / "memory" / "My Note.md", "no slug: counted as skipped\n")
+    (agents / "nested" / "memory" / "sub").mkdir(parents=True)
+    outside = write(tmp_path / "elsewhere" / "x.md", "not this agent's\n").parent
+    (agents / "linked").mkdir()
+    (agents / "linked" / "memory").symlink_to(outside)
+    for i in range(50):
+        (agents / f"once{i}" / "memory" / ".trash").mkdir(parents=True)
+    listings: list[object] = []
+    real = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda p=".": listings.append(p) or real(p))
+    names = {r.name for r in roots(cfg)}
+    assert names == {"memory/busy", "memory/odd", "memory/nested", "memory/linked", "wiki", "vault"}
+    assert len(listings) == 50 + 4  # the inboxes that exist, the linked one refused unlisted
+    skipped = [s.reason for r in roots(cfg) if r.agent == "linked" for s in scan(r, 1000)]
+    assert skipped == ["inbox (agents/linked/memory) is a symbolic link or not a folder; refused"]

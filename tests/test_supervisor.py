@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -229,3 +230,27 @@ def test_long_scan_beats_the_watchdog_and_a_hung_one_is_reported(
         assert h.stores.manifest.file_states_of(["vault/Garden"])  # nothing deleted
     finally:
         h.close()
+
+
+def test_the_status_of_an_inbox_that_is_no_root_any_more_is_forgotten(make_cfg: Any, vault: Path) -> None:
+    """Statuses of agent inboxes that are no roots now are dropped (one kept per agent that ever
+    wrote grew without bound); the vault's and wiki's stay, and so does an inbox's whose call
+    still hangs, so that no second call is started on it."""
+    cfg = make_cfg(vault)
+    sup = Supervisor(cfg)
+    for name in ("vault", "wiki", "memory/a", "memory/b", "memory/stuck"):
+        sup.status(Root(name.split("/")[0], cfg.home / name, agent=name.partition("/")[2]))
+    release = threading.Event()
+    stuck = threading.Thread(target=release.wait, args=(30,), daemon=True)
+    stuck.start()
+    sup.roots["memory/stuck"]._stuck = stuck
+    try:
+        sup.keep_memory_roots({"memory/b"})
+        assert set(sup.roots) == {"vault", "wiki", "memory/b", "memory/stuck"}
+        release.set()
+        stuck.join()
+        sup.keep_memory_roots(set())
+        assert set(sup.roots) == {"vault", "wiki"}
+        assert [r["name"] for r in sup.describe(lambda _p: True)] == ["vault", "wiki"]
+    finally:
+        release.set()

@@ -28,13 +28,14 @@ from sidecar.vault.sources import (
     NoteFile,
     Root,
     Skipped,
-    agent_inbox,
     extension_twin,
+    inbox_root,
     is_note_name,
     link_refusal,
     root_refusal,
     roots,
     scan,
+    vault_roots,
 )
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
 
@@ -108,19 +109,29 @@ class ChangeFinder:
         """Notes the folder scans leave out now (too large, hidden, a link out of the root, ...),
         by the key they would have: (path, reason). They never reach the manifest, so ``list``
         and ``why`` ask here."""
-        by_name = {r.name: r for r in self.roots()}
+        by_name = {r.name: r for r in vault_roots(self.cfg)}  # an inbox's by its name: no listing
         out: dict[str, tuple[Path, str]] = {}
         for (name, where), reason in list(self._skips.items()):
-            root, path = by_name.get(name), Path(where)
+            root = (
+                inbox_root(self.cfg, name.removeprefix("memory/"))
+                if name.startswith("memory/")
+                else by_name.get(name)
+            )
+            path = Path(where)
             if root is None or not is_note_name(path.name) or not path.is_relative_to(root.path):
                 continue
             out[root.key_of(path.relative_to(root.path).as_posix())] = (path, reason)
         return out
 
-    def keep_skips_of(self, names: Collection[str]) -> None:
-        """Forget the skips of roots no longer swept (an agent's inbox folder removed, a root
-        taken out of the configuration): they were counted in status for as long as it ran."""
+    def keep_roots(self, names: Collection[str]) -> None:
+        """Forget what is kept of roots no longer swept (an agent's inbox emptied or removed, a
+        root taken out of the configuration): their skips were counted in status for as long as
+        it ran, and an entry per agent that ever wrote stayed for good."""
         self._skips = {k: v for k, v in self._skips.items() if k[0] in names}
+        self._event_deletions = {k: v for k, v in self._event_deletions.items() if k in names}
+        if any(k not in names for k in self._unreadable):
+            self._unreadable = {k: v for k, v in self._unreadable.items() if k in names}
+            self._report_unreadable()
 
     def _skipped(self, root: Root, s: Skipped) -> None:
         self._skips[(root.name, str(s.path))] = s.reason
@@ -129,11 +140,12 @@ class ChangeFinder:
             log.info("file_skipped path=%s reason=%s", s.path, s.reason)
 
     def roots(self) -> list[Root]:
-        """Configured roots plus inboxes of agents that are indexed but whose folder is gone."""
+        """The roots to sweep: those of ``sources.roots`` (inboxes with notes), plus the inboxes
+        of agents still in the index whose notes or folder are gone, until their entries are."""
         out = roots(self.cfg)
         present = {r.agent for r in out if r.source == "memory"}
         indexed = {k.split("/", 2)[1] for k in self.manifest.file_states("memory/")}
-        out.extend(Root("memory", agent_inbox(self.cfg, a), agent=a) for a in sorted(indexed - present))
+        out.extend(inbox_root(self.cfg, a) for a in sorted(indexed - present))
         return out
 
     def diff_root(
@@ -200,7 +212,6 @@ class ChangeFinder:
             paths.append(str(s.path))
             out.append(root.key_of(rel) if s.reason == "unreadable" else root.key_of(rel + "/x")[:-1])
         self.supervisor.status(root).unreadable = paths
-        problems = self.problems
         if paths:
             self._unreadable[root.name] = (
                 f"{len(paths)} folder(s) or note(s) of {root.name} cannot be read ({paths[0]}"
@@ -208,11 +219,14 @@ class ChangeFinder:
             )
         else:
             self._unreadable.pop(root.name, None)
-        if self._unreadable:
-            problems.report("unreadable", "; ".join(self._unreadable.values()))
-        else:
-            problems.clear("unreadable")
+        self._report_unreadable()
         return tuple(out)
+
+    def _report_unreadable(self) -> None:
+        if self._unreadable:
+            self.problems.report("unreadable", "; ".join(self._unreadable.values()))
+        else:
+            self.problems.clear("unreadable")
 
     def diff_paths(self, paths: Collection[str], candidates: Sequence[Root], diff: Diff) -> list[Root]:
         """Look at changed paths only (a stat each; a new or changed folder is walked); return

@@ -27,7 +27,7 @@ from sidecar.index.writes import Writer
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
 from sidecar.notes.chunking import CHUNKER_VERSION
 from sidecar.vault.ignore import IgnoreRules
-from sidecar.vault.sources import NoteFile, Root, stamp_ns
+from sidecar.vault.sources import NoteFile, Root, inboxes_in_use, stamp_ns
 from sidecar.vault.supervisor import Supervisor
 from sidecar.vault.timeout import run_with_timeout
 
@@ -132,13 +132,15 @@ class Indexer:
         self.writer.defer_links = not act.first_sweep_done
         excluded: dict[str, int] = {}
         every = self.changes.roots()
+        names = {r.name for r in every}
+        self.supervisor.keep_memory_roots(names)  # inboxes emptied or removed meanwhile
         chosen = [r for r in every if only is None or r.name in only]
         if paths:
             rest = [r for r in every if r not in chosen]
             chosen += [r for r in self.changes.diff_paths(paths, rest, diff) if r not in chosen]
         self.supervisor.classify(chosen)
         if only is None:
-            self.changes.keep_skips_of({r.name for r in every})
+            self.changes.keep_roots(names)
         if not paths:  # Obsidian's settings are read on full sweeps: a memory write touches no vault file
             self._refresh_ignore()
         for root in chosen:
@@ -150,6 +152,7 @@ class Indexer:
             self.manifest.stamp_ctimes(diff.stamps)
         act.phase, act.total = "indexing", len(diff.work) + len(diff.gone)
         changed = self._apply(diff, every if not paths else None, progress, stop)
+        self._retire_emptied(diff.gone, names)
         if not act.first_sweep_done:
             check_bm25(self.stores)
             self.writer.defer_links = False
@@ -214,6 +217,17 @@ class Indexer:
         self._deferred.clear()
         self._hot_written.clear()
         return changed
+
+    def _retire_emptied(self, gone: Sequence[str], names: set[str]) -> None:
+        """Inboxes whose last entries this sweep deleted and that hold no note are no roots any
+        more: their status goes now, not with the next sweep."""
+        agents = sorted({k.split("/", 2)[1] for k in gone if k.startswith("memory/")})
+        empty = [a for a in agents if not self.manifest.file_states(f"memory/{a}/")]
+        kept = set(inboxes_in_use(self.cfg, empty))
+        retired = {f"memory/{a}" for a in empty if a not in kept}
+        if retired:
+            self.supervisor.keep_memory_roots(names - retired)
+            self.changes.keep_roots(names - retired)
 
     def _still_gone(self, gone: Sequence[str]) -> list[str]:
         """The sweep's deletions but the notes a file event brought back meanwhile (indexed

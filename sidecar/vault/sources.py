@@ -14,7 +14,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Container, Iterator
+from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +25,7 @@ from sidecar.vault.confine import (
     NotPrivateError,
     NotRegularError,
     decodable,
+    open_private_dir,
     open_regular,
     opened_path,
     private_dirs,
@@ -107,20 +108,83 @@ def agent_inbox(cfg: Config, agent: str) -> Path:
     return cfg.agents_dir / agent / "memory"
 
 
+def inbox_root(cfg: Config, agent: str) -> Root:
+    return Root("memory", agent_inbox(cfg, agent), agent=agent)
+
+
 def roots(cfg: Config) -> list[Root]:
-    """Vault (minus the wiki), wiki, and every agent inbox that exists, in priority order for vectors."""
-    out: list[Root] = []
-    if cfg.agents_dir.is_dir():
-        try:
-            names = sorted(os.listdir(cfg.agents_dir))
-        except OSError:
-            names = []
-        out.extend(Root("memory", agent_inbox(cfg, n), agent=n) for n in names if valid_agent(n))
+    """Every agent inbox with a note in it, the vault (minus the wiki) and the wiki, in priority
+    order for vectors. An empty inbox is no root (see ``inboxes_in_use``)."""
+    try:
+        names = sorted(n for n in os.listdir(cfg.agents_dir) if valid_agent(n))
+    except OSError:  # no agents folder yet (or not a folder: nothing of it is read)
+        names = []
+    return [inbox_root(cfg, n) for n in inboxes_in_use(cfg, names)] + vault_roots(cfg)
+
+
+def vault_roots(cfg: Config) -> list[Root]:
+    """The wiki and the vault around it (none without a vault)."""
     vault = cfg.vault.path
-    if vault is not None:
-        out.append(Root("wiki", vault / cfg.vault.wiki_subfolder, within=vault))
-        out.append(Root("vault", vault, exclude=cfg.vault.wiki_subfolder))
-    return out
+    if vault is None:
+        return []
+    return [
+        Root("wiki", vault / cfg.vault.wiki_subfolder, within=vault),
+        Root("vault", vault, exclude=cfg.vault.wiki_subfolder),
+    ]
+
+
+def inboxes_in_use(cfg: Config, agents: Sequence[str]) -> list[str]:
+    """The agents of ``agents`` whose inbox a sweep has to read: one whose scan has something to
+    report (a note, or a file it leaves out and counts), or that it refuses to read (a symlink,
+    another user's: its scan says so). An inbox with nothing in it but its .trash and temp
+    files, or no inbox at all, is no root: every agent that wrote once kept a status line and a
+    scan per sweep for good. One listing of each inbox, stopped at its first such entry; not
+    bounded by the probe timeout as a share's listing is: the inboxes lie in the home, on the
+    disk the index itself is written to."""
+    if not agents:
+        return []
+    agents_dir = cfg.agents_dir
+    try:
+        with private_dirs(agents_dir.parent, [agents_dir.name], create=False, what="agents") as (fd,):
+            return [a for a in agents if _in_use(fd, a)]
+    except FileNotFoundError:
+        return []
+    except (NotPrivateError, OSError):
+        return list(agents)  # each inbox's scan says why it is not read
+
+
+def _in_use(agents_fd: int, agent: str) -> bool:
+    """Whether the inbox of ``agent`` (in the open agents folder) is to be swept."""
+    try:
+        agent_fd = open_private_dir(agents_fd, agent, create=False, what="inbox")
+        try:
+            inbox_fd = open_private_dir(agent_fd, "memory", create=False, what="inbox")
+        finally:
+            os.close(agent_fd)
+    except FileNotFoundError:
+        return False
+    except (NotPrivateError, OSError):
+        return True
+    try:
+        with os.scandir(inbox_fd) as entries:
+            return any(_reported(e) for e in entries)
+    except OSError:
+        return True  # its scan says what fails
+    finally:
+        os.close(inbox_fd)
+
+
+def _reported(entry: os.DirEntry[str]) -> bool:
+    """Whether a scan of a (flat) inbox yields something for this entry (see ``_entry``): a note
+    name, a hidden note, a name that does not decode, a folder. From the listing's file type
+    (a stat only for a symlink)."""
+    name = entry.name
+    try:
+        if name.startswith("."):  # .trash and temp files are not reported; a hidden note is
+            return name.lower().endswith(".md") and entry.is_file(follow_symlinks=False)
+        return not decodable(name) or is_note_name(name) or entry.is_dir()
+    except OSError:
+        return True
 
 
 def is_debris(name: str) -> bool:

@@ -20,7 +20,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -133,6 +133,22 @@ class Supervisor:
     def status(self, root: Root) -> RootStatus:
         with self._lock:
             return self.roots.setdefault(root.name, RootStatus(root.name, str(root.path)))
+
+    def keep_memory_roots(self, names: Collection[str]) -> None:
+        """Forget the status of each agent inbox not in ``names`` (the roots now): emptied or
+        removed, it is no root until a note comes, and a status kept for every agent that ever
+        wrote grew health and `status` by a line each, for good. One whose call still hangs is
+        kept, so no second call is started on it."""
+        with self._lock:
+            gone = [
+                name
+                for name, st in self.roots.items()
+                if name.startswith("memory/") and name not in names and st.hanging is None
+            ]
+            for name in gone:
+                del self.roots[name]
+        for name in gone:
+            log.info("root_retired root=%s reason=no notes in the inbox or the index", name)
 
     def classify(self, roots: list[Root]) -> None:
         """Record each root's filesystem type (network shares are polled). Finding it resolves
