@@ -721,3 +721,25 @@ def test_the_prune_keeps_the_newest_kept_text_whatever_its_size(make_cfg: Any, v
     assert written.previous is not None and written.previous.exists()
     Inboxes(inboxes.cfg).prune_trash()  # as a new start does
     assert written.previous.exists()
+
+
+def test_a_notes_lock_lives_while_it_is_held_or_waited_for(inboxes: Inboxes) -> None:
+    """Locks are per note and dropped when nobody holds or waits for them (every note ever
+    written kept one for the daemon's life); two writers of one note still take turns."""
+    for i in range(50):
+        inboxes.write("claude", f"note-{i}", "text", None, must_exist=False)
+    assert inboxes._locks == {}
+    order: list[str] = []
+    inside = threading.Event()
+
+    def second() -> None:
+        with inboxes.locked("claude", "shared"):
+            order.append("second")
+
+    with inboxes.locked("claude", "shared"), inboxes.locked("claude", "shared"):  # re-entrant
+        t = threading.Thread(target=second)
+        t.start()
+        inside.wait(0.2)  # the second writer is waiting now (or soon): it must not get in
+        order.append("first")
+    t.join(5)
+    assert order == ["first", "second"] and inboxes._locks == {}

@@ -117,7 +117,9 @@ class Inboxes:
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
-        self._locks: dict[tuple[str, str], threading.RLock] = {}
+        # Per note: its lock and how many threads hold or wait for it; dropped at 0, or every note
+        # ever written kept a lock for the daemon's life.
+        self._locks: dict[tuple[str, str], list[Any]] = {}
         self._guard = threading.Lock()
         self._audit_lock = threading.Lock()
         self._trashes: dict[str, _Trash] = {}
@@ -148,10 +150,18 @@ class Inboxes:
         """The note's lock: held by the inbox's own changes, and by a caller around a change and
         its index update, so a delete cannot fall between a write's file and its index entry
         (which left an index entry without a file). Re-entrant."""
+        key = (agent, slug)
         with self._guard:
-            lock = self._locks.setdefault((agent, slug), threading.RLock())
-        with lock:
-            yield
+            held = self._locks.setdefault(key, [threading.RLock(), 0])
+            held[1] += 1
+        try:
+            with held[0]:
+                yield
+        finally:
+            with self._guard:
+                held[1] -= 1
+                if held[1] == 0:
+                    del self._locks[key]
 
     def write(
         self,
