@@ -318,3 +318,37 @@ def test_a_keyword_index_mostly_of_deleted_notes_is_rewritten(make_cfg: Any, vau
         assert bm25.num_docs() == manifest.indexed_chunk_count()
     finally:
         h.close()
+
+
+def test_the_agents_in_the_index_are_found_by_jumps(tmp_path: Path) -> None:
+    """memory_agents names each agent with entries once, whatever its names sort beside ('a-b'
+    sorts before 'a/'), and no key of the vault or the wiki."""
+    import sqlite3
+
+    from sidecar.stores.manifest import Manifest
+
+    path = tmp_path / "m.sqlite"
+    Manifest(path).close()
+    keys = [
+        "memory/a/x",
+        "memory/a/y",
+        "memory/a-b/z",
+        "memory/a_c/q",
+        "memory/zed/n",
+        "vault/m",
+        "wiki/memory",
+    ]
+    db = sqlite3.connect(path)
+    db.executemany(
+        "INSERT INTO files (key, source, agent, rel, mtime_ns, size, hash, state) "
+        "VALUES (?, 'memory', '', 'r', 0, 0, '', 'indexed')",
+        [(k,) for k in keys],
+    )
+    db.commit()
+    db.close()
+    m = Manifest(path)
+    try:
+        found = m.memory_agents()
+        assert sorted(found) == ["a", "a-b", "a_c", "zed"] and len(found) == 4
+    finally:
+        m.close()

@@ -144,7 +144,7 @@ class ChangeFinder:
         of agents still in the index whose notes or folder are gone, until their entries are."""
         out = roots(self.cfg)
         present = {r.agent for r in out if r.source == "memory"}
-        indexed = {k.split("/", 2)[1] for k in self.manifest.file_states("memory/")}
+        indexed = set(self.manifest.memory_agents())
         out.extend(inbox_root(self.cfg, a) for a in sorted(indexed - present))
         return out
 

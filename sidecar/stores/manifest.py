@@ -339,6 +339,19 @@ class Manifest(VectorBook):
         )
         return {r[0]: FileState(*r[1:]) for r in rows}
 
+    def memory_agents(self) -> list[str]:
+        """The agents with entries in the index, in key order: one lookup per agent, jumping past
+        its keys (each sweep asked; reading every memory entry for the names cost a row each)."""
+        out: list[str] = []
+        start = "memory/"
+        while rows := self._query(
+            "SELECT key FROM files WHERE key >= ? AND key < ? ORDER BY key LIMIT 1", (start, "memory/\uffff")
+        ):
+            agent = str(rows[0][0]).split("/", 2)[1]
+            out.append(agent)
+            start = f"memory/{agent}/\uffff"  # an agent's keys are one run: its name holds no '/'
+        return out
+
     def file_states_of(self, keys: Sequence[str]) -> dict[str, FileState]:
         out: dict[str, FileState] = {}
         for part, marks in _in_groups(keys):
