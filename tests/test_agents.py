@@ -1201,3 +1201,20 @@ def test_agents_whose_inboxes_hold_nothing_are_no_roots(in_process: InProcessSer
     assert hits[0]["reference"] == "memory/first"
     in_process.call("index")
     assert {r["name"] for r in in_process.call("health")["roots"]} == {"wiki", "vault", "memory/new"}
+
+
+def test_status_says_when_not_every_note_is_read(served: Served) -> None:
+    """After a build cut short the index is ready but not complete: status and memory_status say
+    so in words (they said "ready" with most notes unread)."""
+    from sidecar.clients.cli_render import render_status
+
+    served.handlers.indexer.clear()
+    served.handlers.indexer.activity.first_sweep_done = True  # the sweep ended, cut short
+    health = served.call("health", agent="claude")
+    assert health["index"]["complete"] is False
+    assert "not every note is read yet" in status_of(health, "claude")["message"]
+    health["index"]["state"] = "ready"
+    assert "ready, but not every note is read yet" in render_status(health)
+    served.h.sweep()
+    health = served.call("health", agent="claude")
+    assert health["index"]["complete"] is True and "not every note" not in status_of(health)["message"]

@@ -636,3 +636,44 @@ def test_an_emptied_inbox_is_a_root_until_its_entries_are_gone(harness: Harness)
     plan.unlink()
     harness.sweep()  # a full sweep deletes the entry: the status goes with that sweep
     assert "memory/ada" not in sup.roots and not harness.stores.manifest.file_states("memory/ada/")
+
+
+def test_an_index_holds_every_note_only_after_a_sweep_read_them_all(tmp_path: Path, make_cfg: Any) -> None:
+    """A new index counts as holding every note (``swept``: searches stop saying it is still
+    being built) only once every root was listed and written to the end: not after a sweep a stop
+    cut short (a daemon stopped during a first build or a rebuild), nor while the vault is offline
+    (it said "ready" with 1,024 of 6,277 notes read, and empty answers looked final)."""
+    import threading
+
+    v = tmp_path / "whole"
+    for i in range(12):
+        write(v / f"n{i}.md", f"# Note {i}\n\nText {i}.\n")
+    cfg = make_cfg(v, **{"index.batchFiles": 4})
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        stop = threading.Event()
+        real = h.indexer.index_files
+
+        def one_batch_then_stop(notes: Any, data: Any = None) -> int:
+            stop.set()  # the daemon is asked to stop while this batch is written
+            return real(notes, data)
+
+        h.indexer.index_files = one_batch_then_stop  # type: ignore[method-assign]
+        h.indexer.sweep(stop=stop)
+        h.indexer.index_files = real  # type: ignore[method-assign]
+        assert h.stores.manifest.counts()["files"] == 4
+        assert h.indexer.reading_first_time and h.stores.manifest.get_meta("swept") != "1"
+
+        # Restarted over the part-read index, with the vault gone meanwhile.
+        h.close()
+        h = h2 = Harness(cfg, FakeEmbedder())
+        (v.parent / "away").mkdir()
+        v.rename(v.parent / "away" / "whole")
+        h2.indexer.sweep()
+        assert h2.indexer.reading_first_time and h2.stores.manifest.get_meta("swept") != "1"
+        (v.parent / "away" / "whole").rename(v)
+        h2.indexer.sweep(only={"vault", "wiki"})  # back: their own sweep reads them to the end
+        assert h2.stores.manifest.counts()["files"] == 12
+        assert not h2.indexer.reading_first_time and h2.stores.manifest.get_meta("swept") == "1"
+    finally:
+        h.close()

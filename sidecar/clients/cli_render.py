@@ -70,8 +70,11 @@ def render_status(h: dict[str, Any]) -> str:
         # Ready, and a batch of changes (a checkout, a synced folder) is being read in.
         prog = idx["progress"]
         lines.append(f"Index: ready; indexing changes ({prog['done']:,}/{prog['total']:,} notes)")
-    else:
+    elif idx.get("complete", True):
         lines.append("Index: ready")
+    else:
+        # The first sweep ended, but not every note is read (a folder offline, a build cut short).
+        lines.append("Index: ready, but not every note is read yet: notes not read cannot be found")
     lines.append(f"  {idx['files']:,} notes, {idx['chunks']:,} chunks")
     for source, c in sorted(idx["by_source"].items()):
         lines.append(f"    {source:<7} {c['files']:>7,} notes {c['chunks']:>8,} chunks")

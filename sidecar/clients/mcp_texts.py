@@ -162,6 +162,8 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
             building = f" ({index['done']}/{index['total']} notes read)"
         elif index["pendingVectors"]:
             building = " (computing vectors)"
+    elif not idx.get("complete", True):
+        building = " (not every note is read yet: notes not read cannot be found)"
     parts = [
         f"index {index['state']}{building}",
         f"{index['files']} notes, {index['chunks']} chunks",

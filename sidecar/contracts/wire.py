@@ -114,7 +114,7 @@ class Explanation:
 
 def indexing_note(done: int, total: int) -> str:
     """What a client says while a new or rebuilt index has not read every note yet."""
-    read = f"{done:,} of {total:,} notes read so far" if total else "the notes are still being listed"
+    read = f"{done:,} of {total:,} notes read so far" if total else "not every note is read yet"
     return f"the index is still being built ({read}): notes not read yet cannot be found"
 
 

@@ -166,6 +166,9 @@ class Handlers:
                 "excluded": act.excluded,
                 "links": LinkGraph(self.manifest.read).totals(),
                 "sweeps": act.sweeps,
+                # False while a new or rebuilt index has not read every note (a build cut short,
+                # a folder offline): its searches say so (``indexing``).
+                "complete": not self.indexer.reading_first_time,
             },
             "roots": self.supervisor.describe(self._watched),
             "vectors": vec.describe(),

@@ -74,6 +74,7 @@ class Indexer:
         # Whether a full sweep has ever completed into this index (kept across restarts): a
         # restart's first sweep only catches up, every note read before is found meanwhile.
         self._swept = self.manifest.get_meta("swept") == "1"
+        self._read_whole: set[str] = set()  # roots read to the end while not ``_swept``
         self.vectors = vectors
         self.supervisor = supervisor
         self.leftover: frozenset[str] | None = None  # paths a failed sweep scanned but did not write
@@ -135,6 +136,7 @@ class Indexer:
         names = {r.name for r in every}
         self.supervisor.keep_memory_roots(names)  # inboxes emptied or removed meanwhile
         chosen = [r for r in every if only is None or r.name in only]
+        listed = list(chosen)  # walked whole (the roots of ``paths`` are only looked at there)
         if paths:
             rest = [r for r in every if r not in chosen]
             chosen += [r for r in self.changes.diff_paths(paths, rest, diff) if r not in chosen]
@@ -159,9 +161,8 @@ class Indexer:
             self.writer.resolve_all_links()
         act.sweeps += 1
         act.first_sweep_done = act.first_sweep_done or only is None or bool(chosen)
-        if act.first_sweep_done and not self._swept:
-            self.manifest.set_meta("swept", "1")
-            self._swept = True
+        if not self._swept:
+            self._count_read_whole(listed, names, stop)
         act.phase = "idle"
         summary = {
             "changed": changed,
@@ -217,6 +218,20 @@ class Indexer:
         self._deferred.clear()
         self._hot_written.clear()
         return changed
+
+    def _count_read_whole(
+        self, listed: Sequence[Root], names: set[str], stop: threading.Event | None
+    ) -> None:
+        """Count the roots this sweep listed and wrote to the end into a new or rebuilt index;
+        once every root is, the index holds every note (``swept``, kept across restarts). A sweep
+        that a stop or a failed batch cut short, or whose root went offline, read only part of
+        it: "ready" then, with most notes unread, made empty answers look final."""
+        if (stop is not None and stop.is_set()) or self.leftover is not None:
+            return
+        self._read_whole.update(r.name for r in listed if not self.supervisor.status(r).offline)
+        if names <= self._read_whole:
+            self.manifest.set_meta("swept", "1")
+            self._swept = True
 
     def _retire_emptied(self, gone: Sequence[str], names: set[str]) -> None:
         """Inboxes whose last entries this sweep deleted and that hold no note are no roots any
@@ -342,7 +357,7 @@ class Indexer:
     def reading_first_time(self) -> bool:
         """Whether notes are being read into an index that never held them all (a new or rebuilt
         index): searches then miss the notes not read yet."""
-        return not self.activity.first_sweep_done and not self._swept
+        return not self._swept
 
     def reparse_if_chunking_changed(self) -> None:
         """Notes cut by another chunker version or other chunking settings are read and cut again
@@ -363,6 +378,7 @@ class Indexer:
         self.writer.clear()
         self.manifest.set_meta("swept", "")
         self._swept = False
+        self._read_whole.clear()
         self.activity.first_sweep_done = self.activity.ready_once = False
         log.info("index_cleared reason=rebuild requested")
 
