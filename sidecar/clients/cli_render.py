@@ -135,11 +135,11 @@ def _fallback_words(emb: dict[str, Any], todo: list[str]) -> str:
     fallback = emb.get("fallback")
     if not fallback:
         return ""
-    configured = shown(fallback["configured"])
     todo.append(
-        f"fix the configured model {configured} (see the PROBLEM below) and restart the daemon: "
-        "the switch to it then runs in the background"
+        "fix the configured model (see its PROBLEM line) and restart the daemon: the switch to it "
+        "then runs in the background"
     )
+    configured = shown(fallback["configured"])
     return f", answering in place of the configured model {configured}, which failed to load"
 
 
