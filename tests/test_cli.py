@@ -499,6 +499,19 @@ def test_foreground_summary_says_keyword_ready_eta_and_done() -> None:
     assert text.count("done: every chunk has a vector") == 1
 
 
+def test_foreground_summary_says_which_model_answers_for_a_failed_one() -> None:
+    """`sidecar serve` in a terminal says once that the configured model failed to load and which
+    model answers in its place (it said nothing: the state is ok)."""
+    s = Summary(clock=lambda: 0.0)
+    h = _health("idle", 1, 0)
+    h["embedder"]["fallback"] = {"configured": "all-MiniLM-L6-v2", "error": "model not found"}
+    said = s.lines(h) + s.lines(h)
+    assert [line for line in said if "failed to load" in line] == [
+        "vectors: the configured model all-MiniLM-L6-v2 failed to load (model not found); "
+        "m answers in its place"
+    ]
+
+
 def test_journald_lines_carry_their_priority() -> None:
     fmt = JournaldFormatter("%(levelname)s %(name)s %(message)s")
 

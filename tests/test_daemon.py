@@ -324,6 +324,71 @@ def test_broken_model_degrades_to_keyword_search(daemon_factory: Any, vault: Pat
     assert "search is keyword-only" in d.run_cli("status").stdout
 
 
+def test_a_model_that_fails_after_a_switch_leaves_the_previous_one_answering(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
+    """The configuration names another model that cannot load (its folder lacks the files): the
+    previous model, whose table the index holds, answers in its place and embeds new notes into
+    it (`sidecar index` too), and health, status and memory_status say so. It went keyword-only.
+    Once the folder holds the files, the retry loads the model and the usual switch runs; the
+    previous table is dropped only when the new one is whole."""
+    from sidecar.clients.mcp_texts import status_of
+    from sidecar.model.locate import bundled_model_files
+
+    d = daemon_factory(vault, env={"SIDECAR_EMBEDDER_MODEL": "all-MiniLM-L6-v2"}).start()
+    old_table = d.health()["vectors"]["serving"]
+    d.stop()
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    d.env.update(
+        SIDECAR_EMBEDDER_MODEL="my-model",
+        SIDECAR_EMBEDDER_PATH=str(folder),
+        SIDECAR_EMBEDDER_RETRY_MINUTES="0.1",
+    )
+    write(vault / "Kayak.md", "# Kayak\n\nThe kayak paddle hangs in the garage loft.\n")
+    assert "0 without vectors" in d.run_cli("index", "--vault", str(vault), check=True).stderr
+    d.start()
+    write(vault / "Canoe.md", "# Canoe\n\nThe canoe trailer needs a new tyre.\n")
+    h = d.wait_for(lambda h: h["index"]["files"] == 6 and h["index"]["pending_vectors"] == 0)
+    emb = h["embedder"]
+    assert emb["state"] == "ok" and emb["model"].startswith("all-MiniLM-L6-v2@")
+    assert emb["fallback"]["configured"] == f"my-model (embedder.path {folder})"
+    assert "needs model.onnx and tokenizer.json" in emb["fallback"]["error"]
+    assert h["vectors"]["serving"] == old_table and h["vectors"]["building"] is None
+    problem = next(p for p in h["problems"]["active"] if p["area"] == "embedder")
+    assert "the configured model my-model" in problem["error"] and "all-MiniLM-L6-v2@" in problem["error"]
+    for query, note in (("kayak paddle", "vault/Kayak"), ("canoe trailer tyre", "vault/Canoe")):
+        result = d.call("search", {"query": query})
+        assert result["hits"][0]["reference"] == note and result["hits"][0]["vecScore"] is not None
+        assert "degraded" not in result
+    status = d.run_cli("status").stdout
+    assert "answering in place of the configured model my-model" in status
+    assert "PROBLEM (model" in status and "keyword-only" not in status
+    said = status_of(h)
+    assert not said["keywordOnly"] and "problem in embedder: the configured model my-model" in said["message"]
+    log = d.log.read_text()
+    assert log.count("embedder_fallback model=my-model serving=all-MiniLM-L6-v2@") == 1
+    assert "embedder_failed" not in log
+
+    # The model's files arrive (written whole, as an installer would): the retry loads it.
+    files = bundled_model_files()
+    assert files is not None
+    shutil.copy(files.tokenizer, folder / "tokenizer.json")
+    shutil.copy(files.onnx, folder / "model.tmp")
+    os.replace(folder / "model.tmp", folder / "model.onnx")
+    h = d.wait_for(
+        lambda h: h["embedder"]["model"].startswith("my-model@") and h["vectors"]["serving"] != old_table,
+        timeout=120,
+    )
+    assert h["embedder"]["fallback"] is None and h["vectors"]["building"] is None
+    assert not [p for p in h["problems"]["active"] if p["area"] == "embedder"]
+    assert h["index"]["pending_vectors"] == 0
+    assert d.call("search", {"query": "kayak paddle"})["hits"][0]["vecScore"] is not None
+    log = d.log.read_text()
+    assert "vectors_migration_started serving=" + old_table in log
+    assert f"vectors_switched table={h['vectors']['serving']} dropped={old_table}" in log
+
+
 def test_thin_clients_never_load_engines() -> None:
     """Importing the CLI and client loads no onnxruntime, tokenizers, lancedb or tantivy."""
     code = (

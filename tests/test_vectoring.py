@@ -99,6 +99,68 @@ def test_new_model_is_built_while_the_old_table_serves(harness: Harness) -> None
     assert harness.stores.manifest.pending_count() == 0
 
 
+class OtherModel(FakeEmbedder):
+    model_id = "other-model@2"
+    dim = 32
+
+
+def test_configured_model_failing_leaves_the_serving_tables_model_answering(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """The configured model does not load (its folder is empty): the model of the serving table
+    answers in its place (the slot is ok, its table keeps serving, a problem names both); a retry
+    that fails again keeps it answering. It went keyword-only (slot failed)."""
+    from dataclasses import replace
+
+    from sidecar.daemon.process import load_embedder
+    from sidecar.model.embedder import EmbedderSlot
+
+    harness.sweep()
+    empty = tmp_path / "empty-model"
+    empty.mkdir()
+    cfg = replace(harness.cfg, embedder=replace(harness.cfg.embedder, model="wanted", path=empty))
+    standing_in = FakeEmbedder()
+    slot = EmbedderSlot()
+    load_embedder(cfg, slot, lambda: standing_in, harness.problems)
+    described = slot.describe()
+    assert described["state"] == "ok" and slot.model is standing_in
+    assert described["model"] == standing_in.model_id and described["error"] is None
+    assert described["fallback"]["configured"] == f"wanted (embedder.path {empty})"
+    assert "needs model.onnx and tokenizer.json" in described["fallback"]["error"]
+    problem = harness.problems.active_in("embedder")
+    assert problem is not None and "the configured model wanted" in problem["error"]
+    assert f"The previous model {standing_in.model_id} answers meanwhile" in problem["error"]
+    # A retry that fails again: the stand-in is not loaded again and goes on answering.
+    load_embedder(cfg, slot, lambda: pytest.fail("the stand-in is loaded once"), harness.problems)
+    assert slot.model is standing_in and slot.state == "ok" and slot.fallback is not None
+    again = harness.problems.active_in("embedder")
+    assert again is not None and again["count"] == 2
+    # Without a table to serve (a new index), the slot fails as before: keyword search only.
+    fresh = EmbedderSlot()
+    load_embedder(cfg, fresh, lambda: None, harness.problems)
+    assert fresh.state == "failed" and fresh.model is None and fresh.describe()["fallback"] is None
+
+
+def test_switch_after_a_fallback_keeps_the_attached_table_serving(harness: Harness) -> None:
+    """The configured model loads after the serving table's model answered in its place: the
+    switch keeps that table and model serving while the new table fills (the old model is not
+    loaded again: a model the index cannot load any more would have dropped search to keywords
+    for every chunk until the new table was whole)."""
+    from sidecar.index.migration import attach
+
+    harness.sweep()
+    old = harness.stores.serving
+    assert old is not None
+    attach(harness.cfg, harness.vectors, OtherModel())
+    serving, building = harness.stores.serving, harness.stores.building
+    assert serving is not None and serving.store is old.store and serving.model is old.model
+    assert building is not None and building.store.name != old.store.name
+    assert harness.stores.manifest.pending_count() == 0
+    assert search(harness, "restic backups of the NAS")[0]["vecScore"] is not None
+    harness.sweep()
+    assert harness.stores.serving is not None and harness.stores.serving.store is building.store
+
+
 def test_unreadable_vector_table_is_replaced_while_running(harness: Harness) -> None:
     """Truncated data files fail every vector search once the table is read again (a restart would
     not notice: the table opens); the repair reads the table, moves it aside and re-embeds;

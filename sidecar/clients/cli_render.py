@@ -23,6 +23,7 @@ def _until(ts: float) -> str:
 _PROBLEM_AREAS = {
     "index": "index updates",
     "embedding": "vectors",
+    "embedder": "model",
     "keyword_search": "keyword search",
     "vector_search": "vector search",
     "memory_write": "memory writes",
@@ -101,7 +102,7 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
     pending = idx["pending_vectors"]
     lines: list[str] = []
     if emb["state"] == "ok":
-        lines.append(f"Embedder: ok ({emb['model']}, from {emb['origin']})")
+        lines.append(f"Embedder: ok ({emb['model']}, from {emb['origin']}){_fallback_words(emb, todo)}")
         if pending:
             rate = idx.get("embed_rate_chunks_per_second")
             eta = f", about {duration(pending / rate)} left" if rate else ""
@@ -130,6 +131,19 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
         elif emb["state"] == "off":
             lines.append("Vectors: off; search is keyword-only (embedder.enabled: true turns them on)")
     return lines
+
+
+def _fallback_words(emb: dict[str, Any], todo: list[str]) -> str:
+    """While the configured model failed and the previous one answers in its place: say so."""
+    fallback = emb.get("fallback")
+    if not fallback:
+        return ""
+    todo.append(
+        "fix the configured model (see its PROBLEM line) and restart the daemon: the switch to it "
+        "then runs in the background"
+    )
+    configured = shown(fallback["configured"])
+    return f", answering in place of the configured model {configured}, which failed to load"
 
 
 def _root_lines(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:

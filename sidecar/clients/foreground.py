@@ -102,6 +102,14 @@ class Summary:
             out,
         )
         pending = idx["pending_vectors"]
+        fallback = emb.get("fallback")
+        if emb["state"] == "ok" and fallback:
+            self._once(
+                "fallback",
+                f"vectors: the configured model {fallback['configured']} failed to load "
+                f"({fallback['error']}); {emb['model']} answers in its place",
+                out,
+            )
         if emb["state"] in ("failed", "off"):
             what = "off" if emb["state"] == "off" else "the model failed"
             self._once("failed", f"vectors: {what} ({emb.get('error')}); search is keyword-only", out)

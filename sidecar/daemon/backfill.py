@@ -1,9 +1,10 @@
 """The vector backfill thread: vectors for chunks that have none, once a model is there.
 
 It waits for the model (it may load late, or only after a retry), attaches the vector table
-(through the model migration if the index holds another model's vectors), then embeds what is
-pending, yielding the CPU to a large sweep's parsing. While nothing waits for a vector it compacts
-the tables after a write burst and builds the ANN index once the table is large.
+(through the model migration if the index holds another model's vectors; again when the configured
+model loads after a fallback answered in its place), then embeds what is pending, yielding the CPU
+to a large sweep's parsing. While nothing waits for a vector it compacts the tables after a write
+burst and builds the ANN index once the table is large.
 """
 
 from __future__ import annotations
@@ -60,12 +61,20 @@ class Backfill:
             # Poll fast while the model loads, so vectors serve right after it is there.
             if self.stop.wait(0.05 if self.slot.state in ("idle", "loading") else 0.5):
                 return
-        if not self._attach(self.slot.model):
+        attached = self.slot.model
+        if not self._attach(attached):
             return
         self._ann_checked = 0.0
         busy = False
         act = self.activity
         while not self.stop.is_set():
+            model = self.slot.model
+            if model is not None and model is not attached:
+                # The configured model loaded at a retry while a fallback answered: the switch
+                # to it starts (the fallback's table serves until the new one is whole).
+                attached = model
+                if not self._attach(model):
+                    return
             # Keyword search first: while a large sweep runs (a cold start, a new vault) the CPU
             # goes to parsing; memory writes still embed at once on their own path.
             if act.phase in ("scanning", "indexing") and act.total - act.done > self.cfg.index.batch_files:

@@ -34,7 +34,7 @@ from sidecar.daemon.repairs import RepairPolicy
 from sidecar.daemon.schedule import Schedule, build_scheduler
 from sidecar.daemon.server import Server, bind_socket
 from sidecar.daemon.watchdog import Watchdog, status_line
-from sidecar.index.migration import attach
+from sidecar.index.migration import attach, serving_model
 from sidecar.memory.inbox import Inboxes
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime.notify import Notifier
@@ -134,7 +134,7 @@ class Daemon:
             activity=indexer.activity,
             stop=self.stop,
         )
-        self._start_thread("embedder-load", lambda: load_embedder(cfg, self.slot))
+        self._start_thread("embedder-load", self._load_embedder)
         self._start_thread("indexer", loop.run)
         self._start_thread("vectors", backfill.run)
         self._start_thread("watcher", watcher.run)
@@ -293,10 +293,19 @@ class Daemon:
         if self._inboxes is not None:
             self._inboxes.prune_trash()
 
+    def _load_embedder(self) -> None:
+        """The configured model; if it fails, the model of the index's serving table stands in."""
+        cfg, parts = self.cfg, self.parts
+        if parts is None:
+            return
+        vectors = parts.vectors
+        load_embedder(cfg, self.slot, lambda: serving_model(cfg, vectors), parts.problems)
+
     def _retry_embedder(self) -> None:
-        if self.slot.state == "failed" and self.cfg.embedder.enabled:
+        # Also while a fallback answers: the configured model is what the user asked for.
+        if (self.slot.state == "failed" or self.slot.fallback is not None) and self.cfg.embedder.enabled:
             log.info("embedder_retry")
-            load_embedder(self.cfg, self.slot)
+            self._load_embedder()
 
     # --- shutdown ------------------------------------------------------------------------------
 
@@ -352,7 +361,7 @@ def index_once(
     parts = build(cfg, slot)
     manifest, vectors, indexer = parts.stores.manifest, parts.vectors, parts.indexer
     try:
-        load_embedder(cfg, slot)
+        load_embedder(cfg, slot, lambda: serving_model(cfg, vectors), parts.problems)
         indexer.finish_interrupted()
         indexer.reparse_if_chunking_changed()
         if slot.model is not None:

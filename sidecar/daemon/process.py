@@ -3,7 +3,8 @@ the open-files limit, and the model loaded into its slot.
 
 One writer per index, daemon or `sidecar index`: an exclusive lock on the index folder. Every file
 the process creates is the user's only. The model loads in the background; when it cannot load,
-search runs on keywords and the daemon says so once.
+the model of the index's serving table answers in its place if it loads (its vectors are whole),
+else search runs on keywords; the daemon says which once.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ import logging
 import os
 import resource
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
 from sidecar.config import Config
 from sidecar.contracts.errors import DaemonRunningError, EmbedderError
-from sidecar.model.embedder import EmbedderSlot, load_model
+from sidecar.index.problems import Problems
+from sidecar.model.embedder import Embedder, EmbedderSlot, load_model
 from sidecar.runtime import heap
 from sidecar.vault.confine import tighten_home
 
@@ -109,22 +112,86 @@ def raise_fd_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
-def load_embedder(cfg: Config, slot: EmbedderSlot) -> None:
-    """Load the model into the slot; on failure say so once and let search run BM25-only."""
+def load_embedder(
+    cfg: Config,
+    slot: EmbedderSlot,
+    previous: Callable[[], Embedder | None] | None = None,
+    problems: Problems | None = None,
+) -> None:
+    """Load the configured model into the slot. On failure ``previous`` (the model of the index's
+    serving table) answers in its place if it loads, else search runs BM25-only; either is said
+    once. A retry while a fallback answers leaves it answering until the configured model loads."""
     if not cfg.embedder.enabled:
         slot.set_failed("disabled by configuration (embedder.enabled: false)", state="off")
         log.info("embedder_off reason=disabled by configuration; keyword search only")
         return
-    slot.set_loading()
+    standing_in = slot.fallback is not None
+    if not standing_in:  # a fallback keeps answering (and counting tokens) during the retry
+        slot.set_loading()
     t0 = time.perf_counter()
     try:
-        model = load_model(cfg, on_tokenizer=slot.set_counter)
+        model = load_model(cfg, on_tokenizer=None if standing_in else slot.set_counter)
     except EmbedderError as exc:
-        slot.set_failed(str(exc))
-        log.error("embedder_failed error=%s; keyword search only until the model loads", exc)
+        stand_in = slot.model
+        if standing_in and stand_in is not None:
+            slot.set_fallback(stand_in, slot.origin or "", _configured(cfg), str(exc))
+            log.warning("embedder_retry_failed model=%s error=%s", cfg.embedder.model, exc)
+            _report_fallback(cfg, slot, str(exc), problems)
+        else:
+            _fall_back(cfg, slot, str(exc), previous, problems)
         return
     slot.set_ok(model, model.files.origin)
+    if problems is not None:
+        problems.clear("embedder")
     heap.trim()  # graph optimisation's scratch memory (about 60 MB) goes back to the system
     log.info(
         "embedder_ready model=%s dim=%d seconds=%.2f", model.model_id, model.dim, time.perf_counter() - t0
+    )
+
+
+def _fall_back(
+    cfg: Config,
+    slot: EmbedderSlot,
+    error: str,
+    previous: Callable[[], Embedder | None] | None,
+    problems: Problems | None,
+) -> None:
+    """The configured model failed: the serving table's model answers if it loads (the index
+    holds its whole table; nothing waits for a model that may never load), else keyword only."""
+    old = previous() if previous is not None else None
+    if old is None:
+        slot.set_failed(error)
+        log.error("embedder_failed error=%s; keyword search only until the model loads", error)
+        return
+    origin = getattr(getattr(old, "files", None), "origin", None) or "the index's vectors"
+    slot.set_fallback(old, origin, _configured(cfg), error)
+    heap.trim()
+    log.error(
+        "embedder_fallback model=%s serving=%s error=%s; the previous model answers until the "
+        "configured one loads",
+        cfg.embedder.model,
+        old.model_id,
+        error,
+    )
+    _report_fallback(cfg, slot, error, problems)
+
+
+def _configured(cfg: Config) -> str:
+    """The configured model as the configuration names it (its folder too, when one is given)."""
+    e = cfg.embedder
+    return f"{e.model} (embedder.path {e.path})" if e.path is not None else e.model
+
+
+def _report_fallback(cfg: Config, slot: EmbedderSlot, error: str, problems: Problems | None) -> None:
+    model = slot.model
+    if problems is None or model is None:
+        return
+    name = _configured(cfg)
+    problems.report(
+        "embedder",
+        f"the configured model {name} could not be loaded: {error}. The previous model "
+        f"{model.model_id} answers meanwhile: search uses its vectors and new notes get them "
+        "too. Fix the model or the configuration and restart the daemon (a repaired model is "
+        "also picked up by the retry every embedder.retryMinutes); the switch to the configured "
+        "model then runs in the background",
     )

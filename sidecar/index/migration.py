@@ -2,7 +2,9 @@
 
 If the index holds another model's vectors, those keep serving (queried with that model) while
 the new model's table is filled, as long as the old model can still be loaded; else vectors are
-recomputed and search is keyword-only for chunks without one meanwhile.
+recomputed and search is keyword-only for chunks without one meanwhile. A configured model that
+cannot be loaded at all leaves the serving table's model answering in its place
+(:func:`serving_model`); once the configured one loads, the switch to it runs as above.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ def attach(cfg: Config, vectors: Vectoring, model: Embedder, problems: Problems 
     new = open_vectors(cfg, model.model_id, model.dim, model.pooling, problems)
     old_name = vectors.serving_table()
     if old_name and old_name != new.name:
-        previous = open_previous(cfg, old_name)
+        # Attached already when a fallback model answered until the configured one loaded (a
+        # retry): that table and model go on serving, the old model is not loaded a second time.
+        previous = _attached(vectors, old_name) or open_previous(cfg, old_name)
         if previous is not None:
             vectors.begin_migration(previous[0], previous[1], new, model)
             return
@@ -37,6 +41,22 @@ def attach(cfg: Config, vectors: Vectoring, model: Embedder, problems: Problems 
             new.name,
         )
     vectors.attach(new, model)
+
+
+def _attached(vectors: Vectoring, table: str) -> tuple[VectorStore, Embedder] | None:
+    serving = vectors.stores.serving
+    if serving is None or serving.store.name != table:
+        return None
+    return serving.store, serving.model
+
+
+def serving_model(cfg: Config, vectors: Vectoring) -> Embedder | None:
+    """The model of the index's serving table, if it can still be loaded: what answers when the
+    configured model cannot be (that table is whole, so search stays whole and new notes get
+    vectors in it); None for an index without vectors."""
+    table = vectors.serving_table()
+    previous = open_previous(cfg, table) if table else None
+    return previous[1] if previous is not None else None
 
 
 def open_previous(cfg: Config, table: str) -> tuple[VectorStore, Embedder] | None:

@@ -1,9 +1,9 @@
 """What is wrong right now, in words a person can act on: health and ``sidecar status`` show it.
 
-One entry per area (``index``, ``embedding``, ``keyword_search``, ``vector_search``, ``memory_write``,
-``memory_audit``, ``stores``, ``obsidian_settings``, ...); an area is reported when it fails and
-cleared when it works again, so a fault that went away leaves only a line under ``recent``.
-Thread-safe; imports nothing from sidecar.
+One entry per area (``index``, ``embedding``, ``embedder``, ``keyword_search``, ``vector_search``,
+``memory_write``, ``memory_audit``, ``stores``, ``obsidian_settings``, ...); an area is reported
+when it fails and cleared when it works again, so a fault that went away leaves only a line under
+``recent``. Thread-safe; imports nothing from sidecar.
 """
 
 from __future__ import annotations

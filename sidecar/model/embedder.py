@@ -249,7 +249,8 @@ def _count(tok: Tokenizer, texts: Sequence[str]) -> list[int]:
 
 
 class EmbedderSlot:
-    """The daemon's view of the model: state ``idle | loading | ok | failed`` and the loaded model."""
+    """The daemon's view of the model: state ``idle | loading | ok | failed`` and the loaded model
+    (``fallback``: the configured model failed to load and another one answers in its place)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -257,6 +258,7 @@ class EmbedderSlot:
         self.error: str | None = None
         self.model: Embedder | None = None
         self.origin: str | None = None
+        self.fallback: dict[str, str] | None = None  # {"configured": name, "error": why it failed}
         # The model's tokenizer, usable before the model: chunk sizes are counted with it, so
         # keyword indexing need not wait seconds for the session (or a first start's conversion).
         self._counter: CountTokens | None = None
@@ -273,15 +275,24 @@ class EmbedderSlot:
         self._countable.set()
 
     def set_ok(self, model: Embedder, origin: str) -> None:
+        self._set_model(model, origin, None)
+
+    def set_fallback(self, model: Embedder, origin: str, configured: str, error: str) -> None:
+        """The configured model failed to load (``error``); ``model``, whose table the index
+        serves, answers in its place: state ``ok``, since search and new notes are served whole."""
+        self._set_model(model, origin, {"configured": configured, "error": error})
+
+    def _set_model(self, model: Embedder, origin: str, fallback: dict[str, str] | None) -> None:
         with self._lock:
             self.model, self.state, self.error, self.origin = model, "ok", None, origin
+            self.fallback = fallback
             self._counter = model.count_tokens
         self._countable.set()
 
     def set_failed(self, error: str, *, state: str = "failed") -> None:
         """No model: it failed to load, or (``state="off"``) the configuration turns it off."""
         with self._lock:
-            self.model, self.state, self.error = None, state, error
+            self.model, self.state, self.error, self.fallback = None, state, error, None
             self._counter = None
         self._countable.set()
 
@@ -308,6 +319,8 @@ class EmbedderSlot:
                 # 4-bit or int8 weights kept so in memory, or expanded to float32
                 "weights": None if model is None else getattr(model, "weights", "float32"),
                 "compute": None if model is None else getattr(model, "compute", None),
+                # The configured model and its load error while ``model`` answers in its place.
+                "fallback": dict(self.fallback) if self.fallback else None,
             }
 
 
