@@ -366,6 +366,7 @@ def test_a_model_that_fails_after_a_switch_leaves_the_previous_one_answering(
     assert "PROBLEM (model" in status and "keyword-only" not in status
     said = status_of(h)
     assert not said["keywordOnly"] and "problem in embedder: the configured model my-model" in said["message"]
+    assert said["embedder"]["fallback"] == emb["fallback"]  # memory_status's structured answer too
     log = d.log.read_text()
     assert log.count("embedder_fallback model=my-model serving=all-MiniLM-L6-v2@") == 1
     assert "embedder_failed" not in log

@@ -205,6 +205,8 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
             "state": emb.get("state", ""),
             "model": emb.get("model"),
             "error": emb.get("error") or "",
+            # The configured model and why it failed, while ``model`` answers in its place.
+            **({"fallback": emb["fallback"]} if emb.get("fallback") else {}),
         },
         "index": index,
         "keywordOnly": keyword_only,

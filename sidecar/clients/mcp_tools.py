@@ -245,7 +245,14 @@ TOOLS: list[dict[str, Any]] = [
             {
                 "daemon": {"type": "string", "enum": ["running", "down", "not answering"]},
                 "message": STR,
-                "embedder": obj({"state": STR, "model": {"type": ["string", "null"]}, "error": STR}),
+                "embedder": obj(
+                    {
+                        "state": STR,
+                        "model": {"type": ["string", "null"]},
+                        "error": STR,
+                        "fallback": obj({"configured": STR, "error": STR}),
+                    }
+                ),
                 "index": obj(
                     {
                         "state": {"type": "string", "enum": ["building", "ready"]},
