@@ -430,6 +430,17 @@ def test_other_chunking_is_redone_and_unchanged_chunks_keep_their_vectors(
     h.indexer.reparse_if_chunking_changed()  # recorded: the next start reads nothing again
     assert h.sweep()["changed"] == 0
     h.close()
+    # Another model counts the tokens: cut again (chunks cut to another tokenizer's budget ran past
+    # the new model's window after a switch).
+    h = Harness(
+        make_cfg(vault, **{"chunking.maxTokens": 60, "embedder.model": "all-MiniLM-L6-v2"}), FakeEmbedder()
+    )
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        h.indexer.reparse_if_chunking_changed()
+    assert "index_rechunk notes=5" in caplog.text
+    assert str(h.stores.manifest.get_meta("chunker")).endswith(":all-MiniLM-L6-v2")
+    h.close()
 
 
 def test_a_first_sweep_reads_and_parses_while_the_tokenizer_loads(

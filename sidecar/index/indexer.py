@@ -360,11 +360,16 @@ class Indexer:
         return not self._swept
 
     def reparse_if_chunking_changed(self) -> None:
-        """Notes cut by another chunker version or other chunking settings are read and cut again
-        by the next sweep (chunks whose embed text stays the same keep their vectors; the rest are
+        """Notes cut by another chunker version, other chunking settings or another model's
+        tokenizer are read and cut again by the next sweep (chunks whose embed text stays the same keep their vectors; the rest are
         embedded again in the background), so the index converges on today's chunking."""
         chunking = self.cfg.chunking
-        want = f"{CHUNKER_VERSION}:{chunking.max_tokens}:{chunking.overlap}"
+        # Chunk sizes are counted in the model's own tokens (words when no model runs): a model
+        # switch re-cuts too, or chunks cut to e5's 200 tokens ran past MiniLM's 256 and their
+        # tails were never embedded (the previous model embeds the re-cut chunks first, so search
+        # stays whole during the switch).
+        counted = self.cfg.embedder.model if self.cfg.embedder.enabled else "words"
+        want = f"{CHUNKER_VERSION}:{chunking.max_tokens}:{chunking.overlap}:{counted}"
         have = self.manifest.get_meta("chunker")
         if have == want:
             return
