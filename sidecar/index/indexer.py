@@ -361,8 +361,9 @@ class Indexer:
 
     def reparse_if_chunking_changed(self) -> None:
         """Notes cut by another chunker version, other chunking settings or another model's
-        tokenizer are read and cut again by the next sweep (chunks whose embed text stays the same keep their vectors; the rest are
-        embedded again in the background), so the index converges on today's chunking."""
+        tokenizer are read and cut again by the next sweep (chunks whose embed text stays the same
+        keep their vectors; the rest are embedded again in the background), so the index
+        converges on today's chunking."""
         chunking = self.cfg.chunking
         # Chunk sizes are counted in the model's own tokens (words when no model runs): a model
         # switch re-cuts too, or chunks cut to e5's 200 tokens ran past MiniLM's 256 and their
