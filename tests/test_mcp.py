@@ -288,8 +288,7 @@ def test_the_snippets_doctor_prints_reach_the_daemon(in_process: Any, tmp_path: 
         check=False,
         env=clean,
     )
-    snippet = next(line for line in json.loads(out.stdout)["mcp"].splitlines() if "mcpServers" in line)
-    args = json.loads(snippet)["mcpServers"]["sidecar"]["args"]
+    args = json.loads(out.stdout)["mcp"]["claudeCode"]["json"]["mcpServers"]["sidecar"]["args"]
     assert args[-2:] == ["--config", str(conf)]
     params = StdioServerParameters(command=sys.executable, args=["-m", "sidecar", *args], env=clean)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import plistlib
 import shlex
@@ -19,7 +20,7 @@ import pytest
 from sidecar.clients.service import LABEL, service_file
 from sidecar.config import load_config
 from sidecar.contracts.errors import ExitCode
-from tests.conftest import DaemonProcess
+from tests.conftest import DaemonProcess, write
 
 
 def test_unit_and_plist_render_absolute_paths(tmp_path: Path, vault: Path) -> None:
@@ -122,7 +123,8 @@ def test_paths_with_blanks_and_percent_signs_stay_whole(tmp_path: Path) -> None:
     cfg = load_config(config_file=str(cfg_file), env={})
     text = service_file(cfg, tmp_path, platform="linux", sandbox=True).text
     # A socket folder in /tmp is gone after a reboot: /tmp itself stays writable for the daemon.
-    assert "PrivateTmp=yes" not in text and " -/tmp " in text
+    writable = next(x for x in text.splitlines() if x.startswith("ReadWritePaths=")).split("=", 1)[1]
+    assert "PrivateTmp=yes" not in text and "-/tmp" in writable.split()
     assert f'"-{cache}"' in text
     exec_start = next(x for x in text.splitlines() if x.startswith("ExecStart="))
     words = shlex.split(exec_start.split("=", 1)[1].replace("%%", "%").replace("$$", "$"))
@@ -137,22 +139,23 @@ def test_an_installation_path_with_a_dollar_sign_runs(
 ) -> None:
     """'$' is escaped in the arguments (variables) but not in the program's path, where systemd
     expands nothing ('$$' stayed literal: the unit named a program that does not exist)."""
-    from sidecar.clients.service import systemd_unit
+    from sidecar.clients.service import Launcher, systemd_unit
 
     cfg = load_config(flags={"home": str(tmp_path / "h$x"), "vault.path": str(vault)}, env={})
     exe = tmp_path / "v$env" / "bin" / "sidecar"
-    text = systemd_unit(cfg, exe, tmp_path / "c$.yaml", sandbox=False)
+    text = systemd_unit(cfg, Launcher((str(exe),)), tmp_path / "c$.yaml", sandbox=False)
     exec_start = next(x for x in text.splitlines() if x.startswith("ExecStart="))
     assert exec_start == f"ExecStart={exe} serve --config {tmp_path}/c$$.yaml"
     from sidecar.contracts.errors import ConfigError
 
+    odd = Launcher((str(tmp_path / 'it\'s "mine"' / "sidecar"),))
     with pytest.raises(ConfigError, match="cannot name"):  # no escape of these works there
-        systemd_unit(cfg, tmp_path / 'it\'s "mine"' / "sidecar", None, sandbox=False)
+        systemd_unit(cfg, odd, None, sandbox=False)
     # doctor reports such an installation's service as a failed check (it ended with the error).
     from sidecar.clients import doctor as doctor_mod
     from sidecar.clients import service as service_mod
 
-    monkeypatch.setattr(service_mod, "executable", lambda: tmp_path / 'it\'s "mine"' / "sidecar")
+    monkeypatch.setattr(service_mod, "launcher", lambda: odd)
     check = doctor_mod.check_service(cfg, doctor_mod.Probes(home_dir=tmp_path))
     assert not check.ok and "cannot name" in check.verdict
 
@@ -383,3 +386,267 @@ def test_reload_names_changed_keys_by_their_config_paths(
         "config_reloaded changed=search.minScore,search.vectorWeight,search.boosts.wiki,recall.limit,"
         "index.exclude" in d.log.read_text()
     )
+
+
+# --- the service runs what the installing command saw --------------------------------------------
+
+
+def _sidecar(*args: str, env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sidecar", *args],
+        env=env, capture_output=True, text=True, timeout=120, check=False, cwd=cwd,
+    )  # fmt: skip
+
+
+def _daemon_env(unit: str, **extra: str) -> dict[str, str]:
+    """The environment the service manager gives the daemon of ``unit`` (nothing of this shell's)."""
+    from sidecar.clients.service import installed_setup
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SIDECAR_", "XDG_"))}
+    return {**base, **installed_setup(unit, "linux").env, **extra}
+
+
+def test_install_carries_the_flags_and_variables_into_the_service(tmp_path: Path, vault: Path) -> None:
+    """`service install --home H --socket S` with SIDECAR_* variables: the unit's daemon gets the
+    same home, socket and settings (it listened on the default socket and took none of the
+    variables: the service and its clients never met); doctor names a unit whose socket differs
+    from its own instead of calling it "ok"."""
+    from sidecar.clients.doctor import Probes, check_service
+    from sidecar.clients.service import installed_setup
+
+    (tmp_path / "sockdir").mkdir(mode=0o700)
+    home, sock = tmp_path / "h10", tmp_path / "sockdir" / "s.sock"
+    env = {**os.environ, "SIDECAR_EMBEDDER_ENABLED": "false", "SIDECAR_VAULT_PATH": str(vault)}
+    out = _sidecar("service", "install", "--home", str(home), "--socket", str(sock), env=env)
+    assert out.returncode == 0, out.stderr
+    unit = (tmp_path / "userhome" / ".config" / "systemd" / "user" / "sidecar.service").read_text()
+    pinned = installed_setup(unit, "linux").env
+    assert pinned["SIDECAR_HOME"] == str(home) and pinned["SIDECAR_SOCKET"] == str(sock)
+    assert pinned["SIDECAR_EMBEDDER_ENABLED"] == "false" and pinned["SIDECAR_VAULT_PATH"] == str(vault)
+    # The daemon's own view, under the service manager's XDG_RUNTIME_DIR and none of this shell.
+    runtime = tmp_path / "rt"
+    runtime.mkdir(mode=0o700)
+    seen = _sidecar(
+        "config", "check", "--json", env=_daemon_env(unit, XDG_RUNTIME_DIR=str(runtime)), cwd=Path("/")
+    )
+    values = json.loads(seen.stdout)
+    assert values["socket"] == str(sock) and values["values"]["home"]["value"] == str(home)
+    assert values["values"]["embedder.enabled"]["value"] is False
+    assert values["values"]["vault.path"]["value"] == str(vault)
+    probes = Probes(home_dir=tmp_path / "userhome", systemctl="/bin/false")
+    bare = load_config(flags={"home": str(home)}, env={"SIDECAR_EMBEDDER_ENABLED": "false"})
+    check = check_service(bare, probes)
+    assert not check.ok and f"another socket ({sock})" in check.verdict, check
+    same = load_config(
+        flags={"home": str(home), "socket": str(sock), "vault.path": str(vault)},
+        env={"SIDECAR_EMBEDDER_ENABLED": "false"},
+    )
+    assert "socket" not in check_service(same, probes).verdict
+    # The launchd agent carries the same environment.
+    mac = service_file(same, tmp_path, platform="darwin")
+    assert plistlib.loads(mac.text.encode())["EnvironmentVariables"]["SIDECAR_SOCKET"] == str(sock)
+
+
+def test_a_service_installed_without_xdg_runtime_dir_listens_where_its_shell_looks(tmp_path: Path) -> None:
+    """Installed from a shell without XDG_RUNTIME_DIR (su, some SSH sessions, containers), the
+    unit pins the socket that shell derives (the service manager's own XDG_RUNTIME_DIR put the
+    daemon elsewhere: `status` said "not running" and told to start a second daemon), and says
+    how to make every shell agree."""
+    env = {**os.environ, "SIDECAR_HOME": str(tmp_path / "h")}
+    out = _sidecar("service", "install", env=env)
+    assert out.returncode == 0 and "no XDG_RUNTIME_DIR" in out.stderr and "socket:" in out.stderr
+    unit = (tmp_path / "userhome" / ".config" / "systemd" / "user" / "sidecar.service").read_text()
+    runtime = tmp_path / "rt"
+    runtime.mkdir(mode=0o700)
+    daemon = _sidecar("config", "check", "--json", env=_daemon_env(unit, XDG_RUNTIME_DIR=str(runtime)))
+    client = _sidecar("config", "check", "--json", env=env)
+    assert json.loads(daemon.stdout)["socket"] == json.loads(client.stdout)["socket"]
+    assert json.loads(client.stdout)["socket"] == str(tmp_path / "h" / "run" / "sidecar.sock")
+
+
+@pytest.mark.parametrize("where", ["home", "config", "vault", "socket", "program"])
+def test_private_tmp_is_left_out_when_the_daemon_needs_tmp(tmp_path: Path, where: str) -> None:
+    """Under PrivateTmp= the unit sees its own empty /tmp: a configuration there is "not found"
+    (exit 3, never restarted), a home there is made afresh and deleted at every stop (the agents'
+    memory with it), a vault there never appears. PrivateTmp=yes was written for all of these."""
+    from sidecar.clients.service import Launcher, systemd_unit
+
+    tmp = Path("/tmp") / f"sidecar-t-{os.getpid()}"  # named, never made
+    paths = {
+        "home": "/srv/sidecar/home",
+        "socket": "/srv/sidecar/run/s.sock",
+        "vault.path": "/srv/notes",
+    }
+    config: Path | None = None
+    if where == "config":
+        config = write(tmp_path / "c.yaml", "")
+        assert str(config).startswith(("/tmp/", "/var/tmp/")), "tmp_path is expected in /tmp"
+    elif where in ("home", "socket"):
+        paths[where] = str(tmp / where)
+    elif where == "vault":
+        paths["vault.path"] = str(tmp / "notes")
+    cfg = load_config(flags=paths, env={})
+    program = str(tmp / "venv" / "bin" / "sidecar") if where == "program" else "/opt/sidecar/bin/sidecar"
+    text = systemd_unit(cfg, Launcher((program,)), config, sandbox=True)
+    assert "PrivateTmp=yes" not in text and "# PrivateTmp= is left out" in text
+    if where == "home":  # its folder goes with a reboot: the sandbox lets the daemon make it again
+        writable = next(x for x in text.splitlines() if x.startswith("ReadWritePaths=")).split("=", 1)[1]
+        assert "-/tmp" in writable.split()
+    away = {"home": "/srv/sidecar/home", "socket": "/srv/sidecar/run/s.sock", "vault.path": "/srv/notes"}
+    clean = systemd_unit(load_config(flags=away, env={}), Launcher(("/opt/sidecar/bin/sidecar",)), None, True)
+    assert "PrivateTmp=yes" in clean
+
+
+def test_run_as_python_dash_m_the_service_runs_the_interpreter(tmp_path: Path) -> None:
+    """Run as `python -m sidecar` with no `sidecar` script beside the interpreter, the unit and
+    the MCP snippets start the interpreter with `-m sidecar` and the PYTHONPATH that found it (they
+    named sidecar/__main__.py, which is no program: 203/EXEC every 5 s for ever); that command
+    line runs from anywhere with only the unit's environment."""
+    import sysconfig
+
+    from sidecar.clients.service import installed_setup
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    python = bin_dir / "python3"
+    python.symlink_to(sys.executable)  # outside its venv: the venv's packages come by PYTHONPATH
+    path = os.pathsep.join([str(Path(__file__).resolve().parent.parent), sysconfig.get_paths()["purelib"]])
+    env = {**os.environ, "PYTHONPATH": path, "SIDECAR_HOME": str(tmp_path / "h")}
+    out = subprocess.run(
+        [str(python), "-m", "sidecar", "service", "install", "--dry-run"],
+        env=env, capture_output=True, text=True, timeout=120, check=True, cwd=tmp_path,
+    )  # fmt: skip
+    setup = installed_setup(out.stdout, "linux")
+    assert setup.argv[:4] == (str(python), "-m", "sidecar", "serve"), setup.argv
+    assert "__main__" not in out.stdout and setup.env["PYTHONPATH"] == path
+    clean = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **setup.env}
+    ran = subprocess.run(
+        [*setup.argv[:3], "--version"],
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd="/",
+    )
+    assert ran.returncode == 0 and ran.stdout.startswith("sidecar "), ran.stderr
+    doctor = subprocess.run(
+        [str(python), "-m", "sidecar", "doctor", "--json"],
+        env={**env, "SIDECAR_EMBEDDER_ENABLED": "false"}, capture_output=True, text=True, timeout=120,
+        check=False, cwd=tmp_path,
+    )  # fmt: skip
+    server = json.loads(doctor.stdout)["mcp"]["claudeCode"]["json"]["mcpServers"]["sidecar"]
+    assert server["command"] == str(python) and server["args"][:3] == ["-m", "sidecar", "mcp"]
+    assert server["env"]["PYTHONPATH"] == path
+
+
+def test_launchd_commands_quote_paths_and_stop_by_label(tmp_path: Path) -> None:
+    """The printed launchctl commands paste as they are for a home with blanks (the path was
+    split at the blank), and the stop command needs no file (bootout with the plist's path reads
+    the plist, which `service uninstall` has removed)."""
+    home_dir = tmp_path / "svc home ü"
+    cfg = load_config(flags={"home": str(tmp_path / "h")}, env={})
+    mac = service_file(cfg, home_dir, platform="darwin")
+    assert shlex.split(mac.enable)[-1] == str(mac.path)
+    assert mac.disable == f"launchctl bootout gui/$(id -u)/{LABEL}" and str(home_dir) not in mac.disable
+    data = plistlib.loads(mac.text.encode())
+    assert data["KeepAlive"] == {"SuccessfulExit": False, "Crashed": True}
+
+
+def test_uninstall_removes_the_enabling_link_and_says_how_to_stop_it(tmp_path: Path) -> None:
+    """`service uninstall` removes the unit and the link `enable` made, and prints a stop command
+    that works without the file (`systemctl --user disable --now sidecar` after the removal
+    failed: "unit sidecar.service does not exist")."""
+    env = {**os.environ, "SIDECAR_HOME": str(tmp_path / "h")}
+    assert _sidecar("service", "install", env=env).returncode == 0
+    user = tmp_path / "userhome" / ".config" / "systemd" / "user"
+    link = user / "default.target.wants" / "sidecar.service"
+    link.parent.mkdir()
+    link.symlink_to(user / "sidecar.service")
+    gone = _sidecar("service", "uninstall", env=env)
+    assert gone.returncode == 0 and not link.is_symlink() and not (user / "sidecar.service").exists()
+    assert f"removed {link}" in gone.stdout
+    assert "systemctl --user stop sidecar; systemctl --user daemon-reload" in gone.stdout
+    assert "disable" not in gone.stdout
+
+
+def test_service_commands_name_what_is_in_the_way(tmp_path: Path) -> None:
+    """Odd file states give one `sidecar: …` line, never a traceback: ~/.config/systemd a file, a
+    folder where the unit belongs (install, uninstall, status and doctor), a file where the home
+    belongs."""
+    env = {**os.environ, "SIDECAR_HOME": str(tmp_path / "h")}
+    config = tmp_path / "userhome" / ".config"
+    write(config / "systemd", "")
+    out = _sidecar("service", "install", env=env)
+    assert out.returncode == ExitCode.REQUEST_FAILED and "Traceback" not in out.stderr
+    assert f"sidecar: cannot read the service file {config}/systemd/user/sidecar.service: " in out.stderr
+    assert f"{config / 'systemd'} is a file where a folder belongs" in out.stderr
+    (config / "systemd").unlink()
+    (config / "systemd" / "user" / "sidecar.service").mkdir(parents=True)
+    for action in ("install", "uninstall", "status"):
+        out = _sidecar("service", action, env=env)
+        assert out.returncode == ExitCode.REQUEST_FAILED and "Traceback" not in out.stderr, out.stderr
+        assert out.stderr.startswith("sidecar: ") and out.stderr.count("\n") == 1, out.stderr
+    doctor = _sidecar("doctor", env={**env, "SIDECAR_EMBEDDER_ENABLED": "false"})
+    assert "Traceback" not in doctor.stderr and "FAIL  service" in doctor.stdout
+    (config / "systemd" / "user" / "sidecar.service").rmdir()
+    hfile = write(tmp_path / "hfile", "")
+    out = _sidecar("service", "install", env={**env, "SIDECAR_HOME": str(hfile)})
+    assert out.returncode == ExitCode.REQUEST_FAILED and "Traceback" not in out.stderr
+    assert f"{hfile} is a file where a folder belongs" in out.stderr
+
+
+def test_install_refuses_a_configuration_from_a_pipe(tmp_path: Path) -> None:
+    """`--config <(…)` names a pipe gone once the command ends: the unit would name
+    /proc/<pid>/fd/pipe:[…] and fail every start with exit 3."""
+    env = {**os.environ, "SIDECAR_HOME": str(tmp_path / "h")}
+    out = subprocess.run(
+        [sys.executable, "-m", "sidecar", "service", "install", "--config", "/dev/stdin"],
+        env=env, capture_output=True, text=True, timeout=60, check=False, input="logging:\n  level: info\n",
+    )  # fmt: skip
+    assert out.returncode == ExitCode.CONFIG and "not a regular file" in out.stderr, out.stderr
+    assert not (tmp_path / "userhome" / ".config" / "systemd").exists()
+    doctor = subprocess.run(
+        [sys.executable, "-m", "sidecar", "doctor", "--config", "/dev/stdin"],
+        env={**env, "SIDECAR_EMBEDDER_ENABLED": "false"}, capture_output=True, text=True, timeout=120,
+        check=False, input="logging:\n  level: info\n",
+    )  # fmt: skip
+    assert "is not a file (a pipe?)" in doctor.stdout, doctor.stdout
+
+
+def test_a_configuration_folder_that_cannot_be_looked_into(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sudo -u` keeping HOME, or a service user: the default file's folder cannot be searched.
+    Without a file named that is a warning and no file (Path.exists raised PermissionError: a
+    traceback from every command); a file named there is a one-line configuration error."""
+    from sidecar.contracts.errors import ConfigError
+
+    hidden = tmp_path / "xdg" / "sidecar"
+    real_exists = Path.exists
+
+    def exists(self: Path, *args: Any, **kwargs: Any) -> bool:
+        if self.is_relative_to(hidden):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_exists(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    cfg = load_config(env={"XDG_CONFIG_HOME": str(tmp_path / "xdg")})
+    assert cfg.source_file is None
+    assert any(
+        "cannot look for the default configuration file (Permission denied)" in w for w in cfg.warnings
+    )
+    with pytest.raises(ConfigError, match="cannot look for the configuration file: Permission denied"):
+        load_config(config_file=str(hidden / "config.yaml"), env={})
+
+
+def test_install_says_what_it_replaces(tmp_path: Path) -> None:
+    """A unit written for another home is replaced with a word about it (the daemon serving the old
+    home was silently cut off at the next restart)."""
+    env = {**os.environ, "SIDECAR_HOME": str(tmp_path / "old")}
+    assert _sidecar("service", "install", env=env).returncode == 0
+    again = _sidecar("service", "install", env=env)
+    assert "held another setup" not in again.stderr
+    moved = _sidecar("service", "install", env={**env, "SIDECAR_HOME": str(tmp_path / "new")})
+    assert moved.returncode == 0 and "held another setup" in moved.stderr
+    assert f"the home {tmp_path / 'old'} -> {tmp_path / 'new'}" in moved.stderr

@@ -34,9 +34,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reload": ("cli_admin", "cmd_reload"),
     "config": ("cli_admin", "cmd_config"),
     "mcp": ("cli_memory", "cmd_mcp"),
-    "service": ("cli_admin", "cmd_service"),
+    "service": ("cli_service", "cmd_service"),
     "memory": ("cli_memory", "cmd_memory"),
-    "doctor": ("cli_admin", "cmd_doctor"),
+    "doctor": ("cli_service", "cmd_doctor"),
 }
 
 

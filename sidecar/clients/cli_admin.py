@@ -1,5 +1,6 @@
-"""The service commands: serve, index, status, config, service, doctor, completion. ``serve`` and
-an offline ``index`` import the daemon lazily; ``status`` only asks the socket."""
+"""The service commands: serve, index, status, reload, config, completion (service and doctor are
+in cli_service). ``serve`` and an offline ``index`` import the daemon lazily; ``status`` only asks
+the socket."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import logging
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from sidecar.clients.cli_parser import build_parser, config_of, serve_flags
@@ -192,11 +192,15 @@ def cmd_status(args: argparse.Namespace, cfg: Config) -> int:
         with Client(cfg.socket_path, timeout=10.0, config_file=cfg.source_file, serve_flags=flags) as client:
             health = client.call("health")
     except DaemonNotRunningError as exc:
+        from sidecar.clients.lockholder import other_daemon
+
+        other = other_daemon(cfg)  # one that holds this home elsewhere: no "start it" for a second
+        why = str(exc) if other is None else f"no sidecar daemon answers on {cfg.socket_path}, but {other}"
         if args.json:
-            error = {"code": exc.code, "message": str(exc)}  # the shape of every command's error
+            error = {"code": exc.code, "message": why}  # the shape of every command's error
             print(json.dumps({"running": False, "socket": str(cfg.socket_path), "error": error}))
         else:
-            print(f"sidecar is not running.\n{exc}")
+            print(f"sidecar is not running.\n{why}")
         return int(ExitCode.NOT_RUNNING)
     if args.json:
         print(json.dumps({"running": True, **health}, ensure_ascii=False))
@@ -258,89 +262,6 @@ def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
         print(f"{dotted} = {value}  ({cfg.origins.get(dotted, 'default')})")
     print(f"socket (effective) = {cfg.socket_path}")
     return int(ExitCode.OK)
-
-
-def cmd_service(args: argparse.Namespace, cfg: Config) -> int:
-    from sidecar.clients.service import prepare, service_file
-
-    sandbox = {"yes": True, "no": False}.get(getattr(args, "sandbox", "auto"))
-    svc = service_file(cfg, Path.home(), sandbox=sandbox)
-    if args.json:
-        return _service_json(args, cfg, svc)
-    if args.action == "status":
-        state = "installed" if svc.path.exists() else "not installed"
-        print(f"service file {svc.path}: {state}")
-        print(
-            f"start it with: {svc.enable}"
-            if svc.path.exists()
-            else "install it with: sidecar service install"
-        )
-        return int(ExitCode.OK)
-    if args.action == "uninstall":
-        return _uninstall(args, svc)
-    if cfg.source_file is None:
-        print(
-            "note: no configuration file; the service starts without a vault and reads "
-            "~/.config/sidecar/config.yaml at its next start once you write one "
-            "(sidecar config example > ~/.config/sidecar/config.yaml, then set vault.path; "
-            "a home: set there needs `sidecar service install` again).",
-            file=sys.stderr,
-        )
-    if args.dry_run:
-        sys.stdout.write(svc.text)
-        print(f"# would be written to {svc.path}; then: {svc.enable}", file=sys.stderr)
-        return int(ExitCode.OK)
-    for folder in prepare(cfg, Path.home()):
-        print(f"created {folder}")
-    svc.path.parent.mkdir(parents=True, exist_ok=True)
-    svc.path.write_text(svc.text, encoding="utf-8")
-    print(f"wrote {svc.path}\nstart it now and at every login with:\n  {svc.enable}")
-    return int(ExitCode.OK)
-
-
-def _uninstall(args: argparse.Namespace, svc: Any) -> int:
-    if not svc.path.exists():
-        print(f"nothing to remove: {svc.path} is not installed")
-    elif args.dry_run:
-        print(f"would remove {svc.path}; first run: {svc.disable}")
-    else:
-        svc.path.unlink()
-        print(f"removed {svc.path}\nif it is running, stop it with: {svc.disable}")
-    return int(ExitCode.OK)
-
-
-def _service_json(args: argparse.Namespace, cfg: Config, svc: Any) -> int:
-    out: dict[str, Any] = {"path": str(svc.path), "start": svc.enable, "stop": svc.disable}
-    if args.action == "status":
-        out["installed"] = svc.path.exists()
-    elif args.dry_run:
-        out["dryRun"] = True
-        if args.action == "install":
-            out["text"] = svc.text
-    elif args.action == "install":
-        from sidecar.clients.service import prepare
-
-        out["created"] = [str(f) for f in prepare(cfg, Path.home())]
-        svc.path.parent.mkdir(parents=True, exist_ok=True)
-        svc.path.write_text(svc.text, encoding="utf-8")
-        out["written"] = True
-    else:
-        out["removed"] = svc.path.exists()
-        svc.path.unlink(missing_ok=True)
-    print(json.dumps(out))
-    return int(ExitCode.OK)
-
-
-def cmd_doctor(args: argparse.Namespace, cfg: Config) -> int:
-    from sidecar.clients.doctor import mcp_snippets, render, run_checks
-
-    checks = run_checks(cfg)
-    if args.json:
-        ok = all(c.ok for c in checks)
-        print(json.dumps({"ok": ok, "checks": [c.as_dict() for c in checks], "mcp": mcp_snippets(cfg)}))
-    else:
-        print(render(checks, cfg))
-    return int(ExitCode.OK if all(c.ok for c in checks) else ExitCode.FAILURE)
 
 
 def cmd_completion(args: argparse.Namespace) -> int:

@@ -1,19 +1,25 @@
 """``sidecar doctor``: one screen of checks for what usually goes wrong, each with a plain verdict
 and what to do. Reads only (the model is hash-checked, never loaded or converted; the index lock is
 probed, never kept). Every probe of the machine can be pointed elsewhere, which is how the tests
-build broken setups. Imports config, client, errors, mounts, service and (for the model) model.
+build broken setups. Imports config, client, errors, mounts, lockholder, service, snippets and
+(for the model) model.
+
+Every check runs in a worker thread with a deadline: a home, vault or share that hangs (a hard NFS
+mount whose server is gone) gives a failed check "did not answer within N s" instead of a doctor
+that hangs, the main thread only waits (Ctrl-C stops it), and each check is shown as it ends.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import json
 import os
 import shlex
 import shutil
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
@@ -21,15 +27,24 @@ from typing import Any
 
 from sidecar import __version__
 from sidecar.clients.client import Client
-from sidecar.clients.service import executable, service_file
-from sidecar.config import Config
-from sidecar.config.loader import default_config_file
+from sidecar.clients.lockholder import listening_on, lock_holder
+from sidecar.clients.service import (
+    LABEL,
+    existing_text,
+    installed_setup,
+    launcher,
+    service_file,
+)
+from sidecar.clients.snippets import daemon_args, mcp_snippets
+from sidecar.config import Config, env_name
 from sidecar.contracts.errors import DaemonNotRunningError, EmbedderError, SidecarError
-from sidecar.vault.mounts import fs_type_of, is_network, read_mounts
-from sidecar.vault.timeout import folder_state
+from sidecar.vault.mounts import is_network, mount_containing, read_mounts
+from sidecar.vault.timeout import folder_state, run_with_timeout
 
 _MIN_FREE_BYTES = 500 * 1024 * 1024
 _FOLDER_LIMIT = 200_000  # stop counting vault folders here: the verdict is clear by then
+_WALK_SECONDS = 60.0  # count vault folders at most this long (a slow share that still answers)
+_VOLATILE = frozenset({"tmpfs", "ramfs"})  # emptied at every reboot
 
 
 @dataclass(frozen=True)
@@ -38,6 +53,7 @@ class Check:
     ok: bool
     verdict: str
     todo: str = ""
+    warning: bool = False  # ok, but worth a look (shown "warn"; doctor still exits 0)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -53,13 +69,48 @@ class Probes:
     home_dir: Path | None = None  # the user's home (service files); None: Path.home()
 
 
-def _count_folders(root: Path) -> int:
-    n = 0
-    for _dir, dirs, _files in os.walk(root):
-        n += len(dirs)
-        if n >= _FOLDER_LIMIT:
-            break
-    return n + 1
+def _count_folders(root: Path, stall: float, cap: float = _WALK_SECONDS) -> tuple[int, str | None]:
+    """The vault's folders (up to _FOLDER_LIMIT), counted in a thread: (count, None) when done;
+    (count so far, why) when no folder answered for ``stall`` seconds (a hung share) or the count
+    took longer than ``cap`` (a huge or slow one that still answers)."""
+    count, stop, done = [0], threading.Event(), threading.Event()
+
+    def walk() -> None:
+        try:
+            for _dir, dirs, _files in os.walk(root):
+                count[0] += len(dirs)
+                if count[0] >= _FOLDER_LIMIT or stop.is_set():
+                    break
+        finally:
+            done.set()
+
+    threading.Thread(target=walk, name="doctor-walk", daemon=True).start()
+    start = moved = time.monotonic()
+    last = 0
+    while not done.wait(0.2):
+        now = time.monotonic()
+        if count[0] != last:
+            last, moved = count[0], now
+        if now - moved >= stall:
+            stop.set()
+            return count[0] + 1, f"a folder did not answer within {stall:g} s"
+        if now - start >= cap:
+            stop.set()
+            return count[0] + 1, f"counting stopped after {cap:g} s"
+    return count[0] + 1, None
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def _size(n: int) -> str:
+    """A byte count a person reads at a glance (never "0 MB" for a few kilobytes)."""
+    if n >= 1e9:
+        return f"{n / 1e9:,.1f} GB"
+    if n >= 1e6:
+        return f"{n / 1e6:,.0f} MB"
+    return f"{max(n / 1e3, 1):,.0f} KB"
 
 
 def check_vault(cfg: Config) -> tuple[Check, bool]:
@@ -107,18 +158,27 @@ def check_inotify(cfg: Config, probes: Probes, vault_network: bool, vault_there:
         limit = int(probes.inotify_limit.read_text().strip())
     except (OSError, ValueError):
         return Check("file events", True, "no inotify limit on this system")
-    folders = _count_folders(vault)
+    folders, cut = _count_folders(vault, cfg.watch.probe_timeout_seconds)
+    if cut is not None and cut.startswith("a folder"):
+        return Check(
+            "file events",
+            False,
+            f"the vault {vault}: {cut} after {_plural(folders, 'folder')} (a hung share or disk?)",
+            "check the disk or share the vault is on; the daemon reports such a folder and retries",
+        )
+    counted = f"at least {folders:,} ({cut})" if cut else f"{folders:,}"
     # Each folder costs one watch; editors, IDEs and sync tools share the same per-user limit.
     if folders * 2 > limit:
         return Check(
             "file events",
             False,
-            f"the vault has {folders:,} folders but the inotify limit is {limit:,} watches: "
+            f"the vault has {counted} folders but the inotify limit is {limit:,} watches: "
             "changes in some folders would be seen only by the periodic sweep",
             f"raise it: sudo sysctl fs.inotify.max_user_watches={max(524288, folders * 4)} (and put "
             "the same line in /etc/sysctl.d/90-inotify.conf)",
         )
-    return Check("file events", True, f"{folders:,} vault folders, inotify limit {limit:,} watches")
+    noun = "vault folder" if folders == 1 and not cut else "vault folders"
+    return Check("file events", True, f"{counted} {noun}, inotify limit {limit:,} watches")
 
 
 def check_model(cfg: Config) -> Check:  # noqa: PLR0911 - one verdict per way a model is found
@@ -179,36 +239,35 @@ def check_model(cfg: Config) -> Check:  # noqa: PLR0911 - one verdict per way a 
     )
 
 
-def _lock_holder(cfg: Config) -> str | None:
-    """Who holds the index lock (a daemon or an offline `sidecar index`), or None."""
-    lock = cfg.index_dir / ".lock"
-    if not lock.is_file():
-        return None
-    with lock.open("r") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)  # released at once: a probe only
-        except BlockingIOError:
-            return fh.read().strip() or "another process"
-        fcntl.flock(fh, fcntl.LOCK_UN)
-    return None
+def start_hint(cfg: Config) -> str:
+    """How to start the daemon this command looks for: with the flags that point it here (a
+    bare `sidecar serve` would serve the default configuration, home and socket)."""
+    serve = shlex.join(["sidecar", "serve", *daemon_args(cfg)])
+    service = (
+        f"launchctl kickstart gui/$(id -u)/{LABEL}"
+        if sys.platform == "darwin"
+        else "systemctl --user start sidecar"
+    )
+    return f"start it: {serve} (foreground), or {service} when the service is installed"
 
 
-def check_daemon(cfg: Config) -> tuple[Check, Check, dict[str, Any] | None]:
+def check_daemon(cfg: Config, probe_lock: bool = True) -> tuple[Check, Check, dict[str, Any] | None]:
     """Socket reachability, and whether another daemon holds this home's index."""
-    start = "start it: sidecar serve (foreground) or systemctl --user start sidecar"
     health: dict[str, Any] | None = None
+    holder = lock_holder(cfg) if probe_lock else None
     try:
         with Client(cfg.socket_path, timeout=5.0) as client:
             health = client.call("health")
     except DaemonNotRunningError:
-        socket = Check("daemon", False, f"no daemon answers on {cfg.socket_path}", start)
+        # A daemon that holds this home but listens elsewhere must not get a second one beside it.
+        todo = "see `one daemon per home` below" if holder is not None else start_hint(cfg)
+        socket = Check("daemon", False, f"no daemon answers on {cfg.socket_path}", todo)
     except SidecarError as exc:
         socket = Check("daemon", False, f"{cfg.socket_path}: {exc}", "restart the daemon")
     else:
         socket = Check(
             "daemon", True, f"answers on {cfg.socket_path} (pid {health['pid']}, sidecar {health['version']})"
         )
-    holder = _lock_holder(cfg)
     if health is not None and health.get("home") != str(cfg.home):
         other = Check(
             "one daemon per home",
@@ -217,45 +276,112 @@ def check_daemon(cfg: Config) -> tuple[Check, Check, dict[str, Any] | None]:
             "use the same --home / SIDECAR_HOME as that daemon, or give this home its own --socket",
         )
     elif holder is not None and (health is None or holder != f"pid {health['pid']}"):
+        sockets = listening_on(holder)
+        where = f" and listens on {', '.join(sockets)}" if sockets else ""
         other = Check(
             "one daemon per home",
             False,
-            f"the index {cfg.index_dir} is held by {holder}, which does not answer on {cfg.socket_path}",
-            "a daemon started with another --socket (or XDG_RUNTIME_DIR), or a `sidecar index` run: "
-            "stop it, or wait for the run to finish",
+            f"the index {cfg.index_dir} is held by {holder}{where}, which does not answer on "
+            f"{cfg.socket_path}",
+            "a daemon started with another --socket (or XDG_RUNTIME_DIR: a service installed from a "
+            "shell without it), or a `sidecar index` run: use that daemon's socket (`sidecar service "
+            "install` again pins this one), stop it, or wait for the run to finish",
         )
     else:
         other = Check("one daemon per home", True, "no other daemon uses this home")
     return socket, other, health
 
 
-def check_service(cfg: Config, probes: Probes) -> Check:  # noqa: PLR0911 - one verdict per state
-    try:
-        svc = service_file(cfg, probes.home_dir or Path.home())
-    except SidecarError as exc:  # no unit can name this installation: a verdict, not a crash
-        return Check("service", False, str(exc), "install sidecar under a plain path")
-    if not svc.path.exists():
-        return Check("service", True, f"not installed ({svc.path}); optional: sidecar service install")
-    installed = svc.path.read_text(encoding="utf-8", errors="replace")
-    if str(executable()) not in installed:
+_REINSTALL = (
+    "run `sidecar service install` again with this command's --config/--home/--socket (or run this "
+    "command with the service's), then restart the service"
+)
+
+
+def _installed_differs(cfg: Config, svc_text: str, installed: str, path: Path) -> Check | None:
+    """A failed check when the installed service runs another installation, configuration file,
+    home or socket than this command looks at (its daemon and this command would never meet)."""
+    want, have = installed_setup(svc_text), installed_setup(installed)
+    run = launcher()
+    if have.argv[: len(run.argv)] != run.argv:
         return Check(
             "service",
             False,
-            f"{svc.path} starts another installation of sidecar, not {executable()}",
+            f"{path} starts another installation of sidecar ({shlex.join(have.argv[:1]) or 'nothing'}), "
+            f"not {shlex.join(run.argv)}",
             "run `sidecar service install` again from this installation, then systemctl --user daemon-reload",
         )
-    if _home_line(svc.text) not in installed:
-        # The unit pins the home it was installed with (and lets the sandbox write only there):
-        # a home changed in the configuration since would split the daemon from its clients.
+    if have.argv != want.argv:
         return Check(
             "service",
             False,
-            f"{svc.path} runs the daemon with another home than this configuration's {cfg.home}",
-            "run `sidecar service install` again, then restart the service "
-            "(systemctl --user daemon-reload && systemctl --user restart sidecar)",
+            f"{path} runs `{shlex.join(have.argv[len(run.argv) :])}`, not "
+            f"`{shlex.join(want.argv[len(run.argv) :])}` (another configuration file)",
+            _REINSTALL,
         )
+    for key, what in (("home", "home"), ("socket", "socket")):
+        name = env_name(key)
+        theirs, ours = have.env.get(name), want.env.get(name)
+        origin = cfg.origins.get(key, "default")
+        if theirs is None and not (origin == "flag" or origin.startswith("environment ")):
+            continue  # a unit of an older release, without the pin: its daemon derives it as we do
+        if theirs != ours:
+            # The unit pins the home and the socket it was installed with: a change since (in
+            # the file, a flag, XDG_RUNTIME_DIR) splits the daemon from its clients.
+            return Check(
+                "service",
+                False,
+                f"{path} runs the daemon with another {what} ({theirs or 'its default'}) than this "
+                f"command's {ours or 'default'}",
+                _REINSTALL,
+            )
+    return None
+
+
+def _extra_settings(svc_text: str, installed: str) -> list[str]:
+    """The other SIDECAR_* settings where the installed service and this command differ."""
+    want, have = installed_setup(svc_text).env, installed_setup(installed).env
+    compared = {env_name("home"), env_name("socket")}  # by _installed_differs
+    names = sorted(
+        n
+        for n in {*want, *have}
+        if n.startswith("SIDECAR_") and n not in compared and want.get(n) != have.get(n)
+    )
+    return [f"{n}={have[n]}" if n in have else f"without {n}" for n in names]
+
+
+def check_service(cfg: Config, probes: Probes) -> Check:
+    home_dir = probes.home_dir or Path.home()
+    try:
+        svc = service_file(cfg, home_dir)
+    except SidecarError as exc:  # no unit can name this installation: a verdict, not a crash
+        return Check("service", False, str(exc), "install sidecar under a plain path")
+    try:
+        installed = existing_text(svc)
+    except SidecarError as exc:  # a folder in its place, no permission (a `sudo` run's leftovers)
+        return Check("service", False, str(exc), "move it away, then sidecar service install")
+    if installed is None:
+        return Check("service", True, f"not installed ({svc.path}); optional: sidecar service install")
+    differs = _installed_differs(cfg, svc.text, installed, svc.path)
+    if differs is not None:
+        return differs
+    extra = _extra_settings(svc.text, installed)
+    state = _service_state(svc.path, svc.enable, probes)
+    if extra and state.ok:
+        return Check(
+            "service",
+            True,
+            f"{state.verdict}; its settings differ from this command's: {', '.join(extra)}",
+            state.todo or "to check the service's own setup, run doctor with the same settings",
+            warning=True,
+        )
+    return state
+
+
+def _service_state(path: Path, enable: str, probes: Probes) -> Check:
+    """What the service manager says about the installed service."""
     if sys.platform == "darwin":
-        return Check("service", True, f"installed ({svc.path})")
+        return Check("service", True, f"installed ({path})")
     try:
         out = subprocess.run(  # noqa: S603 - a fixed argument list, no shell
             [probes.systemctl, "--user", "is-active", "sidecar"],
@@ -265,8 +391,20 @@ def check_service(cfg: Config, probes: Probes) -> Check:  # noqa: PLR0911 - one 
             check=False,
         )
     except (OSError, subprocess.SubprocessError):
-        return Check("service", True, f"installed ({svc.path}); systemctl is not available to ask")
-    state = out.stdout.strip() or out.stderr.strip() or "unknown"
+        return Check("service", True, f"installed ({path}); systemctl is not available to ask")
+    state = out.stdout.strip()
+    if not state:
+        # "Failed to connect to bus: …": no user service manager answers this shell; that is
+        # no state of the service (it runs only where a user manager does).
+        why = (out.stderr.strip().splitlines() or ["no answer"])[0]
+        return Check(
+            "service",
+            True,
+            f"installed ({path}), but the user service manager could not be asked: {why}",
+            "the service runs under a systemd user manager (a login session, or `loginctl "
+            "enable-linger` for one without); run doctor there, or run the daemon in the foreground",
+            warning=True,
+        )
     if state == "active":
         return Check("service", True, "installed and active")
     if state == "failed":
@@ -276,47 +414,114 @@ def check_service(cfg: Config, probes: Probes) -> Check:  # noqa: PLR0911 - one 
             "installed but failed",
             "see why: journalctl --user -u sidecar -p warning -n 20; then systemctl --user restart sidecar",
         )
-    return Check("service", True, f"installed, {state}; start it: {svc.enable}")
+    return Check("service", True, f"installed, {state}; start it: {enable}")
 
 
-def _home_line(text: str) -> str:
-    """The line of a service file that names the home (its value's line in a plist)."""
-    lines = [line.strip() for line in text.splitlines()]
-    i = next((n for n, line in enumerate(lines) if "SIDECAR_HOME" in line), None)
-    if i is None:
-        return ""
-    return lines[i + 1] if lines[i].startswith("<key>") and i + 1 < len(lines) else lines[i]
+def _real(path: Path, timeout: float) -> str | None:
+    """The real path of ``path`` (of its nearest existing folder), or None when the file system
+    does not answer within ``timeout`` (realpath blocks on a hung share)."""
+    value, stuck = run_with_timeout(lambda: os.path.realpath(_existing(path)), timeout, "doctor-realpath")
+    return None if stuck is not None else value
 
 
-def check_mounts(cfg: Config, probes: Probes) -> tuple[Check, bool]:
-    mounts = read_mounts(probes.mount_table)
-    home_type = fs_type_of(_existing(cfg.home), mounts)
-    vault_type = fs_type_of(cfg.vault.path, mounts) if cfg.vault.path else None
-    vault_network = is_network(vault_type)
-    if is_network(home_type):
-        return (
-            Check(
-                "storage",
-                False,
-                f"the home {cfg.home} is on a network filesystem ({home_type}): the index needs a local disk",
-                "set --home / SIDECAR_HOME (or home: in the config file) to a local folder",
-            ),
-            vault_network,
-        )
-    where = (
-        f"the vault is on a network share ({vault_type}), polled every {cfg.watch.poll_seconds:g} s; "
-        if vault_network
-        else ""
-    )
-    return Check(
-        "storage", True, f"{where}the home {cfg.home} is on a local disk ({home_type or 'unknown'})"
-    ), (vault_network)
+def _type_at(real: str | None, mounts: list[tuple[str, str]]) -> str | None:
+    found = mount_containing(real, mounts) if real else None
+    return found[1] if found else None
 
 
 def _existing(path: Path) -> Path:
     while not path.exists() and path != path.parent:
         path = path.parent
     return path
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why the daemon could not write into the folder ``path``, or None."""
+    if os.access(path, os.W_OK | os.X_OK):
+        return None
+    with contextlib.suppress(OSError):
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return "read-only file system"
+    return "permission denied"
+
+
+def check_home(cfg: Config) -> Check:  # noqa: PLR0911 - one verdict per way a home is unusable
+    """The home is a folder the daemon can write, with its parts in their shapes (the daemon
+    exits 5 on each of these; doctor said "ok" to all of them)."""
+    home = cfg.home
+    fix = "fix it, or set --home / SIDECAR_HOME (home: in the configuration file) to a writable folder"
+    if not home.exists():
+        parent = _existing(home)
+        why = "not a folder" if not parent.is_dir() else _unwritable(parent)
+        if why:
+            return Check("home", False, f"the home {home} cannot be made in {parent}: {why}", fix)
+        return Check("home", True, f"{home} does not exist yet; the daemon makes it at its first start")
+    if not home.is_dir():
+        return Check("home", False, f"the home {home} is not a folder", fix)
+    why = _unwritable(home)
+    if why:
+        return Check("home", False, f"the home {home} cannot be written: {why}", fix)
+    for part in (cfg.agents_dir, cfg.index_dir, cfg.models_dir):
+        if part.exists() and not part.is_dir():
+            return Check("home", False, f"{part} is a file where a folder belongs", "move that file away")
+        if part.is_dir() and _unwritable(part):
+            return Check("home", False, f"{part} cannot be written: {_unwritable(part)}", fix)
+    lock = cfg.index_dir / ".lock"
+    if os.path.lexists(lock) and not lock.is_file():
+        return Check("home", False, f"the index lock {lock} is not a file", "remove it (no daemon runs here)")
+    return Check("home", True, f"{home} is a writable folder")
+
+
+def _storage(cfg: Config, probes: Probes, timeout: float) -> tuple[tuple[Check, bool], dict[str, str]]:
+    """The storage check, whether the vault is on a share, and the folders that did not answer."""
+    mounts = read_mounts(probes.mount_table)
+    hung: dict[str, str] = {}
+    late = f"did not answer within {timeout:g} s"
+    home_real = _real(cfg.home, timeout)
+    if home_real is None:
+        hung["home"] = late
+    vault_real = _real(cfg.vault.path, timeout) if cfg.vault.path else None
+    if cfg.vault.path and vault_real is None:
+        hung["vault"] = late
+    home_type, vault_type = _type_at(home_real, mounts), _type_at(vault_real, mounts)
+    vault_network = is_network(vault_type)
+    if "home" in hung:
+        check = Check(
+            "storage",
+            False,
+            f"the home {cfg.home} {late} (a hung share or disk?)",
+            "keep the home on a local disk (--home / SIDECAR_HOME)",
+        )
+        return (check, vault_network), hung
+    if is_network(home_type):
+        check = Check(
+            "storage",
+            False,
+            f"the home {cfg.home} is on a network filesystem ({home_type}): the index needs a local disk",
+            "set --home / SIDECAR_HOME (or home: in the config file) to a local folder",
+        )
+        return (check, vault_network), hung
+    where = (
+        f"the vault is on a network share ({vault_type}), polled every {cfg.watch.poll_seconds:g} s; "
+        if vault_network
+        else ""
+    )
+    if "vault" in hung:
+        where = f"the vault {cfg.vault.path} {late}; "
+    if home_type in _VOLATILE:
+        check = Check(
+            "storage",
+            True,
+            f"{where}the home {cfg.home} is in memory ({home_type}): the index and every agent's memory "
+            "inbox are lost at the next reboot",
+            "set --home / SIDECAR_HOME (or home: in the config file) to a folder on a disk",
+            warning=True,
+        )
+        return (check, vault_network), hung
+    check = Check(
+        "storage", True, f"{where}the home {cfg.home} is on a local disk ({home_type or 'unknown'})"
+    )
+    return (check, vault_network), hung
 
 
 def check_disk(cfg: Config) -> Check:
@@ -327,79 +532,169 @@ def check_disk(cfg: Config) -> Check:
         if cfg.index_dir.is_dir()
         else 0
     )
-    size = f"; the index uses {used / 1e6:,.0f} MB" if used else ""
+    size = f"; the index uses {_size(used)}" if used else ""
     if free < max(_MIN_FREE_BYTES, used):
         return Check(
             "disk",
             False,
-            f"{free / 1e6:,.0f} MB free at {base}{size}: too little to index and rebuild safely",
+            f"{_size(free)} free at {base}{size}: too little to index and rebuild safely",
             "free space on that disk, or move the home (--home) to a disk with room",
         )
-    return Check("disk", True, f"{free / 1e9:,.1f} GB free at {base}{size}")
+    return Check("disk", True, f"{_size(free)} free at {base}{size}")
 
 
-def run_checks(cfg: Config, probes: Probes | None = None) -> list[Check]:
-    probes = probes or Probes()
-    storage, vault_network = check_mounts(cfg, probes)
-    socket, other, _health = check_daemon(cfg)
-    vault, vault_there = check_vault(cfg)
-    return [
-        vault,
-        check_inotify(cfg, probes, vault_network, vault_there),
-        check_model(cfg),
-        socket,
-        other,
-        check_service(cfg, probes),
-        storage,
-        check_disk(cfg),
-    ]
+# --- running the checks with deadlines -----------------------------------------------------------
 
 
-def mcp_snippets(cfg: Config) -> str:
-    """Ready-to-paste MCP client configuration with this installation's absolute paths."""
-    exe = str(executable())
-    args = ["mcp", "--agent", "claude"]
-    home_args = _daemon_args(cfg)
-    claude = {"mcpServers": {"sidecar": {"command": exe, "args": args + home_args}}}
-    codex_args = ", ".join(json.dumps(a) for a in ["mcp", "--agent", "codex", *home_args])
-    return "\n".join(
-        [
-            "Claude Code (run once):",
-            f"  claude mcp add sidecar -- {shlex.join([exe, *args, *home_args])}",
-            "  or in .mcp.json / ~/.claude.json:",
-            f"  {json.dumps(claude)}",
-            "Codex (~/.codex/config.toml):",
-            "  [mcp_servers.sidecar]",
-            f"  command = {json.dumps(exe)}",
-            f"  args = [{codex_args}]",
+def _bounded(
+    names: tuple[str, ...], fn: Callable[[], list[Check]], budget: float, subject: str
+) -> list[Check]:
+    """``fn``'s checks, run in a worker thread: a failed check per name when it does not end
+    within ``budget`` seconds or fails itself (a traceback helps nobody reading doctor)."""
+    try:
+        value, stuck = run_with_timeout(fn, budget, f"doctor-{names[0].replace(' ', '-')}")
+    except (OSError, SidecarError) as exc:
+        return [Check(n, False, f"could not be checked: {exc}", "") for n in names]
+    except Exception as exc:  # doctor reports, it does not crash
+        return [Check(n, False, f"could not be checked: {type(exc).__name__}: {exc}", "") for n in names]
+    if stuck is not None or value is None:
+        return [
+            Check(n, False, f"{subject} did not answer within {budget:g} s (a hung share or disk?)", "")
+            for n in names
         ]
-    )
+    return value
 
 
-def _daemon_args(cfg: Config) -> list[str]:
-    """What a shim started by an agent's host (with none of this shell's flags or SIDECAR_*
-    variables, reading the default configuration file) needs to reach this daemon: the file in
-    use when it is another one, and a home or socket that came from a flag or the environment."""
-    out: list[str] = []
-    if cfg.source_file is not None and cfg.source_file != default_config_file(os.environ).resolve():
-        out += ["--config", str(cfg.source_file)]
-    for key, flag, value in (("home", "--home", cfg.home), ("socket", "--socket", cfg.socket)):
-        origin = cfg.origins.get(key, "default")
-        if value is not None and origin != "default" and not origin.startswith("file"):
-            out += [flag, str(value)]
+class _Run:
+    """The checks in the order they are shown, each bounded, with what earlier ones learned (a
+    folder that hangs costs one deadline, not one per check)."""
+
+    def __init__(self, cfg: Config, probes: Probes) -> None:
+        self.cfg, self.probes = cfg, probes
+        self.t = cfg.watch.probe_timeout_seconds
+        self.hung: dict[str, str] = {}
+        self.vault_network = False
+        self.vault_there = False
+
+    def storage(self) -> list[Check]:
+        def run() -> list[Check]:
+            (check, self.vault_network), self.hung = _storage(self.cfg, self.probes, self.t)
+            return [check]
+
+        return _bounded(("storage",), run, 2 * self.t + 10, "the mount table")
+
+    def _skip(self, name: str, what: str = "home") -> Check:
+        path = self.cfg.home if what == "home" else self.cfg.vault.path
+        return Check(name, False, f"not checked: the {what} {path} {self.hung[what]}", "")
+
+    def home(self) -> list[Check]:
+        if "home" in self.hung:
+            return [self._skip("home")]
+        return _bounded(("home",), lambda: [check_home(self.cfg)], self.t, f"the home {self.cfg.home}")
+
+    def vault(self) -> list[Check]:
+        if "vault" in self.hung:
+            return [
+                Check(
+                    "vault",
+                    False,
+                    f"the vault {self.cfg.vault.path} {self.hung['vault']} (a hung share?)",
+                    "check its share or remount it (`soft` mounts fail instead of hanging); the daemon "
+                    "reports it offline and picks it up by itself once it answers",
+                )
+            ]
+
+        def run() -> list[Check]:
+            check, self.vault_there = check_vault(self.cfg)
+            return [check]
+
+        return _bounded(("vault",), run, 2 * self.t + 5, f"the vault {self.cfg.vault.path}")
+
+    def file_events(self) -> list[Check]:
+        there = self.vault_there and "vault" not in self.hung
+        return _bounded(
+            ("file events",),
+            lambda: [check_inotify(self.cfg, self.probes, self.vault_network, there)],
+            _WALK_SECONDS + self.t + 5,
+            f"the vault {self.cfg.vault.path}",
+        )
+
+    def disk(self) -> list[Check]:
+        if "home" in self.hung:
+            return [self._skip("disk")]
+        return _bounded(
+            ("disk",), lambda: [check_disk(self.cfg)], max(self.t, 30.0), f"the home {self.cfg.home}"
+        )
+
+    def model(self) -> list[Check]:
+        e = self.cfg.embedder
+        if e.enabled and e.path is None and "home" in self.hung:
+            return [self._skip("model")]
+        if e.enabled and e.path is not None:
+            _there, why = folder_state(e.path, self.t)
+            if why is not None:
+                return [Check("model", False, f"embedder.path {e.path} cannot be read: {why}", "")]
+        # Hashing a model file takes a few seconds on a slow disk: a wider deadline.
+        return _bounded(("model",), lambda: [check_model(self.cfg)], max(self.t, 120.0), "the model files")
+
+    def daemon(self) -> list[Check]:
+        lock = "home" not in self.hung
+        return _bounded(
+            ("daemon", "one daemon per home"),
+            lambda: list(check_daemon(self.cfg, probe_lock=lock)[:2]),
+            self.t + 10,
+            f"the socket {self.cfg.socket_path}",
+        )
+
+    def service(self) -> list[Check]:
+        return _bounded(
+            ("service",), lambda: [check_service(self.cfg, self.probes)], self.t + 10, "the service file"
+        )
+
+
+def run_checks(
+    cfg: Config, probes: Probes | None = None, on_check: Callable[[Check], None] | None = None
+) -> list[Check]:
+    """Every check, in the order shown; ``on_check`` sees each as soon as it is done."""
+    run = _Run(cfg, probes or Probes())
+    out: list[Check] = []
+    for step in (
+        run.storage,
+        run.home,
+        run.vault,
+        run.file_events,
+        run.disk,
+        run.model,
+        run.daemon,
+        run.service,
+    ):
+        for check in step():
+            out.append(check)
+            if on_check is not None:
+                on_check(check)
     return out
 
 
+# --- output ---------------------------------------------------------------------------------------
+
+
+def header(cfg: Config) -> str:
+    return f"sidecar {__version__} doctor: home {cfg.home}, vault {cfg.vault.path or 'not configured'}"
+
+
+def render_check(c: Check) -> str:
+    mark = "FAIL" if not c.ok else "warn" if c.warning else "ok  "
+    line = f"  {mark}  {c.name:<19} {c.verdict}"
+    return line + (f"\n{'':<27}-> {c.todo}" if c.todo else "")
+
+
+def summary(checks: list[Check]) -> str:
+    bad = [c.name for c in checks if not c.ok]
+    warned = [c.name for c in checks if c.ok and c.warning]
+    text = "all checks passed" if not bad else f"{len(bad)} check(s) failed: {', '.join(bad)}"
+    return text + (f"; {len(warned)} warning(s): {', '.join(warned)}" if warned else "")
+
+
 def render(checks: list[Check], cfg: Config) -> str:
-    bad = [c for c in checks if not c.ok]
-    lines = [f"sidecar {__version__} doctor: home {cfg.home}, vault {cfg.vault.path or 'not configured'}"]
-    for c in checks:
-        lines.append(f"  {'ok  ' if c.ok else 'FAIL'}  {c.name:<19} {c.verdict}")
-        if c.todo:
-            lines.append(f"{'':<27}-> {c.todo}")
-    lines.append(
-        "all checks passed" if not bad else f"{len(bad)} check(s) failed: {', '.join(c.name for c in bad)}"
-    )
-    lines.append("")
-    lines.append(mcp_snippets(cfg))
+    lines = [header(cfg), *(render_check(c) for c in checks), summary(checks), "", mcp_snippets(cfg)]
     return "\n".join(lines)

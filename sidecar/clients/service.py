@@ -1,5 +1,12 @@
 """Service files for the current user: a systemd user unit (Linux) or a launchd agent (macOS),
-rendered with the absolute path of the installed ``sidecar`` and the chosen configuration.
+rendered with the command that runs this installation of sidecar and the settings the installing
+command saw.
+
+The service runs the daemon with the same effective settings as the command that installed it:
+the configuration file it read is named, the home is pinned, and every setting that came from a
+flag or a ``SIDECAR_*`` variable (which the service manager does not pass on) is written into
+the service's environment, the socket included (the default socket depends on
+``XDG_RUNTIME_DIR``, which a shell and the service manager may not share).
 
 The service must start at login before a share is mounted: paths are ``-`` prefixed (systemd
 refuses a unit whose ReadOnlyPaths= names a missing folder), no target is waited for (a user
@@ -14,16 +21,21 @@ from __future__ import annotations
 import contextlib
 import os
 import plistlib
+import shlex
 import shutil
+import site
 import subprocess
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from sidecar.config import Config
-from sidecar.contracts.errors import ConfigError, ExitCode
+from sidecar.config import Config, env_name, settings
+from sidecar.contracts.errors import ConfigError, ExitCode, StorageError
 
 LABEL = "dev.sidecar"
+UNIT = "sidecar.service"
 
 
 @dataclass(frozen=True)
@@ -31,22 +43,90 @@ class ServiceFile:
     path: Path
     text: str
     enable: str  # the command that starts it now and at every login
-    disable: str
+    disable: str  # the command that stops it; works once the file is removed
 
 
-def executable() -> Path:
-    """The ``sidecar`` script of this installation (next to its Python), else the one running."""
+@dataclass(frozen=True)
+class Launcher:
+    """How this installation is started: its ``sidecar`` script, or the interpreter with
+    ``-m sidecar`` and what that needs in the environment to import the same package."""
+
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What an installed service file runs: its command line and its environment."""
+
+    argv: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+def launcher() -> Launcher:
+    """The ``sidecar`` script of this installation (next to its Python, or the one running),
+    else ``python -m sidecar`` (run that way there is no script: ``__main__.py`` is neither
+    executable nor a program a unit or an MCP host can start)."""
     beside = Path(sys.executable).parent / "sidecar"
-    if beside.exists():
-        return beside.absolute()
-    return Path(sys.argv[0]).resolve()
+    if _runnable(beside):
+        return Launcher((str(beside.absolute()),))
+    running = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if running is not None and running.name == "sidecar" and _runnable(running):
+        return Launcher((str(running.resolve()),))
+    return Launcher((sys.executable, "-m", "sidecar"), _python_path())
 
 
-def _serve_args(exe: Path, config: Path | None) -> list[str]:
+def _runnable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def _python_path() -> tuple[tuple[str, str], ...]:
+    """PYTHONPATH for ``-m sidecar`` started elsewhere (no shell, another working folder): this
+    one's folders made absolute, and the folder holding the package when it is not installed."""
+    import sidecar
+
+    folders = [str(Path(p).absolute()) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    own = str(Path(sidecar.__file__).resolve().parent.parent)
+    installed = {str(Path(p).resolve()) for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    if own not in folders and own not in installed:
+        folders.insert(0, own)
+    return (("PYTHONPATH", os.pathsep.join(dict.fromkeys(folders))),) if folders else ()
+
+
+def _serve_args(run: Launcher, config: Path | None) -> list[str]:
     """The daemon's command line. Without a configuration file it names none and reads the
     default one once it is written (a --config naming a missing file is a configuration error:
     the service would never start)."""
-    return [str(exe), "serve", *(["--config", str(config)] if config is not None else [])]
+    return [*run.argv, "serve", *(["--config", str(config)] if config is not None else [])]
+
+
+def _env_text(value: Any) -> str:
+    """A setting's value as its ``SIDECAR_*`` variable spells it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return ""
+    if isinstance(value, tuple):
+        text = ",".join(value)
+        # One item in brackets reads as a YAML list there; a trailing comma keeps it one pattern.
+        return text + "," if text.startswith("[") and text.endswith("]") else text
+    return str(value)
+
+
+def pinned_env(cfg: Config) -> list[tuple[str, str]]:
+    """The daemon's environment in the service: the home and the socket this command uses (the
+    default socket follows XDG_RUNTIME_DIR, which the service manager sets its own way), and
+    every other setting this command took from a flag or a variable."""
+    out = [(env_name("home"), str(cfg.home)), (env_name("socket"), str(cfg.socket_path))]
+    for s in settings():
+        origin = cfg.origins.get(s.dotted, "default")
+        if s.dotted in ("home", "socket") or not (origin == "flag" or origin.startswith("environment ")):
+            continue
+        value: Any = cfg
+        for attr in s.attrs:
+            value = getattr(value, attr)
+        out.append((env_name(s.dotted), _env_text(value)))
+    return out
 
 
 def user_namespaces() -> bool:
@@ -85,6 +165,66 @@ def _word(text: str, *, command: bool = False) -> str:
     return text
 
 
+def _words(text: str) -> list[str]:
+    """The words of a unit file setting as ``_word`` writes them (quotes and escapes undone;
+    the specifier and variable escapes are left to the caller)."""
+    words: list[str] = []
+    i = 0
+    while i < len(text):
+        if text[i].isspace():
+            i += 1
+            continue
+        buf: list[str] = []
+        if text[i] == '"':
+            i += 1
+            while i < len(text) and text[i] != '"':
+                if text[i] == "\\" and i + 1 < len(text):
+                    buf.append({"n": "\n", "t": "\t"}.get(text[i + 1], text[i + 1]))
+                    i += 2
+                else:
+                    buf.append(text[i])
+                    i += 1
+            i += 1
+        else:
+            while i < len(text) and not text[i].isspace():
+                buf.append(text[i])
+                i += 1
+        words.append("".join(buf))
+    return words
+
+
+def installed_setup(text: str, platform: str = sys.platform) -> Setup:
+    """The command line and environment a service file runs (best effort for a hand-edited one)."""
+    if platform == "darwin":
+        try:
+            data = plistlib.loads(text.encode("utf-8"))
+        except Exception:  # any damage reads as "nothing known"
+            return Setup()
+        variables = data.get("EnvironmentVariables") if isinstance(data, dict) else None
+        args = data.get("ProgramArguments") if isinstance(data, dict) else None
+        return Setup(
+            tuple(str(a) for a in args) if isinstance(args, list) else (),
+            {str(k): str(v) for k, v in variables.items()} if isinstance(variables, dict) else {},
+        )
+    argv: tuple[str, ...] = ()
+    env: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if not sep:
+            continue
+        if key.strip() == "ExecStart":
+            words = _words(value)
+            # Variables are escaped in the arguments only ('$$'), specifiers everywhere ('%%').
+            argv = tuple(
+                (w if i == 0 else w.replace("$$", "$")).replace("%%", "%") for i, w in enumerate(words)
+            )
+        elif key.strip() == "Environment":
+            for word in _words(value):
+                name, _, val = word.replace("%%", "%").partition("=")
+                env[name] = val
+    return Setup(argv, env)
+
+
 def _outside_home(cfg: Config) -> list[Path]:
     """Folders the daemon writes besides its home: the socket's and the model cache's, when set
     elsewhere (read-only under ProtectSystem=strict unless listed)."""
@@ -96,11 +236,11 @@ def _outside_home(cfg: Config) -> list[Path]:
 
 
 def _writable(cfg: Config) -> list[Path]:
-    """What the sandbox must leave writable for ``_outside_home``: a folder in /tmp is gone after
-    a reboot and a missing path is left read-only ("-"), so the daemon could not make it again:
-    its temporary folder is listed whole; the others are made by ``prepare`` at install."""
+    """What the sandbox must leave writable: the home and ``_outside_home``. A folder in /tmp is
+    gone after a reboot and a missing path is left read-only ("-"), so the daemon could not make
+    it again: its temporary folder is listed whole; the others are made by ``prepare`` at install."""
     out: list[Path] = []
-    for folder in _outside_home(cfg):
+    for folder in [cfg.home, *_outside_home(cfg)]:
         wanted = _tmp_of(folder) or folder
         if wanted not in out:
             out.append(wanted)
@@ -116,35 +256,70 @@ def _tmp_of(path: Path) -> Path | None:
     return next((t for t in _TMP if path.is_relative_to(t)), None)
 
 
-def systemd_unit(cfg: Config, exe: Path, config: Path | None, sandbox: bool | None = None) -> str:
-    sandbox = user_namespaces() if sandbox is None else sandbox
+def in_tmp(path: Path) -> bool:
+    return _tmp_of(path) is not None
+
+
+def _in_tmp(cfg: Config, run: Launcher, config: Path | None) -> Path | None:
+    """A path the daemon needs that lies in /tmp or /var/tmp. Under PrivateTmp= the unit sees
+    its own empty copy there: a configuration file "not found" (exit 3, never restarted), a home
+    made afresh and deleted at every stop (the agents' memory with it), a vault never there, a
+    socket no client sees, an installation that is not there."""
+    python_path = [Path(p) for k, v in run.env if k == "PYTHONPATH" for p in v.split(os.pathsep) if p]
+    needed = [
+        cfg.socket_path,
+        cfg.home,
+        config,
+        cfg.vault.path,
+        cfg.prepared_dir,
+        cfg.embedder.path,
+        cfg.watch.mount_table,
+        Path(run.argv[0]),
+        *python_path,
+    ]
+    return next((p for p in needed if p is not None and _tmp_of(p)), None)
+
+
+def _sandbox_lines(cfg: Config, run: Launcher, config: Path | None) -> str:
     vault = f"ReadOnlyPaths={_word(f'-{cfg.vault.path}')}\n" if cfg.vault.path else ""
+    writable = " ".join(_word(f"-{p}") for p in _writable(cfg))
+    shared = _in_tmp(cfg, run, config)
+    private_tmp = (
+        f"# PrivateTmp= is left out: {_comment(shared)} lies in {_tmp_of(shared)}, which the service must "
+        "see as it is.\n"
+        if shared is not None
+        else "PrivateTmp=yes\n"
+    )
+    return (
+        "# Sandboxing (this machine allows unprivileged user namespaces; where they are off,\n"
+        "# `sidecar service install` leaves these lines out rather than fail every start).\n"
+        f"{private_tmp}ProtectSystem=strict\nReadWritePaths={writable} -%t\n{vault}"
+    )
+
+
+def _comment(path: Path) -> str:
+    return str(path).replace("\n", "\\n")
+
+
+def systemd_unit(cfg: Config, run: Launcher, config: Path | None, sandbox: bool | None = None) -> str:
+    sandbox = user_namespaces() if sandbox is None else sandbox
     if sandbox:
-        writable = " ".join(_word(f"-{p}") for p in [cfg.home, *_writable(cfg)])
-        # A socket in /tmp under PrivateTmp= would be the unit's own /tmp: no client could see it.
-        private_tmp = (
-            "# PrivateTmp= is left out: the socket lies in /tmp, which clients must see.\n"
-            if _tmp_of(cfg.socket_path)
-            else "PrivateTmp=yes\n"
-        )
-        isolation = (
-            "# Sandboxing (this machine allows unprivileged user namespaces; where they are off,\n"
-            "# `sidecar service install` leaves these lines out rather than fail every start).\n"
-            f"{private_tmp}ProtectSystem=strict\nReadWritePaths={writable} -%t\n{vault}"
-        )
+        isolation = _sandbox_lines(cfg, run, config)
     else:
         isolation = (
             "# No mount-namespace sandboxing: unprivileged user namespaces are off on this machine,\n"
             "# and a user unit with ProtectSystem=/PrivateTmp= would fail every start.\n"
         )
-    if any(c in str(exe) for c in "\"'\\\t\n"):
+    program = run.argv[0]
+    if any(c in program for c in "\"'\\\t\n"):
         # systemd reads the program's path with no escapes of these: the unit would never start.
         raise ConfigError(
-            f"the sidecar command's path {str(exe)!r} holds a quote, backslash, tab or newline, which a "
+            f"the sidecar command's path {program!r} holds a quote, backslash, tab or newline, which a "
             "systemd unit cannot name: install sidecar under a path without them"
         )
     # Variables are expanded in the arguments, not in the program's path ("$$" stayed literal).
-    command = " ".join(_word(a, command=i > 0) for i, a in enumerate(_serve_args(exe, config)))
+    command = " ".join(_word(a, command=i > 0) for i, a in enumerate(_serve_args(run, config)))
+    env = "".join(f"Environment={_word(f'{k}={v}')}\n" for k, v in [*pinned_env(cfg), *run.env])
     return f"""\
 # sidecar user service, written by `sidecar service install`.
 # It starts without its vault (a share mounted later is picked up by itself): no target is
@@ -157,8 +332,8 @@ Type=notify
 NotifyAccess=main
 ExecStart={command}
 ExecReload=/bin/kill -HUP $MAINPID
-Environment={_word(f"SIDECAR_HOME={cfg.home}")}
-Restart=on-failure
+# The home and socket the installing command used, and what it had from flags and SIDECAR_* variables.
+{env}Restart=on-failure
 RestartSec=5
 # Exit codes {int(ExitCode.USAGE)} and {int(ExitCode.CONFIG)}: a bad command line or configuration (no loop).
 RestartPreventExitStatus={int(ExitCode.USAGE)} {int(ExitCode.CONFIG)}
@@ -174,12 +349,14 @@ WantedBy=default.target
 """
 
 
-def launchd_plist(cfg: Config, exe: Path, config: Path | None, logs: Path) -> str:
+def launchd_plist(cfg: Config, run: Launcher, config: Path | None, logs: Path) -> str:
     data = {
         "Label": LABEL,
-        "ProgramArguments": _serve_args(exe, config),
-        "EnvironmentVariables": {"SIDECAR_HOME": str(cfg.home)},
+        "ProgramArguments": _serve_args(run, config),
+        "EnvironmentVariables": dict([*pinned_env(cfg), *run.env]),
         "RunAtLoad": True,
+        # launchd cannot skip a restart by exit code: a configuration error (exit 3) is retried
+        # every ThrottleInterval seconds until it is fixed or the agent is booted out.
         "KeepAlive": {"SuccessfulExit": False, "Crashed": True},
         "ThrottleInterval": 30,
         "StandardOutPath": str(logs / "sidecar.log"),
@@ -190,36 +367,104 @@ def launchd_plist(cfg: Config, exe: Path, config: Path | None, logs: Path) -> st
 
 
 def prepare(cfg: Config, home_dir: Path, platform: str = sys.platform) -> list[Path]:
-    """Create what the service needs before its first start (the home, the log folder)."""
+    """Create what the service needs before its first start (the home, the log folder); a path
+    that cannot be made is a StorageError naming it (a file where the home belongs, no permission)."""
     made = []
     wanted = [cfg.home, cfg.agents_dir, *(f for f in _outside_home(cfg) if not _tmp_of(f))]
     if platform == "darwin":
         wanted.append(home_dir / "Library" / "Logs")
     for folder in wanted:
-        if not folder.is_dir():
-            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-            made.append(folder)
+        try:
+            if not folder.is_dir():
+                folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+                made.append(folder)
+        except OSError as exc:
+            raise StorageError(f"cannot create the folder {folder}: {_why(exc, folder)}") from None
     with contextlib.suppress(OSError):
         os.chmod(cfg.home, 0o700)
     return made
 
 
+def _why(exc: OSError, path: Path) -> str:
+    """An OSError about ``path`` in words: what is in the way, rather than "Not a directory"."""
+    if isinstance(exc, NotADirectoryError | FileExistsError):
+        blocker = next((p for p in [*reversed(path.parents), path] if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            return f"{blocker} is a file where a folder belongs"
+    if isinstance(exc, IsADirectoryError):
+        return f"{path} is a folder, not a file"
+    what = exc.strerror or str(exc)
+    return f"{what}: {exc.filename}" if exc.filename and Path(exc.filename) != path else what
+
+
+def check_config_file(cfg: Config) -> None:
+    """A configuration given as a pipe (``--config <(…)``) is gone once this command ends; the
+    service reads it at every start."""
+    if cfg.source_file is not None and not cfg.source_file.is_file():
+        raise ConfigError(
+            f"the configuration {cfg.source_file} is not a regular file (a pipe or process "
+            "substitution?): the service reads it at every start; name a file"
+        )
+
+
+def existing_text(svc: ServiceFile) -> str | None:
+    """The installed file's text, None when there is none; a StorageError when it cannot be read
+    (a folder in its place, no permission)."""
+    try:
+        return svc.path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StorageError(f"cannot read the service file {svc.path}: {_why(exc, svc.path)}") from None
+
+
+def write(svc: ServiceFile) -> None:
+    """Write the service file, or a StorageError naming what is in the way (``~/.config/systemd``
+    a file, a folder where the file belongs, a folder left to root by a `sudo` run)."""
+    try:
+        svc.path.parent.mkdir(parents=True, exist_ok=True)
+        svc.path.write_text(svc.text, encoding="utf-8")
+    except OSError as exc:
+        raise StorageError(f"cannot write the service file {svc.path}: {_why(exc, svc.path)}") from None
+
+
+def remove(svc: ServiceFile) -> list[Path]:
+    """Remove the service file and the links that enable it (what `systemctl --user disable`
+    removes: once the file is gone, disable fails and the links would dangle). Returns what was
+    removed; a StorageError when something is in the way (a folder in the file's place)."""
+    links = sorted(p for p in svc.path.parent.glob(f"*.wants/{svc.path.name}") if p.is_symlink())
+    if svc.path.is_dir() and not svc.path.is_symlink():
+        raise StorageError(f"{svc.path} is a folder, not a service file: look at it and remove it by hand")
+    removed = []
+    for path in [svc.path, *links]:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise StorageError(f"cannot remove {path}: {_why(exc, path)}") from None
+        removed.append(path)
+    return removed
+
+
 def service_file(
     cfg: Config, home_dir: Path, platform: str = sys.platform, sandbox: bool | None = None
 ) -> ServiceFile:
-    exe, config = executable(), cfg.source_file  # the file in use, if any
+    run, config = launcher(), cfg.source_file  # the file in use, if any
     if platform == "darwin":
         path = home_dir / "Library" / "LaunchAgents" / f"{LABEL}.plist"
         return ServiceFile(
             path,
-            launchd_plist(cfg, exe, config, home_dir / "Library" / "Logs"),
-            f"launchctl bootstrap gui/$(id -u) {path}",
-            f"launchctl bootout gui/$(id -u) {path}",
+            launchd_plist(cfg, run, config, home_dir / "Library" / "Logs"),
+            f"launchctl bootstrap gui/$(id -u) {shlex.quote(str(path))}",
+            # By label: a bootout naming the file needs the file, gone after an uninstall.
+            f"launchctl bootout gui/$(id -u)/{LABEL}",
         )
-    path = home_dir / ".config" / "systemd" / "user" / "sidecar.service"
+    path = home_dir / ".config" / "systemd" / "user" / UNIT
     return ServiceFile(
         path,
-        systemd_unit(cfg, exe, config, sandbox),
+        systemd_unit(cfg, run, config, sandbox),
         "systemctl --user daemon-reload && systemctl --user enable --now sidecar",
-        "systemctl --user disable --now sidecar",
+        # Works once the file and its links are gone (`disable` then fails: no such unit).
+        "systemctl --user stop sidecar; systemctl --user daemon-reload",
     )

@@ -225,6 +225,19 @@ class _Layers:
                 )
 
 
+def _there(path: Path, required: bool, warnings: list[str]) -> bool:
+    """Whether the configuration file exists. A folder on its way that cannot be looked into
+    (`sudo -u` keeping HOME, a service user) is an error for a file named, and for the default
+    file a warning: no file is read (Path.exists raised PermissionError, a traceback)."""
+    try:
+        return path.exists()
+    except OSError as exc:
+        if required:
+            raise ConfigError(f"{path}: cannot look for the configuration file: {exc.strerror}") from None
+        warnings.append(f"{path}: cannot look for the default configuration file ({exc.strerror}); none read")
+        return False
+
+
 def daemon_address(
     config_file: str | None,
     flags: Mapping[str, Any],
@@ -237,7 +250,7 @@ def daemon_address(
     with; one typo must not cut every client (each agent's MCP shim) off from it."""
     env = dict(os.environ) if env is None else env
     path, required = _default_config_path(config_file, env)
-    if path is not None and required and not path.exists():
+    if path is not None and required and not _there(path, required, []):
         raise ConfigError(f"{path}: configuration file not found")  # a file named is not a guess
     where: dict[str, Any] = {}
     if path is not None:
@@ -289,11 +302,11 @@ def load_config(
 
     path, required = _default_config_path(config_file, env) if read_file else (None, False)
     source_file: Path | None = None
-    if path is not None and (required or path.exists()):
-        if not path.exists():
-            raise ConfigError(f"{path}: configuration file not found")
+    if path is not None and _there(path, required, layers.warnings):
         source_file = path.resolve()
         layers.read_file(path, source_file)
+    elif path is not None and required:
+        raise ConfigError(f"{path}: configuration file not found")
     layers.read_env(env, cwd)
     layers.read_flags(flags or {}, cwd)
     values, origins, problems, warnings = layers.values, layers.origins, layers.problems, layers.warnings

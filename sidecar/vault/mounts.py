@@ -72,7 +72,12 @@ def fs_type_of(path: Path, mounts: list[tuple[str, str]]) -> str | None:
 def mount_of(path: Path, mounts: list[tuple[str, str]]) -> tuple[str, str] | None:
     """(mount point, type) of the mount holding ``path``: the longest mount point containing its
     real path (the last one wins on ties). Resolves the path: a hung share blocks here."""
-    target = os.path.realpath(path)
+    return mount_containing(os.path.realpath(path), mounts)
+
+
+def mount_containing(target: str, mounts: list[tuple[str, str]]) -> tuple[str, str] | None:
+    """``mount_of`` for a path already resolved (touches no file: a caller that must not block
+    resolves it with a deadline first)."""
     best: tuple[str, str] | None = None
     for point, fs_type in mounts:
         p = point.rstrip("/") or "/"

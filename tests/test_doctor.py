@@ -1,0 +1,280 @@
+"""`sidecar doctor` on machines that are not well: a vault or folder that hangs (a hard NFS mount
+whose server is gone), a home it cannot use, a service manager it cannot ask, another daemon
+holding the home; and the snippets it prints."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import tomllib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from sidecar.clients import doctor, snippets
+from sidecar.clients.doctor import Probes, check_daemon, check_home, check_service, run_checks
+from sidecar.clients.service import service_file
+from sidecar.config import Config, load_config
+from tests.conftest import write
+
+NO_MODEL = {"SIDECAR_EMBEDDER_ENABLED": "false"}
+
+
+def _cfg(tmp_path: Path, vault: Path | None, timeout: float = 0.5, **flags: Any) -> Config:
+    given = {"home": str(tmp_path / "home"), "watch.probeTimeoutSeconds": timeout, **flags}
+    if vault is not None:
+        given["vault.path"] = str(vault)
+    return load_config(flags=given, env=NO_MODEL)
+
+
+def _probes(tmp_path: Path) -> Probes:
+    return Probes(
+        inotify_limit=write(tmp_path / "max_user_watches", "100000\n"),
+        home_dir=tmp_path / "userhome",
+        systemctl="/bin/false",
+    )
+
+
+@contextlib.contextmanager
+def _hung(monkeypatch: pytest.MonkeyPatch, below: Path) -> Iterator[list[str]]:
+    """Every stat, lstat and listing of ``below`` (and under it) blocks until the test ends, as
+    on a hung share; a call from the main thread is recorded instead (there it could not be
+    interrupted: Ctrl-C did nothing) and answered at once, so the test fails instead of hanging."""
+    release = threading.Event()
+    on_main: list[str] = []
+
+    def wrap(real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(path: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(path, str | bytes | os.PathLike):
+                p = os.fsdecode(path)
+                if p == str(below) or p.startswith(str(below) + os.sep):
+                    if threading.current_thread() is threading.main_thread():
+                        on_main.append(f"{real.__name__}({p})")
+                    else:
+                        release.wait(60)
+            return real(path, *args, **kwargs)
+
+        return call
+
+    for name in ("stat", "lstat", "scandir"):
+        monkeypatch.setattr(os, name, wrap(getattr(os, name)))
+    try:
+        yield on_main
+    finally:
+        release.set()
+
+
+def test_doctor_answers_on_a_vault_that_hangs(
+    tmp_path: Path, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A vault on a share that hangs: every check ends, the vault's as failed "did not answer
+    within N s" (the mount lookup resolved the path with no deadline: doctor hung for ever,
+    silently); the main thread never touches the vault, and each check is reported as it ends."""
+    cfg = _cfg(tmp_path, vault)
+    seen: list[str] = []
+    with _hung(monkeypatch, vault) as on_main:
+        started = time.monotonic()
+        checks = run_checks(cfg, _probes(tmp_path), on_check=lambda c: seen.append(c.name))
+        elapsed = time.monotonic() - started
+    assert on_main == []
+    assert elapsed < 10, elapsed
+    assert seen == [c.name for c in checks]
+    assert {"storage", "home", "vault", "file events", "disk", "model", "daemon", "service"} <= set(seen)
+    failed = {c.name: c for c in checks if not c.ok}
+    assert "did not answer within 0.5 s" in failed["vault"].verdict, failed
+    assert set(failed) == {"vault", "daemon"}, failed
+
+
+def test_doctor_names_a_folder_inside_the_vault_that_hangs(
+    tmp_path: Path, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vault answers but a folder in it does not (another share mounted inside it): counting
+    its folders for the inotify check stops there and fails, instead of walking for ever."""
+    cfg = _cfg(tmp_path, vault)
+    with _hung(monkeypatch, vault / "Projects") as on_main:
+        started = time.monotonic()
+        checks = run_checks(cfg, _probes(tmp_path))
+        elapsed = time.monotonic() - started
+    assert on_main == [] and elapsed < 10, (on_main, elapsed)
+    events = next(c for c in checks if c.name == "file events")
+    assert not events.ok and "did not answer within 0.5 s" in events.verdict, events
+
+
+def test_ctrl_c_stops_doctor_waiting_on_a_hung_vault(
+    tmp_path: Path, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C ends a doctor that waits on a hung share at once (the main thread sat in the
+    kernel: SIGINT did nothing, only SIGTERM or SIGKILL ended it)."""
+    cfg = _cfg(tmp_path, vault, timeout=30.0)
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    with _hung(monkeypatch, vault) as on_main:
+        started = time.monotonic()
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            run_checks(cfg, _probes(tmp_path))
+        elapsed = time.monotonic() - started
+    timer.cancel()
+    assert on_main == [] and elapsed < 5, (on_main, elapsed)
+
+
+def test_doctor_shows_each_check_as_it_ends(
+    tmp_path: Path, vault: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The header and each verdict are printed when they are known, not all at the end: a check
+    that waits on a slow share is seen waiting."""
+    from sidecar.clients.cli_service import cmd_doctor
+
+    cfg = _cfg(tmp_path, vault)
+    shown: list[str] = []
+    real = doctor._Run.vault
+
+    def vault_step(self: Any) -> Any:
+        shown.append(capsys.readouterr().out)  # what a person sees while the vault is asked
+        return real(self)
+
+    monkeypatch.setattr(doctor._Run, "vault", vault_step)
+    cmd_doctor(argparse.Namespace(json=False), cfg)
+    assert "doctor: home" in shown[0] and "  ok    storage" in shown[0] and "  ok    home" in shown[0]
+    rest = capsys.readouterr().out
+    assert "vault" in rest and "Codex" in rest
+
+
+def test_doctor_names_a_home_it_cannot_use(
+    tmp_path: Path, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A home the daemon refuses (exit 5) fails the home check; doctor called storage and disk
+    "ok" for a file in its place, a lock that is a folder, a read-only file system."""
+    hfile = write(tmp_path / "hfile", "")
+    check = check_home(_cfg(tmp_path, vault, home=str(hfile)))
+    assert not check.ok and "is not a folder" in check.verdict and "--home" in check.todo
+    failed = {c.name: c for c in run_checks(_cfg(tmp_path, vault, home=str(hfile)), _probes(tmp_path))}
+    assert not failed["home"].ok
+    cfg = _cfg(tmp_path, vault)
+    (cfg.index_dir / ".lock").mkdir(parents=True)
+    check = check_home(cfg)
+    assert not check.ok and ".lock is not a file" in check.verdict
+    (cfg.index_dir / ".lock").rmdir()
+    write(cfg.agents_dir, "")
+    check = check_home(cfg)
+    assert not check.ok and "agents is a file where a folder belongs" in check.verdict
+    cfg.agents_dir.unlink()
+    assert check_home(cfg).ok and "writable" in check_home(cfg).verdict
+    # A read-only mount (root may write anywhere else, so the file system is what says no).
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, m, **k: False if Path(p) == cfg.home else real_access(p, m))
+    monkeypatch.setattr(os, "statvfs", lambda p: SimpleNamespace(f_flag=os.ST_RDONLY))
+    check = check_home(cfg)
+    assert not check.ok and "read-only file system" in check.verdict
+    monkeypatch.undo()
+    fresh = check_home(_cfg(tmp_path, vault, home=str(tmp_path / "new" / "home")))
+    assert fresh.ok and "does not exist yet" in fresh.verdict
+
+
+def test_doctor_warns_of_a_home_in_memory(tmp_path: Path, vault: Path) -> None:
+    """A home on tmpfs is a warning: the index and every agent's memory inbox go at the next
+    reboot (it was "ok: a local disk (tmpfs)"); a warning does not fail doctor."""
+    cfg = _cfg(tmp_path, vault)
+    cfg.home.mkdir(parents=True)
+    table = write(
+        tmp_path / "mountinfo",
+        f"1 0 8:1 / / rw - ext4 /dev/sda1 rw\n2 1 0:50 / {cfg.home} rw - tmpfs tmpfs rw\n",
+    )
+    checks = run_checks(cfg, Probes(**{**_probes(tmp_path).__dict__, "mount_table": table}))
+    storage = next(c for c in checks if c.name == "storage")
+    assert storage.ok and storage.warning and "lost at the next reboot" in storage.verdict
+    text = doctor.render(checks, cfg)
+    assert "  warn  storage" in text and "1 warning(s): storage" in text
+
+
+def test_a_service_manager_that_cannot_be_asked_is_no_state(tmp_path: Path, vault: Path) -> None:
+    """`systemctl --user` failing ("Failed to connect to bus") is said as such, as a warning (it
+    was shown as the service's state: "ok installed, Failed to connect to bus: …")."""
+    cfg = _cfg(tmp_path, vault)
+    home_dir = tmp_path / "userhome"
+    svc = service_file(cfg, home_dir, platform="linux")
+    write(svc.path, svc.text)
+    fake = write(
+        tmp_path / "systemctl", "#!/bin/sh\necho 'Failed to connect to bus: No medium found' >&2\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    check = check_service(cfg, Probes(home_dir=home_dir, systemctl=str(fake)))
+    assert check.ok and check.warning, check
+    assert "could not be asked: Failed to connect to bus: No medium found" in check.verdict
+    assert "installed, Failed" not in check.verdict and "loginctl enable-linger" in check.todo
+
+
+def test_the_start_hint_keeps_the_flags(tmp_path: Path, vault: Path) -> None:
+    """No daemon: the hint names the --config and --home this command was given (a bare
+    `sidecar serve` started a daemon on the default configuration, home and socket)."""
+    conf = write(tmp_path / "c.yaml", f"vault:\n  path: {vault}\n")
+    cfg = load_config(config_file=str(conf), flags={"home": str(tmp_path / "h")}, env=NO_MODEL)
+    daemon, _other, _health = check_daemon(cfg)
+    serve = shlex.join(["sidecar", "serve", "--config", str(conf.resolve()), "--home", str(tmp_path / "h")])
+    assert not daemon.ok and serve in daemon.todo, daemon.todo
+
+
+def test_a_daemon_holding_the_home_elsewhere_is_named_not_doubled(tmp_path: Path, vault: Path) -> None:
+    """The index is held by a daemon listening on another socket (a service installed from a shell
+    without XDG_RUNTIME_DIR): doctor and status name its socket and say not to start a second
+    one (status said "Start it with `sidecar serve …`", and that daemon exited 4)."""
+    home = tmp_path / "h"
+    (home / "index").mkdir(parents=True)
+    with (home / "index" / ".lock").open("w") as lock, socket.socket(socket.AF_UNIX) as listener:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock.write(f"pid {os.getpid()}")
+        lock.flush()
+        elsewhere = tmp_path / "o.sock"
+        listener.bind(str(elsewhere))
+        listener.listen()
+        cfg = _cfg(tmp_path, vault, home=str(home), socket=str(tmp_path / "here.sock"))
+        daemon, other, _health = check_daemon(cfg)
+        assert not daemon.ok and "start it" not in daemon.todo
+        assert not other.ok and f"pid {os.getpid()} and listens on {elsewhere}" in other.verdict
+        here = ["--home", str(home), "--socket", str(tmp_path / "here.sock")]
+        out = subprocess.run(
+            [sys.executable, "-m", "sidecar", "status", *here],
+            capture_output=True, text=True, timeout=60, check=False, env={**os.environ, **NO_MODEL},
+        )  # fmt: skip
+    assert out.returncode == 6
+    assert f"--socket {elsewhere}" in out.stdout and "Do not start a second one" in out.stdout
+    assert "Start it with" not in out.stdout
+
+
+def test_the_codex_snippet_is_toml_for_any_path(tmp_path: Path, vault: Path) -> None:
+    """A home with characters beyond the BMP gives a Codex snippet TOML reads back to the same
+    path (json.dumps wrote surrogate pairs, which TOML refuses); `doctor --json` gives the
+    snippets as data, not one text blob."""
+    home = tmp_path / 'notes 📁 ü "q" \\ x'
+    cfg = _cfg(tmp_path, vault, home=str(home))
+    toml = tomllib.loads(snippets.mcp_config(cfg)["codex"]["toml"])["mcp_servers"]["sidecar"]
+    assert toml["args"][-2:] == ["--home", str(home)]
+    text = snippets.mcp_snippets(cfg)
+    block = text[text.index("[mcp_servers.sidecar]") :].splitlines()
+    assert tomllib.loads("\n".join(line.strip() for line in block[:3]))["mcp_servers"]["sidecar"] == toml
+    out = subprocess.run(
+        [sys.executable, "-m", "sidecar", "doctor", "--json", "--home", str(home), "--vault", str(vault)],
+        capture_output=True, text=True, timeout=120, check=False, env={**os.environ, **NO_MODEL},
+    )  # fmt: skip
+    mcp = json.loads(out.stdout)["mcp"]
+    assert mcp["claudeCode"]["json"]["mcpServers"]["sidecar"]["args"][-2:] == ["--home", str(home)]
+    assert tomllib.loads(mcp["codex"]["toml"])["mcp_servers"]["sidecar"] == toml
+
+
+def test_sizes_and_counts_read_right() -> None:
+    """ "1 vault folders" and "the index uses 0 MB" (a few hundred kilobytes) read wrong."""
+    assert doctor._plural(1, "folder") == "1 folder" and doctor._plural(2, "folder") == "2 folders"
+    assert doctor._size(235_000) == "235 KB" and doctor._size(12) == "1 KB"
+    assert doctor._size(5_300_000) == "5 MB" and doctor._size(66_000_000_000) == "66.0 GB"
