@@ -244,6 +244,39 @@ def test_the_serving_models_own_stem_list_counts_while_a_switch_migrates(
     assert mine.stem(english) == "en"
 
 
+def test_the_serving_models_own_recall_gates_count_while_a_switch_migrates(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """recall's gates left to the models are the serving model's: a switch to MiniLM (configured
+    gates 0.4 / 0.35) keeps e5's own (0.35 / 0.3) while e5 still answers, and the other way round
+    (the configured model's gates on the other model's scale let small talk in or kept pages out);
+    a user's value counts for every model."""
+    from sidecar.config import load_config
+    from sidecar.daemon.compose import model_gates
+
+    assert model_gates(load_config(flags={}, env={})) == {"recall.minSimilarity", "recall.scoreFloor"}
+    mine = load_config(flags={}, env={"SIDECAR_RECALL_SCORE_FLOOR": "0.5"})
+    assert model_gates(mine) == {"recall.minSimilarity"}
+    serving = harness.stores.serving
+    assert serving is not None
+    minilm = load_config(flags={}, env={"SIDECAR_EMBEDDER_MODEL": "all-MiniLM-L6-v2"}).recall
+    gates = model_gates(load_config(flags={}, env={}))
+    r = Retriever(harness.stores, harness.slot, harness.cfg.search, minilm, "all", model_gates=gates)
+    monkeypatch.setattr(serving.model, "model_id", "multilingual-e5-small@abc", raising=False)
+    rc = r.recall_settings()
+    assert (rc.min_similarity, rc.score_floor) == (0.35, 0.3)
+    monkeypatch.setattr(serving.model, "model_id", "all-MiniLM-L6-v2@abc", raising=False)
+    rc = r.recall_settings()
+    assert (rc.min_similarity, rc.score_floor) == (minilm.min_similarity, minilm.score_floor) == (0.4, 0.35)
+    user = replace(minilm, score_floor=0.5)
+    r = Retriever(
+        harness.stores, harness.slot, harness.cfg.search, user, "all", model_gates={"recall.minSimilarity"}
+    )
+    monkeypatch.setattr(serving.model, "model_id", "multilingual-e5-small@abc", raising=False)
+    rc = r.recall_settings()
+    assert (rc.min_similarity, rc.score_floor) == (0.35, 0.5)
+
+
 def test_one_search_scores_and_calibrates_with_the_same_weights(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -64,7 +64,17 @@ def build_watcher(cfg: Config, on_change: Callable[[set[str]], None], stop: thre
 def model_stem(cfg: Config) -> bool:
     """Whether ``search.stemFirst`` is left to the models (not given by the user): then the
     serving model's own list counts, also while a switch to another model migrates."""
-    origin = cfg.origins.get("search.stemFirst", "default")
+    return _left_to_models(cfg, "search.stemFirst")
+
+
+def model_gates(cfg: Config) -> frozenset[str]:
+    """recall's gates left to the models (not given by the user): the serving model's own count,
+    also while a switch to another model migrates."""
+    return frozenset(k for k in ("recall.minSimilarity", "recall.scoreFloor") if _left_to_models(cfg, k))
+
+
+def _left_to_models(cfg: Config, dotted: str) -> bool:
+    origin = cfg.origins.get(dotted, "default")
     return origin == "default" or origin.startswith("model ")
 
 
@@ -81,7 +91,13 @@ def build_handlers(
         vectors=parts.vectors,
         problems=parts.problems,
         retriever=Retriever(
-            stores, slot, cfg.search, cfg.recall, cfg.embedder.languages, model_stem=model_stem(cfg)
+            stores,
+            slot,
+            cfg.search,
+            cfg.recall,
+            cfg.embedder.languages,
+            model_stem=model_stem(cfg),
+            model_gates=model_gates(cfg),
         ),
         slot=slot,
         service=service,

@@ -26,7 +26,15 @@ from sidecar.config import Config
 from sidecar.config.settings import settings
 from sidecar.contracts.errors import ConfigError, SidecarError, StoreError
 from sidecar.daemon.backfill import Backfill
-from sidecar.daemon.compose import Parts, build, build_handlers, build_server, build_watcher, model_stem
+from sidecar.daemon.compose import (
+    Parts,
+    build,
+    build_handlers,
+    build_server,
+    build_watcher,
+    model_gates,
+    model_stem,
+)
 from sidecar.daemon.handlers import Handlers, ServiceState
 from sidecar.daemon.indexing import IndexLoop
 from sidecar.daemon.process import IndexLock, load_embedder, make_private, raise_fd_limit
@@ -260,6 +268,7 @@ class Daemon:
         self._retriever.cfg = new.search
         self._retriever.recall_cfg = new.recall
         self._retriever.model_stem = model_stem(new)
+        self._retriever.model_gates = model_gates(new)
         parts, loop = self.parts, self.loop
         if parts is not None and loop is not None:
             s = new.search

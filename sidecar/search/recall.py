@@ -48,7 +48,7 @@ def _recall(
     req: SearchRequest,
     count_tokens: Callable[[Sequence[str]], list[int]],
 ) -> SearchResult:
-    rc = r.recall_cfg
+    rc = r.recall_settings()
     qa = analyze(text)
     turns = (
         [t[: rc.history_head_chars] for t in history[-rc.history_turns :] if t.strip()]

@@ -13,7 +13,7 @@ import sqlite3
 import threading
 import time
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -80,6 +80,9 @@ VecList = list[tuple[str, float, float]]  # (chunk id, cosine, hubness) of one v
 # and LanceDB release the GIL, so the two overlap. Shared by every Retriever of the process (the
 # tests build hundreds); as many workers as the socket has request threads by default.
 _ARM_WORKERS = 4
+# recall's gates a model may set (MODEL_DEFAULTS), by attribute; a model without its own has these.
+_GATES = {"recall.minSimilarity": "min_similarity", "recall.scoreFloor": "score_floor"}
+_RECALL_DEFAULTS = {attr: getattr(RecallConfig(), attr) for attr in _GATES.values()}
 _arm_pool: ThreadPoolExecutor | None = None
 _arm_pool_lock = threading.Lock()
 
@@ -156,10 +159,14 @@ class Retriever:
         languages: str = "all",
         *,
         model_stem: bool = False,
+        model_gates: Collection[str] = (),
     ) -> None:
         self.languages = _language_set(languages)
         # search.stemFirst was not set: each model's own list counts, the serving one's (see stem).
         self.model_stem = model_stem
+        # recall's gates left to the models (recall.minSimilarity, recall.scoreFloor): the
+        # serving model's own count, also while a switch migrates (see recall_settings).
+        self.model_gates = frozenset(model_gates)
         self.stores = stores
         self.slot = slot
         self.cfg = cfg
@@ -194,6 +201,22 @@ class Retriever:
         own = getattr(serving.model, "languages", None) if serving is not None else None
         languages = _language_set(own) if isinstance(own, str) else self.languages
         return not qa.language or "all" in languages or qa.language in languages
+
+    def recall_settings(self) -> RecallConfig:
+        """recall's settings for this call: the gates left to the models are the serving model's
+        own (while a switch migrates the previous model answers, and the configured model's
+        gates let small talk in, or kept relevant pages out, on the other model's scale)."""
+        rc = self.recall_cfg
+        serving = self.stores.serving
+        if not self.model_gates or serving is None:
+            return rc
+        own = MODEL_DEFAULTS.get(model_name(serving.model.model_id), {})
+        gates = {
+            attr: own.get(dotted, _RECALL_DEFAULTS[attr])
+            for dotted, attr in _GATES.items()
+            if dotted in self.model_gates
+        }
+        return replace(rc, **gates)
 
     def stem(self, qa: QueryAnalysis) -> str | None:
         """The query's language when its stemmed forms lead (``search.stemFirst``), else None.
