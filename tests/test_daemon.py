@@ -370,6 +370,9 @@ def test_a_model_that_fails_after_a_switch_leaves_the_previous_one_answering(
     log = d.log.read_text()
     assert log.count("embedder_fallback model=my-model serving=all-MiniLM-L6-v2@") == 1
     assert "embedder_failed" not in log
+    # The notes are cut with the standing-in model's tokenizer, and recorded so: the next start
+    # with the configured model cuts them again.
+    assert "index_chunking_recorded counted=all-MiniLM-L6-v2" in log
 
     # The model's files arrive (written whole, as an installer would): the retry loads it.
     files = bundled_model_files()

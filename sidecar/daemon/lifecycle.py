@@ -42,9 +42,10 @@ from sidecar.daemon.repairs import RepairPolicy
 from sidecar.daemon.schedule import Schedule, build_scheduler
 from sidecar.daemon.server import Server, bind_socket
 from sidecar.daemon.watchdog import Watchdog, status_line
+from sidecar.index.indexer import Indexer
 from sidecar.index.migration import attach, serving_model
 from sidecar.memory.inbox import Inboxes
-from sidecar.model.embedder import EmbedderSlot
+from sidecar.model.embedder import EmbedderSlot, model_name
 from sidecar.runtime.notify import Notifier
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.vectors import warm as warm_vector_library
@@ -309,6 +310,7 @@ class Daemon:
             return
         vectors = parts.vectors
         load_embedder(cfg, self.slot, lambda: serving_model(cfg, vectors), parts.problems)
+        _record_counting(cfg, self.slot, parts.indexer)
 
     def _retry_embedder(self) -> None:
         # Also while a fallback answers: the configured model is what the user asked for.
@@ -355,6 +357,18 @@ class Daemon:
         return stuck
 
 
+def _record_counting(cfg: Config, slot: EmbedderSlot, indexer: Indexer) -> None:
+    """Chunks cut with another model's tokenizer than the configured one (a fallback answers) or
+    by words (no model) are recorded so: the next start with the configured model cuts them again."""
+    if not cfg.embedder.enabled:
+        return
+    model = slot.model
+    if slot.fallback is not None and model is not None:
+        indexer.counted_with(model_name(model.model_id))
+    elif model is None:
+        indexer.counted_with("words")
+
+
 def index_once(
     cfg: Config,
     *,
@@ -373,6 +387,7 @@ def index_once(
         load_embedder(cfg, slot, lambda: serving_model(cfg, vectors), parts.problems)
         indexer.finish_interrupted()
         indexer.reparse_if_chunking_changed()
+        _record_counting(cfg, slot, indexer)
         if slot.model is not None:
             attach(cfg, vectors, slot.model, parts.problems)
         if rebuild:

@@ -364,13 +364,12 @@ class Indexer:
         tokenizer are read and cut again by the next sweep (chunks whose embed text stays the same
         keep their vectors; the rest are embedded again in the background), so the index
         converges on today's chunking."""
-        chunking = self.cfg.chunking
         # Chunk sizes are counted in the model's own tokens (words when no model runs): a model
         # switch re-cuts too, or chunks cut to e5's 200 tokens ran past MiniLM's 256 and their
         # tails were never embedded (the previous model embeds the re-cut chunks first, so search
         # stays whole during the switch).
         counted = self.cfg.embedder.model if self.cfg.embedder.enabled else "words"
-        want = f"{CHUNKER_VERSION}:{chunking.max_tokens}:{chunking.overlap}:{counted}"
+        want = self._chunking(counted)
         have = self.manifest.get_meta("chunker")
         if have == want:
             return
@@ -378,6 +377,18 @@ class Indexer:
         if notes:
             log.info("index_rechunk notes=%d old=%s new=%s", notes, have or "unrecorded", want)
         self.manifest.set_meta("chunker", want)
+
+    def _chunking(self, counted: str) -> str:
+        chunking = self.cfg.chunking
+        return f"{CHUNKER_VERSION}:{chunking.max_tokens}:{chunking.overlap}:{counted}"
+
+    def counted_with(self, counted: str) -> None:
+        """The tokenizer that cuts notes is not the configured model's (it failed to load: another
+        model answers in its place, or words are counted): recorded as such, so the next start
+        with the configured model cuts the notes again."""
+        if self.manifest.get_meta("chunker") != self._chunking(counted):
+            self.manifest.set_meta("chunker", self._chunking(counted))
+            log.info("index_chunking_recorded counted=%s", counted)
 
     def clear(self) -> None:
         """Forget everything indexed (for a rebuild); the next sweep reads every note again."""
