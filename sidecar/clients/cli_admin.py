@@ -16,7 +16,7 @@ from sidecar.clients.cli_parser import build_parser, config_of, serve_flags
 from sidecar.clients.cli_render import Progress, render_status
 from sidecar.clients.client import Client
 from sidecar.config import Config
-from sidecar.contracts.errors import DaemonNotRunningError, ExitCode, StorageError
+from sidecar.contracts.errors import DaemonNotRunningError, DaemonUnreachableError, ExitCode, StorageError
 
 
 def _check_vault(args: argparse.Namespace, cfg: Config, *, serving: bool) -> None:
@@ -195,6 +195,8 @@ def cmd_status(args: argparse.Namespace, cfg: Config) -> int:
         if args.json:
             error = {"code": exc.code, "message": str(exc)}  # the shape of every command's error
             print(json.dumps({"running": False, "socket": str(cfg.socket_path), "error": error}))
+        elif isinstance(exc, DaemonUnreachableError):  # something is there: "not running" is not known
+            print(f"sidecar: {exc}", file=sys.stderr)
         else:
             print(f"sidecar is not running.\n{exc}")
         return int(ExitCode.NOT_RUNNING)

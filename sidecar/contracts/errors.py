@@ -87,6 +87,13 @@ class DaemonNotRunningError(SidecarError):
     exit_code = ExitCode.NOT_RUNNING
 
 
+class DaemonUnreachableError(DaemonNotRunningError):
+    """Something is at the socket, but this client cannot or must not talk to it (no permission,
+    or a server of another user): no daemon of this user's answers there."""
+
+    code = "unreachable"
+
+
 class DaemonRunningError(SidecarError):
     """Another daemon already owns the socket or the index."""
 

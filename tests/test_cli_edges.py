@@ -1,0 +1,158 @@
+"""The command line at its edges: a socket another user holds, empty or closed stdin, a daemon
+that does not answer, bytes that are not UTF-8, closed or non-UTF-8 output, ``--``, a terminal
+that hangs up or would run escape sequences from a note, and exit codes as README's table says."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.clients.client import check_peer
+from sidecar.contracts.errors import DaemonUnreachableError, ExitCode
+
+from .conftest import DaemonProcess, write
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    """One keyword-only daemon on a tiny vault for the module."""
+    base = tmp_path_factory.mktemp("edges")
+    vault = base / "vault"
+    write(vault / "Audio.md", "# Audio recorder\n\nRecord a lecture with my microphone.\n")
+    write(vault / "wiki" / "Backups.md", "# Backups\n\nThe NAS is backed up every night at 2:00.\n")
+    d = DaemonProcess(base / "home", vault, keyword_only=True)
+    d.env = {k: v for k, v in d.env.items() if not k.startswith(("SIDECAR_", "XDG_"))}
+    d.env |= {"SIDECAR_EMBEDDER_ENABLED": "false", "HOME": str(base / "userhome")}
+    (base / "userhome").mkdir()
+    d.start()
+    yield d
+    if d.proc is not None and d.proc.poll() is None:
+        d.stop()
+
+
+def _env(d: DaemonProcess, **extra: str) -> dict[str, str]:
+    return {**d.env, "SIDECAR_HOME": str(d.home), **extra}
+
+
+def _run(d: DaemonProcess, *args: str | bytes, stdin: str | None = "", **env: str) -> Any:
+    return subprocess.run(
+        [sys.executable, "-m", "sidecar", *args],
+        capture_output=True,
+        input=None if stdin is None else stdin.encode(),
+        stdin=subprocess.DEVNULL if stdin is None else None,
+        env=_env(d, **env),
+        timeout=120,
+        check=False,
+    )
+
+
+def _one_line(r: Any, code: int, needle: str) -> None:
+    err = r.stderr.decode() if isinstance(r.stderr, bytes) else r.stderr
+    assert r.returncode == code, (r.returncode, r.stdout, err)
+    assert "Traceback" not in err
+    lines = [ln for ln in err.splitlines() if not ln.startswith("sidecar: warning:")]
+    assert len(lines) == 1 and needle in lines[0], err
+
+
+# --- §3: the server must be this user's -------------------------------------------------------
+
+
+def test_a_client_checks_whose_server_it_reached(tmp_path: Path) -> None:
+    """The peer's UID must be the client's; without credentials, the socket's and its folder's
+    owner and mode decide. Nothing is sent before."""
+    path = tmp_path / "s.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen()
+    client = socket.socket(socket.AF_UNIX)
+    client.connect(str(path))
+    try:
+        check_peer(client, path)  # the real credentials: this process
+        with pytest.raises(DaemonUnreachableError, match=r"served by uid 4242 and this user is uid"):
+            check_peer(client, path, read_uid=lambda _s: 4242)
+        no_credentials = functools.partial(check_peer, client, path, read_uid=lambda _s: None)
+        no_credentials()  # this user's socket in this user's private folder
+        os.chmod(tmp_path, 0o777)
+        try:
+            with pytest.raises(DaemonUnreachableError, match="may be written by others"):
+                no_credentials()
+        finally:
+            os.chmod(tmp_path, 0o700)
+        if os.geteuid() == 0:  # another owner for the socket file
+            os.chown(path, 65534, 65534)
+            with pytest.raises(DaemonUnreachableError, match="the socket belongs to uid 65534"):
+                no_credentials()
+    finally:
+        client.close()
+        server.close()
+
+
+_FAKE = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(); s.settimeout(60)
+got = b""
+for _ in range(int(sys.argv[2])):
+    c, _a = s.accept(); c.settimeout(5)
+    try:
+        c.sendall(b'{"v":1,"id":1,"ok":true,"result":{"hits":[{"reference":"vault/IMPORTANT"}]}}\\n')
+        while chunk := c.recv(4096):
+            got += chunk
+    except OSError:
+        pass
+    c.close()
+print(len(got), flush=True)
+"""
+
+
+def test_a_socket_another_user_took_first_gets_nothing(tmp_path: Path) -> None:
+    """The report's attack: another user listens on the socket path first (the /tmp fallback).
+    The query is never sent, its fake hits are never shown, and status does not say "not
+    running" but who is there."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("needs root and setpriv to run a server as another user")
+    folder = Path(tempfile.mkdtemp(prefix="sidecar-foreign-"))
+    os.chown(folder, 65534, 65534)
+    sock = folder / "s.sock"
+    fake = subprocess.Popen(
+        [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", _FAKE, sock, "3"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not sock.exists():
+            assert fake.poll() is None and time.monotonic() < deadline, "the fake server did not start"
+            time.sleep(0.05)
+        env = {**os.environ, "HOME": str(tmp_path), "SIDECAR_HOME": str(tmp_path / "home")}
+
+        def run(*argv: str) -> Any:
+            cmd = [sys.executable, "-m", "sidecar", *argv, "--socket", str(sock)]
+            return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60, check=False)
+
+        r = run("search", "my bank password")
+        _one_line(r, ExitCode.NOT_RUNNING, "refusing to talk to")
+        assert "uid 65534" in r.stderr and "IMPORTANT" not in r.stdout
+        r = run("status")
+        _one_line(r, ExitCode.NOT_RUNNING, "refusing to talk to")
+        assert "not running" not in r.stdout
+        r = run("status", "--json")
+        assert json.loads(r.stdout)["error"]["code"] == "unreachable"
+        out, _ = fake.communicate(timeout=60)
+        assert out.strip() == "0", "the fake server received bytes"
+    finally:
+        fake.kill()
+        fake.wait()
+        shutil.rmtree(folder, ignore_errors=True)
