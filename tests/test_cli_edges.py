@@ -19,7 +19,9 @@ from typing import Any
 
 import pytest
 
-from sidecar.clients.client import check_peer
+from sidecar.clients import cli_memory, cli_parser
+from sidecar.clients.cli import _remote_exit, main
+from sidecar.clients.client import Client, check_peer
 from sidecar.contracts.errors import DaemonUnreachableError, ExitCode
 
 from .conftest import DaemonProcess, write
@@ -156,3 +158,33 @@ def test_a_socket_another_user_took_first_gets_nothing(tmp_path: Path) -> None:
         fake.kill()
         fake.wait()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# --- §8: a change without an answer is not a refusal ------------------------------------------
+
+
+def test_a_write_without_an_answer_says_it_may_have_been_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The daemon took the request and went silent (SIGSTOP, a hang): exit 8 and code no_answer,
+    saying the note may have been written, not "refused" (exit 7, bad_request)."""
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    path = folder / "s.sock"
+    silent = socket.socket(socket.AF_UNIX)
+    silent.bind(str(path))
+    silent.listen()  # connections wait in the backlog: taken, never answered
+    monkeypatch.setattr(cli_memory, "Client", functools.partial(Client, timeout=0.5))
+    monkeypatch.setattr(cli_parser, "_json_errors", False)  # main sets it; restored after
+    argv = ["memory", "write", "n", "--agent", "me", "--content", "x", "--socket", str(path)]
+    try:
+        assert main([*argv, "--home", str(tmp_path / "home")]) == ExitCode.NO_ANSWER == 8
+        err = capsys.readouterr().err
+        assert "did not answer 'write' within 0s" in err and "may still have been written" in err
+        assert main([*argv, "--home", str(tmp_path / "home"), "--json"]) == ExitCode.NO_ANSWER
+        error = json.loads(capsys.readouterr().out)["error"]
+        assert error["code"] == "no_answer" and "check" in error["message"]
+    finally:
+        silent.close()
+    assert _remote_exit("timeout") == ExitCode.NO_ANSWER  # the daemon's own "did not finish"
+    assert _remote_exit("not_found") == ExitCode.REQUEST_FAILED

@@ -15,7 +15,7 @@ from typing import cast
 
 from sidecar.clients.cli_parser import build_parser, command_named, config_of, emit_error, set_json_errors
 from sidecar.config import Config
-from sidecar.contracts.errors import ExitCode, SidecarError
+from sidecar.contracts.errors import ExitCode, NoAnswerError, RemoteError, SidecarError
 
 Command = Callable[[argparse.Namespace, Config], int]
 
@@ -64,8 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below
         return code
     except SidecarError as exc:
-        emit_error(str(exc), exc.code)
-        return int(exc.exit_code)
+        return _failed(exc)
     except BrokenPipeError:
         # The reader went away (`sidecar status | head -1`): not an error. Point stdout at
         # /dev/null so the interpreter's final flush does not complain again.
@@ -74,3 +73,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(ExitCode.OK)
     except KeyboardInterrupt:
         return 130
+
+
+def _failed(exc: SidecarError) -> int:
+    """One line for a typed error, and its exit code."""
+    if isinstance(exc, NoAnswerError):
+        emit_error(f"{exc}{_unsure(exc.op)}", exc.code)
+        return int(exc.exit_code)
+    emit_error(str(exc), exc.code)
+    if isinstance(exc, RemoteError):
+        return int(_remote_exit(exc.code))
+    return int(exc.exit_code)
+
+
+def _remote_exit(code: str) -> ExitCode:
+    """The exit code of a daemon's refusal: a request it did not finish in time may have acted."""
+    if code == "timeout":
+        return ExitCode.NO_ANSWER
+    return ExitCode.REQUEST_FAILED
+
+
+# What to check after a change that got no answer: it may have been made all the same.
+_CHECK_AFTER = {
+    "write": "the note may still have been written: check (`sidecar memory list --agent NAME`) before "
+    "writing again",
+    "edit": "the note may still have been changed: check (`sidecar memory list --agent NAME`) before "
+    "editing again",
+    "delete": "the note may still have been deleted: check with `sidecar memory list --agent NAME`",
+    "index": "the sweep may still have been queued: `sidecar status` shows it",
+    "reload": "the file may still have been applied: `sidecar status` shows it",
+}
+
+
+def _unsure(op: str) -> str:
+    check = _CHECK_AFTER.get(op)
+    return f"; {check}" if check else " (is it overloaded or stopped? `sidecar status` says)"

@@ -20,6 +20,7 @@ from typing import Any
 from sidecar.contracts.errors import (
     DaemonNotRunningError,
     DaemonUnreachableError,
+    NoAnswerError,
     ProtocolError,
     RemoteError,
 )
@@ -111,9 +112,9 @@ class Client:
         try:
             self._sock.sendall(request_frame(Request(op, params or {}, req_id, self.agent)))
             line = self._readline()
-        except TimeoutError as exc:
+        except TimeoutError as exc:  # it has the request: what became of it is not known
             self.close()
-            raise ProtocolError(f"the daemon did not answer {op!r} within {self.timeout:.0f}s") from exc
+            raise NoAnswerError(op, f"the daemon did not answer {op!r} within {self.timeout:.0f}s") from exc
         except OSError as exc:
             self.close()
             raise DaemonNotRunningError(f"the connection to the daemon broke: {exc}") from exc
