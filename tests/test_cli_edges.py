@@ -22,6 +22,7 @@ import pytest
 from sidecar.clients import cli_memory, cli_parser
 from sidecar.clients.cli import _remote_exit, main
 from sidecar.clients.client import Client, check_peer
+from sidecar.config import load_config
 from sidecar.contracts.errors import DaemonUnreachableError, ExitCode
 
 from .conftest import DaemonProcess, write
@@ -188,3 +189,76 @@ def test_a_write_without_an_answer_says_it_may_have_been_made(
         silent.close()
     assert _remote_exit("timeout") == ExitCode.NO_ANSWER  # the daemon's own "did not finish"
     assert _remote_exit("not_found") == ExitCode.REQUEST_FAILED
+
+
+# --- §9, §16: one line, never a traceback ----------------------------------------------------
+
+
+def test_bytes_that_are_not_utf8_are_a_usage_error(daemon: DaemonProcess) -> None:
+    for argv in (
+        [b"search", b"x", b"--agent", b"\xff"],
+        [b"memory", b"list", b"--agent", b"\xff"],
+        [b"memory", b"write", b"x", b"--agent", b"\xff", b"--content", b"x"],
+    ):
+        _one_line(_run(daemon, *argv), ExitCode.USAGE, "invalid agent name")
+    _one_line(_run(daemon, b"search", b"caf\xe9"), ExitCode.USAGE, "QUERY is not UTF-8 text")
+    _one_line(_run(daemon, b"get", b"vault/\xff"), ExitCode.USAGE, "REFERENCE is not UTF-8 text")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status"],
+        ["memory", "list", "--agent", "me"],
+        ["memory", "write", "closed-out", "--agent", "me", "--content", "x"],
+        ["get", "vault/Audio"],
+    ],
+)
+def test_a_closed_stdout_is_not_a_crash(daemon: DaemonProcess, argv: list[str]) -> None:
+    """``>&-``: the command acts and ends with 0, as into a closed pipe (it acted, then died with
+    a traceback on the flush)."""
+    r = subprocess.run(
+        ["bash", "-c", 'exec "$@" >&-', "-", sys.executable, "-m", "sidecar", *argv],
+        capture_output=True,
+        text=True,
+        env=_env(daemon),
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 0 and "Traceback" not in r.stderr and "Error" not in r.stderr, r.stderr
+
+
+def test_an_ascii_output_encoding_escapes_what_it_lacks(daemon: DaemonProcess) -> None:
+    r = _run(daemon, "recall", "record a lecture", PYTHONIOENCODING="ascii")
+    assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr
+    assert b"\\u00b7" in r.stdout  # the block header's middle dot
+    r = _run(daemon, "recall", "record a lecture", "--json", PYTHONIOENCODING="ascii")
+    assert "·" in json.loads(r.stdout)["context"]  # escaped as JSON reads it back
+
+
+def test_a_file_the_command_cannot_use_is_one_line(daemon: DaemonProcess, tmp_path: Path) -> None:
+    """A folder on the way is a file (or root's, after sudo): one line, not a traceback."""
+    home = tmp_path / "user"
+    write(home / ".config" / "systemd", "not a folder\n")
+    r = _run(daemon, "service", "install", "--home", str(tmp_path / "h"), HOME=str(home))
+    lines = [ln for ln in r.stderr.decode().splitlines() if not ln.startswith("note:")]
+    assert r.returncode != 0 and len(lines) == 1 and lines[0].startswith("sidecar: "), lines
+
+
+def test_a_default_configuration_file_that_cannot_be_checked_is_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sudo -u` keeping HOME: the default file lies in a folder this user may not enter."""
+    real_exists = Path.exists
+
+    def exists(self: Path) -> bool:
+        if self.name == "config.yaml":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_exists(self)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    cfg = load_config(env={"HOME": str(tmp_path)}, flags={"home": str(tmp_path / "h")})
+    assert cfg.source_file is None
+    assert any("cannot be checked: Permission denied; not read" in w for w in cfg.warnings)
+    with pytest.raises(Exception, match="cannot be checked"):  # named: an error (exit 3)
+        load_config(config_file=str(tmp_path / "config.yaml"), env={})

@@ -16,11 +16,8 @@ from sidecar.contracts.printable import escape_controls as shown
 
 
 def cmd_mcp(args: argparse.Namespace, cfg: Config) -> int:
-    from sidecar.config import valid_agent
     from sidecar.runtime import logs
 
-    if not valid_agent(args.agent):
-        raise UsageError(f"invalid agent name {args.agent!r}: use a-z, 0-9, '_' and '-'")
     logs.setup("warning", journald=cfg.journald)  # stderr only: stdout carries the protocol
     from sidecar.clients.mcp_shim import run
 

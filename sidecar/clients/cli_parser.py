@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from sidecar import __version__
-from sidecar.config import Config, daemon_address, load_config
+from sidecar.config import Config, daemon_address, load_config, valid_agent
 from sidecar.contracts.errors import ConfigError, ExitCode, SidecarError
 from sidecar.contracts.protocol import LIMIT_RANGE, MIN_SCORE_RANGE, RELATED_LIMIT_RANGE, TOKEN_BUDGET_RANGE
 from sidecar.contracts.wire import SOURCES
@@ -112,8 +113,16 @@ class _Once(argparse.Action):
         setattr(ns, self.dest, value)
 
 
+def _agent_name(text: str) -> str:
+    """``--agent``'s type: a name the daemon accepts, else a usage error (exit 2) before any
+    daemon is asked (a byte that is not UTF-8 in it crashed the request's encoding)."""
+    if not valid_agent(text):
+        raise argparse.ArgumentTypeError(f"invalid agent name {text!r}: use a-z, 0-9, '_' and '-' (max 64)")
+    return text
+
+
 def _agent(p: argparse.ArgumentParser, help: str, *, required: bool = False) -> None:
-    p.add_argument("--agent", required=required, help=help, action=_Once)
+    p.add_argument("--agent", required=required, help=help, action=_Once, type=_agent_name)
 
 
 def _vault_flags(p: argparse.ArgumentParser) -> None:
@@ -364,3 +373,32 @@ def config_of(args: argparse.Namespace) -> Config:
 _TALK_TO_THE_DAEMON = frozenset(
     {"search", "get", "related", "outline", "recall", "preview", "why", "status", "mcp", "memory", "reload"}
 )
+
+
+# The values a command sends to the daemon, as the usage error names them.
+_SENT = {
+    "query": "QUERY",
+    "message": "MESSAGE",
+    "reference": "REFERENCE",
+    "slug": "SLUG",
+    "content": "--content",
+    "frontmatter": "--frontmatter",
+    "tag": "--tag",
+    "path_prefix": "--path",
+    "confirm_deletions": "--confirm-deletions",
+}
+_UNDECODED = re.compile("[\udc80-\udcff]")  # how Python keeps an argument's non-UTF-8 bytes
+
+
+def check_text_args(args: argparse.Namespace) -> None:
+    """A value to send that holds bytes that are not UTF-8 (a Latin-1 terminal) is a usage error
+    naming it; the request could not carry it ("unpaired UTF-16 surrogate", exit 7). Paths are
+    not checked: a file name may be any bytes."""
+    for dest, name in _SENT.items():
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and _UNDECODED.search(value):
+            raw = value.encode("utf-8", "surrogateescape")
+            raise UsageError(
+                f"{name} is not UTF-8 text ({raw!r}): sidecar takes UTF-8 (is the terminal set to "
+                "another encoding?)"
+            )

@@ -103,6 +103,7 @@ class Client:
         """Send one request and wait for its answer; raise RemoteError if the daemon refused it."""
         try:  # refused here as the daemon would refuse it (a lone surrogate cannot even be sent)
             check_values(params or {})
+            check_values({"agent": self.agent})
         except ProtocolError as exc:
             raise RemoteError(exc.code, str(exc)) from exc
         if self._sock is None:

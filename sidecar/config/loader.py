@@ -273,6 +273,20 @@ def _top_level_lines(path: Path) -> dict[str, str]:
     return {m[1]: m[2] or m[3] or m[4] for m in _TOP_LEVEL.finditer(text)}
 
 
+def _file_exists(path: Path, required: bool, warnings: list[str]) -> bool:
+    """Whether the configuration file is there. A folder on its way this user may not enter (the
+    default file under another user's home, after ``sudo -u``): a named file is an error that
+    says so, the default one a warning (it was a traceback)."""
+    try:
+        return path.exists()
+    except OSError as exc:
+        problem = f"{path}: the configuration file cannot be checked: {exc.strerror or exc}"
+        if required:
+            raise ConfigError(problem) from exc
+        warnings.append(f"{problem}; not read (name one with --config or SIDECAR_CONFIG)")
+        return False
+
+
 def load_config(
     *,
     config_file: str | None = None,
@@ -289,11 +303,11 @@ def load_config(
 
     path, required = _default_config_path(config_file, env) if read_file else (None, False)
     source_file: Path | None = None
-    if path is not None and (required or path.exists()):
-        if not path.exists():
-            raise ConfigError(f"{path}: configuration file not found")
+    if path is not None and _file_exists(path, required, layers.warnings):
         source_file = path.resolve()
         layers.read_file(path, source_file)
+    elif path is not None and required:
+        raise ConfigError(f"{path}: configuration file not found")
     layers.read_env(env, cwd)
     layers.read_flags(flags or {}, cwd)
     values, origins, problems, warnings = layers.values, layers.origins, layers.problems, layers.warnings
