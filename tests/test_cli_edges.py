@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import pty
 import shutil
 import socket
 import subprocess
@@ -159,6 +160,53 @@ def test_a_socket_another_user_took_first_gets_nothing(tmp_path: Path) -> None:
         fake.kill()
         fake.wait()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# --- §7: nothing on stdin is no note ----------------------------------------------------------
+
+
+def test_memory_write_refuses_an_empty_or_closed_stdin(daemon: DaemonProcess) -> None:
+    r = _run(daemon, "memory", "write", "keep", "--agent", "me", "--content", "the wifi password rotates")
+    assert r.returncode == 0, r.stderr
+    for action in ("write", "edit"):
+        _one_line(_run(daemon, "memory", action, "keep", "--agent", "me"), ExitCode.USAGE, "no note text")
+        _one_line(
+            _run(daemon, "memory", action, "keep", "--agent", "me", stdin=" \n"), ExitCode.USAGE, "stdin"
+        )
+    write_keep = [sys.executable, "-m", "sidecar", "memory", "write", "keep", "--agent", "me"]
+    closed = subprocess.run(
+        ["bash", "-c", 'exec "$@" <&-', "-", *write_keep],
+        capture_output=True,
+        text=True,
+        env=_env(daemon),
+        timeout=60,
+        check=False,
+    )
+    _one_line(closed, ExitCode.USAGE, "no note text on stdin")
+    r = _run(daemon, "get", "memory/me/keep")
+    assert "the wifi password rotates" in r.stdout.decode()  # untouched
+    # asked for: an empty note
+    assert _run(daemon, "memory", "write", "empty", "--agent", "me", "--content", "").returncode == 0
+
+
+def test_memory_write_at_a_terminal_says_it_reads_stdin(daemon: DaemonProcess) -> None:
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sidecar", "memory", "write", "typed", "--agent", "me"],
+        stdin=slave,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(daemon),
+    )
+    os.close(slave)
+    try:
+        os.write(master, b"typed at a terminal\n\x04")
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        os.close(master)
+    assert proc.returncode == 0, err
+    assert b"reading the note from stdin (end it with Ctrl-D)" in err
+    assert b"typed at a terminal" in _run(daemon, "get", "memory/me/typed").stdout
 
 
 # --- §8: a change without an answer is not a refusal ------------------------------------------

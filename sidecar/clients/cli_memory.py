@@ -39,7 +39,7 @@ def cmd_memory(args: argparse.Namespace, cfg: Config) -> int:
             )
         params["slug"] = args.slug
         if args.action in ("write", "edit"):
-            params["content"] = args.content if args.content is not None else sys.stdin.read()
+            params["content"] = args.content if args.content is not None else _stdin_note(args.action)
             if args.frontmatter:
                 try:
                     params["frontmatter"] = json.loads(args.frontmatter)
@@ -57,6 +57,24 @@ def cmd_memory(args: argparse.Namespace, cfg: Config) -> int:
     else:
         _print_memory(args.action, result)
     return int(ExitCode.OK)
+
+
+def _stdin_note(action: str) -> str:
+    """The note's text from stdin. Nothing there (``< /dev/null``, a closed pipe, a script that
+    forgot --content) is refused: it replaced the note with nothing, with exit 0. An empty note
+    is written only when asked for: ``--content ''``. At a terminal, say that stdin is read."""
+    if sys.stdin.isatty():
+        print("sidecar: reading the note from stdin (end it with Ctrl-D)", file=sys.stderr)
+    try:
+        text = sys.stdin.buffer.read().decode("utf-8") if hasattr(sys.stdin, "buffer") else sys.stdin.read()
+    except UnicodeDecodeError:
+        raise UsageError("the note on stdin is not UTF-8 text; nothing was written") from None
+    if not text.strip():
+        raise UsageError(
+            f"memory {action}: no note text on stdin (empty or closed); nothing was written. Pipe the "
+            "text in or give --content TEXT (--content '' writes an empty note)"
+        )
+    return text
 
 
 def _print_memory(action: str, result: dict[str, Any]) -> None:
