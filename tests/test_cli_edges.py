@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ import pytest
 
 from sidecar.clients import cli_memory, cli_parser
 from sidecar.clients.cli import _remote_exit, main
+from sidecar.clients.cli_parser import build_parser
 from sidecar.clients.client import Client, check_peer
 from sidecar.config import load_config
 from sidecar.contracts.errors import DaemonUnreachableError, ExitCode
@@ -310,3 +311,53 @@ def test_a_default_configuration_file_that_cannot_be_checked_is_a_warning(
     assert any("cannot be checked: Permission denied; not read" in w for w in cfg.warnings)
     with pytest.raises(Exception, match="cannot be checked"):  # named: an error (exit 3)
         load_config(config_file=str(tmp_path / "config.yaml"), env={})
+
+
+# --- §10: `--` ends the options; unknown options are named -------------------------------------
+
+
+def _parse(argv: Sequence[str]) -> Any:
+    return build_parser(argv[0]).parse_args(argv)
+
+
+def test_double_dash_ends_the_options() -> None:
+    args = _parse(["search", "--limit", "3", "--", "-rf"])
+    assert (args.query, args.limit) == ("-rf", 3)
+    assert (
+        _parse(["search", "--", "--json"]).query == "--json" and not _parse(["search", "--", "--json"]).json
+    )
+    args = _parse(["why", "vault/Audio", "--", "--force"])
+    assert (args.reference, args.query) == ("vault/Audio", "--force")
+    args = _parse(["memory", "write", "--agent", "me", "--", "-x"])
+    assert args.slug == "-x"
+    assert _parse(["search", "-5"]).query == "-5"  # a negative number is no option
+    assert _parse(["search", "x", "--lim", "4"]).limit == 4  # nor is a prefix unknown
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (
+            ["search", "-rf"],
+            "unrecognized option -rf (text that starts with '-' goes after --: sidecar search -- -rf)",
+        ),
+        (["search", "--query=x"], "search: unrecognized option --query=x"),
+        (["search", "foo", "--bogus"], "(see `sidecar search --help`)"),
+        (["search", "--", "a", "-b"], "search: unrecognized arguments: -b"),
+        (["--bogus"], "unrecognized option --bogus: options go after the COMMAND"),
+    ],
+)
+def test_unknown_options_are_named(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        build_parser(argv[0] if not argv[0].startswith("-") else None).parse_args(argv)
+    assert exc.value.code == ExitCode.USAGE
+    assert needle in capsys.readouterr().err
+
+
+def test_memory_list_takes_no_slug(daemon: DaemonProcess) -> None:
+    _one_line(_run(daemon, "memory", "list", "--agent", "me", "extra"), ExitCode.USAGE, "takes no SLUG")
+
+
+def test_search_after_double_dash_reaches_the_daemon(daemon: DaemonProcess) -> None:
+    r = _run(daemon, "search", "--json", "--", "-rf")
+    assert r.returncode == 0 and "hits" in json.loads(r.stdout), r.stderr

@@ -30,6 +30,8 @@ def cmd_mcp(args: argparse.Namespace, cfg: Config) -> int:
 def cmd_memory(args: argparse.Namespace, cfg: Config) -> int:
     params: dict[str, Any] = {}
     if args.action == "list":
+        if args.slug:  # it was taken silently and ignored
+            raise UsageError(f"memory list takes no SLUG (got {args.slug!r}); --tag TAG filters")
         if args.tag:
             params["tag"] = args.tag
     else:

@@ -44,27 +44,82 @@ def emit_error(message: str, code: str) -> None:
 
 class _Parser(argparse.ArgumentParser):
     """Options and positionals in any order (``memory write --agent me my-note``: plain argparse
-    stops at the first optional after a ``?`` positional), and usage errors as one line."""
+    stops at the first optional after a ``?`` positional), ``--`` ends the options (``search --
+    -rf``), and usage errors as one line naming this command's help."""
 
     _intermixing = False
+    _after_dashes: dict[str, str] = {}  # noqa: RUF012 (set per parse, see parse_known_args)
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
         # The top level (it has the subcommands) parses as usual; each command's own parser
         # (which the subcommand action calls) collects all optionals first, then the positionals.
-        if self._intermixing or self._subparsers is not None:
+        if self._intermixing:
             return super().parse_known_args(args, namespace)
+        words = list(sys.argv[1:] if args is None else args)
+        if self._subparsers is not None:
+            self._refuse_unknown_options(words[:1])  # `sidecar --bogus`: not "COMMAND is required"
+            return super().parse_known_args(words, namespace)
+        cut = words.index("--") if "--" in words else len(words)
+        self._refuse_unknown_options(words[:cut])
+        # Python 3.11's intermixed parsing loses what "--" means: what follows it goes in as
+        # placeholders that cannot look like options, and comes back as given.
+        self._after_dashes = {f"\0{i}": word for i, word in enumerate(words[cut + 1 :])}
         self._intermixing = True
         try:
-            return self.parse_known_intermixed_args(args, namespace)
+            ns, extras = self.parse_known_intermixed_args(words[:cut] + list(self._after_dashes), namespace)
+            for name, value in vars(ns).items():
+                setattr(ns, name, self._given(value))
+            if extras:  # here, not at the top: the message then names this command's help
+                self.error(f"unrecognized arguments: {' '.join(map(self._given, extras))}")
+            return ns, []
         finally:
             self._intermixing = False
+            self._after_dashes = {}
+
+    def _given(self, value: Any) -> Any:
+        """A value with the words after ``--`` as they were typed."""
+        if isinstance(value, str):
+            return self._after_dashes.get(value, value)
+        if isinstance(value, list):
+            return [self._given(v) for v in value]
+        return value
+
+    def _refuse_unknown_options(self, words: Sequence[str]) -> None:
+        """An unknown option is named as such, before argparse says a positional is missing
+        (``search -rf``, ``search --query=x``: "the following arguments are required: query")."""
+        for word in words:
+            if _looks_like_option(word) and not self._knows(word):
+                hint = ""
+                if self._subparsers is not None:
+                    hint = ": options go after the COMMAND"
+                elif "=" not in word and any(not a.option_strings for a in self._actions):
+                    hint = f" (text that starts with '-' goes after --: {self.prog} -- {word})"
+                self.error(f"unrecognized option {word}{hint}")
+
+    def _knows(self, word: str) -> bool:
+        name = word.split("=", 1)[0] if word.startswith("--") else word
+        if name in self._option_string_actions:
+            return True
+        # argparse takes an unambiguous prefix of a long option (--lim for --limit)
+        return name.startswith("--") and any(o.startswith(name) for o in self._option_string_actions)
 
     def error(self, message: str) -> NoReturn:
+        for placeholder, word in self._after_dashes.items():
+            message = message.replace(repr(placeholder), repr(word)).replace(placeholder, word)
         command = self.prog.removeprefix("sidecar").strip()
         emit_error(f"{command + ': ' if command else ''}{message} (see `{self.prog} --help`)", "usage")
         raise SystemExit(int(ExitCode.USAGE))
+
+
+_NEGATIVE_NUMBER = re.compile(r"-\d+|-\d*\.\d+")
+
+
+def _looks_like_option(word: str) -> bool:
+    """What argparse takes for an option: a dash-word that is not "-", a negative number (this
+    parser has no options that look like one) or a text with a blank."""
+    return word.startswith("-") and word != "-" and not _NEGATIVE_NUMBER.fullmatch(word) and " " not in word
 
 
 class _Version(argparse.Action):
