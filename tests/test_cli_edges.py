@@ -9,6 +9,7 @@ import json
 import os
 import pty
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -361,3 +362,49 @@ def test_memory_list_takes_no_slug(daemon: DaemonProcess) -> None:
 def test_search_after_double_dash_reaches_the_daemon(daemon: DaemonProcess) -> None:
     r = _run(daemon, "search", "--json", "--", "-rf")
     assert r.returncode == 0 and "hits" in json.loads(r.stdout), r.stderr
+
+
+# --- §11: a daemon in a terminal stops when the terminal goes ---------------------------------
+
+
+def _serve(d: DaemonProcess, stdin: Any) -> subprocess.Popen[bytes]:
+    d.home.mkdir(parents=True, exist_ok=True)
+    log = d.log.open("ab")
+    proc = subprocess.Popen(d.cmd(), stdin=stdin, stdout=log, stderr=log, env=d.env)
+    log.close()
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with Client(d.socket, timeout=5) as c:
+                c.call("health")
+            return proc
+        except Exception:
+            assert proc.poll() is None and time.monotonic() < deadline, d.log.read_text()
+            time.sleep(0.1)
+
+
+def test_sighup_stops_a_daemon_in_a_terminal_and_reloads_a_service(tmp_path: Path) -> None:
+    """Closing the terminal sends SIGHUP: a `sidecar serve` whose stdin is that terminal stops
+    (it took it as a reload and outlived the window, holding the index); with stdin not a
+    terminal (systemd's ExecReload=kill -HUP) it still reloads."""
+    d = DaemonProcess(tmp_path / "home", None, keyword_only=True)
+    master, slave = pty.openpty()
+    try:
+        proc = _serve(d, slave)
+        proc.send_signal(signal.SIGHUP)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert "daemon_hangup" in d.log.read_text()
+    proc = _serve(d, subprocess.DEVNULL)
+    try:
+        proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while "config_reloaded" not in d.log.read_text():
+            assert time.monotonic() < deadline, d.log.read_text()
+            time.sleep(0.1)
+        assert proc.poll() is None  # still serving
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)

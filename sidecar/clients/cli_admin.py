@@ -73,7 +73,7 @@ def cmd_serve(args: argparse.Namespace, cfg: Config) -> int:
         from sidecar.clients.foreground import follow
 
         follow(cfg.socket_path, threading.Event(), sys.stdout)
-    daemon = Daemon(cfg, reload_config=lambda: config_of(args))
+    daemon = Daemon(cfg, reload_config=lambda: config_of(args), hangup_stops=_in_a_terminal())
     daemon.run()
     if daemon.stuck:
         # A worker is still inside the model's native code (a batch of a model switch outlasts
@@ -83,6 +83,15 @@ def cmd_serve(args: argparse.Namespace, cfg: Config) -> int:
         sys.stdout.flush()
         os._exit(int(ExitCode.OK))
     return int(ExitCode.OK)
+
+
+def _in_a_terminal() -> bool:
+    """A person runs this daemon in a terminal (stdin is one): closing it must stop the daemon.
+    Not under a service manager (stdin is /dev/null), nor under ``nohup`` (SIGHUP ignored: the
+    user asked it to outlive the terminal)."""
+    import signal
+
+    return sys.stdin.isatty() and signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN
 
 
 def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
