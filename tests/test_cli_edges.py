@@ -408,3 +408,45 @@ def test_sighup_stops_a_daemon_in_a_terminal_and_reloads_a_service(tmp_path: Pat
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+# --- §14: a note's control characters do not reach a terminal ---------------------------------
+
+
+def _on_a_terminal(d: DaemonProcess, *argv: str) -> bytes:
+    """What the command prints with stdout a terminal (the line discipline's CRs removed)."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sidecar", *argv],
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=subprocess.DEVNULL,
+        env=_env(d),
+    )
+    os.close(slave)
+    out = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the other end is closed
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        os.close(master)
+        proc.wait(timeout=60)
+    return out.replace(b"\r\n", b"\n")
+
+
+def test_get_and_recall_escape_control_characters_on_a_terminal_only(daemon: DaemonProcess) -> None:
+    evil = "backup codes \x1b]52;c;ZWNobyBwd25lZA==\x07 and \x1b[2J cleared\n\tindented\n"
+    assert _run(daemon, "memory", "write", "evil", "--agent", "bob", stdin=evil).returncode == 0
+    shown = _on_a_terminal(daemon, "get", "memory/bob/evil")
+    assert b"\x1b" not in shown and b"\x07" not in shown
+    assert b"\\x1b]52;c;ZWNobyBwd25lZA==\\x07" in shown and b"\n\tindented" in shown
+    recalled = _on_a_terminal(daemon, "recall", "backup codes", "--agent", "bob")
+    assert b"\\x1b[2J" in recalled and b"\x1b" not in recalled
+    assert evil.encode() in _run(daemon, "get", "memory/bob/evil").stdout  # piped: exact
+    assert evil in json.loads(_run(daemon, "get", "memory/bob/evil", "--json").stdout)["text"]

@@ -17,6 +17,7 @@ from sidecar.clients.cli_render import Progress, render_status
 from sidecar.clients.client import Client
 from sidecar.config import Config
 from sidecar.contracts.errors import DaemonNotRunningError, DaemonUnreachableError, ExitCode, StorageError
+from sidecar.contracts.printable import escape_controls as shown
 
 
 def _check_vault(args: argparse.Namespace, cfg: Config, *, serving: bool) -> None:
@@ -145,7 +146,7 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
             kept = "".join(
                 f"; {r['name']} "
                 + ("deletions held" if r["mode"] == "held" else "offline, kept as indexed")
-                + f": {r.get('error')}"
+                + f": {shown(str(r.get('error')))}"
                 for r in offline
             )
             bar.done(f"indexed {idx['files']} notes, {idx['chunks']} chunks (through the daemon){kept}")

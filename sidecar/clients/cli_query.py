@@ -15,6 +15,7 @@ from sidecar.clients.client import Client
 from sidecar.config import Config
 from sidecar.contracts.errors import ExitCode
 from sidecar.contracts.printable import escape_controls as shown
+from sidecar.contracts.printable import escape_terminal
 from sidecar.contracts.wire import indexing_note, parse_explanation, parse_search, pending_note
 
 
@@ -82,7 +83,7 @@ def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
                 f"page={h.page_bm25_score} {h.boosts} {shown(h.reference)}"
             )
     if result.context:
-        print(result.context)
+        print(_for_terminal(result.context))
     elif not args.preview:
         print("(nothing recalled)", file=sys.stderr)
     return int(ExitCode.OK)
@@ -125,8 +126,16 @@ def cmd_get(args: argparse.Namespace, cfg: Config) -> int:
     if result is not None and args.links:
         print(render_links(result))
     elif result is not None:
-        sys.stdout.write(result["text"] if result["text"].endswith("\n") else result["text"] + "\n")
+        text = _for_terminal(result["text"])
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return int(ExitCode.OK)
+
+
+def _for_terminal(text: str) -> str:
+    """A note's text for stdout: exact into a pipe or file (``get`` is like ``cat``), with its
+    control characters escaped on a terminal (an agent may have stored escape sequences that
+    write the clipboard or clear the screen)."""
+    return escape_terminal(text) if sys.stdout.isatty() else text
 
 
 def cmd_related(args: argparse.Namespace, cfg: Config) -> int:

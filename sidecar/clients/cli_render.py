@@ -59,7 +59,8 @@ _BUSY_NOTES = 20
 def render_status(h: dict[str, Any]) -> str:
     idx = h["index"]
     lines = [
-        f"sidecar {h['version']}: running since {_ago(h['started'])} (pid {h['pid']}), socket {h['socket']}"
+        f"sidecar {h['version']}: running since {_ago(h['started'])} (pid {h['pid']}), "
+        f"socket {shown(h['socket'])}"
     ]
     if idx["state"] == "building" and idx["phase"] in ("scanning", "indexing", "starting"):
         prog = idx["progress"]
@@ -117,7 +118,7 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
                 f"vectors{eta}; searches use {vec.get('serving_model')}'s until then"
             )
     else:
-        lines.append(f"Embedder: {emb['state']}" + (f": {emb['error']}" if emb.get("error") else ""))
+        lines.append(f"Embedder: {emb['state']}" + (f": {shown(emb['error'])}" if emb.get("error") else ""))
         if emb["state"] == "failed":
             lines.append(f"Vectors: {pending:,} chunks wait for the model; search is keyword-only")
             todo.append(
@@ -139,7 +140,8 @@ def _root_lines(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
         lines.append(
             # When its folder was last listed: a sweep may still be writing what that listing found
             # ("last sweep 5s ago" read as a sweep done while the first one was at 1,920 of 40,004).
-            f"  {r['name']:<16} {r['mode']:<8} listed {_ago(r['last_sweep'])}  {r['path']}{extra}"
+            f"  {shown(r['name']):<16} {r['mode']:<8} listed {_ago(r['last_sweep'])}  "
+            f"{shown(r['path'])}{extra}"
         )
         hold = r.get("hold")
         if hold:
@@ -153,7 +155,7 @@ def _root_lines(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
                 f"{when}; to apply them now: {hold['confirm']}"
             )
         if r["mode"] == "offline":
-            todo.append(f"check that {r['path']} is mounted and readable")
+            todo.append(f"check that {shown(r['path'])} is mounted and readable")
         elif r["mode"] == "held" and hold:
             todo.append(
                 f"if those notes of {r['name']} were deleted on purpose: {hold['confirm']}; "
