@@ -450,3 +450,52 @@ def test_get_and_recall_escape_control_characters_on_a_terminal_only(daemon: Dae
     assert b"\\x1b[2J" in recalled and b"\x1b" not in recalled
     assert evil.encode() in _run(daemon, "get", "memory/bob/evil").stdout  # piped: exact
     assert evil in json.loads(_run(daemon, "get", "memory/bob/evil", "--json").stdout)["text"]
+
+
+# --- §18: exit codes as documented ------------------------------------------------------------
+
+
+def test_values_the_daemon_refuses_as_malformed_are_usage_errors(daemon: DaemonProcess) -> None:
+    _one_line(_run(daemon, "search", "x" * 4001), ExitCode.USAGE, "longer than 4000 characters")
+    _one_line(_run(daemon, "index", "--confirm-deletions", "bogus"), ExitCode.USAGE, "unknown root 'bogus'")
+    _one_line(
+        _run(daemon, "memory", "write", "Bad/slug", "--agent", "me", "--content", "x"),
+        ExitCode.USAGE,
+        "invalid slug",
+    )
+    _one_line(_run(daemon, "search", "x", "--agent", "A B"), ExitCode.USAGE, "invalid agent name 'A B'")
+
+
+def _index_offline(tmp_path: Path, *extra: str) -> Any:
+    """`sidecar index` with no daemon, keyword-only, over a one-note vault."""
+    vault = write(tmp_path / "vault" / "a.md", "# A\n\ntext\n").parent
+    env = {**os.environ, "HOME": str(tmp_path), "SIDECAR_EMBEDDER_ENABLED": "false"}
+    argv = ["index", "--home", str(tmp_path / "h"), "--vault", str(vault), *extra]
+    return subprocess.run(
+        [sys.executable, "-m", "sidecar", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_offline_index_refuses_an_unknown_root(tmp_path: Path) -> None:
+    """No daemon: a mistyped root confirmed nothing and exited 0."""
+    r = _index_offline(tmp_path, "--confirm-deletions", "bogus")
+    _one_line(r, ExitCode.USAGE, "unknown root 'bogus'; roots: vault, wiki")
+    assert _index_offline(tmp_path, "--confirm-deletions", "vault").returncode == 0
+
+
+def test_why_of_a_missing_note_is_an_error_in_its_shape(daemon: DaemonProcess) -> None:
+    r = _run(daemon, "why", "vault/Nope", "q", "--json")
+    assert r.returncode == ExitCode.REQUEST_FAILED
+    assert json.loads(r.stdout)["error"]["code"] == "not_found"
+    r = _run(daemon, "why", "vault/Audio", "lecture")  # its notes on stderr, as search's
+    assert r.returncode == 0 and b"note:" not in r.stdout and b"note: vector search" in r.stderr
+
+
+def test_version_says_no_model_when_vectors_are_off(daemon: DaemonProcess) -> None:
+    r = _run(daemon, "--version")
+    assert b"no model (embedder.enabled: false)" in r.stdout and b"multilingual" not in r.stdout

@@ -101,7 +101,10 @@ def _failed(exc: SidecarError) -> int:
 
 
 def _remote_exit(code: str) -> ExitCode:
-    """The exit code of a daemon's refusal: a request it did not finish in time may have acted."""
+    """The exit code of a daemon's refusal: a value it refuses as malformed came from this command
+    line (a query too long, an unknown root); a request it did not finish in time may have acted."""
+    if code == "bad_request":
+        return ExitCode.USAGE
     if code == "timeout":
         return ExitCode.NO_ANSWER
     return ExitCode.REQUEST_FAILED

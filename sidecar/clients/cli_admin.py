@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sidecar.clients.cli_parser import build_parser, config_of, serve_flags
+from sidecar.clients.cli_parser import UsageError, build_parser, config_of, serve_flags
 from sidecar.clients.cli_render import Progress, render_status
 from sidecar.clients.client import Client
 from sidecar.config import Config
@@ -164,6 +164,8 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
             )
             raise DaemonNotRunningError(f"the daemon stopped while it was indexing ({exc}); {again}") from exc
     _check_vault(args, cfg, serving=False)
+    if args.confirm_deletions:
+        _check_root(cfg, args.confirm_deletions)
     from sidecar.daemon.lifecycle import index_once
     from sidecar.runtime import logs
 
@@ -178,6 +180,21 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
         f"{summary['deleted']} removed, {summary['pending_vectors']} without vectors)"
     )
     return int(ExitCode.OK)
+
+
+def _check_root(cfg: Config, name: str) -> None:
+    """``--confirm-deletions ROOT`` names a root, as the daemon checks it (a typo ran a sweep that
+    confirmed nothing, with exit 0): the vault's two, and every agent's inbox."""
+    from sidecar.config import valid_agent
+    from sidecar.vault.sources import inbox_root, vault_roots
+
+    try:
+        agents = [n for n in os.listdir(cfg.agents_dir) if valid_agent(n)]
+    except OSError:
+        agents = []
+    known = {r.name for r in vault_roots(cfg)} | {inbox_root(cfg, a).name for a in agents}
+    if name not in known:
+        raise UsageError(f"unknown root {name!r}; roots: {', '.join(sorted(known)) or 'none yet'}")
 
 
 def _failing_since(health: dict[str, Any], since: float, areas: tuple[str, ...]) -> str | None:

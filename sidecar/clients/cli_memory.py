@@ -35,11 +35,7 @@ def cmd_memory(args: argparse.Namespace, cfg: Config) -> int:
         if args.tag:
             params["tag"] = args.tag
     else:
-        if not args.slug:
-            raise UsageError(
-                f"memory {args.action} needs a SLUG (sidecar memory {args.action} SLUG --agent NAME)"
-            )
-        params["slug"] = args.slug
+        params["slug"] = _slug(args)
         if args.action in ("write", "edit"):
             params["content"] = args.content if args.content is not None else _stdin_note(args.action)
             if args.frontmatter:
@@ -59,6 +55,22 @@ def cmd_memory(args: argparse.Namespace, cfg: Config) -> int:
     else:
         _print_memory(args.action, result)
     return int(ExitCode.OK)
+
+
+def _slug(args: argparse.Namespace) -> str:
+    """The SLUG, checked as the daemon checks it: a bad one is a bad command line (exit 2)."""
+    from sidecar.vault.sources import SLUG_RE
+
+    if not args.slug:
+        raise UsageError(
+            f"memory {args.action} needs a SLUG (sidecar memory {args.action} SLUG --agent NAME)"
+        )
+    if not SLUG_RE.fullmatch(args.slug):
+        raise UsageError(
+            f"invalid slug {args.slug!r}: use 1-128 characters a-z, 0-9, '_' and '-', starting with a "
+            "letter or digit (no folders, no extension), e.g. 'nas-backup-setup'"
+        )
+    return str(args.slug)
 
 
 def _stdin_note(action: str) -> str:

@@ -137,11 +137,14 @@ def version_text() -> str:
     from sidecar.config import EmbedderConfig
 
     try:
-        model, origin = load_config().embedder.model, "configured"
+        embedder = load_config().embedder
+        model, origin = embedder.model, "configured"
     except SidecarError:
-        model, origin = EmbedderConfig.model, "default"
+        embedder, model, origin = None, EmbedderConfig.model, "default"
     if model == EmbedderConfig.model:
         origin = "default"
+    if embedder is not None and not embedder.enabled:
+        return f"sidecar {__version__} (distribution sidecar-recall), no model (embedder.enabled: false)"
     return f"sidecar {__version__} (distribution sidecar-recall), model {model} ({origin})"
 
 

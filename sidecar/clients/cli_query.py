@@ -13,7 +13,7 @@ from sidecar.clients.cli_parser import UsageError, serve_flags
 from sidecar.clients.cli_render import render_links
 from sidecar.clients.client import Client
 from sidecar.config import Config
-from sidecar.contracts.errors import ExitCode
+from sidecar.contracts.errors import ExitCode, NotFoundError
 from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.printable import escape_terminal
 from sidecar.contracts.wire import indexing_note, parse_explanation, parse_search, pending_note
@@ -95,24 +95,22 @@ def cmd_why(args: argparse.Namespace, cfg: Config) -> int:
     ) as client:
         reply = client.call("why", {"reference": args.reference, "query": args.query})
     r = parse_explanation(reply)
-    missing = not r.indexed and r.exists is False  # like `get`: a missing note fails
+    if not r.indexed and r.exists is False:  # like `get`: a missing note fails, in its error shape
+        raise NotFoundError(f"{shown(args.reference)}: not indexed: {shown(r.reason or 'no such note')}")
     if args.json:
         print(json.dumps(reply, ensure_ascii=False))
-        return int(ExitCode.REQUEST_FAILED if missing else ExitCode.OK)
+        return int(ExitCode.OK)
     if not r.indexed:
-        print(
-            f"{shown(args.reference)}: not indexed: {shown(r.reason or '')}",
-            file=sys.stderr if missing else sys.stdout,
-        )
-        return int(ExitCode.REQUEST_FAILED if missing else ExitCode.OK)
+        print(f"{shown(args.reference)}: not indexed: {shown(r.reason or '')}")
+        return int(ExitCode.OK)
     a = r.analysis
     words, weight = list(a.content_words), r.vector_weight
     name = shown(r.reference or args.reference)
     print(f"{name} for {a.text!r}: content words {words}, vector weight {weight}")
     if r.page_bm25_score is not None:
         print(f"the whole note's keyword score: bm25={r.page_bm25_score}")
-    if r.degraded:
-        print(f"note: {r.degraded}")
+    if r.degraded:  # on stderr, as search's notes
+        print(f"note: {r.degraded}", file=sys.stderr)
     for c in r.chunks:
         scores = (
             f"vec={c.vec_score} bm25={c.bm25_score} relevance={c.relevance} fused={c.score} {c.boosts or ''}"
