@@ -421,6 +421,12 @@ def test_bash_completion_from_the_parser(tmp_path: Path) -> None:
     assert "doctor" in complete("do") and complete("memory", "w") == ["write"]
     assert "--confirm-deletions" in complete("index", "--con")
     assert complete("search", "--source", "w") == ["wiki"]
+    # a value of the user's comes next: nothing offered (it offered the options); a positional's
+    # choice is offered once (memory list <TAB> offered list write edit delete again)
+    assert complete("search", "--limit", "") == []
+    assert complete("memory", "--agent", "") == []
+    after = complete("memory", "list", "")
+    assert "--agent" in after and "write" not in after
 
 
 def test_each_command_resolves_and_its_module_loads_no_engine() -> None:

@@ -5,6 +5,7 @@ that hangs up or would run escape sequences from a note, and exit codes as READM
 from __future__ import annotations
 
 import functools
+import io
 import json
 import os
 import pty
@@ -24,6 +25,7 @@ import pytest
 from sidecar.clients import cli_memory, cli_parser
 from sidecar.clients.cli import _remote_exit, main
 from sidecar.clients.cli_parser import build_parser
+from sidecar.clients.cli_render import Progress
 from sidecar.clients.client import Client, check_peer
 from sidecar.config import load_config
 from sidecar.contracts.errors import DaemonUnreachableError, ExitCode
@@ -499,3 +501,28 @@ def test_why_of_a_missing_note_is_an_error_in_its_shape(daemon: DaemonProcess) -
 def test_version_says_no_model_when_vectors_are_off(daemon: DaemonProcess) -> None:
     r = _run(daemon, "--version")
     assert b"no model (embedder.enabled: false)" in r.stdout and b"multilingual" not in r.stdout
+
+
+# --- §19: the progress bar fits the terminal; keyword-only wording ---------------------------
+
+
+def test_a_keyword_only_index_does_not_report_missing_vectors(tmp_path: Path) -> None:
+    """With vectors off, "1 without vectors" read like a fault."""
+    r = _index_offline(tmp_path)
+    assert r.returncode == 0 and "indexed 1 notes" in r.stderr and "vectors" not in r.stderr, r.stderr
+
+
+def test_the_progress_bar_fits_a_narrow_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Tty()
+    bar = Progress(stream)
+    monkeypatch.setattr(bar, "_columns", lambda: 40)
+    for done in (0, 5_000, 123_456):
+        bar.update("embedding", done, 123_456)
+    bar.done("indexed")
+    updates = stream.getvalue().split("\r")
+    assert all(len(u) <= 39 for u in updates if "\n" not in u), updates
+    assert "123,456/123,456" in stream.getvalue()

@@ -175,9 +175,11 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
     if args.json:
         print(json.dumps({"through": "in-process", **summary}, default=str))
         return int(ExitCode.OK)
+    # Keyword-only, no chunk ever gets a vector: "5 without vectors" read like a fault.
+    vectors = f", {summary['pending_vectors']} without vectors" if cfg.embedder.enabled else ""
     bar.done(
         f"indexed {summary['files']} notes, {summary['chunks']} chunks ({summary['changed']} read, "
-        f"{summary['deleted']} removed, {summary['pending_vectors']} without vectors)"
+        f"{summary['deleted']} removed{vectors})"
     )
     return int(ExitCode.OK)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -156,7 +157,10 @@ def cmd_outline(args: argparse.Namespace, cfg: Config) -> int:
     )
     result = _call(args, cfg, "outline", params)
     if result is not None:
-        print(result["outline"])
+        # Its header names the MCP tool that reads a page; in a shell that is `sidecar get`.
+        head, _, rest = result["outline"].partition("\n")
+        head = re.sub(r"memory_get\('([^']*)'\)", r"`sidecar get \1`", head)
+        print(f"{head}\n{rest}" if rest else head)
     return int(ExitCode.OK)
 
 

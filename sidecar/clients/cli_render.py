@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, TextIO
 
@@ -180,7 +181,8 @@ def render_links(r: dict[str, Any]) -> str:
 
 
 class Progress:
-    """A one-line progress bar on stderr when it is a terminal; silent otherwise."""
+    """A one-line progress bar on stderr when it is a terminal; silent otherwise. It fits the
+    terminal's width (a line longer than that wraps, and each update left a broken line)."""
 
     def __init__(self, stream: TextIO) -> None:
         from sidecar.clients.foreground import Eta
@@ -198,17 +200,26 @@ class Progress:
         if phase != self.phase:  # each phase has its own pace
             self.phase, self.eta = phase, Eta()
         share = min(done / total, 1.0)
-        width = 30
-        filled = int(share * width)
         left = self.eta.update(done, total)  # a moving average: steady although counts move in steps
         eta = f" ETA {duration(left)}" if left is not None and share < 1 else ""
-        self.stream.write(
-            f"\r{phase:<10} [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,}{eta}   "
-        )
+        room = self._columns() - 1  # the last column would wrap at once on some terminals
+        count = f"{done:,}/{total:,}{eta}"
+        label = f"{phase:<10}"
+        width = max(0, min(30, room - len(label) - len(count) - 4))
+        filled = int(share * width)
+        bar = f" [{'#' * filled}{'.' * (width - filled)}]" if width >= 5 else ""
+        line = f"{label}{bar} {count}"[:room]
+        self.stream.write(f"\r{line:<{room}}")
         self.stream.flush()
 
     def done(self, message: str) -> None:
         if self.enabled:
-            self.stream.write("\r" + " " * 79 + "\r")
+            self.stream.write("\r" + " " * (self._columns() - 1) + "\r")
         self.stream.write(message + "\n")
         self.stream.flush()
+
+    def _columns(self) -> int:
+        try:
+            return max(20, os.get_terminal_size(self.stream.fileno()).columns)
+        except (OSError, ValueError):
+            return 80
