@@ -498,6 +498,17 @@ def test_why_of_a_missing_note_is_an_error_in_its_shape(daemon: DaemonProcess) -
     assert r.returncode == 0 and b"note:" not in r.stdout and b"note: vector search" in r.stderr
 
 
+def test_an_emptied_configuration_file_is_named(daemon: DaemonProcess, tmp_path: Path) -> None:
+    """A file emptied while an editor rewrites it: clients fall back to the defaults, and say so
+    (they said only "no sidecar daemon is listening on <the default socket>")."""
+    empty = write(tmp_path / "c.yaml", "# being rewritten\n")
+    r = _run(daemon, "status", "--config", str(empty), SIDECAR_HOME=str(tmp_path / "other"))
+    assert r.returncode == ExitCode.NOT_RUNNING
+    assert f"sidecar: warning: {empty} is empty (being written?); using the defaults" in r.stderr.decode()
+    r = _run(daemon, "status", "--config", "/dev/null")  # empty on purpose: no warning
+    assert r.returncode == 0 and b"warning" not in r.stderr, r.stderr
+
+
 def test_version_says_no_model_when_vectors_are_off(daemon: DaemonProcess) -> None:
     r = _run(daemon, "--version")
     assert b"no model (embedder.enabled: false)" in r.stdout and b"multilingual" not in r.stdout

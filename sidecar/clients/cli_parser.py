@@ -8,6 +8,7 @@ import json
 import re
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from sidecar import __version__
@@ -407,7 +408,7 @@ def config_of(args: argparse.Namespace) -> Config:
         "logging.level": getattr(args, "log_level", None),
     }
     try:
-        return load_config(config_file=getattr(args, "config", None), flags=flags)
+        cfg = load_config(config_file=getattr(args, "config", None), flags=flags)
     except ConfigError as exc:
         if args.command not in _TALK_TO_THE_DAEMON:
             raise
@@ -424,6 +425,27 @@ def config_of(args: argparse.Namespace) -> Config:
             file=sys.stderr,
         )
         return cfg
+    if args.command in _TALK_TO_THE_DAEMON and _empty(cfg.source_file):
+        # An editor rewriting it, or a truncated file: its home and socket are the defaults now,
+        # so "no daemon is listening" would name a socket the running daemon never had.
+        print(
+            f"sidecar: warning: {cfg.source_file} is empty (being written?); using the defaults "
+            f"(socket {cfg.socket_path})",
+            file=sys.stderr,
+        )
+    return cfg
+
+
+def _empty(path: Path | None) -> bool:
+    """A configuration file with nothing but blank and comment lines (a regular file: /dev/null
+    is empty on purpose, and a pipe cannot be read twice)."""
+    try:
+        if path is None or not path.is_file():
+            return False
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return not any(line.strip() and not line.lstrip().startswith("#") for line in text.splitlines())
 
 
 # Commands that only ask the daemon: a configuration file that does not load falls back to where
