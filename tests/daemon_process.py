@@ -115,7 +115,11 @@ class DaemonProcess:
         self.close_log()
         self._logfh = self.log.open("ab")
         self.started = time.perf_counter()
-        self.proc = subprocess.Popen(self.cmd(), stdout=self._logfh, stderr=self._logfh, env=self.env)
+        # stdin as a service manager gives it: a daemon whose stdin is a terminal (pytest run from
+        # one) stops on SIGHUP, a service's reloads
+        self.proc = subprocess.Popen(
+            self.cmd(), stdin=subprocess.DEVNULL, stdout=self._logfh, stderr=self._logfh, env=self.env
+        )
         if wait:
             self.wait_for(lambda h: h["index"]["state"] == wait, timeout)
         return self

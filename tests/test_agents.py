@@ -627,7 +627,9 @@ def test_cli_outline(served: Served) -> None:
         check=False,
     )
     assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == served.call("outline", {})["outline"]
+    # the header names the shell's command to read a page, not the MCP tool
+    outline = served.call("outline", {})["outline"]
+    assert run.stdout.strip() == outline.replace("memory_get('wiki/<path>')", "`sidecar get wiki/<path>`")
 
 
 def test_memory_list_in_the_shell_marks_notes_that_are_not_searchable(

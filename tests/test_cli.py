@@ -128,7 +128,8 @@ def test_readme_lists_every_command_form() -> None:
     assert len(forms) >= 25, forms
     shown = {f.split()[0] for f in forms}
     assert shown >= set(COMMANDS) - {"preview"} | {"doctor", "completion"}, set(COMMANDS) - shown
-    assert any(f.startswith("memory list|write|edit|delete --agent NAME") for f in forms)
+    assert "memory list --agent NAME" in forms
+    assert any(f.startswith("memory write|edit|delete SLUG --agent NAME") for f in forms)
 
 
 def test_every_readme_command_form_works(shared: DaemonProcess, tmp_path: Path) -> None:
@@ -420,6 +421,12 @@ def test_bash_completion_from_the_parser(tmp_path: Path) -> None:
     assert "doctor" in complete("do") and complete("memory", "w") == ["write"]
     assert "--confirm-deletions" in complete("index", "--con")
     assert complete("search", "--source", "w") == ["wiki"]
+    # a value of the user's comes next: nothing offered (it offered the options); a positional's
+    # choice is offered once (memory list <TAB> offered list write edit delete again)
+    assert complete("search", "--limit", "") == []
+    assert complete("memory", "--agent", "") == []
+    after = complete("memory", "list", "")
+    assert "--agent" in after and "write" not in after
 
 
 def test_each_command_resolves_and_its_module_loads_no_engine() -> None:

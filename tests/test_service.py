@@ -633,10 +633,8 @@ def test_a_configuration_folder_that_cannot_be_looked_into(
     monkeypatch.setattr(Path, "exists", exists)
     cfg = load_config(env={"XDG_CONFIG_HOME": str(tmp_path / "xdg")})
     assert cfg.source_file is None
-    assert any(
-        "cannot look for the default configuration file (Permission denied)" in w for w in cfg.warnings
-    )
-    with pytest.raises(ConfigError, match="cannot look for the configuration file: Permission denied"):
+    assert any("cannot be checked: Permission denied; not read" in w for w in cfg.warnings)
+    with pytest.raises(ConfigError, match="cannot be checked: Permission denied"):
         load_config(config_file=str(hidden / "config.yaml"), env={})
 
 

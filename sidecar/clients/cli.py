@@ -7,15 +7,23 @@ checks that no engine module gets imported).
 from __future__ import annotations
 
 import argparse
+import codecs
 import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import cast
 
-from sidecar.clients.cli_parser import build_parser, command_named, config_of, emit_error, set_json_errors
+from sidecar.clients.cli_parser import (
+    build_parser,
+    check_text_args,
+    command_named,
+    config_of,
+    emit_error,
+    set_json_errors,
+)
 from sidecar.config import Config
-from sidecar.contracts.errors import ExitCode, SidecarError
+from sidecar.contracts.errors import ExitCode, NoAnswerError, RemoteError, SidecarError
 
 Command = Callable[[argparse.Namespace, Config], int]
 
@@ -47,6 +55,7 @@ def command_for(name: str) -> Command:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _usable_std_streams()
     # The MCP shim's stdout belongs to the protocol: its errors stay on stderr even with --json.
     json_errors = "--json" in argv[: argv.index("--") if "--" in argv else len(argv)]
     set_json_errors(json_errors and command_named(argv) != "mcp")
@@ -56,6 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from sidecar.clients.cli_admin import cmd_completion
 
             return cmd_completion(args)
+        check_text_args(args)
         cfg = config_of(args)
         if (args.command, getattr(args, "action", None)) != ("config", "check"):  # check lists them
             for warning in cfg.warnings:
@@ -64,13 +74,87 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below
         return code
     except SidecarError as exc:
-        emit_error(str(exc), exc.code)
-        return int(exc.exit_code)
+        return _failed(exc)
     except BrokenPipeError:
         # The reader went away (`sidecar status | head -1`): not an error. Point stdout at
         # /dev/null so the interpreter's final flush does not complain again.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return int(ExitCode.OK)
+    except OSError as exc:  # a file or folder this command needed (a service file's folder, ...)
+        where = f"{exc.filename}: " if exc.filename else ""
+        emit_error(f"{where}{exc.strerror or exc}", "os_error")
+        return int(ExitCode.FAILURE)
     except KeyboardInterrupt:
         return 130
+
+
+def _failed(exc: SidecarError) -> int:
+    """One line for a typed error, and its exit code."""
+    if isinstance(exc, NoAnswerError):
+        emit_error(f"{exc}{_unsure(exc.op)}", exc.code)
+        return int(exc.exit_code)
+    emit_error(str(exc), exc.code)
+    if isinstance(exc, RemoteError):
+        return int(_remote_exit(exc.code))
+    return int(exc.exit_code)
+
+
+def _remote_exit(code: str) -> ExitCode:
+    """The exit code of a daemon's refusal: a value it refuses as malformed came from this command
+    line (a query too long, an unknown root); a request it did not finish in time may have acted."""
+    if code == "bad_request":
+        return ExitCode.USAGE
+    if code == "timeout":
+        return ExitCode.NO_ANSWER
+    return ExitCode.REQUEST_FAILED
+
+
+# What to check after a change that got no answer: it may have been made all the same.
+_CHECK_AFTER = {
+    "write": "the note may still have been written: check (`sidecar memory list --agent NAME`) before "
+    "writing again",
+    "edit": "the note may still have been changed: check (`sidecar memory list --agent NAME`) before "
+    "editing again",
+    "delete": "the note may still have been deleted: check with `sidecar memory list --agent NAME`",
+    "index": "the sweep may still have been queued: `sidecar status` shows it",
+    "reload": "the file may still have been applied: `sidecar status` shows it",
+}
+
+
+def _unsure(op: str) -> str:
+    check = _CHECK_AFTER.get(op)
+    return f"; {check}" if check else " (is it overloaded or stopped? `sidecar status` says)"
+
+
+def _escape_unencodable(exc: UnicodeError) -> tuple[str, int]:
+    """Characters the output encoding lacks (an ASCII locale, PYTHONIOENCODING) as ``\\uXXXX``:
+    readable in text, and still valid inside the strings of --json output."""
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    out = []
+    for ch in exc.object[exc.start : exc.end]:
+        n = ord(ch)
+        if n > 0xFFFF:  # JSON spells it as a surrogate pair
+            n -= 0x10000
+            out.append(f"\\u{0xD800 + (n >> 10):04x}\\u{0xDC00 + (n & 0x3FF):04x}")
+        else:
+            out.append(f"\\u{n:04x}")
+    return "".join(out), exc.end
+
+
+codecs.register_error("sidecar.escape", _escape_unencodable)
+
+
+def _usable_std_streams() -> None:
+    """A closed stdin, stdout or stderr (``>&-``) reads as empty and writes go nowhere, as into a
+    closed pipe (the command still acts; it died with a traceback after acting); an output
+    encoding that lacks a character escapes it instead of failing the command."""
+    for name, mode in (("stdin", "r"), ("stdout", "w"), ("stderr", "w")):
+        if getattr(sys, name) is None:
+            # open() takes the lowest free descriptor, this one (no socket lands on it then)
+            setattr(sys, name, open(os.devnull, mode, encoding="utf-8"))  # noqa: SIM115 (kept open)
+        elif name != "stdin":
+            reconfigure = getattr(getattr(sys, name), "reconfigure", None)
+            if reconfigure is not None:
+                reconfigure(errors="sidecar.escape")

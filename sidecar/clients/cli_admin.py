@@ -12,11 +12,12 @@ import sys
 import time
 from typing import Any
 
-from sidecar.clients.cli_parser import build_parser, config_of, serve_flags
+from sidecar.clients.cli_parser import UsageError, build_parser, config_of, serve_flags
 from sidecar.clients.cli_render import Progress, render_status
 from sidecar.clients.client import Client
 from sidecar.config import Config
-from sidecar.contracts.errors import DaemonNotRunningError, ExitCode, StorageError
+from sidecar.contracts.errors import DaemonNotRunningError, DaemonUnreachableError, ExitCode, StorageError
+from sidecar.contracts.printable import escape_controls as shown
 
 
 def _check_vault(args: argparse.Namespace, cfg: Config, *, serving: bool) -> None:
@@ -73,7 +74,7 @@ def cmd_serve(args: argparse.Namespace, cfg: Config) -> int:
         from sidecar.clients.foreground import follow
 
         follow(cfg.socket_path, threading.Event(), sys.stdout)
-    daemon = Daemon(cfg, reload_config=lambda: config_of(args))
+    daemon = Daemon(cfg, reload_config=lambda: config_of(args), hangup_stops=_in_a_terminal())
     daemon.run()
     if daemon.stuck:
         # A worker is still inside the model's native code (a batch of a model switch outlasts
@@ -83,6 +84,15 @@ def cmd_serve(args: argparse.Namespace, cfg: Config) -> int:
         sys.stdout.flush()
         os._exit(int(ExitCode.OK))
     return int(ExitCode.OK)
+
+
+def _in_a_terminal() -> bool:
+    """A person runs this daemon in a terminal (stdin is one): closing it must stop the daemon.
+    Not under a service manager (stdin is /dev/null), nor under ``nohup`` (SIGHUP ignored: the
+    user asked it to outlive the terminal)."""
+    import signal
+
+    return sys.stdin.isatty() and signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN
 
 
 def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
@@ -136,7 +146,7 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
             kept = "".join(
                 f"; {r['name']} "
                 + ("deletions held" if r["mode"] == "held" else "offline, kept as indexed")
-                + f": {r.get('error')}"
+                + f": {shown(str(r.get('error')))}"
                 for r in offline
             )
             bar.done(f"indexed {idx['files']} notes, {idx['chunks']} chunks (through the daemon){kept}")
@@ -154,6 +164,8 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
             )
             raise DaemonNotRunningError(f"the daemon stopped while it was indexing ({exc}); {again}") from exc
     _check_vault(args, cfg, serving=False)
+    if args.confirm_deletions:
+        _check_root(cfg, args.confirm_deletions)
     from sidecar.daemon.lifecycle import index_once
     from sidecar.runtime import logs
 
@@ -163,11 +175,28 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
     if args.json:
         print(json.dumps({"through": "in-process", **summary}, default=str))
         return int(ExitCode.OK)
+    # Keyword-only, no chunk ever gets a vector: "5 without vectors" read like a fault.
+    vectors = f", {summary['pending_vectors']} without vectors" if cfg.embedder.enabled else ""
     bar.done(
         f"indexed {summary['files']} notes, {summary['chunks']} chunks ({summary['changed']} read, "
-        f"{summary['deleted']} removed, {summary['pending_vectors']} without vectors)"
+        f"{summary['deleted']} removed{vectors})"
     )
     return int(ExitCode.OK)
+
+
+def _check_root(cfg: Config, name: str) -> None:
+    """``--confirm-deletions ROOT`` names a root, as the daemon checks it (a typo ran a sweep that
+    confirmed nothing, with exit 0): the vault's two, and every agent's inbox."""
+    from sidecar.config import valid_agent
+    from sidecar.vault.sources import inbox_root, vault_roots
+
+    try:
+        agents = [n for n in os.listdir(cfg.agents_dir) if valid_agent(n)]
+    except OSError:
+        agents = []
+    known = {r.name for r in vault_roots(cfg)} | {inbox_root(cfg, a).name for a in agents}
+    if name not in known:
+        raise UsageError(f"unknown root {name!r}; roots: {', '.join(sorted(known)) or 'none yet'}")
 
 
 def _failing_since(health: dict[str, Any], since: float, areas: tuple[str, ...]) -> str | None:
@@ -199,6 +228,8 @@ def cmd_status(args: argparse.Namespace, cfg: Config) -> int:
         if args.json:
             error = {"code": exc.code, "message": why}  # the shape of every command's error
             print(json.dumps({"running": False, "socket": str(cfg.socket_path), "error": error}))
+        elif isinstance(exc, DaemonUnreachableError):  # something is there: "not running" is not known
+            print(f"sidecar: {exc}", file=sys.stderr)
         else:
             print(f"sidecar is not running.\n{why}")
         return int(ExitCode.NOT_RUNNING)

@@ -16,11 +16,8 @@ from sidecar.contracts.printable import escape_controls as shown
 
 
 def cmd_mcp(args: argparse.Namespace, cfg: Config) -> int:
-    from sidecar.config import valid_agent
     from sidecar.runtime import logs
 
-    if not valid_agent(args.agent):
-        raise UsageError(f"invalid agent name {args.agent!r}: use a-z, 0-9, '_' and '-'")
     logs.setup("warning", journald=cfg.journald)  # stderr only: stdout carries the protocol
     from sidecar.clients.mcp_shim import run
 
@@ -33,16 +30,14 @@ def cmd_mcp(args: argparse.Namespace, cfg: Config) -> int:
 def cmd_memory(args: argparse.Namespace, cfg: Config) -> int:
     params: dict[str, Any] = {}
     if args.action == "list":
+        if args.slug:  # it was taken silently and ignored
+            raise UsageError(f"memory list takes no SLUG (got {args.slug!r}); --tag TAG filters")
         if args.tag:
             params["tag"] = args.tag
     else:
-        if not args.slug:
-            raise UsageError(
-                f"memory {args.action} needs a SLUG (sidecar memory {args.action} SLUG --agent NAME)"
-            )
-        params["slug"] = args.slug
+        params["slug"] = _slug(args)
         if args.action in ("write", "edit"):
-            params["content"] = args.content if args.content is not None else sys.stdin.read()
+            params["content"] = args.content if args.content is not None else _stdin_note(args.action)
             if args.frontmatter:
                 try:
                     params["frontmatter"] = json.loads(args.frontmatter)
@@ -60,6 +55,40 @@ def cmd_memory(args: argparse.Namespace, cfg: Config) -> int:
     else:
         _print_memory(args.action, result)
     return int(ExitCode.OK)
+
+
+def _slug(args: argparse.Namespace) -> str:
+    """The SLUG, checked as the daemon checks it: a bad one is a bad command line (exit 2)."""
+    from sidecar.vault.sources import SLUG_RE
+
+    if not args.slug:
+        raise UsageError(
+            f"memory {args.action} needs a SLUG (sidecar memory {args.action} SLUG --agent NAME)"
+        )
+    if not SLUG_RE.fullmatch(args.slug):
+        raise UsageError(
+            f"invalid slug {args.slug!r}: use 1-128 characters a-z, 0-9, '_' and '-', starting with a "
+            "letter or digit (no folders, no extension), e.g. 'nas-backup-setup'"
+        )
+    return str(args.slug)
+
+
+def _stdin_note(action: str) -> str:
+    """The note's text from stdin. Nothing there (``< /dev/null``, a closed pipe, a script that
+    forgot --content) is refused: it replaced the note with nothing, with exit 0. An empty note
+    is written only when asked for: ``--content ''``. At a terminal, say that stdin is read."""
+    if sys.stdin.isatty():
+        print("sidecar: reading the note from stdin (end it with Ctrl-D)", file=sys.stderr)
+    try:
+        text = sys.stdin.buffer.read().decode("utf-8") if hasattr(sys.stdin, "buffer") else sys.stdin.read()
+    except UnicodeDecodeError:
+        raise UsageError("the note on stdin is not UTF-8 text; nothing was written") from None
+    if not text.strip():
+        raise UsageError(
+            f"memory {action}: no note text on stdin (empty or closed); nothing was written. Pipe the "
+            "text in or give --content TEXT (--content '' writes an empty note)"
+        )
+    return text
 
 
 def _print_memory(action: str, result: dict[str, Any]) -> None:

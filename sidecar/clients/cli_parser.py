@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from sidecar import __version__
-from sidecar.config import Config, daemon_address, load_config
+from sidecar.config import Config, daemon_address, load_config, valid_agent
 from sidecar.contracts.errors import ConfigError, ExitCode, SidecarError
 from sidecar.contracts.protocol import LIMIT_RANGE, MIN_SCORE_RANGE, RELATED_LIMIT_RANGE, TOKEN_BUDGET_RANGE
 from sidecar.contracts.wire import SOURCES
@@ -43,27 +45,82 @@ def emit_error(message: str, code: str) -> None:
 
 class _Parser(argparse.ArgumentParser):
     """Options and positionals in any order (``memory write --agent me my-note``: plain argparse
-    stops at the first optional after a ``?`` positional), and usage errors as one line."""
+    stops at the first optional after a ``?`` positional), ``--`` ends the options (``search --
+    -rf``), and usage errors as one line naming this command's help."""
 
     _intermixing = False
+    _after_dashes: dict[str, str] = {}  # noqa: RUF012 (set per parse, see parse_known_args)
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
         # The top level (it has the subcommands) parses as usual; each command's own parser
         # (which the subcommand action calls) collects all optionals first, then the positionals.
-        if self._intermixing or self._subparsers is not None:
+        if self._intermixing:
             return super().parse_known_args(args, namespace)
+        words = list(sys.argv[1:] if args is None else args)
+        if self._subparsers is not None:
+            self._refuse_unknown_options(words[:1])  # `sidecar --bogus`: not "COMMAND is required"
+            return super().parse_known_args(words, namespace)
+        cut = words.index("--") if "--" in words else len(words)
+        self._refuse_unknown_options(words[:cut])
+        # Python 3.11's intermixed parsing loses what "--" means: what follows it goes in as
+        # placeholders that cannot look like options, and comes back as given.
+        self._after_dashes = {f"\0{i}": word for i, word in enumerate(words[cut + 1 :])}
         self._intermixing = True
         try:
-            return self.parse_known_intermixed_args(args, namespace)
+            ns, extras = self.parse_known_intermixed_args(words[:cut] + list(self._after_dashes), namespace)
+            for name, value in vars(ns).items():
+                setattr(ns, name, self._given(value))
+            if extras:  # here, not at the top: the message then names this command's help
+                self.error(f"unrecognized arguments: {' '.join(map(self._given, extras))}")
+            return ns, []
         finally:
             self._intermixing = False
+            self._after_dashes = {}
+
+    def _given(self, value: Any) -> Any:
+        """A value with the words after ``--`` as they were typed."""
+        if isinstance(value, str):
+            return self._after_dashes.get(value, value)
+        if isinstance(value, list):
+            return [self._given(v) for v in value]
+        return value
+
+    def _refuse_unknown_options(self, words: Sequence[str]) -> None:
+        """An unknown option is named as such, before argparse says a positional is missing
+        (``search -rf``, ``search --query=x``: "the following arguments are required: query")."""
+        for word in words:
+            if _looks_like_option(word) and not self._knows(word):
+                hint = ""
+                if self._subparsers is not None:
+                    hint = ": options go after the COMMAND"
+                elif "=" not in word and any(not a.option_strings for a in self._actions):
+                    hint = f" (text that starts with '-' goes after --: {self.prog} -- {word})"
+                self.error(f"unrecognized option {word}{hint}")
+
+    def _knows(self, word: str) -> bool:
+        name = word.split("=", 1)[0] if word.startswith("--") else word
+        if name in self._option_string_actions:
+            return True
+        # argparse takes an unambiguous prefix of a long option (--lim for --limit)
+        return name.startswith("--") and any(o.startswith(name) for o in self._option_string_actions)
 
     def error(self, message: str) -> NoReturn:
+        for placeholder, word in self._after_dashes.items():
+            message = message.replace(repr(placeholder), repr(word)).replace(placeholder, word)
         command = self.prog.removeprefix("sidecar").strip()
         emit_error(f"{command + ': ' if command else ''}{message} (see `{self.prog} --help`)", "usage")
         raise SystemExit(int(ExitCode.USAGE))
+
+
+_NEGATIVE_NUMBER = re.compile(r"-\d+|-\d*\.\d+")
+
+
+def _looks_like_option(word: str) -> bool:
+    """What argparse takes for an option: a dash-word that is not "-", a negative number (this
+    parser has no options that look like one) or a text with a blank."""
+    return word.startswith("-") and word != "-" and not _NEGATIVE_NUMBER.fullmatch(word) and " " not in word
 
 
 class _Version(argparse.Action):
@@ -81,11 +138,14 @@ def version_text() -> str:
     from sidecar.config import EmbedderConfig
 
     try:
-        model, origin = load_config().embedder.model, "configured"
+        embedder = load_config().embedder
+        model, origin = embedder.model, "configured"
     except SidecarError:
-        model, origin = EmbedderConfig.model, "default"
+        embedder, model, origin = None, EmbedderConfig.model, "default"
     if model == EmbedderConfig.model:
         origin = "default"
+    if embedder is not None and not embedder.enabled:
+        return f"sidecar {__version__} (distribution sidecar-recall), no model (embedder.enabled: false)"
     return f"sidecar {__version__} (distribution sidecar-recall), model {model} ({origin})"
 
 
@@ -112,8 +172,16 @@ class _Once(argparse.Action):
         setattr(ns, self.dest, value)
 
 
+def _agent_name(text: str) -> str:
+    """``--agent``'s type: a name the daemon accepts, else a usage error (exit 2) before any
+    daemon is asked (a byte that is not UTF-8 in it crashed the request's encoding)."""
+    if not valid_agent(text):
+        raise argparse.ArgumentTypeError(f"invalid agent name {text!r}: use a-z, 0-9, '_' and '-' (max 64)")
+    return text
+
+
 def _agent(p: argparse.ArgumentParser, help: str, *, required: bool = False) -> None:
-    p.add_argument("--agent", required=required, help=help, action=_Once)
+    p.add_argument("--agent", required=required, help=help, action=_Once, type=_agent_name)
 
 
 def _vault_flags(p: argparse.ArgumentParser) -> None:
@@ -340,7 +408,7 @@ def config_of(args: argparse.Namespace) -> Config:
         "logging.level": getattr(args, "log_level", None),
     }
     try:
-        return load_config(config_file=getattr(args, "config", None), flags=flags)
+        cfg = load_config(config_file=getattr(args, "config", None), flags=flags)
     except ConfigError as exc:
         if args.command not in _TALK_TO_THE_DAEMON:
             raise
@@ -357,6 +425,27 @@ def config_of(args: argparse.Namespace) -> Config:
             file=sys.stderr,
         )
         return cfg
+    if args.command in _TALK_TO_THE_DAEMON and _empty(cfg.source_file):
+        # An editor rewriting it, or a truncated file: its home and socket are the defaults now,
+        # so "no daemon is listening" would name a socket the running daemon never had.
+        print(
+            f"sidecar: warning: {cfg.source_file} is empty (being written?); using the defaults "
+            f"(socket {cfg.socket_path})",
+            file=sys.stderr,
+        )
+    return cfg
+
+
+def _empty(path: Path | None) -> bool:
+    """A configuration file with nothing but blank and comment lines (a regular file: /dev/null
+    is empty on purpose, and a pipe cannot be read twice)."""
+    try:
+        if path is None or not path.is_file():
+            return False
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return not any(line.strip() and not line.lstrip().startswith("#") for line in text.splitlines())
 
 
 # Commands that only ask the daemon: a configuration file that does not load falls back to where
@@ -364,3 +453,32 @@ def config_of(args: argparse.Namespace) -> Config:
 _TALK_TO_THE_DAEMON = frozenset(
     {"search", "get", "related", "outline", "recall", "preview", "why", "status", "mcp", "memory", "reload"}
 )
+
+
+# The values a command sends to the daemon, as the usage error names them.
+_SENT = {
+    "query": "QUERY",
+    "message": "MESSAGE",
+    "reference": "REFERENCE",
+    "slug": "SLUG",
+    "content": "--content",
+    "frontmatter": "--frontmatter",
+    "tag": "--tag",
+    "path_prefix": "--path",
+    "confirm_deletions": "--confirm-deletions",
+}
+_UNDECODED = re.compile("[\udc80-\udcff]")  # how Python keeps an argument's non-UTF-8 bytes
+
+
+def check_text_args(args: argparse.Namespace) -> None:
+    """A value to send that holds bytes that are not UTF-8 (a Latin-1 terminal) is a usage error
+    naming it; the request could not carry it ("unpaired UTF-16 surrogate", exit 7). Paths are
+    not checked: a file name may be any bytes."""
+    for dest, name in _SENT.items():
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and _UNDECODED.search(value):
+            raw = value.encode("utf-8", "surrogateescape")
+            raise UsageError(
+                f"{name} is not UTF-8 text ({raw!r}): sidecar takes UTF-8 (is the terminal set to "
+                "another encoding?)"
+            )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,9 @@ from sidecar.clients.cli_parser import UsageError, serve_flags
 from sidecar.clients.cli_render import render_links
 from sidecar.clients.client import Client
 from sidecar.config import Config
-from sidecar.contracts.errors import ExitCode
+from sidecar.contracts.errors import ExitCode, NotFoundError
 from sidecar.contracts.printable import escape_controls as shown
+from sidecar.contracts.printable import escape_terminal
 from sidecar.contracts.wire import indexing_note, parse_explanation, parse_search, pending_note
 
 
@@ -82,7 +84,7 @@ def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
                 f"page={h.page_bm25_score} {h.boosts} {shown(h.reference)}"
             )
     if result.context:
-        print(result.context)
+        print(_for_terminal(result.context))
     elif not args.preview:
         print("(nothing recalled)", file=sys.stderr)
     return int(ExitCode.OK)
@@ -94,24 +96,22 @@ def cmd_why(args: argparse.Namespace, cfg: Config) -> int:
     ) as client:
         reply = client.call("why", {"reference": args.reference, "query": args.query})
     r = parse_explanation(reply)
-    missing = not r.indexed and r.exists is False  # like `get`: a missing note fails
+    if not r.indexed and r.exists is False:  # like `get`: a missing note fails, in its error shape
+        raise NotFoundError(f"{shown(args.reference)}: not indexed: {shown(r.reason or 'no such note')}")
     if args.json:
         print(json.dumps(reply, ensure_ascii=False))
-        return int(ExitCode.REQUEST_FAILED if missing else ExitCode.OK)
+        return int(ExitCode.OK)
     if not r.indexed:
-        print(
-            f"{shown(args.reference)}: not indexed: {shown(r.reason or '')}",
-            file=sys.stderr if missing else sys.stdout,
-        )
-        return int(ExitCode.REQUEST_FAILED if missing else ExitCode.OK)
+        print(f"{shown(args.reference)}: not indexed: {shown(r.reason or '')}")
+        return int(ExitCode.OK)
     a = r.analysis
     words, weight = list(a.content_words), r.vector_weight
     name = shown(r.reference or args.reference)
     print(f"{name} for {a.text!r}: content words {words}, vector weight {weight}")
     if r.page_bm25_score is not None:
         print(f"the whole note's keyword score: bm25={r.page_bm25_score}")
-    if r.degraded:
-        print(f"note: {r.degraded}")
+    if r.degraded:  # on stderr, as search's notes
+        print(f"note: {r.degraded}", file=sys.stderr)
     for c in r.chunks:
         scores = (
             f"vec={c.vec_score} bm25={c.bm25_score} relevance={c.relevance} fused={c.score} {c.boosts or ''}"
@@ -125,8 +125,16 @@ def cmd_get(args: argparse.Namespace, cfg: Config) -> int:
     if result is not None and args.links:
         print(render_links(result))
     elif result is not None:
-        sys.stdout.write(result["text"] if result["text"].endswith("\n") else result["text"] + "\n")
+        text = _for_terminal(result["text"])
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return int(ExitCode.OK)
+
+
+def _for_terminal(text: str) -> str:
+    """A note's text for stdout: exact into a pipe or file (``get`` is like ``cat``), with its
+    control characters escaped on a terminal (an agent may have stored escape sequences that
+    write the clipboard or clear the screen)."""
+    return escape_terminal(text) if sys.stdout.isatty() else text
 
 
 def cmd_related(args: argparse.Namespace, cfg: Config) -> int:
@@ -149,7 +157,10 @@ def cmd_outline(args: argparse.Namespace, cfg: Config) -> int:
     )
     result = _call(args, cfg, "outline", params)
     if result is not None:
-        print(result["outline"])
+        # Its header names the MCP tool that reads a page; in a shell that is `sidecar get`.
+        head, _, rest = result["outline"].partition("\n")
+        head = re.sub(r"memory_get\('([^']*)'\)", r"`sidecar get \1`", head)
+        print(f"{head}\n{rest}" if rest else head)
     return int(ExitCode.OK)
 
 

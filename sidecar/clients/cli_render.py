@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, TextIO
 
@@ -60,7 +61,8 @@ _BUSY_NOTES = 20
 def render_status(h: dict[str, Any]) -> str:
     idx = h["index"]
     lines = [
-        f"sidecar {h['version']}: running since {_ago(h['started'])} (pid {h['pid']}), socket {h['socket']}"
+        f"sidecar {h['version']}: running since {_ago(h['started'])} (pid {h['pid']}), "
+        f"socket {shown(h['socket'])}"
     ]
     if idx["state"] == "building" and idx["phase"] in ("scanning", "indexing", "starting"):
         prog = idx["progress"]
@@ -121,7 +123,7 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
                 f"vectors{eta}; searches use {vec.get('serving_model')}'s until then"
             )
     else:
-        lines.append(f"Embedder: {emb['state']}" + (f": {emb['error']}" if emb.get("error") else ""))
+        lines.append(f"Embedder: {emb['state']}" + (f": {shown(emb['error'])}" if emb.get("error") else ""))
         if emb["state"] == "failed":
             lines.append(f"Vectors: {pending:,} chunks wait for the model; search is keyword-only")
             todo.append(
@@ -156,7 +158,8 @@ def _root_lines(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
         lines.append(
             # When its folder was last listed: a sweep may still be writing what that listing found
             # ("last sweep 5s ago" read as a sweep done while the first one was at 1,920 of 40,004).
-            f"  {r['name']:<16} {r['mode']:<8} listed {_ago(r['last_sweep'])}  {r['path']}{extra}"
+            f"  {shown(r['name']):<16} {r['mode']:<8} listed {_ago(r['last_sweep'])}  "
+            f"{shown(r['path'])}{extra}"
         )
         hold = r.get("hold")
         if hold:
@@ -170,7 +173,7 @@ def _root_lines(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
                 f"{when}; to apply them now: {hold['confirm']}"
             )
         if r["mode"] == "offline":
-            todo.append(f"check that {r['path']} is mounted and readable")
+            todo.append(f"check that {shown(r['path'])} is mounted and readable")
         elif r["mode"] == "held" and hold:
             todo.append(
                 f"if those notes of {r['name']} were deleted on purpose: {hold['confirm']}; "
@@ -195,7 +198,8 @@ def render_links(r: dict[str, Any]) -> str:
 
 
 class Progress:
-    """A one-line progress bar on stderr when it is a terminal; silent otherwise."""
+    """A one-line progress bar on stderr when it is a terminal; silent otherwise. It fits the
+    terminal's width (a line longer than that wraps, and each update left a broken line)."""
 
     def __init__(self, stream: TextIO) -> None:
         from sidecar.clients.foreground import Eta
@@ -213,17 +217,26 @@ class Progress:
         if phase != self.phase:  # each phase has its own pace
             self.phase, self.eta = phase, Eta()
         share = min(done / total, 1.0)
-        width = 30
-        filled = int(share * width)
         left = self.eta.update(done, total)  # a moving average: steady although counts move in steps
         eta = f" ETA {duration(left)}" if left is not None and share < 1 else ""
-        self.stream.write(
-            f"\r{phase:<10} [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,}{eta}   "
-        )
+        room = self._columns() - 1  # the last column would wrap at once on some terminals
+        count = f"{done:,}/{total:,}{eta}"
+        label = f"{phase:<10}"
+        width = max(0, min(30, room - len(label) - len(count) - 4))
+        filled = int(share * width)
+        bar = f" [{'#' * filled}{'.' * (width - filled)}]" if width >= 5 else ""
+        line = f"{label}{bar} {count}"[:room]
+        self.stream.write(f"\r{line:<{room}}")
         self.stream.flush()
 
     def done(self, message: str) -> None:
         if self.enabled:
-            self.stream.write("\r" + " " * 79 + "\r")
+            self.stream.write("\r" + " " * (self._columns() - 1) + "\r")
         self.stream.write(message + "\n")
         self.stream.flush()
+
+    def _columns(self) -> int:
+        try:
+            return max(20, os.get_terminal_size(self.stream.fileno()).columns)
+        except (OSError, ValueError):
+            return 80

@@ -1,19 +1,31 @@
-"""Blocking socket client with typed errors. Light: imports protocol and errors only, so the CLI
-and the MCP shim start fast and never load a model or open an index.
+"""Blocking socket client with typed errors. Light: imports protocol, errors and the peer check
+only, so the CLI and the MCP shim start fast and never load a model or open an index.
+
+Before anything is sent, the server must be this user's (its UID from the socket's credentials,
+else from the socket file and its folder): whoever listens on the path gets every query and note,
+and another user can create a path first (``/tmp/sidecar-<uid>/…`` when the home's is too long).
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import shlex
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sidecar.contracts.errors import DaemonNotRunningError, ProtocolError, RemoteError
+from sidecar.contracts.errors import (
+    DaemonNotRunningError,
+    DaemonUnreachableError,
+    NoAnswerError,
+    ProtocolError,
+    RemoteError,
+)
 from sidecar.contracts.protocol import Request, check_values, parse_response, request_frame
+from sidecar.runtime.peer import path_owner_problem, peer_uid
 
 _MAX_RESPONSE = 256 * 1024 * 1024
 _CONNECT_TRIES = 10
@@ -72,9 +84,14 @@ class Client:
                 f"no sidecar daemon is listening on {self.socket_path}. Start it with "
                 f"{serve_hint(self.config_file, self.serve_flags)}."
             ) from exc
-        except OSError as exc:
+        except OSError as exc:  # no permission to its folder or the socket: not ours, at any rate
             sock.close()
-            raise DaemonNotRunningError(f"cannot connect to {self.socket_path}: {exc.strerror}") from exc
+            raise DaemonUnreachableError(f"cannot connect to {self.socket_path}: {exc.strerror}") from exc
+        try:
+            check_peer(sock, self.socket_path)
+        except DaemonUnreachableError:
+            sock.close()
+            raise
         self._sock = sock
 
     def close(self) -> None:
@@ -86,6 +103,7 @@ class Client:
         """Send one request and wait for its answer; raise RemoteError if the daemon refused it."""
         try:  # refused here as the daemon would refuse it (a lone surrogate cannot even be sent)
             check_values(params or {})
+            check_values({"agent": self.agent})
         except ProtocolError as exc:
             raise RemoteError(exc.code, str(exc)) from exc
         if self._sock is None:
@@ -95,9 +113,9 @@ class Client:
         try:
             self._sock.sendall(request_frame(Request(op, params or {}, req_id, self.agent)))
             line = self._readline()
-        except TimeoutError as exc:
+        except TimeoutError as exc:  # it has the request: what became of it is not known
             self.close()
-            raise ProtocolError(f"the daemon did not answer {op!r} within {self.timeout:.0f}s") from exc
+            raise NoAnswerError(op, f"the daemon did not answer {op!r} within {self.timeout:.0f}s") from exc
         except OSError as exc:
             self.close()
             raise DaemonNotRunningError(f"the connection to the daemon broke: {exc}") from exc
@@ -121,3 +139,22 @@ class Client:
                 raise ProtocolError("answer too large")
         line, _, self._buf = self._buf.partition(b"\n")
         return line
+
+
+def check_peer(
+    sock: socket.socket, path: Path, read_uid: Callable[[socket.socket], int | None] = peer_uid
+) -> None:
+    """Refuse a server that is not this user's (its UID from the connection's credentials; where
+    the platform gives none, from the owner and mode of the socket file and its folder)."""
+    me = os.geteuid()
+    uid = read_uid(sock)
+    if uid is None:
+        problem = path_owner_problem(path, me)
+    else:
+        problem = None if uid == me else f"it is served by uid {uid}"
+    if problem is not None:
+        raise DaemonUnreachableError(
+            f"refusing to talk to {path}: {problem} and this user is uid {me}; another user may have "
+            "created that path, so nothing was sent. Use a socket in a private folder (--socket, "
+            "socket: or SIDECAR_SOCKET), or remove that one"
+        )

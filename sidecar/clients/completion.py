@@ -19,15 +19,24 @@ def command_tree(parser: argparse.ArgumentParser) -> dict[str, Any]:
         options: list[str] = []
         choices: list[str] = []
         option_choices: dict[str, list[str]] = {}
+        values: list[str] = []  # options followed by a value of the user's (a number, a name)
         for action in p._actions:
             if action.option_strings:
-                options += [o for o in action.option_strings if o.startswith("--")]
+                long = [o for o in action.option_strings if o.startswith("--")]
+                options += long
                 if action.choices:
                     for o in action.option_strings:
                         option_choices[o] = [str(c) for c in action.choices]
+                elif action.nargs != 0 and not set(long) & set(_PATHS.split("|")):
+                    values += long
             elif action.choices:
                 choices += [str(c) for c in action.choices]
-        tree[name] = {"options": options, "choices": choices, "optionChoices": option_choices}
+        tree[name] = {
+            "options": options,
+            "choices": choices,
+            "optionChoices": option_choices,
+            "valueOptions": values,
+        }
     return tree
 
 
@@ -38,19 +47,32 @@ def _bash(tree: dict[str, Any]) -> str:
             f'        {o}) COMPREPLY=($(compgen -W "{" ".join(c)}" -- "$cur")); return;;\n'
             for o, c in t["optionChoices"].items()
         )
-        words = " ".join(t["choices"] + t["options"])
+        if t["valueOptions"]:  # a value of the user's comes next: offer nothing, not even files
+            quiet = "COMPREPLY=(); compopt +o default 2>/dev/null; return;;"
+            opt_cases += f"        {'|'.join(t['valueOptions'])}) {quiet}\n"
+        options = " ".join(t["options"])
+        # The positional's choice (memory list|write|...) once: after it, only the options.
+        given = " ".join(t["choices"])
+        chosen = (
+            "      for ((j = i + 1; j < COMP_CWORD; j++)); do\n"
+            f'        case " {given} " in *" ${{COMP_WORDS[j]}} "*) words="{options}";; esac\n'
+            "      done\n"
+            if t["choices"]
+            else ""
+        )
         cases.append(
             f"    {name})\n"
             f'      case "$prev" in\n{opt_cases}'
             f'        {_PATHS}) COMPREPLY=($(compgen -f -- "$cur")); return;;\n'
             "      esac\n"
-            f'      COMPREPLY=($(compgen -W "{words}" -- "$cur"));;\n'
+            f'      words="{" ".join(t["choices"] + t["options"])}"\n{chosen}'
+            '      COMPREPLY=($(compgen -W "$words" -- "$cur"));;\n'
         )
     return (
         '# bash completion for sidecar: eval "$(sidecar completion bash)" (e.g. in ~/.bashrc)\n'
         "_sidecar() {\n"
         '  local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}" cmd=""\n'
-        "  local i\n"
+        "  local i j words\n"
         "  for ((i = 1; i < COMP_CWORD; i++)); do\n"
         '    case "${COMP_WORDS[i]}" in -*) ;; *) cmd="${COMP_WORDS[i]}"; break;; esac\n'
         "  done\n"

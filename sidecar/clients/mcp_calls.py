@@ -17,7 +17,7 @@ from sidecar.clients.mcp_texts import (
     text_of_write,
     trash_dropped_note,
 )
-from sidecar.contracts.errors import DaemonNotRunningError, ProtocolError, RemoteError
+from sidecar.contracts.errors import DaemonNotRunningError, NoAnswerError, ProtocolError, RemoteError
 from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.wire import hit_json, parse_search, window_json
 
@@ -90,7 +90,7 @@ class ToolCalls:
             # path holding ".../memory/<agent>/..." stays as it is.
             own = re.compile(rf"(?<![\w/.-])memory/{re.escape(self.agent)}/")
             raise ToolError(f"{exc.code}: {own.sub('memory/', str(exc))}") from exc
-        except ProtocolError as exc:
+        except (ProtocolError, NoAnswerError) as exc:
             raise ToolError(
                 f"talking to the sidecar daemon failed: {exc}{_unsure(op, sent)}", "not answering"
             ) from exc

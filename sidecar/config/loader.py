@@ -225,19 +225,6 @@ class _Layers:
                 )
 
 
-def _there(path: Path, required: bool, warnings: list[str]) -> bool:
-    """Whether the configuration file exists. A folder on its way that cannot be looked into
-    (`sudo -u` keeping HOME, a service user) is an error for a file named, and for the default
-    file a warning: no file is read (Path.exists raised PermissionError, a traceback)."""
-    try:
-        return path.exists()
-    except OSError as exc:
-        if required:
-            raise ConfigError(f"{path}: cannot look for the configuration file: {exc.strerror}") from None
-        warnings.append(f"{path}: cannot look for the default configuration file ({exc.strerror}); none read")
-        return False
-
-
 def daemon_address(
     config_file: str | None,
     flags: Mapping[str, Any],
@@ -250,7 +237,7 @@ def daemon_address(
     with; one typo must not cut every client (each agent's MCP shim) off from it."""
     env = dict(os.environ) if env is None else env
     path, required = _default_config_path(config_file, env)
-    if path is not None and required and not _there(path, required, []):
+    if path is not None and required and not _file_exists(path, required, []):
         raise ConfigError(f"{path}: configuration file not found")  # a file named is not a guess
     where: dict[str, Any] = {}
     if path is not None:
@@ -286,6 +273,20 @@ def _top_level_lines(path: Path) -> dict[str, str]:
     return {m[1]: m[2] or m[3] or m[4] for m in _TOP_LEVEL.finditer(text)}
 
 
+def _file_exists(path: Path, required: bool, warnings: list[str]) -> bool:
+    """Whether the configuration file is there. A folder on its way this user may not enter (the
+    default file under another user's home, after ``sudo -u``): a named file is an error that
+    says so, the default one a warning (it was a traceback)."""
+    try:
+        return path.exists()
+    except OSError as exc:
+        problem = f"{path}: the configuration file cannot be checked: {exc.strerror or exc}"
+        if required:
+            raise ConfigError(problem) from exc
+        warnings.append(f"{problem}; not read (name one with --config or SIDECAR_CONFIG)")
+        return False
+
+
 def load_config(
     *,
     config_file: str | None = None,
@@ -302,7 +303,7 @@ def load_config(
 
     path, required = _default_config_path(config_file, env) if read_file else (None, False)
     source_file: Path | None = None
-    if path is not None and _there(path, required, layers.warnings):
+    if path is not None and _file_exists(path, required, layers.warnings):
         source_file = path.resolve()
         layers.read_file(path, source_file)
     elif path is not None and required:

@@ -20,6 +20,7 @@ class ExitCode(IntEnum):
     INDEX_UNUSABLE = 5  # the index directory cannot be locked or created
     NOT_RUNNING = 6  # a client found no daemon
     REQUEST_FAILED = 7  # the daemon answered with an error
+    NO_ANSWER = 8  # the daemon took the request and did not answer in time: its outcome is unknown
 
 
 class SidecarError(Exception):
@@ -85,6 +86,24 @@ class DaemonNotRunningError(SidecarError):
 
     code = "not_running"
     exit_code = ExitCode.NOT_RUNNING
+
+
+class DaemonUnreachableError(DaemonNotRunningError):
+    """Something is at the socket, but this client cannot or must not talk to it (no permission,
+    or a server of another user): no daemon of this user's answers there."""
+
+    code = "unreachable"
+
+
+class NoAnswerError(SidecarError):
+    """The daemon took a request and gave no answer in time: a change may or may not be made."""
+
+    code = "no_answer"
+    exit_code = ExitCode.NO_ANSWER
+
+    def __init__(self, op: str, message: str) -> None:
+        super().__init__(message)
+        self.op = op
 
 
 class DaemonRunningError(SidecarError):

@@ -15,3 +15,16 @@ def escape_controls(text: str) -> str:
     """``text`` with control characters shown as escapes (``\\n``, ``\\x1b``, ``\\u202e``), as in
     the log. Structured replies keep names exact, so a reference still round-trips."""
     return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+# C0 and C1 controls and DEL but the tab and the line feed: what a terminal acts on (ESC opens
+# OSC 52 clipboard writes, title changes, screen clears; a lone CR overwrites a line).
+_TERMINAL_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def escape_terminal(text: str) -> str:
+    """A whole text (a note) as a terminal may show it: controls escaped as in ``escape_controls``,
+    its lines and tabs kept (Windows line ends too: the CR before a line feed shows nothing)."""
+    return _TERMINAL_CONTROL.sub(
+        lambda m: m.group().encode("unicode_escape").decode("ascii"), text.replace("\r\n", "\n")
+    )

@@ -3,9 +3,10 @@
 startup: lock the index, bind the socket, build the parts (the composition root), finish
 interrupted deletions, start the model loader, the indexer thread (first sweep, then scheduled
 sweeps), the vector backfill, the watcher and the scheduler. serve: the socket server until
-SIGTERM/SIGINT (SIGHUP reloads the configuration); the signal handlers are removed again when it
-returns. shutdown: stop the threads with a bound, flush the stores, then (even if that failed)
-remove the socket and release the lock.
+SIGTERM/SIGINT (SIGHUP reloads the configuration, or stops a daemon run in a terminal: the
+terminal closing sends it); the signal handlers are removed again when it returns. shutdown:
+stop the threads with a bound, flush the stores, then (even if that failed) remove the socket and
+release the lock.
 """
 
 from __future__ import annotations
@@ -65,9 +66,19 @@ _IDENTITY = ("home", "socket", "vault.path")
 class Daemon:
     """One daemon per index: ``run`` = startup, serve until a signal, shutdown."""
 
-    def __init__(self, cfg: Config, reload_config: Callable[[], Config] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        reload_config: Callable[[], Config] | None = None,
+        *,
+        hangup_stops: bool = False,
+    ) -> None:
         self.cfg = cfg
         self.reload_config = reload_config
+        # In a terminal SIGHUP means the terminal went away (a daemon that took it as a reload
+        # outlived its closed window and held the index against the next start); a service
+        # manager sends it to reload (systemd's ExecReload), as `sidecar reload` asks by socket.
+        self.hangup_stops = hangup_stops
         self.notifier = Notifier(cfg.notify_socket)
         self.watchdog = Watchdog(cfg, self.notifier)
         self.stop = threading.Event()
@@ -196,7 +207,10 @@ class Daemon:
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        loop.add_signal_handler(signal.SIGHUP, lambda: loop.run_in_executor(None, self._reload_quietly))
+        if self.hangup_stops:
+            loop.add_signal_handler(signal.SIGHUP, _hung_up, stop)
+        else:
+            loop.add_signal_handler(signal.SIGHUP, lambda: loop.run_in_executor(None, self._reload_quietly))
         beat = asyncio.create_task(self.watchdog.beat())
         try:
             log.info("daemon_ready socket=%s", self.cfg.socket_path)
@@ -367,6 +381,11 @@ def _record_counting(cfg: Config, slot: EmbedderSlot, indexer: Indexer) -> None:
         indexer.counted_with(model_name(model.model_id))
     elif model is None:
         indexer.counted_with("words")
+
+
+def _hung_up(stop: asyncio.Event) -> None:
+    log.info("daemon_hangup its terminal closed: stopping (`sidecar reload` re-reads the configuration)")
+    stop.set()
 
 
 def index_once(

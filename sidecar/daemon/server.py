@@ -10,8 +10,8 @@ longest-idle connection is closed to make room (with a ``busy`` frame), and a ne
 with that frame when none is idle; input beyond ``server.maxBufferedBytes`` (summed over every
 connection's unfinished frame) is refused likewise; a request running longer than
 ``server.requestTimeoutSeconds`` is answered ``timeout`` (should every worker be stuck, requests
-go to a fresh pool). Imports protocol and errors (and the foreground count) only: handlers
-arrive as a callable.
+go to a fresh pool). Imports protocol and errors (and the foreground count and the peer check)
+only: handlers arrive as a callable.
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ import logging
 import os
 import socket
 import stat
-import struct
-import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -34,6 +32,7 @@ from typing import Any
 from sidecar.contracts.errors import ConfigError, DaemonRunningError, SidecarError
 from sidecar.contracts.protocol import Request, error_frame, ok_frame, parse_request, request_id_of
 from sidecar.runtime.foreground import FOREGROUND, Foreground
+from sidecar.runtime.peer import peer_uid
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +41,6 @@ _WRITE_TIMEOUT = 30.0
 _READ_CHUNK = 1 << 16
 # Ops that change the inbox or the index: they run on their own pool (see the module doc).
 WRITE_OPS = frozenset({"write", "edit", "delete", "index", "reload"})
-_LOCAL_PEERCRED = 0x001  # macOS <sys/un.h>
-_SOL_LOCAL = 0
 
 
 def ensure_private_dir(path: Path) -> None:
@@ -64,22 +61,6 @@ def ensure_private_dir(path: Path) -> None:
                 f"socket directory {path} is readable by others (mode {stat.S_IMODE(st.st_mode):o}); "
                 "choose a private directory (mode 0700) for the socket"
             )
-
-
-def peer_uid(sock: socket.socket) -> int | None:
-    """UID of the process at the other end, or None where the platform cannot tell."""
-    try:
-        if hasattr(socket, "SO_PEERCRED"):
-            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-            _pid, uid, _gid = struct.unpack("3i", creds)
-            return int(uid)
-        if sys.platform == "darwin":
-            # struct xucred { u_int cr_version; uid_t cr_uid; short cr_ngroups; gid_t cr_groups[16]; }
-            raw = sock.getsockopt(_SOL_LOCAL, _LOCAL_PEERCRED, 76)
-            return int(struct.unpack_from("Ii", raw)[1])
-    except OSError:
-        return None
-    return None
 
 
 def socket_is_live(path: Path) -> bool:

@@ -1,0 +1,539 @@
+"""The command line at its edges: a socket another user holds, empty or closed stdin, a daemon
+that does not answer, bytes that are not UTF-8, closed or non-UTF-8 output, ``--``, a terminal
+that hangs up or would run escape sequences from a note, and exit codes as README's table says."""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import os
+import pty
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.clients import cli_memory, cli_parser
+from sidecar.clients.cli import _remote_exit, main
+from sidecar.clients.cli_parser import build_parser
+from sidecar.clients.cli_render import Progress
+from sidecar.clients.client import Client, check_peer
+from sidecar.config import load_config
+from sidecar.contracts.errors import DaemonUnreachableError, ExitCode
+
+from .conftest import DaemonProcess, write
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    """One keyword-only daemon on a tiny vault for the module."""
+    base = tmp_path_factory.mktemp("edges")
+    vault = base / "vault"
+    write(vault / "Audio.md", "# Audio recorder\n\nRecord a lecture with my microphone.\n")
+    write(vault / "wiki" / "Backups.md", "# Backups\n\nThe NAS is backed up every night at 2:00.\n")
+    d = DaemonProcess(base / "home", vault, keyword_only=True)
+    d.env = {k: v for k, v in d.env.items() if not k.startswith(("SIDECAR_", "XDG_"))}
+    d.env |= {"SIDECAR_EMBEDDER_ENABLED": "false", "HOME": str(base / "userhome")}
+    (base / "userhome").mkdir()
+    d.start()
+    yield d
+    if d.proc is not None and d.proc.poll() is None:
+        d.stop()
+
+
+def _env(d: DaemonProcess, **extra: str) -> dict[str, str]:
+    return {**d.env, "SIDECAR_HOME": str(d.home), **extra}
+
+
+def _run(d: DaemonProcess, *args: str | bytes, stdin: str | None = "", **env: str) -> Any:
+    return subprocess.run(
+        [sys.executable, "-m", "sidecar", *args],
+        capture_output=True,
+        input=None if stdin is None else stdin.encode(),
+        stdin=subprocess.DEVNULL if stdin is None else None,
+        env=_env(d, **env),
+        timeout=120,
+        check=False,
+    )
+
+
+def _one_line(r: Any, code: int, needle: str) -> None:
+    err = r.stderr.decode() if isinstance(r.stderr, bytes) else r.stderr
+    assert r.returncode == code, (r.returncode, r.stdout, err)
+    assert "Traceback" not in err
+    lines = [ln for ln in err.splitlines() if not ln.startswith("sidecar: warning:")]
+    assert len(lines) == 1 and needle in lines[0], err
+
+
+# --- §3: the server must be this user's -------------------------------------------------------
+
+
+def test_a_client_checks_whose_server_it_reached(tmp_path: Path) -> None:
+    """The peer's UID must be the client's; without credentials, the socket's and its folder's
+    owner and mode decide. Nothing is sent before."""
+    path = tmp_path / "s.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen()
+    client = socket.socket(socket.AF_UNIX)
+    client.connect(str(path))
+    try:
+        check_peer(client, path)  # the real credentials: this process
+        with pytest.raises(DaemonUnreachableError, match=r"served by uid 4242 and this user is uid"):
+            check_peer(client, path, read_uid=lambda _s: 4242)
+        no_credentials = functools.partial(check_peer, client, path, read_uid=lambda _s: None)
+        no_credentials()  # this user's socket in this user's private folder
+        os.chmod(tmp_path, 0o777)
+        try:
+            with pytest.raises(DaemonUnreachableError, match="may be written by others"):
+                no_credentials()
+        finally:
+            os.chmod(tmp_path, 0o700)
+        if os.geteuid() == 0:  # another owner for the socket file
+            os.chown(path, 65534, 65534)
+            with pytest.raises(DaemonUnreachableError, match="the socket belongs to uid 65534"):
+                no_credentials()
+    finally:
+        client.close()
+        server.close()
+
+
+_FAKE = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(); s.settimeout(60)
+got = b""
+for _ in range(int(sys.argv[2])):
+    c, _a = s.accept(); c.settimeout(5)
+    try:
+        c.sendall(b'{"v":1,"id":1,"ok":true,"result":{"hits":[{"reference":"vault/IMPORTANT"}]}}\\n')
+        while chunk := c.recv(4096):
+            got += chunk
+    except OSError:
+        pass
+    c.close()
+print(len(got), flush=True)
+"""
+
+
+def test_a_socket_another_user_took_first_gets_nothing(tmp_path: Path) -> None:
+    """The report's attack: another user listens on the socket path first (the /tmp fallback).
+    The query is never sent, its fake hits are never shown, and status does not say "not
+    running" but who is there."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("needs root and setpriv to run a server as another user")
+    folder = Path(tempfile.mkdtemp(prefix="sidecar-foreign-"))
+    os.chown(folder, 65534, 65534)
+    sock = folder / "s.sock"
+    fake = subprocess.Popen(
+        [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", _FAKE, sock, "3"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not sock.exists():
+            assert fake.poll() is None and time.monotonic() < deadline, "the fake server did not start"
+            time.sleep(0.05)
+        env = {**os.environ, "HOME": str(tmp_path), "SIDECAR_HOME": str(tmp_path / "home")}
+
+        def run(*argv: str) -> Any:
+            cmd = [sys.executable, "-m", "sidecar", *argv, "--socket", str(sock)]
+            return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60, check=False)
+
+        r = run("search", "my bank password")
+        _one_line(r, ExitCode.NOT_RUNNING, "refusing to talk to")
+        assert "uid 65534" in r.stderr and "IMPORTANT" not in r.stdout
+        r = run("status")
+        _one_line(r, ExitCode.NOT_RUNNING, "refusing to talk to")
+        assert "not running" not in r.stdout
+        r = run("status", "--json")
+        assert json.loads(r.stdout)["error"]["code"] == "unreachable"
+        out, _ = fake.communicate(timeout=60)
+        assert out.strip() == "0", "the fake server received bytes"
+    finally:
+        fake.kill()
+        fake.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# --- §7: nothing on stdin is no note ----------------------------------------------------------
+
+
+def test_memory_write_refuses_an_empty_or_closed_stdin(daemon: DaemonProcess) -> None:
+    r = _run(daemon, "memory", "write", "keep", "--agent", "me", "--content", "the wifi password rotates")
+    assert r.returncode == 0, r.stderr
+    for action in ("write", "edit"):
+        _one_line(_run(daemon, "memory", action, "keep", "--agent", "me"), ExitCode.USAGE, "no note text")
+        _one_line(
+            _run(daemon, "memory", action, "keep", "--agent", "me", stdin=" \n"), ExitCode.USAGE, "stdin"
+        )
+    write_keep = [sys.executable, "-m", "sidecar", "memory", "write", "keep", "--agent", "me"]
+    closed = subprocess.run(
+        ["bash", "-c", 'exec "$@" <&-', "-", *write_keep],
+        capture_output=True,
+        text=True,
+        env=_env(daemon),
+        timeout=60,
+        check=False,
+    )
+    _one_line(closed, ExitCode.USAGE, "no note text on stdin")
+    r = _run(daemon, "get", "memory/me/keep")
+    assert "the wifi password rotates" in r.stdout.decode()  # untouched
+    # asked for: an empty note
+    assert _run(daemon, "memory", "write", "empty", "--agent", "me", "--content", "").returncode == 0
+
+
+def test_memory_write_at_a_terminal_says_it_reads_stdin(daemon: DaemonProcess) -> None:
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sidecar", "memory", "write", "typed", "--agent", "me"],
+        stdin=slave,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(daemon),
+    )
+    os.close(slave)
+    try:
+        os.write(master, b"typed at a terminal\n\x04")
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        os.close(master)
+    assert proc.returncode == 0, err
+    assert b"reading the note from stdin (end it with Ctrl-D)" in err
+    assert b"typed at a terminal" in _run(daemon, "get", "memory/me/typed").stdout
+
+
+# --- §8: a change without an answer is not a refusal ------------------------------------------
+
+
+def test_a_write_without_an_answer_says_it_may_have_been_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The daemon took the request and went silent (SIGSTOP, a hang): exit 8 and code no_answer,
+    saying the note may have been written, not "refused" (exit 7, bad_request)."""
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    path = folder / "s.sock"
+    silent = socket.socket(socket.AF_UNIX)
+    silent.bind(str(path))
+    silent.listen()  # connections wait in the backlog: taken, never answered
+    monkeypatch.setattr(cli_memory, "Client", functools.partial(Client, timeout=0.5))
+    monkeypatch.setattr(cli_parser, "_json_errors", False)  # main sets it; restored after
+    argv = ["memory", "write", "n", "--agent", "me", "--content", "x", "--socket", str(path)]
+    try:
+        assert main([*argv, "--home", str(tmp_path / "home")]) == ExitCode.NO_ANSWER == 8
+        err = capsys.readouterr().err
+        assert "did not answer 'write' within 0s" in err and "may still have been written" in err
+        assert main([*argv, "--home", str(tmp_path / "home"), "--json"]) == ExitCode.NO_ANSWER
+        error = json.loads(capsys.readouterr().out)["error"]
+        assert error["code"] == "no_answer" and "check" in error["message"]
+    finally:
+        silent.close()
+    assert _remote_exit("timeout") == ExitCode.NO_ANSWER  # the daemon's own "did not finish"
+    assert _remote_exit("not_found") == ExitCode.REQUEST_FAILED
+
+
+# --- §9, §16: one line, never a traceback ----------------------------------------------------
+
+
+def test_bytes_that_are_not_utf8_are_a_usage_error(daemon: DaemonProcess) -> None:
+    for argv in (
+        [b"search", b"x", b"--agent", b"\xff"],
+        [b"memory", b"list", b"--agent", b"\xff"],
+        [b"memory", b"write", b"x", b"--agent", b"\xff", b"--content", b"x"],
+    ):
+        _one_line(_run(daemon, *argv), ExitCode.USAGE, "invalid agent name")
+    _one_line(_run(daemon, b"search", b"caf\xe9"), ExitCode.USAGE, "QUERY is not UTF-8 text")
+    _one_line(_run(daemon, b"get", b"vault/\xff"), ExitCode.USAGE, "REFERENCE is not UTF-8 text")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status"],
+        ["memory", "list", "--agent", "me"],
+        ["memory", "write", "closed-out", "--agent", "me", "--content", "x"],
+        ["get", "vault/Audio"],
+    ],
+)
+def test_a_closed_stdout_is_not_a_crash(daemon: DaemonProcess, argv: list[str]) -> None:
+    """``>&-``: the command acts and ends with 0, as into a closed pipe (it acted, then died with
+    a traceback on the flush)."""
+    r = subprocess.run(
+        ["bash", "-c", 'exec "$@" >&-', "-", sys.executable, "-m", "sidecar", *argv],
+        capture_output=True,
+        text=True,
+        env=_env(daemon),
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 0 and "Traceback" not in r.stderr and "Error" not in r.stderr, r.stderr
+
+
+def test_an_ascii_output_encoding_escapes_what_it_lacks(daemon: DaemonProcess) -> None:
+    r = _run(daemon, "recall", "record a lecture", PYTHONIOENCODING="ascii")
+    assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr
+    assert b"\\u00b7" in r.stdout  # the block header's middle dot
+    r = _run(daemon, "recall", "record a lecture", "--json", PYTHONIOENCODING="ascii")
+    assert "·" in json.loads(r.stdout)["context"]  # escaped as JSON reads it back
+
+
+def test_a_file_the_command_cannot_use_is_one_line(daemon: DaemonProcess, tmp_path: Path) -> None:
+    """A folder on the way is a file (or root's, after sudo): one line, not a traceback."""
+    home = tmp_path / "user"
+    write(home / ".config" / "systemd", "not a folder\n")
+    r = _run(daemon, "service", "install", "--home", str(tmp_path / "h"), HOME=str(home))
+    lines = [ln for ln in r.stderr.decode().splitlines() if not ln.startswith("note:")]
+    assert r.returncode != 0 and len(lines) == 1 and lines[0].startswith("sidecar: "), lines
+
+
+def test_a_default_configuration_file_that_cannot_be_checked_is_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sudo -u` keeping HOME: the default file lies in a folder this user may not enter."""
+    real_exists = Path.exists
+
+    def exists(self: Path) -> bool:
+        if self.name == "config.yaml":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_exists(self)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    cfg = load_config(env={"HOME": str(tmp_path)}, flags={"home": str(tmp_path / "h")})
+    assert cfg.source_file is None
+    assert any("cannot be checked: Permission denied; not read" in w for w in cfg.warnings)
+    with pytest.raises(Exception, match="cannot be checked"):  # named: an error (exit 3)
+        load_config(config_file=str(tmp_path / "config.yaml"), env={})
+
+
+# --- §10: `--` ends the options; unknown options are named -------------------------------------
+
+
+def _parse(argv: Sequence[str]) -> Any:
+    return build_parser(argv[0]).parse_args(argv)
+
+
+def test_double_dash_ends_the_options() -> None:
+    args = _parse(["search", "--limit", "3", "--", "-rf"])
+    assert (args.query, args.limit) == ("-rf", 3)
+    assert (
+        _parse(["search", "--", "--json"]).query == "--json" and not _parse(["search", "--", "--json"]).json
+    )
+    args = _parse(["why", "vault/Audio", "--", "--force"])
+    assert (args.reference, args.query) == ("vault/Audio", "--force")
+    args = _parse(["memory", "write", "--agent", "me", "--", "-x"])
+    assert args.slug == "-x"
+    assert _parse(["search", "-5"]).query == "-5"  # a negative number is no option
+    assert _parse(["search", "x", "--lim", "4"]).limit == 4  # nor is a prefix unknown
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (
+            ["search", "-rf"],
+            "unrecognized option -rf (text that starts with '-' goes after --: sidecar search -- -rf)",
+        ),
+        (["search", "--query=x"], "search: unrecognized option --query=x"),
+        (["search", "foo", "--bogus"], "(see `sidecar search --help`)"),
+        (["search", "--", "a", "-b"], "search: unrecognized arguments: -b"),
+        (["--bogus"], "unrecognized option --bogus: options go after the COMMAND"),
+    ],
+)
+def test_unknown_options_are_named(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        build_parser(argv[0] if not argv[0].startswith("-") else None).parse_args(argv)
+    assert exc.value.code == ExitCode.USAGE
+    assert needle in capsys.readouterr().err
+
+
+def test_memory_list_takes_no_slug(daemon: DaemonProcess) -> None:
+    _one_line(_run(daemon, "memory", "list", "--agent", "me", "extra"), ExitCode.USAGE, "takes no SLUG")
+
+
+def test_search_after_double_dash_reaches_the_daemon(daemon: DaemonProcess) -> None:
+    r = _run(daemon, "search", "--json", "--", "-rf")
+    assert r.returncode == 0 and "hits" in json.loads(r.stdout), r.stderr
+
+
+# --- §11: a daemon in a terminal stops when the terminal goes ---------------------------------
+
+
+def _serve(d: DaemonProcess, stdin: Any) -> subprocess.Popen[bytes]:
+    d.home.mkdir(parents=True, exist_ok=True)
+    log = d.log.open("ab")
+    proc = subprocess.Popen(d.cmd(), stdin=stdin, stdout=log, stderr=log, env=d.env)
+    log.close()
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with Client(d.socket, timeout=5) as c:
+                c.call("health")
+            return proc
+        except Exception:
+            assert proc.poll() is None and time.monotonic() < deadline, d.log.read_text()
+            time.sleep(0.1)
+
+
+def test_sighup_stops_a_daemon_in_a_terminal_and_reloads_a_service(tmp_path: Path) -> None:
+    """Closing the terminal sends SIGHUP: a `sidecar serve` whose stdin is that terminal stops
+    (it took it as a reload and outlived the window, holding the index); with stdin not a
+    terminal (systemd's ExecReload=kill -HUP) it still reloads."""
+    d = DaemonProcess(tmp_path / "home", None, keyword_only=True)
+    master, slave = pty.openpty()
+    try:
+        proc = _serve(d, slave)
+        proc.send_signal(signal.SIGHUP)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert "daemon_hangup" in d.log.read_text()
+    proc = _serve(d, subprocess.DEVNULL)
+    try:
+        proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while "config_reloaded" not in d.log.read_text():
+            assert time.monotonic() < deadline, d.log.read_text()
+            time.sleep(0.1)
+        assert proc.poll() is None  # still serving
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+# --- §14: a note's control characters do not reach a terminal ---------------------------------
+
+
+def _on_a_terminal(d: DaemonProcess, *argv: str) -> bytes:
+    """What the command prints with stdout a terminal (the line discipline's CRs removed)."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sidecar", *argv],
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=subprocess.DEVNULL,
+        env=_env(d),
+    )
+    os.close(slave)
+    out = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the other end is closed
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        os.close(master)
+        proc.wait(timeout=60)
+    return out.replace(b"\r\n", b"\n")
+
+
+def test_get_and_recall_escape_control_characters_on_a_terminal_only(daemon: DaemonProcess) -> None:
+    evil = "backup codes \x1b]52;c;ZWNobyBwd25lZA==\x07 and \x1b[2J cleared\n\tindented\n"
+    assert _run(daemon, "memory", "write", "evil", "--agent", "bob", stdin=evil).returncode == 0
+    shown = _on_a_terminal(daemon, "get", "memory/bob/evil")
+    assert b"\x1b" not in shown and b"\x07" not in shown
+    assert b"\\x1b]52;c;ZWNobyBwd25lZA==\\x07" in shown and b"\n\tindented" in shown
+    recalled = _on_a_terminal(daemon, "recall", "backup codes", "--agent", "bob")
+    assert b"\\x1b[2J" in recalled and b"\x1b" not in recalled
+    assert evil.encode() in _run(daemon, "get", "memory/bob/evil").stdout  # piped: exact
+    assert evil in json.loads(_run(daemon, "get", "memory/bob/evil", "--json").stdout)["text"]
+
+
+# --- §18: exit codes as documented ------------------------------------------------------------
+
+
+def test_values_the_daemon_refuses_as_malformed_are_usage_errors(daemon: DaemonProcess) -> None:
+    _one_line(_run(daemon, "search", "x" * 4001), ExitCode.USAGE, "longer than 4000 characters")
+    _one_line(_run(daemon, "index", "--confirm-deletions", "bogus"), ExitCode.USAGE, "unknown root 'bogus'")
+    _one_line(
+        _run(daemon, "memory", "write", "Bad/slug", "--agent", "me", "--content", "x"),
+        ExitCode.USAGE,
+        "invalid slug",
+    )
+    _one_line(_run(daemon, "search", "x", "--agent", "A B"), ExitCode.USAGE, "invalid agent name 'A B'")
+
+
+def _index_offline(tmp_path: Path, *extra: str) -> Any:
+    """`sidecar index` with no daemon, keyword-only, over a one-note vault."""
+    vault = write(tmp_path / "vault" / "a.md", "# A\n\ntext\n").parent
+    env = {**os.environ, "HOME": str(tmp_path), "SIDECAR_EMBEDDER_ENABLED": "false"}
+    argv = ["index", "--home", str(tmp_path / "h"), "--vault", str(vault), *extra]
+    return subprocess.run(
+        [sys.executable, "-m", "sidecar", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_offline_index_refuses_an_unknown_root(tmp_path: Path) -> None:
+    """No daemon: a mistyped root confirmed nothing and exited 0."""
+    r = _index_offline(tmp_path, "--confirm-deletions", "bogus")
+    _one_line(r, ExitCode.USAGE, "unknown root 'bogus'; roots: vault, wiki")
+    assert _index_offline(tmp_path, "--confirm-deletions", "vault").returncode == 0
+
+
+def test_why_of_a_missing_note_is_an_error_in_its_shape(daemon: DaemonProcess) -> None:
+    r = _run(daemon, "why", "vault/Nope", "q", "--json")
+    assert r.returncode == ExitCode.REQUEST_FAILED
+    assert json.loads(r.stdout)["error"]["code"] == "not_found"
+    r = _run(daemon, "why", "vault/Audio", "lecture")  # its notes on stderr, as search's
+    assert r.returncode == 0 and b"note:" not in r.stdout and b"note: vector search" in r.stderr
+
+
+def test_an_emptied_configuration_file_is_named(daemon: DaemonProcess, tmp_path: Path) -> None:
+    """A file emptied while an editor rewrites it: clients fall back to the defaults, and say so
+    (they said only "no sidecar daemon is listening on <the default socket>")."""
+    empty = write(tmp_path / "c.yaml", "# being rewritten\n")
+    r = _run(daemon, "status", "--config", str(empty), SIDECAR_HOME=str(tmp_path / "other"))
+    assert r.returncode == ExitCode.NOT_RUNNING
+    assert f"sidecar: warning: {empty} is empty (being written?); using the defaults" in r.stderr.decode()
+    r = _run(daemon, "status", "--config", "/dev/null")  # empty on purpose: no warning
+    assert r.returncode == 0 and b"warning" not in r.stderr, r.stderr
+
+
+def test_version_says_no_model_when_vectors_are_off(daemon: DaemonProcess) -> None:
+    r = _run(daemon, "--version")
+    assert b"no model (embedder.enabled: false)" in r.stdout and b"multilingual" not in r.stdout
+
+
+# --- §19: the progress bar fits the terminal; keyword-only wording ---------------------------
+
+
+def test_a_keyword_only_index_does_not_report_missing_vectors(tmp_path: Path) -> None:
+    """With vectors off, "1 without vectors" read like a fault."""
+    r = _index_offline(tmp_path)
+    assert r.returncode == 0 and "indexed 1 notes" in r.stderr and "vectors" not in r.stderr, r.stderr
+
+
+def test_the_progress_bar_fits_a_narrow_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Tty()
+    bar = Progress(stream)
+    monkeypatch.setattr(bar, "_columns", lambda: 40)
+    for done in (0, 5_000, 123_456):
+        bar.update("embedding", done, 123_456)
+    bar.done("indexed")
+    updates = stream.getvalue().split("\r")
+    assert all(len(u) <= 39 for u in updates if "\n" not in u), updates
+    assert "123,456/123,456" in stream.getvalue()
