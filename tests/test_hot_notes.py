@@ -1,15 +1,39 @@
 """A note written to often (a plugin's log note appended to every second) over real stores: a
-line appended rewrites only the chunks it changed."""
+line appended rewrites only the chunks it changed, the note is indexed at most every few times
+what that costs while other notes' edits go first and its last state still comes."""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sidecar.daemon.hot import HOT_MAX_S, HotNotes
+from sidecar.daemon.indexing import IndexLoop
 from sidecar.stores.bm25 import Bm25Index
-from tests.conftest import Harness, write
+from tests.conftest import FakeEmbedder, Harness, write
 from tests.index_helpers import search
+
+
+class Clock:
+    """A clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _until(check: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
 
 
 def _log_note(parts: int) -> str:
@@ -84,3 +108,71 @@ def test_a_new_title_or_a_note_left_half_written_rewrites_every_chunk(
     assert len([d for d in documents if d != "vault/Sync log"]) == 10
     assert harness.stores.bm25.num_docs() == harness.stores.manifest.chunk_count()
     assert harness.stores.bm25.all_ids() == harness.stores.manifest.all_chunk_ids()
+
+
+def test_a_costly_note_waits_a_multiple_of_its_cost_and_is_never_put_off_for_good() -> None:
+    """A note that cost 2 s is held for 20 s after its indexing ends; more events keep that due
+    time; a cheap note is never held; the wait is bounded; a held note late by HOT_MAX_S is
+    handed out even while other work waits."""
+    clock = Clock()
+    hot = HotNotes(clock)
+    hot.indexed({"/v/log.md": 2.0, "/v/note.md": 0.01, "/v/huge.md": 600.0})
+    assert hot.hold({"/v/log.md", "/v/note.md"}) == {"/v/note.md"}
+    clock.now += 15
+    assert hot.hold({"/v/log.md"}) == frozenset() and hot.due() == frozenset()
+    assert hot.wait(30.0) == pytest.approx(5.0)
+    clock.now += 5
+    assert hot.due() == {"/v/log.md"} and hot.held() == frozenset()
+    assert hot.hold({"/v/log.md"}) == {"/v/log.md"}  # its quiet time is over
+    assert hot.hold({"/v/huge.md"}) == frozenset()
+    assert hot.wait(100.0) == pytest.approx(HOT_MAX_S - 20)
+    clock.now += HOT_MAX_S
+    assert hot.due(late=HOT_MAX_S) == frozenset()
+    clock.now += HOT_MAX_S
+    assert hot.due(late=HOT_MAX_S) == {"/v/huge.md"}
+
+
+@pytest.fixture
+def hot_loop(make_cfg: Any, vault: Path) -> Iterator[tuple[Harness, IndexLoop, Clock]]:
+    """An index loop over real stores whose hot notes go by a clock the test moves; the log note
+    costs 5 s to index (a note 50 s quiet), every other note nothing."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    write(vault / "Sync log.md", _log_note(5))
+    clock = Clock()
+    hot = HotNotes(clock)
+    stop = threading.Event()
+    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=stop, beat=lambda _a: None, hot=hot)
+    log = str(vault / "Sync log.md")
+    h.indexer.on_indexed = lambda costs: hot.indexed({p: 5.0 if p == log else 0.0 for p in costs})
+    thread = threading.Thread(target=loop.run, daemon=True)
+    thread.start()
+    yield h, loop, clock
+    stop.set()
+    thread.join(10)
+    h.close()
+
+
+def test_a_hot_note_waits_while_other_notes_go_first_and_its_last_state_comes(
+    hot_loop: tuple[Harness, IndexLoop, Clock], vault: Path
+) -> None:
+    h, loop, clock = hot_loop
+    loop.request_sweep()
+    _until(lambda: h.indexer.activity.sweeps == 1)
+    log, other = vault / "Sync log.md", vault / "Other.md"
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write("- zebra synced\n")
+    loop.changed({str(log)})
+    write(other, "# Other\n\nThe walrus moved in.\n")
+    loop.changed({str(other)})
+    _until(lambda: "vault/Other" in _refs(h, "walrus"))
+    assert loop.hot.held() == {str(log)}  # its event came first, and waits
+    assert "vault/Sync log" not in _refs(h, "zebra")
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write("- yak synced\n")
+    loop.changed({str(log)})
+    clock.now += 49  # more events do not put it off
+    time.sleep(0.6)
+    assert "vault/Sync log" not in _refs(h, "yak")
+    clock.now += 2
+    _until(lambda: "vault/Sync log" in _refs(h, "yak"))
+    assert "vault/Sync log" in _refs(h, "zebra") and loop.hot.held() == frozenset()

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,6 +88,9 @@ class Indexer:
         self.hot_back: Callable[[set[str]], None] | None = None
         self._deferred: set[str] = set()
         self._hot_written: set[str] = set()  # keys written from file events during this sweep
+        # What each note of a batch cost to read, cut and write, by path (set by the index loop:
+        # a note that is costly to index waits before it is indexed again).
+        self.on_indexed: Callable[[dict[str, float]], None] | None = None
         self._waited_for_tokenizer = False
 
     def set_excludes(self, patterns: Sequence[str], obsidian: bool) -> str | None:
@@ -264,13 +267,15 @@ class Indexer:
         notes = [n for n in notes if n.root.source == "memory" or self.excluded_by(n.key) is None]
         states = self.manifest.file_states_of([n.key for n in notes])
         prepared: list[Prepared] = []
+        spent: dict[str, float] = {}  # path -> seconds its reading and cutting took
 
         def known(note: NoteFile) -> str | None:
             st = states.get(note.key)
             return st.hash if st is not None and st.state == "indexed" else None
 
         def drafted(note: NoteFile) -> Prepared | Drafted | None:
-            return draft(note, known(note), (data or {}).get(note.key), self.cfg.index.max_file_bytes)
+            with _timed(spent, str(note.path)):
+                return draft(note, known(note), (data or {}).get(note.key), self.cfg.index.max_file_bytes)
 
         # Chunk sizes are counted with the model's tokenizer. While it still loads (a first start
         # converts the model beside the first sweep), notes are read and parsed ahead and cut
@@ -282,7 +287,8 @@ class Indexer:
                 break
         for i, note in enumerate(notes):
             d = ahead[i] if i < len(ahead) else drafted(note)
-            p = finish(self.cfg, d, self._count_tokens) if isinstance(d, Drafted) else d
+            with _timed(spent, str(note.path)):
+                p = finish(self.cfg, d, self._count_tokens) if isinstance(d, Drafted) else d
             if p is None:
                 continue
             unreadable = p.skip_reason is not None and p.skip_reason.startswith("unreadable")
@@ -301,10 +307,14 @@ class Indexer:
                 continue
             prepared.append(p)
         if prepared:
+            started = time.perf_counter()
             self.writer.write(prepared)
+            _share(spent, prepared, time.perf_counter() - started)
             # Written: the index can be updated again. Said now, not at the end of a catch-up that
             # may take minutes ("disk is full" stood beside moving progress).
             self.problems.clear("index")
+        if self.on_indexed is not None and spent:
+            self.on_indexed(spent)
         return len(prepared)
 
     def delete(self, keys: Sequence[str]) -> None:
@@ -372,3 +382,22 @@ class Indexer:
         if act.first_sweep_done and not waiting:
             act.ready_once = True  # later edits queue a few vectors without flipping back to building
         return "ready" if act.ready_once else "building"
+
+
+@contextlib.contextmanager
+def _timed(spent: dict[str, float], path: str) -> Iterator[None]:
+    """Add the seconds the block takes to ``spent[path]``."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        spent[path] = spent.get(path, 0.0) + time.perf_counter() - started
+
+
+def _share(spent: dict[str, float], prepared: Sequence[Prepared], seconds: float) -> None:
+    """A batch's write time, shared among its notes by size (a note's keyword documents and
+    chunk rows grow with its text)."""
+    total = sum(max(p.note.size, 1) for p in prepared)
+    for p in prepared:
+        path = str(p.note.path)
+        spent[path] = spent.get(path, 0.0) + seconds * max(p.note.size, 1) / total
