@@ -1,9 +1,11 @@
 """A note written to often (a plugin's log note appended to every second) over real stores: a
 line appended rewrites only the chunks it changed, the note is indexed at most every few times
-what that costs while other notes' edits go first and its last state still comes."""
+what that costs while other notes' edits go first and its last state still comes, and file
+events log one summary line a minute instead of a line each."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,6 +16,7 @@ import pytest
 
 from sidecar.daemon.hot import HOT_MAX_S, HotNotes
 from sidecar.daemon.indexing import IndexLoop
+from sidecar.index.summary import SUMMARY_EVERY_S, ActivitySummary
 from sidecar.stores.bm25 import Bm25Index
 from tests.conftest import FakeEmbedder, Harness, write
 from tests.index_helpers import search
@@ -176,3 +179,35 @@ def test_a_hot_note_waits_while_other_notes_go_first_and_its_last_state_comes(
     clock.now += 2
     _until(lambda: "vault/Sync log" in _refs(h, "yak"))
     assert "vault/Sync log" in _refs(h, "zebra") and loop.hot.held() == frozenset()
+
+
+def test_file_events_log_one_summary_a_minute(
+    harness: Harness, vault: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sweep of file events that only writes notes logs ``sweep_done`` at DEBUG and is summed
+    into one ``index_activity`` line a minute; full sweeps and deletions keep their INFO line."""
+    clock = Clock()
+    harness.indexer.summary = ActivitySummary(clock)
+    caplog.set_level(logging.DEBUG, logger="sidecar")
+
+    def infos() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+
+    harness.indexer.sweep()
+    assert [m for m in infos() if m.startswith("sweep_done")] != []
+    caplog.clear()
+    garden = vault / "Garden.md"
+    for word in ("cucumbers", "pumpkins", "radishes"):
+        write(garden, f"# Garden\n\n{word} this year.\n")
+        harness.indexer.sweep(only=frozenset(), paths=[str(garden)])
+        clock.now += 10
+    assert infos() == []
+    assert len([r for r in caplog.records if r.getMessage().startswith("sweep_done changed=1")]) == 3
+    clock.now += SUMMARY_EVERY_S - 30
+    harness.indexer.summary.flush()
+    (line,) = infos()
+    assert line.startswith("index_activity changes=3 notes=1 seconds=")
+    caplog.clear()
+    garden.unlink()
+    harness.indexer.sweep(only=frozenset(), paths=[str(garden)])
+    assert [m.split()[0] for m in infos()] == ["notes_deleted", "sweep_done"]

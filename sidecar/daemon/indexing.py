@@ -121,6 +121,7 @@ class IndexLoop:
         failures = 0
         while not self.stop.is_set():
             self.beat(None)
+            self.indexer.summary.flush()
             job = self._next()
             if job is None:
                 continue
@@ -130,6 +131,7 @@ class IndexLoop:
             except Exception as exc:  # e.g. sqlite "disk is full": keep serving, retry soon
                 failures += 1
                 self._failed(job, exc, self.retry.delay(failures))
+        self.indexer.summary.flush(final=True)
 
     def _next(self) -> Job | None:
         """The next sweep: the queued requests (a burst merged into one) without the events of

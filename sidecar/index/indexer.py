@@ -22,6 +22,7 @@ from sidecar.index.diff import ChangeFinder, Diff
 from sidecar.index.problems import Problems
 from sidecar.index.records import Drafted, Prepared, draft, finish
 from sidecar.index.repair import check_bm25
+from sidecar.index.summary import ActivitySummary
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.index.writes import Writer
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
@@ -91,6 +92,7 @@ class Indexer:
         # What each note of a batch cost to read, cut and write, by path (set by the index loop:
         # a note that is costly to index waits before it is indexed again).
         self.on_indexed: Callable[[dict[str, float]], None] | None = None
+        self.summary = ActivitySummary()
         self._waited_for_tokenizer = False
 
     def set_excludes(self, patterns: Sequence[str], obsidian: bool) -> str | None:
@@ -168,11 +170,17 @@ class Indexer:
             "unchanged": diff.unchanged,
             "skipped": sum(diff.skipped.values()),
         }
+        seconds = time.time() - act.started
+        # File events that only wrote notes are summed into one line a minute (``index_activity``);
+        # a walk of a root, a deletion or a skip keeps its own line.
+        quiet = bool(paths) and not chosen and not diff.gone and not diff.skipped
+        if quiet and changed:
+            self.summary.add(changed, [n.key for n in diff.work], seconds)
         log.log(
-            logging.INFO if chosen or changed or diff.gone else logging.DEBUG,
+            logging.INFO if not quiet and (chosen or changed or diff.gone) else logging.DEBUG,
             "sweep_done changed=%d deleted=%d unchanged=%d skipped=%d seconds=%.2f roots=%s",
             *summary.values(),
-            time.time() - act.started,
+            seconds,
             ",".join(r.name for r in chosen) or "-",
         )
         return summary
