@@ -10,13 +10,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from sidecar.daemon.hot import HOT_MAX_S, HotNotes
 from sidecar.daemon.indexing import IndexLoop
+from sidecar.index import indexer as indexer_mod
 from sidecar.index.summary import SUMMARY_EVERY_S, ActivitySummary
+from sidecar.model.embedder import EmbedderSlot
 from sidecar.stores.bm25 import Bm25Index
 from tests.conftest import FakeEmbedder, Harness, write
 from tests.index_helpers import search
@@ -133,6 +136,34 @@ def test_a_costly_note_waits_a_multiple_of_its_cost_and_is_never_put_off_for_goo
     assert hot.due(late=HOT_MAX_S) == frozenset()
     clock.now += HOT_MAX_S
     assert hot.due(late=HOT_MAX_S) == {"/v/huge.md"}
+
+
+def test_the_wait_for_the_models_tokenizer_is_no_cost_of_a_note(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a first start the sweep waits for the model's tokenizer once, inside one note's cutting:
+    that wait (here a clock moved by 100 s) is not counted as what the note costs, or a note
+    edited after the first sweep would wait up to a minute."""
+    clock = Clock()
+    monkeypatch.setattr(indexer_mod, "time", SimpleNamespace(time=time.time, perf_counter=clock))
+    h = Harness(make_cfg(vault), None)
+    slot = h.indexer.slot = EmbedderSlot()
+    slot.set_loading()
+
+    def tokenizer_comes() -> bool:
+        clock.now += 100.0
+        slot.set_counter(lambda texts: [len(t.split()) for t in texts])
+        return True
+
+    # It comes while the sweep waits for it (asked with a timeout), not while it reads ahead.
+    monkeypatch.setattr(slot, "wait_countable", lambda timeout: timeout > 0 and tokenizer_comes())
+    costs: dict[str, float] = {}
+    h.indexer.on_indexed = costs.update
+    try:
+        assert h.indexer.sweep()["changed"] == 4
+    finally:
+        h.close()
+    assert len(costs) == 4 and max(costs.values()) < 1.0
 
 
 @pytest.fixture

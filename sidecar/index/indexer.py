@@ -94,6 +94,7 @@ class Indexer:
         self.on_indexed: Callable[[dict[str, float]], None] | None = None
         self.summary = ActivitySummary()
         self._waited_for_tokenizer = False
+        self._tokenizer_wait = 0.0  # seconds the one wait for the model's tokenizer took
 
     def set_excludes(self, patterns: Sequence[str], obsidian: bool) -> str | None:
         """New exclusion rules (config reload): what changed ("index.exclude", or Obsidian's
@@ -114,8 +115,10 @@ class Indexer:
         if count is None and not self._waited_for_tokenizer:
             # Once: a tokenizer that does not come within the bound is not waited for again
             # (sizes are then estimated, as without a model).
+            started = time.perf_counter()
             self.slot.wait_countable(TOKENIZER_WAIT_S)
             self._waited_for_tokenizer = True
+            self._tokenizer_wait = time.perf_counter() - started
             count = self.slot.counter()  # None: loading failed or is still under way
         return count(texts) if count is not None else approx_token_count(texts)
 
@@ -295,8 +298,11 @@ class Indexer:
                 break
         for i, note in enumerate(notes):
             d = ahead[i] if i < len(ahead) else drafted(note)
+            waited = self._tokenizer_wait
             with _timed(spent, str(note.path)):
                 p = finish(self.cfg, d, self._count_tokens) if isinstance(d, Drafted) else d
+            # The first start's wait for the model is not what this note costs to cut.
+            spent[str(note.path)] -= self._tokenizer_wait - waited
             if p is None:
                 continue
             unreadable = p.skip_reason is not None and p.skip_reason.startswith("unreadable")
