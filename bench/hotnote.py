@@ -71,8 +71,10 @@ def make_vault(vault: Path, log_bytes: int) -> None:
 
 
 def found(client: Client, word: str, reference: str) -> bool:
+    """Whether the word is indexed: a hit of the note holding it (a hit by meaning alone finds
+    the note's old text, as like the new one as one log line is like the next)."""
     hits = client.call("search", {"query": word, "limit": 5})["hits"]
-    return any(h["reference"] == reference for h in hits)
+    return any(h["reference"] == reference and word in h["text"] for h in hits)
 
 
 def info_lines(log: Path, start: int) -> int:
