@@ -4,7 +4,8 @@ Requests (a start, the schedule, the index op, file events with their paths) que
 burst is merged into one sweep. A sweep that fails (disk full, read-only) is retried with the
 backoff policy, capped low (``watch.faultRetryMaxSeconds``): notes saved meanwhile must be
 searchable seconds after the fault clears. A retry needs only the paths the failed sweep
-scanned but did not write.
+scanned but did not write. A note that changes again right after it was indexed is indexed at
+most every few times what that cost (``sidecar.daemon.hot``), after the other notes' changes.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 
 from sidecar.config import Config
 from sidecar.contracts.errors import StoreError
+from sidecar.daemon.hot import HOT_MAX_S, HotNotes
 from sidecar.index.indexer import Activity, Indexer
 from sidecar.index.problems import Problems
 from sidecar.model.embedder import EmbedderSlot
@@ -54,6 +56,7 @@ class IndexLoop:
         *,
         stop: threading.Event,
         beat: Callable[[Activity | None], None],
+        hot: HotNotes | None = None,
     ) -> None:
         self.cfg = cfg
         self.indexer = indexer
@@ -69,6 +72,12 @@ class IndexLoop:
         # during a first sweep of 40,000 notes waited two minutes for it to end).
         indexer.hot_paths = self.take_paths
         indexer.hot_back = self.changed
+        self.hot = hot or HotNotes()
+        indexer.on_indexed = self.hot.indexed
+
+    def depth(self) -> int:
+        """Requests waiting, held events of hot notes included (health's queue depth)."""
+        return self.jobs.qsize() + len(self.hot.held())
 
     def take_paths(self) -> frozenset[str]:
         """The paths of the queued file-event jobs, taken off the queue; other jobs stay."""
@@ -84,7 +93,7 @@ class IndexLoop:
                 paths |= job.paths
             else:
                 self.jobs.put(job)
-        return frozenset(paths)
+        return self.hot.hold(paths)
 
     def changed(self, paths: set[str]) -> None:
         """File events: look at the changed paths only; none (a watch restarted): every root."""
@@ -112,18 +121,38 @@ class IndexLoop:
         failures = 0
         while not self.stop.is_set():
             self.beat(None)
-            try:
-                job = self.jobs.get(timeout=0.5)
-            except queue.Empty:
+            self.indexer.summary.flush()
+            job = self._next()
+            if job is None:
                 continue
-            while not self.jobs.empty():  # coalesce a burst of requests into one sweep
-                job = job.merge(self.jobs.get_nowait())
             try:
                 self._run(job)
                 failures, self._last_crash = 0, ""
             except Exception as exc:  # e.g. sqlite "disk is full": keep serving, retry soon
                 failures += 1
                 self._failed(job, exc, self.retry.delay(failures))
+        self.indexer.summary.flush(final=True)
+
+    def _next(self) -> Job | None:
+        """The next sweep: the queued requests (a burst merged into one) without the events of
+        hot notes, which are held; held notes whose time came once nothing else waits (or once
+        they are late by ``HOT_MAX_S``: a stream of other edits must not hold them for good)."""
+        try:
+            job = self.jobs.get(timeout=self.hot.wait(0.5))
+        except queue.Empty:
+            return self._due()
+        while not self.jobs.empty():  # coalesce a burst of requests into one sweep
+            job = job.merge(self.jobs.get_nowait())
+        if job.paths:
+            job = Job(job.rebuild, job.roots, job.confirm, self.hot.hold(job.paths))
+        if job.roots == frozenset() and not (job.paths or job.rebuild or job.confirm):
+            return self._due() if self.jobs.empty() else None  # only held events
+        late = self.hot.due(late=HOT_MAX_S)
+        return job.merge(Job(roots=frozenset(), paths=late)) if late else job
+
+    def _due(self) -> Job | None:
+        due = self.hot.due()
+        return Job(roots=frozenset(), paths=due) if due else None
 
     def _run(self, job: Job) -> None:
         indexer = self.indexer

@@ -189,7 +189,7 @@ class Daemon:
         inboxes.prune_trash()
         self._inboxes = inboxes
         service = ServiceState(
-            self.started, loop.jobs.qsize, loop.request_sweep, lambda: watcher.watching, self.reload
+            self.started, loop.depth, loop.request_sweep, lambda: watcher.watching, self.reload
         )
         handlers = build_handlers(cfg, parts, self.slot, service, inboxes)
         self._retriever = handlers.retriever

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +22,7 @@ from sidecar.index.diff import ChangeFinder, Diff
 from sidecar.index.problems import Problems
 from sidecar.index.records import Drafted, Prepared, draft, finish
 from sidecar.index.repair import check_bm25
+from sidecar.index.summary import ActivitySummary
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.index.writes import Writer
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
@@ -89,7 +90,12 @@ class Indexer:
         self.hot_back: Callable[[set[str]], None] | None = None
         self._deferred: set[str] = set()
         self._hot_written: set[str] = set()  # keys written from file events during this sweep
+        # What each note of a batch cost to read, cut and write, by path (set by the index loop:
+        # a note that is costly to index waits before it is indexed again).
+        self.on_indexed: Callable[[dict[str, float]], None] | None = None
+        self.summary = ActivitySummary()
         self._waited_for_tokenizer = False
+        self._tokenizer_wait = 0.0  # seconds the one wait for the model's tokenizer took
 
     def set_excludes(self, patterns: Sequence[str], obsidian: bool) -> str | None:
         """New exclusion rules (config reload): what changed ("index.exclude", or Obsidian's
@@ -111,8 +117,10 @@ class Indexer:
         if count is None and not self._waited_for_tokenizer:
             # Once: a tokenizer that does not come within the bound is not waited for again
             # (sizes are then estimated, as without a model).
+            started = time.perf_counter()
             self.slot.wait_countable(TOKENIZER_WAIT_S)
             self._waited_for_tokenizer = True
+            self._tokenizer_wait = time.perf_counter() - started
             count = self.slot.counter()  # None: loading failed or is still under way
         return count(texts) if count is not None else approx_token_count(texts)
 
@@ -170,11 +178,17 @@ class Indexer:
             "unchanged": diff.unchanged,
             "skipped": sum(diff.skipped.values()),
         }
+        seconds = time.time() - act.started
+        # File events that only wrote notes are summed into one line a minute (``index_activity``);
+        # a walk of a root, a deletion or a skip keeps its own line.
+        quiet = bool(paths) and not chosen and not diff.gone and not diff.skipped
+        if quiet and changed:
+            self.summary.add(changed, [n.key for n in diff.work], seconds)
         log.log(
-            logging.INFO if chosen or changed or diff.gone else logging.DEBUG,
+            logging.INFO if not quiet and (chosen or changed or diff.gone) else logging.DEBUG,
             "sweep_done changed=%d deleted=%d unchanged=%d skipped=%d seconds=%.2f roots=%s",
             *summary.values(),
-            time.time() - act.started,
+            seconds,
             ",".join(r.name for r in chosen) or "-",
         )
         return summary
@@ -299,13 +313,15 @@ class Indexer:
         notes = [n for n in notes if n.root.source == "memory" or self.excluded_by(n.key) is None]
         states = self.manifest.file_states_of([n.key for n in notes])
         prepared: list[Prepared] = []
+        spent: dict[str, float] = {}  # path -> seconds its reading and cutting took
 
         def known(note: NoteFile) -> str | None:
             st = states.get(note.key)
             return st.hash if st is not None and st.state == "indexed" else None
 
         def drafted(note: NoteFile) -> Prepared | Drafted | None:
-            return draft(note, known(note), (data or {}).get(note.key), self.cfg.index.max_file_bytes)
+            with _timed(spent, str(note.path)):
+                return draft(note, known(note), (data or {}).get(note.key), self.cfg.index.max_file_bytes)
 
         # Chunk sizes are counted with the model's tokenizer. While it still loads (a first start
         # converts the model beside the first sweep), notes are read and parsed ahead and cut
@@ -317,7 +333,11 @@ class Indexer:
                 break
         for i, note in enumerate(notes):
             d = ahead[i] if i < len(ahead) else drafted(note)
-            p = finish(self.cfg, d, self._count_tokens) if isinstance(d, Drafted) else d
+            waited = self._tokenizer_wait
+            with _timed(spent, str(note.path)):
+                p = finish(self.cfg, d, self._count_tokens) if isinstance(d, Drafted) else d
+            # The first start's wait for the model is not what this note costs to cut.
+            spent[str(note.path)] -= self._tokenizer_wait - waited
             if p is None:
                 continue
             unreadable = p.skip_reason is not None and p.skip_reason.startswith("unreadable")
@@ -336,10 +356,14 @@ class Indexer:
                 continue
             prepared.append(p)
         if prepared:
+            started = time.perf_counter()
             self.writer.write(prepared)
+            _share(spent, prepared, time.perf_counter() - started)
             # Written: the index can be updated again. Said now, not at the end of a catch-up that
             # may take minutes ("disk is full" stood beside moving progress).
             self.problems.clear("index")
+        if self.on_indexed is not None and spent:
+            self.on_indexed(spent)
         return len(prepared)
 
     def delete(self, keys: Sequence[str]) -> None:
@@ -425,3 +449,22 @@ class Indexer:
         if act.first_sweep_done and not waiting:
             act.ready_once = True  # later edits queue a few vectors without flipping back to building
         return "ready" if act.ready_once else "building"
+
+
+@contextlib.contextmanager
+def _timed(spent: dict[str, float], path: str) -> Iterator[None]:
+    """Add the seconds the block takes to ``spent[path]``."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        spent[path] = spent.get(path, 0.0) + time.perf_counter() - started
+
+
+def _share(spent: dict[str, float], prepared: Sequence[Prepared], seconds: float) -> None:
+    """A batch's write time, shared among its notes by size (a note's keyword documents and
+    chunk rows grow with its text)."""
+    total = sum(max(p.note.size, 1) for p in prepared)
+    for p in prepared:
+        path = str(p.note.path)
+        spent[path] = spent.get(path, 0.0) + seconds * max(p.note.size, 1) / total

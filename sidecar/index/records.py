@@ -101,15 +101,30 @@ def _unparseable(note: NoteFile, digest: str, exc: BaseException) -> Prepared:
     return Prepared(note, digest, None, f"parse error: {type(exc).__name__}")
 
 
-def records(p: Prepared, state: str) -> tuple[FileRecord, list[ChunkRecord]]:
-    """The manifest's file record (in ``state``) and chunk records of a prepared note."""
+def file_record(p: Prepared, state: str) -> FileRecord:
+    """The manifest's file record of a prepared note, in ``state``."""
     n = p.note
     record = functools.partial(
         FileRecord, n.key, n.root.source, n.root.agent, n.rel, n.mtime_ns, n.size, p.hash, ctime_ns=n.ctime_ns
     )
     if p.parsed is None:
         skipped = "skipped" if state != "indexing" else state
-        return record(skipped, title=Path(n.rel).stem, error=p.skip_reason), []
+        return record(skipped, title=Path(n.rel).stem, error=p.skip_reason)
+    parsed = p.parsed
+    return record(
+        state,
+        title=parsed.title,
+        tags=parsed.tags,
+        front_matter=json.dumps(parsed.front_matter, ensure_ascii=False),
+        error=parsed.front_matter_error,
+    )
+
+
+def records(p: Prepared, state: str) -> tuple[FileRecord, list[ChunkRecord]]:
+    """The manifest's file record (in ``state``) and chunk records of a prepared note."""
+    n = p.note
+    if p.parsed is None:
+        return file_record(p, state), []
     parsed = p.parsed
     seen: dict[str, int] = {}
     chunks: list[ChunkRecord] = []
@@ -130,10 +145,4 @@ def records(p: Prepared, state: str) -> tuple[FileRecord, list[ChunkRecord]]:
                 embed_hash(c.embed_text) if c.embed else "",
             )
         )
-    return record(
-        state,
-        title=parsed.title,
-        tags=parsed.tags,
-        front_matter=json.dumps(parsed.front_matter, ensure_ascii=False),
-        error=parsed.front_matter_error,
-    ), chunks
+    return file_record(p, state), chunks

@@ -12,17 +12,19 @@ notes are committed. Before the commit the writer yields to searches in flight (
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+from collections import Counter
 from collections.abc import Sequence
 
-from sidecar.index.records import Prepared, records
+from sidecar.index.records import Prepared, file_record, records
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.notes.links import aliases_of, drop_links, names_of, replace_links, reresolve
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.group import GroupCommit
 from sidecar.stores.bm25 import Bm25Doc
-from sidecar.stores.manifest import FileState
+from sidecar.stores.manifest import ChunkRecord, FileRecord, FileState, IndexedNote
 
 log = logging.getLogger(__name__)
 
@@ -75,27 +77,19 @@ class Writer:
     def _write(self, prepared: Sequence[Prepared]) -> None:
         stores = self.stores
         built = [records(p, "indexed") for p in prepared]
+        twice = {k for k, n in Counter(p.note.key for p in prepared).items() if n > 1}
         with stores.write_lock:
-            stores.manifest.mark(records(p, "indexing")[0] for p in prepared)
+            # Read before the marks: only a note recorded ``indexed`` is known to be in BM25 as
+            # the manifest says (twice in one batch: the second must replace the first entirely).
+            before = {p.note.key: stores.manifest.indexed_chunks(p.note.key) for p in prepared}
+            stores.manifest.mark(file_record(p, "indexing") for p in prepared)
             vanished: list[str] = []
             for (record, chunks), p in zip(built, prepared, strict=True):
-                old = stores.manifest.chunk_ids(record.key)
+                prior = None if record.key in twice else before[record.key]
+                old = set(prior.chunks) if prior is not None else stores.manifest.chunk_ids(record.key)
                 vanished.extend(old - {c.chunk_id for c in chunks})
-                stores.bm25.delete_key(record.key)
-                aliases = p.parsed.aliases if p.parsed else ()
-                stores.bm25.add(
-                    Bm25Doc.of(
-                        c.chunk_id,
-                        c.key,
-                        record.source,
-                        record.agent,
-                        title=record.title,
-                        aliases=aliases,
-                        headings=c.headings,
-                        body=c.text,
-                    )
-                    for c in chunks
-                )
+                held = _held(prior, record, chunks)
+                stores.bm25.replace_note(record.key, _bm25_docs(record, p, chunks), held, old - held)
             if vanished:
                 self.vectors.delete_ids(vanished)
             FOREGROUND.yield_to(COMMIT_YIELD_S)
@@ -148,6 +142,35 @@ class Writer:
             stores.bm25.delete_all()
             stores.bm25.commit()
             self.vectors.clear()
+
+
+def _bm25_docs(record: FileRecord, p: Prepared, chunks: Sequence[ChunkRecord]) -> list[Bm25Doc]:
+    aliases = p.parsed.aliases if p.parsed else ()
+    return [
+        Bm25Doc.of(
+            c.chunk_id,
+            c.key,
+            record.source,
+            record.agent,
+            title=record.title,
+            aliases=aliases,
+            headings=c.headings,
+            body=c.text,
+        )
+        for c in chunks
+    ]
+
+
+def _held(prior: IndexedNote | None, record: FileRecord, chunks: Sequence[ChunkRecord]) -> frozenset[str]:
+    """The chunks whose keyword documents stay as they are: same id, text and heading path, and
+    the note's title and front matter (its title field) unchanged."""
+    if prior is None or (prior.title, prior.front_matter) != (record.title, record.front_matter):
+        return frozenset()
+    return frozenset(
+        c.chunk_id
+        for c in chunks
+        if prior.chunks.get(c.chunk_id) == (c.text, json.dumps(c.headings, ensure_ascii=False))
+    )
 
 
 def _already_indexed(p: Prepared, state: FileState | None) -> bool:

@@ -14,7 +14,7 @@ import math
 import re
 import shutil
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -260,6 +260,30 @@ class Bm25Index:
                 pages.setdefault(d.key, (d, []))[1].append(body)
             for key, (first, bodies) in pages.items():
                 self._pages.writer.add_document(self._document(key, first, "\n".join(bodies)))
+
+    def replace_note(
+        self, key: str, docs: Sequence[Bm25Doc], held: Collection[str] = (), stale: Collection[str] = ()
+    ) -> None:
+        """One note's chunks (all of them, in order) in place of what the index holds of it, and
+        its page. ``held``: chunk ids whose documents the index holds as they are (left alone:
+        a line appended to a note of 2,000 chunks re-added all of them, most of a second);
+        ``stale``: the note's other chunk ids in the index, removed. Without ``held`` every chunk
+        of the note is replaced."""
+        with self._lock, self._writing("write"):
+            if held:
+                for chunk_id in stale:
+                    self._chunks.writer.delete_documents_by_term("chunk_id", chunk_id)
+            else:
+                self._chunks.writer.delete_documents_by_term("key", key)
+            self._pages.writer.delete_documents_by_term("key", key)
+            bodies = []
+            for d in docs:
+                body = f"{d.headings}\n{d.body}" if d.headings else d.body
+                if d.chunk_id not in held:
+                    self._chunks.writer.add_document(self._document(d.chunk_id, d, body))
+                bodies.append(body)
+            if docs:  # the page is the whole note: rewritten whenever any chunk changed
+                self._pages.writer.add_document(self._document(key, docs[0], "\n".join(bodies)))
 
     @contextlib.contextmanager
     def _writing(self, what: str) -> Iterator[None]:

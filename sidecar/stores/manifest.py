@@ -151,6 +151,21 @@ class ChunkRecord:
 
 
 @dataclass(frozen=True)
+class IndexedNote:
+    """A note as indexed: its title and front matter (the keyword index's title field) and
+    each chunk's text and heading path (JSON), by chunk id."""
+
+    title: str
+    front_matter: str
+    chunks: dict[str, tuple[str, str]]
+
+
+def _placed(c: ChunkRecord) -> tuple[Any, ...]:
+    """The columns of a chunk row that can change while its id stays (as ``commit_file`` reads them)."""
+    return (c.ord, c.text, json.dumps(c.headings, ensure_ascii=False), c.start_line, c.end_line)
+
+
+@dataclass(frozen=True)
 class FileState:
     mtime_ns: int
     size: int
@@ -422,12 +437,32 @@ class Manifest(VectorBook):
     def chunk_ids(self, key: str) -> set[str]:
         return {r[0] for r in self._query("SELECT chunk_id FROM chunks WHERE key = ?", (key,))}
 
+    def indexed_chunks(self, key: str) -> IndexedNote | None:
+        """What the keyword index holds of a note as the manifest recorded it: None unless the
+        note is ``indexed`` (a note marked ``indexing`` may have been written half-way)."""
+        rows = self._query(
+            "SELECT title, front_matter FROM files WHERE key = ? AND state = 'indexed'", (key,)
+        )
+        if not rows:
+            return None
+        chunks = self._query("SELECT chunk_id, text, headings FROM chunks WHERE key = ?", (key,))
+        return IndexedNote(rows[0][0], rows[0][1], {r[0]: (r[1], r[2]) for r in chunks})
+
     def commit_file(self, record: FileRecord, chunks: Sequence[ChunkRecord], db: sqlite3.Connection) -> None:
-        """Replace a file's row and chunks inside an open transaction; unchanged chunk ids keep vectors."""
-        old = {r[0] for r in db.execute("SELECT chunk_id FROM chunks WHERE key = ?", (record.key,))}
+        """Replace a file's row and chunks inside an open transaction; unchanged chunk ids keep
+        vectors, and rows that stay as they are are not written again (a line appended to a long
+        note rewrote its 2,000 rows)."""
+        old = {
+            r[0]: tuple(r[1:])
+            for r in db.execute(
+                "SELECT chunk_id, ord, text, headings, start_line, end_line FROM chunks WHERE key = ?",
+                (record.key,),
+            )
+        }
         new_ids = {c.chunk_id for c in chunks}
-        gone = old - new_ids
+        gone = old.keys() - new_ids
         db.executemany("DELETE FROM chunks WHERE chunk_id = ?", [(i,) for i in gone])
+        changed = [c for c in chunks if old.get(c.chunk_id) != _placed(c)]
         db.executemany(
             "INSERT INTO chunks(chunk_id, key, ord, text, headings, start_line, end_line, embed_text, "
             "tokens, embed_hash, has_vector, has_next) "
@@ -449,7 +484,7 @@ class Manifest(VectorBook):
                     0 if c.embed_hash else NO_VECTOR,
                     0 if c.embed_hash else NO_VECTOR,
                 )
-                for c in chunks
+                for c in changed
             ],
         )
         db.execute(

@@ -1,0 +1,244 @@
+"""A note written to often (a plugin's log note appended to every second) over real stores: a
+line appended rewrites only the chunks it changed, the note is indexed at most every few times
+what that costs while other notes' edits go first and its last state still comes, and file
+events log one summary line a minute instead of a line each."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from sidecar.daemon.hot import HOT_MAX_S, HotNotes
+from sidecar.daemon.indexing import IndexLoop
+from sidecar.index import indexer as indexer_mod
+from sidecar.index.summary import SUMMARY_EVERY_S, ActivitySummary
+from sidecar.model.embedder import EmbedderSlot
+from sidecar.stores.bm25 import Bm25Index
+from tests.conftest import FakeEmbedder, Harness, write
+from tests.index_helpers import search
+
+
+class Clock:
+    """A clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _until(check: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def _log_note(parts: int) -> str:
+    """A log note of ``parts`` sections, one chunk each (the fake tokenizer counts words)."""
+    return "# Sync log\n\n" + "".join(
+        f"## Hour {i}\n\n- synced folder{i} with remote{i} and found nothing new\n\n" for i in range(parts)
+    )
+
+
+def _refs(h: Harness, query: str) -> list[str]:
+    return [hit["reference"] for hit in search(h, query)]
+
+
+@pytest.fixture
+def documents(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids of the keyword documents built (a chunk's id, or a page's note key)."""
+    built: list[str] = []
+    real = Bm25Index._document
+
+    def counting(doc_id: str, d: Any, body: str) -> Any:
+        built.append(doc_id)
+        return real(doc_id, d, body)
+
+    monkeypatch.setattr(Bm25Index, "_document", staticmethod(counting))
+    return built
+
+
+def test_a_line_appended_to_a_long_note_rewrites_only_the_chunk_it_changed(
+    harness: Harness, documents: list[str]
+) -> None:
+    """60 chunks, one line appended: one chunk document and the note's page are written (every
+    chunk was deleted and added again, and every chunk row rewritten); the stores still agree
+    and both the new and the old words are found."""
+    log = harness.cfg.vault.path / "Sync log.md"  # type: ignore[operator]
+    write(log, _log_note(60))
+    harness.sweep()
+    assert len(harness.stores.manifest.chunks_of("vault/Sync log")) == 60
+    documents.clear()
+    rows = harness.stores.manifest._db.total_changes
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write("- pelican uploaded\n")
+    assert harness.sweep()["changed"] == 1
+    assert [d for d in documents if d != "vault/Sync log"] == [documents[0]]  # one chunk
+    assert documents.count("vault/Sync log") == 1  # the page: the whole note
+    assert harness.stores.manifest._db.total_changes - rows < 20  # not 60 chunk rows again
+    assert harness.stores.bm25.all_ids() == harness.stores.manifest.all_chunk_ids()
+    assert harness.stores.bm25.num_docs() == harness.stores.manifest.chunk_count()
+    assert _refs(harness, "pelican")[0] == "vault/Sync log"
+    assert _refs(harness, "folder7 remote7")[0] == "vault/Sync log"
+    assert harness.stores.bm25.search_pages("pelican folder7", 5)[0][0] == "vault/Sync log"
+
+
+def test_a_new_title_or_a_note_left_half_written_rewrites_every_chunk(
+    harness: Harness, documents: list[str]
+) -> None:
+    """Every chunk document carries the note's title and aliases: a changed front matter
+    rewrites them all. A note a crash left marked ``indexing`` may be in the keyword index as
+    no manifest row says: it is replaced whole too, and no chunk is doubled."""
+    log = harness.cfg.vault.path / "Sync log.md"  # type: ignore[operator]
+    write(log, _log_note(10))
+    harness.sweep()
+    documents.clear()
+    write(log, "---\naliases: [Albatross journal]\n---\n" + _log_note(10))
+    harness.sweep()
+    assert len([d for d in documents if d != "vault/Sync log"]) == 10
+    assert _refs(harness, "albatross")[0] == "vault/Sync log"
+    harness.stores.manifest.mark_state(["vault/Sync log"], "indexing")
+    documents.clear()
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write("- cormorant seen\n")
+    harness.sweep()
+    assert len([d for d in documents if d != "vault/Sync log"]) == 10
+    assert harness.stores.bm25.num_docs() == harness.stores.manifest.chunk_count()
+    assert harness.stores.bm25.all_ids() == harness.stores.manifest.all_chunk_ids()
+
+
+def test_a_costly_note_waits_a_multiple_of_its_cost_and_is_never_put_off_for_good() -> None:
+    """A note that cost 2 s is held for 20 s after its indexing ends; more events keep that due
+    time; a cheap note is never held; the wait is bounded; a held note late by HOT_MAX_S is
+    handed out even while other work waits."""
+    clock = Clock()
+    hot = HotNotes(clock)
+    hot.indexed({"/v/log.md": 2.0, "/v/note.md": 0.01, "/v/huge.md": 600.0})
+    assert hot.hold({"/v/log.md", "/v/note.md"}) == {"/v/note.md"}
+    clock.now += 15
+    assert hot.hold({"/v/log.md"}) == frozenset() and hot.due() == frozenset()
+    assert hot.wait(30.0) == pytest.approx(5.0)
+    clock.now += 5
+    assert hot.due() == {"/v/log.md"} and hot.held() == frozenset()
+    assert hot.hold({"/v/log.md"}) == {"/v/log.md"}  # its quiet time is over
+    assert hot.hold({"/v/huge.md"}) == frozenset()
+    assert hot.wait(100.0) == pytest.approx(HOT_MAX_S - 20)
+    clock.now += HOT_MAX_S
+    assert hot.due(late=HOT_MAX_S) == frozenset()
+    clock.now += HOT_MAX_S
+    assert hot.due(late=HOT_MAX_S) == {"/v/huge.md"}
+
+
+def test_the_wait_for_the_models_tokenizer_is_no_cost_of_a_note(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a first start the sweep waits for the model's tokenizer once, inside one note's cutting:
+    that wait (here a clock moved by 100 s) is not counted as what the note costs, or a note
+    edited after the first sweep would wait up to a minute."""
+    clock = Clock()
+    monkeypatch.setattr(indexer_mod, "time", SimpleNamespace(time=time.time, perf_counter=clock))
+    h = Harness(make_cfg(vault), None)
+    slot = h.indexer.slot = EmbedderSlot()
+    slot.set_loading()
+
+    def tokenizer_comes() -> bool:
+        clock.now += 100.0
+        slot.set_counter(lambda texts: [len(t.split()) for t in texts])
+        return True
+
+    # It comes while the sweep waits for it (asked with a timeout), not while it reads ahead.
+    monkeypatch.setattr(slot, "wait_countable", lambda timeout: timeout > 0 and tokenizer_comes())
+    costs: dict[str, float] = {}
+    h.indexer.on_indexed = costs.update
+    try:
+        assert h.indexer.sweep()["changed"] == 4
+    finally:
+        h.close()
+    assert len(costs) == 4 and max(costs.values()) < 1.0
+
+
+@pytest.fixture
+def hot_loop(make_cfg: Any, vault: Path) -> Iterator[tuple[Harness, IndexLoop, Clock]]:
+    """An index loop over real stores whose hot notes go by a clock the test moves; the log note
+    costs 5 s to index (a note 50 s quiet), every other note nothing."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    write(vault / "Sync log.md", _log_note(5))
+    clock = Clock()
+    hot = HotNotes(clock)
+    stop = threading.Event()
+    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=stop, beat=lambda _a: None, hot=hot)
+    log = str(vault / "Sync log.md")
+    h.indexer.on_indexed = lambda costs: hot.indexed({p: 5.0 if p == log else 0.0 for p in costs})
+    thread = threading.Thread(target=loop.run, daemon=True)
+    thread.start()
+    yield h, loop, clock
+    stop.set()
+    thread.join(10)
+    h.close()
+
+
+def test_a_hot_note_waits_while_other_notes_go_first_and_its_last_state_comes(
+    hot_loop: tuple[Harness, IndexLoop, Clock], vault: Path
+) -> None:
+    h, loop, clock = hot_loop
+    loop.request_sweep()
+    _until(lambda: h.indexer.activity.sweeps == 1)
+    log, other = vault / "Sync log.md", vault / "Other.md"
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write("- zebra synced\n")
+    loop.changed({str(log)})
+    write(other, "# Other\n\nThe walrus moved in.\n")
+    loop.changed({str(other)})
+    _until(lambda: "vault/Other" in _refs(h, "walrus"))
+    assert loop.hot.held() == {str(log)}  # its event came first, and waits
+    assert "vault/Sync log" not in _refs(h, "zebra")
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write("- yak synced\n")
+    loop.changed({str(log)})
+    clock.now += 49  # more events do not put it off
+    time.sleep(0.6)
+    assert "vault/Sync log" not in _refs(h, "yak")
+    clock.now += 2
+    _until(lambda: "vault/Sync log" in _refs(h, "yak"))
+    assert "vault/Sync log" in _refs(h, "zebra") and loop.hot.held() == frozenset()
+
+
+def test_file_events_log_one_summary_a_minute(
+    harness: Harness, vault: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sweep of file events that only writes notes logs ``sweep_done`` at DEBUG and is summed
+    into one ``index_activity`` line a minute; full sweeps and deletions keep their INFO line."""
+    clock = Clock()
+    harness.indexer.summary = ActivitySummary(clock)
+    caplog.set_level(logging.DEBUG, logger="sidecar")
+
+    def infos() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+
+    harness.indexer.sweep()
+    assert [m for m in infos() if m.startswith("sweep_done")] != []
+    caplog.clear()
+    garden = vault / "Garden.md"
+    for word in ("cucumbers", "pumpkins", "radishes"):
+        write(garden, f"# Garden\n\n{word} this year.\n")
+        harness.indexer.sweep(only=frozenset(), paths=[str(garden)])
+        clock.now += 10
+    assert infos() == []
+    assert len([r for r in caplog.records if r.getMessage().startswith("sweep_done changed=1")]) == 3
+    clock.now += SUMMARY_EVERY_S - 30
+    harness.indexer.summary.flush()
+    (line,) = infos()
+    assert line.startswith("index_activity changes=3 notes=1 seconds=")
+    caplog.clear()
+    garden.unlink()
+    harness.indexer.sweep(only=frozenset(), paths=[str(garden)])
+    assert [m.split()[0] for m in infos()] == ["notes_deleted", "sweep_done"]
