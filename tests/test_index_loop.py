@@ -214,3 +214,49 @@ def test_a_note_saved_during_a_long_sweep_is_indexed_before_it_ends(make_cfg: An
         assert [j.roots for j in remaining] == [frozenset({"wiki"})]
     finally:
         h.close()
+
+
+def _backfill(h: Harness, stop: threading.Event) -> threading.Thread:
+    backfill = Backfill(
+        h.cfg, h.slot, h.vectors, h.repair, problems=h.problems, activity=h.indexer.activity, stop=stop
+    )
+    thread = threading.Thread(target=backfill.run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_full_disk_while_attaching_vectors_is_waited_out(make_cfg: Any, vault: Path) -> None:
+    """sqlite's "database or disk is full" while the vector table is attached (the manifest's
+    bookkeeping): the backfill thread lives on, says so in words (area ``vectors``), tries again
+    and serves vectors once there is space. It ended silently, and vector search stayed off
+    until a restart while status said every chunk had a vector."""
+    import sqlite3
+
+    h = Harness(make_cfg(vault), None)
+    stop = threading.Event()
+    try:
+        h.indexer.sweep()
+        real = h.stores.manifest.set_meta
+        full = [sqlite3.OperationalError("database or disk is full")] * 3
+        seen: list[str] = []
+
+        def set_meta(key: str, value: str) -> None:
+            if key == "vectors_clean" and full:
+                raise full.pop()
+            real(key, value)
+
+        h.stores.manifest.set_meta = set_meta  # type: ignore[method-assign]
+        real_report = h.problems.report
+        h.problems.report = lambda area, error: seen.append(f"{area}: {error}") or real_report(area, error)  # type: ignore[method-assign]
+        with backoff.testing():
+            h.slot.set_ok(FakeEmbedder(), "test")
+            thread = _backfill(h, stop)
+            _until(lambda: h.stores.serving is not None and h.stores.manifest.pending_count() == 0)
+        assert thread.is_alive()
+        assert len(seen) == 3 and all(s.startswith("vectors: ") for s in seen)
+        assert "is full (database or disk is full)" in seen[0] and "keyword results only" in seen[0]
+        assert h.problems.active_in("vectors") is None
+        assert h.problems.describe()["recent"][-1]["area"] == "vectors"
+    finally:
+        stop.set()
+        h.close()

@@ -23,6 +23,7 @@ def _until(ts: float) -> str:
 _PROBLEM_AREAS = {
     "index": "index updates",
     "embedding": "vectors",
+    "vectors": "vector table",
     "embedder": "model",
     "keyword_search": "keyword search",
     "vector_search": "vector search",
@@ -43,7 +44,7 @@ def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
         times = f", {p['count']} times" if p["count"] > 1 else ""
         out.append(f"PROBLEM ({area}, since {_ago(p['since'])}{times}): {shown(p['error'])}")
     areas = {p["area"] for p in problems["active"]}
-    if areas & {"index", "embedding", "memory_write", "memory_audit"}:
+    if areas & {"index", "embedding", "vectors", "memory_write", "memory_audit"}:
         todo.append("check free disk space and permissions of the home folder; the daemon retries by itself")
     if "stores" in areas:
         todo.append("restart the daemon so it rebuilds its index (e.g. `systemctl --user restart sidecar`)")

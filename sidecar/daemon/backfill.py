@@ -10,11 +10,12 @@ burst and builds the ANN index once the table is large.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 
 from sidecar.config import Config
-from sidecar.contracts.errors import EmbedderError, StoreError
+from sidecar.contracts.errors import EmbedderError, StoreError, is_disk_full
 from sidecar.index.indexer import Activity
 from sidecar.index.migration import attach
 from sidecar.index.problems import Problems
@@ -22,6 +23,7 @@ from sidecar.index.repair import Repair
 from sidecar.index.vectoring import Vectoring
 from sidecar.model.embedder import Embedder, EmbedderSlot
 from sidecar.runtime import heap
+from sidecar.runtime.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +32,10 @@ log = logging.getLogger(__name__)
 COMPACT_AFTER_QUIET_S = 60.0
 # A failed batch of vectors is tried again after this long.
 EMBED_RETRY_S = 5.0
+# Attaching the vector tables (at start, at a model switch) is tried again after 5 s, 10 s, ...
+# up to 5 min: a full disk or a locked manifest passes; a thread that gave up left vector search
+# off until a restart.
+ATTACH_RETRY = Backoff(base=5.0, cap=300.0)
 
 
 class Backfill:
@@ -102,20 +108,56 @@ class Backfill:
                 self.vectors.wait_for_writes(1.0)
 
     def _attach(self, model: Embedder) -> bool:
-        """Serve vectors at start; a table that cannot be attached is checked and, if it cannot be
-        read, replaced (it would fail the same way after every restart)."""
+        """Serve vectors (at start, at a switch), tried again with a growing wait until it works;
+        False only when the daemon stops. A table that cannot be attached is checked and, if it
+        cannot be read, replaced (it would fail the same way after every restart); a full disk or
+        a manifest that cannot be written is a fault that passes, reported and waited out."""
+        failures = 0
+        while not self.stop.is_set():
+            try:
+                self._attach_once(model)
+            except Exception as exc:  # never ends the thread: vector search would stay off
+                failures += 1
+                delay = ATTACH_RETRY.delay(failures)
+                self._attach_failed(exc, delay)
+                if self.stop.wait(delay):
+                    return False
+                continue
+            self.problems.clear("vectors")
+            heap.trim()  # the reconcile's id sets are garbage now
+            return True
+        return False
+
+    def _attach_once(self, model: Embedder) -> None:
         try:
             attach(self.cfg, self.vectors, model, self.problems)
         except StoreError as exc:
+            if is_disk_full(exc):
+                raise
             log.error("vectors_unavailable error=%s", exc)
-            try:
-                self.repair.repair_vectors(f"attaching failed: {exc}")
-            except StoreError as again:
-                log.error("vectors_unavailable error=%s; keyword search only", again)
-                self.problems.report("vector_search", f"vector table unavailable: {again}")
-                return False
-        heap.trim()  # the reconcile's id sets are garbage now
-        return True
+            self.repair.repair_vectors(f"attaching failed: {exc}")
+            if self.vectors.stores.serving is None:  # the repair was left to a restart (a switch)
+                raise
+
+    def _attach_failed(self, exc: Exception, delay: float) -> None:
+        serving = self.vectors.stores.serving
+        meanwhile = (
+            f"searches keep using {serving.model.model_id}'s vectors"
+            if serving is not None
+            else "vector search is off meanwhile (keyword results only)"
+        )
+        if is_disk_full(exc):
+            why = f"the disk of {self.cfg.index_dir} is full ({exc})"
+            log.error("vectors_unavailable reason=disk full error=%s retry_in=%.0fs", exc, delay)
+        elif isinstance(exc, (StoreError, OSError, sqlite3.Error)):
+            why = str(exc)
+            log.error("vectors_unavailable error=%s retry_in=%.0fs", exc, delay)
+        else:  # unexpected: keep the traceback
+            why = f"{type(exc).__name__}: {exc}"
+            log.error("vectors_attach_crashed error=%s retry_in=%.0fs", why, delay, exc_info=exc)
+        self.problems.report(
+            "vectors", f"the vector table cannot be opened: {why}; {meanwhile} (retrying in {delay:.0f} s)"
+        )
 
     def _upkeep(self) -> None:
         """While nothing waits for a vector: compact after a write burst, build the ANN index."""
