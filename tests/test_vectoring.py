@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.contracts.errors import DiskFullError
 from sidecar.search.retrieval import Retriever, SearchRequest
 from sidecar.stores.lifecycle import open_vectors
 from sidecar.vault.sources import Root
@@ -362,5 +363,175 @@ def test_stopping_ends_an_index_build(make_cfg: Any, tmp_path: Path) -> None:
         assert not builder.is_alive() and time.monotonic() - t0 < 10
         assert errors and "failed" in str(errors[0])
         assert not store.indexed and not store._building and store._child is None
+    finally:
+        h.close()
+
+
+NO_SPACE = "lance error: LanceError(IO): Unable to copy data to file: No space left on device (os error 28)"
+
+
+def _restart_with(cfg: Any, monkeypatch: pytest.MonkeyPatch) -> Harness:
+    """A fresh start over an index of FakeEmbedder's vectors, no model attached yet; the
+    previous model (FakeEmbedder) loads when the switch asks for it."""
+    from sidecar.index import migration
+
+    monkeypatch.setattr(migration, "load_model", lambda _cfg: FakeEmbedder())
+    return Harness(cfg, None)
+
+
+def _broken(cfg: Any) -> list[Path]:
+    return [p for p in cfg.index_dir.iterdir() if ".broken-" in p.name]
+
+
+def test_a_full_disk_at_a_switch_keeps_the_old_table_serving(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new model's table cannot be created (ENOSPC): that is no damage. Nothing is moved
+    aside, the old model's table serves (vector search whole), a PROBLEM says the disk is full,
+    and the switch starts by itself once there is space. The whole vectors folder (the intact old
+    table with it) was moved aside, search went keyword-only for good and a restart re-embedded
+    everything."""
+    from sidecar.daemon import backfill as backfill_module
+    from sidecar.daemon.backfill import Backfill
+    from sidecar.runtime.backoff import Backoff
+    from sidecar.stores import vectors as vectors_module
+
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    old_name = first.stores.vectors.name  # type: ignore[union-attr]
+    first.close()
+    h = _restart_with(cfg, monkeypatch)
+    full = threading.Event()
+    full.set()
+    lancedb = vectors_module.lancedb_module()
+
+    class FullDisk:
+        """A LanceDB connection on a full disk: a new table fails as LanceDB fails (after making
+        its folders); everything else works."""
+
+        def __init__(self, db: Any) -> None:
+            self.db = db
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.db, name)
+
+        def create_table(self, name: str, **kw: Any) -> Any:
+            if full.is_set():
+                (cfg.index_dir / "vectors" / f"{name}.lance" / "_versions").mkdir(parents=True)
+                raise RuntimeError(NO_SPACE)
+            return self.db.create_table(name, **kw)
+
+    class Engine:
+        Session = lancedb.Session
+
+        @staticmethod
+        def connect(path: str, **kw: Any) -> Any:
+            return FullDisk(lancedb.connect(path, **kw))
+
+    monkeypatch.setattr(vectors_module, "lancedb_module", lambda: Engine)
+    with pytest.raises(DiskFullError):
+        open_vectors(cfg, OtherModel.model_id, OtherModel.dim, OtherModel.pooling)
+    assert sorted(p.name for p in (cfg.index_dir / "vectors").iterdir()) == [f"{old_name}.lance"]
+    monkeypatch.setattr(backfill_module, "ATTACH_RETRY", Backoff(base=0.01, cap=0.05, jitter=0.0))
+    stop = threading.Event()
+    h.slot.set_ok(OtherModel(), "test")
+    backfill = Backfill(
+        h.cfg, h.slot, h.vectors, h.repair, problems=h.problems, activity=h.indexer.activity, stop=stop
+    )
+    thread = threading.Thread(target=backfill.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while (h.problems.active_in("vectors") or {}).get("count", 0) < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        problem = h.problems.active_in("vectors")
+        assert problem is not None and "is full" in problem["error"]
+        assert f"searches keep using {FakeEmbedder.model_id}'s vectors" in problem["error"]
+        assert _broken(cfg) == []
+        serving = h.stores.serving
+        assert serving is not None and serving.store.name == old_name and h.stores.building is None
+        assert search(h, "restic backups of the NAS")[0]["vecScore"] is not None
+        full.clear()  # space freed: the switch starts and finishes without a restart
+        while h.stores.manifest.get_meta("vector_table") == old_name:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert h.problems.active_in("vectors") is None and _broken(cfg) == []
+        assert search(h, "restic backups of the NAS")[0]["vecScore"] is not None
+    finally:
+        stop.set()
+        thread.join(10)
+        h.close()
+
+
+def table_name_of(model: Any) -> str:
+    from sidecar.stores.vectors import table_name
+
+    return table_name(model.model_id, model.dim, model.pooling)
+
+
+def test_a_damaged_new_table_is_moved_aside_alone(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A switch whose new table is damaged on disk: only that table is moved aside (and made
+    afresh); the old model's table beside it stays and serves."""
+    from sidecar.index.migration import attach
+
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    old_name = first.stores.vectors.name  # type: ignore[union-attr]
+    attach(cfg, first.vectors, OtherModel())
+    first.vectors.embed_pending(batch=2)
+    first.close()
+    new_name = table_name_of(OtherModel())
+    for m in (cfg.index_dir / "vectors" / f"{new_name}.lance").rglob("_versions/*.manifest"):
+        m.write_bytes(b"garbage")
+    h = _restart_with(cfg, monkeypatch)
+    try:
+        attach(cfg, h.vectors, OtherModel(), h.problems)
+        (aside,) = _broken(cfg)
+        assert [p.name for p in aside.iterdir()] == [f"{new_name}.lance"]
+        assert (cfg.index_dir / "vectors" / f"{old_name}.lance").is_dir()
+        assert h.stores.serving is not None and h.stores.serving.store.name == old_name
+        assert search(h, "restic backups of the NAS")[0]["vecScore"] is not None
+        h.sweep()
+        assert h.stores.manifest.get_meta("vector_table") == new_name
+    finally:
+        h.close()
+
+
+def test_a_table_stopped_cleanly_serves_while_the_manifest_cannot_be_written(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start on a full disk (sqlite: "database or disk is full"): the table stopped cleanly
+    needs no write to serve, so vector search answers read-only instead of waiting for space;
+    the first write after it checks table and flags first."""
+    import sqlite3
+
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    first.vectors.mark_clean()
+    first.close()
+    h = Harness(cfg, None)
+    try:
+        real = h.stores.manifest.set_meta
+
+        def full(key: str, value: str) -> None:
+            raise sqlite3.OperationalError("database or disk is full")
+
+        monkeypatch.setattr(h.stores.manifest, "set_meta", full)
+        model = FakeEmbedder()
+        h.vectors.attach(open_vectors(cfg, model.model_id, model.dim, model.pooling), model)
+        h.slot.set_ok(model, "test")
+        assert search(h, "restic backups of the NAS")[0]["vecScore"] is not None
+        monkeypatch.setattr(h.stores.manifest, "set_meta", real)
+        write(cfg.vault.path / "Late.md", "# Late\n\nWritten once there is space again.\n")
+        h.sweep()
+        assert search(h, "written once there is space")[0]["vecScore"] is not None
+        chunks, docs, vectors = store_counts(h)
+        assert chunks == docs == vectors
     finally:
         h.close()

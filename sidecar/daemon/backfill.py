@@ -119,7 +119,7 @@ class Backfill:
             except Exception as exc:  # never ends the thread: vector search would stay off
                 failures += 1
                 delay = ATTACH_RETRY.delay(failures)
-                self._attach_failed(exc, delay)
+                self._attach_failed(exc, delay, model)
                 if self.stop.wait(delay):
                     return False
                 continue
@@ -139,13 +139,17 @@ class Backfill:
             if self.vectors.stores.serving is None:  # the repair was left to a restart (a switch)
                 raise
 
-    def _attach_failed(self, exc: Exception, delay: float) -> None:
+    def _attach_failed(self, exc: Exception, delay: float, model: Embedder) -> None:
         serving = self.vectors.stores.serving
-        meanwhile = (
-            f"searches keep using {serving.model.model_id}'s vectors"
-            if serving is not None
-            else "vector search is off meanwhile (keyword results only)"
-        )
+        if serving is None:
+            meanwhile = "vector search is off meanwhile (keyword results only)"
+        elif serving.model is model:
+            meanwhile = f"searches keep using {serving.model.model_id}'s vectors"
+        else:  # a switch whose new table cannot be made yet: the old one serves, nothing is lost
+            meanwhile = (
+                f"searches keep using {serving.model.model_id}'s vectors; the switch to "
+                f"{model.model_id} starts once this works"
+            )
         if is_disk_full(exc):
             why = f"the disk of {self.cfg.index_dir} is full ({exc})"
             log.error("vectors_unavailable reason=disk full error=%s retry_in=%.0fs", exc, delay)

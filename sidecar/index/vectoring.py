@@ -16,6 +16,7 @@ before the table changes (bounded; ``sidecar.runtime.foreground``).
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Iterator, Mapping
@@ -135,11 +136,22 @@ class Vectoring:
                 manifest.set_meta("vector_table", store.name)
             if manifest.get_meta("vectors_clean") == _stamp(store):
                 log.info("vectors_clean table=%s (stopped cleanly: no reconcile)", store.name)
+                self._unstamp(store.name)
             else:
                 self._reconcile(store, "has_vector")
-            manifest.set_meta("vectors_clean", "")  # until the next clean stop
+                manifest.set_meta("vectors_clean", "")  # until the next clean stop
             self.stores.serving = VectorSet(store, model, "has_vector")
         self._changed.set()
+
+    def _unstamp(self, table: str) -> None:
+        """Clear the clean-stop stamp of a table that serves as it is; on a full disk it serves
+        all the same (read-only until there is space): a change to the table no longer matches
+        the stamp anyway, and the first write checks table and flags (``_unsure``) first."""
+        try:
+            self.manifest.set_meta("vectors_clean", "")
+        except sqlite3.Error as exc:
+            log.warning("vectors_clean_kept table=%s error=%s", table, exc)
+            self._unsure.add("has_vector")
 
     def begin_migration(
         self, old: VectorStore, old_model: Embedder, new: VectorStore, model: Embedder
@@ -150,7 +162,9 @@ class Vectoring:
             if manifest.get_meta("vector_table_next") != new.name:
                 manifest.reset_vectors("has_next")
                 manifest.set_meta("vector_table_next", new.name)
-            self._reconcile(old, "has_vector")
+            serving = self.stores.serving
+            if serving is None or serving.store is not old:  # else attached (and reconciled) already
+                self._reconcile(old, "has_vector")
             self._reconcile(new, "has_next")
             self.stores.serving = VectorSet(old, old_model, "has_vector")
             self.stores.building = VectorSet(new, model, "has_next")
