@@ -13,6 +13,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -585,6 +586,13 @@ def test_status_shows_a_model_switch_and_its_progress(shared: DaemonProcess) -> 
     assert "Model switch: 256 of 854 chunks still wait for all-MiniLM-L6-v2@8199be6f699a's vectors" in text
     assert "searches use multilingual-e5-small@3db4bf40b651's until then" in text
     assert "switching models: 256 chunks" in status_of(h)["message"]
+    assert "about 25s left" in text
+    # While vectors cannot be stored (a full disk) nothing moves: no ETA counting down.
+    full = {"area": "embedding", "error": "storing vectors failed: the disk is full", "count": 3}
+    h["problems"] = {"active": [{**full, "since": time.time()}], "recent": []}
+    text = render_status(h)
+    assert "256 of 854 chunks still wait" in text and "left" not in text
+    assert "paused: storing vectors fails (see PROBLEM below)" in text
 
 
 def test_option_ranges_are_the_daemons(shared: DaemonProcess) -> None:

@@ -535,3 +535,41 @@ def test_a_table_stopped_cleanly_serves_while_the_manifest_cannot_be_written(
         assert chunks == docs == vectors
     finally:
         h.close()
+
+
+def test_a_batch_that_cannot_be_stored_keeps_its_vectors_for_the_retry(harness: Harness) -> None:
+    """Disk full while a switch's batch is added: the retry stores the vectors computed already
+    instead of running the model over the same batch again (every ~25 s, for as long as the
+    disk stayed full), and failed work does not count in the rate of status' ETA."""
+    from sidecar.index.migration import attach
+
+    harness.sweep()
+    other = OtherModel()
+    attach(harness.cfg, harness.vectors, other)
+    building = harness.stores.building
+    assert building is not None
+    real_add = building.store.add
+    full = [DiskFullError(f"vector add failed: {NO_SPACE}")] * 2
+
+    def add(rows: Any, vectors: Any) -> None:
+        if full:
+            raise full.pop()
+        real_add(rows, vectors)
+
+    building.store.add = add  # type: ignore[method-assign]
+    pending = harness.stores.manifest.pending_count("has_next")
+    vectors = harness.vectors
+    stored, embedded, seconds = vectors.stored, vectors.embedded, vectors.embed_seconds
+    for _ in range(2):
+        with pytest.raises(DiskFullError):
+            harness.vectors.embed_pending()
+    assert harness.stores.manifest.pending_count("has_next") == pending
+    ran = len(other.embedded)
+    assert 0 < ran <= pending
+    assert harness.vectors.stored == stored and harness.vectors.embed_seconds == seconds
+    while harness.stores.building is not None:
+        harness.vectors.embed_pending()
+    assert len(other.embedded) == ran, "the model ran again over the batch it had computed"
+    assert harness.vectors.stored == stored + pending and harness.vectors.embedded == embedded + ran
+    assert harness.stores.serving is not None and harness.stores.serving.store is building.store
+    assert building.store.ids() == harness.stores.manifest.all_chunk_ids()

@@ -102,24 +102,31 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
     idx, emb = h["index"], h["embedder"]
     pending = idx["pending_vectors"]
     lines: list[str] = []
+    active = (h.get("problems") or {}).get("active", [])
+    # While vectors cannot be stored (a full disk) nothing moves: no ETA, say why instead.
+    stalled = any(p["area"] == "embedding" for p in active)
+
+    def eta(left: int) -> str:
+        rate = idx.get("embed_rate_chunks_per_second")
+        if stalled:
+            return ", paused: storing vectors fails (see PROBLEM below)"
+        return f", about {duration(left / rate)} left" if rate and left else ""
+
     if emb["state"] == "ok":
         lines.append(f"Embedder: ok ({emb['model']}, from {emb['origin']}){_fallback_words(emb, todo)}")
         if pending:
-            rate = idx.get("embed_rate_chunks_per_second")
-            eta = f", about {duration(pending / rate)} left" if rate else ""
             lines.append(
-                f"Vectors: {pending:,} chunks waiting for vectors{eta}; keyword search covers them already"
+                f"Vectors: {pending:,} chunks waiting for vectors{eta(pending)}; keyword search covers "
+                "them already"
             )
         else:
             lines.append("Vectors: every chunk has a vector")
         vec = h.get("vectors") or {}
         if vec.get("building"):  # a model switch: the old model's vectors answer meanwhile
             left = vec.get("building_pending", 0)
-            rate = idx.get("embed_rate_chunks_per_second")
-            eta = f", about {duration(left / rate)} left" if rate and left else ""
             lines.append(
                 f"Model switch: {left:,} of {idx['chunks']:,} chunks still wait for {emb['model']}'s "
-                f"vectors{eta}; searches use {vec.get('serving_model')}'s until then"
+                f"vectors{eta(left)}; searches use {vec.get('serving_model')}'s until then"
             )
     else:
         lines.append(f"Embedder: {emb['state']}" + (f": {emb['error']}" if emb.get("error") else ""))

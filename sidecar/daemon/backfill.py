@@ -30,8 +30,9 @@ log = logging.getLogger(__name__)
 # Compact the vector table a minute after the last write: after a burst of memory writes the
 # table held ~900 versions and ~500 fragments until the hourly optimize (bench/soak.py).
 COMPACT_AFTER_QUIET_S = 60.0
-# A failed batch of vectors is tried again after this long.
-EMBED_RETRY_S = 5.0
+# A failed batch of vectors is tried again after 5 s, 10 s, ... up to a minute (its vectors are
+# kept for the retry, see Vectoring._stash).
+EMBED_RETRY = Backoff(base=5.0, cap=60.0)
 # Attaching the vector tables (at start, at a model switch) is tried again after 5 s, 10 s, ...
 # up to 5 min: a full disk or a locked manifest passes; a thread that gave up left vector search
 # off until a restart.
@@ -72,6 +73,7 @@ class Backfill:
             return
         self._ann_checked = 0.0
         busy = False
+        failures = 0
         act = self.activity
         while not self.stop.is_set():
             model = self.slot.model
@@ -89,16 +91,11 @@ class Backfill:
             try:
                 stored = self.vectors.embed_pending()
                 busy = busy or stored > 0
+                failures = 0
                 self.problems.clear("embedding")
             except Exception as exc:  # ours, or e.g. sqlite "disk is full" while flagging vectors
-                if isinstance(exc, (StoreError, EmbedderError)):
-                    log.error("embedding_failed error=%s", exc)
-                    why = str(exc)
-                else:  # unexpected: keep the traceback
-                    log.exception("embedding_crashed")
-                    why = f"{type(exc).__name__}: {exc}"
-                self.problems.report("embedding", f"storing vectors failed: {why} (retrying)")
-                self.stop.wait(EMBED_RETRY_S)
+                failures += 1
+                self._embed_failed(exc, EMBED_RETRY.delay(failures))
                 continue
             if stored == 0:
                 if busy:
@@ -106,6 +103,19 @@ class Backfill:
                     heap.trim()  # an embedding burst is over: give its buffers back
                 self._upkeep()
                 self.vectors.wait_for_writes(1.0)
+
+    def _embed_failed(self, exc: Exception, delay: float) -> None:
+        if is_disk_full(exc):
+            log.error("embedding_failed reason=disk full error=%s retry_in=%.0fs", exc, delay)
+            why = f"the disk of {self.cfg.index_dir} is full ({exc})"
+        elif isinstance(exc, (StoreError, EmbedderError)):
+            log.error("embedding_failed error=%s retry_in=%.0fs", exc, delay)
+            why = str(exc)
+        else:  # unexpected: keep the traceback
+            why = f"{type(exc).__name__}: {exc}"
+            log.error("embedding_crashed error=%s retry_in=%.0fs", why, delay, exc_info=exc)
+        self.problems.report("embedding", f"storing vectors failed: {why} (retrying in {delay:.0f} s)")
+        self.stop.wait(delay)
 
     def _attach(self, model: Embedder) -> bool:
         """Serve vectors (at start, at a switch), tried again with a growing wait until it works;

@@ -43,6 +43,9 @@ WRITE_YIELD_S = 0.5
 BACKFILL_YIELD_S = 2.0
 # Vectors a duplicate check computed, kept by text hash until its write embeds (bounded).
 MAX_EXPECTED = 512
+# Vectors of batches that could not be stored (a full disk), kept for the retry: four batches,
+# 1.5 MB at 384 dimensions.
+MAX_STASHED = 1024
 
 
 @dataclass
@@ -102,7 +105,11 @@ class Vectoring:
         # Vectors of deleted chunks are kept by text this long and up to this many (0: not at all).
         self.keep_seconds = keep_seconds
         self.keep_max = keep_max
-        self.embed_seconds = 0.0
+        self.embed_seconds = 0.0  # time spent storing ``stored`` vectors (the rate of status' ETA)
+        self.stored = 0  # vectors stored, computed or reused
+        self._failed_seconds = 0.0  # time of batches not stored yet (counted once one is)
+        # Vectors of a batch that could not be stored, by (table, text hash), for its retry.
+        self._stashed: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self.last_optimize: float | None = None
         self._unsure: set[str] = set()  # flags whose table may disagree with the manifest
         self._claims: Counter[str] = Counter()  # keys a memory write embeds itself (the backfill skips)
@@ -266,6 +273,31 @@ class Vectoring:
             return 0
         t0 = time.perf_counter()
         vecs = self._vectors_for(vs, rows, wait)
+        try:
+            stored = self._store(vs, rows, vecs, wait)
+        except BaseException:
+            # Not stored (a full disk): the vectors wait for the retry instead of the model
+            # running over the same batch again, and the time counts once the batch is stored.
+            self._stash(vs, rows, vecs)
+            self._failed_seconds += time.perf_counter() - t0
+            raise
+        self.embed_seconds += time.perf_counter() - t0 + self._failed_seconds
+        self._failed_seconds = 0.0
+        self.stored += stored
+        return stored
+
+    def _stash(self, vs: VectorSet, rows: list[tuple[str, str, str, str]], vecs: Any) -> None:
+        """Keep the vectors of a batch that could not be stored, by text (bounded)."""
+        with self._expect_lock:
+            for row, vec in zip(rows, vecs, strict=True):
+                if row[3]:
+                    self._stashed[(vs.store.name, row[3])] = vec
+                    self._stashed.move_to_end((vs.store.name, row[3]))
+            while len(self._stashed) > MAX_STASHED:
+                self._stashed.popitem(last=False)
+
+    def _store(self, vs: VectorSet, rows: list[tuple[str, str, str, str]], vecs: Any, wait: float) -> int:
+        """Add the rows still pending to the table and flag them; how many were."""
         stores = self.stores
         FOREGROUND.yield_to(wait)
         with stores.write_lock:
@@ -292,7 +324,6 @@ class Vectoring:
             except BaseException:
                 self._unsure.add(vs.flag)
                 raise
-        self.embed_seconds += time.perf_counter() - t0
         return len(keep)
 
     def _vectors_for(self, vs: VectorSet, rows: list[tuple[str, str, str, str]], wait: float) -> Any:
@@ -314,21 +345,34 @@ class Vectoring:
                 if vec.shape[0] == vs.store.dim:
                     known[h] = vec
                     self.kept_reused += sum(1 for x in ident if x == h)
-        if self._expected:
-            with self._expect_lock:
-                for h in first:
-                    ready = self._expected.get((id(vs.model), h)) if h not in known else None
-                    if ready is not None:
-                        known[h] = ready
-                        self.expected_used += 1
+        stashed = self._take_ready(vs, [h for h in first if h not in known], known)
         todo = [i for h, i in first.items() if h not in known]
         if todo:
             FOREGROUND.yield_to(wait)
             fresh = vs.model.embed_passages([rows[i][2] for i in todo])
             known.update((ident[i], fresh[n]) for n, i in enumerate(todo))
-        self.reused += len(rows) - len(todo)
+        # A stashed vector was computed (and counted) before its batch failed: not a reuse.
+        self.reused += len(rows) - len(todo) - sum(1 for h in ident if h in stashed)
         self.embedded += len(todo)
         return np.stack([known[h] for h in ident]).astype(np.float32)
+
+    def _take_ready(self, vs: VectorSet, hashes: list[str], known: dict[str, Any]) -> set[str]:
+        """Into ``known``: vectors computed already for these texts, of a batch that could not be
+        stored (taken) or of a memory write's duplicate check; the hashes of the former."""
+        stashed: set[str] = set()
+        if not (self._expected or self._stashed):
+            return stashed
+        with self._expect_lock:
+            for h in hashes:
+                ready = self._stashed.pop((vs.store.name, h), None)
+                if ready is not None:
+                    stashed.add(h)
+                else:
+                    ready = self._expected.get((id(vs.model), h))
+                    self.expected_used += ready is not None
+                if ready is not None:
+                    known[h] = ready
+        return stashed
 
     def _finish_migration(self) -> None:
         stores = self.stores
