@@ -573,3 +573,43 @@ def test_a_batch_that_cannot_be_stored_keeps_its_vectors_for_the_retry(harness: 
     assert harness.vectors.stored == stored + pending and harness.vectors.embedded == embedded + ran
     assert harness.stores.serving is not None and harness.stores.serving.store is building.store
     assert building.store.ids() == harness.stores.manifest.all_chunk_ids()
+
+
+def _tables(cfg: Any) -> list[str]:
+    import lancedb
+
+    return sorted(lancedb.connect(str(cfg.index_dir / "vectors")).list_tables().tables)
+
+
+def test_a_stop_between_the_cut_over_and_the_drop_leaves_no_table_behind(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kill -9 right after the manifest named the new table, before the old one was dropped: the
+    next start drops the table nothing refers to any more (it stayed on disk for good, 150 MB
+    at 100 k chunks); the serving one is never touched."""
+    from sidecar.index.migration import attach
+
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    old_name = h.stores.vectors.name  # type: ignore[union-attr]
+    attach(cfg, h.vectors, OtherModel())
+    while h.stores.manifest.pending_count("has_next"):
+        h.vectors.embed_pending()
+    new_name = table_name_of(OtherModel())
+    manifest = h.stores.manifest
+    with manifest.transaction() as db:  # the cut-over's commits, then the kill
+        manifest.promote_next(db)
+    manifest.set_meta("vector_table", new_name)
+    manifest.set_meta("vector_table_next", "")
+    h.close()
+    assert _tables(cfg) == sorted([old_name, new_name])
+    h = _restart_with(cfg, monkeypatch)
+    try:
+        attach(cfg, h.vectors, OtherModel())
+        assert _tables(cfg) == [new_name]
+        assert h.stores.serving is not None and h.stores.serving.store.name == new_name
+        assert search(h, "restic backups of the NAS")[0]["vecScore"] is not None
+        assert h.stores.manifest.pending_count() == 0
+    finally:
+        h.close()

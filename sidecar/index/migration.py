@@ -16,6 +16,7 @@ from sidecar.config import Config, model_settings
 from sidecar.contracts.errors import DiskFullError, EmbedderError, StoreError, is_disk_full
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Vectoring
+from sidecar.index.vectortables import tidy
 from sidecar.model.embedder import Embedder, load_model, model_name
 from sidecar.stores.lifecycle import open_vectors
 from sidecar.stores.vectors import VectorStore, table_model, table_name
@@ -40,6 +41,7 @@ def attach(cfg: Config, vectors: Vectoring, model: Embedder, problems: Problems 
                 vectors.attach(*previous)
             new = open_vectors(cfg, model.model_id, model.dim, model.pooling, problems)
             vectors.begin_migration(previous[0], previous[1], new, model)
+            tidy(vectors, cfg.index_dir / "vectors")
             return
         log.warning(
             "vectors_rebuild table=%s reason=the previous model cannot be loaded; vectors are recomputed "
@@ -47,6 +49,7 @@ def attach(cfg: Config, vectors: Vectoring, model: Embedder, problems: Problems 
             table_name(model.model_id, model.dim, model.pooling),
         )
     vectors.attach(open_vectors(cfg, model.model_id, model.dim, model.pooling, problems), model)
+    tidy(vectors, cfg.index_dir / "vectors")
 
 
 def _attached(vectors: Vectoring, table: str) -> tuple[VectorStore, Embedder] | None:

@@ -698,6 +698,25 @@ def _store_error(exc: BaseException) -> type[StoreError]:
     return DiskFullError if is_disk_full(exc) else StoreError
 
 
+def table_names(path: Path) -> list[str]:
+    """The vector tables in the folder ``path`` (one per model that was configured)."""
+    if not path.is_dir():
+        return []
+    try:
+        names = lancedb_module().connect(str(path)).list_tables().tables
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise _store_error(exc)(f"the vector tables in {path} cannot be listed: {exc}") from exc
+    return sorted(str(n) for n in names if str(n).startswith("vectors_"))
+
+
+def drop_table(path: Path, table: str) -> None:
+    """Remove a table of the folder ``path`` that is not open (gone already: nothing to do)."""
+    try:
+        lancedb_module().connect(str(path)).drop_table(table, ignore_missing=True)
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise _store_error(exc)(f"vector table {table} in {path} cannot be dropped: {exc}") from exc
+
+
 def table_model(path: Path, table: str) -> tuple[str, int, str] | None:
     """(model id, dimension, pooling) that an existing table of ``path`` was written with, or None."""
     db = lancedb_module().connect(str(path))
