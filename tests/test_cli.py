@@ -593,6 +593,9 @@ def test_status_shows_a_model_switch_and_its_progress(shared: DaemonProcess) -> 
     text = render_status(h)
     assert "256 of 854 chunks still wait" in text and "left" not in text
     assert "paused: storing vectors fails (see PROBLEM below)" in text
+    # A switch undone before it finished: its table is kept a while, and status says so.
+    h["vectors"] = {"building": None, "paused": {"table": "vectors_minilm", "vectors": 256, "drop_at": 1.8e9}}
+    assert "Paused model switch: 256 vectors in vectors_minilm are kept until 20" in render_status(h)
 
 
 def test_option_ranges_are_the_daemons(shared: DaemonProcess) -> None:

@@ -613,3 +613,74 @@ def test_a_stop_between_the_cut_over_and_the_drop_leaves_no_table_behind(
         assert h.stores.manifest.pending_count() == 0
     finally:
         h.close()
+
+
+def test_a_switch_undone_before_it_finished_is_kept_a_while_then_dropped(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A -> B, stopped after part of B, then A configured again: A serves; B's partial table is
+    kept (shown in health as ``vectors.paused``) so that switching to B again resumes it, and
+    dropped with its bookkeeping after PAUSED_KEEP_S or as soon as a third model is switched to.
+    It stayed on disk for good, invisible in status."""
+    from sidecar.index.migration import attach
+    from sidecar.index.vectoring import PAUSED_KEEP_S
+    from sidecar.index.vectortables import expire_paused
+
+    class ThirdModel(FakeEmbedder):
+        model_id = "third-model@3"
+        dim = 16
+
+    cfg = make_cfg(vault)
+    folder = cfg.index_dir / "vectors"
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    a_name = h.stores.vectors.name  # type: ignore[union-attr]
+    b_name = table_name_of(OtherModel())
+    attach(cfg, h.vectors, OtherModel())
+    h.vectors.embed_pending(batch=2)
+    h.close()
+    total = 0
+
+    def restart(model: Any) -> Harness:
+        nonlocal total
+        again = _restart_with(cfg, monkeypatch)
+        attach(cfg, again.vectors, model, again.problems)
+        total = again.stores.manifest.chunk_count()
+        return again
+
+    h = restart(FakeEmbedder())  # back to A
+    try:
+        paused = h.vectors.describe()["paused"]
+        assert paused is not None and paused["table"] == b_name and paused["vectors"] == 2
+        assert paused["drop_at"] == pytest.approx(paused["since"] + PAUSED_KEEP_S)
+        assert h.vectors.describe()["building"] is None and _tables(cfg) == sorted([a_name, b_name])
+        assert not expire_paused(h.vectors, folder, now=paused["since"] + PAUSED_KEEP_S - 60)
+    finally:
+        h.close()
+    h = restart(OtherModel())  # B again: resumed, not started over
+    try:
+        assert h.stores.manifest.pending_count("has_next") == total - 2
+        assert h.vectors.describe()["paused"] is None
+    finally:
+        h.close()
+    h = restart(FakeEmbedder())  # A again; B kept, then dropped once its time is up
+    try:
+        paused = h.vectors.describe()["paused"]
+        assert paused is not None and paused["vectors"] == 2
+        assert expire_paused(h.vectors, folder, now=paused["since"] + PAUSED_KEEP_S + 1)
+        assert _tables(cfg) == [a_name] and h.vectors.describe()["paused"] is None
+        assert h.stores.manifest.get_meta("vector_table_next") == ""
+        assert h.stores.manifest.vector_count("has_next") == 0
+        assert search(h, "restic backups of the NAS")[0]["vecScore"] is not None
+    finally:
+        h.close()
+    h = Harness(cfg, FakeEmbedder())  # A -> B (partial) -> C: B's table goes at once
+    try:
+        attach(cfg, h.vectors, OtherModel())
+        h.vectors.embed_pending(batch=2)
+        attach(cfg, h.vectors, ThirdModel())
+        assert _tables(cfg) == sorted([a_name, table_name_of(ThirdModel())])
+        h.sweep()
+        assert _tables(cfg) == [table_name_of(ThirdModel())]
+    finally:
+        h.close()

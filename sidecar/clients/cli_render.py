@@ -128,6 +128,7 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
                 f"Model switch: {left:,} of {idx['chunks']:,} chunks still wait for {emb['model']}'s "
                 f"vectors{eta(left)}; searches use {vec.get('serving_model')}'s until then"
             )
+        lines += _paused_lines(vec)
     else:
         lines.append(f"Embedder: {emb['state']}" + (f": {emb['error']}" if emb.get("error") else ""))
         if emb["state"] == "failed":
@@ -139,6 +140,22 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
         elif emb["state"] == "off":
             lines.append("Vectors: off; search is keyword-only (embedder.enabled: true turns them on)")
     return lines
+
+
+def _paused_lines(vec: dict[str, Any]) -> list[str]:
+    """A switch undone before it finished: its table is kept a while, so switching back resumes it."""
+    paused = vec.get("paused")
+    if not paused:
+        return []
+    until = (
+        f" until {time.strftime('%Y-%m-%d %H:%M', time.localtime(paused['drop_at']))}"
+        if paused.get("drop_at")
+        else ""
+    )
+    return [
+        f"Paused model switch: {paused['vectors']:,} vectors in {paused['table']} are kept{until}; "
+        "switching back to that model resumes the switch, switching to another drops them"
+    ]
 
 
 def _fallback_words(emb: dict[str, Any], todo: list[str]) -> str:

@@ -21,6 +21,7 @@ from sidecar.index.migration import attach
 from sidecar.index.problems import Problems
 from sidecar.index.repair import Repair
 from sidecar.index.vectoring import Vectoring
+from sidecar.index.vectortables import tidy_paused
 from sidecar.model.embedder import Embedder, EmbedderSlot
 from sidecar.runtime import heap
 from sidecar.runtime.backoff import Backoff
@@ -182,6 +183,7 @@ class Backfill:
             log.error("vectors_compact_failed error=%s", exc)
         if time.monotonic() - self._ann_checked > 60:
             self._ann_checked = time.monotonic()
+            tidy_paused(self.vectors, self.cfg.index_dir / "vectors")
             try:
                 if self.vectors.ensure_ann():
                     heap.trim()  # the build's buffers (hundreds of MB at 100 k vectors)

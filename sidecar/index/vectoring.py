@@ -33,7 +33,7 @@ from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.group import GroupCommit
 from sidecar.stores.bm25 import Bm25Index
 from sidecar.stores.manifest import Manifest
-from sidecar.stores.vectors import VectorStore
+from sidecar.stores.vectors import VectorStore, drop_table
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,11 @@ MAX_EXPECTED = 512
 # Vectors of batches that could not be stored (a full disk), kept for the retry: four batches,
 # 1.5 MB at 384 dimensions.
 MAX_STASHED = 1024
+# A switch undone before it finished (A -> B -> A): B's table is kept this long, so that switching
+# to B again resumes it, then dropped (at once when a third model is switched to). The manifest
+# keeps when it was paused under this key.
+PAUSED_KEEP_S = 7 * 86400.0
+PAUSED_SINCE = "vector_table_next_paused"
 
 
 @dataclass
@@ -166,9 +171,15 @@ class Vectoring:
         """Keep serving ``old`` (queried with ``old_model``) while ``new`` is filled with ``model``."""
         manifest = self.manifest
         with self.stores.write_lock:
-            if manifest.get_meta("vector_table_next") != new.name:
+            before = manifest.get_meta("vector_table_next")
+            if before != new.name:
                 manifest.reset_vectors("has_next")
                 manifest.set_meta("vector_table_next", new.name)
+                if before and before != old.name:  # a third model: the paused switch's table goes
+                    drop_table(new.path, before)
+                    log.info("vectors_dropped table=%s reason=a switch to another model began", before)
+            if manifest.get_meta(PAUSED_SINCE):
+                manifest.set_meta(PAUSED_SINCE, "")
             serving = self.stores.serving
             if serving is None or serving.store is not old:  # else attached (and reconciled) already
                 self._reconcile(old, "has_vector")
@@ -467,6 +478,23 @@ class Vectoring:
             if vs is not None:
                 vs.store.tune(ann_kind, nprobes, ann_threshold)
 
+    def paused_switch(self) -> dict[str, Any] | None:
+        """A switch undone before it finished: the manifest still names its table as the next one,
+        but nothing builds it (the configured model is the serving one's again, or cannot load)."""
+        stores = self.stores
+        if stores.serving is None or stores.building is not None:  # not attached yet, or building
+            return None
+        table = self.manifest.get_meta("vector_table_next")
+        if not table:
+            return None
+        since = float(self.manifest.get_meta(PAUSED_SINCE) or 0) or None
+        return {
+            "table": table,
+            "vectors": self.manifest.vector_count("has_next"),
+            "since": since,
+            "drop_at": since + PAUSED_KEEP_S if since else None,
+        }
+
     def describe(self) -> dict[str, Any]:
         s, b = self.stores.serving, self.stores.building
         return {
@@ -476,6 +504,7 @@ class Vectoring:
             "ann_kind": s.store.ann_kind if s else None,
             "building": b.store.name if b else None,
             "building_pending": self.manifest.pending_count("has_next") if b else 0,
+            "paused": self.paused_switch(),
             "last_optimize": self.last_optimize,
             "embedded": self.embedded,
             "reused": self.reused,

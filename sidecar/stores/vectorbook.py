@@ -110,6 +110,10 @@ class VectorBook:
     def kept_count(self) -> int:
         return int(self._query("SELECT count(*) FROM kept_vectors")[0][0])
 
+    def vector_count(self, flag: str = "has_vector") -> int:
+        """Chunks with a vector in ``flag``'s table."""
+        return int(self._query(f"SELECT count(*) FROM chunks WHERE {_flag(flag)} = 1")[0][0])
+
     def pending_count(self, flag: str = "has_vector") -> int:
         return int(self._query(f"SELECT count(*) FROM chunks WHERE {_flag(flag)} = 0")[0][0])
 
