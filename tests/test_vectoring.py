@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from sidecar.contracts.errors import DiskFullError
+from sidecar.index.vectoring import RETIRE_GRACE_S
 from sidecar.search.retrieval import Retriever, SearchRequest
 from sidecar.stores.lifecycle import open_vectors
 from sidecar.vault.sources import Root
@@ -95,6 +96,10 @@ def test_new_model_is_built_while_the_old_table_serves(harness: Harness) -> None
     harness.sweep()
     assert harness.stores.serving.store is new_table and harness.stores.building is None
     assert harness.stores.manifest.get_meta("vector_table") == new_table.name
+    # Dropped once the searches that took it just before the switch are done (a grace period).
+    assert old.store.name in old.store._db.list_tables().tables
+    assert harness.vectors.drop_retired() == []
+    assert harness.vectors.drop_retired(time.monotonic() + RETIRE_GRACE_S) == [old.store.name]
     assert old.store.name not in old.store._db.list_tables().tables
     assert new_table.ids() == harness.stores.manifest.all_chunk_ids()
     assert harness.stores.manifest.pending_count() == 0
@@ -681,6 +686,47 @@ def test_a_switch_undone_before_it_finished_is_kept_a_while_then_dropped(
         attach(cfg, h.vectors, ThirdModel())
         assert _tables(cfg) == sorted([a_name, table_name_of(ThirdModel())])
         h.sweep()
+        h.vectors.drop_retired(time.monotonic() + RETIRE_GRACE_S)
         assert _tables(cfg) == [table_name_of(ThirdModel())]
     finally:
         h.close()
+
+
+def test_a_search_overtaken_by_the_switch_is_answered_by_the_new_table(harness: Harness) -> None:
+    """A search took the old table just before the switch and reads it after (an ANN search reads
+    the table, not a copy in memory): the old table stays until such searches are done, and one
+    that fails all the same asks the new table. It answered keyword-only, reported a damaged
+    table (PROBLEM) and set off a repair that ended the new table's index build."""
+    from sidecar.index.migration import attach
+    from sidecar.stores.vectors import VectorStore
+
+    harness.sweep()
+    attach(harness.cfg, harness.vectors, OtherModel())
+    old = harness.stores.serving
+    assert old is not None
+    while harness.stores.manifest.pending_count("has_next"):
+        harness.vectors.embed_pending()
+    assert harness.stores.building is not None  # every vector is there; the switch comes next
+    real_search = VectorStore.search
+
+    def search_during_switch(self: VectorStore, *args: Any, **kw: Any) -> Any:
+        if self is old.store and harness.stores.serving is old:
+            harness.vectors.embed_pending()  # the switch lands while this search runs
+            assert harness.stores.serving is not old
+            self._changed(None)  # no copy in memory: the table itself is read, as with an ANN index
+            kept = real_search(self, *args, **kw)  # the retired table still answers ...
+            assert kept
+            drop = getattr(harness.vectors, "drop_retired", None)
+            if drop is not None:
+                drop(time.monotonic() + RETIRE_GRACE_S)  # ... until it is dropped
+        return real_search(self, *args, **kw)
+
+    VectorStore.search = search_during_switch  # type: ignore[method-assign]
+    try:
+        r = Retriever(harness.stores, harness.slot, harness.cfg.search, harness.cfg.recall)
+        found = r.search(SearchRequest("restic backups of the NAS", 5, 0.0))
+    finally:
+        VectorStore.search = real_search  # type: ignore[method-assign]
+    assert found.degraded is None and found.hits[0].vec_score is not None
+    assert found.hits[0].reference == "wiki/Backups"
+    assert harness.stores.problems.active_in("vector_search") is None

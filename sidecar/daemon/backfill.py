@@ -175,7 +175,9 @@ class Backfill:
         )
 
     def _upkeep(self) -> None:
-        """While nothing waits for a vector: compact after a write burst, build the ANN index."""
+        """While nothing waits for a vector: drop a table a switch retired, compact after a write
+        burst, build the ANN index."""
+        self.vectors.drop_retired()
         try:
             if self.vectors.compact_if_quiet(COMPACT_AFTER_QUIET_S):
                 heap.trim()

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from sidecar.contracts.errors import StoreError
 from sidecar.index.problems import Problems
 from sidecar.model.embedder import Embedder
 from sidecar.runtime.foreground import FOREGROUND
@@ -46,6 +47,9 @@ MAX_EXPECTED = 512
 # Vectors of batches that could not be stored (a full disk), kept for the retry: four batches,
 # 1.5 MB at 384 dimensions.
 MAX_STASHED = 1024
+# The old model's table is dropped this long after a switch: searches that took it just before
+# still read it (an ANN search reads the table, not a copy in memory).
+RETIRE_GRACE_S = 60.0
 # A switch undone before it finished (A -> B -> A): B's table is kept this long, so that switching
 # to B again resumes it, then dropped (at once when a third model is switched to). The manifest
 # keeps when it was paused under this key.
@@ -115,6 +119,7 @@ class Vectoring:
         self._failed_seconds = 0.0  # time of batches not stored yet (counted once one is)
         # Vectors of a batch that could not be stored, by (table, text hash), for its retry.
         self._stashed: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self._retired: dict[str, tuple[VectorStore, float]] = {}  # name -> (table, drop after)
         self.last_optimize: float | None = None
         self._unsure: set[str] = set()  # flags whose table may disagree with the manifest
         self._claims: Counter[str] = Counter()  # keys a memory write embeds itself (the backfill skips)
@@ -393,17 +398,45 @@ class Vectoring:
                 return
             with stores.manifest.transaction() as db:
                 stores.manifest.promote_next(db)
-            stores.manifest.set_meta("vector_table", building.store.name)
-            stores.manifest.set_meta("vector_table_next", "")
+                stores.manifest.name_tables(db, building.store.name, "")
             stores.serving = VectorSet(building.store, building.model, "has_vector")
             stores.building = None
-        if serving is not None:
-            serving.store.drop()
+            if serving is not None:
+                self._retire(serving.store)
         log.info(
-            "vectors_switched table=%s dropped=%s",
+            "vectors_switched table=%s retired=%s (dropped in %.0f s)",
             building.store.name,
             serving.store.name if serving else None,
+            RETIRE_GRACE_S,
         )
+
+    def _retire(self, store: VectorStore) -> None:
+        """Drop ``store`` once the searches that took it just before a switch are done (they
+        read it after the switch: dropped at once, they failed, answered keyword-only, reported
+        a damaged table and set off a repair that ended the new table's index build)."""
+        self._retired[store.name] = (store, time.monotonic() + RETIRE_GRACE_S)
+
+    def retired_tables(self) -> set[str]:
+        """Tables a switch retired, not dropped yet."""
+        return set(self._retired)
+
+    def drop_retired(self, now: float | None = None) -> list[str]:
+        """Drop the retired tables whose grace has passed (the backfill calls this while idle);
+        one that cannot be dropped now is tried again next time. Their names."""
+        now = time.monotonic() if now is None else now
+        dropped = []
+        for name, (store, due) in list(self._retired.items()):
+            if due > now:
+                continue
+            try:
+                store.drop()
+            except StoreError as exc:
+                log.warning("vectors_drop_failed table=%s error=%s", name, exc)
+                continue
+            del self._retired[name]
+            log.info("vectors_dropped table=%s reason=retired by a model switch", name)
+            dropped.append(name)
+        return dropped
 
     # --- upkeep ------------------------------------------------------------------------------
 
@@ -505,6 +538,7 @@ class Vectoring:
             "building": b.store.name if b else None,
             "building_pending": self.manifest.pending_count("has_next") if b else 0,
             "paused": self.paused_switch(),
+            "retired": sorted(self._retired),
             "last_optimize": self.last_optimize,
             "embedded": self.embedded,
             "reused": self.reused,

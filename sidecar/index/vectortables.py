@@ -72,10 +72,12 @@ def expire_paused(vectors: Vectoring, folder: Path, now: float | None = None) ->
 
 
 def referenced(vectors: Vectoring) -> set[str]:
-    """The tables that must stay: serving and being built (in memory and in the manifest)."""
+    """The tables that must stay: serving and being built (in memory and in the manifest), and
+    one a switch just retired."""
     stores, manifest = vectors.stores, vectors.manifest
     names = {manifest.get_meta("vector_table"), manifest.get_meta("vector_table_next")}
     names |= {s.store.name for s in (stores.serving, stores.building) if s is not None}
+    names |= vectors.retired_tables()  # dropped by the switch itself once its searches are done
     return {n for n in names if n}
 
 

@@ -144,5 +144,14 @@ class VectorBook:
             f"has_next = CASE has_next WHEN {NO_VECTOR} THEN {NO_VECTOR} ELSE 0 END"
         )
 
+    def name_tables(self, db: sqlite3.Connection, serving: str, building: str) -> None:
+        """The serving table and the one being built ("": none), in the caller's transaction (a
+        switch commits them with ``promote_next``: three commits left flags and names disagreeing
+        when the second failed, e.g. on a full disk)."""
+        db.executemany(
+            "INSERT OR REPLACE INTO meta(name, value) VALUES (?, ?)",
+            [("vector_table", serving), ("vector_table_next", building)],
+        )
+
     def vector_ids(self, flag: str = "has_vector") -> set[str]:
         return {r[0] for r in self._query(f"SELECT chunk_id FROM chunks WHERE {_flag(flag)} = 1")}
