@@ -730,3 +730,34 @@ def test_a_search_overtaken_by_the_switch_is_answered_by_the_new_table(harness: 
     assert found.degraded is None and found.hits[0].vec_score is not None
     assert found.hits[0].reference == "wiki/Backups"
     assert harness.stores.problems.active_in("vector_search") is None
+
+
+def test_a_rebuild_during_a_switch_embeds_with_the_configured_model_only(harness: Harness) -> None:
+    """`sidecar index --rebuild` while a switch runs: the switch ends, the configured model's table
+    serves and every chunk is embedded once, with that model. Both tables were emptied and the
+    retiring model embedded everything first (searches keyword-only meanwhile), its table dropped
+    minutes later: twice the work."""
+    from sidecar.index.migration import attach
+
+    harness.sweep()
+    old = harness.stores.serving
+    assert old is not None
+    retiring = old.model
+    assert isinstance(retiring, FakeEmbedder)
+    other = OtherModel()
+    attach(harness.cfg, harness.vectors, other)
+    harness.vectors.embed_pending(batch=2)
+    retiring.embedded.clear()
+    other.embedded.clear()
+    harness.indexer.clear()
+    serving = harness.stores.serving
+    assert serving is not None and serving.model is other and harness.stores.building is None
+    manifest = harness.stores.manifest
+    assert manifest.get_meta("vector_table") == serving.store.name
+    assert manifest.get_meta("vector_table_next") == ""
+    harness.sweep()
+    assert retiring.embedded == [] and len(other.embedded) == manifest.chunk_count()
+    assert search(harness, "restic backups of the NAS")[0]["vecScore"] is not None
+    assert serving.store.ids() == manifest.all_chunk_ids() and manifest.pending_count() == 0
+    harness.vectors.drop_retired(time.monotonic() + RETIRE_GRACE_S)
+    assert _tables(harness.cfg) == [serving.store.name]

@@ -479,8 +479,41 @@ class Vectoring:
             manifest.prune_kept(now - self.keep_seconds, self.keep_max)
 
     def clear(self) -> None:
-        for store in self.stores.vector_stores():
-            store.clear()
+        """Empty the tables (a rebuild; the manifest's chunks are gone already). A rebuild during
+        a switch ends it: every chunk is embedded again anyway, so only with the configured model
+        (the retiring one's table was filled first, then dropped minutes later: twice the work)."""
+        stores = self.stores
+        with stores.write_lock:
+            building, serving = stores.building, stores.serving
+            if building is None:
+                for store in stores.vector_stores():
+                    store.clear()
+                self._forget_paused()
+                return
+            building.store.clear()
+            with self.manifest.transaction() as db:
+                self.manifest.name_tables(db, building.store.name, "")
+            stores.serving = VectorSet(building.store, building.model, "has_vector")
+            stores.building = None
+            self._unsure.clear()  # every table and flag is empty now
+            if serving is not None:
+                self._retire(serving.store)
+        log.info(
+            "vectors_switch_ended table=%s retired=%s reason=index rebuilt",
+            building.store.name,
+            serving.store.name if serving else None,
+        )
+
+    def _forget_paused(self) -> None:
+        """A rebuild drops a paused switch's table too: its vectors' chunks are gone."""
+        table = self.manifest.get_meta("vector_table_next")
+        serving = self.stores.serving
+        if not table or serving is None:
+            return
+        self.manifest.set_meta("vector_table_next", "")
+        self.manifest.set_meta(PAUSED_SINCE, "")
+        drop_table(serving.store.path, table)
+        log.info("vectors_dropped table=%s reason=index rebuilt (a paused switch)", table)
 
     def optimize(self) -> None:
         for store in self.stores.vector_stores():
