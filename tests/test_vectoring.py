@@ -761,3 +761,37 @@ def test_a_rebuild_during_a_switch_embeds_with_the_configured_model_only(harness
     assert serving.store.ids() == manifest.all_chunk_ids() and manifest.pending_count() == 0
     harness.vectors.drop_retired(time.monotonic() + RETIRE_GRACE_S)
     assert _tables(harness.cfg) == [serving.store.name]
+
+
+def test_a_stop_during_a_batch_ends_it_after_one_slice_and_keeps_that_work(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """SIGTERM while the model runs over a batch: the batch ends after the slice that runs (the
+    stop waited for all 256 texts, 10-12 s, past its bound) and what was computed is stored."""
+    from sidecar.index.vectoring import MODEL_SLICE
+    from tests.conftest import make_notes
+
+    vault = tmp_path / "many"
+    make_notes(vault, 60)
+    stop = threading.Event()
+
+    class Stopping(FakeEmbedder):
+        def embed_passages(self, texts: Any) -> Any:
+            stop.set()  # the stop arrives while the first slice runs
+            return super().embed_passages(texts)
+
+    h = Harness(make_cfg(vault), Stopping())
+    try:
+        h.indexer.sweep()
+        pending = h.stores.manifest.pending_count()
+        assert pending > MODEL_SLICE
+        assert h.vectors.embed_pending(stop=stop) == MODEL_SLICE
+        assert h.stores.manifest.pending_count() == pending - MODEL_SLICE
+        assert h.stores.vectors is not None and h.stores.vectors.count() == MODEL_SLICE
+        stop.clear()
+        while h.vectors.embed_pending():
+            pass
+        chunks, docs, vectors = store_counts(h)
+        assert chunks == docs == vectors
+    finally:
+        h.close()

@@ -90,7 +90,7 @@ class Backfill:
                 self.stop.wait(0.2)
                 continue
             try:
-                stored = self.vectors.embed_pending()
+                stored = self.vectors.embed_pending(stop=self.stop)
                 busy = busy or stored > 0
                 failures = 0
                 self.problems.clear("embedding")

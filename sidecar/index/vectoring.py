@@ -47,6 +47,9 @@ MAX_EXPECTED = 512
 # Vectors of batches that could not be stored (a full disk), kept for the retry: four batches,
 # 1.5 MB at 384 dimensions.
 MAX_STASHED = 1024
+# The model runs over a batch this many texts at a time, so that a stop waits for one slice (a
+# batch of 256 took 10-60 s on a loaded machine and ran past the stop's bound); as fast as one run.
+MODEL_SLICE = 16
 # The old model's table is dropped this long after a switch: searches that took it just before
 # still read it (an ANN search reads the table, not a copy in memory).
 RETIRE_GRACE_S = 60.0
@@ -222,16 +225,19 @@ class Vectoring:
 
     # --- embedding ---------------------------------------------------------------------------
 
-    def embed_pending(self, batch: int = 256) -> int:
-        """One batch for the serving table, else for the table being built; how many were stored."""
+    def embed_pending(self, batch: int = 256, stop: Event | None = None) -> int:
+        """One batch for the serving table, else for the table being built; how many were stored.
+        ``stop`` set (the daemon stops) ends the batch after the model's slice that runs, and what
+        was computed is stored."""
         stores = self.stores
         if stores.serving is not None:
-            done = self._embed(stores.serving, self._unclaimed(stores.manifest.pending_vectors(batch)))
+            rows = self._unclaimed(stores.manifest.pending_vectors(batch))
+            done = self._embed(stores.serving, rows, stop=stop)
             if done:
                 return done
         if stores.building is not None:
             rows = self._unclaimed(stores.manifest.pending_vectors(batch, flag="has_next"))
-            done = self._embed(stores.building, rows)
+            done = self._embed(stores.building, rows, stop=stop)
             if done == 0 and not self._claims and stores.manifest.pending_count("has_next") == 0:
                 self._finish_migration()
             return done
@@ -283,12 +289,17 @@ class Vectoring:
                 self._embed(vs, rows, WRITE_YIELD_S)
 
     def _embed(
-        self, vs: VectorSet, rows: list[tuple[str, str, str, str]], wait: float = BACKFILL_YIELD_S
+        self,
+        vs: VectorSet,
+        rows: list[tuple[str, str, str, str]],
+        wait: float = BACKFILL_YIELD_S,
+        *,
+        stop: Event | None = None,
     ) -> int:
         if not rows:
             return 0
         t0 = time.perf_counter()
-        vecs = self._vectors_for(vs, rows, wait)
+        rows, vecs = self._vectors_for(vs, rows, wait, stop)
         try:
             stored = self._store(vs, rows, vecs, wait)
         except BaseException:
@@ -342,10 +353,13 @@ class Vectoring:
                 raise
         return len(keep)
 
-    def _vectors_for(self, vs: VectorSet, rows: list[tuple[str, str, str, str]], wait: float) -> Any:
+    def _vectors_for(
+        self, vs: VectorSet, rows: list[tuple[str, str, str, str]], wait: float, stop: Event | None = None
+    ) -> tuple[list[tuple[str, str, str, str]], Any]:
         """Vectors for rows of (chunk_id, key, embed_text, embed_hash): each distinct text is embedded
         once, and a text that already has a vector in this table (a template, a copied block, a
-        moved note) reuses it instead of running the model."""
+        moved note) reuses it instead of running the model. The rows that got one (all, unless
+        ``stop`` ended the model's run early) and their vectors."""
         ident = [r[3] or "#" + r[0] for r in rows]  # a row without a hash shares with nobody
         first: dict[str, int] = {}
         for i, h in enumerate(ident):
@@ -362,15 +376,38 @@ class Vectoring:
                     known[h] = vec
                     self.kept_reused += sum(1 for x in ident if x == h)
         stashed = self._take_ready(vs, [h for h in first if h not in known], known)
-        todo = [i for h, i in first.items() if h not in known]
-        if todo:
-            FOREGROUND.yield_to(wait)
-            fresh = vs.model.embed_passages([rows[i][2] for i in todo])
-            known.update((ident[i], fresh[n]) for n, i in enumerate(todo))
+        fresh = self._run_model(vs, rows, [i for h, i in first.items() if h not in known], wait, stop)
+        known.update((ident[i], vec) for i, vec in fresh.items())
+        done = [i for i, h in enumerate(ident) if h in known]
         # A stashed vector was computed (and counted) before its batch failed: not a reuse.
-        self.reused += len(rows) - len(todo) - sum(1 for h in ident if h in stashed)
-        self.embedded += len(todo)
-        return np.stack([known[h] for h in ident]).astype(np.float32)
+        self.reused += len(done) - len(fresh) - sum(1 for i in done if ident[i] in stashed)
+        return [rows[i] for i in done], np.stack([known[ident[i]] for i in done]).astype(np.float32)
+
+    def _run_model(
+        self,
+        vs: VectorSet,
+        rows: list[tuple[str, str, str, str]],
+        todo: list[int],
+        wait: float,
+        stop: Event | None,
+    ) -> dict[int, Any]:
+        """The model over the texts of ``todo`` (row indices), shortest first, a slice at a time:
+        a stop ends it after the slice that runs (a second, not the batch's ten or more, which
+        the stop then lost), and the slices done are stored. Row index -> vector."""
+        out: dict[int, Any] = {}
+        if not todo:
+            return out
+        FOREGROUND.yield_to(wait)
+        order = sorted(todo, key=lambda i: len(rows[i][2]))  # little padding, as in one run
+        for start in range(0, len(order), MODEL_SLICE):
+            if start and stop is not None and stop.is_set():
+                log.info("embedding_stopped computed=%d of=%d (those are stored)", start, len(order))
+                break
+            part = order[start : start + MODEL_SLICE]
+            vecs = vs.model.embed_passages([rows[i][2] for i in part])
+            out.update(zip(part, vecs, strict=True))
+            self.embedded += len(part)
+        return out
 
     def _take_ready(self, vs: VectorSet, hashes: list[str], known: dict[str, Any]) -> set[str]:
         """Into ``known``: vectors computed already for these texts, of a batch that could not be
