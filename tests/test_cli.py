@@ -481,6 +481,7 @@ def _health(phase: str, sweeps: int, pending: int, state: str = "ok") -> dict[st
         },
         "embedder": {"state": state, "model": "m"},
         "roots": [{"name": "vault", "mode": "events", "path": "/v"}],
+        "vectors": {"serving": "vectors_m", "serving_model": "m", "building": None, "building_pending": 0},
     }
 
 
@@ -498,6 +499,38 @@ def test_foreground_summary_says_keyword_ready_eta_and_done() -> None:
     assert "keyword search ready: 100 notes, 1,000 chunks" in text
     assert re.search(r"vectors: 400 of 1,000 chunks to embed, about \d+s left", text)
     assert text.count("done: every chunk has a vector") == 1
+
+
+def test_foreground_summary_follows_a_model_switch_to_its_end() -> None:
+    """`sidecar serve` in a terminal at the start of a model switch: no "done" before the tables
+    are attached, then the switch's progress, and "done" only once the new model's table serves.
+    It said "done: every chunk has a vector" two seconds in and nothing more."""
+    clock = iter(float(t) for t in range(0, 1000, 30))
+    s = Summary(clock=lambda: next(clock))
+
+    def health(serving: str | None, building: str | None, waiting: int) -> dict[str, Any]:
+        h = _health("idle", 1, 0)
+        h["embedder"]["model"] = "new@1"
+        h["vectors"] = {
+            "serving": serving,
+            "serving_model": "old@1",
+            "building": building,
+            "building_pending": waiting,
+        }
+        return h
+
+    said = s.lines(health(None, None, 0))  # the model loaded, the tables not attached yet
+    assert not any("done" in line for line in said)
+    said += s.lines(health("vectors_old", "vectors_new", 1000))
+    said += s.lines(health("vectors_old", "vectors_new", 600))
+    said += s.lines(health("vectors_old", "vectors_new", 300))
+    assert not any("done" in line for line in said)
+    text = "\n".join(said)
+    assert "model switch: 1,000 of 1,000 chunks still wait for new@1's vectors" in text
+    assert re.search(r"model switch: 300 of 1,000 chunks still wait for new@1's vectors, about \d+s", text)
+    assert "searches use old@1's until then" in text
+    said = s.lines(health("vectors_new", None, 0))
+    assert len(said) == 1 and said[0].startswith("done: every chunk has a vector")
 
 
 def test_foreground_summary_says_which_model_answers_for_a_failed_one() -> None:

@@ -134,6 +134,20 @@ def test_status_line_says_building_then_ready(looped: Any) -> None:
     _until(lambda: h.indexer.activity.sweeps == 1)
     line = status_line(h.indexer.activity, h.supervisor, h.stores.manifest, "ok")
     assert line.startswith("ready: 4 notes")
+    # During a model switch systemctl status says so (it said "ready" alone).
+    from sidecar.index.migration import attach
+
+    while h.vectors.embed_pending():
+        pass
+    attach(h.cfg, h.vectors, OtherDim())
+    line = status_line(h.indexer.activity, h.supervisor, h.stores.manifest, "ok", h.vectors)
+    waiting = h.stores.manifest.chunk_count()
+    assert line.endswith(f"; model switch: {waiting} chunks wait for the new model's vectors")
+
+
+class OtherDim(FakeEmbedder):
+    model_id = "other-model@2"
+    dim = 32
 
 
 def test_backfill_attaches_vectors_once_the_model_is_there(make_cfg: Any, vault: Path) -> None:
