@@ -614,6 +614,7 @@ def test_status_shows_a_model_switch_and_its_progress(shared: DaemonProcess) -> 
         "serving_model": "multilingual-e5-small@3db4bf40b651",
         "building": "vectors_minilm",
         "building_pending": 256,
+        "building_rate_chunks_per_second": 10.0,
     }
     text = render_status(h)
     assert "Model switch: 256 of 854 chunks still wait for all-MiniLM-L6-v2@8199be6f699a's vectors" in text

@@ -795,3 +795,44 @@ def test_a_stop_during_a_batch_ends_it_after_one_slice_and_keeps_that_work(
         assert chunks == docs == vectors
     finally:
         h.close()
+
+
+def test_the_switch_eta_uses_the_new_models_recent_rate(make_cfg: Any, tmp_path: Path) -> None:
+    """The rate behind status' ETA is per table and over the last batches: a switch's old model
+    catching up slowly (edits during the switch) no longer drags the new model's rate down (the
+    lifetime average of every embedding was 3x off). Time is the models' own, made up here."""
+    from sidecar.index.migration import attach
+    from sidecar.index.vectoring import RATE_BATCHES
+    from tests.conftest import make_notes
+
+    now = [0.0]
+
+    class Timed(FakeEmbedder):
+        seconds_per_text = 1.0
+
+        def embed_passages(self, texts: Any) -> Any:
+            now[0] += self.seconds_per_text * len(texts)
+            return super().embed_passages(texts)
+
+    class Fast(Timed):
+        model_id = "fast-model@2"
+        dim = 32
+        seconds_per_text = 0.1
+
+    vault = tmp_path / "many"
+    make_notes(vault, 40)
+    h = Harness(make_cfg(vault), Timed())
+    h.vectors.clock = lambda: now[0]
+    try:
+        h.indexer.sweep()
+        while h.vectors.embed_pending(batch=8):
+            pass
+        assert h.vectors.rate(h.stores.serving) == pytest.approx(1.0)
+        attach(h.cfg, h.vectors, Fast())
+        for _ in range(RATE_BATCHES):
+            h.vectors.embed_pending(batch=4)
+        described = h.vectors.describe()
+        assert described["building_rate_chunks_per_second"] == pytest.approx(10.0)
+        assert h.vectors.rate(h.stores.serving) == pytest.approx(1.0)
+    finally:
+        h.close()

@@ -106,8 +106,7 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
     # While vectors cannot be stored (a full disk) nothing moves: no ETA, say why instead.
     stalled = any(p["area"] == "embedding" for p in active)
 
-    def eta(left: int) -> str:
-        rate = idx.get("embed_rate_chunks_per_second")
+    def eta(left: int, rate: float | None) -> str:
         if stalled:
             return ", paused: storing vectors fails (see PROBLEM below)"
         return f", about {duration(left / rate)} left" if rate and left else ""
@@ -115,9 +114,9 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
     if emb["state"] == "ok":
         lines.append(f"Embedder: ok ({emb['model']}, from {emb['origin']}){_fallback_words(emb, todo)}")
         if pending:
+            left = eta(pending, idx.get("embed_rate_chunks_per_second"))
             lines.append(
-                f"Vectors: {pending:,} chunks waiting for vectors{eta(pending)}; keyword search covers "
-                "them already"
+                f"Vectors: {pending:,} chunks waiting for vectors{left}; keyword search covers them already"
             )
         else:
             lines.append("Vectors: every chunk has a vector")
@@ -126,7 +125,8 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
             left = vec.get("building_pending", 0)
             lines.append(
                 f"Model switch: {left:,} of {idx['chunks']:,} chunks still wait for {emb['model']}'s "
-                f"vectors{eta(left)}; searches use {vec.get('serving_model')}'s until then"
+                f"vectors{eta(left, vec.get('building_rate_chunks_per_second'))}; searches use "
+                f"{vec.get('serving_model')}'s until then"
             )
         lines += _paused_lines(vec)
     else:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -47,6 +47,9 @@ MAX_EXPECTED = 512
 # Vectors of batches that could not be stored (a full disk), kept for the retry: four batches,
 # 1.5 MB at 384 dimensions.
 MAX_STASHED = 1024
+# The ETA's rate is taken over this many of the backfill's last batches of a table (about 2,000
+# chunks): recent enough to follow a machine that got busier, long enough to be steady.
+RATE_BATCHES = 8
 # The model runs over a batch this many texts at a time, so that a stop waits for one slice (a
 # batch of 256 took 10-60 s on a loaded machine and ran past the stop's bound); as fast as one run.
 MODEL_SLICE = 16
@@ -99,6 +102,10 @@ def _stamp(store: VectorStore) -> str:
     return f"{store.name}@{store.version()}#{store.files_signature()}"
 
 
+def _rounded(rate: float | None) -> float | None:
+    return round(rate, 2) if rate else None
+
+
 def source_agent(key: str) -> tuple[str, str]:
     parts = key.split("/", 2)
     return parts[0], parts[1] if parts[0] == "memory" else ""
@@ -117,8 +124,13 @@ class Vectoring:
         # Vectors of deleted chunks are kept by text this long and up to this many (0: not at all).
         self.keep_seconds = keep_seconds
         self.keep_max = keep_max
-        self.embed_seconds = 0.0  # time spent storing ``stored`` vectors (the rate of status' ETA)
+        self.embed_seconds = 0.0  # time spent storing ``stored`` vectors
         self.stored = 0  # vectors stored, computed or reused
+        # The backfill's last batches per table, (stored, seconds): the rate of status' ETA. Per
+        # table (a switch's old model catching up ran at a third of the new one's speed) and
+        # recent only (the lifetime average was 3x off).
+        self._recent: dict[str, deque[tuple[int, float]]] = {}
+        self.clock = time.perf_counter
         self._failed_seconds = 0.0  # time of batches not stored yet (counted once one is)
         # Vectors of a batch that could not be stored, by (table, text hash), for its retry.
         self._stashed: OrderedDict[tuple[str, str], Any] = OrderedDict()
@@ -232,12 +244,12 @@ class Vectoring:
         stores = self.stores
         if stores.serving is not None:
             rows = self._unclaimed(stores.manifest.pending_vectors(batch))
-            done = self._embed(stores.serving, rows, stop=stop)
+            done = self._embed(stores.serving, rows, stop=stop, timed=True)
             if done:
                 return done
         if stores.building is not None:
             rows = self._unclaimed(stores.manifest.pending_vectors(batch, flag="has_next"))
-            done = self._embed(stores.building, rows, stop=stop)
+            done = self._embed(stores.building, rows, stop=stop, timed=True)
             if done == 0 and not self._claims and stores.manifest.pending_count("has_next") == 0:
                 self._finish_migration()
             return done
@@ -295,10 +307,13 @@ class Vectoring:
         wait: float = BACKFILL_YIELD_S,
         *,
         stop: Event | None = None,
+        timed: bool = False,
     ) -> int:
+        """Vectors for ``rows`` into ``vs``'s table; how many were stored. ``timed``: a backfill
+        batch, whose rate status' ETA uses (a memory write's few chunks say little about it)."""
         if not rows:
             return 0
-        t0 = time.perf_counter()
+        t0 = self.clock()
         rows, vecs = self._vectors_for(vs, rows, wait, stop)
         try:
             stored = self._store(vs, rows, vecs, wait)
@@ -306,12 +321,23 @@ class Vectoring:
             # Not stored (a full disk): the vectors wait for the retry instead of the model
             # running over the same batch again, and the time counts once the batch is stored.
             self._stash(vs, rows, vecs)
-            self._failed_seconds += time.perf_counter() - t0
+            self._failed_seconds += self.clock() - t0
             raise
-        self.embed_seconds += time.perf_counter() - t0 + self._failed_seconds
+        seconds = self.clock() - t0 + self._failed_seconds
         self._failed_seconds = 0.0
+        self.embed_seconds += seconds
         self.stored += stored
+        if timed:
+            self._recent.setdefault(vs.store.name, deque(maxlen=RATE_BATCHES)).append((stored, seconds))
         return stored
+
+    def rate(self, vs: VectorSet | None) -> float | None:
+        """Vectors stored per second over the backfill's last batches for ``vs``'s table."""
+        window = self._recent.get(vs.store.name) if vs is not None else None
+        if not window:
+            return None
+        stored, seconds = sum(n for n, _ in window), sum(t for _, t in window)
+        return stored / seconds if stored and seconds > 0 else None
 
     def _stash(self, vs: VectorSet, rows: list[tuple[str, str, str, str]], vecs: Any) -> None:
         """Keep the vectors of a batch that could not be stored, by text (bounded)."""
@@ -607,6 +633,7 @@ class Vectoring:
             "ann_kind": s.store.ann_kind if s else None,
             "building": b.store.name if b else None,
             "building_pending": self.manifest.pending_count("has_next") if b else 0,
+            "building_rate_chunks_per_second": _rounded(self.rate(b)),
             "paused": self.paused_switch(),
             "retired": sorted(self._retired),
             "last_optimize": self.last_optimize,
