@@ -274,3 +274,38 @@ def test_a_full_disk_while_attaching_vectors_is_waited_out(make_cfg: Any, vault:
     finally:
         stop.set()
         h.close()
+
+
+def test_a_table_that_fails_to_attach_is_checked_and_attached(make_cfg: Any, vault: Path) -> None:
+    """A read error while the table is attached (not a full disk): the table is read whole by the
+    repair and, readable, attached after all: vector search is whole without a restart."""
+    from sidecar.contracts.errors import StoreError
+    from sidecar.stores.vectors import VectorStore
+
+    first = Harness(make_cfg(vault), FakeEmbedder())
+    first.sweep()
+    first.close()
+    h = Harness(make_cfg(vault), None)
+    stop = threading.Event()
+    real = VectorStore.id_list
+    fails = [StoreError("vector scan failed: a read that fails once")]
+
+    def id_list(self: VectorStore) -> list[str]:
+        if fails:
+            raise fails.pop()
+        return real(self)
+
+    VectorStore.id_list = id_list  # type: ignore[method-assign]
+    try:
+        with backoff.testing():
+            h.slot.set_ok(FakeEmbedder(), "test")
+            _backfill(h, stop)
+            _until(lambda: h.stores.serving is not None)
+        assert h.stores.manifest.pending_count() == 0 and not fails
+        serving = h.stores.serving
+        assert serving is not None and serving.store.count() == h.stores.manifest.chunk_count()
+        assert not any(".broken-" in p.name for p in h.cfg.index_dir.iterdir())
+    finally:
+        VectorStore.id_list = real  # type: ignore[method-assign]
+        stop.set()
+        h.close()

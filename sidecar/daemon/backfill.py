@@ -147,8 +147,9 @@ class Backfill:
                 raise
             log.error("vectors_unavailable error=%s", exc)
             self.repair.repair_vectors(f"attaching failed: {exc}")
-            if self.vectors.stores.serving is None:  # the repair was left to a restart (a switch)
-                raise
+            # Once more over the repaired table (a switch, too, begins only then); a failure
+            # again waits for the next try.
+            attach(self.cfg, self.vectors, model, self.problems)
 
     def _attach_failed(self, exc: Exception, delay: float, model: Embedder) -> None:
         serving = self.vectors.stores.serving

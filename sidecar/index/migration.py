@@ -64,7 +64,11 @@ def serving_model(cfg: Config, vectors: Vectoring) -> Embedder | None:
     configured model cannot be (that table is whole, so search stays whole and new notes get
     vectors in it); None for an index without vectors."""
     table = vectors.serving_table()
-    previous = open_previous(cfg, table) if table else None
+    try:
+        previous = open_previous(cfg, table) if table else None
+    except DiskFullError as exc:  # not loadable now; the model retry (embedder.retryMinutes) asks again
+        log.info("previous_model_unavailable table=%s error=%s", table, exc)
+        return None
     return previous[1] if previous is not None else None
 
 
