@@ -13,6 +13,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -487,6 +488,7 @@ def _health(phase: str, sweeps: int, pending: int, state: str = "ok") -> dict[st
         },
         "embedder": {"state": state, "model": "m"},
         "roots": [{"name": "vault", "mode": "events", "path": "/v"}],
+        "vectors": {"serving": "vectors_m", "serving_model": "m", "building": None, "building_pending": 0},
     }
 
 
@@ -504,6 +506,38 @@ def test_foreground_summary_says_keyword_ready_eta_and_done() -> None:
     assert "keyword search ready: 100 notes, 1,000 chunks" in text
     assert re.search(r"vectors: 400 of 1,000 chunks to embed, about \d+s left", text)
     assert text.count("done: every chunk has a vector") == 1
+
+
+def test_foreground_summary_follows_a_model_switch_to_its_end() -> None:
+    """`sidecar serve` in a terminal at the start of a model switch: no "done" before the tables
+    are attached, then the switch's progress, and "done" only once the new model's table serves.
+    It said "done: every chunk has a vector" two seconds in and nothing more."""
+    clock = iter(float(t) for t in range(0, 1000, 30))
+    s = Summary(clock=lambda: next(clock))
+
+    def health(serving: str | None, building: str | None, waiting: int) -> dict[str, Any]:
+        h = _health("idle", 1, 0)
+        h["embedder"]["model"] = "new@1"
+        h["vectors"] = {
+            "serving": serving,
+            "serving_model": "old@1",
+            "building": building,
+            "building_pending": waiting,
+        }
+        return h
+
+    said = s.lines(health(None, None, 0))  # the model loaded, the tables not attached yet
+    assert not any("done" in line for line in said)
+    said += s.lines(health("vectors_old", "vectors_new", 1000))
+    said += s.lines(health("vectors_old", "vectors_new", 600))
+    said += s.lines(health("vectors_old", "vectors_new", 300))
+    assert not any("done" in line for line in said)
+    text = "\n".join(said)
+    assert "model switch: 1,000 of 1,000 chunks still wait for new@1's vectors" in text
+    assert re.search(r"model switch: 300 of 1,000 chunks still wait for new@1's vectors, about \d+s", text)
+    assert "searches use old@1's until then" in text
+    said = s.lines(health("vectors_new", None, 0))
+    assert len(said) == 1 and said[0].startswith("done: every chunk has a vector")
 
 
 def test_foreground_summary_says_which_model_answers_for_a_failed_one() -> None:
@@ -587,11 +621,22 @@ def test_status_shows_a_model_switch_and_its_progress(shared: DaemonProcess) -> 
         "serving_model": "multilingual-e5-small@3db4bf40b651",
         "building": "vectors_minilm",
         "building_pending": 256,
+        "building_rate_chunks_per_second": 10.0,
     }
     text = render_status(h)
     assert "Model switch: 256 of 854 chunks still wait for all-MiniLM-L6-v2@8199be6f699a's vectors" in text
     assert "searches use multilingual-e5-small@3db4bf40b651's until then" in text
     assert "switching models: 256 chunks" in status_of(h)["message"]
+    assert "about 25s left" in text
+    # While vectors cannot be stored (a full disk) nothing moves: no ETA counting down.
+    full = {"area": "embedding", "error": "storing vectors failed: the disk is full", "count": 3}
+    h["problems"] = {"active": [{**full, "since": time.time()}], "recent": []}
+    text = render_status(h)
+    assert "256 of 854 chunks still wait" in text and "left" not in text
+    assert "paused: storing vectors fails (see PROBLEM below)" in text
+    # A switch undone before it finished: its table is kept a while, and status says so.
+    h["vectors"] = {"building": None, "paused": {"table": "vectors_minilm", "vectors": 256, "drop_at": 1.8e9}}
+    assert "Paused model switch: 256 vectors in vectors_minilm are kept until 20" in render_status(h)
 
 
 def test_option_ranges_are_the_daemons(shared: DaemonProcess) -> None:

@@ -390,7 +390,7 @@ def test_a_model_that_fails_after_a_switch_leaves_the_previous_one_answering(
     assert d.call("search", {"query": "kayak paddle"})["hits"][0]["vecScore"] is not None
     log = d.log.read_text()
     assert "vectors_migration_started serving=" + old_table in log
-    assert f"vectors_switched table={h['vectors']['serving']} dropped={old_table}" in log
+    assert f"vectors_switched table={h['vectors']['serving']} retired={old_table}" in log
 
 
 def test_thin_clients_never_load_engines() -> None:

@@ -134,6 +134,20 @@ def test_status_line_says_building_then_ready(looped: Any) -> None:
     _until(lambda: h.indexer.activity.sweeps == 1)
     line = status_line(h.indexer.activity, h.supervisor, h.stores.manifest, "ok")
     assert line.startswith("ready: 4 notes")
+    # During a model switch systemctl status says so (it said "ready" alone).
+    from sidecar.index.migration import attach
+
+    while h.vectors.embed_pending():
+        pass
+    attach(h.cfg, h.vectors, OtherDim())
+    line = status_line(h.indexer.activity, h.supervisor, h.stores.manifest, "ok", h.vectors)
+    waiting = h.stores.manifest.chunk_count()
+    assert line.endswith(f"; model switch: {waiting} chunks wait for the new model's vectors")
+
+
+class OtherDim(FakeEmbedder):
+    model_id = "other-model@2"
+    dim = 32
 
 
 def test_backfill_attaches_vectors_once_the_model_is_there(make_cfg: Any, vault: Path) -> None:
@@ -213,4 +227,85 @@ def test_a_note_saved_during_a_long_sweep_is_indexed_before_it_ends(make_cfg: An
             remaining.append(loop.jobs.get_nowait())
         assert [j.roots for j in remaining] == [frozenset({"wiki"})]
     finally:
+        h.close()
+
+
+def _backfill(h: Harness, stop: threading.Event) -> threading.Thread:
+    backfill = Backfill(
+        h.cfg, h.slot, h.vectors, h.repair, problems=h.problems, activity=h.indexer.activity, stop=stop
+    )
+    thread = threading.Thread(target=backfill.run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_full_disk_while_attaching_vectors_is_waited_out(make_cfg: Any, vault: Path) -> None:
+    """sqlite's "database or disk is full" while the vector table is attached (the manifest's
+    bookkeeping): the backfill thread lives on, says so in words (area ``vectors``), tries again
+    and serves vectors once there is space. It ended silently, and vector search stayed off
+    until a restart while status said every chunk had a vector."""
+    import sqlite3
+
+    h = Harness(make_cfg(vault), None)
+    stop = threading.Event()
+    try:
+        h.indexer.sweep()
+        real = h.stores.manifest.set_meta
+        full = [sqlite3.OperationalError("database or disk is full")] * 3
+        seen: list[str] = []
+
+        def set_meta(key: str, value: str) -> None:
+            if key == "vectors_clean" and full:
+                raise full.pop()
+            real(key, value)
+
+        h.stores.manifest.set_meta = set_meta  # type: ignore[method-assign]
+        real_report = h.problems.report
+        h.problems.report = lambda area, error: seen.append(f"{area}: {error}") or real_report(area, error)  # type: ignore[method-assign]
+        with backoff.testing():
+            h.slot.set_ok(FakeEmbedder(), "test")
+            thread = _backfill(h, stop)
+            _until(lambda: h.stores.serving is not None and h.stores.manifest.pending_count() == 0)
+        assert thread.is_alive()
+        assert len(seen) == 3 and all(s.startswith("vectors: ") for s in seen)
+        assert "is full (database or disk is full)" in seen[0] and "keyword results only" in seen[0]
+        assert h.problems.active_in("vectors") is None
+        assert h.problems.describe()["recent"][-1]["area"] == "vectors"
+    finally:
+        stop.set()
+        h.close()
+
+
+def test_a_table_that_fails_to_attach_is_checked_and_attached(make_cfg: Any, vault: Path) -> None:
+    """A read error while the table is attached (not a full disk): the table is read whole by the
+    repair and, readable, attached after all: vector search is whole without a restart."""
+    from sidecar.contracts.errors import StoreError
+    from sidecar.stores.vectors import VectorStore
+
+    first = Harness(make_cfg(vault), FakeEmbedder())
+    first.sweep()
+    first.close()
+    h = Harness(make_cfg(vault), None)
+    stop = threading.Event()
+    real = VectorStore.id_list
+    fails = [StoreError("vector scan failed: a read that fails once")]
+
+    def id_list(self: VectorStore) -> list[str]:
+        if fails:
+            raise fails.pop()
+        return real(self)
+
+    VectorStore.id_list = id_list  # type: ignore[method-assign]
+    try:
+        with backoff.testing():
+            h.slot.set_ok(FakeEmbedder(), "test")
+            _backfill(h, stop)
+            _until(lambda: h.stores.serving is not None)
+        assert h.stores.manifest.pending_count() == 0 and not fails
+        serving = h.stores.serving
+        assert serving is not None and serving.store.count() == h.stores.manifest.chunk_count()
+        assert not any(".broken-" in p.name for p in h.cfg.index_dir.iterdir())
+    finally:
+        VectorStore.id_list = real  # type: ignore[method-assign]
+        stop.set()
         h.close()

@@ -144,7 +144,7 @@ def test_a_file_where_the_bm25_folder_belongs_is_moved_aside(make_cfg: Any, vaul
 
 
 def test_corrupt_vector_table_is_moved_aside_and_reembedded(make_cfg: Any, vault: Path) -> None:
-    """A truncated LanceDB manifest: the vectors folder is moved aside, vectors are recomputed."""
+    """A truncated LanceDB manifest: the table is moved aside, vectors are recomputed."""
     cfg = make_cfg(vault)
     expected = index_and_close(cfg)
     manifests = list((cfg.index_dir / "vectors").rglob("_versions/*.manifest"))
@@ -159,6 +159,22 @@ def test_corrupt_vector_table_is_moved_aside_and_reembedded(make_cfg: Any, vault
         assert h2.stores.manifest.pending_count() == 0
     finally:
         h2.close()
+
+
+def test_a_table_whose_create_was_cut_short_is_made_again(make_cfg: Any, vault: Path) -> None:
+    """Empty folders of a table whose create never finished (a full disk, a kill): removed and made
+    again, not kept as a ``vectors.broken-*`` folder (one more each time, on a disk that was full)."""
+    from sidecar.stores.lifecycle import open_vectors
+    from sidecar.stores.vectors import table_name
+
+    cfg = make_cfg(vault)
+    model = FakeEmbedder()
+    folder = cfg.index_dir / "vectors" / f"{table_name(model.model_id, model.dim, model.pooling)}.lance"
+    (folder / "_versions").mkdir(parents=True)
+    (folder / "_transactions").mkdir()
+    store = open_vectors(cfg, model.model_id, model.dim, model.pooling)
+    assert store.count() == 0 and store.created
+    assert not any(".broken-" in p.name for p in cfg.index_dir.iterdir())
 
 
 def test_schema_2_manifest_gains_text_hashes_and_keeps_vectors(make_cfg: Any, vault: Path) -> None:

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from sidecar.contracts.errors import DiskFullError
+from sidecar.index.vectoring import RETIRE_GRACE_S
 from sidecar.search.retrieval import Retriever, SearchRequest
 from sidecar.stores.lifecycle import open_vectors
 from sidecar.vault.sources import Root
@@ -94,6 +96,10 @@ def test_new_model_is_built_while_the_old_table_serves(harness: Harness) -> None
     harness.sweep()
     assert harness.stores.serving.store is new_table and harness.stores.building is None
     assert harness.stores.manifest.get_meta("vector_table") == new_table.name
+    # Dropped once the searches that took it just before the switch are done (a grace period).
+    assert old.store.name in old.store._db.list_tables().tables
+    assert harness.vectors.drop_retired() == []
+    assert harness.vectors.drop_retired(time.monotonic() + RETIRE_GRACE_S) == [old.store.name]
     assert old.store.name not in old.store._db.list_tables().tables
     assert new_table.ids() == harness.stores.manifest.all_chunk_ids()
     assert harness.stores.manifest.pending_count() == 0
@@ -362,5 +368,471 @@ def test_stopping_ends_an_index_build(make_cfg: Any, tmp_path: Path) -> None:
         assert not builder.is_alive() and time.monotonic() - t0 < 10
         assert errors and "failed" in str(errors[0])
         assert not store.indexed and not store._building and store._child is None
+    finally:
+        h.close()
+
+
+NO_SPACE = "lance error: LanceError(IO): Unable to copy data to file: No space left on device (os error 28)"
+
+
+def _restart_with(cfg: Any, monkeypatch: pytest.MonkeyPatch) -> Harness:
+    """A fresh start over an index of FakeEmbedder's vectors, no model attached yet; the
+    previous model (FakeEmbedder) loads when the switch asks for it."""
+    from sidecar.index import migration
+
+    monkeypatch.setattr(migration, "load_model", lambda _cfg: FakeEmbedder())
+    return Harness(cfg, None)
+
+
+def _broken(cfg: Any) -> list[Path]:
+    return [p for p in cfg.index_dir.iterdir() if ".broken-" in p.name]
+
+
+def test_a_full_disk_at_a_switch_keeps_the_old_table_serving(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new model's table cannot be created (ENOSPC): that is no damage. Nothing is moved
+    aside, the old model's table serves (vector search whole), a PROBLEM says the disk is full,
+    and the switch starts by itself once there is space. The whole vectors folder (the intact old
+    table with it) was moved aside, search went keyword-only for good and a restart re-embedded
+    everything."""
+    from sidecar.daemon import backfill as backfill_module
+    from sidecar.daemon.backfill import Backfill
+    from sidecar.runtime.backoff import Backoff
+    from sidecar.stores import vectors as vectors_module
+
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    old_name = first.stores.vectors.name  # type: ignore[union-attr]
+    first.close()
+    h = _restart_with(cfg, monkeypatch)
+    full = threading.Event()
+    full.set()
+    lancedb = vectors_module.lancedb_module()
+
+    class FullDisk:
+        """A LanceDB connection on a full disk: a new table fails as LanceDB fails (after making
+        its folders); everything else works."""
+
+        def __init__(self, db: Any) -> None:
+            self.db = db
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.db, name)
+
+        def create_table(self, name: str, **kw: Any) -> Any:
+            if full.is_set():
+                (cfg.index_dir / "vectors" / f"{name}.lance" / "_versions").mkdir(parents=True)
+                raise RuntimeError(NO_SPACE)
+            return self.db.create_table(name, **kw)
+
+    class Engine:
+        Session = lancedb.Session
+
+        @staticmethod
+        def connect(path: str, **kw: Any) -> Any:
+            return FullDisk(lancedb.connect(path, **kw))
+
+    monkeypatch.setattr(vectors_module, "lancedb_module", lambda: Engine)
+    with pytest.raises(DiskFullError):
+        open_vectors(cfg, OtherModel.model_id, OtherModel.dim, OtherModel.pooling)
+    assert sorted(p.name for p in (cfg.index_dir / "vectors").iterdir()) == [f"{old_name}.lance"]
+    monkeypatch.setattr(backfill_module, "ATTACH_RETRY", Backoff(base=0.01, cap=0.05, jitter=0.0))
+    stop = threading.Event()
+    h.slot.set_ok(OtherModel(), "test")
+    backfill = Backfill(
+        h.cfg, h.slot, h.vectors, h.repair, problems=h.problems, activity=h.indexer.activity, stop=stop
+    )
+    thread = threading.Thread(target=backfill.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while (h.problems.active_in("vectors") or {}).get("count", 0) < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        problem = h.problems.active_in("vectors")
+        assert problem is not None and "is full" in problem["error"]
+        assert f"searches keep using {FakeEmbedder.model_id}'s vectors" in problem["error"]
+        assert _broken(cfg) == []
+        serving = h.stores.serving
+        assert serving is not None and serving.store.name == old_name and h.stores.building is None
+        assert search(h, "restic backups of the NAS")[0]["vecScore"] is not None
+        full.clear()  # space freed: the switch starts and finishes without a restart
+        while h.stores.manifest.get_meta("vector_table") == old_name:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert h.problems.active_in("vectors") is None and _broken(cfg) == []
+        assert search(h, "restic backups of the NAS")[0]["vecScore"] is not None
+    finally:
+        stop.set()
+        thread.join(10)
+        h.close()
+
+
+def table_name_of(model: Any) -> str:
+    from sidecar.stores.vectors import table_name
+
+    return table_name(model.model_id, model.dim, model.pooling)
+
+
+def test_a_damaged_new_table_is_moved_aside_alone(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A switch whose new table is damaged on disk: only that table is moved aside (and made
+    afresh); the old model's table beside it stays and serves."""
+    from sidecar.index.migration import attach
+
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    old_name = first.stores.vectors.name  # type: ignore[union-attr]
+    attach(cfg, first.vectors, OtherModel())
+    first.vectors.embed_pending(batch=2)
+    first.close()
+    new_name = table_name_of(OtherModel())
+    for m in (cfg.index_dir / "vectors" / f"{new_name}.lance").rglob("_versions/*.manifest"):
+        m.write_bytes(b"garbage")
+    h = _restart_with(cfg, monkeypatch)
+    try:
+        attach(cfg, h.vectors, OtherModel(), h.problems)
+        (aside,) = _broken(cfg)
+        assert [p.name for p in aside.iterdir()] == [f"{new_name}.lance"]
+        assert (cfg.index_dir / "vectors" / f"{old_name}.lance").is_dir()
+        assert h.stores.serving is not None and h.stores.serving.store.name == old_name
+        assert search(h, "restic backups of the NAS")[0]["vecScore"] is not None
+        h.sweep()
+        assert h.stores.manifest.get_meta("vector_table") == new_name
+    finally:
+        h.close()
+
+
+def test_a_table_stopped_cleanly_serves_while_the_manifest_cannot_be_written(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start on a full disk (sqlite: "database or disk is full"): the table stopped cleanly
+    needs no write to serve, so vector search answers read-only instead of waiting for space;
+    the first write after it checks table and flags first."""
+    import sqlite3
+
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    first.vectors.mark_clean()
+    first.close()
+    h = Harness(cfg, None)
+    try:
+        real = h.stores.manifest.set_meta
+
+        def full(key: str, value: str) -> None:
+            raise sqlite3.OperationalError("database or disk is full")
+
+        monkeypatch.setattr(h.stores.manifest, "set_meta", full)
+        model = FakeEmbedder()
+        h.vectors.attach(open_vectors(cfg, model.model_id, model.dim, model.pooling), model)
+        h.slot.set_ok(model, "test")
+        assert search(h, "restic backups of the NAS")[0]["vecScore"] is not None
+        monkeypatch.setattr(h.stores.manifest, "set_meta", real)
+        write(cfg.vault.path / "Late.md", "# Late\n\nWritten once there is space again.\n")
+        h.sweep()
+        assert search(h, "written once there is space")[0]["vecScore"] is not None
+        chunks, docs, vectors = store_counts(h)
+        assert chunks == docs == vectors
+    finally:
+        h.close()
+
+
+def test_a_batch_that_cannot_be_stored_keeps_its_vectors_for_the_retry(harness: Harness) -> None:
+    """Disk full while a switch's batch is added: the retry stores the vectors computed already
+    instead of running the model over the same batch again (every ~25 s, for as long as the
+    disk stayed full), and failed work does not count in the rate of status' ETA."""
+    from sidecar.index.migration import attach
+
+    harness.sweep()
+    other = OtherModel()
+    attach(harness.cfg, harness.vectors, other)
+    building = harness.stores.building
+    assert building is not None
+    real_add = building.store.add
+    full = [DiskFullError(f"vector add failed: {NO_SPACE}")] * 2
+
+    def add(rows: Any, vectors: Any) -> None:
+        if full:
+            raise full.pop()
+        real_add(rows, vectors)
+
+    building.store.add = add  # type: ignore[method-assign]
+    pending = harness.stores.manifest.pending_count("has_next")
+    vectors = harness.vectors
+    stored, embedded, seconds = vectors.stored, vectors.embedded, vectors.embed_seconds
+    for _ in range(2):
+        with pytest.raises(DiskFullError):
+            harness.vectors.embed_pending()
+    assert harness.stores.manifest.pending_count("has_next") == pending
+    ran = len(other.embedded)
+    assert 0 < ran <= pending
+    assert harness.vectors.stored == stored and harness.vectors.embed_seconds == seconds
+    while harness.stores.building is not None:
+        harness.vectors.embed_pending()
+    assert len(other.embedded) == ran, "the model ran again over the batch it had computed"
+    assert harness.vectors.stored == stored + pending and harness.vectors.embedded == embedded + ran
+    assert harness.stores.serving is not None and harness.stores.serving.store is building.store
+    assert building.store.ids() == harness.stores.manifest.all_chunk_ids()
+
+
+def _tables(cfg: Any) -> list[str]:
+    import lancedb
+
+    return sorted(lancedb.connect(str(cfg.index_dir / "vectors")).list_tables().tables)
+
+
+def test_a_stop_between_the_cut_over_and_the_drop_leaves_no_table_behind(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kill -9 right after the manifest named the new table, before the old one was dropped: the
+    next start drops the table nothing refers to any more (it stayed on disk for good, 150 MB
+    at 100 k chunks); the serving one is never touched."""
+    from sidecar.index.migration import attach
+
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    old_name = h.stores.vectors.name  # type: ignore[union-attr]
+    attach(cfg, h.vectors, OtherModel())
+    while h.stores.manifest.pending_count("has_next"):
+        h.vectors.embed_pending()
+    new_name = table_name_of(OtherModel())
+    manifest = h.stores.manifest
+    with manifest.transaction() as db:  # the cut-over's commits, then the kill
+        manifest.promote_next(db)
+    manifest.set_meta("vector_table", new_name)
+    manifest.set_meta("vector_table_next", "")
+    h.close()
+    assert _tables(cfg) == sorted([old_name, new_name])
+    h = _restart_with(cfg, monkeypatch)
+    try:
+        attach(cfg, h.vectors, OtherModel())
+        assert _tables(cfg) == [new_name]
+        assert h.stores.serving is not None and h.stores.serving.store.name == new_name
+        assert search(h, "restic backups of the NAS")[0]["vecScore"] is not None
+        assert h.stores.manifest.pending_count() == 0
+    finally:
+        h.close()
+
+
+def test_a_switch_undone_before_it_finished_is_kept_a_while_then_dropped(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A -> B, stopped after part of B, then A configured again: A serves; B's partial table is
+    kept (shown in health as ``vectors.paused``) so that switching to B again resumes it, and
+    dropped with its bookkeeping after PAUSED_KEEP_S or as soon as a third model is switched to.
+    It stayed on disk for good, invisible in status."""
+    from sidecar.index.migration import attach
+    from sidecar.index.vectoring import PAUSED_KEEP_S
+    from sidecar.index.vectortables import expire_paused
+
+    class ThirdModel(FakeEmbedder):
+        model_id = "third-model@3"
+        dim = 16
+
+    cfg = make_cfg(vault)
+    folder = cfg.index_dir / "vectors"
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    a_name = h.stores.vectors.name  # type: ignore[union-attr]
+    b_name = table_name_of(OtherModel())
+    attach(cfg, h.vectors, OtherModel())
+    h.vectors.embed_pending(batch=2)
+    h.close()
+    total = 0
+
+    def restart(model: Any) -> Harness:
+        nonlocal total
+        again = _restart_with(cfg, monkeypatch)
+        attach(cfg, again.vectors, model, again.problems)
+        total = again.stores.manifest.chunk_count()
+        return again
+
+    h = restart(FakeEmbedder())  # back to A
+    try:
+        paused = h.vectors.describe()["paused"]
+        assert paused is not None and paused["table"] == b_name and paused["vectors"] == 2
+        assert paused["drop_at"] == pytest.approx(paused["since"] + PAUSED_KEEP_S)
+        assert h.vectors.describe()["building"] is None and _tables(cfg) == sorted([a_name, b_name])
+        assert not expire_paused(h.vectors, folder, now=paused["since"] + PAUSED_KEEP_S - 60)
+    finally:
+        h.close()
+    h = restart(OtherModel())  # B again: resumed, not started over
+    try:
+        assert h.stores.manifest.pending_count("has_next") == total - 2
+        assert h.vectors.describe()["paused"] is None
+    finally:
+        h.close()
+    h = restart(FakeEmbedder())  # A again; B kept, then dropped once its time is up
+    try:
+        paused = h.vectors.describe()["paused"]
+        assert paused is not None and paused["vectors"] == 2
+        assert expire_paused(h.vectors, folder, now=paused["since"] + PAUSED_KEEP_S + 1)
+        assert _tables(cfg) == [a_name] and h.vectors.describe()["paused"] is None
+        assert h.stores.manifest.get_meta("vector_table_next") == ""
+        assert h.stores.manifest.vector_count("has_next") == 0
+        assert search(h, "restic backups of the NAS")[0]["vecScore"] is not None
+    finally:
+        h.close()
+    h = Harness(cfg, FakeEmbedder())  # A -> B (partial) -> C: B's table goes at once
+    try:
+        attach(cfg, h.vectors, OtherModel())
+        h.vectors.embed_pending(batch=2)
+        attach(cfg, h.vectors, ThirdModel())
+        assert _tables(cfg) == sorted([a_name, table_name_of(ThirdModel())])
+        h.sweep()
+        h.vectors.drop_retired(time.monotonic() + RETIRE_GRACE_S)
+        assert _tables(cfg) == [table_name_of(ThirdModel())]
+    finally:
+        h.close()
+
+
+def test_a_search_overtaken_by_the_switch_is_answered_by_the_new_table(harness: Harness) -> None:
+    """A search took the old table just before the switch and reads it after (an ANN search reads
+    the table, not a copy in memory): the old table stays until such searches are done, and one
+    that fails all the same asks the new table. It answered keyword-only, reported a damaged
+    table (PROBLEM) and set off a repair that ended the new table's index build."""
+    from sidecar.index.migration import attach
+    from sidecar.stores.vectors import VectorStore
+
+    harness.sweep()
+    attach(harness.cfg, harness.vectors, OtherModel())
+    old = harness.stores.serving
+    assert old is not None
+    while harness.stores.manifest.pending_count("has_next"):
+        harness.vectors.embed_pending()
+    assert harness.stores.building is not None  # every vector is there; the switch comes next
+    real_search = VectorStore.search
+
+    def search_during_switch(self: VectorStore, *args: Any, **kw: Any) -> Any:
+        if self is old.store and harness.stores.serving is old:
+            harness.vectors.embed_pending()  # the switch lands while this search runs
+            assert harness.stores.serving is not old
+            self._changed(None)  # no copy in memory: the table itself is read, as with an ANN index
+            kept = real_search(self, *args, **kw)  # the retired table still answers ...
+            assert kept
+            drop = getattr(harness.vectors, "drop_retired", None)
+            if drop is not None:
+                drop(time.monotonic() + RETIRE_GRACE_S)  # ... until it is dropped
+        return real_search(self, *args, **kw)
+
+    VectorStore.search = search_during_switch  # type: ignore[method-assign]
+    try:
+        r = Retriever(harness.stores, harness.slot, harness.cfg.search, harness.cfg.recall)
+        found = r.search(SearchRequest("restic backups of the NAS", 5, 0.0))
+    finally:
+        VectorStore.search = real_search  # type: ignore[method-assign]
+    assert found.degraded is None and found.hits[0].vec_score is not None
+    assert found.hits[0].reference == "wiki/Backups"
+    assert harness.stores.problems.active_in("vector_search") is None
+
+
+def test_a_rebuild_during_a_switch_embeds_with_the_configured_model_only(harness: Harness) -> None:
+    """`sidecar index --rebuild` while a switch runs: the switch ends, the configured model's table
+    serves and every chunk is embedded once, with that model. Both tables were emptied and the
+    retiring model embedded everything first (searches keyword-only meanwhile), its table dropped
+    minutes later: twice the work."""
+    from sidecar.index.migration import attach
+
+    harness.sweep()
+    old = harness.stores.serving
+    assert old is not None
+    retiring = old.model
+    assert isinstance(retiring, FakeEmbedder)
+    other = OtherModel()
+    attach(harness.cfg, harness.vectors, other)
+    harness.vectors.embed_pending(batch=2)
+    retiring.embedded.clear()
+    other.embedded.clear()
+    harness.indexer.clear()
+    serving = harness.stores.serving
+    assert serving is not None and serving.model is other and harness.stores.building is None
+    manifest = harness.stores.manifest
+    assert manifest.get_meta("vector_table") == serving.store.name
+    assert manifest.get_meta("vector_table_next") == ""
+    harness.sweep()
+    assert retiring.embedded == [] and len(other.embedded) == manifest.chunk_count()
+    assert search(harness, "restic backups of the NAS")[0]["vecScore"] is not None
+    assert serving.store.ids() == manifest.all_chunk_ids() and manifest.pending_count() == 0
+    harness.vectors.drop_retired(time.monotonic() + RETIRE_GRACE_S)
+    assert _tables(harness.cfg) == [serving.store.name]
+
+
+def test_a_stop_during_a_batch_ends_it_after_one_slice_and_keeps_that_work(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """SIGTERM while the model runs over a batch: the batch ends after the slice that runs (the
+    stop waited for all 256 texts, 10-12 s, past its bound) and what was computed is stored."""
+    from sidecar.index.vectoring import MODEL_SLICE
+    from tests.conftest import make_notes
+
+    vault = tmp_path / "many"
+    make_notes(vault, 60)
+    stop = threading.Event()
+
+    class Stopping(FakeEmbedder):
+        def embed_passages(self, texts: Any) -> Any:
+            stop.set()  # the stop arrives while the first slice runs
+            return super().embed_passages(texts)
+
+    h = Harness(make_cfg(vault), Stopping())
+    try:
+        h.indexer.sweep()
+        pending = h.stores.manifest.pending_count()
+        assert pending > MODEL_SLICE
+        assert h.vectors.embed_pending(stop=stop) == MODEL_SLICE
+        assert h.stores.manifest.pending_count() == pending - MODEL_SLICE
+        assert h.stores.vectors is not None and h.stores.vectors.count() == MODEL_SLICE
+        stop.clear()
+        while h.vectors.embed_pending():
+            pass
+        chunks, docs, vectors = store_counts(h)
+        assert chunks == docs == vectors
+    finally:
+        h.close()
+
+
+def test_the_switch_eta_uses_the_new_models_recent_rate(make_cfg: Any, tmp_path: Path) -> None:
+    """The rate behind status' ETA is per table and over the last batches: a switch's old model
+    catching up slowly (edits during the switch) no longer drags the new model's rate down (the
+    lifetime average of every embedding was 3x off). Time is the models' own, made up here."""
+    from sidecar.index.migration import attach
+    from sidecar.index.vectoring import RATE_BATCHES
+    from tests.conftest import make_notes
+
+    now = [0.0]
+
+    class Timed(FakeEmbedder):
+        seconds_per_text = 1.0
+
+        def embed_passages(self, texts: Any) -> Any:
+            now[0] += self.seconds_per_text * len(texts)
+            return super().embed_passages(texts)
+
+    class Fast(Timed):
+        model_id = "fast-model@2"
+        dim = 32
+        seconds_per_text = 0.1
+
+    vault = tmp_path / "many"
+    make_notes(vault, 40)
+    h = Harness(make_cfg(vault), Timed())
+    h.vectors.clock = lambda: now[0]
+    try:
+        h.indexer.sweep()
+        while h.vectors.embed_pending(batch=8):
+            pass
+        assert h.vectors.rate(h.stores.serving) == pytest.approx(1.0)
+        attach(h.cfg, h.vectors, Fast())
+        for _ in range(RATE_BATCHES):
+            h.vectors.embed_pending(batch=4)
+        described = h.vectors.describe()
+        assert described["building_rate_chunks_per_second"] == pytest.approx(10.0)
+        assert h.vectors.rate(h.stores.serving) == pytest.approx(1.0)
     finally:
         h.close()

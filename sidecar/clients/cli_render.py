@@ -24,6 +24,7 @@ def _until(ts: float) -> str:
 _PROBLEM_AREAS = {
     "index": "index updates",
     "embedding": "vectors",
+    "vectors": "vector table",
     "embedder": "model",
     "keyword_search": "keyword search",
     "vector_search": "vector search",
@@ -44,7 +45,7 @@ def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
         times = f", {p['count']} times" if p["count"] > 1 else ""
         out.append(f"PROBLEM ({area}, since {_ago(p['since'])}{times}): {shown(p['error'])}")
     areas = {p["area"] for p in problems["active"]}
-    if areas & {"index", "embedding", "memory_write", "memory_audit"}:
+    if areas & {"index", "embedding", "vectors", "memory_write", "memory_audit"}:
         todo.append("check free disk space and permissions of the home folder; the daemon retries by itself")
     if "stores" in areas:
         todo.append("restart the daemon so it rebuilds its index (e.g. `systemctl --user restart sidecar`)")
@@ -103,25 +104,33 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
     idx, emb = h["index"], h["embedder"]
     pending = idx["pending_vectors"]
     lines: list[str] = []
+    active = (h.get("problems") or {}).get("active", [])
+    # While vectors cannot be stored (a full disk) nothing moves: no ETA, say why instead.
+    stalled = any(p["area"] == "embedding" for p in active)
+
+    def eta(left: int, rate: float | None) -> str:
+        if stalled:
+            return ", paused: storing vectors fails (see PROBLEM below)"
+        return f", about {duration(left / rate)} left" if rate and left else ""
+
     if emb["state"] == "ok":
         lines.append(f"Embedder: ok ({emb['model']}, from {emb['origin']}){_fallback_words(emb, todo)}")
         if pending:
-            rate = idx.get("embed_rate_chunks_per_second")
-            eta = f", about {duration(pending / rate)} left" if rate else ""
+            left = eta(pending, idx.get("embed_rate_chunks_per_second"))
             lines.append(
-                f"Vectors: {pending:,} chunks waiting for vectors{eta}; keyword search covers them already"
+                f"Vectors: {pending:,} chunks waiting for vectors{left}; keyword search covers them already"
             )
         else:
             lines.append("Vectors: every chunk has a vector")
         vec = h.get("vectors") or {}
         if vec.get("building"):  # a model switch: the old model's vectors answer meanwhile
             left = vec.get("building_pending", 0)
-            rate = idx.get("embed_rate_chunks_per_second")
-            eta = f", about {duration(left / rate)} left" if rate and left else ""
             lines.append(
                 f"Model switch: {left:,} of {idx['chunks']:,} chunks still wait for {emb['model']}'s "
-                f"vectors{eta}; searches use {vec.get('serving_model')}'s until then"
+                f"vectors{eta(left, vec.get('building_rate_chunks_per_second'))}; searches use "
+                f"{vec.get('serving_model')}'s until then"
             )
+        lines += _paused_lines(vec)
     else:
         lines.append(f"Embedder: {emb['state']}" + (f": {shown(emb['error'])}" if emb.get("error") else ""))
         if emb["state"] == "failed":
@@ -133,6 +142,22 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
         elif emb["state"] == "off":
             lines.append("Vectors: off; search is keyword-only (embedder.enabled: true turns them on)")
     return lines
+
+
+def _paused_lines(vec: dict[str, Any]) -> list[str]:
+    """A switch undone before it finished: its table is kept a while, so switching back resumes it."""
+    paused = vec.get("paused")
+    if not paused:
+        return []
+    until = (
+        f" until {time.strftime('%Y-%m-%d %H:%M', time.localtime(paused['drop_at']))}"
+        if paused.get("drop_at")
+        else ""
+    )
+    return [
+        f"Paused model switch: {paused['vectors']:,} vectors in {paused['table']} are kept{until}; "
+        "switching back to that model resumes the switch, switching to another drops them"
+    ]
 
 
 def _fallback_words(emb: dict[str, Any], todo: list[str]) -> str:

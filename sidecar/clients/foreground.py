@@ -74,6 +74,7 @@ class Summary:
         self.clock = clock
         self.started = clock()
         self.eta = Eta()
+        self.switch_eta = Eta()
         self.said: set[str] = set()
         self.last_eta_line = -1e9
         self.offline: set[str] = set()
@@ -82,6 +83,14 @@ class Summary:
         if key not in self.said:
             self.said.add(key)
             out.append(line)
+
+    def _eta_due(self, now: float, left: float | None) -> bool:
+        """Whether a progress line is due: the first one at once, then one per ``_ETA_EVERY``."""
+        if now - self.last_eta_line < _ETA_EVERY or (left is None and "vectors" in self.said):
+            return False
+        self.said.add("vectors")
+        self.last_eta_line = now
+        return True
 
     def lines(self, h: dict[str, Any]) -> list[str]:
         out: list[str] = []
@@ -102,6 +111,7 @@ class Summary:
             out,
         )
         pending = idx["pending_vectors"]
+        vec = h.get("vectors") or {}
         fallback = emb.get("fallback")
         if emb["state"] == "ok" and fallback:
             self._once(
@@ -118,12 +128,20 @@ class Summary:
         elif pending:
             total = idx["chunks"]
             left = self.eta.update(total - pending, total, now)
-            if now - self.last_eta_line >= _ETA_EVERY and (left is not None or "vectors" not in self.said):
-                self.said.add("vectors")
-                self.last_eta_line = now
+            if self._eta_due(now, left):
                 eta = f", about {duration(left)} left" if left is not None else ""
                 out.append(f"vectors: {pending:,} of {total:,} chunks to embed{eta}")
-        elif idx["chunks"] or "vectors" in self.said:
+        elif vec.get("building"):  # a model switch: the previous model's vectors answer meanwhile
+            total, waiting = idx["chunks"], vec.get("building_pending", 0)
+            left = self.switch_eta.update(total - waiting, total, now)
+            if self._eta_due(now, left):
+                eta = f", about {duration(left)} left" if left is not None else ""
+                out.append(
+                    f"model switch: {waiting:,} of {total:,} chunks still wait for {emb['model']}'s "
+                    f"vectors{eta}; searches use {vec.get('serving_model')}'s until then"
+                )
+        elif vec.get("serving") and (idx["chunks"] or "vectors" in self.said):
+            # Only once the table is attached: before, a switch about to start looked done.
             self._once("done", f"done: every chunk has a vector (after {duration(now - self.started)})", out)
         for r in h.get("roots", []):
             if r["mode"] in ("offline", "held") and r["name"] not in self.offline:

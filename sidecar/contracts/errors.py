@@ -6,6 +6,7 @@ the CLI turns them into a message and an exit code, the server into an error res
 
 from __future__ import annotations
 
+import errno
 from enum import IntEnum
 
 
@@ -65,6 +66,35 @@ class StoreError(SidecarError):
 
 class StoreOutdatedError(StoreError):
     """A store written by another version with another layout: rebuilt, nothing is wrong."""
+
+
+class DiskFullError(StoreError):
+    """A store could not be written because its disk is full: a fault that passes, not damage
+    (nothing is moved aside; the write is tried again once there is space)."""
+
+
+# How a full disk reads in the messages of the engines that do not keep the errno: LanceDB's
+# ("No space left on device (os error 28)"), sqlite's ("database or disk is full"), a quota's.
+_DISK_FULL_WORDS = (
+    "no space left on device",
+    "os error 28",
+    "database or disk is full",
+    "disk quota exceeded",
+)
+
+
+def is_disk_full(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an error it was raised from) says the disk is full."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, DiskFullError):
+            return True
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if any(words in str(exc).lower() for words in _DISK_FULL_WORDS):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 class StorageError(SidecarError):

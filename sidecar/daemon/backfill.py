@@ -10,26 +10,34 @@ burst and builds the ANN index once the table is large.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 
 from sidecar.config import Config
-from sidecar.contracts.errors import EmbedderError, StoreError
+from sidecar.contracts.errors import EmbedderError, StoreError, is_disk_full
 from sidecar.index.indexer import Activity
 from sidecar.index.migration import attach
 from sidecar.index.problems import Problems
 from sidecar.index.repair import Repair
 from sidecar.index.vectoring import Vectoring
+from sidecar.index.vectortables import tidy_paused
 from sidecar.model.embedder import Embedder, EmbedderSlot
 from sidecar.runtime import heap
+from sidecar.runtime.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
 # Compact the vector table a minute after the last write: after a burst of memory writes the
 # table held ~900 versions and ~500 fragments until the hourly optimize (bench/soak.py).
 COMPACT_AFTER_QUIET_S = 60.0
-# A failed batch of vectors is tried again after this long.
-EMBED_RETRY_S = 5.0
+# A failed batch of vectors is tried again after 5 s, 10 s, ... up to a minute (its vectors are
+# kept for the retry, see Vectoring._stash).
+EMBED_RETRY = Backoff(base=5.0, cap=60.0)
+# Attaching the vector tables (at start, at a model switch) is tried again after 5 s, 10 s, ...
+# up to 5 min: a full disk or a locked manifest passes; a thread that gave up left vector search
+# off until a restart.
+ATTACH_RETRY = Backoff(base=5.0, cap=300.0)
 
 
 class Backfill:
@@ -66,6 +74,7 @@ class Backfill:
             return
         self._ann_checked = 0.0
         busy = False
+        failures = 0
         act = self.activity
         while not self.stop.is_set():
             model = self.slot.model
@@ -81,18 +90,13 @@ class Backfill:
                 self.stop.wait(0.2)
                 continue
             try:
-                stored = self.vectors.embed_pending()
+                stored = self.vectors.embed_pending(stop=self.stop)
                 busy = busy or stored > 0
+                failures = 0
                 self.problems.clear("embedding")
             except Exception as exc:  # ours, or e.g. sqlite "disk is full" while flagging vectors
-                if isinstance(exc, (StoreError, EmbedderError)):
-                    log.error("embedding_failed error=%s", exc)
-                    why = str(exc)
-                else:  # unexpected: keep the traceback
-                    log.exception("embedding_crashed")
-                    why = f"{type(exc).__name__}: {exc}"
-                self.problems.report("embedding", f"storing vectors failed: {why} (retrying)")
-                self.stop.wait(EMBED_RETRY_S)
+                failures += 1
+                self._embed_failed(exc, EMBED_RETRY.delay(failures))
                 continue
             if stored == 0:
                 if busy:
@@ -101,24 +105,80 @@ class Backfill:
                 self._upkeep()
                 self.vectors.wait_for_writes(1.0)
 
+    def _embed_failed(self, exc: Exception, delay: float) -> None:
+        if is_disk_full(exc):
+            log.error("embedding_failed reason=disk full error=%s retry_in=%.0fs", exc, delay)
+            why = f"the disk of {self.cfg.index_dir} is full ({exc})"
+        elif isinstance(exc, (StoreError, EmbedderError)):
+            log.error("embedding_failed error=%s retry_in=%.0fs", exc, delay)
+            why = str(exc)
+        else:  # unexpected: keep the traceback
+            why = f"{type(exc).__name__}: {exc}"
+            log.error("embedding_crashed error=%s retry_in=%.0fs", why, delay, exc_info=exc)
+        self.problems.report("embedding", f"storing vectors failed: {why} (retrying in {delay:.0f} s)")
+        self.stop.wait(delay)
+
     def _attach(self, model: Embedder) -> bool:
-        """Serve vectors at start; a table that cannot be attached is checked and, if it cannot be
-        read, replaced (it would fail the same way after every restart)."""
+        """Serve vectors (at start, at a switch), tried again with a growing wait until it works;
+        False only when the daemon stops. A table that cannot be attached is checked and, if it
+        cannot be read, replaced (it would fail the same way after every restart); a full disk or
+        a manifest that cannot be written is a fault that passes, reported and waited out."""
+        failures = 0
+        while not self.stop.is_set():
+            try:
+                self._attach_once(model)
+            except Exception as exc:  # never ends the thread: vector search would stay off
+                failures += 1
+                delay = ATTACH_RETRY.delay(failures)
+                self._attach_failed(exc, delay, model)
+                if self.stop.wait(delay):
+                    return False
+                continue
+            self.problems.clear("vectors")
+            heap.trim()  # the reconcile's id sets are garbage now
+            return True
+        return False
+
+    def _attach_once(self, model: Embedder) -> None:
         try:
             attach(self.cfg, self.vectors, model, self.problems)
         except StoreError as exc:
+            if is_disk_full(exc):
+                raise
             log.error("vectors_unavailable error=%s", exc)
-            try:
-                self.repair.repair_vectors(f"attaching failed: {exc}")
-            except StoreError as again:
-                log.error("vectors_unavailable error=%s; keyword search only", again)
-                self.problems.report("vector_search", f"vector table unavailable: {again}")
-                return False
-        heap.trim()  # the reconcile's id sets are garbage now
-        return True
+            self.repair.repair_vectors(f"attaching failed: {exc}")
+            # Once more over the repaired table (a switch, too, begins only then); a failure
+            # again waits for the next try.
+            attach(self.cfg, self.vectors, model, self.problems)
+
+    def _attach_failed(self, exc: Exception, delay: float, model: Embedder) -> None:
+        serving = self.vectors.stores.serving
+        if serving is None:
+            meanwhile = "vector search is off meanwhile (keyword results only)"
+        elif serving.model is model:
+            meanwhile = f"searches keep using {serving.model.model_id}'s vectors"
+        else:  # a switch whose new table cannot be made yet: the old one serves, nothing is lost
+            meanwhile = (
+                f"searches keep using {serving.model.model_id}'s vectors; the switch to "
+                f"{model.model_id} starts once this works"
+            )
+        if is_disk_full(exc):
+            why = f"the disk of {self.cfg.index_dir} is full ({exc})"
+            log.error("vectors_unavailable reason=disk full error=%s retry_in=%.0fs", exc, delay)
+        elif isinstance(exc, (StoreError, OSError, sqlite3.Error)):
+            why = str(exc)
+            log.error("vectors_unavailable error=%s retry_in=%.0fs", exc, delay)
+        else:  # unexpected: keep the traceback
+            why = f"{type(exc).__name__}: {exc}"
+            log.error("vectors_attach_crashed error=%s retry_in=%.0fs", why, delay, exc_info=exc)
+        self.problems.report(
+            "vectors", f"the vector table cannot be opened: {why}; {meanwhile} (retrying in {delay:.0f} s)"
+        )
 
     def _upkeep(self) -> None:
-        """While nothing waits for a vector: compact after a write burst, build the ANN index."""
+        """While nothing waits for a vector: drop a table a switch retired, compact after a write
+        burst, build the ANN index."""
+        self.vectors.drop_retired()
         try:
             if self.vectors.compact_if_quiet(COMPACT_AFTER_QUIET_S):
                 heap.trim()
@@ -126,6 +186,7 @@ class Backfill:
             log.error("vectors_compact_failed error=%s", exc)
         if time.monotonic() - self._ann_checked > 60:
             self._ann_checked = time.monotonic()
+            tidy_paused(self.vectors, self.cfg.index_dir / "vectors")
             try:
                 if self.vectors.ensure_ann():
                     heap.trim()  # the build's buffers (hundreds of MB at 100 k vectors)

@@ -144,7 +144,7 @@ class Handlers:
         pending = self.manifest.pending_count() if embedder["state"] != "off" else 0
         state = self.indexer.index_state(pending, embedder["state"])
         vec = self.vectors
-        rate = vec.embedded / vec.embed_seconds if vec.embed_seconds > 0 else None
+        rate = vec.rate(vec.stores.serving)  # recent batches of the serving table
         return {
             "version": __version__,
             "protocol": PROTOCOL_VERSION,

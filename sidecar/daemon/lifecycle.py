@@ -165,7 +165,7 @@ class Daemon:
         )
 
         def status() -> str:
-            return status_line(indexer.activity, parts.supervisor, manifest, self.slot.state)
+            return status_line(indexer.activity, parts.supervisor, manifest, self.slot.state, vectors)
 
         notify = (lambda: self.watchdog.notify(status)) if self.notifier.enabled else None
         scheduler = self._scheduler = build_scheduler(

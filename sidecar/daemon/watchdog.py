@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from sidecar.config import Config
 from sidecar.index.indexer import Activity
+from sidecar.index.vectoring import Vectoring
 from sidecar.runtime.notify import Notifier
 from sidecar.stores.manifest import Manifest
 from sidecar.vault.supervisor import Supervisor
@@ -58,7 +59,13 @@ class Watchdog:
                 log.error("watchdog_missed event_loop_ok=%s indexer_ok=%s", loop_ok, indexer_ok)
 
 
-def status_line(act: Activity, supervisor: Supervisor, manifest: Manifest, embedder_state: str) -> str:
+def status_line(
+    act: Activity,
+    supervisor: Supervisor,
+    manifest: Manifest,
+    embedder_state: str,
+    vectors: Vectoring | None = None,
+) -> str:
     """One line for `systemctl status`: what the daemon is doing right now."""
     offline = [st.name for st in supervisor.roots.values() if st.offline]
     if not act.first_sweep_done:  # before the first sweep's end (also while it is still starting)
@@ -73,6 +80,9 @@ def status_line(act: Activity, supervisor: Supervisor, manifest: Manifest, embed
             text += ", keyword search only (vectors off)"
         elif embedder_state != "ok":
             text += f", keyword search only (model {embedder_state})"
+        if vectors is not None and vectors.stores.building is not None:
+            waiting = manifest.pending_count("has_next")
+            text += f"; model switch: {waiting:,} chunks wait for the new model's vectors"
     if offline:
         text += f"; offline: {', '.join(offline)}"
     return text

@@ -13,34 +13,43 @@ import logging
 from dataclasses import replace
 
 from sidecar.config import Config, model_settings
-from sidecar.contracts.errors import EmbedderError, StoreError
+from sidecar.contracts.errors import DiskFullError, EmbedderError, StoreError, is_disk_full
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Vectoring
+from sidecar.index.vectortables import tidy
 from sidecar.model.embedder import Embedder, load_model, model_name
 from sidecar.stores.lifecycle import open_vectors
-from sidecar.stores.vectors import VectorStore, table_model
+from sidecar.stores.vectors import VectorStore, table_model, table_name
 
 log = logging.getLogger(__name__)
 
 
 def attach(cfg: Config, vectors: Vectoring, model: Embedder, problems: Problems | None = None) -> None:
     """Serve vectors of ``model``; if the index holds another model's vectors, keep serving those
-    (queried with that model) while the new table is built, as long as the old model can be loaded."""
-    new = open_vectors(cfg, model.model_id, model.dim, model.pooling, problems)
+    (queried with that model) while the new table is built, as long as the old model can be loaded.
+
+    The old table serves before the new one is created: creating it can fail (a full disk raises
+    DiskFullError, for the caller to try again), and searches keep the old vectors meanwhile."""
     old_name = vectors.serving_table()
-    if old_name and old_name != new.name:
-        # Attached already when a fallback model answered until the configured one loaded (a
-        # retry): that table and model go on serving, the old model is not loaded a second time.
+    if old_name and old_name != table_name(model.model_id, model.dim, model.pooling):
+        # Attached already when a fallback answered until the configured one loaded, or at an
+        # earlier try that failed: that table and model go on serving, the old model is not
+        # loaded a second time.
         previous = _attached(vectors, old_name) or open_previous(cfg, old_name)
         if previous is not None:
+            if vectors.stores.serving is None:
+                vectors.attach(*previous)
+            new = open_vectors(cfg, model.model_id, model.dim, model.pooling, problems)
             vectors.begin_migration(previous[0], previous[1], new, model)
+            tidy(vectors, cfg.index_dir / "vectors")
             return
         log.warning(
             "vectors_rebuild table=%s reason=the previous model cannot be loaded; vectors are recomputed "
             "and search is keyword-only for chunks without one meanwhile",
-            new.name,
+            table_name(model.model_id, model.dim, model.pooling),
         )
-    vectors.attach(new, model)
+    vectors.attach(open_vectors(cfg, model.model_id, model.dim, model.pooling, problems), model)
+    tidy(vectors, cfg.index_dir / "vectors")
 
 
 def _attached(vectors: Vectoring, table: str) -> tuple[VectorStore, Embedder] | None:
@@ -55,7 +64,11 @@ def serving_model(cfg: Config, vectors: Vectoring) -> Embedder | None:
     configured model cannot be (that table is whole, so search stays whole and new notes get
     vectors in it); None for an index without vectors."""
     table = vectors.serving_table()
-    previous = open_previous(cfg, table) if table else None
+    try:
+        previous = open_previous(cfg, table) if table else None
+    except DiskFullError as exc:  # not loadable now; the model retry (embedder.retryMinutes) asks again
+        log.info("previous_model_unavailable table=%s error=%s", table, exc)
+        return None
     return previous[1] if previous is not None else None
 
 
@@ -74,5 +87,7 @@ def open_previous(cfg: Config, table: str) -> tuple[VectorStore, Embedder] | Non
             return None
         return VectorStore(cfg.index_dir / "vectors", model_id, dim, pooling), old_model
     except (EmbedderError, StoreError, OSError, ValueError) as exc:
+        if is_disk_full(exc):  # not gone, only not loadable now: its vectors must not be given up
+            raise DiskFullError(f"the previous model's table {table} cannot be opened: {exc}") from exc
         log.info("previous_model_unavailable table=%s error=%s", table, exc)
         return None

@@ -12,7 +12,7 @@ import logging
 import time
 
 from sidecar.config import Config
-from sidecar.contracts.errors import StoreError
+from sidecar.contracts.errors import DiskFullError, StoreError
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.model.embedder import EmbedderSlot
@@ -141,8 +141,11 @@ class Repair:
             try:
                 store.verify()
                 rebuilt = False
+            except DiskFullError:
+                raise  # no damage: nothing to replace
             except StoreError as exc:
-                discard_vectors(store.path, f"could not be read ({exc}; searches: {reason})", problems)
+                why = f"could not be read ({exc}; searches: {reason})"
+                discard_vectors(store.path, store.name, why, problems)
                 store = open_vectors(self.cfg, model.model_id, model.dim, model.pooling, problems)
                 rebuilt = True
             self.vectors.attach(store, model)

@@ -16,8 +16,9 @@ before the table changes (bounded; ``sidecar.runtime.foreground``).
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,13 +27,14 @@ from typing import Any
 
 import numpy as np
 
+from sidecar.contracts.errors import StoreError
 from sidecar.index.problems import Problems
 from sidecar.model.embedder import Embedder
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.group import GroupCommit
 from sidecar.stores.bm25 import Bm25Index
 from sidecar.stores.manifest import Manifest
-from sidecar.stores.vectors import VectorStore
+from sidecar.stores.vectors import VectorStore, drop_table
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,23 @@ WRITE_YIELD_S = 0.5
 BACKFILL_YIELD_S = 2.0
 # Vectors a duplicate check computed, kept by text hash until its write embeds (bounded).
 MAX_EXPECTED = 512
+# Vectors of batches that could not be stored (a full disk), kept for the retry: four batches,
+# 1.5 MB at 384 dimensions.
+MAX_STASHED = 1024
+# The ETA's rate is taken over this many of the backfill's last batches of a table (about 2,000
+# chunks): recent enough to follow a machine that got busier, long enough to be steady.
+RATE_BATCHES = 8
+# The model runs over a batch this many texts at a time, so that a stop waits for one slice (a
+# batch of 256 took 10-60 s on a loaded machine and ran past the stop's bound); as fast as one run.
+MODEL_SLICE = 16
+# The old model's table is dropped this long after a switch: searches that took it just before
+# still read it (an ANN search reads the table, not a copy in memory).
+RETIRE_GRACE_S = 60.0
+# A switch undone before it finished (A -> B -> A): B's table is kept this long, so that switching
+# to B again resumes it, then dropped (at once when a third model is switched to). The manifest
+# keeps when it was paused under this key.
+PAUSED_KEEP_S = 7 * 86400.0
+PAUSED_SINCE = "vector_table_next_paused"
 
 
 @dataclass
@@ -83,6 +102,10 @@ def _stamp(store: VectorStore) -> str:
     return f"{store.name}@{store.version()}#{store.files_signature()}"
 
 
+def _rounded(rate: float | None) -> float | None:
+    return round(rate, 2) if rate else None
+
+
 def source_agent(key: str) -> tuple[str, str]:
     parts = key.split("/", 2)
     return parts[0], parts[1] if parts[0] == "memory" else ""
@@ -101,7 +124,17 @@ class Vectoring:
         # Vectors of deleted chunks are kept by text this long and up to this many (0: not at all).
         self.keep_seconds = keep_seconds
         self.keep_max = keep_max
-        self.embed_seconds = 0.0
+        self.embed_seconds = 0.0  # time spent storing ``stored`` vectors
+        self.stored = 0  # vectors stored, computed or reused
+        # The backfill's last batches per table, (stored, seconds): the rate of status' ETA. Per
+        # table (a switch's old model catching up ran at a third of the new one's speed) and
+        # recent only (the lifetime average was 3x off).
+        self._recent: dict[str, deque[tuple[int, float]]] = {}
+        self.clock = time.perf_counter
+        self._failed_seconds = 0.0  # time of batches not stored yet (counted once one is)
+        # Vectors of a batch that could not be stored, by (table, text hash), for its retry.
+        self._stashed: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self._retired: dict[str, tuple[VectorStore, float]] = {}  # name -> (table, drop after)
         self.last_optimize: float | None = None
         self._unsure: set[str] = set()  # flags whose table may disagree with the manifest
         self._claims: Counter[str] = Counter()  # keys a memory write embeds itself (the backfill skips)
@@ -135,11 +168,22 @@ class Vectoring:
                 manifest.set_meta("vector_table", store.name)
             if manifest.get_meta("vectors_clean") == _stamp(store):
                 log.info("vectors_clean table=%s (stopped cleanly: no reconcile)", store.name)
+                self._unstamp(store.name)
             else:
                 self._reconcile(store, "has_vector")
-            manifest.set_meta("vectors_clean", "")  # until the next clean stop
+                manifest.set_meta("vectors_clean", "")  # until the next clean stop
             self.stores.serving = VectorSet(store, model, "has_vector")
         self._changed.set()
+
+    def _unstamp(self, table: str) -> None:
+        """Clear the clean-stop stamp of a table that serves as it is; on a full disk it serves
+        all the same (read-only until there is space): a change to the table no longer matches
+        the stamp anyway, and the first write checks table and flags (``_unsure``) first."""
+        try:
+            self.manifest.set_meta("vectors_clean", "")
+        except sqlite3.Error as exc:
+            log.warning("vectors_clean_kept table=%s error=%s", table, exc)
+            self._unsure.add("has_vector")
 
     def begin_migration(
         self, old: VectorStore, old_model: Embedder, new: VectorStore, model: Embedder
@@ -147,10 +191,18 @@ class Vectoring:
         """Keep serving ``old`` (queried with ``old_model``) while ``new`` is filled with ``model``."""
         manifest = self.manifest
         with self.stores.write_lock:
-            if manifest.get_meta("vector_table_next") != new.name:
+            before = manifest.get_meta("vector_table_next")
+            if before != new.name:
                 manifest.reset_vectors("has_next")
                 manifest.set_meta("vector_table_next", new.name)
-            self._reconcile(old, "has_vector")
+                if before and before != old.name:  # a third model: the paused switch's table goes
+                    drop_table(new.path, before)
+                    log.info("vectors_dropped table=%s reason=a switch to another model began", before)
+            if manifest.get_meta(PAUSED_SINCE):
+                manifest.set_meta(PAUSED_SINCE, "")
+            serving = self.stores.serving
+            if serving is None or serving.store is not old:  # else attached (and reconciled) already
+                self._reconcile(old, "has_vector")
             self._reconcile(new, "has_next")
             self.stores.serving = VectorSet(old, old_model, "has_vector")
             self.stores.building = VectorSet(new, model, "has_next")
@@ -185,16 +237,19 @@ class Vectoring:
 
     # --- embedding ---------------------------------------------------------------------------
 
-    def embed_pending(self, batch: int = 256) -> int:
-        """One batch for the serving table, else for the table being built; how many were stored."""
+    def embed_pending(self, batch: int = 256, stop: Event | None = None) -> int:
+        """One batch for the serving table, else for the table being built; how many were stored.
+        ``stop`` set (the daemon stops) ends the batch after the model's slice that runs, and what
+        was computed is stored."""
         stores = self.stores
         if stores.serving is not None:
-            done = self._embed(stores.serving, self._unclaimed(stores.manifest.pending_vectors(batch)))
+            rows = self._unclaimed(stores.manifest.pending_vectors(batch))
+            done = self._embed(stores.serving, rows, stop=stop, timed=True)
             if done:
                 return done
         if stores.building is not None:
             rows = self._unclaimed(stores.manifest.pending_vectors(batch, flag="has_next"))
-            done = self._embed(stores.building, rows)
+            done = self._embed(stores.building, rows, stop=stop, timed=True)
             if done == 0 and not self._claims and stores.manifest.pending_count("has_next") == 0:
                 self._finish_migration()
             return done
@@ -246,12 +301,56 @@ class Vectoring:
                 self._embed(vs, rows, WRITE_YIELD_S)
 
     def _embed(
-        self, vs: VectorSet, rows: list[tuple[str, str, str, str]], wait: float = BACKFILL_YIELD_S
+        self,
+        vs: VectorSet,
+        rows: list[tuple[str, str, str, str]],
+        wait: float = BACKFILL_YIELD_S,
+        *,
+        stop: Event | None = None,
+        timed: bool = False,
     ) -> int:
+        """Vectors for ``rows`` into ``vs``'s table; how many were stored. ``timed``: a backfill
+        batch, whose rate status' ETA uses (a memory write's few chunks say little about it)."""
         if not rows:
             return 0
-        t0 = time.perf_counter()
-        vecs = self._vectors_for(vs, rows, wait)
+        t0 = self.clock()
+        rows, vecs = self._vectors_for(vs, rows, wait, stop)
+        try:
+            stored = self._store(vs, rows, vecs, wait)
+        except BaseException:
+            # Not stored (a full disk): the vectors wait for the retry instead of the model
+            # running over the same batch again, and the time counts once the batch is stored.
+            self._stash(vs, rows, vecs)
+            self._failed_seconds += self.clock() - t0
+            raise
+        seconds = self.clock() - t0 + self._failed_seconds
+        self._failed_seconds = 0.0
+        self.embed_seconds += seconds
+        self.stored += stored
+        if timed:
+            self._recent.setdefault(vs.store.name, deque(maxlen=RATE_BATCHES)).append((stored, seconds))
+        return stored
+
+    def rate(self, vs: VectorSet | None) -> float | None:
+        """Vectors stored per second over the backfill's last batches for ``vs``'s table."""
+        window = self._recent.get(vs.store.name) if vs is not None else None
+        if not window:
+            return None
+        stored, seconds = sum(n for n, _ in window), sum(t for _, t in window)
+        return stored / seconds if stored and seconds > 0 else None
+
+    def _stash(self, vs: VectorSet, rows: list[tuple[str, str, str, str]], vecs: Any) -> None:
+        """Keep the vectors of a batch that could not be stored, by text (bounded)."""
+        with self._expect_lock:
+            for row, vec in zip(rows, vecs, strict=True):
+                if row[3]:
+                    self._stashed[(vs.store.name, row[3])] = vec
+                    self._stashed.move_to_end((vs.store.name, row[3]))
+            while len(self._stashed) > MAX_STASHED:
+                self._stashed.popitem(last=False)
+
+    def _store(self, vs: VectorSet, rows: list[tuple[str, str, str, str]], vecs: Any, wait: float) -> int:
+        """Add the rows still pending to the table and flag them; how many were."""
         stores = self.stores
         FOREGROUND.yield_to(wait)
         with stores.write_lock:
@@ -278,13 +377,15 @@ class Vectoring:
             except BaseException:
                 self._unsure.add(vs.flag)
                 raise
-        self.embed_seconds += time.perf_counter() - t0
         return len(keep)
 
-    def _vectors_for(self, vs: VectorSet, rows: list[tuple[str, str, str, str]], wait: float) -> Any:
+    def _vectors_for(
+        self, vs: VectorSet, rows: list[tuple[str, str, str, str]], wait: float, stop: Event | None = None
+    ) -> tuple[list[tuple[str, str, str, str]], Any]:
         """Vectors for rows of (chunk_id, key, embed_text, embed_hash): each distinct text is embedded
         once, and a text that already has a vector in this table (a template, a copied block, a
-        moved note) reuses it instead of running the model."""
+        moved note) reuses it instead of running the model. The rows that got one (all, unless
+        ``stop`` ended the model's run early) and their vectors."""
         ident = [r[3] or "#" + r[0] for r in rows]  # a row without a hash shares with nobody
         first: dict[str, int] = {}
         for i, h in enumerate(ident):
@@ -300,21 +401,57 @@ class Vectoring:
                 if vec.shape[0] == vs.store.dim:
                     known[h] = vec
                     self.kept_reused += sum(1 for x in ident if x == h)
-        if self._expected:
-            with self._expect_lock:
-                for h in first:
-                    ready = self._expected.get((id(vs.model), h)) if h not in known else None
-                    if ready is not None:
-                        known[h] = ready
-                        self.expected_used += 1
-        todo = [i for h, i in first.items() if h not in known]
-        if todo:
-            FOREGROUND.yield_to(wait)
-            fresh = vs.model.embed_passages([rows[i][2] for i in todo])
-            known.update((ident[i], fresh[n]) for n, i in enumerate(todo))
-        self.reused += len(rows) - len(todo)
-        self.embedded += len(todo)
-        return np.stack([known[h] for h in ident]).astype(np.float32)
+        stashed = self._take_ready(vs, [h for h in first if h not in known], known)
+        fresh = self._run_model(vs, rows, [i for h, i in first.items() if h not in known], wait, stop)
+        known.update((ident[i], vec) for i, vec in fresh.items())
+        done = [i for i, h in enumerate(ident) if h in known]
+        # A stashed vector was computed (and counted) before its batch failed: not a reuse.
+        self.reused += len(done) - len(fresh) - sum(1 for i in done if ident[i] in stashed)
+        return [rows[i] for i in done], np.stack([known[ident[i]] for i in done]).astype(np.float32)
+
+    def _run_model(
+        self,
+        vs: VectorSet,
+        rows: list[tuple[str, str, str, str]],
+        todo: list[int],
+        wait: float,
+        stop: Event | None,
+    ) -> dict[int, Any]:
+        """The model over the texts of ``todo`` (row indices), shortest first, a slice at a time:
+        a stop ends it after the slice that runs (a second, not the batch's ten or more, which
+        the stop then lost), and the slices done are stored. Row index -> vector."""
+        out: dict[int, Any] = {}
+        if not todo:
+            return out
+        FOREGROUND.yield_to(wait)
+        order = sorted(todo, key=lambda i: len(rows[i][2]))  # little padding, as in one run
+        for start in range(0, len(order), MODEL_SLICE):
+            if start and stop is not None and stop.is_set():
+                log.info("embedding_stopped computed=%d of=%d (those are stored)", start, len(order))
+                break
+            part = order[start : start + MODEL_SLICE]
+            vecs = vs.model.embed_passages([rows[i][2] for i in part])
+            out.update(zip(part, vecs, strict=True))
+            self.embedded += len(part)
+        return out
+
+    def _take_ready(self, vs: VectorSet, hashes: list[str], known: dict[str, Any]) -> set[str]:
+        """Into ``known``: vectors computed already for these texts, of a batch that could not be
+        stored (taken) or of a memory write's duplicate check; the hashes of the former."""
+        stashed: set[str] = set()
+        if not (self._expected or self._stashed):
+            return stashed
+        with self._expect_lock:
+            for h in hashes:
+                ready = self._stashed.pop((vs.store.name, h), None)
+                if ready is not None:
+                    stashed.add(h)
+                else:
+                    ready = self._expected.get((id(vs.model), h))
+                    self.expected_used += ready is not None
+                if ready is not None:
+                    known[h] = ready
+        return stashed
 
     def _finish_migration(self) -> None:
         stores = self.stores
@@ -324,17 +461,45 @@ class Vectoring:
                 return
             with stores.manifest.transaction() as db:
                 stores.manifest.promote_next(db)
-            stores.manifest.set_meta("vector_table", building.store.name)
-            stores.manifest.set_meta("vector_table_next", "")
+                stores.manifest.name_tables(db, building.store.name, "")
             stores.serving = VectorSet(building.store, building.model, "has_vector")
             stores.building = None
-        if serving is not None:
-            serving.store.drop()
+            if serving is not None:
+                self._retire(serving.store)
         log.info(
-            "vectors_switched table=%s dropped=%s",
+            "vectors_switched table=%s retired=%s (dropped in %.0f s)",
             building.store.name,
             serving.store.name if serving else None,
+            RETIRE_GRACE_S,
         )
+
+    def _retire(self, store: VectorStore) -> None:
+        """Drop ``store`` once the searches that took it just before a switch are done (they
+        read it after the switch: dropped at once, they failed, answered keyword-only, reported
+        a damaged table and set off a repair that ended the new table's index build)."""
+        self._retired[store.name] = (store, time.monotonic() + RETIRE_GRACE_S)
+
+    def retired_tables(self) -> set[str]:
+        """Tables a switch retired, not dropped yet."""
+        return set(self._retired)
+
+    def drop_retired(self, now: float | None = None) -> list[str]:
+        """Drop the retired tables whose grace has passed (the backfill calls this while idle);
+        one that cannot be dropped now is tried again next time. Their names."""
+        now = time.monotonic() if now is None else now
+        dropped = []
+        for name, (store, due) in list(self._retired.items()):
+            if due > now:
+                continue
+            try:
+                store.drop()
+            except StoreError as exc:
+                log.warning("vectors_drop_failed table=%s error=%s", name, exc)
+                continue
+            del self._retired[name]
+            log.info("vectors_dropped table=%s reason=retired by a model switch", name)
+            dropped.append(name)
+        return dropped
 
     # --- upkeep ------------------------------------------------------------------------------
 
@@ -377,8 +542,41 @@ class Vectoring:
             manifest.prune_kept(now - self.keep_seconds, self.keep_max)
 
     def clear(self) -> None:
-        for store in self.stores.vector_stores():
-            store.clear()
+        """Empty the tables (a rebuild; the manifest's chunks are gone already). A rebuild during
+        a switch ends it: every chunk is embedded again anyway, so only with the configured model
+        (the retiring one's table was filled first, then dropped minutes later: twice the work)."""
+        stores = self.stores
+        with stores.write_lock:
+            building, serving = stores.building, stores.serving
+            if building is None:
+                for store in stores.vector_stores():
+                    store.clear()
+                self._forget_paused()
+                return
+            building.store.clear()
+            with self.manifest.transaction() as db:
+                self.manifest.name_tables(db, building.store.name, "")
+            stores.serving = VectorSet(building.store, building.model, "has_vector")
+            stores.building = None
+            self._unsure.clear()  # every table and flag is empty now
+            if serving is not None:
+                self._retire(serving.store)
+        log.info(
+            "vectors_switch_ended table=%s retired=%s reason=index rebuilt",
+            building.store.name,
+            serving.store.name if serving else None,
+        )
+
+    def _forget_paused(self) -> None:
+        """A rebuild drops a paused switch's table too: its vectors' chunks are gone."""
+        table = self.manifest.get_meta("vector_table_next")
+        serving = self.stores.serving
+        if not table or serving is None:
+            return
+        self.manifest.set_meta("vector_table_next", "")
+        self.manifest.set_meta(PAUSED_SINCE, "")
+        drop_table(serving.store.path, table)
+        log.info("vectors_dropped table=%s reason=index rebuilt (a paused switch)", table)
 
     def optimize(self) -> None:
         for store in self.stores.vector_stores():
@@ -409,6 +607,23 @@ class Vectoring:
             if vs is not None:
                 vs.store.tune(ann_kind, nprobes, ann_threshold)
 
+    def paused_switch(self) -> dict[str, Any] | None:
+        """A switch undone before it finished: the manifest still names its table as the next one,
+        but nothing builds it (the configured model is the serving one's again, or cannot load)."""
+        stores = self.stores
+        if stores.serving is None or stores.building is not None:  # not attached yet, or building
+            return None
+        table = self.manifest.get_meta("vector_table_next")
+        if not table:
+            return None
+        since = float(self.manifest.get_meta(PAUSED_SINCE) or 0) or None
+        return {
+            "table": table,
+            "vectors": self.manifest.vector_count("has_next"),
+            "since": since,
+            "drop_at": since + PAUSED_KEEP_S if since else None,
+        }
+
     def describe(self) -> dict[str, Any]:
         s, b = self.stores.serving, self.stores.building
         return {
@@ -418,6 +633,9 @@ class Vectoring:
             "ann_kind": s.store.ann_kind if s else None,
             "building": b.store.name if b else None,
             "building_pending": self.manifest.pending_count("has_next") if b else 0,
+            "building_rate_chunks_per_second": _rounded(self.rate(b)),
+            "paused": self.paused_switch(),
+            "retired": sorted(self._retired),
             "last_optimize": self.last_optimize,
             "embedded": self.embedded,
             "reused": self.reused,

@@ -349,19 +349,48 @@ class Retriever:
         if not qa.words and vectors is None:
             return found([], None)
         try:
-            if early is not None and early.serving is serving:
-                hits = early.found.result()
-            else:  # no early start, or the serving table changed meanwhile
-                queries = list(vectors) if vectors is not None else [self.query_vector(serving.model, text)]
-                hits = [serving.store.search(q, fetch, sources, req.agent) for q in queries]
+            hits = self._vector_hits(serving, vectors, text, req, early=early)
             problems.clear("vector_search")
             return replace(found(hits, bm_note), pending=self.pending_vectors())
         except (EmbedderError, StoreError) as exc:
-            log.warning("vector_search_failed error=%s", exc)
-            problems.report("vector_search", str(exc))
+            if self.stores.serving is not serving:
+                # A model switch overtook this search (the old table went): no damage, nothing
+                # to report or repair; the next search asks the new table.
+                log.info("vector_search_overtaken reason=model switch error=%s", exc)
+                why = "the vector table was just switched to another model"
+            else:
+                log.warning("vector_search_failed error=%s", exc)
+                problems.report("vector_search", str(exc))
+                why = f"vector search failed ({exc})"
             if bm_error is not None:
-                raise no_arm(f"vector search failed too ({exc})") from exc
-            return found([], f"vector search failed ({exc}); keyword results only")
+                raise no_arm(f"{why} too") from exc
+            return found([], f"{why}; keyword results only")
+
+    def _vector_hits(
+        self,
+        serving: VectorSet,
+        vectors: Sequence[np.ndarray[Any, Any]] | None,
+        text: str,
+        req: SearchRequest,
+        *,
+        early: EarlyVectors | None,
+    ) -> list[VecList]:
+        """Each vector query's hits from ``serving``; a search overtaken by a model switch (its
+        table dropped under it) asks the new serving table, with that table's model, once."""
+        fetch = self._fetch(req)
+        try:
+            if early is not None and early.serving is serving:
+                return early.found.result()
+            # No early start, or the serving table changed meanwhile.
+            queries = list(vectors) if vectors is not None else [self.query_vector(serving.model, text)]
+            return [serving.store.search(q, fetch, req.sources, req.agent) for q in queries]
+        except (EmbedderError, StoreError) as exc:
+            current = self.stores.serving
+            if current is None or current is serving or vectors is not None:
+                raise  # the given query vectors are the old model's: not for the new table
+            log.info("vector_search_retried reason=model switch error=%s", exc)
+            query = self.query_vector(current.model, text)
+            return [current.store.search(query, fetch, req.sources, req.agent)]
 
     def _fetch(self, req: SearchRequest) -> int:
         return max(self.cfg.candidates, req.limit * 3) * (4 if req.filters.active else 1)

@@ -3,7 +3,9 @@
 The manifest and BM25 are opened at start; a store in an older layout is replaced (derived data),
 one that cannot be opened is renamed ``<name>.broken-<time>`` (kept for inspection, never
 deleted) and started fresh. Without the manifest the other stores cannot be trusted, so they are
-moved aside with it. What was moved is noted on ``problems`` for health to show.
+moved aside with it. A vector table is moved aside alone (the folder also holds the other model's
+table during a switch, which serves). A full disk is no damage: nothing is moved, the error is
+raised for the caller to try again. What was moved is noted on ``problems`` for health to show.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sidecar.config import Config
-from sidecar.contracts.errors import StoreError, StoreOutdatedError
+from sidecar.contracts.errors import DiskFullError, StoreError, StoreOutdatedError
 from sidecar.stores.bm25 import Bm25Index
 from sidecar.stores.manifest import Manifest
-from sidecar.stores.vectors import VectorStore
+from sidecar.stores.vectors import VectorStore, table_name
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +61,13 @@ def _open_or_reset(path: Path, opener: Callable[[Path], Any], cfg: Config, probl
         return opener(path)
 
 
+def move_aside_name(path: Path) -> Path:
+    return path.with_name(f"{path.name}.broken-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6}")
+
+
 def move_aside(path: Path) -> Path:
     """Rename a broken store to ``<name>.broken-<time>`` (kept for inspection, never deleted)."""
-    target = path.with_name(f"{path.name}.broken-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6}")
+    target = move_aside_name(path)
     path.rename(target)
     for suffix in ("-wal", "-shm"):
         side = path.with_name(path.name + suffix)
@@ -73,7 +79,8 @@ def move_aside(path: Path) -> Path:
 def open_vectors(
     cfg: Config, model_id: str, dim: int, pooling: str, problems: Notes | None = None
 ) -> VectorStore:
-    """The vector table of this model (created if new); a folder that cannot be opened is moved aside."""
+    """The vector table of this model (created if new); a table that cannot be opened is moved
+    aside and made afresh. A full disk raises DiskFullError and moves nothing."""
     path = cfg.index_dir / "vectors"
     opts: dict[str, Any] = {
         "optimize_every": cfg.index.optimize_every_writes,
@@ -83,14 +90,42 @@ def open_vectors(
     }
     try:
         return VectorStore(path, model_id, dim, pooling, **opts)
+    except DiskFullError:
+        raise  # a fault that passes: the caller tries again once there is space
     except StoreError as exc:
-        discard_vectors(path, f"could not be opened ({exc})", problems)
+        table = table_name(model_id, dim, pooling)
+        if not discard_vectors(path, table, f"could not be opened ({exc})", problems):
+            raise
         return VectorStore(path, model_id, dim, pooling, **opts)
 
 
-def discard_vectors(path: Path, why: str, problems: Notes | None) -> None:
-    """Move a broken vector folder aside; the chunks are embedded again into a new table."""
-    aside = move_aside(path)
-    log.error("index_rebuilt store=vectors reason=%s moved_to=%s", why, aside)
+def discard_vectors(path: Path, table: str, why: str, problems: Notes | None) -> bool:
+    """Move a broken vector table aside (into ``vectors.broken-<time>/``); its chunks are embedded
+    again into a new one. The folder's other tables stay: during a model switch the other model's
+    table serves. Without a folder of that table the vectors folder itself fails (a file where it
+    belongs): it is moved aside whole, unless it holds another table (then nothing is moved and
+    False is returned: moving it would lose a healthy table)."""
+    folder = path / f"{table}.lance"
+    if folder.is_dir() and not any(p.is_file() for p in folder.rglob("*")):
+        # A create cut short (a full disk, a kill): empty folders, nothing to keep for inspection.
+        shutil.rmtree(folder)
+        log.info("vectors_unfinished_table_removed table=%s reason=%s", table, why)
+        return True
+    if folder.exists():
+        aside = move_aside_into(folder, path)
+    elif path.exists() and not (path.is_dir() and any(path.glob("*.lance"))):
+        aside = move_aside(path)
+    else:
+        return False
+    log.error("index_rebuilt store=vectors table=%s reason=%s moved_to=%s", table, why, aside)
     if problems is not None:
         problems.note("stores", f"vectors {why}; moved to {aside.name}, re-embedding")
+    return True
+
+
+def move_aside_into(item: Path, store: Path) -> Path:
+    """Move one part of ``store`` (a table of the vectors folder) to ``<store>.broken-<time>/``."""
+    target = move_aside_name(store)
+    target.mkdir()
+    item.rename(target / item.name)
+    return target

@@ -110,6 +110,10 @@ class VectorBook:
     def kept_count(self) -> int:
         return int(self._query("SELECT count(*) FROM kept_vectors")[0][0])
 
+    def vector_count(self, flag: str = "has_vector") -> int:
+        """Chunks with a vector in ``flag``'s table."""
+        return int(self._query(f"SELECT count(*) FROM chunks WHERE {_flag(flag)} = 1")[0][0])
+
     def pending_count(self, flag: str = "has_vector") -> int:
         return int(self._query(f"SELECT count(*) FROM chunks WHERE {_flag(flag)} = 0")[0][0])
 
@@ -138,6 +142,15 @@ class VectorBook:
         db.execute(
             "UPDATE chunks SET has_vector = has_next, "
             f"has_next = CASE has_next WHEN {NO_VECTOR} THEN {NO_VECTOR} ELSE 0 END"
+        )
+
+    def name_tables(self, db: sqlite3.Connection, serving: str, building: str) -> None:
+        """The serving table and the one being built ("": none), in the caller's transaction (a
+        switch commits them with ``promote_next``: three commits left flags and names disagreeing
+        when the second failed, e.g. on a full disk)."""
+        db.executemany(
+            "INSERT OR REPLACE INTO meta(name, value) VALUES (?, ?)",
+            [("vector_table", serving), ("vector_table_next", building)],
         )
 
     def vector_ids(self, flag: str = "has_vector") -> set[str]:

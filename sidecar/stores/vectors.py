@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sidecar.contracts.errors import StoreError
+from sidecar.contracts.errors import DiskFullError, StoreError, is_disk_full
 from sidecar.runtime.orphan import child_env
 
 log = logging.getLogger(__name__)
@@ -229,14 +230,26 @@ class VectorStore:
                 # Probes and re-ranking apply from the first search, not from the first idle tick.
                 self.indexed = self._ann_type in self._index_kinds()
             else:
-                self._table = self._db.create_table(self.name, schema=self.schema)
+                self._table = self._create()
                 self.created = True
                 return
         except StoreError:
             raise
         except (OSError, ValueError, RuntimeError) as exc:
-            raise StoreError(f"vector table {self.name} in {path} cannot be opened: {exc}") from exc
+            raise _store_error(exc)(f"vector table {self.name} in {path} cannot be opened: {exc}") from exc
         self.created = False
+
+    def _create(self) -> Any:
+        """The new, empty table; a create that fails (a full disk) leaves no folder behind, which
+        the next start would take for a damaged table and move aside."""
+        folder = self.path / f"{self.name}.lance"
+        existed = folder.exists()
+        try:
+            return self._db.create_table(self.name, schema=self.schema)
+        except BaseException:
+            if not existed:
+                shutil.rmtree(folder, ignore_errors=True)
+            raise
 
     def _check_schema(self) -> None:
         meta = self._table.schema.metadata or {}
@@ -677,7 +690,31 @@ class VectorStore:
         try:
             return fn()
         except (OSError, ValueError, RuntimeError) as exc:
-            raise StoreError(f"vector {what} failed on {self.name}: {exc}") from exc
+            raise _store_error(exc)(f"vector {what} failed on {self.name}: {exc}") from exc
+
+
+def _store_error(exc: BaseException) -> type[StoreError]:
+    """A full disk is a fault that passes (nothing is damaged), anything else may be damage."""
+    return DiskFullError if is_disk_full(exc) else StoreError
+
+
+def table_names(path: Path) -> list[str]:
+    """The vector tables in the folder ``path`` (one per model that was configured)."""
+    if not path.is_dir():
+        return []
+    try:
+        names = lancedb_module().connect(str(path)).list_tables().tables
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise _store_error(exc)(f"the vector tables in {path} cannot be listed: {exc}") from exc
+    return sorted(str(n) for n in names if str(n).startswith("vectors_"))
+
+
+def drop_table(path: Path, table: str) -> None:
+    """Remove a table of the folder ``path`` that is not open (gone already: nothing to do)."""
+    try:
+        lancedb_module().connect(str(path)).drop_table(table, ignore_missing=True)
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise _store_error(exc)(f"vector table {table} in {path} cannot be dropped: {exc}") from exc
 
 
 def table_model(path: Path, table: str) -> tuple[str, int, str] | None:
