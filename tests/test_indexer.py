@@ -688,3 +688,33 @@ def test_an_index_holds_every_note_only_after_a_sweep_read_them_all(tmp_path: Pa
         assert not h2.indexer.reading_first_time and h2.stores.manifest.get_meta("swept") == "1"
     finally:
         h.close()
+
+
+def test_a_note_saved_into_an_empty_inbox_during_a_long_sweep_is_indexed(
+    tmp_path: Path, make_cfg: Any
+) -> None:
+    """Between a sweep's batches the notes saved meanwhile are indexed; one saved into an agent's
+    inbox that was empty when the sweep began (no root then) was dropped until the next full sweep."""
+    v = tmp_path / "long"
+    for i in range(8):
+        write(v / f"n{i}.md", f"# Note {i}\n\nText {i}.\n")
+    cfg = make_cfg(v, **{"index.batchFiles": 4})
+    inbox = cfg.agents_dir / "bob" / "memory"
+    inbox.mkdir(parents=True)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        saved: list[str] = []
+
+        def hot() -> frozenset[str]:
+            if saved:
+                return frozenset()
+            write(inbox / "x.md", "# X\n\nSaved by hand while the sweep ran.\n")
+            saved.append(str(inbox / "x.md"))
+            return frozenset(saved)
+
+        h.indexer.hot_paths = hot
+        h.indexer.hot_back = lambda paths: None
+        h.indexer.sweep()
+        assert "memory/bob/x" in h.stores.manifest.file_states("memory/")
+    finally:
+        h.close()

@@ -221,7 +221,7 @@ class Indexer:
             if progress is not None:
                 progress(act)
             if every is not None:
-                self._index_hot(every)
+                self._index_hot()
         # Deletions after the new notes: a renamed folder's notes are found under their old names
         # until the new ones are in (deleted first, 6,668 moved notes were missing for up to 28 s).
         if diff.gone:
@@ -263,7 +263,7 @@ class Indexer:
         between its batches: deleting them now would lose them until the next full sweep)."""
         return [k for k in gone if k not in self._hot_written]
 
-    def _index_hot(self, every: Sequence[Root]) -> None:
+    def _index_hot(self) -> None:
         """Between the batches of a full sweep: the notes saved since it began, so each is
         searchable within a batch's time, not at the end of a sweep of minutes. Paths whose root
         needs a full sweep of its own are given back as they came."""
@@ -274,7 +274,9 @@ class Indexer:
             return
         diff = Diff()
         try:
-            if self.changes.diff_paths(hot, every, diff):
+            # The roots as they are now: an agent's inbox that was empty when the sweep began (no
+            # root then) may hold the note just saved; matched against ``every``, it was dropped.
+            if self.changes.diff_paths(hot, self.changes.roots(), diff):
                 self._deferred |= hot  # a root needs a full look: given back when this sweep ends
             if diff.gone:
                 self.delete(diff.gone)
