@@ -836,3 +836,15 @@ def test_the_switch_eta_uses_the_new_models_recent_rate(make_cfg: Any, tmp_path:
         assert h.vectors.rate(h.stores.serving) == pytest.approx(1.0)
     finally:
         h.close()
+
+
+def test_a_retired_table_wanted_again_is_not_dropped(harness: Harness) -> None:
+    """A table retired by a switch (dropped a minute later) that serves again before then (a
+    switch back) is not dropped by its old due time."""
+    harness.sweep()
+    serving = harness.stores.serving
+    assert serving is not None
+    harness.vectors._retire(serving.store)
+    harness.vectors.attach(serving.store, serving.model)
+    assert harness.vectors.drop_retired(time.monotonic() + RETIRE_GRACE_S) == []
+    assert serving.store.name in serving.store._db.list_tables().tables

@@ -162,6 +162,7 @@ class Vectoring:
         """Serve from ``store``; reconcile it with the manifest so no chunk is missing or doubled."""
         manifest = self.manifest
         with self.stores.write_lock:
+            self._retired.pop(store.name, None)  # wanted again: not dropped by its old due time
             if manifest.get_meta("vector_table") != store.name:
                 log.info("vectors_reset table=%s reason=new model or new table", store.name)
                 manifest.reset_vectors()
@@ -191,6 +192,8 @@ class Vectoring:
         """Keep serving ``old`` (queried with ``old_model``) while ``new`` is filled with ``model``."""
         manifest = self.manifest
         with self.stores.write_lock:
+            for wanted in (old.name, new.name):  # wanted again: not dropped by an old due time
+                self._retired.pop(wanted, None)
             before = manifest.get_meta("vector_table_next")
             if before != new.name:
                 manifest.reset_vectors("has_next")
