@@ -465,16 +465,21 @@ class Vectoring:
             with stores.manifest.transaction() as db:
                 stores.manifest.promote_next(db)
                 stores.manifest.name_tables(db, building.store.name, "")
-            stores.serving = VectorSet(building.store, building.model, "has_vector")
-            stores.building = None
-            if serving is not None:
-                self._retire(serving.store)
+            self._serve_building(building, serving)
         log.info(
             "vectors_switched table=%s retired=%s (dropped in %.0f s)",
             building.store.name,
             serving.store.name if serving else None,
             RETIRE_GRACE_S,
         )
+
+    def _serve_building(self, building: VectorSet, serving: VectorSet | None) -> None:
+        """The cut-over (under the write lock, the manifest named already): the table being
+        built serves, the one that served is retired."""
+        self.stores.serving = VectorSet(building.store, building.model, "has_vector")
+        self.stores.building = None
+        if serving is not None:
+            self._retire(serving.store)
 
     def _retire(self, store: VectorStore) -> None:
         """Drop ``store`` once the searches that took it just before a switch are done (they
@@ -559,11 +564,8 @@ class Vectoring:
             building.store.clear()
             with self.manifest.transaction() as db:
                 self.manifest.name_tables(db, building.store.name, "")
-            stores.serving = VectorSet(building.store, building.model, "has_vector")
-            stores.building = None
+            self._serve_building(building, serving)
             self._unsure.clear()  # every table and flag is empty now
-            if serving is not None:
-                self._retire(serving.store)
         log.info(
             "vectors_switch_ended table=%s retired=%s reason=index rebuilt",
             building.store.name,

@@ -84,6 +84,14 @@ _ARM_WORKERS = 4
 _GATES = {"recall.minSimilarity": "min_similarity", "recall.scoreFloor": "score_floor"}
 _RECALL_DEFAULTS = {attr: getattr(RecallConfig(), attr) for attr in _GATES.values()}
 _arm_pool: ThreadPoolExecutor | None = None
+
+
+def _own_settings(serving: VectorSet) -> dict[str, Any]:
+    """The serving model's own settings (MODEL_DEFAULTS): what counts for the keys left to the
+    models, also while a switch migrates and the previous model still answers."""
+    return MODEL_DEFAULTS.get(model_name(serving.model.model_id), {})
+
+
 _arm_pool_lock = threading.Lock()
 
 
@@ -210,7 +218,7 @@ class Retriever:
         serving = self.stores.serving
         if not self.model_gates or serving is None:
             return rc
-        own = MODEL_DEFAULTS.get(model_name(serving.model.model_id), {})
+        own = _own_settings(serving)
         gates = {
             attr: own.get(dotted, _RECALL_DEFAULTS[attr])
             for dotted, attr in _GATES.items()
@@ -230,8 +238,7 @@ class Retriever:
         if self.model_stem:
             # While a model switch migrates, the previous model still serves: its own list counts
             # (MiniLM's cosine does not keep an English stem's overreach out; e5's does).
-            own = MODEL_DEFAULTS.get(model_name(serving.model.model_id), {})
-            languages = own.get("search.stemFirst", ())
+            languages = _own_settings(serving).get("search.stemFirst", ())
         return lang if lang in languages else None
 
     def vector_weight(self, qa: QueryAnalysis, rare: Sequence[str] = ()) -> float:
