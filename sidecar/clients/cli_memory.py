@@ -13,6 +13,7 @@ from sidecar.clients.client import Client
 from sidecar.config import Config
 from sidecar.contracts.errors import ExitCode, RemoteError
 from sidecar.contracts.printable import escape_controls as shown
+from sidecar.contracts.wire import refused_note
 
 
 def cmd_mcp(args: argparse.Namespace, cfg: Config) -> int:
@@ -94,7 +95,7 @@ def _stdin_note(action: str) -> str:
 def _print_memory(action: str, result: dict[str, Any]) -> None:
     if action == "list":
         if result.get("inboxRefused"):
-            print(f"note: the agent's inbox is not read: {shown(result['inboxRefused'])}", file=sys.stderr)
+            print(f"note: {shown(refused_note(result['inboxRefused']))}", file=sys.stderr)
         for n in result["notes"]:
             why = n.get("why", "not indexed")
             state = "" if n.get("indexed", True) else f"  [not searchable: {shown(why)}]"

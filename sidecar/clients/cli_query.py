@@ -17,7 +17,7 @@ from sidecar.config import Config
 from sidecar.contracts.errors import ExitCode, NotFoundError
 from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.printable import escape_terminal
-from sidecar.contracts.wire import indexing_note, parse_explanation, parse_search, pending_note
+from sidecar.contracts.wire import indexing_note, parse_explanation, parse_search, pending_note, refused_note
 
 
 def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
@@ -34,7 +34,7 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
     if result.indexing is not None:
         print(f"note: {indexing_note(*result.indexing)}", file=sys.stderr)
     if reply.get("inboxRefused"):
-        print(f"note: the agent's inbox is not read: {shown(reply['inboxRefused'])}", file=sys.stderr)
+        print(f"note: {shown(refused_note(reply['inboxRefused']))}", file=sys.stderr)
     if not result.hits:
         print("nothing relevant found")
     for i, hit in enumerate(result.hits, 1):

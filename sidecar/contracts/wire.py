@@ -118,6 +118,11 @@ def indexing_note(done: int, total: int) -> str:
     return f"the index is still being built ({read}): notes not read yet cannot be found"
 
 
+def refused_note(reason: str) -> str:
+    """What a client says when the agent's inbox is not read (``inboxRefused``)."""
+    return f"the agent's inbox is not read: {reason}"
+
+
 def pending_note(n: int) -> str:
     """What a client says when some chunks had no vector yet (the hits may miss them)."""
     chunks = "1 chunk still waits" if n == 1 else f"{n:,} chunks still wait"
