@@ -217,3 +217,17 @@ class DaemonProcess:
             check=check,
             timeout=120,
         )
+
+
+def started_as_a_user_would(base: Path, notes: Mapping[str, str]) -> DaemonProcess:
+    """A keyword-only daemon over a vault of ``notes`` (path -> text), started as from a user's
+    shell: none of the test run's SIDECAR_* or XDG_* variables, a HOME of its own."""
+    vault = base / "vault"
+    for rel, text in notes.items():
+        (vault / rel).parent.mkdir(parents=True, exist_ok=True)
+        (vault / rel).write_text(text, encoding="utf-8")
+    d = DaemonProcess(base / "home", vault)
+    d.env = {k: v for k, v in d.env.items() if not k.startswith(("SIDECAR_", "XDG_"))}
+    d.env |= {"SIDECAR_EMBEDDER_ENABLED": "false", "HOME": str(base / "userhome")}
+    (base / "userhome").mkdir()
+    return d.start()

@@ -29,6 +29,7 @@ from sidecar.contracts.errors import ExitCode
 from sidecar.runtime.logs import JournaldFormatter
 
 from .conftest import REPO, DaemonProcess, write
+from .daemon_process import started_as_a_user_would
 
 NO_MODEL = {"SIDECAR_EMBEDDER_ENABLED": "false"}  # these tests are about the CLI, not vectors
 
@@ -36,16 +37,12 @@ NO_MODEL = {"SIDECAR_EMBEDDER_ENABLED": "false"}  # these tests are about the CL
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     """One real daemon (keyword search only) on a tiny vault for the whole module."""
-    base = tmp_path_factory.mktemp("cli")
-    vault = base / "vault"
-    write(vault / "Audio.md", "# Audio recorder\n\nRecord a lecture with my microphone.\n")
-    write(vault / "Plugins" / "Audio recorder.md", "# Audio recorder\n\nThe plugin records audio.\n")
-    write(vault / "wiki" / "Backups.md", "# Backups\n\nThe NAS is backed up every night at 2:00.\n")
-    d = DaemonProcess(base / "home", vault, env=NO_MODEL)
-    d.env = {k: v for k, v in d.env.items() if not k.startswith(("SIDECAR_", "XDG_"))} | NO_MODEL
-    d.env["HOME"] = str(base / "userhome")
-    (base / "userhome").mkdir()
-    d.start()
+    notes = {
+        "Audio.md": "# Audio recorder\n\nRecord a lecture with my microphone.\n",
+        "Plugins/Audio recorder.md": "# Audio recorder\n\nThe plugin records audio.\n",
+        "wiki/Backups.md": "# Backups\n\nThe NAS is backed up every night at 2:00.\n",
+    }
+    d = started_as_a_user_would(tmp_path_factory.mktemp("cli"), notes)
     yield d
     if d.proc is not None and d.proc.poll() is None:
         d.stop()

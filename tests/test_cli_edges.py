@@ -31,20 +31,17 @@ from sidecar.config import load_config
 from sidecar.contracts.errors import DaemonUnreachableError, ExitCode
 
 from .conftest import DaemonProcess, write
+from .daemon_process import started_as_a_user_would
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     """One keyword-only daemon on a tiny vault for the module."""
-    base = tmp_path_factory.mktemp("edges")
-    vault = base / "vault"
-    write(vault / "Audio.md", "# Audio recorder\n\nRecord a lecture with my microphone.\n")
-    write(vault / "wiki" / "Backups.md", "# Backups\n\nThe NAS is backed up every night at 2:00.\n")
-    d = DaemonProcess(base / "home", vault, keyword_only=True)
-    d.env = {k: v for k, v in d.env.items() if not k.startswith(("SIDECAR_", "XDG_"))}
-    d.env |= {"SIDECAR_EMBEDDER_ENABLED": "false", "HOME": str(base / "userhome")}
-    (base / "userhome").mkdir()
-    d.start()
+    notes = {
+        "Audio.md": "# Audio recorder\n\nRecord a lecture with my microphone.\n",
+        "wiki/Backups.md": "# Backups\n\nThe NAS is backed up every night at 2:00.\n",
+    }
+    d = started_as_a_user_would(tmp_path_factory.mktemp("edges"), notes)
     yield d
     if d.proc is not None and d.proc.poll() is None:
         d.stop()
