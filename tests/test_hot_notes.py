@@ -242,3 +242,26 @@ def test_file_events_log_one_summary_a_minute(
     garden.unlink()
     harness.indexer.sweep(only=frozenset(), paths=[str(garden)])
     assert [m.split()[0] for m in infos()] == ["notes_deleted", "sweep_done"]
+
+
+def test_a_hot_note_deleted_or_renamed_away_leaves_search_at_once(
+    hot_loop: tuple[Harness, IndexLoop, Clock], vault: Path
+) -> None:
+    """Its quiet time is for parsing it again; a deletion has nothing to parse and must not leave
+    a ghost hit for up to a minute."""
+    h, loop, _clock = hot_loop
+    for i in range(10):  # one note of two gone would be a mass deletion, held for confirmation
+        write(vault / f"Note {i}.md", f"# Note {i}\n\nnothing here\n")
+    loop.request_sweep()
+    _until(lambda: h.indexer.activity.sweeps == 1)
+    log = vault / "Sync log.md"
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write("- zebra synced\n")
+    loop.changed({str(log)})
+    _until(lambda: loop.hot.held() == {str(log)})
+    log.rename(vault / "Old sync log.md")
+    loop.changed({str(log), str(vault / "Old sync log.md")}, frozenset({str(log)}))
+    _until(lambda: "vault/Old sync log" in _refs(h, "zebra"))
+    # the clock stands still: no quiet time ends (a rename's two paths land in two commits)
+    _until(lambda: "vault/Sync log" not in _refs(h, "synced"), timeout=10)
+    assert loop.hot.held() == frozenset()

@@ -55,7 +55,9 @@ def build(cfg: Config, slot: EmbedderSlot, beat: Callable[[], None] | None = Non
     return Parts(problems, stores, vectors, supervisor, indexer, repair)
 
 
-def build_watcher(cfg: Config, on_change: Callable[[set[str]], None], stop: threading.Event) -> Watcher:
+def build_watcher(
+    cfg: Config, on_change: Callable[[set[str], frozenset[str]], None], stop: threading.Event
+) -> Watcher:
     """File events of the vault and the agents' inboxes, with their paths, to ``on_change``."""
     watch = [p for p in (cfg.vault.path, cfg.agents_dir) if p is not None and cfg.watch.events]
     return Watcher(watch, on_change, stop, cfg.watch.debounce_ms, cfg.watch.probe_timeout_seconds)

@@ -4,7 +4,7 @@ cannot keep the indexer busy and the other notes' edits waiting.
 
 A file event for such a note is held until its quiet time ends, counted from the end of its last
 indexing and never pushed back by later events, so its last state is always indexed. A cheap
-note (most notes: milliseconds) is never held.
+note (most notes: milliseconds) is never held, nor the deletion of a hot one.
 """
 
 from __future__ import annotations
@@ -62,6 +62,15 @@ class HotNotes:
                 elif path not in self._held:
                     ready.add(path)
         return frozenset(ready)
+
+    def release(self, paths: Collection[str]) -> None:
+        """Paths whose next event is looked at at once (their note is gone: nothing to parse)."""
+        if not paths:
+            return
+        with self._lock:
+            for path in paths:
+                self._quiet_until.pop(path, None)
+                self._held.pop(path, None)
 
     def due(self, late: float = 0.0) -> frozenset[str]:
         """Held paths whose time came at least ``late`` seconds ago, no longer held."""

@@ -95,8 +95,11 @@ class IndexLoop:
                 self.jobs.put(job)
         return self.hot.hold(paths)
 
-    def changed(self, paths: set[str]) -> None:
-        """File events: look at the changed paths only; none (a watch restarted): every root."""
+    def changed(self, paths: set[str], gone: frozenset[str] = frozenset()) -> None:
+        """File events: look at the changed paths only; none (a watch restarted): every root.
+        A note deleted or renamed away is never held (``gone``): a hot note's deletion must not
+        wait its quiet time, a search would show it for up to a minute."""
+        self.hot.release(gone)
         if paths:
             self.jobs.put(Job(roots=frozenset(), paths=frozenset(paths)))
         else:

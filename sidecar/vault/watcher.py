@@ -98,12 +98,13 @@ class NoteFilter:
 
 
 class Watcher:
-    """Watch the given folders until ``stop`` is set; call ``on_change`` after each debounced batch."""
+    """Watch the given folders until ``stop`` is set; call ``on_change`` after each debounced batch
+    with its paths and those of them the batch only deleted (a rename's old name too)."""
 
     def __init__(
         self,
         paths: Sequence[Path],
-        on_change: Callable[[set[str]], None],
+        on_change: Callable[[set[str], frozenset[str]], None],
         stop: threading.Event,
         debounce_ms: int = 300,
         probe_timeout: float = 5.0,
@@ -146,7 +147,7 @@ class Watcher:
                         "watcher_undecodable_path error=%s; watching folder by folder", printable(exc)
                     )
                     self.flat = True
-                    self.on_change(set())
+                    self.on_change(set(), frozenset())
                     self.stop.wait(1.0)
                     continue
                 failures += 1
@@ -197,7 +198,7 @@ class Watcher:
         ):
             if changes:
                 log.debug("watcher_changes count=%d", len(changes))
-                self.on_change({p for _, p in changes})
+                self.on_change({p for _, p in changes}, _gone(changes))
                 if flat and any(
                     (p not in known or change == watchfiles.Change.added) and os.path.isdir(p)
                     for change, p in changes
@@ -212,8 +213,15 @@ class Watcher:
             checked = time.monotonic()
             if self._identity() != identity:
                 log.info("watcher_restart reason=a watched folder was replaced, mounted or unmounted")
-                self.on_change(set())
+                self.on_change(set(), frozenset())
                 return
+
+
+def _gone(changes: set[tuple[watchfiles.Change, str]]) -> frozenset[str]:
+    """Paths the batch deleted and did not write again (an editor's save that replaces the file
+    reports deleted and added: not gone). The batch is a set, so order cannot tell."""
+    deleted = {p for change, p in changes if change == watchfiles.Change.deleted}
+    return frozenset(deleted - {p for change, p in changes if change != watchfiles.Change.deleted})
 
 
 def _is_folder(st: os.stat_result | None) -> bool:
