@@ -324,6 +324,33 @@ def test_broken_model_degrades_to_keyword_search(daemon_factory: Any, vault: Pat
     assert "search is keyword-only" in d.run_cli("status").stdout
 
 
+def test_reload_tries_a_failed_model_again_at_once(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
+    """A reload is how a user says the model's files are put right: it is tried then, not at the
+    next embedder.retryMinutes (an hour here)."""
+    from sidecar.model.locate import bundled_model_files
+
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    env = {
+        "SIDECAR_EMBEDDER_MODEL": "my-model",
+        "SIDECAR_EMBEDDER_PATH": str(folder),
+        "SIDECAR_EMBEDDER_RETRY_MINUTES": "60",
+    }
+    d = daemon_factory(vault, env=env).start()
+    assert d.health()["embedder"]["state"] == "failed"
+    files = bundled_model_files()
+    assert files is not None
+    shutil.copy(files.tokenizer, folder / "tokenizer.json")
+    shutil.copy(files.onnx, folder / "model.onnx")
+    assert d.call("reload", {})["reloaded"] is True
+    h = d.wait_for(
+        lambda h: h["embedder"]["state"] == "ok" and h["index"]["pending_vectors"] == 0, timeout=120
+    )
+    assert h["embedder"]["model"].startswith("my-model@")
+    assert d.call("search", {"query": "spark plugs"})["hits"][0]["vecScore"] is not None
+    assert d.log.read_text().count("embedder_retry") == 1
+
+
 def test_a_model_that_fails_after_a_switch_leaves_the_previous_one_answering(
     daemon_factory: Any, vault: Path, tmp_path: Path
 ) -> None:

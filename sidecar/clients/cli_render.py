@@ -136,8 +136,8 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
         if emb["state"] == "failed":
             lines.append(f"Vectors: {pending:,} chunks wait for the model; search is keyword-only")
             todo.append(
-                "fix the model (see the embedder error above): it is tried again every "
-                "embedder.retryMinutes, or restart the daemon"
+                "fix the model (see the embedder error above), then `sidecar reload` tries it at "
+                "once (else every embedder.retryMinutes; a new embedder.path needs a restart)"
             )
         elif emb["state"] == "off":
             lines.append("Vectors: off; search is keyword-only (embedder.enabled: true turns them on)")

@@ -293,6 +293,10 @@ class Daemon:
                 changed.append(which)
                 loop.request_sweep(False, None, frozenset())  # excluded notes leave, included ones come
         log.info("config_reloaded changed=%s", ",".join(changed) or "nothing")
+        if self._model_wanted() and self._scheduler is not None:
+            # A reload is how a user says "I fixed it": the model file put right is tried now,
+            # not at the next embedder.retryMinutes.
+            self._scheduler.run_soon("model-retry")
         # Everything else is read at start: say what waits for one instead of a silent success.
         restart = [
             s.dotted
@@ -328,9 +332,13 @@ class Daemon:
 
     def _retry_embedder(self) -> None:
         # Also while a fallback answers: the configured model is what the user asked for.
-        if (self.slot.state == "failed" or self.slot.fallback is not None) and self.cfg.embedder.enabled:
+        if self._model_wanted():
             log.info("embedder_retry")
             self._load_embedder()
+
+    def _model_wanted(self) -> bool:
+        """The configured model is not the one answering (it failed; or another stands in)."""
+        return (self.slot.state == "failed" or self.slot.fallback is not None) and self.cfg.embedder.enabled
 
     # --- shutdown ------------------------------------------------------------------------------
 

@@ -54,6 +54,11 @@ class Schedule:
     def every(self, name: str, seconds: float, fn: Callable[[], None]) -> None:
         self._pacers.append(Pacer(name, seconds, fn, self._stop))
 
+    def run_soon(self, job_id: str) -> None:
+        """Run an interval job now (on the scheduler's thread, never beside a run of itself); its
+        next run is an interval after this one."""
+        self.scheduler.modify_job(job_id, next_run_time=datetime.now(self.scheduler.timezone))
+
     def start(self) -> None:
         self.scheduler.start()
         for pacer in self._pacers:
