@@ -278,3 +278,19 @@ def test_sizes_and_counts_read_right() -> None:
     assert doctor._plural(1, "folder") == "1 folder" and doctor._plural(2, "folder") == "2 folders"
     assert doctor._size(235_000) == "235 KB" and doctor._size(12) == "1 KB"
     assert doctor._size(5_300_000) == "5 MB" and doctor._size(66_000_000_000) == "66.0 GB"
+
+
+def test_the_configuration_loads_with_a_home_that_hangs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every command loads the configuration first (search, status, each MCP shim's start): a
+    home on a share that hangs kept its path as written after a deadline, as the vault's did;
+    resolving it had none (the command hung before it could say anything)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    with _hung(monkeypatch, home) as on_main:
+        started = time.monotonic()
+        cfg = _cfg(tmp_path, None)
+        elapsed = time.monotonic() - started
+    assert on_main == [] and elapsed < 5, (on_main, elapsed)
+    assert cfg.home == home

@@ -315,15 +315,15 @@ def load_config(
     if problems:
         raise _problems(problems)
     cfg = _with_model(_build(Config, values), origins)
+    # Every command loads the configuration (status, search, each MCP shim's start): a hung
+    # share must not hold them. A share slower than this keeps the path as written (only a path
+    # through a symlink differs; its mount state is judged on the real path anyway).
+    wait = min(_RESOLVE_WAIT_S, cfg.watch.probe_timeout_seconds)
     home = cfg.home.expanduser()
-    home = (home if home.is_absolute() else cwd / home).resolve()
+    home = _resolved(home if home.is_absolute() else cwd / home, wait)
     vault = cfg.vault
     if vault.path is not None:
         path = vault.path.expanduser()
-        # Every command loads the configuration (status, search, each MCP shim's start): a hung
-        # share must not hold them. A share slower than this keeps the path as written (only a
-        # path through a symlink differs; its mount state is judged on the real path anyway).
-        wait = min(_RESOLVE_WAIT_S, cfg.watch.probe_timeout_seconds)
         vault = dataclasses.replace(vault, path=_resolved(path, wait))
     wiki = vault.wiki_subfolder
     if Path(wiki).expanduser().is_absolute():
@@ -405,7 +405,7 @@ def _resolved(path: Path, timeout: float) -> Path:
         with contextlib.suppress(OSError, RuntimeError):
             box.append(path.resolve())
 
-    thread = threading.Thread(target=resolve, name="resolve-vault", daemon=True)
+    thread = threading.Thread(target=resolve, name="resolve-path", daemon=True)
     thread.start()
     thread.join(timeout)
     return box[0] if box else Path(os.path.normpath(os.path.abspath(path)))
