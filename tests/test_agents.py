@@ -786,6 +786,7 @@ def test_a_search_before_the_first_sweep_ends_says_the_index_is_incomplete(serve
     """Until a new or rebuilt index has read every note, search and recall say how far it got, and
     the MCP text does not tell the agent that nothing relevant exists (it did, with most notes
     unread); a restart's catching up over a complete index says nothing."""
+    from sidecar.clients.mcp_calls import ToolCalls
     from sidecar.clients.mcp_texts import text_of_search
 
     indexer = served.handlers.indexer
@@ -793,6 +794,7 @@ def test_a_search_before_the_first_sweep_ends_says_the_index_is_incomplete(serve
     activity.first_sweep_done = False  # a restart: the index held every note before it
     assert served.h.stores.manifest.get_meta("swept") == "1"
     assert "indexing" not in served.call("search", {"query": "zzyzx nothing"})
+    write(served.cfg.vault.path / "Linker.md", "# Linker\n\nSee [[Backups]].\n")
     indexer.clear()  # a rebuild: nothing is found until read again
     activity.done, activity.total = 3, 40
     found = served.call("search", {"query": "zzyzx nothing"})
@@ -800,8 +802,16 @@ def test_a_search_before_the_first_sweep_ends_says_the_index_is_incomplete(serve
     assert served.call("recall", {"message": "the garden"})["indexing"] == {"done": 3, "total": 40}
     text = text_of_search("zzyzx nothing", found)
     assert "still being built (3 of 40 notes read so far)" in text and "Nothing relevant found" not in text
+    # related too: links of notes not read yet are not known (it said "no linked notes")
+    related = served.call("related", {"reference": "wiki/Backups"})
+    assert related["related"] == [] and related["indexing"] == {"done": 3, "total": 40}
+    calls = ToolCalls(Path("/nowhere"), "agent-a")
+    calls.call = lambda _op, _params: related  # type: ignore[method-assign]
+    assert "still being built (3 of 40 notes read so far)" in calls.related({"reference": "wiki/Backups"})[0]
     served.h.sweep()
     assert "indexing" not in served.call("search", {"query": "zzyzx nothing"})
+    related = served.call("related", {"reference": "wiki/Backups"})
+    assert related["related"] != [] and "indexing" not in related
 
 
 def test_get_counts_the_lines_a_note_has(served: Served) -> None:

@@ -141,6 +141,8 @@ def cmd_related(args: argparse.Namespace, cfg: Config) -> int:
     r = _call(args, cfg, "related", {"reference": args.reference, "limit": args.limit})
     if r is None:
         return int(ExitCode.OK)
+    if r.get("indexing"):
+        print(f"note: {indexing_note(r['indexing']['done'], r['indexing']['total'])}", file=sys.stderr)
     if not r["related"]:
         print(f"{shown(r['reference'])}: no linked notes, no shared links or tags")
     for item in r["related"]:

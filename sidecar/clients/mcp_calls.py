@@ -19,7 +19,7 @@ from sidecar.clients.mcp_texts import (
 )
 from sidecar.contracts.errors import DaemonNotRunningError, NoAnswerError, ProtocolError, RemoteError
 from sidecar.contracts.printable import escape_controls as shown
-from sidecar.contracts.wire import hit_json, parse_search, window_json
+from sidecar.contracts.wire import hit_json, indexing_note, parse_search, window_json
 
 # What a search hit shows an agent (the scores behind relevance are for tuning, not for it).
 HIT_KEYS = ("reference", "source", "title", "headings", "lines", "text", "relevance", "score", "masked")
@@ -153,8 +153,14 @@ class ToolCalls:
     def related(self, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         params = {k: a[k] for k in ("reference", "limit") if a.get(k) is not None}
         r = self.call("related", params)
+        building = r.get("indexing")
+        note = (
+            f"\nnote: {indexing_note(building['done'], building['total'])}; memory_status shows progress"
+            if building
+            else ""
+        )
         if not r["related"]:
-            return f"No notes are linked with {shown(r['reference'])} or share its links or tags.", r
+            return f"No notes are linked with {shown(r['reference'])} or share its links or tags.{note}", r
         lines = [f"Related to {shown(r['reference'])}:"]
         for item in r["related"]:
             shared = "; ".join(f"{k}: {', '.join(v)}" for k, v in item.get("shared", {}).items())
@@ -163,7 +169,7 @@ class ToolCalls:
                 f"{'; ' + shared if shared else ''})"
             )
             lines.append(f"- {shown(line)}")
-        return "\n".join(lines), r
+        return "\n".join(lines) + note, r
 
     def list(self, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         params = {k: a[k] for k in ("source", "tag", "pathPrefix", "limit") if a.get(k) is not None}

@@ -162,6 +162,7 @@ TOOLS: list[dict[str, Any]] = [
                         ("reference", "relation"),
                     ),
                 },
+                "indexing": obj({"done": INT, "total": INT}, ("done", "total")),
             },
             ("reference", "related"),
         ),

@@ -442,7 +442,11 @@ class Handlers:
             for kind, keys in item.get("shared", {}).items():
                 if kind != "tags":
                     item["shared"][kind] = [public_reference(k, req.agent) for k in keys]
-        return {"reference": public_reference(key, req.agent), "related": items}
+        out: dict[str, Any] = {"reference": public_reference(key, req.agent), "related": items}
+        if self.indexer.reading_first_time:  # links of notes not read yet are not known yet
+            act = self.indexer.activity
+            out["indexing"] = {"done": act.done, "total": act.total}
+        return out
 
     def outline(self, req: Request) -> dict[str, Any]:
         """The wiki's (or vault's) folders, pages and one-line descriptions within a token budget."""
