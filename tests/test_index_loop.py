@@ -103,6 +103,41 @@ def test_a_failed_sweep_is_retried_with_what_it_did_not_write(looped: Any, vault
     assert h.stores.manifest.counts()["files"] == 5
 
 
+def test_a_deletion_the_full_disk_refused_is_retried_with_the_leftover(looped: Any, vault: Path) -> None:
+    """Disk full: neither the sweep's notes nor its deletions could be written. The retry of the
+    leftover paths deletes the gone note too (it was left to the next full sweep: a deleted note
+    found for up to index.rescanMinutes)."""
+    h, loop, calls = looped
+    loop.request_sweep()
+    _until(lambda: h.indexer.activity.sweeps >= 1)
+    real_index, real_delete = h.indexer.index_files, h.indexer.delete
+    full = [OSError(28, "No space left on device")]
+
+    def index_full(notes: Any, data: Any = None) -> int:
+        if full:
+            raise full[0]
+        return real_index(notes, data)
+
+    def delete_full(keys: Any) -> Any:
+        if full:
+            full.pop()
+            raise OSError(28, "No space left on device")
+        return real_delete(keys)
+
+    h.indexer.index_files = index_full  # type: ignore[method-assign]
+    h.indexer.delete = delete_full  # type: ignore[method-assign]
+    gone = next(p for p in vault.rglob("*.md") if "wiki" not in p.parts)
+    key = "vault/" + gone.relative_to(vault).as_posix()[:-3]
+    assert h.stores.manifest.file_states_of([key])
+    gone.unlink()
+    write(vault / "Later.md", "# Later\n\nA note written after the first sweep.\n")
+    loop.request_sweep()
+    _until(lambda: len(calls) >= 3 and h.problems.active_in("index") is None)
+    assert calls[2]["paths"] and calls[2]["only"] == frozenset()
+    _until(lambda: not h.stores.manifest.file_states_of([key]))  # its vectors go on their thread
+    assert h.stores.manifest.file_states_of(["vault/Later"])
+
+
 def test_a_crash_that_repeats_logs_its_traceback_once(
     looped: Any, vault: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

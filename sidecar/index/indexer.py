@@ -213,9 +213,14 @@ class Indexer:
                 changed += self.index_files(diff.work[start : start + batch])
             except BaseException:
                 # Scanned, not written (disk full ...): a retry needs only these paths, not a walk.
-                self.leftover = frozenset(str(n.path) for n in diff.work[start:])
-                with contextlib.suppress(Exception):  # gone notes leave now if they can (else: next sweep)
+                left = {str(n.path) for n in diff.work[start:]}
+                try:  # gone notes leave now if they can
                     self.delete(self._still_gone(diff.gone))
+                except Exception:
+                    # ... else with the retry (a deletion needs disk too: left to the next full
+                    # sweep, a deleted note was found for up to index.rescanMinutes).
+                    left |= self._paths_of(diff.gone, every or self.changes.roots())
+                self.leftover = frozenset(left)
                 raise
             act.done += len(diff.work[start : start + batch])
             if progress is not None:
@@ -257,6 +262,20 @@ class Indexer:
         if retired:
             self.supervisor.keep_memory_roots(names - retired)
             self.changes.keep_roots(names - retired)
+
+    def _paths_of(self, keys: Sequence[str], roots: Sequence[Root]) -> set[str]:
+        """Where the notes of ``keys`` lay (their roots' paths and the file names the index
+        recorded): a retry of these paths finds them gone and deletes them."""
+        by_name = {r.name: r for r in roots}
+        out: set[str] = set()
+        for key in keys:
+            rel = self.manifest.rel_of(key)
+            source, rest = key.split("/", 1)
+            name = f"memory/{rest.split('/', 1)[0]}" if source == "memory" else source
+            root = by_name.get(name)
+            if root is not None and rel is not None:
+                out.add(str(root.path / rel))
+        return out
 
     def _still_gone(self, gone: Sequence[str]) -> list[str]:
         """The sweep's deletions but the notes a file event brought back meanwhile (indexed
