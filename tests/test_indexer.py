@@ -4,6 +4,7 @@ crash convergence, bad files, shares that vanish, and the vault never being writ
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -718,3 +719,43 @@ def test_a_note_saved_into_an_empty_inbox_during_a_long_sweep_is_indexed(
         assert "memory/bob/x" in h.stores.manifest.file_states("memory/")
     finally:
         h.close()
+
+
+def test_notes_under_a_name_past_u_ffff_leave_when_deleted_moved_or_excluded(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """Folders named with an emoji first ("📥 Inbox", common in Obsidian vaults): the manifest's
+    prefix lookups ended at U+FFFF, below every emoji, so such notes were never deleted by a
+    sweep, nor by a folder's deletion event, nor by a new exclusion rule (their text stayed
+    searchable for good); a note of a name past U+FFFF too."""
+    v = tmp_path / "v"
+    for i in range(8):
+        write(v / f"Plain/n{i}.md", f"# N{i}\n\nplain note {i}\n")
+    for name in ("📥 Inbox/item", "🎯 Private/diary", "𝔊 Fraktur"):
+        write(v / f"{name}.md", f"# {name}\n\nzqemoji {name}\n")
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        keys = set(h.stores.manifest.file_states("vault/"))
+        assert {"vault/📥 Inbox/item", "vault/🎯 Private/diary", "vault/𝔊 Fraktur"} <= keys
+        assert h.sweep()["changed"] == 0  # they were read again at every sweep, as if new
+        shutil.rmtree(v / "📥 Inbox")
+        (v / "𝔊 Fraktur.md").unlink()
+        h.sweep()
+        h.indexer.sweep(only=frozenset(), paths=[str(v / "📥 Inbox")])  # the folder's event too
+        assert h.indexer.set_excludes(["🎯 Private/"], False) == "index.exclude"
+        h.sweep()  # a reload asks for one
+        assert h.stores.bm25.search("zqemoji", 10) == []
+        assert not set(h.stores.manifest.file_states("vault/")) - {f"vault/Plain/n{i}" for i in range(8)}
+    finally:
+        h.close()
+
+
+def test_prefix_end_bounds_every_key_under_a_prefix() -> None:
+    from sidecar.stores.manifest import prefix_end
+
+    assert prefix_end("vault/") == "vault0" and prefix_end("") is None
+    assert prefix_end("a\U0010ffff") == "b" and prefix_end("a\ud7ff") == "a\ue000"
+    for key in ("vault/📥 x", "vault/\U0010ffff\U0010ffff", "vault/z"):
+        assert "vault/" <= key < prefix_end("vault/")  # type: ignore[operator]
+    assert not "vault/" <= "vault0" < prefix_end("vault/")  # type: ignore[operator]

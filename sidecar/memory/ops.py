@@ -315,7 +315,7 @@ class MemoryOps:
         prefix = (param_opt_str(p, "pathPrefix", max_len=MAX_PATH_PREFIX_CHARS) or "").lstrip("/")
         prefix = unicodedata.normalize("NFC", prefix)
         limit = param_int(p, "limit", default=200, lo=1, hi=MAX_LIST)
-        own = ("key >= ? AND key < ?", [f"memory/{agent}/", f"memory/{agent}/\uffff"])
+        own = ("key >= ? AND key < ?", [f"memory/{agent}/", f"memory/{agent}0"])  # '0': after '/'
         if source == "memory":
             where, args = own
         elif source == "all":

@@ -71,6 +71,25 @@ CREATE INDEX IF NOT EXISTS files_queue ON files(
 """
 
 
+def prefix_end(prefix: str) -> str | None:
+    """The least string after every string that starts with ``prefix`` (None: no such bound, the
+    prefix is empty): its last character plus one. SQLite compares TEXT as UTF-8 bytes, which is
+    code point order; ``prefix + "\\uffff"`` as the bound left out every key whose next character
+    lies above U+FFFF (a folder named "📥 Inbox": never deleted, never excluded)."""
+    while prefix:
+        last = ord(prefix[-1]) + 1
+        if last <= 0x10FFFF:
+            return prefix[:-1] + chr(0xE000 if 0xD800 <= last <= 0xDFFF else last)
+        prefix = prefix[:-1]
+    return None
+
+
+def _under(prefix: str) -> tuple[str, tuple[str, ...]]:
+    """A WHERE clause (and its arguments) for the keys that start with ``prefix``."""
+    end = prefix_end(prefix)
+    return ("key >= ?", (prefix,)) if end is None else ("key >= ? AND key < ?", (prefix, end))
+
+
 def embed_hash(embed_text: str) -> str:
     """Identity of a chunk's text for the model: equal texts anywhere share one embedding."""
     return hashlib.blake2b(embed_text.encode(), digest_size=12).hexdigest()
@@ -348,9 +367,9 @@ class Manifest(VectorBook):
     # --- files ---------------------------------------------------------------------------
 
     def file_states(self, prefix: str = "") -> dict[str, FileState]:
+        where, args = _under(prefix)
         rows = self._query(
-            "SELECT key, mtime_ns, size, hash, state, ctime_ns FROM files WHERE key >= ? AND key < ?",
-            (prefix, prefix + "\uffff"),
+            f"SELECT key, mtime_ns, size, hash, state, ctime_ns FROM files WHERE {where}", args
         )
         return {r[0]: FileState(*r[1:]) for r in rows}
 
@@ -360,11 +379,11 @@ class Manifest(VectorBook):
         out: list[str] = []
         start = "memory/"
         while rows := self._query(
-            "SELECT key FROM files WHERE key >= ? AND key < ? ORDER BY key LIMIT 1", (start, "memory/\uffff")
+            "SELECT key FROM files WHERE key >= ? AND key < ? ORDER BY key LIMIT 1", (start, "memory0")
         ):
             agent = str(rows[0][0]).split("/", 2)[1]
             out.append(agent)
-            start = f"memory/{agent}/\uffff"  # an agent's keys are one run: its name holds no '/'
+            start = f"memory/{agent}0"  # past its keys ('/' + 1): an agent's name holds no '/'
         return out
 
     def file_states_of(self, keys: Sequence[str]) -> dict[str, FileState]:
@@ -393,9 +412,8 @@ class Manifest(VectorBook):
             return key  # all ASCII: there is no other form
         # On the reader of this thread: a miss may list many keys, and the writer's lock is not
         # to be held for it (a sweep's batch would wait).
-        rows = self._committed(
-            "SELECT key FROM files WHERE key >= ? AND key < ?", (head, head + "\U0010ffff")
-        )
+        where, args = _under(head)
+        rows = self._committed(f"SELECT key FROM files WHERE {where}", args)
         same = [r[0] for r in rows if unicodedata.normalize("NFC", r[0]) == want]
         return same[0] if len(same) == 1 else key
 
