@@ -759,3 +759,24 @@ def test_prefix_end_bounds_every_key_under_a_prefix() -> None:
     for key in ("vault/📥 x", "vault/\U0010ffff\U0010ffff", "vault/z"):
         assert "vault/" <= key < prefix_end("vault/")  # type: ignore[operator]
     assert not "vault/" <= "vault0" < prefix_end("vault/")  # type: ignore[operator]
+
+
+def test_a_conflict_copy_is_counted_by_sweeps_and_events_and_why_names_it(harness: Harness) -> None:
+    """A sync tool's conflict copy, found by a full sweep or by its file event, is counted as
+    skipped with its reason (the event filter dropped it, the scan did not count it, and `why`
+    said a sweep would pick it up)."""
+    from sidecar.vault.sources import CONFLICT_REASON
+
+    v = harness.cfg.vault.path
+    write(v / "Garden (Dave's conflicted copy 2026-12-04).md", "# Garden\n\nzqconflict edit\n")
+    summary = harness.sweep()
+    assert summary["skipped"] == 1
+    left_out = harness.indexer.changes.skipped_notes()
+    assert left_out["vault/Garden (Dave's conflicted copy 2026-12-04)"][1] == CONFLICT_REASON
+    later = write(v / "Recipes" / "Bread.sync-conflict-20261204-153012-ABCDEFG.md", "# Bread\n\nzqconflict\n")
+    summary = harness.indexer.sweep(only=frozenset(), paths=[str(later)])
+    assert summary["skipped"] == 1 and summary["changed"] == 0
+    assert (
+        "vault/Recipes/Bread.sync-conflict-20261204-153012-ABCDEFG" in harness.indexer.changes.skipped_notes()
+    )
+    assert harness.stores.bm25.search("zqconflict", 10) == []

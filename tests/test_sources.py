@@ -10,6 +10,7 @@ import pytest
 
 from sidecar.contracts.errors import NotFoundError, SourceError
 from sidecar.vault.sources import (
+    CONFLICT_REASON,
     NoteFile,
     NoteUnreadable,
     Skipped,
@@ -53,19 +54,39 @@ def test_roots_split_vault_wiki_and_inboxes(make_cfg: Any, vault: Path) -> None:
 
 
 def test_debris_and_non_notes_are_ignored(make_cfg: Any, vault: Path) -> None:
-    """Sync conflicts, cloud stubs, editor temp files and non-Markdown files are not notes."""
-    for name in [
-        "Garden.sync-conflict-20260101-120000-ABC.md",
-        "Garden (conflicted copy 2026-01-01).md",
-        ".Garden.md.icloud",
-        "notes.txt",
-        "image.png",
-        "~$draft.md",
-    ]:
+    """Cloud stubs, editor temp files and non-Markdown files are not notes, nor counted."""
+    for name in [".Garden.md.icloud", "notes.txt", "image.png", "~$draft.md", "Garden.md.tmp"]:
         write(vault / name, "x\n")
-    notes, _ = _scan_all(make_cfg(vault))
+    notes, skipped = _scan_all(make_cfg(vault))
     assert "vault/Garden" in notes
-    assert len([k for k in notes if k.startswith("vault/")]) == 3
+    assert len([k for k in notes if k.startswith("vault/")]) == 3 and skipped == []
+
+
+def test_sync_conflict_copies_are_counted_as_skipped_and_a_note_named_alike_is_read(
+    make_cfg: Any, vault: Path
+) -> None:
+    """A sync tool's conflict copy is no note of its own (found beside the note) but is counted,
+    with a reason that says to merge it: it may hold the other device's edits. Dropbox's own form
+    names the editor first ("Dave's conflicted copy"), which was read as a note; a note merely
+    titled "(conflicted copy)" was never read, nor counted."""
+    copies = [
+        "Garden.sync-conflict-20260101-120000-ABC.md",  # Syncthing
+        "Garden (conflicted copy 2026-01-01).md",  # Dropbox, older
+        "Garden (Dave's conflicted copy 2026-12-04).md",  # Dropbox
+        "Garden (conflicted copy 2026-12-04 153012).md",  # Nextcloud
+        "Garden_conflict-20261204-153012.md",  # ownCloud
+        "Garden (SFConflict dave@example.org 2026-12-04-15-30-12).md",  # Seafile
+        "Garden (Case Conflict).md",  # Dropbox
+        "Garden-DESKTOP-A1B2C3D.md",  # OneDrive
+    ]
+    for name in copies:
+        write(vault / name, "# Garden\n\nthe other device's edit\n")
+    write(vault / "How I fixed a (conflicted copy) mess.md", "# Fixed\n\nmy own note\n")
+    notes, skipped = _scan_all(make_cfg(vault))
+    assert "vault/How I fixed a (conflicted copy) mess" in notes
+    assert not [k for k in notes if "Garden" in k and k != "vault/Garden"]
+    assert sorted(s.path.name for s in skipped) == sorted(copies)
+    assert {s.reason for s in skipped} == {CONFLICT_REASON}
 
 
 def test_symlinks_inside_followed_outside_skipped(make_cfg: Any, vault: Path, tmp_path: Path) -> None:

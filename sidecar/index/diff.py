@@ -23,6 +23,7 @@ from sidecar.config import Config
 from sidecar.index.problems import Problems
 from sidecar.stores.manifest import FileState, Manifest
 from sidecar.vault.sources import (
+    CONFLICT_REASON,
     SLUG_RE,
     TWIN_REASON,
     NoteFile,
@@ -30,6 +31,7 @@ from sidecar.vault.sources import (
     Skipped,
     extension_twin,
     inbox_root,
+    is_markdown_name,
     is_note_name,
     link_refusal,
     root_refusal,
@@ -118,7 +120,7 @@ class ChangeFinder:
                 else by_name.get(name)
             )
             path = Path(where)
-            if root is None or not is_note_name(path.name) or not path.is_relative_to(root.path):
+            if root is None or not is_markdown_name(path.name) or not path.is_relative_to(root.path):
                 continue
             out[root.key_of(path.relative_to(root.path).as_posix())] = (path, reason)
         return out
@@ -291,7 +293,7 @@ class ChangeFinder:
                 continue
             diff.skipped[s.reason] = diff.skipped.get(s.reason, 0) + 1
             self._skipped(root, s)
-            if s.reason not in _KEPT_WHEN_SKIPPED and is_note_name(s.path.name):
+            if s.reason not in _KEPT_WHEN_SKIPPED and is_markdown_name(s.path.name):
                 # Now left out (grown too large, ...): its old text must not be found any more,
                 # as a full sweep would remove it.
                 with contextlib.suppress(ValueError):
@@ -343,16 +345,10 @@ class ChangeFinder:
                 if why is not None:
                     found.append(Skipped(path, why))
                     continue
-            if not stat.S_ISREG(st.st_mode) or not is_note_name(path.name):
+            if not stat.S_ISREG(st.st_mode) or not is_markdown_name(path.name):
                 continue
-            if root.source == "memory" and not SLUG_RE.fullmatch(path.name[:-3]):
-                found.append(Skipped(path, "memory note name is not a valid slug"))
-            elif extension_twin(path.name, _Sibling(path)) is not None:
-                found.append(Skipped(path, TWIN_REASON))
-            elif st.st_size > max_bytes:
-                found.append(Skipped(path, "too large"))
-            else:
-                found.append(NoteFile.of(root.key_of(rel), root, path, rel, st))
+            why = _left_out(root, path, st.st_size, max_bytes)
+            found.append(Skipped(path, why) if why else NoteFile.of(root.key_of(rel), root, path, rel, st))
         return found, gone
 
     def _may_delete(self, root: Root, count: int) -> bool:
@@ -397,6 +393,17 @@ class ChangeFinder:
 # Skips that leave the note's entry as it is: a file that cannot be read now, and a twin
 # (Note.MD beside Note.md), whose key is its sibling's note.
 _KEPT_WHEN_SKIPPED = frozenset({"unreadable", "unreadable folder", TWIN_REASON})
+
+
+def _left_out(root: Root, path: Path, size: int, max_bytes: int) -> str | None:
+    """Why a Markdown file a file event named is not read as a note (as ``scan`` says), or None."""
+    if not is_note_name(path.name):
+        return CONFLICT_REASON
+    if root.source == "memory" and not SLUG_RE.fullmatch(path.name[:-3]):
+        return "memory note name is not a valid slug"
+    if extension_twin(path.name, _Sibling(path)) is not None:
+        return TWIN_REASON
+    return "too large" if size > max_bytes else None
 
 
 def _at_or_below(key: tuple[str, str], root_name: str, wheres: tuple[str, ...]) -> bool:

@@ -35,11 +35,19 @@ from sidecar.vault.confine import (
 log = logging.getLogger(__name__)
 
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,127}$")
-_DEBRIS = (
-    re.compile(r"\.sync-conflict-", re.IGNORECASE),  # Syncthing
-    re.compile(r" \(conflicted copy", re.IGNORECASE),  # Dropbox
-    re.compile(r" \(Case Conflict", re.IGNORECASE),
-    re.compile(r"^~\$|~$|\.(tmp|swp|swx|bak)$", re.IGNORECASE),  # editor temp files
+_DEBRIS = re.compile(r"^~\$|~$|\.(tmp|swp|swx|bak)$", re.IGNORECASE)  # editor temp files
+# A sync tool's copy of a note edited on two devices at once: not a note of its own (it would be
+# found beside the note), but counted as skipped with this reason: it may hold the other device's
+# edits, and status and `why` then say there is a conflict to merge. Each form carries the date
+# the tool writes, so a note merely titled "(conflicted copy)" is read as any other.
+CONFLICT_REASON = "a sync tool's conflict copy (merge it into the note, then delete it)"
+_CONFLICTS = (
+    re.compile(r"\.sync-conflict-\d{8}-\d{6}", re.IGNORECASE),  # Syncthing
+    re.compile(r"\([^()]*conflicted copy \d{4}-\d{2}-\d{2}", re.IGNORECASE),  # Dropbox, Nextcloud
+    re.compile(r"_conflict-\d{8}-\d{6}", re.IGNORECASE),  # ownCloud
+    re.compile(r"\(SFConflict [^()]*\d{4}-\d{2}-\d{2}", re.IGNORECASE),  # Seafile
+    re.compile(r" \(Case Conflict(?: \d+)?\)", re.IGNORECASE),  # Dropbox: names differing by case
+    re.compile(r"-(?:DESKTOP|LAPTOP)-[A-Z0-9]{7}(?:-\d+)?\.md$", re.IGNORECASE),  # OneDrive
 )
 
 
@@ -182,18 +190,28 @@ def _reported(entry: os.DirEntry[str]) -> bool:
     try:
         if name.startswith("."):  # .trash and temp files are not reported; a hidden note is
             return name.lower().endswith(".md") and entry.is_file(follow_symlinks=False)
-        return not decodable(name) or is_note_name(name) or entry.is_dir()
+        return not decodable(name) or is_markdown_name(name) or entry.is_dir()
     except OSError:
         return True
 
 
 def is_debris(name: str) -> bool:
-    """Sync-conflict copies, cloud placeholders, editor temp files: never notes."""
-    return name.startswith(".") or any(p.search(name) for p in _DEBRIS)
+    """Cloud placeholders and temp files (hidden names), editor temp files: never notes, never
+    counted."""
+    return name.startswith(".") or _DEBRIS.search(name) is not None
+
+
+def is_conflict_copy(name: str) -> bool:
+    return any(p.search(name) for p in _CONFLICTS)
+
+
+def is_markdown_name(name: str) -> bool:
+    """A Markdown file's name: a note, or a conflict copy counted as skipped."""
+    return name.lower().endswith(".md") and not is_debris(name)
 
 
 def is_note_name(name: str) -> bool:
-    return name.lower().endswith(".md") and not is_debris(name)
+    return is_markdown_name(name) and not is_conflict_copy(name)
 
 
 # "Note.md" and "Note.MD" in one folder are one note to Obsidian's links and one key here.
@@ -309,7 +327,7 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
             else rel + "/"
         )
     if not is_note_name(entry.name):
-        return None
+        return Skipped(Path(entry.path), CONFLICT_REASON) if is_markdown_name(entry.name) else None
     if not stat.S_ISREG(st.st_mode):
         return Skipped(Path(entry.path), "not a regular file")
     if root.source == "memory" and not SLUG_RE.fullmatch(entry.name[:-3]):
