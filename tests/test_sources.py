@@ -55,7 +55,7 @@ def test_roots_split_vault_wiki_and_inboxes(make_cfg: Any, vault: Path) -> None:
 
 def test_debris_and_non_notes_are_ignored(make_cfg: Any, vault: Path) -> None:
     """Cloud stubs, editor temp files and non-Markdown files are not notes, nor counted."""
-    for name in [".Garden.md.icloud", "notes.txt", "image.png", "~$draft.md", "Garden.md.tmp"]:
+    for name in [".Garden.md.icloud", "._Garden.md", "notes.txt", "image.png", "~$draft.md", "Garden.md.tmp"]:
         write(vault / name, "x\n")
     notes, skipped = _scan_all(make_cfg(vault))
     assert "vault/Garden" in notes

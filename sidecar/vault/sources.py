@@ -189,7 +189,11 @@ def _reported(entry: os.DirEntry[str]) -> bool:
     name = entry.name
     try:
         if name.startswith("."):  # .trash and temp files are not reported; a hidden note is
-            return name.lower().endswith(".md") and entry.is_file(follow_symlinks=False)
+            return (
+                name.lower().endswith(".md")
+                and not name.startswith("._")
+                and entry.is_file(follow_symlinks=False)
+            )
         return not decodable(name) or is_markdown_name(name) or entry.is_dir()
     except OSError:
         return True
@@ -284,8 +288,13 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
     """One entry of a scanned folder: a note, a skip, a folder to descend (its rel prefix), or None."""
     rel = f"{rel_dir}{entry.name}"
     if entry.name.startswith("."):
-        # Hidden, as in Obsidian; a hidden note (even one named "..md") is still counted.
-        if entry.name.lower().endswith(".md") and entry.is_file(follow_symlinks=False):
+        # Hidden, as in Obsidian; a hidden note (even one named "..md") is still counted, but not
+        # a Mac's "._Note.md" (AppleDouble metadata beside each file copied from a Mac to a share).
+        if (
+            entry.name.lower().endswith(".md")
+            and not entry.name.startswith("._")
+            and entry.is_file(follow_symlinks=False)
+        ):
             return Skipped(Path(entry.path), "hidden file name")
         return None
     if not decodable(entry.name):
