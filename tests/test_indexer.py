@@ -780,3 +780,78 @@ def test_a_conflict_copy_is_counted_by_sweeps_and_events_and_why_names_it(harnes
         "vault/Recipes/Bread.sync-conflict-20261204-153012-ABCDEFG" in harness.indexer.changes.skipped_notes()
     )
     assert harness.stores.bm25.search("zqconflict", 10) == []
+
+
+def test_a_folder_put_in_the_place_of_another_leaves_no_ghosts(make_cfg: Any, tmp_path: Path) -> None:
+    """`mv proj proj-old; mv proj-new proj; rm -rf proj-old`: the notes only the old folder held
+    leave the index with the events (its walk only added what it found: ghosts until the next
+    full sweep, and a search hit that cannot be opened)."""
+    v, new = tmp_path / "v", tmp_path / "proj-new"
+    for i in range(3):
+        write(v / "proj" / f"p{i}.md", f"# P{i}\n\nold {i} zqswapold{i}\n")
+    write(v / "proj" / "sub" / "deep.md", "# Deep\n\nold deep zqswapolddeep\n")
+    for i in range(6):
+        write(v / f"stay{i}.md", f"# Stay {i}\n\nnote {i} that stays\n")
+    write(new / "p0.md", "# P0\n\nnew zqswapnew0\n")
+    write(new / "sub" / "other.md", "# Other\n\nnew other zqswapnewother\n")
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        (v / "proj").rename(v / "proj-old")
+        new.rename(v / "proj")
+        shutil.rmtree(v / "proj-old")
+        # The watcher's batch: the folder (renamed away, and moved in), the old one's deletions.
+        events = [v / "proj", v / "proj-old"] + [v / "proj-old" / f"p{i}.md" for i in range(3)]
+        summary = h.indexer.sweep(only=frozenset(), paths=[str(p) for p in events])
+        assert summary["deleted"] == 3
+        assert set(h.stores.manifest.file_states("vault/proj/")) == {"vault/proj/p0", "vault/proj/sub/other"}
+        assert _notes_with(h, "zqswapold1") == [] and _notes_with(h, "zqswapolddeep") == []
+        assert _notes_with(h, "zqswapnew0") == ["vault/proj/p0"]
+    finally:
+        h.close()
+
+
+def test_a_twin_takes_over_its_key_when_the_note_is_deleted(make_cfg: Any, tmp_path: Path) -> None:
+    """`Note.MD` beside `Note.md` is skipped as its twin (one key); once `Note.md` is deleted,
+    its event indexes `Note.MD` under the key (nothing looked at it: `vault/Note` said "no
+    note" until the next full sweep)."""
+    v = tmp_path / "v"
+    write(v / "Note.MD", "# Upper\n\nupper zqtwinupper\n")
+    write(v / "Note.md", "# Lower\n\nlower zqtwinlower\n")
+    for i in range(3):
+        write(v / f"n{i}.md", f"# N{i}\n\nfiller {i}\n")
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        assert _notes_with(h, "zqtwinlower") == ["vault/Note"]
+        assert _notes_with(h, "zqtwinupper") == []
+        (v / "Note.md").unlink()
+        h.indexer.sweep(only=frozenset(), paths=[str(v / "Note.md")])
+        assert _notes_with(h, "zqtwinupper") == ["vault/Note"]
+        assert _notes_with(h, "zqtwinlower") == []
+        assert h.stores.manifest.rel_of("vault/Note") == "Note.MD"
+    finally:
+        h.close()
+
+
+def test_a_folder_named_like_a_note_takes_its_notes_when_moved_away(make_cfg: Any, tmp_path: Path) -> None:
+    """A folder named "Book.md" moved out of the vault: its one event named a note key only, and
+    the notes inside stayed as ghosts until the next full sweep."""
+    v = tmp_path / "v"
+    write(v / "Book.md" / "chapter.md", "# Chapter\n\nzqbookchapter\n")
+    for i in range(3):
+        write(v / f"n{i}.md", f"# N{i}\n\nfiller {i}\n")
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        assert _notes_with(h, "zqbookchapter") == ["vault/Book.md/chapter"]
+        (v / "Book.md").rename(tmp_path / "Book.md")
+        h.indexer.sweep(only=frozenset(), paths=[str(v / "Book.md")])
+        assert _notes_with(h, "zqbookchapter") == []
+    finally:
+        h.close()
+
+
+def _notes_with(h: Harness, word: str) -> list[str]:
+    """The notes whose indexed text holds ``word`` (keyword index only)."""
+    return [key for key, _score in h.stores.bm25.search_pages(word, 10)]

@@ -1,17 +1,22 @@
 """The file watcher over a real folder: each debounced batch names its paths and those it only
-deleted, so a deletion is told from an editor's save that replaces the file."""
+deleted, so a deletion is told from an editor's save that replaces the file; and a real watcher
+feeding a real index, in both of its modes (recursive, and folder by folder)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sidecar.vault.watcher import Watcher
+from tests.conftest import FakeEmbedder, Harness, write
 
 
 class Batches:
@@ -32,23 +37,52 @@ class Batches:
             time.sleep(0.05)
 
 
+@contextmanager
+def watching(folder: Path, on_change: Callable[[set[str], frozenset[str]], None]) -> Iterator[Watcher]:
+    """A real Watcher thread over ``folder``, its watch set up."""
+    stop = threading.Event()
+    watcher = Watcher([folder], on_change, stop, debounce_ms=100)
+    thread = threading.Thread(target=watcher.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not watcher.watching:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.3)  # the notify watch is set up after ``watching`` is
+        yield watcher
+    finally:
+        stop.set()
+        thread.join(10)
+
+
 @pytest.fixture
 def watched(tmp_path: Path) -> Iterator[tuple[Path, Batches]]:
     folder = tmp_path / "vault"
     folder.mkdir()
     batches = Batches()
-    stop = threading.Event()
-    watcher = Watcher([folder], batches, stop, debounce_ms=100)
-    thread = threading.Thread(target=watcher.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not watcher.watching:
-        assert time.monotonic() < deadline
+    with watching(folder, batches):
+        yield folder, batches
+
+
+def _sweeps(h: Harness) -> Callable[[set[str], frozenset[str]], None]:
+    """Each batch swept at once, on the watcher's thread (a watch restart: every root)."""
+
+    def on_change(paths: set[str], gone: frozenset[str]) -> None:
+        h.indexer.sweep(only=frozenset() if paths else None, paths=paths)
+
+    return on_change
+
+
+def _until(check: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
-    time.sleep(0.3)  # the notify watch is set up after ``watching`` is
-    yield folder, batches
-    stop.set()
-    thread.join(10)
+
+
+def _keys(h: Harness, prefix: str = "vault/") -> set[str]:
+    return set(h.stores.manifest.file_states(prefix))
 
 
 def test_a_deletion_and_a_rename_name_the_old_path_gone(watched: tuple[Path, Batches]) -> None:
@@ -80,3 +114,88 @@ def test_a_save_that_replaces_the_file_is_not_a_deletion(watched: tuple[Path, Ba
     batches.wait_for(note)
     with batches.lock:
         assert str(note) not in batches.gone
+
+
+def test_a_deleted_tree_of_attachments_is_one_path(watched: tuple[Path, Batches]) -> None:
+    """A folder named with a dot is named when it appears, is renamed and is deleted (all its
+    events were dropped); an `rm -rf` of a tree of attachments names its top folder as gone, not
+    each file and subfolder in it (each would be a stat and a lookup in the index)."""
+    folder, batches = watched
+    tree = folder / "Media.v2"
+    for sub in ("a.b", "a.b/c", "plain"):
+        (tree / sub).mkdir(parents=True)
+        for i in range(20):
+            (tree / sub / f"x{i}.png").write_bytes(b"png")
+    batches.wait_for(tree)
+    tree.rename(folder / "Media v3.0")
+    batches.wait_for(folder / "Media v3.0")
+    batches.wait_for(tree)
+    time.sleep(0.3)
+    with batches.lock:
+        assert str(tree) in batches.gone
+        batches.paths.clear()
+    shutil.rmtree(folder / "Media v3.0")
+    batches.wait_for(folder / "Media v3.0")
+    time.sleep(0.3)
+    with batches.lock:
+        assert str(folder / "Media v3.0") in batches.gone
+        assert batches.paths == {str(folder / "Media v3.0")}, sorted(batches.paths)[:5]
+
+
+def test_a_folder_named_with_a_dot_follows_its_moves_into_the_index(make_cfg: Any, tmp_path: Path) -> None:
+    """A folder named "Node.js" moved, one named "Trip 2026.12" moved in, renamed to "Trip v1.0"
+    and moved out: the index follows each within the events (their events were all dropped: ghosts
+    and missing notes until the next full sweep)."""
+    v, out = tmp_path / "v", tmp_path / "out"
+    for i in range(2):
+        write(v / "Node.js" / f"n{i}.md", f"# N{i}\n\nnode note {i}\n")
+    for i in range(6):
+        write(v / f"stay{i}.md", f"# Stay {i}\n\nnote {i} that stays\n")
+    (v / "Programming").mkdir()
+    write(out / "Trip 2026.12" / "day.md", "# Day\n\ntrip note\n")
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        stays = {f"vault/stay{i}" for i in range(6)}
+        with watching(v, _sweeps(h)):
+            (v / "Node.js").rename(v / "Programming" / "Node.js")
+            moved = stays | {"vault/Programming/Node.js/n0", "vault/Programming/Node.js/n1"}
+            _until(lambda: _keys(h) == moved)
+            (out / "Trip 2026.12").rename(v / "Trip 2026.12")
+            _until(lambda: _keys(h) == moved | {"vault/Trip 2026.12/day"})
+            (v / "Trip 2026.12").rename(v / "Trip v1.0")
+            _until(lambda: _keys(h) == moved | {"vault/Trip v1.0/day"})
+            (v / "Trip v1.0").rename(out / "Trip v1.0")
+            _until(lambda: _keys(h) == moved)
+    finally:
+        h.close()
+
+
+def test_a_new_folder_is_looked_at_again_once_a_folder_by_folder_watch_covers_it(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """Watching folder by folder (a folder symlink in the vault), a new folder restarts the watch;
+    a note written into it after its event was handled and before the new watch existed had no
+    event, and was missing until the next full sweep."""
+    v = tmp_path / "v"
+    write(v / "Plugins" / "p.md", "# P\n\nplugin note\n")
+    (v / "plugins-link").symlink_to("Plugins")
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        sweep = _sweeps(h)
+        new = v / "Burst"
+        written: list[Path] = []
+
+        def on_change(paths: set[str], gone: frozenset[str]) -> None:
+            sweep(paths, gone)
+            if str(new) in paths and not written:  # handled: now the write no event reports
+                written.append(write(new / "late.md", "# Late\n\nwritten during the restart\n"))
+
+        with watching(v, on_change) as watcher:
+            assert watcher.linked
+            new.mkdir()
+            _until(lambda: bool(written))
+            _until(lambda: "vault/Burst/late" in _keys(h))
+    finally:
+        h.close()

@@ -3,8 +3,9 @@
 A full sweep lists a root through the supervisor (bounded by its timeouts) and diffs it with the
 manifest: notes to (re)index, keys gone, skip reasons. An unreadable folder is no evidence that its
 notes are gone, and deletions pass the supervisor's mass-deletion guard. Changed paths from file
-events are looked at one by one (a stat each; a new folder is walked), never the rest of their
-root; a root that changed as a whole, is offline, or loses many notes at once gets a full sweep.
+events are looked at one by one (a stat each; a folder is walked and compared with its indexed
+notes; a vanished path takes the notes below it too), never the rest of their root; a root that
+changed as a whole, is offline, or loses many notes at once gets a full sweep.
 """
 
 from __future__ import annotations
@@ -270,22 +271,33 @@ class ChangeFinder:
     def _diff_group(self, root: Root, rels: set[str], diff: Diff) -> bool:
         """Changed paths of one root into ``diff``; False if the root needs a full sweep instead."""
         try:
-            found, gone = self.supervisor.bounded(root, functools.partial(self._look, root, sorted(rels)))
+            found, gone, walked = self.supervisor.bounded(
+                root, functools.partial(self._look, root, sorted(rels))
+            )
         except RootUnreachable:
             return False  # the full sweep marks it offline with the reason
         notes = [f for f in found if isinstance(f, NoteFile)]
         manifest = self.manifest
         missing: set[str] = set()
-        if gone:  # what lay there is no longer left out either (one pass, however many went)
-            wheres = tuple(str(root.path / rel) for rel in gone)
+        if gone or walked:  # what lay there is no longer left out either (one pass, however many
+            # went); what a walk left out now is counted again below
+            wheres = tuple(str(root.path / rel) for rel in gone + walked)
             self._skips = {k: v for k, v in self._skips.items() if not _at_or_below(k, root.name, wheres)}
         for rel in gone:
             if rel.lower().endswith(".md"):
                 key = root.key_of(rel)
                 if manifest.rel_of(key) in (None, rel):  # not when its key's file is a twin
                     missing.update(manifest.file_states_of([key]))
-            else:
-                missing.update(manifest.file_states(root.key_of(rel + "/x")[:-1]))
+            # A vanished path may have been a folder (even one named "x.md"): its notes went
+            # with it, with no event of their own when it was moved away.
+            missing.update(manifest.file_states(_prefix(root, rel)))
+        if walked:
+            # A walked folder holds what the walk found, nothing else: a folder put in the place
+            # of another of the same name (renamed away: no event for its notes) leaves the old
+            # one's notes behind. Notes below what could not be read are kept, as a sweep does.
+            kept = _kept_prefixes(root, found)
+            for rel in walked:
+                missing.update(k for k in manifest.file_states(_prefix(root, rel)) if not k.startswith(kept))
         for n in notes:
             self._skips.pop((root.name, str(n.path)), None)
         for s in found:
@@ -307,17 +319,22 @@ class ChangeFinder:
         self._add_work(notes, manifest.file_states_of([n.key for n in notes]), diff)
         return True
 
-    def _look(self, root: Root, rels: Sequence[str]) -> tuple[list[NoteFile | Skipped], list[str]]:
-        """Stat each changed path of a root: (notes and skipped files found, relative paths gone)."""
+    def _look(self, root: Root, rels: Sequence[str]) -> tuple[list[NoteFile | Skipped], list[str], list[str]]:
+        """Stat each changed path of a root: (notes and skipped files found, relative paths gone,
+        folders walked whole)."""
         found: list[NoteFile | Skipped] = []
         gone: list[str] = []
+        walked: list[str] = []
         max_bytes = self.cfg.index.max_file_bytes
         refusal = root_refusal(root)
         if refusal is not None:  # the wiki folder became a link out of the vault: a sweep decides
-            return [Skipped(root.path, refusal)], []
+            return [Skipped(root.path, refusal)], [], []
         base = root.path.resolve()
         folders: dict[Path, bool] = {}  # folder -> a link (or no answer): each asked once a batch
-        for rel in rels:
+        todo, looked = list(rels), set(rels)
+        keys: dict[str, Path] = {}  # key -> the file of the note found for it
+        walked_files: set[Path] = set()
+        for rel in todo:  # grows by the twins of deleted notes
             path = root.path / rel
             # File events come through folder symlinks too (the watch follows them): a path
             # below one is never a note of this root, as a scan never descends into one.
@@ -327,29 +344,38 @@ class ChangeFinder:
                 st = os.lstat(path)
             except FileNotFoundError:
                 gone.append(rel)
+                # "Note.MD" beside a deleted "Note.md" owns the key now, and has no event.
+                twins = sorted(
+                    t for t in _twin_names(rel) if t not in looked and os.path.lexists(root.path / t)
+                )
+                todo.extend(twins)
+                looked.update(twins)
                 continue
             except OSError:
                 continue  # unreadable: kept as it is; the next full sweep reports it
             if stat.S_ISDIR(st.st_mode):
                 if root.source != "memory":
-                    with contextlib.suppress(OSError):
-                        found.extend(scan(root, max_bytes, start=rel))
+                    try:
+                        listed = list(scan(root, max_bytes, start=rel))
+                    except OSError:
+                        continue  # not listed: nothing known of what it holds
+                    found.extend(listed)
+                    walked.append(rel)
+                    for n in listed:
+                        if isinstance(n, NoteFile):
+                            keys.setdefault(n.key, n.path)
+                            walked_files.add(n.path)
                 continue
-            if stat.S_ISLNK(st.st_mode):  # followed only where a scan follows it
-                why = "symlink in a memory inbox (never followed)" if root.source == "memory" else None
-                try:
-                    why = why or link_refusal(root, path, base)
-                    st = os.stat(path)
-                except (OSError, RuntimeError):
-                    continue
-                if why is not None:
-                    found.append(Skipped(path, why))
-                    continue
-            if not stat.S_ISREG(st.st_mode) or not is_markdown_name(path.name):
-                continue
-            why = _left_out(root, path, st.st_size, max_bytes)
-            found.append(Skipped(path, why) if why else NoteFile.of(root.key_of(rel), root, path, rel, st))
-        return found, gone
+            got = _file(root, path, rel, st, base=base, max_bytes=max_bytes)
+            if isinstance(got, NoteFile):
+                owner = keys.setdefault(got.key, got.path)
+                if owner == got.path and got.path in walked_files:
+                    continue  # found by the walk of its folder already
+                if owner != got.path:  # "Note.MD" and "Note.Md" left: one key, the first the note
+                    got = Skipped(path, TWIN_REASON)
+            if got is not None:
+                found.append(got)
+        return found, gone, walked
 
     def _may_delete(self, root: Root, count: int) -> bool:
         """Deletions seen by events are applied at once only a few at a time, on a root that is
@@ -395,15 +421,53 @@ class ChangeFinder:
 _KEPT_WHEN_SKIPPED = frozenset({"unreadable", "unreadable folder", TWIN_REASON})
 
 
-def _left_out(root: Root, path: Path, size: int, max_bytes: int) -> str | None:
-    """Why a Markdown file a file event named is not read as a note (as ``scan`` says), or None."""
+def _file(  # noqa: PLR0911 - one return per kind of file
+    root: Root, path: Path, rel: str, st: os.stat_result, *, base: Path, max_bytes: int
+) -> NoteFile | Skipped | None:
+    """A changed path of ``root`` that is no folder: a note, a skip, or None (no note)."""
+    if stat.S_ISLNK(st.st_mode):  # followed only where a scan follows it
+        why = "symlink in a memory inbox (never followed)" if root.source == "memory" else None
+        try:
+            why = why or link_refusal(root, path, base)
+            st = os.stat(path)
+        except (OSError, RuntimeError):
+            return None
+        if why is not None:
+            return Skipped(path, why)
+    if not stat.S_ISREG(st.st_mode) or not is_markdown_name(path.name):
+        return None
     if not is_note_name(path.name):
-        return CONFLICT_REASON
+        return Skipped(path, CONFLICT_REASON)
     if root.source == "memory" and not SLUG_RE.fullmatch(path.name[:-3]):
-        return "memory note name is not a valid slug"
+        return Skipped(path, "memory note name is not a valid slug")
     if extension_twin(path.name, _Sibling(path)) is not None:
-        return TWIN_REASON
-    return "too large" if size > max_bytes else None
+        return Skipped(path, TWIN_REASON)
+    if st.st_size > max_bytes:
+        return Skipped(path, "too large")
+    return NoteFile.of(root.key_of(rel), root, path, rel, st)
+
+
+def _prefix(root: Root, rel: str) -> str:
+    """The key prefix of the notes below the folder ``rel`` of ``root``."""
+    return root.key_of(rel + "/x")[:-1]
+
+
+def _kept_prefixes(root: Root, found: Sequence[NoteFile | Skipped]) -> tuple[str, ...]:
+    """Keys (and key prefixes) of the notes and folders a walk could not read: not gone."""
+    out: list[str] = []
+    for s in found:
+        if isinstance(s, Skipped) and s.reason in ("unreadable", "unreadable folder"):
+            with contextlib.suppress(ValueError):
+                rel = s.path.relative_to(root.path).as_posix()
+                out.append(root.key_of(rel) if s.reason == "unreadable" else _prefix(root, rel))
+    return tuple(out)
+
+
+def _twin_names(rel: str) -> list[str]:
+    """The other spellings of a note's ``.md`` ("Note.MD", "Note.mD", ... for "Note.md")."""
+    if not rel.lower().endswith(".md"):
+        return []
+    return [rel[:-3] + ext for ext in (".md", ".mD", ".Md", ".MD") if ext != rel[-3:]]
 
 
 def _at_or_below(key: tuple[str, str], root_name: str, wheres: tuple[str, ...]) -> bool:

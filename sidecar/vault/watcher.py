@@ -6,10 +6,13 @@ vault on a share. What events miss (edits made on other machines of a network sh
 freshly created nested folders, a watch that died) arrives with the scheduled full sweeps and the
 polling of network roots; a watched folder that was replaced, mounted or unmounted restarts the
 watch and asks for a full sweep (an empty set of paths). Editor temp files, dot-folders and
-non-Markdown files are filtered out. A folder whose name is not valid UTF-8 makes the recursive
-watch fail ("Unable to decode path"): the watcher then watches every other folder one by one (not
-recursively), restarting when a folder appears, so events keep flowing for the rest of the tree.
-So does a tree holding a folder symlink: the recursive watch would follow it out of the vault.
+non-Markdown files are filtered out, but not folders named with a dot ("Node.js"): one that
+appears is walked, one deleted or moved away (or a file that may have been one) is named, once
+for a whole deleted tree. A folder whose name is not valid UTF-8 makes the recursive watch fail
+("Unable to decode path"): the watcher then watches every other folder one by one (not
+recursively), restarting when a folder appears and looking at that folder again once the new
+watch runs, so events keep flowing for the rest of the tree. So does a tree holding a folder
+symlink: the recursive watch would follow it out of the vault.
 """
 
 from __future__ import annotations
@@ -78,11 +81,8 @@ def _walk(paths: Sequence[Path], limit: int = MAX_FLAT_FOLDERS) -> tuple[list[Pa
 class NoteFilter:
     """Accept changes to Markdown notes and to folders (a new folder may hold notes) under the roots."""
 
-    def __init__(self, roots: Sequence[Path], *, folders: bool = False) -> None:
+    def __init__(self, roots: Sequence[Path]) -> None:
         self.roots = [str(r).rstrip("/") + "/" for r in roots]
-        # Watching folder by folder, every folder that appears must be seen, "v1.2" too: the
-        # watch restarts to cover it.
-        self.folders = folders
 
     def __call__(self, change: watchfiles.Change, path: str) -> bool:
         root = next((r for r in self.roots if path.startswith(r)), None)
@@ -92,9 +92,35 @@ class NoteFilter:
             return False
         name = parts[-1]
         if "." in name and not name.lower().endswith(".md"):
-            # another kind of file (a name without a dot may be a folder), or a folder named so
-            return self.folders and change == watchfiles.Change.added and os.path.isdir(path)
+            # Another kind of file, or a folder named so ("Node.js", "Trip 2026.12"): moving or
+            # renaming a folder gives one event, for the folder only, so a folder that appears
+            # (walked) or may have been one (its keys go by prefix) is let through.
+            if change == watchfiles.Change.added:
+                return os.path.isdir(path)
+            return change == watchfiles.Change.deleted and _may_be_folder(path)
         return not is_debris(name)
+
+
+def _may_be_folder(path: str) -> bool:
+    """Whether a deleted path may have been a folder: gone (a stat cannot tell), or one now."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return True
+
+
+def _covered(changes: set[tuple[watchfiles.Change, str]]) -> set[tuple[watchfiles.Change, str]]:
+    """The batch without deletions of non-notes whose folder the batch deleted too: the folder's
+    key prefix covers them (an `rm -rf` of a tree of attachments is one path to look at, not
+    one per file). Notes stay, each one named as gone."""
+    deleted = {p for change, p in changes if change == watchfiles.Change.deleted}
+    return {
+        (change, p)
+        for change, p in changes
+        if change != watchfiles.Change.deleted
+        or p.lower().endswith(".md")
+        or os.path.dirname(p) not in deleted
+    }
 
 
 class Watcher:
@@ -119,6 +145,9 @@ class Watcher:
         self.retry = RETRY
         self.probe_timeout = probe_timeout
         self._stuck: dict[Path, threading.Thread] = {}  # a stat of this folder still hangs
+        # New folders that restarted a folder-by-folder watch: looked at again once the next
+        # watch is set up (files written into them before it existed got no event).
+        self._recheck: set[str] = set()
 
     def _stat(self, path: Path) -> os.stat_result | None:
         """A watched folder's stat with a deadline: None when it fails or hangs (a share that is
@@ -184,10 +213,10 @@ class Watcher:
         )
         identity = self._identity()
         checked = time.monotonic()
-        for changes in watchfiles.watch(
+        for batch in watchfiles.watch(
             *folders,
             recursive=not flat,
-            watch_filter=NoteFilter(existing, folders=flat),
+            watch_filter=NoteFilter(existing),
             debounce=self.debounce_ms,
             step=50,
             stop_event=self.stop,
@@ -196,15 +225,18 @@ class Watcher:
             raise_interrupt=False,
             ignore_permission_denied=True,
         ):
-            if changes:
+            # The first yield comes once this watch is set up: the folders that restarted it
+            # are walked again, for what was written into them before (no event for that).
+            again, self._recheck = self._recheck, set()
+            if batch or again:
+                changes = _covered(batch)
                 log.debug("watcher_changes count=%d", len(changes))
-                self.on_change({p for _, p in changes}, _gone(changes))
-                if flat and any(
-                    (p not in known or change == watchfiles.Change.added) and os.path.isdir(p)
-                    for change, p in changes
-                ):
+                self.on_change({p for _, p in changes} | again, _gone(changes))
+                new = _new_folders(changes, known, again) if flat else set()
+                if new:
                     # A new folder, or one deleted and made again (its old watch died with it):
-                    # watch it too (the sweep just asked for covers its notes).
+                    # watch it too (the walk of its event covers the notes there now).
+                    self._recheck = new
                     return
             # inotify dies silently when a watched folder is deleted, recreated or remounted:
             # compare device and inode now and then and start a new watch (and a catch-up sweep).
@@ -215,6 +247,19 @@ class Watcher:
                 log.info("watcher_restart reason=a watched folder was replaced, mounted or unmounted")
                 self.on_change(set(), frozenset())
                 return
+
+
+def _new_folders(changes: set[tuple[watchfiles.Change, str]], known: set[str], again: set[str]) -> set[str]:
+    """Folders a folder-by-folder watch does not cover: new or made again in this batch, and
+    those made inside ``again`` between the watch's walk and its start (no event for them)."""
+    new = {
+        p
+        for change, p in changes
+        if (p not in known or change == watchfiles.Change.added) and os.path.isdir(p)
+    }
+    if again and len(known) < MAX_FLAT_FOLDERS:  # beyond the limit some are never watched
+        new.update(str(f) for f in _walk([Path(p) for p in again])[0] if str(f) not in known)
+    return new
 
 
 def _gone(changes: set[tuple[watchfiles.Change, str]]) -> frozenset[str]:
