@@ -2,7 +2,9 @@
 
 A full sweep lists a root through the supervisor (bounded by its timeouts) and diffs it with the
 manifest: notes to (re)index, keys gone, skip reasons. An unreadable folder is no evidence that its
-notes are gone, and deletions pass the supervisor's mass-deletion guard. Changed paths from file
+notes are gone, and deletions pass the supervisor's mass-deletion guard, which counts only
+notes not found elsewhere: every root of a sweep is listed before any root's deletions are
+decided, so a note moved to another key (in any root) is told from a loss. Changed paths from file
 events are looked at one by one (a stat each; a folder is walked and compared with its indexed
 notes; a vanished path takes the notes below it too), never the rest of their root; a root that
 changed as a whole, is offline, or loses many notes at once gets a full sweep.
@@ -79,6 +81,25 @@ class Diff:
     stamps: list[tuple[str, int, int, int]] = field(default_factory=list)  # unchanged: (key, stat)
 
 
+@dataclass
+class _Listing:
+    """A root as a full sweep listed it: its notes, its manifest entries, the keys not found."""
+
+    root: Root
+    notes: list[NoteFile]
+    known: dict[str, FileState]
+    missing: list[str]
+    started: float
+
+
+def _related(old: str, new: str) -> bool:
+    """Whether two keys can be one note moved: the same name (its folder moved or renamed, to
+    another root too) or the same folder (the note renamed)."""
+    old_folder, _, old_name = old.rpartition("/")
+    new_folder, _, new_name = new.rpartition("/")
+    return old_name == new_name or old_folder == new_folder
+
+
 class ChangeFinder:
     """Finds what changed in the roots; remembers what it already reported and recent event deletions."""
 
@@ -151,10 +172,28 @@ class ChangeFinder:
         out.extend(inbox_root(self.cfg, a) for a in sorted(indexed - present))
         return out
 
-    def diff_root(
-        self, root: Root, diff: Diff, confirm: bool, excluded: dict[str, int] | None = None
+    def diff_roots(
+        self,
+        roots: Sequence[Root],
+        diff: Diff,
+        confirm: Collection[str] = (),
+        excluded: dict[str, int] | None = None,
     ) -> None:
-        """Scan one root and add what changed and what is gone to ``diff``."""
+        """Scan the roots and add what changed and what is gone to ``diff``.
+
+        Every root is listed before any root's deletions are decided: a note moved from one root
+        to another (the vault into its wiki) vanishes from the one and appears in the other, and
+        the guard must know the new keys of all of them, whatever the order (``diff.work``
+        already holds those that file events found). The vault is decided before its wiki,
+        whose guard asks whether the vault around it is there."""
+        listings = [x for r in roots if (x := self._list(r, diff, excluded)) is not None]
+        alien: set[str] = set()  # roots whose folder is not the share now: no evidence of moves
+        for listing in sorted(listings, key=lambda x: x.root.within is not None):
+            if not self._decide(listing, listings, diff, listing.root.name in confirm, alien):
+                alien.add(listing.root.name)
+
+    def _list(self, root: Root, diff: Diff, excluded: dict[str, int] | None) -> _Listing | None:
+        """List a root and compare it with the manifest (None: unreachable, marked offline)."""
         supervisor = self.supervisor
         status = supervisor.status(root)
         t0 = time.time()
@@ -162,7 +201,7 @@ class ChangeFinder:
             found = supervisor.list_root(root)
         except RootUnreachable as exc:
             supervisor.mark_offline(root, str(exc))
-            return
+            return None
         notes = [f for f in found if isinstance(f, NoteFile)]
         prefix = root.key_of("x")[:-1]  # "vault/", "wiki/", "memory/<agent>/"
         known = self.manifest.file_states(prefix)
@@ -177,15 +216,91 @@ class ChangeFinder:
         # An error reading a folder (or a file's stat) is no evidence that its notes are gone.
         kept = self._unreadable_prefixes(root, skipped)
         missing = [k for k in known if k not in seen and not k.startswith(kept)]
-        hold = supervisor.hold_deletions(root, len(known), len(missing), len(notes), confirm)
+        return _Listing(root, notes, known, missing, t0)
+
+    def _decide(
+        self, listing: _Listing, listings: Sequence[_Listing], diff: Diff, confirm: bool, alien: set[str]
+    ) -> bool:
+        """A listed root's deletions through the guard, and its work; False if what is there
+        now is not the share (the root is left alone)."""
+        supervisor = self.supervisor
+        root, notes, known, missing = listing.root, listing.notes, listing.known, listing.missing
+        moved: set[str] = set()
+        if supervisor.may_hold(root, len(known), len(missing), len(notes)):
+            moved = self._moves(listing, listings, alien, diff)
+        hold = supervisor.hold_deletions(
+            root, len(known), len(missing), len(notes), confirm, moved=len(moved)
+        )
         if hold is None:
             supervisor.mark_online(root)
             self._event_deletions.pop(root.name, None)
             diff.gone.extend(missing)
-        status.last_sweep, status.last_sweep_seconds = time.time(), time.time() - t0
+        elif hold == "mass":
+            diff.gone.extend(k for k in missing if k in moved)  # moves are no loss: at once
+        status = supervisor.status(root)
+        status.last_sweep, status.last_sweep_seconds = time.time(), time.time() - listing.started
         if hold not in (None, "mass"):
-            return  # what is there now is not the share: leave the root alone while it stays so
+            return False  # what is there now is not the share: leave the root alone while it stays so
         self._add_work(notes, known, diff)
+        return True
+
+    def _moves(
+        self, listing: _Listing, listings: Sequence[_Listing], alien: set[str], diff: Diff
+    ) -> set[str]:
+        """The missing keys of ``listing`` whose notes are elsewhere now: moves, not losses.
+
+        A move (or rename) keeps a file's modification time and size. A missing note is moved
+        when a note new to the index in this sweep (any root's listing, or a file event's) has
+        its mtime and size and its name or its folder (a folder moved or renamed, a note renamed
+        in place), or when the same bytes with the same mtime are indexed under another key that
+        is still there (a move whose new half an earlier sweep indexed). Each new file accounts
+        for one missing note: an emptied share is not made good by a few look-alikes. A root
+        whose folder is not the share now (``alien``) is no evidence either way."""
+        manifest = self.manifest
+        trusted = [x for x in listings if x.root.name not in alien]
+        present: dict[str, NoteFile] = {n.key: n for x in trusted for n in x.notes}
+        listed_prefixes = tuple(x.root.key_of("x")[:-1] for x in listings)
+        fresh = {n.key: n for x in trusted for n in x.notes if n.key not in x.known}
+        events = {n.key: n for n in diff.work if n.key not in present}
+        indexed = manifest.file_states_of(list(events))
+        fresh.update((k, n) for k, n in events.items() if k not in indexed)
+        present.update(events)
+        by_stat: dict[tuple[int, int], list[NoteFile]] = {}
+        for n in fresh.values():
+            by_stat.setdefault((n.mtime_ns, n.size), []).append(n)
+        moved: set[str] = set()
+        for key in listing.missing:
+            st = listing.known[key]
+            pool = by_stat.get((st.mtime_ns, st.size), [])
+            match = next((n for n in pool if _related(key, n.key)), None)
+            if match is not None:
+                pool.remove(match)
+                moved.add(key)
+        # The rest: the same bytes indexed under a key that is still there (seen in this sweep with
+        # that stat, or of a root this sweep did not list, as its last look found it).
+        rest = {
+            key: (st.mtime_ns, st.size, st.hash)
+            for key in listing.missing
+            if key not in moved and (st := listing.known[key]).state == "indexed" and st.hash
+        }
+        if not rest:
+            return moved
+        gone = {k for x in listings for k in x.missing} | set(diff.gone)  # file events' too
+        twins = manifest.keys_like(set(rest.values()))
+        used: set[str] = set()
+        for key, stat_ in rest.items():
+            for other in twins.get(stat_, []):
+                if other == key or other in gone or other in used:
+                    continue
+                now = present.get(other)
+                if now is None and other.startswith(listed_prefixes):
+                    continue  # its root was listed and it is not there
+                if now is not None and (now.mtime_ns, now.size) != stat_[:2]:
+                    continue  # changed since: its bytes are not known
+                used.add(other)
+                moved.add(key)
+                break
+        return moved
 
     def _add_work(self, notes: Sequence[NoteFile], known: dict[str, FileState], diff: Diff) -> None:
         for n in notes:

@@ -153,8 +153,7 @@ class Indexer:
             self.changes.keep_roots(names)
         if not paths:  # Obsidian's settings are read on full sweeps: a memory write touches no vault file
             self._refresh_ignore()
-        for root in chosen:
-            self.changes.diff_root(root, diff, root.name in confirm_deletions, excluded)
+        self.changes.diff_roots(chosen, diff, confirm_deletions, excluded)
         act.scan_skipped = self.changes.skip_counts()
         if only is None:
             act.excluded = excluded

@@ -20,7 +20,7 @@ import threading
 import time
 import unicodedata
 import urllib.parse
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -393,6 +393,24 @@ class Manifest(VectorBook):
                 f"SELECT key, mtime_ns, size, hash, state, ctime_ns FROM files WHERE key IN ({marks})", part
             )
             out.update((r[0], FileState(*r[1:])) for r in rows)
+        return out
+
+    def keys_like(self, stats: Collection[tuple[int, int, str]]) -> dict[tuple[int, int, str], list[str]]:
+        """Indexed keys by (mtime_ns, size, hash), for those in ``stats``: where the same bytes,
+        written at the same time, are indexed under other keys (a move a sweep saw half of)."""
+        wanted = set(stats)
+        out: dict[tuple[int, int, str], list[str]] = {}
+        mtimes = sorted({s[0] for s in wanted})
+        for start in range(0, len(mtimes), 500):
+            part = mtimes[start : start + 500]
+            rows = self._query(
+                "SELECT key, mtime_ns, size, hash FROM files WHERE state = 'indexed' AND hash != '' "
+                f"AND mtime_ns IN ({','.join('?' * len(part))})",
+                part,
+            )
+            for key, mtime_ns, size, digest in rows:
+                if (mtime_ns, size, digest) in wanted:
+                    out.setdefault((mtime_ns, size, digest), []).append(key)
         return out
 
     def rel_of(self, key: str) -> str | None:

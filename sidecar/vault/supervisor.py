@@ -2,14 +2,16 @@
 
 An unreachable share is not an empty share: a root that is missing, fails with I/O errors or
 hangs past a timeout goes ``offline``; so does one that was a mount point and is not any more,
-whose device changed while its notes vanished, or that is empty although notes of it are indexed,
-for as long as that holds. Nothing of an offline root is deleted; it is retried with growing
-jittered delays and comes back by itself. A mass deletion on the same, non-empty mount is applied
-only after a wall-clock hold (``index.massDeletionHoldMinutes``) or on the user's confirmation,
-never because some sweeps saw it. Each root's mount state (mount point of its own, device) is
-remembered in the manifest, so a restart while the share is away still knows. Listing a root runs
-in a helper thread with a timeout, so a hanging NFS mount never blocks the other roots; the
-waiting thread beats the watchdog while the timeout runs.
+whose device changed while its notes vanished, or that is empty although notes of it are indexed
+(and none of them turned up under another key; a wiki inside a vault that is there is no share
+of its own), for as long as that holds. Nothing of an offline root is deleted; it is retried
+with growing jittered delays and comes back by itself. A mass deletion on the same, non-empty
+mount is applied only after a wall-clock hold (``index.massDeletionHoldMinutes``) or on the
+user's confirmation, never because some sweeps saw it; notes moved to another key are no loss
+and do not count. Each root's mount state (mount point of its own, device) is remembered in the
+manifest, so a restart while the share is away still knows. Listing a root runs in a helper
+thread with a timeout, so a hanging NFS mount never blocks the other roots; the waiting thread
+beats the watchdog while the timeout runs.
 """
 
 from __future__ import annotations
@@ -310,15 +312,29 @@ class Supervisor:
         )
         return got is not None and got[0] != got[1]
 
+    def may_hold(self, root: Root, known: int, missing: int, present: int) -> bool:
+        """Whether the guard could hold this many deletions for their count (the root emptied,
+        or more than the mass-deletion share gone): only then are they checked for moves."""
+        return (
+            root.source != "memory"
+            and missing > 0
+            and known >= MASS_DELETION_MIN_FILES
+            and (present == 0 or missing / known > self.cfg.index.mass_deletion_share)
+        )
+
     def hold_deletions(
-        self, root: Root, known: int, missing: int, present: int, confirmed: bool
+        self, root: Root, known: int, missing: int, present: int, confirmed: bool, *, moved: int = 0
     ) -> str | None:
         """Why this sweep must not delete (``unmounted``, ``device``, ``empty``, ``mass``), or None.
 
         ``mass`` still lets the sweep index the notes that are there; the others leave the root
         alone entirely (what is there is not the share). The hold's start is remembered across
         restarts; a mass deletion is applied once it has lasted ``massDeletionHoldMinutes``.
+        ``moved`` of the ``missing`` notes turned up under other keys in the same sweep: moves,
+        no loss, so they count neither toward ``empty`` nor toward ``mass``. They say nothing
+        about the mount, though: a root that is not on the mount it was holds them all.
         """
+        lost = missing - moved
         st = self.status(root)
         ident = st.identity
         memo = self._remembered(root)
@@ -347,9 +363,12 @@ class Supervisor:
             and (present == 0 or missing / max(known, 1) > self.cfg.index.mass_deletion_share)
         ):
             kind = "device"
-        elif known >= MASS_DELETION_MIN_FILES and present == 0:
+        elif known >= MASS_DELETION_MIN_FILES and present == 0 and not moved and not self._inside_vault(root):
+            # An empty folder where notes were is what an unmounted share looks like; not when
+            # its notes went elsewhere in the vault, nor for a wiki emptied inside a vault that is
+            # there (its share is the vault's): a loss there is a mass deletion like any other.
             kind = "empty"
-        elif known >= MASS_DELETION_MIN_FILES and missing / known > self.cfg.index.mass_deletion_share:
+        elif known >= MASS_DELETION_MIN_FILES and lost / known > self.cfg.index.mass_deletion_share:
             kind = "mass"
         if kind is None:
             if ident is not None:
@@ -368,8 +387,9 @@ class Supervisor:
             st.hold_kind = st.hold_since = None
             return None
         self._remember(root, {**memo, "hold": {"kind": kind, "since": since}})
-        st.held_deletions, st.hold_kind, st.hold_since = missing, kind, since
-        why = HOLD_WHY[kind].format(missing=missing, known=known)
+        held = lost if kind == "mass" else missing  # a mass hold applies the moves at once
+        st.held_deletions, st.hold_kind, st.hold_since = held, kind, since
+        why = HOLD_WHY[kind].format(missing=held, known=known)
         if kind == "mass":
             left = self.cfg.index.mass_deletion_hold_minutes * 60 - (now - since)
             then = f"applied in {_duration(left)} unless they come back"
@@ -377,10 +397,28 @@ class Supervisor:
             then = "held while it stays so"
         self.mark_offline(
             root,
-            f"{root.path} {why}; {missing} deletions {then} "
+            f"{root.path} {why}; {held} deletions {then} "
             f"(or `sidecar index --confirm-deletions {root.name}`)",
         )
         return kind
+
+    def _inside_vault(self, root: Root) -> bool:
+        """Whether this root is a folder inside a vault that is there: the vault answers, is not
+        empty, is on the mount it was on, and is not held as unmounted or empty itself. Asked
+        with the probe timeout; no answer counts as not there."""
+        if root.within is None:
+            return False
+        with self._lock:
+            outer = next((s for s in self.roots.values() if s.path == str(root.within)), None)
+        if outer is not None and (outer.hanging is not None or (outer.offline and outer.hold_kind != "mass")):
+            return False
+        try:
+            gone, _stuck = run_with_timeout(
+                self._vault_not_there, self.cfg.watch.probe_timeout_seconds, root.name, self.beat
+            )
+        except OSError:
+            return False
+        return gone is False
 
     def applies_at(self, st: RootStatus) -> float | None:
         if st.hold_kind != "mass" or st.hold_since is None:

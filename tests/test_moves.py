@@ -1,0 +1,212 @@
+"""A move is not a loss: notes that vanish from one key and turn up under another (in the same
+root, between the vault and its wiki, found by a full sweep or by file events) leave their old
+keys at once and do not count toward the mass-deletion guard, which still holds a real loss."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import FakeEmbedder, Harness, write
+
+
+def _notes(folder: Path, n: int) -> list[Path]:
+    return [
+        write(folder / f"n{i}.md", f"# Note {i}\n\nThe keeper of lighthouse {i} logs storm {i}.\n")
+        for i in range(n)
+    ]
+
+
+def _keys(h: Harness, prefix: str) -> set[str]:
+    return set(h.stores.manifest.file_states(prefix))
+
+
+def _hits(h: Harness, word: str) -> list[str]:
+    """The keys whose indexed text holds ``word`` (each once if the note is indexed once)."""
+    assert h.stores.bm25.num_docs() == h.stores.manifest.chunk_count()  # no keyword-index ghosts
+    return sorted(c.key for c in h.stores.manifest.all_chunks() if word in c.text)
+
+
+@pytest.fixture
+def big(make_cfg: Any, vault: Path) -> Any:
+    """The vault fixture (3 notes, a wiki with 1) plus 10 notes in Notes/."""
+    _notes(vault / "Notes", 10)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    h.sweep()
+    yield h
+    h.close()
+
+
+def _sweep(h: Harness, how: str, paths: set[Path]) -> None:
+    if how == "sweep":
+        h.sweep()
+    else:  # the file events of the move: the folder gone and the folder come, nothing else
+        h.indexer.sweep(only=frozenset(), paths={str(p) for p in paths})
+
+
+def _online(h: Harness, *names: str) -> None:
+    for name in names:
+        st = h.supervisor.roots[name]
+        assert not st.offline and st.hold_kind is None and st.held_deletions == 0, (name, st.error)
+
+
+@pytest.mark.parametrize("how", ["sweep", "events"])
+def test_most_of_the_vault_moved_into_the_wiki_is_no_mass_deletion(
+    big: Harness, vault: Path, how: str
+) -> None:
+    """10 of the vault's 13 notes moved into the wiki: the vault "lost 10 of 13" and held the
+    deletions for 6 h, every moved note found twice (old and new key)."""
+    (vault / "Notes").rename(vault / "wiki/Notes")
+    _sweep(big, how, {vault / "Notes", vault / "wiki/Notes"})
+    _online(big, "vault", "wiki")
+    assert not _keys(big, "vault/Notes/")
+    assert _keys(big, "wiki/Notes/") == {f"wiki/Notes/n{i}" for i in range(10)}
+    assert _hits(big, "lighthouse 3") == ["wiki/Notes/n3"]
+
+
+@pytest.mark.parametrize("how", ["sweep", "events"])
+def test_most_of_the_wiki_moved_into_the_vault_is_no_mass_deletion(
+    make_cfg: Any, vault: Path, how: str
+) -> None:
+    """The other way round: the wiki, listed after the vault, loses what the vault gains."""
+    _notes(vault / "wiki/Notes", 10)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        (vault / "wiki/Notes").rename(vault / "Notes")
+        _sweep(h, how, {vault / "Notes", vault / "wiki/Notes"})
+        _online(h, "vault", "wiki")
+        assert not _keys(h, "wiki/Notes/")
+        assert _hits(h, "lighthouse 3") == ["vault/Notes/n3"]
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("how", ["sweep", "events"])
+def test_a_folder_moved_within_its_root_is_no_mass_deletion(big: Harness, vault: Path, how: str) -> None:
+    """10 of 13 notes moved to another folder of the same root: no false "lost 10 of 13"
+    warning and no duplicates until a retry sweep counted the new keys too."""
+    (vault / "Archive").mkdir()
+    (vault / "Notes").rename(vault / "Archive/Notes")
+    _sweep(big, how, {vault / "Notes", vault / "Archive/Notes"})
+    _online(big, "vault")
+    assert not _keys(big, "vault/Notes/")
+    assert _hits(big, "lighthouse 3") == ["vault/Archive/Notes/n3"]
+
+
+def test_notes_renamed_in_place_are_moves(big: Harness, vault: Path) -> None:
+    """Notes renamed in their folder (a script that prefixes a date) keep mtime and size."""
+    for p in (vault / "Notes").glob("*.md"):
+        p.rename(p.with_name(f"2026-01-01 {p.name}"))
+    big.sweep()
+    _online(big, "vault")
+    assert _hits(big, "lighthouse 3") == ["vault/Notes/2026-01-01 n3"]
+
+
+@pytest.mark.parametrize("how", ["moved out", "renamed"])
+def test_a_wiki_emptied_by_a_move_into_the_vault_stays_online(make_cfg: Any, vault: Path, how: str) -> None:
+    """Everything moved out of the wiki (or the wiki folder renamed) inside a vault that is
+    there: the wiki went offline as an unmounted share and its notes stayed as ghosts for as
+    long as it stayed empty."""
+    _notes(vault / "wiki/Notes", 6)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        if how == "moved out":
+            (vault / "Archive").mkdir()
+            for p in (vault / "wiki").iterdir():
+                p.rename(vault / "Archive" / p.name)
+        else:
+            (vault / "wiki").rename(vault / "old wiki")
+        h.sweep()
+        _online(h, "vault", "wiki")
+        assert not _keys(h, "wiki/")
+        where = "Archive" if how == "moved out" else "old wiki"
+        assert _hits(h, "lighthouse 3") == [f"vault/{where}/Notes/n3"]
+    finally:
+        h.close()
+
+
+def test_a_deleted_wiki_inside_a_present_vault_is_a_mass_deletion(make_cfg: Any, vault: Path) -> None:
+    """The wiki folder deleted while the vault around it is there: no unmounted share (the
+    vault shows the share is there), so the deletions wait as a mass deletion (the root stays
+    readable, its new notes are indexed) and apply after the hold, not "offline" for good."""
+    _notes(vault / "wiki/Notes", 6)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    now = [1_000_000.0]
+    h.supervisor.clock = lambda: now[0]
+    try:
+        h.sweep()
+        shutil.rmtree(vault / "wiki")
+        h.sweep()
+        st = h.supervisor.roots["wiki"]
+        assert st.hold_kind == "mass" and st.held_deletions == 7
+        assert len(_keys(h, "wiki/")) == 7  # held: nothing deleted yet
+        _online(h, "vault")
+        write(vault / "wiki/Fresh.md", "# Fresh\n\nA new wiki page about tide tables.\n")
+        h.sweep()
+        assert "wiki/Fresh" in _keys(h, "wiki/")
+        now[0] += 360 * 60 + 1
+        h.sweep()
+        assert _keys(h, "wiki/") == {"wiki/Fresh"}
+        _online(h, "wiki")
+    finally:
+        h.close()
+
+
+def test_a_move_whose_new_half_an_earlier_sweep_indexed(big: Harness, vault: Path) -> None:
+    """The new copies were indexed by an earlier sweep (a sync tool writes the new files first
+    and deletes the old ones later; a sweep of one root): the same bytes with the same mtime,
+    indexed under keys that are still there, make the old keys moves too."""
+    shutil.copytree(vault / "Notes", vault / "wiki/Moved")  # copy2: mtimes kept, as a move keeps them
+    big.indexer.sweep(only={"wiki"})
+    shutil.rmtree(vault / "Notes")
+    big.indexer.sweep(only={"vault"})
+    _online(big, "vault")
+    assert _hits(big, "lighthouse 3") == ["wiki/Moved/n3"]
+
+
+def test_a_real_mass_loss_beside_a_few_moves_is_still_held(big: Harness, vault: Path) -> None:
+    """8 of 13 notes really gone, 2 moved and a look-alike new file: the 8 are held as before
+    (only those counted and shown); the moves leave their old keys at once."""
+    notes = sorted((vault / "Notes").glob("*.md"))
+    (vault / "Kept").mkdir()
+    for p in notes[:2]:
+        p.rename(vault / "Kept" / p.name)
+    # Same size and mtime as a lost note, but neither its name nor its folder: no move.
+    lookalike = write(vault / "Elsewhere/other.md", notes[5].read_text(encoding="utf-8"))
+    st5 = notes[5].stat()
+    os.utime(lookalike, ns=(st5.st_atime_ns, st5.st_mtime_ns))
+    for p in notes[2:]:
+        p.unlink()
+    big.sweep()
+    st = big.supervisor.roots["vault"]
+    assert st.offline and st.hold_kind == "mass" and st.held_deletions == 8
+    assert "lost 8 of 13" in (st.error or "")
+    assert _keys(big, "vault/Notes/") == {f"vault/Notes/{p.stem}" for p in notes[2:]}
+    assert _hits(big, "lighthouse 0") == ["vault/Kept/n0"]
+
+
+def test_an_emptied_share_with_its_wiki_is_held_as_empty(make_cfg: Any, vault: Path) -> None:
+    """The vault emptied as a whole (an emptied share), its wiki too: both are held as empty;
+    the wiki's vault does not count as there while it is held so itself."""
+    _notes(vault / "Notes", 6)
+    _notes(vault / "wiki/Notes", 6)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        before = len(_keys(h, ""))
+        for p in list(vault.rglob("*.md")):
+            if ".obsidian" not in p.parts and ".trash" not in p.parts:
+                p.unlink()
+        for _ in range(3):
+            h.sweep()
+        assert h.supervisor.roots["vault"].hold_kind == "empty"
+        assert h.supervisor.roots["wiki"].hold_kind == "empty"
+        assert len(_keys(h, "")) == before
+    finally:
+        h.close()
