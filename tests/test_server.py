@@ -4,6 +4,7 @@ many clients at once, and the bounds on connections, input and time."""
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
 import time
@@ -163,6 +164,7 @@ def test_connection_cap_closes_the_longest_idle_and_unfinished_input_is_bounded(
 ) -> None:
     """At the cap the longest-idle connection is closed with a `busy` frame to make room;
     unfinished frames beyond the total budget are refused with `busy`; searches keep working."""
+    caplog.set_level(logging.INFO, logger="sidecar.daemon.server")
     server: InProcessServer = serve_in_process(
         model=KEYWORD_ONLY, **{"server.maxConnections": 20, "server.maxBufferedBytes": 1 << 20}
     )
@@ -195,6 +197,30 @@ def test_connection_cap_closes_the_longest_idle_and_unfinished_input_is_bounded(
         for s in partial:
             s.close()
     assert "connection_refused reason=unfinished input" in caplog.text
+    # Six or more evictions within the minute: one line (a reconnect loop wrote a line each).
+    evicted = [
+        r for r in caplog.records if r.getMessage().startswith("connection_closed reason=connection limit")
+    ]
+    assert len(evicted) == 1 and evicted[0].getMessage().endswith("times=1")
+
+
+def test_a_flood_of_one_log_line_is_one_line_a_minute_with_its_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from sidecar.daemon.server import Throttled
+
+    now = [0.0]
+    line = Throttled(logging.INFO, "connection_closed reason=test", every=60.0, clock=lambda: now[0])
+    with caplog.at_level(logging.INFO, logger="sidecar.daemon.server"):
+        for _ in range(500):
+            line()
+            now[0] += 0.01
+        now[0] += 60
+        line()
+    assert [r.getMessage() for r in caplog.records] == [
+        "connection_closed reason=test times=1",
+        "connection_closed reason=test times=500",
+    ]
 
 
 def test_a_request_that_hangs_is_answered_timeout_and_the_server_goes_on(

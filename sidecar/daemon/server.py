@@ -24,6 +24,7 @@ import os
 import socket
 import stat
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -35,6 +36,28 @@ from sidecar.runtime.foreground import FOREGROUND, Foreground
 from sidecar.runtime.peer import peer_uid
 
 log = logging.getLogger(__name__)
+
+
+class Throttled:
+    """A log line that can come in floods (a client reconnecting in a loop: 3,000 connections
+    in 4 s wrote 1,702 lines): the first at once, then at most one per ``every`` seconds, saying
+    how many came since the last (``times=``)."""
+
+    def __init__(
+        self, level: int, message: str, every: float = 60.0, clock: Callable[[], float] = time.monotonic
+    ):
+        self.level, self.message, self.every, self.clock = level, message, every, clock
+        self._last: float | None = None
+        self._since = 0
+
+    def __call__(self, *args: object) -> None:
+        self._since += 1
+        now = self.clock()
+        if self._last is not None and now - self._last < self.every:
+            return
+        log.log(self.level, self.message + " times=%d", *args, self._since)
+        self._last, self._since = now, 0
+
 
 Dispatch = Callable[[Request], dict[str, Any]]
 _WRITE_TIMEOUT = 30.0
@@ -161,6 +184,13 @@ class Server:
         # when it closes, and the loop's end then cancels each one with an ERROR and a traceback.
         self._open: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._uid = os.getuid()
+        self._log_refused_peer = Throttled(logging.WARNING, "peer_refused uid=%s")
+        self._log_refused = Throttled(
+            logging.WARNING, "connection_refused reason=too many connections limit=%d"
+        )
+        self._log_evicted = Throttled(
+            logging.INFO, "connection_closed reason=connection limit reached, idle the longest"
+        )
 
     def call(self, req: Request) -> bytes:
         """Run one request; every failure becomes an error frame, never a dropped connection."""
@@ -226,13 +256,13 @@ class Server:
             sock = writer.get_extra_info("socket")
             uid = peer_uid(sock) if sock is not None else None
             if uid is not None and uid != self._uid:
-                log.warning("peer_refused uid=%s", uid)
+                self._log_refused_peer(uid)
                 await self._send(
                     writer, error_frame(None, "forbidden", "this daemon serves only its own user")
                 )
                 return
             if self.connections > self.max_connections and not self._evict_idle():
-                log.warning("connection_refused reason=too many connections limit=%d", self.max_connections)
+                self._log_refused(self.max_connections)
                 await self._send(
                     writer,
                     error_frame(
@@ -263,7 +293,7 @@ class Server:
             return False
         writer = next(iter(self._idle))
         del self._idle[writer]
-        log.info("connection_closed reason=connection limit reached, idle the longest")
+        self._log_evicted()
         with contextlib.suppress(OSError, RuntimeError):
             writer.write(
                 error_frame(None, "busy", "closed to make room for new connections (server.maxConnections)")
