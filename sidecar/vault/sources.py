@@ -41,14 +41,19 @@ _DEBRIS = re.compile(r"^~\$|~$|\.(tmp|swp|swx|bak)$", re.IGNORECASE)  # editor t
 # edits, and status and `why` then say there is a conflict to merge. Each form carries the date
 # the tool writes, so a note merely titled "(conflicted copy)" is read as any other.
 CONFLICT_REASON = "a sync tool's conflict copy (merge it into the note, then delete it)"
-_CONFLICTS = (
-    re.compile(r"\.sync-conflict-\d{8}-\d{6}", re.IGNORECASE),  # Syncthing
-    re.compile(r"\([^()]*conflicted copy \d{4}-\d{2}-\d{2}", re.IGNORECASE),  # Dropbox, Nextcloud
-    re.compile(r"_conflict-\d{8}-\d{6}", re.IGNORECASE),  # ownCloud
-    re.compile(r"\(SFConflict [^()]*\d{4}-\d{2}-\d{2}", re.IGNORECASE),  # Seafile
-    re.compile(r" \(Case Conflict(?: \d+)?\)", re.IGNORECASE),  # Dropbox: names differing by case
-    re.compile(r"-(?:DESKTOP|LAPTOP)-[A-Z0-9]{7}(?:-\d+)?\.md$", re.IGNORECASE),  # OneDrive
-)
+_CONFLICTS = re.compile(
+    "|".join(
+        (
+            r"\.sync-conflict-\d{8}-\d{6}",  # Syncthing
+            r"\([^()]*conflicted copy \d{4}-\d{2}-\d{2}",  # Dropbox, Nextcloud
+            r"_conflict-\d{8}-\d{6}",  # ownCloud
+            r"\(SFConflict [^()]*\d{4}-\d{2}-\d{2}",  # Seafile
+            r" \(Case Conflict(?: \d+)?\)",  # Dropbox: names differing by case only
+            r"-(?:DESKTOP|LAPTOP)-[A-Z0-9]{7}(?:-\d+)?\.md$",  # OneDrive
+        )
+    ),
+    re.IGNORECASE,
+)  # one pattern: every name of every scan is tried
 
 
 @dataclass(frozen=True)
@@ -206,7 +211,7 @@ def is_debris(name: str) -> bool:
 
 
 def is_conflict_copy(name: str) -> bool:
-    return any(p.search(name) for p in _CONFLICTS)
+    return _CONFLICTS.search(name) is not None
 
 
 def is_markdown_name(name: str) -> bool:
