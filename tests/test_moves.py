@@ -160,12 +160,16 @@ def test_a_deleted_wiki_inside_a_present_vault_is_a_mass_deletion(make_cfg: Any,
 
 def test_a_move_whose_new_half_an_earlier_sweep_indexed(big: Harness, vault: Path) -> None:
     """The new copies were indexed by an earlier sweep (a sync tool writes the new files first
-    and deletes the old ones later; a sweep of one root): the same bytes with the same mtime,
-    indexed under keys that are still there, make the old keys moves too."""
+    and deletes the old ones later): the same bytes with the same mtime, indexed under keys this
+    sweep sees, make the old keys moves too. A sweep of the vault alone does not see the wiki:
+    its entries are no evidence (an emptied share's wiki is gone with it), so the loss is held
+    until a sweep that lists both."""
     shutil.copytree(vault / "Notes", vault / "wiki/Moved")  # copy2: mtimes kept, as a move keeps them
     big.indexer.sweep(only={"wiki"})
     shutil.rmtree(vault / "Notes")
     big.indexer.sweep(only={"vault"})
+    assert big.supervisor.roots["vault"].hold_kind == "mass"
+    big.sweep()
     _online(big, "vault")
     assert _hits(big, "lighthouse 3") == ["wiki/Moved/n3"]
 
@@ -208,5 +212,62 @@ def test_an_emptied_share_with_its_wiki_is_held_as_empty(make_cfg: Any, vault: P
         assert h.supervisor.roots["vault"].hold_kind == "empty"
         assert h.supervisor.roots["wiki"].hold_kind == "empty"
         assert len(_keys(h, "")) == before
+    finally:
+        h.close()
+
+
+def _empty_share(vault: Path) -> None:
+    """What an emptied (or server-side unmounted) share shows: the folder, nothing in it."""
+    for p in list(vault.iterdir()):
+        if p.is_dir():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+
+
+def test_emptied_share_with_one_copy_in_the_wiki_stays_held_as_empty(make_cfg: Any, vault: Path) -> None:
+    """One vault note was copied into the wiki (Explorer/Finder/cp -p keep the mtime). The share
+    is emptied: the wiki, gone with it, is not listed, and its copy is no evidence of a move (it
+    made the vault's "empty" hold, kept for as long as the share stays so, a timed mass
+    deletion that deleted the whole vault from the index after the hold)."""
+    _notes(vault / "Notes", 10)
+    shutil.copy2(vault / "Notes/n0.md", vault / "wiki/n0 copy.md")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    now = [1_000_000.0]
+    h.supervisor.clock = lambda: now[0]
+    try:
+        h.sweep()
+        known = set(h.stores.manifest.file_states("vault/"))
+        assert len(known) == 13
+        _empty_share(vault)
+        h.sweep()
+        st = h.supervisor.roots["vault"]
+        assert st.hold_kind == "empty"
+        now[0] += 360 * 60 + 1  # massDeletionHoldMinutes later, the share still empty
+        h.indexer.sweep(only={"vault"})
+        left = set(h.stores.manifest.file_states("vault/"))
+        assert st.hold_kind == "empty"
+        assert left == known
+    finally:
+        h.close()
+
+
+def test_emptied_share_whose_wiki_mirrors_most_notes_is_not_deleted_at_once(
+    make_cfg: Any, vault: Path
+) -> None:
+    """Most vault notes have a byte-identical copy (mtime kept: rsync -a, cp -p, Finder) in the
+    wiki. The share is emptied: the wiki's copies, gone with it, are no moves (counted as such,
+    lost/known fell below massDeletionShare and the whole vault left the index at once)."""
+    _notes(vault / "Notes", 10)
+    shutil.copytree(vault / "Notes", vault / "wiki/Mirror")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        known = set(h.stores.manifest.file_states("vault/"))
+        _empty_share(vault)
+        h.sweep()
+        st = h.supervisor.roots["vault"]
+        left = set(h.stores.manifest.file_states("vault/"))
+        assert st.offline and st.hold_kind == "empty" and left == known
     finally:
         h.close()

@@ -253,13 +253,12 @@ class ChangeFinder:
         when a note new to the index in this sweep (any root's listing, or a file event's) has
         its mtime and size and its name or its folder (a folder moved or renamed, a note renamed
         in place), or when the same bytes with the same mtime are indexed under another key that
-        is still there (a move whose new half an earlier sweep indexed). Each new file accounts
+        this sweep saw (a move whose new half an earlier sweep indexed). Each new file accounts
         for one missing note: an emptied share is not made good by a few look-alikes. A root
         whose folder is not the share now (``alien``) is no evidence either way."""
         manifest = self.manifest
         trusted = [x for x in listings if x.root.name not in alien]
         present: dict[str, NoteFile] = {n.key: n for x in trusted for n in x.notes}
-        listed_prefixes = tuple(x.root.key_of("x")[:-1] for x in listings)
         fresh = {n.key: n for x in trusted for n in x.notes if n.key not in x.known}
         events = {n.key: n for n in diff.work if n.key not in present}
         indexed = manifest.file_states_of(list(events))
@@ -276,8 +275,7 @@ class ChangeFinder:
             if match is not None:
                 pool.remove(match)
                 moved.add(key)
-        # The rest: the same bytes indexed under a key that is still there (seen in this sweep with
-        # that stat, or of a root this sweep did not list, as its last look found it).
+        # The rest: the same bytes indexed under a key that this sweep saw, with that stat.
         rest = {
             key: (st.mtime_ns, st.size, st.hash)
             for key in listing.missing
@@ -293,10 +291,11 @@ class ChangeFinder:
                 if other == key or other in gone or other in used:
                     continue
                 now = present.get(other)
-                if now is None and other.startswith(listed_prefixes):
-                    continue  # its root was listed and it is not there
-                if now is not None and (now.mtime_ns, now.size) != stat_[:2]:
-                    continue  # changed since: its bytes are not known
+                if now is None or (now.mtime_ns, now.size) != stat_[:2]:
+                    # Not seen in this sweep with that stat: a root not listed now (or one gone
+                    # with the share, as a wiki inside an emptied vault) is no evidence; its old
+                    # entries made an emptied share look moved.
+                    continue
                 used.add(other)
                 moved.add(key)
                 break

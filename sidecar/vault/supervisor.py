@@ -363,10 +363,11 @@ class Supervisor:
             and (present == 0 or missing / max(known, 1) > self.cfg.index.mass_deletion_share)
         ):
             kind = "device"
-        elif known >= MASS_DELETION_MIN_FILES and present == 0 and not moved and not self._inside_vault(root):
+        elif known >= MASS_DELETION_MIN_FILES and present == 0 and lost and not self._inside_vault(root):
             # An empty folder where notes were is what an unmounted share looks like; not when
-            # its notes went elsewhere in the vault, nor for a wiki emptied inside a vault that is
-            # there (its share is the vault's): a loss there is a mass deletion like any other.
+            # all its notes went elsewhere in the vault, nor for a wiki emptied inside a vault
+            # that is there (its share is the vault's): a loss there is a mass deletion like any
+            # other. Some notes moved and the rest lost: still empty, held whole.
             kind = "empty"
         elif known >= MASS_DELETION_MIN_FILES and lost / known > self.cfg.index.mass_deletion_share:
             kind = "mass"
