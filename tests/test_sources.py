@@ -81,9 +81,15 @@ def test_sync_conflict_copies_are_counted_as_skipped_and_a_note_named_alike_is_r
     ]
     for name in copies:
         write(vault / name, "# Garden\n\nthe other device's edit\n")
-    write(vault / "How I fixed a (conflicted copy) mess.md", "# Fixed\n\nmy own note\n")
-    notes, skipped = _scan_all(make_cfg(vault))
-    assert "vault/How I fixed a (conflicted copy) mess" in notes
+    own = ["How I fixed a (conflicted copy) mess.md", "buy-laptop-battery.md", "linux-desktop-screens.md"]
+    for name in own:  # the user's own notes, named alike
+        write(vault / name, "# Mine\n\nmy own note\n")
+    # An inbox's notes are the daemon's own writes: a slug alike is a note.
+    cfg = make_cfg(vault)
+    write(cfg.agents_dir / "claude" / "memory" / "plan_conflict-20261204-120000.md", "a plan\n")
+    notes, skipped = _scan_all(cfg)
+    assert {f"vault/{name[:-3]}" for name in own} <= set(notes)
+    assert "memory/claude/plan_conflict-20261204-120000" in notes
     assert not [k for k in notes if "Garden" in k and k != "vault/Garden"]
     assert sorted(s.path.name for s in skipped) == sorted(copies)
     assert {s.reason for s in skipped} == {CONFLICT_REASON}

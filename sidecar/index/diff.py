@@ -26,8 +26,6 @@ from sidecar.config import Config
 from sidecar.index.problems import Problems
 from sidecar.stores.manifest import FileState, Manifest
 from sidecar.vault.sources import (
-    CONFLICT_REASON,
-    SLUG_RE,
     TWIN_REASON,
     NoteFile,
     Root,
@@ -35,8 +33,8 @@ from sidecar.vault.sources import (
     extension_twin,
     inbox_root,
     is_markdown_name,
-    is_note_name,
     link_refusal,
+    name_refusal,
     root_refusal,
     roots,
     scan,
@@ -550,10 +548,9 @@ def _file(  # noqa: PLR0911 - one return per kind of file
             return Skipped(path, why)
     if not stat.S_ISREG(st.st_mode) or not is_markdown_name(path.name):
         return None
-    if not is_note_name(path.name):
-        return Skipped(path, CONFLICT_REASON)
-    if root.source == "memory" and not SLUG_RE.fullmatch(path.name[:-3]):
-        return Skipped(path, "memory note name is not a valid slug")
+    why = name_refusal(root, path.name)
+    if why is not None:
+        return Skipped(path, why)
     if extension_twin(path.name, _Sibling(path)) is not None:
         return Skipped(path, TWIN_REASON)
     if st.st_size > max_bytes:

@@ -40,7 +40,14 @@ from sidecar.notes.redact import masked_line
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.stores.manifest import embed_hash
 from sidecar.stores.vectorbook import NO_VECTOR
-from sidecar.vault.sources import SLUG_RE, Root, agent_inbox, inbox_refusal, is_note_name, public_reference
+from sidecar.vault.sources import (
+    SLUG_RE,
+    Root,
+    agent_inbox,
+    inbox_refusal,
+    is_markdown_name,
+    public_reference,
+)
 
 log = logging.getLogger(__name__)
 
@@ -406,7 +413,9 @@ class MemoryOps:
             try:
                 with os.scandir(inbox) as entries:  # a note that is a link is not listed either
                     names = sorted(
-                        e.name for e in entries if e.is_file(follow_symlinks=False) and is_note_name(e.name)
+                        e.name
+                        for e in entries
+                        if e.is_file(follow_symlinks=False) and is_markdown_name(e.name)
                     )
             except OSError:
                 names = []

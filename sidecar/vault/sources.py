@@ -49,7 +49,9 @@ _CONFLICTS = re.compile(
             r"_conflict-\d{8}-\d{6}",  # ownCloud
             r"\(SFConflict [^()]*\d{4}-\d{2}-\d{2}",  # Seafile
             r" \(Case Conflict(?: \d+)?\)",  # Dropbox: names differing by case only
-            r"-(?:DESKTOP|LAPTOP)-[A-Z0-9]{7}(?:-\d+)?\.md$",  # OneDrive
+            # OneDrive: "-" and the machine's default name, as Windows writes it (upper case, a
+            # digit among its seven characters: "buy-laptop-battery.md" is a note).
+            r"(?-i:-(?:DESKTOP|LAPTOP)-(?=[A-Z0-9]{0,6}[0-9])[A-Z0-9]{7}(?:-\d+)?\.md)$",
         )
     ),
     re.IGNORECASE,
@@ -211,6 +213,8 @@ def is_debris(name: str) -> bool:
 
 
 def is_conflict_copy(name: str) -> bool:
+    """A sync tool's conflict copy by its name (vault and wiki only: the daemon alone writes an
+    inbox, and a slug such as "plan_conflict-20261204-120000" is a note)."""
     return _CONFLICTS.search(name) is not None
 
 
@@ -326,7 +330,7 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
         if why is not None:
             return (
                 Skipped(Path(entry.path), why)
-                if stat.S_ISDIR(st.st_mode) or is_note_name(entry.name)
+                if stat.S_ISDIR(st.st_mode) or is_markdown_name(entry.name)
                 else None
             )
     if stat.S_ISDIR(st.st_mode):
@@ -340,15 +344,23 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
             if root.source == "memory"
             else rel + "/"
         )
-    if not is_note_name(entry.name):
-        return Skipped(Path(entry.path), CONFLICT_REASON) if is_markdown_name(entry.name) else None
+    if not is_markdown_name(entry.name):
+        return None
     if not stat.S_ISREG(st.st_mode):
         return Skipped(Path(entry.path), "not a regular file")
-    if root.source == "memory" and not SLUG_RE.fullmatch(entry.name[:-3]):
-        return Skipped(Path(entry.path), "memory note name is not a valid slug")
-    if st.st_size > max_bytes:
-        return Skipped(Path(entry.path), "too large")
-    return NoteFile.of(root.key_of(rel), root, Path(entry.path), rel, st)
+    why = name_refusal(root, entry.name) or ("too large" if st.st_size > max_bytes else None)
+    return (
+        Skipped(Path(entry.path), why)
+        if why
+        else NoteFile.of(root.key_of(rel), root, Path(entry.path), rel, st)
+    )
+
+
+def name_refusal(root: Root, name: str) -> str | None:
+    """Why a Markdown file of this name is not read as a note of ``root``, or None."""
+    if root.source == "memory":
+        return None if SLUG_RE.fullmatch(name[:-3]) else "memory note name is not a valid slug"
+    return CONFLICT_REASON if is_conflict_copy(name) else None
 
 
 def link_refusal(root: Root, link: Path, base: Path) -> str | None:
