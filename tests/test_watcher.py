@@ -4,6 +4,7 @@ feeding a real index, in both of its modes (recursive, and folder by folder)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import threading
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import watchfiles
 
 from sidecar.vault.watcher import Watcher
 from tests.conftest import FakeEmbedder, Harness, write
@@ -199,3 +201,38 @@ def test_a_new_folder_is_looked_at_again_once_a_folder_by_folder_watch_covers_it
             _until(lambda: "vault/Burst/late" in _keys(h))
     finally:
         h.close()
+
+
+def test_a_folder_symlink_is_no_new_folder_of_a_folder_by_folder_watch(tmp_path: Path) -> None:
+    """The watch never follows a folder symlink, so one is not "new" at every restart (it
+    restarted the watch every few seconds and walked out of the vault through it)."""
+    from sidecar.vault import watcher as w
+
+    vault = tmp_path / "vault"
+    (vault / "a").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    (outside / "x/y").mkdir(parents=True)
+    os.symlink(outside, vault / "link")
+    walked, linked = w._walk([vault])
+    known = {str(f) for f in walked}
+    assert linked and str(vault / "link") not in known
+    assert w._new_folders(set(), known, {str(vault / "link")}) == set()
+    added = {(watchfiles.Change.added, str(vault / "link"))}
+    assert w._new_folders(added, known, set()) == set()
+
+
+def test_a_folder_symlink_made_in_a_folder_by_folder_watch_restarts_it_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    vault = tmp_path / "vault"
+    (vault / "a").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(vault / "a", vault / "inner")  # a folder symlink: the watch goes folder by folder
+    caplog.set_level(logging.INFO, logger="sidecar.vault.watcher")
+    batches = Batches()
+    with watching(vault, batches):
+        os.symlink(outside, vault / "out")
+        time.sleep(12)  # two first yields of restarted watches (5 s each) would show a loop
+    starts = [r for r in caplog.records if r.getMessage().startswith("watcher_started")]
+    assert len(starts) <= 2, len(starts)

@@ -31,7 +31,7 @@ import watchfiles
 from sidecar.runtime.backoff import Backoff
 from sidecar.vault.confine import decodable, printable
 from sidecar.vault.sources import is_debris
-from sidecar.vault.timeout import NoAnswer, bounded_stat
+from sidecar.vault.timeout import NoAnswer, bounded_call, bounded_stat
 
 log = logging.getLogger(__name__)
 
@@ -91,22 +91,26 @@ class NoteFilter:
         if any(p.startswith(".") for p in parts):
             return False
         name = parts[-1]
-        if "." in name and not name.lower().endswith(".md"):
+        if _other_kind(name):
             # Another kind of file, or a folder named so ("Node.js", "Trip 2026.12"): moving or
-            # renaming a folder gives one event, for the folder only, so a folder that appears
-            # (walked) or may have been one (its keys go by prefix) is let through.
-            if change == watchfiles.Change.added:
-                return os.path.isdir(path)
-            return change == watchfiles.Change.deleted and _may_be_folder(path)
+            # renaming a folder gives one event, for the folder only, so one that appears or may
+            # have been one (its keys go by prefix) is let through; which added ones are folders
+            # the watcher asks per batch, with a deadline (no stat here: it could hang).
+            return change in (watchfiles.Change.added, watchfiles.Change.deleted)
         return not is_debris(name)
 
 
-def _may_be_folder(path: str) -> bool:
-    """Whether a deleted path may have been a folder: gone (a stat cannot tell), or one now."""
+def _other_kind(name: str) -> bool:
+    """A name with a dot that is not a note's: an attachment, or a folder named so."""
+    return "." in name and not name.lower().endswith(".md")
+
+
+def _is_real_folder(path: str) -> bool:
+    """A folder, not a link to one (links are never followed)."""
     try:
         return stat.S_ISDIR(os.lstat(path).st_mode)
     except OSError:
-        return True
+        return False
 
 
 def _covered(changes: set[tuple[watchfiles.Change, str]]) -> set[tuple[watchfiles.Change, str]]:
@@ -148,6 +152,7 @@ class Watcher:
         # New folders that restarted a folder-by-folder watch: looked at again once the next
         # watch is set up (files written into them before it existed got no event).
         self._recheck: set[str] = set()
+        self._stuck_looks: dict[str, threading.Thread] = {}  # a look at a batch's paths still hangs
 
     def _stat(self, path: Path) -> os.stat_result | None:
         """A watched folder's stat with a deadline: None when it fails or hangs (a share that is
@@ -157,6 +162,28 @@ class Watcher:
             return bounded_stat(path, self.probe_timeout, self._stuck, "watch")
         except (OSError, NoAnswer):
             return None
+
+    def _files_dropped(self, batch: set[tuple[watchfiles.Change, str]]) -> set[tuple[watchfiles.Change, str]]:
+        """The batch without the added paths of other kinds of file that are no folder (asked in
+        one call with a deadline: on a share that hangs the one watcher thread, which carries
+        the inboxes' events too, must not wait; unanswered, they stay for the indexer's look)."""
+        asked = [
+            p for change, p in batch if change == watchfiles.Change.added and _other_kind(os.path.basename(p))
+        ]
+        if not asked:
+            return batch
+        try:
+            folders = bounded_call(
+                lambda: {p for p in asked if _is_real_folder(p)},
+                self.probe_timeout,
+                self._stuck_looks,
+                "added",
+                "watch-added",
+            )
+        except NoAnswer:
+            return batch
+        files = set(asked) - folders
+        return {(change, p) for change, p in batch if change != watchfiles.Change.added or p not in files}
 
     def run(self) -> None:
         failures = 0
@@ -229,7 +256,7 @@ class Watcher:
             # are walked again, for what was written into them before (no event for that).
             again, self._recheck = self._recheck, set()
             if batch or again:
-                changes = _covered(batch)
+                changes = _covered(self._files_dropped(batch))
                 log.debug("watcher_changes count=%d", len(changes))
                 self.on_change({p for _, p in changes} | again, _gone(changes))
                 new = _new_folders(changes, known, again) if flat else set()
@@ -251,14 +278,17 @@ class Watcher:
 
 def _new_folders(changes: set[tuple[watchfiles.Change, str]], known: set[str], again: set[str]) -> set[str]:
     """Folders a folder-by-folder watch does not cover: new or made again in this batch, and
-    those made inside ``again`` between the watch's walk and its start (no event for them)."""
+    those made inside ``again`` between the watch's walk and its start (no event for them).
+    A folder symlink is none: the watch never follows one (taken for new, it restarted the
+    watch every few seconds, walking out of the vault through it)."""
     new = {
         p
         for change, p in changes
-        if (p not in known or change == watchfiles.Change.added) and os.path.isdir(p)
+        if (p not in known or change == watchfiles.Change.added) and _is_real_folder(p)
     }
     if again and len(known) < MAX_FLAT_FOLDERS:  # beyond the limit some are never watched
-        new.update(str(f) for f in _walk([Path(p) for p in again])[0] if str(f) not in known)
+        real = [Path(p) for p in again if _is_real_folder(p)]
+        new.update(str(f) for f in _walk(real)[0] if str(f) not in known)
     return new
 
 
