@@ -184,7 +184,7 @@ class Server:
         # when it closes, and the loop's end then cancels each one with an ERROR and a traceback.
         self._open: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._uid = os.getuid()
-        self._log_refused_peer = Throttled(logging.WARNING, "peer_refused uid=%s")
+        self._log_refused_peer: dict[int, Throttled] = {}  # by uid: a second user is named too
         self._log_refused = Throttled(
             logging.WARNING, "connection_refused reason=too many connections limit=%d"
         )
@@ -256,7 +256,7 @@ class Server:
             sock = writer.get_extra_info("socket")
             uid = peer_uid(sock) if sock is not None else None
             if uid is not None and uid != self._uid:
-                self._log_refused_peer(uid)
+                self._log_refused_peer.setdefault(uid, Throttled(logging.WARNING, "peer_refused uid=%s"))(uid)
                 await self._send(
                     writer, error_frame(None, "forbidden", "this daemon serves only its own user")
                 )
