@@ -126,15 +126,23 @@ def test_a_deletion_the_full_disk_refused_is_retried_with_the_leftover(looped: A
 
     h.indexer.index_files = index_full  # type: ignore[method-assign]
     h.indexer.delete = delete_full  # type: ignore[method-assign]
-    gone = next(p for p in vault.rglob("*.md") if "wiki" not in p.parts)
-    key = "vault/" + gone.relative_to(vault).as_posix()[:-3]
-    assert h.stores.manifest.file_states_of([key])
+    notes = sorted(
+        p
+        for p in vault.rglob("*.md")
+        if not any(x == "wiki" or x.startswith(".") for x in p.relative_to(vault).parts)
+    )
+    gone, excluded = notes[0], notes[1]
+    key, excluded_key = ("vault/" + p.relative_to(vault).as_posix()[:-3] for p in (gone, excluded))
+    assert h.stores.manifest.file_states_of([key, excluded_key]).keys() == {key, excluded_key}
     gone.unlink()
+    # A new rule leaves a note out: its file is still there, so a look at its path finds it.
+    h.indexer.set_excludes([excluded.relative_to(vault).as_posix()], False)
     write(vault / "Later.md", "# Later\n\nA note written after the first sweep.\n")
     loop.request_sweep()
     _until(lambda: len(calls) >= 3 and h.problems.active_in("index") is None)
     assert calls[2]["paths"] and calls[2]["only"] == frozenset()
-    _until(lambda: not h.stores.manifest.file_states_of([key]))  # its vectors go on their thread
+    # Their vectors go on their own thread: the manifest entry leaves last.
+    _until(lambda: not h.stores.manifest.file_states_of([key, excluded_key]))
     assert h.stores.manifest.file_states_of(["vault/Later"])
 
 

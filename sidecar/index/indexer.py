@@ -79,6 +79,7 @@ class Indexer:
         self.vectors = vectors
         self.supervisor = supervisor
         self.leftover: frozenset[str] | None = None  # paths a failed sweep scanned but did not write
+        self._gone_left: list[str] = []  # keys a failed sweep could not delete
         self.ignore = IgnoreRules(cfg.index.exclude, cfg.vault.path, cfg.index.obsidian_excludes)
         self._ignore_stuck: threading.Thread | None = None  # a read of Obsidian's settings that hangs
         self.problems = problems
@@ -135,6 +136,9 @@ class Indexer:
         """Compare roots (all, or those named in ``only``) with the manifest; index what changed,
         remove what is gone. ``paths`` (from file events) are looked at one by one, without walking
         their roots. ``confirm_deletions`` names roots whose mass deletion the user confirmed."""
+        if self._gone_left:  # a failed sweep's deletions (disk full): raises again until they go
+            self.delete(self._gone_left)
+            self._gone_left = []
         act = self.activity
         act.phase, act.done, act.total, act.started = "scanning", 0, 0, time.time()
         diff = Diff()
@@ -216,8 +220,10 @@ class Indexer:
                 try:  # gone notes leave now if they can
                     self.delete(self._still_gone(diff.gone))
                 except Exception:
-                    # ... else with the retry (a deletion needs disk too: left to the next full
-                    # sweep, a deleted note was found for up to index.rescanMinutes).
+                    # ... else first thing in the retry (a deletion needs disk too: left to the
+                    # next full sweep, a deleted or newly excluded note was found for up to
+                    # index.rescanMinutes), whose look at their paths reads a note back meanwhile.
+                    self._gone_left = self._still_gone(diff.gone)
                     left |= self._paths_of(diff.gone, every or self.changes.roots())
                 self.leftover = frozenset(left)
                 raise
