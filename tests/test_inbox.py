@@ -743,3 +743,166 @@ def test_a_notes_lock_lives_while_it_is_held_or_waited_for(inboxes: Inboxes) -> 
         order.append("first")
     t.join(5)
     assert order == ["first", "second"] and inboxes._locks == {}
+
+
+# --- retiring the folders of agents with nothing left -------------------------------------------
+
+_DAY = 86_400
+
+
+def _audit_ops(path: Path) -> list[str]:
+    return [json.loads(line)["op"] for line in path.read_text().splitlines()]
+
+
+def test_an_agent_with_nothing_left_is_retired_once_its_trash_ages_out(make_cfg: Any, vault: Path) -> None:
+    """An agent whose notes were all deleted keeps its folders while .trash holds their texts;
+    once the daily prune removed them (memory.trashDays), its folders go (three inotify watches
+    and a listing per sweep each, for every agent name ever used) and its audit history moves to
+    agents/.retired/<agent>.audit.log. Writing again makes fresh folders; a second retirement
+    appends to the same history. Its trash ledger is not kept either."""
+    inboxes = Inboxes(make_cfg(vault, **{"memory.trashDays": 30}))
+    agents = inboxes.cfg.agents_dir
+    inboxes.write("s1", "n", "first", None, must_exist=False)
+    assert inboxes.delete("s1", "n") is not None
+    inboxes.prune_trash()
+    assert (agents / "s1" / "memory" / ".trash").is_dir()  # within its retention: kept
+    inboxes.prune_trash(now=time.time() + 31 * _DAY)
+    assert not (agents / "s1").exists()
+    retired = agents / ".retired" / "s1.audit.log"
+    assert _audit_ops(retired) == ["write", "delete"]
+    assert (retired.stat().st_mode & 0o777) == 0o600
+    assert "s1" not in inboxes._trashes
+
+    again = inboxes.write("s1", "n", "back", None, must_exist=False)
+    assert again.created and again.path.read_text().endswith("back\n")
+    assert _audit_ops(agents / "s1" / "audit.log") == ["write"]
+    assert _audit_ops(retired) == ["write", "delete"]  # readable, untouched
+    inboxes.delete("s1", "n")
+    inboxes.prune_trash(now=time.time() + 31 * _DAY)
+    assert not (agents / "s1").exists()
+    assert _audit_ops(retired) == ["write", "delete", "write", "delete"]
+
+
+def test_the_rotated_audit_log_is_kept_too_and_a_cut_line_stays_apart(make_cfg: Any, vault: Path) -> None:
+    """Both generations of the audit log are appended, oldest first; a retired history whose
+    last line a crash cut keeps that line apart from the next."""
+    inboxes = Inboxes(make_cfg(vault))
+    agents = inboxes.cfg.agents_dir
+    inboxes.write("s2", "n", "x", None, must_exist=False)
+    inboxes.delete("s2", "n")
+    folder = agents / "s2"
+    (folder / "audit.log.1").write_text('{"op": "older"}\n')
+    (agents / ".retired").mkdir(mode=0o700)
+    (agents / ".retired" / "s2.audit.log").write_text('{"op": "earlier"}\n{"op": "cu')
+    inboxes.prune_trash(now=time.time() + 91 * _DAY)
+    assert not folder.exists()
+    lines = (agents / ".retired" / "s2.audit.log").read_text().splitlines()
+    assert lines[0] == '{"op": "earlier"}' and lines[1] == '{"op": "cu'
+    assert [json.loads(line)["op"] for line in lines[2:]] == ["older", "write", "delete"]
+
+
+def test_nothing_is_retired_while_a_note_or_a_kept_text_remains(make_cfg: Any, vault: Path) -> None:
+    """A folder with a note, a text in .trash within its retention, a file of the user's (in the
+    inbox or beside it), or kept for ever (trashDays 0) stays; so does one that is not the
+    daemon's own shape (a link, not private): left alone, never followed."""
+    cfg = make_cfg(vault, **{"memory.trashDays": 30})
+    inboxes = Inboxes(cfg)
+    agents = cfg.agents_dir
+    inboxes.write("live", "n", "a note", None, must_exist=False)
+    inboxes.write("kept", "n", "deleted yesterday", None, must_exist=False)
+    inboxes.delete("kept", "n")
+    for agent in ("users", "beside", "hidden"):
+        inboxes.write(agent, "n", "x", None, must_exist=False)
+        inboxes.delete(agent, "n")
+    (agents / "users" / "memory" / "todo.txt").write_text("not a note, but the user's")
+    (agents / "beside" / "notes.md").write_text("the user's, beside the inbox")
+    (agents / "hidden" / "memory" / ".draft.md").write_text("a hidden note")
+    outside = vault.parent / "elsewhere"
+    (outside / "memory").mkdir(parents=True, mode=0o700)
+    outside.chmod(0o700)
+    (agents / "linked").symlink_to(outside)
+    # Loosened modes are the daemon's own folders to tighten (as any write or sweep does), no
+    # reason to keep them: "open" goes with the others.
+    open_dir = agents / "open"
+    (open_dir / "memory").mkdir(parents=True)
+    open_dir.chmod(0o755)
+    (open_dir / "memory").chmod(0o777)
+    shared = agents / "shared"  # an inbox that is a link into another agent's
+    shared.mkdir(mode=0o700)
+    (shared / "memory").symlink_to(agents / "live" / "memory")
+
+    inboxes.prune_trash(now=time.time() + 2 * _DAY)
+    assert (agents / "kept" / "memory" / ".trash").is_dir()
+    inboxes.prune_trash(now=time.time() + 31 * _DAY)
+    left = sorted(p.name for p in agents.iterdir())
+    assert left == [".retired", "beside", "hidden", "linked", "live", "shared", "users"]
+    assert (agents / "live" / "memory" / "n.md").is_file()
+    assert (outside / "memory").is_dir() and (agents / "live" / "memory").is_dir()
+    assert (agents / "users" / "memory" / "todo.txt").is_file()
+
+    forever = Inboxes(make_cfg(vault, **{"memory.trashDays": 0}))
+    forever.write("always", "n", "x", None, must_exist=False)
+    forever.delete("always", "n")
+    forever.prune_trash(now=time.time() + 10_000 * _DAY)
+    assert (agents / "always" / "memory" / ".trash").is_dir()
+
+
+def test_a_write_racing_a_retirement_is_not_lost(make_cfg: Any, vault: Path, monkeypatch: Any) -> None:
+    """A write that comes while the agent's folders are being removed waits for the removal and
+    then makes fresh ones (it was not written into a folder about to go); one that holds a
+    note lock when the prune comes makes it leave the agent for the next day. A file put there
+    by someone else meanwhile (not through the daemon) keeps its folder."""
+    inboxes = Inboxes(make_cfg(vault))
+    agents = inboxes.cfg.agents_dir
+
+    def used_once(agent: str) -> None:
+        inboxes.write(agent, "n", "x", None, must_exist=False)
+        inboxes.delete(agent, "n")
+
+    later = time.time() + 91 * _DAY
+    used_once("r1")
+
+    # A note lock held (a write between its file and its index entry): not retired today.
+    with inboxes.locked("r1", "other"):
+        inboxes.prune_trash(now=later)
+        assert (agents / "r1" / "memory").is_dir()
+    inboxes.prune_trash(now=later)
+    assert not (agents / "r1").exists()
+
+    # A write arriving mid-removal waits, then lands in fresh folders.
+    used_once("r2")
+    keep_audit = Inboxes._keep_audit
+    done: list[Any] = []
+    waited: list[bool] = []
+
+    def racing(self: Inboxes, *args: Any) -> None:
+        writer = threading.Thread(
+            target=lambda: done.append(self.write("r2", "fresh", "written meanwhile", None, must_exist=False))
+        )
+        writer.start()
+        writer.join(0.5)
+        waited.append(writer.is_alive())  # held off while the folders go
+        keep_audit(self, *args)
+        racing.writer = writer  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(Inboxes, "_keep_audit", racing)
+    inboxes.prune_trash(now=later)
+    racing.writer.join(10)  # type: ignore[attr-defined]
+    assert waited == [True]
+    assert done and done[0].created
+    assert (agents / "r2" / "memory" / "fresh.md").read_text().endswith("written meanwhile\n")
+    assert _audit_ops(agents / "r2" / "audit.log") == ["write"]
+    assert _audit_ops(agents / ".retired" / "r2.audit.log") == ["write", "delete"]
+
+    # Someone else's file (no lock of ours) arrives after the check: the folders stay.
+    used_once("r3")
+
+    def dropped_in(self: Inboxes, agents_fd: int, agent_fd: int, agent: str, logs: list[str]) -> None:
+        (agents / agent / "memory" / "by-hand.md").write_text("copied in by the user")
+        keep_audit(self, agents_fd, agent_fd, agent, logs)
+
+    monkeypatch.setattr(Inboxes, "_keep_audit", dropped_in)
+    inboxes.prune_trash(now=later)
+    assert (agents / "r2" / "memory" / "fresh.md").is_file()  # a note: not retired
+    assert (agents / "r3" / "memory" / "by-hand.md").read_text() == "copied in by the user"
+    assert _audit_ops(agents / ".retired" / "r3.audit.log") == ["write", "delete"]

@@ -245,3 +245,50 @@ def test_an_inbox_with_nothing_to_sweep_is_no_root(
     assert len(listings) == 50 + 4  # the inboxes that exist, the linked one refused unlisted
     skipped = [s.reason for r in roots(cfg) if r.agent == "linked" for s in scan(r, 1000)]
     assert skipped == ["inbox (agents/linked/memory) is a symbolic link or not a folder; refused"]
+
+
+def test_an_unchanged_inbox_is_not_listed_again_and_a_new_note_is_seen(
+    make_cfg: Any, vault: Path, monkeypatch: Any
+) -> None:
+    """Every sweep (file events' too) listed every agent's inbox to know which are roots (358 ms
+    at 10,000 agent folders): an inbox whose folder did not change since is not listed again,
+    and a note added, deleted or renamed in it changes the folder's times and is seen at once.
+    A folder changed within the last seconds is listed each time (a change in the same tick of
+    the file system's clock keeps its times)."""
+    import time
+
+    from sidecar.vault import sources
+
+    cfg = make_cfg(vault)
+    inbox = cfg.agents_dir / "a" / "memory"
+    (inbox / ".trash").mkdir(parents=True, mode=0o700)
+    for p in (cfg.agents_dir, cfg.agents_dir / "a", inbox):
+        p.chmod(0o700)
+    listings: list[object] = []
+    real = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda p=".": listings.append(p) or real(p))
+
+    def memory_roots() -> set[str]:
+        listings.clear()
+        return {r.name for r in roots(cfg) if r.source == "memory"}
+
+    assert memory_roots() == set() and len(listings) == 1
+    assert memory_roots() == set() and len(listings) == 1  # just changed: listed again
+    monkeypatch.setattr(sources, "_SETTLED_NS", 0)  # as if it changed long ago
+    time.sleep(0.05)
+    memory_roots()
+    assert memory_roots() == set() and listings == []  # not listed again
+    time.sleep(0.05)
+    write(inbox / "n.md", "a note\n")
+    assert memory_roots() == {"memory/a"} and len(listings) == 1
+    assert memory_roots() == {"memory/a"} and listings == []
+    time.sleep(0.05)
+    os.replace(inbox / "n.md", inbox / ".trash" / "n--20260101T000000000000.md")
+    assert memory_roots() == set() and len(listings) == 1
+    time.sleep(0.05)
+    (inbox / "sub").mkdir()
+    assert memory_roots() == {"memory/a"}  # a folder in an inbox is counted as skipped
+    time.sleep(0.05)
+    (inbox / "sub").rmdir()
+    (inbox.parent).chmod(0o755)  # not private: never kept (its answer comes from the full look)
+    assert memory_roots() == set() and len(listings) == 1

@@ -254,3 +254,40 @@ def test_the_status_of_an_inbox_that_is_no_root_any_more_is_forgotten(make_cfg: 
         assert [r["name"] for r in sup.describe(lambda _p: True)] == ["vault", "wiki"]
     finally:
         release.set()
+
+
+def test_a_retired_inbox_leaves_no_meta_row(make_cfg: Any, vault: Path) -> None:
+    """The mount state remembered for an agent's inbox (meta row root:memory/<agent>) goes when
+    the inbox is no root any more, and the rows an older version left for inboxes retired
+    before this start go with the first sweep: one row per agent name ever used grew the
+    manifest for good. The inbox's next note brings its row back."""
+    from sidecar.memory.inbox import Inboxes
+
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    inboxes = Inboxes(cfg)
+    try:
+        manifest = h.stores.manifest
+
+        def rows() -> set[str]:
+            return {r[0] for r in manifest.read("SELECT name FROM meta WHERE name LIKE 'root:%'")}
+
+        manifest.set_meta("root:memory/long-gone", '{"dev": 1}')  # left by an older version
+        inboxes.write("s1", "n", "a note", None, must_exist=False)
+        inboxes.write("s2", "n", "another", None, must_exist=False)
+        h.sweep()
+        assert "root:memory/long-gone" not in rows()
+        assert {"root:memory/s1", "root:memory/s2", "root:vault"} <= rows()
+        inboxes.delete("s1", "n")
+        h.sweep()
+        assert "memory/s1" not in h.supervisor.roots
+        assert "root:memory/s1" not in rows()
+        assert manifest.get_meta("root:memory/s2") is not None and manifest.get_meta("root:vault")
+        inboxes.prune_trash(now=time.time() + 91 * 86_400)  # its folders retired
+        assert not (cfg.agents_dir / "s1").exists()
+        h.sweep()
+        inboxes.write("s1", "n", "back", None, must_exist=False)
+        h.sweep()
+        assert manifest.get_meta("root:memory/s1") is not None
+    finally:
+        h.close()

@@ -36,7 +36,14 @@ from sidecar.config import Config, valid_agent
 from sidecar.contracts.errors import NotFoundError, SourceError
 from sidecar.notes.frontmatter import front_matter_problem, parse_front_matter, split_front_matter
 from sidecar.notes.redact import redact
-from sidecar.vault.confine import NotRegularError, open_private_dir, open_regular, private_dirs, read_fd
+from sidecar.vault.confine import (
+    NotPrivateError,
+    NotRegularError,
+    open_private_dir,
+    open_regular,
+    private_dirs,
+    read_fd,
+)
 from sidecar.vault.sources import SLUG_RE, agent_inbox, is_markdown_name
 
 _MANAGED = ("created", "updated")
@@ -45,6 +52,8 @@ _TEMP = re.compile(r"^\.[a-z0-9][a-z0-9_-]*\.[0-9a-f]{8}\.tmp$")  # write_in's t
 _TRASH_TEMP = re.compile(r"^\.[a-z0-9][a-z0-9_-]*--\d{8}T\d{12}\.[0-9a-f]{8}\.tmp$")  # _keep's, in .trash
 
 log = logging.getLogger(__name__)
+
+RETIRED_DIR = ".retired"  # in agents/: the audit logs of agents whose folders were retired
 
 
 class MemoryWriteError(SourceError):
@@ -121,6 +130,12 @@ class Inboxes:
         # ever written kept a lock for the daemon's life.
         self._locks: dict[tuple[str, str], list[Any]] = {}
         self._guard = threading.Lock()
+        # The agent-wide side of the note locks: how many threads hold or wait for a note lock
+        # of each agent, and the agents whose folders are being retired (``locked`` waits for
+        # that to end, so a write never lands in a folder being removed; see ``_retire``).
+        self._busy: dict[str, int] = {}
+        self._retiring: set[str] = set()
+        self._retired = threading.Condition(self._guard)
         self._audit_lock = threading.Lock()
         self._trashes: dict[str, _Trash] = {}
 
@@ -152,6 +167,9 @@ class Inboxes:
         (which left an index entry without a file). Re-entrant."""
         key = (agent, slug)
         with self._guard:
+            while agent in self._retiring:  # its folders go: the write makes fresh ones after
+                self._retired.wait()
+            self._busy[agent] = self._busy.get(agent, 0) + 1
             held = self._locks.setdefault(key, [threading.RLock(), 0])
             held[1] += 1
         try:
@@ -162,6 +180,9 @@ class Inboxes:
                 held[1] -= 1
                 if held[1] == 0:
                     del self._locks[key]
+                self._busy[agent] -= 1
+                if self._busy[agent] == 0:
+                    del self._busy[agent]
 
     def write(
         self,
@@ -463,7 +484,8 @@ class Inboxes:
         oldest beyond the caps (a trash kept by an older version, or caps lowered); leftovers of
         a keep that was killed go too. Counts each trash afresh for the caps (see _Trash). An
         agent in a loop of rewrites would otherwise fill the disk the index shares over the years.
-        Returns how many kept texts were removed."""
+        Then retires the folders of agents with nothing left (see ``_retire``). Returns how many
+        kept texts were removed."""
         days = self.cfg.memory.trash_days
         # The name's time is fixed-width digits: compared as text, as in time (no parsing of each).
         cutoff = (
@@ -472,34 +494,9 @@ class Inboxes:
             else ""
         )
         caps = self._caps()
-        removed = 0
+        removed = retired = 0
         for agent in self._agent_names():
-            aged = capped = 0
-            try:
-                with self._dirs(agent, create=False) as (_agent_fd, inbox_fd):
-                    try:
-                        trash = _trash_dir(inbox_fd, create=False)
-                    except FileNotFoundError:
-                        continue
-                    ledger = self._trash_of(agent)
-                    with contextlib.closing(_Fd(trash)), ledger.lock:
-                        for name in os.listdir(trash):
-                            m = _KEPT.match(name)
-                            if m is not None and m.group(1) < cutoff and _is_time(m.group(1)):
-                                with contextlib.suppress(OSError):  # gone, or a folder so named
-                                    os.unlink(name, dir_fd=trash)
-                                    aged += 1
-                            elif m is None and _TRASH_TEMP.match(name):
-                                # Left by a keep that was killed (a keep runs under the lock held).
-                                with contextlib.suppress(OSError):
-                                    os.unlink(name, dir_fd=trash)
-                        ledger.seen = None  # counted again, with what is left
-                        if caps != (0, 0):  # else when asked (a stat of each kept text)
-                            ledger.counted(trash)
-                            if _over(ledger.used, ledger.files, caps):
-                                capped = len(ledger.shed(trash, caps, keep=set()))
-            except (OSError, SourceError):
-                pass  # no inbox, or not a private one; what was removed is still counted
+            aged, capped = self._prune_one(agent, cutoff, caps)
             if aged:
                 log.info("memory_trash_pruned agent=%s removed=%d older_than_days=%d", agent, aged, days)
             if capped:
@@ -511,7 +508,154 @@ class Inboxes:
                     caps[1],
                 )
             removed += aged + capped
+            retired += self._retire(agent)
+        # A ledger per agent ever touched grew for good: keep those of agents with a folder.
+        present = set(self._agent_names())
+        with self._guard:
+            for agent in [a for a in self._trashes if a not in present and a not in self._busy]:
+                del self._trashes[agent]
+        if retired:
+            log.info("agents_retired count=%d audit_logs=%s", retired, self.cfg.agents_dir / RETIRED_DIR)
         return removed
+
+    def _prune_one(self, agent: str, cutoff: str, caps: tuple[int, int]) -> tuple[int, int]:
+        """Prune one agent's .trash: (texts removed by age, texts removed by the caps)."""
+        aged = capped = 0
+        try:
+            with self._dirs(agent, create=False) as (_agent_fd, inbox_fd):
+                try:
+                    trash = _trash_dir(inbox_fd, create=False)
+                except FileNotFoundError:
+                    return 0, 0
+                ledger = self._trash_of(agent)
+                with contextlib.closing(_Fd(trash)), ledger.lock:
+                    for name in os.listdir(trash):
+                        m = _KEPT.match(name)
+                        if m is not None and m.group(1) < cutoff and _is_time(m.group(1)):
+                            with contextlib.suppress(OSError):  # gone, or a folder so named
+                                os.unlink(name, dir_fd=trash)
+                                aged += 1
+                        elif m is None and _TRASH_TEMP.match(name):
+                            # Left by a keep that was killed (a keep runs under the lock held).
+                            with contextlib.suppress(OSError):
+                                os.unlink(name, dir_fd=trash)
+                    ledger.seen = None  # counted again, with what is left
+                    if caps != (0, 0):  # else when asked (a stat of each kept text)
+                        ledger.counted(trash)
+                        if _over(ledger.used, ledger.files, caps):
+                            capped = len(ledger.shed(trash, caps, keep=set()))
+        except (OSError, SourceError):
+            pass  # no inbox, or not a private one; what was removed is still counted
+        return aged, capped
+
+    def _retire(self, agent: str) -> bool:
+        """Remove the folders of an agent with nothing left: no file in its inbox and none in its
+        .trash (its texts aged out). Every agent name ever used kept three folders, three inotify
+        watches and a listing per sweep for good (names per session made tens of thousands). Its
+        audit history is appended to ``agents/.retired/<agent>.audit.log`` first. Runs while no
+        note lock of the agent is held or waited for, and holds off new ones until done (they
+        then make fresh folders): a write racing it is never lost. A folder not of the daemon's
+        own shape (a link, another user's, anything else in it) is left alone. True if retired."""
+        with self._guard:
+            # A write or delete of it runs or waits: tomorrow, then (or a retirement runs already).
+            if self._busy.get(agent) or agent in self._retiring:
+                return False
+            self._retiring.add(agent)
+        try:
+            done = self._remove_folders(agent)
+        except FileNotFoundError:
+            done = False
+        except NotPrivateError:
+            done = False  # not the daemon's own folder: not ours to remove
+        except OSError as exc:
+            log.warning("agent_retire_failed agent=%s error=%s", agent, exc)
+            done = False
+        finally:
+            with self._guard:
+                self._retiring.discard(agent)
+                self._retired.notify_all()
+        if done:
+            with self._guard:
+                self._trashes.pop(agent, None)
+            log.info("agent_retired agent=%s reason=no notes and an empty trash", agent)
+        return done
+
+    def _remove_folders(self, agent: str) -> bool:
+        """``_retire``'s work, with the agent's note locks held off. Checks again, through the
+        descriptors it removes by, that nothing is left; a file put there meanwhile by someone
+        else makes a folder's removal fail (it is not empty), so it is never lost."""
+        agents = self.cfg.agents_dir
+        what = f"the folder of agent {agent!r}"
+        with (
+            private_dirs(agents.parent, [agents.name, agent], create=False, what=what) as fds,
+            contextlib.ExitStack() as stack,
+        ):
+            agents_fd, agent_fd = fds
+            inside = set(os.listdir(agent_fd))
+            if not inside <= {"memory", *_AUDIT_LOGS}:
+                return False
+            logs = [n for n in _AUDIT_LOGS if n in inside]  # oldest first
+            if any(
+                not stat.S_ISREG(os.stat(n, dir_fd=agent_fd, follow_symlinks=False).st_mode) for n in logs
+            ):
+                return False
+            inbox_fd = trash_fd = None
+            if "memory" in inside:
+                inbox_fd = stack.enter_context(
+                    contextlib.closing(_Fd(open_private_dir(agent_fd, "memory", create=False, what=what)))
+                ).fd
+                names = os.listdir(inbox_fd)
+                if names not in ([], [".trash"]):
+                    return False  # a note, a hidden one, a temp file of a write, the user's file
+                if names:
+                    trash_fd = stack.enter_context(
+                        contextlib.closing(_Fd(_trash_dir(inbox_fd, create=False)))
+                    ).fd
+                    if os.listdir(trash_fd):
+                        return False
+            if logs:
+                self._keep_audit(agents_fd, agent_fd, agent, logs)
+            if inbox_fd is not None:
+                if trash_fd is not None:
+                    os.rmdir(".trash", dir_fd=inbox_fd)
+                os.rmdir("memory", dir_fd=agent_fd)
+            os.rmdir(agent, dir_fd=agents_fd)  # fails if anything came meanwhile: it stays
+            os.fsync(agents_fd)
+        return True
+
+    def _keep_audit(self, agents_fd: int, agent_fd: int, agent: str, logs: list[str]) -> None:
+        """Append the agent's audit logs (oldest first) to ``.retired/<agent>.audit.log`` (one
+        file per agent in one folder: one watch for all), made durable before the originals go.
+        A crash in between leaves the originals, appended again by the next retirement: lines
+        may come twice, none is lost."""
+        # Read too: its last byte says whether a crash cut its last line.
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        with contextlib.closing(
+            _Fd(open_private_dir(agents_fd, RETIRED_DIR, create=True, what="the retired agents' folder"))
+        ) as retired:
+            fd = os.open(f"{agent}.audit.log", flags, 0o600, dir_fd=retired.fd)
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise NotPrivateError(f"{RETIRED_DIR}/{agent}.audit.log is not a regular file")
+                if st.st_size and os.pread(fd, 1, st.st_size - 1) != b"\n":
+                    os.write(fd, b"\n")  # a line cut by a crash stays on a line of its own
+                for name in logs:
+                    src = open_regular(name, dir_fd=agent_fd, follow=False)
+                    try:
+                        while block := os.read(src, 1 << 20):
+                            view = memoryview(block)
+                            while view:
+                                view = view[os.write(fd, view) :]
+                    finally:
+                        os.close(src)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.fsync(retired.fd)
+        for name in logs:
+            os.unlink(name, dir_fd=agent_fd)
+        os.fsync(agent_fd)
 
     def clean_temp(self) -> int:
         """Remove temp files a killed write left in the inboxes (at start, before any write)."""
@@ -693,6 +837,7 @@ class _Trash:
 
 _READ_ATTEMPTS = 3
 _AUDIT_ROTATE_BYTES = 8 << 20  # about 50,000 changes per generation
+_AUDIT_LOGS = ("audit.log.1", "audit.log")  # an agent folder's generations, oldest first
 _MAX_EXISTING = 1 << 26  # the largest note an edit or a replacement reads (and keeps in .trash)
 # (inode, size, mtime, ctime in ns) of a note, None when there is none: ctime moves with any save,
 # even one of the same size within a coarse clock's tick.

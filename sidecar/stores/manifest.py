@@ -357,6 +357,19 @@ class Manifest(VectorBook):
         with self.transaction() as db:
             db.execute("INSERT OR REPLACE INTO meta(name, value) VALUES (?, ?)", (name, value))
 
+    def meta_names(self, prefix: str) -> list[str]:
+        """The names of the meta rows that start with ``prefix``."""
+        end = prefix_end(prefix)
+        if end is None:
+            return [r[0] for r in self._query("SELECT name FROM meta WHERE name >= ?", (prefix,))]
+        return [
+            r[0] for r in self._query("SELECT name FROM meta WHERE name >= ? AND name < ?", (prefix, end))
+        ]
+
+    def delete_meta(self, names: Collection[str]) -> None:
+        with self.transaction() as db:
+            db.executemany("DELETE FROM meta WHERE name = ?", [(n,) for n in names])
+
     def reread_all(self) -> int:
         """Make every note look changed (a size no file has, the hash forgotten): the next sweep
         reads and cuts it again, while its chunks stay searchable until then. The mtime stays: date

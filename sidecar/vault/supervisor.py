@@ -20,6 +20,7 @@ import functools
 import json
 import logging
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from sidecar.config import Config
+from sidecar.contracts.errors import StoreError
 from sidecar.runtime.backoff import Backoff
 from sidecar.vault.mounts import fs_type_of, is_network, mount_of, read_mounts
 from sidecar.vault.sources import NoteFile, Root, Skipped, scan
@@ -51,6 +53,8 @@ HOLD_WHY = {
 class MetaStore(Protocol):
     def get_meta(self, name: str) -> str | None: ...
     def set_meta(self, name: str, value: str) -> None: ...
+    def meta_names(self, prefix: str) -> list[str]: ...
+    def delete_meta(self, names: Collection[str]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,7 @@ class Supervisor:
         self.beat = beat  # the indexer's heartbeat, during long waits
         self.mounts: list[tuple[str, str]] = []  # the mount table, as read by the last classify
         self._lock = threading.Lock()
+        self._meta_swept = False  # the rows of inboxes retired before this start are gone
 
     def status(self, root: Root) -> RootStatus:
         with self._lock:
@@ -139,8 +144,11 @@ class Supervisor:
     def keep_memory_roots(self, names: Collection[str]) -> None:
         """Forget the status of each agent inbox not in ``names`` (the roots now): emptied or
         removed, it is no root until a note comes, and a status kept for every agent that ever
-        wrote grew health and `status` by a line each, for good. One whose call still hangs is
-        kept, so no second call is started on it."""
+        wrote grew health and `status` by a line each, for good. Its remembered mount state
+        (meta row ``root:memory/<agent>``) goes too: a memory root is never held by the guard,
+        and a row kept per agent name ever used grew the manifest for good; the first call also
+        drops the rows of inboxes retired before this start. One whose call still hangs is kept,
+        so no second call is started on it."""
         with self._lock:
             gone = [
                 name
@@ -149,8 +157,24 @@ class Supervisor:
             ]
             for name in gone:
                 del self.roots[name]
+            kept = set(names) | {n for n, st in self.roots.items() if st.hanging is not None}
         for name in gone:
             log.info("root_retired root=%s reason=no notes in the inbox or the index", name)
+        self._forget_rows(gone, kept)
+
+    def _forget_rows(self, gone: Collection[str], kept: Collection[str]) -> None:
+        if self.meta is None:
+            return
+        rows = {f"root:{name}" for name in gone}
+        try:
+            if not self._meta_swept:
+                rows.update(r for r in self.meta.meta_names("root:memory/") if r[len("root:") :] not in kept)
+            if rows:
+                self.meta.delete_meta(sorted(rows))
+            self._meta_swept = True
+        except (sqlite3.Error, StoreError, OSError) as exc:  # bookkeeping: tried again next sweep
+            log.warning("root_meta_forget_failed rows=%d error=%s", len(rows), exc)
+            self._meta_swept = False
 
     def classify(self, roots: list[Root]) -> None:
         """Record each root's filesystem type (network shares are polled). Finding it resolves
