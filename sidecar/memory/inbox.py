@@ -561,6 +561,7 @@ class Inboxes:
             if self._busy.get(agent) or agent in self._retiring:
                 return False
             self._retiring.add(agent)
+        done = False
         try:
             done = self._remove_folders(agent)
         except FileNotFoundError:
@@ -572,11 +573,11 @@ class Inboxes:
             done = False
         finally:
             with self._guard:
+                if done:  # before a waiting writer comes in: it makes a fresh ledger
+                    self._trashes.pop(agent, None)
                 self._retiring.discard(agent)
                 self._retired.notify_all()
         if done:
-            with self._guard:
-                self._trashes.pop(agent, None)
             log.info("agent_retired agent=%s reason=no notes and an empty trash", agent)
         return done
 
