@@ -236,14 +236,16 @@ def test_code_blocks_end_where_commonmark_ends_them(tmp_path: Path, make_cfg: An
 
 def test_names_with_a_dot_are_notes_attachments_are_not(tmp_path: Path, make_cfg: Any) -> None:
     """[[Node.js]], ![[Node.js]] and [[ASP.NET|ASP]] link to those notes (any dotted name was taken
-    for an attachment and dropped); images, PDFs, office files and archives stay no note links."""
+    for an attachment and dropped); images, PDFs, office files, archives and data files (csv,
+    json, ...: they were unresolved note links) stay no note links."""
     v = tmp_path / "dots"
     write(v / "Node.js.md", "JavaScript runtime.\n")
     write(v / "ASP.NET.md", "Framework.\n")
     write(
         v / "Stack.md",
         "Nutzt [[Node.js]], ![[Node.js]] und [[ASP.NET|ASP]], [[Release 1.5]].\n"
-        "![[pic.PNG]] [[Plan.pdf]] [x](Budget.xlsx) [[src.zip]] ![[clip.mp4]] [[Board.canvas]]\n",
+        "![[pic.PNG]] [[Plan.pdf]] [x](Budget.xlsx) [[src.zip]] ![[clip.mp4]] [[Board.canvas]]\n"
+        "[[prices.csv]] [x](data/export.json) [[feed.xml]] [[page.html]] [[compose.yaml]]\n",
     )
     h = Harness(make_cfg(v), FakeEmbedder())
     try:

@@ -21,6 +21,7 @@ _ATTACHMENT = re.compile(
     r"|3gp|aac|flac|m4a|mp3|oga|ogg|opus|wav"  # audio
     r"|avi|m4v|mkv|mov|mp4|ogv|webm"  # video
     r"|pdf|canvas|base|epub|docx?|xlsx?|pptx?|od[gpst]|rtf"  # documents
+    r"|csv|tsv|json|xml|html?|ya?ml"  # data files (Obsidian opens them as attachments)
     r"|7z|bz2|gz|rar|tar|tgz|xz|zip)$",  # archives
     re.I,
 )
