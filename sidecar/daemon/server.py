@@ -36,6 +36,7 @@ from sidecar.runtime.foreground import FOREGROUND, Foreground
 from sidecar.runtime.peer import peer_uid
 
 log = logging.getLogger(__name__)
+_FLUSH_LOGS_S = 30.0  # how often throttled lines tell what they held back
 
 
 class Throttled:
@@ -49,13 +50,20 @@ class Throttled:
         self.level, self.message, self.every, self.clock = level, message, every, clock
         self._last: float | None = None
         self._since = 0
+        self._args: tuple[object, ...] = ()
 
     def __call__(self, *args: object) -> None:
         self._since += 1
+        self._args = args
+        self.flush()
+
+    def flush(self) -> None:
+        """Log what came since the last line, once ``every`` has passed (also called now and
+        then without a new one: a flood's count is told when it ends, not with the next)."""
         now = self.clock()
-        if self._last is not None and now - self._last < self.every:
+        if not self._since or (self._last is not None and now - self._last < self.every):
             return
-        log.log(self.level, self.message + " times=%d", *args, self._since)
+        log.log(self.level, self.message + " times=%d", *self._args, self._since)
         self._last, self._since = now, 0
 
 
@@ -232,7 +240,11 @@ class Server:
     async def serve(self, listener: socket.socket, stop: asyncio.Event) -> None:
         server = await asyncio.start_unix_server(self._client, sock=listener, limit=_READ_CHUNK)
         try:
-            await stop.wait()
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), _FLUSH_LOGS_S)
+                for line in self._throttled():
+                    line.flush()
         finally:
             server.close()
             for writer in self._open.values():
@@ -246,6 +258,9 @@ class Server:
                 await asyncio.wait_for(server.wait_closed(), 5.0)
             for lane in self.lanes.values():
                 lane.pool.shutdown(wait=False, cancel_futures=True)
+
+    def _throttled(self) -> list[Throttled]:
+        return [self._log_refused, self._log_evicted, *self._log_refused_peer.values()]
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
