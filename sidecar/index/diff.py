@@ -315,17 +315,8 @@ class ChangeFinder:
 
     def _unreadable_prefixes(self, root: Root, skipped: Sequence[Skipped]) -> tuple[str, ...]:
         """Key prefixes (and keys) under folders and files that could not be read; reported."""
-        out: list[str] = []
-        paths: list[str] = []
-        for s in skipped:
-            if s.reason not in ("unreadable folder", "unreadable"):
-                continue
-            try:
-                rel = s.path.relative_to(root.path).as_posix()
-            except ValueError:
-                continue
-            paths.append(str(s.path))
-            out.append(root.key_of(rel) if s.reason == "unreadable" else root.key_of(rel + "/x")[:-1])
+        unread = _unreadable(root, skipped)
+        paths = [str(path) for path, _ in unread]
         self.supervisor.status(root).unreadable = paths
         if paths:
             self._unreadable[root.name] = (
@@ -335,7 +326,7 @@ class ChangeFinder:
         else:
             self._unreadable.pop(root.name, None)
         self._report_unreadable()
-        return tuple(out)
+        return tuple(key for _, key in unread)
 
     def _report_unreadable(self) -> None:
         if self._unreadable:
@@ -407,7 +398,7 @@ class ChangeFinder:
             # A walked folder holds what the walk found, nothing else: a folder put in the place
             # of another of the same name (renamed away: no event for its notes) leaves the old
             # one's notes behind. Notes below what could not be read are kept, as a sweep does.
-            kept = _kept_prefixes(root, found)
+            kept = tuple(key for _, key in _unreadable(root, found))
             for rel in walked:
                 missing.update(k for k in manifest.file_states(_prefix(root, rel)) if not k.startswith(kept))
         for n in notes:
@@ -563,15 +554,16 @@ def _prefix(root: Root, rel: str) -> str:
     return root.key_of(rel + "/x")[:-1]
 
 
-def _kept_prefixes(root: Root, found: Sequence[NoteFile | Skipped]) -> tuple[str, ...]:
-    """Keys (and key prefixes) of the notes and folders a walk could not read: not gone."""
-    out: list[str] = []
+def _unreadable(root: Root, found: Sequence[NoteFile | Skipped]) -> list[tuple[Path, str]]:
+    """The notes and folders a listing or walk could not read, each with its key (a note) or key
+    prefix (a folder): an error reading them is no evidence that their notes are gone."""
+    out: list[tuple[Path, str]] = []
     for s in found:
         if isinstance(s, Skipped) and s.reason in ("unreadable", "unreadable folder"):
             with contextlib.suppress(ValueError):
                 rel = s.path.relative_to(root.path).as_posix()
-                out.append(root.key_of(rel) if s.reason == "unreadable" else _prefix(root, rel))
-    return tuple(out)
+                out.append((s.path, root.key_of(rel) if s.reason == "unreadable" else _prefix(root, rel)))
+    return out
 
 
 def _twin_names(rel: str) -> list[str]:

@@ -84,10 +84,12 @@ def prefix_end(prefix: str) -> str | None:
     return None
 
 
-def _under(prefix: str) -> tuple[str, tuple[str, ...]]:
-    """A WHERE clause (and its arguments) for the keys that start with ``prefix``."""
+def _under(prefix: str, column: str = "key") -> tuple[str, tuple[str, ...]]:
+    """A WHERE clause (and its arguments) for the values of ``column`` that start with ``prefix``."""
     end = prefix_end(prefix)
-    return ("key >= ?", (prefix,)) if end is None else ("key >= ? AND key < ?", (prefix, end))
+    return (
+        (f"{column} >= ?", (prefix,)) if end is None else (f"{column} >= ? AND {column} < ?", (prefix, end))
+    )
 
 
 def embed_hash(embed_text: str) -> str:
@@ -359,12 +361,8 @@ class Manifest(VectorBook):
 
     def meta_names(self, prefix: str) -> list[str]:
         """The names of the meta rows that start with ``prefix``."""
-        end = prefix_end(prefix)
-        if end is None:
-            return [r[0] for r in self._query("SELECT name FROM meta WHERE name >= ?", (prefix,))]
-        return [
-            r[0] for r in self._query("SELECT name FROM meta WHERE name >= ? AND name < ?", (prefix, end))
-        ]
+        where, args = _under(prefix, "name")
+        return [r[0] for r in self._query(f"SELECT name FROM meta WHERE {where}", args)]
 
     def delete_meta(self, names: Collection[str]) -> None:
         with self.transaction() as db:

@@ -272,11 +272,7 @@ def _reported(entry: os.DirEntry[str]) -> bool:
     name = entry.name
     try:
         if name.startswith("."):  # .trash and temp files are not reported; a hidden note is
-            return (
-                name.lower().endswith(".md")
-                and not name.startswith("._")
-                and entry.is_file(follow_symlinks=False)
-            )
+            return _hidden_note_name(name) and entry.is_file(follow_symlinks=False)
         return not decodable(name) or is_markdown_name(name) or entry.is_dir()
     except OSError:
         return True
@@ -288,6 +284,12 @@ def is_debris(name: str) -> bool:
     return name.startswith(".") or _DEBRIS.search(name) is not None
 
 
+def _hidden_note_name(name: str) -> bool:
+    """A hidden name of a note (counted as skipped), not a Mac's "._Note.md" (AppleDouble
+    metadata beside each file copied from a Mac to a share)."""
+    return name.lower().endswith(".md") and not name.startswith("._")
+
+
 def is_conflict_copy(name: str) -> bool:
     """A sync tool's conflict copy by its name (vault and wiki only: the daemon alone writes an
     inbox, and a slug such as "plan_conflict-20261204-120000" is a note)."""
@@ -297,10 +299,6 @@ def is_conflict_copy(name: str) -> bool:
 def is_markdown_name(name: str) -> bool:
     """A Markdown file's name: a note, or a conflict copy counted as skipped."""
     return name.lower().endswith(".md") and not is_debris(name)
-
-
-def is_note_name(name: str) -> bool:
-    return is_markdown_name(name) and not is_conflict_copy(name)
 
 
 # "Note.md" and "Note.MD" in one folder are one note to Obsidian's links and one key here.
@@ -373,13 +371,8 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
     """One entry of a scanned folder: a note, a skip, a folder to descend (its rel prefix), or None."""
     rel = f"{rel_dir}{entry.name}"
     if entry.name.startswith("."):
-        # Hidden, as in Obsidian; a hidden note (even one named "..md") is still counted, but not
-        # a Mac's "._Note.md" (AppleDouble metadata beside each file copied from a Mac to a share).
-        if (
-            entry.name.lower().endswith(".md")
-            and not entry.name.startswith("._")
-            and entry.is_file(follow_symlinks=False)
-        ):
+        # Hidden, as in Obsidian; a hidden note (even one named "..md") is still counted.
+        if _hidden_note_name(entry.name) and entry.is_file(follow_symlinks=False):
             return Skipped(Path(entry.path), "hidden file name")
         return None
     if not decodable(entry.name):
