@@ -10,6 +10,7 @@ from typing import Any
 
 from sidecar.clients.client import Client
 from sidecar.clients.mcp_texts import (
+    building_note,
     masked_note,
     status_of,
     text_of_list,
@@ -19,7 +20,7 @@ from sidecar.clients.mcp_texts import (
 )
 from sidecar.contracts.errors import DaemonNotRunningError, NoAnswerError, ProtocolError, RemoteError
 from sidecar.contracts.printable import escape_controls as shown
-from sidecar.contracts.wire import hit_json, indexing_note, parse_search, window_json
+from sidecar.contracts.wire import hit_json, parse_search, window_json
 
 # What a search hit shows an agent (the scores behind relevance are for tuning, not for it).
 HIT_KEYS = ("reference", "source", "title", "headings", "lines", "text", "relevance", "score", "masked")
@@ -154,11 +155,7 @@ class ToolCalls:
         params = {k: a[k] for k in ("reference", "limit") if a.get(k) is not None}
         r = self.call("related", params)
         building = r.get("indexing")
-        note = (
-            f"\nnote: {indexing_note(building['done'], building['total'])}; memory_status shows progress"
-            if building
-            else ""
-        )
+        note = "\n" + building_note(building) if building else ""
         if not r["related"]:
             return f"No notes are linked with {shown(r['reference'])} or share its links or tags.{note}", r
         lines = [f"Related to {shown(r['reference'])}:"]

@@ -29,6 +29,11 @@ def trash_dropped_note(names: list[str]) -> str:
     )
 
 
+def building_note(building: dict[str, int]) -> str:
+    """An answer's ``indexing`` ({"done", "total"}) in words, for an agent."""
+    return f"note: {indexing_note(building['done'], building['total'])}; memory_status shows progress"
+
+
 def text_of_search(query: str, result: dict[str, Any]) -> str:
     hits = result.get("hits", [])
     lines = [f'{len(hits)} hit(s) for "{shown(query)}"  ({LEGEND})']
@@ -40,9 +45,7 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
         lines.append(refused_note(result["inboxRefused"]))
     building = result.get("indexing")
     if building:
-        lines.append(
-            f"note: {indexing_note(building['done'], building['total'])}; memory_status shows progress"
-        )
+        lines.append(building_note(building))
     window = result.get("window")
     if window and window["applied"]:
         lines.append(f"'{shown(window['phrase'])}': only notes dated {window['since']} to {window['until']}.")

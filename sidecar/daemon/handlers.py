@@ -304,10 +304,15 @@ class Handlers:
     def _while_building(self, result: SearchResult) -> SearchResult:
         """``result``, saying so while a new or rebuilt index has not read every note yet: an
         agent asking then was told "nothing relevant found" with most of the vault unread."""
+        building = self._building()
+        return result if building is None else replace(result, indexing=building)
+
+    def _building(self) -> tuple[int, int] | None:
+        """(notes read, notes to read) while a new or rebuilt index has not read every note."""
         if not self.indexer.reading_first_time:
-            return result
+            return None
         act = self.indexer.activity
-        return replace(result, indexing=(act.done, act.total))
+        return act.done, act.total
 
     def get(self, req: Request) -> dict[str, Any]:
         p = req.params
@@ -443,9 +448,9 @@ class Handlers:
                 if kind != "tags":
                     item["shared"][kind] = [public_reference(k, req.agent) for k in keys]
         out: dict[str, Any] = {"reference": public_reference(key, req.agent), "related": items}
-        if self.indexer.reading_first_time:  # links of notes not read yet are not known yet
-            act = self.indexer.activity
-            out["indexing"] = {"done": act.done, "total": act.total}
+        building = self._building()
+        if building is not None:  # links of notes not read yet are not known yet
+            out["indexing"] = {"done": building[0], "total": building[1]}
         return out
 
     def outline(self, req: Request) -> dict[str, Any]:
