@@ -271,7 +271,9 @@ class Server:
             sock = writer.get_extra_info("socket")
             uid = peer_uid(sock) if sock is not None else None
             if uid is not None and uid != self._uid:
-                self._log_refused_peer.setdefault(uid, Throttled(logging.WARNING, "peer_refused uid=%s"))(uid)
+                if uid not in self._log_refused_peer:
+                    self._log_refused_peer[uid] = Throttled(logging.WARNING, "peer_refused uid=%s")
+                self._log_refused_peer[uid](uid)
                 await self._send(
                     writer, error_frame(None, "forbidden", "this daemon serves only its own user")
                 )
