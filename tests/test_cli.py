@@ -191,6 +191,9 @@ def _one_line(r: Any, code: int, needle: str) -> None:
         (["search", "x", "--min-score", "101"], ExitCode.USAGE, "--min-score: 101 is not between 0 and 100"),
         (["search", "x", "--min-score", "nan"], ExitCode.USAGE, "--min-score: nan is not between 0 and 100"),
         (["recall", "x", "--limit", "0"], ExitCode.USAGE, "--limit: 0 is not between 1 and 200"),
+        # -n as in head, grep -m and qmd: the same option, the same range
+        (["search", "x", "-n", "0"], ExitCode.USAGE, "-n/--limit: 0 is not between 1 and 200"),
+        (["related", "vault/Audio", "-n", "101"], ExitCode.USAGE, "-n/--limit: 101 is not between 1 and 100"),
         (["recall", "x", "--tokens", "99"], ExitCode.USAGE, "--tokens: 99 is not between 100 and 50000"),
         (["outline", "--tokens", "50001"], ExitCode.USAGE, "--tokens: 50001 is not between 100 and 50000"),
         (
@@ -422,6 +425,7 @@ def test_bash_completion_from_the_parser(tmp_path: Path) -> None:
     # a value of the user's comes next: nothing offered (it offered the options); a positional's
     # choice is offered once (memory list <TAB> offered list write edit delete again)
     assert complete("search", "--limit", "") == []
+    assert complete("search", "-n", "") == []
     assert complete("memory", "--agent", "") == []
     after = complete("memory", "list", "")
     assert "--agent" in after and "write" not in after

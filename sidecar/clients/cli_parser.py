@@ -240,6 +240,7 @@ def _in_range(kind: type[int] | type[float], bounds: tuple[float, float]) -> Cal
 def _search(p: argparse.ArgumentParser) -> None:
     p.add_argument("query", help="what to look for")
     p.add_argument(
+        "-n",
         "--limit",
         type=_in_range(int, LIMIT_RANGE),
         default=None,
@@ -263,6 +264,7 @@ def _recall_options(p: argparse.ArgumentParser) -> None:
     )
     _agent(p, "recall as this agent (its memory plus vault and wiki)")
     p.add_argument(
+        "-n",
         "--limit",
         type=_in_range(int, LIMIT_RANGE),
         help="most notes in the block, 1-200 (default recall.limit)",
@@ -317,6 +319,7 @@ def _get(p: argparse.ArgumentParser) -> None:
 def _related(p: argparse.ArgumentParser) -> None:
     p.add_argument("reference", help="the note, e.g. vault/Plugins/Audio recorder")
     p.add_argument(
+        "-n",
         "--limit",
         type=_in_range(int, RELATED_LIMIT_RANGE),
         default=10,

@@ -28,7 +28,7 @@ def command_tree(parser: argparse.ArgumentParser) -> dict[str, Any]:
                     for o in action.option_strings:
                         option_choices[o] = [str(c) for c in action.choices]
                 elif action.nargs != 0 and not set(long) & set(_PATHS.split("|")):
-                    values += long
+                    values += action.option_strings  # -n 5 as --limit 5
             elif action.choices:
                 choices += [str(c) for c in action.choices]
         tree[name] = {
