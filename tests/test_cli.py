@@ -82,7 +82,8 @@ def readme_forms() -> list[str]:
 def _expand(form: str) -> list[list[str]]:
     """A documented form -> concrete command lines: alternatives (``a\\|b``) each, optional
     ``[...]`` parts included, placeholders replaced by values of the test vault."""
-    form = re.sub(r"\[([^\]]*)\]", r"\1", form).replace("…", "DIR")
+    # Optional parts start with a dash ("[--agent A]"); a wiki-link ("[[Backups]]") is a value.
+    form = re.sub(r"\[(-[^\]]*)\]", r"\1", form).replace("…", "DIR")
     form = form.replace("vault/<path>", "vault/Audio")
     words = shlex.split(form.replace("\\|", "|"))
     alternatives = [w.split("|") if "|" in w and not w.startswith("-") else [w] for w in words]

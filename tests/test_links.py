@@ -11,7 +11,8 @@ import pytest
 
 from sidecar.notes.chunking import chunk_note
 from sidecar.notes.links import LinkGraph
-from sidecar.notes.linktext import extract_links
+from sidecar.notes.linktext import extract_links, pasted_link
+from sidecar.notes.markdown import anchor_lines
 from sidecar.notes.resolver import Resolver, Target
 from tests.conftest import FakeEmbedder, Harness, write
 
@@ -311,3 +312,31 @@ def test_link_lift_raises_a_note_the_top_notes_link_to(linked: Any) -> None:
     assert sync.boosts["linked"] > 1.0
     before = next(hit for hit in off if hit.reference == "vault/Sync")
     assert sync.score == pytest.approx(before.score * sync.boosts["linked"], rel=1e-4)
+
+
+def test_anchor_lines_find_sections_and_blocks_as_obsidian_opens_them() -> None:
+    text = (
+        "---\ntitle: '# not a heading'\n---\n# Top\n\n## Set up: Linux\n\napt\n\n```\n## In code\n```\n\n"
+        "## Next\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n^table-id\n\n1. first ^one\n"
+    )
+    lines = text.split("\n")
+
+    def shown(anchor: str) -> list[str] | None:
+        found = anchor_lines(text, anchor)
+        return lines[found[0] - 1 : found[1]] if found else None
+
+    assert shown("Set up Linux") == ["## Set up: Linux", "", "apt", "", "```", "## In code", "```"]
+    assert shown("top › set up: linux") == shown("Set up Linux")  # nested, any case, ":" dropped
+    assert shown("In code") is None and shown("not a heading") is None
+    assert shown("^table-id") == ["| a | b |", "|---|---|", "| 1 | 2 |"]  # the block before the id
+    assert shown("^one") == ["1. first ^one"]
+    assert shown("^missing") is None and shown("Next › Top") is None
+
+
+def test_pasted_links_and_names() -> None:
+    assert pasted_link("[[Boat#Budget|costs]]") == ("Boat", "Budget")
+    assert pasted_link(" ![[Folder/Boat.md#A#B]] ") == ("Folder/Boat.md", "A › B")
+    assert pasted_link("[costs](Folder/Boat%20Plan.md#Budget)") == ("Folder/Boat Plan.md", "Budget")
+    assert pasted_link("Boat#^crew") == ("Boat", "^crew")
+    assert pasted_link("Boat^crew") == ("Boat", "^crew")
+    assert pasted_link("wiki/Boat") == ("wiki/Boat", "")

@@ -73,6 +73,9 @@ def test_mcp_end_to_end(daemon_factory: Any, vault: Path) -> None:
         )
         out["bad_slug"] = await client.call_tool("memory_write", {"slug": "../vault/x", "content": "x"})
         out["traversal"] = await client.call_tool("memory_get", {"reference": "vault/../../etc/passwd"})
+        # A link as a note writes it: the note that link opens, only its section.
+        out["link"] = await client.call_tool("memory_get", {"reference": "[[Boat#Engine]]"})
+        out["no_heading"] = await client.call_tool("memory_get", {"reference": "Boat#Sails"})
         out["edit_missing"] = await client.call_tool("memory_edit", {"slug": "nope", "content": "x"})
         return out
 
@@ -92,6 +95,11 @@ def test_mcp_end_to_end(daemon_factory: Any, vault: Path) -> None:
     for bad in ("bad_slug", "traversal", "edit_missing"):
         assert r[bad].is_error, bad
     assert "slug" in _text(r["bad_slug"]) and "memory_write" in _text(r["edit_missing"])
+    link = _text(r["link"])
+    assert link.startswith("[vault] vault/Projects/Boat (lines 3-5 of 5)") and "spark plugs" in link
+    assert "# Boat" not in link
+    assert r["link"].structured_content["anchor"] == {"text": "Engine", "found": True}
+    assert _text(r["no_heading"]).startswith("note: vault/Projects/Boat has no heading or block 'Sails'")
 
     async def codex(client: Client) -> tuple[Any, Any, Any]:
         search = await client.call_tool("memory_search", {"query": "kayak paddle basement"})

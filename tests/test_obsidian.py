@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sidecar.contracts.errors import RemoteError
 from sidecar.stores.cjk import bigrams
 from tests.conftest import DaemonProcess, FakeEmbedder, Harness, write
 
@@ -461,3 +463,47 @@ def test_obsidian_settings_trouble_is_a_status_problem(tmp_path: Path, make_cfg:
         assert h.indexer.problems.active_in("obsidian_settings") is None
     finally:
         h.close()
+
+
+def test_get_takes_a_notes_name_or_a_link_as_written(tmp_path: Path, serve_in_process: Any) -> None:
+    """`get`, `related` and `why` take a note's name or a link as a note writes it, resolved as
+    Obsidian resolves it (shortest path, then aliases); a heading or block anchor reads only that
+    section. Each was "must start with vault/, wiki/ or memory/" or "no note" before."""
+    v = tmp_path / "names"
+    boat = (
+        "---\naliases: [Kahn]\n---\n# Boat\n\nIntro.\n\n## Budget\n\nSails cost 900.\n\n"
+        "### Spare parts\n\nRope.\n\n## Crew\n\nTwo people. ^crew-line\n\n- oars\n- life vests ^vests\n"
+    )
+    write(v / "Projects/Boat.md", boat)
+    write(v / "Archive/Old/Boat.md", "# Boat\n\nThe old one.\n")
+    write(v / "wiki/Glossary.md", "# Glossary\n\nSee [[Boat#Budget]].\n")
+    call = serve_in_process(v).call
+
+    got = call("get", {"reference": "Boat"})
+    assert got["reference"] == "vault/Projects/Boat" and got["candidates"] == 2 and "range" not in got
+    got = call("get", {"reference": "[[Boat#Budget|what it costs]]"})
+    assert got["range"] == [8, 14] and got["text"].startswith("## Budget") and "Rope." in got["text"]
+    assert "Crew" not in got["text"] and got["anchor"] == {"text": "Budget", "found": True}
+    got = call("get", {"reference": "![[Projects/Boat#Budget#Spare parts]]"})
+    assert got["text"] == "### Spare parts\n\nRope.\n" and "candidates" not in got
+    assert call("get", {"reference": "Boat#^crew-line"})["text"] == "Two people. ^crew-line\n"
+    assert call("get", {"reference": "vault/Projects/Boat#^vests"})["text"] == "- life vests ^vests\n"
+    assert call("get", {"reference": "Kahn"})["reference"] == "vault/Projects/Boat"  # an alias
+    assert call("get", {"reference": "Old/Boat"})["reference"] == "vault/Archive/Old/Boat"
+    assert call("get", {"reference": "Glossary"})["reference"] == "wiki/Glossary"
+    missing = call("get", {"reference": "Boat#Nowhere"})
+    assert missing["anchor"] == {"text": "Nowhere", "found": False} and missing["text"] == boat
+    # An explicit line range wins over the anchor.
+    assert call("get", {"reference": "Boat#Crew", "startLine": 1, "endLine": 2})["range"] == [1, 2]
+    assert call("related", {"reference": "[[Boat]]"})["reference"] == "vault/Projects/Boat"
+    assert call("why", {"reference": "Boat", "query": "sails"})["indexed"]
+
+    for ref, words in (
+        ("Nowhere", "no note named 'Nowhere' in the vault or the wiki"),
+        ("/etc/passwd", "absolute path"),
+        ("../Boat", "leaves its root"),
+        ("[[../../etc/passwd]]", "leaves its root"),
+        ("vault/../Boat", "leaves its root"),
+    ):
+        with pytest.raises(RemoteError, match=re.escape(words)):
+            call("get", {"reference": ref})

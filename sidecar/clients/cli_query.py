@@ -17,7 +17,14 @@ from sidecar.config import Config
 from sidecar.contracts.errors import ExitCode, NotFoundError
 from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.printable import escape_terminal
-from sidecar.contracts.wire import indexing_note, parse_explanation, parse_search, pending_note, refused_note
+from sidecar.contracts.wire import (
+    indexing_note,
+    parse_explanation,
+    parse_search,
+    pending_note,
+    refused_note,
+    resolved_notes,
+)
 
 
 def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
@@ -122,6 +129,9 @@ def cmd_why(args: argparse.Namespace, cfg: Config) -> int:
 
 def cmd_get(args: argparse.Namespace, cfg: Config) -> int:
     result = _call(args, cfg, "get", {"reference": args.reference})
+    if result is not None:
+        for note in resolved_notes(args.reference, result):
+            print(f"note: {note}", file=sys.stderr)
     if result is not None and args.links:
         print(render_links(result))
     elif result is not None:

@@ -20,7 +20,7 @@ from sidecar.clients.mcp_texts import (
 )
 from sidecar.contracts.errors import DaemonNotRunningError, NoAnswerError, ProtocolError, RemoteError
 from sidecar.contracts.printable import escape_controls as shown
-from sidecar.contracts.wire import hit_json, parse_search, window_json
+from sidecar.contracts.wire import hit_json, parse_search, resolved_notes, window_json
 
 # What a search hit shows an agent (the scores behind relevance are for tuning, not for it).
 HIT_KEYS = ("reference", "source", "title", "headings", "lines", "text", "relevance", "score", "masked")
@@ -141,6 +141,8 @@ class ToolCalls:
             if last < r["lines"]:
                 where += f"; memory_get with startLine {last + 1} reads on"
         text = f"[{r['source']}] {shown(r['reference'])} ({where})\n\n{r['text']}"
+        for note in resolved_notes(str(params["reference"]), r):
+            text = f"note: {note}\n{text}"
         links = sorted({shown(link["target"]) for link in r.get("links", []) if link["target"]})
         back = sorted({shown(b["reference"]) for b in r.get("backlinks", [])})
         if links or back:

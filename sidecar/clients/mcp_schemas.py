@@ -11,9 +11,6 @@ from sidecar.contracts.protocol import MAX_DAY_CHARS, MAX_PATH_PREFIX_CHARS, MAX
 from sidecar.contracts.wire import SOURCES
 
 SLUG_PATTERN = "^[a-z0-9][a-z0-9_-]{0,127}$"
-# [\s\S], not '.': a file name may hold a line break, and every reference search returns must pass
-# the schema of memory_get (a host enforcing input schemas refused to send such a one back).
-REFERENCE_PATTERN = "^(vault|wiki|memory)/[^/][\\s\\S]*$"
 
 
 def obj(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -91,11 +88,16 @@ SLUG = {
 }
 # The lengths the daemon accepts (sidecar.contracts.protocol), stated so the
 # shim answers a longer one in the daemon's words: sent on, a megabyte hit the frame limit first.
-REFERENCE = {
+# A note to read or explore: a reference as search returns it, or a link as a note writes it
+# ("[[Boat#Budget]]") or a note's name, resolved as Obsidian resolves links. No pattern: every
+# reference search returns must pass (a file name may hold a line break, and a host enforcing
+# input schemas refused to send such a one back); the daemon refuses what names no note.
+NOTE_REF = {
     "type": "string",
-    "pattern": REFERENCE_PATTERN,
+    "minLength": 1,
     "maxLength": MAX_REFERENCE_CHARS,
-    "description": "A reference from memory_search or memory_list.",
+    "description": "A reference from memory_search or memory_list, or a link as a note writes it "
+    "('[[Boat#Budget]]') or a note's name.",
 }
 PATH_PREFIX = {
     "type": "string",

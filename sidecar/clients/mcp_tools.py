@@ -14,9 +14,9 @@ from sidecar.clients.mcp_schemas import (
     HIT,
     INT,
     NOTE,
+    NOTE_REF,
     PATH_PREFIX,
     READ,
-    REFERENCE,
     SLUG,
     STR,
     WRITE,
@@ -107,12 +107,14 @@ TOOLS: list[dict[str, Any]] = [
         "Read a note",
         "Read one whole note by its reference, exactly as memory_search or memory_list return it "
         "(e.g. 'wiki/Backups', 'vault/Projects/Boat', 'memory/nas-backup-setup'), or only lines "
-        "startLine to endLine of it (a search hit names its lines). A note longer than about 50,000 "
+        "startLine to endLine of it (a search hit names its lines). A link as a note writes it "
+        "('[[Boat#Budget]]') or a note's name ('Boat') reads the note that link opens in Obsidian, "
+        "only the section (or block) its anchor names. A note longer than about 50,000 "
         "characters comes in parts: the answer says which lines it holds and where to read on. "
         "Secrets in the text are shown as [REDACTED:kind].",
         obj(
             {
-                "reference": REFERENCE,
+                "reference": NOTE_REF,
                 "startLine": {**LINE, "description": "First line to read (1-based)."},
                 "endLine": {**LINE, "description": "Last line to read (inclusive)."},
             },
@@ -129,6 +131,11 @@ TOOLS: list[dict[str, Any]] = [
                 "cut": {"type": "boolean", "description": "the one line in text is longer than shown"},
                 "indexed": BOOL,
                 "masked": COUNTS,
+                "anchor": obj(
+                    {"text": STR, "found": {"type": "boolean", "description": "false: the whole note"}},
+                    ("text", "found"),
+                ),
+                "candidates": {"type": "integer", "description": "notes a bare name could mean"},
             },
             ("reference", "source", "title", "text", "lines", "indexed"),
         ),
@@ -142,7 +149,7 @@ TOOLS: list[dict[str, Any]] = [
         "found with memory_search.",
         obj(
             {
-                "reference": REFERENCE,
+                "reference": NOTE_REF,
                 "limit": {
                     "type": "integer",
                     "minimum": 1,

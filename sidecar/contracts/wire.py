@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sidecar.contracts.printable import escape_controls
+
 # The sources a note can come from (and a search can be limited to).
 SOURCES = ("vault", "wiki", "memory")
 
@@ -116,6 +118,22 @@ def indexing_note(done: int, total: int) -> str:
     """What a client says while a new or rebuilt index has not read every note yet."""
     read = f"{done:,} of {total:,} notes read so far" if total else "not every note is read yet"
     return f"the index is still being built ({read}): notes not read yet cannot be found"
+
+
+def resolved_notes(asked: str, got: dict[str, Any]) -> list[str]:
+    """What a client says of a ``get`` answer for a note's name or a link (``Boat``,
+    ``[[Boat#Budget]]``): which of several notes it is, a heading or block that is not there."""
+    out = []
+    reference = escape_controls(got["reference"])
+    if got.get("candidates", 1) > 1:
+        out.append(
+            f"{escape_controls(asked)!r} could mean {got['candidates']} notes: this is {reference}, the one "
+            "its link opens in Obsidian (a reference as search returns it names one)"
+        )
+    anchor = got.get("anchor")
+    if anchor and not anchor["found"]:
+        out.append(f"{reference} has no heading or block {escape_controls(anchor['text'])!r}: the whole note")
+    return out
 
 
 def refused_note(reason: str) -> str:

@@ -46,6 +46,8 @@ from sidecar.memory.ops import MemoryOps
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
 from sidecar.notes.chunking import line_count, line_range, lines_within
 from sidecar.notes.links import LinkGraph, unresolved_paths
+from sidecar.notes.linktext import pasted_link
+from sidecar.notes.markdown import anchor_lines
 from sidecar.notes.outline import Page, one_line
 from sidecar.notes.outline import render as render_outline
 from sidecar.notes.redact import mask, masked_line
@@ -74,6 +76,16 @@ _NOT_THE_SHARE = frozenset({"unmounted", "device", "empty"})
 _SEARCH_PARAMS = ("limit", "minScore", "source", "tag", "pathPrefix", "since", "until", "preview")
 OUTLINE_BUDGET = 1000
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Named:
+    """The note a reference names, the part of it a link's anchor points at, and how many notes
+    a bare name could mean (the one Obsidian's link opens is taken)."""
+
+    key: str
+    anchor: str = ""
+    candidates: int = 1
 
 
 @dataclass
@@ -245,8 +257,7 @@ class Handlers:
         """Explain a note's place (or absence) in the results of a query."""
         p = req.params
         check_known(p, ("reference", "query"))
-        key = key_for_reference(param_str(p, "reference", max_len=MAX_REFERENCE_CHARS), req.agent)
-        key = self.manifest.key_in_any_form(key)  # typed in NFC, named in NFD by a Mac
+        key = self._named(param_str(p, "reference", max_len=MAX_REFERENCE_CHARS), req.agent).key
         try:
             out = explain(self.retriever, key, param_str(p, "query", max_len=MAX_QUERY_CHARS), req.agent)
         except FilterError as exc:
@@ -321,35 +332,9 @@ class Handlers:
         part = _line_range(p)
         # At most this much text, whole lines (an agent's context); 0: all of it.
         most = param_int(p, "maxChars", default=0, lo=0, hi=MAX_LINE)
-        key = key_for_reference(reference, req.agent)
-        manifest = self.manifest
-        if not key.startswith("memory/") and key != reference:
-            # "vault/a.md" may name the note a.md.md (its reference as search returns it).
-            exact = key_for_reference(reference + ".md", req.agent)
-            if manifest.rel_of(exact) is not None:
-                key = exact
-        key = manifest.key_in_any_form(key)  # typed in NFC, named in NFD by a Mac
-        source = key.split("/", 1)[0]
-        status = self.supervisor.roots.get(source) if source != "memory" else None
-        offline = None
-        if status is not None and status.offline and status.hold_kind == "mass":
-            # The folder is there and read; most of its notes vanished at once: this one among them.
-            offline = SourceError(
-                f"{reference!r} is no longer in the {source}: its deletion is held with "
-                f"{status.held_deletions} others (`sidecar index --confirm-deletions {source}` applies "
-                "them; `sidecar status` says when they apply by themselves); its indexed text is "
-                "still found by search"
-            )
-        elif status is not None and status.offline:
-            offline = SourceError(
-                f"{reference!r} cannot be read now: the {source} is offline ({status.error}); "
-                "its indexed text is still found by search"
-            )
-            if status.hanging is not None or status.hold_kind in _NOT_THE_SHARE:
-                # What is there is not the share (a stale copy under an unmounted share's mount
-                # point): its files are not this vault's notes; or a call on it still hangs. Any
-                # other offline root is read as it is now (it may be back before its next retry).
-                raise offline
+        named = self._named(reference, req.agent)
+        key, manifest = named.key, self.manifest
+        offline = self._offline(key, reference)
         try:
             path, text = self._on_disk(key, lambda: self._read(key, reference))
         except NoAnswer as exc:
@@ -372,6 +357,9 @@ class Handlers:
             for b in graph.backlinks(key, req.agent)
         ]
         lines = line_count(text)  # of the file: a masked private key is a line, not a block
+        section = anchor_lines(text, named.anchor) if named.anchor else None
+        if part is None and section is not None:
+            part = section  # [[Note#Setup]]: the lines of that heading (or block), as Obsidian opens it
         masking = self.retriever.cfg.mask_secrets
         text, masked, part, cut = _text_shown(text, part, most, mask_secrets=masking)
         if masking:
@@ -393,12 +381,79 @@ class Handlers:
             "backlinks": backlinks,
             "unresolved": unresolved_paths(links),
         }
+        if named.anchor:
+            out["anchor"] = {"text": named.anchor, "found": section is not None}
+        if named.candidates > 1:
+            out["candidates"] = named.candidates
         rule = self.indexer.excluded_by(key)
         if rule is not None:
             out["excluded"] = rule
         if masked:
             out["masked"] = masked
         return out
+
+    def _offline(self, key: str, reference: str) -> SourceError | None:
+        """Why ``get`` may not find a note of an offline root (raised at once when what is there
+        cannot be the share); None when its root is online."""
+        source = key.split("/", 1)[0]
+        status = self.supervisor.roots.get(source) if source != "memory" else None
+        offline = None
+        if status is not None and status.offline and status.hold_kind == "mass":
+            # The folder is there and read; most of its notes vanished at once: this one among them.
+            offline = SourceError(
+                f"{reference!r} is no longer in the {source}: its deletion is held with "
+                f"{status.held_deletions} others (`sidecar index --confirm-deletions {source}` applies "
+                "them; `sidecar status` says when they apply by themselves); its indexed text is "
+                "still found by search"
+            )
+        elif status is not None and status.offline:
+            offline = SourceError(
+                f"{reference!r} cannot be read now: the {source} is offline ({status.error}); "
+                "its indexed text is still found by search"
+            )
+            if status.hanging is not None or status.hold_kind in _NOT_THE_SHARE:
+                # What is there is not the share (a stale copy under an unmounted share's mount
+                # point): its files are not this vault's notes; or a call on it still hangs. Any
+                # other offline root is read as it is now (it may be back before its next retry).
+                raise offline
+        return offline
+
+    def _named(self, reference: str, agent: str | None) -> Named:
+        """The note a reference names: one as search returns it (``vault/Projects/Boat``), or a
+        note's name or a link as written in a note (``Boat``, ``[[Boat#Budget|costs]]``), resolved
+        as Obsidian resolves a link from the vault's top folder (the vault and the wiki only)."""
+        manifest = self.manifest
+        try:
+            key = key_for_reference(reference, agent)
+        except SourceError:
+            path, anchor = pasted_link(reference)
+            if not path or path.startswith(("/", "./", "../")) or path[1:2] == ":":
+                raise  # an absolute or relative path: refused as it was
+            if path.split("/", 1)[0] in SOURCES:
+                if path == reference:
+                    raise  # a reference refused for itself (a ".." in it, a hidden folder, ...)
+                return replace(self._named(path, agent), anchor=anchor)  # [[wiki/Boat#Budget]]
+            found, candidates = LinkGraph(manifest.read).resolve_name(path, self.cfg.vault.wiki_subfolder)
+            if found is None:
+                raise NotFoundError(
+                    f"no note named {path!r} in the vault or the wiki (a reference as search returns "
+                    "it starts with vault/, wiki/ or memory/)"
+                ) from None
+            return Named(found, anchor, candidates)
+        if not key.startswith("memory/") and key != reference:
+            # "vault/a.md" may name the note a.md.md (its reference as search returns it).
+            exact = key_for_reference(reference + ".md", agent)
+            if manifest.rel_of(exact) is not None:
+                key = exact
+        key = manifest.key_in_any_form(key)  # typed in NFC, named in NFD by a Mac
+        if manifest.rel_of(key) is None and ("#" in reference or "^" in reference):
+            path, anchor = pasted_link(reference)  # vault/Boat#Budget: a note's name holds no "#"
+            if path != reference and path:
+                try:
+                    return replace(self._named(path, agent), anchor=anchor)
+                except SourceError:
+                    pass
+        return Named(key)
 
     def _on_disk(self, key: str, fn: Callable[[], T]) -> T:
         """``fn``, a look at the file behind ``key``, within the probe timeout: on a hung share
@@ -430,7 +485,7 @@ class Handlers:
         check_known(p, ("reference", "limit"))
         reference = param_str(p, "reference", max_len=MAX_REFERENCE_CHARS)
         manifest = self.manifest
-        key = manifest.key_in_any_form(key_for_reference(reference, req.agent))
+        key = self._named(reference, req.agent).key
         limit = param_int(p, "limit", default=10, lo=RELATED_LIMIT_RANGE[0], hi=RELATED_LIMIT_RANGE[1])
         if not manifest.file_states(key).get(key):
             try:  # not_found / bad_reference for a note that does not exist

@@ -48,13 +48,16 @@ def aliases_of(front_matter: Any) -> tuple[str, ...]:
     return ()
 
 
-def _targets(db: sqlite3.Connection, wiki_subfolder: str) -> list[Target]:
+_TARGETS = (
+    "SELECT key, source, agent, front_matter FROM files WHERE state IN ('indexed', 'skipped', 'indexing')"
+)
+
+
+def _targets(rows: Iterable[tuple[Any, ...]], wiki_subfolder: str) -> list[Target]:
     out: list[Target] = []
-    for key, source, agent, front_matter in db.execute(
-        "SELECT key, source, agent, front_matter FROM files WHERE state IN ('indexed', 'skipped', 'indexing')"
-    ):
+    for key, source, agent, front_matter in rows:
         aliases: tuple[str, ...] = ()
-        if source != "memory":
+        if source != "memory" and front_matter and "alias" in front_matter:  # most notes have none
             try:
                 aliases = aliases_of(json.loads(front_matter))
             except ValueError:
@@ -107,7 +110,7 @@ def reresolve(
 ) -> int:
     """Resolve again the links whose name is one of ``names``, that point at or come from one of
     ``keys`` (or every link); returns how many rows changed."""
-    resolver = Resolver(_targets(db, wiki_subfolder))
+    resolver = Resolver(_targets(db.execute(_TARGETS), wiki_subfolder))
     rows: dict[tuple[str, int], tuple[str, str | None, int]] = {}
     if everything:
         query: list[tuple[str, Sequence[Any]]] = [("SELECT src, ord, target, dst, candidates FROM links", ())]
@@ -193,6 +196,13 @@ class LinkGraph:
 
     def __init__(self, query: Any) -> None:
         self._query = query  # Manifest.read: (sql, args) -> rows
+
+    def resolve_name(self, path: str, wiki_subfolder: str) -> tuple[str | None, int]:
+        """(key or None, how many notes it could mean) of a note's name or path as a link from
+        the vault's top folder resolves it (file names, then aliases); the vault and the wiki
+        only, never a memory note."""
+        rows = self._query(_TARGETS + " AND source != 'memory'", ())
+        return Resolver(_targets(rows, wiki_subfolder)).resolve(path, "")
 
     def links_of(self, key: str, agent: str | None = None) -> list[dict[str, Any]]:
         rows = self._query(

@@ -91,3 +91,17 @@ def strip_md(path: str) -> str:
 def link_name(target: str) -> str:
     """What a link is looked up by: its last path segment, lowercased, without ``.md``."""
     return strip_md(target.replace("\\", "/").rstrip("/")).rsplit("/", 1)[-1].strip().lower()
+
+
+def pasted_link(text: str) -> tuple[str, str]:
+    """(link path, anchor) of a note's name or a link as a person or an agent pastes it:
+    ``[[Note#Setup|shown]]``, ``![[Note]]``, ``[text](Folder/Note.md#Setup)``, ``Note#Setup``,
+    ``Note#^block``, ``Folder/Note.md``. The anchor as ``Link.anchor`` has it ("" for none)."""
+    text = unicodedata.normalize("NFC", text.strip())
+    links = extract_links(text) if "[" in text else []
+    if len(links) == 1 and (links[0].target or links[0].anchor):
+        return links[0].target, links[0].anchor
+    # A note's name holds no "#" nor "^" (Obsidian refuses both in file names).
+    cut = min((i for i in (text.find("#"), text.find("^")) if i >= 0), default=len(text))
+    path, anchor = text[:cut].strip(), text[cut:].lstrip("#")
+    return path, _anchor(anchor)

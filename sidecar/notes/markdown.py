@@ -233,3 +233,62 @@ def _looks_encoded(run: str) -> bool:
     digits = sum(ch.isdigit() for ch in run)
     letters = sum(ch.isalpha() for ch in run)
     return digits * 20 >= len(run) and letters * 5 >= len(run)
+
+
+_ANCHOR_WORDS = re.compile(r"\w+")
+
+
+def _anchor_key(heading: str) -> str:
+    """A heading as a link's anchor matches it: words only, any case (``[[Note#Set up: Linux]]``
+    is written ``[[Note#Set up Linux]]`` too, Obsidian dropping the characters links cannot hold)."""
+    return " ".join(_ANCHOR_WORDS.findall(plain_inline(heading).lower()))
+
+
+def anchor_lines(text: str, anchor: str) -> tuple[int, int] | None:
+    """The 1-based first and last line a link's anchor points at: a heading's section (its
+    subsections included; "Setup › Linux" is Linux under Setup), or the block ``^id`` ends (a
+    paragraph, a list item, or the block before an id on a line of its own). None: not there."""
+    sections, _fm, _fm_end, code = split_sections(text)
+    lines = text.split("\n")
+    if anchor.startswith("^"):
+        return _block_lines(sections, lines, code, anchor[1:])
+    want = [_anchor_key(part) for part in anchor.split(" › ")]
+    for n, section in enumerate(sections):
+        path = [_anchor_key(h) for h in section.headings]
+        if not path or path[-1] != want[-1] or not _in_order(want[:-1], path[:-1]):
+            continue
+        depth = len(section.headings)
+        end = len(lines)
+        for later in sections[n + 1 :]:
+            if len(later.headings) <= depth:  # a heading of the same or a higher level
+                end = later.blocks[0].start
+                break
+        start = section.blocks[0].start
+        while end - 1 > start and not lines[end - 1].strip():
+            end -= 1
+        return start + 1, end
+    return None
+
+
+def _in_order(parts: Sequence[str], path: Sequence[str]) -> bool:
+    it = iter(path)
+    return all(any(p == q for q in it) for p in parts)
+
+
+def _block_lines(
+    sections: Sequence[Section], lines: Sequence[str], code: Container[int], block_id: str
+) -> tuple[int, int] | None:
+    tail = re.compile(rf"(?:^|\s)\^{re.escape(block_id)}\s*$", re.IGNORECASE)
+    at = next((i for i, line in enumerate(lines) if i not in code and tail.search(line)), None)
+    if at is None or not block_id:
+        return None
+    blocks = [b for s in sections for b in s.blocks]
+    if lines[at].strip().startswith("^"):  # the id on a line of its own names the block before it
+        before = [b for b in blocks if b.end <= at and not (b.start <= at < b.end)]
+        if before:
+            return before[-1].start + 1, before[-1].end
+        return at + 1, at + 1
+    if re.match(r"\s*(?:[-*+]|\d+[.)])\s", lines[at]):  # one item of a list
+        return at + 1, at + 1
+    block = next((b for b in blocks if b.start <= at < b.end), None)
+    return (block.start + 1, at + 1) if block is not None else (at + 1, at + 1)
