@@ -656,3 +656,27 @@ def test_option_ranges_are_the_daemons(shared: DaemonProcess) -> None:
     search = next(a for a in build_parser("search")._actions if a.dest == "command").choices["search"]
     help_text = " ".join(search.format_help().split())
     assert "drop hits whose relevance (0-1, not the score) is below this" in help_text
+
+
+def test_search_snippets_read_as_prose_around_the_query_words() -> None:
+    """A hit's line shows the part of its text that holds the query's words (it showed the first 200
+    characters, the matched words often past them), without table rules, emphasis, link brackets,
+    quote and callout marks or embedded images."""
+    from sidecar.clients.cli_render import plain_text, snippet
+
+    chunk = (
+        "## Set up\n\nFirst **open** the [[Settings#Sync|sync settings]] ![[cog.svg#icon]] and "
+        + "filler words about nothing much " * 12
+        + "then pick the *vault folder* with [the picker](Picker.md).\n\n"
+        "| Option | Meaning |\n| --- | :---: |\n| `--path` | the vault |\n\n> [!tip]- Hint\n> Keep backups.\n"
+    )
+    plain = plain_text(chunk)
+    assert plain.startswith("Set up: First open the sync settings and filler")
+    assert "Option · Meaning; --path · the vault; Tip: Hint Keep backups." in plain
+    assert not any(mark in plain for mark in ("**", "[[", "](", "---", "cog.svg", ">"))
+    shown = snippet(chunk, "vault folder picker")
+    assert shown.startswith("…") and "pick the vault folder with the picker" in shown
+    assert len(shown) <= 201 and shown.endswith("Keep backups.")  # the window reached the end
+    assert snippet(chunk, "open sync settings").endswith("…")
+    assert snippet(chunk, "zzz").startswith("Set up: First open")  # no word met: from the start
+    assert snippet("Short **note**.", "note") == "Short note."

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.clients.cli_parser import UsageError, serve_flags
-from sidecar.clients.cli_render import render_links
+from sidecar.clients.cli_render import render_links, snippet
 from sidecar.clients.client import Client
 from sidecar.config import Config
 from sidecar.contracts.errors import ExitCode, NotFoundError
@@ -48,8 +48,7 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         where = f"lines {hit.lines[0]}-{hit.lines[1]}"
         scores = f"relevance {hit.relevance:.2f}, score {hit.score:.3f}"
         print(f"{i:>2}. {shown(hit.reference)}  ({scores}, {where})")
-        snippet = shown(" ".join(hit.text.split()))
-        print(f"    {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
+        print(f"    {shown(snippet(hit.text, args.query))}")
     return int(ExitCode.OK)
 
 

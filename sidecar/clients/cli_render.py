@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from typing import Any, TextIO
 
@@ -265,3 +266,73 @@ class Progress:
             return max(20, os.get_terminal_size(self.stream.fileno()).columns)
         except (OSError, ValueError):
             return 80
+
+
+# Markdown a person reading a one-line snippet does not need to see (the note keeps it: `get`).
+_RULE_ROW = re.compile(r"^\s*\|?(?:\s*:?-{2,}:?\s*\|)+\s*(?::?-{2,}:?\s*)?\|?\s*$")
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
+_CALLOUT = re.compile(r"^(?:\s*>)+\s*\[!(\w+)\][-+]?\s*")
+_QUOTE = re.compile(r"^(?:\s*>)+\s?")
+_WIKILINK = re.compile(r"!?\[\[([^\[\]|]*?)(?:\|([^\[\]]*))?\]\]")
+_MDLINK = re.compile(r"!?\[([^\[\]]*)\]\([^()\s]*(?:\s+\"[^\"]*\")?\)")
+_EMPHASIS = re.compile(r"\*\*|__|~~|==|`+|(?<![\w*])\*(?=[^\s*])|(?<=[^\s*])\*(?![\w*])")
+_WORD = re.compile(r"\w{3,}")
+_MEDIA = re.compile(
+    r"\.(?:png|jpe?g|gif|svg|webp|bmp|avif|heic|pdf|mp[34]|m4a|wav|ogg|flac|webm|mov|mkv|canvas)(?:#|$)", re.I
+)
+
+
+def plain_text(text: str) -> str:
+    """A chunk's Markdown as one line of prose: headings end with a colon, table rules, quote and
+    emphasis marks dropped, links shown as their text, callouts as their kind."""
+    out = []
+    for raw in text.splitlines():
+        if _RULE_ROW.match(raw):
+            continue
+        line = _WIKILINK.sub(_link_text, raw)
+        line = _EMPHASIS.sub("", _MDLINK.sub(r"\1", line))
+        heading = _HEADING.match(line)
+        if heading:
+            title = heading.group(1)
+            line = title if title.endswith((":", "?", "!", ".")) else f"{title}:"
+        elif line.lstrip().startswith("|"):  # a table row: its cells
+            line = " · ".join(c.strip() for c in line.strip().strip("|").split("|") if c.strip()) + ";"
+        line = _QUOTE.sub("", _CALLOUT.sub(lambda m: f"{m.group(1).capitalize()}: ", line))
+        out.append(line)
+    return " ".join(" ".join(out).split())
+
+
+def _link_text(m: re.Match[str]) -> str:
+    target, shown_as = m.group(1), m.group(2)
+    if m.group(0).startswith("!") and _MEDIA.search(target):
+        return ""  # an embedded image or file: nothing to read
+    return shown_as or target.replace("#", " › ").lstrip(" ›")
+
+
+def snippet(text: str, query: str, width: int = 200) -> str:
+    """The ``width`` characters of a hit's text (as ``plain_text``) that hold the most of the
+    query's words, cut at words, with "…" where text was left out on either side."""
+    plain = plain_text(text)
+    if len(plain) <= width:
+        return plain
+    words = {w.lower()[:5] for w in _WORD.findall(query)}  # "Vorlage" meets "Vorlagen", "Vorlagenordner"
+    found = [
+        (m.start(), m.group().lower()[:5]) for m in _WORD.finditer(plain) if m.group().lower()[:5] in words
+    ]
+    start, best = 0, 0
+    for i, (at, _w) in enumerate(found):
+        inside = {w for pos, w in found[i:] if pos < at + width - 40}
+        if len(inside) > best:
+            start, best = at, len(inside)
+    if start:  # some text before the first matched word, from a word's start
+        start = max(0, start - 40)
+        start = plain.rfind(" ", 0, start) + 1 if plain.rfind(" ", 0, start) >= 0 else start
+        start = min(start, max(0, len(plain) - width))
+        if start and plain[start - 1] != " ":
+            start = plain.find(" ", start) + 1
+    end = start + width
+    part = plain[start:end]
+    if end < len(plain):
+        cut = part.rfind(" ")
+        part = (part[:cut] if cut > width // 2 else part).rstrip(" ,;:") + "…"
+    return ("…" if start else "") + part
