@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from sidecar.config import load_config
 from sidecar.model.embedder import load_model
 from sidecar.notes.chunking import chunk_note
+from sidecar.notes.linktext import extract_links
 from sidecar.notes.markdown import mostly_data, readable_links
 
 
@@ -244,3 +245,21 @@ def test_comment_and_code_span_removal_read_as_their_definitions() -> None:
         assert without_comments(text) == comments.sub(" ", text), repr(text)
         line = "".join(rng.choice(["`", "``", "```", "a", " ", "#t"]) for _ in range(rng.randint(0, 30)))
         assert without_code_spans(line) == spans.sub(" ", line), repr(line)
+
+
+def test_a_dash_line_inside_a_quoted_value_does_not_end_the_front_matter() -> None:
+    """The inbox writes a value holding a "---" line as a quoted scalar, that line indented; the
+    chunker's Markdown parser ended the block there, and the note lost its tags, title and
+    description (a write said nothing). One rule now: the block ends at a "---" at a line's start."""
+    import yaml
+
+    fm = yaml.safe_dump({"description": "a\n---\ninjected: true\n---", "tags": ["injtag"], "title": "T"})
+    text = f"---\n{fm}---\n# Body\n\nSee [[Other]].\n"
+    assert "\n  ---\n" in text  # the shape that broke it
+    note = chunk_note(text, title="file-name", count_tokens=words)
+    assert note.front_matter_error is None and (note.title, note.tags) == ("T", ("injtag",))
+    assert note.front_matter["description"] == "a\n---\ninjected: true\n---"
+    assert all("injected" not in c.text for c in note.chunks)
+    assert [link.target for link in extract_links(text)] == ["Other"]
+    # A block without its closing line is no front matter; "..." does not close one.
+    assert chunk_note("---\ntags: [x]\n...\nBody\n", title="t", count_tokens=words).tags == ()

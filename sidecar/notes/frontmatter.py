@@ -68,6 +68,17 @@ def parse_front_matter(raw: str) -> tuple[dict[str, Any], str | None]:
     return safe, None
 
 
+def front_matter_block(text: str) -> tuple[str, int] | None:
+    """The raw YAML of a note's front matter and the number of lines its block takes (markers
+    included), or None. One rule for every reader: a ``---`` line at the very start and the next
+    ``---`` line at the start of a line (an indented one is part of a quoted value, as the inbox
+    writes "a\n---\nb")."""
+    m = _BLOCK.match(text)
+    if not m:
+        return None
+    return m.group(1) or "", text.count("\n", 0, m.end()) + (0 if text[m.end() - 1 : m.end()] == "\n" else 1)
+
+
 def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
     """Front matter of a note as a dict (empty when absent or broken) and the body."""
     m = _BLOCK.match(text)

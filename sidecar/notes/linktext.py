@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Container, Sequence
+from collections.abc import Container
 from dataclasses import dataclass
 from urllib.parse import unquote
 
+from sidecar.notes.frontmatter import front_matter_block
 from sidecar.notes.markdown import WIKILINK, code_lines, is_attachment, without_code_spans, without_comments
 
 _MDLINK = re.compile(r"(!?)\[([^\[\]]*)\]\(\s*(<[^<>\n]+>|[^()\s]+)(?:\s+\"[^\"]*\")?\s*\)")
@@ -29,15 +30,6 @@ class Link:
     line: int  # 1-based
 
 
-def _front_matter_end(lines: Sequence[str]) -> int:
-    if not lines or lines[0].strip() != "---":
-        return 0
-    for i in range(1, min(len(lines), 2000)):
-        if lines[i].strip() in ("---", "..."):
-            return i + 1
-    return 0
-
-
 def _anchor(raw: str) -> str:
     parts = [p.strip() for p in raw.split("#") if p.strip()]
     return " › ".join(parts)
@@ -50,7 +42,8 @@ def extract_links(text: str, code: Container[int] | None = None) -> list[Link]:
     lines = text.split("\n")
     if code is None:
         code = code_lines(text)
-    start = _front_matter_end(lines)
+    block = front_matter_block(text)
+    start = block[1] if block is not None else 0
     # What Obsidian does not render links nothing: code (blanked first, so a "%%" in code opens no
     # comment) and comments, which may span lines (kept, so each link keeps its line number).
     prose = "\n".join("" if i in code else without_code_spans(lines[i]) for i in range(start, len(lines)))

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from markdown_it import MarkdownIt
-from mdit_py_plugins.front_matter import front_matter_plugin
+
+from sidecar.notes.frontmatter import front_matter_block
 
 # A wiki-link lies on one line: Obsidian reads "[[a" and "b]]" on two lines as text.
 WIKILINK = re.compile(r"(!?)\[\[([^\[\]|#^\n]*)((?:[#^][^\[\]|\n]*)?)(?:\|([^\[\]\n]*))?\]\]")
@@ -155,7 +156,20 @@ def without_comments(text: str, keep_lines: bool = False) -> str:
 
 def code_lines(text: str) -> frozenset[int]:
     """The 0-based lines of ``text``'s fenced and indented code blocks (see ``split_sections``)."""
-    return _code_lines(_PARSER.parse(text))
+    return _code_lines(_PARSER.parse(_without_front_matter(text)[0]))
+
+
+def _without_front_matter(text: str) -> tuple[str, str | None, int]:
+    """``text`` with its front matter's lines left empty (so every line keeps its number), the
+    raw YAML and the lines the block takes. The block is found as ``front_matter_block`` finds
+    it, one rule for every reader (markdown-it's plugin also ended a block at an indented
+    "---", a line inside a quoted value, and the note lost its whole front matter)."""
+    block = front_matter_block(text)
+    if block is None:
+        return text, None, 0
+    raw, end = block
+    rest = text.split("\n", end)
+    return "\n" * end + (rest[end] if len(rest) > end else ""), raw, end
 
 
 def _code_lines(tokens: Sequence[Any]) -> frozenset[int]:
@@ -184,7 +198,7 @@ class Section:
 def _md() -> MarkdownIt:
     # Only the block structure is used (a heading's text is its inline token's content), so the
     # inline rule, 40 % of parsing time, stays off.
-    return MarkdownIt("commonmark").enable("table").use(front_matter_plugin).disable("inline")
+    return MarkdownIt("commonmark").enable("table").disable("inline")
 
 
 _PARSER = _md()
@@ -193,18 +207,14 @@ _PARSER = _md()
 def split_sections(text: str) -> tuple[list[Section], str | None, int, frozenset[int]]:
     """Top-level blocks grouped under their heading path; the raw front matter; its last line; the
     lines of code blocks (``code_lines``)."""
-    tokens = _PARSER.parse(text)
+    body, fm_raw, fm_end = _without_front_matter(text)
+    tokens = _PARSER.parse(body)
     sections = [Section((), [])]
     stack: list[tuple[int, str]] = []
-    fm_raw: str | None = None
-    fm_end = 0
     i = 0
     while i < len(tokens):
         tok = tokens[i]
-        if tok.type == "front_matter":
-            fm_raw = tok.content
-            fm_end = tok.map[1] if tok.map else 0
-        elif tok.level == 0 and tok.map and tok.nesting >= 0:
+        if tok.level == 0 and tok.map and tok.nesting >= 0:
             start, end = tok.map
             if tok.type == "heading_open":
                 level = int(tok.tag[1:])
