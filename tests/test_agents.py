@@ -1147,6 +1147,9 @@ def test_get_reads_a_range_of_lines_and_the_shim_cuts_a_huge_note(served: Served
     assert served.call("get", {"reference": "vault/Keys", "startLine": 8, "endLine": 99})["range"] == [8, 8]
     with pytest.raises(SidecarError, match="endLine"):
         served.call("get", {"reference": "vault/Keys", "startLine": 5, "endLine": 4})
+    # Past the end: said so (it answered "lines 9-8 of 8" with no text, as if read)
+    with pytest.raises(SidecarError, match="'startLine' 9 is past the end of 'vault/Keys': it has 8 line"):
+        served.call("get", {"reference": "vault/Keys", "startLine": 9})
     big = "".join(f"line {i} " + "x" * 90 + "\n" for i in range(1, 3001))  # 300 kB
     write(served.cfg.vault.path / "Big.md", big)  # type: ignore[operator]
     served.h.sweep()

@@ -357,6 +357,10 @@ class Handlers:
             for b in graph.backlinks(key, req.agent)
         ]
         lines = line_count(text)  # of the file: a masked private key is a line, not a block
+        if part is not None and part[0] > max(lines, 1):
+            raise ProtocolError(
+                f"'startLine' {part[0]} is past the end of {reference!r}: it has {lines:,} line(s)"
+            )
         section = anchor_lines(text, named.anchor) if named.anchor else None
         if part is None and section is not None:
             part = section  # [[Note#Setup]]: the lines of that heading (or block), as Obsidian opens it
