@@ -1101,6 +1101,10 @@ def test_tool_errors_name_the_agents_notes_as_its_answers_do(served: Served) -> 
     with pytest.raises(ToolError) as vault_path:  # a vault path that holds the same words stays whole
         tools["memory_get"]({"reference": "vault/Archive/memory/claude/old"})
     assert "vault/Archive/memory/claude/old" in str(vault_path.value)
+    # A reference the agent sent is shown as sent (it read 'memory/../bravo/secret', never sent)
+    with pytest.raises(ToolError) as escape:
+        tools["memory_get"]({"reference": "memory/claude/../bravo/secret"})
+    assert "'memory/claude/../bravo/secret'" in str(escape.value)
 
 
 def test_a_refused_vault_link_does_not_tell_when_its_target_changed(served: Served, tmp_path: Path) -> None:

@@ -218,6 +218,8 @@ def test_mcp_hostile_messages_get_clear_errors_and_the_session_goes_on(
             '{"jsonrpc":"2.0","id":"\\ud800","method":"\\udfff"}',  # echoed back: escaped, not fatal
             '{"jsonrpc":"2.0","id":11,"method":"resources/read",'
             '"params":{"uri":"sidecar://note/vault/Sales 100%DE"}}',
+            '{"jsonrpc":"2.0","id":12,"method":"resources/read",'
+            '"params":{"uri":"sidecar://note/vault%2F..%2F..%2Fetc%2Fpasswd"}}',
             '{"jsonrpc":"2.0","id":10,"method":"ping"}',
         ],
     )
@@ -237,6 +239,8 @@ def test_mcp_hostile_messages_get_clear_errors_and_the_session_goes_on(
     assert answers["\ud800"][0]["error"]["code"] == -32601
     assert "All of Germany" in answers[11][0]["result"]["contents"][0]["text"]
     assert answers[10][0]["result"] == {}
+    # refused for what the client meant (the raw form's reason, "must start with vault/", misled)
+    assert "leaves its root" in answers[12][0]["error"]["message"], answers[12]
 
 
 def test_memory_status_leaves_out_other_agents_inboxes() -> None:

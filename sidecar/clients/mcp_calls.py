@@ -87,9 +87,12 @@ class ToolCalls:
             raise ToolError(f"sidecar daemon unavailable: {exc}{_unsure(op, sent)}", "down") from exc
         except RemoteError as exc:
             # The daemon names the agent's own notes as the CLI does (memory/<agent>/<slug>); the
-            # agent's answers and input say memory/<slug>. Only where a reference starts: a vault
-            # path holding ".../memory/<agent>/..." stays as it is.
-            own = re.compile(rf"(?<![\w/.-])memory/{re.escape(self.agent)}/")
+            # agent's answers and input say memory/<slug>. Only where a reference starts (a vault
+            # path holding ".../memory/<agent>/..." stays as it is) and before a slug: a reference
+            # the agent sent ("memory/<agent>/../x") is shown as sent.
+            own = re.compile(
+                rf"(?<![\w/.-])memory/{re.escape(self.agent)}/(?=[a-z0-9][a-z0-9_-]*(?![\w/-]))"
+            )
             raise ToolError(f"{exc.code}: {own.sub('memory/', str(exc))}") from exc
         except (ProtocolError, NoAnswerError) as exc:
             raise ToolError(

@@ -237,10 +237,13 @@ class Shim:
             decoded = reference
         try:
             return str(self.calls.call("get", {"reference": decoded})["text"])
-        except ToolError:
+        except ToolError as first:
             if decoded == reference:
                 raise
-            return str(self.calls.call("get", {"reference": reference})["text"])
+            try:
+                return str(self.calls.call("get", {"reference": reference})["text"])
+            except ToolError:
+                raise first from None  # why the name as the client meant it was refused
 
     def get_prompt(self, params: dict[str, Any]) -> dict[str, Any]:
         if params.get("name") != "recall":
