@@ -341,7 +341,8 @@ def test_a_search_says_when_chunks_still_wait_for_their_vectors(served: Served) 
     waiting = served.call("search", {"query": "canoe shed"})
     assert waiting["pendingVectors"] >= 1
     assert waiting["hits"][0]["reference"] == "vault/Canoe"
-    assert "for its vector" in text_of_search("canoe shed", waiting)
+    n = waiting["pendingVectors"]
+    assert ("for its vector" if n == 1 else "for their vectors") in text_of_search("canoe shed", waiting)
     while served.h.vectors.embed_pending():
         pass
     time.sleep(1.1)  # the count is taken at most once a second
@@ -1107,6 +1108,19 @@ def test_tool_errors_name_the_agents_notes_as_its_answers_do(served: Served) -> 
     assert "'memory/claude/../bravo/secret'" in str(escape.value)
 
 
+def test_a_null_limit_is_the_tools_default(served: Served) -> None:
+    """memory_search with "limit": null takes the schema's default (8): it passed null on and
+    the daemon's default (10) came back."""
+    from sidecar.clients.mcp_calls import ToolCalls
+
+    for i in range(12):
+        write(served.cfg.vault.path / f"Kayak {i}.md", f"# Kayak {i}\n\nThe kayak number {i} floats.\n")  # type: ignore[operator]
+    served.h.sweep()
+    search = ToolCalls(served.cfg.socket_path, "claude").tools["memory_search"]
+    assert len(search({"query": "kayak floats", "limit": None, "minScore": 0})[1]["hits"]) == 8
+
+
+
 def test_a_refused_vault_link_does_not_tell_when_its_target_changed(served: Served, tmp_path: Path) -> None:
     """memory_list shows a vault link that leads outside the root with the link's own time, not
     its target's: a link to another agent's note told when that agent last wrote it."""
@@ -1130,6 +1144,8 @@ def test_inline_tags_are_held_to_the_parameters_limit(served: Served) -> None:
     with pytest.raises(SidecarError, match="at most 20 tags"):
         served.call("search", {"query": "garden", "tag": many})
     served.call("search", {"query": "garden tag:" + ",".join(f"t{i}" for i in range(20))})
+    with pytest.raises(SidecarError, match="'tag' holds a tag longer than 200 characters"):
+        served.call("search", {"query": "garden", "tag": "x" * 201})
 
 
 def test_get_reads_a_range_of_lines_and_the_shim_cuts_a_huge_note(served: Served) -> None:

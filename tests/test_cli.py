@@ -207,7 +207,7 @@ def _one_line(r: Any, code: int, needle: str) -> None:
             ExitCode.USAGE,
             "JSON",
         ),
-        (["mcp", "--agent", "Bad Name"], ExitCode.USAGE, "invalid agent name"),
+        (["mcp", "--agent", "_bad"], ExitCode.USAGE, "starting with a letter or digit"),
         (["mcp", "--agent", "alice", "--agent", "bob"], ExitCode.USAGE, "--agent given twice"),
         (["serve", "--vault", "~/path/to/vault"], ExitCode.CONFIG, "the shell did not expand '~'"),
         (["serve"], ExitCode.SOCKET_IN_USE, "another sidecar daemon is already serving"),

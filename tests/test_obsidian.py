@@ -507,3 +507,10 @@ def test_get_takes_a_notes_name_or_a_link_as_written(tmp_path: Path, serve_in_pr
     ):
         with pytest.raises(RemoteError, match=re.escape(words)):
             call("get", {"reference": ref})
+    with pytest.raises(RemoteError, match=re.escape("put that note's name before the '#'")):
+        call("get", {"reference": "[[#Budget]]"})
+    call("write", {"slug": "boat-fact", "content": "The boat is blue."}, agent="claude")
+    with pytest.raises(RemoteError, match=re.escape("your memory note is memory/boat-fact")):
+        call("get", {"reference": "boat-fact"}, agent="claude")
+    with pytest.raises(RemoteError, match=r"no note named 'boat-fact' in the vault or the wiki \(a"):
+        call("get", {"reference": "boat-fact"}, agent="codex")  # not another agent's

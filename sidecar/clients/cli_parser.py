@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from sidecar import __version__
-from sidecar.config import Config, daemon_address, load_config, valid_agent
+from sidecar.config import Config, agent_name_problem, daemon_address, load_config, valid_agent
 from sidecar.contracts.errors import ConfigError, ExitCode, SidecarError
 from sidecar.contracts.protocol import LIMIT_RANGE, MIN_SCORE_RANGE, RELATED_LIMIT_RANGE, TOKEN_BUDGET_RANGE
 from sidecar.contracts.wire import SOURCES
@@ -176,7 +176,7 @@ def _agent_name(text: str) -> str:
     """``--agent``'s type: a name the daemon accepts, else a usage error (exit 2) before any
     daemon is asked (a byte that is not UTF-8 in it crashed the request's encoding)."""
     if not valid_agent(text):
-        raise argparse.ArgumentTypeError(f"invalid agent name {text!r}: use a-z, 0-9, '_' and '-' (max 64)")
+        raise argparse.ArgumentTypeError(agent_name_problem(text))
     return text
 
 

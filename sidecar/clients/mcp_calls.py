@@ -90,9 +90,7 @@ class ToolCalls:
             # agent's answers and input say memory/<slug>. Only where a reference starts (a vault
             # path holding ".../memory/<agent>/..." stays as it is) and before a slug: a reference
             # the agent sent ("memory/<agent>/../x") is shown as sent.
-            own = re.compile(
-                rf"(?<![\w/.-])memory/{re.escape(self.agent)}/(?=[a-z0-9][a-z0-9_-]*(?![\w/-]))"
-            )
+            own = re.compile(rf"(?<![\w/.-])memory/{re.escape(self.agent)}/(?=[a-z0-9][a-z0-9_-]*(?![\w/-]))")
             raise ToolError(f"{exc.code}: {own.sub('memory/', str(exc))}") from exc
         except (ProtocolError, NoAnswerError) as exc:
             raise ToolError(
@@ -103,7 +101,8 @@ class ToolCalls:
         query = a.get("query")
         if not isinstance(query, str) or not query.strip():
             raise ToolError("'query' is required" if query is None else "'query' must be a non-empty string")
-        params: dict[str, Any] = {"query": query, "limit": a.get("limit", 8)}
+        limit = a.get("limit")
+        params: dict[str, Any] = {"query": query, "limit": 8 if limit is None else limit}  # null: the default
         for k in ("minScore", "source", "tag", "pathPrefix", "since", "until"):
             if a.get(k) is not None:
                 params[k] = a[k]

@@ -105,7 +105,11 @@ PATH_PREFIX = {
     "description": "Only notes whose path starts with this.",
 }
 DAY = {"type": "string", "maxLength": MAX_DAY_CHARS}
-CONTENT = {"type": "string", "description": "The whole note in Markdown (it replaces the previous text)."}
+CONTENT = {
+    "type": "string",
+    "description": "The whole note in Markdown (it replaces the previous text); at most about 100 kB "
+    "(the user's memory.maxNoteBytes): split a longer text into several notes.",
+}
 FRONTMATTER = {
     "type": "object",
     "description": 'Optional front matter keys, e.g. {"tags": ["nas"], "description": "one line"}; '

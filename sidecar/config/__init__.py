@@ -14,7 +14,7 @@ from sidecar.config.example import render_example
 from sidecar.config.fields import camel, env_name
 from sidecar.config.indexing import IndexConfig, VaultConfig, WatchConfig
 from sidecar.config.loader import EXAMPLE_HINT, daemon_address, load_config
-from sidecar.config.root import Config, valid_agent
+from sidecar.config.root import Config, agent_name_problem, valid_agent
 from sidecar.config.search import RecallConfig, SearchConfig, SourceBoosts
 from sidecar.config.service import LoggingConfig, MemoryConfig, MemoryWriteConfig, ServerConfig
 from sidecar.config.settings import Setting, settings
@@ -36,6 +36,7 @@ __all__ = [
     "SourceBoosts",
     "VaultConfig",
     "WatchConfig",
+    "agent_name_problem",
     "camel",
     "daemon_address",
     "env_name",

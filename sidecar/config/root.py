@@ -63,3 +63,11 @@ class Config:
 def valid_agent(name: str) -> bool:
     """Agent names as the protocol accepts them."""
     return bool(_AGENT_RE.fullmatch(name))
+
+
+def agent_name_problem(name: object) -> str:
+    """What is wrong with an agent name (one wording for the CLI, the shim and the daemon)."""
+    return (
+        f"invalid agent name {name!r}: use 1-64 characters a-z, 0-9, '_' and '-', starting with a "
+        "letter or digit"
+    )

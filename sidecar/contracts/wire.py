@@ -143,8 +143,8 @@ def refused_note(reason: str) -> str:
 
 def pending_note(n: int) -> str:
     """What a client says when some chunks had no vector yet (the hits may miss them)."""
-    chunks = "1 chunk still waits" if n == 1 else f"{n:,} chunks still wait"
-    return f"{chunks} for its vector (being computed): until then found by words only, not by meaning"
+    chunks = "1 chunk still waits for its vector" if n == 1 else f"{n:,} chunks still wait for their vectors"
+    return f"{chunks} (being computed): until then found by words only, not by meaning"
 
 
 def window_of(analysis: Analysis) -> Window | None:

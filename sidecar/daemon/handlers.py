@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sidecar import __version__
-from sidecar.config import Config, valid_agent
+from sidecar.config import Config, agent_name_problem, valid_agent
 from sidecar.contracts.errors import NotFoundError, ProtocolError, SourceError
 from sidecar.contracts.protocol import (
     LIMIT_RANGE,
@@ -142,7 +142,7 @@ class Handlers:
         if handler is None:
             raise ProtocolError(f"unknown op {req.op!r}; known ops: {', '.join(sorted(self._ops))}")
         if req.agent is not None and not valid_agent(req.agent):
-            raise ProtocolError(f"invalid agent name {req.agent!r}: use a-z, 0-9, '_' and '-' (max 64)")
+            raise ProtocolError(agent_name_problem(req.agent))
         return handler(req)
 
     # --- ops -------------------------------------------------------------------------------
@@ -431,6 +431,11 @@ class Handlers:
             key = key_for_reference(reference, agent)
         except SourceError:
             path, anchor = pasted_link(reference)
+            if not path and anchor:
+                raise SourceError(
+                    f"{reference!r} names a heading or block of the note it is written in: put that "
+                    "note's name before the '#' (e.g. [[Boat#Budget]])"
+                ) from None
             if not path or path.startswith(("/", "./", "../")) or path[1:2] == ":":
                 raise  # an absolute or relative path: refused as it was
             if path.split("/", 1)[0] in SOURCES:
@@ -439,10 +444,13 @@ class Handlers:
                 return replace(self._named(path, agent), anchor=anchor)  # [[wiki/Boat#Budget]]
             found, candidates = LinkGraph(manifest.read).resolve_name(path, self.cfg.vault.wiki_subfolder)
             if found is None:
-                raise NotFoundError(
-                    f"no note named {path!r} in the vault or the wiki (a reference as search returns "
-                    "it starts with vault/, wiki/ or memory/)"
-                ) from None
+                own = f"memory/{agent}/{path.lower()}" if agent else None
+                hint = (
+                    f"; your memory note is memory/{path.lower()}"
+                    if own is not None and manifest.rel_of(own) is not None
+                    else " (a reference as search returns it starts with vault/, wiki/ or memory/)"
+                )
+                raise NotFoundError(f"no note named {path!r} in the vault or the wiki{hint}") from None
             return Named(found, anchor, candidates)
         if not key.startswith("memory/") and key != reference:
             # "vault/a.md" may name the note a.md.md (its reference as search returns it).
@@ -621,13 +629,10 @@ def _tags(p: dict[str, Any]) -> tuple[str, ...]:
     if value is None:
         return ()
     items = value.split(",") if isinstance(value, str) else value
-    if (
-        not isinstance(items, list)
-        or not all(isinstance(t, str) for t in items)
-        or len(items) > MAX_TAGS
-        or any(len(t) > MAX_TAG_CHARS for t in items)
-    ):
+    if not isinstance(items, list) or not all(isinstance(t, str) for t in items) or len(items) > MAX_TAGS:
         raise ProtocolError(f"'tag' must be a tag, 'a,b' or a list of at most {MAX_TAGS} tags")
+    if any(len(t) > MAX_TAG_CHARS for t in items):
+        raise ProtocolError(f"'tag' holds a tag longer than {MAX_TAG_CHARS} characters")
     tags = tuple(dict.fromkeys(t.strip().lstrip("#").lower() for t in items))
     if not all(tags):
         raise ProtocolError("'tag' has an empty tag")

@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from sidecar.config import Config, valid_agent
+from sidecar.config import Config, agent_name_problem, valid_agent
 from sidecar.contracts.errors import NotFoundError, SourceError
 from sidecar.notes.frontmatter import front_matter_problem, parse_front_matter, split_front_matter
 from sidecar.notes.redact import redact
@@ -95,7 +95,7 @@ def check_agent(agent: str | None) -> str:
     if agent is None:
         raise MemoryWriteError("this operation needs an agent name (the 'agent' field of the request)")
     if not valid_agent(agent):
-        raise MemoryWriteError(f"invalid agent name {agent!r}: use a-z, 0-9, '_' and '-' (max 64)")
+        raise MemoryWriteError(agent_name_problem(agent))
     return agent
 
 
