@@ -455,6 +455,10 @@ def test_outline_is_stable_and_fits_the_budget(served: Served) -> None:
     assert wide["detail"] == "full" and wide["pages"] == 33
     only = served.call("outline", {"pathPrefix": "Projects"})
     assert only["pages"] == 2
+    # A folder that is not there is named, with the folders that are (it said "0 pages, 0 folders")
+    none = served.call("outline", {"pathPrefix": "Nope/"})
+    assert none["pages"] == 0 and none["outline"].startswith("No page of the wiki is under 'Nope/'")
+    assert "its top folders: Area0, Area1, Area2, Area3, Area4, Projects" in none["outline"]
 
 
 # --- MCP through the SDK's client --------------------------------------------------------------

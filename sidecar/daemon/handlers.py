@@ -535,11 +535,14 @@ class Handlers:
         manifest = self.manifest
         show = masked_line if self.retriever.cfg.mask_secrets else str  # it sits in system prompts
         pages = []
+        tops: set[str] = set()  # the top folders, named when the prefix holds no page
         for key, _src, _agent, title, _tags, _mtime, _chunks, fm in manifest.list_files(
             "source = ?", [source]
         ):
             path = unicodedata.normalize("NFC", key.split("/", 1)[1])
             if prefix and not (path == prefix or path.startswith(prefix + "/")):
+                if "/" in path:
+                    tops.add(path.split("/", 1)[0])
                 continue
             description = _fm_description(fm)
             if not description:
@@ -550,8 +553,16 @@ class Handlers:
         model = self.slot.model
         count = model.count_tokens if model is not None else approx_token_count
         out = render_outline(pages, budget, count, label=source)
+        text = out.text
+        if prefix and not pages:
+            folders = ", ".join(sorted(tops)[:30]) + (", ..." if len(tops) > 30 else "")
+            text = (
+                f"No page of the {source} is under {prefix + '/'!r}"
+                + (f"; its top folders: {show(folders)}" if tops else "")
+                + " (the outline without a path prefix shows every folder)."
+            )
         return {
-            "outline": out.text,
+            "outline": text,
             "source": source,
             "pages": out.pages,
             "folders": out.folders,
