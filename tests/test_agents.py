@@ -647,6 +647,8 @@ def test_memory_list_in_the_shell_marks_notes_that_are_not_searchable(
     inbox = make_cfg(v).agents_dir / "claude" / "memory"
     write(inbox / "notes.md", "indexed one\n")
     write(inbox / "Einkaufsliste.md", "dropped by hand\n")  # not a memory slug: never indexed
+    # a home synced between machines: its conflict copy is named as one, and is no note of the inbox
+    write(inbox / "notes.sync-conflict-20261204-120000-ABCDEFG.md", "the other machine's\n")
     server = serve_in_process(v)
     args = build_parser().parse_args(["memory", "list", "--agent", "claude"])
     assert command_for("memory")(args, server.cfg) == 0
@@ -658,6 +660,9 @@ def test_memory_list_in_the_shell_marks_notes_that_are_not_searchable(
         and "the user can rename the file" in shown["memory/Einkaufsliste"]
     )
     assert "not searchable" not in shown["memory/notes"]
+    conflict = shown["memory/notes.sync-conflict-20261204-120000-ABCDEFG"]
+    assert "a sync tool's conflict copy (merge it into the note, then delete it)" in conflict
+    assert server.call("health", agent="claude")["inbox"]["notes"] == 2
 
 
 def test_mcp_tools_enforce_the_ranges_their_input_schemas_state(in_process: InProcessServer) -> None:

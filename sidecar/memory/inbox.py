@@ -44,7 +44,7 @@ from sidecar.vault.confine import (
     private_dirs,
     read_fd,
 )
-from sidecar.vault.sources import SLUG_RE, agent_inbox, is_markdown_name
+from sidecar.vault.sources import SLUG_RE, agent_inbox, is_conflict_copy, is_markdown_name
 
 _MANAGED = ("created", "updated")
 _KEPT = re.compile(r"^[a-z0-9][a-z0-9_-]*--(\d{8}T\d{12})\.md$")  # <slug>--<time>.md in .trash
@@ -694,7 +694,11 @@ def _file_sizes(dir_fd: int) -> Iterator[tuple[str, int]]:
 def _note_sizes(inbox_fd: int) -> Iterator[tuple[str, int]]:
     """(name, size) of the inbox's notes: the files memory list shows as its notes (a hidden
     '.x.md', a sync-conflict copy or a link is none: status counted them while list did not)."""
-    return ((name, size) for name, size in _file_sizes(inbox_fd) if is_markdown_name(name))
+    return (
+        (name, size)
+        for name, size in _file_sizes(inbox_fd)
+        if is_markdown_name(name) and not is_conflict_copy(name)
+    )
 
 
 def _notes_bytes(inbox_fd: int) -> int:

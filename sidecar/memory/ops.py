@@ -41,10 +41,12 @@ from sidecar.runtime.foreground import FOREGROUND
 from sidecar.stores.manifest import embed_hash
 from sidecar.stores.vectorbook import NO_VECTOR
 from sidecar.vault.sources import (
+    CONFLICT_REASON,
     SLUG_RE,
     Root,
     agent_inbox,
     inbox_refusal,
+    is_conflict_copy,
     is_markdown_name,
     public_reference,
 )
@@ -427,7 +429,9 @@ class MemoryOps:
                     mtime_ns = (inbox / name).stat().st_mtime_ns
                 except OSError:
                     continue
-                if not SLUG_RE.fullmatch(name[:-3]):
+                if is_conflict_copy(name):  # a home synced between machines
+                    why = f"skipped: {CONFLICT_REASON}"
+                elif not SLUG_RE.fullmatch(name[:-3]):
                     # Neither searchable nor readable through get: the person can rename it (an agent
                     # was told to, with no tool to do so).
                     why = (
