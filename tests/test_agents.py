@@ -691,6 +691,9 @@ def test_mcp_tools_enforce_the_ranges_their_input_schemas_state(in_process: InPr
             base = needed[tool["name"]]
             for good in (lo, hi):
                 answer = shim.call_tool({"name": tool["name"], "arguments": {**base, name: good}})
+                if (name, good) == ("startLine", hi):  # in range, but past the note's end: said so
+                    assert "is past the end of 'vault/Garden'" in answer["content"][0]["text"]
+                    continue
                 assert answer["isError"] is False, (tool["name"], name, good, answer)
             step = 1 if prop["type"] == "integer" else 0.5
             for bad in (hi + step, lo - step, "5", True):
@@ -732,9 +735,16 @@ def test_outline_descriptions_read_as_rendered(served: Served) -> None:
         "[[Backups|your backups]] before running `sync --all`. Then more.\n",
     )
     served.h.sweep()
+    # Template code, a fence, a callout's marks are no description (they were the description)
+    write(
+        served.cfg.vault.path / "wiki/Template.md",  # type: ignore[operator]
+        "<% tp.date.now() %>\n\n```js\nconst x = 1\n```\n\n> [!abstract] The project's goal\n> More.\n",
+    )
+    served.h.sweep()
     text = served.call("outline", {})["outline"]
     assert "Sync: See the setup guide and your backups before running sync --all." in text
     assert "https" not in text and "**" not in text
+    assert "- Template: The project's goal" in text
 
 
 def test_related_takes_no_part_of_another_agents_notes(served: Served) -> None:
@@ -872,9 +882,12 @@ def test_every_reference_search_returns_passes_the_get_schema(served: Served) ->
         for tool in ("memory_get", "memory_related"):
             jsonschema.validate({"reference": ref}, schemas[tool])
         assert served.call("get", {"reference": ref})["reference"] == ref
-    for bad in ("notes/x", "vault//x", "vault/"):
-        with pytest.raises(jsonschema.ValidationError):
-            jsonschema.validate({"reference": bad}, schemas["memory_get"])
+    # Anything else is the daemon's to refuse (a note's name or a link is read as one), in words
+    for bad, words in (("notes/x", "no note named 'notes/x'"), ("vault//x", "empty segments"), ("", "empty")):
+        with pytest.raises(SidecarError, match=re.escape(words)):
+            served.call("get", {"reference": bad})
+    with pytest.raises(jsonschema.ValidationError):  # an empty reference is the schema's own
+        jsonschema.validate({"reference": ""}, schemas["memory_get"])
 
 
 def test_mcp_tools_enforce_the_lengths_their_input_schemas_state(in_process: InProcessServer) -> None:
@@ -1127,7 +1140,6 @@ def test_a_null_limit_is_the_tools_default(served: Served) -> None:
     served.h.sweep()
     search = ToolCalls(served.cfg.socket_path, "claude").tools["memory_search"]
     assert len(search({"query": "kayak floats", "limit": None, "minScore": 0})[1]["hits"]) == 8
-
 
 
 def test_a_refused_vault_link_does_not_tell_when_its_target_changed(served: Served, tmp_path: Path) -> None:

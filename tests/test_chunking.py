@@ -263,3 +263,44 @@ def test_a_dash_line_inside_a_quoted_value_does_not_end_the_front_matter() -> No
     assert [link.target for link in extract_links(text)] == ["Other"]
     # A block without its closing line is no front matter; "..." does not close one.
     assert chunk_note("---\ntags: [x]\n...\nBody\n", title="t", count_tokens=words).tags == ()
+
+
+def test_what_reading_view_does_not_show_as_text_is_not_indexed() -> None:
+    """A plugin's data in comments (an Excalidraw drawing, Kanban settings), query fences
+    (Dataview, Tasks, embedded search, Bases), inline queries, style sheets and the rest of an
+    Excalidraw note but its text elements: no chunk text, no embedding, no tags (they were hits,
+    and matched every question naming a folder: 'TASK FROM "Projekte"'). Code stays."""
+    drawing = (
+        "---\nexcalidraw-plugin: parsed\ntags: [excalidraw]\n---\n"
+        "==⚠  Switch to EXCALIDRAW VIEW in the MORE OPTIONS menu of this document. ⚠==\n\n"
+        "# Excalidraw Data\n## Text Elements\nLastverteiler Nordflügel ^a1b2c3\n\n"
+        "## Embedded Files\n4a2f: [[Screenshot.png]]\n\n"
+        "%%\n## Drawing\n```compressed-json\nN4IgLgngDgpiBcIYA8DGBDANgSwCYCd0B3EAGhAD\n```\n%%\n"
+    )
+    note = chunk_note(drawing, title="Netzwerkplan.excalidraw", count_tokens=words)
+    text = "\n".join(c.text for c in note.chunks)
+    assert "Lastverteiler Nordflügel" in text
+    assert not any(w in text for w in ("Switch to EXCALIDRAW", "N4Ig", "Drawing", "4a2f", "compressed"))
+    legacy = (
+        "---\nexcalidraw-plugin: parsed\n---\n# Text Elements\nGartenhaus\n\n"
+        '# Drawing\n```json\n{"strokeColor": 1}\n```\n'
+    )
+    assert "strokeColor" not in "".join(
+        c.text for c in chunk_note(legacy, title="g", count_tokens=words).chunks
+    )
+
+    daily = (
+        "# 2026-12-01\n\nMet Anna about the roof.\n\n"
+        '```dataview\nTASK FROM "Projekte" WHERE !completed\n```\n\n'
+        "```tasks\nnot done\n```\n\n"
+        "Today is `= this.file.name` and `$= dv.pages().length` notes; `a == b`.\n\n"
+        "<style>\n.card { color: #fafafa; }\n</style>\n\n![x](data:image/png;base64,"
+        + "iVBORw0KGgo" * 20
+        + ')\n\n%% kanban:settings\n{"kanban-plugin":"board"}\n%%\n\n```python\nprint(\'kept\')\n```\n'
+    )
+    note = chunk_note(daily, title="2026-12-01", count_tokens=words)
+    text = "\n".join(c.text for c in note.chunks)
+    assert "Met Anna about the roof." in text and "print('kept')" in text and "`a == b`" in text
+    for junk in ("TASK FROM", "not done", "this.file.name", "dv.pages", "color:", "iVBORw0KGgo", "kanban"):
+        assert junk not in text, junk
+    assert "fafafa" not in note.tags and "data:…" in text

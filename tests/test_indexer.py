@@ -855,3 +855,39 @@ def test_a_folder_named_like_a_note_takes_its_notes_when_moved_away(make_cfg: An
 def _notes_with(h: Harness, word: str) -> list[str]:
     """The notes whose indexed text holds ``word`` (keyword index only)."""
     return [key for key, _score in h.stores.bm25.search_pages(word, 10)]
+
+
+def test_a_new_keyword_index_is_refilled_before_the_first_sweep_reads_notes(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upgrade that starts a new keyword index (a new layout) refills it from the manifest
+    before its first sweep: the sweep keeps unchanged chunks' keyword documents as they are, so
+    they were found by no word until a check after the whole sweep (minutes on a large vault). A
+    stop ends a refill between notes."""
+    import threading
+
+    from sidecar.index import repair as repair_mod
+
+    harness.sweep()
+    harness.stores.bm25.delete_all()
+    harness.stores.bm25.commit()
+    assert harness.stores.bm25.search("spark plugs", 5) == []
+    harness.indexer.activity.first_sweep_done = False  # as at a start
+    seen: list[int] = []
+    real_apply = harness.indexer._apply
+
+    def apply(*args: Any, **kwargs: Any) -> Any:
+        seen.append(harness.stores.bm25.num_docs())
+        return real_apply(*args, **kwargs)
+
+    monkeypatch.setattr(harness.indexer, "_apply", apply)
+    harness.sweep()
+    assert seen and seen[0] == harness.stores.manifest.indexed_chunk_count() > 0
+    assert harness.stores.bm25.search("spark plugs", 5)
+
+    stop = threading.Event()
+    stop.set()
+    monkeypatch.setattr(repair_mod, "_FILL_BATCH", 1)
+    repair_mod.fill_bm25(harness.stores.bm25, harness.stores.manifest, stop)  # stopped: nothing committed
+    harness.stores.bm25.commit()  # the next write's commit keeps what was there (the emptying is undone)
+    assert harness.stores.bm25.search("spark plugs", 5)

@@ -176,13 +176,18 @@ def test_old_manifest_gets_its_links_on_the_next_sweep(linked: Any) -> None:
     h.stores = h2.stores  # the fixture closes these again (a no-op)
 
 
-def test_extraction_ignores_front_matter_code_and_attachments() -> None:
+def test_extraction_ignores_code_and_attachments_and_reads_properties() -> None:
+    """Links in code and to attachments are none; a link as a property's value is one (Obsidian
+    shows it as a backlink: it was left out)."""
     text = (
-        "---\nup: '[[Home]]'\n---\n[[A]] `[[B]]` ![[pic.jpg]] [[C.pdf]] [[D.md|dee]] [x](E%20F.md) [y](http://g.md)\n"
+        "---\nup: '[[Home]]'\ncover: '[[pic.png]]'\n---\n"
+        "[[A]] `[[B]]` ![[pic.jpg]] [[C.pdf]] [[D.md|dee]] [x](E%20F.md) [y](http://g.md)\n"
         "~~~\n[[H]]\n~~~\n| [[I\\|i]] |\n[[#Local heading]]\n"
     )
     links = extract_links(text)
-    assert [(link.target, link.line) for link in links] == [
+    assert links[0].kind == "property"
+    assert [(link.target, link.line - 1) for link in links] == [
+        ("Home", 1),
         ("A", 4),
         ("D.md", 4),
         ("E F.md", 4),

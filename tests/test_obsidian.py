@@ -14,7 +14,7 @@ import pytest
 
 from sidecar.contracts.errors import RemoteError
 from sidecar.stores.cjk import bigrams
-from tests.conftest import DaemonProcess, FakeEmbedder, Harness, write
+from tests.conftest import KEYWORD_ONLY, DaemonProcess, FakeEmbedder, Harness, write
 
 
 def _keys(h: Harness) -> set[str]:
@@ -514,3 +514,33 @@ def test_get_takes_a_notes_name_or_a_link_as_written(tmp_path: Path, serve_in_pr
         call("get", {"reference": "boat-fact"}, agent="claude")
     with pytest.raises(RemoteError, match=r"no note named 'boat-fact' in the vault or the wiki \(a"):
         call("get", {"reference": "boat-fact"}, agent="codex")  # not another agent's
+
+
+def test_file_names_properties_and_dated_links_as_obsidian_shows_them(
+    tmp_path: Path, serve_in_process: Any
+) -> None:
+    """A note whose title property differs from its file name is found by the file name (a web
+    clipping's); a link in a property is a link (backlinks, related); a date property linking the
+    daily note dates the note. Each was missed before."""
+    v = tmp_path / "props"
+    write(
+        v / "Clippings/Rezept Linsensuppe.md",
+        "---\ntitle: Schwäbische Linsen mit Spätzle\n---\nOmas Rezept mit Alblinsen.\n",
+    )
+    write(
+        v / "Meetings/Kickoff.md",
+        '---\nproject: "[[Projekt Alpha]]"\ndate: "[[2026-11-19]]"\n---\nWe agreed on the plan.\n',
+    )
+    write(v / "Projekt Alpha.md", "# Projekt Alpha\n\nThe migration project.\n")
+    call = serve_in_process(v, model=KEYWORD_ONLY).call
+    hits = call("search", {"query": "Linsensuppe"})["hits"]
+    assert hits and hits[0]["reference"] == "vault/Clippings/Rezept Linsensuppe"
+    assert [b["reference"] for b in call("get", {"reference": "vault/Projekt Alpha"})["backlinks"]] == [
+        "vault/Meetings/Kickoff"
+    ]
+    assert (
+        call("related", {"reference": "vault/Meetings/Kickoff"})["related"][0]["reference"]
+        == "vault/Projekt Alpha"
+    )
+    dated = call("search", {"query": "plan since:2026-11-19 until:2026-11-19", "minScore": 0})["hits"]
+    assert [h["reference"] for h in dated] == ["vault/Meetings/Kickoff"]

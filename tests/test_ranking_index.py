@@ -318,7 +318,7 @@ def test_a_note_is_found_by_words_spread_over_its_sections(tmp_path: Path) -> No
         idx.add(
             [
                 *(doc(f"a{i}", "vault/A", f"{w} {filler}") for i, w in enumerate(words)),
-                *(doc(w, f"vault/{w}", f"{w}, {w}. {filler}") for w in words),
+                *(doc(w, f"vault/B{i}", f"{w}, {w}. {filler}") for i, w in enumerate(words)),
                 *(doc(f"o{i}", f"vault/O{i}", f"{filler} {i}") for i in range(10)),
             ]
         )

@@ -48,7 +48,7 @@ from sidecar.notes.chunking import line_count, line_range, lines_within
 from sidecar.notes.links import LinkGraph, unresolved_paths
 from sidecar.notes.linktext import pasted_link
 from sidecar.notes.markdown import anchor_lines
-from sidecar.notes.outline import Page, one_line
+from sidecar.notes.outline import Page, lead_line, one_line
 from sidecar.notes.outline import render as render_outline
 from sidecar.notes.redact import mask, masked_line
 from sidecar.runtime.foreground import FOREGROUND
@@ -547,8 +547,7 @@ class Handlers:
             description = _fm_description(fm)
             if not description:
                 # Else the first prose of the page: headings only repeat the title.
-                lines = (line for c in manifest.chunks_of(key) for line in c.text.splitlines())
-                description = next((x for x in lines if x.strip() and not x.lstrip().startswith("#")), "")
+                description = lead_line(line for c in manifest.chunks_of(key) for line in c.text.splitlines())
             pages.append(Page(path, show(title), one_line(description, show=show)))
         model = self.slot.model
         count = model.count_tokens if model is not None else approx_token_count

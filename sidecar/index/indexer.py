@@ -21,7 +21,7 @@ from sidecar.config import Config
 from sidecar.index.diff import ChangeFinder, Diff
 from sidecar.index.problems import Problems
 from sidecar.index.records import Drafted, Prepared, draft, finish
-from sidecar.index.repair import check_bm25
+from sidecar.index.repair import check_bm25, refill_new_bm25
 from sidecar.index.summary import ActivitySummary
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.index.writes import Writer
@@ -141,6 +141,8 @@ class Indexer:
             self._gone_left = []
         act = self.activity
         act.phase, act.done, act.total, act.started = "scanning", 0, 0, time.time()
+        if not act.first_sweep_done:
+            refill_new_bm25(self.stores, stop)
         diff = Diff()
         self.writer.defer_links = not act.first_sweep_done
         excluded: dict[str, int] = {}

@@ -24,6 +24,7 @@ from sidecar.notes.markdown import (
     readable_links,
     split_sections,
     str_list,
+    without_comment_lines,
 )
 
 CountTokens = Callable[[Sequence[str]], list[int]]
@@ -38,7 +39,10 @@ _MIN_BUDGET = 24
 # 4: code blocks as CommonMark reads them; no tags from links or comments; dotted names are links.
 # 5: no links in comments; a wiki-link on one line (tags beside "[[a" … "b]]" over lines count);
 #    no tag after an escaping backslash ("\#1").
-CHUNKER_VERSION = 5
+# 6: no text from comments (a plugin's data), query fences (Dataview, Tasks, embedded search,
+#    Bases), <style>/<script> blocks, inline queries, an Excalidraw note's drawing; data URIs
+#    shortened; front matter ends at a "---" at a line's start; links in properties.
+CHUNKER_VERSION = 6
 
 
 def _norm(line: str) -> str:
@@ -195,9 +199,15 @@ def parse_note(text: str, *, title: str) -> NoteDraft:
     # word pattern stops. Lines stay where they were: NFC never joins across a line break.
     text = unicodedata.normalize("NFC", text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n"))
     title = unicodedata.normalize("NFC", title)
+    # What reading view hides (comments: a plugin's data) is no text of the note.
+    text = without_comment_lines(text)
     lines = text.split("\n")
-    sections, fm_raw, fm_end, code = split_sections(text)
+    parsed = split_sections(text)
+    sections, fm_raw, fm_end, code = parsed.sections, parsed.fm_raw, parsed.fm_end, parsed.code
     fm, fm_error = parse_front_matter(fm_raw) if fm_raw is not None else ({}, None)
+    hidden = parsed.hidden | (_drawing_lines(sections, lines) if "excalidraw-plugin" in fm else frozenset())
+    if hidden:
+        lines = ["" if i in hidden else line for i, line in enumerate(lines)]
     fm_title = fm.get("title")
     note_title = (
         str(fm_title).strip() if isinstance(fm_title, str | int | float) and str(fm_title).strip() else title
@@ -206,9 +216,37 @@ def parse_note(text: str, *, title: str) -> NoteDraft:
     description = str(fm.get("description") or "").strip() if isinstance(fm.get("description"), str) else ""
     tags = str_list(fm.get("tags", fm.get("tag"))) + inline_tags(lines, code, fm_end)
     tag_set = tuple(dict.fromkeys(norm_tag(t) for t in tags if norm_tag(t)))
-    readable = [readable_links(line) for line in lines]
+    readable = [_readable(line) for line in lines]
     note = ParsedNote(note_title, aliases, description, tag_set, fm, fm_error)
     return NoteDraft(lines, sections, fm_end, readable, note, code)
+
+
+# Dataview's inline queries ("`= this.file.name`", "`$= dv.pages()`"): shown as their answer.
+_INLINE_QUERY = re.compile(r"`\$?=\s*[^`=\s][^`]*`")
+# A file pasted into the note as a data URI (a web clipping's image): its letters are no words.
+_DATA_URI = re.compile(r"data:[\w.+-]+/[\w.+-]+;base64,[A-Za-z0-9+/=]{32,}")
+# What the Excalidraw plugin keeps in a drawing's note besides the drawing's text: the drawing
+# (JSON, compressed or not), the list of embedded files, and a banner telling to switch views.
+_DRAWING_SECTIONS = frozenset({"drawing", "embedded files"})
+
+
+def _readable(line: str) -> str:
+    if "`" in line and "=" in line:
+        line = _INLINE_QUERY.sub(" ", line)
+    if "data:" in line:
+        line = _DATA_URI.sub("data:…", line)
+    return readable_links(line)
+
+
+def _drawing_lines(sections: Sequence[Section], lines: Sequence[str]) -> frozenset[int]:
+    """The lines of an Excalidraw note that are not its text elements (see ``_DRAWING_SECTIONS``)."""
+    out: set[int] = set()
+    for n, section in enumerate(sections):
+        drawing = bool(section.headings) and section.headings[-1].casefold() in _DRAWING_SECTIONS
+        for block in section.blocks:
+            if drawing or (n == 0 and lines[block.start].lstrip().startswith("==⚠")):
+                out.update(range(block.start, block.end))
+    return frozenset(out)
 
 
 def cut_note(

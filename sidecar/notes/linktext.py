@@ -48,6 +48,22 @@ def extract_links(text: str, code: Container[int] | None = None) -> list[Link]:
     # comment) and comments, which may span lines (kept, so each link keeps its line number).
     prose = "\n".join("" if i in code else without_code_spans(lines[i]) for i in range(start, len(lines)))
     out: list[Link] = []
+    # Links in properties ("[[Projekt Alpha]]" as a value, or in a list): Obsidian's properties
+    # are links as much as the text's (backlinks, graph, renames).
+    for i in range(1, max(start - 1, 1)):
+        for m in WIKILINK.finditer(lines[i]) if "[[" in lines[i] else ():
+            target = m.group(2).strip()
+            if target and not is_attachment(target):
+                out.append(
+                    Link(
+                        target,
+                        _anchor(m.group(3) or ""),
+                        (m.group(4) or "").strip(),
+                        False,
+                        "property",
+                        i + 1,
+                    )
+                )
     for i, line in enumerate(without_comments(prose, keep_lines=True).split("\n"), start):
         if "[" not in line:
             continue

@@ -204,16 +204,41 @@ def _md() -> MarkdownIt:
 _PARSER = _md()
 
 
-def split_sections(text: str) -> tuple[list[Section], str | None, int, frozenset[int]]:
-    """Top-level blocks grouped under their heading path; the raw front matter; its last line; the
-    lines of code blocks (``code_lines``)."""
+# Fenced blocks a plugin replaces with the answer to a query (Dataview, Tasks, Obsidian's embedded
+# search, Bases): their text is a question about the vault, not the note's content, and it matched
+# every question naming a folder or a status ("TASK FROM "Projects" WHERE !completed").
+QUERY_FENCES = frozenset({"dataview", "dataviewjs", "tasks", "query", "base"})
+# HTML blocks of style sheets and scripts (web clippings carry them): no one reads them.
+_HIDDEN_HTML = re.compile(r"\s*<(?:style|script)\b", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A note's Markdown as ``split_sections`` reads it."""
+
+    sections: list[Section]
+    fm_raw: str | None  # the front matter's YAML, None without a block
+    fm_end: int  # the lines the front matter takes
+    code: frozenset[int]  # 0-based lines of code blocks
+    hidden: frozenset[int]  # 0-based lines no reader sees as text: query fences, <style>, <script>
+
+
+def split_sections(text: str) -> Parsed:
+    """Top-level blocks grouped under their heading path, the front matter, the lines of code
+    blocks (``code_lines``) and of blocks that are not text to read (``Parsed.hidden``)."""
     body, fm_raw, fm_end = _without_front_matter(text)
     tokens = _PARSER.parse(body)
     sections = [Section((), [])]
     stack: list[tuple[int, str]] = []
+    hidden: set[int] = set()
     i = 0
     while i < len(tokens):
         tok = tokens[i]
+        if tok.map and (
+            (tok.type == "fence" and tok.info.strip().split(" ", 1)[0].lower() in QUERY_FENCES)
+            or (tok.type == "html_block" and _HIDDEN_HTML.match(tok.content))
+        ):
+            hidden.update(range(*tok.map))
         if tok.level == 0 and tok.map and tok.nesting >= 0:
             start, end = tok.map
             if tok.type == "heading_open":
@@ -226,7 +251,28 @@ def split_sections(text: str) -> tuple[list[Section], str | None, int, frozenset
             else:
                 sections[-1].blocks.append(Block(start, end))
         i += 1
-    return sections, fm_raw, fm_end, _code_lines(tokens)
+    return Parsed(sections, fm_raw, fm_end, _code_lines(tokens), frozenset(hidden))
+
+
+def without_comment_lines(text: str) -> str:
+    """``text`` as reading view shows it as far as comments go: each ``%% … %%`` and ``<!-- … -->``
+    made blank, lines kept (what follows keeps its line number). Plugins keep their data there (an
+    Excalidraw drawing, a Kanban board's settings). A marker inside code or front matter opens no
+    comment; a code block inside a comment is hidden with it."""
+    if "%%" not in text and "<!--" not in text:
+        return text
+    lines = text.split("\n")
+    shielded = code_lines(text) | set(range(_without_front_matter(text)[2]))
+    probe = ["\0" if i in shielded else without_code_spans(line) for i, line in enumerate(lines)]
+    out = without_comments("\n".join(probe), keep_lines=True).split("\n")
+    # A line a comment shortened keeps its own indentation: the blank left where a comment began
+    # must not turn the rest into an indented code block.
+    return "\n".join(
+        line
+        if out[i] == probe[i]
+        else ("" if i in shielded else line[: len(line) - len(line.lstrip())] + out[i].strip())
+        for i, line in enumerate(lines)
+    )
 
 
 def mostly_data(text: str) -> bool:
@@ -258,7 +304,8 @@ def anchor_lines(text: str, anchor: str) -> tuple[int, int] | None:
     """The 1-based first and last line a link's anchor points at: a heading's section (its
     subsections included; "Setup › Linux" is Linux under Setup), or the block ``^id`` ends (a
     paragraph, a list item, or the block before an id on a line of its own). None: not there."""
-    sections, _fm, _fm_end, code = split_sections(text)
+    parsed = split_sections(text)
+    sections, code = parsed.sections, parsed.code
     lines = text.split("\n")
     if anchor.startswith("^"):
         return _block_lines(sections, lines, code, anchor[1:])

@@ -8,7 +8,8 @@ can keep it in a cached system prompt. Imports only the project's pure text help
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from sidecar.contracts.printable import escape_controls
@@ -32,6 +33,31 @@ class Outline:
     folders: int
     tokens: int
     detail: str  # one of DETAILS
+
+
+_MARKERS = re.compile(r"^(?:\s*>)*\s*(?:\[![\w-]+\][-+]?\s*)?(?:[-*+]\s+(?:\[.\]\s+)?|\d+[.)]\s+)?")
+_NOT_PROSE = ("```", "~~~", "<", "|", "---", "***", "$$", "^")
+
+
+def lead_line(lines: Iterable[str]) -> str:
+    """The first line of prose among a page's lines, as a page's description when its front matter
+    has none: headings, code fences, HTML and template tags ("<% tp.date.now() %>"), tables, rules
+    and math skipped; quote, callout and list marks dropped ("> [!abstract] Goal" is "Goal")."""
+    fence = ""
+    for line in lines:
+        stripped = line.strip()
+        if fence:  # inside a code block until its closing fence
+            fence = "" if stripped.startswith(fence) else fence
+            continue
+        if stripped.startswith(("```", "~~~")):
+            fence = stripped[:3]
+            continue
+        if not stripped or stripped.startswith("#") or stripped.startswith(_NOT_PROSE):
+            continue
+        prose = _MARKERS.sub("", stripped).strip()
+        if prose and not prose.startswith(_NOT_PROSE):
+            return prose
+    return ""
 
 
 def one_line(text: str, limit: int = 120, show: Callable[[str], str] = str) -> str:

@@ -25,11 +25,12 @@ from sidecar.stores.cjk import bigrams
 
 log = logging.getLogger(__name__)
 
-# The names are part of the index's schema: text prepared differently (CJK bigrams since 0.4)
-# gets new names, so an index written the old way no longer opens and is refilled from the manifest.
-ANALYZER = "sidecar_text_cjk"
-ANALYZER_EN = "sidecar_en_cjk"
-ANALYZER_DE = "sidecar_de_cjk"
+# The names are part of the index's schema: text prepared differently (CJK bigrams since 0.4, the
+# file name in the title field since chunker 6) gets new names, so an index written the old way no
+# longer opens and is refilled from the manifest.
+ANALYZER = "sidecar_text_2"
+ANALYZER_EN = "sidecar_en_2"
+ANALYZER_DE = "sidecar_de_2"
 # A chunk's heading path is part of its body: a heading word is one more occurrence, saturating
 # with the body's own (BM25F's idea). Scored as a field of its own, a short heading path got a
 # high idf and nearly no length penalty, and a generic word there outweighed the body (keyword arm
@@ -149,8 +150,13 @@ class Bm25Doc:
         headings: Sequence[str],
         body: str,
     ) -> Bm25Doc:
-        """One chunk's document, the same whether written from a note or refilled from the manifest."""
-        return cls(chunk_id, key, source, agent, " ".join([title, *aliases]), " ".join(headings), body)
+        """One chunk's document, the same whether written from a note or refilled from the manifest.
+        Its title field holds the note's title, its file name when a ``title`` property differs
+        (the name Obsidian shows everywhere: a web clipping's "Rezept Linsensuppe" was not found
+        by "Linsensuppe") and its aliases."""
+        name = key.rsplit("/", 1)[-1]
+        names = [title] if name.casefold() == title.casefold() else [title, name]
+        return cls(chunk_id, key, source, agent, " ".join([*names, *aliases]), " ".join(headings), body)
 
 
 class _Folder:
@@ -322,6 +328,12 @@ class Bm25Index:
         with self._lock, self._writing("delete"):
             self._chunks.writer.delete_all_documents()
             self._pages.writer.delete_all_documents()
+
+    def rollback(self) -> None:
+        """Drop what was written since the last commit (a refill cut short by a stop)."""
+        with self._lock:
+            self._chunks.recover_writer()
+            self._pages.recover_writer()
 
     def commit(self) -> None:
         with self._lock:

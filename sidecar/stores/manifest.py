@@ -127,7 +127,8 @@ def note_date(front_matter: str, key: str) -> str:
     if isinstance(fm, dict):
         for name in ("date", "updated", "created"):
             value = fm.get(name)
-            if isinstance(value, str) and (m := _DAY.match(value.strip())):
+            # "[[2026-11-19]]": the property editor links a date to its daily note
+            if isinstance(value, str) and (m := _DAY.match(value.strip().removeprefix("[["))):
                 return m.group(0)
     m = _DAY.search(key.rsplit("/", 1)[-1])
     return m.group(0) if m else ""
