@@ -310,3 +310,37 @@ def test_the_snippets_doctor_prints_reach_the_daemon(in_process: Any, tmp_path: 
 
     status = asyncio.run(steps())
     assert not status.is_error and "not available" not in _text(status), _text(status)
+
+
+def test_a_shim_runs_a_few_calls_at_once_and_answers_every_one(tmp_path: Path) -> None:
+    """A host sending hundreds of tool calls at once gets every answer, in turn: the shim runs at
+    most CALL_WORKERS at once (a thread and a daemon connection each: 1,500 at once held the
+    daemon's connections, and another agent's search waited a minute behind them)."""
+    import io
+    import threading
+    import time
+
+    from sidecar.clients.mcp_calls import ToolCalls
+    from sidecar.clients.mcp_shim import CALL_WORKERS, Shim
+
+    calls = ToolCalls(tmp_path / "no.sock", "flood")
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    def status(_args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.02)
+        with lock:
+            running[0] -= 1
+        return "ok", {"ok": True}
+
+    calls.tools["memory_status"] = status
+    out = io.BytesIO()
+    lines = [_call(i, "memory_status", "{}") for i in range(1, 201)]
+    Shim(tmp_path / "no.sock", "flood", out, calls).serve(io.BytesIO(("\n".join(lines) + "\n").encode()))
+    answers = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert sorted(a["id"] for a in answers) == list(range(1, 201))
+    assert all(a["result"]["isError"] is False for a in answers)
+    assert 1 < most[0] <= CALL_WORKERS

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import select
 import sys
 import threading
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 
 PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 NOTE_URI = "sidecar://note/"
+CALL_WORKERS = 8  # tool calls one shim runs at once (more wait their turn, in order)
 OUTLINE_URI = "sidecar://outline/wiki"
 
 PROMPTS = [
@@ -80,6 +82,11 @@ class Shim:
         self.out = out
         self._write_lock = threading.Lock()
         self.closed = threading.Event()  # the host closed stdout: nothing can be answered any more
+        # Tool calls run on a few threads of their own, in the order they came: a host sending
+        # 1,500 at once held as many daemon connections, and every other agent's search waited a
+        # minute behind them.
+        self._calls: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._workers: list[threading.Thread] = []
 
     def send(self, message: dict[str, Any] | list[dict[str, Any]]) -> None:
         try:
@@ -273,7 +280,6 @@ class Shim:
 
     def serve(self, stdin: BinaryIO) -> None:
         """Read one JSON-RPC message a line until stdin closes; tool calls run on threads."""
-        threads: list[threading.Thread] = []
         for line in stdin:
             if self.stdout_gone():
                 break
@@ -288,16 +294,31 @@ class Shim:
                 self.send(_error(None, -32700, "parse error: the message nests too deeply"))
                 continue
             if isinstance(message, dict) and message.get("method") in ("tools/call", "resources/read"):
-                t = threading.Thread(target=self.handle, args=(message,), daemon=True)
-                t.start()
-                threads = [x for x in threads if x.is_alive()] + [t]
+                self._submit(message)
             else:
                 self.handle(message)
         if self.closed.is_set():
             return  # no answer can reach the host: the calls sent finish in the daemon anyway
-        deadline = time.monotonic() + 65.0  # one wait for them all, not 65 s each in turn
-        for t in threads:
-            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        deadline = time.monotonic() + 65.0  # one wait for those still running, not 65 s each
+        with self._calls.all_tasks_done:
+            while self._calls.unfinished_tasks and (left := deadline - time.monotonic()) > 0:
+                self._calls.all_tasks_done.wait(left)
+
+    def _submit(self, message: dict[str, Any]) -> None:
+        if len(self._workers) < CALL_WORKERS and self._calls.unfinished_tasks >= len(self._workers):
+            worker = threading.Thread(target=self._work, name=f"mcp-call-{len(self._workers)}", daemon=True)
+            self._workers.append(worker)
+            worker.start()
+        self._calls.put(message)
+
+    def _work(self) -> None:
+        while True:
+            message = self._calls.get()
+            try:
+                if not self.closed.is_set():
+                    self.handle(message)
+            finally:
+                self._calls.task_done()
 
 
 def _error(rid: Any, code: int, message: str) -> dict[str, Any]:
