@@ -118,6 +118,23 @@ def test_a_renamed_key_still_loads_with_a_warning(tmp_path: Path) -> None:
         load_config(env={"SIDECAR_SEARCH_RARE_TERM_CHUNKS": "2", "SIDECAR_SEARCH_RARE_TERM_NOTES": "1"})
 
 
+def test_a_file_of_an_older_release_still_loads(tmp_path: Path) -> None:
+    """A setting that is gone is a warning saying why, not an error (an unknown key stopped a
+    service with exit 3, which it does not restart); one that moved is renamed."""
+    old = _yaml(
+        tmp_path,
+        "search:\n  vectorMinSpread: 0.1\nembedder:\n  optimization: all\nindex:\n  debounceMs: 500\n",
+    )
+    cfg = load_config(config_file=str(old), env={})
+    assert cfg.watch.debounce_ms == 500
+    text = " ".join(cfg.warnings)
+    assert "search.vectorMinSpread is no longer a setting (fusion calibrates" in text and "delete it" in text
+    assert (
+        "embedder.optimization is no longer a setting" in text
+        and "index.debounceMs is now watch.debounceMs" in text
+    )
+
+
 def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
     """Three problems in a file and the environment: one error listing all, each with file, key,
     value and what was expected."""

@@ -46,6 +46,14 @@ def _with_model(cfg: Config, origins: dict[str, str]) -> Config:
 RENAMED = {
     # It counts notes since the rare-word count moved to whole notes.
     "search.rareTermChunks": "search.rareTermNotes",
+    "index.debounceMs": "watch.debounceMs",  # with the other settings of file events
+}
+# Settings that are gone, and why: a file from an older version still loads (a warning says to
+# delete the key). As an unknown key it stopped the daemon (exit 3, which a service does not
+# restart) with a message that read like a typo.
+RETIRED = {
+    "search.vectorMinSpread": "fusion calibrates each arm's scores on their own scale now",
+    "embedder.optimization": "the model's kernels are chosen for the CPU at its first start",
 }
 
 # Variables of the project's own tooling (CI's venv), not configuration keys: never a warning.
@@ -189,7 +197,11 @@ class _Layers:
             if dotted != written and not self.renamed(str(path), written, dotted, dotted in values):
                 continue
             setting = self.known.get(dotted)
-            if setting is None:
+            if dotted in RETIRED:
+                self.warnings.append(
+                    f"{path}: {dotted} is no longer a setting ({RETIRED[dotted]}); it is ignored: delete it"
+                )
+            elif setting is None:
                 self.problems.append(_unknown_key(path, dotted, raw, self.known))
             else:
                 self.put(setting, raw, str(path), f"file {source_file}", source_file.parent)
