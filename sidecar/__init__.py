@@ -2,7 +2,7 @@
 
 import os
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # onnxruntime 1.32's Linux and macOS builds report usage to Microsoft by default: a persistent
 # device id and an event cache under ~/.cache/Microsoft, uploaded when the network allows. Nothing

@@ -606,6 +606,10 @@ def test_status_shows_a_batch_of_changes_being_indexed(shared: DaemonProcess) ->
     # A root says when its folder was listed, not "last sweep" (read as a sweep done while the
     # first one was still writing what that listing found).
     assert re.search(r"\n  vault +\w+ +listed \S", render_status(h)) and "last sweep" not in render_status(h)
+    # After an upgrade the daemon runs the old code until restarted: status says so
+    assert "the daemon runs" not in render_status(h)
+    h["version"] = "0.0.9"
+    assert "the daemon runs 0.0.9, this installation is " in render_status(h)
 
 
 def test_status_shows_a_model_switch_and_its_progress(shared: DaemonProcess) -> None:

@@ -7,6 +7,7 @@ import re
 import time
 from typing import Any, TextIO
 
+from sidecar import __version__
 from sidecar.clients.foreground import duration
 from sidecar.contracts.printable import escape_controls as shown
 
@@ -66,6 +67,11 @@ def render_status(h: dict[str, Any]) -> str:
         f"sidecar {h['version']}: running since {_ago(h['started'])} (pid {h['pid']}), "
         f"socket {shown(h['socket'])}"
     ]
+    if h["version"] != __version__:  # installed anew, the daemon still runs what it started with
+        lines.append(
+            f"  the daemon runs {shown(str(h['version']))}, this installation is {__version__}: restart it "
+            "to run the installed one (systemctl --user restart sidecar, or stop and start `sidecar serve`)"
+        )
     if idx["state"] == "building" and idx["phase"] in ("scanning", "indexing", "starting"):
         prog = idx["progress"]
         lines.append(f"Index: building ({idx['phase']} {prog['done']:,}/{prog['total']:,} notes)")
