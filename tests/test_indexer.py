@@ -891,3 +891,22 @@ def test_a_new_keyword_index_is_refilled_before_the_first_sweep_reads_notes(
     repair_mod.fill_bm25(harness.stores.bm25, harness.stores.manifest, stop)  # stopped: nothing committed
     harness.stores.bm25.commit()  # the next write's commit keeps what was there (the emptying is undone)
     assert harness.stores.bm25.search("spark plugs", 5)
+
+
+def test_an_index_made_before_the_swept_mark_is_not_read_as_new(make_cfg: Any, vault: Path) -> None:
+    """An index from before the 'swept' mark holds what its sweeps read: it is not a new index
+    (read as one, every answer said "still being built" for as long as a root stayed offline
+    or held after an upgrade); a new index is marked new until its first whole sweep."""
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        assert h.stores.manifest.get_meta("swept") == "" and h.indexer.reading_first_time
+        h.sweep()
+        h.stores.manifest.delete_meta(["swept"])  # as an older version left it
+    finally:
+        h.close()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        assert not h.indexer.reading_first_time and h.stores.manifest.get_meta("swept") == "1"
+    finally:
+        h.close()

@@ -74,7 +74,14 @@ class Indexer:
         self.activity = Activity()
         # Whether a full sweep has ever completed into this index (kept across restarts): a
         # restart's first sweep only catches up, every note read before is found meanwhile.
-        self._swept = self.manifest.get_meta("swept") == "1"
+        swept = self.manifest.get_meta("swept")
+        if swept is None:
+            # No row: a new index ("" marks it, until its first whole sweep), or one made before
+            # the row existed, which holds what its sweeps read (read as new, it said "still being
+            # built" for as long as a root stayed offline or held: hours after an upgrade).
+            swept = "1" if self.manifest.indexed_chunk_count() else ""
+            self.manifest.set_meta("swept", swept)
+        self._swept = swept == "1"
         self._read_whole: set[str] = set()  # roots read to the end while not ``_swept``
         self.vectors = vectors
         self.supervisor = supervisor
