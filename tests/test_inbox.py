@@ -272,9 +272,10 @@ def test_leftover_temp_files_are_removed_and_notes_kept(inboxes: Inboxes) -> Non
     w = inboxes.write("claude", "a", "text", None, must_exist=False)
     inbox = w.path.parent
     (inbox / ".a.1f2e3d4c.tmp").write_text("half")
+    (inbox / ".a.k2x_9zqa.tmp").write_text("half, named by an older version (mkstemp)")
     (inbox / "notes.tmp.md").write_text("a note with an odd name")
     (inbox / ".a.backup.tmp").write_text("the user's own file")  # not a name the writer makes
-    assert inboxes.clean_temp() == 1
+    assert inboxes.clean_temp() == 2
     assert sorted(p.name for p in inbox.iterdir()) == [".a.backup.tmp", "a.md", "notes.tmp.md"]
 
 

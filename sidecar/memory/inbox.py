@@ -48,7 +48,9 @@ from sidecar.vault.sources import SLUG_RE, agent_inbox, is_conflict_copy, is_mar
 
 _MANAGED = ("created", "updated")
 _KEPT = re.compile(r"^[a-z0-9][a-z0-9_-]*--(\d{8}T\d{12})\.md$")  # <slug>--<time>.md in .trash
-_TEMP = re.compile(r"^\.[a-z0-9][a-z0-9_-]*\.[0-9a-f]{8}\.tmp$")  # write_in's temp files, no one else's
+# write_in's temp files, no one else's (and those of versions that named them by mkstemp: eight of
+# a-z, 0-9 and "_", left by a killed write and never removed)
+_TEMP = re.compile(r"^\.[a-z0-9][a-z0-9_-]*\.[a-z0-9_]{8}\.tmp$")
 _TRASH_TEMP = re.compile(r"^\.[a-z0-9][a-z0-9_-]*--\d{8}T\d{12}\.[0-9a-f]{8}\.tmp$")  # _keep's, in .trash
 
 log = logging.getLogger(__name__)
