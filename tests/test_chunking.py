@@ -304,3 +304,21 @@ def test_what_reading_view_does_not_show_as_text_is_not_indexed() -> None:
     for junk in ("TASK FROM", "not done", "this.file.name", "dv.pages", "color:", "iVBORw0KGgo", "kanban"):
         assert junk not in text, junk
     assert "fafafa" not in note.tags and "data:…" in text
+
+
+def test_a_long_tables_later_chunks_say_its_header_again() -> None:
+    """A table cut over chunks names its columns in each (a later chunk's rows were numbers
+    without their column names, for a reader and for the model); an embed's size is no text."""
+    rows = "".join(
+        f"| {i} | 2025-11-{i % 28 + 1:02d} | Beleg {i} | {i * 3},50 € | nein |\n" for i in range(60)
+    )
+    text = "# Ausgaben\n\n| Nr | Datum | Beleg | Betrag | Erstattet |\n|---|---|---|---|---|\n" + rows
+    note = chunk_note(text, title="Ausgaben", count_tokens=words, max_tokens=120)
+    assert len(note.chunks) > 3
+    for c in note.chunks[1:]:
+        assert c.text.startswith("| Nr | Datum | Beleg | Betrag | Erstattet |\n|---|---|---|---|---|\n| ")
+        assert "Erstattet" in c.embed_text and c.tokens <= 120
+    sized = chunk_note(
+        "See ![[Sketch.excalidraw|400]] and ![[pic.png|640x480]].\n", title="t", count_tokens=words
+    )
+    assert sized.chunks[0].text == "See Sketch.excalidraw and ."

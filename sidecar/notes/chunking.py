@@ -41,7 +41,8 @@ _MIN_BUDGET = 24
 #    no tag after an escaping backslash ("\#1").
 # 6: no text from comments (a plugin's data), query fences (Dataview, Tasks, embedded search,
 #    Bases), <style>/<script> blocks, inline queries, an Excalidraw note's drawing; data URIs
-#    shortened; front matter ends at a "---" at a line's start; links in properties.
+#    shortened; front matter ends at a "---" at a line's start; links in properties; a long
+#    table's header again in each of its chunks; an embed's size ("|400") is no text.
 CHUNKER_VERSION = 6
 
 
@@ -129,6 +130,8 @@ class _Piece:
     end: int  # exclusive
     text: str
     tokens: int
+    head: str = ""  # a table row's header and rule rows: said again where a chunk starts with it
+    head_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -332,25 +335,7 @@ def _pack(
     prefix = _fit(prefix, max(max_tokens // 3, 8), count)
     prefix_tokens = count([prefix])[0]
     budget = max(max_tokens - prefix_tokens, _MIN_BUDGET)
-    # Pieces: whole blocks where they fit, else their lines, else parts of lines.
-    raw = ["\n".join(readable[b.start : b.end]).strip("\n") for b in blocks]
-    sizes = count(raw)
-    pieces: list[_Piece] = []
-    for block, text, size in zip(blocks, raw, sizes, strict=True):
-        if size <= budget:
-            if text.strip():
-                pieces.append(_Piece(block.start, block.end, text, size))
-            continue
-        line_texts = readable[block.start : block.end]
-        for offset, (line_text, n) in enumerate(zip(line_texts, count(line_texts), strict=True)):
-            ln = block.start + offset
-            if not line_text.strip():
-                continue
-            if n <= budget:
-                pieces.append(_Piece(ln, ln + 1, line_text, n))
-            else:
-                for part in _split_long(line_text, budget, count):
-                    pieces.append(_Piece(ln, ln + 1, part, count([part])[0]))
+    pieces = _pieces(blocks, readable, budget, count)
     # The model sees each line once: a heading line or paragraph that repeats the prefix (the
     # section's heading, an H1 named like the note, a lead paragraph that is the description) is
     # shown and keyword-indexed, not embedded twice.
@@ -359,15 +344,18 @@ def _pack(
     keep = int(budget * overlap)
     i = 0
     while i < len(pieces):
-        used = 0
+        # A chunk that starts inside a table says its header again: its rows' columns are named.
+        head = pieces[i].head if pieces[i].head_tokens + pieces[i].tokens <= budget else ""
+        used = pieces[i].head_tokens if head else 0
         j = i
         while j < len(pieces) and (j == i or used + pieces[j].tokens <= budget):
             used += pieces[j].tokens
             j += 1
         group = pieces[i:j]
-        body = "\n".join(p.text for p in group)
+        lead = [head] if head else []
+        body = "\n".join(lead + [p.text for p in group])
         fresh = [p for p in group if _norm(p.text) not in said] or group
-        embed = prefix + "\n" + "\n".join(p.text for p in fresh)
+        embed = prefix + "\n" + "\n".join(lead + [p.text for p in fresh])
         out.append(
             Chunk(
                 ord=first_ord + len(out),
@@ -378,7 +366,7 @@ def _pack(
                 embed_text=embed,
                 # The model's pre-tokenizer splits at whitespace, so the pieces (joined by line
                 # breaks) and the prefix add up exactly: no second pass over the text.
-                tokens=prefix_tokens + sum(p.tokens for p in fresh),
+                tokens=prefix_tokens + (pieces[i].head_tokens if head else 0) + sum(p.tokens for p in fresh),
             )
         )
         if j >= len(pieces):
@@ -397,6 +385,42 @@ def _pack(
     return out
 
 
+def _pieces(blocks: list[Block], readable: list[str], budget: int, count: CountTokens) -> list[_Piece]:
+    """A section's pieces: whole blocks where they fit, else their lines, else parts of lines."""
+    raw = ["\n".join(readable[b.start : b.end]).strip("\n") for b in blocks]
+    sizes = count(raw)
+    pieces: list[_Piece] = []
+    for block, text, size in zip(blocks, raw, sizes, strict=True):
+        if size <= budget:
+            if text.strip():
+                pieces.append(_Piece(block.start, block.end, text, size))
+            continue
+        line_texts = readable[block.start : block.end]
+        head = "\n".join(line_texts[:2]) if _is_table(line_texts) else ""
+        head_tokens = count([head])[0] if head else 0
+        if head_tokens > budget // 3:  # a header too wide to repeat
+            head, head_tokens = "", 0
+        for offset, (line_text, n) in enumerate(zip(line_texts, count(line_texts), strict=True)):
+            ln = block.start + offset
+            if not line_text.strip():
+                continue
+            row_head = (head, head_tokens) if head and offset >= 2 else ("", 0)
+            if n <= budget:
+                pieces.append(_Piece(ln, ln + 1, line_text, n, *row_head))
+            else:
+                for part in _split_long(line_text, budget, count):
+                    pieces.append(_Piece(ln, ln + 1, part, count([part])[0], *row_head))
+    return pieces
+
+
+_TABLE_RULE = re.compile(r"\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*")
+
+
+def _is_table(lines: Sequence[str]) -> bool:
+    """Whether a block's lines are a table: a header row, its rule, rows."""
+    return len(lines) >= 3 and "|" in lines[0] and "|" in lines[1] and bool(_TABLE_RULE.fullmatch(lines[1]))
+
+
 def _said(prefix: str, headings: Sequence[str]) -> frozenset[str]:
     """Lines a chunk's prefix already says: its own lines and each heading of the path."""
     return frozenset(_norm(x) for x in (*prefix.split("\n"), *headings) if _norm(x))
@@ -410,6 +434,6 @@ def _tail(piece: _Piece, keep: int, count: CountTokens) -> _Piece | None:
         text = " ".join(words[-n:])
         tokens = count([text])[0]
         if tokens <= keep:
-            return _Piece(piece.end - 1, piece.end, text, tokens)
+            return _Piece(piece.end - 1, piece.end, text, tokens, piece.head, piece.head_tokens)
         n = n * keep // max(tokens, 1) if tokens > keep and n > 1 else n - 1
     return None

@@ -39,13 +39,16 @@ _DATA_RUN = re.compile(r"[A-Za-z0-9+/=_-]{64,}")
 _WEB_LINK = re.compile(r"\bhttps?://\S+")  # ids in links are not pasted data
 
 
+_EMBED_SIZE = re.compile(r"\d+(?:x\d+)?")
+
+
 def readable_links(line: str) -> str:
     """``[[target|alias]]`` -> ``alias``; ``[[target#head]]`` -> ``target › head``; image embeds vanish."""
 
     def repl(m: re.Match[str]) -> str:
         bang, target, anchor, alias = m.group(1), m.group(2).strip(), m.group(3), m.group(4)
-        if alias is not None and alias.strip():
-            return alias.strip()
+        if alias is not None and alias.strip() and not (bang and _EMBED_SIZE.fullmatch(alias.strip())):
+            return alias.strip()  # an embed's "|400" or "|640x480" is its size, not text
         if bang and is_attachment(target):
             return ""
         name = target.rsplit("/", 1)[-1]
