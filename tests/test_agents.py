@@ -1130,6 +1130,21 @@ def test_tool_errors_name_the_agents_notes_as_its_answers_do(served: Served) -> 
     assert "'memory/claude/../bravo/secret'" in str(escape.value)
 
 
+def test_a_copy_of_a_note_whose_vectors_are_pending_is_named(served: Served) -> None:
+    """The duplicate check finds copies by their words as well as their vectors: a copy of a note
+    whose vectors are not computed yet (a backfill, a model switch) went unnamed, the reply
+    saying the check was done."""
+    vault = served.cfg.vault.path
+    assert vault is not None
+    text = "# Kayak storage\n\nThe red kayak hangs on two straps under the garage roof beams.\n"
+    write(vault / "Kayak storage.md", text)
+    served.h.indexer.sweep()  # keyword index only: its vectors are pending
+    assert served.call("search", {"query": "kayak straps"})["pendingVectors"] >= 1
+    reply = served.call("write", {"slug": "kayak-copy", "content": text})
+    assert reply["duplicates"] and reply["duplicates"][0]["reference"] == "vault/Kayak storage"
+    assert reply["duplicates"][0]["byWords"] == 1.0
+
+
 def test_a_null_limit_is_the_tools_default(served: Served) -> None:
     """memory_search with "limit": null takes the schema's default (8): it passed null on and
     the daemon's default (10) came back."""

@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 
 MAX_LIST = 1000
 DUPLICATE_SOURCES = ("memory", "wiki", "vault")
+_DUPLICATE_QUERY_CHARS = 2000  # of a written note's text, asked of the keyword index for copies
 MAX_DUPLICATE_CHUNKS = 32  # a longer note is compared by its first 32 chunks' vectors (and all its words)
 _WORDS = re.compile(r"\w+")
 
@@ -245,13 +246,28 @@ class MemoryOps:
         except (EmbedderError, StoreError) as exc:
             log.warning("duplicate_check_failed error=%s", exc)
             return None, fresh
+        # Copies found by their words too: a note whose vectors are not computed yet (a backfill,
+        # a model switch) is no vector candidate, and an exact copy of it went unnamed.
+        vector_keys = [k for k, _row in sorted(best.items(), key=lambda kv: -max(kv[1]))[:10]]
+        text = " ".join(c.text for c in parsed.chunks)[:_DUPLICATE_QUERY_CHARS]
+        try:
+            word_hits = self.stores.bm25.search(text, 20, DUPLICATE_SOURCES, agent)
+        except StoreError as exc:
+            log.warning("duplicate_check_failed error=%s", exc)
+            word_hits = []
+        found_views = manifest.views([cid for cid, _score in word_hits])
+        word_keys = dict.fromkeys(
+            v.key for cid, _s in word_hits if (v := found_views.get(cid)) is not None and v.key != own
+        )
+        candidates = vector_keys + [k for k in word_keys if k not in best][:5]
         threshold = self.cfg.memory.write.duplicate_threshold
         # Cosines are put on the model's own scale, from a clear match (0: the same topic) to
         # identical (1): multilingual-e5 gives 0.9 to any two notes on one subject.
         _floor, full = cosine_range(model, self.cfg.search)
         mine = _triples(" ".join(c.text for c in parsed.chunks))
         found: list[tuple[str, float, float, float]] = []
-        for key, row in sorted(best.items(), key=lambda kv: -max(kv[1]))[:10]:
+        for key in candidates:
+            row = best.get(key, [0.0] * len(chunks))
             cosine = sum(w * s for w, s in zip(weights, row, strict=True)) / sum(weights)
             by_vector = min(1.0, max(0.0, (cosine - full) / max(1.0 - full, 1e-6)))
             theirs = _triples(" ".join(c.text for c in manifest.chunks_of(key)))
