@@ -1182,6 +1182,10 @@ def test_inline_tags_are_held_to_the_parameters_limit(served: Served) -> None:
     served.call("search", {"query": "garden tag:" + ",".join(f"t{i}" for i in range(20))})
     with pytest.raises(SidecarError, match="'tag' holds a tag longer than 200 characters"):
         served.call("search", {"query": "garden", "tag": "x" * 201})
+    # Filters alone are no search: said (it answered nothing, read as "no note has this tag")
+    for query in ("tag:garden", "path:Projects/ since:2026-01-01"):
+        with pytest.raises(SidecarError, match=r"needs words besides its filters.*memory_list"):
+            served.call("search", {"query": query})
 
 
 def test_get_reads_a_range_of_lines_and_the_shim_cuts_a_huge_note(served: Served) -> None:

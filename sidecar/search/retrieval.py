@@ -564,6 +564,17 @@ class Retriever:
 
     def search(self, req: SearchRequest) -> SearchResult:
         text, inline = split_filters(req.query, self.today())
+        if (
+            not text.strip()
+            and inline.phrase is None
+            and (inline.tags or inline.path_prefix or inline.since or inline.until or inline.sources)
+        ):
+            # Filters alone select nothing to rank: said, not answered with an empty list that
+            # reads as "no note has this tag".
+            raise FilterError(
+                "a search needs words besides its filters; to list the notes with a tag or in a "
+                "folder use `list` (memory_list) with tag or pathPrefix"
+            )
         result = self._search(with_filters(req, inline), text)
         if result.hits or not inline.phrase:
             return result
