@@ -298,8 +298,16 @@ def test_what_reading_view_does_not_show_as_text_is_not_indexed() -> None:
         + "iVBORw0KGgo" * 20
         + ')\n\n%% kanban:settings\n{"kanban-plugin":"board"}\n%%\n\n```python\nprint(\'kept\')\n```\n'
     )
+    daily += (
+        "\nRun `npm i --force` first %%todo%% then `make`. Set `a`=5 and `b`=6.\n\n"
+        "<style>\n.x { margin: 0 }\n\nStill here after an unclosed style.\n"
+    )
     note = chunk_note(daily, title="2026-12-01", count_tokens=words)
     text = "\n".join(c.text for c in note.chunks)
+    # code beside a comment, text between code spans, and what follows an unclosed <style> stay
+    assert "Run `npm i --force` first" in text and "then `make`." in text and "todo" not in text
+    assert "Set `a`=5 and `b`=6." in text
+    assert "Still here after an unclosed style." in text
     assert "Met Anna about the roof." in text and "print('kept')" in text and "`a == b`" in text
     for junk in ("TASK FROM", "not done", "this.file.name", "dv.pages", "color:", "iVBORw0KGgo", "kanban"):
         assert junk not in text, junk

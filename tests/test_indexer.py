@@ -891,6 +891,13 @@ def test_a_new_keyword_index_is_refilled_before_the_first_sweep_reads_notes(
     repair_mod.fill_bm25(harness.stores.bm25, harness.stores.manifest, stop)  # stopped: nothing committed
     harness.stores.bm25.commit()  # the next write's commit keeps what was there (the emptying is undone)
     assert harness.stores.bm25.search("spark plugs", 5)
+    # The check after a stopped first sweep does not refill either (the stop waited for it)
+    calls: list[Any] = []
+    monkeypatch.setattr(repair_mod, "fill_bm25", lambda *a: calls.append(a))
+    harness.stores.bm25.delete_all()
+    harness.stores.bm25.commit()
+    repair_mod.check_bm25(harness.stores, stop)
+    assert calls == []
 
 
 def test_an_index_made_before_the_swept_mark_is_not_read_as_new(make_cfg: Any, vault: Path) -> None:

@@ -336,6 +336,7 @@ def test_anchor_lines_find_sections_and_blocks_as_obsidian_opens_them() -> None:
     assert shown("^table-id") == ["| a | b |", "|---|---|", "| 1 | 2 |"]  # the block before the id
     assert shown("^one") == ["1. first ^one"]
     assert shown("^missing") is None and shown("Next › Top") is None
+    assert anchor_lines("# A\rtext\r# B\rmore\r", "B") == (3, 4)  # old Mac line ends, as get numbers them
 
 
 def test_pasted_links_and_names() -> None:

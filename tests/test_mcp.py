@@ -337,10 +337,20 @@ def test_a_shim_runs_a_few_calls_at_once_and_answers_every_one(tmp_path: Path) -
         return "ok", {"ok": True}
 
     calls.tools["memory_status"] = status
-    out = io.BytesIO()
+
+    class Flaky(io.BytesIO):  # the first answers fail to be written (not a closed pipe)
+        failures = 3
+
+        def write(self, data: Any) -> int:
+            if self.failures > 0:
+                self.failures -= 1
+                raise OSError(5, "Input/output error")
+            return super().write(data)
+
+    out = Flaky()
     lines = [_call(i, "memory_status", "{}") for i in range(1, 201)]
     Shim(tmp_path / "no.sock", "flood", out, calls).serve(io.BytesIO(("\n".join(lines) + "\n").encode()))
     answers = [json.loads(x) for x in out.getvalue().splitlines()]
-    assert sorted(a["id"] for a in answers) == list(range(1, 201))
+    assert len(answers) >= 197 and max(a["id"] for a in answers) == 200  # the workers lived on
     assert all(a["result"]["isError"] is False for a in answers)
     assert 1 < most[0] <= CALL_WORKERS

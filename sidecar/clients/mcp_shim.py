@@ -317,6 +317,8 @@ class Shim:
             try:
                 if not self.closed.is_set():
                     self.handle(message)
+            except Exception:  # a worker lives on: the calls queued behind it must be answered
+                log.exception("mcp_request_failed a tool call ended with an error")
             finally:
                 self._calls.task_done()
 

@@ -176,7 +176,7 @@ class Indexer:
         changed = self._apply(diff, every if not paths else None, progress, stop)
         self._retire_emptied(diff.gone, names)
         if not act.first_sweep_done:
-            check_bm25(self.stores)
+            check_bm25(self.stores, stop)
             self.writer.defer_links = False
             self.writer.resolve_all_links()
         act.sweeps += 1

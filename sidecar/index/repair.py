@@ -41,10 +41,14 @@ def refill_new_bm25(stores: Stores, stop: threading.Event | None = None) -> None
     unchanged chunks' keyword documents as they are, so until a check after the whole sweep those
     notes, memory included, were found by no word (9 minutes for 6,400 notes)."""
     chunks = stores.manifest.indexed_chunk_count()
-    if chunks == 0 or stores.bm25.num_docs() > 0:
+    # Under half the documents, not none: a memory write answered right after the start may have
+    # put its note in already (a smaller gap is the check after the sweep's).
+    if stores.bm25.num_docs() * 2 >= chunks:
         return
     started = time.monotonic()
     rebuild_bm25(stores, stop)
+    if stop is not None and stop.is_set():
+        return  # rolled back: the next start refills
     log.info(
         "index_rebuilt store=bm25 reason=new keyword index chunks=%d seconds=%.2f",
         chunks,
@@ -101,9 +105,11 @@ def fill_bm25(index: Bm25Index, manifest: Manifest, stop: threading.Event | None
     index.commit()
 
 
-def check_bm25(stores: Stores) -> None:
+def check_bm25(stores: Stores, stop: threading.Event | None = None) -> None:
     """After the first sweep, BM25 must hold exactly the manifest's chunks and pages; else
-    rebuild it."""
+    rebuild it (a stop ends the rebuild: the next start checks again)."""
+    if stop is not None and stop.is_set():
+        return
     expected = stores.manifest.indexed_chunk_count()
     actual = stores.bm25.num_docs()
     pages, have_pages = stores.manifest.indexed_page_count(), stores.bm25.num_pages()
@@ -111,7 +117,7 @@ def check_bm25(stores: Stores) -> None:
         log.warning(
             "index_rebuilt store=bm25 reason=page count mismatch expected=%d actual=%d", pages, have_pages
         )
-        rebuild_bm25(stores)
+        rebuild_bm25(stores, stop)
     elif expected != actual:
         # A new (upgraded or moved-aside) index is expected to be empty: refilling it is routine.
         level = logging.INFO if actual == 0 else logging.WARNING
@@ -121,7 +127,7 @@ def check_bm25(stores: Stores) -> None:
             expected,
             actual,
         )
-        rebuild_bm25(stores)
+        rebuild_bm25(stores, stop)
 
 
 class Repair:

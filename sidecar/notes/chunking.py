@@ -225,7 +225,8 @@ def parse_note(text: str, *, title: str) -> NoteDraft:
 
 
 # Dataview's inline queries ("`= this.file.name`", "`$= dv.pages()`"): shown as their answer.
-_INLINE_QUERY = re.compile(r"`\$?=\s*[^`=\s][^`]*`")
+_CODE_SPAN = re.compile(r"`([^`\n]*)`")
+_QUERY_TEXT = re.compile(r"\$?=\s*[^=\s]")
 # A file pasted into the note as a data URI (a web clipping's image): its letters are no words.
 _DATA_URI = re.compile(r"data:[\w.+-]+/[\w.+-]+;base64,[A-Za-z0-9+/=]{32,}")
 # What the Excalidraw plugin keeps in a drawing's note besides the drawing's text: the drawing
@@ -234,8 +235,8 @@ _DRAWING_SECTIONS = frozenset({"drawing", "embedded files"})
 
 
 def _readable(line: str) -> str:
-    if "`" in line and "=" in line:
-        line = _INLINE_QUERY.sub(" ", line)
+    if "`" in line and "=" in line:  # each code span on its own ("`a`=5 and `b`": no query)
+        line = _CODE_SPAN.sub(lambda m: " " if _QUERY_TEXT.match(m.group(1)) else m.group(0), line)
     if "data:" in line:
         line = _DATA_URI.sub("data:…", line)
     return readable_links(line)

@@ -100,7 +100,7 @@ def inline_tags(lines: Sequence[str], code: Container[int] = frozenset(), start:
     return [m.group(1) for m in _INLINE_TAG.finditer(prose)]
 
 
-def without_code_spans(line: str) -> str:
+def without_code_spans(line: str, fill: str = "") -> str:
     """``line`` with each code span (a backtick run up to the next run of the same length) made a
     blank. Linear in the runs: a regular expression tried each run against the rest of the line
     (half a megabyte of backticks took 7 s)."""
@@ -124,19 +124,19 @@ def without_code_spans(line: str) -> str:
             j += 1  # no closer of its length: literal backticks
             continue
         close = same[taken[b - a]]
-        out += [line[i:a], " "]
+        # ``fill``: the span kept as long as it was (offsets into the line stay valid)
+        out += [line[i:a], fill * (runs[close][1] - a) if fill else " "]
         i = runs[close][1]
         j = close + 1
     out.append(line[i:])
     return "".join(out)
 
 
-def without_comments(text: str, keep_lines: bool = False) -> str:
-    """``text`` with each ``%% … %%`` and ``<!-- … -->`` span (lines too) made a blank (with its
-    line ends when ``keep_lines``, so what follows keeps its line number); an unclosed one hides
-    nothing. Linear: a regular expression tried every opener against the rest of the text (a note
-    of 32,000 unclosed ``<!--`` took 73 s)."""
-    out: list[str] = []
+def comment_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each ``%% … %%`` and ``<!-- … -->`` in ``text``, markers included; an
+    unclosed one hides nothing. Linear: a regular expression tried every opener against the rest
+    of the text (a note of 32,000 unclosed ``<!--`` took 73 s)."""
+    spans: list[tuple[int, int]] = []
     i = 0
     nxt = {o: text.find(o) for o in _COMMENTS}  # each kind's next opener at or after i (-1: none)
     while True:
@@ -148,11 +148,22 @@ def without_comments(text: str, keep_lines: bool = False) -> str:
         if end < 0:  # unclosed: no later opener of its kind can close either
             nxt[o] = -1
             continue
-        out += [text[i:p], " " + "\n" * text.count("\n", p, end) if keep_lines else " "]
         i = end + len(_COMMENTS[o])
+        spans.append((p, i))
         for k, q in nxt.items():
             if 0 <= q < i:
                 nxt[k] = text.find(k, i)
+    return spans
+
+
+def without_comments(text: str, keep_lines: bool = False) -> str:
+    """``text`` with each comment (``comment_spans``) made a blank (with its line ends when
+    ``keep_lines``, so what follows keeps its line number)."""
+    out: list[str] = []
+    i = 0
+    for p, end in comment_spans(text):
+        out += [text[i:p], " " + "\n" * text.count("\n", p, end) if keep_lines else " "]
+        i = end
     out.append(text[i:])
     return "".join(out)
 
@@ -212,7 +223,7 @@ _PARSER = _md()
 # every question naming a folder or a status ("TASK FROM "Projects" WHERE !completed").
 QUERY_FENCES = frozenset({"dataview", "dataviewjs", "tasks", "query", "base"})
 # HTML blocks of style sheets and scripts (web clippings carry them): no one reads them.
-_HIDDEN_HTML = re.compile(r"\s*<(?:style|script)\b", re.IGNORECASE)
+_HIDDEN_HTML = re.compile(r"\s*<(style|script)\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -239,7 +250,11 @@ def split_sections(text: str) -> Parsed:
         tok = tokens[i]
         if tok.map and (
             (tok.type == "fence" and tok.info.strip().split(" ", 1)[0].lower() in QUERY_FENCES)
-            or (tok.type == "html_block" and _HIDDEN_HTML.match(tok.content))
+            or (
+                tok.type == "html_block"
+                and (m := _HIDDEN_HTML.match(tok.content)) is not None
+                and f"</{m.group(1).lower()}" in tok.content.lower()
+            )  # an unclosed one hides nothing
         ):
             hidden.update(range(*tok.map))
         if tok.level == 0 and tok.map and tok.nesting >= 0:
@@ -259,23 +274,31 @@ def split_sections(text: str) -> Parsed:
 
 def without_comment_lines(text: str) -> str:
     """``text`` as reading view shows it as far as comments go: each ``%% … %%`` and ``<!-- … -->``
-    made blank, lines kept (what follows keeps its line number). Plugins keep their data there (an
+    taken out, lines kept (what follows keeps its line number). Plugins keep their data there (an
     Excalidraw drawing, a Kanban board's settings). A marker inside code or front matter opens no
     comment; a code block inside a comment is hidden with it."""
     if "%%" not in text and "<!--" not in text:
         return text
     lines = text.split("\n")
     shielded = code_lines(text) | set(range(_without_front_matter(text)[2]))
-    probe = ["\0" if i in shielded else without_code_spans(line) for i, line in enumerate(lines)]
-    out = without_comments("\n".join(probe), keep_lines=True).split("\n")
-    # A line a comment shortened keeps its own indentation: the blank left where a comment began
-    # must not turn the rest into an indented code block.
-    return "\n".join(
-        line
-        if out[i] == probe[i]
-        else ("" if i in shielded else line[: len(line) - len(line.lstrip())] + out[i].strip())
+    # Found on a copy of the same length where code and front matter hold no marker, taken out
+    # of the text itself: the inline code beside a comment stays.
+    probe = "\n".join(
+        "\x01" * len(line) if i in shielded else without_code_spans(line, "\x01")
         for i, line in enumerate(lines)
     )
+    out: list[str] = []
+    i = 0
+    for start, end in comment_spans(probe):
+        out.append(text[i:start])
+        breaks = text.count("\n", start, end)
+        mid_line = start > 0 and not text[start - 1].isspace() and end < len(text) and not text[end].isspace()
+        # Nothing where it stood: a blank left at a line's start would make the rest of the line
+        # an indented code block.
+        out.append("\n" * breaks if breaks else (" " if mid_line else ""))
+        i = end
+    out.append(text[i:])
+    return "".join(out)
 
 
 def mostly_data(text: str) -> bool:
@@ -307,6 +330,7 @@ def anchor_lines(text: str, anchor: str) -> tuple[int, int] | None:
     """The 1-based first and last line a link's anchor points at: a heading's section (its
     subsections included; "Setup › Linux" is Linux under Setup), or the block ``^id`` ends (a
     paragraph, a list item, or the block before an id on a line of its own). None: not there."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")  # lines as get numbers them
     parsed = split_sections(text)
     sections, code = parsed.sections, parsed.code
     lines = text.split("\n")
