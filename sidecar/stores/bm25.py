@@ -159,6 +159,9 @@ class Bm25Doc:
         return cls(chunk_id, key, source, agent, " ".join([*names, *aliases]), " ".join(headings), body)
 
 
+REOPEN_EVERY = 500  # commits between openings anew of a keyword index (see _Folder._reopen)
+
+
 class _Folder:
     """One Tantivy index in one folder: its writer and its current searcher."""
 
@@ -168,13 +171,10 @@ class _Folder:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # a file where the folder belongs: moved aside like a damaged store
             raise StoreError(f"BM25 index {path} cannot be made: {exc.strerror or exc}") from exc
+        self.schema = schema
+        self.commits = 0
         try:
-            self.index = tantivy.Index(schema, path=str(path), reuse=True)
-            for name, stem in _ANALYZERS.items():
-                self.index.register_tokenizer(name, text_analyzer(stem))
-            self.writer = self.index.writer(heap_size=_WRITER_HEAP, num_threads=1)
-            self.index.reload()
-            self.searcher = self.index.searcher()
+            self.index, self.writer, self.searcher = self._open()
         except BaseException as exc:
             if not _engine_failure(exc):
                 raise
@@ -188,6 +188,29 @@ class _Folder:
                     "on this home?); not opened"
                 ) from exc
             raise StoreError(f"BM25 index {path} cannot be opened: {exc}") from exc
+
+    def _open(self) -> tuple[tantivy.Index, tantivy.IndexWriter, tantivy.Searcher]:
+        index = tantivy.Index(self.schema, path=str(self.path), reuse=True)
+        for name, stem in _ANALYZERS.items():
+            index.register_tokenizer(name, text_analyzer(stem))
+        writer = index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+        index.reload()
+        return index, writer, index.searcher()
+
+    def _reopen(self) -> None:
+        """The index opened anew: Tantivy's directory keeps the path of every segment file it
+        ever opened, deleted ones too (about 1 KB a commit, never given back: a note written to
+        every second cost 250 MB a day); a fresh one holds only the live files'. Searches keep
+        the searcher they hold; the new one is swapped in whole."""
+        try:
+            with _engine("reopen"):
+                self.writer.wait_merging_threads()  # ends the writer: releases the index lock
+                index, writer, searcher = self._open()
+        except StoreError as exc:
+            log.warning("bm25_reopen_failed path=%s error=%s", self.path, exc)
+            self.recover_writer()  # a writer on the index as it was
+            return
+        self.index, self.writer, self.searcher = index, writer, searcher
 
     def recover_writer(self) -> None:
         """After a failed commit: drop the uncommitted documents (the manifest still marks those
@@ -216,6 +239,9 @@ class _Folder:
         with _engine("reload"):
             self.index.reload()
             self.searcher = self.index.searcher()
+        self.commits += 1
+        if self.commits % REOPEN_EVERY == 0:
+            self._reopen()
 
     def close(self) -> None:
         try:
