@@ -1182,6 +1182,10 @@ def test_inline_tags_are_held_to_the_parameters_limit(served: Served) -> None:
     served.call("search", {"query": "garden tag:" + ",".join(f"t{i}" for i in range(20))})
     with pytest.raises(SidecarError, match="'tag' holds a tag longer than 200 characters"):
         served.call("search", {"query": "garden", "tag": "x" * 201})
+    # A parent tag written as the tag pane shows it ("garden/") is the tag (it found nothing)
+    tagged = served.call("search", {"query": "garden", "minScore": 0, "tag": "garden"})["hits"]
+    assert tagged and served.call("search", {"query": "garden tag:#garden/", "minScore": 0})["hits"] == tagged
+    assert served.call("search", {"query": "garden", "minScore": 0, "tag": "garden/"})["hits"] == tagged
     # Filters alone are no search: said (it answered nothing, read as "no note has this tag")
     for query in ("tag:garden", "path:Projects/ since:2026-01-01"):
         with pytest.raises(SidecarError, match=r"needs words besides its filters.*memory_list"):

@@ -643,7 +643,7 @@ def _tags(p: dict[str, Any]) -> tuple[str, ...]:
         raise ProtocolError(f"'tag' must be a tag, 'a,b' or a list of at most {MAX_TAGS} tags")
     if any(len(t) > MAX_TAG_CHARS for t in items):
         raise ProtocolError(f"'tag' holds a tag longer than {MAX_TAG_CHARS} characters")
-    tags = tuple(dict.fromkeys(t.strip().lstrip("#").lower() for t in items))
+    tags = tuple(dict.fromkeys(t.strip().lstrip("#").rstrip("/").lower() for t in items))
     if not all(tags):
         raise ProtocolError("'tag' has an empty tag")
     return tags

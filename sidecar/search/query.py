@@ -227,7 +227,8 @@ def split_filters(text: str, today: dt.date | None = None, *, phrases: bool = Tr
         if not value:
             raise FilterError(f"{name}: needs a value")
         if name == "tag":
-            parts = [t.strip().lstrip("#").lower() for t in value.split(",")]
+            # "#project/" as the tag pane shows a parent: the tag and those below it
+            parts = [t.strip().lstrip("#").rstrip("/").lower() for t in value.split(",")]
             if not all(parts):
                 raise FilterError(f"tag:{value} has an empty tag; write tag:a,b")
             tags.extend(parts)
