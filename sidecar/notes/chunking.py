@@ -346,8 +346,9 @@ def _pack(
     i = 0
     while i < len(pieces):
         # A chunk that starts inside a table says its header again: its rows' columns are named.
-        head = pieces[i].head if pieces[i].head_tokens + pieces[i].tokens <= budget else ""
-        used = pieces[i].head_tokens if head else 0
+        fits = pieces[i].head_tokens + pieces[i].tokens <= budget
+        head, head_tokens = (pieces[i].head, pieces[i].head_tokens) if fits else ("", 0)
+        used = head_tokens
         j = i
         while j < len(pieces) and (j == i or used + pieces[j].tokens <= budget):
             used += pieces[j].tokens
@@ -367,7 +368,7 @@ def _pack(
                 embed_text=embed,
                 # The model's pre-tokenizer splits at whitespace, so the pieces (joined by line
                 # breaks) and the prefix add up exactly: no second pass over the text.
-                tokens=prefix_tokens + (pieces[i].head_tokens if head else 0) + sum(p.tokens for p in fresh),
+                tokens=prefix_tokens + head_tokens + sum(p.tokens for p in fresh),
             )
         )
         if j >= len(pieces):

@@ -280,7 +280,8 @@ def without_comment_lines(text: str) -> str:
     if "%%" not in text and "<!--" not in text:
         return text
     lines = text.split("\n")
-    shielded = code_lines(text) | set(range(_without_front_matter(text)[2]))
+    body, _raw, fm_end = _without_front_matter(text)  # once: code_lines would find it again
+    shielded = _code_lines(_PARSER.parse(body)) | set(range(fm_end))
     # Found on a copy of the same length where code and front matter hold no marker, taken out
     # of the text itself: the inline code beside a comment stays.
     probe = "\n".join(
