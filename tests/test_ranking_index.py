@@ -421,3 +421,154 @@ def test_a_keyword_index_is_opened_anew_every_so_many_commits(tmp_path: Path, mo
         assert held.num_docs >= 0  # a searcher from before still answers
     finally:
         idx.close()
+
+
+def _doc(key: str, body: str, *, n: int = 0, title: str | None = None, headings: tuple[str, ...] = ()) -> Any:
+    from sidecar.stores.bm25 import Bm25Doc
+
+    source = key.split("/", 1)[0]
+    agent = key.split("/")[1] if source == "memory" else ""
+    name = key.rsplit("/", 1)[-1]
+    return Bm25Doc.of(
+        f"{key}#{n}", key, source, agent, title=title or name, aliases=(), headings=headings, body=body
+    )
+
+
+def test_no_agents_memory_moves_another_agents_scores(tmp_path: Path) -> None:
+    """The keyword statistics are the vault's and the wiki's: an agent's own note scores the same
+    whether or not other agents' private notes hold the query's words. With every inbox in one
+    index, the idf moved with them: an agent could tell from its own note's score whether some
+    other agent's memory held a word."""
+    from sidecar.stores.bm25 import Bm25Index
+
+    filler = "notes about the garden and the boat and other things of the week"
+    idx = Bm25Index(tmp_path / "bm25")
+    try:
+        idx.add([_doc(f"vault/V{i}", f"{filler} {i}") for i in range(30)])
+        idx.add([_doc("vault/Kayak", f"kayak paddle trip {filler}")])
+        idx.add([_doc("memory/alpha/trip", f"the kayak paddle was left at the lake {filler}")])
+        idx.commit()
+
+        def seen() -> tuple[Any, ...]:
+            return (
+                idx.search("kayak paddle lake", 10, agent_scope="alpha"),
+                idx.search_pages("kayak paddle lake", 10, agent_scope="alpha"),
+                idx.ideal_score("kayak paddle lake"),
+                idx.doc_freq("lake"),
+                idx.collection_size(),
+            )
+
+        before = seen()
+        assert [k for k, _ in before[0]][:1] == ["memory/alpha/trip#0"]
+        idx.add([_doc(f"memory/beta/n{i}", f"lake lake kayak {i}") for i in range(25)])
+        idx.commit()
+        assert seen() == before
+        # beta's notes are beta's: found by beta, and by a person (no agent), never by alpha.
+        assert not any(k.startswith("memory/beta/") for k, _ in idx.search("lake", 50, agent_scope="alpha"))
+        assert any(k.startswith("memory/beta/") for k, _ in idx.search("lake", 50, agent_scope="beta"))
+        everyone = {k.split("/")[1] for k, _ in idx.search("lake", 50, sources=["memory"])}
+        assert everyone == {"alpha", "beta"}
+        assert idx.num_docs() == 57 and idx.num_pages() == 57
+    finally:
+        idx.close()
+
+
+def test_a_memory_hit_scores_with_the_vaults_word_statistics(tmp_path: Path) -> None:
+    """An inbox's hits are scored with the vault's word statistics (its own lengths): the same
+    text scores what it scores in the vault when the inbox's notes are as long as the vault's,
+    however differently its words are spread (chunks, pages, headings, titles, folded words), so
+    fusion and the relevance floor read memory hits on the vault's scale."""
+    from sidecar.stores.bm25 import Bm25Index
+
+    long = " ".join(f"word{i} kayak" if i % 37 == 0 else f"word{i}" for i in range(700))
+    texts = {
+        "short": ("Kayak", (), "kayak paddle on the lake"),
+        "long": ("Trip log", ("Lake", "Paddle"), long),
+        "umlaut": ("Kündigung Vertrag", (), "Die Kündigung des Paddelvertrags kam per Brief"),
+    }
+    idx = Bm25Index(tmp_path / "bm25")
+    try:
+        # Fillers of the same lengths, other words: "lake" is common in the vault, absent from
+        # the inbox's fillers (its idf in the inbox alone would be another).
+        idx.add([_doc(f"vault/F{i}", f"filler text {i} about boats lake", title=f"F{i}") for i in range(40)])
+        idx.add(
+            [
+                _doc(f"memory/alpha/F{i}", f"other notes {i} about ships pond", title=f"F{i}")
+                for i in range(40)
+            ]
+        )
+        for name, (title, headings, body) in texts.items():
+            idx.add([_doc(f"vault/{name}", body, title=title, headings=headings)])
+            idx.add([_doc(f"memory/alpha/{name}", body, title=title, headings=headings)])
+        idx.commit()
+        for query in ("kayak paddle lake", "lake word37", "Kuendigung vertrag", "kündigung brief paddle"):
+            for pages in (False, True):
+                found = (idx.search_pages if pages else idx.search)(query, 200, agent_scope="alpha")
+                scores = {k.split("#")[0]: s for k, s in found}
+                for name in texts:
+                    vault, memory = scores.get(f"vault/{name}"), scores.get(f"memory/alpha/{name}")
+                    assert (vault is None) == (memory is None), (query, name)
+                    if vault is not None:
+                        assert memory == pytest.approx(vault, rel=1e-4), (query, name, pages)
+        # One note by key (as `why` reads it) scores as in the search.
+        by_key = idx.search("kayak paddle", 5, key="memory/alpha/short")
+        assert by_key == [
+            (k, s) for k, s in idx.search("kayak paddle", 200) if k.startswith("memory/alpha/short")
+        ]
+        mixed = idx.search_pages("kayak", 10, keys=["vault/short", "memory/alpha/short", "memory/beta/x"])
+        assert sorted(k for k, _ in mixed) == ["memory/alpha/short", "vault/short"]
+    finally:
+        idx.close()
+
+
+def test_an_inbox_index_is_written_and_removed_like_the_vaults(tmp_path: Path) -> None:
+    """Memory notes go to their agent's index: replaced, deleted, rolled back, emptied and
+    reopened like vault notes; an inbox that never held a note gets no folder."""
+    from sidecar.stores.bm25 import Bm25Index
+
+    path = tmp_path / "bm25"
+    idx = Bm25Index(path)
+    try:
+        idx.replace_note("memory/alpha/a", [_doc("memory/alpha/a", "kayak one")])
+        idx.replace_note("vault/a", [_doc("vault/a", "kayak two")])
+        idx.delete_key("memory/gamma/never")
+        idx.commit()
+        assert sorted(p.name for p in (path / "memory").iterdir()) == ["alpha"]
+        idx.replace_note("memory/alpha/a", [_doc("memory/alpha/a", "canoe one")])
+        idx.commit()
+        assert [k for k, _ in idx.search("kayak", 10)] == ["vault/a#0"]
+        idx.add([_doc("memory/alpha/b", "kayak three")])
+        idx.rollback()
+        idx.commit()
+        assert idx.all_ids() == {"vault/a#0", "memory/alpha/a#0"}
+        idx.delete_key("memory/alpha/a")
+        idx.commit()
+        assert idx.all_ids() == {"vault/a#0"} and idx.num_pages() == 1
+        idx.add([_doc("memory/alpha/c", "kayak four")])
+        idx.commit()
+    finally:
+        idx.close()
+    again = Bm25Index(path)
+    try:
+        assert again.all_ids() == {"vault/a#0", "memory/alpha/c#0"}
+        assert [k for k, _ in again.search("kayak", 10, sources=["memory"])] == ["memory/alpha/c#0"]
+        again.delete_all()
+        again.commit()
+        assert again.num_docs() == again.num_pages() == 0
+    finally:
+        again.close()
+
+
+def test_a_keyword_index_holding_memory_beside_the_vault_is_outdated(tmp_path: Path) -> None:
+    """An index of the layout before inboxes (memory in the vault's index, counted in its
+    statistics) is refilled: it opens as outdated, never half-used."""
+    import shutil
+
+    from sidecar.contracts.errors import StoreOutdatedError
+    from sidecar.stores.bm25 import Bm25Index
+
+    path = tmp_path / "bm25"
+    Bm25Index(path).close()
+    shutil.rmtree(path / "memory")
+    with pytest.raises(StoreOutdatedError, match="memory beside the vault"):
+        Bm25Index(path)

@@ -97,7 +97,7 @@ def test_bm25_index_of_an_older_layout_is_upgraded(
         assert h2.sweep()["changed"] == 0
         assert h2.stores.bm25.num_docs() == expected
         assert h2.stores.bm25.num_pages() == h2.stores.manifest.indexed_page_count() > 0
-        assert sorted(p.name for p in (cfg.index_dir / "bm25").iterdir()) == ["chunks", "pages"]
+        assert sorted(p.name for p in (cfg.index_dir / "bm25").iterdir()) == ["chunks", "memory", "pages"]
         assert not any(r.levelname in ("WARNING", "ERROR") for r in caplog.records)
     finally:
         h2.close()
@@ -213,6 +213,7 @@ def test_pages_missing_beside_whole_chunks_are_refilled(
     expected = index_and_close(cfg)
     bm25 = Bm25Index(cfg.index_dir / "bm25")
     bm25._pages.writer.delete_all_documents()
+    bm25._pages.dirty = True
     bm25._pages.commit()
     assert bm25.num_pages() == 0 and bm25.num_docs() == expected
     bm25.close()

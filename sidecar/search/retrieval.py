@@ -293,7 +293,7 @@ class Retriever:
     def rare_limit(self) -> int:
         """How many notes may hold a word that still counts as rare (relative to the chunks of a
         small index)."""
-        share = int(self.stores.bm25.num_docs() * self.cfg.rare_term_share)
+        share = int(self.stores.bm25.collection_size() * self.cfg.rare_term_share)
         return min(self.cfg.rare_term_notes, max(1, share))
 
     # --- the arms -----------------------------------------------------------------------------

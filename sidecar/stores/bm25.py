@@ -17,6 +17,7 @@ import threading
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import tantivy
 
@@ -163,18 +164,24 @@ REOPEN_EVERY = 500  # commits between openings anew of a keyword index (see _Fol
 
 
 class _Folder:
-    """One Tantivy index in one folder: its writer and its current searcher."""
+    """One Tantivy index in one folder: its writer and its current searcher.
 
-    def __init__(self, path: Path, schema: tantivy.Schema) -> None:
+    A ``lazy`` folder (an agent's inbox) holds its writer only from a change to its commit: a
+    writer costs 2 MB and six threads, and an inbox is written now and then (twenty agents' open
+    writers held 107 MB and 336 threads)."""
+
+    def __init__(self, path: Path, schema: tantivy.Schema, *, lazy: bool = False) -> None:
         self.path = path
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # a file where the folder belongs: moved aside like a damaged store
             raise StoreError(f"BM25 index {path} cannot be made: {exc.strerror or exc}") from exc
         self.schema = schema
+        self.lazy = lazy
         self.commits = 0
+        self.dirty = False  # documents added or deleted since the last commit
         try:
-            self.index, self.writer, self.searcher = self._open()
+            self.index, self._writer, self.searcher = self._open()
         except BaseException as exc:
             if not _engine_failure(exc):
                 raise
@@ -189,13 +196,30 @@ class _Folder:
                 ) from exc
             raise StoreError(f"BM25 index {path} cannot be opened: {exc}") from exc
 
-    def _open(self) -> tuple[tantivy.Index, tantivy.IndexWriter, tantivy.Searcher]:
+    def _open(self) -> tuple[tantivy.Index, tantivy.IndexWriter | None, tantivy.Searcher]:
         index = tantivy.Index(self.schema, path=str(self.path), reuse=True)
         for name, stem in _ANALYZERS.items():
             index.register_tokenizer(name, text_analyzer(stem))
-        writer = index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+        writer = None if self.lazy else index.writer(heap_size=_WRITER_HEAP, num_threads=1)
         index.reload()
         return index, writer, index.searcher()
+
+    @property
+    def writer(self) -> tantivy.IndexWriter:
+        if self._writer is None:
+            with _engine("writer"):
+                self._writer = self.index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+        return self._writer
+
+    def _release(self) -> None:
+        """A lazy folder's writer ended (its merges finished, the index lock released)."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            try:
+                with _engine("merge wait"):
+                    writer.wait_merging_threads()
+            except StoreError as exc:
+                log.debug("bm25_close %s", exc)
 
     def _reopen(self) -> None:
         """The index opened anew: Tantivy's directory keeps the path of every segment file it
@@ -204,17 +228,26 @@ class _Folder:
         the searcher they hold; the new one is swapped in whole."""
         try:
             with _engine("reopen"):
-                self.writer.wait_merging_threads()  # ends the writer: releases the index lock
+                if self._writer is not None:
+                    self._writer.wait_merging_threads()  # ends the writer: releases the index lock
+                    self._writer = None
                 index, writer, searcher = self._open()
         except StoreError as exc:
             log.warning("bm25_reopen_failed path=%s error=%s", self.path, exc)
             self.recover_writer()  # a writer on the index as it was
             return
-        self.index, self.writer, self.searcher = index, writer, searcher
+        self.index, self._writer, self.searcher = index, writer, searcher
 
     def recover_writer(self) -> None:
         """After a failed commit: drop the uncommitted documents (the manifest still marks those
         notes as being indexed, so the next sweep redoes them) and keep a usable writer."""
+        self.dirty = False
+        if self.lazy:
+            if self._writer is not None:
+                with contextlib.suppress(StoreError), _engine("rollback"):
+                    self._writer.rollback()
+            self._release()  # the next change opens a fresh one
+            return
         try:
             with _engine("rollback"):
                 self.writer.rollback()
@@ -223,57 +256,206 @@ class _Folder:
             log.warning("bm25_writer_reset reason=%s", exc)
         with contextlib.suppress(StoreError), _engine("merge wait"):
             self.writer.wait_merging_threads()  # releases the index lock
+        self._writer = None
         try:
-            with _engine("writer"):
-                self.writer = self.index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+            self.writer  # noqa: B018  # a new writer, opened now
         except StoreError as exc:
             log.error("bm25_writer_unavailable error=%s", exc)
 
     def commit(self) -> None:
+        if not self.dirty:  # nothing to publish (an inbox no write touched)
+            return
         try:
             with _engine("commit"):  # disk full, read-only folder, damaged segments
                 self.writer.commit()
         except StoreError:
             self.recover_writer()
             raise
+        if self.lazy:
+            self._release()
         with _engine("reload"):
             self.index.reload()
             self.searcher = self.index.searcher()
+        self.dirty = False
         self.commits += 1
         if self.commits % REOPEN_EVERY == 0:
             self._reopen()
 
     def close(self) -> None:
+        if self._writer is None:
+            return
         try:
             with _engine("close"):
-                self.writer.wait_merging_threads()
+                self._writer.wait_merging_threads()
         except StoreError as exc:  # a failed writer: nothing more to flush
             log.debug("bm25_close %s", exc)
 
 
+Terms = dict[tuple[str, str], float]  # (field, term) -> boost
+
+
+def _idf(docs: int, df: int) -> float:
+    """Tantivy's BM25 idf."""
+    return math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
+
+
+class _Counts:
+    """An index's statistics at one commit, as Tantivy's BM25 takes them: documents (the deleted
+    ones of unmerged segments too) and, as asked, how many hold a term."""
+
+    def __init__(self, schema: tantivy.Schema, searcher: tantivy.Searcher) -> None:
+        self.searcher = searcher
+        self.docs = _total_docs(schema, searcher)
+        self._df: dict[tuple[str, str], int] = {}
+
+    def df(self, field: str, term: str) -> int:
+        found = self._df.get((field, term))
+        if found is None:
+            with _engine("doc_freq"):
+                found = int(self.searcher.doc_freq(field, term)) if self.docs else 0
+            if len(self._df) < 50_000:
+                self._df[field, term] = found
+        return found
+
+
+def _total_docs(schema: tantivy.Schema, searcher: tantivy.Searcher) -> int:
+    """The document count Tantivy's BM25 uses (deleted documents of unmerged segments included,
+    unlike ``num_docs``), read from the explanation of one match: the binding has no other way."""
+    if searcher.num_docs == 0:
+        return 0
+    with _engine("statistics"):
+        for field in FIELD_BOOSTS:
+            # One letter's terms first: walking the whole dictionary of a large vault took ms.
+            for prefix in ("e", "a", "i", ""):
+                found = searcher.terms_with_prefix(field, prefix, limit=1)
+                if found:
+                    query = tantivy.Query.term_query(schema, field, found[0][0])
+                    hits = searcher.search(query, limit=1, count=False).hits
+                    if hits:
+                        return _explained_docs(json.loads(query.explain(searcher, hits[0][1]).to_json()))
+    return int(searcher.num_docs)
+
+
+def _explained_docs(node: dict[str, Any]) -> int:
+    if str(node.get("description", "")).startswith("N,"):
+        return int(node.get("value", 0))
+    for child in node.get("details") or ():
+        found = _explained_docs(child)
+        if found:
+            return found
+    return 0
+
+
+class _Scorer:
+    """An inbox's hits on the vault's scale, with no other agent's memory in it.
+
+    Every agent's memory has an index of its own, and no memory enters the statistics of the
+    vault and the wiki: with every inbox in one index, an agent's own note scored differently
+    when another agent's private notes held the query's words (a side channel: whether someone's
+    memory holds a word). An inbox is searched in its own index with each term boosted by the
+    ratio of its idf in the vault and the wiki to its idf in the inbox: a hit's score is then
+    BM25 with the vault's word statistics and the inbox's own lengths (its tf part, relative to
+    the inbox's average length), on the scale of a vault hit, from no data but the vault's and
+    the agent's own."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, _Counts] = {}  # folder path -> its statistics at the last commit
+        self._lock = threading.Lock()
+
+    def counts(self, folder: _Folder) -> _Counts:
+        searcher = folder.searcher
+        name = str(folder.path)
+        with self._lock:
+            cached = self._counts.get(name)
+            if cached is not None and cached.searcher is searcher:
+                return cached
+        fresh = _Counts(folder.schema, searcher)
+        with self._lock:
+            self._counts[name] = fresh
+        return fresh
+
+    def terms(self, inbox: _Folder, shared: _Folder, terms: Terms) -> Terms:
+        """``terms`` reweighted for ``inbox`` (the terms it does not hold left out)."""
+        own, vault = self.counts(inbox), self.counts(shared)
+        out: Terms = {}
+        for (f, t), boost in terms.items():
+            held = own.df(f, t)
+            if held:
+                # An empty vault counts as one document, as ``ideal_score`` takes it.
+                out[f, t] = boost * _idf(max(vault.docs, 1), vault.df(f, t)) / _idf(own.docs, held)
+        return out
+
+
+def _memory_agent(key: str) -> str | None:
+    """The agent whose inbox holds the note ``key`` (None for a vault or wiki note)."""
+    if not key.startswith("memory/"):
+        return None
+    return key.split("/", 2)[1]
+
+
 class Bm25Index:
-    """BM25 over chunks and over whole notes (pages), one Tantivy index each in ``chunks/`` and
-    ``pages/`` of one folder; ``add``/``delete_key`` then ``commit`` make changes visible.
+    """BM25 over chunks and over whole notes (pages): one Tantivy index each in ``chunks/`` and
+    ``pages/`` for the vault and the wiki, and the same pair for each agent's memory in
+    ``memory/<agent>/``; ``add``/``delete_key`` then ``commit`` make changes visible.
 
     Hits are chunks, but a note's words are spread over its chunks: a page holding every word of
     a question in different sections matches it better than any of its chunks does. The page
     index scores that (``search_pages``), and fusion hands it to the page's chunks.
+
+    The keyword statistics (documents, lengths, how many hold a word) are those of the vault and
+    the wiki alone: an agent's memory is scored against them and counted in none (``_Scorer``).
     """
 
     def __init__(self, path: Path) -> None:
-        self.path = path  # made by its two parts' folders (with their guard)
+        self.path = path  # made by its parts' folders (with their guard)
         if (path / "meta.json").exists():  # one index in the folder itself: before pages
             raise StoreOutdatedError(f"BM25 index {path} has no page index")
+        if (path / "chunks").exists() and not (path / "memory").is_dir():
+            raise StoreOutdatedError(f"BM25 index {path} holds memory beside the vault")
         self.schema = _schema()
         self.analyzers = {name: text_analyzer(stem) for name, stem in _ANALYZERS.items()}
         self._lock = threading.Lock()
         self._closed = False
         self._chunks = _Folder(path / "chunks", self.schema)
         self._pages = _Folder(path / "pages", self.schema)
+        self._inboxes: dict[str, tuple[_Folder, _Folder]] = {}
+        self._scorer = _Scorer()
+        memory = path / "memory"
+        try:
+            memory.mkdir(exist_ok=True)
+            agents = sorted(p.name for p in memory.iterdir() if p.is_dir())
+        except OSError as exc:
+            raise StoreError(f"BM25 index {memory} cannot be made: {exc.strerror or exc}") from exc
+        for agent in agents:
+            self._inbox(agent)
 
     @property
     def _searcher(self) -> tantivy.Searcher:
         return self._chunks.searcher
+
+    def _inbox(self, agent: str, *, create: bool = True) -> tuple[_Folder, _Folder] | None:
+        """An agent's two indexes (opened, or made when ``create``)."""
+        found = self._inboxes.get(agent)
+        if found is None and create:
+            base = self.path / "memory" / agent
+            found = (
+                _Folder(base / "chunks", self.schema, lazy=True),
+                _Folder(base / "pages", self.schema, lazy=True),
+            )
+            self._inboxes[agent] = found
+        return found
+
+    def _folders(self) -> list[_Folder]:
+        return [self._chunks, self._pages, *(f for pair in list(self._inboxes.values()) for f in pair)]
+
+    def _target(
+        self, key: str, agent: str | None = None, *, create: bool = True
+    ) -> tuple[_Folder, _Folder] | None:
+        """Where note ``key``'s documents live: the shared pair, or its agent's inbox."""
+        owner = _memory_agent(key)
+        if owner is None:
+            return self._chunks, self._pages
+        return self._inbox(agent or owner, create=create)
 
     def analyze(self, text: str, field: str = "body") -> list[str]:
         """Terms of ``text`` as the field indexes them (CJK runs as bigrams, see ``stores.cjk``)."""
@@ -288,10 +470,14 @@ class Bm25Index:
         with self._lock, self._writing("write"):
             for d in docs:
                 body = f"{d.headings}\n{d.body}" if d.headings else d.body
-                self._chunks.writer.add_document(self._document(d.chunk_id, d, body))
+                target = self._target(d.key, d.agent)
+                assert target is not None
+                self._put(target[0], d.chunk_id, d, body)
                 pages.setdefault(d.key, (d, []))[1].append(body)
             for key, (first, bodies) in pages.items():
-                self._pages.writer.add_document(self._document(key, first, "\n".join(bodies)))
+                target = self._target(key, first.agent)
+                assert target is not None
+                self._put(target[1], key, first, "\n".join(bodies))
 
     def replace_note(
         self, key: str, docs: Sequence[Bm25Doc], held: Collection[str] = (), stale: Collection[str] = ()
@@ -302,24 +488,29 @@ class Bm25Index:
         ``stale``: the note's other chunk ids in the index, removed. Without ``held`` every chunk
         of the note is replaced."""
         with self._lock, self._writing("write"):
+            target = self._target(key, docs[0].agent if docs else None, create=bool(docs))
+            if target is None:
+                return  # an inbox that never held anything: nothing to remove
+            chunks, pages = target
             if held:
                 for chunk_id in stale:
-                    self._chunks.writer.delete_documents_by_term("chunk_id", chunk_id)
+                    chunks.writer.delete_documents_by_term("chunk_id", chunk_id)
             else:
-                self._chunks.writer.delete_documents_by_term("key", key)
-            self._pages.writer.delete_documents_by_term("key", key)
+                chunks.writer.delete_documents_by_term("key", key)
+            pages.writer.delete_documents_by_term("key", key)
+            chunks.dirty = pages.dirty = True
             bodies = []
             for d in docs:
                 body = f"{d.headings}\n{d.body}" if d.headings else d.body
                 if d.chunk_id not in held:
-                    self._chunks.writer.add_document(self._document(d.chunk_id, d, body))
+                    self._put(chunks, d.chunk_id, d, body)
                 bodies.append(body)
             if docs:  # the page is the whole note: rewritten whenever any chunk changed
-                self._pages.writer.add_document(self._document(key, docs[0], "\n".join(bodies)))
+                self._put(pages, key, docs[0], "\n".join(bodies))
 
     @contextlib.contextmanager
     def _writing(self, what: str) -> Iterator[None]:
-        """A change to both writers; a failure leaves both usable again. A writer whose worker
+        """A change to the writers; a failure leaves them usable again. A writer whose worker
         thread died (a segment flush that hit a full disk) refuses every later document ("an
         index writer was killed"): without a new one the index never recovered, however much
         space was freed. What was not committed is redone by the next sweep."""
@@ -327,63 +518,80 @@ class Bm25Index:
             with _engine(what):
                 yield
         except StoreError as exc:
-            self._chunks.recover_writer()
-            self._pages.recover_writer()
+            for folder in self._folders():
+                if folder.dirty or not folder.lazy:  # the one that failed may have taken nothing yet
+                    folder.recover_writer()
             raise StoreError(f"{exc}{_disk_hint(self.path)}") from exc
+
+    def _put(self, folder: _Folder, doc_id: str, d: Bm25Doc, body: str) -> None:
+        folder.writer.add_document(self._document(doc_id, d, body))
+        folder.dirty = True
 
     @staticmethod
     def _document(doc_id: str, d: Bm25Doc, body: str) -> tantivy.Document:
-        body = bigrams(body)
+        text = bigrams(body)
         return tantivy.Document(
             chunk_id=doc_id,
             key=d.key,
             source=d.source,
             agent=d.agent,
             title=bigrams(d.title),
-            body=body,
-            body_en=body,
-            body_de=german_fold(body),
+            body=text,
+            body_en=text,
+            body_de=german_fold(text),
         )
 
     def delete_key(self, key: str) -> None:
         with self._lock, self._writing("delete"):
-            self._chunks.writer.delete_documents_by_term("key", key)
-            self._pages.writer.delete_documents_by_term("key", key)
+            target = self._target(key, create=False)
+            for folder in target or ():
+                folder.writer.delete_documents_by_term("key", key)
+                folder.dirty = True
 
     def delete_all(self) -> None:
         with self._lock, self._writing("delete"):
-            self._chunks.writer.delete_all_documents()
-            self._pages.writer.delete_all_documents()
+            for folder in self._folders():
+                folder.writer.delete_all_documents()
+                folder.dirty = True
 
     def rollback(self) -> None:
         """Drop what was written since the last commit (a refill cut short by a stop)."""
         with self._lock:
-            self._chunks.recover_writer()
-            self._pages.recover_writer()
+            for folder in self._folders():
+                folder.recover_writer()
 
     def commit(self) -> None:
         with self._lock:
+            folders = self._folders()
             try:
-                self._chunks.commit()
-                self._pages.commit()
+                for folder in folders:
+                    folder.commit()
             except StoreError as exc:
-                self._pages.recover_writer()
+                for folder in folders:
+                    if folder.dirty:
+                        folder.recover_writer()
                 raise StoreError(f"{exc}{_disk_hint(self.path)}") from exc
 
     def all_ids(self) -> set[str]:
-        """Every chunk id in the index (for consistency checks)."""
-        searcher = self._searcher
-        n = searcher.num_docs
-        if n == 0:
-            return set()
-        with _engine("read"):
-            hits = searcher.search(tantivy.Query.all_query(), limit=n, count=False).hits
-            return {str(searcher.doc(address).get_first("chunk_id")) for _score, address in hits}
+        """Every chunk id in the index, memory's too (for consistency checks)."""
+        out: set[str] = set()
+        for folder in self._chunk_folders():
+            searcher = folder.searcher
+            n = searcher.num_docs
+            if n == 0:
+                continue
+            with _engine("read"):
+                hits = searcher.search(tantivy.Query.all_query(), limit=n, count=False).hits
+                out.update(str(searcher.doc(address).get_first("chunk_id")) for _score, address in hits)
+        return out
+
+    def _chunk_folders(self) -> list[_Folder]:
+        return [self._chunks, *(pair[0] for pair in list(self._inboxes.values()))]
 
     def doc_freq(self, word: str, *, pages: bool = False) -> int:
-        """Chunks (with ``pages``: notes) whose body holds ``word`` (its rarest term when the
-        analyzer splits it). Counted by a query, not read from the term dictionary, which still
-        counts the chunks of edited notes until their segment is merged."""
+        """Chunks (with ``pages``: notes) of the vault and the wiki whose body holds ``word`` (its
+        rarest term when the analyzer splits it). Counted by a query, not read from the term
+        dictionary, which still counts the chunks of edited notes until their segment is merged."""
         searcher = self._pages.searcher if pages else self._searcher
         with _engine("count"):
             counts = [
@@ -415,23 +623,37 @@ class Bm25Index:
                 (tantivy.Occur.Must, tantivy.Query.term_set_query(schema, "chunk_id", list(among))),
             ]
         )
-        searcher = self._searcher
-        with _engine("search"):
-            result = searcher.search(query, limit=len(among), count=False)
-            return {str(searcher.doc(address).get_first("chunk_id")) for _score, address in result.hits}
+        out: set[str] = set()
+        for folder in self._chunk_folders():
+            searcher = folder.searcher
+            if searcher.num_docs == 0:
+                continue
+            with _engine("search"):
+                result = searcher.search(query, limit=len(among), count=False)
+                out.update(
+                    str(searcher.doc(address).get_first("chunk_id")) for _score, address in result.hits
+                )
+        return out
 
     def num_docs(self) -> int:
-        return int(self._searcher.num_docs)
+        """Chunks in the index, memory's too (what the manifest's count is checked against)."""
+        return sum(int(f.searcher.num_docs) for f in self._chunk_folders())
 
     def num_pages(self) -> int:
-        return int(self._pages.searcher.num_docs)
+        return int(self._pages.searcher.num_docs) + sum(
+            int(pair[1].searcher.num_docs) for pair in list(self._inboxes.values())
+        )
+
+    def collection_size(self) -> int:
+        """Chunks whose words make the keyword statistics: the vault's and the wiki's."""
+        return int(self._searcher.num_docs)
 
     def deleted_docs(self) -> tuple[int, int]:
-        """(deleted, all) documents of both indexes as their segments keep them: Tantivy drops a
+        """(deleted, all) documents of every index as their segments keep them: Tantivy drops a
         deleted document only when its segment is merged, and a segment of a vault that shrank is
         not merged again (its deleted notes kept the disk and counted in the word statistics)."""
         deleted = total = 0
-        for folder in (self._chunks, self._pages):
+        for folder in self._folders():
             try:
                 segments = json.loads((folder.path / "meta.json").read_text(encoding="utf-8"))["segments"]
             except (OSError, ValueError, KeyError, TypeError):
@@ -460,9 +682,7 @@ class Bm25Index:
         wiki stay). Restrictions score nothing: a hit's score is its text's match alone, the same
         with or without them.
         """
-        return self._search(
-            self._chunks, text, limit, sources=sources, agent_scope=agent_scope, key=key, stem=stem
-        )
+        return self._search(False, text, limit, sources=sources, agent_scope=agent_scope, key=key, stem=stem)
 
     def search_pages(
         self,
@@ -478,31 +698,12 @@ class Bm25Index:
         """(note key, bm25 score) for whole notes (only the one ``key``, or only ``keys``), as
         ``search`` scores chunks."""
         return self._search(
-            self._pages,
-            text,
-            limit,
-            sources=sources,
-            agent_scope=agent_scope,
-            key=key,
-            keys=keys,
-            stem=stem,
+            True, text, limit, sources=sources, agent_scope=agent_scope, key=key, keys=keys, stem=stem
         )
 
-    def _search(
-        self,
-        folder: _Folder,
-        text: str | Sequence[tuple[str, float]],
-        limit: int,
-        *,
-        sources: Sequence[str] | None,
-        agent_scope: str | None,
-        key: str | None,
-        keys: Sequence[str] | None = None,
-        stem: str | None = None,
-    ) -> list[tuple[str, float]]:
-        schema = self.schema
+    def _terms(self, text: str | Sequence[tuple[str, float]], stem: str | None) -> Terms:
         parts = [(text, 1.0)] if isinstance(text, str) else list(text)
-        terms: dict[tuple[str, str], float] = {}
+        terms: Terms = {}
         boosts = field_boosts(stem)
         for part, weight in parts:
             for f, boost in boosts.items():
@@ -512,34 +713,90 @@ class Bm25Index:
             # title 'Kündigung' through its German folding, as it meets the word in a body.
             for t in self.analyze(german_fold(part), "title"):
                 terms["title", t] = max(terms.get(("title", t), 0.0), boosts["title"] * weight)
-        if not terms:
+        return terms
+
+    def _search(
+        self,
+        pages: bool,
+        text: str | Sequence[tuple[str, float]],
+        limit: int,
+        *,
+        sources: Sequence[str] | None,
+        agent_scope: str | None,
+        key: str | None,
+        keys: Sequence[str] | None = None,
+        stem: str | None = None,
+    ) -> list[tuple[str, float]]:
+        terms = self._terms(text, stem)
+        if not terms or limit <= 0:
             return []
+        shared_folder = self._pages if pages else self._chunks
+        # Which notes' keys go where: a vault or wiki key to the shared index, a memory key to
+        # its agent's inbox (of the agents in scope).
+        in_scope = [agent_scope] if agent_scope is not None else sorted(self._inboxes)
+        want_shared = sources is None or any(s != "memory" for s in sources)
+        want_memory = sources is None or "memory" in sources
+        shared_keys: Sequence[str] | None = keys
+        inbox_keys: dict[str, list[str] | None] = dict.fromkeys(in_scope) if want_memory else {}
+        if key is not None or keys is not None:
+            wanted = [key] if key is not None else list(keys or ())
+            shared_keys = [k for k in wanted if _memory_agent(k) is None]
+            want_shared = want_shared and bool(shared_keys)
+            per_agent: dict[str, list[str]] = {}
+            for k in wanted:
+                owner = _memory_agent(k)
+                if owner is not None and owner in inbox_keys:
+                    per_agent.setdefault(owner, []).append(k)
+            inbox_keys = dict(per_agent)
+        found: list[tuple[str, float]] = []
+        if want_shared:
+            found += self._query(
+                shared_folder,
+                terms,
+                limit,
+                sources=None if sources is None else [s for s in sources if s != "memory"],
+                keys=shared_keys,
+            )
+        for agent, agent_keys in inbox_keys.items():
+            pair = self._inboxes.get(agent)
+            inbox = None if pair is None else pair[1] if pages else pair[0]
+            if inbox is None or inbox.searcher.num_docs == 0:
+                continue
+            weighted = self._scorer.terms(inbox, shared_folder, terms)
+            if weighted:
+                found += self._query(inbox, weighted, limit, sources=None, keys=agent_keys)
+        if len(inbox_keys) > 1 or (want_shared and inbox_keys):
+            found.sort(key=lambda hit: -hit[1])
+        return found[:limit]
+
+    def _restricted(
+        self, terms: Terms, sources: Sequence[str] | None, keys: Sequence[str] | None
+    ) -> tantivy.Query:
+        schema = self.schema
         should = [
             (tantivy.Occur.Should, tantivy.Query.boost_query(tantivy.Query.term_query(schema, f, t), boost))
             for (f, t), boost in terms.items()
         ]
         clauses = [(tantivy.Occur.Must, tantivy.Query.boolean_query(should))]
         restrict: list[tantivy.Query] = []
-        if sources:
+        if sources is not None:
             restrict.append(tantivy.Query.term_set_query(schema, "source", list(sources)))
-        if key is not None:
-            restrict.append(tantivy.Query.term_query(schema, "key", key))
         if keys is not None:
             restrict.append(tantivy.Query.term_set_query(schema, "key", list(keys)))
-        if agent_scope is not None:
-            restrict.append(
-                tantivy.Query.boolean_query(
-                    [
-                        (
-                            tantivy.Occur.Should,
-                            tantivy.Query.term_set_query(schema, "source", ["vault", "wiki"]),
-                        ),
-                        (tantivy.Occur.Should, tantivy.Query.term_query(schema, "agent", agent_scope)),
-                    ]
-                )
-            )
+        # Restrictions score nothing: a hit's score is its text's match alone.
         clauses += [(tantivy.Occur.Must, tantivy.Query.const_score_query(q, 0.0)) for q in restrict]
-        query = tantivy.Query.boolean_query(clauses)
+        return tantivy.Query.boolean_query(clauses)
+
+    def _query(
+        self,
+        folder: _Folder,
+        terms: Terms,
+        limit: int,
+        *,
+        sources: Sequence[str] | None,
+        keys: Sequence[str] | None,
+    ) -> list[tuple[str, float]]:
+        query = self._restricted(terms, sources, keys)
         searcher = folder.searcher
         with _engine("search"):  # damaged segment files
             result = searcher.search(query, limit=limit, count=False)
@@ -575,5 +832,5 @@ class Bm25Index:
             if self._closed:
                 return
             self._closed = True
-            self._chunks.close()
-            self._pages.close()
+            for folder in self._folders():
+                folder.close()
