@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import io
 import json
 import os
 import re
@@ -577,6 +578,10 @@ def test_every_tool_resource_and_status_through_the_sdk(served: Served) -> None:
 
 
 def test_status_without_daemon_and_tools_say_how_to_start(tmp_path: Path) -> None:
+    """With no daemon memory_status is an error as every tool's is (it answered isError false,
+    which a host showing only the flag took for a success), saying how to start the daemon; its
+    structured content still says the daemon is down."""
+
     async def session() -> tuple[Any, Any]:
         async with McpClient(_shim(tmp_path / "nohome")) as client:
             return await client.call_tool("memory_status", {}), await client.call_tool(
@@ -584,11 +589,41 @@ def test_status_without_daemon_and_tools_say_how_to_start(tmp_path: Path) -> Non
             )
 
     status, search = asyncio.run(session())
-    assert not status.is_error and status.structured_content["daemon"] == "down"
+    assert status.is_error and status.structured_content["daemon"] == "down"
+    assert "sidecar daemon unavailable" in _text(status) and "sidecar serve" in _text(status)
     assert search.is_error and "sidecar serve" in _text(search)
     # The hint names the home the shim was started with: a daemon started as it said (with no
     # --home) listened on another socket.
     assert f"`sidecar serve --home {tmp_path / 'nohome'} --vault PATH`" in _text(search)
+
+
+def test_status_of_a_frozen_daemon_answers_in_seconds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon that takes connections and never answers (SIGSTOP): memory_status says so within
+    its own shorter wait, as an error naming what to do (it waited the minute any call waits)."""
+    import socket
+
+    from sidecar.clients import mcp_calls
+    from sidecar.clients.mcp_shim import Shim
+
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    path = folder / "s.sock"
+    silent = socket.socket(socket.AF_UNIX)
+    silent.bind(str(path))
+    silent.listen()  # connections wait in the backlog: taken, never answered
+    monkeypatch.setattr(mcp_calls, "STATUS_TIMEOUT", 0.5)
+    shim = Shim(path, "claude", io.BytesIO())
+    try:
+        started = time.monotonic()
+        result = shim.call_tool({"name": "memory_status", "arguments": {}})
+    finally:
+        silent.close()
+    assert time.monotonic() - started < 10
+    assert result["isError"] is True and result["structuredContent"]["daemon"] == "not answering"
+    assert "did not answer 'health'" in result["content"][0]["text"]
+    assert "sidecar status" in result["content"][0]["text"]
 
 
 def test_the_daemon_down_hint_names_the_shims_config_and_socket(tmp_path: Path) -> None:

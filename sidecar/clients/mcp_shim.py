@@ -215,7 +215,8 @@ class Shim:
                 raise ToolError(f"{wrong} (see the {name} input schema)")
             text, structured = tool(args)
         except ToolError as exc:
-            return {"content": [{"type": "text", "text": str(exc)}], "isError": True}
+            error = {"content": [{"type": "text", "text": str(exc)}], "isError": True}
+            return error if exc.structured is None else {**error, "structuredContent": exc.structured}
         return {
             "content": [{"type": "text", "text": text}],
             "structuredContent": structured,
