@@ -1061,6 +1061,69 @@ def test_a_closed_stdout_does_not_wait_for_the_running_calls(tmp_path: Path) -> 
     release.set()
 
 
+def test_a_cancelled_call_is_not_answered_and_not_run_when_still_queued(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """notifications/cancelled (MCP: the receiver SHOULD NOT answer it): a call still queued is not
+    run, a running one's answer is dropped; a cancel of an unknown id, of `initialize` or of the
+    id's other type ("1" for 1) touches nothing, and the calls around them are answered (every
+    cancelled call was answered before)."""
+    import threading
+    from types import SimpleNamespace
+
+    from sidecar.clients import mcp_shim
+
+    monkeypatch.setattr(mcp_shim, "CALL_WORKERS", 1)  # one runs, the others wait their turn
+    started, release, ran = threading.Event(), threading.Event(), []
+
+    def status(args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        ran.append(args.get("n"))
+        if args.get("n") == 1:
+            started.set()
+            release.wait(30)
+        return "ok", {"n": args.get("n")}
+
+    monkeypatch.setitem(mcp_shim.INPUTS, "memory_status", ("n",))  # the fake tool's argument
+    monkeypatch.setitem(mcp_shim.SCHEMAS, "memory_status", {"properties": {"n": {"type": "integer"}}})
+    tools = SimpleNamespace(tools={"memory_status": status})
+    out = io.BytesIO()
+    shim = mcp_shim.Shim(tmp_path / "none.sock", "claude", out, tools)  # type: ignore[arg-type]
+    read, write_end = os.pipe()
+    stdin = os.fdopen(read, "rb")
+
+    def send(*messages: dict[str, Any]) -> None:
+        os.write(write_end, b"".join(json.dumps({"jsonrpc": "2.0", **m}).encode() + b"\n" for m in messages))
+
+    def call(rid: Any, n: int) -> dict[str, Any]:
+        return {"id": rid, "method": "tools/call", "params": {"name": "memory_status", "arguments": {"n": n}}}
+
+    def cancel(rid: Any) -> dict[str, Any]:
+        return {"method": "notifications/cancelled", "params": {"requestId": rid, "reason": "user"}}
+
+    server = threading.Thread(target=shim.serve, args=(stdin,))
+    server.start()
+    try:
+        send({"id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18"}}, cancel(0))
+        send(call(1, 1), call(2, 2), call(3, 3), call("s", 4))
+        assert started.wait(10)  # 1 runs; 2, 3 and "s" wait
+        send(
+            cancel(2), cancel(1), cancel(99), cancel("3"), cancel(None), {"method": "notifications/cancelled"}
+        )
+        send({"id": 5, "method": "ping"})
+        deadline = time.monotonic() + 10
+        while b'"id":5' not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        release.set()
+    finally:
+        os.close(write_end)
+        server.join(30)
+        stdin.close()
+    answers = {a["id"]: a for a in map(json.loads, out.getvalue().splitlines())}
+    assert sorted(answers, key=str) == [0, 3, 5, "s"], answers
+    assert answers[3]["result"]["structuredContent"] == {"n": 3}
+    assert ran == [1, 3, 4]  # 2 was cancelled while it waited: never run
+
+
 def test_names_cannot_forge_lines_in_the_tools_texts(served: Served) -> None:
     """A file name holding a line break, an escape sequence or an RTL override is shown escaped in
     every tool's text, as the outline shows it (search showed a forged top '[wiki]' hit, list a
