@@ -440,13 +440,24 @@ def _on_a_terminal(d: DaemonProcess, *argv: str) -> bytes:
 
 
 def test_get_and_recall_escape_control_characters_on_a_terminal_only(daemon: DaemonProcess) -> None:
-    evil = "backup codes \x1b]52;c;ZWNobyBwd25lZA==\x07 and \x1b[2J cleared\n\tindented\n"
+    """On a terminal a note's escape sequences and bidirectional overrides and isolates are shown
+    escaped (an override showed the rest of its line reversed: text other than the note holds);
+    the right-to-left mark of Hebrew text stays; into a pipe the text is exact."""
+    evil = (
+        "backup codes \x1b]52;c;ZWNobyBwd25lZA==\x07 and \x1b[2J cleared\n\tindented\n"
+        "invoice \u202egpj.exe\u202c and \u2067isolated\u2069, \u05e9\u05dc\u05d5\u05dd\u200f!\n"
+    )
     assert _run(daemon, "memory", "write", "evil", "--agent", "bob", stdin=evil).returncode == 0
     shown = _on_a_terminal(daemon, "get", "memory/bob/evil")
     assert b"\x1b" not in shown and b"\x07" not in shown
     assert b"\\x1b]52;c;ZWNobyBwd25lZA==\\x07" in shown and b"\n\tindented" in shown
-    recalled = _on_a_terminal(daemon, "recall", "backup codes", "--agent", "bob")
+    assert b"invoice \\u202egpj.exe\\u202c and \\u2067isolated\\u2069, " in shown
+    assert "\u05e9\u05dc\u05d5\u05dd\u200f!".encode() in shown
+    recalled = _on_a_terminal(daemon, "recall", "backup codes invoice", "--agent", "bob")
     assert b"\\x1b[2J" in recalled and b"\x1b" not in recalled
+    assert b"\\u202e" in recalled and "\u202e".encode() not in recalled
+    found = _on_a_terminal(daemon, "search", "invoice isolated", "--agent", "bob")
+    assert b"memory/evil" in found and "\u202e".encode() not in found
     assert evil.encode() in _run(daemon, "get", "memory/bob/evil").stdout  # piped: exact
     assert evil in json.loads(_run(daemon, "get", "memory/bob/evil", "--json").stdout)["text"]
 
