@@ -476,6 +476,31 @@ def test_values_the_daemon_refuses_as_malformed_are_usage_errors(daemon: DaemonP
     _one_line(_run(daemon, "search", "x", "--agent", "A B"), ExitCode.USAGE, "invalid agent name 'A B'")
 
 
+def test_references_and_notes_refused_as_malformed_exit_2_missing_or_unreadable_notes_7(
+    daemon: DaemonProcess,
+) -> None:
+    """README's table: a value the daemon refuses whatever the vault holds is a bad command line
+    (2); a note that does not exist, or cannot be shown, is a refused request (7). A reference
+    with "..", memory/<slug> without --agent and a note too large to write exited 7."""
+    assert daemon.vault is not None
+    (daemon.vault / "Latin1.md").write_bytes("caf\xe9 \xe0 la cr\xe8me ".encode("latin-1") * 4)
+    _one_line(_run(daemon, "get", "vault/../x"), ExitCode.USAGE, "leaves its root")
+    _one_line(_run(daemon, "get", "memory/x"), ExitCode.USAGE, "without an agent")
+    _one_line(_run(daemon, "related", "vault/.hidden/x"), ExitCode.USAGE, "hidden folder")
+    _one_line(_run(daemon, "get", "[[#Setup]]"), ExitCode.USAGE, "names a heading or block")
+    big = "word " * 30_000  # over memory.maxNoteBytes (100,000)
+    _one_line(
+        _run(daemon, "memory", "write", "big", "--agent", "me", stdin=big), ExitCode.USAGE, "larger than"
+    )
+    r = _run(daemon, "get", "vault/../x", "--json")
+    assert r.returncode == ExitCode.USAGE and json.loads(r.stdout)["error"]["code"] == "bad_reference"
+    _one_line(_run(daemon, "get", "vault/Nope"), ExitCode.REQUEST_FAILED, "no note")
+    _one_line(_run(daemon, "get", "memory/nope", "--agent", "me"), ExitCode.REQUEST_FAILED, "no note")
+    _one_line(_run(daemon, "get", "vault/Latin1"), ExitCode.REQUEST_FAILED, "not UTF-8")
+    r = _run(daemon, "get", "vault/Latin1", "--json")
+    assert r.returncode == ExitCode.REQUEST_FAILED and json.loads(r.stdout)["error"]["code"] == "unreadable"
+
+
 def _index_offline(tmp_path: Path, *extra: str) -> Any:
     """`sidecar index` with no daemon, keyword-only, over a one-note vault."""
     vault = write(tmp_path / "vault" / "a.md", "# A\n\ntext\n").parent
