@@ -465,7 +465,25 @@ class Handlers:
                     return replace(self._named(path, agent), anchor=anchor)
                 except SourceError:
                     pass
+        if manifest.rel_of(key) is None and not key.startswith("memory/"):
+            return self._in_root(key) or Named(key)
         return Named(key)
+
+    def _in_root(self, key: str) -> Named | None:
+        """``vault/Boat`` with no note at that path: the note a bare name ``Boat`` opens, taken
+        within that root only (``Boat`` worked and ``vault/Boat`` said no such note); None when
+        a file is there (not indexed yet), or no note of the root has that name."""
+        try:
+            self._on_disk(key, lambda: path_for_key(self.cfg, key))
+            return None
+        except NotFoundError:
+            pass
+        except (SourceError, NoAnswer):
+            return None  # refused or not answering: reading it says why
+        source, rest = key.split("/", 1)
+        graph = LinkGraph(self.manifest.read)
+        found, candidates = graph.resolve_name(rest, self.cfg.vault.wiki_subfolder, source)
+        return None if found is None else Named(found, "", candidates)
 
     def _on_disk(self, key: str, fn: Callable[[], T]) -> T:
         """``fn``, a look at the file behind ``key``, within the probe timeout: on a hung share
