@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import io
 import json
 import os
 import re
@@ -577,6 +578,10 @@ def test_every_tool_resource_and_status_through_the_sdk(served: Served) -> None:
 
 
 def test_status_without_daemon_and_tools_say_how_to_start(tmp_path: Path) -> None:
+    """With no daemon memory_status is an error as every tool's is (it answered isError false,
+    which a host showing only the flag took for a success), saying how to start the daemon; its
+    structured content still says the daemon is down."""
+
     async def session() -> tuple[Any, Any]:
         async with McpClient(_shim(tmp_path / "nohome")) as client:
             return await client.call_tool("memory_status", {}), await client.call_tool(
@@ -584,11 +589,41 @@ def test_status_without_daemon_and_tools_say_how_to_start(tmp_path: Path) -> Non
             )
 
     status, search = asyncio.run(session())
-    assert not status.is_error and status.structured_content["daemon"] == "down"
+    assert status.is_error and status.structured_content["daemon"] == "down"
+    assert "sidecar daemon unavailable" in _text(status) and "sidecar serve" in _text(status)
     assert search.is_error and "sidecar serve" in _text(search)
     # The hint names the home the shim was started with: a daemon started as it said (with no
     # --home) listened on another socket.
     assert f"`sidecar serve --home {tmp_path / 'nohome'} --vault PATH`" in _text(search)
+
+
+def test_status_of_a_frozen_daemon_answers_in_seconds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon that takes connections and never answers (SIGSTOP): memory_status says so within
+    its own shorter wait, as an error naming what to do (it waited the minute any call waits)."""
+    import socket
+
+    from sidecar.clients import mcp_calls
+    from sidecar.clients.mcp_shim import Shim
+
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    path = folder / "s.sock"
+    silent = socket.socket(socket.AF_UNIX)
+    silent.bind(str(path))
+    silent.listen()  # connections wait in the backlog: taken, never answered
+    monkeypatch.setattr(mcp_calls, "STATUS_TIMEOUT", 0.5)
+    shim = Shim(path, "claude", io.BytesIO())
+    try:
+        started = time.monotonic()
+        result = shim.call_tool({"name": "memory_status", "arguments": {}})
+    finally:
+        silent.close()
+    assert time.monotonic() - started < 10
+    assert result["isError"] is True and result["structuredContent"]["daemon"] == "not answering"
+    assert "did not answer 'health'" in result["content"][0]["text"]
+    assert "sidecar status" in result["content"][0]["text"]
 
 
 def test_the_daemon_down_hint_names_the_shims_config_and_socket(tmp_path: Path) -> None:
@@ -1024,6 +1059,69 @@ def test_a_closed_stdout_does_not_wait_for_the_running_calls(tmp_path: Path) -> 
     shim.serve(io.BytesIO(b"".join(json.dumps(m).encode() + b"\n" for m in lines)))
     assert time.monotonic() - started < 5.0 and shim.closed.is_set()
     release.set()
+
+
+def test_a_cancelled_call_is_not_answered_and_not_run_when_still_queued(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """notifications/cancelled (MCP: the receiver SHOULD NOT answer it): a call still queued is not
+    run, a running one's answer is dropped; a cancel of an unknown id, of `initialize` or of the
+    id's other type ("1" for 1) touches nothing, and the calls around them are answered (every
+    cancelled call was answered before)."""
+    import threading
+    from types import SimpleNamespace
+
+    from sidecar.clients import mcp_shim
+
+    monkeypatch.setattr(mcp_shim, "CALL_WORKERS", 1)  # one runs, the others wait their turn
+    started, release, ran = threading.Event(), threading.Event(), []
+
+    def status(args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        ran.append(args.get("n"))
+        if args.get("n") == 1:
+            started.set()
+            release.wait(30)
+        return "ok", {"n": args.get("n")}
+
+    monkeypatch.setitem(mcp_shim.INPUTS, "memory_status", ("n",))  # the fake tool's argument
+    monkeypatch.setitem(mcp_shim.SCHEMAS, "memory_status", {"properties": {"n": {"type": "integer"}}})
+    tools = SimpleNamespace(tools={"memory_status": status})
+    out = io.BytesIO()
+    shim = mcp_shim.Shim(tmp_path / "none.sock", "claude", out, tools)  # type: ignore[arg-type]
+    read, write_end = os.pipe()
+    stdin = os.fdopen(read, "rb")
+
+    def send(*messages: dict[str, Any]) -> None:
+        os.write(write_end, b"".join(json.dumps({"jsonrpc": "2.0", **m}).encode() + b"\n" for m in messages))
+
+    def call(rid: Any, n: int) -> dict[str, Any]:
+        return {"id": rid, "method": "tools/call", "params": {"name": "memory_status", "arguments": {"n": n}}}
+
+    def cancel(rid: Any) -> dict[str, Any]:
+        return {"method": "notifications/cancelled", "params": {"requestId": rid, "reason": "user"}}
+
+    server = threading.Thread(target=shim.serve, args=(stdin,))
+    server.start()
+    try:
+        send({"id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18"}}, cancel(0))
+        send(call(1, 1), call(2, 2), call(3, 3), call("s", 4))
+        assert started.wait(10)  # 1 runs; 2, 3 and "s" wait
+        send(
+            cancel(2), cancel(1), cancel(99), cancel("3"), cancel(None), {"method": "notifications/cancelled"}
+        )
+        send({"id": 5, "method": "ping"})
+        deadline = time.monotonic() + 10
+        while b'"id":5' not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        release.set()
+    finally:
+        os.close(write_end)
+        server.join(30)
+        stdin.close()
+    answers = {a["id"]: a for a in map(json.loads, out.getvalue().splitlines())}
+    assert sorted(answers, key=str) == [0, 3, 5, "s"], answers
+    assert answers[3]["result"]["structuredContent"] == {"n": 3}
+    assert ran == [1, 3, 4]  # 2 was cancelled while it waited: never run
 
 
 def test_names_cannot_forge_lines_in_the_tools_texts(served: Served) -> None:

@@ -440,13 +440,24 @@ def _on_a_terminal(d: DaemonProcess, *argv: str) -> bytes:
 
 
 def test_get_and_recall_escape_control_characters_on_a_terminal_only(daemon: DaemonProcess) -> None:
-    evil = "backup codes \x1b]52;c;ZWNobyBwd25lZA==\x07 and \x1b[2J cleared\n\tindented\n"
+    """On a terminal a note's escape sequences and bidirectional overrides and isolates are shown
+    escaped (an override showed the rest of its line reversed: text other than the note holds);
+    the right-to-left mark of Hebrew text stays; into a pipe the text is exact."""
+    evil = (
+        "backup codes \x1b]52;c;ZWNobyBwd25lZA==\x07 and \x1b[2J cleared\n\tindented\n"
+        "invoice \u202egpj.exe\u202c and \u2067isolated\u2069, \u05e9\u05dc\u05d5\u05dd\u200f!\n"
+    )
     assert _run(daemon, "memory", "write", "evil", "--agent", "bob", stdin=evil).returncode == 0
     shown = _on_a_terminal(daemon, "get", "memory/bob/evil")
     assert b"\x1b" not in shown and b"\x07" not in shown
     assert b"\\x1b]52;c;ZWNobyBwd25lZA==\\x07" in shown and b"\n\tindented" in shown
-    recalled = _on_a_terminal(daemon, "recall", "backup codes", "--agent", "bob")
+    assert b"invoice \\u202egpj.exe\\u202c and \\u2067isolated\\u2069, " in shown
+    assert "\u05e9\u05dc\u05d5\u05dd\u200f!".encode() in shown
+    recalled = _on_a_terminal(daemon, "recall", "backup codes invoice", "--agent", "bob")
     assert b"\\x1b[2J" in recalled and b"\x1b" not in recalled
+    assert b"\\u202e" in recalled and "\u202e".encode() not in recalled
+    found = _on_a_terminal(daemon, "search", "invoice isolated", "--agent", "bob")
+    assert b"memory/evil" in found and "\u202e".encode() not in found
     assert evil.encode() in _run(daemon, "get", "memory/bob/evil").stdout  # piped: exact
     assert evil in json.loads(_run(daemon, "get", "memory/bob/evil", "--json").stdout)["text"]
 
@@ -463,6 +474,31 @@ def test_values_the_daemon_refuses_as_malformed_are_usage_errors(daemon: DaemonP
         "invalid slug",
     )
     _one_line(_run(daemon, "search", "x", "--agent", "A B"), ExitCode.USAGE, "invalid agent name 'A B'")
+
+
+def test_references_and_notes_refused_as_malformed_exit_2_missing_or_unreadable_notes_7(
+    daemon: DaemonProcess,
+) -> None:
+    """README's table: a value the daemon refuses whatever the vault holds is a bad command line
+    (2); a note that does not exist, or cannot be shown, is a refused request (7). A reference
+    with "..", memory/<slug> without --agent and a note too large to write exited 7."""
+    assert daemon.vault is not None
+    (daemon.vault / "Latin1.md").write_bytes("caf\xe9 \xe0 la cr\xe8me ".encode("latin-1") * 4)
+    _one_line(_run(daemon, "get", "vault/../x"), ExitCode.USAGE, "leaves its root")
+    _one_line(_run(daemon, "get", "memory/x"), ExitCode.USAGE, "without an agent")
+    _one_line(_run(daemon, "related", "vault/.hidden/x"), ExitCode.USAGE, "hidden folder")
+    _one_line(_run(daemon, "get", "[[#Setup]]"), ExitCode.USAGE, "names a heading or block")
+    big = "word " * 30_000  # over memory.maxNoteBytes (100,000)
+    _one_line(
+        _run(daemon, "memory", "write", "big", "--agent", "me", stdin=big), ExitCode.USAGE, "larger than"
+    )
+    r = _run(daemon, "get", "vault/../x", "--json")
+    assert r.returncode == ExitCode.USAGE and json.loads(r.stdout)["error"]["code"] == "bad_reference"
+    _one_line(_run(daemon, "get", "vault/Nope"), ExitCode.REQUEST_FAILED, "no note")
+    _one_line(_run(daemon, "get", "memory/nope", "--agent", "me"), ExitCode.REQUEST_FAILED, "no note")
+    _one_line(_run(daemon, "get", "vault/Latin1"), ExitCode.REQUEST_FAILED, "not UTF-8")
+    r = _run(daemon, "get", "vault/Latin1", "--json")
+    assert r.returncode == ExitCode.REQUEST_FAILED and json.loads(r.stdout)["error"]["code"] == "unreadable"
 
 
 def _index_offline(tmp_path: Path, *extra: str) -> Any:

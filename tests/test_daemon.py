@@ -74,7 +74,7 @@ def test_get_refuses_escapes(running: DaemonProcess, tmp_path: Path) -> None:
     for ref in ["vault/../../etc/passwd", "/etc/passwd", "vault/a\0b", "vault/escape", "memory/x"]:
         with pytest.raises(RemoteError) as exc:
             running.call("get", {"reference": ref})
-        assert exc.value.code in ("bad_reference", "not_found")
+        assert exc.value.code in ("bad_reference", "not_found", "unreadable")  # a link out: unreadable
         assert "top secret" not in str(exc.value)
 
 

@@ -516,6 +516,35 @@ def test_get_takes_a_notes_name_or_a_link_as_written(tmp_path: Path, serve_in_pr
         call("get", {"reference": "boat-fact"}, agent="codex")  # not another agent's
 
 
+def test_a_bare_name_after_vault_or_wiki_is_resolved_within_that_root(
+    tmp_path: Path, serve_in_process: Any
+) -> None:
+    """`vault/Boat` and `wiki/Glossary` with no note at that path name the note a bare name opens,
+    within that root only, with the same candidates (they said "no note" while `Boat` worked); an
+    exact path still wins, and neither reaches another root or a memory note."""
+    v = tmp_path / "rooted"
+    write(v / "Projects/Boat.md", "# Boat\n\n## Budget\n\nSails cost 900.\n")
+    write(v / "Archive/Old/Boat.md", "# Boat\n\nThe old one.\n")
+    write(v / "Top.md", "# Top\n\nAt the top.\n")
+    write(v / "wiki/Terms/Glossary.md", "# Glossary\n\nWords.\n")
+    write(v / "wiki/Sails.md", "# Sails\n\nIn the wiki only.\n")
+    call = serve_in_process(v).call
+
+    got = call("get", {"reference": "vault/Boat"})
+    assert got["reference"] == "vault/Projects/Boat" and got["candidates"] == 2
+    assert call("get", {"reference": "vault/Old/Boat"})["reference"] == "vault/Archive/Old/Boat"
+    assert call("get", {"reference": "vault/Boat#Budget"})["text"].startswith("## Budget")
+    got = call("get", {"reference": "wiki/Glossary"})
+    assert got["reference"] == "wiki/Terms/Glossary" and "candidates" not in got
+    assert call("get", {"reference": "vault/Top"})["reference"] == "vault/Top"  # the exact path
+    assert call("related", {"reference": "vault/Boat"})["reference"] == "vault/Projects/Boat"
+    assert call("why", {"reference": "wiki/Glossary", "query": "words"})["indexed"]
+    call("write", {"slug": "keel", "content": "The keel is iron."}, agent="claude")
+    for ref in ("vault/Sails", "wiki/Boat", "vault/Glossary", "vault/keel", "wiki/keel"):
+        with pytest.raises(RemoteError, match="no note"):  # another root's note, a memory note
+            call("get", {"reference": ref}, agent="claude")
+
+
 def test_file_names_properties_and_dated_links_as_obsidian_shows_them(
     tmp_path: Path, serve_in_process: Any
 ) -> None:

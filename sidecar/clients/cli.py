@@ -100,10 +100,17 @@ def _failed(exc: SidecarError) -> int:
     return int(exc.exit_code)
 
 
+# The daemon's error codes for a value refused whatever the vault holds: it came from this command
+# line (a query too long, an unknown root, a reference with "..", memory/<slug> without --agent,
+# a bad slug, a note too large to send). A reference refused for what is there (no such note:
+# not_found; too large, offline: unreadable) and the rest are refusals (exit 7).
+_MALFORMED = frozenset({"bad_request", "bad_reference", "bad_memory_write", "frame_too_large"})
+
+
 def _remote_exit(code: str) -> ExitCode:
-    """The exit code of a daemon's refusal: a value it refuses as malformed came from this command
-    line (a query too long, an unknown root); a request it did not finish in time may have acted."""
-    if code == "bad_request":
+    """The exit code of a daemon's refusal, as README's table has it: a malformed value is a bad
+    command line; a request it did not finish in time may have acted."""
+    if code in _MALFORMED:
         return ExitCode.USAGE
     if code == "timeout":
         return ExitCode.NO_ANSWER

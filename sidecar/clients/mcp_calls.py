@@ -31,14 +31,24 @@ Tool = Callable[[dict[str, Any]], tuple[str, dict[str, Any]]]
 # The most of one note memory_get returns unasked (about 12,000 tokens); a range reads the rest.
 GET_CHARS = 50_000
 
+# How long a tool waits for the daemon's answer. memory_status waits less, as `sidecar status`
+# does: health is counted from memory (no search, no file read), so an answer that takes longer
+# means a stopped (SIGSTOP), hung or swamped daemon, and the agent asking "why are results thin?"
+# learns that in seconds, not after the minute a search may take under load.
+CALL_TIMEOUT = 60.0
+STATUS_TIMEOUT = 10.0
+
 
 class ToolError(Exception):
     """A tool call that failed in a way the model should read (sent as isError content);
     ``daemon`` says how the daemon was when it failed ("down", "not answering"), if that was why."""
 
-    def __init__(self, message: str, daemon: str | None = None) -> None:
+    def __init__(
+        self, message: str, daemon: str | None = None, structured: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         self.daemon = daemon
+        self.structured = structured  # structured content sent with the error, when the tool has some
 
 
 # Ops that change a memory: when the daemon was reached but no answer came back, the change may
@@ -70,13 +80,13 @@ class ToolCalls:
             "wiki_outline": self.outline,
         }
 
-    def call(self, op: str, params: dict[str, Any]) -> dict[str, Any]:
+    def call(self, op: str, params: dict[str, Any], timeout: float = CALL_TIMEOUT) -> dict[str, Any]:
         sent = False
         try:
             with Client(
                 self.socket_path,
                 agent=self.agent,
-                timeout=60.0,
+                timeout=timeout,
                 config_file=self.config_file,
                 serve_flags=self.serve_flags,
             ) as client:
@@ -213,10 +223,18 @@ class ToolCalls:
 
     def status(self, _a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         try:
-            health = self.call("health", {})
+            health = self.call("health", {}, timeout=STATUS_TIMEOUT)
         except ToolError as exc:
-            down = {"daemon": exc.daemon or "down", "message": str(exc)}
-            return f"sidecar is not available: {exc}", down
+            # An error, as every other tool's when the daemon is down (a host showing only the
+            # error flag took "sidecar is not available" for a success); the structured content
+            # still says how the daemon is, as the output schema promises.
+            text = str(exc)
+            if exc.daemon == "not answering":
+                text += (
+                    ": it may be stopped, hung or overloaded; ask the user to check `sidecar status` "
+                    "and restart it (`systemctl --user restart sidecar`)"
+                )
+            raise ToolError(text, exc.daemon, {"daemon": exc.daemon or "down", "message": text}) from exc
         out = status_of(health, self.agent)
         return f"sidecar: {out['message']}", out
 

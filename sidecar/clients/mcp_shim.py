@@ -85,8 +85,11 @@ class Shim:
         # Tool calls run on a few threads of their own, in the order they came: a host sending
         # 1,500 at once held as many daemon connections, and every other agent's search waited a
         # minute behind them.
-        self._calls: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._calls: queue.Queue[_Call] = queue.Queue()
         self._workers: list[threading.Thread] = []
+        # The calls queued or running, by id: what a notifications/cancelled can still reach.
+        self._pending: dict[tuple[str, str | int], list[_Call]] = {}
+        self._pending_lock = threading.Lock()
 
     def send(self, message: dict[str, Any] | list[dict[str, Any]]) -> None:
         try:
@@ -142,6 +145,8 @@ class Shim:
         if not is_dict or message.get("jsonrpc") != "2.0":  # answered with its id when it has one
             return _error(rid if usable else None, -32600, "invalid request: not a JSON-RPC 2.0 message")
         if "id" not in message or method is None:
+            if method == "notifications/cancelled":
+                self._cancel(message.get("params"))
             return None  # a notification (initialized, cancelled) or a response: nothing to answer
         if not usable:
             return _error(None, -32600, "invalid request: 'id' must be a string or an integer")
@@ -215,7 +220,8 @@ class Shim:
                 raise ToolError(f"{wrong} (see the {name} input schema)")
             text, structured = tool(args)
         except ToolError as exc:
-            return {"content": [{"type": "text", "text": str(exc)}], "isError": True}
+            error = {"content": [{"type": "text", "text": str(exc)}], "isError": True}
+            return error if exc.structured is None else {**error, "structuredContent": exc.structured}
         return {
             "content": [{"type": "text", "text": text}],
             "structuredContent": structured,
@@ -309,18 +315,65 @@ class Shim:
             worker = threading.Thread(target=self._work, name=f"mcp-call-{len(self._workers)}", daemon=True)
             self._workers.append(worker)
             worker.start()
-        self._calls.put(message)
+        call = _Call(message)
+        if call.key is not None:
+            with self._pending_lock:
+                self._pending.setdefault(call.key, []).append(call)
+        self._calls.put(call)
+
+    def _cancel(self, params: Any) -> None:
+        """notifications/cancelled: the host will not use the answer (MCP: the receiver SHOULD
+        stop and SHOULD NOT answer). A call still queued is not run; one running finishes in the
+        daemon (a request sent cannot be taken back) and its answer is dropped. An id of no call
+        queued or running (unknown, answered already, or `initialize`, answered at once) is
+        ignored, as the spec allows; a later call reusing the id is not touched."""
+        key = _id_key(params.get("requestId") if isinstance(params, dict) else None)
+        with self._pending_lock:
+            for call in self._pending.get(key, []) if key is not None else []:
+                call.cancelled = True
 
     def _work(self) -> None:
         while True:
-            message = self._calls.get()
+            call = self._calls.get()
             try:
-                if not self.closed.is_set():
-                    self.handle(message)
+                answer = None
+                try:
+                    if not self.closed.is_set() and not call.cancelled:
+                        answer = self.answer(call.message)
+                finally:
+                    cancelled = self._finished(call)
+                if answer is not None and not cancelled:
+                    self.send(answer)
             except Exception:  # a worker lives on: the calls queued behind it must be answered
                 log.exception("mcp_request_failed a tool call ended with an error")
             finally:
                 self._calls.task_done()
+
+    def _finished(self, call: _Call) -> bool:
+        """Forget a call that ran (a cancel can no longer reach it); whether it was cancelled."""
+        with self._pending_lock:
+            if call.key is not None:
+                calls = self._pending[call.key]
+                calls.remove(call)
+                if not calls:
+                    del self._pending[call.key]
+            return call.cancelled
+
+
+class _Call:
+    """A tool call or resource read waiting for a worker or running on one."""
+
+    def __init__(self, message: dict[str, Any]) -> None:
+        self.message = message
+        self.key = _id_key(message.get("id"))
+        self.cancelled = False
+
+
+def _id_key(rid: Any) -> tuple[str, str | int] | None:
+    """A request id as notifications/cancelled names it: 7 and "7" are two ids."""
+    if isinstance(rid, bool) or not isinstance(rid, str | int):
+        return None
+    return (type(rid).__name__, rid)
 
 
 def _error(rid: Any, code: int, message: str) -> dict[str, Any]:

@@ -51,6 +51,14 @@ class NotFoundError(SourceError):
     code = "not_found"
 
 
+class UnreadableError(SourceError):
+    """The reference is valid but its note cannot be shown now: too large, not UTF-8, its folder
+    offline or hung, a link out of its root. Told apart from ``bad_reference`` (a value refused
+    whatever the vault holds: the CLI's usage error) so the CLI can exit as README's table says."""
+
+    code = "unreadable"
+
+
 class EmbedderError(SidecarError):
     """The embedding model cannot be found, loaded or run."""
 

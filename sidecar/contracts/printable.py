@@ -18,13 +18,19 @@ def escape_controls(text: str) -> str:
 
 
 # C0 and C1 controls and DEL but the tab and the line feed: what a terminal acts on (ESC opens
-# OSC 52 clipboard writes, title changes, screen clears; a lone CR overwrites a line).
-_TERMINAL_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# OSC 52 clipboard writes, title changes, screen clears; a lone CR overwrites a line). And the
+# bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069): each shows the
+# rest of its line in another order than it is stored ("Trojan Source"), so a note could show a
+# reader on a terminal text that is not what it holds. The marks U+200E, U+200F and U+061C stay:
+# they act as one invisible letter, cannot reorder letters around them, and are common in
+# Hebrew and Arabic notes, which they would fill with escapes.
+_TERMINAL_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def escape_terminal(text: str) -> str:
-    """A whole text (a note) as a terminal may show it: controls escaped as in ``escape_controls``,
-    its lines and tabs kept (Windows line ends too: the CR before a line feed shows nothing)."""
+    """A whole text (a note) as a terminal may show it: controls and bidirectional overrides
+    escaped as in ``escape_controls``, its lines and tabs kept (Windows line ends too: the CR
+    before a line feed shows nothing)."""
     return _TERMINAL_CONTROL.sub(
         lambda m: m.group().encode("unicode_escape").decode("ascii"), text.replace("\r\n", "\n")
     )

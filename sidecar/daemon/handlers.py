@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from sidecar import __version__
 from sidecar.config import Config, agent_name_problem, valid_agent
-from sidecar.contracts.errors import NotFoundError, ProtocolError, SourceError
+from sidecar.contracts.errors import NotFoundError, ProtocolError, SourceError, UnreadableError
 from sidecar.contracts.protocol import (
     LIMIT_RANGE,
     MAX_DAY_CHARS,
@@ -338,7 +338,7 @@ class Handlers:
         try:
             path, text = self._on_disk(key, lambda: self._read(key, reference))
         except NoAnswer as exc:
-            raise SourceError(
+            raise UnreadableError(
                 f"{reference!r} cannot be read now: {exc}; its indexed text is still found by search"
             ) from exc
         except SourceError as exc:
@@ -396,7 +396,7 @@ class Handlers:
             out["masked"] = masked
         return out
 
-    def _offline(self, key: str, reference: str) -> SourceError | None:
+    def _offline(self, key: str, reference: str) -> UnreadableError | None:
         """Why ``get`` may not find a note of an offline root (raised at once when what is there
         cannot be the share); None when its root is online."""
         source = key.split("/", 1)[0]
@@ -404,14 +404,14 @@ class Handlers:
         offline = None
         if status is not None and status.offline and status.hold_kind == "mass":
             # The folder is there and read; most of its notes vanished at once: this one among them.
-            offline = SourceError(
+            offline = UnreadableError(
                 f"{reference!r} is no longer in the {source}: its deletion is held with "
                 f"{status.held_deletions} others (`sidecar index --confirm-deletions {source}` applies "
                 "them; `sidecar status` says when they apply by themselves); its indexed text is "
                 "still found by search"
             )
         elif status is not None and status.offline:
-            offline = SourceError(
+            offline = UnreadableError(
                 f"{reference!r} cannot be read now: the {source} is offline ({status.error}); "
                 "its indexed text is still found by search"
             )
@@ -465,7 +465,25 @@ class Handlers:
                     return replace(self._named(path, agent), anchor=anchor)
                 except SourceError:
                     pass
+        if manifest.rel_of(key) is None and not key.startswith("memory/"):
+            return self._in_root(key) or Named(key)
         return Named(key)
+
+    def _in_root(self, key: str) -> Named | None:
+        """``vault/Boat`` with no note at that path: the note a bare name ``Boat`` opens, taken
+        within that root only (``Boat`` worked and ``vault/Boat`` said no such note); None when
+        a file is there (not indexed yet), or no note of the root has that name."""
+        try:
+            self._on_disk(key, lambda: path_for_key(self.cfg, key))
+            return None
+        except NotFoundError:
+            pass
+        except (SourceError, NoAnswer):
+            return None  # refused or not answering: reading it says why
+        source, rest = key.split("/", 1)
+        graph = LinkGraph(self.manifest.read)
+        found, candidates = graph.resolve_name(rest, self.cfg.vault.wiki_subfolder, source)
+        return None if found is None else Named(found, "", candidates)
 
     def _on_disk(self, key: str, fn: Callable[[], T]) -> T:
         """``fn``, a look at the file behind ``key``, within the probe timeout: on a hung share
@@ -488,7 +506,7 @@ class Handlers:
         except FileNotFoundError as exc:
             raise NotFoundError(f"no note {reference!r}") from exc
         except NoteUnreadable as exc:
-            raise SourceError(f"{reference!r} cannot be read: {exc.reason}") from exc
+            raise UnreadableError(f"{reference!r} cannot be read: {exc.reason}") from exc
         return path, text
 
     def related(self, req: Request) -> dict[str, Any]:
@@ -500,10 +518,10 @@ class Handlers:
         key = self._named(reference, req.agent).key
         limit = param_int(p, "limit", default=10, lo=RELATED_LIMIT_RANGE[0], hi=RELATED_LIMIT_RANGE[1])
         if not manifest.file_states(key).get(key):
-            try:  # not_found / bad_reference for a note that does not exist
+            try:  # not_found / unreadable for a note that does not exist or cannot be looked at
                 self._on_disk(key, lambda: path_for_key(self.cfg, key))
             except NoAnswer as exc:
-                raise SourceError(f"{reference!r} cannot be looked at now: {exc}") from exc
+                raise UnreadableError(f"{reference!r} cannot be looked at now: {exc}") from exc
         graph = LinkGraph(manifest.read)
         items = graph.related(key, limit, req.agent)
         for item in items:

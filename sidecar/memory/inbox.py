@@ -70,6 +70,20 @@ class InboxFullError(MemoryWriteError):
     code = "inbox_full"
 
 
+# A write refused for the note that is there, not for what was sent (the sender's values are
+# fine: the CLI exits 7 for these, 2 for a bad_memory_write).
+class MemoryConflictError(MemoryWriteError):
+    """The note changed while the write was made: read it again and retry."""
+
+    code = "conflict"
+
+
+class MemoryUnreadableError(MemoryWriteError):
+    """The note there cannot be read as a write needs it (a symlink, its front matter, its size)."""
+
+    code = "unreadable"
+
+
 @dataclass(frozen=True)
 class Written:
     slug: str
@@ -207,7 +221,7 @@ class Inboxes:
                 # Saved by someone else (an editor writing in place) while it was read: what was
                 # read may be half of it; read again rather than keep a torn copy as "previous".
             else:
-                raise MemoryWriteError(
+                raise MemoryConflictError(
                     f"{slug!r} kept changing while it was read (is it being edited elsewhere?); "
                     "nothing was written: try again"
                 )
@@ -216,7 +230,7 @@ class Inboxes:
                 old_text = old.decode("utf-8", errors="replace")
                 problem = front_matter_problem(old_text) if must_exist else None
                 if problem is not None:  # an edit keeps the keys: it cannot when it cannot read them
-                    raise MemoryWriteError(
+                    raise MemoryUnreadableError(
                         f"the front matter of {slug!r} cannot be read ({problem}): fix it, or replace "
                         "the whole note with memory_write"
                     )
@@ -289,7 +303,7 @@ class Inboxes:
                 kept = previous.name
                 with contextlib.closing(_Fd(_trash_dir(inbox_fd))) as trash, ledger.lock:
                     ledger.change(trash.fd, kept, -1, lambda: os.unlink(kept, dir_fd=trash.fd))
-            raise MemoryWriteError(
+            raise MemoryConflictError(
                 f"{name[:-3]!r} was changed by someone else while this edit was prepared; nothing "
                 "was written: read it again and retry"
             )
@@ -867,7 +881,7 @@ def _read_existing(inbox_fd: int, name: str, slug: str) -> tuple[bytes | None, _
     except FileNotFoundError:
         return None, None
     except NotRegularError as exc:
-        raise SourceError(f"memory note {slug!r} is {exc.strerror}; refused") from exc
+        raise MemoryUnreadableError(f"memory note {slug!r} is {exc.strerror}; refused") from exc
     try:
         st = os.fstat(fd)
     except OSError:
@@ -875,7 +889,7 @@ def _read_existing(inbox_fd: int, name: str, slug: str) -> tuple[bytes | None, _
         raise
     data = read_fd(fd, _MAX_EXISTING + 1)
     if len(data) > _MAX_EXISTING:  # its copy in .trash would be cut: the note would be lost in part
-        raise MemoryWriteError(
+        raise MemoryUnreadableError(
             f"memory note {slug!r} is larger than {_MAX_EXISTING >> 20} MiB (placed by hand?): sidecar "
             "does not replace it; move it out of the inbox first"
         )

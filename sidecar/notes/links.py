@@ -197,11 +197,14 @@ class LinkGraph:
     def __init__(self, query: Any) -> None:
         self._query = query  # Manifest.read: (sql, args) -> rows
 
-    def resolve_name(self, path: str, wiki_subfolder: str) -> tuple[str | None, int]:
+    def resolve_name(
+        self, path: str, wiki_subfolder: str, source: str | None = None
+    ) -> tuple[str | None, int]:
         """(key or None, how many notes it could mean) of a note's name or path as a link from
         the vault's top folder resolves it (file names, then aliases); the vault and the wiki
-        only, never a memory note."""
-        rows = self._query(_TARGETS + " AND source != 'memory'", ())
+        only, never a memory note; ``source`` ("vault" or "wiki"): that root's notes only."""
+        within = " AND source = ?" if source is not None else ""
+        rows = self._query(_TARGETS + " AND source != 'memory'" + within, (source,) if source else ())
         return Resolver(_targets(rows, wiki_subfolder)).resolve(path, "")
 
     def links_of(self, key: str, agent: str | None = None) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sidecar.config import Config, valid_agent
-from sidecar.contracts.errors import NotFoundError, SourceError
+from sidecar.contracts.errors import NotFoundError, SourceError, UnreadableError
 from sidecar.contracts.wire import SOURCES
 from sidecar.vault.confine import (
     NotPrivateError,
@@ -680,16 +680,16 @@ def path_for_key(cfg: Config, key: str, rel: str | None = None) -> tuple[Root, P
         root = Root("memory", agent_inbox(cfg, agent), agent=agent)
         refusal = inbox_refusal(root)
         if refusal is not None:
-            raise SourceError(f"{key!r}: {refusal}")
+            raise UnreadableError(f"{key!r}: {refusal}")
         path = root.path / f"{slug}.md"
         try:
             st = path.lstat()
         except FileNotFoundError as exc:
             raise NotFoundError(f"no note {key!r}") from exc
         except OSError as exc:
-            raise SourceError(f"{key!r} cannot be read: {exc.strerror}") from exc
+            raise UnreadableError(f"{key!r} cannot be read: {exc.strerror}") from exc
         if stat.S_ISLNK(st.st_mode):
-            raise SourceError(f"{key!r} is a symbolic link in a memory inbox; refused")
+            raise UnreadableError(f"{key!r} is a symbolic link in a memory inbox; refused")
         return root, path
     if cfg.vault.path is None:
         raise NotFoundError("no vault is configured")
@@ -698,7 +698,7 @@ def path_for_key(cfg: Config, key: str, rel: str | None = None) -> tuple[Root, P
         root = Root("wiki", cfg.vault.path / wiki, within=cfg.vault.path)
         refusal = root_refusal(root)
         if refusal is not None:
-            raise SourceError(f"{key!r}: {refusal}; refused")
+            raise UnreadableError(f"{key!r}: {refusal}; refused")
     else:
         if rest == wiki or rest.startswith(wiki + "/"):
             raise SourceError(f"{key!r} lies in the wiki; use wiki/{rest[len(wiki) + 1 :]}")
@@ -710,11 +710,11 @@ def path_for_key(cfg: Config, key: str, rel: str | None = None) -> tuple[Root, P
     except FileNotFoundError as exc:
         raise NotFoundError(f"no note {key!r}") from exc
     except (OSError, RuntimeError) as exc:
-        raise SourceError(f"{key!r} cannot be resolved") from exc
+        raise UnreadableError(f"{key!r} cannot be resolved") from exc
     if not resolved.is_relative_to(base):
-        raise SourceError(f"{key!r} resolves outside its root; refused")
+        raise UnreadableError(f"{key!r} resolves outside its root; refused")
     if path.is_symlink() or resolved != path.absolute():
         why = link_refusal(root, path, base)
         if why is not None:
-            raise SourceError(f"{key!r}: {why}; refused")
+            raise UnreadableError(f"{key!r}: {why}; refused")
     return root, resolved
