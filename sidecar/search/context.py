@@ -3,8 +3,10 @@ cut to a token budget."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 
+from sidecar.contracts.printable import escape_controls
 from sidecar.contracts.wire import Hit
 
 HEADER = (
@@ -16,6 +18,9 @@ MORE = "Call memory_search to recall more, or memory_get with a reference for th
 LEGEND = "Sources: [wiki] curated pages · [vault] the user's notes · [memory] your own earlier notes"
 # Asked without an agent (a person at the CLI): memory hits are several agents' notes.
 LEGEND_ALL = "Sources: [wiki] curated pages · [vault] the user's notes · [memory] the agents' notes"
+# The frame's own tags inside a note's text (a web clipping, a pasted prompt): written as text, so
+# no note ends the frame early and goes on as if it were not recalled.
+_FRAME_TAG = re.compile(r"<(/?\s*recalled-notes)", re.IGNORECASE)
 
 
 def render_block(
@@ -34,8 +39,9 @@ def render_block(
     frame = len(parts)
     used = sum(count_tokens(parts))
     for h in hits:
-        head = f"\n[{h.source}] {h.reference} (lines {h.lines[0]}-{h.lines[1]})"
-        body = h.text
+        # A file name may hold a line break: escaped, it cannot start a line of its own.
+        head = f"\n[{h.source}] {escape_controls(h.reference)} (lines {h.lines[0]}-{h.lines[1]})"
+        body = _FRAME_TAG.sub(r"&lt;\1", h.text)
         cost = sum(count_tokens([head, body]))
         if used + cost > budget:
             room = budget - used - count_tokens([head])[0]
