@@ -612,6 +612,27 @@ def test_status_shows_a_batch_of_changes_being_indexed(shared: DaemonProcess) ->
     assert "the daemon runs 0.0.9, this installation is " in render_status(h)
 
 
+def test_status_names_copies_of_damaged_stores_kept_for_inspection(shared: DaemonProcess) -> None:
+    """A store moved aside as damaged (at this start or any before) is named by status, with its
+    age and when it goes: copies of a whole index were kept for good and named nowhere."""
+    from sidecar.clients.cli_render import render_status
+    from sidecar.stores.lifecycle import move_aside_name
+
+    copy = move_aside_name(Path(shared.health()["home"]) / "index" / "bm25")
+    copy.mkdir()
+    try:
+        h = shared.health()
+        assert h["index"]["moved_aside"] == [{"name": copy.name, "store": "bm25", "age_days": 0.0}]
+        assert (
+            f"Damaged index copies: 1 moved aside in {h['home']}/index ({copy.name}; the oldest under a "
+            "day old), kept for inspection and removed after 30 days" in render_status(h)
+        )
+    finally:
+        copy.rmdir()
+    assert shared.health()["index"]["moved_aside"] == []
+    assert "Damaged index copies" not in render_status(shared.health())
+
+
 def test_status_shows_a_model_switch_and_its_progress(shared: DaemonProcess) -> None:
     """While the vectors of a new model are computed, status (and memory_status) say so, how far
     it is and which model answers meanwhile: it said "every chunk has a vector" and named the new

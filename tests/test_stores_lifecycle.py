@@ -369,3 +369,34 @@ def test_the_agents_in_the_index_are_found_by_jumps(tmp_path: Path) -> None:
         assert sorted(found) == ["a", "a-b", "a_c", "zed"] and len(found) == 4
     finally:
         m.close()
+
+
+def test_copies_of_damaged_stores_go_after_a_month(make_cfg: Any, vault: Path) -> None:
+    """A start removes the copies of damaged stores older than 30 days (a manifest's side files
+    with it) and keeps younger ones; doctor counts what they hold and names them. Each damage or
+    downgrade kept a full copy of the index for good."""
+    from sidecar.clients.doctor import check_disk
+    from sidecar.stores.lifecycle import move_aside_name
+
+    cfg = make_cfg(vault)
+    index_and_close(cfg)
+    index = cfg.index_dir
+    old_bm25 = index / "bm25.broken-20200101-000000-1"
+    (old_bm25 / "chunks").mkdir(parents=True)
+    (old_bm25 / "chunks" / "meta.json").write_text("{}")
+    old_manifest = index / "manifest.sqlite.broken-20200102-000000-2"
+    old_manifest.write_bytes(b"x" * 10)
+    old_manifest.with_name(old_manifest.name + "-wal").write_bytes(b"y")
+    young = move_aside_name(index / "vectors")
+    young.mkdir()
+    (young / "t.lance").write_bytes(b"z" * 3_000_000)
+    unrelated = index / "notes.broken-by-hand"
+    unrelated.write_text("mine")
+    h2 = Harness(cfg, FakeEmbedder())
+    h2.close()
+    assert not old_bm25.exists() and not old_manifest.exists()
+    assert not old_manifest.with_name(old_manifest.name + "-wal").exists()
+    assert young.exists() and unrelated.exists()
+    disk = check_disk(cfg)
+    assert disk.ok and "(3 MB of it in 1 copy of damaged data moved aside" in disk.verdict
+    assert young.name in disk.verdict and "removed 30 days after the move" in disk.verdict

@@ -10,6 +10,7 @@ from typing import Any, TextIO
 from sidecar import __version__
 from sidecar.clients.foreground import duration
 from sidecar.contracts.printable import escape_controls as shown
+from sidecar.stores.aside import KEEP_MOVED_ASIDE_DAYS
 
 
 def _ago(ts: float | None) -> str:
@@ -99,6 +100,13 @@ def render_status(h: dict[str, Any]) -> str:
         parts = ", ".join(f"{n} by {rule}" for rule, n in sorted(idx["excluded"].items()))
         lines.append(f"Excluded notes: {parts}")
     lines += _problem_lines(h.get("problems") or {"active": [], "recent": []}, todo)
+    if aside := idx.get("moved_aside"):
+        oldest = max(c["age_days"] for c in aside)
+        lines.append(
+            f"Damaged index copies: {len(aside)} moved aside in {h['home']}/index "
+            f"({', '.join(c['name'] for c in aside)}; the oldest {_days(oldest)} old), kept for "
+            f"inspection and removed after {KEEP_MOVED_ASIDE_DAYS} days; `sidecar doctor` shows their size"
+        )
     if h["vault"] is None:
         todo.append("configure a vault (--vault or vault.path) to index notes")
     if todo:
@@ -342,3 +350,7 @@ def snippet(text: str, query: str, width: int = 200) -> str:
         cut = part.rfind(" ")
         part = (part[:cut] if cut > width // 2 else part).rstrip(" ,;:") + "…"
     return ("…" if start else "") + part
+
+
+def _days(days: float) -> str:
+    return "under a day" if days < 1 else f"{days:.0f} day" + ("" if round(days) == 1 else "s")

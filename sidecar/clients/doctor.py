@@ -38,6 +38,7 @@ from sidecar.clients.service import (
 from sidecar.clients.snippets import daemon_args, mcp_snippets
 from sidecar.config import Config, env_name
 from sidecar.contracts.errors import DaemonNotRunningError, EmbedderError, SidecarError
+from sidecar.stores.aside import KEEP_MOVED_ASIDE_DAYS, moved_aside
 from sidecar.vault.mounts import is_network, mount_containing, read_mounts
 from sidecar.vault.timeout import folder_state, run_with_timeout
 
@@ -533,6 +534,14 @@ def check_disk(cfg: Config) -> Check:
         else 0
     )
     size = f"; the index uses {_size(used)}" if used else ""
+    aside = moved_aside(cfg.index_dir) if cfg.index_dir.is_dir() else []
+    if aside:
+        kept = sum(f.stat().st_size for c in aside for f in _files(c.path))
+        size += (
+            f" ({_size(kept)} of it in {len(aside)} cop{'y' if len(aside) == 1 else 'ies'} of damaged data "
+            f"moved aside, kept for inspection and removed {KEEP_MOVED_ASIDE_DAYS} days after the move: "
+            f"{', '.join(c.path.name for c in aside)}; delete them to free the space now)"
+        )
     if free < max(_MIN_FREE_BYTES, used):
         return Check(
             "disk",
@@ -541,6 +550,13 @@ def check_disk(cfg: Config) -> Check:
             "free space on that disk, or move the home (--home) to a disk with room",
         )
     return Check("disk", True, f"{_size(free)} free at {base}{size}")
+
+
+def _files(path: Path) -> list[Path]:
+    try:
+        return [path] if path.is_file() else [f for f in path.rglob("*") if f.is_file()]
+    except OSError:
+        return []
 
 
 # --- running the checks with deadlines -----------------------------------------------------------

@@ -56,6 +56,7 @@ from sidecar.search.explain import explain
 from sidecar.search.query import MAX_TAGS, FilterError, Filters, parse_day
 from sidecar.search.recall import recall
 from sidecar.search.retrieval import Retriever, SearchRequest
+from sidecar.stores.aside import moved_aside
 from sidecar.stores.manifest import Manifest
 from sidecar.vault.sources import (
     NoteUnreadable,
@@ -181,6 +182,11 @@ class Handlers:
                 # False while a new or rebuilt index has not read every note (a build cut short,
                 # a folder offline): its searches say so (``indexing``).
                 "complete": not self.indexer.reading_first_time,
+                # Copies of damaged stores kept for inspection (removed after a month).
+                "moved_aside": [
+                    {"name": c.path.name, "store": c.store, "age_days": round(c.age_days, 1)}
+                    for c in moved_aside(self.cfg.index_dir)
+                ],
             },
             "roots": self.supervisor.describe(self._watched),
             "vectors": vec.describe(),

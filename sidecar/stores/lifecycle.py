@@ -1,9 +1,9 @@
 """Opening the stores, and moving a broken one aside so that a fresh one is built in its place.
 
 The manifest and BM25 are opened at start; a store in an older layout is replaced (derived data),
-one that cannot be opened is renamed ``<name>.broken-<time>`` (kept for inspection, never
-deleted) and started fresh. Without the manifest the other stores cannot be trusted, so they are
-moved aside with it. A vector table is moved aside alone (the folder also holds the other model's
+one that cannot be opened is renamed ``<name>.broken-<time>`` (kept for inspection for a month:
+``stores.aside``) and started fresh. Without the manifest the other stores cannot be trusted, so
+they are moved aside with it. A vector table is moved aside alone (the folder also holds the other model's
 table during a switch, which serves). A full disk is no damage: nothing is moved, the error is
 raised for the caller to try again. What was moved is noted on ``problems`` for health to show.
 """
@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from sidecar.config import Config
 from sidecar.contracts.errors import DiskFullError, StoreError, StoreOutdatedError
+from sidecar.stores.aside import remove_old_moved_aside
 from sidecar.stores.bm25 import Bm25Index
 from sidecar.stores.manifest import Manifest
 from sidecar.stores.vectors import VectorStore, table_name
@@ -36,6 +37,7 @@ def open_stores(cfg: Config, problems: Notes) -> tuple[Manifest, Bm25Index]:
     """Open manifest and BM25; a store that cannot be opened is moved aside and started fresh."""
     index_dir = cfg.index_dir
     index_dir.mkdir(parents=True, exist_ok=True)
+    remove_old_moved_aside(index_dir)
     manifest = _open_or_reset(index_dir / "manifest.sqlite", Manifest, cfg, problems)
     bm25 = _open_or_reset(index_dir / "bm25", Bm25Index, cfg, problems)
     return manifest, bm25
@@ -66,7 +68,7 @@ def move_aside_name(path: Path) -> Path:
 
 
 def move_aside(path: Path) -> Path:
-    """Rename a broken store to ``<name>.broken-<time>`` (kept for inspection, never deleted)."""
+    """Rename a broken store to ``<name>.broken-<time>`` (kept for inspection for a month)."""
     target = move_aside_name(path)
     path.rename(target)
     for suffix in ("-wal", "-shm"):

@@ -1,0 +1,66 @@
+"""Copies of damaged stores moved aside (``<name>.broken-<time>``): listed for status and doctor,
+removed at a start once older than ``KEEP_MOVED_ASIDE_DAYS``. No engine is imported: thin clients
+read this."""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# Copies of damaged stores are derived data kept for a person to look at: a month is long enough
+# to notice and inspect one, and a service running for years does not gather a full copy of its
+# index at every damage or downgrade.
+KEEP_MOVED_ASIDE_DAYS = 30
+_MOVED_ASIDE = re.compile(r"^(?P<store>.+)\.broken-(?P<when>\d{8}-\d{6})-\d+$")
+
+
+@dataclass(frozen=True)
+class MovedAside:
+    path: Path
+    store: str  # what it was a copy of: manifest.sqlite, bm25, vectors
+    age_days: float
+
+
+def moved_aside(index_dir: Path, now: float | None = None) -> list[MovedAside]:
+    """The copies of damaged stores in ``index_dir``, oldest first (their side files -wal/-shm
+    not counted apart)."""
+    now = time.time() if now is None else now
+    found = []
+    try:
+        entries = list(index_dir.iterdir())
+    except OSError:
+        return []
+    for entry in entries:
+        m = _MOVED_ASIDE.match(entry.name)
+        if m is None:
+            continue
+        try:
+            made = time.mktime(time.strptime(m["when"], "%Y%m%d-%H%M%S"))
+        except (ValueError, OverflowError):
+            continue
+        found.append(MovedAside(entry, m["store"], max(0.0, (now - made) / 86400)))
+    return sorted(found, key=lambda c: -c.age_days)
+
+
+def remove_old_moved_aside(index_dir: Path, now: float | None = None) -> None:
+    """Remove the copies of damaged stores older than ``KEEP_MOVED_ASIDE_DAYS`` (with their
+    side files); one that cannot be removed is logged and left."""
+    for copy in moved_aside(index_dir, now):
+        if copy.age_days < KEEP_MOVED_ASIDE_DAYS:
+            continue
+        try:
+            for side in (copy.path, *(copy.path.with_name(copy.path.name + s) for s in ("-wal", "-shm"))):
+                if side.is_dir() and not side.is_symlink():
+                    shutil.rmtree(side)
+                elif side.exists() or side.is_symlink():
+                    side.unlink()
+        except OSError as exc:
+            log.warning("moved_aside_not_removed path=%s error=%s", copy.path, exc)
+            continue
+        log.info("moved_aside_removed path=%s age_days=%.0f", copy.path, copy.age_days)
