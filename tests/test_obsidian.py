@@ -573,3 +573,30 @@ def test_file_names_properties_and_dated_links_as_obsidian_shows_them(
     )
     dated = call("search", {"query": "plan since:2026-11-19 until:2026-11-19", "minScore": 0})["hits"]
     assert [h["reference"] for h in dated] == ["vault/Meetings/Kickoff"]
+
+
+def test_status_names_notes_whose_front_matter_does_not_read(in_process: Any) -> None:
+    """A note whose front matter is not valid YAML is indexed by its text alone (no title, tags,
+    aliases, dates): status says which, and why (it said nothing, and `get "Alias"` just failed).
+    Memory notes are not named (health must not show one agent's notes to another)."""
+    from sidecar.clients.cli_render import render_status
+
+    vault = in_process.cfg.vault.path
+    (vault / "Broken.md").write_text("---\naliases: [Boot\ntags: x\n---\n# Broken\n\nText.\n")
+    (vault / "Fine.md").write_text("---\naliases: [Boot]\n---\n# Fine\n")
+    inbox = in_process.cfg.agents_dir / "zz" / "memory"
+    inbox.mkdir(parents=True)
+    (inbox / "bad.md").write_text("---\na: [\n---\nbody\n")
+    in_process.call("index")
+    h = in_process.call("health")
+    unread = h["index"]["front_matter_unread"]
+    assert unread["notes"] == 1 and unread["examples"][0]["reference"] == "vault/Broken"
+    assert unread["examples"][0]["reason"].startswith("invalid YAML in front matter")
+    assert (
+        "Front matter not read: 1 note (found by their text, without their title, tags, aliases and dates): vault/Broken (invalid YAML"
+        in render_status(h)
+    )
+    (vault / "Broken.md").write_text("---\naliases: [Boot]\n---\n# Broken\n")
+    in_process.call("index")
+    h = in_process.call("health")
+    assert h["index"]["front_matter_unread"]["notes"] == 0 and "Front matter not read" not in render_status(h)

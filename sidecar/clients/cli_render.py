@@ -99,6 +99,15 @@ def render_status(h: dict[str, Any]) -> str:
     if idx.get("excluded"):
         parts = ", ".join(f"{n} by {rule}" for rule, n in sorted(idx["excluded"].items()))
         lines.append(f"Excluded notes: {parts}")
+    unread = idx.get("front_matter_unread") or {"notes": 0}
+    if unread["notes"]:
+        first = unread["examples"][0]
+        more = f" and {unread['notes'] - 1:,} more" if unread["notes"] > 1 else ""
+        lines.append(
+            f"Front matter not read: {unread['notes']:,} note{'s' if unread['notes'] != 1 else ''} "
+            "(found by their text, without their title, tags, aliases and dates): "
+            f"{shown(first['reference'])} ({shown(first['reason'])}){more}"
+        )
     lines += _problem_lines(h.get("problems") or {"active": [], "recent": []}, todo)
     if aside := idx.get("moved_aside"):
         oldest = max(c["age_days"] for c in aside)

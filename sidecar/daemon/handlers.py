@@ -177,6 +177,7 @@ class Handlers:
                 "by_agent": counts["by_agent"],
                 "skipped": {**act.scan_skipped, **{k or "unknown": v for k, v in counts["skipped"].items()}},
                 "excluded": act.excluded,
+                "front_matter_unread": counts["front_matter_unread"],
                 "links": LinkGraph(self.manifest.read).totals(),
                 "sweeps": act.sweeps,
                 # False while a new or rebuilt index has not read every note (a build cut short,

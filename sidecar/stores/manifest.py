@@ -656,12 +656,23 @@ class Manifest(VectorBook):
         skipped = dict(
             self._query("SELECT error, count(*) FROM files WHERE state = 'skipped' GROUP BY error")
         )
+        # Indexed notes whose front matter could not be read (invalid YAML): found by their text,
+        # without their title, tags, aliases and dates. Vault and wiki only: an inbox's notes are
+        # checked as they are written, and health must not name one agent's notes to another.
+        unread = self._query(
+            "SELECT key, error FROM files WHERE state = 'indexed' AND error IS NOT NULL "
+            "AND source != 'memory' ORDER BY key"
+        )
         return {
             "files": sum(v["files"] for v in by_source.values()),
             "chunks": sum(v["chunks"] for v in by_source.values()),
             "by_source": by_source,
             "by_agent": by_agent,
             "skipped": skipped,
+            "front_matter_unread": {
+                "notes": len(unread),
+                "examples": [{"reference": k, "reason": e} for k, e in unread[:5]],
+            },
         }
 
     def indexed_chunk_count(self) -> int:
