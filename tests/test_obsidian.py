@@ -593,8 +593,8 @@ def test_status_names_notes_whose_front_matter_does_not_read(in_process: Any) ->
     assert unread["notes"] == 1 and unread["examples"][0]["reference"] == "vault/Broken"
     assert unread["examples"][0]["reason"].startswith("invalid YAML in front matter")
     assert (
-        "Front matter not read: 1 note (found by their text, without their title, tags, aliases and dates): vault/Broken (invalid YAML"
-        in render_status(h)
+        "Front matter not read: 1 note (found by their text, without their title, tags, aliases and "
+        "dates): vault/Broken (invalid YAML" in render_status(h)
     )
     (vault / "Broken.md").write_text("---\naliases: [Boot]\n---\n# Broken\n")
     in_process.call("index")
