@@ -600,3 +600,29 @@ def test_status_names_notes_whose_front_matter_does_not_read(in_process: Any) ->
     in_process.call("index")
     h = in_process.call("health")
     assert h["index"]["front_matter_unread"]["notes"] == 0 and "Front matter not read" not in render_status(h)
+
+
+def test_excluded_files_changed_in_obsidian_apply_at_once(daemon_factory: Any, tmp_path: Path) -> None:
+    """A folder added to Obsidian's Excluded files leaves search within seconds, and comes back
+    when removed again: app.json's change is a file event that sweeps every root (it waited for
+    the next periodic sweep, ten minutes by default)."""
+    v = tmp_path / "v"
+    write(v / "Private/diary.md", "# Diary\n\nthe zeppelin over the lake\n")
+    write(v / "Keep.md", "# Keep\n\nnothing else\n")
+    d = daemon_factory(v, keyword_only=True).start()
+    d.wait_for(lambda h: h["index"]["files"] == 2)
+
+    def found() -> bool:
+        return bool(d.call("search", {"query": "zeppelin"})["hits"])
+
+    assert found()
+    write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Private/"]}))
+    deadline = time.monotonic() + 20
+    while found():
+        assert time.monotonic() < deadline, "the excluded note is still found"
+        time.sleep(0.2)
+    write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": []}))
+    deadline = time.monotonic() + 20
+    while not found():
+        assert time.monotonic() < deadline, "the note is not found again"
+        time.sleep(0.2)

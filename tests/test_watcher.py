@@ -236,3 +236,22 @@ def test_a_folder_symlink_made_in_a_folder_by_folder_watch_restarts_it_once(
         time.sleep(12)  # two first yields of restarted watches (5 s each) would show a loop
     starts = [r for r in caplog.records if r.getMessage().startswith("watcher_started")]
     assert len(starts) <= 2, len(starts)
+
+
+def test_obsidians_settings_are_watched_and_its_other_files_are_not(watched: tuple[Path, Batches]) -> None:
+    """A change to Obsidian's Excluded files or daily-notes settings is an event (saved in place or
+    by a rename over the file); its workspace and other plugin files are not."""
+    folder, batches = watched
+    (folder / ".obsidian" / "plugins" / "periodic-notes").mkdir(parents=True)
+    time.sleep(0.3)
+    (folder / ".obsidian" / "workspace.json").write_text("{}")
+    (folder / ".obsidian" / "app.json").write_text('{"userIgnoreFilters": []}')
+    batches.wait_for(folder / ".obsidian" / "app.json")
+    tmp = folder / ".obsidian" / "daily-notes.json.tmp"
+    tmp.write_text('{"format": "DD.MM.YYYY"}')
+    os.replace(tmp, folder / ".obsidian" / "daily-notes.json")
+    batches.wait_for(folder / ".obsidian" / "daily-notes.json")
+    (folder / ".obsidian" / "plugins" / "periodic-notes" / "data.json").write_text("{}")
+    batches.wait_for(folder / ".obsidian" / "plugins" / "periodic-notes" / "data.json")
+    with batches.lock:
+        assert not any("workspace" in p or p.endswith(".tmp") for p in batches.paths)

@@ -25,6 +25,7 @@ from sidecar.index.problems import Problems
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime import heap
 from sidecar.runtime.backoff import Backoff
+from sidecar.vault.watcher import obsidian_setting
 
 log = logging.getLogger(__name__)
 
@@ -100,9 +101,16 @@ class IndexLoop:
         A note deleted or renamed away is never held (``gone``): a hot note's deletion must not
         wait its quiet time, a search would show it for up to a minute."""
         self.hot.release(gone)
+        settings = {p for p in paths if obsidian_setting(p, self.cfg.vault.path)}
+        if settings:
+            # Excluded files or the daily notes' format changed in Obsidian: a sweep of every
+            # root applies them now (they waited for the next periodic sweep, ten minutes).
+            log.info("obsidian_settings_changed files=%d", len(settings))
+            paths = paths - settings
+            self.jobs.put(Job())
         if paths:
             self.jobs.put(Job(roots=frozenset(), paths=frozenset(paths)))
-        else:
+        elif not settings:
             self.jobs.put(Job())
 
     def request_sweep(

@@ -78,8 +78,24 @@ def _walk(paths: Sequence[Path], limit: int = MAX_FLAT_FOLDERS) -> tuple[list[Pa
     return out, linked
 
 
+# Obsidian's settings that decide what is indexed and how (Excluded files; the daily notes' name
+# format, which dates a note): a change to one is a reason to sweep, not a note.
+OBSIDIAN_SETTINGS = frozenset(
+    {".obsidian/app.json", ".obsidian/daily-notes.json", ".obsidian/plugins/periodic-notes/data.json"}
+)
+
+
+def obsidian_setting(path: str, vault: Path | None) -> bool:
+    """Whether ``path`` is one of the vault's ``OBSIDIAN_SETTINGS``."""
+    if vault is None:
+        return False
+    top = str(vault).rstrip("/") + "/"
+    return path.startswith(top) and path[len(top) :] in OBSIDIAN_SETTINGS
+
+
 class NoteFilter:
-    """Accept changes to Markdown notes and to folders (a new folder may hold notes) under the roots."""
+    """Accept changes to Markdown notes and to folders (a new folder may hold notes) under the roots,
+    and to Obsidian's settings at a root's top (``OBSIDIAN_SETTINGS``)."""
 
     def __init__(self, roots: Sequence[Path]) -> None:
         self.roots = [str(r).rstrip("/") + "/" for r in roots]
@@ -87,6 +103,8 @@ class NoteFilter:
     def __call__(self, change: watchfiles.Change, path: str) -> bool:
         root = next((r for r in self.roots if path.startswith(r)), None)
         rel = path[len(root) :] if root else Path(path).name
+        if rel in OBSIDIAN_SETTINGS:
+            return True
         parts = rel.split("/")
         if any(p.startswith(".") for p in parts):
             return False
@@ -168,7 +186,11 @@ class Watcher:
         one call with a deadline: on a share that hangs the one watcher thread, which carries
         the inboxes' events too, must not wait; unanswered, they stay for the indexer's look)."""
         asked = [
-            p for change, p in batch if change == watchfiles.Change.added and _other_kind(os.path.basename(p))
+            p
+            for change, p in batch
+            if change == watchfiles.Change.added
+            and _other_kind(os.path.basename(p))
+            and not any(obsidian_setting(p, root) for root in self.watching)  # saved by a rename
         ]
         if not asked:
             return batch
