@@ -28,6 +28,7 @@ from typing import Any
 
 from sidecar.contracts.errors import StoreError
 from sidecar.notes import links
+from sidecar.notes.dayformat import day_of_path
 from sidecar.stores.vectorbook import NO_VECTOR, VectorBook, _in_groups
 
 SCHEMA_VERSION = 4
@@ -116,10 +117,12 @@ def _aliases(front_matter: str) -> tuple[str, ...]:
 _DAY = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
 
 
-@functools.lru_cache(maxsize=4_096)  # a search reads the same notes' views again and again
-def note_date(front_matter: str, key: str) -> str:
+@functools.lru_cache(maxsize=16_384)  # a search reads the same notes' views again and again
+def note_date(front_matter: str, key: str, day_formats: tuple[str, ...] = ()) -> str:
     """The day a note is about: front matter ``date``, ``updated`` or ``created``, else a
-    ``YYYY-MM-DD`` file name (daily notes); '' when neither says (callers use the mtime)."""
+    ``YYYY-MM-DD`` file name (daily notes) or a vault or wiki note's name in one of the vault's
+    daily-note ``day_formats`` (``DD.MM.YYYY``); '' when none says (callers use the mtime). Read
+    from what the manifest keeps, never stored: a format set later dates notes indexed before."""
     try:
         fm = json.loads(front_matter)
     except ValueError:
@@ -131,7 +134,11 @@ def note_date(front_matter: str, key: str) -> str:
             if isinstance(value, str) and (m := _DAY.match(value.strip().removeprefix("[["))):
                 return m.group(0)
     m = _DAY.search(key.rsplit("/", 1)[-1])
-    return m.group(0) if m else ""
+    if m:
+        return m.group(0)
+    # Memory notes are no Obsidian daily notes: the vault's format says nothing about their names.
+    source, _, path = key.partition("/")
+    return day_of_path(path, day_formats) if day_formats and source != "memory" else ""
 
 
 @functools.lru_cache(maxsize=16_384)
@@ -221,6 +228,9 @@ class Manifest(VectorBook):
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # The vault's daily-note name formats (Obsidian's settings, set by each sweep's read of
+        # them): a note's date is read with them (``note_date``).
+        self.day_formats: tuple[str, ...] = ()
         self._lock = threading.RLock()
         # Searches read chunk views on connections of their own (one per thread): in WAL mode a
         # reader sees the last commit and never waits for the writer, whose transactions hold
@@ -607,7 +617,7 @@ class Manifest(VectorBook):
                 r[10],
                 _aliases(r[11]),
                 bool(r[12]),
-                note_date(r[11], r[1]),
+                note_date(r[11], r[1], self.day_formats),
             )
 
     def chunk_ids_of(self, keys: Sequence[str]) -> list[str]:
