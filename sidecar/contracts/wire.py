@@ -70,6 +70,9 @@ class Window:
     applied: bool
     since: str | None = None
     until: str | None = None
+    # Hits at the end that are there for their date alone (no other word of the query found
+    # them): a question about a period lists the period's notes.
+    listed: int = 0
 
 
 @dataclass(frozen=True)
@@ -213,7 +216,10 @@ def analysis_json(a: Analysis) -> dict[str, Any]:
 def window_json(w: Window) -> dict[str, Any]:
     if not w.applied:
         return {"phrase": w.phrase, "applied": False}
-    return {"phrase": w.phrase, "since": w.since, "until": w.until, "applied": True}
+    out: dict[str, Any] = {"phrase": w.phrase, "since": w.since, "until": w.until, "applied": True}
+    if w.listed:
+        out["listed"] = w.listed
+    return out
 
 
 def search_json(result: SearchResult, *, preview: bool) -> dict[str, Any]:
@@ -320,7 +326,11 @@ def parse_analysis(d: Mapping[str, Any]) -> Analysis:
 
 def parse_search(d: Mapping[str, Any]) -> SearchResult:
     w = d.get("window")
-    window = Window(w["phrase"], bool(w["applied"]), w.get("since"), w.get("until")) if w else None
+    window = (
+        Window(w["phrase"], bool(w["applied"]), w.get("since"), w.get("until"), int(w.get("listed") or 0))
+        if w
+        else None
+    )
     analysis = d.get("analysis")
     return SearchResult(
         hits=tuple(parse_hit(h) for h in d.get("hits", [])),

@@ -223,6 +223,19 @@ class ChunkView:
     date: str = ""  # the note's own day (front matter or daily-note name), '' when it has none
 
 
+@dataclass(frozen=True)
+class NoteDay:
+    """An indexed note with chunks, and the day it is about (``note_date``; '' means its mtime's)."""
+
+    key: str
+    source: str
+    agent: str
+    tags: tuple[str, ...]
+    mtime_ns: int
+    date: str
+    named: bool  # its name says the day (a daily note)
+
+
 class Manifest(VectorBook):
     """Thread-safe wrapper over one sqlite connection (WAL); the daemon is the only writer."""
 
@@ -619,6 +632,35 @@ class Manifest(VectorBook):
                 bool(r[12]),
                 note_date(r[11], r[1], self.day_formats),
             )
+
+    def note_days(self) -> list[NoteDay]:
+        """Every indexed note that has chunks, with its day (a time phrase lists a period's notes).
+        Days are read from names and front matter here, as for any view: nothing stores them."""
+        rows = self._committed(
+            "SELECT key, source, agent, tags, mtime_ns, front_matter FROM files "
+            "WHERE state = 'indexed' AND chunks > 0"
+        )
+        formats = self.day_formats
+        return [
+            NoteDay(
+                key,
+                source,
+                agent,
+                _strings(tags),
+                mtime_ns,
+                note_date(fm, key, formats),
+                bool(note_date("{}", key, formats)),
+            )
+            for key, source, agent, tags, mtime_ns, fm in rows
+        ]
+
+    def first_chunks(self, keys: Sequence[str]) -> dict[str, ChunkView]:
+        """Each note's first chunk, by key (a note listed for its date shows its beginning)."""
+        out: dict[str, ChunkView] = {}
+        for part, marks in _in_groups(keys):
+            where = f"c.key IN ({marks}) AND c.ord = (SELECT min(ord) FROM chunks WHERE key = c.key)"
+            out.update((v.key, v) for v in self._views(where, part, committed=True))
+        return out
 
     def chunk_ids_of(self, keys: Sequence[str]) -> list[str]:
         out: list[str] = []
