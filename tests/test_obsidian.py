@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from sidecar.contracts.errors import RemoteError
+from sidecar.contracts.wire import resolved_notes
 from sidecar.notes.dayformat import compile_format, day_of_path
 from sidecar.stores.cjk import bigrams
 from tests.conftest import KEYWORD_ONLY, DaemonProcess, FakeEmbedder, Harness, write
@@ -608,3 +609,47 @@ def test_daily_notes_named_in_the_vaults_format_are_dated(tmp_path: Path, serve_
     periodic.unlink()
     h.sweep()
     assert dated("Weihnachtsmarkt until:2025-12-31") == set()
+
+
+def test_links_to_excluded_notes_resolve_and_their_names_are_found(
+    tmp_path: Path, serve_in_process: Any
+) -> None:
+    """A link to a note in a folder Obsidian's Excluded files (or index.exclude) leaves out resolves
+    to it, marked excluded, and `get`/`why` find it by name, while search never returns it (it was
+    listed as unresolved with no target, and its name named no note)."""
+    v = tmp_path / "linked"
+    write(v / "Notes/Links Test.md", "See [[2023 Review]], [[tmp-scratch]] and [[Nicht vorhanden]].\n")
+    write(v / "Archive/2023 Review.md", "# 2023 Review\n\nJahresrückblick mit Kranichflug.\n")
+    write(v / "Inbox/tmp-scratch.md", "Kranichflug scratch.\n")
+    write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Archive/"]}))
+    server = serve_in_process(v, model=KEYWORD_ONLY, **{"index.exclude": "Inbox/tmp-*"})
+    call = server.call
+    got = call("get", {"reference": "vault/Notes/Links Test"})
+    targets = {link["link"]: (link["target"], link.get("excluded")) for link in got["links"]}
+    assert targets == {
+        "2023 Review": ("vault/Archive/2023 Review", "Obsidian excluded files: Archive/"),
+        "tmp-scratch": ("vault/Inbox/tmp-scratch", "index.exclude: Inbox/tmp-*"),
+        "Nicht vorhanden": (None, None),
+    }
+    assert got["unresolved"] == ["Nicht vorhanden"]
+    review = call("get", {"reference": "2023 Review"})
+    assert review["reference"] == "vault/Archive/2023 Review" and "Kranichflug" in review["text"]
+    assert review["indexed"] is False and review["excluded"] == "Obsidian excluded files: Archive/"
+    assert [b["reference"] for b in review["backlinks"]] == ["vault/Notes/Links Test"]
+    assert "excluded by Obsidian excluded files: Archive/" in resolved_notes("2023 Review", review)[0]
+    why = call("why", {"reference": "[[tmp-scratch]]", "query": "Kranichflug"})
+    assert why["indexed"] is False and "index.exclude: Inbox/tmp-*" in why["reason"]
+    assert call("search", {"query": "Kranichflug", "minScore": 0})["hits"] == []
+    # The rule goes: the note is indexed and found, the link still means it, no longer excluded.
+    write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": []}))
+    server.harness.sweep()
+    links = call("get", {"reference": "vault/Notes/Links Test"})["links"]
+    assert (links[0]["target"], links[0].get("excluded")) == ("vault/Archive/2023 Review", None)
+    hits = call("search", {"query": "Kranichflug", "minScore": 0})["hits"]
+    assert [h["reference"] for h in hits] == ["vault/Archive/2023 Review"]
+    # And comes back: excluded again, still the link's target.
+    write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Archive/"]}))
+    server.harness.sweep()
+    links = call("get", {"reference": "vault/Notes/Links Test"})["links"]
+    assert links[0]["target"] == "vault/Archive/2023 Review" and links[0]["excluded"]
+    assert call("search", {"query": "Kranichflug", "minScore": 0})["hits"] == []

@@ -125,13 +125,19 @@ def indexing_note(done: int, total: int) -> str:
 
 def resolved_notes(asked: str, got: dict[str, Any]) -> list[str]:
     """What a client says of a ``get`` answer for a note's name or a link (``Boat``,
-    ``[[Boat#Budget]]``): which of several notes it is, a heading or block that is not there."""
+    ``[[Boat#Budget]]``): which of several notes it is, a heading or block that is not there, a
+    note a rule leaves out of the index."""
     out = []
     reference = escape_controls(got["reference"])
     if got.get("candidates", 1) > 1:
         out.append(
             f"{escape_controls(asked)!r} could mean {got['candidates']} notes: this is {reference}, the one "
             "its link opens in Obsidian (a reference as search returns it names one)"
+        )
+    if got.get("excluded"):
+        out.append(
+            f"{reference} is not indexed: excluded by {escape_controls(got['excluded'])}; search never "
+            "returns it, its links resolve to it"
         )
     anchor = got.get("anchor")
     if anchor and not anchor["found"]:

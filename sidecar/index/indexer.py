@@ -177,6 +177,8 @@ class Indexer:
         act.phase, act.total = "indexing", len(diff.work) + len(diff.gone)
         changed = self._apply(diff, every if not paths else None, progress, stop)
         self._retire_emptied(diff.gone, names)
+        if diff.excluded:  # links resolve to excluded notes (notes.links.set_excluded)
+            self.writer.set_excluded(diff.excluded, {r.source for r in every if r.source != "memory"})
         if not act.first_sweep_done:
             check_bm25(self.stores, stop)
             self.writer.defer_links = False
