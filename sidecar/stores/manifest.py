@@ -133,6 +133,13 @@ def note_date(front_matter: str, key: str, day_formats: tuple[str, ...] = ()) ->
             # "[[2026-11-19]]": the property editor links a date to its daily note
             if isinstance(value, str) and (m := _DAY.match(value.strip().removeprefix("[["))):
                 return m.group(0)
+    return name_date(key, day_formats)
+
+
+@functools.lru_cache(maxsize=16_384)
+def name_date(key: str, day_formats: tuple[str, ...] = ()) -> str:
+    """The day a note's name gives (a daily note): ``YYYY-MM-DD`` in it, or for a vault or wiki
+    note its path in one of ``day_formats``; ''."""
     m = _DAY.search(key.rsplit("/", 1)[-1])
     if m:
         return m.group(0)
@@ -649,7 +656,7 @@ class Manifest(VectorBook):
                 _strings(tags),
                 mtime_ns,
                 note_date(fm, key, formats),
-                bool(note_date("{}", key, formats)),
+                bool(name_date(key, formats)),
             )
             for key, source, agent, tags, mtime_ns, fm in rows
         ]
