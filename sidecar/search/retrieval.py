@@ -586,8 +586,9 @@ class Retriever:
         if not inline.phrase:
             return self._search(windowed, text)
         # A time phrase asks about its period ("what did I do last week?"): the notes of that
-        # period are the answer, those matching the other words first, the rest listed by date
-        # (only the ones the words matched were returned, none when no other word matched).
+        # period are the answer, those matching the other words first, the rest listed by date.
+        # (Deciding by the words' hits alone answered with only the notes holding a word, or,
+        # with none, with notes of any date.)
         dated = self.dated_notes(windowed)
         if dated:
             qa = analyze(text)
