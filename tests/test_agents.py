@@ -216,6 +216,8 @@ def test_a_question_about_a_period_lists_the_notes_of_that_period(served: Served
     assert [h["reference"] for h in recall["hits"]][:3] == week[:3] and "Repotted the basil" in recall[
         "context"
     ]
+    why = served.call("why", {"reference": "vault/Daily/2026-11-24", "query": "What did I do last week?"})
+    assert why["chunks"][0]["outcome"] == "hit #3, listed by date: a note of 'last week' no other word found"
     text = text_of_search("What did I do last week?", r)
     assert "last 4 hit(s) are notes of that period" in text
 
