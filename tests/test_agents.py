@@ -200,6 +200,11 @@ def test_a_question_about_a_period_lists_the_notes_of_that_period(served: Served
     german = served.call("search", {"query": "Was habe ich letzte Woche gemacht?"})
     assert _refs(german)[0] == "vault/Daily/2026-11-26" and sorted(_refs(german)) == sorted(week)
     assert german["window"]["listed"] == 4 - sum(hit["relevance"] > 0 for hit in german["hits"])
+    # A hit found by meaning alone, weaker than recall's floor, follows the period's own notes.
+    kinds = [
+        "listed" if h["relevance"] == 0 else "word" if h["bm25Score"] else "meaning" for h in german["hits"]
+    ]
+    assert kinds == sorted(kinds, key=["word", "listed", "meaning"].index) and "meaning" in kinds
     assert _refs(served.call("search", {"query": "Zeig mir meine Notizen von gestern"})) == [
         f"vault/Daily/{_ago(1)}"
     ]
@@ -219,7 +224,7 @@ def test_a_question_about_a_period_lists_the_notes_of_that_period(served: Served
     why = served.call("why", {"reference": "vault/Daily/2026-11-24", "query": "What did I do last week?"})
     assert why["chunks"][0]["outcome"] == "hit #3, listed by date: a note of 'last week' no other word found"
     text = text_of_search("What did I do last week?", r)
-    assert "last 4 hit(s) are notes of that period" in text
+    assert "4 hit(s) (relevance 0) are notes of that period" in text
 
 
 @pytest.mark.parametrize(

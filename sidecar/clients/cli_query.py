@@ -45,8 +45,8 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
     window = result.window
     if window is not None and window.listed:
         print(
-            f"note: '{shown(window.phrase)}': the last {window.listed} hit(s) are notes of {window.since} "
-            f"to {window.until} listed by date (no other word of the query matched them)",
+            f"note: '{shown(window.phrase)}': {window.listed} hit(s) (relevance 0) are notes of "
+            f"{window.since} to {window.until} listed by date (no other word of the query matched them)",
             file=sys.stderr,
         )
     if not result.hits:

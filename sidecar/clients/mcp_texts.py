@@ -51,8 +51,8 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
         lines.append(f"'{shown(window['phrase'])}': only notes dated {window['since']} to {window['until']}.")
         if window.get("listed"):
             lines.append(
-                f"The last {window['listed']} hit(s) are notes of that period that no other word of "
-                "the query matched, listed by date (daily notes first, newest first)."
+                f"{window['listed']} hit(s) (relevance 0) are notes of that period that no other word "
+                "of the query matched, listed by date (daily notes first, newest first)."
             )
     elif window:
         lines.append(f"'{shown(window['phrase'])}': no note has that date, so it was searched as words.")

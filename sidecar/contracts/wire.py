@@ -70,8 +70,8 @@ class Window:
     applied: bool
     since: str | None = None
     until: str | None = None
-    # Hits at the end that are there for their date alone (no other word of the query found
-    # them): a question about a period lists the period's notes.
+    # Hits there for their date alone (relevance 0: no other word of the query found them): a
+    # question about a period lists the period's notes.
     listed: int = 0
 
 

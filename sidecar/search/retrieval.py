@@ -22,7 +22,7 @@ import numpy as np
 
 from sidecar.config import MODEL_DEFAULTS, RecallConfig, SearchConfig
 from sidecar.contracts.errors import EmbedderError, StoreError
-from sidecar.contracts.wire import SOURCES, SearchResult, Window
+from sidecar.contracts.wire import SOURCES, Hit, SearchResult, Window
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, VectorSet
 from sidecar.model.embedder import Embedder, EmbedderSlot, cosine_range, model_name
@@ -621,8 +621,8 @@ class Retriever:
         return notes
 
     def with_period(self, result: SearchResult, dated: Sequence[NoteDay], req: SearchRequest) -> SearchResult:
-        """``result`` (hits in the window) followed by the window's other notes, listed by date up
-        to the request's limit, each with its first chunk; the window says how many were listed."""
+        """``result`` (hits in the window) with the window's other notes, listed by date up to the
+        request's limit, each with its first chunk; the window says how many were listed."""
         shown = {h.reference for h in result.hits}
         rest = [n for n in dated if public_reference(n.key, req.agent) not in shown]
         # The period's own notes (dated by name or property) keep up to half the places: notes a
@@ -630,15 +630,28 @@ class Retriever:
         # vault "yesterday") must not crowd out yesterday's daily note.
         own = sum(1 for n in rest if n.date)
         hits = result.hits[: max(0, req.limit - min(own, req.limit // 2))]
-        more = [n.key for n in rest][: req.limit - len(hits)]
-        views = self.stores.manifest.first_chunks(more)
+        more = rest[: req.limit - len(hits)]
+        views = self.stores.manifest.first_chunks([n.key for n in more])
         mask_secrets = self.cfg.mask_secrets
-        listed = tuple(
-            to_hit(_by_date(v), v, req.agent, mask_secrets=mask_secrets) for k in more if (v := views.get(k))
-        )
+
+        def listed(dated_by_name_or_property: bool) -> tuple[Hit, ...]:
+            return tuple(
+                to_hit(_by_date(v), v, req.agent, mask_secrets=mask_secrets)
+                for n in more
+                if bool(n.date) == dated_by_name_or_property and (v := views.get(n.key))
+            )
+
+        # A hit no word of the query is in, found by meaning alone and weaker than recall would
+        # inject (recall.scoreFloor), follows the period's own notes: in a small window the model
+        # always finds some nearest notes ("was habe ich gestern notiert?" put nine notes edited
+        # yesterday before yesterday's daily note).
+        floor = self.recall_settings().score_floor
+        weak = tuple(h for h in hits if h.bm25_score is None and h.relevance < floor)
+        strong = tuple(h for h in hits if h.bm25_score is not None or h.relevance >= floor)
+        own_listed, edited_listed = listed(True), listed(False)
         f = req.filters
-        window = Window(f.phrase or "", True, f.since, f.until, listed=len(listed))
-        return replace(result, hits=hits + listed, window=window)
+        window = Window(f.phrase or "", True, f.since, f.until, listed=len(own_listed) + len(edited_listed))
+        return replace(result, hits=strong + own_listed + weak + edited_listed, window=window)
 
     def _search(self, req: SearchRequest, text: str) -> SearchResult:
         qa = analyze(text)
