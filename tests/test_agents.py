@@ -163,15 +163,69 @@ def test_time_phrases_filter_on_the_notes_date(served: Served) -> None:
 
 
 def test_a_time_phrase_with_no_notes_of_that_date_is_searched_as_words(served: Served) -> None:
-    """'a daily note for today' is about daily notes: with nothing dated in the window the words count."""
-    r = served.call("search", {"query": "tomatoes sun water last month", "preview": True})
-    assert "vault/Garden" in _refs(r)  # the window (November) held only an unrelated note
-    assert r["window"] == {"phrase": "last month", "applied": False}
-    assert r["analysis"]["timePhraseIgnored"] == "last month"
-    recall = served.call("recall", {"message": "tomatoes sun water letzten Monat", "minScore": 0})
+    """'a daily note for today' may be about daily notes: with no note dated in the window at all,
+    the words count."""
+    r = served.call("search", {"query": "tomatoes sun water 3 days ago", "preview": True})
+    assert "vault/Garden" in _refs(r)  # the window (2026-11-29) holds no note
+    assert r["window"] == {"phrase": "3 days ago", "applied": False}
+    assert r["analysis"]["timePhraseIgnored"] == "3 days ago"
+    recall = served.call("recall", {"message": "tomatoes sun water vor drei Tagen", "minScore": 0})
     assert recall["window"]["applied"] is False
     text, f = split_filters("insert today's date in a template", TODAY)
     assert f.since is None and "today's" in text
+
+
+def test_a_question_about_a_period_lists_the_notes_of_that_period(served: Served, agent_vault: Path) -> None:
+    """'What did I do last week?' lists last week's notes though no other word matches them: daily
+    notes first, newest first, then notes dated by a property; notes matching a word of the query
+    come first. recall injects them too. (The window was given up for unrelated notes, or kept
+    with only the notes that happened to hold a word, and recall recalled nothing.)"""
+    for day, text in (
+        (24, "Repotted the basil."),
+        (26, "Steuer gemacht und abgeschickt."),
+        (28, "Long run."),
+    ):
+        write(agent_vault / f"Daily/2026-11-{day}.md", f"# November {day}\n\n{text}\n")
+    served.h.sweep()
+    week = ["vault/Daily/2026-11-28", "vault/Daily/2026-11-26", "vault/Daily/2026-11-24", "vault/Trip"]
+    r = served.call("search", {"query": "What did I do last week?"})
+    assert _refs(r) == week
+    assert r["window"] == {
+        "phrase": "last week",
+        "since": "2026-11-23",
+        "until": "2026-11-29",
+        "applied": True,
+        "listed": 4,
+    }
+    assert all(hit["relevance"] == 0 for hit in r["hits"])  # no arm found them: said, not faked
+    german = served.call("search", {"query": "Was habe ich letzte Woche gemacht?"})
+    assert _refs(german)[0] == "vault/Daily/2026-11-26" and sorted(_refs(german)) == sorted(week)
+    assert german["window"]["listed"] == 4 - sum(hit["relevance"] > 0 for hit in german["hits"])
+    # A hit found by meaning alone, weaker than recall's floor, follows the period's own notes.
+    kinds = [
+        "listed" if h["relevance"] == 0 else "word" if h["bm25Score"] else "meaning" for h in german["hits"]
+    ]
+    assert kinds == sorted(kinds, key=["word", "listed", "meaning"].index) and "meaning" in kinds
+    assert _refs(served.call("search", {"query": "Zeig mir meine Notizen von gestern"})) == [
+        f"vault/Daily/{_ago(1)}"
+    ]
+    assert _refs(served.call("search", {"query": "daily notes from last week", "limit": 2})) == week[:2]
+    # Notes matching a word that were only edited yesterday leave room for yesterday's daily note.
+    noon = dt.datetime.combine(TODAY - dt.timedelta(days=1), dt.time(12)).timestamp()
+    for name in ("Rosen", "Tulpen", "Dahlien"):
+        write(agent_vault / f"Garten/{name}.md", f"# {name}\n\n## Notizen\n\n{name} geschnitten.\n")
+        os.utime(agent_vault / f"Garten/{name}.md", (noon, noon))
+    served.h.sweep()
+    yesterday = served.call("search", {"query": "Zeig mir meine Notizen von gestern", "limit": 2})
+    assert _refs(yesterday)[0].startswith("vault/Garten/") and _refs(yesterday)[1] == f"vault/Daily/{_ago(1)}"
+    recall = served.call("recall", {"message": "What did I do last week?"})
+    assert [h["reference"] for h in recall["hits"]][:3] == week[:3] and "Repotted the basil" in recall[
+        "context"
+    ]
+    why = served.call("why", {"reference": "vault/Daily/2026-11-24", "query": "What did I do last week?"})
+    assert why["chunks"][0]["outcome"] == "hit #3, listed by date: a note of 'last week' no other word found"
+    text = text_of_search("What did I do last week?", r)
+    assert "4 hit(s) (relevance 0) are notes of that period" in text
 
 
 @pytest.mark.parametrize(
@@ -256,7 +310,7 @@ def test_replies_parse_into_typed_results_and_back_byte_for_byte(served: Served)
     reordered on the way back, for search, recall and why, with and without a window."""
     replies = [
         served.call("search", {"query": "garlic gestern", "preview": True}),
-        served.call("search", {"query": "tomatoes sun water last month", "preview": True}),
+        served.call("search", {"query": "tomatoes sun water 3 days ago", "preview": True}),
         served.call("search", {"query": "router admin password", "minScore": 0}),
         served.call(
             "recall", {"message": "router admin password subscription", "preview": True, "minScore": 0}

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from sidecar.contracts.errors import RemoteError
+from sidecar.contracts.wire import resolved_notes
+from sidecar.notes.dayformat import compile_format, day_of_path
 from sidecar.stores.cjk import bigrams
 from tests.conftest import KEYWORD_ONLY, DaemonProcess, FakeEmbedder, Harness, write
 
@@ -626,3 +628,110 @@ def test_excluded_files_changed_in_obsidian_apply_at_once(daemon_factory: Any, t
     while not found():
         assert time.monotonic() < deadline, "the note is not found again"
         time.sleep(0.2)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "path", "day"),
+    [
+        ("DD.MM.YYYY", "Journal/15.11.2025", "2025-11-15"),
+        ("DD.MM.YYYY", "Journal/15.11.2025 Weihnachtsmarkt", "2025-11-15"),
+        ("D.M.YY", "3.2.26", "2026-02-03"),
+        ("YYYY/MM/YYYY-MM-DD", "Daily/2025/12/2025-12-24", "2025-12-24"),
+        ("YYYY/MM/[Tag] DD", "Journal/2025/12/Tag 24", "2025-12-24"),
+        ("dddd, D. MMMM YYYY", "Montag, 1. Dezember 2025", "2025-12-01"),
+        ("dddd, MMMM Do YYYY", "Monday, December 1st 2025", "2025-12-01"),
+        ("DD MMM YYYY", "03 Mär 2025", "2025-03-03"),
+        ("DD.MM.YYYY", "31.02.2026", ""),  # no such day
+        ("DD.MM.YYYY", "115.11.2025", ""),  # another number
+        ("YYYY/MM/YYYY-MM-DD", "2025-12-24", ""),  # the folders are part of the format
+        ("DD MMMM YYYY", "03 Quark 2025", ""),  # no month
+    ],
+)
+def test_daily_note_formats_read_a_notes_day(fmt: str, path: str, day: str) -> None:
+    """Moment.js formats as Obsidian's Daily notes and Periodic Notes write them name a note's day."""
+    assert day_of_path(path, (fmt,)) == day
+
+
+@pytest.mark.parametrize("fmt", ["gggg-[W]ww", "YYYY-MM", "YYYY-[Q]Q", "YYYY-MM-DD HH", ""])
+def test_formats_that_name_no_day_are_not_used(fmt: str) -> None:
+    """A weekly, monthly or quarterly note's format, or one with tokens not read, dates nothing."""
+    assert compile_format(fmt) is None
+
+
+def test_daily_notes_named_in_the_vaults_format_are_dated(tmp_path: Path, serve_in_process: Any) -> None:
+    """Daily notes named in the format Obsidian's settings give (DD.MM.YYYY) are dated by their
+    name as soon as a sweep reads the setting, notes indexed before it included, without reading or
+    embedding them again; a Periodic Notes format counts too, and a removed setting no longer does
+    (they took the day of their last change)."""
+    v = tmp_path / "german"
+    write(v / "Journal/15.11.2025.md", "# Samstag\n\nWeihnachtsmarkt mit Anna.\n")
+    write(v / "Journal/2025/12/Tag 24.md", "# Heiligabend\n\nWeihnachtsmarkt am Dom.\n")
+    write(v / "Ideen.md", "# Ideen\n\nWeihnachtsmarkt Stand planen.\n")
+    server = serve_in_process(v, model=KEYWORD_ONLY)
+    h = server.harness
+
+    def dated(query: str) -> set[str]:
+        return {hit["reference"] for hit in server.call("search", {"query": query, "minScore": 0})["hits"]}
+
+    assert dated("Weihnachtsmarkt until:2025-12-31") == set()  # all dated today, by their mtime
+    indexed = h.stores.manifest.read("SELECT key, indexed_at FROM files")
+    write(v / ".obsidian/daily-notes.json", json.dumps({"folder": "Journal", "format": "DD.MM.YYYY"}))
+    h.sweep()
+    assert dated("Weihnachtsmarkt until:2025-12-31") == {"vault/Journal/15.11.2025"}
+    assert dated("Weihnachtsmarkt since:2025-11-15 until:2025-11-15") == {"vault/Journal/15.11.2025"}
+    periodic = v / ".obsidian/plugins/periodic-notes/data.json"
+    write(periodic, json.dumps({"daily": {"enabled": True, "format": "YYYY/MM/[Tag] DD", "folder": ""}}))
+    h.sweep()
+    assert dated("Weihnachtsmarkt until:2025-12-31") == {
+        "vault/Journal/15.11.2025",
+        "vault/Journal/2025/12/Tag 24",
+    }
+    assert h.stores.manifest.read("SELECT key, indexed_at FROM files") == indexed  # nothing re-read
+    (v / ".obsidian/daily-notes.json").unlink()
+    periodic.unlink()
+    h.sweep()
+    assert dated("Weihnachtsmarkt until:2025-12-31") == set()
+
+
+def test_links_to_excluded_notes_resolve_and_their_names_are_found(
+    tmp_path: Path, serve_in_process: Any
+) -> None:
+    """A link to a note in a folder Obsidian's Excluded files (or index.exclude) leaves out resolves
+    to it, marked excluded, and `get`/`why` find it by name, while search never returns it (it was
+    listed as unresolved with no target, and its name named no note)."""
+    v = tmp_path / "linked"
+    write(v / "Notes/Links Test.md", "See [[2023 Review]], [[tmp-scratch]] and [[Nicht vorhanden]].\n")
+    write(v / "Archive/2023 Review.md", "# 2023 Review\n\nJahresrückblick mit Kranichflug.\n")
+    write(v / "Inbox/tmp-scratch.md", "Kranichflug scratch.\n")
+    write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Archive/"]}))
+    server = serve_in_process(v, model=KEYWORD_ONLY, **{"index.exclude": "Inbox/tmp-*"})
+    call = server.call
+    got = call("get", {"reference": "vault/Notes/Links Test"})
+    targets = {link["link"]: (link["target"], link.get("excluded")) for link in got["links"]}
+    assert targets == {
+        "2023 Review": ("vault/Archive/2023 Review", "Obsidian excluded files: Archive/"),
+        "tmp-scratch": ("vault/Inbox/tmp-scratch", "index.exclude: Inbox/tmp-*"),
+        "Nicht vorhanden": (None, None),
+    }
+    assert got["unresolved"] == ["Nicht vorhanden"]
+    review = call("get", {"reference": "2023 Review"})
+    assert review["reference"] == "vault/Archive/2023 Review" and "Kranichflug" in review["text"]
+    assert review["indexed"] is False and review["excluded"] == "Obsidian excluded files: Archive/"
+    assert [b["reference"] for b in review["backlinks"]] == ["vault/Notes/Links Test"]
+    assert "excluded by Obsidian excluded files: Archive/" in resolved_notes("2023 Review", review)[0]
+    why = call("why", {"reference": "[[tmp-scratch]]", "query": "Kranichflug"})
+    assert why["indexed"] is False and "index.exclude: Inbox/tmp-*" in why["reason"]
+    assert call("search", {"query": "Kranichflug", "minScore": 0})["hits"] == []
+    # The rule goes: the note is indexed and found, the link still means it, no longer excluded.
+    write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": []}))
+    server.harness.sweep()
+    links = call("get", {"reference": "vault/Notes/Links Test"})["links"]
+    assert (links[0]["target"], links[0].get("excluded")) == ("vault/Archive/2023 Review", None)
+    hits = call("search", {"query": "Kranichflug", "minScore": 0})["hits"]
+    assert [h["reference"] for h in hits] == ["vault/Archive/2023 Review"]
+    # And comes back: excluded again, still the link's target.
+    write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Archive/"]}))
+    server.harness.sweep()
+    links = call("get", {"reference": "vault/Notes/Links Test"})["links"]
+    assert links[0]["target"] == "vault/Archive/2023 Review" and links[0]["excluded"]
+    assert call("search", {"query": "Kranichflug", "minScore": 0})["hits"] == []

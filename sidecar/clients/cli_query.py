@@ -42,6 +42,13 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         print(f"note: {indexing_note(*result.indexing)}", file=sys.stderr)
     if reply.get("inboxRefused"):
         print(f"note: {shown(refused_note(reply['inboxRefused']))}", file=sys.stderr)
+    window = result.window
+    if window is not None and window.listed:
+        print(
+            f"note: '{shown(window.phrase)}': {window.listed} hit(s) (relevance 0) are notes of "
+            f"{window.since} to {window.until} listed by date (no other word of the query matched them)",
+            file=sys.stderr,
+        )
     if not result.hits:
         print("nothing relevant found")
     for i, hit in enumerate(result.hits, 1):

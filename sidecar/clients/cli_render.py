@@ -238,7 +238,9 @@ def render_links(r: dict[str, Any]) -> str:
         if link["target"] is not None:
             kind = "embeds" if link["embed"] else "links to"
             anchor = f" #{shown(link['anchor'])}" if link["anchor"] else ""
-            lines.append(f"  line {link['line']}: {kind} {shown(link['target'])}{anchor}")
+            rule = link.get("excluded")
+            excluded = f" (not indexed: excluded by {shown(rule)})" if rule else ""
+            lines.append(f"  line {link['line']}: {kind} {shown(link['target'])}{anchor}{excluded}")
     for b in r["backlinks"]:
         lines.append(f"  line {b['line']} of {shown(b['reference'])} links here")
     for name in r["unresolved"]:

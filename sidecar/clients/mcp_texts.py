@@ -49,10 +49,13 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
     window = result.get("window")
     if window and window["applied"]:
         lines.append(f"'{shown(window['phrase'])}': only notes dated {window['since']} to {window['until']}.")
+        if window.get("listed"):
+            lines.append(
+                f"{window['listed']} hit(s) (relevance 0) are notes of that period that no other word "
+                "of the query matched, listed by date (daily notes first, newest first)."
+            )
     elif window:
-        lines.append(
-            f"'{shown(window['phrase'])}': no note of that date matched, so it was searched as words."
-        )
+        lines.append(f"'{shown(window['phrase'])}': no note has that date, so it was searched as words.")
     for i, h in enumerate(hits, 1):
         head = shown(" › ".join(h.get("headings") or []))
         lines.append(

@@ -42,8 +42,9 @@ FILTER_HELP = (
     "path:Projects/, source:wiki, since:2026-09-01, until:2026-09 (also since:yesterday, "
     "since:monday, since:3d). Time phrases in English or German ('today', 'yesterday', 'last week', "
     "'last 3 days', 'this month', 'heute', 'gestern', 'letzte Woche', 'seit Montag', 'vor 3 Tagen') "
-    "restrict hits to notes of that date (front matter date, daily-note name, else last change); "
-    "when no note of that date matches, the phrase is searched as words instead. "
+    "restrict hits to notes of that date (front matter date, daily-note name, else last change): "
+    "'what did I do last week?' lists that week's notes, those matching the other words first; "
+    "when no note has that date, the phrase is searched as words instead. "
     "A filter value that cannot be used is an error naming it."
 )
 DAY_HELP = "A day: YYYY-MM-DD, YYYY-MM, today, yesterday, a weekday name or Nd (N days ago)."
@@ -95,7 +96,8 @@ TOOLS: list[dict[str, Any]] = [
                 "inboxRefused": STR,
                 "masked": COUNTS,
                 "window": obj(
-                    {"phrase": STR, "since": STR, "until": STR, "applied": BOOL}, ("phrase", "applied")
+                    {"phrase": STR, "since": STR, "until": STR, "applied": BOOL, "listed": INT},
+                    ("phrase", "applied"),
                 ),
             },
             ("query", "hits"),

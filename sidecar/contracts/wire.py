@@ -70,6 +70,9 @@ class Window:
     applied: bool
     since: str | None = None
     until: str | None = None
+    # Hits there for their date alone (relevance 0: no other word of the query found them): a
+    # question about a period lists the period's notes.
+    listed: int = 0
 
 
 @dataclass(frozen=True)
@@ -122,13 +125,19 @@ def indexing_note(done: int, total: int) -> str:
 
 def resolved_notes(asked: str, got: dict[str, Any]) -> list[str]:
     """What a client says of a ``get`` answer for a note's name or a link (``Boat``,
-    ``[[Boat#Budget]]``): which of several notes it is, a heading or block that is not there."""
+    ``[[Boat#Budget]]``): which of several notes it is, a heading or block that is not there, a
+    note a rule leaves out of the index."""
     out = []
     reference = escape_controls(got["reference"])
     if got.get("candidates", 1) > 1:
         out.append(
             f"{escape_controls(asked)!r} could mean {got['candidates']} notes: this is {reference}, the one "
             "its link opens in Obsidian (a reference as search returns it names one)"
+        )
+    if got.get("excluded"):
+        out.append(
+            f"{reference} is not indexed: excluded by {escape_controls(got['excluded'])}; search never "
+            "returns it, its links resolve to it"
         )
     anchor = got.get("anchor")
     if anchor and not anchor["found"]:
@@ -213,7 +222,10 @@ def analysis_json(a: Analysis) -> dict[str, Any]:
 def window_json(w: Window) -> dict[str, Any]:
     if not w.applied:
         return {"phrase": w.phrase, "applied": False}
-    return {"phrase": w.phrase, "since": w.since, "until": w.until, "applied": True}
+    out: dict[str, Any] = {"phrase": w.phrase, "since": w.since, "until": w.until, "applied": True}
+    if w.listed:
+        out["listed"] = w.listed
+    return out
 
 
 def search_json(result: SearchResult, *, preview: bool) -> dict[str, Any]:
@@ -320,7 +332,11 @@ def parse_analysis(d: Mapping[str, Any]) -> Analysis:
 
 def parse_search(d: Mapping[str, Any]) -> SearchResult:
     w = d.get("window")
-    window = Window(w["phrase"], bool(w["applied"]), w.get("since"), w.get("until")) if w else None
+    window = (
+        Window(w["phrase"], bool(w["applied"]), w.get("since"), w.get("until"), int(w.get("listed") or 0))
+        if w
+        else None
+    )
     analysis = d.get("analysis")
     return SearchResult(
         hits=tuple(parse_hit(h) for h in d.get("hits", [])),

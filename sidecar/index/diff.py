@@ -77,6 +77,8 @@ class Diff:
     skipped: dict[str, int] = field(default_factory=dict)
     unchanged: int = 0
     stamps: list[tuple[str, int, int, int]] = field(default_factory=list)  # unchanged: (key, stat)
+    # The notes a rule leaves out, of each vault or wiki root listed whole: key prefix -> {key: rule}.
+    excluded: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -505,13 +507,20 @@ class ChangeFinder:
         if root.source == "memory":
             return notes
         kept: list[NoteFile] = []
+        prefix = root.key_of("x")[:-1]
+        # Kept as link targets (notes.links.set_excluded), whichever rule it is: Obsidian's
+        # Excluded files hide a note from search, not from links; index.exclude is sidecar's own
+        # word for the same and is treated alike (``get`` reads either by its path already; an
+        # excluded note is named, never searched). Only what the walk of a root found: never a
+        # path outside the vault or the wiki.
+        left_out = diff.excluded.setdefault(prefix, {})
         for n in notes:
             rule = self.excluded_by(n.key)
             if rule is None:
                 kept.append(n)
             else:
                 counts[rule] = counts.get(rule, 0) + 1
-        prefix = root.key_of("x")[:-1]
+                left_out[n.key] = rule
         for key in [k for k in states if k.startswith(prefix) and self.excluded_by(k) is not None]:
             diff.gone.append(key)
             del states[key]

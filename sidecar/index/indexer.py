@@ -27,6 +27,7 @@ from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.index.writes import Writer
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
 from sidecar.notes.chunking import CHUNKER_VERSION
+from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.ignore import IgnoreRules
 from sidecar.vault.sources import NoteFile, Root, inboxes_in_use, stamp_ns
 from sidecar.vault.supervisor import Supervisor
@@ -89,6 +90,7 @@ class Indexer:
         self._gone_left: list[str] = []  # keys a failed sweep could not delete
         self.ignore = IgnoreRules(cfg.index.exclude, cfg.vault.path, cfg.index.obsidian_excludes)
         self._ignore_stuck: threading.Thread | None = None  # a read of Obsidian's settings that hangs
+        self.daily_formats = DailyNoteFormats(cfg.vault.path)
         self.problems = problems
         self.changes = ChangeFinder(cfg, stores.manifest, supervisor, problems, self.excluded_by)
         self.writer = Writer(stores, vectors, cfg.vault.wiki_subfolder)
@@ -175,6 +177,8 @@ class Indexer:
         act.phase, act.total = "indexing", len(diff.work) + len(diff.gone)
         changed = self._apply(diff, every if not paths else None, progress, stop)
         self._retire_emptied(diff.gone, names)
+        if diff.excluded:  # links resolve to excluded notes (notes.links.set_excluded)
+            self.writer.set_excluded(diff.excluded, {r.source for r in every if r.source != "memory"})
         if not act.first_sweep_done:
             check_bm25(self.stores, stop)
             self.writer.defer_links = False
@@ -334,12 +338,21 @@ class Indexer:
         if vault is None or (status is not None and status.hanging is not None):
             return  # the vault's own call still hangs: its rules in force stay
         timeout, beat = self.cfg.watch.probe_timeout_seconds, self.supervisor.beat
-        _, self._ignore_stuck = run_with_timeout(self.ignore.refresh, timeout, "settings", beat)
+        formats, self._ignore_stuck = run_with_timeout(self._read_settings, timeout, "settings", beat)
+        if formats is not None:
+            # Dates are read from the names when a search asks (nothing stored to redo): a format
+            # set or changed in Obsidian dates the notes indexed before at once.
+            self.manifest.day_formats = formats
         trouble = self.ignore.trouble
         if trouble is not None:
             self.problems.report("obsidian_settings", trouble)
         else:
             self.problems.clear("obsidian_settings")
+
+    def _read_settings(self) -> tuple[str, ...]:
+        """Obsidian's settings this index follows: Excluded files, and the daily-note formats."""
+        self.ignore.refresh()
+        return self.daily_formats.refresh()
 
     def index_files(self, notes: Sequence[NoteFile], data: dict[str, bytes] | None = None) -> int:
         """Read (or take from ``data``, by key), chunk and write a batch of notes; returns how many

@@ -16,11 +16,11 @@ import json
 import logging
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from sidecar.index.records import Prepared, file_record, records
 from sidecar.index.vectoring import Stores, Vectoring
-from sidecar.notes.links import aliases_of, drop_links, names_of, replace_links, reresolve
+from sidecar.notes.links import aliases_of, drop_links, names_of, replace_links, reresolve, set_excluded
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.group import GroupCommit
 from sidecar.stores.bm25 import Bm25Doc
@@ -123,6 +123,17 @@ class Writer:
                 if not self.defer_links:
                     reresolve(db, self.wiki_subfolder, names=_names(keys), keys=list(keys))
         log.info("notes_deleted count=%d", len(keys))
+
+    def set_excluded(self, found: dict[str, dict[str, str]], sources: Collection[str]) -> None:
+        """Remember the excluded notes a sweep found (see ``links.set_excluded``); links whose
+        name one of those that came or went could mean are resolved again."""
+        stores = self.stores
+        with stores.write_lock, stores.manifest.transaction() as db:
+            changed = set_excluded(db, found, sources)
+            if changed and not self.defer_links:
+                reresolve(db, self.wiki_subfolder, names=_names(sorted(changed)), keys=sorted(changed))
+        if changed:
+            log.info("excluded_notes_changed count=%d", len(changed))
 
     def resolve_all_links(self) -> None:
         """Once per start: resolve every link again (the rules or the notes may have changed while

@@ -11,7 +11,7 @@ import json
 import math
 import sqlite3
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from sidecar.notes.linktext import Link, link_name, strip_md
@@ -25,6 +25,13 @@ CREATE TABLE IF NOT EXISTS links (
 );
 CREATE INDEX IF NOT EXISTS links_by_dst ON links(dst);
 CREATE INDEX IF NOT EXISTS links_by_name ON links(name);
+-- Notes of the vault and the wiki that a rule leaves out of the index (Obsidian's Excluded files,
+-- index.exclude), as each full sweep of their root found them: links resolve to them as in
+-- Obsidian (which hides excluded files from search and graph, not from links), search never
+-- sees them (they have no chunks).
+CREATE TABLE IF NOT EXISTS excluded_notes (
+  key TEXT PRIMARY KEY, source TEXT NOT NULL, rule TEXT NOT NULL
+);
 """
 
 
@@ -48,8 +55,13 @@ def aliases_of(front_matter: Any) -> tuple[str, ...]:
     return ()
 
 
+# What a link can mean: notes known to the index, and excluded notes (by their path only: their
+# aliases are not read, as nothing of an excluded note is).
 _TARGETS = (
-    "SELECT key, source, agent, front_matter FROM files WHERE state IN ('indexed', 'skipped', 'indexing')"
+    "SELECT key, source, agent, front_matter FROM ("
+    "SELECT key, source, agent, front_matter FROM files WHERE state IN ('indexed', 'skipped', 'indexing') "
+    "UNION ALL SELECT key, source, '', '{}' FROM excluded_notes "
+    "WHERE key NOT IN (SELECT key FROM files)) WHERE 1 = 1"
 )
 
 
@@ -94,6 +106,31 @@ def replace_links(db: sqlite3.Connection, key: str, links: Sequence[Link]) -> No
             for i, link in enumerate(links)
         ],
     )
+
+
+def set_excluded(
+    db: sqlite3.Connection, found: dict[str, dict[str, str]], sources: Collection[str]
+) -> set[str]:
+    """The excluded notes of the roots listed whole (``found``: key prefix -> {key: rule}); the
+    rows of sources no longer indexed go. Returns the keys that came or went (their names may mean
+    another note now)."""
+    changed: set[str] = set()
+    marks = ",".join("?" * len(sources))
+    for (key,) in db.execute(f"SELECT key FROM excluded_notes WHERE source NOT IN ({marks})", list(sources)):
+        changed.add(key)
+    db.execute(f"DELETE FROM excluded_notes WHERE source NOT IN ({marks})", list(sources))
+    for prefix, rules in found.items():
+        old = dict(
+            db.execute(
+                "SELECT key, rule FROM excluded_notes WHERE substr(key, 1, ?) = ?", (len(prefix), prefix)
+            ).fetchall()
+        )
+        gone = old.keys() - rules.keys()
+        db.executemany("DELETE FROM excluded_notes WHERE key = ?", [(k,) for k in gone])
+        new = [(k, prefix.split("/", 1)[0], r) for k, r in rules.items() if old.get(k) != r]
+        db.executemany("INSERT OR REPLACE INTO excluded_notes(key, source, rule) VALUES (?,?,?)", new)
+        changed |= gone | {k for k in rules if k not in old}
+    return changed
 
 
 def drop_links(db: sqlite3.Connection, keys: Sequence[str]) -> None:
@@ -172,6 +209,8 @@ def outgoing(db_rows: Sequence[tuple[Any, ...]]) -> list[dict[str, Any]]:
             "embed": bool(r[4]),
             "line": r[5],
             **({"ambiguous": r[6]} if r[6] > 1 else {}),
+            # the target exists but a rule leaves it out of the index (the rule that does)
+            **({"excluded": r[7]} if len(r) > 7 and r[7] else {}),
         }
         for r in db_rows
     ]
@@ -209,8 +248,8 @@ class LinkGraph:
 
     def links_of(self, key: str, agent: str | None = None) -> list[dict[str, Any]]:
         rows = self._query(
-            "SELECT dst, target, anchor, display, embed, line, candidates FROM links "
-            "WHERE src = ? ORDER BY ord",
+            "SELECT l.dst, l.target, l.anchor, l.display, l.embed, l.line, l.candidates, x.rule "
+            "FROM links l LEFT JOIN excluded_notes x ON x.key = l.dst WHERE l.src = ? ORDER BY l.ord",
             (key,),
         )
         out = outgoing(rows)

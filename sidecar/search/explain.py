@@ -5,6 +5,7 @@ limit, folded, capped, or not a candidate at all)."""
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 
 import numpy as np
 
@@ -79,6 +80,8 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
                 outcome=outcome,
             )
         )
+    if inline.phrase and chunks:
+        out[0] = _listed_by_date(r, req, key, out[0])
     return Explanation(
         indexed=True,
         reference=public_reference(key, agent),
@@ -88,3 +91,15 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
         page_bm25_score=round(page_bm[key], 4) if key in page_bm else None,
         analysis=analysis_of(qa, req.filters, rare),
     )
+
+
+def _listed_by_date(r: Retriever, req: SearchRequest, key: str, first: ChunkExplanation) -> ChunkExplanation:
+    """The outcome of a note's first chunk when a search lists the note for its date alone (a
+    question about a period lists the period's notes the words did not find): asked of the search
+    itself, so that ``why`` says what ``search`` did."""
+    reference = public_reference(key, req.agent)
+    for i, h in enumerate(r.search(req).hits, 1):
+        if h.reference == reference and h.vec_score is None and h.bm25_score is None and h.relevance == 0:
+            outcome = f"hit #{i}, listed by date: a note of '{req.filters.phrase}' no other word found"
+            return replace(first, outcome=outcome)
+    return first

@@ -28,11 +28,24 @@ def recall(
 ) -> SearchResult:
     """Hits for the current message (previous turns blended in) and the rendered context block."""
     text, inline = split_filters(message, r.today())
-    result = _recall(r, text, history, with_filters(req, inline), count_tokens)
+    windowed = with_filters(req, inline)
+    result = _recall(r, text, history, windowed, count_tokens)
+    if not inline.phrase:
+        return result
+    # "What did I do last week?": the period's notes are recalled after those the words found
+    # there (see Retriever.search). Only notes whose name or properties give their day: recall
+    # injects unasked, and a note merely edited in the window says nothing about the period
+    # (a sync or a plugin that touches every file makes the whole vault "today").
+    dated = [n for n in r.dated_notes(windowed) if n.date]
+    if dated:
+        listed = r.with_period(result, dated, windowed)
+        budget = windowed.token_budget or r.recall_settings().token_budget
+        block = render_block(listed.hits, budget, count_tokens, own=req.agent is not None)
+        return replace(listed, context=block)
     # A time phrase that was all the message said ("how are you today?", "bye for now") names
     # no topic: its word is not searched instead (it found a function reference for today()).
     alone = not history and not analyze(text).content_words
-    if result.hits or not inline.phrase or alone:
+    if result.hits or alone:
         return result
     phrase = inline.phrase
     text, inline = split_filters(message, r.today(), phrases=False)  # see Retriever.search

@@ -22,7 +22,7 @@ import numpy as np
 
 from sidecar.config import MODEL_DEFAULTS, RecallConfig, SearchConfig
 from sidecar.contracts.errors import EmbedderError, StoreError
-from sidecar.contracts.wire import SOURCES, SearchResult
+from sidecar.contracts.wire import SOURCES, Hit, SearchResult, Window
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, VectorSet
 from sidecar.model.embedder import Embedder, EmbedderSlot, cosine_range, model_name
@@ -32,7 +32,8 @@ from sidecar.search.query import FilterError, Filters, QueryAnalysis, analyze, i
 from sidecar.search.query import fold as fold_word
 from sidecar.search.querycache import QueryCache
 from sidecar.search.results import analysis_of, to_hit
-from sidecar.stores.manifest import ChunkView
+from sidecar.stores.manifest import ChunkView, NoteDay
+from sidecar.vault.sources import public_reference
 
 log = logging.getLogger(__name__)
 
@@ -141,17 +142,23 @@ def _words(text: str) -> frozenset[str]:
 
 
 def _passes(view: ChunkView, filters: Filters) -> bool:
-    if filters.tags and not any(t == f or t.startswith(f + "/") for f in filters.tags for t in view.tags):
+    note = NoteDay(view.key, view.source, view.agent, view.tags, view.mtime_ns, view.date, named=False)
+    return _note_passes(note, filters)
+
+
+def _note_passes(note: NoteDay, filters: Filters) -> bool:
+    key, source, tags = note.key, note.source, note.tags
+    if filters.tags and not any(t == f or t.startswith(f + "/") for f in filters.tags for t in tags):
         return False
     if filters.path_prefix:
-        path = view.key.split("/", 2)[-1] if view.source == "memory" else view.key.split("/", 1)[1]
+        path = key.split("/", 2)[-1] if source == "memory" else key.split("/", 1)[1]
         # Case-insensitive and in one Unicode form: a Mac names "Bücher" in NFD, a keyboard types NFC.
         want = unicodedata.normalize("NFC", filters.path_prefix.strip("/")).lower()
         if not unicodedata.normalize("NFC", path).lower().startswith(want):
             return False
     if filters.since or filters.until:
         # The note's own day when it names one (front matter, daily-note name), else its local mtime.
-        day = view.date or dt.datetime.fromtimestamp(view.mtime_ns / 1e9).date().isoformat()
+        day = note.date or dt.datetime.fromtimestamp(note.mtime_ns / 1e9).date().isoformat()
         if (filters.since and day < filters.since) or (filters.until and day > filters.until):
             return False
     return True
@@ -575,16 +582,76 @@ class Retriever:
                 "a search needs words besides its filters; to list the notes with a tag or in a "
                 "folder use `list` (memory_list) with tag or pathPrefix"
             )
-        result = self._search(with_filters(req, inline), text)
-        if result.hits or not inline.phrase:
-            return result
-        # A time phrase is a soft filter: "a daily note for today" asks about daily notes, not
-        # about notes of today. When its window holds nothing, the words are searched instead.
+        windowed = with_filters(req, inline)
+        if not inline.phrase:
+            return self._search(windowed, text)
+        # A time phrase asks about its period ("what did I do last week?"): the notes of that
+        # period are the answer, those matching the other words first, the rest listed by date.
+        # (Deciding by the words' hits alone answered with only the notes holding a word, or,
+        # with none, with notes of any date.)
+        dated = self.dated_notes(windowed)
+        if dated:
+            qa = analyze(text)
+            # Without a content word ("was habe ich gemacht") the words would rank the period's
+            # notes by chance: they are listed by date alone.
+            found = self._search(windowed, text) if qa.content_words else _no_hits(qa, windowed.filters)
+            return self.with_period(found, dated, windowed)
+        # A soft filter: "a daily note for today" may ask about daily notes, not about notes of
+        # today. When no note at all is dated in its window, the words are searched instead.
         phrase = inline.phrase
         text, inline = split_filters(req.query, self.today(), phrases=False)
         result = self._search(with_filters(req, inline), text)
         assert result.analysis is not None
         return replace(result, analysis=replace(result.analysis, time_phrase_ignored=phrase))
+
+    def dated_notes(self, req: SearchRequest) -> list[NoteDay]:
+        """The notes a request's date window (and its other filters and scope) holds, in the order
+        a period is listed: daily notes (dated by their name) first, then notes dated by a
+        property, then by their last change; newest first within each."""
+        f = req.filters
+        notes = [
+            n
+            for n in self.stores.manifest.note_days()
+            if (req.sources is None or n.source in req.sources)
+            and (req.agent is None or n.source != "memory" or n.agent == req.agent)
+            and _note_passes(n, f)
+        ]
+        notes.sort(key=lambda n: (n.date or "", n.mtime_ns), reverse=True)
+        notes.sort(key=lambda n: 0 if n.named else 1 if n.date else 2)  # stable: newest first within
+        return notes
+
+    def with_period(self, result: SearchResult, dated: Sequence[NoteDay], req: SearchRequest) -> SearchResult:
+        """``result`` (hits in the window) with the window's other notes, listed by date up to the
+        request's limit, each with its first chunk; the window says how many were listed."""
+        shown = {h.reference for h in result.hits}
+        rest = [n for n in dated if public_reference(n.key, req.agent) not in shown]
+        # The period's own notes (dated by name or property) keep up to half the places: notes a
+        # word matched that were only edited then (a plugin touching every file makes the whole
+        # vault "yesterday") must not crowd out yesterday's daily note.
+        own = sum(1 for n in rest if n.date)
+        hits = result.hits[: max(0, req.limit - min(own, req.limit // 2))]
+        more = rest[: req.limit - len(hits)]
+        views = self.stores.manifest.first_chunks([n.key for n in more])
+        mask_secrets = self.cfg.mask_secrets
+
+        def listed(dated_by_name_or_property: bool) -> tuple[Hit, ...]:
+            return tuple(
+                to_hit(_by_date(v), v, req.agent, mask_secrets=mask_secrets)
+                for n in more
+                if bool(n.date) == dated_by_name_or_property and (v := views.get(n.key))
+            )
+
+        # A hit no word of the query is in, found by meaning alone and weaker than recall would
+        # inject (recall.scoreFloor), follows the period's own notes: in a small window the model
+        # always finds some nearest notes ("was habe ich gestern notiert?" put nine notes edited
+        # yesterday before yesterday's daily note).
+        floor = self.recall_settings().score_floor
+        weak = tuple(h for h in hits if h.bm25_score is None and h.relevance < floor)
+        strong = tuple(h for h in hits if h.bm25_score is not None or h.relevance >= floor)
+        own_listed, edited_listed = listed(True), listed(False)
+        f = req.filters
+        window = Window(f.phrase or "", True, f.since, f.until, listed=len(own_listed) + len(edited_listed))
+        return replace(result, hits=strong + own_listed + weak + edited_listed, window=window)
 
     def _search(self, req: SearchRequest, text: str) -> SearchResult:
         qa = analyze(text)
@@ -601,6 +668,16 @@ class Retriever:
         return SearchResult(
             hits, found.degraded, analysis_of(qa, req.filters, rare), pending_vectors=found.pending
         )
+
+
+def _no_hits(qa: QueryAnalysis, filters: Filters) -> SearchResult:
+    return SearchResult((), None, analysis_of(qa, filters))
+
+
+def _by_date(view: ChunkView) -> Scored:
+    """A note listed for its date alone: no arm found it, so no score and no relevance."""
+    c = Candidate(view.chunk_id, view.key, view.source, view.start_line, view.end_line)
+    return Scored(c, 0.0, 0.0, 0.0)
 
 
 def unread_words(words: Sequence[str], pieces: Sequence[int]) -> bool:

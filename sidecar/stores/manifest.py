@@ -28,6 +28,7 @@ from typing import Any
 
 from sidecar.contracts.errors import StoreError
 from sidecar.notes import links
+from sidecar.notes.dayformat import day_of_path
 from sidecar.stores.vectorbook import NO_VECTOR, VectorBook, _in_groups
 
 SCHEMA_VERSION = 4
@@ -116,10 +117,12 @@ def _aliases(front_matter: str) -> tuple[str, ...]:
 _DAY = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
 
 
-@functools.lru_cache(maxsize=4_096)  # a search reads the same notes' views again and again
-def note_date(front_matter: str, key: str) -> str:
+@functools.lru_cache(maxsize=16_384)  # a search reads the same notes' views again and again
+def note_date(front_matter: str, key: str, day_formats: tuple[str, ...] = ()) -> str:
     """The day a note is about: front matter ``date``, ``updated`` or ``created``, else a
-    ``YYYY-MM-DD`` file name (daily notes); '' when neither says (callers use the mtime)."""
+    ``YYYY-MM-DD`` file name (daily notes) or a vault or wiki note's name in one of the vault's
+    daily-note ``day_formats`` (``DD.MM.YYYY``); '' when none says (callers use the mtime). Read
+    from what the manifest keeps, never stored: a format set later dates notes indexed before."""
     try:
         fm = json.loads(front_matter)
     except ValueError:
@@ -130,8 +133,19 @@ def note_date(front_matter: str, key: str) -> str:
             # "[[2026-11-19]]": the property editor links a date to its daily note
             if isinstance(value, str) and (m := _DAY.match(value.strip().removeprefix("[["))):
                 return m.group(0)
+    return name_date(key, day_formats)
+
+
+@functools.lru_cache(maxsize=16_384)
+def name_date(key: str, day_formats: tuple[str, ...] = ()) -> str:
+    """The day a note's name gives (a daily note): ``YYYY-MM-DD`` in it, or for a vault or wiki
+    note its path in one of ``day_formats``; ''."""
     m = _DAY.search(key.rsplit("/", 1)[-1])
-    return m.group(0) if m else ""
+    if m:
+        return m.group(0)
+    # Memory notes are no Obsidian daily notes: the vault's format says nothing about their names.
+    source, _, path = key.partition("/")
+    return day_of_path(path, day_formats) if day_formats and source != "memory" else ""
 
 
 @functools.lru_cache(maxsize=16_384)
@@ -216,11 +230,27 @@ class ChunkView:
     date: str = ""  # the note's own day (front matter or daily-note name), '' when it has none
 
 
+@dataclass(frozen=True)
+class NoteDay:
+    """An indexed note with chunks, and the day it is about (``note_date``; '' means its mtime's)."""
+
+    key: str
+    source: str
+    agent: str
+    tags: tuple[str, ...]
+    mtime_ns: int
+    date: str
+    named: bool  # its name says the day (a daily note)
+
+
 class Manifest(VectorBook):
     """Thread-safe wrapper over one sqlite connection (WAL); the daemon is the only writer."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # The vault's daily-note name formats (Obsidian's settings, set by each sweep's read of
+        # them): a note's date is read with them (``note_date``).
+        self.day_formats: tuple[str, ...] = ()
         self._lock = threading.RLock()
         # Searches read chunk views on connections of their own (one per thread): in WAL mode a
         # reader sees the last commit and never waits for the writer, whose transactions hold
@@ -607,8 +637,37 @@ class Manifest(VectorBook):
                 r[10],
                 _aliases(r[11]),
                 bool(r[12]),
-                note_date(r[11], r[1]),
+                note_date(r[11], r[1], self.day_formats),
             )
+
+    def note_days(self) -> list[NoteDay]:
+        """Every indexed note that has chunks, with its day (a time phrase lists a period's notes).
+        Days are read from names and front matter here, as for any view: nothing stores them."""
+        rows = self._committed(
+            "SELECT key, source, agent, tags, mtime_ns, front_matter FROM files "
+            "WHERE state = 'indexed' AND chunks > 0"
+        )
+        formats = self.day_formats
+        return [
+            NoteDay(
+                key,
+                source,
+                agent,
+                _strings(tags),
+                mtime_ns,
+                note_date(fm, key, formats),
+                bool(name_date(key, formats)),
+            )
+            for key, source, agent, tags, mtime_ns, fm in rows
+        ]
+
+    def first_chunks(self, keys: Sequence[str]) -> dict[str, ChunkView]:
+        """Each note's first chunk, by key (a note listed for its date shows its beginning)."""
+        out: dict[str, ChunkView] = {}
+        for part, marks in _in_groups(keys):
+            where = f"c.key IN ({marks}) AND c.ord = (SELECT min(ord) FROM chunks WHERE key = c.key)"
+            out.update((v.key, v) for v in self._views(where, part, committed=True))
+        return out
 
     def chunk_ids_of(self, keys: Sequence[str]) -> list[str]:
         out: list[str] = []
