@@ -226,6 +226,14 @@ def test_a_question_about_a_period_lists_the_notes_of_that_period(served: Served
     assert why["chunks"][0]["outcome"] == "hit #3, listed by date: a note of 'last week' no other word found"
     text = text_of_search("What did I do last week?", r)
     assert "4 hit(s) (relevance 0) are notes of that period" in text
+    # Small talk naming today recalls nothing unasked (today's daily note was injected into "how
+    # are you today?"); a period over before today is listed for its phrase alone.
+    write(agent_vault / f"Daily/{TODAY.isoformat()}.md", "# Today\n\nDentist at ten.\n")
+    served.h.sweep()
+    assert served.call("recall", {"message": "how are you today?"})["context"] == ""
+    assert served.call("recall", {"message": "what did I write today about the dentist?"})["hits"]
+    before = served.call("recall", {"message": "and yesterday?"})
+    assert f"vault/Daily/{_ago(1)}" in [h["reference"] for h in before["hits"]]
 
 
 @pytest.mark.parametrize(

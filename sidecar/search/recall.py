@@ -36,15 +36,19 @@ def recall(
     # there (see Retriever.search). Only notes whose name or properties give their day: recall
     # injects unasked, and a note merely edited in the window says nothing about the period
     # (a sync or a plugin that touches every file makes the whole vault "today").
-    dated = [n for n in r.dated_notes(windowed) if n.date]
+    # A time phrase that was all the message said ("how are you today?", "bye for now") names
+    # no topic: its word is not searched instead (it found a function reference for today()),
+    # and a period that reaches today is small talk's ("today", "now") unless the message says
+    # more: only a period over before today ("last week", "gestern") is listed for it alone.
+    alone = not history and not analyze(text).content_words
+    until = inline.until or windowed.filters.until
+    past = until is not None and until < r.today().isoformat()
+    dated = [n for n in r.dated_notes(windowed) if n.date] if past or not alone else []
     if dated:
         listed = r.with_period(result, dated, windowed)
         budget = windowed.token_budget or r.recall_settings().token_budget
         block = render_block(listed.hits, budget, count_tokens, own=req.agent is not None)
         return replace(listed, context=block)
-    # A time phrase that was all the message said ("how are you today?", "bye for now") names
-    # no topic: its word is not searched instead (it found a function reference for today()).
-    alone = not history and not analyze(text).content_words
     if result.hits or alone:
         return result
     phrase = inline.phrase
