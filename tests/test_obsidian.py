@@ -611,6 +611,7 @@ def test_excluded_files_changed_in_obsidian_apply_at_once(daemon_factory: Any, t
     v = tmp_path / "v"
     write(v / "Private/diary.md", "# Diary\n\nthe zeppelin over the lake\n")
     write(v / "Keep.md", "# Keep\n\nnothing else\n")
+    write(v / ".obsidian/workspace.json", "{}")  # a vault Obsidian opened: the folder is there
     d = daemon_factory(v, keyword_only=True).start()
     d.wait_for(lambda h: h["index"]["files"] == 2)
 
