@@ -544,6 +544,9 @@ def test_an_inbox_index_is_written_and_removed_like_the_vaults(tmp_path: Path) -
         idx.delete_key("memory/alpha/a")
         idx.commit()
         assert idx.all_ids() == {"vault/a#0"} and idx.num_pages() == 1
+        # An inbox a commit leaves empty is closed and its folder removed (a retired agent's
+        # index stayed open for good, with a thread polling its files).
+        assert list((path / "memory").iterdir()) == [] and idx.agents() == []
         idx.add([_doc("memory/alpha/c", "kayak four")])
         idx.commit()
     finally:
@@ -572,3 +575,143 @@ def test_a_keyword_index_holding_memory_beside_the_vault_is_outdated(tmp_path: P
     shutil.rmtree(path / "memory")
     with pytest.raises(StoreOutdatedError, match="memory beside the vault"):
         Bm25Index(path)
+
+
+def test_many_agents_cost_what_the_open_ones_cost(tmp_path: Path) -> None:
+    """Inbox indexes are opened when used, at most a few at once, and a refill's emptying opens no
+    writer per agent: a thousand agent names held two thousand threads at rest, and a refill of
+    200 agents' memory 2,800 threads and 1.1 GB."""
+    import os
+    import time
+
+    from sidecar.stores import bm25 as bm25_mod
+    from sidecar.stores.bm25 import Bm25Index
+
+    def threads() -> int:
+        return len(os.listdir("/proc/self/task"))
+
+    path = tmp_path / "bm25"
+    idx = Bm25Index(path)
+    agents = [f"a{i:03d}" for i in range(60)]
+    try:
+        for agent in agents:
+            idx.add([_doc(f"memory/{agent}/n", f"kayak note of {agent}")])
+        idx.commit()
+        assert len(idx._open) <= bm25_mod._OPEN_INBOXES
+    finally:
+        idx.close()
+    base = threads()
+    idx = Bm25Index(path)
+    try:
+        assert threads() - base < 10  # nothing of an inbox is opened at start
+        found = idx.search("kayak", 100, sources=["memory"])  # a person's search: every inbox
+        assert len(found) == 60 and len(idx._open) <= bm25_mod._OPEN_INBOXES
+        deadline = time.monotonic() + 10  # a closed index's thread ends at its next poll
+        while threads() - base > 3 * bm25_mod._OPEN_INBOXES:
+            assert time.monotonic() < deadline, threads() - base
+            time.sleep(0.1)
+        assert idx.num_docs() == idx.num_pages() == 60
+        idx.delete_all()
+        assert all(f._writer is None for pair in idx._open.values() for f in pair)
+        for agent in agents[:30]:  # a refill: half the agents still hold memory
+            idx.add([_doc(f"memory/{agent}/m", f"canoe note of {agent}")])
+            held = [f for pair in idx._open.values() for f in pair if f._writer is not None]
+            assert len(held) <= bm25_mod._OPEN_WRITERS + 2
+        idx.commit()
+        assert idx.agents() == agents[:30] == sorted(p.name for p in (path / "memory").iterdir())
+        assert {k.split("/")[1] for k, _ in idx.search("canoe", 100)} == set(agents[:30])
+        assert idx.search("kayak", 100) == [] and idx.num_docs() == 30
+    finally:
+        idx.close()
+
+
+def test_a_damaged_inbox_fails_no_one_elses_search(tmp_path: Path) -> None:
+    """An agent's inbox index that cannot be read is skipped (reported in ``failing`` until a
+    search of it succeeds): a person's search over every inbox still answers, another agent's
+    search neither fails nor clears the report."""
+    from sidecar.stores.bm25 import Bm25Index
+
+    path = tmp_path / "bm25"
+    idx = Bm25Index(path)
+    idx.add([_doc("vault/v", "kayak in the vault"), _doc("memory/alpha/a", "kayak of alpha")])
+    idx.add([_doc("memory/beta/b", "kayak of beta")])
+    idx.commit()
+    idx.close()
+    for f in (path / "memory" / "beta" / "chunks").glob("*.idx"):
+        f.write_bytes(b"\0" * 64)
+    idx = Bm25Index(path)
+    try:
+        everyone = [k for k, _ in idx.search("kayak", 10)]
+        assert sorted(everyone) == ["memory/alpha/a#0", "vault/v#0"]
+        assert "beta" in idx.failing
+        assert [k for k, _ in idx.search("kayak", 10, agent_scope="alpha")] != []
+        assert "beta" in idx.failing
+    finally:
+        idx.close()
+
+
+def test_a_word_of_an_agents_own_memory_counts_for_it_alone(tmp_path: Path) -> None:
+    """``doc_freq`` for an agent counts the vault, the wiki and its own memory (a word only in its
+    memory was no word at all to the rare-word rule); never another agent's; ``holding`` asks
+    only the inboxes named."""
+    from sidecar.stores.bm25 import Bm25Index
+
+    idx = Bm25Index(tmp_path / "bm25")
+    try:
+        idx.add([_doc("vault/v", "plain words"), _doc("memory/alpha/a", "zyxwort in alpha")])
+        idx.add([_doc("memory/beta/b", "zyxwort in beta"), _doc("memory/beta/c", "zyxwort again")])
+        idx.commit()
+        assert idx.doc_freq("zyxwort") == 0
+        assert idx.doc_freq("zyxwort", pages=True, agent="alpha") == 1
+        assert idx.doc_freq("zyxwort", agent="beta") == 2
+        among = ["memory/alpha/a#0", "memory/beta/b#0", "vault/v#0"]
+        assert idx.holding(["zyxwort"], among, {"alpha"}) == {"memory/alpha/a#0"}
+        assert idx.holding(["zyxwort"], among) == set()
+    finally:
+        idx.close()
+
+
+def test_memory_scores_hold_with_deleted_documents_in_the_vault(tmp_path: Path) -> None:
+    """The vault's document count is Tantivy's (deleted documents of unmerged segments included),
+    read from a live document: a count of live ones only gave a memory hit five times the score
+    of the same text in the vault."""
+    from sidecar.stores.bm25 import Bm25Index
+
+    idx = Bm25Index(tmp_path / "bm25")
+    try:
+        idx.add([_doc(f"vault/e{i}", f"every e{i}") for i in range(6)])  # lengths as the inbox's
+        idx.add([_doc("vault/same", "kayak paddle"), _doc("memory/alpha/same", "kayak paddle")])
+        idx.commit()
+        for i in range(5):
+            idx.delete_key(f"vault/e{i}")
+        idx.commit()
+        scores = dict(idx.search("kayak paddle every", 10, agent_scope="alpha"))
+        assert scores["memory/alpha/same#0"] == pytest.approx(scores["vault/same#0"], rel=1e-4)
+    finally:
+        idx.close()
+
+
+def test_a_damaged_inbox_stays_reported_while_other_agents_search(make_cfg: Any, tmp_path: Path) -> None:
+    """An agent's damaged inbox index is a problem until a search of it succeeds: another agent's
+    search (which never reads it) cleared it within a second, before the repair could see it."""
+    vault = tmp_path / "v"
+    write(vault / "Boat.md", "# Boat\n\nthe kayak in the garage\n")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        for agent in ("alpha", "beta"):
+            write(h.cfg.agents_dir / agent / "memory" / "kayak.md", f"# Kayak\n\n{agent}'s kayak note\n")
+        h.sweep()
+        beta = h.stores.bm25._inbox("beta")
+        assert beta is not None
+        for f in (beta[0].path).glob("*.idx"):
+            f.write_bytes(b"\0" * 64)
+        with h.stores.bm25._inbox_lock:  # closed: the damaged files are read at the next open
+            h.stores.bm25._open.pop("beta")
+        everyone = [hit["reference"] for hit in search(h, "kayak")]
+        assert "memory/alpha/kayak" in everyone and "vault/Boat" in everyone
+        assert h.stores.problems.active_in("keyword_search") is not None
+        search(h, "kayak", agent="alpha")
+        active = h.stores.problems.active_in("keyword_search")
+        assert active is not None and "beta" in active["error"]
+    finally:
+        h.close()

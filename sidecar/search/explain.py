@@ -25,7 +25,7 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
     chunks = r.stores.manifest.chunks_of(key)
     if not chunks:
         return Explanation(indexed=False, analysis=analysis_of(qa, req.filters))
-    rare, weight = r.plan(qa)
+    rare, weight = r.plan(qa, agent)
     found = r.arms(req, text, qa, None, weight)
     ranking = r.rank(req, qa, found, weight=weight, rare=rare)
     ids = [c.chunk_id for c in chunks]

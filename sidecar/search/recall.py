@@ -77,7 +77,7 @@ def _recall(
     # One reading of the recall settings for the whole call: a reload meanwhile must not give
     # the vectors one history share and the keywords (or the analysis) another.
     vectors = _recall_vectors(r, rc, text, qa, turns)
-    rare, weight = r.plan(qa)
+    rare, weight = r.plan(qa, req.agent)
     parts = _recall_parts(rc, qa, turns)
     found = r.arms(req, text, qa, vectors, weight, parts=parts)
     ranking = r.rank(req, qa, found, weight=weight, rare=rare, parts=parts)

@@ -259,12 +259,13 @@ class Retriever:
             weight = min(weight, cfg.rare_term_vector_weight)
         return weight
 
-    def plan(self, qa: QueryAnalysis) -> tuple[tuple[str, ...], float]:
-        """The query's rare words and the vector share they lead to."""
-        rare = self.rare_words(qa)
+    def plan(self, qa: QueryAnalysis, agent: str | None = None) -> tuple[tuple[str, ...], float]:
+        """The query's rare words (in the vault, the wiki and ``agent``'s memory) and the vector
+        share they lead to."""
+        rare = self.rare_words(qa, agent)
         return rare, self.vector_weight(qa, rare)
 
-    def rare_words(self, qa: QueryAnalysis) -> tuple[str, ...]:
+    def rare_words(self, qa: QueryAnalysis, agent: str | None = None) -> tuple[str, ...]:
         """Content words the model splits into word pieces and few notes contain: names, codes,
         identifiers. The vector arm is blind to them (a made-up token still has nearest
         neighbours) while BM25 gives them their full weight, so for such a query keywords lead."""
@@ -278,7 +279,7 @@ class Retriever:
             return tuple(
                 w
                 for w, n in zip(words, pieces, strict=True)
-                if n >= 2 and 0 < self.stores.bm25.doc_freq(w, pages=True) <= limit
+                if n >= 2 and 0 < self.stores.bm25.doc_freq(w, pages=True, agent=agent) <= limit
             )
         except StoreError:  # a damaged index: the search reports it
             return ()
@@ -334,8 +335,14 @@ class Retriever:
                 )
                 answered = True
                 # A failing page index stays reported until a page search succeeds (or the
-                # repair rebuilds it): cleared here, it would flap on every search.
-                if not _page_failure_active(problems):
+                # repair rebuilds it): cleared here, it would flap on every search. So does an
+                # agent's failing inbox until a search of it succeeds (other agents' searches,
+                # which never read it, cleared it before the repair saw it).
+                failing = self.stores.bm25.failing
+                if failing:
+                    agent, error = next(iter(failing.items()))
+                    problems.report("keyword_search", f"the keyword index of {agent}'s memory: {error}")
+                elif not _page_failure_active(problems):
                     problems.clear("keyword_search")
             except StoreError as exc:  # a damaged keyword index: answer from vectors alone
                 log.warning("keyword_search_failed error=%s", exc)
@@ -497,7 +504,8 @@ class Retriever:
             cfg.rare_term_boost,
         )
         content = frozenset(fold_word(w) for w in qa.content_words)
-        rare_chunks = frozenset(self._holding(rare, list(best)))
+        agents = {s.candidate.key.split("/", 2)[1] for s in best.values() if s.candidate.source == "memory"}
+        rare_chunks = frozenset(self._holding(rare, list(best), agents))
         ruled = apply_rules(list(best.values()), content, qa.chronicle, rules, rare_chunks)
         if cfg.link_lift > 0:
             ruled = self._link_lift(ruled, cfg.link_lift)
@@ -557,13 +565,13 @@ class Retriever:
             problems.clear("keyword_search")
         return found
 
-    def _holding(self, words: Sequence[str], among: Sequence[str]) -> set[str]:
+    def _holding(self, words: Sequence[str], among: Sequence[str], agents: Collection[str]) -> set[str]:
         """The candidates whose text holds a rare word as written, as it was counted: a chunk
         matching only a stemmed form of it is not lifted, every chunk of a note naming it is."""
         if not words:
             return set()
         try:
-            return self.stores.bm25.holding(words, among)
+            return self.stores.bm25.holding(words, among, agents)
         except StoreError:  # the keyword arm has reported it already
             return set()
 
@@ -656,7 +664,7 @@ class Retriever:
     def _search(self, req: SearchRequest, text: str) -> SearchResult:
         qa = analyze(text)
         early = self.start_vectors(req, text, qa)
-        rare, weight = self.plan(qa)
+        rare, weight = self.plan(qa, req.agent)
         found = self.arms(req, text, qa, None, weight, early=early)
         r = self.rank(req, qa, found, weight=weight, rare=rare)
         mask_secrets = self.cfg.mask_secrets

@@ -14,6 +14,7 @@ import math
 import re
 import shutil
 import threading
+from collections import OrderedDict
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -292,6 +293,15 @@ class _Folder:
 
 
 Terms = dict[tuple[str, str], float]  # (field, term) -> boost
+Pair = tuple[_Folder, _Folder]  # an index's chunks and pages
+
+# An agent's inbox index is opened when used and closed when others were used since: each open
+# Tantivy index keeps a thread that polls its files (a thousand agent names held 2,000 threads
+# and a tenth of a core at rest).
+_OPEN_INBOXES = 16
+# Inbox writers open at once (2 MB and six threads each): past this the dirty ones are committed
+# and released first (a refill of 200 agents' memory held 2,800 threads and 1.1 GB).
+_OPEN_WRITERS = 8
 
 
 def _idf(docs: int, df: int) -> float:
@@ -320,20 +330,22 @@ class _Counts:
 
 def _total_docs(schema: tantivy.Schema, searcher: tantivy.Searcher) -> int:
     """The document count Tantivy's BM25 uses (deleted documents of unmerged segments included,
-    unlike ``num_docs``), read from the explanation of one match: the binding has no other way."""
+    unlike ``num_docs``), read from the explanation of a live document's id: the binding has no
+    other way to it."""
     if searcher.num_docs == 0:
         return 0
     with _engine("statistics"):
-        for field in FIELD_BOOSTS:
-            # One letter's terms first: walking the whole dictionary of a large vault took ms.
-            for prefix in ("e", "a", "i", ""):
-                found = searcher.terms_with_prefix(field, prefix, limit=1)
-                if found:
-                    query = tantivy.Query.term_query(schema, field, found[0][0])
-                    hits = searcher.search(query, limit=1, count=False).hits
-                    if hits:
-                        return _explained_docs(json.loads(query.explain(searcher, hits[0][1]).to_json()))
-    return int(searcher.num_docs)
+        first = searcher.search(tantivy.Query.all_query(), limit=1, count=False).hits
+        if not first:
+            return int(searcher.num_docs)
+        query = tantivy.Query.term_query(
+            schema, "chunk_id", str(searcher.doc(first[0][1]).get_first("chunk_id"))
+        )
+        hits = searcher.search(query, limit=1, count=False).hits
+        if not hits:
+            return int(searcher.num_docs)
+        found = _explained_docs(json.loads(query.explain(searcher, hits[0][1]).to_json()))
+    return found or int(searcher.num_docs)
 
 
 def _explained_docs(node: dict[str, Any]) -> int:
@@ -359,24 +371,28 @@ class _Scorer:
     the agent's own."""
 
     def __init__(self) -> None:
-        self._counts: dict[str, _Counts] = {}  # folder path -> its statistics at the last commit
+        self._counts: dict[Path, _Counts] = {}  # folder -> its statistics at the searcher's commit
         self._lock = threading.Lock()
 
-    def counts(self, folder: _Folder) -> _Counts:
-        searcher = folder.searcher
-        name = str(folder.path)
+    def counts(self, folder: _Folder, searcher: tantivy.Searcher) -> _Counts:
         with self._lock:
-            cached = self._counts.get(name)
+            cached = self._counts.get(folder.path)
             if cached is not None and cached.searcher is searcher:
                 return cached
         fresh = _Counts(folder.schema, searcher)
         with self._lock:
-            self._counts[name] = fresh
+            self._counts[folder.path] = fresh
         return fresh
 
-    def terms(self, inbox: _Folder, shared: _Folder, terms: Terms) -> Terms:
-        """``terms`` reweighted for ``inbox`` (the terms it does not hold left out)."""
-        own, vault = self.counts(inbox), self.counts(shared)
+    def forget(self, folders: Iterable[_Folder]) -> None:
+        """A closed index's statistics dropped (they held its searcher, and its files mapped)."""
+        with self._lock:
+            for folder in folders:
+                self._counts.pop(folder.path, None)
+
+    @staticmethod
+    def terms(own: _Counts, vault: _Counts, terms: Terms) -> Terms:
+        """``terms`` reweighted for the inbox of ``own`` (the terms it does not hold left out)."""
         out: Terms = {}
         for (f, t), boost in terms.items():
             held = own.df(f, t)
@@ -393,6 +409,21 @@ def _memory_agent(key: str) -> str | None:
     return key.split("/", 2)[1]
 
 
+def _live_docs(folder: Path) -> int:
+    """Documents of an index as its last commit left them (read from its meta.json: no index is
+    opened to count)."""
+    try:
+        segments = json.loads((folder / "meta.json").read_text(encoding="utf-8"))["segments"]
+    except FileNotFoundError:
+        return 0
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise StoreError(f"BM25 index {folder} cannot be read: {exc}") from exc
+    return sum(
+        int(seg.get("max_doc", 0)) - int((seg.get("deletes") or {}).get("num_deleted_docs", 0))
+        for seg in segments
+    )
+
+
 class Bm25Index:
     """BM25 over chunks and over whole notes (pages): one Tantivy index each in ``chunks/`` and
     ``pages/`` for the vault and the wiki, and the same pair for each agent's memory in
@@ -404,6 +435,8 @@ class Bm25Index:
 
     The keyword statistics (documents, lengths, how many hold a word) are those of the vault and
     the wiki alone: an agent's memory is scored against them and counted in none (``_Scorer``).
+    An inbox's pair is opened when used (at most ``_OPEN_INBOXES`` at once) and removed when a
+    commit leaves it empty.
     """
 
     def __init__(self, path: Path) -> None:
@@ -414,48 +447,121 @@ class Bm25Index:
             raise StoreOutdatedError(f"BM25 index {path} holds memory beside the vault")
         self.schema = _schema()
         self.analyzers = {name: text_analyzer(stem) for name, stem in _ANALYZERS.items()}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # writes, commits, and closing an inbox
+        self._inbox_lock = threading.RLock()  # the table of open inboxes
         self._closed = False
         self._chunks = _Folder(path / "chunks", self.schema)
         self._pages = _Folder(path / "pages", self.schema)
-        self._inboxes: dict[str, tuple[_Folder, _Folder]] = {}
+        self._open: OrderedDict[str, Pair] = OrderedDict()  # least recently used first
+        self._emptied: set[str] = set()  # agents whose documents ``delete_all`` dropped (uncommitted)
+        self._touched: set[str] = set()  # agents whose inbox was written since the last commit
+        # Inboxes whose index failed a search (agent -> error): skipped by searches, reported as a
+        # problem until one of theirs succeeds (the repair rebuilds the keyword index).
+        self.failing: dict[str, str] = {}
         self._scorer = _Scorer()
         memory = path / "memory"
         try:
             memory.mkdir(exist_ok=True)
-            agents = sorted(p.name for p in memory.iterdir() if p.is_dir())
+            self._agents = {p.name for p in memory.iterdir() if p.is_dir()}
         except OSError as exc:
             raise StoreError(f"BM25 index {memory} cannot be made: {exc.strerror or exc}") from exc
-        for agent in agents:
-            self._inbox(agent)
 
     @property
     def _searcher(self) -> tantivy.Searcher:
         return self._chunks.searcher
 
-    def _inbox(self, agent: str, *, create: bool = True) -> tuple[_Folder, _Folder] | None:
-        """An agent's two indexes (opened, or made when ``create``)."""
-        found = self._inboxes.get(agent)
-        if found is None and create:
+    def agents(self) -> list[str]:
+        """Agents with an inbox index."""
+        with self._inbox_lock:
+            return sorted(self._agents)
+
+    def _inbox(self, agent: str, *, create: bool = False) -> Pair | None:
+        """An agent's two indexes, opened (made when ``create``); None for an agent without."""
+        with self._inbox_lock:
+            pair = self._open.get(agent)
+            if pair is not None:
+                self._open.move_to_end(agent)
+                return pair
+            if not create and agent not in self._agents:
+                return None
             base = self.path / "memory" / agent
-            found = (
+            pair = (
                 _Folder(base / "chunks", self.schema, lazy=True),
                 _Folder(base / "pages", self.schema, lazy=True),
             )
-            self._inboxes[agent] = found
-        return found
+            self._open[agent] = pair
+            self._agents.add(agent)
+        self._close_idle()
+        return pair
+
+    def _close_idle(self) -> None:
+        """``_evict``, from a search: under the write lock, taken only when free (a search does
+        not wait for a write), so that no writer is handed an inbox that is being closed."""
+        if len(self._open) <= _OPEN_INBOXES or not self._lock.acquire(blocking=False):
+            return
+        try:
+            self._evict()
+        finally:
+            self._lock.release()
+
+    def _evict(self) -> None:
+        """Close the least recently used inboxes past ``_OPEN_INBOXES`` that hold nothing to
+        commit (the write lock held)."""
+        with self._inbox_lock:
+            for agent in list(self._open):
+                if len(self._open) <= _OPEN_INBOXES:
+                    break
+                pair = self._open[agent]
+                if any(f.dirty or f._writer is not None for f in pair):
+                    continue
+                del self._open[agent]
+                self._scorer.forget(pair)
+
+    def _remove_inbox(self, agent: str) -> None:
+        """An inbox's index gone (committed empty, or emptied by a refill): closed and deleted."""
+        with self._inbox_lock:
+            pair = self._open.pop(agent, None)
+            self._agents.discard(agent)
+        if pair is not None:
+            for folder in pair:
+                folder.close()
+            self._scorer.forget(pair)
+        shutil.rmtree(self.path / "memory" / agent, ignore_errors=True)
+        self.failing.pop(agent, None)
+
+    def _open_pairs(self) -> list[Pair]:
+        with self._inbox_lock:
+            return list(self._open.values())
 
     def _folders(self) -> list[_Folder]:
-        return [self._chunks, self._pages, *(f for pair in list(self._inboxes.values()) for f in pair)]
+        return [self._chunks, self._pages, *(f for pair in self._open_pairs() for f in pair)]
 
-    def _target(
-        self, key: str, agent: str | None = None, *, create: bool = True
-    ) -> tuple[_Folder, _Folder] | None:
-        """Where note ``key``'s documents live: the shared pair, or its agent's inbox."""
+    def _target(self, key: str, agent: str | None = None) -> Pair:
+        """Where note ``key``'s documents are written: the shared pair, or its agent's inbox
+        (emptied first when a refill's ``delete_all`` dropped it)."""
         owner = _memory_agent(key)
         if owner is None:
             return self._chunks, self._pages
-        return self._inbox(agent or owner, create=create)
+        name = agent or owner
+        pair = self._inbox(name, create=True)
+        assert pair is not None
+        self._touched.add(name)
+        if name in self._emptied:
+            for folder in pair:
+                self._writable(folder).delete_all_documents()
+                folder.dirty = True
+            self._emptied.discard(name)
+        return pair
+
+    def _writable(self, folder: _Folder) -> tantivy.IndexWriter:
+        """``folder``'s writer; an inbox's opened only after the dirty ones past
+        ``_OPEN_WRITERS`` are committed and released."""
+        if folder.lazy and folder._writer is None:
+            held = [f for pair in self._open_pairs() for f in pair if f._writer is not None]
+            if len(held) >= _OPEN_WRITERS:
+                for f in held:
+                    f.commit() if f.dirty else f._release()
+        return folder.writer
 
     def analyze(self, text: str, field: str = "body") -> list[str]:
         """Terms of ``text`` as the field indexes them (CJK runs as bigrams, see ``stores.cjk``)."""
@@ -470,14 +576,10 @@ class Bm25Index:
         with self._lock, self._writing("write"):
             for d in docs:
                 body = f"{d.headings}\n{d.body}" if d.headings else d.body
-                target = self._target(d.key, d.agent)
-                assert target is not None
-                self._put(target[0], d.chunk_id, d, body)
+                self._put(self._target(d.key, d.agent)[0], d.chunk_id, d, body)
                 pages.setdefault(d.key, (d, []))[1].append(body)
             for key, (first, bodies) in pages.items():
-                target = self._target(key, first.agent)
-                assert target is not None
-                self._put(target[1], key, first, "\n".join(bodies))
+                self._put(self._target(key, first.agent)[1], key, first, "\n".join(bodies))
 
     def replace_note(
         self, key: str, docs: Sequence[Bm25Doc], held: Collection[str] = (), stale: Collection[str] = ()
@@ -488,16 +590,16 @@ class Bm25Index:
         ``stale``: the note's other chunk ids in the index, removed. Without ``held`` every chunk
         of the note is replaced."""
         with self._lock, self._writing("write"):
-            target = self._target(key, docs[0].agent if docs else None, create=bool(docs))
-            if target is None:
+            owner = _memory_agent(key)
+            if not docs and owner is not None and owner not in self._agents:
                 return  # an inbox that never held anything: nothing to remove
-            chunks, pages = target
+            chunks, pages = self._target(key, docs[0].agent if docs else None)
             if held:
                 for chunk_id in stale:
-                    chunks.writer.delete_documents_by_term("chunk_id", chunk_id)
+                    self._writable(chunks).delete_documents_by_term("chunk_id", chunk_id)
             else:
-                chunks.writer.delete_documents_by_term("key", key)
-            pages.writer.delete_documents_by_term("key", key)
+                self._writable(chunks).delete_documents_by_term("key", key)
+            self._writable(pages).delete_documents_by_term("key", key)
             chunks.dirty = pages.dirty = True
             bodies = []
             for d in docs:
@@ -519,12 +621,13 @@ class Bm25Index:
                 yield
         except StoreError as exc:
             for folder in self._folders():
-                if folder.dirty or not folder.lazy:  # the one that failed may have taken nothing yet
+                # Also a writer that failed before it took anything (not dirty): replaced.
+                if folder.dirty or not folder.lazy or folder._writer is not None:
                     folder.recover_writer()
             raise StoreError(f"{exc}{_disk_hint(self.path)}") from exc
 
     def _put(self, folder: _Folder, doc_id: str, d: Bm25Doc, body: str) -> None:
-        folder.writer.add_document(self._document(doc_id, d, body))
+        self._writable(folder).add_document(self._document(doc_id, d, body))
         folder.dirty = True
 
     @staticmethod
@@ -543,20 +646,28 @@ class Bm25Index:
 
     def delete_key(self, key: str) -> None:
         with self._lock, self._writing("delete"):
-            target = self._target(key, create=False)
-            for folder in target or ():
-                folder.writer.delete_documents_by_term("key", key)
+            owner = _memory_agent(key)
+            if owner is not None and owner not in self._agents:
+                return
+            for folder in self._target(key):
+                self._writable(folder).delete_documents_by_term("key", key)
                 folder.dirty = True
 
     def delete_all(self) -> None:
+        """Every document dropped (at the commit). An inbox is emptied when it is written again
+        or removed at the commit: no writer is opened for each agent's."""
         with self._lock, self._writing("delete"):
-            for folder in self._folders():
+            for folder in (self._chunks, self._pages):
                 folder.writer.delete_all_documents()
                 folder.dirty = True
+            with self._inbox_lock:
+                self._emptied = set(self._agents)
 
     def rollback(self) -> None:
         """Drop what was written since the last commit (a refill cut short by a stop)."""
         with self._lock:
+            self._emptied.clear()
+            self._touched.clear()
             for folder in self._folders():
                 folder.recover_writer()
 
@@ -571,39 +682,69 @@ class Bm25Index:
                     if folder.dirty:
                         folder.recover_writer()
                 raise StoreError(f"{exc}{_disk_hint(self.path)}") from exc
+            self._after_commit()
+            self._evict()
+
+    def _after_commit(self) -> None:
+        """Inboxes a refill emptied and did not write again, and those written since the last
+        commit that it left empty, removed."""
+        gone = set(self._emptied)
+        for agent in self._touched:
+            pair = self._open.get(agent)
+            if (
+                pair is not None
+                and not any(f.dirty for f in pair)
+                and all(f.searcher.num_docs == 0 for f in pair)
+            ):
+                gone.add(agent)
+        self._emptied.clear()
+        self._touched.clear()
+        for agent in gone:
+            self._remove_inbox(agent)
 
     def all_ids(self) -> set[str]:
         """Every chunk id in the index, memory's too (for consistency checks)."""
-        out: set[str] = set()
-        for folder in self._chunk_folders():
-            searcher = folder.searcher
-            n = searcher.num_docs
-            if n == 0:
-                continue
-            with _engine("read"):
-                hits = searcher.search(tantivy.Query.all_query(), limit=n, count=False).hits
-                out.update(str(searcher.doc(address).get_first("chunk_id")) for _score, address in hits)
+        out = self._ids(self._chunks)
+        for agent in self.agents():
+            pair = self._inbox(agent)
+            if pair is not None:
+                out |= self._ids(pair[0])
         return out
 
-    def _chunk_folders(self) -> list[_Folder]:
-        return [self._chunks, *(pair[0] for pair in list(self._inboxes.values()))]
+    @staticmethod
+    def _ids(folder: _Folder) -> set[str]:
+        searcher = folder.searcher
+        n = searcher.num_docs
+        if n == 0:
+            return set()
+        with _engine("read"):
+            hits = searcher.search(tantivy.Query.all_query(), limit=n, count=False).hits
+            return {str(searcher.doc(address).get_first("chunk_id")) for _score, address in hits}
 
-    def doc_freq(self, word: str, *, pages: bool = False) -> int:
-        """Chunks (with ``pages``: notes) of the vault and the wiki whose body holds ``word`` (its
-        rarest term when the analyzer splits it). Counted by a query, not read from the term
-        dictionary, which still counts the chunks of edited notes until their segment is merged."""
-        searcher = self._pages.searcher if pages else self._searcher
+    def doc_freq(self, word: str, *, pages: bool = False, agent: str | None = None) -> int:
+        """Chunks (with ``pages``: notes) of the vault and the wiki, and of ``agent``'s own memory,
+        whose body holds ``word`` (its rarest term when the analyzer splits it). Counted by a
+        query, not read from the term dictionary, which still counts the chunks of edited notes
+        until their segment is merged."""
+        searchers = [self._pages.searcher if pages else self._searcher]
+        own = self._inbox(agent) if agent is not None else None
+        if own is not None:
+            searchers.append(own[1].searcher if pages else own[0].searcher)
         with _engine("count"):
             counts = [
-                searcher.search(tantivy.Query.term_query(self.schema, "body", t), limit=1, count=True).count  # type: ignore[attr-defined]  # missing from the stubs
+                sum(
+                    s.search(tantivy.Query.term_query(self.schema, "body", t), limit=1, count=True).count  # type: ignore[attr-defined]  # missing from the stubs
+                    for s in searchers
+                )
                 for t in dict.fromkeys(self.analyze(word))
             ]
         return int(min(counts, default=0))
 
-    def holding(self, words: Sequence[str], among: Sequence[str]) -> set[str]:
+    def holding(self, words: Sequence[str], among: Sequence[str], agents: Collection[str] = ()) -> set[str]:
         """Those of the chunks ``among`` whose body as written holds one of ``words`` (every term
         of it, when the analyzer splits a word): the chunks ``doc_freq`` counts, not those that
-        match only a stemmed form."""
+        match only a stemmed form. ``agents``: the inboxes the memory chunks among them are of
+        (no other is asked)."""
         schema = self.schema
         per_word = []
         for word in words:
@@ -623,8 +764,13 @@ class Bm25Index:
                 (tantivy.Occur.Must, tantivy.Query.term_set_query(schema, "chunk_id", list(among))),
             ]
         )
+        folders = [self._chunks]
+        for agent in sorted(agents):
+            pair = self._inbox(agent)
+            if pair is not None:
+                folders.append(pair[0])
         out: set[str] = set()
-        for folder in self._chunk_folders():
+        for folder in folders:
             searcher = folder.searcher
             if searcher.num_docs == 0:
                 continue
@@ -637,11 +783,13 @@ class Bm25Index:
 
     def num_docs(self) -> int:
         """Chunks in the index, memory's too (what the manifest's count is checked against)."""
-        return sum(int(f.searcher.num_docs) for f in self._chunk_folders())
+        return int(self._searcher.num_docs) + sum(
+            _live_docs(self.path / "memory" / a / "chunks") for a in self.agents() if a not in self._emptied
+        )
 
     def num_pages(self) -> int:
         return int(self._pages.searcher.num_docs) + sum(
-            int(pair[1].searcher.num_docs) for pair in list(self._inboxes.values())
+            _live_docs(self.path / "memory" / a / "pages") for a in self.agents() if a not in self._emptied
         )
 
     def collection_size(self) -> int:
@@ -649,11 +797,13 @@ class Bm25Index:
         return int(self._searcher.num_docs)
 
     def deleted_docs(self) -> tuple[int, int]:
-        """(deleted, all) documents of every index as their segments keep them: Tantivy drops a
-        deleted document only when its segment is merged, and a segment of a vault that shrank is
-        not merged again (its deleted notes kept the disk and counted in the word statistics)."""
+        """(deleted, all) documents of the vault's and the wiki's indexes as their segments keep
+        them: Tantivy drops a deleted document only when its segment is merged, and a segment of
+        a vault that shrank is not merged again (its deleted notes kept the disk and counted in
+        the word statistics). An inbox's are not counted: its own statistics are weighed out of
+        its scores, and an agent's churn must not rebuild what every other agent searches."""
         deleted = total = 0
-        for folder in self._folders():
+        for folder in (self._chunks, self._pages):
             try:
                 segments = json.loads((folder.path / "meta.json").read_text(encoding="utf-8"))["segments"]
             except (OSError, ValueError, KeyError, TypeError):
@@ -733,7 +883,7 @@ class Bm25Index:
         shared_folder = self._pages if pages else self._chunks
         # Which notes' keys go where: a vault or wiki key to the shared index, a memory key to
         # its agent's inbox (of the agents in scope).
-        in_scope = [agent_scope] if agent_scope is not None else sorted(self._inboxes)
+        in_scope = [agent_scope] if agent_scope is not None else self.agents()
         want_shared = sources is None or any(s != "memory" for s in sources)
         want_memory = sources is None or "memory" in sources
         shared_keys: Sequence[str] | None = keys
@@ -749,25 +899,62 @@ class Bm25Index:
                     per_agent.setdefault(owner, []).append(k)
             inbox_keys = dict(per_agent)
         found: list[tuple[str, float]] = []
+        shared = shared_folder.searcher
         if want_shared:
             found += self._query(
-                shared_folder,
+                shared,
                 terms,
                 limit,
                 sources=None if sources is None else [s for s in sources if s != "memory"],
                 keys=shared_keys,
             )
         for agent, agent_keys in inbox_keys.items():
-            pair = self._inboxes.get(agent)
-            inbox = None if pair is None else pair[1] if pages else pair[0]
-            if inbox is None or inbox.searcher.num_docs == 0:
-                continue
-            weighted = self._scorer.terms(inbox, shared_folder, terms)
-            if weighted:
-                found += self._query(inbox, weighted, limit, sources=None, keys=agent_keys)
+            try:
+                found += self._inbox_hits(
+                    agent,
+                    pages=pages,
+                    terms=terms,
+                    limit=limit,
+                    keys=agent_keys,
+                    shared_folder=shared_folder,
+                    shared=shared,
+                )
+            except StoreError as exc:
+                # One agent's damaged index: its hits are missing, no one else's search fails;
+                # reported (``failing``) until a search of it succeeds or the repair rebuilds it.
+                log.warning("keyword_search_failed inbox=%s error=%s", agent, exc)
+                self.failing[agent] = str(exc)
         if len(inbox_keys) > 1 or (want_shared and inbox_keys):
             found.sort(key=lambda hit: -hit[1])
         return found[:limit]
+
+    def _inbox_hits(
+        self,
+        agent: str,
+        *,
+        pages: bool,
+        terms: Terms,
+        limit: int,
+        keys: Sequence[str] | None,
+        shared_folder: _Folder,
+        shared: tantivy.Searcher,
+    ) -> list[tuple[str, float]]:
+        """An agent's hits, its terms reweighted to the vault's statistics (``_Scorer``); one
+        searcher of each index for the statistics and the search (a commit between two reads
+        mixed an old count with a new index: a score nine times too high)."""
+        pair = self._inbox(agent)
+        if pair is None:
+            return []
+        folder = pair[1] if pages else pair[0]
+        searcher = folder.searcher
+        if searcher.num_docs == 0:
+            return []
+        weighted = self._scorer.terms(
+            self._scorer.counts(folder, searcher), self._scorer.counts(shared_folder, shared), terms
+        )
+        hits = self._query(searcher, weighted, limit, sources=None, keys=keys) if weighted else []
+        self.failing.pop(agent, None)
+        return hits
 
     def _restricted(
         self, terms: Terms, sources: Sequence[str] | None, keys: Sequence[str] | None
@@ -789,7 +976,7 @@ class Bm25Index:
 
     def _query(
         self,
-        folder: _Folder,
+        searcher: tantivy.Searcher,
         terms: Terms,
         limit: int,
         *,
@@ -797,7 +984,6 @@ class Bm25Index:
         keys: Sequence[str] | None,
     ) -> list[tuple[str, float]]:
         query = self._restricted(terms, sources, keys)
-        searcher = folder.searcher
         with _engine("search"):  # damaged segment files
             result = searcher.search(query, limit=limit, count=False)
             return [
