@@ -18,9 +18,18 @@ MORE = "Call memory_search to recall more, or memory_get with a reference for th
 LEGEND = "Sources: [wiki] curated pages · [vault] the user's notes · [memory] your own earlier notes"
 # Asked without an agent (a person at the CLI): memory hits are several agents' notes.
 LEGEND_ALL = "Sources: [wiki] curated pages · [vault] the user's notes · [memory] the agents' notes"
-# The frame's own tags inside a note's text (a web clipping, a pasted prompt): written as text, so
-# no note ends the frame early and goes on as if it were not recalled.
-_FRAME_TAG = re.compile(r"<(/?\s*recalled-notes)", re.IGNORECASE)
+# The frame's own tags inside a note's text or name (a web clipping, a pasted prompt), also with
+# spaces, invisible characters or full-width brackets a model reads alike: written as text, so no
+# note ends the frame early and goes on as if it were not recalled.
+_GAP = "[\\s\u00ad\u200b-\u200d\u2060\ufeff]*"
+_FRAME_TAG = re.compile(f"[<\uff1c\ufe64]{_GAP}(/?){_GAP}recalled{_GAP}-?{_GAP}notes", re.IGNORECASE)
+# A line of a note's text that reads like a hit's head ("[memory] memory/x (lines 1-2)") would
+# pass its text off as another note (one of the agent's own): such a line is marked as text.
+_HEAD_LIKE = re.compile(r"^(\s*)\[(wiki|vault|memory)\]", re.IGNORECASE | re.MULTILINE)
+
+
+def _as_text(text: str) -> str:
+    return _HEAD_LIKE.sub(r"\1\\[\2]", _FRAME_TAG.sub(r"&lt;\1recalled-notes", text))
 
 
 def render_block(
@@ -40,8 +49,8 @@ def render_block(
     used = sum(count_tokens(parts))
     for h in hits:
         # A file name may hold a line break: escaped, it cannot start a line of its own.
-        head = f"\n[{h.source}] {escape_controls(h.reference)} (lines {h.lines[0]}-{h.lines[1]})"
-        body = _FRAME_TAG.sub(r"&lt;\1", h.text)
+        head = f"\n[{h.source}] {_as_text(escape_controls(h.reference))} (lines {h.lines[0]}-{h.lines[1]})"
+        body = _as_text(h.text)
         cost = sum(count_tokens([head, body]))
         if used + cost > budget:
             room = budget - used - count_tokens([head])[0]
