@@ -907,3 +907,20 @@ def test_a_write_racing_a_retirement_is_not_lost(make_cfg: Any, vault: Path, mon
     assert (agents / "r2" / "memory" / "fresh.md").is_file()  # a note: not retired
     assert (agents / "r3" / "memory" / "by-hand.md").read_text() == "copied in by the user"
     assert _audit_ops(agents / ".retired" / "r3.audit.log") == ["write", "delete"]
+
+
+def test_an_edit_refused_for_the_note_there_is_no_malformed_request(inboxes: Inboxes) -> None:
+    """An edit whose sent text fits but whose note there holds a front matter so large that the
+    whole would not is refused as unreadable (the CLI exits 7: the command line was right), not
+    as a bad write (exit 2); a write of too much text stays a bad write."""
+    from sidecar.memory.inbox import MemoryUnreadableError
+
+    inboxes.write("claude", "big", "first", None, must_exist=False)
+    path = inboxes.path_of("claude", "big")
+    path.write_text(f"---\nnotes: {'x' * 60_000}\n---\nbody\n", encoding="utf-8")
+    with pytest.raises(MemoryUnreadableError, match="would be"):
+        inboxes.write("claude", "big", "y" * 45_000, None, must_exist=True)
+    with pytest.raises(MemoryWriteError) as too_much:
+        inboxes.write("claude", "other", "z" * 200_000, None, must_exist=False)
+    assert not isinstance(too_much.value, MemoryUnreadableError)
+    assert too_much.value.code == "bad_memory_write"

@@ -245,13 +245,8 @@ class Inboxes:
                 meta.pop(key, None)
             meta["created"] = _plain(existing.get("created")) or _now()
             meta["updated"] = _now()
-            text, counts = self._render(meta, body)
+            text, counts = self._sized(meta, body, content, edit_of=existing if must_exist else None)
             data = text.encode("utf-8")
-            if len(data) > self.cfg.memory.max_note_bytes:
-                raise MemoryWriteError(
-                    f"the note would be {len(data):,} bytes; the limit is {self.cfg.memory.max_note_bytes:,} "
-                    "(memory.maxNoteBytes): split it into several notes"
-                )
             self._check_room(inbox_fd, name, len(data) - (len(old) if old is not None else 0))
             # The text being replaced stays recoverable, as a deleted note does (a rewrite that
             # changes only the 'updated' stamp keeps nothing: there is nothing to lose).
@@ -382,6 +377,26 @@ class Inboxes:
                 json.dumps(front_matter)
             except (TypeError, ValueError) as exc:
                 raise MemoryWriteError(f"'frontmatter' is not plain data: {exc}") from exc
+
+    def _sized(
+        self, meta: dict[str, Any], body: str, content: str, *, edit_of: dict[str, Any] | None
+    ) -> tuple[str, dict[str, int]]:
+        """The note's text as written, within ``memory.maxNoteBytes``. An edit that fails for what
+        the note there holds (its own large front matter), not for what was sent, is no malformed
+        request: unreadable (the CLI exits 7, not 2)."""
+        theirs = MemoryUnreadableError if edit_of else MemoryWriteError
+        try:
+            text, counts = self._render(meta, body)
+        except MemoryWriteError as exc:
+            raise theirs(str(exc)) from exc
+        size, limit = len(text.encode("utf-8")), self.cfg.memory.max_note_bytes
+        if size > limit:
+            sent = len(content.encode("utf-8")) > limit
+            raise (MemoryWriteError if sent else theirs)(
+                f"the note would be {size:,} bytes; the limit is {limit:,} "
+                "(memory.maxNoteBytes): split it into several notes"
+            )
+        return text, counts
 
     def _render(self, meta: dict[str, Any], body: str) -> tuple[str, dict[str, int]]:
         counts: dict[str, int] = {}
