@@ -295,10 +295,11 @@ class _Folder:
 Terms = dict[tuple[str, str], float]  # (field, term) -> boost
 Pair = tuple[_Folder, _Folder]  # an index's chunks and pages
 
-# An agent's inbox index is opened when used and closed when others were used since: each open
-# Tantivy index keeps a thread that polls its files (a thousand agent names held 2,000 threads
-# and a tenth of a core at rest).
-_OPEN_INBOXES = 16
+# An agent's inbox index is opened when used and closed when more than this many others were
+# used since: each open Tantivy index keeps a thread that polls its files (a thousand agent names
+# held 2,000 threads and a tenth of a core at rest). A person's search reads every inbox: past
+# this many agents with memory it opens some anew each time (20 inboxes over a cap of 16: 71 ms).
+_OPEN_INBOXES = 64
 # Inbox writers open at once (2 MB and six threads each): past this the dirty ones are committed
 # and released first (a refill of 200 agents' memory held 2,800 threads and 1.1 GB).
 _OPEN_WRITERS = 8
