@@ -736,3 +736,29 @@ def test_links_to_excluded_notes_resolve_and_their_names_are_found(
     links = call("get", {"reference": "vault/Notes/Links Test"})["links"]
     assert links[0]["target"] == "vault/Archive/2023 Review" and links[0]["excluded"]
     assert call("search", {"query": "Kranichflug", "minScore": 0})["hits"] == []
+
+
+def test_the_days_of_notes_are_read_once_per_change(tmp_path: Path, make_cfg: Any) -> None:
+    """A time phrase's list of dated notes is kept until the manifest is written or the daily-note
+    formats change (every such query parsed every note's front matter again)."""
+    v = tmp_path / "v"
+    write(v / "Daily/2026-11-20.md", "# Day\n\nwalked\n")
+    write(v / "Journal/21.11.2026.md", "# Tag\n\nran\n")
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        manifest = h.stores.manifest
+        first = manifest.note_days()
+        assert {n.key: n.date for n in first} == {
+            "vault/Daily/2026-11-20": "2026-11-20",
+            "vault/Journal/21.11.2026": "",
+        }
+        again = manifest.note_days()
+        assert again == first and all(a is b for a, b in zip(again, first, strict=True))
+        manifest.day_formats = ("DD.MM.YYYY",)
+        assert {n.key: n.date for n in manifest.note_days()}["vault/Journal/21.11.2026"] == "2026-11-21"
+        write(v / "Daily/2026-11-22.md", "# Day\n\nswam\n")
+        h.sweep()
+        assert "vault/Daily/2026-11-22" in {n.key for n in manifest.note_days()}
+    finally:
+        h.close()

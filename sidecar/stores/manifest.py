@@ -251,6 +251,8 @@ class Manifest(VectorBook):
         # The vault's daily-note name formats (Obsidian's settings, set by each sweep's read of
         # them): a note's date is read with them (``note_date``).
         self.day_formats: tuple[str, ...] = ()
+        self.generation = 0  # committed write transactions: what a cache of rows is keyed by
+        self._note_days: tuple[int, tuple[str, ...], list[NoteDay]] | None = None
         self._lock = threading.RLock()
         # Searches read chunk views on connections of their own (one per thread): in WAL mode a
         # reader sees the last commit and never waits for the writer, whose transactions hold
@@ -371,6 +373,7 @@ class Manifest(VectorBook):
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+            self.generation += 1  # after the commit: a reader that saw the old count recomputes
 
     def _query(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
         with self._lock:
@@ -642,13 +645,18 @@ class Manifest(VectorBook):
 
     def note_days(self) -> list[NoteDay]:
         """Every indexed note that has chunks, with its day (a time phrase lists a period's notes).
-        Days are read from names and front matter here, as for any view: nothing stores them."""
+        Days are read from names and front matter here, as for any view: nothing stores them.
+        Kept until the next write or a change of the daily-note formats (read anew, every time-
+        phrase query parsed every note's front matter: about 90 ms for 10,000 notes)."""
+        generation, formats = self.generation, self.day_formats
+        cached = self._note_days
+        if cached is not None and cached[0] == generation and cached[1] == formats:
+            return list(cached[2])
         rows = self._committed(
             "SELECT key, source, agent, tags, mtime_ns, front_matter FROM files "
             "WHERE state = 'indexed' AND chunks > 0"
         )
-        formats = self.day_formats
-        return [
+        days = [
             NoteDay(
                 key,
                 source,
@@ -660,6 +668,8 @@ class Manifest(VectorBook):
             )
             for key, source, agent, tags, mtime_ns, fm in rows
         ]
+        self._note_days = (generation, formats, days)
+        return list(days)
 
     def first_chunks(self, keys: Sequence[str]) -> dict[str, ChunkView]:
         """Each note's first chunk, by key (a note listed for its date shows its beginning)."""
