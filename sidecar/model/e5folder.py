@@ -78,6 +78,9 @@ def ensure_converted(
     if (target / SUMS).is_file():
         try:
             verify_folder(target)
+            # Also here: a conversion an older version made again after a rollback stayed
+            # beside this one for good once the upgrade came back (80 MB each).
+            remove_older(target)
             return target
         except EmbedderError as exc:  # a cache: made again from the (verified) source
             log.warning("model_cache_damaged folder=%s error=%s", target, exc)
