@@ -330,3 +330,23 @@ def test_a_long_tables_later_chunks_say_its_header_again() -> None:
         "See ![[Sketch.excalidraw|400]] and ![[pic.png|640x480]].\n", title="t", count_tokens=words
     )
     assert sized.chunks[0].text == "See Sketch.excalidraw and ."
+
+
+def test_a_line_cut_by_characters_is_cut_between_what_a_reader_sees_as_characters() -> None:
+    """A long line without spaces (CJK, a blob) is cut where one visible character ends: an emoji
+    family, a flag or a letter with combining marks stays whole (a piece ended in a dangling
+    joiner and the next began with half a family)."""
+    import regex
+
+    from sidecar.notes.chunking import _split_chars
+
+    family = "👨\u200d👩\u200d👧\u200d👦"
+    text = ("旅行記" + family + "🇩🇪🇯🇵" + "e\u0301\u0323") * 60
+    for budget in (7, 11, 20, 33):
+        pieces = _split_chars(text, budget, lambda ts: [len(t) // 3 + 1 for t in ts])
+        assert "".join(pieces) == text and len(pieces) > 1
+        bounds = {m.end() for m in regex.finditer(r"\X", text)}
+        at = 0
+        for piece in pieces[:-1]:
+            at += len(piece)
+            assert at in bounds, (budget, piece[-4:])

@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import regex
+
 from sidecar.notes.frontmatter import parse_front_matter
 from sidecar.notes.markdown import (
     Block,
@@ -119,9 +121,28 @@ def _split_chars(text: str, budget: int, count: CountTokens) -> list[str]:
         cut = len(window) if n <= budget else max(1, len(window) * budget // n)
         while cut > 1 and count([rest[:cut]])[0] > budget:
             cut = max(1, cut * 9 // 10)
+        cut = _grapheme_floor(rest, cut)
         out.append(rest[:cut])
         rest = rest[cut:]
     return out
+
+
+_GRAPHEME = regex.compile(r"\X")
+
+
+def _grapheme_floor(text: str, cut: int) -> int:
+    """``cut`` moved back to the start of the character a reader sees there: an emoji sequence
+    (👨‍👩‍👧, a flag) or a letter with combining marks is not split between two pieces (one ended
+    in a dangling joiner and the next began with half a family). Unchanged when the character
+    starting before it is longer than the piece."""
+    if cut >= len(text):
+        return cut
+    # From the piece's start (itself a character's start): a flag's two letters pair up counted
+    # from the start of their run.
+    for m in _GRAPHEME.finditer(text, 0, min(len(text), cut + 64)):
+        if m.end() > cut:
+            return m.start() if m.start() > 0 else cut
+    return cut
 
 
 @dataclass
