@@ -600,10 +600,13 @@ def test_many_agents_cost_what_the_open_ones_cost(tmp_path: Path) -> None:
         assert len(idx._open) <= bm25_mod._OPEN_INBOXES
     finally:
         idx.close()
-    base = threads()
+    deadline, base = time.monotonic() + 10, -1  # a closed index's threads end at their next poll
+    while base != threads() and time.monotonic() < deadline:
+        base = threads()
+        time.sleep(0.7)
     idx = Bm25Index(path)
     try:
-        assert threads() - base < 10  # nothing of an inbox is opened at start
+        assert threads() - base < 30  # the vault's pair and writers; nothing of the 60 inboxes
         found = idx.search("kayak", 100, sources=["memory"])  # a person's search: every inbox
         assert len(found) == 60 and len(idx._open) <= bm25_mod._OPEN_INBOXES
         deadline = time.monotonic() + 10  # a closed index's thread ends at its next poll
@@ -715,3 +718,104 @@ def test_a_damaged_inbox_stays_reported_while_other_agents_search(make_cfg: Any,
         assert active is not None and "beta" in active["error"]
     finally:
         h.close()
+
+
+def test_a_failed_refill_leaves_every_inbox_as_it_was(tmp_path: Path, monkeypatch: Any) -> None:
+    """A refill that fails after emptying (a write or a commit that fails) rolls the emptying
+    back for inboxes too: the next ordinary commit removed every inbox the refill had marked, and
+    a later write to one wiped its other notes."""
+    from sidecar.stores import bm25 as bm25_mod
+    from sidecar.stores.bm25 import Bm25Index, StoreError
+
+    idx = Bm25Index(tmp_path / "bm25")
+    try:
+        for agent in ("bob", "carol"):
+            idx.add([_doc(f"memory/{agent}/n{i}", f"kayak {agent} {i}") for i in range(5)])
+        idx.commit()
+        idx.delete_all()
+        real = bm25_mod.Bm25Index._document
+
+        def failing(doc_id: str, d: Any, body: str) -> Any:
+            if "dave" in doc_id:
+                raise ValueError("disk full")  # an engine failure, as Tantivy raises it
+            return real(doc_id, d, body)
+
+        monkeypatch.setattr(bm25_mod.Bm25Index, "_document", staticmethod(failing))
+        with pytest.raises(StoreError):
+            idx.add([_doc("memory/dave/x", "kayak dave")])
+        monkeypatch.setattr(bm25_mod.Bm25Index, "_document", staticmethod(real))
+        idx.replace_note("memory/bob/n0", [_doc("memory/bob/n0", "canoe bob 0")])
+        idx.commit()
+        assert {k.split("#")[0] for k, _ in idx.search("kayak", 50)} == {
+            *(f"memory/bob/n{i}" for i in range(1, 5)),
+            *(f"memory/carol/n{i}" for i in range(5)),
+        }
+        assert idx.num_docs() == idx.num_pages() == 10
+    finally:
+        idx.close()
+
+
+def test_inboxes_committed_early_hold_whole_notes(tmp_path: Path, monkeypatch: Any) -> None:
+    """A refill past the writers it may hold commits the inboxes written so far, each with its
+    notes' pages (a page index was published holding only the emptying), and closes the least
+    recently used; one an early commit left empty and a search closed is removed at the commit."""
+    from sidecar.stores import bm25 as bm25_mod
+    from sidecar.stores.bm25 import Bm25Index
+
+    monkeypatch.setattr(bm25_mod, "_OPEN_WRITERS", 2)
+    monkeypatch.setattr(bm25_mod, "_OPEN_INBOXES", 3)
+    path = tmp_path / "bm25"
+    idx = Bm25Index(path)
+    try:
+        agents = [f"a{i}" for i in range(12)]
+        notes = [_doc(f"memory/{a}/n{j}", f"kayak {a} {j}") for a in agents for j in range(3)]
+        idx.add(notes)
+        idx.commit()
+        idx.delete_all()  # a refill, stopped: what was committed early is whole, note by note
+        idx.add(notes)
+        assert len(idx._open) <= 3 + 1
+        idx.rollback()
+        for a in agents:
+            base = path / "memory" / a
+            assert bm25_mod._live_docs(base / "chunks") == bm25_mod._live_docs(base / "pages") == 3
+        idx.delete_all()
+        idx.add(notes)
+        idx.commit()
+        assert idx.num_docs() == idx.num_pages() == 36
+        idx.delete_key("memory/a0/n0")
+        idx.delete_key("memory/a0/n1")
+        idx.delete_key("memory/a0/n2")
+        for a in agents[1:]:  # writes elsewhere commit a0 early (empty), then it is closed
+            idx.replace_note(f"memory/{a}/n0", [_doc(f"memory/{a}/n0", f"canoe {a}")])
+        assert "a0" not in idx._open
+        idx.commit()
+        assert not (path / "memory" / "a0").exists() and "a0" not in idx.agents()
+    finally:
+        idx.close()
+
+
+def test_an_inbox_whose_count_cannot_be_read_is_moved_aside(tmp_path: Path) -> None:
+    """An inbox index whose meta.json cannot be read failed every sweep's count check and was
+    reported nowhere: it is moved into the index folder as damaged (status names it), counts
+    nothing (the check refills the index) and is reported until a refill rebuilds it."""
+    from sidecar.stores.bm25 import Bm25Index
+
+    path = tmp_path / "index" / "bm25"
+    idx = Bm25Index(path)
+    try:
+        idx.add([_doc("memory/alpha/a", "kayak alpha"), _doc("memory/beta/b", "kayak beta")])
+        idx.add([_doc("vault/v", "kayak vault")])
+        idx.commit()
+        (path / "memory" / "beta" / "chunks" / "meta.json").write_text("{ not json")
+        assert idx.num_docs() == 2
+        assert "beta" in idx.failing and not (path / "memory" / "beta").exists()
+        assert [p.name.split(".broken-")[0] for p in (tmp_path / "index").glob("*.broken-*")] == [
+            "bm25-memory-beta"
+        ]
+        idx.delete_all()  # the refill the count check starts
+        idx.add([_doc("vault/v", "kayak vault"), _doc("memory/alpha/a", "kayak alpha")])
+        idx.add([_doc("memory/beta/b", "kayak beta")])
+        idx.commit()
+        assert idx.failing == {} and idx.num_docs() == idx.num_pages() == 3
+    finally:
+        idx.close()

@@ -32,6 +32,7 @@ from sidecar.search.query import FilterError, Filters, QueryAnalysis, analyze, i
 from sidecar.search.query import fold as fold_word
 from sidecar.search.querycache import QueryCache
 from sidecar.search.results import analysis_of, to_hit
+from sidecar.stores.bm25 import Bm25Index
 from sidecar.stores.manifest import ChunkView, NoteDay
 from sidecar.vault.sources import public_reference
 
@@ -123,6 +124,18 @@ class EarlyVectors:
 
     serving: VectorSet
     found: Future[list[VecList]]
+
+
+def _inbox_failure_reported(bm25: Bm25Index, problems: Problems) -> bool:
+    """Report an agent's failing inbox index (``Bm25Index.failing``) as the keyword problem, so
+    that the repair refills the index; whether one was. A search that never reads it must not
+    clear it (another agent's cleared it before the repair looked)."""
+    failing = dict(bm25.failing)  # a copy: searches on other threads change it
+    if not failing:
+        return False
+    name, error = min(failing.items())
+    problems.report("keyword_search", f"the keyword index of memory/{name}: {error}")
+    return True
 
 
 def _page_failure_active(problems: Problems) -> bool:
@@ -338,11 +351,9 @@ class Retriever:
                 # repair rebuilds it): cleared here, it would flap on every search. So does an
                 # agent's failing inbox until a search of it succeeds (other agents' searches,
                 # which never read it, cleared it before the repair saw it).
-                failing = self.stores.bm25.failing
-                if failing:
-                    agent, error = next(iter(failing.items()))
-                    problems.report("keyword_search", f"the keyword index of {agent}'s memory: {error}")
-                elif not _page_failure_active(problems):
+                if not _inbox_failure_reported(self.stores.bm25, problems) and not _page_failure_active(
+                    problems
+                ):
                     problems.clear("keyword_search")
             except StoreError as exc:  # a damaged keyword index: answer from vectors alone
                 log.warning("keyword_search_failed error=%s", exc)
@@ -561,7 +572,7 @@ class Retriever:
             log.warning("keyword_search_failed part=pages error=%s", exc)
             problems.report("keyword_search", f"{PAGE_FAILURE}{exc}")
             return []
-        if _page_failure_active(problems):
+        if not _inbox_failure_reported(self.stores.bm25, problems) and _page_failure_active(problems):
             problems.clear("keyword_search")
         return found
 

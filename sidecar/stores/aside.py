@@ -20,10 +20,15 @@ KEEP_MOVED_ASIDE_DAYS = 30
 _MOVED_ASIDE = re.compile(r"^(?P<store>.+)\.broken-(?P<when>\d{8}-\d{6})-\d+$")
 
 
+def aside_name(path: Path) -> Path:
+    """Where a damaged store ``path`` is moved: ``<name>.broken-<time>`` beside it."""
+    return path.with_name(f"{path.name}.broken-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6}")
+
+
 @dataclass(frozen=True)
 class MovedAside:
     path: Path
-    store: str  # what it was a copy of: manifest.sqlite, bm25, vectors
+    store: str  # what it was a copy of: manifest.sqlite, bm25, vectors, bm25-memory-<agent>
     age_days: float
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import tantivy
 
 from sidecar.contracts.errors import DaemonRunningError, StoreError, StoreOutdatedError
+from sidecar.stores.aside import aside_name
 from sidecar.stores.cjk import bigrams
 
 log = logging.getLogger(__name__)
@@ -456,14 +457,17 @@ class Bm25Index:
         self._open: OrderedDict[str, Pair] = OrderedDict()  # least recently used first
         self._emptied: set[str] = set()  # agents whose documents ``delete_all`` dropped (uncommitted)
         self._touched: set[str] = set()  # agents whose inbox was written since the last commit
-        # Inboxes whose index failed a search (agent -> error): skipped by searches, reported as a
-        # problem until one of theirs succeeds (the repair rebuilds the keyword index).
+        # Inbox indexes that failed (``<agent>/chunks`` or ``/pages`` for a search, ``<agent>`` for
+        # one moved aside as damaged -> error): skipped by searches, reported as a problem until a
+        # search of that index succeeds or a refill rebuilt it (the repair refills the index).
         self.failing: dict[str, str] = {}
+        self._refilling = False  # ``delete_all`` was called: the next commit ends a refill
         self._scorer = _Scorer()
         memory = path / "memory"
         try:
             memory.mkdir(exist_ok=True)
-            self._agents = {p.name for p in memory.iterdir() if p.is_dir()}
+            # An agent's name has no dot: ``x.broken-…`` or a stray folder is none of theirs.
+            self._agents = {p.name for p in memory.iterdir() if p.is_dir() and "." not in p.name}
         except OSError as exc:
             raise StoreError(f"BM25 index {memory} cannot be made: {exc.strerror or exc}") from exc
 
@@ -485,15 +489,39 @@ class Bm25Index:
                 return pair
             if not create and agent not in self._agents:
                 return None
-            base = self.path / "memory" / agent
-            pair = (
-                _Folder(base / "chunks", self.schema, lazy=True),
-                _Folder(base / "pages", self.schema, lazy=True),
-            )
+            try:
+                pair = self._open_pair(agent)
+            except DaemonRunningError:
+                raise
+            except StoreError as exc:  # damaged: moved aside, started empty, refilled by the repair
+                self._move_aside(agent, exc)
+                pair = self._open_pair(agent)
             self._open[agent] = pair
             self._agents.add(agent)
         self._close_idle()
         return pair
+
+    def _open_pair(self, agent: str) -> Pair:
+        base = self.path / "memory" / agent
+        return _Folder(base / "chunks", self.schema, lazy=True), _Folder(
+            base / "pages", self.schema, lazy=True
+        )
+
+    def _move_aside(self, agent: str, exc: BaseException) -> None:
+        """A damaged inbox index moved into the index folder (where status names it and a month
+        removes it); ``failing`` reports it so that the repair refills the keyword index."""
+        with self._inbox_lock:
+            pair = self._open.pop(agent, None)
+        if pair is not None:
+            self._scorer.forget(pair)
+        folder = self.path / "memory" / agent
+        target = aside_name(self.path.parent / f"bm25-memory-{agent}")
+        try:
+            folder.rename(target)
+        except OSError:
+            shutil.rmtree(folder, ignore_errors=True)
+        log.error("index_rebuilt store=bm25 inbox=%s reason=%s moved_to=%s", agent, exc, target)
+        self.failing[agent] = f"moved aside as damaged ({exc})"
 
     def _close_idle(self) -> None:
         """``_evict``, from a search: under the write lock, taken only when free (a search does
@@ -528,7 +556,8 @@ class Bm25Index:
                 folder.close()
             self._scorer.forget(pair)
         shutil.rmtree(self.path / "memory" / agent, ignore_errors=True)
-        self.failing.pop(agent, None)
+        for name in (agent, f"{agent}/chunks", f"{agent}/pages"):
+            self.failing.pop(name, None)
 
     def _open_pairs(self) -> list[Pair]:
         with self._inbox_lock:
@@ -554,15 +583,23 @@ class Bm25Index:
             self._emptied.discard(name)
         return pair
 
-    def _writable(self, folder: _Folder) -> tantivy.IndexWriter:
-        """``folder``'s writer; an inbox's opened only after the dirty ones past
-        ``_OPEN_WRITERS`` are committed and released."""
-        if folder.lazy and folder._writer is None:
-            held = [f for pair in self._open_pairs() for f in pair if f._writer is not None]
-            if len(held) >= _OPEN_WRITERS:
-                for f in held:
-                    f.commit() if f.dirty else f._release()
+    @staticmethod
+    def _writable(folder: _Folder) -> tantivy.IndexWriter:
         return folder.writer
+
+    def _make_room(self, agent: str) -> None:
+        """Before a note of ``agent`` is written (the write lock held): past ``_OPEN_WRITERS``
+        inbox writers, the other inboxes written so far are committed and their writers released
+        (whole notes each; the one being written is not: a refill writes an agent's notes in a
+        row, so an inbox is published whole); past ``_OPEN_INBOXES`` the least recently used are
+        closed (a refill reads every agent's)."""
+        with self._inbox_lock:
+            others = [pair for name, pair in self._open.items() if name != agent]
+        held = [f for pair in others for f in pair if f._writer is not None]
+        if len(held) >= _OPEN_WRITERS:
+            for f in held:
+                f.commit() if f.dirty else f._release()
+        self._evict()
 
     def analyze(self, text: str, field: str = "body") -> list[str]:
         """Terms of ``text`` as the field indexes them (CJK runs as bigrams, see ``stores.cjk``)."""
@@ -573,14 +610,20 @@ class Bm25Index:
     def add(self, docs: Iterable[Bm25Doc]) -> None:
         """Chunks, grouped by note: each note's chunks also make its page (all of a note's chunks
         come in one call, after ``delete_key``)."""
-        pages: dict[str, tuple[Bm25Doc, list[str]]] = {}  # note key -> (its first chunk, bodies)
+        notes: dict[str, list[Bm25Doc]] = {}
+        for d in docs:
+            notes.setdefault(d.key, []).append(d)
         with self._lock, self._writing("write"):
-            for d in docs:
-                body = f"{d.headings}\n{d.body}" if d.headings else d.body
-                self._put(self._target(d.key, d.agent)[0], d.chunk_id, d, body)
-                pages.setdefault(d.key, (d, []))[1].append(body)
-            for key, (first, bodies) in pages.items():
-                self._put(self._target(key, first.agent)[1], key, first, "\n".join(bodies))
+            for key, chunks in notes.items():  # a note's chunks and its page, then the next note
+                if (owner := _memory_agent(key)) is not None:
+                    self._make_room(owner)
+                target = self._target(key, chunks[0].agent)
+                bodies = []
+                for d in chunks:
+                    body = f"{d.headings}\n{d.body}" if d.headings else d.body
+                    self._put(target[0], d.chunk_id, d, body)
+                    bodies.append(body)
+                self._put(target[1], key, chunks[0], "\n".join(bodies))
 
     def replace_note(
         self, key: str, docs: Sequence[Bm25Doc], held: Collection[str] = (), stale: Collection[str] = ()
@@ -594,6 +637,8 @@ class Bm25Index:
             owner = _memory_agent(key)
             if not docs and owner is not None and owner not in self._agents:
                 return  # an inbox that never held anything: nothing to remove
+            if owner is not None:
+                self._make_room(owner)
             chunks, pages = self._target(key, docs[0].agent if docs else None)
             if held:
                 for chunk_id in stale:
@@ -625,7 +670,16 @@ class Bm25Index:
                 # Also a writer that failed before it took anything (not dirty): replaced.
                 if folder.dirty or not folder.lazy or folder._writer is not None:
                     folder.recover_writer()
+            self._forget_marks()  # the emptying is rolled back with the rest
             raise StoreError(f"{exc}{_disk_hint(self.path)}") from exc
+
+    def _forget_marks(self) -> None:
+        """What ``delete_all`` and writes marked for the next commit, dropped (a rollback or a
+        failure): left, the next ordinary commit removed every inbox a failed refill had marked
+        emptied, and a later write to one wiped its other notes."""
+        self._emptied.clear()
+        self._touched.clear()
+        self._refilling = False
 
     def _put(self, folder: _Folder, doc_id: str, d: Bm25Doc, body: str) -> None:
         self._writable(folder).add_document(self._document(doc_id, d, body))
@@ -663,12 +717,12 @@ class Bm25Index:
                 folder.dirty = True
             with self._inbox_lock:
                 self._emptied = set(self._agents)
+            self._refilling = True
 
     def rollback(self) -> None:
         """Drop what was written since the last commit (a refill cut short by a stop)."""
         with self._lock:
-            self._emptied.clear()
-            self._touched.clear()
+            self._forget_marks()
             for folder in self._folders():
                 folder.recover_writer()
 
@@ -682,6 +736,7 @@ class Bm25Index:
                 for folder in folders:
                     if folder.dirty:
                         folder.recover_writer()
+                self._forget_marks()
                 raise StoreError(f"{exc}{_disk_hint(self.path)}") from exc
             self._after_commit()
             self._evict()
@@ -692,14 +747,16 @@ class Bm25Index:
         gone = set(self._emptied)
         for agent in self._touched:
             pair = self._open.get(agent)
-            if (
-                pair is not None
-                and not any(f.dirty for f in pair)
-                and all(f.searcher.num_docs == 0 for f in pair)
-            ):
+            if pair is None:  # closed by a search since its last write: counted from its files
+                with contextlib.suppress(StoreError):
+                    base = self.path / "memory" / agent
+                    if _live_docs(base / "chunks") == _live_docs(base / "pages") == 0:
+                        gone.add(agent)
+            elif not any(f.dirty for f in pair) and all(f.searcher.num_docs == 0 for f in pair):
                 gone.add(agent)
-        self._emptied.clear()
-        self._touched.clear()
+        if self._refilling:  # rebuilt from the manifest: what failed before is replaced
+            self.failing.clear()
+        self._forget_marks()
         for agent in gone:
             self._remove_inbox(agent)
 
@@ -784,14 +841,25 @@ class Bm25Index:
 
     def num_docs(self) -> int:
         """Chunks in the index, memory's too (what the manifest's count is checked against)."""
-        return int(self._searcher.num_docs) + sum(
-            _live_docs(self.path / "memory" / a / "chunks") for a in self.agents() if a not in self._emptied
-        )
+        return int(self._searcher.num_docs) + self._inbox_docs("chunks")
 
     def num_pages(self) -> int:
-        return int(self._pages.searcher.num_docs) + sum(
-            _live_docs(self.path / "memory" / a / "pages") for a in self.agents() if a not in self._emptied
-        )
+        return int(self._pages.searcher.num_docs) + self._inbox_docs("pages")
+
+    def _inbox_docs(self, part: str) -> int:
+        """The inboxes' documents as their last commits left them; an inbox whose count cannot be
+        read is moved aside as damaged (it failed every sweep's check, reported nowhere) and
+        counts none, so that the check refills the index."""
+        total = 0
+        with self._inbox_lock:
+            agents = [a for a in sorted(self._agents) if a not in self._emptied]
+        for agent in agents:
+            try:
+                total += _live_docs(self.path / "memory" / agent / part)
+            except StoreError as exc:
+                with self._lock:
+                    self._move_aside(agent, exc)
+        return total
 
     def collection_size(self) -> int:
         """Chunks whose words make the keyword statistics: the vault's and the wiki's."""
@@ -924,7 +992,7 @@ class Bm25Index:
                 # One agent's damaged index: its hits are missing, no one else's search fails;
                 # reported (``failing``) until a search of it succeeds or the repair rebuilds it.
                 log.warning("keyword_search_failed inbox=%s error=%s", agent, exc)
-                self.failing[agent] = str(exc)
+                self.failing[f"{agent}/{'pages' if pages else 'chunks'}"] = str(exc)
         if len(inbox_keys) > 1 or (want_shared and inbox_keys):
             found.sort(key=lambda hit: -hit[1])
         return found[:limit]
@@ -954,7 +1022,7 @@ class Bm25Index:
             self._scorer.counts(folder, searcher), self._scorer.counts(shared_folder, shared), terms
         )
         hits = self._query(searcher, weighted, limit, sources=None, keys=keys) if weighted else []
-        self.failing.pop(agent, None)
+        self.failing.pop(f"{agent}/{'pages' if pages else 'chunks'}", None)
         return hits
 
     def _restricted(

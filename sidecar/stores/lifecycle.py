@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import logging
 import shutil
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 from sidecar.config import Config
 from sidecar.contracts.errors import DiskFullError, StoreError, StoreOutdatedError
-from sidecar.stores.aside import remove_old_moved_aside
+from sidecar.stores.aside import aside_name, remove_old_moved_aside
 from sidecar.stores.bm25 import Bm25Index
 from sidecar.stores.manifest import Manifest
 from sidecar.stores.vectors import VectorStore, table_name
@@ -64,7 +63,7 @@ def _open_or_reset(path: Path, opener: Callable[[Path], Any], cfg: Config, probl
 
 
 def move_aside_name(path: Path) -> Path:
-    return path.with_name(f"{path.name}.broken-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6}")
+    return aside_name(path)
 
 
 def move_aside(path: Path) -> Path:
