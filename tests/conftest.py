@@ -186,6 +186,24 @@ def in_process(serve_in_process: Callable[..., InProcessServer]) -> InProcessSer
 
 
 @pytest.fixture
+def silent_socket(tmp_path: Path) -> Iterator[Path]:
+    """A socket path that takes connections and never answers (a daemon stopped by SIGSTOP, a
+    hang): they wait in the listen backlog."""
+    import socket
+
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    path = folder / "s.sock"
+    silent = socket.socket(socket.AF_UNIX)
+    silent.bind(str(path))
+    silent.listen()
+    try:
+        yield path
+    finally:
+        silent.close()
+
+
+@pytest.fixture
 def daemon_factory(tmp_path: Path) -> Iterator[Any]:
     started: list[DaemonProcess] = []
 

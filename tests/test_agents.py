@@ -660,28 +660,18 @@ def test_status_without_daemon_and_tools_say_how_to_start(tmp_path: Path) -> Non
 
 
 def test_status_of_a_frozen_daemon_answers_in_seconds(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    silent_socket: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A daemon that takes connections and never answers (SIGSTOP): memory_status says so within
     its own shorter wait, as an error naming what to do (it waited the minute any call waits)."""
-    import socket
 
     from sidecar.clients import mcp_calls
     from sidecar.clients.mcp_shim import Shim
 
-    folder = tmp_path / "run"
-    folder.mkdir(mode=0o700)
-    path = folder / "s.sock"
-    silent = socket.socket(socket.AF_UNIX)
-    silent.bind(str(path))
-    silent.listen()  # connections wait in the backlog: taken, never answered
     monkeypatch.setattr(mcp_calls, "STATUS_TIMEOUT", 0.5)
-    shim = Shim(path, "claude", io.BytesIO())
-    try:
-        started = time.monotonic()
-        result = shim.call_tool({"name": "memory_status", "arguments": {}})
-    finally:
-        silent.close()
+    shim = Shim(silent_socket, "claude", io.BytesIO())
+    started = time.monotonic()
+    result = shim.call_tool({"name": "memory_status", "arguments": {}})
     assert time.monotonic() - started < 10
     assert result["isError"] is True and result["structuredContent"]["daemon"] == "not answering"
     assert "did not answer 'health'" in result["content"][0]["text"]

@@ -214,28 +214,22 @@ def test_memory_write_at_a_terminal_says_it_reads_stdin(daemon: DaemonProcess) -
 
 
 def test_a_write_without_an_answer_says_it_may_have_been_made(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    silent_socket: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The daemon took the request and went silent (SIGSTOP, a hang): exit 8 and code no_answer,
     saying the note may have been written, not "refused" (exit 7, bad_request)."""
-    folder = tmp_path / "run"
-    folder.mkdir(mode=0o700)
-    path = folder / "s.sock"
-    silent = socket.socket(socket.AF_UNIX)
-    silent.bind(str(path))
-    silent.listen()  # connections wait in the backlog: taken, never answered
     monkeypatch.setattr(cli_memory, "Client", functools.partial(Client, timeout=0.5))
     monkeypatch.setattr(cli_parser, "_json_errors", False)  # main sets it; restored after
-    argv = ["memory", "write", "n", "--agent", "me", "--content", "x", "--socket", str(path)]
-    try:
-        assert main([*argv, "--home", str(tmp_path / "home")]) == ExitCode.NO_ANSWER == 8
-        err = capsys.readouterr().err
-        assert "did not answer 'write' within 0s" in err and "may still have been written" in err
-        assert main([*argv, "--home", str(tmp_path / "home"), "--json"]) == ExitCode.NO_ANSWER
-        error = json.loads(capsys.readouterr().out)["error"]
-        assert error["code"] == "no_answer" and "check" in error["message"]
-    finally:
-        silent.close()
+    argv = ["memory", "write", "n", "--agent", "me", "--content", "x", "--socket", str(silent_socket)]
+    assert main([*argv, "--home", str(tmp_path / "home")]) == ExitCode.NO_ANSWER == 8
+    err = capsys.readouterr().err
+    assert "did not answer 'write' within 0s" in err and "may still have been written" in err
+    assert main([*argv, "--home", str(tmp_path / "home"), "--json"]) == ExitCode.NO_ANSWER
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["code"] == "no_answer" and "check" in error["message"]
     assert _remote_exit("timeout") == ExitCode.NO_ANSWER  # the daemon's own "did not finish"
     assert _remote_exit("not_found") == ExitCode.REQUEST_FAILED
 
