@@ -248,12 +248,14 @@ def test_a_question_about_a_period_lists_the_notes_of_that_period(served: Served
     ],
 )
 def test_inline_filter_errors_name_the_value(served: Served, query: str, named: str) -> None:
+    """A search's filter that cannot be honoured is an error naming it; recall, which reads what a
+    person typed (a hook on every prompt), takes such text as words (an error blocked the prompt)."""
     with pytest.raises(FilterError, match=named):
         split_filters(query, TODAY)
-    for op, key in (("search", "query"), ("recall", "message")):
-        with pytest.raises(SidecarError, match=named) as err:
-            served.call(op, {key: query})
-        assert err.value.code == "bad_request"
+    with pytest.raises(SidecarError, match=named) as err:
+        served.call("search", {"query": query})
+    assert err.value.code == "bad_request"
+    served.call("recall", {"message": query})
 
 
 def test_inline_filters_that_used_to_fail_silently(served: Served) -> None:
@@ -1447,3 +1449,34 @@ def test_status_says_when_not_every_note_is_read(served: Served) -> None:
     served.h.sweep()
     health = served.call("health", agent="claude")
     assert health["index"]["complete"] is True and "not every note" not in status_of(health)["message"]
+
+
+def test_recall_never_fails_on_prose_and_lists_no_period_for_small_talk(
+    served: Served, agent_vault: Path
+) -> None:
+    """recall reads what a person typed (a hook on every prompt): prose naming a day to come or
+    no day at all ("seit 2027-01-01", "since 2026-02-30") or reading like a filter is words,
+    never an error that blocks the prompt; small talk naming today lists nothing, with a history
+    too; a memory note's own write stamps (created, updated) date nothing."""
+    write(agent_vault / f"Daily/{TODAY.isoformat()}.md", "# Today\n\nDentist at ten.\n")
+    served.h.sweep()
+    served.call("write", {"slug": "vpn", "content": "The VPN client needs the new profile."})
+    for message in (
+        "Starting since 2027-01-01 we use the new VPN, how do I set it up?",
+        "seit 2027-12-24 gilt das neue Gesetz",
+        "since 2026-02-30 the build broke",
+        "our CI runs on source:github now",
+        "tag:x, and path: twice path:y",
+    ):
+        served.call("recall", {"message": message})  # answered, whatever it holds
+    r = served.call("search", {"query": "VPN since 2027-01-01"})
+    assert "window" not in r or not r["window"]["applied"]
+    history = ["Can you help me fix the backup script?", "Sure, done."]
+    for message in ("how are you today?", "thanks, that's all for today", "Wie geht es dir heute?"):
+        answer = served.call("recall", {"message": message, "history": history})
+        listed = [h["reference"] for h in answer["hits"] if h["relevance"] == 0]  # by date alone
+        assert listed == [] and "listed" not in (answer.get("window") or {}), message
+    week = served.call("recall", {"message": "What did I do this week and last week?"})
+    assert "memory/vpn" not in [h["reference"] for h in week["hits"]]
+    days = {n.key: n.date for n in served.h.stores.manifest.note_days()}
+    assert days["memory/claude/vpn"] == ""  # its created/updated stamps are no day it is about

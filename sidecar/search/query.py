@@ -204,10 +204,15 @@ _PHRASES: tuple[tuple[re.Pattern[str], Callable[[dt.date, re.Match[str]], Window
 def time_window(text: str, today: dt.date) -> tuple[str, Window | None, str | None]:
     """The first time phrase of ``text`` as a window of days; the text without it; the phrase."""
     for pattern, window in _PHRASES:
-        m = pattern.search(text)
-        if m:
+        for m in pattern.finditer(text):
+            try:
+                days = window(today, m)
+            except FilterError:
+                continue  # prose naming no day ("since 2026-02-30"): words, not a window
+            if days[0] > days[1]:
+                continue  # a day to come ("seit 2027-01-01 gilt …"): words, not a window
             rest = " ".join((text[: m.start()] + " " + text[m.end() :]).split())
-            return rest, window(today, m), m.group(0)
+            return rest, days, m.group(0)
     return text, None, None
 
 

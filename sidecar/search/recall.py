@@ -14,7 +14,7 @@ from sidecar.config import RecallConfig
 from sidecar.contracts.wire import SearchResult
 from sidecar.search.context import render_block
 from sidecar.search.fusion import Scored
-from sidecar.search.query import QueryAnalysis, analyze, split_filters
+from sidecar.search.query import FilterError, Filters, QueryAnalysis, analyze, split_filters
 from sidecar.search.results import analysis_of, to_hit
 from sidecar.search.retrieval import BmParts, Retriever, SearchRequest, bm25_text, with_filters
 
@@ -27,8 +27,13 @@ def recall(
     count_tokens: Callable[[Sequence[str]], list[int]],
 ) -> SearchResult:
     """Hits for the current message (previous turns blended in) and the rendered context block."""
-    text, inline = split_filters(message, r.today())
-    windowed = with_filters(req, inline)
+    try:
+        text, inline = split_filters(message, r.today())
+        windowed = with_filters(req, inline)
+    except FilterError:
+        # Recall reads what a person typed (a hook on every prompt): prose that reads like a
+        # filter ("our CI runs on source:github now") is words, never an error that blocks it.
+        text, inline, windowed = message, Filters(), req
     result = _recall(r, text, history, windowed, count_tokens)
     if not inline.phrase:
         return result
@@ -37,13 +42,14 @@ def recall(
     # injects unasked, and a note merely edited in the window says nothing about the period
     # (a sync or a plugin that touches every file makes the whole vault "today").
     # A time phrase that was all the message said ("how are you today?", "bye for now") names
-    # no topic: its word is not searched instead (it found a function reference for today()),
-    # and a period that reaches today is small talk's ("today", "now") unless the message says
-    # more: only a period over before today ("last week", "gestern") is listed for it alone.
+    # no topic: its word is not searched instead (it found a function reference for today()).
+    # Only a period over before today ("last week", "gestern") is listed: one that reaches today
+    # is small talk's ("how's it going today?", "thanks, that's all for today"), with or without
+    # a history; a question about today's notes is still answered by its words.
     alone = not history and not analyze(text).content_words
     until = inline.until or windowed.filters.until
     past = until is not None and until < r.today().isoformat()
-    dated = [n for n in r.dated_notes(windowed) if n.date] if past or not alone else []
+    dated = [n for n in r.dated_notes(windowed) if n.date] if past else []
     if dated:
         listed = r.with_period(result, dated, windowed)
         budget = windowed.token_budget or r.recall_settings().token_budget

@@ -128,7 +128,10 @@ def note_date(front_matter: str, key: str, day_formats: tuple[str, ...] = ()) ->
     except ValueError:
         fm = {}
     if isinstance(fm, dict):
-        for name in ("date", "updated", "created"):
+        # A memory note's created/updated are the inbox's own stamps, on every note: the time it
+        # was written, not the day it is about (every note written in a period was "of" it).
+        names = ("date",) if key.startswith("memory/") else ("date", "updated", "created")
+        for name in names:
             value = fm.get(name)
             # "[[2026-11-19]]": the property editor links a date to its daily note
             if isinstance(value, str) and (m := _DAY.match(value.strip().removeprefix("[["))):
