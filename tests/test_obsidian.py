@@ -762,3 +762,29 @@ def test_the_days_of_notes_are_read_once_per_change(tmp_path: Path, make_cfg: An
         assert "vault/Daily/2026-11-22" in {n.key for n in manifest.note_days()}
     finally:
         h.close()
+
+
+@pytest.mark.parametrize(
+    ("properties", "day"),
+    [
+        ({"date": "2026-11-19"}, "2026-11-19"),
+        ({"date": "2026-11-19T10:00"}, "2026-11-19"),
+        ({"date": ["2026-11-24", "2026-11-25"]}, "2026-11-24"),  # a list: its first day
+        ({"date": [["2026-11-25"]]}, "2026-11-25"),  # date: [[2026-11-25]] unquoted, as YAML reads it
+        ({"date": "[[2026-11-19|Thursday]]"}, "2026-11-19"),
+        ({"Date": "2026-11-26"}, "2026-11-26"),
+        ({"date": "2026/11/27"}, "2026-11-27"),
+        ({"date": "24.11.2026"}, "2026-11-24"),  # the vault's daily-note format
+        ({"date": "2026-13-40"}, ""),
+        ({"date": "soon", "created": "2026-11-01"}, "2026-11-01"),
+    ],
+)
+def test_date_properties_as_vaults_write_them(properties: dict[str, Any], day: str) -> None:
+    """A note's day from its properties in the forms Obsidian vaults hold (a list, an unquoted link
+    to the daily note, a capital key, slashes, the vault's own daily format); only a valid day."""
+    from sidecar.stores.manifest import note_date
+
+    assert note_date(json.dumps(properties), "vault/Notes/x", ("DD.MM.YYYY",)) == day
+    # A memory note's own write stamps date nothing; its 'date' does.
+    assert note_date(json.dumps({"created": "2026-11-01"}), "memory/a/x") == ""
+    assert note_date(json.dumps({"date": "2026-11-02"}), "memory/a/x") == "2026-11-02"

@@ -10,6 +10,7 @@ own vector bookkeeping (``vectorbook``).
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import functools
 import hashlib
 import json
@@ -131,12 +132,33 @@ def note_date(front_matter: str, key: str, day_formats: tuple[str, ...] = ()) ->
         # A memory note's created/updated are the inbox's own stamps, on every note: the time it
         # was written, not the day it is about (every note written in a period was "of" it).
         names = ("date",) if key.startswith("memory/") else ("date", "updated", "created")
+        props = {str(k).lower(): v for k, v in reversed(fm.items())}  # "Date:" too; the first wins
         for name in names:
-            value = fm.get(name)
-            # "[[2026-11-19]]": the property editor links a date to its daily note
-            if isinstance(value, str) and (m := _DAY.match(value.strip().removeprefix("[["))):
-                return m.group(0)
+            day = _property_day(props.get(name), () if key.startswith("memory/") else day_formats)
+            if day:
+                return day
     return name_date(key, day_formats)
+
+
+_PROPERTY_DAY = re.compile(r"(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?!\d)")
+
+
+def _property_day(value: Any, day_formats: tuple[str, ...]) -> str:
+    """The ISO day a date property gives: ``2026-11-19`` (a time after it), ``2026/11/19``, a
+    link to the daily note (``"[[2026-11-19]]"``, or unquoted, which YAML reads as a list in a
+    list), the first of a list, or a day in the vault's daily-note format (``19.11.2026``)."""
+    while isinstance(value, list) and value:
+        value = value[0]
+    if not isinstance(value, str):
+        return ""
+    text = value.strip().removeprefix("[[").split("]]", 1)[0].split("|", 1)[0].strip()
+    m = _PROPERTY_DAY.match(text)
+    if m:
+        try:
+            return dt.date(int(m[1]), int(m[2]), int(m[3])).isoformat()
+        except ValueError:
+            return ""
+    return day_of_path(text, day_formats) if day_formats and text else ""
 
 
 @functools.lru_cache(maxsize=16_384)
