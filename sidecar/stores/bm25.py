@@ -411,19 +411,26 @@ def _memory_agent(key: str) -> str | None:
     return key.split("/", 2)[1]
 
 
-def _live_docs(folder: Path) -> int:
-    """Documents of an index as its last commit left them (read from its meta.json: no index is
-    opened to count)."""
+def _segment_counts(folder: Path) -> tuple[int, int]:
+    """(deleted, all) documents of an index as its last commit left them, read from its meta.json
+    (no index is opened to count); (0, 0) for an index never committed."""
     try:
         segments = json.loads((folder / "meta.json").read_text(encoding="utf-8"))["segments"]
     except FileNotFoundError:
-        return 0
+        return 0, 0
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise StoreError(f"BM25 index {folder} cannot be read: {exc}") from exc
-    return sum(
-        int(seg.get("max_doc", 0)) - int((seg.get("deletes") or {}).get("num_deleted_docs", 0))
-        for seg in segments
-    )
+    deleted = total = 0
+    for seg in segments:
+        total += int(seg.get("max_doc", 0))
+        deleted += int((seg.get("deletes") or {}).get("num_deleted_docs", 0))
+    return deleted, total
+
+
+def _live_docs(folder: Path) -> int:
+    """Documents of an index as its last commit left them."""
+    deleted, total = _segment_counts(folder)
+    return total - deleted
 
 
 class Bm25Index:
@@ -578,14 +585,10 @@ class Bm25Index:
         self._touched.add(name)
         if name in self._emptied:
             for folder in pair:
-                self._writable(folder).delete_all_documents()
+                folder.writer.delete_all_documents()
                 folder.dirty = True
             self._emptied.discard(name)
         return pair
-
-    @staticmethod
-    def _writable(folder: _Folder) -> tantivy.IndexWriter:
-        return folder.writer
 
     def _make_room(self, agent: str) -> None:
         """Before a note of ``agent`` is written (the write lock held): past ``_OPEN_WRITERS``
@@ -642,10 +645,10 @@ class Bm25Index:
             chunks, pages = self._target(key, docs[0].agent if docs else None)
             if held:
                 for chunk_id in stale:
-                    self._writable(chunks).delete_documents_by_term("chunk_id", chunk_id)
+                    chunks.writer.delete_documents_by_term("chunk_id", chunk_id)
             else:
-                self._writable(chunks).delete_documents_by_term("key", key)
-            self._writable(pages).delete_documents_by_term("key", key)
+                chunks.writer.delete_documents_by_term("key", key)
+            pages.writer.delete_documents_by_term("key", key)
             chunks.dirty = pages.dirty = True
             bodies = []
             for d in docs:
@@ -682,7 +685,7 @@ class Bm25Index:
         self._refilling = False
 
     def _put(self, folder: _Folder, doc_id: str, d: Bm25Doc, body: str) -> None:
-        self._writable(folder).add_document(self._document(doc_id, d, body))
+        folder.writer.add_document(self._document(doc_id, d, body))
         folder.dirty = True
 
     @staticmethod
@@ -705,7 +708,7 @@ class Bm25Index:
             if owner is not None and owner not in self._agents:
                 return
             for folder in self._target(key):
-                self._writable(folder).delete_documents_by_term("key", key)
+                folder.writer.delete_documents_by_term("key", key)
                 folder.dirty = True
 
     def delete_all(self) -> None:
@@ -874,12 +877,10 @@ class Bm25Index:
         deleted = total = 0
         for folder in (self._chunks, self._pages):
             try:
-                segments = json.loads((folder.path / "meta.json").read_text(encoding="utf-8"))["segments"]
-            except (OSError, ValueError, KeyError, TypeError):
+                gone, held = _segment_counts(folder.path)
+            except StoreError:
                 continue  # unreadable: judged again next time
-            for seg in segments:
-                total += int(seg.get("max_doc", 0))
-                deleted += int((seg.get("deletes") or {}).get("num_deleted_docs", 0))
+            deleted, total = deleted + gone, total + held
         return deleted, total
 
     def search(
