@@ -16,6 +16,14 @@ from sidecar.contracts.printable import escape_controls
 SOURCES = ("vault", "wiki", "memory")
 
 
+def memory_agent(reference: str) -> str | None:
+    """The agent whose inbox holds the note ``reference`` (``memory/<agent>/<path>``; an agent's
+    name holds no '/'); None for a vault or wiki note."""
+    if not reference.startswith("memory/"):
+        return None
+    return reference.split("/", 2)[1]
+
+
 @dataclass(frozen=True)
 class Hit:
     """One ranked passage: where it is, how it scored, its (masked) text."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sidecar.config import Config
+from sidecar.contracts.wire import memory_agent
 from sidecar.index.diff import ChangeFinder, Diff
 from sidecar.index.problems import Problems
 from sidecar.index.records import Drafted, Prepared, draft, finish
@@ -273,7 +274,7 @@ class Indexer:
     def _retire_emptied(self, gone: Sequence[str], names: set[str]) -> None:
         """Inboxes whose last entries this sweep deleted and that hold no note are no roots any
         more: their status goes now, not with the next sweep."""
-        agents = sorted({k.split("/", 2)[1] for k in gone if k.startswith("memory/")})
+        agents = sorted({a for k in gone if (a := memory_agent(k)) is not None})
         empty = [a for a in agents if not self.manifest.file_states(f"memory/{a}/")]
         kept = set(inboxes_in_use(self.cfg, empty))
         retired = {f"memory/{a}" for a in empty if a not in kept}

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from sidecar.contracts.errors import StoreError
+from sidecar.contracts.wire import memory_agent
 from sidecar.index.problems import Problems
 from sidecar.model.embedder import Embedder
 from sidecar.runtime.foreground import FOREGROUND
@@ -106,9 +107,9 @@ def _rounded(rate: float | None) -> float | None:
     return round(rate, 2) if rate else None
 
 
-def source_agent(key: str) -> tuple[str, str]:
-    parts = key.split("/", 2)
-    return parts[0], parts[1] if parts[0] == "memory" else ""
+def _source_agent(key: str) -> tuple[str, str]:
+    """A vector row's source and agent columns ("" for a vault or wiki note)."""
+    return key.split("/", 1)[0], memory_agent(key) or ""
 
 
 class Vectoring:
@@ -373,7 +374,7 @@ class Vectoring:
                 live = stores.manifest.still_pending([r[0] for r in rows], vs.flag)
                 keep = [i for i, r in enumerate(rows) if r[0] in live]
                 if keep:
-                    added = [(rows[i][0], rows[i][1], *source_agent(rows[i][1])) for i in keep]
+                    added = [(rows[i][0], rows[i][1], *_source_agent(rows[i][1])) for i in keep]
                     vs.store.add(added, vecs[keep])
                     with stores.manifest.transaction() as db:
                         stores.manifest.set_has_vector([rows[i][0] for i in keep], 1, db, vs.flag)

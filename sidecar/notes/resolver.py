@@ -21,6 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from sidecar.contracts.wire import memory_agent
 from sidecar.notes.linktext import strip_md
 
 
@@ -78,8 +79,7 @@ class Resolver:
         low = _low(t)
         src_path = self.paths.get(src_key, "")
         src_dir = _low(posixpath.dirname(src_path)) if not src_key.startswith("memory/") else ""
-        if src_key.startswith("memory/"):
-            agent = src_key.split("/", 2)[1]
+        if (agent := memory_agent(src_key)) is not None:
             own = self.memory.get((agent, low))
             if own is not None:
                 return own, 1

@@ -22,7 +22,7 @@ import numpy as np
 
 from sidecar.config import MODEL_DEFAULTS, RecallConfig, SearchConfig
 from sidecar.contracts.errors import EmbedderError, StoreError
-from sidecar.contracts.wire import SOURCES, Hit, SearchResult, Window
+from sidecar.contracts.wire import SOURCES, Hit, SearchResult, Window, memory_agent
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, VectorSet
 from sidecar.model.embedder import Embedder, EmbedderSlot, cosine_range, model_name
@@ -515,7 +515,7 @@ class Retriever:
             cfg.rare_term_boost,
         )
         content = frozenset(fold_word(w) for w in qa.content_words)
-        agents = {s.candidate.key.split("/", 2)[1] for s in best.values() if s.candidate.source == "memory"}
+        agents = {a for s in best.values() if (a := memory_agent(s.candidate.key)) is not None}
         rare_chunks = frozenset(self._holding(rare, list(best), agents))
         ruled = apply_rules(list(best.values()), content, qa.chronicle, rules, rare_chunks)
         if cfg.link_lift > 0:

@@ -23,6 +23,7 @@ from typing import Any
 import tantivy
 
 from sidecar.contracts.errors import DaemonRunningError, StoreError, StoreOutdatedError
+from sidecar.contracts.wire import memory_agent
 from sidecar.stores.aside import aside_name
 from sidecar.stores.cjk import bigrams
 
@@ -404,13 +405,6 @@ class _Scorer:
         return out
 
 
-def _memory_agent(key: str) -> str | None:
-    """The agent whose inbox holds the note ``key`` (None for a vault or wiki note)."""
-    if not key.startswith("memory/"):
-        return None
-    return key.split("/", 2)[1]
-
-
 def _segment_counts(folder: Path) -> tuple[int, int]:
     """(deleted, all) documents of an index as its last commit left them, read from its meta.json
     (no index is opened to count); (0, 0) for an index never committed."""
@@ -576,7 +570,7 @@ class Bm25Index:
     def _target(self, key: str, agent: str | None = None) -> Pair:
         """Where note ``key``'s documents are written: the shared pair, or its agent's inbox
         (emptied first when a refill's ``delete_all`` dropped it)."""
-        owner = _memory_agent(key)
+        owner = memory_agent(key)
         if owner is None:
             return self._chunks, self._pages
         name = agent or owner
@@ -618,7 +612,7 @@ class Bm25Index:
             notes.setdefault(d.key, []).append(d)
         with self._lock, self._writing("write"):
             for key, chunks in notes.items():  # a note's chunks and its page, then the next note
-                if (owner := _memory_agent(key)) is not None:
+                if (owner := memory_agent(key)) is not None:
                     self._make_room(owner)
                 target = self._target(key, chunks[0].agent)
                 bodies = []
@@ -637,7 +631,7 @@ class Bm25Index:
         ``stale``: the note's other chunk ids in the index, removed. Without ``held`` every chunk
         of the note is replaced."""
         with self._lock, self._writing("write"):
-            owner = _memory_agent(key)
+            owner = memory_agent(key)
             if not docs and owner is not None and owner not in self._agents:
                 return  # an inbox that never held anything: nothing to remove
             if owner is not None:
@@ -704,7 +698,7 @@ class Bm25Index:
 
     def delete_key(self, key: str) -> None:
         with self._lock, self._writing("delete"):
-            owner = _memory_agent(key)
+            owner = memory_agent(key)
             if owner is not None and owner not in self._agents:
                 return
             for folder in self._target(key):
@@ -960,11 +954,11 @@ class Bm25Index:
         inbox_keys: dict[str, list[str] | None] = dict.fromkeys(in_scope) if want_memory else {}
         if key is not None or keys is not None:
             wanted = [key] if key is not None else list(keys or ())
-            shared_keys = [k for k in wanted if _memory_agent(k) is None]
+            shared_keys = [k for k in wanted if memory_agent(k) is None]
             want_shared = want_shared and bool(shared_keys)
             per_agent: dict[str, list[str]] = {}
             for k in wanted:
-                owner = _memory_agent(k)
+                owner = memory_agent(k)
                 if owner is not None and owner in inbox_keys:
                     per_agent.setdefault(owner, []).append(k)
             inbox_keys = dict(per_agent)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.contracts.errors import StoreError
+from sidecar.contracts.wire import memory_agent
 from sidecar.notes import links
 from sidecar.notes.dayformat import day_of_path
 from sidecar.stores.vectorbook import NO_VECTOR, VectorBook, _in_groups
@@ -451,7 +452,7 @@ class Manifest(VectorBook):
         while rows := self._query(
             "SELECT key FROM files WHERE key >= ? AND key < ? ORDER BY key LIMIT 1", (start, "memory0")
         ):
-            agent = str(rows[0][0]).split("/", 2)[1]
+            agent = memory_agent(str(rows[0][0])) or ""
             out.append(agent)
             start = f"memory/{agent}0"  # past its keys ('/' + 1): an agent's name holds no '/'
         return out
