@@ -19,10 +19,10 @@ def _yaml(tmp_path: Path, text: str) -> Path:
 
 
 def test_defaults_match_design(tmp_path: Path) -> None:
-    """Defaults: fusion 0.6/0.4, boosts wiki 1.4 memory 0.85 vault 0.65, rescan 10 min, home ~/.sidecar."""
+    """Defaults: fusion 0.6/0.4, boosts wiki 1.1 memory 1.05 vault 1.0, rescan 10 min, home ~/.sidecar."""
     cfg = load_config(env={"HOME": str(tmp_path)})
     assert cfg.search.vector_weight == 0.6
-    assert (cfg.search.boosts.wiki, cfg.search.boosts.memory, cfg.search.boosts.vault) == (1.4, 0.85, 0.65)
+    assert (cfg.search.boosts.wiki, cfg.search.boosts.memory, cfg.search.boosts.vault) == (1.1, 1.05, 1.0)
     assert cfg.index.rescan_minutes == 10
     assert cfg.home == (Path.home() / ".sidecar").resolve()
     assert cfg.vault.wiki_subfolder == "wiki"

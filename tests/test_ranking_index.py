@@ -34,7 +34,7 @@ def test_search_finds_by_keyword_and_vector(harness: Harness) -> None:
         "text",
         "boosts",
     }
-    assert top["source"] == "wiki" and top["boosts"]["source"] == 1.4
+    assert top["source"] == "wiki" and top["boosts"]["source"] == 1.1
     only_vault = search(harness, "restic backups", sources=("vault",))
     assert all(h["source"] == "vault" for h in only_vault)
 
@@ -819,3 +819,46 @@ def test_an_inbox_whose_count_cannot_be_read_is_moved_aside(tmp_path: Path) -> N
         assert idx.failing == {} and idx.num_docs() == idx.num_pages() == 3
     finally:
         idx.close()
+
+
+def test_the_wiki_preference_does_not_invert_a_clear_gap(make_cfg: Any, tmp_path: Path) -> None:
+    """A wiki page that names a topic in passing does not outrank the vault note about it; between
+    two pages about the topic alike, the curated wiki page still comes first."""
+    vault = tmp_path / "v"
+    write(
+        vault / "Grafana.md",
+        "# Grafana\n\nGrafana dashboards show the NAS temperature; the Grafana alert rules mail me "
+        "when a disk runs hot.\n",
+    )
+    write(
+        vault / "wiki/Homelab.md",
+        "# Homelab\n\nThe rack holds the router, the switch, the NAS and a small server that runs "
+        "containers for the media library, the backups, the password manager, the photo sync, "
+        "the calendar and, since spring, grafana with its grafana agent.\n",
+    )
+    for i in range(8):
+        write(
+            vault / f"Shopping {i}.md", f"# Shopping {i}\n\nBread, milk, apples and the weekly groceries.\n"
+        )
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        # Relevance about 0.9-1.0 for the note, 0.6 for the page: with the old factors (wiki 1.4,
+        # vault 0.65, a 2.15x lead) the page came first for both.
+        for query in ("grafana", "grafana alert rules"):
+            hits = search(h, query)
+            assert [x["reference"] for x in hits][:2] == ["vault/Grafana", "wiki/Homelab"], query
+    finally:
+        h.close()
+    alike = tmp_path / "alike"
+    text = "# Heating\n\nThe heat pump's winter settings: flow temperature 35 degrees, night setback off.\n"
+    write(alike / "Heating.md", text)
+    write(alike / "wiki/Heating.md", text)
+    h = Harness(make_cfg(alike, home=str(tmp_path / "home2")), FakeEmbedder())
+    try:
+        h.sweep()
+        hits = search(h, "heat pump winter flow temperature")
+        assert [x["reference"] for x in hits][:2] == ["wiki/Heating", "vault/Heating"]
+        assert hits[0]["boosts"]["source"] > 1.0
+    finally:
+        h.close()

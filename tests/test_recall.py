@@ -157,7 +157,7 @@ def test_why_explains_rank_and_absence(running: DaemonProcess) -> None:
     r = running.call("why", {"reference": "wiki/Backups", "query": "restic backups of the NAS"})
     assert r["indexed"] and r["chunks"][0]["outcome"] == "hit #1"
     assert r["chunks"][0]["vecScore"] > 0.3 and r["chunks"][0]["bm25Score"] > 0
-    assert r["chunks"][0]["boosts"]["source"] == 1.4
+    assert r["chunks"][0]["boosts"]["source"] == 1.1
     assert r["pageBm25Score"] > 0  # the whole note's keyword score, part of each chunk's
     far = running.call("why", {"reference": "vault/Travel", "query": "restic backups of the NAS"})
     assert far["indexed"] and "hit #1" not in far["chunks"][0]["outcome"]
