@@ -46,6 +46,27 @@ def test_chunks_never_exceed_budget_and_overlap() -> None:
         assert b.start_line > a.start_line, "chunks advance"
 
 
+def test_the_overlap_keeps_its_line_breaks_within_the_chunks_lines() -> None:
+    """The words a chunk carries over from the one before keep their line breaks and lie within
+    the chunk's lines (they were glued into one line, a callout's '>' in the middle, and placed on
+    the previous piece's last line, so the chunk's lines missed its first words)."""
+    steps = [
+        f"> Step {i} starts here. It runs for a while and then stops.\n"
+        f"> Check step {i} twice before the next one. Then write it down."
+        for i in range(12)
+    ]
+    text = "# Runbook\n\n" + "\n\n".join(steps) + "\n"
+    note = chunk_note(text, title="Runbook", count_tokens=words, max_tokens=60, overlap=0.3)
+    lines = text.split("\n")
+    assert len(note.chunks) > 3
+    carried = 0
+    for a, b in zip(note.chunks, note.chunks[1:], strict=False):
+        shown = lines[b.start_line - 1 : b.end_line]
+        assert all(any(part in line for line in shown) for part in b.text.split("\n")), b
+        carried += b.start_line <= a.end_line
+    assert carried == len(note.chunks) - 1
+
+
 def test_single_huge_line_is_split() -> None:
     """One 5,000-word line (no structure at all) still yields chunks within the budget."""
     note = chunk_note("word " * 5000, title="Blob", count_tokens=words, max_tokens=64)

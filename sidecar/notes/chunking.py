@@ -45,7 +45,9 @@ _MIN_BUDGET = 24
 #    Bases), <style>/<script> blocks, inline queries, an Excalidraw note's drawing; data URIs
 #    shortened; front matter ends at a "---" at a line's start; links in properties; a long
 #    table's header again in each of its chunks; an embed's size ("|400") is no text.
-CHUNKER_VERSION = 6
+# 7: the words carried into the next chunk keep their line breaks and lie within its lines (they
+#    were glued onto the previous piece's last line).
+CHUNKER_VERSION = 7
 
 
 def _norm(line: str) -> str:
@@ -416,7 +418,9 @@ def _pieces(blocks: list[Block], readable: list[str], budget: int, count: CountT
     for block, text, size in zip(blocks, raw, sizes, strict=True):
         if size <= budget:
             if text.strip():
-                pieces.append(_Piece(block.start, block.end, text, size))
+                # Its first line is the first one with text (a comment's lines are blanked).
+                lead = next(k for k, line in enumerate(readable[block.start : block.end]) if line)
+                pieces.append(_Piece(block.start + lead, block.end, text, size))
             continue
         line_texts = readable[block.start : block.end]
         head = "\n".join(line_texts[:2]) if _is_table(line_texts) else ""
@@ -450,13 +454,22 @@ def _said(prefix: str, headings: Sequence[str]) -> frozenset[str]:
 
 
 def _tail(piece: _Piece, keep: int, count: CountTokens) -> _Piece | None:
-    """The last words of a piece, at most ``keep`` tokens, placed on the piece's last line."""
-    words = piece.text.split()
-    n = max(1, len(words) * keep // max(piece.tokens, 1))
+    """The last words of a piece, at most ``keep`` tokens, carried into the next chunk as they
+    stand in the note (line breaks kept) and starting on the line its first word is on: the
+    chunk's ``lines`` cover what it carries (the words were glued into one line and placed on the
+    piece's last line, so a callout's '>' stood mid-line and the first words lay outside the
+    chunk's lines). It starts where the words allow, mid-sentence too: starting at a line or a
+    sentence carried less and cost ranking (BENCHMARKS.md)."""
+    text = piece.text
+    starts = [m.start() for m in re.finditer(r"\S+", text)]
+    if not starts:
+        return None
+    n = max(1, len(starts) * keep // max(piece.tokens, 1))
     while n > 0:
-        text = " ".join(words[-n:])
-        tokens = count([text])[0]
+        carried = text[starts[-n] :]
+        tokens = count([carried])[0]
         if tokens <= keep:
-            return _Piece(piece.end - 1, piece.end, text, tokens, piece.head, piece.head_tokens)
+            line = piece.line + text.count("\n", 0, starts[-n])
+            return _Piece(line, piece.end, carried, tokens, piece.head, piece.head_tokens)
         n = n * keep // max(tokens, 1) if tokens > keep and n > 1 else n - 1
     return None
