@@ -144,6 +144,96 @@ def test_time_phrases_become_a_window(query: str, since: str, until: str) -> Non
     assert text in ("garlic", "Knoblauch")  # the phrase is not ranked as words
 
 
+@pytest.mark.parametrize(
+    ("query", "since", "until", "text"),
+    [
+        # The first phrase of the text counts, by position (not the first in the list of phrases).
+        ("yesterday I read what we did last week", _ago(1), _ago(1), "I read what we did last week"),
+        ("gestern las ich, was letzte Woche war", _ago(1), _ago(1), "las ich, was letzte Woche war"),
+        # A weekday with its week is that day.
+        ("letzte Woche Dienstag", "2026-11-24", "2026-11-24", ""),
+        ("am Dienstag letzte Woche", "2026-11-24", "2026-11-24", ""),
+        ("Tuesday of last week", "2026-11-24", "2026-11-24", ""),
+        ("last week on Tuesday", "2026-11-24", "2026-11-24", ""),
+        ("diese Woche am Montag", "2026-11-30", "2026-11-30", ""),
+        ("Friday this week", "2026-11-30", _ago(0), "Friday"),  # a day to come: the week so far
+        # "since last week" runs from that week's start up to today, "since" included.
+        ("seit letzter Woche Knoblauch", "2026-11-23", _ago(0), "Knoblauch"),
+        ("garlic since last week", "2026-11-23", _ago(0), "garlic"),
+        ("seit letztem Monat", "2026-11-01", _ago(0), ""),
+        ("since last month", "2026-11-01", _ago(0), ""),
+        ("last year", "2025-01-01", "2025-12-31", ""),
+        ("letztes Jahr", "2025-01-01", "2025-12-31", ""),
+        ("last weekend", "2026-11-28", "2026-11-29", ""),
+        ("letztes Wochenende", "2026-11-28", "2026-11-29", ""),
+        ("vorletzte Woche", "2026-11-16", "2026-11-22", ""),
+        ("the week before last", "2026-11-16", "2026-11-22", ""),
+        ("2 weeks ago", "2026-11-16", "2026-11-22", ""),
+        ("vor zwei Wochen", "2026-11-16", "2026-11-22", ""),
+        ("seit 2 Wochen", "2026-11-18", _ago(0), ""),
+        ("three days ago", _ago(3), _ago(3), ""),
+        ("vor drei Tagen", _ago(3), _ago(3), ""),
+    ],
+)
+def test_the_first_phrase_counts_and_common_phrases_read(
+    query: str, since: str, until: str, text: str
+) -> None:
+    rest, f = split_filters(query, TODAY)
+    assert (f.since, f.until, rest) == (since, until, text)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "the last week of the project",
+        "die letzte Woche des Urlaubs",
+        "the last month before the move",
+        "im letzten Monat der Schwangerschaft",
+        "the last year of my thesis",
+    ],
+)
+def test_a_week_month_or_year_of_something_else_is_no_phrase(query: str) -> None:
+    rest, f = split_filters(query, TODAY)
+    assert (f.since, f.until, f.phrase, rest) == (None, None, None, query)
+
+
+def test_a_given_window_wins_over_a_time_phrase(served: Served, capsys: pytest.CaptureFixture[str]) -> None:
+    """since/until given (the tool's parameters, the command line's options, inline) win over a
+    phrase of the query, whole: never a window of one end from each (answered last week for a
+    January window, or refused an inline until: before last week)."""
+    given = served.call(
+        "search", {"query": "garlic last week", "since": "2026-01-01", "until": "2026-02-01", "preview": True}
+    )
+    assert _refs(given) == ["vault/Old"]
+    assert given["analysis"]["filters"]["since"] == "2026-01-01"
+    assert given["analysis"]["filters"]["until"] == "2026-02-01"
+    assert "window" not in given  # the phrase was no window
+    inline = served.call("search", {"query": "garlic last week since:2026-01-01", "preview": True})
+    assert (inline["analysis"]["filters"]["since"], inline["analysis"]["filters"]["until"]) == (
+        "2026-01-01",
+        None,
+    )
+    until = served.call("search", {"query": "garlic last week until:2026-11-01", "minScore": 0})
+    assert _refs(until) == ["vault/Old"]
+    recall = served.call("recall", {"message": "garlic last week", "since": "2026-01-01", "minScore": 0})
+    assert "vault/Trip" not in [h["reference"] for h in recall["hits"]]
+    args = build_parser().parse_args(
+        [
+            "search",
+            "garlic last week",
+            "--since",
+            "2026-01-01",
+            "--until",
+            "2026-02",
+            "--home",
+            str(served.cfg.home),
+        ]
+    )
+    assert command_for("search")(args, served.cfg) == 0
+    out = capsys.readouterr().out
+    assert "vault/Old" in out and "vault/Trip" not in out
+
+
 def test_time_phrases_filter_on_the_notes_date(served: Served) -> None:
     """Front matter date and daily-note names decide, not the file's mtime (all files are new)."""
     assert _refs(served.call("search", {"query": "garlic today"})) == [f"vault/Daily/{_ago(0)}"]

@@ -29,7 +29,14 @@ from sidecar.contracts.wire import (
 
 def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
     source = (args.source if len(args.source) > 1 else args.source[0]) if args.source else None
-    params = _given(query=args.query, limit=args.limit, source=source, minScore=args.min_score)
+    params = _given(
+        query=args.query,
+        limit=args.limit,
+        source=source,
+        minScore=args.min_score,
+        since=args.since,
+        until=args.until,
+    )
     reply = _call(args, cfg, "search", params)
     if reply is None:
         return int(ExitCode.OK)

@@ -11,7 +11,7 @@ import numpy as np
 
 from sidecar.contracts.errors import StoreError
 from sidecar.contracts.wire import ChunkExplanation, Explanation
-from sidecar.search.query import analyze, split_filters
+from sidecar.search.query import analyze
 from sidecar.search.results import analysis_of
 from sidecar.search.retrieval import Retriever, SearchRequest, bm25_text, with_filters
 from sidecar.vault.sources import public_reference
@@ -19,8 +19,9 @@ from sidecar.vault.sources import public_reference
 
 def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanation:
     """Why a note ranks where it does (or not at all) for a query: scores, boosts, outcome."""
-    text, inline = split_filters(query, r.today())
-    req = with_filters(SearchRequest(query, r.cfg.limit, r.cfg.min_score, None, agent), inline)
+    asked = SearchRequest(query, r.cfg.limit, r.cfg.min_score, None, agent)
+    text, inline = r.read_query(asked)
+    req = with_filters(asked, inline)
     qa = analyze(text)
     chunks = r.stores.manifest.chunks_of(key)
     if not chunks:
@@ -81,7 +82,7 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
             )
         )
     if inline.phrase and chunks:
-        out[0] = _listed_by_date(r, req, key, out[0])
+        out[0] = _listed_by_date(r, asked, req, key, out[0])
     return Explanation(
         indexed=True,
         reference=public_reference(key, agent),
@@ -93,12 +94,15 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
     )
 
 
-def _listed_by_date(r: Retriever, req: SearchRequest, key: str, first: ChunkExplanation) -> ChunkExplanation:
+def _listed_by_date(
+    r: Retriever, asked: SearchRequest, req: SearchRequest, key: str, first: ChunkExplanation
+) -> ChunkExplanation:
     """The outcome of a note's first chunk when a search lists the note for its date alone (a
     question about a period lists the period's notes the words did not find): asked of the search
-    itself, so that ``why`` says what ``search`` did."""
+    itself (``asked``, as given: its phrase still to read), so that ``why`` says what ``search``
+    did."""
     reference = public_reference(key, req.agent)
-    for i, h in enumerate(r.search(req).hits, 1):
+    for i, h in enumerate(r.search(asked).hits, 1):
         if h.reference == reference and h.vec_score is None and h.bm25_score is None and h.relevance == 0:
             outcome = f"hit #{i}, listed by date: a note of '{req.filters.phrase}' no other word found"
             return replace(first, outcome=outcome)

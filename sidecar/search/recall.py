@@ -28,7 +28,7 @@ def recall(
 ) -> SearchResult:
     """Hits for the current message (previous turns blended in) and the rendered context block."""
     try:
-        text, inline = split_filters(message, r.today())
+        text, inline = r.read_query(replace(req, query=message))
         windowed = with_filters(req, inline)
     except FilterError:
         # Recall reads what a person typed (a hook on every prompt): prose that reads like a

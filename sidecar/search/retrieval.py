@@ -588,8 +588,14 @@ class Retriever:
 
     # --- search ---------------------------------------------------------------------------------
 
+    def read_query(self, req: SearchRequest) -> tuple[str, Filters]:
+        """The request's text to rank and its inline filters. A window given as a parameter wins
+        over a time phrase of the query (the phrase stays words), as an inline one does."""
+        explicit = bool(req.filters.since or req.filters.until)
+        return split_filters(req.query, self.today(), phrases=not explicit)
+
     def search(self, req: SearchRequest) -> SearchResult:
-        text, inline = split_filters(req.query, self.today())
+        text, inline = self.read_query(req)
         if (
             not text.strip()
             and inline.phrase is None
