@@ -82,7 +82,7 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
             )
         )
     if inline.phrase and chunks:
-        out[0] = _listed_by_date(r, asked, req, key, out[0])
+        out[0] = _listed_by_date(r, asked, req, key, out[0], holds_words=bool(direct_bm))
     return Explanation(
         indexed=True,
         reference=public_reference(key, agent),
@@ -95,15 +95,37 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
 
 
 def _listed_by_date(
-    r: Retriever, asked: SearchRequest, req: SearchRequest, key: str, first: ChunkExplanation
+    r: Retriever,
+    asked: SearchRequest,
+    req: SearchRequest,
+    key: str,
+    first: ChunkExplanation,
+    *,
+    holds_words: bool,
 ) -> ChunkExplanation:
     """The outcome of a note's first chunk when a search lists the note for its date alone (a
-    question about a period lists the period's notes the words did not find): asked of the search
-    itself (``asked``, as given: its phrase still to read), so that ``why`` says what ``search``
-    did."""
+    question about a period lists the period's notes the words did not find), or would list it
+    but for the limit: asked of the search itself (``asked``, as given: its phrase still to
+    read), so that ``why`` says what ``search`` did."""
     reference = public_reference(key, req.agent)
-    for i, h in enumerate(r.search(asked).hits, 1):
+    phrase = req.filters.phrase
+    hits = r.search(asked).hits
+    for i, h in enumerate(hits, 1):
         if h.reference == reference and h.vec_score is None and h.bm25_score is None and h.relevance == 0:
-            outcome = f"hit #{i}, listed by date: a note of '{req.filters.phrase}' no other word found"
-            return replace(first, outcome=outcome)
-    return first
+            # A note holding a word of the query may be listed too: its words ranked it below
+            # minScore or past the word hits searched.
+            why = "its words did not rank it among the hits" if holds_words else "no other word found"
+            return replace(first, outcome=f"hit #{i}, listed by date: a note of '{phrase}', {why}")
+    if any(h.reference == reference for h in hits):
+        return first
+    dated = r.dated_notes(req)
+    shown = {h.reference for h in hits}
+    unlisted = [n for n in dated if public_reference(n.key, req.agent) not in shown]
+    place = next((i for i, n in enumerate(unlisted, 1) if n.key == key), None)
+    if place is None:
+        return first
+    outcome = (
+        f"a note of '{phrase}' beyond the limit of {req.limit}: listed by date it would be hit "
+        f"#{len(hits) + place} (the period holds {len(dated)} notes; daily notes first, newest first)"
+    )
+    return replace(first, outcome=outcome)

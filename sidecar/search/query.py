@@ -390,6 +390,28 @@ def refers_back(words: tuple[str, ...]) -> bool:
     return False
 
 
+def _kinds_file(name: str) -> dict[str, frozenset[str]]:
+    """``word kind`` a line, from the package's data folder: the words of each kind."""
+    text = resources.files("sidecar").joinpath("data", name).read_text(encoding="utf-8")
+    pairs = [line.split() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    return {kind: frozenset(w.lower() for w, k in pairs if k == kind) for kind in {k for _, k in pairs}}
+
+
+_PERSONS = _kinds_file("self-questions.txt")
+
+
+def asks_about_self(text: str) -> bool:
+    """Whether a message asks about the person's own doings ("what did I do today?", "was habe
+    ich heute gemacht?"): asked (a question mark, or a question word first), in the first person,
+    and addressing no one ("how are you today?", "wie war dein Tag heute?" are small talk; so, to
+    be safe, is "can you tell me what I did today?")."""
+    words = [w.lower() for w in _WORD.findall(_CLITIC.sub("", text))]
+    if not words or any(w in _PERSONS["second"] for w in words):
+        return False
+    asked = text.rstrip().endswith("?") or words[0] in _PERSONS["question"]
+    return asked and any(w in _PERSONS["first"] for w in words)
+
+
 # "karl's", "don't", "geht's": the clitic is not a word of its own (it was the content word "s").
 _CLITIC = re.compile(r"(?<=\w)['’](?:s|t|re|ve|ll|d|m)\b", re.IGNORECASE)
 

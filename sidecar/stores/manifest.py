@@ -278,6 +278,7 @@ class ChunkView:
     aliases: tuple[str, ...] = ()
     has_vector: bool = True  # in the serving vector table
     date: str = ""  # the note's own day (front matter or daily-note name), '' when it has none
+    dated_by: str = ""  # what gave ``date``: "name" or "property" (note_day)
 
 
 @dataclass(frozen=True)
@@ -690,7 +691,7 @@ class Manifest(VectorBook):
                 r[10],
                 _aliases(r[11]),
                 bool(r[12]),
-                note_date(r[11], r[1], self.day_formats),
+                *note_day(r[11], r[1], self.day_formats),
             )
 
     def note_days(self) -> list[NoteDay]:
