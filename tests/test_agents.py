@@ -395,6 +395,9 @@ def test_a_question_about_ones_own_day_recalls_it_small_talk_does_not(
         r = served.call("recall", {"message": message})
         assert f"vault/Daily/{TODAY.isoformat()}" in [h["reference"] for h in r["hits"]], message
         assert "Dentist at ten" in r["context"]
+        assert (
+            f"[vault] vault/Daily/{TODAY.isoformat()} (lines 1-3, dated {TODAY.isoformat()})" in r["context"]
+        )
     history = ["Can you help me fix the backup script?", "Sure, done."]
     for message in (
         "how are you today?",
