@@ -370,9 +370,12 @@ def test_a_period_ranks_the_word_hits_of_its_own_notes_first(
     # Past the limit: where the period's listing would have it.
     why = served.call("why", {"reference": "vault/Daily/2026-11-10", "query": "what did I do this year?"})
     outcome = why["chunks"][0]["outcome"]
-    assert outcome.startswith(
-        "a note of 'this year' beyond the limit of 10: listed by date it would be hit #"
-    )
+    # daily notes first, newest first: 12-02, 12-01, 11-19 ... 11-10
+    assert re.match(
+        r"a note of 'this year' beyond the limit of 10: #12 of the period's \d+ notes in the order they "
+        r"are listed by date \(daily notes first, newest first\)$",
+        outcome,
+    ), outcome
     args = build_parser().parse_args(
         ["why", "vault/Daily/2026-11-10", "this year", "--home", str(served.cfg.home)]
     )

@@ -82,7 +82,11 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
             )
         )
     if inline.phrase and chunks:
-        out[0] = _listed_by_date(r, asked, req, key, out[0], holds_words=bool(direct_bm))
+        # Without a content word the search lists the period by date alone: the arms' outcome
+        # (a candidate below minScore) is not what it did.
+        out[0] = _listed_by_date(
+            r, asked, req, key, out[0], holds_words=bool(direct_bm), ranked=bool(qa.content_words)
+        )
     return Explanation(
         indexed=True,
         reference=public_reference(key, agent),
@@ -102,11 +106,13 @@ def _listed_by_date(
     first: ChunkExplanation,
     *,
     holds_words: bool,
+    ranked: bool,
 ) -> ChunkExplanation:
     """The outcome of a note's first chunk when a search lists the note for its date alone (a
     question about a period lists the period's notes the words did not find), or would list it
-    but for the limit: asked of the search itself (``asked``, as given: its phrase still to
-    read), so that ``why`` says what ``search`` did."""
+    but for the limit (``ranked``: the query has content words to rank by): asked of the search
+    itself (``asked``, as given: its phrase still to read), so that ``why`` says what ``search``
+    did."""
     reference = public_reference(key, req.agent)
     phrase = req.filters.phrase
     hits = r.search(asked).hits
@@ -116,16 +122,15 @@ def _listed_by_date(
             # minScore or past the word hits searched.
             why = "its words did not rank it among the hits" if holds_words else "no other word found"
             return replace(first, outcome=f"hit #{i}, listed by date: a note of '{phrase}', {why}")
-    if any(h.reference == reference for h in hits):
-        return first
+    if ranked and not first.outcome.startswith("not among the candidates"):
+        return first  # ranked by its words: that outcome says more
     dated = r.dated_notes(req)
-    shown = {h.reference for h in hits}
-    unlisted = [n for n in dated if public_reference(n.key, req.agent) not in shown]
-    place = next((i for i, n in enumerate(unlisted, 1) if n.key == key), None)
+    place = next((i for i, n in enumerate(dated, 1) if n.key == key), None)
     if place is None:
-        return first
+        return first  # not of the period (or a filter leaves it out)
+    words = "; its words ranked it below the hits" if holds_words else ""
     outcome = (
-        f"a note of '{phrase}' beyond the limit of {req.limit}: listed by date it would be hit "
-        f"#{len(hits) + place} (the period holds {len(dated)} notes; daily notes first, newest first)"
+        f"a note of '{phrase}' beyond the limit of {req.limit}: #{place} of the period's {len(dated)} "
+        f"notes in the order they are listed by date (daily notes first, newest first){words}"
     )
     return replace(first, outcome=outcome)
