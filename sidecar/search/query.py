@@ -266,14 +266,18 @@ def time_window(text: str, today: dt.date) -> tuple[str, Window | None, str | No
     return rest, days, m.group(0)
 
 
-def split_filters(text: str, today: dt.date | None = None, *, phrases: bool = True) -> tuple[str, Filters]:
+def split_filters(
+    text: str, today: dt.date | None = None, *, phrases: bool = True, window_given: bool = False
+) -> tuple[str, Filters]:
     """Strip inline filters and a time phrase from the text that is ranked; return both.
 
     A filter value that cannot be honoured raises FilterError naming it, rather than filtering
     everything or nothing. ``today`` is the local day (tests pass a fixed one); ``phrases=False``
-    leaves time phrases in the text. An inline ``since:`` or ``until:`` wins over a time phrase:
-    the phrase is then no window and stays words (a window of one end from each, as it was, was
-    neither what the phrase nor what the filter said).
+    leaves time phrases in the text. A window given as such (``window_given``: the since/until
+    parameters; or an inline ``since:`` or ``until:``) wins over a time phrase: the phrase is
+    stripped as the time it names, and sets nothing (a window of one end from each, as it was,
+    was neither what the phrase nor what the filter said; kept as words, "last week" diluted the
+    query's other words).
     """
     day = today or dt.date.today()
     tags: list[str] = []
@@ -304,9 +308,11 @@ def split_filters(text: str, today: dt.date | None = None, *, phrases: bool = Tr
     since = parse_day(found["since"], day, name="since").isoformat() if "since" in found else None
     until = parse_day(found["until"], day, name="until", end=True).isoformat() if "until" in found else None
     phrase = None
-    if phrases and since is None and until is None:
+    if phrases:
         rest, window, phrase = time_window(rest, day)
-        if window is not None:
+        if window_given or since is not None or until is not None:
+            phrase = None
+        elif window is not None:
             since, until = window[0].isoformat(), window[1].isoformat()
     if since and until and since > until:
         raise FilterError(f"the date window is empty: since {since} is after until {until}")

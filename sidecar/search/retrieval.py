@@ -590,9 +590,9 @@ class Retriever:
 
     def read_query(self, req: SearchRequest) -> tuple[str, Filters]:
         """The request's text to rank and its inline filters. A window given as a parameter wins
-        over a time phrase of the query (the phrase stays words), as an inline one does."""
-        explicit = bool(req.filters.since or req.filters.until)
-        return split_filters(req.query, self.today(), phrases=not explicit)
+        over a time phrase of the query, as an inline one does (see split_filters)."""
+        given = bool(req.filters.since or req.filters.until)
+        return split_filters(req.query, self.today(), window_given=given)
 
     def search(self, req: SearchRequest) -> SearchResult:
         text, inline = self.read_query(req)
