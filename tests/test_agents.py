@@ -364,8 +364,15 @@ def test_a_period_ranks_the_word_hits_of_its_own_notes_first(
     router = next(h for h in listed["hits"] if h["reference"] == "vault/Router")
     assert (router["date"], router["datedBy"]) == (_ago(3), "modified")
     assert all(h["date"] for h in listed["hits"])
-    text = text_of_search("budget this year", many)
+    from sidecar.clients.mcp_calls import ToolCalls
+
+    text, structured = ToolCalls(served.cfg.socket_path, "claude").tools["memory_search"](
+        {"query": "budget this year", "limit": 12}
+    )
     assert "dated 2026-11-19 by its name" in text and "dated 2026-11-05 by its date property" in text
+    assert {(h["reference"], h["date"], h["datedBy"]) for h in structured["hits"]} >= {
+        ("vault/Plan", "2026-11-05", "property")
+    }
     assert "no other word" not in text_of_search("what did I do this year?", listed)
     args = build_parser().parse_args(["search", "budget this year", "--home", str(served.cfg.home)])
     assert command_for("search")(args, served.cfg) == 0
