@@ -113,6 +113,8 @@ def _concrete(words: list[str], d: DaemonProcess, history: Path, config: Path) -
         "--config": str(config),
         "--wiki-subfolder": "wiki",
         "--tokens": "800",  # a token budget: 100 at least
+        "--since": "2020-01-01",  # a window holding the test vault's notes
+        "--until": "today",
     }
     out = []
     for i, w in enumerate(words):

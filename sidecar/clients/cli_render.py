@@ -99,6 +99,8 @@ def render_status(h: dict[str, Any]) -> str:
     if idx.get("excluded"):
         parts = ", ".join(f"{n} by {rule}" for rule, n in sorted(idx["excluded"].items()))
         lines.append(f"Excluded notes: {parts}")
+    if h.get("vault") and "daily_notes" in h:
+        lines.append(f"Daily notes: {daily_notes_line(h['daily_notes'])}")
     unread = idx.get("front_matter_unread") or {"notes": 0}
     if unread["notes"]:
         first = unread["examples"][0]
@@ -365,3 +367,15 @@ def snippet(text: str, query: str, width: int = 200) -> str:
 
 def _days(days: float) -> str:
     return "under a day" if days < 1 else f"{days:.0f} day" + ("" if round(days) == 1 else "s")
+
+
+def daily_notes_line(formats: list[dict[str, str]]) -> str:
+    """The daily-note formats that date a note by its name, and where each was read (status and
+    doctor): a user whose daily notes are not listed for "last week" sees which format counts."""
+    if not formats:
+        return "named YYYY-MM-DD (no daily-note format set in Obsidian)"
+    return "; ".join(
+        f"{shown(f['format'])} in {shown(f['folder']) + '/' if f['folder'] else 'any folder'} "
+        f"(from {shown(f['file'])})"
+        for f in formats
+    )

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar import __version__
+from sidecar.clients.cli_render import daily_notes_line
 from sidecar.clients.client import Client
 from sidecar.clients.lockholder import listening_on, lock_holder
 from sidecar.clients.service import (
@@ -39,6 +40,7 @@ from sidecar.clients.snippets import daemon_args, mcp_snippets
 from sidecar.config import Config, env_name
 from sidecar.contracts.errors import DaemonNotRunningError, EmbedderError, SidecarError
 from sidecar.stores.aside import KEEP_MOVED_ASIDE_DAYS, moved_aside
+from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.mounts import is_network, mount_containing, read_mounts
 from sidecar.vault.timeout import folder_state, run_with_timeout
 
@@ -147,6 +149,24 @@ def check_vault(cfg: Config) -> tuple[Check, bool]:
         ),
         True,
     )
+
+
+def check_daily_notes(cfg: Config) -> Check:
+    """The daily-note formats Obsidian's settings give (what dates a note by its name), read as
+    the daemon reads them; a settings file that cannot be read is a warning."""
+    formats = DailyNoteFormats(cfg.vault.path)
+    formats.refresh()
+    trouble = formats.trouble
+    if trouble:
+        # A warning: notes are still found, only not dated by their names in that format.
+        return Check(
+            "daily notes",
+            True,
+            trouble,
+            "fix the file (Obsidian's Daily notes or Periodic Notes settings) or remove it",
+            warning=True,
+        )
+    return Check("daily notes", True, daily_notes_line(formats.describe()))
 
 
 def check_inotify(cfg: Config, probes: Probes, vault_network: bool, vault_there: bool = True) -> Check:
@@ -622,7 +642,7 @@ class _Run:
 
         def run() -> list[Check]:
             check, self.vault_there = check_vault(self.cfg)
-            return [check]
+            return [check, check_daily_notes(self.cfg)] if self.vault_there else [check]
 
         return _bounded(("vault",), run, 2 * self.t + 5, f"the vault {self.cfg.vault.path}")
 

@@ -344,13 +344,14 @@ class Indexer:
             # Dates are read from the names when a search asks (nothing stored to redo): a format
             # set or changed in Obsidian dates the notes indexed before at once.
             self.manifest.day_formats = formats
-        trouble = self.ignore.trouble
+        # Excluded files and the daily-note settings are one area: both are Obsidian's settings.
+        trouble = "; ".join(t for t in (self.ignore.trouble, self.daily_formats.trouble) if t) or None
         if trouble is not None:
             self.problems.report("obsidian_settings", trouble)
         else:
             self.problems.clear("obsidian_settings")
 
-    def _read_settings(self) -> tuple[str, ...]:
+    def _read_settings(self) -> tuple[tuple[str, str], ...]:
         """Obsidian's settings this index follows: Excluded files, and the daily-note formats."""
         self.ignore.refresh()
         return self.daily_formats.refresh()
