@@ -277,6 +277,11 @@ class LinkGraph:
             if _visible(r[0], agent)
         ]
 
+    def excluded_under(self, prefix: str) -> set[str]:
+        """The excluded notes recorded below a key prefix (``vault/``)."""
+        sql = "SELECT key FROM excluded_notes WHERE substr(key, 1, ?) = ?"
+        return {r[0] for r in self._query(sql, (len(prefix), prefix))}
+
     def unresolved(self, key: str | None = None) -> list[tuple[str, str, int]]:
         """(source key, link as written, line) of links that resolve to no note."""
         where, args = ("AND src = ?", (key,)) if key is not None else ("", ())
