@@ -78,7 +78,9 @@ class Diff:
     skipped: dict[str, int] = field(default_factory=dict)
     unchanged: int = 0
     stamps: list[tuple[str, int, int, int]] = field(default_factory=list)  # unchanged: (key, stat)
-    # The notes a rule leaves out, of each vault or wiki root listed whole: key prefix -> {key: rule}.
+    # The notes a rule leaves out, where this sweep looked (links.set_excluded): a root listed
+    # whole or a folder walked (a key prefix, ending in "/"), or one changed path (its key) ->
+    # the excluded notes found there, {key: rule}.
     excluded: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
@@ -431,6 +433,7 @@ class ChangeFinder:
                 missing.update(k for k in manifest.file_states(_prefix(root, rel)) if not k.startswith(kept))
         for n in notes:
             self._skips.pop((root.name, str(n.path)), None)
+        notes, excluded = self._excluded_seen(root, notes, missing, gone=gone, walked=walked)
         for s in found:
             if not isinstance(s, Skipped):
                 continue
@@ -447,8 +450,41 @@ class ChangeFinder:
         if missing and not self._may_delete(root, len(missing)):
             return False
         diff.gone.extend(sorted(missing))
+        diff.excluded.update(excluded)
         self._add_work(notes, manifest.file_states_of([n.key for n in notes]), diff)
         return True
+
+    def _excluded_seen(
+        self,
+        root: Root,
+        notes: list[NoteFile],
+        missing: set[str],
+        *,
+        gone: Sequence[str],
+        walked: Sequence[str],
+    ) -> tuple[list[NoteFile], dict[str, dict[str, str]]]:
+        """The notes of changed paths that no rule leaves out, and the excluded ones where the
+        events looked, for ``Diff.excluded`` (a note made, moved or deleted in an excluded folder
+        is a link target, or none, at once: only full sweeps recorded them, and links to such a
+        note waited for the next one). An indexed one (a rule changed) is ``missing``."""
+        if root.source == "memory":
+            return notes, {}
+        kept: list[NoteFile] = []
+        rules: dict[str, str] = {}
+        for n in notes:
+            rule = self.excluded_by(n.key)
+            if rule is None:
+                kept.append(n)
+            else:
+                rules[n.key] = rule
+        missing.update(self.manifest.file_states_of(list(rules)))
+        scopes = [_prefix(root, rel) for rel in [*gone, *walked]]
+        scopes += [root.key_of(rel) for rel in gone if rel.lower().endswith(".md")]
+        excluded = {scope: {k: r for k, r in rules.items() if _in_scope(k, scope)} for scope in scopes}
+        for key, rule in rules.items():
+            if not any(key.startswith(scope) for scope in scopes if scope.endswith("/")):
+                excluded[key] = {key: rule}  # a changed file of its own
+        return kept, excluded
 
     def _look(self, root: Root, rels: Sequence[str]) -> tuple[list[NoteFile | Skipped], list[str], list[str]]:
         """Stat each changed path of a root: (notes and skipped files found, relative paths gone,
@@ -584,6 +620,11 @@ def _file(  # noqa: PLR0911 - one return per kind of file
     if st.st_size > max_bytes:
         return Skipped(path, "too large")
     return NoteFile.of(root.key_of(rel), root, path, rel, st)
+
+
+def _in_scope(key: str, scope: str) -> bool:
+    """Whether ``key`` lies in a scope of ``Diff.excluded``: below a prefix, or the key itself."""
+    return key.startswith(scope) if scope.endswith("/") else key == scope
 
 
 def _prefix(root: Root, rel: str) -> str:

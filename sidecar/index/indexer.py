@@ -177,8 +177,7 @@ class Indexer:
         act.phase, act.total = "indexing", len(diff.work) + len(diff.gone)
         changed = self._apply(diff, every if not paths else None, progress, stop)
         self._retire_emptied(diff.gone, names)
-        if diff.excluded:  # links resolve to excluded notes (notes.links.set_excluded)
-            self.writer.set_excluded(diff.excluded, {r.source for r in every if r.source != "memory"})
+        self._record_excluded(diff, every)
         if not act.first_sweep_done:
             check_bm25(self.stores, stop)
             self.writer.defer_links = False
@@ -320,12 +319,18 @@ class Indexer:
             if diff.work:
                 self.index_files(diff.work)
                 self._hot_written.update(n.key for n in diff.work)
+            self._record_excluded(diff, self.changes.roots())
         except BaseException:
             if self.hot_back is not None:  # taken off the queue: not to be lost with the sweep
                 self.hot_back(set(hot) | self._deferred)
                 self._deferred.clear()
             raise
         log.debug("hot_paths paths=%d indexed=%d deleted=%d", len(hot), len(diff.work), len(diff.gone))
+
+    def _record_excluded(self, diff: Diff, every: Sequence[Root]) -> None:
+        """The excluded notes the sweep found, as link targets (notes.links.set_excluded)."""
+        if diff.excluded:
+            self.writer.set_excluded(diff.excluded, {r.source for r in every if r.source != "memory"})
 
     def _refresh_ignore(self) -> None:
         """Re-read Obsidian's settings, a file of the vault, with the probe timeout: on a share
