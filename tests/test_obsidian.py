@@ -604,14 +604,21 @@ def test_status_names_notes_whose_front_matter_does_not_read(in_process: Any) ->
     assert h["index"]["front_matter_unread"]["notes"] == 0 and "Front matter not read" not in render_status(h)
 
 
-def test_excluded_files_changed_in_obsidian_apply_at_once(daemon_factory: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("watch", ["recursive", "folder by folder"])
+def test_excluded_files_changed_in_obsidian_apply_at_once(
+    daemon_factory: Any, tmp_path: Path, watch: str
+) -> None:
     """A folder added to Obsidian's Excluded files leaves search within seconds, and comes back
-    when removed again: app.json's change is a file event that sweeps every root (it waited for
-    the next periodic sweep, ten minutes by default)."""
+    when removed again, or when the settings folder is moved away: app.json's change is a file
+    event that sweeps every root (it waited for the next periodic sweep, ten minutes by default),
+    also where the watch goes folder by folder (a folder symlink in the vault), whose walk left
+    .obsidian/ out."""
     v = tmp_path / "v"
     write(v / "Private/diary.md", "# Diary\n\nthe zeppelin over the lake\n")
     write(v / "Keep.md", "# Keep\n\nnothing else\n")
     write(v / ".obsidian/workspace.json", "{}")  # a vault Obsidian opened: the folder is there
+    if watch == "folder by folder":
+        (v / "Shortcut").symlink_to(v / "Private")
     d = daemon_factory(v, keyword_only=True).start()
     d.wait_for(lambda h: h["index"]["files"] == 2)
 
@@ -629,6 +636,10 @@ def test_excluded_files_changed_in_obsidian_apply_at_once(daemon_factory: Any, t
     while not found():
         assert time.monotonic() < deadline, "the note is not found again"
         time.sleep(0.2)
+    write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Private/"]}))
+    _wait(lambda: not found(), 20)
+    (v / ".obsidian").rename(tmp_path / "settings-kept-aside")  # one event, for the folder
+    _wait(found, 20)
 
 
 @pytest.mark.parametrize(

@@ -255,3 +255,58 @@ def test_obsidians_settings_are_watched_and_its_other_files_are_not(watched: tup
     batches.wait_for(folder / ".obsidian" / "plugins" / "periodic-notes" / "data.json")
     with batches.lock:
         assert not any("workspace" in p or p.endswith(".tmp") for p in batches.paths)
+
+
+class Calls(Batches):
+    """Batches that also keep each call's paths apart (a folder-by-folder watch that restarts
+    hands the folders that restarted it once more, when its new watch runs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[set[str]] = []
+
+    def __call__(self, paths: set[str], gone: frozenset[str]) -> None:
+        super().__call__(paths, gone)
+        with self.lock:
+            self.calls.append(set(paths))
+
+    def count(self, path: Path) -> int:
+        with self.lock:
+            return sum(str(path) in c for c in self.calls)
+
+
+def test_a_folder_by_folder_watch_watches_obsidians_settings(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Watching folder by folder (a folder symlink in the vault), Obsidian's settings are watched
+    too, in .obsidian/ and in the Periodic Notes plugin's folder, also when those folders are made
+    after the watch started (the walk left dot-folders out: a change to Excluded files waited for
+    the next periodic sweep); its other files and folders are not, and restart no watch."""
+    caplog.set_level(logging.INFO, logger="sidecar.vault.watcher")
+    vault = tmp_path / "vault"
+    write(vault / "Notes/a.md", "# A\n")
+    (vault / "link").symlink_to(vault / "Notes")
+    (vault / ".obsidian").mkdir()
+    calls = Calls()
+    with watching(vault, calls) as watcher:
+        assert watcher.linked
+        (vault / ".obsidian/workspace.json").write_text("{}")
+        (vault / ".obsidian/app.json").write_text('{"userIgnoreFilters": ["Notes/"]}')
+        calls.wait_for(vault / ".obsidian/app.json")
+        plugin = vault / ".obsidian/plugins/periodic-notes"
+        plugin.mkdir(parents=True)
+        # The folder made: an event, then again once the watch that covers it runs.
+        _until(lambda: calls.count(vault / ".obsidian/plugins") >= 2)
+        write(vault / ".obsidian/plugins/dataview/data.json", "{}")
+        (plugin / "data.json").write_text("{}")
+        calls.wait_for(plugin / "data.json")
+        shutil.rmtree(vault / ".obsidian")  # the settings gone: their folder's deletion says so
+        calls.wait_for(vault / ".obsidian")
+        (vault / ".obsidian").mkdir()
+        _until(lambda: calls.count(vault / ".obsidian") >= 3)
+        (vault / ".obsidian/daily-notes.json").write_text('{"format": "DD.MM.YYYY"}')
+        calls.wait_for(vault / ".obsidian/daily-notes.json")
+    with calls.lock:
+        assert not any("workspace" in p or "dataview" in p for p in calls.paths)
+    starts = [r for r in caplog.records if r.getMessage().startswith("watcher_started")]
+    assert len(starts) <= 5, len(starts)  # the first, and one per settings folder made
