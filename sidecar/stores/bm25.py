@@ -14,6 +14,7 @@ import math
 import re
 import shutil
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -427,6 +428,24 @@ def _segment_counts(folder: Path) -> tuple[int, int]:
     return deleted, total
 
 
+# The name part of an inbox folder being removed (an agent's name has no dot).
+_REMOVED = ".removed-"
+
+
+def _remove(folder: Path) -> None:
+    """An inbox's folder removed: renamed first to a name no agent has, so that a removal cut
+    short (a crash, a file that would not go) leaves no part of an index that the next start
+    opens as the agent's (it is removed then); in place when it cannot be renamed."""
+    gone = folder.with_name(f"{folder.name}{_REMOVED}{time.time_ns()}")
+    try:
+        folder.rename(gone)
+    except FileNotFoundError:
+        return
+    except OSError:
+        gone = folder
+    shutil.rmtree(gone, ignore_errors=True)
+
+
 def _live_docs(folder: Path) -> int:
     """Documents of an index as its last commit left them."""
     deleted, total = _segment_counts(folder)
@@ -474,9 +493,13 @@ class Bm25Index:
         try:
             memory.mkdir(exist_ok=True)
             # An agent's name has no dot: ``x.broken-…`` or a stray folder is none of theirs.
-            self._agents = {p.name for p in memory.iterdir() if p.is_dir() and "." not in p.name}
+            found = [p for p in memory.iterdir() if p.is_dir()]
         except OSError as exc:
             raise StoreError(f"BM25 index {memory} cannot be made: {exc.strerror or exc}") from exc
+        self._agents = {p.name for p in found if "." not in p.name}
+        for p in found:
+            if _REMOVED in p.name:  # a removal cut short (a crash, a file that would not go)
+                shutil.rmtree(p, ignore_errors=True)
 
     @property
     def _searcher(self) -> tantivy.Searcher:
@@ -526,7 +549,7 @@ class Bm25Index:
         try:
             folder.rename(target)
         except OSError:
-            shutil.rmtree(folder, ignore_errors=True)
+            _remove(folder)
         log.error("index_rebuilt store=bm25 inbox=%s reason=%s moved_to=%s", agent, exc, target)
         self.failing[agent] = f"moved aside as damaged ({exc})"
 
@@ -562,7 +585,7 @@ class Bm25Index:
             for folder in pair:
                 folder.close()
             self._scorer.forget(pair)
-        shutil.rmtree(self.path / "memory" / agent, ignore_errors=True)
+        _remove(self.path / "memory" / agent)
         for name in (agent, f"{agent}/chunks", f"{agent}/pages"):
             self.failing.pop(name, None)
 
