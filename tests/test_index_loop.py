@@ -5,6 +5,7 @@ backfill attaches vectors once the model is there, and a failing keyword index i
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +20,7 @@ from sidecar.daemon.repairs import RepairPolicy
 from sidecar.daemon.watchdog import status_line
 from sidecar.runtime import backoff
 from tests.conftest import FakeEmbedder, Harness, write
+from tests.index_helpers import search
 
 
 @pytest.fixture
@@ -352,4 +354,78 @@ def test_a_table_that_fails_to_attach_is_checked_and_attached(make_cfg: Any, vau
     finally:
         VectorStore.id_list = real  # type: ignore[method-assign]
         stop.set()
+        h.close()
+
+
+def _two_agents(make_cfg: Any, vault: Path) -> Any:
+    """The vault fixture and the inboxes of two agents, alpha and beta, each with a note: swept
+    and closed (the next start reads the damage the test makes)."""
+    cfg = make_cfg(vault)
+    for agent in ("alpha", "beta"):
+        inbox = cfg.agents_dir / agent / "memory"
+        inbox.mkdir(parents=True, mode=0o700)
+        os.chmod(inbox.parent, 0o700)
+        write(inbox / "trip.md", f"# Trip\n\nThe kayak of {agent} waits at the lake.\n")
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    assert h.stores.bm25.agents() == ["alpha", "beta"]
+    h.close()
+    return cfg
+
+
+def _kayaks(h: Harness) -> list[str]:
+    """The notes a search finds by the keyword (the search reports a failing index as a user's
+    search does)."""
+    search(h, "kayak")
+    ids = [chunk for chunk, _ in h.stores.bm25.search("kayak", 10)]
+    return sorted(v.key for v in h.stores.manifest.views(ids).values())
+
+
+def _asides(cfg: Any) -> list[str]:
+    return sorted(p.name.split(".broken-")[0] for p in cfg.index_dir.iterdir() if ".broken-" in p.name)
+
+
+def test_one_agents_failing_keyword_index_is_refilled_alone(make_cfg: Any, vault: Path) -> None:
+    """An agent's inbox index fails its searches while the vault's answers: the repair moves
+    that inbox aside and refills it from the manifest, leaving the vault's index and the other
+    inboxes as they are (it refilled the whole keyword index: the cost of every note, for one
+    agent's few)."""
+    cfg = _two_agents(make_cfg, vault)
+    for f in (cfg.index_dir / "bm25/memory/beta/chunks").glob("*.idx"):
+        f.write_bytes(b"\0" * 64)
+    vault_meta = (cfg.index_dir / "bm25/chunks/meta.json").read_bytes()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        assert _kayaks(h) == ["memory/alpha/trip"]
+        problem = h.problems.active_in("keyword_search")
+        assert problem is not None and "memory/beta" in problem["error"]
+        bm25 = h.stores.bm25
+        RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
+        assert h.stores.bm25 is bm25 and _asides(cfg) == ["bm25-memory-beta"]
+        assert (cfg.index_dir / "bm25/chunks/meta.json").read_bytes() == vault_meta
+        assert _kayaks(h) == ["memory/alpha/trip", "memory/beta/trip"]
+        assert h.problems.active_in("keyword_search") is None and bm25.failing == {}
+    finally:
+        h.close()
+
+
+def test_an_inbox_index_found_damaged_at_start_is_refilled_alone(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An inbox index whose counts cannot be read at start (its meta.json damaged) is moved
+    aside; the check after the first sweep refills that inbox alone from the manifest, not the
+    whole keyword index."""
+    cfg = _two_agents(make_cfg, vault)
+    (cfg.index_dir / "bm25/memory/beta/chunks/meta.json").write_text("{not json")
+    vault_meta = (cfg.index_dir / "bm25/chunks/meta.json").read_bytes()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        assert "reason=count mismatch expected=" in caplog.text and "inbox=beta" in caplog.text
+        assert _asides(cfg) == ["bm25-memory-beta"]
+        assert (cfg.index_dir / "bm25/chunks/meta.json").read_bytes() == vault_meta
+        assert _kayaks(h) == ["memory/alpha/trip", "memory/beta/trip"]
+        assert h.stores.bm25.num_docs() == h.stores.manifest.indexed_chunk_count()
+    finally:
         h.close()

@@ -428,6 +428,7 @@ def _segment_counts(folder: Path) -> tuple[int, int]:
     return deleted, total
 
 
+_MOVED_ASIDE = "moved aside as damaged"  # how ``failing`` names an inbox index moved aside
 # The name part of an inbox folder being removed (an agent's name has no dot).
 _REMOVED = ".removed-"
 
@@ -551,7 +552,7 @@ class Bm25Index:
         except OSError:
             _remove(folder)
         log.error("index_rebuilt store=bm25 inbox=%s reason=%s moved_to=%s", agent, exc, target)
-        self.failing[agent] = f"moved aside as damaged ({exc})"
+        self.failing[agent] = f"{_MOVED_ASIDE} ({exc})"
 
     def _close_idle(self) -> None:
         """``_evict``, from a search: under the write lock, taken only when free (a search does
@@ -886,6 +887,45 @@ class Bm25Index:
                 with self._lock:
                     self._move_aside(agent, exc)
         return total
+
+    def inbox_counts(self) -> dict[str, tuple[int, int]]:
+        """Chunks and pages of each agent's inbox as its last commit left them; one whose count
+        cannot be read is moved aside as damaged (see ``_inbox_docs``) and holds none."""
+        with self._inbox_lock:
+            agents = [a for a in sorted(self._agents) if a not in self._emptied]
+        out: dict[str, tuple[int, int]] = {}
+        for agent in agents:
+            base = self.path / "memory" / agent
+            try:
+                out[agent] = (_live_docs(base / "chunks"), _live_docs(base / "pages"))
+            except StoreError as exc:
+                with self._lock:
+                    self._move_aside(agent, exc)
+        return out
+
+    def shared_counts(self) -> tuple[int, int]:
+        """Chunks and pages of the vault's and the wiki's index."""
+        return int(self._searcher.num_docs), int(self._pages.searcher.num_docs)
+
+    def refill_inbox(self, agent: str, docs: Sequence[Bm25Doc]) -> None:
+        """One agent's inbox index replaced by ``docs`` (its notes, from the manifest), committed;
+        the other indexes are left as they are (refilling all for one agent's cost what the whole
+        index costs). One whose searches failed is moved aside first (once); one that merely
+        disagrees with the manifest is dropped, as a refill empties it."""
+        names = (agent, f"{agent}/chunks", f"{agent}/pages")
+        with self._lock:
+            why = self.failing.get(names[1]) or self.failing.get(names[2])
+            if why is not None and not self.failing.get(agent, "").startswith(_MOVED_ASIDE):
+                self._move_aside(agent, StoreError(why))
+            failed = {n: self.failing[n] for n in names if n in self.failing}
+            self._remove_inbox(agent)  # the empty one opened in its place since, if any
+            self.failing.update(failed)  # reported until the refill is committed
+            self._emptied.discard(agent)
+        if docs:
+            self.add(docs)
+        self.commit()
+        for name in failed:
+            self.failing.pop(name, None)
 
     def collection_size(self) -> int:
         """Chunks whose words make the keyword statistics: the vault's and the wiki's."""
