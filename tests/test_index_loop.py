@@ -5,6 +5,7 @@ backfill attaches vectors once the model is there, and a failing keyword index i
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -18,6 +19,7 @@ from sidecar.daemon.backfill import Backfill
 from sidecar.daemon.indexing import IndexLoop, Job
 from sidecar.daemon.repairs import RepairPolicy
 from sidecar.daemon.watchdog import status_line
+from sidecar.notes.links import LinkGraph
 from sidecar.runtime import backoff
 from tests.conftest import FakeEmbedder, Harness, write
 from tests.index_helpers import search
@@ -272,6 +274,48 @@ def test_a_note_saved_during_a_long_sweep_is_indexed_before_it_ends(make_cfg: An
         while not loop.jobs.empty():
             remaining.append(loop.jobs.get_nowait())
         assert [j.roots for j in remaining] == [frozenset({"wiki"})]
+    finally:
+        h.close()
+
+
+def test_a_note_made_in_an_excluded_folder_during_a_long_sweep_is_a_link_target(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """A note made in an excluded folder while a full sweep runs is a link's target from the
+    batch its event was taken in, and stays one when the sweep ends (the sweep's listing, made
+    before the note, would drop it again until the next sweep)."""
+    v = tmp_path / "bulk"
+    for i in range(12):
+        write(v / f"n{i:02}.md", f"# N{i}\n\nbulk note {i}\n")
+    write(v / "Hub.md", "# Hub\n\nSee [[Memo]].\n")
+    write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Archive/"]}))
+    h = Harness(make_cfg(v, **{"index.batchFiles": 2}), FakeEmbedder())
+    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+    h.indexer.on_indexed = None
+    graph = LinkGraph(h.stores.manifest.read)
+
+    def target() -> tuple[str | None, str | None]:
+        link = graph.links_of("vault/Hub")[0]
+        return link["target"], link.get("excluded")
+
+    try:
+        h.indexer.sweep()
+        assert target() == (None, None)
+        for i in range(12):  # the next full sweep has work for six batches
+            write(v / f"n{i:02}.md", f"# N{i}\n\nbulk note {i}, changed\n")
+        seen_during: list[str | None] = []
+        real = h.indexer.writer.write
+
+        def batch(prepared: Any) -> None:
+            real(prepared)
+            if len(seen_during) == 1:  # after the first batch: the note is made, its event queued
+                loop.changed({str(write(v / "Archive/Memo.md", "# Memo\n"))})
+            seen_during.append(target()[0])
+
+        h.indexer.writer.write = batch  # type: ignore[method-assign]
+        h.indexer.sweep()
+        assert "vault/Archive/Memo" in seen_during[:4], seen_during
+        assert target() == ("vault/Archive/Memo", "Obsidian excluded files: Archive/")
     finally:
         h.close()
 
