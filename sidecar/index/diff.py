@@ -478,11 +478,16 @@ class ChangeFinder:
             else:
                 rules[n.key] = rule
         missing.update(self.manifest.file_states_of(list(rules)))
-        scopes = [_prefix(root, rel) for rel in [*gone, *walked]]
-        scopes += [root.key_of(rel) for rel in gone if rel.lower().endswith(".md")]
-        excluded = {scope: {k: r for k, r in rules.items() if _in_scope(k, scope)} for scope in scopes}
+        folders = {_prefix(root, rel) for rel in [*gone, *walked]}
+        files = {root.key_of(rel) for rel in gone if rel.lower().endswith(".md")}
+        excluded: dict[str, dict[str, str]] = {scope: {} for scope in [*folders, *files]}
         for key, rule in rules.items():
-            if not any(key.startswith(scope) for scope in scopes if scope.endswith("/")):
+            # Each folder the note lies in by its key's "/"s: a checkout of thousands of paths
+            # is not every note against every path.
+            below = [key[: i + 1] for i, c in enumerate(key) if c == "/" and key[: i + 1] in folders]
+            for scope in below:
+                excluded[scope][key] = rule
+            if key in files or not below:
                 excluded[key] = {key: rule}  # a changed file of its own
         return kept, excluded
 
@@ -620,11 +625,6 @@ def _file(  # noqa: PLR0911 - one return per kind of file
     if st.st_size > max_bytes:
         return Skipped(path, "too large")
     return NoteFile.of(root.key_of(rel), root, path, rel, st)
-
-
-def _in_scope(key: str, scope: str) -> bool:
-    """Whether ``key`` lies in a scope of ``Diff.excluded``: below a prefix, or the key itself."""
-    return key.startswith(scope) if scope.endswith("/") else key == scope
 
 
 def _prefix(root: Root, rel: str) -> str:

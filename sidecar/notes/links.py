@@ -121,11 +121,7 @@ def set_excluded(
         changed.add(key)
     db.execute(f"DELETE FROM excluded_notes WHERE source NOT IN ({marks})", list(sources))
     for prefix, rules in found.items():
-        where, args = (
-            ("substr(key, 1, ?) = ?", (len(prefix), prefix))
-            if prefix.endswith("/")
-            else ("key = ?", (prefix,))
-        )
+        where, args = _scope(prefix)
         old = dict(db.execute(f"SELECT key, rule FROM excluded_notes WHERE {where}", args).fetchall())
         gone = old.keys() - rules.keys()
         db.executemany("DELETE FROM excluded_notes WHERE key = ?", [(k,) for k in gone])
@@ -133,6 +129,14 @@ def set_excluded(
         db.executemany("INSERT OR REPLACE INTO excluded_notes(key, source, rule) VALUES (?,?,?)", new)
         changed |= gone | {k for k in rules if k not in old}
     return changed
+
+
+def _scope(scope: str) -> tuple[str, tuple[str, ...]]:
+    """SQL (and its arguments) for the keys of a scope: below a prefix ending in "/" (a range
+    of the primary key: a batch of file events asks one per path), or one key."""
+    if scope.endswith("/"):
+        return "key >= ? AND key < ?", (scope, scope[:-1] + "0")  # "0" follows "/"
+    return "key = ?", (scope,)
 
 
 def drop_links(db: sqlite3.Connection, keys: Sequence[str]) -> None:
@@ -281,8 +285,8 @@ class LinkGraph:
 
     def excluded_under(self, prefix: str) -> set[str]:
         """The excluded notes recorded below a key prefix (``vault/``)."""
-        sql = "SELECT key FROM excluded_notes WHERE substr(key, 1, ?) = ?"
-        return {r[0] for r in self._query(sql, (len(prefix), prefix))}
+        where, args = _scope(prefix)
+        return {r[0] for r in self._query(f"SELECT key FROM excluded_notes WHERE {where}", args)}
 
     def unresolved(self, key: str | None = None) -> list[tuple[str, str, int]]:
         """(source key, link as written, line) of links that resolve to no note."""
