@@ -310,3 +310,37 @@ def test_a_folder_by_folder_watch_watches_obsidians_settings(
         assert not any("workspace" in p or "dataview" in p for p in calls.paths)
     starts = [r for r in caplog.records if r.getMessage().startswith("watcher_started")]
     assert len(starts) <= 5, len(starts)  # the first, and one per settings folder made
+
+
+def test_a_note_written_while_the_watch_turns_folder_by_folder_is_swept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A name that does not decode turns the watch folder by folder; a note written while the
+    folders are walked (before the new watch exists, so no event names it) is found by the
+    catch-up sweep, which is asked once the new watch runs (asked at once, it ran before the
+    note was there, and the note waited for the periodic sweep)."""
+    from sidecar.vault import watcher as w
+
+    vault = tmp_path / "vault"
+    write(vault / "a.md", "# A\n")
+    late = vault / "late.md"
+    real_walk = w._walk
+
+    def walk(paths: Any, limit: int = w.MAX_FLAT_FOLDERS) -> Any:
+        out = real_walk(paths, limit)
+        if (vault / "b").exists() and not late.exists():  # the flat watch's walk
+            write(late, "# Late\n")
+        return out
+
+    monkeypatch.setattr(w, "_walk", walk)
+    sweeps: list[bool] = []  # at each catch-up sweep asked: is the late note there to find?
+
+    def on_change(paths: set[str], gone: frozenset[str]) -> None:
+        if not paths:
+            sweeps.append(late.exists())
+
+    with watching(vault, on_change) as watcher:
+        (vault / "b").mkdir()
+        os.mkdir(os.fsencode(vault / "b") + b"/caf\xe9")  # not UTF-8: the watch goes flat
+        _until(lambda: watcher.flat and late.exists())
+        _until(lambda: True in sweeps)

@@ -194,6 +194,9 @@ class Watcher:
         # New folders that restarted a folder-by-folder watch: looked at again once the next
         # watch is set up (files written into them before it existed got no event).
         self._recheck: set[str] = set()
+        # A sweep of every root asked for once the next watch runs (what changed before it was
+        # set up had no event).
+        self._catch_up = False
         self._stuck_looks: dict[str, threading.Thread] = {}  # a look at a batch's paths still hangs
 
     def _stat(self, path: Path) -> os.stat_result | None:
@@ -249,7 +252,9 @@ class Watcher:
                         "watcher_undecodable_path error=%s; watching folder by folder", printable(exc)
                     )
                     self.flat = True
-                    self.on_change(set(), frozenset())
+                    # Swept once the folder-by-folder watch runs: asked now, the sweep could run
+                    # before a note written while the folders were walked, which had no event.
+                    self._catch_up = True
                     self.stop.wait(1.0)
                     continue
                 failures += 1
@@ -304,6 +309,9 @@ class Watcher:
             # The first yield comes once this watch is set up: the folders that restarted it
             # are walked again, for what was written into them before (no event for that).
             again, self._recheck = self._recheck, set()
+            if self._catch_up:
+                self._catch_up = False
+                self.on_change(set(), frozenset())
             if batch or again:
                 changes = _covered(self._files_dropped(batch))
                 log.debug("watcher_changes count=%d", len(changes))
