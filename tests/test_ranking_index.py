@@ -3,6 +3,7 @@ vector weight, and document frequencies of live chunks only."""
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -558,6 +559,39 @@ def test_an_inbox_index_is_written_and_removed_like_the_vaults(tmp_path: Path) -
         again.delete_all()
         again.commit()
         assert again.num_docs() == again.num_pages() == 0
+    finally:
+        again.close()
+
+
+def test_an_inbox_index_whose_removal_was_cut_short_is_no_inbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An inbox's index that a commit left empty is removed; a removal cut short (a crash, a
+    file that would not go: here its pages stay) left part of an index under the agent's name,
+    which the next start opened as the agent's inbox (a search then failed on it, and the repair
+    refilled the whole keyword index). It leaves nothing the next start takes for an inbox."""
+    from sidecar.stores import bm25 as bm25_mod
+
+    path = tmp_path / "bm25"
+    idx = bm25_mod.Bm25Index(path)
+    real = shutil.rmtree
+
+    def cut_short(folder: Any, ignore_errors: bool = False) -> None:
+        real(Path(folder) / "chunks", ignore_errors=ignore_errors)  # then the crash
+
+    try:
+        idx.add([_doc("vault/a", "kayak in the vault"), _doc("memory/alpha/a", "kayak of alpha")])
+        idx.commit()
+        monkeypatch.setattr(bm25_mod.shutil, "rmtree", cut_short)
+        idx.delete_key("memory/alpha/a")
+        idx.commit()
+        monkeypatch.setattr(bm25_mod.shutil, "rmtree", real)
+    finally:
+        idx.close()
+    again = bm25_mod.Bm25Index(path)
+    try:
+        assert again.agents() == [] and list((path / "memory").iterdir()) == []
+        assert [k for k, _ in again.search("kayak", 10)] == ["vault/a#0"] and again.failing == {}
     finally:
         again.close()
 

@@ -1,10 +1,11 @@
 """The repair policy: when a failing store is put right, and how often at most.
 
 Searches report what fails on ``problems``; the scheduled tick looks here. A damaged keyword index
-is rebuilt at once (at most once a minute); a vector table after a failed vector search with a
-working model, once the check (it reads every vector, so at most every ten minutes) finds it
-unreadable: a failure without damage costs one check and replaces nothing. A manifest file
-deleted or replaced under the running daemon is reported.
+is rebuilt at once (at most once a minute; an agent's inbox index alone when only it fails); a
+vector table after a failed vector search with a working model, once the check (it reads every
+vector, so at most every ten minutes) finds it unreadable: a failure without damage costs one
+check and replaces nothing. A manifest file deleted or replaced under the running daemon is
+reported.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from sidecar.contracts.errors import StoreError
 from sidecar.index.problems import Problems
 from sidecar.index.repair import Repair
 from sidecar.model.embedder import EmbedderSlot
+from sidecar.search.retrieval import INBOX_FAILURE
 from sidecar.stores.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -53,13 +55,19 @@ class RepairPolicy:
         self.repair_vector_table()
 
     def repair_keyword_index(self) -> None:
-        """Searches found the BM25 index damaged: rebuild it in place (at most once a minute)."""
+        """Searches found the BM25 index damaged: rebuild it in place (at most once a minute);
+        only the agents' inbox indexes that fail when the vault's own index answers."""
         failing = self.problems.active_in("keyword_search")
         if failing is None or time.monotonic() - self._bm25_repaired < BM25_REPAIR_EVERY_S:
             return
         self._bm25_repaired = time.monotonic()
+        error = str(failing["error"])
+        inboxes = {name.split("/", 1)[0] for name in dict(self.repair.stores.bm25.failing)}
         try:
-            self.repair.repair_bm25(failing["error"])
+            if error.startswith(INBOX_FAILURE) and inboxes:
+                self.repair.repair_inboxes(inboxes, error)
+            else:
+                self.repair.repair_bm25(error)
         except (StoreError, OSError) as exc:
             log.error("bm25_repair_failed error=%s", exc)
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from sidecar.config import Config
 from sidecar.index.problems import Problems
+from sidecar.notes.links import LinkGraph
 from sidecar.stores.manifest import FileState, Manifest
 from sidecar.vault.sources import (
     TWIN_REASON,
@@ -77,7 +78,9 @@ class Diff:
     skipped: dict[str, int] = field(default_factory=dict)
     unchanged: int = 0
     stamps: list[tuple[str, int, int, int]] = field(default_factory=list)  # unchanged: (key, stat)
-    # The notes a rule leaves out, of each vault or wiki root listed whole: key prefix -> {key: rule}.
+    # The notes a rule leaves out, where this sweep looked (links.set_excluded): a root listed
+    # whole or a folder walked (a key prefix, ending in "/"), or one changed path (its key) ->
+    # the excluded notes found there, {key: rule}.
     excluded: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
@@ -90,6 +93,7 @@ class _Listing:
     known: dict[str, FileState]
     missing: list[str]
     started: float
+    excluded: list[NoteFile] = field(default_factory=list)  # notes there that a rule leaves out
 
 
 def _related(old: str, new: str) -> bool:
@@ -121,6 +125,10 @@ class ChangeFinder:
         self._skips_named: set[tuple[str, str]] = set()  # (path, reason) already in the log
         # Files left out now, by (root name, path): full sweeps set a root's, events each path's.
         self._skips: dict[tuple[str, str], str] = {}
+        # The excluded notes of each root as its last full sweep that settled its deletions found
+        # them (the table of excluded notes at start): one that is not among them is new, and may
+        # be where a missing note went (see ``_moves``).
+        self._settled_excluded: dict[str, set[str]] = {}
 
     def skip_counts(self) -> dict[str, int]:
         """Files left out now, by reason (what `status` lists as skipped)."""
@@ -153,6 +161,7 @@ class ChangeFinder:
         it ran, and an entry per agent that ever wrote stayed for good."""
         self._skips = {k: v for k, v in self._skips.items() if k[0] in names}
         self._event_deletions = {k: v for k, v in self._event_deletions.items() if k in names}
+        self._settled_excluded = {k: v for k, v in self._settled_excluded.items() if k in names}
         if any(k not in names for k in self._unreadable):
             self._unreadable = {k: v for k, v in self._unreadable.items() if k in names}
             self._report_unreadable()
@@ -205,7 +214,9 @@ class ChangeFinder:
         notes = [f for f in found if isinstance(f, NoteFile)]
         prefix = root.key_of("x")[:-1]  # "vault/", "wiki/", "memory/<agent>/"
         known = self.manifest.file_states(prefix)
-        notes = self._without_excluded(root, notes, known, diff, {} if excluded is None else excluded)
+        notes, left_out = self._without_excluded(
+            root, notes, known, diff, {} if excluded is None else excluded
+        )
         skipped = [s for s in found if isinstance(s, Skipped)]
         self._skips = {k: v for k, v in self._skips.items() if k[0] != root.name}
         for s in skipped:
@@ -216,7 +227,7 @@ class ChangeFinder:
         # An error reading a folder (or a file's stat) is no evidence that its notes are gone.
         kept = self._unreadable_prefixes(root, skipped)
         missing = [k for k in known if k not in seen and not k.startswith(kept)]
-        return _Listing(root, notes, known, missing, t0)
+        return _Listing(root, notes, known, missing, t0, left_out)
 
     def _decide(
         self, listing: _Listing, listings: Sequence[_Listing], diff: Diff, confirm: bool, alien: set[str]
@@ -235,6 +246,7 @@ class ChangeFinder:
             supervisor.mark_online(root)
             self._event_deletions.pop(root.name, None)
             diff.gone.extend(missing)
+            self._settled_excluded[root.name] = {n.key for n in listing.excluded}
         elif hold == "mass":
             diff.gone.extend(k for k in missing if k in moved)  # moves are no loss: at once
         status = supervisor.status(root)
@@ -253,13 +265,21 @@ class ChangeFinder:
         when a note new to the index in this sweep (any root's listing, or a file event's) has
         its mtime and size and its name or its folder (a folder moved or renamed, a note renamed
         in place), or when the same bytes with the same mtime are indexed under another key that
-        this sweep saw (a move whose new half an earlier sweep indexed). Each new file accounts
+        this sweep saw (a move whose new half an earlier sweep indexed). A note that a rule
+        leaves out counts as new until a sweep settled its root's deletions with it there: a
+        folder moved into an excluded one is no loss (its notes leave at once, as a new rule's
+        do), while an excluded backup that long held copies of the notes (rsync -a keeps their
+        mtimes) is no evidence that a vanished share's notes went there. Each new file accounts
         for one missing note: an emptied share is not made good by a few look-alikes. A root
         whose folder is not the share now (``alien``) is no evidence either way."""
         manifest = self.manifest
         trusted = [x for x in listings if x.root.name not in alien]
         present: dict[str, NoteFile] = {n.key: n for x in trusted for n in x.notes}
         fresh = {n.key: n for x in trusted for n in x.notes if n.key not in x.known}
+        for x in trusted:
+            if x.excluded:
+                settled = self._excluded_before(x.root)
+                fresh.update((n.key, n) for n in x.excluded if n.key not in settled)
         events = {n.key: n for n in diff.work if n.key not in present}
         indexed = manifest.file_states_of(list(events))
         fresh.update((k, n) for k, n in events.items() if k not in indexed)
@@ -300,6 +320,14 @@ class ChangeFinder:
                 moved.add(key)
                 break
         return moved
+
+    def _excluded_before(self, root: Root) -> set[str]:
+        """The excluded notes of ``root`` as its last settled full sweep found them; at the first
+        sweep of a start, as the last run recorded them for links (one read per root)."""
+        if root.name not in self._settled_excluded:
+            prefix = root.key_of("x")[:-1]
+            self._settled_excluded[root.name] = LinkGraph(self.manifest.read).excluded_under(prefix)
+        return self._settled_excluded[root.name]
 
     def _add_work(self, notes: Sequence[NoteFile], known: dict[str, FileState], diff: Diff) -> None:
         for n in notes:
@@ -405,6 +433,7 @@ class ChangeFinder:
                 missing.update(k for k in manifest.file_states(_prefix(root, rel)) if not k.startswith(kept))
         for n in notes:
             self._skips.pop((root.name, str(n.path)), None)
+        notes, excluded = self._excluded_seen(root, notes, missing, gone=gone, walked=walked)
         for s in found:
             if not isinstance(s, Skipped):
                 continue
@@ -421,8 +450,46 @@ class ChangeFinder:
         if missing and not self._may_delete(root, len(missing)):
             return False
         diff.gone.extend(sorted(missing))
+        diff.excluded.update(excluded)
         self._add_work(notes, manifest.file_states_of([n.key for n in notes]), diff)
         return True
+
+    def _excluded_seen(
+        self,
+        root: Root,
+        notes: list[NoteFile],
+        missing: set[str],
+        *,
+        gone: Sequence[str],
+        walked: Sequence[str],
+    ) -> tuple[list[NoteFile], dict[str, dict[str, str]]]:
+        """The notes of changed paths that no rule leaves out, and the excluded ones where the
+        events looked, for ``Diff.excluded`` (a note made, moved or deleted in an excluded folder
+        is a link target, or none, at once: only full sweeps recorded them, and links to such a
+        note waited for the next one). An indexed one (a rule changed) is ``missing``."""
+        if root.source == "memory":
+            return notes, {}
+        kept: list[NoteFile] = []
+        rules: dict[str, str] = {}
+        for n in notes:
+            rule = self.excluded_by(n.key)
+            if rule is None:
+                kept.append(n)
+            else:
+                rules[n.key] = rule
+        missing.update(self.manifest.file_states_of(list(rules)))
+        folders = {_prefix(root, rel) for rel in [*gone, *walked]}
+        files = {root.key_of(rel) for rel in gone if rel.lower().endswith(".md")}
+        excluded: dict[str, dict[str, str]] = {scope: {} for scope in [*folders, *files]}
+        for key, rule in rules.items():
+            # Each folder the note lies in by its key's "/"s: a checkout of thousands of paths
+            # is not every note against every path.
+            below = [key[: i + 1] for i, c in enumerate(key) if c == "/" and key[: i + 1] in folders]
+            for scope in below:
+                excluded[scope][key] = rule
+            if key in files or not below:
+                excluded[key] = {key: rule}  # a changed file of its own
+        return kept, excluded
 
     def _look(self, root: Root, rels: Sequence[str]) -> tuple[list[NoteFile | Skipped], list[str], list[str]]:
         """Stat each changed path of a root: (notes and skipped files found, relative paths gone,
@@ -501,12 +568,13 @@ class ChangeFinder:
         states: dict[str, FileState],
         diff: Diff,
         counts: dict[str, int],
-    ) -> list[NoteFile]:
-        """Drop excluded notes; indexed ones are deleted at once (a rule is no vanished mount, so
-        the mass-deletion guard does not hold them)."""
+    ) -> tuple[list[NoteFile], list[NoteFile]]:
+        """The notes kept, and those a rule leaves out; indexed ones of the latter are deleted at
+        once (a rule is no vanished mount, so the mass-deletion guard does not hold them)."""
         if root.source == "memory":
-            return notes
+            return notes, []
         kept: list[NoteFile] = []
+        dropped: list[NoteFile] = []
         prefix = root.key_of("x")[:-1]
         # Kept as link targets (notes.links.set_excluded), whichever rule it is: Obsidian's
         # Excluded files hide a note from search, not from links; index.exclude is sidecar's own
@@ -521,10 +589,11 @@ class ChangeFinder:
             else:
                 counts[rule] = counts.get(rule, 0) + 1
                 left_out[n.key] = rule
+                dropped.append(n)
         for key in [k for k in states if k.startswith(prefix) and self.excluded_by(k) is not None]:
             diff.gone.append(key)
             del states[key]
-        return kept
+        return kept, dropped
 
 
 # Skipped for a reason that says nothing about the note's text: its indexed text stays.

@@ -101,6 +101,9 @@ class Indexer:
         self.hot_back: Callable[[set[str]], None] | None = None
         self._deferred: set[str] = set()
         self._hot_written: set[str] = set()  # keys written from file events during this sweep
+        # Excluded notes recorded from file events during this sweep (``Diff.excluded``): newer
+        # than its listing, which would otherwise drop a note made meanwhile as a link target.
+        self._hot_excluded: dict[str, dict[str, str]] = {}
         # What each note of a batch cost to read, cut and write, by path (set by the index loop:
         # a note that is costly to index waits before it is indexed again).
         self.on_indexed: Callable[[dict[str, float]], None] | None = None
@@ -154,6 +157,7 @@ class Indexer:
         if not act.first_sweep_done:
             refill_new_bm25(self.stores, stop)
         diff = Diff()
+        self._hot_excluded = {}
         self.writer.defer_links = not act.first_sweep_done
         excluded: dict[str, int] = {}
         every = self.changes.roots()
@@ -178,8 +182,7 @@ class Indexer:
         act.phase, act.total = "indexing", len(diff.work) + len(diff.gone)
         changed = self._apply(diff, every if not paths else None, progress, stop)
         self._retire_emptied(diff.gone, names)
-        if diff.excluded:  # links resolve to excluded notes (notes.links.set_excluded)
-            self.writer.set_excluded(diff.excluded, {r.source for r in every if r.source != "memory"})
+        self._record_excluded(diff, every)
         if not act.first_sweep_done:
             check_bm25(self.stores, stop)
             self.writer.defer_links = False
@@ -321,12 +324,26 @@ class Indexer:
             if diff.work:
                 self.index_files(diff.work)
                 self._hot_written.update(n.key for n in diff.work)
+            self._record_excluded(diff, None)
         except BaseException:
             if self.hot_back is not None:  # taken off the queue: not to be lost with the sweep
                 self.hot_back(set(hot) | self._deferred)
                 self._deferred.clear()
             raise
         log.debug("hot_paths paths=%d indexed=%d deleted=%d", len(hot), len(diff.work), len(diff.gone))
+
+    def _record_excluded(self, diff: Diff, every: Sequence[Root] | None) -> None:
+        """The excluded notes a sweep found, as link targets (notes.links.set_excluded); ``every``:
+        the roots of a sweep, None for the file events taken between its batches, whose findings
+        are applied again after the sweep's own (newer than its listing)."""
+        if every is None:
+            _after(self._hot_excluded, diff.excluded)
+        else:
+            _after(diff.excluded, self._hot_excluded)
+            self._hot_excluded = {}
+        if diff.excluded:
+            roots = self.changes.roots() if every is None else every
+            self.writer.set_excluded(diff.excluded, {r.source for r in roots if r.source != "memory"})
 
     def _refresh_ignore(self) -> None:
         """Re-read Obsidian's settings, a file of the vault, with the probe timeout: on a share
@@ -499,6 +516,13 @@ class Indexer:
         if act.first_sweep_done and not waiting:
             act.ready_once = True  # later edits queue a few vectors without flipping back to building
         return "ready" if act.ready_once else "building"
+
+
+def _after(scopes: dict[str, dict[str, str]], later: dict[str, dict[str, str]]) -> None:
+    """``later``'s scopes of ``Diff.excluded`` into ``scopes``, after theirs (applied in order)."""
+    for scope, found in later.items():
+        scopes.pop(scope, None)
+        scopes[scope] = found
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Collection
 
 from sidecar.config import Config
 from sidecar.contracts.errors import DiskFullError, StoreError
@@ -19,7 +20,7 @@ from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.stores.bm25 import Bm25Doc, Bm25Index
 from sidecar.stores.lifecycle import discard_vectors, move_aside, open_vectors
-from sidecar.stores.manifest import Manifest
+from sidecar.stores.manifest import ChunkView, Manifest
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,13 @@ def rebuild_bm25(stores: Stores, stop: threading.Event | None = None) -> None:
     """Refill Tantivy from the manifest: no file is read, no vector recomputed."""
     with stores.write_lock:
         fill_bm25(stores.bm25, stores.manifest, stop)
+
+
+def refill_inbox(stores: Stores, agent: str) -> None:
+    """One agent's keyword index refilled from the manifest, the others left as they are."""
+    with stores.write_lock:
+        docs = [_doc(v) for v in stores.manifest.chunks_under(f"memory/{agent}/")]
+        stores.bm25.refill_inbox(agent, docs)
 
 
 def refill_new_bm25(stores: Stores, stop: threading.Event | None = None) -> None:
@@ -86,18 +94,7 @@ def fill_bm25(index: Bm25Index, manifest: Manifest, stop: threading.Event | None
                 return
             index.add(docs)
             docs = []
-        docs.append(
-            Bm25Doc.of(
-                v.chunk_id,
-                v.key,
-                v.source,
-                v.agent,
-                title=v.title,
-                aliases=v.aliases,
-                headings=v.headings,
-                body=v.text,
-            )
-        )
+        docs.append(_doc(v))
     if stop is not None and stop.is_set():
         index.rollback()
         return
@@ -105,14 +102,31 @@ def fill_bm25(index: Bm25Index, manifest: Manifest, stop: threading.Event | None
     index.commit()
 
 
+def _doc(v: ChunkView) -> Bm25Doc:
+    return Bm25Doc.of(
+        v.chunk_id,
+        v.key,
+        v.source,
+        v.agent,
+        title=v.title,
+        aliases=v.aliases,
+        headings=v.headings,
+        body=v.text,
+    )
+
+
 def check_bm25(stores: Stores, stop: threading.Event | None = None) -> None:
     """After the first sweep, BM25 must hold exactly the manifest's chunks and pages; else
-    rebuild it (a stop ends the rebuild: the next start checks again)."""
+    rebuild it (a stop ends the rebuild: the next start checks again). When the vault's own
+    index agrees with its notes, only the inboxes that disagree with theirs are refilled (one
+    damaged inbox refilled the whole index)."""
     if stop is not None and stop.is_set():
         return
     expected = stores.manifest.indexed_chunk_count()
     actual = stores.bm25.num_docs()
     pages, have_pages = stores.manifest.indexed_page_count(), stores.bm25.num_pages()
+    if (actual, have_pages) != (expected, pages) and _refill_inboxes(stores, expected, pages):
+        return
     if actual == expected and have_pages != pages:
         log.warning(
             "index_rebuilt store=bm25 reason=page count mismatch expected=%d actual=%d", pages, have_pages
@@ -128,6 +142,24 @@ def check_bm25(stores: Stores, stop: threading.Event | None = None) -> None:
             actual,
         )
         rebuild_bm25(stores, stop)
+
+
+def _refill_inboxes(stores: Stores, chunks: int, pages: int) -> bool:
+    """Refill the inboxes whose counts differ from the manifest's, if the vault's index holds
+    what it must (``chunks`` and ``pages``: all the manifest holds); False when it does not."""
+    wanted = stores.manifest.inbox_counts()
+    have = stores.bm25.inbox_counts()
+    shared = (chunks - sum(c for c, _ in wanted.values()), pages - sum(p for _, p in wanted.values()))
+    if stores.bm25.shared_counts() != shared:
+        return False
+    apart = sorted(a for a in wanted.keys() | have.keys() if wanted.get(a, (0, 0)) != have.get(a, (0, 0)))
+    for agent in apart:
+        refill_inbox(stores, agent)
+        log.warning(
+            "index_rebuilt store=bm25 inbox=%s reason=count mismatch expected=%s actual=%s",
+            agent, wanted.get(agent, (0, 0)), have.get(agent, (0, 0)),
+        )  # fmt: skip
+    return True
 
 
 class Repair:
@@ -158,6 +190,15 @@ class Repair:
             stores.bm25 = fresh
         log.error("index_rebuilt store=bm25 reason=%s moved_to=%s", reason, aside)
         self.problems.note("stores", f"the keyword index failed ({reason}); moved aside and rebuilt")
+        self.problems.clear("keyword_search")
+
+    def repair_inboxes(self, agents: Collection[str], reason: str) -> None:
+        """Agents' inbox indexes that fail under the running daemon, while the vault's answers:
+        each moved aside and refilled from the manifest, the rest of the index left alone."""
+        for agent in sorted(agents):
+            refill_inbox(self.stores, agent)
+            log.error("index_rebuilt store=bm25 inbox=%s reason=%s", agent, reason)
+        self.problems.note("stores", f"an agent's keyword index failed ({reason}); moved aside and rebuilt")
         self.problems.clear("keyword_search")
 
     def repair_vectors(self, reason: str) -> bool:

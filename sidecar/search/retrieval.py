@@ -67,6 +67,7 @@ def bm25_text(qa: QueryAnalysis) -> str:
 
 
 PAGE_FAILURE = "page index: "  # how a failing page search is reported (keyword_search)
+INBOX_FAILURE = "the keyword index of memory/"  # how an agent's failing inbox index is reported
 # Characters per word piece below which the model has not read a query's words. A tokenizer keeps
 # the words of its training text whole or in long pieces (e5: "Geschenkgutschein" 5.7) and breaks
 # made-up ones into scraps ("xyzzy" 1.7, "asdfgh" 1.5). A query with a word kept whole, however short
@@ -134,7 +135,7 @@ def _inbox_failure_reported(bm25: Bm25Index, problems: Problems) -> bool:
     if not failing:
         return False
     name, error = min(failing.items())
-    problems.report("keyword_search", f"the keyword index of memory/{name}: {error}")
+    problems.report("keyword_search", f"{INBOX_FAILURE}{name}: {error}")
     return True
 
 

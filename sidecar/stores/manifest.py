@@ -658,6 +658,11 @@ class Manifest(VectorBook):
         """Every indexed chunk, for rebuilding the BM25 index without reading a file."""
         yield from self._views("f.state = 'indexed'", ())
 
+    def chunks_under(self, prefix: str) -> Iterator[ChunkView]:
+        """The indexed chunks of the notes below a key prefix (one agent's memory)."""
+        where, args = _under(prefix, "c.key")
+        yield from self._views(f"f.state = 'indexed' AND {where}", args)
+
     def chunks_of(self, key: str) -> list[ChunkView]:
         return list(self._views("c.key = ?", (key,)))
 
@@ -805,6 +810,15 @@ class Manifest(VectorBook):
                 "WHERE f.state = 'indexed'"
             )[0][0]
         )
+
+    def inbox_counts(self) -> dict[str, tuple[int, int]]:
+        """Chunks and pages (notes with chunks) in state indexed, per agent: what each inbox's
+        keyword index must hold."""
+        rows = self._query(
+            "SELECT f.agent, count(*), count(DISTINCT c.key) FROM chunks c JOIN files f ON f.key = c.key "
+            "WHERE f.state = 'indexed' AND f.source = 'memory' GROUP BY f.agent"
+        )
+        return {str(agent): (int(chunks), int(pages)) for agent, chunks, pages in rows}
 
     def chunk_count(self) -> int:
         return int(self._query("SELECT count(*) FROM chunks")[0][0])
