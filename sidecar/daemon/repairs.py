@@ -4,7 +4,8 @@ Searches report what fails on ``problems``; the scheduled tick looks here. A dam
 is rebuilt at once (at most once a minute; an agent's inbox index alone when only it fails); a
 vector table after a failed vector search with a working model, once the check (it reads every
 vector, so at most every ten minutes) finds it unreadable: a failure without damage costs one
-check and replaces nothing. A manifest file deleted or replaced under the running daemon is
+check and replaces nothing; a table rebuilt twice in one run that cannot be read again is left as
+it is, reported (``Repair.repair_vectors``). A manifest file deleted or replaced under the running daemon is
 reported.
 """
 
@@ -80,6 +81,7 @@ class RepairPolicy:
             or failing["count"] < VECTOR_REPAIR_AFTER_FAILURES
             or self.slot.state != "ok"
             or time.monotonic() - self._vectors_repaired < VECTOR_REPAIR_EVERY_S
+            or self.repair.gave_up is not None  # rebuilt twice already: said so, left to a restart
         ):
             return
         self._vectors_repaired = time.monotonic()

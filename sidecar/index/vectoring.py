@@ -321,6 +321,9 @@ class Vectoring:
         rows, vecs = self._vectors_for(vs, rows, wait, stop)
         try:
             stored = self._store(vs, rows, vecs, wait)
+            if stored is None:  # made for a table that was replaced meanwhile
+                self._stash(vs, rows, vecs)
+                return 0
         except BaseException:
             # Not stored (a full disk): the vectors wait for the retry instead of the model
             # running over the same batch again, and the time counts once the batch is stored.
@@ -353,11 +356,31 @@ class Vectoring:
             while len(self._stashed) > MAX_STASHED:
                 self._stashed.popitem(last=False)
 
-    def _store(self, vs: VectorSet, rows: list[tuple[str, str, str, str]], vecs: Any, wait: float) -> int:
-        """Add the rows still pending to the table and flag them; how many were."""
+    def _current(self, vs: VectorSet) -> bool:
+        """``vs``'s table is still the one its flag belongs to (the caller holds the write lock)."""
+        now = self.stores.serving if vs.flag == "has_vector" else self.stores.building
+        return now is not None and now.store is vs.store and not vs.store.closed
+
+    def _store(
+        self, vs: VectorSet, rows: list[tuple[str, str, str, str]], vecs: Any, wait: float
+    ) -> int | None:
+        """Add the rows still pending to the table and flag them; how many were. None when the
+        table the batch was computed for is no longer the one of its flag: a repair replaced it
+        (a new table at the same path), a switch promoted or ended it. Stored through the old
+        handle, the rows landed in the new table as a version naming the old table's data
+        files, which every search of it then failed on. The chunks stay pending, the vectors
+        are kept for the next batch of the same table (same name: same model)."""
         stores = self.stores
         FOREGROUND.yield_to(wait)
         with stores.write_lock:
+            if not self._current(vs):
+                log.info(
+                    "vectors_batch_dropped table=%s rows=%d reason=the table was replaced while the "
+                    "batch was computed (its chunks stay pending)",
+                    vs.store.name,
+                    len(rows),
+                )
+                return None
             if vs.flag in self._unsure:
                 # A write failed half-way (disk full: rows added, flags not committed): put table
                 # and flags back in agreement first, or these chunks would get a second vector.
