@@ -40,6 +40,11 @@ _PROBLEM_AREAS = {
 }
 
 
+def problem_area(area: str) -> str:
+    """A problem area in the words status uses (``vector_search``: "vector search")."""
+    return _PROBLEM_AREAS.get(area, area)
+
+
 def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
     """What is wrong now (and what was repaired lately), in the words of health's problems."""
     out = []

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar import __version__
-from sidecar.clients.cli_render import daily_notes_line
+from sidecar.clients.cli_render import daily_notes_line, problem_area
 from sidecar.clients.client import Client
 from sidecar.clients.lockholder import listening_on, lock_holder
 from sidecar.clients.service import (
@@ -311,6 +311,26 @@ def check_daemon(cfg: Config, probe_lock: bool = True) -> tuple[Check, Check, di
     else:
         other = Check("one daemon per home", True, "no other daemon uses this home")
     return socket, other, health
+
+
+def check_problems(health: dict[str, Any]) -> Check:
+    """What the running daemon itself reports as wrong (status' PROBLEM lines): doctor said "all
+    checks passed" while every vector search of that daemon failed and it re-embedded in a loop."""
+    active = (health.get("problems") or {}).get("active", [])
+    if not active:
+        return Check("daemon problems", True, "the daemon reports none")
+    said = "; ".join(f"{problem_area(str(p['area']))}: {_clip(str(p['error']))}" for p in active)
+    return Check(
+        "daemon problems",
+        False,
+        f"the daemon reports {_plural(len(active), 'problem')}: {said}",
+        "`sidecar status` shows each with what to do (README, Troubleshooting); most clear by themselves "
+        "once the fault is gone",
+    )
+
+
+def _clip(text: str, most: int = 300) -> str:
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 _REINSTALL = (
@@ -675,9 +695,14 @@ class _Run:
 
     def daemon(self) -> list[Check]:
         lock = "home" not in self.hung
+
+        def run() -> list[Check]:
+            socket, other, health = check_daemon(self.cfg, probe_lock=lock)
+            return [socket, other] if health is None else [socket, other, check_problems(health)]
+
         return _bounded(
             ("daemon", "one daemon per home"),
-            lambda: list(check_daemon(self.cfg, probe_lock=lock)[:2]),
+            run,
             self.t + 10,
             f"the socket {self.cfg.socket_path}",
         )
