@@ -184,9 +184,7 @@ class Indexer:
         self._retire_emptied(diff.gone, names)
         self._record_excluded(diff, every)
         if not act.first_sweep_done:
-            check_bm25(self.stores, stop)
-            self.writer.defer_links = False
-            self.writer.resolve_all_links()
+            self._first_sweep_ends(only is None and not paths, stop)
         act.sweeps += 1
         act.first_sweep_done = act.first_sweep_done or only is None or bool(chosen)
         if not self._swept:
@@ -505,6 +503,16 @@ class Indexer:
             self.index_files([note])
         self.vectors.embed_key(note.key)
         return note.key
+
+    def _first_sweep_ends(self, whole: bool, stop: threading.Event | None) -> None:
+        """BM25 checked against the manifest, every link resolved; after a sweep of every root
+        not cut short, the vectors a lost manifest's rebuild names again are kept, the others
+        dropped (``Vectoring.settle``)."""
+        check_bm25(self.stores, stop)
+        self.writer.defer_links = False
+        self.writer.resolve_all_links()
+        if whole and not (stop is not None and stop.is_set()):
+            self.vectors.settle()
 
     def index_state(self, pending_vectors: int, embedder_state: str) -> str:
         """``building`` until the first sweep is done and no chunk waits for a vector it can get."""
