@@ -242,9 +242,9 @@ class Repair:
                 store = open_vectors(self.cfg, model.model_id, model.dim, model.pooling, problems)
                 self.rebuilt.setdefault(store.name, []).append((time.time(), str(exc)))
                 rebuilt = True
+            self.vectors.attach(store, model)
             if serving is not None and serving.store is not store:
                 serving.store.close()  # the fresh handle serves; the old one writes no more
-            self.vectors.attach(store, model)
         problems.clear("vector_search")
         log.warning("vectors_repaired table=%s recomputed=%s", store.name, rebuilt)
         return rebuilt
