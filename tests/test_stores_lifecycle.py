@@ -43,6 +43,42 @@ def test_corrupt_manifest_is_moved_aside(make_cfg: Any, vault: Path) -> None:
         h2.close()
 
 
+def test_a_full_disk_at_start_moves_no_store_aside(make_cfg: Any, vault: Path, monkeypatch: Any) -> None:
+    """A manifest that cannot be opened because the disk is full is no damage: the start fails
+    with a disk-full error (the service starts it again) and every store stays as it is (taken
+    for damage, the manifest was moved aside, and the keyword index and every vector with it)."""
+    import sqlite3
+
+    from sidecar.contracts.errors import DiskFullError
+    from sidecar.stores import manifest as manifest_module
+    from sidecar.stores.lifecycle import open_stores
+
+    cfg = make_cfg(vault)
+    index_and_close(cfg)
+    before = sorted(p.name for p in cfg.index_dir.iterdir())
+
+    def full(*_args: Any) -> bool:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(manifest_module.links, "ensure_schema", full)
+    with pytest.raises(DiskFullError, match="disk is full"):
+        open_stores(cfg, _problems())
+    assert sorted(p.name for p in cfg.index_dir.iterdir()) == before
+    monkeypatch.undo()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        chunks, docs, vectors = store_counts(h)
+        assert chunks == docs == vectors > 0
+    finally:
+        h.close()
+
+
+def _problems() -> Any:
+    from sidecar.index.problems import Problems
+
+    return Problems()
+
+
 def test_manifest_of_version_1_is_upgraded(tmp_path: Path) -> None:
     """A 0.1.0 manifest (schema 1, no has_next column) opens and gains the column."""
     import sqlite3
