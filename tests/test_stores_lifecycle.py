@@ -436,3 +436,30 @@ def test_copies_of_damaged_stores_go_after_a_month(make_cfg: Any, vault: Path) -
     disk = check_disk(cfg)
     assert disk.ok and "(3 MB of it in 1 copy of damaged data moved aside" in disk.verdict
     assert young.name in disk.verdict and "removed 30 days after the move" in disk.verdict
+
+
+def test_engine_errors_read_in_plain_words() -> None:
+    """What the engines raise reaches status and the CLI without Rust's debug forms, generic
+    hints and source locations (as a hostile test saw them in status, verbatim)."""
+    from sidecar.contracts.errors import StoreError, engine_message
+    from sidecar.stores import bm25
+
+    lock = (
+        'Failed to acquire Lockfile: IoError(Os { code: 2, kind: NotFound, message: "No such file or '
+        'directory" }). Some("Failed to acquire index lock. If you are using a regular directory, this '
+        "means there is already an `IndexWriter` working on this `Directory`, in this process or in a "
+        'different process.")'
+    )
+    with pytest.raises(StoreError) as caught, bm25._engine("writer"):
+        raise ValueError(lock)
+    assert str(caught.value) == "BM25 writer failed: Failed to acquire Lockfile: No such file or directory"
+    lance = (
+        "lance error: LanceError(IO): Generic LocalFileSystem error: failed to fill whole buffer, "
+        "/rustc/2d8144b7aa3f/library/core/src/ops/function.rs:250:5"
+    )
+    assert engine_message(RuntimeError(lance)).endswith("failed to fill whole buffer")
+    crate = (
+        "read failed, /root/.cargo/registry/src/index.crates.io-6f17d22bba15001f/lance-io-13.0.0/"
+        "src/local.rs:273:40"
+    )
+    assert engine_message(RuntimeError(crate)) == "read failed"

@@ -28,6 +28,7 @@ from sidecar.contracts.errors import (
     DiskFullError,
     StoreError,
     StoreOutdatedError,
+    engine_message,
     is_disk_full,
 )
 from sidecar.contracts.wire import memory_agent
@@ -88,7 +89,7 @@ def _engine(what: str) -> Iterator[None]:
     except BaseException as exc:
         if not _engine_failure(exc):
             raise
-        raise StoreError(f"BM25 {what} failed: {exc}") from exc
+        raise StoreError(f"BM25 {what} failed: {engine_message(exc)}") from exc
 
 
 def _disk_hint(path: Path) -> str:
@@ -107,7 +108,9 @@ def _failed_open(path: Path, exc: BaseException) -> StoreError:
     moved an agent's new index aside, then the whole keyword index, and refilled it on the full
     disk."""
     full = is_disk_full(exc) or bool(_disk_hint(path))
-    return (DiskFullError if full else StoreError)(f"BM25 index {path} cannot be opened: {exc}")
+    return (DiskFullError if full else StoreError)(
+        f"BM25 index {path} cannot be opened: {engine_message(exc)}"
+    )
 
 
 def german_fold(text: str) -> str:
@@ -431,7 +434,7 @@ def _segment_counts(folder: Path) -> tuple[int, int]:
     except FileNotFoundError:
         return 0, 0
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise StoreError(f"BM25 index {folder} cannot be read: {exc}") from exc
+        raise StoreError(f"BM25 index {folder} cannot be read: {engine_message(exc)}") from exc
     deleted = total = 0
     for seg in segments:
         total += int(seg.get("max_doc", 0))
