@@ -300,19 +300,3 @@ def test_the_configuration_loads_with_a_home_that_hangs(
         elapsed = time.monotonic() - started
     assert on_main == [] and elapsed < 5, (on_main, elapsed)
     assert cfg.home == home
-
-
-def test_doctor_names_the_daemons_active_problems(in_process: Any) -> None:
-    """doctor shows what the running daemon reports as wrong now (it said "all checks passed"
-    while the daemon could not search its vectors)."""
-    from sidecar.clients.doctor import check_daemon, daemon_problems
-
-    _socket, _other, health = check_daemon(in_process.cfg)
-    assert health is not None and daemon_problems(health).ok
-    in_process.harness.problems.report("vector_search", "the vector table cannot be read")
-    _socket, _other, health = check_daemon(in_process.cfg)
-    assert health is not None
-    check = daemon_problems(health)
-    assert not check.ok and "the vector table cannot be read" in check.verdict
-    names = [c.name for c in run_checks(in_process.cfg)]
-    assert "daemon problems" in names

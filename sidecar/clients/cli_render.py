@@ -40,12 +40,6 @@ _PROBLEM_AREAS = {
 }
 
 
-def active_problems(health: dict[str, Any]) -> list[str]:
-    """The daemon's problems now, one line each: its area in words and the error."""
-    active = (health.get("problems") or {}).get("active", [])
-    return [f"{_PROBLEM_AREAS.get(p['area'], p['area'])}: {shown(p['error'])}" for p in active]
-
-
 def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
     """What is wrong now (and what was repaired lately), in the words of health's problems."""
     out = []

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar import __version__
-from sidecar.clients.cli_render import active_problems, daily_notes_line
+from sidecar.clients.cli_render import daily_notes_line
 from sidecar.clients.client import Client
 from sidecar.clients.lockholder import listening_on, lock_holder
 from sidecar.clients.service import (
@@ -311,18 +311,6 @@ def check_daemon(cfg: Config, probe_lock: bool = True) -> tuple[Check, Check, di
     else:
         other = Check("one daemon per home", True, "no other daemon uses this home")
     return socket, other, health
-
-
-def daemon_problems(health: dict[str, Any]) -> Check:
-    """What the running daemon reports as wrong now (doctor said "all checks passed" while the
-    daemon it had just asked could not search its vectors and re-embedded in a loop)."""
-    lines = active_problems(health)
-    if not lines:
-        return Check("daemon problems", True, "the daemon reports none")
-    more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
-    return Check(
-        "daemon problems", False, f"{lines[0]}{more}", "see `sidecar status` for each and what to do"
-    )
 
 
 _REINSTALL = (
@@ -687,13 +675,11 @@ class _Run:
 
     def daemon(self) -> list[Check]:
         lock = "home" not in self.hung
-
-        def run() -> list[Check]:
-            socket, other, health = check_daemon(self.cfg, probe_lock=lock)
-            return [socket, other, *([daemon_problems(health)] if health is not None else [])]
-
         return _bounded(
-            ("daemon", "one daemon per home"), run, self.t + 10, f"the socket {self.cfg.socket_path}"
+            ("daemon", "one daemon per home"),
+            lambda: list(check_daemon(self.cfg, probe_lock=lock)[:2]),
+            self.t + 10,
+            f"the socket {self.cfg.socket_path}",
         )
 
     def service(self) -> list[Check]:
