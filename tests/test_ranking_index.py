@@ -896,3 +896,43 @@ def test_the_wiki_preference_does_not_invert_a_clear_gap(make_cfg: Any, tmp_path
         assert hits[0]["boosts"]["source"] > 1.0
     finally:
         h.close()
+
+
+def test_a_full_disk_moves_no_inbox_index_aside(tmp_path: Path, monkeypatch: Any) -> None:
+    """An agent's new keyword index that cannot be made for want of space is a fault that passes:
+    the write fails (the indexer tries it again), nothing is moved aside or reported as damage,
+    and once there is space the note is indexed (a full disk taken for damage moved the new
+    index aside, then the whole keyword index, and refilled it on the full disk)."""
+    from sidecar.contracts.errors import StoreError
+    from sidecar.stores import bm25 as bm25_module
+    from sidecar.stores.bm25 import Bm25Index
+
+    path = tmp_path / "index" / "bm25"
+    idx = Bm25Index(path)
+    full = True
+    real_open = bm25_module._Folder._open
+
+    def open_on_a_full_disk(self: Any) -> Any:
+        if full and "memory" in self.path.parts:
+            # Tantivy's words for ENOSPC while it writes a new index's first files.
+            raise ValueError("An IO error occurred: 'No space left on device (os error 28)'")
+        return real_open(self)
+
+    monkeypatch.setattr(bm25_module._Folder, "_open", open_on_a_full_disk)
+    try:
+        idx.add([_doc("vault/v", "quince in the vault")])
+        idx.commit()
+        with pytest.raises(StoreError, match="No space left"):
+            idx.add([_doc("memory/p8/n", "quince of p8")])
+        assert not [p.name for p in path.parent.iterdir() if "broken" in p.name]
+        assert idx.failing == {}
+        assert [k for k, _ in idx.search("quince", 10)] == ["vault/v#0"]
+        full = False
+        idx.add([_doc("memory/p8/n", "quince of p8")])
+        idx.commit()
+        assert sorted(k for k, _ in idx.search("quince", 10, agent_scope="p8")) == [
+            "memory/p8/n#0",
+            "vault/v#0",
+        ]
+    finally:
+        idx.close()

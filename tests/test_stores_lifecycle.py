@@ -44,6 +44,42 @@ def test_corrupt_manifest_is_moved_aside(make_cfg: Any, vault: Path) -> None:
         h2.close()
 
 
+def test_a_full_disk_at_start_moves_no_store_aside(make_cfg: Any, vault: Path, monkeypatch: Any) -> None:
+    """A manifest that cannot be opened because the disk is full is no damage: the start fails
+    with a disk-full error (the service starts it again) and every store stays as it is (taken
+    for damage, the manifest was moved aside, and the keyword index and every vector with it)."""
+    import sqlite3
+
+    from sidecar.contracts.errors import DiskFullError
+    from sidecar.stores import manifest as manifest_module
+    from sidecar.stores.lifecycle import open_stores
+
+    cfg = make_cfg(vault)
+    index_and_close(cfg)
+    before = sorted(p.name for p in cfg.index_dir.iterdir())
+
+    def full(*_args: Any) -> bool:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(manifest_module.links, "ensure_schema", full)
+    with pytest.raises(DiskFullError, match="disk is full"):
+        open_stores(cfg, _problems())
+    assert sorted(p.name for p in cfg.index_dir.iterdir()) == before
+    monkeypatch.undo()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        chunks, docs, vectors = store_counts(h)
+        assert chunks == docs == vectors > 0
+    finally:
+        h.close()
+
+
+def _problems() -> Any:
+    from sidecar.index.problems import Problems
+
+    return Problems()
+
+
 def test_manifest_of_version_1_is_upgraded(tmp_path: Path) -> None:
     """A 0.1.0 manifest (schema 1, no has_next column) opens and gains the column."""
     import sqlite3
@@ -486,3 +522,30 @@ def test_vectors_kept_for_a_lost_manifest_serve_while_the_first_sweep_runs(
         assert h2.stores.manifest.chunk_count() == count
     finally:
         h2.close()
+
+
+def test_engine_errors_read_in_plain_words() -> None:
+    """What the engines raise reaches status and the CLI without Rust's debug forms, generic
+    hints and source locations (as a hostile test saw them in status, verbatim)."""
+    from sidecar.contracts.errors import StoreError, engine_message
+    from sidecar.stores import bm25
+
+    lock = (
+        'Failed to acquire Lockfile: IoError(Os { code: 2, kind: NotFound, message: "No such file or '
+        'directory" }). Some("Failed to acquire index lock. If you are using a regular directory, this '
+        "means there is already an `IndexWriter` working on this `Directory`, in this process or in a "
+        'different process.")'
+    )
+    with pytest.raises(StoreError) as caught, bm25._engine("writer"):
+        raise ValueError(lock)
+    assert str(caught.value) == "BM25 writer failed: Failed to acquire Lockfile: No such file or directory"
+    lance = (
+        "lance error: LanceError(IO): Generic LocalFileSystem error: failed to fill whole buffer, "
+        "/rustc/2d8144b7aa3f/library/core/src/ops/function.rs:250:5"
+    )
+    assert engine_message(RuntimeError(lance)).endswith("failed to fill whole buffer")
+    crate = (
+        "read failed, /root/.cargo/registry/src/index.crates.io-6f17d22bba15001f/lance-io-13.0.0/"
+        "src/local.rs:273:40"
+    )
+    assert engine_message(RuntimeError(crate)) == "read failed"

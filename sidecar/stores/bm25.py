@@ -23,7 +23,14 @@ from typing import Any
 
 import tantivy
 
-from sidecar.contracts.errors import DaemonRunningError, StoreError, StoreOutdatedError
+from sidecar.contracts.errors import (
+    DaemonRunningError,
+    DiskFullError,
+    StoreError,
+    StoreOutdatedError,
+    engine_message,
+    is_disk_full,
+)
 from sidecar.contracts.wire import memory_agent
 from sidecar.stores.aside import aside_name
 from sidecar.stores.cjk import bigrams
@@ -82,7 +89,7 @@ def _engine(what: str) -> Iterator[None]:
     except BaseException as exc:
         if not _engine_failure(exc):
             raise
-        raise StoreError(f"BM25 {what} failed: {exc}") from exc
+        raise StoreError(f"BM25 {what} failed: {engine_message(exc)}") from exc
 
 
 def _disk_hint(path: Path) -> str:
@@ -93,6 +100,17 @@ def _disk_hint(path: Path) -> str:
     except OSError:
         return ""
     return f" (only {free / 1e6:.1f} MB free on the index's disk: full?)" if free < _LOW_DISK else ""
+
+
+def _failed_open(path: Path, exc: BaseException) -> StoreError:
+    """An index that could not be opened or made: a full disk (its message says so, or the disk
+    is all but full) is a fault that passes, anything else damage. A full disk taken for damage
+    moved an agent's new index aside, then the whole keyword index, and refilled it on the full
+    disk."""
+    full = is_disk_full(exc) or bool(_disk_hint(path))
+    return (DiskFullError if full else StoreError)(
+        f"BM25 index {path} cannot be opened: {engine_message(exc)}"
+    )
 
 
 def german_fold(text: str) -> str:
@@ -179,6 +197,8 @@ class _Folder:
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # a file where the folder belongs: moved aside like a damaged store
+            if is_disk_full(exc):
+                raise DiskFullError(f"BM25 index {path} cannot be made: {exc.strerror or exc}") from exc
             raise StoreError(f"BM25 index {path} cannot be made: {exc.strerror or exc}") from exc
         self.schema = schema
         self.lazy = lazy
@@ -198,7 +218,7 @@ class _Folder:
                     f"the keyword index {path} is in use by another process (another sidecar daemon "
                     "on this home?); not opened"
                 ) from exc
-            raise StoreError(f"BM25 index {path} cannot be opened: {exc}") from exc
+            raise _failed_open(path, exc) from exc
 
     def _open(self) -> tuple[tantivy.Index, tantivy.IndexWriter | None, tantivy.Searcher]:
         index = tantivy.Index(self.schema, path=str(self.path), reuse=True)
@@ -414,7 +434,7 @@ def _segment_counts(folder: Path) -> tuple[int, int]:
     except FileNotFoundError:
         return 0, 0
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise StoreError(f"BM25 index {folder} cannot be read: {exc}") from exc
+        raise StoreError(f"BM25 index {folder} cannot be read: {engine_message(exc)}") from exc
     deleted = total = 0
     for seg in segments:
         total += int(seg.get("max_doc", 0))
@@ -516,8 +536,8 @@ class Bm25Index:
                 return None
             try:
                 pair = self._open_pair(agent)
-            except DaemonRunningError:
-                raise
+            except (DaemonRunningError, DiskFullError):
+                raise  # in use, or a full disk: nothing is damaged, nothing moved aside
             except StoreError as exc:  # damaged: moved aside, started empty, refilled by the repair
                 self._move_aside(agent, exc)
                 pair = self._open_pair(agent)
@@ -1046,6 +1066,8 @@ class Bm25Index:
                     shared_folder=shared_folder,
                     shared=shared,
                 )
+            except DiskFullError as exc:  # not made yet for want of space: no damage to repair
+                log.warning("keyword_search_failed inbox=%s error=%s", agent, exc)
             except StoreError as exc:
                 # One agent's damaged index: its hits are missing, no one else's search fails;
                 # reported (``failing``) until a search of it succeeds or the repair rebuilds it.

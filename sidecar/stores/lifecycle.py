@@ -46,6 +46,10 @@ def open_stores(cfg: Config, problems: Notes) -> tuple[Manifest, Bm25Index]:
 def _open_or_reset(path: Path, opener: Callable[[Path], Any], cfg: Config, problems: Notes) -> Any:
     try:
         return opener(path)
+    except DiskFullError:
+        # No damage: moved aside, the manifest took the keyword index and every vector with it.
+        # The daemon stops (exit 5) and its service starts it again until there is space.
+        raise
     except StoreOutdatedError as exc:
         # Derived data in an older layout (e.g. the BM25 fields of 0.2): replaced, not kept.
         log.info("index_upgraded store=%s reason=%s", path.name, exc)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sidecar.contracts.errors import StoreError
+from sidecar.contracts.errors import DiskFullError, StoreError, is_disk_full
 from sidecar.contracts.wire import memory_agent
 from sidecar.notes import links
 from sidecar.notes.dayformat import DayFormats, day_of_path
@@ -340,7 +340,12 @@ class Manifest(VectorBook):
             self._shrink()
             self.inode = path.stat().st_ino  # the daemon notices a deleted or replaced file
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"manifest {path} cannot be opened: {exc}") from exc
+            # A full disk (a schema step or the WAL needs a page) is no damage: taken for one, the
+            # manifest was moved aside and the keyword index and every vector with it.
+            full = is_disk_full(exc)
+            if (db := getattr(self, "_db", None)) is not None:
+                db.close()  # not left open (and its write-ahead log behind) by a failed start
+            raise (DiskFullError if full else StoreError)(f"manifest {path} cannot be opened: {exc}") from exc
 
     def _shrink(self) -> None:
         """Give the disk back after mass deletions: SQLite reuses free pages but never returns

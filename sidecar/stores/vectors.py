@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sidecar.contracts.errors import DiskFullError, StoreError, is_disk_full
+from sidecar.contracts.errors import DiskFullError, StoreError, engine_message, is_disk_full
 from sidecar.runtime.orphan import child_env
 
 log = logging.getLogger(__name__)
@@ -239,7 +239,9 @@ class VectorStore:
         except StoreError:
             raise
         except (OSError, ValueError, RuntimeError) as exc:
-            raise _store_error(exc)(f"vector table {self.name} in {path} cannot be opened: {exc}") from exc
+            raise _store_error(exc)(
+                f"vector table {self.name} in {path} cannot be opened: {engine_message(exc)}"
+            ) from exc
         self.created = False
 
     def _create(self) -> Any:
@@ -634,14 +636,14 @@ class VectorStore:
                 cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=child_env()
             )
         except OSError as exc:
-            raise StoreError(f"vector index build for {self.name} failed: {exc}") from exc
+            raise StoreError(f"vector index build for {self.name} failed: {engine_message(exc)}") from exc
         self._child = child
         try:
             _, err = child.communicate(timeout=BUILD_TIMEOUT_S)
         except subprocess.TimeoutExpired as exc:
             child.kill()
             child.communicate()
-            raise StoreError(f"vector index build for {self.name} failed: {exc}") from exc
+            raise StoreError(f"vector index build for {self.name} failed: {engine_message(exc)}") from exc
         finally:
             self._child = None
         if child.returncode != 0:
@@ -723,7 +725,7 @@ class VectorStore:
         try:
             return fn()
         except (OSError, ValueError, RuntimeError) as exc:
-            raise _store_error(exc)(f"vector {what} failed on {self.name}: {exc}") from exc
+            raise _store_error(exc)(f"vector {what} failed on {self.name}: {engine_message(exc)}") from exc
 
 
 def _store_error(exc: BaseException) -> type[StoreError]:
@@ -738,7 +740,9 @@ def table_names(path: Path) -> list[str]:
     try:
         names = lancedb_module().connect(str(path)).list_tables().tables
     except (OSError, ValueError, RuntimeError) as exc:
-        raise _store_error(exc)(f"the vector tables in {path} cannot be listed: {exc}") from exc
+        raise _store_error(exc)(
+            f"the vector tables in {path} cannot be listed: {engine_message(exc)}"
+        ) from exc
     return sorted(str(n) for n in names if str(n).startswith("vectors_"))
 
 
@@ -747,7 +751,9 @@ def drop_table(path: Path, table: str) -> None:
     try:
         lancedb_module().connect(str(path)).drop_table(table, ignore_missing=True)
     except (OSError, ValueError, RuntimeError) as exc:
-        raise _store_error(exc)(f"vector table {table} in {path} cannot be dropped: {exc}") from exc
+        raise _store_error(exc)(
+            f"vector table {table} in {path} cannot be dropped: {engine_message(exc)}"
+        ) from exc
 
 
 def table_model(path: Path, table: str) -> tuple[str, int, str] | None:
