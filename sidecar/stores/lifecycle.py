@@ -47,8 +47,9 @@ def _open_or_reset(path: Path, opener: Callable[[Path], Any], cfg: Config, probl
     try:
         return opener(path)
     except DiskFullError:
-        # No damage: moved aside, the manifest took the keyword index and every vector with it.
-        # The daemon stops (exit 5) and its service starts it again until there is space.
+        # No damage: moved aside, a manifest took the keyword index with it and the next start
+        # read every note again. The daemon stops (exit 5); its service starts it again until
+        # there is space.
         raise
     except StoreOutdatedError as exc:
         # Derived data in an older layout (e.g. the BM25 fields of 0.2): replaced, not kept.
