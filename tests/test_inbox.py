@@ -983,3 +983,19 @@ def test_each_inboxs_write_problem_stays_until_its_own_success(
     assert len(active()) == 1 and "dave inbox" in active()[0]
     write("dave", "d3")
     assert active() == []
+
+
+def test_housekeeping_leaves_an_agents_folder_that_is_not_the_one_kept(make_cfg: Any, vault: Path) -> None:
+    """The agents folder replaced (its share unmounted, the bare mount point's own folder at the
+    path): the daily prune and the start's temp-file cleanup leave what lies there alone; it is
+    not the agents' (was: aged texts and temp files removed from it, empty folders retired)."""
+    inboxes = Inboxes(make_cfg(vault, **{"memory.trashDays": 30}))
+    inboxes.write("claude", "n", "kept", None, must_exist=False)  # the agents folder is kept
+    agents = inboxes.cfg.agents_dir
+    agents.rename(agents.with_name("agents.away"))
+    trash = agents / "stale" / "memory" / ".trash"
+    names = _fill_trash(trash, 3, days_ago=60)
+    temp = agents / "stale" / "memory" / ".n.abcd1234.tmp"
+    temp.write_text("x")
+    assert inboxes.clean_temp() == 0 and inboxes.prune_trash() == 0
+    assert sorted(p.name for p in trash.iterdir()) == sorted(names) and temp.exists()

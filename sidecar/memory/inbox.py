@@ -512,7 +512,11 @@ class Inboxes:
         return None
 
     def _agent_names(self) -> list[str]:
-        """The agents with a folder in the home (names the protocol accepts)."""
+        """The agents with a folder in the home (names the protocol accepts); none while the
+        agents folder is gone or another one (its share unmounted: what lies there is not the
+        agents' to prune or retire)."""
+        if self.home.problem() is not None:
+            return []
         try:
             return [a for a in sorted(os.listdir(self.cfg.agents_dir)) if valid_agent(a)]
         except OSError:
