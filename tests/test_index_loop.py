@@ -473,3 +473,54 @@ def test_an_inbox_index_found_damaged_at_start_is_refilled_alone(
         assert h.stores.bm25.num_docs() == h.stores.manifest.indexed_chunk_count()
     finally:
         h.close()
+
+
+def test_the_lock_keeper_makes_nothing_in_an_index_folder_gone_or_replaced(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """The home's share unmounted under the running daemon: the index folder's path leads nowhere
+    or to the bare mount point. The lock keeper says so (a `home` problem) and makes no lock (nor
+    folder) there; once the folder is back, the problem goes. Was: `index/.lock` made anew on
+    the mount point, as if only the lock file had been removed."""
+    from sidecar.daemon.process import IndexLock
+
+    index = tmp_path / "shared-home" / "index"
+    lock = IndexLock(index)
+    lock.acquire()
+    policy = RepairPolicy(
+        harness.repair, harness.problems, harness.stores.manifest, harness.slot, keep_lock=lock.keep
+    )
+    try:
+        away = index.with_name("index.away")
+        index.rename(away)
+        policy.tick()
+        assert not index.exists()
+        problem = harness.problems.active_in("home", subject="index")
+        assert problem is not None and "not the folder sidecar started on" in problem["error"]
+        index.mkdir()  # another folder at the path
+        policy.tick()
+        assert list(index.iterdir()) == []
+        index.rmdir()
+        away.rename(index)
+        policy.tick()
+        assert harness.problems.active_in("home", subject="index") is None
+        assert harness.problems.active() == []
+    finally:
+        lock.release()
+
+
+def test_a_manifest_away_and_back_clears_its_problem(harness: Harness) -> None:
+    """The manifest's path gone for a while (the home's share unmounted, then mounted again): its
+    problem ("restart the daemon to rebuild the index") is said while it is away and goes once
+    the same file is back. Was: it stayed, advising a rebuild that was not needed."""
+    policy = RepairPolicy(harness.repair, harness.problems, harness.stores.manifest, harness.slot)
+    path = harness.stores.manifest.path
+    away = path.with_name("manifest.away")
+    path.rename(away)
+    try:
+        policy.tick()
+        assert [p["area"] for p in harness.problems.active()] == ["stores"]
+    finally:
+        away.rename(path)
+    policy.tick()
+    assert harness.problems.active() == []

@@ -518,3 +518,91 @@ def test_a_note_grown_too_large_through_an_event_leaves_and_is_counted(make_cfg:
         assert h.indexer.activity.scan_skipped == {}
     finally:
         h.close()
+
+
+def _memory_keys(server: Any) -> list[str]:
+    return sorted(server.harness.stores.manifest.file_states("memory/"))
+
+
+def _health(server: Any) -> dict[str, Any]:
+    return server.call("health")
+
+
+def test_memory_writes_refuse_an_agents_folder_that_is_gone_or_replaced(in_process: Any) -> None:
+    """The home's agents folder on a share that goes away (unmounted: the path is missing, or is
+    the bare mount point, another folder): a memory write is refused (`storage`) and makes nothing
+    there, the inboxes are offline roots (nothing deleted from the index, nothing of the other
+    folder indexed) and status says why; once the folder is back, writes and sweeps go on. Was:
+    `created`, written into a fresh agents/<agent>/memory/ made on the mount point (hidden when
+    the share came back), and every agent's notes deleted from the index."""
+    cfg = in_process.cfg
+    for slug in ("m1", "m2", "m3"):
+        in_process.call("write", {"slug": slug, "content": f"frank memory {slug}"}, agent="frank")
+    in_process.call("write", {"slug": "b1", "content": "bob memory"}, agent="bob")
+    before = _memory_keys(in_process)
+    assert len(before) == 4
+    away = cfg.home / "agents.away"
+    cfg.agents_dir.rename(away)  # the share goes: its mount point's path leads nowhere
+
+    for op, params in (
+        ("write", {"slug": "whilegone", "content": "written while gone"}),
+        ("write", {"slug": "m1", "content": "replaced while gone"}),
+        ("delete", {"slug": "m2"}),
+    ):
+        with pytest.raises(RemoteError) as refused:
+            in_process.call(op, params, agent="frank")
+        assert refused.value.code == "storage" and "agents folder" in str(refused.value), op
+    assert not cfg.agents_dir.exists()  # nothing made where the share was
+    in_process.harness.sweep()
+    assert _memory_keys(in_process) == before
+    health = _health(in_process)
+    inboxes = [r for r in health["roots"] if r["name"].startswith("memory/")]
+    assert {r["name"] for r in inboxes} == {"memory/frank", "memory/bob"}
+    assert all(r["mode"] == "offline" and "agents folder" in r["error"] for r in inboxes)
+    home = [p for p in health["problems"]["active"] if p["area"] == "home"]
+    assert home and "no memory note is deleted" in home[0]["error"]
+
+    # Another folder at the path (the bare mount point, with a stale inbox of its own).
+    write(cfg.agents_dir / "frank" / "memory" / "stale.md", "a stale note under the mount point\n")
+    with pytest.raises(RemoteError) as refused:
+        in_process.call("write", {"slug": "whilegone", "content": "x"}, agent="frank")
+    assert refused.value.code == "storage" and "not the folder sidecar started on" in str(refused.value)
+    with pytest.raises(RemoteError):
+        in_process.call("write", {"slug": "n1", "content": "a new agent"}, agent="newcomer")
+    assert sorted(p.name for p in cfg.agents_dir.rglob("*")) == ["frank", "memory", "stale.md"]
+    in_process.harness.sweep()
+    assert _memory_keys(in_process) == before  # nothing deleted, the stale note not indexed
+
+    # The share is back: writes and sweeps go on as before.
+    for p in sorted(cfg.agents_dir.rglob("*"), reverse=True):
+        p.rmdir() if p.is_dir() else p.unlink()
+    cfg.agents_dir.rmdir()
+    away.rename(cfg.agents_dir)
+    out = in_process.call("write", {"slug": "m1", "content": "replaced when back"}, agent="frank")
+    assert out["action"] == "replaced"
+    in_process.call("write", {"slug": "n1", "content": "a new agent"}, agent="newcomer")
+    in_process.harness.sweep()
+    health = _health(in_process)
+    assert all(r["mode"] != "offline" for r in health["roots"] if r["name"].startswith("memory/"))
+    assert not [p for p in health["problems"]["active"] if p["area"] == "home"]
+    assert _memory_keys(in_process) == [*before, "memory/newcomer/n1"]
+
+
+def test_an_inbox_gone_while_its_notes_are_indexed_is_not_made_anew(in_process: Any) -> None:
+    """An agent's inbox gone (moved away, a share of its own unmounted) while the index holds its
+    notes: a write is refused (`storage`) and makes no fresh inbox in its place; once a sweep saw
+    the notes gone and let go of them, the next write makes the inbox anew. A new agent's first
+    write makes its inbox at once. Was: made anew at once, the write hidden when the folder came
+    back."""
+    cfg = in_process.cfg
+    in_process.call("write", {"slug": "m1", "content": "frank memory one"}, agent="frank")
+    (cfg.agents_dir / "frank").rename(cfg.home / "frank-away")
+    with pytest.raises(RemoteError) as refused:
+        in_process.call("write", {"slug": "m2", "content": "frank memory two"}, agent="frank")
+    assert refused.value.code == "storage" and "is gone although its notes are indexed" in str(refused.value)
+    assert not (cfg.agents_dir / "frank").exists()
+    assert in_process.call("write", {"slug": "n1", "content": "a new agent"}, agent="newcomer")["created"]
+    in_process.harness.sweep()
+    assert _memory_keys(in_process) == ["memory/newcomer/n1"]
+    out = in_process.call("write", {"slug": "m2", "content": "frank memory two"}, agent="frank")
+    assert out["action"] == "created" and (cfg.agents_dir / "frank" / "memory" / "m2.md").is_file()

@@ -37,6 +37,7 @@ _PROBLEM_AREAS = {
     "restart": "restart needed",
     "stores": "index files",
     "unreadable": "unreadable folders",
+    "home": "home folder",
 }
 
 
@@ -55,6 +56,11 @@ def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
     areas = {p["area"] for p in problems["active"]}
     if areas & {"index", "embedding", "vectors", "memory_write", "memory_audit"}:
         todo.append("check free disk space and permissions of the home folder; the daemon retries by itself")
+    if "home" in areas:
+        todo.append(
+            "mount the home's share again (memory writes wait for it, nothing is deleted meanwhile); "
+            "restart the daemon if the folder was replaced on purpose"
+        )
     if "stores" in areas:
         todo.append("restart the daemon so it rebuilds its index (e.g. `systemctl --user restart sidecar`)")
     for p in problems["recent"][-3:]:

@@ -184,7 +184,8 @@ class Daemon:
 
     def _handlers(self, parts: Parts, loop: IndexLoop, watcher: Watcher) -> Handlers:
         cfg = self.cfg
-        inboxes = Inboxes(cfg)  # its folder made by run, with the home's other checks
+        # Its folder made by run, with the home's other checks; kept as the supervisor saw it.
+        inboxes = Inboxes(cfg, home=parts.supervisor.home)
         inboxes.clean_temp()  # a write killed mid-way leaves its temp file; none runs yet
         inboxes.prune_trash()
         self._inboxes = inboxes

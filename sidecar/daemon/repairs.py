@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable
 
@@ -30,6 +31,8 @@ BM25_REPAIR_EVERY_S = 60.0
 # evidence: waiting for three left a table damaged while stopped broken until the third search.
 VECTOR_REPAIR_AFTER_FAILURES = 1
 VECTOR_REPAIR_EVERY_S = 600.0
+# Free bytes on the home's disk that count as room again for memory writes (a note and its index).
+ROOM_FOR_WRITES = 16 << 20
 
 
 class RepairPolicy:
@@ -39,7 +42,7 @@ class RepairPolicy:
         problems: Problems,
         manifest: Manifest,
         slot: EmbedderSlot,
-        keep_lock: Callable[[], str | None] | None = None,
+        keep_lock: Callable[[], tuple[str, str] | None] | None = None,
     ) -> None:
         self.repair = repair
         self.keep_lock = keep_lock
@@ -52,6 +55,7 @@ class RepairPolicy:
     def tick(self) -> None:
         self.check_manifest()
         self.check_lock()
+        self.check_disk_room()
         self.repair_keyword_index()
         self.repair_vector_table()
 
@@ -90,11 +94,27 @@ class RepairPolicy:
         except (StoreError, OSError) as exc:
             log.error("vector_repair_failed error=%s", exc)
 
+    def check_disk_room(self) -> None:
+        """Memory writes failed for a full disk: the problem goes once the home's disk has room
+        again (an agent that failed may never write again to clear it)."""
+        if self.problems.active_in("memory_write") is None:
+            return
+        try:
+            free = shutil.disk_usage(self.repair.cfg.home).free
+        except OSError:
+            return
+        if free >= ROOM_FOR_WRITES:
+            self.problems.clear("memory_write")
+
     def check_lock(self) -> None:
         """The home's index lock is still this daemon's (made again if it was removed)."""
-        why = self.keep_lock() if self.keep_lock is not None else None
-        if why is not None:
-            self.problems.report("stores", f"{why}; two daemons on one home write the same index: stop one")
+        found = self.keep_lock() if self.keep_lock is not None else None
+        if found is None:
+            self.problems.clear("home", subject="index")  # its index folder is back
+        elif found[0] == "home":
+            self.problems.report("home", found[1], subject="index")
+        else:
+            self.problems.report(*found)
 
     def check_manifest(self) -> None:
         """sqlite keeps writing to a deleted or replaced file: say so instead of losing work silently."""
@@ -103,9 +123,12 @@ class RepairPolicy:
             same = os.stat(path).st_ino == self.manifest.inode
         except OSError:
             same = False
-        if not same:
+        if same:  # back (the home's share mounted again): the advice to restart no longer holds
+            self.problems.clear("stores", subject="manifest")
+        else:
             self.problems.report(
                 "stores",
                 f"{path} was deleted or replaced while running; restart the daemon to rebuild the "
                 "index from the notes (searches still answer from the open copy)",
+                subject="manifest",
             )

@@ -26,6 +26,7 @@ from sidecar.config import Config
 from sidecar.index.problems import Problems
 from sidecar.notes.links import LinkGraph
 from sidecar.stores.manifest import FileState, Manifest
+from sidecar.vault.homeguard import held
 from sidecar.vault.sources import (
     TWIN_REASON,
     NoteFile,
@@ -174,8 +175,16 @@ class ChangeFinder:
 
     def roots(self) -> list[Root]:
         """The roots to sweep: those of ``sources.roots`` (inboxes with notes), plus the inboxes
-        of agents still in the index whose notes or folder are gone, until their entries are."""
-        out = roots(self.cfg)
+        of agents still in the index whose notes or folder are gone, until their entries are.
+        While the home's agents folder is gone or replaced (its share unmounted), what is there
+        is not listed: the indexed agents' inboxes are unreachable roots (nothing deleted)."""
+        why = self.supervisor.home.problem()
+        if why is None:
+            self.problems.clear("home")
+            out = roots(self.cfg)
+        else:
+            self.problems.report("home", held(why))
+            out = vault_roots(self.cfg)
         present = {r.agent for r in out if r.source == "memory"}
         indexed = set(self.manifest.memory_agents())
         out.extend(inbox_root(self.cfg, a) for a in sorted(indexed - present))

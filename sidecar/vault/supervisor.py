@@ -31,6 +31,7 @@ from typing import Any, Protocol, TypeVar
 from sidecar.config import Config
 from sidecar.contracts.errors import StoreError
 from sidecar.runtime.backoff import Backoff
+from sidecar.vault.homeguard import HomeGuard
 from sidecar.vault.mounts import fs_type_of, is_network, mount_of, read_mounts
 from sidecar.vault.sources import NoteFile, Root, Skipped, scan
 from sidecar.vault.timeout import run_with_timeout
@@ -136,6 +137,9 @@ class Supervisor:
         self.mounts: list[tuple[str, str]] = []  # the mount table, as read by the last classify
         self._lock = threading.Lock()
         self._meta_swept = False  # the rows of inboxes retired before this start are gone
+        # The home's agents folder as first seen: gone or replaced (the home's share unmounted),
+        # every inbox is unreachable, as an unmounted vault is (nothing of it deleted).
+        self.home = HomeGuard(cfg)
 
     def status(self, root: Root) -> RootStatus:
         with self._lock:
@@ -215,8 +219,17 @@ class Supervisor:
             outer = next((s for s in self.roots.values() if s.path == str(root.within)), None)
         return outer.hanging if outer is not None else None
 
+    def home_problem(self, root: Root) -> str | None:
+        """Why an inbox is unreachable because the home or its agents folder is gone or replaced."""
+        if root.source != "memory":
+            return None
+        why = self.home.problem()
+        return f"{why}; nothing of it is deleted while it stays so" if why is not None else None
+
     def bounded(self, root: Root, fn: Callable[[], T]) -> T:
         """Run file-system work on ``root`` with its scan timeout; RootUnreachable if it hangs."""
+        if (why := self.home_problem(root)) is not None:
+            raise RootUnreachable(why)
         st = self.status(root)
         if st.hanging is not None:
             raise RootUnreachable(f"an earlier call on {root.path} still hangs (hung share?)")
@@ -234,6 +247,8 @@ class Supervisor:
 
     def list_root(self, root: Root) -> list[NoteFile | Skipped]:
         """Probe, then scan a root, each bounded by its timeout; RootUnreachable when it cannot be read."""
+        if (why := self.home_problem(root)) is not None:
+            raise RootUnreachable(why)
         st = self.status(root)
         if st.hanging is not None:
             raise RootUnreachable(f"an earlier call on {root.path} still hangs (hung share?)")
@@ -454,7 +469,7 @@ class Supervisor:
         """Deletions seen by file events may go ahead: the root is online, on the mount it was
         on, and not empty (else a full sweep of it decides, through the guard)."""
         if root.source == "memory":
-            return True
+            return self.home.problem() is None
         if self.status(root).offline:
             return False
 
