@@ -518,3 +518,70 @@ def test_a_note_grown_too_large_through_an_event_leaves_and_is_counted(make_cfg:
         assert h.indexer.activity.scan_skipped == {}
     finally:
         h.close()
+
+
+def _hang_reads_of(monkeypatch: pytest.MonkeyPatch, name: str, release: threading.Event) -> None:
+    """Reading the note ``name`` hangs until ``release`` (a FUSE helper that stopped answering,
+    an SMB oplock, a hard NFS mount): its listing and stat answer, its read does not."""
+    real = sources_mod.read_fd
+
+    def read_fd(fd: int, limit: int) -> bytes:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(name):
+            release.wait(20)
+        return real(fd, limit)
+
+    monkeypatch.setattr(sources_mod, "read_fd", read_fd)
+
+
+def _stuck_readers(root: str) -> int:
+    return sum(1 for t in threading.enumerate() if t.name == f"probe-{root}" and t.is_alive())
+
+
+def test_a_note_whose_read_hangs_takes_its_root_offline_not_the_indexer(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A share whose listing answers but whose read of one note hangs: the read has a deadline
+    (the probe timeout), the root goes offline naming the note, its other notes wait, and the
+    agents' inboxes (local) are indexed on; a sweep while it still hangs starts no second stuck
+    read; once the share answers again the retry reads everything. The indexer thread hung in
+    the read, with `Index: ready`, no root offline and no inbox note indexed, for as long as
+    the share hung."""
+    write(vault / "Hang.md", "# Hang\n\nThe quagmire note.\n")
+    release = threading.Event()
+    _hang_reads_of(monkeypatch, "Hang.md", release)
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5}), FakeEmbedder())
+    try:
+        inbox = h.cfg.agents_dir / "eve" / "memory"
+        write(inbox / "plan.md", "# Plan\n\nThe guava harvest.\n")
+        started = time.monotonic()
+        h.indexer.sweep()
+        assert time.monotonic() - started < 10
+        assert h.stores.manifest.file_states_of(["memory/eve/plan"])
+        st = h.supervisor.roots["vault"]
+        assert st.offline and "Hang.md" in str(st.error) and "did not answer" in str(st.error)
+        assert "vault/Hang" not in h.stores.manifest.file_states("vault/")
+        assert _stuck_readers("vault") == 1
+        # While it hangs: sweeps (full, and of an inbox's file events) answer at once, index the
+        # inbox, start no second read of the share, and still say which note hangs.
+        later = write(inbox / "later.md", "# Later\n\nThe lychee crate.\n")
+        started = time.monotonic()
+        h.indexer.sweep()
+        h.indexer.sweep(only=frozenset(), paths={str(later)})
+        assert time.monotonic() - started < 5
+        assert h.stores.manifest.file_states_of(["memory/eve/later"])
+        assert _stuck_readers("vault") == 1
+        roots = {r["name"]: r for r in h.supervisor.describe(lambda _p: True)}
+        assert roots["vault"]["mode"] == "offline" and "Hang.md" in str(roots["vault"]["error"])
+        release.set()
+        for _ in range(100):
+            if not _stuck_readers("vault"):
+                break
+            time.sleep(0.05)
+        st.next_retry = 0.0  # the retry is due
+        h.indexer.sweep(only=frozenset(h.supervisor.due()))
+        assert not st.offline
+        assert "vault/Hang" in h.stores.manifest.file_states("vault/")
+        assert len(h.stores.manifest.file_states("vault/")) == 4  # Garden, Boat, Bread, Hang
+    finally:
+        release.set()
+        h.close()

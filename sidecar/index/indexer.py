@@ -31,7 +31,7 @@ from sidecar.notes.chunking import CHUNKER_VERSION
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.ignore import IgnoreRules
 from sidecar.vault.sources import NoteFile, Root, inboxes_in_use, stamp_ns
-from sidecar.vault.supervisor import Supervisor
+from sidecar.vault.supervisor import RootUnreachable, Supervisor
 from sidecar.vault.timeout import run_with_timeout
 
 log = logging.getLogger(__name__)
@@ -381,14 +381,30 @@ class Indexer:
         states = self.manifest.file_states_of([n.key for n in notes])
         prepared: list[Prepared] = []
         spent: dict[str, float] = {}  # path -> seconds its reading and cutting took
+        hung: set[str] = set()  # roots whose read did not answer: not asked again in this batch
 
         def known(note: NoteFile) -> str | None:
             st = states.get(note.key)
             return st.hash if st is not None and st.state == "indexed" else None
 
+        def read(note: NoteFile, fn: Callable[[], tuple[bytes, str]]) -> tuple[bytes, str]:
+            return self.supervisor.read(note.root, note.rel, fn)
+
         def drafted(note: NoteFile) -> Prepared | Drafted | None:
+            if note.root.name in hung:
+                return None  # not read: looked at again once the root answers
             with _timed(spent, str(note.path)):
-                return draft(note, known(note), (data or {}).get(note.key), self.cfg.index.max_file_bytes)
+                try:
+                    return draft(
+                        note, known(note), (data or {}).get(note.key), self.cfg.index.max_file_bytes, read
+                    )
+                except RootUnreachable as exc:
+                    # The share hangs on this note's open or read (a listing that answers says
+                    # nothing of that): the root goes offline and is retried as a hung listing
+                    # is; its other notes wait, the other roots' are read on.
+                    hung.add(note.root.name)
+                    self.supervisor.mark_offline(note.root, str(exc))
+                    return None
 
         # Chunk sizes are counted with the model's tokenizer. While it still loads (a first start
         # converts the model beside the first sweep), notes are read and parsed ahead and cut

@@ -104,6 +104,7 @@ class RootStatus:
     unreadable: list[str] = field(default_factory=list)  # folders/files kept because unreadable
     identity: Identity | None = None  # as seen by the last listing
     absent: bool = False  # the folder is not there inside a reachable parent (a wiki not made yet)
+    hung_on: str | None = None  # the note whose read hangs (relative path), when a read hangs
     _stuck: threading.Thread | None = field(default=None, repr=False)
 
     @property
@@ -219,8 +220,8 @@ class Supervisor:
         """Run file-system work on ``root`` with its scan timeout; RootUnreachable if it hangs."""
         st = self.status(root)
         if st.hanging is not None:
-            raise RootUnreachable(f"an earlier call on {root.path} still hangs (hung share?)")
-        st._stuck = None
+            raise RootUnreachable(_still_hangs(root, st))
+        st._stuck, st.hung_on = None, None
         try:
             value, stuck = run_with_timeout(fn, self.cfg.watch.scan_timeout_seconds, root.name, self.beat)
         except OSError as exc:
@@ -232,12 +233,36 @@ class Supervisor:
         assert value is not None
         return value
 
+    def read(self, root: Root, rel: str, fn: Callable[[], T]) -> T:
+        """Read one note of ``root`` (``fn``, its relative path ``rel``) with the probe timeout,
+        as ``get`` reads one: RootUnreachable when it does not answer, and at once while an
+        earlier call on the root (or on the vault around a wiki) still hangs, so a share that
+        hangs on open/read costs one timeout and leaves one stuck thread per root, not one per
+        note. The caller marks the root offline; it is retried like a listing that hangs.
+        Raises what ``fn`` raises."""
+        st = self.status(root)
+        if st.hanging is not None:
+            raise RootUnreachable(_still_hangs(root, st))
+        outer = self.stuck_within(root)
+        if outer is not None:
+            raise RootUnreachable(f"{root.within} (around {root.path}) still hangs (hung share?)")
+        timeout = self.cfg.watch.probe_timeout_seconds
+        value, stuck = run_with_timeout(fn, timeout, root.name, self.beat)
+        if stuck is not None:
+            st._stuck, st.hung_on = stuck, rel
+            log.error("read_hung root=%s path=%s timeout=%.0fs", root.name, rel, timeout)
+            raise RootUnreachable(
+                f"reading {rel} in {root.path} did not answer within {timeout:.0f} s (hung share?); "
+                "notes of this root are not read until it answers"
+            )
+        return value  # type: ignore[return-value]  # fn's own result
+
     def list_root(self, root: Root) -> list[NoteFile | Skipped]:
         """Probe, then scan a root, each bounded by its timeout; RootUnreachable when it cannot be read."""
         st = self.status(root)
         if st.hanging is not None:
-            raise RootUnreachable(f"an earlier call on {root.path} still hangs (hung share?)")
-        st._stuck = None
+            raise RootUnreachable(_still_hangs(root, st))
+        st._stuck, st.hung_on = None, None
         try:
             ident, stuck = run_with_timeout(
                 lambda: _probe(root, self.mounts), self.cfg.watch.probe_timeout_seconds, root.name, self.beat
@@ -548,6 +573,12 @@ def _probe(root: Root, mounts: list[tuple[str, str]] | None = None) -> Identity:
     with os.scandir(root.path) as it:
         next(it, None)
     return ident
+
+
+def _still_hangs(root: Root, st: RootStatus) -> str:
+    """Why a root is not asked again: a call on it still hangs (and the note it was reading)."""
+    on = f" (reading {st.hung_on})" if st.hung_on else ""
+    return f"an earlier call on {root.path}{on} still hangs (hung share?)"
 
 
 def _duration(seconds: float) -> str:
