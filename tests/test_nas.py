@@ -17,7 +17,7 @@ from sidecar.daemon import handlers as handlers_mod
 from sidecar.vault import sources as sources_mod
 from sidecar.vault import supervisor as supervisor_mod
 from sidecar.vault.supervisor import Identity
-from tests.conftest import FakeEmbedder, Harness, write
+from tests.conftest import FakeEmbedder, Harness, make_vault, write
 
 
 def _counts(h: Harness) -> tuple[int, int, int]:
@@ -585,3 +585,29 @@ def test_a_note_whose_read_hangs_takes_its_root_offline_not_the_indexer(
     finally:
         release.set()
         h.close()
+
+
+def test_offline_index_says_which_read_it_waits_for_and_which_root_is_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sidecar index` with no daemon, on a share that hangs on the read of one note: it says
+    which note it waits for, ends after the read's deadline and names the root left offline
+    (it printed nothing, and waited as long as the share hung)."""
+    from sidecar.clients.cli import main
+
+    vault = make_vault(tmp_path / "vault")
+    write(vault / "Hang.md", "# Hang\n\nThe quagmire note.\n")
+    release = threading.Event()
+    _hang_reads_of(monkeypatch, "Hang.md", release)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("SIDECAR_EMBEDDER_ENABLED", "false")
+    monkeypatch.setenv("SIDECAR_WATCH_PROBE_TIMEOUT_SECONDS", "2.5")
+    started = time.monotonic()
+    try:
+        code = main(["index", "--home", str(tmp_path / "h"), "--vault", str(vault)])
+    finally:
+        release.set()
+    assert code == 0 and time.monotonic() - started < 15
+    err = capsys.readouterr().err
+    assert "waiting for vault to answer the read of Hang.md (hung share?)" in err
+    assert "vault offline, kept as indexed: reading Hang.md" in err

@@ -282,6 +282,11 @@ class Progress:
         self.stream.write(f"\r{line:<{room}}")
         self.stream.flush()
 
+    def say(self, message: str) -> None:
+        """A line of its own (also when stderr is no terminal); the bar is drawn again by the next
+        update."""
+        self.done(message)
+
     def done(self, message: str) -> None:
         if self.enabled:
             self.stream.write("\r" + " " * (self._columns() - 1) + "\r")

@@ -135,6 +135,9 @@ class Supervisor:
         self.roots: dict[str, RootStatus] = {}
         self.beat = beat  # the indexer's heartbeat, during long waits
         self.mounts: list[tuple[str, str]] = []  # the mount table, as read by the last classify
+        # The note a read waits for longer than a second now: (root name, relative path, since
+        # ``time.monotonic()``), for `status` and `sidecar index` to say what indexing waits for.
+        self.waiting: tuple[str, str, float] | None = None
         self._lock = threading.Lock()
         self._meta_swept = False  # the rows of inboxes retired before this start are gone
 
@@ -247,7 +250,17 @@ class Supervisor:
         if outer is not None:
             raise RootUnreachable(f"{root.within} (around {root.path}) still hangs (hung share?)")
         timeout = self.cfg.watch.probe_timeout_seconds
-        value, stuck = run_with_timeout(fn, timeout, root.name, self.beat)
+        since = time.monotonic()
+
+        def beat() -> None:  # called once a second while the read waits: say what it waits for
+            self.waiting = (root.name, rel, since)
+            if self.beat is not None:
+                self.beat()
+
+        try:
+            value, stuck = run_with_timeout(fn, timeout, root.name, beat)
+        finally:
+            self.waiting = None
         if stuck is not None:
             st._stuck, st.hung_on = stuck, rel
             log.error("read_hung root=%s path=%s timeout=%.0fs", root.name, rel, timeout)
@@ -512,6 +525,19 @@ class Supervisor:
                 ):
                     out.append(st.name)
         return out
+
+    def describe_waiting(self) -> dict[str, Any] | None:
+        """The note whose read indexing waits for now (past a second), and for how long."""
+        waiting = self.waiting
+        if waiting is None:
+            return None
+        name, rel, since = waiting
+        return {
+            "root": name,
+            "path": rel,
+            "seconds": round(time.monotonic() - since, 1),
+            "timeout_seconds": self.cfg.watch.probe_timeout_seconds,
+        }
 
     def describe(self, watched: Callable[[str], bool]) -> list[dict[str, Any]]:
         now = self.clock()
