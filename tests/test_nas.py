@@ -611,3 +611,48 @@ def test_offline_index_says_which_read_it_waits_for_and_which_root_is_offline(
     err = capsys.readouterr().err
     assert "waiting for vault to answer the read of Hang.md (hung share?)" in err
     assert "vault offline, kept as indexed: reading Hang.md" in err
+
+
+def test_a_pipe_named_like_a_note_seen_by_an_event_is_counted_at_once(big: Harness, vault: Path) -> None:
+    """A FIFO made while running (a file event) is counted as skipped at once, not at the next
+    full sweep, and no longer once it is gone; it is never opened."""
+    fifo = vault / "pipe.md"
+    os.mkfifo(fifo)
+    big.indexer.sweep(only=frozenset(), paths={str(fifo)})
+    assert big.indexer.activity.scan_skipped == {"not a regular file": 1}
+    fifo.unlink()
+    big.indexer.sweep(only=frozenset(), paths={str(fifo)})
+    assert big.indexer.activity.scan_skipped == {}
+
+
+def test_an_indexed_note_that_cannot_be_read_is_named_in_status(
+    big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note that cannot be read any more (chmod 000, an I/O error) keeps what was indexed and
+    is counted and named as unreadable in status, through later sweeps, until it reads again
+    (it was kept with only a log line, and its later edits went unread without a word)."""
+    target = vault / "Notes" / "n3.md"
+    real = sources_mod.read_fd
+
+    def read_fd(fd: int, limit: int) -> bytes:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("/Notes/n3.md"):
+            raise PermissionError(13, "Permission denied")
+        return real(fd, limit)
+
+    monkeypatch.setattr(sources_mod, "read_fd", read_fd)
+    before = big.stores.manifest.chunk_ids("vault/Notes/n3")
+    os.utime(target, ns=(1, 1))
+    for _ in range(2):  # the second sweep does not read it again, and still names it
+        big.sweep()
+        assert big.stores.manifest.chunk_ids("vault/Notes/n3") == before != set()
+        assert big.indexer.activity.scan_skipped == {"unreadable": 1}
+        problem = big.stores.problems.active_in("unreadable")
+        assert problem is not None and str(target) in problem["error"]
+        (root,) = [r for r in big.supervisor.describe(lambda _p: True) if r["name"] == "vault"]
+        assert root["unreadable"] == [str(target)]
+    monkeypatch.setattr(sources_mod, "read_fd", real)
+    target.write_text("# Note 3\n\nReadable again: the wombat.\n")
+    big.sweep()
+    assert big.indexer.activity.scan_skipped == {}
+    assert big.stores.problems.active_in("unreadable") is None
+    assert big.stores.manifest.chunk_ids("vault/Notes/n3") != before

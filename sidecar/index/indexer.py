@@ -258,6 +258,7 @@ class Indexer:
             self.hot_back(set(self._deferred))  # looked at again after this sweep, with their roots
         self._deferred.clear()
         self._hot_written.clear()
+        act.scan_skipped = self.changes.skip_counts()  # with the notes whose read failed now
         return changed
 
     def _count_read_whole(
@@ -382,12 +383,13 @@ class Indexer:
         prepared: list[Prepared] = []
         spent: dict[str, float] = {}  # path -> seconds its reading and cutting took
         hung: set[str] = set()  # roots whose read did not answer: not asked again in this batch
+        read: list[NoteFile] = []  # notes read (or left out for what they hold): not unreadable now
 
         def known(note: NoteFile) -> str | None:
             st = states.get(note.key)
             return st.hash if st is not None and st.state == "indexed" else None
 
-        def read(note: NoteFile, fn: Callable[[], tuple[bytes, str]]) -> tuple[bytes, str]:
+        def bounded(note: NoteFile, fn: Callable[[], tuple[bytes, str]]) -> tuple[bytes, str]:
             return self.supervisor.read(note.root, note.rel, fn)
 
         def drafted(note: NoteFile) -> Prepared | Drafted | None:
@@ -396,7 +398,7 @@ class Indexer:
             with _timed(spent, str(note.path)):
                 try:
                     return draft(
-                        note, known(note), (data or {}).get(note.key), self.cfg.index.max_file_bytes, read
+                        note, known(note), (data or {}).get(note.key), self.cfg.index.max_file_bytes, bounded
                     )
                 except RootUnreachable as exc:
                     # The share hangs on this note's open or read (a listing that answers says
@@ -425,8 +427,9 @@ class Indexer:
                 continue
             unreadable = p.skip_reason is not None and p.skip_reason.startswith("unreadable")
             if unreadable and known(note) is not None:
-                # A read error is no evidence the note changed: keep what is indexed.
+                # A read error is no evidence the note changed: keep what is indexed, and say so.
                 log.warning("file_kept path=%s reason=%s", note.path, p.skip_reason)
+                self.changes.kept_unreadable(note.root, note.path, str(p.skip_reason))
                 st = states.get(note.key)
                 if st is not None and (st.mtime_ns, st.size) == (note.mtime_ns, note.size):
                     # Only its status changed (a chmod that made it unreadable): remember that,
@@ -434,10 +437,12 @@ class Indexer:
                     # so the new text is read once the note can be read.
                     self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns)
                 continue
+            read.append(note)
             if p.parsed is None and p.skip_reason is None:
                 self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns)
                 continue
             prepared.append(p)
+        self.changes.read_again(read)
         if prepared:
             started = time.perf_counter()
             self.writer.write(prepared)
