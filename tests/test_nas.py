@@ -553,9 +553,13 @@ def test_a_note_whose_read_hangs_takes_its_root_offline_not_the_indexer(
     try:
         inbox = h.cfg.agents_dir / "eve" / "memory"
         write(inbox / "plan.md", "# Plan\n\nThe guava harvest.\n")
+        costs: dict[str, float] = {}
+        h.indexer.on_indexed = costs.update
         started = time.monotonic()
         h.indexer.sweep()
         assert time.monotonic() - started < 10
+        # The wait is no cost of the note: its file events are not held back for it.
+        assert str(vault / "Hang.md") not in costs and costs
         assert h.stores.manifest.file_states_of(["memory/eve/plan"])
         st = h.supervisor.roots["vault"]
         assert st.offline and "Hang.md" in str(st.error) and "did not answer" in str(st.error)
