@@ -660,3 +660,16 @@ def test_an_indexed_note_that_cannot_be_read_is_named_in_status(
     assert big.indexer.activity.scan_skipped == {}
     assert big.stores.problems.active_in("unreadable") is None
     assert big.stores.manifest.chunk_ids("vault/Notes/n3") != before
+    # Made unreadable again by a chmod (only its status time changes, its read fails), then
+    # deleted (a file event): named until it is gone, also when a walk of its folder does not
+    # read it again.
+    monkeypatch.setattr(sources_mod, "read_fd", read_fd)
+    os.chmod(target, 0o600)
+    big.indexer.sweep(only=frozenset(), paths={str(target.parent)})  # a walk of its folder
+    assert big.indexer.activity.scan_skipped == {"unreadable": 1}
+    big.indexer.sweep(only=frozenset(), paths={str(target.parent)})  # not read again: still named
+    assert big.indexer.activity.scan_skipped == {"unreadable": 1}
+    target.unlink()
+    big.indexer.sweep(only=frozenset(), paths={str(target)})
+    assert big.indexer.activity.scan_skipped == {}
+    assert big.stores.problems.active_in("unreadable") is None

@@ -36,7 +36,7 @@ _PROBLEM_AREAS = {
     "config": "configuration file",
     "restart": "restart needed",
     "stores": "index files",
-    "unreadable": "unreadable folders",
+    "unreadable": "unreadable folders or notes",
 }
 
 

@@ -449,9 +449,11 @@ class ChangeFinder:
             # went); what a walk left out now is counted again below
             wheres = tuple(str(root.path / rel) for rel in gone + walked)
             self._skips = {k: v for k, v in self._skips.items() if not _at_or_below(k, root.name, wheres)}
-            if any(_at_or_below(k, root.name, wheres) for k in self._unread_notes):
+            # Unreadable notes that went (a walk may leave one in place: unchanged, not read again)
+            vanished = tuple(str(root.path / rel) for rel in gone)
+            if any(_at_or_below(k, root.name, vanished) for k in self._unread_notes):
                 self._unread_notes = {
-                    k: v for k, v in self._unread_notes.items() if not _at_or_below(k, root.name, wheres)
+                    k: v for k, v in self._unread_notes.items() if not _at_or_below(k, root.name, vanished)
                 }
                 self._say_unreadable(root.name)
         for rel in gone:
