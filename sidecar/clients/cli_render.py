@@ -36,7 +36,7 @@ _PROBLEM_AREAS = {
     "config": "configuration file",
     "restart": "restart needed",
     "stores": "index files",
-    "unreadable": "unreadable folders",
+    "unreadable": "unreadable folders or notes",
     "home": "home folder",
 }
 
@@ -98,6 +98,13 @@ def render_status(h: dict[str, Any]) -> str:
     else:
         # The first sweep ended, but not every note is read (a folder offline, a build cut short).
         lines.append("Index: ready, but not every note is read yet: notes not read cannot be found")
+    waiting = idx.get("waiting")
+    if waiting:  # a read that has not answered for a second or more: what indexing waits for
+        lines.append(
+            f"  waiting {waiting['seconds']:.0f} s for {shown(waiting['root'])} to answer the read of "
+            f"{shown(waiting['path'])} (hung share?); after {waiting['timeout_seconds']:.0f} s the root "
+            "goes offline and the others are indexed on"
+        )
     lines.append(f"  {idx['files']:,} notes, {idx['chunks']:,} chunks")
     for source, c in sorted(idx["by_source"].items()):
         lines.append(f"    {source:<7} {c['files']:>7,} notes {c['chunks']:>8,} chunks")
@@ -292,6 +299,11 @@ class Progress:
         line = f"{label}{bar} {count}"[:room]
         self.stream.write(f"\r{line:<{room}}")
         self.stream.flush()
+
+    def say(self, message: str) -> None:
+        """A line of its own (also when stderr is no terminal); the bar is drawn again by the next
+        update."""
+        self.done(message)
 
     def done(self, message: str) -> None:
         if self.enabled:

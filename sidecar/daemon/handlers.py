@@ -169,6 +169,9 @@ class Handlers:
                 "state": state,
                 "phase": act.phase,
                 "progress": {"done": act.done, "total": act.total},
+                # A note whose read has not answered for a second or more (a share that hangs):
+                # {root, path, seconds, timeout_seconds}, else None.
+                "waiting": self.supervisor.describe_waiting(),
                 "files": counts["files"],
                 "chunks": counts["chunks"],
                 "pending_vectors": pending,

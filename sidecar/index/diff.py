@@ -18,7 +18,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,6 +122,10 @@ class ChangeFinder:
         self.problems = problems
         self.excluded_by = excluded_by
         self._unreadable: dict[str, str] = {}  # root name -> what cannot be read there
+        self._listed_unreadable: dict[str, list[str]] = {}  # root name -> what its listing could not read
+        # Indexed notes whose read failed (no permission, I/O error), kept as they were, by (root
+        # name, path): counted and named as unreadable until they are read, vanish or their root goes.
+        self._unread_notes: dict[tuple[str, str], str] = {}
         self._event_deletions: dict[str, list[float]] = {}  # root name -> times of recent ones
         self._skips_named: set[tuple[str, str]] = set()  # (path, reason) already in the log
         # Files left out now, by (root name, path): full sweeps set a root's, events each path's.
@@ -136,7 +140,21 @@ class ChangeFinder:
         out: dict[str, int] = {}
         for reason in self._skips.values():
             out[reason] = out.get(reason, 0) + 1
+        if self._unread_notes:
+            out["unreadable"] = out.get("unreadable", 0) + len(self._unread_notes)
         return out
+
+    def kept_unreadable(self, root: Root, path: Path, why: str) -> None:
+        """An indexed note whose read failed was kept as it was: counted and named as
+        unreadable (it was kept without a word in status, and its later edits went unread)."""
+        self._unread_notes[(root.name, str(path))] = why
+        self._say_unreadable(root.name)
+
+    def read_again(self, notes: Iterable[NoteFile]) -> None:
+        """These notes were read (or found unchanged): no longer unreadable."""
+        names = {n.root.name for n in notes if self._unread_notes.pop((n.root.name, str(n.path)), None)}
+        for name in names:
+            self._say_unreadable(name)
 
     def skipped_notes(self) -> dict[str, tuple[Path, str]]:
         """Notes the folder scans leave out now (too large, hidden, a link out of the root, ...),
@@ -163,6 +181,8 @@ class ChangeFinder:
         self._skips = {k: v for k, v in self._skips.items() if k[0] in names}
         self._event_deletions = {k: v for k, v in self._event_deletions.items() if k in names}
         self._settled_excluded = {k: v for k, v in self._settled_excluded.items() if k in names}
+        self._unread_notes = {k: v for k, v in self._unread_notes.items() if k[0] in names}
+        self._listed_unreadable = {k: v for k, v in self._listed_unreadable.items() if k in names}
         if any(k not in names for k in self._unreadable):
             self._unreadable = {k: v for k, v in self._unreadable.items() if k in names}
             self._report_unreadable()
@@ -233,6 +253,10 @@ class ChangeFinder:
             self._skipped(root, s)
         status.seen, status.skipped = len(notes), len(skipped)
         seen = {n.key for n in notes}
+        listed = {str(n.path) for n in notes}  # an unreadable note that vanished is no longer one
+        self._unread_notes = {
+            k: v for k, v in self._unread_notes.items() if k[0] != root.name or k[1] in listed
+        }
         # An error reading a folder (or a file's stat) is no evidence that its notes are gone.
         kept = self._unreadable_prefixes(root, skipped)
         missing = [k for k in known if k not in seen and not k.startswith(kept)]
@@ -355,17 +379,26 @@ class ChangeFinder:
     def _unreadable_prefixes(self, root: Root, skipped: Sequence[Skipped]) -> tuple[str, ...]:
         """Key prefixes (and keys) under folders and files that could not be read; reported."""
         unread = _unreadable(root, skipped)
-        paths = [str(path) for path, _ in unread]
-        self.supervisor.status(root).unreadable = paths
+        self.supervisor.status(root)  # there for ``_say_unreadable``
+        self._listed_unreadable[root.name] = [str(path) for path, _ in unread]
+        self._say_unreadable(root.name)
+        return tuple(key for _, key in unread)
+
+    def _say_unreadable(self, name: str) -> None:
+        """The folders and notes of root ``name`` that cannot be read, in its status and problems:
+        those its listing could not read, and the notes kept because their read failed."""
+        paths = self._listed_unreadable.get(name, []) + [p for (n, p) in self._unread_notes if n == name]
+        status = self.supervisor.roots.get(name)
+        if status is not None:
+            status.unreadable = paths
         if paths:
-            self._unreadable[root.name] = (
-                f"{len(paths)} folder(s) or note(s) of {root.name} cannot be read ({paths[0]}"
+            self._unreadable[name] = (
+                f"{len(paths)} folder(s) or note(s) of {name} cannot be read ({paths[0]}"
                 f"{', ...' if len(paths) > 1 else ''}); their notes stay in the index as they were"
             )
         else:
-            self._unreadable.pop(root.name, None)
+            self._unreadable.pop(name, None)
         self._report_unreadable()
-        return tuple(key for _, key in unread)
 
     def _report_unreadable(self) -> None:
         if self._unreadable:
@@ -425,6 +458,13 @@ class ChangeFinder:
             # went); what a walk left out now is counted again below
             wheres = tuple(str(root.path / rel) for rel in gone + walked)
             self._skips = {k: v for k, v in self._skips.items() if not _at_or_below(k, root.name, wheres)}
+            # Unreadable notes that went (a walk may leave one in place: unchanged, not read again)
+            vanished = tuple(str(root.path / rel) for rel in gone)
+            if any(_at_or_below(k, root.name, vanished) for k in self._unread_notes):
+                self._unread_notes = {
+                    k: v for k, v in self._unread_notes.items() if not _at_or_below(k, root.name, vanished)
+                }
+                self._say_unreadable(root.name)
         for rel in gone:
             if rel.lower().endswith(".md"):
                 key = root.key_of(rel)
@@ -624,8 +664,10 @@ def _file(  # noqa: PLR0911 - one return per kind of file
             return None
         if why is not None:
             return Skipped(path, why)
-    if not stat.S_ISREG(st.st_mode) or not is_markdown_name(path.name):
+    if not is_markdown_name(path.name):
         return None
+    if not stat.S_ISREG(st.st_mode):  # a pipe or device named like a note: counted, as a scan does
+        return Skipped(path, "not a regular file")
     why = name_refusal(root, path.name)
     if why is not None:
         return Skipped(path, why)

@@ -28,10 +28,11 @@ from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.index.writes import Writer
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
 from sidecar.notes.chunking import CHUNKER_VERSION
+from sidecar.stores.manifest import FileState
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.ignore import IgnoreRules
 from sidecar.vault.sources import NoteFile, Root, inboxes_in_use, stamp_ns
-from sidecar.vault.supervisor import Supervisor
+from sidecar.vault.supervisor import RootUnreachable, Supervisor
 from sidecar.vault.timeout import run_with_timeout
 
 log = logging.getLogger(__name__)
@@ -256,6 +257,7 @@ class Indexer:
             self.hot_back(set(self._deferred))  # looked at again after this sweep, with their roots
         self._deferred.clear()
         self._hot_written.clear()
+        act.scan_skipped = self.changes.skip_counts()  # with the notes whose read failed now
         return changed
 
     def _count_read_whole(
@@ -379,14 +381,33 @@ class Indexer:
         states = self.manifest.file_states_of([n.key for n in notes])
         prepared: list[Prepared] = []
         spent: dict[str, float] = {}  # path -> seconds its reading and cutting took
+        hung: set[str] = set()  # roots whose read did not answer: not asked again in this batch
+        read: list[NoteFile] = []  # notes read (or left out for what they hold): not unreadable now
+        no_answer: set[str] = set()  # paths whose read did not answer: the wait is no cost of the note
 
         def known(note: NoteFile) -> str | None:
             st = states.get(note.key)
             return st.hash if st is not None and st.state == "indexed" else None
 
+        def bounded(note: NoteFile, fn: Callable[[], tuple[bytes, str]]) -> tuple[bytes, str]:
+            return self.supervisor.read(note.root, note.rel, fn)
+
         def drafted(note: NoteFile) -> Prepared | Drafted | None:
+            if note.root.name in hung:
+                return None  # not read: looked at again once the root answers
             with _timed(spent, str(note.path)):
-                return draft(note, known(note), (data or {}).get(note.key), self.cfg.index.max_file_bytes)
+                try:
+                    return draft(
+                        note, known(note), (data or {}).get(note.key), self.cfg.index.max_file_bytes, bounded
+                    )
+                except RootUnreachable as exc:
+                    # The share hangs on this note's open or read (a listing that answers says
+                    # nothing of that): the root goes offline and is retried as a hung listing
+                    # is; its other notes wait, the other roots' are read on.
+                    hung.add(note.root.name)
+                    no_answer.add(str(note.path))
+                    self.supervisor.mark_offline(note.root, str(exc))
+                    return None
 
         # Chunk sizes are counted with the model's tokenizer. While it still loads (a first start
         # converts the model beside the first sweep), notes are read and parsed ahead and cut
@@ -407,19 +428,14 @@ class Indexer:
                 continue
             unreadable = p.skip_reason is not None and p.skip_reason.startswith("unreadable")
             if unreadable and known(note) is not None:
-                # A read error is no evidence the note changed: keep what is indexed.
-                log.warning("file_kept path=%s reason=%s", note.path, p.skip_reason)
-                st = states.get(note.key)
-                if st is not None and (st.mtime_ns, st.size) == (note.mtime_ns, note.size):
-                    # Only its status changed (a chmod that made it unreadable): remember that,
-                    # or every sweep reads it again. A changed mtime or size stays unrecorded,
-                    # so the new text is read once the note can be read.
-                    self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns)
+                self._keep_unreadable(note, str(p.skip_reason), states.get(note.key))
                 continue
+            read.append(note)
             if p.parsed is None and p.skip_reason is None:
                 self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns)
                 continue
             prepared.append(p)
+        self.changes.read_again(read)
         if prepared:
             started = time.perf_counter()
             self.writer.write(prepared)
@@ -427,9 +443,22 @@ class Indexer:
             # Written: the index can be updated again. Said now, not at the end of a catch-up that
             # may take minutes ("disk is full" stood beside moving progress).
             self.problems.clear("index")
+        for path in no_answer:
+            spent.pop(path, None)
         if self.on_indexed is not None and spent:
             self.on_indexed(spent)
         return len(prepared)
+
+    def _keep_unreadable(self, note: NoteFile, why: str, st: FileState | None) -> None:
+        """An indexed note that cannot be read now: a read error is no evidence the note changed,
+        so what is indexed is kept, and said (status counts and names it)."""
+        log.warning("file_kept path=%s reason=%s", note.path, why)
+        self.changes.kept_unreadable(note.root, note.path, why)
+        if st is not None and (st.mtime_ns, st.size) == (note.mtime_ns, note.size):
+            # Only its status changed (a chmod that made it unreadable): remember that, or every
+            # sweep reads it again. A changed mtime or size stays unrecorded, so the new text is
+            # read once the note can be read.
+            self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns)
 
     def delete(self, keys: Sequence[str]) -> None:
         """Remove notes from every store (intent first, so a crash mid-way is redone)."""

@@ -105,6 +105,7 @@ class RootStatus:
     unreadable: list[str] = field(default_factory=list)  # folders/files kept because unreadable
     identity: Identity | None = None  # as seen by the last listing
     absent: bool = False  # the folder is not there inside a reachable parent (a wiki not made yet)
+    hung_on: str | None = None  # the note whose read hangs (relative path), when a read hangs
     _stuck: threading.Thread | None = field(default=None, repr=False)
 
     @property
@@ -135,6 +136,9 @@ class Supervisor:
         self.roots: dict[str, RootStatus] = {}
         self.beat = beat  # the indexer's heartbeat, during long waits
         self.mounts: list[tuple[str, str]] = []  # the mount table, as read by the last classify
+        # The note a read waits for longer than a second now: (root name, relative path, since
+        # ``time.monotonic()``), for `status` and `sidecar index` to say what indexing waits for.
+        self.waiting: tuple[str, str, float] | None = None
         self._lock = threading.Lock()
         self._meta_swept = False  # the rows of inboxes retired before this start are gone
         # The home's agents folder as first seen: gone or replaced (the home's share unmounted),
@@ -232,8 +236,8 @@ class Supervisor:
             raise RootUnreachable(why)
         st = self.status(root)
         if st.hanging is not None:
-            raise RootUnreachable(f"an earlier call on {root.path} still hangs (hung share?)")
-        st._stuck = None
+            raise RootUnreachable(_still_hangs(root, st))
+        st._stuck, st.hung_on = None, None
         try:
             value, stuck = run_with_timeout(fn, self.cfg.watch.scan_timeout_seconds, root.name, self.beat)
         except OSError as exc:
@@ -245,14 +249,48 @@ class Supervisor:
         assert value is not None
         return value
 
+    def read(self, root: Root, rel: str, fn: Callable[[], T]) -> T:
+        """Read one note of ``root`` (``fn``, its relative path ``rel``) with the probe timeout,
+        as ``get`` reads one: RootUnreachable when it does not answer, and at once while an
+        earlier call on the root (or on the vault around a wiki) still hangs, so a share that
+        hangs on open/read costs one timeout and leaves one stuck thread per root, not one per
+        note. The caller marks the root offline; it is retried like a listing that hangs.
+        Raises what ``fn`` raises."""
+        st = self.status(root)
+        if st.hanging is not None:
+            raise RootUnreachable(_still_hangs(root, st))
+        outer = self.stuck_within(root)
+        if outer is not None:
+            raise RootUnreachable(f"{root.within} (around {root.path}) still hangs (hung share?)")
+        timeout = self.cfg.watch.probe_timeout_seconds
+        since = time.monotonic()
+
+        def beat() -> None:  # called once a second while the read waits: say what it waits for
+            self.waiting = (root.name, rel, since)
+            if self.beat is not None:
+                self.beat()
+
+        try:
+            value, stuck = run_with_timeout(fn, timeout, root.name, beat)
+        finally:
+            self.waiting = None
+        if stuck is not None:
+            st._stuck, st.hung_on = stuck, rel
+            log.error("read_hung root=%s path=%s timeout=%.0fs", root.name, rel, timeout)
+            raise RootUnreachable(
+                f"reading {rel} in {root.path} did not answer within {timeout:.0f} s (hung share?); "
+                "notes of this root are not read until it answers"
+            )
+        return value  # type: ignore[return-value]  # fn's own result
+
     def list_root(self, root: Root) -> list[NoteFile | Skipped]:
         """Probe, then scan a root, each bounded by its timeout; RootUnreachable when it cannot be read."""
         if (why := self.home_problem(root)) is not None:
             raise RootUnreachable(why)
         st = self.status(root)
         if st.hanging is not None:
-            raise RootUnreachable(f"an earlier call on {root.path} still hangs (hung share?)")
-        st._stuck = None
+            raise RootUnreachable(_still_hangs(root, st))
+        st._stuck, st.hung_on = None, None
         try:
             ident, stuck = run_with_timeout(
                 lambda: _probe(root, self.mounts), self.cfg.watch.probe_timeout_seconds, root.name, self.beat
@@ -503,6 +541,19 @@ class Supervisor:
                     out.append(st.name)
         return out
 
+    def describe_waiting(self) -> dict[str, Any] | None:
+        """The note whose read indexing waits for now (past a second), and for how long."""
+        waiting = self.waiting
+        if waiting is None:
+            return None
+        name, rel, since = waiting
+        return {
+            "root": name,
+            "path": rel,
+            "seconds": round(time.monotonic() - since, 1),
+            "timeout_seconds": self.cfg.watch.probe_timeout_seconds,
+        }
+
     def describe(self, watched: Callable[[str], bool]) -> list[dict[str, Any]]:
         now = self.clock()
         out = []
@@ -563,6 +614,12 @@ def _probe(root: Root, mounts: list[tuple[str, str]] | None = None) -> Identity:
     with os.scandir(root.path) as it:
         next(it, None)
     return ident
+
+
+def _still_hangs(root: Root, st: RootStatus) -> str:
+    """Why a root is not asked again: a call on it still hangs (and the note it was reading)."""
+    on = f" (reading {st.hung_on})" if st.hung_on else ""
+    return f"an earlier call on {root.path}{on} still hangs (hung share?)"
 
 
 def _duration(seconds: float) -> str:
