@@ -200,17 +200,20 @@ def test_a_week_month_or_year_of_something_else_is_no_phrase(query: str) -> None
 def test_a_given_window_wins_over_a_time_phrase(served: Served, capsys: pytest.CaptureFixture[str]) -> None:
     """since/until given (the tool's parameters, the command line's options, inline) win over a
     phrase of the query, whole: never a window of one end from each (answered last week for a
-    January window, or refused an inline until: before last week); the phrase sets nothing."""
+    January window, or refused an inline until: before last week); the phrase's window is the
+    given one."""
     given = served.call(
         "search", {"query": "garlic last week", "since": "2026-01-01", "until": "2026-02-01", "preview": True}
     )
     assert _refs(given) == ["vault/Old"]
     assert given["analysis"]["filters"]["since"] == "2026-01-01"
     assert given["analysis"]["filters"]["until"] == "2026-02-01"
-    assert "window" not in given  # the phrase was no window
-    assert given["analysis"]["text"] == "garlic"  # nor words: "last week" diluted "garlic"
+    # The phrase's window is the given one (its period's notes are listed over it), nor words:
+    # "last week" diluted "garlic".
+    assert (given["window"]["since"], given["window"]["until"]) == ("2026-01-01", "2026-02-01")
+    assert given["analysis"]["text"] == "garlic"
     inline = served.call("search", {"query": "garlic last week since:2026-01-01", "preview": True})
-    assert inline["analysis"]["text"] == "garlic" and "window" not in inline
+    assert inline["analysis"]["text"] == "garlic" and inline["window"]["since"] == "2026-01-01"
     assert (inline["analysis"]["filters"]["since"], inline["analysis"]["filters"]["until"]) == (
         "2026-01-01",
         None,
@@ -328,8 +331,12 @@ def test_a_question_about_a_period_lists_the_notes_of_that_period(served: Served
     served.h.sweep()
     assert served.call("recall", {"message": "how are you today?"})["context"] == ""
     assert served.call("recall", {"message": "what did I write today about the dentist?"})["hits"]
-    before = served.call("recall", {"message": "and yesterday?"})
+    history = ["What did I do today?", "You went to the dentist at ten."]
+    before = served.call("recall", {"message": "and yesterday?", "history": history})
     assert f"vault/Daily/{_ago(1)}" in [h["reference"] for h in before["hits"]]
+    # Alone, a period names no question about the person's doings: nothing listed by date.
+    alone = served.call("recall", {"message": "and yesterday?"})
+    assert [h["reference"] for h in alone["hits"] if h["relevance"] == 0] == []
 
 
 def test_a_period_ranks_the_word_hits_of_its_own_notes_first(
@@ -1681,3 +1688,95 @@ def test_recall_never_fails_on_prose_and_lists_no_period_for_small_talk(
     assert "memory/vpn" not in [h["reference"] for h in week["hits"]]
     days = {n.key: n.date for n in served.h.stores.manifest.note_days()}
     assert days["memory/claude/vpn"] == ""  # its created/updated stamps are no day it is about
+
+
+# Messages that name a period without asking about the person's own doings or notes (a review of
+# the time-phrase work): recall must not inject the period's daily notes for them.
+_NAMING_A_PERIOD = [
+    "Should I deploy today?",
+    "Do I need an umbrella today?",
+    "How do I fix the build today?",
+    "Hello! How's it going today, my friend?",
+    "have a nice day today, I'm off",
+    "Can we ship the release this week?",
+    "Hab heute frei, ich gehe wandern",
+    "Was für ein Tag heute, ich bin fertig",
+    "Soll ich heute joggen gehen?",
+    "Kann ich diese Woche Urlaub nehmen?",
+    "I bought this laptop last year, how do I reset it?",
+    "Letztes Jahr war ich in Italien, kennst du gute Restaurants in Rom?",
+    "last weekend was fun, what's the capital of France?",
+    "2 weeks ago the printer broke, how do I replace a toner?",
+    "How was your weekend? Last weekend I went hiking.",
+    "Wie war dein letztes Wochenende?",
+    "Hope you had a great last year!",
+    "What do we know about black holes? I read about it today",
+    "Ich bin heute etwas müde, was meinen Sie?",
+    "Mir geht's heute gut, danke. Und selbst?",
+]
+
+
+@pytest.fixture
+def dated_vault(agent_vault: Path) -> Path:
+    write(agent_vault / f"Daily/{TODAY.isoformat()}.md", "# Today\n\nDentist at ten. Salary talk.\n")
+    write(agent_vault / "Daily/2026-11-30.md", "# Monday\n\nTherapy session notes, private.\n")
+    write(agent_vault / "Daily/2026-11-28.md", "# Saturday\n\nHiked with Anna.\n")
+    write(agent_vault / "Daily/2026-11-18.md", "# Wed\n\nDoctor results.\n")
+    write(agent_vault / "Daily/2025-06-01.md", "# June\n\nDivorce lawyer call.\n")
+    return agent_vault
+
+
+@pytest.mark.parametrize("message", _NAMING_A_PERIOD)
+def test_a_message_naming_a_period_injects_none_of_its_notes_unasked(
+    served: Served, dated_vault: Path, message: str
+) -> None:
+    """Only a question about the person's own doings or notes lists a period's notes in recall;
+    a message that merely names one ("should I deploy today?", "I bought this laptop last year,
+    how do I reset it?") injected that period's daily notes (relevance 0) into the prompt."""
+    served.h.sweep()
+    r = served.call(
+        "recall", {"message": message, "history": ["Can you help me fix the backup script?", "Sure."]}
+    )
+    assert [h["reference"] for h in r["hits"] if h["relevance"] == 0] == [], message
+    asked = served.call("recall", {"message": "What did I do last week?"})
+    assert "vault/Daily/2026-11-28" in [h["reference"] for h in asked["hits"]]
+
+
+@pytest.mark.parametrize(
+    ("query", "since", "until"),
+    [
+        ("Was hat mir letzte Woche der Arzt gesagt?", "2026-11-23", "2026-11-29"),
+        ("Was hat letzten Monat der Vermieter geschrieben?", "2026-11-01", "2026-11-30"),
+        ("Ich war letzte Woche vor Ort beim Kunden, was haben wir besprochen?", "2026-11-23", "2026-11-29"),
+        ("What did I send last week before the deadline?", "2026-11-23", "2026-11-29"),
+    ],
+)
+def test_a_period_followed_by_an_article_is_still_a_period(query: str, since: str, until: str) -> None:
+    """Only a determiner or possessive before it makes "last week" a week of something else; a
+    word after it ("der Arzt", "vor Ort", "before the deadline") does not."""
+    _, f = split_filters(query, TODAY)
+    assert (f.since, f.until) == (since, until), query
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["my last year at school", "in my last year of the Bachelor", "our last week in Berlin was great"],
+)
+def test_a_possessive_period_is_no_phrase(query: str) -> None:
+    """ "my last year at school" is no calendar year."""
+    _, f = split_filters(query, TODAY)
+    assert f.phrase is None and f.since is None, query
+
+
+def test_a_given_window_still_lists_the_period_asked_about(served: Served, dated_vault: Path) -> None:
+    """A question about a period with the window given as well (an agent sends both) lists the
+    given window's notes; it answered nothing (parameters) or bad_request (inline)."""
+    served.h.sweep()
+    bare = [h["reference"] for h in served.call("search", {"query": "what did I do last week?"})["hits"]]
+    assert "vault/Daily/2026-11-28" in bare
+    given = served.call(
+        "search", {"query": "what did I do last week?", "since": "2026-11-23", "until": "2026-11-29"}
+    )
+    assert [h["reference"] for h in given["hits"]] == bare
+    inline = served.call("search", {"query": "last week since:2026-11-23"})
+    assert "vault/Daily/2026-11-28" in [h["reference"] for h in inline["hits"]]

@@ -795,29 +795,6 @@ def test_links_follow_excluded_notes_that_file_events_bring(tmp_path: Path, serv
     assert targets() == {"2024 Review": (None, None), "Plan": ("vault/Archive/Elsewhere/Plan", rule)}
 
 
-def test_daemon_a_folder_moved_into_an_excluded_folder(daemon_factory: Any, tmp_path: Path) -> None:
-    """The hostile test's case, with the real watcher: most of the vault moved into a folder
-    Obsidian excludes leaves search within seconds and holds nothing (it was "lost 6 of 8 indexed
-    notes", searchable under the old paths for 6 h); a note then made there is a link's target."""
-    v = tmp_path / "v"
-    for i in range(6):
-        write(v / f"Projects/p{i}.md", f"# P{i}\n\nxylophone movable note {i}\n")
-    write(v / "Hub.md", "# Hub\n\nSee [[Memo]].\n")
-    write(v / "Keep.md", "# Keep\n\nnothing else\n")
-    write(v / "Private/diary.md", "# Diary\n")
-    write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Private/"]}))
-    d = daemon_factory(v, keyword_only=True).start()
-    d.wait_for(lambda h: h["index"]["files"] == 8)
-    assert d.call("search", {"query": "xylophone"})["hits"]
-    (v / "Projects").rename(v / "Private/Projects")
-    _wait(lambda: not d.call("search", {"query": "xylophone"})["hits"], 20)
-    d.wait_for(lambda h: h["index"]["files"] == 2, timeout=20)
-    vault = next(r for r in d.health()["roots"] if r["name"] == "vault")
-    assert vault["hold"] is None and vault["mode"] == "events", vault
-    write(v / "Private/Memo.md", "# Memo\n")
-    _wait(lambda: d.call("get", {"reference": "vault/Hub"})["links"][0]["target"] == "vault/Private/Memo", 20)
-
-
 def test_the_days_of_notes_are_read_once_per_change(tmp_path: Path, make_cfg: Any) -> None:
     """A time phrase's list of dated notes is kept until the manifest is written or the daily-note
     formats change (every such query parsed every note's front matter again)."""

@@ -24,7 +24,6 @@ from pathlib import Path
 
 from sidecar.config import Config
 from sidecar.index.problems import Problems
-from sidecar.notes.links import LinkGraph
 from sidecar.stores.manifest import FileState, Manifest
 from sidecar.vault.homeguard import held
 from sidecar.vault.sources import (
@@ -130,10 +129,6 @@ class ChangeFinder:
         self._skips_named: set[tuple[str, str]] = set()  # (path, reason) already in the log
         # Files left out now, by (root name, path): full sweeps set a root's, events each path's.
         self._skips: dict[tuple[str, str], str] = {}
-        # The excluded notes of each root as its last full sweep that settled its deletions found
-        # them (the table of excluded notes at start): one that is not among them is new, and may
-        # be where a missing note went (see ``_moves``).
-        self._settled_excluded: dict[str, set[str]] = {}
 
     def skip_counts(self) -> dict[str, int]:
         """Files left out now, by reason (what `status` lists as skipped)."""
@@ -180,7 +175,6 @@ class ChangeFinder:
         it ran, and an entry per agent that ever wrote stayed for good."""
         self._skips = {k: v for k, v in self._skips.items() if k[0] in names}
         self._event_deletions = {k: v for k, v in self._event_deletions.items() if k in names}
-        self._settled_excluded = {k: v for k, v in self._settled_excluded.items() if k in names}
         self._unread_notes = {k: v for k, v in self._unread_notes.items() if k[0] in names}
         self._listed_unreadable = {k: v for k, v in self._listed_unreadable.items() if k in names}
         if any(k not in names for k in self._unreadable):
@@ -279,7 +273,6 @@ class ChangeFinder:
             supervisor.mark_online(root)
             self._event_deletions.pop(root.name, None)
             diff.gone.extend(missing)
-            self._settled_excluded[root.name] = {n.key for n in listing.excluded}
         elif hold == "mass":
             diff.gone.extend(k for k in missing if k in moved)  # moves are no loss: at once
         status = supervisor.status(root)
@@ -299,20 +292,15 @@ class ChangeFinder:
         its mtime and size and its name or its folder (a folder moved or renamed, a note renamed
         in place), or when the same bytes with the same mtime are indexed under another key that
         this sweep saw (a move whose new half an earlier sweep indexed). A note that a rule
-        leaves out counts as new until a sweep settled its root's deletions with it there: a
-        folder moved into an excluded one is no loss (its notes leave at once, as a new rule's
-        do), while an excluded backup that long held copies of the notes (rsync -a keeps their
-        mtimes) is no evidence that a vanished share's notes went there. Each new file accounts
+        leaves out is no evidence: an excluded backup of the notes (rsync -a keeps their times)
+        looks like where a vanished share's notes went, so a folder moved into an excluded one
+        is held like a loss (status names the command that applies it). Each new file accounts
         for one missing note: an emptied share is not made good by a few look-alikes. A root
         whose folder is not the share now (``alien``) is no evidence either way."""
         manifest = self.manifest
         trusted = [x for x in listings if x.root.name not in alien]
         present: dict[str, NoteFile] = {n.key: n for x in trusted for n in x.notes}
         fresh = {n.key: n for x in trusted for n in x.notes if n.key not in x.known}
-        for x in trusted:
-            if x.excluded:
-                settled = self._excluded_before(x.root)
-                fresh.update((n.key, n) for n in x.excluded if n.key not in settled)
         events = {n.key: n for n in diff.work if n.key not in present}
         indexed = manifest.file_states_of(list(events))
         fresh.update((k, n) for k, n in events.items() if k not in indexed)
@@ -353,14 +341,6 @@ class ChangeFinder:
                 moved.add(key)
                 break
         return moved
-
-    def _excluded_before(self, root: Root) -> set[str]:
-        """The excluded notes of ``root`` as its last settled full sweep found them; at the first
-        sweep of a start, as the last run recorded them for links (one read per root)."""
-        if root.name not in self._settled_excluded:
-            prefix = root.key_of("x")[:-1]
-            self._settled_excluded[root.name] = LinkGraph(self.manifest.read).excluded_under(prefix)
-        return self._settled_excluded[root.name]
 
     def _add_work(self, notes: Sequence[NoteFile], known: dict[str, FileState], diff: Diff) -> None:
         for n in notes:

@@ -283,11 +283,6 @@ class LinkGraph:
             if _visible(r[0], agent)
         ]
 
-    def excluded_under(self, prefix: str) -> set[str]:
-        """The excluded notes recorded below a key prefix (``vault/``)."""
-        where, args = _scope(prefix)
-        return {r[0] for r in self._query(f"SELECT key FROM excluded_notes WHERE {where}", args)}
-
     def unresolved(self, key: str | None = None) -> list[tuple[str, str, int]]:
         """(source key, link as written, line) of links that resolve to no note."""
         where, args = ("AND src = ?", (key,)) if key is not None else ("", ())

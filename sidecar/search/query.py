@@ -174,13 +174,12 @@ def _year(today: dt.date, back: int) -> Window:
 
 # "the last week of the project", "die letzte Woche des Urlaubs", "the last month before the
 # move": a week, month or year of something else, not the one before this one.
-_OF = r"(?!\s+(?:of|before|des|der|vor)\b)"
 _LAST_EN = r"(?:last|previous)"
 _LAST_DE = r"(?:letzte|vorige|vergangene)[rnsm]?"
-_LAST_WEEK = rf"(?:{_LAST_EN}\s+week|{_LAST_DE}\s+woche){_OF}"
-_THIS_WEEK = r"(?:(?:this|current)\s+week|diese[rn]?\s+woche)" + _OF
-_LAST_MONTH = rf"(?:{_LAST_EN}\s+month|{_LAST_DE}\s+monat){_OF}"
-_LAST_YEAR = rf"(?:{_LAST_EN}\s+year|{_LAST_DE}\s+jahr){_OF}"
+_LAST_WEEK = rf"(?:{_LAST_EN}\s+week|{_LAST_DE}\s+woche)"
+_THIS_WEEK = r"(?:(?:this|current)\s+week|diese[rn]?\s+woche)"
+_LAST_MONTH = rf"(?:{_LAST_EN}\s+month|{_LAST_DE}\s+monat)"
+_LAST_YEAR = rf"(?:{_LAST_EN}\s+year|{_LAST_DE}\s+jahr)"
 _ON_WD = r"(?:(?:on|am)\s+)?" + _WD  # "on Tuesday", "am Dienstag"
 
 # (pattern, window from today and the match). Of the phrases in a text the first counts (by
@@ -243,6 +242,18 @@ _PHRASES: tuple[tuple[re.Pattern[str], Callable[[dt.date, re.Match[str]], Window
 )
 
 
+# A determiner or a possessive before "last week" makes it a week of something else ("the last
+# week of the project", "die letzte Woche des Urlaubs", "my last year at school", "our last week in
+# Berlin"; "in the last year", "im letzten Jahr": the last twelve months, not a calendar year),
+# not the one before this one. Without one, "letzte Woche der Arzt" and "last week before the
+# deadline" are the week before this one.
+_DETERMINED = re.compile(
+    r"(?:^|[^\w])(?:the|my|our|his|her|their|your|its|die|der|dem|den|des|das|im|meine[rnms]?|"
+    r"unsere[rnms]?|seine[rnms]?|ihre[rnms]?|deine[rnms]?|eure[rnms]?)\s+$",
+    re.IGNORECASE,
+)
+
+
 def time_window(text: str, today: dt.date) -> tuple[str, Window | None, str | None]:
     """The first time phrase of ``text`` (by position; at one position the longest) as a window
     of days; the text without it; the phrase."""
@@ -255,6 +266,8 @@ def time_window(text: str, today: dt.date) -> tuple[str, Window | None, str | No
                 continue  # prose naming no day ("since 2026-02-30"): words, not a window
             if days[0] > days[1] or days[0] > today:
                 continue  # a day to come ("seit 2027-01-01 gilt …"): words, not a window
+            if _DETERMINED.search(text, 0, m.start()):
+                continue  # "the last week of the project", "my last year at school": no period
             place = (m.start(), m.start() - m.end())
             if best is None or place < best[0]:
                 best = (place, m, days)
@@ -310,9 +323,9 @@ def split_filters(
     phrase = None
     if phrases:
         rest, window, phrase = time_window(rest, day)
-        if window_given or since is not None or until is not None:
-            phrase = None
-        elif window is not None:
+        # A given window wins; the phrase still says the period's notes were asked for (listed
+        # over the given window: "what did I do last week?" with since/until answered nothing).
+        if window is not None and not (window_given or since is not None or until is not None):
             since, until = window[0].isoformat(), window[1].isoformat()
     if since and until and since > until:
         raise FilterError(f"the date window is empty: since {since} is after until {until}")
@@ -407,15 +420,24 @@ _PERSONS = _kinds_file("self-questions.txt")
 
 
 def asks_about_self(text: str) -> bool:
-    """Whether a message asks about the person's own doings ("what did I do today?", "was habe
-    ich heute gemacht?"): asked (a question mark, or a question word first), in the first person,
-    and addressing no one ("how are you today?", "wie war dein Tag heute?" are small talk; so, to
-    be safe, is "can you tell me what I did today?")."""
-    words = [w.lower() for w in _WORD.findall(_CLITIC.sub("", text))]
-    if not words or any(w in _PERSONS["second"] for w in words):
+    """Whether a message asks about the person's own doings or notes ("what did I do last week?",
+    "was habe ich heute gemacht?", "show me my notes of yesterday"): a question (a question mark,
+    or a question word first) or a request ("show me …"), in the first person, about what was
+    done (a past form) or the notes, with no modal ("should I deploy today?" asks what to do) and
+    addressing no one ("how was your weekend?", "wie war dein Tag heute?", "was meinen Sie?" are
+    small talk; so, to be safe, is "can you tell me what I did today?")."""
+    tokens = _WORD.findall(_CLITIC.sub("", text))
+    words = [w.lower() for w in tokens]
+    if not words or any(w in _PERSONS["second"] or w in _PERSONS["modal"] for w in words):
         return False
-    asked = text.rstrip().endswith("?") or words[0] in _PERSONS["question"]
-    return asked and any(w in _PERSONS["first"] for w in words)
+    if any(w in _FORMAL_YOU for w in tokens[1:]):  # "Sie", "Ihnen" inside a sentence: addressed
+        return False
+    asked = text.rstrip().endswith("?") or words[0] in _PERSONS["question"] or words[0] in _PERSONS["request"]
+    doings = any(w in _PERSONS["past"] or w in _PERSONS["notes"] for w in words)
+    return asked and doings and any(w in _PERSONS["first"] for w in words)
+
+
+_FORMAL_YOU = frozenset({"Sie", "Ihnen", "Ihr", "Ihre", "Ihren", "Ihrem", "Ihrer", "Ihres"})
 
 
 # "karl's", "don't", "geht's": the clitic is not a word of its own (it was the content word "s").

@@ -43,15 +43,17 @@ def recall(
     # (a sync or a plugin that touches every file makes the whole vault "today").
     # A time phrase that was all the message said ("how are you today?", "bye for now") names
     # no topic: its word is not searched instead (it found a function reference for today()).
-    # Only a period over before today ("last week", "gestern") is listed, or one reaching today
-    # that the message asks about as the person's own ("what did I do today?"): otherwise one
-    # that reaches today is small talk's ("how's it going today?", "thanks, that's all for
-    # today"), with or without a history; a question about today's notes is still answered by
-    # its words.
+    # Otherwise a period is small talk's ("how's it going today?", "thanks, that's all for
+    # today"), with or without a history; a question about its notes is still answered by its
+    # words.
     alone = not history and not analyze(text).content_words
     until = inline.until or windowed.filters.until
-    past = until is not None and until < r.today().isoformat()
-    asked = past or (until is not None and asks_about_self(message))
+    # Listed only for a question about the person's own doings or notes, past or today: a
+    # message that merely names a period ("I bought this laptop last year, how do I reset it?",
+    # "should I deploy today?") injected the period's daily notes unasked.
+    # A follow-up ("and yesterday?") asks what the turn it follows asked.
+    follows = analyze(text).refers_back and any(asks_about_self(t) for t in history[-2:])
+    asked = until is not None and (asks_about_self(message) or follows)
     dated = [n for n in r.dated_notes(windowed) if n.date] if asked else []
     if dated:
         # The period was asked about: the notes of it holding the message's words come first,
