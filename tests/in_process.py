@@ -68,7 +68,9 @@ class InProcessServer:
             harness.repair,
         )
         # The daemon's own composition: the same handlers over the same parts, the same limits.
-        self.handlers = build_handlers(cfg, parts, harness.slot, service, Inboxes(cfg))
+        self.handlers = build_handlers(
+            cfg, parts, harness.slot, service, Inboxes(cfg, home=harness.supervisor.home)
+        )
         self.server = build_server(cfg, self.handlers)
         self.listener = bind_socket(cfg.socket_path)
         self._loop: asyncio.AbstractEventLoop | None = None

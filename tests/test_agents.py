@@ -144,6 +144,103 @@ def test_time_phrases_become_a_window(query: str, since: str, until: str) -> Non
     assert text in ("garlic", "Knoblauch")  # the phrase is not ranked as words
 
 
+@pytest.mark.parametrize(
+    ("query", "since", "until", "text"),
+    [
+        # The first phrase of the text counts, by position (not the first in the list of phrases).
+        ("yesterday I read what we did last week", _ago(1), _ago(1), "I read what we did last week"),
+        ("gestern las ich, was letzte Woche war", _ago(1), _ago(1), "las ich, was letzte Woche war"),
+        # A weekday with its week is that day.
+        ("letzte Woche Dienstag", "2026-11-24", "2026-11-24", ""),
+        ("am Dienstag letzte Woche", "2026-11-24", "2026-11-24", ""),
+        ("Tuesday of last week", "2026-11-24", "2026-11-24", ""),
+        ("last week on Tuesday", "2026-11-24", "2026-11-24", ""),
+        ("diese Woche am Montag", "2026-11-30", "2026-11-30", ""),
+        ("Friday this week", "2026-11-30", _ago(0), "Friday"),  # a day to come: the week so far
+        # "since last week" runs from that week's start up to today, "since" included.
+        ("seit letzter Woche Knoblauch", "2026-11-23", _ago(0), "Knoblauch"),
+        ("garlic since last week", "2026-11-23", _ago(0), "garlic"),
+        ("seit letztem Monat", "2026-11-01", _ago(0), ""),
+        ("since last month", "2026-11-01", _ago(0), ""),
+        ("last year", "2025-01-01", "2025-12-31", ""),
+        ("letztes Jahr", "2025-01-01", "2025-12-31", ""),
+        ("last weekend", "2026-11-28", "2026-11-29", ""),
+        ("letztes Wochenende", "2026-11-28", "2026-11-29", ""),
+        ("vorletzte Woche", "2026-11-16", "2026-11-22", ""),
+        ("the week before last", "2026-11-16", "2026-11-22", ""),
+        ("2 weeks ago", "2026-11-16", "2026-11-22", ""),
+        ("vor zwei Wochen", "2026-11-16", "2026-11-22", ""),
+        ("seit 2 Wochen", "2026-11-18", _ago(0), ""),
+        ("three days ago", _ago(3), _ago(3), ""),
+        ("vor drei Tagen", _ago(3), _ago(3), ""),
+    ],
+)
+def test_the_first_phrase_counts_and_common_phrases_read(
+    query: str, since: str, until: str, text: str
+) -> None:
+    rest, f = split_filters(query, TODAY)
+    assert (f.since, f.until, rest) == (since, until, text)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "the last week of the project",
+        "die letzte Woche des Urlaubs",
+        "the last month before the move",
+        "im letzten Monat der Schwangerschaft",
+        "the last year of my thesis",
+    ],
+)
+def test_a_week_month_or_year_of_something_else_is_no_phrase(query: str) -> None:
+    rest, f = split_filters(query, TODAY)
+    assert (f.since, f.until, f.phrase, rest) == (None, None, None, query)
+
+
+def test_a_given_window_wins_over_a_time_phrase(served: Served, capsys: pytest.CaptureFixture[str]) -> None:
+    """since/until given (the tool's parameters, the command line's options, inline) win over a
+    phrase of the query, whole: never a window of one end from each (answered last week for a
+    January window, or refused an inline until: before last week); the phrase's window is the
+    given one."""
+    given = served.call(
+        "search", {"query": "garlic last week", "since": "2026-01-01", "until": "2026-02-01", "preview": True}
+    )
+    assert _refs(given) == ["vault/Old"]
+    assert given["analysis"]["filters"]["since"] == "2026-01-01"
+    assert given["analysis"]["filters"]["until"] == "2026-02-01"
+    # The phrase's window is the given one (its period's notes are listed over it), nor words:
+    # "last week" diluted "garlic".
+    assert (given["window"]["since"], given["window"]["until"]) == ("2026-01-01", "2026-02-01")
+    assert given["analysis"]["text"] == "garlic"
+    inline = served.call("search", {"query": "garlic last week since:2026-01-01", "preview": True})
+    assert inline["analysis"]["text"] == "garlic" and inline["window"]["since"] == "2026-01-01"
+    assert (inline["analysis"]["filters"]["since"], inline["analysis"]["filters"]["until"]) == (
+        "2026-01-01",
+        None,
+    )
+    until = served.call("search", {"query": "garlic last week until:2026-11-01", "minScore": 0})
+    assert _refs(until) == ["vault/Old"]
+    recall = served.call(
+        "recall", {"message": "garlic last week", "since": "2026-01-01", "until": "2026-02-01", "minScore": 0}
+    )
+    assert [h["reference"] for h in recall["hits"]] in ([], ["vault/Old"])  # never last week's
+    args = build_parser().parse_args(
+        [
+            "search",
+            "garlic last week",
+            "--since",
+            "2026-01-01",
+            "--until",
+            "2026-02",
+            "--home",
+            str(served.cfg.home),
+        ]
+    )
+    assert command_for("search")(args, served.cfg) == 0
+    out = capsys.readouterr().out
+    assert "vault/Old" in out and "vault/Trip" not in out
+
+
 def test_time_phrases_filter_on_the_notes_date(served: Served) -> None:
     """Front matter date and daily-note names decide, not the file's mtime (all files are new)."""
     assert _refs(served.call("search", {"query": "garlic today"})) == [f"vault/Daily/{_ago(0)}"]
@@ -198,7 +295,9 @@ def test_a_question_about_a_period_lists_the_notes_of_that_period(served: Served
         "listed": 4,
     }
     assert all(hit["relevance"] == 0 for hit in r["hits"])  # no arm found them: said, not faked
-    german = served.call("search", {"query": "Was habe ich letzte Woche gemacht?"})
+    # "gemacht" is the frame of the question, as "did" and "do" are: listed by date alone.
+    assert _refs(served.call("search", {"query": "Was habe ich letzte Woche gemacht?"})) == week
+    german = served.call("search", {"query": "Was habe ich letzte Woche abgeschickt?"})
     assert _refs(german)[0] == "vault/Daily/2026-11-26" and sorted(_refs(german)) == sorted(week)
     assert german["window"]["listed"] == 4 - sum(hit["relevance"] > 0 for hit in german["hits"])
     # A hit found by meaning alone, weaker than recall's floor, follows the period's own notes.
@@ -223,17 +322,119 @@ def test_a_question_about_a_period_lists_the_notes_of_that_period(served: Served
         "context"
     ]
     why = served.call("why", {"reference": "vault/Daily/2026-11-24", "query": "What did I do last week?"})
-    assert why["chunks"][0]["outcome"] == "hit #3, listed by date: a note of 'last week' no other word found"
+    assert why["chunks"][0]["outcome"] == "hit #3, listed by date: a note of 'last week', no other word found"
     text = text_of_search("What did I do last week?", r)
-    assert "4 hit(s) (relevance 0) are notes of that period" in text
+    assert "4 hit(s) (relevance 0) are notes of that period listed by date" in text
     # Small talk naming today recalls nothing unasked (today's daily note was injected into "how
     # are you today?"); a period over before today is listed for its phrase alone.
     write(agent_vault / f"Daily/{TODAY.isoformat()}.md", "# Today\n\nDentist at ten.\n")
     served.h.sweep()
     assert served.call("recall", {"message": "how are you today?"})["context"] == ""
     assert served.call("recall", {"message": "what did I write today about the dentist?"})["hits"]
-    before = served.call("recall", {"message": "and yesterday?"})
+    history = ["What did I do today?", "You went to the dentist at ten."]
+    before = served.call("recall", {"message": "and yesterday?", "history": history})
     assert f"vault/Daily/{_ago(1)}" in [h["reference"] for h in before["hits"]]
+    # Alone, a period names no question about the person's doings: nothing listed by date.
+    alone = served.call("recall", {"message": "and yesterday?"})
+    assert [h["reference"] for h in alone["hits"] if h["relevance"] == 0] == []
+
+
+def test_a_period_ranks_the_word_hits_of_its_own_notes_first(
+    served: Served, agent_vault: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """'budget this year' answers with this year's budget notes, each a word hit: half the places
+    were kept for the newest daily notes, listed by date as though no word of the query were in
+    them, though 'budget' was. Each hit carries its day (an agent could not tell which day a note
+    belongs to); why says where a note of the period past the limit would be."""
+    for day in range(10, 20):
+        write(
+            agent_vault / f"Daily/2026-11-{day}.md", f"# November {day}\n\nBudget review {day}: rent, food.\n"
+        )
+    write(agent_vault / "Plan.md", "---\ndate: 2026-11-05\n---\n# Plan\n\nBudget for the next year.\n")
+    noon = dt.datetime.combine(TODAY - dt.timedelta(days=3), dt.time(12)).timestamp()
+    os.utime(agent_vault / "Router.md", (noon, noon))  # a note without a day of its own, changed then
+    served.h.sweep()
+    r = served.call("search", {"query": "budget this year", "limit": 6})
+    assert len(r["hits"]) == 6 and all(h["bm25Score"] and h["relevance"] > 0 for h in r["hits"])
+    assert all("budget" in h["text"].lower() for h in r["hits"])
+    assert not r["window"].get("listed")
+    many = served.call("search", {"query": "budget this year", "limit": 12})
+    by_ref = {h["reference"]: h for h in many["hits"]}
+    budget = {f"vault/Daily/2026-11-{day}" for day in range(10, 20)} | {"vault/Plan"}
+    assert {h["reference"] for h in many["hits"][:11] if h["bm25Score"]} == budget  # by their word
+    assert (by_ref["vault/Daily/2026-11-19"]["date"], by_ref["vault/Daily/2026-11-19"]["datedBy"]) == (
+        "2026-11-19",
+        "name",
+    )
+    assert (by_ref["vault/Plan"]["date"], by_ref["vault/Plan"]["datedBy"]) == ("2026-11-05", "property")
+    listed = served.call("search", {"query": "what did I do this year?", "limit": 30})
+    router = next(h for h in listed["hits"] if h["reference"] == "vault/Router")
+    assert (router["date"], router["datedBy"]) == (_ago(3), "modified")
+    assert all(h["date"] for h in listed["hits"])
+    from sidecar.clients.mcp_calls import ToolCalls
+
+    text, structured = ToolCalls(served.cfg.socket_path, "claude").tools["memory_search"](
+        {"query": "budget this year", "limit": 12}
+    )
+    assert "dated 2026-11-19 by its name" in text and "dated 2026-11-05 by its date property" in text
+    assert {(h["reference"], h["date"], h["datedBy"]) for h in structured["hits"]} >= {
+        ("vault/Plan", "2026-11-05", "property")
+    }
+    assert "no other word" not in text_of_search("what did I do this year?", listed)
+    args = build_parser().parse_args(["search", "budget this year", "--home", str(served.cfg.home)])
+    assert command_for("search")(args, served.cfg) == 0
+    assert "dated 2026-11-19" in capsys.readouterr().out
+    assert "date" not in served.call("search", {"query": "budget"})["hits"][0]  # no window: no day
+    # Past the limit: where the period's listing would have it.
+    why = served.call("why", {"reference": "vault/Daily/2026-11-10", "query": "what did I do this year?"})
+    outcome = why["chunks"][0]["outcome"]
+    # daily notes first, newest first: 12-02, 12-01, 11-19 ... 11-10
+    assert re.match(
+        r"a note of 'this year' beyond the limit of 10: #12 of the period's \d+ notes in the order they "
+        r"are listed by date \(daily notes first, newest first\)$",
+        outcome,
+    ), outcome
+    args = build_parser().parse_args(
+        ["why", "vault/Daily/2026-11-10", "this year", "--home", str(served.cfg.home)]
+    )
+    assert command_for("why")(args, served.cfg) == 0
+    out = capsys.readouterr().out
+    assert "for ''" not in out and "for 'this year'" in out and "time phrase 'this year'" in out
+
+
+def test_a_question_about_ones_own_day_recalls_it_small_talk_does_not(
+    served: Served, agent_vault: Path
+) -> None:
+    """'what did I do today?' recalls today's notes (it recalled nothing: a period reaching today
+    was listed for no message); small talk naming today still recalls nothing, with a history too;
+    'was habe ich dieses Jahr zum Thema Budget gemacht?' recalls the budget notes ('Thema' and
+    'gemacht' were content words and kept them under recall's floor)."""
+    write(agent_vault / f"Daily/{TODAY.isoformat()}.md", "# Today\n\nDentist at ten.\n")
+    write(agent_vault / "Daily/2026-11-10.md", "# November 10\n\nBudget review: rent and food.\n")
+    served.h.sweep()
+    for message in ("what did I do today?", "Was habe ich heute gemacht?"):
+        r = served.call("recall", {"message": message})
+        assert f"vault/Daily/{TODAY.isoformat()}" in [h["reference"] for h in r["hits"]], message
+        assert "Dentist at ten" in r["context"]
+        assert (
+            f"[vault] vault/Daily/{TODAY.isoformat()} (lines 1-3, dated {TODAY.isoformat()})" in r["context"]
+        )
+    history = ["Can you help me fix the backup script?", "Sure, done."]
+    for message in (
+        "how are you today?",
+        "thanks, that's all for today",
+        "Wie geht es dir heute?",
+        "how was your day today?",
+        "have a nice day today",
+        "Guten Morgen! Was steht heute an?",
+        "hope you had a good week this week",
+    ):
+        for turns in ([], history):
+            answer = served.call("recall", {"message": message, "history": turns})
+            listed = [h["reference"] for h in answer["hits"] if h["relevance"] == 0]
+            assert listed == [] and "listed" not in (answer.get("window") or {}), message
+    budget = served.call("recall", {"message": "was habe ich dieses Jahr zum Thema Budget gemacht?"})
+    assert budget["hits"][0]["reference"] == "vault/Daily/2026-11-10" and budget["hits"][0]["relevance"] > 0
 
 
 @pytest.mark.parametrize(
@@ -351,7 +552,14 @@ def test_hit_fields_are_the_documented_ones(served: Served) -> None:
     table = doc.split("Each hit:", 1)[1].split("\n\n", 2)[1]
     documented = re.findall(r"^\| `(\w+)` \|", table, re.M)
     hit = served.call("search", {"query": "tomatoes sun water"})["hits"][0]
-    assert set(hit) <= set(documented) and set(documented) - set(hit) <= {"agent", "masked"}
+    assert set(hit) <= set(documented) and set(documented) - set(hit) <= {
+        "agent",
+        "masked",
+        "date",
+        "datedBy",
+    }
+    dated = served.call("search", {"query": "garlic this month"})["hits"][0]  # with its day
+    assert set(dated) <= set(documented) and set(documented) - set(dated) <= {"agent", "masked"}
 
 
 # --- recall ----------------------------------------------------------------------------------
@@ -1480,3 +1688,95 @@ def test_recall_never_fails_on_prose_and_lists_no_period_for_small_talk(
     assert "memory/vpn" not in [h["reference"] for h in week["hits"]]
     days = {n.key: n.date for n in served.h.stores.manifest.note_days()}
     assert days["memory/claude/vpn"] == ""  # its created/updated stamps are no day it is about
+
+
+# Messages that name a period without asking about the person's own doings or notes (a review of
+# the time-phrase work): recall must not inject the period's daily notes for them.
+_NAMING_A_PERIOD = [
+    "Should I deploy today?",
+    "Do I need an umbrella today?",
+    "How do I fix the build today?",
+    "Hello! How's it going today, my friend?",
+    "have a nice day today, I'm off",
+    "Can we ship the release this week?",
+    "Hab heute frei, ich gehe wandern",
+    "Was für ein Tag heute, ich bin fertig",
+    "Soll ich heute joggen gehen?",
+    "Kann ich diese Woche Urlaub nehmen?",
+    "I bought this laptop last year, how do I reset it?",
+    "Letztes Jahr war ich in Italien, kennst du gute Restaurants in Rom?",
+    "last weekend was fun, what's the capital of France?",
+    "2 weeks ago the printer broke, how do I replace a toner?",
+    "How was your weekend? Last weekend I went hiking.",
+    "Wie war dein letztes Wochenende?",
+    "Hope you had a great last year!",
+    "What do we know about black holes? I read about it today",
+    "Ich bin heute etwas müde, was meinen Sie?",
+    "Mir geht's heute gut, danke. Und selbst?",
+]
+
+
+@pytest.fixture
+def dated_vault(agent_vault: Path) -> Path:
+    write(agent_vault / f"Daily/{TODAY.isoformat()}.md", "# Today\n\nDentist at ten. Salary talk.\n")
+    write(agent_vault / "Daily/2026-11-30.md", "# Monday\n\nTherapy session notes, private.\n")
+    write(agent_vault / "Daily/2026-11-28.md", "# Saturday\n\nHiked with Anna.\n")
+    write(agent_vault / "Daily/2026-11-18.md", "# Wed\n\nDoctor results.\n")
+    write(agent_vault / "Daily/2025-06-01.md", "# June\n\nDivorce lawyer call.\n")
+    return agent_vault
+
+
+@pytest.mark.parametrize("message", _NAMING_A_PERIOD)
+def test_a_message_naming_a_period_injects_none_of_its_notes_unasked(
+    served: Served, dated_vault: Path, message: str
+) -> None:
+    """Only a question about the person's own doings or notes lists a period's notes in recall;
+    a message that merely names one ("should I deploy today?", "I bought this laptop last year,
+    how do I reset it?") injected that period's daily notes (relevance 0) into the prompt."""
+    served.h.sweep()
+    r = served.call(
+        "recall", {"message": message, "history": ["Can you help me fix the backup script?", "Sure."]}
+    )
+    assert [h["reference"] for h in r["hits"] if h["relevance"] == 0] == [], message
+    asked = served.call("recall", {"message": "What did I do last week?"})
+    assert "vault/Daily/2026-11-28" in [h["reference"] for h in asked["hits"]]
+
+
+@pytest.mark.parametrize(
+    ("query", "since", "until"),
+    [
+        ("Was hat mir letzte Woche der Arzt gesagt?", "2026-11-23", "2026-11-29"),
+        ("Was hat letzten Monat der Vermieter geschrieben?", "2026-11-01", "2026-11-30"),
+        ("Ich war letzte Woche vor Ort beim Kunden, was haben wir besprochen?", "2026-11-23", "2026-11-29"),
+        ("What did I send last week before the deadline?", "2026-11-23", "2026-11-29"),
+    ],
+)
+def test_a_period_followed_by_an_article_is_still_a_period(query: str, since: str, until: str) -> None:
+    """Only a determiner or possessive before it makes "last week" a week of something else; a
+    word after it ("der Arzt", "vor Ort", "before the deadline") does not."""
+    _, f = split_filters(query, TODAY)
+    assert (f.since, f.until) == (since, until), query
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["my last year at school", "in my last year of the Bachelor", "our last week in Berlin was great"],
+)
+def test_a_possessive_period_is_no_phrase(query: str) -> None:
+    """ "my last year at school" is no calendar year."""
+    _, f = split_filters(query, TODAY)
+    assert f.phrase is None and f.since is None, query
+
+
+def test_a_given_window_still_lists_the_period_asked_about(served: Served, dated_vault: Path) -> None:
+    """A question about a period with the window given as well (an agent sends both) lists the
+    given window's notes; it answered nothing (parameters) or bad_request (inline)."""
+    served.h.sweep()
+    bare = [h["reference"] for h in served.call("search", {"query": "what did I do last week?"})["hits"]]
+    assert "vault/Daily/2026-11-28" in bare
+    given = served.call(
+        "search", {"query": "what did I do last week?", "since": "2026-11-23", "until": "2026-11-29"}
+    )
+    assert [h["reference"] for h in given["hits"]] == bare
+    inline = served.call("search", {"query": "last week since:2026-11-23"})
+    assert "vault/Daily/2026-11-28" in [h["reference"] for h in inline["hits"]]

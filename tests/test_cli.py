@@ -113,6 +113,8 @@ def _concrete(words: list[str], d: DaemonProcess, history: Path, config: Path) -
         "--config": str(config),
         "--wiki-subfolder": "wiki",
         "--tokens": "800",  # a token budget: 100 at least
+        "--since": "2020-01-01",  # a window holding the test vault's notes
+        "--until": "today",
     }
     out = []
     for i, w in enumerate(words):
@@ -603,6 +605,11 @@ def test_status_shows_a_batch_of_changes_being_indexed(shared: DaemonProcess) ->
     assert "Index: ready; indexing changes (1,825/5,000 notes)" in render_status(h)
     h["index"].update(phase="idle", progress={"done": 3, "total": 3})
     assert "Index: ready\n" in render_status(h)
+    # A note's read that hangs on a share: status says which root and note indexing waits for.
+    assert "to answer the read of" not in render_status(h)
+    h["index"]["waiting"] = {"root": "vault", "path": "Hang.md", "seconds": 4.2, "timeout_seconds": 10.0}
+    assert "waiting 4 s for vault to answer the read of Hang.md (hung share?)" in render_status(h)
+    del h["index"]["waiting"]
     # A root says when its folder was listed, not "last sweep" (read as a sweep done while the
     # first one was still writing what that listing found).
     assert re.search(r"\n  vault +\w+ +listed \S", render_status(h)) and "last sweep" not in render_status(h)

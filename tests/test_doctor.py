@@ -300,3 +300,18 @@ def test_the_configuration_loads_with_a_home_that_hangs(
         elapsed = time.monotonic() - started
     assert on_main == [] and elapsed < 5, (on_main, elapsed)
     assert cfg.home == home
+
+
+def test_doctor_fails_while_the_daemon_reports_a_problem(in_process: Any) -> None:
+    """A daemon whose vector search fails on every query (and which re-embeds in a loop) made
+    doctor say "all checks passed": the daemon's own active problems are a failed check, in
+    status' words; a daemon with none passes it."""
+    cfg = in_process.cfg
+    checks = {c.name: c for c in doctor._Run(cfg, Probes()).daemon()}
+    assert checks["daemon"].ok and checks["daemon problems"].ok, checks
+    in_process.harness.problems.report("vector_search", "vector sample failed: lance error: Not found")
+    checks = {c.name: c for c in doctor._Run(cfg, Probes()).daemon()}
+    problems = checks["daemon problems"]
+    assert not problems.ok and "vector search: vector sample failed" in problems.verdict
+    assert "sidecar status" in problems.todo
+    assert "all checks passed" not in doctor.summary(list(checks.values()))

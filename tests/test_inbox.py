@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from sidecar.clients.mcp_texts import trash_dropped_note
-from sidecar.contracts.errors import NotFoundError, SourceError
+from sidecar.contracts.errors import NotFoundError, RemoteError, SourceError
 from sidecar.memory import inbox as inbox_mod
 from sidecar.memory.inbox import Inboxes, InboxFullError, MemoryWriteError
 from sidecar.notes.frontmatter import split_front_matter
@@ -924,3 +924,78 @@ def test_an_edit_refused_for_the_note_there_is_no_malformed_request(inboxes: Inb
         inboxes.write("claude", "other", "z" * 200_000, None, must_exist=False)
     assert not isinstance(too_much.value, MemoryUnreadableError)
     assert too_much.value.code == "bad_memory_write"
+
+
+def test_each_inboxs_write_problem_stays_until_its_own_success(
+    in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory-write problems are one entry per inbox: another agent's failure does not hide it,
+    nor does that agent's success clear it; a full disk is one entry for all, cleared by any
+    write that works or by the tick that finds room. Was: one slot, the last writer's (dave's
+    read-only inbox vanished from status once carol failed and then wrote fine), and "No space
+    left on device" stayed until the agent that met it wrote again."""
+    import errno
+
+    from sidecar.daemon.repairs import RepairPolicy
+
+    failing: dict[str, int] = {}
+    real = inbox_mod.write_in
+
+    def write_in(dir_fd: int, name: str, data: bytes) -> tuple[int, int]:
+        if name in failing:
+            raise OSError(failing[name], os.strerror(failing[name]))
+        return real(dir_fd, name, data)
+
+    monkeypatch.setattr(inbox_mod, "write_in", write_in)
+
+    def active() -> list[str]:
+        return sorted(
+            p["error"] for p in in_process.call("health")["problems"]["active"] if p["area"] == "memory_write"
+        )
+
+    def write(agent: str, slug: str, fails: int | None = None) -> None:
+        if fails is None:
+            failing.pop(f"{slug}.md", None)
+            in_process.call("write", {"slug": slug, "content": f"{agent} {slug}"}, agent=agent)
+            return
+        failing[f"{slug}.md"] = fails
+        with pytest.raises(RemoteError) as refused:
+            in_process.call("write", {"slug": slug, "content": f"{agent} {slug}"}, agent=agent)
+        assert refused.value.code == "storage"
+
+    write("dave", "d1")
+    write("dave", "d2", errno.EACCES)
+    write("carol", "c5", errno.EACCES)
+    assert [e.split(" failed")[0] for e in active()] == [
+        "writing to the carol inbox",
+        "writing to the dave inbox",
+    ]
+    write("carol", "c5")
+    assert len(active()) == 1 and "dave inbox" in active()[0]
+
+    write("erin", "e1", errno.ENOSPC)
+    assert len(active()) == 2 and any("no room on the disk" in e for e in active())
+    write("frank", "f1")  # it had room: the full disk is no more
+    assert len(active()) == 1 and "dave inbox" in active()[0]
+    write("erin", "e2", errno.ENOSPC)
+    h = in_process.harness
+    RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()  # the disk has room
+    assert len(active()) == 1 and "dave inbox" in active()[0]
+    write("dave", "d3")
+    assert active() == []
+
+
+def test_housekeeping_leaves_an_agents_folder_that_is_not_the_one_kept(make_cfg: Any, vault: Path) -> None:
+    """The agents folder replaced (its share unmounted, the bare mount point's own folder at the
+    path): the daily prune and the start's temp-file cleanup leave what lies there alone; it is
+    not the agents' (was: aged texts and temp files removed from it, empty folders retired)."""
+    inboxes = Inboxes(make_cfg(vault, **{"memory.trashDays": 30}))
+    inboxes.write("claude", "n", "kept", None, must_exist=False)  # the agents folder is kept
+    agents = inboxes.cfg.agents_dir
+    agents.rename(agents.with_name("agents.away"))
+    trash = agents / "stale" / "memory" / ".trash"
+    names = _fill_trash(trash, 3, days_ago=60)
+    temp = agents / "stale" / "memory" / ".n.abcd1234.tmp"
+    temp.write_text("x")
+    assert inboxes.clean_temp() == 0 and inboxes.prune_trash() == 0
+    assert sorted(p.name for p in trash.iterdir()) == sorted(names) and temp.exists()

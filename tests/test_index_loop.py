@@ -5,6 +5,8 @@ backfill attaches vectors once the model is there, and a failing keyword index i
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,8 +19,10 @@ from sidecar.daemon.backfill import Backfill
 from sidecar.daemon.indexing import IndexLoop, Job
 from sidecar.daemon.repairs import RepairPolicy
 from sidecar.daemon.watchdog import status_line
+from sidecar.notes.links import LinkGraph
 from sidecar.runtime import backoff
 from tests.conftest import FakeEmbedder, Harness, write
+from tests.index_helpers import search
 
 
 @pytest.fixture
@@ -274,6 +278,48 @@ def test_a_note_saved_during_a_long_sweep_is_indexed_before_it_ends(make_cfg: An
         h.close()
 
 
+def test_a_note_made_in_an_excluded_folder_during_a_long_sweep_is_a_link_target(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """A note made in an excluded folder while a full sweep runs is a link's target from the
+    batch its event was taken in, and stays one when the sweep ends (the sweep's listing, made
+    before the note, would drop it again until the next sweep)."""
+    v = tmp_path / "bulk"
+    for i in range(12):
+        write(v / f"n{i:02}.md", f"# N{i}\n\nbulk note {i}\n")
+    write(v / "Hub.md", "# Hub\n\nSee [[Memo]].\n")
+    write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Archive/"]}))
+    h = Harness(make_cfg(v, **{"index.batchFiles": 2}), FakeEmbedder())
+    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+    h.indexer.on_indexed = None
+    graph = LinkGraph(h.stores.manifest.read)
+
+    def target() -> tuple[str | None, str | None]:
+        link = graph.links_of("vault/Hub")[0]
+        return link["target"], link.get("excluded")
+
+    try:
+        h.indexer.sweep()
+        assert target() == (None, None)
+        for i in range(12):  # the next full sweep has work for six batches
+            write(v / f"n{i:02}.md", f"# N{i}\n\nbulk note {i}, changed\n")
+        seen_during: list[str | None] = []
+        real = h.indexer.writer.write
+
+        def batch(prepared: Any) -> None:
+            real(prepared)
+            if len(seen_during) == 1:  # after the first batch: the note is made, its event queued
+                loop.changed({str(write(v / "Archive/Memo.md", "# Memo\n"))})
+            seen_during.append(target()[0])
+
+        h.indexer.writer.write = batch  # type: ignore[method-assign]
+        h.indexer.sweep()
+        assert "vault/Archive/Memo" in seen_during[:4], seen_during
+        assert target() == ("vault/Archive/Memo", "Obsidian excluded files: Archive/")
+    finally:
+        h.close()
+
+
 def _backfill(h: Harness, stop: threading.Event) -> threading.Thread:
     backfill = Backfill(
         h.cfg, h.slot, h.vectors, h.repair, problems=h.problems, activity=h.indexer.activity, stop=stop
@@ -353,3 +399,128 @@ def test_a_table_that_fails_to_attach_is_checked_and_attached(make_cfg: Any, vau
         VectorStore.id_list = real  # type: ignore[method-assign]
         stop.set()
         h.close()
+
+
+def _two_agents(make_cfg: Any, vault: Path) -> Any:
+    """The vault fixture and the inboxes of two agents, alpha and beta, each with a note: swept
+    and closed (the next start reads the damage the test makes)."""
+    cfg = make_cfg(vault)
+    for agent in ("alpha", "beta"):
+        inbox = cfg.agents_dir / agent / "memory"
+        inbox.mkdir(parents=True, mode=0o700)
+        os.chmod(inbox.parent, 0o700)
+        write(inbox / "trip.md", f"# Trip\n\nThe kayak of {agent} waits at the lake.\n")
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    assert h.stores.bm25.agents() == ["alpha", "beta"]
+    h.close()
+    return cfg
+
+
+def _kayaks(h: Harness) -> list[str]:
+    """The notes a search finds by the keyword (the search reports a failing index as a user's
+    search does)."""
+    search(h, "kayak")
+    ids = [chunk for chunk, _ in h.stores.bm25.search("kayak", 10)]
+    return sorted(v.key for v in h.stores.manifest.views(ids).values())
+
+
+def _asides(cfg: Any) -> list[str]:
+    return sorted(p.name.split(".broken-")[0] for p in cfg.index_dir.iterdir() if ".broken-" in p.name)
+
+
+def test_one_agents_failing_keyword_index_is_refilled_alone(make_cfg: Any, vault: Path) -> None:
+    """An agent's inbox index fails its searches while the vault's answers: the repair moves
+    that inbox aside and refills it from the manifest, leaving the vault's index and the other
+    inboxes as they are (it refilled the whole keyword index: the cost of every note, for one
+    agent's few)."""
+    cfg = _two_agents(make_cfg, vault)
+    for f in (cfg.index_dir / "bm25/memory/beta/chunks").glob("*.idx"):
+        f.write_bytes(b"\0" * 64)
+    vault_meta = (cfg.index_dir / "bm25/chunks/meta.json").read_bytes()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        assert _kayaks(h) == ["memory/alpha/trip"]
+        problem = h.problems.active_in("keyword_search")
+        assert problem is not None and "memory/beta" in problem["error"]
+        bm25 = h.stores.bm25
+        RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
+        assert h.stores.bm25 is bm25 and _asides(cfg) == ["bm25-memory-beta"]
+        assert (cfg.index_dir / "bm25/chunks/meta.json").read_bytes() == vault_meta
+        assert _kayaks(h) == ["memory/alpha/trip", "memory/beta/trip"]
+        assert h.problems.active_in("keyword_search") is None and bm25.failing == {}
+    finally:
+        h.close()
+
+
+def test_an_inbox_index_found_damaged_at_start_is_refilled_alone(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An inbox index whose counts cannot be read at start (its meta.json damaged) is moved
+    aside; the check after the first sweep refills that inbox alone from the manifest, not the
+    whole keyword index."""
+    cfg = _two_agents(make_cfg, vault)
+    (cfg.index_dir / "bm25/memory/beta/chunks/meta.json").write_text("{not json")
+    vault_meta = (cfg.index_dir / "bm25/chunks/meta.json").read_bytes()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        assert "reason=count mismatch expected=" in caplog.text and "inbox=beta" in caplog.text
+        assert _asides(cfg) == ["bm25-memory-beta"]
+        assert (cfg.index_dir / "bm25/chunks/meta.json").read_bytes() == vault_meta
+        assert _kayaks(h) == ["memory/alpha/trip", "memory/beta/trip"]
+        assert h.stores.bm25.num_docs() == h.stores.manifest.indexed_chunk_count()
+    finally:
+        h.close()
+
+
+def test_the_lock_keeper_makes_nothing_in_an_index_folder_gone_or_replaced(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """The home's share unmounted under the running daemon: the index folder's path leads nowhere
+    or to the bare mount point. The lock keeper says so (a `home` problem) and makes no lock (nor
+    folder) there; once the folder is back, the problem goes. Was: `index/.lock` made anew on
+    the mount point, as if only the lock file had been removed."""
+    from sidecar.daemon.process import IndexLock
+
+    index = tmp_path / "shared-home" / "index"
+    lock = IndexLock(index)
+    lock.acquire()
+    policy = RepairPolicy(
+        harness.repair, harness.problems, harness.stores.manifest, harness.slot, keep_lock=lock.keep
+    )
+    try:
+        away = index.with_name("index.away")
+        index.rename(away)
+        policy.tick()
+        assert not index.exists()
+        problem = harness.problems.active_in("home", subject="index")
+        assert problem is not None and "not the folder sidecar started on" in problem["error"]
+        index.mkdir()  # another folder at the path
+        policy.tick()
+        assert list(index.iterdir()) == []
+        index.rmdir()
+        away.rename(index)
+        policy.tick()
+        assert harness.problems.active_in("home", subject="index") is None
+        assert harness.problems.active() == []
+    finally:
+        lock.release()
+
+
+def test_a_manifest_away_and_back_clears_its_problem(harness: Harness) -> None:
+    """The manifest's path gone for a while (the home's share unmounted, then mounted again): its
+    problem ("restart the daemon to rebuild the index") is said while it is away and goes once
+    the same file is back. Was: it stayed, advising a rebuild that was not needed."""
+    policy = RepairPolicy(harness.repair, harness.problems, harness.stores.manifest, harness.slot)
+    path = harness.stores.manifest.path
+    away = path.with_name("manifest.away")
+    path.rename(away)
+    try:
+        policy.tick()
+        assert [p["area"] for p in harness.problems.active()] == ["stores"]
+    finally:
+        away.rename(path)
+    policy.tick()
+    assert harness.problems.active() == []

@@ -4,6 +4,7 @@ keys at once and do not count toward the mass-deletion guard, which still holds 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -269,5 +270,245 @@ def test_emptied_share_whose_wiki_mirrors_most_notes_is_not_deleted_at_once(
         st = h.supervisor.roots["vault"]
         left = set(h.stores.manifest.file_states("vault/"))
         assert st.offline and st.hold_kind == "empty" and left == known
+    finally:
+        h.close()
+
+
+def _private(make_cfg: Any, vault: Path, rule: str) -> Harness:
+    """The ``big`` vault with a folder Private/ that a rule leaves out (Obsidian's Excluded files
+    or index.exclude), holding one note, swept."""
+    _notes(vault / "Notes", 10)
+    write(vault / "Private/diary.md", "# Diary\n\nNothing for the lighthouse keepers.\n")
+    if rule == "obsidian":
+        write(vault / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Private/"]}))
+        h = Harness(make_cfg(vault), FakeEmbedder())
+    else:
+        h = Harness(make_cfg(vault, **{"index.exclude": "Private/"}), FakeEmbedder())
+    h.sweep()
+    assert _hits(h, "lighthouse 3") == ["vault/Notes/n3"]
+    return h
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_notes_lost_beside_excluded_copies_of_them_are_still_held(
+    make_cfg: Any, vault: Path, restart: bool
+) -> None:
+    """An excluded folder has long held copies of most notes, their mtimes kept (a backup made
+    with rsync -a). The notes vanish (a share half listed), in the same run or after a restart:
+    the old copies are no moves, the loss is held, and so is a note moved into the excluded
+    folder (an excluded copy is no evidence: a review found old backups passing for moves)."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        shutil.copytree(vault / "Notes", vault / "Private/Backup")
+        h.sweep()
+        if restart:  # what the last run found excluded is known from the index
+            h.close()
+            h = Harness(h.cfg, FakeEmbedder())
+        notes = sorted((vault / "Notes").glob("*.md"))
+        notes[0].rename(vault / "Private" / notes[0].name)
+        for p in notes[1:]:
+            p.unlink()
+        h.sweep()
+        st = h.supervisor.roots["vault"]
+        assert st.hold_kind == "mass" and st.held_deletions == 10, st.error
+        assert _keys(h, "vault/Notes/") == {f"vault/Notes/{p.stem}" for p in notes}
+    finally:
+        h.close()
+
+
+# A review of the move-into-an-excluded-folder change: an excluded copy must never pass for
+# where a vanished share's notes went (each of these released a real loss at once).
+def _with_excluded_backup(make_cfg: Any, vault: Path, rule: str) -> Harness:
+    """13 notes (10 in Notes/), Private/ excluded holding an old rsync -a backup of Notes/."""
+    _notes(vault / "Notes", 10)
+    write(vault / "Private/diary.md", "# Diary\n")
+    shutil.copytree(vault / "Notes", vault / "Private/Backup")  # copy2: mtimes kept
+    if rule == "obsidian":
+        write(vault / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Private/"]}))
+        h = Harness(make_cfg(vault), FakeEmbedder())
+    else:
+        h = Harness(make_cfg(vault, **{"index.exclude": "Private/"}), FakeEmbedder())
+    h.sweep()
+    assert len(_keys(h, "vault/Notes/")) == 10
+    return h
+
+
+def _held(h: Harness, n: int) -> None:
+    st = h.supervisor.roots["vault"]
+    left = _keys(h, "vault/Notes/")
+    assert (st.hold_kind, len(left)) == ("mass", n), f"hold={st.hold_kind} left={len(left)} err={st.error}"
+
+
+def _excluded_rows(h: Harness) -> set[str]:
+    return {r[0] for r in h.stores.manifest.read("SELECT key FROM excluded_notes WHERE key LIKE 'vault/%'")}
+
+
+@pytest.mark.parametrize("restart", [True, False])
+@pytest.mark.parametrize("rule", ["obsidian", "index.exclude"])
+def test_empty_mount_point_then_restart_then_half_listed_share(
+    make_cfg: Any, vault: Path, tmp_path: Path, rule: str, restart: bool
+) -> None:
+    """The share shows an empty folder for a while (hold "empty"), the daemon restarts
+    (a reboot), the share comes back without Notes/ (half listed, or really lost): the
+    10 lost notes must be held, as the old backup in Private/ was there all along."""
+    h = _with_excluded_backup(make_cfg, vault, rule)
+    aside = tmp_path / "share-contents"
+    aside.mkdir()
+    try:
+        assert len(_excluded_rows(h)) == 11
+        for p in list(vault.iterdir()):  # the empty mount point
+            p.rename(aside / p.name)
+        h.sweep()
+        st = h.supervisor.roots["vault"]
+        assert st.hold_kind == "empty", (st.hold_kind, st.error)
+        rows_while_empty = _excluded_rows(h)
+        if restart:
+            h.close()
+            h = Harness(h.cfg, FakeEmbedder())  # restart
+        h.sweep()  # still empty
+        for p in list(aside.iterdir()):  # back, but Notes/ not listed
+            if p.name != "Notes":
+                p.rename(vault / p.name)
+        h.sweep()
+        st = h.supervisor.roots["vault"]
+        left = _keys(h, "vault/Notes/")
+        assert (st.hold_kind, len(left)) == ("mass", 10), (
+            f"rows while empty={len(rows_while_empty)} hold={st.hold_kind} left={len(left)} err={st.error}"
+        )
+    finally:
+        h.close()
+
+
+def test_backup_written_into_excluded_folder_during_a_hold(
+    make_cfg: Any, vault: Path, tmp_path: Path
+) -> None:
+    """Notes/ stops being listed (half-listed share; on the server the files are still there) and
+    is held as a mass deletion. A server-side nightly job then writes a dated rsync -a copy of the
+    vault into Private/ (excluded). The held loss must stay held."""
+    _notes(vault / "Notes", 10)
+    write(vault / "Private/diary.md", "# Diary\n")
+    write(vault / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Private/"]}))
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        aside = tmp_path / "server-side-Notes"
+        (vault / "Notes").rename(aside)  # not listed by the client
+        h.sweep()
+        _held(h, 10)
+        shutil.copytree(aside, vault / "Private/Backup-2026-12-05/Notes")  # copy2 keeps mtimes
+        h.sweep()
+        _held(h, 10)
+    finally:
+        h.close()
+
+
+def test_old_backup_renamed_during_a_hold(make_cfg: Any, vault: Path, tmp_path: Path) -> None:
+    """The old backup in Private/ was settled long ago; during a held loss of Notes/ the user
+    renames the backup folder (Private/Backup -> Private/Backup-2025): its notes get new keys and
+    count as "new" excluded notes, so the held deletions go at once."""
+    h = _with_excluded_backup(make_cfg, vault, "obsidian")
+    try:
+        (vault / "Notes").rename(tmp_path / "server-side-Notes")
+        h.sweep()
+        _held(h, 10)
+        (vault / "Private/Backup").rename(vault / "Private/Backup-2025")
+        h.sweep()
+        _held(h, 10)
+    finally:
+        h.close()
+
+
+def test_excluded_folder_unreadable_once_then_notes_vanish(
+    make_cfg: Any, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One settled sweep cannot list Private/Backup (an I/O error, a permission flip while a
+    backup job writes there): the settled set forgets the old backup, nothing guards that. A
+    later half listing of Notes/ is then taken for a move into the backup."""
+    h = _with_excluded_backup(make_cfg, vault, "obsidian")
+    import sidecar.vault.sources as sources
+
+    real = os.scandir
+    bad = str(vault / "Private/Backup")
+
+    def flaky(path: Any = ".") -> Any:
+        if str(path) == bad:
+            raise PermissionError(13, "Permission denied", bad)
+        return real(path)
+
+    try:
+        monkeypatch.setattr(sources.os, "scandir", flaky)
+        h.sweep()
+        assert h.supervisor.roots["vault"].hold_kind is None
+        monkeypatch.setattr(sources.os, "scandir", real)
+        (vault / "Notes").rename(tmp_path / "server-side-Notes")
+        h.sweep()
+        _held(h, 10)
+    finally:
+        h.close()
+
+
+def test_copies_of_some_notes_release_the_others_too(make_cfg: Any, vault: Path, tmp_path: Path) -> None:
+    """As the backup-during-a-hold case, but 8 more notes (More/) with no copy anywhere vanish
+    too: the 10 "moves" bring the lost share under massDeletionShare, and all 18 go at once."""
+    _notes(vault / "Notes", 10)
+    for i in range(8):
+        write(vault / f"More/m{i}.md", f"# M{i}\n\nno copy of this one {i}\n")
+    write(vault / "Private/diary.md", "# Diary\n")
+    write(vault / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Private/"]}))
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        (vault / "Notes").rename(tmp_path / "server-side-Notes")
+        (vault / "More").rename(tmp_path / "server-side-More")
+        h.sweep()
+        assert h.supervisor.roots["vault"].hold_kind == "mass"
+        shutil.copytree(tmp_path / "server-side-Notes", vault / "Private/Backup/Notes")
+        h.sweep()
+        more = _keys(h, "vault/More/")
+        assert len(more) == 8, f"More/ notes left: {len(more)}; hold={h.supervisor.roots['vault'].hold_kind}"
+    finally:
+        h.close()
+
+
+def test_full_sweep_overwrites_what_events_recorded_meanwhile(make_cfg: Any, vault: Path) -> None:
+    """A full sweep lists the vault (Archive/2024 Review.md excluded), then indexes in batches;
+    between batches, the file event of the note's rename inside Archive/ is looked at (fix 2
+    records the new name at once). The sweep then records its own, older listing over it: the link
+    points at the old, deleted name again until the next full sweep."""
+    write(vault / "Notes/Hub.md", "See [[2024 Review]].\n")
+    old = write(vault / "Archive/2024 Review.md", "# 2024 Review\n")
+    write(vault / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Archive/"]}))
+    h = Harness(make_cfg(vault, **{"index.batchFiles": 1}), FakeEmbedder())
+    try:
+        h.sweep()
+        for i in range(3):  # work for a few batches
+            write(vault / f"New/x{i}.md", f"# X{i}\n")
+        (vault / "Archive/Years").mkdir()
+        fired: list[bool] = []
+
+        def hot() -> set[str]:
+            if fired:
+                return set()
+            fired.append(True)
+            new = old.rename(vault / "Archive/Years/2024 Review.md")
+            return {str(old), str(new)}
+
+        h.indexer.hot_paths = hot
+        calls: list[dict[str, Any]] = []
+        real_record = h.indexer._record_excluded
+
+        def record(diff: Any, every: Any) -> None:
+            calls.append({k: dict(v) for k, v in diff.excluded.items()})
+            real_record(diff, every)
+
+        h.indexer._record_excluded = record  # type: ignore[method-assign]
+        h.indexer.sweep()
+        assert fired and len(calls) >= 2, calls
+        # the events' look recorded the new name (and dropped the old one) ...
+        hot_calls = [c for c in calls if "vault/Archive/Years/2024 Review" in c]
+        assert hot_calls and hot_calls[0]["vault/Archive/2024 Review"] == {}, calls
+        # ... then the sweep's own record, from its listing made before the rename, replaces it
+        rows = {r[0] for r in h.stores.manifest.read("SELECT key FROM excluded_notes")}
+        assert rows == {"vault/Archive/Years/2024 Review"}, rows
     finally:
         h.close()

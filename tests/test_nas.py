@@ -17,7 +17,7 @@ from sidecar.daemon import handlers as handlers_mod
 from sidecar.vault import sources as sources_mod
 from sidecar.vault import supervisor as supervisor_mod
 from sidecar.vault.supervisor import Identity
-from tests.conftest import FakeEmbedder, Harness, write
+from tests.conftest import FakeEmbedder, Harness, make_vault, write
 
 
 def _counts(h: Harness) -> tuple[int, int, int]:
@@ -518,3 +518,246 @@ def test_a_note_grown_too_large_through_an_event_leaves_and_is_counted(make_cfg:
         assert h.indexer.activity.scan_skipped == {}
     finally:
         h.close()
+
+
+def _memory_keys(server: Any) -> list[str]:
+    return sorted(server.harness.stores.manifest.file_states("memory/"))
+
+
+def _health(server: Any) -> dict[str, Any]:
+    return server.call("health")
+
+
+def test_memory_writes_refuse_an_agents_folder_that_is_gone_or_replaced(in_process: Any) -> None:
+    """The home's agents folder on a share that goes away (unmounted: the path is missing, or is
+    the bare mount point, another folder): a memory write is refused (`storage`) and makes nothing
+    there, the inboxes are offline roots (nothing deleted from the index, nothing of the other
+    folder indexed) and status says why; once the folder is back, writes and sweeps go on. Was:
+    `created`, written into a fresh agents/<agent>/memory/ made on the mount point (hidden when
+    the share came back), and every agent's notes deleted from the index."""
+    cfg = in_process.cfg
+    for slug in ("m1", "m2", "m3"):
+        in_process.call("write", {"slug": slug, "content": f"frank memory {slug}"}, agent="frank")
+    in_process.call("write", {"slug": "b1", "content": "bob memory"}, agent="bob")
+    before = _memory_keys(in_process)
+    assert len(before) == 4
+    away = cfg.home / "agents.away"
+    cfg.agents_dir.rename(away)  # the share goes: its mount point's path leads nowhere
+
+    for op, params in (
+        ("write", {"slug": "whilegone", "content": "written while gone"}),
+        ("write", {"slug": "m1", "content": "replaced while gone"}),
+        ("delete", {"slug": "m2"}),
+    ):
+        with pytest.raises(RemoteError) as refused:
+            in_process.call(op, params, agent="frank")
+        assert refused.value.code == "storage" and "agents folder" in str(refused.value), op
+    assert not cfg.agents_dir.exists()  # nothing made where the share was
+    in_process.harness.sweep()
+    assert _memory_keys(in_process) == before
+    health = _health(in_process)
+    inboxes = [r for r in health["roots"] if r["name"].startswith("memory/")]
+    assert {r["name"] for r in inboxes} == {"memory/frank", "memory/bob"}
+    assert all(r["mode"] == "offline" and "agents folder" in r["error"] for r in inboxes)
+    home = [p for p in health["problems"]["active"] if p["area"] == "home"]
+    assert home and "no memory note is deleted" in home[0]["error"]
+
+    # Another folder at the path (the bare mount point, with a stale inbox of its own).
+    write(cfg.agents_dir / "frank" / "memory" / "stale.md", "a stale note under the mount point\n")
+    with pytest.raises(RemoteError) as refused:
+        in_process.call("write", {"slug": "whilegone", "content": "x"}, agent="frank")
+    assert refused.value.code == "storage" and "not the folder sidecar started on" in str(refused.value)
+    with pytest.raises(RemoteError):
+        in_process.call("write", {"slug": "n1", "content": "a new agent"}, agent="newcomer")
+    assert sorted(p.name for p in cfg.agents_dir.rglob("*")) == ["frank", "memory", "stale.md"]
+    in_process.harness.sweep()
+    assert _memory_keys(in_process) == before  # nothing deleted, the stale note not indexed
+
+    # The share is back: writes and sweeps go on as before.
+    for p in sorted(cfg.agents_dir.rglob("*"), reverse=True):
+        p.rmdir() if p.is_dir() else p.unlink()
+    cfg.agents_dir.rmdir()
+    away.rename(cfg.agents_dir)
+    out = in_process.call("write", {"slug": "m1", "content": "replaced when back"}, agent="frank")
+    assert out["action"] == "replaced"
+    in_process.call("write", {"slug": "n1", "content": "a new agent"}, agent="newcomer")
+    in_process.harness.sweep()
+    health = _health(in_process)
+    assert all(r["mode"] != "offline" for r in health["roots"] if r["name"].startswith("memory/"))
+    assert not [p for p in health["problems"]["active"] if p["area"] == "home"]
+    assert _memory_keys(in_process) == [*before, "memory/newcomer/n1"]
+
+
+def test_an_inbox_gone_while_its_notes_are_indexed_is_not_made_anew(in_process: Any) -> None:
+    """An agent's inbox gone (moved away, a share of its own unmounted) while the index holds its
+    notes: a write is refused (`storage`) and makes no fresh inbox in its place; once a sweep saw
+    the notes gone and let go of them, the next write makes the inbox anew. A new agent's first
+    write makes its inbox at once. Was: made anew at once, the write hidden when the folder came
+    back."""
+    cfg = in_process.cfg
+    in_process.call("write", {"slug": "m1", "content": "frank memory one"}, agent="frank")
+    (cfg.agents_dir / "frank").rename(cfg.home / "frank-away")
+    with pytest.raises(RemoteError) as refused:
+        in_process.call("write", {"slug": "m2", "content": "frank memory two"}, agent="frank")
+    assert refused.value.code == "storage" and "is gone although its notes are indexed" in str(refused.value)
+    assert not (cfg.agents_dir / "frank").exists()
+    assert in_process.call("write", {"slug": "n1", "content": "a new agent"}, agent="newcomer")["created"]
+    in_process.harness.sweep()
+    assert _memory_keys(in_process) == ["memory/newcomer/n1"]
+    out = in_process.call("write", {"slug": "m2", "content": "frank memory two"}, agent="frank")
+    assert out["action"] == "created" and (cfg.agents_dir / "frank" / "memory" / "m2.md").is_file()
+
+
+def _hang_reads_of(monkeypatch: pytest.MonkeyPatch, name: str, release: threading.Event) -> None:
+    """Reading the note ``name`` hangs until ``release`` (a FUSE helper that stopped answering,
+    an SMB oplock, a hard NFS mount): its listing and stat answer, its read does not."""
+    real = sources_mod.read_fd
+
+    def read_fd(fd: int, limit: int) -> bytes:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(name):
+            release.wait(20)
+        return real(fd, limit)
+
+    monkeypatch.setattr(sources_mod, "read_fd", read_fd)
+
+
+def _stuck_readers(root: str) -> int:
+    return sum(1 for t in threading.enumerate() if t.name == f"probe-{root}" and t.is_alive())
+
+
+def test_a_note_whose_read_hangs_takes_its_root_offline_not_the_indexer(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A share whose listing answers but whose read of one note hangs: the read has a deadline
+    (the probe timeout), the root goes offline naming the note, its other notes wait, and the
+    agents' inboxes (local) are indexed on; a sweep while it still hangs starts no second stuck
+    read; once the share answers again the retry reads everything. The indexer thread hung in
+    the read, with `Index: ready`, no root offline and no inbox note indexed, for as long as
+    the share hung."""
+    write(vault / "Hang.md", "# Hang\n\nThe quagmire note.\n")
+    release = threading.Event()
+    _hang_reads_of(monkeypatch, "Hang.md", release)
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5}), FakeEmbedder())
+    try:
+        inbox = h.cfg.agents_dir / "eve" / "memory"
+        write(inbox / "plan.md", "# Plan\n\nThe guava harvest.\n")
+        costs: dict[str, float] = {}
+        h.indexer.on_indexed = costs.update
+        started = time.monotonic()
+        h.indexer.sweep()
+        assert time.monotonic() - started < 10
+        # The wait is no cost of the note: its file events are not held back for it.
+        assert str(vault / "Hang.md") not in costs and costs
+        assert h.stores.manifest.file_states_of(["memory/eve/plan"])
+        st = h.supervisor.roots["vault"]
+        assert st.offline and "Hang.md" in str(st.error) and "did not answer" in str(st.error)
+        assert "vault/Hang" not in h.stores.manifest.file_states("vault/")
+        assert _stuck_readers("vault") == 1
+        # While it hangs: sweeps (full, and of an inbox's file events) answer at once, index the
+        # inbox, start no second read of the share, and still say which note hangs.
+        later = write(inbox / "later.md", "# Later\n\nThe lychee crate.\n")
+        started = time.monotonic()
+        h.indexer.sweep()
+        h.indexer.sweep(only=frozenset(), paths={str(later)})
+        assert time.monotonic() - started < 5
+        assert h.stores.manifest.file_states_of(["memory/eve/later"])
+        assert _stuck_readers("vault") == 1
+        roots = {r["name"]: r for r in h.supervisor.describe(lambda _p: True)}
+        assert roots["vault"]["mode"] == "offline" and "Hang.md" in str(roots["vault"]["error"])
+        release.set()
+        for _ in range(100):
+            if not _stuck_readers("vault"):
+                break
+            time.sleep(0.05)
+        st.next_retry = 0.0  # the retry is due
+        h.indexer.sweep(only=frozenset(h.supervisor.due()))
+        assert not st.offline
+        assert "vault/Hang" in h.stores.manifest.file_states("vault/")
+        assert len(h.stores.manifest.file_states("vault/")) == 4  # Garden, Boat, Bread, Hang
+    finally:
+        release.set()
+        h.close()
+
+
+def test_offline_index_says_which_read_it_waits_for_and_which_root_is_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sidecar index` with no daemon, on a share that hangs on the read of one note: it says
+    which note it waits for, ends after the read's deadline and names the root left offline
+    (it printed nothing, and waited as long as the share hung)."""
+    from sidecar.clients.cli import main
+
+    vault = make_vault(tmp_path / "vault")
+    write(vault / "Hang.md", "# Hang\n\nThe quagmire note.\n")
+    release = threading.Event()
+    _hang_reads_of(monkeypatch, "Hang.md", release)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("SIDECAR_EMBEDDER_ENABLED", "false")
+    monkeypatch.setenv("SIDECAR_WATCH_PROBE_TIMEOUT_SECONDS", "2.5")
+    started = time.monotonic()
+    try:
+        code = main(["index", "--home", str(tmp_path / "h"), "--vault", str(vault)])
+    finally:
+        release.set()
+    assert code == 0 and time.monotonic() - started < 15
+    err = capsys.readouterr().err
+    assert "waiting for vault to answer the read of Hang.md (hung share?)" in err
+    assert "vault offline, kept as indexed: reading Hang.md" in err
+
+
+def test_a_pipe_named_like_a_note_seen_by_an_event_is_counted_at_once(big: Harness, vault: Path) -> None:
+    """A FIFO made while running (a file event) is counted as skipped at once, not at the next
+    full sweep, and no longer once it is gone; it is never opened."""
+    fifo = vault / "pipe.md"
+    os.mkfifo(fifo)
+    big.indexer.sweep(only=frozenset(), paths={str(fifo)})
+    assert big.indexer.activity.scan_skipped == {"not a regular file": 1}
+    fifo.unlink()
+    big.indexer.sweep(only=frozenset(), paths={str(fifo)})
+    assert big.indexer.activity.scan_skipped == {}
+
+
+def test_an_indexed_note_that_cannot_be_read_is_named_in_status(
+    big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note that cannot be read any more (chmod 000, an I/O error) keeps what was indexed and
+    is counted and named as unreadable in status, through later sweeps, until it reads again
+    (it was kept with only a log line, and its later edits went unread without a word)."""
+    target = vault / "Notes" / "n3.md"
+    real = sources_mod.read_fd
+
+    def read_fd(fd: int, limit: int) -> bytes:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("/Notes/n3.md"):
+            raise PermissionError(13, "Permission denied")
+        return real(fd, limit)
+
+    monkeypatch.setattr(sources_mod, "read_fd", read_fd)
+    before = big.stores.manifest.chunk_ids("vault/Notes/n3")
+    os.utime(target, ns=(1, 1))
+    for _ in range(2):  # the second sweep does not read it again, and still names it
+        big.sweep()
+        assert big.stores.manifest.chunk_ids("vault/Notes/n3") == before != set()
+        assert big.indexer.activity.scan_skipped == {"unreadable": 1}
+        problem = big.stores.problems.active_in("unreadable")
+        assert problem is not None and str(target) in problem["error"]
+        (root,) = [r for r in big.supervisor.describe(lambda _p: True) if r["name"] == "vault"]
+        assert root["unreadable"] == [str(target)]
+    monkeypatch.setattr(sources_mod, "read_fd", real)
+    target.write_text("# Note 3\n\nReadable again: the wombat.\n")
+    big.sweep()
+    assert big.indexer.activity.scan_skipped == {}
+    assert big.stores.problems.active_in("unreadable") is None
+    assert big.stores.manifest.chunk_ids("vault/Notes/n3") != before
+    # Made unreadable again by a chmod (only its status time changes, its read fails), then
+    # deleted (a file event): named until it is gone, also when a walk of its folder does not
+    # read it again.
+    monkeypatch.setattr(sources_mod, "read_fd", read_fd)
+    os.chmod(target, 0o600)
+    big.indexer.sweep(only=frozenset(), paths={str(target.parent)})  # a walk of its folder
+    assert big.indexer.activity.scan_skipped == {"unreadable": 1}
+    big.indexer.sweep(only=frozenset(), paths={str(target.parent)})  # not read again: still named
+    assert big.indexer.activity.scan_skipped == {"unreadable": 1}
+    target.unlink()
+    big.indexer.sweep(only=frozenset(), paths={str(target)})
+    assert big.indexer.activity.scan_skipped == {}
+    assert big.stores.problems.active_in("unreadable") is None

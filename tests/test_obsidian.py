@@ -292,6 +292,8 @@ def test_daemon_links_related_and_excludes_after_reload(daemon_factory: Any, tmp
     cfg_file.write_text("embedder:\n  enabled: false\nindex:\n  exclude: [Projects/]\n")
     assert "index.exclude" in d.call("reload")["changed"]
     _wait(lambda: not d.call("search", {"query": "outboard engine", "minScore": 0})["hits"])
+    # The keyword index lets go of a note just before the manifest does: waited for too.
+    _wait(lambda: not d.call("why", {"reference": "vault/Projects/Boat", "query": "engine"})["indexed"])
     why = d.call("why", {"reference": "vault/Projects/Boat", "query": "engine"})
     assert why["indexed"] is False and why["excluded"] == "index.exclude: Projects/"
     assert d.health()["index"]["excluded"] == {"index.exclude: Projects/": 1}
@@ -604,14 +606,21 @@ def test_status_names_notes_whose_front_matter_does_not_read(in_process: Any) ->
     assert h["index"]["front_matter_unread"]["notes"] == 0 and "Front matter not read" not in render_status(h)
 
 
-def test_excluded_files_changed_in_obsidian_apply_at_once(daemon_factory: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("watch", ["recursive", "folder by folder"])
+def test_excluded_files_changed_in_obsidian_apply_at_once(
+    daemon_factory: Any, tmp_path: Path, watch: str
+) -> None:
     """A folder added to Obsidian's Excluded files leaves search within seconds, and comes back
-    when removed again: app.json's change is a file event that sweeps every root (it waited for
-    the next periodic sweep, ten minutes by default)."""
+    when removed again, or when the settings folder is moved away: app.json's change is a file
+    event that sweeps every root (it waited for the next periodic sweep, ten minutes by default),
+    also where the watch goes folder by folder (a folder symlink in the vault), whose walk left
+    .obsidian/ out."""
     v = tmp_path / "v"
     write(v / "Private/diary.md", "# Diary\n\nthe zeppelin over the lake\n")
     write(v / "Keep.md", "# Keep\n\nnothing else\n")
     write(v / ".obsidian/workspace.json", "{}")  # a vault Obsidian opened: the folder is there
+    if watch == "folder by folder":
+        (v / "Shortcut").symlink_to(v / "Private")
     d = daemon_factory(v, keyword_only=True).start()
     d.wait_for(lambda h: h["index"]["files"] == 2)
 
@@ -629,6 +638,10 @@ def test_excluded_files_changed_in_obsidian_apply_at_once(daemon_factory: Any, t
     while not found():
         assert time.monotonic() < deadline, "the note is not found again"
         time.sleep(0.2)
+    write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Private/"]}))
+    _wait(lambda: not found(), 20)
+    (v / ".obsidian").rename(tmp_path / "settings-kept-aside")  # one event, for the folder
+    _wait(found, 20)
 
 
 @pytest.mark.parametrize(
@@ -738,6 +751,50 @@ def test_links_to_excluded_notes_resolve_and_their_names_are_found(
     assert call("search", {"query": "Kranichflug", "minScore": 0})["hits"] == []
 
 
+def test_links_follow_excluded_notes_that_file_events_bring(tmp_path: Path, serve_in_process: Any) -> None:
+    """A note made, renamed, moved in or deleted in an excluded folder is a link's target (marked
+    excluded), or none, as soon as the file events of the change are looked at, without its text
+    being indexed (links to it stayed unresolved until the next full sweep, ten minutes by
+    default); a folder moved into the excluded one leaves search and stays the links' target."""
+    v = tmp_path / "linked"
+    write(v / "Notes/Hub.md", "See [[2024 Review]] and [[Plan]].\n")
+    write(v / "Projects/Plan.md", "# Plan\n\nSegelflug im Mai.\n")
+    write(v / "Archive/old.md", "# Old\n")
+    write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Archive/"]}))
+    server = serve_in_process(v, model=KEYWORD_ONLY)
+    call, indexer = server.call, server.harness.indexer
+
+    def events(*paths: Path) -> None:
+        indexer.sweep(only=frozenset(), paths={str(p) for p in paths})
+
+    def targets() -> dict[str, tuple[str | None, str | None]]:
+        links = call("get", {"reference": "vault/Notes/Hub"})["links"]
+        return {x["link"]: (x["target"], x.get("excluded")) for x in links}
+
+    rule = "Obsidian excluded files: Archive/"
+    assert targets()["2024 Review"] == (None, None)
+    review = write(v / "Archive/2024 Review.md", "# 2024 Review\n\nKranichflug.\n")
+    events(review)
+    assert targets()["2024 Review"] == ("vault/Archive/2024 Review", rule)
+    assert call("search", {"query": "Kranichflug", "minScore": 0})["hits"] == []
+    (v / "Archive/Years").mkdir()
+    moved = review.rename(v / "Archive/Years/2024 Review.md")
+    events(review, moved)
+    assert targets()["2024 Review"] == ("vault/Archive/Years/2024 Review", rule)
+    (v / "Projects").rename(v / "Archive/Projects")  # a folder moved in
+    events(v / "Projects", v / "Archive/Projects")
+    assert targets()["Plan"] == ("vault/Archive/Projects/Plan", rule)
+    assert call("search", {"query": "Segelflug", "minScore": 0})["hits"] == []
+    moved.unlink()
+    events(moved)
+    assert targets()["2024 Review"] == (None, None)
+    (v / "Archive/Projects").rename(v / "Archive/Elsewhere")  # renamed within the excluded folder
+    events(v / "Archive/Projects", v / "Archive/Elsewhere")
+    assert targets()["Plan"] == ("vault/Archive/Elsewhere/Plan", rule)
+    server.harness.sweep()  # a full sweep finds the same
+    assert targets() == {"2024 Review": (None, None), "Plan": ("vault/Archive/Elsewhere/Plan", rule)}
+
+
 def test_the_days_of_notes_are_read_once_per_change(tmp_path: Path, make_cfg: Any) -> None:
     """A time phrase's list of dated notes is kept until the manifest is written or the daily-note
     formats change (every such query parsed every note's front matter again)."""
@@ -755,7 +812,7 @@ def test_the_days_of_notes_are_read_once_per_change(tmp_path: Path, make_cfg: An
         }
         again = manifest.note_days()
         assert again == first and all(a is b for a, b in zip(again, first, strict=True))
-        manifest.day_formats = ("DD.MM.YYYY",)
+        manifest.day_formats = (("DD.MM.YYYY", ""),)
         assert {n.key: n.date for n in manifest.note_days()}["vault/Journal/21.11.2026"] == "2026-11-21"
         write(v / "Daily/2026-11-22.md", "# Day\n\nswam\n")
         h.sweep()
@@ -784,7 +841,92 @@ def test_date_properties_as_vaults_write_them(properties: dict[str, Any], day: s
     to the daily note, a capital key, slashes, the vault's own daily format); only a valid day."""
     from sidecar.stores.manifest import note_date
 
-    assert note_date(json.dumps(properties), "vault/Notes/x", ("DD.MM.YYYY",)) == day
+    assert note_date(json.dumps(properties), "vault/Notes/x", (("DD.MM.YYYY", ""),)) == day
     # A memory note's own write stamps date nothing; its 'date' does.
     assert note_date(json.dumps({"created": "2026-11-01"}), "memory/a/x") == ""
     assert note_date(json.dumps({"date": "2026-11-02"}), "memory/a/x") == "2026-11-02"
+
+
+@pytest.mark.parametrize(
+    ("name", "day"),
+    [
+        ("99-12-31", "1999-12-31"),
+        ("69-01-02", "1969-01-02"),
+        ("68-01-02", "2068-01-02"),
+        ("26-11-05", "2026-11-05"),
+    ],
+)
+def test_a_two_digit_year_reads_as_moment_reads_it(name: str, day: str) -> None:
+    """YY is 2000-2068 or 1969-1999, as Moment.js (Obsidian's parser) reads it ('99' was 2099)."""
+    assert day_of_path(name, ("YY-MM-DD",)) == day
+
+
+def test_daily_notes_are_those_named_in_their_folder(tmp_path: Path, serve_in_process: Any) -> None:
+    """A name in the vault's daily-note format dates a note only inside the daily-note folder
+    ("Projects/12.11.2025 Meeting" was a daily note); a period lists first the notes its day came
+    from the name of (a note whose date property gave another day than its name was among them);
+    status and doctor say which format was read and from where, and an unreadable settings file
+    is a problem (it was a log line)."""
+    import datetime as dt
+
+    from sidecar.clients.cli_render import render_status
+
+    v = tmp_path / "journal"
+    write(v / "Journal/15.11.2025.md", "# Samstag\n\nMarkt.\n")
+    write(v / "Journal/Archiv/14.11.2025.md", "# Freitag\n\nArbeit.\n")
+    write(v / "Journal/13.11.2025.md", "---\ndate: 2025-11-13\n---\n# Donnerstag\n\nSport.\n")
+    write(v / "Projects/12.11.2025 Meeting.md", "# Meeting\n\nAgenda.\n")
+    write(v / "Notes/2025-11-01 call.md", "---\ndate: 2025-11-16\n---\n# Call\n\nNotes.\n")
+    settings = v / ".obsidian/daily-notes.json"
+    write(settings, json.dumps({"folder": "Journal/", "format": "DD.MM.YYYY"}))
+    server = serve_in_process(v, model=KEYWORD_ONLY)
+    h = server.harness
+    days = {n.key: (n.date, n.named) for n in h.stores.manifest.note_days()}
+    assert days["vault/Journal/15.11.2025"] == ("2025-11-15", True)
+    assert days["vault/Journal/Archiv/14.11.2025"] == ("2025-11-14", True)  # below the folder too
+    assert days["vault/Journal/13.11.2025"] == ("2025-11-13", True)  # its property says the same day
+    assert days["vault/Projects/12.11.2025 Meeting"] == ("", False)  # not in the daily-note folder
+    assert days["vault/Notes/2025-11-01 call"] == ("2025-11-16", False)  # its property gave the day
+    server.handlers.retriever.today = lambda: dt.date(2025, 11, 20)
+    listed = [
+        hit["reference"] for hit in server.call("search", {"query": "what did I do last week?"})["hits"]
+    ]
+    assert listed == [
+        "vault/Journal/15.11.2025",
+        "vault/Journal/Archiv/14.11.2025",
+        "vault/Journal/13.11.2025",
+        "vault/Notes/2025-11-01 call",
+    ]
+    health = server.call("health")
+    assert health["daily_notes"] == [
+        {"format": "DD.MM.YYYY", "folder": "Journal", "file": ".obsidian/daily-notes.json"}
+    ]
+    assert "Daily notes: DD.MM.YYYY in Journal/ (from .obsidian/daily-notes.json)" in render_status(health)
+    from sidecar.clients.doctor import check_daily_notes
+
+    doctor = check_daily_notes(server.cfg)
+    assert doctor.ok and not doctor.warning and "DD.MM.YYYY in Journal/" in doctor.verdict
+    write(settings, '{"folder": "Journal", "format": ')
+    h.sweep()
+    problem = h.indexer.problems.active_in("obsidian_settings")
+    assert problem is not None and "daily-notes.json cannot be read" in problem["error"]
+    assert "the daily-note format read before stays (DD.MM.YYYY)" in problem["error"]
+    shown = render_status(server.call("health"))
+    assert "PROBLEM (obsidian_settings" in shown and "daily-notes.json cannot be read" in shown
+    doctor = check_daily_notes(server.cfg)
+    assert doctor.warning and "daily-notes.json cannot be read" in doctor.verdict
+    still = {n.key: n.date for n in h.stores.manifest.note_days()}
+    assert still["vault/Journal/15.11.2025"] == "2025-11-15"  # the format read before stays
+    settings.unlink()
+    periodic = v / ".obsidian/plugins/periodic-notes/data.json"
+    write(periodic, json.dumps({"daily": {"enabled": True, "format": "DD.MM.YYYY", "folder": "Projects"}}))
+    h.sweep()
+    days = {n.key: n.date for n in h.stores.manifest.note_days()}
+    assert (
+        days["vault/Projects/12.11.2025 Meeting"] == "2025-11-12" and days["vault/Journal/15.11.2025"] == ""
+    )
+    assert h.indexer.problems.active_in("obsidian_settings") is None
+    assert "Daily notes: named YYYY-MM-DD" not in render_status(server.call("health"))
+    periodic.unlink()
+    h.sweep()
+    assert "Daily notes: named YYYY-MM-DD (no daily-note format set" in render_status(server.call("health"))

@@ -3,6 +3,7 @@ vector weight, and document frequencies of live chunks only."""
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -562,6 +563,39 @@ def test_an_inbox_index_is_written_and_removed_like_the_vaults(tmp_path: Path) -
         again.close()
 
 
+def test_an_inbox_index_whose_removal_was_cut_short_is_no_inbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An inbox's index that a commit left empty is removed; a removal cut short (a crash, a
+    file that would not go: here its pages stay) left part of an index under the agent's name,
+    which the next start opened as the agent's inbox (a search then failed on it, and the repair
+    refilled the whole keyword index). It leaves nothing the next start takes for an inbox."""
+    from sidecar.stores import bm25 as bm25_mod
+
+    path = tmp_path / "bm25"
+    idx = bm25_mod.Bm25Index(path)
+    real = shutil.rmtree
+
+    def cut_short(folder: Any, ignore_errors: bool = False) -> None:
+        real(Path(folder) / "chunks", ignore_errors=ignore_errors)  # then the crash
+
+    try:
+        idx.add([_doc("vault/a", "kayak in the vault"), _doc("memory/alpha/a", "kayak of alpha")])
+        idx.commit()
+        monkeypatch.setattr(bm25_mod.shutil, "rmtree", cut_short)
+        idx.delete_key("memory/alpha/a")
+        idx.commit()
+        monkeypatch.setattr(bm25_mod.shutil, "rmtree", real)
+    finally:
+        idx.close()
+    again = bm25_mod.Bm25Index(path)
+    try:
+        assert again.agents() == [] and list((path / "memory").iterdir()) == []
+        assert [k for k, _ in again.search("kayak", 10)] == ["vault/a#0"] and again.failing == {}
+    finally:
+        again.close()
+
+
 def test_a_keyword_index_holding_memory_beside_the_vault_is_outdated(tmp_path: Path) -> None:
     """An index of the layout before inboxes (memory in the vault's index, counted in its
     statistics) is refilled: it opens as outdated, never half-used."""
@@ -862,3 +896,43 @@ def test_the_wiki_preference_does_not_invert_a_clear_gap(make_cfg: Any, tmp_path
         assert hits[0]["boosts"]["source"] > 1.0
     finally:
         h.close()
+
+
+def test_a_full_disk_moves_no_inbox_index_aside(tmp_path: Path, monkeypatch: Any) -> None:
+    """An agent's new keyword index that cannot be made for want of space is a fault that passes:
+    the write fails (the indexer tries it again), nothing is moved aside or reported as damage,
+    and once there is space the note is indexed (a full disk taken for damage moved the new
+    index aside, then the whole keyword index, and refilled it on the full disk)."""
+    from sidecar.contracts.errors import StoreError
+    from sidecar.stores import bm25 as bm25_module
+    from sidecar.stores.bm25 import Bm25Index
+
+    path = tmp_path / "index" / "bm25"
+    idx = Bm25Index(path)
+    full = True
+    real_open = bm25_module._Folder._open
+
+    def open_on_a_full_disk(self: Any) -> Any:
+        if full and "memory" in self.path.parts:
+            # Tantivy's words for ENOSPC while it writes a new index's first files.
+            raise ValueError("An IO error occurred: 'No space left on device (os error 28)'")
+        return real_open(self)
+
+    monkeypatch.setattr(bm25_module._Folder, "_open", open_on_a_full_disk)
+    try:
+        idx.add([_doc("vault/v", "quince in the vault")])
+        idx.commit()
+        with pytest.raises(StoreError, match="No space left"):
+            idx.add([_doc("memory/p8/n", "quince of p8")])
+        assert not [p.name for p in path.parent.iterdir() if "broken" in p.name]
+        assert idx.failing == {}
+        assert [k for k, _ in idx.search("quince", 10)] == ["vault/v#0"]
+        full = False
+        idx.add([_doc("memory/p8/n", "quince of p8")])
+        idx.commit()
+        assert sorted(k for k, _ in idx.search("quince", 10, agent_scope="p8")) == [
+            "memory/p8/n#0",
+            "vault/v#0",
+        ]
+    finally:
+        idx.close()

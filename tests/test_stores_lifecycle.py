@@ -11,6 +11,7 @@ import pytest
 from tests.conftest import FakeEmbedder, Harness
 from tests.index_helpers import (
     index_and_close,
+    search,
     store_counts,
 )
 
@@ -41,6 +42,42 @@ def test_corrupt_manifest_is_moved_aside(make_cfg: Any, vault: Path) -> None:
         assert chunks == docs == vectors > 0
     finally:
         h2.close()
+
+
+def test_a_full_disk_at_start_moves_no_store_aside(make_cfg: Any, vault: Path, monkeypatch: Any) -> None:
+    """A manifest that cannot be opened because the disk is full is no damage: the start fails
+    with a disk-full error (the service starts it again) and every store stays as it is (taken
+    for damage, the manifest was moved aside, and the keyword index and every vector with it)."""
+    import sqlite3
+
+    from sidecar.contracts.errors import DiskFullError
+    from sidecar.stores import manifest as manifest_module
+    from sidecar.stores.lifecycle import open_stores
+
+    cfg = make_cfg(vault)
+    index_and_close(cfg)
+    before = sorted(p.name for p in cfg.index_dir.iterdir())
+
+    def full(*_args: Any) -> bool:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(manifest_module.links, "ensure_schema", full)
+    with pytest.raises(DiskFullError, match="disk is full"):
+        open_stores(cfg, _problems())
+    assert sorted(p.name for p in cfg.index_dir.iterdir()) == before
+    monkeypatch.undo()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        chunks, docs, vectors = store_counts(h)
+        assert chunks == docs == vectors > 0
+    finally:
+        h.close()
+
+
+def _problems() -> Any:
+    from sidecar.index.problems import Problems
+
+    return Problems()
 
 
 def test_manifest_of_version_1_is_upgraded(tmp_path: Path) -> None:
@@ -282,8 +319,9 @@ def test_deletions_while_no_vector_table_is_attached_leave_no_vectors_behind(
     make_cfg: Any, vault: Path
 ) -> None:
     """Chunks deleted while no vector table is open (model off, still loading, failed) are
-    dropped from it when it is attached again: the clean-stop stamp had it skip the check, and
-    their vectors stayed in the table for good."""
+    dropped from it once it is attached again: the clean-stop stamp had it skip the check, and
+    their vectors stayed in the table for good (they are held until the first sweep of the
+    start has ended: a rebuilt manifest may name them again)."""
     cfg = make_cfg(vault)
     h = Harness(cfg, FakeEmbedder())
     h.sweep()
@@ -295,6 +333,7 @@ def test_deletions_while_no_vector_table_is_attached_leave_no_vectors_behind(
     keyword_only.close()
     h = Harness(cfg, FakeEmbedder())
     try:
+        h.sweep()
         chunks, docs, vectors = store_counts(h)
         assert chunks == docs == vectors > 0
     finally:
@@ -400,3 +439,113 @@ def test_copies_of_damaged_stores_go_after_a_month(make_cfg: Any, vault: Path) -
     disk = check_disk(cfg)
     assert disk.ok and "(3 MB of it in 1 copy of damaged data moved aside" in disk.verdict
     assert young.name in disk.verdict and "removed 30 days after the move" in disk.verdict
+
+
+def _lose_manifest(cfg: Any, damage: bool) -> None:
+    """The manifest of a stopped daemon deleted (the README's remedy) or made unreadable."""
+    if damage:
+        (cfg.index_dir / "manifest.sqlite").write_bytes(b"this is not sqlite" * 100)
+    else:
+        (cfg.index_dir / "manifest.sqlite").unlink()
+    for side in ("manifest.sqlite-wal", "manifest.sqlite-shm"):
+        (cfg.index_dir / side).unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("damage", [False, True], ids=["deleted", "damaged"])
+def test_a_lost_manifest_keeps_the_vectors_of_unchanged_chunks(
+    make_cfg: Any, vault: Path, damage: bool
+) -> None:
+    """A manifest deleted or damaged while stopped: the index is rebuilt from the notes and the
+    vectors of unchanged chunks are kept, as the README says (a chunk's id is its note's key and
+    text: the rebuilt manifest names the same ids). The start's reconcile deleted every vector as
+    an orphan before the first sweep refilled the manifest, and a damaged manifest moved the
+    healthy vectors folder aside too: a full re-embed (hours with e5 on a large vault)."""
+    cfg = make_cfg(vault)
+    count = index_and_close(cfg)
+    _lose_manifest(cfg, damage)
+    model = FakeEmbedder()
+    h2 = Harness(cfg, model)
+    try:
+        assert not any(p.name.startswith("vectors.broken-") for p in cfg.index_dir.iterdir())
+        h2.sweep()
+        assert model.embedded == [], "no chunk is embedded again"
+        chunks, docs, vectors = store_counts(h2)
+        assert chunks == docs == vectors == count > 0
+        assert h2.stores.manifest.pending_count() == 0 and h2.vectors.reused >= count
+        hits = search(h2, "spark plugs", limit=3)
+        assert hits and hits[0]["vecScore"] is not None
+    finally:
+        h2.close()
+
+
+def test_vectors_of_notes_gone_while_the_manifest_was_lost_are_dropped_after_the_first_sweep(
+    make_cfg: Any, vault: Path
+) -> None:
+    """The vectors kept for the rebuilt manifest are only those of chunks it names again: a note
+    deleted meanwhile loses its vectors once the first sweep has ended (no orphan stays)."""
+    cfg = make_cfg(vault)
+    index_and_close(cfg)
+    _lose_manifest(cfg, damage=False)
+    (vault / "Projects" / "Boat.md").unlink()
+    h2 = Harness(cfg, FakeEmbedder())
+    try:
+        h2.sweep()
+        chunks, docs, vectors = store_counts(h2)
+        assert chunks == docs == vectors > 0
+        store = h2.stores.vectors
+        assert store is not None and store.ids() == set(h2.stores.manifest.all_chunk_ids())
+    finally:
+        h2.close()
+
+
+def test_vectors_kept_for_a_lost_manifest_serve_while_the_first_sweep_runs(
+    make_cfg: Any, vault: Path
+) -> None:
+    """The backfill runs beside the first sweep: chunks the sweep wrote already find their kept
+    vector (flagged, not embedded, never a second row), before the sweep has ended."""
+    cfg = make_cfg(vault)
+    count = index_and_close(cfg)
+    _lose_manifest(cfg, damage=False)
+    model = FakeEmbedder()
+    h2 = Harness(cfg, model)
+    try:
+        h2.indexer.sweep(only={"vault"})  # part of the roots: the first sweep has not ended
+        assert h2.stores.manifest.pending_count() > 0
+        while h2.vectors.embed_pending():
+            pass
+        assert model.embedded == [] and h2.stores.manifest.pending_count() == 0
+        assert h2.vectors.adopted == h2.stores.manifest.chunk_count() > 0
+        h2.sweep()
+        assert model.embedded == []
+        store = h2.stores.vectors
+        assert store is not None and sorted(store.id_list()) == sorted(h2.stores.manifest.all_chunk_ids())
+        assert h2.stores.manifest.chunk_count() == count
+    finally:
+        h2.close()
+
+
+def test_engine_errors_read_in_plain_words() -> None:
+    """What the engines raise reaches status and the CLI without Rust's debug forms, generic
+    hints and source locations (as a hostile test saw them in status, verbatim)."""
+    from sidecar.contracts.errors import StoreError, engine_message
+    from sidecar.stores import bm25
+
+    lock = (
+        'Failed to acquire Lockfile: IoError(Os { code: 2, kind: NotFound, message: "No such file or '
+        'directory" }). Some("Failed to acquire index lock. If you are using a regular directory, this '
+        "means there is already an `IndexWriter` working on this `Directory`, in this process or in a "
+        'different process.")'
+    )
+    with pytest.raises(StoreError) as caught, bm25._engine("writer"):
+        raise ValueError(lock)
+    assert str(caught.value) == "BM25 writer failed: Failed to acquire Lockfile: No such file or directory"
+    lance = (
+        "lance error: LanceError(IO): Generic LocalFileSystem error: failed to fill whole buffer, "
+        "/rustc/2d8144b7aa3f/library/core/src/ops/function.rs:250:5"
+    )
+    assert engine_message(RuntimeError(lance)).endswith("failed to fill whole buffer")
+    crate = (
+        "read failed, /root/.cargo/registry/src/index.crates.io-6f17d22bba15001f/lance-io-13.0.0/"
+        "src/local.rs:273:40"
+    )
+    assert engine_message(RuntimeError(crate)) == "read failed"

@@ -848,3 +848,123 @@ def test_a_retired_table_wanted_again_is_not_dropped(harness: Harness) -> None:
     harness.vectors.attach(serving.store, serving.model)
     assert harness.vectors.drop_retired(time.monotonic() + RETIRE_GRACE_S) == []
     assert serving.store.name in serving.store._db.list_tables().tables
+
+
+def test_a_batch_made_for_a_replaced_table_is_not_stored_into_its_successor(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backfill computes a batch for the serving table; a repair replaces that table (moved
+    aside, a new one at the same path) before the batch is stored. The batch was stored through
+    the old table's handle into the new table: its versions then named the moved-aside data
+    files, every vector search failed ("Not found"), and every repair after it re-embedded from
+    zero and raced the backfill again. Now the batch is dropped, its chunks stay pending and are
+    embedded into the new table, which reads whole."""
+    harness.sweep()
+    vault = harness.cfg.vault.path
+    assert vault is not None
+    for i in range(3):
+        write(vault / f"Late {i}.md", f"# Late {i}\n\nNote {i} written while vectors were computed.\n")
+    harness.indexer.sweep()  # chunks pending, not embedded yet
+    truncate_vector_data(harness.cfg)
+    expected = harness.stores.manifest.chunk_count()
+    old = harness.stores.serving
+    assert old is not None and harness.stores.manifest.pending_count() > 0
+    real = harness.vectors._vectors_for
+    repaired: list[bool] = []
+
+    def computed_then_repaired(vs: Any, rows: Any, wait: float, stop: Any = None) -> Any:
+        out = real(vs, rows, wait, stop)
+        if not repaired:  # the batch is computed; the repair runs before it is stored
+            repaired.append(harness.repair.repair_vectors("vector sample failed"))
+        return out
+
+    monkeypatch.setattr(harness.vectors, "_vectors_for", computed_then_repaired)
+    assert harness.vectors.embed_pending() == 0  # the stale batch is dropped, not stored
+    assert repaired == [True] and harness.stores.serving is not old
+    assert harness.stores.manifest.pending_count() == expected
+    while harness.vectors.embed_pending():
+        pass
+    store = harness.stores.vectors
+    assert store is not None
+    store.verify()  # every data file its versions name is there
+    fresh = open_vectors(harness.cfg, store.model_id, store.dim, "mean")
+    fresh.verify()
+    assert fresh.count() == store.count() == expected
+    r = Retriever(harness.stores, harness.slot, harness.cfg.search, harness.cfg.recall)
+    store._changed(None)  # read the table again, not the copy in memory
+    late = r.search(SearchRequest("written while vectors were computed", 5, 0.0))
+    assert late.degraded is None and late.hits[0].vec_score is not None
+
+
+def test_the_replaced_tables_handle_writes_no_more(harness: Harness) -> None:
+    """After a repair put a new table at the same path, the old table's handle (still held by a
+    search, a compaction, a write's batch) writes nothing: an add through it refuses, compaction
+    and index builds through it do nothing, and the new table reads whole. The add used to land
+    in the new table as a version naming the moved-aside data files."""
+    import numpy as np
+
+    from sidecar.contracts.errors import StoreError
+
+    harness.sweep()
+    old = harness.stores.vectors
+    assert old is not None
+    truncate_vector_data(harness.cfg)
+    assert harness.repair.repair_vectors("vector sample failed") is True
+    new = harness.stores.vectors
+    assert new is not None and new is not old and old.closed
+    with pytest.raises(StoreError, match="replaced"):
+        old.add([("stale-id", "vault/Stale", "vault", "")], np.ones((1, 64), dtype=np.float32) / 8)
+    old.optimize()
+    assert old.compact_if_quiet(0.0) is False and old.ensure_ann() is False
+    while harness.vectors.embed_pending():
+        pass
+    fresh = open_vectors(harness.cfg, new.model_id, new.dim, "mean")
+    fresh.verify()
+    assert "stale-id" not in fresh.ids()
+    assert fresh.count() == harness.stores.manifest.chunk_count()
+
+
+def test_a_table_that_breaks_again_after_two_rebuilds_is_left_and_reported(harness: Harness) -> None:
+    """A rebuilt table that cannot be read again is rebuilt once more, and that says it is the
+    second time and why; a third time it is left as it is (every rebuild re-embeds every chunk and
+    keeps a copy for a month: five copies in 40 minutes were seen), reported as a problem, and
+    the repair policy stops trying until a restart."""
+    from sidecar.daemon.repairs import RepairPolicy
+
+    harness.sweep()
+    index_dir = harness.cfg.index_dir
+    copies = lambda: sorted(p.name for p in index_dir.iterdir() if p.name.startswith("vectors.broken-"))  # noqa: E731
+    for n in (1, 2):
+        truncate_vector_data(harness.cfg)
+        assert harness.repair.repair_vectors("vector sample failed") is True
+        assert len(copies()) == n
+        while harness.vectors.embed_pending():
+            pass
+    recent = harness.problems.describe()["recent"]
+    again = [r["error"] for r in recent if "could not be read again" in r["error"]]
+    assert len(again) == 1 and "rebuilt at" in again[0] and "the error now" in again[0]
+    truncate_vector_data(harness.cfg)
+    assert harness.repair.repair_vectors("vector sample failed") is False
+    assert len(copies()) == 2
+    problem = harness.problems.active_in("vectors")
+    assert problem is not None and "rebuilt 2 times" in problem["error"]
+    assert "not moved aside again" in problem["error"]
+    policy = RepairPolicy(harness.repair, harness.problems, harness.stores.manifest, harness.slot)
+    policy._vectors_repaired = -1e9
+    harness.problems.report("vector_search", "vector search failed")
+    policy.tick()
+    assert len(copies()) == 2
+
+
+def test_a_second_rebuild_names_data_files_of_the_copy_moved_aside(tmp_path: Path) -> None:
+    """Why a rebuilt table fails again, when it is the old table's files it names (the race of a
+    stale handle): the copy moved aside that holds them."""
+    from sidecar.index.repair import _stale_files
+
+    table = "vectors_m_64_mean"
+    data = tmp_path / "vectors.broken-20261205-053041-1" / f"{table}.lance" / "data"
+    data.mkdir(parents=True)
+    (data / "0101abc.lance").write_bytes(b"x")
+    error = f"lance error: Not found: {tmp_path}/vectors/{table}.lance/data/0101abc.lance, /rustc/x"
+    assert _stale_files(error, tmp_path, table) == "0101abc.lance is in vectors.broken-20261205-053041-1"
+    assert _stale_files("failed to fill whole buffer", tmp_path, table) is None

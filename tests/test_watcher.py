@@ -255,3 +255,92 @@ def test_obsidians_settings_are_watched_and_its_other_files_are_not(watched: tup
     batches.wait_for(folder / ".obsidian" / "plugins" / "periodic-notes" / "data.json")
     with batches.lock:
         assert not any("workspace" in p or p.endswith(".tmp") for p in batches.paths)
+
+
+class Calls(Batches):
+    """Batches that also keep each call's paths apart (a folder-by-folder watch that restarts
+    hands the folders that restarted it once more, when its new watch runs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[set[str]] = []
+
+    def __call__(self, paths: set[str], gone: frozenset[str]) -> None:
+        super().__call__(paths, gone)
+        with self.lock:
+            self.calls.append(set(paths))
+
+    def count(self, path: Path) -> int:
+        with self.lock:
+            return sum(str(path) in c for c in self.calls)
+
+
+def test_a_folder_by_folder_watch_watches_obsidians_settings(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Watching folder by folder (a folder symlink in the vault), Obsidian's settings are watched
+    too, in .obsidian/ and in the Periodic Notes plugin's folder, also when those folders are made
+    after the watch started (the walk left dot-folders out: a change to Excluded files waited for
+    the next periodic sweep); its other files and folders are not, and restart no watch."""
+    caplog.set_level(logging.INFO, logger="sidecar.vault.watcher")
+    vault = tmp_path / "vault"
+    write(vault / "Notes/a.md", "# A\n")
+    (vault / "link").symlink_to(vault / "Notes")
+    (vault / ".obsidian").mkdir()
+    calls = Calls()
+    with watching(vault, calls) as watcher:
+        assert watcher.linked
+        (vault / ".obsidian/workspace.json").write_text("{}")
+        (vault / ".obsidian/app.json").write_text('{"userIgnoreFilters": ["Notes/"]}')
+        calls.wait_for(vault / ".obsidian/app.json")
+        plugin = vault / ".obsidian/plugins/periodic-notes"
+        plugin.mkdir(parents=True)
+        # The folder made: an event, then again once the watch that covers it runs.
+        _until(lambda: calls.count(vault / ".obsidian/plugins") >= 2)
+        write(vault / ".obsidian/plugins/dataview/data.json", "{}")
+        (plugin / "data.json").write_text("{}")
+        calls.wait_for(plugin / "data.json")
+        shutil.rmtree(vault / ".obsidian")  # the settings gone: their folder's deletion says so
+        calls.wait_for(vault / ".obsidian")
+        (vault / ".obsidian").mkdir()
+        _until(lambda: calls.count(vault / ".obsidian") >= 3)
+        (vault / ".obsidian/daily-notes.json").write_text('{"format": "DD.MM.YYYY"}')
+        calls.wait_for(vault / ".obsidian/daily-notes.json")
+    with calls.lock:
+        assert not any("workspace" in p or "dataview" in p for p in calls.paths)
+    starts = [r for r in caplog.records if r.getMessage().startswith("watcher_started")]
+    assert len(starts) <= 5, len(starts)  # the first, and one per settings folder made
+
+
+def test_a_note_written_while_the_watch_turns_folder_by_folder_is_swept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A name that does not decode turns the watch folder by folder; a note written while the
+    folders are walked (before the new watch exists, so no event names it) is found by the
+    catch-up sweep, which is asked once the new watch runs (asked at once, it ran before the
+    note was there, and the note waited for the periodic sweep)."""
+    from sidecar.vault import watcher as w
+
+    vault = tmp_path / "vault"
+    write(vault / "a.md", "# A\n")
+    late = vault / "late.md"
+    real_walk = w._walk
+
+    def walk(paths: Any, limit: int = w.MAX_FLAT_FOLDERS) -> Any:
+        out = real_walk(paths, limit)
+        if (vault / "b").exists() and not late.exists():  # the flat watch's walk
+            write(late, "# Late\n")
+        return out
+
+    monkeypatch.setattr(w, "_walk", walk)
+    sweeps: list[bool] = []  # at each catch-up sweep asked: is the late note there to find?
+
+    def on_change(paths: set[str], gone: frozenset[str]) -> None:
+        if not paths:
+            sweeps.append(late.exists())
+
+    with watching(vault, on_change) as watcher:
+        (vault / "b").mkdir()
+        os.mkdir(os.fsencode(vault / "b") + b"/caf\xe9")  # not UTF-8: the watch goes flat
+        _until(lambda: watcher.flat and late.exists())
+        _until(lambda: True in sweeps)

@@ -109,10 +109,12 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
             asked = time.time()
             sent = True  # from here a lost daemon may have taken the request: no fallback
             client.call("index", params)
+            said: set[tuple[str, str]] = set()
             while True:
                 health = client.call("health")
                 idx = health["index"]
                 _show_progress(bar, idx, health["embedder"])
+                _say_waiting(bar, idx.get("waiting"), said)
                 waiting = health["embedder"]["state"] == "ok" and idx["pending_vectors"] > 0
                 if idx["sweeps"] > before and idx["phase"] == "idle" and not waiting:
                     break
@@ -163,6 +165,11 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
                 else "it goes on with the work when it starts again (`sidecar status` shows it)"
             )
             raise DaemonNotRunningError(f"the daemon stopped while it was indexing ({exc}); {again}") from exc
+    return _index_here(args, cfg, bar)
+
+
+def _index_here(args: argparse.Namespace, cfg: Config, bar: Progress) -> int:
+    """`sidecar index` in this process (no daemon runs)."""
     _check_vault(args, cfg, serving=False)
     if args.confirm_deletions:
         _check_root(cfg, args.confirm_deletions)
@@ -171,15 +178,23 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
 
     logs.setup(cfg.logging.level if cfg.logging.level != "info" else "warning", journald=cfg.journald)
     confirm = frozenset([args.confirm_deletions]) if args.confirm_deletions else frozenset()
-    summary = index_once(cfg, rebuild=bool(args.rebuild), progress=bar.update, confirm=confirm)
+    told: set[tuple[str, str]] = set()
+    summary = index_once(
+        cfg,
+        rebuild=bool(args.rebuild),
+        progress=bar.update,
+        confirm=confirm,
+        waiting=lambda w: _say_waiting(bar, w, told),
+    )
     if args.json:
         print(json.dumps({"through": "in-process", **summary}, default=str))
         return int(ExitCode.OK)
     # Keyword-only, no chunk ever gets a vector: "5 without vectors" read like a fault.
     vectors = f", {summary['pending_vectors']} without vectors" if cfg.embedder.enabled else ""
+    kept = "".join(f"; {r['name']} offline, kept as indexed: {shown(r['error'])}" for r in summary["offline"])
     bar.done(
         f"indexed {summary['files']} notes, {summary['chunks']} chunks ({summary['changed']} read, "
-        f"{summary['deleted']} removed{vectors})"
+        f"{summary['deleted']} removed{vectors}){kept}"
     )
     return int(ExitCode.OK)
 
@@ -205,6 +220,18 @@ def _failing_since(health: dict[str, Any], since: float, areas: tuple[str, ...])
         if p.get("area") in areas and p.get("last", 0) >= since and p.get("count", 0) >= 2:
             return str(p.get("error"))
     return None
+
+
+def _say_waiting(bar: Progress, waiting: dict[str, Any] | None, said: set[tuple[str, str]]) -> None:
+    """Say once per note that indexing waits for its read (a share that hangs on open or read):
+    the bar stood still, and nothing was printed, for as long as the share hung."""
+    if not waiting or (waiting["root"], waiting["path"]) in said:
+        return
+    said.add((waiting["root"], waiting["path"]))
+    bar.say(
+        f"waiting for {shown(waiting['root'])} to answer the read of {shown(waiting['path'])} "
+        f"(hung share?); given up after {waiting['timeout_seconds']:.0f} s, the root is then offline"
+    )
 
 
 def _show_progress(bar: Progress, idx: dict[str, Any], embedder: dict[str, Any]) -> None:

@@ -29,7 +29,14 @@ from sidecar.contracts.wire import (
 
 def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
     source = (args.source if len(args.source) > 1 else args.source[0]) if args.source else None
-    params = _given(query=args.query, limit=args.limit, source=source, minScore=args.min_score)
+    params = _given(
+        query=args.query,
+        limit=args.limit,
+        source=source,
+        minScore=args.min_score,
+        since=args.since,
+        until=args.until,
+    )
     reply = _call(args, cfg, "search", params)
     if reply is None:
         return int(ExitCode.OK)
@@ -46,13 +53,13 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
     if window is not None and window.listed:
         print(
             f"note: '{shown(window.phrase)}': {window.listed} hit(s) (relevance 0) are notes of "
-            f"{window.since} to {window.until} listed by date (no other word of the query matched them)",
+            f"{window.since} to {window.until} listed by date, not ranked by the query's words",
             file=sys.stderr,
         )
     if not result.hits:
         print("nothing relevant found")
     for i, hit in enumerate(result.hits, 1):
-        where = f"lines {hit.lines[0]}-{hit.lines[1]}"
+        where = f"lines {hit.lines[0]}-{hit.lines[1]}" + (f", dated {hit.date}" if hit.date else "")
         scores = f"relevance {hit.relevance:.2f}, score {hit.score:.3f}"
         print(f"{i:>2}. {shown(hit.reference)}  ({scores}, {where})")
         print(f"    {shown(snippet(hit.text, args.query))}")
@@ -120,7 +127,11 @@ def cmd_why(args: argparse.Namespace, cfg: Config) -> int:
     a = r.analysis
     words, weight = list(a.content_words), r.vector_weight
     name = shown(r.reference or args.reference)
-    print(f"{name} for {a.text!r}: content words {words}, vector weight {weight}")
+    # The query as asked (its text without a time phrase was '' for "this year")
+    print(f"{name} for {shown(args.query)!r}: content words {words}, vector weight {weight}")
+    f = a.filters
+    if f.time_phrase:
+        print(f"time phrase {shown(f.time_phrase)!r}: notes dated {f.since} to {f.until}")
     if r.page_bm25_score is not None:
         print(f"the whole note's keyword score: bm25={r.page_bm25_score}")
     if r.degraded:  # on stderr, as search's notes

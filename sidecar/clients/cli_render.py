@@ -36,8 +36,14 @@ _PROBLEM_AREAS = {
     "config": "configuration file",
     "restart": "restart needed",
     "stores": "index files",
-    "unreadable": "unreadable folders",
+    "unreadable": "unreadable folders or notes",
+    "home": "home folder",
 }
+
+
+def problem_area(area: str) -> str:
+    """A problem area in the words status uses (``vector_search``: "vector search")."""
+    return _PROBLEM_AREAS.get(area, area)
 
 
 def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
@@ -50,6 +56,11 @@ def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
     areas = {p["area"] for p in problems["active"]}
     if areas & {"index", "embedding", "vectors", "memory_write", "memory_audit"}:
         todo.append("check free disk space and permissions of the home folder; the daemon retries by itself")
+    if "home" in areas:
+        todo.append(
+            "mount the home's share again (memory writes wait for it, nothing is deleted meanwhile); "
+            "restart the daemon if the folder was replaced on purpose"
+        )
     if "stores" in areas:
         todo.append("restart the daemon so it rebuilds its index (e.g. `systemctl --user restart sidecar`)")
     for p in problems["recent"][-3:]:
@@ -87,6 +98,13 @@ def render_status(h: dict[str, Any]) -> str:
     else:
         # The first sweep ended, but not every note is read (a folder offline, a build cut short).
         lines.append("Index: ready, but not every note is read yet: notes not read cannot be found")
+    waiting = idx.get("waiting")
+    if waiting:  # a read that has not answered for a second or more: what indexing waits for
+        lines.append(
+            f"  waiting {waiting['seconds']:.0f} s for {shown(waiting['root'])} to answer the read of "
+            f"{shown(waiting['path'])} (hung share?); after {waiting['timeout_seconds']:.0f} s the root "
+            "goes offline and the others are indexed on"
+        )
     lines.append(f"  {idx['files']:,} notes, {idx['chunks']:,} chunks")
     for source, c in sorted(idx["by_source"].items()):
         lines.append(f"    {source:<7} {c['files']:>7,} notes {c['chunks']:>8,} chunks")
@@ -99,6 +117,8 @@ def render_status(h: dict[str, Any]) -> str:
     if idx.get("excluded"):
         parts = ", ".join(f"{n} by {rule}" for rule, n in sorted(idx["excluded"].items()))
         lines.append(f"Excluded notes: {parts}")
+    if h.get("vault") and "daily_notes" in h:
+        lines.append(f"Daily notes: {daily_notes_line(h['daily_notes'])}")
     unread = idx.get("front_matter_unread") or {"notes": 0}
     if unread["notes"]:
         first = unread["examples"][0]
@@ -280,6 +300,11 @@ class Progress:
         self.stream.write(f"\r{line:<{room}}")
         self.stream.flush()
 
+    def say(self, message: str) -> None:
+        """A line of its own (also when stderr is no terminal); the bar is drawn again by the next
+        update."""
+        self.done(message)
+
     def done(self, message: str) -> None:
         if self.enabled:
             self.stream.write("\r" + " " * (self._columns() - 1) + "\r")
@@ -365,3 +390,15 @@ def snippet(text: str, query: str, width: int = 200) -> str:
 
 def _days(days: float) -> str:
     return "under a day" if days < 1 else f"{days:.0f} day" + ("" if round(days) == 1 else "s")
+
+
+def daily_notes_line(formats: list[dict[str, str]]) -> str:
+    """The daily-note formats that date a note by its name, and where each was read (status and
+    doctor): a user whose daily notes are not listed for "last week" sees which format counts."""
+    if not formats:
+        return "named YYYY-MM-DD (no daily-note format set in Obsidian)"
+    return "; ".join(
+        f"{shown(f['format'])} in {shown(f['folder']) + '/' if f['folder'] else 'any folder'} "
+        f"(from {shown(f['file'])})"
+        for f in formats
+    )

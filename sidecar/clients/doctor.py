@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar import __version__
+from sidecar.clients.cli_render import daily_notes_line, problem_area
 from sidecar.clients.client import Client
 from sidecar.clients.lockholder import listening_on, lock_holder
 from sidecar.clients.service import (
@@ -39,6 +40,7 @@ from sidecar.clients.snippets import daemon_args, mcp_snippets
 from sidecar.config import Config, env_name
 from sidecar.contracts.errors import DaemonNotRunningError, EmbedderError, SidecarError
 from sidecar.stores.aside import KEEP_MOVED_ASIDE_DAYS, moved_aside
+from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.mounts import is_network, mount_containing, read_mounts
 from sidecar.vault.timeout import folder_state, run_with_timeout
 
@@ -147,6 +149,24 @@ def check_vault(cfg: Config) -> tuple[Check, bool]:
         ),
         True,
     )
+
+
+def check_daily_notes(cfg: Config) -> Check:
+    """The daily-note formats Obsidian's settings give (what dates a note by its name), read as
+    the daemon reads them; a settings file that cannot be read is a warning."""
+    formats = DailyNoteFormats(cfg.vault.path)
+    formats.refresh()
+    trouble = formats.trouble
+    if trouble:
+        # A warning: notes are still found, only not dated by their names in that format.
+        return Check(
+            "daily notes",
+            True,
+            trouble,
+            "fix the file (Obsidian's Daily notes or Periodic Notes settings) or remove it",
+            warning=True,
+        )
+    return Check("daily notes", True, daily_notes_line(formats.describe()))
 
 
 def check_inotify(cfg: Config, probes: Probes, vault_network: bool, vault_there: bool = True) -> Check:
@@ -291,6 +311,26 @@ def check_daemon(cfg: Config, probe_lock: bool = True) -> tuple[Check, Check, di
     else:
         other = Check("one daemon per home", True, "no other daemon uses this home")
     return socket, other, health
+
+
+def check_problems(health: dict[str, Any]) -> Check:
+    """What the running daemon itself reports as wrong (status' PROBLEM lines): doctor said "all
+    checks passed" while every vector search of that daemon failed and it re-embedded in a loop."""
+    active = (health.get("problems") or {}).get("active", [])
+    if not active:
+        return Check("daemon problems", True, "the daemon reports none")
+    said = "; ".join(f"{problem_area(str(p['area']))}: {_clip(str(p['error']))}" for p in active)
+    return Check(
+        "daemon problems",
+        False,
+        f"the daemon reports {_plural(len(active), 'problem')}: {said}",
+        "`sidecar status` shows each with what to do (README, Troubleshooting); most clear by themselves "
+        "once the fault is gone",
+    )
+
+
+def _clip(text: str, most: int = 300) -> str:
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 _REINSTALL = (
@@ -622,7 +662,7 @@ class _Run:
 
         def run() -> list[Check]:
             check, self.vault_there = check_vault(self.cfg)
-            return [check]
+            return [check, check_daily_notes(self.cfg)] if self.vault_there else [check]
 
         return _bounded(("vault",), run, 2 * self.t + 5, f"the vault {self.cfg.vault.path}")
 
@@ -655,9 +695,14 @@ class _Run:
 
     def daemon(self) -> list[Check]:
         lock = "home" not in self.hung
+
+        def run() -> list[Check]:
+            socket, other, health = check_daemon(self.cfg, probe_lock=lock)
+            return [socket, other] if health is None else [socket, other, check_problems(health)]
+
         return _bounded(
             ("daemon", "one daemon per home"),
-            lambda: list(check_daemon(self.cfg, probe_lock=lock)[:2]),
+            run,
             self.t + 10,
             f"the socket {self.cfg.socket_path}",
         )

@@ -23,7 +23,20 @@ from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.wire import hit_json, parse_search, resolved_notes, window_json
 
 # What a search hit shows an agent (the scores behind relevance are for tuning, not for it).
-HIT_KEYS = ("reference", "source", "title", "headings", "lines", "text", "relevance", "score", "masked")
+# A note's day (date, datedBy) when a date window judged it: which day of a period it belongs to.
+HIT_KEYS = (
+    "reference",
+    "source",
+    "title",
+    "headings",
+    "lines",
+    "text",
+    "relevance",
+    "score",
+    "masked",
+    "date",
+    "datedBy",
+)
 
 Tool = Callable[[dict[str, Any]], tuple[str, dict[str, Any]]]
 

@@ -38,6 +38,8 @@ HIT = obj(
         "relevance": NUM,
         "score": NUM,
         "masked": COUNTS,
+        "date": STR,
+        "datedBy": {"type": "string", "enum": ["name", "property", "modified"]},
     },
     ("reference", "source", "title", "lines", "text", "relevance"),
 )

@@ -51,8 +51,8 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
         lines.append(f"'{shown(window['phrase'])}': only notes dated {window['since']} to {window['until']}.")
         if window.get("listed"):
             lines.append(
-                f"{window['listed']} hit(s) (relevance 0) are notes of that period that no other word "
-                "of the query matched, listed by date (daily notes first, newest first)."
+                f"{window['listed']} hit(s) (relevance 0) are notes of that period listed by date "
+                "(daily notes first, newest first), not ranked by the query's words."
             )
     elif window:
         lines.append(f"'{shown(window['phrase'])}': no note has that date, so it was searched as words.")
@@ -60,7 +60,7 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
         head = shown(" › ".join(h.get("headings") or []))
         lines.append(
             f"\n{i}. [{h['source']}] {shown(h['reference'])} (lines {h['lines'][0]}-{h['lines'][1]}, "
-            f"relevance {h.get('relevance', 0.0):.2f})" + (f"\n   section: {head}" if head else "")
+            f"relevance {h.get('relevance', 0.0):.2f}{_dated(h)})" + (f"\n   section: {head}" if head else "")
         )
         lines.extend("   " + line for line in h["text"].splitlines())
     if not hits and building:
@@ -70,6 +70,17 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
     if result.get("masked"):
         lines.append(masked_note(result["masked"]))
     return "\n".join(lines)
+
+
+_DATED_BY = {"name": "its name", "property": "its date property", "modified": "its last change"}
+
+
+def _dated(hit: dict[str, Any]) -> str:
+    """A hit's day, when a date window judged it: which day of the period the note belongs to."""
+    if not hit.get("date"):
+        return ""
+    by = _DATED_BY.get(str(hit.get("datedBy")), "")
+    return f", dated {hit['date']}" + (f" by {by}" if by else "")
 
 
 def text_of_write(result: dict[str, Any]) -> str:

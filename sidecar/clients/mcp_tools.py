@@ -44,7 +44,8 @@ FILTER_HELP = (
     "'last 3 days', 'this month', 'heute', 'gestern', 'letzte Woche', 'seit Montag', 'vor 3 Tagen') "
     "restrict hits to notes of that date (front matter date, daily-note name, else last change): "
     "'what did I do last week?' lists that week's notes, those matching the other words first; "
-    "when no note has that date, the phrase is searched as words instead. "
+    "when no note has that date, the phrase is searched as words instead. A since/until (parameter or "
+    "inline) wins over a time phrase, which then sets no window. "
     "A filter value that cannot be used is an error naming it."
 )
 DAY_HELP = "A day: YYYY-MM-DD, YYYY-MM, today, yesterday, a weekday name or Nd (N days ago)."

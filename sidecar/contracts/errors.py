@@ -7,6 +7,7 @@ the CLI turns them into a message and an exit code, the server into an error res
 from __future__ import annotations
 
 import errno
+import re
 from enum import IntEnum
 
 
@@ -103,6 +104,21 @@ def is_disk_full(exc: BaseException | None) -> bool:
             return True
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return False
+
+
+# What the engines (Tantivy, Lance: Rust under Python) add to a message that says nothing to a
+# person: a Rust debug form of the OS error, a generic hint in Some("…"), and the source file and
+# line of the panic inside Rust's own library or a crate.
+_RUST_OS_ERROR = re.compile(r'IoError\(Os \{ code: \d+, kind: \w+, message: "([^"]*)" \}\)')
+_RUST_HINT = re.compile(r'\.?\s*Some\("(?:[^"\\]|\\.)*"\)')
+_RUST_SOURCE = re.compile(r",?\s*(?:/rustc/[0-9a-f]+|\S*/\.cargo/registry/src)/\S+?\.rs:\d+:\d+")
+
+
+def engine_message(exc: BaseException) -> str:
+    """An engine's error as a person can read it in status or a CLI warning: the OS error's own
+    words, without the Rust debug forms, generic hints and Rust source locations around them."""
+    text = _RUST_OS_ERROR.sub(lambda m: m.group(1), str(exc))
+    return _RUST_SOURCE.sub("", _RUST_HINT.sub("", text)).strip()
 
 
 class StorageError(SidecarError):

@@ -42,6 +42,10 @@ class Hit:
     masked: Mapping[str, int] = field(default_factory=dict)  # secrets masked in ``text``, by kind
     agent: str | None = None  # owner of a memory note
     page_bm25_score: float | None = None  # BM25 of the chunk's whole note (search.pageKeywords)
+    # The note's day as a date window judged it (a search with since/until or a time phrase):
+    # ISO day, and what gave it ("name", "property" or "modified", the file's last change).
+    date: str | None = None
+    dated_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -196,6 +200,9 @@ def hit_json(h: Hit) -> dict[str, Any]:
         out["agent"] = h.agent
     if h.page_bm25_score is not None:
         out["pageBm25Score"] = h.page_bm25_score
+    if h.date is not None:
+        out["date"] = h.date
+        out["datedBy"] = h.dated_by
     return out
 
 
@@ -312,6 +319,8 @@ def parse_hit(d: Mapping[str, Any]) -> Hit:
         masked=dict(d.get("masked") or {}),
         agent=d.get("agent"),
         page_bm25_score=d.get("pageBm25Score"),
+        date=d.get("date"),
+        dated_by=d.get("datedBy"),
     )
 
 

@@ -169,6 +169,9 @@ class Handlers:
                 "state": state,
                 "phase": act.phase,
                 "progress": {"done": act.done, "total": act.total},
+                # A note whose read has not answered for a second or more (a share that hangs):
+                # {root, path, seconds, timeout_seconds}, else None.
+                "waiting": self.supervisor.describe_waiting(),
                 "files": counts["files"],
                 "chunks": counts["chunks"],
                 "pending_vectors": pending,
@@ -197,6 +200,9 @@ class Handlers:
             "socket": str(self.cfg.socket_path),
             "home": str(self.cfg.home),
             "vault": str(self.cfg.vault.path) if self.cfg.vault.path else None,
+            # The daily-note formats in force and the settings file each came from: what dates a
+            # note by its name (an unreadable file is a problem of obsidian_settings).
+            "daily_notes": self.indexer.daily_formats.describe(),
             # The asking agent's own inbox (an agent near memory.maxInboxBytes sees it coming).
             **({"inbox": self.memory.usage(req.agent)} if req.agent is not None else {}),
         }

@@ -184,7 +184,8 @@ class Daemon:
 
     def _handlers(self, parts: Parts, loop: IndexLoop, watcher: Watcher) -> Handlers:
         cfg = self.cfg
-        inboxes = Inboxes(cfg)  # its folder made by run, with the home's other checks
+        # Its folder made by run, with the home's other checks; kept as the supervisor saw it.
+        inboxes = Inboxes(cfg, home=parts.supervisor.home)
         inboxes.clean_temp()  # a write killed mid-way leaves its temp file; none runs yet
         inboxes.prune_trash()
         self._inboxes = inboxes
@@ -402,14 +403,27 @@ def index_once(
     rebuild: bool,
     progress: Callable[[str, int, int], None] | None = None,
     confirm: frozenset[str] = frozenset(),
-) -> dict[str, int]:
-    """`sidecar index` with no daemon running: this process is the one writer until it is done."""
+    waiting: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """`sidecar index` with no daemon running: this process is the one writer until it is done.
+    ``waiting`` is told, about once a second, of a note whose read has not answered for a second
+    or more (``Supervisor.describe_waiting``); the summary's ``offline`` lists the roots that
+    could not be read (name, error), kept as indexed."""
     make_private(cfg)
     lock = IndexLock(cfg.index_dir)
     lock.acquire()
     slot = EmbedderSlot()
     parts = build(cfg, slot)
     manifest, vectors, indexer = parts.stores.manifest, parts.vectors, parts.indexer
+    if waiting is not None:
+        supervisor = parts.supervisor
+
+        def beat() -> None:
+            w = supervisor.describe_waiting()
+            if w is not None:
+                waiting(w)
+
+        supervisor.beat = beat
     try:
         load_embedder(cfg, slot, lambda: serving_model(cfg, vectors), parts.problems)
         indexer.finish_interrupted()
@@ -431,6 +445,9 @@ def index_once(
             "files": counts["files"],
             "chunks": counts["chunks"],
             "pending_vectors": manifest.pending_count(),
+            "offline": [
+                {"name": st.name, "error": st.error} for st in parts.supervisor.roots.values() if st.offline
+            ],
         }
     finally:
         parts.stores.close()

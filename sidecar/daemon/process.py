@@ -36,6 +36,7 @@ class IndexLock:
         index_dir.mkdir(parents=True, exist_ok=True)
         self.path = index_dir / ".lock"
         self._fh: IO[str] | None = None
+        self._folder: tuple[int, int] | None = None  # the index folder's (device, inode) when locked
 
     def acquire(self) -> None:
         fh = self.path.open("a+")
@@ -54,12 +55,16 @@ class IndexLock:
         fh.write(f"pid {os.getpid()}")
         fh.flush()
         self._fh = fh
+        if self._folder is None:
+            st = os.stat(self.path.parent)
+            self._folder = st.st_dev, st.st_ino
 
-    def keep(self) -> str | None:
+    def keep(self) -> tuple[str, str] | None:
         """Make sure the lock file at the path is the one this process holds: one removed under
         the running daemon (a cleaner, an `rm -rf` of the index) let a second daemon start on
-        the same home. A removed file is made and locked again; the reason when another process
-        holds the file there now."""
+        the same home. A removed file is made and locked again, in the index folder the daemon
+        started on only: one gone or replaced (the home's share unmounted) is said, nothing made
+        on the bare mount point; the reason too when another process holds the file there now."""
         fh = self._fh
         if fh is None:
             return None
@@ -69,20 +74,37 @@ class IndexLock:
         except FileNotFoundError:
             pass
         except OSError as exc:
-            return f"the index lock {self.path} cannot be checked: {exc.strerror or exc}"
+            return "stores", f"the index lock {self.path} cannot be checked: {exc.strerror or exc}"
+        if not self._same_folder():
+            return "home", (
+                f"the index folder {self.path.parent} is gone or is not the folder sidecar started on "
+                "(the home unmounted or replaced?); its lock is not made anew there (restart the daemon "
+                "if it was replaced on purpose)"
+            )
+        return self._lock_again(fh)
+
+    def _lock_again(self, fh: IO[str]) -> tuple[str, str] | None:
+        """Make and lock the lock file anew (the one at ``fh`` was removed)."""
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = None
             self.acquire()
         except DaemonRunningError as exc:
             self._fh = fh  # still ours, through the file that was removed
-            return str(exc)
+            return "stores", f"{exc}; two daemons on one home write the same index: stop one"
         except OSError as exc:
             self._fh = fh
-            return f"the index lock {self.path} cannot be made again: {exc.strerror or exc}"
+            return "stores", f"the index lock {self.path} cannot be made again: {exc.strerror or exc}"
         fh.close()  # the old, removed file's lock
         log.warning("index_lock_restored path=%s", self.path)
         return None
+
+    def _same_folder(self) -> bool:
+        """Whether the index folder is the one locked at start (not gone, not another)."""
+        try:
+            st = os.stat(self.path.parent)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self._folder
 
     def release(self) -> None:
         if self._fh is not None:

@@ -1,16 +1,19 @@
 """The repair policy: when a failing store is put right, and how often at most.
 
 Searches report what fails on ``problems``; the scheduled tick looks here. A damaged keyword index
-is rebuilt at once (at most once a minute); a vector table after a failed vector search with a
-working model, once the check (it reads every vector, so at most every ten minutes) finds it
-unreadable: a failure without damage costs one check and replaces nothing. A manifest file
-deleted or replaced under the running daemon is reported.
+is rebuilt at once (at most once a minute; an agent's inbox index alone when only it fails); a
+vector table after a failed vector search with a working model, once the check (it reads every
+vector, so at most every ten minutes) finds it unreadable: a failure without damage costs one
+check and replaces nothing; a table rebuilt twice in one run that cannot be read again is left as
+it is, reported (``Repair.repair_vectors``). A manifest file deleted or replaced under the running daemon is
+reported.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable
 
@@ -18,6 +21,7 @@ from sidecar.contracts.errors import StoreError
 from sidecar.index.problems import Problems
 from sidecar.index.repair import Repair
 from sidecar.model.embedder import EmbedderSlot
+from sidecar.search.retrieval import INBOX_FAILURE
 from sidecar.stores.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -27,6 +31,8 @@ BM25_REPAIR_EVERY_S = 60.0
 # evidence: waiting for three left a table damaged while stopped broken until the third search.
 VECTOR_REPAIR_AFTER_FAILURES = 1
 VECTOR_REPAIR_EVERY_S = 600.0
+# Free bytes on the home's disk that count as room again for memory writes (a note and its index).
+ROOM_FOR_WRITES = 16 << 20
 
 
 class RepairPolicy:
@@ -36,7 +42,7 @@ class RepairPolicy:
         problems: Problems,
         manifest: Manifest,
         slot: EmbedderSlot,
-        keep_lock: Callable[[], str | None] | None = None,
+        keep_lock: Callable[[], tuple[str, str] | None] | None = None,
     ) -> None:
         self.repair = repair
         self.keep_lock = keep_lock
@@ -49,17 +55,24 @@ class RepairPolicy:
     def tick(self) -> None:
         self.check_manifest()
         self.check_lock()
+        self.check_disk_room()
         self.repair_keyword_index()
         self.repair_vector_table()
 
     def repair_keyword_index(self) -> None:
-        """Searches found the BM25 index damaged: rebuild it in place (at most once a minute)."""
+        """Searches found the BM25 index damaged: rebuild it in place (at most once a minute);
+        only the agents' inbox indexes that fail when the vault's own index answers."""
         failing = self.problems.active_in("keyword_search")
         if failing is None or time.monotonic() - self._bm25_repaired < BM25_REPAIR_EVERY_S:
             return
         self._bm25_repaired = time.monotonic()
+        error = str(failing["error"])
+        inboxes = {name.split("/", 1)[0] for name in dict(self.repair.stores.bm25.failing)}
         try:
-            self.repair.repair_bm25(failing["error"])
+            if error.startswith(INBOX_FAILURE) and inboxes:
+                self.repair.repair_inboxes(inboxes, error)
+            else:
+                self.repair.repair_bm25(error)
         except (StoreError, OSError) as exc:
             log.error("bm25_repair_failed error=%s", exc)
 
@@ -72,6 +85,7 @@ class RepairPolicy:
             or failing["count"] < VECTOR_REPAIR_AFTER_FAILURES
             or self.slot.state != "ok"
             or time.monotonic() - self._vectors_repaired < VECTOR_REPAIR_EVERY_S
+            or self.repair.gave_up is not None  # rebuilt twice already: said so, left to a restart
         ):
             return
         self._vectors_repaired = time.monotonic()
@@ -80,11 +94,27 @@ class RepairPolicy:
         except (StoreError, OSError) as exc:
             log.error("vector_repair_failed error=%s", exc)
 
+    def check_disk_room(self) -> None:
+        """Memory writes failed for a full disk: the problem goes once the home's disk has room
+        again (an agent that failed may never write again to clear it)."""
+        if self.problems.active_in("memory_write") is None:
+            return
+        try:
+            free = shutil.disk_usage(self.repair.cfg.home).free
+        except OSError:
+            return
+        if free >= ROOM_FOR_WRITES:
+            self.problems.clear("memory_write")
+
     def check_lock(self) -> None:
         """The home's index lock is still this daemon's (made again if it was removed)."""
-        why = self.keep_lock() if self.keep_lock is not None else None
-        if why is not None:
-            self.problems.report("stores", f"{why}; two daemons on one home write the same index: stop one")
+        found = self.keep_lock() if self.keep_lock is not None else None
+        if found is None:
+            self.problems.clear("home", subject="index")  # its index folder is back
+        elif found[0] == "home":
+            self.problems.report("home", found[1], subject="index")
+        else:
+            self.problems.report(*found)
 
     def check_manifest(self) -> None:
         """sqlite keeps writing to a deleted or replaced file: say so instead of losing work silently."""
@@ -93,9 +123,12 @@ class RepairPolicy:
             same = os.stat(path).st_ino == self.manifest.inode
         except OSError:
             same = False
-        if not same:
+        if same:  # back (the home's share mounted again): the advice to restart no longer holds
+            self.problems.clear("stores", subject="manifest")
+        else:
             self.problems.report(
                 "stores",
                 f"{path} was deleted or replaced while running; restart the daemon to rebuild the "
                 "index from the notes (searches still answer from the open copy)",
+                subject="manifest",
             )

@@ -18,13 +18,14 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sidecar.config import Config
 from sidecar.index.problems import Problems
 from sidecar.stores.manifest import FileState, Manifest
+from sidecar.vault.homeguard import held
 from sidecar.vault.sources import (
     TWIN_REASON,
     NoteFile,
@@ -77,7 +78,9 @@ class Diff:
     skipped: dict[str, int] = field(default_factory=dict)
     unchanged: int = 0
     stamps: list[tuple[str, int, int, int]] = field(default_factory=list)  # unchanged: (key, stat)
-    # The notes a rule leaves out, of each vault or wiki root listed whole: key prefix -> {key: rule}.
+    # The notes a rule leaves out, where this sweep looked (links.set_excluded): a root listed
+    # whole or a folder walked (a key prefix, ending in "/"), or one changed path (its key) ->
+    # the excluded notes found there, {key: rule}.
     excluded: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
@@ -90,6 +93,7 @@ class _Listing:
     known: dict[str, FileState]
     missing: list[str]
     started: float
+    excluded: list[NoteFile] = field(default_factory=list)  # notes there that a rule leaves out
 
 
 def _related(old: str, new: str) -> bool:
@@ -117,6 +121,10 @@ class ChangeFinder:
         self.problems = problems
         self.excluded_by = excluded_by
         self._unreadable: dict[str, str] = {}  # root name -> what cannot be read there
+        self._listed_unreadable: dict[str, list[str]] = {}  # root name -> what its listing could not read
+        # Indexed notes whose read failed (no permission, I/O error), kept as they were, by (root
+        # name, path): counted and named as unreadable until they are read, vanish or their root goes.
+        self._unread_notes: dict[tuple[str, str], str] = {}
         self._event_deletions: dict[str, list[float]] = {}  # root name -> times of recent ones
         self._skips_named: set[tuple[str, str]] = set()  # (path, reason) already in the log
         # Files left out now, by (root name, path): full sweeps set a root's, events each path's.
@@ -127,7 +135,21 @@ class ChangeFinder:
         out: dict[str, int] = {}
         for reason in self._skips.values():
             out[reason] = out.get(reason, 0) + 1
+        if self._unread_notes:
+            out["unreadable"] = out.get("unreadable", 0) + len(self._unread_notes)
         return out
+
+    def kept_unreadable(self, root: Root, path: Path, why: str) -> None:
+        """An indexed note whose read failed was kept as it was: counted and named as
+        unreadable (it was kept without a word in status, and its later edits went unread)."""
+        self._unread_notes[(root.name, str(path))] = why
+        self._say_unreadable(root.name)
+
+    def read_again(self, notes: Iterable[NoteFile]) -> None:
+        """These notes were read (or found unchanged): no longer unreadable."""
+        names = {n.root.name for n in notes if self._unread_notes.pop((n.root.name, str(n.path)), None)}
+        for name in names:
+            self._say_unreadable(name)
 
     def skipped_notes(self) -> dict[str, tuple[Path, str]]:
         """Notes the folder scans leave out now (too large, hidden, a link out of the root, ...),
@@ -153,6 +175,8 @@ class ChangeFinder:
         it ran, and an entry per agent that ever wrote stayed for good."""
         self._skips = {k: v for k, v in self._skips.items() if k[0] in names}
         self._event_deletions = {k: v for k, v in self._event_deletions.items() if k in names}
+        self._unread_notes = {k: v for k, v in self._unread_notes.items() if k[0] in names}
+        self._listed_unreadable = {k: v for k, v in self._listed_unreadable.items() if k in names}
         if any(k not in names for k in self._unreadable):
             self._unreadable = {k: v for k, v in self._unreadable.items() if k in names}
             self._report_unreadable()
@@ -165,8 +189,16 @@ class ChangeFinder:
 
     def roots(self) -> list[Root]:
         """The roots to sweep: those of ``sources.roots`` (inboxes with notes), plus the inboxes
-        of agents still in the index whose notes or folder are gone, until their entries are."""
-        out = roots(self.cfg)
+        of agents still in the index whose notes or folder are gone, until their entries are.
+        While the home's agents folder is gone or replaced (its share unmounted), what is there
+        is not listed: the indexed agents' inboxes are unreachable roots (nothing deleted)."""
+        why = self.supervisor.home.problem()
+        if why is None:
+            self.problems.clear("home")
+            out = roots(self.cfg)
+        else:
+            self.problems.report("home", held(why))
+            out = vault_roots(self.cfg)
         present = {r.agent for r in out if r.source == "memory"}
         indexed = set(self.manifest.memory_agents())
         out.extend(inbox_root(self.cfg, a) for a in sorted(indexed - present))
@@ -205,7 +237,9 @@ class ChangeFinder:
         notes = [f for f in found if isinstance(f, NoteFile)]
         prefix = root.key_of("x")[:-1]  # "vault/", "wiki/", "memory/<agent>/"
         known = self.manifest.file_states(prefix)
-        notes = self._without_excluded(root, notes, known, diff, {} if excluded is None else excluded)
+        notes, left_out = self._without_excluded(
+            root, notes, known, diff, {} if excluded is None else excluded
+        )
         skipped = [s for s in found if isinstance(s, Skipped)]
         self._skips = {k: v for k, v in self._skips.items() if k[0] != root.name}
         for s in skipped:
@@ -213,10 +247,14 @@ class ChangeFinder:
             self._skipped(root, s)
         status.seen, status.skipped = len(notes), len(skipped)
         seen = {n.key for n in notes}
+        listed = {str(n.path) for n in notes}  # an unreadable note that vanished is no longer one
+        self._unread_notes = {
+            k: v for k, v in self._unread_notes.items() if k[0] != root.name or k[1] in listed
+        }
         # An error reading a folder (or a file's stat) is no evidence that its notes are gone.
         kept = self._unreadable_prefixes(root, skipped)
         missing = [k for k in known if k not in seen and not k.startswith(kept)]
-        return _Listing(root, notes, known, missing, t0)
+        return _Listing(root, notes, known, missing, t0, left_out)
 
     def _decide(
         self, listing: _Listing, listings: Sequence[_Listing], diff: Diff, confirm: bool, alien: set[str]
@@ -253,7 +291,10 @@ class ChangeFinder:
         when a note new to the index in this sweep (any root's listing, or a file event's) has
         its mtime and size and its name or its folder (a folder moved or renamed, a note renamed
         in place), or when the same bytes with the same mtime are indexed under another key that
-        this sweep saw (a move whose new half an earlier sweep indexed). Each new file accounts
+        this sweep saw (a move whose new half an earlier sweep indexed). A note that a rule
+        leaves out is no evidence: an excluded backup of the notes (rsync -a keeps their times)
+        looks like where a vanished share's notes went, so a folder moved into an excluded one
+        is held like a loss (status names the command that applies it). Each new file accounts
         for one missing note: an emptied share is not made good by a few look-alikes. A root
         whose folder is not the share now (``alien``) is no evidence either way."""
         manifest = self.manifest
@@ -318,17 +359,26 @@ class ChangeFinder:
     def _unreadable_prefixes(self, root: Root, skipped: Sequence[Skipped]) -> tuple[str, ...]:
         """Key prefixes (and keys) under folders and files that could not be read; reported."""
         unread = _unreadable(root, skipped)
-        paths = [str(path) for path, _ in unread]
-        self.supervisor.status(root).unreadable = paths
+        self.supervisor.status(root)  # there for ``_say_unreadable``
+        self._listed_unreadable[root.name] = [str(path) for path, _ in unread]
+        self._say_unreadable(root.name)
+        return tuple(key for _, key in unread)
+
+    def _say_unreadable(self, name: str) -> None:
+        """The folders and notes of root ``name`` that cannot be read, in its status and problems:
+        those its listing could not read, and the notes kept because their read failed."""
+        paths = self._listed_unreadable.get(name, []) + [p for (n, p) in self._unread_notes if n == name]
+        status = self.supervisor.roots.get(name)
+        if status is not None:
+            status.unreadable = paths
         if paths:
-            self._unreadable[root.name] = (
-                f"{len(paths)} folder(s) or note(s) of {root.name} cannot be read ({paths[0]}"
+            self._unreadable[name] = (
+                f"{len(paths)} folder(s) or note(s) of {name} cannot be read ({paths[0]}"
                 f"{', ...' if len(paths) > 1 else ''}); their notes stay in the index as they were"
             )
         else:
-            self._unreadable.pop(root.name, None)
+            self._unreadable.pop(name, None)
         self._report_unreadable()
-        return tuple(key for _, key in unread)
 
     def _report_unreadable(self) -> None:
         if self._unreadable:
@@ -388,6 +438,13 @@ class ChangeFinder:
             # went); what a walk left out now is counted again below
             wheres = tuple(str(root.path / rel) for rel in gone + walked)
             self._skips = {k: v for k, v in self._skips.items() if not _at_or_below(k, root.name, wheres)}
+            # Unreadable notes that went (a walk may leave one in place: unchanged, not read again)
+            vanished = tuple(str(root.path / rel) for rel in gone)
+            if any(_at_or_below(k, root.name, vanished) for k in self._unread_notes):
+                self._unread_notes = {
+                    k: v for k, v in self._unread_notes.items() if not _at_or_below(k, root.name, vanished)
+                }
+                self._say_unreadable(root.name)
         for rel in gone:
             if rel.lower().endswith(".md"):
                 key = root.key_of(rel)
@@ -405,6 +462,7 @@ class ChangeFinder:
                 missing.update(k for k in manifest.file_states(_prefix(root, rel)) if not k.startswith(kept))
         for n in notes:
             self._skips.pop((root.name, str(n.path)), None)
+        notes, excluded = self._excluded_seen(root, notes, missing, gone=gone, walked=walked)
         for s in found:
             if not isinstance(s, Skipped):
                 continue
@@ -421,8 +479,46 @@ class ChangeFinder:
         if missing and not self._may_delete(root, len(missing)):
             return False
         diff.gone.extend(sorted(missing))
+        diff.excluded.update(excluded)
         self._add_work(notes, manifest.file_states_of([n.key for n in notes]), diff)
         return True
+
+    def _excluded_seen(
+        self,
+        root: Root,
+        notes: list[NoteFile],
+        missing: set[str],
+        *,
+        gone: Sequence[str],
+        walked: Sequence[str],
+    ) -> tuple[list[NoteFile], dict[str, dict[str, str]]]:
+        """The notes of changed paths that no rule leaves out, and the excluded ones where the
+        events looked, for ``Diff.excluded`` (a note made, moved or deleted in an excluded folder
+        is a link target, or none, at once: only full sweeps recorded them, and links to such a
+        note waited for the next one). An indexed one (a rule changed) is ``missing``."""
+        if root.source == "memory":
+            return notes, {}
+        kept: list[NoteFile] = []
+        rules: dict[str, str] = {}
+        for n in notes:
+            rule = self.excluded_by(n.key)
+            if rule is None:
+                kept.append(n)
+            else:
+                rules[n.key] = rule
+        missing.update(self.manifest.file_states_of(list(rules)))
+        folders = {_prefix(root, rel) for rel in [*gone, *walked]}
+        files = {root.key_of(rel) for rel in gone if rel.lower().endswith(".md")}
+        excluded: dict[str, dict[str, str]] = {scope: {} for scope in [*folders, *files]}
+        for key, rule in rules.items():
+            # Each folder the note lies in by its key's "/"s: a checkout of thousands of paths
+            # is not every note against every path.
+            below = [key[: i + 1] for i, c in enumerate(key) if c == "/" and key[: i + 1] in folders]
+            for scope in below:
+                excluded[scope][key] = rule
+            if key in files or not below:
+                excluded[key] = {key: rule}  # a changed file of its own
+        return kept, excluded
 
     def _look(self, root: Root, rels: Sequence[str]) -> tuple[list[NoteFile | Skipped], list[str], list[str]]:
         """Stat each changed path of a root: (notes and skipped files found, relative paths gone,
@@ -501,12 +597,13 @@ class ChangeFinder:
         states: dict[str, FileState],
         diff: Diff,
         counts: dict[str, int],
-    ) -> list[NoteFile]:
-        """Drop excluded notes; indexed ones are deleted at once (a rule is no vanished mount, so
-        the mass-deletion guard does not hold them)."""
+    ) -> tuple[list[NoteFile], list[NoteFile]]:
+        """The notes kept, and those a rule leaves out; indexed ones of the latter are deleted at
+        once (a rule is no vanished mount, so the mass-deletion guard does not hold them)."""
         if root.source == "memory":
-            return notes
+            return notes, []
         kept: list[NoteFile] = []
+        dropped: list[NoteFile] = []
         prefix = root.key_of("x")[:-1]
         # Kept as link targets (notes.links.set_excluded), whichever rule it is: Obsidian's
         # Excluded files hide a note from search, not from links; index.exclude is sidecar's own
@@ -521,10 +618,11 @@ class ChangeFinder:
             else:
                 counts[rule] = counts.get(rule, 0) + 1
                 left_out[n.key] = rule
+                dropped.append(n)
         for key in [k for k in states if k.startswith(prefix) and self.excluded_by(k) is not None]:
             diff.gone.append(key)
             del states[key]
-        return kept
+        return kept, dropped
 
 
 # Skipped for a reason that says nothing about the note's text: its indexed text stays.
@@ -546,8 +644,10 @@ def _file(  # noqa: PLR0911 - one return per kind of file
             return None
         if why is not None:
             return Skipped(path, why)
-    if not stat.S_ISREG(st.st_mode) or not is_markdown_name(path.name):
+    if not is_markdown_name(path.name):
         return None
+    if not stat.S_ISREG(st.st_mode):  # a pipe or device named like a note: counted, as a scan does
+        return Skipped(path, "not a regular file")
     why = name_refusal(root, path.name)
     if why is not None:
         return Skipped(path, why)

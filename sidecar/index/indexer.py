@@ -28,10 +28,11 @@ from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.index.writes import Writer
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
 from sidecar.notes.chunking import CHUNKER_VERSION
+from sidecar.stores.manifest import FileState
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.ignore import IgnoreRules
 from sidecar.vault.sources import NoteFile, Root, inboxes_in_use, stamp_ns
-from sidecar.vault.supervisor import Supervisor
+from sidecar.vault.supervisor import RootUnreachable, Supervisor
 from sidecar.vault.timeout import run_with_timeout
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,9 @@ class Indexer:
         self.hot_back: Callable[[set[str]], None] | None = None
         self._deferred: set[str] = set()
         self._hot_written: set[str] = set()  # keys written from file events during this sweep
+        # Excluded notes recorded from file events during this sweep (``Diff.excluded``): newer
+        # than its listing, which would otherwise drop a note made meanwhile as a link target.
+        self._hot_excluded: dict[str, dict[str, str]] = {}
         # What each note of a batch cost to read, cut and write, by path (set by the index loop:
         # a note that is costly to index waits before it is indexed again).
         self.on_indexed: Callable[[dict[str, float]], None] | None = None
@@ -154,6 +158,7 @@ class Indexer:
         if not act.first_sweep_done:
             refill_new_bm25(self.stores, stop)
         diff = Diff()
+        self._hot_excluded = {}
         self.writer.defer_links = not act.first_sweep_done
         excluded: dict[str, int] = {}
         every = self.changes.roots()
@@ -178,12 +183,9 @@ class Indexer:
         act.phase, act.total = "indexing", len(diff.work) + len(diff.gone)
         changed = self._apply(diff, every if not paths else None, progress, stop)
         self._retire_emptied(diff.gone, names)
-        if diff.excluded:  # links resolve to excluded notes (notes.links.set_excluded)
-            self.writer.set_excluded(diff.excluded, {r.source for r in every if r.source != "memory"})
+        self._record_excluded(diff, every)
         if not act.first_sweep_done:
-            check_bm25(self.stores, stop)
-            self.writer.defer_links = False
-            self.writer.resolve_all_links()
+            self._first_sweep_ends(only is None and not paths, stop)
         act.sweeps += 1
         act.first_sweep_done = act.first_sweep_done or only is None or bool(chosen)
         if not self._swept:
@@ -255,6 +257,7 @@ class Indexer:
             self.hot_back(set(self._deferred))  # looked at again after this sweep, with their roots
         self._deferred.clear()
         self._hot_written.clear()
+        act.scan_skipped = self.changes.skip_counts()  # with the notes whose read failed now
         return changed
 
     def _count_read_whole(
@@ -321,12 +324,26 @@ class Indexer:
             if diff.work:
                 self.index_files(diff.work)
                 self._hot_written.update(n.key for n in diff.work)
+            self._record_excluded(diff, None)
         except BaseException:
             if self.hot_back is not None:  # taken off the queue: not to be lost with the sweep
                 self.hot_back(set(hot) | self._deferred)
                 self._deferred.clear()
             raise
         log.debug("hot_paths paths=%d indexed=%d deleted=%d", len(hot), len(diff.work), len(diff.gone))
+
+    def _record_excluded(self, diff: Diff, every: Sequence[Root] | None) -> None:
+        """The excluded notes a sweep found, as link targets (notes.links.set_excluded); ``every``:
+        the roots of a sweep, None for the file events taken between its batches, whose findings
+        are applied again after the sweep's own (newer than its listing)."""
+        if every is None:
+            _after(self._hot_excluded, diff.excluded)
+        else:
+            _after(diff.excluded, self._hot_excluded)
+            self._hot_excluded = {}
+        if diff.excluded:
+            roots = self.changes.roots() if every is None else every
+            self.writer.set_excluded(diff.excluded, {r.source for r in roots if r.source != "memory"})
 
     def _refresh_ignore(self) -> None:
         """Re-read Obsidian's settings, a file of the vault, with the probe timeout: on a share
@@ -344,13 +361,14 @@ class Indexer:
             # Dates are read from the names when a search asks (nothing stored to redo): a format
             # set or changed in Obsidian dates the notes indexed before at once.
             self.manifest.day_formats = formats
-        trouble = self.ignore.trouble
+        # Excluded files and the daily-note settings are one area: both are Obsidian's settings.
+        trouble = "; ".join(t for t in (self.ignore.trouble, self.daily_formats.trouble) if t) or None
         if trouble is not None:
             self.problems.report("obsidian_settings", trouble)
         else:
             self.problems.clear("obsidian_settings")
 
-    def _read_settings(self) -> tuple[str, ...]:
+    def _read_settings(self) -> tuple[tuple[str, str], ...]:
         """Obsidian's settings this index follows: Excluded files, and the daily-note formats."""
         self.ignore.refresh()
         return self.daily_formats.refresh()
@@ -363,14 +381,33 @@ class Indexer:
         states = self.manifest.file_states_of([n.key for n in notes])
         prepared: list[Prepared] = []
         spent: dict[str, float] = {}  # path -> seconds its reading and cutting took
+        hung: set[str] = set()  # roots whose read did not answer: not asked again in this batch
+        read: list[NoteFile] = []  # notes read (or left out for what they hold): not unreadable now
+        no_answer: set[str] = set()  # paths whose read did not answer: the wait is no cost of the note
 
         def known(note: NoteFile) -> str | None:
             st = states.get(note.key)
             return st.hash if st is not None and st.state == "indexed" else None
 
+        def bounded(note: NoteFile, fn: Callable[[], tuple[bytes, str]]) -> tuple[bytes, str]:
+            return self.supervisor.read(note.root, note.rel, fn)
+
         def drafted(note: NoteFile) -> Prepared | Drafted | None:
+            if note.root.name in hung:
+                return None  # not read: looked at again once the root answers
             with _timed(spent, str(note.path)):
-                return draft(note, known(note), (data or {}).get(note.key), self.cfg.index.max_file_bytes)
+                try:
+                    return draft(
+                        note, known(note), (data or {}).get(note.key), self.cfg.index.max_file_bytes, bounded
+                    )
+                except RootUnreachable as exc:
+                    # The share hangs on this note's open or read (a listing that answers says
+                    # nothing of that): the root goes offline and is retried as a hung listing
+                    # is; its other notes wait, the other roots' are read on.
+                    hung.add(note.root.name)
+                    no_answer.add(str(note.path))
+                    self.supervisor.mark_offline(note.root, str(exc))
+                    return None
 
         # Chunk sizes are counted with the model's tokenizer. While it still loads (a first start
         # converts the model beside the first sweep), notes are read and parsed ahead and cut
@@ -391,19 +428,14 @@ class Indexer:
                 continue
             unreadable = p.skip_reason is not None and p.skip_reason.startswith("unreadable")
             if unreadable and known(note) is not None:
-                # A read error is no evidence the note changed: keep what is indexed.
-                log.warning("file_kept path=%s reason=%s", note.path, p.skip_reason)
-                st = states.get(note.key)
-                if st is not None and (st.mtime_ns, st.size) == (note.mtime_ns, note.size):
-                    # Only its status changed (a chmod that made it unreadable): remember that,
-                    # or every sweep reads it again. A changed mtime or size stays unrecorded,
-                    # so the new text is read once the note can be read.
-                    self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns)
+                self._keep_unreadable(note, str(p.skip_reason), states.get(note.key))
                 continue
+            read.append(note)
             if p.parsed is None and p.skip_reason is None:
                 self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns)
                 continue
             prepared.append(p)
+        self.changes.read_again(read)
         if prepared:
             started = time.perf_counter()
             self.writer.write(prepared)
@@ -411,9 +443,22 @@ class Indexer:
             # Written: the index can be updated again. Said now, not at the end of a catch-up that
             # may take minutes ("disk is full" stood beside moving progress).
             self.problems.clear("index")
+        for path in no_answer:
+            spent.pop(path, None)
         if self.on_indexed is not None and spent:
             self.on_indexed(spent)
         return len(prepared)
+
+    def _keep_unreadable(self, note: NoteFile, why: str, st: FileState | None) -> None:
+        """An indexed note that cannot be read now: a read error is no evidence the note changed,
+        so what is indexed is kept, and said (status counts and names it)."""
+        log.warning("file_kept path=%s reason=%s", note.path, why)
+        self.changes.kept_unreadable(note.root, note.path, why)
+        if st is not None and (st.mtime_ns, st.size) == (note.mtime_ns, note.size):
+            # Only its status changed (a chmod that made it unreadable): remember that, or every
+            # sweep reads it again. A changed mtime or size stays unrecorded, so the new text is
+            # read once the note can be read.
+            self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns)
 
     def delete(self, keys: Sequence[str]) -> None:
         """Remove notes from every store (intent first, so a crash mid-way is redone)."""
@@ -488,6 +533,16 @@ class Indexer:
         self.vectors.embed_key(note.key)
         return note.key
 
+    def _first_sweep_ends(self, whole: bool, stop: threading.Event | None) -> None:
+        """BM25 checked against the manifest, every link resolved; after a sweep of every root
+        not cut short, the vectors a lost manifest's rebuild names again are kept, the others
+        dropped (``Vectoring.settle``)."""
+        check_bm25(self.stores, stop)
+        self.writer.defer_links = False
+        self.writer.resolve_all_links()
+        if whole and not (stop is not None and stop.is_set()):
+            self.vectors.settle()
+
     def index_state(self, pending_vectors: int, embedder_state: str) -> str:
         """``building`` until the first sweep is done and no chunk waits for a vector it can get."""
         act = self.activity
@@ -498,6 +553,13 @@ class Indexer:
         if act.first_sweep_done and not waiting:
             act.ready_once = True  # later edits queue a few vectors without flipping back to building
         return "ready" if act.ready_once else "building"
+
+
+def _after(scopes: dict[str, dict[str, str]], later: dict[str, dict[str, str]]) -> None:
+    """``later``'s scopes of ``Diff.excluded`` into ``scopes``, after theirs (applied in order)."""
+    for scope, found in later.items():
+        scopes.pop(scope, None)
+        scopes[scope] = found
 
 
 @contextlib.contextmanager

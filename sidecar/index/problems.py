@@ -1,8 +1,9 @@
 """What is wrong right now, in words a person can act on: health and ``sidecar status`` show it.
 
 One entry per area (``index``, ``embedding``, ``embedder``, ``keyword_search``, ``vector_search``,
-``memory_write``, ``memory_audit``, ``stores``, ``obsidian_settings``, ...); an area is reported
-when it fails and cleared when it works again, so a fault that went away leaves only a line under
+``memory_write``, ``memory_audit``, ``stores``, ``obsidian_settings``, ``home``, ...), or per subject
+of an area (an agent's inbox in ``memory_write``); an area is reported when it fails and cleared
+when it works again, so a fault that went away leaves only a line under
 ``recent``. Thread-safe; imports nothing from sidecar.
 """
 
@@ -22,27 +23,38 @@ class Problems:
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._lock = threading.Lock()
-        self._active: dict[str, dict[str, Any]] = {}
+        self._active: dict[tuple[str, str], dict[str, Any]] = {}
         self._recent: deque[dict[str, Any]] = deque(maxlen=20)
 
-    def report(self, area: str, error: str) -> None:
+    def report(self, area: str, error: str, *, subject: str = "") -> None:
+        """``subject``: what in the area failed (an agent's inbox): one entry each, so one
+        inbox's failure neither hides nor clears another's."""
         now = self._clock()
         with self._lock:
-            item = self._active.get(area)
+            item = self._active.get((area, subject))
             if item is None:
-                self._active[area] = {"area": area, "error": error, "since": now, "last": now, "count": 1}
-                log.warning("problem area=%s error=%s", area, error)
+                self._active[(area, subject)] = {
+                    "area": area, "error": error, "since": now, "last": now, "count": 1,
+                }  # fmt: skip
+                log.warning(
+                    "problem area=%s%s error=%s", area, f" subject={subject}" if subject else "", error
+                )
             else:
                 item.update(error=error, last=now, count=item["count"] + 1)
 
-    def clear(self, area: str) -> None:
+    def clear(self, area: str, *, subject: str = "") -> None:
         with self._lock:
-            item = self._active.pop(area, None)
+            item = self._active.pop((area, subject), None)
             if item is None:
                 return
             item["cleared"] = self._clock()
             self._recent.append(item)
-        log.info("problem_cleared area=%s after=%.1fs", area, item["cleared"] - item["since"])
+        log.info(
+            "problem_cleared area=%s%s after=%.1fs",
+            area,
+            f" subject={subject}" if subject else "",
+            item["cleared"] - item["since"],
+        )
 
     def note(self, area: str, what: str) -> None:
         """Something that went wrong and was already repaired (a corrupt store rebuilt at start)."""
@@ -54,10 +66,10 @@ class Problems:
         with self._lock:
             return [dict(v) for v in self._active.values()]
 
-    def active_in(self, area: str) -> dict[str, Any] | None:
-        """The active problem of ``area`` (a copy), or None."""
+    def active_in(self, area: str, *, subject: str = "") -> dict[str, Any] | None:
+        """The active problem of ``area`` (and ``subject``; a copy), or None."""
         with self._lock:
-            item = self._active.get(area)
+            item = self._active.get((area, subject))
             return dict(item) if item is not None else None
 
     def describe(self) -> dict[str, Any]:

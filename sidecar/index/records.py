@@ -54,19 +54,29 @@ class Drafted:
     links: tuple[Link, ...]
 
 
+# How a note's file is read: given the note and the call that reads it (the indexer runs it
+# with a deadline: a share may hang on open or read).
+Reader = Callable[[NoteFile, Callable[[], tuple[bytes, str]]], tuple[bytes, str]]
+
+
+def _at_once(note: NoteFile, fn: Callable[[], tuple[bytes, str]]) -> tuple[bytes, str]:
+    return fn()
+
+
 def draft(
-    note: NoteFile, known_hash: str | None, data: bytes | None, limit: int
+    note: NoteFile, known_hash: str | None, data: bytes | None, limit: int, read: Reader = _at_once
 ) -> Prepared | Drafted | None:
     """Read (or take ``data``), hash and parse one note, all but the token counts (``finish``
     cuts it). None: the note vanished; a Prepared without chunks: unchanged (hash equals
-    ``known_hash``), unreadable or unparseable, with the skip reason."""
+    ``known_hash``), unreadable or unparseable, with the skip reason. The file is read through
+    ``read``, which raises what it likes (RootUnreachable: it did not answer) past this."""
     try:
         if data is not None:  # a memory write's own bytes: never read back through a path
             text = decode_note(data, limit)
         elif note.root.source == "memory":
-            data, text = read_inbox_note(note.root, note.path.name, limit)
+            data, text = read(note, lambda: read_inbox_note(note.root, note.path.name, limit))
         else:
-            data, text = read_note(note.path, limit, note.root)
+            data, text = read(note, lambda: read_note(note.path, limit, note.root))
     except FileNotFoundError:
         return None  # vanished between scan and read: the next sweep deletes it
     except NoteUnreadable as exc:

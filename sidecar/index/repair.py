@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
 import time
+from collections.abc import Collection
+from pathlib import Path
 
 from sidecar.config import Config
 from sidecar.contracts.errors import DiskFullError, StoreError
@@ -19,7 +22,7 @@ from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.stores.bm25 import Bm25Doc, Bm25Index
 from sidecar.stores.lifecycle import discard_vectors, move_aside, open_vectors
-from sidecar.stores.manifest import Manifest
+from sidecar.stores.manifest import ChunkView, Manifest
 
 log = logging.getLogger(__name__)
 
@@ -27,12 +30,24 @@ log = logging.getLogger(__name__)
 # Fewer deleted documents than this are not worth a rewrite, whatever their share.
 _COMPACT_MIN_DELETED = 1000
 _FILL_BATCH = 5000  # chunks added at a time by a refill (a stop is looked at between them)
+# A vector table is moved aside and embedded again at most this many times per run of the daemon:
+# one that cannot be read again right after is not damaged by chance, and each rebuild costs every
+# chunk's model run (hours with e5 on a large vault) and a copy kept for a month.
+MAX_VECTOR_REBUILDS = 2
+_DATA_FILE = re.compile(r"data/([0-9A-Za-z_-]+\.lance)")
 
 
 def rebuild_bm25(stores: Stores, stop: threading.Event | None = None) -> None:
     """Refill Tantivy from the manifest: no file is read, no vector recomputed."""
     with stores.write_lock:
         fill_bm25(stores.bm25, stores.manifest, stop)
+
+
+def refill_inbox(stores: Stores, agent: str) -> None:
+    """One agent's keyword index refilled from the manifest, the others left as they are."""
+    with stores.write_lock:
+        docs = [_doc(v) for v in stores.manifest.chunks_under(f"memory/{agent}/")]
+        stores.bm25.refill_inbox(agent, docs)
 
 
 def refill_new_bm25(stores: Stores, stop: threading.Event | None = None) -> None:
@@ -86,18 +101,7 @@ def fill_bm25(index: Bm25Index, manifest: Manifest, stop: threading.Event | None
                 return
             index.add(docs)
             docs = []
-        docs.append(
-            Bm25Doc.of(
-                v.chunk_id,
-                v.key,
-                v.source,
-                v.agent,
-                title=v.title,
-                aliases=v.aliases,
-                headings=v.headings,
-                body=v.text,
-            )
-        )
+        docs.append(_doc(v))
     if stop is not None and stop.is_set():
         index.rollback()
         return
@@ -105,14 +109,31 @@ def fill_bm25(index: Bm25Index, manifest: Manifest, stop: threading.Event | None
     index.commit()
 
 
+def _doc(v: ChunkView) -> Bm25Doc:
+    return Bm25Doc.of(
+        v.chunk_id,
+        v.key,
+        v.source,
+        v.agent,
+        title=v.title,
+        aliases=v.aliases,
+        headings=v.headings,
+        body=v.text,
+    )
+
+
 def check_bm25(stores: Stores, stop: threading.Event | None = None) -> None:
     """After the first sweep, BM25 must hold exactly the manifest's chunks and pages; else
-    rebuild it (a stop ends the rebuild: the next start checks again)."""
+    rebuild it (a stop ends the rebuild: the next start checks again). When the vault's own
+    index agrees with its notes, only the inboxes that disagree with theirs are refilled (one
+    damaged inbox refilled the whole index)."""
     if stop is not None and stop.is_set():
         return
     expected = stores.manifest.indexed_chunk_count()
     actual = stores.bm25.num_docs()
     pages, have_pages = stores.manifest.indexed_page_count(), stores.bm25.num_pages()
+    if (actual, have_pages) != (expected, pages) and _refill_inboxes(stores, expected, pages):
+        return
     if actual == expected and have_pages != pages:
         log.warning(
             "index_rebuilt store=bm25 reason=page count mismatch expected=%d actual=%d", pages, have_pages
@@ -130,6 +151,24 @@ def check_bm25(stores: Stores, stop: threading.Event | None = None) -> None:
         rebuild_bm25(stores, stop)
 
 
+def _refill_inboxes(stores: Stores, chunks: int, pages: int) -> bool:
+    """Refill the inboxes whose counts differ from the manifest's, if the vault's index holds
+    what it must (``chunks`` and ``pages``: all the manifest holds); False when it does not."""
+    wanted = stores.manifest.inbox_counts()
+    have = stores.bm25.inbox_counts()
+    shared = (chunks - sum(c for c, _ in wanted.values()), pages - sum(p for _, p in wanted.values()))
+    if stores.bm25.shared_counts() != shared:
+        return False
+    apart = sorted(a for a in wanted.keys() | have.keys() if wanted.get(a, (0, 0)) != have.get(a, (0, 0)))
+    for agent in apart:
+        refill_inbox(stores, agent)
+        log.warning(
+            "index_rebuilt store=bm25 inbox=%s reason=count mismatch expected=%s actual=%s",
+            agent, wanted.get(agent, (0, 0)), have.get(agent, (0, 0)),
+        )  # fmt: skip
+    return True
+
+
 class Repair:
     """Replaces a failing keyword index or vector table with a sound one."""
 
@@ -141,6 +180,9 @@ class Repair:
         self.vectors = vectors
         self.slot = slot
         self.problems = problems
+        # Vector tables rebuilt by this run: name -> [(when, why), ...].
+        self.rebuilt: dict[str, list[tuple[float, str]]] = {}
+        self.gave_up: str | None = None  # a table left as it is after MAX_VECTOR_REBUILDS
 
     def repair_bm25(self, reason: str) -> None:
         """A keyword index that fails under the running daemon: move it aside and refill a fresh
@@ -158,6 +200,15 @@ class Repair:
             stores.bm25 = fresh
         log.error("index_rebuilt store=bm25 reason=%s moved_to=%s", reason, aside)
         self.problems.note("stores", f"the keyword index failed ({reason}); moved aside and rebuilt")
+        self.problems.clear("keyword_search")
+
+    def repair_inboxes(self, agents: Collection[str], reason: str) -> None:
+        """Agents' inbox indexes that fail under the running daemon, while the vault's answers:
+        each moved aside and refilled from the manifest, the rest of the index left alone."""
+        for agent in sorted(agents):
+            refill_inbox(self.stores, agent)
+            log.error("index_rebuilt store=bm25 inbox=%s reason=%s", agent, reason)
+        self.problems.note("stores", f"an agent's keyword index failed ({reason}); moved aside and rebuilt")
         self.problems.clear("keyword_search")
 
     def repair_vectors(self, reason: str) -> bool:
@@ -181,10 +232,69 @@ class Repair:
                 raise  # no damage: nothing to replace
             except StoreError as exc:
                 why = f"could not be read ({exc}; searches: {reason})"
+                if not self._may_rebuild(store.name, str(exc)):
+                    return False
+                if serving is not None:
+                    # No write through the old handle from now on (it waits for one that runs):
+                    # it would land in the new table at the same path (``Vectoring._store``).
+                    serving.store.close()
                 discard_vectors(store.path, store.name, why, problems)
                 store = open_vectors(self.cfg, model.model_id, model.dim, model.pooling, problems)
+                self.rebuilt.setdefault(store.name, []).append((time.time(), str(exc)))
                 rebuilt = True
             self.vectors.attach(store, model)
+            if serving is not None and serving.store is not store:
+                serving.store.close()  # the fresh handle serves; the old one writes no more
         problems.clear("vector_search")
         log.warning("vectors_repaired table=%s recomputed=%s", store.name, rebuilt)
         return rebuilt
+
+    def _may_rebuild(self, table: str, error: str) -> bool:
+        """Whether a table that cannot be read is moved aside and embedded again: not a third
+        time in one run (five copies in 40 minutes, each a full re-embed, were seen when a
+        rebuilt table broke again at once). A second rebuild says why, as far as it is known."""
+        before = self.rebuilt.get(table, [])
+        if not before:
+            return True
+        last_at, _ = before[-1]
+        when = time.strftime("%H:%M:%S", time.localtime(last_at))
+        cause = _stale_files(error, self.cfg.index_dir, table)
+        because = (
+            f"its versions name data files of the table moved aside at {when} ({cause}): written "
+            "through the old table's handle"
+            if cause
+            else f"the error now: {error}"
+        )
+        if len(before) >= MAX_VECTOR_REBUILDS:
+            self.gave_up = table
+            msg = (
+                f"the vector table {table} was rebuilt {len(before)} times since the daemon started "
+                f"(last at {when}) and cannot be read again ({because}); it is not moved aside again "
+                "(each rebuild embeds every chunk anew). Vector search fails until the daemon restarts "
+                "(keyword results only); if it breaks again after a restart, check the disk with "
+                "`sidecar doctor` and report it"
+            )
+            log.error("vectors_repair_stopped table=%s rebuilds=%d reason=%s", table, len(before), because)
+            self.problems.report("vectors", msg)
+            return False
+        log.error(
+            "vectors_rebuilt_again table=%s previous=%s reason=the table rebuilt then cannot be read: %s",
+            table,
+            when,
+            because,
+        )
+        self.problems.note(
+            "stores",
+            f"the vector table {table}, rebuilt at {when}, could not be read again ({because}); "
+            "moved aside a second time and re-embedding; a third time it is left as it is",
+        )
+        return True
+
+
+def _stale_files(error: str, index_dir: Path, table: str) -> str | None:
+    """When ``error`` names a data file of ``table`` that is missing but lies in a copy moved
+    aside: that copy's name (the new table was written through the old one's handle)."""
+    for name in _DATA_FILE.findall(error):
+        for aside in sorted(index_dir.glob(f"vectors.broken-*/{table}.lance/data/{name}")):
+            return f"{name} is in {aside.parents[2].name}"
+    return None

@@ -143,6 +143,13 @@ class Vectoring:
         self._expect_lock = Lock()
         self._key_group: GroupCommit[str] = GroupCommit(Lock())
         self.expected_used = 0  # vectors taken from a duplicate check instead of the model
+        # Until the first sweep of a start has ended the manifest may not name every chunk yet
+        # (deleted or damaged: rebuilt from the notes): rows of the serving table it does not
+        # know are held, not deleted, and taken as the vectors of the chunks the sweep finds
+        # with their ids (an id is the note's key and the embedded text). ``settle`` ends it.
+        self.first_sweep_done = False
+        self._held: tuple[VectorStore, set[str]] | None = None
+        self.adopted = 0  # held vectors taken for chunks the rebuilt manifest named again
 
     def notify_written(self) -> None:
         """Chunks were written: the backfill looks for pending vectors now, not at its next poll."""
@@ -172,7 +179,7 @@ class Vectoring:
                 log.info("vectors_clean table=%s (stopped cleanly: no reconcile)", store.name)
                 self._unstamp(store.name)
             else:
-                self._reconcile(store, "has_vector")
+                self._reconcile(store, "has_vector", hold=not self.first_sweep_done)
                 manifest.set_meta("vectors_clean", "")  # until the next clean stop
             self.stores.serving = VectorSet(store, model, "has_vector")
         self._changed.set()
@@ -217,10 +224,13 @@ class Vectoring:
         """At a clean stop (every writer joined): the serving table agrees with the manifest, so
         the next start can skip reading every vector id (seconds and ~40 MB at 100 k chunks)."""
         serving = self.stores.serving
-        if serving is not None and not self._unsure and self.stores.building is None:
+        if serving is not None and not self._unsure and self.stores.building is None and not self._held:
             self.manifest.set_meta("vectors_clean", _stamp(serving.store))
 
-    def _reconcile(self, store: VectorStore, flag: str) -> None:
+    def _reconcile(self, store: VectorStore, flag: str, hold: bool = False) -> int:
+        """Table and flags in agreement: doubled rows and rows of unknown chunks deleted (held
+        instead with ``hold``, see ``first_sweep_done``), flags set as the table has them. How
+        many chunks were flagged (their vector was in the table)."""
         manifest = self.manifest
         listed = store.id_list()
         in_table = set(listed)
@@ -232,12 +242,58 @@ class Vectoring:
             store.delete_ids(doubled)
             in_table -= set(doubled)
         orphans = sorted(in_table - known)
-        if orphans:
+        if orphans and hold:
+            log.info(
+                "reconcile_vectors table=%s orphans=%d held=until the first sweep ends (the chunks "
+                "it finds again keep them)",
+                store.name,
+                len(orphans),
+            )
+            self._held = (store, set(orphans))
+        elif orphans:
             log.info("reconcile_vectors table=%s orphans=%d", store.name, len(orphans))
             store.delete_ids(orphans)
+        found = sorted((in_table & known) - flagged)
         with manifest.transaction() as db:
-            manifest.set_has_vector(sorted((in_table & known) - flagged), 1, db, flag)
+            manifest.set_has_vector(found, 1, db, flag)
             manifest.set_has_vector(sorted(flagged - in_table), 0, db, flag)
+        return len(found)
+
+    def settle(self) -> None:
+        """The first sweep of a start has ended: the manifest names every chunk. Held rows it
+        did not name again are deleted, those it did are flagged (one reconcile)."""
+        with self.stores.write_lock:
+            self.first_sweep_done = True
+            held, self._held = self._held, None
+            serving = self.stores.serving
+            if held is None or serving is None or serving.store is not held[0] or held[0].closed:
+                return
+            found = self._reconcile(held[0], "has_vector")
+            self.adopted += found
+            self.reused += found
+        log.info("vectors_settled table=%s adopted=%d", held[0].name, self.adopted)
+
+    def _adopt(
+        self, vs: VectorSet, rows: list[tuple[str, str, str, str]]
+    ) -> tuple[list[tuple[str, str, str, str]], int]:
+        """Flag the rows whose vector the table holds already (held at the start, see
+        ``first_sweep_done``): the rows left to embed, and how many were flagged."""
+        held = self._held
+        if held is None or held[0] is not vs.store or vs.flag != "has_vector":
+            return rows, 0
+        ids = [r[0] for r in rows if r[0] in held[1]]
+        if not ids:
+            return rows, 0
+        with self.stores.write_lock:
+            if self._held is not held or not self._current(vs):
+                return rows, 0
+            live = set(self.manifest.still_pending(ids, vs.flag))
+            with self.manifest.transaction() as db:
+                self.manifest.set_has_vector(sorted(live), 1, db, vs.flag)
+            held[1].difference_update(ids)
+        self.adopted += len(live)
+        self.reused += len(live)
+        return [r for r in rows if r[0] not in live], len(live)
 
     # --- embedding ---------------------------------------------------------------------------
 
@@ -315,12 +371,16 @@ class Vectoring:
     ) -> int:
         """Vectors for ``rows`` into ``vs``'s table; how many were stored. ``timed``: a backfill
         batch, whose rate status' ETA uses (a memory write's few chunks say little about it)."""
+        rows, adopted = self._adopt(vs, rows)
         if not rows:
-            return 0
+            return adopted
         t0 = self.clock()
         rows, vecs = self._vectors_for(vs, rows, wait, stop)
         try:
             stored = self._store(vs, rows, vecs, wait)
+            if stored is None:  # made for a table that was replaced meanwhile
+                self._stash(vs, rows, vecs)
+                return adopted
         except BaseException:
             # Not stored (a full disk): the vectors wait for the retry instead of the model
             # running over the same batch again, and the time counts once the batch is stored.
@@ -333,7 +393,7 @@ class Vectoring:
         self.stored += stored
         if timed:
             self._recent.setdefault(vs.store.name, deque(maxlen=RATE_BATCHES)).append((stored, seconds))
-        return stored
+        return stored + adopted
 
     def rate(self, vs: VectorSet | None) -> float | None:
         """Vectors stored per second over the backfill's last batches for ``vs``'s table."""
@@ -353,11 +413,31 @@ class Vectoring:
             while len(self._stashed) > MAX_STASHED:
                 self._stashed.popitem(last=False)
 
-    def _store(self, vs: VectorSet, rows: list[tuple[str, str, str, str]], vecs: Any, wait: float) -> int:
-        """Add the rows still pending to the table and flag them; how many were."""
+    def _current(self, vs: VectorSet) -> bool:
+        """``vs``'s table is still the one its flag belongs to (the caller holds the write lock)."""
+        now = self.stores.serving if vs.flag == "has_vector" else self.stores.building
+        return now is not None and now.store is vs.store and not vs.store.closed
+
+    def _store(
+        self, vs: VectorSet, rows: list[tuple[str, str, str, str]], vecs: Any, wait: float
+    ) -> int | None:
+        """Add the rows still pending to the table and flag them; how many were. None when the
+        table the batch was computed for is no longer the one of its flag: a repair replaced it
+        (a new table at the same path), a switch promoted or ended it. Stored through the old
+        handle, the rows landed in the new table as a version naming the old table's data
+        files, which every search of it then failed on. The chunks stay pending, the vectors
+        are kept for the next batch of the same table (same name: same model)."""
         stores = self.stores
         FOREGROUND.yield_to(wait)
         with stores.write_lock:
+            if not self._current(vs):
+                log.info(
+                    "vectors_batch_dropped table=%s rows=%d reason=the table was replaced while the "
+                    "batch was computed (its chunks stay pending)",
+                    vs.store.name,
+                    len(rows),
+                )
+                return None
             if vs.flag in self._unsure:
                 # A write failed half-way (disk full: rows added, flags not committed): put table
                 # and flags back in agreement first, or these chunks would get a second vector.
@@ -513,6 +593,8 @@ class Vectoring:
     # --- upkeep ------------------------------------------------------------------------------
 
     def delete_ids(self, chunk_ids: list[str]) -> None:
+        if self._held is not None:
+            self._held[1].difference_update(chunk_ids)
         self._keep(chunk_ids)
         for store in self._stores_for_deletion():
             store.delete_ids(chunk_ids)
@@ -556,6 +638,7 @@ class Vectoring:
         (the retiring one's table was filled first, then dropped minutes later: twice the work)."""
         stores = self.stores
         with stores.write_lock:
+            self._held = None  # emptied: no row is left to keep
             building, serving = stores.building, stores.serving
             if building is None:
                 for store in stores.vector_stores():

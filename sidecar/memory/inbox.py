@@ -25,7 +25,7 @@ import secrets
 import stat
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from sidecar.config import Config, agent_name_problem, valid_agent
-from sidecar.contracts.errors import NotFoundError, SourceError
+from sidecar.contracts.errors import NotFoundError, SourceError, StorageError
 from sidecar.notes.frontmatter import front_matter_problem, parse_front_matter, split_front_matter
 from sidecar.notes.redact import redact
 from sidecar.vault.confine import (
@@ -44,6 +44,7 @@ from sidecar.vault.confine import (
     private_dirs,
     read_fd,
 )
+from sidecar.vault.homeguard import HomeGuard
 from sidecar.vault.sources import SLUG_RE, agent_inbox, is_conflict_copy, is_markdown_name
 
 _MANAGED = ("created", "updated")
@@ -82,6 +83,10 @@ class MemoryUnreadableError(MemoryWriteError):
     """The note there cannot be read as a write needs it (a symlink, its front matter, its size)."""
 
     code = "unreadable"
+
+
+class InboxGoneError(StorageError):
+    """An agent's inbox is gone while the index holds its notes: not made anew by a write."""
 
 
 @dataclass(frozen=True)
@@ -140,8 +145,14 @@ def _plain(value: Any) -> Any:
 class Inboxes:
     """Memory writes for every agent of one home; one lock per note serialises writers."""
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, home: HomeGuard | None = None) -> None:
         self.cfg = cfg
+        # The home's agents folder as the daemon started on it (the supervisor's, shared): never
+        # written through once it is gone or replaced (an unmounted share's bare mount point).
+        self.home = home if home is not None else HomeGuard(cfg)
+        # Whether the index holds notes of an agent (set by the memory ops): an inbox gone while
+        # they are is not made anew by a write (see ``_dirs``).
+        self.indexed: Callable[[str], bool] | None = None
         # Per note: its lock and how many threads hold or wait for it; dropped at 0, or every note
         # ever written kept a lock for the daemon's life.
         self._locks: dict[tuple[str, str], list[Any]] = {}
@@ -173,8 +184,35 @@ class Inboxes:
         agents = self.cfg.agents_dir
         parts = [agents.name, agent, "memory"]
         what = f"the inbox of {agent!r}"
-        with private_dirs(agents.parent, parts, create=create, what=what) as fds:
-            yield fds[1], fds[2]
+        home = self.home
+        existing = 0
+        if create:
+            # Made here only while none was seen yet; once kept, a gone or other agents folder
+            # (the home unmounted) refuses the change, as one found so through its descriptor.
+            home.check()
+            existing = 1 if home.remembered else 0
+            self._check_inbox_there(agent)
+        try:
+            with private_dirs(agents.parent, parts, create=create, what=what, existing=existing) as fds:
+                if create:
+                    home.check_fd(fds[0])
+                yield fds[1], fds[2]
+        except FileNotFoundError:
+            if create:
+                home.check()  # gone meanwhile: said so
+            raise
+
+    def _check_inbox_there(self, agent: str) -> None:
+        """An agent's inbox that is gone while the index still holds its notes is not made anew
+        (on a share away, it would hide the write once back): refused until a sweep saw the notes
+        gone and let go of them. A new agent's first inbox is made."""
+        if self.indexed is None or os.path.lexists(agent_inbox(self.cfg, agent)) or not self.indexed(agent):
+            return
+        raise InboxGoneError(
+            f"the inbox of {agent!r} ({agent_inbox(self.cfg, agent)}) is gone although its notes are "
+            "indexed (moved? unmounted?); nothing was changed: it is made anew once the index has let "
+            "go of them (the next sweep)"
+        )
 
     @contextlib.contextmanager
     def locked(self, agent: str, slug: str) -> Iterator[None]:
@@ -474,7 +512,11 @@ class Inboxes:
         return None
 
     def _agent_names(self) -> list[str]:
-        """The agents with a folder in the home (names the protocol accepts)."""
+        """The agents with a folder in the home (names the protocol accepts); none while the
+        agents folder is gone or another one (its share unmounted: what lies there is not the
+        agents' to prune or retire)."""
+        if self.home.problem() is not None:
+            return []
         try:
             return [a for a in sorted(os.listdir(self.cfg.agents_dir)) if valid_agent(a)]
         except OSError:

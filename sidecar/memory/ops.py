@@ -9,6 +9,7 @@ by words (exact and near copies, whatever their title) and by the vectors of its
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import json
 import logging
 import os
@@ -40,6 +41,7 @@ from sidecar.notes.redact import masked_line
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.stores.manifest import embed_hash
 from sidecar.stores.vectorbook import NO_VECTOR
+from sidecar.vault.homeguard import HomeChangedError, held
 from sidecar.vault.sources import (
     CONFLICT_REASON,
     SLUG_RE,
@@ -84,6 +86,7 @@ class MemoryOps:
         self.stores = stores  # the serving vectors, for the duplicate check
         self.manifest = stores.manifest
         self.problems = problems
+        inboxes.indexed = lambda agent: bool(self.manifest.file_states(f"memory/{agent}/"))
 
     def usage(self, agent: str) -> dict[str, int] | None:
         """The agent's inbox against its limits; None when it cannot be read (the status of
@@ -126,10 +129,13 @@ class MemoryOps:
         with self.inboxes.locked(agent, slug):
             try:
                 written = self.inboxes.write(agent, slug, content, front_matter, must_exist=must_exist)
+            except HomeChangedError as exc:  # the home's share unmounted: nothing made on its mount point
+                problems.report("home", held(exc.why))
+                raise
             except OSError as exc:  # disk full, read-only inbox: the old note (if any) is untouched
-                problems.report("memory_write", f"writing to the {agent} inbox failed: {exc}")
+                _write_failed(problems, agent, "writing to", exc)
                 raise StorageError(f"not written: {exc.strerror or exc}; the inbox is unchanged") from exc
-            _clear_own(problems, "memory_write", agent)
+            _write_worked(problems, agent)
             root = Root("memory", agent_inbox(self.cfg, agent), agent=agent)
             warning = None
             model = self.stores.serving.model if self.stores.serving is not None else None
@@ -295,10 +301,13 @@ class MemoryOps:
         with self.inboxes.locked(agent, slug):  # the file and its index entry go together
             try:
                 moved = self.inboxes.delete(agent, slug)
+            except HomeChangedError as exc:
+                self.problems.report("home", held(exc.why))
+                raise
             except OSError as exc:  # disk full (.trash), read-only inbox: the note stays as it was
-                self.problems.report("memory_write", f"deleting in the {agent} inbox failed: {exc}")
+                _write_failed(self.problems, agent, "deleting in", exc)
                 raise StorageError(f"not deleted: {exc.strerror or exc}; the note is unchanged") from exc
-            _clear_own(self.problems, "memory_write", agent)
+            _write_worked(self.problems, agent)
             unindexed = None
             try:
                 if key in self.manifest.file_states(key):
@@ -468,20 +477,39 @@ def _under(reference: str, prefix: str) -> bool:
     return not prefix or unicodedata.normalize("NFC", reference.split("/", 1)[1]).startswith(prefix)
 
 
-def _clear_own(problems: Problems, area: str, agent: str) -> None:
-    """Clear a memory problem once this agent's inbox works again, not on another agent's success
-    (the problem names the inbox it is about)."""
-    item = problems.active_in(area)
-    if item is not None and f"the {agent} inbox" in item["error"]:
-        problems.clear(area)
+# A failure of the disk the home lies on, not of one inbox: one entry for every agent, cleared by
+# any change that worked (it had room) or by the tick that finds room again (a quota, EDQUOT,
+# is not seen by that check: it stays with the inbox that met it).
+DISK_FULL = (errno.ENOSPC,)
+
+
+def _write_failed(problems: Problems, agent: str, what: str, exc: OSError) -> None:
+    """Report a failed change of ``agent``'s inbox: one entry per inbox (a later failure of another
+    agent hid it, and that agent's success cleared it), one for a full disk."""
+    if exc.errno in DISK_FULL:
+        problems.report(
+            "memory_write", f"memory writes fail: no room on the disk of the home ({exc.strerror or exc})"
+        )
+    else:
+        problems.report("memory_write", f"{what} the {agent} inbox failed: {exc}", subject=agent)
+
+
+def _write_worked(problems: Problems, agent: str) -> None:
+    """A change of ``agent``'s inbox worked: its own problem goes, and a full disk's (it had room),
+    and the home's (its agents folder is the one kept); not another inbox's."""
+    problems.clear("memory_write", subject=agent)
+    problems.clear("memory_write")
+    problems.clear("home")
 
 
 def _audit_warning(error: str | None, agent: str, problems: Problems) -> str | None:
     """The warning for a change made whose audit line could not be appended, or None."""
     if error is None:
-        _clear_own(problems, "memory_audit", agent)
+        problems.clear("memory_audit", subject=agent)
         return None
-    problems.report("memory_audit", f"the {agent} inbox's audit log cannot be appended to: {error}")
+    problems.report(
+        "memory_audit", f"the {agent} inbox's audit log cannot be appended to: {error}", subject=agent
+    )
     return f"done, but its line in the audit log could not be written ({error})"
 
 

@@ -2,7 +2,8 @@
 the Periodic Notes plugin write it (``DD.MM.YYYY``, ``YYYY/MM/YYYY-MM-DD``, ``dddd, D. MMMM YYYY``)
 turned into a matcher that reads the day out of a note's path. Imports nothing of the project.
 
-Tokens read: ``YYYY``, ``YY`` (20YY), ``MM``, ``M``, ``DD``, ``D``, ``Do`` (1st, 2nd, 1.), month
+Tokens read: ``YYYY``, ``YY`` (2000-2068, 1969-1999 as Moment.js reads it), ``MM``, ``M``, ``DD``,
+``D``, ``Do`` (1st, 2nd, 1.), month
 names ``MMMM``/``MMM`` in English and German (by their first three letters, umlaut folded: "März",
 "Maerz", "Mar."), and weekday names ``dddd``/``ddd``/``dd`` (matched as any word: the day is given by
 the other tokens). ``[...]`` is literal text, other characters are themselves. A format with any
@@ -39,6 +40,9 @@ _MONTHS = {
     "jan": 1, "feb": 2, "mar": 3, "mae": 3, "apr": 4, "may": 5, "mai": 5, "jun": 6,
     "jul": 7, "aug": 8, "sep": 9, "oct": 10, "okt": 10, "nov": 11, "dec": 12, "dez": 12,
 }  # fmt: skip
+# (format, folder): a daily-note format and the vault-relative folder its notes are made in ('' for
+# the vault's top: then a name in the format is a daily note wherever it is).
+DayFormats = tuple[tuple[str, str], ...]
 ISO_FORMAT = "YYYY-MM-DD"  # Obsidian's default, and what a note's name always may say
 
 
@@ -62,7 +66,8 @@ class DayFormat:
             if field == "month_name":
                 name, number = "month", _MONTHS.get(_fold(text)[:3], 0)
             elif field == "year2":
-                name, number = "year", 2000 + int(text)
+                # As Moment.js reads a two-digit year (Obsidian's parser): 69-99 are 1969-1999.
+                name, number = "year", int(text) + (1900 if int(text) > 68 else 2000)
             else:
                 number = int(text)
             values.setdefault(name, set()).add(number)

@@ -111,26 +111,32 @@ def replace_links(db: sqlite3.Connection, key: str, links: Sequence[Link]) -> No
 def set_excluded(
     db: sqlite3.Connection, found: dict[str, dict[str, str]], sources: Collection[str]
 ) -> set[str]:
-    """The excluded notes of the roots listed whole (``found``: key prefix -> {key: rule}); the
-    rows of sources no longer indexed go. Returns the keys that came or went (their names may mean
-    another note now)."""
+    """The excluded notes found where a sweep looked (``found``: a root listed whole or a folder
+    walked, by its key prefix ending in "/", or one note's key -> the excluded notes there, {key:
+    rule}), in place of the rows there; the rows of sources no longer indexed go. Returns the keys
+    that came or went (their names may mean another note now)."""
     changed: set[str] = set()
     marks = ",".join("?" * len(sources))
     for (key,) in db.execute(f"SELECT key FROM excluded_notes WHERE source NOT IN ({marks})", list(sources)):
         changed.add(key)
     db.execute(f"DELETE FROM excluded_notes WHERE source NOT IN ({marks})", list(sources))
     for prefix, rules in found.items():
-        old = dict(
-            db.execute(
-                "SELECT key, rule FROM excluded_notes WHERE substr(key, 1, ?) = ?", (len(prefix), prefix)
-            ).fetchall()
-        )
+        where, args = _scope(prefix)
+        old = dict(db.execute(f"SELECT key, rule FROM excluded_notes WHERE {where}", args).fetchall())
         gone = old.keys() - rules.keys()
         db.executemany("DELETE FROM excluded_notes WHERE key = ?", [(k,) for k in gone])
         new = [(k, prefix.split("/", 1)[0], r) for k, r in rules.items() if old.get(k) != r]
         db.executemany("INSERT OR REPLACE INTO excluded_notes(key, source, rule) VALUES (?,?,?)", new)
         changed |= gone | {k for k in rules if k not in old}
     return changed
+
+
+def _scope(scope: str) -> tuple[str, tuple[str, ...]]:
+    """SQL (and its arguments) for the keys of a scope: below a prefix ending in "/" (a range
+    of the primary key: a batch of file events asks one per path), or one key."""
+    if scope.endswith("/"):
+        return "key >= ? AND key < ?", (scope, scope[:-1] + "0")  # "0" follows "/"
+    return "key = ?", (scope,)
 
 
 def drop_links(db: sqlite3.Connection, keys: Sequence[str]) -> None:

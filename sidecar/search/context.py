@@ -49,7 +49,11 @@ def render_block(
     used = sum(count_tokens(parts))
     for h in hits:
         # A file name may hold a line break: escaped, it cannot start a line of its own.
-        head = f"\n[{h.source}] {_as_text(escape_controls(h.reference))} (lines {h.lines[0]}-{h.lines[1]})"
+        # A note of a period the message named says its day (which day of "last week" it is).
+        day = f", dated {h.date}" if h.date else ""
+        head = (
+            f"\n[{h.source}] {_as_text(escape_controls(h.reference))} (lines {h.lines[0]}-{h.lines[1]}{day})"
+        )
         body = _as_text(h.text)
         cost = sum(count_tokens([head, body]))
         if used + cost > budget:

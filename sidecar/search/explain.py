@@ -11,7 +11,7 @@ import numpy as np
 
 from sidecar.contracts.errors import StoreError
 from sidecar.contracts.wire import ChunkExplanation, Explanation
-from sidecar.search.query import analyze, split_filters
+from sidecar.search.query import analyze
 from sidecar.search.results import analysis_of
 from sidecar.search.retrieval import Retriever, SearchRequest, bm25_text, with_filters
 from sidecar.vault.sources import public_reference
@@ -19,8 +19,9 @@ from sidecar.vault.sources import public_reference
 
 def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanation:
     """Why a note ranks where it does (or not at all) for a query: scores, boosts, outcome."""
-    text, inline = split_filters(query, r.today())
-    req = with_filters(SearchRequest(query, r.cfg.limit, r.cfg.min_score, None, agent), inline)
+    asked = SearchRequest(query, r.cfg.limit, r.cfg.min_score, None, agent)
+    text, inline = r.read_query(asked)
+    req = with_filters(asked, inline)
     qa = analyze(text)
     chunks = r.stores.manifest.chunks_of(key)
     if not chunks:
@@ -81,7 +82,11 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
             )
         )
     if inline.phrase and chunks:
-        out[0] = _listed_by_date(r, req, key, out[0])
+        # Without a content word the search lists the period by date alone: the arms' outcome
+        # (a candidate below minScore) is not what it did.
+        out[0] = _listed_by_date(
+            r, asked, req, key, out[0], holds_words=bool(direct_bm), ranked=bool(qa.content_words)
+        )
     return Explanation(
         indexed=True,
         reference=public_reference(key, agent),
@@ -93,13 +98,39 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
     )
 
 
-def _listed_by_date(r: Retriever, req: SearchRequest, key: str, first: ChunkExplanation) -> ChunkExplanation:
+def _listed_by_date(
+    r: Retriever,
+    asked: SearchRequest,
+    req: SearchRequest,
+    key: str,
+    first: ChunkExplanation,
+    *,
+    holds_words: bool,
+    ranked: bool,
+) -> ChunkExplanation:
     """The outcome of a note's first chunk when a search lists the note for its date alone (a
-    question about a period lists the period's notes the words did not find): asked of the search
-    itself, so that ``why`` says what ``search`` did."""
+    question about a period lists the period's notes the words did not find), or would list it
+    but for the limit (``ranked``: the query has content words to rank by): asked of the search
+    itself (``asked``, as given: its phrase still to read), so that ``why`` says what ``search``
+    did."""
     reference = public_reference(key, req.agent)
-    for i, h in enumerate(r.search(req).hits, 1):
+    phrase = req.filters.phrase
+    hits = r.search(asked).hits
+    for i, h in enumerate(hits, 1):
         if h.reference == reference and h.vec_score is None and h.bm25_score is None and h.relevance == 0:
-            outcome = f"hit #{i}, listed by date: a note of '{req.filters.phrase}' no other word found"
-            return replace(first, outcome=outcome)
-    return first
+            # A note holding a word of the query may be listed too: its words ranked it below
+            # minScore or past the word hits searched.
+            why = "its words did not rank it among the hits" if holds_words else "no other word found"
+            return replace(first, outcome=f"hit #{i}, listed by date: a note of '{phrase}', {why}")
+    if ranked and not first.outcome.startswith("not among the candidates"):
+        return first  # ranked by its words: that outcome says more
+    dated = r.dated_notes(req)
+    place = next((i for i, n in enumerate(dated, 1) if n.key == key), None)
+    if place is None:
+        return first  # not of the period (or a filter leaves it out)
+    words = "; its words ranked it below the hits" if holds_words else ""
+    outcome = (
+        f"a note of '{phrase}' beyond the limit of {req.limit}: #{place} of the period's {len(dated)} "
+        f"notes in the order they are listed by date (daily notes first, newest first){words}"
+    )
+    return replace(first, outcome=outcome)

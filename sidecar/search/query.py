@@ -162,7 +162,28 @@ def _month(today: dt.date, back: int) -> Window:
     return first, min(today, _month_end(first))
 
 
-# (pattern, window from today and the match); longest phrases first so "last 3 days" wins over "last".
+def _weekday_of_week(today: dt.date, back: int, weekday: str) -> Window:
+    """One weekday of this week (``back`` 0) or of an earlier one ("letzte Woche Dienstag")."""
+    return _one(_week(today, back)[0] + dt.timedelta(days=_WEEKDAYS[weekday.lower()]))
+
+
+def _year(today: dt.date, back: int) -> Window:
+    first = dt.date(today.year - back, 1, 1)
+    return first, min(today, dt.date(first.year, 12, 31))
+
+
+# "the last week of the project", "die letzte Woche des Urlaubs", "the last month before the
+# move": a week, month or year of something else, not the one before this one.
+_LAST_EN = r"(?:last|previous)"
+_LAST_DE = r"(?:letzte|vorige|vergangene)[rnsm]?"
+_LAST_WEEK = rf"(?:{_LAST_EN}\s+week|{_LAST_DE}\s+woche)"
+_THIS_WEEK = r"(?:(?:this|current)\s+week|diese[rn]?\s+woche)"
+_LAST_MONTH = rf"(?:{_LAST_EN}\s+month|{_LAST_DE}\s+monat)"
+_LAST_YEAR = rf"(?:{_LAST_EN}\s+year|{_LAST_DE}\s+jahr)"
+_ON_WD = r"(?:(?:on|am)\s+)?" + _WD  # "on Tuesday", "am Dienstag"
+
+# (pattern, window from today and the match). Of the phrases in a text the first counts (by
+# position, the longest at that position: "since last week" before "last week"); see time_window.
 _PHRASES: tuple[tuple[re.Pattern[str], Callable[[dt.date, re.Match[str]], Window]], ...] = tuple(
     # "today's date" names a thing, not a time: a possessive is no phrase.
     (re.compile(r"(?<!\w)(?:" + pat + r")(?![\w'’])", re.IGNORECASE), fn)
@@ -185,15 +206,35 @@ _PHRASES: tuple[tuple[re.Pattern[str], Callable[[dt.date, re.Match[str]], Window
         ),
         (_NUM + r"\s+days?\s+ago", lambda t, m: _one(t - dt.timedelta(days=_num(m[1])))),
         (r"vor\s+" + _NUM + r"\s+tage?n?", lambda t, m: _one(t - dt.timedelta(days=_num(m[1])))),
+        # "2 weeks ago", "vor zwei Wochen": that week, Monday to Sunday
+        (r"(an?|" + _NUM[1:] + r"\s+weeks?\s+ago", lambda t, m: _week(t, _num(m[1]))),
+        (r"vor\s+" + _NUM + r"\s+wochen?", lambda t, m: _week(t, _num(m[1]))),
         (r"seit\s+" + _NUM + r"\s+tage?n?", lambda t, m: (t - dt.timedelta(days=_num(m[1])), t)),
+        (r"seit\s+" + _NUM + r"\s+wochen?", lambda t, m: (t - dt.timedelta(weeks=_num(m[1])), t)),
         (r"(?:since|seit)\s+" + _WD, lambda t, m: (_last_weekday(t, _WEEKDAYS[m[1].lower()]), t)),
         (r"(?:since|seit)\s+(?:yesterday|gestern)", lambda t, m: (t - dt.timedelta(days=1), t)),
         (r"(?:since|seit)\s+(\d{4}-\d{1,2}-\d{1,2})", lambda t, m: (parse_day(m[1], t, name="since"), t)),
-        (r"(?:this|current)\s+week|diese[rn]?\s+woche", lambda t, m: _week(t, 0)),
-        (r"(?:last|previous)\s+week|(?:letzte|vorige|vergangene)[rn]?\s+woche", lambda t, m: _week(t, 1)),
+        # "since last week", "seit letzter Woche": from its start up to today
+        (r"(?:since|seit)\s+" + _LAST_WEEK, lambda t, m: (_week(t, 1)[0], t)),
+        (r"(?:since|seit)\s+" + _LAST_MONTH, lambda t, m: (_month(t, 1)[0], t)),
+        (r"(?:since|seit)\s+" + _LAST_YEAR, lambda t, m: (_year(t, 1)[0], t)),
+        # A weekday with its week ("letzte Woche Dienstag", "Tuesday last week"): that day.
+        (_ON_WD + r"\s+(?:of\s+)?" + _LAST_WEEK, lambda t, m: _weekday_of_week(t, 1, m[1])),
+        (_LAST_WEEK + r"(?:\s+(?:on|am))?\s+" + _WD, lambda t, m: _weekday_of_week(t, 1, m[1])),
+        (_ON_WD + r"\s+(?:of\s+)?" + _THIS_WEEK, lambda t, m: _weekday_of_week(t, 0, m[1])),
+        (_THIS_WEEK + r"(?:\s+(?:on|am))?\s+" + _WD, lambda t, m: _weekday_of_week(t, 0, m[1])),
+        (r"(?:the\s+)?week\s+before\s+last|vorletzte[rn]?\s+woche", lambda t, m: _week(t, 2)),
+        (_THIS_WEEK, lambda t, m: _week(t, 0)),
+        (_LAST_WEEK, lambda t, m: _week(t, 1)),
+        # last week's Saturday and Sunday
+        (
+            rf"(?:{_LAST_EN}|{_LAST_DE})\s+(?:weekend|wochenende)",
+            lambda t, m: (_week(t, 1)[0] + dt.timedelta(days=5), _week(t, 1)[0] + dt.timedelta(days=6)),
+        ),
         (r"this\s+month|diese[nrm]?\s+monat", lambda t, m: _month(t, 0)),
-        (r"(?:last|previous)\s+month|(?:letzte|vorige|vergangene)[nrm]?\s+monat", lambda t, m: _month(t, 1)),
-        (r"this\s+year|dieses\s+jahr|diesem\s+jahr", lambda t, m: (t.replace(month=1, day=1), t)),
+        (_LAST_MONTH, lambda t, m: _month(t, 1)),
+        (r"this\s+year|dieses\s+jahr|diesem\s+jahr", lambda t, m: _year(t, 0)),
+        (_LAST_YEAR, lambda t, m: _year(t, 1)),
         (r"(?:the\s+)?day\s+before\s+yesterday|vorgestern", lambda t, m: _one(t - dt.timedelta(days=2))),
         (r"(?:yesterday|gestern)", lambda t, m: _one(t - dt.timedelta(days=1))),
         (r"(?:today|heute)", lambda t, m: (t, t)),
@@ -201,27 +242,55 @@ _PHRASES: tuple[tuple[re.Pattern[str], Callable[[dt.date, re.Match[str]], Window
 )
 
 
+# A determiner or a possessive before "last week" makes it a week of something else ("the last
+# week of the project", "die letzte Woche des Urlaubs", "my last year at school", "our last week in
+# Berlin"; "in the last year", "im letzten Jahr": the last twelve months, not a calendar year),
+# not the one before this one. Without one, "letzte Woche der Arzt" and "last week before the
+# deadline" are the week before this one.
+_DETERMINED = re.compile(
+    r"(?:^|[^\w])(?:the|my|our|his|her|their|your|its|die|der|dem|den|des|das|im|meine[rnms]?|"
+    r"unsere[rnms]?|seine[rnms]?|ihre[rnms]?|deine[rnms]?|eure[rnms]?)\s+$",
+    re.IGNORECASE,
+)
+
+
 def time_window(text: str, today: dt.date) -> tuple[str, Window | None, str | None]:
-    """The first time phrase of ``text`` as a window of days; the text without it; the phrase."""
+    """The first time phrase of ``text`` (by position; at one position the longest) as a window
+    of days; the text without it; the phrase."""
+    best: tuple[tuple[int, int], re.Match[str], Window] | None = None
     for pattern, window in _PHRASES:
         for m in pattern.finditer(text):
             try:
                 days = window(today, m)
             except FilterError:
                 continue  # prose naming no day ("since 2026-02-30"): words, not a window
-            if days[0] > days[1]:
+            if days[0] > days[1] or days[0] > today:
                 continue  # a day to come ("seit 2027-01-01 gilt …"): words, not a window
-            rest = " ".join((text[: m.start()] + " " + text[m.end() :]).split())
-            return rest, days, m.group(0)
-    return text, None, None
+            if _DETERMINED.search(text, 0, m.start()):
+                continue  # "the last week of the project", "my last year at school": no period
+            place = (m.start(), m.start() - m.end())
+            if best is None or place < best[0]:
+                best = (place, m, days)
+            break  # this pattern's first phrase in the text is the one to compare
+    if best is None:
+        return text, None, None
+    _, m, days = best
+    rest = " ".join((text[: m.start()] + " " + text[m.end() :]).split())
+    return rest, days, m.group(0)
 
 
-def split_filters(text: str, today: dt.date | None = None, *, phrases: bool = True) -> tuple[str, Filters]:
+def split_filters(
+    text: str, today: dt.date | None = None, *, phrases: bool = True, window_given: bool = False
+) -> tuple[str, Filters]:
     """Strip inline filters and a time phrase from the text that is ranked; return both.
 
     A filter value that cannot be honoured raises FilterError naming it, rather than filtering
     everything or nothing. ``today`` is the local day (tests pass a fixed one); ``phrases=False``
-    leaves time phrases in the text.
+    leaves time phrases in the text. A window given as such (``window_given``: the since/until
+    parameters; or an inline ``since:`` or ``until:``) wins over a time phrase: the phrase is
+    stripped as the time it names, and sets nothing (a window of one end from each, as it was,
+    was neither what the phrase nor what the filter said; kept as words, "last week" diluted the
+    query's other words).
     """
     day = today or dt.date.today()
     tags: list[str] = []
@@ -249,12 +318,15 @@ def split_filters(text: str, today: dt.date | None = None, *, phrases: bool = Tr
         else:
             found[name] = value
     rest = " ".join(_FILTER.sub(" ", text).split())
-    rest, window, phrase = time_window(rest, day) if phrases else (rest, None, None)
     since = parse_day(found["since"], day, name="since").isoformat() if "since" in found else None
     until = parse_day(found["until"], day, name="until", end=True).isoformat() if "until" in found else None
-    if window is not None:
-        since = since or window[0].isoformat()
-        until = until or window[1].isoformat()
+    phrase = None
+    if phrases:
+        rest, window, phrase = time_window(rest, day)
+        # A given window wins; the phrase still says the period's notes were asked for (listed
+        # over the given window: "what did I do last week?" with since/until answered nothing).
+        if window is not None and not (window_given or since is not None or until is not None):
+            since, until = window[0].isoformat(), window[1].isoformat()
     if since and until and since > until:
         raise FilterError(f"the date window is empty: since {since} is after until {until}")
     return rest, Filters(tuple(dict.fromkeys(tags)), found.get("path"), since, until, tuple(sources), phrase)
@@ -335,6 +407,37 @@ def refers_back(words: tuple[str, ...]) -> bool:
         if pointing and (i < first or (i == last and len(content) <= 2)):
             return True
     return False
+
+
+def _kinds_file(name: str) -> dict[str, frozenset[str]]:
+    """``word kind`` a line, from the package's data folder: the words of each kind."""
+    text = resources.files("sidecar").joinpath("data", name).read_text(encoding="utf-8")
+    pairs = [line.split() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    return {kind: frozenset(w.lower() for w, k in pairs if k == kind) for kind in {k for _, k in pairs}}
+
+
+_PERSONS = _kinds_file("self-questions.txt")
+
+
+def asks_about_self(text: str) -> bool:
+    """Whether a message asks about the person's own doings or notes ("what did I do last week?",
+    "was habe ich heute gemacht?", "show me my notes of yesterday"): a question (a question mark,
+    or a question word first) or a request ("show me …"), in the first person, about what was
+    done (a past form) or the notes, with no modal ("should I deploy today?" asks what to do) and
+    addressing no one ("how was your weekend?", "wie war dein Tag heute?", "was meinen Sie?" are
+    small talk; so, to be safe, is "can you tell me what I did today?")."""
+    tokens = _WORD.findall(_CLITIC.sub("", text))
+    words = [w.lower() for w in tokens]
+    if not words or any(w in _PERSONS["second"] or w in _PERSONS["modal"] for w in words):
+        return False
+    if any(w in _FORMAL_YOU for w in tokens[1:]):  # "Sie", "Ihnen" inside a sentence: addressed
+        return False
+    asked = text.rstrip().endswith("?") or words[0] in _PERSONS["question"] or words[0] in _PERSONS["request"]
+    doings = any(w in _PERSONS["past"] or w in _PERSONS["notes"] for w in words)
+    return asked and doings and any(w in _PERSONS["first"] for w in words)
+
+
+_FORMAL_YOU = frozenset({"Sie", "Ihnen", "Ihr", "Ihre", "Ihren", "Ihrem", "Ihrer", "Ihres"})
 
 
 # "karl's", "don't", "geht's": the clitic is not a word of its own (it was the content word "s").

@@ -14,7 +14,7 @@ from sidecar.config import RecallConfig
 from sidecar.contracts.wire import SearchResult
 from sidecar.search.context import render_block
 from sidecar.search.fusion import Scored
-from sidecar.search.query import FilterError, Filters, QueryAnalysis, analyze, split_filters
+from sidecar.search.query import FilterError, Filters, QueryAnalysis, analyze, asks_about_self, split_filters
 from sidecar.search.results import analysis_of, to_hit
 from sidecar.search.retrieval import BmParts, Retriever, SearchRequest, bm25_text, with_filters
 
@@ -28,7 +28,7 @@ def recall(
 ) -> SearchResult:
     """Hits for the current message (previous turns blended in) and the rendered context block."""
     try:
-        text, inline = split_filters(message, r.today())
+        text, inline = r.read_query(replace(req, query=message))
         windowed = with_filters(req, inline)
     except FilterError:
         # Recall reads what a person typed (a hook on every prompt): prose that reads like a
@@ -43,14 +43,29 @@ def recall(
     # (a sync or a plugin that touches every file makes the whole vault "today").
     # A time phrase that was all the message said ("how are you today?", "bye for now") names
     # no topic: its word is not searched instead (it found a function reference for today()).
-    # Only a period over before today ("last week", "gestern") is listed: one that reaches today
-    # is small talk's ("how's it going today?", "thanks, that's all for today"), with or without
-    # a history; a question about today's notes is still answered by its words.
+    # Otherwise a period is small talk's ("how's it going today?", "thanks, that's all for
+    # today"), with or without a history; a question about its notes is still answered by its
+    # words.
     alone = not history and not analyze(text).content_words
     until = inline.until or windowed.filters.until
-    past = until is not None and until < r.today().isoformat()
-    dated = [n for n in r.dated_notes(windowed) if n.date] if past else []
+    # Listed only for a question about the person's own doings or notes, past or today: a
+    # message that merely names a period ("I bought this laptop last year, how do I reset it?",
+    # "should I deploy today?") injected the period's daily notes unasked.
+    # A follow-up ("and yesterday?") asks what the turn it follows asked.
+    follows = analyze(text).refers_back and any(asks_about_self(t) for t in history[-2:])
+    asked = until is not None and (asks_about_self(message) or follows)
+    dated = [n for n in r.dated_notes(windowed) if n.date] if asked else []
     if dated:
+        # The period was asked about: the notes of it holding the message's words come first,
+        # found as a search finds them ("was habe ich dieses Jahr zum Thema Budget gemacht?"),
+        # also those recall's own gates keep out of an unasked injection; then the rest by date.
+        if analyze(text).content_words:
+            words = r.search_text(replace(windowed, limit=2 * windowed.limit), text)
+            seen = {(h.reference, h.lines) for h in result.hits}
+            more = tuple(
+                h for h in words.hits if h.bm25_score is not None and (h.reference, h.lines) not in seen
+            )
+            result = replace(result, hits=result.hits + more)
         listed = r.with_period(result, dated, windowed)
         budget = windowed.token_budget or r.recall_settings().token_budget
         block = render_block(listed.hits, budget, count_tokens, own=req.agent is not None)
@@ -116,8 +131,9 @@ def _recall(
         or (s.relevance >= floor and similar(s))
     ]
     mask_secrets = r.cfg.mask_secrets
+    dated = bool(req.filters.since or req.filters.until)
     hits = tuple(
-        to_hit(s, views[s.candidate.chunk_id], req.agent, mask_secrets=mask_secrets)
+        to_hit(s, views[s.candidate.chunk_id], req.agent, mask_secrets=mask_secrets, dated=dated)
         for s in kept[: req.limit]
     )
     analysis = replace(

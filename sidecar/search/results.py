@@ -3,6 +3,7 @@ public reference and masked text, and the query analysis a preview shows."""
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 from collections.abc import Sequence
 
@@ -20,7 +21,9 @@ def _masked(text: str) -> tuple[str, tuple[tuple[str, int], ...]]:
     return out, tuple(counts.items())
 
 
-def to_hit(s: Scored, view: ChunkView, agent: str | None, *, mask_secrets: bool) -> Hit:
+def to_hit(s: Scored, view: ChunkView, agent: str | None, *, mask_secrets: bool, dated: bool = False) -> Hit:
+    """``dated``: the hit carries its note's day (a search with a date window: an agent can tell
+    which day of the period a note belongs to)."""
     c = s.candidate
     text, masked = _masked(view.text) if mask_secrets else (view.text, ())
     title, headings = view.title, tuple(view.headings)
@@ -41,7 +44,14 @@ def to_hit(s: Scored, view: ChunkView, agent: str | None, *, mask_secrets: bool)
         masked=dict(masked),
         agent=view.agent or None,
         page_bm25_score=None if c.page_bm25 is None else round(c.page_bm25, 6),
+        date=(view.date or local_day(view.mtime_ns)) if dated else None,
+        dated_by=(view.dated_by or "modified") if dated else None,
     )
+
+
+def local_day(mtime_ns: int) -> str:
+    """The local day of a file's last change: the day of a note that names none."""
+    return dt.datetime.fromtimestamp(mtime_ns / 1e9).date().isoformat()
 
 
 def analysis_of(qa: QueryAnalysis, filters: Filters, rare: Sequence[str] = ()) -> Analysis:

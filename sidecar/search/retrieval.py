@@ -31,7 +31,7 @@ from sidecar.search.fusion import Candidate, Rules, Scale, Scored, apply_rules, 
 from sidecar.search.query import FilterError, Filters, QueryAnalysis, analyze, is_stopword, split_filters
 from sidecar.search.query import fold as fold_word
 from sidecar.search.querycache import QueryCache
-from sidecar.search.results import analysis_of, to_hit
+from sidecar.search.results import analysis_of, local_day, to_hit
 from sidecar.stores.bm25 import Bm25Index
 from sidecar.stores.manifest import ChunkView, NoteDay
 from sidecar.vault.sources import public_reference
@@ -67,6 +67,7 @@ def bm25_text(qa: QueryAnalysis) -> str:
 
 
 PAGE_FAILURE = "page index: "  # how a failing page search is reported (keyword_search)
+INBOX_FAILURE = "the keyword index of memory/"  # how an agent's failing inbox index is reported
 # Characters per word piece below which the model has not read a query's words. A tokenizer keeps
 # the words of its training text whole or in long pieces (e5: "Geschenkgutschein" 5.7) and breaks
 # made-up ones into scraps ("xyzzy" 1.7, "asdfgh" 1.5). A query with a word kept whole, however short
@@ -134,7 +135,7 @@ def _inbox_failure_reported(bm25: Bm25Index, problems: Problems) -> bool:
     if not failing:
         return False
     name, error = min(failing.items())
-    problems.report("keyword_search", f"the keyword index of memory/{name}: {error}")
+    problems.report("keyword_search", f"{INBOX_FAILURE}{name}: {error}")
     return True
 
 
@@ -171,7 +172,7 @@ def _note_passes(note: NoteDay, filters: Filters) -> bool:
             return False
     if filters.since or filters.until:
         # The note's own day when it names one (front matter, daily-note name), else its local mtime.
-        day = note.date or dt.datetime.fromtimestamp(note.mtime_ns / 1e9).date().isoformat()
+        day = note.date or local_day(note.mtime_ns)
         if (filters.since and day < filters.since) or (filters.until and day > filters.until):
             return False
     return True
@@ -588,8 +589,14 @@ class Retriever:
 
     # --- search ---------------------------------------------------------------------------------
 
+    def read_query(self, req: SearchRequest) -> tuple[str, Filters]:
+        """The request's text to rank and its inline filters. A window given as a parameter wins
+        over a time phrase of the query, as an inline one does (see split_filters)."""
+        given = bool(req.filters.since or req.filters.until)
+        return split_filters(req.query, self.today(), window_given=given)
+
     def search(self, req: SearchRequest) -> SearchResult:
-        text, inline = split_filters(req.query, self.today())
+        text, inline = self.read_query(req)
         if (
             not text.strip()
             and inline.phrase is None
@@ -603,7 +610,7 @@ class Retriever:
             )
         windowed = with_filters(req, inline)
         if not inline.phrase:
-            return self._search(windowed, text)
+            return self.search_text(windowed, text)
         # A time phrase asks about its period ("what did I do last week?"): the notes of that
         # period are the answer, those matching the other words first, the rest listed by date.
         # (Deciding by the words' hits alone answered with only the notes holding a word, or,
@@ -613,13 +620,16 @@ class Retriever:
             qa = analyze(text)
             # Without a content word ("was habe ich gemacht") the words would rank the period's
             # notes by chance: they are listed by date alone.
-            found = self._search(windowed, text) if qa.content_words else _no_hits(qa, windowed.filters)
+            # Twice the limit of word hits: those in the period's own notes further down take the
+            # places the notes merely edited in it may not (see with_period).
+            deeper = replace(windowed, limit=2 * windowed.limit)
+            found = self.search_text(deeper, text) if qa.content_words else _no_hits(qa, windowed.filters)
             return self.with_period(found, dated, windowed)
         # A soft filter: "a daily note for today" may ask about daily notes, not about notes of
         # today. When no note at all is dated in its window, the words are searched instead.
         phrase = inline.phrase
         text, inline = split_filters(req.query, self.today(), phrases=False)
-        result = self._search(with_filters(req, inline), text)
+        result = self.search_text(with_filters(req, inline), text)
         assert result.analysis is not None
         return replace(result, analysis=replace(result.analysis, time_phrase_ignored=phrase))
 
@@ -640,39 +650,66 @@ class Retriever:
         return notes
 
     def with_period(self, result: SearchResult, dated: Sequence[NoteDay], req: SearchRequest) -> SearchResult:
-        """``result`` (hits in the window) with the window's other notes, listed by date up to the
-        request's limit, each with its first chunk; the window says how many were listed."""
-        shown = {h.reference for h in result.hits}
-        rest = [n for n in dated if public_reference(n.key, req.agent) not in shown]
-        # The period's own notes (dated by name or property) keep up to half the places: notes a
-        # word matched that were only edited then (a plugin touching every file makes the whole
-        # vault "yesterday") must not crowd out yesterday's daily note.
-        own = sum(1 for n in rest if n.date)
-        hits = result.hits[: max(0, req.limit - min(own, req.limit // 2))]
-        more = rest[: req.limit - len(hits)]
-        views = self.stores.manifest.first_chunks([n.key for n in more])
-        mask_secrets = self.cfg.mask_secrets
-
-        def listed(dated_by_name_or_property: bool) -> tuple[Hit, ...]:
-            return tuple(
-                to_hit(_by_date(v), v, req.agent, mask_secrets=mask_secrets)
-                for n in more
-                if bool(n.date) == dated_by_name_or_property and (v := views.get(n.key))
-            )
-
+        """``result`` (hits in the window, in rank order, possibly more than the limit) with the
+        window's other notes listed by date, up to the request's limit, each with its first chunk;
+        the window says how many were listed."""
+        limit, agent = req.limit, req.agent
+        of = {public_reference(n.key, agent): n for n in dated}
         # A hit no word of the query is in, found by meaning alone and weaker than recall would
         # inject (recall.scoreFloor), follows the period's own notes: in a small window the model
         # always finds some nearest notes ("was habe ich gestern notiert?" put nine notes edited
         # yesterday before yesterday's daily note).
         floor = self.recall_settings().score_floor
-        weak = tuple(h for h in hits if h.bm25_score is None and h.relevance < floor)
-        strong = tuple(h for h in hits if h.bm25_score is not None or h.relevance >= floor)
+
+        def strong(h: Hit) -> bool:
+            return h.bm25_score is not None or h.relevance >= floor
+
+        def own(h: Hit) -> bool:  # in a note of the period's own: dated by its name or a property
+            n = of.get(h.reference)
+            return n is not None and bool(n.date) and strong(h)
+
+        # The words' hits in the period's own notes ("budget this year": this year's budget notes)
+        # take every place they rank for. Other hits, in notes merely edited in the window or
+        # found by meaning alone, leave up to half the places to the period's own notes: a plugin
+        # touching every file makes the whole vault "yesterday", and must not crowd out
+        # yesterday's daily note.
+        owned = sum(1 for n in dated if n.date)
+        others_cap = limit - min(owned, limit // 2)
+        kept: list[Hit] = []
+        others = 0
+        for h in result.hits:
+            if len(kept) == limit:
+                break
+            if not own(h):
+                if others == others_cap:
+                    continue
+                others += 1
+            kept.append(h)
+        shown = {h.reference for h in kept}
+        more = [n for n in dated if public_reference(n.key, agent) not in shown][: limit - len(kept)]
+        views = self.stores.manifest.first_chunks([n.key for n in more])
+        mask_secrets = self.cfg.mask_secrets
+
+        def listed(dated_by_name_or_property: bool) -> tuple[Hit, ...]:
+            return tuple(
+                to_hit(_by_date(v), v, agent, mask_secrets=mask_secrets, dated=True)
+                for n in more
+                if bool(n.date) == dated_by_name_or_property and (v := views.get(n.key))
+            )
+
         own_listed, edited_listed = listed(True), listed(False)
+        ordered = (
+            tuple(h for h in kept if strong(h))
+            + own_listed
+            + tuple(h for h in kept if not strong(h))
+            + edited_listed
+        )
         f = req.filters
         window = Window(f.phrase or "", True, f.since, f.until, listed=len(own_listed) + len(edited_listed))
-        return replace(result, hits=strong + own_listed + weak + edited_listed, window=window)
+        return replace(result, hits=ordered, window=window)
 
-    def _search(self, req: SearchRequest, text: str) -> SearchResult:
+    def search_text(self, req: SearchRequest, text: str) -> SearchResult:
+        """The hits for ``text`` (filters already split off) under ``req``."""
         qa = analyze(text)
         early = self.start_vectors(req, text, qa)
         rare, weight = self.plan(qa, req.agent)
@@ -683,7 +720,11 @@ class Retriever:
         # and more) was the largest cost of a search after the query embedding.
         kept = [s for s in r.ranked if s.relevance >= req.min_score][: req.limit]
         views, agent = r.views, req.agent
-        hits = tuple(to_hit(s, views[s.candidate.chunk_id], agent, mask_secrets=mask_secrets) for s in kept)
+        dated = bool(req.filters.since or req.filters.until)
+        hits = tuple(
+            to_hit(s, views[s.candidate.chunk_id], agent, mask_secrets=mask_secrets, dated=dated)
+            for s in kept
+        )
         return SearchResult(
             hits, found.degraded, analysis_of(qa, req.filters, rare), pending_vectors=found.pending
         )

@@ -14,6 +14,7 @@ import math
 import re
 import shutil
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -22,7 +23,14 @@ from typing import Any
 
 import tantivy
 
-from sidecar.contracts.errors import DaemonRunningError, StoreError, StoreOutdatedError
+from sidecar.contracts.errors import (
+    DaemonRunningError,
+    DiskFullError,
+    StoreError,
+    StoreOutdatedError,
+    engine_message,
+    is_disk_full,
+)
 from sidecar.contracts.wire import memory_agent
 from sidecar.stores.aside import aside_name
 from sidecar.stores.cjk import bigrams
@@ -81,7 +89,7 @@ def _engine(what: str) -> Iterator[None]:
     except BaseException as exc:
         if not _engine_failure(exc):
             raise
-        raise StoreError(f"BM25 {what} failed: {exc}") from exc
+        raise StoreError(f"BM25 {what} failed: {engine_message(exc)}") from exc
 
 
 def _disk_hint(path: Path) -> str:
@@ -92,6 +100,17 @@ def _disk_hint(path: Path) -> str:
     except OSError:
         return ""
     return f" (only {free / 1e6:.1f} MB free on the index's disk: full?)" if free < _LOW_DISK else ""
+
+
+def _failed_open(path: Path, exc: BaseException) -> StoreError:
+    """An index that could not be opened or made: a full disk (its message says so, or the disk
+    is all but full) is a fault that passes, anything else damage. A full disk taken for damage
+    moved an agent's new index aside, then the whole keyword index, and refilled it on the full
+    disk."""
+    full = is_disk_full(exc) or bool(_disk_hint(path))
+    return (DiskFullError if full else StoreError)(
+        f"BM25 index {path} cannot be opened: {engine_message(exc)}"
+    )
 
 
 def german_fold(text: str) -> str:
@@ -178,6 +197,8 @@ class _Folder:
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # a file where the folder belongs: moved aside like a damaged store
+            if is_disk_full(exc):
+                raise DiskFullError(f"BM25 index {path} cannot be made: {exc.strerror or exc}") from exc
             raise StoreError(f"BM25 index {path} cannot be made: {exc.strerror or exc}") from exc
         self.schema = schema
         self.lazy = lazy
@@ -197,7 +218,7 @@ class _Folder:
                     f"the keyword index {path} is in use by another process (another sidecar daemon "
                     "on this home?); not opened"
                 ) from exc
-            raise StoreError(f"BM25 index {path} cannot be opened: {exc}") from exc
+            raise _failed_open(path, exc) from exc
 
     def _open(self) -> tuple[tantivy.Index, tantivy.IndexWriter | None, tantivy.Searcher]:
         index = tantivy.Index(self.schema, path=str(self.path), reuse=True)
@@ -413,12 +434,31 @@ def _segment_counts(folder: Path) -> tuple[int, int]:
     except FileNotFoundError:
         return 0, 0
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise StoreError(f"BM25 index {folder} cannot be read: {exc}") from exc
+        raise StoreError(f"BM25 index {folder} cannot be read: {engine_message(exc)}") from exc
     deleted = total = 0
     for seg in segments:
         total += int(seg.get("max_doc", 0))
         deleted += int((seg.get("deletes") or {}).get("num_deleted_docs", 0))
     return deleted, total
+
+
+_MOVED_ASIDE = "moved aside as damaged"  # how ``failing`` names an inbox index moved aside
+# The name part of an inbox folder being removed (an agent's name has no dot).
+_REMOVED = ".removed-"
+
+
+def _remove(folder: Path) -> None:
+    """An inbox's folder removed: renamed first to a name no agent has, so that a removal cut
+    short (a crash, a file that would not go) leaves no part of an index that the next start
+    opens as the agent's (it is removed then); in place when it cannot be renamed."""
+    gone = folder.with_name(f"{folder.name}{_REMOVED}{time.time_ns()}")
+    try:
+        folder.rename(gone)
+    except FileNotFoundError:
+        return
+    except OSError:
+        gone = folder
+    shutil.rmtree(gone, ignore_errors=True)
 
 
 def _live_docs(folder: Path) -> int:
@@ -468,9 +508,13 @@ class Bm25Index:
         try:
             memory.mkdir(exist_ok=True)
             # An agent's name has no dot: ``x.broken-…`` or a stray folder is none of theirs.
-            self._agents = {p.name for p in memory.iterdir() if p.is_dir() and "." not in p.name}
+            found = [p for p in memory.iterdir() if p.is_dir()]
         except OSError as exc:
             raise StoreError(f"BM25 index {memory} cannot be made: {exc.strerror or exc}") from exc
+        self._agents = {p.name for p in found if "." not in p.name}
+        for p in found:
+            if _REMOVED in p.name:  # a removal cut short (a crash, a file that would not go)
+                shutil.rmtree(p, ignore_errors=True)
 
     @property
     def _searcher(self) -> tantivy.Searcher:
@@ -492,8 +536,8 @@ class Bm25Index:
                 return None
             try:
                 pair = self._open_pair(agent)
-            except DaemonRunningError:
-                raise
+            except (DaemonRunningError, DiskFullError):
+                raise  # in use, or a full disk: nothing is damaged, nothing moved aside
             except StoreError as exc:  # damaged: moved aside, started empty, refilled by the repair
                 self._move_aside(agent, exc)
                 pair = self._open_pair(agent)
@@ -520,9 +564,9 @@ class Bm25Index:
         try:
             folder.rename(target)
         except OSError:
-            shutil.rmtree(folder, ignore_errors=True)
+            _remove(folder)
         log.error("index_rebuilt store=bm25 inbox=%s reason=%s moved_to=%s", agent, exc, target)
-        self.failing[agent] = f"moved aside as damaged ({exc})"
+        self.failing[agent] = f"{_MOVED_ASIDE} ({exc})"
 
     def _close_idle(self) -> None:
         """``_evict``, from a search: under the write lock, taken only when free (a search does
@@ -556,7 +600,7 @@ class Bm25Index:
             for folder in pair:
                 folder.close()
             self._scorer.forget(pair)
-        shutil.rmtree(self.path / "memory" / agent, ignore_errors=True)
+        _remove(self.path / "memory" / agent)
         for name in (agent, f"{agent}/chunks", f"{agent}/pages"):
             self.failing.pop(name, None)
 
@@ -858,6 +902,45 @@ class Bm25Index:
                     self._move_aside(agent, exc)
         return total
 
+    def inbox_counts(self) -> dict[str, tuple[int, int]]:
+        """Chunks and pages of each agent's inbox as its last commit left them; one whose count
+        cannot be read is moved aside as damaged (see ``_inbox_docs``) and holds none."""
+        with self._inbox_lock:
+            agents = [a for a in sorted(self._agents) if a not in self._emptied]
+        out: dict[str, tuple[int, int]] = {}
+        for agent in agents:
+            base = self.path / "memory" / agent
+            try:
+                out[agent] = (_live_docs(base / "chunks"), _live_docs(base / "pages"))
+            except StoreError as exc:
+                with self._lock:
+                    self._move_aside(agent, exc)
+        return out
+
+    def shared_counts(self) -> tuple[int, int]:
+        """Chunks and pages of the vault's and the wiki's index."""
+        return int(self._searcher.num_docs), int(self._pages.searcher.num_docs)
+
+    def refill_inbox(self, agent: str, docs: Sequence[Bm25Doc]) -> None:
+        """One agent's inbox index replaced by ``docs`` (its notes, from the manifest), committed;
+        the other indexes are left as they are (refilling all for one agent's cost what the whole
+        index costs). One whose searches failed is moved aside first (once); one that merely
+        disagrees with the manifest is dropped, as a refill empties it."""
+        names = (agent, f"{agent}/chunks", f"{agent}/pages")
+        with self._lock:
+            why = self.failing.get(names[1]) or self.failing.get(names[2])
+            if why is not None and not self.failing.get(agent, "").startswith(_MOVED_ASIDE):
+                self._move_aside(agent, StoreError(why))
+            failed = {n: self.failing[n] for n in names if n in self.failing}
+            self._remove_inbox(agent)  # the empty one opened in its place since, if any
+            self.failing.update(failed)  # reported until the refill is committed
+            self._emptied.discard(agent)
+        if docs:
+            self.add(docs)
+        self.commit()
+        for name in failed:
+            self.failing.pop(name, None)
+
     def collection_size(self) -> int:
         """Chunks whose words make the keyword statistics: the vault's and the wiki's."""
         return int(self._searcher.num_docs)
@@ -983,6 +1066,8 @@ class Bm25Index:
                     shared_folder=shared_folder,
                     shared=shared,
                 )
+            except DiskFullError as exc:  # not made yet for want of space: no damage to repair
+                log.warning("keyword_search_failed inbox=%s error=%s", agent, exc)
             except StoreError as exc:
                 # One agent's damaged index: its hits are missing, no one else's search fails;
                 # reported (``failing``) until a search of it succeeds or the repair rebuilds it.

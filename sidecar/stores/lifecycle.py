@@ -2,9 +2,10 @@
 
 The manifest and BM25 are opened at start; a store in an older layout is replaced (derived data),
 one that cannot be opened is renamed ``<name>.broken-<time>`` (kept for inspection for a month:
-``stores.aside``) and started fresh. Without the manifest the other stores cannot be trusted, so
-they are moved aside with it. A vector table is moved aside alone (the folder also holds the other model's
-table during a switch, which serves). A full disk is no damage: nothing is moved, the error is
+``stores.aside``) and started fresh. Without the manifest the keyword index cannot be trusted, so
+it is moved aside with it; the vector tables are kept (their rows are found again by chunk id). A
+vector table is moved aside alone (the folder also holds the other model's table during a
+switch, which serves). A full disk is no damage: nothing is moved, the error is
 raised for the caller to try again. What was moved is noted on ``problems`` for health to show.
 """
 
@@ -45,6 +46,11 @@ def open_stores(cfg: Config, problems: Notes) -> tuple[Manifest, Bm25Index]:
 def _open_or_reset(path: Path, opener: Callable[[Path], Any], cfg: Config, problems: Notes) -> Any:
     try:
         return opener(path)
+    except DiskFullError:
+        # No damage: moved aside, a manifest took the keyword index with it and the next start
+        # read every note again. The daemon stops (exit 5); its service starts it again until
+        # there is space.
+        raise
     except StoreOutdatedError as exc:
         # Derived data in an older layout (e.g. the BM25 fields of 0.2): replaced, not kept.
         log.info("index_upgraded store=%s reason=%s", path.name, exc)
@@ -55,10 +61,14 @@ def _open_or_reset(path: Path, opener: Callable[[Path], Any], cfg: Config, probl
         log.error("index_rebuilt store=%s reason=%s moved_to=%s", path.name, exc, aside)
         problems.note("stores", f"{path.name} could not be opened ({exc}); moved to {aside.name} and rebuilt")
         if path.name == "manifest.sqlite":
-            # Without the manifest the other stores cannot be trusted: start them over too.
-            for other in (cfg.index_dir / "bm25", cfg.index_dir / "vectors"):
-                if other.exists():
-                    move_aside(other)
+            # Without the manifest the keyword index cannot be trusted: started over too. The
+            # vector tables stay: a row's chunk id is its note's key and embedded text, so the
+            # rebuilt manifest names the same ids again, and the rows it does not name are
+            # deleted after the first sweep (``Vectoring.first_sweep_done``). A table that does
+            # not open is moved aside on its own when it is attached.
+            bm25 = cfg.index_dir / "bm25"
+            if bm25.exists():
+                move_aside(bm25)
         return opener(path)
 
 

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sidecar.contracts.errors import StoreError
+from sidecar.contracts.errors import DiskFullError, StoreError, is_disk_full
 from sidecar.contracts.wire import memory_agent
 from sidecar.notes import links
-from sidecar.notes.dayformat import day_of_path
+from sidecar.notes.dayformat import DayFormats, day_of_path
 from sidecar.stores.vectorbook import NO_VECTOR, VectorBook, _in_groups
 
 SCHEMA_VERSION = 4
@@ -119,12 +119,18 @@ def _aliases(front_matter: str) -> tuple[str, ...]:
 _DAY = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
 
 
+def note_date(front_matter: str, key: str, day_formats: DayFormats = ()) -> str:
+    """The day a note is about (``note_day``); '' when none says (callers use the mtime)."""
+    return note_day(front_matter, key, day_formats)[0]
+
+
 @functools.lru_cache(maxsize=16_384)  # a search reads the same notes' views again and again
-def note_date(front_matter: str, key: str, day_formats: tuple[str, ...] = ()) -> str:
-    """The day a note is about: front matter ``date``, ``updated`` or ``created``, else a
-    ``YYYY-MM-DD`` file name (daily notes) or a vault or wiki note's name in one of the vault's
-    daily-note ``day_formats`` (``DD.MM.YYYY``); '' when none says (callers use the mtime). Read
-    from what the manifest keeps, never stored: a format set later dates notes indexed before."""
+def note_day(front_matter: str, key: str, day_formats: DayFormats = ()) -> tuple[str, str]:
+    """The day a note is about and what gave it (``property``, ``name``): front matter ``date``,
+    ``updated`` or ``created``, else a ``YYYY-MM-DD`` file name (daily notes) or a vault or wiki
+    note's name in one of the vault's daily-note ``day_formats`` (``DD.MM.YYYY``, in its folder);
+    ('', '') when none says. Read from what the manifest keeps, never stored: a format set later
+    dates notes indexed before."""
     try:
         fm = json.loads(front_matter)
     except ValueError:
@@ -134,11 +140,14 @@ def note_date(front_matter: str, key: str, day_formats: tuple[str, ...] = ()) ->
         # was written, not the day it is about (every note written in a period was "of" it).
         names = ("date",) if key.startswith("memory/") else ("date", "updated", "created")
         props = {str(k).lower(): v for k, v in reversed(fm.items())}  # "Date:" too; the first wins
+        formats = () if key.startswith("memory/") else tuple(f for f, _ in day_formats)
         for name in names:
-            day = _property_day(props.get(name), () if key.startswith("memory/") else day_formats)
+            day = _property_day(props.get(name), formats)
             if day:
-                return day
-    return name_date(key, day_formats)
+                # A daily note whose template writes its day as a property too is named by it.
+                return day, "name" if name_date(key, day_formats) == day else "property"
+    day = name_date(key, day_formats)
+    return (day, "name") if day else ("", "")
 
 
 _PROPERTY_DAY = re.compile(r"(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?!\d)")
@@ -163,15 +172,31 @@ def _property_day(value: Any, day_formats: tuple[str, ...]) -> str:
 
 
 @functools.lru_cache(maxsize=16_384)
-def name_date(key: str, day_formats: tuple[str, ...] = ()) -> str:
-    """The day a note's name gives (a daily note): ``YYYY-MM-DD`` in it, or for a vault or wiki
-    note its path in one of ``day_formats``; ''."""
+def name_date(key: str, day_formats: DayFormats = ()) -> str:
+    """The day a note's name gives (a daily note): ``YYYY-MM-DD`` in it, or its path in one of
+    the vault's ``day_formats``: a vault note inside the format's folder (any note when the folder
+    is the vault's top; Obsidian's daily notes are made there, "Projects/12.11.2025 Meeting" is
+    none), a wiki note only for a format without a folder; ''."""
     m = _DAY.search(key.rsplit("/", 1)[-1])
     if m:
         return m.group(0)
     # Memory notes are no Obsidian daily notes: the vault's format says nothing about their names.
     source, _, path = key.partition("/")
-    return day_of_path(path, day_formats) if day_formats and source != "memory" else ""
+    if not day_formats or source == "memory":
+        return ""
+    return day_of_path(path, tuple(f for f, folder in day_formats if _inside(source, path, folder)))
+
+
+def _inside(source: str, path: str, folder: str) -> bool:
+    """Whether a note's path lies in a vault-relative folder ('' is the whole vault), compared
+    as Obsidian on a Mac would: in one Unicode form, any case. Wiki paths are relative to the
+    wiki's own folder, so only the whole vault holds them."""
+    if not folder:
+        return True
+    if source != "vault":
+        return False
+    fold = unicodedata.normalize("NFC", folder).lower() + "/"
+    return unicodedata.normalize("NFC", path).lower().startswith(fold)
 
 
 @functools.lru_cache(maxsize=16_384)
@@ -254,6 +279,7 @@ class ChunkView:
     aliases: tuple[str, ...] = ()
     has_vector: bool = True  # in the serving vector table
     date: str = ""  # the note's own day (front matter or daily-note name), '' when it has none
+    dated_by: str = ""  # what gave ``date``: "name" or "property" (note_day)
 
 
 @dataclass(frozen=True)
@@ -266,7 +292,7 @@ class NoteDay:
     tags: tuple[str, ...]
     mtime_ns: int
     date: str
-    named: bool  # its name says the day (a daily note)
+    named: bool  # its name, not a property, gave the day (a daily note)
 
 
 class Manifest(VectorBook):
@@ -276,9 +302,9 @@ class Manifest(VectorBook):
         self.path = path
         # The vault's daily-note name formats (Obsidian's settings, set by each sweep's read of
         # them): a note's date is read with them (``note_date``).
-        self.day_formats: tuple[str, ...] = ()
+        self.day_formats: DayFormats = ()
         self.generation = 0  # committed write transactions: what a cache of rows is keyed by
-        self._note_days: tuple[int, tuple[str, ...], list[NoteDay]] | None = None
+        self._note_days: tuple[int, DayFormats, list[NoteDay]] | None = None
         self._lock = threading.RLock()
         # Searches read chunk views on connections of their own (one per thread): in WAL mode a
         # reader sees the last commit and never waits for the writer, whose transactions hold
@@ -314,7 +340,12 @@ class Manifest(VectorBook):
             self._shrink()
             self.inode = path.stat().st_ino  # the daemon notices a deleted or replaced file
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"manifest {path} cannot be opened: {exc}") from exc
+            # A full disk (a schema step or the WAL needs a page) is no damage: taken for one, the
+            # manifest was moved aside and the keyword index and every vector with it.
+            full = is_disk_full(exc)
+            if (db := getattr(self, "_db", None)) is not None:
+                db.close()  # not left open (and its write-ahead log behind) by a failed start
+            raise (DiskFullError if full else StoreError)(f"manifest {path} cannot be opened: {exc}") from exc
 
     def _shrink(self) -> None:
         """Give the disk back after mass deletions: SQLite reuses free pages but never returns
@@ -632,6 +663,11 @@ class Manifest(VectorBook):
         """Every indexed chunk, for rebuilding the BM25 index without reading a file."""
         yield from self._views("f.state = 'indexed'", ())
 
+    def chunks_under(self, prefix: str) -> Iterator[ChunkView]:
+        """The indexed chunks of the notes below a key prefix (one agent's memory)."""
+        where, args = _under(prefix, "c.key")
+        yield from self._views(f"f.state = 'indexed' AND {where}", args)
+
     def chunks_of(self, key: str) -> list[ChunkView]:
         return list(self._views("c.key = ?", (key,)))
 
@@ -666,7 +702,7 @@ class Manifest(VectorBook):
                 r[10],
                 _aliases(r[11]),
                 bool(r[12]),
-                note_date(r[11], r[1], self.day_formats),
+                *note_day(r[11], r[1], self.day_formats),
             )
 
     def note_days(self) -> list[NoteDay]:
@@ -683,16 +719,9 @@ class Manifest(VectorBook):
             "WHERE state = 'indexed' AND chunks > 0"
         )
         days = [
-            NoteDay(
-                key,
-                source,
-                agent,
-                _strings(tags),
-                mtime_ns,
-                note_date(fm, key, formats),
-                bool(name_date(key, formats)),
-            )
+            NoteDay(key, source, agent, _strings(tags), mtime_ns, day, how == "name")
             for key, source, agent, tags, mtime_ns, fm in rows
+            for day, how in (note_day(fm, key, formats),)
         ]
         self._note_days = (generation, formats, days)
         return list(days)
@@ -786,6 +815,15 @@ class Manifest(VectorBook):
                 "WHERE f.state = 'indexed'"
             )[0][0]
         )
+
+    def inbox_counts(self) -> dict[str, tuple[int, int]]:
+        """Chunks and pages (notes with chunks) in state indexed, per agent: what each inbox's
+        keyword index must hold."""
+        rows = self._query(
+            "SELECT f.agent, count(*), count(DISTINCT c.key) FROM chunks c JOIN files f ON f.key = c.key "
+            "WHERE f.state = 'indexed' AND f.source = 'memory' GROUP BY f.agent"
+        )
+        return {str(agent): (int(chunks), int(pages)) for agent, chunks, pages in rows}
 
     def chunk_count(self) -> int:
         return int(self._query("SELECT count(*) FROM chunks")[0][0])

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sidecar.contracts.errors import DiskFullError, StoreError, is_disk_full
+from sidecar.contracts.errors import DiskFullError, StoreError, engine_message, is_disk_full
 from sidecar.runtime.orphan import child_env
 
 log = logging.getLogger(__name__)
@@ -196,6 +196,9 @@ class VectorStore:
         self._writes = 0
         self._last_write = 0.0  # monotonic
         self._building = False  # an index build runs outside the lock; compaction waits for it
+        # Set by ``close`` when the table is replaced (a repair): another table may stand at the
+        # same path, and this handle's writes would land in it naming this one's data files.
+        self.closed = False
         self._child: subprocess.Popen[str] | None = None
         self._centroid: tuple[int, np.ndarray[Any, Any] | None] = (-1, None)  # (row count, mean)
         # Row count for the centroid check, kept between writes: count_rows on every query cost a
@@ -236,7 +239,9 @@ class VectorStore:
         except StoreError:
             raise
         except (OSError, ValueError, RuntimeError) as exc:
-            raise _store_error(exc)(f"vector table {self.name} in {path} cannot be opened: {exc}") from exc
+            raise _store_error(exc)(
+                f"vector table {self.name} in {path} cannot be opened: {engine_message(exc)}"
+            ) from exc
         self.created = False
 
     def _create(self) -> Any:
@@ -310,9 +315,29 @@ class VectorStore:
             self._write("clear", lambda: self._table.delete("true"), lambda _e: _empty_copy(self.dim))
             self._count_write()
 
+    def close(self) -> None:
+        """This handle writes no more: its table is being replaced (a repair moves it aside and
+        makes a new one at the same path). Waits for a write or compaction through it that runs.
+        A write through the handle after it (a batch computed for the old table) would commit a
+        version of the new table that names the old table's data files, which every read of the
+        new table then fails on ("Not found"): it raises instead, and compaction and index builds
+        through it do nothing."""
+        self.stop_build()
+        with self._lock:
+            self.closed = True
+
+    def _check_open(self, what: str) -> None:
+        """Raise if the handle was closed (the caller holds the lock)."""
+        if self.closed:
+            raise StoreError(
+                f"vector {what} on {self.name} refused: that table was replaced, and this handle of "
+                "the old one would write into the new one"
+            )
+
     def drop(self) -> None:
         """Remove this table (after a newer model's table took over)."""
         with self._lock:
+            self._check_open("drop")
             self._wrap("drop", lambda: self._db.drop_table(self.name))
 
     def ids(self) -> set[str]:
@@ -567,6 +592,8 @@ class VectorStore:
         if self.indexed:
             return True
         with self._lock:
+            if self.closed:
+                return False
             kinds = self._index_kinds()
             if self._ann_type in kinds:
                 self.indexed = True
@@ -581,6 +608,8 @@ class VectorStore:
         t0 = time.perf_counter()
         try:
             self.build_index()
+            if self.closed:  # replaced meanwhile: the build was ended, nothing to look at
+                return False
             self._wrap("checkout", self._table.checkout_latest)
             kinds_now = self._index_kinds()
         finally:
@@ -607,14 +636,14 @@ class VectorStore:
                 cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=child_env()
             )
         except OSError as exc:
-            raise StoreError(f"vector index build for {self.name} failed: {exc}") from exc
+            raise StoreError(f"vector index build for {self.name} failed: {engine_message(exc)}") from exc
         self._child = child
         try:
             _, err = child.communicate(timeout=BUILD_TIMEOUT_S)
         except subprocess.TimeoutExpired as exc:
             child.kill()
             child.communicate()
-            raise StoreError(f"vector index build for {self.name} failed: {exc}") from exc
+            raise StoreError(f"vector index build for {self.name} failed: {engine_message(exc)}") from exc
         finally:
             self._child = None
         if child.returncode != 0:
@@ -634,7 +663,7 @@ class VectorStore:
     def optimize(self) -> None:
         """Compact fragments and drop old versions (this process is the only reader and writer)."""
         with self._lock:
-            if self._building:
+            if self._building or self.closed:
                 return  # compaction would rewrite the fragments the build reads; next time
             self._compact()
         log.info("vectors_optimized table=%s", self.name)
@@ -643,7 +672,12 @@ class VectorStore:
         """Compact once writes have paused: a burst of memory writes otherwise leaves hundreds of
         versions and fragments (and their cached metadata) until the next scheduled optimize."""
         with self._lock:
-            if not self._writes or self._building or time.monotonic() - self._last_write < quiet_seconds:
+            if (
+                not self._writes
+                or self._building
+                or self.closed
+                or time.monotonic() - self._last_write < quiet_seconds
+            ):
                 return False
             self._compact()
         log.info("vectors_compacted table=%s reason=writes paused", self.name)
@@ -664,6 +698,7 @@ class VectorStore:
         """A write that changes the rows; the caller holds the lock. ``change`` makes the same
         change to the in-memory copy, which (and the row count) is then still current; a write
         that failed, even half-way (rows may have landed), drops both, so they are read again."""
+        self._check_open(what)
         exact = self._exact
         current = exact if exact is not None and exact.generation == self._generation else None
         try:
@@ -690,7 +725,7 @@ class VectorStore:
         try:
             return fn()
         except (OSError, ValueError, RuntimeError) as exc:
-            raise _store_error(exc)(f"vector {what} failed on {self.name}: {exc}") from exc
+            raise _store_error(exc)(f"vector {what} failed on {self.name}: {engine_message(exc)}") from exc
 
 
 def _store_error(exc: BaseException) -> type[StoreError]:
@@ -705,7 +740,9 @@ def table_names(path: Path) -> list[str]:
     try:
         names = lancedb_module().connect(str(path)).list_tables().tables
     except (OSError, ValueError, RuntimeError) as exc:
-        raise _store_error(exc)(f"the vector tables in {path} cannot be listed: {exc}") from exc
+        raise _store_error(exc)(
+            f"the vector tables in {path} cannot be listed: {engine_message(exc)}"
+        ) from exc
     return sorted(str(n) for n in names if str(n).startswith("vectors_"))
 
 
@@ -714,7 +751,9 @@ def drop_table(path: Path, table: str) -> None:
     try:
         lancedb_module().connect(str(path)).drop_table(table, ignore_missing=True)
     except (OSError, ValueError, RuntimeError) as exc:
-        raise _store_error(exc)(f"vector table {table} in {path} cannot be dropped: {exc}") from exc
+        raise _store_error(exc)(
+            f"vector table {table} in {path} cannot be dropped: {engine_message(exc)}"
+        ) from exc
 
 
 def table_model(path: Path, table: str) -> tuple[str, int, str] | None:

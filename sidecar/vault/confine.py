@@ -83,17 +83,22 @@ def open_private_dir(parent_fd: int, name: str, *, create: bool, what: str) -> i
 
 
 @contextlib.contextmanager
-def private_dirs(base: Path, parts: Sequence[str], *, create: bool, what: str) -> Iterator[list[int]]:
+def private_dirs(
+    base: Path, parts: Sequence[str], *, create: bool, what: str, existing: int = 0
+) -> Iterator[list[int]]:
     """Descriptors of ``base/parts[0]``, ``base/parts[0]/parts[1]`` ... (each checked as above);
-    ``base`` itself is opened as given (the home, resolved when the configuration was read)."""
+    ``base`` itself is opened as given (the home, resolved when the configuration was read).
+    With ``create``, missing folders are made, but for ``base`` and the first ``existing`` parts
+    when ``existing`` is set: those must be there (FileNotFoundError), never made anew (a share's
+    bare mount point is no place for them)."""
     fds: list[int] = []
-    if create:
+    if create and not existing:
         base.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
         fds.append(os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
         for i, name in enumerate(parts):
             label = f"{what} ({'/'.join(parts[: i + 1])})"
-            fds.append(open_private_dir(fds[-1], name, create=create, what=label))
+            fds.append(open_private_dir(fds[-1], name, create=create and i >= existing, what=label))
         yield fds[1:]
     finally:
         for fd in fds:

@@ -2,8 +2,9 @@
 (``.obsidian/daily-notes.json``, ``format``) and the Periodic Notes plugin
 (``.obsidian/plugins/periodic-notes/data.json``: ``daily.format``, or each ``calendarSets[].day``
 of its 1.x versions). Read beside Obsidian's Excluded files (``sidecar.vault.ignore``), once per
-sweep, each file again only when its size or mtime changed. The formats are returned as written
-(``sidecar.notes.dayformat`` reads them). Imports only the confined reads (``sidecar.vault.confine``).
+sweep, each file again only when its size or mtime changed. The formats are returned as written,
+each with the folder its notes are made in (``sidecar.notes.dayformat`` reads them). Imports only
+the confined reads (``sidecar.vault.confine``).
 """
 
 from __future__ import annotations
@@ -21,49 +22,71 @@ _MAX_SETTINGS_BYTES = 1 << 20  # a few settings: a file far larger is not one to
 _FILES = (Path(".obsidian/daily-notes.json"), Path(".obsidian/plugins/periodic-notes/data.json"))
 
 
-def _formats_in(settings: Any) -> list[str]:
-    """The daily formats one settings file names (either plugin's layout)."""
+def _folder(value: Any) -> str:
+    return value.strip().strip("/") if isinstance(value, str) else ""
+
+
+def _formats_in(settings: Any) -> list[tuple[str, str]]:
+    """The daily formats one settings file names, each with its folder (either plugin's layout)."""
     if not isinstance(settings, dict):
         return []
-    found = [settings.get("format")]  # Daily notes
+    found = [(settings.get("format"), settings.get("folder"))]  # Daily notes
     daily = settings.get("daily")  # Periodic Notes 0.x
     if isinstance(daily, dict) and daily.get("enabled", True) is not False:
-        found.append(daily.get("format"))
+        found.append((daily.get("format"), daily.get("folder")))
     sets = settings.get("calendarSets")  # Periodic Notes 1.x
     for item in sets if isinstance(sets, list) else []:
         day = item.get("day") if isinstance(item, dict) else None
         if isinstance(day, dict) and day.get("enabled", True) is not False:
-            found.append(day.get("format"))
-    return [f.strip() for f in found if isinstance(f, str) and f.strip()]
+            found.append((day.get("format"), day.get("folder")))
+    return [(f.strip(), _folder(folder)) for f, folder in found if isinstance(f, str) and f.strip()]
 
 
 class DailyNoteFormats:
-    """The daily-note formats one vault's settings name, kept up to date by ``refresh``."""
+    """The daily-note formats one vault's settings name, kept up to date by ``refresh``; what was
+    read from which file (``describe``) and what could not be read (``trouble``), for status."""
 
     def __init__(self, vault: Path | None) -> None:
         self.vault = vault
-        self._read: dict[Path, tuple[tuple[int, int], list[str]]] = {}  # file -> (stamp, formats)
+        # file -> (stamp, formats, why it cannot be read or None)
+        self._read: dict[Path, tuple[tuple[int, int], list[tuple[str, str]], str | None]] = {}
 
-    def refresh(self) -> tuple[str, ...]:
+    def refresh(self) -> tuple[tuple[str, str], ...]:
         """Read the settings files that changed; the formats of all of them, each once."""
         if self.vault is None:
             return ()
-        formats: list[str] = []
+        formats: list[tuple[str, str]] = []
         for rel in _FILES:
             formats.extend(self._file(self.vault / rel))
         return tuple(dict.fromkeys(formats))
 
-    def _file(self, path: Path) -> list[str]:
+    def describe(self) -> list[dict[str, str]]:
+        """Each format in force: ``format``, ``folder`` ('' for anywhere) and the settings ``file``
+        (vault-relative) it was read from."""
+        return [
+            {"format": fmt, "folder": folder, "file": str(rel)}
+            for rel in _FILES
+            if self.vault is not None and (read := self._read.get(self.vault / rel))
+            for fmt, folder in read[1]
+        ]
+
+    @property
+    def trouble(self) -> str | None:
+        """What is wrong with the daily-note settings as last read, or None."""
+        return "; ".join(t for _, _, t in self._read.values() if t) or None
+
+    def _file(self, path: Path) -> list[tuple[str, str]]:
         try:
             st = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
             self._read.pop(path, None)  # the plugin's settings are gone: its format no longer counts
             return []
         except OSError:  # cannot tell now (a share that fails): what was read stays
-            return self._read.get(path, ((0, 0), []))[1]
+            return self._read.get(path, ((0, 0), [], None))[1]
         stamp = (st.st_mtime_ns, st.st_size)
-        if path in self._read and self._read[path][0] == stamp:
-            return self._read[path][1]
+        before = self._read.get(path, ((0, 0), [], None))
+        if path in self._read and before[0] == stamp:
+            return before[1]
         try:
             # Opened as a note is (never a blocking read of a pipe) and read up to a cap.
             raw = read_fd(open_regular(path), _MAX_SETTINGS_BYTES + 1)
@@ -71,10 +94,18 @@ class DailyNoteFormats:
                 raise ValueError(f"larger than {_MAX_SETTINGS_BYTES} bytes")
             formats = _formats_in(json.loads(raw.decode("utf-8")))
         except (OSError, ValueError, RecursionError) as exc:
-            # A file half-written by Obsidian: the formats read before stay until it reads well.
-            log.warning("daily_note_settings_unreadable path=%s error=%s", path, printable(exc))
-            return self._read.get(path, ((0, 0), []))[1]
-        if formats != self._read.get(path, ((0, 0), []))[1]:
-            log.info("daily_note_formats path=%s formats=%s", path, printable(", ".join(formats)))
-        self._read[path] = (stamp, formats)
+            # A file half-written by Obsidian: the formats read before stay until it reads well;
+            # said once per version of the file, and in status (a log line alone left the user
+            # wondering why their daily notes are dated by their last change).
+            why = printable(exc.strerror if isinstance(exc, OSError) and exc.strerror else exc)
+            log.warning("daily_note_settings_unreadable path=%s error=%s", path, why)
+            kept = ", ".join(f for f, _ in before[1])
+            kept = f"the daily-note format read before stays ({kept})" if kept else "no format of it is used"
+            trouble = f"{path} cannot be read ({why}); {kept}"
+            self._read[path] = (stamp, before[1], trouble)
+            return before[1]
+        if formats != before[1]:
+            shown = ", ".join(f"{f} in {folder or 'any folder'}" for f, folder in formats)
+            log.info("daily_note_formats path=%s formats=%s", path, printable(shown))
+        self._read[path] = (stamp, formats, None)
         return formats

@@ -31,6 +31,7 @@ from typing import Any, Protocol, TypeVar
 from sidecar.config import Config
 from sidecar.contracts.errors import StoreError
 from sidecar.runtime.backoff import Backoff
+from sidecar.vault.homeguard import HomeGuard
 from sidecar.vault.mounts import fs_type_of, is_network, mount_of, read_mounts
 from sidecar.vault.sources import NoteFile, Root, Skipped, scan
 from sidecar.vault.timeout import run_with_timeout
@@ -104,6 +105,7 @@ class RootStatus:
     unreadable: list[str] = field(default_factory=list)  # folders/files kept because unreadable
     identity: Identity | None = None  # as seen by the last listing
     absent: bool = False  # the folder is not there inside a reachable parent (a wiki not made yet)
+    hung_on: str | None = None  # the note whose read hangs (relative path), when a read hangs
     _stuck: threading.Thread | None = field(default=None, repr=False)
 
     @property
@@ -134,8 +136,14 @@ class Supervisor:
         self.roots: dict[str, RootStatus] = {}
         self.beat = beat  # the indexer's heartbeat, during long waits
         self.mounts: list[tuple[str, str]] = []  # the mount table, as read by the last classify
+        # The note a read waits for longer than a second now: (root name, relative path, since
+        # ``time.monotonic()``), for `status` and `sidecar index` to say what indexing waits for.
+        self.waiting: tuple[str, str, float] | None = None
         self._lock = threading.Lock()
         self._meta_swept = False  # the rows of inboxes retired before this start are gone
+        # The home's agents folder as first seen: gone or replaced (the home's share unmounted),
+        # every inbox is unreachable, as an unmounted vault is (nothing of it deleted).
+        self.home = HomeGuard(cfg)
 
     def status(self, root: Root) -> RootStatus:
         with self._lock:
@@ -215,12 +223,21 @@ class Supervisor:
             outer = next((s for s in self.roots.values() if s.path == str(root.within)), None)
         return outer.hanging if outer is not None else None
 
+    def home_problem(self, root: Root) -> str | None:
+        """Why an inbox is unreachable because the home or its agents folder is gone or replaced."""
+        if root.source != "memory":
+            return None
+        why = self.home.problem()
+        return f"{why}; nothing of it is deleted while it stays so" if why is not None else None
+
     def bounded(self, root: Root, fn: Callable[[], T]) -> T:
         """Run file-system work on ``root`` with its scan timeout; RootUnreachable if it hangs."""
+        if (why := self.home_problem(root)) is not None:
+            raise RootUnreachable(why)
         st = self.status(root)
         if st.hanging is not None:
-            raise RootUnreachable(f"an earlier call on {root.path} still hangs (hung share?)")
-        st._stuck = None
+            raise RootUnreachable(_still_hangs(root, st))
+        st._stuck, st.hung_on = None, None
         try:
             value, stuck = run_with_timeout(fn, self.cfg.watch.scan_timeout_seconds, root.name, self.beat)
         except OSError as exc:
@@ -232,12 +249,48 @@ class Supervisor:
         assert value is not None
         return value
 
-    def list_root(self, root: Root) -> list[NoteFile | Skipped]:
-        """Probe, then scan a root, each bounded by its timeout; RootUnreachable when it cannot be read."""
+    def read(self, root: Root, rel: str, fn: Callable[[], T]) -> T:
+        """Read one note of ``root`` (``fn``, its relative path ``rel``) with the probe timeout,
+        as ``get`` reads one: RootUnreachable when it does not answer, and at once while an
+        earlier call on the root (or on the vault around a wiki) still hangs, so a share that
+        hangs on open/read costs one timeout and leaves one stuck thread per root, not one per
+        note. The caller marks the root offline; it is retried like a listing that hangs.
+        Raises what ``fn`` raises."""
         st = self.status(root)
         if st.hanging is not None:
-            raise RootUnreachable(f"an earlier call on {root.path} still hangs (hung share?)")
-        st._stuck = None
+            raise RootUnreachable(_still_hangs(root, st))
+        outer = self.stuck_within(root)
+        if outer is not None:
+            raise RootUnreachable(f"{root.within} (around {root.path}) still hangs (hung share?)")
+        timeout = self.cfg.watch.probe_timeout_seconds
+        since = time.monotonic()
+
+        def beat() -> None:  # called once a second while the read waits: say what it waits for
+            self.waiting = (root.name, rel, since)
+            if self.beat is not None:
+                self.beat()
+
+        try:
+            value, stuck = run_with_timeout(fn, timeout, root.name, beat)
+        finally:
+            self.waiting = None
+        if stuck is not None:
+            st._stuck, st.hung_on = stuck, rel
+            log.error("read_hung root=%s path=%s timeout=%.0fs", root.name, rel, timeout)
+            raise RootUnreachable(
+                f"reading {rel} in {root.path} did not answer within {timeout:.0f} s (hung share?); "
+                "notes of this root are not read until it answers"
+            )
+        return value  # type: ignore[return-value]  # fn's own result
+
+    def list_root(self, root: Root) -> list[NoteFile | Skipped]:
+        """Probe, then scan a root, each bounded by its timeout; RootUnreachable when it cannot be read."""
+        if (why := self.home_problem(root)) is not None:
+            raise RootUnreachable(why)
+        st = self.status(root)
+        if st.hanging is not None:
+            raise RootUnreachable(_still_hangs(root, st))
+        st._stuck, st.hung_on = None, None
         try:
             ident, stuck = run_with_timeout(
                 lambda: _probe(root, self.mounts), self.cfg.watch.probe_timeout_seconds, root.name, self.beat
@@ -454,7 +507,7 @@ class Supervisor:
         """Deletions seen by file events may go ahead: the root is online, on the mount it was
         on, and not empty (else a full sweep of it decides, through the guard)."""
         if root.source == "memory":
-            return True
+            return self.home.problem() is None
         if self.status(root).offline:
             return False
 
@@ -487,6 +540,19 @@ class Supervisor:
                 ):
                     out.append(st.name)
         return out
+
+    def describe_waiting(self) -> dict[str, Any] | None:
+        """The note whose read indexing waits for now (past a second), and for how long."""
+        waiting = self.waiting
+        if waiting is None:
+            return None
+        name, rel, since = waiting
+        return {
+            "root": name,
+            "path": rel,
+            "seconds": round(time.monotonic() - since, 1),
+            "timeout_seconds": self.cfg.watch.probe_timeout_seconds,
+        }
 
     def describe(self, watched: Callable[[str], bool]) -> list[dict[str, Any]]:
         now = self.clock()
@@ -548,6 +614,12 @@ def _probe(root: Root, mounts: list[tuple[str, str]] | None = None) -> Identity:
     with os.scandir(root.path) as it:
         next(it, None)
     return ident
+
+
+def _still_hangs(root: Root, st: RootStatus) -> str:
+    """Why a root is not asked again: a call on it still hangs (and the note it was reading)."""
+    on = f" (reading {st.hung_on})" if st.hung_on else ""
+    return f"an earlier call on {root.path}{on} still hangs (hung share?)"
 
 
 def _duration(seconds: float) -> str:

@@ -12,7 +12,8 @@ for a whole deleted tree. A folder whose name is not valid UTF-8 makes the recur
 ("Unable to decode path"): the watcher then watches every other folder one by one (not
 recursively), restarting when a folder appears and looking at that folder again once the new
 watch runs, so events keep flowing for the rest of the tree. So does a tree holding a folder
-symlink: the recursive watch would follow it out of the vault.
+symlink: the recursive watch would follow it out of the vault. Obsidian's settings that decide what
+is indexed are events in either mode (folder by folder, their own folders are watched).
 """
 
 from __future__ import annotations
@@ -83,19 +84,40 @@ def _walk(paths: Sequence[Path], limit: int = MAX_FLAT_FOLDERS) -> tuple[list[Pa
 OBSIDIAN_SETTINGS = frozenset(
     {".obsidian/app.json", ".obsidian/daily-notes.json", ".obsidian/plugins/periodic-notes/data.json"}
 )
+# The folders they lie in (.obsidian, .obsidian/plugins, ...): one made or removed (renamed away,
+# a vault synced in) makes or takes its settings with one event, or none of their own.
+SETTINGS_FOLDERS = frozenset(
+    "/".join(parts[:i])
+    for s in OBSIDIAN_SETTINGS
+    if (parts := s.split("/")[:-1])
+    for i in range(1, len(parts) + 1)
+)
 
 
 def obsidian_setting(path: str, vault: Path | None) -> bool:
-    """Whether ``path`` is one of the vault's ``OBSIDIAN_SETTINGS``."""
+    """Whether ``path`` is one of the vault's ``OBSIDIAN_SETTINGS`` or a folder they lie in."""
     if vault is None:
         return False
     top = str(vault).rstrip("/") + "/"
-    return path.startswith(top) and path[len(top) :] in OBSIDIAN_SETTINGS
+    return path.startswith(top) and path[len(top) :] in OBSIDIAN_SETTINGS | SETTINGS_FOLDERS
+
+
+def settings_folders(paths: Sequence[Path]) -> list[Path]:
+    """The folders of ``SETTINGS_FOLDERS`` there are under ``paths`` (a link to one too: a
+    shared .obsidian is watched without its subfolders, never walked)."""
+    out = []
+    for p in paths:
+        for rel in sorted(SETTINGS_FOLDERS):
+            with contextlib.suppress(OSError):
+                if (p / rel).is_dir():
+                    out.append(p / rel)
+    return out
 
 
 class NoteFilter:
     """Accept changes to Markdown notes and to folders (a new folder may hold notes) under the roots,
-    and to Obsidian's settings at a root's top (``OBSIDIAN_SETTINGS``)."""
+    and to Obsidian's settings at a root's top (``OBSIDIAN_SETTINGS``), and folders of theirs
+    made or removed (``SETTINGS_FOLDERS``)."""
 
     def __init__(self, roots: Sequence[Path]) -> None:
         self.roots = [str(r).rstrip("/") + "/" for r in roots]
@@ -105,6 +127,8 @@ class NoteFilter:
         rel = path[len(root) :] if root else Path(path).name
         if rel in OBSIDIAN_SETTINGS:
             return True
+        if rel in SETTINGS_FOLDERS:
+            return change in (watchfiles.Change.added, watchfiles.Change.deleted)
         parts = rel.split("/")
         if any(p.startswith(".") for p in parts):
             return False
@@ -170,6 +194,9 @@ class Watcher:
         # New folders that restarted a folder-by-folder watch: looked at again once the next
         # watch is set up (files written into them before it existed got no event).
         self._recheck: set[str] = set()
+        # A sweep of every root asked for once the next watch runs (what changed before it was
+        # set up had no event).
+        self._catch_up = False
         self._stuck_looks: dict[str, threading.Thread] = {}  # a look at a batch's paths still hangs
 
     def _stat(self, path: Path) -> os.stat_result | None:
@@ -225,7 +252,9 @@ class Watcher:
                         "watcher_undecodable_path error=%s; watching folder by folder", printable(exc)
                     )
                     self.flat = True
-                    self.on_change(set(), frozenset())
+                    # Swept once the folder-by-folder watch runs: asked now, the sweep could run
+                    # before a note written while the folders were walked, which had no event.
+                    self._catch_up = True
                     self.stop.wait(1.0)
                     continue
                 failures += 1
@@ -253,7 +282,10 @@ class Watcher:
             log.info("watcher_flat reason=a folder symlink inside (never followed)")
         self.linked = linked
         flat = self.flat or linked
-        folders = walked if flat else existing
+        # The walk leaves dot-folders out: Obsidian's settings are watched in their own folders
+        # (a recursive watch covers them), or an edit of Excluded files waited for a full sweep.
+        settings = settings_folders(existing) if flat else []
+        folders = walked + settings if flat else existing
         known = {str(f) for f in folders}
         log.info(
             "watcher_started paths=%s%s",
@@ -277,11 +309,18 @@ class Watcher:
             # The first yield comes once this watch is set up: the folders that restarted it
             # are walked again, for what was written into them before (no event for that).
             again, self._recheck = self._recheck, set()
+            if self._catch_up:
+                self._catch_up = False
+                self.on_change(set(), frozenset())
             if batch or again:
                 changes = _covered(self._files_dropped(batch))
                 log.debug("watcher_changes count=%d", len(changes))
                 self.on_change({p for _, p in changes} | again, _gone(changes))
-                new = _new_folders(changes, known, again) if flat else set()
+                new = _new_folders(changes, known, again, existing) if flat else set()
+                if flat and any(_in_settings(p, existing) for p in {p for _, p in changes} | again):
+                    # A folder of the settings made (a link to one too), or made inside one
+                    # while the watch restarted: watched from the next watch on.
+                    new |= {str(f) for f in settings_folders(existing)} - known
                 if new:
                     # A new folder, or one deleted and made again (its old watch died with it):
                     # watch it too (the walk of its event covers the notes there now).
@@ -298,20 +337,31 @@ class Watcher:
                 return
 
 
-def _new_folders(changes: set[tuple[watchfiles.Change, str]], known: set[str], again: set[str]) -> set[str]:
+def _new_folders(
+    changes: set[tuple[watchfiles.Change, str]],
+    known: set[str],
+    again: set[str],
+    roots: Sequence[Path] = (),
+) -> set[str]:
     """Folders a folder-by-folder watch does not cover: new or made again in this batch, and
     those made inside ``again`` between the watch's walk and its start (no event for them).
     A folder symlink is none: the watch never follows one (taken for new, it restarted the
-    watch every few seconds, walking out of the vault through it)."""
+    watch every few seconds, walking out of the vault through it). Obsidian's settings folder
+    is never walked (its plugins' folders are not watched: walked, each restarted the watch)."""
     new = {
         p
         for change, p in changes
         if (p not in known or change == watchfiles.Change.added) and _is_real_folder(p)
     }
     if again and len(known) < MAX_FLAT_FOLDERS:  # beyond the limit some are never watched
-        real = [Path(p) for p in again if _is_real_folder(p)]
+        real = [Path(p) for p in again if _is_real_folder(p) and not _in_settings(p, roots)]
         new.update(str(f) for f in _walk(real)[0] if str(f) not in known)
     return new
+
+
+def _in_settings(path: str, roots: Sequence[Path]) -> bool:
+    """A path in the Obsidian settings folder of one of ``roots``, or that folder."""
+    return any(path == f"{r}/.obsidian" or path.startswith(f"{r}/.obsidian/") for r in roots)
 
 
 def _gone(changes: set[tuple[watchfiles.Change, str]]) -> frozenset[str]:
