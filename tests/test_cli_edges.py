@@ -363,7 +363,16 @@ def test_search_after_double_dash_reaches_the_daemon(daemon: DaemonProcess) -> N
 def _serve(d: DaemonProcess, stdin: Any) -> subprocess.Popen[bytes]:
     d.home.mkdir(parents=True, exist_ok=True)
     log = d.log.open("ab")
-    proc = subprocess.Popen(d.cmd(), stdin=stdin, stdout=log, stderr=log, env=d.env)
+    # A terminal's daemon: SIGHUP as a terminal would deliver it, also when this suite runs under
+    # nohup (ignored SIGHUP is inherited, and a daemon started under nohup keeps ignoring it).
+    proc = subprocess.Popen(
+        d.cmd(),
+        stdin=stdin,
+        stdout=log,
+        stderr=log,
+        env=d.env,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),  # noqa: PLW1509 - no threads start before exec
+    )
     log.close()
     deadline = time.monotonic() + 60
     while True:
