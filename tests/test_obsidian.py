@@ -930,3 +930,18 @@ def test_daily_notes_are_those_named_in_their_folder(tmp_path: Path, serve_in_pr
     periodic.unlink()
     h.sweep()
     assert "Daily notes: named YYYY-MM-DD (no daily-note format set" in render_status(server.call("health"))
+
+
+def test_daily_note_settings_of_a_folder_alone_or_typed_with_backslashes(tmp_path: Path) -> None:
+    """Obsidian writes only {"folder": …} when the folder alone was changed (its default format
+    stays YYYY-MM-DD), and normalises "Journal\\" to "Journal": such settings were read as no daily
+    notes at all, or as a folder no note is in."""
+    from sidecar.vault.dailynotes import DailyNoteFormats
+
+    vault = tmp_path / "v"
+    write(vault / ".obsidian/daily-notes.json", json.dumps({"folder": "Daily/"}))
+    assert DailyNoteFormats(vault).refresh() == (("YYYY-MM-DD", "Daily"),)
+    write(vault / ".obsidian/daily-notes.json", json.dumps({"folder": "Journal\\", "format": "DD.MM.YYYY"}))
+    assert DailyNoteFormats(vault).refresh() == (("DD.MM.YYYY", "Journal"),)
+    write(vault / ".obsidian/daily-notes.json", json.dumps({"folder": "./Tage", "format": "DD.MM.YYYY"}))
+    assert DailyNoteFormats(vault).refresh() == (("DD.MM.YYYY", "Tage"),)

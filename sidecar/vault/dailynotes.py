@@ -23,7 +23,14 @@ _FILES = (Path(".obsidian/daily-notes.json"), Path(".obsidian/plugins/periodic-n
 
 
 def _folder(value: Any) -> str:
-    return value.strip().strip("/") if isinstance(value, str) else ""
+    """A folder as Obsidian normalises it: "\\" is "/" (typed on Windows), no "./" or slashes
+    around it ("Journal\\" matched nothing)."""
+    if not isinstance(value, str):
+        return ""
+    folder = value.strip().replace("\\", "/").strip("/")
+    while folder.startswith("./"):
+        folder = folder[2:].lstrip("/")
+    return "" if folder == "." else folder
 
 
 def _formats_in(settings: Any) -> list[tuple[str, str]]:
@@ -39,7 +46,16 @@ def _formats_in(settings: Any) -> list[tuple[str, str]]:
         day = item.get("day") if isinstance(item, dict) else None
         if isinstance(day, dict) and day.get("enabled", True) is not False:
             found.append((day.get("format"), day.get("folder")))
-    return [(f.strip(), _folder(folder)) for f, folder in found if isinstance(f, str) and f.strip()]
+    # A folder set without a format keeps Obsidian's default format (the file then holds only
+    # {"folder": "Daily"}: it was read as no daily notes at all).
+    return [
+        (f.strip() if isinstance(f, str) and f.strip() else _DEFAULT_FORMAT, _folder(folder))
+        for f, folder in found
+        if (isinstance(f, str) and f.strip()) or _folder(folder)
+    ]
+
+
+_DEFAULT_FORMAT = "YYYY-MM-DD"
 
 
 class DailyNoteFormats:
