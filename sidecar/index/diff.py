@@ -93,7 +93,6 @@ class _Listing:
     known: dict[str, FileState]
     missing: list[str]
     started: float
-    excluded: list[NoteFile] = field(default_factory=list)  # notes there that a rule leaves out
 
 
 def _related(old: str, new: str) -> bool:
@@ -237,9 +236,7 @@ class ChangeFinder:
         notes = [f for f in found if isinstance(f, NoteFile)]
         prefix = root.key_of("x")[:-1]  # "vault/", "wiki/", "memory/<agent>/"
         known = self.manifest.file_states(prefix)
-        notes, left_out = self._without_excluded(
-            root, notes, known, diff, {} if excluded is None else excluded
-        )
+        notes = self._without_excluded(root, notes, known, diff, {} if excluded is None else excluded)
         skipped = [s for s in found if isinstance(s, Skipped)]
         self._skips = {k: v for k, v in self._skips.items() if k[0] != root.name}
         for s in skipped:
@@ -254,7 +251,7 @@ class ChangeFinder:
         # An error reading a folder (or a file's stat) is no evidence that its notes are gone.
         kept = self._unreadable_prefixes(root, skipped)
         missing = [k for k in known if k not in seen and not k.startswith(kept)]
-        return _Listing(root, notes, known, missing, t0, left_out)
+        return _Listing(root, notes, known, missing, t0)
 
     def _decide(
         self, listing: _Listing, listings: Sequence[_Listing], diff: Diff, confirm: bool, alien: set[str]
@@ -597,13 +594,12 @@ class ChangeFinder:
         states: dict[str, FileState],
         diff: Diff,
         counts: dict[str, int],
-    ) -> tuple[list[NoteFile], list[NoteFile]]:
-        """The notes kept, and those a rule leaves out; indexed ones of the latter are deleted at
-        once (a rule is no vanished mount, so the mass-deletion guard does not hold them)."""
+    ) -> list[NoteFile]:
+        """Drop excluded notes; indexed ones are deleted at once (a rule is no vanished mount, so
+        the mass-deletion guard does not hold them)."""
         if root.source == "memory":
-            return notes, []
+            return notes
         kept: list[NoteFile] = []
-        dropped: list[NoteFile] = []
         prefix = root.key_of("x")[:-1]
         # Kept as link targets (notes.links.set_excluded), whichever rule it is: Obsidian's
         # Excluded files hide a note from search, not from links; index.exclude is sidecar's own
@@ -618,11 +614,10 @@ class ChangeFinder:
             else:
                 counts[rule] = counts.get(rule, 0) + 1
                 left_out[n.key] = rule
-                dropped.append(n)
         for key in [k for k in states if k.startswith(prefix) and self.excluded_by(k) is not None]:
             diff.gone.append(key)
             del states[key]
-        return kept, dropped
+        return kept
 
 
 # Skipped for a reason that says nothing about the note's text: its indexed text stays.
