@@ -92,6 +92,12 @@ _DISK_FULL_WORDS = (
 )
 
 
+def store_error_class(exc: BaseException) -> type[StoreError]:
+    """The error a store raises for ``exc``: a full disk is a fault that passes (nothing is
+    damaged, nothing is moved aside), anything else may be damage."""
+    return DiskFullError if is_disk_full(exc) else StoreError
+
+
 def is_disk_full(exc: BaseException | None) -> bool:
     """Whether ``exc`` (or an error it was raised from) says the disk is full."""
     seen = 0

@@ -29,7 +29,7 @@ from sidecar.contracts.errors import (
     StoreError,
     StoreOutdatedError,
     engine_message,
-    is_disk_full,
+    store_error_class,
 )
 from sidecar.contracts.wire import memory_agent
 from sidecar.stores.aside import aside_name
@@ -92,14 +92,20 @@ def _engine(what: str) -> Iterator[None]:
         raise StoreError(f"BM25 {what} failed: {engine_message(exc)}") from exc
 
 
-def _disk_hint(path: Path) -> str:
-    """What a failed write most likely met, when the disk says so: Tantivy's own message after a
-    worker died ("an index writer was killed") no longer names the full disk."""
+def _low_disk(path: Path) -> int | None:
+    """The bytes free on ``path``'s disk when fewer than two writer flushes need, else None."""
     try:
         free = shutil.disk_usage(path).free
     except OSError:
-        return ""
-    return f" (only {free / 1e6:.1f} MB free on the index's disk: full?)" if free < _LOW_DISK else ""
+        return None
+    return free if free < _LOW_DISK else None
+
+
+def _disk_hint(path: Path) -> str:
+    """What a failed write most likely met, when the disk says so: Tantivy's own message after a
+    worker died ("an index writer was killed") no longer names the full disk."""
+    free = _low_disk(path)
+    return "" if free is None else f" (only {free / 1e6:.1f} MB free on the index's disk: full?)"
 
 
 def _failed_open(path: Path, exc: BaseException) -> StoreError:
@@ -107,10 +113,8 @@ def _failed_open(path: Path, exc: BaseException) -> StoreError:
     is all but full) is a fault that passes, anything else damage. A full disk taken for damage
     moved an agent's new index aside, then the whole keyword index, and refilled it on the full
     disk."""
-    full = is_disk_full(exc) or bool(_disk_hint(path))
-    return (DiskFullError if full else StoreError)(
-        f"BM25 index {path} cannot be opened: {engine_message(exc)}"
-    )
+    kind = DiskFullError if _low_disk(path) is not None else store_error_class(exc)
+    return kind(f"BM25 index {path} cannot be opened: {engine_message(exc)}")
 
 
 def german_fold(text: str) -> str:
@@ -197,9 +201,7 @@ class _Folder:
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # a file where the folder belongs: moved aside like a damaged store
-            if is_disk_full(exc):
-                raise DiskFullError(f"BM25 index {path} cannot be made: {exc.strerror or exc}") from exc
-            raise StoreError(f"BM25 index {path} cannot be made: {exc.strerror or exc}") from exc
+            raise store_error_class(exc)(f"BM25 index {path} cannot be made: {exc.strerror or exc}") from exc
         self.schema = schema
         self.lazy = lazy
         self.commits = 0

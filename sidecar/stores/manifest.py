@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sidecar.contracts.errors import DiskFullError, StoreError, is_disk_full
+from sidecar.contracts.errors import StoreError, store_error_class
 from sidecar.contracts.wire import memory_agent
 from sidecar.notes import links
 from sidecar.notes.dayformat import DayFormats, day_of_path
@@ -342,10 +342,9 @@ class Manifest(VectorBook):
         except sqlite3.DatabaseError as exc:
             # A full disk (a schema step or the WAL needs a page) is no damage: taken for one, the
             # manifest was moved aside and the keyword index and every vector with it.
-            full = is_disk_full(exc)
             if (db := getattr(self, "_db", None)) is not None:
                 db.close()  # not left open (and its write-ahead log behind) by a failed start
-            raise (DiskFullError if full else StoreError)(f"manifest {path} cannot be opened: {exc}") from exc
+            raise store_error_class(exc)(f"manifest {path} cannot be opened: {exc}") from exc
 
     def _shrink(self) -> None:
         """Give the disk back after mass deletions: SQLite reuses free pages but never returns

@@ -23,7 +23,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sidecar.contracts.errors import DiskFullError, StoreError, engine_message, is_disk_full
+from sidecar.contracts.errors import (
+    StoreError,
+    engine_message,
+    store_error_class,
+)
 from sidecar.runtime.orphan import child_env
 
 log = logging.getLogger(__name__)
@@ -239,7 +243,7 @@ class VectorStore:
         except StoreError:
             raise
         except (OSError, ValueError, RuntimeError) as exc:
-            raise _store_error(exc)(
+            raise store_error_class(exc)(
                 f"vector table {self.name} in {path} cannot be opened: {engine_message(exc)}"
             ) from exc
         self.created = False
@@ -725,12 +729,9 @@ class VectorStore:
         try:
             return fn()
         except (OSError, ValueError, RuntimeError) as exc:
-            raise _store_error(exc)(f"vector {what} failed on {self.name}: {engine_message(exc)}") from exc
-
-
-def _store_error(exc: BaseException) -> type[StoreError]:
-    """A full disk is a fault that passes (nothing is damaged), anything else may be damage."""
-    return DiskFullError if is_disk_full(exc) else StoreError
+            raise store_error_class(exc)(
+                f"vector {what} failed on {self.name}: {engine_message(exc)}"
+            ) from exc
 
 
 def table_names(path: Path) -> list[str]:
@@ -740,7 +741,7 @@ def table_names(path: Path) -> list[str]:
     try:
         names = lancedb_module().connect(str(path)).list_tables().tables
     except (OSError, ValueError, RuntimeError) as exc:
-        raise _store_error(exc)(
+        raise store_error_class(exc)(
             f"the vector tables in {path} cannot be listed: {engine_message(exc)}"
         ) from exc
     return sorted(str(n) for n in names if str(n).startswith("vectors_"))
@@ -751,7 +752,7 @@ def drop_table(path: Path, table: str) -> None:
     try:
         lancedb_module().connect(str(path)).drop_table(table, ignore_missing=True)
     except (OSError, ValueError, RuntimeError) as exc:
-        raise _store_error(exc)(
+        raise store_error_class(exc)(
             f"vector table {table} in {path} cannot be dropped: {engine_message(exc)}"
         ) from exc
 
