@@ -46,20 +46,22 @@ def recall(
     # Otherwise a period is small talk's ("how's it going today?", "thanks, that's all for
     # today"), with or without a history; a question about its notes is still answered by its
     # words.
-    alone = not history and not analyze(text).content_words
+    qa = analyze(text)
+    alone = not history and not qa.content_words
     until = inline.until or windowed.filters.until
     # Listed only for a question about the person's own doings or notes, past or today: a
     # message that merely names a period ("I bought this laptop last year, how do I reset it?",
     # "should I deploy today?") injected the period's daily notes unasked.
     # A follow-up ("and yesterday?") asks what the turn it follows asked.
-    follows = analyze(text).refers_back and any(asks_about_self(t) for t in history[-2:])
-    asked = until is not None and (asks_about_self(message) or follows)
+    asked = until is not None and (
+        asks_about_self(message) or (qa.refers_back and any(asks_about_self(t) for t in history[-2:]))
+    )
     dated = [n for n in r.dated_notes(windowed) if n.date] if asked else []
     if dated:
         # The period was asked about: the notes of it holding the message's words come first,
         # found as a search finds them ("was habe ich dieses Jahr zum Thema Budget gemacht?"),
         # also those recall's own gates keep out of an unasked injection; then the rest by date.
-        if analyze(text).content_words:
+        if qa.content_words:
             words = r.search_text(replace(windowed, limit=2 * windowed.limit), text)
             seen = {(h.reference, h.lines) for h in result.hits}
             more = tuple(
