@@ -319,15 +319,9 @@ def test_notes_lost_beside_excluded_copies_of_them_are_still_held(
 # A review of the move-into-an-excluded-folder change: an excluded copy must never pass for
 # where a vanished share's notes went (each of these released a real loss at once).
 def _with_excluded_backup(make_cfg: Any, vault: Path, rule: str) -> Harness:
-    """13 notes (10 in Notes/), Private/ excluded holding an old rsync -a backup of Notes/."""
-    _notes(vault / "Notes", 10)
-    write(vault / "Private/diary.md", "# Diary\n")
+    """``_private``, its excluded Private/ also holding an old rsync -a backup of Notes/."""
+    h = _private(make_cfg, vault, rule)
     shutil.copytree(vault / "Notes", vault / "Private/Backup")  # copy2: mtimes kept
-    if rule == "obsidian":
-        write(vault / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Private/"]}))
-        h = Harness(make_cfg(vault), FakeEmbedder())
-    else:
-        h = Harness(make_cfg(vault, **{"index.exclude": "Private/"}), FakeEmbedder())
     h.sweep()
     assert len(_keys(h, "vault/Notes/")) == 10
     return h
