@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -315,3 +316,34 @@ def test_doctor_fails_while_the_daemon_reports_a_problem(in_process: Any) -> Non
     assert not problems.ok and "vector search: vector sample failed" in problems.verdict
     assert "sidecar status" in problems.todo
     assert "all checks passed" not in doctor.summary(list(checks.values()))
+
+
+def test_doctor_checks_the_vault_the_running_daemon_was_given(in_process: Any, tmp_path: Path) -> None:
+    """The quick start gives the daemon its vault by flag; a plain `sidecar doctor` (no vault
+    configured) said "no vault configured" (ok) and skipped the watch-limit check while that daemon
+    indexed a vault. It checks the daemon's vault now, and says whose it is; a configuration naming
+    another vault than the daemon indexes is a warning on the daemon check."""
+    served = in_process.cfg
+    bare = dataclasses.replace(served, vault=dataclasses.replace(served.vault, path=None))
+    cfg, said = doctor.served_config(bare)
+    assert cfg.vault.path == served.vault.path
+    assert said == f"{served.vault.path} (the running daemon's; none configured here)"
+    assert "none configured here" in doctor.header(cfg, said)
+    run = doctor._Run(cfg, _probes(tmp_path))
+    vault = run.vault()[0]
+    assert vault.ok and "no vault configured" not in vault.verdict, vault
+    assert "no vault folder to watch" not in run.file_events()[0].verdict
+
+    other = dataclasses.replace(served, vault=dataclasses.replace(served.vault, path=tmp_path))
+    assert doctor.served_config(other) == (other, str(tmp_path))
+    checks = {c.name: c for c in doctor._Run(other, Probes()).daemon()}
+    daemon = checks["daemon"]
+    assert daemon.ok and daemon.warning, daemon
+    assert f"it indexes {served.vault.path}, not the vault {tmp_path} named here" in daemon.verdict
+    assert "restart it" in daemon.todo
+    assert not {c.name: c for c in doctor._Run(served, Probes()).daemon()}["daemon"].warning
+
+
+def test_doctor_without_a_daemon_keeps_no_vault(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, None)
+    assert doctor.served_config(cfg) == (cfg, "not configured")

@@ -138,6 +138,7 @@ def _uninstall(args: argparse.Namespace, svc: ServiceFile) -> int:
 def cmd_doctor(args: argparse.Namespace, cfg: Config) -> int:
     from sidecar.clients import doctor, snippets
 
+    cfg, vault = doctor.served_config(cfg)
     if args.json:
         checks = doctor.run_checks(cfg)
         ok = all(c.ok for c in checks)
@@ -149,7 +150,7 @@ def cmd_doctor(args: argparse.Namespace, cfg: Config) -> int:
     def show(line: str) -> None:
         print(line, flush=True)  # each check as it ends: a slow one is seen waiting, not a hung doctor
 
-    show(doctor.header(cfg))
+    show(doctor.header(cfg, vault))
     checks = doctor.run_checks(cfg, on_check=lambda c: show(doctor.render_check(c)))
     show(doctor.summary(checks))
     print()

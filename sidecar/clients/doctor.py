@@ -12,6 +12,7 @@ that hangs, the main thread only waits (Ctrl-C stops it), and each check is show
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shlex
 import shutil
@@ -272,6 +273,38 @@ def start_hint(cfg: Config) -> str:
     return f"start it: {serve} (foreground), or {service} when the service is installed"
 
 
+def served_config(cfg: Config, timeout: float = 2.0) -> tuple[Config, str]:
+    """The configuration doctor checks, and what the header says of its vault. The quick start
+    gives the daemon its vault by flag (`sidecar serve --vault DIR`); a doctor without the flag
+    has none configured and said "no vault configured" (ok) and skipped the watch-limit check while
+    that daemon indexed a vault. With none configured, the vault of the daemon running on this home
+    is the one checked (asked with a deadline: a daemon that does not answer leaves ``cfg`` as it is)."""
+    if cfg.vault.path is not None:
+        return cfg, str(cfg.vault.path)
+
+    def ask() -> dict[str, Any] | None:
+        with contextlib.suppress(SidecarError, OSError), Client(cfg.socket_path, timeout=timeout) as client:
+            health: dict[str, Any] = client.call("health")
+            return health
+        return None
+
+    health, _stuck = run_with_timeout(ask, timeout + 1.0, "doctor-served")
+    served = (health or {}).get("vault")
+    if not served or (health or {}).get("home") != str(cfg.home):
+        return cfg, "not configured"
+    vault = dataclasses.replace(cfg.vault, path=Path(served))
+    return dataclasses.replace(cfg, vault=vault), f"{served} (the running daemon's; none configured here)"
+
+
+def _other_vault(cfg: Config, health: dict[str, Any]) -> str:
+    """A word when the daemon on this home indexes another vault than this configuration names
+    (it was started with other flags or an older file: a `reload` does not move a vault)."""
+    served = health.get("vault")
+    if cfg.vault.path is None or health.get("home") != str(cfg.home) or served == str(cfg.vault.path):
+        return ""
+    return f"; it indexes {served or 'no vault'}, not the vault {cfg.vault.path} named here"
+
+
 def check_daemon(cfg: Config, probe_lock: bool = True) -> tuple[Check, Check, dict[str, Any] | None]:
     """Socket reachability, and whether another daemon holds this home's index."""
     health: dict[str, Any] | None = None
@@ -286,8 +319,15 @@ def check_daemon(cfg: Config, probe_lock: bool = True) -> tuple[Check, Check, di
     except SidecarError as exc:
         socket = Check("daemon", False, f"{cfg.socket_path}: {exc}", "restart the daemon")
     else:
+        other_vault = _other_vault(cfg, health)
         socket = Check(
-            "daemon", True, f"answers on {cfg.socket_path} (pid {health['pid']}, sidecar {health['version']})"
+            "daemon",
+            True,
+            f"answers on {cfg.socket_path} (pid {health['pid']}, sidecar {health['version']}){other_vault}",
+            "restart it with this configuration (`sidecar service install` again for a service)"
+            if other_vault
+            else "",
+            warning=bool(other_vault),
         )
     if health is not None and health.get("home") != str(cfg.home):
         other = Check(
@@ -739,8 +779,10 @@ def run_checks(
 # --- output ---------------------------------------------------------------------------------------
 
 
-def header(cfg: Config) -> str:
-    return f"sidecar {__version__} doctor: home {cfg.home}, vault {cfg.vault.path or 'not configured'}"
+def header(cfg: Config, vault: str | None = None) -> str:
+    """The first line; ``vault`` is what ``served_config`` says of the vault checked."""
+    vault = vault or str(cfg.vault.path or "not configured")
+    return f"sidecar {__version__} doctor: home {cfg.home}, vault {vault}"
 
 
 def render_check(c: Check) -> str:
