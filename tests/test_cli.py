@@ -712,3 +712,19 @@ def test_search_snippets_read_as_prose_around_the_query_words() -> None:
     assert snippet(chunk, "open sync settings").endswith("…")
     assert snippet(chunk, "zzz").startswith("Set up: First open")  # no word met: from the start
     assert snippet("Short **note**.", "note") == "Short note."
+
+
+def test_status_calls_a_missing_wiki_optional(shared: DaemonProcess) -> None:
+    """The wiki folder is named by default and optional: the quick start (no wiki) was told on
+    every status screen that something was wrong with a name it never set. Another root's
+    missing folder still asks whether its name is right."""
+    from sidecar.clients.cli_render import render_status
+
+    h = shared.health()
+    roots = {r["name"]: r for r in h["roots"]}
+    roots["wiki"]["absent"] = True
+    text = render_status(h)
+    assert "no wiki folder: optional; make it, or name yours with vault.wikiSubfolder" in text
+    assert "is the name right?" not in text
+    roots["vault"]["absent"] = True
+    assert "is the name right?" in render_status(h)

@@ -223,7 +223,13 @@ def _root_lines(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
     for r in roots:
         extra = f"  PROBLEM: {shown(r['error'])}" if r.get("error") else ""  # may name a file
         if r.get("absent") and not extra:
-            extra = "  (no such folder: no notes; is the name right?)"
+            # The wiki is optional and named by default: a quick start without one was told
+            # something was wrong with a name it never set.
+            extra = (
+                "  (no wiki folder: optional; make it, or name yours with vault.wikiSubfolder)"
+                if r["name"] == "wiki"
+                else "  (no such folder: no notes; is the name right?)"
+            )
         lines.append(
             # When its folder was last listed: a sweep may still be writing what that listing found
             # ("last sweep 5s ago" read as a sweep done while the first one was at 1,920 of 40,004).
