@@ -1780,3 +1780,28 @@ def test_a_given_window_still_lists_the_period_asked_about(served: Served, dated
     assert [h["reference"] for h in given["hits"]] == bare
     inline = served.call("search", {"query": "last week since:2026-11-23"})
     assert "vault/Daily/2026-11-28" in [h["reference"] for h in inline["hits"]]
+
+
+def test_deleting_a_planted_link_removes_only_the_link(served: Served, tmp_path: Path) -> None:
+    """A symbolic link planted in an inbox under a note's name: delete said "deleted (kept in
+    .trash)" and moved the link into .trash, where its relative target named another file. The
+    link holds no text: it is removed (never followed: its target is untouched) and the answer says so."""
+    served.call("write", {"slug": "secret", "content": "Codex's own note."}, agent="codex")
+    inbox = served.cfg.agents_dir / "claude" / "memory"
+    served.call("write", {"slug": "mine", "content": "A note of claude."})
+    target = served.cfg.agents_dir / "codex" / "memory" / "secret.md"
+    (inbox / "peek.md").symlink_to(Path("../../codex/memory/secret.md"))
+    from sidecar.clients.mcp_calls import ToolCalls
+
+    class Direct(ToolCalls):  # the shim's tool, answered by these handlers
+        def call(self, op: str, params: dict[str, Any], timeout: float = 0) -> dict[str, Any]:
+            return dict(served.call(op, params))
+
+    text, d = Direct(tmp_path / "unused.sock", "claude").delete({"slug": "peek"})
+    assert text == "memory/peek: removed a symbolic link (no text to keep)", text
+    assert d["deleted"] and "trash" not in d, d
+    assert not (inbox / "peek.md").is_symlink() and target.read_text().endswith("Codex's own note.\n")
+    trash = inbox / ".trash"
+    assert not trash.exists() or not any(p.name.startswith("peek--") for p in trash.iterdir())
+    audit = (served.cfg.agents_dir / "claude" / "audit.log").read_text().splitlines()
+    assert '"op": "delete", "slug": "peek"' in audit[-1] and '"bytes": 0' in audit[-1]

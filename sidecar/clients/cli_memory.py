@@ -102,7 +102,7 @@ def _print_memory(action: str, result: dict[str, Any]) -> None:
             print(f"{shown(n['reference'])}  {shown(n['title'])}  ({n['modified']}){state}")
         print(f"{result['total']} note(s)")
     elif action == "delete":
-        print(f"moved to {shown(result['trash'])}" if result["deleted"] else shown(result["message"]))
+        print(f"moved to {shown(result['trash'])}" if result.get("trash") else shown(result["message"]))
     else:
         done = result.get("action") or ("created" if result["created"] else "written")
         print(f"{shown(result['reference'])} {done} ({result['bytes']} bytes)")

@@ -227,7 +227,7 @@ class ToolCalls:
         r = self.call("delete", {"slug": a.get("slug")})
         text = shown(
             f"{r['reference']} deleted (kept in .trash)."
-            if r["deleted"]
+            if r["deleted"] and r.get("trash")
             else f"{r['reference']}: {r['message']}"
         )
         if r.get("trashDropped"):

@@ -107,9 +107,10 @@ class Written:
 
 @dataclass(frozen=True)
 class Deleted:
-    trash: Path  # where the note's text now lies
+    trash: Path | None  # where the note's text now lies; None: it held none (``removed``)
     audit_error: str | None = None  # as for Written
     trash_dropped: tuple[str, ...] = ()  # as for Written
+    removed: str | None = None  # what was removed in place of a note: "a symbolic link", …
 
 
 def check_agent(agent: str | None) -> str:
@@ -459,10 +460,18 @@ class Inboxes:
                 st = os.stat(name, dir_fd=inbox_fd, follow_symlinks=False)
             except FileNotFoundError:
                 return None
+            if not stat.S_ISREG(st.st_mode):
+                # A link or pipe placed under a note's name holds no text to keep: it is removed,
+                # never opened or followed (moved into .trash, a relative link pointed elsewhere
+                # from there, and the reply said a text was kept).
+                what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+                os.unlink(name, dir_fd=inbox_fd)
+                os.fsync(inbox_fd)
+                audit_error = self._audit(agent_fd, "delete", slug, hashlib.sha256(b"").hexdigest(), 0)
+                return Deleted(None, audit_error, removed=what)
             data = b""
-            if stat.S_ISREG(st.st_mode):  # a symlink or pipe is moved, never opened
-                with contextlib.suppress(OSError):
-                    data = read_fd(open_regular(name, dir_fd=inbox_fd, follow=False), st.st_size + 1)
+            with contextlib.suppress(OSError):
+                data = read_fd(open_regular(name, dir_fd=inbox_fd, follow=False), st.st_size + 1)
             ledger = self._trash_of(agent)
             with contextlib.closing(_Fd(_trash_dir(inbox_fd))) as trash:
                 stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S%f")

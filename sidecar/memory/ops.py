@@ -325,7 +325,11 @@ class MemoryOps:
                 "message": "no such note (nothing to do)",
             }
         log.info("memory_delete agent=%s slug=%s", agent, slug)
-        out: dict[str, Any] = {"deleted": True, "reference": f"memory/{slug}", "trash": str(moved.trash)}
+        out: dict[str, Any] = {"deleted": True, "reference": f"memory/{slug}"}
+        if moved.trash is not None:
+            out["trash"] = str(moved.trash)
+        else:
+            out["message"] = f"removed {moved.removed} (no text to keep)"
         if moved.trash_dropped:
             out["trashDropped"] = list(moved.trash_dropped)
         audit = _audit_warning(moved.audit_error, agent, self.problems)
