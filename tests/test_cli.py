@@ -728,3 +728,17 @@ def test_status_calls_a_missing_wiki_optional(shared: DaemonProcess) -> None:
     assert "is the name right?" not in text
     roots["vault"]["absent"] = True
     assert "is the name right?" in render_status(h)
+
+
+def test_status_over_a_complete_index_while_the_model_loads(shared: DaemonProcess) -> None:
+    """After a restart over a complete index, status said "vectors are being computed" while
+    every chunk had its vector and the model only loaded."""
+    from sidecar.clients.cli_render import render_status
+
+    h = shared.health()
+    h["index"].update(state="building", phase="idle", pending_vectors=0)
+    h["embedder"] = {"state": "loading"}
+    text = render_status(h)
+    assert "by meaning once the model is loaded" in text and "vectors are being computed" not in text
+    h["index"]["pending_vectors"] = 12
+    assert "vectors are being computed" in render_status(h)

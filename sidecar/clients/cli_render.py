@@ -84,20 +84,7 @@ def render_status(h: dict[str, Any]) -> str:
             f"  the daemon runs {shown(str(h['version']))}, this installation is {__version__}: restart it "
             "to run the installed one (systemctl --user restart sidecar, or stop and start `sidecar serve`)"
         )
-    if idx["state"] == "building" and idx["phase"] in ("scanning", "indexing", "starting"):
-        prog = idx["progress"]
-        lines.append(f"Index: building ({idx['phase']} {prog['done']:,}/{prog['total']:,} notes)")
-    elif idx["state"] == "building":
-        lines.append("Index: building (every note is searchable by keyword; vectors are being computed)")
-    elif idx["phase"] == "indexing" and idx["progress"]["total"] > _BUSY_NOTES:
-        # Ready, and a batch of changes (a checkout, a synced folder) is being read in.
-        prog = idx["progress"]
-        lines.append(f"Index: ready; indexing changes ({prog['done']:,}/{prog['total']:,} notes)")
-    elif idx.get("complete", True):
-        lines.append("Index: ready")
-    else:
-        # The first sweep ended, but not every note is read (a folder offline, a build cut short).
-        lines.append("Index: ready, but not every note is read yet: notes not read cannot be found")
+    lines.append(_index_line(h))
     waiting = idx.get("waiting")
     if waiting:  # a read that has not answered for a second or more: what indexing waits for
         lines.append(
@@ -141,6 +128,27 @@ def render_status(h: dict[str, Any]) -> str:
     if todo:
         lines.append("To do: " + "; ".join(todo))
     return "\n".join(lines)
+
+
+def _index_line(h: dict[str, Any]) -> str:
+    """The Index line of `status`: building (what it waits for) or ready."""
+    idx = h["index"]
+    if idx["state"] == "building" and idx["phase"] in ("scanning", "indexing", "starting"):
+        prog = idx["progress"]
+        return f"Index: building ({idx['phase']} {prog['done']:,}/{prog['total']:,} notes)"
+    if idx["state"] == "building" and not idx["pending_vectors"] and h["embedder"]["state"] == "loading":
+        # A restart over a complete index: nothing is computed, the model only loads.
+        return "Index: building (every note is searchable by keyword; by meaning once the model is loaded)"
+    if idx["state"] == "building":
+        return "Index: building (every note is searchable by keyword; vectors are being computed)"
+    if idx["phase"] == "indexing" and idx["progress"]["total"] > _BUSY_NOTES:
+        # Ready, and a batch of changes (a checkout, a synced folder) is being read in.
+        prog = idx["progress"]
+        return f"Index: ready; indexing changes ({prog['done']:,}/{prog['total']:,} notes)"
+    if idx.get("complete", True):
+        return "Index: ready"
+    # The first sweep ended, but not every note is read (a folder offline, a build cut short).
+    return "Index: ready, but not every note is read yet: notes not read cannot be found"
 
 
 def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
