@@ -999,3 +999,33 @@ def test_housekeeping_leaves_an_agents_folder_that_is_not_the_one_kept(make_cfg:
     temp.write_text("x")
     assert inboxes.clean_temp() == 0 and inboxes.prune_trash() == 0
     assert sorted(p.name for p in trash.iterdir()) == sorted(names) and temp.exists()
+
+
+def test_a_secret_under_its_key_in_front_matter_and_a_card_number_are_redacted(inboxes: Inboxes) -> None:
+    """``password: hunter2hunter2`` as a front matter entry and a card number in the text reached
+    disk in clear (the same password line in the text was redacted; cards were masked only when
+    read). An ordinary number and a Luhn-valid number no card starts with stay."""
+    w = inboxes.write(
+        "claude",
+        "creds",
+        "card 4111 1111 1111 1111, order 7992739871 and ticket 1234567812345670.\npassword: hunter2hunter2",
+        {
+            "password": "hunter2hunter2",
+            "pin": 12345678,
+            "db": {"api_key": "9f8e7d6c5b4a3928"},
+            "api_key": 98765432109,
+            "tags": ["nas"],
+            "count": 3,
+            "description": "the NAS login",
+        },
+        must_exist=False,
+    )
+    raw = w.path.read_text()
+    assert "hunter2" not in raw and "4111" not in raw and "9f8e7d" not in raw and "98765432109" not in raw
+    meta = yaml.safe_load(raw.split("---\n")[1])
+    assert meta["password"] == "[REDACTED:password]" and meta["db"] == {"api_key": "[REDACTED:password]"}
+    assert meta["api_key"] == "[REDACTED:password]"
+    assert meta["pin"] == 12345678 and meta["count"] == 3 and meta["tags"] == ["nas"]
+    assert meta["description"] == "the NAS login"
+    assert "order 7992739871 and ticket 1234567812345670." in raw  # 1234…: Luhn-valid, no issuer's prefix
+    assert w.redacted == {"password": 4, "card_number": 1}

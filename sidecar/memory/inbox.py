@@ -35,7 +35,7 @@ import yaml
 from sidecar.config import Config, agent_name_problem, valid_agent
 from sidecar.contracts.errors import NotFoundError, SourceError, StorageError
 from sidecar.notes.frontmatter import front_matter_problem, parse_front_matter, split_front_matter
-from sidecar.notes.redact import redact
+from sidecar.notes.redact import redact_entry, redact_written
 from sidecar.vault.confine import (
     NotPrivateError,
     NotRegularError,
@@ -999,19 +999,23 @@ def _unstamped(text: str) -> tuple[dict[str, Any], str]:
     return {k: v for k, v in meta.items() if k != "updated"}, body
 
 
-def _redact_into(text: str, counts: dict[str, int]) -> str:
-    clean, found = redact(text)
+def _redact_into(text: str, counts: dict[str, int], key: str | None = None) -> str:
+    clean, found = redact_written(text) if key is None else redact_entry(key, text)
     for kind, n in found.items():
         counts[kind] = counts.get(kind, 0) + n
     return clean
 
 
-def _redact_values(value: Any, counts: dict[str, int]) -> Any:
-    """Redact every string inside front matter values (keys are names, not secrets)."""
-    if isinstance(value, str):
-        return _redact_into(value, counts)
+def _redact_values(value: Any, counts: dict[str, int], key: str | None = None) -> Any:
+    """Redact every value inside front matter, each read with its key (``password: …``); keys
+    are names, not secrets. A number under a secret's key (``password: 12345678``) is read as text."""
     if isinstance(value, dict):
-        return {k: _redact_values(v, counts) for k, v in value.items()}
+        return {k: _redact_values(v, counts, str(k)) for k, v in value.items()}
     if isinstance(value, list):
-        return [_redact_values(v, counts) for v in value]
+        return [_redact_values(v, counts, key) for v in value]
+    if isinstance(value, str):
+        return _redact_into(value, counts, key)
+    if isinstance(value, int | float) and not isinstance(value, bool) and key is not None:
+        clean = _redact_into(str(value), counts, key)
+        return value if clean == str(value) else clean
     return value

@@ -112,20 +112,45 @@ MASK_RULES: tuple[Rule, ...] = (
 )
 
 
+# The issuer prefixes of the card networks (Visa, Mastercard, Amex, Discover, JCB, Diners, UnionPay,
+# Maestro): a write removes text for good, so beside Luhn (which one number in ten passes) the number
+# must start as a card does.
+_ISSUER = re.compile(r"4|5[1-5]|2[2-7]|3[47]|3[0689]|35|6(?:011|5|4[4-9]|2)|5[06-9]|6")
+
+
+def _cards(text: str, counts: dict[str, int], issuer: bool) -> str:
+    def card(m: re.Match[str]) -> str:
+        digits = re.sub(r"\D", "", m.group(0))
+        if not 13 <= len(digits) <= 19 or not _luhn(digits) or (issuer and not _ISSUER.match(digits)):
+            return m.group(0)
+        counts["card_number"] = counts.get("card_number", 0) + 1
+        return "[REDACTED:card_number]"
+
+    return _CARD.sub(card, text)
+
+
 def mask(text: str, *, keep_lines: bool = False) -> tuple[str, dict[str, int]]:
     """What an agent may read of a note: :data:`MASK_RULES` and card numbers replaced by markers.
     ``keep_lines``: a secret over several lines (a private key) leaves as many line breaks after
     its marker, so line numbers stay those of the file (a range of lines is cut after masking)."""
     text, counts = redact(text, MASK_RULES, keep_lines=keep_lines)
+    return _cards(text, counts, issuer=False), counts
 
-    def card(m: re.Match[str]) -> str:
-        digits = re.sub(r"\D", "", m.group(0))
-        if not 13 <= len(digits) <= 19 or not _luhn(digits):
-            return m.group(0)
-        counts["card_number"] = counts.get("card_number", 0) + 1
-        return "[REDACTED:card_number]"
 
-    return _CARD.sub(card, text), counts
+def redact_written(text: str) -> tuple[str, dict[str, int]]:
+    """What a memory write keeps of ``text``: :data:`RULES` and card numbers (Luhn and an issuer's
+    prefix) replaced by markers. A card number an agent noted reached disk in clear."""
+    text, counts = redact(text)
+    return _cards(text, counts, issuer=True), counts
+
+
+def redact_entry(key: str, value: str) -> tuple[str, dict[str, int]]:
+    """A front matter value as a memory write keeps it, read with its key: ``password:
+    hunter2hunter2`` in front matter reached disk in clear (the value alone is no secret's
+    shape; the same line in the text was redacted)."""
+    head = f"{key}: "
+    text, counts = redact_written(head + value)
+    return (text[len(head) :], counts) if text.startswith(head) else redact_written(value)
 
 
 @functools.lru_cache(maxsize=8192)  # titles and headings repeat in every hit of their note
