@@ -354,3 +354,33 @@ def test_a_shim_runs_a_few_calls_at_once_and_answers_every_one(tmp_path: Path) -
     assert len(answers) >= 197 and max(a["id"] for a in answers) == 200  # the workers lived on
     assert all(a["result"]["isError"] is False for a in answers)
     assert 1 < most[0] <= CALL_WORKERS
+
+
+def test_tool_resource_and_prompt_texts_show_a_notes_terminal_controls_escaped(tmp_path: Path) -> None:
+    """A note's ESC sequences (a web clipping's title change, an OSC 52 clipboard write) came back
+    raw in the text of memory_search and memory_get, which hosts print in a terminal. The text
+    shows them escaped; structuredContent keeps the note exact; lines and tabs stay."""
+    import io
+
+    from sidecar.clients.mcp_calls import ToolCalls
+    from sidecar.clients.mcp_shim import Shim
+
+    body = "Body \x1b]0;pwned\x07 and \x1b[31mred\x1b[0m,\ttab\nnext line \u202eevil"
+    calls = ToolCalls(tmp_path / "no.sock", "claude")
+    calls.tools["memory_get"] = lambda _a: (body, {"text": body})
+    calls.call = lambda op, params, **_: {"text": body}  # type: ignore[method-assign]
+    shim = Shim(tmp_path / "no.sock", "claude", io.BytesIO(), calls)
+
+    def _request(rid: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+
+    result = shim.answer(_request(1, "tools/call", {"name": "memory_get", "arguments": {"reference": "x"}}))
+    assert result is not None
+    text = result["result"]["content"][0]["text"]
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
+    assert "\\x1b]0;pwned\\x07" in text and "\ttab\nnext line \\u202eevil" in text
+    assert result["result"]["structuredContent"]["text"] == body
+    read = shim.answer(_request(2, "resources/read", {"uri": "sidecar://note/vault/x"}))
+    assert read is not None and "\x1b" not in read["result"]["contents"][0]["text"]
+    prompt = shim.answer(_request(3, "prompts/get", {"name": "recall", "arguments": {"topic": "a\x1b[2Jb"}}))
+    assert prompt is not None and "\x1b" not in prompt["result"]["messages"][0]["content"]["text"]

@@ -27,6 +27,7 @@ from sidecar import __version__
 from sidecar.clients.mcp_calls import ToolCalls, ToolError
 from sidecar.clients.mcp_schemas import out_of_bounds
 from sidecar.clients.mcp_tools import INSTRUCTIONS, TOOLS
+from sidecar.contracts.printable import escape_terminal
 from sidecar.contracts.protocol import MAX_QUERY_CHARS
 
 # Each tool's argument names (its input schema's properties), for the unknown-argument check.
@@ -220,10 +221,12 @@ class Shim:
                 raise ToolError(f"{wrong} (see the {name} input schema)")
             text, structured = tool(args)
         except ToolError as exc:
-            error = {"content": [{"type": "text", "text": str(exc)}], "isError": True}
+            error = {"content": [{"type": "text", "text": escape_terminal(str(exc))}], "isError": True}
             return error if exc.structured is None else {**error, "structuredContent": exc.structured}
+        # Hosts print tool text in a terminal: a note's ESC sequences (a web clipping's title
+        # change, OSC 52 clipboard writes) are shown as escapes there; structuredContent stays exact.
         return {
-            "content": [{"type": "text", "text": text}],
+            "content": [{"type": "text", "text": escape_terminal(text)}],
             "structuredContent": structured,
             "isError": False,
         }
@@ -238,7 +241,7 @@ class Shim:
                 raise RpcError(-32602, f"unknown resource {uri!r}; use {NOTE_URI}<reference>")
         except ToolError as exc:
             raise RpcError(-32002, str(exc)) from exc
-        return {"contents": [{"uri": uri, "mimeType": "text/markdown", "text": text}]}
+        return {"contents": [{"uri": uri, "mimeType": "text/markdown", "text": escape_terminal(text)}]}
 
     def note_text(self, reference: str) -> str:
         """A note by the reference of a resource URI. Clients expanding the template {+reference}
@@ -281,7 +284,7 @@ class Shim:
         )
         return {
             "description": "Recall from the user's notes and memory",
-            "messages": [{"role": "user", "content": {"type": "text", "text": text}}],
+            "messages": [{"role": "user", "content": {"type": "text", "text": escape_terminal(text)}}],
         }
 
     def serve(self, stdin: BinaryIO) -> None:
