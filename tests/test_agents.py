@@ -1805,3 +1805,31 @@ def test_deleting_a_planted_link_removes_only_the_link(served: Served, tmp_path:
     assert not trash.exists() or not any(p.name.startswith("peek--") for p in trash.iterdir())
     audit = (served.cfg.agents_dir / "claude" / "audit.log").read_text().splitlines()
     assert '"op": "delete", "slug": "peek"' in audit[-1] and '"bytes": 0' in audit[-1]
+
+
+def test_a_path_prefix_may_start_as_references_do(served: Served) -> None:
+    """Every reference an agent sees starts with its source (``vault/Daily/…``, ``memory/…``),
+    but a ``pathPrefix`` copied from one matched nothing ("No notes match.") in search, list and
+    the outline. It may start either way now; a prefix ending in "/" names a folder; list
+    compares without case as search does."""
+    served.call("write", {"slug": "garlic-plan", "content": "Garlic plan for the bed."})
+    served.call("write", {"slug": "garlic-secret", "content": "Garlic of codex."}, agent="codex")
+
+    def listed(prefix: str, source: str = "all", agent: str = "claude") -> set[str]:
+        notes = served.call("list", {"source": source, "pathPrefix": prefix}, agent=agent)["notes"]
+        return {n["reference"] for n in notes}
+
+    def found(prefix: str, agent: str | None = "claude") -> set[str]:
+        hits = served.call("search", {"query": "garlic", "pathPrefix": prefix, "limit": 50}, agent=agent)
+        return {h["reference"] for h in hits["hits"]}
+
+    daily = {f"vault/Daily/{_ago(0)}", f"vault/Daily/{_ago(1)}"}
+    for prefix in ("Daily/", "vault/Daily/", "VAULT/daily", "/vault/Daily"):
+        assert listed(prefix) == daily, prefix
+        assert found(prefix) == daily, prefix
+    assert listed("memory/garlic") == {"memory/garlic-plan"} == found("memory/garlic")
+    assert found("memory/codex/", agent=None) == {"memory/codex/garlic-secret"}
+    assert found("memory/claude/", agent="codex") == set()  # another agent's folder: still nothing
+    assert listed("Dail/") == set() == found("Dail/")  # a folder, not the start of a name
+    outline = served.call("outline", {"pathPrefix": "wiki/Projects"})["outline"]
+    assert "Boat" in outline and "House" in outline

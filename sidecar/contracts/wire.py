@@ -6,6 +6,7 @@ client imports it.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,19 @@ def memory_agent(reference: str) -> str | None:
     if not reference.startswith("memory/"):
         return None
     return reference.split("/", 2)[1]
+
+
+def under_prefix(path: str, prefix: str, *roots: str) -> bool:
+    """Whether a note's ``path`` (after its source) starts with ``prefix`` (a ``pathPrefix``),
+    compared without case and in one Unicode form (a Mac names "Bücher" in NFD, a keyboard types
+    NFC). The prefix may also start as the note's reference does (``roots``: ``vault``, ``wiki``,
+    ``memory``, ``memory/<agent>``): an agent that copied "vault/Projects/" from a reference got
+    nothing. A prefix ending in "/" names a folder ("en/Test/" is not "en/Testing/")."""
+    want = unicodedata.normalize("NFC", prefix.lstrip("/")).lower()
+    if not want:
+        return True
+    have = unicodedata.normalize("NFC", path).lower()
+    return have.startswith(want) or any(f"{r.lower()}/{have}".startswith(want) for r in roots)
 
 
 @dataclass(frozen=True)

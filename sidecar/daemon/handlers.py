@@ -561,6 +561,8 @@ class Handlers:
         prefix = unicodedata.normalize(
             "NFC", (param_opt_str(p, "pathPrefix", max_len=MAX_PATH_PREFIX_CHARS) or "").strip("/")
         )
+        if prefix.lower() == source or prefix.lower().startswith(source + "/"):
+            prefix = prefix[len(source) :].lstrip("/")  # as references show it: "wiki/Projects"
         lo, hi = TOKEN_BUDGET_RANGE
         budget = param_int(p, "tokenBudget", default=OUTLINE_BUDGET, lo=lo, hi=hi)
         manifest = self.manifest

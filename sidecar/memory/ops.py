@@ -15,7 +15,6 @@ import logging
 import os
 import re
 import sqlite3
-import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -30,7 +29,7 @@ from sidecar.contracts.protocol import (
     param_opt_str,
     param_str,
 )
-from sidecar.contracts.wire import SOURCES
+from sidecar.contracts.wire import SOURCES, under_prefix
 from sidecar.index.indexer import Indexer
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import WRITE_YIELD_S, Stores
@@ -350,8 +349,7 @@ class MemoryOps:
         if source not in (*SOURCES, "all"):
             raise ProtocolError(f"'source' must be one of {', '.join(SOURCES)} or all")
         tag = (param_opt_str(p, "tag", max_len=MAX_TAG_CHARS) or "").lstrip("#").lower() or None
-        prefix = (param_opt_str(p, "pathPrefix", max_len=MAX_PATH_PREFIX_CHARS) or "").lstrip("/")
-        prefix = unicodedata.normalize("NFC", prefix)
+        prefix = param_opt_str(p, "pathPrefix", max_len=MAX_PATH_PREFIX_CHARS) or ""
         limit = param_int(p, "limit", default=200, lo=1, hi=MAX_LIST)
         own = ("key >= ? AND key < ?", [f"memory/{agent}/", f"memory/{agent}0"])  # '0': after '/'
         if source == "memory":
@@ -476,9 +474,10 @@ class MemoryOps:
 
 
 def _under(reference: str, prefix: str) -> bool:
-    """Whether ``reference``'s path (after its source) starts with ``prefix`` (NFC), compared in
-    one Unicode form: a Mac names "Bücher" in NFD."""
-    return not prefix or unicodedata.normalize("NFC", reference.split("/", 1)[1]).startswith(prefix)
+    """Whether ``reference`` lies under ``pathPrefix`` (``under_prefix``: its path after the source,
+    or the reference itself)."""
+    root, path = reference.split("/", 1)
+    return under_prefix(path, prefix, root)
 
 
 # A failure of the disk the home lies on, not of one inbox: one entry for every agent, cleared by

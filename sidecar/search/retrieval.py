@@ -22,7 +22,7 @@ import numpy as np
 
 from sidecar.config import MODEL_DEFAULTS, RecallConfig, SearchConfig
 from sidecar.contracts.errors import EmbedderError, StoreError
-from sidecar.contracts.wire import SOURCES, Hit, SearchResult, Window, memory_agent
+from sidecar.contracts.wire import SOURCES, Hit, SearchResult, Window, memory_agent, under_prefix
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, VectorSet
 from sidecar.model.embedder import Embedder, EmbedderSlot, cosine_range, model_name
@@ -165,10 +165,10 @@ def _note_passes(note: NoteDay, filters: Filters) -> bool:
     if filters.tags and not any(t == f or t.startswith(f + "/") for f in filters.tags for t in tags):
         return False
     if filters.path_prefix:
+        # A memory note's path follows its agent (memory/<agent>/<path>); its agent sees memory/<path>.
+        roots = ("memory", "/".join(key.split("/", 2)[:2])) if source == "memory" else (source,)
         path = key.split("/", 2)[-1] if source == "memory" else key.split("/", 1)[1]
-        # Case-insensitive and in one Unicode form: a Mac names "Bücher" in NFD, a keyboard types NFC.
-        want = unicodedata.normalize("NFC", filters.path_prefix.strip("/")).lower()
-        if not unicodedata.normalize("NFC", path).lower().startswith(want):
+        if not under_prefix(path, filters.path_prefix, *roots):
             return False
     if filters.since or filters.until:
         # The note's own day when it names one (front matter, daily-note name), else its local mtime.
