@@ -384,3 +384,26 @@ def test_tool_resource_and_prompt_texts_show_a_notes_terminal_controls_escaped(t
     assert read is not None and "\x1b" not in read["result"]["contents"][0]["text"]
     prompt = shim.answer(_request(3, "prompts/get", {"name": "recall", "arguments": {"topic": "a\x1b[2Jb"}}))
     assert prompt is not None and "\x1b" not in prompt["result"]["messages"][0]["content"]["text"]
+
+
+def test_an_answer_of_another_shape_is_an_error_not_an_empty_success(tmp_path: Path) -> None:
+    """A foreign program on the socket (or a daemon of another version) answering with another
+    shape: memory_search said "0 hits … Nothing relevant found" and memory_status "index
+    building; 0 notes" (an agent concludes the notes hold nothing); a wrong type gave a JSON-RPC
+    internal error. Both are a tool error naming the unreadable answer now."""
+    import io
+
+    from sidecar.clients.mcp_calls import ToolCalls
+    from sidecar.clients.mcp_shim import Shim
+
+    calls = ToolCalls(tmp_path / "no.sock", "claude")
+    shim = Shim(tmp_path / "no.sock", "claude", io.BytesIO(), calls)
+    for answer in ({"x": "A" * 100}, {"hits": "notalist"}, {"hits": [{"reference": 3}]}):
+        calls.call = lambda op, params, answer=answer, **_: answer  # type: ignore[method-assign]
+        for tool, arguments in (("memory_search", {"query": "sync"}), ("memory_status", {})):
+            message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
+            reply = shim.answer({**message, "params": {"name": tool, "arguments": arguments}})
+            assert reply is not None and "result" in reply, reply
+            result = reply["result"]
+            assert result["isError"] is True, (answer, tool, result)
+            assert "an answer this shim cannot read" in result["content"][0]["text"]

@@ -248,6 +248,8 @@ class ToolCalls:
                     "and restart it (`systemctl --user restart sidecar`)"
                 )
             raise ToolError(text, exc.daemon, {"daemon": exc.daemon or "down", "message": text}) from exc
+        if not isinstance(health.get("index"), dict) or not isinstance(health.get("embedder"), dict):
+            raise TypeError("the health answer has no index and embedder")  # not the daemon's answer
         out = status_of(health, self.agent)
         return f"sidecar: {out['message']}", out
 

@@ -219,7 +219,18 @@ class Shim:
             # the schema's ranges and lengths are the tool's, checked here (see out_of_bounds)
             if (wrong := out_of_bounds(SCHEMAS[str(name)], args)) is not None:
                 raise ToolError(f"{wrong} (see the {name} input schema)")
-            text, structured = tool(args)
+            try:
+                text, structured = tool(args)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                # An answer of another shape (a foreign program on the socket, a daemon of another
+                # version) read as "0 hits" or an internal error: said as what it is.
+                log.exception("mcp_answer_unreadable tool=%s", name)
+                raise ToolError(
+                    f"the sidecar daemon sent an answer this shim cannot read ({type(exc).__name__}: "
+                    f"{exc}); is another program listening on {self.calls.socket_path}, or does the "
+                    "daemon run another sidecar version (`sidecar status`)?",
+                    "not answering",
+                ) from exc
         except ToolError as exc:
             error = {"content": [{"type": "text", "text": escape_terminal(str(exc))}], "isError": True}
             return error if exc.structured is None else {**error, "structuredContent": exc.structured}

@@ -370,7 +370,7 @@ def parse_search(d: Mapping[str, Any]) -> SearchResult:
     )
     analysis = d.get("analysis")
     return SearchResult(
-        hits=tuple(parse_hit(h) for h in d.get("hits", [])),
+        hits=tuple(parse_hit(h) for h in d["hits"]),  # no hits key: not a search's answer
         degraded=d.get("degraded"),
         analysis=parse_analysis(analysis) if analysis else None,
         context=d.get("context"),
