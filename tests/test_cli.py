@@ -742,3 +742,22 @@ def test_status_over_a_complete_index_while_the_model_loads(shared: DaemonProces
     assert "by meaning once the model is loaded" in text and "vectors are being computed" not in text
     h["index"]["pending_vectors"] = 12
     assert "vectors are being computed" in render_status(h)
+
+
+def test_memory_write_says_when_trash_let_an_older_text_go(capsys: pytest.CaptureFixture[str]) -> None:
+    """A write that pushed .trash past its cap printed only "replaced (88 bytes)"; the text that
+    can no longer be restored was named in --json only (the MCP reply said it)."""
+    from sidecar.clients.cli_memory import _print_memory
+
+    result = {
+        "reference": "memory/q1",
+        "action": "replaced",
+        "bytes": 88,
+        "redacted": {},
+        "duplicates": [],
+        "trashDropped": ["q1--20261205T082551063538.md"],
+    }
+    _print_memory("write", result)
+    out = capsys.readouterr()
+    assert out.out == "memory/q1 replaced (88 bytes)\n"
+    assert "q1--20261205T082551063538.md can no longer be restored" in out.err

@@ -10,6 +10,7 @@ from typing import Any
 
 from sidecar.clients.cli_parser import UsageError, serve_flags
 from sidecar.clients.client import Client
+from sidecar.clients.mcp_texts import trash_dropped_note
 from sidecar.config import Config
 from sidecar.contracts.errors import ExitCode, RemoteError
 from sidecar.contracts.printable import escape_controls as shown
@@ -110,5 +111,7 @@ def _print_memory(action: str, result: dict[str, Any]) -> None:
             print(f"redacted {n} {kind}", file=sys.stderr)
         for d in result["duplicates"]:
             print(f"similar: {shown(d['reference'])} ({d['similarity']:.0%})", file=sys.stderr)
+    if result.get("trashDropped"):  # restorable history the person just lost: said, not only in --json
+        print(f"note: {trash_dropped_note(result['trashDropped'])}", file=sys.stderr)
     if result.get("warning"):  # saved, but not searchable yet; its audit line failed; ...
         print(f"sidecar: warning: {result['warning']}", file=sys.stderr)
