@@ -340,6 +340,20 @@ def test_names_and_text_a_mac_wrote_in_nfd_are_found_as_typed(tmp_path: Path, se
         "vault/Pasted"
     ]
     assert call("search", {"query": "zaubergeheim"})["hits"] == []  # the excluded folder stays out
+    # A query pasted in NFD (from a Mac's file name) is the query typed in NFC: the same hits and
+    # scores (the model read the split letters as other words, and another page came first).
+    for op, text in (("search", "query"), ("recall", "message")):
+        typed = call(op, {text: "Kündigung der Wohnung", "preview": True})
+        pasted = call(op, {text: _nfd("Kündigung der Wohnung"), "preview": True})
+        assert [(h["reference"], h["score"]) for h in pasted["hits"]] == [
+            (h["reference"], h["score"]) for h in typed["hits"]
+        ]
+    assert (
+        call("recall", {"message": "und?", "history": [_nfd("Die Kündigung der Wohnung")]})["hits"]
+        == (call("recall", {"message": "und?", "history": ["Die Kündigung der Wohnung"]})["hits"])
+    )
+    why = call("why", {"reference": "vault/Pasted", "query": _nfd("Kündigung")})
+    assert why == call("why", {"reference": "vault/Pasted", "query": "Kündigung"})
 
 
 def test_note_md_and_note_upper_md_in_one_folder(tmp_path: Path, make_cfg: Any) -> None:

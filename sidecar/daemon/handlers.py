@@ -216,6 +216,9 @@ class Handlers:
         query = param_str(p, text_param, max_len=MAX_QUERY_CHARS)
         if "\0" in query:
             raise ProtocolError(f"'{text_param}' contains a NUL byte")
+        # One Unicode form: text pasted from a Mac's file names is decomposed (NFD), and the
+        # model's words for "ä" split apart ("Tastenkürzel ändern" lost its page to another).
+        query = unicodedata.normalize("NFC", query)
         limit = param_int(p, "limit", default=limit, lo=LIMIT_RANGE[0], hi=LIMIT_RANGE[1])
         lo, hi = MIN_SCORE_RANGE
         min_score = param_float(p, "minScore", default=self.retriever.cfg.min_score, lo=lo, hi=hi)
@@ -272,7 +275,8 @@ class Handlers:
         check_known(p, ("reference", "query"))
         key = self._named(param_str(p, "reference", max_len=MAX_REFERENCE_CHARS), req.agent).key
         try:
-            out = explain(self.retriever, key, param_str(p, "query", max_len=MAX_QUERY_CHARS), req.agent)
+            query = unicodedata.normalize("NFC", param_str(p, "query", max_len=MAX_QUERY_CHARS))
+            out = explain(self.retriever, key, query, req.agent)
         except FilterError as exc:
             raise ProtocolError(f"bad filter in 'query': {exc}") from exc
         if not out.indexed:
@@ -316,6 +320,7 @@ class Handlers:
             raise ProtocolError(
                 "'history' must be a list of at most 100 strings (previous turns, oldest first)"
             )
+        history = [unicodedata.normalize("NFC", t) for t in history]
         search = self._request(p, req.agent, "message", self.retriever.recall_cfg.limit)
         model = self.slot.model
         count = model.count_tokens if model is not None else approx_token_count
