@@ -573,3 +573,15 @@ def test_the_progress_bar_fits_a_narrow_terminal(monkeypatch: pytest.MonkeyPatch
     updates = stream.getvalue().split("\r")
     assert all(len(u) <= 39 for u in updates if "\n" not in u), updates
     assert "123,456/123,456" in stream.getvalue()
+
+
+def test_confirming_deletions_when_none_are_held_says_so(daemon: DaemonProcess) -> None:
+    """`index --confirm-deletions vault` with nothing held said only "indexed N notes": the
+    person (told so by an old status, or by mistake) could not tell what was confirmed."""
+    from sidecar.clients.cli_admin import _holds
+
+    r = _run(daemon, "index", "--confirm-deletions", "vault")
+    assert r.returncode == 0, r.stderr
+    assert "no deletions were held for vault: nothing to confirm" in r.stderr.decode()
+    held = {"roots": [{"name": "vault", "held_deletions": 12, "hold": {"kind": "mass"}}, {"name": "wiki"}]}
+    assert _holds(held, "vault") and not _holds(held, "wiki")

@@ -102,13 +102,22 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
         with Client(
             cfg.socket_path, config_file=cfg.source_file, serve_flags=serve_flags(args, cfg)
         ) as client:
-            before = client.call("health")["index"]["sweeps"]
+            first = client.call("health")
+            before = first["index"]["sweeps"]
             params: dict[str, Any] = {"rebuild": bool(args.rebuild)}
             if args.confirm_deletions:
                 params["confirmDeletions"] = args.confirm_deletions
             asked = time.time()
             sent = True  # from here a lost daemon may have taken the request: no fallback
             client.call("index", params)
+            if args.confirm_deletions and not _holds(first, args.confirm_deletions):
+                # Typed because status once said so, or by mistake: "indexed 425 notes" alone left
+                # the person wondering what was confirmed.
+                print(
+                    f"note: no deletions were held for {shown(args.confirm_deletions)}: nothing to "
+                    "confirm; the sweep runs as usual",
+                    file=sys.stderr,
+                )
             said: set[tuple[str, str]] = set()
             while True:
                 health = client.call("health")
@@ -166,6 +175,11 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
             )
             raise DaemonNotRunningError(f"the daemon stopped while it was indexing ({exc}); {again}") from exc
     return _index_here(args, cfg, bar)
+
+
+def _holds(health: dict[str, Any], root: str) -> bool:
+    """Whether the daemon holds deletions of ``root`` (a mass deletion waiting for a confirmation)."""
+    return any(r.get("name") == root and (r.get("held_deletions") or r.get("hold")) for r in health["roots"])
 
 
 def _index_here(args: argparse.Namespace, cfg: Config, bar: Progress) -> int:
