@@ -1828,6 +1828,10 @@ def test_a_path_prefix_may_start_as_references_do(served: Served) -> None:
         assert listed(prefix) == daily, prefix
         assert found(prefix) == daily, prefix
     assert listed("memory/garlic") == {"memory/garlic-plan"} == found("memory/garlic")
+    inbox = served.cfg.agents_dir / "claude" / "memory"
+    (inbox / "garlic-unread.md").write_text("Not swept yet.\n")  # listed from the folder, not the index
+    assert listed("memory/garlic", "memory") == {"memory/garlic-plan", "memory/garlic-unread"}
+    assert listed("GARLIC-U", "memory") == {"memory/garlic-unread"}
     assert found("memory/codex/", agent=None) == {"memory/codex/garlic-secret"}
     assert found("memory/claude/", agent="codex") == set()  # another agent's folder: still nothing
     assert listed("Dail/") == set() == found("Dail/")  # a folder, not the start of a name

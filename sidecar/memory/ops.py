@@ -450,7 +450,7 @@ class MemoryOps:
                 names = []
             for name in names:
                 key = f"memory/{agent}/{name[:-3]}"
-                if key in known or (prefix and not name.startswith(prefix)):
+                if key in known or not _under(f"memory/{name[:-3]}", prefix):
                     continue
                 try:
                     mtime_ns = (inbox / name).stat().st_mtime_ns
