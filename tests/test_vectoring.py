@@ -872,8 +872,8 @@ def test_a_batch_made_for_a_replaced_table_is_not_stored_into_its_successor(
     real = harness.vectors._vectors_for
     repaired: list[bool] = []
 
-    def computed_then_repaired(vs: Any, rows: Any, wait: float, stop: Any = None) -> Any:
-        out = real(vs, rows, wait, stop)
+    def computed_then_repaired(vs: Any, rows: Any, wait: float, stop: Any = None, **kw: Any) -> Any:
+        out = real(vs, rows, wait, stop, **kw)
         if not repaired:  # the batch is computed; the repair runs before it is stored
             repaired.append(harness.repair.repair_vectors("vector sample failed"))
         return out
@@ -968,3 +968,54 @@ def test_a_second_rebuild_names_data_files_of_the_copy_moved_aside(tmp_path: Pat
     error = f"lance error: Not found: {tmp_path}/vectors/{table}.lance/data/0101abc.lance, /rustc/x"
     assert _stale_files(error, tmp_path, table) == "0101abc.lance is in vectors.broken-20261205-053041-1"
     assert _stale_files("failed to fill whole buffer", tmp_path, table) is None
+
+
+def test_status_counts_the_batch_the_model_computes_and_its_pace(make_cfg: Any, tmp_path: Path) -> None:
+    """status' count of chunks waiting for vectors moved once a batch was stored (256 chunks,
+    minutes apart on a slow CPU), and a batch of vectors copied from equal texts (fast) made the
+    ETA "0s left" with hundreds still to compute. The model's chunks of the running batch count as
+    done, and the rate is the model's."""
+    from sidecar.clients.cli_render import render_status
+    from tests.conftest import make_notes
+
+    now = [0.0]
+    seen: list[int] = []
+
+    vault = tmp_path / "many"
+    make_notes(vault, 40)
+
+    class Timed(FakeEmbedder):
+        def embed_passages(self, texts: Any) -> Any:
+            seen.append(h.vectors.computing)
+            now[0] += 1.0 * len(texts)
+            return super().embed_passages(texts)
+
+    h = Harness(make_cfg(vault), Timed())
+    h.vectors.clock = lambda: now[0]
+    try:
+        h.indexer.sweep()
+        assert h.vectors.embed_pending(batch=40) > 16
+        assert seen[:3] == [0, 16, 32] and h.vectors.computing == 0  # counted per slice, reset when stored
+        assert h.vectors.rate(h.stores.serving) == pytest.approx(1.0)
+        # The same texts again (a folder copied): vectors reused, no model run, no rate sample.
+        write(vault / "elsewhere" / "note-000.md", (vault / "folder0" / "note-000.md").read_text())
+        h.indexer.sweep()
+        before = list(h.vectors._recent[h.stores.serving.store.name])
+        reused, calls = h.vectors.reused, len(seen)
+        assert h.vectors.embed_pending(batch=40) > 0
+        assert h.vectors.reused > reused and len(seen) == calls
+        assert list(h.vectors._recent[h.stores.serving.store.name]) == before
+        assert h.vectors.rate(h.stores.serving) == pytest.approx(1.0)
+    finally:
+        h.close()
+    health = {
+        "version": "x", "started": 0, "pid": 1, "socket": "s", "home": "h", "vault": None,
+        "index": {"state": "ready", "phase": "idle", "progress": {"done": 0, "total": 0}, "files": 1,
+                  "chunks": 900, "by_source": {}, "skipped": {}, "pending_vectors": 936,
+                  "embed_rate_chunks_per_second": 2.0},
+        "embedder": {"state": "ok", "model": "m", "origin": "o"},
+        "vectors": {"computing": 120}, "roots": [],
+    }  # fmt: skip
+    assert "Vectors: 816 chunks waiting for vectors, about 6m 48s left" in render_status(health)
+    health["vectors"]["computing"] = 936
+    assert "Vectors: storing the last 936 computed" in render_status(health)

@@ -155,6 +155,9 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
     """The Embedder and Vectors lines of `status` (a model switch in progress included)."""
     idx, emb = h["index"], h["embedder"]
     pending = idx["pending_vectors"]
+    # Less what the model computed of the batch it runs now: the count moves as the model does,
+    # not once a batch is stored (minutes apart on a slow CPU).
+    waiting = max(pending - int((h.get("vectors") or {}).get("computing") or 0), 0)
     lines: list[str] = []
     active = (h.get("problems") or {}).get("active", [])
     # While vectors cannot be stored (a full disk) nothing moves: no ETA, say why instead.
@@ -163,15 +166,20 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
     def eta(left: int, rate: float | None) -> str:
         if stalled:
             return ", paused: storing vectors fails (see PROBLEM below)"
-        return f", about {duration(left / rate)} left" if rate and left else ""
+        if not rate or not left:
+            return ""
+        # Never "0s left" while chunks wait: the last ones of a batch are stored together.
+        return f", about {duration(left / rate)} left" if left / rate >= 60 else ", less than a minute left"
 
     if emb["state"] == "ok":
         lines.append(f"Embedder: ok ({emb['model']}, from {emb['origin']}){_fallback_words(emb, todo)}")
-        if pending:
-            left = eta(pending, idx.get("embed_rate_chunks_per_second"))
+        if waiting:
+            left = eta(waiting, idx.get("embed_rate_chunks_per_second"))
             lines.append(
-                f"Vectors: {pending:,} chunks waiting for vectors{left}; keyword search covers them already"
+                f"Vectors: {waiting:,} chunks waiting for vectors{left}; keyword search covers them already"
             )
+        elif pending:
+            lines.append(f"Vectors: storing the last {pending:,} computed")
         else:
             lines.append("Vectors: every chunk has a vector")
         vec = h.get("vectors") or {}

@@ -131,6 +131,9 @@ class Vectoring:
         # table (a switch's old model catching up ran at a third of the new one's speed) and
         # recent only (the lifetime average was 3x off).
         self._recent: dict[str, deque[tuple[int, float]]] = {}
+        # Chunks the model computed in the backfill batch running now, not stored yet: status
+        # counts them done (its count moved in steps of a whole batch, minutes apart on a slow CPU).
+        self.computing = 0
         self.clock = time.perf_counter
         self._failed_seconds = 0.0  # time of batches not stored yet (counted once one is)
         # Vectors of a batch that could not be stored, by (table, text hash), for its retry.
@@ -375,24 +378,31 @@ class Vectoring:
         if not rows:
             return adopted
         t0 = self.clock()
-        rows, vecs = self._vectors_for(vs, rows, wait, stop)
         try:
-            stored = self._store(vs, rows, vecs, wait)
-            if stored is None:  # made for a table that was replaced meanwhile
+            rows, vecs = self._vectors_for(vs, rows, wait, stop, counted=timed)
+            computed = self.computing
+            try:
+                stored = self._store(vs, rows, vecs, wait)
+                if stored is None:  # made for a table that was replaced meanwhile
+                    self._stash(vs, rows, vecs)
+                    return adopted
+            except BaseException:
+                # Not stored (a full disk): the vectors wait for the retry instead of the model
+                # running over the same batch again, and the time counts once the batch is stored.
                 self._stash(vs, rows, vecs)
-                return adopted
-        except BaseException:
-            # Not stored (a full disk): the vectors wait for the retry instead of the model
-            # running over the same batch again, and the time counts once the batch is stored.
-            self._stash(vs, rows, vecs)
-            self._failed_seconds += self.clock() - t0
-            raise
+                self._failed_seconds += self.clock() - t0
+                raise
+        finally:
+            if timed:
+                self.computing = 0
         seconds = self.clock() - t0 + self._failed_seconds
         self._failed_seconds = 0.0
         self.embed_seconds += seconds
         self.stored += stored
-        if timed:
-            self._recent.setdefault(vs.store.name, deque(maxlen=RATE_BATCHES)).append((stored, seconds))
+        if timed and computed:
+            # The model's pace: a batch of vectors copied from equal texts took a second for 256
+            # and made the ETA "0s left" with hundreds of chunks still to compute.
+            self._recent.setdefault(vs.store.name, deque(maxlen=RATE_BATCHES)).append((computed, seconds))
         return stored + adopted
 
     def rate(self, vs: VectorSet | None) -> float | None:
@@ -464,7 +474,13 @@ class Vectoring:
         return len(keep)
 
     def _vectors_for(
-        self, vs: VectorSet, rows: list[tuple[str, str, str, str]], wait: float, stop: Event | None = None
+        self,
+        vs: VectorSet,
+        rows: list[tuple[str, str, str, str]],
+        wait: float,
+        stop: Event | None = None,
+        *,
+        counted: bool = False,
     ) -> tuple[list[tuple[str, str, str, str]], Any]:
         """Vectors for rows of (chunk_id, key, embed_text, embed_hash): each distinct text is embedded
         once, and a text that already has a vector in this table (a template, a copied block, a
@@ -486,7 +502,8 @@ class Vectoring:
                     known[h] = vec
                     self.kept_reused += sum(1 for x in ident if x == h)
         stashed = self._take_ready(vs, [h for h in first if h not in known], known)
-        fresh = self._run_model(vs, rows, [i for h, i in first.items() if h not in known], wait, stop)
+        todo = [i for h, i in first.items() if h not in known]
+        fresh = self._run_model(vs, rows, todo, wait, stop, counted=counted)
         known.update((ident[i], vec) for i, vec in fresh.items())
         done = [i for i, h in enumerate(ident) if h in known]
         # A stashed vector was computed (and counted) before its batch failed: not a reuse.
@@ -500,6 +517,8 @@ class Vectoring:
         todo: list[int],
         wait: float,
         stop: Event | None,
+        *,
+        counted: bool = False,
     ) -> dict[int, Any]:
         """The model over the texts of ``todo`` (row indices), shortest first, a slice at a time:
         a stop ends it after the slice that runs (a second, not the batch's ten or more, which
@@ -517,6 +536,8 @@ class Vectoring:
             vecs = vs.model.embed_passages([rows[i][2] for i in part])
             out.update(zip(part, vecs, strict=True))
             self.embedded += len(part)
+            if counted:  # the backfill's batch (one at a time): status counts these done
+                self.computing += len(part)
         return out
 
     def _take_ready(self, vs: VectorSet, hashes: list[str], known: dict[str, Any]) -> set[str]:
@@ -723,6 +744,7 @@ class Vectoring:
             "building": b.store.name if b else None,
             "building_pending": self.manifest.pending_count("has_next") if b else 0,
             "building_rate_chunks_per_second": _rounded(self.rate(b)),
+            "computing": self.computing,
             "paused": self.paused_switch(),
             "retired": sorted(self._retired),
             "last_optimize": self.last_optimize,
