@@ -337,7 +337,13 @@ def _mcp(p: argparse.ArgumentParser) -> None:
 
 
 def _memory(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=("list", "write", "edit", "delete"))
+    p.add_argument(
+        "action",
+        choices=("list", "write", "edit", "delete"),
+        help="list: the inbox's notes; write: create or replace a note; edit: update a note that "
+        "exists (refused when it does not; front matter keys not given are kept); delete: move a "
+        "note to the inbox's .trash",
+    )
     p.add_argument("slug", nargs="?", help="note name (write, edit, delete)")
     _agent(p, "whose inbox", required=True)
     p.add_argument("--content", help="note text (default: read from stdin)")
