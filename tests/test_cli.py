@@ -761,3 +761,18 @@ def test_memory_write_says_when_trash_let_an_older_text_go(capsys: pytest.Captur
     out = capsys.readouterr()
     assert out.out == "memory/q1 replaced (88 bytes)\n"
     assert "q1--20261205T082551063538.md can no longer be restored" in out.err
+
+
+def test_status_with_the_vault_not_mounted_says_it_waits(shared: DaemonProcess) -> None:
+    """`serve` on a share not mounted yet: status said "every note is searchable by keyword;
+    vectors are being computed" over 0 notes. It says what it waits for."""
+    from sidecar.clients.cli_render import render_status
+
+    h = shared.health()
+    h["index"].update(state="building", phase="idle", files=0, chunks=0, pending_vectors=0)
+    for r in h["roots"]:
+        r.update(mode="offline", error=f"{r['path']} does not exist or is not mounted")
+    text = render_status(h)
+    vault = next(r["path"] for r in h["roots"] if r["name"] == "vault")
+    assert f"Index: waiting for {vault} to be readable (see Roots); nothing indexed yet" in text
+    assert "vectors are being computed" not in text

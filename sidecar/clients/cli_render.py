@@ -133,14 +133,8 @@ def render_status(h: dict[str, Any]) -> str:
 def _index_line(h: dict[str, Any]) -> str:
     """The Index line of `status`: building (what it waits for) or ready."""
     idx = h["index"]
-    if idx["state"] == "building" and idx["phase"] in ("scanning", "indexing", "starting"):
-        prog = idx["progress"]
-        return f"Index: building ({idx['phase']} {prog['done']:,}/{prog['total']:,} notes)"
-    if idx["state"] == "building" and not idx["pending_vectors"] and h["embedder"]["state"] == "loading":
-        # A restart over a complete index: nothing is computed, the model only loads.
-        return "Index: building (every note is searchable by keyword; by meaning once the model is loaded)"
     if idx["state"] == "building":
-        return "Index: building (every note is searchable by keyword; vectors are being computed)"
+        return _building_line(h)
     if idx["phase"] == "indexing" and idx["progress"]["total"] > _BUSY_NOTES:
         # Ready, and a batch of changes (a checkout, a synced folder) is being read in.
         prog = idx["progress"]
@@ -149,6 +143,23 @@ def _index_line(h: dict[str, Any]) -> str:
         return "Index: ready"
     # The first sweep ended, but not every note is read (a folder offline, a build cut short).
     return "Index: ready, but not every note is read yet: notes not read cannot be found"
+
+
+def _building_line(h: dict[str, Any]) -> str:
+    idx = h["index"]
+    notes = [r for r in h.get("roots", []) if not r["name"].startswith("memory/")]
+    if not idx["files"] and notes and all(r["mode"] == "offline" for r in notes):
+        # A share not mounted yet: nothing is read, nothing computed (it said "every note is
+        # searchable by keyword; vectors are being computed" over 0 notes).
+        first = next((r for r in notes if r["name"] == "vault"), notes[0])  # the wiki lies in it
+        return f"Index: waiting for {shown(first['path'])} to be readable (see Roots); nothing indexed yet"
+    if idx["phase"] in ("scanning", "indexing", "starting"):
+        prog = idx["progress"]
+        return f"Index: building ({idx['phase']} {prog['done']:,}/{prog['total']:,} notes)"
+    if not idx["pending_vectors"] and h["embedder"]["state"] == "loading":
+        # A restart over a complete index: nothing is computed, the model only loads.
+        return "Index: building (every note is searchable by keyword; by meaning once the model is loaded)"
+    return "Index: building (every note is searchable by keyword; vectors are being computed)"
 
 
 def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
