@@ -104,9 +104,9 @@ class Daemon:
         raise_fd_limit()
         try:
             make_private(self.cfg)
-            self._make_agents_folder()
             lock = self._lock = IndexLock(self.cfg.index_dir)
             lock.acquire()
+            self._make_agents_folder()  # the lock first: a second daemon records nothing
         except OSError as exc:  # a read-only or immutable home, a file where a folder belongs
             where = exc.filename or self.cfg.home
             raise StoreError(
