@@ -21,7 +21,7 @@ from sidecar.daemon.repairs import RepairPolicy
 from sidecar.daemon.watchdog import status_line
 from sidecar.notes.links import LinkGraph
 from sidecar.runtime import backoff
-from tests.conftest import FakeEmbedder, Harness, write
+from tests.conftest import KEYWORD_ONLY, FakeEmbedder, Harness, write
 from tests.index_helpers import search
 
 
@@ -524,3 +524,91 @@ def test_a_manifest_away_and_back_clears_its_problem(harness: Harness) -> None:
         away.rename(path)
     policy.tick()
     assert harness.problems.active() == []
+
+
+def _cut_short(folder: Path, suffix: str) -> None:
+    """Truncate the index's ``suffix`` files to a third, in place (same inode), under a running
+    daemon."""
+    files = list(folder.glob(f"*{suffix}"))
+    assert files
+    for f in files:
+        with f.open("r+b") as fh:
+            fh.truncate(f.stat().st_size // 3)
+
+
+def _answer(h: Harness, query: str, agent: str | None = None) -> tuple[list[str], str | None]:
+    from sidecar.search.retrieval import Retriever, SearchRequest
+
+    r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+    result = r.search(SearchRequest(query, 10, 0.0, agent=agent))
+    return sorted(hit.reference for hit in result.hits), result.degraded
+
+
+def test_an_inbox_index_damaged_while_running_is_noticed_and_refilled(make_cfg: Any, vault: Path) -> None:
+    """An agent's inbox index whose term dictionary is cut short under the running daemon (its
+    searcher open): a search as that agent or as a person says so in its answer and in the
+    problems, the other notes still answer, and the repair refills that inbox alone. Was: every
+    search of it answered nothing, with no word, until a restart."""
+    cfg = _two_agents(make_cfg, vault)
+    h = Harness(cfg, None)  # keyword search only: nothing else finds the inbox's notes
+    try:
+        assert _answer(h, "kayak", "beta")[0] == ["memory/trip"]
+        _cut_short(cfg.index_dir / "bm25/memory/beta/chunks", ".term")
+        refs, said = _answer(h, "kayak", "beta")
+        assert refs == [] and said is not None and "memory/beta is damaged" in said
+        refs, said = _answer(h, "kayak")
+        assert "memory/alpha/trip" in refs and said is not None and "memory/beta" in said
+        problem = h.problems.active_in("keyword_search")
+        assert problem is not None and "memory/beta" in problem["error"] and ".term" in problem["error"]
+        RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
+        assert _asides(cfg) == ["bm25-memory-beta"]
+        refs, said = _answer(h, "kayak", "beta")
+        assert refs == ["memory/trip"] and (said is None or "damaged" not in said)
+        assert h.problems.active_in("keyword_search") is None
+    finally:
+        h.close()
+
+
+def test_a_write_to_an_inbox_index_damaged_while_running_holds_back_nothing(
+    make_cfg: Any, vault: Path
+) -> None:
+    """A note written to an agent whose inbox index was cut short under the running daemon: the
+    commit that meets the damage moves that inbox aside (not a full disk) and the other changes
+    of the sweep are committed; the inbox is refilled from the manifest, this note included. Was:
+    every commit failed, the vault's and every agent's changes with it, until a restart."""
+    cfg = _two_agents(make_cfg, vault)
+    h = Harness(cfg, None)
+    try:
+        assert _answer(h, "kayak", "beta")[0] == ["memory/trip"]  # its index open
+        _cut_short(cfg.index_dir / "bm25/memory/beta/chunks", ".term")
+        write(cfg.agents_dir / "beta" / "memory" / "canoe.md", "# Canoe\n\nThe canoe of beta, a kayak too.\n")
+        write(vault / "Paddle.md", "# Paddle\n\nA kayak paddle in the vault.\n")
+        h.sweep()
+        assert "vault/Paddle" in _answer(h, "kayak")[0]
+        assert _asides(cfg) == ["bm25-memory-beta"]  # refilled by the check after the sweep
+        RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
+        refs, said = _answer(h, "kayak", "beta")
+        assert refs == ["memory/canoe", "memory/trip", "vault/Paddle"] and "damaged" not in (said or "")
+        assert h.stores.bm25.failing == {} and h.problems.active_in("keyword_search") is None
+    finally:
+        h.close()
+
+
+def test_a_memory_write_to_a_damaged_inbox_index_gets_it_refilled(serve_in_process: Any) -> None:
+    """A memory write whose commit meets its inbox index damaged under the running daemon: that
+    inbox is moved aside, the next repair tick says so and refills it from the manifest (the
+    note just written included), with no search needed to notice. Was: the write answered
+    `searchable: false` and every later commit failed until a restart."""
+    server = serve_in_process(model=KEYWORD_ONLY)
+    h = server.harness
+    server.call("write", {"slug": "trip", "content": "the kayak of beta"}, agent="beta")
+    assert [x["reference"] for x in server.call("search", {"query": "kayak"}, agent="beta")["hits"]] == [
+        "memory/trip"
+    ]
+    _cut_short(h.cfg.index_dir / "bm25/memory/beta/chunks", ".term")
+    server.call("write", {"slug": "canoe", "content": "the canoe of beta, a kayak too"}, agent="beta")
+    RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
+    assert _asides(h.cfg) == ["bm25-memory-beta"]
+    found = server.call("search", {"query": "kayak"}, agent="beta")
+    assert sorted(x["reference"] for x in found["hits"]) == ["memory/canoe", "memory/trip"]
+    assert h.stores.bm25.failing == {} and h.problems.active_in("keyword_search") is None

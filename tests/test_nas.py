@@ -566,7 +566,7 @@ def test_memory_writes_refuse_an_agents_folder_that_is_gone_or_replaced(in_proce
     write(cfg.agents_dir / "frank" / "memory" / "stale.md", "a stale note under the mount point\n")
     with pytest.raises(RemoteError) as refused:
         in_process.call("write", {"slug": "whilegone", "content": "x"}, agent="frank")
-    assert refused.value.code == "storage" and "not the folder sidecar started on" in str(refused.value)
+    assert refused.value.code == "storage" and "not the folder sidecar kept" in str(refused.value)
     with pytest.raises(RemoteError):
         in_process.call("write", {"slug": "n1", "content": "a new agent"}, agent="newcomer")
     assert sorted(p.name for p in cfg.agents_dir.rglob("*")) == ["frank", "memory", "stale.md"]

@@ -936,3 +936,30 @@ def test_a_full_disk_moves_no_inbox_index_aside(tmp_path: Path, monkeypatch: Any
         ]
     finally:
         idx.close()
+
+
+def test_an_inbox_index_whose_folder_is_gone_is_not_taken_for_damaged(tmp_path: Path) -> None:
+    """The whole index folder gone under an open inbox index (the home's share unmounted) is not
+    damage of that inbox: no inbox is reported failing (refilled, it would be made anew on the
+    bare mount point); a file of it cut short in place is."""
+    from sidecar.stores.bm25 import Bm25Index
+
+    path = tmp_path / "home" / "bm25"
+    idx = Bm25Index(path)
+    try:
+        idx.add([_doc("vault/v", "kayak in the vault"), _doc("memory/alpha/a", "kayak of alpha")])
+        idx.commit()
+        assert idx.search("canoe", 10, agent_scope="alpha") == []  # opened, nothing matches
+        (tmp_path / "home").rename(tmp_path / "away")
+        (tmp_path / "home").mkdir()
+        assert idx.search("canoe", 10, agent_scope="alpha") == [] and idx.failing == {}
+        assert not any((tmp_path / "home").iterdir())
+        (tmp_path / "home").rmdir()
+        (tmp_path / "away").rename(tmp_path / "home")
+        for f in (path / "memory" / "alpha" / "chunks").glob("*.term"):
+            with f.open("r+b") as fh:
+                fh.truncate(1)
+        assert idx.search("canoe", 10, agent_scope="alpha") == []
+        assert "alpha/chunks" in idx.failing and "was cut short" in idx.failing["alpha/chunks"]
+    finally:
+        idx.close()

@@ -18,6 +18,7 @@ from sidecar.clients.client import Client
 from sidecar.config import Config
 from sidecar.contracts.errors import DaemonNotRunningError, DaemonUnreachableError, ExitCode, StorageError
 from sidecar.contracts.printable import escape_controls as shown
+from sidecar.vault.homeguard import forget
 
 
 def _check_vault(args: argparse.Namespace, cfg: Config, *, serving: bool) -> None:
@@ -97,6 +98,15 @@ def _in_a_terminal() -> bool:
 
 def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
     bar = Progress(sys.stderr)
+    if args.accept_home:
+        # The record of the home is the daemon's only memory of it: without it the next check
+        # (the sweep this command asks for) takes the folder there as the home.
+        forgotten = forget(cfg)
+        print(
+            f"the folder {cfg.home} is taken as the home"
+            + ("" if forgotten else " (no other one was recorded)"),
+            file=sys.stderr,
+        )
     sent = False
     try:
         with Client(

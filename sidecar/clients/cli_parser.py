@@ -220,6 +220,11 @@ def _index(p: argparse.ArgumentParser) -> None:
         metavar="ROOT",
         help="apply deletions held for ROOT (vault, wiki, memory/<agent>) after most of its notes vanished",
     )
+    p.add_argument(
+        "--accept-home",
+        action="store_true",
+        help="take the folder at the home's path as the home (moved or made anew on purpose)",
+    )
 
 
 def _in_range(kind: type[int] | type[float], bounds: tuple[float, float]) -> Callable[[str], Any]:

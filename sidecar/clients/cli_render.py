@@ -59,7 +59,7 @@ def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
     if "home" in areas:
         todo.append(
             "mount the home's share again (memory writes wait for it, nothing is deleted meanwhile); "
-            "restart the daemon if the folder was replaced on purpose"
+            "if the folder was replaced on purpose: `sidecar index --accept-home`"
         )
     if "stores" in areas:
         todo.append("restart the daemon so it rebuilds its index (e.g. `systemctl --user restart sidecar`)")

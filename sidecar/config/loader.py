@@ -394,7 +394,16 @@ def load_config(
         notify_socket=env.get("NOTIFY_SOCKET") or None,
         watchdog_usec=int(env["WATCHDOG_USEC"]) if env.get("WATCHDOG_USEC", "").isdigit() else None,
         warnings=tuple(warnings),
+        state_dir=_default_state_dir(env),
     )
+
+
+def _default_state_dir(env: Mapping[str, str]) -> Path:
+    """$XDG_STATE_HOME/sidecar, else ~/.local/state/sidecar."""
+    base = env.get("XDG_STATE_HOME")
+    # A relative value is to be ignored (XDG Base Directory specification).
+    root = Path(base) if base and Path(base).is_absolute() else Path("~/.local/state").expanduser()
+    return root / "sidecar"
 
 
 _RESOLVE_WAIT_S = 2.0

@@ -37,6 +37,9 @@ class Config:
     watchdog_usec: int | None = field(default=None, metadata={"internal": True})
     # Not fatal, shown by every command and by `config check` (an unknown SIDECAR_* variable).
     warnings: tuple[str, ...] = field(default=(), metadata={"internal": True})
+    # Where the daemon keeps what must outlive the home (its share unmounted takes index/ along):
+    # $XDG_STATE_HOME/sidecar or ~/.local/state/sidecar; None when not loaded from the layers.
+    state_dir: Path | None = field(default=None, metadata={"internal": True})
 
     @property
     def index_dir(self) -> Path:

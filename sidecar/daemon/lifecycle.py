@@ -50,6 +50,7 @@ from sidecar.model.embedder import EmbedderSlot, model_name
 from sidecar.runtime.notify import Notifier
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.vectors import warm as warm_vector_library
+from sidecar.vault.homeguard import HomeGuard, held
 from sidecar.vault.timeout import folder_state
 from sidecar.vault.watcher import Watcher
 
@@ -103,9 +104,9 @@ class Daemon:
         raise_fd_limit()
         try:
             make_private(self.cfg)
-            self.cfg.agents_dir.mkdir(parents=True, exist_ok=True)
             lock = self._lock = IndexLock(self.cfg.index_dir)
             lock.acquire()
+            self._make_agents_folder()  # the lock first: a second daemon records nothing
         except OSError as exc:  # a read-only or immutable home, a file where a folder belongs
             where = exc.filename or self.cfg.home
             raise StoreError(
@@ -117,6 +118,17 @@ class Daemon:
             asyncio.run(self.serve(server))
         finally:
             self.shutdown()
+
+    def _make_agents_folder(self) -> None:
+        """Make ``agents/`` unless the recorded home is not there (its share unmounted: the
+        folder there is its bare mount point, no place for an agent's memory)."""
+        guard = HomeGuard(self.cfg)
+        why = guard.problem()
+        if why is not None:
+            log.error("home_changed %s", held(why))
+            return
+        self.cfg.agents_dir.mkdir(parents=True, exist_ok=True)
+        guard.remember()  # the first start: recorded now
 
     # --- startup -------------------------------------------------------------------------------
 

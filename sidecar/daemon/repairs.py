@@ -63,6 +63,12 @@ class RepairPolicy:
         """Searches found the BM25 index damaged: rebuild it in place (at most once a minute);
         only the agents' inbox indexes that fail when the vault's own index answers."""
         failing = self.problems.active_in("keyword_search")
+        broken = dict(self.repair.stores.bm25.failing)
+        if failing is None and broken:
+            # An inbox moved aside by a write's commit: no search has said so yet.
+            name, why = min(broken.items())
+            self.problems.report("keyword_search", f"{INBOX_FAILURE}{name}: {why}")
+            failing = self.problems.active_in("keyword_search")
         if failing is None or time.monotonic() - self._bm25_repaired < BM25_REPAIR_EVERY_S:
             return
         self._bm25_repaired = time.monotonic()

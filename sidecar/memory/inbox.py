@@ -197,6 +197,7 @@ class Inboxes:
             with private_dirs(agents.parent, parts, create=create, what=what, existing=existing) as fds:
                 if create:
                     home.check_fd(fds[0])
+                    home.know(agent)  # its inbox there now tells this home from a bare folder
                 yield fds[1], fds[2]
         except FileNotFoundError:
             if create:

@@ -139,6 +139,29 @@ def _inbox_failure_reported(bm25: Bm25Index, problems: Problems) -> bool:
     return True
 
 
+def _inboxes_failing(bm25: Bm25Index, req: SearchRequest) -> str | None:
+    """What the answer says of the agents' inbox indexes in its scope that failed (moved aside or
+    unreadable, refilled in the background): their notes may be missing from it. An empty or
+    thin answer with no word of it read as "nothing relevant"."""
+    if req.sources is not None and "memory" not in req.sources:
+        return None
+    agents = sorted({name.split("/", 1)[0] for name in dict(bm25.failing)})
+    if req.agent is not None:
+        agents = [a for a in agents if a == req.agent]
+    if not agents:
+        return None
+    names = ", ".join(f"memory/{a}" for a in agents)
+    return (
+        f"the keyword index of {names} is damaged and is being rebuilt from the notes in the "
+        "background: its notes may be missing from this answer"
+    )
+
+
+def _joined(*notes: str | None) -> str | None:
+    said = [n for n in notes if n]
+    return "; ".join(said) if said else None
+
+
 def _page_failure_active(problems: Problems) -> bool:
     """Whether the keyword-search problem now reported is the page index's."""
     active = problems.active_in("keyword_search")
@@ -356,6 +379,7 @@ class Retriever:
                     problems
                 ):
                     problems.clear("keyword_search")
+                bm_note = _inboxes_failing(self.stores.bm25, req)
             except StoreError as exc:  # a damaged keyword index: answer from vectors alone
                 log.warning("keyword_search_failed error=%s", exc)
                 problems.report("keyword_search", str(exc))
@@ -378,7 +402,7 @@ class Retriever:
             why = "the vector table is opening" if self.slot.state == "ok" else f"embedder {self.slot.state}"
             if bm_error is not None:
                 raise no_arm(f"vector search is unavailable ({why})")
-            return found([], f"vector search unavailable ({why}); keyword results only")
+            return found([], _joined(bm_note, f"vector search unavailable ({why}); keyword results only"))
         if not qa.words and vectors is None:
             return found([], None)
         try:
@@ -397,7 +421,7 @@ class Retriever:
                 why = f"vector search failed ({exc})"
             if bm_error is not None:
                 raise no_arm(f"{why} too") from exc
-            return found([], f"{why}; keyword results only")
+            return found([], _joined(bm_note, f"{why}; keyword results only"))
 
     def _vector_hits(
         self,

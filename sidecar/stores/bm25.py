@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import re
 import shutil
 import threading
@@ -29,6 +30,7 @@ from sidecar.contracts.errors import (
     StoreError,
     StoreOutdatedError,
     engine_message,
+    is_disk_full,
     store_error_class,
 )
 from sidecar.contracts.wire import memory_agent
@@ -206,6 +208,10 @@ class _Folder:
         self.lazy = lazy
         self.commits = 0
         self.dirty = False  # documents added or deleted since the last commit
+        # Each segment file of the searcher as first seen (size, mtime, inode), and the folder's
+        # (device, inode): see ``damage``.
+        self._files: dict[str, tuple[int, int, int]] = {}
+        self._where: tuple[int, int] | None = None
         try:
             self.index, self._writer, self.searcher = self._open()
         except BaseException as exc:
@@ -221,6 +227,7 @@ class _Folder:
                     "on this home?); not opened"
                 ) from exc
             raise _failed_open(path, exc) from exc
+        self._note_files()
 
     def _open(self) -> tuple[tantivy.Index, tantivy.IndexWriter | None, tantivy.Searcher]:
         index = tantivy.Index(self.schema, path=str(self.path), reuse=True)
@@ -263,6 +270,47 @@ class _Folder:
             self.recover_writer()  # a writer on the index as it was
             return
         self.index, self._writer, self.searcher = index, writer, searcher
+        self._note_files()
+
+    def _note_files(self) -> None:
+        """Remember the segment files the searcher reads, each as first seen: Tantivy never
+        changes one once written (a change makes new files), so one that differs later was
+        truncated or overwritten under the running daemon."""
+        seen: dict[str, tuple[int, int, int]] = {}
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return
+        self._where = st.st_dev, st.st_ino
+        for name in _segment_files(self.path):
+            kept = self._files.get(name)
+            if kept is None:
+                try:
+                    st = os.stat(self.path / name)
+                except OSError:
+                    continue
+                kept = st.st_size, st.st_mtime_ns, st.st_ino
+            seen[name] = kept
+        self._files = seen
+
+    def damage(self) -> str | None:
+        """What is wrong with a segment file the searcher reads (gone, truncated, overwritten),
+        or None. A truncated term dictionary answered every search with nothing and no error
+        until a restart opened it (and failed). Asked with the index's write lock held, so that
+        no commit or merge changes the files meanwhile. A folder gone or replaced is none: the
+        home's share unmounted (the lock keeper says so); moved aside and refilled, the inbox
+        would be made anew on the bare mount point."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        if (st.st_dev, st.st_ino) != self._where:
+            return None
+        for name, kept in self._files.items():
+            why = _changed(self.path / name, kept)
+            if why is not None:
+                return f"its file {name} {why}"
+        return None
 
     def recover_writer(self) -> None:
         """After a failed commit: drop the uncommitted documents (the manifest still marks those
@@ -302,6 +350,7 @@ class _Folder:
         with _engine("reload"):
             self.index.reload()
             self.searcher = self.index.searcher()
+        self._note_files()
         self.dirty = False
         self.commits += 1
         if self.commits % REOPEN_EVERY == 0:
@@ -461,6 +510,33 @@ def _remove(folder: Path) -> None:
     except OSError:
         gone = folder
     shutil.rmtree(gone, ignore_errors=True)
+
+
+def _changed(path: Path, kept: tuple[int, int, int]) -> str | None:
+    """How the file at ``path`` differs from ``kept`` (size, mtime, inode), or None."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "was deleted"
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or exc}"
+    if st.st_size != kept[0]:
+        return f"was cut short or grown ({st.st_size} bytes, was {kept[0]})"
+    if (st.st_mtime_ns, st.st_ino) != kept[1:]:
+        return "was overwritten"
+    return None
+
+
+def _segment_files(folder: Path) -> list[str]:
+    """The files of the segments an index's last commit names (none when unreadable: the open or
+    the search that reads it says so)."""
+    try:
+        segments = json.loads((folder / "meta.json").read_text(encoding="utf-8"))["segments"]
+        ids = tuple(str(seg["segment_id"]).replace("-", "") for seg in segments)
+        names = os.listdir(folder)
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [n for n in names if n.startswith(ids)] if ids else []
 
 
 def _live_docs(folder: Path) -> int:
@@ -773,8 +849,12 @@ class Bm25Index:
         with self._lock:
             folders = self._folders()
             try:
-                for folder in folders:
+                for folder in (self._chunks, self._pages):
                     folder.commit()
+                with self._inbox_lock:
+                    inboxes = list(self._open.items())
+                for agent, pair in inboxes:
+                    self._commit_inbox(agent, pair)
             except StoreError as exc:
                 for folder in folders:
                     if folder.dirty:
@@ -783,6 +863,23 @@ class Bm25Index:
                 raise StoreError(f"{exc}{_disk_hint(self.path)}") from exc
             self._after_commit()
             self._evict()
+
+    def _commit_inbox(self, agent: str, pair: Pair) -> None:
+        """Commit one agent's inbox. One whose files are damaged (a commit reads its segments to
+        merge them) is moved aside, reported in ``failing`` and refilled from the manifest by the
+        repair, which holds this commit's notes too: it held back every commit (the vault's
+        and every other agent's) for as long as the daemon ran. A full disk is no damage: the
+        whole commit fails and is retried."""
+        try:
+            for folder in pair:
+                folder.commit()
+        except StoreError as exc:
+            if self._refilling or is_disk_full(exc) or _low_disk(self.path) is not None:
+                raise
+            for folder in pair:
+                folder.recover_writer()
+            self._move_aside(agent, exc)
+            self._touched.discard(agent)  # not removed as emptied: refilled
 
     def _after_commit(self) -> None:
         """Inboxes a refill emptied and did not write again, and those written since the last
@@ -1104,8 +1201,23 @@ class Bm25Index:
             self._scorer.counts(folder, searcher), self._scorer.counts(shared_folder, shared), terms
         )
         hits = self._query(searcher, weighted, limit, sources=None, keys=keys) if weighted else []
+        if not hits:
+            self._check_files(folder)
         self.failing.pop(f"{agent}/{'pages' if pages else 'chunks'}", None)
         return hits
+
+    def _check_files(self, folder: _Folder) -> None:
+        """An inbox that holds notes and matched nothing: StoreError if a file of it was damaged
+        under the running daemon (it answers nothing, without an error). Skipped while a write
+        holds the index (a search does not wait for one; the next search checks)."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            why = folder.damage()
+        finally:
+            self._lock.release()
+        if why is not None:
+            raise StoreError(f"BM25 index {folder.path} is damaged: {why}")
 
     def _restricted(
         self, terms: Terms, sources: Sequence[str] | None, keys: Sequence[str] | None

@@ -1,26 +1,42 @@
-"""The home's ``agents/`` folder is still the one this daemon started on.
+"""The home and its ``agents/`` folder are still the ones sidecar keeps the agents' memory in.
 
 The home (or only its ``agents/``) may lie on a share. When it is unmounted, its path leads to the
 bare mount-point folder below: a write made there is acknowledged and then hidden under the share
 when it comes back, and every inbox looks emptied. So the identity (device and inode) of the home
-and of its ``agents/`` folder is remembered when first seen (at start: the daemon makes
-``agents/``), and while either is missing or another folder, memory writes are refused
+and of its ``agents/`` folder, and the agents whose inboxes it holds, are recorded when first seen
+(at the first start: the daemon makes ``agents/``), in the state folder outside the home (the
+home's own ``index/`` goes away with its share, and a record there would be missing exactly when
+it is needed). While either folder is missing or another one, memory writes are refused
 (``storage``), nothing is made there, and the agents' inboxes are unreachable roots for the
-supervisor, as an unmounted vault is: nothing of them is deleted from the index. A daemon restart
-takes the folder there as the one to keep (a replacement made on purpose). Imports nothing from
-sidecar but the configuration and errors.
+supervisor, as an unmounted vault is: nothing of them is deleted from the index. This holds
+across restarts: a daemon started on the bare mount point does not take it as the home.
+
+Another folder is taken as the home (and recorded) when it holds an inbox of a known agent: a
+share mounted again may come back under another device number (NFS, SMB), and a home moved on
+purpose holds its inboxes. An empty or bare folder is taken only when the user says so
+(``sidecar index --accept-home`` removes the record; the next check takes what is there).
+Imports nothing from sidecar but the configuration, errors and the atomic write.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import logging
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
-from sidecar.config import Config
+from sidecar.config import Config, valid_agent
 from sidecar.contracts.errors import StorageError
+from sidecar.runtime.atomic import atomic_write
+
+log = logging.getLogger(__name__)
 
 _Ident = tuple[int, int]  # (st_dev, st_ino)
+ACCEPT_COMMAND = "sidecar index --accept-home"
 
 
 class HomeChangedError(StorageError):
@@ -31,14 +47,39 @@ class HomeChangedError(StorageError):
         self.why = why
 
 
+def record_path(cfg: Config) -> Path | None:
+    """Where the home's identity is recorded (one file per home path), None without a state folder."""
+    if cfg.state_dir is None:
+        return None
+    digest = hashlib.sha256(os.fsencode(cfg.home)).hexdigest()[:16]
+    return cfg.state_dir / "homes" / f"{digest}.json"
+
+
+def forget(cfg: Config) -> bool:
+    """Remove the home's record (the user accepts the folder there now); whether there was one."""
+    path = record_path(cfg)
+    if path is None:
+        return False
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    log.warning("home_record_forgotten home=%s", cfg.home)
+    return True
+
+
 class HomeGuard:
-    """Remembers the home's and ``agents/``'s identity; says when either is gone or replaced."""
+    """Keeps the home's and ``agents/``'s identity (recorded); says when either is gone or replaced."""
 
     def __init__(self, cfg: Config) -> None:
         self.home = cfg.home
         self.agents = cfg.agents_dir
+        self.record = record_path(cfg)
         self._lock = threading.Lock()
         self._seen: tuple[_Ident, _Ident] | None = None
+        self._known: set[str] = set()  # agents whose inbox the kept agents folder holds
+        self._recorded = False  # a record was read or written: its removal is the user's consent
+        self._load()
         self.remember()
 
     @property
@@ -54,7 +95,15 @@ class HomeGuard:
                 home, agents = os.stat(self.home), os.stat(self.agents, follow_symlinks=False)
             except OSError:
                 return
-            self._seen = (home.st_dev, home.st_ino), (agents.st_dev, agents.st_ino)
+            self._keep(home, agents, "home_recorded")
+
+    def know(self, agent: str) -> None:
+        """``agent``'s inbox is in the kept agents folder now (it was just written to)."""
+        with self._lock:
+            if agent in self._known or self._seen is None:
+                return
+            self._known.add(agent)
+            self._save()
 
     def problem(self) -> str | None:
         """Why the inboxes cannot be used now (the home or ``agents/`` gone or replaced), or None.
@@ -63,6 +112,7 @@ class HomeGuard:
             self.remember()
             return None
         home_id, agents_id = self._seen
+        found: list[os.stat_result] = []
         for what, path, kept in (
             ("the home", self.home, home_id),
             ("the agents folder", self.agents, agents_id),
@@ -70,11 +120,12 @@ class HomeGuard:
             try:
                 st = os.stat(path, follow_symlinks=path == self.home)
             except FileNotFoundError:
-                return f"{what} {path} is gone (unmounted? removed?)"
+                return self._unless_forgotten(f"{what} {path} is gone (unmounted? removed?)")
             except OSError as exc:
                 return f"{what} {path} cannot be reached ({exc.strerror or exc}; unmounted?)"
-            if (st.st_dev, st.st_ino) != kept:
-                return _replaced(what, path)
+            found.append(st)
+            if (st.st_dev, st.st_ino) != kept and not self._holds_known(found):
+                return self._unless_forgotten(_replaced(what, path))
         return None
 
     def check(self) -> None:
@@ -92,16 +143,94 @@ class HomeGuard:
         if seen is not None and (st.st_dev, st.st_ino) != seen[1]:
             raise HomeChangedError(_replaced("the agents folder", self.agents))
 
+    # --- the record ------------------------------------------------------------------------------
+
+    def _holds_known(self, found: list[os.stat_result]) -> bool:
+        """The folders there now hold the inboxes of the agents known to the kept ones: the same
+        home mounted again (under another device number) or moved on purpose. Taken and recorded."""
+        try:
+            home = found[0] if found else os.stat(self.home)
+            agents = found[1] if len(found) > 1 else os.stat(self.agents, follow_symlinks=False)
+            held = [a for a in sorted(self._known) if (self.agents / a / "memory").is_dir()]
+        except OSError:
+            return False
+        # Every known inbox, or (some gone on purpose) the recorded agents folder itself under
+        # another device number: a bare folder with a stale inbox left in it by an old write is
+        # neither.
+        if not held or (len(held) < len(self._known) and self._seen and agents.st_ino != self._seen[1][1]):
+            return False
+        with self._lock:
+            self._keep(home, agents, "home_taken_again", f" with the inboxes of {', '.join(held)}")
+        return True
+
+    def _unless_forgotten(self, why: str) -> str | None:
+        """``why``, unless the user removed the record (accepting the folder there now)."""
+        if not self._recorded or self.record is None or self.record.exists():
+            return why
+        log.warning("home_accepted home=%s was: %s", self.home, why)
+        with self._lock:
+            self._seen, self._known, self._recorded = None, set(), False
+        self.remember()
+        return None
+
+    def _keep(self, home: os.stat_result, agents: os.stat_result, event: str, more: str = "") -> None:
+        """Keep these folders (the lock held) and record them with the agents whose inboxes they hold."""
+        self._seen = (home.st_dev, home.st_ino), (agents.st_dev, agents.st_ino)
+        with contextlib.suppress(OSError):
+            self._known |= {
+                a for a in os.listdir(self.agents) if valid_agent(a) and (self.agents / a / "memory").is_dir()
+            }
+        log.info("%s home=%s%s", event, self.home, more)
+        self._save()
+
+    def _save(self) -> None:
+        if self.record is None or self._seen is None:
+            return
+        (home_id, agents_id), known = self._seen, sorted(self._known)
+        data = {"home": str(self.home), "homeId": home_id, "agentsId": agents_id, "agents": known}
+        try:
+            atomic_write(self.record, json.dumps(data).encode())
+        except OSError as exc:  # kept for this run; a restart on a bare mount point is not caught
+            log.warning("home_record_failed path=%s error=%s", self.record, exc.strerror or exc)
+            return
+        self._recorded = True
+
+    def _load(self) -> None:
+        if self.record is None:
+            return
+        try:
+            data: Any = json.loads(self.record.read_bytes())
+            if data["home"] != str(self.home):
+                raise ValueError(f"recorded for {data['home']!r}")
+            seen = _ident(data["homeId"]), _ident(data["agentsId"])
+            known = {a for a in data["agents"] if isinstance(a, str) and valid_agent(a)}
+        except FileNotFoundError:
+            return  # the first start on this home
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("home_record_unreadable path=%s error=%s", self.record, exc)
+            return
+        self._seen, self._known, self._recorded = seen, known, True
+
+
+def _ident(value: Any) -> _Ident:
+    dev, ino = value
+    if not (isinstance(dev, int) and isinstance(ino, int)):
+        raise TypeError(f"not a device and inode: {value!r}")
+    return dev, ino
+
 
 def _replaced(what: str, path: Path) -> str:
-    return f"{what} {path} is not the folder sidecar started on (unmounted or replaced?)"
+    return (
+        f"{what} {path} is not the folder sidecar kept the agents' memory in and holds none of "
+        "their inboxes (share unmounted? replaced?)"
+    )
 
 
 def refusal(why: str) -> str:
     """What a refused memory change says."""
     return (
-        f"{why}; nothing was changed: memory writes wait until it is back (restart the daemon if it "
-        "was replaced on purpose)"
+        f"{why}; nothing was changed: memory writes wait until it is back (if the home was replaced "
+        f"on purpose: `{ACCEPT_COMMAND}`)"
     )
 
 
@@ -109,5 +238,5 @@ def held(why: str) -> str:
     """What status says of the inboxes while the home or ``agents/`` is not there."""
     return (
         f"{why}: memory writes are refused and no memory note is deleted from the index until it is "
-        "back (restart the daemon if it was replaced on purpose)"
+        f"back (if the home was replaced on purpose: `{ACCEPT_COMMAND}`)"
     )

@@ -1,0 +1,104 @@
+"""The home's identity survives a restart: a daemon started while the home's share is unmounted
+does not take the bare mount point as the home (real daemon, real folders; the mount is simulated
+by swapping the home folder)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.contracts.errors import ExitCode, RemoteError
+from tests.daemon_process import DaemonProcess
+
+
+def _write(d: DaemonProcess, agent: str, slug: str, text: str) -> dict[str, Any]:
+    return d.call("write", {"slug": slug, "content": text}, agent=agent)
+
+
+def _home_problem(d: DaemonProcess) -> str | None:
+    active = [p for p in d.health()["problems"]["active"] if p["area"] == "home"]
+    return active[0]["error"] if active else None
+
+
+def _unmount(home: Path, share: Path) -> None:
+    """The share goes away: its folder leaves the home's path, an empty mount point stays."""
+    home.rename(share)
+    home.mkdir()
+
+
+def _mount(home: Path, share: Path) -> None:
+    """The share comes back over its mount point (what the daemon made there is hidden)."""
+    shutil.rmtree(home)
+    share.rename(home)
+
+
+@pytest.fixture
+def daemon(daemon_factory: Any, vault: Path) -> DaemonProcess:
+    d: DaemonProcess = daemon_factory(vault, keyword_only=True).start()
+    _write(d, "frank", "m1", "frank remembers the harbour")
+    _write(d, "bob", "b1", "bob remembers the lighthouse")
+    assert d.stop() == 0
+    return d
+
+
+def test_a_restart_on_a_bare_mount_point_makes_no_inbox(daemon: DaemonProcess, tmp_path: Path) -> None:
+    """The daemon restarted while the home's share is unmounted: memory writes are refused
+    (`storage`, exit 7) and make nothing on the bare mount point, status names the problem and the
+    way out; with the share back (and a restart) the writes go on into the real inboxes. Was:
+    the bare folder taken as the home, the write `created` in agents/ made there (hidden once the
+    share came back, the agent's memory split)."""
+    d, home, share = daemon, daemon.home, tmp_path / "share"
+    _unmount(home, share)
+    d.start()
+    with pytest.raises(RemoteError) as refused:
+        _write(d, "frank", "m2", "written while the share is away")
+    assert refused.value.code == "storage" and "--accept-home" in str(refused.value)
+    with pytest.raises(RemoteError):
+        _write(d, "newcomer", "n1", "a new agent while the share is away")
+    cli = d.run_cli("memory", "write", "--agent", "frank", "m3", "--content", "x")
+    assert cli.returncode == ExitCode.REQUEST_FAILED, cli.stderr
+    assert not (home / "agents").exists()  # nothing made on the mount point
+    d.run_cli("index")  # a sweep: the problem is said there too
+    why = _home_problem(d)
+    assert why is not None and "memory writes are refused" in why
+    status = d.run_cli("status")
+    assert "home folder" in status.stdout and "--accept-home" in status.stdout, status.stdout
+    assert d.stop() == 0
+
+    _mount(home, share)
+    d.start()
+    assert _write(d, "frank", "m2", "written with the share back")["action"] == "created"
+    assert (home / "agents" / "frank" / "memory" / "m2.md").is_file()
+    assert _home_problem(d) is None
+    assert d.stop() == 0
+
+
+def test_a_home_that_holds_the_inboxes_is_taken_as_the_home(daemon: DaemonProcess, tmp_path: Path) -> None:
+    """Another folder at the home's path that holds every known agent's inbox (the share mounted
+    again under another device number, or the home copied to a new disk) is taken at once and
+    recorded; an empty one is taken only after `sidecar index --accept-home`."""
+    d, home = daemon, daemon.home
+    shutil.copytree(home, tmp_path / "copy", symlinks=True)
+    shutil.rmtree(home)
+    (tmp_path / "copy").rename(home)  # every folder another inode now
+    d.start()
+    assert _write(d, "frank", "m2", "written into the moved home")["action"] == "created"
+    assert _home_problem(d) is None
+    assert d.stop() == 0
+
+    _unmount(home, tmp_path / "share")  # now an empty home, on purpose: a fresh start
+    d.start()
+    with pytest.raises(RemoteError):
+        _write(d, "frank", "m3", "refused until accepted")
+    accepted = d.run_cli("index", "--accept-home")
+    assert accepted.returncode == 0, accepted.stderr
+    assert "taken as the home" in accepted.stderr
+    assert _write(d, "frank", "m3", "a fresh home accepted")["action"] == "created"
+    assert (home / "agents" / "frank" / "memory" / "m3.md").is_file()
+    assert _home_problem(d) is None
+    assert d.stop() == 0
+    d.start()  # the accepted home is the recorded one now
+    assert _write(d, "frank", "m4", "after a restart")["action"] == "created"
