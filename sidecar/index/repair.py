@@ -1,5 +1,6 @@
 """Stores that fail under the running daemon, put right: BM25 refilled from the manifest, a
-vector table read whole and, if it cannot be read, replaced and embedded again.
+vector table read whole and, if it cannot be read, replaced: the rows that still read are
+copied over, the rest embedded again.
 
 No note is read to repair BM25 (the manifest holds every chunk's text); keyword search answers
 while vectors are recomputed. When to repair is the daemon's policy, not this module's.
@@ -21,7 +22,7 @@ from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.stores.bm25 import Bm25Doc, Bm25Index
-from sidecar.stores.lifecycle import discard_vectors, move_aside, open_vectors
+from sidecar.stores.lifecycle import discard_vectors, move_aside, open_vectors, salvage_vectors
 from sidecar.stores.manifest import ChunkView, Manifest
 
 log = logging.getLogger(__name__)
@@ -238,8 +239,10 @@ class Repair:
                     # No write through the old handle from now on (it waits for one that runs):
                     # it would land in the new table at the same path (``Vectoring._store``).
                     serving.store.close()
-                discard_vectors(store.path, store.name, why, problems)
+                aside = discard_vectors(store.path, store.name, why, problems)
                 store = open_vectors(self.cfg, model.model_id, model.dim, model.pooling, problems)
+                if aside is not None:  # the rows of the files that still read: not embedded again
+                    salvage_vectors(aside, store, model.pooling)
                 self.rebuilt.setdefault(store.name, []).append((time.time(), str(exc)))
                 rebuilt = True
             self.vectors.attach(store, model)
