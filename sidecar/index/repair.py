@@ -32,8 +32,9 @@ log = logging.getLogger(__name__)
 _COMPACT_MIN_DELETED = 1000
 _FILL_BATCH = 5000  # chunks added at a time by a refill (a stop is looked at between them)
 # A vector table is moved aside and embedded again at most this many times per run of the daemon:
-# one that cannot be read again right after is not damaged by chance, and each rebuild costs every
-# chunk's model run (hours with e5 on a large vault) and a copy kept for a month.
+# one that cannot be read again right after is not damaged by chance, and each rebuild costs the
+# model run of every chunk whose vector cannot be read (hours with e5 on a large vault when none
+# can) and a copy kept for a month.
 MAX_VECTOR_REBUILDS = 2
 _DATA_FILE = re.compile(r"data/([0-9A-Za-z_-]+\.lance)")
 
@@ -273,8 +274,8 @@ class Repair:
             msg = (
                 f"the vector table {table} was rebuilt {len(before)} times since the daemon started "
                 f"(last at {when}) and cannot be read again ({because}); it is not moved aside again "
-                "(each rebuild embeds every chunk anew). Vector search fails until the daemon restarts "
-                "(keyword results only); if it breaks again after a restart, check the disk with "
+                "(each rebuild embeds anew what cannot be read). Vector search fails until the daemon "
+                "restarts (keyword results only); if it breaks again after a restart, check the disk with "
                 "`sidecar doctor` and report it"
             )
             log.error("vectors_repair_stopped table=%s rebuilds=%d reason=%s", table, len(before), because)
