@@ -704,6 +704,15 @@ def test_a_persons_searches_over_more_inboxes_than_the_cap_open_each_once(
         opened.clear()
         idx.search("kayak", 100, agent_scope="a00")  # an agent's own search: its inbox only
         assert opened in ([], ["a00"]) and len(idx._open) <= 3
+        # More inboxes than may ever stay open: those open stay, the others are read and closed
+        # (closing the least recently used closed the next one read: each opened every time).
+        monkeypatch.setattr(bm25_mod, "_MAX_OPEN_INBOXES", 8)
+        idx.search("kayak", 100)
+        assert len(idx._open) == 8
+        held = set(idx._open)
+        opened.clear()
+        assert len(idx.search("kayak", 100)) == 12
+        assert sorted(opened) == sorted(set(agents) - held) and set(idx._open) == held
     finally:
         idx.close()
 

@@ -337,7 +337,8 @@ _OPEN_INBOXES = 64
 # each inbox anew every time (the least recently used one is the next one read): 300 agents cost
 # 2-7 s a search. After a search reading more inboxes than that, up to this many stay open for
 # ``_HOLD_SECONDS`` (a person's next searches find them open: 300 inboxes about 80 ms), then
-# the cap is 64 again (600 open indexes cost 4 % of a core at rest and 22 MB).
+# the cap is 64 again (600 open indexes cost 4 % of a core at rest and 22 MB). Inboxes past this
+# many are opened for each search and closed after it (600 inboxes: about 300 ms a search).
 _MAX_OPEN_INBOXES = 512
 _HOLD_SECONDS = 300.0
 # Inbox writers open at once (2 MB and six threads each): past this the dirty ones are committed
@@ -560,8 +561,12 @@ class Bm25Index:
             except StoreError as exc:  # damaged: moved aside, started empty, refilled by the repair
                 self._move_aside(agent, exc)
                 pair = self._open_pair(agent)
-            self._open[agent] = pair
             self._agents.add(agent)
+            if not create and len(self._open) >= _MAX_OPEN_INBOXES:
+                # Read once and closed, the open ones kept: evicting the least recently used
+                # closed the next one a person's search reads (600 inboxes: 1.2 s a search).
+                return pair
+            self._open[agent] = pair
         self._close_idle()
         return pair
 
@@ -1134,6 +1139,8 @@ class Bm25Index:
         )
         hits = self._query(searcher, weighted, limit, sources=None, keys=keys) if weighted else []
         self.failing.pop(f"{agent}/{'pages' if pages else 'chunks'}", None)
+        if self._open.get(agent) is not pair:  # opened for this search alone (see ``_inbox``)
+            self._scorer.forget(pair)
         return hits
 
     def _restricted(
