@@ -776,3 +776,35 @@ def test_status_with_the_vault_not_mounted_says_it_waits(shared: DaemonProcess) 
     vault = next(r["path"] for r in h["roots"] if r["name"] == "vault")
     assert f"Index: waiting for {vault} to be readable (see Roots); nothing indexed yet" in text
     assert "vectors are being computed" not in text
+
+
+def test_status_sums_up_many_inboxes_and_names_those_with_a_problem(shared: DaemonProcess) -> None:
+    """300 agents' inboxes printed 300 root lines: past a few they are one line (how many, in
+    which mode, how many with a problem), followed by a line of each that has a problem (at most
+    ten); the vault's and the wiki's lines stay; a few inboxes are still listed one by one."""
+    from sidecar.clients.cli_render import render_status
+
+    h = shared.health()
+    h["roots"] = [r for r in h["roots"] if not r["name"].startswith("memory/")]  # other tests' agents
+    base = {**h["roots"][0], "error": None, "hold": None, "unreadable": [], "absent": False}
+    inboxes = [
+        {**base, "name": f"memory/agent{i:03d}", "path": f"/h/agents/agent{i:03d}/memory", "mode": "events"}
+        for i in range(300)
+    ]
+    inboxes[7].update(mode="offline", error="folder not answering")
+    inboxes[42].update(error="unreadable: notes/x.md")
+    h["roots"] = [*h["roots"], *inboxes]
+    text = render_status(h)
+    assert sum("memory/agent" in line for line in text.splitlines()) == 2
+    assert "memory/*" in text and "300 agents' inboxes: 299 events, 1 offline; 2 with a problem" in text
+    assert "memory/agent007  offline" in text and "folder not answering" in text
+    assert "memory/agent042" in text and "unreadable: notes/x.md" in text
+    vault_roots = [r for r in shared.health()["roots"] if not r["name"].startswith("memory/")]
+    assert all(f"  {r['name']}" in text for r in vault_roots)
+    for i in range(100, 120):
+        inboxes[i].update(mode="offline", error="folder not answering")
+    text = render_status(h)
+    assert sum("memory/agent" in line for line in text.splitlines()) == 10
+    assert "and 12 more inboxes with a problem" in text and "the other offline inboxes" in text
+    h["roots"] = [*vault_roots, *inboxes[:5]]
+    assert sum("memory/agent" in line for line in render_status(h).splitlines()) == 5

@@ -662,6 +662,61 @@ def test_many_agents_cost_what_the_open_ones_cost(tmp_path: Path) -> None:
         idx.close()
 
 
+def test_a_persons_searches_over_more_inboxes_than_the_cap_open_each_once(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A person's search reads every inbox: past the cap of open inboxes each was opened anew on
+    every search (the least recently used one was always the next one read: 300 agents cost 2-7 s
+    a search). The inboxes it opened stay open for a while, so the next searches open none; once
+    that while has passed, a sweep's ``close_idle`` closes them down to the cap. An agent's own
+    search opens one inbox and leaves the cap as it is."""
+    from sidecar.stores import bm25 as bm25_mod
+    from sidecar.stores.bm25 import Bm25Index
+
+    monkeypatch.setattr(bm25_mod, "_OPEN_INBOXES", 3)
+    path = tmp_path / "bm25"
+    idx = Bm25Index(path)
+    agents = [f"a{i:02d}" for i in range(12)]
+    for agent in agents:
+        idx.add([_doc(f"memory/{agent}/n", f"kayak note of {agent}")])
+    idx.commit()
+    idx.close()
+    idx = Bm25Index(path)
+    opened: list[str] = []
+    real = idx._open_pair
+
+    def counting(agent: str) -> Any:
+        opened.append(agent)
+        return real(agent)
+
+    monkeypatch.setattr(idx, "_open_pair", counting)
+    try:
+        assert len(idx.search("kayak", 100)) == 12
+        assert sorted(opened) == agents
+        opened.clear()
+        for _ in range(3):
+            assert len(idx.search("kayak", 100)) == len(idx.search_pages("kayak", 100)) == 12
+        assert opened == []
+        assert len(idx._open) == 12
+        idx._wide_until = 0.0  # the while has passed
+        idx.close_idle()
+        assert len(idx._open) == 3
+        opened.clear()
+        idx.search("kayak", 100, agent_scope="a00")  # an agent's own search: its inbox only
+        assert opened in ([], ["a00"]) and len(idx._open) <= 3
+        # More inboxes than may ever stay open: those open stay, the others are read and closed
+        # (closing the least recently used closed the next one read: each opened every time).
+        monkeypatch.setattr(bm25_mod, "_MAX_OPEN_INBOXES", 8)
+        idx.search("kayak", 100)
+        assert len(idx._open) == 8
+        held = set(idx._open)
+        opened.clear()
+        assert len(idx.search("kayak", 100)) == 12
+        assert sorted(opened) == sorted(set(agents) - held) and set(idx._open) == held
+    finally:
+        idx.close()
+
+
 def test_a_damaged_inbox_fails_no_one_elses_search(tmp_path: Path) -> None:
     """An agent's inbox index that cannot be read is skipped (reported in ``failing`` until a
     search of it succeeds): a person's search over every inbox still answers, another agent's

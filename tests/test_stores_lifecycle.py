@@ -549,3 +549,35 @@ def test_engine_errors_read_in_plain_words() -> None:
         "src/local.rs:273:40"
     )
     assert engine_message(RuntimeError(crate)) == "read failed"
+
+
+@pytest.mark.parametrize(
+    ("count", "bad", "batch"),
+    [
+        (20, [(5, 9)], 5000),  # one small file of four rows
+        (200_000, [(70_000, 190_000)], 5000),  # a file of 120,000 rows: crossed by jumps
+        (50, [(0, 10), (40, 50)], 8),  # the first and the last file
+        (30, [(3, 4), (10, 30)], 4),  # one row; then the rest of the table
+        (12, [(0, 12)], 5),  # nothing readable
+        (9, [], 4),  # nothing damaged
+    ],
+)
+def test_the_readable_rows_of_a_damaged_table_are_found_by_few_reads(
+    count: int, bad: list[tuple[int, int]], batch: int
+) -> None:
+    """A walk over a table's rows keeps every row outside the unreadable runs (each a damaged data
+    file's rows), in order and once, loses exactly those runs, and crosses a long run in a few
+    dozen reads, not one read per row."""
+    from sidecar.stores.salvage import Salvage
+
+    def unreadable(i: int) -> bool:
+        return any(lo <= i < hi for lo, hi in bad)
+
+    def read(lo: int, hi: int) -> list[int] | None:
+        return None if any(unreadable(i) for i in range(lo, hi)) else list(range(lo, hi))
+
+    walk = Salvage(count, read, batch)
+    kept = [i for rows in walk.batches() for i in rows]
+    assert kept == [i for i in range(count) if not unreadable(i)]
+    assert walk.lost == bad and walk.lost_rows == count - len(kept)
+    assert walk.reads <= count // batch + 2 + 60 * len(bad)

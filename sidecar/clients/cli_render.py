@@ -244,9 +244,56 @@ def _fallback_words(emb: dict[str, Any], todo: list[str]) -> str:
     return f", answering in place of the configured model {configured}, which failed to load"
 
 
+# More agents' inboxes than this are summed up in one line, naming only those with a problem,
+# at most ``_TROUBLED_INBOXES`` of them (300 agents printed 300 lines); `status --json` lists each.
+_LISTED_INBOXES = 5
+_TROUBLED_INBOXES = 10
+
+
+def _troubled(root: dict[str, Any]) -> bool:
+    """Whether a root has something to say beyond its mode and last listing."""
+    return bool(
+        root.get("error")
+        or root.get("absent")
+        or root.get("hold")
+        or root.get("unreadable")
+        or root["mode"] in ("offline", "held")
+    )
+
+
 def _root_lines(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
-    """The Roots block of `status`: mode, when last listed, held deletions and what to do about them."""
-    lines = ["Roots:"]
+    """The Roots block of `status`: mode, when last listed, held deletions and what to do about
+    them; many inboxes in one line, with a line of each that has a problem."""
+    inboxes = [r for r in roots if r["name"].startswith("memory/")]
+    if len(inboxes) <= _LISTED_INBOXES:
+        return ["Roots:", *_each_root(roots, todo)]
+    others = [r for r in roots if not r["name"].startswith("memory/")]
+    troubled = [r for r in inboxes if _troubled(r)]
+    modes: dict[str, int] = {}
+    for r in inboxes:
+        modes[r["mode"]] = modes.get(r["mode"], 0) + 1
+    counts = ", ".join(f"{n:,} {mode}" for mode, n in sorted(modes.items(), key=lambda m: -m[1]))
+    unlisted = sum(1 for r in inboxes if r.get("last_sweep") is None)
+    if unlisted:
+        counts += f", {unlisted:,} not listed yet"
+    named = f"; {len(troubled):,} with a problem" if troubled else "; none with a problem"
+    summary = (
+        f"  {'memory/*':<16} {len(inboxes):,} agents' inboxes: {counts}{named} "
+        "(`sidecar status --json` lists each)"
+    )
+    shown_troubled, rest = troubled[:_TROUBLED_INBOXES], troubled[_TROUBLED_INBOXES:]
+    lines = ["Roots:", *_each_root(others, todo), summary, *_each_root(shown_troubled, todo)]
+    if rest:
+        lines.append(f"    and {len(rest):,} more inboxes with a problem")
+        if any(r["mode"] == "offline" for r in rest):
+            todo.append(
+                "check that the other offline inboxes (`sidecar status --json`) are mounted and readable"
+            )
+    return lines
+
+
+def _each_root(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
+    lines = []
     for r in roots:
         extra = f"  PROBLEM: {shown(r['error'])}" if r.get("error") else ""  # may name a file
         if r.get("absent") and not extra:

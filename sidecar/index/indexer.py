@@ -157,6 +157,7 @@ class Indexer:
         act.phase, act.done, act.total, act.started = "scanning", 0, 0, time.time()
         if not act.first_sweep_done:
             refill_new_bm25(self.stores, stop)
+        self.stores.bm25.close_idle()  # the inboxes a person's search kept open, once it is a while ago
         diff = Diff()
         self._hot_excluded = {}
         self.writer.defer_links = not act.first_sweep_done

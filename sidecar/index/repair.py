@@ -1,5 +1,6 @@
 """Stores that fail under the running daemon, put right: BM25 refilled from the manifest, a
-vector table read whole and, if it cannot be read, replaced and embedded again.
+vector table read whole and, if it cannot be read, replaced: the rows that still read are
+copied over, the rest embedded again.
 
 No note is read to repair BM25 (the manifest holds every chunk's text); keyword search answers
 while vectors are recomputed. When to repair is the daemon's policy, not this module's.
@@ -21,7 +22,7 @@ from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.stores.bm25 import Bm25Doc, Bm25Index
-from sidecar.stores.lifecycle import discard_vectors, move_aside, open_vectors
+from sidecar.stores.lifecycle import discard_vectors, move_aside, open_vectors, salvage_vectors
 from sidecar.stores.manifest import ChunkView, Manifest
 
 log = logging.getLogger(__name__)
@@ -31,8 +32,9 @@ log = logging.getLogger(__name__)
 _COMPACT_MIN_DELETED = 1000
 _FILL_BATCH = 5000  # chunks added at a time by a refill (a stop is looked at between them)
 # A vector table is moved aside and embedded again at most this many times per run of the daemon:
-# one that cannot be read again right after is not damaged by chance, and each rebuild costs every
-# chunk's model run (hours with e5 on a large vault) and a copy kept for a month.
+# one that cannot be read again right after is not damaged by chance, and each rebuild costs the
+# model run of every chunk whose vector cannot be read (hours with e5 on a large vault when none
+# can) and a copy kept for a month.
 MAX_VECTOR_REBUILDS = 2
 _DATA_FILE = re.compile(r"data/([0-9A-Za-z_-]+\.lance)")
 
@@ -238,8 +240,10 @@ class Repair:
                     # No write through the old handle from now on (it waits for one that runs):
                     # it would land in the new table at the same path (``Vectoring._store``).
                     serving.store.close()
-                discard_vectors(store.path, store.name, why, problems)
+                aside = discard_vectors(store.path, store.name, why, problems)
                 store = open_vectors(self.cfg, model.model_id, model.dim, model.pooling, problems)
+                if aside is not None:  # the rows of the files that still read: not embedded again
+                    salvage_vectors(aside, store, model.pooling)
                 self.rebuilt.setdefault(store.name, []).append((time.time(), str(exc)))
                 rebuilt = True
             self.vectors.attach(store, model)
@@ -270,8 +274,8 @@ class Repair:
             msg = (
                 f"the vector table {table} was rebuilt {len(before)} times since the daemon started "
                 f"(last at {when}) and cannot be read again ({because}); it is not moved aside again "
-                "(each rebuild embeds every chunk anew). Vector search fails until the daemon restarts "
-                "(keyword results only); if it breaks again after a restart, check the disk with "
+                "(each rebuild embeds anew what cannot be read). Vector search fails until the daemon "
+                "restarts (keyword results only); if it breaks again after a restart, check the disk with "
                 "`sidecar doctor` and report it"
             )
             log.error("vectors_repair_stopped table=%s rebuilds=%d reason=%s", table, len(before), because)

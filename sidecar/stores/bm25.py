@@ -8,6 +8,7 @@ everything. Imports ``errors`` and ``cjk``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -143,6 +144,14 @@ def text_analyzer(stem: str | None = None) -> tantivy.TextAnalyzer:
 _ANALYZERS = {ANALYZER: None, ANALYZER_EN: "english", ANALYZER_DE: "german"}
 
 
+@functools.cache
+def _analyzers() -> dict[str, tantivy.TextAnalyzer]:
+    """The three analyzers, built once: every index registers the same ones (each index copies
+    them), and building them took a third of opening an inbox's index, which a person's search
+    over hundreds of inboxes did hundreds of times."""
+    return {name: text_analyzer(stem) for name, stem in _ANALYZERS.items()}
+
+
 def _schema() -> tantivy.Schema:
     # Only term queries are ever run: no positions (the .pos files were a fifth of the index and
     # their pages stayed mapped); the filter fields need neither positions nor frequencies.
@@ -231,8 +240,8 @@ class _Folder:
 
     def _open(self) -> tuple[tantivy.Index, tantivy.IndexWriter | None, tantivy.Searcher]:
         index = tantivy.Index(self.schema, path=str(self.path), reuse=True)
-        for name, stem in _ANALYZERS.items():
-            index.register_tokenizer(name, text_analyzer(stem))
+        for name, analyzer in _analyzers().items():
+            index.register_tokenizer(name, analyzer)
         writer = None if self.lazy else index.writer(heap_size=_WRITER_HEAP, num_threads=1)
         index.reload()
         return index, writer, index.searcher()
@@ -371,9 +380,16 @@ Pair = tuple[_Folder, _Folder]  # an index's chunks and pages
 
 # An agent's inbox index is opened when used and closed when more than this many others were
 # used since: each open Tantivy index keeps a thread that polls its files (a thousand agent names
-# held 2,000 threads and a tenth of a core at rest). A person's search reads every inbox: past
-# this many agents with memory it opens some anew each time (20 inboxes over a cap of 16: 71 ms).
+# held 2,000 threads and a tenth of a core at rest).
 _OPEN_INBOXES = 64
+# A person's search reads every inbox. Under the cap above, past 64 agents with memory it opened
+# each inbox anew every time (the least recently used one is the next one read): 300 agents cost
+# 2-7 s a search. After a search reading more inboxes than that, up to this many stay open for
+# ``_HOLD_SECONDS`` (a person's next searches find them open: 300 inboxes about 80 ms), then
+# the cap is 64 again (600 open indexes cost 4 % of a core at rest and 22 MB). Inboxes past this
+# many are opened for each search and closed after it (600 inboxes: about 300 ms a search).
+_MAX_OPEN_INBOXES = 512
+_HOLD_SECONDS = 300.0
 # Inbox writers open at once (2 MB and six threads each): past this the dirty ones are committed
 # and released first (a refill of 200 agents' memory held 2,800 threads and 1.1 GB).
 _OPEN_WRITERS = 8
@@ -556,8 +572,9 @@ class Bm25Index:
 
     The keyword statistics (documents, lengths, how many hold a word) are those of the vault and
     the wiki alone: an agent's memory is scored against them and counted in none (``_Scorer``).
-    An inbox's pair is opened when used (at most ``_OPEN_INBOXES`` at once) and removed when a
-    commit leaves it empty.
+    An inbox's pair is opened when used (at most ``_OPEN_INBOXES`` at once; after a person's
+    search over every inbox, up to ``_MAX_OPEN_INBOXES`` for a while) and removed when a commit
+    leaves it empty.
     """
 
     def __init__(self, path: Path) -> None:
@@ -567,7 +584,7 @@ class Bm25Index:
         if (path / "chunks").exists() and not (path / "memory").is_dir():
             raise StoreOutdatedError(f"BM25 index {path} holds memory beside the vault")
         self.schema = _schema()
-        self.analyzers = {name: text_analyzer(stem) for name, stem in _ANALYZERS.items()}
+        self.analyzers = _analyzers()
         self._lock = threading.Lock()  # writes, commits, and closing an inbox
         self._inbox_lock = threading.RLock()  # the table of open inboxes
         self._closed = False
@@ -582,6 +599,7 @@ class Bm25Index:
         self.failing: dict[str, str] = {}
         self._refilling = False  # ``delete_all`` was called: the next commit ends a refill
         self._scorer = _Scorer()
+        self._wide_until = 0.0  # a person's search was lately: ``_MAX_OPEN_INBOXES`` stay open until
         memory = path / "memory"
         try:
             memory.mkdir(exist_ok=True)
@@ -619,8 +637,12 @@ class Bm25Index:
             except StoreError as exc:  # damaged: moved aside, started empty, refilled by the repair
                 self._move_aside(agent, exc)
                 pair = self._open_pair(agent)
-            self._open[agent] = pair
             self._agents.add(agent)
+            if not create and len(self._open) >= _MAX_OPEN_INBOXES:
+                # Read once and closed, the open ones kept: evicting the least recently used
+                # closed the next one a person's search reads (600 inboxes: 1.2 s a search).
+                return pair
+            self._open[agent] = pair
         self._close_idle()
         return pair
 
@@ -646,10 +668,19 @@ class Bm25Index:
         log.error("index_rebuilt store=bm25 inbox=%s reason=%s moved_to=%s", agent, exc, target)
         self.failing[agent] = f"{_MOVED_ASIDE} ({exc})"
 
+    def _cap(self) -> int:
+        """Inboxes that may stay open now (see ``_MAX_OPEN_INBOXES``)."""
+        return _MAX_OPEN_INBOXES if time.monotonic() < self._wide_until else _OPEN_INBOXES
+
+    def close_idle(self) -> None:
+        """Inboxes past the cap closed, when no write holds the index (a sweep calls this: the
+        inboxes a person's search kept open are closed once it is a while ago)."""
+        self._close_idle()
+
     def _close_idle(self) -> None:
         """``_evict``, from a search: under the write lock, taken only when free (a search does
         not wait for a write), so that no writer is handed an inbox that is being closed."""
-        if len(self._open) <= _OPEN_INBOXES or not self._lock.acquire(blocking=False):
+        if len(self._open) <= self._cap() or not self._lock.acquire(blocking=False):
             return
         try:
             self._evict()
@@ -657,11 +688,12 @@ class Bm25Index:
             self._lock.release()
 
     def _evict(self) -> None:
-        """Close the least recently used inboxes past ``_OPEN_INBOXES`` that hold nothing to
-        commit (the write lock held)."""
+        """Close the least recently used inboxes past the cap that hold nothing to commit (the
+        write lock held)."""
+        cap = self._cap()
         with self._inbox_lock:
             for agent in list(self._open):
-                if len(self._open) <= _OPEN_INBOXES:
+                if len(self._open) <= cap:
                     break
                 pair = self._open[agent]
                 if any(f.dirty or f._writer is not None for f in pair):
@@ -1144,6 +1176,8 @@ class Bm25Index:
                 if owner is not None and owner in inbox_keys:
                     per_agent.setdefault(owner, []).append(k)
             inbox_keys = dict(per_agent)
+        if len(inbox_keys) > _OPEN_INBOXES:  # a person's search: the inboxes it opens stay a while
+            self._wide_until = time.monotonic() + _HOLD_SECONDS
         found: list[tuple[str, float]] = []
         shared = shared_folder.searcher
         if want_shared:
@@ -1204,6 +1238,8 @@ class Bm25Index:
         if not hits:
             self._check_files(folder)
         self.failing.pop(f"{agent}/{'pages' if pages else 'chunks'}", None)
+        if self._open.get(agent) is not pair:  # opened for this search alone (see ``_inbox``)
+            self._scorer.forget(pair)
         return hits
 
     def _check_files(self, folder: _Folder) -> None:

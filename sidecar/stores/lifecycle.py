@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -110,28 +111,59 @@ def open_vectors(
         return VectorStore(path, model_id, dim, pooling, **opts)
 
 
-def discard_vectors(path: Path, table: str, why: str, problems: Notes | None) -> bool:
+def discard_vectors(path: Path, table: str, why: str, problems: Notes | None) -> Path | None:
     """Move a broken vector table aside (into ``vectors.broken-<time>/``); its chunks are embedded
-    again into a new one. The folder's other tables stay: during a model switch the other model's
-    table serves. Without a folder of that table the vectors folder itself fails (a file where it
-    belongs): it is moved aside whole, unless it holds another table (then nothing is moved and
-    False is returned: moving it would lose a healthy table)."""
+    again into a new one (those ``salvage_vectors`` can read excepted). The folder's other tables
+    stay: during a model switch the other model's table serves. Without a folder of that table
+    the vectors folder itself fails (a file where it belongs): it is moved aside whole, unless it
+    holds another table (then nothing is moved and None is returned: moving it would lose a
+    healthy table). Else the folder where the table's copy is now (``<it>/<table>.lance``; none
+    there when an unfinished table was removed)."""
     folder = path / f"{table}.lance"
     if folder.is_dir() and not any(p.is_file() for p in folder.rglob("*")):
         # A create cut short (a full disk, a kill): empty folders, nothing to keep for inspection.
         shutil.rmtree(folder)
         log.info("vectors_unfinished_table_removed table=%s reason=%s", table, why)
-        return True
+        return folder
     if folder.exists():
         aside = move_aside_into(folder, path)
     elif path.exists() and not (path.is_dir() and any(path.glob("*.lance"))):
         aside = move_aside(path)
     else:
-        return False
+        return None
     log.error("index_rebuilt store=vectors table=%s reason=%s moved_to=%s", table, why, aside)
     if problems is not None:
-        problems.note("stores", f"vectors {why}; moved to {aside.name}, re-embedding")
-    return True
+        problems.note("stores", f"vectors {why}; moved to {aside.name}, re-embedding what cannot be read")
+    return aside
+
+
+def salvage_vectors(aside: Path, into: VectorStore, pooling: str) -> tuple[int, int]:
+    """The rows of the table copy in ``aside`` (moved there by ``discard_vectors``) that can still
+    be read, added to ``into`` (the new table of the same model): only the chunks of a damaged
+    data file are embedded again (one truncated file re-embedded every chunk: hours on a large
+    vault). (rows kept, rows lost); (0, 0) when there is no copy, and every row is lost when the
+    copy cannot be opened at all."""
+    if not (aside / f"{into.name}.lance").is_dir():
+        return 0, 0
+    started = time.monotonic()
+    try:
+        walk = VectorStore(aside, into.model_id, into.dim, pooling).readable_rows()
+    except StoreError as exc:  # the copy does not open (its manifest is damaged): nothing kept
+        log.warning("vectors_salvage_failed table=%s error=%s", into.name, exc)
+        return 0, 0
+    kept = 0
+    for rows, vectors in walk.batches():
+        into.add(rows, vectors)  # a failure here is the new table's: raised, as any write's
+        kept += len(rows)
+    log.warning(
+        "vectors_salvaged table=%s kept=%d lost=%d reads=%d seconds=%.2f",
+        into.name,
+        kept,
+        walk.lost_rows,
+        walk.reads,
+        time.monotonic() - started,
+    )
+    return kept, walk.lost_rows
 
 
 def move_aside_into(item: Path, store: Path) -> Path:

@@ -29,6 +29,7 @@ from sidecar.contracts.errors import (
     store_error_class,
 )
 from sidecar.runtime.orphan import child_env
+from sidecar.stores.salvage import Salvage
 
 log = logging.getLogger(__name__)
 
@@ -370,6 +371,25 @@ class VectorStore:
         flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
         vectors = np.asarray(flat, dtype=np.float32).reshape(-1, self.dim)
         return dict(zip(table.column("chunk_id").to_pylist(), vectors, strict=True))
+
+    def readable_rows(self, batch: int = 5000) -> Salvage[tuple[list[tuple[str, str, str, str]], Any]]:
+        """The rows that can be read, in batches of (rows, vectors) as ``add`` takes them, past
+        unreadable runs (a truncated data file: see ``stores.salvage``)."""
+        columns = ["chunk_id", "key", "source", "agent", "vector"]
+
+        def read(lo: int, hi: int) -> tuple[list[tuple[str, str, str, str]], Any] | None:
+            try:
+                got = self._table.take_offsets(list(range(lo, hi))).select(columns).to_arrow()
+            except (OSError, ValueError, RuntimeError) as exc:
+                log.debug("vectors_unreadable table=%s rows=%d-%d error=%s", self.name, lo, hi, exc)
+                return None
+            rows = list(
+                zip(*(got.column(c).to_pylist() for c in ("chunk_id", "key", "source", "agent")), strict=True)
+            )
+            flat = got.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+            return rows, np.asarray(flat, dtype=np.float32).reshape(-1, self.dim)
+
+        return Salvage(self.count(), read, batch)
 
     def verify(self) -> None:
         """Read the whole table once (every id, every vector by a flat scan); StoreError if any
