@@ -648,3 +648,24 @@ def test_install_says_what_it_replaces(tmp_path: Path) -> None:
     moved = _sidecar("service", "install", env={**env, "SIDECAR_HOME": str(tmp_path / "new")})
     assert moved.returncode == 0 and "held another setup" in moved.stderr
     assert f"the home {tmp_path / 'old'} -> {tmp_path / 'new'}" in moved.stderr
+
+
+def test_the_sandboxed_service_may_write_the_state_folder(tmp_path: Path) -> None:
+    """The home's identity is recorded in the state folder (outside the home): under the unit's
+    ProtectSystem=strict it was read-only, so a service never recorded it and a restart on an
+    unmounted share's bare mount point was taken as the home. The unit lists it writable,
+    install makes it, and a state folder of XDG_STATE_HOME goes into the unit's environment."""
+    from sidecar.clients.service import _outside_home, pinned_env
+
+    state = Path("/var/lib/sidecar-test-state")  # outside /tmp (listed whole there); not created
+    cfg = load_config(flags={"home": str(tmp_path / "home")}, env={"XDG_STATE_HOME": str(state)})
+    assert cfg.state_dir == state / "sidecar"
+    unit = service_file(cfg, tmp_path, platform="linux", sandbox=True)
+    writable = next(line for line in unit.text.splitlines() if line.startswith("ReadWritePaths="))
+    assert f"-{state / 'sidecar'}" in writable.split("=", 1)[1].split(), writable
+    assert state / "sidecar" in _outside_home(cfg)  # what install makes (``prepare``)
+    assert ("XDG_STATE_HOME", str(state)) in pinned_env(cfg)
+    default = load_config(flags={"home": str(tmp_path / "home")}, env={})
+    assert all(name != "XDG_STATE_HOME" for name, _ in pinned_env(default))
+    example = (Path(__file__).parent.parent / "systemd" / "sidecar.service").read_text()
+    assert "-%h/.local/state/sidecar" in example

@@ -118,6 +118,9 @@ def pinned_env(cfg: Config) -> list[tuple[str, str]]:
     default socket follows XDG_RUNTIME_DIR, which the service manager sets its own way), and
     every other setting this command took from a flag or a variable."""
     out = [(env_name("home"), str(cfg.home)), (env_name("socket"), str(cfg.socket_path))]
+    if cfg.state_dir is not None and cfg.state_dir != Path("~/.local/state/sidecar").expanduser():
+        # The state folder follows XDG_STATE_HOME, which the service manager does not pass on.
+        out.append(("XDG_STATE_HOME", str(cfg.state_dir.parent)))
     for s in settings():
         origin = cfg.origins.get(s.dotted, "default")
         if s.dotted in ("home", "socket") or not (origin == "flag" or origin.startswith("environment ")):
@@ -227,9 +230,12 @@ def installed_setup(text: str, platform: str = sys.platform) -> Setup:
 
 def _outside_home(cfg: Config) -> list[Path]:
     """Folders the daemon writes besides its home: the socket's and the model cache's, when set
-    elsewhere (read-only under ProtectSystem=strict unless listed)."""
+    elsewhere, and the state folder (read-only under ProtectSystem=strict unless listed)."""
     out: list[Path] = []
-    for folder in (cfg.socket_path.parent, cfg.prepared_dir):
+    # The state folder keeps the home's identity: read-only under the sandbox, the record was
+    # never written for a service, and a restart on an unmounted share took the bare mount point.
+    state = [cfg.state_dir] if cfg.state_dir is not None else []
+    for folder in (cfg.socket_path.parent, cfg.prepared_dir, *state):
         if not folder.is_relative_to(cfg.home) and folder not in out:
             out.append(folder)
     return out
