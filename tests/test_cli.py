@@ -776,6 +776,9 @@ def test_status_with_the_vault_not_mounted_says_it_waits(shared: DaemonProcess) 
     vault = next(r["path"] for r in h["roots"] if r["name"] == "vault")
     assert f"Index: waiting for {vault} to be readable (see Roots); nothing indexed yet" in text
     assert "vectors are being computed" not in text
+    # The wiki lies in the vault: its problem is the vault's, said once.
+    assert re.search(r"\n  wiki +offline .*\(offline with the vault\)\n", text), text
+    assert text.count("is mounted and readable") == 1 and text.count("does not exist or is not mounted") == 1
 
 
 def test_status_sums_up_many_inboxes_and_names_those_with_a_problem(shared: DaemonProcess) -> None:

@@ -294,8 +294,12 @@ def _root_lines(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
 
 def _each_root(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
     lines = []
+    vault_offline = any(r["name"] == "vault" and r["mode"] == "offline" for r in roots)
     for r in roots:
         extra = f"  PROBLEM: {shown(r['error'])}" if r.get("error") else ""  # may name a file
+        with_vault = r["name"] == "wiki" and r["mode"] == "offline" and vault_offline
+        if with_vault:  # the wiki lies in the vault: one problem, said once (on the vault's line)
+            extra = "  (offline with the vault)"
         if r.get("absent") and not extra:
             # The wiki is optional and named by default: a quick start without one was told
             # something was wrong with a name it never set.
@@ -321,7 +325,7 @@ def _each_root(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
                 f"    {r['held_deletions']:,} deletions held ({hold['kind']}) since {_ago(hold['since'])}"
                 f"{when}; to apply them now: {hold['confirm']}"
             )
-        if r["mode"] == "offline":
+        if r["mode"] == "offline" and not with_vault:
             todo.append(f"check that {shown(r['path'])} is mounted and readable")
         elif r["mode"] == "held" and hold:
             todo.append(
