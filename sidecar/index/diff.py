@@ -26,6 +26,7 @@ from sidecar.config import Config
 from sidecar.index.problems import Problems
 from sidecar.stores.manifest import FileState, Manifest
 from sidecar.vault.homeguard import held
+from sidecar.vault.mounts import stable_inodes
 from sidecar.vault.sources import (
     TWIN_REASON,
     NoteFile,
@@ -39,6 +40,7 @@ from sidecar.vault.sources import (
     root_refusal,
     roots,
     scan,
+    stored_id,
     vault_roots,
 )
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
@@ -77,7 +79,9 @@ class Diff:
     gone: list[str] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
     unchanged: int = 0
-    stamps: list[tuple[str, int, int, int]] = field(default_factory=list)  # unchanged: (key, stat)
+    # Unchanged notes whose ctime, device or inode the manifest lacks: (key, mtime, size, ctime,
+    # dev, ino).
+    stamps: list[tuple[str, int, int, int, int, int]] = field(default_factory=list)
     # The notes a rule leaves out, where this sweep looked (links.set_excluded): a root listed
     # whole or a folder walked (a key prefix, ending in "/"), or one changed path (its key) ->
     # the excluded notes found there, {key: rule}.
@@ -93,6 +97,7 @@ class _Listing:
     known: dict[str, FileState]
     missing: list[str]
     started: float
+    excluded: list[NoteFile] = field(default_factory=list)  # notes there that a rule leaves out
 
 
 def _related(old: str, new: str) -> bool:
@@ -236,7 +241,9 @@ class ChangeFinder:
         notes = [f for f in found if isinstance(f, NoteFile)]
         prefix = root.key_of("x")[:-1]  # "vault/", "wiki/", "memory/<agent>/"
         known = self.manifest.file_states(prefix)
-        notes = self._without_excluded(root, notes, known, diff, {} if excluded is None else excluded)
+        notes, left_out = self._without_excluded(
+            root, notes, known, diff, {} if excluded is None else excluded
+        )
         skipped = [s for s in found if isinstance(s, Skipped)]
         self._skips = {k: v for k, v in self._skips.items() if k[0] != root.name}
         for s in skipped:
@@ -251,7 +258,7 @@ class ChangeFinder:
         # An error reading a folder (or a file's stat) is no evidence that its notes are gone.
         kept = self._unreadable_prefixes(root, skipped)
         missing = [k for k in known if k not in seen and not k.startswith(kept)]
-        return _Listing(root, notes, known, missing, t0)
+        return _Listing(root, notes, known, missing, t0, left_out)
 
     def _decide(
         self, listing: _Listing, listings: Sequence[_Listing], diff: Diff, confirm: bool, alien: set[str]
@@ -289,13 +296,14 @@ class ChangeFinder:
         its mtime and size and its name or its folder (a folder moved or renamed, a note renamed
         in place), or when the same bytes with the same mtime are indexed under another key that
         this sweep saw (a move whose new half an earlier sweep indexed). A note that a rule
-        leaves out is no evidence: an excluded backup of the notes (rsync -a keeps their times)
-        looks like where a vanished share's notes went, so a folder moved into an excluded one
-        is held like a loss (status names the command that applies it). Each new file accounts
+        leaves out is evidence only as the very file (``_renamed_out``): an excluded backup of the
+        notes (rsync -a keeps their times) looks like where a vanished share's notes went, so a
+        look-alike there is no move and the loss is held. Each new file accounts
         for one missing note: an emptied share is not made good by a few look-alikes. A root
         whose folder is not the share now (``alien``) is no evidence either way."""
         manifest = self.manifest
         trusted = [x for x in listings if x.root.name not in alien]
+        moved = self._renamed_out(listing, trusted)
         present: dict[str, NoteFile] = {n.key: n for x in trusted for n in x.notes}
         fresh = {n.key: n for x in trusted for n in x.notes if n.key not in x.known}
         events = {n.key: n for n in diff.work if n.key not in present}
@@ -305,8 +313,9 @@ class ChangeFinder:
         by_stat: dict[tuple[int, int], list[NoteFile]] = {}
         for n in fresh.values():
             by_stat.setdefault((n.mtime_ns, n.size), []).append(n)
-        moved: set[str] = set()
         for key in listing.missing:
+            if key in moved:
+                continue
             st = listing.known[key]
             pool = by_stat.get((st.mtime_ns, st.size), [])
             match = next((n for n in pool if _related(key, n.key)), None)
@@ -339,6 +348,44 @@ class ChangeFinder:
                 break
         return moved
 
+    def _renamed_out(self, listing: _Listing, trusted: Sequence[_Listing]) -> set[str]:
+        """The missing keys of ``listing`` whose very file lies where a rule leaves it out now (a
+        folder moved into an excluded one): gone from the index at once, no loss.
+
+        Only a rename keeps a file's device and inode: a copy (a backup, ``cp -p``, ``rsync -a``, a
+        sync tool's copy-then-delete) gets a new inode even where it keeps the mtime, so an
+        excluded backup never passes for where vanished notes went, however and whenever it was
+        made. An inode number is given again once its file is deleted, so the file must also have
+        the note's recorded mtime and size: a rename keeps both, a new file given a freed number
+        has its own (one that has both is a copy of a note truly deleted, which the hold would
+        delete too). The number must be one that lasts (``mounts.stable_inodes``): on SMB, FAT or
+        most FUSE filesystems it may be given anew at a remount and name another file; there, and
+        where it is 0 or the file has other links (``sources.file_id``), the notes are held as any
+        loss. Both files are on the root's own filesystem, not on one mounted inside it."""
+        if not listing.missing or not self._own_inodes(listing.root):
+            return set()
+        found: dict[tuple[int, int], NoteFile] = {}
+        for x in trusted:
+            if x.excluded and self._own_inodes(x.root):
+                ident = self.supervisor.status(x.root).identity
+                dev = stored_id(ident.dev) if ident is not None else 0
+                found.update(((n.dev, n.ino), n) for n in x.excluded if n.ino and n.dev == dev)
+        out: set[str] = set()
+        for key in listing.missing:
+            st = listing.known[key]
+            n = found.get((st.dev, st.ino)) if st.ino else None
+            if n is not None and (n.mtime_ns, n.size) == (st.mtime_ns, st.size):
+                del found[(st.dev, st.ino)]  # one file, one note
+                out.add(key)
+        if out:
+            log.info("notes_moved_out root=%s count=%d into=excluded folder", listing.root.name, len(out))
+        return out
+
+    def _own_inodes(self, root: Root) -> bool:
+        """Whether a root's inode numbers say which file is which (known filesystem, not a share)."""
+        st = self.supervisor.status(root)
+        return st.identity is not None and not st.network and stable_inodes(st.fs_type)
+
     def _add_work(self, notes: Sequence[NoteFile], known: dict[str, FileState], diff: Diff) -> None:
         for n in notes:
             st = known.get(n.key)
@@ -350,8 +397,8 @@ class ChangeFinder:
                 diff.work.append(n)
             else:
                 diff.unchanged += 1
-                if not st.ctime_ns and n.ctime_ns:
-                    diff.stamps.append((n.key, n.mtime_ns, n.size, n.ctime_ns))  # kept from now on
+                if (not st.ctime_ns and n.ctime_ns) or (st.dev, st.ino) != (n.dev, n.ino):
+                    diff.stamps.append((n.key, n.mtime_ns, n.size, n.ctime_ns, n.dev, n.ino))
 
     def _unreadable_prefixes(self, root: Root, skipped: Sequence[Skipped]) -> tuple[str, ...]:
         """Key prefixes (and keys) under folders and files that could not be read; reported."""
@@ -594,12 +641,13 @@ class ChangeFinder:
         states: dict[str, FileState],
         diff: Diff,
         counts: dict[str, int],
-    ) -> list[NoteFile]:
-        """Drop excluded notes; indexed ones are deleted at once (a rule is no vanished mount, so
-        the mass-deletion guard does not hold them)."""
+    ) -> tuple[list[NoteFile], list[NoteFile]]:
+        """The notes kept, and those a rule leaves out; indexed ones of the latter are deleted at
+        once (a rule is no vanished mount, so the mass-deletion guard does not hold them)."""
         if root.source == "memory":
-            return notes
+            return notes, []
         kept: list[NoteFile] = []
+        dropped: list[NoteFile] = []
         prefix = root.key_of("x")[:-1]
         # Kept as link targets (notes.links.set_excluded), whichever rule it is: Obsidian's
         # Excluded files hide a note from search, not from links; index.exclude is sidecar's own
@@ -614,10 +662,11 @@ class ChangeFinder:
             else:
                 counts[rule] = counts.get(rule, 0) + 1
                 left_out[n.key] = rule
+                dropped.append(n)
         for key in [k for k in states if k.startswith(prefix) and self.excluded_by(k) is not None]:
             diff.gone.append(key)
             del states[key]
-        return kept
+        return kept, dropped
 
 
 # Skipped for a reason that says nothing about the note's text: its indexed text stays.
@@ -630,7 +679,8 @@ def _file(  # noqa: PLR0911 - one return per kind of file
     root: Root, path: Path, rel: str, st: os.stat_result, *, base: Path, max_bytes: int
 ) -> NoteFile | Skipped | None:
     """A changed path of ``root`` that is no folder: a note, a skip, or None (no note)."""
-    if stat.S_ISLNK(st.st_mode):  # followed only where a scan follows it
+    linked = stat.S_ISLNK(st.st_mode)
+    if linked:  # followed only where a scan follows it
         why = "symlink in a memory inbox (never followed)" if root.source == "memory" else None
         try:
             why = why or link_refusal(root, path, base)
@@ -650,7 +700,7 @@ def _file(  # noqa: PLR0911 - one return per kind of file
         return Skipped(path, TWIN_REASON)
     if st.st_size > max_bytes:
         return Skipped(path, "too large")
-    return NoteFile.of(root.key_of(rel), root, path, rel, st)
+    return NoteFile.of(root.key_of(rel), root, path, rel, st, linked=linked)
 
 
 def _prefix(root: Root, rel: str) -> str:

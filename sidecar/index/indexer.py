@@ -179,7 +179,7 @@ class Indexer:
         if only is None:
             act.excluded = excluded
         if diff.stamps:
-            self.manifest.stamp_ctimes(diff.stamps)
+            self.manifest.stamp(diff.stamps)
         act.phase, act.total = "indexing", len(diff.work) + len(diff.gone)
         changed = self._apply(diff, every if not paths else None, progress, stop)
         self._retire_emptied(diff.gone, names)
@@ -432,7 +432,7 @@ class Indexer:
                 continue
             read.append(note)
             if p.parsed is None and p.skip_reason is None:
-                self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns)
+                self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns, (note.dev, note.ino))
                 continue
             prepared.append(p)
         self.changes.read_again(read)
@@ -458,7 +458,7 @@ class Indexer:
             # Only its status changed (a chmod that made it unreadable): remember that, or every
             # sweep reads it again. A changed mtime or size stays unrecorded, so the new text is
             # read once the note can be read.
-            self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns)
+            self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns, (note.dev, note.ino))
 
     def delete(self, keys: Sequence[str]) -> None:
         """Remove notes from every store (intent first, so a crash mid-way is redone)."""

@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 # Below this much free space a rewrite at open is not worth its seconds.
 _SHRINK_MIN_BYTES = 8 * 2**20
 
+# A file's columns as ``FileState`` holds them.
+_STATE_COLUMNS = "key, mtime_ns, size, hash, state, ctime_ns, dev, ino"
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS files (
@@ -47,7 +50,7 @@ CREATE TABLE IF NOT EXISTS files (
   mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL, hash TEXT NOT NULL, state TEXT NOT NULL,
   title TEXT NOT NULL DEFAULT '', tags TEXT NOT NULL DEFAULT '[]', front_matter TEXT NOT NULL DEFAULT '{}',
   chunks INTEGER NOT NULL DEFAULT 0, error TEXT, indexed_at REAL NOT NULL DEFAULT 0,
-  ctime_ns INTEGER NOT NULL DEFAULT 0
+  ctime_ns INTEGER NOT NULL DEFAULT 0, dev INTEGER NOT NULL DEFAULT 0, ino INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS chunks (
   chunk_id TEXT PRIMARY KEY, key TEXT NOT NULL, ord INTEGER NOT NULL, text TEXT NOT NULL,
@@ -221,6 +224,8 @@ class FileRecord:
     front_matter: str = "{}"
     error: str | None = None
     ctime_ns: int = 0  # the file's status change time; 0 where unknown
+    dev: int = 0  # the file's device and inode (sources.file_id); 0 where unknown
+    ino: int = 0
 
 
 @dataclass(frozen=True)
@@ -259,6 +264,8 @@ class FileState:
     hash: str
     state: str
     ctime_ns: int = 0  # 0: not known (written before it was kept)
+    dev: int = 0  # the file's device and inode as last seen; 0: not known (or no evidence)
+    ino: int = 0
 
 
 @dataclass(frozen=True)
@@ -329,6 +336,12 @@ class Manifest(VectorBook):
             if columns and "ctime_ns" not in columns:
                 # Edits that keep size and mtime (mtime restored, coarse clocks) change ctime.
                 self._db.execute("ALTER TABLE files ADD COLUMN ctime_ns INTEGER NOT NULL DEFAULT 0")
+            if columns and "ino" not in columns:
+                # The file's device and inode tell a note renamed into an excluded folder from a
+                # copy of it there (index.diff). 0 is "not known": such a note is held as before
+                # until a sweep has recorded them (no note is read again for it).
+                self._db.execute("ALTER TABLE files ADD COLUMN dev INTEGER NOT NULL DEFAULT 0")
+                self._db.execute("ALTER TABLE files ADD COLUMN ino INTEGER NOT NULL DEFAULT 0")
             self._db.executescript(_SCHEMA)
             if links.ensure_schema(self._db) and version != 0:
                 # Schema 4 adds the link graph, read from the notes themselves: forget their
@@ -469,9 +482,7 @@ class Manifest(VectorBook):
 
     def file_states(self, prefix: str = "") -> dict[str, FileState]:
         where, args = _under(prefix)
-        rows = self._query(
-            f"SELECT key, mtime_ns, size, hash, state, ctime_ns FROM files WHERE {where}", args
-        )
+        rows = self._query(f"SELECT {_STATE_COLUMNS} FROM files WHERE {where}", args)
         return {r[0]: FileState(*r[1:]) for r in rows}
 
     def memory_agents(self) -> list[str]:
@@ -490,9 +501,7 @@ class Manifest(VectorBook):
     def file_states_of(self, keys: Sequence[str]) -> dict[str, FileState]:
         out: dict[str, FileState] = {}
         for part, marks in _in_groups(keys):
-            rows = self._query(
-                f"SELECT key, mtime_ns, size, hash, state, ctime_ns FROM files WHERE key IN ({marks})", part
-            )
+            rows = self._query(f"SELECT {_STATE_COLUMNS} FROM files WHERE key IN ({marks})", part)
             out.update((r[0], FileState(*r[1:])) for r in rows)
         return out
 
@@ -545,30 +554,39 @@ class Manifest(VectorBook):
         with self.transaction() as db:
             for r in records:
                 db.execute(
-                    "INSERT INTO files(key, source, agent, rel, mtime_ns, size, hash, state, ctime_ns) "
-                    "VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET state = excluded.state",
-                    (r.key, r.source, r.agent, r.rel, r.mtime_ns, r.size, r.hash, r.state, r.ctime_ns),
+                    "INSERT INTO files(key, source, agent, rel, mtime_ns, size, hash, state, ctime_ns, "
+                    "dev, ino) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
+                    "ON CONFLICT(key) DO UPDATE SET state = excluded.state",
+                    (
+                        *(r.key, r.source, r.agent, r.rel, r.mtime_ns, r.size, r.hash, r.state),
+                        *(r.ctime_ns, r.dev, r.ino),
+                    ),
                 )
 
     def mark_state(self, keys: Iterable[str], state: str) -> None:
         with self.transaction() as db:
             db.executemany("UPDATE files SET state = ? WHERE key = ?", [(state, k) for k in keys])
 
-    def touch(self, key: str, mtime_ns: int, size: int, ctime_ns: int = 0) -> None:
+    def touch(
+        self, key: str, mtime_ns: int, size: int, ctime_ns: int = 0, file_id: tuple[int, int] = (0, 0)
+    ) -> None:
         """Same content, new stat (a `touch`, a copy that kept the bytes): remember the stat only."""
         with self.transaction() as db:
             db.execute(
-                "UPDATE files SET mtime_ns = ?, size = ?, ctime_ns = ? WHERE key = ?",
-                (mtime_ns, size, ctime_ns, key),
+                "UPDATE files SET mtime_ns = ?, size = ?, ctime_ns = ?, dev = ?, ino = ? WHERE key = ?",
+                (mtime_ns, size, ctime_ns, *file_id, key),
             )
 
-    def stamp_ctimes(self, stats: Sequence[tuple[str, int, int, int]]) -> None:
-        """Remember the ctime of unchanged notes indexed without one, unless their row changed
+    def stamp(self, stats: Sequence[tuple[str, int, int, int, int, int]]) -> None:
+        """Remember what a sweep saw of unchanged notes, (key, mtime, size, ctime, dev, ino): the
+        ctime of those indexed without one, and the device and inode each is on now (recorded
+        first by an upgrade's first sweep, or changed by a remount), unless their row changed
         since they were looked at (a memory write in between keeps its own stat)."""
         with self.transaction() as db:
             db.executemany(
-                "UPDATE files SET ctime_ns = ? WHERE key = ? AND mtime_ns = ? AND size = ? AND ctime_ns = 0",
-                [(c, k, m, s) for k, m, s, c in stats],
+                "UPDATE files SET ctime_ns = CASE ctime_ns WHEN 0 THEN ? ELSE ctime_ns END, dev = ?, ino = ? "
+                "WHERE key = ? AND mtime_ns = ? AND size = ?",
+                [(c, d, i, k, m, s) for k, m, s, c, d, i in stats],
             )
 
     def chunk_ids(self, key: str) -> set[str]:
@@ -626,7 +644,8 @@ class Manifest(VectorBook):
         )
         db.execute(
             "INSERT OR REPLACE INTO files(key, source, agent, rel, mtime_ns, size, hash, state, title, tags, "
-            "front_matter, chunks, error, indexed_at, ctime_ns) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "front_matter, chunks, error, indexed_at, ctime_ns, dev, ino) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 record.key,
                 record.source,
@@ -643,6 +662,8 @@ class Manifest(VectorBook):
                 record.error,
                 time.time(),
                 record.ctime_ns,
+                record.dev,
+                record.ino,
             ),
         )
 

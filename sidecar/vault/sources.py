@@ -96,10 +96,38 @@ class NoteFile:
     mtime_ns: int
     size: int
     ctime_ns: int = 0  # status change time: an edit that keeps size and mtime still changes it
+    # The file itself (device, inode): a rename keeps it, a copy never has it. 0 where it is no
+    # evidence of that (see ``file_id``).
+    dev: int = 0
+    ino: int = 0
 
     @classmethod
-    def of(cls, key: str, root: Root, path: Path, rel: str, st: os.stat_result) -> NoteFile:
-        return cls(key, root, path, rel, stamp_ns(st.st_mtime_ns), st.st_size, stamp_ns(st.st_ctime_ns))
+    def of(
+        cls, key: str, root: Root, path: Path, rel: str, st: os.stat_result, *, linked: bool = False
+    ) -> NoteFile:
+        """The note at ``path`` with its stat; ``linked``: found through a file symlink."""
+        dev, ino = (0, 0) if linked else file_id(st)
+        return cls(
+            key, root, path, rel, stamp_ns(st.st_mtime_ns), st.st_size, stamp_ns(st.st_ctime_ns), dev, ino
+        )
+
+
+_ID_MAX = 2**63  # SQLite keeps signed 64-bit integers; st_dev and st_ino are unsigned 64-bit
+
+
+def file_id(st: os.stat_result) -> tuple[int, int]:
+    """(device, inode) of a file as the manifest stores them (signed 64-bit), or (0, 0) when they
+    say nothing of which file it is: no inode (some SMB and FUSE shares report 0), or more links
+    than one (a hard-linked backup, ``cp -al`` or ``rsync --link-dest``, shares the inode of the
+    note it backs up while that note is still there)."""
+    if not st.st_ino or st.st_nlink != 1:
+        return 0, 0
+    return stored_id(st.st_dev), stored_id(st.st_ino)
+
+
+def stored_id(n: int) -> int:
+    """A device or inode number as the manifest stores it (signed 64-bit)."""
+    return n - 2**64 if n >= _ID_MAX else n
 
 
 # SQLite keeps 64-bit integers: a file time after 2262-04-11 (a bad clock, a restored backup;
@@ -421,7 +449,7 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
     return (
         Skipped(Path(entry.path), why)
         if why
-        else NoteFile.of(root.key_of(rel), root, Path(entry.path), rel, st)
+        else NoteFile.of(root.key_of(rel), root, Path(entry.path), rel, st, linked=is_link)
     )
 
 
