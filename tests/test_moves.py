@@ -289,6 +289,186 @@ def _private(make_cfg: Any, vault: Path, rule: str) -> Harness:
     return h
 
 
+@pytest.mark.parametrize("rule", ["obsidian", "index.exclude"])
+@pytest.mark.parametrize("how", ["sweep", "events"])
+def test_a_folder_moved_into_an_excluded_folder_leaves_at_once(
+    make_cfg: Any, vault: Path, how: str, rule: str
+) -> None:
+    """10 of 13 notes moved (renamed) into an excluded folder: the very files are there, not
+    lost, so they leave the index at once, as a new rule's do (the guard held them as "lost 10 of
+    13" for 6 h, searchable under their old paths: a privacy hole)."""
+    h = _private(make_cfg, vault, rule)
+    try:
+        (vault / "Notes").rename(vault / "Private/Notes")
+        _sweep(h, how, {vault / "Notes", vault / "Private/Notes"})
+        _online(h, "vault")
+        assert not _keys(h, "vault/Notes/") and not _keys(h, "vault/Private/")
+        assert _hits(h, "lighthouse") == []
+    finally:
+        h.close()
+
+
+def test_a_move_into_an_excluded_folder_whose_events_came_apart(make_cfg: Any, vault: Path) -> None:
+    """The new half of the move is looked at first, the old half in a later batch of events:
+    the full sweep the deletions ask for finds the files in the excluded folder."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        (vault / "Notes").rename(vault / "Private/Notes")
+        h.indexer.sweep(only=frozenset(), paths={str(vault / "Private/Notes")})
+        h.indexer.sweep(only=frozenset(), paths={str(vault / "Notes")})
+        _online(h, "vault")
+        assert _hits(h, "lighthouse") == []
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("sweep_between", [False, True])
+@pytest.mark.parametrize("how", ["sweep", "events"])
+def test_an_excluded_copy_and_the_notes_deleted_is_held(
+    make_cfg: Any, vault: Path, how: str, sweep_between: bool
+) -> None:
+    """A copy of the notes in the excluded folder (copytree: copy2 keeps mtime and size, the bytes
+    are the same), then the notes deleted, with a sweep between or not (a sync tool's copy-then-
+    delete): only the inode tells a copy from a move, so the loss is held, and status says so."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        shutil.copytree(vault / "Notes", vault / "Private/Notes")
+        if sweep_between:
+            _sweep(h, how, {vault / "Private/Notes"})
+        shutil.rmtree(vault / "Notes")
+        _sweep(h, how, {vault / "Notes", vault / "Private/Notes"})
+        _held(h, 10)
+        st = h.supervisor.roots["vault"]
+        assert st.held_deletions == 10 and "--confirm-deletions vault" in (st.error or "")
+        assert _hits(h, "lighthouse 3") == ["vault/Notes/n3"]
+    finally:
+        h.close()
+
+
+def test_a_hard_linked_backup_is_no_move(make_cfg: Any, vault: Path, tmp_path: Path) -> None:
+    """A backup made of hard links (cp -al, rsync --link-dest) in the excluded folder shares the
+    notes' inodes, mtimes and sizes. Notes/ stops being listed (its files still there): held."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        (vault / "Private/Backup").mkdir()
+        for p in (vault / "Notes").glob("*.md"):
+            os.link(p, vault / "Private/Backup" / p.name)
+        h.sweep()
+        (vault / "Notes").rename(tmp_path / "server-side-Notes")
+        h.sweep()
+        _held(h, 10)
+    finally:
+        h.close()
+
+
+def test_a_moved_note_with_another_mtime_is_no_evidence(make_cfg: Any, vault: Path) -> None:
+    """Inode numbers are given again once their file is deleted: a file in the excluded folder
+    with a missing note's inode but another mtime (what a reused number looks like) is no move."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        (vault / "Notes").rename(vault / "Private/Notes")
+        for p in (vault / "Private/Notes").glob("*.md"):
+            os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 1_000_000_000))
+        h.sweep()
+        _held(h, 10)
+    finally:
+        h.close()
+
+
+def test_a_share_that_reports_inode_0_is_held(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Some SMB and FUSE shares report inode 0 for every file: no inode is evidence of a move,
+    the folder moved into the excluded one is held as today."""
+    import sidecar.vault.sources as sources
+
+    real = sources.file_id
+    monkeypatch.setattr(sources, "file_id", lambda st: real(os.stat_result((*st[:1], 0, *st[2:]))))
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        assert not any(st.ino for st in h.stores.manifest.file_states("vault/").values())
+        (vault / "Notes").rename(vault / "Private/Notes")
+        h.sweep()
+        _held(h, 10)
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("fs_type", ["cifs", "vfat", "fuse.rclone"])
+def test_a_filesystem_whose_inodes_do_not_last_is_held(
+    make_cfg: Any, vault: Path, tmp_path: Path, fs_type: str
+) -> None:
+    """On SMB (without server inode numbers), FAT or a FUSE filesystem an inode number may be
+    given anew at a remount and name another file: a move into the excluded folder is held."""
+    table = tmp_path / "mountinfo"
+    table.write_text(f"22 1 8:1 / / rw - ext4 /dev/sda1 rw\n40 22 0:35 / {vault} rw - {fs_type} x rw\n")
+    _notes(vault / "Notes", 10)
+    write(vault / "Private/diary.md", "# Diary\n")
+    cfg = make_cfg(vault, **{"index.exclude": "Private/", "watch.mountTable": str(table)})
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        (vault / "Notes").rename(vault / "Private/Notes")
+        h.sweep()
+        _held(h, 10)
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("moved", ["after a sweep", "before any sweep"])
+def test_an_upgraded_index_learns_inodes_without_reading(
+    make_cfg: Any, vault: Path, moved: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manifest written before inodes were kept opens as it is and holds such a move as it
+    did; the first sweep records each note's inode from its stat without reading a note again,
+    and a move after it leaves at once."""
+    import sqlite3
+
+    import sidecar.index.records as records_mod
+
+    h = _private(make_cfg, vault, "obsidian")
+    h.close()
+    with sqlite3.connect(h.cfg.index_dir / "manifest.sqlite") as db:
+        db.execute("ALTER TABLE files DROP COLUMN ino")
+        db.execute("ALTER TABLE files DROP COLUMN dev")
+    h = Harness(h.cfg, FakeEmbedder())
+    try:
+        if moved == "after a sweep":
+            reads: list[Path] = []
+            real = records_mod.read_note
+            monkeypatch.setattr(
+                records_mod, "read_note", lambda p, m, r=None: reads.append(p) or real(p, m, r)
+            )
+            h.sweep()
+            assert reads == []
+            assert all(st.ino for st in h.stores.manifest.file_states("vault/").values())
+        (vault / "Notes").rename(vault / "Private/Notes")
+        h.sweep()
+        if moved == "after a sweep":
+            _online(h, "vault")
+            assert _hits(h, "lighthouse") == []
+        else:
+            _held(h, 10)
+    finally:
+        h.close()
+
+
+def test_the_wiki_moved_into_an_excluded_folder_of_the_vault(make_cfg: Any, vault: Path) -> None:
+    """The wiki folder (its own root) moved into the vault's excluded folder: its notes are
+    there, not lost, and leave at once (F5 of the review)."""
+    for i in range(6):
+        write(vault / f"wiki/Pages/w{i}.md", f"# Page {i}\n\nThe tide table of harbour {i}.\n")
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        assert len(_keys(h, "wiki/")) == 7
+        (vault / "wiki").rename(vault / "Private/wiki")
+        h.sweep()
+        _online(h, "vault", "wiki")
+        assert not _keys(h, "wiki/") and _hits(h, "harbour") == []
+    finally:
+        h.close()
+
+
 @pytest.mark.parametrize("restart", [False, True])
 def test_notes_lost_beside_excluded_copies_of_them_are_still_held(
     make_cfg: Any, vault: Path, restart: bool

@@ -366,9 +366,9 @@ class ChangeFinder:
             return set()
         found: dict[tuple[int, int], NoteFile] = {}
         for x in trusted:
-            if x.excluded and self._own_inodes(x.root):
-                ident = self.supervisor.status(x.root).identity
-                dev = stored_id(ident.dev) if ident is not None else 0
+            ident = self.supervisor.status(x.root).identity
+            if x.excluded and ident is not None and self._own_inodes(x.root):
+                dev = stored_id(ident.dev)
                 found.update(((n.dev, n.ino), n) for n in x.excluded if n.ino and n.dev == dev)
         out: set[str] = set()
         for key in listing.missing:
@@ -382,9 +382,10 @@ class ChangeFinder:
         return out
 
     def _own_inodes(self, root: Root) -> bool:
-        """Whether a root's inode numbers say which file is which (known filesystem, not a share)."""
+        """Whether a root's inode numbers say which file is which (a known filesystem, no share;
+        a wiki folder moved away is on the vault's)."""
         st = self.supervisor.status(root)
-        return st.identity is not None and not st.network and stable_inodes(st.fs_type)
+        return not st.network and stable_inodes(st.fs_type)
 
     def _add_work(self, notes: Sequence[NoteFile], known: dict[str, FileState], diff: Diff) -> None:
         for n in notes:
