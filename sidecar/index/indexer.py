@@ -119,7 +119,9 @@ class Indexer:
             before = self.ignore.rules()
             self._refresh_ignore()  # with the probe timeout, as a sweep reads them: a share may hang
             return "Obsidian excluded files" if self.ignore.rules() != before else None
-        self.ignore = IgnoreRules(patterns, self.cfg.vault.path, obsidian)
+        rules = IgnoreRules(patterns, self.cfg.vault.path, obsidian, self.ignore.clock)
+        rules.carry_over(self.ignore)
+        self.ignore = rules
         self.problems.clear("obsidian_settings")  # said again by the next read if still true
         return "index.exclude"
 

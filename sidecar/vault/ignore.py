@@ -4,7 +4,8 @@ Paths are matched relative to the vault, with ``.md`` (the wiki is its folder ``
 so ``Templates/``, ``*.excalidraw.md``, ``/Archive`` and ``!Archive/keep.md`` mean what they mean
 in a ``.gitignore`` (the last matching pattern decides). Obsidian's setting
 (``.obsidian/app.json``, ``userIgnoreFilters``) holds path prefixes (``Archive/``) or regular
-expressions written ``/…/``; it is read again whenever the file changes. Memory inboxes are never
+expressions written ``/…/``; it is read again whenever the file changes, and a file that was
+there and is missing keeps its rules for a while (``SETTINGS_GRACE_S``). Memory inboxes are never
 excluded. Of the project it imports only the confined reads (``sidecar.vault.confine``).
 """
 
@@ -13,8 +14,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,11 @@ log = logging.getLogger(__name__)
 _MAX_SETTINGS_BYTES = 1 << 20
 # A filter matches a short path in microseconds; past this it is backtracking without end.
 _REGEX_TIMEOUT_S = 0.05
+# How long Excluded files read before stay in force while app.json (or all of .obsidian) is
+# missing: Obsidian rewriting its settings, or a sync tool replacing the folder, makes it vanish
+# for a moment, and the sweep its removal starts indexed every excluded note at once. Longer than
+# a sync takes to put it back; a vault that stopped being one of Obsidian's is followed after it.
+SETTINGS_GRACE_S = 30 * 60.0
 
 
 @dataclass(frozen=True)
@@ -67,8 +74,15 @@ class _Rule:
 class IgnoreRules:
     """The exclusion rules of one vault; ``match`` names the rule that leaves a note out."""
 
-    def __init__(self, patterns: Sequence[str], vault: Path | None, obsidian: bool = True) -> None:
+    def __init__(
+        self,
+        patterns: Sequence[str],
+        vault: Path | None,
+        obsidian: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.patterns = tuple(patterns)
+        self.clock = clock
         self.vault = vault
         self.obsidian = obsidian
         self._own: list[_Rule] = []
@@ -79,6 +93,7 @@ class IgnoreRules:
             self._own.append(_Rule("index.exclude", line, pattern=GitIgnoreSpecPattern(line)))
         self._app_stat: tuple[int, int] | None = None
         self._app: list[_Rule] = []
+        self._missing_since: float | None = None  # app.json, read before, not found since then
         # What is wrong with Obsidian's settings as last read (unreadable, filters that are no
         # regular expression), for status: a log line alone left the user wondering why a folder
         # they excluded in Obsidian is searched.
@@ -91,11 +106,11 @@ class IgnoreRules:
         try:
             st = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
-            self._app_stat, self._app = None, []  # no settings: no rules of Obsidian's
-            self.trouble = None
-            return []
+            return self._missing(path)
         except OSError:
             return self._app  # cannot tell now (a share that fails): the rules in force stay
+        if self._missing_since is not None:  # back: read again, which says what is wrong with it now
+            self._missing_since, self._app_stat = None, None
         stamp = (st.st_mtime_ns, st.st_size)
         if stamp == self._app_stat:
             return self._app
@@ -141,6 +156,33 @@ class IgnoreRules:
                 f"nothing out: {shown}"
             )
         return rules
+
+    def _missing(self, path: Path) -> list[_Rule]:
+        """No settings file: no rules of Obsidian's, except that rules read before stay for
+        ``SETTINGS_GRACE_S`` after it went (said in status meanwhile)."""
+        now = self.clock()
+        if self._app and self._missing_since is None:
+            self._missing_since = now
+            log.warning("obsidian_settings_missing path=%s rules_kept=%d", path, len(self._app))
+        if self._app and self._missing_since is not None and now - self._missing_since < SETTINGS_GRACE_S:
+            left = SETTINGS_GRACE_S - (now - self._missing_since)
+            self.trouble = (
+                f"{path} is missing; the {len(self._app)} Excluded files rules read before stay in force "
+                f"until it is back, or for {max(1, round(left / 60))} more min"
+            )
+            return self._app
+        if self._app:
+            log.warning("obsidian_settings_gone path=%s rules_dropped=%d", path, len(self._app))
+        self._app_stat, self._app, self._missing_since = None, [], None
+        self.trouble = None
+        return []
+
+    def carry_over(self, before: IgnoreRules) -> None:
+        """Obsidian's rules as ``before`` (the rules replaced by a configuration reload) read
+        them: a settings file missing at the reload keeps them for what is left of its grace."""
+        if self.obsidian and before.obsidian and self.vault == before.vault:
+            self._app_stat, self._app = before._app_stat, before._app
+            self._missing_since, self.trouble = before._missing_since, before.trouble
 
     def refresh(self) -> None:
         """Re-read Obsidian's settings if they changed (called once per sweep)."""
