@@ -340,6 +340,7 @@ def test_an_excluded_copy_and_the_notes_deleted_is_held(
         _held(h, 10)
         st = h.supervisor.roots["vault"]
         assert st.held_deletions == 10 and "--confirm-deletions vault" in (st.error or "")
+        assert "10 of them have a copy with the same time and size in an excluded folder" in (st.error or "")
         assert _hits(h, "lighthouse 3") == ["vault/Notes/n3"]
     finally:
         h.close()

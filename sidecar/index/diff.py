@@ -268,10 +268,12 @@ class ChangeFinder:
         supervisor = self.supervisor
         root, notes, known, missing = listing.root, listing.notes, listing.known, listing.missing
         moved: set[str] = set()
+        copies = 0
         if supervisor.may_hold(root, len(known), len(missing), len(notes)):
             moved = self._moves(listing, listings, alien, diff)
+            copies = self._excluded_copies(listing, listings, alien, moved)
         hold = supervisor.hold_deletions(
-            root, len(known), len(missing), len(notes), confirm, moved=len(moved)
+            root, len(known), len(missing), len(notes), confirm, moved=len(moved), copies=copies
         )
         if hold is None:
             supervisor.mark_online(root)
@@ -380,6 +382,19 @@ class ChangeFinder:
         if out:
             log.info("notes_moved_out root=%s count=%d into=excluded folder", listing.root.name, len(out))
         return out
+
+    def _excluded_copies(
+        self, listing: _Listing, listings: Sequence[_Listing], alien: set[str], moved: set[str]
+    ) -> int:
+        """How many of the missing notes that are no move have a look-alike (same mtime and size)
+        where a rule leaves it out: no evidence (a backup looks so), but status says it, as the
+        user may know it for a move by copying (a sync tool) that ``--confirm-deletions`` ends."""
+        sizes = {(n.mtime_ns, n.size) for x in listings if x.root.name not in alien for n in x.excluded}
+        return sum(
+            1
+            for k in listing.missing
+            if k not in moved and (listing.known[k].mtime_ns, listing.known[k].size) in sizes
+        )
 
     def _own_inodes(self, root: Root) -> bool:
         """Whether a root's inode numbers say which file is which (a known filesystem, no share;

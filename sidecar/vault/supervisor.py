@@ -400,7 +400,15 @@ class Supervisor:
         )
 
     def hold_deletions(
-        self, root: Root, known: int, missing: int, present: int, confirmed: bool, *, moved: int = 0
+        self,
+        root: Root,
+        known: int,
+        missing: int,
+        present: int,
+        confirmed: bool,
+        *,
+        moved: int = 0,
+        copies: int = 0,
     ) -> str | None:
         """Why this sweep must not delete (``unmounted``, ``device``, ``empty``, ``mass``), or None.
 
@@ -410,6 +418,7 @@ class Supervisor:
         ``moved`` of the ``missing`` notes turned up under other keys in the same sweep: moves,
         no loss, so they count neither toward ``empty`` nor toward ``mass``. They say nothing
         about the mount, though: a root that is not on the mount it was holds them all.
+        ``copies`` of the held notes have a look-alike in an excluded folder (said, no evidence).
         """
         lost = missing - moved
         st = self.status(root)
@@ -471,6 +480,12 @@ class Supervisor:
         if kind == "mass":
             left = self.cfg.index.mass_deletion_hold_minutes * 60 - (now - since)
             then = f"applied in {_duration(left)} unless they come back"
+            if copies:
+                # A copy is no move (a backup looks the same): the user may know it for one.
+                why += (
+                    f" ({copies} of them have a copy with the same time and size in an excluded "
+                    "folder: moved there by copying, or a backup?)"
+                )
         else:
             then = "held while it stays so"
         self.mark_offline(
