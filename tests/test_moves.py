@@ -454,16 +454,18 @@ def test_an_upgraded_index_learns_inodes_without_reading(
         h.close()
 
 
-def test_the_wiki_moved_into_an_excluded_folder_of_the_vault(make_cfg: Any, vault: Path) -> None:
+@pytest.mark.parametrize("how", ["sweep", "events"])
+def test_the_wiki_moved_into_an_excluded_folder_of_the_vault(make_cfg: Any, vault: Path, how: str) -> None:
     """The wiki folder (its own root) moved into the vault's excluded folder: its notes are
-    there, not lost, and leave at once (F5 of the review)."""
+    there, not lost, and leave at once (F5 of the review). By file events only the wiki is
+    listed: the vault's walk of the folder they name finds the files."""
     for i in range(6):
         write(vault / f"wiki/Pages/w{i}.md", f"# Page {i}\n\nThe tide table of harbour {i}.\n")
     h = _private(make_cfg, vault, "obsidian")
     try:
         assert len(_keys(h, "wiki/")) == 7
         (vault / "wiki").rename(vault / "Private/wiki")
-        h.sweep()
+        _sweep(h, how, {vault / "wiki", vault / "Private/wiki"})
         _online(h, "vault", "wiki")
         assert not _keys(h, "wiki/") and _hits(h, "harbour") == []
     finally:

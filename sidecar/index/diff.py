@@ -86,6 +86,9 @@ class Diff:
     # whole or a folder walked (a key prefix, ending in "/"), or one changed path (its key) ->
     # the excluded notes found there, {key: rule}.
     excluded: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Those that file events' paths found, with their stat: where a root this sweep lists in
+    # full (the wiki, its folder moved into an excluded one of the vault) may find its notes.
+    left_out: list[NoteFile] = field(default_factory=list)
 
 
 @dataclass
@@ -271,7 +274,7 @@ class ChangeFinder:
         copies = 0
         if supervisor.may_hold(root, len(known), len(missing), len(notes)):
             moved = self._moves(listing, listings, alien, diff)
-            copies = self._excluded_copies(listing, listings, alien, moved)
+            copies = self._excluded_copies(listing, listings, alien, moved, diff.left_out)
         hold = supervisor.hold_deletions(
             root, len(known), len(missing), len(notes), confirm, moved=len(moved), copies=copies
         )
@@ -305,7 +308,7 @@ class ChangeFinder:
         whose folder is not the share now (``alien``) is no evidence either way."""
         manifest = self.manifest
         trusted = [x for x in listings if x.root.name not in alien]
-        moved = self._renamed_out(listing, trusted)
+        moved = self._renamed_out(listing, trusted, [n for n in diff.left_out if n.root.name not in alien])
         present: dict[str, NoteFile] = {n.key: n for x in trusted for n in x.notes}
         fresh = {n.key: n for x in trusted for n in x.notes if n.key not in x.known}
         events = {n.key: n for n in diff.work if n.key not in present}
@@ -350,7 +353,9 @@ class ChangeFinder:
                 break
         return moved
 
-    def _renamed_out(self, listing: _Listing, trusted: Sequence[_Listing]) -> set[str]:
+    def _renamed_out(
+        self, listing: _Listing, trusted: Sequence[_Listing], looked: Sequence[NoteFile]
+    ) -> set[str]:
         """The missing keys of ``listing`` whose very file lies where a rule leaves it out now (a
         folder moved into an excluded one): gone from the index at once, no loss.
 
@@ -363,20 +368,27 @@ class ChangeFinder:
         delete too). The number must be one that lasts (``mounts.stable_inodes``): on SMB, FAT or
         most FUSE filesystems it may be given anew at a remount and name another file; there, and
         where it is 0 or the file has other links (``sources.file_id``), the notes are held as any
-        loss. Both files are on the root's own filesystem, not on one mounted inside it."""
+        loss. Both files are on the root's own filesystem, not on one mounted inside it. Where
+        they are: what a listing of this sweep left out, or the walk of a file event's path
+        (``looked``: a wiki moved into the vault's excluded folder lists only the wiki)."""
         if not listing.missing or not self._own_inodes(listing.root):
             return set()
         found: dict[tuple[int, int], NoteFile] = {}
+        by_root: dict[Root, list[NoteFile]] = {}
+        for n in looked:
+            by_root.setdefault(n.root, []).append(n)
         for x in trusted:
-            ident = self.supervisor.status(x.root).identity
-            if x.excluded and ident is not None and self._own_inodes(x.root):
+            by_root.setdefault(x.root, []).extend(x.excluded)
+        for root, files in by_root.items():
+            ident = self.supervisor.status(root).identity
+            if ident is not None and self._own_inodes(root):
                 dev = stored_id(ident.dev)
-                found.update(((n.dev, n.ino), n) for n in x.excluded if n.ino and n.dev == dev)
+                found.update(((f.dev, f.ino), f) for f in files if f.ino and f.dev == dev)
         out: set[str] = set()
         for key in listing.missing:
             st = listing.known[key]
-            n = found.get((st.dev, st.ino)) if st.ino else None
-            if n is not None and (n.mtime_ns, n.size) == (st.mtime_ns, st.size):
+            there = found.get((st.dev, st.ino)) if st.ino else None
+            if there is not None and (there.mtime_ns, there.size) == (st.mtime_ns, st.size):
                 del found[(st.dev, st.ino)]  # one file, one note
                 out.add(key)
         if out:
@@ -384,12 +396,18 @@ class ChangeFinder:
         return out
 
     def _excluded_copies(
-        self, listing: _Listing, listings: Sequence[_Listing], alien: set[str], moved: set[str]
+        self,
+        listing: _Listing,
+        listings: Sequence[_Listing],
+        alien: set[str],
+        moved: set[str],
+        looked: Sequence[NoteFile],
     ) -> int:
         """How many of the missing notes that are no move have a look-alike (same mtime and size)
         where a rule leaves it out: no evidence (a backup looks so), but status says it, as the
         user may know it for a move by copying (a sync tool) that ``--confirm-deletions`` ends."""
-        sizes = {(n.mtime_ns, n.size) for x in listings if x.root.name not in alien for n in x.excluded}
+        files = [*looked, *(n for x in listings for n in x.excluded)]
+        sizes = {(n.mtime_ns, n.size) for n in files if n.root.name not in alien}
         return sum(
             1
             for k in listing.missing
@@ -522,7 +540,10 @@ class ChangeFinder:
                 missing.update(k for k in manifest.file_states(_prefix(root, rel)) if not k.startswith(kept))
         for n in notes:
             self._skips.pop((root.name, str(n.path)), None)
+        seen = notes
         notes, excluded = self._excluded_seen(root, notes, missing, gone=gone, walked=walked)
+        kept_keys = {n.key for n in notes}
+        left_out = [n for n in seen if n.key not in kept_keys]
         for s in found:
             if not isinstance(s, Skipped):
                 continue
@@ -540,6 +561,7 @@ class ChangeFinder:
             return False
         diff.gone.extend(sorted(missing))
         diff.excluded.update(excluded)
+        diff.left_out.extend(left_out)
         self._add_work(notes, manifest.file_states_of([n.key for n in notes]), diff)
         return True
 
