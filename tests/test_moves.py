@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sidecar.vault import sources
+from sidecar.vault.birth import birth_ns
 from tests.conftest import FakeEmbedder, Harness, write
 
 
@@ -395,12 +398,14 @@ def test_a_share_that_reports_inode_0_is_held(
         h.close()
 
 
-@pytest.mark.parametrize("fs_type", ["cifs", "vfat", "fuse.rclone"])
+@pytest.mark.parametrize("fs_type", ["cifs", "vfat", "fuse.rclone", "tmpfs", "overlay"])
 def test_a_filesystem_whose_inodes_do_not_last_is_held(
     make_cfg: Any, vault: Path, tmp_path: Path, fs_type: str
 ) -> None:
     """On SMB (without server inode numbers), FAT or a FUSE filesystem an inode number may be
-    given anew at a remount and name another file: a move into the excluded folder is held."""
+    given anew at a remount and name another file: a move into the excluded folder is held. On
+    tmpfs and overlay numbers last only as long as the mount, which the manifest outlives (a
+    tmpfs vault refilled at boot gives its files last boot's numbers)."""
     table = tmp_path / "mountinfo"
     table.write_text(f"22 1 8:1 / / rw - ext4 /dev/sda1 rw\n40 22 0:35 / {vault} rw - {fs_type} x rw\n")
     _notes(vault / "Notes", 10)
@@ -688,5 +693,146 @@ def test_full_sweep_overwrites_what_events_recorded_meanwhile(make_cfg: Any, vau
         # ... then the sweep's own record, from its listing made before the rename, replaces it
         rows = {r[0] for r in h.stores.manifest.read("SELECT key FROM excluded_notes")}
         assert rows == {"vault/Archive/Years/2024 Review"}, rows
+    finally:
+        h.close()
+
+
+# --- the evidence of a rename into an excluded folder, as a review found it wanting ---------------
+
+
+@pytest.mark.parametrize("name", ["{stem}~20261205-083000.md", "{stem} copy.md"])
+@pytest.mark.parametrize("how", ["sweep", "events"])
+def test_notes_renamed_under_new_names_into_an_excluded_folder_are_held(
+    make_cfg: Any, vault: Path, how: str, name: str
+) -> None:
+    """A sync tool's versioning renames each file a remote device deleted into its versions
+    folder (excluded) as n3~20261205-083000.md: the very files, but a sync tool's mass deletion,
+    which the guard is for (it was released at once). A move keeps the names."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        dest = vault / "Private/versions/Notes"
+        dest.mkdir(parents=True)
+        for p in (vault / "Notes").glob("*.md"):
+            p.rename(dest / name.format(stem=p.stem))
+        _sweep(h, how, {vault / f"Notes/n{i}.md" for i in range(10)} | {vault / "Private/versions"})
+        _held(h, 10)
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("how", ["sweep", "events"])
+def test_copies_restored_after_a_loss_into_freed_inodes_are_held(
+    make_cfg: Any, vault: Path, tmp_path: Path, how: str
+) -> None:
+    """A sync tool deletes the notes; the user restores them from a backup outside the vault
+    (cp -p) into the excluded folder. ext4 gives each copy its own note's freed inode number, and
+    the copy keeps mtime and size: all passed for renames. A copy is born when it is made."""
+    outside = tmp_path / "outside-backup"
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        shutil.copytree(vault / "Notes", outside)
+        notes = sorted((vault / "Notes").glob("*.md"), key=lambda p: p.stat().st_ino)
+        old = {p.name: p.stat().st_ino for p in notes}
+        for p in notes:
+            p.unlink()
+        for p in notes:
+            shutil.copy2(outside / p.name, vault / "Private" / p.name)
+        reused = sum(old[n] == (vault / "Private" / n).stat().st_ino for n in old)
+        _sweep(h, how, {*notes, *(vault / "Private" / n for n in old)})
+        _held(h, 10)
+        if not reused:
+            pytest.skip("this filesystem gave the copies new inode numbers: the scenario did not arise")
+    finally:
+        h.close()
+
+
+def test_a_rename_where_no_birth_time_is_known_is_held(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A platform or filesystem that says no birth time (older kernels, some filesystems): a
+    rename cannot be told from a copy given the freed inode, so it is held as any loss."""
+    monkeypatch.setattr(sources, "birth_ns", lambda path, ino: 0)
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        assert {s.btime_ns for s in h.stores.manifest.file_states("vault/Notes/").values()} == {0}
+        (vault / "Notes").rename(vault / "Private/Notes")
+        h.sweep()
+        _held(h, 10)
+    finally:
+        h.close()
+
+
+def test_birth_time_is_what_statx_says_here(tmp_path: Path) -> None:
+    """The birth time read through statx is the file's own: kept by a rename, another for a copy
+    given the same inode number (0 on a filesystem that keeps none: then nothing is released)."""
+    a = write(tmp_path / "a.md", "# A\n")
+    ino = a.stat().st_ino
+    born = birth_ns(a, ino)
+    if not born:
+        pytest.skip("no birth time on this platform or filesystem")
+    a.rename(tmp_path / "b.md")
+    assert birth_ns(tmp_path / "b.md", ino) == born
+    assert birth_ns(tmp_path / "b.md", ino + 1) == 0  # another file now: not its birth time
+    assert birth_ns(tmp_path / "gone.md", ino) == 0
+
+
+@pytest.mark.parametrize("how", ["sweep", "events"])
+def test_a_hard_linked_backup_seen_then_the_notes_deleted_is_held(
+    make_cfg: Any, vault: Path, how: str
+) -> None:
+    """cp -al Notes Private/Snap, then a sync tool empties Notes/: each snapshot file has one link
+    again and its note's inode, mtime, size and birth time. Seen while the notes were there (the
+    snapshot's file events, or a sweep), the notes' ids are forgotten and the loss is held; it
+    was released at once."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        (vault / "Private/Snap").mkdir()
+        for p in (vault / "Notes").glob("*.md"):
+            os.link(p, vault / "Private/Snap" / p.name)
+        _sweep(h, how, {vault / "Private/Snap"})
+        assert {s.ino for s in h.stores.manifest.file_states("vault/Notes/").values()} == {0}
+        for p in (vault / "Notes").glob("*.md"):
+            p.unlink()
+        h.sweep()
+        _held(h, 10)
+    finally:
+        h.close()
+
+
+def test_a_manifest_with_one_of_the_new_columns_opens(make_cfg: Any, vault: Path) -> None:
+    """An upgrade interrupted between its ALTERs (each commits alone) left dev without ino: the
+    next start added dev again, took the manifest for damaged, moved it aside and rebuilt the
+    whole index."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    h.sweep()
+    h.close()
+    with sqlite3.connect(h.cfg.index_dir / "manifest.sqlite") as db:
+        db.execute("ALTER TABLE files DROP COLUMN btime_ns")
+        db.execute("ALTER TABLE files DROP COLUMN ino")
+    h = Harness(h.cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        assert len(_keys(h, "vault/")) == 3
+        assert list(h.cfg.index_dir.glob("manifest.sqlite.broken-*")) == []
+    finally:
+        h.close()
+
+
+def test_one_excluded_look_alike_counts_for_one_note(make_cfg: Any, vault: Path) -> None:
+    """Ten notes of one template unpacked in one second (same mtime and size) and one file like
+    them in the excluded folder: status said "10 of them have a copy"."""
+    for i in range(10):
+        write(vault / f"Notes/d{i}.md", f"# Day {i}\n\nTemplate.\n")
+        os.utime(vault / f"Notes/d{i}.md", ns=(1_700_000_000 * 10**9,) * 2)
+    write(vault / "Private/only.md", "# Day X\n\nTemplate.\n")
+    os.utime(vault / "Private/only.md", ns=(1_700_000_000 * 10**9,) * 2)
+    h = Harness(make_cfg(vault, **{"index.exclude": "Private/"}), FakeEmbedder())
+    try:
+        h.sweep()
+        shutil.rmtree(vault / "Notes")
+        h.sweep()
+        st = h.supervisor.roots["vault"]
+        assert st.hold_kind == "mass"
+        assert "(1 of them have a copy" in (st.error or ""), st.error
     finally:
         h.close()

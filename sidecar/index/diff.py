@@ -18,6 +18,7 @@ import logging
 import os
 import stat
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,8 +81,8 @@ class Diff:
     skipped: dict[str, int] = field(default_factory=dict)
     unchanged: int = 0
     # Unchanged notes whose ctime, device or inode the manifest lacks: (key, mtime, size, ctime,
-    # dev, ino).
-    stamps: list[tuple[str, int, int, int, int, int]] = field(default_factory=list)
+    # dev, ino, birth time).
+    stamps: list[tuple[str, int, int, int, int, int, int]] = field(default_factory=list)
     # The notes a rule leaves out, where this sweep looked (links.set_excluded): a root listed
     # whole or a folder walked (a key prefix, ending in "/"), or one changed path (its key) ->
     # the excluded notes found there, {key: rule}.
@@ -89,6 +90,9 @@ class Diff:
     # Those that file events' paths found, with their stat: where a root this sweep lists in
     # full (the wiki, its folder moved into an excluded one of the vault) may find its notes.
     left_out: list[NoteFile] = field(default_factory=list)
+    # (device, inode) of excluded files with other links: a hard-linked backup of indexed notes
+    # (``Manifest.forget_ids``).
+    linked: set[tuple[int, int]] = field(default_factory=set)
 
 
 @dataclass
@@ -247,6 +251,7 @@ class ChangeFinder:
         notes, left_out = self._without_excluded(
             root, notes, known, diff, {} if excluded is None else excluded
         )
+        diff.linked.update(n.shared for n in left_out if n.shared[1])
         skipped = [s for s in found if isinstance(s, Skipped)]
         self._skips = {k: v for k, v in self._skips.items() if k[0] != root.name}
         for s in skipped:
@@ -359,17 +364,21 @@ class ChangeFinder:
         """The missing keys of ``listing`` whose very file lies where a rule leaves it out now (a
         folder moved into an excluded one): gone from the index at once, no loss.
 
-        Only a rename keeps a file's device and inode: a copy (a backup, ``cp -p``, ``rsync -a``, a
-        sync tool's copy-then-delete) gets a new inode even where it keeps the mtime, so an
-        excluded backup never passes for where vanished notes went, however and whenever it was
-        made. An inode number is given again once its file is deleted, so the file must also have
-        the note's recorded mtime and size: a rename keeps both, a new file given a freed number
-        has its own (one that has both is a copy of a note truly deleted, which the hold would
-        delete too). The number must be one that lasts (``mounts.stable_inodes``): on SMB, FAT or
-        most FUSE filesystems it may be given anew at a remount and name another file; there, and
-        where it is 0 or the file has other links (``sources.file_id``), the notes are held as any
-        loss. Both files are on the root's own filesystem, not on one mounted inside it. Where
-        they are: what a listing of this sweep left out, or the walk of a file event's path
+        Only a rename keeps a file's device, inode and birth time: a copy made before the loss (a
+        backup, ``cp -p``, ``rsync -a``, a sync tool's copy-then-delete) has another inode even
+        where it keeps the mtime. A copy made after it may be given the deleted note's freed inode
+        number (ext4 and xfs give it again at once: a backup restored into the excluded folder had
+        all its notes' numbers, mtimes and sizes), but it is born when it is made: the file's birth
+        time must be the one recorded with the note (``vault.birth``), and where the platform or
+        filesystem says none the notes are held as any loss. It must keep the note's name (a
+        folder moved keeps every name; a sync tool's versioning renames each deleted file into
+        its versions folder as ``n3~20261205-083000.md``, and ``n3 copy.md`` is no move either),
+        its recorded mtime and size, and have one link (``sources.file_id``: a hard-linked backup
+        shares the inode while the note is there; ``Diff.linked`` forgets the ids of a note
+        seen so). The number must be one that lasts on disk (``mounts.stable_inodes``): on SMB,
+        FAT, most FUSE filesystems and tmpfs it may be given anew at a remount or a boot and name
+        another file. Both files are on the root's own filesystem, not on one mounted inside it.
+        Where they are: what a listing of this sweep left out, or the walk of a file event's path
         (``looked``: a wiki moved into the vault's excluded folder lists only the wiki)."""
         if not listing.missing or not self._own_inodes(listing.root):
             return set()
@@ -387,8 +396,13 @@ class ChangeFinder:
         out: set[str] = set()
         for key in listing.missing:
             st = listing.known[key]
-            there = found.get((st.dev, st.ino)) if st.ino else None
-            if there is not None and (there.mtime_ns, there.size) == (st.mtime_ns, st.size):
+            there = found.get((st.dev, st.ino)) if st.ino and st.btime_ns else None
+            if (
+                there is not None
+                and (there.mtime_ns, there.size) == (st.mtime_ns, st.size)
+                and there.key.rpartition("/")[2] == key.rpartition("/")[2]
+                and there.born() == st.btime_ns  # a statx per candidate only
+            ):
                 del found[(st.dev, st.ino)]  # one file, one note
                 out.add(key)
         if out:
@@ -407,12 +421,16 @@ class ChangeFinder:
         where a rule leaves it out: no evidence (a backup looks so), but status says it, as the
         user may know it for a move by copying (a sync tool) that ``--confirm-deletions`` ends."""
         files = [*looked, *(n for x in listings for n in x.excluded)]
-        sizes = {(n.mtime_ns, n.size) for n in files if n.root.name not in alien}
-        return sum(
-            1
-            for k in listing.missing
-            if k not in moved and (listing.known[k].mtime_ns, listing.known[k].size) in sizes
-        )
+        # Each look-alike accounts for one note: a template's notes unpacked in one second share
+        # mtime and size, and one excluded file of theirs is no copy of them all.
+        sizes = Counter((n.mtime_ns, n.size) for n in files if n.root.name not in alien)
+        count = 0
+        for k in listing.missing:
+            stat_of = (listing.known[k].mtime_ns, listing.known[k].size)
+            if k not in moved and sizes[stat_of] > 0:
+                sizes[stat_of] -= 1
+                count += 1
+        return count
 
     def _own_inodes(self, root: Root) -> bool:
         """Whether a root's inode numbers say which file is which (a known filesystem, no share;
@@ -432,7 +450,8 @@ class ChangeFinder:
             else:
                 diff.unchanged += 1
                 if (not st.ctime_ns and n.ctime_ns) or (st.dev, st.ino) != (n.dev, n.ino):
-                    diff.stamps.append((n.key, n.mtime_ns, n.size, n.ctime_ns, n.dev, n.ino))
+                    born = n.born()  # a statx, for these few only: none in a sweep of unchanged notes
+                    diff.stamps.append((n.key, n.mtime_ns, n.size, n.ctime_ns, n.dev, n.ino, born))
 
     def _unreadable_prefixes(self, root: Root, skipped: Sequence[Skipped]) -> tuple[str, ...]:
         """Key prefixes (and keys) under folders and files that could not be read; reported."""
@@ -562,6 +581,7 @@ class ChangeFinder:
         diff.gone.extend(sorted(missing))
         diff.excluded.update(excluded)
         diff.left_out.extend(left_out)
+        diff.linked.update(n.shared for n in left_out if n.shared[1])
         self._add_work(notes, manifest.file_states_of([n.key for n in notes]), diff)
         return True
 

@@ -182,6 +182,7 @@ class Indexer:
             act.excluded = excluded
         if diff.stamps:
             self.manifest.stamp(diff.stamps)
+        self._forget_linked(diff.linked)
         act.phase, act.total = "indexing", len(diff.work) + len(diff.gone)
         changed = self._apply(diff, every if not paths else None, progress, stop)
         self._retire_emptied(diff.gone, names)
@@ -434,7 +435,7 @@ class Indexer:
                 continue
             read.append(note)
             if p.parsed is None and p.skip_reason is None:
-                self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns, (note.dev, note.ino))
+                self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns, note.ids())
                 continue
             prepared.append(p)
         self.changes.read_again(read)
@@ -460,7 +461,14 @@ class Indexer:
             # Only its status changed (a chmod that made it unreadable): remember that, or every
             # sweep reads it again. A changed mtime or size stays unrecorded, so the new text is
             # read once the note can be read.
-            self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns, (note.dev, note.ino))
+            self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns, note.ids())
+
+    def _forget_linked(self, ids: set[tuple[int, int]]) -> None:
+        """A hard-linked backup of notes in an excluded folder: once the notes are deleted it has
+        one link and their ids, and would pass for them moved there. Their ids are forgotten."""
+        forgotten = self.manifest.forget_ids(ids) if ids else []
+        if forgotten:
+            log.info("notes_hard_linked count=%d into=excluded folder ids=forgotten", len(forgotten))
 
     def delete(self, keys: Sequence[str]) -> None:
         """Remove notes from every store (intent first, so a crash mid-way is redone)."""

@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 _SHRINK_MIN_BYTES = 8 * 2**20
 
 # A file's columns as ``FileState`` holds them.
-_STATE_COLUMNS = "key, mtime_ns, size, hash, state, ctime_ns, dev, ino"
+_STATE_COLUMNS = "key, mtime_ns, size, hash, state, ctime_ns, dev, ino, btime_ns"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -50,7 +50,8 @@ CREATE TABLE IF NOT EXISTS files (
   mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL, hash TEXT NOT NULL, state TEXT NOT NULL,
   title TEXT NOT NULL DEFAULT '', tags TEXT NOT NULL DEFAULT '[]', front_matter TEXT NOT NULL DEFAULT '{}',
   chunks INTEGER NOT NULL DEFAULT 0, error TEXT, indexed_at REAL NOT NULL DEFAULT 0,
-  ctime_ns INTEGER NOT NULL DEFAULT 0, dev INTEGER NOT NULL DEFAULT 0, ino INTEGER NOT NULL DEFAULT 0
+  ctime_ns INTEGER NOT NULL DEFAULT 0, dev INTEGER NOT NULL DEFAULT 0, ino INTEGER NOT NULL DEFAULT 0,
+  btime_ns INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS chunks (
   chunk_id TEXT PRIMARY KEY, key TEXT NOT NULL, ord INTEGER NOT NULL, text TEXT NOT NULL,
@@ -226,6 +227,7 @@ class FileRecord:
     ctime_ns: int = 0  # the file's status change time; 0 where unknown
     dev: int = 0  # the file's device and inode (sources.file_id); 0 where unknown
     ino: int = 0
+    btime_ns: int = 0  # its birth time (vault.birth); 0 where unknown
 
 
 @dataclass(frozen=True)
@@ -266,6 +268,7 @@ class FileState:
     ctime_ns: int = 0  # 0: not known (written before it was kept)
     dev: int = 0  # the file's device and inode as last seen; 0: not known (or no evidence)
     ino: int = 0
+    btime_ns: int = 0  # that file's birth time; 0: not known
 
 
 @dataclass(frozen=True)
@@ -336,12 +339,14 @@ class Manifest(VectorBook):
             if columns and "ctime_ns" not in columns:
                 # Edits that keep size and mtime (mtime restored, coarse clocks) change ctime.
                 self._db.execute("ALTER TABLE files ADD COLUMN ctime_ns INTEGER NOT NULL DEFAULT 0")
-            if columns and "ino" not in columns:
-                # The file's device and inode tell a note renamed into an excluded folder from a
-                # copy of it there (index.diff). 0 is "not known": such a note is held as before
-                # until a sweep has recorded them (no note is read again for it).
-                self._db.execute("ALTER TABLE files ADD COLUMN dev INTEGER NOT NULL DEFAULT 0")
-                self._db.execute("ALTER TABLE files ADD COLUMN ino INTEGER NOT NULL DEFAULT 0")
+            # The file's device, inode and birth time tell a note renamed into an excluded folder
+            # from a copy of it there (index.diff). 0 is "not known": such a note is held as before
+            # until a sweep has recorded them (no note is read again for it). Each column on its
+            # own: each ALTER commits alone, and one interrupted between two made the next open
+            # add the first again ("duplicate column"), which took the manifest for damaged.
+            for column in ("dev", "ino", "btime_ns"):
+                if columns and column not in columns:
+                    self._db.execute(f"ALTER TABLE files ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
             self._db.executescript(_SCHEMA)
             if links.ensure_schema(self._db) and version != 0:
                 # Schema 4 adds the link graph, read from the notes themselves: forget their
@@ -555,11 +560,11 @@ class Manifest(VectorBook):
             for r in records:
                 db.execute(
                     "INSERT INTO files(key, source, agent, rel, mtime_ns, size, hash, state, ctime_ns, "
-                    "dev, ino) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
+                    "dev, ino, btime_ns) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
                     "ON CONFLICT(key) DO UPDATE SET state = excluded.state",
                     (
                         *(r.key, r.source, r.agent, r.rel, r.mtime_ns, r.size, r.hash, r.state),
-                        *(r.ctime_ns, r.dev, r.ino),
+                        *(r.ctime_ns, r.dev, r.ino, r.btime_ns),
                     ),
                 )
 
@@ -568,26 +573,44 @@ class Manifest(VectorBook):
             db.executemany("UPDATE files SET state = ? WHERE key = ?", [(state, k) for k in keys])
 
     def touch(
-        self, key: str, mtime_ns: int, size: int, ctime_ns: int = 0, file_id: tuple[int, int] = (0, 0)
+        self, key: str, mtime_ns: int, size: int, ctime_ns: int = 0, file_id: tuple[int, int, int] = (0, 0, 0)
     ) -> None:
-        """Same content, new stat (a `touch`, a copy that kept the bytes): remember the stat only."""
+        """Same content, new stat (a `touch`, a copy that kept the bytes): remember the stat only
+        (``file_id``: device, inode, birth time)."""
         with self.transaction() as db:
             db.execute(
-                "UPDATE files SET mtime_ns = ?, size = ?, ctime_ns = ?, dev = ?, ino = ? WHERE key = ?",
+                "UPDATE files SET mtime_ns = ?, size = ?, ctime_ns = ?, dev = ?, ino = ?, btime_ns = ? "
+                "WHERE key = ?",
                 (mtime_ns, size, ctime_ns, *file_id, key),
             )
 
-    def stamp(self, stats: Sequence[tuple[str, int, int, int, int, int]]) -> None:
-        """Remember what a sweep saw of unchanged notes, (key, mtime, size, ctime, dev, ino): the
-        ctime of those indexed without one, and the device and inode each is on now (recorded
-        first by an upgrade's first sweep, or changed by a remount), unless their row changed
-        since they were looked at (a memory write in between keeps its own stat)."""
+    def stamp(self, stats: Sequence[tuple[str, int, int, int, int, int, int]]) -> None:
+        """Remember what a sweep saw of unchanged notes, (key, mtime, size, ctime, dev, ino, btime):
+        the ctime of those indexed without one, and the device, inode and birth time of the file
+        each is now (recorded first by an upgrade's first sweep, or changed by a remount), unless
+        their row changed since they were looked at (a memory write in between keeps its own stat)."""
         with self.transaction() as db:
             db.executemany(
-                "UPDATE files SET ctime_ns = CASE ctime_ns WHEN 0 THEN ? ELSE ctime_ns END, dev = ?, ino = ? "
-                "WHERE key = ? AND mtime_ns = ? AND size = ?",
-                [(c, d, i, k, m, s) for k, m, s, c, d, i in stats],
+                "UPDATE files SET ctime_ns = CASE ctime_ns WHEN 0 THEN ? ELSE ctime_ns END, "
+                "dev = ?, ino = ?, btime_ns = ? WHERE key = ? AND mtime_ns = ? AND size = ?",
+                [(c, d, i, b, k, m, s) for k, m, s, c, d, i, b in stats],
             )
+
+    def forget_ids(self, ids: Collection[tuple[int, int]]) -> list[str]:
+        """The notes whose recorded (device, inode) is one of ``ids`` (files seen with other
+        links: a hard-linked backup of them) lose those ids, so that a backup left alone when they
+        are deleted never passes for them moved (held, as any loss). Their keys."""
+        keys: list[str] = []
+        ids = set(ids)
+        inos = sorted({i for _, i in ids if i})
+        with self.transaction() as db:
+            for part, marks in _in_groups(inos):
+                rows = db.execute(f"SELECT key, dev, ino FROM files WHERE ino IN ({marks})", part).fetchall()
+                keys.extend(k for k, d, i in rows if (d, i) in ids)
+            db.executemany(
+                "UPDATE files SET dev = 0, ino = 0, btime_ns = 0 WHERE key = ?", [(k,) for k in keys]
+            )
+        return keys
 
     def chunk_ids(self, key: str) -> set[str]:
         return {r[0] for r in self._query("SELECT chunk_id FROM chunks WHERE key = ?", (key,))}
@@ -644,8 +667,8 @@ class Manifest(VectorBook):
         )
         db.execute(
             "INSERT OR REPLACE INTO files(key, source, agent, rel, mtime_ns, size, hash, state, title, tags, "
-            "front_matter, chunks, error, indexed_at, ctime_ns, dev, ino) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "front_matter, chunks, error, indexed_at, ctime_ns, dev, ino, btime_ns) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 record.key,
                 record.source,
@@ -664,6 +687,7 @@ class Manifest(VectorBook):
                 record.ctime_ns,
                 record.dev,
                 record.ino,
+                record.btime_ns,
             ),
         )
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from sidecar.config import Config, valid_agent
 from sidecar.contracts.errors import NotFoundError, SourceError, UnreadableError
 from sidecar.contracts.wire import SOURCES
+from sidecar.vault.birth import birth_ns
 from sidecar.vault.confine import (
     NotPrivateError,
     NotRegularError,
@@ -100,6 +101,9 @@ class NoteFile:
     # evidence of that (see ``file_id``).
     dev: int = 0
     ino: int = 0
+    # (device, inode) of a file with other links (a hard-linked backup of a note, ``cp -al``):
+    # never evidence, and it marks the note it shares them with (``Manifest.forget_ids``).
+    shared: tuple[int, int] = (0, 0)
 
     @classmethod
     def of(
@@ -107,9 +111,20 @@ class NoteFile:
     ) -> NoteFile:
         """The note at ``path`` with its stat; ``linked``: found through a file symlink."""
         dev, ino = (0, 0) if linked else file_id(st)
+        shared = (stored_id(st.st_dev), stored_id(st.st_ino)) if st.st_nlink > 1 and not linked else (0, 0)
         return cls(
-            key, root, path, rel, stamp_ns(st.st_mtime_ns), st.st_size, stamp_ns(st.st_ctime_ns), dev, ino
-        )
+            key, root, path, rel, stamp_ns(st.st_mtime_ns), st.st_size, stamp_ns(st.st_ctime_ns), dev, ino,
+            shared,
+        )  # fmt: skip
+
+    def born(self) -> int:
+        """Its file's birth time (``birth.birth_ns``; a statx call), 0 where not known or where
+        its inode is no evidence: asked only where a note is recorded or a move is decided."""
+        return birth_ns(self.path, self.ino % 2**64) if self.ino else 0
+
+    def ids(self) -> tuple[int, int, int]:
+        """(device, inode, birth time) as the manifest records them."""
+        return self.dev, self.ino, self.born()
 
 
 _ID_MAX = 2**63  # SQLite keeps signed 64-bit integers; st_dev and st_ino are unsigned 64-bit
