@@ -762,6 +762,23 @@ def test_a_rename_where_no_birth_time_is_known_is_held(
         h.close()
 
 
+def test_a_file_with_the_notes_inode_but_another_birth_time_is_held(make_cfg: Any, vault: Path) -> None:
+    """What a copy given a deleted note's freed inode number looks like, made deterministic: the
+    very inode, mtime, size and name, but not the birth time recorded with the note."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        born = {s.btime_ns for s in h.stores.manifest.file_states("vault/Notes/").values()}
+        if born == {0}:
+            pytest.skip("no birth time on this platform or filesystem")
+        with h.stores.manifest.transaction() as db:
+            db.execute("UPDATE files SET btime_ns = btime_ns - 1 WHERE key LIKE 'vault/Notes/%'")
+        (vault / "Notes").rename(vault / "Private/Notes")
+        h.sweep()
+        _held(h, 10)
+    finally:
+        h.close()
+
+
 def test_birth_time_is_what_statx_says_here(tmp_path: Path) -> None:
     """The birth time read through statx is the file's own: kept by a rename, another for a copy
     given the same inode number (0 on a filesystem that keeps none: then nothing is released)."""

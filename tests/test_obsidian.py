@@ -488,6 +488,45 @@ def test_settings_missing_for_a_moment_keep_their_excluded_files(tmp_path: Path,
         h.close()
 
 
+@pytest.mark.parametrize("went", ["while running", "while stopped"])
+def test_settings_missing_across_a_restart_keep_their_excluded_files(
+    tmp_path: Path, make_cfg: Any, went: str
+) -> None:
+    """.obsidian replaced by a sync tool while the daemon restarts (a login, an update, a crash):
+    the keep lived in memory only, and the new process indexed every excluded note at once. The
+    rules last read are kept in the manifest; a start with the file missing uses them for what is
+    left of the grace (from when it went, or from the start if it went while no daemon ran)."""
+    from sidecar.vault.ignore import SETTINGS_GRACE_S
+
+    v = tmp_path / "v"
+    write(v / "Notes/a.md", "# A\n\nan ordinary note\n")
+    write(v / "Private/diary.md", "# Diary\n\nthe zeppelin over the lake\n")
+    write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Private/"]}))
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        if went == "while running":
+            (v / ".obsidian").rename(tmp_path / "aside")
+            h.sweep()
+        h.close()
+        if went == "while stopped":
+            (v / ".obsidian").rename(tmp_path / "aside")
+        h = Harness(h.cfg, FakeEmbedder())
+        h.sweep()
+        assert _keys(h) == {"vault/Notes/a"} and h.stores.bm25.search("zeppelin", 10) == []
+        problem = h.indexer.problems.active_in("obsidian_settings")
+        assert problem is not None and "is missing" in problem["error"], problem
+        h.indexer.ignore.clock = lambda: time.monotonic() + SETTINGS_GRACE_S
+        h.sweep()  # the grace over: followed without Obsidian's rules
+        assert _keys(h) == {"vault/Notes/a", "vault/Private/diary"}
+        h.close()
+        h = Harness(h.cfg, FakeEmbedder())  # and a start after it has none of them either
+        h.sweep()
+        assert h.indexer.ignore.rules() == []
+    finally:
+        h.close()
+
+
 def test_obsidian_settings_trouble_is_a_status_problem(tmp_path: Path, make_cfg: Any) -> None:
     """A malformed app.json and a filter that is no regular expression are problems in status (a
     log line alone left the user wondering why a folder excluded in Obsidian is searched), cleared

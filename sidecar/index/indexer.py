@@ -10,6 +10,7 @@ included. The first sweep of a start checks BM25 against the manifest and resolv
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -36,6 +37,9 @@ from sidecar.vault.supervisor import RootUnreachable, Supervisor
 from sidecar.vault.timeout import run_with_timeout
 
 log = logging.getLogger(__name__)
+
+# The manifest's meta row holding Obsidian's Excluded files as last read (``IgnoreRules.kept``).
+_OBSIDIAN_RULES = "obsidian_rules"
 
 # How long chunking waits for the model's tokenizer, once (a first start's conversion publishes it
 # in about a second; a model that is slow to come is not waited for twice).
@@ -91,6 +95,11 @@ class Indexer:
         self.leftover: frozenset[str] | None = None  # paths a failed sweep scanned but did not write
         self._gone_left: list[str] = []  # keys a failed sweep could not delete
         self.ignore = IgnoreRules(cfg.index.exclude, cfg.vault.path, cfg.index.obsidian_excludes)
+        # Obsidian's rules as a run before read them: in force at a start while their file is
+        # missing (``IgnoreRules.resume``), and written again whenever what is read changes.
+        self._rules_kept = self.manifest.get_meta(_OBSIDIAN_RULES)
+        with contextlib.suppress(ValueError, AttributeError):
+            self.ignore.resume(json.loads(self._rules_kept or "{}"))
         self._ignore_stuck: threading.Thread | None = None  # a read of Obsidian's settings that hangs
         self.daily_formats = DailyNoteFormats(cfg.vault.path)
         self.problems = problems
@@ -365,6 +374,11 @@ class Indexer:
             # set or changed in Obsidian dates the notes indexed before at once.
             self.manifest.day_formats = formats
         # Excluded files and the daily-note settings are one area: both are Obsidian's settings.
+        kept = self.ignore.kept()
+        text = None if kept is None else json.dumps(kept, ensure_ascii=False)
+        if text is not None and text != self._rules_kept:
+            self.manifest.set_meta(_OBSIDIAN_RULES, text)
+            self._rules_kept = text
         trouble = "; ".join(t for t in (self.ignore.trouble, self.daily_formats.trouble) if t) or None
         if trouble is not None:
             self.problems.report("obsidian_settings", trouble)
