@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import sqlite3
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -852,4 +853,29 @@ def test_one_excluded_look_alike_counts_for_one_note(make_cfg: Any, vault: Path)
         assert st.hold_kind == "mass"
         assert "(1 of them have a copy" in (st.error or ""), st.error
     finally:
+        h.close()
+
+
+def test_a_bind_mounted_folder_unmounted_is_held(make_cfg: Any, vault: Path) -> None:
+    """Notes/ is a bind mount (same filesystem: same device and inode numbers) of a store kept in
+    the excluded Private/Store (docker -v, an fstab bind). The bind goes away (boot order, a
+    container restart): an unmounted folder, not a move; it was released at once. Needs root."""
+    store = vault / "Private/Store"
+    _notes(store, 10)
+    write(vault / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Private/"]}))
+    (vault / "Notes").mkdir()
+    bound = subprocess.run(
+        ["mount", "--bind", str(store), str(vault / "Notes")], check=False, capture_output=True
+    )
+    if bound.returncode != 0:
+        pytest.skip("bind mounts need root")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        assert len(_keys(h, "vault/Notes/")) == 10
+        subprocess.run(["umount", str(vault / "Notes")], check=True)
+        h.sweep()
+        _held(h, 10)
+    finally:
+        subprocess.run(["umount", str(vault / "Notes")], check=False, capture_output=True)
         h.close()

@@ -394,11 +394,14 @@ class ChangeFinder:
                 dev = stored_id(ident.dev)
                 found.update(((f.dev, f.ino), f) for f in files if f.ino and f.dev == dev)
         out: set[str] = set()
+        nested = self._nested_mounts(listing.root)
         for key in listing.missing:
             st = listing.known[key]
             there = found.get((st.dev, st.ino)) if st.ino and st.btime_ns else None
             if (
                 there is not None
+                and not nested(listing.root, key)
+                and not nested(there.root, there.key)
                 and (there.mtime_ns, there.size) == (st.mtime_ns, st.size)
                 and there.key.rpartition("/")[2] == key.rpartition("/")[2]
                 and there.born() == st.btime_ns  # a statx per candidate only
@@ -431,6 +434,27 @@ class ChangeFinder:
                 sizes[stat_of] -= 1
                 count += 1
         return count
+
+    def _nested_mounts(self, root: Root) -> Callable[[Root, str], bool]:
+        """Whether a note's folder is or was (this run) a mount point inside its root, or below
+        one: a bind mount keeps device and inode numbers, so the notes of a bound folder that
+        was unmounted are seen again where its source lies (in an excluded folder): no move."""
+        points = self.supervisor.mount_points_seen
+        if not points:
+            return lambda _root, _key: False
+        tops: dict[Root, tuple[str, tuple[str, ...]]] = {}
+
+        def nested(r: Root, key: str) -> bool:
+            if r not in tops:
+                top = os.path.realpath(r.path)
+                tops[r] = (top, tuple(p for p in points if p.startswith(top + "/")))
+            top, inner = tops[r]
+            if not inner:
+                return False
+            folder = os.path.join(top, key[len(r.key_of("x")) - 1 :].rpartition("/")[0])
+            return any(folder == p or folder.startswith(p + "/") for p in inner)
+
+        return nested
 
     def _own_inodes(self, root: Root) -> bool:
         """Whether a root's inode numbers say which file is which (a known filesystem, no share;

@@ -136,6 +136,10 @@ class Supervisor:
         self.roots: dict[str, RootStatus] = {}
         self.beat = beat  # the indexer's heartbeat, during long waits
         self.mounts: list[tuple[str, str]] = []  # the mount table, as read by the last classify
+        # Every mount point these tables named since the start: a folder of a root that was one
+        # (a bind mount of a folder the root also holds, which keeps device and inode numbers)
+        # and is no longer is an unmounted folder, not notes moved (``index.diff``).
+        self.mount_points_seen: set[str] = set()
         # The note a read waits for longer than a second now: (root name, relative path, since
         # ``time.monotonic()``), for `status` and `sidecar index` to say what indexing waits for.
         self.waiting: tuple[str, str, float] | None = None
@@ -191,6 +195,7 @@ class Supervisor:
         if not roots:
             return
         mounts = self.mounts = read_mounts(self.cfg.watch.mount_table)
+        self.mount_points_seen.update(p.rstrip("/") or "/" for p, _ in mounts)
         # The vault before the wiki inside it: when the vault hangs, so does its wiki, which is
         # then not asked again (each ask of a hung share costs a full probe timeout).
         for root in sorted(roots, key=lambda r: r.within is not None):
