@@ -7,11 +7,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sidecar.vault import sources
+from sidecar.vault.birth import birth_ns
 from tests.conftest import FakeEmbedder, Harness, write
 
 
@@ -289,14 +293,200 @@ def _private(make_cfg: Any, vault: Path, rule: str) -> Harness:
     return h
 
 
+@pytest.mark.parametrize("rule", ["obsidian", "index.exclude"])
+@pytest.mark.parametrize("how", ["sweep", "events"])
+def test_a_folder_moved_into_an_excluded_folder_leaves_at_once(
+    make_cfg: Any, vault: Path, how: str, rule: str
+) -> None:
+    """10 of 13 notes moved (renamed) into an excluded folder: the very files are there, not
+    lost, so they leave the index at once, as a new rule's do (the guard held them as "lost 10 of
+    13" for 6 h, searchable under their old paths: a privacy hole)."""
+    h = _private(make_cfg, vault, rule)
+    try:
+        (vault / "Notes").rename(vault / "Private/Notes")
+        _sweep(h, how, {vault / "Notes", vault / "Private/Notes"})
+        _online(h, "vault")
+        assert not _keys(h, "vault/Notes/") and not _keys(h, "vault/Private/")
+        assert _hits(h, "lighthouse") == []
+    finally:
+        h.close()
+
+
+def test_a_move_into_an_excluded_folder_whose_events_came_apart(make_cfg: Any, vault: Path) -> None:
+    """The new half of the move is looked at first, the old half in a later batch of events:
+    the full sweep the deletions ask for finds the files in the excluded folder."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        (vault / "Notes").rename(vault / "Private/Notes")
+        h.indexer.sweep(only=frozenset(), paths={str(vault / "Private/Notes")})
+        h.indexer.sweep(only=frozenset(), paths={str(vault / "Notes")})
+        _online(h, "vault")
+        assert _hits(h, "lighthouse") == []
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("sweep_between", [False, True])
+@pytest.mark.parametrize("how", ["sweep", "events"])
+def test_an_excluded_copy_and_the_notes_deleted_is_held(
+    make_cfg: Any, vault: Path, how: str, sweep_between: bool
+) -> None:
+    """A copy of the notes in the excluded folder (copytree: copy2 keeps mtime and size, the bytes
+    are the same), then the notes deleted, with a sweep between or not (a sync tool's copy-then-
+    delete): only the inode tells a copy from a move, so the loss is held, and status says so."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        shutil.copytree(vault / "Notes", vault / "Private/Notes")
+        if sweep_between:
+            _sweep(h, how, {vault / "Private/Notes"})
+        shutil.rmtree(vault / "Notes")
+        _sweep(h, how, {vault / "Notes", vault / "Private/Notes"})
+        _held(h, 10)
+        st = h.supervisor.roots["vault"]
+        assert st.held_deletions == 10 and "--confirm-deletions vault" in (st.error or "")
+        assert "10 of them have a copy with the same time and size in an excluded folder" in (st.error or "")
+        assert _hits(h, "lighthouse 3") == ["vault/Notes/n3"]
+    finally:
+        h.close()
+
+
+def test_a_hard_linked_backup_is_no_move(make_cfg: Any, vault: Path, tmp_path: Path) -> None:
+    """A backup made of hard links (cp -al, rsync --link-dest) in the excluded folder shares the
+    notes' inodes, mtimes and sizes. Notes/ stops being listed (its files still there): held."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        (vault / "Private/Backup").mkdir()
+        for p in (vault / "Notes").glob("*.md"):
+            os.link(p, vault / "Private/Backup" / p.name)
+        h.sweep()
+        (vault / "Notes").rename(tmp_path / "server-side-Notes")
+        h.sweep()
+        _held(h, 10)
+    finally:
+        h.close()
+
+
+def test_a_moved_note_with_another_mtime_is_no_evidence(make_cfg: Any, vault: Path) -> None:
+    """Inode numbers are given again once their file is deleted: a file in the excluded folder
+    with a missing note's inode but another mtime (what a reused number looks like) is no move."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        (vault / "Notes").rename(vault / "Private/Notes")
+        for p in (vault / "Private/Notes").glob("*.md"):
+            os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 1_000_000_000))
+        h.sweep()
+        _held(h, 10)
+    finally:
+        h.close()
+
+
+def test_a_share_that_reports_inode_0_is_held(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Some SMB and FUSE shares report inode 0 for every file: no inode is evidence of a move,
+    the folder moved into the excluded one is held as today."""
+    import sidecar.vault.sources as sources
+
+    real = sources.file_id
+    monkeypatch.setattr(sources, "file_id", lambda st: real(os.stat_result((*st[:1], 0, *st[2:]))))
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        assert not any(st.ino for st in h.stores.manifest.file_states("vault/").values())
+        (vault / "Notes").rename(vault / "Private/Notes")
+        h.sweep()
+        _held(h, 10)
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("fs_type", ["cifs", "vfat", "fuse.rclone", "tmpfs", "overlay"])
+def test_a_filesystem_whose_inodes_do_not_last_is_held(
+    make_cfg: Any, vault: Path, tmp_path: Path, fs_type: str
+) -> None:
+    """On SMB (without server inode numbers), FAT or a FUSE filesystem an inode number may be
+    given anew at a remount and name another file: a move into the excluded folder is held. On
+    tmpfs and overlay numbers last only as long as the mount, which the manifest outlives (a
+    tmpfs vault refilled at boot gives its files last boot's numbers)."""
+    table = tmp_path / "mountinfo"
+    table.write_text(f"22 1 8:1 / / rw - ext4 /dev/sda1 rw\n40 22 0:35 / {vault} rw - {fs_type} x rw\n")
+    _notes(vault / "Notes", 10)
+    write(vault / "Private/diary.md", "# Diary\n")
+    cfg = make_cfg(vault, **{"index.exclude": "Private/", "watch.mountTable": str(table)})
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        (vault / "Notes").rename(vault / "Private/Notes")
+        h.sweep()
+        _held(h, 10)
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("moved", ["after a sweep", "before any sweep"])
+def test_an_upgraded_index_learns_inodes_without_reading(
+    make_cfg: Any, vault: Path, moved: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manifest written before inodes were kept opens as it is and holds such a move as it
+    did; the first sweep records each note's inode from its stat without reading a note again,
+    and a move after it leaves at once."""
+    import sqlite3
+
+    import sidecar.index.records as records_mod
+
+    h = _private(make_cfg, vault, "obsidian")
+    h.close()
+    with sqlite3.connect(h.cfg.index_dir / "manifest.sqlite") as db:
+        db.execute("ALTER TABLE files DROP COLUMN ino")
+        db.execute("ALTER TABLE files DROP COLUMN dev")
+    h = Harness(h.cfg, FakeEmbedder())
+    try:
+        if moved == "after a sweep":
+            reads: list[Path] = []
+            real = records_mod.read_note
+            monkeypatch.setattr(
+                records_mod, "read_note", lambda p, m, r=None: reads.append(p) or real(p, m, r)
+            )
+            h.sweep()
+            assert reads == []
+            assert all(st.ino for st in h.stores.manifest.file_states("vault/").values())
+        (vault / "Notes").rename(vault / "Private/Notes")
+        h.sweep()
+        if moved == "after a sweep":
+            _online(h, "vault")
+            assert _hits(h, "lighthouse") == []
+        else:
+            _held(h, 10)
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("how", ["sweep", "events"])
+def test_the_wiki_moved_into_an_excluded_folder_of_the_vault(make_cfg: Any, vault: Path, how: str) -> None:
+    """The wiki folder (its own root) moved into the vault's excluded folder: its notes are
+    there, not lost, and leave at once (F5 of the review). By file events only the wiki is
+    listed: the vault's walk of the folder they name finds the files."""
+    for i in range(6):
+        write(vault / f"wiki/Pages/w{i}.md", f"# Page {i}\n\nThe tide table of harbour {i}.\n")
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        assert len(_keys(h, "wiki/")) == 7
+        (vault / "wiki").rename(vault / "Private/wiki")
+        _sweep(h, how, {vault / "wiki", vault / "Private/wiki"})
+        _online(h, "vault", "wiki")
+        assert not _keys(h, "wiki/") and _hits(h, "harbour") == []
+    finally:
+        h.close()
+
+
 @pytest.mark.parametrize("restart", [False, True])
 def test_notes_lost_beside_excluded_copies_of_them_are_still_held(
     make_cfg: Any, vault: Path, restart: bool
 ) -> None:
     """An excluded folder has long held copies of most notes, their mtimes kept (a backup made
     with rsync -a). The notes vanish (a share half listed), in the same run or after a restart:
-    the old copies are no moves, the loss is held, and so is a note moved into the excluded
-    folder (an excluded copy is no evidence: a review found old backups passing for moves)."""
+    the old copies are no moves (an excluded copy is no evidence: a review found old backups
+    passing for moves), the loss is held; the one note renamed into the excluded folder (its own
+    inode, mtime and size there) leaves at once."""
     h = _private(make_cfg, vault, "obsidian")
     try:
         shutil.copytree(vault / "Notes", vault / "Private/Backup")
@@ -310,8 +500,8 @@ def test_notes_lost_beside_excluded_copies_of_them_are_still_held(
             p.unlink()
         h.sweep()
         st = h.supervisor.roots["vault"]
-        assert st.hold_kind == "mass" and st.held_deletions == 10, st.error
-        assert _keys(h, "vault/Notes/") == {f"vault/Notes/{p.stem}" for p in notes}
+        assert st.hold_kind == "mass" and st.held_deletions == 9, st.error
+        assert _keys(h, "vault/Notes/") == {f"vault/Notes/{p.stem}" for p in notes[1:]}
     finally:
         h.close()
 
@@ -505,4 +695,187 @@ def test_full_sweep_overwrites_what_events_recorded_meanwhile(make_cfg: Any, vau
         rows = {r[0] for r in h.stores.manifest.read("SELECT key FROM excluded_notes")}
         assert rows == {"vault/Archive/Years/2024 Review"}, rows
     finally:
+        h.close()
+
+
+# --- the evidence of a rename into an excluded folder, as a review found it wanting ---------------
+
+
+@pytest.mark.parametrize("name", ["{stem}~20261205-083000.md", "{stem} copy.md"])
+@pytest.mark.parametrize("how", ["sweep", "events"])
+def test_notes_renamed_under_new_names_into_an_excluded_folder_are_held(
+    make_cfg: Any, vault: Path, how: str, name: str
+) -> None:
+    """A sync tool's versioning renames each file a remote device deleted into its versions
+    folder (excluded) as n3~20261205-083000.md: the very files, but a sync tool's mass deletion,
+    which the guard is for (it was released at once). A move keeps the names."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        dest = vault / "Private/versions/Notes"
+        dest.mkdir(parents=True)
+        for p in (vault / "Notes").glob("*.md"):
+            p.rename(dest / name.format(stem=p.stem))
+        _sweep(h, how, {vault / f"Notes/n{i}.md" for i in range(10)} | {vault / "Private/versions"})
+        _held(h, 10)
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("how", ["sweep", "events"])
+def test_copies_restored_after_a_loss_into_freed_inodes_are_held(
+    make_cfg: Any, vault: Path, tmp_path: Path, how: str
+) -> None:
+    """A sync tool deletes the notes; the user restores them from a backup outside the vault
+    (cp -p) into the excluded folder. ext4 gives each copy its own note's freed inode number, and
+    the copy keeps mtime and size: all passed for renames. A copy is born when it is made."""
+    outside = tmp_path / "outside-backup"
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        shutil.copytree(vault / "Notes", outside)
+        notes = sorted((vault / "Notes").glob("*.md"), key=lambda p: p.stat().st_ino)
+        old = {p.name: p.stat().st_ino for p in notes}
+        for p in notes:
+            p.unlink()
+        for p in notes:
+            shutil.copy2(outside / p.name, vault / "Private" / p.name)
+        reused = sum(old[n] == (vault / "Private" / n).stat().st_ino for n in old)
+        _sweep(h, how, {*notes, *(vault / "Private" / n for n in old)})
+        _held(h, 10)
+        if not reused:
+            pytest.skip("this filesystem gave the copies new inode numbers: the scenario did not arise")
+    finally:
+        h.close()
+
+
+def test_a_rename_where_no_birth_time_is_known_is_held(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A platform or filesystem that says no birth time (older kernels, some filesystems): a
+    rename cannot be told from a copy given the freed inode, so it is held as any loss."""
+    monkeypatch.setattr(sources, "birth_ns", lambda path, ino: 0)
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        assert {s.btime_ns for s in h.stores.manifest.file_states("vault/Notes/").values()} == {0}
+        (vault / "Notes").rename(vault / "Private/Notes")
+        h.sweep()
+        _held(h, 10)
+    finally:
+        h.close()
+
+
+def test_a_file_with_the_notes_inode_but_another_birth_time_is_held(make_cfg: Any, vault: Path) -> None:
+    """What a copy given a deleted note's freed inode number looks like, made deterministic: the
+    very inode, mtime, size and name, but not the birth time recorded with the note."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        born = {s.btime_ns for s in h.stores.manifest.file_states("vault/Notes/").values()}
+        if born == {0}:
+            pytest.skip("no birth time on this platform or filesystem")
+        with h.stores.manifest.transaction() as db:
+            db.execute("UPDATE files SET btime_ns = btime_ns - 1 WHERE key LIKE 'vault/Notes/%'")
+        (vault / "Notes").rename(vault / "Private/Notes")
+        h.sweep()
+        _held(h, 10)
+    finally:
+        h.close()
+
+
+def test_birth_time_is_what_statx_says_here(tmp_path: Path) -> None:
+    """The birth time read through statx is the file's own: kept by a rename, another for a copy
+    given the same inode number (0 on a filesystem that keeps none: then nothing is released)."""
+    a = write(tmp_path / "a.md", "# A\n")
+    ino = a.stat().st_ino
+    born = birth_ns(a, ino)
+    if not born:
+        pytest.skip("no birth time on this platform or filesystem")
+    a.rename(tmp_path / "b.md")
+    assert birth_ns(tmp_path / "b.md", ino) == born
+    assert birth_ns(tmp_path / "b.md", ino + 1) == 0  # another file now: not its birth time
+    assert birth_ns(tmp_path / "gone.md", ino) == 0
+
+
+@pytest.mark.parametrize("how", ["sweep", "events"])
+def test_a_hard_linked_backup_seen_then_the_notes_deleted_is_held(
+    make_cfg: Any, vault: Path, how: str
+) -> None:
+    """cp -al Notes Private/Snap, then a sync tool empties Notes/: each snapshot file has one link
+    again and its note's inode, mtime, size and birth time. Seen while the notes were there (the
+    snapshot's file events, or a sweep), the notes' ids are forgotten and the loss is held; it
+    was released at once."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        (vault / "Private/Snap").mkdir()
+        for p in (vault / "Notes").glob("*.md"):
+            os.link(p, vault / "Private/Snap" / p.name)
+        _sweep(h, how, {vault / "Private/Snap"})
+        assert {s.ino for s in h.stores.manifest.file_states("vault/Notes/").values()} == {0}
+        for p in (vault / "Notes").glob("*.md"):
+            p.unlink()
+        h.sweep()
+        _held(h, 10)
+    finally:
+        h.close()
+
+
+def test_a_manifest_with_one_of_the_new_columns_opens(make_cfg: Any, vault: Path) -> None:
+    """An upgrade interrupted between its ALTERs (each commits alone) left dev without ino: the
+    next start added dev again, took the manifest for damaged, moved it aside and rebuilt the
+    whole index."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    h.sweep()
+    h.close()
+    with sqlite3.connect(h.cfg.index_dir / "manifest.sqlite") as db:
+        db.execute("ALTER TABLE files DROP COLUMN btime_ns")
+        db.execute("ALTER TABLE files DROP COLUMN ino")
+    h = Harness(h.cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        assert len(_keys(h, "vault/")) == 3
+        assert list(h.cfg.index_dir.glob("manifest.sqlite.broken-*")) == []
+    finally:
+        h.close()
+
+
+def test_one_excluded_look_alike_counts_for_one_note(make_cfg: Any, vault: Path) -> None:
+    """Ten notes of one template unpacked in one second (same mtime and size) and one file like
+    them in the excluded folder: status said "10 of them have a copy"."""
+    for i in range(10):
+        write(vault / f"Notes/d{i}.md", f"# Day {i}\n\nTemplate.\n")
+        os.utime(vault / f"Notes/d{i}.md", ns=(1_700_000_000 * 10**9,) * 2)
+    write(vault / "Private/only.md", "# Day X\n\nTemplate.\n")
+    os.utime(vault / "Private/only.md", ns=(1_700_000_000 * 10**9,) * 2)
+    h = Harness(make_cfg(vault, **{"index.exclude": "Private/"}), FakeEmbedder())
+    try:
+        h.sweep()
+        shutil.rmtree(vault / "Notes")
+        h.sweep()
+        st = h.supervisor.roots["vault"]
+        assert st.hold_kind == "mass"
+        assert "(1 of them have a copy" in (st.error or ""), st.error
+    finally:
+        h.close()
+
+
+def test_a_bind_mounted_folder_unmounted_is_held(make_cfg: Any, vault: Path) -> None:
+    """Notes/ is a bind mount (same filesystem: same device and inode numbers) of a store kept in
+    the excluded Private/Store (docker -v, an fstab bind). The bind goes away (boot order, a
+    container restart): an unmounted folder, not a move; it was released at once. Needs root."""
+    store = vault / "Private/Store"
+    _notes(store, 10)
+    write(vault / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Private/"]}))
+    (vault / "Notes").mkdir()
+    bound = subprocess.run(
+        ["mount", "--bind", str(store), str(vault / "Notes")], check=False, capture_output=True
+    )
+    if bound.returncode != 0:
+        pytest.skip("bind mounts need root")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        assert len(_keys(h, "vault/Notes/")) == 10
+        subprocess.run(["umount", str(vault / "Notes")], check=True)
+        h.sweep()
+        _held(h, 10)
+    finally:
+        subprocess.run(["umount", str(vault / "Notes")], check=False, capture_output=True)
         h.close()

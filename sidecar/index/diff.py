@@ -18,6 +18,7 @@ import logging
 import os
 import stat
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from sidecar.config import Config
 from sidecar.index.problems import Problems
 from sidecar.stores.manifest import FileState, Manifest
 from sidecar.vault.homeguard import held
+from sidecar.vault.mounts import stable_inodes
 from sidecar.vault.sources import (
     TWIN_REASON,
     NoteFile,
@@ -39,6 +41,7 @@ from sidecar.vault.sources import (
     root_refusal,
     roots,
     scan,
+    stored_id,
     vault_roots,
 )
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
@@ -77,11 +80,19 @@ class Diff:
     gone: list[str] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
     unchanged: int = 0
-    stamps: list[tuple[str, int, int, int]] = field(default_factory=list)  # unchanged: (key, stat)
+    # Unchanged notes whose ctime, device or inode the manifest lacks: (key, mtime, size, ctime,
+    # dev, ino, birth time).
+    stamps: list[tuple[str, int, int, int, int, int, int]] = field(default_factory=list)
     # The notes a rule leaves out, where this sweep looked (links.set_excluded): a root listed
     # whole or a folder walked (a key prefix, ending in "/"), or one changed path (its key) ->
     # the excluded notes found there, {key: rule}.
     excluded: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Those that file events' paths found, with their stat: where a root this sweep lists in
+    # full (the wiki, its folder moved into an excluded one of the vault) may find its notes.
+    left_out: list[NoteFile] = field(default_factory=list)
+    # (device, inode) of excluded files with other links: a hard-linked backup of indexed notes
+    # (``Manifest.forget_ids``).
+    linked: set[tuple[int, int]] = field(default_factory=set)
 
 
 @dataclass
@@ -93,6 +104,7 @@ class _Listing:
     known: dict[str, FileState]
     missing: list[str]
     started: float
+    excluded: list[NoteFile] = field(default_factory=list)  # notes there that a rule leaves out
 
 
 def _related(old: str, new: str) -> bool:
@@ -236,7 +248,10 @@ class ChangeFinder:
         notes = [f for f in found if isinstance(f, NoteFile)]
         prefix = root.key_of("x")[:-1]  # "vault/", "wiki/", "memory/<agent>/"
         known = self.manifest.file_states(prefix)
-        notes = self._without_excluded(root, notes, known, diff, {} if excluded is None else excluded)
+        notes, left_out = self._without_excluded(
+            root, notes, known, diff, {} if excluded is None else excluded
+        )
+        diff.linked.update(n.shared for n in left_out if n.shared[1])
         skipped = [s for s in found if isinstance(s, Skipped)]
         self._skips = {k: v for k, v in self._skips.items() if k[0] != root.name}
         for s in skipped:
@@ -251,7 +266,7 @@ class ChangeFinder:
         # An error reading a folder (or a file's stat) is no evidence that its notes are gone.
         kept = self._unreadable_prefixes(root, skipped)
         missing = [k for k in known if k not in seen and not k.startswith(kept)]
-        return _Listing(root, notes, known, missing, t0)
+        return _Listing(root, notes, known, missing, t0, left_out)
 
     def _decide(
         self, listing: _Listing, listings: Sequence[_Listing], diff: Diff, confirm: bool, alien: set[str]
@@ -261,10 +276,12 @@ class ChangeFinder:
         supervisor = self.supervisor
         root, notes, known, missing = listing.root, listing.notes, listing.known, listing.missing
         moved: set[str] = set()
+        copies = 0
         if supervisor.may_hold(root, len(known), len(missing), len(notes)):
             moved = self._moves(listing, listings, alien, diff)
+            copies = self._excluded_copies(listing, listings, alien, moved, diff.left_out)
         hold = supervisor.hold_deletions(
-            root, len(known), len(missing), len(notes), confirm, moved=len(moved)
+            root, len(known), len(missing), len(notes), confirm, moved=len(moved), copies=copies
         )
         if hold is None:
             supervisor.mark_online(root)
@@ -289,13 +306,14 @@ class ChangeFinder:
         its mtime and size and its name or its folder (a folder moved or renamed, a note renamed
         in place), or when the same bytes with the same mtime are indexed under another key that
         this sweep saw (a move whose new half an earlier sweep indexed). A note that a rule
-        leaves out is no evidence: an excluded backup of the notes (rsync -a keeps their times)
-        looks like where a vanished share's notes went, so a folder moved into an excluded one
-        is held like a loss (status names the command that applies it). Each new file accounts
+        leaves out is evidence only as the very file (``_renamed_out``): an excluded backup of the
+        notes (rsync -a keeps their times) looks like where a vanished share's notes went, so a
+        look-alike there is no move and the loss is held. Each new file accounts
         for one missing note: an emptied share is not made good by a few look-alikes. A root
         whose folder is not the share now (``alien``) is no evidence either way."""
         manifest = self.manifest
         trusted = [x for x in listings if x.root.name not in alien]
+        moved = self._renamed_out(listing, trusted, [n for n in diff.left_out if n.root.name not in alien])
         present: dict[str, NoteFile] = {n.key: n for x in trusted for n in x.notes}
         fresh = {n.key: n for x in trusted for n in x.notes if n.key not in x.known}
         events = {n.key: n for n in diff.work if n.key not in present}
@@ -305,8 +323,9 @@ class ChangeFinder:
         by_stat: dict[tuple[int, int], list[NoteFile]] = {}
         for n in fresh.values():
             by_stat.setdefault((n.mtime_ns, n.size), []).append(n)
-        moved: set[str] = set()
         for key in listing.missing:
+            if key in moved:
+                continue
             st = listing.known[key]
             pool = by_stat.get((st.mtime_ns, st.size), [])
             match = next((n for n in pool if _related(key, n.key)), None)
@@ -339,6 +358,110 @@ class ChangeFinder:
                 break
         return moved
 
+    def _renamed_out(
+        self, listing: _Listing, trusted: Sequence[_Listing], looked: Sequence[NoteFile]
+    ) -> set[str]:
+        """The missing keys of ``listing`` whose very file lies where a rule leaves it out now (a
+        folder moved into an excluded one): gone from the index at once, no loss.
+
+        Only a rename keeps a file's device, inode and birth time: a copy made before the loss (a
+        backup, ``cp -p``, ``rsync -a``, a sync tool's copy-then-delete) has another inode even
+        where it keeps the mtime. A copy made after it may be given the deleted note's freed inode
+        number (ext4 and xfs give it again at once: a backup restored into the excluded folder had
+        all its notes' numbers, mtimes and sizes), but it is born when it is made: the file's birth
+        time must be the one recorded with the note (``vault.birth``), and where the platform or
+        filesystem says none the notes are held as any loss. It must keep the note's name (a
+        folder moved keeps every name; a sync tool's versioning renames each deleted file into
+        its versions folder as ``n3~20261205-083000.md``, and ``n3 copy.md`` is no move either),
+        its recorded mtime and size, and have one link (``sources.file_id``: a hard-linked backup
+        shares the inode while the note is there; ``Diff.linked`` forgets the ids of a note
+        seen so). The number must be one that lasts on disk (``mounts.stable_inodes``): on SMB,
+        FAT, most FUSE filesystems and tmpfs it may be given anew at a remount or a boot and name
+        another file. Both files are on the root's own filesystem, not on one mounted inside it.
+        Where they are: what a listing of this sweep left out, or the walk of a file event's path
+        (``looked``: a wiki moved into the vault's excluded folder lists only the wiki)."""
+        if not listing.missing or not self._own_inodes(listing.root):
+            return set()
+        found: dict[tuple[int, int], NoteFile] = {}
+        by_root: dict[Root, list[NoteFile]] = {}
+        for n in looked:
+            by_root.setdefault(n.root, []).append(n)
+        for x in trusted:
+            by_root.setdefault(x.root, []).extend(x.excluded)
+        for root, files in by_root.items():
+            ident = self.supervisor.status(root).identity
+            if ident is not None and self._own_inodes(root):
+                dev = stored_id(ident.dev)
+                found.update(((f.dev, f.ino), f) for f in files if f.ino and f.dev == dev)
+        out: set[str] = set()
+        nested = self._nested_mounts(listing.root)
+        for key in listing.missing:
+            st = listing.known[key]
+            there = found.get((st.dev, st.ino)) if st.ino and st.btime_ns else None
+            if (
+                there is not None
+                and not nested(listing.root, key)
+                and not nested(there.root, there.key)
+                and (there.mtime_ns, there.size) == (st.mtime_ns, st.size)
+                and there.key.rpartition("/")[2] == key.rpartition("/")[2]
+                and there.born() == st.btime_ns  # a statx per candidate only
+            ):
+                del found[(st.dev, st.ino)]  # one file, one note
+                out.add(key)
+        if out:
+            log.info("notes_moved_out root=%s count=%d into=excluded folder", listing.root.name, len(out))
+        return out
+
+    def _excluded_copies(
+        self,
+        listing: _Listing,
+        listings: Sequence[_Listing],
+        alien: set[str],
+        moved: set[str],
+        looked: Sequence[NoteFile],
+    ) -> int:
+        """How many of the missing notes that are no move have a look-alike (same mtime and size)
+        where a rule leaves it out: no evidence (a backup looks so), but status says it, as the
+        user may know it for a move by copying (a sync tool) that ``--confirm-deletions`` ends."""
+        files = [*looked, *(n for x in listings for n in x.excluded)]
+        # Each look-alike accounts for one note: a template's notes unpacked in one second share
+        # mtime and size, and one excluded file of theirs is no copy of them all.
+        sizes = Counter((n.mtime_ns, n.size) for n in files if n.root.name not in alien)
+        count = 0
+        for k in listing.missing:
+            stat_of = (listing.known[k].mtime_ns, listing.known[k].size)
+            if k not in moved and sizes[stat_of] > 0:
+                sizes[stat_of] -= 1
+                count += 1
+        return count
+
+    def _nested_mounts(self, root: Root) -> Callable[[Root, str], bool]:
+        """Whether a note's folder is or was (this run) a mount point inside its root, or below
+        one: a bind mount keeps device and inode numbers, so the notes of a bound folder that
+        was unmounted are seen again where its source lies (in an excluded folder): no move."""
+        points = self.supervisor.mount_points_seen
+        if not points:
+            return lambda _root, _key: False
+        tops: dict[Root, tuple[str, tuple[str, ...]]] = {}
+
+        def nested(r: Root, key: str) -> bool:
+            if r not in tops:
+                top = os.path.realpath(r.path)
+                tops[r] = (top, tuple(p for p in points if p.startswith(top + "/")))
+            top, inner = tops[r]
+            if not inner:
+                return False
+            folder = os.path.join(top, key[len(r.key_of("x")) - 1 :].rpartition("/")[0])
+            return any(folder == p or folder.startswith(p + "/") for p in inner)
+
+        return nested
+
+    def _own_inodes(self, root: Root) -> bool:
+        """Whether a root's inode numbers say which file is which (a known filesystem, no share;
+        a wiki folder moved away is on the vault's)."""
+        st = self.supervisor.status(root)
+        return not st.network and stable_inodes(st.fs_type)
+
     def _add_work(self, notes: Sequence[NoteFile], known: dict[str, FileState], diff: Diff) -> None:
         for n in notes:
             st = known.get(n.key)
@@ -350,8 +473,9 @@ class ChangeFinder:
                 diff.work.append(n)
             else:
                 diff.unchanged += 1
-                if not st.ctime_ns and n.ctime_ns:
-                    diff.stamps.append((n.key, n.mtime_ns, n.size, n.ctime_ns))  # kept from now on
+                if (not st.ctime_ns and n.ctime_ns) or (st.dev, st.ino) != (n.dev, n.ino):
+                    born = n.born()  # a statx, for these few only: none in a sweep of unchanged notes
+                    diff.stamps.append((n.key, n.mtime_ns, n.size, n.ctime_ns, n.dev, n.ino, born))
 
     def _unreadable_prefixes(self, root: Root, skipped: Sequence[Skipped]) -> tuple[str, ...]:
         """Key prefixes (and keys) under folders and files that could not be read; reported."""
@@ -459,7 +583,10 @@ class ChangeFinder:
                 missing.update(k for k in manifest.file_states(_prefix(root, rel)) if not k.startswith(kept))
         for n in notes:
             self._skips.pop((root.name, str(n.path)), None)
+        seen = notes
         notes, excluded = self._excluded_seen(root, notes, missing, gone=gone, walked=walked)
+        kept_keys = {n.key for n in notes}
+        left_out = [n for n in seen if n.key not in kept_keys]
         for s in found:
             if not isinstance(s, Skipped):
                 continue
@@ -477,6 +604,8 @@ class ChangeFinder:
             return False
         diff.gone.extend(sorted(missing))
         diff.excluded.update(excluded)
+        diff.left_out.extend(left_out)
+        diff.linked.update(n.shared for n in left_out if n.shared[1])
         self._add_work(notes, manifest.file_states_of([n.key for n in notes]), diff)
         return True
 
@@ -594,12 +723,13 @@ class ChangeFinder:
         states: dict[str, FileState],
         diff: Diff,
         counts: dict[str, int],
-    ) -> list[NoteFile]:
-        """Drop excluded notes; indexed ones are deleted at once (a rule is no vanished mount, so
-        the mass-deletion guard does not hold them)."""
+    ) -> tuple[list[NoteFile], list[NoteFile]]:
+        """The notes kept, and those a rule leaves out; indexed ones of the latter are deleted at
+        once (a rule is no vanished mount, so the mass-deletion guard does not hold them)."""
         if root.source == "memory":
-            return notes
+            return notes, []
         kept: list[NoteFile] = []
+        dropped: list[NoteFile] = []
         prefix = root.key_of("x")[:-1]
         # Kept as link targets (notes.links.set_excluded), whichever rule it is: Obsidian's
         # Excluded files hide a note from search, not from links; index.exclude is sidecar's own
@@ -614,10 +744,11 @@ class ChangeFinder:
             else:
                 counts[rule] = counts.get(rule, 0) + 1
                 left_out[n.key] = rule
+                dropped.append(n)
         for key in [k for k in states if k.startswith(prefix) and self.excluded_by(k) is not None]:
             diff.gone.append(key)
             del states[key]
-        return kept
+        return kept, dropped
 
 
 # Skipped for a reason that says nothing about the note's text: its indexed text stays.
@@ -630,7 +761,8 @@ def _file(  # noqa: PLR0911 - one return per kind of file
     root: Root, path: Path, rel: str, st: os.stat_result, *, base: Path, max_bytes: int
 ) -> NoteFile | Skipped | None:
     """A changed path of ``root`` that is no folder: a note, a skip, or None (no note)."""
-    if stat.S_ISLNK(st.st_mode):  # followed only where a scan follows it
+    linked = stat.S_ISLNK(st.st_mode)
+    if linked:  # followed only where a scan follows it
         why = "symlink in a memory inbox (never followed)" if root.source == "memory" else None
         try:
             why = why or link_refusal(root, path, base)
@@ -650,7 +782,7 @@ def _file(  # noqa: PLR0911 - one return per kind of file
         return Skipped(path, TWIN_REASON)
     if st.st_size > max_bytes:
         return Skipped(path, "too large")
-    return NoteFile.of(root.key_of(rel), root, path, rel, st)
+    return NoteFile.of(root.key_of(rel), root, path, rel, st, linked=linked)
 
 
 def _prefix(root: Root, rel: str) -> str:

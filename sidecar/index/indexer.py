@@ -10,6 +10,7 @@ included. The first sweep of a start checks BM25 against the manifest and resolv
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -36,6 +37,9 @@ from sidecar.vault.supervisor import RootUnreachable, Supervisor
 from sidecar.vault.timeout import run_with_timeout
 
 log = logging.getLogger(__name__)
+
+# The manifest's meta row holding Obsidian's Excluded files as last read (``IgnoreRules.kept``).
+_OBSIDIAN_RULES = "obsidian_rules"
 
 # How long chunking waits for the model's tokenizer, once (a first start's conversion publishes it
 # in about a second; a model that is slow to come is not waited for twice).
@@ -91,6 +95,11 @@ class Indexer:
         self.leftover: frozenset[str] | None = None  # paths a failed sweep scanned but did not write
         self._gone_left: list[str] = []  # keys a failed sweep could not delete
         self.ignore = IgnoreRules(cfg.index.exclude, cfg.vault.path, cfg.index.obsidian_excludes)
+        # Obsidian's rules as a run before read them: in force at a start while their file is
+        # missing (``IgnoreRules.resume``), and written again whenever what is read changes.
+        self._rules_kept = self.manifest.get_meta(_OBSIDIAN_RULES)
+        with contextlib.suppress(ValueError, AttributeError):
+            self.ignore.resume(json.loads(self._rules_kept or "{}"))
         self._ignore_stuck: threading.Thread | None = None  # a read of Obsidian's settings that hangs
         self.daily_formats = DailyNoteFormats(cfg.vault.path)
         self.problems = problems
@@ -119,7 +128,9 @@ class Indexer:
             before = self.ignore.rules()
             self._refresh_ignore()  # with the probe timeout, as a sweep reads them: a share may hang
             return "Obsidian excluded files" if self.ignore.rules() != before else None
-        self.ignore = IgnoreRules(patterns, self.cfg.vault.path, obsidian)
+        rules = IgnoreRules(patterns, self.cfg.vault.path, obsidian, self.ignore.clock)
+        rules.carry_over(self.ignore)
+        self.ignore = rules
         self.problems.clear("obsidian_settings")  # said again by the next read if still true
         return "index.exclude"
 
@@ -180,7 +191,8 @@ class Indexer:
         if only is None:
             act.excluded = excluded
         if diff.stamps:
-            self.manifest.stamp_ctimes(diff.stamps)
+            self.manifest.stamp(diff.stamps)
+        self._forget_linked(diff.linked)
         act.phase, act.total = "indexing", len(diff.work) + len(diff.gone)
         changed = self._apply(diff, every if not paths else None, progress, stop)
         self._retire_emptied(diff.gone, names)
@@ -363,6 +375,11 @@ class Indexer:
             # set or changed in Obsidian dates the notes indexed before at once.
             self.manifest.day_formats = formats
         # Excluded files and the daily-note settings are one area: both are Obsidian's settings.
+        kept = self.ignore.kept()
+        text = None if kept is None else json.dumps(kept, ensure_ascii=False)
+        if text is not None and text != self._rules_kept:
+            self.manifest.set_meta(_OBSIDIAN_RULES, text)
+            self._rules_kept = text
         trouble = "; ".join(t for t in (self.ignore.trouble, self.daily_formats.trouble) if t) or None
         if trouble is not None:
             self.problems.report("obsidian_settings", trouble)
@@ -433,7 +450,7 @@ class Indexer:
                 continue
             read.append(note)
             if p.parsed is None and p.skip_reason is None:
-                self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns)
+                self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns, note.ids())
                 continue
             prepared.append(p)
         self.changes.read_again(read)
@@ -459,7 +476,14 @@ class Indexer:
             # Only its status changed (a chmod that made it unreadable): remember that, or every
             # sweep reads it again. A changed mtime or size stays unrecorded, so the new text is
             # read once the note can be read.
-            self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns)
+            self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns, note.ids())
+
+    def _forget_linked(self, ids: set[tuple[int, int]]) -> None:
+        """A hard-linked backup of notes in an excluded folder: once the notes are deleted it has
+        one link and their ids, and would pass for them moved there. Their ids are forgotten."""
+        forgotten = self.manifest.forget_ids(ids) if ids else []
+        if forgotten:
+            log.info("notes_hard_linked count=%d into=excluded folder ids=forgotten", len(forgotten))
 
     def delete(self, keys: Sequence[str]) -> None:
         """Remove notes from every store (intent first, so a crash mid-way is redone)."""

@@ -115,8 +115,9 @@ def file_record(p: Prepared, state: str) -> FileRecord:
     """The manifest's file record of a prepared note, in ``state``."""
     n = p.note
     record = functools.partial(
-        FileRecord, n.key, n.root.source, n.root.agent, n.rel, n.mtime_ns, n.size, p.hash, ctime_ns=n.ctime_ns
-    )
+        FileRecord, n.key, n.root.source, n.root.agent, n.rel, n.mtime_ns, n.size, p.hash,
+        ctime_ns=n.ctime_ns, dev=n.dev, ino=n.ino, btime_ns=n.born(),
+    )  # fmt: skip
     if p.parsed is None:
         skipped = "skipped" if state != "indexing" else state
         return record(skipped, title=Path(n.rel).stem, error=p.skip_reason)

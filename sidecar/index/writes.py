@@ -61,7 +61,8 @@ class Writer:
         same = 0
         for p in prepared:
             if _already_indexed(p, states.get(p.note.key)):  # as a sweep treats an unchanged note
-                self.stores.manifest.touch(p.note.key, p.note.mtime_ns, p.note.size, p.note.ctime_ns)
+                n = p.note
+                self.stores.manifest.touch(n.key, n.mtime_ns, n.size, n.ctime_ns, n.ids())
                 same += 1
             elif p.note.root.source == "memory" and not os.path.lexists(p.note.path):
                 # Read by a sweep, then deleted by its agent (the delete removed the entry under

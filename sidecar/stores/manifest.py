@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 # Below this much free space a rewrite at open is not worth its seconds.
 _SHRINK_MIN_BYTES = 8 * 2**20
 
+# A file's columns as ``FileState`` holds them.
+_STATE_COLUMNS = "key, mtime_ns, size, hash, state, ctime_ns, dev, ino, btime_ns"
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS files (
@@ -47,7 +50,8 @@ CREATE TABLE IF NOT EXISTS files (
   mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL, hash TEXT NOT NULL, state TEXT NOT NULL,
   title TEXT NOT NULL DEFAULT '', tags TEXT NOT NULL DEFAULT '[]', front_matter TEXT NOT NULL DEFAULT '{}',
   chunks INTEGER NOT NULL DEFAULT 0, error TEXT, indexed_at REAL NOT NULL DEFAULT 0,
-  ctime_ns INTEGER NOT NULL DEFAULT 0
+  ctime_ns INTEGER NOT NULL DEFAULT 0, dev INTEGER NOT NULL DEFAULT 0, ino INTEGER NOT NULL DEFAULT 0,
+  btime_ns INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS chunks (
   chunk_id TEXT PRIMARY KEY, key TEXT NOT NULL, ord INTEGER NOT NULL, text TEXT NOT NULL,
@@ -221,6 +225,9 @@ class FileRecord:
     front_matter: str = "{}"
     error: str | None = None
     ctime_ns: int = 0  # the file's status change time; 0 where unknown
+    dev: int = 0  # the file's device and inode (sources.file_id); 0 where unknown
+    ino: int = 0
+    btime_ns: int = 0  # its birth time (vault.birth); 0 where unknown
 
 
 @dataclass(frozen=True)
@@ -259,6 +266,9 @@ class FileState:
     hash: str
     state: str
     ctime_ns: int = 0  # 0: not known (written before it was kept)
+    dev: int = 0  # the file's device and inode as last seen; 0: not known (or no evidence)
+    ino: int = 0
+    btime_ns: int = 0  # that file's birth time; 0: not known
 
 
 @dataclass(frozen=True)
@@ -329,6 +339,14 @@ class Manifest(VectorBook):
             if columns and "ctime_ns" not in columns:
                 # Edits that keep size and mtime (mtime restored, coarse clocks) change ctime.
                 self._db.execute("ALTER TABLE files ADD COLUMN ctime_ns INTEGER NOT NULL DEFAULT 0")
+            # The file's device, inode and birth time tell a note renamed into an excluded folder
+            # from a copy of it there (index.diff). 0 is "not known": such a note is held as before
+            # until a sweep has recorded them (no note is read again for it). Each column on its
+            # own: each ALTER commits alone, and one interrupted between two made the next open
+            # add the first again ("duplicate column"), which took the manifest for damaged.
+            for column in ("dev", "ino", "btime_ns"):
+                if columns and column not in columns:
+                    self._db.execute(f"ALTER TABLE files ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
             self._db.executescript(_SCHEMA)
             if links.ensure_schema(self._db) and version != 0:
                 # Schema 4 adds the link graph, read from the notes themselves: forget their
@@ -469,9 +487,7 @@ class Manifest(VectorBook):
 
     def file_states(self, prefix: str = "") -> dict[str, FileState]:
         where, args = _under(prefix)
-        rows = self._query(
-            f"SELECT key, mtime_ns, size, hash, state, ctime_ns FROM files WHERE {where}", args
-        )
+        rows = self._query(f"SELECT {_STATE_COLUMNS} FROM files WHERE {where}", args)
         return {r[0]: FileState(*r[1:]) for r in rows}
 
     def memory_agents(self) -> list[str]:
@@ -490,9 +506,7 @@ class Manifest(VectorBook):
     def file_states_of(self, keys: Sequence[str]) -> dict[str, FileState]:
         out: dict[str, FileState] = {}
         for part, marks in _in_groups(keys):
-            rows = self._query(
-                f"SELECT key, mtime_ns, size, hash, state, ctime_ns FROM files WHERE key IN ({marks})", part
-            )
+            rows = self._query(f"SELECT {_STATE_COLUMNS} FROM files WHERE key IN ({marks})", part)
             out.update((r[0], FileState(*r[1:])) for r in rows)
         return out
 
@@ -545,31 +559,58 @@ class Manifest(VectorBook):
         with self.transaction() as db:
             for r in records:
                 db.execute(
-                    "INSERT INTO files(key, source, agent, rel, mtime_ns, size, hash, state, ctime_ns) "
-                    "VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET state = excluded.state",
-                    (r.key, r.source, r.agent, r.rel, r.mtime_ns, r.size, r.hash, r.state, r.ctime_ns),
+                    "INSERT INTO files(key, source, agent, rel, mtime_ns, size, hash, state, ctime_ns, "
+                    "dev, ino, btime_ns) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
+                    "ON CONFLICT(key) DO UPDATE SET state = excluded.state",
+                    (
+                        *(r.key, r.source, r.agent, r.rel, r.mtime_ns, r.size, r.hash, r.state),
+                        *(r.ctime_ns, r.dev, r.ino, r.btime_ns),
+                    ),
                 )
 
     def mark_state(self, keys: Iterable[str], state: str) -> None:
         with self.transaction() as db:
             db.executemany("UPDATE files SET state = ? WHERE key = ?", [(state, k) for k in keys])
 
-    def touch(self, key: str, mtime_ns: int, size: int, ctime_ns: int = 0) -> None:
-        """Same content, new stat (a `touch`, a copy that kept the bytes): remember the stat only."""
+    def touch(
+        self, key: str, mtime_ns: int, size: int, ctime_ns: int = 0, file_id: tuple[int, int, int] = (0, 0, 0)
+    ) -> None:
+        """Same content, new stat (a `touch`, a copy that kept the bytes): remember the stat only
+        (``file_id``: device, inode, birth time)."""
         with self.transaction() as db:
             db.execute(
-                "UPDATE files SET mtime_ns = ?, size = ?, ctime_ns = ? WHERE key = ?",
-                (mtime_ns, size, ctime_ns, key),
+                "UPDATE files SET mtime_ns = ?, size = ?, ctime_ns = ?, dev = ?, ino = ?, btime_ns = ? "
+                "WHERE key = ?",
+                (mtime_ns, size, ctime_ns, *file_id, key),
             )
 
-    def stamp_ctimes(self, stats: Sequence[tuple[str, int, int, int]]) -> None:
-        """Remember the ctime of unchanged notes indexed without one, unless their row changed
-        since they were looked at (a memory write in between keeps its own stat)."""
+    def stamp(self, stats: Sequence[tuple[str, int, int, int, int, int, int]]) -> None:
+        """Remember what a sweep saw of unchanged notes, (key, mtime, size, ctime, dev, ino, btime):
+        the ctime of those indexed without one, and the device, inode and birth time of the file
+        each is now (recorded first by an upgrade's first sweep, or changed by a remount), unless
+        their row changed since they were looked at (a memory write in between keeps its own stat)."""
         with self.transaction() as db:
             db.executemany(
-                "UPDATE files SET ctime_ns = ? WHERE key = ? AND mtime_ns = ? AND size = ? AND ctime_ns = 0",
-                [(c, k, m, s) for k, m, s, c in stats],
+                "UPDATE files SET ctime_ns = CASE ctime_ns WHEN 0 THEN ? ELSE ctime_ns END, "
+                "dev = ?, ino = ?, btime_ns = ? WHERE key = ? AND mtime_ns = ? AND size = ?",
+                [(c, d, i, b, k, m, s) for k, m, s, c, d, i, b in stats],
             )
+
+    def forget_ids(self, ids: Collection[tuple[int, int]]) -> list[str]:
+        """The notes whose recorded (device, inode) is one of ``ids`` (files seen with other
+        links: a hard-linked backup of them) lose those ids, so that a backup left alone when they
+        are deleted never passes for them moved (held, as any loss). Their keys."""
+        keys: list[str] = []
+        ids = set(ids)
+        inos = sorted({i for _, i in ids if i})
+        with self.transaction() as db:
+            for part, marks in _in_groups(inos):
+                rows = db.execute(f"SELECT key, dev, ino FROM files WHERE ino IN ({marks})", part).fetchall()
+                keys.extend(k for k, d, i in rows if (d, i) in ids)
+            db.executemany(
+                "UPDATE files SET dev = 0, ino = 0, btime_ns = 0 WHERE key = ?", [(k,) for k in keys]
+            )
+        return keys
 
     def chunk_ids(self, key: str) -> set[str]:
         return {r[0] for r in self._query("SELECT chunk_id FROM chunks WHERE key = ?", (key,))}
@@ -626,7 +667,8 @@ class Manifest(VectorBook):
         )
         db.execute(
             "INSERT OR REPLACE INTO files(key, source, agent, rel, mtime_ns, size, hash, state, title, tags, "
-            "front_matter, chunks, error, indexed_at, ctime_ns) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "front_matter, chunks, error, indexed_at, ctime_ns, dev, ino, btime_ns) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 record.key,
                 record.source,
@@ -643,6 +685,9 @@ class Manifest(VectorBook):
                 record.error,
                 time.time(),
                 record.ctime_ns,
+                record.dev,
+                record.ino,
+                record.btime_ns,
             ),
         )
 

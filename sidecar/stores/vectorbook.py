@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, TypeVar
 
 # has_vector: the chunk is in the serving vector table; has_next: in the table being built for a
 # newly configured model (vectors of two models never share a table). Only these two names are
@@ -18,7 +18,10 @@ FLAGS = ("has_vector", "has_next")
 NO_VECTOR = 2
 
 
-def _in_groups(values: Sequence[str]) -> Iterator[tuple[list[str], str]]:
+_T = TypeVar("_T")
+
+
+def _in_groups(values: Sequence[_T]) -> Iterator[tuple[list[_T], str]]:
     """``values`` in groups that fit one SQL ``IN (...)``: each group with its placeholders."""
     for start in range(0, len(values), 500):
         part = list(values[start : start + 500])

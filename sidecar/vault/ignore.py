@@ -4,7 +4,8 @@ Paths are matched relative to the vault, with ``.md`` (the wiki is its folder ``
 so ``Templates/``, ``*.excalidraw.md``, ``/Archive`` and ``!Archive/keep.md`` mean what they mean
 in a ``.gitignore`` (the last matching pattern decides). Obsidian's setting
 (``.obsidian/app.json``, ``userIgnoreFilters``) holds path prefixes (``Archive/``) or regular
-expressions written ``/…/``; it is read again whenever the file changes. Memory inboxes are never
+expressions written ``/…/``; it is read again whenever the file changes, and a file that was
+there and is missing keeps its rules for a while (``SETTINGS_GRACE_S``). Memory inboxes are never
 excluded. Of the project it imports only the confined reads (``sidecar.vault.confine``).
 """
 
@@ -13,8 +14,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,11 @@ log = logging.getLogger(__name__)
 _MAX_SETTINGS_BYTES = 1 << 20
 # A filter matches a short path in microseconds; past this it is backtracking without end.
 _REGEX_TIMEOUT_S = 0.05
+# How long Excluded files read before stay in force while app.json (or all of .obsidian) is
+# missing: Obsidian rewriting its settings, or a sync tool replacing the folder, makes it vanish
+# for a moment, and the sweep its removal starts indexed every excluded note at once. Longer than
+# a sync takes to put it back; a vault that stopped being one of Obsidian's is followed after it.
+SETTINGS_GRACE_S = 30 * 60.0
 
 
 @dataclass(frozen=True)
@@ -64,11 +71,37 @@ class _Rule:
         return f"{self.origin}: {self.text}"
 
 
+def _compile(filters: Any) -> tuple[list[_Rule], list[str]]:
+    """Obsidian's ``userIgnoreFilters`` as rules, and those that are no regular expression."""
+    rules: list[_Rule] = []
+    invalid: list[str] = []
+    for item in filters if isinstance(filters, list) else []:
+        if not isinstance(item, str) or not item.strip():
+            continue
+        f = unicodedata.normalize("NFC", item.strip())
+        if len(f) > 2 and f.startswith("/") and f.endswith("/"):
+            try:
+                rules.append(_Rule("Obsidian excluded files", f, regex=regex.compile(f[1:-1])))
+            except (regex.error, RecursionError, ValueError):
+                log.warning("obsidian_filter_invalid filter=%s", printable(f))
+                invalid.append(f)
+        else:
+            rules.append(_Rule("Obsidian excluded files", f))
+    return rules, invalid
+
+
 class IgnoreRules:
     """The exclusion rules of one vault; ``match`` names the rule that leaves a note out."""
 
-    def __init__(self, patterns: Sequence[str], vault: Path | None, obsidian: bool = True) -> None:
+    def __init__(
+        self,
+        patterns: Sequence[str],
+        vault: Path | None,
+        obsidian: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.patterns = tuple(patterns)
+        self.clock = clock
         self.vault = vault
         self.obsidian = obsidian
         self._own: list[_Rule] = []
@@ -79,6 +112,8 @@ class IgnoreRules:
             self._own.append(_Rule("index.exclude", line, pattern=GitIgnoreSpecPattern(line)))
         self._app_stat: tuple[int, int] | None = None
         self._app: list[_Rule] = []
+        self._missing_since: float | None = None  # app.json, read before, not found since then
+        self._missing_wall: float | None = None  # the same as wall-clock time (kept across a restart)
         # What is wrong with Obsidian's settings as last read (unreadable, filters that are no
         # regular expression), for status: a log line alone left the user wondering why a folder
         # they excluded in Obsidian is searched.
@@ -91,11 +126,11 @@ class IgnoreRules:
         try:
             st = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
-            self._app_stat, self._app = None, []  # no settings: no rules of Obsidian's
-            self.trouble = None
-            return []
+            return self._missing(path)
         except OSError:
             return self._app  # cannot tell now (a share that fails): the rules in force stay
+        if self._missing_since is not None:  # back: read again, which says what is wrong with it now
+            self._missing_since, self._missing_wall, self._app_stat = None, None, None
         stamp = (st.st_mtime_ns, st.st_size)
         if stamp == self._app_stat:
             return self._app
@@ -115,20 +150,7 @@ class IgnoreRules:
             kept = f"the {len(self._app)} rules read before stay" if self._app else "no rule of it applies"
             self.trouble = f"{path} cannot be read ({printable(why)}); {kept}"
             return self._app
-        rules: list[_Rule] = []
-        invalid: list[str] = []
-        for item in filters if isinstance(filters, list) else []:
-            if not isinstance(item, str) or not item.strip():
-                continue
-            f = unicodedata.normalize("NFC", item.strip())
-            if len(f) > 2 and f.startswith("/") and f.endswith("/"):
-                try:
-                    rules.append(_Rule("Obsidian excluded files", f, regex=regex.compile(f[1:-1])))
-                except (regex.error, RecursionError, ValueError):
-                    log.warning("obsidian_filter_invalid filter=%s", printable(f))
-                    invalid.append(f)
-            else:
-                rules.append(_Rule("Obsidian excluded files", f))
+        rules, invalid = _compile(filters)
         if rules:
             log.info("obsidian_excluded_files count=%d", len(rules))
         # Both at once: a read that hung past its deadline and ends later replaces the whole list.
@@ -141,6 +163,62 @@ class IgnoreRules:
                 f"nothing out: {shown}"
             )
         return rules
+
+    def _missing(self, path: Path) -> list[_Rule]:
+        """No settings file: no rules of Obsidian's, except that rules read before stay for
+        ``SETTINGS_GRACE_S`` after it went (said in status meanwhile)."""
+        now = self.clock()
+        if self._app and self._missing_since is None:
+            self._missing_since, self._missing_wall = now, time.time()
+            log.warning("obsidian_settings_missing path=%s rules_kept=%d", path, len(self._app))
+        if self._app and self._missing_since is not None and now - self._missing_since < SETTINGS_GRACE_S:
+            left = SETTINGS_GRACE_S - (now - self._missing_since)
+            self.trouble = (
+                f"{path} is missing; the {len(self._app)} Excluded files rules read before stay in force "
+                f"until it is back, or for {max(1, round(left / 60))} more min"
+            )
+            return self._app
+        if self._app:
+            log.warning("obsidian_settings_gone path=%s rules_dropped=%d", path, len(self._app))
+        self._app_stat, self._app, self._missing_since, self._missing_wall = None, [], None, None
+        self.trouble = None
+        return []
+
+    def carry_over(self, before: IgnoreRules) -> None:
+        """Obsidian's rules as ``before`` (the rules replaced by a configuration reload) read
+        them: a settings file missing at the reload keeps them for what is left of its grace."""
+        if self.obsidian and before.obsidian and self.vault == before.vault:
+            self._app_stat, self._app = before._app_stat, before._app
+            self._missing_since, self.trouble = before._missing_since, before.trouble
+            self._missing_wall = before._missing_wall
+
+    def kept(self) -> dict[str, Any] | None:
+        """Obsidian's rules as last read, and since when (wall clock) their file is missing, for
+        the index to keep: a daemon started while the file is missing uses them (``resume``)."""
+        if not self.obsidian or self.vault is None:
+            return None
+        return {
+            "vault": str(self.vault),
+            "filters": [r.text for r in self._app],
+            "missing_since": self._missing_wall,
+        }
+
+    def resume(self, kept: dict[str, Any]) -> None:
+        """At a start, the rules a run before read (``kept``): in force while the settings file
+        stays missing, for what is left of the grace since it went, or from now if it went while
+        no daemon ran. A settings file that is there is read as ever and replaces them. A restart
+        while a sync tool replaced .obsidian indexed every excluded note at once."""
+        if not self.obsidian or self.vault is None or self._app or kept.get("vault") != str(self.vault):
+            return
+        filters = kept.get("filters")
+        rules, _ = _compile(filters if isinstance(filters, list) else [])
+        if not rules:
+            return
+        self._app = rules
+        since = kept.get("missing_since")
+        if isinstance(since, int | float) and not isinstance(since, bool):
+            self._missing_wall = float(since)
+            self._missing_since = self.clock() - max(0.0, time.time() - float(since))
 
     def refresh(self) -> None:
         """Re-read Obsidian's settings if they changed (called once per sweep)."""

@@ -20,6 +20,26 @@ NETWORK_TYPES = frozenset(
 )  # fmt: skip
 
 
+# Filesystems whose inode numbers are kept on disk: a file keeps its number when renamed and
+# after a remount. Elsewhere a number may be the client's own, given anew at each mount or lookup
+# (SMB without serverino, FAT/exFAT, most FUSE filesystems), so the same number may name another
+# file later. tmpfs, ramfs and overlay are not here: their numbers last only for the life of the
+# mount, the manifest outlives it, and a tmpfs vault refilled at boot gives its files the numbers
+# (and reuses the device number) of the last boot's, so an excluded backup restored first had
+# the ids of the notes that failed to come back.
+STABLE_INODE_TYPES = frozenset(
+    {
+        "ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "jfs", "reiserfs", "bcachefs", "nilfs2",
+        "ntfs3", "apfs", "hfs", "ufs",
+    }
+)  # fmt: skip
+
+
+def stable_inodes(fs_type: str | None) -> bool:
+    """Whether a file's inode number on this filesystem says which file it is (unknown: no)."""
+    return bool(fs_type) and str(fs_type).lower() in STABLE_INODE_TYPES
+
+
 def is_network(fs_type: str | None) -> bool:
     if not fs_type:
         return False

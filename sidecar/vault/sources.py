@@ -22,6 +22,7 @@ from pathlib import Path
 from sidecar.config import Config, valid_agent
 from sidecar.contracts.errors import NotFoundError, SourceError, UnreadableError
 from sidecar.contracts.wire import SOURCES
+from sidecar.vault.birth import birth_ns
 from sidecar.vault.confine import (
     NotPrivateError,
     NotRegularError,
@@ -96,10 +97,52 @@ class NoteFile:
     mtime_ns: int
     size: int
     ctime_ns: int = 0  # status change time: an edit that keeps size and mtime still changes it
+    # The file itself (device, inode): a rename keeps it, a copy never has it. 0 where it is no
+    # evidence of that (see ``file_id``).
+    dev: int = 0
+    ino: int = 0
+    # (device, inode) of a file with other links (a hard-linked backup of a note, ``cp -al``):
+    # never evidence, and it marks the note it shares them with (``Manifest.forget_ids``).
+    shared: tuple[int, int] = (0, 0)
 
     @classmethod
-    def of(cls, key: str, root: Root, path: Path, rel: str, st: os.stat_result) -> NoteFile:
-        return cls(key, root, path, rel, stamp_ns(st.st_mtime_ns), st.st_size, stamp_ns(st.st_ctime_ns))
+    def of(
+        cls, key: str, root: Root, path: Path, rel: str, st: os.stat_result, *, linked: bool = False
+    ) -> NoteFile:
+        """The note at ``path`` with its stat; ``linked``: found through a file symlink."""
+        dev, ino = (0, 0) if linked else file_id(st)
+        shared = (stored_id(st.st_dev), stored_id(st.st_ino)) if st.st_nlink > 1 and not linked else (0, 0)
+        return cls(
+            key, root, path, rel, stamp_ns(st.st_mtime_ns), st.st_size, stamp_ns(st.st_ctime_ns), dev, ino,
+            shared,
+        )  # fmt: skip
+
+    def born(self) -> int:
+        """Its file's birth time (``birth.birth_ns``; a statx call), 0 where not known or where
+        its inode is no evidence: asked only where a note is recorded or a move is decided."""
+        return birth_ns(self.path, self.ino % 2**64) if self.ino else 0
+
+    def ids(self) -> tuple[int, int, int]:
+        """(device, inode, birth time) as the manifest records them."""
+        return self.dev, self.ino, self.born()
+
+
+_ID_MAX = 2**63  # SQLite keeps signed 64-bit integers; st_dev and st_ino are unsigned 64-bit
+
+
+def file_id(st: os.stat_result) -> tuple[int, int]:
+    """(device, inode) of a file as the manifest stores them (signed 64-bit), or (0, 0) when they
+    say nothing of which file it is: no inode (some SMB and FUSE shares report 0), or more links
+    than one (a hard-linked backup, ``cp -al`` or ``rsync --link-dest``, shares the inode of the
+    note it backs up while that note is still there)."""
+    if not st.st_ino or st.st_nlink != 1:
+        return 0, 0
+    return stored_id(st.st_dev), stored_id(st.st_ino)
+
+
+def stored_id(n: int) -> int:
+    """A device or inode number as the manifest stores it (signed 64-bit)."""
+    return n - 2**64 if n >= _ID_MAX else n
 
 
 # SQLite keeps 64-bit integers: a file time after 2262-04-11 (a bad clock, a restored backup;
@@ -421,7 +464,7 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
     return (
         Skipped(Path(entry.path), why)
         if why
-        else NoteFile.of(root.key_of(rel), root, Path(entry.path), rel, st)
+        else NoteFile.of(root.key_of(rel), root, Path(entry.path), rel, st, linked=is_link)
     )
 
 

@@ -136,6 +136,10 @@ class Supervisor:
         self.roots: dict[str, RootStatus] = {}
         self.beat = beat  # the indexer's heartbeat, during long waits
         self.mounts: list[tuple[str, str]] = []  # the mount table, as read by the last classify
+        # Every mount point these tables named since the start: a folder of a root that was one
+        # (a bind mount of a folder the root also holds, which keeps device and inode numbers)
+        # and is no longer is an unmounted folder, not notes moved (``index.diff``).
+        self.mount_points_seen: set[str] = set()
         # The note a read waits for longer than a second now: (root name, relative path, since
         # ``time.monotonic()``), for `status` and `sidecar index` to say what indexing waits for.
         self.waiting: tuple[str, str, float] | None = None
@@ -191,6 +195,7 @@ class Supervisor:
         if not roots:
             return
         mounts = self.mounts = read_mounts(self.cfg.watch.mount_table)
+        self.mount_points_seen.update(p.rstrip("/") or "/" for p, _ in mounts)
         # The vault before the wiki inside it: when the vault hangs, so does its wiki, which is
         # then not asked again (each ask of a hung share costs a full probe timeout).
         for root in sorted(roots, key=lambda r: r.within is not None):
@@ -400,7 +405,15 @@ class Supervisor:
         )
 
     def hold_deletions(
-        self, root: Root, known: int, missing: int, present: int, confirmed: bool, *, moved: int = 0
+        self,
+        root: Root,
+        known: int,
+        missing: int,
+        present: int,
+        confirmed: bool,
+        *,
+        moved: int = 0,
+        copies: int = 0,
     ) -> str | None:
         """Why this sweep must not delete (``unmounted``, ``device``, ``empty``, ``mass``), or None.
 
@@ -410,6 +423,7 @@ class Supervisor:
         ``moved`` of the ``missing`` notes turned up under other keys in the same sweep: moves,
         no loss, so they count neither toward ``empty`` nor toward ``mass``. They say nothing
         about the mount, though: a root that is not on the mount it was holds them all.
+        ``copies`` of the held notes have a look-alike in an excluded folder (said, no evidence).
         """
         lost = missing - moved
         st = self.status(root)
@@ -471,6 +485,12 @@ class Supervisor:
         if kind == "mass":
             left = self.cfg.index.mass_deletion_hold_minutes * 60 - (now - since)
             then = f"applied in {_duration(left)} unless they come back"
+            if copies:
+                # A copy is no move (a backup looks the same): the user may know it for one.
+                why += (
+                    f" ({copies} of them have a copy with the same time and size in an excluded "
+                    "folder: moved there by copying, or a backup?)"
+                )
         else:
             then = "held while it stays so"
         self.mark_offline(
