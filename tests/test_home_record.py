@@ -102,3 +102,25 @@ def test_a_home_that_holds_the_inboxes_is_taken_as_the_home(daemon: DaemonProces
     assert d.stop() == 0
     d.start()  # the accepted home is the recorded one now
     assert _write(d, "frank", "m4", "after a restart")["action"] == "created"
+
+
+def test_a_home_record_that_cannot_be_written_is_a_problem(tmp_path: Path, vault: Path) -> None:
+    """The record's failure was a log line only (a service sandbox that could not write the state
+    folder went unnoticed, and a restart on a bare mount point then took it for the home)."""
+    from sidecar.config import load_config
+    from tests.conftest import FakeEmbedder, Harness
+
+    blocker = tmp_path / "state"
+    blocker.write_text("a file where the state folder belongs\n")
+    cfg = load_config(
+        flags={"home": str(tmp_path / "home"), "vault.path": str(vault)}, env={"XDG_STATE_HOME": str(blocker)}
+    )
+    cfg.agents_dir.mkdir(parents=True)  # as the daemon makes it at its first start
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        active = [p for p in h.problems.describe()["active"] if p["area"] == "home"]
+        assert len(active) == 1 and "the home's identity cannot be recorded" in active[0]["error"], active
+        assert str(blocker) in active[0]["error"]
+    finally:
+        h.close()

@@ -203,7 +203,17 @@ class ChangeFinder:
         of agents still in the index whose notes or folder are gone, until their entries are.
         While the home's agents folder is gone or replaced (its share unmounted), what is there
         is not listed: the indexed agents' inboxes are unreachable roots (nothing deleted)."""
-        why = self.supervisor.home.problem()
+        guard = self.supervisor.home
+        if guard.record_error is None:
+            self.problems.clear("home", subject="record")
+        else:  # only a log line, it went unnoticed (a service sandbox that cannot write it)
+            self.problems.report(
+                "home",
+                f"the home's identity cannot be recorded ({guard.record_error}): a restart while "
+                "its share is not mounted would take the bare mount point for the home",
+                subject="record",
+            )
+        why = guard.problem()
         if why is None:
             self.problems.clear("home")
             out = roots(self.cfg)

@@ -79,6 +79,7 @@ class HomeGuard:
         self._seen: tuple[_Ident, _Ident] | None = None
         self._known: set[str] = set()  # agents whose inbox the kept agents folder holds
         self._recorded = False  # a record was read or written: its removal is the user's consent
+        self.record_error: str | None = None  # why the record cannot be written (status says so)
         self._load()
         self.remember()
 
@@ -192,8 +193,9 @@ class HomeGuard:
             atomic_write(self.record, json.dumps(data).encode())
         except OSError as exc:  # kept for this run; a restart on a bare mount point is not caught
             log.warning("home_record_failed path=%s error=%s", self.record, exc.strerror or exc)
+            self.record_error = f"{self.record}: {exc.strerror or exc}"
             return
-        self._recorded = True
+        self._recorded, self.record_error = True, None
 
     def _load(self) -> None:
         if self.record is None:
