@@ -1018,3 +1018,43 @@ def test_an_inbox_index_whose_folder_is_gone_is_not_taken_for_damaged(tmp_path: 
         assert "alpha/chunks" in idx.failing and "was cut short" in idx.failing["alpha/chunks"]
     finally:
         idx.close()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        "Read-only file system (os error 30)",  # the share remounted read-only after an I/O error
+        "Permission denied (os error 13)",  # a sync tool's lock, an ACL change
+        "Input/output error (os error 5)",  # an NFS/SMB hiccup
+        "Stale file handle (os error 116)",  # the NFS server restarted
+    ],
+)
+def test_an_inbox_commit_failing_for_the_share_keeps_the_index(tmp_path: Path, error: str) -> None:
+    """An inbox's commit that fails for a reason of the file system, not of its files, moved the
+    healthy index aside (every inbox with a pending write, at each hiccup of a share) and said
+    it was damaged; on a read-only share the fallback removed it. It fails and is retried, as a
+    full disk's commit is."""
+    from unittest import mock
+
+    from sidecar.contracts.errors import StoreError
+    from sidecar.stores import bm25 as bm25_mod
+    from sidecar.stores.bm25 import Bm25Index
+
+    idx = Bm25Index(tmp_path / "bm25")
+    idx.add([_doc("memory/beta/n0", "kayak of beta")])
+    idx.commit()
+    idx.add([_doc("memory/beta/n1", "canoe of beta")])
+    real = bm25_mod._Folder.commit
+
+    def failing(self: Any) -> None:
+        if "beta" in str(self.path) and self.dirty:
+            raise StoreError(f"BM25 commit failed: {error}")
+        real(self)
+
+    try:
+        with mock.patch.object(bm25_mod._Folder, "commit", failing), pytest.raises(StoreError):
+            idx.commit()
+        assert not [p.name for p in tmp_path.iterdir() if "broken" in p.name] and "beta" not in idx.failing
+        assert "memory/beta/n0#0" in idx.all_ids()  # the index as it was, still read
+    finally:
+        idx.close()

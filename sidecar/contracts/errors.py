@@ -112,6 +112,28 @@ def is_disk_full(exc: BaseException | None) -> bool:
     return False
 
 
+# Errors of the file system, not of a store's files: a share that hiccups (EIO, a stale NFS
+# handle), one remounted read-only after an I/O error, a permission flipped by a sync tool. They say
+# nothing about what the files hold: retried, never taken for damage (which moves an index aside).
+_IO_FAULTS = (
+    errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.ESTALE, errno.ENOTCONN, errno.ETIMEDOUT,
+)  # fmt: skip
+_OS_ERROR_CODE = re.compile(r"\(os error (\d+)\)")
+
+
+def is_io_fault(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an error it was raised from) is a file-system fault (``_IO_FAULTS``),
+    also as a Rust engine's message ("Read-only file system (os error 30)")."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, OSError) and exc.errno in _IO_FAULTS:
+            return True
+        if any(int(code) in _IO_FAULTS for code in _OS_ERROR_CODE.findall(str(exc))):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
 # What the engines (Tantivy, Lance: Rust under Python) add to a message that says nothing to a
 # person: a Rust debug form of the OS error, a generic hint in Some("…"), and the source file and
 # line of the panic inside Rust's own library or a crate.

@@ -32,6 +32,7 @@ from sidecar.contracts.errors import (
     StoreOutdatedError,
     engine_message,
     is_disk_full,
+    is_io_fault,
     store_error_class,
 )
 from sidecar.contracts.wire import memory_agent
@@ -663,7 +664,10 @@ class Bm25Index:
         target = aside_name(self.path.parent / f"bm25-memory-{agent}")
         try:
             folder.rename(target)
-        except OSError:
+        except OSError as err:
+            if is_io_fault(err):  # a read-only or failing share: what cannot be moved is not removed
+                log.error("index_move_aside_failed store=bm25 inbox=%s error=%s", agent, err)
+                return  # opened again when next used; damaged still, it is found again then
             _remove(folder)
         log.error("index_rebuilt store=bm25 inbox=%s reason=%s moved_to=%s", agent, exc, target)
         self.failing[agent] = f"{_MOVED_ASIDE} ({exc})"
@@ -906,7 +910,9 @@ class Bm25Index:
             for folder in pair:
                 folder.commit()
         except StoreError as exc:
-            if self._refilling or is_disk_full(exc) or _low_disk(self.path) is not None:
+            # A full disk or a share's fault is no damage: the commit fails and is retried (a
+            # share that hiccuped moved every inbox with a pending write aside).
+            if self._refilling or is_disk_full(exc) or is_io_fault(exc) or _low_disk(self.path) is not None:
                 raise
             for folder in pair:
                 folder.recover_writer()
