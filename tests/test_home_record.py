@@ -124,3 +124,30 @@ def test_a_home_record_that_cannot_be_written_is_a_problem(tmp_path: Path, vault
         assert str(blocker) in active[0]["error"]
     finally:
         h.close()
+
+
+def test_a_stale_inbox_on_the_bare_mount_point_is_no_home(tmp_path: Path) -> None:
+    """One agent (the common setup) and a stale inbox an old write left on the mount point below
+    the share: with the share unmounted, the bare folder "held every known inbox" and was taken
+    as the home. The kept agents folder holds a token (recorded); the bare one has none. The same
+    folder under another device number or copied (a home moved on purpose) holds it and is taken."""
+    from sidecar.config import load_config
+    from sidecar.vault.homeguard import MARKER, HomeGuard
+
+    cfg = load_config(flags={"home": str(tmp_path / "home")}, env={"XDG_STATE_HOME": str(tmp_path / "st")})
+    home = cfg.home
+    (home / "agents" / "frank" / "memory").mkdir(parents=True)  # the stale inbox, under the share
+    (home / "agents" / "frank" / "memory" / "old.md").write_text("stale\n")
+    bare = tmp_path / "bare"
+    home.rename(bare)
+    (home / "agents" / "frank" / "memory").mkdir(parents=True)  # the share mounted: the real home
+    guard = HomeGuard(cfg)
+    guard.know("frank")
+    assert guard.problem() is None and (home / "agents" / MARKER).is_file()
+    share = tmp_path / "share"
+    home.rename(share)  # unmounted: the bare folder is at the home's path again
+    bare.rename(home)
+    assert HomeGuard(cfg).problem() is not None  # a restart: the bare folder is not the home
+    home.rename(bare)
+    shutil.copytree(share, home, symlinks=True)  # the home moved on purpose (a copy: new inodes)
+    assert HomeGuard(cfg).problem() is None

@@ -836,7 +836,7 @@ def test_nothing_is_retired_while_a_note_or_a_kept_text_remains(make_cfg: Any, v
     assert (agents / "kept" / "memory" / ".trash").is_dir()
     inboxes.prune_trash(now=time.time() + 31 * _DAY)
     left = sorted(p.name for p in agents.iterdir())
-    assert left == [".retired", "beside", "hidden", "linked", "live", "shared", "users"]
+    assert left == [".retired", ".sidecar-home", "beside", "hidden", "linked", "live", "shared", "users"]
     assert (agents / "live" / "memory" / "n.md").is_file()
     assert (outside / "memory").is_dir() and (agents / "live" / "memory").is_dir()
     assert (agents / "users" / "memory" / "todo.txt").is_file()

@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import os
+import secrets
 import threading
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,10 @@ log = logging.getLogger(__name__)
 
 _Ident = tuple[int, int]  # (st_dev, st_ino)
 ACCEPT_COMMAND = "sidecar index --accept-home"
+# A token written into the kept agents folder and recorded with it: the same folder seen under
+# another device number (a share mounted again) or copied (a home moved on purpose) holds it; a
+# bare mount point does not, also when an old write left a stale inbox there.
+MARKER = ".sidecar-home"
 
 
 class HomeChangedError(StorageError):
@@ -79,6 +84,7 @@ class HomeGuard:
         self._seen: tuple[_Ident, _Ident] | None = None
         self._known: set[str] = set()  # agents whose inbox the kept agents folder holds
         self._recorded = False  # a record was read or written: its removal is the user's consent
+        self._mark: str | None = None  # the token of the kept agents folder (``MARKER``)
         self.record_error: str | None = None  # why the record cannot be written (status says so)
         self._load()
         self.remember()
@@ -147,14 +153,23 @@ class HomeGuard:
     # --- the record ------------------------------------------------------------------------------
 
     def _holds_known(self, found: list[os.stat_result]) -> bool:
-        """The folders there now hold the inboxes of the agents known to the kept ones: the same
-        home mounted again (under another device number) or moved on purpose. Taken and recorded."""
+        """The folders there now are the kept ones under another identity: the same home mounted
+        again (under another device number) or moved on purpose. Told by the kept folder's token
+        (``MARKER``) where one was recorded, else by the known agents' inboxes. Taken and recorded."""
         try:
             home = found[0] if found else os.stat(self.home)
             agents = found[1] if len(found) > 1 else os.stat(self.agents, follow_symlinks=False)
             held = [a for a in sorted(self._known) if (self.agents / a / "memory").is_dir()]
         except OSError:
             return False
+        if self._mark is not None:
+            # The inboxes' names are no evidence here: with one agent (the common case), a stale
+            # inbox an old write left on the bare mount point held "every known inbox".
+            if _read_mark(self.agents) != self._mark:
+                return False
+            with self._lock:
+                self._keep(home, agents, "home_taken_again", " (its agents folder holds the recorded token)")
+            return True
         # Every known inbox, or (some gone on purpose) the recorded agents folder itself under
         # another device number: a bare folder with a stale inbox left in it by an old write is
         # neither.
@@ -170,13 +185,14 @@ class HomeGuard:
             return why
         log.warning("home_accepted home=%s was: %s", self.home, why)
         with self._lock:
-            self._seen, self._known, self._recorded = None, set(), False
+            self._seen, self._known, self._recorded, self._mark = None, set(), False, None
         self.remember()
         return None
 
     def _keep(self, home: os.stat_result, agents: os.stat_result, event: str, more: str = "") -> None:
         """Keep these folders (the lock held) and record them with the agents whose inboxes they hold."""
         self._seen = (home.st_dev, home.st_ino), (agents.st_dev, agents.st_ino)
+        self._mark = _read_mark(self.agents) or _write_mark(self.agents)
         with contextlib.suppress(OSError):
             self._known |= {
                 a for a in os.listdir(self.agents) if valid_agent(a) and (self.agents / a / "memory").is_dir()
@@ -188,7 +204,8 @@ class HomeGuard:
         if self.record is None or self._seen is None:
             return
         (home_id, agents_id), known = self._seen, sorted(self._known)
-        data = {"home": str(self.home), "homeId": home_id, "agentsId": agents_id, "agents": known}
+        data: dict[str, Any] = {"home": str(self.home), "homeId": home_id, "agentsId": agents_id}
+        data.update(agents=known, mark=self._mark)
         try:
             atomic_write(self.record, json.dumps(data).encode())
         except OSError as exc:  # kept for this run; a restart on a bare mount point is not caught
@@ -206,12 +223,50 @@ class HomeGuard:
                 raise ValueError(f"recorded for {data['home']!r}")
             seen = _ident(data["homeId"]), _ident(data["agentsId"])
             known = {a for a in data["agents"] if isinstance(a, str) and valid_agent(a)}
+            mark = data.get("mark") if isinstance(data.get("mark"), str) else None
         except FileNotFoundError:
             return  # the first start on this home
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("home_record_unreadable path=%s error=%s", self.record, exc)
             return
-        self._seen, self._known, self._recorded = seen, known, True
+        self._seen, self._known, self._recorded, self._mark = seen, known, True, mark
+
+
+def _read_mark(agents: Path) -> str | None:
+    try:
+        fd = os.open(agents / MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        text = os.read(fd, 256).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return text or None
+
+
+def _write_mark(agents: Path) -> str | None:
+    """A new token in ``agents`` (made once: an existing one is read), or None when it cannot be
+    written (the record then falls back to the known agents' inboxes)."""
+    token = secrets.token_hex(16)
+    try:
+        fd = os.open(
+            agents / MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
+    except FileExistsError:
+        return _read_mark(agents)
+    except OSError as exc:
+        log.warning("home_mark_failed path=%s error=%s", agents / MARKER, exc.strerror or exc)
+        return None
+    try:
+        os.write(fd, (token + "\n").encode())
+        os.fsync(fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return token
 
 
 def _ident(value: Any) -> _Ident:
