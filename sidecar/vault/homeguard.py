@@ -278,8 +278,8 @@ def _ident(value: Any) -> _Ident:
 
 def _replaced(what: str, path: Path) -> str:
     return (
-        f"{what} {path} is not the folder sidecar kept the agents' memory in and holds none of "
-        "their inboxes (share unmounted? replaced?)"
+        f"{what} {path} is not the folder sidecar kept the agents' memory in and holds no sign of "
+        "being it (share unmounted? replaced?)"
     )
 
 
