@@ -172,6 +172,26 @@ def _year(today: dt.date, back: int) -> Window:
     return first, min(today, dt.date(first.year, 12, 31))
 
 
+def _months_back(today: dt.date, months: int) -> dt.date:
+    """The same day ``months`` months before (that month's last day when it has fewer days)."""
+    index = today.year * 12 + today.month - 1 - months
+    first = dt.date(index // 12, index % 12 + 1, 1)
+    return first.replace(day=min(today.day, _month_end(first).day))
+
+
+def _rolling(today: dt.date, unit: str, count: int) -> Window:
+    """The last ``count`` days, weeks, months or years up to today ("in the last 3 days", "in the
+    past year", "in den letzten 12 Monaten"): from the same day that long ago."""
+    u = unit.lower()
+    if u.startswith(("day", "tag")):
+        return today - dt.timedelta(days=count), today
+    if u.startswith(("week", "woche")):
+        return today - dt.timedelta(weeks=count), today
+    if u.startswith(("month", "monat")):
+        return _months_back(today, count), today
+    return _months_back(today, 12 * count), today
+
+
 # "the last week of the project", "die letzte Woche des Urlaubs", "the last month before the
 # move": a week, month or year of something else, not the one before this one.
 _LAST_EN = r"(?:last|previous)"
@@ -181,6 +201,96 @@ _THIS_WEEK = r"(?:(?:this|current)\s+week|diese[rn]?\s+woche)"
 _LAST_MONTH = rf"(?:{_LAST_EN}\s+month|{_LAST_DE}\s+monat)"
 _LAST_YEAR = rf"(?:{_LAST_EN}\s+year|{_LAST_DE}\s+jahr)"
 _ON_WD = r"(?:(?:on|am)\s+)?" + _WD  # "on Tuesday", "am Dienstag"
+# What follows "in the last year" or "im letzten Jahr" when it is a year of something else ("in
+# the last year of the project", "im letzten Monat der Schwangerschaft", "in der letzten Woche vor
+# dem Umzug").
+_OF_SOMETHING = (
+    r"(?!\s+(?:of|before|des|der|vor|meine[rs]?|unsere[rs]?|seine[rs]?|ihre[rs]?|deine[rs]?|eure[rs]?)\b)"
+)
+_UNITS_EN = r"(days?|weeks?|months?|years?)"
+_UNITS_DE = r"(tage?n?|wochen?|monate?n?|jahre?n?)"
+
+Phrase = tuple[str, Callable[[dt.date, re.Match[str]], Window]]
+
+# Phrases that name a period (pattern, window from today and the match). "since"/"seit"/"seit
+# dem"/"from … on" before any of them runs from the period's first day up to today (_SINCE_FORMS).
+_PERIODS: tuple[Phrase, ...] = (
+    # The last N days, weeks, months or years, up to today.
+    (
+        r"(?:in\s+)?(?:the\s+)?(?:last|past)\s+" + _NUM + r"\s+" + _UNITS_EN,
+        lambda t, m: _rolling(t, m[2], _num(m[1])),
+    ),
+    (
+        r"(?:in\s+)?(?:den\s+)?(?:letzten|vergangenen)\s+" + _NUM + r"\s+" + _UNITS_DE,
+        lambda t, m: _rolling(t, m[2], _num(m[1])),
+    ),
+    # "in the last year", "over the past week": the last twelve months (seven days, one month) up
+    # to today, as "in the last 12 months" and "in the last 7 days" are; "the last year" alone or
+    # "in the last year of the project" is a year of something else (words).
+    (
+        r"(?:(?:in|over|during|within)\s+the\s+(?:last|past)|(?:the\s+)?past)\s+(week|month|year)"
+        + _OF_SOMETHING,
+        lambda t, m: _rolling(t, m[1], 1),
+    ),
+    # "im letzten Jahr", "in der letzten Woche": read as "letztes Jahr", "letzte Woche" are, the
+    # calendar year (week, month) before this one, the reading German speakers mostly mean;
+    # the rolling sense has its own unambiguous phrase ("in den letzten 12 Monaten").
+    (
+        r"(?:im|in\s+de[mr])\s+(?:letzten|vorigen|vergangenen)\s+(woche|monat|jahr)" + _OF_SOMETHING,
+        lambda t, m: {"woche": _week, "monat": _month, "jahr": _year}[m[1].lower()](t, 1),
+    ),
+    (_NUM + r"\s+days?\s+ago", lambda t, m: _one(t - dt.timedelta(days=_num(m[1])))),
+    (r"vor\s+" + _NUM + r"\s+tage?n?", lambda t, m: _one(t - dt.timedelta(days=_num(m[1])))),
+    # "2 weeks ago", "vor zwei Wochen": that week, Monday to Sunday
+    (r"(an?|" + _NUM[1:] + r"\s+weeks?\s+ago", lambda t, m: _week(t, _num(m[1]))),
+    (r"vor\s+" + _NUM + r"\s+wochen?", lambda t, m: _week(t, _num(m[1]))),
+    # A weekday with its week ("letzte Woche Dienstag", "Tuesday last week"): that day.
+    (_ON_WD + r"\s+(?:of\s+)?" + _LAST_WEEK, lambda t, m: _weekday_of_week(t, 1, m[1])),
+    (_LAST_WEEK + r"(?:\s+(?:on|am))?\s+" + _WD, lambda t, m: _weekday_of_week(t, 1, m[1])),
+    (_ON_WD + r"\s+(?:of\s+)?" + _THIS_WEEK, lambda t, m: _weekday_of_week(t, 0, m[1])),
+    (_THIS_WEEK + r"(?:\s+(?:on|am))?\s+" + _WD, lambda t, m: _weekday_of_week(t, 0, m[1])),
+    (r"(?:the\s+)?week\s+before\s+last|vorletzte[rn]?\s+woche", lambda t, m: _week(t, 2)),
+    (_THIS_WEEK, lambda t, m: _week(t, 0)),
+    (_LAST_WEEK, lambda t, m: _week(t, 1)),
+    # last week's Saturday and Sunday
+    (
+        rf"(?:{_LAST_EN}|{_LAST_DE})\s+(?:weekend|wochenende)",
+        lambda t, m: (_week(t, 1)[0] + dt.timedelta(days=5), _week(t, 1)[0] + dt.timedelta(days=6)),
+    ),
+    (r"this\s+month|diese[nrm]?\s+monat", lambda t, m: _month(t, 0)),
+    (_LAST_MONTH, lambda t, m: _month(t, 1)),
+    (r"this\s+year|dieses\s+jahr|diesem\s+jahr", lambda t, m: _year(t, 0)),
+    (_LAST_YEAR, lambda t, m: _year(t, 1)),
+    (r"(?:the\s+)?day\s+before\s+yesterday|vorgestern", lambda t, m: _one(t - dt.timedelta(days=2))),
+    (r"(?:yesterday|gestern)", lambda t, m: _one(t - dt.timedelta(days=1))),
+    (r"(?:today|heute)", lambda t, m: (t, t)),
+)
+
+# "since X" in the forms it is said in; "from last week" alone is "of last week" ("notes from last
+# week"), so "from" needs its "on".
+_SINCE = r"(?:since|seit(?:\s+de[mnr])?)\s+"
+_SINCE_FORMS = ((_SINCE, ""), (r"from\s+", r"\s+on(?:wards?)?"))
+
+# Points that are no period of their own: "since Monday" (the last Monday), "since 2026-11-20";
+# and German "seit 3 Tagen" / "seit 2 Wochen", a duration (for three days), not a point.
+_SINCE_ONLY: tuple[Phrase, ...] = (
+    *(
+        (lead + _WD + tail, lambda t, m: (_last_weekday(t, _WEEKDAYS[m[1].lower()]), t))
+        for lead, tail in _SINCE_FORMS
+    ),
+    *(
+        (lead + r"(\d{4}-\d{1,2}-\d{1,2})" + tail, lambda t, m: (parse_day(m[1], t, name="since"), t))
+        for lead, tail in _SINCE_FORMS
+    ),
+    (r"seit\s+" + _NUM + r"\s+tage?n?", lambda t, m: (t - dt.timedelta(days=_num(m[1])), t)),
+    (r"seit\s+" + _NUM + r"\s+wochen?", lambda t, m: (t - dt.timedelta(weeks=_num(m[1])), t)),
+)
+
+
+def _since(period: Callable[[dt.date, re.Match[str]], Window]) -> Callable[[dt.date, re.Match[str]], Window]:
+    """Since a period: from its first day up to today ("since last weekend" ended on Sunday)."""
+    return lambda t, m: (period(t, m)[0], t)
+
 
 # (pattern, window from today and the match). Of the phrases in a text the first counts (by
 # position, the longest at that position: "since last week" before "last week"); see time_window.
@@ -188,65 +298,22 @@ _PHRASES: tuple[tuple[re.Pattern[str], Callable[[dt.date, re.Match[str]], Window
     # "today's date" names a thing, not a time: a possessive is no phrase.
     (re.compile(r"(?<!\w)(?:" + pat + r")(?![\w'’])", re.IGNORECASE), fn)
     for pat, fn in (
-        (
-            r"(?:in\s+)?(?:the\s+)?(?:last|past)\s+" + _NUM + r"\s+days?",
-            lambda t, m: (t - dt.timedelta(days=_num(m[1])), t),
+        *_SINCE_ONLY,
+        *(
+            (lead + "(?:" + pat + ")" + tail, _since(fn))
+            for pat, fn in _PERIODS
+            for lead, tail in _SINCE_FORMS
         ),
-        (
-            r"(?:in\s+)?(?:den\s+)?(?:letzten|vergangenen)\s+" + _NUM + r"\s+tage?n?",
-            lambda t, m: (t - dt.timedelta(days=_num(m[1])), t),
-        ),
-        (
-            r"(?:in\s+)?(?:the\s+)?(?:last|past)\s+" + _NUM + r"\s+weeks?",
-            lambda t, m: (t - dt.timedelta(weeks=_num(m[1])), t),
-        ),
-        (
-            r"(?:in\s+)?(?:den\s+)?(?:letzten|vergangenen)\s+" + _NUM + r"\s+wochen",
-            lambda t, m: (t - dt.timedelta(weeks=_num(m[1])), t),
-        ),
-        (_NUM + r"\s+days?\s+ago", lambda t, m: _one(t - dt.timedelta(days=_num(m[1])))),
-        (r"vor\s+" + _NUM + r"\s+tage?n?", lambda t, m: _one(t - dt.timedelta(days=_num(m[1])))),
-        # "2 weeks ago", "vor zwei Wochen": that week, Monday to Sunday
-        (r"(an?|" + _NUM[1:] + r"\s+weeks?\s+ago", lambda t, m: _week(t, _num(m[1]))),
-        (r"vor\s+" + _NUM + r"\s+wochen?", lambda t, m: _week(t, _num(m[1]))),
-        (r"seit\s+" + _NUM + r"\s+tage?n?", lambda t, m: (t - dt.timedelta(days=_num(m[1])), t)),
-        (r"seit\s+" + _NUM + r"\s+wochen?", lambda t, m: (t - dt.timedelta(weeks=_num(m[1])), t)),
-        (r"(?:since|seit)\s+" + _WD, lambda t, m: (_last_weekday(t, _WEEKDAYS[m[1].lower()]), t)),
-        (r"(?:since|seit)\s+(?:yesterday|gestern)", lambda t, m: (t - dt.timedelta(days=1), t)),
-        (r"(?:since|seit)\s+(\d{4}-\d{1,2}-\d{1,2})", lambda t, m: (parse_day(m[1], t, name="since"), t)),
-        # "since last week", "seit letzter Woche": from its start up to today
-        (r"(?:since|seit)\s+" + _LAST_WEEK, lambda t, m: (_week(t, 1)[0], t)),
-        (r"(?:since|seit)\s+" + _LAST_MONTH, lambda t, m: (_month(t, 1)[0], t)),
-        (r"(?:since|seit)\s+" + _LAST_YEAR, lambda t, m: (_year(t, 1)[0], t)),
-        # A weekday with its week ("letzte Woche Dienstag", "Tuesday last week"): that day.
-        (_ON_WD + r"\s+(?:of\s+)?" + _LAST_WEEK, lambda t, m: _weekday_of_week(t, 1, m[1])),
-        (_LAST_WEEK + r"(?:\s+(?:on|am))?\s+" + _WD, lambda t, m: _weekday_of_week(t, 1, m[1])),
-        (_ON_WD + r"\s+(?:of\s+)?" + _THIS_WEEK, lambda t, m: _weekday_of_week(t, 0, m[1])),
-        (_THIS_WEEK + r"(?:\s+(?:on|am))?\s+" + _WD, lambda t, m: _weekday_of_week(t, 0, m[1])),
-        (r"(?:the\s+)?week\s+before\s+last|vorletzte[rn]?\s+woche", lambda t, m: _week(t, 2)),
-        (_THIS_WEEK, lambda t, m: _week(t, 0)),
-        (_LAST_WEEK, lambda t, m: _week(t, 1)),
-        # last week's Saturday and Sunday
-        (
-            rf"(?:{_LAST_EN}|{_LAST_DE})\s+(?:weekend|wochenende)",
-            lambda t, m: (_week(t, 1)[0] + dt.timedelta(days=5), _week(t, 1)[0] + dt.timedelta(days=6)),
-        ),
-        (r"this\s+month|diese[nrm]?\s+monat", lambda t, m: _month(t, 0)),
-        (_LAST_MONTH, lambda t, m: _month(t, 1)),
-        (r"this\s+year|dieses\s+jahr|diesem\s+jahr", lambda t, m: _year(t, 0)),
-        (_LAST_YEAR, lambda t, m: _year(t, 1)),
-        (r"(?:the\s+)?day\s+before\s+yesterday|vorgestern", lambda t, m: _one(t - dt.timedelta(days=2))),
-        (r"(?:yesterday|gestern)", lambda t, m: _one(t - dt.timedelta(days=1))),
-        (r"(?:today|heute)", lambda t, m: (t, t)),
+        *_PERIODS,
     )
 )
 
 
 # A determiner or a possessive before "last week" makes it a week of something else ("the last
 # week of the project", "die letzte Woche des Urlaubs", "my last year at school", "our last week in
-# Berlin"; "in the last year", "im letzten Jahr": the last twelve months, not a calendar year),
-# not the one before this one. Without one, "letzte Woche der Arzt" and "last week before the
-# deadline" are the week before this one.
+# Berlin"), not the one before this one ("in the last year" and "im letzten Jahr" are phrases of
+# their own, matched from "in" on, see _PERIODS). Without one, "letzte Woche der Arzt" and "last
+# week before the deadline" are the week before this one.
 _DETERMINED = re.compile(
     r"(?:^|[^\w])(?:the|my|our|his|her|their|your|its|die|der|dem|den|des|das|im|meine[rnms]?|"
     r"unsere[rnms]?|seine[rnms]?|ihre[rnms]?|deine[rnms]?|eure[rnms]?)\s+$",

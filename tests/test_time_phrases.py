@@ -1,0 +1,147 @@
+"""Time phrases as date windows (pure): every period the parser knows, alone and after each form of
+"since", with a fixed today; the rolling "in the last year" family; a year of something else."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+import pytest
+
+from sidecar.search import query
+from sidecar.search.query import split_filters
+
+TODAY = dt.date(2026, 12, 2)  # a Wednesday
+_TODAY = TODAY.isoformat()
+
+# Each period phrase the parser knows, with the window it names on TODAY.
+PERIODS = [
+    ("in the last 3 days", "2026-11-29", _TODAY),
+    ("in den letzten drei Tagen", "2026-11-29", _TODAY),
+    ("the past 2 weeks", "2026-11-18", _TODAY),
+    ("in den letzten 2 Wochen", "2026-11-18", _TODAY),
+    ("in the last 3 months", "2026-09-02", _TODAY),
+    ("in den letzten 12 Monaten", "2025-12-02", _TODAY),
+    ("in the last year", "2025-12-02", _TODAY),
+    ("in the past year", "2025-12-02", _TODAY),
+    ("over the past week", "2026-11-25", _TODAY),
+    ("in the last month", "2026-11-02", _TODAY),
+    ("im letzten Jahr", "2025-01-01", "2025-12-31"),
+    ("in der letzten Woche", "2026-11-23", "2026-11-29"),
+    ("3 days ago", "2026-11-29", "2026-11-29"),
+    ("vor drei Tagen", "2026-11-29", "2026-11-29"),
+    ("2 weeks ago", "2026-11-16", "2026-11-22"),
+    ("vor zwei Wochen", "2026-11-16", "2026-11-22"),
+    ("Tuesday of last week", "2026-11-24", "2026-11-24"),
+    ("Montag letzter Woche", "2026-11-23", "2026-11-23"),
+    ("letzte Woche Dienstag", "2026-11-24", "2026-11-24"),
+    ("Monday this week", "2026-11-30", "2026-11-30"),
+    ("diese Woche am Montag", "2026-11-30", "2026-11-30"),
+    ("the week before last", "2026-11-16", "2026-11-22"),
+    ("vorletzter Woche", "2026-11-16", "2026-11-22"),
+    ("this week", "2026-11-30", _TODAY),
+    ("last week", "2026-11-23", "2026-11-29"),
+    ("letzter Woche", "2026-11-23", "2026-11-29"),
+    ("last weekend", "2026-11-28", "2026-11-29"),
+    ("letztem Wochenende", "2026-11-28", "2026-11-29"),
+    ("this month", "2026-12-01", _TODAY),
+    ("last month", "2026-11-01", "2026-11-30"),
+    ("this year", "2026-01-01", _TODAY),
+    ("last year", "2025-01-01", "2025-12-31"),
+    ("the day before yesterday", "2026-11-30", "2026-11-30"),
+    ("vorgestern", "2026-11-30", "2026-11-30"),
+    ("yesterday", "2026-12-01", "2026-12-01"),
+    ("gestern", "2026-12-01", "2026-12-01"),
+    ("today", _TODAY, _TODAY),
+    ("heute", _TODAY, _TODAY),
+]
+SINCE_FORMS = ["since {}", "seit {}", "seit dem {}", "from {} on"]
+
+
+def test_the_table_holds_every_period_the_parser_knows() -> None:
+    """Each period pattern is said by a phrase of the table (a new phrase gets its since forms
+    checked too)."""
+    for pattern, _ in query._PERIODS:
+        rx = re.compile(pattern, re.IGNORECASE)
+        assert any(rx.fullmatch(phrase) for phrase, _, _ in PERIODS), pattern
+
+
+@pytest.mark.parametrize(("phrase", "since", "until"), PERIODS)
+def test_each_period_alone(phrase: str, since: str, until: str) -> None:
+    """The period phrase alone is its window."""
+    rest, f = split_filters(phrase, TODAY)
+    assert (f.since, f.until, f.phrase, rest) == (since, until, phrase, "")
+
+
+@pytest.mark.parametrize("form", SINCE_FORMS)
+@pytest.mark.parametrize(("phrase", "since", "until"), PERIODS)
+def test_since_a_period_runs_from_its_start_to_today(form: str, phrase: str, since: str, until: str) -> None:
+    """'since X' starts on X's first day and runs up to today: 'seit Montag letzter Woche' started
+    on this week's Monday, 'since last weekend' and 'seit vorletzter Woche' ended with X."""
+    said = form.format(phrase)
+    rest, f = split_filters(f"garlic {said}", TODAY)
+    assert (f.since, f.until, f.phrase, rest) == (since, _TODAY, said, "garlic"), said
+
+
+@pytest.mark.parametrize(
+    ("said", "since"),
+    [
+        ("since Monday", "2026-11-30"),
+        ("seit Montag", "2026-11-30"),
+        ("seit dem Montag", "2026-11-30"),
+        ("from Monday on", "2026-11-30"),
+        ("since Wednesday", _TODAY),
+        ("since 2026-11-20", "2026-11-20"),
+        ("seit dem 2026-11-20", "2026-11-20"),
+        ("from 2026-11-20 onwards", "2026-11-20"),
+        ("seit 3 Tagen", "2026-11-29"),  # a duration: for three days
+        ("seit zwei Wochen", "2026-11-18"),
+    ],
+)
+def test_since_a_day(said: str, since: str) -> None:
+    """Points that are no period of their own: a weekday (its last one), a date, a duration."""
+    rest, f = split_filters(f"garlic {said}", TODAY)
+    assert (f.since, f.until, f.phrase, rest) == (since, _TODAY, said, "garlic"), said
+
+
+def test_from_without_on_is_of_the_period() -> None:
+    """'notes from last week' are last week's notes, not those since."""
+    rest, f = split_filters("daily notes from last week", TODAY)
+    assert (f.since, f.until, rest) == ("2026-11-23", "2026-11-29", "daily notes from")
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "the last year of the project",
+        "my last year at school",
+        "in my last year of the Bachelor",
+        "in the last year of my thesis",
+        "in the last week before the move",
+        "im letzten Monat der Schwangerschaft",
+        "im letzten Jahr vor der Rente",
+        "in der letzten Woche des Urlaubs",
+    ],
+)
+def test_a_last_year_of_something_stays_words(said: str) -> None:
+    """A year (week, month) of something else is no period, with 'in' too."""
+    rest, f = split_filters(said, TODAY)
+    assert (f.since, f.phrase, rest) == (None, None, said)
+
+
+def test_the_rolling_family_is_consistent() -> None:
+    """'in the last year' is 'in the last 12 months' is 'in the past year', as 'in the last week'
+    is 'in the last 7 days'; German 'im letzten Jahr' is 'letztes Jahr' (the calendar year)."""
+
+    def window(said: str) -> tuple[str | None, str | None]:
+        f = split_filters(said, TODAY)[1]
+        return f.since, f.until
+
+    assert window("in the last year") == window("in the last 12 months") == window("in the past year")
+    assert window("in den letzten 12 Monaten") == window("in the last year")
+    assert window("in the last week") == window("in the last 7 days") == window("in the past week")
+    assert window("in the last month") == window("in the last 1 month")
+    assert window("im letzten Jahr") == window("letztes Jahr")
+    assert window("im letzten Monat") == window("letzten Monat")
+    # A month back from the 31st is the shorter month's last day.
+    assert split_filters("in the last month", dt.date(2026, 3, 31))[1].since == "2026-02-28"
