@@ -402,6 +402,49 @@ def test_a_period_ranks_the_word_hits_of_its_own_notes_first(
     assert "for ''" not in out and "for 'this year'" in out and "time phrase 'this year'" in out
 
 
+@pytest.mark.parametrize("model", ["fake", KEYWORD_ONLY])
+def test_why_places_a_period_note_among_the_notes_the_listing_shows_by_date(
+    serve_in_process: Any, tmp_path: Path, model: Any
+) -> None:
+    """why's place of a period note past the limit is its place among the notes the search lists
+    by date, the hits' notes not counted (it counted every note of the period, the word hits'
+    too); with the vector arm a note found by meaning below minScore is placed there too (its
+    arm outcome, "below minScore", was not what the search did with it)."""
+    v = tmp_path / "days"
+    for day in range(1, 20):
+        text = f"Budget review {day}: rent, food." if day >= 17 else f"Walked the dog {day}."
+        write(v / f"Daily/2026-11-{day:02d}.md", f"# November {day}\n\n{text}\n")
+    write(v / "Trip.md", "---\ndate: 2026-10-02\n---\n# Trip\n\nLyon.\n")
+    server = serve_in_process(v, model=model)
+    server.handlers.retriever.today = lambda: TODAY
+    query = "budget this year"
+
+    def by_date(h: dict[str, Any]) -> bool:
+        return h["relevance"] == 0 and h["bm25Score"] is None and h.get("vecScore") is None
+
+    limit = server.cfg.search.limit
+    r = server.call("search", {"query": query, "limit": limit})
+    shown = {h["reference"] for h in r["hits"] if not by_date(h)}
+    assert {f"vault/Daily/2026-11-{day}" for day in (17, 18, 19)} <= shown
+    # The same search with room for every note: the same hits, then the whole period by date.
+    everything = server.call("search", {"query": query, "limit": 200})
+    assert {h["reference"] for h in everything["hits"] if not by_date(h)} == shown
+    listed = [h["reference"] for h in everything["hits"] if by_date(h)]
+    assert listed[: len(r["hits"]) - len(shown)] == [h["reference"] for h in r["hits"] if by_date(h)]
+    past = listed[len(r["hits"]) - len(shown) :]
+    assert "vault/Daily/2026-11-01" in past and "vault/Trip" in past
+    for note in past:  # each note the listing has past the limit: why names its place there
+        outcome = server.call("why", {"reference": note, "query": query})["chunks"][0]["outcome"]
+        m = re.match(
+            rf"a note of 'this year' beyond the limit of {limit}: #(\d+) of the period's (\d+) notes in "
+            r"the order they are listed by date \(daily notes first, newest first\), after the (\d+) "
+            r"note\(s\) of the hits$",
+            outcome,
+        )
+        assert m, (note, outcome)
+        assert (int(m[1]), int(m[2]), int(m[3])) == (listed.index(note) + 1, len(listed), len(shown)), note
+
+
 def test_a_question_about_ones_own_day_recalls_it_small_talk_does_not(
     served: Served, agent_vault: Path
 ) -> None:
