@@ -433,6 +433,12 @@ def test_why_places_a_period_note_among_the_notes_the_listing_shows_by_date(
     assert listed[: len(r["hits"]) - len(shown)] == [h["reference"] for h in r["hits"] if by_date(h)]
     past = listed[len(r["hits"]) - len(shown) :]
     assert "vault/Daily/2026-11-01" in past and "vault/Trip" in past
+    for place, hit in enumerate(r["hits"], 1):  # a hit's number is its place in the answer
+        outcomes = [
+            c["outcome"]
+            for c in server.call("why", {"reference": hit["reference"], "query": query})["chunks"]
+        ]
+        assert any(o.startswith(f"hit #{place}") for o in outcomes), (hit["reference"], outcomes)
     for note in past:  # each note the listing has past the limit: why names its place there
         outcome = server.call("why", {"reference": note, "query": query})["chunks"][0]["outcome"]
         m = re.match(
