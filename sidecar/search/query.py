@@ -504,6 +504,26 @@ def asks_about_self(text: str) -> bool:
     return asked and doings and any(w in _PERSONS["first"] for w in words)
 
 
+_SMALL_TALK = {
+    kind: frozenset(fold(w) for w in words) for kind, words in _kinds_file("small-talk.txt").items()
+}
+
+
+def is_small_talk(text: str) -> bool:
+    """Whether a message is small talk with a time word ("have a nice day today", "see you
+    tomorrow", "schönes Wochenende", "good morning, how was your weekend?"): each content word a
+    word of time or of greetings and wishes, one of time among them, and no question about the
+    person's own doings ("what did I do today?" is one) nor a follow-up ("and yesterday?" asks
+    what the turn before asked). Such a message names no topic of the person's notes: its time
+    word found today's daily note by the word "today" in it."""
+    words = _WORD.findall(_CLITIC.sub("", text))
+    content = [fold(w) for w in words if not is_stopword(w)]
+    if not content or asks_about_self(text) or refers_back(tuple(words)):
+        return False
+    time, courtesy = _SMALL_TALK["time"], _SMALL_TALK["courtesy"]
+    return all(w in time or w in courtesy for w in content) and any(w in time for w in content)
+
+
 _FORMAL_YOU = frozenset({"Sie", "Ihnen", "Ihr", "Ihre", "Ihren", "Ihrem", "Ihrer", "Ihres"})
 
 

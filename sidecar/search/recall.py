@@ -14,7 +14,15 @@ from sidecar.config import RecallConfig
 from sidecar.contracts.wire import SearchResult
 from sidecar.search.context import render_block
 from sidecar.search.fusion import Scored
-from sidecar.search.query import FilterError, Filters, QueryAnalysis, analyze, asks_about_self, split_filters
+from sidecar.search.query import (
+    FilterError,
+    Filters,
+    QueryAnalysis,
+    analyze,
+    asks_about_self,
+    is_small_talk,
+    split_filters,
+)
 from sidecar.search.results import analysis_of, to_hit
 from sidecar.search.retrieval import BmParts, Retriever, SearchRequest, bm25_text, with_filters
 
@@ -34,6 +42,10 @@ def recall(
         # Recall reads what a person typed (a hook on every prompt): prose that reads like a
         # filter ("our CI runs on source:github now") is words, never an error that blocks it.
         text, inline, windowed = message, Filters(), req
+    if is_small_talk(message):
+        # "have a nice day today", "bis morgen", "how was your weekend?": small talk names no topic
+        # of the person's notes, whatever the notes happen to say (a history neither).
+        return SearchResult((), None, analysis_of(analyze(text), windowed.filters), context="")
     result = _recall(r, text, history, windowed, count_tokens)
     if not inline.phrase:
         return result
@@ -74,8 +86,11 @@ def recall(
         return replace(listed, context=block)
     if result.hits or alone:
         return result
+    # Nothing in the period: the words are recalled from any day (see Retriever.search), the time
+    # phrase still not among them. In a message a person typed it names when, not what: searched
+    # as a word, "today" found today's daily note by its title ("have a nice day today").
     phrase = inline.phrase
-    text, inline = split_filters(message, r.today(), phrases=False)  # see Retriever.search
+    _, inline = split_filters(message, r.today(), phrases=False)
     result = _recall(r, text, history, with_filters(req, inline), count_tokens)
     assert result.analysis is not None
     return replace(result, analysis=replace(result.analysis, time_phrase_ignored=phrase))
