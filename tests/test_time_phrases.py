@@ -1,5 +1,6 @@
 """Time phrases as date windows (pure): every period the parser knows, alone and after each form of
-"since", with a fixed today; the rolling "in the last year" family; a year of something else."""
+"since", with a fixed today; the rolling "in the last year" family; a year of something else; small
+talk with a time word, which recall leaves alone."""
 
 from __future__ import annotations
 
@@ -145,3 +146,27 @@ def test_the_rolling_family_is_consistent() -> None:
     assert window("im letzten Monat") == window("letzten Monat")
     # A month back from the 31st is the shorter month's last day.
     assert split_filters("in the last month", dt.date(2026, 3, 31))[1].since == "2026-02-28"
+
+
+@pytest.mark.parametrize(
+    ("message", "small_talk"),
+    [
+        ("have a nice day today", True),
+        ("see you tomorrow", True),
+        ("bis morgen", True),
+        ("schönes Wochenende", True),
+        ("good morning, how was your weekend?", True),
+        ("Viel Spaß heute!", True),
+        ("what did I do today?", False),  # about the person's own doings
+        ("was habe ich gestern gemacht?", False),
+        ("and yesterday?", False),  # a follow-up asks what the turn before asked
+        ("weekend plans", False),  # a topic besides the time word
+        ("thanks for the help today with the backup", False),
+        ("Frohes neues Jahr", False),  # no time word alone: left to recall's gates
+        ("good luck", False),
+    ],
+)
+def test_small_talk_with_a_time_word(message: str, small_talk: bool) -> None:
+    """Small talk is a message of time words and greetings or wishes alone; a topic, a question
+    about one's own doings or a follow-up is not."""
+    assert query.is_small_talk(message) is small_talk
