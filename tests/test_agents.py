@@ -511,6 +511,28 @@ def test_a_question_about_ones_own_day_recalls_it_small_talk_does_not(
 
 
 @pytest.mark.parametrize(
+    ("query", "note"),
+    [
+        ("past month view in the calendar plugin", "vault/Plugins/Calendar plugin"),
+        ("past year review goals", "vault/Reviews/Past year review 2024"),
+    ],
+)
+def test_a_past_year_named_so_is_searched_as_words(served: Served, agent_vault: Path, query: str, note: str) -> None:
+    """'past month view', 'past year review' name a thing: the search finds that note first (they
+    were the last month or year, answered with its daily notes; the note, dated earlier, was not
+    among the hits)."""
+    write(
+        agent_vault / "Plugins/Calendar plugin.md",
+        "---\ndate: 2025-06-01\n---\n# Calendar plugin\n\nThe month view of the calendar plugin: week numbers on.\n",
+    )
+    write(agent_vault / "Reviews/Past year review 2024.md", "---\ndate: 2024-12-31\n---\n# Past year review\n\nGoals met.\n")
+    served.h.sweep()
+    r = served.call("search", {"query": query})
+    assert [h["reference"] for h in r["hits"]][:1] == [note], (r["hits"], r.get("window"))
+    assert r.get("window") is None
+
+
+@pytest.mark.parametrize(
     ("query", "named"),
     [
         ("garlic source:wikki", "source:wikki"),

@@ -122,12 +122,87 @@ def test_from_without_on_is_of_the_period() -> None:
         "im letzten Monat der Schwangerschaft",
         "im letzten Jahr vor der Rente",
         "in der letzten Woche des Urlaubs",
+        "the last 6 months of my thesis",
+        "the last 5 years of the Roman Republic",
+        "in the last 2 years of the war",
+        "in den letzten 3 Monaten der Schwangerschaft",
+        "in den letzten zwei Jahren des Studiums",
+        "im letzten Jahr meines Studiums",
     ],
 )
 def test_a_last_year_of_something_stays_words(said: str) -> None:
     """A year (week, month) of something else is no period, with 'in' too."""
     rest, f = split_filters(said, TODAY)
     assert (f.since, f.phrase, rest) == (None, None, said)
+
+
+@pytest.mark.parametrize(
+    ("said", "since", "until"),
+    [
+        ("Wann habe ich im letzten Monat meine Mutter besucht?", "2026-11-01", "2026-11-30"),
+        ("Ich habe in der letzten Woche unsere Wohnung gestrichen", "2026-11-23", "2026-11-29"),
+        ("im letzten Jahr ihre Hochzeit", "2025-01-01", "2025-12-31"),
+    ],
+)
+def test_an_object_after_im_letzten_leaves_the_period(said: str, since: str, until: str) -> None:
+    """'meine', 'unsere', 'ihre' begin the sentence's object, not 'of my': only the genitive
+    ('meines Studiums') makes a month of something else (they were words)."""
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.until) == (since, until), said
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "past year review",
+        "Past Year Review template",
+        "past month view in the calendar plugin",
+        "past week sprint retro",
+        "this past year",
+        "the past year review",
+    ],
+)
+def test_past_without_its_preposition_is_words(said: str) -> None:
+    """'past year' without 'in/over/during/within/for the' is as often a name ('past year review',
+    'the past month view'): words (it was the last twelve months, and search answered with the
+    period's notes instead of the note named so)."""
+    rest, f = split_filters(said, TODAY)
+    assert (f.since, f.phrase, rest) == (None, None, said)
+
+
+@pytest.mark.parametrize(
+    ("said", "since"),
+    [
+        ("what did I do the past week?", "2026-11-25"),
+        ("the past month, what changed", "2026-11-02"),
+        ("for the past year", "2025-12-02"),
+        ("within the last month", "2026-11-02"),
+        ("garlic throughout the past year", "2025-12-02"),
+    ],
+)
+def test_the_past_week_ending_a_clause_or_after_its_preposition_is_the_period(said: str, since: str) -> None:
+    """'the past week' as a time of its own, and 'for the past year', stay rolling windows."""
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.until) == (since, _TODAY), said
+
+
+@pytest.mark.parametrize(
+    ("said", "since", "until"),
+    [
+        ("notes from last week on Kubernetes", "2026-11-23", "2026-11-29"),
+        ("meeting notes from last month on pricing", "2026-11-01", "2026-11-30"),
+        ("notes from last week on Tuesday", "2026-11-24", "2026-11-24"),
+        ("my notes from yesterday on the budget", "2026-12-01", "2026-12-01"),
+        ("recurring meetings from Monday on Zoom", None, None),
+        ("from Monday on, the garlic", "2026-11-30", _TODAY),
+        ("from last week onwards garlic", "2026-11-23", _TODAY),
+    ],
+)
+def test_from_a_period_on_a_topic_is_the_period(said: str, since: str | None, until: str | None) -> None:
+    """'from X on' is 'since X' only when 'on' ends the clause ('onwards' always): 'on' before a
+    word names a topic or a day ('notes from last week on Kubernetes' ran up to today)."""
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.until) == (since, until), said
 
 
 def test_the_rolling_family_is_consistent() -> None:

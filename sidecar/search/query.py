@@ -204,8 +204,10 @@ _ON_WD = r"(?:(?:on|am)\s+)?" + _WD  # "on Tuesday", "am Dienstag"
 # What follows "in the last year" or "im letzten Jahr" when it is a year of something else ("in
 # the last year of the project", "im letzten Monat der Schwangerschaft", "in der letzten Woche vor
 # dem Umzug").
+# Only the genitive possessives mean "of": "im letzten Monat meine Mutter besucht" is last month
+# ("meine" begins the sentence's object), "im letzten Jahr meines Studiums" a year of something else.
 _OF_SOMETHING = (
-    r"(?!\s+(?:of|before|des|der|vor|meine[rs]?|unsere[rs]?|seine[rs]?|ihre[rs]?|deine[rs]?|eure[rs]?)\b)"
+    r"(?!\s+(?:of|before|des|der|vor|meine[rs]|unse?re[rs]|seine[rs]|ihre[rs]|deine[rs]|eure[rs])\b)"
 )
 _UNITS_EN = r"(days?|weeks?|months?|years?)"
 _UNITS_DE = r"(tage?n?|wochen?|monate?n?|jahre?n?)"
@@ -216,21 +218,27 @@ Phrase = tuple[str, Callable[[dt.date, re.Match[str]], Window]]
 # dem"/"from … on" before any of them runs from the period's first day up to today (_SINCE_FORMS).
 _PERIODS: tuple[Phrase, ...] = (
     # The last N days, weeks, months or years, up to today.
+    # ("the last 6 months of my thesis", "in den letzten 3 Monaten der Schwangerschaft": words)
     (
-        r"(?:in\s+)?(?:the\s+)?(?:last|past)\s+" + _NUM + r"\s+" + _UNITS_EN,
+        r"(?:in\s+)?(?:the\s+)?(?:last|past)\s+" + _NUM + r"\s+" + _UNITS_EN + _OF_SOMETHING,
         lambda t, m: _rolling(t, m[2], _num(m[1])),
     ),
     (
-        r"(?:in\s+)?(?:den\s+)?(?:letzten|vergangenen)\s+" + _NUM + r"\s+" + _UNITS_DE,
+        r"(?:in\s+)?(?:den\s+)?(?:letzten|vergangenen)\s+" + _NUM + r"\s+" + _UNITS_DE + _OF_SOMETHING,
         lambda t, m: _rolling(t, m[2], _num(m[1])),
     ),
     # "in the last year", "over the past week": the last twelve months (seven days, one month) up
     # to today, as "in the last 12 months" and "in the last 7 days" are; "the last year" alone or
-    # "in the last year of the project" is a year of something else (words).
+    # "in the last year of the project" is a year of something else (words). Without its
+    # preposition "past year" is as often a name ("past year review", "the past month view",
+    # "this past year"): only "the past week" ending a clause ("what did I do the past week?")
+    # is the period. A missed window costs little (the words are still searched); a wrong one
+    # answers with the period's notes instead of the topic's.
     (
-        r"(?:(?:in|over|during|within)\s+the\s+(?:last|past)|(?:the\s+)?past)\s+(week|month|year)"
-        + _OF_SOMETHING,
-        lambda t, m: _rolling(t, m[1], 1),
+        r"(?:(?:in|over|during|within|for)\s+the\s+(?:last|past)\s+(week|month|year)"
+        + _OF_SOMETHING
+        + r"|the\s+past\s+(week|month|year)(?=\s*(?:[.,;:!?)]|$)))",
+        lambda t, m: _rolling(t, m[1] or m[2], 1),
     ),
     # "im letzten Jahr", "in der letzten Woche": read as "letztes Jahr", "letzte Woche" are, the
     # calendar year (week, month) before this one, the reading German speakers mostly mean;
@@ -267,9 +275,11 @@ _PERIODS: tuple[Phrase, ...] = (
 )
 
 # "since X" in the forms it is said in; "from last week" alone is "of last week" ("notes from last
-# week"), so "from" needs its "on".
+# week"), so "from" needs its "onwards", or an "on" that ends the clause: "on" before a word
+# names a topic or a day ("notes from last week on Kubernetes", "… on Tuesday", "from Monday on
+# Zoom").
 _SINCE = r"(?:since|seit(?:\s+de[mnr])?)\s+"
-_SINCE_FORMS = ((_SINCE, ""), (r"from\s+", r"\s+on(?:wards?)?"))
+_SINCE_FORMS = ((_SINCE, ""), (r"from\s+", r"\s+(?:onwards?|on(?=\s*(?:[.,;:!?)]|$)))"))
 
 # Points that are no period of their own: "since Monday" (the last Monday), "since 2026-11-20";
 # and German "seit 3 Tagen" / "seit 2 Wochen", a duration (for three days), not a point.
