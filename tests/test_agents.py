@@ -517,19 +517,48 @@ def test_a_question_about_ones_own_day_recalls_it_small_talk_does_not(
         ("past year review goals", "vault/Reviews/Past year review 2024"),
     ],
 )
-def test_a_past_year_named_so_is_searched_as_words(served: Served, agent_vault: Path, query: str, note: str) -> None:
+def test_a_past_year_named_so_is_searched_as_words(
+    served: Served, agent_vault: Path, query: str, note: str
+) -> None:
     """'past month view', 'past year review' name a thing: the search finds that note first (they
     were the last month or year, answered with its daily notes; the note, dated earlier, was not
     among the hits)."""
     write(
         agent_vault / "Plugins/Calendar plugin.md",
-        "---\ndate: 2025-06-01\n---\n# Calendar plugin\n\nThe month view of the calendar plugin: week numbers on.\n",
+        "---\ndate: 2025-06-01\n---\n# Calendar plugin\n\nThe month view of the calendar plugin.\n",
     )
-    write(agent_vault / "Reviews/Past year review 2024.md", "---\ndate: 2024-12-31\n---\n# Past year review\n\nGoals met.\n")
+    write(
+        agent_vault / "Reviews/Past year review 2024.md",
+        "---\ndate: 2024-12-31\n---\n# Past year review\n\nGoals met.\n",
+    )
     served.h.sweep()
     r = served.call("search", {"query": query})
     assert [h["reference"] for h in r["hits"]][:1] == [note], (r["hits"], r.get("window"))
     assert r.get("window") is None
+
+
+@pytest.mark.parametrize("message", ["today?", "heute?", "and today?"])
+def test_a_terse_follow_up_of_a_question_about_ones_day_recalls_that_day(
+    served: Served, message: str
+) -> None:
+    """After 'what did I do yesterday?', 'today?' asks the same of today: it was taken for small talk
+    (a time word alone) and recalled nothing; alone it still recalls nothing."""
+    history = ["what did I do yesterday?", "You pruned the garlic bed roses."]
+    r = served.call("recall", {"message": message, "history": history})
+    assert f"vault/Daily/{TODAY.isoformat()}" in [h["reference"] for h in r["hits"]], (message, r["hits"])
+    assert "Planted garlic" in r["context"]
+    if message != "and today?":
+        assert served.call("recall", {"message": message})["hits"] == []
+
+
+@pytest.mark.parametrize(
+    "message", ["what do I have today?", "what have I got today?", "how was my day today?"]
+)
+def test_a_question_about_ones_own_agenda_recalls_the_day(served: Served, message: str) -> None:
+    """'what do I have today?' asks about the person's own day, as 'was habe ich heute?' does: it
+    counted as small talk and recalled nothing."""
+    r = served.call("recall", {"message": message})
+    assert f"vault/Daily/{TODAY.isoformat()}" in [h["reference"] for h in r["hits"]], (message, r["hits"])
 
 
 @pytest.mark.parametrize(

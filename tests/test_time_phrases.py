@@ -237,8 +237,26 @@ def test_the_rolling_family_is_consistent() -> None:
         ("and yesterday?", False),  # a follow-up asks what the turn before asked
         ("weekend plans", False),  # a topic besides the time word
         ("thanks for the help today with the backup", False),
-        ("Frohes neues Jahr", False),  # no time word alone: left to recall's gates
+        ("Frohes neues Jahr", False),  # "frohes", "neues" are listed neither: left to recall's gates
         ("good luck", False),
+        ("how are you today?", True),  # someone addressed
+        ("gute Nacht, bis später", True),
+        ("schönen Feierabend!", True),
+        # a question about one's own agenda or day, addressing no one
+        ("what do I have today?", False),
+        ("do I have anything today?", False),
+        ("what have I got tomorrow?", False),
+        ("how was my weekend?", False),
+        ("was habe ich morgen?", False),
+        ("was war gestern?", False),
+        ("what was yesterday?", False),
+        # time words that may be a topic, with no greeting or wish ("schon" is not "schön")
+        ("rest day", False),
+        ("sleep tonight", False),
+        ("day of the week", False),
+        ("Feierabend", False),
+        ("Monat", False),
+        ("schon morgen?", False),
     ],
 )
 def test_small_talk_with_a_time_word(message: str, small_talk: bool) -> None:

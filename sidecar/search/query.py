@@ -496,42 +496,64 @@ def _kinds_file(name: str) -> dict[str, frozenset[str]]:
 _PERSONS = _kinds_file("self-questions.txt")
 
 
+def _doings(text: str, words: list[str]) -> bool:
+    """A past form, "have"/"got" (one's agenda: "what do I have today?", as German "habe"), or the
+    notes. English "was" counts in an English message only: German "was" is "what"."""
+    if any(w in _PERSONS["past"] or w in _PERSONS["notes"] for w in words):
+        return True
+    return "was" in words and language(text, tuple(words)) != "de"
+
+
+def _asked(text: str, words: list[str]) -> bool:
+    """A question (a question mark, or a question word first) or a request ("show me …")."""
+    return text.rstrip().endswith("?") or words[0] in _PERSONS["question"] or words[0] in _PERSONS["request"]
+
+
+def _addressed(tokens: list[str], words: list[str]) -> bool:
+    """Someone addressed: "you", "dein", or formal "Sie"/"Ihnen" inside a sentence."""
+    return any(w in _PERSONS["second"] for w in words) or any(w in _FORMAL_YOU for w in tokens[1:])
+
+
 def asks_about_self(text: str) -> bool:
     """Whether a message asks about the person's own doings or notes ("what did I do last week?",
-    "was habe ich heute gemacht?", "show me my notes of yesterday"): a question (a question mark,
-    or a question word first) or a request ("show me …"), in the first person, about what was
-    done (a past form) or the notes, with no modal ("should I deploy today?" asks what to do) and
-    addressing no one ("how was your weekend?", "wie war dein Tag heute?", "was meinen Sie?" are
-    small talk; so, to be safe, is "can you tell me what I did today?")."""
+    "was habe ich heute gemacht?", "what do I have tomorrow?", "show me my notes of yesterday"):
+    a question or a request, in the first person, about what was done, one's agenda or the notes,
+    with no modal ("should I deploy today?" asks what to do) and addressing no one ("how was your
+    weekend?", "wie war dein Tag heute?", "was meinen Sie?" are small talk; so, to be safe, is
+    "can you tell me what I did today?")."""
     tokens = _WORD.findall(_CLITIC.sub("", text))
     words = [w.lower() for w in tokens]
-    if not words or any(w in _PERSONS["second"] or w in _PERSONS["modal"] for w in words):
+    if not words or _addressed(tokens, words) or any(w in _PERSONS["modal"] for w in words):
         return False
-    if any(w in _FORMAL_YOU for w in tokens[1:]):  # "Sie", "Ihnen" inside a sentence: addressed
-        return False
-    asked = text.rstrip().endswith("?") or words[0] in _PERSONS["question"] or words[0] in _PERSONS["request"]
-    doings = any(w in _PERSONS["past"] or w in _PERSONS["notes"] for w in words)
-    return asked and doings and any(w in _PERSONS["first"] for w in words)
+    return _asked(text, words) and _doings(text, words) and any(w in _PERSONS["first"] for w in words)
 
 
-_SMALL_TALK = {
-    kind: frozenset(fold(w) for w in words) for kind, words in _kinds_file("small-talk.txt").items()
-}
+_SMALL_TALK = _kinds_file("small-talk.txt")
 
 
 def is_small_talk(text: str) -> bool:
     """Whether a message is small talk with a time word ("have a nice day today", "see you
     tomorrow", "schönes Wochenende", "good morning, how was your weekend?"): each content word a
-    word of time or of greetings and wishes, one of time among them, and no question about the
-    person's own doings ("what did I do today?" is one) nor a follow-up ("and yesterday?" asks
-    what the turn before asked). Such a message names no topic of the person's notes: its time
-    word found today's daily note by the word "today" in it."""
-    words = _WORD.findall(_CLITIC.sub("", text))
-    content = [fold(w) for w in words if not is_stopword(w)]
-    if not content or asks_about_self(text) or refers_back(tuple(words)):
+    word of time or of greetings and wishes, one of time among them, and a greeting or wish among
+    all its words or someone addressed ("how are you today?"); not a follow-up ("and yesterday?"
+    asks what the turn before asked) nor a question about a day or one's own doings that
+    addresses no one ("what was yesterday?", "how was my weekend?", "was war gestern?"). Such a
+    message names no topic of the person's notes: its time word found today's daily note by the
+    word "today" in it. Time words alone ("rest day", "day of the week", "Feierabend") may be a
+    topic: without a greeting they are left to recall's gates."""
+    text = unicodedata.normalize("NFC", text)
+    tokens = _WORD.findall(_CLITIC.sub("", text))
+    words = [w.lower() for w in tokens]
+    content = [w.lower() for w in tokens if not is_stopword(w)]
+    if not content or refers_back(tuple(tokens)):
+        return False
+    addressed = _addressed(tokens, words)
+    if not addressed and _asked(text, words) and _doings(text, words):
         return False
     time, courtesy = _SMALL_TALK["time"], _SMALL_TALK["courtesy"]
-    return all(w in time or w in courtesy for w in content) and any(w in time for w in content)
+    if not all(w in time or w in courtesy for w in content) or not any(w in time for w in content):
+        return False
+    return addressed or any(w in courtesy for w in words)
 
 
 _FORMAL_YOU = frozenset({"Sie", "Ihnen", "Ihr", "Ihre", "Ihren", "Ihrem", "Ihrer", "Ihres"})

@@ -42,10 +42,12 @@ def recall(
         # Recall reads what a person typed (a hook on every prompt): prose that reads like a
         # filter ("our CI runs on source:github now") is words, never an error that blocks it.
         text, inline, windowed = message, Filters(), req
-    if is_small_talk(message):
+    qa = analyze(text)
+    follow_up = _follows_a_question_about_self(message, qa, history)
+    if is_small_talk(message) and not follow_up:
         # "have a nice day today", "bis morgen", "how was your weekend?": small talk names no topic
         # of the person's notes, whatever the notes happen to say (a history neither).
-        return SearchResult((), None, analysis_of(analyze(text), windowed.filters), context="")
+        return SearchResult((), None, analysis_of(qa, windowed.filters), context="")
     result = _recall(r, text, history, windowed, count_tokens)
     if not inline.phrase:
         return result
@@ -58,16 +60,13 @@ def recall(
     # Otherwise a period is small talk's ("how's it going today?", "thanks, that's all for
     # today"), with or without a history; a question about its notes is still answered by its
     # words.
-    qa = analyze(text)
     alone = not history and not qa.content_words
     until = inline.until or windowed.filters.until
     # Listed only for a question about the person's own doings or notes, past or today: a
     # message that merely names a period ("I bought this laptop last year, how do I reset it?",
     # "should I deploy today?") injected the period's daily notes unasked.
-    # A follow-up ("and yesterday?") asks what the turn it follows asked.
-    asked = until is not None and (
-        asks_about_self(message) or (qa.refers_back and any(asks_about_self(t) for t in history[-2:]))
-    )
+    # A follow-up ("and yesterday?", "today?") asks what the turn it follows asked.
+    asked = until is not None and (asks_about_self(message) or follow_up)
     dated = [n for n in r.dated_notes(windowed) if n.date] if asked else []
     if dated:
         # The period was asked about: the notes of it holding the message's words come first,
@@ -204,3 +203,13 @@ def _recall_vectors(
     blended = blended / max(float(np.linalg.norm(blended)), 1e-12)
     # A message with content words also runs alone; each query is fused on its own.
     return [blended, message] if message is not None and qa.content_words else [blended]
+
+
+def _follows_a_question_about_self(message: str, qa: QueryAnalysis, history: Sequence[str]) -> bool:
+    """A follow-up of a question about the person's own doings in the last turns: one that refers
+    back ("and yesterday?") or a question of its time phrase alone ("today?", "heute?" after "what
+    did I do yesterday?"), which alone would read as small talk. ``qa`` is the message without its
+    time phrase."""
+    if not any(asks_about_self(t) for t in history[-2:]):
+        return False
+    return qa.refers_back or (not qa.content_words and message.rstrip().endswith("?"))
