@@ -17,16 +17,16 @@ _TODAY = TODAY.isoformat()
 
 # Each period phrase the parser knows, with the window it names on TODAY.
 PERIODS = [
-    ("in the last 3 days", "2026-11-29", _TODAY),
-    ("in den letzten drei Tagen", "2026-11-29", _TODAY),
-    ("the past 2 weeks", "2026-11-18", _TODAY),
-    ("in den letzten 2 Wochen", "2026-11-18", _TODAY),
-    ("in the last 3 months", "2026-09-02", _TODAY),
-    ("in den letzten 12 Monaten", "2025-12-02", _TODAY),
-    ("in the last year", "2025-12-02", _TODAY),
-    ("in the past year", "2025-12-02", _TODAY),
-    ("over the past week", "2026-11-25", _TODAY),
-    ("in the last month", "2026-11-02", _TODAY),
+    ("in the last 3 days", "2026-11-30", _TODAY),
+    ("in den letzten drei Tagen", "2026-11-30", _TODAY),
+    ("the past 2 weeks", "2026-11-19", _TODAY),
+    ("in den letzten 2 Wochen", "2026-11-19", _TODAY),
+    ("in the last 3 months", "2026-09-03", _TODAY),
+    ("in den letzten 12 Monaten", "2025-12-03", _TODAY),
+    ("in the last year", "2025-12-03", _TODAY),
+    ("in the past year", "2025-12-03", _TODAY),
+    ("over the past week", "2026-11-26", _TODAY),
+    ("in the last month", "2026-11-03", _TODAY),
     ("im letzten Jahr", "2025-01-01", "2025-12-31"),
     ("in der letzten Woche", "2026-11-23", "2026-11-29"),
     ("3 days ago", "2026-11-29", "2026-11-29"),
@@ -173,11 +173,11 @@ def test_past_without_its_preposition_is_words(said: str) -> None:
 @pytest.mark.parametrize(
     ("said", "since"),
     [
-        ("what did I do the past week?", "2026-11-25"),
-        ("the past month, what changed", "2026-11-02"),
-        ("for the past year", "2025-12-02"),
-        ("within the last month", "2026-11-02"),
-        ("garlic throughout the past year", "2025-12-02"),
+        ("what did I do the past week?", "2026-11-26"),
+        ("the past month, what changed", "2026-11-03"),
+        ("for the past year", "2025-12-03"),
+        ("within the last month", "2026-11-03"),
+        ("garlic throughout the past year", "2025-12-03"),
     ],
 )
 def test_the_past_week_ending_a_clause_or_after_its_preposition_is_the_period(said: str, since: str) -> None:
@@ -219,8 +219,28 @@ def test_the_rolling_family_is_consistent() -> None:
     assert window("in the last month") == window("in the last 1 month")
     assert window("im letzten Jahr") == window("letztes Jahr")
     assert window("im letzten Monat") == window("letzten Monat")
-    # A month back from the 31st is the shorter month's last day.
-    assert split_filters("in the last month", dt.date(2026, 3, 31))[1].since == "2026-02-28"
+    # A month back from the 31st is the shorter month's last day: the month after it is March.
+    assert split_filters("in the last month", dt.date(2026, 3, 31))[1].since == "2026-03-01"
+
+
+@pytest.mark.parametrize(
+    ("today", "said", "since"),
+    [
+        (TODAY, "in the last week", "2026-11-26"),  # seven days, today the seventh
+        (TODAY, "in the last 3 days", "2026-11-30"),
+        (TODAY, "in den letzten 2 Wochen", "2026-11-19"),
+        (dt.date(2026, 12, 5), "in the last month", "2026-11-06"),
+        (dt.date(2027, 1, 1), "in the last month", "2026-12-02"),
+        (dt.date(2026, 3, 31), "in the last 3 months", "2026-01-01"),
+        (dt.date(2026, 12, 5), "in the past year", "2025-12-06"),  # 365 days
+        (dt.date(2028, 2, 29), "in the past year", "2027-03-01"),  # 366 days, Feb 29 counted
+    ],
+)
+def test_a_rolling_window_is_as_long_as_it_says(today: dt.date, said: str, since: str) -> None:
+    """'in the last week' is seven days, today counted (it was eight: from last Wednesday to this
+    one); the family as one: days, weeks, months and years end today and are that long."""
+    f = split_filters(said, today)[1]
+    assert (f.since, f.until) == (since, today.isoformat()), said
 
 
 @pytest.mark.parametrize(

@@ -180,16 +180,22 @@ def _months_back(today: dt.date, months: int) -> dt.date:
 
 
 def _rolling(today: dt.date, unit: str, count: int) -> Window:
-    """The last ``count`` days, weeks, months or years up to today ("in the last 3 days", "in the
-    past year", "in den letzten 12 Monaten"): from the same day that long ago."""
-    u = unit.lower()
-    if u.startswith(("day", "tag")):
-        return today - dt.timedelta(days=count), today
-    if u.startswith(("week", "woche")):
-        return today - dt.timedelta(weeks=count), today
-    if u.startswith(("month", "monat")):
-        return _months_back(today, count), today
-    return _months_back(today, 12 * count), today
+    """The last ``count`` days, weeks, months or years up to today, today counted ("in the last 3
+    days" is today and the two days before; "in the past year", "in den letzten 12 Monaten" the
+    day after the same day a year ago up to today): "in the last week" was eight days."""
+    return _ROLLING_START[unit.lower()[:3]](today, count) + dt.timedelta(days=1), today
+
+
+# The day before a rolling window's first, by the unit's first three letters (English, German).
+_ROLLING_START: dict[str, Callable[[dt.date, int], dt.date]] = {
+    "day": lambda t, n: t - dt.timedelta(days=n),
+    "tag": lambda t, n: t - dt.timedelta(days=n),
+    "wee": lambda t, n: t - dt.timedelta(weeks=n),
+    "woc": lambda t, n: t - dt.timedelta(weeks=n),
+    "mon": _months_back,
+    "yea": lambda t, n: _months_back(t, 12 * n),
+    "jah": lambda t, n: _months_back(t, 12 * n),
+}
 
 
 # "the last week of the project", "die letzte Woche des Urlaubs", "the last month before the
@@ -210,7 +216,7 @@ _OF_SOMETHING = (
     r"(?!\s+(?:of|before|des|der|vor|meine[rs]|unse?re[rs]|seine[rs]|ihre[rs]|deine[rs]|eure[rs])\b)"
 )
 _UNITS_EN = r"(days?|weeks?|months?|years?)"
-_UNITS_DE = r"(tage?n?|wochen?|monate?n?|jahre?n?)"
+_UNITS_DE = r"(tage?|tagen|wochen?|monate?|monaten|jahre?|jahren)"
 
 Phrase = tuple[str, Callable[[dt.date, re.Match[str]], Window]]
 
