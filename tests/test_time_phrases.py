@@ -152,6 +152,18 @@ def test_an_object_after_im_letzten_leaves_the_period(said: str, since: str, unt
 
 
 @pytest.mark.parametrize(
+    ("said", "since"),
+    [("Was habe ich die letzten 3 Monate gemacht?", "2026-09-03"), ("die letzten 2 Wochen", "2026-11-19")],
+)
+def test_die_letzten_n_is_the_rolling_window(said: str, since: str) -> None:
+    """'die letzten 3 Monate', the common German form, is 'in den letzten 3 Monaten' (the 'die'
+    before it made it words, as a determiner); 'meine letzten 3 Jahre' stays words."""
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.until) == (since, _TODAY), said
+    assert split_filters("meine letzten 3 Jahre", TODAY)[1].since is None
+
+
+@pytest.mark.parametrize(
     "said",
     [
         "past year review",

@@ -230,7 +230,13 @@ _PERIODS: tuple[Phrase, ...] = (
         lambda t, m: _rolling(t, m[2], _num(m[1])),
     ),
     (
-        r"(?:in\s+)?(?:den\s+)?(?:letzten|vergangenen)\s+" + _NUM + r"\s+" + _UNITS_DE + _OF_SOMETHING,
+        # "die letzten 3 Monate" is as common as "in den letzten 3 Monaten" ("meine letzten 3
+        # Jahre" stays words: a possessive before the phrase)
+        r"(?:in\s+)?(?:de[nm]\s+|die\s+)?(?:letzten|vergangenen)\s+"
+        + _NUM
+        + r"\s+"
+        + _UNITS_DE
+        + _OF_SOMETHING,
         lambda t, m: _rolling(t, m[2], _num(m[1])),
     ),
     # "in the last year", "over the past week": the last twelve months (seven days, one month) up
@@ -337,6 +343,9 @@ _DETERMINED = re.compile(
 )
 
 
+_LOOKBEHIND = 40  # characters: the longest determiner, its spaces and the character before it
+
+
 def time_window(text: str, today: dt.date) -> tuple[str, Window | None, str | None]:
     """The first time phrase of ``text`` (by position; at one position the longest) as a window
     of days; the text without it; the phrase."""
@@ -349,7 +358,9 @@ def time_window(text: str, today: dt.date) -> tuple[str, Window | None, str | No
                 continue  # prose naming no day ("since 2026-02-30"): words, not a window
             if days[0] > days[1] or days[0] > today:
                 continue  # a day to come ("seit 2027-01-01 gilt …"): words, not a window
-            if _DETERMINED.search(text, 0, m.start()):
+            # the few characters before the phrase: from the text's start, a text of skipped
+            # phrases ("the last week" again and again) took time by the square of its length
+            if _DETERMINED.search(text, max(0, m.start() - _LOOKBEHIND), m.start()):
                 continue  # "the last week of the project", "my last year at school": no period
             place = (m.start(), m.start() - m.end())
             if best is None or place < best[0]:
