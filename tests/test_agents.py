@@ -451,6 +451,26 @@ def test_why_places_a_period_note_among_the_notes_the_listing_shows_by_date(
         assert (int(m[1]), int(m[2]), int(m[3])) == (listed.index(note) + 1, len(listed), len(shown)), note
 
 
+def test_why_agrees_with_search_when_the_phrase_window_holds_no_note(
+    served: Served, agent_vault: Path
+) -> None:
+    """A phrase whose window holds no note is given up by the search (the words searched on any
+    day, hit #1); why read the arms inside the empty window and said the note was no candidate."""
+    write(
+        agent_vault / "Plugins/Calendar plugin.md",
+        "---\ndate: 2025-06-01\n---\n# Calendar plugin\n\nMonth view.\n",
+    )
+    old = time.mktime((2025, 6, 1, 12, 0, 0, 0, 0, -1))  # no note dated by its change in the window
+    for p in agent_vault.rglob("*.md"):
+        os.utime(p, (old, old))
+    served.h.sweep()
+    query = "calendar plugin month view 3 days ago"
+    r = served.call("search", {"query": query})
+    assert r["hits"][0]["reference"] == "vault/Plugins/Calendar plugin" and r["window"]["applied"] is False
+    why = served.call("why", {"reference": "vault/Plugins/Calendar plugin", "query": query})
+    assert [c["outcome"] for c in why["chunks"]][:1] == ["hit #1"], why["chunks"]
+
+
 # Small talk with a time word, in both languages: a greeting, a wish, a farewell, or a question to
 # the agent about its own day; none is a request about the person's notes.
 SMALL_TALK = [

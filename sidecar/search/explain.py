@@ -11,7 +11,7 @@ import numpy as np
 
 from sidecar.contracts.errors import StoreError
 from sidecar.contracts.wire import ChunkExplanation, Explanation, Hit
-from sidecar.search.query import analyze
+from sidecar.search.query import Filters, analyze, split_filters
 from sidecar.search.results import analysis_of
 from sidecar.search.retrieval import Retriever, SearchRequest, bm25_text, with_filters
 from sidecar.vault.sources import public_reference
@@ -20,7 +20,7 @@ from sidecar.vault.sources import public_reference
 def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanation:
     """Why a note ranks where it does (or not at all) for a query: scores, boosts, outcome."""
     asked = SearchRequest(query, r.cfg.limit, r.cfg.min_score, None, agent)
-    text, inline = r.read_query(asked)
+    text, inline = _read(r, asked)
     req = with_filters(asked, inline)
     qa = analyze(text)
     chunks = r.stores.manifest.chunks_of(key)
@@ -92,6 +92,16 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
         page_bm25_score=round(page_bm[key], 4) if key in page_bm else None,
         analysis=analysis_of(qa, req.filters, rare),
     )
+
+
+def _read(r: Retriever, asked: SearchRequest) -> tuple[str, Filters]:
+    """The text to rank and the filters, as the search reads them: a phrase whose window holds no
+    note is given up and the words searched on any day (Retriever.search; the arms were read
+    inside the empty window, and the search's hit #1 was "not among the candidates")."""
+    text, inline = r.read_query(asked)
+    if inline.phrase and not r.dated_notes(with_filters(asked, inline)):
+        return split_filters(asked.query, r.today(), phrases=False)
+    return text, inline
 
 
 def _in_period(
