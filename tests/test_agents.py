@@ -491,7 +491,6 @@ SMALL_TALK = [
     "schönen Tag noch",
     "schönes Wochenende",
     "Guten Morgen!",
-    "Guten Morgen! Was steht heute an?",
     "gute Nacht, bis später",
     "Danke, schönen Abend noch!",
     "wie war dein Wochenende?",
