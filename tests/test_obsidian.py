@@ -1071,6 +1071,53 @@ def test_daily_notes_are_those_named_in_their_folder(tmp_path: Path, serve_in_pr
     assert "Daily notes: named YYYY-MM-DD (no daily-note format set" in render_status(server.call("health"))
 
 
+def test_with_a_daily_note_folder_an_iso_name_elsewhere_is_no_daily_note(
+    tmp_path: Path, serve_in_process: Any
+) -> None:
+    """With a daily-note folder set, a note named by an ISO day outside it ("Meetings/2025-11-16
+    Standup") is dated by its name but is no daily note: a period lists it after the folder's
+    notes, those nested below it by year and month included (it was listed first, as a daily
+    note); without a folder set, any note so named is one, as before."""
+    import datetime as dt
+
+    v = tmp_path / "nested"
+    write(v / "Daily/2025-11-15.md", "# Samstag\n\nMarkt.\n")
+    write(v / "Daily/2025/11/2025-11-14.md", "# Freitag\n\nArbeit.\n")
+    write(v / "Meetings/2025-11-16 Standup.md", "# Standup\n\nAgenda.\n")
+    write(v / "Trip.md", "---\ndate: 2025-11-12\n---\n# Trip\n\nZug.\n")
+    settings = v / ".obsidian/daily-notes.json"
+    write(settings, json.dumps({"folder": "Daily", "format": "YYYY/MM/YYYY-MM-DD"}))
+    server = serve_in_process(v, model=KEYWORD_ONLY)
+    h = server.harness
+    server.handlers.retriever.today = lambda: dt.date(2025, 11, 20)
+
+    def listed() -> list[str]:
+        r = server.call("search", {"query": "what did I do last week?"})
+        return [hit["reference"] for hit in r["hits"]]
+
+    days = {n.key: (n.date, n.named) for n in h.stores.manifest.note_days()}
+    assert days["vault/Meetings/2025-11-16 Standup"] == ("2025-11-16", False)
+    assert days["vault/Daily/2025/11/2025-11-14"] == ("2025-11-14", True)
+    assert days["vault/Daily/2025-11-15"] == ("2025-11-15", True)  # an ISO name in the folder
+    assert listed() == [
+        "vault/Daily/2025-11-15",
+        "vault/Daily/2025/11/2025-11-14",
+        "vault/Meetings/2025-11-16 Standup",
+        "vault/Trip",
+    ]
+    write(settings, json.dumps({"folder": "Daily"}))  # the folder alone: the default format
+    h.sweep()
+    assert listed()[:2] == ["vault/Daily/2025-11-15", "vault/Daily/2025/11/2025-11-14"]
+    settings.unlink()  # no folder: any note named by its day is a daily note
+    h.sweep()
+    assert listed() == [
+        "vault/Meetings/2025-11-16 Standup",
+        "vault/Daily/2025-11-15",
+        "vault/Daily/2025/11/2025-11-14",
+        "vault/Trip",
+    ]
+
+
 def test_daily_note_settings_of_a_folder_alone_or_typed_with_backslashes(tmp_path: Path) -> None:
     """Obsidian writes only {"folder": …} when the folder alone was changed (its default format
     stays YYYY-MM-DD), and normalises "Journal\\" to "Journal": such settings were read as no daily

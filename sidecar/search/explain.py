@@ -10,8 +10,8 @@ from dataclasses import replace
 import numpy as np
 
 from sidecar.contracts.errors import StoreError
-from sidecar.contracts.wire import ChunkExplanation, Explanation
-from sidecar.search.query import analyze
+from sidecar.contracts.wire import ChunkExplanation, Explanation, Hit
+from sidecar.search.query import Filters, analyze, split_filters
 from sidecar.search.results import analysis_of
 from sidecar.search.retrieval import Retriever, SearchRequest, bm25_text, with_filters
 from sidecar.vault.sources import public_reference
@@ -20,7 +20,7 @@ from sidecar.vault.sources import public_reference
 def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanation:
     """Why a note ranks where it does (or not at all) for a query: scores, boosts, outcome."""
     asked = SearchRequest(query, r.cfg.limit, r.cfg.min_score, None, agent)
-    text, inline = r.read_query(asked)
+    text, inline = _read(r, asked)
     req = with_filters(asked, inline)
     qa = analyze(text)
     chunks = r.stores.manifest.chunks_of(key)
@@ -82,11 +82,7 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
             )
         )
     if inline.phrase and chunks:
-        # Without a content word the search lists the period by date alone: the arms' outcome
-        # (a candidate below minScore) is not what it did.
-        out[0] = _listed_by_date(
-            r, asked, req, key, out[0], holds_words=bool(direct_bm), ranked=bool(qa.content_words)
-        )
+        out = _in_period(r, asked, req, key, out, holds_words=bool(direct_bm))
     return Explanation(
         indexed=True,
         reference=public_reference(key, agent),
@@ -98,39 +94,92 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
     )
 
 
-def _listed_by_date(
+def _read(r: Retriever, asked: SearchRequest) -> tuple[str, Filters]:
+    """The text to rank and the filters, as the search reads them: a phrase whose window holds no
+    note is given up and the words searched on any day (Retriever.search; the arms were read
+    inside the empty window, and the search's hit #1 was "not among the candidates")."""
+    text, inline = r.read_query(asked)
+    if inline.phrase and not r.dated_notes(with_filters(asked, inline)):
+        return split_filters(asked.query, r.today(), phrases=False)
+    return text, inline
+
+
+def _in_period(
     r: Retriever,
     asked: SearchRequest,
     req: SearchRequest,
     key: str,
-    first: ChunkExplanation,
+    out: list[ChunkExplanation],
     *,
     holds_words: bool,
-    ranked: bool,
+) -> list[ChunkExplanation]:
+    """The outcomes as the search answers a question about a period: in the order
+    Retriever.with_period gives (the hits, then the period's notes by date), read off that search
+    itself (``asked``, its phrase still to read), not off the arms' ranking. Without a content word
+    the search lists the period by date alone: the arms' outcome (a candidate below minScore) is
+    not what it did."""
+    hits = r.search(asked).hits
+    reference = public_reference(key, req.agent)
+    placed = [_placed(c, hits, reference, req.limit) for c in out]
+    return [_listed_by_date(r, req, key, placed[0], hits, holds_words=holds_words), *placed[1:]]
+
+
+def _placed(c: ChunkExplanation, hits: tuple[Hit, ...], reference: str, limit: int) -> ChunkExplanation:
+    """A chunk the arms ranked among the hits, at its place in the period's answer."""
+    if not c.outcome.startswith("hit #"):
+        return c
+    place = next(
+        (
+            i
+            for i, h in enumerate(hits, 1)
+            if h.reference == reference and h.lines == c.lines and not _by_date(h)
+        ),
+        None,
+    )
+    if place is None:  # in a note merely edited in the period: its notes by name or date kept the place
+        return replace(c, outcome=f"beyond the limit of {limit}: the period's dated notes took its place")
+    return replace(c, outcome=f"hit #{place}")
+
+
+def _listed_by_date(
+    r: Retriever,
+    req: SearchRequest,
+    key: str,
+    first: ChunkExplanation,
+    hits: tuple[Hit, ...],
+    *,
+    holds_words: bool,
 ) -> ChunkExplanation:
-    """The outcome of a note's first chunk when a search lists the note for its date alone (a
-    question about a period lists the period's notes the words did not find), or would list it
-    but for the limit (``ranked``: the query has content words to rank by): asked of the search
-    itself (``asked``, as given: its phrase still to read), so that ``why`` says what ``search``
-    did."""
+    """The outcome of a note's first chunk when the search (``hits``, as asked) lists the note for
+    its date alone (a question about a period lists the period's notes the words did not find),
+    or would list it but for the limit, so that ``why`` says what ``search`` did."""
     reference = public_reference(key, req.agent)
     phrase = req.filters.phrase
-    hits = r.search(asked).hits
     for i, h in enumerate(hits, 1):
-        if h.reference == reference and h.vec_score is None and h.bm25_score is None and h.relevance == 0:
+        if h.reference == reference and _by_date(h):
             # A note holding a word of the query may be listed too: its words ranked it below
             # minScore or past the word hits searched.
             why = "its words did not rank it among the hits" if holds_words else "no other word found"
             return replace(first, outcome=f"hit #{i}, listed by date: a note of '{phrase}', {why}")
-    if ranked and not first.outcome.startswith("not among the candidates"):
+    if holds_words and not first.outcome.startswith("not among the candidates"):
         return first  # ranked by its words: that outcome says more
-    dated = r.dated_notes(req)
-    place = next((i for i, n in enumerate(dated, 1) if n.key == key), None)
+    # Its place where the search lists the period's notes by date: among the notes the hits (its
+    # words', or found by meaning) do not already show, as Retriever.with_period lists them (the
+    # place among all the period's notes counted the hits' notes too).
+    shown = {h.reference for h in hits if not _by_date(h)}
+    listed = [n for n in r.dated_notes(req) if public_reference(n.key, req.agent) not in shown]
+    place = next((i for i, n in enumerate(listed, 1) if n.key == key), None)
     if place is None:
         return first  # not of the period (or a filter leaves it out)
     words = "; its words ranked it below the hits" if holds_words else ""
+    after = f", after the {len(shown)} note(s) of the hits" if shown else ""
     outcome = (
-        f"a note of '{phrase}' beyond the limit of {req.limit}: #{place} of the period's {len(dated)} "
-        f"notes in the order they are listed by date (daily notes first, newest first){words}"
+        f"a note of '{phrase}' beyond the limit of {req.limit}: #{place} of the period's {len(listed)} "
+        f"notes in the order they are listed by date (daily notes first, newest first){after}{words}"
     )
     return replace(first, outcome=outcome)
+
+
+def _by_date(h: Hit) -> bool:
+    """A hit the search listed for its date alone: no arm found it."""
+    return h.vec_score is None and h.bm25_score is None and h.relevance == 0

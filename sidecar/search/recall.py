@@ -14,7 +14,15 @@ from sidecar.config import RecallConfig
 from sidecar.contracts.wire import SearchResult
 from sidecar.search.context import render_block
 from sidecar.search.fusion import Scored
-from sidecar.search.query import FilterError, Filters, QueryAnalysis, analyze, asks_about_self, split_filters
+from sidecar.search.query import (
+    FilterError,
+    Filters,
+    QueryAnalysis,
+    analyze,
+    asks_about_self,
+    is_small_talk,
+    split_filters,
+)
 from sidecar.search.results import analysis_of, to_hit
 from sidecar.search.retrieval import BmParts, Retriever, SearchRequest, bm25_text, with_filters
 
@@ -34,6 +42,12 @@ def recall(
         # Recall reads what a person typed (a hook on every prompt): prose that reads like a
         # filter ("our CI runs on source:github now") is words, never an error that blocks it.
         text, inline, windowed = message, Filters(), req
+    qa = analyze(text)
+    follow_up = _follows_a_question_about_self(message, qa, history)
+    if is_small_talk(message) and not follow_up:
+        # "have a nice day today", "bis morgen", "how was your weekend?": small talk names no topic
+        # of the person's notes, whatever the notes happen to say (a history neither).
+        return SearchResult((), None, analysis_of(qa, windowed.filters), context="")
     result = _recall(r, text, history, windowed, count_tokens)
     if not inline.phrase:
         return result
@@ -46,16 +60,13 @@ def recall(
     # Otherwise a period is small talk's ("how's it going today?", "thanks, that's all for
     # today"), with or without a history; a question about its notes is still answered by its
     # words.
-    qa = analyze(text)
     alone = not history and not qa.content_words
     until = inline.until or windowed.filters.until
     # Listed only for a question about the person's own doings or notes, past or today: a
     # message that merely names a period ("I bought this laptop last year, how do I reset it?",
     # "should I deploy today?") injected the period's daily notes unasked.
-    # A follow-up ("and yesterday?") asks what the turn it follows asked.
-    asked = until is not None and (
-        asks_about_self(message) or (qa.refers_back and any(asks_about_self(t) for t in history[-2:]))
-    )
+    # A follow-up ("and yesterday?", "today?") asks what the turn it follows asked.
+    asked = until is not None and (asks_about_self(message) or follow_up)
     dated = [n for n in r.dated_notes(windowed) if n.date] if asked else []
     if dated:
         # The period was asked about: the notes of it holding the message's words come first,
@@ -74,8 +85,11 @@ def recall(
         return replace(listed, context=block)
     if result.hits or alone:
         return result
+    # Nothing in the period: the words are recalled from any day (see Retriever.search), the time
+    # phrase still not among them. In a message a person typed it names when, not what: searched
+    # as a word, "today" found today's daily note by its title ("have a nice day today").
     phrase = inline.phrase
-    text, inline = split_filters(message, r.today(), phrases=False)  # see Retriever.search
+    _, inline = split_filters(message, r.today(), phrases=False)
     result = _recall(r, text, history, with_filters(req, inline), count_tokens)
     assert result.analysis is not None
     return replace(result, analysis=replace(result.analysis, time_phrase_ignored=phrase))
@@ -189,3 +203,13 @@ def _recall_vectors(
     blended = blended / max(float(np.linalg.norm(blended)), 1e-12)
     # A message with content words also runs alone; each query is fused on its own.
     return [blended, message] if message is not None and qa.content_words else [blended]
+
+
+def _follows_a_question_about_self(message: str, qa: QueryAnalysis, history: Sequence[str]) -> bool:
+    """A follow-up of a question about the person's own doings in the last turns: one that refers
+    back ("and yesterday?") or a question of its time phrase alone ("today?", "heute?" after "what
+    did I do yesterday?"), which alone would read as small talk. ``qa`` is the message without its
+    time phrase."""
+    if not any(asks_about_self(t) for t in history[-2:]):
+        return False
+    return qa.refers_back or (not qa.content_words and message.rstrip().endswith("?"))

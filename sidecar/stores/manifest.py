@@ -191,6 +191,21 @@ def name_date(key: str, day_formats: DayFormats = ()) -> str:
     return day_of_path(path, tuple(f for f, folder in day_formats if _inside(source, path, folder)))
 
 
+def daily_note(key: str, day_formats: DayFormats = ()) -> bool:
+    """Whether a note whose name gives its day (``name_date``) is a daily note, listed first for
+    a period: with a daily-note folder set, only a note inside it (at any depth: a format such as
+    ``YYYY/MM/YYYY-MM-DD`` nests notes by year and month, and Obsidian's calendar views find them
+    there too); "Meetings/2026-11-20 Standup" elsewhere is dated by its name, but is no daily note.
+    Without a folder (no settings, or a format made at the vault's top), any note so named."""
+    if not name_date(key, day_formats):
+        return False
+    folders = {folder for _, folder in day_formats}
+    if not folders or "" in folders:
+        return True
+    source, _, path = key.partition("/")
+    return any(_inside(source, path, folder) for folder in folders)
+
+
 def _inside(source: str, path: str, folder: str) -> bool:
     """Whether a note's path lies in a vault-relative folder ('' is the whole vault), compared
     as Obsidian on a Mac would: in one Unicode form, any case. Wiki paths are relative to the
@@ -302,7 +317,7 @@ class NoteDay:
     tags: tuple[str, ...]
     mtime_ns: int
     date: str
-    named: bool  # its name, not a property, gave the day (a daily note)
+    named: bool  # a daily note: its name, not a property, gave the day (``daily_note``)
 
 
 class Manifest(VectorBook):
@@ -763,7 +778,9 @@ class Manifest(VectorBook):
             "WHERE state = 'indexed' AND chunks > 0"
         )
         days = [
-            NoteDay(key, source, agent, _strings(tags), mtime_ns, day, how == "name")
+            NoteDay(
+                key, source, agent, _strings(tags), mtime_ns, day, how == "name" and daily_note(key, formats)
+            )
             for key, source, agent, tags, mtime_ns, fm in rows
             for day, how in (note_day(fm, key, formats),)
         ]

@@ -1,0 +1,297 @@
+"""Time phrases as date windows (pure): every period the parser knows, alone and after each form of
+"since", with a fixed today; the rolling "in the last year" family; a year of something else; small
+talk with a time word, which recall leaves alone."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+import pytest
+
+from sidecar.search import query
+from sidecar.search.query import split_filters
+
+TODAY = dt.date(2026, 12, 2)  # a Wednesday
+_TODAY = TODAY.isoformat()
+
+# Each period phrase the parser knows, with the window it names on TODAY.
+PERIODS = [
+    ("in the last 3 days", "2026-11-30", _TODAY),
+    ("in den letzten drei Tagen", "2026-11-30", _TODAY),
+    ("the past 2 weeks", "2026-11-19", _TODAY),
+    ("in den letzten 2 Wochen", "2026-11-19", _TODAY),
+    ("in the last 3 months", "2026-09-03", _TODAY),
+    ("in den letzten 12 Monaten", "2025-12-03", _TODAY),
+    ("in the last year", "2025-12-03", _TODAY),
+    ("in the past year", "2025-12-03", _TODAY),
+    ("over the past week", "2026-11-26", _TODAY),
+    ("in the last month", "2026-11-03", _TODAY),
+    ("im letzten Jahr", "2025-01-01", "2025-12-31"),
+    ("in der letzten Woche", "2026-11-23", "2026-11-29"),
+    ("3 days ago", "2026-11-29", "2026-11-29"),
+    ("vor drei Tagen", "2026-11-29", "2026-11-29"),
+    ("2 weeks ago", "2026-11-16", "2026-11-22"),
+    ("vor zwei Wochen", "2026-11-16", "2026-11-22"),
+    ("Tuesday of last week", "2026-11-24", "2026-11-24"),
+    ("Montag letzter Woche", "2026-11-23", "2026-11-23"),
+    ("letzte Woche Dienstag", "2026-11-24", "2026-11-24"),
+    ("Monday this week", "2026-11-30", "2026-11-30"),
+    ("diese Woche am Montag", "2026-11-30", "2026-11-30"),
+    ("the week before last", "2026-11-16", "2026-11-22"),
+    ("vorletzter Woche", "2026-11-16", "2026-11-22"),
+    ("this week", "2026-11-30", _TODAY),
+    ("last week", "2026-11-23", "2026-11-29"),
+    ("letzter Woche", "2026-11-23", "2026-11-29"),
+    ("last weekend", "2026-11-28", "2026-11-29"),
+    ("letztem Wochenende", "2026-11-28", "2026-11-29"),
+    ("this month", "2026-12-01", _TODAY),
+    ("last month", "2026-11-01", "2026-11-30"),
+    ("this year", "2026-01-01", _TODAY),
+    ("last year", "2025-01-01", "2025-12-31"),
+    ("the day before yesterday", "2026-11-30", "2026-11-30"),
+    ("vorgestern", "2026-11-30", "2026-11-30"),
+    ("yesterday", "2026-12-01", "2026-12-01"),
+    ("gestern", "2026-12-01", "2026-12-01"),
+    ("today", _TODAY, _TODAY),
+    ("heute", _TODAY, _TODAY),
+]
+SINCE_FORMS = ["since {}", "seit {}", "seit dem {}", "from {} on"]
+
+
+def test_the_table_holds_every_period_the_parser_knows() -> None:
+    """Each period pattern is said by a phrase of the table (a new phrase gets its since forms
+    checked too)."""
+    for pattern, _ in query._PERIODS:
+        rx = re.compile(pattern, re.IGNORECASE)
+        assert any(rx.fullmatch(phrase) for phrase, _, _ in PERIODS), pattern
+
+
+@pytest.mark.parametrize(("phrase", "since", "until"), PERIODS)
+def test_each_period_alone(phrase: str, since: str, until: str) -> None:
+    """The period phrase alone is its window."""
+    rest, f = split_filters(phrase, TODAY)
+    assert (f.since, f.until, f.phrase, rest) == (since, until, phrase, "")
+
+
+@pytest.mark.parametrize("form", SINCE_FORMS)
+@pytest.mark.parametrize(("phrase", "since", "until"), PERIODS)
+def test_since_a_period_runs_from_its_start_to_today(form: str, phrase: str, since: str, until: str) -> None:
+    """'since X' starts on X's first day and runs up to today: 'seit Montag letzter Woche' started
+    on this week's Monday, 'since last weekend' and 'seit vorletzter Woche' ended with X."""
+    said = form.format(phrase)
+    rest, f = split_filters(f"garlic {said}", TODAY)
+    assert (f.since, f.until, f.phrase, rest) == (since, _TODAY, said, "garlic"), said
+
+
+@pytest.mark.parametrize(
+    ("said", "since"),
+    [
+        ("since Monday", "2026-11-30"),
+        ("seit Montag", "2026-11-30"),
+        ("seit dem Montag", "2026-11-30"),
+        ("from Monday on", "2026-11-30"),
+        ("since Wednesday", _TODAY),
+        ("since 2026-11-20", "2026-11-20"),
+        ("seit dem 2026-11-20", "2026-11-20"),
+        ("from 2026-11-20 onwards", "2026-11-20"),
+        ("seit 3 Tagen", "2026-11-29"),  # a duration: for three days
+        ("seit zwei Wochen", "2026-11-18"),
+    ],
+)
+def test_since_a_day(said: str, since: str) -> None:
+    """Points that are no period of their own: a weekday (its last one), a date, a duration."""
+    rest, f = split_filters(f"garlic {said}", TODAY)
+    assert (f.since, f.until, f.phrase, rest) == (since, _TODAY, said, "garlic"), said
+
+
+def test_from_without_on_is_of_the_period() -> None:
+    """'notes from last week' are last week's notes, not those since."""
+    rest, f = split_filters("daily notes from last week", TODAY)
+    assert (f.since, f.until, rest) == ("2026-11-23", "2026-11-29", "daily notes from")
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "the last year of the project",
+        "my last year at school",
+        "in my last year of the Bachelor",
+        "in the last year of my thesis",
+        "in the last week before the move",
+        "im letzten Monat der Schwangerschaft",
+        "im letzten Jahr vor der Rente",
+        "in der letzten Woche des Urlaubs",
+        "the last 6 months of my thesis",
+        "the last 5 years of the Roman Republic",
+        "in the last 2 years of the war",
+        "in den letzten 3 Monaten der Schwangerschaft",
+        "in den letzten zwei Jahren des Studiums",
+        "im letzten Jahr meines Studiums",
+    ],
+)
+def test_a_last_year_of_something_stays_words(said: str) -> None:
+    """A year (week, month) of something else is no period, with 'in' too."""
+    rest, f = split_filters(said, TODAY)
+    assert (f.since, f.phrase, rest) == (None, None, said)
+
+
+@pytest.mark.parametrize(
+    ("said", "since", "until"),
+    [
+        ("Wann habe ich im letzten Monat meine Mutter besucht?", "2026-11-01", "2026-11-30"),
+        ("Ich habe in der letzten Woche unsere Wohnung gestrichen", "2026-11-23", "2026-11-29"),
+        ("im letzten Jahr ihre Hochzeit", "2025-01-01", "2025-12-31"),
+    ],
+)
+def test_an_object_after_im_letzten_leaves_the_period(said: str, since: str, until: str) -> None:
+    """'meine', 'unsere', 'ihre' begin the sentence's object, not 'of my': only the genitive
+    ('meines Studiums') makes a month of something else (they were words)."""
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.until) == (since, until), said
+
+
+@pytest.mark.parametrize(
+    ("said", "since"),
+    [("Was habe ich die letzten 3 Monate gemacht?", "2026-09-03"), ("die letzten 2 Wochen", "2026-11-19")],
+)
+def test_die_letzten_n_is_the_rolling_window(said: str, since: str) -> None:
+    """'die letzten 3 Monate', the common German form, is 'in den letzten 3 Monaten' (the 'die'
+    before it made it words, as a determiner); 'meine letzten 3 Jahre' stays words."""
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.until) == (since, _TODAY), said
+    assert split_filters("meine letzten 3 Jahre", TODAY)[1].since is None
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "past year review",
+        "Past Year Review template",
+        "past month view in the calendar plugin",
+        "past week sprint retro",
+        "this past year",
+        "the past year review",
+    ],
+)
+def test_past_without_its_preposition_is_words(said: str) -> None:
+    """'past year' without 'in/over/during/within/for the' is as often a name ('past year review',
+    'the past month view'): words (it was the last twelve months, and search answered with the
+    period's notes instead of the note named so)."""
+    rest, f = split_filters(said, TODAY)
+    assert (f.since, f.phrase, rest) == (None, None, said)
+
+
+@pytest.mark.parametrize(
+    ("said", "since"),
+    [
+        ("what did I do the past week?", "2026-11-26"),
+        ("the past month, what changed", "2026-11-03"),
+        ("for the past year", "2025-12-03"),
+        ("within the last month", "2026-11-03"),
+        ("garlic throughout the past year", "2025-12-03"),
+    ],
+)
+def test_the_past_week_ending_a_clause_or_after_its_preposition_is_the_period(said: str, since: str) -> None:
+    """'the past week' as a time of its own, and 'for the past year', stay rolling windows."""
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.until) == (since, _TODAY), said
+
+
+@pytest.mark.parametrize(
+    ("said", "since", "until"),
+    [
+        ("notes from last week on Kubernetes", "2026-11-23", "2026-11-29"),
+        ("meeting notes from last month on pricing", "2026-11-01", "2026-11-30"),
+        ("notes from last week on Tuesday", "2026-11-24", "2026-11-24"),
+        ("my notes from yesterday on the budget", "2026-12-01", "2026-12-01"),
+        ("recurring meetings from Monday on Zoom", None, None),
+        ("from Monday on, the garlic", "2026-11-30", _TODAY),
+        ("from last week onwards garlic", "2026-11-23", _TODAY),
+    ],
+)
+def test_from_a_period_on_a_topic_is_the_period(said: str, since: str | None, until: str | None) -> None:
+    """'from X on' is 'since X' only when 'on' ends the clause ('onwards' always): 'on' before a
+    word names a topic or a day ('notes from last week on Kubernetes' ran up to today)."""
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.until) == (since, until), said
+
+
+def test_the_rolling_family_is_consistent() -> None:
+    """'in the last year' is 'in the last 12 months' is 'in the past year', as 'in the last week'
+    is 'in the last 7 days'; German 'im letzten Jahr' is 'letztes Jahr' (the calendar year)."""
+
+    def window(said: str) -> tuple[str | None, str | None]:
+        f = split_filters(said, TODAY)[1]
+        return f.since, f.until
+
+    assert window("in the last year") == window("in the last 12 months") == window("in the past year")
+    assert window("in den letzten 12 Monaten") == window("in the last year")
+    assert window("in the last week") == window("in the last 7 days") == window("in the past week")
+    assert window("in the last month") == window("in the last 1 month")
+    assert window("im letzten Jahr") == window("letztes Jahr")
+    assert window("im letzten Monat") == window("letzten Monat")
+    # A month back from the 31st is the shorter month's last day: the month after it is March.
+    assert split_filters("in the last month", dt.date(2026, 3, 31))[1].since == "2026-03-01"
+
+
+@pytest.mark.parametrize(
+    ("today", "said", "since"),
+    [
+        (TODAY, "in the last week", "2026-11-26"),  # seven days, today the seventh
+        (TODAY, "in the last 3 days", "2026-11-30"),
+        (TODAY, "in den letzten 2 Wochen", "2026-11-19"),
+        (dt.date(2026, 12, 5), "in the last month", "2026-11-06"),
+        (dt.date(2027, 1, 1), "in the last month", "2026-12-02"),
+        (dt.date(2026, 3, 31), "in the last 3 months", "2026-01-01"),
+        (dt.date(2026, 12, 5), "in the past year", "2025-12-06"),  # 365 days
+        (dt.date(2028, 2, 29), "in the past year", "2027-03-01"),  # 366 days, Feb 29 counted
+    ],
+)
+def test_a_rolling_window_is_as_long_as_it_says(today: dt.date, said: str, since: str) -> None:
+    """'in the last week' is seven days, today counted (it was eight: from last Wednesday to this
+    one); the family as one: days, weeks, months and years end today and are that long."""
+    f = split_filters(said, today)[1]
+    assert (f.since, f.until) == (since, today.isoformat()), said
+
+
+@pytest.mark.parametrize(
+    ("message", "small_talk"),
+    [
+        ("have a nice day today", True),
+        ("see you tomorrow", True),
+        ("bis morgen", True),
+        ("schönes Wochenende", True),
+        ("good morning, how was your weekend?", True),
+        ("Viel Spaß heute!", True),
+        ("what did I do today?", False),  # about the person's own doings
+        ("was habe ich gestern gemacht?", False),
+        ("and yesterday?", False),  # a follow-up asks what the turn before asked
+        ("weekend plans", False),  # a topic besides the time word
+        ("thanks for the help today with the backup", False),
+        ("Frohes neues Jahr", False),  # "frohes", "neues" are listed neither: left to recall's gates
+        ("good luck", False),
+        ("how are you today?", True),  # someone addressed
+        ("gute Nacht, bis später", True),
+        ("schönen Feierabend!", True),
+        # a question about one's own agenda or day, addressing no one
+        ("what do I have today?", False),
+        ("do I have anything today?", False),
+        ("what have I got tomorrow?", False),
+        ("how was my weekend?", False),
+        ("was habe ich morgen?", False),
+        ("was war gestern?", False),
+        ("what was yesterday?", False),
+        # time words that may be a topic, with no greeting or wish ("schon" is not "schön")
+        ("rest day", False),
+        ("sleep tonight", False),
+        ("day of the week", False),
+        ("Feierabend", False),
+        ("Monat", False),
+        ("schon morgen?", False),
+    ],
+)
+def test_small_talk_with_a_time_word(message: str, small_talk: bool) -> None:
+    """Small talk is a message of time words and greetings or wishes alone; a topic, a question
+    about one's own doings or a follow-up is not."""
+    assert query.is_small_talk(message) is small_talk
