@@ -770,6 +770,7 @@ def test_status_with_the_vault_not_mounted_says_it_waits(shared: DaemonProcess) 
 
     h = shared.health()
     h["index"].update(state="building", phase="idle", files=0, chunks=0, pending_vectors=0)
+    h["roots"] = [r for r in h["roots"] if r["name"] in ("vault", "wiki")]  # other tests' inboxes out
     for r in h["roots"]:
         r.update(mode="offline", error=f"{r['path']} does not exist or is not mounted")
     text = render_status(h)
