@@ -1980,3 +1980,21 @@ def test_a_path_prefix_may_start_as_references_do(served: Served) -> None:
     assert listed("Dail/") == set() == found("Dail/")  # a folder, not the start of a name
     outline = served.call("outline", {"pathPrefix": "wiki/Projects"})["outline"]
     assert "Boat" in outline and "House" in outline
+
+
+def test_the_shell_lists_the_vaults_notes_by_tag_and_folder(
+    tmp_path: Path, serve_in_process: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A search of filters alone is refused and names `list`; the CLI's `memory list` listed only
+    the agent's inbox, so the shell had no way to list the vault's notes by tag or folder."""
+    v = tmp_path / "tags"
+    write(v / "Projekte" / "Beet.md", "---\ntags: [garten]\n---\n# Beet\n\nTomaten.\n")
+    write(v / "Projekte" / "Dach.md", "# Dach\n\nZiegel.\n")
+    write(v / "Rezepte" / "Suppe.md", "---\ntags: [garten]\n---\n# Suppe\n\nKürbis.\n")
+    server = serve_in_process(v)
+    with pytest.raises(SidecarError, match="sidecar memory list --agent NAME --source all --tag TAG"):
+        server.call("search", {"query": "tag:garten path:Projekte/"})
+    argv = ["memory", "list", "--agent", "me", "--source", "all", "--tag", "garten", "--path", "Projekte/"]
+    assert command_for("memory")(build_parser().parse_args(argv), server.cfg) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[:-1]] == ["vault/Projekte/Beet"] and lines[-1] == "1 note(s)"

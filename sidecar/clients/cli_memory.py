@@ -36,6 +36,10 @@ def cmd_memory(args: argparse.Namespace, cfg: Config) -> int:
             raise UsageError(f"memory list takes no SLUG (got {args.slug!r}); --tag TAG filters")
         if args.tag:
             params["tag"] = args.tag
+        if args.source:
+            params["source"] = args.source
+        if args.path:
+            params["pathPrefix"] = args.path
     else:
         params["slug"] = _slug(args)
         if args.action in ("write", "edit"):

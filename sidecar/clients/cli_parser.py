@@ -354,6 +354,12 @@ def _memory(p: argparse.ArgumentParser) -> None:
     p.add_argument("--content", help="note text (default: read from stdin)")
     p.add_argument("--frontmatter", help='front matter as JSON, e.g. \'{"tags": ["nas"]}\'')
     p.add_argument("--tag", help="list: only notes with this tag")
+    p.add_argument(
+        "--source",
+        choices=("memory", "vault", "wiki", "all"),
+        help="list: whose notes (default memory: the agent's own; all: the vault, the wiki and the agent's)",
+    )
+    p.add_argument("--path", metavar="PREFIX", help="list: only notes whose path starts with this")
 
 
 def _config(p: argparse.ArgumentParser) -> None:

@@ -630,7 +630,8 @@ class Retriever:
             # reads as "no note has this tag".
             raise FilterError(
                 "a search needs words besides its filters; to list the notes with a tag or in a "
-                "folder use `list` (memory_list) with tag or pathPrefix"
+                "folder use `list` with tag or pathPrefix (memory_list; at the command line "
+                "`sidecar memory list --agent NAME --source all --tag TAG --path FOLDER/`)"
             )
         windowed = with_filters(req, inline)
         if not inline.phrase:
