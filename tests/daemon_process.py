@@ -70,6 +70,9 @@ class DaemonProcess:
         self.extra = list(extra)
         self.env = {**(os.environ if base_env is None else base_env), **(env or {})}
         self.env.pop("SIDECAR_HOME", None)
+        # The home's record beside the home: a daemon of a module-scoped fixture starts before
+        # the per-test fixture points HOME into tmp, and wrote into the user's ~/.local/state.
+        self.env.setdefault("XDG_STATE_HOME", str(home.parent / f"state-{home.name}"))
         if keyword_only:  # no model: starts in a second or two, ready after the first sweep
             self.env["SIDECAR_EMBEDDER_ENABLED"] = "false"
         self.call_timeout = call_timeout
