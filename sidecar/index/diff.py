@@ -288,8 +288,9 @@ class ChangeFinder:
         moved: set[str] = set()
         copies = 0
         if supervisor.may_hold(root, len(known), len(missing), len(notes)):
-            moved = self._moves(listing, listings, alien, diff)
-            copies = self._excluded_copies(listing, listings, alien, moved, diff.left_out)
+            left_out = self._left_out(listings, alien, diff.left_out)
+            moved = self._moves(listing, listings, alien, diff, left_out)
+            copies = self._excluded_copies(listing, left_out, moved)
         hold = supervisor.hold_deletions(
             root, len(known), len(missing), len(notes), confirm, moved=len(moved), copies=copies
         )
@@ -307,7 +308,12 @@ class ChangeFinder:
         return True
 
     def _moves(
-        self, listing: _Listing, listings: Sequence[_Listing], alien: set[str], diff: Diff
+        self,
+        listing: _Listing,
+        listings: Sequence[_Listing],
+        alien: set[str],
+        diff: Diff,
+        left_out: Sequence[NoteFile],
     ) -> set[str]:
         """The missing keys of ``listing`` whose notes are elsewhere now: moves, not losses.
 
@@ -323,7 +329,7 @@ class ChangeFinder:
         whose folder is not the share now (``alien``) is no evidence either way."""
         manifest = self.manifest
         trusted = [x for x in listings if x.root.name not in alien]
-        moved = self._renamed_out(listing, trusted, [n for n in diff.left_out if n.root.name not in alien])
+        moved = self._renamed_out(listing, left_out)
         present: dict[str, NoteFile] = {n.key: n for x in trusted for n in x.notes}
         fresh = {n.key: n for x in trusted for n in x.notes if n.key not in x.known}
         events = {n.key: n for n in diff.work if n.key not in present}
@@ -368,9 +374,17 @@ class ChangeFinder:
                 break
         return moved
 
-    def _renamed_out(
-        self, listing: _Listing, trusted: Sequence[_Listing], looked: Sequence[NoteFile]
-    ) -> set[str]:
+    def _left_out(
+        self, listings: Sequence[_Listing], alien: set[str], looked: Sequence[NoteFile]
+    ) -> list[NoteFile]:
+        """The files a rule leaves out that this sweep saw, where a move's or a copy's file may
+        lie: its listings' and the walks of file events' paths (``looked``: a wiki moved into the
+        vault's excluded folder lists only the wiki); none of a root whose folder is not the share
+        now (``alien``)."""
+        seen = [*looked, *(n for x in listings for n in x.excluded)]
+        return [n for n in seen if n.root.name not in alien]
+
+    def _renamed_out(self, listing: _Listing, left_out: Sequence[NoteFile]) -> set[str]:
         """The missing keys of ``listing`` whose very file lies where a rule leaves it out now (a
         folder moved into an excluded one): gone from the index at once, no loss.
 
@@ -388,16 +402,13 @@ class ChangeFinder:
         seen so). The number must be one that lasts on disk (``mounts.stable_inodes``): on SMB,
         FAT, most FUSE filesystems and tmpfs it may be given anew at a remount or a boot and name
         another file. Both files are on the root's own filesystem, not on one mounted inside it.
-        Where they are: what a listing of this sweep left out, or the walk of a file event's path
-        (``looked``: a wiki moved into the vault's excluded folder lists only the wiki)."""
+        Where they are: ``left_out`` (``_left_out``)."""
         if not listing.missing or not self._own_inodes(listing.root):
             return set()
         found: dict[tuple[int, int], NoteFile] = {}
         by_root: dict[Root, list[NoteFile]] = {}
-        for n in looked:
+        for n in left_out:
             by_root.setdefault(n.root, []).append(n)
-        for x in trusted:
-            by_root.setdefault(x.root, []).extend(x.excluded)
         for root, files in by_root.items():
             ident = self.supervisor.status(root).identity
             if ident is not None and self._own_inodes(root):
@@ -422,21 +433,13 @@ class ChangeFinder:
             log.info("notes_moved_out root=%s count=%d into=excluded folder", listing.root.name, len(out))
         return out
 
-    def _excluded_copies(
-        self,
-        listing: _Listing,
-        listings: Sequence[_Listing],
-        alien: set[str],
-        moved: set[str],
-        looked: Sequence[NoteFile],
-    ) -> int:
+    def _excluded_copies(self, listing: _Listing, left_out: Sequence[NoteFile], moved: set[str]) -> int:
         """How many of the missing notes that are no move have a look-alike (same mtime and size)
         where a rule leaves it out: no evidence (a backup looks so), but status says it, as the
         user may know it for a move by copying (a sync tool) that ``--confirm-deletions`` ends."""
-        files = [*looked, *(n for x in listings for n in x.excluded)]
         # Each look-alike accounts for one note: a template's notes unpacked in one second share
         # mtime and size, and one excluded file of theirs is no copy of them all.
-        sizes = Counter((n.mtime_ns, n.size) for n in files if n.root.name not in alien)
+        sizes = Counter((n.mtime_ns, n.size) for n in left_out)
         count = 0
         for k in listing.missing:
             stat_of = (listing.known[k].mtime_ns, listing.known[k].size)
