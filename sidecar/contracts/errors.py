@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import re
+from collections.abc import Iterator
 from enum import IntEnum
 
 
@@ -98,18 +99,22 @@ def store_error_class(exc: BaseException) -> type[StoreError]:
     return DiskFullError if is_disk_full(exc) else StoreError
 
 
-def is_disk_full(exc: BaseException | None) -> bool:
-    """Whether ``exc`` (or an error it was raised from) says the disk is full."""
+def _chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """``exc`` and the errors it was raised from (at most 8: a cycle of contexts ends there)."""
     seen = 0
     while exc is not None and seen < 8:
-        if isinstance(exc, DiskFullError):
-            return True
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        if any(words in str(exc).lower() for words in _DISK_FULL_WORDS):
-            return True
+        yield exc
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
+
+
+def is_disk_full(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an error it was raised from) says the disk is full."""
+    return any(
+        isinstance(e, DiskFullError)
+        or (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT))
+        or any(words in str(e).lower() for words in _DISK_FULL_WORDS)
+        for e in _chain(exc)
+    )
 
 
 # Errors of the file system, not of a store's files: a share that hiccups (EIO, a stale NFS
@@ -124,14 +129,11 @@ _OS_ERROR_CODE = re.compile(r"\(os error (\d+)\)")
 def is_io_fault(exc: BaseException | None) -> bool:
     """Whether ``exc`` (or an error it was raised from) is a file-system fault (``_IO_FAULTS``),
     also as a Rust engine's message ("Read-only file system (os error 30)")."""
-    seen = 0
-    while exc is not None and seen < 8:
-        if isinstance(exc, OSError) and exc.errno in _IO_FAULTS:
-            return True
-        if any(int(code) in _IO_FAULTS for code in _OS_ERROR_CODE.findall(str(exc))):
-            return True
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
+    return any(
+        (isinstance(e, OSError) and e.errno in _IO_FAULTS)
+        or any(int(code) in _IO_FAULTS for code in _OS_ERROR_CODE.findall(str(e)))
+        for e in _chain(exc)
+    )
 
 
 # What the engines (Tantivy, Lance: Rust under Python) add to a message that says nothing to a
