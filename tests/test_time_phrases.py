@@ -55,6 +55,18 @@ PERIODS = [
     ("gestern", "2026-12-01", "2026-12-01"),
     ("today", _TODAY, _TODAY),
     ("heute", _TODAY, _TODAY),
+    ("this morning", _TODAY, _TODAY),
+    ("last Tuesday", "2026-12-01", "2026-12-01"),
+    ("letzten Mittwoch", "2026-11-25", "2026-11-25"),  # today is a Wednesday: the one before
+    ("over the weekend", "2026-11-28", "2026-11-29"),
+    ("in November", "2026-11-01", "2026-11-30"),
+    ("im Mai 2025", "2025-05-01", "2025-05-31"),
+    ("on December 1", "2026-12-01", "2026-12-01"),
+    ("on 1st December 2025", "2025-12-01", "2025-12-01"),
+    ("am 1. Dezember", "2026-12-01", "2026-12-01"),
+    ("on the 30th of November", "2026-11-30", "2026-11-30"),
+    ("vom 30.11.", "2026-11-30", "2026-11-30"),
+    ("am 30.11.2025", "2025-11-30", "2025-11-30"),
 ]
 SINCE_FORMS = ["since {}", "seit {}", "seit dem {}", "from {} on"]
 
@@ -295,3 +307,62 @@ def test_small_talk_with_a_time_word(message: str, small_talk: bool) -> None:
     """Small talk is a message of time words and greetings or wishes alone; a topic, a question
     about one's own doings or a follow-up is not."""
     assert query.is_small_talk(message) is small_talk
+
+
+@pytest.mark.parametrize(
+    ("said", "since", "until"),
+    [
+        # a period's beginning is the period's first day
+        ("since the beginning of last month", "2026-11-01", _TODAY),
+        ("seit Anfang letzten Monats", "2026-11-01", _TODAY),
+        ("seit Anfang des letzten Monats", "2026-11-01", _TODAY),
+        ("since the start of the year", "2026-01-01", _TODAY),
+        ("seit Anfang des Jahres", "2026-01-01", _TODAY),
+        ("seit Jahresbeginn", "2026-01-01", _TODAY),
+        ("seit Monatsanfang", "2026-12-01", _TODAY),
+        ("seit Wochenbeginn", "2026-11-30", _TODAY),
+        ("seit Anfang November", "2026-11-01", _TODAY),
+        # German "ab": from then on
+        ("ab letzter Woche", "2026-11-23", _TODAY),
+        ("ab dem 1. Dezember", "2026-12-01", _TODAY),
+        ("ab gestern", "2026-12-01", _TODAY),
+        ("ab dem 2026-11-20", "2026-11-20", _TODAY),
+        # since a named month or day
+        ("since November", "2026-11-01", _TODAY),
+        ("seit März", "2026-03-01", _TODAY),
+        ("since December 1st", "2026-12-01", _TODAY),
+        ("seit dem 30.11.", "2026-11-30", _TODAY),
+        ("since last Monday", "2026-11-30", _TODAY),
+        ("seit letztem Dienstag", "2026-12-01", _TODAY),
+    ],
+)
+def test_since_a_beginning_a_named_month_or_day_and_ab(said: str, since: str, until: str) -> None:
+    """'since the beginning of last month' ran over last month only, 'ab letzter Woche' was last
+    week; 'since last Tuesday', month names and days by name were no phrase at all."""
+    rest, f = split_filters(f"garlic {said}", TODAY)
+    assert (f.since, f.until, f.phrase, rest) == (since, until, said, "garlic"), said
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "am 24. Dezember",  # a day to come this year: words, not last year's
+        "im Januar 2027",
+        "am 31. Februar",  # no such day
+        "upgrade from 3.12.1 to 3.13",  # a version, not a day
+        "the last Tuesday of the month",
+        "last Friday of every month",
+        "ab Montag",  # mostly the Monday to come
+        "December 3 deadline",  # a day without on/am/vom may be one to come
+        "November rain",
+    ],
+)
+def test_days_and_months_that_name_no_past_day_stay_words(said: str) -> None:
+    rest, f = split_filters(said, TODAY)
+    assert (f.since, f.phrase, rest) == (None, None, said)
+
+
+def test_over_the_weekend_on_a_sunday_is_this_one() -> None:
+    sunday = dt.date(2026, 12, 6)
+    f = split_filters("over the weekend", sunday)[1]
+    assert (f.since, f.until) == ("2026-12-05", "2026-12-06")

@@ -204,8 +204,9 @@ _LAST_EN = r"(?:last|previous)"
 _LAST_DE = r"(?:letzte|vorige|vergangene)[rnsm]?"
 _LAST_WEEK = rf"(?:{_LAST_EN}\s+week|{_LAST_DE}\s+woche)"
 _THIS_WEEK = r"(?:(?:this|current)\s+week|diese[rn]?\s+woche)"
-_LAST_MONTH = rf"(?:{_LAST_EN}\s+month|{_LAST_DE}\s+monat)"
-_LAST_YEAR = rf"(?:{_LAST_EN}\s+year|{_LAST_DE}\s+jahr)"
+# German genitives too: "Anfang letzten Monats", "im Sommer letzten Jahres"
+_LAST_MONTH = rf"(?:{_LAST_EN}\s+month|{_LAST_DE}\s+monats?)"
+_LAST_YEAR = rf"(?:{_LAST_EN}\s+year|{_LAST_DE}\s+jahr(?:es)?)"
 _ON_WD = r"(?:(?:on|am)\s+)?" + _WD  # "on Tuesday", "am Dienstag"
 # What follows "in the last year" or "im letzten Jahr" when it is a year of something else ("in
 # the last year of the project", "im letzten Monat der Schwangerschaft", "in der letzten Woche vor
@@ -219,6 +220,81 @@ _UNITS_EN = r"(days?|weeks?|months?|years?)"
 _UNITS_DE = r"(tage?|tagen|wochen?|monate?|monaten|jahre?|jahren)"
 
 Phrase = tuple[str, Callable[[dt.date, re.Match[str]], Window]]
+
+# Month names by their number, English and German ("März" also as "Maerz"); "mar", "sep" … are
+# no names of their own here ("in mar" is no month anyone says).
+_MONTH_NUMBERS = {
+    name: number
+    for number, names in enumerate(
+        (
+            ("january", "januar", "jänner"),
+            ("february", "februar", "feber"),
+            ("march", "märz", "maerz"),
+            ("april",),
+            ("may", "mai"),
+            ("june", "juni"),
+            ("july", "juli"),
+            ("august",),
+            ("september",),
+            ("october", "oktober"),
+            ("november",),
+            ("december", "dezember"),
+        ),
+        start=1,
+    )
+    for name in names
+}
+_MONTH = "(" + "|".join(sorted(_MONTH_NUMBERS, key=len, reverse=True)) + ")"
+_YEAR_NUM = r"((?:19|20)\d\d)"
+
+
+def _named_month(today: dt.date, name: str, year: str | None) -> Window:
+    """A month by its name: of the year given, else of this year (one to come is no window)."""
+    first = dt.date(int(year) if year else today.year, _MONTH_NUMBERS[name.lower()], 1)
+    return first, min(today, _month_end(first))
+
+
+def _named_day(today: dt.date, day: str, month: int, year: str | None) -> Window:
+    """A day of a month: of the year given, else of this year (a day to come is no window)."""
+    try:
+        return _one(dt.date(int(year) if year else today.year, month, int(day)))
+    except ValueError as exc:  # "am 31. Februar": words
+        raise FilterError(f"no such day ({exc})") from exc
+
+
+def _weekday_before(today: dt.date, weekday: str) -> Window:
+    """ "last Tuesday", "letzten Dienstag": the Tuesday before today (a week ago on a Tuesday)."""
+    back = (today.weekday() - _WEEKDAYS[weekday.lower()]) % 7 or 7
+    return _one(today - dt.timedelta(days=back))
+
+
+def _weekend(today: dt.date, back: int) -> Window:
+    saturday = _week(today, back)[0] + dt.timedelta(days=5)
+    return saturday, min(today, saturday + dt.timedelta(days=1))
+
+
+# A day by its month's name: "3. Dezember", "3 December", "December 3rd", "the 3rd of December",
+# each with an optional year; and German numerals, "3.12." or "03.12.2026". A day alone stays
+# words after "on"/"am"/"vom" only: "December 3 deadline" may name a day to come as often as not.
+_ORD = r"(?:st|nd|rd|th)?"
+_DAY_FORMS: tuple[Phrase, ...] = (
+    (
+        r"(\d{1,2})(?:\.|" + _ORD + r")?\s+(?:of\s+)?" + _MONTH + r"(?:,?\s+" + _YEAR_NUM + ")?",
+        lambda t, m: _named_day(t, m[1], _MONTH_NUMBERS[m[2].lower()], m[3]),
+    ),
+    (
+        r"(?:the\s+)(\d{1,2})" + _ORD + r"\s+of\s+" + _MONTH + r"(?:,?\s+" + _YEAR_NUM + ")?",
+        lambda t, m: _named_day(t, m[1], _MONTH_NUMBERS[m[2].lower()], m[3]),
+    ),
+    (
+        _MONTH + r"\s+(\d{1,2})" + _ORD + r"(?:,?\s+" + _YEAR_NUM + ")?",
+        lambda t, m: _named_day(t, m[2], _MONTH_NUMBERS[m[1].lower()], m[3]),
+    ),
+    (
+        r"(\d{1,2})\.(\d{1,2})\.(?:" + _YEAR_NUM + r"(?!\.\d))?",
+        lambda t, m: _named_day(t, m[1], int(m[2]), m[3]),
+    ),
+)
 
 # Phrases that name a period (pattern, window from today and the match). "since"/"seit"/"seit
 # dem"/"from … on" before any of them runs from the period's first day up to today (_SINCE_FORMS).
@@ -277,21 +353,57 @@ _PERIODS: tuple[Phrase, ...] = (
         rf"(?:{_LAST_EN}|{_LAST_DE})\s+(?:weekend|wochenende)",
         lambda t, m: (_week(t, 1)[0] + dt.timedelta(days=5), _week(t, 1)[0] + dt.timedelta(days=6)),
     ),
+    # "last Tuesday", "letzten Dienstag": the one before today ("the last Tuesday of the month"
+    # stays words: a determiner before it)
+    (
+        rf"(?:{_LAST_EN}|{_LAST_DE})\s+" + _WD + r"(?!\s+(?:of|des|der|im)\b)",
+        lambda t, m: _weekday_before(t, m[1]),
+    ),
+    # the weekend just gone: this one on a Sunday, else last week's ("this weekend" is mostly one
+    # to come, "am Wochenende" either)
+    (r"over\s+the\s+weekend", lambda t, m: _weekend(t, 0 if t.weekday() == 6 else 1)),
     (r"this\s+month|diese[nrm]?\s+monat", lambda t, m: _month(t, 0)),
     (_LAST_MONTH, lambda t, m: _month(t, 1)),
     (r"this\s+year|dieses\s+jahr|diesem\s+jahr", lambda t, m: _year(t, 0)),
     (_LAST_YEAR, lambda t, m: _year(t, 1)),
     (r"(?:the\s+)?day\s+before\s+yesterday|vorgestern", lambda t, m: _one(t - dt.timedelta(days=2))),
     (r"(?:yesterday|gestern)", lambda t, m: _one(t - dt.timedelta(days=1))),
-    (r"(?:today|heute)", lambda t, m: (t, t)),
+    (r"(?:today|heute|this\s+(?:morning|afternoon|evening))", lambda t, m: (t, t)),
+    # "in November", "im Mai 2025": that month of the year given, else this year's
+    (
+        r"(?:in|im|during)\s+" + _MONTH + r"(?:\s+" + _YEAR_NUM + ")?",
+        lambda t, m: _named_month(t, m[1], m[2]),
+    ),
+    # a day after "on", "am", "vom" ("notes from December 3" as "from last week": that day)
+    *((r"(?:on|am|vom|from)\s+" + pat, fn) for pat, fn in _DAY_FORMS),
 )
 
 # "since X" in the forms it is said in; "from last week" alone is "of last week" ("notes from last
 # week"), so "from" needs its "onwards", or an "on" that ends the clause: "on" before a word
 # names a topic or a day ("notes from last week on Kubernetes", "… on Tuesday", "from Monday on
 # Zoom").
-_SINCE = r"(?:since|seit(?:\s+de[mnr])?)\s+"
+# "since the beginning of last month", "seit Anfang letzten Monats" is since last month.
+_START_OF = r"(?:(?:the\s+)?(?:beginning|start)\s+of\s+|(?:anfang|beginn)\s+(?:de[sr]\s+)?)?"
+_SINCE = r"(?:since|seit(?:\s+de[mnr])?)\s+" + _START_OF
+# German "ab letzter Woche", "ab dem 3. Dezember" (from then on); not before a bare weekday: "ab
+# Montag" is mostly the one to come ("ab Montag bin ich im Urlaub").
+_AB = r"ab(?:\s+de[mnr])?\s+" + _START_OF
 _SINCE_FORMS = ((_SINCE, ""), (r"from\s+", r"\s+(?:onwards?|on(?=\s*(?:[.,;:!?)]|$)))"))
+
+
+def _since(period: Callable[[dt.date, re.Match[str]], Window]) -> Callable[[dt.date, re.Match[str]], Window]:
+    """Since a period: from its first day up to today ("since last weekend" ended on Sunday)."""
+    return lambda t, m: (period(t, m)[0], t)
+
+
+_THIS: dict[str, Callable[[dt.date], Window]] = {
+    "wee": lambda t: _week(t, 0),
+    "woc": lambda t: _week(t, 0),
+    "mon": lambda t: _month(t, 0),
+    "yea": lambda t: _year(t, 0),
+    "jah": lambda t: _year(t, 0),
+}
+
 
 # Points that are no period of their own: "since Monday" (the last Monday), "since 2026-11-20";
 # and German "seit 3 Tagen" / "seit 2 Wochen", a duration (for three days), not a point.
@@ -302,16 +414,30 @@ _SINCE_ONLY: tuple[Phrase, ...] = (
     ),
     *(
         (lead + r"(\d{4}-\d{1,2}-\d{1,2})" + tail, lambda t, m: (parse_day(m[1], t, name="since"), t))
-        for lead, tail in _SINCE_FORMS
+        for lead, tail in (*_SINCE_FORMS, (_AB, ""))
     ),
     (r"seit\s+" + _NUM + r"\s+tage?n?", lambda t, m: (t - dt.timedelta(days=_num(m[1])), t)),
     (r"seit\s+" + _NUM + r"\s+wochen?", lambda t, m: (t - dt.timedelta(weeks=_num(m[1])), t)),
+    # since a month by its name, or a day of one ("seit dem 3. Dezember", "since December 3rd")
+    *(
+        (
+            lead + _MONTH + r"(?:\s+" + _YEAR_NUM + ")?" + tail,
+            lambda t, m: (_named_month(t, m[1], m[2])[0], t),
+        )
+        for lead, tail in (*_SINCE_FORMS, (_AB, ""))
+    ),
+    *((lead + pat + tail, _since(fn)) for pat, fn in _DAY_FORMS for lead, tail in (*_SINCE_FORMS, (_AB, ""))),
+    # "since the start of the year", "seit Anfang des Monats", "seit Jahresbeginn": this one's
+    *(
+        (lead + pat, lambda t, m: (_THIS[m[1].lower()[:3]](t)[0], t))
+        for lead in (r"(?:since|seit|ab)\s+",)
+        for pat in (
+            r"(?:the\s+)?(?:beginning|start)\s+of\s+(?:the|this)\s+(week|month|year)",
+            r"(?:anfang|beginn)\s+(?:de[sr]|dieser|dieses)\s+(woche|monats|jahres)",
+            r"(woche|monat|jahr)(?:e?s|n)?(?:beginn|anfang)",
+        )
+    ),
 )
-
-
-def _since(period: Callable[[dt.date, re.Match[str]], Window]) -> Callable[[dt.date, re.Match[str]], Window]:
-    """Since a period: from its first day up to today ("since last weekend" ended on Sunday)."""
-    return lambda t, m: (period(t, m)[0], t)
 
 
 # (pattern, window from today and the match). Of the phrases in a text the first counts (by
@@ -324,7 +450,7 @@ _PHRASES: tuple[tuple[re.Pattern[str], Callable[[dt.date, re.Match[str]], Window
         *(
             (lead + "(?:" + pat + ")" + tail, _since(fn))
             for pat, fn in _PERIODS
-            for lead, tail in _SINCE_FORMS
+            for lead, tail in (*_SINCE_FORMS, (_AB, ""))
         ),
         *_PERIODS,
     )
