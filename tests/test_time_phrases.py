@@ -350,6 +350,7 @@ def test_since_a_beginning_a_named_month_or_day_and_ab(said: str, since: str, un
         "im Januar 2027",
         "am 31. Februar",  # no such day
         "upgrade from 3.12.1 to 3.13",  # a version, not a day
+        "Android ab 5.1.",  # a version too
         "the last Tuesday of the month",
         "last Friday of every month",
         "ab Montag",  # mostly the Monday to come

@@ -274,8 +274,8 @@ def _weekend(today: dt.date, back: int) -> Window:
 
 
 # A day by its month's name: "3. Dezember", "3 December", "December 3rd", "the 3rd of December",
-# each with an optional year; and German numerals, "3.12." or "03.12.2026". A day alone stays
-# words after "on"/"am"/"vom" only: "December 3 deadline" may name a day to come as often as not.
+# each with an optional year. A day stays words without its "on", "am", "vom" or "from" ("December
+# 3 deadline" may name a day to come as often as not).
 _ORD = r"(?:st|nd|rd|th)?"
 _DAY_FORMS: tuple[Phrase, ...] = (
     (
@@ -290,11 +290,15 @@ _DAY_FORMS: tuple[Phrase, ...] = (
         _MONTH + r"\s+(\d{1,2})" + _ORD + r"(?:,?\s+" + _YEAR_NUM + ")?",
         lambda t, m: _named_day(t, m[2], _MONTH_NUMBERS[m[1].lower()], m[3]),
     ),
-    (
-        r"(\d{1,2})\.(\d{1,2})\.(?:" + _YEAR_NUM + r"(?!\.\d))?",
-        lambda t, m: _named_day(t, m[1], int(m[2]), m[3]),
-    ),
 )
+# German numerals, "3.12." or "03.12.2026": only after "am", "vom", "seit dem", "ab dem" ("ab 5.1."
+# is mostly a version).
+_NUMERIC_DAY = r"(\d{1,2})\.(\d{1,2})\.(?:" + _YEAR_NUM + r"(?!\.\d))?"
+
+
+def _numeric_day(t: dt.date, m: re.Match[str]) -> Window:
+    return _named_day(t, m[1], int(m[2]), m[3])
+
 
 # Phrases that name a period (pattern, window from today and the match). "since"/"seit"/"seit
 # dem"/"from … on" before any of them runs from the period's first day up to today (_SINCE_FORMS).
@@ -376,6 +380,7 @@ _PERIODS: tuple[Phrase, ...] = (
     ),
     # a day after "on", "am", "vom" ("notes from December 3" as "from last week": that day)
     *((r"(?:on|am|vom|from)\s+" + pat, fn) for pat, fn in _DAY_FORMS),
+    (r"(?:am|vom)\s+" + _NUMERIC_DAY, _numeric_day),
 )
 
 # "since X" in the forms it is said in; "from last week" alone is "of last week" ("notes from last
@@ -427,6 +432,7 @@ _SINCE_ONLY: tuple[Phrase, ...] = (
         for lead, tail in (*_SINCE_FORMS, (_AB, ""))
     ),
     *((lead + pat + tail, _since(fn)) for pat, fn in _DAY_FORMS for lead, tail in (*_SINCE_FORMS, (_AB, ""))),
+    (r"(?:seit|ab)\s+de[mn]\s+" + _NUMERIC_DAY, _since(_numeric_day)),
     # "since the start of the year", "seit Anfang des Monats", "seit Jahresbeginn": this one's
     *(
         (lead + pat, lambda t, m: (_THIS[m[1].lower()[:3]](t)[0], t))
