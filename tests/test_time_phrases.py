@@ -65,7 +65,7 @@ PERIODS = [
     ("on 1st December 2025", "2025-12-01", "2025-12-01"),
     ("am 1. Dezember", "2026-12-01", "2026-12-01"),
     ("on the 30th of November", "2026-11-30", "2026-11-30"),
-    ("vom 30.11.", "2026-11-30", "2026-11-30"),
+    ("am 30.11", "2026-11-30", "2026-11-30"),
     ("am 30.11.2025", "2025-11-30", "2025-11-30"),
 ]
 SINCE_FORMS = ["since {}", "seit {}", "seit dem {}", "from {} on"]
@@ -324,7 +324,6 @@ def test_small_talk_with_a_time_word(message: str, small_talk: bool) -> None:
         ("seit Anfang November", "2026-11-01", _TODAY),
         # German "ab": from then on
         ("ab letzter Woche", "2026-11-23", _TODAY),
-        ("ab dem 1. Dezember", "2026-12-01", _TODAY),
         ("ab gestern", "2026-12-01", _TODAY),
         ("ab dem 2026-11-20", "2026-11-20", _TODAY),
         # since a named month or day
@@ -354,6 +353,10 @@ def test_since_a_beginning_a_named_month_or_day_and_ab(said: str, since: str, un
         "the last Tuesday of the month",
         "last Friday of every month",
         "ab Montag",  # mostly the Monday to come
+        "ab Januar gilt die neue Regel",  # and the January to come
+        "ab dem 1. Dezember",
+        "Rechnung vom 30.11.",  # a paper's date, not the note's
+        "the invoice from December 1",
         "December 3 deadline",  # a day without on/am/vom may be one to come
         "November rain",
     ],
@@ -367,3 +370,81 @@ def test_over_the_weekend_on_a_sunday_is_this_one() -> None:
     sunday = dt.date(2026, 12, 6)
     f = split_filters("over the weekend", sunday)[1]
     assert (f.since, f.until) == ("2026-12-05", "2026-12-06")
+
+
+@pytest.mark.parametrize(
+    ("today", "said", "since", "until"),
+    [
+        # a year said another way than digits
+        (dt.date(2026, 12, 5), "what did I do in November last year", "2025-11-01", "2025-11-30"),
+        (dt.date(2026, 12, 5), "im Mai letzten Jahres", "2025-05-01", "2025-05-31"),
+        (dt.date(2026, 12, 5), "in March of last year", "2025-03-01", "2025-03-31"),
+        (dt.date(2026, 12, 5), "in May of 2025", "2025-05-01", "2025-05-31"),
+        (dt.date(2026, 12, 5), "im Mai '25", "2025-05-01", "2025-05-31"),
+        (dt.date(2026, 12, 5), "on December 3rd last year", "2025-12-03", "2025-12-03"),
+        # at the year's turn the month or day just gone
+        (dt.date(2027, 1, 3), "im Dezember", "2026-12-01", "2026-12-31"),
+        (dt.date(2027, 1, 3), "since November", "2026-11-01", "2027-01-03"),
+        (dt.date(2027, 1, 3), "am 30.12.", "2026-12-30", "2026-12-30"),
+        (dt.date(2027, 1, 3), "seit dem 30. Dezember", "2026-12-30", "2027-01-03"),
+        # "since the end/middle of X" runs from X's first day (more days, never fewer)
+        (dt.date(2026, 12, 5), "seit Ende letzten Monats", "2026-11-01", "2026-12-05"),
+        (dt.date(2026, 12, 5), "since the middle of last month", "2026-11-01", "2026-12-05"),
+        # a Turkish dotted capital or a long s folds to the name (a KeyError before)
+        (dt.date(2026, 12, 5), "İN APRİL", "2026-04-01", "2026-04-30"),
+        (dt.date(2026, 12, 5), "FRİDAY LAST WEEK", "2026-11-27", "2026-11-27"),
+        (dt.date(2026, 12, 5), "in ſeptember", "2026-09-01", "2026-09-30"),
+        # "last Tuesday in November" is no Tuesday before today; its month holds it
+        (dt.date(2026, 12, 5), "last Tuesday in November", "2026-11-01", "2026-11-30"),
+        # "I" after a month is no title
+        (dt.date(2026, 12, 5), "in November I wrote about taxes", "2026-11-01", "2026-11-30"),
+        # notes "from"/"vom" a day (a paper "vom" a day is its date: words)
+        (dt.date(2026, 12, 5), "Notizen vom 3. Dezember", "2026-12-03", "2026-12-03"),
+        (dt.date(2026, 12, 5), "Einträge vom 3.12.", "2026-12-03", "2026-12-03"),
+        (dt.date(2026, 12, 5), "my notes from December 3", "2026-12-03", "2026-12-03"),
+    ],
+)
+def test_named_months_and_days_by_the_year_said(today: dt.date, said: str, since: str, until: str) -> None:
+    """A month's year said as 'last year' or '25 (it was this year's month, and won over the
+    'last year' the sentence said); December asked in January is the one just gone."""
+    f = split_filters(said, today)[1]
+    assert (f.since, f.until) == (since, until), said
+
+
+@pytest.mark.parametrize(
+    ("today", "said"),
+    [
+        # "may" the verb
+        (dt.date(2026, 12, 5), "sign in may fail with SSO"),
+        (dt.date(2026, 12, 5), "running this on 10 may be slow"),
+        # ranges: their first day alone would hide the rest
+        (dt.date(2026, 12, 5), "from December 3 to 5"),
+        (dt.date(2026, 12, 5), "on December 3-5"),
+        (dt.date(2026, 12, 5), "am 3.12. bis 5.12."),
+        (dt.date(2026, 12, 5), "Kontoauszug am 1.10. bis 31.10."),
+        (dt.date(2026, 12, 5), "in May 2025 to June 2025"),
+        # titles and things of something
+        (dt.date(2026, 12, 5), "guitar solo in November Rain"),
+        (dt.date(2026, 12, 5), "scene in August Rush"),
+        (dt.date(2026, 12, 5), "in March of the Penguins"),
+        (dt.date(2026, 12, 5), "Last Friday Night lyrics"),
+        (dt.date(2026, 12, 5), "letzten Dienstag vor Weihnachten"),
+        (dt.date(2026, 12, 5), "every last Friday"),
+        (dt.date(2026, 12, 5), "jeden letzten Freitag"),
+        (dt.date(2026, 12, 5), "mein letzter Dienstag bei der Firma"),
+        (dt.date(2026, 12, 5), "over the weekend of the wedding"),
+        # a month to come, not just gone
+        (dt.date(2027, 1, 3), "im Mai bin ich im Urlaub"),
+        (dt.date(2027, 1, 3), "ab Januar"),
+        (dt.date(2026, 12, 5), "since the beginning of the year 2025"),
+    ],
+)
+def test_months_and_days_that_are_no_window(today: dt.date, said: str) -> None:
+    rest, f = split_filters(said, today)
+    assert (f.since, f.phrase) == (None, None), (said, f)
+
+
+def test_a_range_leaves_the_phrase_after_it() -> None:
+    """'vom 3.12.2025 bis heute' is no first-day window; 'heute' is found as before."""
+    f = split_filters("vom 3.12.2025 bis heute", dt.date(2026, 12, 5))[1]
+    assert (f.since, f.until) == ("2026-12-05", "2026-12-05")

@@ -164,7 +164,7 @@ def _month(today: dt.date, back: int) -> Window:
 
 def _weekday_of_week(today: dt.date, back: int, weekday: str) -> Window:
     """One weekday of this week (``back`` 0) or of an earlier one ("letzte Woche Dienstag")."""
-    return _one(_week(today, back)[0] + dt.timedelta(days=_WEEKDAYS[weekday.lower()]))
+    return _one(_week(today, back)[0] + dt.timedelta(days=_weekday_number(weekday)))
 
 
 def _year(today: dt.date, back: int) -> Window:
@@ -222,49 +222,89 @@ _UNITS_DE = r"(tage?|tagen|wochen?|monate?|monaten|jahre?|jahren)"
 Phrase = tuple[str, Callable[[dt.date, re.Match[str]], Window]]
 
 # Month names by their number, English and German ("März" also as "Maerz"); "mar", "sep" … are
-# no names of their own here ("in mar" is no month anyone says).
-_MONTH_NUMBERS = {
-    name: number
-    for number, names in enumerate(
-        (
-            ("january", "januar", "jänner"),
-            ("february", "februar", "feber"),
-            ("march", "märz", "maerz"),
-            ("april",),
-            ("may", "mai"),
-            ("june", "juni"),
-            ("july", "juli"),
-            ("august",),
-            ("september",),
-            ("october", "oktober"),
-            ("november",),
-            ("december", "dezember"),
-        ),
-        start=1,
-    )
-    for name in names
-}
-_MONTH = "(" + "|".join(sorted(_MONTH_NUMBERS, key=len, reverse=True)) + ")"
-_YEAR_NUM = r"((?:19|20)\d\d)"
+# no names of their own here ("in mar" is no month anyone says). Keys folded (see _month_number).
+_MONTH_NAMES = (
+    ("january", "januar", "jänner"),
+    ("february", "februar", "feber"),
+    ("march", "märz", "maerz"),
+    ("april",),
+    ("may", "mai"),
+    ("june", "juni"),
+    ("july", "juli"),
+    ("august",),
+    ("september",),
+    ("october", "oktober"),
+    ("november",),
+    ("december", "dezember"),
+)
+_MONTH_NUMBERS = {fold(name): number for number, names in enumerate(_MONTH_NAMES, start=1) for name in names}
+_MONTH = "(" + "|".join(sorted((n for names in _MONTH_NAMES for n in names), key=len, reverse=True)) + ")"
+# A year after a month or day: "2025", "of 2025", "'25", "last year", "letzten Jahres". Atomic
+# ("(?>…)"): "in May 2025 to June" must not fall back to "in May" of this year.
+_YEAR_OF = (
+    r"(?>(?:,?\s+(?:of\s+)?((?:19|20)\d\d|'\d\d)"
+    r"|\s+(?:of\s+)?((?:last|previous)\s+year|(?:des\s+)?(?:letzte|vorige|vergangene)[ns]?\s+jahr(?:es)?))?)"
+)
+# What makes a day or month no window of its own: a range ("from December 3 to 5", "vom 1.10. bis
+# 31.10.": its first day alone would hide the rest) or "of" something ("in March of the Penguins").
+_NO_RANGE = r"(?!\s*(?:-|–|bis\b|to\b|until\b|till\b|through\b|and\b|und\b|of\b))"
+# English titles go on with a capital ("in November Rain", "Last Friday Night"); German nouns too,
+# so only after the English forms.
+_NO_TITLE = r"(?!\s+(?-i:[A-Z][a-z]))"
+_MONTH_BACK_DAYS = 62  # a month named at a year's turn: December asked in January is the last one
+_DAY_BACK_DAYS = 31
 
 
-def _named_month(today: dt.date, name: str, year: str | None) -> Window:
-    """A month by its name: of the year given, else of this year (one to come is no window)."""
-    first = dt.date(int(year) if year else today.year, _MONTH_NUMBERS[name.lower()], 1)
+def _weekday_number(name: str) -> int:
+    """A weekday's number by its name, as written in any case ("FRİDAY" folds to friday)."""
+    return _WEEKDAYS[fold(name)]
+
+
+def _month_number(name: str) -> int:
+    """A month's number by its name; lowercase "may" is the verb ("sign in may fail")."""
+    if name.lower() == "may" and not name[0].isupper():
+        raise FilterError("'may' in lowercase is a verb")
+    return _MONTH_NUMBERS[fold(name)]
+
+
+def _year_of(today: dt.date, year: str | None, previous: str | None) -> int | None:
+    if year:
+        return int(year) if len(year) == 4 else 2000 + int(year[1:])
+    return today.year - 1 if previous else None
+
+
+def _named_month(today: dt.date, name: str, year: str | None, previous: str | None = None) -> Window:
+    """A month by its name: of the year said; else this year's once begun, or last year's when it
+    ended within two months ("im Dezember" asked in January); else no window ("im Mai bin ich im
+    Urlaub" asked in January is the May to come)."""
+    number = _month_number(name)
+    said = _year_of(today, year, previous)
+    first = dt.date(said or today.year, number, 1)
+    if said is None and first > today:
+        first = first.replace(year=today.year - 1)
+        if (today - _month_end(first)).days > _MONTH_BACK_DAYS:
+            raise FilterError("a month to come")
     return first, min(today, _month_end(first))
 
 
-def _named_day(today: dt.date, day: str, month: int, year: str | None) -> Window:
-    """A day of a month: of the year given, else of this year (a day to come is no window)."""
+def _named_day(today: dt.date, day: str, month: int, year: str | None, previous: str | None = None) -> Window:
+    """A day of a month: of the year said; else this year's once come, or last year's within a
+    month ("am 30. Dezember" asked on January 3rd); else no window (a day to come)."""
+    said = _year_of(today, year, previous)
     try:
-        return _one(dt.date(int(year) if year else today.year, month, int(day)))
-    except ValueError as exc:  # "am 31. Februar": words
+        when = dt.date(said or today.year, month, int(day))
+        if said is None and when > today:
+            when = when.replace(year=today.year - 1)
+    except ValueError as exc:  # "am 31. Februar", Feb 29 of a common year: words
         raise FilterError(f"no such day ({exc})") from exc
+    if said is None and (today - when).days > _DAY_BACK_DAYS and when.year < today.year:
+        raise FilterError("a day to come")
+    return _one(when)
 
 
 def _weekday_before(today: dt.date, weekday: str) -> Window:
     """ "last Tuesday", "letzten Dienstag": the Tuesday before today (a week ago on a Tuesday)."""
-    back = (today.weekday() - _WEEKDAYS[weekday.lower()]) % 7 or 7
+    back = (today.weekday() - _weekday_number(weekday)) % 7 or 7
     return _one(today - dt.timedelta(days=back))
 
 
@@ -273,27 +313,33 @@ def _weekend(today: dt.date, back: int) -> Window:
     return saturday, min(today, saturday + dt.timedelta(days=1))
 
 
-# A day by its month's name: "3. Dezember", "3 December", "December 3rd", "the 3rd of December",
-# each with an optional year. A day stays words without its "on", "am", "vom" or "from" ("December
-# 3 deadline" may name a day to come as often as not).
+# A day by its month's name: "3. Dezember", "3.Dezember", "3 December", "December 3rd", "the 3rd
+# of December", each with an optional year. Only after "on"/"am" or notes "from"/"vom" it: "December
+# 3 deadline" may name a day to come as often as not, "Rechnung vom 3. Dezember" or "the invoice
+# from December 3" a paper's date, not the day the note was written.
 _ORD = r"(?:st|nd|rd|th)?"
+# (the note word stays before the phrase: "my notes from December 3" is no possessive's day)
+_ON_DAY = (
+    r"(?:on|am|(?:(?<=notes\s)|(?<=note\s)|(?<=entries\s))from"
+    r"|(?:(?<=notizen\s)|(?<=notiz\s)|(?<=einträge\s)|(?<=eintrag\s))vom)\s+"
+)
 _DAY_FORMS: tuple[Phrase, ...] = (
     (
-        r"(\d{1,2})(?:\.|" + _ORD + r")?\s+(?:of\s+)?" + _MONTH + r"(?:,?\s+" + _YEAR_NUM + ")?",
-        lambda t, m: _named_day(t, m[1], _MONTH_NUMBERS[m[2].lower()], m[3]),
+        r"(\d{1,2})(?:\.\s*|" + _ORD + r"\s+)(?:of\s+)?" + _MONTH + _YEAR_OF + _NO_RANGE,
+        lambda t, m: _named_day(t, m[1], _month_number(m[2]), m[3], m[4]),
     ),
     (
-        r"(?:the\s+)(\d{1,2})" + _ORD + r"\s+of\s+" + _MONTH + r"(?:,?\s+" + _YEAR_NUM + ")?",
-        lambda t, m: _named_day(t, m[1], _MONTH_NUMBERS[m[2].lower()], m[3]),
+        r"the\s+(\d{1,2})" + _ORD + r"\s+of\s+" + _MONTH + _YEAR_OF + _NO_RANGE,
+        lambda t, m: _named_day(t, m[1], _month_number(m[2]), m[3], m[4]),
     ),
     (
-        _MONTH + r"\s+(\d{1,2})" + _ORD + r"(?:,?\s+" + _YEAR_NUM + ")?",
-        lambda t, m: _named_day(t, m[2], _MONTH_NUMBERS[m[1].lower()], m[3]),
+        _MONTH + r"\s+(\d{1,2})" + _ORD + _YEAR_OF + _NO_RANGE,
+        lambda t, m: _named_day(t, m[2], _month_number(m[1]), m[3], m[4]),
     ),
 )
-# German numerals, "3.12." or "03.12.2026": only after "am", "vom", "seit dem", "ab dem" ("ab 5.1."
-# is mostly a version).
-_NUMERIC_DAY = r"(\d{1,2})\.(\d{1,2})\.(?:" + _YEAR_NUM + r"(?!\.\d))?"
+# German numerals, "3.12.", "3.12" or "03.12.2026": only after "am" and "seit dem" ("ab 5.1." is
+# mostly a version, "vom 30.09." a paper's date).
+_NUMERIC_DAY = r"(\d{1,2})\.(\d{1,2})(?:\.((?:19|20)\d\d)?)?(?![\d.])" + _NO_RANGE
 
 
 def _numeric_day(t: dt.date, m: re.Match[str]) -> Window:
@@ -357,15 +403,18 @@ _PERIODS: tuple[Phrase, ...] = (
         rf"(?:{_LAST_EN}|{_LAST_DE})\s+(?:weekend|wochenende)",
         lambda t, m: (_week(t, 1)[0] + dt.timedelta(days=5), _week(t, 1)[0] + dt.timedelta(days=6)),
     ),
-    # "last Tuesday", "letzten Dienstag": the one before today ("the last Tuesday of the month"
-    # stays words: a determiner before it)
+    # "last Tuesday", "letzten Dienstag": the one before today; words when a determiner comes
+    # before it ("the last Tuesday", "jeden letzten Freitag"), a place in time after it ("last
+    # Tuesday of the month", "letzten Dienstag vor Weihnachten") or a title goes on ("Last Friday
+    # Night")
     (
-        rf"(?:{_LAST_EN}|{_LAST_DE})\s+" + _WD + r"(?!\s+(?:of|des|der|im)\b)",
-        lambda t, m: _weekday_before(t, m[1]),
+        rf"(?:{_LAST_EN}\s+{_WD}{_NO_TITLE}|{_LAST_DE}\s+{_WD})"
+        r"(?!\s+(?:of|in|before|after|des|der|im|vor|nach)\b)",
+        lambda t, m: _weekday_before(t, m[1] or m[2]),
     ),
     # the weekend just gone: this one on a Sunday, else last week's ("this weekend" is mostly one
-    # to come, "am Wochenende" either)
-    (r"over\s+the\s+weekend", lambda t, m: _weekend(t, 0 if t.weekday() == 6 else 1)),
+    # to come, "am Wochenende" either; "over the weekend of the wedding" one of something)
+    (r"over\s+the\s+weekend" + _OF_SOMETHING, lambda t, m: _weekend(t, 0 if t.weekday() == 6 else 1)),
     (r"this\s+month|diese[nrm]?\s+monat", lambda t, m: _month(t, 0)),
     (_LAST_MONTH, lambda t, m: _month(t, 1)),
     (r"this\s+year|dieses\s+jahr|diesem\s+jahr", lambda t, m: _year(t, 0)),
@@ -373,14 +422,25 @@ _PERIODS: tuple[Phrase, ...] = (
     (r"(?:the\s+)?day\s+before\s+yesterday|vorgestern", lambda t, m: _one(t - dt.timedelta(days=2))),
     (r"(?:yesterday|gestern)", lambda t, m: _one(t - dt.timedelta(days=1))),
     (r"(?:today|heute|this\s+(?:morning|afternoon|evening))", lambda t, m: (t, t)),
-    # "in November", "im Mai 2025": that month of the year given, else this year's
+    # "in November", "im Mai 2025", "in March of last year": that month (see _named_month)
     (
-        r"(?:in|im|during)\s+" + _MONTH + r"(?:\s+" + _YEAR_NUM + ")?",
-        lambda t, m: _named_month(t, m[1], m[2]),
+        r"(?:(?:in|during)\s+"
+        + _MONTH
+        + _YEAR_OF
+        + _NO_TITLE
+        + r"|im\s+"
+        + _MONTH
+        + _YEAR_OF
+        + ")"
+        + _NO_RANGE,
+        lambda t, m: _named_month(t, m[1] or m[4], m[2] or m[5], m[3] or m[6]),
     ),
-    # a day after "on", "am", "vom" ("notes from December 3" as "from last week": that day)
-    *((r"(?:on|am|vom|from)\s+" + pat, fn) for pat, fn in _DAY_FORMS),
-    (r"(?:am|vom)\s+" + _NUMERIC_DAY, _numeric_day),
+    # a day after "on" or "am", or notes "from" it (see _DAY_FORMS)
+    *((_ON_DAY + pat, fn) for pat, fn in _DAY_FORMS),
+    (
+        r"(?:am|(?:(?<=notizen\s)|(?<=notiz\s)|(?<=einträge\s)|(?<=eintrag\s))vom)\s+" + _NUMERIC_DAY,
+        _numeric_day,
+    ),
 )
 
 # "since X" in the forms it is said in; "from last week" alone is "of last week" ("notes from last
@@ -388,10 +448,13 @@ _PERIODS: tuple[Phrase, ...] = (
 # names a topic or a day ("notes from last week on Kubernetes", "… on Tuesday", "from Monday on
 # Zoom").
 # "since the beginning of last month", "seit Anfang letzten Monats" is since last month.
-_START_OF = r"(?:(?:the\s+)?(?:beginning|start)\s+of\s+|(?:anfang|beginn)\s+(?:de[sr]\s+)?)?"
+# "seit Ende letzten Monats" runs from that month's first day too: more days, never fewer.
+_START_OF = (
+    r"(?:(?:the\s+)?(?:beginning|start|end|middle)\s+of\s+|(?:anfang|beginn|ende|mitte)\s+(?:de[sr]\s+)?)?"
+)
 _SINCE = r"(?:since|seit(?:\s+de[mnr])?)\s+" + _START_OF
-# German "ab letzter Woche", "ab dem 3. Dezember" (from then on); not before a bare weekday: "ab
-# Montag" is mostly the one to come ("ab Montag bin ich im Urlaub").
+# German "ab letzter Woche", "ab gestern" (from then on); not before a weekday, a month or a day:
+# "ab Montag bin ich im Urlaub", "ab Januar gilt die neue Regel" are mostly the ones to come.
 _AB = r"ab(?:\s+de[mnr])?\s+" + _START_OF
 _SINCE_FORMS = ((_SINCE, ""), (r"from\s+", r"\s+(?:onwards?|on(?=\s*(?:[.,;:!?)]|$)))"))
 
@@ -414,7 +477,7 @@ _THIS: dict[str, Callable[[dt.date], Window]] = {
 # and German "seit 3 Tagen" / "seit 2 Wochen", a duration (for three days), not a point.
 _SINCE_ONLY: tuple[Phrase, ...] = (
     *(
-        (lead + _WD + tail, lambda t, m: (_last_weekday(t, _WEEKDAYS[m[1].lower()]), t))
+        (lead + _WD + tail, lambda t, m: (_last_weekday(t, _weekday_number(m[1])), t))
         for lead, tail in _SINCE_FORMS
     ),
     *(
@@ -426,19 +489,19 @@ _SINCE_ONLY: tuple[Phrase, ...] = (
     # since a month by its name, or a day of one ("seit dem 3. Dezember", "since December 3rd")
     *(
         (
-            lead + _MONTH + r"(?:\s+" + _YEAR_NUM + ")?" + tail,
-            lambda t, m: (_named_month(t, m[1], m[2])[0], t),
+            lead + _MONTH + _YEAR_OF + tail + _NO_RANGE,
+            lambda t, m: (_named_month(t, m[1], m[2], m[3])[0], t),
         )
-        for lead, tail in (*_SINCE_FORMS, (_AB, ""))
+        for lead, tail in _SINCE_FORMS
     ),
-    *((lead + pat + tail, _since(fn)) for pat, fn in _DAY_FORMS for lead, tail in (*_SINCE_FORMS, (_AB, ""))),
-    (r"(?:seit|ab)\s+de[mn]\s+" + _NUMERIC_DAY, _since(_numeric_day)),
+    *((lead + pat + tail, _since(fn)) for pat, fn in _DAY_FORMS for lead, tail in _SINCE_FORMS),
+    (r"seit\s+dem\s+" + _NUMERIC_DAY, _since(_numeric_day)),
     # "since the start of the year", "seit Anfang des Monats", "seit Jahresbeginn": this one's
     *(
         (lead + pat, lambda t, m: (_THIS[m[1].lower()[:3]](t)[0], t))
-        for lead in (r"(?:since|seit|ab)\s+",)
+        for lead in (r"(?:since|seit)\s+",)
         for pat in (
-            r"(?:the\s+)?(?:beginning|start)\s+of\s+(?:the|this)\s+(week|month|year)",
+            r"(?:the\s+)?(?:beginning|start)\s+of\s+(?:the|this)\s+(week|month|year)(?!\s+\d)",
             r"(?:anfang|beginn)\s+(?:de[sr]|dieser|dieses)\s+(woche|monats|jahres)",
             r"(woche|monat|jahr)(?:e?s|n)?(?:beginn|anfang)",
         )
@@ -448,9 +511,14 @@ _SINCE_ONLY: tuple[Phrase, ...] = (
 
 # (pattern, window from today and the match). Of the phrases in a text the first counts (by
 # position, the longest at that position: "since last week" before "last week"); see time_window.
-_PHRASES: tuple[tuple[re.Pattern[str], Callable[[dt.date, re.Match[str]], Window]], ...] = tuple(
+def _need(pat: str) -> str | None:
+    """What a text must hold for the pattern to match: a month's name, a digit, or nothing known."""
+    return "month" if _MONTH in pat else "digit" if _NUMERIC_DAY in pat else None
+
+
+_PHRASES: tuple[tuple[re.Pattern[str], Callable[[dt.date, re.Match[str]], Window], str | None], ...] = tuple(
     # "today's date" names a thing, not a time: a possessive is no phrase.
-    (re.compile(r"(?<!\w)(?:" + pat + r")(?![\w'’])", re.IGNORECASE), fn)
+    (re.compile(r"(?<!\w)(?:" + pat + r")(?![\w'’])", re.IGNORECASE), fn, _need(pat))
     for pat, fn in (
         *_SINCE_ONLY,
         *(
@@ -461,6 +529,9 @@ _PHRASES: tuple[tuple[re.Pattern[str], Callable[[dt.date, re.Match[str]], Window
         *_PERIODS,
     )
 )
+# One pass tells which patterns can match at all (half of them name a month or a numeral day).
+_ANY_MONTH = re.compile(r"(?<!\w)" + _MONTH + r"(?!\w)", re.IGNORECASE)
+_ANY_DIGIT = re.compile(r"\d")
 
 
 # A determiner or a possessive before "last week" makes it a week of something else ("the last
@@ -469,8 +540,9 @@ _PHRASES: tuple[tuple[re.Pattern[str], Callable[[dt.date, re.Match[str]], Window
 # their own, matched from "in" on, see _PERIODS). Without one, "letzte Woche der Arzt" and "last
 # week before the deadline" are the week before this one.
 _DETERMINED = re.compile(
-    r"(?:^|[^\w])(?:the|my|our|his|her|their|your|its|die|der|dem|den|des|das|im|meine[rnms]?|"
-    r"unsere[rnms]?|seine[rnms]?|ihre[rnms]?|deine[rnms]?|eure[rnms]?)\s+$",
+    r"(?:^|[^\w])(?:the|my|our|his|her|their|your|its|every|each|die|der|dem|den|des|das|im|"
+    r"jede[rnms]?|mein(?:e[rnms]?)?|unser(?:e[rnms]?)?|seine[rnms]?|ihre[rnms]?|dein(?:e[rnms]?)?|"
+    r"euer|eure[rnms]?)\s+$",
     re.IGNORECASE,
 )
 
@@ -482,7 +554,10 @@ def time_window(text: str, today: dt.date) -> tuple[str, Window | None, str | No
     """The first time phrase of ``text`` (by position; at one position the longest) as a window
     of days; the text without it; the phrase."""
     best: tuple[tuple[int, int], re.Match[str], Window] | None = None
-    for pattern, window in _PHRASES:
+    held = {"month": _ANY_MONTH.search(text) is not None, "digit": _ANY_DIGIT.search(text) is not None}
+    for pattern, window, need in _PHRASES:
+        if need is not None and not held[need]:
+            continue
         for m in pattern.finditer(text):
             try:
                 days = window(today, m)
