@@ -48,6 +48,14 @@ SECRETS = [
     ("- **API key:** 9f8e7d6c5b4a39281706", "password"),
     ("`password`: `hunter2hunter2`", "password"),
     ("*secret*=**s3cr3t-value**", "password"),
+    # German keys, and a few words between a key and its colon
+    ("Kennwort: Mondlicht!Milch99", "password"),
+    ("Passwort: Sternschnuppe!Saft11", "password"),
+    ("PW: Nordlicht!Wasser55", "password"),
+    ("Das WLAN Passwort ist: Sternschnuppe!Saft11", "password"),
+    ("Kennwort für das NAS: Mondlicht!Milch99", "password"),
+    ("WLAN-Schlüssel: 8472-1934-5521", "password"),
+    ("the WiFi password is: Regenbogen!Tee77", "password"),
 ]
 
 
@@ -80,6 +88,10 @@ ORDINARY = [
     "ssh-keygen -t ed25519 -C 'me@example.com' creates a key pair; keep the private half secret.",
     "AKIA alone is just four letters, Bearer of good news, sk- prefix alone.",
     "**Password**: changeme is what the manual says; **secret**: the garden gate",
+    "Passwort: mindestens acht Zeichen, ein Sonderzeichen",
+    "Das Passwort ist: steht im Tresor",
+    "API key rotation schedule: 2026-12-01",
+    "Kennwort vergessen? Siehe: Zurücksetzen",
 ]
 
 

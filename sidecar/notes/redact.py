@@ -29,6 +29,14 @@ _BREAK = re.compile(r"\r\n|\r|\n")
 _SECRETISH = re.compile(r"[0-9_\-+/=!@#$%^&*]")
 # Markdown emphasis and code marks around a key or its value: "**Password**: x", "`api_key`: x".
 _MARKS = r"[*_`]{0,2}"
+# A few words between the key and its colon, as people write them ("the WiFi password is: …",
+# "das WLAN-Passwort lautet: …", "Kennwort für das NAS: …"): small words and the usual devices only,
+# so "API key rotation schedule: 2026-12-01" keeps its date (a memory write removes text for good).
+_SAID = (
+    r"(?:\s+(?:is|was|for|of|the|my|our|to|on|ist|war|lautet|für|fuer|vom|von|des|der|die|das|den|"
+    r"dem|zum|zur|am|im|mein|meine|meines|unser|unsere|wlan|wifi|wi-fi|nas|router|server|admin|root|"
+    r"account|konto|e-mail|email|mail)){0,4}"
+)
 
 
 RULES: tuple[Rule, ...] = (
@@ -69,14 +77,16 @@ RULES: tuple[Rule, ...] = (
     ),
     # scheme://user:password@host: only the password goes.
     Rule("url_password", re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]{1,20}://[^\s:/@]+:([^\s@/]{3,})@[^\s/]+"), 1),
-    # password = "..." / api_key: ... / **Password**: ...; the value must look like a secret (8+
-    # characters, no spaces, a digit or a symbol among them).
+    # password = "..." / api_key: ... / **Password**: ... / "Kennwort für das NAS: ..."; the value
+    # must look like a secret (8+ characters, no spaces, a digit or a symbol among them).
     Rule(
         "password",
         re.compile(
-            r"(?i)(?<![a-z0-9])(?:password|passwd|pwd|passphrase|secret|client_secret|api[_ -]?key|"
-            r"access[_-]?token|auth[_-]?token|secret[_-]?key|private[_-]?key)\b"
+            r"(?i)(?<![a-z0-9])(?:password|passwd|pwd|pw|passphrase|secret|client_secret|api[_ -]?key|"
+            r"access[_-]?token|auth[_-]?token|secret[_-]?key|private[_-]?key|"
+            r"passw(?:o|ö|oe)rt|kennwort|(?:wlan|wifi|api|netzwerk)[_ -]?schl(?:ü|ue)ssel)\b"
             + _MARKS
+            + _SAID
             + r"[\"']?\s*[:=]"
             + _MARKS
             + r"\s*"
