@@ -812,3 +812,12 @@ def test_status_sums_up_many_inboxes_and_names_those_with_a_problem(shared: Daem
     assert "and 12 more inboxes with a problem" in text and "the other offline inboxes" in text
     h["roots"] = [*vault_roots, *inboxes[:5]]
     assert sum("memory/agent" in line for line in render_status(h).splitlines()) == 5
+
+
+def test_search_says_when_a_time_phrase_was_searched_as_words(shared: DaemonProcess) -> None:
+    """A phrase whose window holds no note is searched as words; the CLI said nothing, so the
+    hits of any time read as the period's notes (the MCP text and --json said it)."""
+    r = _run(shared, "search", "NAS backed up last year")
+    assert r.returncode == 0, r.stderr
+    assert "'last year': no note has that date, so it was searched as words" in r.stderr
+    assert "wiki/Backups" in r.stdout

@@ -56,6 +56,9 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
             f"{window.since} to {window.until} listed by date, not ranked by the query's words",
             file=sys.stderr,
         )
+    elif window is not None and not window.applied:
+        # The hits come from any time: without this line they read as the period's notes.
+        print(f"note: '{shown(window.phrase)}': no note has that date, so it was searched as words", file=sys.stderr)
     if not result.hits:
         print("nothing relevant found")
     for i, hit in enumerate(result.hits, 1):
