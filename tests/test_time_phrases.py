@@ -440,7 +440,7 @@ def test_named_months_and_days_by_the_year_said(today: dt.date, said: str, since
     ],
 )
 def test_months_and_days_that_are_no_window(today: dt.date, said: str) -> None:
-    rest, f = split_filters(said, today)
+    f = split_filters(said, today)[1]
     assert (f.since, f.phrase) == (None, None), (said, f)
 
 
@@ -448,3 +448,17 @@ def test_a_range_leaves_the_phrase_after_it() -> None:
     """'vom 3.12.2025 bis heute' is no first-day window; 'heute' is found as before."""
     f = split_filters("vom 3.12.2025 bis heute", dt.date(2026, 12, 5))[1]
     assert (f.since, f.until) == ("2026-12-05", "2026-12-05")
+
+
+@pytest.mark.parametrize(
+    ("value", "day"),
+    [("04.12.2026", "2026-12-04"), ("4.12.2026", "2026-12-04"), ("4.12.", "2026-12-04")],
+)
+def test_since_takes_a_german_date(value: str, day: str) -> None:
+    """--since 04.12.2026 (a daily-note format German vaults use) was refused."""
+    assert query.parse_day(value, TODAY, name="since").isoformat() == day
+
+
+def test_a_german_date_that_is_no_day_is_refused() -> None:
+    with pytest.raises(query.FilterError, match="not a valid date"):
+        query.parse_day("31.02.2026", TODAY, name="since")

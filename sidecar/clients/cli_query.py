@@ -58,7 +58,8 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         )
     elif window is not None and not window.applied:
         # The hits come from any time: without this line they read as the period's notes.
-        print(f"note: '{shown(window.phrase)}': no note has that date, so it was searched as words", file=sys.stderr)
+        phrase = shown(window.phrase)
+        print(f"note: '{phrase}': no note has that date, so it was searched as words", file=sys.stderr)
     if not result.hits:
         print("nothing relevant found")
     for i, hit in enumerate(result.hits, 1):

@@ -49,7 +49,7 @@ FILTER_HELP = (
     "inline) wins over a time phrase, which then sets no window. "
     "A filter value that cannot be used is an error naming it."
 )
-DAY_HELP = "A day: YYYY-MM-DD, YYYY-MM, today, yesterday, a weekday name or Nd (N days ago)."
+DAY_HELP = "A day: YYYY-MM-DD, YYYY-MM, DD.MM.YYYY, today, yesterday, a weekday name or Nd (N days ago)."
 
 # A line of a note (the daemon takes as many: no note has more).
 LINE = {"type": "integer", "minimum": 1, "maximum": 10_000_000}

@@ -99,7 +99,9 @@ _YESTERDAY = ("yesterday", "gestern")
 _ISO_LOOSE = re.compile(r"^(\d{4})-(\d{1,2})-(\d{1,2})$")
 _ISO_MONTH_ONLY = re.compile(r"^(\d{4})-(\d{1,2})$")
 _DAYS_AGO = re.compile(r"^(\d{1,4})d$")
-DAY_VALUES = "YYYY-MM-DD, YYYY-MM, today, yesterday, a weekday or Nd (N days ago)"
+# German dates as a daily-note format writes them: 04.12.2026, 4.12.2026, 4.12. (this year)
+_DOTTED = re.compile(r"^(\d{1,2})\.(\d{1,2})\.(\d{4})?$")
+DAY_VALUES = "YYYY-MM-DD, YYYY-MM, DD.MM.YYYY, today, yesterday, a weekday or Nd (N days ago)"
 
 
 def _last_weekday(today: dt.date, weekday: int) -> dt.date:
@@ -111,17 +113,28 @@ def _month_end(day: dt.date) -> dt.date:
     return nxt - dt.timedelta(days=1)
 
 
+def _written_day(v: str, today: dt.date, end: bool) -> dt.date | None:
+    """A day written as digits (ISO, a month, the German dotted form); None: not so written.
+    Raises ValueError for a form that names no day (2026-02-30)."""
+    if m := _ISO_LOOSE.match(v):
+        return dt.date(int(m[1]), int(m[2]), int(m[3]))
+    if m := _ISO_MONTH_ONLY.match(v):
+        first = dt.date(int(m[1]), int(m[2]), 1)
+        return _month_end(first) if end else first
+    if m := _DOTTED.match(v):
+        return dt.date(int(m[3]) if m[3] else today.year, int(m[2]), int(m[1]))
+    return None
+
+
 def parse_day(value: str, today: dt.date, *, name: str, end: bool = False) -> dt.date:
     """A ``since:``/``until:`` value as a day; ``end`` picks the last day of a month value."""
     v = value.strip().lower()
     try:
-        if m := _ISO_LOOSE.match(v):
-            return dt.date(int(m[1]), int(m[2]), int(m[3]))
-        if m := _ISO_MONTH_ONLY.match(v):
-            first = dt.date(int(m[1]), int(m[2]), 1)
-            return _month_end(first) if end else first
+        written = _written_day(v, today, end)
     except ValueError as exc:
         raise FilterError(f"{name}:{value} is not a valid date ({exc})") from exc
+    if written is not None:
+        return written
     if v in _TODAY:
         return today
     if v in _YESTERDAY:
