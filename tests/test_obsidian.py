@@ -1131,3 +1131,24 @@ def test_daily_note_settings_of_a_folder_alone_or_typed_with_backslashes(tmp_pat
     assert DailyNoteFormats(vault).refresh() == (("DD.MM.YYYY", "Journal"),)
     write(vault / ".obsidian/daily-notes.json", json.dumps({"folder": "./Tage", "format": "DD.MM.YYYY"}))
     assert DailyNoteFormats(vault).refresh() == (("DD.MM.YYYY", "Tage"),)
+
+
+def test_a_note_sidecars_own_exclude_leaves_out_is_not_shown(tmp_path: Path, serve_in_process: Any) -> None:
+    """`index.exclude: [Privat/]` is the user's word to sidecar: get (and memory_get, resources)
+    served the whole private note to any agent by name. Obsidian's Excluded files hide notes from
+    Obsidian's search only and are still read by name, as Obsidian opens them."""
+    v = tmp_path / "private"
+    write(v / "Privat/Tagebuch.md", "# Tagebuch\n\nMeine geheime Liebe heißt Berta.\n")
+    write(v / "Archiv/Alt.md", "# Alt\n\nein altes Projekt\n")
+    write(v / "Home.md", "# Home\n\nSiehe [[Tagebuch]] und [[Alt]].\n")
+    write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Archiv/"]}))
+    server = serve_in_process(v, **{"index.exclude": "Privat/"})
+    for reference in ("vault/Privat/Tagebuch", "Tagebuch", "[[Tagebuch]]"):
+        with pytest.raises(RemoteError) as err:
+            server.call("get", {"reference": reference})
+        assert err.value.code == "forbidden"
+        assert "left out by index.exclude: Privat/" in str(err.value) and "Berta" not in str(err.value)
+    archived = server.call("get", {"reference": "Alt"})
+    assert "altes Projekt" in archived["text"] and archived["excluded"] == "Obsidian excluded files: Archiv/"
+    links = server.call("get", {"reference": "vault/Home"})["links"]
+    assert {link["target"] for link in links} == {"vault/Privat/Tagebuch", "vault/Archiv/Alt"}

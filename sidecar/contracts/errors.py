@@ -61,6 +61,12 @@ class UnreadableError(SourceError):
     code = "unreadable"
 
 
+class ExcludedError(SourceError):
+    """A note the user's own ``index.exclude`` leaves out: sidecar does not serve its text."""
+
+    code = "forbidden"
+
+
 class EmbedderError(SidecarError):
     """The embedding model cannot be found, loaded or run."""
 

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from sidecar import __version__
 from sidecar.config import Config, agent_name_problem, valid_agent
-from sidecar.contracts.errors import NotFoundError, ProtocolError, SourceError, UnreadableError
+from sidecar.contracts.errors import ExcludedError, NotFoundError, ProtocolError, SourceError, UnreadableError
 from sidecar.contracts.protocol import (
     LIMIT_RANGE,
     MAX_DAY_CHARS,
@@ -58,6 +58,7 @@ from sidecar.search.recall import recall
 from sidecar.search.retrieval import Retriever, SearchRequest
 from sidecar.stores.aside import moved_aside
 from sidecar.stores.manifest import Manifest
+from sidecar.vault.ignore import OWN_RULES
 from sidecar.vault.sources import (
     NoteUnreadable,
     key_for_reference,
@@ -352,6 +353,15 @@ class Handlers:
         most = param_int(p, "maxChars", default=0, lo=0, hi=MAX_LINE)
         named = self._named(reference, req.agent)
         key, manifest = named.key, self.manifest
+        rule = self.indexer.excluded_by(key)
+        if rule is not None and rule.startswith(f"{OWN_RULES}:"):
+            # The user's word to sidecar: a folder left out of its index ("Privat/") is kept from
+            # its readers too. Obsidian's Excluded files hide notes from Obsidian's search only,
+            # and are read by name as Obsidian opens them.
+            raise ExcludedError(
+                f"{reference!r} is left out by {rule}: sidecar does not show notes its "
+                "configuration excludes (open it in the vault)"
+            )
         offline = self._offline(key, reference)
         try:
             path, text = self._on_disk(key, lambda: self._read(key, reference))
@@ -407,7 +417,6 @@ class Handlers:
             out["anchor"] = {"text": named.anchor, "found": section is not None}
         if named.candidates > 1:
             out["candidates"] = named.candidates
-        rule = self.indexer.excluded_by(key)
         if rule is not None:
             out["excluded"] = rule
         if masked:

@@ -39,6 +39,7 @@ _REGEX_TIMEOUT_S = 0.05
 # for a moment, and the sweep its removal starts indexed every excluded note at once. Longer than
 # a sync takes to put it back; a vault that stopped being one of Obsidian's is followed after it.
 SETTINGS_GRACE_S = 30 * 60.0
+OWN_RULES = "index.exclude"  # the origin of sidecar's own rules, as a rule describes itself
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ class IgnoreRules:
             line = unicodedata.normalize("NFC", text.strip())
             if not line or line.startswith("#"):
                 continue
-            self._own.append(_Rule("index.exclude", line, pattern=GitIgnoreSpecPattern(line)))
+            self._own.append(_Rule(OWN_RULES, line, pattern=GitIgnoreSpecPattern(line)))
         self._app_stat: tuple[int, int] | None = None
         self._app: list[_Rule] = []
         self._missing_since: float | None = None  # app.json, read before, not found since then
