@@ -1568,7 +1568,7 @@ def test_names_cannot_forge_lines_in_the_tools_texts(served: Served) -> None:
 def test_status_counts_what_the_agent_can_search(served: Served) -> None:
     """memory_status counts the vault, the wiki and the agent's own memory (it counted every
     agent's notes: a new agent read of notes it could never see), and its inbox's notes are those
-    memory_list shows (a hidden '.x.md' or a link was counted as well)."""
+    memory_list shows as files (a hidden '.x.md' or a link was counted as well)."""
     for slug in ("one", "two"):
         served.call("write", {"slug": slug, "content": f"Note {slug} of claude."})
     for slug in ("a", "b", "c"):
@@ -1585,7 +1585,9 @@ def test_status_counts_what_the_agent_can_search(served: Served) -> None:
         assert f"; {len(searchable)} notes, " in status["message"]
         assert status["index"]["chunks"] == sum(n["chunks"] for n in searchable)
         mine = served.call("list", {}, agent=agent)
-        assert status["inbox"]["notes"] == mine["total"] == own, (agent, mine)
+        # A link is listed (with why it is not read) but holds none of the inbox's bytes.
+        files = [n for n in mine["notes"] if "symlink" not in n.get("why", "")]
+        assert status["inbox"]["notes"] == len(files) == own, (agent, mine)
 
 
 def test_the_shims_small_refusals_are_clear(tmp_path: Path) -> None:
@@ -1998,3 +2000,27 @@ def test_the_shell_lists_the_vaults_notes_by_tag_and_folder(
     assert command_for("memory")(build_parser().parse_args(argv), server.cfg) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines[:-1]] == ["vault/Projekte/Beet"] and lines[-1] == "1 note(s)"
+
+
+def test_a_note_that_is_a_link_is_listed_with_why_and_a_write_is_forbidden(served: Served, tmp_path: Path) -> None:
+    """A symbolic link placed in an inbox under a note's name went unlisted by list (which
+    promises the notes that are there but not searchable, with the reason); a write to its slug
+    failed as 'unreadable'. It is listed, never followed, and a write or edit is 'forbidden'."""
+    outside = tmp_path / "outside"
+    write(outside / "secret.md", "Outside text.\n")
+    served.call("write", {"slug": "mine", "content": "A note of claude."})
+    inbox = served.cfg.agents_dir / "claude" / "memory"
+    (inbox / "evil.md").symlink_to(outside / "secret.md")
+    served.h.sweep()
+    for params in ({}, {"source": "all"}, {"pathPrefix": "memory/ev"}):
+        notes = {n["reference"]: n for n in served.call("list", params)["notes"]}
+        assert notes["memory/evil"]["indexed"] is False, notes
+        assert "symlink" in notes["memory/evil"]["why"] and "never its target" in notes["memory/evil"]["why"]
+        assert notes["memory/evil"]["chunks"] == 0
+    assert "memory/evil" not in {n["reference"] for n in served.call("list", {}, agent="codex")["notes"]}
+    for op in ("write", "edit"):
+        with pytest.raises(SidecarError) as err:
+            served.call(op, {"slug": "evil", "content": "changed"})
+        assert err.value.code == "forbidden", err.value
+        assert "symbolic link" in str(err.value) and "delete the note" in str(err.value)
+    assert (outside / "secret.md").read_text() == "Outside text.\n" and (inbox / "evil.md").is_symlink()

@@ -80,9 +80,17 @@ class MemoryConflictError(MemoryWriteError):
 
 
 class MemoryUnreadableError(MemoryWriteError):
-    """The note there cannot be read as a write needs it (a symlink, its front matter, its size)."""
+    """The note there cannot be read as a write needs it (its front matter, its size)."""
 
     code = "unreadable"
+
+
+# Refused for what lies under the note's name, as an inbox that is a link is (``forbidden``, the
+# CLI exits 7): no text of the inbox's own is there to read, keep or edit.
+class MemoryRefusedError(MemoryWriteError):
+    """The note's name is a symbolic link or another non-file placed in the inbox."""
+
+    code = "forbidden"
 
 
 class InboxGoneError(StorageError):
@@ -948,7 +956,10 @@ def _read_existing(inbox_fd: int, name: str, slug: str) -> tuple[bytes | None, _
     except FileNotFoundError:
         return None, None
     except NotRegularError as exc:
-        raise MemoryUnreadableError(f"memory note {slug!r} is {exc.strerror}; refused") from exc
+        raise MemoryRefusedError(
+            f"memory note {slug!r} is {exc.strerror}, placed in the inbox by hand; nothing was "
+            "written: delete the note (that removes the link, never its target), then write it anew"
+        ) from exc
     try:
         st = os.fstat(fd)
     except OSError:

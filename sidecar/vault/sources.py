@@ -43,6 +43,8 @@ _DEBRIS = re.compile(r"^~\$|~$|\.(tmp|swp|swx|bak)$", re.IGNORECASE)  # editor t
 # edits, and status and `why` then say there is a conflict to merge. Each form carries the date
 # the tool writes, so a note merely titled "(conflicted copy)" is read as any other.
 CONFLICT_REASON = "a sync tool's conflict copy (merge it into the note, then delete it)"
+# A note of an inbox that is a symbolic link: never followed, so never read nor indexed.
+LINK_REASON = "symlink in a memory inbox (never followed)"
 _CONFLICTS = re.compile(
     "|".join(
         (
@@ -478,7 +480,7 @@ def name_refusal(root: Root, name: str) -> str | None:
 def link_refusal(root: Root, link: Path, base: Path) -> str | None:
     """Why a symlink inside a root is not followed, or None when it may be."""
     if root.source == "memory":
-        return "symlink in a memory inbox (never followed)"
+        return LINK_REASON
     try:
         target = link.resolve(strict=True)
     except (OSError, RuntimeError):  # RuntimeError: symlink loop
