@@ -13,7 +13,14 @@ from sidecar.contracts.errors import StoreError
 from sidecar.contracts.wire import ChunkExplanation, Explanation, Hit
 from sidecar.search.query import Filters, analyze, split_filters
 from sidecar.search.results import analysis_of
-from sidecar.search.retrieval import Retriever, SearchRequest, bm25_text, with_filters
+from sidecar.search.retrieval import (
+    MIN_VECTOR_WORDS,
+    Retriever,
+    SearchRequest,
+    bm25_text,
+    says_little,
+    with_filters,
+)
 from sidecar.vault.sources import public_reference
 
 
@@ -62,6 +69,11 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
             outcome = f"folded into the wider hit of lines {w.start_line}-{w.end_line}"
         elif c.chunk_id in in_folded:
             outcome = f"dropped by the cap of {r.cfg.max_hits_per_note} hits per note"
+        elif s is None and c.chunk_id in ranking.views and c.chunk_id not in direct_bm and says_little(c):
+            outcome = (
+                f"too few words (under {MIN_VECTOR_WORDS}) to be a match by meaning alone, and none of "
+                "the query's words is in it"
+            )
         elif (
             c.chunk_id not in ranking.views
             and (c.chunk_id in direct_bm or c.chunk_id in direct_vec)
