@@ -1691,10 +1691,9 @@ def test_inline_tags_are_held_to_the_parameters_limit(served: Served) -> None:
     tagged = served.call("search", {"query": "garden", "minScore": 0, "tag": "garden"})["hits"]
     assert tagged and served.call("search", {"query": "garden tag:#garden/", "minScore": 0})["hits"] == tagged
     assert served.call("search", {"query": "garden", "minScore": 0, "tag": "garden/"})["hits"] == tagged
-    # Filters alone are no search: said (it answered nothing, read as "no note has this tag")
-    for query in ("tag:garden", "path:Projects/ since:2026-01-01"):
-        with pytest.raises(SidecarError, match=r"needs words besides its filters.*memory_list"):
-            served.call("search", {"query": query})
+    # Filters alone list the notes they select (see test_a_search_of_filters_alone_lists_the_notes)
+    listed = served.call("search", {"query": "tag:garden"})
+    assert [h["reference"] for h in listed["hits"]] == ["vault/Garden"] and listed["listed"] == 1
 
 
 def test_get_reads_a_range_of_lines_and_the_shim_cuts_a_huge_note(served: Served) -> None:
@@ -1987,15 +1986,13 @@ def test_a_path_prefix_may_start_as_references_do(served: Served) -> None:
 def test_the_shell_lists_the_vaults_notes_by_tag_and_folder(
     tmp_path: Path, serve_in_process: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A search of filters alone is refused and names `list`; the CLI's `memory list` listed only
-    the agent's inbox, so the shell had no way to list the vault's notes by tag or folder."""
+    """The CLI's `memory list` listed only the agent's inbox, so the shell had no way to list the
+    vault's notes by tag or folder (a search of filters alone lists them too, now)."""
     v = tmp_path / "tags"
     write(v / "Projekte" / "Beet.md", "---\ntags: [garten]\n---\n# Beet\n\nTomaten.\n")
     write(v / "Projekte" / "Dach.md", "# Dach\n\nZiegel.\n")
     write(v / "Rezepte" / "Suppe.md", "---\ntags: [garten]\n---\n# Suppe\n\nKürbis.\n")
     server = serve_in_process(v)
-    with pytest.raises(SidecarError, match="sidecar memory list --agent NAME --source all --tag TAG"):
-        server.call("search", {"query": "tag:garten path:Projekte/"})
     argv = ["memory", "list", "--agent", "me", "--source", "all", "--tag", "garten", "--path", "Projekte/"]
     assert command_for("memory")(build_parser().parse_args(argv), server.cfg) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -2073,3 +2070,44 @@ def test_a_hard_link_of_another_agents_note_is_not_read(served: Served, tmp_path
     # What sidecar writes and keeps has one name each (the backups made above aside).
     own = [p for p in [*inbox.iterdir(), *(inbox / ".trash").iterdir(), *theirs.iterdir()] if p.is_file()]
     assert {p.name for p in own if p.stat().st_nlink > 1} == {"mine.md", "mine.md.bak"}
+
+
+def test_a_search_of_filters_alone_lists_the_notes_newest_first(
+    served: Served, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README's example `sidecar search "tag:garten path:Projekte/ since:2026-09-01"` failed (exit 2)
+    with an error naming `list` (memory_list), which the command line did not have for the vault.
+    Filters alone list the notes they select, newest first by their day, relevance 0, the same
+    through the socket, the command line and the MCP tool."""
+    vault = served.cfg.vault.path
+    assert vault is not None
+    for name, day, tag in (
+        ("Projekte/Beet", "2026-09-15", "garten"),
+        ("Projekte/Zaun", "2026-10-20", "garten"),
+        ("Projekte/Alt", "2026-08-01", "garten"),
+        ("Projekte/Dach", "2026-10-01", "haus"),
+        ("Rezepte/Suppe", "2026-10-02", "garten"),
+    ):
+        write(vault / f"{name}.md", f"---\ndate: {day}\ntags: [{tag}]\n---\n# {name}\n\nText.\n")
+    served.h.sweep()
+    query = "tag:garten path:Projekte/ since:2026-09-01"
+    out = served.call("search", {"query": query})
+    assert [h["reference"] for h in out["hits"]] == ["vault/Projekte/Zaun", "vault/Projekte/Beet"], out
+    assert out["listed"] == 2 and all(h["relevance"] == 0 and h["vecScore"] is None for h in out["hits"])
+    assert [h["date"] for h in out["hits"]] == ["2026-10-20", "2026-09-15"]
+    one = served.call("search", {"query": "tag:garten", "limit": 2})
+    assert [h["reference"] for h in one["hits"]] == ["vault/Projekte/Zaun", "vault/Rezepte/Suppe"]
+    assert served.call("search", {"query": f"{query} source:wiki"})["hits"] == []
+    # The command line prints them (it exited 2), the MCP tool says what they are.
+    args = build_parser().parse_args(["search", query])
+    assert command_for("search")(args, served.cfg) == 0
+    printed = capsys.readouterr()
+    assert "vault/Projekte/Zaun" in printed.out.splitlines()[0] and "filters alone" in printed.err
+    from sidecar.clients.mcp_calls import ToolCalls
+
+    class Direct(ToolCalls):  # the shim's tool, answered by these handlers
+        def call(self, op: str, params: dict[str, Any], timeout: float = 0) -> dict[str, Any]:
+            return dict(served.call(op, params))
+
+    text, structured = Direct(tmp_path / "unused.sock", "claude").search({"query": query})
+    assert structured["listed"] == 2 and "filters alone" in text and "vault/Projekte/Zaun" in text

@@ -645,13 +645,9 @@ class Retriever:
             and inline.phrase is None
             and (inline.tags or inline.path_prefix or inline.since or inline.until or inline.sources)
         ):
-            # Filters alone select nothing to rank: said, not answered with an empty list that
-            # reads as "no note has this tag".
-            raise FilterError(
-                "a search needs words besides its filters; to list the notes with a tag or in a "
-                "folder use `list` with tag or pathPrefix (memory_list; at the command line "
-                "`sidecar memory list --agent NAME --source all --tag TAG --path FOLDER/`)"
-            )
+            # Filters alone select notes but give no word to rank them by: the notes they select
+            # are the answer (it was an error naming `list`, which the command line lacked).
+            return self.listed(with_filters(req, inline))
         windowed = with_filters(req, inline)
         if not inline.phrase:
             return self.search_text(windowed, text)
@@ -677,18 +673,37 @@ class Retriever:
         assert result.analysis is not None
         return replace(result, analysis=replace(result.analysis, time_phrase_ignored=phrase))
 
-    def dated_notes(self, req: SearchRequest) -> list[NoteDay]:
-        """The notes a request's date window (and its other filters and scope) holds, in the order
-        a period is listed: daily notes (dated by their name) first, then notes dated by a
-        property, then by their last change; newest first within each."""
-        f = req.filters
-        notes = [
+    def _selected(self, req: SearchRequest) -> list[NoteDay]:
+        """The indexed notes a request's filters and scope select."""
+        return [
             n
             for n in self.stores.manifest.note_days()
             if (req.sources is None or n.source in req.sources)
             and (req.agent is None or n.source != "memory" or n.agent == req.agent)
-            and _note_passes(n, f)
+            and _note_passes(n, req.filters)
         ]
+
+    def listed(self, req: SearchRequest) -> SearchResult:
+        """A search of filters alone: the notes they select, newest first by their day (a daily
+        note's name or a date property, else their last change; then by the last change), up to
+        the limit, each with its first chunk, relevance 0 and no arm score (nothing ranked them;
+        ``minScore`` does not apply)."""
+        notes = self._selected(req)
+        notes.sort(key=lambda n: (n.date or local_day(n.mtime_ns), n.mtime_ns, n.key), reverse=True)
+        notes = notes[: req.limit]
+        views = self.stores.manifest.first_chunks([n.key for n in notes])
+        hits = tuple(
+            to_hit(_by_date(v), v, req.agent, mask_secrets=self.cfg.mask_secrets, dated=True)
+            for n in notes
+            if (v := views.get(n.key)) is not None
+        )
+        return SearchResult(hits, None, analysis_of(analyze(""), req.filters), listed=len(hits))
+
+    def dated_notes(self, req: SearchRequest) -> list[NoteDay]:
+        """The notes a request's date window (and its other filters and scope) holds, in the order
+        a period is listed: daily notes (dated by their name) first, then notes dated by a
+        property, then by their last change; newest first within each."""
+        notes = self._selected(req)
         notes.sort(key=lambda n: (n.date or "", n.mtime_ns), reverse=True)
         notes.sort(key=lambda n: 0 if n.named else 1 if n.date else 2)  # stable: newest first within
         return notes
