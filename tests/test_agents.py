@@ -2098,6 +2098,11 @@ def test_a_search_of_filters_alone_lists_the_notes_newest_first(
     one = served.call("search", {"query": "tag:garten", "limit": 2})
     assert [h["reference"] for h in one["hits"]] == ["vault/Projekte/Zaun", "vault/Rezepte/Suppe"]
     assert served.call("search", {"query": f"{query} source:wiki"})["hits"] == []
+    # why says what search did with each note
+    told = served.call("why", {"reference": "vault/Projekte/Beet", "query": query})["chunks"][0]["outcome"]
+    assert told == "hit #2, listed by the query's filters alone (newest first)", told
+    told = served.call("why", {"reference": "vault/Projekte/Alt", "query": query})["chunks"][0]["outcome"]
+    assert told == "not selected by the query's filters", told
     # The command line prints them (it exited 2), the MCP tool says what they are.
     args = build_parser().parse_args(["search", query])
     assert command_for("search")(args, served.cfg) == 0

@@ -640,11 +640,7 @@ class Retriever:
 
     def search(self, req: SearchRequest) -> SearchResult:
         text, inline = self.read_query(req)
-        if (
-            not text.strip()
-            and inline.phrase is None
-            and (inline.tags or inline.path_prefix or inline.since or inline.until or inline.sources)
-        ):
+        if filters_alone(text, inline):
             # Filters alone select notes but give no word to rank them by: the notes they select
             # are the answer (it was an error naming `list`, which the command line lacked).
             return self.listed(with_filters(req, inline))
@@ -787,6 +783,15 @@ class Retriever:
         return SearchResult(
             hits, found.degraded, analysis_of(qa, req.filters, rare), pending_vectors=found.pending
         )
+
+
+def filters_alone(text: str, inline: Filters) -> bool:
+    """Whether a query held inline filters and no other word (a time phrase is words)."""
+    return (
+        not text.strip()
+        and inline.phrase is None
+        and bool(inline.tags or inline.path_prefix or inline.since or inline.until or inline.sources)
+    )
 
 
 def _no_hits(qa: QueryAnalysis, filters: Filters) -> SearchResult:
