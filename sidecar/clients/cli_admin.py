@@ -354,13 +354,13 @@ def _path_warnings(cfg: Config) -> list[str]:
     e = cfg.embedder
     if not e.enabled or e.path is None:
         return []
-    from sidecar.clients.doctor import check_model  # the check doctor makes of the same folder
+    from sidecar.model.files import folder_files  # the check doctor makes of the same folder
     from sidecar.vault.timeout import folder_state
 
     there, why = folder_state(e.path, cfg.watch.probe_timeout_seconds)
     if why is not None:
         return [f"embedder.path {e.path} cannot be read now ({why})"]
-    if there and check_model(cfg).ok:
+    if there and folder_files(e.path, "configured path") is not None:
         return []
     what = "holds no model.onnx and tokenizer.json" if there else "does not exist"
     return [
