@@ -1568,7 +1568,7 @@ def test_names_cannot_forge_lines_in_the_tools_texts(served: Served) -> None:
 def test_status_counts_what_the_agent_can_search(served: Served) -> None:
     """memory_status counts the vault, the wiki and the agent's own memory (it counted every
     agent's notes: a new agent read of notes it could never see), and its inbox's notes are those
-    memory_list shows (a hidden '.x.md' or a link was counted as well)."""
+    memory_list shows as files (a hidden '.x.md' or a link was counted as well)."""
     for slug in ("one", "two"):
         served.call("write", {"slug": slug, "content": f"Note {slug} of claude."})
     for slug in ("a", "b", "c"):
@@ -1585,7 +1585,9 @@ def test_status_counts_what_the_agent_can_search(served: Served) -> None:
         assert f"; {len(searchable)} notes, " in status["message"]
         assert status["index"]["chunks"] == sum(n["chunks"] for n in searchable)
         mine = served.call("list", {}, agent=agent)
-        assert status["inbox"]["notes"] == mine["total"] == own, (agent, mine)
+        # A link is listed (with why it is not read) but holds none of the inbox's bytes.
+        files = [n for n in mine["notes"] if "symlink" not in n.get("why", "")]
+        assert status["inbox"]["notes"] == len(files) == own, (agent, mine)
 
 
 def test_the_shims_small_refusals_are_clear(tmp_path: Path) -> None:
@@ -1689,10 +1691,9 @@ def test_inline_tags_are_held_to_the_parameters_limit(served: Served) -> None:
     tagged = served.call("search", {"query": "garden", "minScore": 0, "tag": "garden"})["hits"]
     assert tagged and served.call("search", {"query": "garden tag:#garden/", "minScore": 0})["hits"] == tagged
     assert served.call("search", {"query": "garden", "minScore": 0, "tag": "garden/"})["hits"] == tagged
-    # Filters alone are no search: said (it answered nothing, read as "no note has this tag")
-    for query in ("tag:garden", "path:Projects/ since:2026-01-01"):
-        with pytest.raises(SidecarError, match=r"needs words besides its filters.*memory_list"):
-            served.call("search", {"query": query})
+    # Filters alone list the notes they select (see test_a_search_of_filters_alone_lists_the_notes)
+    listed = served.call("search", {"query": "tag:garden"})
+    assert [h["reference"] for h in listed["hits"]] == ["vault/Garden"] and listed["listed"] == 1
 
 
 def test_get_reads_a_range_of_lines_and_the_shim_cuts_a_huge_note(served: Served) -> None:
@@ -1985,16 +1986,133 @@ def test_a_path_prefix_may_start_as_references_do(served: Served) -> None:
 def test_the_shell_lists_the_vaults_notes_by_tag_and_folder(
     tmp_path: Path, serve_in_process: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A search of filters alone is refused and names `list`; the CLI's `memory list` listed only
-    the agent's inbox, so the shell had no way to list the vault's notes by tag or folder."""
+    """The CLI's `memory list` listed only the agent's inbox, so the shell had no way to list the
+    vault's notes by tag or folder (a search of filters alone lists them too, now)."""
     v = tmp_path / "tags"
     write(v / "Projekte" / "Beet.md", "---\ntags: [garten]\n---\n# Beet\n\nTomaten.\n")
     write(v / "Projekte" / "Dach.md", "# Dach\n\nZiegel.\n")
     write(v / "Rezepte" / "Suppe.md", "---\ntags: [garten]\n---\n# Suppe\n\nKürbis.\n")
     server = serve_in_process(v)
-    with pytest.raises(SidecarError, match="sidecar memory list --agent NAME --source all --tag TAG"):
-        server.call("search", {"query": "tag:garten path:Projekte/"})
     argv = ["memory", "list", "--agent", "me", "--source", "all", "--tag", "garten", "--path", "Projekte/"]
     assert command_for("memory")(build_parser().parse_args(argv), server.cfg) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines[:-1]] == ["vault/Projekte/Beet"] and lines[-1] == "1 note(s)"
+
+
+def test_a_note_that_is_a_link_is_listed_with_why_and_a_write_is_forbidden(
+    served: Served, tmp_path: Path
+) -> None:
+    """A symbolic link placed in an inbox under a note's name went unlisted by list (which
+    promises the notes that are there but not searchable, with the reason); a write to its slug
+    failed as 'unreadable'. It is listed, never followed, and a write or edit is 'forbidden'."""
+    outside = tmp_path / "outside"
+    write(outside / "secret.md", "Outside text.\n")
+    served.call("write", {"slug": "mine", "content": "A note of claude."})
+    inbox = served.cfg.agents_dir / "claude" / "memory"
+    (inbox / "evil.md").symlink_to(outside / "secret.md")
+    served.h.sweep()
+    for params in ({}, {"source": "all"}, {"pathPrefix": "memory/ev"}):
+        notes = {n["reference"]: n for n in served.call("list", params)["notes"]}
+        assert notes["memory/evil"]["indexed"] is False, notes
+        assert "symlink" in notes["memory/evil"]["why"] and "never its target" in notes["memory/evil"]["why"]
+        assert notes["memory/evil"]["chunks"] == 0
+    assert "memory/evil" not in {n["reference"] for n in served.call("list", {}, agent="codex")["notes"]}
+    for op in ("write", "edit"):
+        with pytest.raises(SidecarError) as err:
+            served.call(op, {"slug": "evil", "content": "changed"})
+        assert err.value.code == "forbidden", err.value
+        assert "symbolic link" in str(err.value) and "delete the note" in str(err.value)
+    assert (outside / "secret.md").read_text() == "Outside text.\n" and (inbox / "evil.md").is_symlink()
+
+
+def test_a_hard_link_of_another_agents_note_is_not_read(served: Served, tmp_path: Path) -> None:
+    """A hard link of codex's note placed in claude's inbox was read and indexed as claude's own.
+    While a file has names in two agents' folders it is read in neither (which came first cannot
+    be told); names elsewhere (a backup made with cp -al, a tool's copy beside the note) do not
+    count, and nothing sidecar does adds a name to a file."""
+    served.call("write", {"slug": "secret", "content": "Codex keeps the zebrafinch plan."}, agent="codex")
+    served.call("write", {"slug": "mine", "content": "Claude keeps the garlic plan."})
+    served.call("write", {"slug": "mine", "content": "Claude keeps the better garlic plan."})
+    agents = served.cfg.agents_dir
+    inbox, theirs = agents / "claude" / "memory", agents / "codex" / "memory"
+    (tmp_path / "backup").mkdir()
+    os.link(inbox / "mine.md", tmp_path / "backup" / "mine.md")  # a backup made by linking
+    os.link(inbox / "mine.md", inbox / "mine.md.bak")  # a tool's backup beside the note
+    os.link(theirs / "secret.md", inbox / "peek.md")
+    served.h.sweep()
+    assert _refs(served.call("search", {"query": "zebrafinch"})) == []
+    assert _refs(served.call("search", {"query": "garlic plan", "source": "memory"})) == ["memory/mine"]
+    notes = {n["reference"]: n for n in served.call("list", {})["notes"]}
+    assert notes["memory/mine"]["indexed"] is True
+    assert notes["memory/peek"]["indexed"] is False and "hard link" in notes["memory/peek"]["why"], notes
+    with pytest.raises(SidecarError, match="hard link") as err:
+        served.call("get", {"reference": "memory/peek"})
+    assert err.value.code == "unreadable"
+    with pytest.raises(SidecarError, match="hard link") as err:
+        served.call("edit", {"slug": "peek", "content": "mine now"})
+    assert err.value.code == "forbidden" and "memory_write" in str(err.value)
+    # Codex's note is not read either while claude's inbox holds a name of its file.
+    codex = {n["reference"]: n for n in served.call("list", {}, agent="codex")["notes"]}
+    assert codex["memory/secret"]["indexed"] is False, codex
+    # A write replaces claude's name only, by a file of its own; codex's text is not kept in
+    # claude's .trash; codex's note is its own again.
+    out = served.call("write", {"slug": "peek", "content": "Claude's own peek note."})
+    assert out["action"] == "replaced" and "previous" not in out, out
+    assert (theirs / "secret.md").read_text().endswith("Codex keeps the zebrafinch plan.\n")
+    assert not any("zebrafinch" in p.read_text() for p in (inbox / ".trash").iterdir())
+    served.h.sweep()
+    assert _refs(served.call("search", {"query": "zebrafinch"}, agent="codex")) == ["memory/secret"]
+    # A delete of such a name removes only the name: nothing of the other file lands in .trash.
+    os.link(theirs / "secret.md", inbox / "again.md")
+    done = served.call("delete", {"slug": "again"})
+    assert done["deleted"] and "trash" not in done and "hard link" in done["message"], done
+    assert (theirs / "secret.md").stat().st_nlink == 1
+    # What sidecar writes and keeps has one name each (the backups made above aside).
+    own = [p for p in [*inbox.iterdir(), *(inbox / ".trash").iterdir(), *theirs.iterdir()] if p.is_file()]
+    assert {p.name for p in own if p.stat().st_nlink > 1} == {"mine.md", "mine.md.bak"}
+
+
+def test_a_search_of_filters_alone_lists_the_notes_newest_first(
+    served: Served, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README's example `sidecar search "tag:garten path:Projekte/ since:2026-09-01"` failed (exit 2)
+    with an error naming `list` (memory_list), which the command line did not have for the vault.
+    Filters alone list the notes they select, newest first by their day, relevance 0, the same
+    through the socket, the command line and the MCP tool."""
+    vault = served.cfg.vault.path
+    assert vault is not None
+    for name, day, tag in (
+        ("Projekte/Beet", "2026-09-15", "garten"),
+        ("Projekte/Zaun", "2026-10-20", "garten"),
+        ("Projekte/Alt", "2026-08-01", "garten"),
+        ("Projekte/Dach", "2026-10-01", "haus"),
+        ("Rezepte/Suppe", "2026-10-02", "garten"),
+    ):
+        write(vault / f"{name}.md", f"---\ndate: {day}\ntags: [{tag}]\n---\n# {name}\n\nText.\n")
+    served.h.sweep()
+    query = "tag:garten path:Projekte/ since:2026-09-01"
+    out = served.call("search", {"query": query})
+    assert [h["reference"] for h in out["hits"]] == ["vault/Projekte/Zaun", "vault/Projekte/Beet"], out
+    assert out["listed"] == 2 and all(h["relevance"] == 0 and h["vecScore"] is None for h in out["hits"])
+    assert [h["date"] for h in out["hits"]] == ["2026-10-20", "2026-09-15"]
+    one = served.call("search", {"query": "tag:garten", "limit": 2})
+    assert [h["reference"] for h in one["hits"]] == ["vault/Projekte/Zaun", "vault/Rezepte/Suppe"]
+    assert served.call("search", {"query": f"{query} source:wiki"})["hits"] == []
+    # why says what search did with each note
+    told = served.call("why", {"reference": "vault/Projekte/Beet", "query": query})["chunks"][0]["outcome"]
+    assert told == "hit #2, listed by the query's filters alone (newest first)", told
+    told = served.call("why", {"reference": "vault/Projekte/Alt", "query": query})["chunks"][0]["outcome"]
+    assert told == "not selected by the query's filters", told
+    # The command line prints them (it exited 2), the MCP tool says what they are.
+    args = build_parser().parse_args(["search", query])
+    assert command_for("search")(args, served.cfg) == 0
+    printed = capsys.readouterr()
+    assert "vault/Projekte/Zaun" in printed.out.splitlines()[0] and "filters alone" in printed.err
+    from sidecar.clients.mcp_calls import ToolCalls
+
+    class Direct(ToolCalls):  # the shim's tool, answered by these handlers
+        def call(self, op: str, params: dict[str, Any], timeout: float = 0) -> dict[str, Any]:
+            return dict(served.call(op, params))
+
+    text, structured = Direct(tmp_path / "unused.sock", "claude").search({"query": query})
+    assert structured["listed"] == 2 and "filters alone" in text and "vault/Projekte/Zaun" in text

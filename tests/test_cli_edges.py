@@ -585,3 +585,24 @@ def test_confirming_deletions_when_none_are_held_says_so(daemon: DaemonProcess) 
     assert "no deletions were held for vault: nothing to confirm" in r.stderr.decode()
     held = {"roots": [{"name": "vault", "held_deletions": 12, "hold": {"kind": "mass"}}, {"name": "wiki"}]}
     assert _holds(held, "vault") and not _holds(held, "wiki")
+
+
+def test_memory_help_says_what_the_action_named_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """`memory edit --help` and `memory write --help` printed the same text: how edit differs
+    (refused for a missing note, keeps the front matter keys not given) was only in the MCP
+    tools' descriptions. Each action's help now opens with what it does."""
+    actions = ("list", "write", "edit", "delete")
+    helps = {}
+    for action in actions:
+        for argv in (["memory", action, "--help"], ["memory", "--agent", "me", "-h", action, "x"]):
+            with pytest.raises(SystemExit) as done:
+                build_parser().parse_args(argv)
+            assert done.value.code == 0
+            helps[action] = " ".join(capsys.readouterr().out.split())
+            assert f"memory {action}: " in helps[action], argv
+    assert "which must exist" in helps["edit"] and "others kept" in helps["edit"]
+    assert "replace it whole" in helps["write"] and "which must exist" not in helps["write"]
+    assert len(set(helps.values())) == len(actions)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["memory", "--help"])
+    assert "memory edit: " not in capsys.readouterr().out

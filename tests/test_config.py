@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -273,3 +274,31 @@ def test_an_exclude_pattern_the_index_cannot_read_is_a_config_error(tmp_path: Pa
         load_config(config_file=str(cfg), env={})
     cfg.write_text('index:\n  exclude: ["de/", "[unclosed", "# a comment"]\n')
     assert load_config(config_file=str(cfg), env={}).index.exclude[0] == "de/"
+
+
+def test_config_check_says_when_the_model_folder_holds_no_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """embedder.path set to a folder without model.onnx: doctor failed it, `config check` said
+    'configuration OK' (the daemon then searches by keywords only)."""
+    from sidecar.clients.cli import command_for
+    from sidecar.clients.cli_parser import build_parser
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+
+    def check(*flags: str) -> str:
+        cfg = load_config(env={"SIDECAR_EMBEDDER_PATH": str(folder)})
+        assert command_for("config")(build_parser().parse_args(["config", "check", *flags]), cfg) == 0
+        return capsys.readouterr().out
+
+    out = check()
+    assert out.startswith("configuration with 1 warning(s)"), out
+    assert f"warning: embedder.path {folder} holds no model.onnx and tokenizer.json" in out
+    assert "holds no model.onnx" in json.loads(check("--json"))["warnings"][0]
+    (folder / "model.onnx").write_bytes(b"onnx")
+    (folder / "tokenizer.json").write_text("{}")
+    assert check().startswith("configuration OK")
+    (folder / "model.onnx").unlink()
+    folder.rename(tmp_path / "gone")
+    assert f"embedder.path {folder} does not exist" in check()

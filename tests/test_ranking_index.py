@@ -1058,3 +1058,48 @@ def test_an_inbox_commit_failing_for_the_share_keeps_the_index(tmp_path: Path, e
         assert "memory/beta/n0#0" in idx.all_ids()  # the index as it was, still read
     finally:
         idx.close()
+
+
+class _CentredEmbedder(FakeEmbedder):
+    """Bag-of-words vectors with a share every text has, as a real model's: a text of a word or
+    two lies near the centre of the space, so near any query (the hubness of tiny notes)."""
+
+    def _vec(self, text: str) -> Any:
+        import numpy as np
+
+        bow = super()._vec(text) * min(len(text.split()), 8) / 8
+        v = bow + np.full(self.dim, 0.12, dtype=np.float32)
+        return v / np.linalg.norm(v)
+
+
+def test_a_note_of_a_word_or_two_is_no_match_by_meaning_alone(make_cfg: Any, tmp_path: Path) -> None:
+    """Notes reading "x" or "hi" came back for every query (memory/claude/deep "x" for "git push
+    --force-with-lease", relevance 0.10): a chunk that holds too few words for its vector to say
+    what it is about is no hit by its vector alone, in every source. Found by its words it still is."""
+    vault = tmp_path / "v"
+    write(vault / "Deep.md", "x\n")
+    write(vault / "wiki/Ok5.md", "hi\n")
+    write(vault / "Quokka.md", "zebra\n")
+    write(vault / "Git.md", "# Git\n\nRebase the feature branch before the merge request goes out.\n")
+    h = Harness(make_cfg(vault), _CentredEmbedder())
+    try:
+        agents = h.cfg.agents_dir / "claude" / "memory"
+        agents.mkdir(parents=True, mode=0o700)
+        write(agents / "con.md", "x\n")
+        h.sweep()
+        tiny = {"vault/Deep", "wiki/Ok5", "vault/Quokka", "memory/claude/con"}
+        for query in ("git push --force-with-lease", "how do I launch the rocket", "launch code"):
+            found = {hit["reference"] for hit in search(h, query, min_score=0.0)}
+            assert not found & tiny, (query, found)
+        assert [hit["reference"] for hit in search(h, "zebra")][:1] == ["vault/Quokka"]
+        assert [hit["reference"] for hit in search(h, "quokka")][:1] == ["vault/Quokka"]
+        assert "memory/con" in {hit["reference"] for hit in search(h, "con", agent="claude")}
+        # A note with words enough is still found by its meaning.
+        assert "vault/Git" in {hit["reference"] for hit in search(h, "feature branch merge rebase request")}
+        from sidecar.search.explain import explain
+
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        told = explain(r, "vault/Deep", "git push --force-with-lease", None)
+        assert "too few words" in told.chunks[0].outcome, told
+    finally:
+        h.close()

@@ -315,6 +315,8 @@ def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
         text = render_example()
         print(json.dumps({"example": text}) if args.json else text, end="" if not args.json else "\n")
         return int(ExitCode.OK)
+    # What the values name that the file alone cannot tell: a model folder without its model.
+    warnings = [*cfg.warnings, *_path_warnings(cfg)]
     values: dict[str, Any] = {}
     for s in settings():
         value: Any = cfg
@@ -326,7 +328,7 @@ def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
             json.dumps(
                 {
                     "file": str(cfg.source_file) if cfg.source_file else None,
-                    "warnings": list(cfg.warnings),
+                    "warnings": warnings,
                     "values": {
                         k: {"value": v, "from": cfg.origins.get(k, "default")} for k, v in values.items()
                     },
@@ -336,14 +338,35 @@ def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
             )
         )
         return int(ExitCode.OK)
-    state = f"with {len(cfg.warnings)} warning(s)" if cfg.warnings else "OK"
+    state = f"with {len(warnings)} warning(s)" if warnings else "OK"
     print(f"configuration {state} ({cfg.source_file or 'no file: defaults, environment and flags'})")
-    for warning in cfg.warnings:
+    for warning in warnings:
         print(f"warning: {warning}")
     for dotted, value in values.items():
         print(f"{dotted} = {value}  ({cfg.origins.get(dotted, 'default')})")
     print(f"socket (effective) = {cfg.socket_path}")
     return int(ExitCode.OK)
+
+
+def _path_warnings(cfg: Config) -> list[str]:
+    """``embedder.path`` set to a folder that holds no model: valid as a value, but the daemon would
+    search by keywords only (doctor failed it while config check said OK). Bounded as doctor's look."""
+    e = cfg.embedder
+    if not e.enabled or e.path is None:
+        return []
+    from sidecar.model.files import folder_files  # the check doctor makes of the same folder
+    from sidecar.vault.timeout import folder_state
+
+    there, why = folder_state(e.path, cfg.watch.probe_timeout_seconds)
+    if why is not None:
+        return [f"embedder.path {e.path} cannot be read now ({why})"]
+    if there and folder_files(e.path, "configured path") is not None:
+        return []
+    what = "holds no model.onnx and tokenizer.json" if there else "does not exist"
+    return [
+        f"embedder.path {e.path} {what}: the daemon would search by keywords only; put both files "
+        "there, or remove embedder.path to use the built-in model"
+    ]
 
 
 def cmd_completion(args: argparse.Namespace) -> int:

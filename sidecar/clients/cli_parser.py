@@ -50,6 +50,7 @@ class _Parser(argparse.ArgumentParser):
 
     _intermixing = False
     _after_dashes: dict[str, str] = {}  # noqa: RUF012 (set per parse, see parse_known_args)
+    words: Sequence[str] = ()  # this command's words before "--", as given
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
@@ -67,6 +68,7 @@ class _Parser(argparse.ArgumentParser):
         # Python 3.11's intermixed parsing loses what "--" means: what follows it goes in as
         # placeholders that cannot look like options, and comes back as given.
         self._after_dashes = {f"\0{i}": word for i, word in enumerate(words[cut + 1 :])}
+        self.words = words[:cut]  # for a help that depends on them (``_MemoryHelp``)
         self._intermixing = True
         try:
             ns, extras = self.parse_known_intermixed_args(words[:cut] + list(self._after_dashes), namespace)
@@ -131,6 +133,38 @@ class _Version(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, *_args: Any, **_kwargs: Any) -> NoReturn:
         print(version_text())
+        raise SystemExit(0)
+
+
+# What each `memory` action does, printed by `memory ACTION --help` (write and edit printed the
+# same text, and only the MCP tools' descriptions said how they differ).
+MEMORY_ACTIONS = {
+    "list": "List the agent's notes, with those there but not searchable and why; with --source "
+    "all, vault or wiki the vault's and the wiki's notes too. --tag and --path filter.",
+    "write": "Create the note SLUG, or replace it whole when it exists (the replaced text is kept "
+    "in the inbox's .trash). The text comes from --content or stdin; a front matter block at its "
+    "top or --frontmatter gives its keys (created and updated are managed); secrets are redacted.",
+    "edit": "Update the note SLUG, which must exist (refused, exit 7, when it does not: write "
+    "creates it). The text replaces its body; front matter keys given are updated and the others "
+    "kept; the previous text is kept in the inbox's .trash.",
+    "delete": "Move the note SLUG to the inbox's .trash (restorable there for memory.trashDays); "
+    "a note that does not exist is nothing to do.",
+}
+
+
+class _MemoryHelp(argparse.Action):
+    """``memory ACTION --help``: the parser's help, opened by what that action does."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="show this help message and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: Any) -> NoReturn:
+        # Optionals are parsed before positionals (see _Parser): the action is among the words.
+        words = getattr(parser, "words", ())
+        action = next((w for w in words if w in MEMORY_ACTIONS), None)
+        if action is not None:
+            parser.description = f"memory {action}: {MEMORY_ACTIONS[action]}"
+        parser.print_help()
         raise SystemExit(0)
 
 
@@ -199,7 +233,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     for name, (help_text, options) in _COMMANDS.items():
         if only not in (None, name):
             continue
-        p = sub.add_parser(name, help=help_text)
+        # memory's -h/--help says what the action it names does: it replaces argparse's.
+        p = sub.add_parser(name, help=help_text, conflict_handler="resolve" if name == "memory" else "error")
         if name != "completion":  # it needs no configuration
             _common(p)
         options(p)
@@ -342,6 +377,7 @@ def _mcp(p: argparse.ArgumentParser) -> None:
 
 
 def _memory(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-h", "--help", action=_MemoryHelp)  # in place of argparse's (see build_parser)
     p.add_argument(
         "action",
         choices=("list", "write", "edit", "delete"),

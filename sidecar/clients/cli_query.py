@@ -49,6 +49,12 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         print(f"note: {indexing_note(*result.indexing)}", file=sys.stderr)
     if reply.get("inboxRefused"):
         print(f"note: {shown(refused_note(reply['inboxRefused']))}", file=sys.stderr)
+    if result.listed:
+        print(
+            f"note: the query holds filters alone: {result.listed} hit(s) (relevance 0) are the notes "
+            "they select, newest first, not ranked by any word",
+            file=sys.stderr,
+        )
     window = result.window
     if window is not None and window.listed:
         print(

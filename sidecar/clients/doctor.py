@@ -205,8 +205,8 @@ def check_inotify(cfg: Config, probes: Probes, vault_network: bool, vault_there:
 
 def check_model(cfg: Config) -> Check:  # noqa: PLR0911 - one verdict per way a model is found
     from sidecar.model import e5folder
-    from sidecar.model.files import SUMS, verify_file
-    from sidecar.model.locate import DEFAULT_MODEL, MINILM_MODEL, bundled_model_files, folder_files
+    from sidecar.model.files import SUMS, folder_files, verify_file
+    from sidecar.model.locate import DEFAULT_MODEL, MINILM_MODEL, bundled_model_files
 
     e = cfg.embedder
     if not e.enabled:

@@ -145,6 +145,8 @@ class ToolCalls:
             out["indexing"] = {"done": result.indexing[0], "total": result.indexing[1]}
         if result.window:
             out["window"] = window_json(result.window)
+        if result.listed:
+            out["listed"] = result.listed
         if masked:
             out["masked"] = masked
         if raw.get("inboxRefused"):

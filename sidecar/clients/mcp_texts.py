@@ -46,6 +46,11 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
     building = result.get("indexing")
     if building:
         lines.append(building_note(building))
+    if result.get("listed"):
+        lines.append(
+            f"The query holds filters alone: {result['listed']} hit(s) (relevance 0) are the notes they "
+            "select, newest first, not ranked by any word."
+        )
     window = result.get("window")
     if window and window["applied"]:
         lines.append(f"'{shown(window['phrase'])}': only notes dated {window['since']} to {window['until']}.")

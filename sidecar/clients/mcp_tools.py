@@ -46,7 +46,8 @@ FILTER_HELP = (
     "restrict hits to notes of that date (front matter date, daily-note name, else last change): "
     "'what did I do last week?' lists that week's notes, those matching the other words first; "
     "when no note has that date, the phrase is searched as words instead. A since/until (parameter or "
-    "inline) wins over a time phrase, which then sets no window. "
+    "inline) wins over a time phrase, which then sets no window. A query of filters alone "
+    "('tag:garden path:Projects/') lists the notes they select, newest first (relevance 0). "
     "A filter value that cannot be used is an error naming it."
 )
 DAY_HELP = "A day: YYYY-MM-DD, YYYY-MM, DD.MM.YYYY, today, yesterday, a weekday name or Nd (N days ago)."
@@ -97,6 +98,7 @@ TOOLS: list[dict[str, Any]] = [
                 "indexing": obj({"done": INT, "total": INT}),
                 "inboxRefused": STR,
                 "masked": COUNTS,
+                "listed": INT,
                 "window": obj(
                     {"phrase": STR, "since": STR, "until": STR, "applied": BOOL, "listed": INT},
                     ("phrase", "applied"),

@@ -114,6 +114,9 @@ class SearchResult:
     # A new or rebuilt index is still reading the notes (read so far, of how many; 0: still
     # listing): the hits come from part of the notes only.
     indexing: tuple[int, int] | None = None
+    # A search of filters alone (no word to rank by): how many hits are the notes they select,
+    # listed newest first, relevance 0.
+    listed: int = 0
 
 
 @dataclass(frozen=True)
@@ -268,6 +271,8 @@ def search_json(result: SearchResult, *, preview: bool) -> dict[str, Any]:
         out["pendingVectors"] = result.pending_vectors
     if result.indexing is not None:
         out["indexing"] = {"done": result.indexing[0], "total": result.indexing[1]}
+    if result.listed:
+        out["listed"] = result.listed
     window = result.window or (window_of(result.analysis) if result.analysis else None)
     if window is not None:
         out["window"] = window_json(window)
@@ -377,6 +382,7 @@ def parse_search(d: Mapping[str, Any]) -> SearchResult:
         window=window,
         pending_vectors=int(d.get("pendingVectors") or 0),
         indexing=(int(d["indexing"]["done"]), int(d["indexing"]["total"])) if d.get("indexing") else None,
+        listed=int(d.get("listed") or 0),
     )
 
 

@@ -29,6 +29,7 @@ from sidecar.stores.manifest import FileState, Manifest
 from sidecar.vault.homeguard import held
 from sidecar.vault.mounts import stable_inodes
 from sidecar.vault.sources import (
+    LINK_REASON,
     TWIN_REASON,
     NoteFile,
     Root,
@@ -776,7 +777,7 @@ def _file(  # noqa: PLR0911 - one return per kind of file
     """A changed path of ``root`` that is no folder: a note, a skip, or None (no note)."""
     linked = stat.S_ISLNK(st.st_mode)
     if linked:  # followed only where a scan follows it
-        why = "symlink in a memory inbox (never followed)" if root.source == "memory" else None
+        why = LINK_REASON if root.source == "memory" else None
         try:
             why = why or link_refusal(root, path, base)
             st = os.stat(path)

@@ -43,6 +43,7 @@ from sidecar.stores.vectorbook import NO_VECTOR
 from sidecar.vault.homeguard import HomeChangedError, held
 from sidecar.vault.sources import (
     CONFLICT_REASON,
+    LINK_REASON,
     SLUG_RE,
     Root,
     agent_inbox,
@@ -440,37 +441,44 @@ class MemoryOps:
         # An inbox that is a link (into another agent's, or elsewhere) is neither read nor listed.
         if source in ("memory", "all") and refused is None:
             try:
-                with os.scandir(inbox) as entries:  # a note that is a link is not listed either
+                # A note that is a symbolic link is listed (never followed: its name only), with
+                # why it is not read (it went unlisted, though list promises every note there).
+                with os.scandir(inbox) as entries:
                     names = sorted(
-                        e.name
+                        (e.name, e.is_symlink())
                         for e in entries
-                        if e.is_file(follow_symlinks=False) and is_markdown_name(e.name)
+                        if (e.is_file(follow_symlinks=False) or e.is_symlink()) and is_markdown_name(e.name)
                     )
             except OSError:
                 names = []
-            for name in names:
+            for name, linked in names:
                 key = f"memory/{agent}/{name[:-3]}"
                 if key in known or not _under(f"memory/{name[:-3]}", prefix):
                     continue
                 try:
-                    mtime_ns = (inbox / name).stat().st_mtime_ns
+                    mtime_ns = (inbox / name).lstat().st_mtime_ns  # a link: not when its target changed
                 except OSError:
                     continue
-                if is_conflict_copy(name):  # a home synced between machines
-                    why = f"skipped: {CONFLICT_REASON}"
-                elif not SLUG_RE.fullmatch(name[:-3]):
-                    # Neither searchable nor readable through get: the person can rename it (an agent
-                    # was told to, with no tool to do so).
-                    why = (
-                        "never indexed and not readable by reference: its file name is not a memory slug "
-                        "(a-z, 0-9, '_', '-'); the user can rename the file"
-                    )
-                elif key in left_out:
-                    why = f"skipped: {left_out[key][1]}"
-                else:
-                    why = "not indexed yet"
+                left = left_out[key][1] if key in left_out else None
+                why = _why_not_indexed(name, linked=linked, left_out=left)
                 out.append(_unindexed_note(public_reference(key, agent), "memory", mtime_ns, why))
         return out
+
+
+def _why_not_indexed(name: str, *, linked: bool, left_out: str | None) -> str:
+    """Why a file of an inbox that the index does not hold is not searchable."""
+    if linked:
+        return f"skipped: {LINK_REASON}; deleting the note removes the link, never its target"
+    if is_conflict_copy(name):  # a home synced between machines
+        return f"skipped: {CONFLICT_REASON}"
+    if not SLUG_RE.fullmatch(name[:-3]):
+        # Neither searchable nor readable through get: the person can rename it (an agent was
+        # told to, with no tool to do so).
+        return (
+            "never indexed and not readable by reference: its file name is not a memory slug "
+            "(a-z, 0-9, '_', '-'); the user can rename the file"
+        )
+    return f"skipped: {left_out}" if left_out is not None else "not indexed yet"
 
 
 def _under(reference: str, prefix: str) -> bool:

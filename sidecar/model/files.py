@@ -64,3 +64,12 @@ def read_sums(folder: Path) -> dict[str, str]:
         raise EmbedderError(f"model folder {folder}: cannot read {SUMS}: {exc}") from exc
     pairs = (line.partition("  ") for line in lines)
     return {name: digest for digest, _, name in pairs if name}
+
+
+def folder_files(folder: Path, origin: str) -> ModelFiles | None:
+    """The model in a folder of one's own (``embedder.path``, the home's models/): model.onnx (or
+    onnx/model.onnx) and tokenizer.json, None when either is missing. Here, not in ``locate``: the
+    command line's config check asks it without loading an engine."""
+    onnx = next((p for p in (folder / "model.onnx", folder / "onnx" / "model.onnx") if p.is_file()), None)
+    tok = folder / "tokenizer.json"
+    return ModelFiles(onnx, tok, origin) if onnx is not None and tok.is_file() else None

@@ -13,7 +13,7 @@ from pathlib import Path
 from sidecar.config import Config
 from sidecar.contracts.errors import EmbedderError
 from sidecar.model import e5folder, kernels
-from sidecar.model.files import DATA_DIR, ModelFiles, package_dir, read_sums, verify_file
+from sidecar.model.files import DATA_DIR, ModelFiles, folder_files, package_dir, read_sums, verify_file
 
 DEFAULT_MODEL = e5folder.MODEL_NAME
 MINILM_MODEL = "all-MiniLM-L6-v2"
@@ -62,12 +62,6 @@ def bundled_model_files(
     verify_file(onnx, MINILM_ONNX_SHA256)
     verify_file(tok, MINILM_TOKENIZER_SHA256)
     return ModelFiles(onnx, tok, "bundled package", MINILM_ONNX_SHA256)
-
-
-def folder_files(folder: Path, origin: str) -> ModelFiles | None:
-    onnx = next((p for p in (folder / "model.onnx", folder / "onnx" / "model.onnx") if p.is_file()), None)
-    tok = folder / "tokenizer.json"
-    return ModelFiles(onnx, tok, origin) if onnx is not None and tok.is_file() else None
 
 
 def resolve_model(cfg: Config, on_tokenizer: Callable[[Path], None] | None = None) -> ModelFiles:

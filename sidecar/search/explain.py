@@ -5,6 +5,7 @@ limit, folded, capped, or not a candidate at all)."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import replace
 
 import numpy as np
@@ -13,7 +14,16 @@ from sidecar.contracts.errors import StoreError
 from sidecar.contracts.wire import ChunkExplanation, Explanation, Hit
 from sidecar.search.query import Filters, analyze, split_filters
 from sidecar.search.results import analysis_of
-from sidecar.search.retrieval import Retriever, SearchRequest, bm25_text, with_filters
+from sidecar.search.retrieval import (
+    MIN_VECTOR_WORDS,
+    Retriever,
+    SearchRequest,
+    bm25_text,
+    filters_alone,
+    says_little,
+    with_filters,
+)
+from sidecar.stores.manifest import ChunkView
 from sidecar.vault.sources import public_reference
 
 
@@ -62,14 +72,13 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
             outcome = f"folded into the wider hit of lines {w.start_line}-{w.end_line}"
         elif c.chunk_id in in_folded:
             outcome = f"dropped by the cap of {r.cfg.max_hits_per_note} hits per note"
-        elif (
-            c.chunk_id not in ranking.views
-            and (c.chunk_id in direct_bm or c.chunk_id in direct_vec)
-            and s is None
-        ):
-            outcome = "not among the candidates of either arm (or removed by a filter)"
         else:
-            outcome = "not among the candidates of either arm"
+            outcome = _not_ranked(
+                c,
+                ranking.views,
+                in_arms=c.chunk_id in direct_bm or c.chunk_id in direct_vec,
+                words=c.chunk_id in direct_bm,
+            )
         out.append(
             ChunkExplanation(
                 lines=(c.start_line, c.end_line),
@@ -83,6 +92,8 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
         )
     if inline.phrase and chunks:
         out = _in_period(r, asked, req, key, out, holds_words=bool(direct_bm))
+    elif filters_alone(text, inline) and out:
+        out = [_listed_by_filters(r, req, key, out[0]), *out[1:]]
     return Explanation(
         indexed=True,
         reference=public_reference(key, agent),
@@ -178,6 +189,35 @@ def _listed_by_date(
         f"notes in the order they are listed by date (daily notes first, newest first){after}{words}"
     )
     return replace(first, outcome=outcome)
+
+
+def _not_ranked(c: ChunkView, views: Mapping[str, ChunkView], *, in_arms: bool, words: bool) -> str:
+    """Why a chunk that fusion left out (or no arm found) is no hit."""
+    if c.chunk_id in views and not words and says_little(c):
+        return (
+            f"too few words (under {MIN_VECTOR_WORDS}) to be a match by meaning alone, and none of "
+            "the query's words is in it"
+        )
+    if c.chunk_id not in views and in_arms:
+        return "not among the candidates of either arm (or removed by a filter)"
+    return "not among the candidates of either arm"
+
+
+def _listed_by_filters(
+    r: Retriever, req: SearchRequest, key: str, first: ChunkExplanation
+) -> ChunkExplanation:
+    """The outcome of a note's first chunk for a query of filters alone, which ``search`` answers
+    by listing the notes they select, newest first (Retriever.listed)."""
+    reference = public_reference(key, req.agent)
+    hits = r.listed(replace(req, limit=MAX_LISTED_PLACE)).hits
+    place = next((i for i, h in enumerate(hits, 1) if h.reference == reference), None)
+    if place is None:
+        return replace(first, outcome="not selected by the query's filters")
+    where = f"hit #{place}" if place <= req.limit else f"#{place}, beyond the limit of {req.limit}"
+    return replace(first, outcome=f"{where}, listed by the query's filters alone (newest first)")
+
+
+MAX_LISTED_PLACE = 10_000  # how far why counts a note's place in a listing of filters alone
 
 
 def _by_date(h: Hit) -> bool:

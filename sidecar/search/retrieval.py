@@ -33,6 +33,7 @@ from sidecar.search.query import fold as fold_word
 from sidecar.search.querycache import QueryCache
 from sidecar.search.results import analysis_of, local_day, to_hit
 from sidecar.stores.bm25 import Bm25Index
+from sidecar.stores.cjk import bigrams
 from sidecar.stores.manifest import ChunkView, NoteDay
 from sidecar.vault.sources import public_reference
 
@@ -171,6 +172,23 @@ def _page_failure_active(problems: Problems) -> bool:
 @functools.lru_cache(maxsize=16)
 def _language_set(languages: str) -> frozenset[str]:
     return frozenset(x.strip().lower() for x in languages.split(",") if x.strip())
+
+
+# A chunk whose title, headings and text hold fewer words than this (of two letters or more; a
+# number is none; Chinese and Japanese count by pairs of characters, as the keyword index does) is
+# too thin for its vector to say what it is about: "x", "hi", a date.
+MIN_VECTOR_WORDS = 3
+_MEANING_WORD = re.compile(r"(?:[^\W\d_]\w*|\d+[^\W\d_]\w*)")
+
+
+def says_little(view: ChunkView) -> bool:
+    """Whether a chunk holds too few words for a match by its vector alone (``Candidate.thin``)."""
+    found = 0
+    for part in (view.title, *view.headings, view.text):
+        found += sum(1 for w in _MEANING_WORD.findall(bigrams(part)) if len(w) >= 2)
+        if found >= MIN_VECTOR_WORDS:
+            return False
+    return True
 
 
 @functools.lru_cache(maxsize=65_536)  # titles repeat across queries; folding them was 4 ms a query
@@ -511,6 +529,7 @@ class Retriever:
                     v.has_vector,
                     hubs.get(cid, 0.0),
                     pages.get(v.key),
+                    cid not in bm_scores and says_little(v),
                 )
                 for cid, v in views.items()
                 if cid in vec_scores or cid in bm_scores
@@ -621,18 +640,10 @@ class Retriever:
 
     def search(self, req: SearchRequest) -> SearchResult:
         text, inline = self.read_query(req)
-        if (
-            not text.strip()
-            and inline.phrase is None
-            and (inline.tags or inline.path_prefix or inline.since or inline.until or inline.sources)
-        ):
-            # Filters alone select nothing to rank: said, not answered with an empty list that
-            # reads as "no note has this tag".
-            raise FilterError(
-                "a search needs words besides its filters; to list the notes with a tag or in a "
-                "folder use `list` with tag or pathPrefix (memory_list; at the command line "
-                "`sidecar memory list --agent NAME --source all --tag TAG --path FOLDER/`)"
-            )
+        if filters_alone(text, inline):
+            # Filters alone select notes but give no word to rank them by: the notes they select
+            # are the answer (it was an error naming `list`, which the command line lacked).
+            return self.listed(with_filters(req, inline))
         windowed = with_filters(req, inline)
         if not inline.phrase:
             return self.search_text(windowed, text)
@@ -658,18 +669,37 @@ class Retriever:
         assert result.analysis is not None
         return replace(result, analysis=replace(result.analysis, time_phrase_ignored=phrase))
 
-    def dated_notes(self, req: SearchRequest) -> list[NoteDay]:
-        """The notes a request's date window (and its other filters and scope) holds, in the order
-        a period is listed: daily notes (dated by their name) first, then notes dated by a
-        property, then by their last change; newest first within each."""
-        f = req.filters
-        notes = [
+    def _selected(self, req: SearchRequest) -> list[NoteDay]:
+        """The indexed notes a request's filters and scope select."""
+        return [
             n
             for n in self.stores.manifest.note_days()
             if (req.sources is None or n.source in req.sources)
             and (req.agent is None or n.source != "memory" or n.agent == req.agent)
-            and _note_passes(n, f)
+            and _note_passes(n, req.filters)
         ]
+
+    def listed(self, req: SearchRequest) -> SearchResult:
+        """A search of filters alone: the notes they select, newest first by their day (a daily
+        note's name or a date property, else their last change; then by the last change), up to
+        the limit, each with its first chunk, relevance 0 and no arm score (nothing ranked them;
+        ``minScore`` does not apply)."""
+        notes = self._selected(req)
+        notes.sort(key=lambda n: (n.date or local_day(n.mtime_ns), n.mtime_ns, n.key), reverse=True)
+        notes = notes[: req.limit]
+        views = self.stores.manifest.first_chunks([n.key for n in notes])
+        hits = tuple(
+            to_hit(_by_date(v), v, req.agent, mask_secrets=self.cfg.mask_secrets, dated=True)
+            for n in notes
+            if (v := views.get(n.key)) is not None
+        )
+        return SearchResult(hits, None, analysis_of(analyze(""), req.filters), listed=len(hits))
+
+    def dated_notes(self, req: SearchRequest) -> list[NoteDay]:
+        """The notes a request's date window (and its other filters and scope) holds, in the order
+        a period is listed: daily notes (dated by their name) first, then notes dated by a
+        property, then by their last change; newest first within each."""
+        notes = self._selected(req)
         notes.sort(key=lambda n: (n.date or "", n.mtime_ns), reverse=True)
         notes.sort(key=lambda n: 0 if n.named else 1 if n.date else 2)  # stable: newest first within
         return notes
@@ -753,6 +783,15 @@ class Retriever:
         return SearchResult(
             hits, found.degraded, analysis_of(qa, req.filters, rare), pending_vectors=found.pending
         )
+
+
+def filters_alone(text: str, inline: Filters) -> bool:
+    """Whether a query held inline filters and no other word (a time phrase is words)."""
+    return (
+        not text.strip()
+        and inline.phrase is None
+        and bool(inline.tags or inline.path_prefix or inline.since or inline.until or inline.sources)
+    )
 
 
 def _no_hits(qa: QueryAnalysis, filters: Filters) -> SearchResult:

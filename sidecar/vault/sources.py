@@ -43,6 +43,8 @@ _DEBRIS = re.compile(r"^~\$|~$|\.(tmp|swp|swx|bak)$", re.IGNORECASE)  # editor t
 # edits, and status and `why` then say there is a conflict to merge. Each form carries the date
 # the tool writes, so a note merely titled "(conflicted copy)" is read as any other.
 CONFLICT_REASON = "a sync tool's conflict copy (merge it into the note, then delete it)"
+# A note of an inbox that is a symbolic link: never followed, so never read nor indexed.
+LINK_REASON = "symlink in a memory inbox (never followed)"
 _CONFLICTS = re.compile(
     "|".join(
         (
@@ -478,7 +480,7 @@ def name_refusal(root: Root, name: str) -> str | None:
 def link_refusal(root: Root, link: Path, base: Path) -> str | None:
     """Why a symlink inside a root is not followed, or None when it may be."""
     if root.source == "memory":
-        return "symlink in a memory inbox (never followed)"
+        return LINK_REASON
     try:
         target = link.resolve(strict=True)
     except (OSError, RuntimeError):  # RuntimeError: symlink loop
@@ -519,6 +521,56 @@ def root_refusal(root: Root) -> str | None:
     if linked and any(p.startswith(".") for p in real.relative_to(outer).parts):
         return f"folder is a symlink leading into a hidden folder of {root.within}"
     return None
+
+
+# A note of an inbox whose file has a name in another agent's folder too (a hard link made by
+# hand: sidecar's writes replace a note by a new file and its deletes move the name, never adding
+# one): the text may be the other agent's, so it is not read in either inbox while both names are
+# there. Which name came first cannot be told; names elsewhere (a backup made with ``cp -al``, a
+# copy beside the note) are no other agent's and do not count.
+SHARED_REASON = "the same file as one in another agent's folder (a hard link; not read)"
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_AGENT_FOLDERS = ("memory", ".trash")  # below an agent's folder: its inbox, the inbox's .trash
+
+
+def shares_file_with_other_agent(agents_dir: Path, agent: str, st: os.stat_result) -> bool:
+    """Whether the file ``st`` (a note of ``agent``'s inbox) also has a name in another agent's
+    folder, its inbox or its inbox's .trash. Looked for only when the file has more than one
+    name; no folder link is followed, and a folder that cannot be listed holds none."""
+    if st.st_nlink <= 1:
+        return False
+    try:
+        agents_fd = os.open(agents_dir, _DIR_FLAGS)
+    except OSError:
+        return False
+    try:
+        others = [n for n in os.listdir(agents_fd) if n != agent and valid_agent(n)]
+        return any(_holds(agents_fd, [other, *_AGENT_FOLDERS], st) for other in others)
+    except OSError:
+        return False
+    finally:
+        os.close(agents_fd)
+
+
+def _holds(parent_fd: int, path: Sequence[str], st: os.stat_result) -> bool:
+    """Whether the folder ``path[0]`` of ``parent_fd``, or the folder chain below it, holds a
+    name of the file ``st``."""
+    try:
+        fd = os.open(path[0], _DIR_FLAGS, dir_fd=parent_fd)
+    except OSError:  # none, a link, not a folder: nothing of the agent's lies behind it
+        return False
+    try:
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                # The listing's inode number first (no stat for each name), then the file itself.
+                if entry.inode() == st.st_ino:
+                    with contextlib.suppress(OSError):
+                        found = entry.stat(follow_symlinks=False)
+                        if stat.S_ISREG(found.st_mode) and os.path.samestat(found, st):
+                            return True
+        return len(path) > 1 and _holds(fd, path[1:], st)
+    finally:
+        os.close(fd)
 
 
 def inbox_refusal(root: Root) -> str | None:
@@ -621,6 +673,14 @@ def read_inbox_note(root: Root, name: str, max_bytes: int) -> tuple[bytes, str]:
             agents.parent, [agents.name, root.agent, "memory"], create=False, what="inbox"
         ) as fds:
             fd = open_regular(name, dir_fd=fds[-1], follow=False)
+        try:
+            shared = shares_file_with_other_agent(agents, root.agent, os.fstat(fd))
+        except BaseException:
+            os.close(fd)
+            raise
+        if shared:
+            os.close(fd)
+            raise NoteUnreadable(SHARED_REASON)
         data = read_fd(fd, max_bytes + 1)
     except FileNotFoundError:
         raise
