@@ -585,3 +585,37 @@ def test_confirming_deletions_when_none_are_held_says_so(daemon: DaemonProcess) 
     assert "no deletions were held for vault: nothing to confirm" in r.stderr.decode()
     held = {"roots": [{"name": "vault", "held_deletions": 12, "hold": {"kind": "mass"}}, {"name": "wiki"}]}
     assert _holds(held, "vault") and not _holds(held, "wiki")
+
+
+def test_preview_text_names_the_gate_that_kept_each_candidate_out() -> None:
+    """`sidecar preview` prints readable lines (no raw JSON): the query, the gates, the hits and
+    each kept-out candidate with the gate and the figures it compared."""
+    from sidecar.clients.cli_preview import preview_lines
+    from sidecar.contracts.wire import parse_search
+
+    hit = {
+        "reference": "vault/Plugins/Audio recorder",
+        "source": "vault",
+        "score": 0.9,
+        "relevance": 0.82,
+        "vecScore": 0.8496,
+        "bm25Score": 47.6,
+        "boosts": {"rareTerm": 1.5},
+        "lines": [4, 7],
+        "text": "Record audio",
+        "similarity": 0.2956,
+        "keywords": 0.62,
+        "gate": "minSimilarity",
+    }
+    reply = {
+        "hits": [],
+        "context": "",
+        "gates": {"scoreFloor": 0.3, "minSimilarity": 0.35},
+        "dropped": [hit],
+        "analysis": {"text": "record a lecture", "contentWords": ["record", "lecture"], "rareWords": []},
+    }
+    text = "\n".join(preview_lines(parse_search(reply)))
+    assert "{" not in text.replace("{gate}", ""), text
+    assert "Recalled: 0 hit(s)" in text and "vault/Plugins/Audio recorder (lines 4-7)" in text
+    assert "kept out by minSimilarity: similarity 0.30 is below recall.minSimilarity 0.35" in text
+    assert "Context block: empty" in text
