@@ -251,7 +251,8 @@ def _notes_of_an_app(vault: Path) -> None:
     """A few help pages of a note-taking app, in words of their own."""
     pages = {
         "Plugins/Audio recorder": "Record a lecture, a meeting or a voice memo: the audio recorder "
-        "plugin records audio from your microphone into an attachment of the open note. Start it from the ribbon or the command palette; the recording "
+        "plugin records audio from your microphone into an attachment of the open note. Start it "
+        "from the ribbon or the command palette; the recording "
         "is saved as a webm file in your attachments folder and embedded where the cursor is.",
         "Plugins/Daily notes": "Daily notes opens a note named after today's date. Choose the folder and "
         "the template for new daily notes in the plugin's settings.",
