@@ -24,7 +24,7 @@ from sidecar.search.query import (
     split_filters,
 )
 from sidecar.search.results import analysis_of, to_hit
-from sidecar.search.retrieval import BmParts, Retriever, SearchRequest, bm25_text, with_filters
+from sidecar.search.retrieval import BmParts, Retriever, SearchRequest, with_filters
 
 # The candidates a preview lists below recall's gates (and past its limit), each.
 _DROPPED_SHOWN = 10
@@ -123,7 +123,7 @@ def _recall(
     # the vectors one history share and the keywords (or the analysis) another.
     vectors = _recall_vectors(r, rc, text, qa, turns)
     rare, weight = r.plan(qa, req.agent)
-    parts = _recall_parts(rc, qa, turns)
+    parts = _recall_parts(r, rc, qa, turns)
     found = r.arms(req, text, qa, vectors, weight, parts=parts)
     ranking = r.rank(req, qa, found, weight=weight, rare=rare, parts=parts)
     degraded = found.degraded
@@ -230,11 +230,14 @@ def history_weight(rc: RecallConfig, qa: QueryAnalysis) -> float:
     return (rc.history_weight_none, rc.history_weight_short, rc.history_weight_long)[cls]
 
 
-def _recall_parts(rc: RecallConfig, qa: QueryAnalysis, turns: list[str]) -> BmParts:
+def _recall_parts(r: Retriever, rc: RecallConfig, qa: QueryAnalysis, turns: list[str]) -> BmParts:
     """BM25 words of a recall: the message's, then the history's content words at the share the
-    history has in the query vector (a follow-up without content words is all history)."""
-    parts: BmParts = [(bm25_text(qa), 1.0)] if qa.content_words else []
-    words = [w for t in reversed(turns) for w in analyze(t).content_words]
+    history has in the query vector (a follow-up without content words is all history); each in
+    the forms the keyword arm should look for (``Retriever.keyword_words``)."""
+    own = r.keyword_words(qa.content_words, qa.language)
+    parts: BmParts = [(" ".join(own), 1.0)] if qa.content_words else []
+    said = [analyze(t) for t in reversed(turns)]
+    words = [w for a in said for w in r.keyword_words(a.content_words, a.language)]
     history = " ".join(list(dict.fromkeys(w.lower() for w in words))[: rc.history_words])
     if history:
         weight = history_weight(rc, qa)

@@ -28,7 +28,17 @@ from sidecar.index.vectoring import Stores, VectorSet
 from sidecar.model.embedder import Embedder, EmbedderSlot, cosine_range, model_name
 from sidecar.notes.links import cited_by
 from sidecar.search.fusion import Candidate, Rules, Scale, Scored, apply_rules, cap_per_note, fold, fuse
-from sidecar.search.query import FilterError, Filters, QueryAnalysis, analyze, is_stopword, split_filters
+from sidecar.search.query import (
+    STOPWORDS_DE,
+    STOPWORDS_EN,
+    FilterError,
+    Filters,
+    QueryAnalysis,
+    analyze,
+    is_stopword,
+    split_filters,
+    word_forms,
+)
 from sidecar.search.query import fold as fold_word
 from sidecar.search.querycache import QueryCache
 from sidecar.search.results import analysis_of, local_day, to_hit
@@ -320,6 +330,30 @@ class Retriever:
             )
         except StoreError:  # a damaged index: the search reports it
             return ()
+
+    def keyword_words(self, words: Sequence[str], lang: str | None) -> list[str]:
+        """``words`` as the keyword arm should look for them in ``lang``: a word whose stem is a
+        stopword there (German "sichere", "sichern", "Sicherheit" and the pronoun "sich" all
+        stem to "sich") matched every chunk holding the pronoun and nothing by its own sense, so
+        it is looked for in those of its forms the notes hold ("sichern", "gesichert"), as
+        written."""
+        if lang not in ("de", "en"):
+            return list(words)
+        field = "body_de" if lang == "de" else "body_en"
+        bm25 = self.stores.bm25
+        stems = _stopword_stems(bm25, field)
+        out: list[str] = []
+        for w in words:
+            own = set(bm25.analyze(w, field))
+            if not own or not own <= stems:
+                out.append(w)
+                continue
+            try:
+                forms = [f for f in word_forms(w, lang) if bm25.doc_freq(f) > 0]
+            except StoreError:  # a damaged index: the search reports it
+                forms = []
+            out.extend(forms or [w])
+        return out
 
     def unread(self, qa: QueryAnalysis) -> bool:
         """Whether the serving model has never read the query's words (``unread_words``)."""
@@ -753,6 +787,18 @@ class Retriever:
         return SearchResult(
             hits, found.degraded, analysis_of(qa, req.filters, rare), pending_vectors=found.pending
         )
+
+
+_STOPWORD_STEMS: dict[str, frozenset[str]] = {}
+
+
+def _stopword_stems(bm25: Bm25Index, field: str) -> frozenset[str]:
+    """The stems of the field's language's stopwords (every index analyzes a field alike: once
+    per process and field)."""
+    if field not in _STOPWORD_STEMS:
+        words = STOPWORDS_DE if field == "body_de" else STOPWORDS_EN
+        _STOPWORD_STEMS[field] = frozenset(t for w in words for t in bm25.analyze(w, field))
+    return _STOPWORD_STEMS[field]
 
 
 def _no_hits(qa: QueryAnalysis, filters: Filters) -> SearchResult:
