@@ -34,6 +34,7 @@ from sidecar.search.query import (
     FilterError,
     Filters,
     QueryAnalysis,
+    a_form_of,
     analyze,
     is_stopword,
     split_filters,
@@ -344,8 +345,11 @@ class Retriever:
         stems = _stopword_stems(bm25, field)
         out: list[str] = []
         for w in words:
-            own = set(bm25.analyze(w, field))
-            if not own or not own <= stems:
+            own = bm25.analyze(w, field)
+            # The stopwords it meets by its stem, unless one of them is the word itself in
+            # another form ("zeig" of "zeigen": the chat frame's "zeig mir" is the same verb).
+            met = [s for t in own for s in stems.get(t, ())]
+            if not own or any(t not in stems for t in own) or any(a_form_of(s, w, lang) for s in met):
                 out.append(w)
                 continue
             try:
@@ -789,15 +793,18 @@ class Retriever:
         )
 
 
-_STOPWORD_STEMS: dict[str, frozenset[str]] = {}
+_STOPWORD_STEMS: dict[str, dict[str, tuple[str, ...]]] = {}
 
 
-def _stopword_stems(bm25: Bm25Index, field: str) -> frozenset[str]:
-    """The stems of the field's language's stopwords (every index analyzes a field alike: once
-    per process and field)."""
+def _stopword_stems(bm25: Bm25Index, field: str) -> dict[str, tuple[str, ...]]:
+    """The stopwords of the field's language by their stem in that field (every index analyzes a
+    field alike: once per process and field)."""
     if field not in _STOPWORD_STEMS:
-        words = STOPWORDS_DE if field == "body_de" else STOPWORDS_EN
-        _STOPWORD_STEMS[field] = frozenset(t for w in words for t in bm25.analyze(w, field))
+        by_stem: dict[str, list[str]] = {}
+        for w in sorted(STOPWORDS_DE if field == "body_de" else STOPWORDS_EN):
+            for t in bm25.analyze(w, field):
+                by_stem.setdefault(t, []).append(w)
+        _STOPWORD_STEMS[field] = {t: tuple(ws) for t, ws in by_stem.items()}
     return _STOPWORD_STEMS[field]
 
 
