@@ -62,8 +62,12 @@ def preview_lines(result: SearchResult) -> list[str]:
             f"{gates.get('minSimilarity')}"
         )
     lines.append(f"Recalled: {len(result.hits)} hit(s)")
+    least = gates.get("minSimilarity")
     for i, h in enumerate(result.hits, 1):
         lines.extend(_hit_lines(i, h))
+        if least is not None and (h.similarity is None or h.similarity < least):
+            # passed the similarity gate by other evidence (recall in docs/protocol.md)
+            lines.append("     under recall.minSimilarity: passed on its keywords or a rare code it holds")
     if result.dropped:
         lines.append(f"Kept out: {len(result.dropped)} candidate(s), best first")
     for i, h in enumerate(result.dropped, 1):
