@@ -167,7 +167,9 @@ def test_why_explains_rank_and_absence(running: DaemonProcess) -> None:
     text = running.run_cli("why", "wiki/Backups", "restic backups of the NAS", check=True).stdout
     assert "hit #1" in text and "vec=" in text and "the whole note's keyword score" in text
     preview = running.run_cli("preview", "When does the restic backup of the NAS run?", check=True).stdout
-    assert '"contentWords"' in preview and "wiki/Backups" in preview and "<recalled-notes>" in preview
+    # readable lines, no raw JSON: the analysis, the gates, the hits, then the block
+    assert "content words: restic, backup, NAS, run" in preview and "Gates: " in preview
+    assert "wiki/Backups" in preview and "<recalled-notes>" in preview and '"contentWords"' not in preview
 
 
 def test_a_message_pointing_back_is_steered_by_the_history(daemon_factory: Any, tmp_path: Path) -> None:
