@@ -1,20 +1,25 @@
-"""recall's gate on a kept index: how many questions get their right page among recall's hits (no
-history), and how many off-topic messages inject anything, per (recall.minSimilarity,
-recall.scoreFloor) pair.
+"""recall's gate on a kept index: how many questions get their right page among recall's hits, and
+how many off-topic messages inject anything, per (recall.minSimilarity, recall.scoreFloor) pair,
+in all and per file.
 
     python bench/recallgate.py --work W/help-e5 --questions bench/questions-help2.jsonl,... \\
-        --offtopic bench/offtopic.txt,bench/offtopic-de.txt,... --pairs 0.4/0.35,0.35/0.3 [--model minilm]
+        --offtopic bench/offtopic.txt,bench/offtopic-de.txt,... --pairs 0.4/0.35,0.35/0.3 [--model minilm] \\
+        [--dump OUT.jsonl]
 
 One daemon on the ``eval.py --work`` folder's vault and home; each pair is applied by rewriting its
-configuration and ``reload``. Questions with a ``context`` (follow-ups) are left out: ``eval.py``
-measures those through recall already.
+configuration and ``reload``. Questions with a ``context`` (follow-ups) are asked with their turns
+as recall's history and counted apart (``followups``). ``--dump`` writes every recall answer of
+the first pair with ``preview`` (hits, and the candidates the gates dropped where the daemon
+reports them), one JSON line per message, for reading a gate's cases offline.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from common import bench_daemon
 from nothing import config_for
@@ -27,49 +32,77 @@ def main() -> None:
     ap.add_argument("--offtopic", required=True, help="comma-separated message files")
     ap.add_argument("--pairs", default="0.4/0.35,0.35/0.3", help="minSimilarity/scoreFloor,...")
     ap.add_argument("--model", choices=("e5", "minilm"), default="e5")
+    ap.add_argument("--dump", type=Path, help="every answer of the first pair, one JSON line each")
     args = ap.parse_args()
     model = config_for(args.model)
     questions = [
-        row
+        {**json.loads(line), "file": Path(f).name}
         for f in args.questions.split(",")
         for line in Path(f).read_text().splitlines()
-        if line.strip() and not (row := json.loads(line)).get("context")
+        if line.strip()
     ]
     messages = [
-        m.strip() for f in args.offtopic.split(",") for m in Path(f).read_text().splitlines() if m.strip()
+        (Path(f).name, m.strip())
+        for f in args.offtopic.split(",")
+        for m in Path(f).read_text().splitlines()
+        if m.strip()
     ]
     config = args.work / "recallgate.yaml"
     config.write_text(json.dumps(model))
     d = bench_daemon(args.work / "vault", args.work / "home", args=["--config", str(config)])
-    out = []
+    dump = args.dump.open("w", encoding="utf-8") if args.dump else None
     try:
         d.wait_ready(timeout=3600, poll=1)
-        for pair in args.pairs.split(","):
+        for i, pair in enumerate(args.pairs.split(",")):
             similarity, floor = (float(x) for x in pair.split("/"))
             config.write_text(
                 json.dumps({**model, "recall": {"minSimilarity": similarity, "scoreFloor": floor}})
             )
             d.call("reload")
-            right = sum(
-                any(
-                    e in {h["reference"] for h in d.call("recall", {"message": q["q"]})["hits"]}
-                    for e in q["expected"]
-                )
-                for q in questions
-            )
-            leaked = [m for m in messages if d.call("recall", {"message": m})["context"]]
+
+            def ask(message: str, history: list[str], row: dict[str, Any], first: bool = i == 0) -> Any:
+                r = d.call("recall", {"message": message, "history": history, "preview": True})
+                if first and dump is not None:
+                    dump.write(json.dumps({**row, "answer": r}, ensure_ascii=False) + "\n")
+                return r
+
+            per: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+            missed: list[str] = []
+            for q in questions:
+                r = ask(q["q"], q.get("context", []), q)
+                got = bool(set(q["expected"]) & {h["reference"] for h in r["hits"]})
+                key = q["file"] + (" (follow-ups)" if q.get("context") else "")
+                per[key][0] += got
+                per[key][1] += 1
+                if not got:
+                    missed.append(q["q"])
+            leaked: dict[str, list[str]] = defaultdict(list)
+            for name, m in messages:
+                if ask(m, [], {"offtopic": name, "q": m})["context"]:
+                    leaked[name].append(m)
+            plain = [v for k, v in per.items() if not k.endswith("(follow-ups)")]
+            follow = [v for k, v in per.items() if k.endswith("(follow-ups)")]
             row = {
                 "minSimilarity": similarity,
                 "scoreFloor": floor,
-                "right_page_in_recall": right,
-                "questions": len(questions),
-                "leaked": len(leaked),
+                "right_page_in_recall": sum(v[0] for v in plain),
+                "questions": sum(v[1] for v in plain),
+                "followups_right": sum(v[0] for v in follow),
+                "followups": sum(v[1] for v in follow),
+                "leaked": sum(len(v) for v in leaked.values()),
                 "messages": len(messages),
-                "leaked_messages": leaked,
+                "per_set": {k: f"{v[0]}/{v[1]}" for k, v in per.items()},
+                "leaked_per_set": {
+                    name: f"{len(leaked.get(name, []))}/{sum(1 for n, _ in messages if n == name)}"
+                    for name in dict.fromkeys(n for n, _ in messages)
+                },
+                "leaked_messages": [m for v in leaked.values() for m in v],
+                "missed_questions": missed,
             }
-            out.append(row)
             print(json.dumps(row, ensure_ascii=False), flush=True)
     finally:
+        if dump is not None:
+            dump.close()
         d.stop()
 
 

@@ -606,3 +606,37 @@ def test_memory_help_says_what_the_action_named_does(capsys: pytest.CaptureFixtu
     with pytest.raises(SystemExit):
         build_parser().parse_args(["memory", "--help"])
     assert "memory edit: " not in capsys.readouterr().out
+
+
+def test_preview_text_names_the_gate_that_kept_each_candidate_out() -> None:
+    """`sidecar preview` prints readable lines (no raw JSON): the query, the gates, the hits and
+    each kept-out candidate with the gate and the figures it compared."""
+    from sidecar.clients.cli_preview import preview_lines
+    from sidecar.contracts.wire import parse_search
+
+    hit = {
+        "reference": "vault/Plugins/Audio recorder",
+        "source": "vault",
+        "score": 0.9,
+        "relevance": 0.82,
+        "vecScore": 0.8496,
+        "bm25Score": 47.6,
+        "boosts": {"rareTerm": 1.5},
+        "lines": [4, 7],
+        "text": "Record audio",
+        "similarity": 0.2956,
+        "keywords": 0.62,
+        "gate": "minSimilarity",
+    }
+    reply = {
+        "hits": [],
+        "context": "",
+        "gates": {"scoreFloor": 0.3, "minSimilarity": 0.35},
+        "dropped": [hit],
+        "analysis": {"text": "record a lecture", "contentWords": ["record", "lecture"], "rareWords": []},
+    }
+    text = "\n".join(preview_lines(parse_search(reply)))
+    assert "{" not in text.replace("{gate}", ""), text
+    assert "Recalled: 0 hit(s)" in text and "vault/Plugins/Audio recorder (lines 4-7)" in text
+    assert "kept out by minSimilarity: similarity 0.30 is below recall.minSimilarity 0.35" in text
+    assert "Context block: empty" in text

@@ -254,3 +254,40 @@ def test_no_note_can_end_or_forge_a_line_of_the_recall_frame() -> None:
         "[vault] vault/&lt;/recalled-notes> (lines 1-2)",
         "[vault] vault/Forger (lines 1-2)",
     ]
+
+
+def test_a_word_whose_stem_is_a_stopword_is_looked_for_in_its_forms(make_cfg: Any, tmp_path: Path) -> None:
+    """German "sichere" stems to "sich", the pronoun of nearly every German note: recall looked
+    for every note holding the pronoun and for none by the word's sense ("Wie sichere ich meinen
+    Vault?", then "und wie oft?", recalled pages about vaults in general). The keyword arm looks
+    for the forms of it the notes hold ("sichern") instead."""
+    vault = tmp_path / "sichern"
+    write(
+        vault / "Dateien sichern.md",
+        "# Dateien sichern\n\nSichern Sie den Vault jede Woche; ein Backup auf einer zweiten Platte "
+        "schützt vor Datenverlust.\n",
+    )
+    write(
+        vault / "Einen Vault erstellen.md",
+        "# Einen Vault erstellen\n\nEin Vault ist ein Ordner. Der Vault lässt sich öffnen, der Vault "
+        "lässt sich umbenennen, und im Vault befindet sich alles.\n",
+    )
+    write(
+        vault / "Sicherheit.md",
+        "# Sicherheit und Datenschutz\n\nDer Vault wird verschlüsselt übertragen; es lohnt sich, die "
+        "Sicherheit zu prüfen.\n",
+    )
+    h = Harness(make_cfg(vault, **{"recall.minSimilarity": 0.0}), FakeEmbedder())
+    try:
+        h.sweep()
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        assert r.keyword_words(["sichere", "Vault"], "de") == ["sichern", "Vault"]
+        assert r.keyword_words(["Sicherheit"], "de") == ["sicherheit"]
+        count = lambda texts: [len(t.split()) for t in texts]  # noqa: E731
+        req = SearchRequest("", 5, 0.0)
+        follow = recall(r, "und wie oft?", ["Wie sichere ich meinen Vault?"], req, count)
+        assert follow.hits[0].reference == "vault/Dateien sichern", follow.hits
+        asked = recall(r, "Wie sichere ich meinen Vault?", [], req, count)
+        assert asked.hits[0].reference == "vault/Dateien sichern", asked.hits
+    finally:
+        h.close()

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from sidecar.contracts.errors import RemoteError
+from sidecar.contracts.wire import RECALL_GATES
 from tests.conftest import DaemonProcess, write
 
 pytestmark = pytest.mark.model
@@ -166,7 +167,9 @@ def test_why_explains_rank_and_absence(running: DaemonProcess) -> None:
     text = running.run_cli("why", "wiki/Backups", "restic backups of the NAS", check=True).stdout
     assert "hit #1" in text and "vec=" in text and "the whole note's keyword score" in text
     preview = running.run_cli("preview", "When does the restic backup of the NAS run?", check=True).stdout
-    assert '"contentWords"' in preview and "wiki/Backups" in preview and "<recalled-notes>" in preview
+    # readable lines, no raw JSON: the analysis, the gates, the hits, then the block
+    assert "content words: restic, backup, NAS, run" in preview and "Gates: " in preview
+    assert "wiki/Backups" in preview and "<recalled-notes>" in preview and '"contentWords"' not in preview
 
 
 def test_a_message_pointing_back_is_steered_by_the_history(daemon_factory: Any, tmp_path: Path) -> None:
@@ -244,3 +247,63 @@ def test_a_model_that_cannot_read_the_message_needs_the_keywords(daemon_factory:
         agent="claude",
     )
     assert r["hits"] and r["hits"][0]["reference"] == "wiki/Datensicherung"
+
+
+def _notes_of_an_app(vault: Path) -> None:
+    """A few help pages of a note-taking app, in words of their own."""
+    pages = {
+        "Plugins/Audio recorder": "Record a lecture, a meeting or a voice memo: the audio recorder "
+        "plugin records audio from your microphone into an attachment of the open note. Start it "
+        "from the ribbon or the command palette; the recording "
+        "is saved as a webm file in your attachments folder and embedded where the cursor is.",
+        "Plugins/Daily notes": "Daily notes opens a note named after today's date. Choose the folder and "
+        "the template for new daily notes in the plugin's settings.",
+        "User interface/Hotkeys": "Hotkeys are keyboard shortcuts for commands. Change a hotkey in "
+        "Settings under Hotkeys; search for a command and press the keys you want.",
+        "Getting started/Back up your files": "Keep a backup of your vault on another disk or in a "
+        "backup service. Sync is not a backup: a deleted note is deleted everywhere.",
+        "Editing/Tables": "A table is written with pipes and a line of dashes under its header row.",
+        "Publish/Custom domains": "Point your own domain name at your published site with a CNAME "
+        "record at your domain registrar.",
+    }
+    for name, text in pages.items():
+        write(vault / f"{name}.md", f"# {name.rsplit('/', 1)[-1]}\n\n{text}\n")
+
+
+@pytest.fixture
+def app_help(daemon_factory: Any, tmp_path: Path) -> DaemonProcess:
+    vault = tmp_path / "apphelp"
+    _notes_of_an_app(vault)
+    cfg = tmp_path / "apphelp.yaml"
+    cfg.write_text("recall:\n  minSimilarity: 0.8\n")
+    d: DaemonProcess = daemon_factory(vault, name="apphelp-home", extra=["--config", str(cfg)]).start()
+    d.wait_for(lambda h: h["index"]["pending_vectors"] == 0)
+    return d
+
+
+def test_a_page_holding_the_messages_words_passes_just_under_the_similarity_gate(
+    app_help: DaemonProcess,
+) -> None:
+    """A page holding nearly every word of the message, with a cosine the model counts related
+    but under recall.minSimilarity (0.8 here), is recalled: the keywords corroborate it. Small
+    talk whose word some page holds still recalls nothing."""
+    r = app_help.call("recall", {"message": "record a lecture with my microphone", "preview": True})
+    top = r["hits"][0]
+    assert top["reference"] == "vault/Plugins/Audio recorder", r
+    assert 0.2 <= top["similarity"] < 0.8 <= top["keywords"] + 0.2, top
+    for m in OFF_TOPIC:
+        assert app_help.call("recall", {"message": m})["context"] == "", m
+
+
+def test_preview_lists_what_each_gate_kept_out(app_help: DaemonProcess) -> None:
+    """preview answers with the gates in force and the candidates they kept out, each with the
+    gate and the figures it compared; without preview the reply keeps its shape."""
+    params = {"message": "Wie nehme ich eine Vorlesung mit dem Mikrofon auf?"}
+    r = app_help.call("recall", {**params, "preview": True})
+    assert r["hits"] == [] and r["gates"] == {"scoreFloor": 0.3, "minSimilarity": 0.8}
+    first = r["dropped"][0]
+    assert first["reference"] == "vault/Plugins/Audio recorder" and first["gate"] == "scoreFloor"
+    assert {"relevance", "similarity", "vecScore", "score"} <= set(first)
+    assert all(h["gate"] in RECALL_GATES for h in r["dropped"])
+    plain = app_help.call("recall", params)
+    assert "dropped" not in plain and "gates" not in plain

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.clients.cli_parser import UsageError, serve_flags
+from sidecar.clients.cli_preview import preview_lines
 from sidecar.clients.cli_render import render_links, snippet
 from sidecar.clients.client import Client
 from sidecar.config import Config
@@ -107,12 +108,7 @@ def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
     if result.indexing is not None:
         print(f"note: {indexing_note(*result.indexing)}", file=sys.stderr)
     if args.preview:
-        print(json.dumps(reply.get("analysis", {}), ensure_ascii=False))
-        for h in result.hits:
-            print(
-                f"{h.score:.3f} relevance={h.relevance} vec={h.vec_score} bm25={h.bm25_score} "
-                f"page={h.page_bm25_score} {h.boosts} {shown(h.reference)}"
-            )
+        print("\n".join(preview_lines(result)))
     if result.context:
         print(_for_terminal(result.context))
     elif not args.preview:

@@ -60,6 +60,16 @@ class Hit:
     # ISO day, and what gave it ("name", "property" or "modified", the file's last change).
     date: str | None = None
     dated_by: str | None = None
+    # recall's preview only: the figures its gates compare (the calibrated cosine against
+    # recall.minSimilarity; the keyword share of the message's own words, 0-1) and, for a
+    # candidate a gate kept out, that gate's name (``RECALL_GATES``).
+    similarity: float | None = None
+    keywords: float | None = None
+    gate: str | None = None
+
+
+# What kept a recall candidate out of the block (a preview lists them under ``dropped``).
+RECALL_GATES = ("scoreFloor", "minSimilarity", "keywordShare", "limit")
 
 
 @dataclass(frozen=True)
@@ -111,6 +121,10 @@ class SearchResult:
     context: str | None = None
     window: Window | None = None
     pending_vectors: int = 0  # chunks not yet searchable by meaning (vectors being computed)
+    # recall's preview: the candidates its gates kept out (each with its ``gate``), best first,
+    # and the gates' values in force (recall.scoreFloor, recall.minSimilarity).
+    dropped: tuple[Hit, ...] = ()
+    gates: Mapping[str, float] | None = None
     # A new or rebuilt index is still reading the notes (read so far, of how many; 0: still
     # listing): the hits come from part of the notes only.
     indexing: tuple[int, int] | None = None
@@ -220,6 +234,12 @@ def hit_json(h: Hit) -> dict[str, Any]:
     if h.date is not None:
         out["date"] = h.date
         out["datedBy"] = h.dated_by
+    if h.similarity is not None:
+        out["similarity"] = h.similarity
+    if h.keywords is not None:
+        out["keywords"] = h.keywords
+    if h.gate is not None:
+        out["gate"] = h.gate
     return out
 
 
@@ -278,6 +298,9 @@ def search_json(result: SearchResult, *, preview: bool) -> dict[str, Any]:
         out["window"] = window_json(window)
     if preview and result.analysis is not None:
         out["analysis"] = analysis_json(result.analysis)
+    if preview and result.gates is not None:
+        out["gates"] = dict(result.gates)
+        out["dropped"] = [hit_json(h) for h in result.dropped]
     return out
 
 
@@ -340,6 +363,9 @@ def parse_hit(d: Mapping[str, Any]) -> Hit:
         page_bm25_score=d.get("pageBm25Score"),
         date=d.get("date"),
         dated_by=d.get("datedBy"),
+        similarity=d.get("similarity"),
+        keywords=d.get("keywords"),
+        gate=d.get("gate"),
     )
 
 
@@ -383,6 +409,8 @@ def parse_search(d: Mapping[str, Any]) -> SearchResult:
         pending_vectors=int(d.get("pendingVectors") or 0),
         indexing=(int(d["indexing"]["done"]), int(d["indexing"]["total"])) if d.get("indexing") else None,
         listed=int(d.get("listed") or 0),
+        dropped=tuple(parse_hit(h) for h in d.get("dropped") or ()),
+        gates=dict(d["gates"]) if d.get("gates") else None,
     )
 
 

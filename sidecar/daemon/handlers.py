@@ -325,11 +325,12 @@ class Handlers:
         search = self._request(p, req.agent, "message", self.retriever.recall_cfg.limit)
         model = self.slot.model
         count = model.count_tokens if model is not None else approx_token_count
+        preview = param_bool(p, "preview", default=False)
         try:
-            result = recall(self.retriever, search.query, history, search, count)
+            result = recall(self.retriever, search.query, history, search, count, explain=preview)
         except FilterError as exc:
             raise ProtocolError(f"bad filter in 'message': {exc}") from exc
-        return search_json(self._while_building(result), preview=param_bool(p, "preview", default=False))
+        return search_json(self._while_building(result), preview=preview)
 
     def _while_building(self, result: SearchResult) -> SearchResult:
         """``result``, saying so while a new or rebuilt index has not read every note yet: an

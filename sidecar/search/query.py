@@ -807,3 +807,44 @@ def analyze(text: str) -> QueryAnalysis:
     return QueryAnalysis(
         text, words, content, is_chronicle(text, words), language(text, words), refers_back(words)
     )
+
+
+# Inflection endings a word may carry, and those its other forms take (regular forms only: the
+# index says which of them are words, see Retriever.keyword_words).
+_ENDINGS = {
+    "de": ("en", "em", "er", "es", "st", "e", "n", "s", "t"),
+    "en": ("ing", "ed", "es", "s", "e"),
+}
+_FORM_ENDINGS = {
+    "de": ("", "e", "en", "n", "t", "st", "et", "te", "ten", "er", "es"),
+    "en": ("", "e", "s", "es", "ed", "ing"),
+}
+
+
+def word_forms(word: str, lang: str) -> tuple[str, ...]:
+    """Regular inflected forms of ``word`` in ``lang`` ("de" or "en"), the word itself first:
+    "sichere" -> sichern, sichert, gesichert, ... Some are no words; none is a stopword. The
+    bare base ("sicher" of "sichere") is left out: another word (an adjective) as often as not."""
+    return tuple(f for f in _forms(word, lang)[1] if not is_stopword(f))
+
+
+def a_form_of(other: str, word: str, lang: str) -> bool:
+    """Whether ``other`` is ``word`` in another regular form or its base ("zeig", "zeige" of
+    "zeigen"; not "sich" of "sichere")."""
+    bases, forms = _forms(word, lang)
+    return other.lower() in {*bases, *forms}
+
+
+def _forms(word: str, lang: str) -> tuple[list[str], list[str]]:
+    """The bases of ``word`` (less one inflection ending) and its regular forms, itself first."""
+    w = word.lower()
+    endings = _ENDINGS.get(lang)
+    if endings is None:
+        return [], [w]
+    bases = [w[: -len(e)] for e in endings if w.endswith(e) and len(w) - len(e) >= 3]
+    # "getting" -> "gett" -> "get"
+    bases += [b[:-1] for b in bases if lang == "en" and len(b) > 3 and b[-1] == b[-2]]
+    forms = [w] + [b + e for b in [w, *bases] for e in _FORM_ENDINGS[lang] if e]
+    if lang == "de":
+        forms += [f"ge{b}t" for b in bases]
+    return bases, list(dict.fromkeys(forms))

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 
 from sidecar.config import RecallConfig
-from sidecar.contracts.wire import SearchResult
+from sidecar.contracts.wire import Hit, SearchResult
 from sidecar.search.context import render_block
-from sidecar.search.fusion import Scored
+from sidecar.search.fusion import Scale, Scored
 from sidecar.search.query import (
     FilterError,
     Filters,
@@ -24,7 +24,10 @@ from sidecar.search.query import (
     split_filters,
 )
 from sidecar.search.results import analysis_of, to_hit
-from sidecar.search.retrieval import BmParts, Retriever, SearchRequest, bm25_text, with_filters
+from sidecar.search.retrieval import BmParts, Retriever, SearchRequest, with_filters
+
+# The candidates a preview lists below recall's gates (and past its limit), each.
+_DROPPED_SHOWN = 10
 
 
 def recall(
@@ -33,8 +36,11 @@ def recall(
     history: Sequence[str],
     req: SearchRequest,
     count_tokens: Callable[[Sequence[str]], list[int]],
+    *,
+    explain: bool = False,
 ) -> SearchResult:
-    """Hits for the current message (previous turns blended in) and the rendered context block."""
+    """Hits for the current message (previous turns blended in) and the rendered context block;
+    with ``explain`` (a preview) also the candidates the gates kept out, with their figures."""
     try:
         text, inline = r.read_query(replace(req, query=message))
         windowed = with_filters(req, inline)
@@ -48,7 +54,7 @@ def recall(
         # "have a nice day today", "bis morgen", "how was your weekend?": small talk names no topic
         # of the person's notes, whatever the notes happen to say (a history neither).
         return SearchResult((), None, analysis_of(qa, windowed.filters), context="")
-    result = _recall(r, text, history, windowed, count_tokens)
+    result = _recall(r, text, history, windowed, count_tokens, explain=explain)
     if not inline.phrase:
         return result
     # "What did I do last week?": the period's notes are recalled after those the words found
@@ -90,7 +96,7 @@ def recall(
     # as a word, "today" found today's daily note by its title ("have a nice day today").
     phrase = inline.phrase
     _, inline = split_filters(message, r.today(), phrases=False)
-    result = _recall(r, text, history, with_filters(req, inline), count_tokens)
+    result = _recall(r, text, history, with_filters(req, inline), count_tokens, explain=explain)
     assert result.analysis is not None
     return replace(result, analysis=replace(result.analysis, time_phrase_ignored=phrase))
 
@@ -101,6 +107,8 @@ def _recall(
     history: Sequence[str],
     req: SearchRequest,
     count_tokens: Callable[[Sequence[str]], list[int]],
+    *,
+    explain: bool = False,
 ) -> SearchResult:
     rc = r.recall_settings()
     qa = analyze(text)
@@ -115,7 +123,7 @@ def _recall(
     # the vectors one history share and the keywords (or the analysis) another.
     vectors = _recall_vectors(r, rc, text, qa, turns)
     rare, weight = r.plan(qa, req.agent)
-    parts = _recall_parts(rc, qa, turns)
+    parts = _recall_parts(r, rc, qa, turns)
     found = r.arms(req, text, qa, vectors, weight, parts=parts)
     ranking = r.rank(req, qa, found, weight=weight, rare=rare, parts=parts)
     degraded = found.degraded
@@ -125,32 +133,57 @@ def _recall(
     # ticket number, a host name: a rare word with a digit) was named, not guessed, and passes
     # it. Rare plain words do not ("haiku", "Danke" found a page each in the help vault).
     named = any(any(ch.isdigit() for ch in w) for w in rare)
-    # A model that does not read the message's language (MiniLM and German) finds some cosine for
-    # any text, small talk included: there the keywords must match as clearly as well, measured
-    # against the message's own words (or the turns' for a message without content words), not
-    # against everything the conversation said.
+    # How completely a chunk holds the message's own words (its share of their ideal BM25 score),
+    # not everything the conversation said; no content words: the turns' words.
     # No parts: ideal 0, nothing passes.
-    keywords = r.scale(parts[:1], stem=found.stem) if not r.reads(qa) else None
+    own = r.scale(parts[:1], stem=found.stem)
+    # A model that does not read the message's language (MiniLM and German) finds some cosine for
+    # any text, small talk included: there the keywords must match as clearly as well.
+    foreign = not r.reads(qa)
 
-    def similar(s: Scored) -> bool:
+    def gate(s: Scored) -> str | None:
+        """The gate that keeps ``s`` out of the block, None when it passes."""
+        if named and "rareTerm" in s.boosts:  # named, not guessed: neither floor applies
+            return None
+        if s.relevance < floor:
+            return "scoreFloor"
         bm = s.candidate.bm25
-        if keywords is not None and (bm is None or keywords.bm25(bm, 0.0) < rc.min_similarity):
-            return False
+        if foreign and (bm is None or own.bm25(bm, 0.0) < rc.min_similarity):
+            return "keywordShare"
         if s.candidate.vec is not None:
-            return ranking.scale.vec(s.candidate.vec) >= rc.min_similarity
-        return degraded is not None
+            similarity = ranking.scale.vec(s.candidate.vec)
+            if similarity >= rc.min_similarity or _corroborated(s, similarity, own):
+                return None
+            return "minSimilarity"
+        # Not among the vector arm's nearest: no cosine to pass the gate with (its similarity
+        # shows as none), unless that arm did not answer.
+        return None if degraded is not None else "minSimilarity"
 
-    kept = [
-        s
-        for s in ranking.ranked
-        if (named and "rareTerm" in s.boosts)  # named, not guessed: neither floor applies
-        or (s.relevance >= floor and similar(s))
-    ]
+    gated = [(s, gate(s)) for s in ranking.ranked]
+    kept = [s for s, g in gated if g is None]
     mask_secrets = r.cfg.mask_secrets
     dated = bool(req.filters.since or req.filters.until)
-    hits = tuple(
-        to_hit(s, views[s.candidate.chunk_id], req.agent, mask_secrets=mask_secrets, dated=dated)
-        for s in kept[: req.limit]
+
+    def hit(s: Scored, why: str | None = None) -> Hit:
+        h = to_hit(s, views[s.candidate.chunk_id], req.agent, mask_secrets=mask_secrets, dated=dated)
+        if not explain:
+            return h
+        c = s.candidate
+        return replace(
+            h,
+            similarity=None if c.vec is None else round(ranking.scale.vec(c.vec), 4),
+            keywords=None if c.bm25 is None else round(own.bm25(c.bm25, 0.0), 4),
+            gate=why,
+        )
+
+    hits = tuple(hit(s) for s in kept[: req.limit])
+    # A preview shows what the gates kept out, so they can be tuned: the best few candidates
+    # below the gates, and those past the limit.
+    dropped = (
+        tuple(hit(s, g) for s, g in gated if g is not None)[:_DROPPED_SHOWN]
+        + tuple(hit(s, "limit") for s in kept[req.limit : req.limit + _DROPPED_SHOWN])
+        if explain
+        else ()
     )
     analysis = replace(
         analysis_of(qa, req.filters, rare),
@@ -160,7 +193,31 @@ def _recall(
         refers_back=qa.refers_back,
     )
     block = render_block(hits, req.token_budget or rc.token_budget, count_tokens, own=req.agent is not None)
-    return SearchResult(hits, degraded, analysis, context=block, pending_vectors=found.pending)
+    gates = {"scoreFloor": floor, "minSimilarity": rc.min_similarity} if explain else None
+    return SearchResult(
+        hits, degraded, analysis, context=block, pending_vectors=found.pending, dropped=dropped, gates=gates
+    )
+
+
+# A candidate whose cosine is just under recall.minSimilarity passes when the keywords say the
+# same: nearly every word of the message in it, or a rare word of the message with most of them,
+# and a cosine the model still counts as related. Either alone let small talk in: a keyword share
+# of 1.0 alone admitted "please continue" and "Hallo zusammen!" (their one word is on some page;
+# their cosine is at the unrelated floor or the chunk is not among the nearest at all), and a
+# share of 0.7 at a cosine of 0.2 admitted "translate 'cat' into Spanish" (BENCHMARKS.md,
+# twenty-eighth session). Calibrated figures: the same for every model.
+_ALL_WORDS = (0.8, 0.2)  # (keyword share, similarity)
+_RARE_WORD = (0.5, 0.05)
+
+
+def _corroborated(s: Scored, similarity: float, own: Scale) -> bool:
+    bm = s.candidate.bm25
+    if bm is None:
+        return False
+    share = own.bm25(bm, 0.0)
+    if share >= _ALL_WORDS[0] and similarity >= _ALL_WORDS[1]:
+        return True
+    return "rareTerm" in s.boosts and share >= _RARE_WORD[0] and similarity >= _RARE_WORD[1]
 
 
 def history_weight(rc: RecallConfig, qa: QueryAnalysis) -> float:
@@ -173,11 +230,14 @@ def history_weight(rc: RecallConfig, qa: QueryAnalysis) -> float:
     return (rc.history_weight_none, rc.history_weight_short, rc.history_weight_long)[cls]
 
 
-def _recall_parts(rc: RecallConfig, qa: QueryAnalysis, turns: list[str]) -> BmParts:
+def _recall_parts(r: Retriever, rc: RecallConfig, qa: QueryAnalysis, turns: list[str]) -> BmParts:
     """BM25 words of a recall: the message's, then the history's content words at the share the
-    history has in the query vector (a follow-up without content words is all history)."""
-    parts: BmParts = [(bm25_text(qa), 1.0)] if qa.content_words else []
-    words = [w for t in reversed(turns) for w in analyze(t).content_words]
+    history has in the query vector (a follow-up without content words is all history); each in
+    the forms the keyword arm should look for (``Retriever.keyword_words``)."""
+    own = r.keyword_words(qa.content_words, qa.language)
+    parts: BmParts = [(" ".join(own), 1.0)] if qa.content_words else []
+    said = [analyze(t) for t in reversed(turns)]
+    words = [w for a in said for w in r.keyword_words(a.content_words, a.language)]
     history = " ".join(list(dict.fromkeys(w.lower() for w in words))[: rc.history_words])
     if history:
         weight = history_weight(rc, qa)

@@ -28,7 +28,18 @@ from sidecar.index.vectoring import Stores, VectorSet
 from sidecar.model.embedder import Embedder, EmbedderSlot, cosine_range, model_name
 from sidecar.notes.links import cited_by
 from sidecar.search.fusion import Candidate, Rules, Scale, Scored, apply_rules, cap_per_note, fold, fuse
-from sidecar.search.query import FilterError, Filters, QueryAnalysis, analyze, is_stopword, split_filters
+from sidecar.search.query import (
+    STOPWORDS_DE,
+    STOPWORDS_EN,
+    FilterError,
+    Filters,
+    QueryAnalysis,
+    a_form_of,
+    analyze,
+    is_stopword,
+    split_filters,
+    word_forms,
+)
 from sidecar.search.query import fold as fold_word
 from sidecar.search.querycache import QueryCache
 from sidecar.search.results import analysis_of, local_day, to_hit
@@ -338,6 +349,33 @@ class Retriever:
             )
         except StoreError:  # a damaged index: the search reports it
             return ()
+
+    def keyword_words(self, words: Sequence[str], lang: str | None) -> list[str]:
+        """``words`` as the keyword arm should look for them in ``lang``: a word whose stem is a
+        stopword there (German "sichere", "sichern", "Sicherheit" and the pronoun "sich" all
+        stem to "sich") matched every chunk holding the pronoun and nothing by its own sense, so
+        it is looked for in those of its forms the notes hold ("sichern", "gesichert"), as
+        written."""
+        if lang not in ("de", "en"):
+            return list(words)
+        field = "body_de" if lang == "de" else "body_en"
+        bm25 = self.stores.bm25
+        stems = _stopword_stems(bm25, field)
+        out: list[str] = []
+        for w in words:
+            own = bm25.analyze(w, field)
+            # The stopwords it meets by its stem, unless one of them is the word itself in
+            # another form ("zeig" of "zeigen": the chat frame's "zeig mir" is the same verb).
+            met = [s for t in own for s in stems.get(t, ())]
+            if not own or any(t not in stems for t in own) or any(a_form_of(s, w, lang) for s in met):
+                out.append(w)
+                continue
+            try:
+                forms = [f for f in word_forms(w, lang) if bm25.doc_freq(f) > 0]
+            except StoreError:  # a damaged index: the search reports it
+                forms = []
+            out.extend(forms or [w])
+        return out
 
     def unread(self, qa: QueryAnalysis) -> bool:
         """Whether the serving model has never read the query's words (``unread_words``)."""
@@ -792,6 +830,21 @@ def filters_alone(text: str, inline: Filters) -> bool:
         and inline.phrase is None
         and bool(inline.tags or inline.path_prefix or inline.since or inline.until or inline.sources)
     )
+
+
+_STOPWORD_STEMS: dict[str, dict[str, tuple[str, ...]]] = {}
+
+
+def _stopword_stems(bm25: Bm25Index, field: str) -> dict[str, tuple[str, ...]]:
+    """The stopwords of the field's language by their stem in that field (every index analyzes a
+    field alike: once per process and field)."""
+    if field not in _STOPWORD_STEMS:
+        by_stem: dict[str, list[str]] = {}
+        for w in sorted(STOPWORDS_DE if field == "body_de" else STOPWORDS_EN):
+            for t in bm25.analyze(w, field):
+                by_stem.setdefault(t, []).append(w)
+        _STOPWORD_STEMS[field] = {t: tuple(ws) for t, ws in by_stem.items()}
+    return _STOPWORD_STEMS[field]
 
 
 def _no_hits(qa: QueryAnalysis, filters: Filters) -> SearchResult:
