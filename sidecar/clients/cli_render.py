@@ -403,6 +403,7 @@ class Progress:
 
 
 # Markdown a person reading a one-line snippet does not need to see (the note keeps it: `get`).
+_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})(.*)$")
 _RULE_ROW = re.compile(r"^\s*\|?(?:\s*:?-{2,}:?\s*\|)+\s*(?::?-{2,}:?\s*)?\|?\s*$")
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
 _CALLOUT = re.compile(r"^(?:\s*>)+\s*\[!(\w+)\][-+]?\s*")
@@ -418,9 +419,22 @@ _MEDIA = re.compile(
 
 def plain_text(text: str) -> str:
     """A chunk's Markdown as one line of prose: headings end with a colon, table rules, quote and
-    emphasis marks dropped, links shown as their text, callouts as their kind."""
+    emphasis marks dropped, links shown as their text, callouts as their kind. A fenced code
+    block's lines are shown as written: its ``# comment`` is no heading, its ``|`` no table."""
     out = []
+    fence = ""  # the open fence's marker, "" outside code
     for raw in text.splitlines():
+        marker = _FENCE.match(raw)
+        if fence:
+            # CommonMark: the same character, at least as long, and nothing after it.
+            if marker and marker.group(1)[0] == fence[0] and len(marker.group(1)) >= len(fence):
+                fence = "" if not marker.group(2).strip() else fence
+            if fence:
+                out.append(raw)
+            continue
+        if marker and not (marker.group(1)[0] == "`" and "`" in marker.group(2)):
+            fence = marker.group(1)
+            continue
         if _RULE_ROW.match(raw):
             continue
         line = _WIKILINK.sub(_link_text, raw)
