@@ -296,6 +296,12 @@ def test_daemon_links_related_and_excludes_after_reload(daemon_factory: Any, tmp
     assert "vault/Sync  (links both ways" in out
     out = d.run_cli("get", "vault/Home", "--links", check=True).stdout
     assert "embeds vault/Callouts" in out and "unresolved: [[Nowhere]]" in out
+    # Backlinks say as much as links: the section meant, and an embed as an embed.
+    assert (
+        "line 6 of vault/Home links here #Setup"
+        in d.run_cli("get", "vault/Sync", "--links", check=True).stdout
+    )
+    assert "line 6 of vault/Home embeds this note" in d.run_cli("get", "vault/Callouts", "--links").stdout
 
     assert d.call("search", {"query": "outboard engine", "minScore": 0})["hits"]
     cfg_file.write_text("embedder:\n  enabled: false\nindex:\n  exclude: [Projects/]\n")

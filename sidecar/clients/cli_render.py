@@ -346,7 +346,10 @@ def render_links(r: dict[str, Any]) -> str:
             excluded = f" (not indexed: excluded by {shown(rule)})" if rule else ""
             lines.append(f"  line {link['line']}: {kind} {shown(link['target'])}{anchor}{excluded}")
     for b in r["backlinks"]:
-        lines.append(f"  line {b['line']} of {shown(b['reference'])} links here")
+        # The same detail as the outgoing side: which section or block is meant, and embeds.
+        kind = "embeds this note" if b.get("embed") else "links here"
+        anchor = f" #{shown(b['anchor'])}" if b.get("anchor") else ""
+        lines.append(f"  line {b['line']} of {shown(b['reference'])} {kind}{anchor}")
     for name in r["unresolved"]:
         lines.append(f"  unresolved: [[{shown(name)}]]")
     return "\n".join(lines)
