@@ -13,8 +13,8 @@ from sidecar.clients.client import Client
 from sidecar.clients.mcp_texts import trash_dropped_note
 from sidecar.config import Config
 from sidecar.contracts.errors import ExitCode, RemoteError
-from sidecar.contracts.protocol import LIST_LIMIT_RANGE
 from sidecar.contracts.printable import escape_controls as shown
+from sidecar.contracts.protocol import LIST_LIMIT_RANGE
 from sidecar.contracts.wire import refused_note
 
 
