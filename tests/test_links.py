@@ -243,7 +243,7 @@ def test_code_blocks_end_where_commonmark_ends_them(tmp_path: Path, make_cfg: An
 def test_names_with_a_dot_are_notes_attachments_are_not(tmp_path: Path, make_cfg: Any) -> None:
     """[[Node.js]], ![[Node.js]] and [[ASP.NET|ASP]] link to those notes (any dotted name was taken
     for an attachment and dropped); images, PDFs, office files, archives and data files (csv,
-    json, ...: they were unresolved note links) stay no note links."""
+    json, ...: they were unresolved note links) stay no note links. A Canvas is a note."""
     v = tmp_path / "dots"
     write(v / "Node.js.md", "JavaScript runtime.\n")
     write(v / "ASP.NET.md", "Framework.\n")
@@ -262,6 +262,7 @@ def test_names_with_a_dot_are_notes_attachments_are_not(tmp_path: Path, make_cfg
             ("vault/Node.js", "Node.js", True),
             ("vault/ASP.NET", "ASP.NET", False),
             (None, "Release 1.5", False),
+            (None, "Board.canvas", False),  # a Canvas is a note: here, one not there
         ]
     finally:
         h.close()

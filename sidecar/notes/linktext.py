@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 from sidecar.notes.frontmatter import front_matter_block
-from sidecar.notes.markdown import WIKILINK, code_lines, is_attachment, without_code_spans, without_comments
+from sidecar.notes.markdown import WIKILINK, code_lines, without_code_spans, without_comments
+from sidecar.notes.markdown import is_attachment as _attached
 
 _MDLINK = re.compile(r"(!?)\[([^\[\]]*)\]\(\s*(<[^<>\n]+>|[^()\s]+)(?:\s+\"[^\"]*\")?\s*\)")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
@@ -28,6 +29,12 @@ class Link:
     embed: bool
     kind: str  # "wiki" | "markdown"
     line: int  # 1-based
+
+
+def is_attachment(target: str) -> bool:
+    """A link to an attachment, not a note. A Canvas is a note here (its cards are indexed), though
+    a note's text shows an embedded one as nothing to read."""
+    return _attached(target) and not target.lower().endswith(".canvas")
 
 
 def _anchor(raw: str) -> str:
