@@ -1165,6 +1165,7 @@ def test_a_canvas_is_a_note_and_a_base_is_counted(daemon_factory: Any, tmp_path:
     write(v / "Projekte/Gartenhaus.md", "# Gartenhaus\n\n## Dach\n\nLärchenbretter.\n")
     write(v / "Planung.canvas", json.dumps(PLAN_CANVAS))
     write(v / "Kaputt.canvas", '{"nodes": [')
+    write(v / "Übersicht.md", "# Übersicht\n\n![[Planung.canvas]] und [[Planung]]\n")
     write(v / "Aufgaben.base", "views:\n  - type: table\n    name: Offene Aufgaben\n")
     cfg_file = tmp_path / "sidecar.yaml"
     cfg_file.write_text("embedder:\n  enabled: false\n")
@@ -1184,6 +1185,9 @@ def test_a_canvas_is_a_note_and_a_base_is_counted(daemon_factory: Any, tmp_path:
     back = d.call("get", {"reference": "vault/Projekte/Gartenhaus"})["backlinks"]
     assert {b["reference"] for b in back} == {"vault/Planung.canvas"}
     assert d.call("get", {"reference": "Planung.canvas"})["reference"] == "vault/Planung.canvas"
+    # A link names a canvas with its extension, as in Obsidian ("[[Planung]]" is a note's name).
+    links = d.call("get", {"reference": "vault/Übersicht"})["links"]
+    assert [(x["target"], x["embed"]) for x in links] == [("vault/Planung.canvas", True), (None, False)]
     skipped = d.health()["index"]["skipped"]
     assert skipped["malformed Canvas (not JSON)"] == 1
     assert skipped["Bases view definition (no text to index)"] == 1
