@@ -2116,3 +2116,24 @@ def test_a_search_of_filters_alone_lists_the_notes_newest_first(
 
     text, structured = Direct(tmp_path / "unused.sock", "claude").search({"query": query})
     assert structured["listed"] == 2 and "filters alone" in text and "vault/Projekte/Zaun" in text
+
+
+def test_a_cut_list_says_so_and_limit_pages_it(
+    tmp_path: Path, serve_in_process: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`memory list` text cut at its limit (200 by default) said "1275 note(s)" under 200 lines; it
+    says how many are shown and how to see the rest, and --limit asks for more or fewer."""
+    v = tmp_path / "many"
+    for name in ("Alpha", "Beta", "Gamma"):
+        write(v / "Projekte" / f"{name}.md", f"# {name}\n\nText.\n")
+    server = serve_in_process(v)
+    argv = ["memory", "list", "--agent", "me", "--source", "vault", "--limit", "2"]
+    assert command_for("memory")(build_parser().parse_args(argv), server.cfg) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3
+    assert lines[-1] == (
+        "first 2 of 3 note(s) shown; raise --limit (up to 1,000) or narrow with --path PREFIX or --tag TAG"
+    )
+    argv[-1] = "3"
+    assert command_for("memory")(build_parser().parse_args(argv), server.cfg) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "3 note(s)"

@@ -714,6 +714,23 @@ def test_search_snippets_read_as_prose_around_the_query_words() -> None:
     assert snippet("Short **note**.", "note") == "Short note."
 
 
+def test_snippets_show_code_blocks_as_written() -> None:
+    """A ``#`` comment in a fenced code block is no heading in a hit's one-line snippet (it got the
+    heading's colon: "Flächenberechnung für das Pultdach:"), a ``|`` there no table cell; the text
+    after the block is prose again."""
+    from sidecar.clients.cli_render import plain_text
+
+    chunk = (
+        "## Skript zur Berechnung\n\n```bash\n#!/bin/bash\n# Flächenberechnung für das Pultdach\n"
+        "echo $((4 * 3)) | bc\n~~~\n# Ende\n```\n\n# Nachher\n\n| a | b |\n"
+    )
+    assert plain_text(chunk) == (
+        "Skript zur Berechnung: #!/bin/bash # Flächenberechnung für das Pultdach "
+        "echo $((4 * 3)) | bc ~~~ # Ende Nachher: a · b;"
+    )
+    assert plain_text("~~~~\n# a\n~~~ not closed\n# b\n") == "# a ~~~ not closed # b"  # runs to the end
+
+
 def test_status_calls_a_missing_wiki_optional(shared: DaemonProcess) -> None:
     """The wiki folder is named by default and optional: the quick start (no wiki) was told on
     every status screen that something was wrong with a name it never set. Another root's

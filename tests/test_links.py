@@ -243,7 +243,7 @@ def test_code_blocks_end_where_commonmark_ends_them(tmp_path: Path, make_cfg: An
 def test_names_with_a_dot_are_notes_attachments_are_not(tmp_path: Path, make_cfg: Any) -> None:
     """[[Node.js]], ![[Node.js]] and [[ASP.NET|ASP]] link to those notes (any dotted name was taken
     for an attachment and dropped); images, PDFs, office files, archives and data files (csv,
-    json, ...: they were unresolved note links) stay no note links."""
+    json, ...: they were unresolved note links) stay no note links. A Canvas is a note."""
     v = tmp_path / "dots"
     write(v / "Node.js.md", "JavaScript runtime.\n")
     write(v / "ASP.NET.md", "Framework.\n")
@@ -262,6 +262,7 @@ def test_names_with_a_dot_are_notes_attachments_are_not(tmp_path: Path, make_cfg
             ("vault/Node.js", "Node.js", True),
             ("vault/ASP.NET", "ASP.NET", False),
             (None, "Release 1.5", False),
+            (None, "Board.canvas", False),  # a Canvas is a note: here, one not there
         ]
     finally:
         h.close()
@@ -346,3 +347,30 @@ def test_pasted_links_and_names() -> None:
     assert pasted_link("Boat#^crew") == ("Boat", "^crew")
     assert pasted_link("Boat^crew") == ("Boat", "^crew")
     assert pasted_link("wiki/Boat") == ("wiki/Boat", "")
+
+
+def test_escaped_pipe_in_a_table_is_no_part_of_the_anchor(tmp_path: Path, make_cfg: Any) -> None:
+    """``[[Note#Heading\\|alias]]`` (Obsidian's escape inside a table) links to "Heading", in the
+    note's links and the target's backlinks alike: the backslash belonged to the pipe."""
+    v = tmp_path / "tv"
+    write(v / "Sync.md", "# Sync\n\n## Setup\n\nOpen the settings. ^step1\n")
+    write(
+        v / "Table.md",
+        "---\nup: '[[Sync#Setup\\|s]]'\n---\n| a | b |\n| --- | --- |\n"
+        "| x | [[Sync#Setup\\|Setup]] |\n| y | [[Sync#^step1\\|step]] |\n| z | ![[Sync\\|shown]] |\n",
+    )
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        graph = LinkGraph(h.stores.manifest.read)
+        links = graph.links_of("vault/Table")
+        assert [(link["anchor"], link["display"]) for link in links] == [
+            ("Setup", "s"),
+            ("Setup", "Setup"),
+            ("^step1", "step"),
+            (None, "shown"),
+        ]
+        assert all(link["target"] == "vault/Sync" for link in links)
+        assert [b["anchor"] for b in graph.backlinks("vault/Sync")] == ["Setup", "Setup", "^step1", None]
+    finally:
+        h.close()

@@ -296,6 +296,12 @@ def test_daemon_links_related_and_excludes_after_reload(daemon_factory: Any, tmp
     assert "vault/Sync  (links both ways" in out
     out = d.run_cli("get", "vault/Home", "--links", check=True).stdout
     assert "embeds vault/Callouts" in out and "unresolved: [[Nowhere]]" in out
+    # Backlinks say as much as links: the section meant, and an embed as an embed.
+    assert (
+        "line 6 of vault/Home links here #Setup"
+        in d.run_cli("get", "vault/Sync", "--links", check=True).stdout
+    )
+    assert "line 6 of vault/Home embeds this note" in d.run_cli("get", "vault/Callouts", "--links").stdout
 
     assert d.call("search", {"query": "outboard engine", "minScore": 0})["hits"]
     cfg_file.write_text("embedder:\n  enabled: false\nindex:\n  exclude: [Projects/]\n")
@@ -1152,3 +1158,109 @@ def test_a_note_sidecars_own_exclude_leaves_out_is_not_shown(tmp_path: Path, ser
     assert "altes Projekt" in archived["text"] and archived["excluded"] == "Obsidian excluded files: Archiv/"
     links = server.call("get", {"reference": "vault/Home"})["links"]
     assert {link["target"] for link in links} == {"vault/Privat/Tagebuch", "vault/Archiv/Alt"}
+
+
+def _card(kind: str, box: tuple[int, int, int, int], **fields: str) -> dict[str, Any]:
+    x, y, width, height = box
+    return {"id": f"n{x}{y}", "type": kind, "x": x, "y": y, "width": width, "height": height, **fields}
+
+
+PLAN_CANVAS = {
+    "nodes": [
+        _card("group", (-50, -50, 800, 500), label="Sprint Mondscheinbahn"),
+        _card("file", (400, 0, 300, 200), file="Projekte/Gartenhaus.md"),
+        _card("text", (0, 0, 300, 200), text="# Leuchtturmprojekt\nKundenportal, siehe [[Gartenhaus#Dach]]."),
+        _card("link", (0, 300, 300, 100), url="https://example.org"),
+        _card("text", (0, 900, 300, 100), text="Lose Karte: Abendrot"),
+    ],
+    "edges": [{"id": "e1", "fromNode": "n00", "toNode": "n4000", "label": "hängt ab von"}],
+}
+
+
+def test_a_canvas_is_a_note_and_a_base_is_counted(daemon_factory: Any, tmp_path: Path) -> None:
+    """A Canvas was invisible: its cards were not searched, its file cards no backlinks, and no
+    count said it was left out. Now it is a note (``vault/Plan.canvas``): its cards' Markdown,
+    groups as headings, file cards and links in cards as links; edits are seen while running; a
+    malformed one and a Bases file are skipped with their reason in status."""
+    v = tmp_path / "cvault"
+    write(v / "Projekte/Gartenhaus.md", "# Gartenhaus\n\n## Dach\n\nLärchenbretter.\n")
+    write(v / "Planung.canvas", json.dumps(PLAN_CANVAS))
+    write(v / "Kaputt.canvas", '{"nodes": [')
+    write(v / "Übersicht.md", "# Übersicht\n\n![[Planung.canvas]] und [[Planung]]\n")
+    write(v / "Aufgaben.base", "views:\n  - type: table\n    name: Offene Aufgaben\n")
+    cfg_file = tmp_path / "sidecar.yaml"
+    cfg_file.write_text("embedder:\n  enabled: false\n")
+    d: DaemonProcess = daemon_factory(v, extra=["--config", str(cfg_file)]).start()
+    hits = d.call("search", {"query": "Leuchtturmprojekt Kundenportal", "minScore": 0})["hits"]
+    assert hits[0]["reference"] == "vault/Planung.canvas"
+    got = d.call("get", {"reference": "vault/Planung.canvas"})
+    # The loose card first, then the group under its label, its cards top to bottom, left to right.
+    assert got["text"] == (
+        "Lose Karte: Abendrot\n\n# Sprint Mondscheinbahn\n\n# Leuchtturmprojekt\n"
+        "Kundenportal, siehe [[Gartenhaus#Dach]].\n\n[[Projekte/Gartenhaus.md]]\n\nhttps://example.org\n"
+    )
+    assert [(x["target"], x["anchor"]) for x in got["links"]] == [
+        ("vault/Projekte/Gartenhaus", "Dach"),
+        ("vault/Projekte/Gartenhaus", None),
+    ]
+    back = d.call("get", {"reference": "vault/Projekte/Gartenhaus"})["backlinks"]
+    assert {b["reference"] for b in back} == {"vault/Planung.canvas"}
+    assert d.call("get", {"reference": "Planung.canvas"})["reference"] == "vault/Planung.canvas"
+    # A link names a canvas with its extension, as in Obsidian ("[[Planung]]" is a note's name).
+    links = d.call("get", {"reference": "vault/Übersicht"})["links"]
+    assert [(x["target"], x["embed"]) for x in links] == [("vault/Planung.canvas", True), (None, False)]
+    skipped = d.health()["index"]["skipped"]
+    assert skipped["malformed Canvas (not JSON)"] == 1
+    assert skipped["Bases view definition (no text to index)"] == 1
+    status = d.run_cli("status", check=True).stdout
+    assert (
+        "1 Bases view definition (no text to index)" in status and "1 malformed Canvas (not JSON)" in status
+    )
+    # An edit of the canvas while running is indexed (the watcher let only new and gone ones by).
+    PLAN_CANVAS["nodes"][4]["text"] = "Lose Karte: Morgenrot"
+    (v / "Planung.canvas").write_text(json.dumps(PLAN_CANVAS), encoding="utf-8")
+    _wait(lambda: d.call("search", {"query": "Morgenrot", "minScore": 0})["hits"])
+    assert (
+        d.call("search", {"query": "Morgenrot", "minScore": 0})["hits"][0]["reference"]
+        == "vault/Planung.canvas"
+    )
+
+
+def _template_vault(tmp_path: Path) -> Path:
+    v = tmp_path / "tvault"
+    write(v / "Vorlagen/Tagesnotiz.md", "# {{date:dddd}}\n\n## Was habe ich heute gemacht?\n\n- \n")
+    write(v / "Journal/03.12.2026.md", "# Donnerstag\n\nDach gedeckt, mit Lena telefoniert.\n")
+    write(v / "Vorlagenkunde.md", "# Vorlagenkunde\n\nNot in the folder, only alike in name.\n")
+    write(v / ".obsidian/templates.json", json.dumps({"folder": "Vorlagen/"}))
+    return v
+
+
+def test_the_templates_folder_is_left_out_under_its_own_rule(tmp_path: Path, make_cfg: Any) -> None:
+    """A template ("## Was habe ich heute gemacht?") ranked first for "was hab ich vorgestern
+    gemacht": the folder named by the Templates plugin (and Templater) is left out as Excluded files
+    are, counted under its own rule; a change of the setting is followed; a switch keeps it."""
+    v = _template_vault(tmp_path)
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        assert _keys(h) == {"vault/Journal/03.12.2026", "vault/Vorlagenkunde"}
+        assert h.indexer.activity.excluded == {"Obsidian templates folder: Vorlagen/": 1}
+        assert h.indexer.excluded_by("vault/Vorlagen/Tagesnotiz") == "Obsidian templates folder: Vorlagen/"
+        # Templater's folder instead (the core plugin's setting gone): followed at the next sweep.
+        (v / ".obsidian/templates.json").unlink()
+        write(
+            v / ".obsidian/plugins/templater-obsidian/data.json", json.dumps({"templates_folder": "Journal"})
+        )
+        h.sweep()
+        assert _keys(h) == {"vault/Vorlagen/Tagesnotiz", "vault/Vorlagenkunde"}
+        assert h.indexer.activity.excluded == {"Obsidian templates folder: Journal/": 1}
+    finally:
+        h.close()
+    h = Harness(
+        make_cfg(_template_vault(tmp_path / "b"), **{"index.obsidianTemplates": "false"}), FakeEmbedder()
+    )
+    try:
+        h.sweep()
+        assert "vault/Vorlagen/Tagesnotiz" in _keys(h)
+    finally:
+        h.close()

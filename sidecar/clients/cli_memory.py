@@ -14,6 +14,7 @@ from sidecar.clients.mcp_texts import trash_dropped_note
 from sidecar.config import Config
 from sidecar.contracts.errors import ExitCode, RemoteError
 from sidecar.contracts.printable import escape_controls as shown
+from sidecar.contracts.protocol import LIST_LIMIT_RANGE
 from sidecar.contracts.wire import refused_note
 
 
@@ -40,6 +41,8 @@ def cmd_memory(args: argparse.Namespace, cfg: Config) -> int:
             params["source"] = args.source
         if args.path:
             params["pathPrefix"] = args.path
+        if args.limit is not None:
+            params["limit"] = args.limit
     else:
         params["slug"] = _slug(args)
         if args.action in ("write", "edit"):
@@ -97,6 +100,15 @@ def _stdin_note(action: str) -> str:
     return text
 
 
+def _list_footer(result: dict[str, Any]) -> str:
+    """The count under a list; a cut list says so (the footer named every note while 200 showed)."""
+    total, shown_n = result["total"], len(result["notes"])
+    if not result.get("truncated"):
+        return f"{total:,} note(s)"
+    more = f"raise --limit (up to {LIST_LIMIT_RANGE[1]:,}) or " if shown_n < LIST_LIMIT_RANGE[1] else ""
+    return f"first {shown_n:,} of {total:,} note(s) shown; {more}narrow with --path PREFIX or --tag TAG"
+
+
 def _print_memory(action: str, result: dict[str, Any]) -> None:
     if action == "list":
         if result.get("inboxRefused"):
@@ -105,7 +117,7 @@ def _print_memory(action: str, result: dict[str, Any]) -> None:
             why = n.get("why", "not indexed")
             state = "" if n.get("indexed", True) else f"  [not searchable: {shown(why)}]"
             print(f"{shown(n['reference'])}  {shown(n['title'])}  ({n['modified']}){state}")
-        print(f"{result['total']} note(s)")
+        print(_list_footer(result))
     elif action == "delete":
         print(f"moved to {shown(result['trash'])}" if result.get("trash") else shown(result["message"]))
     else:

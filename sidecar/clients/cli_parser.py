@@ -14,7 +14,14 @@ from typing import Any, NoReturn
 from sidecar import __version__
 from sidecar.config import Config, agent_name_problem, daemon_address, load_config, valid_agent
 from sidecar.contracts.errors import ConfigError, ExitCode, SidecarError
-from sidecar.contracts.protocol import LIMIT_RANGE, MIN_SCORE_RANGE, RELATED_LIMIT_RANGE, TOKEN_BUDGET_RANGE
+from sidecar.contracts.protocol import (
+    LIMIT_RANGE,
+    LIST_LIMIT_DEFAULT,
+    LIST_LIMIT_RANGE,
+    MIN_SCORE_RANGE,
+    RELATED_LIMIT_RANGE,
+    TOKEN_BUDGET_RANGE,
+)
 from sidecar.contracts.wire import SOURCES
 
 
@@ -396,6 +403,12 @@ def _memory(p: argparse.ArgumentParser) -> None:
         help="list: whose notes (default memory: the agent's own; all: the vault, the wiki and the agent's)",
     )
     p.add_argument("--path", metavar="PREFIX", help="list: only notes whose path starts with this")
+    p.add_argument(
+        "-n",
+        "--limit",
+        type=_in_range(int, LIST_LIMIT_RANGE),
+        help=f"list: notes shown, {LIST_LIMIT_RANGE[0]}-{LIST_LIMIT_RANGE[1]} (default {LIST_LIMIT_DEFAULT})",
+    )
 
 
 def _config(p: argparse.ArgumentParser) -> None:

@@ -346,7 +346,10 @@ def render_links(r: dict[str, Any]) -> str:
             excluded = f" (not indexed: excluded by {shown(rule)})" if rule else ""
             lines.append(f"  line {link['line']}: {kind} {shown(link['target'])}{anchor}{excluded}")
     for b in r["backlinks"]:
-        lines.append(f"  line {b['line']} of {shown(b['reference'])} links here")
+        # The same detail as the outgoing side: which section or block is meant, and embeds.
+        kind = "embeds this note" if b.get("embed") else "links here"
+        anchor = f" #{shown(b['anchor'])}" if b.get("anchor") else ""
+        lines.append(f"  line {b['line']} of {shown(b['reference'])} {kind}{anchor}")
     for name in r["unresolved"]:
         lines.append(f"  unresolved: [[{shown(name)}]]")
     return "\n".join(lines)
@@ -403,6 +406,7 @@ class Progress:
 
 
 # Markdown a person reading a one-line snippet does not need to see (the note keeps it: `get`).
+_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})(.*)$")
 _RULE_ROW = re.compile(r"^\s*\|?(?:\s*:?-{2,}:?\s*\|)+\s*(?::?-{2,}:?\s*)?\|?\s*$")
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
 _CALLOUT = re.compile(r"^(?:\s*>)+\s*\[!(\w+)\][-+]?\s*")
@@ -418,9 +422,22 @@ _MEDIA = re.compile(
 
 def plain_text(text: str) -> str:
     """A chunk's Markdown as one line of prose: headings end with a colon, table rules, quote and
-    emphasis marks dropped, links shown as their text, callouts as their kind."""
+    emphasis marks dropped, links shown as their text, callouts as their kind. A fenced code
+    block's lines are shown as written: its ``# comment`` is no heading, its ``|`` no table."""
     out = []
+    fence = ""  # the open fence's marker, "" outside code
     for raw in text.splitlines():
+        marker = _FENCE.match(raw)
+        if fence:
+            # CommonMark: the same character, at least as long, and nothing after it.
+            if marker and marker.group(1)[0] == fence[0] and len(marker.group(1)) >= len(fence):
+                fence = "" if not marker.group(2).strip() else fence
+            if fence:
+                out.append(raw)
+            continue
+        if marker and not (marker.group(1)[0] == "`" and "`" in marker.group(2)):
+            fence = marker.group(1)
+            continue
         if _RULE_ROW.match(raw):
             continue
         line = _WIKILINK.sub(_link_text, raw)

@@ -51,6 +51,11 @@ class IndexConfig:
     obsidian_excludes: bool = _opt(
         True, "Also leave out what Obsidian's 'Excluded files' setting (.obsidian/app.json) names."
     )
+    obsidian_templates: bool = _opt(
+        True,
+        "Also leave out the templates folder (Templates plugin: .obsidian/templates.json; Templater): "
+        "a template is never what you did or wrote. false: index it as notes.",
+    )
 
 
 @section

@@ -27,6 +27,8 @@ MAX_DEPTH = 32
 LIMIT_RANGE = (1, 200)  # search and recall: hits
 MIN_SCORE_RANGE = (0.0, 100.0)  # search and recall: minScore (relevance is 0-1; 0 keeps everything)
 RELATED_LIMIT_RANGE = (1, 100)  # related: notes
+LIST_LIMIT_RANGE = (1, 1000)  # list: notes
+LIST_LIMIT_DEFAULT = 200
 TOKEN_BUDGET_RANGE = (100, 50_000)  # recall and outline: tokenBudget
 # The lengths of the ops' text parameters, in characters; the MCP tools' schemas state the same.
 MAX_QUERY_CHARS = 4000  # search, recall, why: the query or message (a recall prompt's topic too)

@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 
 _JOIN_TIMEOUT = 10.0
 # Keys a reload applies; every other one is read at start.
-_RELOADED = ("search.", "recall.", "index.exclude", "index.obsidianExcludes")
+_RELOADED = ("search.", "recall.", "index.exclude", "index.obsidianExcludes", "index.obsidianTemplates")
 # Keys that say which daemon a file is for: a file naming others is not this daemon's any more
 # (emptied, cut short while being written) and none of it is applied.
 _IDENTITY = ("home", "socket", "vault.path")
@@ -301,7 +301,9 @@ class Daemon:
         if parts is not None and loop is not None:
             s = new.search
             parts.vectors.tune(s.ann_index, s.ann_probes, s.ann_threshold)
-            which = parts.indexer.set_excludes(new.index.exclude, new.index.obsidian_excludes)
+            which = parts.indexer.set_excludes(
+                new.index.exclude, new.index.obsidian_excludes, new.index.obsidian_templates
+            )
             if which is not None:
                 changed.append(which)
                 loop.request_sweep(False, None, frozenset())  # excluded notes leave, included ones come

@@ -29,14 +29,17 @@ from sidecar.stores.manifest import FileState, Manifest
 from sidecar.vault.homeguard import held
 from sidecar.vault.mounts import stable_inodes
 from sidecar.vault.sources import (
+    BASE_REASON,
     LINK_REASON,
+    NOTE_SUFFIXES,
     TWIN_REASON,
     NoteFile,
     Root,
     Skipped,
     extension_twin,
     inbox_root,
-    is_markdown_name,
+    is_base_name,
+    is_note_name,
     link_refusal,
     name_refusal,
     root_refusal,
@@ -176,7 +179,7 @@ class ChangeFinder:
                 else by_name.get(name)
             )
             path = Path(where)
-            if root is None or not is_markdown_name(path.name) or not path.is_relative_to(root.path):
+            if root is None or not is_note_name(path.name, root.source) or not path.is_relative_to(root.path):
                 continue
             out[root.key_of(path.relative_to(root.path).as_posix())] = (path, reason)
         return out
@@ -581,7 +584,7 @@ class ChangeFinder:
                 }
                 self._say_unreadable(root.name)
         for rel in gone:
-            if rel.lower().endswith(".md"):
+            if rel.lower().endswith(NOTE_SUFFIXES):
                 key = root.key_of(rel)
                 if manifest.rel_of(key) in (None, rel):  # not when its key's file is a twin
                     missing.update(manifest.file_states_of([key]))
@@ -606,7 +609,7 @@ class ChangeFinder:
                 continue
             diff.skipped[s.reason] = diff.skipped.get(s.reason, 0) + 1
             self._skipped(root, s)
-            if s.reason not in _KEPT_WHEN_SKIPPED and is_markdown_name(s.path.name):
+            if s.reason not in _KEPT_WHEN_SKIPPED and is_note_name(s.path.name, root.source):
                 # Now left out (grown too large, ...): its old text must not be found any more,
                 # as a full sweep would remove it.
                 with contextlib.suppress(ValueError):
@@ -648,7 +651,7 @@ class ChangeFinder:
                 rules[n.key] = rule
         missing.update(self.manifest.file_states_of(list(rules)))
         folders = {_prefix(root, rel) for rel in [*gone, *walked]}
-        files = {root.key_of(rel) for rel in gone if rel.lower().endswith(".md")}
+        files = {root.key_of(rel) for rel in gone if rel.lower().endswith(NOTE_SUFFIXES)}
         excluded: dict[str, dict[str, str]] = {scope: {} for scope in [*folders, *files]}
         for key, rule in rules.items():
             # Each folder the note lies in by its key's "/"s: a checkout of thousands of paths
@@ -785,8 +788,9 @@ def _file(  # noqa: PLR0911 - one return per kind of file
             return None
         if why is not None:
             return Skipped(path, why)
-    if not is_markdown_name(path.name):
-        return None
+    if not is_note_name(path.name, root.source):
+        base_file = root.source != "memory" and stat.S_ISREG(st.st_mode) and is_base_name(path.name)
+        return Skipped(path, BASE_REASON) if base_file else None
     if not stat.S_ISREG(st.st_mode):  # a pipe or device named like a note: counted, as a scan does
         return Skipped(path, "not a regular file")
     why = name_refusal(root, path.name)

@@ -94,7 +94,12 @@ class Indexer:
         self.supervisor = supervisor
         self.leftover: frozenset[str] | None = None  # paths a failed sweep scanned but did not write
         self._gone_left: list[str] = []  # keys a failed sweep could not delete
-        self.ignore = IgnoreRules(cfg.index.exclude, cfg.vault.path, cfg.index.obsidian_excludes)
+        self.ignore = IgnoreRules(
+            cfg.index.exclude,
+            cfg.vault.path,
+            cfg.index.obsidian_excludes,
+            templates=cfg.index.obsidian_templates,
+        )
         # Obsidian's rules as a run before read them: in force at a start while their file is
         # missing (``IgnoreRules.resume``), and written again whenever what is read changes.
         self._rules_kept = self.manifest.get_meta(_OBSIDIAN_RULES)
@@ -121,14 +126,18 @@ class Indexer:
         self._waited_for_tokenizer = False
         self._tokenizer_wait = 0.0  # seconds the one wait for the model's tokenizer took
 
-    def set_excludes(self, patterns: Sequence[str], obsidian: bool) -> str | None:
+    def set_excludes(self, patterns: Sequence[str], obsidian: bool, templates: bool = True) -> str | None:
         """New exclusion rules (config reload): what changed ("index.exclude", or Obsidian's
         "Excluded files", read again now: an edit there waited for a full sweep), else None."""
-        if (tuple(patterns), obsidian) == (self.ignore.patterns, self.ignore.obsidian):
+        if (tuple(patterns), obsidian, templates) == (
+            self.ignore.patterns,
+            self.ignore.obsidian,
+            self.ignore.templates,
+        ):
             before = self.ignore.rules()
             self._refresh_ignore()  # with the probe timeout, as a sweep reads them: a share may hang
             return "Obsidian excluded files" if self.ignore.rules() != before else None
-        rules = IgnoreRules(patterns, self.cfg.vault.path, obsidian, self.ignore.clock)
+        rules = IgnoreRules(patterns, self.cfg.vault.path, obsidian, self.ignore.clock, templates)
         rules.carry_over(self.ignore)
         self.ignore = rules
         self.problems.clear("obsidian_settings")  # said again by the next read if still true

@@ -21,6 +21,8 @@ from typing import Any
 from sidecar.config import Config
 from sidecar.contracts.errors import EmbedderError, ProtocolError, SidecarError, StorageError, StoreError
 from sidecar.contracts.protocol import (
+    LIST_LIMIT_DEFAULT,
+    LIST_LIMIT_RANGE,
     MAX_PATH_PREFIX_CHARS,
     MAX_TAG_CHARS,
     Request,
@@ -55,7 +57,6 @@ from sidecar.vault.sources import (
 
 log = logging.getLogger(__name__)
 
-MAX_LIST = 1000
 DUPLICATE_SOURCES = ("memory", "wiki", "vault")
 _DUPLICATE_QUERY_CHARS = 2000  # of a written note's text, asked of the keyword index for copies
 MAX_DUPLICATE_CHUNKS = 32  # a longer note is compared by its first 32 chunks' vectors (and all its words)
@@ -351,7 +352,9 @@ class MemoryOps:
             raise ProtocolError(f"'source' must be one of {', '.join(SOURCES)} or all")
         tag = (param_opt_str(p, "tag", max_len=MAX_TAG_CHARS) or "").lstrip("#").lower() or None
         prefix = param_opt_str(p, "pathPrefix", max_len=MAX_PATH_PREFIX_CHARS) or ""
-        limit = param_int(p, "limit", default=200, lo=1, hi=MAX_LIST)
+        limit = param_int(
+            p, "limit", default=LIST_LIMIT_DEFAULT, lo=LIST_LIMIT_RANGE[0], hi=LIST_LIMIT_RANGE[1]
+        )
         own = ("key >= ? AND key < ?", [f"memory/{agent}/", f"memory/{agent}0"])  # '0': after '/'
         if source == "memory":
             where, args = own

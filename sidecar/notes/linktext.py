@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 from sidecar.notes.frontmatter import front_matter_block
-from sidecar.notes.markdown import WIKILINK, code_lines, is_attachment, without_code_spans, without_comments
+from sidecar.notes.markdown import WIKILINK, code_lines, without_code_spans, without_comments
+from sidecar.notes.markdown import is_attachment as _attached
 
 _MDLINK = re.compile(r"(!?)\[([^\[\]]*)\]\(\s*(<[^<>\n]+>|[^()\s]+)(?:\s+\"[^\"]*\")?\s*\)")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
@@ -30,9 +31,22 @@ class Link:
     line: int  # 1-based
 
 
+def is_attachment(target: str) -> bool:
+    """A link to an attachment, not a note. A Canvas is a note here (its cards are indexed), though
+    a note's text shows an embedded one as nothing to read."""
+    return _attached(target) and not target.lower().endswith(".canvas")
+
+
 def _anchor(raw: str) -> str:
     parts = [p.strip() for p in raw.split("#") if p.strip()]
     return " › ".join(parts)
+
+
+def _wiki_parts(m: re.Match[str]) -> tuple[str, str, str]:
+    """(target, anchor, alias) of a wiki-link match. Inside a table Obsidian needs the alias's pipe
+    escaped (``[[Note#Heading\\|alias]]``); the backslash belongs to neither the target nor the anchor."""
+    target, anchor = m.group(2).strip().rstrip("\\").strip(), (m.group(3) or "").rstrip().rstrip("\\")
+    return target, _anchor(anchor), (m.group(4) or "").strip()
 
 
 def extract_links(text: str, code: Container[int] | None = None) -> list[Link]:
@@ -52,29 +66,18 @@ def extract_links(text: str, code: Container[int] | None = None) -> list[Link]:
     # are links as much as the text's (backlinks, graph, renames).
     for i in range(1, max(start - 1, 1)):
         for m in WIKILINK.finditer(lines[i]) if "[[" in lines[i] else ():
-            target = m.group(2).strip()
+            target, anchor, display = _wiki_parts(m)
             if target and not is_attachment(target):
-                out.append(
-                    Link(
-                        target,
-                        _anchor(m.group(3) or ""),
-                        (m.group(4) or "").strip(),
-                        False,
-                        "property",
-                        i + 1,
-                    )
-                )
+                out.append(Link(target, anchor, display, False, "property", i + 1))
     for i, line in enumerate(without_comments(prose, keep_lines=True).split("\n"), start):
         if "[" not in line:
             continue
         for m in WIKILINK.finditer(line):
-            target = m.group(2).strip().rstrip("\\").strip()  # "[[a\|b]]" inside a table
+            target, anchor, display = _wiki_parts(m)
             if target and is_attachment(target):
                 continue
-            anchor = _anchor(m.group(3) or "")
             if not target and not anchor:
                 continue
-            display = (m.group(4) or "").strip()
             out.append(Link(target, anchor, display, bool(m.group(1)), "wiki", i + 1))
         for m in _MDLINK.finditer(WIKILINK.sub("", line)):
             raw = m.group(3).strip()

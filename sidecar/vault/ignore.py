@@ -1,4 +1,5 @@
-"""Which notes to leave out: ``index.exclude`` (gitignore patterns) and Obsidian's "Excluded files".
+"""Which notes to leave out: ``index.exclude`` (gitignore patterns), Obsidian's "Excluded files"
+and the folder Obsidian's templates are kept in.
 
 Paths are matched relative to the vault, with ``.md`` (the wiki is its folder ``<wikiSubfolder>/``),
 so ``Templates/``, ``*.excalidraw.md``, ``/Archive`` and ``!Archive/keep.md`` mean what they mean
@@ -6,7 +7,11 @@ in a ``.gitignore`` (the last matching pattern decides). Obsidian's setting
 (``.obsidian/app.json``, ``userIgnoreFilters``) holds path prefixes (``Archive/``) or regular
 expressions written ``/…/``; it is read again whenever the file changes, and a file that was
 there and is missing keeps its rules for a while (``SETTINGS_GRACE_S``). Memory inboxes are never
-excluded. Of the project it imports only the confined reads (``sidecar.vault.confine``).
+excluded. The templates folder (the Templates core plugin's ``.obsidian/templates.json``
+``folder``, Templater's ``templates_folder``) is left out as well (``index.obsidianTemplates``): a
+template is a form with placeholders, never what the user did or wrote, and it matched every
+question of "what did I do". Of the project it imports only the confined reads
+(``sidecar.vault.confine``) and the Canvas file names (``sidecar.vault.canvas``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any
 import regex
 from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
+from sidecar.vault.canvas import is_canvas_name
 from sidecar.vault.confine import open_regular, printable, read_fd
 
 log = logging.getLogger(__name__)
@@ -40,11 +46,17 @@ _REGEX_TIMEOUT_S = 0.05
 # a sync takes to put it back; a vault that stopped being one of Obsidian's is followed after it.
 SETTINGS_GRACE_S = 30 * 60.0
 OWN_RULES = "index.exclude"  # the origin of sidecar's own rules, as a rule describes itself
+# The plugins that keep templates in a folder, and the key of that folder in their settings.
+TEMPLATE_SETTINGS = (
+    (Path(".obsidian/templates.json"), "folder"),
+    (Path(".obsidian/plugins/templater-obsidian/data.json"), "templates_folder"),
+)
+TEMPLATES_ORIGIN = "Obsidian templates folder"
 
 
 @dataclass(frozen=True)
 class _Rule:
-    origin: str  # "index.exclude" | "Obsidian excluded files"
+    origin: str  # "index.exclude" | "Obsidian excluded files" | "Obsidian templates folder"
     text: str
     pattern: GitIgnoreSpecPattern | None = None
     regex: Any = None  # a compiled pattern of the regex engine
@@ -70,6 +82,16 @@ class _Rule:
 
     def describe(self) -> str:
         return f"{self.origin}: {self.text}"
+
+
+def _folder(value: Any) -> str:
+    """A settings folder as Obsidian normalises it ("\\" as "/", no "./" nor slashes around it)."""
+    if not isinstance(value, str):
+        return ""
+    folder = unicodedata.normalize("NFC", value.strip().replace("\\", "/")).strip("/")
+    while folder.startswith("./"):
+        folder = folder[2:].lstrip("/")
+    return "" if folder == "." else folder
 
 
 def _compile(filters: Any) -> tuple[list[_Rule], list[str]]:
@@ -100,11 +122,15 @@ class IgnoreRules:
         vault: Path | None,
         obsidian: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        templates: bool = True,
     ) -> None:
         self.patterns = tuple(patterns)
         self.clock = clock
         self.vault = vault
         self.obsidian = obsidian
+        self.templates = templates
+        # settings file -> (its stamp, the folder rule it names or None)
+        self._template_read: dict[Path, tuple[tuple[int, int], _Rule | None]] = {}
         self._own: list[_Rule] = []
         for text in self.patterns:
             line = unicodedata.normalize("NFC", text.strip())
@@ -192,6 +218,8 @@ class IgnoreRules:
             self._app_stat, self._app = before._app_stat, before._app
             self._missing_since, self.trouble = before._missing_since, before.trouble
             self._missing_wall = before._missing_wall
+        if self.templates and before.templates and self.vault == before.vault:
+            self._template_read = dict(before._template_read)
 
     def kept(self) -> dict[str, Any] | None:
         """Obsidian's rules as last read, and since when (wall clock) their file is missing, for
@@ -224,9 +252,45 @@ class IgnoreRules:
     def refresh(self) -> None:
         """Re-read Obsidian's settings if they changed (called once per sweep)."""
         self._obsidian_rules()
+        self._template_rules()
 
     def rules(self) -> list[str]:
-        return [r.describe() for r in [*self._own, *self._app]]
+        return [r.describe() for r in [*self._own, *self._app, *self._templates()]]
+
+    def _templates(self) -> list[_Rule]:
+        return list(dict.fromkeys(r for _, r in self._template_read.values() if r is not None))
+
+    def _template_rules(self) -> None:
+        """Read the template plugins' settings that changed. A file gone takes its folder's rule
+        with it (the plugin was turned off); one that cannot be read keeps what was read."""
+        if not self.templates or self.vault is None:
+            return
+        for rel, key in TEMPLATE_SETTINGS:
+            path = self.vault / rel
+            try:
+                st = os.stat(path)
+            except (FileNotFoundError, NotADirectoryError):
+                self._template_read.pop(path, None)
+                continue
+            except OSError:
+                continue
+            stamp = (st.st_mtime_ns, st.st_size)
+            if self._template_read.get(path, ((0, 0), None))[0] == stamp:
+                continue
+            try:
+                raw = read_fd(open_regular(path), _MAX_SETTINGS_BYTES + 1)
+                if len(raw) > _MAX_SETTINGS_BYTES:
+                    raise ValueError(f"larger than {_MAX_SETTINGS_BYTES} bytes")
+                folder = _folder(json.loads(raw.decode("utf-8")).get(key))
+            except (OSError, ValueError, AttributeError, RecursionError) as exc:
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                log.warning("template_settings_unreadable path=%s error=%s", path, printable(why))
+                continue
+            # No folder set: the templates lie anywhere, and the vault is not left out.
+            rule = _Rule(TEMPLATES_ORIGIN, f"{folder}/") if folder else None
+            if rule is not None:
+                log.info("templates_folder path=%s folder=%s", path, printable(folder))
+            self._template_read[path] = (stamp, rule)
 
     def match(self, vault_rel: str) -> str | None:
         """The rule that excludes a note at ``vault_rel`` (POSIX, with .md), or None. Names and
@@ -240,7 +304,7 @@ class IgnoreRules:
                 decided = rule if verdict else None
         if decided is not None:
             return decided.describe()
-        for rule in self._app:
+        for rule in [*self._app, *self._templates()]:
             if rule.decides(vault_rel):
                 return rule.describe()
         return None
@@ -251,4 +315,4 @@ class IgnoreRules:
         if source == "memory" or not rest:
             return None
         rel = f"{wiki_subfolder.strip('/')}/{rest}" if source == "wiki" else rest
-        return self.match(rel + ".md")
+        return self.match(rel if is_canvas_name(rel) else rel + ".md")  # a Canvas's key keeps its name

@@ -1,9 +1,10 @@
 """Roots, references and safe paths: which files are notes, and what each one is called.
 
 A *key* names a note inside the index and is unique across agents: ``vault/<path>``, ``wiki/<path>``,
-``memory/<agent>/<slug>`` (paths without ``.md``). The *reference* a client sees is the key, except
+``memory/<agent>/<slug>`` (paths without ``.md``; a Canvas keeps its ``.canvas``: ``vault/Plan.canvas``,
+as Obsidian names it beside a ``Plan.md``). The *reference* a client sees is the key, except
 that an agent sees its own memory as ``memory/<slug>``.
-Imports ``config``, ``confine`` and ``contracts`` (errors, the source names).
+Imports ``config``, ``confine``, ``canvas`` and ``contracts`` (errors, the source names).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from sidecar.config import Config, valid_agent
 from sidecar.contracts.errors import NotFoundError, SourceError, UnreadableError
 from sidecar.contracts.wire import SOURCES
 from sidecar.vault.birth import birth_ns
+from sidecar.vault.canvas import CanvasError, canvas_markdown, is_canvas_name
 from sidecar.vault.confine import (
     NotPrivateError,
     NotRegularError,
@@ -346,6 +348,24 @@ def is_markdown_name(name: str) -> bool:
     return name.lower().endswith(".md") and not is_debris(name)
 
 
+NOTE_SUFFIXES = (".md", ".canvas")  # lowercased; an inbox's notes are ".md" only
+
+
+def is_note_name(name: str, source: str = "vault") -> bool:
+    """A note's file name: Markdown, or in the vault and the wiki a Canvas too (read as the
+    Markdown of its cards). An inbox holds Markdown only: the daemon alone writes it."""
+    return is_markdown_name(name) or (source != "memory" and is_canvas_name(name) and not is_debris(name))
+
+
+# Obsidian's Bases (``.base``): a view's definition in YAML (filters, columns), no text a person
+# wrote. Not indexed, but counted, so that every file is either a note, excluded or skipped.
+BASE_REASON = "Bases view definition (no text to index)"
+
+
+def is_base_name(name: str) -> bool:
+    return name.lower().endswith(".base") and not is_debris(name)
+
+
 # "Note.md" and "Note.MD" in one folder are one note to Obsidian's links and one key here.
 TWIN_REASON = "same name as another note but for the case of .md (not read)"
 
@@ -427,7 +447,7 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
         is_link = entry.is_symlink()
         st = entry.stat(follow_symlinks=True)
     except OSError:
-        if entry.name.lower().endswith(".md"):
+        if is_note_name(entry.name, root.source):
             return Skipped(Path(entry.path), "unreadable" if not is_link else "broken symlink")
         if is_link:
             return None  # a link to nothing: no notes lie behind it
@@ -444,7 +464,7 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
         if why is not None:
             return (
                 Skipped(Path(entry.path), why)
-                if stat.S_ISDIR(st.st_mode) or is_markdown_name(entry.name)
+                if stat.S_ISDIR(st.st_mode) or is_note_name(entry.name, root.source)
                 else None
             )
     if stat.S_ISDIR(st.st_mode):
@@ -458,8 +478,9 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
             if root.source == "memory"
             else rel + "/"
         )
-    if not is_markdown_name(entry.name):
-        return None
+    if not is_note_name(entry.name, root.source):
+        base_file = root.source != "memory" and stat.S_ISREG(st.st_mode) and is_base_name(entry.name)
+        return Skipped(Path(entry.path), BASE_REASON) if base_file else None
     if not stat.S_ISREG(st.st_mode):
         return Skipped(Path(entry.path), "not a regular file")
     why = name_refusal(root, entry.name) or ("too large" if st.st_size > max_bytes else None)
@@ -618,7 +639,17 @@ def read_note(path: Path, max_bytes: int, root: Root | None = None) -> tuple[byt
         raise NoteUnreadable(exc.strerror or "not a regular file") from exc
     except OSError as exc:
         raise NoteUnreadable(f"unreadable ({exc.strerror})") from exc
-    return data, decode_note(data, max_bytes, path)
+    text = decode_note(data, max_bytes, path)
+    return data, canvas_text(text, path) if is_canvas_name(path.name) else text
+
+
+def canvas_text(text: str, path: Path) -> str:
+    """A Canvas's JSON read as its Markdown (``vault.canvas``); one that is no Canvas is skipped."""
+    try:
+        return canvas_markdown(text)
+    except CanvasError as exc:
+        log.warning("canvas_unreadable path=%s reason=%s", path, exc.detail)
+        raise NoteUnreadable(f"malformed Canvas ({exc})") from None
 
 
 def _opened_refusal(root: Root, fd: int) -> str | None:
@@ -806,7 +837,8 @@ def path_for_key(cfg: Config, key: str, rel: str | None = None) -> tuple[Root, P
         if rest == wiki or rest.startswith(wiki + "/"):
             raise SourceError(f"{key!r} lies in the wiki; use wiki/{rest[len(wiki) + 1 :]}")
         root = Root("vault", cfg.vault.path, exclude=wiki)
-    path = root.path / (rel if rel is not None and root.key_of(rel) == key else f"{rest}.md")
+    named = rest if is_canvas_name(rest) else f"{rest}.md"
+    path = root.path / (rel if rel is not None and root.key_of(rel) == key else named)
     try:
         resolved = path.resolve(strict=True)
         base = root.path.resolve(strict=True)

@@ -31,7 +31,7 @@ import watchfiles
 
 from sidecar.runtime.backoff import Backoff
 from sidecar.vault.confine import decodable, printable
-from sidecar.vault.sources import is_debris
+from sidecar.vault.sources import NOTE_SUFFIXES, is_debris
 from sidecar.vault.timeout import NoAnswer, bounded_call, bounded_stat
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,13 @@ def _walk(paths: Sequence[Path], limit: int = MAX_FLAT_FOLDERS) -> tuple[list[Pa
 # Obsidian's settings that decide what is indexed and how (Excluded files; the daily notes' name
 # format, which dates a note): a change to one is a reason to sweep, not a note.
 OBSIDIAN_SETTINGS = frozenset(
-    {".obsidian/app.json", ".obsidian/daily-notes.json", ".obsidian/plugins/periodic-notes/data.json"}
+    {
+        ".obsidian/app.json",
+        ".obsidian/daily-notes.json",
+        ".obsidian/plugins/periodic-notes/data.json",
+        ".obsidian/templates.json",  # the templates folder (left out of the index)
+        ".obsidian/plugins/templater-obsidian/data.json",
+    }
 )
 # The folders they lie in (.obsidian, .obsidian/plugins, ...): one made or removed (renamed away,
 # a vault synced in) makes or takes its settings with one event, or none of their own.
@@ -143,8 +149,8 @@ class NoteFilter:
 
 
 def _other_kind(name: str) -> bool:
-    """A name with a dot that is not a note's: an attachment, or a folder named so."""
-    return "." in name and not name.lower().endswith(".md")
+    """A name with a dot that is not a note's (Markdown, Canvas): an attachment, or a folder named so."""
+    return "." in name and not name.lower().endswith(NOTE_SUFFIXES)
 
 
 def _is_real_folder(path: str) -> bool:
@@ -164,7 +170,7 @@ def _covered(changes: set[tuple[watchfiles.Change, str]]) -> set[tuple[watchfile
         (change, p)
         for change, p in changes
         if change != watchfiles.Change.deleted
-        or p.lower().endswith(".md")
+        or p.lower().endswith(NOTE_SUFFIXES)
         or os.path.dirname(p) not in deleted
     }
 
