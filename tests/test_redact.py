@@ -144,3 +144,10 @@ def test_masking_that_keeps_lines_keeps_every_kind_of_line_end(eol: str) -> None
     text = eol.join(["a", *PEM.split("\n"), "b", ""])
     masked, counts = mask(text, keep_lines=True)
     assert counts == {"private_key": 1} and line_count(masked) == line_count(text)
+
+
+def test_a_key_before_a_url_keeps_the_url_but_its_password() -> None:
+    """'pw: postgres://u:…@db/x' lost its whole URL once 'pw' was a key: the URL's password is
+    the secret, its host and path stay."""
+    clean, counts = redact("pw: postgres://u:Hunter2222@db/x")
+    assert clean == "pw: postgres://u:[REDACTED:url_password]@db/x" and counts == {"url_password": 1}

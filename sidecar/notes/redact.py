@@ -94,7 +94,8 @@ RULES: tuple[Rule, ...] = (
             + r"[\"']?(?!\[REDACTED:)([^\s\"'`]{8,})"
         ),
         1,
-        accept=lambda value: _SECRETISH.search(value) is not None,
+        # a value an earlier rule redacted part of (a URL's password after "pw:") keeps the rest
+        accept=lambda value: _SECRETISH.search(value) is not None and "[REDACTED:" not in value,
     ),
 )
 
