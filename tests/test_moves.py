@@ -879,3 +879,31 @@ def test_a_bind_mounted_folder_unmounted_is_held(make_cfg: Any, vault: Path) -> 
     finally:
         subprocess.run(["umount", str(vault / "Notes")], check=False, capture_output=True)
         h.close()
+
+
+@pytest.mark.parametrize("into", ["Private", "wiki"])
+@pytest.mark.parametrize("how", ["sweep", "events"])
+def test_a_real_loss_beside_a_move_out_is_judged_against_the_notes_that_stay(
+    make_cfg: Any, vault: Path, how: str, into: str
+) -> None:
+    """23 notes: 10 moved into an excluded folder (or into the wiki, another root), 10 others
+    deleted. The moved ones leave the root's count: 10 lost of the 13 that stay is held as it
+    would be had the move been seen first (it was judged as 10 of 23, under the share, and the
+    loss deleted at once)."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        others = [write(vault / f"Other/o{i}.md", f"# Other {i}\n\nThe ferry {i} sails at dawn.\n") for i in range(10)]
+        h.sweep()
+        (vault / "Notes").rename(vault / into / "Notes")
+        for p in others:
+            p.unlink()
+        _sweep(h, how, {vault / "Notes", vault / into / "Notes", *others})
+        st = h.supervisor.roots["vault"]
+        assert st.hold_kind == "mass" and st.held_deletions == 10, (st.hold_kind, st.error)
+        assert "lost 10 of 13" in (st.error or "")
+        assert len(_keys(h, "vault/Other/")) == 10
+        assert not _keys(h, "vault/Notes/")
+        assert _hits(h, "lighthouse 3") == ([] if into == "Private" else ["wiki/Notes/n3"])
+        assert _hits(h, "ferry 3") == ["vault/Other/o3"]
+    finally:
+        h.close()

@@ -286,13 +286,21 @@ class ChangeFinder:
         supervisor = self.supervisor
         root, notes, known, missing = listing.root, listing.notes, listing.known, listing.missing
         moved: set[str] = set()
+        away: set[str] = set()
         copies = 0
         if supervisor.may_hold(root, len(known), len(missing), len(notes)):
             left_out = self._left_out(listings, alien, diff.left_out)
-            moved = self._moves(listing, listings, alien, diff, left_out)
+            moved, away = self._moves(listing, listings, alien, diff, left_out)
             copies = self._excluded_copies(listing, left_out, moved)
         hold = supervisor.hold_deletions(
-            root, len(known), len(missing), len(notes), confirm, moved=len(moved), copies=copies
+            root,
+            len(known),
+            len(missing),
+            len(notes),
+            confirm,
+            moved=len(moved),
+            moved_away=len(away),
+            copies=copies,
         )
         if hold is None:
             supervisor.mark_online(root)
@@ -314,8 +322,10 @@ class ChangeFinder:
         alien: set[str],
         diff: Diff,
         left_out: Sequence[NoteFile],
-    ) -> set[str]:
-        """The missing keys of ``listing`` whose notes are elsewhere now: moves, not losses.
+    ) -> tuple[set[str], set[str]]:
+        """The missing keys of ``listing`` whose notes are elsewhere now: moves, not losses;
+        and those of them that left the root (into an excluded folder, another root), which the
+        guard no longer counts among the root's notes.
 
         A move (or rename) keeps a file's modification time and size. A missing note is moved
         when a note new to the index in this sweep (any root's listing, or a file event's) has
@@ -330,6 +340,8 @@ class ChangeFinder:
         manifest = self.manifest
         trusted = [x for x in listings if x.root.name not in alien]
         moved = self._renamed_out(listing, left_out)
+        away = set(moved)
+        prefix = listing.root.key_of("x")[:-1]
         present: dict[str, NoteFile] = {n.key: n for x in trusted for n in x.notes}
         fresh = {n.key: n for x in trusted for n in x.notes if n.key not in x.known}
         events = {n.key: n for n in diff.work if n.key not in present}
@@ -348,6 +360,8 @@ class ChangeFinder:
             if match is not None:
                 pool.remove(match)
                 moved.add(key)
+                if not match.key.startswith(prefix):
+                    away.add(key)
         # The rest: the same bytes indexed under a key that this sweep saw, with that stat.
         rest = {
             key: (st.mtime_ns, st.size, st.hash)
@@ -355,7 +369,7 @@ class ChangeFinder:
             if key not in moved and (st := listing.known[key]).state == "indexed" and st.hash
         }
         if not rest:
-            return moved
+            return moved, away
         gone = {k for x in listings for k in x.missing} | set(diff.gone)  # file events' too
         twins = manifest.keys_like(set(rest.values()))
         used: set[str] = set()
@@ -371,8 +385,10 @@ class ChangeFinder:
                     continue
                 used.add(other)
                 moved.add(key)
+                if not other.startswith(prefix):
+                    away.add(key)
                 break
-        return moved
+        return moved, away
 
     def _left_out(
         self, listings: Sequence[_Listing], alien: set[str], looked: Sequence[NoteFile]
