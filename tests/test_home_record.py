@@ -151,3 +151,134 @@ def test_a_stale_inbox_on_the_bare_mount_point_is_no_home(tmp_path: Path) -> Non
     home.rename(bare)
     shutil.copytree(share, home, symlinks=True)  # the home moved on purpose (a copy: new inodes)
     assert HomeGuard(cfg).problem() is None
+
+
+def _tables(tmp_path: Path, nas: Path, *, mounted: bool) -> dict[str, str]:
+    """An fstab naming ``nas`` as a share's mount point, and a mount table with or without it."""
+    fstab, table = tmp_path / "fstab", tmp_path / "mountinfo"
+    point = str(nas).replace(" ", "\\040")  # both tables escape a space so
+    fstab.write_text(
+        "# <file system> <mount point> <type> <options> <dump> <pass>\n"
+        "UUID=1234 / ext4 defaults 0 1\n"
+        "/swapfile none swap sw 0 0\n"
+        f"//nas/share {point} cifs noauto,user 0 0\n"
+    )
+    lines = ["22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw"]
+    if mounted:
+        lines.append(f"40 22 0:50 / {point} rw,relatime shared:9 - cifs //nas/share rw")
+    table.write_text("\n".join(lines) + "\n")
+    return {"watch.fstab": str(fstab), "watch.mountTable": str(table)}
+
+
+def test_a_first_start_below_an_unmounted_fstab_mount_point_records_nothing(tmp_path: Path) -> None:
+    """The first start ever, with the home below a mount point of the fstab whose share is not
+    mounted: the bare folder is not recorded as the home (it was, and the share mounted later was
+    refused until `--accept-home`); memory writes are refused naming the mount point. Mounted,
+    the home is recorded. A home elsewhere, or a mount table that cannot be read, is recorded at
+    once (no refusal of normal homes); `--accept-home` takes the bare folder if meant."""
+    from sidecar.config import load_config
+    from sidecar.vault.homeguard import HomeChangedError, HomeGuard, forget, record_path
+
+    nas = tmp_path / "my nas"
+    (nas / "sidecar" / "agents").mkdir(parents=True)
+    env = {"XDG_STATE_HOME": str(tmp_path / "st")}
+    cfg = load_config(flags={"home": str(nas / "sidecar"), **_tables(tmp_path, nas, mounted=False)}, env=env)
+    guard = HomeGuard(cfg)
+    why = guard.problem()
+    assert why is not None and f"below {nas}, a mount point of" in why and "not mounted" in why, why
+    assert "--accept-home" in why
+    with pytest.raises(HomeChangedError):
+        guard.check()
+    record = record_path(cfg)
+    assert record is not None and not record.exists()
+
+    _tables(tmp_path, nas, mounted=True)  # the share is mounted now
+    assert guard.problem() is None and record.is_file()
+
+    elsewhere = load_config(
+        flags={"home": str(tmp_path / "local"), **_tables(tmp_path, nas, mounted=False)}, env=env
+    )
+    (tmp_path / "local" / "agents").mkdir(parents=True)
+    assert HomeGuard(elsewhere).problem() is None
+    unreadable = {**_tables(tmp_path, nas, mounted=False), "watch.mountTable": str(tmp_path / "none")}
+    env2 = {"XDG_STATE_HOME": str(tmp_path / "st2")}
+    assert (
+        HomeGuard(load_config(flags={"home": str(nas / "sidecar"), **unreadable}, env=env2)).problem() is None
+    )
+
+    env3 = {"XDG_STATE_HOME": str(tmp_path / "st3")}
+    meant = load_config(
+        flags={"home": str(nas / "sidecar"), **_tables(tmp_path, nas, mounted=False)}, env=env3
+    )
+    assert HomeGuard(meant).problem() is not None
+    assert forget(meant) is False  # nothing was recorded; the consent is
+    assert HomeGuard(meant).problem() is None
+    assert "homeId" in (record_path(meant) or Path()).read_text()
+
+
+def test_a_share_mounted_after_a_first_start_on_its_bare_mount_point_says_so(tmp_path: Path) -> None:
+    """The first start ever took the bare mount point for the home (a share no fstab names); the
+    share mounted later holds another sidecar home: memory writes are refused, and the refusal
+    (and status) says that case and the command to run, once. Was: "not the folder sidecar kept
+    the agents' memory in ... (share unmounted? replaced?)", with the share mounted."""
+    from sidecar.config import load_config
+    from sidecar.vault.homeguard import HomeGuard, forget, held, refusal
+
+    cfg = load_config(flags={"home": str(tmp_path / "home")}, env={"XDG_STATE_HOME": str(tmp_path / "st")})
+    home = cfg.home
+    (home / "agents").mkdir(parents=True)  # the daemon's first start, on the bare mount point
+    assert HomeGuard(cfg).problem() is None
+    bare = tmp_path / "bare"
+    home.rename(bare)
+    (home / "agents" / "frank" / "memory").mkdir(parents=True)  # the share, mounted over it
+    (home / "agents" / ".sidecar-home").write_text("another-token\n")
+    (home / "agents" / "frank" / "memory" / "m1.md").write_text("frank remembers the harbour\n")
+    why = HomeGuard(cfg).problem()
+    assert why is not None and "first start" in why and "before any agent wrote to it" in why, why
+    assert "`sidecar index --accept-home` to take it" in why
+    for said in (refusal(why), held(why)):
+        assert said.count("--accept-home") == 1, said
+    assert forget(cfg) is True
+    assert HomeGuard(cfg).problem() is None
+
+
+def test_a_first_start_below_an_unmounted_share_refuses_writes(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
+    """The daemon's first start with its home below an fstab mount point that is not mounted:
+    a memory write is refused (`storage`) naming the mount point, no agents folder is made there
+    and status says it; once the share is mounted the next write goes in and is recorded."""
+    nas = tmp_path / "nas"
+    nas.mkdir()
+    tables = _tables(tmp_path, nas, mounted=False)
+    d: DaemonProcess = daemon_factory(
+        vault,
+        name="nas/home",
+        keyword_only=True,
+        env={
+            "SIDECAR_WATCH_FSTAB": tables["watch.fstab"],
+            "SIDECAR_WATCH_MOUNT_TABLE": tables["watch.mountTable"],
+            "XDG_STATE_HOME": str(tmp_path / "state"),
+        },
+    ).start()
+    with pytest.raises(RemoteError) as refused:
+        _write(d, "frank", "m1", "written before the share is mounted")
+    assert refused.value.code == "storage" and f"below {nas}" in str(refused.value), refused.value
+    assert not (d.home / "agents").exists()
+    status = d.run_cli("status")
+    assert "not mounted" in status.stdout and "--accept-home" in status.stdout, status.stdout
+    _tables(tmp_path, nas, mounted=True)
+    assert _write(d, "frank", "m1", "written with the share mounted")["action"] == "created"
+    assert list((tmp_path / "state" / "sidecar" / "homes").glob("*.json"))
+    assert d.stop() == 0
+
+
+def test_doctor_names_the_way_out_of_a_home_problem_its_message_clips() -> None:
+    """Doctor clips each problem to 300 characters, which cut the home's long message before its
+    command: its advice names the first-start case and `sidecar index --accept-home` itself."""
+    from sidecar.clients.doctor import check_problems
+
+    why = "the home /mnt/nas/sidecar is not the folder sidecar kept the agents' memory in " + "x" * 400
+    check = check_problems({"problems": {"active": [{"area": "home", "error": why, "count": 1}]}})
+    assert not check.ok and "first started before it was" in check.todo
+    assert "`sidecar index --accept-home`" in check.todo

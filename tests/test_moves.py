@@ -892,7 +892,10 @@ def test_a_real_loss_beside_a_move_out_is_judged_against_the_notes_that_stay(
     loss deleted at once)."""
     h = _private(make_cfg, vault, "obsidian")
     try:
-        others = [write(vault / f"Other/o{i}.md", f"# Other {i}\n\nThe ferry {i} sails at dawn.\n") for i in range(10)]
+        others = [
+            write(vault / f"Other/o{i}.md", f"# Other {i}\n\nThe ferry {i} sails at dawn.\n")
+            for i in range(10)
+        ]
         h.sweep()
         (vault / "Notes").rename(vault / into / "Notes")
         for p in others:

@@ -124,3 +124,41 @@ def read_mounts(table: Path | None) -> list[tuple[str, str]]:
         return parse_mountinfo(Path("/proc/self/mountinfo").read_text(encoding="utf-8", errors="replace"))
     except OSError:
         return []
+
+
+# fstab's mount-point field for what is no mount point (swap, a comment's leftovers).
+_NOT_A_POINT = frozenset({"none", "swap"})
+
+
+def parse_fstab(text: str) -> list[str]:
+    """The mount points an fstab names (its second field; swap and comments left out)."""
+    points = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 2 or fields[0].startswith("#") or fields[1] in _NOT_A_POINT:
+            continue
+        point = _unescape(fields[1])
+        if point.startswith("/"):
+            points.append(point.rstrip("/") or "/")
+    return points
+
+
+def unmounted_point_above(target: str, fstab: list[str], mounts: list[tuple[str, str]]) -> str | None:
+    """The deepest mount point of ``fstab`` at or above the resolved path ``target`` that is not
+    mounted now, or None. A path below one lies in the bare folder an unmounted share leaves
+    (touches no file)."""
+    mounted = {p.rstrip("/") or "/" for p, _ in mounts}
+    best: str | None = None
+    for point in fstab:
+        inside = target == point or target.startswith(point + "/") or point == "/"
+        if inside and point not in mounted and (best is None or len(point) > len(best)):
+            best = point
+    return best
+
+
+def read_fstab(table: Path | None) -> list[str]:
+    """The mount points of this machine's fstab (or the file given); none where there is none."""
+    try:
+        return parse_fstab((table or Path("/etc/fstab")).read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return []
