@@ -910,3 +910,43 @@ def test_a_real_loss_beside_a_move_out_is_judged_against_the_notes_that_stay(
         assert _hits(h, "ferry 3") == ["vault/Other/o3"]
     finally:
         h.close()
+
+
+@pytest.mark.parametrize("how", ["sweep", "events"])
+def test_a_hard_linked_snapshot_made_unseen_then_the_notes_deleted_is_held(
+    make_cfg: Any, vault: Path, how: str
+) -> None:
+    """cp -al of the vault into an excluded folder while sidecar did not look, then the notes of
+    Notes/ deleted: their snapshot files have one link, the notes' inodes, birth times, names,
+    mtimes and sizes, as if moved; the snapshot's other files still share a link with notes that
+    are there, so it is a backup and the loss of the working notes is held. Was: released at once
+    (only the backup, kept out of search, held them)."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        snap = vault / "Private/Snap"
+        for p in [vault / "Garden.md", vault / "Projects/Boat.md", *sorted((vault / "Notes").glob("*.md"))]:
+            dest = snap / p.relative_to(vault)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.link(p, dest)
+        for p in (vault / "Notes").glob("*.md"):
+            p.unlink()
+        _sweep(h, how, {vault / "Notes", snap})
+        _held(h, 10)
+        assert _hits(h, "lighthouse 3") == ["vault/Notes/n3"]
+    finally:
+        h.close()
+
+
+def test_a_move_beside_a_hard_linked_snapshot_still_leaves_at_once(make_cfg: Any, vault: Path) -> None:
+    """A hard-linked snapshot of other notes in the excluded folder says nothing of a folder moved
+    into another excluded folder beside it: that is a move (its notes leave at once)."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        (vault / "Private/Snap").mkdir()
+        os.link(vault / "Garden.md", vault / "Private/Snap/Garden.md")
+        (vault / "Notes").rename(vault / "Private/Notes")
+        h.sweep()
+        _online(h, "vault")
+        assert not _keys(h, "vault/Notes/") and _hits(h, "lighthouse") == []
+    finally:
+        h.close()
