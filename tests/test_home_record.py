@@ -4,7 +4,11 @@ by swapping the home folder)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -216,11 +220,31 @@ def test_a_first_start_below_an_unmounted_fstab_mount_point_records_nothing(tmp_
     assert "homeId" in (record_path(meant) or Path()).read_text()
 
 
+@contextlib.contextmanager
+def _share_at(path: Path) -> Iterator[None]:
+    """A small tmpfs mounted at ``path`` for the block (another device, as a share is); the test
+    is skipped where mounting is not allowed (not root)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(path)], capture_output=True, check=False
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
 def test_a_share_mounted_after_a_first_start_on_its_bare_mount_point_says_so(tmp_path: Path) -> None:
     """The first start ever took the bare mount point for the home (a share no fstab names); the
     share mounted later holds another sidecar home: memory writes are refused, and the refusal
     (and status) says that case and the command to run, once. Was: "not the folder sidecar kept
-    the agents' memory in ... (share unmounted? replaced?)", with the share mounted."""
+    the agents' memory in ... (share unmounted? replaced?)", with the share mounted. The other way
+    round (the share recorded before any write, unmounted now) it is not said: taking the bare
+    folder there would be the very mistake."""
     from sidecar.config import load_config
     from sidecar.vault.homeguard import HomeGuard, forget, held, refusal
 
@@ -228,18 +252,26 @@ def test_a_share_mounted_after_a_first_start_on_its_bare_mount_point_says_so(tmp
     home = cfg.home
     (home / "agents").mkdir(parents=True)  # the daemon's first start, on the bare mount point
     assert HomeGuard(cfg).problem() is None
-    bare = tmp_path / "bare"
-    home.rename(bare)
-    (home / "agents" / "frank" / "memory").mkdir(parents=True)  # the share, mounted over it
-    (home / "agents" / ".sidecar-home").write_text("another-token\n")
-    (home / "agents" / "frank" / "memory" / "m1.md").write_text("frank remembers the harbour\n")
-    why = HomeGuard(cfg).problem()
-    assert why is not None and "first start" in why and "before any agent wrote to it" in why, why
-    assert "`sidecar index --accept-home` to take it" in why
-    for said in (refusal(why), held(why)):
-        assert said.count("--accept-home") == 1, said
-    assert forget(cfg) is True
-    assert HomeGuard(cfg).problem() is None
+    with _share_at(home):  # the share, mounted over it, holding a sidecar home of its own
+        (home / "agents" / "frank" / "memory").mkdir(parents=True)
+        (home / "agents" / ".sidecar-home").write_text("another-token\n")
+        (home / "agents" / "frank" / "memory" / "m1.md").write_text("frank remembers the harbour\n")
+        why = HomeGuard(cfg).problem()
+        assert why is not None and "first start" in why and "before any agent wrote to it" in why, why
+        assert "`sidecar index --accept-home` to take it" in why
+        for said in (refusal(why), held(why)):
+            assert said.count("--accept-home") == 1, said
+        assert forget(cfg) is True
+        assert HomeGuard(cfg).problem() is None
+
+    other = load_config(
+        flags={"home": str(tmp_path / "home2")}, env={"XDG_STATE_HOME": str(tmp_path / "st2")}
+    )
+    with _share_at(other.home):  # recorded on the share, before any agent wrote
+        other.agents_dir.mkdir()
+        assert HomeGuard(other).problem() is None
+    why = HomeGuard(other).problem()  # unmounted: the bare folder
+    assert why is not None and "first start" not in why, why
 
 
 def test_a_first_start_below_an_unmounted_share_refuses_writes(

@@ -176,7 +176,7 @@ class HomeGuard:
                 return f"{what} {path} cannot be reached ({exc.strerror or exc}; unmounted?)"
             found.append(st)
             if (st.st_dev, st.st_ino) != kept and not self._holds_known(found):
-                return self._unless_forgotten(_replaced(what, path) + self._first_start())
+                return self._unless_forgotten(_replaced(what, path) + self._first_start(path, st, kept))
         return None
 
     def check(self) -> None:
@@ -223,11 +223,20 @@ class HomeGuard:
             self._keep(home, agents, "home_taken_again", f" with the inboxes of {', '.join(held)}")
         return True
 
-    def _first_start(self) -> str:
-        """What a refusal adds when the kept folders never held an agent's memory: the case of a
-        first start on the bare mount point of a share mounted since (the user was left to guess
-        why writes were refused with the share there)."""
-        if self._known:
+    def _first_start(self, path: Path, st: os.stat_result, kept: _Ident) -> str:
+        """What a refusal adds when the kept folders never held an agent's memory and the folder
+        at ``path`` now is on another device, while the kept one's device holds a folder above it:
+        a share mounted since over the bare mount point the first start recorded (the user was
+        left to guess why writes were refused with the share there). Not said the other way
+        round (the share recorded, unmounted now: its device is nowhere above the bare folder),
+        where taking the folder there would be the very mistake."""
+        if self._known or st.st_dev == kept[0]:
+            return ""
+        try:
+            above = {os.stat(folder).st_dev for folder in path.parents}
+        except OSError:
+            return ""
+        if kept[0] not in above:
             return ""
         when = time.strftime(" on %Y-%m-%d at %H:%M", time.localtime(self._since)) if self._since else ""
         return (
