@@ -220,6 +220,55 @@ def test_a_first_start_below_an_unmounted_fstab_mount_point_records_nothing(tmp_
     assert "homeId" in (record_path(meant) or Path()).read_text()
 
 
+def test_an_unmounted_fstab_point_above_the_mount_holding_the_home_refuses_nothing(tmp_path: Path) -> None:
+    """fstab holds an old `noauto` line for ``x`` (not mounted) while the share is mounted deeper,
+    at ``x/nas``, by other means (autofs, a systemd mount unit, by hand): the home on it is
+    recorded. Was: every memory write refused until `--accept-home`, naming ``x`` as unmounted.
+    A point of the fstab below that mount, not mounted, is still the bare folder."""
+    from sidecar.config import load_config
+    from sidecar.vault.homeguard import HomeGuard
+
+    x = tmp_path / "x"
+    (x / "nas" / "sidecar" / "agents").mkdir(parents=True)
+    fstab, table = tmp_path / "fstab", tmp_path / "mountinfo"
+    fstab.write_text(f"/dev/sdz1 {x} ext4 noauto 0 0\n")
+    table.write_text(
+        "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
+        f"40 22 0:50 / {x / 'nas'} rw,relatime shared:9 - cifs //nas/share rw\n"
+    )
+    tables = {"watch.fstab": str(fstab), "watch.mountTable": str(table)}
+    env = {"XDG_STATE_HOME": str(tmp_path / "st")}
+    cfg = load_config(flags={"home": str(x / "nas" / "sidecar"), **tables}, env=env)
+    assert HomeGuard(cfg).problem() is None
+
+    fstab.write_text(f"/dev/sdz1 {x} ext4 noauto 0 0\n//nas/deep {x / 'nas' / 'sidecar'} cifs noauto 0 0\n")
+    env2 = {"XDG_STATE_HOME": str(tmp_path / "st2")}
+    deep = load_config(flags={"home": str(x / "nas" / "sidecar"), **tables}, env=env2)
+    why = HomeGuard(deep).problem()
+    assert why is not None and f"below {x / 'nas' / 'sidecar'}, a mount point" in why, why
+
+
+def test_an_fstab_backslash_not_followed_by_octal_digits_is_kept_as_written(tmp_path: Path) -> None:
+    """A mount point in fstab written with a backslash and non-octal digits (``/mnt/b\\089``) is
+    kept literally; was a ValueError that stopped the first start."""
+    from sidecar.config import load_config
+    from sidecar.vault.homeguard import HomeGuard
+    from sidecar.vault.mounts import parse_fstab
+
+    assert parse_fstab("/dev/sdz9 /mnt/b\\089 ext4 noauto 0 0\n//nas/x /mnt/my\\040nas cifs 0 0") == [
+        "/mnt/b\\089",
+        "/mnt/my nas",
+    ]
+    fstab = tmp_path / "fstab"
+    fstab.write_text(f"/dev/sdz9 {tmp_path}/b\\089 ext4 noauto 0 0\n")
+    home = tmp_path / "home"
+    (home / "agents").mkdir(parents=True)
+    cfg = load_config(
+        flags={"home": str(home), "watch.fstab": str(fstab)}, env={"XDG_STATE_HOME": str(tmp_path / "st")}
+    )
+    assert HomeGuard(cfg).problem() is None
+
+
 @contextlib.contextmanager
 def _share_at(path: Path) -> Iterator[None]:
     """A small tmpfs mounted at ``path`` for the block (another device, as a share is); the test
