@@ -937,6 +937,73 @@ def test_a_hard_linked_snapshot_made_unseen_then_the_notes_deleted_is_held(
         h.close()
 
 
+def _snapshot(vault: Path, into: Path, *notes: Path) -> None:
+    """``cp -al`` of ``notes`` (files or folders of the vault) into ``into``, keeping their layout."""
+    for p in notes:
+        for f in sorted(p.rglob("*.md")) if p.is_dir() else [p]:
+            dest = into / f.relative_to(vault)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.link(f, dest)
+
+
+@pytest.mark.parametrize("how", ["sweep", "events"])
+def test_a_hard_linked_snapshot_of_folders_then_the_notes_deleted_is_held(
+    make_cfg: Any, vault: Path, how: str
+) -> None:
+    """`cp -al Projects Notes Private/Snap/` unseen, then Notes/ emptied: the file still linked
+    to a note there (Private/Snap/Projects/Boat.md) lies in a sibling folder of the deleted notes'
+    copies, not in their folder or above, yet it is one snapshot of the vault: held. Was: the 10
+    notes left the index at once (the excluded backup kept out of search held them only)."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        snap = vault / "Private/Snap"
+        _snapshot(vault, snap, vault / "Projects/Boat.md", vault / "Notes")
+        for p in (vault / "Notes").glob("*.md"):
+            p.unlink()
+        _sweep(h, how, {vault / "Notes", snap})
+        _held(h, 10)
+        assert _hits(h, "lighthouse 3") == ["vault/Notes/n3"]
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("how", ["sweep", "events"])
+def test_a_folder_moved_into_an_excluded_folder_that_holds_a_hard_link_leaves_at_once(
+    make_cfg: Any, vault: Path, how: str
+) -> None:
+    """A note hard-linked straight into Private/ (seen long before), then Notes/ moved into
+    Private/: a move (a folder renamed keeps its files' ctimes), its notes leave at once, not
+    searchable under their old paths. Was: held 6 h as "lost 10 of 13" (Private/ taken for a
+    snapshot folder above the moved notes). The same layout made by `cp -al Garden.md Notes
+    Private/` and Notes/ emptied (links made and removed set the ctimes) is held."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        os.link(vault / "Garden.md", vault / "Private/Garden.md")
+        h.sweep()
+        (vault / "Notes").rename(vault / "Private/Notes")
+        _sweep(h, how, {vault / "Notes", vault / "Private/Notes"})
+        _online(h, "vault")
+        assert not _keys(h, "vault/Notes/") and _hits(h, "lighthouse") == []
+    finally:
+        h.close()
+
+
+def test_a_hard_linked_snapshot_straight_into_the_excluded_folder_then_the_notes_deleted_is_held(
+    make_cfg: Any, vault: Path
+) -> None:
+    """`cp -al Garden.md Notes Private/` unseen, then Notes/ emptied: the layout of a folder moved
+    beside a linked note, but the links made and removed changed the notes' ctimes: held."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        _snapshot(vault, vault / "Private", vault / "Garden.md", vault / "Notes")
+        for p in (vault / "Notes").glob("*.md"):
+            p.unlink()
+        h.sweep()
+        _held(h, 10)
+    finally:
+        h.close()
+
+
 def test_a_move_beside_a_hard_linked_snapshot_still_leaves_at_once(make_cfg: Any, vault: Path) -> None:
     """A hard-linked snapshot of other notes in the excluded folder says nothing of a folder moved
     into another excluded folder beside it: that is a move (its notes leave at once)."""
