@@ -328,7 +328,9 @@ def test_a_first_start_below_an_unmounted_share_refuses_writes(
 ) -> None:
     """The daemon's first start with its home below an fstab mount point that is not mounted:
     a memory write is refused (`storage`) naming the mount point, no agents folder is made there
-    and status says it; once the share is mounted the next write goes in and is recorded."""
+    and status says it; once the share is mounted the next write goes in and is recorded. The
+    index is made in the bare folder (its lock and stores open before the check), and the message
+    says so and asks for a restart once the share is mounted; it said nothing was made there."""
     nas = tmp_path / "nas"
     nas.mkdir()
     tables = _tables(tmp_path, nas, mounted=False)
@@ -346,8 +348,12 @@ def test_a_first_start_below_an_unmounted_share_refuses_writes(
         _write(d, "frank", "m1", "written before the share is mounted")
     assert refused.value.code == "storage" and f"below {nas}" in str(refused.value), refused.value
     assert not (d.home / "agents").exists()
+    assert (d.home / "index").is_dir()
+    assert "index is kept in it until sidecar restarts" in str(refused.value), refused.value
+    assert "nothing is recorded or made" not in str(refused.value)
     status = d.run_cli("status")
     assert "not mounted" in status.stdout and "--accept-home" in status.stdout, status.stdout
+    assert "then restart sidecar" in " ".join(status.stdout.split()), status.stdout
     _tables(tmp_path, nas, mounted=True)
     assert _write(d, "frank", "m1", "written with the share mounted")["action"] == "created"
     assert list((tmp_path / "state" / "sidecar" / "homes").glob("*.json"))

@@ -19,9 +19,10 @@ takes what is there).
 
 At the first start (nothing recorded) a home below a mount point of the fstab that is not mounted
 now is the bare folder an unmounted share leaves: it is not recorded (nor is ``agents/`` made)
-until the share is mounted, or the user accepts it. A share mounted by other means is not known
-there: a first start on its bare folder records that folder, and once the share is mounted the
-refusal says that case and the command.
+until the share is mounted, or the user accepts it (the daemon's ``index/`` is still made there:
+the lock and stores are opened before, and stay open until a restart). A share mounted by other
+means is not known there: a first start on its bare folder records that folder, and once the
+share is mounted the refusal says that case and the command.
 Imports nothing from sidecar but the configuration, errors, the mount tables and the atomic write.
 """
 
@@ -144,8 +145,9 @@ class HomeGuard:
         return (
             f"the home {self.home} lies below {point}, a mount point of {self._fstab or '/etc/fstab'} "
             "that is not mounted (sidecar started before its share was mounted?): the bare folder "
-            "there is not taken as the home, nothing is recorded or made there until the share is "
-            f"mounted (if the home is meant to be that folder: `{ACCEPT_COMMAND}`)"
+            "there is not taken as the home and no agents/ folder is made there, but the vaults' "
+            "index is kept in it until sidecar restarts: mount the share, then restart sidecar (if "
+            f"the home is meant to be that folder: `{ACCEPT_COMMAND}`)"
         )
 
     def know(self, agent: str) -> None:
