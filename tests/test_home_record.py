@@ -8,6 +8,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,36 @@ def test_a_home_that_holds_the_inboxes_is_taken_as_the_home(daemon: DaemonProces
     assert d.stop() == 0
     d.start()  # the accepted home is the recorded one now
     assert _write(d, "frank", "m4", "after a restart")["action"] == "created"
+
+
+def test_accept_home_says_when_the_running_daemon_did_not_take_the_consent(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    """`--accept-home` whose consent the running daemon does not read (one started from an
+    earlier sidecar, which takes only a removed record; here one keeping its state in another
+    folder): the command says the daemon still refuses the home and to restart it. Was: "taken as
+    the home" only, the writes still refused."""
+    d, home = daemon, daemon.home
+    _unmount(home, tmp_path / "share")  # an empty home, on purpose
+    d.start()
+    elsewhere = {**d.env, "SIDECAR_HOME": str(home), "XDG_STATE_HOME": str(tmp_path / "other-state")}
+    unread = subprocess.run(
+        [sys.executable, "-m", "sidecar", "index", "--accept-home"],
+        capture_output=True,
+        text=True,
+        env=elsewhere,
+        check=False,
+        timeout=120,
+    )
+    assert unread.returncode == 0, unread.stderr
+    said = " ".join(unread.stderr.split())
+    assert "still refuses the home" in said and "restart it" in said, said
+    with pytest.raises(RemoteError):
+        _write(d, "frank", "m3", "still refused")
+    accepted = d.run_cli("index", "--accept-home")
+    assert accepted.returncode == 0 and "still refuses" not in accepted.stderr, accepted.stderr
+    assert _write(d, "frank", "m3", "a fresh home accepted")["action"] == "created"
+    assert d.stop() == 0
 
 
 def test_a_home_record_that_cannot_be_written_is_a_problem(tmp_path: Path, vault: Path) -> None:
