@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -612,3 +613,67 @@ def test_a_memory_write_to_a_damaged_inbox_index_gets_it_refilled(serve_in_proce
     found = server.call("search", {"query": "kayak"}, agent="beta")
     assert sorted(x["reference"] for x in found["hits"]) == ["memory/canoe", "memory/trip"]
     assert h.stores.bm25.failing == {} and h.problems.active_in("keyword_search") is None
+
+
+def _segment_files(folder: Path) -> list[Path]:
+    files = [f for f in folder.iterdir() if f.suffix in (".term", ".idx", ".store", ".pos", ".fast", ".del")]
+    assert files
+    return files
+
+
+@pytest.mark.parametrize("how", ["touched", "copied back"])
+def test_an_inbox_segment_file_with_the_same_bytes_is_no_damage(
+    make_cfg: Any, vault: Path, tmp_path: Path, how: str
+) -> None:
+    """Every segment file of an open inbox index touched (a new mtime), or copied away and back
+    (a backup restored: a new inode and mtime, the same bytes): a search of that inbox that
+    matches nothing checks its files and finds them whole. Was: taken for overwritten, the answer
+    said "damaged" and the inbox was moved aside and refilled."""
+    cfg = _two_agents(make_cfg, vault)
+    h = Harness(cfg, None)
+    try:
+        assert _answer(h, "kayak", "beta")[0] == ["memory/trip"]  # its index open
+        for f in _segment_files(cfg.index_dir / "bm25/memory/beta/chunks"):
+            if how == "touched":
+                st = f.stat()
+                os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+            else:
+                shutil.copyfile(f, tmp_path / f.name)
+                f.unlink()
+                shutil.copyfile(tmp_path / f.name, f)
+        for _ in range(2):
+            refs, said = _answer(h, "zeppelin", "beta")
+            assert refs == [] and "damaged" not in (said or ""), said
+        assert h.problems.active_in("keyword_search") is None and h.stores.bm25.failing == {}
+        RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
+        assert _asides(cfg) == []
+        assert _answer(h, "kayak", "beta")[0] == ["memory/trip"]
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("how", ["garbled", "cut short"])
+def test_an_inbox_segment_file_garbled_in_place_is_damage(make_cfg: Any, vault: Path, how: str) -> None:
+    """A stored-text file of an open inbox index with bytes overwritten in the middle (its size
+    kept) or cut short: a search that matches nothing says the inbox is damaged, and it is refilled."""
+    cfg = _two_agents(make_cfg, vault)
+    h = Harness(cfg, None)
+    try:
+        assert _answer(h, "kayak", "beta")[0] == ["memory/trip"]
+        for f in (cfg.index_dir / "bm25/memory/beta/chunks").glob("*.store"):
+            data = bytearray(f.read_bytes())
+            if how == "garbled":
+                middle = len(data) // 3
+                data[middle : middle + 8] = bytes(b ^ 0xFF for b in data[middle : middle + 8])
+            else:
+                data = data[: len(data) // 2]
+            with f.open("r+b") as fh:  # in place: the same inode
+                fh.write(data)
+                fh.truncate(len(data))
+        said = _answer(h, "zeppelin", "beta")[1]
+        assert said is not None and "memory/beta is damaged" in said, said
+        RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
+        assert _asides(cfg) == ["bm25-memory-beta"]
+        assert _answer(h, "kayak", "beta")[0] == ["memory/trip"]
+    finally:
+        h.close()

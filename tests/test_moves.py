@@ -879,3 +879,141 @@ def test_a_bind_mounted_folder_unmounted_is_held(make_cfg: Any, vault: Path) -> 
     finally:
         subprocess.run(["umount", str(vault / "Notes")], check=False, capture_output=True)
         h.close()
+
+
+@pytest.mark.parametrize("into", ["Private", "wiki"])
+@pytest.mark.parametrize("how", ["sweep", "events"])
+def test_a_real_loss_beside_a_move_out_is_judged_against_the_notes_that_stay(
+    make_cfg: Any, vault: Path, how: str, into: str
+) -> None:
+    """23 notes: 10 moved into an excluded folder (or into the wiki, another root), 10 others
+    deleted. The moved ones leave the root's count: 10 lost of the 13 that stay is held as it
+    would be had the move been seen first (it was judged as 10 of 23, under the share, and the
+    loss deleted at once)."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        others = [
+            write(vault / f"Other/o{i}.md", f"# Other {i}\n\nThe ferry {i} sails at dawn.\n")
+            for i in range(10)
+        ]
+        h.sweep()
+        (vault / "Notes").rename(vault / into / "Notes")
+        for p in others:
+            p.unlink()
+        _sweep(h, how, {vault / "Notes", vault / into / "Notes", *others})
+        st = h.supervisor.roots["vault"]
+        assert st.hold_kind == "mass" and st.held_deletions == 10, (st.hold_kind, st.error)
+        assert "lost 10 of 13" in (st.error or "")
+        assert len(_keys(h, "vault/Other/")) == 10
+        assert not _keys(h, "vault/Notes/")
+        assert _hits(h, "lighthouse 3") == ([] if into == "Private" else ["wiki/Notes/n3"])
+        assert _hits(h, "ferry 3") == ["vault/Other/o3"]
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("how", ["sweep", "events"])
+def test_a_hard_linked_snapshot_made_unseen_then_the_notes_deleted_is_held(
+    make_cfg: Any, vault: Path, how: str
+) -> None:
+    """cp -al of the vault into an excluded folder while sidecar did not look, then the notes of
+    Notes/ deleted: their snapshot files have one link, the notes' inodes, birth times, names,
+    mtimes and sizes, as if moved; the snapshot's other files still share a link with notes that
+    are there, so it is a backup and the loss of the working notes is held. Was: released at once
+    (only the backup, kept out of search, held them)."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        snap = vault / "Private/Snap"
+        for p in [vault / "Garden.md", vault / "Projects/Boat.md", *sorted((vault / "Notes").glob("*.md"))]:
+            dest = snap / p.relative_to(vault)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.link(p, dest)
+        for p in (vault / "Notes").glob("*.md"):
+            p.unlink()
+        _sweep(h, how, {vault / "Notes", snap})
+        _held(h, 10)
+        assert _hits(h, "lighthouse 3") == ["vault/Notes/n3"]
+    finally:
+        h.close()
+
+
+def _snapshot(vault: Path, into: Path, *notes: Path) -> None:
+    """``cp -al`` of ``notes`` (files or folders of the vault) into ``into``, keeping their layout."""
+    for p in notes:
+        for f in sorted(p.rglob("*.md")) if p.is_dir() else [p]:
+            dest = into / f.relative_to(vault)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.link(f, dest)
+
+
+@pytest.mark.parametrize("how", ["sweep", "events"])
+def test_a_hard_linked_snapshot_of_folders_then_the_notes_deleted_is_held(
+    make_cfg: Any, vault: Path, how: str
+) -> None:
+    """`cp -al Projects Notes Private/Snap/` unseen, then Notes/ emptied: the file still linked
+    to a note there (Private/Snap/Projects/Boat.md) lies in a sibling folder of the deleted notes'
+    copies, not in their folder or above, yet it is one snapshot of the vault: held. Was: the 10
+    notes left the index at once (the excluded backup kept out of search held them only)."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        snap = vault / "Private/Snap"
+        _snapshot(vault, snap, vault / "Projects/Boat.md", vault / "Notes")
+        for p in (vault / "Notes").glob("*.md"):
+            p.unlink()
+        _sweep(h, how, {vault / "Notes", snap})
+        _held(h, 10)
+        assert _hits(h, "lighthouse 3") == ["vault/Notes/n3"]
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("how", ["sweep", "events"])
+def test_a_folder_moved_into_an_excluded_folder_that_holds_a_hard_link_leaves_at_once(
+    make_cfg: Any, vault: Path, how: str
+) -> None:
+    """A note hard-linked straight into Private/ (seen long before), then Notes/ moved into
+    Private/: a move (a folder renamed keeps its files' ctimes), its notes leave at once, not
+    searchable under their old paths. Was: held 6 h as "lost 10 of 13" (Private/ taken for a
+    snapshot folder above the moved notes). The same layout made by `cp -al Garden.md Notes
+    Private/` and Notes/ emptied (links made and removed set the ctimes) is held."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        os.link(vault / "Garden.md", vault / "Private/Garden.md")
+        h.sweep()
+        (vault / "Notes").rename(vault / "Private/Notes")
+        _sweep(h, how, {vault / "Notes", vault / "Private/Notes"})
+        _online(h, "vault")
+        assert not _keys(h, "vault/Notes/") and _hits(h, "lighthouse") == []
+    finally:
+        h.close()
+
+
+def test_a_hard_linked_snapshot_straight_into_the_excluded_folder_then_the_notes_deleted_is_held(
+    make_cfg: Any, vault: Path
+) -> None:
+    """`cp -al Garden.md Notes Private/` unseen, then Notes/ emptied: the layout of a folder moved
+    beside a linked note, but the links made and removed changed the notes' ctimes: held."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        _snapshot(vault, vault / "Private", vault / "Garden.md", vault / "Notes")
+        for p in (vault / "Notes").glob("*.md"):
+            p.unlink()
+        h.sweep()
+        _held(h, 10)
+    finally:
+        h.close()
+
+
+def test_a_move_beside_a_hard_linked_snapshot_still_leaves_at_once(make_cfg: Any, vault: Path) -> None:
+    """A hard-linked snapshot of other notes in the excluded folder says nothing of a folder moved
+    into another excluded folder beside it: that is a move (its notes leave at once)."""
+    h = _private(make_cfg, vault, "obsidian")
+    try:
+        (vault / "Private/Snap").mkdir()
+        os.link(vault / "Garden.md", vault / "Private/Snap/Garden.md")
+        (vault / "Notes").rename(vault / "Private/Notes")
+        h.sweep()
+        _online(h, "vault")
+        assert not _keys(h, "vault/Notes/") and _hits(h, "lighthouse") == []
+    finally:
+        h.close()

@@ -18,7 +18,7 @@ from sidecar.clients.client import Client
 from sidecar.config import Config
 from sidecar.contracts.errors import DaemonNotRunningError, DaemonUnreachableError, ExitCode, StorageError
 from sidecar.contracts.printable import escape_controls as shown
-from sidecar.vault.homeguard import forget
+from sidecar.vault.homeguard import forget, record_path
 
 
 def _check_vault(args: argparse.Namespace, cfg: Config, *, serving: bool) -> None:
@@ -147,6 +147,8 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
                 if idx["sweeps"] > before and waiting and _failing_since(health, asked, ("embedding",)):
                     break  # notes are in; their vectors wait for the model (status says why)
                 time.sleep(0.5)
+        if args.accept_home:
+            _say_if_still_refused(health, cfg)
         # A root that could not be swept keeps what was indexed (offline), or its deletions wait
         # (held): say so, not only the totals.
         offline = [r for r in health.get("roots", []) if r.get("mode") in ("offline", "held")]
@@ -185,6 +187,22 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
             )
             raise DaemonNotRunningError(f"the daemon stopped while it was indexing ({exc}); {again}") from exc
     return _index_here(args, cfg, bar)
+
+
+def _say_if_still_refused(health: dict[str, Any], cfg: Config) -> None:
+    """After `--accept-home` and the sweep it asked for, a daemon that still refuses the home did
+    not read the consent: one started from an earlier sidecar (it takes only a removed record,
+    and nothing in its answers tells its code apart, the version number being the same), or one
+    keeping its state in another folder. Said, as "taken as the home" alone was not true."""
+    refused = [p["error"] for p in health["problems"]["active"] if p.get("area") == "home"]
+    if refused:
+        print(
+            f"note: the running daemon still refuses the home: {shown(refused[0])}. It did not read "
+            f"the consent written to {record_path(cfg)}: restart it (`systemctl --user restart "
+            "sidecar`; a daemon started before this sidecar was installed does not read it); if it "
+            "still refuses, it keeps its state in another folder than this command ($XDG_STATE_HOME)",
+            file=sys.stderr,
+        )
 
 
 def _holds(health: dict[str, Any], root: str) -> bool:

@@ -46,6 +46,15 @@ def problem_area(area: str) -> str:
     return _PROBLEM_AREAS.get(area, area)
 
 
+# What to do while the home is not the recorded folder; the first-start case is named because a
+# share mounted after sidecar first ran on its bare mount point is refused with the share there.
+HOME_TODO = (
+    "mount the home's share again (memory writes wait for it, nothing is deleted meanwhile); if the "
+    "share is mounted and sidecar first started before it was, or the folder was replaced on purpose: "
+    "`sidecar index --accept-home`"
+)
+
+
 def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
     """What is wrong now (and what was repaired lately), in the words of health's problems."""
     out = []
@@ -57,10 +66,7 @@ def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
     if areas & {"index", "embedding", "vectors", "memory_write", "memory_audit"}:
         todo.append("check free disk space and permissions of the home folder; the daemon retries by itself")
     if "home" in areas:
-        todo.append(
-            "mount the home's share again (memory writes wait for it, nothing is deleted meanwhile); "
-            "if the folder was replaced on purpose: `sidecar index --accept-home`"
-        )
+        todo.append(HOME_TODO)
     if "stores" in areas:
         todo.append("restart the daemon so it rebuilds its index (e.g. `systemctl --user restart sidecar`)")
     for p in problems["recent"][-3:]:

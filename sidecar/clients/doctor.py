@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar import __version__
-from sidecar.clients.cli_render import daily_notes_line, problem_area
+from sidecar.clients.cli_render import HOME_TODO, daily_notes_line, problem_area
 from sidecar.clients.client import Client
 from sidecar.clients.lockholder import listening_on, lock_holder
 from sidecar.clients.service import (
@@ -360,12 +360,14 @@ def check_problems(health: dict[str, Any]) -> Check:
     if not active:
         return Check("daemon problems", True, "the daemon reports none")
     said = "; ".join(f"{problem_area(str(p['area']))}: {_clip(str(p['error']))}" for p in active)
-    return Check(
-        "daemon problems",
-        False,
-        f"the daemon reports {_plural(len(active), 'problem')}: {said}",
+    fix = (
         "`sidecar status` shows each with what to do (README, Troubleshooting); most clear by themselves "
-        "once the fault is gone",
+        "once the fault is gone"
+    )
+    if any(p["area"] == "home" for p in active):  # the command may be clipped off the message
+        fix += f"; the home: {HOME_TODO}"
+    return Check(
+        "daemon problems", False, f"the daemon reports {_plural(len(active), 'problem')}: {said}", fix
     )
 
 

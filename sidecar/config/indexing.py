@@ -81,3 +81,8 @@ class WatchConfig:
     mount_table: Path | None = _opt(
         None, "Mount table to read filesystem types from (default /proc/self/mountinfo; macOS: mount)."
     )
+    fstab: Path | None = _opt(
+        None,
+        "File-system table naming the mount points of shares (default /etc/fstab): a home below one "
+        "that is not mounted is not recorded as the home.",
+    )

@@ -15,8 +15,10 @@ import math
 import os
 import re
 import shutil
+import struct
 import threading
 import time
+import zlib
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -316,10 +318,11 @@ class _Folder:
             return None
         if (st.st_dev, st.st_ino) != self._where:
             return None
-        for name, kept in self._files.items():
-            why = _changed(self.path / name, kept)
+        for name, kept in list(self._files.items()):
+            why, now = _changed(self.path / name, kept)
             if why is not None:
                 return f"its file {name} {why}"
+            self._files[name] = now  # the same bytes under a new stat: checked once
         return None
 
     def recover_writer(self) -> None:
@@ -529,19 +532,49 @@ def _remove(folder: Path) -> None:
     shutil.rmtree(gone, ignore_errors=True)
 
 
-def _changed(path: Path, kept: tuple[int, int, int]) -> str | None:
-    """How the file at ``path`` differs from ``kept`` (size, mtime, inode), or None."""
+def _changed(path: Path, kept: tuple[int, int, int]) -> tuple[str | None, tuple[int, int, int]]:
+    """How the file at ``path`` differs from ``kept`` (size, mtime, inode), or None; and its stat
+    now. A file with its size and a new mtime or inode (touched, copied back from a backup, a sync
+    tool's rewrite of the same bytes) is damage only if its bytes fail Tantivy's own checksum:
+    taken for overwritten, the inbox was moved aside and refilled, and the answer said "damaged"."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        return "was deleted"
+        return "was deleted", kept
     except OSError as exc:
-        return f"cannot be read: {exc.strerror or exc}"
+        return f"cannot be read: {exc.strerror or exc}", kept
+    now = st.st_size, st.st_mtime_ns, st.st_ino
     if st.st_size != kept[0]:
-        return f"was cut short or grown ({st.st_size} bytes, was {kept[0]})"
-    if (st.st_mtime_ns, st.st_ino) != kept[1:]:
-        return "was overwritten"
-    return None
+        return f"was cut short or grown ({st.st_size} bytes, was {kept[0]})", kept
+    if now[1:] != kept[1:] and not _checksum_holds(path):
+        return "was overwritten", kept
+    return None, now
+
+
+# Every file of a Tantivy segment ends in a footer: its JSON (with the CRC32 of the bytes before
+# it), the JSON's length and this number, both u32 little-endian.
+_FOOTER_MAGIC = 1337
+_FOOTER_MOST = 4096  # a footer's JSON is about 90 bytes
+
+
+def _checksum_holds(path: Path) -> bool:
+    """Whether a segment file's bytes match the checksum in its footer (read whole: an inbox's
+    files are small, and only a file whose stat changed is read)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    if len(data) < 8:
+        return False
+    size, magic = struct.unpack("<II", data[-8:])
+    if magic != _FOOTER_MAGIC or size > min(_FOOTER_MOST, len(data) - 8):
+        return False
+    try:
+        footer = json.loads(data[-8 - size : -8])
+        crc = footer["crc"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    return isinstance(crc, int) and zlib.crc32(data[: -8 - size]) == crc
 
 
 def _segment_files(folder: Path) -> list[str]:

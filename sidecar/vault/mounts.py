@@ -8,6 +8,7 @@ Linux reads ``/proc/self/mountinfo``; macOS asks ``mount``. Imports nothing of t
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -47,11 +48,15 @@ def is_network(fs_type: str | None) -> bool:
     return fs_type in NETWORK_TYPES or fs_type.startswith(("fuse.", "fuse-", "nfs"))
 
 
+_OCTAL = re.compile(r"[0-7]{3}")
+
+
 def _unescape(field: str) -> str:
-    """mountinfo escapes space, tab, newline and backslash as octal (\\040 ...)."""
+    """mountinfo escapes space, tab, newline and backslash as octal (\\040 ...). A backslash not
+    followed by three octal digits is kept as written (a user's fstab may hold ``\\2019``)."""
     out, i = [], 0
     while i < len(field):
-        if field[i] == "\\" and i + 3 < len(field) and field[i + 1 : i + 4].isdigit():
+        if field[i] == "\\" and _OCTAL.fullmatch(field[i + 1 : i + 4]):
             out.append(chr(int(field[i + 1 : i + 4], 8)))
             i += 4
         else:
@@ -123,4 +128,47 @@ def read_mounts(table: Path | None) -> list[tuple[str, str]]:
     try:
         return parse_mountinfo(Path("/proc/self/mountinfo").read_text(encoding="utf-8", errors="replace"))
     except OSError:
+        return []
+
+
+# fstab's mount-point field for what is no mount point (swap, a comment's leftovers).
+_NOT_A_POINT = frozenset({"none", "swap"})
+
+
+def parse_fstab(text: str) -> list[str]:
+    """The mount points an fstab names (its second field; swap and comments left out)."""
+    points = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 2 or fields[0].startswith("#") or fields[1] in _NOT_A_POINT:
+            continue
+        point = _unescape(fields[1])
+        if point.startswith("/"):
+            points.append(point.rstrip("/") or "/")
+    return points
+
+
+def unmounted_point_above(target: str, fstab: list[str], mounts: list[tuple[str, str]]) -> str | None:
+    """The deepest mount point of ``fstab`` at or above the resolved path ``target`` that is not
+    mounted now, or None. A path below one lies in the bare folder an unmounted share leaves
+    (touches no file). Only points deeper than the mount holding ``target`` now count: one above
+    it (an old ``noauto`` line for ``/mnt`` while autofs or a systemd unit mounts ``/mnt/nas``)
+    is covered by that mount, whatever fstab says."""
+    mounted = {p.rstrip("/") or "/" for p, _ in mounts}
+    holding = mount_containing(target, mounts)
+    floor = len(holding[0]) if holding else 0
+    best: str | None = None
+    for point in fstab:
+        inside = target == point or target.startswith(point + "/") or point == "/"
+        deeper = len(point) > floor
+        if inside and deeper and point not in mounted and (best is None or len(point) > len(best)):
+            best = point
+    return best
+
+
+def read_fstab(table: Path | None) -> list[str]:
+    """The mount points of this machine's fstab (or the file given); none where there is none."""
+    try:
+        return parse_fstab((table or Path("/etc/fstab")).read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError):  # a line this parser does not foresee says nothing, not a crash
         return []

@@ -413,6 +413,7 @@ class Supervisor:
         confirmed: bool,
         *,
         moved: int = 0,
+        moved_away: int = 0,
         copies: int = 0,
     ) -> str | None:
         """Why this sweep must not delete (``unmounted``, ``device``, ``empty``, ``mass``), or None.
@@ -423,9 +424,13 @@ class Supervisor:
         ``moved`` of the ``missing`` notes turned up under other keys in the same sweep: moves,
         no loss, so they count neither toward ``empty`` nor toward ``mass``. They say nothing
         about the mount, though: a root that is not on the mount it was holds them all.
+        ``moved_away`` of those left the root (into an excluded folder, into another root): a
+        mass loss is judged against the notes that stay (``known`` less them), as it would be had
+        the move been seen on its own first; moves within the root stay among its notes.
         ``copies`` of the held notes have a look-alike in an excluded folder (said, no evidence).
         """
         lost = missing - moved
+        staying = known - moved_away
         st = self.status(root)
         ident = st.identity
         memo = self._remembered(root)
@@ -460,7 +465,7 @@ class Supervisor:
             # that is there (its share is the vault's): a loss there is a mass deletion like any
             # other. Some notes moved and the rest lost: still empty, held whole.
             kind = "empty"
-        elif known >= MASS_DELETION_MIN_FILES and lost / known > self.cfg.index.mass_deletion_share:
+        elif staying >= MASS_DELETION_MIN_FILES and lost / staying > self.cfg.index.mass_deletion_share:
             kind = "mass"
         if kind is None:
             if ident is not None:
@@ -481,7 +486,7 @@ class Supervisor:
         self._remember(root, {**memo, "hold": {"kind": kind, "since": since}})
         held = lost if kind == "mass" else missing  # a mass hold applies the moves at once
         st.held_deletions, st.hold_kind, st.hold_since = held, kind, since
-        why = HOLD_WHY[kind].format(missing=held, known=known)
+        why = HOLD_WHY[kind].format(missing=held, known=staying if kind == "mass" else known)
         if kind == "mass":
             left = self.cfg.index.mass_deletion_hold_minutes * 60 - (now - since)
             then = f"applied in {_duration(left)} unless they come back"
