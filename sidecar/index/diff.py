@@ -418,20 +418,13 @@ class ChangeFinder:
         seen so). The number must be one that lasts on disk (``mounts.stable_inodes``): on SMB,
         FAT, most FUSE filesystems and tmpfs it may be given anew at a remount or a boot and name
         another file. Both files are on the root's own filesystem, not on one mounted inside it.
-        Where they are: ``left_out`` (``_left_out``).
-
-        Nor is a file in a folder of a hard-linked snapshot (``cp -al``, ``rsync --link-dest``),
-        told by a file of it, in it or a folder above (below the root), that still has another link
-        (a note that is still there): made while sidecar did not look and the notes deleted
-        after, its files have one link, the notes' inodes and birth times, and passed for moved
-        (the notes then live only in the excluded backup: a loss of the working notes, held)."""
+        Where they are: ``left_out`` (``_left_out``)."""
         if not listing.missing or not self._own_inodes(listing.root):
             return set()
         found: dict[tuple[int, int], NoteFile] = {}
         by_root: dict[Root, list[NoteFile]] = {}
         for n in left_out:
             by_root.setdefault(n.root, []).append(n)
-        snapshots = {n.path.parent for n in left_out if n.shared[1]} - {r.path for r in by_root}
         for root, files in by_root.items():
             ident = self.supervisor.status(root).identity
             if ident is not None and self._own_inodes(root):
@@ -448,7 +441,6 @@ class ChangeFinder:
                 and not nested(there.root, there.key)
                 and (there.mtime_ns, there.size) == (st.mtime_ns, st.size)
                 and there.key.rpartition("/")[2] == key.rpartition("/")[2]
-                and not any(folder in snapshots for folder in there.path.parents)
                 and there.born() == st.btime_ns  # a statx per candidate only
             ):
                 del found[(st.dev, st.ino)]  # one file, one note
