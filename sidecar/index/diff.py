@@ -119,18 +119,6 @@ def _related(old: str, new: str) -> bool:
     return old_name == new_name or old_folder == new_folder
 
 
-def _mirrors(copy: Path, original: Path, top: Path) -> set[tuple[Path, Path]]:
-    """The (folder, folder) pairs a copy of ``original`` at ``copy`` keeps the layout of: a copy
-    of a folder of ``original``'s (at or below ``top``) into a folder of ``copy``'s, as ``cp -al
-    Notes Projects Private/Snap/`` makes (the names below both folders agree). Touches no file."""
-    pairs: set[tuple[Path, Path]] = set()
-    a, b = copy, original
-    while a.name == b.name and a != a.parent and b != top and b.is_relative_to(top):
-        a, b = a.parent, b.parent
-        pairs.add((a, b))
-    return pairs
-
-
 class ChangeFinder:
     """Finds what changed in the roots; remembers what it already reported and recent event deletions."""
 
@@ -355,7 +343,7 @@ class ChangeFinder:
         whose folder is not the share now (``alien``) is no evidence either way."""
         manifest = self.manifest
         trusted = [x for x in listings if x.root.name not in alien]
-        moved = self._renamed_out(listing, left_out, [n for x in trusted for n in x.notes if n.shared[1]])
+        moved = self._renamed_out(listing, left_out)
         away = set(moved)
         prefix = listing.root.key_of("x")[:-1]
         present: dict[str, NoteFile] = {n.key: n for x in trusted for n in x.notes}
@@ -416,9 +404,7 @@ class ChangeFinder:
         seen = [*looked, *(n for x in listings for n in x.excluded)]
         return [n for n in seen if n.root.name not in alien]
 
-    def _renamed_out(
-        self, listing: _Listing, left_out: Sequence[NoteFile], linked: Sequence[NoteFile] = ()
-    ) -> set[str]:
+    def _renamed_out(self, listing: _Listing, left_out: Sequence[NoteFile]) -> set[str]:
         """The missing keys of ``listing`` whose very file lies where a rule leaves it out now (a
         folder moved into an excluded one): gone from the index at once, no loss.
 
@@ -436,25 +422,13 @@ class ChangeFinder:
         seen so). The number must be one that lasts on disk (``mounts.stable_inodes``): on SMB,
         FAT, most FUSE filesystems and tmpfs it may be given anew at a remount or a boot and name
         another file. Both files are on the root's own filesystem, not on one mounted inside it.
-        Where they are: ``left_out`` (``_left_out``).
-
-        Nor is a file of a hard-linked snapshot (``cp -al``) whose status-change time is not the
-        one recorded with the note: made while sidecar did not look and the notes deleted after,
-        its files have one link, the notes' inodes and birth times, and passed for moved (the notes
-        then live only in the excluded backup: a loss of the working notes, held). A snapshot is
-        told by a file of it that still shares its inode with a note that is there (``linked``:
-        the notes with other links) at the place the copy of that note's folder puts it, the
-        file in question at the place the same copy puts the missing note (``_mirrors``). Making
-        and removing a link set the inode's ctime; a folder renamed leaves its files' ctimes
-        alone, so a folder moved into the excluded folder that holds such a file still leaves
-        at once (a note moved alone, whose rename sets its ctime, there too is held)."""
+        Where they are: ``left_out`` (``_left_out``)."""
         if not listing.missing or not self._own_inodes(listing.root):
             return set()
         found: dict[tuple[int, int], NoteFile] = {}
         by_root: dict[Root, list[NoteFile]] = {}
         for n in left_out:
             by_root.setdefault(n.root, []).append(n)
-        snapshots = self._snapshots(left_out, linked)
         for root, files in by_root.items():
             ident = self.supervisor.status(root).identity
             if ident is not None and self._own_inodes(root):
@@ -471,9 +445,6 @@ class ChangeFinder:
                 and not nested(there.root, there.key)
                 and (there.mtime_ns, there.size) == (st.mtime_ns, st.size)
                 and there.key.rpartition("/")[2] == key.rpartition("/")[2]
-                and not (
-                    there.ctime_ns != st.ctime_ns and self._in_snapshot(there, key, listing.root, snapshots)
-                )
                 and there.born() == st.btime_ns  # a statx per candidate only
             ):
                 del found[(st.dev, st.ino)]  # one file, one note
@@ -481,25 +452,6 @@ class ChangeFinder:
         if out:
             log.info("notes_moved_out root=%s count=%d into=excluded folder", listing.root.name, len(out))
         return out
-
-    @staticmethod
-    def _snapshots(left_out: Sequence[NoteFile], linked: Sequence[NoteFile]) -> set[tuple[Path, Path]]:
-        """(snapshot folder, folder of the notes it copies) for every left-out file that shares
-        its inode with a note there now (``_mirrors``)."""
-        notes: dict[tuple[int, int], list[NoteFile]] = {}
-        for n in linked:
-            notes.setdefault(n.shared, []).append(n)
-        pairs: set[tuple[Path, Path]] = set()
-        for f in left_out:
-            for n in notes.get(f.shared, []) if f.shared[1] else []:
-                pairs |= _mirrors(f.path, n.path, n.root.path)
-        return pairs
-
-    @staticmethod
-    def _in_snapshot(there: NoteFile, key: str, root: Root, snapshots: set[tuple[Path, Path]]) -> bool:
-        """Whether ``there`` lies where a snapshot in ``snapshots`` put the note ``key`` of ``root``."""
-        folder = key[len(root.key_of("x")) - 1 :].rpartition("/")[0]
-        return bool(_mirrors(there.path, root.path / folder / there.path.name, root.path) & snapshots)
 
     def _excluded_copies(self, listing: _Listing, left_out: Sequence[NoteFile], moved: set[str]) -> int:
         """How many of the missing notes that are no move have a look-alike (same mtime and size)
