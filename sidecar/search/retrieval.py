@@ -33,7 +33,6 @@ from sidecar.search.query import fold as fold_word
 from sidecar.search.querycache import QueryCache
 from sidecar.search.results import analysis_of, local_day, to_hit
 from sidecar.stores.bm25 import Bm25Index
-from sidecar.stores.cjk import bigrams
 from sidecar.stores.manifest import ChunkView, NoteDay
 from sidecar.vault.sources import public_reference
 
@@ -172,23 +171,6 @@ def _page_failure_active(problems: Problems) -> bool:
 @functools.lru_cache(maxsize=16)
 def _language_set(languages: str) -> frozenset[str]:
     return frozenset(x.strip().lower() for x in languages.split(",") if x.strip())
-
-
-# A chunk whose title, headings and text hold fewer words than this (of two letters or more; a
-# number is none; Chinese and Japanese count by pairs of characters, as the keyword index does) is
-# too thin for its vector to say what it is about: "x", "hi", a date.
-MIN_VECTOR_WORDS = 3
-_MEANING_WORD = re.compile(r"(?:[^\W\d_]\w*|\d+[^\W\d_]\w*)")
-
-
-def says_little(view: ChunkView) -> bool:
-    """Whether a chunk holds too few words for a match by its vector alone (``Candidate.thin``)."""
-    found = 0
-    for part in (view.title, *view.headings, view.text):
-        found += sum(1 for w in _MEANING_WORD.findall(bigrams(part)) if len(w) >= 2)
-        if found >= MIN_VECTOR_WORDS:
-            return False
-    return True
 
 
 @functools.lru_cache(maxsize=65_536)  # titles repeat across queries; folding them was 4 ms a query
@@ -529,7 +511,6 @@ class Retriever:
                     v.has_vector,
                     hubs.get(cid, 0.0),
                     pages.get(v.key),
-                    cid not in bm_scores and says_little(v),
                 )
                 for cid, v in views.items()
                 if cid in vec_scores or cid in bm_scores
