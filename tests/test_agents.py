@@ -2025,53 +2025,6 @@ def test_a_note_that_is_a_link_is_listed_with_why_and_a_write_is_forbidden(
     assert (outside / "secret.md").read_text() == "Outside text.\n" and (inbox / "evil.md").is_symlink()
 
 
-def test_a_hard_link_of_another_agents_note_is_not_read(served: Served, tmp_path: Path) -> None:
-    """A hard link of codex's note placed in claude's inbox was read and indexed as claude's own.
-    While a file has names in two agents' folders it is read in neither (which came first cannot
-    be told); names elsewhere (a backup made with cp -al, a tool's copy beside the note) do not
-    count, and nothing sidecar does adds a name to a file."""
-    served.call("write", {"slug": "secret", "content": "Codex keeps the zebrafinch plan."}, agent="codex")
-    served.call("write", {"slug": "mine", "content": "Claude keeps the garlic plan."})
-    served.call("write", {"slug": "mine", "content": "Claude keeps the better garlic plan."})
-    agents = served.cfg.agents_dir
-    inbox, theirs = agents / "claude" / "memory", agents / "codex" / "memory"
-    (tmp_path / "backup").mkdir()
-    os.link(inbox / "mine.md", tmp_path / "backup" / "mine.md")  # a backup made by linking
-    os.link(inbox / "mine.md", inbox / "mine.md.bak")  # a tool's backup beside the note
-    os.link(theirs / "secret.md", inbox / "peek.md")
-    served.h.sweep()
-    assert _refs(served.call("search", {"query": "zebrafinch"})) == []
-    assert _refs(served.call("search", {"query": "garlic plan", "source": "memory"})) == ["memory/mine"]
-    notes = {n["reference"]: n for n in served.call("list", {})["notes"]}
-    assert notes["memory/mine"]["indexed"] is True
-    assert notes["memory/peek"]["indexed"] is False and "hard link" in notes["memory/peek"]["why"], notes
-    with pytest.raises(SidecarError, match="hard link") as err:
-        served.call("get", {"reference": "memory/peek"})
-    assert err.value.code == "unreadable"
-    with pytest.raises(SidecarError, match="hard link") as err:
-        served.call("edit", {"slug": "peek", "content": "mine now"})
-    assert err.value.code == "forbidden" and "memory_write" in str(err.value)
-    # Codex's note is not read either while claude's inbox holds a name of its file.
-    codex = {n["reference"]: n for n in served.call("list", {}, agent="codex")["notes"]}
-    assert codex["memory/secret"]["indexed"] is False, codex
-    # A write replaces claude's name only, by a file of its own; codex's text is not kept in
-    # claude's .trash; codex's note is its own again.
-    out = served.call("write", {"slug": "peek", "content": "Claude's own peek note."})
-    assert out["action"] == "replaced" and "previous" not in out, out
-    assert (theirs / "secret.md").read_text().endswith("Codex keeps the zebrafinch plan.\n")
-    assert not any("zebrafinch" in p.read_text() for p in (inbox / ".trash").iterdir())
-    served.h.sweep()
-    assert _refs(served.call("search", {"query": "zebrafinch"}, agent="codex")) == ["memory/secret"]
-    # A delete of such a name removes only the name: nothing of the other file lands in .trash.
-    os.link(theirs / "secret.md", inbox / "again.md")
-    done = served.call("delete", {"slug": "again"})
-    assert done["deleted"] and "trash" not in done and "hard link" in done["message"], done
-    assert (theirs / "secret.md").stat().st_nlink == 1
-    # What sidecar writes and keeps has one name each (the backups made above aside).
-    own = [p for p in [*inbox.iterdir(), *(inbox / ".trash").iterdir(), *theirs.iterdir()] if p.is_file()]
-    assert {p.name for p in own if p.stat().st_nlink > 1} == {"mine.md", "mine.md.bak"}
-
-
 def test_a_search_of_filters_alone_lists_the_notes_newest_first(
     served: Served, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
