@@ -2069,3 +2069,72 @@ def test_a_search_of_filters_alone_lists_the_notes_newest_first(
 
     text, structured = Direct(tmp_path / "unused.sock", "claude").search({"query": query})
     assert structured["listed"] == 2 and "filters alone" in text and "vault/Projekte/Zaun" in text
+
+
+def _garden(served: Served) -> None:
+    """Three garden notes; the plan is dated ahead (2099) and was written in August."""
+    vault = served.cfg.vault.path
+    assert vault is not None
+    for name, day in (("Beet", "2026-09-15"), ("Zaun", "2026-10-20"), ("Plan", "2099-01-01")):
+        write(vault / f"Garten/{name}.md", f"---\ndate: {day}\ntags: [garten]\n---\n# {name}\n\nText.\n")
+    then = dt.datetime(2026, 8, 1, 12).timestamp()
+    os.utime(vault / "Garten/Plan.md", (then, then))
+    served.h.sweep()
+
+
+def test_a_note_dated_after_today_does_not_head_a_listing_of_filters_alone(served: Served) -> None:
+    """A note dated after today (a plan, a deadline) headed every listing of filters alone for
+    good; it is placed by its last change, and still shows its date."""
+    _garden(served)
+    out = served.call("search", {"query": "tag:garten"})
+    refs = [h["reference"] for h in out["hits"]]
+    assert refs == ["vault/Garten/Zaun", "vault/Garten/Beet", "vault/Garten/Plan"], out
+    assert out["hits"][2]["date"] == "2099-01-01" and out["listed"] == 3
+    told = served.call("why", {"reference": "vault/Garten/Plan", "query": "tag:garten"})["chunks"][0][
+        "outcome"
+    ]
+    assert told == "hit #3, listed by the query's filters alone (newest first)", told
+
+
+def test_why_of_filters_alone_reads_no_listing(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    """why asked for a listing of up to 10,000 first chunks, each masked, to find one note's place
+    (10.7 s on 5,000 notes; a note beyond 10,000 was 'not selected'): the place is counted from
+    the notes' days alone, no chunk read."""
+    import dataclasses
+
+    _garden(served)
+    read: list[str] = []
+    manifest = served.h.stores.manifest
+    real = manifest.first_chunks
+
+    def counted(keys: Any) -> Any:
+        read.extend(keys)
+        return real(keys)
+
+    monkeypatch.setattr(manifest, "first_chunks", counted)
+    retriever = served.handlers.retriever
+    monkeypatch.setattr(retriever, "cfg", dataclasses.replace(retriever.cfg, limit=1))
+
+    def why(ref: str, query: str) -> str:
+        return str(served.call("why", {"reference": ref, "query": query})["chunks"][0]["outcome"])
+
+    told = why("vault/Garten/Beet", "tag:garten until:2026-12-01")
+    assert told == "#2, beyond the limit of 1, listed by the query's filters alone (newest first)", told
+    assert (
+        why("vault/Garten/Zaun", "tag:garten until:2026-12-01")
+        == "hit #1, listed by the query's filters alone (newest first)"
+    )
+    assert why("vault/Garten/Zaun", "tag:haus") == "not selected by the query's filters"
+    assert read == [], read
+
+
+def test_filters_alone_that_select_no_note_say_so(served: Served, capsys: pytest.CaptureFixture[str]) -> None:
+    """Filters that select no note said 'nothing relevant found' with no `listed` (the command line
+    and the MCP tool could not tell it from 'no relevant note'): `listed` is 0 and they say so."""
+    _garden(served)
+    none = served.call("search", {"query": "tag:nirgends"})
+    assert none["hits"] == [] and none["listed"] == 0, none
+    assert "listed" not in served.call("search", {"query": "zzzqqq nowhere"})
+    args = build_parser().parse_args(["search", "path:Nowhere/"])
+    assert command_for("search")(args, served.cfg) == 0
+    assert capsys.readouterr().out.strip() == "no note matches these filters"

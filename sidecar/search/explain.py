@@ -200,16 +200,11 @@ def _listed_by_filters(
 ) -> ChunkExplanation:
     """The outcome of a note's first chunk for a query of filters alone, which ``search`` answers
     by listing the notes they select, newest first (Retriever.listed)."""
-    reference = public_reference(key, req.agent)
-    hits = r.listed(replace(req, limit=MAX_LISTED_PLACE)).hits
-    place = next((i for i, h in enumerate(hits, 1) if h.reference == reference), None)
+    place = r.listed_place(req, key)
     if place is None:
         return replace(first, outcome="not selected by the query's filters")
     where = f"hit #{place}" if place <= req.limit else f"#{place}, beyond the limit of {req.limit}"
     return replace(first, outcome=f"{where}, listed by the query's filters alone (newest first)")
-
-
-MAX_LISTED_PLACE = 10_000  # how far why counts a note's place in a listing of filters alone
 
 
 def _by_date(h: Hit) -> bool:

@@ -662,11 +662,12 @@ class Retriever:
 
     def listed(self, req: SearchRequest) -> SearchResult:
         """A search of filters alone: the notes they select, newest first by their day (a daily
-        note's name or a date property, else their last change; then by the last change), up to
+        note's name or a date property, else their last change, which also stands for a day after
+        today; then by the last change), up to
         the limit, each with its first chunk, relevance 0 and no arm score (nothing ranked them;
         ``minScore`` does not apply)."""
         notes = self._selected(req)
-        notes.sort(key=lambda n: (n.date or local_day(n.mtime_ns), n.mtime_ns, n.key), reverse=True)
+        notes.sort(key=self._listing_order(), reverse=True)
         notes = notes[: req.limit]
         views = self.stores.manifest.first_chunks([n.key for n in notes])
         hits = tuple(
@@ -675,6 +676,30 @@ class Retriever:
             if (v := views.get(n.key)) is not None
         )
         return SearchResult(hits, None, analysis_of(analyze(""), req.filters), listed=len(hits))
+
+    def _listing_order(self) -> Callable[[NoteDay], tuple[str, int, str]]:
+        """The key ``listed`` sorts by, highest first: a note's day, then its last change, then its
+        key (a total order, so that ``listed_place`` counts the same places). A day after today (a
+        plan, a deadline) gives way to the day of the last change: by it, a note dated 2099 headed
+        every listing for good."""
+        today = self.today().isoformat()
+
+        def order(n: NoteDay) -> tuple[str, int, str]:
+            day = n.date if n.date and n.date <= today else local_day(n.mtime_ns)
+            return day, n.mtime_ns, n.key
+
+        return order
+
+    def listed_place(self, req: SearchRequest, key: str) -> int | None:
+        """The place of note ``key`` in ``listed``'s order for ``req`` at any depth (None when the
+        filters do not select it): the notes ordered before it are counted, none is sorted and no
+        chunk read (why asked a listing of 10,000 first chunks, each masked, for one place)."""
+        notes = self._selected(req)
+        order = self._listing_order()
+        mine = next((order(n) for n in notes if n.key == key), None)
+        if mine is None:
+            return None
+        return 1 + sum(1 for n in notes if order(n) > mine)
 
     def dated_notes(self, req: SearchRequest) -> list[NoteDay]:
         """The notes a request's date window (and its other filters and scope) holds, in the order
