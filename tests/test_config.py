@@ -296,6 +296,13 @@ def test_config_check_says_when_the_model_folder_holds_no_model(
     assert out.startswith("configuration with 1 warning(s)"), out
     assert f"warning: embedder.path {folder} holds no model.onnx and tokenizer.json" in out
     assert "holds no model.onnx" in json.loads(check("--json"))["warnings"][0]
+    # One of the two there: the warning names the one missing (it named both)
+    (folder / "model.onnx").write_bytes(b"onnx")
+    assert f"warning: embedder.path {folder} holds model.onnx but no tokenizer.json" in check()
+    (folder / "model.onnx").unlink()
+    (folder / "tokenizer.json").write_text("{}")
+    assert f"warning: embedder.path {folder} holds tokenizer.json but no model.onnx" in check()
+    (folder / "tokenizer.json").unlink()
     (folder / "model.onnx").write_bytes(b"onnx")
     (folder / "tokenizer.json").write_text("{}")
     assert check().startswith("configuration OK")

@@ -380,10 +380,20 @@ def _path_warnings(cfg: Config) -> list[str]:
         return [f"embedder.path {e.path} cannot be read now ({why})"]
     if there and folder_files(e.path, "configured path") is not None:
         return []
-    what = "holds no model.onnx and tokenizer.json" if there else "does not exist"
+    # Name the file that is missing: "no model.onnx and tokenizer.json" read as both missing.
+    onnx = any((e.path / p).is_file() for p in ("model.onnx", "onnx/model.onnx"))
+    tok = (e.path / "tokenizer.json").is_file()
+    if not there:
+        what, put = "does not exist", "put model.onnx and tokenizer.json there"
+    elif onnx:
+        what, put = "holds model.onnx but no tokenizer.json", "put tokenizer.json there"
+    elif tok:
+        what, put = "holds tokenizer.json but no model.onnx", "put model.onnx there"
+    else:
+        what, put = "holds no model.onnx and tokenizer.json", "put both files there"
     return [
-        f"embedder.path {e.path} {what}: the daemon would search by keywords only; put both files "
-        "there, or remove embedder.path to use the built-in model"
+        f"embedder.path {e.path} {what}: the daemon would search by keywords only; {put}, or remove "
+        "embedder.path to use the built-in model"
     ]
 
 

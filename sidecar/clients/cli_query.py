@@ -50,7 +50,7 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         print(f"note: {indexing_note(*result.indexing)}", file=sys.stderr)
     if reply.get("inboxRefused"):
         print(f"note: {shown(refused_note(reply['inboxRefused']))}", file=sys.stderr)
-    if result.listed:
+    if result.listed:  # none listed: said in place of "nothing relevant found" below
         print(
             f"note: the query holds filters alone: {result.listed} hit(s) (relevance 0) are the notes "
             "they select, newest first, not ranked by any word",
@@ -67,7 +67,10 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         # The hits come from any time: without this line they read as the period's notes.
         phrase = shown(window.phrase)
         print(f"note: '{phrase}': no note has that date, so it was searched as words", file=sys.stderr)
-    if not result.hits:
+    if not result.hits and result.listed is not None:
+        # Filters alone: "nothing relevant" read as "no relevant note" where no note has the tag.
+        print("no note matches these filters")
+    elif not result.hits:
         print("nothing relevant found")
     for i, hit in enumerate(result.hits, 1):
         where = f"lines {hit.lines[0]}-{hit.lines[1]}" + (f", dated {hit.date}" if hit.date else "")

@@ -145,7 +145,7 @@ class ToolCalls:
             out["indexing"] = {"done": result.indexing[0], "total": result.indexing[1]}
         if result.window:
             out["window"] = window_json(result.window)
-        if result.listed:
+        if result.listed is not None:
             out["listed"] = result.listed
         if masked:
             out["masked"] = masked

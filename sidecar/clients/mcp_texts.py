@@ -70,6 +70,8 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
         lines.extend("   " + line for line in h["text"].splitlines())
     if not hits and building:
         lines.append("Nothing found so far; ask again once the index is built.")
+    elif not hits and result.get("listed") is not None:
+        lines.append("No note matches these filters (the query holds filters alone).")
     elif not hits:
         lines.append("Nothing relevant found; try other words, a wider date, or memory_list to browse.")
     if result.get("masked"):

@@ -129,8 +129,8 @@ class SearchResult:
     # listing): the hits come from part of the notes only.
     indexing: tuple[int, int] | None = None
     # A search of filters alone (no word to rank by): how many hits are the notes they select,
-    # listed newest first, relevance 0.
-    listed: int = 0
+    # listed newest first, relevance 0 (0: they select none); None for any other search.
+    listed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -291,7 +291,7 @@ def search_json(result: SearchResult, *, preview: bool) -> dict[str, Any]:
         out["pendingVectors"] = result.pending_vectors
     if result.indexing is not None:
         out["indexing"] = {"done": result.indexing[0], "total": result.indexing[1]}
-    if result.listed:
+    if result.listed is not None:
         out["listed"] = result.listed
     window = result.window or (window_of(result.analysis) if result.analysis else None)
     if window is not None:
@@ -408,7 +408,7 @@ def parse_search(d: Mapping[str, Any]) -> SearchResult:
         window=window,
         pending_vectors=int(d.get("pendingVectors") or 0),
         indexing=(int(d["indexing"]["done"]), int(d["indexing"]["total"])) if d.get("indexing") else None,
-        listed=int(d.get("listed") or 0),
+        listed=int(d["listed"]) if d.get("listed") is not None else None,
         dropped=tuple(parse_hit(h) for h in d.get("dropped") or ()),
         gates=dict(d["gates"]) if d.get("gates") else None,
     )

@@ -45,14 +45,7 @@ from sidecar.vault.confine import (
     read_fd,
 )
 from sidecar.vault.homeguard import HomeGuard
-from sidecar.vault.sources import (
-    SHARED_REASON,
-    SLUG_RE,
-    agent_inbox,
-    is_conflict_copy,
-    is_markdown_name,
-    shares_file_with_other_agent,
-)
+from sidecar.vault.sources import SLUG_RE, agent_inbox, is_conflict_copy, is_markdown_name
 
 _MANAGED = ("created", "updated")
 _KEPT = re.compile(r"^[a-z0-9][a-z0-9_-]*--(\d{8}T\d{12})\.md$")  # <slug>--<time>.md in .trash
@@ -270,7 +263,7 @@ class Inboxes:
         self._check_content(content, front_matter)
         with self.locked(agent, slug), self._dirs(agent, create=True) as (agent_fd, inbox_fd):
             for _attempt in range(_READ_ATTEMPTS):
-                old, seen = _read_existing(inbox_fd, name, slug, (self.cfg.agents_dir, agent))
+                old, seen = _read_existing(inbox_fd, name, slug)
                 if _state(inbox_fd, name) == seen:
                     break
                 # Saved by someone else (an editor writing in place) while it was read: what was
@@ -280,7 +273,18 @@ class Inboxes:
                     f"{slug!r} kept changing while it was read (is it being edited elsewhere?); "
                     "nothing was written: try again"
                 )
-            existing = _kept_keys(slug, old, seen, must_exist=must_exist)
+            existing: dict[str, Any] = {}
+            if old is not None:
+                old_text = old.decode("utf-8", errors="replace")
+                problem = front_matter_problem(old_text) if must_exist else None
+                if problem is not None:  # an edit keeps the keys: it cannot when it cannot read them
+                    raise MemoryUnreadableError(
+                        f"the front matter of {slug!r} cannot be read ({problem}): fix it, or replace "
+                        "the whole note with memory_write"
+                    )
+                existing, _old_body = split_front_matter(old_text)
+            elif must_exist:
+                raise NotFoundError(f"no memory note {slug!r} to edit; use memory_write to create it")
             inline, body = split_front_matter(content)
             meta: dict[str, Any] = dict(existing) if must_exist else {}
             meta.update({k: _plain(v) for k, v in inline.items()})
@@ -291,7 +295,7 @@ class Inboxes:
             meta["updated"] = _now()
             text, counts = self._sized(meta, body, content, edit_of=existing if must_exist else None)
             data = text.encode("utf-8")
-            self._check_room(inbox_fd, name, len(data) - (seen[1] if seen is not None else 0))
+            self._check_room(inbox_fd, name, len(data) - (len(old) if old is not None else 0))
             # The text being replaced stays recoverable, as a deleted note does (a rewrite that
             # changes only the 'updated' stamp keeps nothing: there is nothing to lose).
             previous = None
@@ -319,7 +323,7 @@ class Inboxes:
         return Written(
             slug,
             path,
-            seen is None,
+            old is None,
             counts,
             digest,
             len(data),
@@ -465,19 +469,11 @@ class Inboxes:
                 st = os.stat(name, dir_fd=inbox_fd, follow_symlinks=False)
             except FileNotFoundError:
                 return None
-            shared = stat.S_ISREG(st.st_mode) and shares_file_with_other_agent(self.cfg.agents_dir, agent, st)
-            if not stat.S_ISREG(st.st_mode) or shared:
+            if not stat.S_ISREG(st.st_mode):
                 # A link or pipe placed under a note's name holds no text to keep: it is removed,
                 # never opened or followed (moved into .trash, a relative link pointed elsewhere
-                # from there, and the reply said a text was kept). So is a name of another agent's
-                # file: kept in this .trash, it would keep that file hidden from its agent too.
-                what = (
-                    "a hard link to a file in another agent's folder, which is untouched"
-                    if shared
-                    else "a symbolic link"
-                    if stat.S_ISLNK(st.st_mode)
-                    else "not a regular file"
-                )
+                # from there, and the reply said a text was kept).
+                what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
                 os.unlink(name, dir_fd=inbox_fd)
                 os.fsync(inbox_fd)
                 audit_error = self._audit(agent_fd, "delete", slug, hashlib.sha256(b"").hexdigest(), 0)
@@ -952,12 +948,9 @@ def _state(inbox_fd: int, name: str) -> _State:
     return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
-def _read_existing(
-    inbox_fd: int, name: str, slug: str, owner: tuple[Path, str]
-) -> tuple[bytes | None, _State]:
+def _read_existing(inbox_fd: int, name: str, slug: str) -> tuple[bytes | None, _State]:
     """The current bytes of a note and its state when read (None, None if there is none); a
-    symlink or pipe is refused. A file that is also one of another agent's folder than the owner
-    (agents folder, agent) is not read: (None, its state)."""
+    symlink or pipe is refused."""
     try:
         fd = open_regular(name, dir_fd=inbox_fd, follow=False)
     except FileNotFoundError:
@@ -969,10 +962,7 @@ def _read_existing(
         ) from exc
     try:
         st = os.fstat(fd)
-        if shares_file_with_other_agent(*owner, st):
-            os.close(fd)
-            return None, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    except BaseException:
+    except OSError:
         os.close(fd)
         raise
     data = read_fd(fd, _MAX_EXISTING + 1)
@@ -982,32 +972,6 @@ def _read_existing(
             "does not replace it; move it out of the inbox first"
         )
     return data, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _kept_keys(slug: str, old: bytes | None, seen: _State, *, must_exist: bool) -> dict[str, Any]:
-    """The front matter of the note a write replaces (``old``: its bytes, None when there is none
-    or it was not read): an edit keeps its keys. A name of another agent's file (a hard link
-    placed by hand: there, not read) is refused to an edit, which would carry that file's keys
-    into this note; a write replaces this name only, by a file of its own (the other file keeps
-    its text, so none is kept in .trash)."""
-    if old is None:
-        if must_exist and seen is not None:
-            raise MemoryRefusedError(
-                f"memory note {slug!r} is {SHARED_REASON}, placed in the inbox by hand; nothing was "
-                "edited: write the note anew with memory_write (that replaces only this name; the "
-                "other file is untouched), or delete it"
-            )
-        if must_exist:
-            raise NotFoundError(f"no memory note {slug!r} to edit; use memory_write to create it")
-        return {}
-    old_text = old.decode("utf-8", errors="replace")
-    problem = front_matter_problem(old_text) if must_exist else None
-    if problem is not None:  # an edit keeps the keys: it cannot when it cannot read them
-        raise MemoryUnreadableError(
-            f"the front matter of {slug!r} cannot be read ({problem}): fix it, or replace "
-            "the whole note with memory_write"
-        )
-    return split_front_matter(old_text)[0]
 
 
 def write_in(dir_fd: int, name: str, data: bytes) -> tuple[int, int]:

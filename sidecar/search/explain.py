@@ -15,12 +15,10 @@ from sidecar.contracts.wire import ChunkExplanation, Explanation, Hit
 from sidecar.search.query import Filters, analyze, split_filters
 from sidecar.search.results import analysis_of
 from sidecar.search.retrieval import (
-    MIN_VECTOR_WORDS,
     Retriever,
     SearchRequest,
     bm25_text,
     filters_alone,
-    says_little,
     with_filters,
 )
 from sidecar.stores.manifest import ChunkView
@@ -77,7 +75,6 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
                 c,
                 ranking.views,
                 in_arms=c.chunk_id in direct_bm or c.chunk_id in direct_vec,
-                words=c.chunk_id in direct_bm,
             )
         out.append(
             ChunkExplanation(
@@ -191,13 +188,8 @@ def _listed_by_date(
     return replace(first, outcome=outcome)
 
 
-def _not_ranked(c: ChunkView, views: Mapping[str, ChunkView], *, in_arms: bool, words: bool) -> str:
+def _not_ranked(c: ChunkView, views: Mapping[str, ChunkView], *, in_arms: bool) -> str:
     """Why a chunk that fusion left out (or no arm found) is no hit."""
-    if c.chunk_id in views and not words and says_little(c):
-        return (
-            f"too few words (under {MIN_VECTOR_WORDS}) to be a match by meaning alone, and none of "
-            "the query's words is in it"
-        )
     if c.chunk_id not in views and in_arms:
         return "not among the candidates of either arm (or removed by a filter)"
     return "not among the candidates of either arm"
@@ -208,16 +200,11 @@ def _listed_by_filters(
 ) -> ChunkExplanation:
     """The outcome of a note's first chunk for a query of filters alone, which ``search`` answers
     by listing the notes they select, newest first (Retriever.listed)."""
-    reference = public_reference(key, req.agent)
-    hits = r.listed(replace(req, limit=MAX_LISTED_PLACE)).hits
-    place = next((i for i, h in enumerate(hits, 1) if h.reference == reference), None)
+    place = r.listed_place(req, key)
     if place is None:
         return replace(first, outcome="not selected by the query's filters")
     where = f"hit #{place}" if place <= req.limit else f"#{place}, beyond the limit of {req.limit}"
     return replace(first, outcome=f"{where}, listed by the query's filters alone (newest first)")
-
-
-MAX_LISTED_PLACE = 10_000  # how far why counts a note's place in a listing of filters alone
 
 
 def _by_date(h: Hit) -> bool:

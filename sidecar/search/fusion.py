@@ -26,9 +26,6 @@ class Candidate:
     embedded: bool = True  # False: no vector yet (just written, or the backfill has not reached it)
     hub: float = 0.0  # how much nearer than average the chunk lies to the table's centre
     page_bm25: float | None = None  # the BM25 score of the chunk's whole note
-    # Too few words (title and headings included) for its vector to say what it is about: a
-    # note reading "x" lies near every query. Its cosine counts only beside a keyword match.
-    thin: bool = False
 
 
 @dataclass(frozen=True)
@@ -133,9 +130,6 @@ def fuse(
     model moves in a narrow band where a clear first place and a crowd of neighbours look alike;
     the order tells them apart. Relevance (the floors' figure) stays the calibrated sum.
 
-    A ``thin`` chunk (a note of a word or two) without a keyword match is left out: its cosine
-    says nothing of the query.
-
     A chunk without a vector yet is invisible to the vector arm, not dissimilar: it is scored by
     BM25 alone, as every chunk is when there is no vector arm. Otherwise a note edited a moment
     ago (or not yet reached by a cold start's backfill) loses to any note the vector arm favours.
@@ -148,9 +142,6 @@ def fuse(
     scraps: it has never read them) the cosine is no evidence either, and relevance is 0.
     """
     scale = scale or Scale()
-    # A thin chunk found by its vector alone is no evidence of anything: left out (it came back,
-    # relevance 0.1-0.2, for every query no note matched by its words).
-    candidates = [c for c in candidates if not (c.thin and c.bm25 is None)]
     raw_vec = {c.chunk_id: c.vec - hub_damping * c.hub for c in candidates if c.vec is not None}
     raw_bm = {c.chunk_id: c.bm25 for c in candidates if c.bm25 is not None}
     best_bm = max(raw_bm.values(), default=0.0)

@@ -44,7 +44,6 @@ from sidecar.search.query import fold as fold_word
 from sidecar.search.querycache import QueryCache
 from sidecar.search.results import analysis_of, local_day, to_hit
 from sidecar.stores.bm25 import Bm25Index
-from sidecar.stores.cjk import bigrams
 from sidecar.stores.manifest import ChunkView, NoteDay
 from sidecar.vault.sources import public_reference
 
@@ -183,23 +182,6 @@ def _page_failure_active(problems: Problems) -> bool:
 @functools.lru_cache(maxsize=16)
 def _language_set(languages: str) -> frozenset[str]:
     return frozenset(x.strip().lower() for x in languages.split(",") if x.strip())
-
-
-# A chunk whose title, headings and text hold fewer words than this (of two letters or more; a
-# number is none; Chinese and Japanese count by pairs of characters, as the keyword index does) is
-# too thin for its vector to say what it is about: "x", "hi", a date.
-MIN_VECTOR_WORDS = 3
-_MEANING_WORD = re.compile(r"(?:[^\W\d_]\w*|\d+[^\W\d_]\w*)")
-
-
-def says_little(view: ChunkView) -> bool:
-    """Whether a chunk holds too few words for a match by its vector alone (``Candidate.thin``)."""
-    found = 0
-    for part in (view.title, *view.headings, view.text):
-        found += sum(1 for w in _MEANING_WORD.findall(bigrams(part)) if len(w) >= 2)
-        if found >= MIN_VECTOR_WORDS:
-            return False
-    return True
 
 
 @functools.lru_cache(maxsize=65_536)  # titles repeat across queries; folding them was 4 ms a query
@@ -567,7 +549,6 @@ class Retriever:
                     v.has_vector,
                     hubs.get(cid, 0.0),
                     pages.get(v.key),
-                    cid not in bm_scores and says_little(v),
                 )
                 for cid, v in views.items()
                 if cid in vec_scores or cid in bm_scores
@@ -719,11 +700,12 @@ class Retriever:
 
     def listed(self, req: SearchRequest) -> SearchResult:
         """A search of filters alone: the notes they select, newest first by their day (a daily
-        note's name or a date property, else their last change; then by the last change), up to
+        note's name or a date property, else their last change, which also stands for a day after
+        today; then by the last change), up to
         the limit, each with its first chunk, relevance 0 and no arm score (nothing ranked them;
         ``minScore`` does not apply)."""
         notes = self._selected(req)
-        notes.sort(key=lambda n: (n.date or local_day(n.mtime_ns), n.mtime_ns, n.key), reverse=True)
+        notes.sort(key=self._listing_order(), reverse=True)
         notes = notes[: req.limit]
         views = self.stores.manifest.first_chunks([n.key for n in notes])
         hits = tuple(
@@ -732,6 +714,30 @@ class Retriever:
             if (v := views.get(n.key)) is not None
         )
         return SearchResult(hits, None, analysis_of(analyze(""), req.filters), listed=len(hits))
+
+    def _listing_order(self) -> Callable[[NoteDay], tuple[str, int, str]]:
+        """The key ``listed`` sorts by, highest first: a note's day, then its last change, then its
+        key (a total order, so that ``listed_place`` counts the same places). A day after today (a
+        plan, a deadline) gives way to the day of the last change: by it, a note dated 2099 headed
+        every listing for good."""
+        today = self.today().isoformat()
+
+        def order(n: NoteDay) -> tuple[str, int, str]:
+            day = n.date if n.date and n.date <= today else local_day(n.mtime_ns)
+            return day, n.mtime_ns, n.key
+
+        return order
+
+    def listed_place(self, req: SearchRequest, key: str) -> int | None:
+        """The place of note ``key`` in ``listed``'s order for ``req`` at any depth (None when the
+        filters do not select it): the notes ordered before it are counted, none is sorted and no
+        chunk read (why asked a listing of 10,000 first chunks, each masked, for one place)."""
+        notes = self._selected(req)
+        order = self._listing_order()
+        mine = next((order(n) for n in notes if n.key == key), None)
+        if mine is None:
+            return None
+        return 1 + sum(1 for n in notes if order(n) > mine)
 
     def dated_notes(self, req: SearchRequest) -> list[NoteDay]:
         """The notes a request's date window (and its other filters and scope) holds, in the order

@@ -544,56 +544,6 @@ def root_refusal(root: Root) -> str | None:
     return None
 
 
-# A note of an inbox whose file has a name in another agent's folder too (a hard link made by
-# hand: sidecar's writes replace a note by a new file and its deletes move the name, never adding
-# one): the text may be the other agent's, so it is not read in either inbox while both names are
-# there. Which name came first cannot be told; names elsewhere (a backup made with ``cp -al``, a
-# copy beside the note) are no other agent's and do not count.
-SHARED_REASON = "the same file as one in another agent's folder (a hard link; not read)"
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_AGENT_FOLDERS = ("memory", ".trash")  # below an agent's folder: its inbox, the inbox's .trash
-
-
-def shares_file_with_other_agent(agents_dir: Path, agent: str, st: os.stat_result) -> bool:
-    """Whether the file ``st`` (a note of ``agent``'s inbox) also has a name in another agent's
-    folder, its inbox or its inbox's .trash. Looked for only when the file has more than one
-    name; no folder link is followed, and a folder that cannot be listed holds none."""
-    if st.st_nlink <= 1:
-        return False
-    try:
-        agents_fd = os.open(agents_dir, _DIR_FLAGS)
-    except OSError:
-        return False
-    try:
-        others = [n for n in os.listdir(agents_fd) if n != agent and valid_agent(n)]
-        return any(_holds(agents_fd, [other, *_AGENT_FOLDERS], st) for other in others)
-    except OSError:
-        return False
-    finally:
-        os.close(agents_fd)
-
-
-def _holds(parent_fd: int, path: Sequence[str], st: os.stat_result) -> bool:
-    """Whether the folder ``path[0]`` of ``parent_fd``, or the folder chain below it, holds a
-    name of the file ``st``."""
-    try:
-        fd = os.open(path[0], _DIR_FLAGS, dir_fd=parent_fd)
-    except OSError:  # none, a link, not a folder: nothing of the agent's lies behind it
-        return False
-    try:
-        with os.scandir(fd) as entries:
-            for entry in entries:
-                # The listing's inode number first (no stat for each name), then the file itself.
-                if entry.inode() == st.st_ino:
-                    with contextlib.suppress(OSError):
-                        found = entry.stat(follow_symlinks=False)
-                        if stat.S_ISREG(found.st_mode) and os.path.samestat(found, st):
-                            return True
-        return len(path) > 1 and _holds(fd, path[1:], st)
-    finally:
-        os.close(fd)
-
-
 def inbox_refusal(root: Root) -> str | None:
     """Why an agent's inbox may not be read or written: its folder or the inbox is a symlink,
     not a folder, or another user's. None when it is private (or does not exist yet)."""
@@ -704,14 +654,6 @@ def read_inbox_note(root: Root, name: str, max_bytes: int) -> tuple[bytes, str]:
             agents.parent, [agents.name, root.agent, "memory"], create=False, what="inbox"
         ) as fds:
             fd = open_regular(name, dir_fd=fds[-1], follow=False)
-        try:
-            shared = shares_file_with_other_agent(agents, root.agent, os.fstat(fd))
-        except BaseException:
-            os.close(fd)
-            raise
-        if shared:
-            os.close(fd)
-            raise NoteUnreadable(SHARED_REASON)
         data = read_fd(fd, max_bytes + 1)
     except FileNotFoundError:
         raise
