@@ -374,3 +374,20 @@ def test_escaped_pipe_in_a_table_is_no_part_of_the_anchor(tmp_path: Path, make_c
         assert [b["anchor"] for b in graph.backlinks("vault/Sync")] == ["Setup", "Setup", "^step1", None]
     finally:
         h.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("[[Note#Heading\\]]", ("Note", "Heading\\", "")),
+        ("[[Note#C:\\dir\\]]", ("Note", "C:\\dir\\", "")),
+        ("[[Note#Heading\\|h]]", ("Note", "Heading", "h")),
+        ("[[Note#Heading\\\\|h]]", ("Note", "Heading\\", "h")),
+        ("---\nrel: '[[Note\\]]'\n---\nbody", ("Note\\", "", "")),
+        ("---\nup: '[[Sync#Setup\\|s]]'\n---\nbody", ("Sync", "Setup", "s")),
+    ],
+)
+def test_only_the_pipes_escape_is_taken_off_a_link(text: str, want: tuple[str, str, str]) -> None:
+    """The escaped pipe's backslash is no part of an anchor; every other trailing one was taken
+    off too (``[[Note#Heading\\]]`` became "Heading", a property's ``[[Note\\]]`` "Note")."""
+    assert [(link.target, link.anchor, link.display) for link in extract_links(text)] == [want]

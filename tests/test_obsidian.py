@@ -17,6 +17,7 @@ from sidecar.contracts.errors import RemoteError
 from sidecar.contracts.wire import resolved_notes
 from sidecar.notes.dayformat import compile_format, day_of_path
 from sidecar.stores.cjk import bigrams
+from sidecar.vault.sources import CANVAS_TWIN_REASON, path_for_key
 from tests.conftest import KEYWORD_ONLY, DaemonProcess, FakeEmbedder, Harness, write
 
 
@@ -1224,6 +1225,34 @@ def test_a_canvas_is_a_note_and_a_base_is_counted(daemon_factory: Any, tmp_path:
         d.call("search", {"query": "Morgenrot", "minScore": 0})["hits"][0]["reference"]
         == "vault/Planung.canvas"
     )
+
+
+def test_a_note_named_like_a_canvas_keeps_its_reference(serve_in_process: Any, tmp_path: Path) -> None:
+    """``Plan.canvas.md`` was ``vault/Plan.canvas`` before canvases were read; a ``Plan.canvas``
+    beside it took that reference and the Markdown note dropped out of search (called a .md case
+    twin). The Markdown note keeps it; the canvas is left out and counted with its reason."""
+    v = tmp_path / "v"
+    write(v / "Plan.canvas.md", "# Plan md\n\nmarkdown note wombat\n")
+    card = _card("text", (0, 0, 10, 10), text="canvas card quokka")
+    write(v / "Plan.canvas", json.dumps({"nodes": [card]}))
+    write(v / "Only.canvas.md", "# Only\n\nan existing note platypus\n")
+    s = serve_in_process(v, model=KEYWORD_ONLY)
+    assert [h["reference"] for h in s.call("search", {"query": "wombat", "minScore": 0})["hits"]] == [
+        "vault/Plan.canvas"
+    ]
+    assert s.call("search", {"query": "quokka", "minScore": 0})["hits"] == []
+    assert "wombat" in s.call("get", {"reference": "vault/Plan.canvas"})["text"]
+    assert "platypus" in s.call("get", {"reference": "vault/Only.canvas"})["text"]
+    assert path_for_key(s.harness.cfg, "vault/Only.canvas")[1].name == "Only.canvas.md"  # no rel known
+    skipped = s.call("health")["index"]["skipped"]
+    assert skipped == {CANVAS_TWIN_REASON: 1}
+    assert CANVAS_TWIN_REASON.startswith("Canvas beside a Markdown note")
+    # A changed canvas seen by an event does not take the reference either.
+    (v / "Plan.canvas").write_text(json.dumps({"nodes": [_card("text", (0, 0, 9, 9), text="numbat")]}))
+    s.harness.indexer.sweep(paths=[str(v / "Plan.canvas")])
+    assert s.harness.stores.manifest.rel_of("vault/Plan.canvas") == "Plan.canvas.md"
+    assert s.call("search", {"query": "numbat", "minScore": 0})["hits"] == []
+    assert s.call("search", {"query": "wombat", "minScore": 0})["hits"]
 
 
 def _template_vault(tmp_path: Path) -> Path:

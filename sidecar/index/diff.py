@@ -30,13 +30,13 @@ from sidecar.vault.homeguard import held
 from sidecar.vault.mounts import stable_inodes
 from sidecar.vault.sources import (
     BASE_REASON,
+    CANVAS_TWIN_REASON,
     LINK_REASON,
     NOTE_SUFFIXES,
     TWIN_REASON,
     NoteFile,
     Root,
     Skipped,
-    extension_twin,
     inbox_root,
     is_base_name,
     is_note_name,
@@ -46,6 +46,7 @@ from sidecar.vault.sources import (
     roots,
     scan,
     stored_id,
+    twin_reason,
     vault_roots,
 )
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
@@ -787,7 +788,7 @@ class ChangeFinder:
 # Skipped for a reason that says nothing about the note's text: its indexed text stays.
 # Skips that leave the note's entry as it is: a file that cannot be read now, and a twin
 # (Note.MD beside Note.md), whose key is its sibling's note.
-_KEPT_WHEN_SKIPPED = frozenset({"unreadable", "unreadable folder", TWIN_REASON})
+_KEPT_WHEN_SKIPPED = frozenset({"unreadable", "unreadable folder", TWIN_REASON, CANVAS_TWIN_REASON})
 
 
 def _file(  # noqa: PLR0911 - one return per kind of file
@@ -812,8 +813,9 @@ def _file(  # noqa: PLR0911 - one return per kind of file
     why = name_refusal(root, path.name)
     if why is not None:
         return Skipped(path, why)
-    if extension_twin(path.name, _Sibling(path)) is not None:
-        return Skipped(path, TWIN_REASON)
+    twin = twin_reason(path.name, _Sibling(path))
+    if twin is not None:
+        return Skipped(path, twin)
     if st.st_size > max_bytes:
         return Skipped(path, "too large")
     return NoteFile.of(root.key_of(rel), root, path, rel, st, linked=linked)

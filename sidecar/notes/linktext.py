@@ -42,11 +42,25 @@ def _anchor(raw: str) -> str:
     return " › ".join(parts)
 
 
-def _wiki_parts(m: re.Match[str]) -> tuple[str, str, str]:
+def _wiki_parts(m: re.Match[str], prose: bool = True) -> tuple[str, str, str]:
     """(target, anchor, alias) of a wiki-link match. Inside a table Obsidian needs the alias's pipe
-    escaped (``[[Note#Heading\\|alias]]``); the backslash belongs to neither the target nor the anchor."""
-    target, anchor = m.group(2).strip().rstrip("\\").strip(), (m.group(3) or "").rstrip().rstrip("\\")
-    return target, _anchor(anchor), (m.group(4) or "").strip()
+    escaped (``[[Note#Heading\\|alias]]``): that one backslash belongs to neither the target nor
+    the anchor; any other (``[[Note#C:\\dir\\]]``) is the link's own."""
+    target, anchor, alias = m.group(2), (m.group(3) or "").rstrip(), m.group(4)
+    if alias is not None:
+        if anchor:
+            anchor = _unescaped(anchor)
+        else:
+            target = _unescaped(target)
+    target = target.strip()
+    if prose:  # a note's text: trailing backslashes were never part of a target (as before)
+        target = target.rstrip("\\").strip()
+    return target, _anchor(anchor), (alias or "").strip()
+
+
+def _unescaped(part: str) -> str:
+    part = part.rstrip()
+    return part[:-1] if part.endswith("\\") else part
 
 
 def extract_links(text: str, code: Container[int] | None = None) -> list[Link]:
@@ -66,7 +80,7 @@ def extract_links(text: str, code: Container[int] | None = None) -> list[Link]:
     # are links as much as the text's (backlinks, graph, renames).
     for i in range(1, max(start - 1, 1)):
         for m in WIKILINK.finditer(lines[i]) if "[[" in lines[i] else ():
-            target, anchor, display = _wiki_parts(m)
+            target, anchor, display = _wiki_parts(m, prose=False)
             if target and not is_attachment(target):
                 out.append(Link(target, anchor, display, False, "property", i + 1))
     for i, line in enumerate(without_comments(prose, keep_lines=True).split("\n"), start):

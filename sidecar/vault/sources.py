@@ -370,6 +370,18 @@ def is_base_name(name: str) -> bool:
 TWIN_REASON = "same name as another note but for the case of .md (not read)"
 
 
+# "Plan.canvas.md" (a Markdown note) and "Plan.canvas" (a Canvas) are both "vault/Plan.canvas":
+# the Markdown note keeps the reference it had before canvases were read, the canvas is left out.
+CANVAS_TWIN_REASON = "Canvas beside a Markdown note of its name + .md, which has its reference (not read)"
+
+
+def twin_reason(name: str, names: Container[str]) -> str | None:
+    """Why ``name`` is not read because a sibling in ``names`` has its key; None if none has."""
+    if is_canvas_name(name) and any(name + md in names for md in (".md", ".MD", ".Md", ".mD")):
+        return CANVAS_TWIN_REASON
+    return TWIN_REASON if extension_twin(name, names) is not None else None
+
+
 def extension_twin(name: str, names: Container[str]) -> str | None:
     """The sibling that owns ``name``'s key: ``Note.md`` for ``Note.MD`` when both are there."""
     if name.endswith(".md") or not name.lower().endswith(".md"):
@@ -420,9 +432,9 @@ def scan(root: Root, max_bytes: int, start: str = "") -> Iterator[NoteFile | Ski
             if isinstance(found, str):
                 stack.append((Path(entry.path), found))
             elif isinstance(found, NoteFile):
-                twin = extension_twin(entry.name, names) if found.key not in keys else entry.name
+                twin = twin_reason(entry.name, names) if found.key not in keys else TWIN_REASON
                 if twin is not None:  # one key, two files: the first one (`.md` before all) is the note
-                    yield Skipped(found.path, TWIN_REASON)
+                    yield Skipped(found.path, twin)
                     continue
                 keys.add(found.key)
                 yield found
@@ -779,7 +791,9 @@ def path_for_key(cfg: Config, key: str, rel: str | None = None) -> tuple[Root, P
         if rest == wiki or rest.startswith(wiki + "/"):
             raise SourceError(f"{key!r} lies in the wiki; use wiki/{rest[len(wiki) + 1 :]}")
         root = Root("vault", cfg.vault.path, exclude=wiki)
-    named = rest if is_canvas_name(rest) else f"{rest}.md"
+    # A canvas's key names its file, unless a Markdown note "<name>.canvas.md" has that key.
+    markdown = is_canvas_name(rest) and not os.path.lexists(root.path / f"{rest}.md")
+    named = rest if markdown else f"{rest}.md"
     path = root.path / (rel if rel is not None and root.key_of(rel) == key else named)
     try:
         resolved = path.resolve(strict=True)
