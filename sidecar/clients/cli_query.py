@@ -19,6 +19,7 @@ from sidecar.contracts.errors import ExitCode, NotFoundError
 from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.printable import escape_terminal
 from sidecar.contracts.wire import (
+    ignored_phrase_note,
     indexing_note,
     parse_explanation,
     parse_search,
@@ -65,8 +66,7 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         )
     elif window is not None and not window.applied:
         # The hits come from any time: without this line they read as the period's notes.
-        phrase = shown(window.phrase)
-        print(f"note: '{phrase}': no note has that date, so it was searched as words", file=sys.stderr)
+        print(f"note: {ignored_phrase_note(shown(window.phrase))}", file=sys.stderr)
     if not result.hits and result.listed is not None:
         # Filters alone: "nothing relevant" read as "no relevant note" where no note has the tag.
         print("no note matches these filters")

@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from sidecar.contracts.printable import escape_controls as shown
-from sidecar.contracts.wire import indexing_note, pending_note
+from sidecar.contracts.wire import ignored_phrase_note, indexing_note, pending_note
 
 LEGEND = "[wiki] curated pages · [vault] the user's notes · [memory] your own earlier notes"
 
@@ -60,7 +60,7 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
                 "(daily notes first, newest first), not ranked by the query's words."
             )
     elif window:
-        lines.append(f"'{shown(window['phrase'])}': no note has that date, so it was searched as words.")
+        lines.append(f"{ignored_phrase_note(shown(window['phrase']))}.")
     for i, h in enumerate(hits, 1):
         head = shown(" › ".join(h.get("headings") or []))
         lines.append(

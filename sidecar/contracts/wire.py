@@ -193,6 +193,11 @@ def refused_note(reason: str) -> str:
     return f"the agent's inbox is not read: {reason}"
 
 
+def ignored_phrase_note(phrase: str) -> str:
+    """What a client says when a time phrase's window held no note (the hits are of any day)."""
+    return f"'{phrase}': no note has that date, so it was searched as words"
+
+
 def pending_note(n: int) -> str:
     """What a client says when some chunks had no vector yet (the hits may miss them)."""
     chunks = "1 chunk still waits for its vector" if n == 1 else f"{n:,} chunks still wait for their vectors"

@@ -414,7 +414,7 @@ _PERIODS: tuple[Phrase, ...] = (
     # last week's Saturday and Sunday
     (
         rf"(?:{_LAST_EN}|{_LAST_DE})\s+(?:weekend|wochenende)",
-        lambda t, m: (_week(t, 1)[0] + dt.timedelta(days=5), _week(t, 1)[0] + dt.timedelta(days=6)),
+        lambda t, m: _weekend(t, 1),
     ),
     # "last Tuesday", "letzten Dienstag": the one before today; words when a determiner comes
     # before it ("the last Tuesday", "jeden letzten Freitag"), a place in time after it ("last
