@@ -179,8 +179,9 @@ def _recall(
     hits = tuple(hit(s) for s in kept[: req.limit])
     # A preview shows what the gates kept out, so they can be tuned: the best few candidates
     # below the gates, and those past the limit.
+    below = [(s, g) for s, g in gated if g is not None][:_DROPPED_SHOWN]  # each hit is masked
     dropped = (
-        tuple(hit(s, g) for s, g in gated if g is not None)[:_DROPPED_SHOWN]
+        tuple(hit(s, g) for s, g in below)
         + tuple(hit(s, "limit") for s in kept[req.limit : req.limit + _DROPPED_SHOWN])
         if explain
         else ()
