@@ -40,6 +40,7 @@ SETS: dict[str, tuple[list[str], str, bool]] = {
     "de": (["questions", "bench/questions-de.jsonl", *GERMAN_VAULTS], "de", True),
     "blind-de": (["questions", "bench/questions-blind-de.jsonl", *GERMAN_VAULTS], "de", True),
     "short-de": (["questions", "bench/questions-blind-short-de.jsonl", *GERMAN_VAULTS], "de", True),
+    "ascii-de": (["questions", "bench/questions-ascii-de.jsonl", *GERMAN_VAULTS], "de", True),
     "help": (["questions", "bench/questions-help.jsonl", *HELP_VAULT], "help", True),
     "help2": (["questions", "bench/questions-help2.jsonl", *HELP_VAULT], "help", True),
     "blind-help": (["questions", "bench/questions-blind-help.jsonl", *HELP_VAULT], "help", True),

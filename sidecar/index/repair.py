@@ -61,6 +61,8 @@ def refill_new_bm25(stores: Stores, stop: threading.Event | None = None) -> None
     # Under half the documents, not none: a memory write answered right after the start may have
     # put its note in already (a smaller gap is the check after the sweep's).
     if stores.bm25.num_docs() * 2 >= chunks:
+        if not stores.bm25.umlauts.complete:
+            learn_umlauts(stores)
         return
     started = time.monotonic()
     rebuild_bm25(stores, stop)
@@ -70,6 +72,17 @@ def refill_new_bm25(stores: Stores, stop: threading.Event | None = None) -> None
         "index_rebuilt store=bm25 reason=new keyword index chunks=%d seconds=%.2f",
         chunks,
         time.monotonic() - started,
+    )
+
+
+def learn_umlauts(stores: Stores) -> None:
+    """A keyword index older than its list of umlaut words (``stores.umlauts``) teaches the list
+    from the manifest: the index itself stays as it is and answers meanwhile."""
+    started = time.monotonic()
+    with stores.write_lock:
+        stores.bm25.learn_umlauts(_doc(v) for v in stores.manifest.all_chunks())
+    log.info(
+        "umlaut_words_learned words=%d seconds=%.2f", len(stores.bm25.umlauts), time.monotonic() - started
     )
 
 

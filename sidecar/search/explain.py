@@ -108,7 +108,8 @@ def _read(r: Retriever, asked: SearchRequest) -> tuple[str, Filters]:
     inside the empty window, and the search's hit #1 was "not among the candidates")."""
     text, inline = r.read_query(asked)
     if inline.phrase and not r.dated_notes(with_filters(asked, inline)):
-        return split_filters(asked.query, r.today(), phrases=False)
+        text, inline = split_filters(asked.query, r.today(), phrases=False)
+        return r.read_spelling(text), inline
     return text, inline
 
 

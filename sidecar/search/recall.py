@@ -47,7 +47,7 @@ def recall(
     except FilterError:
         # Recall reads what a person typed (a hook on every prompt): prose that reads like a
         # filter ("our CI runs on source:github now") is words, never an error that blocks it.
-        text, inline, windowed = message, Filters(), req
+        text, inline, windowed = r.read_spelling(message), Filters(), req
     qa = analyze(text)
     follow_up = _follows_a_question_about_self(message, qa, history)
     if is_small_talk(message) and not follow_up:

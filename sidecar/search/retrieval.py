@@ -655,7 +655,17 @@ class Retriever:
         """The request's text to rank and its inline filters. A window given as a parameter wins
         over a time phrase of the query, as an inline one does (see split_filters)."""
         given = bool(req.filters.since or req.filters.until)
-        return split_filters(req.query, self.today(), window_given=given)
+        text, inline = split_filters(req.query, self.today(), window_given=given)
+        return self.read_spelling(text), inline
+
+    def read_spelling(self, text: str) -> str:
+        """``text`` with words typed without umlauts read as the notes write them
+        (``Bm25Index.read_umlauts``): both arms, the language guess and the name rules then
+        read "Kuendigung" as the notes' "Kündigung"."""
+        try:
+            return self.stores.bm25.read_umlauts(text)
+        except StoreError:
+            return text
 
     def search(self, req: SearchRequest) -> SearchResult:
         text, inline = self.read_query(req)
@@ -684,7 +694,7 @@ class Retriever:
         # today. When no note at all is dated in its window, the words are searched instead.
         phrase = inline.phrase
         text, inline = split_filters(req.query, self.today(), phrases=False)
-        result = self.search_text(with_filters(req, inline), text)
+        result = self.search_text(with_filters(req, inline), self.read_spelling(text))
         assert result.analysis is not None
         return replace(result, analysis=replace(result.analysis, time_phrase_ignored=phrase))
 

@@ -40,6 +40,7 @@ from sidecar.contracts.errors import (
 from sidecar.contracts.wire import memory_agent
 from sidecar.stores.aside import aside_name
 from sidecar.stores.cjk import bigrams
+from sidecar.stores.umlauts import UmlautWords
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,7 @@ _LOW_DISK = 2 * _WRITER_HEAP  # less free than two writer flushes: a failed writ
 # a note's text, and the German field folds every chunk and page of a sweep.
 _UMLAUT = (("ä", "a"), ("ö", "o"), ("ü", "u"), ("Ä", "a"), ("Ö", "o"), ("Ü", "u"), ("ß", "ss"))
 _DIGRAPH = re.compile(r"(?<=[a-z])([aou])e", re.IGNORECASE)
+_WORD = re.compile(r"\w+")
 
 
 def _engine_failure(exc: BaseException) -> bool:
@@ -633,6 +635,8 @@ class Bm25Index:
         self.failing: dict[str, str] = {}
         self._refilling = False  # ``delete_all`` was called: the next commit ends a refill
         self._scorer = _Scorer()
+        # The notes' words written with an umlaut (``read_umlauts``), kept beside the index.
+        self.umlauts = UmlautWords(path)
         self._wide_until = 0.0  # a person's search was lately: ``_MAX_OPEN_INBOXES`` stay open until
         memory = path / "memory"
         try:
@@ -801,6 +805,7 @@ class Bm25Index:
         notes: dict[str, list[Bm25Doc]] = {}
         for d in docs:
             notes.setdefault(d.key, []).append(d)
+        self._learn(d for chunks in notes.values() for d in chunks)
         with self._lock, self._writing("write"):
             for key, chunks in notes.items():  # a note's chunks and its page, then the next note
                 if (owner := memory_agent(key)) is not None:
@@ -821,6 +826,7 @@ class Bm25Index:
         a line appended to a note of 2,000 chunks re-added all of them, most of a second);
         ``stale``: the note's other chunk ids in the index, removed. Without ``held`` every chunk
         of the note is replaced."""
+        self._learn(d for d in docs if d.chunk_id not in held)
         with self._lock, self._writing("write"):
             owner = memory_agent(key)
             if not docs and owner is not None and owner not in self._agents:
@@ -843,6 +849,18 @@ class Bm25Index:
                 bodies.append(body)
             if docs:  # the page is the whole note: rewritten whenever any chunk changed
                 self._put(pages, key, docs[0], "\n".join(bodies))
+
+    def _learn(self, docs: Iterable[Bm25Doc]) -> None:
+        """The umlaut words of the vault's and the wiki's chunks into ``umlauts`` (an agent's
+        memory, counted in no statistic, neither)."""
+        self.umlauts.learn(f"{d.title}\n{d.headings}\n{d.body}" for d in docs if memory_agent(d.key) is None)
+
+    def learn_umlauts(self, docs: Iterable[Bm25Doc]) -> None:
+        """``docs`` (the whole index's, from the manifest) taught to an umlaut list that the index
+        predates, and the list saved: an upgrade needs no refill of the index."""
+        self._learn(docs)
+        self.umlauts.complete = True
+        self.umlauts.save()
 
     @contextlib.contextmanager
     def _writing(self, what: str) -> Iterator[None]:
@@ -906,11 +924,13 @@ class Bm25Index:
             with self._inbox_lock:
                 self._emptied = set(self._agents)
             self._refilling = True
+            self.umlauts.clear()
 
     def rollback(self) -> None:
         """Drop what was written since the last commit (a refill cut short by a stop)."""
         with self._lock:
             self._forget_marks()
+            self.umlauts.forget_unsaved()
             for folder in self._folders():
                 folder.recover_writer()
 
@@ -929,8 +949,10 @@ class Bm25Index:
                     if folder.dirty:
                         folder.recover_writer()
                 self._forget_marks()
+                self.umlauts.forget_unsaved()
                 raise StoreError(f"{exc}{_disk_hint(self.path)}") from exc
             self._after_commit()
+            self.umlauts.save()
             self._evict()
 
     def _commit_inbox(self, agent: str, pair: Pair) -> None:
@@ -1167,6 +1189,29 @@ class Bm25Index:
         return self._search(
             True, text, limit, sources=sources, agent_scope=agent_scope, key=key, keys=keys, stem=stem
         )
+
+    def read_umlauts(self, text: str) -> str:
+        """``text`` with each word typed in the ae/oe/ue transcription of an umlaut read as the
+        notes write it ("Kuendigung" as "Kündigung", "Uebersicht" as "Übersicht"): when the notes
+        hold that word written with the umlaut (``umlauts``) and never the word as typed. Only
+        the German field folded the transcription: weighted half unless the query was taken for
+        German (a word or two is not), "Kuendigung" scored a third of "Kündigung" and fell under
+        recall's floor. Asked of the index alone, which folds umlauts, "poet" read as "pot",
+        "aerial" as "arial" and "neuen" as "neun": no note writes "pöt", "ärial" or "neün", so
+        these stay as typed, and so does a transcription the notes hold as such ("Queue")."""
+        if not len(self.umlauts):
+            return text
+
+        def read(m: re.Match[str]) -> str:
+            typed = m.group(0)
+            written = self.umlauts.written_with_umlaut(typed)
+            if written is None or self.doc_freq(typed) or not self.doc_freq(written):
+                return typed
+            if typed.isupper() and len(typed) > 1:
+                return written.upper()
+            return written[:1].upper() + written[1:] if typed[:1].isupper() else written
+
+        return _WORD.sub(read, text)
 
     def _terms(self, text: str | Sequence[tuple[str, float]], stem: str | None) -> Terms:
         parts = [(text, 1.0)] if isinstance(text, str) else list(text)

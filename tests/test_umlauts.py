@@ -1,0 +1,113 @@
+"""Words typed without umlauts (ae/oe/ue) read as the notes write them, and only then: the list of
+the notes' umlaut words, how it is kept, taught to an older index and read by search."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sidecar.index.repair import refill_new_bm25
+from sidecar.stores.umlauts import FILE, UmlautWords
+from tests.conftest import FakeEmbedder, Harness, write
+from tests.index_helpers import search
+
+MIETE = "# Miete\n\nDie Kündigung des Mietvertrags, der Fußgängerüberweg vor dem Haus, die Übersicht.\n"
+# Plain words of the notes that "poet", "aerial", "neuen", "Boeing" fold into.
+LURES = "# Lures\n\nThe pot, Arial, neun, Boing.\n"
+
+
+def _harness(make_cfg: Any, tmp_path: Path) -> Harness:
+    vault = tmp_path / "v"
+    write(vault / "Miete.md", MIETE)
+    write(vault / "Lures.md", LURES)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    h.sweep()
+    return h
+
+
+def test_a_word_typed_with_ae_oe_ue_is_read_as_the_notes_umlaut_word(make_cfg: Any, tmp_path: Path) -> None:
+    """ "Kuendigung", "Fussgaengerueberweg", "Uebersicht" (a US keyboard's) are read as the notes'
+    "Kündigung", "Fußgängerüberweg", "Übersicht", and score in search as those do."""
+    h = _harness(make_cfg, tmp_path)
+    try:
+        bm25 = h.stores.bm25
+        assert bm25.read_umlauts("Kuendigung Fussgaengerueberweg Uebersicht") == (
+            "Kündigung Fußgängerüberweg Übersicht"
+        )
+        for typed, umlaut in (("Kuendigung", "Kündigung"), ("Fussgaengerueberweg", "Fußgängerüberweg")):
+            got, want = search(h, typed), search(h, umlaut)
+            assert got[0]["reference"] == want[0]["reference"] == "vault/Miete"
+            assert got[0]["score"] == want[0]["score"], typed
+    finally:
+        h.close()
+
+
+def test_plain_words_are_never_read_as_umlaut_words(make_cfg: Any, tmp_path: Path) -> None:
+    """ "poet" is not "pot", "aerial" not "arial", "neuen" not "neun", "Boeing" not "Boing", and
+    "Queue" stays itself: no note writes "pöt", "ärial", "neün", "böing" or "qüü", though the
+    index, which folds umlauts, holds each folded form."""
+    h = _harness(make_cfg, tmp_path)
+    try:
+        bm25 = h.stores.bm25
+        for word in ("poet", "aerial", "neuen", "Boeing", "Queue", "queue"):
+            assert bm25.read_umlauts(word) == word
+            assert bm25.read_umlauts(f"{word} Kuendigung") == f"{word} Kündigung"
+        # Only the German field's folding meets them, at its half weight, as before.
+        for typed, plain in (("poet", "pot"), ("aerial", "Arial"), ("neuen", "neun")):
+            assert bm25.search(bm25.read_umlauts(typed), 5)[0][1] < bm25.search(plain, 5)[0][1]
+    finally:
+        h.close()
+
+
+def test_a_transcription_the_notes_hold_as_typed_stays_as_typed(make_cfg: Any, tmp_path: Path) -> None:
+    """A note writing "Kuendigung" itself (as typed): the query word is not read as "Kündigung"."""
+    h = _harness(make_cfg, tmp_path)
+    try:
+        write(tmp_path / "v" / "Ascii.md", "# Ascii\n\nKuendigung zum Monatsende.\n")
+        h.sweep()
+        assert h.stores.bm25.read_umlauts("Kuendigung") == "Kuendigung"
+    finally:
+        h.close()
+
+
+def test_umlaut_words_survive_a_restart_and_an_older_index_learns_them(make_cfg: Any, tmp_path: Path) -> None:
+    """The list is saved beside the keyword index; an index without it (older than it) is taught
+    it from the manifest before the first sweep, without a refill of the index."""
+    h = _harness(make_cfg, tmp_path)
+    folder = h.stores.bm25.path
+    try:
+        assert (folder / FILE).read_text(encoding="utf-8").split().count("kündigung") == 1
+    finally:
+        h.close()
+    assert UmlautWords(folder).written_with_umlaut("Kuendigung") == "kündigung"
+    (folder / FILE).unlink()
+    h = Harness(h.cfg, FakeEmbedder())
+    try:
+        bm25 = h.stores.bm25
+        assert not bm25.umlauts.complete and bm25.read_umlauts("Kuendigung") == "Kuendigung"
+        docs = bm25.num_docs()
+        refill_new_bm25(h.stores)
+        assert bm25.num_docs() == docs and bm25.read_umlauts("Kuendigung") == "Kündigung"
+        assert (folder / FILE).exists()
+    finally:
+        h.close()
+
+
+def test_a_refill_writes_the_list_anew(tmp_path: Path) -> None:
+    """A refill empties the list (a deleted note's words go), a rollback brings the old one back,
+    and new words are appended at a save."""
+    words = UmlautWords(tmp_path)
+    words.learn(["Die Kündigung", "plain text"])
+    words.save()
+    words.clear()
+    words.learn(["Übersicht"])
+    words.forget_unsaved()
+    assert words.written_with_umlaut("kuendigung") == "kündigung"
+    assert words.written_with_umlaut("uebersicht") is None
+    words.clear()
+    words.learn(["Übersicht"])
+    words.save()
+    words.learn(["Größe"])
+    words.save()
+    assert (tmp_path / FILE).read_text(encoding="utf-8").split() == ["übersicht", "größe"]
+    assert UmlautWords(tmp_path).written_with_umlaut("Groesse") == "größe"
