@@ -160,6 +160,14 @@ class SearchConfig:
         min=0.0,
         max=1.0,
     )
+    compound_parts: float = _opt(
+        0.5,
+        "Weight of a compound word's parts (German: Rückerstattung -> Rück, Erstattung) searched "
+        "beside it when the notes hold the compound rarely or never and each part as a word. "
+        "0: compounds as typed.",
+        min=0.0,
+        max=1.0,
+    )
     rank_share: float = _opt(
         # e5, MRR@10 (nDCG@10): German 0.678 -> 0.684, help2 0.760 -> 0.762 (hit@5 0.857 ->
         # 0.870), help 0.848, SciFact (0.714 -> 0.715), XQuAD-de (0.970 -> 0.971), identifiers

@@ -27,6 +27,7 @@ from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, VectorSet
 from sidecar.model.embedder import Embedder, EmbedderSlot, cosine_range, model_name
 from sidecar.notes.links import cited_by
+from sidecar.search.compounds import parts as compound_parts
 from sidecar.search.fusion import Candidate, Rules, Scale, Scored, apply_rules, cap_per_note, fold, fuse
 from sidecar.search.query import (
     STOPWORDS_DE,
@@ -128,6 +129,7 @@ class Found:
     keywords_answered: bool = False
     stem: str | None = None  # the language whose stemmed forms the keyword arm searched first
     pending: int = 0  # chunks the vector arm could not see: their vectors are still being computed
+    compounds: BmParts = field(default_factory=list)  # parts of the query's compounds (search.compoundParts)
 
 
 @dataclass(frozen=True)
@@ -313,6 +315,16 @@ class Retriever:
         rare = self.rare_words(qa, agent)
         return rare, self.vector_weight(qa, rare)
 
+    def compound_parts(self, qa: QueryAnalysis) -> BmParts:
+        """The parts of the query's compounds that the notes hold rarely or never (``compounds``),
+        at ``search.compoundParts``: "Rückerstattung" is also searched as "Rück Erstattung".
+        Raises StoreError as the keyword arm does."""
+        weight = self.cfg.compound_parts
+        if weight <= 0.0 or not qa.content_words:
+            return []
+        found = compound_parts(qa.content_words, self.stores.bm25.doc_freq)
+        return [(" ".join(found), weight)] if found else []
+
     def rare_words(self, qa: QueryAnalysis, agent: str | None = None) -> tuple[str, ...]:
         """Content words the model splits into word pieces and few notes contain: names, codes,
         identifiers. The vector arm is blind to them (a made-up token still has nearest
@@ -403,11 +415,12 @@ class Retriever:
         bm_note: str | None = None
         bm_error: StoreError | None = None
         answered = False
+        compounds: BmParts = []
         if weight < 1.0 or vectors is not None:
             try:
-                bm = self.stores.bm25.search(
-                    bm25_text(qa) if parts is None else parts, fetch, sources, req.agent, stem=stem
-                )
+                compounds = self.compound_parts(qa)
+                words = [(bm25_text(qa), 1.0)] if parts is None else parts
+                bm = self.stores.bm25.search([*words, *compounds], fetch, sources, req.agent, stem=stem)
                 answered = True
                 # A failing page index stays reported until a page search succeeds (or the
                 # repair rebuilds it): cleared here, it would flap on every search. So does an
@@ -424,7 +437,7 @@ class Retriever:
                 bm_note, bm_error = f"keyword search failed ({exc}); vector results only", exc
 
         def found(vec_lists: list[VecList], note: str | None) -> Found:
-            return Found(bm, vec_lists, note, answered, stem)
+            return Found(bm, vec_lists, note, answered, stem, compounds=compounds)
 
         def no_arm(vector_why: str) -> StoreError:
             # Neither arm searched: an empty answer would read as "nothing relevant".
@@ -523,7 +536,10 @@ class Retriever:
         words = [(bm25_text(qa), 1.0)] if parts is None else parts
         share = self.page_share(weight)
         keys = sorted({v.key for v in views.values()})
-        pages = dict(self._pages_or_nothing(words, keys, req, stem)) if share > 0 and keys else {}
+        # A compound's parts find more, but the scale is the query's own: an exact match of the
+        # compound scores as it did.
+        searched = [*words, *found.compounds]
+        pages = dict(self._pages_or_nothing(searched, keys, req, stem)) if share > 0 and keys else {}
         scale = self.scale(words, pages=share > 0, stem=stem)
         # fuse decides whether the keyword arm found anything among the candidates (the filters'
         # survivors); the tokenizer is asked only when it found nothing at all. Recall's history
