@@ -10,7 +10,11 @@ from sidecar.search.compounds import parts, split
 from tests.conftest import FakeEmbedder, Harness, write
 from tests.index_helpers import search
 
-HELD = {"rück": 2, "erstattung": 5, "text": 40, "suche": 30, "ordner": 50, "größe": 9, "tag": 30, "licht": 3}
+HELD = {
+    "rück": 2, "erstattung": 5, "text": 40, "suche": 30, "ordner": 50, "größe": 9, "arbeit": 4,
+    "zeit": 30, "unter": 90, "pip": 3, "line": 9,
+}  # fmt: skip
+STOP = {"unter"}
 
 
 def held(word: str) -> int:
@@ -18,21 +22,26 @@ def held(word: str) -> int:
 
 
 def test_a_compound_splits_into_words_of_the_notes() -> None:
-    """Parts must be words of the notes; the head loses its linking element (Tag-es-licht)."""
+    """Parts must be words of the notes; the head loses its linking element (Arbeit-s-zeit)."""
     assert split("Rückerstattung", held) == ("rück", "erstattung")
     assert split("Textsuche", held) == ("text", "suche")
     assert split("Ordnergröße", held) == ("ordner", "größe")
-    assert split("Tageslicht", held) == ("tag", "licht")
+    assert split("Arbeitszeit", held) == ("arbeit", "zeit")
     assert parts(["Textsuche", "in", "Ordnergröße"], held) == ["text", "suche", "ordner", "größe"]
 
 
 def test_no_split_of_short_words_held_compounds_or_unknown_parts() -> None:
-    """A short word, one the notes hold often, or one whose parts are not all notes' words stays."""
+    """A short word, a lowercase one, one the notes hold often, one with a stopword for a part, or
+    one whose parts are not all notes' words stays."""
     assert split("Tagtext", held) is None  # short
     assert split("Erstattung", held) is None  # no split into two held words
     assert split("Textsuche", lambda w: 10 if w == "textsuche" else held(w)) is None  # held often
     assert split("Textverarbeitung", held) is None  # "verarbeitung" is no word of the notes
     assert split("Text2suche", held) is None
+    assert split("textsuche", held) is None  # not a noun as written
+    assert split("Pipeline", held) is None  # a head under four letters ("pip")
+    assert split("Unterordner", held, STOP.__contains__) is None  # a stopword is no part
+    assert split("Unterordner", held) == ("unter", "ordner")
 
 
 def test_search_finds_a_page_that_says_the_compound_in_parts(make_cfg: Any, tmp_path: Path) -> None:

@@ -320,9 +320,10 @@ class Retriever:
         at ``search.compoundParts``: "Rückerstattung" is also searched as "Rück Erstattung".
         Raises StoreError as the keyword arm does."""
         weight = self.cfg.compound_parts
-        if weight <= 0.0 or not qa.content_words:
+        # An English question's long words are no German compounds ("whiteboard").
+        if weight <= 0.0 or not qa.content_words or qa.language == "en":
             return []
-        found = compound_parts(qa.content_words, self.stores.bm25.doc_freq)
+        found = compound_parts(qa.content_words, self.stores.bm25.doc_freq, is_stopword)
         return [(" ".join(found), weight)] if found else []
 
     def rare_words(self, qa: QueryAnalysis, agent: str | None = None) -> tuple[str, ...]:
