@@ -54,14 +54,18 @@ def test_search_finds_a_page_that_says_the_compound_in_parts(make_cfg: Any, tmp_
     h = Harness(make_cfg(vault), FakeEmbedder())
     try:
         h.sweep()
-        weights = {"search.vectorWeight": 0.0, "search.shortQueryBm25Weight": 1.0}
+        weights = {
+            "search.vectorWeight": 0.0,
+            "search.shortQueryBm25Weight": 1.0,
+            "search.compoundParts": 0.5,
+        }
         h.cfg = make_cfg(vault, **weights)
         hits = [x["reference"] for x in search(h, "Rückerstattung")]
         assert "vault/Richtlinie" in hits
         write(vault / "Exact.md", "# Exact\n\nDie Rückerstattung des Beitrags.\n")
         h.sweep()
         assert search(h, "Rückerstattung")[0]["reference"] == "vault/Exact"
-        h.cfg = make_cfg(vault, **weights, **{"search.compoundParts": 0.0})
+        h.cfg = make_cfg(vault, **{**weights, "search.compoundParts": 0.0})
         assert [x["reference"] for x in search(h, "Rückerstattung")] == ["vault/Exact"]
     finally:
         h.close()
