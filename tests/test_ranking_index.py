@@ -1058,3 +1058,24 @@ def test_an_inbox_commit_failing_for_the_share_keeps_the_index(tmp_path: Path, e
         assert "memory/beta/n0#0" in idx.all_ids()  # the index as it was, still read
     finally:
         idx.close()
+
+
+def test_a_word_typed_without_umlauts_scores_as_written_with_them(make_cfg: Any, tmp_path: Path) -> None:
+    """ "Kuendigung" and "Uebersicht" (typed without umlauts) find the note at the score of
+    "Kündigung" and "Übersicht" (a third of it before: under recall's floor); "poet" is not read
+    as the "pot" of another note."""
+    vault = tmp_path / "v"
+    write(vault / "Miete.md", "# Miete\n\nDie Kündigung des Mietvertrags, die Übersicht der Kosten.\n")
+    write(vault / "Tee.md", "# Tee\n\nA pot of tea.\n")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        for typed, written in (("Kuendigung", "Kündigung"), ("Uebersicht", "Übersicht")):
+            got, want = search(h, typed), search(h, written)
+            assert got[0]["reference"] == want[0]["reference"] == "vault/Miete"
+            assert got[0]["score"] == want[0]["score"], typed
+        poet, pot = search(h, "poet"), search(h, "pot")
+        assert pot[0]["reference"] == "vault/Tee"
+        assert [x["score"] for x in poet if x["reference"] == "vault/Tee"] < [pot[0]["score"]]
+    finally:
+        h.close()

@@ -94,8 +94,8 @@ def test_umlaut_words_survive_a_restart_and_an_older_index_learns_them(make_cfg:
 
 
 def test_a_refill_writes_the_list_anew(tmp_path: Path) -> None:
-    """A refill empties the list (a deleted note's words go), a rollback brings the old one back,
-    and new words are appended at a save."""
+    """A refill writes the list anew (a deleted note's words go) at its commit, the old one read
+    until then; a rollback keeps the old one; new words are appended at a save."""
     words = UmlautWords(tmp_path)
     words.learn(["Die Kündigung", "plain text"])
     words.save()
@@ -106,7 +106,9 @@ def test_a_refill_writes_the_list_anew(tmp_path: Path) -> None:
     assert words.written_with_umlaut("uebersicht") is None
     words.clear()
     words.learn(["Übersicht"])
+    assert words.written_with_umlaut("Kuendigung") == "kündigung"  # until the refill's commit
     words.save()
+    assert words.written_with_umlaut("Kuendigung") is None
     words.learn(["Größe"])
     words.save()
     assert (tmp_path / FILE).read_text(encoding="utf-8").split() == ["übersicht", "größe"]

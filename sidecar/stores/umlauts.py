@@ -53,7 +53,9 @@ class UmlautWords:
         self._lock = threading.Lock()
         self._by_typed: dict[str, str] = {}
         self._new: list[str] = []  # learned since the last save
-        self._rewrite = False  # the list was emptied (a refill): written whole at the next save
+        # A refill's list, learned afresh: it replaces the list at the next save (searches read
+        # the old one until the refilled index is committed, as they read the old index).
+        self._fresh: dict[str, str] | None = None
         self.known = False  # the file exists (else it is written whole at the next save)
         self._load()
         # Whether the list holds every note's words: not for an index older than the list
@@ -71,7 +73,7 @@ class UmlautWords:
                 self.known = False
         self._by_typed = {transcribed(w): w for w in words}
         self._new = []
-        self._rewrite = False
+        self._fresh = None
 
     def __len__(self) -> int:
         return len(self._by_typed)
@@ -86,26 +88,24 @@ class UmlautWords:
         with self._lock:
             for w in found:
                 typed = transcribed(w)
-                if typed not in self._by_typed:
+                if self._fresh is not None:
+                    self._fresh.setdefault(typed, w)
+                elif typed not in self._by_typed:
                     self._by_typed[typed] = w
                     self._new.append(w)
 
     def clear(self) -> None:
-        """Every word dropped: the index is being refilled, which teaches the list anew."""
+        """Every word dropped at the next save: the index is being refilled, which teaches the
+        list anew (a deleted note's words go)."""
         with self._lock:
-            self._by_typed = {}
+            self._fresh = {}
             self._new = []
-            self._rewrite = True
-            self.complete = True
 
     def forget_unsaved(self) -> None:
         """A rollback: what was learned since the last save is not saved (a refill cut short
-        keeps the old index, and so the old list, which is reread)."""
+        keeps the old index, and so the old list)."""
         with self._lock:
-            if self._rewrite:
-                self._load()  # as it was before the emptying
-                self.complete = self.known
-                return
+            self._fresh = None
             for w in self._new:
                 self._by_typed.pop(transcribed(w), None)
             self._new = []
@@ -114,10 +114,11 @@ class UmlautWords:
         """New words appended to the file (all of them after a refill), so the list survives a
         restart; a failure is logged and retried at the next save."""
         with self._lock:
-            if not self._new and not self._rewrite and self.known:
+            if not self._new and self._fresh is None and self.known:
                 return
-            rewrite = self._rewrite or not self.known
-            words = sorted(self._by_typed.values()) if rewrite else list(self._new)
+            rewrite = self._fresh is not None or not self.known
+            table = self._by_typed if self._fresh is None else self._fresh
+            words = sorted(table.values()) if rewrite else list(self._new)
             try:
                 if rewrite:
                     tmp = self.path.with_suffix(".tmp")
@@ -129,8 +130,10 @@ class UmlautWords:
             except OSError as exc:
                 log.warning("umlaut_words_unsaved path=%s error=%s", self.path, exc)
                 return
+            if self._fresh is not None:
+                self._by_typed, self._fresh = self._fresh, None
+                self.complete = True
             self._new = []
-            self._rewrite = False
             self.known = True
 
     def written_with_umlaut(self, word: str) -> str | None:
