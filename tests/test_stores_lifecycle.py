@@ -134,7 +134,8 @@ def test_bm25_index_of_an_older_layout_is_upgraded(
         assert h2.sweep()["changed"] == 0
         assert h2.stores.bm25.num_docs() == expected
         assert h2.stores.bm25.num_pages() == h2.stores.manifest.indexed_page_count() > 0
-        assert sorted(p.name for p in (cfg.index_dir / "bm25").iterdir()) == ["chunks", "memory", "pages"]
+        names = sorted(p.name for p in (cfg.index_dir / "bm25").iterdir())
+        assert names == ["chunks", "memory", "pages", "umlauts.txt"]  # the notes' umlaut words beside
         assert not any(r.levelname in ("WARNING", "ERROR") for r in caplog.records)
     finally:
         h2.close()
