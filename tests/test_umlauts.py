@@ -27,17 +27,17 @@ def _harness(make_cfg: Any, tmp_path: Path) -> Harness:
 
 def test_a_word_typed_with_ae_oe_ue_is_read_as_the_notes_umlaut_word(make_cfg: Any, tmp_path: Path) -> None:
     """ "Kuendigung", "Fussgaengerueberweg", "Uebersicht" (a US keyboard's) are read as the notes'
-    "Kündigung", "Fußgängerüberweg", "Übersicht", and score in search as those do."""
+    "Kündigung", "Fußgängerüberweg", "Übersicht" (each distinct word once), and find the note."""
     h = _harness(make_cfg, tmp_path)
     try:
         bm25 = h.stores.bm25
-        assert bm25.read_umlauts("Kuendigung Fussgaengerueberweg Uebersicht") == (
-            "Kündigung Fußgängerüberweg Übersicht"
-        )
-        for typed, umlaut in (("Kuendigung", "Kündigung"), ("Fussgaengerueberweg", "Fußgängerüberweg")):
-            got, want = search(h, typed), search(h, umlaut)
-            assert got[0]["reference"] == want[0]["reference"] == "vault/Miete"
-            assert got[0]["score"] == want[0]["score"], typed
+        assert bm25.umlaut_readings(["Kuendigung", "Fussgaengerueberweg", "Uebersicht", "kuendigung"]) == {
+            "kuendigung": "kündigung",
+            "fussgaengerueberweg": "fußgängerüberweg",
+            "uebersicht": "übersicht",
+        }
+        for typed in ("Kuendigung", "Fussgaengerueberweg"):
+            assert search(h, typed)[0]["reference"] == "vault/Miete"
     finally:
         h.close()
 
@@ -50,22 +50,12 @@ def test_plain_words_are_never_read_as_umlaut_words(make_cfg: Any, tmp_path: Pat
     try:
         bm25 = h.stores.bm25
         for word in ("poet", "aerial", "neuen", "Boeing", "Queue", "queue"):
-            assert bm25.read_umlauts(word) == word
-            assert bm25.read_umlauts(f"{word} Kuendigung") == f"{word} Kündigung"
+            assert bm25.umlaut_readings([word]) == {}
+            assert bm25.umlaut_readings([word, "Kuendigung"]) == {"kuendigung": "kündigung"}
         # Only the German field's folding meets them, at its half weight, as before.
         for typed, plain in (("poet", "pot"), ("aerial", "Arial"), ("neuen", "neun")):
-            assert bm25.search(bm25.read_umlauts(typed), 5)[0][1] < bm25.search(plain, 5)[0][1]
-    finally:
-        h.close()
-
-
-def test_a_transcription_the_notes_hold_as_typed_stays_as_typed(make_cfg: Any, tmp_path: Path) -> None:
-    """A note writing "Kuendigung" itself (as typed): the query word is not read as "Kündigung"."""
-    h = _harness(make_cfg, tmp_path)
-    try:
-        write(tmp_path / "v" / "Ascii.md", "# Ascii\n\nKuendigung zum Monatsende.\n")
-        h.sweep()
-        assert h.stores.bm25.read_umlauts("Kuendigung") == "Kuendigung"
+            got = [x["score"] for x in search(h, typed) if x["reference"] == "vault/Lures"]
+            assert got < [search(h, plain)[0]["score"]], typed
     finally:
         h.close()
 
@@ -84,10 +74,10 @@ def test_umlaut_words_survive_a_restart_and_an_older_index_learns_them(make_cfg:
     h = Harness(h.cfg, FakeEmbedder())
     try:
         bm25 = h.stores.bm25
-        assert not bm25.umlauts.complete and bm25.read_umlauts("Kuendigung") == "Kuendigung"
+        assert not bm25.umlauts.complete and bm25.umlaut_readings(["Kuendigung"]) == {}
         docs = bm25.num_docs()
         refill_new_bm25(h.stores)
-        assert bm25.num_docs() == docs and bm25.read_umlauts("Kuendigung") == "Kündigung"
+        assert bm25.num_docs() == docs and bm25.umlaut_readings(["Kuendigung"]) == {"kuendigung": "kündigung"}
         assert (folder / FILE).exists()
     finally:
         h.close()
@@ -113,3 +103,39 @@ def test_a_refill_writes_the_list_anew(tmp_path: Path) -> None:
     words.save()
     assert (tmp_path / FILE).read_text(encoding="utf-8").split() == ["übersicht", "größe"]
     assert UmlautWords(tmp_path).written_with_umlaut("Groesse") == "größe"
+
+
+def test_a_note_named_as_typed_stays_first(make_cfg: Any, tmp_path: Path) -> None:
+    """A note named without umlauts ("Uebersicht.md", no mention in its text) is first for
+    "Uebersicht", above a note whose text says "Übersicht" in passing: the typed word is searched
+    as well as the notes' umlaut word, never replaced by it."""
+    vault = tmp_path / "v"
+    write(vault / "Uebersicht.md", "Konten, Depots und Versicherungen im Blick.\n")
+    write(vault / "Kosten.md", "# Kosten\n\nDie Übersicht der Nebenkosten fehlt noch.\n")
+    write(vault / "Garten.md", "# Garten\n\nTomaten pflanzen im Mai.\n")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        hits = search(h, "Uebersicht")
+        assert [x["reference"] for x in hits[:2]] == ["vault/Uebersicht", "vault/Kosten"]
+    finally:
+        h.close()
+
+
+def test_an_agents_memory_written_as_typed_stays_first(make_cfg: Any, tmp_path: Path) -> None:
+    """An agent's memory that writes "Kuendigung" as typed is first for that agent's
+    "Kuendigung", above a vault note saying "Kündigung"."""
+    vault = tmp_path / "v"
+    write(vault / "Miete.md", "# Miete\n\nDie Kündigung des Mietvertrags ist schriftlich.\n")
+    cfg = make_cfg(vault)
+    write(
+        cfg.agents_dir / "claude" / "memory" / "kuendigung-frist.md",
+        "Kuendigung Frist: drei Monate zum Monatsende, Einschreiben.\n",
+    )
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        hits = search(h, "Kuendigung", agent="claude")
+        assert [x["reference"] for x in hits[:2]] == ["memory/kuendigung-frist", "vault/Miete"]
+    finally:
+        h.close()

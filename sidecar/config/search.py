@@ -160,18 +160,6 @@ class SearchConfig:
         min=0.0,
         max=1.0,
     )
-    compound_parts: float = _opt(
-        # e5, MRR@10 at 0 / 0.3 / 0.5: compound-de 0.591 / 0.740 / 0.794, ascii-de 0.906 / 0.906
-        # / 0.922, de 0.678 / 0.681 / 0.680, but short-help 0.803 / 0.791 / 0.791 and blind-de
-        # 0.474 / 0.473 / 0.471 (three questions one place lower: a page holding both parts in
-        # another sense): off until it loses nowhere (BENCHMARKS.md, twenty-ninth session).
-        0.0,
-        "Weight of a German compound's parts (Rückerstattung -> Rück, Erstattung) searched beside "
-        "it when the notes hold the compound rarely or never and each part as a word (0.5 found "
-        "most such pages). 0: compounds as typed.",
-        min=0.0,
-        max=1.0,
-    )
     rank_share: float = _opt(
         # e5, MRR@10 (nDCG@10): German 0.678 -> 0.684, help2 0.760 -> 0.762 (hit@5 0.857 ->
         # 0.870), help 0.848, SciFact (0.714 -> 0.715), XQuAD-de (0.970 -> 0.971), identifiers

@@ -19,6 +19,7 @@ from sidecar.search.retrieval import (
     SearchRequest,
     bm25_text,
     filters_alone,
+    read_part,
     with_filters,
 )
 from sidecar.stores.manifest import ChunkView
@@ -35,19 +36,21 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
     if not chunks:
         return Explanation(indexed=False, analysis=analysis_of(qa, req.filters))
     rare, weight = r.plan(qa, agent)
-    found = r.arms(req, text, qa, None, weight)
+    seen, spelled = r.read_spelling(text, qa, agent)  # as the search reads it
+    found = r.arms(req, seen, qa, None, weight, spelled=spelled)
     ranking = r.rank(req, qa, found, weight=weight, rare=rare)
     ids = [c.chunk_id for c in chunks]
     stem = found.stem
-    direct_bm = dict(r.stores.bm25.search(bm25_text(qa), len(ids) + 5, key=key, stem=stem))
+    words = [(bm25_text(qa), 1.0), *read_part(spelled)]
+    direct_bm = dict(r.stores.bm25.search(words, len(ids) + 5, key=key, stem=stem))
     page_bm: dict[str, float] = {}
     if r.page_share(weight) > 0:
         with contextlib.suppress(StoreError):  # a failing page index: searches report it, why goes on
-            page_bm = dict(r.stores.bm25.search_pages(bm25_text(qa), 1, key=key, stem=stem))
+            page_bm = dict(r.stores.bm25.search_pages(words, 1, key=key, stem=stem))
     direct_vec: dict[str, float] = {}
     serving = r.stores.serving
     if serving is not None and qa.words:
-        q = serving.model.embed_query(text)
+        q = serving.model.embed_query(seen)
         direct_vec = {cid: float(np.dot(v, q)) for cid, v in serving.store.vectors_of(ids).items()}
     scored = {s.candidate.chunk_id: s for s in ranking.scored}
     # As `search` does: drop what is below minScore, then cut at the limit (ranks count the kept).
@@ -108,8 +111,7 @@ def _read(r: Retriever, asked: SearchRequest) -> tuple[str, Filters]:
     inside the empty window, and the search's hit #1 was "not among the candidates")."""
     text, inline = r.read_query(asked)
     if inline.phrase and not r.dated_notes(with_filters(asked, inline)):
-        text, inline = split_filters(asked.query, r.today(), phrases=False)
-        return r.read_spelling(text), inline
+        return split_filters(asked.query, r.today(), phrases=False)
     return text, inline
 
 

@@ -47,7 +47,7 @@ def recall(
     except FilterError:
         # Recall reads what a person typed (a hook on every prompt): prose that reads like a
         # filter ("our CI runs on source:github now") is words, never an error that blocks it.
-        text, inline, windowed = r.read_spelling(message), Filters(), req
+        text, inline, windowed = message, Filters(), req
     qa = analyze(text)
     follow_up = _follows_a_question_about_self(message, qa, history)
     if is_small_talk(message) and not follow_up:
@@ -121,10 +121,11 @@ def _recall(
         return SearchResult((), None, analysis_of(qa, req.filters), context="")
     # One reading of the recall settings for the whole call: a reload meanwhile must not give
     # the vectors one history share and the keywords (or the analysis) another.
-    vectors = _recall_vectors(r, rc, text, qa, turns)
+    seen, spelled = r.read_spelling(text, qa, req.agent)
+    vectors = _recall_vectors(r, rc, seen, qa, turns)
     rare, weight = r.plan(qa, req.agent)
     parts = _recall_parts(r, rc, qa, turns)
-    found = r.arms(req, text, qa, vectors, weight, parts=parts)
+    found = r.arms(req, seen, qa, vectors, weight, parts=parts, spelled=spelled)
     ranking = r.rank(req, qa, found, weight=weight, rare=rare, parts=parts)
     degraded = found.degraded
     views = ranking.views

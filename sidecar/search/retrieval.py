@@ -27,7 +27,6 @@ from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, VectorSet
 from sidecar.model.embedder import Embedder, EmbedderSlot, cosine_range, model_name
 from sidecar.notes.links import cited_by
-from sidecar.search.compounds import parts as compound_parts
 from sidecar.search.fusion import Candidate, Rules, Scale, Scored, apply_rules, cap_per_note, fold, fuse
 from sidecar.search.query import (
     STOPWORDS_DE,
@@ -76,6 +75,38 @@ class Ranking:
 def bm25_text(qa: QueryAnalysis) -> str:
     """The words BM25 looks for: content words, or every word when the query has none."""
     return " ".join(qa.content_words or qa.words)
+
+
+def read_part(spelled: dict[str, str]) -> BmParts:
+    """The umlaut words read (``Retriever.spelled``) as a part of their own, at a word's weight."""
+    return [(" ".join(dict.fromkeys(spelled.values())), 1.0)] if spelled else []
+
+
+def _as_read(parts: BmParts, spelled: dict[str, str]) -> BmParts:
+    """``parts`` with each word read as its umlaut word."""
+    if not spelled:
+        return parts
+    return [(" ".join(spelled.get(w.lower(), w) for w in text.split()), weight) for text, weight in parts]
+
+
+_WORD = re.compile(r"\w+")
+
+
+def _with_umlauts(text: str, spelled: dict[str, str]) -> str:
+    """``text`` with each word of ``spelled`` (by the word lowercased) replaced, its case kept."""
+    if not spelled:
+        return text
+
+    def read(m: re.Match[str]) -> str:
+        typed = m.group(0)
+        written = spelled.get(typed.lower())
+        if written is None:
+            return typed
+        if typed.isupper() and len(typed) > 1:
+            return written.upper()
+        return written[:1].upper() + written[1:] if typed[:1].isupper() else written
+
+    return _WORD.sub(read, text)
 
 
 PAGE_FAILURE = "page index: "  # how a failing page search is reported (keyword_search)
@@ -129,7 +160,8 @@ class Found:
     keywords_answered: bool = False
     stem: str | None = None  # the language whose stemmed forms the keyword arm searched first
     pending: int = 0  # chunks the vector arm could not see: their vectors are still being computed
-    compounds: BmParts = field(default_factory=list)  # parts of the query's compounds (search.compoundParts)
+    # The notes' umlaut words the query typed without umlauts, by the word typed (``spelled``).
+    spelled: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -315,16 +347,26 @@ class Retriever:
         rare = self.rare_words(qa, agent)
         return rare, self.vector_weight(qa, rare)
 
-    def compound_parts(self, qa: QueryAnalysis) -> BmParts:
-        """The parts of the query's compounds that the notes hold rarely or never (``compounds``),
-        at ``search.compoundParts``: "Rückerstattung" is also searched as "Rück Erstattung".
-        Raises StoreError as the keyword arm does."""
-        weight = self.cfg.compound_parts
-        # An English question's long words are no German compounds ("whiteboard").
-        if weight <= 0.0 or not qa.content_words or qa.language == "en":
-            return []
-        found = compound_parts(qa.content_words, self.stores.bm25.doc_freq, is_stopword)
-        return [(" ".join(found), weight)] if found else []
+    def spelled(self, qa: QueryAnalysis, agent: str | None = None) -> dict[str, str]:
+        """The notes' umlaut words that the query's words transcribe, by the word as typed
+        (``Bm25Index.umlaut_readings``: "kuendigung" -> "kündigung"). They are searched as a part
+        of their own at the words' weight, beside the words as typed: a note written as typed
+        ("Uebersicht.md", a memory's "Kuendigung") matches as before, and one written with the
+        umlaut matches in every field (only the German one folds ue into u). An English question
+        reads none ("landlord sued" is no "Süd"). Raises StoreError as the keyword arm does."""
+        if not qa.content_words or qa.language == "en":
+            return {}
+        return self.stores.bm25.umlaut_readings(qa.content_words, agent)
+
+    def read_spelling(self, text: str, qa: QueryAnalysis, agent: str | None) -> tuple[str, dict[str, str]]:
+        """``text`` as the vector arm embeds it, each word read (``spelled``) written with its
+        umlauts (the model reads "Kündigung" better than "Kuendigung"), and the words read. A
+        failing keyword index reads none (the keyword arm reports it)."""
+        try:
+            spelled = self.spelled(qa, agent)
+        except StoreError:
+            return text, {}
+        return _with_umlauts(text, spelled), spelled
 
     def rare_words(self, qa: QueryAnalysis, agent: str | None = None) -> tuple[str, ...]:
         """Content words the model splits into word pieces and few notes contain: names, codes,
@@ -404,9 +446,11 @@ class Retriever:
         *,
         parts: BmParts | None = None,
         early: EarlyVectors | None = None,
+        spelled: dict[str, str] | None = None,
     ) -> Found:
         """The keyword arm's hits and each vector query's hits (``early``: a vector arm already
-        started by ``start_vectors``), and what was degraded."""
+        started by ``start_vectors``), and what was degraded. ``spelled``: the words read with
+        umlauts (``read_spelling``), else read here."""
         fetch = self._fetch(req)
         sources = req.sources
         stem = self.stem(qa)
@@ -416,12 +460,12 @@ class Retriever:
         bm_note: str | None = None
         bm_error: StoreError | None = None
         answered = False
-        compounds: BmParts = []
+        read = spelled or {}
         if weight < 1.0 or vectors is not None:
             try:
-                compounds = self.compound_parts(qa)
+                read = self.spelled(qa, req.agent) if spelled is None else spelled
                 words = [(bm25_text(qa), 1.0)] if parts is None else parts
-                bm = self.stores.bm25.search([*words, *compounds], fetch, sources, req.agent, stem=stem)
+                bm = self.stores.bm25.search([*words, *read_part(read)], fetch, sources, req.agent, stem=stem)
                 answered = True
                 # A failing page index stays reported until a page search succeeds (or the
                 # repair rebuilds it): cleared here, it would flap on every search. So does an
@@ -438,7 +482,7 @@ class Retriever:
                 bm_note, bm_error = f"keyword search failed ({exc}); vector results only", exc
 
         def found(vec_lists: list[VecList], note: str | None) -> Found:
-            return Found(bm, vec_lists, note, answered, stem, compounds=compounds)
+            return Found(bm, vec_lists, note, answered, stem, spelled=read)
 
         def no_arm(vector_why: str) -> StoreError:
             # Neither arm searched: an empty answer would read as "nothing relevant".
@@ -537,11 +581,13 @@ class Retriever:
         words = [(bm25_text(qa), 1.0)] if parts is None else parts
         share = self.page_share(weight)
         keys = sorted({v.key for v in views.values()})
-        # A compound's parts find more, but the scale is the query's own: an exact match of the
-        # compound scores as it did.
-        searched = [*words, *found.compounds]
+        searched = [*words, *read_part(found.spelled)]
         pages = dict(self._pages_or_nothing(searched, keys, req, stem)) if share > 0 and keys else {}
-        scale = self.scale(words, pages=share > 0, stem=stem)
+        # The scale is the words', each once, a word read as its umlaut word: a query is not worth
+        # more for being searched in two spellings (a term scores its better part, not the sum),
+        # nor less because the typed spelling is absent from the notes (an absent word counts its
+        # full idf in the ideal: "Kuendigung" scored a third of "Kündigung").
+        scale = self.scale(_as_read(words, found.spelled), pages=share > 0, stem=stem)
         # fuse decides whether the keyword arm found anything among the candidates (the filters'
         # survivors); the tokenizer is asked only when it found nothing at all. Recall's history
         # words are judged by its own gates, not here: only a search's words.
@@ -672,17 +718,7 @@ class Retriever:
         """The request's text to rank and its inline filters. A window given as a parameter wins
         over a time phrase of the query, as an inline one does (see split_filters)."""
         given = bool(req.filters.since or req.filters.until)
-        text, inline = split_filters(req.query, self.today(), window_given=given)
-        return self.read_spelling(text), inline
-
-    def read_spelling(self, text: str) -> str:
-        """``text`` with words typed without umlauts read as the notes write them
-        (``Bm25Index.read_umlauts``): both arms, the language guess and the name rules then
-        read "Kuendigung" as the notes' "Kündigung"."""
-        try:
-            return self.stores.bm25.read_umlauts(text)
-        except StoreError:
-            return text
+        return split_filters(req.query, self.today(), window_given=given)
 
     def search(self, req: SearchRequest) -> SearchResult:
         text, inline = self.read_query(req)
@@ -711,7 +747,7 @@ class Retriever:
         # today. When no note at all is dated in its window, the words are searched instead.
         phrase = inline.phrase
         text, inline = split_filters(req.query, self.today(), phrases=False)
-        result = self.search_text(with_filters(req, inline), self.read_spelling(text))
+        result = self.search_text(with_filters(req, inline), text)
         assert result.analysis is not None
         return replace(result, analysis=replace(result.analysis, time_phrase_ignored=phrase))
 
@@ -837,9 +873,10 @@ class Retriever:
     def search_text(self, req: SearchRequest, text: str) -> SearchResult:
         """The hits for ``text`` (filters already split off) under ``req``."""
         qa = analyze(text)
-        early = self.start_vectors(req, text, qa)
+        seen, spelled = self.read_spelling(text, qa, req.agent)
+        early = self.start_vectors(req, seen, qa)
         rare, weight = self.plan(qa, req.agent)
-        found = self.arms(req, text, qa, None, weight, early=early)
+        found = self.arms(req, seen, qa, None, weight, early=early, spelled=spelled)
         r = self.rank(req, qa, found, weight=weight, rare=rare)
         mask_secrets = self.cfg.mask_secrets
         # Only the hits returned are masked and built: masking every ranked candidate (a hundred

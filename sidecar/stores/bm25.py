@@ -78,7 +78,6 @@ _LOW_DISK = 2 * _WRITER_HEAP  # less free than two writer flushes: a failed writ
 # a note's text, and the German field folds every chunk and page of a sweep.
 _UMLAUT = (("ä", "a"), ("ö", "o"), ("ü", "u"), ("Ä", "a"), ("Ö", "o"), ("Ü", "u"), ("ß", "ss"))
 _DIGRAPH = re.compile(r"(?<=[a-z])([aou])e", re.IGNORECASE)
-_WORD = re.compile(r"\w+")
 
 
 def _engine_failure(exc: BaseException) -> bool:
@@ -635,7 +634,7 @@ class Bm25Index:
         self.failing: dict[str, str] = {}
         self._refilling = False  # ``delete_all`` was called: the next commit ends a refill
         self._scorer = _Scorer()
-        # The notes' words written with an umlaut (``read_umlauts``), kept beside the index.
+        # The notes' words written with an umlaut (``umlaut_readings``), kept beside the index.
         self.umlauts = UmlautWords(path)
         self._wide_until = 0.0  # a person's search was lately: ``_MAX_OPEN_INBOXES`` stay open until
         memory = path / "memory"
@@ -1190,28 +1189,44 @@ class Bm25Index:
             True, text, limit, sources=sources, agent_scope=agent_scope, key=key, keys=keys, stem=stem
         )
 
-    def read_umlauts(self, text: str) -> str:
-        """``text`` with each word typed in the ae/oe/ue transcription of an umlaut read as the
-        notes write it ("Kuendigung" as "Kündigung", "Uebersicht" as "Übersicht"): when the notes
-        hold that word written with the umlaut (``umlauts``) and never the word as typed. Only
-        the German field folded the transcription: weighted half unless the query was taken for
-        German (a word or two is not), "Kuendigung" scored a third of "Kündigung" and fell under
-        recall's floor. Asked of the index alone, which folds umlauts, "poet" read as "pot",
-        "aerial" as "arial" and "neuen" as "neun": no note writes "pöt", "ärial" or "neün", so
-        these stay as typed, and so does a transcription the notes hold as such ("Queue")."""
+    def umlaut_readings(self, words: Iterable[str], agent: str | None = None) -> dict[str, str]:
+        """The notes' umlaut words that ``words`` transcribe ("Kuendigung" -> "kündigung",
+        "Uebersicht" -> "übersicht"), by the word lowercased, for a search beside the words as
+        typed: only the German field folds ue into u, weighted half unless the query was taken for
+        German (a word or two is not), so "Kuendigung" scored a third of "Kündigung" and fell
+        under recall's floor.
+        A word is read when the notes write it with the umlaut (``umlauts``): asked of the index
+        alone, which folds umlauts, "poet" read as "pot", "aerial" as "arial" and "neuen" as
+        "neun", which no note writes as "pöt", "ärial" or "neün". It is not read when a title or
+        a text searched (the vault's, the wiki's, ``agent``'s memory) writes it as typed: then
+        the typed spelling is the notes' own too ("Uebersicht.md", "Queue", a memory's
+        "Kuendigung"), and a passing mention of the umlaut word, matched in every field, would
+        outrank the note named so. No count is asked of the umlaut word: a deleted note's word,
+        kept in the list until a refill, finds nothing."""
         if not len(self.umlauts):
-            return text
+            return {}
+        out: dict[str, str] = {}
+        for word in {w.lower() for w in words}:  # each distinct word asked once
+            written = self.umlauts.written_with_umlaut(word)
+            if written is not None and not self._written_as_typed(word, agent):
+                out[word] = written
+        return out
 
-        def read(m: re.Match[str]) -> str:
-            typed = m.group(0)
-            written = self.umlauts.written_with_umlaut(typed)
-            if written is None or self.doc_freq(typed) or not self.doc_freq(written):
-                return typed
-            if typed.isupper() and len(typed) > 1:
-                return written.upper()
-            return written[:1].upper() + written[1:] if typed[:1].isupper() else written
-
-        return _WORD.sub(read, text)
+    def _written_as_typed(self, word: str, agent: str | None) -> bool:
+        """Whether a chunk's title or text (of the vault and the wiki, and of ``agent``'s memory)
+        holds ``word`` as written (the title's and body's analyzer folds ü but not ue)."""
+        searchers = [self._searcher]
+        own = self._inbox(agent) if agent is not None else None
+        if own is not None:
+            searchers.append(own[0].searcher)
+        terms = dict.fromkeys(self.analyze(word))
+        with _engine("count"):
+            return any(
+                s.search(tantivy.Query.term_query(self.schema, f, t), limit=1, count=True).count  # type: ignore[attr-defined]  # missing from the stubs
+                for s in searchers
+                for f in ("title", "body")
+                for t in terms
+            )
 
     def _terms(self, text: str | Sequence[tuple[str, float]], stem: str | None) -> Terms:
         parts = [(text, 1.0)] if isinstance(text, str) else list(text)
