@@ -14,6 +14,7 @@ Imports only the standard library.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
@@ -112,7 +113,10 @@ class UmlautWords:
 
     def save(self) -> None:
         """New words appended to the file (all of them after a refill), so the list survives a
-        restart; a failure is logged and retried at the next save."""
+        restart; a failure is logged, the file removed (relearned at the next start) and the list
+        written whole at the next save. A process killed between the keyword index's commit and
+        this save loses that commit's new words from the file until the next refill: they are
+        then searched as typed, as before the list."""
         with self._lock:
             if not self._new and self._fresh is None and self.known:
                 return
@@ -128,7 +132,13 @@ class UmlautWords:
                     with self.path.open("a", encoding="utf-8") as f:
                         f.write("".join(f"{w}\n" for w in words))
             except OSError as exc:
+                # The file may now miss words (an append cut short) and would pass for complete at
+                # the next start: it goes, so that the next start learns the list from the manifest
+                # again; this process keeps its list and writes it whole at the next save.
                 log.warning("umlaut_words_unsaved path=%s error=%s", self.path, exc)
+                with contextlib.suppress(OSError):
+                    self.path.unlink(missing_ok=True)
+                self.known = False
                 return
             if self._fresh is not None:
                 self._by_typed, self._fresh = self._fresh, None
