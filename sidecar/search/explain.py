@@ -12,14 +12,14 @@ import numpy as np
 
 from sidecar.contracts.errors import StoreError
 from sidecar.contracts.wire import ChunkExplanation, Explanation, Hit
-from sidecar.search.query import Filters, analyze, split_filters
+from sidecar.search.query import Filters, split_filters
 from sidecar.search.results import analysis_of
 from sidecar.search.retrieval import (
     Retriever,
     SearchRequest,
     bm25_text,
     filters_alone,
-    read_part,
+    typed_part,
     with_filters,
 )
 from sidecar.stores.manifest import ChunkView
@@ -31,17 +31,16 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
     asked = SearchRequest(query, r.cfg.limit, r.cfg.min_score, None, agent)
     text, inline = _read(r, asked)
     req = with_filters(asked, inline)
-    qa = analyze(text)
+    seen, qa, spelled = r.read_spelling(text, agent)  # as the search reads it
     chunks = r.stores.manifest.chunks_of(key)
     if not chunks:
         return Explanation(indexed=False, analysis=analysis_of(qa, req.filters))
     rare, weight = r.plan(qa, agent)
-    seen, spelled = r.read_spelling(text, qa, agent)  # as the search reads it
     found = r.arms(req, seen, qa, None, weight, spelled=spelled)
     ranking = r.rank(req, qa, found, weight=weight, rare=rare)
     ids = [c.chunk_id for c in chunks]
     stem = found.stem
-    words = [(bm25_text(qa), 1.0), *read_part(spelled)]
+    words = [(bm25_text(qa), 1.0), *typed_part(spelled)]
     direct_bm = dict(r.stores.bm25.search(words, len(ids) + 5, key=key, stem=stem))
     page_bm: dict[str, float] = {}
     if r.page_share(weight) > 0:

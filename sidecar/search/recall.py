@@ -111,7 +111,7 @@ def _recall(
     explain: bool = False,
 ) -> SearchResult:
     rc = r.recall_settings()
-    qa = analyze(text)
+    seen, qa, spelled = r.read_spelling(text, req.agent)
     turns = (
         [t[: rc.history_head_chars] for t in history[-rc.history_turns :] if t.strip()]
         if rc.history_turns
@@ -121,7 +121,6 @@ def _recall(
         return SearchResult((), None, analysis_of(qa, req.filters), context="")
     # One reading of the recall settings for the whole call: a reload meanwhile must not give
     # the vectors one history share and the keywords (or the analysis) another.
-    seen, spelled = r.read_spelling(text, qa, req.agent)
     vectors = _recall_vectors(r, rc, seen, qa, turns)
     rare, weight = r.plan(qa, req.agent)
     parts = _recall_parts(r, rc, qa, turns)

@@ -13,7 +13,7 @@ import sqlite3
 import threading
 import time
 import unicodedata
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -77,22 +77,16 @@ def bm25_text(qa: QueryAnalysis) -> str:
     return " ".join(qa.content_words or qa.words)
 
 
-def read_part(spelled: dict[str, str]) -> BmParts:
-    """The umlaut words read (``Retriever.spelled``) as a part of their own, at a word's weight."""
-    return [(" ".join(dict.fromkeys(spelled.values())), 1.0)] if spelled else []
-
-
-def _as_read(parts: BmParts, spelled: dict[str, str]) -> BmParts:
-    """``parts`` with each word read as its umlaut word."""
-    if not spelled:
-        return parts
-    return [(" ".join(spelled.get(w.lower(), w) for w in text.split()), weight) for text, weight in parts]
+def typed_part(spelled: Mapping[str, str]) -> BmParts:
+    """The words read with umlauts (``Retriever.read_spelling``) as typed, a part of their own at
+    a word's weight: searched beside the query as read."""
+    return [(" ".join(spelled), 1.0)] if spelled else []
 
 
 _WORD = re.compile(r"\w+")
 
 
-def _with_umlauts(text: str, spelled: dict[str, str]) -> str:
+def _with_umlauts(text: str, spelled: Mapping[str, str]) -> str:
     """``text`` with each word of ``spelled`` (by the word lowercased) replaced, its case kept."""
     if not spelled:
         return text
@@ -160,8 +154,8 @@ class Found:
     keywords_answered: bool = False
     stem: str | None = None  # the language whose stemmed forms the keyword arm searched first
     pending: int = 0  # chunks the vector arm could not see: their vectors are still being computed
-    # The notes' umlaut words the query typed without umlauts, by the word typed (``spelled``).
-    spelled: dict[str, str] = field(default_factory=dict)
+    # The query's words read with umlauts, by the word as typed (``Retriever.read_spelling``).
+    spelled: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -347,26 +341,26 @@ class Retriever:
         rare = self.rare_words(qa, agent)
         return rare, self.vector_weight(qa, rare)
 
-    def spelled(self, qa: QueryAnalysis, agent: str | None = None) -> dict[str, str]:
-        """The notes' umlaut words that the query's words transcribe, by the word as typed
-        (``Bm25Index.umlaut_readings``: "kuendigung" -> "kündigung"). They are searched as a part
-        of their own at the words' weight, beside the words as typed: a note written as typed
-        ("Uebersicht.md", a memory's "Kuendigung") matches as before, and one written with the
-        umlaut matches in every field (only the German one folds ue into u). An English question
-        reads none ("landlord sued" is no "Süd"). Raises StoreError as the keyword arm does."""
+    def read_spelling(self, text: str, agent: str | None) -> tuple[str, QueryAnalysis, dict[str, str]]:
+        """``text`` as read, its analysis, and the words read by the word as typed: a word typed
+        with ae/oe/ue for an umlaut is read as the notes' umlaut word (``Bm25Index.
+        umlaut_readings``: "Kuendigung" -> "Kündigung") when they write it so and nothing searched
+        (a title or text of the vault, the wiki, ``agent``'s memory) writes it as typed. The query
+        as read is what both arms, the language guess and the name rules read (the model reads
+        "Kündigung" better than "Kuendigung"); the keyword arm also searches the words as typed
+        (``typed_part``). An English question reads none ("landlord sued" is no "Süd"); a failing
+        keyword index none either (the keyword arm reports it)."""
+        qa = analyze(text)
         if not qa.content_words or qa.language == "en":
-            return {}
-        return self.stores.bm25.umlaut_readings(qa.content_words, agent)
-
-    def read_spelling(self, text: str, qa: QueryAnalysis, agent: str | None) -> tuple[str, dict[str, str]]:
-        """``text`` as the vector arm embeds it, each word read (``spelled``) written with its
-        umlauts (the model reads "Kündigung" better than "Kuendigung"), and the words read. A
-        failing keyword index reads none (the keyword arm reports it)."""
+            return text, qa, {}
         try:
-            spelled = self.spelled(qa, agent)
+            spelled = self.stores.bm25.umlaut_readings(qa.content_words, agent)
         except StoreError:
-            return text, {}
-        return _with_umlauts(text, spelled), spelled
+            return text, qa, {}
+        if not spelled:
+            return text, qa, {}
+        seen = _with_umlauts(text, spelled)
+        return seen, analyze(seen), spelled
 
     def rare_words(self, qa: QueryAnalysis, agent: str | None = None) -> tuple[str, ...]:
         """Content words the model splits into word pieces and few notes contain: names, codes,
@@ -446,11 +440,11 @@ class Retriever:
         *,
         parts: BmParts | None = None,
         early: EarlyVectors | None = None,
-        spelled: dict[str, str] | None = None,
+        spelled: Mapping[str, str] | None = None,
     ) -> Found:
         """The keyword arm's hits and each vector query's hits (``early``: a vector arm already
         started by ``start_vectors``), and what was degraded. ``spelled``: the words read with
-        umlauts (``read_spelling``), else read here."""
+        umlauts (``read_spelling``), also searched as typed."""
         fetch = self._fetch(req)
         sources = req.sources
         stem = self.stem(qa)
@@ -463,9 +457,10 @@ class Retriever:
         read = spelled or {}
         if weight < 1.0 or vectors is not None:
             try:
-                read = self.spelled(qa, req.agent) if spelled is None else spelled
                 words = [(bm25_text(qa), 1.0)] if parts is None else parts
-                bm = self.stores.bm25.search([*words, *read_part(read)], fetch, sources, req.agent, stem=stem)
+                bm = self.stores.bm25.search(
+                    [*words, *typed_part(read)], fetch, sources, req.agent, stem=stem
+                )
                 answered = True
                 # A failing page index stays reported until a page search succeeds (or the
                 # repair rebuilds it): cleared here, it would flap on every search. So does an
@@ -581,13 +576,13 @@ class Retriever:
         words = [(bm25_text(qa), 1.0)] if parts is None else parts
         share = self.page_share(weight)
         keys = sorted({v.key for v in views.values()})
-        searched = [*words, *read_part(found.spelled)]
+        searched = [*words, *typed_part(found.spelled)]
         pages = dict(self._pages_or_nothing(searched, keys, req, stem)) if share > 0 and keys else {}
-        # The scale is the words', each once, a word read as its umlaut word: a query is not worth
-        # more for being searched in two spellings (a term scores its better part, not the sum),
-        # nor less because the typed spelling is absent from the notes (an absent word counts its
-        # full idf in the ideal: "Kuendigung" scored a third of "Kündigung").
-        scale = self.scale(_as_read(words, found.spelled), pages=share > 0, stem=stem)
+        # The scale is the words' as read, each once: a query is not worth more for being searched
+        # in two spellings (a term scores its better part, not the sum), nor less for a spelling
+        # the notes lack (an absent word counts its full idf: "Kuendigung" scored a third of
+        # "Kündigung").
+        scale = self.scale(words, pages=share > 0, stem=stem)
         # fuse decides whether the keyword arm found anything among the candidates (the filters'
         # survivors); the tokenizer is asked only when it found nothing at all. Recall's history
         # words are judged by its own gates, not here: only a search's words.
@@ -872,8 +867,7 @@ class Retriever:
 
     def search_text(self, req: SearchRequest, text: str) -> SearchResult:
         """The hits for ``text`` (filters already split off) under ``req``."""
-        qa = analyze(text)
-        seen, spelled = self.read_spelling(text, qa, req.agent)
+        seen, qa, spelled = self.read_spelling(text, req.agent)
         early = self.start_vectors(req, seen, qa)
         rare, weight = self.plan(qa, req.agent)
         found = self.arms(req, seen, qa, None, weight, early=early, spelled=spelled)
