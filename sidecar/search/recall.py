@@ -140,6 +140,10 @@ def _recall(
     # A model that does not read the message's language (MiniLM and German) finds some cosine for
     # any text, small talk included: there the keywords must match as clearly as well.
     foreign = not r.reads(qa)
+    # Which of the message's own words each candidate holds as written: a question is mostly
+    # its topic's words, an aside holds one word of a page among words of its own ("ich habe
+    # Speichersticks im Laden gekauft").
+    covers = _Coverage(r, qa, ranking.ranked, rare)
 
     def gate(s: Scored) -> str | None:
         """The gate that keeps ``s`` out of the block, None when it passes."""
@@ -152,12 +156,15 @@ def _recall(
             return "keywordShare"
         if s.candidate.vec is not None:
             similarity = ranking.scale.vec(s.candidate.vec)
-            if similarity >= rc.min_similarity or _corroborated(s, similarity, own):
+            if similarity >= rc.min_similarity or _corroborated(s, similarity, own, covers):
                 return None
             return "minSimilarity"
-        # Not among the vector arm's nearest: no cosine to pass the gate with (its similarity
-        # shows as none), unless that arm did not answer.
-        return None if degraded is not None else "minSimilarity"
+        if degraded is not None:
+            return None  # the vector arm did not answer: no cosine to ask for
+        # No cosine to pass the gate with (its similarity shows as none): not among the vector
+        # arm's nearest, or no vector yet (a first index: the vector arm cannot see the chunk).
+        # Missing, not zero: strong keyword evidence alone passes (_on_keywords).
+        return None if _on_keywords(s, own, covers, embedded=s.candidate.embedded) else "minSimilarity"
 
     gated = [(s, gate(s)) for s in ranking.ranked]
     kept = [s for s, g in gated if g is None]
@@ -209,16 +216,69 @@ def _recall(
 # twenty-eighth session). Calibrated figures: the same for every model.
 _ALL_WORDS = (0.8, 0.2)  # (keyword share, similarity)
 _RARE_WORD = (0.5, 0.05)
+# Without a cosine to weigh (no vector yet; a name the model cannot read, whose cosine is at the
+# unrelated floor: "Ozturk", "Boskoop"), the keywords alone, stricter: the share of _ALL_WORDS and
+# at most one of the message's words missing from the chunk as written, the chunk holding more of
+# them than it misses.
+_KEYWORDS_ALONE = 0.8
 
 
-def _corroborated(s: Scored, similarity: float, own: Scale) -> bool:
+class _Coverage:
+    """Which of a message's content words (distinct, as written) each candidate holds; asked of
+    the keyword index once per word, only when a gate needs it."""
+
+    def __init__(self, r: Retriever, qa: QueryAnalysis, among: list[Scored], rare: Sequence[str]) -> None:
+        self._r, self._among, self._lang = r, among, qa.language
+        self.words = list(dict.fromkeys(w.lower() for w in qa.content_words))
+        self._rare = {w.lower() for w in rare}
+        self._held: dict[str, set[str]] | None = None
+
+    def _holding(self) -> dict[str, set[str]]:
+        if self._held is None:
+            r, among, lang = self._r, self._among, self._lang
+            # As written ("Ozturk"), or in any form of the message's language ("verbreitert",
+            # "Ueberschriften" typed for "Überschriften").
+            self._held = {w: r.holding([w], among, lang) for w in self.words}
+        return self._held
+
+    def counts(self, chunk_id: str) -> tuple[int, int, bool]:
+        """(words held, words missing, whether a rare word of the message is among those held)."""
+        held = [w for w, ids in self._holding().items() if chunk_id in ids]
+        return len(held), len(self.words) - len(held), any(w in self._rare for w in held)
+
+
+def _covered(chunk_id: str, covers: _Coverage) -> tuple[bool, bool]:
+    """(the chunk holds the message's words but at most one, more than it misses; a rare one
+    of them among those held)."""
+    held, missing, rare = covers.counts(chunk_id)
+    return held > missing and missing <= 1, rare
+
+
+def _on_keywords(s: Scored, own: Scale, covers: _Coverage, *, embedded: bool) -> bool:
+    """A candidate without a cosine passes on its keywords alone: a rare word of the message in
+    it (a name the vector arm cannot place), or, while it has no vector yet, two or more of the
+    message's words; in either case the words of _KEYWORDS_ALONE."""
+    bm = s.candidate.bm25
+    if bm is None or own.bm25(bm, 0.0) < _KEYWORDS_ALONE:
+        return False
+    most, rare = _covered(s.candidate.chunk_id, covers)
+    if not most:
+        return False
+    held, _, _ = covers.counts(s.candidate.chunk_id)
+    return rare or (not embedded and held >= 2)
+
+
+def _corroborated(s: Scored, similarity: float, own: Scale, covers: _Coverage) -> bool:
     bm = s.candidate.bm25
     if bm is None:
         return False
     share = own.bm25(bm, 0.0)
-    if share >= _ALL_WORDS[0] and similarity >= _ALL_WORDS[1]:
+    all_words = share >= _ALL_WORDS[0] and similarity >= _ALL_WORDS[1]
+    rare_word = "rareTerm" in s.boosts and share >= _RARE_WORD[0] and similarity >= _RARE_WORD[1]
+    if (all_words or rare_word) and _covered(s.candidate.chunk_id, covers)[0]:
         return True
-    return "rareTerm" in s.boosts and share >= _RARE_WORD[0] and similarity >= _RARE_WORD[1]
+    # A name the model cannot read: its cosine says nothing either way.
+    return _on_keywords(s, own, covers, embedded=True)
 
 
 def history_weight(rc: RecallConfig, qa: QueryAnalysis) -> float:

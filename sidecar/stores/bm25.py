@@ -1009,19 +1009,21 @@ class Bm25Index:
             ]
         return int(min(counts, default=0))
 
-    def holding(self, words: Sequence[str], among: Sequence[str], agents: Collection[str] = ()) -> set[str]:
+    def holding(
+        self, words: Sequence[str], among: Sequence[str], agents: Collection[str] = (), field: str = "body"
+    ) -> set[str]:
         """Those of the chunks ``among`` whose body as written holds one of ``words`` (every term
         of it, when the analyzer splits a word): the chunks ``doc_freq`` counts, not those that
         match only a stemmed form. ``agents``: the inboxes the memory chunks among them are of
-        (no other is asked)."""
+        (no other is asked). ``field``: a stemmed body instead (``body_de``: any form of it)."""
         schema = self.schema
         per_word = []
         for word in words:
-            terms = list(dict.fromkeys(self.analyze(word)))
+            terms = list(dict.fromkeys(self.analyze(word, field)))
             if terms:
                 per_word.append(
                     tantivy.Query.boolean_query(
-                        [(tantivy.Occur.Must, tantivy.Query.term_query(schema, "body", t)) for t in terms]
+                        [(tantivy.Occur.Must, tantivy.Query.term_query(schema, field, t)) for t in terms]
                     )
                 )
         if not per_word or not among:
