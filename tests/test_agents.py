@@ -1650,6 +1650,27 @@ def test_a_copy_of_a_note_whose_vectors_are_pending_is_named(served: Served) -> 
     assert reply["duplicates"][0]["byWords"] == 1.0
 
 
+def test_recall_weighs_notes_without_vectors_by_their_keywords(served: Served) -> None:
+    """During a first index (keywords indexed, vectors not computed yet) a clear question is
+    recalled on its keywords alone, and the reply says vectors are pending; one word, or an aside
+    sharing one word with the note, still recalls nothing (it injected nothing at all, silently)."""
+    vault = served.cfg.vault.path
+    assert vault is not None
+    write(
+        vault / "Obsidian Sync einrichten.md",
+        "# Obsidian Sync einrichten\n\nSo richtest du Obsidian Sync auf einem neuen Gerät ein: "
+        "melde dich an und wähle den Tresor.\n",
+    )
+    served.h.indexer.sweep()  # keyword index only: its vectors are pending
+    r = served.call("recall", {"message": "Wie richte ich Obsidian Sync ein?", "preview": True})
+    assert r["pendingVectors"] >= 1
+    top = r["hits"][0]
+    assert top["reference"] == "vault/Obsidian Sync einrichten" and top.get("similarity") is None, r
+    assert "vault/Obsidian Sync einrichten" in r["context"]
+    for aside in ("Sync", "ich habe eine Sync-Tasche im Laden gekauft", "Hallo zusammen!"):
+        assert served.call("recall", {"message": aside})["context"] == "", aside
+
+
 def test_a_null_limit_is_the_tools_default(served: Served) -> None:
     """memory_search with "limit": null takes the schema's default (8): it passed null on and
     the daemon's default (10) came back."""

@@ -216,56 +216,67 @@ def _recall(
 # twenty-eighth session). Calibrated figures: the same for every model.
 _ALL_WORDS = (0.8, 0.2)  # (keyword share, similarity)
 _RARE_WORD = (0.5, 0.05)
-# Without a cosine to weigh (no vector yet; a name the model cannot read, whose cosine is at the
-# unrelated floor: "Ozturk", "Boskoop"), the keywords alone, stricter: the share of _ALL_WORDS and
-# at most one of the message's words missing from the chunk as written, the chunk holding more of
-# them than it misses.
-_KEYWORDS_ALONE = 0.8
+# Without a cosine to weigh, the keywords alone, by stricter rules on which of the message's words
+# the chunk holds (_Coverage). A rare word of the message in it (a name the model cannot read,
+# whose cosine sits at the unrelated floor: "Ozturk", "Boskoop"): the keyword share of
+# _RARE_WORD, at most one other word of the message missing. No vector yet (a first index: the
+# vector arm cannot see the chunk): the share of _ALL_WORDS and two or more of the message's
+# words, at most one missing.
+_NAME_SHARE = _RARE_WORD[0]
+_UNEMBEDDED_SHARE = _ALL_WORDS[0]
 
 
 class _Coverage:
-    """Which of a message's content words (distinct, as written) each candidate holds; asked of
-    the keyword index once per word, only when a gate needs it."""
+    """Which of a message's content words (distinct) each candidate holds; asked of the keyword
+    index once per word, only when a gate needs it."""
 
     def __init__(self, r: Retriever, qa: QueryAnalysis, among: list[Scored], rare: Sequence[str]) -> None:
         self._r, self._among, self._lang = r, among, qa.language
-        self.words = list(dict.fromkeys(w.lower() for w in qa.content_words))
+        # Words with a letter: a number ("17 times 23") names no topic a page could hold.
+        self.words = list(dict.fromkeys(w.lower() for w in qa.content_words if any(c.isalpha() for c in w)))
         self._rare = {w.lower() for w in rare}
+        # Names as typed: a rare word written with a capital ("Ozturk", "Boskoop"; not
+        # "koreanisch", "repetitive").
+        self._names = {w.lower() for w in rare if w[:1].isupper()}
+        # A question, or bare words ("Unterhaching Satzung"): not a statement that mentions a
+        # name in passing ("ich habe Speichersticks im Laden gekauft" shares two words of a page).
+        self.asks = qa.text.rstrip().endswith("?") or len(qa.words) == len(qa.content_words)
         self._held: dict[str, set[str]] | None = None
 
-    def _holding(self) -> dict[str, set[str]]:
+    def counts(self, chunk_id: str) -> tuple[int, int, int]:
+        """(words held, words missing, whether a rare word of the message is among those held:
+        0 none, 1 one, 2 one typed as a name)."""
         if self._held is None:
             r, among, lang = self._r, self._among, self._lang
-            # As written ("Ozturk"), or in any form of the message's language ("verbreitert",
-            # "Ueberschriften" typed for "Überschriften").
+            # As written ("Ozturk"), in the title, or in any form of the message's language
+            # ("verbreitert"; "Ueberschriften" typed for "Überschriften").
             self._held = {w: r.holding([w], among, lang) for w in self.words}
-        return self._held
+        held = [w for w, ids in self._held.items() if chunk_id in ids]
+        rare = 2 if any(w in self._names for w in held) else int(any(w in self._rare for w in held))
+        return len(held), len(self.words) - len(held), rare
 
-    def counts(self, chunk_id: str) -> tuple[int, int, bool]:
-        """(words held, words missing, whether a rare word of the message is among those held)."""
-        held = [w for w, ids in self._holding().items() if chunk_id in ids]
-        return len(held), len(self.words) - len(held), any(w in self._rare for w in held)
-
-
-def _covered(chunk_id: str, covers: _Coverage) -> tuple[bool, bool]:
-    """(the chunk holds the message's words but at most one, more than it misses; a rare one
-    of them among those held)."""
-    held, missing, rare = covers.counts(chunk_id)
-    return held > missing and missing <= 1, rare
+    def most(self, chunk_id: str) -> bool:
+        """The chunk holds the message's words but at most one, more of them than it misses: a
+        question is mostly its topic's words; an aside holds one word of a page among words of
+        its own ("ich habe Speichersticks im Laden gekauft", "my graph paper is out")."""
+        held, missing, _ = self.counts(chunk_id)
+        return held > missing and missing <= 1
 
 
 def _on_keywords(s: Scored, own: Scale, covers: _Coverage, *, embedded: bool) -> bool:
-    """A candidate without a cosine passes on its keywords alone: a rare word of the message in
-    it (a name the vector arm cannot place), or, while it has no vector yet, two or more of the
-    message's words; in either case the words of _KEYWORDS_ALONE."""
+    """A candidate without a cosine to weigh passes on its keywords alone (see _NAME_SHARE)."""
     bm = s.candidate.bm25
-    if bm is None or own.bm25(bm, 0.0) < _KEYWORDS_ALONE:
+    if bm is None:
         return False
-    most, rare = _covered(s.candidate.chunk_id, covers)
-    if not most:
-        return False
-    held, _, _ = covers.counts(s.candidate.chunk_id)
-    return rare or (not embedded and held >= 2)
+    share = own.bm25(bm, 0.0)
+    held, missing, rare = covers.counts(s.candidate.chunk_id)
+    # One word alone names no question: "haiku", "Bookmarks" found a page each that holds it.
+    named = held + missing >= 2 and (held > missing or (held == missing and rare == 2))
+    if rare and covers.asks and share >= _NAME_SHARE and missing <= 1 and named:
+        # "Wer ist Herr Ozturk?" (the note says "Herrn"): a name carries the question; a rare
+        # word typed in lower case did not ("ich will koreanisch lernen").
+        return True
+    return not embedded and share >= _UNEMBEDDED_SHARE and held >= 2 and covers.most(s.candidate.chunk_id)
 
 
 def _corroborated(s: Scored, similarity: float, own: Scale, covers: _Coverage) -> bool:
@@ -275,7 +286,7 @@ def _corroborated(s: Scored, similarity: float, own: Scale, covers: _Coverage) -
     share = own.bm25(bm, 0.0)
     all_words = share >= _ALL_WORDS[0] and similarity >= _ALL_WORDS[1]
     rare_word = "rareTerm" in s.boosts and share >= _RARE_WORD[0] and similarity >= _RARE_WORD[1]
-    if (all_words or rare_word) and _covered(s.candidate.chunk_id, covers)[0]:
+    if all_words or rare_word:
         return True
     # A name the model cannot read: its cosine says nothing either way.
     return _on_keywords(s, own, covers, embedded=True)
