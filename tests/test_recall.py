@@ -307,3 +307,31 @@ def test_preview_lists_what_each_gate_kept_out(app_help: DaemonProcess) -> None:
     assert all(h["gate"] in RECALL_GATES for h in r["dropped"])
     plain = app_help.call("recall", params)
     assert "dropped" not in plain and "gates" not in plain
+
+
+def test_a_name_the_model_cannot_read_is_recalled_by_its_keywords(
+    daemon_factory: Any, tmp_path: Path
+) -> None:
+    """A question naming a person or place of the notes that the model cannot read (its cosine
+    at the unrelated floor) recalls the note holding the name; a statement mentioning the name
+    among words of its own, or the name alone, recalls nothing."""
+    vault = tmp_path / "names"
+    write(
+        vault / "Journal" / "04.12.2026.md",
+        "# 04.12.2026\n\nMit dem Klempner Herrn Ozturk über die Wärmepumpe gesprochen. "
+        "Er kommt am Montag wieder und bringt das Ventil mit.\n",
+    )
+    write(vault / "Rezepte" / "Kuchen.md", "# Apfelkuchen\n\n6 Äpfel (Boskoop), 200 g Mehl, 100 g Butter.\n")
+    write(vault / "Garten.md", "# Garten\n\nDie Tomaten brauchen jeden Tag Sonne und Wasser.\n")
+    write(vault / "Auto.md", "# Auto\n\nDer Reifenwechsel ist im Oktober fällig, die Werkstatt ruft an.\n")
+    d: DaemonProcess = daemon_factory(vault, name="names-home").start()
+    d.wait_for(lambda h: h["index"]["pending_vectors"] == 0)
+    r = d.call("recall", {"message": "Was gibt es zu Boskoop?", "preview": True})
+    assert r["hits"] and r["hits"][0]["reference"] == "vault/Rezepte/Kuchen", r["dropped"]
+    assert r["hits"][0]["similarity"] < 0.1  # passed on its keywords, not its cosine
+    for aside in (
+        "ich habe Boskoop im Laden gekauft",
+        "mein Nachbar redet ständig über Boskoop, nervig",
+        "Boskoop",
+    ):
+        assert d.call("recall", {"message": aside})["context"] == "", aside

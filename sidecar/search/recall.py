@@ -238,9 +238,11 @@ class _Coverage:
         # Names as typed: a rare word written with a capital ("Ozturk", "Boskoop"; not
         # "koreanisch", "repetitive").
         self._names = {w.lower() for w in rare if w[:1].isupper()}
-        # A question, or bare words ("Unterhaching Satzung"): not a statement that mentions a
-        # name in passing ("ich habe Speichersticks im Laden gekauft" shares two words of a page).
-        self.asks = qa.text.rstrip().endswith("?") or len(qa.words) == len(qa.content_words)
+        # A question, or two or more bare words ("Unterhaching Satzung"): not a statement that
+        # mentions a name in passing ("ich habe Speichersticks im Laden gekauft" shares two words
+        # of a page), nor one word alone ("haiku", "Bookmarks" found a page each that holds it).
+        bare = len(qa.words) == len(qa.content_words) and len(self.words) >= 2
+        self.asks = qa.text.rstrip().endswith("?") or bare
         self._held: dict[str, set[str]] | None = None
 
     def counts(self, chunk_id: str) -> tuple[int, int, int]:
@@ -270,8 +272,7 @@ def _on_keywords(s: Scored, own: Scale, covers: _Coverage, *, embedded: bool) ->
         return False
     share = own.bm25(bm, 0.0)
     held, missing, rare = covers.counts(s.candidate.chunk_id)
-    # One word alone names no question: "haiku", "Bookmarks" found a page each that holds it.
-    named = held + missing >= 2 and (held > missing or (held == missing and rare == 2))
+    named = held > missing or (held == missing and rare == 2)
     if rare and covers.asks and share >= _NAME_SHARE and missing <= 1 and named:
         # "Wer ist Herr Ozturk?" (the note says "Herrn"): a name carries the question; a rare
         # word typed in lower case did not ("ich will koreanisch lernen").
