@@ -156,15 +156,14 @@ def _recall(
             return "keywordShare"
         if s.candidate.vec is not None:
             similarity = ranking.scale.vec(s.candidate.vec)
-            if similarity >= rc.min_similarity or _corroborated(s, similarity, own, covers):
-                return None
-            return "minSimilarity"
-        if degraded is not None:
-            return None  # the vector arm did not answer: no cosine to ask for
-        # No cosine to pass the gate with (its similarity shows as none): not among the vector
-        # arm's nearest, or no vector yet (a first index: the vector arm cannot see the chunk).
-        # Missing, not zero: strong keyword evidence alone passes (_on_keywords).
-        return None if _on_keywords(s, own, covers, embedded=s.candidate.embedded) else "minSimilarity"
+            passes = similarity >= rc.min_similarity or _corroborated(s, similarity, own, covers)
+        else:
+            # No cosine to pass the gate with (its similarity shows as none): the vector arm did
+            # not answer, or the chunk is not among its nearest, or has no vector yet (a first
+            # index: the vector arm cannot see it). Missing, not zero: strong keyword evidence
+            # alone passes (_on_keywords).
+            passes = degraded is not None or _on_keywords(s, own, covers, embedded=s.candidate.embedded)
+        return None if passes else "minSimilarity"
 
     gated = [(s, gate(s)) for s in ranking.ranked]
     kept = [s for s, g in gated if g is None]
