@@ -140,9 +140,8 @@ def _recall(
     # A model that does not read the message's language (MiniLM and German) finds some cosine for
     # any text, small talk included: there the keywords must match as clearly as well.
     foreign = not r.reads(qa)
-    # Which of the message's own words each candidate holds as written: a question is mostly
-    # its topic's words, an aside holds one word of a page among words of its own ("ich habe
-    # Speichersticks im Laden gekauft").
+    # Which of the message's own words each candidate holds, for the gate of a chunk without a
+    # cosine to weigh (asked of the keyword index only then).
     covers = _Coverage(r, qa, ranking.ranked, rare)
 
     def gate(s: Scored) -> str | None:
@@ -217,10 +216,12 @@ _ALL_WORDS = (0.8, 0.2)  # (keyword share, similarity)
 _RARE_WORD = (0.5, 0.05)
 # Without a cosine to weigh, the keywords alone, by stricter rules on which of the message's words
 # the chunk holds (_Coverage). A rare word of the message in it (a name the model cannot read,
-# whose cosine sits at the unrelated floor: "Ozturk", "Boskoop"): the keyword share of
-# _RARE_WORD, at most one other word of the message missing. No vector yet (a first index: the
-# vector arm cannot see the chunk): the share of _ALL_WORDS and two or more of the message's
-# words, at most one missing.
+# whose cosine sits at the unrelated floor: "Ozturk", "Boskoop"), the message a question or bare
+# words: the keyword share of _RARE_WORD, at most one other word of the message missing. No
+# vector yet (a first index: the vector arm cannot see the chunk): the share of _ALL_WORDS and
+# two or more of the message's words, at most one missing. Asking the same coverage of the
+# corroborated pass above kept a few asides out but lost German questions written in words of
+# their own (BENCHMARKS.md, twenty-ninth session).
 _NAME_SHARE = _RARE_WORD[0]
 _UNEMBEDDED_SHARE = _ALL_WORDS[0]
 

@@ -1015,7 +1015,8 @@ class Bm25Index:
         """Those of the chunks ``among`` whose body as written holds one of ``words`` (every term
         of it, when the analyzer splits a word): the chunks ``doc_freq`` counts, not those that
         match only a stemmed form. ``agents``: the inboxes the memory chunks among them are of
-        (no other is asked). ``field``: a stemmed body instead (``body_de``: any form of it)."""
+        (no other is asked). ``field``: the title, or a stemmed body (``body_de``: any form of
+        the word), instead."""
         schema = self.schema
         per_word = []
         for word in words:
