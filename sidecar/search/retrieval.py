@@ -359,6 +359,15 @@ class Retriever:
             out.extend(forms or [w])
         return out
 
+    def in_notes(self, word: str, lang: str | None) -> bool:
+        """Whether any chunk holds ``word`` as written, in its title, or with ``lang`` (German,
+        English) in any form of that language."""
+        fields = ["body", "title"] + ([f"body_{lang}"] if lang in ("de", "en") else [])
+        try:
+            return any(self.stores.bm25.doc_freq(word, field=f) > 0 for f in fields)
+        except StoreError:  # a damaged index: the search reports it
+            return True
+
     def unread(self, qa: QueryAnalysis) -> bool:
         """Whether the serving model has never read the query's words (``unread_words``)."""
         words, pieces = self._pieces(qa)
