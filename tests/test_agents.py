@@ -1686,7 +1686,8 @@ def test_a_name_recalled_by_keywords_needs_the_rest_of_the_message_in_the_notes(
     )
     write(vault / "Journal" / "Klempner.md", "# Klempner\n\nMit Herrn Ozturk über das Ventil gesprochen.\n")
     served.h.sweep()
-    r = Retriever(served.h.stores, served.h.slot, served.cfg.search, served.cfg.recall, served.cfg.embedder.languages)
+    cfg = served.cfg
+    r = Retriever(served.h.stores, served.h.slot, cfg.search, cfg.recall, cfg.embedder.languages)
     manifest = served.h.stores.manifest
 
     def passes(message: str, key: str, rare: tuple[str, ...]) -> bool:
