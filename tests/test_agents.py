@@ -34,7 +34,9 @@ from sidecar.daemon.handlers import Handlers, ServiceState
 from sidecar.daemon.server import Server, bind_socket
 from sidecar.memory.inbox import Inboxes
 from sidecar.memory.ops import MemoryOps
-from sidecar.search.query import FilterError, split_filters
+from sidecar.search.fusion import Candidate, Scale, Scored
+from sidecar.search.query import FilterError, analyze, split_filters
+from sidecar.search.recall import _Coverage, _on_keywords
 from sidecar.search.retrieval import Retriever
 from tests.conftest import KEYWORD_ONLY, FakeEmbedder, Harness, write
 from tests.in_process import InProcessServer
@@ -1648,6 +1650,61 @@ def test_a_copy_of_a_note_whose_vectors_are_pending_is_named(served: Served) -> 
     reply = served.call("write", {"slug": "kayak-copy", "content": text})
     assert reply["duplicates"] and reply["duplicates"][0]["reference"] == "vault/Kayak storage"
     assert reply["duplicates"][0]["byWords"] == 1.0
+
+
+def test_recall_weighs_notes_without_vectors_by_their_keywords(served: Served) -> None:
+    """During a first index (keywords indexed, vectors not computed yet) a clear question is
+    recalled on its keywords alone, and the reply says vectors are pending; one word, or an aside
+    sharing one word with the note, still recalls nothing (it injected nothing at all, silently)."""
+    vault = served.cfg.vault.path
+    assert vault is not None
+    write(
+        vault / "Obsidian Sync einrichten.md",
+        "# Obsidian Sync einrichten\n\nSo richtest du Obsidian Sync auf einem neuen Gerät ein: "
+        "melde dich an und wähle den Tresor.\n",
+    )
+    served.h.indexer.sweep()  # keyword index only: its vectors are pending
+    r = served.call("recall", {"message": "Wie richte ich Obsidian Sync ein?", "preview": True})
+    assert r["pendingVectors"] >= 1
+    top = r["hits"][0]
+    assert top["reference"] == "vault/Obsidian Sync einrichten" and top.get("similarity") is None, r
+    assert "vault/Obsidian Sync einrichten" in r["context"]
+    for aside in ("Sync", "ich habe eine Sync-Tasche im Laden gekauft", "Hallo zusammen!"):
+        assert served.call("recall", {"message": aside})["context"] == "", aside
+
+
+def test_a_name_recalled_by_keywords_needs_the_rest_of_the_message_in_the_notes(served: Served) -> None:
+    """The name rule of recall (a chunk without a cosine to weigh, holding a rare word of the
+    message) over a real keyword index: a word of the message no note holds in any form ("Urlaub
+    in Boskoop?", "Schüco Aktie?": a question about something else) keeps the chunk out, as does
+    the name alone or a rare word of the message the chunk lacks; "Herr" counts as no word the
+    note must hold; a question mark ending any sentence, or a fullwidth one, asks."""
+    vault = served.cfg.vault.path
+    assert vault is not None
+    write(
+        vault / "Rezepte" / "Kuchen.md", "# Apfelkuchen\n\n6 Äpfel (Boskoop), 200 g Mehl, mit Zimt backen.\n"
+    )
+    write(vault / "Journal" / "Klempner.md", "# Klempner\n\nMit Herrn Ozturk über das Ventil gesprochen.\n")
+    served.h.sweep()
+    cfg = served.cfg
+    r = Retriever(served.h.stores, served.h.slot, cfg.search, cfg.recall, cfg.embedder.languages)
+    manifest = served.h.stores.manifest
+
+    def passes(message: str, key: str, rare: tuple[str, ...]) -> bool:
+        (chunk,) = manifest.chunk_ids(key)
+        s = Scored(Candidate(chunk, key, "vault", 1, 3, vec=0.0, bm25=9.0), 1.0, 0.0, 1.0)
+        covers = _Coverage(r, analyze(message), [s], rare)
+        return _on_keywords(s, Scale(bm25_ideal=10.0), covers, embedded=True)
+
+    kuchen, klempner = "vault/Rezepte/Kuchen", "vault/Journal/Klempner"
+    assert passes("Boskoop Mehl?", kuchen, ("Boskoop",))
+    assert passes("Gibt es Boskoop mit Mehl？", kuchen, ("Boskoop",))
+    assert passes("Gibt es Boskoop mit Mehl?! Danke.", kuchen, ("Boskoop",))
+    assert passes("Wer ist Herr Ozturk?", klempner, ("Ozturk",))
+    assert not passes("Gibt es Boskoop mit Mehl", kuchen, ("Boskoop",))  # a statement
+    for aside in ("Urlaub in Boskoop?", "Zimt oder Vanille?", "Boskoop?", "Boskoop Boskoop?"):
+        assert not passes(aside, kuchen, ("Boskoop",)), aside
+    assert not passes("Ozturk.parse() mit Mehl?", kuchen, ("Ozturk",))
 
 
 def test_a_null_limit_is_the_tools_default(served: Served) -> None:

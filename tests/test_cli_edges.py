@@ -640,3 +640,35 @@ def test_preview_text_names_the_gate_that_kept_each_candidate_out() -> None:
     assert "Recalled: 0 hit(s)" in text and "vault/Plugins/Audio recorder (lines 4-7)" in text
     assert "kept out by minSimilarity: similarity 0.30 is below recall.minSimilarity 0.35" in text
     assert "Context block: empty" in text
+
+
+def test_preview_says_recall_ran_partly_on_keywords_while_vectors_are_pending() -> None:
+    """While chunks wait for their vectors, `sidecar preview` says recall weighs those by their
+    keywords alone, and marks a hit that passed without a similarity (it said nothing)."""
+    from sidecar.clients.cli_preview import preview_lines
+    from sidecar.contracts.wire import parse_search
+
+    hit = {
+        "reference": "vault/Obsidian Sync einrichten",
+        "source": "vault",
+        "score": 0.6,
+        "relevance": 0.55,
+        "bm25Score": 12.5,
+        "boosts": {},
+        "lines": [1, 3],
+        "text": "So richtest du Obsidian Sync ein",
+        "keywords": 0.91,
+    }
+    reply = {
+        "hits": [hit],
+        "context": "<recalled-notes>…</recalled-notes>",
+        "pendingVectors": 1543,
+        "gates": {"scoreFloor": 0.3, "minSimilarity": 0.35},
+        "analysis": {
+            "text": "Wie richte ich Obsidian Sync ein?",
+            "contentWords": ["richte", "Obsidian", "Sync"],
+        },
+    }
+    text = "\n".join(preview_lines(parse_search(reply)))
+    assert "1,543 chunks still wait for their vectors" in text and "keywords alone" in text, text
+    assert "no similarity (no vector yet): passed on its keywords alone" in text, text

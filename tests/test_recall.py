@@ -9,6 +9,8 @@ import pytest
 
 from sidecar.contracts.errors import RemoteError
 from sidecar.contracts.wire import RECALL_GATES
+from sidecar.search.fusion import Candidate, Scale, Scored
+from sidecar.search.recall import _on_keywords
 from tests.conftest import DaemonProcess, write
 
 pytestmark = pytest.mark.model
@@ -307,3 +309,76 @@ def test_preview_lists_what_each_gate_kept_out(app_help: DaemonProcess) -> None:
     assert all(h["gate"] in RECALL_GATES for h in r["dropped"])
     plain = app_help.call("recall", params)
     assert "dropped" not in plain and "gates" not in plain
+
+
+def test_a_name_the_model_cannot_read_is_recalled_by_its_keywords(
+    daemon_factory: Any, tmp_path: Path
+) -> None:
+    """A question naming a person or place of the notes recalls the note holding the name; a
+    statement mentioning the name among words of its own, the name alone, or the name next to a
+    word no note holds (a question about something else: "Urlaub in Boskoop?") recalls nothing."""
+    vault = tmp_path / "names"
+    write(
+        vault / "Journal" / "04.12.2026.md",
+        "# 04.12.2026\n\nMit dem Klempner Herrn Ozturk über die Wärmepumpe gesprochen. "
+        "Er kommt am Montag wieder und bringt das Ventil mit.\n",
+    )
+    write(vault / "Rezepte" / "Kuchen.md", "# Apfelkuchen\n\n6 Äpfel (Boskoop), 200 g Mehl, 100 g Butter.\n")
+    write(
+        vault / "Garten.md",
+        "# Garten\n\nDie Tomaten brauchen jeden Tag Sonne und Wasser.\n",
+    )
+    write(vault / "Auto.md", "# Auto\n\nDer Reifenwechsel ist im Oktober fällig, die Werkstatt ruft an.\n")
+    d: DaemonProcess = daemon_factory(vault, name="names-home").start()
+    d.wait_for(lambda h: h["index"]["pending_vectors"] == 0)
+    r = d.call("recall", {"message": "Ventil von Herrn Ozturk?", "preview": True})
+    assert r["hits"] and r["hits"][0]["reference"] == "vault/Journal/04.12.2026", r["dropped"]
+    for aside in (
+        "ich habe Boskoop im Laden gekauft",
+        "mein Nachbar redet ständig über Boskoop, nervig",
+        "Boskoop",
+        # the name alone: main's rule (a cosine of at least 0.05); it passed at 0.02 by the
+        # keywords alone
+        "Was gibt es zu Boskoop?",
+        "Urlaub in Boskoop?",
+        "What's the weather in Boskoop?",
+    ):
+        assert d.call("recall", {"message": aside})["context"] == "", aside
+
+
+class _Covers:
+    """A chunk's coverage of the message's words, as given."""
+
+    asks = several = True
+
+    def __init__(self, held: int, missing: int, rare: int) -> None:
+        self._counts = (held, missing, rare)
+
+    def counts(self, chunk_id: str) -> tuple[int, int, int]:
+        return self._counts
+
+    def most(self, chunk_id: str) -> bool:
+        held, missing, _ = self._counts
+        return held > missing and missing <= 1
+
+    def misses_rare(self, chunk_id: str) -> bool:
+        return False
+
+    def misses_unknown(self, chunk_id: str) -> bool:
+        return False
+
+
+def test_a_chunk_without_a_vector_is_not_recalled_by_the_name_rule() -> None:
+    """A chunk whose vector is pending (a first index) passes only the stricter rule (a share of
+    0.8): on a real first index the name rule's share of 0.5 let asides in ("Wie viel ist auf
+    meinen Laufwerken noch frei?" found a cipher tool's page)."""
+    own = Scale(bm25_ideal=10.0)
+    covers: Any = _Covers(held=2, missing=1, rare=1)
+
+    def scored(bm25: float, *, embedded: bool) -> Scored:
+        c = Candidate("c1", "vault/x", "vault", 1, 2, bm25=bm25, embedded=embedded)
+        return Scored(c, 1.0, 0.0, 1.0)
+
+    assert _on_keywords(scored(6.0, embedded=True), own, covers, embedded=True)  # a name: share 0.6
+    assert not _on_keywords(scored(6.0, embedded=False), own, covers, embedded=False)
+    assert _on_keywords(scored(8.5, embedded=False), own, covers, embedded=False)

@@ -17,6 +17,12 @@ _WHY = {
 }
 
 
+def recall_pending_note(n: int) -> str:
+    """What ``recall`` and ``preview`` say while some chunks have no vector yet (a first index)."""
+    chunks = "1 chunk still waits for its vector" if n == 1 else f"{n:,} chunks still wait for their vectors"
+    return f"{chunks} (being computed): recall weighs those by their keywords alone, by a stricter rule"
+
+
 def _figure(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
@@ -61,13 +67,17 @@ def preview_lines(result: SearchResult) -> list[str]:
             f"{gates.get('scoreFloor')}, similarity (calibrated cosine) >= recall.minSimilarity "
             f"{gates.get('minSimilarity')}"
         )
+    if result.pending_vectors:
+        lines.append(f"Vectors: {recall_pending_note(result.pending_vectors)}")
     lines.append(f"Recalled: {len(result.hits)} hit(s)")
     least = gates.get("minSimilarity")
     for i, h in enumerate(result.hits, 1):
         lines.extend(_hit_lines(i, h))
-        if least is not None and (h.similarity is None or h.similarity < least):
-            # passed the similarity gate by other evidence (recall in docs/protocol.md)
-            lines.append("     under recall.minSimilarity: passed on its keywords or a rare code it holds")
+        # passed the similarity gate by other evidence (recall in docs/protocol.md)
+        if least is not None and h.similarity is None and "rareTerm" not in h.boosts:
+            lines.append("     no similarity (no vector yet): passed on its keywords alone")
+        elif least is not None and (h.similarity is None or h.similarity < least):
+            lines.append("     under recall.minSimilarity: passed on its keywords, a rare word or code")
     if result.dropped:
         lines.append(f"Kept out: {len(result.dropped)} candidate(s), best first")
     for i, h in enumerate(result.dropped, 1):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.clients.cli_parser import UsageError, serve_flags
-from sidecar.clients.cli_preview import preview_lines
+from sidecar.clients.cli_preview import preview_lines, recall_pending_note
 from sidecar.clients.cli_render import render_links, snippet
 from sidecar.clients.client import Client
 from sidecar.config import Config
@@ -110,6 +110,8 @@ def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
     result = parse_search(reply)
     if result.indexing is not None:
         print(f"note: {indexing_note(*result.indexing)}", file=sys.stderr)
+    if result.pending_vectors and not args.preview:  # the preview says it among its lines
+        print(f"note: {recall_pending_note(result.pending_vectors)}", file=sys.stderr)
     if args.preview:
         print("\n".join(preview_lines(result)))
     if result.context:

@@ -4,6 +4,7 @@ and the hits rendered as a context block within a token budget."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -140,6 +141,9 @@ def _recall(
     # A model that does not read the message's language (MiniLM and German) finds some cosine for
     # any text, small talk included: there the keywords must match as clearly as well.
     foreign = not r.reads(qa)
+    # Which of the message's own words each candidate holds, for the gate of a chunk without a
+    # cosine to weigh (asked of the keyword index only then).
+    covers = _Coverage(r, qa, ranking.ranked, rare)
 
     def gate(s: Scored) -> str | None:
         """The gate that keeps ``s`` out of the block, None when it passes."""
@@ -152,12 +156,14 @@ def _recall(
             return "keywordShare"
         if s.candidate.vec is not None:
             similarity = ranking.scale.vec(s.candidate.vec)
-            if similarity >= rc.min_similarity or _corroborated(s, similarity, own):
-                return None
-            return "minSimilarity"
-        # Not among the vector arm's nearest: no cosine to pass the gate with (its similarity
-        # shows as none), unless that arm did not answer.
-        return None if degraded is not None else "minSimilarity"
+            passes = similarity >= rc.min_similarity or _corroborated(s, similarity, own, covers)
+        else:
+            # No cosine to pass the gate with (its similarity shows as none): the vector arm did
+            # not answer, or the chunk is not among its nearest, or has no vector yet (a first
+            # index: the vector arm cannot see it). Missing, not zero: strong keyword evidence
+            # alone passes (_on_keywords).
+            passes = degraded is not None or _on_keywords(s, own, covers, embedded=s.candidate.embedded)
+        return None if passes else "minSimilarity"
 
     gated = [(s, gate(s)) for s in ranking.ranked]
     kept = [s for s, g in gated if g is None]
@@ -209,16 +215,132 @@ def _recall(
 # twenty-eighth session). Calibrated figures: the same for every model.
 _ALL_WORDS = (0.8, 0.2)  # (keyword share, similarity)
 _RARE_WORD = (0.5, 0.05)
+# Without a cosine to weigh, the keywords alone, by stricter rules on which of the message's words
+# the chunk holds (_Coverage). A name the model cannot read (a rare word of the message whose
+# cosine sits at the unrelated floor: "Ozturk", "Boskoop"), the message a question or bare words
+# naming it and something more: the keyword share of _RARE_WORD, every rare word of the message
+# in the chunk, more of its words held than missed and at most one missed, none of those a word no
+# note holds. No vector yet (a first index: the vector arm cannot see the chunk): only the share
+# of _ALL_WORDS and two or more of the message's words, at most one missing. Asking the same
+# coverage of the corroborated pass above kept a few asides out but lost German questions written
+# in words of their own (BENCHMARKS.md, twenty-ninth session).
+_NAME_SHARE = _RARE_WORD[0]
+_UNEMBEDDED_SHARE = _ALL_WORDS[0]
 
 
-def _corroborated(s: Scored, similarity: float, own: Scale) -> bool:
+# Titles before a name ("Wer ist Herr Ozturk?"; the note says "Herrn"): they mark the word after
+# them as a person's name and are no word a note must hold.
+_HONORIFICS = frozenset({"herr", "herrn", "frau", "mr", "mrs", "ms", "dr", "prof"})
+# A question: a sentence of the message ends in a question mark ("Boskoop?!", "Boskoop？",
+# "Boskoop? Danke."), not one inside a word or an address ("?ref=1").
+_QUESTION = re.compile(r"[?？](?=[\s!?！？\"'”’»)]|$)")
+
+
+class _Coverage:
+    """Which of a message's content words (distinct) each candidate holds; asked of the keyword
+    index once per word, only when a gate needs it."""
+
+    def __init__(self, r: Retriever, qa: QueryAnalysis, among: list[Scored], rare: Sequence[str]) -> None:
+        self._r, self._among, self._lang = r, among, qa.language
+        # Words with a letter: a number ("17 times 23") names no topic a page could hold.
+        typed = list(dict.fromkeys(w.lower() for w in qa.content_words if any(c.isalpha() for c in w)))
+        self.words = [w for w in typed if w not in _HONORIFICS]
+        self._rare = {w.lower() for w in rare}
+        # A question, or two or more bare words ("Unterhaching Satzung"): not a statement that
+        # mentions a name in passing ("ich habe Speichersticks im Laden gekauft" shares two words
+        # of a page), nor one word alone ("haiku", "Bookmarks" found a page each that holds it).
+        bare = len(qa.words) == len(qa.content_words) and len(self.words) >= 2
+        self.asks = bool(_QUESTION.search(qa.text)) or bare
+        # The name and another word of the message ("Herr" counts): a name alone ("Boskoop?",
+        # "Zimt?", "Ozturk Ozturk?") says nothing of what is asked about it and needs the cosine
+        # the corroborated pass asks (_RARE_WORD).
+        self.several = len(typed) >= 2
+        self._held: dict[str, set[str]] | None = None
+        self._known: dict[str, bool] = {}
+
+    def counts(self, chunk_id: str) -> tuple[int, int, int]:
+        """(words held, words missing, rare words of the message held)."""
+        held = self._held_by(chunk_id)
+        return len(held), len(self.words) - len(held), sum(w in self._rare for w in held)
+
+    def misses_rare(self, chunk_id: str) -> bool:
+        """Whether a rare word of the message is not in the chunk: the message names something
+        else ("What does `Ozturk.parse()` return?" found a page holding "parse" and "return")."""
+        held = set(self._held_by(chunk_id))
+        return any(w not in held for w in self.words if w in self._rare)
+
+    def _held_by(self, chunk_id: str) -> list[str]:
+        if self._held is None:
+            r, among, lang = self._r, self._among, self._lang
+            # As written ("Ozturk"), in the title, or in any form of the message's language
+            # ("verbreitert"; "Ueberschriften" typed for "Überschriften").
+            self._held = {w: r.holding([w], among, lang) for w in self.words}
+        return [w for w, ids in self._held.items() if chunk_id in ids]
+
+    def misses_unknown(self, chunk_id: str) -> bool:
+        """Whether a word of the message the chunk lacks is in no note at all, in no form: the
+        message is about something else that happens to sit next to a name of the notes
+        ("Urlaub in Boskoop?", "Dust allergy?", "Schüco Aktie?"). Such a word adds nothing to
+        the ideal keyword score, so the share alone stays high."""
+        held = set(self._held_by(chunk_id))
+        for w in self.words:
+            if w in held:
+                continue
+            if w not in self._known:
+                self._known[w] = self._r.in_notes(w, self._lang)
+            if not self._known[w]:
+                return True
+        return False
+
+    def most(self, chunk_id: str) -> bool:
+        """The chunk holds the message's words but at most one, more of them than it misses: a
+        question is mostly its topic's words; an aside holds one word of a page among words of
+        its own ("ich habe Speichersticks im Laden gekauft", "my graph paper is out")."""
+        held, missing, _ = self.counts(chunk_id)
+        return held > missing and missing <= 1
+
+
+def _on_keywords(s: Scored, own: Scale, covers: _Coverage, *, embedded: bool) -> bool:
+    """A candidate without a cosine to weigh passes on its keywords alone (see _NAME_SHARE)."""
     bm = s.candidate.bm25
     if bm is None:
         return False
     share = own.bm25(bm, 0.0)
-    if share >= _ALL_WORDS[0] and similarity >= _ALL_WORDS[1]:
+    cid = s.candidate.chunk_id
+    held, missing, rare = covers.counts(cid)
+    if not embedded:
+        # No vector yet (a first index): only the stricter rule. The name rule is for a name the
+        # model read and could not place; here the model has not read the chunk at all, and at
+        # the name rule's share a real first index let asides in ("Wie viel ist auf meinen
+        # Laufwerken noch frei?" found a page of a cipher tool).
+        return share >= _UNEMBEDDED_SHARE and held >= 2 and covers.most(cid)
+    # "Wer ist Herr Ozturk?" (the note says "Herrn"): a name carries the question when the chunk
+    # holds every name of it and more of the message's words than it misses. A tie let asides in
+    # ("I watched Dust yesterday?", "Dust on my monitor?"), also with the name typed with a
+    # capital: German nouns and a sentence's first word have one too.
+    return (
+        rare > 0
+        and covers.asks
+        and covers.several
+        and share >= _NAME_SHARE
+        and missing <= 1
+        and held > missing
+        and not covers.misses_rare(cid)
+        and not covers.misses_unknown(cid)
+    )
+
+
+def _corroborated(s: Scored, similarity: float, own: Scale, covers: _Coverage) -> bool:
+    bm = s.candidate.bm25
+    if bm is None:
+        return False
+    share = own.bm25(bm, 0.0)
+    all_words = share >= _ALL_WORDS[0] and similarity >= _ALL_WORDS[1]
+    rare_word = "rareTerm" in s.boosts and share >= _RARE_WORD[0] and similarity >= _RARE_WORD[1]
+    if all_words or rare_word:
         return True
-    return "rareTerm" in s.boosts and share >= _RARE_WORD[0] and similarity >= _RARE_WORD[1]
+    # A name the model cannot read: its cosine says nothing either way.
+    return _on_keywords(s, own, covers, embedded=True)
 
 
 def history_weight(rc: RecallConfig, qa: QueryAnalysis) -> float:

@@ -408,6 +408,15 @@ class Retriever:
             out.extend(forms or [w])
         return out
 
+    def in_notes(self, word: str, lang: str | None) -> bool:
+        """Whether any chunk holds ``word`` as written, in its title, or with ``lang`` (German,
+        English) in any form of that language."""
+        fields = ["body", "title"] + ([f"body_{lang}"] if lang in ("de", "en") else [])
+        try:
+            return any(self.stores.bm25.doc_freq(word, field=f) > 0 for f in fields)
+        except StoreError:  # a damaged index: the search reports it
+            return True
+
     def unread(self, qa: QueryAnalysis) -> bool:
         """Whether the serving model has never read the query's words (``unread_words``)."""
         words, pieces = self._pieces(qa)
@@ -697,13 +706,24 @@ class Retriever:
             problems.clear("keyword_search")
         return found
 
-    def _holding(self, words: Sequence[str], among: Sequence[str], agents: Collection[str]) -> set[str]:
+    def holding(self, words: Sequence[str], among: Sequence[Scored], lang: str | None = None) -> set[str]:
+        """Those of the candidates ``among`` whose text or title holds one of ``words`` as
+        written, or with ``lang`` (German, English) whose text holds it in any form of that
+        language (``_holding``)."""
+        agents = {a for s in among if (a := memory_agent(s.candidate.key)) is not None}
+        ids = [s.candidate.chunk_id for s in among]
+        fields = ["body", "title"] + ([f"body_{lang}"] if lang in ("de", "en") else [])
+        return set().union(*(self._holding(words, ids, agents, f) for f in fields))
+
+    def _holding(
+        self, words: Sequence[str], among: Sequence[str], agents: Collection[str], field: str = "body"
+    ) -> set[str]:
         """The candidates whose text holds a rare word as written, as it was counted: a chunk
         matching only a stemmed form of it is not lifted, every chunk of a note naming it is."""
         if not words:
             return set()
         try:
-            return self.stores.bm25.holding(words, among, agents)
+            return self.stores.bm25.holding(words, among, agents, field)
         except StoreError:  # the keyword arm has reported it already
             return set()
 

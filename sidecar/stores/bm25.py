@@ -1011,11 +1011,13 @@ class Bm25Index:
             hits = searcher.search(tantivy.Query.all_query(), limit=n, count=False).hits
             return {str(searcher.doc(address).get_first("chunk_id")) for _score, address in hits}
 
-    def doc_freq(self, word: str, *, pages: bool = False, agent: str | None = None) -> int:
+    def doc_freq(
+        self, word: str, *, pages: bool = False, agent: str | None = None, field: str = "body"
+    ) -> int:
         """Chunks (with ``pages``: notes) of the vault and the wiki, and of ``agent``'s own memory,
         whose body holds ``word`` (its rarest term when the analyzer splits it). Counted by a
         query, not read from the term dictionary, which still counts the chunks of edited notes
-        until their segment is merged."""
+        until their segment is merged. ``field``: the title, or a stemmed body, instead."""
         searchers = [self._pages.searcher if pages else self._searcher]
         own = self._inbox(agent) if agent is not None else None
         if own is not None:
@@ -1023,26 +1025,29 @@ class Bm25Index:
         with _engine("count"):
             counts = [
                 sum(
-                    s.search(tantivy.Query.term_query(self.schema, "body", t), limit=1, count=True).count  # type: ignore[attr-defined]  # missing from the stubs
+                    s.search(tantivy.Query.term_query(self.schema, field, t), limit=1, count=True).count  # type: ignore[attr-defined]  # missing from the stubs
                     for s in searchers
                 )
-                for t in dict.fromkeys(self.analyze(word))
+                for t in dict.fromkeys(self.analyze(word, field))
             ]
         return int(min(counts, default=0))
 
-    def holding(self, words: Sequence[str], among: Sequence[str], agents: Collection[str] = ()) -> set[str]:
+    def holding(
+        self, words: Sequence[str], among: Sequence[str], agents: Collection[str] = (), field: str = "body"
+    ) -> set[str]:
         """Those of the chunks ``among`` whose body as written holds one of ``words`` (every term
         of it, when the analyzer splits a word): the chunks ``doc_freq`` counts, not those that
         match only a stemmed form. ``agents``: the inboxes the memory chunks among them are of
-        (no other is asked)."""
+        (no other is asked). ``field``: the title, or a stemmed body (``body_de``: any form of
+        the word), instead."""
         schema = self.schema
         per_word = []
         for word in words:
-            terms = list(dict.fromkeys(self.analyze(word)))
+            terms = list(dict.fromkeys(self.analyze(word, field)))
             if terms:
                 per_word.append(
                     tantivy.Query.boolean_query(
-                        [(tantivy.Occur.Must, tantivy.Query.term_query(schema, "body", t)) for t in terms]
+                        [(tantivy.Occur.Must, tantivy.Query.term_query(schema, field, t)) for t in terms]
                     )
                 )
         if not per_word or not among:
