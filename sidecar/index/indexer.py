@@ -21,6 +21,7 @@ from pathlib import Path
 from sidecar.config import Config
 from sidecar.contracts.wire import memory_agent
 from sidecar.index.diff import ChangeFinder, Diff
+from sidecar.index.linkreread import LinkReread
 from sidecar.index.problems import Problems
 from sidecar.index.records import Drafted, Prepared, draft, finish
 from sidecar.index.repair import check_bm25, refill_new_bm25
@@ -110,6 +111,7 @@ class Indexer:
         self.problems = problems
         self.changes = ChangeFinder(cfg, stores.manifest, supervisor, problems, self.excluded_by)
         self.writer = Writer(stores, vectors, cfg.vault.wiki_subfolder)
+        self.links = LinkReread(self.manifest, self.writer, cfg.index.max_file_bytes)
         # Paths saved while a long sweep runs, and where to give back those it cannot take (set
         # by the index loop; see ``_index_hot``).
         self.hot_paths: Callable[[], frozenset[str]] | None = None
@@ -542,9 +544,20 @@ class Indexer:
             self.manifest.set_meta("chunker", self._chunking(counted))
             log.info("index_chunking_recorded counted=%s", counted)
 
+    def reread_links(self) -> None:
+        """One batch of the pass that reads the links of unchanged notes again after an upgrade
+        (``index.linkreread``); the index loop runs it between sweeps, after a start's first."""
+        supervisor = self.supervisor
+        self.links.step(
+            self.changes.roots(),
+            lambda root: supervisor.status(root).offline,
+            lambda note, fn: supervisor.read(note.root, note.rel, fn),
+        )
+
     def clear(self) -> None:
         """Forget everything indexed (for a rebuild); the next sweep reads every note again."""
         self.writer.clear()
+        self.links.finish()  # every note is read again, by today's reader
         self.manifest.set_meta("swept", "")
         self._swept = False
         self._read_whole.clear()
