@@ -1293,3 +1293,56 @@ def test_the_templates_folder_is_left_out_under_its_own_rule(tmp_path: Path, mak
         assert "vault/Vorlagen/Tagesnotiz" in _keys(h)
     finally:
         h.close()
+
+
+def test_a_canvas_card_opening_with_dashes_is_no_front_matter(tmp_path: Path, make_cfg: Any) -> None:
+    """A first card opening with a "---" line became the canvas's properties (title "Ziel",
+    tags, the card's words gone from search). It stays the card's text; a canvas an older reader
+    indexed is read again once after the upgrade (its bytes did not change), nothing else is."""
+    v = tmp_path / "v"
+    card = _card(
+        "text", (0, 0, 300, 200), text="---\ntitle: Ziel\ntags: [geheim]\n---\nKarte mit Wendeltreppe"
+    )
+    write(v / "Plan.canvas", json.dumps({"nodes": [card, _card("text", (0, 400, 9, 9), text="Zweite")]}))
+    write(v / "Haus.md", "# Haus\n\nDach.\n")
+    cfg = make_cfg(v)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        row = h.stores.manifest.read(
+            "SELECT title, tags, front_matter FROM files WHERE key = 'vault/Plan.canvas'"
+        )
+        assert row == [("Plan", "[]", "{}")]
+        assert h.stores.bm25.search("Wendeltreppe", 5)
+        # An index the older reader wrote: no version recorded, the card read as properties.
+        with h.stores.manifest.transaction() as db:
+            db.execute("DELETE FROM meta WHERE name = 'canvas_reader'")
+            db.execute(
+                "UPDATE files SET title = 'Ziel', front_matter = ? WHERE key = 'vault/Plan.canvas'",
+                ('{"title": "Ziel"}',),
+            )
+        h.indexer.reread_canvases_if_read_differently()
+        assert h.sweep()["changed"] == 1  # the canvas alone
+        row = h.stores.manifest.read("SELECT title, front_matter FROM files WHERE key = 'vault/Plan.canvas'")
+        assert row == [("Plan", "{}")]
+        h.indexer.reread_canvases_if_read_differently()  # recorded: nothing read again
+        assert h.sweep()["changed"] == 0
+    finally:
+        h.close()
+
+
+def test_hidden_canvas_and_bases_files_are_counted_as_hidden(tmp_path: Path, make_cfg: Any) -> None:
+    """A hidden ``.Entwurf.canvas`` (or ``.Sicht.base``) was in no count, where a hidden note is
+    counted as skipped ("every Canvas and Bases file is indexed, skipped or excluded")."""
+    v = tmp_path / "v"
+    write(v / "Haus.md", "# Haus\n\nDach.\n")
+    write(v / ".Entwurf.canvas", json.dumps({"nodes": []}))
+    write(v / "Sub/.Sicht.base", "views: []\n")
+    write(v / ".Notiz.md", "# hidden\n")
+    write(v / "._Plan.canvas", "AppleDouble")  # a Mac's metadata beside a copied file: no note
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        assert h.indexer.activity.scan_skipped == {"hidden file name": 3}
+    finally:
+        h.close()

@@ -154,6 +154,7 @@ class Daemon:
         indexer, problems, vectors = parts.indexer, parts.problems, parts.vectors
         indexer.finish_interrupted()
         indexer.reparse_if_chunking_changed()
+        indexer.reread_canvases_if_read_differently()
         loop = self.loop = IndexLoop(cfg, indexer, self.slot, problems, stop=self.stop, beat=beat)
         watcher = self.watcher = build_watcher(cfg, loop.changed, self.stop)
         handlers = self._handlers(parts, loop, watcher)
@@ -442,6 +443,7 @@ def index_once(
         load_embedder(cfg, slot, lambda: serving_model(cfg, vectors), parts.problems)
         indexer.finish_interrupted()
         indexer.reparse_if_chunking_changed()
+        indexer.reread_canvases_if_read_differently()
         _record_counting(cfg, slot, indexer)
         if slot.model is not None:
             attach(cfg, vectors, slot.model, parts.problems)

@@ -31,6 +31,7 @@ from sidecar.index.writes import Writer
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
 from sidecar.notes.chunking import CHUNKER_VERSION
 from sidecar.stores.manifest import FileState
+from sidecar.vault.canvas import CANVAS_READER_VERSION, CANVAS_SUFFIX
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.ignore import IgnoreRules
 from sidecar.vault.sources import NoteFile, Root, inboxes_in_use, stamp_ns
@@ -531,6 +532,19 @@ class Indexer:
         if notes:
             log.info("index_rechunk notes=%d old=%s new=%s", notes, have or "unrecorded", want)
         self.manifest.set_meta("chunker", want)
+
+    def reread_canvases_if_read_differently(self) -> None:
+        """Canvases indexed by another Canvas reader are read again by the next sweep (their
+        bytes are as they were, so no sweep would): a first card opening with "---" stayed the
+        canvas's front matter until it was edited. Vectors of chunks whose text stays are kept."""
+        want = str(CANVAS_READER_VERSION)
+        have = self.manifest.get_meta("canvas_reader")
+        if have == want:
+            return
+        canvases = self.manifest.reread_suffix(CANVAS_SUFFIX)  # before the row: a crash between redoes it
+        if canvases:
+            log.info("canvas_reread notes=%d old=%s new=%s", canvases, have or "1", want)
+        self.manifest.set_meta("canvas_reader", want)
 
     def _chunking(self, counted: str) -> str:
         chunking = self.cfg.chunking
