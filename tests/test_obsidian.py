@@ -1267,7 +1267,7 @@ def _template_vault(tmp_path: Path) -> Path:
 def test_the_templates_folder_is_left_out_under_its_own_rule(tmp_path: Path, make_cfg: Any) -> None:
     """A template ("## Was habe ich heute gemacht?") ranked first for "was hab ich vorgestern
     gemacht": the folder named by the Templates plugin (and Templater) is left out as Excluded files
-    are, counted under its own rule; a change of the setting is followed; a switch keeps it."""
+    are, counted under its own rule; a switch keeps it."""
     v = _template_vault(tmp_path)
     h = Harness(make_cfg(v), FakeEmbedder())
     try:
@@ -1275,14 +1275,7 @@ def test_the_templates_folder_is_left_out_under_its_own_rule(tmp_path: Path, mak
         assert _keys(h) == {"vault/Journal/03.12.2026", "vault/Vorlagenkunde"}
         assert h.indexer.activity.excluded == {"Obsidian templates folder: Vorlagen/": 1}
         assert h.indexer.excluded_by("vault/Vorlagen/Tagesnotiz") == "Obsidian templates folder: Vorlagen/"
-        # Templater's folder instead (the core plugin's setting gone): followed at the next sweep.
-        (v / ".obsidian/templates.json").unlink()
-        write(
-            v / ".obsidian/plugins/templater-obsidian/data.json", json.dumps({"templates_folder": "Journal"})
-        )
-        h.sweep()
-        assert _keys(h) == {"vault/Vorlagen/Tagesnotiz", "vault/Vorlagenkunde"}
-        assert h.indexer.activity.excluded == {"Obsidian templates folder: Journal/": 1}
+        assert h.indexer.problems.active_in("obsidian_settings") is None  # nothing indexed there: no hold
     finally:
         h.close()
     h = Harness(
@@ -1290,6 +1283,108 @@ def test_the_templates_folder_is_left_out_under_its_own_rule(tmp_path: Path, mak
     )
     try:
         h.sweep()
+        assert "vault/Vorlagen/Tagesnotiz" in _keys(h)
+    finally:
+        h.close()
+
+
+def test_a_templates_folder_naming_indexed_notes_is_held(tmp_path: Path, make_cfg: Any) -> None:
+    """Templater's folder set to "Journal" (where the notes are) took every journal note out of
+    search at once. A templates folder read anew that holds indexed notes is held: they stay
+    searchable for index.massDeletionHoldMinutes, status says which folder and how to act, a
+    restart keeps the hold where it was, and `index --confirm-deletions vault` applies it now."""
+    v = _template_vault(tmp_path)
+    for i in range(3):
+        write(v / f"Journal/0{i}.11.2026.md", f"# Tag {i}\n\nGarten umgegraben {i}.\n")
+    cfg = make_cfg(v)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        write(
+            v / ".obsidian/plugins/templater-obsidian/data.json", json.dumps({"templates_folder": "Journal"})
+        )
+        h.sweep()
+        assert {f"vault/Journal/0{i}.11.2026" for i in range(3)} <= _keys(h)
+        assert h.indexer.activity.excluded == {"Obsidian templates folder: Vorlagen/": 1}
+        problem = h.indexer.problems.active_in("obsidian_settings")
+        assert problem is not None
+        assert (
+            "the templates folder Journal/ (.obsidian/plugins/templater-obsidian/data.json) holds 4"
+            in (problem["error"])
+        )
+        assert "--confirm-deletions vault" in problem["error"]
+    finally:
+        h.close()
+    h = Harness(cfg, FakeEmbedder())  # a restart: held on, not decided anew
+    try:
+        h.sweep()
+        assert "vault/Journal/00.11.2026" in _keys(h)
+        assert [x["folder"] for x in h.indexer.ignore.held_templates()] == ["Journal/"]
+        h.indexer.sweep(confirm_deletions=["vault"])
+        assert not any(k.startswith("vault/Journal/") for k in _keys(h))
+        assert h.indexer.problems.active_in("obsidian_settings") is None
+    finally:
+        h.close()
+    h = Harness(cfg, FakeEmbedder())  # confirmed is confirmed after a restart too
+    try:
+        h.sweep()
+        assert not any(k.startswith("vault/Journal/") for k in _keys(h))
+    finally:
+        h.close()
+
+
+def test_a_held_templates_folder_applies_once_its_hold_is_over(tmp_path: Path, make_cfg: Any) -> None:
+    """Unconfirmed, a held templates folder leaves search after the hold, as a mass deletion does."""
+    v = _template_vault(tmp_path)
+    h = Harness(make_cfg(v), FakeEmbedder())
+    now = [1000.0]
+    h.indexer.ignore.clock = lambda: now[0]
+    try:
+        h.sweep()
+        write(v / ".obsidian/templates.json", json.dumps({"folder": "Journal"}))
+        h.sweep()
+        assert "vault/Journal/03.12.2026" in _keys(h) and "vault/Vorlagen/Tagesnotiz" in _keys(h)
+        now[0] += h.cfg.index.mass_deletion_hold_minutes * 60
+        h.sweep()
+        assert "vault/Journal/03.12.2026" not in _keys(h)
+        assert h.indexer.activity.excluded == {"Obsidian templates folder: Journal/": 1}
+        assert h.indexer.problems.active_in("obsidian_settings") is None
+    finally:
+        h.close()
+
+
+def test_templates_settings_have_app_jsons_safeguards(tmp_path: Path, make_cfg: Any) -> None:
+    """templates.json had none of app.json's safeguards: gone for a moment (a sync tool replacing
+    .obsidian) every template was indexed at once, across a restart too, and an unreadable file was
+    a log line only. Now its folder stays in force while the file is missing (for the grace, kept
+    across a restart) and while it cannot be read, and status says so."""
+    from sidecar.vault.ignore import SETTINGS_GRACE_S
+
+    v = _template_vault(tmp_path)
+    cfg = make_cfg(v)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        write(v / ".obsidian/templates.json", '{"folder": "Vorl')
+        h.sweep()
+        assert "vault/Vorlagen/Tagesnotiz" not in _keys(h)
+        problem = h.indexer.problems.active_in("obsidian_settings")
+        assert problem is not None and "templates.json cannot be read" in problem["error"]
+        assert "the 1 rule read before stays" in problem["error"]
+        (v / ".obsidian").rename(tmp_path / "aside")
+        h.sweep()
+        assert "vault/Vorlagen/Tagesnotiz" not in _keys(h)
+        problem = h.indexer.problems.active_in("obsidian_settings")
+        assert problem is not None and "templates.json is missing" in problem["error"]
+    finally:
+        h.close()
+    h = Harness(cfg, FakeEmbedder())  # restarted while it is still missing
+    try:
+        h.sweep()
+        assert "vault/Vorlagen/Tagesnotiz" not in _keys(h)
+        assert h.indexer.excluded_by("vault/Vorlagen/Tagesnotiz") == "Obsidian templates folder: Vorlagen/"
+        h.indexer.ignore.clock = lambda: time.monotonic() + SETTINGS_GRACE_S
+        h.sweep()  # the grace over: no templates folder any more
         assert "vault/Vorlagen/Tagesnotiz" in _keys(h)
     finally:
         h.close()

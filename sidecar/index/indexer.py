@@ -101,6 +101,7 @@ class Indexer:
             cfg.vault.path,
             cfg.index.obsidian_excludes,
             templates=cfg.index.obsidian_templates,
+            hold_s=cfg.index.mass_deletion_hold_minutes * 60,
         )
         # Obsidian's rules as a run before read them: in force at a start while their file is
         # missing (``IgnoreRules.resume``), and written again whenever what is read changes.
@@ -140,7 +141,9 @@ class Indexer:
             before = self.ignore.rules()
             self._refresh_ignore()  # with the probe timeout, as a sweep reads them: a share may hang
             return "Obsidian excluded files" if self.ignore.rules() != before else None
-        rules = IgnoreRules(patterns, self.cfg.vault.path, obsidian, self.ignore.clock, templates)
+        hold_s = self.cfg.index.mass_deletion_hold_minutes * 60
+        vault = self.cfg.vault.path
+        rules = IgnoreRules(patterns, vault, obsidian, self.ignore.clock, templates, hold_s=hold_s)
         rules.carry_over(self.ignore)
         self.ignore = rules
         self.problems.clear("obsidian_settings")  # said again by the next read if still true
@@ -197,7 +200,7 @@ class Indexer:
         if only is None:
             self.changes.keep_roots(names)
         if not paths:  # Obsidian's settings are read on full sweeps: a memory write touches no vault file
-            self._refresh_ignore()
+            self._refresh_ignore(confirm_deletions)
         self.changes.diff_roots(chosen, diff, confirm_deletions, excluded)
         act.scan_skipped = self.changes.skip_counts()
         if only is None:
@@ -370,28 +373,56 @@ class Indexer:
             roots = self.changes.roots() if every is None else every
             self.writer.set_excluded(diff.excluded, {r.source for r in roots if r.source != "memory"})
 
-    def _refresh_ignore(self) -> None:
+    def _refresh_ignore(self, confirm: Collection[str] = ()) -> None:
+        """Re-read Obsidian's settings (``_read_obsidian_settings``); the templates folders read
+        anew decided, held ones put in force when ``confirm`` names the vault or the wiki (the
+        user's word); what was read kept in the manifest and its trouble said in status."""
+        read = self._read_obsidian_settings()
+        if read:
+            self._decide_templates()
+        confirmed = bool({"vault", "wiki"} & set(confirm)) and self.ignore.confirm_templates()
+        if read or confirmed:
+            self._keep_rules()
+
+    def _read_obsidian_settings(self) -> bool:
         """Re-read Obsidian's settings, a file of the vault, with the probe timeout: on a share
         that hangs the rules in force stay (the vault's own listing then reports the share), and
-        no second read is started while the first still hangs."""
+        no second read is started while the first still hangs. Whether the read ended."""
         if self._ignore_stuck is not None and self._ignore_stuck.is_alive():
-            return
+            return False
         vault = self.cfg.vault.path
         status = self.supervisor.roots.get("vault")
         if vault is None or (status is not None and status.hanging is not None):
-            return  # the vault's own call still hangs: its rules in force stay
+            return False  # the vault's own call still hangs: its rules in force stay
         timeout, beat = self.cfg.watch.probe_timeout_seconds, self.supervisor.beat
         formats, self._ignore_stuck = run_with_timeout(self._read_settings, timeout, "settings", beat)
-        if formats is not None:
-            # Dates are read from the names when a search asks (nothing stored to redo): a format
-            # set or changed in Obsidian dates the notes indexed before at once.
-            self.manifest.day_formats = formats
-        # Excluded files and the daily-note settings are one area: both are Obsidian's settings.
+        if formats is None:
+            return False  # past the timeout: the rules in force stay
+        # Dates are read from the names when a search asks (nothing stored to redo): a format
+        # set or changed in Obsidian dates the notes indexed before at once.
+        self.manifest.day_formats = formats
+        return True
+
+    def _decide_templates(self) -> None:
+        """A templates folder read anew is held while it holds indexed notes (``IgnoreRules.
+        decide_templates``): counted here, where the index is known."""
+        folders = self.ignore.undecided_templates()
+        if not folders:
+            return
+        keys = [k for (k,) in self.manifest.read("SELECT key FROM files WHERE source IN ('vault', 'wiki')")]
+        for folder in folders:
+            self.ignore.decide_templates(
+                folder, self.ignore.count_in_folder(folder, keys, self.cfg.vault.wiki_subfolder)
+            )
+
+    def _keep_rules(self) -> None:
+        """Obsidian's rules as read, into the manifest when they changed; their trouble to status."""
         kept = self.ignore.kept()
         text = None if kept is None else json.dumps(kept, ensure_ascii=False)
         if text is not None and text != self._rules_kept:
             self.manifest.set_meta(_OBSIDIAN_RULES, text)
             self._rules_kept = text
+        # Excluded files and the daily-note settings are one area: both are Obsidian's settings.
         trouble = "; ".join(t for t in (self.ignore.trouble, self.daily_formats.trouble) if t) or None
         if trouble is not None:
             self.problems.report("obsidian_settings", trouble)
