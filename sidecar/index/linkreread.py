@@ -106,7 +106,7 @@ class LinkReread:
         self.writer.relink(found, later)
         last = str(rows[-1][0])
         self.manifest.set_meta(CURSOR_META, last)
-        progress.done += len(rows)
+        progress.done = min(progress.total, progress.done + len(rows))  # notes new since: read anew
         if len(rows) < BATCH:
             self.finish()
 
