@@ -409,7 +409,8 @@ class Indexer:
         folders = self.ignore.undecided_templates()
         if not folders:
             return
-        keys = [k for (k,) in self.manifest.read("SELECT key FROM files WHERE source IN ('vault', 'wiki')")]
+        rows = self.manifest.read("SELECT key FROM files WHERE source != 'memory' AND state = 'indexed'")
+        keys = [k for (k,) in rows]
         for folder in folders:
             self.ignore.decide_templates(
                 folder, self.ignore.count_in_folder(folder, keys, self.cfg.vault.wiki_subfolder)
