@@ -585,8 +585,6 @@ def test_confirming_deletions_when_none_are_held_says_so(daemon: DaemonProcess) 
     assert "no deletions were held for vault: nothing to confirm" in r.stderr.decode()
     held = {"roots": [{"name": "vault", "held_deletions": 12, "hold": {"kind": "mass"}}, {"name": "wiki"}]}
     assert _holds(held, "vault") and not _holds(held, "wiki")
-    templates = {"roots": [{"name": "vault"}], "index": {"templates_held": [{"folder": "Journal/"}]}}
-    assert _holds(templates, "vault")  # a templates folder held is confirmed the same way
 
 
 def test_memory_help_says_what_the_action_named_does(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1275,7 +1275,7 @@ def test_the_templates_folder_is_left_out_under_its_own_rule(tmp_path: Path, mak
         assert _keys(h) == {"vault/Journal/03.12.2026", "vault/Vorlagenkunde"}
         assert h.indexer.activity.excluded == {"Obsidian templates folder: Vorlagen/": 1}
         assert h.indexer.excluded_by("vault/Vorlagen/Tagesnotiz") == "Obsidian templates folder: Vorlagen/"
-        assert h.indexer.problems.active_in("obsidian_settings") is None  # nothing indexed there: no hold
+        assert h.indexer.problems.active_in("obsidian_settings") is None
     finally:
         h.close()
     h = Harness(
@@ -1288,67 +1288,39 @@ def test_the_templates_folder_is_left_out_under_its_own_rule(tmp_path: Path, mak
         h.close()
 
 
-def test_a_templates_folder_naming_indexed_notes_is_held(tmp_path: Path, make_cfg: Any) -> None:
-    """Templater's folder set to "Journal" (where the notes are) took every journal note out of
-    search at once. A templates folder read anew that holds indexed notes is held: they stay
-    searchable for index.massDeletionHoldMinutes, status says which folder and how to act, a
-    restart keeps the hold where it was, and `index --confirm-deletions vault` applies it now."""
+def test_a_templates_folder_set_anew_applies_at_once(tmp_path: Path, make_cfg: Any) -> None:
+    """Templater's folder set to "Journal": a templates folder is in force as soon as it is read
+    (no hold), its notes leave search at once, under the templates folder's rule."""
     v = _template_vault(tmp_path)
-    for i in range(3):
-        write(v / f"Journal/0{i}.11.2026.md", f"# Tag {i}\n\nGarten umgegraben {i}.\n")
-    cfg = make_cfg(v)
-    h = Harness(cfg, FakeEmbedder())
+    h = Harness(make_cfg(v), FakeEmbedder())
     try:
         h.sweep()
         write(
             v / ".obsidian/plugins/templater-obsidian/data.json", json.dumps({"templates_folder": "Journal"})
         )
         h.sweep()
-        assert {f"vault/Journal/0{i}.11.2026" for i in range(3)} <= _keys(h)
-        assert h.indexer.activity.excluded == {"Obsidian templates folder: Vorlagen/": 1}
-        problem = h.indexer.problems.active_in("obsidian_settings")
-        assert problem is not None
-        assert (
-            "the templates folder Journal/ (.obsidian/plugins/templater-obsidian/data.json) holds 4"
-            in (problem["error"])
-        )
-        assert "--confirm-deletions vault" in problem["error"]
-    finally:
-        h.close()
-    h = Harness(cfg, FakeEmbedder())  # a restart: held on, not decided anew
-    try:
-        h.sweep()
-        assert "vault/Journal/00.11.2026" in _keys(h)
-        assert [x["folder"] for x in h.indexer.ignore.held_templates()] == ["Journal/"]
-        h.indexer.sweep(confirm_deletions=["vault"])
-        assert not any(k.startswith("vault/Journal/") for k in _keys(h))
+        assert _keys(h) == {"vault/Vorlagenkunde"}
+        assert h.indexer.activity.excluded == {
+            "Obsidian templates folder: Vorlagen/": 1,
+            "Obsidian templates folder: Journal/": 1,
+        }
         assert h.indexer.problems.active_in("obsidian_settings") is None
     finally:
         h.close()
-    h = Harness(cfg, FakeEmbedder())  # confirmed is confirmed after a restart too
-    try:
-        h.sweep()
-        assert not any(k.startswith("vault/Journal/") for k in _keys(h))
-    finally:
-        h.close()
 
 
-def test_a_held_templates_folder_applies_once_its_hold_is_over(tmp_path: Path, make_cfg: Any) -> None:
-    """Unconfirmed, a held templates folder leaves search after the hold, as a mass deletion does."""
+def test_templates_turned_off_by_a_reload_index_the_folder_again(tmp_path: Path, make_cfg: Any) -> None:
+    """index.obsidianTemplates: false by a configuration reload did nothing: the rules built anew
+    took over the templates folder read before. Now the folder's notes are indexed again."""
     v = _template_vault(tmp_path)
     h = Harness(make_cfg(v), FakeEmbedder())
-    now = [1000.0]
-    h.indexer.ignore.clock = lambda: now[0]
     try:
         h.sweep()
-        write(v / ".obsidian/templates.json", json.dumps({"folder": "Journal"}))
+        assert "vault/Vorlagen/Tagesnotiz" not in _keys(h)
+        assert h.indexer.set_excludes([], True, False)
         h.sweep()
-        assert "vault/Journal/03.12.2026" in _keys(h) and "vault/Vorlagen/Tagesnotiz" in _keys(h)
-        now[0] += h.cfg.index.mass_deletion_hold_minutes * 60
-        h.sweep()
-        assert "vault/Journal/03.12.2026" not in _keys(h)
-        assert h.indexer.activity.excluded == {"Obsidian templates folder: Journal/": 1}
-        assert h.indexer.problems.active_in("obsidian_settings") is None
+        assert "vault/Vorlagen/Tagesnotiz" in _keys(h)
+        assert h.indexer.ignore.rules() == [] and h.indexer.activity.excluded == {}
     finally:
         h.close()
 

@@ -206,10 +206,7 @@ def _say_if_still_refused(health: dict[str, Any], cfg: Config) -> None:
 
 
 def _holds(health: dict[str, Any], root: str) -> bool:
-    """Whether the daemon holds deletions of ``root`` (a mass deletion, or a templates folder
-    holding indexed notes, waiting for a confirmation)."""
-    if root in ("vault", "wiki") and (health.get("index") or {}).get("templates_held"):
-        return True
+    """Whether the daemon holds deletions of ``root`` (a mass deletion waiting for a confirmation)."""
     return any(r.get("name") == root and (r.get("held_deletions") or r.get("hold")) for r in health["roots"])
 
 

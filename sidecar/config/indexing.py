@@ -54,8 +54,7 @@ class IndexConfig:
     obsidian_templates: bool = _opt(
         True,
         "Also leave out the templates folder (Templates plugin: .obsidian/templates.json; Templater): "
-        "a template is never what you did or wrote (a folder set anew that holds indexed notes is held "
-        "for massDeletionHoldMinutes first). false: index it as notes.",
+        "a template is never what you did or wrote. false: index it as notes.",
     )
 
 

@@ -181,8 +181,6 @@ class Handlers:
                 "by_agent": counts["by_agent"],
                 "skipped": {**act.scan_skipped, **{k or "unknown": v for k, v in counts["skipped"].items()}},
                 "excluded": act.excluded,
-                # Templates folders read anew that hold indexed notes, held before they leave search.
-                "templates_held": self.indexer.ignore.held_templates(),
                 "front_matter_unread": counts["front_matter_unread"],
                 "links": LinkGraph(self.manifest.read).totals(),
                 # The pass reading unchanged notes' links again after an upgrade, while it runs.

@@ -101,7 +101,6 @@ class Indexer:
             cfg.vault.path,
             cfg.index.obsidian_excludes,
             templates=cfg.index.obsidian_templates,
-            hold_s=cfg.index.mass_deletion_hold_minutes * 60,
         )
         # Obsidian's rules as a run before read them: in force at a start while their file is
         # missing (``IgnoreRules.resume``), and written again whenever what is read changes.
@@ -141,9 +140,7 @@ class Indexer:
             before = self.ignore.rules()
             self._refresh_ignore()  # with the probe timeout, as a sweep reads them: a share may hang
             return "Obsidian excluded files" if self.ignore.rules() != before else None
-        hold_s = self.cfg.index.mass_deletion_hold_minutes * 60
-        vault = self.cfg.vault.path
-        rules = IgnoreRules(patterns, vault, obsidian, self.ignore.clock, templates, hold_s=hold_s)
+        rules = IgnoreRules(patterns, self.cfg.vault.path, obsidian, self.ignore.clock, templates)
         rules.carry_over(self.ignore)
         self.ignore = rules
         self.problems.clear("obsidian_settings")  # said again by the next read if still true
@@ -200,7 +197,7 @@ class Indexer:
         if only is None:
             self.changes.keep_roots(names)
         if not paths:  # Obsidian's settings are read on full sweeps: a memory write touches no vault file
-            self._refresh_ignore(confirm_deletions)
+            self._refresh_ignore()
         self.changes.diff_roots(chosen, diff, confirm_deletions, excluded)
         act.scan_skipped = self.changes.skip_counts()
         if only is None:
@@ -373,15 +370,10 @@ class Indexer:
             roots = self.changes.roots() if every is None else every
             self.writer.set_excluded(diff.excluded, {r.source for r in roots if r.source != "memory"})
 
-    def _refresh_ignore(self, confirm: Collection[str] = ()) -> None:
-        """Re-read Obsidian's settings (``_read_obsidian_settings``); the templates folders read
-        anew decided, held ones put in force when ``confirm`` names the vault or the wiki (the
-        user's word); what was read kept in the manifest and its trouble said in status."""
-        read = self._read_obsidian_settings()
-        if read:
-            self._decide_templates()
-        confirmed = bool({"vault", "wiki"} & set(confirm)) and self.ignore.confirm_templates()
-        if read or confirmed:
+    def _refresh_ignore(self) -> None:
+        """Re-read Obsidian's settings (``_read_obsidian_settings``); what was read kept in the
+        manifest and its trouble said in status."""
+        if self._read_obsidian_settings():
             self._keep_rules()
 
     def _read_obsidian_settings(self) -> bool:
@@ -402,19 +394,6 @@ class Indexer:
         # set or changed in Obsidian dates the notes indexed before at once.
         self.manifest.day_formats = formats
         return True
-
-    def _decide_templates(self) -> None:
-        """A templates folder read anew is held while it holds indexed notes (``IgnoreRules.
-        decide_templates``): counted here, where the index is known."""
-        folders = self.ignore.undecided_templates()
-        if not folders:
-            return
-        rows = self.manifest.read("SELECT key FROM files WHERE source != 'memory' AND state = 'indexed'")
-        keys = [k for (k,) in rows]
-        for folder in folders:
-            self.ignore.decide_templates(
-                folder, self.ignore.count_in_folder(folder, keys, self.cfg.vault.wiki_subfolder)
-            )
 
     def _keep_rules(self) -> None:
         """Obsidian's rules as read, into the manifest when they changed; their trouble to status."""

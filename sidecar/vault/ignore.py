@@ -10,9 +10,7 @@ Templates core plugin's ``.obsidian/templates.json`` ``folder``, Templater's ``t
 is left out as well (``index.obsidianTemplates``): a template is a form with placeholders, never
 what the user did or wrote, and it matched every question of "what did I do". Each settings file
 is read with the same safeguards (``sidecar.vault.settingsfile``: read again when it changes, kept
-while unreadable or missing for a while, across a restart too). A templates folder is the user's
-word for where templates are, not for what to hide: one that names a folder holding indexed notes
-is held (``IgnoreRules.decide_templates``) before those notes leave search. Of the project it
+while unreadable or missing for a while, across a restart too). Of the project it
 imports only the settings files' reader (``sidecar.vault.settingsfile``), ``printable`` of the
 confined reads and the Canvas file names (``sidecar.vault.canvas``).
 """
@@ -22,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 import unicodedata
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,19 +103,6 @@ def _template_folder(key: str) -> Callable[[Any], list[str]]:
     return extract
 
 
-@dataclass
-class _Templates:
-    """A templates folder as read from one settings file, and whether it is in force: decided
-    once it is read (``IgnoreRules.decide_templates``), held while it would take indexed notes
-    out of search."""
-
-    folder: str  # "Vorlagen/"
-    decided: bool = False
-    held_since: float | None = None  # clock
-    held_wall: float | None = None  # the same as wall-clock time (kept across a restart)
-    notes: int = 0  # indexed notes the folder holds (when held)
-
-
 def _compile(filters: Any) -> tuple[list[_Rule], list[str]]:
     """Obsidian's ``userIgnoreFilters`` as rules, and those that are no regular expression."""
     rules: list[_Rule] = []
@@ -147,15 +132,12 @@ class IgnoreRules:
         obsidian: bool = True,
         clock: Callable[[], float] = time.monotonic,
         templates: bool = True,
-        *,
-        hold_s: float = 6 * 3600.0,
     ) -> None:
         self.patterns = tuple(patterns)
         self.clock = clock
         self.vault = vault
         self.obsidian = obsidian
         self.templates = templates
-        self.hold_s = hold_s  # how long a templates folder holding indexed notes is held
         self._own: list[_Rule] = []
         for text in self.patterns:
             line = unicodedata.normalize("NFC", text.strip())
@@ -168,7 +150,7 @@ class IgnoreRules:
 
         self._app_file: SettingsFile | None = None
         if obsidian and vault is not None:
-            self._app_file = SettingsFile(vault / APP_SETTINGS, _filters, "Excluded files rules", now)
+            self._app_file = SettingsFile(vault / APP_SETTINGS, _filters, "Excluded files rule", now)
         self._app_texts: list[str] = []
         self._app: list[_Rule] = []
         self._invalid: str | None = None  # filters that are no regular expression, for status
@@ -179,17 +161,16 @@ class IgnoreRules:
                 self._template_files[rel.as_posix()] = SettingsFile(
                     vault / rel, _template_folder(key), "templates folder rule", now
                 )
-        self._template_state: dict[str, _Templates] = {}
+        self._template_state: dict[str, str] = {}  # settings file (relative) -> its folder ("Vorlagen/")
 
     @property
     def trouble(self) -> str | None:
         """What is wrong with Obsidian's settings as last read (unreadable, missing for now,
-        filters that are no regular expression, a templates folder held), for status: a log line
+        filters that are no regular expression), for status: a log line
         alone left the user wondering why a folder they excluded in Obsidian is searched."""
         files = [self._app_file, *self._template_files.values()]
         parts = [f.trouble for f in files if f is not None and f.trouble]
         parts += [self._invalid] if self._invalid else []
-        parts += [t for t in (self._held_text(rel) for rel in self._template_state) if t]
         return "; ".join(parts) or None
 
     def _obsidian_rules(self) -> list[_Rule]:
@@ -216,28 +197,22 @@ class IgnoreRules:
         if self._app_file is not None and before._app_file is not None and self.vault == before.vault:
             self._app_file.take_over(before._app_file)
             self._app_texts, self._app, self._invalid = before._app_texts, before._app, before._invalid
-        if before.templates and self.vault == before.vault:
+        if self.templates and before.templates and self.vault == before.vault:
             for rel, file in self._template_files.items():
                 if rel in before._template_files:
                     file.take_over(before._template_files[rel])
             self._template_state = dict(before._template_state)
 
     def kept(self) -> dict[str, Any] | None:
-        """Obsidian's rules as last read, since when (wall clock) their file is missing, and the
-        templates folders with their holds, for the index to keep: a daemon started while a file
-        is missing uses them, and a hold goes on where it was (``resume``)."""
+        """Obsidian's rules as last read, and since when (wall clock) their file is missing, and
+        the templates folders so, for the index to keep: a daemon started while a file is missing
+        uses them (``resume``)."""
         if self.vault is None or (self._app_file is None and not self._template_files):
             return None
         out: dict[str, Any] = {"vault": str(self.vault)}
         if self._app_file is not None:
             out.update(self._app_file.kept())
-        templates: dict[str, Any] = {}
-        for rel, file in self._template_files.items():
-            state = self._template_state.get(rel)
-            held = state.held_wall if state is not None and state.decided else None
-            decided = state is not None and state.decided
-            if file.values or state is not None:
-                templates[rel] = {**file.kept(), "decided": decided, "held_since": held}
+        templates = {rel: file.kept() for rel, file in self._template_files.items() if file.values}
         if templates:
             out["templates"] = templates
         return out
@@ -246,8 +221,7 @@ class IgnoreRules:
         """At a start, the rules a run before read (``kept``): in force while the settings file
         stays missing, for what is left of the grace since it went, or from now if it went while
         no daemon ran. A settings file that is there is read as ever and replaces them. A restart
-        while a sync tool replaced .obsidian indexed every excluded note at once. A templates
-        folder held before is held on for what is left of its hold."""
+        while a sync tool replaced .obsidian indexed every excluded note at once."""
         if self.vault is None or kept.get("vault") != str(self.vault):
             return
         if self._app_file is not None and not self._app:
@@ -260,13 +234,8 @@ class IgnoreRules:
             if not isinstance(entry, dict):
                 continue
             file.resume(entry)
-            if len(file.values) == 1 and entry.get("decided") is True:
-                state = _Templates(file.values[0], decided=True)
-                since = entry.get("held_since")
-                if isinstance(since, int | float) and not isinstance(since, bool):
-                    state.held_wall = float(since)
-                    state.held_since = self.clock() - max(0.0, time.time() - float(since))
-                self._template_state[rel] = state
+            if len(file.values) == 1:
+                self._template_state[rel] = file.values[0]
 
     def refresh(self) -> None:
         """Re-read Obsidian's settings if they changed (called once per sweep)."""
@@ -277,77 +246,19 @@ class IgnoreRules:
         return [r.describe() for r in [*self._own, *self._app, *self._templates()]]
 
     def _templates(self) -> list[_Rule]:
-        """The templates folders in force: decided, and not held (or held past ``hold_s``)."""
-        out: dict[str, _Rule] = {}
-        for state in self._template_state.values():
-            if state.decided and (state.held_since is None or self.clock() - state.held_since >= self.hold_s):
-                out.setdefault(state.folder, _Rule(TEMPLATES_ORIGIN, state.folder))
-        return list(out.values())
+        """The templates folders in force (one rule per folder, named by either plugin)."""
+        return [_Rule(TEMPLATES_ORIGIN, f) for f in dict.fromkeys(self._template_state.values())]
 
     def _template_rules(self) -> None:
-        """Read the template plugins' settings that changed; a folder read anew waits for
-        ``decide`` (it is in force only once decided)."""
+        """Read the template plugins' settings that changed; a folder read applies at once."""
         for rel, file in self._template_files.items():
             values = file.read()
             folder = values[0] if values else None
-            state = self._template_state.get(rel)
             if folder is None:
                 self._template_state.pop(rel, None)
-            elif state is None or state.folder != folder:
+            elif self._template_state.get(rel) != folder:
                 log.info("templates_folder path=%s folder=%s", file.path, printable(folder))
-                self._template_state[rel] = _Templates(folder)
-
-    def undecided_templates(self) -> list[str]:
-        """The templates folders read anew, not in force until ``decide`` says whether to hold."""
-        return sorted({s.folder for s in self._template_state.values() if not s.decided})
-
-    def decide_templates(self, folder: str, indexed: int) -> None:
-        """A templates folder read anew holds ``indexed`` notes of the index: none, it is in force
-        now; some, they stay searchable for ``hold_s`` (or until ``confirm_templates``). The
-        setting names where templates are, not what to hide: a real notes folder named there (by
-        mistake, or a folder that keeps both) took its notes out of search at once."""
-        for rel, state in self._template_state.items():
-            if state.folder != folder or state.decided:
-                continue
-            state.decided, state.notes = True, indexed
-            if indexed:
-                state.held_since, state.held_wall = self.clock(), time.time()
-                log.warning(
-                    "templates_folder_held path=%s folder=%s notes=%d hold_minutes=%.0f",
-                    rel, printable(folder), indexed, self.hold_s / 60,
-                )  # fmt: skip
-
-    def confirm_templates(self) -> bool:
-        """Put the held templates folders in force now (the user confirmed); whether any was."""
-        held = [s for s in self._template_state.values() if s.decided and s.held_since is not None]
-        for state in held:
-            state.held_since = state.held_wall = None
-            log.warning("templates_folder_confirmed folder=%s by=user", printable(state.folder))
-        return bool(held)
-
-    def held_templates(self) -> list[dict[str, Any]]:
-        """The templates folders held now, for health: folder, settings file, notes, applies_at."""
-        out = []
-        for rel, state in sorted(self._template_state.items()):
-            if state.decided and state.held_since is not None and state.held_wall is not None:
-                left = self.hold_s - (self.clock() - state.held_since)
-                if left > 0:
-                    at = time.time() + left
-                    out.append({"folder": state.folder, "settings": rel, "notes": state.notes})
-                    out[-1]["applies_at"] = at
-        return out
-
-    def _held_text(self, rel: str) -> str | None:
-        held = next((h for h in self.held_templates() if h["settings"] == rel), None)
-        if held is None:
-            return None
-        left = max(1, round((held["applies_at"] - time.time()) / 60))
-        return (
-            f"the templates folder {printable(held['folder'])} ({rel}) holds {held['notes']} indexed notes: "
-            f"they stay searchable for {left} more min before the folder is left out (or `sidecar index "
-            "--confirm-deletions vault` now); if it holds notes, not templates, name another templates "
-            "folder in Obsidian or set index.obsidianTemplates: false"
-        )
+                self._template_state[rel] = folder
 
     def match(self, vault_rel: str) -> str | None:
         """The rule that excludes a note at ``vault_rel`` (POSIX, with .md), or None. Names and
@@ -370,12 +281,6 @@ class IgnoreRules:
         """The rule that excludes the note behind an index key (memory keys: never)."""
         rel = _vault_rel(key, wiki_subfolder)
         return None if rel is None else self.match(rel)
-
-    def count_in_folder(self, folder: str, keys: Iterable[str], wiki_subfolder: str) -> int:
-        """How many of the notes behind ``keys`` a templates folder rule of ``folder`` matches."""
-        rule = _Rule(TEMPLATES_ORIGIN, folder)
-        rels = (_vault_rel(k, wiki_subfolder) for k in keys)
-        return sum(1 for rel in rels if rel is not None and rule.decides(unicodedata.normalize("NFC", rel)))
 
 
 def _vault_rel(key: str, wiki_subfolder: str) -> str | None:

@@ -97,7 +97,8 @@ class SettingsFile:
             left = SETTINGS_GRACE_S - (now - self._missing_since)
             n = len(self.values)
             self.trouble = (
-                f"{self.path} is missing; the {n} {self.what} read before {'stays' if n == 1 else 'stay'} "
+                f"{self.path} is missing; the {n} {self.what}{'' if n == 1 else 's'} read before "
+                f"{'stays' if n == 1 else 'stay'} "
                 f"in force until it is back, or for {max(1, round(left / 60))} more min"
             )
             return self.values
