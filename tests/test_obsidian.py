@@ -7,6 +7,7 @@ import json
 import logging
 import re
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -1305,6 +1306,39 @@ def test_a_templates_folder_set_anew_applies_at_once(tmp_path: Path, make_cfg: A
             "Obsidian templates folder: Journal/": 1,
         }
         assert h.indexer.problems.active_in("obsidian_settings") is None
+    finally:
+        h.close()
+
+
+def test_a_templates_folder_read_during_a_slow_settings_read_is_never_indexed(
+    tmp_path: Path, make_cfg: Any
+) -> None:
+    """Templates and their setting arriving together (a sync from another device) while the
+    daily-note settings read is slow past the probe timeout: the templates are not indexed, in
+    that sweep or after the read ends."""
+    v = tmp_path / "v"
+    write(v / "Journal/a.md", "# A\n\nGarten.\n")
+    write(v / ".obsidian/app.json", "{}")
+    h = Harness(make_cfg(v, **{"watch.probeTimeoutSeconds": "0.2"}), FakeEmbedder())
+    try:
+        h.sweep()
+        write(v / "Templates/Daily.md", "# {{date}}\n\n## Was habe ich heute gemacht?\n")
+        write(v / ".obsidian/templates.json", json.dumps({"folder": "Templates"}))
+        real, go = h.indexer.daily_formats.refresh, threading.Event()
+
+        def slow() -> Any:
+            go.wait(30)  # a share slow this once, until the test lets it answer
+            return real()
+
+        h.indexer.daily_formats.refresh = slow  # type: ignore[method-assign]
+        h.sweep()
+        assert _keys(h) == {"vault/Journal/a"}
+        go.set()
+        stuck = h.indexer._ignore_stuck
+        assert stuck is not None
+        stuck.join(30)
+        h.sweep()
+        assert _keys(h) == {"vault/Journal/a"}
     finally:
         h.close()
 
