@@ -97,9 +97,10 @@ def test_links_of_unchanged_notes_are_read_again_once_and_resume_after_a_stop(
         h.close()
 
 
-def test_notes_of_a_root_offline_now_are_left_to_the_sweep(tmp_path: Path, make_cfg: Any) -> None:
-    """The notes of a root offline during the pass (its share gone) keep what is indexed and are
-    read whole by the next sweep that reaches them (their vectors kept by text)."""
+def test_the_pass_waits_for_a_root_offline_now(tmp_path: Path, make_cfg: Any) -> None:
+    """A root offline during the pass (its share gone for a moment) had all its notes marked to be
+    read whole, and the pass ended: the next sweep cut and wrote every one of them again. The pass
+    waits for it instead, and reads their links alone once it is back."""
     v = _vault(tmp_path)
     cfg = make_cfg(v)
     model = FakeEmbedder()
@@ -113,15 +114,20 @@ def test_notes_of_a_root_offline_now_are_left_to_the_sweep(tmp_path: Path, make_
         h.indexer.sweep()
         vault = next(r for r in h.indexer.changes.roots() if r.name == "vault")
         h.supervisor.mark_offline(vault, "share gone (test)")
-        while h.indexer.links.due:
-            h.indexer.reread_links()
-        assert h.stores.bm25.search("Lärchenbretter", 5)  # still indexed
+        assert not h.indexer.links_due()  # the index loop waits, rather than spin
+        h.indexer.reread_links()
+        assert h.indexer.links.due  # not finished
         assert _links(h, "vault/Tabelle") == [("Haus", "Dach\\", "vault/Haus")]
         h.supervisor.mark_online(vault)
-        embedded = len(model.embedded)
-        h.sweep()
+        assert h.indexer.links_due()
+        while h.indexer.links.due:
+            h.indexer.reread_links()
         assert _links(h, "vault/Tabelle") == [("Haus", "Dach", "vault/Haus")]
-        assert len(model.embedded) == embedded  # read and cut again, its vectors kept by text
+        assert not h.stores.manifest.read("SELECT key FROM files WHERE hash = '' OR size = -1")
+        embedded = len(model.embedded)
+        assert h.sweep()["changed"] == 0  # nothing cut or written again
+        assert len(model.embedded) == embedded
+        assert h.stores.bm25.search("Lärchenbretter", 5)
     finally:
         h.close()
 
@@ -142,3 +148,23 @@ def test_status_shows_the_pass_while_it_runs(daemon_factory: Any, tmp_path: Path
     health = d.health()
     health["index"]["links_reread"] = {"done": 1200, "total": 5000}
     assert "Links read again after an upgrade: 1,200 of 5,000 notes" in render_status(health)
+
+
+def test_sidecar_index_without_a_daemon_reads_the_links_again(tmp_path: Path, make_cfg: Any) -> None:
+    """`sidecar index` with no daemon never ran the pass: an index kept up that way kept the old
+    reader's links for good. It runs the pass after its sweep."""
+    from sidecar.daemon.lifecycle import index_once
+
+    v = _vault(tmp_path)
+    cfg = make_cfg(v)
+    index_once(cfg, rebuild=False)
+    with sqlite3.connect(cfg.index_dir / "manifest.sqlite") as db:
+        _as_an_old_version_left_it(db)
+    phases: set[str] = set()
+    summary = index_once(cfg, rebuild=False, progress=lambda phase, done, total: phases.add(phase))
+    assert summary["changed"] == 0 and "links" in phases  # links only: no note read whole
+    with sqlite3.connect(cfg.index_dir / "manifest.sqlite") as db:
+        rows = db.execute("SELECT target, anchor, dst FROM links WHERE src = 'vault/Tabelle'").fetchall()
+        version = db.execute("SELECT value FROM meta WHERE name = ?", (linkreread.VERSION_META,)).fetchone()
+    assert rows == [("Haus", "Dach", "vault/Haus")]
+    assert version == (str(LINKS_VERSION),)

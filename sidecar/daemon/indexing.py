@@ -149,10 +149,10 @@ class IndexLoop:
 
     def _links_due(self) -> bool:
         """Whether a batch of the link pass runs now: after a start's first sweep, while no
-        sweep is asked for (a sweep waits a batch at most)."""
+        sweep is asked for (a sweep waits a batch at most) and no root is away."""
         indexer = self.indexer
         return (
-            indexer.links.due
+            indexer.links_due()
             and indexer.activity.first_sweep_done
             and self.jobs.empty()
             and self.hot.wait(1.0) > 0  # no held note due now

@@ -451,6 +451,14 @@ def index_once(
             indexer.clear()
         report = (lambda a: progress(a.phase, a.done, a.total)) if progress else None
         summary = indexer.sweep(progress=report, confirm_deletions=confirm)
+        # The links of unchanged notes after an upgrade, as the daemon reads them after its first
+        # sweep: an index kept up by `sidecar index` alone never had them read. A root away (or a
+        # read that hangs) leaves the rest to the next run or the daemon.
+        while indexer.links_due() and (lp := indexer.links.progress) is not None:
+            if progress:
+                progress("links", lp.done, lp.total)
+            if not indexer.reread_links():
+                break
         total = manifest.chunk_count()
         while vectors.embed_pending() > 0:
             if progress:

@@ -569,13 +569,23 @@ class Indexer:
             self.manifest.set_meta("chunker", self._chunking(counted))
             log.info("index_chunking_recorded counted=%s", counted)
 
-    def reread_links(self) -> None:
+    def links_due(self) -> bool:
+        """Whether the link pass has a batch to run now: not while a root is offline or a read of
+        it hangs (the pass waits for it rather than leave its notes to be read whole)."""
+        return self.links.due and not any(self._away(r) for r in self.changes.roots())
+
+    def _away(self, root: Root) -> bool:
+        status = self.supervisor.status(root)
+        return status.offline or status.hanging is not None
+
+    def reread_links(self) -> bool:
         """One batch of the pass that reads the links of unchanged notes again after an upgrade
-        (``index.linkreread``); the index loop runs it between sweeps, after a start's first."""
+        (``index.linkreread``); the index loop runs it between sweeps, after a start's first, and
+        `sidecar index` without a daemon after its sweep. Whether the pass moved on."""
         supervisor = self.supervisor
-        self.links.step(
+        return self.links.step(
             self.changes.roots(),
-            lambda root: supervisor.status(root).offline,
+            self._away,
             lambda note, fn: supervisor.read(note.root, note.rel, fn),
         )
 

@@ -7,8 +7,10 @@ links the old reader found, for good. This pass reads each indexed note once mor
 alone: no chunk, keyword document or vector is touched (the text is as indexed, checked by its
 hash), so it costs a read and a parse per note, never an embedding. It runs in batches between
 sweeps, in key order; the last key done is kept in the manifest, so a stop or a kill -9 resumes
-there. A note that cannot be read now (its share offline, a read error) is left to the next sweep,
-which reads it whole (its vectors kept by text), as a chunker upgrade does.
+there. The pass waits while a root is offline or a read of it hangs (``Indexer.links_due``), and a
+batch stops at a read that hangs: marking those notes for the sweep would cut and write every note
+of a share that was away for a moment. A note that cannot be read (a read error) is left to the
+next sweep, which reads it whole (its vectors kept by text), as a chunker upgrade does.
 """
 
 from __future__ import annotations
@@ -66,11 +68,13 @@ class LinkReread:
     def due(self) -> bool:
         return self.progress is not None
 
-    def step(self, roots: Sequence[Root], offline: Callable[[Root], bool], read: Reader) -> None:
-        """Read the links of the next batch of notes again and write them (one transaction)."""
+    def step(self, roots: Sequence[Root], offline: Callable[[Root], bool], read: Reader) -> bool:
+        """Read the links of the next batch of notes again and write them (one transaction); none
+        while a root is offline (the pass waits for it), up to a read that hangs. Whether the
+        pass moved on."""
         progress = self.progress
-        if progress is None:
-            return
+        if progress is None or any(offline(r) for r in roots):
+            return False
         after = self.manifest.get_meta(CURSOR_META) or ""
         rows = self.manifest.read(
             "SELECT key, source, agent, rel, hash, mtime_ns, size FROM files "
@@ -79,36 +83,34 @@ class LinkReread:
         )
         if not rows:
             self.finish()
-            return
+            return True
         by_name = {r.name: r for r in roots}
         found: dict[str, tuple[str, tuple[Link, ...]]] = {}
-        later: list[str] = []  # not read now: the next sweep reads them whole
-        hung: set[str] = set()
+        later: list[str] = []  # unreadable: the next sweep reads them whole
+        last, done, stopped = after, 0, False
         for key, source, agent, rel, digest, mtime_ns, size in rows:
             root = by_name.get(f"memory/{agent}" if source == "memory" else source)
-            if root is None or not digest:
-                continue  # no root of it any more (the sweep deletes it), or read again by the sweep
-            if root.name in hung or offline(root):
-                later.append(key)
-                continue
-            note = NoteFile(key, root, root.path / rel, rel, mtime_ns, size)
-            try:
-                got = draft(note, None, None, self.max_bytes, read)
-            except RootUnreachable:
-                hung.add(root.name)
-                later.append(key)
-                continue
-            if isinstance(got, Drafted) and got.hash == digest:
-                found[key] = (digest, got.links)
-            elif got is not None and not isinstance(got, Drafted):
-                later.append(key)  # unreadable now: what is indexed stays until it reads again
-            # A changed note (another hash) or one gone: the sweep indexes or deletes it.
+            if root is not None and digest:  # else no root of it any more, or the sweep reads it
+                note = NoteFile(key, root, root.path / rel, rel, mtime_ns, size)
+                try:
+                    got = draft(note, None, None, self.max_bytes, read)
+                except RootUnreachable:
+                    stopped = True  # this note and those after it: once the root answers again
+                    break
+                if isinstance(got, Drafted) and got.hash == digest:
+                    found[key] = (digest, got.links)
+                elif got is not None and not isinstance(got, Drafted):
+                    later.append(key)  # unreadable now: what is indexed stays until it reads again
+                # A changed note (another hash) or one gone: the sweep indexes or deletes it.
+            last, done = str(key), done + 1
         self.writer.relink(found, later)
-        last = str(rows[-1][0])
-        self.manifest.set_meta(CURSOR_META, last)
-        progress.done = min(progress.total, progress.done + len(rows))  # notes new since: read anew
-        if len(rows) < BATCH:
+        if last != after:
+            self.manifest.set_meta(CURSOR_META, last)
+        progress.done = min(progress.total, progress.done + done)  # notes new since: read anew
+        if not stopped and len(rows) < BATCH:
             self.finish()
+            return True
+        return last != after
 
     def finish(self) -> None:
         """Every indexed note's links are today's reader's (the pass ended, or the index is new)."""
