@@ -7,6 +7,7 @@ import json
 import logging
 import re
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -1267,7 +1268,7 @@ def _template_vault(tmp_path: Path) -> Path:
 def test_the_templates_folder_is_left_out_under_its_own_rule(tmp_path: Path, make_cfg: Any) -> None:
     """A template ("## Was habe ich heute gemacht?") ranked first for "was hab ich vorgestern
     gemacht": the folder named by the Templates plugin (and Templater) is left out as Excluded files
-    are, counted under its own rule; a change of the setting is followed; a switch keeps it."""
+    are, counted under its own rule; a switch keeps it."""
     v = _template_vault(tmp_path)
     h = Harness(make_cfg(v), FakeEmbedder())
     try:
@@ -1275,14 +1276,7 @@ def test_the_templates_folder_is_left_out_under_its_own_rule(tmp_path: Path, mak
         assert _keys(h) == {"vault/Journal/03.12.2026", "vault/Vorlagenkunde"}
         assert h.indexer.activity.excluded == {"Obsidian templates folder: Vorlagen/": 1}
         assert h.indexer.excluded_by("vault/Vorlagen/Tagesnotiz") == "Obsidian templates folder: Vorlagen/"
-        # Templater's folder instead (the core plugin's setting gone): followed at the next sweep.
-        (v / ".obsidian/templates.json").unlink()
-        write(
-            v / ".obsidian/plugins/templater-obsidian/data.json", json.dumps({"templates_folder": "Journal"})
-        )
-        h.sweep()
-        assert _keys(h) == {"vault/Vorlagen/Tagesnotiz", "vault/Vorlagenkunde"}
-        assert h.indexer.activity.excluded == {"Obsidian templates folder: Journal/": 1}
+        assert h.indexer.problems.active_in("obsidian_settings") is None
     finally:
         h.close()
     h = Harness(
@@ -1291,5 +1285,165 @@ def test_the_templates_folder_is_left_out_under_its_own_rule(tmp_path: Path, mak
     try:
         h.sweep()
         assert "vault/Vorlagen/Tagesnotiz" in _keys(h)
+    finally:
+        h.close()
+
+
+def test_a_templates_folder_set_anew_applies_at_once(tmp_path: Path, make_cfg: Any) -> None:
+    """Templater's folder set to "Journal": a templates folder is in force as soon as it is read
+    (no hold), its notes leave search at once, under the templates folder's rule."""
+    v = _template_vault(tmp_path)
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        write(
+            v / ".obsidian/plugins/templater-obsidian/data.json", json.dumps({"templates_folder": "Journal"})
+        )
+        h.sweep()
+        assert _keys(h) == {"vault/Vorlagenkunde"}
+        assert h.indexer.activity.excluded == {
+            "Obsidian templates folder: Vorlagen/": 1,
+            "Obsidian templates folder: Journal/": 1,
+        }
+        assert h.indexer.problems.active_in("obsidian_settings") is None
+    finally:
+        h.close()
+
+
+def test_a_templates_folder_read_during_a_slow_settings_read_is_never_indexed(
+    tmp_path: Path, make_cfg: Any
+) -> None:
+    """Templates and their setting arriving together (a sync from another device) while the
+    daily-note settings read is slow past the probe timeout: the templates are not indexed, in
+    that sweep or after the read ends."""
+    v = tmp_path / "v"
+    write(v / "Journal/a.md", "# A\n\nGarten.\n")
+    write(v / ".obsidian/app.json", "{}")
+    h = Harness(make_cfg(v, **{"watch.probeTimeoutSeconds": "0.2"}), FakeEmbedder())
+    try:
+        h.sweep()
+        write(v / "Templates/Daily.md", "# {{date}}\n\n## Was habe ich heute gemacht?\n")
+        write(v / ".obsidian/templates.json", json.dumps({"folder": "Templates"}))
+        real, go = h.indexer.daily_formats.refresh, threading.Event()
+
+        def slow() -> Any:
+            go.wait(30)  # a share slow this once, until the test lets it answer
+            return real()
+
+        h.indexer.daily_formats.refresh = slow  # type: ignore[method-assign]
+        h.sweep()
+        assert _keys(h) == {"vault/Journal/a"}
+        go.set()
+        stuck = h.indexer._ignore_stuck
+        assert stuck is not None
+        stuck.join(30)
+        h.sweep()
+        assert _keys(h) == {"vault/Journal/a"}
+    finally:
+        h.close()
+
+
+def test_templates_turned_off_by_a_reload_index_the_folder_again(tmp_path: Path, make_cfg: Any) -> None:
+    """index.obsidianTemplates: false by a configuration reload did nothing: the rules built anew
+    took over the templates folder read before. Now the folder's notes are indexed again."""
+    v = _template_vault(tmp_path)
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        assert "vault/Vorlagen/Tagesnotiz" not in _keys(h)
+        assert h.indexer.set_excludes([], True, False)
+        h.sweep()
+        assert "vault/Vorlagen/Tagesnotiz" in _keys(h)
+        assert h.indexer.ignore.rules() == [] and h.indexer.activity.excluded == {}
+    finally:
+        h.close()
+
+
+def test_templates_settings_have_app_jsons_safeguards(tmp_path: Path, make_cfg: Any) -> None:
+    """templates.json had none of app.json's safeguards: gone for a moment (a sync tool replacing
+    .obsidian) every template was indexed at once, across a restart too, and an unreadable file was
+    a log line only. Now its folder stays in force while the file is missing (for the grace, kept
+    across a restart) and while it cannot be read, and status says so."""
+    from sidecar.vault.ignore import SETTINGS_GRACE_S
+
+    v = _template_vault(tmp_path)
+    cfg = make_cfg(v)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        write(v / ".obsidian/templates.json", '{"folder": "Vorl')
+        h.sweep()
+        assert "vault/Vorlagen/Tagesnotiz" not in _keys(h)
+        problem = h.indexer.problems.active_in("obsidian_settings")
+        assert problem is not None and "templates.json cannot be read" in problem["error"]
+        assert "the 1 rule read before stays" in problem["error"]
+        (v / ".obsidian").rename(tmp_path / "aside")
+        h.sweep()
+        assert "vault/Vorlagen/Tagesnotiz" not in _keys(h)
+        problem = h.indexer.problems.active_in("obsidian_settings")
+        assert problem is not None and "templates.json is missing" in problem["error"]
+    finally:
+        h.close()
+    h = Harness(cfg, FakeEmbedder())  # restarted while it is still missing
+    try:
+        h.sweep()
+        assert "vault/Vorlagen/Tagesnotiz" not in _keys(h)
+        assert h.indexer.excluded_by("vault/Vorlagen/Tagesnotiz") == "Obsidian templates folder: Vorlagen/"
+        h.indexer.ignore.clock = lambda: time.monotonic() + SETTINGS_GRACE_S
+        h.sweep()  # the grace over: no templates folder any more
+        assert "vault/Vorlagen/Tagesnotiz" in _keys(h)
+    finally:
+        h.close()
+
+
+def test_a_canvas_card_opening_with_dashes_is_no_front_matter(tmp_path: Path, make_cfg: Any) -> None:
+    """A first card opening with a "---" line became the canvas's properties (title "Ziel",
+    tags, the card's words gone from search). It stays the card's text; a canvas an older reader
+    indexed is read again once after the upgrade (its bytes did not change), nothing else is."""
+    v = tmp_path / "v"
+    card = _card(
+        "text", (0, 0, 300, 200), text="---\ntitle: Ziel\ntags: [geheim]\n---\nKarte mit Wendeltreppe"
+    )
+    write(v / "Plan.canvas", json.dumps({"nodes": [card, _card("text", (0, 400, 9, 9), text="Zweite")]}))
+    write(v / "Haus.md", "# Haus\n\nDach.\n")
+    cfg = make_cfg(v)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        row = h.stores.manifest.read(
+            "SELECT title, tags, front_matter FROM files WHERE key = 'vault/Plan.canvas'"
+        )
+        assert row == [("Plan", "[]", "{}")]
+        assert h.stores.bm25.search("Wendeltreppe", 5)
+        # An index the older reader wrote: no version recorded, the card read as properties.
+        with h.stores.manifest.transaction() as db:
+            db.execute("DELETE FROM meta WHERE name = 'canvas_reader'")
+            db.execute(
+                "UPDATE files SET title = 'Ziel', front_matter = ? WHERE key = 'vault/Plan.canvas'",
+                ('{"title": "Ziel"}',),
+            )
+        h.indexer.reread_canvases_if_read_differently()
+        assert h.sweep()["changed"] == 1  # the canvas alone
+        row = h.stores.manifest.read("SELECT title, front_matter FROM files WHERE key = 'vault/Plan.canvas'")
+        assert row == [("Plan", "{}")]
+        h.indexer.reread_canvases_if_read_differently()  # recorded: nothing read again
+        assert h.sweep()["changed"] == 0
+    finally:
+        h.close()
+
+
+def test_hidden_canvas_and_bases_files_are_counted_as_hidden(tmp_path: Path, make_cfg: Any) -> None:
+    """A hidden ``.Entwurf.canvas`` (or ``.Sicht.base``) was in no count, where a hidden note is
+    counted as skipped ("every Canvas and Bases file is indexed, skipped or excluded")."""
+    v = tmp_path / "v"
+    write(v / "Haus.md", "# Haus\n\nDach.\n")
+    write(v / ".Entwurf.canvas", json.dumps({"nodes": []}))
+    write(v / "Sub/.Sicht.base", "views: []\n")
+    write(v / ".Notiz.md", "# hidden\n")
+    write(v / "._Plan.canvas", "AppleDouble")  # a Mac's metadata beside a copied file: no note
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        assert h.indexer.activity.scan_skipped == {"hidden file name": 3}
     finally:
         h.close()

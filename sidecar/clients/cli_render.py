@@ -110,6 +110,12 @@ def render_status(h: dict[str, Any]) -> str:
     if idx.get("excluded"):
         parts = ", ".join(f"{n} by {rule}" for rule, n in sorted(idx["excluded"].items()))
         lines.append(f"Excluded notes: {parts}")
+    if relink := idx.get("links_reread"):
+        lines.append(
+            f"Links read again after an upgrade: {relink['done']:,} of {relink['total']:,} notes "
+            "(links only, nothing is embedded again; a link the old version read differently is "
+            "right once its note is done)"
+        )
     if h.get("vault") and "daily_notes" in h:
         lines.append(f"Daily notes: {daily_notes_line(h['daily_notes'])}")
     unread = idx.get("front_matter_unread") or {"notes": 0}

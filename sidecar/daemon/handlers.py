@@ -183,6 +183,12 @@ class Handlers:
                 "excluded": act.excluded,
                 "front_matter_unread": counts["front_matter_unread"],
                 "links": LinkGraph(self.manifest.read).totals(),
+                # The pass reading unchanged notes' links again after an upgrade, while it runs.
+                "links_reread": (
+                    {"done": lp.done, "total": lp.total}
+                    if (lp := self.indexer.links.progress) is not None
+                    else None
+                ),
                 "sweeps": act.sweeps,
                 # False while a new or rebuilt index has not read every note (a build cut short,
                 # a folder offline): its searches say so (``indexing``).

@@ -133,6 +133,9 @@ class IndexLoop:
         while not self.stop.is_set():
             self.beat(None)
             self.indexer.summary.flush()
+            if self._links_due():
+                failures = self._reread_links(failures)
+                continue
             job = self._next()
             if job is None:
                 continue
@@ -143,6 +146,32 @@ class IndexLoop:
                 failures += 1
                 self._failed(job, exc, self.retry.delay(failures))
         self.indexer.summary.flush(final=True)
+
+    def _links_due(self) -> bool:
+        """Whether a batch of the link pass runs now: after a start's first sweep, while no
+        sweep is asked for (a sweep waits a batch at most) and no root is away."""
+        indexer = self.indexer
+        return (
+            indexer.links_due()
+            and indexer.activity.first_sweep_done
+            and self.jobs.empty()
+            and self.hot.wait(1.0) > 0  # no held note due now
+        )
+
+    def _reread_links(self, failures: int) -> int:
+        """One batch of the link pass; a failure (disk full) is retried as a sweep's is."""
+        try:
+            self.indexer.reread_links()
+        except Exception as exc:
+            failures += 1
+            delay = self.retry.delay(failures)
+            log.error("links_reread_failed error=%s retry_in=%.0fs", exc, delay)
+            self.problems.report("index", f"reading links again failed: {exc} (retrying in {delay:.0f} s)")
+            self.stop.wait(delay)
+            return failures
+        if failures:
+            self.problems.clear("index")
+        return 0
 
     def _next(self) -> Job | None:
         """The next sweep: the queued requests (a burst merged into one) without the events of

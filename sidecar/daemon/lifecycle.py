@@ -154,6 +154,7 @@ class Daemon:
         indexer, problems, vectors = parts.indexer, parts.problems, parts.vectors
         indexer.finish_interrupted()
         indexer.reparse_if_chunking_changed()
+        indexer.reread_canvases_if_read_differently()
         loop = self.loop = IndexLoop(cfg, indexer, self.slot, problems, stop=self.stop, beat=beat)
         watcher = self.watcher = build_watcher(cfg, loop.changed, self.stop)
         handlers = self._handlers(parts, loop, watcher)
@@ -442,6 +443,7 @@ def index_once(
         load_embedder(cfg, slot, lambda: serving_model(cfg, vectors), parts.problems)
         indexer.finish_interrupted()
         indexer.reparse_if_chunking_changed()
+        indexer.reread_canvases_if_read_differently()
         _record_counting(cfg, slot, indexer)
         if slot.model is not None:
             attach(cfg, vectors, slot.model, parts.problems)
@@ -449,6 +451,14 @@ def index_once(
             indexer.clear()
         report = (lambda a: progress(a.phase, a.done, a.total)) if progress else None
         summary = indexer.sweep(progress=report, confirm_deletions=confirm)
+        # The links of unchanged notes after an upgrade, as the daemon reads them after its first
+        # sweep: an index kept up by `sidecar index` alone never had them read. A root away (or a
+        # read that hangs) leaves the rest to the next run or the daemon.
+        while indexer.links_due() and (lp := indexer.links.progress) is not None:
+            if progress:
+                progress("links", lp.done, lp.total)
+            if not indexer.reread_links():
+                break
         total = manifest.chunk_count()
         while vectors.embed_pending() > 0:
             if progress:

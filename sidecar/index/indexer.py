@@ -21,6 +21,7 @@ from pathlib import Path
 from sidecar.config import Config
 from sidecar.contracts.wire import memory_agent
 from sidecar.index.diff import ChangeFinder, Diff
+from sidecar.index.linkreread import LinkReread
 from sidecar.index.problems import Problems
 from sidecar.index.records import Drafted, Prepared, draft, finish
 from sidecar.index.repair import check_bm25, refill_new_bm25
@@ -30,6 +31,7 @@ from sidecar.index.writes import Writer
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
 from sidecar.notes.chunking import CHUNKER_VERSION
 from sidecar.stores.manifest import FileState
+from sidecar.vault.canvas import CANVAS_READER_VERSION, CANVAS_SUFFIX
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.ignore import IgnoreRules
 from sidecar.vault.sources import NoteFile, Root, inboxes_in_use, stamp_ns
@@ -110,6 +112,7 @@ class Indexer:
         self.problems = problems
         self.changes = ChangeFinder(cfg, stores.manifest, supervisor, problems, self.excluded_by)
         self.writer = Writer(stores, vectors, cfg.vault.wiki_subfolder)
+        self.links = LinkReread(self.manifest, self.writer, cfg.index.max_file_bytes)
         # Paths saved while a long sweep runs, and where to give back those it cannot take (set
         # by the index loop; see ``_index_hot``).
         self.hot_paths: Callable[[], frozenset[str]] | None = None
@@ -368,27 +371,38 @@ class Indexer:
             self.writer.set_excluded(diff.excluded, {r.source for r in roots if r.source != "memory"})
 
     def _refresh_ignore(self) -> None:
+        """Re-read Obsidian's settings (``_read_obsidian_settings``); what was read kept in the
+        manifest and its trouble said in status."""
+        if self._read_obsidian_settings():
+            self._keep_rules()
+
+    def _read_obsidian_settings(self) -> bool:
         """Re-read Obsidian's settings, a file of the vault, with the probe timeout: on a share
         that hangs the rules in force stay (the vault's own listing then reports the share), and
-        no second read is started while the first still hangs."""
+        no second read is started while the first still hangs. Whether the read ended."""
         if self._ignore_stuck is not None and self._ignore_stuck.is_alive():
-            return
+            return False
         vault = self.cfg.vault.path
         status = self.supervisor.roots.get("vault")
         if vault is None or (status is not None and status.hanging is not None):
-            return  # the vault's own call still hangs: its rules in force stay
+            return False  # the vault's own call still hangs: its rules in force stay
         timeout, beat = self.cfg.watch.probe_timeout_seconds, self.supervisor.beat
         formats, self._ignore_stuck = run_with_timeout(self._read_settings, timeout, "settings", beat)
-        if formats is not None:
-            # Dates are read from the names when a search asks (nothing stored to redo): a format
-            # set or changed in Obsidian dates the notes indexed before at once.
-            self.manifest.day_formats = formats
-        # Excluded files and the daily-note settings are one area: both are Obsidian's settings.
+        if formats is None:
+            return False  # past the timeout: the rules in force stay
+        # Dates are read from the names when a search asks (nothing stored to redo): a format
+        # set or changed in Obsidian dates the notes indexed before at once.
+        self.manifest.day_formats = formats
+        return True
+
+    def _keep_rules(self) -> None:
+        """Obsidian's rules as read, into the manifest when they changed; their trouble to status."""
         kept = self.ignore.kept()
         text = None if kept is None else json.dumps(kept, ensure_ascii=False)
         if text is not None and text != self._rules_kept:
             self.manifest.set_meta(_OBSIDIAN_RULES, text)
             self._rules_kept = text
+        # Excluded files and the daily-note settings are one area: both are Obsidian's settings.
         trouble = "; ".join(t for t in (self.ignore.trouble, self.daily_formats.trouble) if t) or None
         if trouble is not None:
             self.problems.report("obsidian_settings", trouble)
@@ -530,6 +544,19 @@ class Indexer:
             log.info("index_rechunk notes=%d old=%s new=%s", notes, have or "unrecorded", want)
         self.manifest.set_meta("chunker", want)
 
+    def reread_canvases_if_read_differently(self) -> None:
+        """Canvases indexed by another Canvas reader are read again by the next sweep (their
+        bytes are as they were, so no sweep would): a first card opening with "---" stayed the
+        canvas's front matter until it was edited. Vectors of chunks whose text stays are kept."""
+        want = str(CANVAS_READER_VERSION)
+        have = self.manifest.get_meta("canvas_reader")
+        if have == want:
+            return
+        canvases = self.manifest.reread_suffix(CANVAS_SUFFIX)  # before the row: a crash between redoes it
+        if canvases:
+            log.info("canvas_reread notes=%d old=%s new=%s", canvases, have or "1", want)
+        self.manifest.set_meta("canvas_reader", want)
+
     def _chunking(self, counted: str) -> str:
         chunking = self.cfg.chunking
         return f"{CHUNKER_VERSION}:{chunking.max_tokens}:{chunking.overlap}:{counted}"
@@ -542,9 +569,30 @@ class Indexer:
             self.manifest.set_meta("chunker", self._chunking(counted))
             log.info("index_chunking_recorded counted=%s", counted)
 
+    def links_due(self) -> bool:
+        """Whether the link pass has a batch to run now: not while a root is offline or a read of
+        it hangs (the pass waits for it rather than leave its notes to be read whole)."""
+        return self.links.due and not any(self._away(r) for r in self.changes.roots())
+
+    def _away(self, root: Root) -> bool:
+        status = self.supervisor.status(root)
+        return status.offline or status.hanging is not None
+
+    def reread_links(self) -> bool:
+        """One batch of the pass that reads the links of unchanged notes again after an upgrade
+        (``index.linkreread``); the index loop runs it between sweeps, after a start's first, and
+        `sidecar index` without a daemon after its sweep. Whether the pass moved on."""
+        supervisor = self.supervisor
+        return self.links.step(
+            self.changes.roots(),
+            self._away,
+            lambda note, fn: supervisor.read(note.root, note.rel, fn),
+        )
+
     def clear(self) -> None:
         """Forget everything indexed (for a rebuild); the next sweep reads every note again."""
         self.writer.clear()
+        self.links.finish()  # every note is read again, by today's reader
         self.manifest.set_meta("swept", "")
         self._swept = False
         self._read_whole.clear()

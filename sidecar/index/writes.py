@@ -16,11 +16,12 @@ import json
 import logging
 import os
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from sidecar.index.records import Prepared, file_record, records
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.notes.links import aliases_of, drop_links, names_of, replace_links, reresolve, set_excluded
+from sidecar.notes.linktext import Link
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.group import GroupCommit
 from sidecar.stores.bm25 import Bm25Doc
@@ -135,6 +136,24 @@ class Writer:
                 reresolve(db, self.wiki_subfolder, names=_names(sorted(changed)), keys=sorted(changed))
         if changed:
             log.info("excluded_notes_changed count=%d", len(changed))
+
+    def relink(self, found: Mapping[str, tuple[str, Sequence[Link]]], later: Sequence[str]) -> None:
+        """Links of unchanged notes read again (``index.linkreread``): {key: (the hash they were
+        read from, links)}, written where the note is still indexed with that hash (a sweep may
+        have indexed a newer text meanwhile), then resolved; ``later``: notes not read now, left
+        to the next sweep to read whole (their vectors are kept by text)."""
+        stores = self.stores
+        with stores.write_lock, stores.manifest.transaction() as db:
+            written: list[str] = []
+            for key, (digest, links) in found.items():
+                row = db.execute("SELECT hash, state FROM files WHERE key = ?", (key,)).fetchone()
+                if row is not None and tuple(row) == (digest, "indexed"):
+                    replace_links(db, key, links)
+                    written.append(key)
+            if later:
+                stores.manifest.reread_keys(later, db)
+            if written and not self.defer_links:
+                reresolve(db, self.wiki_subfolder, keys=written)
 
     def resolve_all_links(self) -> None:
         """Once per start: resolve every link again (the rules or the notes may have changed while

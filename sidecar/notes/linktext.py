@@ -17,6 +17,11 @@ from sidecar.notes.markdown import is_attachment as _attached
 
 _MDLINK = re.compile(r"(!?)\[([^\[\]]*)\]\(\s*(<[^<>\n]+>|[^()\s]+)(?:\s+\"[^\"]*\")?\s*\)")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+# The reader's version, recorded with the index: a reader that reads links differently has every
+# unchanged note's links read again once (``sidecar.index.linkreread``), not only those edited.
+# 1 (unrecorded): before the twenty-ninth session. 2: ``[[Note#Heading\|alias]]`` keeps no
+#    backslash in its anchor; ``[[Plan.canvas]]`` is a link to a note (was an attachment).
+LINKS_VERSION = 2
 
 
 @dataclass(frozen=True)

@@ -498,6 +498,20 @@ class Manifest(VectorBook):
         with self.transaction() as db:
             return int(db.execute("UPDATE files SET size = -1, hash = ''").rowcount)
 
+    def reread_suffix(self, suffix: str) -> int:
+        """``reread_all`` for the notes whose file name ends in ``suffix`` (any case)."""
+        with self.transaction() as db:
+            return int(
+                db.execute(
+                    "UPDATE files SET size = -1, hash = '' WHERE lower(substr(rel, -?)) = ?",
+                    (len(suffix), suffix.lower()),
+                ).rowcount
+            )
+
+    def reread_keys(self, keys: Sequence[str], db: sqlite3.Connection) -> None:
+        """``reread_all`` for these notes only, inside the caller's transaction."""
+        db.executemany("UPDATE files SET size = -1, hash = '' WHERE key = ?", [(k,) for k in keys])
+
     # --- files ---------------------------------------------------------------------------
 
     def file_states(self, prefix: str = "") -> dict[str, FileState]:

@@ -16,6 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 CANVAS_SUFFIX = ".canvas"
+# The reader's version, recorded with the index: a reader that reads canvases differently has the
+# indexed ones read again once (their bytes did not change, so no sweep would). 1 (unrecorded):
+# the first. 2: a first card opening with "---" is no front matter.
+CANVAS_READER_VERSION = 2
 # Obsidian's coordinates are pixels; far beyond any screen is no canvas (and 1e308 + w overflows).
 MAX_COORD = 1e12
 # Steps (a card tried against a group, a group filed in a grid cell) before a canvas whose groups
@@ -66,12 +70,16 @@ def canvas_markdown(text: str) -> str:
         raise CanvasError("no list of nodes")
     try:
         cards = [c for c in (_card(n) for n in data.get("nodes", [])) if c is not None]
-        return "\n\n".join(_blocks(cards, _parents(cards))) + "\n" if cards else ""
+        text = "\n\n".join(_blocks(cards, _parents(cards))) + "\n" if cards else ""
     except CanvasError:
         raise
     except (ArithmeticError, ValueError, TypeError, RecursionError, MemoryError) as exc:
         # A safety net: one odd file must be a skipped note, never a crashed sweep.
         raise CanvasError("unreadable", f"{type(exc).__name__}: {exc}") from None
+    # A canvas has no properties: a first card opening with a "---" line (a rule, a card that
+    # holds a note's properties as text) read as the canvas's front matter (its title, tags and
+    # dates, its text gone from search). A blank line first keeps it the card's text.
+    return "\n" + text if text.startswith("---") else text
 
 
 def _card(node: Any) -> _Card | None:

@@ -5,20 +5,19 @@ Paths are matched relative to the vault, with ``.md`` (the wiki is its folder ``
 so ``Templates/``, ``*.excalidraw.md``, ``/Archive`` and ``!Archive/keep.md`` mean what they mean
 in a ``.gitignore`` (the last matching pattern decides). Obsidian's setting
 (``.obsidian/app.json``, ``userIgnoreFilters``) holds path prefixes (``Archive/``) or regular
-expressions written ``/…/``; it is read again whenever the file changes, and a file that was
-there and is missing keeps its rules for a while (``SETTINGS_GRACE_S``). Memory inboxes are never
-excluded. The templates folder (the Templates core plugin's ``.obsidian/templates.json``
-``folder``, Templater's ``templates_folder``) is left out as well (``index.obsidianTemplates``): a
-template is a form with placeholders, never what the user did or wrote, and it matched every
-question of "what did I do". Of the project it imports only the confined reads
-(``sidecar.vault.confine``) and the Canvas file names (``sidecar.vault.canvas``).
+expressions written ``/…/``. Memory inboxes are never excluded. The templates folder (the
+Templates core plugin's ``.obsidian/templates.json`` ``folder``, Templater's ``templates_folder``)
+is left out as well (``index.obsidianTemplates``): a template is a form with placeholders, never
+what the user did or wrote, and it matched every question of "what did I do". Each settings file
+is read with the same safeguards (``sidecar.vault.settingsfile``: read again when it changes, kept
+while unreadable or missing for a while, across a restart too). Of the project it
+imports only the settings files' reader (``sidecar.vault.settingsfile``), ``printable`` of the
+confined reads and the Canvas file names (``sidecar.vault.canvas``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import time
 import unicodedata
 from collections.abc import Callable, Sequence
@@ -33,18 +32,14 @@ import regex
 from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
 from sidecar.vault.canvas import is_canvas_name
-from sidecar.vault.confine import open_regular, printable, read_fd
+from sidecar.vault.confine import printable
+from sidecar.vault.settingsfile import SETTINGS_GRACE_S, SettingsFile
 
 log = logging.getLogger(__name__)
-# Obsidian's app.json holds a few settings: a file far larger is not one to read whole.
-_MAX_SETTINGS_BYTES = 1 << 20
 # A filter matches a short path in microseconds; past this it is backtracking without end.
 _REGEX_TIMEOUT_S = 0.05
-# How long Excluded files read before stay in force while app.json (or all of .obsidian) is
-# missing: Obsidian rewriting its settings, or a sync tool replacing the folder, makes it vanish
-# for a moment, and the sweep its removal starts indexed every excluded note at once. Longer than
-# a sync takes to put it back; a vault that stopped being one of Obsidian's is followed after it.
-SETTINGS_GRACE_S = 30 * 60.0
+__all__ = ["OWN_RULES", "SETTINGS_GRACE_S", "TEMPLATES_ORIGIN", "IgnoreRules"]  # the grace: its tests
+APP_SETTINGS = Path(".obsidian/app.json")
 OWN_RULES = "index.exclude"  # the origin of sidecar's own rules, as a rule describes itself
 # The plugins that keep templates in a folder, and the key of that folder in their settings.
 TEMPLATE_SETTINGS = (
@@ -94,6 +89,20 @@ def _folder(value: Any) -> str:
     return "" if folder == "." else folder
 
 
+def _filters(settings: Any) -> list[str]:
+    value = settings.get("userIgnoreFilters")
+    return [f for f in value if isinstance(f, str)] if isinstance(value, list) else []
+
+
+def _template_folder(key: str) -> Callable[[Any], list[str]]:
+    def extract(settings: Any) -> list[str]:
+        folder = _folder(settings.get(key))
+        # No folder set: the templates lie anywhere, and the vault is not left out.
+        return [f"{folder}/"] if folder else []
+
+    return extract
+
+
 def _compile(filters: Any) -> tuple[list[_Rule], list[str]]:
     """Obsidian's ``userIgnoreFilters`` as rules, and those that are no regular expression."""
     rules: list[_Rule] = []
@@ -129,125 +138,104 @@ class IgnoreRules:
         self.vault = vault
         self.obsidian = obsidian
         self.templates = templates
-        # settings file -> (its stamp, the folder rule it names or None)
-        self._template_read: dict[Path, tuple[tuple[int, int], _Rule | None]] = {}
         self._own: list[_Rule] = []
         for text in self.patterns:
             line = unicodedata.normalize("NFC", text.strip())
             if not line or line.startswith("#"):
                 continue
             self._own.append(_Rule(OWN_RULES, line, pattern=GitIgnoreSpecPattern(line)))
-        self._app_stat: tuple[int, int] | None = None
+
+        def now() -> float:  # the clock as set now (tests set it after construction)
+            return self.clock()
+
+        self._app_file: SettingsFile | None = None
+        if obsidian and vault is not None:
+            self._app_file = SettingsFile(vault / APP_SETTINGS, _filters, "Excluded files rule", now)
+        self._app_texts: list[str] = []
         self._app: list[_Rule] = []
-        self._missing_since: float | None = None  # app.json, read before, not found since then
-        self._missing_wall: float | None = None  # the same as wall-clock time (kept across a restart)
-        # What is wrong with Obsidian's settings as last read (unreadable, filters that are no
-        # regular expression), for status: a log line alone left the user wondering why a folder
-        # they excluded in Obsidian is searched.
-        self.trouble: str | None = None
+        self._invalid: str | None = None  # filters that are no regular expression, for status
+        # settings file (relative) -> its reader, and the templates folder it names
+        self._template_files: dict[str, SettingsFile] = {}
+        if templates and vault is not None:
+            for rel, key in TEMPLATE_SETTINGS:
+                self._template_files[rel.as_posix()] = SettingsFile(
+                    vault / rel, _template_folder(key), "templates folder rule", now
+                )
+        self._template_state: dict[str, str] = {}  # settings file (relative) -> its folder ("Vorlagen/")
+
+    @property
+    def trouble(self) -> str | None:
+        """What is wrong with Obsidian's settings as last read (unreadable, missing for now,
+        filters that are no regular expression), for status: a log line
+        alone left the user wondering why a folder they excluded in Obsidian is searched."""
+        files = [self._app_file, *self._template_files.values()]
+        parts = [f.trouble for f in files if f is not None and f.trouble]
+        parts += [self._invalid] if self._invalid else []
+        return "; ".join(parts) or None
 
     def _obsidian_rules(self) -> list[_Rule]:
-        if not self.obsidian or self.vault is None:
+        if self._app_file is None:
             return []
-        path = self.vault / ".obsidian" / "app.json"
-        try:
-            st = os.stat(path)
-        except (FileNotFoundError, NotADirectoryError):
-            return self._missing(path)
-        except OSError:
-            return self._app  # cannot tell now (a share that fails): the rules in force stay
-        if self._missing_since is not None:  # back: read again, which says what is wrong with it now
-            self._missing_since, self._missing_wall, self._app_stat = None, None, None
-        stamp = (st.st_mtime_ns, st.st_size)
-        if stamp == self._app_stat:
+        texts = self._app_file.read()
+        if texts == self._app_texts:
             return self._app
-        try:
-            # Opened as a note is (never a blocking read of a pipe, a device is refused) and read
-            # up to a cap: the file is the vault's, whatever it holds.
-            raw = read_fd(open_regular(path), _MAX_SETTINGS_BYTES + 1)
-            if len(raw) > _MAX_SETTINGS_BYTES:
-                raise ValueError(f"larger than {_MAX_SETTINGS_BYTES} bytes")
-            filters = json.loads(raw.decode("utf-8")).get("userIgnoreFilters") or []
-        except (OSError, ValueError, AttributeError, RecursionError) as exc:
-            # Said once per version of the file; the rules in force stay (a note the user left
-            # out is not indexed because the file could not be read this time).
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-            log.warning("obsidian_settings_unreadable path=%s error=%s", path, printable(why))
-            self._app_stat = stamp
-            kept = f"the {len(self._app)} rules read before stay" if self._app else "no rule of it applies"
-            self.trouble = f"{path} cannot be read ({printable(why)}); {kept}"
-            return self._app
-        rules, invalid = _compile(filters)
+        rules, invalid = _compile(texts)
         if rules:
             log.info("obsidian_excluded_files count=%d", len(rules))
-        # Both at once: a read that hung past its deadline and ends later replaces the whole list.
-        self._app_stat, self._app = stamp, rules
-        self.trouble = None
+        self._app_texts, self._app, self._invalid = texts, rules, None
         if invalid:
             shown = ", ".join(printable(f[:80]) for f in invalid[:3]) + (" …" if len(invalid) > 3 else "")
-            self.trouble = (
+            self._invalid = (
                 f"{len(invalid)} of Obsidian's Excluded files filters are no regular expression and leave "
                 f"nothing out: {shown}"
             )
         return rules
 
-    def _missing(self, path: Path) -> list[_Rule]:
-        """No settings file: no rules of Obsidian's, except that rules read before stay for
-        ``SETTINGS_GRACE_S`` after it went (said in status meanwhile)."""
-        now = self.clock()
-        if self._app and self._missing_since is None:
-            self._missing_since, self._missing_wall = now, time.time()
-            log.warning("obsidian_settings_missing path=%s rules_kept=%d", path, len(self._app))
-        if self._app and self._missing_since is not None and now - self._missing_since < SETTINGS_GRACE_S:
-            left = SETTINGS_GRACE_S - (now - self._missing_since)
-            self.trouble = (
-                f"{path} is missing; the {len(self._app)} Excluded files rules read before stay in force "
-                f"until it is back, or for {max(1, round(left / 60))} more min"
-            )
-            return self._app
-        if self._app:
-            log.warning("obsidian_settings_gone path=%s rules_dropped=%d", path, len(self._app))
-        self._app_stat, self._app, self._missing_since, self._missing_wall = None, [], None, None
-        self.trouble = None
-        return []
-
     def carry_over(self, before: IgnoreRules) -> None:
         """Obsidian's rules as ``before`` (the rules replaced by a configuration reload) read
         them: a settings file missing at the reload keeps them for what is left of its grace."""
-        if self.obsidian and before.obsidian and self.vault == before.vault:
-            self._app_stat, self._app = before._app_stat, before._app
-            self._missing_since, self.trouble = before._missing_since, before.trouble
-            self._missing_wall = before._missing_wall
+        if self._app_file is not None and before._app_file is not None and self.vault == before.vault:
+            self._app_file.take_over(before._app_file)
+            self._app_texts, self._app, self._invalid = before._app_texts, before._app, before._invalid
         if self.templates and before.templates and self.vault == before.vault:
-            self._template_read = dict(before._template_read)
+            for rel, file in self._template_files.items():
+                if rel in before._template_files:
+                    file.take_over(before._template_files[rel])
+            self._template_state = dict(before._template_state)
 
     def kept(self) -> dict[str, Any] | None:
-        """Obsidian's rules as last read, and since when (wall clock) their file is missing, for
-        the index to keep: a daemon started while the file is missing uses them (``resume``)."""
-        if not self.obsidian or self.vault is None:
+        """Obsidian's rules as last read, and since when (wall clock) their file is missing, and
+        the templates folders so, for the index to keep: a daemon started while a file is missing
+        uses them (``resume``)."""
+        if self.vault is None or (self._app_file is None and not self._template_files):
             return None
-        return {
-            "vault": str(self.vault),
-            "filters": [r.text for r in self._app],
-            "missing_since": self._missing_wall,
-        }
+        out: dict[str, Any] = {"vault": str(self.vault)}
+        if self._app_file is not None:
+            out.update(self._app_file.kept())
+        templates = {rel: file.kept() for rel, file in self._template_files.items() if file.values}
+        if templates:
+            out["templates"] = templates
+        return out
 
     def resume(self, kept: dict[str, Any]) -> None:
         """At a start, the rules a run before read (``kept``): in force while the settings file
         stays missing, for what is left of the grace since it went, or from now if it went while
         no daemon ran. A settings file that is there is read as ever and replaces them. A restart
         while a sync tool replaced .obsidian indexed every excluded note at once."""
-        if not self.obsidian or self.vault is None or self._app or kept.get("vault") != str(self.vault):
+        if self.vault is None or kept.get("vault") != str(self.vault):
             return
-        filters = kept.get("filters")
-        rules, _ = _compile(filters if isinstance(filters, list) else [])
-        if not rules:
-            return
-        self._app = rules
-        since = kept.get("missing_since")
-        if isinstance(since, int | float) and not isinstance(since, bool):
-            self._missing_wall = float(since)
-            self._missing_since = self.clock() - max(0.0, time.time() - float(since))
+        if self._app_file is not None and not self._app:
+            self._app_file.resume(kept)
+            self._app, _ = _compile(self._app_file.values)
+            self._app_texts = list(self._app_file.values)
+        templates = kept.get("templates")
+        for rel, file in self._template_files.items():
+            entry = templates.get(rel) if isinstance(templates, dict) else None
+            if not isinstance(entry, dict):
+                continue
+            file.resume(entry)
+            if len(file.values) == 1:
+                self._template_state[rel] = file.values[0]
 
     def refresh(self) -> None:
         """Re-read Obsidian's settings if they changed (called once per sweep)."""
@@ -258,39 +246,19 @@ class IgnoreRules:
         return [r.describe() for r in [*self._own, *self._app, *self._templates()]]
 
     def _templates(self) -> list[_Rule]:
-        return list(dict.fromkeys(r for _, r in self._template_read.values() if r is not None))
+        """The templates folders in force (one rule per folder, named by either plugin)."""
+        return [_Rule(TEMPLATES_ORIGIN, f) for f in dict.fromkeys(self._template_state.values())]
 
     def _template_rules(self) -> None:
-        """Read the template plugins' settings that changed. A file gone takes its folder's rule
-        with it (the plugin was turned off); one that cannot be read keeps what was read."""
-        if not self.templates or self.vault is None:
-            return
-        for rel, key in TEMPLATE_SETTINGS:
-            path = self.vault / rel
-            try:
-                st = os.stat(path)
-            except (FileNotFoundError, NotADirectoryError):
-                self._template_read.pop(path, None)
-                continue
-            except OSError:
-                continue
-            stamp = (st.st_mtime_ns, st.st_size)
-            if self._template_read.get(path, ((0, 0), None))[0] == stamp:
-                continue
-            try:
-                raw = read_fd(open_regular(path), _MAX_SETTINGS_BYTES + 1)
-                if len(raw) > _MAX_SETTINGS_BYTES:
-                    raise ValueError(f"larger than {_MAX_SETTINGS_BYTES} bytes")
-                folder = _folder(json.loads(raw.decode("utf-8")).get(key))
-            except (OSError, ValueError, AttributeError, RecursionError) as exc:
-                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-                log.warning("template_settings_unreadable path=%s error=%s", path, printable(why))
-                continue
-            # No folder set: the templates lie anywhere, and the vault is not left out.
-            rule = _Rule(TEMPLATES_ORIGIN, f"{folder}/") if folder else None
-            if rule is not None:
-                log.info("templates_folder path=%s folder=%s", path, printable(folder))
-            self._template_read[path] = (stamp, rule)
+        """Read the template plugins' settings that changed; a folder read applies at once."""
+        for rel, file in self._template_files.items():
+            values = file.read()
+            folder = values[0] if values else None
+            if folder is None:
+                self._template_state.pop(rel, None)
+            elif self._template_state.get(rel) != folder:
+                log.info("templates_folder path=%s folder=%s", file.path, printable(folder))
+                self._template_state[rel] = folder
 
     def match(self, vault_rel: str) -> str | None:
         """The rule that excludes a note at ``vault_rel`` (POSIX, with .md), or None. Names and
@@ -311,8 +279,14 @@ class IgnoreRules:
 
     def match_key(self, key: str, wiki_subfolder: str) -> str | None:
         """The rule that excludes the note behind an index key (memory keys: never)."""
-        source, _, rest = key.partition("/")
-        if source == "memory" or not rest:
-            return None
-        rel = f"{wiki_subfolder.strip('/')}/{rest}" if source == "wiki" else rest
-        return self.match(rel if is_canvas_name(rel) else rel + ".md")  # a Canvas's key keeps its name
+        rel = _vault_rel(key, wiki_subfolder)
+        return None if rel is None else self.match(rel)
+
+
+def _vault_rel(key: str, wiki_subfolder: str) -> str | None:
+    """The vault-relative file name of the note behind an index key (memory keys: None)."""
+    source, _, rest = key.partition("/")
+    if source == "memory" or not rest:
+        return None
+    rel = f"{wiki_subfolder.strip('/')}/{rest}" if source == "wiki" else rest
+    return rel if is_canvas_name(rel) else rel + ".md"  # a Canvas's key keeps its name

@@ -24,7 +24,7 @@ from sidecar.config import Config, valid_agent
 from sidecar.contracts.errors import NotFoundError, SourceError, UnreadableError
 from sidecar.contracts.wire import SOURCES
 from sidecar.vault.birth import birth_ns
-from sidecar.vault.canvas import CanvasError, canvas_markdown, is_canvas_name
+from sidecar.vault.canvas import CANVAS_SUFFIX, CanvasError, canvas_markdown, is_canvas_name
 from sidecar.vault.confine import (
     NotPrivateError,
     NotRegularError,
@@ -331,10 +331,12 @@ def is_debris(name: str) -> bool:
     return name.startswith(".") or _DEBRIS.search(name) is not None
 
 
-def _hidden_note_name(name: str) -> bool:
-    """A hidden name of a note (counted as skipped), not a Mac's "._Note.md" (AppleDouble
-    metadata beside each file copied from a Mac to a share)."""
-    return name.lower().endswith(".md") and not name.startswith("._")
+def _hidden_note_name(name: str, source: str = "memory") -> bool:
+    """A hidden name of a note (counted as skipped): Markdown, and in the vault and the wiki a
+    Canvas or a Bases file too (each counted like a note: ``.Plan.canvas`` was in no count); not a
+    Mac's "._Note.md" (AppleDouble metadata beside each file copied from a Mac to a share)."""
+    counted = (".md",) if source == "memory" else (".md", CANVAS_SUFFIX, ".base")
+    return name.lower().endswith(counted) and not name.startswith("._")
 
 
 def is_conflict_copy(name: str) -> bool:
@@ -449,7 +451,7 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
     rel = f"{rel_dir}{entry.name}"
     if entry.name.startswith("."):
         # Hidden, as in Obsidian; a hidden note (even one named "..md") is still counted.
-        if _hidden_note_name(entry.name) and entry.is_file(follow_symlinks=False):
+        if _hidden_note_name(entry.name, root.source) and entry.is_file(follow_symlinks=False):
             return Skipped(Path(entry.path), "hidden file name")
         return None
     if not decodable(entry.name):

@@ -1,0 +1,170 @@
+"""The links of unchanged notes are read again once after an upgrade whose link reader reads them
+differently: links only (no note is embedded or cut again), in batches that resume after a stop."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.clients.cli_render import render_status
+from sidecar.index import linkreread
+from sidecar.notes.linktext import LINKS_VERSION
+from tests.conftest import DaemonProcess, FakeEmbedder, Harness, write
+
+
+def _vault(tmp_path: Path) -> Path:
+    v = tmp_path / "v"
+    write(v / "Haus.md", "# Haus\n\n## Dach\n\nLärchenbretter.\n")
+    table = "| Teil | Wo |\n| --- | --- |\n| Dach | [[Haus#Dach\\|das Dach]] |\n"
+    write(v / "Tabelle.md", f"# Tabelle\n\n{table}")
+    write(v / "Übersicht.md", "# Übersicht\n\nDer Plan: [[Planung.canvas]]\n")
+    write(v / "Planung.canvas", json.dumps({"nodes": [{"id": "a", "type": "text", "text": "Sprint"}]}))
+    for i in range(5):
+        write(v / f"n{i}.md", f"# N{i}\n\nsiehe [[Haus]]\n")
+    return v
+
+
+def _as_an_old_version_left_it(db: sqlite3.Connection) -> None:
+    """The links the reader before version 2 found: an anchor with the backslash that escapes the
+    alias's pipe, no link to a canvas (an attachment then); no version recorded."""
+    db.execute("UPDATE links SET anchor = 'Dach\\', dst = NULL WHERE src = 'vault/Tabelle'")
+    db.execute("DELETE FROM links WHERE src = 'vault/Übersicht'")
+    db.execute("DELETE FROM meta WHERE name IN (?, ?)", (linkreread.VERSION_META, linkreread.CURSOR_META))
+
+
+def _links(h: Harness, src: str) -> list[tuple[str, str, str | None]]:
+    rows = h.stores.manifest.read("SELECT target, anchor, dst FROM links WHERE src = ? ORDER BY ord", (src,))
+    return [tuple(r) for r in rows]
+
+
+def test_links_of_unchanged_notes_are_read_again_once_and_resume_after_a_stop(
+    tmp_path: Path, make_cfg: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After an upgrade the notes nobody edited kept the links the old reader found (an anchor
+    'Dach\\', no link to a canvas) until edited. Now each is read again once, links only: nothing
+    embedded or cut again, a stop between batches resumes at the next note, a note edited
+    meanwhile is left to the sweep, and the version is recorded so a later start does nothing."""
+    v = _vault(tmp_path)
+    cfg = make_cfg(v)
+    model = FakeEmbedder()
+    h = Harness(cfg, model)
+    h.sweep()
+    assert h.stores.manifest.get_meta(linkreread.VERSION_META) == str(LINKS_VERSION)  # a new index
+    assert not h.indexer.links.due
+    h.close()
+    with sqlite3.connect(cfg.index_dir / "manifest.sqlite") as db:
+        _as_an_old_version_left_it(db)
+    monkeypatch.setattr(linkreread, "BATCH", 3)
+    h = Harness(cfg, model)
+    try:
+        h.sweep()  # the upgrade's first sweep: every note unchanged, no link read
+        assert _links(h, "vault/Tabelle") == [("Haus", "Dach\\", "vault/Haus")]
+        progress = h.indexer.links.progress
+        assert progress is not None and (progress.done, progress.total) == (0, 9)
+        h.indexer.reread_links()  # one batch, then the process ends (a stop, a kill -9)
+        assert h.indexer.links.progress == linkreread.LinkProgress(3, 9)
+    finally:
+        h.close()
+    write(v / "n4.md", "# N4\n\nneu: [[Haus#Dach]]\n")  # edited while the daemon was down
+    embedded = len(model.embedded)
+    h = Harness(cfg, model)
+    try:
+        assert h.indexer.links.progress == linkreread.LinkProgress(3, 9)  # resumed, not redone
+        h.indexer.sweep()
+        while h.indexer.links.due:
+            h.indexer.reread_links()
+        assert _links(h, "vault/Tabelle") == [("Haus", "Dach", "vault/Haus")]
+        assert _links(h, "vault/Übersicht") == [("Planung.canvas", "", "vault/Planung.canvas")]
+        back = h.stores.manifest.read("SELECT src FROM links WHERE dst = 'vault/Planung.canvas'")
+        assert back == [("vault/Übersicht",)]
+        assert _links(h, "vault/n4") == [("Haus", "Dach", "vault/Haus")]  # the sweep's reading
+        # Only the edited note was embedded; the pass embeds nothing.
+        while h.vectors.embed_pending():
+            pass
+        assert model.embedded[embedded:] == [t for t in model.embedded[embedded:] if "neu" in t]
+        assert h.stores.manifest.get_meta(linkreread.VERSION_META) == str(LINKS_VERSION)
+        assert h.stores.manifest.get_meta(linkreread.CURSOR_META) is None
+    finally:
+        h.close()
+    h = Harness(cfg, model)
+    try:
+        assert not h.indexer.links.due and h.indexer.links.progress is None
+    finally:
+        h.close()
+
+
+def test_the_pass_waits_for_a_root_offline_now(tmp_path: Path, make_cfg: Any) -> None:
+    """A root offline during the pass (its share gone for a moment) had all its notes marked to be
+    read whole, and the pass ended: the next sweep cut and wrote every one of them again. The pass
+    waits for it instead, and reads their links alone once it is back."""
+    v = _vault(tmp_path)
+    cfg = make_cfg(v)
+    model = FakeEmbedder()
+    h = Harness(cfg, model)
+    h.sweep()
+    h.close()
+    with sqlite3.connect(cfg.index_dir / "manifest.sqlite") as db:
+        _as_an_old_version_left_it(db)
+    h = Harness(cfg, model)
+    try:
+        h.indexer.sweep()
+        vault = next(r for r in h.indexer.changes.roots() if r.name == "vault")
+        h.supervisor.mark_offline(vault, "share gone (test)")
+        assert not h.indexer.links_due()  # the index loop waits, rather than spin
+        h.indexer.reread_links()
+        assert h.indexer.links.due  # not finished
+        assert _links(h, "vault/Tabelle") == [("Haus", "Dach\\", "vault/Haus")]
+        h.supervisor.mark_online(vault)
+        assert h.indexer.links_due()
+        while h.indexer.links.due:
+            h.indexer.reread_links()
+        assert _links(h, "vault/Tabelle") == [("Haus", "Dach", "vault/Haus")]
+        assert not h.stores.manifest.read("SELECT key FROM files WHERE hash = '' OR size = -1")
+        embedded = len(model.embedded)
+        assert h.sweep()["changed"] == 0  # nothing cut or written again
+        assert len(model.embedded) == embedded
+        assert h.stores.bm25.search("Lärchenbretter", 5)
+    finally:
+        h.close()
+
+
+def test_status_shows_the_pass_while_it_runs(daemon_factory: Any, tmp_path: Path) -> None:
+    """Through a real daemon: the pass runs by itself after the first sweep and its progress is a
+    line of `sidecar status` while it runs; the old anchors are right once it ends."""
+    v = _vault(tmp_path)
+    d: DaemonProcess = daemon_factory(v, keyword_only=True).start()
+    assert d.health()["index"]["links_reread"] is None
+    assert d.stop() == 0
+    with sqlite3.connect(d.cfg.index_dir / "manifest.sqlite") as db:
+        _as_an_old_version_left_it(db)
+    d.start()
+    d.wait_for(lambda h: h["index"]["links_reread"] is None, timeout=60)
+    links = d.call("get", {"reference": "vault/Tabelle"})["links"]
+    assert [(x["target"], x["anchor"]) for x in links] == [("vault/Haus", "Dach")]
+    health = d.health()
+    health["index"]["links_reread"] = {"done": 1200, "total": 5000}
+    assert "Links read again after an upgrade: 1,200 of 5,000 notes" in render_status(health)
+
+
+def test_sidecar_index_without_a_daemon_reads_the_links_again(tmp_path: Path, make_cfg: Any) -> None:
+    """`sidecar index` with no daemon never ran the pass: an index kept up that way kept the old
+    reader's links for good. It runs the pass after its sweep."""
+    from sidecar.daemon.lifecycle import index_once
+
+    v = _vault(tmp_path)
+    cfg = make_cfg(v)
+    index_once(cfg, rebuild=False)
+    with sqlite3.connect(cfg.index_dir / "manifest.sqlite") as db:
+        _as_an_old_version_left_it(db)
+    phases: set[str] = set()
+    summary = index_once(cfg, rebuild=False, progress=lambda phase, done, total: phases.add(phase))
+    assert summary["changed"] == 0 and "links" in phases  # links only: no note read whole
+    with sqlite3.connect(cfg.index_dir / "manifest.sqlite") as db:
+        rows = db.execute("SELECT target, anchor, dst FROM links WHERE src = 'vault/Tabelle'").fetchall()
+        version = db.execute("SELECT value FROM meta WHERE name = ?", (linkreread.VERSION_META,)).fetchone()
+    assert rows == [("Haus", "Dach", "vault/Haus")]
+    assert version == (str(LINKS_VERSION),)
