@@ -92,6 +92,7 @@ class Daemon:
         self._retriever: Retriever | None = None
         self.parts: Parts | None = None
         self._inboxes: Inboxes | None = None
+        self._jumps_seen = 0  # clock jumps the schedule's guard had seen at the last daily run
         self.loop: IndexLoop | None = None
         self.watcher: Watcher | None = None
         # Reloads one at a time, each reading the file inside: two SIGHUPs close together ran in
@@ -197,7 +198,7 @@ class Daemon:
     def _handlers(self, parts: Parts, loop: IndexLoop, watcher: Watcher) -> Handlers:
         cfg = self.cfg
         # Its folder made by run, with the home's other checks; kept as the supervisor saw it.
-        inboxes = Inboxes(cfg, home=parts.supervisor.home)
+        inboxes = Inboxes(cfg, home=parts.supervisor.home, clock=parts.clock)
         inboxes.clean_temp()  # a write killed mid-way leaves its temp file; none runs yet
         inboxes.prune_trash()
         self._inboxes = inboxes
@@ -333,8 +334,14 @@ class Daemon:
         return {"reloaded": True, "changed": changed, "needsRestart": restart}
 
     def _daily(self) -> None:
+        # The run right after a clock jump (the guard runs an overdue job at once) removes no
+        # text for its age: a step ahead must never be what empties .trash.
+        jumps = self._scheduler.guard.jumps if self._scheduler is not None else 0
+        by_age, self._jumps_seen = jumps == self._jumps_seen, jumps
+        if not by_age:
+            log.info("memory_trash_age_skipped reason=clock_jump (aged texts go at the next daily run)")
         if self._inboxes is not None:
-            self._inboxes.prune_trash()
+            self._inboxes.prune_trash(by_age=by_age)
 
     def _load_embedder(self) -> None:
         """The configured model; if it fails, the model of the index's serving table stands in."""
@@ -370,6 +377,7 @@ class Daemon:
                     with contextlib.suppress(StoreError, sqlite3.Error):
                         parts.vectors.mark_clean()
                 parts.stores.close()
+                parts.clock.save()
         finally:
             if self._listener is not None:
                 self._listener.close()

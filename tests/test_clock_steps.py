@@ -1,0 +1,150 @@
+"""Steps of the wall clock end no wait early: .trash keeps its texts and a mass-deletion hold
+lasts its time in real time (a step ahead emptied both at once); status words a step back."""
+
+from __future__ import annotations
+
+import shutil
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.clients import cli_render
+from sidecar.memory import inbox as inbox_mod
+from sidecar.memory.inbox import Inboxes
+from sidecar.runtime import steadyclock
+from sidecar.runtime.steadyclock import SteadyClock
+from tests.conftest import FakeEmbedder, Harness, write
+
+_DAY = 86_400.0
+
+
+class _Clocks:
+    """A wall clock and a steady one (epoch, reading) the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.wall_now = time.time()
+        self.epoch, self.reading = "boot-1", 1000.0
+
+    def wall(self) -> float:
+        return self.wall_now
+
+    def steady(self) -> tuple[str, float]:
+        return self.epoch, self.reading
+
+    def passes(self, seconds: float) -> None:
+        """Real time passes: both clocks move."""
+        self.wall_now += seconds
+        self.reading += seconds
+
+
+def test_a_forward_clock_step_does_not_empty_the_trash(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wall clock stepped 100 days ahead: the prune removes no kept text (it removed every
+    agent's previous versions at once); after 90 days of real time it does."""
+    clocks = _Clocks()
+    # The module's own clock reads the faked wall clock too (what the prune read before).
+    fake_time = types.SimpleNamespace(**{n: getattr(time, n) for n in dir(time) if not n.startswith("_")})
+    fake_time.time = clocks.wall
+    monkeypatch.setattr(inbox_mod, "time", fake_time)
+    inboxes = Inboxes(make_cfg(vault, **{"memory.trashDays": 90}))
+    inboxes.clock = SteadyClock(None, wall=clocks.wall, steady=clocks.steady)
+    inboxes.write("claude", "recipe", "Omas Apfelkuchen: 3 Eier", None, must_exist=False)
+    inboxes.write("claude", "recipe", "Omas Apfelkuchen v2: 4 Eier", None, must_exist=False)
+    trash = inboxes.cfg.agents_dir / "claude" / "memory" / ".trash"
+    assert len(list(trash.iterdir())) == 1
+    clocks.wall_now += 100 * _DAY  # a step: no real time passed
+    clocks.passes(60)
+    assert inboxes.prune_trash() == 0
+    assert len(list(trash.iterdir())) == 1
+    clocks.wall_now -= 100 * _DAY  # corrected back
+    clocks.passes(91 * _DAY)
+    assert inboxes.prune_trash() == 1
+    assert list(trash.iterdir()) == []
+
+
+def test_the_daily_run_right_after_a_clock_jump_removes_nothing_for_its_age(make_cfg: Any, vault: Path) -> None:
+    """``by_age=False`` (the run the clock guard starts at once after a jump) keeps aged texts."""
+    import datetime as dt
+
+    inboxes = Inboxes(make_cfg(vault, **{"memory.trashDays": 30}))
+    inboxes.write("claude", "n", "first", None, must_exist=False)
+    trash = inboxes.cfg.agents_dir / "claude" / "memory" / ".trash"
+    trash.mkdir(mode=0o700)
+    old = dt.datetime.now() - dt.timedelta(days=31)
+    (trash / f"n--{old.strftime('%Y%m%dT%H%M%S%f')}.md").write_text("old text")
+    assert inboxes.prune_trash(by_age=False) == 0
+    assert inboxes.prune_trash() == 1
+
+
+def test_the_steady_clock_counts_real_time_across_restarts(tmp_path: Path) -> None:
+    """Saved and resumed: a restart in the same boot counts the steady clock's progress, a
+    reboot believes the wall clock's gap up to a week; a step while running is never counted."""
+    clocks = _Clocks()
+    path = tmp_path / "state" / "clock.json"
+    first = SteadyClock(path, wall=clocks.wall, steady=clocks.steady)
+    start = first.now()
+    assert start == pytest.approx(clocks.wall_now)
+    clocks.wall_now += 30 * _DAY  # a step ahead while running
+    clocks.passes(3600)
+    assert first.now() == pytest.approx(start + 3600)
+    assert first.to_wall(start) == pytest.approx(clocks.wall_now - 3600)
+    first.save()
+    clocks.passes(600)  # stopped, same boot
+    second = SteadyClock(path, wall=clocks.wall, steady=clocks.steady)
+    assert second.now() == pytest.approx(start + 4200)
+    clocks.epoch, clocks.reading = "boot-2", 5.0  # a reboot, the wall clock 200 days on
+    clocks.wall_now += 200 * _DAY
+    third = SteadyClock(path, wall=clocks.wall, steady=clocks.steady)
+    assert third.now() == pytest.approx(start + 4200 + steadyclock.GAP_CAP_S)
+    clocks.epoch = "boot-3"
+    clocks.wall_now -= 400 * _DAY  # a reboot with the clock far behind: nothing counted
+    fourth = SteadyClock(path, wall=clocks.wall, steady=clocks.steady)
+    assert fourth.now() == pytest.approx(third.now())
+
+
+def _notes(folder: Path, n: int) -> None:
+    for i in range(n):
+        write(folder / f"n{i}.md", f"# Note {i}\n\nText about topic {i}.\n")
+
+
+def test_a_forward_clock_step_does_not_release_a_mass_deletion_hold(make_cfg: Any, vault: Path) -> None:
+    """A wiki deleted inside a present vault is held as a mass deletion; the wall clock stepping
+    7 h ahead does not apply it (it did within seconds); 6 h of real time does. Status shows the
+    hold's start and end on the wall clock, never ahead of now after a step back."""
+    _notes(vault / "wiki/Notes", 6)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    wall, steady = [1_000_000.0], [1_000_000.0]
+    h.supervisor.clock = lambda: wall[0]
+    h.supervisor.hold_clock = lambda: steady[0]
+    try:
+        h.sweep()
+        shutil.rmtree(vault / "wiki")
+        h.sweep()
+        st = h.supervisor.roots["wiki"]
+        assert st.hold_kind == "mass"
+        wall[0] += 7 * 3600  # a step: no real time passed
+        steady[0] += 30
+        h.sweep()
+        assert st.hold_kind == "mass"
+        assert h.stores.manifest.file_states("wiki/")
+        wall[0] -= 100 * _DAY  # then set far back
+        hold = next(r for r in h.supervisor.describe(lambda _p: True) if r["name"] == "wiki")["hold"]
+        assert hold["since"] <= wall[0]
+        assert hold["applies_at"] == pytest.approx(wall[0] - 30 - 60 + 360 * 60, abs=120)
+        steady[0] += 360 * 60
+        h.sweep()
+        assert st.hold_kind is None
+        assert not h.stores.manifest.file_states("wiki/")
+    finally:
+        h.close()
+
+
+def test_status_words_times_after_the_clock_went_back() -> None:
+    """A time ahead of the client's clock (it was set back since) prints no negative age."""
+    text = cli_render._ago(time.time() + 8_639_985)
+    assert "-" not in text
+    assert "clock" in text
