@@ -49,7 +49,7 @@ def test_a_forward_clock_step_does_not_empty_the_trash(
     # The module's own clock reads the faked wall clock too (what the prune read before).
     fake_time = types.SimpleNamespace(**{n: getattr(time, n) for n in dir(time) if not n.startswith("_")})
     fake_time.time = clocks.wall
-    monkeypatch.setattr(inbox_mod, "time", fake_time)
+    monkeypatch.setattr(inbox_mod, "time", fake_time, raising=False)
     inboxes = Inboxes(make_cfg(vault, **{"memory.trashDays": 90}))
     inboxes.clock = SteadyClock(None, wall=clocks.wall, steady=clocks.steady)
     inboxes.write("claude", "recipe", "Omas Apfelkuchen: 3 Eier", None, must_exist=False)
@@ -66,7 +66,7 @@ def test_a_forward_clock_step_does_not_empty_the_trash(
     assert list(trash.iterdir()) == []
 
 
-def test_the_daily_run_right_after_a_clock_jump_removes_nothing_for_its_age(make_cfg: Any, vault: Path) -> None:
+def test_the_run_right_after_a_clock_jump_removes_nothing_for_its_age(make_cfg: Any, vault: Path) -> None:
     """``by_age=False`` (the run the clock guard starts at once after a jump) keeps aged texts."""
     import datetime as dt
 

@@ -24,7 +24,6 @@ import re
 import secrets
 import stat
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
