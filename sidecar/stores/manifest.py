@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sidecar.contracts.errors import StoreError, store_error_class
+from sidecar.contracts.errors import StoreError, StoreNewerError, store_error_class
 from sidecar.contracts.wire import memory_agent
 from sidecar.notes import links
 from sidecar.notes.dayformat import DayFormats, day_of_path
@@ -344,6 +344,13 @@ class Manifest(VectorBook):
             # manifest, and it kept that size on disk).
             self._db.execute("PRAGMA journal_size_limit=67108864")
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreNewerError(
+                    f"the index in {path.parent} was written by a newer sidecar (manifest schema "
+                    f"{version}; this version reads up to {SCHEMA_VERSION}): sidecar was downgraded? "
+                    "Start the newer version again, or move that folder away to have this version "
+                    "build a new index (the newer one is left as it is)"
+                )
             if version not in (0, 1, 2, 3, SCHEMA_VERSION):
                 raise StoreError(f"manifest {path} has schema {version}, expected {SCHEMA_VERSION}")
             if version == 1:  # 0.1.0 manifests lack the column of the table being built
@@ -372,6 +379,10 @@ class Manifest(VectorBook):
                 raise StoreError(f"manifest {path} failed its integrity check")
             self._shrink()
             self.inode = path.stat().st_ino  # the daemon notices a deleted or replaced file
+        except StoreError:
+            if (db := getattr(self, "_db", None)) is not None:
+                db.close()  # the file is not ours to keep open (a newer version's, a damaged one)
+            raise
         except sqlite3.DatabaseError as exc:
             # A full disk (a schema step or the WAL needs a page) is no damage: taken for one, the
             # manifest was moved aside and the keyword index and every vector with it.
