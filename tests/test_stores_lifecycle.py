@@ -103,7 +103,7 @@ def test_a_disk_io_error_on_a_full_disk_moves_no_store_aside(
 
     monkeypatch.setattr(manifest_module.links, "ensure_schema", shm_fails)
     monkeypatch.setattr(space.os, "statvfs", no_space)
-    with pytest.raises(DiskFullError, match="disk of .* is full: nothing was moved aside"):
+    with pytest.raises(DiskFullError, match=r"disk of .* is full: nothing was moved aside"):
         open_stores(cfg, _problems())
     assert sorted(p.name for p in cfg.index_dir.iterdir()) == before
     monkeypatch.undo()
