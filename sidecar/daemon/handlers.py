@@ -336,7 +336,12 @@ class Handlers:
         """``result``, saying so while a new or rebuilt index has not read every note yet: an
         agent asking then was told "nothing relevant found" with most of the vault unread."""
         building = self._building()
-        return result if building is None else replace(result, indexing=building)
+        if building is not None:
+            result = replace(result, indexing=building)
+        # Updates failing (a full disk): the hits are what was indexed before, and say so (an
+        # agent took "nothing relevant found" for "there is no such note").
+        failing = self.problems.active_in("index")
+        return result if failing is None else replace(result, stale_since=failing["since"])
 
     def _building(self) -> tuple[int, int] | None:
         """(notes read, notes to read) while a new or rebuilt index has not read every note."""
