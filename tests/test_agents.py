@@ -1293,7 +1293,8 @@ def test_a_search_while_index_updates_fail_says_the_answer_may_be_stale(served: 
     assert "the index could not be updated for the last 1 min" in text
     assert "may be missing" in text
     assert parse_search(found).stale_since == since
-    assert stale_note(since, now=since + 3 * 3600).startswith("the index could not be updated for the last 3 h")
+    later = stale_note(since, now=since + 3 * 3600)
+    assert later.startswith("the index could not be updated for the last 3 h")
     problems.clear("index")
     assert "staleSince" not in served.call("search", {"query": "zzyzx nothing"})
 

@@ -24,9 +24,9 @@ from sidecar.contracts.wire import (
     parse_explanation,
     parse_search,
     pending_note,
-    stale_note,
     refused_note,
     resolved_notes,
+    stale_note,
 )
 
 
