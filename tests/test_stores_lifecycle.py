@@ -99,7 +99,7 @@ def test_a_disk_io_error_on_a_full_disk_moves_no_store_aside(
 
     def no_space(path: Any) -> Any:
         st = real(path)
-        return type("Full", (), {"f_bavail": 0, "f_frsize": st.f_frsize})()
+        return type("Full", (), {"f_bavail": 0, "f_bfree": 0, "f_frsize": st.f_frsize})()
 
     monkeypatch.setattr(manifest_module.links, "ensure_schema", shm_fails)
     monkeypatch.setattr(space.os, "statvfs", no_space)

@@ -19,16 +19,22 @@ from sidecar.contracts.errors import is_disk_full
 
 # About what SQLite's shared-memory file takes at open (32 KiB) with room to spare.
 PROBE_BYTES = 64 * 1024
+# Less free than this beside a store that failed to open: the failure is taken for the disk's (an
+# open, a schema step or a log may want more than the probe; a damaged store there is moved aside
+# once there is room).
+LOW_BYTES = 1 << 20
 
 
 def disk_full_at(folder: Path) -> bool:
-    """True when ``folder``'s disk has no room for ``PROBE_BYTES`` (free space, then a written
-    and synced probe file, removed again). A folder that cannot be asked is not called full."""
+    """True when ``folder``'s disk is (nearly) full: less than ``LOW_BYTES`` free to this user
+    (root may use the filesystem's reserve), or a written and synced probe file of
+    ``PROBE_BYTES`` fails for lack of space. A folder that cannot be asked is not called full."""
     try:
         st = os.statvfs(folder)
     except OSError:
         return False
-    if st.f_bavail * st.f_frsize < PROBE_BYTES:
+    free = st.f_bfree if os.geteuid() == 0 else st.f_bavail
+    if free * st.f_frsize < LOW_BYTES:
         return True
     probe = folder / f".space-probe-{secrets.token_hex(4)}"
     try:
