@@ -148,3 +148,27 @@ def test_status_words_times_after_the_clock_went_back() -> None:
     text = cli_render._ago(time.time() + 8_639_985)
     assert "-" not in text
     assert "clock" in text
+
+
+def test_the_daily_prune_right_after_a_detected_jump_keeps_aged_texts(make_cfg: Any, vault: Path) -> None:
+    """The daemon's daily run that the clock guard starts at once after a jump removes nothing
+    for its age (it emptied .trash 50 ms after `clock_jump`); the next daily run does."""
+    import datetime as dt
+
+    from sidecar.daemon.lifecycle import Daemon
+
+    cfg = make_cfg(vault, **{"memory.trashDays": 30})
+    daemon = Daemon(cfg)
+    inboxes = Inboxes(cfg)
+    inboxes.write("claude", "n", "first", None, must_exist=False)
+    trash = cfg.agents_dir / "claude" / "memory" / ".trash"
+    trash.mkdir(mode=0o700)
+    old = dt.datetime.now() - dt.timedelta(days=31)
+    (trash / f"n--{old.strftime('%Y%m%dT%H%M%S%f')}.md").write_text("aged text")
+    guard = types.SimpleNamespace(jumps=1)  # the schedule's clock guard saw one jump
+    daemon._scheduler = types.SimpleNamespace(guard=guard)  # type: ignore[assignment]
+    daemon._inboxes = inboxes
+    daemon._daily()
+    assert len(list(trash.iterdir())) == 1
+    daemon._daily()
+    assert list(trash.iterdir()) == []
