@@ -17,8 +17,8 @@ def _ago(ts: float | None) -> str:
     if ts is None:
         return "never"
     passed = time.time() - ts
-    if passed < -1:  # the wall clock was set back since (a negative age says nothing)
-        return "just now (the clock was set back since)"
+    if passed < -1:  # the wall clock was set back since: a negative age says nothing
+        return "before the clock was set back"
     return f"{duration(max(passed, 0.0))} ago"
 
 
