@@ -66,20 +66,6 @@ def test_a_forward_clock_step_does_not_empty_the_trash(
     assert list(trash.iterdir()) == []
 
 
-def test_the_run_right_after_a_clock_jump_removes_nothing_for_its_age(make_cfg: Any, vault: Path) -> None:
-    """``by_age=False`` (the run the clock guard starts at once after a jump) keeps aged texts."""
-    import datetime as dt
-
-    inboxes = Inboxes(make_cfg(vault, **{"memory.trashDays": 30}))
-    inboxes.write("claude", "n", "first", None, must_exist=False)
-    trash = inboxes.cfg.agents_dir / "claude" / "memory" / ".trash"
-    trash.mkdir(mode=0o700)
-    old = dt.datetime.now() - dt.timedelta(days=31)
-    (trash / f"n--{old.strftime('%Y%m%dT%H%M%S%f')}.md").write_text("old text")
-    assert inboxes.prune_trash(by_age=False) == 0
-    assert inboxes.prune_trash() == 1
-
-
 def test_the_steady_clock_counts_real_time_across_restarts(tmp_path: Path) -> None:
     """Saved and resumed: a restart in the same boot counts the steady clock's progress, a
     reboot believes the wall clock's gap up to a week; a step while running is never counted."""
@@ -150,12 +136,17 @@ def test_status_words_times_after_the_clock_went_back() -> None:
     assert "clock" in text
 
 
-def test_the_daily_prune_right_after_a_detected_jump_keeps_aged_texts(make_cfg: Any, vault: Path) -> None:
-    """The daemon's daily run that the clock guard starts at once after a jump removes nothing
-    for its age (it emptied .trash 50 ms after `clock_jump`); the next daily run does."""
+def test_the_daily_prune_ages_trash_on_a_laptop_that_suspends_every_night(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every resume from suspend is a `clock_jump` to the schedule's guard; the daily run after
+    one skipped pruning by age, so on a laptop closed each night .trash never aged out. Uses the
+    real ClockGuard; a suspend is the monotonic clock standing still while the wall clock moves."""
     import datetime as dt
 
+    from sidecar.daemon import schedule
     from sidecar.daemon.lifecycle import Daemon
+    from sidecar.daemon.schedule import ClockGuard
 
     cfg = make_cfg(vault, **{"memory.trashDays": 30})
     daemon = Daemon(cfg)
@@ -163,12 +154,20 @@ def test_the_daily_prune_right_after_a_detected_jump_keeps_aged_texts(make_cfg: 
     inboxes.write("claude", "n", "first", None, must_exist=False)
     trash = cfg.agents_dir / "claude" / "memory" / ".trash"
     trash.mkdir(mode=0o700)
-    old = dt.datetime.now() - dt.timedelta(days=31)
-    (trash / f"n--{old.strftime('%Y%m%dT%H%M%S%f')}.md").write_text("aged text")
-    guard = types.SimpleNamespace(jumps=1)  # the schedule's clock guard saw one jump
+    old = dt.datetime.now() - dt.timedelta(days=200)
+    (trash / f"n--{old.strftime('%Y%m%dT%H%M%S%f')}.md").write_text("200-day-old text")
+    suspended = [0.0]
+    real_mono = time.monotonic
+    fake = types.SimpleNamespace(**{n: getattr(time, n) for n in dir(time) if not n.startswith("_")})
+    fake.monotonic = lambda: real_mono() - suspended[0]
+    monkeypatch.setattr(schedule, "time", fake)
+    sched = types.SimpleNamespace(wakeup=lambda: None, get_jobs=list, timezone=dt.UTC)
+    guard = ClockGuard(sched)  # type: ignore[arg-type]
     daemon._scheduler = types.SimpleNamespace(guard=guard)  # type: ignore[assignment]
     daemon._inboxes = inboxes
-    daemon._daily()
-    assert len(list(trash.iterdir())) == 1
-    daemon._daily()
+    for _night in range(3):
+        suspended[0] += 8 * 3600  # lid closed overnight: the monotonic clock stood still 8 h
+        guard.check()  # the 1 s pacer notices the resume
+        daemon._daily()
+    assert guard.jumps == 3
     assert list(trash.iterdir()) == []

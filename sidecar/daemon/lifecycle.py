@@ -92,7 +92,6 @@ class Daemon:
         self._retriever: Retriever | None = None
         self.parts: Parts | None = None
         self._inboxes: Inboxes | None = None
-        self._jumps_seen = 0  # clock jumps the schedule's guard had seen at the last daily run
         self.loop: IndexLoop | None = None
         self.watcher: Watcher | None = None
         # Reloads one at a time, each reading the file inside: two SIGHUPs close together ran in
@@ -334,14 +333,11 @@ class Daemon:
         return {"reloaded": True, "changed": changed, "needsRestart": restart}
 
     def _daily(self) -> None:
-        # The run right after a clock jump (the guard runs an overdue job at once) removes no
-        # text for its age: a step ahead must never be what empties .trash.
-        jumps = self._scheduler.guard.jumps if self._scheduler is not None else 0
-        by_age, self._jumps_seen = jumps == self._jumps_seen, jumps
-        if not by_age:
-            log.info("memory_trash_age_skipped reason=clock_jump (aged texts go at the next daily run)")
+        # No skip after a clock jump: every resume from suspend counts as one, so on a laptop the
+        # daily run would never age .trash. The prune's "now" is the earlier of the wall and the
+        # steady clock, which a forward step does not move: a step ages nothing anyway.
         if self._inboxes is not None:
-            self._inboxes.prune_trash(by_age=by_age)
+            self._inboxes.prune_trash()
 
     def _load_embedder(self) -> None:
         """The configured model; if it fails, the model of the index's serving table stands in."""

@@ -572,7 +572,7 @@ class Inboxes:
             "max_trash_files": limits.max_trash_files,
         }
 
-    def prune_trash(self, now: float | None = None, *, by_age: bool = True) -> int:
+    def prune_trash(self, now: float | None = None) -> int:
         """Remove texts kept in the inboxes' .trash longer than ``memory.trashDays`` (their age is
         the time in their name, as written by this daemon; other files are left alone), and the
         oldest beyond the caps (a trash kept by an older version, or caps lowered); leftovers of
@@ -583,16 +583,13 @@ class Inboxes:
 
         A text's age counts only as far as real time confirms it: "now" is the earlier of the
         wall clock and the steady clock (which a step of the wall clock does not move), so a
-        step forward ages nothing and a step back only keeps texts longer. ``by_age`` False
-        (the run right after a detected clock jump): only the caps and leftovers."""
+        step forward ages nothing and a step back only keeps texts longer."""
         days = self.cfg.memory.trash_days
         if now is None:
             now = min(self.clock.wall(), self.clock.now())
         # The name's time is fixed-width digits: compared as text, as in time (no parsing of each).
         cutoff = (
-            dt.datetime.fromtimestamp(now - days * 86_400).strftime("%Y%m%dT%H%M%S%f")
-            if days > 0 and by_age
-            else ""
+            dt.datetime.fromtimestamp(now - days * 86_400).strftime("%Y%m%dT%H%M%S%f") if days > 0 else ""
         )
         caps = self._caps()
         removed = retired = 0
