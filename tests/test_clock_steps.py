@@ -171,3 +171,59 @@ def test_the_daily_prune_ages_trash_on_a_laptop_that_suspends_every_night(
         daemon._daily()
     assert guard.jumps == 3
     assert list(trash.iterdir()) == []
+
+
+def test_a_lost_clock_file_does_not_release_a_held_mass_deletion(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The steady clock lags the wall clock (a step ahead); the clock file is then lost (a
+    cleaned state folder, a crash): the next start read the wall clock and applied a held mass
+    deletion at once. The index keeps a copy of the reading with the hold: the hold goes on."""
+    from sidecar.daemon import compose
+    from sidecar.vault.homeguard import clock_path
+
+    clocks = _Clocks()
+    monkeypatch.setattr(
+        compose, "SteadyClock", lambda path: SteadyClock(path, wall=clocks.wall, steady=clocks.steady)
+    )
+    _notes(vault / "wiki/Notes", 6)
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        shutil.rmtree(vault / "wiki")
+        h.sweep()
+        assert h.supervisor.roots["wiki"].hold_kind == "mass"
+        clocks.wall_now += 5 * _DAY  # a step: the steady clock now lags by 5 days
+        clocks.passes(60)
+        h.sweep()
+        assert h.supervisor.roots["wiki"].hold_kind == "mass"
+    finally:
+        h.close()
+    path = clock_path(cfg)
+    assert path is not None and path.exists()
+    path.unlink()
+    clocks.passes(60)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        assert h.supervisor.roots["wiki"].hold_kind == "mass"
+        assert h.stores.manifest.file_states("wiki/")
+        clocks.passes(360 * 60)
+        h.sweep()
+        assert h.supervisor.roots["wiki"].hold_kind is None
+        assert not h.stores.manifest.file_states("wiki/")
+    finally:
+        h.close()
+
+
+def test_an_unwritable_clock_file_is_warned_about_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A clock file that cannot be written (it was silently at debug level) is said once."""
+    (tmp_path / "state").write_text("a file where the folder should be")
+    clock = SteadyClock(tmp_path / "state" / "clock.json")
+    clock.save()
+    clock.save()
+    said = [r for r in caplog.records if r.getMessage().startswith("steady_clock_file_unusable op=write")]
+    assert len(said) == 1

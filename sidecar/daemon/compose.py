@@ -9,6 +9,8 @@ parts the same way.
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +29,7 @@ from sidecar.runtime.steadyclock import SteadyClock
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.lifecycle import open_stores
 from sidecar.vault.homeguard import clock_path
-from sidecar.vault.supervisor import Supervisor
+from sidecar.vault.supervisor import CLOCK_META, Supervisor
 from sidecar.vault.watcher import Watcher
 
 
@@ -60,7 +62,10 @@ def build(
     vectors = Vectoring(
         stores, cfg.index.keep_deleted_vectors_hours * 3600, cfg.index.keep_deleted_vectors_max
     )
-    supervisor = Supervisor(cfg, meta=manifest, beat=beat, hold_clock=clock.now)
+    clock.floor(manifest.get_meta(CLOCK_META))  # the clock file lost: the index's copy of it
+    with contextlib.suppress(sqlite3.Error):  # kept fresh: an old copy would lag by many reboots
+        manifest.set_meta(CLOCK_META, clock.record())
+    supervisor = Supervisor(cfg, meta=manifest, beat=beat, hold_clock=clock.now, hold_record=clock.record)
     indexer = Indexer(cfg, stores, slot, vectors=vectors, supervisor=supervisor, problems=problems)
     repair = Repair(cfg, stores, vectors, slot, problems)
     return Parts(problems, stores, vectors, supervisor, indexer, repair, clock)

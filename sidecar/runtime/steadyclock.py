@@ -60,18 +60,19 @@ class SteadyClock:
     ) -> None:
         self.path, self.wall, self.steady = path, wall, steady
         self._lock = threading.Lock()
+        self._save_lock = threading.Lock()
+        self._warned: set[str] = set()
         epoch, reading = steady()
-        self._base = self._resumed(epoch, reading)
+        saved = self._load()
+        self.from_file = saved is not None
+        self._base = self.wall() if saved is None else self._resumed(saved, epoch, reading)
         self._epoch, self._at, self._last = epoch, reading, self._base
         self._saved = reading
         self.save()
 
-    def _resumed(self, epoch: str, reading: float) -> float:
+    def _resumed(self, saved: tuple[float, float, str, float], epoch: str, reading: float) -> float:
         """Where this run starts: the saved time plus what really passed since it was saved."""
         wall = self.wall()
-        saved = self._load()
-        if saved is None:
-            return wall
         then, then_wall, then_epoch, then_reading = saved
         if then_epoch == epoch and reading >= then_reading:
             passed = reading - then_reading
@@ -88,10 +89,48 @@ class SteadyClock:
         if self.path is None:
             return None
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-            return float(data["now"]), float(data["wall"]), str(data["epoch"]), float(data["steady"])
-        except (OSError, ValueError, KeyError, TypeError):
+            return _parse(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None  # a home's first start (or a cleaned state folder: see ``floor``)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            self._warn_once("read", exc)
             return None
+
+    def _warn_once(self, what: str, exc: BaseException) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            log.warning(
+                "steady_clock_file_unusable op=%s path=%s error=%s (waits go on from the index's copy)",
+                what, self.path, exc,
+            )  # fmt: skip
+
+    def record(self) -> str:
+        """The reading as saved (also kept in the index's manifest: see ``floor``)."""
+        current, reading = self._read()
+        return json.dumps({"now": current, "wall": self.wall(), "epoch": self._epoch, "steady": reading})
+
+    def floor(self, record: str | None) -> None:
+        """Without a usable clock file, go on from ``record`` (a ``record()`` kept elsewhere)
+        where it says less time passed: a lost, corrupt or unwritable file made a start read the
+        wall clock, which may be far ahead of this clock, and a held mass deletion was applied
+        at once. The earlier of the two only ever lengthens a wait."""
+        if self.from_file:
+            return
+        try:
+            saved = _parse(record) if record else None
+        except (ValueError, KeyError, TypeError):
+            saved = None
+        if saved is None:
+            return
+        epoch, reading = self.steady()
+        then = self._resumed(saved, epoch, reading)
+        current, _ = self._read()
+        if then >= current - 1.0:
+            return
+        log.warning("steady_clock_from_index behind_file_seconds=%.0f", current - then)
+        with self._lock:
+            self._base, self._epoch, self._at, self._last = then, epoch, reading, then
+        self.save()
 
     def now(self) -> float:
         current, reading = self._read()
@@ -121,15 +160,25 @@ class SteadyClock:
         progress since the last save (the waits then last longer, never shorter)."""
         if self.path is None:
             return
-        current, reading = self._read()
-        self._saved = reading
-        data = {"now": current, "wall": self.wall(), "epoch": self._epoch, "steady": reading}
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(data), encoding="utf-8")
-            os.replace(tmp, self.path)
-        except OSError as exc:
-            log.debug("steady_clock_not_saved path=%s error=%s", self.path, exc)
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+        with self._save_lock:
+            current, reading = self._read()
+            self._saved = reading
+            data = {"now": current, "wall": self.wall(), "epoch": self._epoch, "steady": reading}
+            # A name of its own: two writers never share a half-written file.
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+            try:
+                self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                with open(tmp, "w", encoding="utf-8") as fh:
+                    fh.write(json.dumps(data))
+                    fh.flush()
+                    os.fsync(fh.fileno())  # a crash leaves the old reading, not an empty file
+                os.replace(tmp, self.path)
+            except OSError as exc:
+                self._warn_once("write", exc)
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+
+
+def _parse(text: str) -> tuple[float, float, str, float]:
+    data = json.loads(text)
+    return float(data["now"]), float(data["wall"]), str(data["epoch"]), float(data["steady"])

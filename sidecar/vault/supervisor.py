@@ -51,6 +51,9 @@ HOLD_WHY = {
 }
 
 
+CLOCK_META = "steady_clock"
+
+
 class MetaStore(Protocol):
     def get_meta(self, name: str) -> str | None: ...
     def set_meta(self, name: str, value: str) -> None: ...
@@ -129,6 +132,8 @@ class Supervisor:
         meta: MetaStore | None = None,
         beat: Callable[[], None] | None = None,
         hold_clock: Callable[[], float] | None = None,
+        *,
+        hold_record: Callable[[], str] | None = None,
     ) -> None:
         self.cfg = cfg
         self.clock = clock
@@ -136,6 +141,9 @@ class Supervisor:
         # counts only real elapsed time (a step of the wall clock ended a 6 h hold at once).
         self.hold_clock = hold_clock or clock
         self.meta = meta  # where each root's mount state and hold survive a restart
+        # The hold clock's reading, kept with the holds (meta row ``CLOCK_META``): a lost clock
+        # file must not make the next start count a hold from the wall clock.
+        self.hold_record = hold_record
         self.backoff = Backoff(cfg.watch.retry_base_seconds, cfg.watch.retry_max_seconds)
         self.roots: dict[str, RootStatus] = {}
         self.beat = beat  # the indexer's heartbeat, during long waits
@@ -491,6 +499,8 @@ class Supervisor:
             st.hold_kind = st.hold_since = None
             return None
         self._remember(root, {**memo, "hold": {"kind": kind, "since": since}})
+        if self.meta is not None and self.hold_record is not None:
+            self.meta.set_meta(CLOCK_META, self.hold_record())
         held = lost if kind == "mass" else missing  # a mass hold applies the moves at once
         st.held_deletions, st.hold_kind, st.hold_since = held, kind, since
         why = HOLD_WHY[kind].format(missing=held, known=staying if kind == "mass" else known)
