@@ -1288,11 +1288,15 @@ def test_a_search_while_index_updates_fail_says_the_answer_may_be_stale(served: 
     since = problems.active_in("index")["since"]
     found = served.call("search", {"query": "zzyzx nothing"})
     assert found["staleSince"] == since
-    assert served.call("recall", {"message": "the garden"})["staleSince"] == since
+    recalled = served.call("recall", {"message": "the garden"})
+    assert recalled["staleSince"] == since
+    # Said inside the block the agent gets (a hook passes on the context, not the client's stderr).
+    assert "\nNote: the index could not be updated for less than a minute" in recalled["context"]
     text = text_of_search("zzyzx nothing", found)
-    assert "the index could not be updated for the last 1 min" in text
+    assert "the index could not be updated for less than a minute" in text
     assert "may be missing" in text
     assert parse_search(found).stale_since == since
+    assert "for the last 2 min" in stale_note(since, now=since + 150)
     later = stale_note(since, now=since + 3 * 3600)
     assert later.startswith("the index could not be updated for the last 3 h")
     problems.clear("index")

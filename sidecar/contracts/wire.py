@@ -205,9 +205,12 @@ def ignored_phrase_note(phrase: str) -> str:
 def stale_note(since: float, now: float | None = None) -> str:
     """What a client says when the index could not be updated since ``since`` (``staleSince``)."""
     passed = max((time.time() if now is None else now) - since, 0.0)
-    took = f"{passed / 3600:.0f} h" if passed >= 5400 else f"{max(passed // 60, 1):.0f} min"
+    if passed < 60:
+        took = "less than a minute"
+    else:
+        took = "the last " + (f"{passed / 3600:.0f} h" if passed >= 5400 else f"{passed // 60:.0f} min")
     return (
-        f"the index could not be updated for the last {took} (`sidecar status` says why): notes "
+        f"the index could not be updated for {took} (`sidecar status` says why): notes "
         "added or changed since may be missing here, deleted ones may still be found"
     )
 
