@@ -159,6 +159,29 @@ def test_an_index_of_a_newer_version_is_refused_not_moved_aside(make_cfg: Any, v
     assert sorted(p.name for p in cfg.index_dir.iterdir()) == before
 
 
+def test_a_newer_manifest_is_not_written_to_when_refused(tmp_path: Path) -> None:
+    """The refusal read the version after ``journal_mode=WAL``, which rewrote the newer file's
+    header (and left a -wal and -shm beside it): now it is read first, read-only."""
+    import sqlite3
+
+    from sidecar.contracts.errors import StoreNewerError
+    from sidecar.stores.manifest import SCHEMA_VERSION, Manifest
+
+    (tmp_path / "index").mkdir()
+    path = tmp_path / "index" / "manifest.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA journal_mode=DELETE")
+    db.execute("CREATE TABLE t(x)")
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    db.commit()
+    db.close()
+    before = path.read_bytes()
+    with pytest.raises(StoreNewerError):
+        Manifest(path)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in path.parent.iterdir()) == ["manifest.sqlite"]
+
+
 def _problems() -> Any:
     from sidecar.index.problems import Problems
 
