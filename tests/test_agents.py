@@ -1276,6 +1276,35 @@ def test_a_search_before_the_first_sweep_ends_says_the_index_is_incomplete(serve
     assert related["related"] != [] and "indexing" not in related
 
 
+def test_a_search_while_index_updates_fail_says_the_answer_may_be_stale(served: Served) -> None:
+    """While updating the index fails (a full disk), search and recall carry ``staleSince`` and
+    the MCP and CLI texts say recent changes may be missing (an empty answer read as "no such
+    note"); once updates work again nothing is said."""
+    from sidecar.clients.mcp_texts import text_of_search
+    from sidecar.contracts.wire import parse_search, stale_note
+
+    problems = served.h.problems
+    assert "staleSince" not in served.call("search", {"query": "zzyzx nothing"})
+    # What the index loop reports when a change cannot be written.
+    problems.report("index", "updating the index failed: database or disk is full (retrying in 5 s)")
+    since = problems.active_in("index")["since"]
+    found = served.call("search", {"query": "zzyzx nothing"})
+    assert found["staleSince"] == since
+    recalled = served.call("recall", {"message": "the garden"})
+    assert recalled["staleSince"] == since
+    # Said inside the block the agent gets (a hook passes on the context, not the client's stderr).
+    assert "\nNote: the index could not be updated for less than a minute" in recalled["context"]
+    text = text_of_search("zzyzx nothing", found)
+    assert "the index could not be updated for less than a minute" in text
+    assert "may be missing" in text
+    assert parse_search(found).stale_since == since
+    assert "for the last 2 min" in stale_note(since, now=since + 150)
+    later = stale_note(since, now=since + 3 * 3600)
+    assert later.startswith("the index could not be updated for the last 3 h")
+    problems.clear("index")
+    assert "staleSince" not in served.call("search", {"query": "zzyzx nothing"})
+
+
 def test_get_counts_the_lines_a_note_has(served: Served) -> None:
     """`lines` of get is the note's line count, what search's line ranges are measured against: a
     final line break ends the last line (get said one more: 'lines 5-7' of a note 'of 8 lines')."""

@@ -143,7 +143,7 @@ def test_a_deleted_wiki_inside_a_present_vault_is_a_mass_deletion(make_cfg: Any,
     _notes(vault / "wiki/Notes", 6)
     h = Harness(make_cfg(vault), FakeEmbedder())
     now = [1_000_000.0]
-    h.supervisor.clock = lambda: now[0]
+    h.supervisor.clock = h.supervisor.hold_clock = lambda: now[0]
     try:
         h.sweep()
         shutil.rmtree(vault / "wiki")
@@ -239,7 +239,7 @@ def test_emptied_share_with_one_copy_in_the_wiki_stays_held_as_empty(make_cfg: A
     shutil.copy2(vault / "Notes/n0.md", vault / "wiki/n0 copy.md")
     h = Harness(make_cfg(vault), FakeEmbedder())
     now = [1_000_000.0]
-    h.supervisor.clock = lambda: now[0]
+    h.supervisor.clock = h.supervisor.hold_clock = lambda: now[0]
     try:
         h.sweep()
         known = set(h.stores.manifest.file_states("vault/"))

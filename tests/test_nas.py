@@ -52,10 +52,10 @@ def big(make_cfg: Any, vault: Path) -> Any:
 
 def test_mass_deletion_waits_for_the_clock_not_for_sweeps(big: Harness, vault: Path) -> None:
     """Most notes gone on the same mount: held through many sweeps; applied once the hold
-    (wall-clock, default hours) has passed; the status says which, since when and the command."""
+    (real time, default hours) has passed; the status says which, since when and the command."""
     now = [1_000_000.0]
     sup = big.supervisor
-    sup.clock = lambda: now[0]
+    sup.clock = sup.hold_clock = lambda: now[0]
     before = _counts(big)
     for p in list((vault / "Notes").glob("*.md"))[:9]:
         p.unlink()
@@ -84,16 +84,16 @@ def test_hold_survives_a_restart(make_cfg: Any, vault: Path) -> None:
     h.sweep()
     for p in list((vault / "Notes").glob("*.md"))[:9]:
         p.unlink()
-    h.supervisor.clock = lambda: 5_000.0
+    h.supervisor.clock = h.supervisor.hold_clock = lambda: 5_000.0
     h.sweep()
     h.close()
     h = Harness(cfg, FakeEmbedder())
     try:
-        h.supervisor.clock = lambda: 5_000.0 + 3600
+        h.supervisor.clock = h.supervisor.hold_clock = lambda: 5_000.0 + 3600
         h.sweep()
         assert h.supervisor.roots["vault"].hold_since == 5_000.0
         before = h.stores.manifest.chunk_count()
-        h.supervisor.clock = lambda: 5_000.0 + 361 * 60
+        h.supervisor.clock = h.supervisor.hold_clock = lambda: 5_000.0 + 361 * 60
         h.sweep()
         assert h.stores.manifest.chunk_count() < before
     finally:
@@ -158,7 +158,7 @@ def test_unmounted_share_holds_even_with_notes_in_the_mount_point(
     big.sweep()  # remembered: a mount point of its own on device 77
     before = _counts(big)
     now = [1e6]
-    big.supervisor.clock = lambda: now[0]
+    big.supervisor.clock = big.supervisor.hold_clock = lambda: now[0]
     hidden = vault.parent / "hidden"
     os.mkdir(hidden)
     for p in vault.iterdir():

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,113 @@ def test_a_full_disk_at_start_moves_no_store_aside(make_cfg: Any, vault: Path, m
         assert chunks == docs == vectors > 0
     finally:
         h.close()
+
+
+def test_a_disk_io_error_on_a_full_disk_moves_no_store_aside(
+    make_cfg: Any, vault: Path, monkeypatch: Any
+) -> None:
+    """SQLite says "disk I/O error" at open when a full disk leaves no room for its shared-memory
+    file: the disk is asked before anything is moved, and a full one is a disk-full error with
+    every store left in place (both were renamed *.broken-* and rebuilt once there was space)."""
+    import sqlite3
+
+    from sidecar.contracts.errors import DiskFullError
+    from sidecar.stores import manifest as manifest_module
+    from sidecar.stores import space
+    from sidecar.stores.lifecycle import open_stores
+
+    cfg = make_cfg(vault)
+    index_and_close(cfg)
+    before = sorted(p.name for p in cfg.index_dir.iterdir())
+
+    def shm_fails(*_args: Any) -> bool:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    real = os.statvfs
+
+    def no_space(path: Any) -> Any:
+        st = real(path)
+        return type("Full", (), {"f_bavail": 0, "f_bfree": 0, "f_frsize": st.f_frsize})()
+
+    monkeypatch.setattr(manifest_module.links, "ensure_schema", shm_fails)
+    monkeypatch.setattr(space.os, "statvfs", no_space)
+    with pytest.raises(DiskFullError, match=r"disk of .* is full: nothing was moved aside"):
+        open_stores(cfg, _problems())
+    assert sorted(p.name for p in cfg.index_dir.iterdir()) == before
+    monkeypatch.undo()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        chunks, docs, vectors = store_counts(h)
+        assert chunks == docs == vectors > 0
+    finally:
+        h.close()
+
+
+def test_a_disk_with_room_is_asked_by_a_written_probe(tmp_path: Path, monkeypatch: Any) -> None:
+    """Free space as statvfs says it is not trusted alone: a write that fails with ENOSPC (a
+    quota, a filesystem's reserve) says full; one that succeeds says not full and leaves nothing."""
+    import errno
+
+    from sidecar.stores import space
+
+    folder = tmp_path / "index"
+    folder.mkdir()
+    assert not space.disk_full_at(folder)
+    assert list(folder.iterdir()) == []
+
+    def enospc(_fd: int, _data: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(space.os, "write", enospc)
+    assert space.disk_full_at(folder)
+    assert list(folder.iterdir()) == []
+
+
+def test_an_index_of_a_newer_version_is_refused_not_moved_aside(make_cfg: Any, vault: Path) -> None:
+    """A manifest with a newer schema (sidecar downgraded) is no damage: the start is refused
+    with what happened and what to do (exit code 3: restarting will not help), and nothing is
+    moved or rebuilt (it was renamed *.broken-* with an ERROR, and the newer index was lost)."""
+    import sqlite3
+
+    from sidecar.contracts.errors import ExitCode, StoreNewerError
+    from sidecar.stores.lifecycle import open_stores
+    from sidecar.stores.manifest import SCHEMA_VERSION
+
+    cfg = make_cfg(vault)
+    index_and_close(cfg)
+    db = sqlite3.connect(cfg.index_dir / "manifest.sqlite")
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    db.commit()
+    db.close()
+    before = sorted(p.name for p in cfg.index_dir.iterdir())
+    with pytest.raises(StoreNewerError, match="written by a newer sidecar") as err:
+        open_stores(cfg, _problems())
+    assert "downgraded" in str(err.value) and "move that folder away" in str(err.value)
+    assert err.value.exit_code == ExitCode.CONFIG
+    assert sorted(p.name for p in cfg.index_dir.iterdir()) == before
+
+
+def test_a_newer_manifest_is_not_written_to_when_refused(tmp_path: Path) -> None:
+    """The refusal read the version after ``journal_mode=WAL``, which rewrote the newer file's
+    header (and left a -wal and -shm beside it): now it is read first, read-only."""
+    import sqlite3
+
+    from sidecar.contracts.errors import StoreNewerError
+    from sidecar.stores.manifest import SCHEMA_VERSION, Manifest
+
+    (tmp_path / "index").mkdir()
+    path = tmp_path / "index" / "manifest.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA journal_mode=DELETE")
+    db.execute("CREATE TABLE t(x)")
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    db.commit()
+    db.close()
+    before = path.read_bytes()
+    with pytest.raises(StoreNewerError):
+        Manifest(path)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in path.parent.iterdir()) == ["manifest.sqlite"]
 
 
 def _problems() -> Any:

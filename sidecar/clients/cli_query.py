@@ -26,6 +26,7 @@ from sidecar.contracts.wire import (
     pending_note,
     refused_note,
     resolved_notes,
+    stale_note,
 )
 
 
@@ -49,6 +50,8 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         print(f"note: {pending_note(result.pending_vectors)}", file=sys.stderr)
     if result.indexing is not None:
         print(f"note: {indexing_note(*result.indexing)}", file=sys.stderr)
+    if result.stale_since is not None:
+        print(f"note: {stale_note(result.stale_since)}", file=sys.stderr)
     if reply.get("inboxRefused"):
         print(f"note: {shown(refused_note(reply['inboxRefused']))}", file=sys.stderr)
     if result.listed:  # none listed: said in place of "nothing relevant found" below
@@ -112,6 +115,8 @@ def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
         print(f"note: {indexing_note(*result.indexing)}", file=sys.stderr)
     if result.pending_vectors and not args.preview:  # the preview says it among its lines
         print(f"note: {recall_pending_note(result.pending_vectors)}", file=sys.stderr)
+    if result.stale_since is not None:
+        print(f"note: {stale_note(result.stale_since)}", file=sys.stderr)
     if args.preview:
         print("\n".join(preview_lines(result)))
     if result.context:

@@ -16,7 +16,10 @@ from sidecar.stores.aside import KEEP_MOVED_ASIDE_DAYS
 def _ago(ts: float | None) -> str:
     if ts is None:
         return "never"
-    return f"{duration(time.time() - ts)} ago"
+    passed = time.time() - ts
+    if passed < -1:  # the wall clock was set back since: a negative age says nothing
+        return "before the clock was set back"
+    return f"{duration(max(passed, 0.0))} ago"
 
 
 def _until(ts: float) -> str:

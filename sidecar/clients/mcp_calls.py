@@ -143,6 +143,8 @@ class ToolCalls:
             out["pendingVectors"] = result.pending_vectors
         if result.indexing is not None:
             out["indexing"] = {"done": result.indexing[0], "total": result.indexing[1]}
+        if result.stale_since is not None:
+            out["staleSince"] = result.stale_since
         if result.window:
             out["window"] = window_json(result.window)
         if result.listed is not None:

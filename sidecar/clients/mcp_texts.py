@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from sidecar.contracts.printable import escape_controls as shown
-from sidecar.contracts.wire import ignored_phrase_note, indexing_note, pending_note
+from sidecar.contracts.wire import ignored_phrase_note, indexing_note, pending_note, stale_note
 
 LEGEND = "[wiki] curated pages · [vault] the user's notes · [memory] your own earlier notes"
 
@@ -46,6 +46,8 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
     building = result.get("indexing")
     if building:
         lines.append(building_note(building))
+    if result.get("staleSince") is not None:
+        lines.append(f"note: {stale_note(result['staleSince'])}")
     if result.get("listed"):
         lines.append(
             f"The query holds filters alone: {result['listed']} hit(s) (relevance 0) are the notes they "

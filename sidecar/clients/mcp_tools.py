@@ -96,6 +96,7 @@ TOOLS: list[dict[str, Any]] = [
                 "degraded": STR,
                 "pendingVectors": {"type": "integer"},
                 "indexing": obj({"done": INT, "total": INT}),
+                "staleSince": {"type": "number"},
                 "inboxRefused": STR,
                 "masked": COUNTS,
                 "listed": INT,

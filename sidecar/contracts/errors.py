@@ -80,6 +80,13 @@ class StoreError(SidecarError):
     exit_code = ExitCode.INDEX_UNUSABLE
 
 
+class StoreNewerError(StoreError):
+    """A store written by a newer sidecar (a downgrade): not damage, and not this version's to
+    replace (the newer one finds it again after a re-upgrade). Restarting will not help."""
+
+    exit_code = ExitCode.CONFIG
+
+
 class StoreOutdatedError(StoreError):
     """A store written by another version with another layout: rebuilt, nothing is wrong."""
 

@@ -6,6 +6,7 @@ client imports it.
 
 from __future__ import annotations
 
+import time
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -131,6 +132,9 @@ class SearchResult:
     # A search of filters alone (no word to rank by): how many hits are the notes they select,
     # listed newest first, relevance 0 (0: they select none); None for any other search.
     listed: int | None = None
+    # Index updates have been failing since then (seconds since the epoch; a full disk): notes
+    # added or changed since may be missing from the hits, deleted ones still among them.
+    stale_since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -196,6 +200,19 @@ def refused_note(reason: str) -> str:
 def ignored_phrase_note(phrase: str) -> str:
     """What a client says when a time phrase's window held no note (the hits are of any day)."""
     return f"'{phrase}': no note has that date, so it was searched as words"
+
+
+def stale_note(since: float, now: float | None = None) -> str:
+    """What a client says when the index could not be updated since ``since`` (``staleSince``)."""
+    passed = max((time.time() if now is None else now) - since, 0.0)
+    if passed < 60:
+        took = "less than a minute"
+    else:
+        took = "the last " + (f"{passed / 3600:.0f} h" if passed >= 5400 else f"{passed // 60:.0f} min")
+    return (
+        f"the index could not be updated for {took} (`sidecar status` says why): notes "
+        "added or changed since may be missing here, deleted ones may still be found"
+    )
 
 
 def pending_note(n: int) -> str:
@@ -296,6 +313,8 @@ def search_json(result: SearchResult, *, preview: bool) -> dict[str, Any]:
         out["pendingVectors"] = result.pending_vectors
     if result.indexing is not None:
         out["indexing"] = {"done": result.indexing[0], "total": result.indexing[1]}
+    if result.stale_since is not None:
+        out["staleSince"] = result.stale_since
     if result.listed is not None:
         out["listed"] = result.listed
     window = result.window or (window_of(result.analysis) if result.analysis else None)
@@ -414,6 +433,7 @@ def parse_search(d: Mapping[str, Any]) -> SearchResult:
         pending_vectors=int(d.get("pendingVectors") or 0),
         indexing=(int(d["indexing"]["done"]), int(d["indexing"]["total"])) if d.get("indexing") else None,
         listed=int(d["listed"]) if d.get("listed") is not None else None,
+        stale_since=float(d["staleSince"]) if d.get("staleSince") is not None else None,
         dropped=tuple(parse_hit(h) for h in d.get("dropped") or ()),
         gates=dict(d["gates"]) if d.get("gates") else None,
     )

@@ -9,9 +9,11 @@ parts the same way.
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sidecar.config import Config
 from sidecar.daemon.handlers import Handlers, ServiceState
@@ -23,9 +25,11 @@ from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.memory.inbox import Inboxes
 from sidecar.memory.ops import MemoryOps
 from sidecar.model.embedder import EmbedderSlot
+from sidecar.runtime.steadyclock import SteadyClock
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.lifecycle import open_stores
-from sidecar.vault.supervisor import Supervisor
+from sidecar.vault.homeguard import clock_path
+from sidecar.vault.supervisor import CLOCK_META, Supervisor
 from sidecar.vault.watcher import Watcher
 
 
@@ -39,20 +43,32 @@ class Parts:
     supervisor: Supervisor
     indexer: Indexer
     repair: Repair
+    # Real elapsed time, for the waits a wall-clock step must not end.
+    clock: SteadyClock = field(default_factory=lambda: SteadyClock(None))
 
 
-def build(cfg: Config, slot: EmbedderSlot, beat: Callable[[], None] | None = None) -> Parts:
-    """Open the stores and build the parts over them; ``beat``: the indexer thread's heartbeat."""
+def build(
+    cfg: Config,
+    slot: EmbedderSlot,
+    beat: Callable[[], None] | None = None,
+    clock: SteadyClock | None = None,
+) -> Parts:
+    """Open the stores and build the parts over them; ``beat``: the indexer thread's heartbeat;
+    ``clock``: the steady clock (one kept beside the home's record by default)."""
+    clock = clock if clock is not None else SteadyClock(clock_path(cfg))
     problems = Problems()
     manifest, bm25 = open_stores(cfg, problems)
     stores = Stores(manifest, bm25, problems=problems)
     vectors = Vectoring(
         stores, cfg.index.keep_deleted_vectors_hours * 3600, cfg.index.keep_deleted_vectors_max
     )
-    supervisor = Supervisor(cfg, meta=manifest, beat=beat)
+    clock.floor(manifest.get_meta(CLOCK_META))  # the clock file lost: the index's copy of it
+    with contextlib.suppress(sqlite3.Error):  # kept fresh: an old copy would lag by many reboots
+        manifest.set_meta(CLOCK_META, clock.record())
+    supervisor = Supervisor(cfg, meta=manifest, beat=beat, hold_clock=clock.now, hold_record=clock.record)
     indexer = Indexer(cfg, stores, slot, vectors=vectors, supervisor=supervisor, problems=problems)
     repair = Repair(cfg, stores, vectors, slot, problems)
-    return Parts(problems, stores, vectors, supervisor, indexer, repair)
+    return Parts(problems, stores, vectors, supervisor, indexer, repair, clock)
 
 
 def build_watcher(

@@ -38,7 +38,7 @@ from sidecar.contracts.protocol import (
     param_opt_str,
     param_str,
 )
-from sidecar.contracts.wire import SOURCES, SearchResult, explanation_json, search_json
+from sidecar.contracts.wire import SOURCES, SearchResult, explanation_json, search_json, stale_note
 from sidecar.index.indexer import Indexer
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Vectoring
@@ -52,6 +52,7 @@ from sidecar.notes.outline import Page, lead_line, one_line
 from sidecar.notes.outline import render as render_outline
 from sidecar.notes.redact import mask, masked_line
 from sidecar.runtime.foreground import FOREGROUND
+from sidecar.search.context import with_note
 from sidecar.search.explain import explain
 from sidecar.search.query import MAX_TAGS, FilterError, Filters, parse_day
 from sidecar.search.recall import recall
@@ -336,13 +337,21 @@ class Handlers:
             result = recall(self.retriever, search.query, history, search, count, explain=preview)
         except FilterError as exc:
             raise ProtocolError(f"bad filter in 'message': {exc}") from exc
-        return search_json(self._while_building(result), preview=preview)
+        result = self._while_building(result)
+        if result.stale_since is not None:  # said where the agent reads it, not only to the client
+            result = replace(result, context=with_note(result.context, stale_note(result.stale_since)))
+        return search_json(result, preview=preview)
 
     def _while_building(self, result: SearchResult) -> SearchResult:
         """``result``, saying so while a new or rebuilt index has not read every note yet: an
         agent asking then was told "nothing relevant found" with most of the vault unread."""
         building = self._building()
-        return result if building is None else replace(result, indexing=building)
+        if building is not None:
+            result = replace(result, indexing=building)
+        # Updates failing (a full disk): the hits are what was indexed before, and say so (an
+        # agent took "nothing relevant found" for "there is no such note").
+        failing = self.problems.active_in("index")
+        return result if failing is None else replace(result, stale_since=failing["since"])
 
     def _building(self) -> tuple[int, int] | None:
         """(notes read, notes to read) while a new or rebuilt index has not read every note."""

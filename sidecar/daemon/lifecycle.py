@@ -198,7 +198,7 @@ class Daemon:
     def _handlers(self, parts: Parts, loop: IndexLoop, watcher: Watcher) -> Handlers:
         cfg = self.cfg
         # Its folder made by run, with the home's other checks; kept as the supervisor saw it.
-        inboxes = Inboxes(cfg, home=parts.supervisor.home)
+        inboxes = Inboxes(cfg, home=parts.supervisor.home, clock=parts.clock)
         inboxes.clean_temp()  # a write killed mid-way leaves its temp file; none runs yet
         inboxes.prune_trash()
         self._inboxes = inboxes
@@ -334,6 +334,9 @@ class Daemon:
         return {"reloaded": True, "changed": changed, "needsRestart": restart}
 
     def _daily(self) -> None:
+        # No skip after a clock jump: every resume from suspend counts as one, so on a laptop the
+        # daily run would never age .trash. The prune's "now" is the earlier of the wall and the
+        # steady clock, which a forward step does not move: a step ages nothing anyway.
         if self._inboxes is not None:
             self._inboxes.prune_trash()
 
@@ -371,6 +374,7 @@ class Daemon:
                     with contextlib.suppress(StoreError, sqlite3.Error):
                         parts.vectors.mark_clean()
                 parts.stores.close()
+                parts.clock.save()
         finally:
             if self._listener is not None:
                 self._listener.close()

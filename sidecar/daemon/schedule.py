@@ -114,6 +114,7 @@ class ClockGuard:
         while offset is None:
             offset = self._read()
         self._offset = offset
+        self.jumps = 0  # steps and resumes seen: a job can tell it runs right after one
 
     @staticmethod
     def _read() -> float | None:
@@ -130,6 +131,7 @@ class ClockGuard:
         step, self._offset = offset - self._offset, offset
         if abs(step) < CLOCK_STEP_S:
             return
+        self.jumps += 1
         if step < 0:
             log.warning("clock_jump seconds=%.1f (the wall clock was set back)", step)
         else:

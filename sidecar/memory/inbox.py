@@ -24,7 +24,6 @@ import re
 import secrets
 import stat
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +35,7 @@ from sidecar.config import Config, agent_name_problem, valid_agent
 from sidecar.contracts.errors import NotFoundError, SourceError, StorageError
 from sidecar.notes.frontmatter import front_matter_problem, parse_front_matter, split_front_matter
 from sidecar.notes.redact import redact_entry, redact_written
+from sidecar.runtime.steadyclock import SteadyClock
 from sidecar.vault.confine import (
     NotPrivateError,
     NotRegularError,
@@ -154,8 +154,11 @@ def _plain(value: Any) -> Any:
 class Inboxes:
     """Memory writes for every agent of one home; one lock per note serialises writers."""
 
-    def __init__(self, cfg: Config, home: HomeGuard | None = None) -> None:
+    def __init__(self, cfg: Config, home: HomeGuard | None = None, clock: SteadyClock | None = None) -> None:
         self.cfg = cfg
+        # What a kept text's age is measured against besides the wall clock: time that really
+        # passed (a forward step of the wall clock emptied every .trash at once).
+        self.clock = clock if clock is not None else SteadyClock(None)
         # The home's agents folder as the daemon started on it (the supervisor's, shared): never
         # written through once it is gone or replaced (an unmounted share's bare mount point).
         self.home = home if home is not None else HomeGuard(cfg)
@@ -576,13 +579,17 @@ class Inboxes:
         a keep that was killed go too. Counts each trash afresh for the caps (see _Trash). An
         agent in a loop of rewrites would otherwise fill the disk the index shares over the years.
         Then retires the folders of agents with nothing left (see ``_retire``). Returns how many
-        kept texts were removed."""
+        kept texts were removed.
+
+        A text's age counts only as far as real time confirms it: "now" is the earlier of the
+        wall clock and the steady clock (which a step of the wall clock does not move), so a
+        step forward ages nothing and a step back only keeps texts longer."""
         days = self.cfg.memory.trash_days
+        if now is None:
+            now = min(self.clock.wall(), self.clock.now())
         # The name's time is fixed-width digits: compared as text, as in time (no parsing of each).
         cutoff = (
-            dt.datetime.fromtimestamp((now or time.time()) - days * 86_400).strftime("%Y%m%dT%H%M%S%f")
-            if days > 0
-            else ""
+            dt.datetime.fromtimestamp(now - days * 86_400).strftime("%Y%m%dT%H%M%S%f") if days > 0 else ""
         )
         caps = self._caps()
         removed = retired = 0

@@ -69,3 +69,11 @@ def render_block(
         return ""
     parts.append("</recalled-notes>")
     return "\n".join(parts)
+
+
+def with_note(block: str | None, note: str) -> str | None:
+    """``block`` with one plain line under its header (e.g. that the index is out of date): what
+    the agent reads is the block, not the client's stderr. Outside the token budget: one line."""
+    if not block:
+        return block
+    return block.replace(HEADER, f"{HEADER}\nNote: {note}", 1)

@@ -6,7 +6,10 @@ one that cannot be opened is renamed ``<name>.broken-<time>`` (kept for inspecti
 it is moved aside with it; the vector tables are kept (their rows are found again by chunk id). A
 vector table is moved aside alone (the folder also holds the other model's table during a
 switch, which serves). A full disk is no damage: nothing is moved, the error is
-raised for the caller to try again. What was moved is noted on ``problems`` for health to show.
+raised for the caller to try again; an open that fails for another reason asks the disk first
+(``stores.space``), as SQLite says "disk I/O error" for a full one. An index written by a newer
+sidecar (a downgrade) is not damage either: nothing is moved, the start is refused with what to
+do. What was moved is noted on ``problems`` for health to show.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sidecar.config import Config
-from sidecar.contracts.errors import DiskFullError, StoreError, StoreOutdatedError
+from sidecar.contracts.errors import DiskFullError, StoreError, StoreNewerError, StoreOutdatedError
 from sidecar.stores.aside import aside_name, remove_old_moved_aside
 from sidecar.stores.bm25 import Bm25Index
 from sidecar.stores.manifest import Manifest
+from sidecar.stores.space import disk_full_at
 from sidecar.stores.vectors import VectorStore, table_name
 
 log = logging.getLogger(__name__)
@@ -52,12 +56,15 @@ def _open_or_reset(path: Path, opener: Callable[[Path], Any], cfg: Config, probl
         # read every note again. The daemon stops (exit 5); its service starts it again until
         # there is space.
         raise
+    except StoreNewerError:
+        raise  # a newer version's index: kept as it is for it, the start refused (exit 3)
     except StoreOutdatedError as exc:
         # Derived data in an older layout (e.g. the BM25 fields of 0.2): replaced, not kept.
         log.info("index_upgraded store=%s reason=%s", path.name, exc)
         shutil.rmtree(path)
         return opener(path)
     except StoreError as exc:
+        _unless_disk_full(path, exc)
         aside = move_aside(path)
         log.error("index_rebuilt store=%s reason=%s moved_to=%s", path.name, exc, aside)
         problems.note("stores", f"{path.name} could not be opened ({exc}); moved to {aside.name} and rebuilt")
@@ -71,6 +78,16 @@ def _open_or_reset(path: Path, opener: Callable[[Path], Any], cfg: Config, probl
             if bm25.exists():
                 move_aside(bm25)
         return opener(path)
+
+
+def _unless_disk_full(path: Path, exc: StoreError) -> None:
+    """Raise DiskFullError (nothing is moved) when ``path``'s disk is full: its open failed for
+    lack of space, whatever the engine's words."""
+    if disk_full_at(path.parent):
+        raise DiskFullError(
+            f"{exc} (the disk of {path.parent} is full: nothing was moved aside; "
+            "free some space and the daemon starts again)"
+        ) from exc
 
 
 def move_aside_name(path: Path) -> Path:
@@ -105,6 +122,7 @@ def open_vectors(
     except DiskFullError:
         raise  # a fault that passes: the caller tries again once there is space
     except StoreError as exc:
+        _unless_disk_full(path, exc)
         table = table_name(model_id, dim, pooling)
         if not discard_vectors(path, table, f"could not be opened ({exc})", problems):
             raise

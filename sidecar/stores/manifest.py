@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sidecar.contracts.errors import StoreError, store_error_class
+from sidecar.contracts.errors import StoreError, StoreNewerError, store_error_class
 from sidecar.contracts.wire import memory_agent
 from sidecar.notes import links
 from sidecar.notes.dayformat import DayFormats, day_of_path
@@ -320,6 +320,31 @@ class NoteDay:
     named: bool  # a daily note: its name, not a property, gave the day (``daily_note``)
 
 
+def _newer(path: Path, version: int) -> StoreNewerError:
+    return StoreNewerError(
+        f"the index in {path.parent} was written by a newer sidecar (manifest schema "
+        f"{version}; this version reads up to {SCHEMA_VERSION}): sidecar was downgraded? "
+        "Start the newer version again, or move that folder away to have this version "
+        "build a new index (the newer one is left as it is)"
+    )
+
+
+def _refuse_newer(path: Path) -> None:
+    """Refuse a newer version's manifest before the writable open changes it (``journal_mode``
+    rewrites the header; even a read-only SQLite open of a WAL file leaves a -wal and -shm): the
+    version is read from the file's header (offset 60, big-endian). A change still in a newer
+    version's write-ahead log is caught by the check after the open, as before."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(100)
+    except OSError:
+        return  # no file yet, or one the open below says what is wrong with
+    if len(head) == 100 and head.startswith(b"SQLite format 3\x00"):
+        version = int.from_bytes(head[60:64], "big", signed=True)
+        if version > SCHEMA_VERSION:
+            raise _newer(path, version)
+
+
 class Manifest(VectorBook):
     """Thread-safe wrapper over one sqlite connection (WAL); the daemon is the only writer."""
 
@@ -336,6 +361,7 @@ class Manifest(VectorBook):
         # ``_lock`` for tens of ms under a load of memory writes (a search waited up to 80 ms).
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
+        _refuse_newer(path)  # before anything writes to it (journal_mode=WAL rewrites the header)
         try:
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -344,6 +370,8 @@ class Manifest(VectorBook):
             # manifest, and it kept that size on disk).
             self._db.execute("PRAGMA journal_size_limit=67108864")
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise _newer(path, version)
             if version not in (0, 1, 2, 3, SCHEMA_VERSION):
                 raise StoreError(f"manifest {path} has schema {version}, expected {SCHEMA_VERSION}")
             if version == 1:  # 0.1.0 manifests lack the column of the table being built
@@ -372,6 +400,10 @@ class Manifest(VectorBook):
                 raise StoreError(f"manifest {path} failed its integrity check")
             self._shrink()
             self.inode = path.stat().st_ino  # the daemon notices a deleted or replaced file
+        except StoreError:
+            if (db := getattr(self, "_db", None)) is not None:
+                db.close()  # the file is not ours to keep open (a newer version's, a damaged one)
+            raise
         except sqlite3.DatabaseError as exc:
             # A full disk (a schema step or the WAL needs a page) is no damage: taken for one, the
             # manifest was moved aside and the keyword index and every vector with it.

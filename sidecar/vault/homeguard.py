@@ -70,6 +70,13 @@ def record_path(cfg: Config) -> Path | None:
     return cfg.state_dir / "homes" / f"{digest}.json"
 
 
+def clock_path(cfg: Config) -> Path | None:
+    """Where the home's steady clock keeps its reading (beside the home's record: the state
+    folder outlives an unmounted home), None without a state folder."""
+    path = record_path(cfg)
+    return None if path is None else path.with_name(f"{path.stem}.clock.json")
+
+
 def forget(cfg: Config) -> bool:
     """Replace the home's record by the user's consent to the folder there now (taken at the next
     check, also below a mount point of the fstab that is not mounted); whether one was recorded."""

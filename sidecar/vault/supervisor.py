@@ -51,6 +51,9 @@ HOLD_WHY = {
 }
 
 
+CLOCK_META = "steady_clock"
+
+
 class MetaStore(Protocol):
     def get_meta(self, name: str) -> str | None: ...
     def set_meta(self, name: str, value: str) -> None: ...
@@ -128,10 +131,19 @@ class Supervisor:
         clock: Callable[[], float] = time.time,
         meta: MetaStore | None = None,
         beat: Callable[[], None] | None = None,
+        hold_clock: Callable[[], float] | None = None,
+        *,
+        hold_record: Callable[[], str] | None = None,
     ) -> None:
         self.cfg = cfg
         self.clock = clock
+        # What a mass-deletion hold's length is measured on: the daemon passes a clock that
+        # counts only real elapsed time (a step of the wall clock ended a 6 h hold at once).
+        self.hold_clock = hold_clock or clock
         self.meta = meta  # where each root's mount state and hold survive a restart
+        # The hold clock's reading, kept with the holds (meta row ``CLOCK_META``): a lost clock
+        # file must not make the next start count a hold from the wall clock.
+        self.hold_record = hold_record
         self.backoff = Backoff(cfg.watch.retry_base_seconds, cfg.watch.retry_max_seconds)
         self.roots: dict[str, RootStatus] = {}
         self.beat = beat  # the indexer's heartbeat, during long waits
@@ -434,7 +446,7 @@ class Supervisor:
         st = self.status(root)
         ident = st.identity
         memo = self._remembered(root)
-        now = self.clock()
+        now = self.hold_clock()
         kind: str | None = None
         reconfigured = present > 0 and self._reconfigured(memo.get("path"), root.path)
         if confirmed or root.source == "memory" or reconfigured:
@@ -474,6 +486,9 @@ class Supervisor:
             return None
         since = memo.get("hold", {}).get("since") if memo.get("hold", {}).get("kind") == kind else None
         since = float(since) if isinstance(since, (int, float)) else now
+        # A start remembered ahead of now (a time saved by an older version on a wall clock
+        # that was ahead): counted from now, not held until then.
+        since = min(since, now)
         if kind == "mass" and now - since >= self.cfg.index.mass_deletion_hold_minutes * 60:
             log.warning(
                 "mass_deletion_confirmed root=%s missing=%d of %d by=hold held_minutes=%.1f",
@@ -484,6 +499,8 @@ class Supervisor:
             st.hold_kind = st.hold_since = None
             return None
         self._remember(root, {**memo, "hold": {"kind": kind, "since": since}})
+        if self.meta is not None and self.hold_record is not None:
+            self.meta.set_meta(CLOCK_META, self.hold_record())
         held = lost if kind == "mass" else missing  # a mass hold applies the moves at once
         st.held_deletions, st.hold_kind, st.hold_since = held, kind, since
         why = HOLD_WHY[kind].format(missing=held, known=staying if kind == "mass" else known)
@@ -524,9 +541,14 @@ class Supervisor:
         return gone is False
 
     def applies_at(self, st: RootStatus) -> float | None:
+        """When a mass hold ends, as the wall clock reads it now (held time is real time)."""
         if st.hold_kind != "mass" or st.hold_since is None:
             return None
-        return st.hold_since + self.cfg.index.mass_deletion_hold_minutes * 60
+        return self._as_wall(st.hold_since) + self.cfg.index.mass_deletion_hold_minutes * 60
+
+    def _as_wall(self, ts: float) -> float:
+        """A time of the hold clock as the wall clock reads it now (clients compare with theirs)."""
+        return self.clock() - max(self.hold_clock() - ts, 0.0)
 
     def deletable(self, root: Root) -> bool:
         """Deletions seen by file events may go ahead: the root is online, on the mount it was
@@ -614,7 +636,7 @@ class Supervisor:
                     if st.hold_kind is None
                     else {
                         "kind": st.hold_kind,
-                        "since": st.hold_since,
+                        "since": None if st.hold_since is None else self._as_wall(st.hold_since),
                         "applies_at": self.applies_at(st),
                         "confirm": f"sidecar index --confirm-deletions {st.name}",
                     },

@@ -1,0 +1,229 @@
+"""Steps of the wall clock end no wait early: .trash keeps its texts and a mass-deletion hold
+lasts its time in real time (a step ahead emptied both at once); status words a step back."""
+
+from __future__ import annotations
+
+import shutil
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.clients import cli_render
+from sidecar.memory import inbox as inbox_mod
+from sidecar.memory.inbox import Inboxes
+from sidecar.runtime import steadyclock
+from sidecar.runtime.steadyclock import SteadyClock
+from tests.conftest import FakeEmbedder, Harness, write
+
+_DAY = 86_400.0
+
+
+class _Clocks:
+    """A wall clock and a steady one (epoch, reading) the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.wall_now = time.time()
+        self.epoch, self.reading = "boot-1", 1000.0
+
+    def wall(self) -> float:
+        return self.wall_now
+
+    def steady(self) -> tuple[str, float]:
+        return self.epoch, self.reading
+
+    def passes(self, seconds: float) -> None:
+        """Real time passes: both clocks move."""
+        self.wall_now += seconds
+        self.reading += seconds
+
+
+def test_a_forward_clock_step_does_not_empty_the_trash(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wall clock stepped 100 days ahead: the prune removes no kept text (it removed every
+    agent's previous versions at once); after 90 days of real time it does."""
+    clocks = _Clocks()
+    # The module's own clock reads the faked wall clock too (what the prune read before).
+    fake_time = types.SimpleNamespace(**{n: getattr(time, n) for n in dir(time) if not n.startswith("_")})
+    fake_time.time = clocks.wall
+    monkeypatch.setattr(inbox_mod, "time", fake_time, raising=False)
+    inboxes = Inboxes(make_cfg(vault, **{"memory.trashDays": 90}))
+    inboxes.clock = SteadyClock(None, wall=clocks.wall, steady=clocks.steady)
+    inboxes.write("claude", "recipe", "Omas Apfelkuchen: 3 Eier", None, must_exist=False)
+    inboxes.write("claude", "recipe", "Omas Apfelkuchen v2: 4 Eier", None, must_exist=False)
+    trash = inboxes.cfg.agents_dir / "claude" / "memory" / ".trash"
+    assert len(list(trash.iterdir())) == 1
+    clocks.wall_now += 100 * _DAY  # a step: no real time passed
+    clocks.passes(60)
+    assert inboxes.prune_trash() == 0
+    assert len(list(trash.iterdir())) == 1
+    clocks.wall_now -= 100 * _DAY  # corrected back
+    clocks.passes(91 * _DAY)
+    assert inboxes.prune_trash() == 1
+    assert list(trash.iterdir()) == []
+
+
+def test_the_steady_clock_counts_real_time_across_restarts(tmp_path: Path) -> None:
+    """Saved and resumed: a restart in the same boot counts the steady clock's progress, a
+    reboot believes the wall clock's gap up to a week; a step while running is never counted."""
+    clocks = _Clocks()
+    path = tmp_path / "state" / "clock.json"
+    first = SteadyClock(path, wall=clocks.wall, steady=clocks.steady)
+    start = first.now()
+    assert start == pytest.approx(clocks.wall_now)
+    clocks.wall_now += 30 * _DAY  # a step ahead while running
+    clocks.passes(3600)
+    assert first.now() == pytest.approx(start + 3600)
+    assert first.to_wall(start) == pytest.approx(clocks.wall_now - 3600)
+    first.save()
+    clocks.passes(600)  # stopped, same boot
+    second = SteadyClock(path, wall=clocks.wall, steady=clocks.steady)
+    assert second.now() == pytest.approx(start + 4200)
+    clocks.epoch, clocks.reading = "boot-2", 5.0  # a reboot, the wall clock 200 days on
+    clocks.wall_now += 200 * _DAY
+    third = SteadyClock(path, wall=clocks.wall, steady=clocks.steady)
+    assert third.now() == pytest.approx(start + 4200 + steadyclock.GAP_CAP_S)
+    clocks.epoch = "boot-3"
+    clocks.wall_now -= 400 * _DAY  # a reboot with the clock far behind: nothing counted
+    fourth = SteadyClock(path, wall=clocks.wall, steady=clocks.steady)
+    assert fourth.now() == pytest.approx(third.now())
+
+
+def _notes(folder: Path, n: int) -> None:
+    for i in range(n):
+        write(folder / f"n{i}.md", f"# Note {i}\n\nText about topic {i}.\n")
+
+
+def test_a_forward_clock_step_does_not_release_a_mass_deletion_hold(make_cfg: Any, vault: Path) -> None:
+    """A wiki deleted inside a present vault is held as a mass deletion; the wall clock stepping
+    7 h ahead does not apply it (it did within seconds); 6 h of real time does. Status shows the
+    hold's start and end on the wall clock, never ahead of now after a step back."""
+    _notes(vault / "wiki/Notes", 6)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    wall, steady = [1_000_000.0], [1_000_000.0]
+    h.supervisor.clock = lambda: wall[0]
+    h.supervisor.hold_clock = lambda: steady[0]
+    try:
+        h.sweep()
+        shutil.rmtree(vault / "wiki")
+        h.sweep()
+        st = h.supervisor.roots["wiki"]
+        assert st.hold_kind == "mass"
+        wall[0] += 7 * 3600  # a step: no real time passed
+        steady[0] += 30
+        h.sweep()
+        assert st.hold_kind == "mass"
+        assert h.stores.manifest.file_states("wiki/")
+        wall[0] -= 100 * _DAY  # then set far back
+        hold = next(r for r in h.supervisor.describe(lambda _p: True) if r["name"] == "wiki")["hold"]
+        assert hold["since"] <= wall[0]
+        assert hold["applies_at"] == pytest.approx(wall[0] - 30 - 60 + 360 * 60, abs=120)
+        steady[0] += 360 * 60
+        h.sweep()
+        assert st.hold_kind is None
+        assert not h.stores.manifest.file_states("wiki/")
+    finally:
+        h.close()
+
+
+def test_status_words_times_after_the_clock_went_back() -> None:
+    """A time ahead of the client's clock (it was set back since) prints no negative age."""
+    text = cli_render._ago(time.time() + 8_639_985)
+    assert "-" not in text
+    assert "clock" in text
+
+
+def test_the_daily_prune_ages_trash_on_a_laptop_that_suspends_every_night(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every resume from suspend is a `clock_jump` to the schedule's guard; the daily run after
+    one skipped pruning by age, so on a laptop closed each night .trash never aged out. Uses the
+    real ClockGuard; a suspend is the monotonic clock standing still while the wall clock moves."""
+    import datetime as dt
+
+    from sidecar.daemon import schedule
+    from sidecar.daemon.lifecycle import Daemon
+    from sidecar.daemon.schedule import ClockGuard
+
+    cfg = make_cfg(vault, **{"memory.trashDays": 30})
+    daemon = Daemon(cfg)
+    inboxes = Inboxes(cfg)
+    inboxes.write("claude", "n", "first", None, must_exist=False)
+    trash = cfg.agents_dir / "claude" / "memory" / ".trash"
+    trash.mkdir(mode=0o700)
+    old = dt.datetime.now() - dt.timedelta(days=200)
+    (trash / f"n--{old.strftime('%Y%m%dT%H%M%S%f')}.md").write_text("200-day-old text")
+    suspended = [0.0]
+    real_mono = time.monotonic
+    fake = types.SimpleNamespace(**{n: getattr(time, n) for n in dir(time) if not n.startswith("_")})
+    fake.monotonic = lambda: real_mono() - suspended[0]
+    monkeypatch.setattr(schedule, "time", fake)
+    sched = types.SimpleNamespace(wakeup=lambda: None, get_jobs=list, timezone=dt.UTC)
+    guard = ClockGuard(sched)  # type: ignore[arg-type]
+    daemon._scheduler = types.SimpleNamespace(guard=guard)  # type: ignore[assignment]
+    daemon._inboxes = inboxes
+    for _night in range(3):
+        suspended[0] += 8 * 3600  # lid closed overnight: the monotonic clock stood still 8 h
+        guard.check()  # the 1 s pacer notices the resume
+        daemon._daily()
+    assert guard.jumps == 3
+    assert list(trash.iterdir()) == []
+
+
+def test_a_lost_clock_file_does_not_release_a_held_mass_deletion(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The steady clock lags the wall clock (a step ahead); the clock file is then lost (a
+    cleaned state folder, a crash): the next start read the wall clock and applied a held mass
+    deletion at once. The index keeps a copy of the reading with the hold: the hold goes on."""
+    from sidecar.daemon import compose
+    from sidecar.vault.homeguard import clock_path
+
+    clocks = _Clocks()
+    monkeypatch.setattr(
+        compose, "SteadyClock", lambda path: SteadyClock(path, wall=clocks.wall, steady=clocks.steady)
+    )
+    _notes(vault / "wiki/Notes", 6)
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        shutil.rmtree(vault / "wiki")
+        h.sweep()
+        assert h.supervisor.roots["wiki"].hold_kind == "mass"
+        clocks.wall_now += 5 * _DAY  # a step: the steady clock now lags by 5 days
+        clocks.passes(60)
+        h.sweep()
+        assert h.supervisor.roots["wiki"].hold_kind == "mass"
+    finally:
+        h.close()
+    path = clock_path(cfg)
+    assert path is not None and path.exists()
+    path.unlink()
+    clocks.passes(60)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        assert h.supervisor.roots["wiki"].hold_kind == "mass"
+        assert h.stores.manifest.file_states("wiki/")
+        clocks.passes(360 * 60)
+        h.sweep()
+        assert h.supervisor.roots["wiki"].hold_kind is None
+        assert not h.stores.manifest.file_states("wiki/")
+    finally:
+        h.close()
+
+
+def test_an_unwritable_clock_file_is_warned_about_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A clock file that cannot be written (it was silently at debug level) is said once."""
+    (tmp_path / "state").write_text("a file where the folder should be")
+    clock = SteadyClock(tmp_path / "state" / "clock.json")
+    clock.save()
+    clock.save()
+    said = [r for r in caplog.records if r.getMessage().startswith("steady_clock_file_unusable op=write")]
+    assert len(said) == 1
