@@ -21,6 +21,7 @@ from sidecar.contracts.printable import escape_terminal
 from sidecar.contracts.wire import (
     ignored_phrase_note,
     indexing_note,
+    offline_note,
     parse_explanation,
     parse_search,
     pending_note,
@@ -49,6 +50,8 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         print(f"note: {pending_note(result.pending_vectors)}", file=sys.stderr)
     if result.indexing is not None:
         print(f"note: {indexing_note(*result.indexing)}", file=sys.stderr)
+    if reply.get("offline"):
+        print(f"note: {offline_note(reply['offline'])}", file=sys.stderr)
     if reply.get("inboxRefused"):
         print(f"note: {shown(refused_note(reply['inboxRefused']))}", file=sys.stderr)
     if result.listed:  # none listed: said in place of "nothing relevant found" below
@@ -110,6 +113,8 @@ def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
     result = parse_search(reply)
     if result.indexing is not None:
         print(f"note: {indexing_note(*result.indexing)}", file=sys.stderr)
+    if reply.get("offline"):
+        print(f"note: {offline_note(reply['offline'])}", file=sys.stderr)
     if args.preview:
         print("\n".join(preview_lines(result)))
     if result.context:

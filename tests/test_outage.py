@@ -1,0 +1,114 @@
+"""A share that goes away (the vault's folder left empty, as an unmounted share leaves its mount
+point): what the daemon read of the vault's Obsidian settings stays in force, across a restart
+too, answers say the vault is offline, and a rebuild does not empty the index of it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from sidecar.clients.cli_render import render_status
+from sidecar.contracts.errors import ExitCode
+from tests.conftest import KEYWORD_ONLY, write
+from tests.daemon_process import started_as_a_user_would
+
+
+def _journal_vault(v: Path) -> Path:
+    write(v / ".obsidian/daily-notes.json", json.dumps({"folder": "Journal", "format": "DD.MM.YYYY"}))
+    write(v / "Journal/03.12.2026.md", "# Donnerstag\n\nTermin beim Optiker, neue Brille bestellt.\n")
+    for i in range(5):
+        write(v / f"Notes/n{i}.md", f"# Note {i}\n\nThe keeper of lighthouse {i} logs storm {i}.\n")
+    return v
+
+
+def _unmount(v: Path, aside: Path) -> None:
+    """The share goes: its mount point stays behind, empty."""
+    aside.mkdir()
+    for p in list(v.iterdir()):
+        shutil.move(str(p), str(aside / p.name))
+
+
+def _dated(server: Any) -> dict[str, Any]:
+    server.handlers.retriever.today = lambda: dt.date(2026, 12, 5)
+    return server.call("search", {"query": "Was hab ich vorgestern gemacht?"})
+
+
+def test_daily_note_format_stays_while_the_share_is_unmounted(tmp_path: Path, serve_in_process: Any) -> None:
+    """With the vault's share unmounted, the daily-note format read before stays in force (also
+    after a restart meanwhile): a date question still finds the journal note, and says the vault
+    is offline. Was: the format forgotten (``daily_notes: []``), the note left out, the answer
+    presented as complete."""
+    v = _journal_vault(tmp_path / "nas")
+    server = serve_in_process(v, model=KEYWORD_ONLY)
+    assert [h["reference"] for h in _dated(server)["hits"]] == ["vault/Journal/03.12.2026"]
+    _unmount(v, tmp_path / "aside")
+    server.harness.sweep()
+    assert server.harness.supervisor.roots["vault"].offline
+    health = server.call("health")
+    assert health["daily_notes"] == [
+        {"format": "DD.MM.YYYY", "folder": "Journal", "file": ".obsidian/daily-notes.json"}
+    ]
+    assert "no daily-note format set" not in render_status(health)
+    answer = _dated(server)
+    assert [h["reference"] for h in answer["hits"]] == ["vault/Journal/03.12.2026"]
+    assert answer["offline"] == ["vault", "wiki"]
+    recalled = server.call("recall", {"message": "Was hab ich vorgestern gemacht?"})
+    assert recalled["offline"] == ["vault", "wiki"]
+    server.close()
+    server.harness.close()
+    again = serve_in_process(v, model=KEYWORD_ONLY)  # a restart while the share is still away
+    assert again.call("health")["daily_notes"] == health["daily_notes"]
+    assert [h["reference"] for h in _dated(again)["hits"]] == ["vault/Journal/03.12.2026"]
+    for p in list((tmp_path / "aside").iterdir()):
+        shutil.move(str(p), str(v / p.name))
+    again.harness.sweep()
+    assert not again.harness.supervisor.roots["vault"].offline
+    assert "offline" not in _dated(again)
+
+
+def _cli(d: Any, *args: str) -> Any:
+    return subprocess.run(
+        [sys.executable, "-m", "sidecar", *args],
+        capture_output=True,
+        text=True,
+        env={**d.env, "SIDECAR_HOME": str(d.home)},
+        timeout=120,
+        check=False,
+    )
+
+
+def test_a_rebuild_while_the_share_is_away_is_refused_and_keeps_the_index(tmp_path: Path) -> None:
+    """`sidecar index --rebuild` with the vault's share unmounted: refused with the reason and a
+    non-zero exit, its notes stay found, nothing claimed "kept as indexed" falsely (was: every
+    vault and wiki note gone from the index, exit 0, "wiki offline, kept as indexed"). The same
+    without a daemon. Back online, the rebuild runs."""
+    notes = {f"Notes/n{i}.md": f"# Note {i}\n\nThe keeper of lighthouse {i} logs storm.\n" for i in range(5)}
+    notes["wiki/Backups.md"] = "# Backups\n\nThe NAS is backed up every night by Kranichflug.\n"
+    d = started_as_a_user_would(tmp_path / "base", notes)
+    try:
+        v = d.vault
+        _unmount(v, tmp_path / "aside")
+        assert _cli(d, "index").returncode == 0  # a sweep sees the share gone: kept as indexed
+        r = _cli(d, "index", "--rebuild")
+        assert r.returncode == ExitCode.REQUEST_FAILED, (r.stdout, r.stderr)
+        assert "not rebuilt: vault, wiki cannot be read now" in r.stderr and "Nothing was changed" in r.stderr
+        assert "kept as indexed" not in r.stdout + r.stderr
+        found = _cli(d, "search", "Kranichflug")
+        assert "wiki/Backups" in found.stdout and "the vault and the wiki are offline" in found.stderr
+        status = json.loads(_cli(d, "status", "--json").stdout)
+        assert status["index"]["by_source"]["vault"]["files"] == 5
+        for p in list((tmp_path / "aside").iterdir()):
+            shutil.move(str(p), str(v / p.name))
+        r = _cli(d, "index", "--rebuild")
+        assert r.returncode == 0 and "indexed 6 notes" in r.stdout + r.stderr, (r.stdout, r.stderr)
+    finally:
+        d.stop()
+    _unmount(v, tmp_path / "aside2")  # no daemon: the command indexes in its own process
+    r = _cli(d, "index", "--rebuild", "--vault", str(v))
+    assert r.returncode == ExitCode.REQUEST_FAILED and "not rebuilt: vault" in r.stderr, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
