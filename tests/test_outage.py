@@ -12,6 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from sidecar.clients import cli_parser
+from sidecar.clients.cli import main
 from sidecar.clients.cli_render import render_status
 from sidecar.contracts.errors import ExitCode
 from tests.conftest import KEYWORD_ONLY, write
@@ -112,3 +116,23 @@ def test_a_rebuild_while_the_share_is_away_is_refused_and_keeps_the_index(tmp_pa
     r = _cli(d, "index", "--rebuild", "--vault", str(v))
     assert r.returncode == ExitCode.REQUEST_FAILED and "not rebuilt: vault" in r.stderr, (r.stdout, r.stderr)
     assert "Traceback" not in r.stderr
+
+
+def test_recall_gives_up_on_a_silent_daemon_after_its_timeout(
+    tmp_path: Path, silent_socket: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sidecar recall` (a hook before every prompt) waits 10 s by default for a daemon that took
+    the connection and does not answer (SIGSTOP, a hang), `--timeout` sets it, for search too:
+    exit 8, nothing on stdout (was: a fixed 60 s, no option)."""
+    monkeypatch.setattr(cli_parser, "_json_errors", False)  # main sets it; restored after
+    parser = cli_parser.build_parser()
+    assert parser.parse_args(["recall", "hi"]).timeout == cli_parser.RECALL_TIMEOUT_S == 10.0
+    assert parser.parse_args(["search", "hi"]).timeout == 60.0
+    where = ["--socket", str(silent_socket), "--home", str(tmp_path / "home")]
+    assert main(["recall", "Wo wohnt Anna?", "--agent", "claude", "--timeout", "1", *where]) == 8
+    out = capsys.readouterr()
+    assert out.out == "" and "did not answer 'recall' within 1s" in out.err and "--timeout" in out.err
+    assert main(["search", "Anna", "--timeout", "1", *where]) == ExitCode.NO_ANSWER
+    with pytest.raises(SystemExit) as bad:
+        main(["recall", "hi", "--timeout", "0", *where])  # 0.5 s at least
+    assert bad.value.code == ExitCode.USAGE

@@ -306,6 +306,25 @@ def _search(p: argparse.ArgumentParser) -> None:
     p.add_argument("--since", metavar="DAY", help=f"only notes dated this day or later ({day})")
     p.add_argument("--until", metavar="DAY", help=f"only notes dated this day or earlier ({day})")
     _agent(p, "search as this agent (its memory plus vault and wiki)")
+    _timeout(p, QUERY_TIMEOUT_S)
+
+
+# How long `recall` waits for the daemon by default: it runs before every prompt (a hook), and a
+# daemon that is stopped (SIGSTOP, a debugger) or hangs held each prompt for the client's minute.
+RECALL_TIMEOUT_S = 10.0
+QUERY_TIMEOUT_S = 60.0  # search and preview: asked by a person, who can wait and interrupt
+TIMEOUT_RANGE = (0.5, 3600.0)
+
+
+def _timeout(p: argparse.ArgumentParser, default: float) -> None:
+    p.add_argument(
+        "--timeout",
+        type=_in_range(float, TIMEOUT_RANGE),
+        default=default,
+        metavar="SECONDS",
+        help=f"give up when the daemon has not answered within this many seconds, exit 8 "
+        f"(default {default:g})",
+    )
 
 
 def _recall_options(p: argparse.ArgumentParser) -> None:
@@ -331,11 +350,13 @@ def _recall_options(p: argparse.ArgumentParser) -> None:
 def _recall(p: argparse.ArgumentParser) -> None:
     _recall_options(p)
     p.add_argument("--preview", action="store_true", help="show per-hit scores and the query analysis")
+    _timeout(p, RECALL_TIMEOUT_S)
 
 
 def _preview(p: argparse.ArgumentParser) -> None:
     _recall_options(p)
     p.set_defaults(preview=True)
+    _timeout(p, QUERY_TIMEOUT_S)
 
 
 def _why(p: argparse.ArgumentParser) -> None:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sidecar.clients.cli_parser import UsageError, serve_flags
+from sidecar.clients.cli_parser import QUERY_TIMEOUT_S, UsageError, serve_flags
 from sidecar.clients.cli_preview import preview_lines
 from sidecar.clients.cli_render import render_links, snippet
 from sidecar.clients.client import Client
@@ -216,7 +216,11 @@ def _call(args: argparse.Namespace, cfg: Config, op: str, params: dict[str, Any]
     """The daemon's reply to one op, or None when ``--json`` printed it as it came."""
     agent = getattr(args, "agent", None)
     flags = serve_flags(args, cfg)
-    with Client(cfg.socket_path, agent=agent, config_file=cfg.source_file, serve_flags=flags) as client:
+    # --timeout where the command has it (recall's default is short: it runs before every prompt).
+    timeout = getattr(args, "timeout", None) or QUERY_TIMEOUT_S
+    with Client(
+        cfg.socket_path, timeout=timeout, agent=agent, config_file=cfg.source_file, serve_flags=flags
+    ) as client:
         reply = client.call(op, params)
     if args.json:
         print(json.dumps(reply, ensure_ascii=False))
