@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -136,3 +137,68 @@ def test_recall_gives_up_on_a_silent_daemon_after_its_timeout(
     with pytest.raises(SystemExit) as bad:
         main(["recall", "hi", "--timeout", "0", *where])  # 0.5 s at least
     assert bad.value.code == ExitCode.USAGE
+
+
+def test_a_shim_started_while_the_config_file_is_empty_finds_the_daemon_later(
+    tmp_path: Path, in_process: Any
+) -> None:
+    """An MCP shim started in the instant an editor had emptied the configuration file (whose
+    `home:` is not the default) reaches the daemon once the file is whole again: it looks the
+    socket up again when none answers where it looked (was: the default socket for its whole
+    life, every tool call "no sidecar daemon is listening")."""
+    config = tmp_path / "config.yaml"
+    config.write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SIDECAR_", "XDG_"))}
+    env["HOME"] = str(tmp_path / "userhome")  # the default home: no daemon there
+    shim = subprocess.Popen(
+        [sys.executable, "-m", "sidecar", "mcp", "--agent", "claude", "--config", str(config)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert shim.stdin is not None and shim.stdout is not None
+
+    def ask(rid: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        assert shim.stdin is not None and shim.stdout is not None
+        line = json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        shim.stdin.write(line.encode() + b"\n")
+        shim.stdin.flush()
+        answer: dict[str, Any] = json.loads(shim.stdout.readline())
+        return answer
+
+    try:
+        init = {
+            "protocolVersion": "2025-03-26",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"},
+        }
+        assert "result" in ask(1, "initialize", init)  # started (on the defaults)
+        config.write_text(f"home: {in_process.cfg.home}\n")  # the editor's save is complete
+        found = ask(2, "tools/call", {"name": "memory_search", "arguments": {"query": "audio recorder"}})
+        assert not found["result"].get("isError"), found
+        written = ask(3, "tools/call", {"name": "memory_write", "arguments": {"slug": "s", "content": "x"}})
+        assert not written["result"].get("isError"), written
+    finally:
+        shim.stdin.close()
+        shim.wait(timeout=60)
+        shim.stdout.close()
+        assert shim.stderr is not None
+        shim.stderr.close()
+
+
+def test_a_command_waits_briefly_for_an_emptied_config_file(
+    tmp_path: Path, in_process: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A CLI command that finds the configuration file empty waits a moment for it to be written
+    and uses it then (was: the defaults at once, "no daemon is listening")."""
+    config = tmp_path / "config.yaml"
+    config.write_text("# being written\n")
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "userhome"))
+    monkeypatch.setattr(cli_parser, "_json_errors", False)
+    # The editor's write lands while the command waits (in place of its pause: no timing).
+    monkeypatch.setattr(cli_parser, "_pause", lambda _s: config.write_text(f"home: {in_process.cfg.home}\n"))
+    assert main(["status", "--config", str(config)]) == 0
+    out = capsys.readouterr()
+    assert "is empty" not in out.err and "Index" in out.out

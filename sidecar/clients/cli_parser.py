@@ -7,6 +7,7 @@ import argparse
 import json
 import re
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -492,17 +493,55 @@ def serve_flags(args: argparse.Namespace, cfg: Config) -> list[str]:
     ]
 
 
-def config_of(args: argparse.Namespace) -> Config:
-    """The configuration this command line names (file, flags, environment)."""
-    flags = {
+# How long a command that talks to the daemon waits for a configuration file that is empty (an
+# editor truncates it, then writes it): read at that instant, the defaults named another socket,
+# and an MCP shim started then talked to it for its whole life.
+EMPTY_CONFIG_WAIT_S = 2.0
+_pause: Callable[[float], None] = time.sleep  # between looks at it (tests replace it)
+
+
+def _flags(args: argparse.Namespace) -> dict[str, Any]:
+    return {
         "home": getattr(args, "home", None),
         "socket": getattr(args, "socket", None),
         "vault.path": getattr(args, "vault", None),
         "vault.wikiSubfolder": getattr(args, "wiki_subfolder", None),
         "logging.level": getattr(args, "log_level", None),
     }
+
+
+def socket_now(args: argparse.Namespace) -> Path | None:
+    """The daemon's socket as the command line and the configuration file name it now (read
+    again), or None when the file does not load: an MCP shim asks when no daemon answers where it
+    looked, for the file may have been rewritten since it started."""
+    try:
+        return load_config(config_file=getattr(args, "config", None), flags=_flags(args)).socket_path
+    except ConfigError:
+        try:
+            return daemon_address(getattr(args, "config", None), _flags(args)).socket_path
+        except ConfigError:
+            return None
+
+
+def _wait_while_empty(path: Path | None) -> bool:
+    """Whether the configuration file has content within ``EMPTY_CONFIG_WAIT_S`` (True at once
+    when it is not empty)."""
+    deadline = time.monotonic() + EMPTY_CONFIG_WAIT_S
+    while _empty(path):
+        if time.monotonic() >= deadline:
+            return False
+        _pause(0.1)
+    return True
+
+
+def config_of(args: argparse.Namespace) -> Config:
+    """The configuration this command line names (file, flags, environment)."""
+    flags = _flags(args)
     try:
         cfg = load_config(config_file=getattr(args, "config", None), flags=flags)
+        talks = args.command in _TALK_TO_THE_DAEMON
+        if talks and _empty(cfg.source_file) and _wait_while_empty(cfg.source_file):
+            cfg = load_config(config_file=getattr(args, "config", None), flags=flags)  # written meanwhile
     except ConfigError as exc:
         if args.command not in _TALK_TO_THE_DAEMON:
             raise
