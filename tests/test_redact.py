@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.notes.redact import redact
+from sidecar.notes.redact import redact, redact_written
 
 PEM = (
     "-----BEGIN OPENSSH PRIVATE KEY-----\n"
@@ -56,6 +56,12 @@ SECRETS = [
     ("Kennwort für das NAS: Mondlicht!Milch99", "password"),
     ("WLAN-Schlüssel: 8472-1934-5521", "password"),
     ("the WiFi password is: Regenbogen!Tee77", "password"),
+    # short values, and phrasings without a colon
+    ("password: hunter2", "password"),
+    ("The wifi password is Sommer2024!", "password"),
+    ("Das WLAN-Passwort ist Sommer2024!", "password"),
+    ("Das Passwort lautet hunter22.", "password"),
+    ("the password is c0rrect-horse-battery", "password"),
 ]
 
 
@@ -65,6 +71,16 @@ def test_secret_samples_are_redacted(text: str, kind: str) -> None:
     clean, counts = redact(text)
     assert f"[REDACTED:{kind}]" in clean
     assert counts.get(kind, 0) >= 1
+
+
+def test_a_short_or_colonless_password_written_to_memory_never_reaches_disk() -> None:
+    """What a memory write keeps: "password: hunter2" (7 characters) and "The wifi password is
+    Sommer2024!" (no colon) reached disk in clear; the sentence around them stays."""
+    kept, counts = redact_written(
+        "password: hunter2\nThe wifi password is Sommer2024!\nDer Router steht im Flur.\n"
+    )
+    assert "hunter2" not in kept and "Sommer2024" not in kept and counts == {"password": 2}
+    assert kept.endswith("The wifi password is [REDACTED:password]\nDer Router steht im Flur.\n")
 
 
 def test_secret_value_does_not_survive() -> None:
@@ -92,6 +108,17 @@ ORDINARY = [
     "Das Passwort ist: steht im Tresor",
     "API key rotation schedule: 2026-12-01",
     "Kennwort vergessen? Siehe: Zurücksetzen",
+    # without a colon: what follows "is" is prose unless it looks like a secret
+    "The password is 12 characters long.",
+    "the WiFi password is printed on the router",
+    "Das Passwort ist 16 Zeichen lang und wird alle 90 Tage geändert.",
+    "The API key is in 1Password.",
+    "the password is at least 8 characters; my password is too short",
+    "the password was reset on 2026-12-01",
+    "The password is 2FA-protected, das Passwort ist 24h-gültig.",
+    "The secret is out. The secret is 42.",
+    "Password: min. 8 chars; password: 8+ characters; pw: 1234",
+    "password: changeme",
 ]
 
 

@@ -38,6 +38,15 @@ _SAID = (
     r"account|konto|e-mail|email|mail)){0,4}"
 )
 
+# A word made of a short code and a word ("2FA-protected", "5G-fähig"), which prose puts after "is".
+_COMPOUND = re.compile(r"[0-9A-Za-z]{1,4}-[^\W\d_]+\Z")
+# The words that name a secret, English and German.
+_KEYS = (
+    r"(?:password|passwd|pwd|pw|passphrase|secret|client_secret|api[_ -]?key|"
+    r"access[_-]?token|auth[_-]?token|secret[_-]?key|private[_-]?key|"
+    r"passw(?:o|ö|oe)rt|kennwort|(?:wlan|wifi|api|netzwerk)[_ -]?schl(?:ü|ue)ssel)\b"
+)
+
 
 RULES: tuple[Rule, ...] = (
     Rule(
@@ -78,24 +87,46 @@ RULES: tuple[Rule, ...] = (
     # scheme://user:password@host: only the password goes.
     Rule("url_password", re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]{1,20}://[^\s:/@]+:([^\s@/]{3,})@[^\s/]+"), 1),
     # password = "..." / api_key: ... / **Password**: ... / "Kennwort für das NAS: ..."; the value
-    # must look like a secret (8+ characters, no spaces, a digit or a symbol among them).
+    # must look like a secret (6+ characters, no spaces, a digit or a symbol among them:
+    # "password: hunter2" reached disk in clear with 8 asked for).
     Rule(
         "password",
         re.compile(
-            r"(?i)(?<![a-z0-9])(?:password|passwd|pwd|pw|passphrase|secret|client_secret|api[_ -]?key|"
-            r"access[_-]?token|auth[_-]?token|secret[_-]?key|private[_-]?key|"
-            r"passw(?:o|ö|oe)rt|kennwort|(?:wlan|wifi|api|netzwerk)[_ -]?schl(?:ü|ue)ssel)\b"
+            r"(?i)(?<![a-z0-9])"
+            + _KEYS
             + _MARKS
             + _SAID
             + r"[\"']?\s*[:=]"
             + _MARKS
             + r"\s*"
             + _MARKS
-            + r"[\"']?(?!\[REDACTED:)([^\s\"'`]{8,})"
+            + r"[\"']?(?!\[REDACTED:)([^\s\"'`]{6,})"
         ),
         1,
         # a value an earlier rule redacted part of (a URL's password after "pw:") keeps the rest
         accept=lambda value: _SECRETISH.search(value) is not None and "[REDACTED:" not in value,
+    ),
+    # Without a colon: "the wifi password is Sommer2024!", "das WLAN-Passwort lautet hunter22".
+    # The value is the word right after the verb and must look like a secret (6+ characters with
+    # a digit or a symbol; a full stop ending the sentence is not part of it), so "the password is
+    # 12 characters long" and "the API key is in 1Password" stay as written.
+    Rule(
+        "password",
+        re.compile(
+            r"(?i)(?<![a-z0-9])"
+            + _KEYS
+            + _MARKS
+            + _SAID
+            + r"\s+(?:is|was|ist|war|lautet)\s+"
+            + _MARKS
+            + r"[\"']?(?!\[REDACTED:)([^\s\"'`]{5,}[^\s\"'`.,;:)])"
+        ),
+        1,
+        accept=lambda value: (
+            _SECRETISH.search(value) is not None
+            and "[REDACTED:" not in value
+            and not _COMPOUND.match(value)  # "is 2FA-protected", "ist 24h-gültig": words
+        ),
     ),
 )
 
