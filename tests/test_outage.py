@@ -18,6 +18,7 @@ import pytest
 from sidecar.clients import cli_parser
 from sidecar.clients.cli import main
 from sidecar.clients.cli_render import render_status
+from sidecar.clients.doctor import Probes, render, run_checks
 from sidecar.contracts.errors import ExitCode
 from tests.conftest import KEYWORD_ONLY, write
 from tests.daemon_process import started_as_a_user_would
@@ -202,3 +203,26 @@ def test_a_command_waits_briefly_for_an_emptied_config_file(
     assert main(["status", "--config", str(config)]) == 0
     out = capsys.readouterr()
     assert "is empty" not in out.err and "Index" in out.out
+
+
+def test_doctor_says_the_share_is_unmounted(tmp_path: Path, serve_in_process: Any) -> None:
+    """`sidecar doctor` with the vault's share unmounted: the vault check fails (its folder is an
+    empty mount point) and so does a check of what the running daemon cannot read, naming the
+    offline vault (was: vault ok, daily notes ok with no format, "the daemon reports none")."""
+    v = _journal_vault(tmp_path / "nas")
+    server = serve_in_process(v, model=KEYWORD_ONLY)
+    probes = Probes(
+        inotify_limit=write(tmp_path / "max_user_watches", "100000\n"),
+        home_dir=tmp_path / "userhome",
+        systemctl="/bin/false",
+    )
+    before = {c.name: c for c in run_checks(server.cfg, probes)}
+    assert before["vault"].ok and before["roots"].ok and not before["roots"].warning
+    _unmount(v, tmp_path / "aside")
+    server.harness.sweep()
+    checks = {c.name: c for c in run_checks(server.cfg, probes)}
+    assert not checks["vault"].ok and "is empty (an unmounted share" in checks["vault"].verdict
+    assert "daily notes" not in checks  # nothing to read in an empty mount point
+    roots = checks["roots"]
+    assert not roots.ok and "cannot read vault, wiki now" in roots.verdict and "mount the share" in roots.todo
+    assert "FAIL  roots" in render(list(checks.values()), server.cfg)
