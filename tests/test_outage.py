@@ -226,3 +226,16 @@ def test_doctor_says_the_share_is_unmounted(tmp_path: Path, serve_in_process: An
     roots = checks["roots"]
     assert not roots.ok and "cannot read vault, wiki now" in roots.verdict and "mount the share" in roots.todo
     assert "FAIL  roots" in render(list(checks.values()), server.cfg)
+
+
+def test_a_config_file_left_empty_long_ago_is_not_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A configuration file whose every line is commented out, unchanged for a while, is taken as
+    it is at once: the wait is for an editor's save in progress, not a cost of every command."""
+    config = tmp_path / "config.yaml"
+    config.write_text("# home: /somewhere\n")
+    os.utime(config, (1_000_000_000, 1_000_000_000))
+    monkeypatch.setattr(cli_parser, "_pause", lambda _s: pytest.fail("waited for an old empty file"))
+    args = cli_parser.build_parser().parse_args(["status", "--config", str(config)])
+    assert cli_parser.config_of(args).source_file == config

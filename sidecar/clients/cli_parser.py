@@ -497,6 +497,7 @@ def serve_flags(args: argparse.Namespace, cfg: Config) -> list[str]:
 # editor truncates it, then writes it): read at that instant, the defaults named another socket,
 # and an MCP shim started then talked to it for its whole life.
 EMPTY_CONFIG_WAIT_S = 2.0
+EMPTY_CONFIG_FRESH_S = 10.0  # an empty file written this recently may be an editor's save
 _pause: Callable[[float], None] = time.sleep  # between looks at it (tests replace it)
 
 
@@ -525,7 +526,13 @@ def socket_now(args: argparse.Namespace) -> Path | None:
 
 def _wait_while_empty(path: Path | None) -> bool:
     """Whether the configuration file has content within ``EMPTY_CONFIG_WAIT_S`` (True at once
-    when it is not empty)."""
+    when it is not empty). Only a file changed in the last seconds is waited for: one left empty
+    (every line commented out) would cost each command, a recall hook's every prompt, the wait."""
+    try:
+        if path is None or time.time() - path.stat().st_mtime > EMPTY_CONFIG_FRESH_S:
+            return False
+    except OSError:
+        return False
     deadline = time.monotonic() + EMPTY_CONFIG_WAIT_S
     while _empty(path):
         if time.monotonic() >= deadline:
