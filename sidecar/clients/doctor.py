@@ -138,14 +138,17 @@ def check_vault(cfg: Config) -> tuple[Check, bool]:
         )
     if _empty_folder(vault, timeout):
         # What an unmounted share leaves behind: its mount point, empty. "ok" with "its wiki folder
-        # is not in the vault" was read as all well during an outage.
+        # is not in the vault" was read as all well during an outage. A warning: a new vault is
+        # empty too; the daemon's own view (the `roots` check) fails when the share is gone.
         return (
             Check(
                 "vault",
-                False,
-                f"the vault {vault} is empty (an unmounted share leaves its mount point empty)",
+                True,
+                f"the vault {vault} is empty: nothing to index (an unmounted share leaves its mount "
+                "point empty)",
                 "mount its share (or fix vault.path); the daemon keeps what it indexed meanwhile and "
                 "picks the notes up by itself once they are there",
+                warning=True,
             ),
             False,
         )
