@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -227,6 +228,19 @@ def test_doctor_says_the_share_is_unmounted(tmp_path: Path, serve_in_process: An
     roots = checks["roots"]
     assert not roots.ok and "cannot read vault, wiki now" in roots.verdict and "mount the share" in roots.todo
     assert "FAIL  roots" in render(list(checks.values()), server.cfg)
+
+
+@pytest.mark.parametrize("age", [-86_400.0, -1_000_000_000.0])
+def test_an_empty_config_file_dated_in_the_future_is_not_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, age: float
+) -> None:
+    """A modification time ahead of the clock is no save in progress: it cost every command 2 s."""
+    config = tmp_path / "config.yaml"
+    config.write_text("# home: /somewhere\n")
+    os.utime(config, (time.time() - age, time.time() - age))
+    monkeypatch.setattr(cli_parser, "_pause", lambda _s: pytest.fail("waited for a future-dated empty file"))
+    args = cli_parser.build_parser().parse_args(["status", "--config", str(config)])
+    assert cli_parser.config_of(args).source_file == config
 
 
 def test_a_config_file_left_empty_long_ago_is_not_waited_for(

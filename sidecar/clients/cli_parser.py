@@ -529,7 +529,9 @@ def _wait_while_empty(path: Path | None) -> bool:
     when it is not empty). Only a file changed in the last seconds is waited for: one left empty
     (every line commented out) would cost each command, a recall hook's every prompt, the wait."""
     try:
-        if path is None or time.time() - path.stat().st_mtime > EMPTY_CONFIG_FRESH_S:
+        # a modification time in the future (a clock set back, a share's clock) is no fresh save:
+        # it would cost every command the wait until that time came
+        if path is None or not 0 <= time.time() - path.stat().st_mtime <= EMPTY_CONFIG_FRESH_S:
             return False
     except OSError:
         return False
