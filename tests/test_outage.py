@@ -254,3 +254,26 @@ def test_a_config_file_left_empty_long_ago_is_not_waited_for(
     monkeypatch.setattr(cli_parser, "_pause", lambda _s: pytest.fail("waited for an old empty file"))
     args = cli_parser.build_parser().parse_args(["status", "--config", str(config)])
     assert cli_parser.config_of(args).source_file == config
+
+
+def test_a_rebuild_is_refused_only_for_an_offline_root_with_notes_indexed(
+    tmp_path: Path, serve_in_process: Any
+) -> None:
+    """The refusal names what to run when the vault was emptied on purpose; once its notes are
+    confirmed deleted, the wiki folder, still missing, holds no note indexed and a rebuild runs
+    (was: refused for as long as the wiki stayed offline, with nothing of it to lose)."""
+    from sidecar.contracts.errors import UnreadableError
+
+    v = _journal_vault(tmp_path / "nas")
+    server = serve_in_process(v, model=KEYWORD_ONLY)
+    indexer = server.harness.indexer
+    _unmount(v, tmp_path / "aside")
+    server.harness.sweep()
+    with pytest.raises(UnreadableError) as refused:
+        indexer.refuse_rebuild()
+    assert "emptied it on purpose, `sidecar index --confirm-deletions vault`" in str(refused.value)
+    indexer.sweep(confirm_deletions=["vault", "wiki"])
+    roots = server.harness.supervisor.roots
+    assert not indexer.manifest.file_states("vault/") and not indexer.manifest.file_states("wiki/")
+    assert not roots["vault"].offline and roots["wiki"].offline
+    indexer.refuse_rebuild()

@@ -555,15 +555,16 @@ class Indexer:
             log.info("index_chunking_recorded counted=%s", counted)
 
     def unreachable_roots(self) -> dict[str, str]:
-        """Roots a sweep cannot read now, with why: those offline (a mass deletion held is not:
+        """Roots with notes indexed that a sweep cannot read now, with why (an offline root with
+        none has nothing a rebuild could lose): those offline (a mass deletion held is not:
         its folder is there) and the vault when its folder is missing, empty or not the mount it
         was on (a share unmounted since the last sweep), asked with the probe timeout."""
         out = {
             st.name: st.error or "offline"
             for st in list(self.supervisor.roots.values())
-            if st.offline and st.hold_kind != "mass"
+            if st.offline and st.hold_kind != "mass" and self.manifest.has_files(f"{st.name}/")
         }
-        if self.cfg.vault.path is not None and "vault" not in out and self.manifest.file_states("vault/"):
+        if self.cfg.vault.path is not None and "vault" not in out and self.manifest.has_files("vault/"):
             try:
                 gone, stuck = run_with_timeout(
                     self.supervisor.vault_not_there, self.cfg.watch.probe_timeout_seconds, "vault"
@@ -587,7 +588,9 @@ class Indexer:
             "note again, and notes that cannot be read would be gone from the index until they can. "
             "Nothing was changed. Mount the share (`sidecar status` shows when it is back) and run "
             "`sidecar index --rebuild` again; `sidecar index` updates the rest now and keeps those "
-            "notes as indexed"
+            "notes as indexed. If you emptied it on purpose, "
+            + " and ".join(f"`sidecar index --confirm-deletions {name}`" for name in sorted(gone))
+            + " removes its notes from the index; a rebuild runs after that"
         )
 
     def clear(self) -> None:
