@@ -108,16 +108,23 @@ def carry_over(
 # the model's reference vectors (a wrong layout or tokenizer lands far below).
 SAME_VECTORS_MIN_COSINE = 0.99
 _SAMPLE = 32  # chunks compared: a fraction of a second of the model
+# and the longest chunks besides: a conversion that cuts long texts otherwise (another maximum
+# length, another truncation) agrees on short chunks and differs only on those
+_SAMPLE_LONGEST = 8
 
 
 def _agreement(vectors: Vectoring, old: VectorStore, model: Embedder) -> float | None:
     """The lowest cosine between stored vectors of a sample of chunks and ``model``'s vectors
-    for the same texts, or None without any stored vector. Spread over the index by text hash."""
-    sample = vectors.manifest.read(
-        "SELECT chunk_id, embed_text FROM chunks WHERE has_vector = 1 AND embed_hash != '' "
-        "ORDER BY embed_hash LIMIT ?",
-        (_SAMPLE,),
+    for the same texts, or None without any stored vector. Spread over the index by text hash,
+    and the longest chunks."""
+    where = "FROM chunks WHERE has_vector = 1 AND embed_hash != ''"
+    spread = vectors.manifest.read(
+        f"SELECT chunk_id, embed_text {where} ORDER BY embed_hash LIMIT ?", (_SAMPLE,)
     )
+    longest = vectors.manifest.read(
+        f"SELECT chunk_id, embed_text {where} ORDER BY length(embed_text) DESC LIMIT ?", (_SAMPLE_LONGEST,)
+    )
+    sample = list(dict(spread + longest).items())
     stored = old.vectors_of([cid for cid, _ in sample])
     pairs = [(stored[cid], text) for cid, text in sample if cid in stored]
     if not pairs:
