@@ -105,6 +105,7 @@ def _concrete(words: list[str], d: DaemonProcess, history: Path, config: Path) -
         "NAME": "me",
         "SLUG": "readme-note",
         "ROOT": "vault",
+        "SECONDS": "30",
     }
     by_option = {
         "--vault": str(d.vault),
@@ -381,7 +382,7 @@ def test_doctor_names_a_missing_vault(tmp_path: Path) -> None:
     cfg = load_config(flags={"vault.path": str(tmp_path / "nothere")}, env=env)
     failed = _failed(run_checks(cfg))
     assert "does not exist" in failed["vault"].verdict and "vault.path" in failed["vault"].todo
-    (tmp_path / "v").mkdir()
+    write(tmp_path / "v" / "Note.md", "# Note\n")  # an empty folder is a warning of its own
     cfg = load_config(flags={"vault.path": str(tmp_path / "v"), "vault.wikiSubfolder": "Wikki"}, env=env)
     vault = next(c for c in run_checks(cfg) if c.name == "vault")
     assert vault.ok and "Wikki/ is not in the vault" in vault.verdict

@@ -397,3 +397,43 @@ def test_first_start_counts_tokens_before_the_model_is_made(tmp_path: Path) -> N
     assert calls and calls[0][0] is False, "the tokenizer came only with the finished folder"
     assert all(counts == model.count_tokens(TEXTS) for _done, counts in calls)
     assert not list(cache.glob("*.tokenizer.model")) and not list(cache.glob("*.tmp-*"))
+
+
+def test_an_index_of_an_earlier_conversion_keeps_its_vectors(e5: OnnxEmbedder, tmp_path: Path) -> None:
+    """An index written by an earlier build: its table named for that build's conversion of the
+    same weights (``multilingual-e5-small@0495d6c1907b``), which the upgrade removed. The model
+    loaded now (another conversion id) computes the same vectors, so they are carried over:
+    nothing waits for a vector and search keeps both arms (was: every chunk embedded again,
+    keyword-only meanwhile, although README says stored vectors stay valid)."""
+    from sidecar.index import migration
+    from sidecar.stores.vectors import VectorStore, drop_table
+    from tests.conftest import Harness, make_vault
+    from tests.index_helpers import search
+
+    vault = make_vault(tmp_path / "vault")
+    env = {"SIDECAR_EMBEDDER_CACHE_DIR": str(e5.files.onnx.parent.parent)}
+    cfg = load_config(flags={"home": str(tmp_path / "home"), "vault.path": str(vault)}, env=env)
+    h = Harness(cfg, e5)
+    h.sweep()
+    current = h.stores.vectors
+    assert current is not None
+    chunks = h.stores.manifest.chunk_count()
+    old_id = "multilingual-e5-small@0495d6c1907b"  # the earlier build's conversion
+    folder = cfg.index_dir / "vectors"
+    old = VectorStore(folder, old_id, e5.dim, e5.pooling)
+    for rows, vecs in current.readable_rows().batches():
+        old.add(rows, vecs)
+    h.stores.manifest.set_meta("vector_table", old.name)
+    h.stores.manifest.set_meta("vectors_clean", "")
+    old.close()
+    h.close()
+    drop_table(folder, current.name)
+    again = Harness(cfg, None)
+    try:
+        migration.attach(cfg, again.vectors, e5)
+        serving = again.stores.serving
+        assert serving is not None and serving.store.name == current.name and serving.store.count() == chunks
+        assert again.stores.manifest.pending_count() == 0
+        assert search(again, "restic backups of the NAS")[0]["vecScore"] is not None
+    finally:
+        again.close()

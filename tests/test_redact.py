@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.notes.redact import redact
+from sidecar.notes.redact import redact, redact_written
 
 PEM = (
     "-----BEGIN OPENSSH PRIVATE KEY-----\n"
@@ -56,6 +56,14 @@ SECRETS = [
     ("Kennwort für das NAS: Mondlicht!Milch99", "password"),
     ("WLAN-Schlüssel: 8472-1934-5521", "password"),
     ("the WiFi password is: Regenbogen!Tee77", "password"),
+    # short values, and phrasings without a colon
+    ("password: hunter2", "password"),
+    ("The wifi password is Sommer2024!", "password"),
+    ("Das WLAN-Passwort ist Sommer2024!", "password"),
+    ("Das Passwort lautet hunter22.", "password"),
+    ("the password is c0rrect-horse-battery", "password"),
+    ("the password was hunter2.", "password"),
+    ("password: abc123", "password"),
 ]
 
 
@@ -65,6 +73,16 @@ def test_secret_samples_are_redacted(text: str, kind: str) -> None:
     clean, counts = redact(text)
     assert f"[REDACTED:{kind}]" in clean
     assert counts.get(kind, 0) >= 1
+
+
+def test_a_short_or_colonless_password_written_to_memory_never_reaches_disk() -> None:
+    """What a memory write keeps: "password: hunter2" (7 characters) and "The wifi password is
+    Sommer2024!" (no colon) reached disk in clear; the sentence around them stays."""
+    kept, counts = redact_written(
+        "password: hunter2\nThe wifi password is Sommer2024!\nDer Router steht im Flur.\n"
+    )
+    assert "hunter2" not in kept and "Sommer2024" not in kept and counts == {"password": 2}
+    assert kept.endswith("The wifi password is [REDACTED:password]\nDer Router steht im Flur.\n")
 
 
 def test_secret_value_does_not_survive() -> None:
@@ -92,7 +110,58 @@ ORDINARY = [
     "Das Passwort ist: steht im Tresor",
     "API key rotation schedule: 2026-12-01",
     "Kennwort vergessen? Siehe: Zurücksetzen",
+    # without a colon: what follows "is" is prose unless it looks like a secret
+    "The password is 12 characters long.",
+    "the WiFi password is printed on the router",
+    "Das Passwort ist 16 Zeichen lang und wird alle 90 Tage geändert.",
+    "The API key is in 1Password.",
+    "the password is at least 8 characters; my password is too short",
+    "the password was reset on 2026-12-01",
+    "The password is 2FA-protected, das Passwort ist 24h-gültig.",
+    "The secret is out. The secret is 42.",
+    "Password: min. 8 chars; password: 8+ characters; pw: 1234",
+    "password: changeme",
 ]
+
+
+# Words and code after "is"/"ist"/"war" without a colon: a memory write lost them for good and
+# search masked them in the user's own notes.
+SAID_WORDS = [
+    "the password is single-use",
+    "the password is admin-only",
+    "the password is company-wide",
+    "the password is randomly-generated",
+    "the password is system-generated",
+    "the secret is write-only",
+    "the secret is base64-encoded",
+    "the password is bcrypt-hashed",
+    "the password is sha256-hashed",
+    "the password is 1Password-managed",
+    "the password is user_supplied",
+    "The API key is environment-specific.",
+    "Das Passwort ist Admin-Sache.",
+    "Das WLAN-Passwort ist Fritzbox-Standard",
+    "Das Passwort war E-Mail-basiert",
+    "Das Passwort ist zufällig-generiert",
+    "if secret is DEFAULT_SECRET:",
+    "assert api_key is settings.API_KEY",
+    "assert password is hashed_pw",
+    "the password was reset-by-admin",
+    "the password is 1Password",
+    "the password is https://vault.example.com/item/42",
+    "the password is SHA256",
+]
+# A colon and a 6-7 character value: words, versions and algorithm names, not secrets.
+SHORT_WORDS = ["password: 8-chars", "secret: v1.2.3", "password: SHA-256", "password: ask-bob", "pw: min-6"]
+
+
+@pytest.mark.parametrize("text", SAID_WORDS + SHORT_WORDS)
+def test_words_after_a_key_survive_a_write_and_the_search_mask(text: str) -> None:
+    """Only a value with a digit and a letter and no word's shape is a secret here."""
+    from sidecar.notes.redact import mask
+
+    assert redact_written(text) == (text, {})
+    assert mask(text) == (text, {})
 
 
 @pytest.mark.parametrize("text", ORDINARY)

@@ -1097,3 +1097,90 @@ def test_status_counts_the_batch_the_model_computes_and_its_pace(make_cfg: Any, 
     assert "Vectors: 816 chunks waiting for vectors, about 6m 48s left" in render_status(health)
     health["vectors"]["computing"] = 936
     assert "Vectors: storing the last 936 computed" in render_status(health)
+
+
+class NewConversion(FakeEmbedder):
+    """The same model's weights converted anew (another graph file): another id, same vectors."""
+
+    model_id = "fake-bow@2"
+
+
+class SameNameOtherVectors(FakeEmbedder):
+    """Same name, other weights: its vectors do not agree with the stored ones."""
+
+    model_id = "fake-bow@3"
+
+    def embed_passages(self, texts: Any) -> Any:
+        return super().embed_passages(texts)[:, ::-1].copy()
+
+
+def test_an_upgrade_that_converts_the_model_anew_keeps_the_stored_vectors(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An index written under the earlier conversion's model id (the old layout: the table named
+    for it), that conversion removed by the upgrade so the previous model cannot be loaded: the
+    new conversion computes the same vectors for a sample, so they are carried into its table,
+    nothing is embedded again and vector search stays whole (was: every chunk re-embedded,
+    keyword-only meanwhile). Vectors of other weights under the same name are recomputed."""
+    from sidecar.index import migration
+
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    chunks = h.stores.manifest.chunk_count()
+    old_name = h.stores.vectors.name  # type: ignore[union-attr]
+    h.close()
+    new = NewConversion()
+    monkeypatch.setattr(migration, "load_model", lambda _cfg: NewConversion())  # the old one is gone
+    h = Harness(cfg, None)
+    try:
+        migration.attach(cfg, h.vectors, new)
+        serving = h.stores.serving
+        assert serving is not None and serving.store.name == table_name_of(new) and serving.model is new
+        assert h.stores.manifest.pending_count() == 0 and serving.store.count() == chunks
+        assert len(new.embedded) <= migration._SAMPLE + migration._SAMPLE_LONGEST  # the sample, no more
+        assert _tables(cfg) == [table_name_of(new)] and old_name not in _tables(cfg)
+        assert search(h, "restic backups of the NAS")[0]["vecScore"] is not None
+    finally:
+        h.close()
+    other = SameNameOtherVectors()
+    monkeypatch.setattr(migration, "load_model", lambda _cfg: SameNameOtherVectors())
+    h = Harness(cfg, None)
+    try:
+        migration.attach(cfg, h.vectors, other)
+        assert h.stores.manifest.pending_count() == chunks  # recomputed, as before
+    finally:
+        h.close()
+
+
+class CutsLongTextsOtherwise(FakeEmbedder):
+    """Same name, a conversion that keeps fewer words of a long text: short chunks agree."""
+
+    model_id = "fake-bow@4"
+
+    def embed_passages(self, texts: Any) -> Any:
+        return super().embed_passages([" ".join(t.split()[:40]) for t in texts])
+
+
+def test_a_conversion_that_differs_on_long_chunks_only_does_not_keep_the_vectors(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sample compared holds the longest chunks too: one drawn by text hash alone missed the
+    one long note and carried its wrong vector over (32 short chunks agreed)."""
+    from sidecar.index import migration
+
+    for i in range(60):
+        write(vault / f"Short/s{i}.md", f"# Short {i}\n\nA brief line about ferry {i}.\n")
+    write(vault / "Long.md", "# Long\n\n" + " ".join(f"word{j}" for j in range(150)) + "\n")
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    chunks = h.stores.manifest.chunk_count()
+    h.close()
+    monkeypatch.setattr(migration, "load_model", lambda _cfg: CutsLongTextsOtherwise())
+    h = Harness(cfg, None)
+    try:
+        migration.attach(cfg, h.vectors, CutsLongTextsOtherwise())
+        assert h.stores.manifest.pending_count() == chunks  # recomputed
+    finally:
+        h.close()

@@ -131,7 +131,13 @@ _CHECK_AFTER = {
 
 def _unsure(op: str) -> str:
     check = _CHECK_AFTER.get(op)
-    return f"; {check}" if check else " (is it overloaded or stopped? `sidecar status` says)"
+    if check:
+        return f"; {check}"
+    if op == "health":  # `sidecar status` itself: sending the user to it again helped nobody
+        return " (is it overloaded, or stopped by a signal or a debugger? its log may say why)"
+    if op in ("recall", "search"):
+        return " (is it overloaded or stopped? `sidecar status` says; --timeout sets the wait)"
+    return " (is it overloaded or stopped? `sidecar status` says)"
 
 
 def _escape_unencodable(exc: UnicodeError) -> tuple[str, int]:

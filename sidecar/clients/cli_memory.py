@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Any
 
-from sidecar.clients.cli_parser import UsageError, serve_flags
+from sidecar.clients.cli_parser import UsageError, serve_flags, socket_now
 from sidecar.clients.client import Client
 from sidecar.clients.mcp_texts import trash_dropped_note
 from sidecar.config import Config
@@ -26,7 +26,8 @@ def cmd_mcp(args: argparse.Namespace, cfg: Config) -> int:
 
     # The daemon-down hint names what this shim was started with (absolute: the host's working
     # folder is not the user's shell's).
-    run(cfg.socket_path, args.agent, cfg.source_file, serve_flags(args, cfg))
+    # The socket is looked up again whenever no daemon answers where it was (the file rewritten).
+    run(cfg.socket_path, args.agent, cfg.source_file, serve_flags(args, cfg), lambda: socket_now(args))
     return int(ExitCode.OK)
 
 

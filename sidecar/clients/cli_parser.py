@@ -7,6 +7,7 @@ import argparse
 import json
 import re
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -306,6 +307,25 @@ def _search(p: argparse.ArgumentParser) -> None:
     p.add_argument("--since", metavar="DAY", help=f"only notes dated this day or later ({day})")
     p.add_argument("--until", metavar="DAY", help=f"only notes dated this day or earlier ({day})")
     _agent(p, "search as this agent (its memory plus vault and wiki)")
+    _timeout(p, QUERY_TIMEOUT_S)
+
+
+# How long `recall` waits for the daemon by default: it runs before every prompt (a hook), and a
+# daemon that is stopped (SIGSTOP, a debugger) or hangs held each prompt for the client's minute.
+RECALL_TIMEOUT_S = 10.0
+QUERY_TIMEOUT_S = 60.0  # search and preview: asked by a person, who can wait and interrupt
+TIMEOUT_RANGE = (0.5, 3600.0)
+
+
+def _timeout(p: argparse.ArgumentParser, default: float) -> None:
+    p.add_argument(
+        "--timeout",
+        type=_in_range(float, TIMEOUT_RANGE),
+        default=default,
+        metavar="SECONDS",
+        help=f"give up when the daemon has not answered within this many seconds, exit 8 "
+        f"(default {default:g})",
+    )
 
 
 def _recall_options(p: argparse.ArgumentParser) -> None:
@@ -331,11 +351,13 @@ def _recall_options(p: argparse.ArgumentParser) -> None:
 def _recall(p: argparse.ArgumentParser) -> None:
     _recall_options(p)
     p.add_argument("--preview", action="store_true", help="show per-hit scores and the query analysis")
+    _timeout(p, RECALL_TIMEOUT_S)
 
 
 def _preview(p: argparse.ArgumentParser) -> None:
     _recall_options(p)
     p.set_defaults(preview=True)
+    _timeout(p, QUERY_TIMEOUT_S)
 
 
 def _why(p: argparse.ArgumentParser) -> None:
@@ -471,17 +493,64 @@ def serve_flags(args: argparse.Namespace, cfg: Config) -> list[str]:
     ]
 
 
-def config_of(args: argparse.Namespace) -> Config:
-    """The configuration this command line names (file, flags, environment)."""
-    flags = {
+# How long a command that talks to the daemon waits for a configuration file that is empty (an
+# editor truncates it, then writes it): read at that instant, the defaults named another socket,
+# and an MCP shim started then talked to it for its whole life.
+EMPTY_CONFIG_WAIT_S = 2.0
+EMPTY_CONFIG_FRESH_S = 10.0  # an empty file written this recently may be an editor's save
+_pause: Callable[[float], None] = time.sleep  # between looks at it (tests replace it)
+
+
+def _flags(args: argparse.Namespace) -> dict[str, Any]:
+    return {
         "home": getattr(args, "home", None),
         "socket": getattr(args, "socket", None),
         "vault.path": getattr(args, "vault", None),
         "vault.wikiSubfolder": getattr(args, "wiki_subfolder", None),
         "logging.level": getattr(args, "log_level", None),
     }
+
+
+def socket_now(args: argparse.Namespace) -> Path | None:
+    """The daemon's socket as the command line and the configuration file name it now (read
+    again), or None when the file does not load: an MCP shim asks when no daemon answers where it
+    looked, for the file may have been rewritten since it started."""
+    try:
+        return load_config(config_file=getattr(args, "config", None), flags=_flags(args)).socket_path
+    except ConfigError:
+        try:
+            return daemon_address(getattr(args, "config", None), _flags(args)).socket_path
+        except ConfigError:
+            return None
+
+
+def _wait_while_empty(path: Path | None) -> bool:
+    """Whether the configuration file has content within ``EMPTY_CONFIG_WAIT_S`` (True at once
+    when it is not empty). Only a file changed in the last seconds is waited for: one left empty
+    (every line commented out) would cost each command, a recall hook's every prompt, the wait."""
+    try:
+        # a modification time in the future (a clock set back, a share's clock) is no fresh save:
+        # it would cost every command the wait until that time came
+        if path is None or not 0 <= time.time() - path.stat().st_mtime <= EMPTY_CONFIG_FRESH_S:
+            return False
+    except OSError:
+        return False
+    deadline = time.monotonic() + EMPTY_CONFIG_WAIT_S
+    while _empty(path):
+        if time.monotonic() >= deadline:
+            return False
+        _pause(0.1)
+    return True
+
+
+def config_of(args: argparse.Namespace) -> Config:
+    """The configuration this command line names (file, flags, environment)."""
+    flags = _flags(args)
     try:
         cfg = load_config(config_file=getattr(args, "config", None), flags=flags)
+        talks = args.command in _TALK_TO_THE_DAEMON
+        if talks and _empty(cfg.source_file) and _wait_while_empty(cfg.source_file):
+            cfg = load_config(config_file=getattr(args, "config", None), flags=flags)  # written meanwhile
     except ConfigError as exc:
         if args.command not in _TALK_TO_THE_DAEMON:
             raise

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sidecar.clients.cli_parser import UsageError, serve_flags
+from sidecar.clients.cli_parser import QUERY_TIMEOUT_S, UsageError, serve_flags
 from sidecar.clients.cli_preview import preview_lines, recall_pending_note
 from sidecar.clients.cli_render import render_links, snippet
 from sidecar.clients.client import Client
@@ -21,6 +21,7 @@ from sidecar.contracts.printable import escape_terminal
 from sidecar.contracts.wire import (
     ignored_phrase_note,
     indexing_note,
+    offline_note,
     parse_explanation,
     parse_search,
     pending_note,
@@ -52,6 +53,8 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         print(f"note: {indexing_note(*result.indexing)}", file=sys.stderr)
     if result.stale_since is not None:
         print(f"note: {stale_note(result.stale_since)}", file=sys.stderr)
+    if reply.get("offline"):
+        print(f"note: {offline_note(reply['offline'])}", file=sys.stderr)
     if reply.get("inboxRefused"):
         print(f"note: {shown(refused_note(reply['inboxRefused']))}", file=sys.stderr)
     if result.listed:  # none listed: said in place of "nothing relevant found" below
@@ -117,6 +120,8 @@ def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
         print(f"note: {recall_pending_note(result.pending_vectors)}", file=sys.stderr)
     if result.stale_since is not None:
         print(f"note: {stale_note(result.stale_since)}", file=sys.stderr)
+    if reply.get("offline"):
+        print(f"note: {offline_note(reply['offline'])}", file=sys.stderr)
     if args.preview:
         print("\n".join(preview_lines(result)))
     if result.context:
@@ -218,7 +223,11 @@ def _call(args: argparse.Namespace, cfg: Config, op: str, params: dict[str, Any]
     """The daemon's reply to one op, or None when ``--json`` printed it as it came."""
     agent = getattr(args, "agent", None)
     flags = serve_flags(args, cfg)
-    with Client(cfg.socket_path, agent=agent, config_file=cfg.source_file, serve_flags=flags) as client:
+    # --timeout where the command has it (recall's default is short: it runs before every prompt).
+    timeout = getattr(args, "timeout", None) or QUERY_TIMEOUT_S
+    with Client(
+        cfg.socket_path, timeout=timeout, agent=agent, config_file=cfg.source_file, serve_flags=flags
+    ) as client:
         reply = client.call(op, params)
     if args.json:
         print(json.dumps(reply, ensure_ascii=False))

@@ -136,6 +136,22 @@ def check_vault(cfg: Config) -> tuple[Check, bool]:
             ),
             False,
         )
+    if _empty_folder(vault, timeout):
+        # What an unmounted share leaves behind: its mount point, empty. "ok" with "its wiki folder
+        # is not in the vault" was read as all well during an outage. A warning: a new vault is
+        # empty too; the daemon's own view (the `roots` check) fails when the share is gone.
+        return (
+            Check(
+                "vault",
+                True,
+                f"the vault {vault} is empty: nothing to index (an unmounted share leaves its mount "
+                "point empty)",
+                "mount its share (or fix vault.path); the daemon keeps what it indexed meanwhile and "
+                "picks the notes up by itself once they are there",
+                warning=True,
+            ),
+            False,
+        )
     wiki = vault / cfg.vault.wiki_subfolder
     wiki_there, wiki_why = folder_state(wiki, timeout)
     if wiki_there:
@@ -150,6 +166,20 @@ def check_vault(cfg: Config) -> tuple[Check, bool]:
         ),
         True,
     )
+
+
+def _empty_folder(path: Path, timeout: float) -> bool:
+    """Whether a folder holds nothing at all, asked with a deadline (no answer: not known, False)."""
+
+    def look() -> bool:
+        with os.scandir(path) as it:
+            return next(it, None) is None
+
+    try:
+        empty, _stuck = run_with_timeout(look, timeout, "doctor-vault")
+    except OSError:
+        return False
+    return bool(empty)
 
 
 def check_daily_notes(cfg: Config) -> Check:
@@ -368,6 +398,34 @@ def check_problems(health: dict[str, Any]) -> Check:
         fix += f"; the home: {HOME_TODO}"
     return Check(
         "daemon problems", False, f"the daemon reports {_plural(len(active), 'problem')}: {said}", fix
+    )
+
+
+def check_roots(health: dict[str, Any]) -> Check:
+    """The folders the running daemon cannot read now (offline: a share unmounted, hung or gone)
+    or whose deletions it holds: doctor said "the daemon reports none" through a whole outage."""
+    roots = health.get("roots") or []
+    offline = [r for r in roots if r.get("mode") == "offline"]
+    held = [r for r in roots if r.get("mode") == "held"]
+    if not offline and not held:
+        return Check("roots", True, "the daemon reads every folder")
+    said = "; ".join(
+        f"{r['name']} {r['mode']}: {_clip(str(r.get('error') or ''), 200)}" for r in offline + held
+    )
+    if offline:
+        return Check(
+            "roots",
+            False,
+            f"the daemon cannot read {', '.join(r['name'] for r in offline)} now: {said}",
+            "mount the share (or fix its permissions); searches answer from what was indexed, nothing "
+            "is deleted, and the daemon picks it up by itself (`sidecar status` shows when)",
+        )
+    return Check(
+        "roots",
+        True,
+        f"deletions held: {said}",
+        "if the notes were removed on purpose, confirm with the command named; else put them back",
+        warning=True,
     )
 
 
@@ -740,7 +798,9 @@ class _Run:
 
         def run() -> list[Check]:
             socket, other, health = check_daemon(self.cfg, probe_lock=lock)
-            return [socket, other] if health is None else [socket, other, check_problems(health)]
+            if health is None:
+                return [socket, other]
+            return [socket, other, check_problems(health), check_roots(health)]
 
         return _bounded(
             ("daemon", "one daemon per home"),

@@ -3,6 +3,7 @@ working across daemon restarts) and answers with a text for the model and struct
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,6 +22,8 @@ from sidecar.clients.mcp_texts import (
 from sidecar.contracts.errors import DaemonNotRunningError, NoAnswerError, ProtocolError, RemoteError
 from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.wire import hit_json, parse_search, resolved_notes, window_json
+
+log = logging.getLogger(__name__)
 
 # What a search hit shows an agent (the scores behind relevance are for tuning, not for it).
 # A note's day (date, datedBy) when a date window judged it: which day of a period it belongs to.
@@ -73,9 +76,18 @@ class ToolCalls:
     """One agent's tools, by name."""
 
     def __init__(
-        self, socket_path: Path, agent: str, config_file: Path | None = None, serve_flags: Sequence[str] = ()
+        self,
+        socket_path: Path,
+        agent: str,
+        config_file: Path | None = None,
+        serve_flags: Sequence[str] = (),
+        resolve: Callable[[], Path | None] | None = None,
     ) -> None:
         self.socket_path = socket_path
+        # Where the daemon's socket is now (the configuration file read again): asked when no
+        # daemon listens on ``socket_path``. A shim started while an editor had emptied the file
+        # took the default socket and kept it for its life, the daemon running all the while.
+        self.resolve = resolve
         self.agent = agent
         # What the shim was started with: the daemon-down hint names them (a daemon started
         # without them, as the hint said, listened on another home's socket).
@@ -94,20 +106,19 @@ class ToolCalls:
         }
 
     def call(self, op: str, params: dict[str, Any], timeout: float = CALL_TIMEOUT) -> dict[str, Any]:
-        sent = False
+        sent = [False]
         try:
-            with Client(
-                self.socket_path,
-                agent=self.agent,
-                timeout=timeout,
-                config_file=self.config_file,
-                serve_flags=self.serve_flags,
-            ) as client:
-                client.connect()
-                sent = True
-                return client.call(op, params)
+            try:
+                return self._ask(op, params, timeout, sent)
+            except DaemonNotRunningError:
+                moved = self.resolve() if self.resolve is not None and not sent[0] else None
+                if moved is None or moved == self.socket_path:
+                    raise
+                log.warning("mcp_socket_changed from=%s to=%s", self.socket_path, moved)
+                self.socket_path = moved
+                return self._ask(op, params, timeout, sent)
         except DaemonNotRunningError as exc:
-            raise ToolError(f"sidecar daemon unavailable: {exc}{_unsure(op, sent)}", "down") from exc
+            raise ToolError(f"sidecar daemon unavailable: {exc}{_unsure(op, sent[0])}", "down") from exc
         except RemoteError as exc:
             # The daemon names the agent's own notes as the CLI does (memory/<agent>/<slug>); the
             # agent's answers and input say memory/<slug>. Only where a reference starts (a vault
@@ -117,8 +128,21 @@ class ToolCalls:
             raise ToolError(f"{exc.code}: {own.sub('memory/', str(exc))}") from exc
         except (ProtocolError, NoAnswerError) as exc:
             raise ToolError(
-                f"talking to the sidecar daemon failed: {exc}{_unsure(op, sent)}", "not answering"
+                f"talking to the sidecar daemon failed: {exc}{_unsure(op, sent[0])}", "not answering"
             ) from exc
+
+    def _ask(self, op: str, params: dict[str, Any], timeout: float, sent: list[bool]) -> dict[str, Any]:
+        """One request; ``sent[0]`` is set once the daemon was reached (it may act on it)."""
+        with Client(
+            self.socket_path,
+            agent=self.agent,
+            timeout=timeout,
+            config_file=self.config_file,
+            serve_flags=self.serve_flags,
+        ) as client:
+            client.connect()
+            sent[0] = True
+            return client.call(op, params)
 
     def search(self, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         query = a.get("query")

@@ -401,9 +401,13 @@ class RpcError(Exception):
 
 
 def run(
-    socket_path: Path, agent: str, config_file: Path | None = None, serve_flags: Sequence[str] = ()
+    socket_path: Path,
+    agent: str,
+    config_file: Path | None = None,
+    serve_flags: Sequence[str] = (),
+    resolve: Callable[[], Path | None] | None = None,
 ) -> None:
-    calls = ToolCalls(socket_path, agent, config_file, serve_flags)
+    calls = ToolCalls(socket_path, agent, config_file, serve_flags, resolve)
     shim = Shim(socket_path, agent, sys.stdout.buffer, calls)
     shim.serve(sys.stdin.buffer)
     if shim.closed.is_set():  # so the interpreter's last flush of stdout does not fail again

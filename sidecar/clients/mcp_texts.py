@@ -9,7 +9,13 @@ import re
 from typing import Any
 
 from sidecar.contracts.printable import escape_controls as shown
-from sidecar.contracts.wire import ignored_phrase_note, indexing_note, pending_note, stale_note
+from sidecar.contracts.wire import (
+    ignored_phrase_note,
+    indexing_note,
+    offline_note,
+    pending_note,
+    stale_note,
+)
 
 LEGEND = "[wiki] curated pages · [vault] the user's notes · [memory] your own earlier notes"
 
@@ -41,6 +47,8 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
         lines.append(f"note: {result['degraded']}")
     if result.get("pendingVectors"):
         lines.append(f"note: {pending_note(result['pendingVectors'])}")
+    if result.get("offline"):
+        lines.append(f"note: {offline_note(result['offline'])}")
     if result.get("inboxRefused"):
         lines.append(refused_note(result["inboxRefused"]))
     building = result.get("indexing")

@@ -192,6 +192,16 @@ def resolved_notes(asked: str, got: dict[str, Any]) -> list[str]:
     return out
 
 
+def offline_note(roots: list[str]) -> str:
+    """What a client says when the vault or the wiki is offline (``offline`` of an answer)."""
+    names = " and the ".join(roots)
+    return (
+        f"the {names} {'is' if len(roots) == 1 else 'are'} offline (share unmounted or unreachable; "
+        f"`sidecar status` says why): the hits are {'its' if len(roots) == 1 else 'their'} notes as last "
+        "indexed, what changed there since cannot be found"
+    )
+
+
 def refused_note(reason: str) -> str:
     """What a client says when the agent's inbox is not read (``inboxRefused``)."""
     return f"the agent's inbox is not read: {reason}"

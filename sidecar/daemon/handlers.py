@@ -271,6 +271,7 @@ class Handlers:
         except FilterError as exc:
             raise ProtocolError(f"bad filter in 'query': {exc}") from exc
         out = search_json(self._while_building(result), preview=param_bool(p, "preview", default=False))
+        out.update(self._offline_roots(request.sources))
         if request.sources is None or "memory" in request.sources:
             refused = self.memory.inbox_refused(req.agent)
             if refused:
@@ -340,7 +341,23 @@ class Handlers:
         result = self._while_building(result)
         if result.stale_since is not None:  # said where the agent reads it, not only to the client
             result = replace(result, context=with_note(result.context, stale_note(result.stale_since)))
-        return search_json(result, preview=preview)
+        out = search_json(result, preview=preview)
+        return {**out, **self._offline_roots(search.sources)}
+
+    def _offline_roots(self, sources: tuple[str, ...] | None) -> dict[str, Any]:
+        """``{"offline": [root, ...]}`` while the vault or the wiki searched is offline (an
+        unmounted share): the hits are its notes as last indexed, and an answer that looked
+        complete hid that what changed there since cannot be found. Else nothing."""
+        roots = self.supervisor.roots
+        names = [
+            name
+            for name in ("vault", "wiki")
+            if (st := roots.get(name)) is not None
+            and (sources is None or name in sources)
+            and st.offline
+            and st.hold_kind != "mass"  # held: the folder is there and followed
+        ]
+        return {"offline": names} if names else {}
 
     def _while_building(self, result: SearchResult) -> SearchResult:
         """``result``, saying so while a new or rebuilt index has not read every note yet: an
@@ -645,6 +662,8 @@ class Handlers:
         known = {r.name for r in note_roots(self.cfg)} | set(self.supervisor.roots)
         if confirm is not None and confirm not in known:
             raise ProtocolError(f"unknown root {confirm!r}; roots: {', '.join(sorted(known)) or 'none yet'}")
+        if rebuild:
+            self.indexer.refuse_rebuild()  # a root offline: its notes would leave the index
         self.service.request_sweep(rebuild, None, frozenset([confirm]) if confirm else frozenset())
         return {"queued": True, "rebuild": rebuild, "sweeps": self.indexer.activity.sweeps}
 

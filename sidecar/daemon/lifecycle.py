@@ -452,6 +452,7 @@ def index_once(
         if slot.model is not None:
             attach(cfg, vectors, slot.model, parts.problems)
         if rebuild:
+            indexer.refuse_rebuild()  # the vault's share away: its notes would leave the index
             indexer.clear()
         report = (lambda a: progress(a.phase, a.done, a.total)) if progress else None
         summary = indexer.sweep(progress=report, confirm_deletions=confirm)

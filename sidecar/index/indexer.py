@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sidecar.config import Config
+from sidecar.contracts.errors import UnreadableError
 from sidecar.contracts.wire import memory_agent
 from sidecar.index.diff import ChangeFinder, Diff
 from sidecar.index.linkreread import LinkReread
@@ -105,10 +106,15 @@ class Indexer:
         # Obsidian's rules as a run before read them: in force at a start while their file is
         # missing (``IgnoreRules.resume``), and written again whenever what is read changes.
         self._rules_kept = self.manifest.get_meta(_OBSIDIAN_RULES)
-        with contextlib.suppress(ValueError, AttributeError):
-            self.ignore.resume(json.loads(self._rules_kept or "{}"))
         self._ignore_stuck: threading.Thread | None = None  # a read of Obsidian's settings that hangs
         self.daily_formats = DailyNoteFormats(cfg.vault.path)
+        with contextlib.suppress(ValueError, AttributeError):
+            kept = json.loads(self._rules_kept or "{}")
+            self.ignore.resume(kept)
+            # The daily-note formats as well: a start while the share is away dates notes by them.
+            if kept.get("vault") == str(cfg.vault.path):
+                self.daily_formats.resume(kept.get("daily_notes"))
+                self.manifest.day_formats = self.daily_formats.formats()
         self.problems = problems
         self.changes = ChangeFinder(cfg, stores.manifest, supervisor, problems, self.excluded_by)
         self.writer = Writer(stores, vectors, cfg.vault.wiki_subfolder)
@@ -397,9 +403,10 @@ class Indexer:
 
     def _keep_rules(self) -> None:
         """Obsidian's rules as read, into the manifest when they changed; their trouble to status."""
-        kept = self.ignore.kept()
-        text = None if kept is None else json.dumps(kept, ensure_ascii=False)
-        if text is not None and text != self._rules_kept:
+        kept = self.ignore.kept() or {"vault": str(self.cfg.vault.path)}
+        kept["daily_notes"] = self.daily_formats.kept()
+        text = json.dumps(kept, ensure_ascii=False)
+        if text != self._rules_kept:
             self.manifest.set_meta(_OBSIDIAN_RULES, text)
             self._rules_kept = text
         # Excluded files and the daily-note settings are one area: both are Obsidian's settings.
@@ -409,8 +416,13 @@ class Indexer:
         else:
             self.problems.clear("obsidian_settings")
 
-    def _read_settings(self) -> tuple[tuple[str, str], ...]:
-        """Obsidian's settings this index follows: Excluded files, and the daily-note formats."""
+    def _read_settings(self) -> tuple[tuple[str, str], ...] | None:
+        """Obsidian's settings this index follows: Excluded files, and the daily-note formats;
+        None (the settings in force stay) while the vault is not there: a bare mount point has
+        no .obsidian, and reading it as "no settings" forgot the daily-note format for the
+        whole outage (the notes stay searchable, their dates went)."""
+        if self.supervisor.vault_not_there():
+            return None
         self.ignore.refresh()
         return self.daily_formats.refresh()
 
@@ -587,6 +599,45 @@ class Indexer:
             self.changes.roots(),
             self._away,
             lambda note, fn: supervisor.read(note.root, note.rel, fn),
+        )
+
+    def unreachable_roots(self) -> dict[str, str]:
+        """Roots with notes indexed that a sweep cannot read now, with why (an offline root with
+        none has nothing a rebuild could lose): those offline (a mass deletion held is not:
+        its folder is there) and the vault when its folder is missing, empty or not the mount it
+        was on (a share unmounted since the last sweep), asked with the probe timeout."""
+        out = {
+            st.name: st.error or "offline"
+            for st in list(self.supervisor.roots.values())
+            if st.offline and st.hold_kind != "mass" and self.manifest.has_files(f"{st.name}/")
+        }
+        if self.cfg.vault.path is not None and "vault" not in out and self.manifest.has_files("vault/"):
+            try:
+                gone, stuck = run_with_timeout(
+                    self.supervisor.vault_not_there, self.cfg.watch.probe_timeout_seconds, "vault"
+                )
+            except OSError:
+                gone, stuck = True, None
+            if gone or stuck is not None:
+                out["vault"] = f"{self.cfg.vault.path} is missing, empty, unmounted or does not answer"
+        return out
+
+    def refuse_rebuild(self) -> None:
+        """Raise UnreadableError when a root that has notes indexed cannot be read now: a rebuild
+        forgets every note first and reads them again, so it emptied an unmounted vault (and its
+        wiki) from the index for the whole outage, where a sweep keeps them as indexed."""
+        gone = self.unreachable_roots()
+        if not gone:
+            return
+        said = "; ".join(f"{name}: {why}" for name, why in sorted(gone.items()))
+        raise UnreadableError(
+            f"not rebuilt: {', '.join(sorted(gone))} cannot be read now ({said}). A rebuild reads every "
+            "note again, and notes that cannot be read would be gone from the index until they can. "
+            "Nothing was changed. Mount the share (`sidecar status` shows when it is back) and run "
+            "`sidecar index --rebuild` again; `sidecar index` updates the rest now and keeps those "
+            "notes as indexed. If you emptied it on purpose, "
+            + " and ".join(f"`sidecar index --confirm-deletions {name}`" for name in sorted(gone))
+            + " removes its notes from the index; a rebuild runs after that"
         )
 
     def clear(self) -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
+import numpy as np
+
 from sidecar.config import Config, model_settings
 from sidecar.contracts.errors import DiskFullError, EmbedderError, StoreError, is_disk_full
 from sidecar.index.problems import Problems
@@ -43,6 +45,11 @@ def attach(cfg: Config, vectors: Vectoring, model: Embedder, problems: Problems 
             vectors.begin_migration(previous[0], previous[1], new, model)
             tidy(vectors, cfg.index_dir / "vectors")
             return
+        carried = carry_over(cfg, vectors, old_name, model, problems)
+        if carried is not None:
+            vectors.attach(carried, model)
+            tidy(vectors, cfg.index_dir / "vectors")  # the old table goes: nothing refers to it
+            return
         log.warning(
             "vectors_rebuild table=%s reason=the previous model cannot be loaded; vectors are recomputed "
             "and search is keyword-only for chunks without one meanwhile",
@@ -50,6 +57,82 @@ def attach(cfg: Config, vectors: Vectoring, model: Embedder, problems: Problems 
         )
     vectors.attach(open_vectors(cfg, model.model_id, model.dim, model.pooling, problems), model)
     tidy(vectors, cfg.index_dir / "vectors")
+
+
+def carry_over(
+    cfg: Config, vectors: Vectoring, old_name: str, model: Embedder, problems: Problems | None = None
+) -> VectorStore | None:
+    """The serving table's vectors copied into ``model``'s table, when they are ``model``'s own:
+    the same model name, dimension and pooling under another id (a new conversion of the same
+    weights: another graph file, another onnxruntime), and ``model`` computes the same vectors
+    for a sample of the stored chunks. An upgrade removed the earlier conversion, the previous
+    model could not be loaded, and every chunk was embedded again, keyword-only meanwhile. None
+    when they are not (then they are recomputed)."""
+    folder = cfg.index_dir / "vectors"
+    found = table_model(folder, old_name)
+    if found is None:
+        return None
+    old_id, dim, pooling = found
+    if model_name(old_id) != model_name(model.model_id) or (dim, pooling) != (model.dim, model.pooling):
+        return None
+    old = VectorStore(folder, old_id, dim, pooling)
+    lowest = _agreement(vectors, old, model)
+    if lowest is None or lowest < SAME_VECTORS_MIN_COSINE:
+        old.close()
+        log.info(
+            "vectors_not_carried table=%s reason=%s",
+            old_name,
+            "no stored vector to compare" if lowest is None else f"sample cosine {lowest:.4f}",
+        )
+        return None
+    new = open_vectors(cfg, model.model_id, model.dim, model.pooling, problems)
+    if new.count():
+        new.clear()  # a copy cut short (a full disk, a stop) is made again whole
+    copied = 0
+    try:
+        for rows, vecs in old.readable_rows().batches():
+            new.add(rows, vecs)
+            copied += len(rows)
+    finally:
+        old.close()  # dropped by ``tidy`` once the new table serves
+    log.info(
+        "vectors_carried_over from=%s to=%s vectors=%d sample_cosine=%.4f "
+        "(the same model's vectors: nothing is embedded again)",
+        old_name, new.name, copied, lowest,
+    )  # fmt: skip
+    return new
+
+
+# Vectors of another conversion of the same model are kept when every sampled chunk's vector
+# agrees this closely with the new conversion's: the bar each conversion itself passes against
+# the model's reference vectors (a wrong layout or tokenizer lands far below).
+SAME_VECTORS_MIN_COSINE = 0.99
+_SAMPLE = 32  # chunks compared: a fraction of a second of the model
+# and the longest chunks besides: a conversion that cuts long texts otherwise (another maximum
+# length, another truncation) agrees on short chunks and differs only on those
+_SAMPLE_LONGEST = 8
+
+
+def _agreement(vectors: Vectoring, old: VectorStore, model: Embedder) -> float | None:
+    """The lowest cosine between stored vectors of a sample of chunks and ``model``'s vectors
+    for the same texts, or None without any stored vector. Spread over the index by text hash,
+    and the longest chunks."""
+    where = "FROM chunks WHERE has_vector = 1 AND embed_hash != ''"
+    spread = vectors.manifest.read(
+        f"SELECT chunk_id, embed_text {where} ORDER BY embed_hash LIMIT ?", (_SAMPLE,)
+    )
+    longest = vectors.manifest.read(
+        f"SELECT chunk_id, embed_text {where} ORDER BY length(embed_text) DESC LIMIT ?", (_SAMPLE_LONGEST,)
+    )
+    sample = list(dict(spread + longest).items())
+    stored = old.vectors_of([cid for cid, _ in sample])
+    pairs = [(stored[cid], text) for cid, text in sample if cid in stored]
+    if not pairs:
+        return None
+    fresh = np.asarray(model.embed_passages([text for _, text in pairs]), dtype=np.float32)
+    want = np.stack([vec for vec, _ in pairs]).astype(np.float32)
+    norms = np.linalg.norm(want, axis=1) * np.linalg.norm(fresh, axis=1)
+    return float(np.min(np.sum(want * fresh, axis=1) / np.maximum(norms, 1e-12)))
 
 
 def _attached(vectors: Vectoring, table: str) -> tuple[VectorStore, Embedder] | None:

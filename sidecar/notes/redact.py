@@ -38,6 +38,50 @@ _SAID = (
     r"account|konto|e-mail|email|mail)){0,4}"
 )
 
+# Shapes of words, not secrets, that hold a digit or a symbol; a write removes text for good, so a
+# value of these shapes stays: letters joined by - _ . ("single-use", "hashed_pw", "E-Mail-basiert"),
+# a code or a word with one hyphen and a word ("2FA-protected", "sha256-hashed", "1Password-managed",
+# "ask-bob"), digits then letters ("8-chars", "24h", "1Password"), letters then digits after a
+# hyphen ("SHA-256"), versions ("v1.2.3"), dotted names ("settings.API_KEY"), addresses
+# ("https://vault.example.com/item/42") and the names of hashes and encodings ("sha256", "AES256").
+_WORDISH = re.compile(
+    r"[^\W\d_]+(?:[-_.][^\W\d_]+)+"
+    r"|[^\W_]+-[^\W\d_]{3,}"
+    r"|\d+[-_.]?[^\W\d_]+"
+    r"|[^\W\d_]+-\d+"
+    r"|[vV]?\d+(?:\.\d+)+[^\W_]*"
+    r"|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+"
+    r"|[a-zA-Z][a-zA-Z0-9+.-]*://\S*"
+    r"|(?i:sha|md|aes|rsa|base|utf|ipv|crc|pbkdf|argon|ed|wpa)\d+[^\W_]*"
+)
+_DIGIT = re.compile(r"\d")
+_LETTER = re.compile(r"[^\W\d_]")
+
+
+def _short_value_is_secret(value: str) -> bool:
+    """A 6-7 character value after a colon: a digit and no word's shape ("hunter2", not "8-chars")."""
+    return len(value) >= 8 or (_DIGIT.search(value) is not None and not _WORDISH.fullmatch(value))
+
+
+def _said_value_is_secret(value: str) -> bool:
+    """A value after "is"/"ist"/"lautet" without a colon, where prose and code go on with words
+    ("the password is single-use", "if secret is DEFAULT_SECRET:"): a digit and a letter, and no
+    word's shape ("Sommer2024!", "hunter22", "c0rrect-horse-battery")."""
+    return (
+        _DIGIT.search(value) is not None
+        and _LETTER.search(value) is not None
+        and "[REDACTED:" not in value
+        and not _WORDISH.fullmatch(value)
+    )
+
+
+# The words that name a secret, English and German.
+_KEYS = (
+    r"(?:password|passwd|pwd|pw|passphrase|secret|client_secret|api[_ -]?key|"
+    r"access[_-]?token|auth[_-]?token|secret[_-]?key|private[_-]?key|"
+    r"passw(?:o|ö|oe)rt|kennwort|(?:wlan|wifi|api|netzwerk)[_ -]?schl(?:ü|ue)ssel)\b"
+)
+
 
 RULES: tuple[Rule, ...] = (
     Rule(
@@ -78,24 +122,46 @@ RULES: tuple[Rule, ...] = (
     # scheme://user:password@host: only the password goes.
     Rule("url_password", re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]{1,20}://[^\s:/@]+:([^\s@/]{3,})@[^\s/]+"), 1),
     # password = "..." / api_key: ... / **Password**: ... / "Kennwort für das NAS: ..."; the value
-    # must look like a secret (8+ characters, no spaces, a digit or a symbol among them).
+    # must look like a secret (6+ characters, no spaces, a digit or a symbol among them:
+    # "password: hunter2" reached disk in clear with 8 asked for).
     Rule(
         "password",
         re.compile(
-            r"(?i)(?<![a-z0-9])(?:password|passwd|pwd|pw|passphrase|secret|client_secret|api[_ -]?key|"
-            r"access[_-]?token|auth[_-]?token|secret[_-]?key|private[_-]?key|"
-            r"passw(?:o|ö|oe)rt|kennwort|(?:wlan|wifi|api|netzwerk)[_ -]?schl(?:ü|ue)ssel)\b"
+            r"(?i)(?<![a-z0-9])"
+            + _KEYS
             + _MARKS
             + _SAID
             + r"[\"']?\s*[:=]"
             + _MARKS
             + r"\s*"
             + _MARKS
-            + r"[\"']?(?!\[REDACTED:)([^\s\"'`]{8,})"
+            + r"[\"']?(?!\[REDACTED:)([^\s\"'`]{6,})"
         ),
         1,
         # a value an earlier rule redacted part of (a URL's password after "pw:") keeps the rest
-        accept=lambda value: _SECRETISH.search(value) is not None and "[REDACTED:" not in value,
+        accept=lambda value: (
+            _SECRETISH.search(value) is not None
+            and "[REDACTED:" not in value
+            and _short_value_is_secret(value)
+        ),
+    ),
+    # Without a colon: "the wifi password is Sommer2024!", "das WLAN-Passwort lautet hunter22".
+    # The value is the word right after the verb (a full stop ending the sentence is not part of
+    # it) and must look like a secret (see _said_value_is_secret), so "the password is 12
+    # characters long", "the password is single-use" and "the API key is in 1Password" stay.
+    Rule(
+        "password",
+        re.compile(
+            r"(?i)(?<![a-z0-9])"
+            + _KEYS
+            + _MARKS
+            + _SAID
+            + r"\s+(?:is|was|ist|war|lautet)\s+"
+            + _MARKS
+            + r"[\"']?(?!\[REDACTED:)([^\s\"'`]{5,}[^\s\"'`.,;:)])"
+        ),
+        1,
+        accept=_said_value_is_secret,
     ),
 )
 

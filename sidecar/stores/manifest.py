@@ -546,6 +546,11 @@ class Manifest(VectorBook):
 
     # --- files ---------------------------------------------------------------------------
 
+    def has_files(self, prefix: str) -> bool:
+        """Whether any note is indexed under ``prefix`` (one row read, not all of them)."""
+        where, args = _under(prefix)
+        return bool(self._query(f"SELECT 1 FROM files WHERE {where} LIMIT 1", args))
+
     def file_states(self, prefix: str = "") -> dict[str, FileState]:
         where, args = _under(prefix)
         rows = self._query(f"SELECT {_STATE_COLUMNS} FROM files WHERE {where}", args)

@@ -86,6 +86,32 @@ class DailyNoteFormats:
             for fmt, folder in read[1]
         ]
 
+    def kept(self) -> list[list[str]]:
+        """The formats in force as ``[format, folder, file]``, for the index to keep: a daemon
+        started while the vault's share is away dates its daily notes by them (``resume``)."""
+        return [[d["format"], d["folder"], d["file"]] for d in self.describe()]
+
+    def resume(self, kept: object) -> None:
+        """At a start, the formats a run before read (``kept``): in force until the settings
+        files are read again, which happens only while the vault is there (an unmounted share
+        left daily notes in a format of their own undated for the whole outage)."""
+        if self.vault is None or self._read or not isinstance(kept, list):
+            return
+        for item in kept:
+            if isinstance(item, list) and len(item) == 3 and all(isinstance(x, str) for x in item):
+                fmt, folder, rel = item
+                if Path(rel) in _FILES:
+                    # Stamp (0, 0): a file that is there is read again and replaces them.
+                    _, formats, _ = self._read.setdefault(self.vault / rel, ((0, 0), [], None))
+                    formats.append((fmt, folder))
+
+    def formats(self) -> tuple[tuple[str, str], ...]:
+        """The formats in force as last read (nothing read again)."""
+        if self.vault is None:
+            return ()
+        read = [self._read.get(self.vault / rel) for rel in _FILES]
+        return tuple(dict.fromkeys(f for r in read if r is not None for f in r[1]))
+
     @property
     def trouble(self) -> str | None:
         """What is wrong with the daily-note settings as last read, or None."""

@@ -336,6 +336,12 @@ class Supervisor:
         assert found is not None
         return found
 
+    def vault_not_there(self) -> bool:
+        """Whether the vault folder is missing, empty, unmounted or another device than before
+        (what it holds then is not the vault: its settings are not read). Not bounded: call it
+        with a timeout."""
+        return self.cfg.vault.path is not None and self._vault_not_there()
+
     def _vault_not_there(self) -> bool:
         """The wiki's folder is missing: is the vault around it missing, empty or unmounted too
         (then the wiki is unreachable, however few notes it has)?"""

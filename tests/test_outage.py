@@ -1,0 +1,279 @@
+"""A share that goes away (the vault's folder left empty, as an unmounted share leaves its mount
+point): what the daemon read of the vault's Obsidian settings stays in force, across a restart
+too, answers say the vault is offline, and a rebuild does not empty the index of it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.clients import cli_parser
+from sidecar.clients.cli import main
+from sidecar.clients.cli_render import render_status
+from sidecar.clients.doctor import Probes, render, run_checks
+from sidecar.contracts.errors import ExitCode
+from tests.conftest import KEYWORD_ONLY, write
+from tests.daemon_process import started_as_a_user_would
+
+
+def _journal_vault(v: Path) -> Path:
+    write(v / ".obsidian/daily-notes.json", json.dumps({"folder": "Journal", "format": "DD.MM.YYYY"}))
+    write(v / "Journal/03.12.2026.md", "# Donnerstag\n\nTermin beim Optiker, neue Brille bestellt.\n")
+    for i in range(5):
+        write(v / f"Notes/n{i}.md", f"# Note {i}\n\nThe keeper of lighthouse {i} logs storm {i}.\n")
+    return v
+
+
+def _unmount(v: Path, aside: Path) -> None:
+    """The share goes: its mount point stays behind, empty."""
+    aside.mkdir()
+    for p in list(v.iterdir()):
+        shutil.move(str(p), str(aside / p.name))
+
+
+def _dated(server: Any) -> dict[str, Any]:
+    server.handlers.retriever.today = lambda: dt.date(2026, 12, 5)
+    return server.call("search", {"query": "Was hab ich vorgestern gemacht?"})
+
+
+def test_daily_note_format_stays_while_the_share_is_unmounted(tmp_path: Path, serve_in_process: Any) -> None:
+    """With the vault's share unmounted, the daily-note format read before stays in force (also
+    after a restart meanwhile): a date question still finds the journal note, and says the vault
+    is offline. Was: the format forgotten (``daily_notes: []``), the note left out, the answer
+    presented as complete."""
+    v = _journal_vault(tmp_path / "nas")
+    server = serve_in_process(v, model=KEYWORD_ONLY)
+    assert [h["reference"] for h in _dated(server)["hits"]] == ["vault/Journal/03.12.2026"]
+    _unmount(v, tmp_path / "aside")
+    server.harness.sweep()
+    assert server.harness.supervisor.roots["vault"].offline
+    health = server.call("health")
+    assert health["daily_notes"] == [
+        {"format": "DD.MM.YYYY", "folder": "Journal", "file": ".obsidian/daily-notes.json"}
+    ]
+    assert "no daily-note format set" not in render_status(health)
+    answer = _dated(server)
+    assert [h["reference"] for h in answer["hits"]] == ["vault/Journal/03.12.2026"]
+    assert answer["offline"] == ["vault", "wiki"]
+    recalled = server.call("recall", {"message": "Was hab ich vorgestern gemacht?"})
+    assert recalled["offline"] == ["vault", "wiki"]
+    server.close()
+    server.harness.close()
+    again = serve_in_process(v, model=KEYWORD_ONLY)  # a restart while the share is still away
+    assert again.call("health")["daily_notes"] == health["daily_notes"]
+    assert [h["reference"] for h in _dated(again)["hits"]] == ["vault/Journal/03.12.2026"]
+    for p in list((tmp_path / "aside").iterdir()):
+        shutil.move(str(p), str(v / p.name))
+    again.harness.sweep()
+    assert not again.harness.supervisor.roots["vault"].offline
+    assert "offline" not in _dated(again)
+
+
+def _cli(d: Any, *args: str) -> Any:
+    return subprocess.run(
+        [sys.executable, "-m", "sidecar", *args],
+        capture_output=True,
+        text=True,
+        env={**d.env, "SIDECAR_HOME": str(d.home)},
+        timeout=120,
+        check=False,
+    )
+
+
+def test_a_rebuild_while_the_share_is_away_is_refused_and_keeps_the_index(tmp_path: Path) -> None:
+    """`sidecar index --rebuild` with the vault's share unmounted: refused with the reason and a
+    non-zero exit, its notes stay found, nothing claimed "kept as indexed" falsely (was: every
+    vault and wiki note gone from the index, exit 0, "wiki offline, kept as indexed"). The same
+    without a daemon. Back online, the rebuild runs."""
+    notes = {f"Notes/n{i}.md": f"# Note {i}\n\nThe keeper of lighthouse {i} logs storm.\n" for i in range(5)}
+    notes["wiki/Backups.md"] = "# Backups\n\nThe NAS is backed up every night by Kranichflug.\n"
+    d = started_as_a_user_would(tmp_path / "base", notes)
+    try:
+        v = d.vault
+        _unmount(v, tmp_path / "aside")
+        assert _cli(d, "index").returncode == 0  # a sweep sees the share gone: kept as indexed
+        r = _cli(d, "index", "--rebuild")
+        assert r.returncode == ExitCode.REQUEST_FAILED, (r.stdout, r.stderr)
+        assert "not rebuilt: vault, wiki cannot be read now" in r.stderr and "Nothing was changed" in r.stderr
+        assert "kept as indexed" not in r.stdout + r.stderr
+        found = _cli(d, "search", "Kranichflug")
+        assert "wiki/Backups" in found.stdout and "the vault and the wiki are offline" in found.stderr
+        status = json.loads(_cli(d, "status", "--json").stdout)
+        assert status["index"]["by_source"]["vault"]["files"] == 5
+        for p in list((tmp_path / "aside").iterdir()):
+            shutil.move(str(p), str(v / p.name))
+        r = _cli(d, "index", "--rebuild")
+        assert r.returncode == 0 and "indexed 6 notes" in r.stdout + r.stderr, (r.stdout, r.stderr)
+    finally:
+        d.stop()
+    _unmount(v, tmp_path / "aside2")  # no daemon: the command indexes in its own process
+    r = _cli(d, "index", "--rebuild", "--vault", str(v))
+    assert r.returncode == ExitCode.REQUEST_FAILED and "not rebuilt: vault" in r.stderr, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+
+
+def test_recall_gives_up_on_a_silent_daemon_after_its_timeout(
+    tmp_path: Path, silent_socket: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sidecar recall` (a hook before every prompt) waits 10 s by default for a daemon that took
+    the connection and does not answer (SIGSTOP, a hang), `--timeout` sets it, for search too:
+    exit 8, nothing on stdout (was: a fixed 60 s, no option)."""
+    monkeypatch.setattr(cli_parser, "_json_errors", False)  # main sets it; restored after
+    parser = cli_parser.build_parser()
+    assert parser.parse_args(["recall", "hi"]).timeout == cli_parser.RECALL_TIMEOUT_S == 10.0
+    assert parser.parse_args(["search", "hi"]).timeout == 60.0
+    where = ["--socket", str(silent_socket), "--home", str(tmp_path / "home")]
+    assert main(["recall", "Wo wohnt Anna?", "--agent", "claude", "--timeout", "1", *where]) == 8
+    out = capsys.readouterr()
+    assert out.out == "" and "did not answer 'recall' within 1s" in out.err and "--timeout" in out.err
+    assert main(["search", "Anna", "--timeout", "1", *where]) == ExitCode.NO_ANSWER
+    with pytest.raises(SystemExit) as bad:
+        main(["recall", "hi", "--timeout", "0", *where])  # 0.5 s at least
+    assert bad.value.code == ExitCode.USAGE
+
+
+def test_a_shim_started_while_the_config_file_is_empty_finds_the_daemon_later(
+    tmp_path: Path, in_process: Any
+) -> None:
+    """An MCP shim started in the instant an editor had emptied the configuration file (whose
+    `home:` is not the default) reaches the daemon once the file is whole again: it looks the
+    socket up again when none answers where it looked (was: the default socket for its whole
+    life, every tool call "no sidecar daemon is listening")."""
+    config = tmp_path / "config.yaml"
+    config.write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SIDECAR_", "XDG_"))}
+    env["HOME"] = str(tmp_path / "userhome")  # the default home: no daemon there
+    shim = subprocess.Popen(
+        [sys.executable, "-m", "sidecar", "mcp", "--agent", "claude", "--config", str(config)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert shim.stdin is not None and shim.stdout is not None
+
+    def ask(rid: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        assert shim.stdin is not None and shim.stdout is not None
+        line = json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        shim.stdin.write(line.encode() + b"\n")
+        shim.stdin.flush()
+        answer: dict[str, Any] = json.loads(shim.stdout.readline())
+        return answer
+
+    try:
+        init = {
+            "protocolVersion": "2025-03-26",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"},
+        }
+        assert "result" in ask(1, "initialize", init)  # started (on the defaults)
+        config.write_text(f"home: {in_process.cfg.home}\n")  # the editor's save is complete
+        found = ask(2, "tools/call", {"name": "memory_search", "arguments": {"query": "audio recorder"}})
+        assert not found["result"].get("isError"), found
+        written = ask(3, "tools/call", {"name": "memory_write", "arguments": {"slug": "s", "content": "x"}})
+        assert not written["result"].get("isError"), written
+    finally:
+        shim.stdin.close()
+        shim.wait(timeout=60)
+        shim.stdout.close()
+        assert shim.stderr is not None
+        shim.stderr.close()
+
+
+def test_a_command_waits_briefly_for_an_emptied_config_file(
+    tmp_path: Path, in_process: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A CLI command that finds the configuration file empty waits a moment for it to be written
+    and uses it then (was: the defaults at once, "no daemon is listening")."""
+    config = tmp_path / "config.yaml"
+    config.write_text("# being written\n")
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "userhome"))
+    monkeypatch.setattr(cli_parser, "_json_errors", False)
+    # The editor's write lands while the command waits (in place of its pause: no timing).
+    monkeypatch.setattr(cli_parser, "_pause", lambda _s: config.write_text(f"home: {in_process.cfg.home}\n"))
+    assert main(["status", "--config", str(config)]) == 0
+    out = capsys.readouterr()
+    assert "is empty" not in out.err and "Index" in out.out
+
+
+def test_doctor_says_the_share_is_unmounted(tmp_path: Path, serve_in_process: Any) -> None:
+    """`sidecar doctor` with the vault's share unmounted: the vault check warns (its folder is an
+    empty mount point) and a check of what the running daemon cannot read fails, naming the
+    offline vault (was: vault ok, daily notes ok with no format, "the daemon reports none")."""
+    v = _journal_vault(tmp_path / "nas")
+    server = serve_in_process(v, model=KEYWORD_ONLY)
+    probes = Probes(
+        inotify_limit=write(tmp_path / "max_user_watches", "100000\n"),
+        home_dir=tmp_path / "userhome",
+        systemctl="/bin/false",
+    )
+    before = {c.name: c for c in run_checks(server.cfg, probes)}
+    assert before["vault"].ok and before["roots"].ok and not before["roots"].warning
+    _unmount(v, tmp_path / "aside")
+    server.harness.sweep()
+    checks = {c.name: c for c in run_checks(server.cfg, probes)}
+    vault = checks["vault"]
+    assert vault.warning and "is empty: nothing to index (an unmounted share" in vault.verdict
+    assert "daily notes" not in checks  # nothing to read in an empty mount point
+    roots = checks["roots"]
+    assert not roots.ok and "cannot read vault, wiki now" in roots.verdict and "mount the share" in roots.todo
+    assert "FAIL  roots" in render(list(checks.values()), server.cfg)
+
+
+@pytest.mark.parametrize("age", [-86_400.0, -1_000_000_000.0])
+def test_an_empty_config_file_dated_in_the_future_is_not_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, age: float
+) -> None:
+    """A modification time ahead of the clock is no save in progress: it cost every command 2 s."""
+    config = tmp_path / "config.yaml"
+    config.write_text("# home: /somewhere\n")
+    os.utime(config, (time.time() - age, time.time() - age))
+    monkeypatch.setattr(cli_parser, "_pause", lambda _s: pytest.fail("waited for a future-dated empty file"))
+    args = cli_parser.build_parser().parse_args(["status", "--config", str(config)])
+    assert cli_parser.config_of(args).source_file == config
+
+
+def test_a_config_file_left_empty_long_ago_is_not_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A configuration file whose every line is commented out, unchanged for a while, is taken as
+    it is at once: the wait is for an editor's save in progress, not a cost of every command."""
+    config = tmp_path / "config.yaml"
+    config.write_text("# home: /somewhere\n")
+    os.utime(config, (1_000_000_000, 1_000_000_000))
+    monkeypatch.setattr(cli_parser, "_pause", lambda _s: pytest.fail("waited for an old empty file"))
+    args = cli_parser.build_parser().parse_args(["status", "--config", str(config)])
+    assert cli_parser.config_of(args).source_file == config
+
+
+def test_a_rebuild_is_refused_only_for_an_offline_root_with_notes_indexed(
+    tmp_path: Path, serve_in_process: Any
+) -> None:
+    """The refusal names what to run when the vault was emptied on purpose; once its notes are
+    confirmed deleted, the wiki folder, still missing, holds no note indexed and a rebuild runs
+    (was: refused for as long as the wiki stayed offline, with nothing of it to lose)."""
+    from sidecar.contracts.errors import UnreadableError
+
+    v = _journal_vault(tmp_path / "nas")
+    server = serve_in_process(v, model=KEYWORD_ONLY)
+    indexer = server.harness.indexer
+    _unmount(v, tmp_path / "aside")
+    server.harness.sweep()
+    with pytest.raises(UnreadableError) as refused:
+        indexer.refuse_rebuild()
+    assert "emptied it on purpose, `sidecar index --confirm-deletions vault`" in str(refused.value)
+    indexer.sweep(confirm_deletions=["vault", "wiki"])
+    roots = server.harness.supervisor.roots
+    assert not indexer.manifest.file_states("vault/") and not indexer.manifest.file_states("wiki/")
+    assert not roots["vault"].offline and roots["wiki"].offline
+    indexer.refuse_rebuild()
