@@ -388,10 +388,10 @@ def test_a_period_ranks_the_word_hits_of_its_own_notes_first(
     # Past the limit: where the period's listing would have it.
     why = served.call("why", {"reference": "vault/Daily/2026-11-10", "query": "what did I do this year?"})
     outcome = why["chunks"][0]["outcome"]
-    # daily notes first, newest first: 12-02, 12-01, 11-19 ... 11-10
+    # newest first, the notes dated by name or property: 12-02, 12-01, Trip (11-23), 11-19 ... 11-10
     assert re.match(
-        r"a note of 'this year' beyond the limit of 10: #12 of the period's \d+ notes in the order they "
-        r"are listed by date \(daily notes first, newest first\)$",
+        r"a note of 'this year' beyond the limit of 10: #13 of the period's \d+ notes in the order they "
+        r"are listed by date \(newest first, notes dated by name or property first\)$",
         outcome,
     ), outcome
     args = build_parser().parse_args(
@@ -443,8 +443,8 @@ def test_why_places_a_period_note_among_the_notes_the_listing_shows_by_date(
         outcome = server.call("why", {"reference": note, "query": query})["chunks"][0]["outcome"]
         m = re.match(
             rf"a note of 'this year' beyond the limit of {limit}: #(\d+) of the period's (\d+) notes in "
-            r"the order they are listed by date \(daily notes first, newest first\), after the (\d+) "
-            r"note\(s\) of the hits$",
+            r"the order they are listed by date \(newest first, notes dated by name or property first\), "
+            r"after the (\d+) note\(s\) of the hits$",
             outcome,
         )
         assert m, (note, outcome)
@@ -2115,6 +2115,42 @@ def test_a_note_dated_after_today_does_not_head_a_listing_of_filters_alone(serve
         "outcome"
     ]
     assert told == "hit #3, listed by the query's filters alone (newest first)", told
+
+
+@pytest.mark.parametrize("query", ["- tag:garten", "tag:garten ?", "tag:garten -", "* tag:garten …"])
+def test_punctuation_beside_filters_is_no_word(served: Served, query: str) -> None:
+    """ "- tag:x" (a list bullet pasted with it), "tag:x ?": the punctuation left beside the filters
+    was searched as a query of no word, which found nothing; the filters' notes are listed."""
+    _garden(served)
+    out = served.call("search", {"query": query})
+    assert _refs(out) == ["vault/Garten/Zaun", "vault/Garten/Beet", "vault/Garten/Plan"], out
+    assert out["listed"] == 3
+    told = served.call("why", {"reference": "vault/Garten/Beet", "query": query})["chunks"][0]["outcome"]
+    assert told == "hit #2, listed by the query's filters alone (newest first)", told
+
+
+def test_a_period_and_filters_alone_list_notes_in_one_order(served: Served, agent_vault: Path) -> None:
+    """Both listings by date order newest day first, at one day its daily note before a note only
+    changed that day. A period listed its daily notes of any day first (a meeting note dated
+    Friday came after Tuesday's daily note); a listing of filters alone put a note changed in the
+    evening before that day's daily note."""
+    write(agent_vault / "Daily/2026-11-24.md", "# November 24\n\nRan.\n")
+    write(agent_vault / "Daily/2026-11-25.md", "# November 25\n\nRead.\n")
+    write(agent_vault / "Meeting.md", "---\ndate: 2026-11-27\n---\n# Meeting\n\nAgenda.\n")
+    write(agent_vault / "Einkauf.md", "# Einkauf\n\nMilch.\n")
+    for name, hour in (("Daily/2026-11-25.md", 8), ("Einkauf.md", 18), ("Daily/2026-11-24.md", 8)):
+        day = dt.date.fromisoformat(name[6:16]) if name.startswith("Daily") else dt.date(2026, 11, 25)
+        then = dt.datetime.combine(day, dt.time(hour)).timestamp()
+        os.utime(agent_vault / name, (then, then))
+    served.h.sweep()
+    own = ["vault/Meeting", "vault/Daily/2026-11-25", "vault/Daily/2026-11-24", "vault/Trip"]
+    period = served.call("search", {"query": "What did I do last week?"})
+    # the period's own notes take the places before a note only changed in it (see period_listing)
+    assert _refs(period) == [*own, "vault/Einkauf"], _refs(period)
+    alone = served.call("search", {"query": "since:2026-11-23 until:2026-11-29"})
+    assert _refs(alone) == [own[0], own[1], "vault/Einkauf", own[2], own[3]], _refs(alone)
+    outcome = served.call("why", {"reference": "vault/Einkauf", "query": "since:2026-11-23 until:2026-11-29"})
+    assert outcome["chunks"][0]["outcome"].startswith("hit #3,"), outcome
 
 
 def test_why_of_filters_alone_reads_no_listing(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
