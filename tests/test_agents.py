@@ -2195,3 +2195,17 @@ def test_filters_alone_that_select_no_note_say_so(served: Served, capsys: pytest
     args = build_parser().parse_args(["search", "path:Nowhere/"])
     assert command_for("search")(args, served.cfg) == 0
     assert capsys.readouterr().out.strip() == "no note matches these filters"
+
+
+def test_an_agenda_question_lists_the_notes_of_the_coming_day(served: Served, agent_vault: Path) -> None:
+    """ "Was steht am 3. März an?" asked in December listed the notes of the March 3rd gone by; a
+    question about the agenda lists the notes dated the coming one (a plan made ahead)."""
+    write(agent_vault / "Daily/2026-03-03.md", "# 3. März\n\nSteuer abgegeben.\n")
+    write(agent_vault / "Zahnarzt.md", "---\ndate: 2027-03-03\n---\n# Zahnarzt\n\nKontrolle um 9.\n")
+    served.h.sweep()
+    for query in ("Was steht am 3. März an?", "what's on March 3rd?"):
+        r = served.call("search", {"query": query})
+        assert _refs(r) == ["vault/Zahnarzt"], (query, r)
+        assert (r["window"]["since"], r["window"]["until"]) == ("2027-03-03", "2027-03-03")
+    past = served.call("search", {"query": "Was habe ich am 3. März gemacht?"})
+    assert _refs(past) == ["vault/Daily/2026-03-03"]

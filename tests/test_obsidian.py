@@ -1293,3 +1293,27 @@ def test_the_templates_folder_is_left_out_under_its_own_rule(tmp_path: Path, mak
         assert "vault/Vorlagen/Tagesnotiz" in _keys(h)
     finally:
         h.close()
+
+
+def test_time_phrases_read_weeks_from_the_vaults_calendar_setting(
+    tmp_path: Path, serve_in_process: Any
+) -> None:
+    """ "this week" began on Monday though the vault's Calendar plugin begins weeks on Sunday:
+    the week start it records is read at each sweep, and a change to it counts at the next."""
+    import datetime as dt
+
+    v = tmp_path / "weeks"
+    write(v / "Daily/2026-11-29.md", "# Sunday\n\nBaked bread.\n")
+    write(v / "Daily/2026-11-30.md", "# Monday\n\nFiled taxes.\n")
+    write(v / ".obsidian/plugins/calendar/data.json", json.dumps({"weekStart": "sunday"}))
+    server = serve_in_process(v)
+    server.handlers.retriever.today = lambda: dt.date(2026, 12, 2)
+    refs = [h["reference"] for h in server.call("search", {"query": "what did I do this week?"})["hits"]]
+    assert refs == ["vault/Daily/2026-11-30", "vault/Daily/2026-11-29"], refs
+    write(
+        v / ".obsidian/plugins/calendar/data.json",
+        json.dumps({"weekStart": "locale", "localeOverride": "de"}),
+    )
+    server.harness.sweep()
+    refs = [h["reference"] for h in server.call("search", {"query": "what did I do this week?"})["hits"]]
+    assert refs == ["vault/Daily/2026-11-30"], refs

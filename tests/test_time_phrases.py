@@ -462,3 +462,95 @@ def test_since_takes_a_german_date(value: str, day: str) -> None:
 def test_a_german_date_that_is_no_day_is_refused() -> None:
     with pytest.raises(query.FilterError, match="not a valid date"):
         query.parse_day("31.02.2026", TODAY, name="since")
+
+
+@pytest.mark.parametrize(
+    ("said", "phrase", "rest"),
+    [
+        # a phrase counting from today scopes the search; a named month or day is the thing's time
+        ("im November hatte ich gestern mit Anna telefoniert", "gestern", "im November"),
+        ("was habe ich gestern über die Reise im November notiert?", "gestern", "Reise im November"),
+        ("what did I decide yesterday about the trip in March?", "yesterday", "trip in March"),
+        ("in November I wrote last week about taxes", "last week", "in November I wrote"),
+        ("Termin am 1. Dezember, was habe ich heute dazu notiert?", "heute", "am 1. Dezember"),
+        # of one kind the first: the question's own time comes before the thing's
+        ("was habe ich heute zum Meeting letzte Woche notiert?", "heute", "Meeting letzte Woche"),
+        ("what did I note today about the trip last week", "today", "trip last week"),
+        ("im November über den Termin am 3. März", "im November", "am 3. März"),
+        # a phrase inside a longer one is part of it
+        ("what did I do in November last year", "in November last year", "what did I do"),
+    ],
+)
+def test_a_phrase_counting_from_today_scopes_the_search(said: str, phrase: str, rest: str) -> None:
+    """The first phrase by position won: "im November hatte ich gestern …" read November, though
+    the speaker asks what was noted yesterday (about November)."""
+    text, f = split_filters(said, TODAY)
+    assert f.phrase == phrase and rest in text, (said, f, text)
+
+
+@pytest.mark.parametrize(
+    ("said", "since", "until"),
+    [
+        # the agenda: the coming day or month, a period to its end
+        ("Was steht am 3. März an?", "2027-03-03", "2027-03-03"),
+        ("what's on March 3rd?", "2027-03-03", "2027-03-03"),
+        ("Was habe ich im März vor?", "2027-03-01", "2027-03-31"),
+        ("was steht am 3.3. an", "2027-03-03", "2027-03-03"),
+        ("what will I do on March 3rd", "2027-03-03", "2027-03-03"),
+        ("Was steht diese Woche an?", "2026-11-30", "2026-12-06"),
+        ("what's planned this month?", "2026-12-01", "2026-12-31"),
+        ("Was steht im Dezember an?", "2026-12-01", "2026-12-31"),
+        ("Was steht am 5. Dezember an?", "2026-12-05", "2026-12-05"),  # this year's, still to come
+        # the past: as before
+        ("Was hatte ich am 3. März geplant?", "2026-03-03", "2026-03-03"),
+        ("was habe ich am 3. März gemacht?", "2026-03-03", "2026-03-03"),
+        ("What was on March 3rd?", "2026-03-03", "2026-03-03"),
+        ("what did I do this week", "2026-11-30", _TODAY),
+        ("Was habe ich vor 3 Tagen gemacht", "2026-11-29", "2026-11-29"),
+    ],
+)
+def test_an_agenda_question_reads_the_coming_day(said: str, since: str, until: str) -> None:
+    """ "Was steht am 3. März an?" asked in December read the March 3rd gone by, and "this week"
+    ended today: a question about what is to come reads the coming day, month or whole period."""
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.until) == (since, until), said
+
+
+@pytest.mark.parametrize(
+    ("said", "monday", "sunday"),
+    [
+        ("this week", ("2026-11-30", _TODAY), ("2026-11-29", _TODAY)),
+        ("last week", ("2026-11-23", "2026-11-29"), ("2026-11-22", "2026-11-28")),
+        ("2 weeks ago", ("2026-11-16", "2026-11-22"), ("2026-11-15", "2026-11-21")),
+        ("letzte Woche Dienstag", ("2026-11-24", "2026-11-24"), ("2026-11-24", "2026-11-24")),
+        ("Sunday of last week", ("2026-11-29", "2026-11-29"), ("2026-11-22", "2026-11-22")),
+        ("since the start of the week", ("2026-11-30", _TODAY), ("2026-11-29", _TODAY)),
+        ("last weekend", ("2026-11-28", "2026-11-29"), ("2026-11-28", "2026-11-29")),  # Sat and Sun
+    ],
+)
+def test_weeks_begin_on_the_vaults_week_start(
+    said: str, monday: tuple[str, str], sunday: tuple[str, str]
+) -> None:
+    """Weeks began on Monday whatever the vault's calendar says; a Sunday start moves them."""
+    for start, window in ((0, monday), (6, sunday)):
+        f = split_filters(said, TODAY, week_start=start)[1]
+        assert (f.since, f.until) == window, (said, start)
+
+
+@pytest.mark.parametrize(
+    ("settings", "start"),
+    [
+        ({"weekStart": "sunday"}, 6),
+        ({"weekStart": "Saturday"}, 5),
+        ({"weekStart": "locale", "localeOverride": "en-us"}, 6),
+        ({"weekStart": "locale", "localeOverride": "de"}, 0),
+        ({"weekStart": "locale", "localeOverride": "system-default"}, 0),
+        ({}, 0),
+        (["sunday"], 0),
+    ],
+)
+def test_the_week_start_obsidian_records(settings: object, start: int) -> None:
+    """The Calendar plugin's weekStart, or its locale override's; Monday when neither says."""
+    from sidecar.vault.weekstart import week_start_in
+
+    assert week_start_in(settings) == start

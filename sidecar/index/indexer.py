@@ -35,6 +35,7 @@ from sidecar.vault.ignore import IgnoreRules
 from sidecar.vault.sources import NoteFile, Root, inboxes_in_use, stamp_ns
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
 from sidecar.vault.timeout import run_with_timeout
+from sidecar.vault.weekstart import WeekStart
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,7 @@ class Indexer:
             self.ignore.resume(json.loads(self._rules_kept or "{}"))
         self._ignore_stuck: threading.Thread | None = None  # a read of Obsidian's settings that hangs
         self.daily_formats = DailyNoteFormats(cfg.vault.path)
+        self.week_start = WeekStart(cfg.vault.path)  # time phrases' weeks (Calendar plugin)
         self.problems = problems
         self.changes = ChangeFinder(cfg, stores.manifest, supervisor, problems, self.excluded_by)
         self.writer = Writer(stores, vectors, cfg.vault.wiki_subfolder)
@@ -396,8 +398,10 @@ class Indexer:
             self.problems.clear("obsidian_settings")
 
     def _read_settings(self) -> tuple[tuple[str, str], ...]:
-        """Obsidian's settings this index follows: Excluded files, and the daily-note formats."""
+        """Obsidian's settings this index follows: Excluded files, the daily-note formats; and the
+        week start searches read weeks by."""
         self.ignore.refresh()
+        self.week_start.refresh()
         return self.daily_formats.refresh()
 
     def index_files(self, notes: Sequence[NoteFile], data: dict[str, bytes] | None = None) -> int:

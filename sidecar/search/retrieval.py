@@ -235,6 +235,7 @@ class Retriever:
         self.cfg = cfg
         self.recall_cfg = recall
         self.today: Callable[[], dt.date] = dt.date.today  # local day; tests pin it
+        self.week_start: Callable[[], int] = lambda: 0  # weeks' first weekday, 0 Monday (the vault's)
         self.queries = QueryCache(cfg.query_cache)
         self._pending: tuple[float, int] = (-1.0, 0)  # (when counted, chunks without a vector)
 
@@ -655,7 +656,7 @@ class Retriever:
         """The request's text to rank and its inline filters. A window given as a parameter wins
         over a time phrase of the query, as an inline one does (see split_filters)."""
         given = bool(req.filters.since or req.filters.until)
-        return split_filters(req.query, self.today(), window_given=given)
+        return split_filters(req.query, self.today(), window_given=given, week_start=self.week_start())
 
     def search(self, req: SearchRequest) -> SearchResult:
         text, inline = self.read_query(req)
