@@ -505,6 +505,7 @@ def test_a_phrase_counting_from_today_scopes_the_search(said: str, phrase: str, 
         ("Was hatte ich am 3. März geplant?", "2026-03-03", "2026-03-03"),
         ("was habe ich am 3. März gemacht?", "2026-03-03", "2026-03-03"),
         ("What was on March 3rd?", "2026-03-03", "2026-03-03"),
+        ("Meeting with Will on March 3rd", "2026-03-03", "2026-03-03"),  # a name, no future
         ("what did I do this week", "2026-11-30", _TODAY),
         ("Was habe ich vor 3 Tagen gemacht", "2026-11-29", "2026-11-29"),
     ],

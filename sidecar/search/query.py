@@ -616,7 +616,8 @@ _AGENDA = re.compile(
     r"|\b(?:ansteh\w*|bevorsteh\w*|geplant|vorgesehen|eingeplant|demnächst|werde|wirst|werdet)\b"
     r"|\bwhat(?:'s|’s|\s+is|\s+are)\s+(?:on|planned|scheduled|due|coming\s+up|happening)\b"
     r"|\bwhat\s+do\s+(?:i|we)\s+have\s+(?:on|planned|scheduled|coming)\b"
-    r"|\b(?:planned|scheduled|upcoming|coming\s+up|will|shall|going\s+to)\b"
+    r"|\b(?:planned|scheduled|upcoming|coming\s+up|going\s+to)\b"
+    r"|(?-i:\b(?:will|shall)\b|\b(?:Will|Shall)\s+(?:I|we)\b)"  # not Will the name
     r"|\b(?:next|nächste[nmrs]?|kommende[nmrs]?)\s+(?:week|month|year|woche|monat|jahr|" + _WD[1:],
     re.IGNORECASE,
 )
