@@ -1009,8 +1009,9 @@ def test_a_two_digit_year_reads_as_moment_reads_it(name: str, day: str) -> None:
 
 def test_daily_notes_are_those_named_in_their_folder(tmp_path: Path, serve_in_process: Any) -> None:
     """A name in the vault's daily-note format dates a note only inside the daily-note folder
-    ("Projects/12.11.2025 Meeting" was a daily note); a period lists first the notes its day came
-    from the name of (a note whose date property gave another day than its name was among them);
+    ("Projects/12.11.2025 Meeting" was a daily note); a period lists its notes newest day first, a
+    note whose date property gives another day than its name by the property's day (it was taken
+    for a daily note of its name's);
     status and doctor say which format was read and from where, and an unreadable settings file
     is a problem (it was a log line)."""
     import datetime as dt
@@ -1038,10 +1039,10 @@ def test_daily_notes_are_those_named_in_their_folder(tmp_path: Path, serve_in_pr
         hit["reference"] for hit in server.call("search", {"query": "what did I do last week?"})["hits"]
     ]
     assert listed == [
+        "vault/Notes/2025-11-01 call",  # the 16th, by its property
         "vault/Journal/15.11.2025",
         "vault/Journal/Archiv/14.11.2025",
         "vault/Journal/13.11.2025",
-        "vault/Notes/2025-11-01 call",
     ]
     health = server.call("health")
     assert health["daily_notes"] == [
@@ -1082,9 +1083,9 @@ def test_with_a_daily_note_folder_an_iso_name_elsewhere_is_no_daily_note(
     tmp_path: Path, serve_in_process: Any
 ) -> None:
     """With a daily-note folder set, a note named by an ISO day outside it ("Meetings/2025-11-16
-    Standup") is dated by its name but is no daily note: a period lists it after the folder's
-    notes, those nested below it by year and month included (it was listed first, as a daily
-    note); without a folder set, any note so named is one, as before."""
+    Standup") is dated by its name but is no daily note (at one day it follows the folder's daily
+    note), those nested below it by year and month are daily notes; without a folder set, any note
+    so named is one, as before. A period lists them newest day first."""
     import datetime as dt
 
     v = tmp_path / "nested"
@@ -1106,17 +1107,23 @@ def test_with_a_daily_note_folder_an_iso_name_elsewhere_is_no_daily_note(
     assert days["vault/Meetings/2025-11-16 Standup"] == ("2025-11-16", False)
     assert days["vault/Daily/2025/11/2025-11-14"] == ("2025-11-14", True)
     assert days["vault/Daily/2025-11-15"] == ("2025-11-15", True)  # an ISO name in the folder
-    assert listed() == [
+    week = [
+        "vault/Meetings/2025-11-16 Standup",
         "vault/Daily/2025-11-15",
         "vault/Daily/2025/11/2025-11-14",
-        "vault/Meetings/2025-11-16 Standup",
         "vault/Trip",
     ]
+    assert listed() == week
     write(settings, json.dumps({"folder": "Daily"}))  # the folder alone: the default format
     h.sweep()
-    assert listed()[:2] == ["vault/Daily/2025-11-15", "vault/Daily/2025/11/2025-11-14"]
+    days = {n.key: (n.date, n.named) for n in h.stores.manifest.note_days()}
+    assert days["vault/Daily/2025-11-15"] == ("2025-11-15", True)
+    assert days["vault/Meetings/2025-11-16 Standup"] == ("2025-11-16", False)
+    assert listed()[1:3] == ["vault/Daily/2025-11-15", "vault/Daily/2025/11/2025-11-14"]
     settings.unlink()  # no folder: any note named by its day is a daily note
     h.sweep()
+    days = {n.key: (n.date, n.named) for n in h.stores.manifest.note_days()}
+    assert days["vault/Meetings/2025-11-16 Standup"] == ("2025-11-16", True)
     assert listed() == [
         "vault/Meetings/2025-11-16 Standup",
         "vault/Daily/2025-11-15",
