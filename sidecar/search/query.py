@@ -308,16 +308,19 @@ def _named_month(
     """A month by its name: of the year said; else this year's once begun, or last year's when it
     ended within two months ("im Dezember" asked in January); else no window ("im Mai bin ich im
     Urlaub" asked in January is the May to come). Asked ``ahead`` (the agenda), this year's
-    unless it is over, else next year's ("was habe ich im März vor?" asked in December)."""
+    unless it ended more than two months ago, else next year's ("was habe ich im März vor?"
+    asked in December; "im Dezember" asked in January stays the one just over)."""
     number = _month_number(name)
     said = _year_of(today, year, previous)
     first = dt.date(said or today.year, number, 1)
-    if said is None and ahead and _month_end(first) < today:
-        first = first.replace(year=today.year + 1)
-    elif said is None and not ahead and first > today:
+    if said is None and first > today:  # last year's, if it ended within two months
         first = first.replace(year=today.year - 1)
         if (today - _month_end(first)).days > _MONTH_BACK_DAYS:
-            raise FilterError("a month to come")
+            if not ahead:
+                raise FilterError("a month to come")
+            first = first.replace(year=today.year)  # the agenda: the coming one
+    elif said is None and ahead and (today - _month_end(first)).days > _MONTH_BACK_DAYS:
+        first = first.replace(year=today.year + 1)  # over and not just over: the coming one
     return first, _month_end(first)
 
 
@@ -332,18 +335,29 @@ def _named_day(
 ) -> Window:
     """A day of a month: of the year said; else this year's once come, or last year's within a
     month ("am 30. Dezember" asked on January 3rd); else no window (a day to come). Asked
-    ``ahead`` (the agenda), the coming one ("was steht am 3. März an?" asked in December)."""
+    ``ahead`` (the agenda), the coming one ("was steht am 3. März an?" asked in December), unless
+    it went by within a month ("was steht am 30. November an?" asked December 5th)."""
     said = _year_of(today, year, previous)
     try:
         when = dt.date(said or today.year, month, int(day))
-        if said is None and ahead and when < today:
-            when = when.replace(year=today.year + 1)
-        elif said is None and not ahead and when > today:
-            when = when.replace(year=today.year - 1)
     except ValueError as exc:  # "am 31. Februar", Feb 29 of a common year: words
         raise FilterError(f"no such day ({exc})") from exc
-    if said is None and not ahead and (today - when).days > _DAY_BACK_DAYS and when.year < today.year:
-        raise FilterError("a day to come")
+    if said is None and when > today:  # last year's, if it went by within a month
+        try:
+            when = when.replace(year=today.year - 1)
+        except ValueError as exc:  # Feb 29 asked in a leap year before it: last year had none
+            if not ahead:
+                raise FilterError(f"no such day ({exc})") from exc
+        else:
+            if (today - when).days > _DAY_BACK_DAYS:
+                if not ahead:
+                    raise FilterError("a day to come")
+                when = when.replace(year=today.year)  # the agenda: the coming one
+    elif said is None and ahead and (today - when).days > _DAY_BACK_DAYS:
+        try:  # gone by and not just gone by: the coming one
+            when = when.replace(year=today.year + 1)
+        except ValueError as exc:  # Feb 29 a year on: no such day
+            raise FilterError(f"no such day ({exc})") from exc
     return _one(when)
 
 
@@ -510,8 +524,9 @@ _SINCE_FORMS = ((_SINCE, ""), (r"from\s+", r"\s+(?:onwards?|on(?=\s*(?:[.,;:!?)]
 
 
 def _since(period: PhraseWindow) -> PhraseWindow:
-    """Since a period: from its first day up to today ("since last weekend" ended on Sunday)."""
-    return lambda t, m, r: (period(t, m, r)[0], t)
+    """Since a period: from its first day up to today ("since last weekend" ended on Sunday),
+    read as the past whatever the question ("Was habe ich seit März vor?" counts from March gone)."""
+    return lambda t, m, r: (period(t, m, Reading(False, r.week_start))[0], t)
 
 
 _THIS: dict[str, Callable[[dt.date, Reading], Window]] = {
@@ -540,7 +555,7 @@ _SINCE_ONLY: tuple[Phrase, ...] = (
     *(
         (
             lead + _MONTH + _YEAR_OF + tail + _NO_RANGE,
-            lambda t, m, r: (_named_month(t, m[1], m[2], m[3], ahead=r.ahead)[0], t),
+            lambda t, m, r: (_named_month(t, m[1], m[2], m[3])[0], t),  # since: never ahead
         )
         for lead, tail in _SINCE_FORMS
     ),
@@ -559,21 +574,16 @@ _SINCE_ONLY: tuple[Phrase, ...] = (
 )
 
 
-# (pattern, window from today and the match). Which of a text's phrases counts: see time_window.
+# (pattern, window from today and the match). Of the phrases in a text the first counts (by
+# position, the longest at that position: "since last week" before "last week"); see time_window.
 def _need(pat: str) -> str | None:
     """What a text must hold for the pattern to match: a month's name, a digit, or nothing known."""
     return "month" if _MONTH in pat else "digit" if _NUMERIC_DAY in pat else None
 
 
-def _on_calendar(pat: str) -> bool:
-    """Whether the pattern names a day or month by the calendar ("im November", "am 3. März",
-    "since 2026-11-20"), not by its distance from today ("gestern", "last week")."""
-    return _MONTH in pat or _NUMERIC_DAY in pat or _ISO_DAY in pat
-
-
-_PHRASES: tuple[tuple[re.Pattern[str], PhraseWindow, str | None, bool], ...] = tuple(
+_PHRASES: tuple[tuple[re.Pattern[str], PhraseWindow, str | None], ...] = tuple(
     # "today's date" names a thing, not a time: a possessive is no phrase.
-    (re.compile(r"(?<!\w)(?:" + pat + r")(?![\w'’])", re.IGNORECASE), fn, _need(pat), _on_calendar(pat))
+    (re.compile(r"(?<!\w)(?:" + pat + r")(?![\w'’])", re.IGNORECASE), fn, _need(pat))
     for pat, fn in (
         *_SINCE_ONLY,
         *(
@@ -607,23 +617,25 @@ _LOOKBEHIND = 40  # characters: the longest determiner, its spaces and the chara
 
 # A question about the agenda: a named day or month in it is the coming one, a period runs to its
 # end ("Was steht am 3. März an?", "was habe ich im Januar vor?", "what's on March 3rd?", "what
-# is planned this week?", "what will I do on Friday next week"). German separable verbs end
-# their clause ("steht … an", "habe … vor"). A past form in the text keeps the past reading
-# ("was hatte ich am 3. März geplant?", "what was planned on March 3rd?").
+# is planned this week?"). Only questions that say so plainly: German separable verbs that end
+# their clause ("steht … an", "habe … vor"), English questions opening with "what's on", "what's
+# planned", "what do I have on". Words that merely may look ahead ("will", "planned", "werde",
+# "geplant", "going to") keep the past reading: "notes on the planned migration in November",
+# "Anna said she will call in November", "Wie werde ich die Datei im November los?", "Was habe
+# ich im März geplant?" ask about notes already written. A past form or reported speech in the
+# text keeps the past reading too ("was hatte ich am 3. März geplant?", "Anna sagte, was am 3.
+# März ansteht").
 _AGENDA = re.compile(
     r"\bsteh(?:e|st|t|en)\b(?:[^.?!;]|(?<=\d)\.)*\ban\s*(?:[?.!;]|$)"
     r"|\b(?:hab(?:e|en)?|hast|hat|habt)\b(?:[^.?!;]|(?<=\d)\.)*\bvor\s*(?:[?.!;]|$)"
-    r"|\b(?:ansteh\w*|bevorsteh\w*|geplant|vorgesehen|eingeplant|demnächst|werde|wirst|werdet)\b"
-    r"|\bwhat(?:'s|’s|\s+is|\s+are)\s+(?:on|planned|scheduled|due|coming\s+up|happening)\b"
-    r"|\bwhat\s+do\s+(?:i|we)\s+have\s+(?:on|planned|scheduled|coming)\b"
-    r"|\b(?:planned|scheduled|upcoming|coming\s+up|going\s+to)\b"
-    r"|(?-i:\b(?:will|shall)\b|\b(?:Will|Shall)\s+(?:I|we)\b)"  # not Will the name
-    r"|\b(?:next|nächste[nmrs]?|kommende[nmrs]?)\s+(?:week|month|year|woche|monat|jahr|" + _WD[1:],
+    r"|^\W*what(?:'s|’s|\s+is)\s+(?:on|planned)\b"
+    r"|^\W*what\s+do\s+(?:i|we)\s+have\s+(?:on|planned)\b",
     re.IGNORECASE,
 )
 _PAST = re.compile(
     # (German "was" is "what": English "was" only before what it says of the past)
-    r"\b(?:did|were|had|wrote|happened|hatte\w*|war(?:en|st)?|wurde\w*|gemacht|notiert|geschrieben)\b"
+    r"\b(?:did|were|had|wrote|happened|said|told|asked|hatte\w*|war(?:en|st)?|wurde\w*|gemacht"
+    r"|notiert|geschrieben|gesagt|sagte\w*|meinte\w*|erzählte\w*|fragte\w*|schrieb\w*)\b"
     r"|\bwas\s+(?:planned|scheduled|on|due|there|it|i)\b",
     re.IGNORECASE,
 )
@@ -635,22 +647,15 @@ def asks_ahead(text: str) -> bool:
 
 
 def time_window(text: str, today: dt.date, week_start: int = 0) -> tuple[str, Window | None, str | None]:
-    """The time phrase of ``text`` that scopes the search as a window of days; the text without
-    it; the phrase. Of several, a phrase that counts from today ("gestern", "last week") wins
-    over one that names a calendar day or month ("im November", "am 3. März"): people say when
-    they noted or did a thing from today, and a named month or day beside it is mostly when the
-    thing itself is ("was habe ich gestern über die Reise im November notiert?", "im November
-    hatte ich gestern …", "what did I decide yesterday about the trip in March?"); the named one
-    stays words. Among phrases of one kind the first counts (by position; at one position the
-    longest: "since last week" before "last week"): a question says its own time first and the
-    time of a thing after the thing ("was habe ich heute zum Meeting letzte Woche notiert?").
-    A question about the agenda (``asks_ahead``) reads the coming day or month and whole
-    periods; any other ends its window at today and names no day to come. ``week_start`` is
-    the weekday weeks begin on (0 Monday, 6 Sunday)."""
+    """The first time phrase of ``text`` (by position; at one position the longest: "since last
+    week" before "last week", "in November last year" before "last year") as a window of days;
+    the text without it; the phrase. A question about the agenda (``asks_ahead``) reads the
+    coming day or month and whole periods; any other ends its window at today and names no day
+    to come. ``week_start`` is the weekday weeks begin on (0 Monday, 6 Sunday)."""
     reading = Reading(asks_ahead(text), week_start)
-    found: list[tuple[tuple[bool, int, int], re.Match[str], Window]] = []
+    best: tuple[tuple[int, int], re.Match[str], Window] | None = None
     held = {"month": _ANY_MONTH.search(text) is not None, "digit": _ANY_DIGIT.search(text) is not None}
-    for pattern, window, need, on_calendar in _PHRASES:
+    for pattern, window, need in _PHRASES:
         if need is not None and not held[need]:
             continue
         for m in pattern.finditer(text):
@@ -668,17 +673,10 @@ def time_window(text: str, today: dt.date, week_start: int = 0) -> tuple[str, Wi
             # phrases ("the last week" again and again) took time by the square of its length
             if _DETERMINED.search(text, max(0, m.start() - _LOOKBEHIND), m.start()):
                 continue  # "the last week of the project", "my last year at school": no period
-            found.append(((on_calendar, m.start(), m.start() - m.end()), m, days))
+            place = (m.start(), m.start() - m.end())
+            if best is None or place < best[0]:
+                best = (place, m, days)
             break  # this pattern's first phrase in the text is the one to compare
-    # A phrase inside a longer one is part of it ("last year" of "in November last year").
-    whole = [
-        f
-        for f in found
-        if not any(
-            o[1].start() <= f[1].start() and f[1].end() <= o[1].end() and o[0][2] < f[0][2] for o in found
-        )
-    ]
-    best = min(whole, key=lambda f: f[0], default=None)
     if best is None:
         return text, None, None
     _, m, days = best
