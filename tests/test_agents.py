@@ -2209,3 +2209,18 @@ def test_an_agenda_question_lists_the_notes_of_the_coming_day(served: Served, ag
         assert (r["window"]["since"], r["window"]["until"]) == ("2027-03-03", "2027-03-03")
     past = served.call("search", {"query": "Was habe ich am 3. März gemacht?"})
     assert _refs(past) == ["vault/Daily/2026-03-03"]
+
+
+def test_a_plan_dated_next_year_does_not_hide_the_month_gone_by(served: Served, agent_vault: Path) -> None:
+    """ "planned", "will", "werde" made a question read November a year ahead: one note dated
+    next November hid this November's answer. Only a plain agenda question reads ahead."""
+    write(agent_vault / "Daily/2026-11-12.md", "# 12. November\n\nMigration der Datenbank besprochen.\n")
+    write(agent_vault / "Plan2027.md", "---\ndate: 2027-11-20\n---\n# Jahresplanung\n\nMigration Rechenzentrum.\n")
+    served.h.sweep()
+    for query in ("notes on the planned migration in November", "Wie werde ich die Migration im November los?"):
+        r = served.call("search", {"query": query})
+        assert (r["window"]["since"], r["window"]["until"]) == ("2026-11-01", "2026-11-30"), query
+        assert _refs(r)[0] == "vault/Daily/2026-11-12", (query, _refs(r))
+        assert "vault/Plan2027" not in _refs(r)
+    ahead = served.call("search", {"query": "Was habe ich im November vor?"})
+    assert (ahead["window"]["since"], ahead["window"]["until"]) == ("2026-11-01", "2026-11-30")  # just over
