@@ -1324,3 +1324,24 @@ def test_time_phrases_read_weeks_from_the_vaults_calendar_setting(
     server.harness.sweep()
     refs = [h["reference"] for h in server.call("search", {"query": "what did I do this week?"})["hits"]]
     assert refs == ["vault/Daily/2026-11-30"], refs
+
+
+def test_a_malformed_calendar_setting_is_told_once_per_change(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A malformed .obsidian/plugins/calendar/data.json was read and warned about at every sweep;
+    now once per change of the file. A byte-order mark is no malformation."""
+    import os
+
+    from sidecar.vault.weekstart import CALENDAR_SETTINGS, WeekStart
+
+    settings = tmp_path / CALENDAR_SETTINGS
+    settings.parent.mkdir(parents=True)
+    settings.write_text('{"weekStart": "sunday"}')
+    week = WeekStart(tmp_path)
+    assert week.refresh() == 6
+    settings.write_text('{"weekStart": "sunday", ')  # half-written
+    os.utime(settings, ns=(1, 1))
+    with caplog.at_level(logging.WARNING, logger="sidecar.vault.weekstart"):
+        assert [week.refresh() for _ in range(3)] == [6, 6, 6]  # the last read stays
+    assert [r.getMessage().split()[0] for r in caplog.records] == ["week_start_settings_unreadable"]
+    settings.write_bytes(b'\xef\xbb\xbf{"weekStart": "saturday"}')
+    assert week.refresh() == 5

@@ -67,11 +67,14 @@ class WeekStart:
             raw = read_fd(open_regular(path), _MAX_SETTINGS_BYTES + 1)
             if len(raw) > _MAX_SETTINGS_BYTES:
                 raise ValueError(f"larger than {_MAX_SETTINGS_BYTES} bytes")
-            start = week_start_in(json.loads(raw.decode("utf-8")))
+            start = week_start_in(json.loads(raw.decode("utf-8-sig")))  # a BOM an editor added
         except (OSError, ValueError, RecursionError) as exc:
-            # half-written by Obsidian: the week start read before stays until it reads well
+            # half-written by Obsidian: the week start read before stays until it reads well; a
+            # file left malformed is told once per change, not at every sweep
             why = printable(exc.strerror if isinstance(exc, OSError) and exc.strerror else exc)
             log.warning("week_start_settings_unreadable path=%s error=%s", path, why)
+            if not isinstance(exc, OSError):
+                self._stamp = stamp  # malformed: read again only when the file changes
             return self.value
         if start != self.value:
             log.info("week_start path=%s weekday=%s", path, _WEEKDAYS[start])
