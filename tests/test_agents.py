@@ -2117,7 +2117,10 @@ def test_a_note_dated_after_today_does_not_head_a_listing_of_filters_alone(serve
     assert told == "hit #3, listed by the query's filters alone (newest first)", told
 
 
-@pytest.mark.parametrize("query", ["- tag:garten", "tag:garten ?", "tag:garten -", "* tag:garten …"])
+@pytest.mark.parametrize(
+    "query",
+    ["- tag:garten", "tag:garten ?", "tag:garten -", "* tag:garten …", "tag:garten _", "__ tag:garten"],
+)
 def test_punctuation_beside_filters_is_no_word(served: Served, query: str) -> None:
     """ "- tag:x" (a list bullet pasted with it), "tag:x ?": the punctuation left beside the filters
     was searched as a query of no word, which found nothing; the filters' notes are listed."""
@@ -2215,9 +2218,15 @@ def test_a_plan_dated_next_year_does_not_hide_the_month_gone_by(served: Served, 
     """ "planned", "will", "werde" made a question read November a year ahead: one note dated
     next November hid this November's answer. Only a plain agenda question reads ahead."""
     write(agent_vault / "Daily/2026-11-12.md", "# 12. November\n\nMigration der Datenbank besprochen.\n")
-    write(agent_vault / "Plan2027.md", "---\ndate: 2027-11-20\n---\n# Jahresplanung\n\nMigration Rechenzentrum.\n")
+    write(
+        agent_vault / "Plan2027.md",
+        "---\ndate: 2027-11-20\n---\n# Jahresplanung\n\nMigration Rechenzentrum.\n",
+    )
     served.h.sweep()
-    for query in ("notes on the planned migration in November", "Wie werde ich die Migration im November los?"):
+    for query in (
+        "notes on the planned migration in November",
+        "Wie werde ich die Migration im November los?",
+    ):
         r = served.call("search", {"query": query})
         assert (r["window"]["since"], r["window"]["until"]) == ("2026-11-01", "2026-11-30"), query
         assert _refs(r)[0] == "vault/Daily/2026-11-12", (query, _refs(r))

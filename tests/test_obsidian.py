@@ -1326,7 +1326,9 @@ def test_time_phrases_read_weeks_from_the_vaults_calendar_setting(
     assert refs == ["vault/Daily/2026-11-30"], refs
 
 
-def test_a_malformed_calendar_setting_is_told_once_per_change(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_malformed_calendar_setting_is_told_once_per_change(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """A malformed .obsidian/plugins/calendar/data.json was read and warned about at every sweep;
     now once per change of the file. A byte-order mark is no malformation."""
     import os

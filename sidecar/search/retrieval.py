@@ -50,6 +50,7 @@ from sidecar.vault.sources import public_reference
 log = logging.getLogger(__name__)
 
 _NAME_WORD = re.compile(r"\w+")
+_LETTER_OR_DIGIT = re.compile(r"[^\W_]")  # "\w" but the underscore: "_" alone is no word
 
 
 @dataclass(frozen=True)
@@ -850,10 +851,10 @@ def period_listing(dated: Sequence[NoteDay], shown: Collection[str], agent: str 
 
 def filters_alone(text: str, inline: Filters) -> bool:
     """Whether a query held inline filters and no other word (a time phrase is words). What is
-    left beside them without a letter or digit ("- tag:x", "tag:x ?", a list bullet pasted with
-    it) is no word: searched, it was a query of no content word, which found nothing."""
+    left beside them without a letter or digit ("- tag:x", "tag:x ?", "tag:x _", a list bullet
+    pasted with it) is no word: searched, it was a query of no content word, which found nothing."""
     return (
-        _NAME_WORD.search(text) is None
+        _LETTER_OR_DIGIT.search(text) is None
         and inline.phrase is None
         and bool(inline.tags or inline.path_prefix or inline.since or inline.until or inline.sources)
     )
