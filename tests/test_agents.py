@@ -390,10 +390,10 @@ def test_a_period_ranks_the_word_hits_of_its_own_notes_first(
     # Past the limit: where the period's listing would have it.
     why = served.call("why", {"reference": "vault/Daily/2026-11-10", "query": "what did I do this year?"})
     outcome = why["chunks"][0]["outcome"]
-    # daily notes first, newest first: 12-02, 12-01, 11-19 ... 11-10
+    # newest first, the notes dated by name or property: 12-02, 12-01, Trip (11-23), 11-19 ... 11-10
     assert re.match(
-        r"a note of 'this year' beyond the limit of 10: #12 of the period's \d+ notes in the order they "
-        r"are listed by date \(daily notes first, newest first\)$",
+        r"a note of 'this year' beyond the limit of 10: #13 of the period's \d+ notes in the order they "
+        r"are listed by date \(newest first, notes dated by name or property first\)$",
         outcome,
     ), outcome
     args = build_parser().parse_args(
@@ -445,8 +445,8 @@ def test_why_places_a_period_note_among_the_notes_the_listing_shows_by_date(
         outcome = server.call("why", {"reference": note, "query": query})["chunks"][0]["outcome"]
         m = re.match(
             rf"a note of 'this year' beyond the limit of {limit}: #(\d+) of the period's (\d+) notes in "
-            r"the order they are listed by date \(daily notes first, newest first\), after the (\d+) "
-            r"note\(s\) of the hits$",
+            r"the order they are listed by date \(newest first, notes dated by name or property first\), "
+            r"after the (\d+) note\(s\) of the hits$",
             outcome,
         )
         assert m, (note, outcome)
@@ -2203,6 +2203,45 @@ def test_a_note_dated_after_today_does_not_head_a_listing_of_filters_alone(serve
     assert told == "hit #3, listed by the query's filters alone (newest first)", told
 
 
+@pytest.mark.parametrize(
+    "query",
+    ["- tag:garten", "tag:garten ?", "tag:garten -", "* tag:garten …", "tag:garten _", "__ tag:garten"],
+)
+def test_punctuation_beside_filters_is_no_word(served: Served, query: str) -> None:
+    """ "- tag:x" (a list bullet pasted with it), "tag:x ?": the punctuation left beside the filters
+    was searched as a query of no word, which found nothing; the filters' notes are listed."""
+    _garden(served)
+    out = served.call("search", {"query": query})
+    assert _refs(out) == ["vault/Garten/Zaun", "vault/Garten/Beet", "vault/Garten/Plan"], out
+    assert out["listed"] == 3
+    told = served.call("why", {"reference": "vault/Garten/Beet", "query": query})["chunks"][0]["outcome"]
+    assert told == "hit #2, listed by the query's filters alone (newest first)", told
+
+
+def test_a_period_and_filters_alone_list_notes_in_one_order(served: Served, agent_vault: Path) -> None:
+    """Both listings by date order newest day first, at one day its daily note before a note only
+    changed that day. A period listed its daily notes of any day first (a meeting note dated
+    Friday came after Tuesday's daily note); a listing of filters alone put a note changed in the
+    evening before that day's daily note."""
+    write(agent_vault / "Daily/2026-11-24.md", "# November 24\n\nRan.\n")
+    write(agent_vault / "Daily/2026-11-25.md", "# November 25\n\nRead.\n")
+    write(agent_vault / "Meeting.md", "---\ndate: 2026-11-27\n---\n# Meeting\n\nAgenda.\n")
+    write(agent_vault / "Einkauf.md", "# Einkauf\n\nMilch.\n")
+    for name, hour in (("Daily/2026-11-25.md", 8), ("Einkauf.md", 18), ("Daily/2026-11-24.md", 8)):
+        day = dt.date.fromisoformat(name[6:16]) if name.startswith("Daily") else dt.date(2026, 11, 25)
+        then = dt.datetime.combine(day, dt.time(hour)).timestamp()
+        os.utime(agent_vault / name, (then, then))
+    served.h.sweep()
+    own = ["vault/Meeting", "vault/Daily/2026-11-25", "vault/Daily/2026-11-24", "vault/Trip"]
+    period = served.call("search", {"query": "What did I do last week?"})
+    # the period's own notes take the places before a note only changed in it (see period_listing)
+    assert _refs(period) == [*own, "vault/Einkauf"], _refs(period)
+    alone = served.call("search", {"query": "since:2026-11-23 until:2026-11-29"})
+    assert _refs(alone) == [own[0], own[1], "vault/Einkauf", own[2], own[3]], _refs(alone)
+    outcome = served.call("why", {"reference": "vault/Einkauf", "query": "since:2026-11-23 until:2026-11-29"})
+    assert outcome["chunks"][0]["outcome"].startswith("hit #3,"), outcome
+
+
 def test_why_of_filters_alone_reads_no_listing(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
     """why asked for a listing of up to 10,000 first chunks, each masked, to find one note's place
     (10.7 s on 5,000 notes; a note beyond 10,000 was 'not selected'): the place is counted from
@@ -2245,3 +2284,38 @@ def test_filters_alone_that_select_no_note_say_so(served: Served, capsys: pytest
     args = build_parser().parse_args(["search", "path:Nowhere/"])
     assert command_for("search")(args, served.cfg) == 0
     assert capsys.readouterr().out.strip() == "no note matches these filters"
+
+
+def test_an_agenda_question_lists_the_notes_of_the_coming_day(served: Served, agent_vault: Path) -> None:
+    """ "Was steht am 3. März an?" asked in December listed the notes of the March 3rd gone by; a
+    question about the agenda lists the notes dated the coming one (a plan made ahead)."""
+    write(agent_vault / "Daily/2026-03-03.md", "# 3. März\n\nSteuer abgegeben.\n")
+    write(agent_vault / "Zahnarzt.md", "---\ndate: 2027-03-03\n---\n# Zahnarzt\n\nKontrolle um 9.\n")
+    served.h.sweep()
+    for query in ("Was steht am 3. März an?", "what's on March 3rd?"):
+        r = served.call("search", {"query": query})
+        assert _refs(r) == ["vault/Zahnarzt"], (query, r)
+        assert (r["window"]["since"], r["window"]["until"]) == ("2027-03-03", "2027-03-03")
+    past = served.call("search", {"query": "Was habe ich am 3. März gemacht?"})
+    assert _refs(past) == ["vault/Daily/2026-03-03"]
+
+
+def test_a_plan_dated_next_year_does_not_hide_the_month_gone_by(served: Served, agent_vault: Path) -> None:
+    """ "planned", "will", "werde" made a question read November a year ahead: one note dated
+    next November hid this November's answer. Only a plain agenda question reads ahead."""
+    write(agent_vault / "Daily/2026-11-12.md", "# 12. November\n\nMigration der Datenbank besprochen.\n")
+    write(
+        agent_vault / "Plan2027.md",
+        "---\ndate: 2027-11-20\n---\n# Jahresplanung\n\nMigration Rechenzentrum.\n",
+    )
+    served.h.sweep()
+    for query in (
+        "notes on the planned migration in November",
+        "Wie werde ich die Migration im November los?",
+    ):
+        r = served.call("search", {"query": query})
+        assert (r["window"]["since"], r["window"]["until"]) == ("2026-11-01", "2026-11-30"), query
+        assert _refs(r)[0] == "vault/Daily/2026-11-12", (query, _refs(r))
+        assert "vault/Plan2027" not in _refs(r)
+    ahead = served.call("search", {"query": "Was habe ich im November vor?"})
+    assert (ahead["window"]["since"], ahead["window"]["until"]) == ("2026-11-01", "2026-11-30")  # just over

@@ -1010,8 +1010,9 @@ def test_a_two_digit_year_reads_as_moment_reads_it(name: str, day: str) -> None:
 
 def test_daily_notes_are_those_named_in_their_folder(tmp_path: Path, serve_in_process: Any) -> None:
     """A name in the vault's daily-note format dates a note only inside the daily-note folder
-    ("Projects/12.11.2025 Meeting" was a daily note); a period lists first the notes its day came
-    from the name of (a note whose date property gave another day than its name was among them);
+    ("Projects/12.11.2025 Meeting" was a daily note); a period lists its notes newest day first, a
+    note whose date property gives another day than its name by the property's day (it was taken
+    for a daily note of its name's);
     status and doctor say which format was read and from where, and an unreadable settings file
     is a problem (it was a log line)."""
     import datetime as dt
@@ -1039,10 +1040,10 @@ def test_daily_notes_are_those_named_in_their_folder(tmp_path: Path, serve_in_pr
         hit["reference"] for hit in server.call("search", {"query": "what did I do last week?"})["hits"]
     ]
     assert listed == [
+        "vault/Notes/2025-11-01 call",  # the 16th, by its property
         "vault/Journal/15.11.2025",
         "vault/Journal/Archiv/14.11.2025",
         "vault/Journal/13.11.2025",
-        "vault/Notes/2025-11-01 call",
     ]
     health = server.call("health")
     assert health["daily_notes"] == [
@@ -1083,9 +1084,9 @@ def test_with_a_daily_note_folder_an_iso_name_elsewhere_is_no_daily_note(
     tmp_path: Path, serve_in_process: Any
 ) -> None:
     """With a daily-note folder set, a note named by an ISO day outside it ("Meetings/2025-11-16
-    Standup") is dated by its name but is no daily note: a period lists it after the folder's
-    notes, those nested below it by year and month included (it was listed first, as a daily
-    note); without a folder set, any note so named is one, as before."""
+    Standup") is dated by its name but is no daily note (at one day it follows the folder's daily
+    note), those nested below it by year and month are daily notes; without a folder set, any note
+    so named is one, as before. A period lists them newest day first."""
     import datetime as dt
 
     v = tmp_path / "nested"
@@ -1107,17 +1108,23 @@ def test_with_a_daily_note_folder_an_iso_name_elsewhere_is_no_daily_note(
     assert days["vault/Meetings/2025-11-16 Standup"] == ("2025-11-16", False)
     assert days["vault/Daily/2025/11/2025-11-14"] == ("2025-11-14", True)
     assert days["vault/Daily/2025-11-15"] == ("2025-11-15", True)  # an ISO name in the folder
-    assert listed() == [
+    week = [
+        "vault/Meetings/2025-11-16 Standup",
         "vault/Daily/2025-11-15",
         "vault/Daily/2025/11/2025-11-14",
-        "vault/Meetings/2025-11-16 Standup",
         "vault/Trip",
     ]
+    assert listed() == week
     write(settings, json.dumps({"folder": "Daily"}))  # the folder alone: the default format
     h.sweep()
-    assert listed()[:2] == ["vault/Daily/2025-11-15", "vault/Daily/2025/11/2025-11-14"]
+    days = {n.key: (n.date, n.named) for n in h.stores.manifest.note_days()}
+    assert days["vault/Daily/2025-11-15"] == ("2025-11-15", True)
+    assert days["vault/Meetings/2025-11-16 Standup"] == ("2025-11-16", False)
+    assert listed()[1:3] == ["vault/Daily/2025-11-15", "vault/Daily/2025/11/2025-11-14"]
     settings.unlink()  # no folder: any note named by its day is a daily note
     h.sweep()
+    days = {n.key: (n.date, n.named) for n in h.stores.manifest.note_days()}
+    assert days["vault/Meetings/2025-11-16 Standup"] == ("2025-11-16", True)
     assert listed() == [
         "vault/Meetings/2025-11-16 Standup",
         "vault/Daily/2025-11-15",
@@ -1447,3 +1454,50 @@ def test_hidden_canvas_and_bases_files_are_counted_as_hidden(tmp_path: Path, mak
         assert h.indexer.activity.scan_skipped == {"hidden file name": 3}
     finally:
         h.close()
+
+
+def test_time_phrases_read_weeks_from_the_vaults_calendar_setting(
+    tmp_path: Path, serve_in_process: Any
+) -> None:
+    """ "this week" began on Monday though the vault's Calendar plugin begins weeks on Sunday:
+    the week start it records is read at each sweep, and a change to it counts at the next."""
+    import datetime as dt
+
+    v = tmp_path / "weeks"
+    write(v / "Daily/2026-11-29.md", "# Sunday\n\nBaked bread.\n")
+    write(v / "Daily/2026-11-30.md", "# Monday\n\nFiled taxes.\n")
+    write(v / ".obsidian/plugins/calendar/data.json", json.dumps({"weekStart": "sunday"}))
+    server = serve_in_process(v)
+    server.handlers.retriever.today = lambda: dt.date(2026, 12, 2)
+    refs = [h["reference"] for h in server.call("search", {"query": "what did I do this week?"})["hits"]]
+    assert refs == ["vault/Daily/2026-11-30", "vault/Daily/2026-11-29"], refs
+    write(
+        v / ".obsidian/plugins/calendar/data.json",
+        json.dumps({"weekStart": "locale", "localeOverride": "de"}),
+    )
+    server.harness.sweep()
+    refs = [h["reference"] for h in server.call("search", {"query": "what did I do this week?"})["hits"]]
+    assert refs == ["vault/Daily/2026-11-30"], refs
+
+
+def test_a_malformed_calendar_setting_is_told_once_per_change(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A malformed .obsidian/plugins/calendar/data.json was read and warned about at every sweep;
+    now once per change of the file. A byte-order mark is no malformation."""
+    import os
+
+    from sidecar.vault.weekstart import CALENDAR_SETTINGS, WeekStart
+
+    settings = tmp_path / CALENDAR_SETTINGS
+    settings.parent.mkdir(parents=True)
+    settings.write_text('{"weekStart": "sunday"}')
+    week = WeekStart(tmp_path)
+    assert week.refresh() == 6
+    settings.write_text('{"weekStart": "sunday", ')  # half-written
+    os.utime(settings, ns=(1, 1))
+    with caplog.at_level(logging.WARNING, logger="sidecar.vault.weekstart"):
+        assert [week.refresh() for _ in range(3)] == [6, 6, 6]  # the last read stays
+    assert [r.getMessage().split()[0] for r in caplog.records] == ["week_start_settings_unreadable"]
+    settings.write_bytes(b'\xef\xbb\xbf{"weekStart": "saturday"}')
+    assert week.refresh() == 5

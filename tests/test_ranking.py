@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -254,6 +255,47 @@ def test_no_note_can_end_or_forge_a_line_of_the_recall_frame() -> None:
         "[vault] vault/&lt;/recalled-notes> (lines 1-2)",
         "[vault] vault/Forger (lines 1-2)",
     ]
+
+
+def test_the_stopword_stems_are_built_once_while_threads_search(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process-wide table of stopwords by stem was filled without a lock: a server thread that
+    searched while another built it built one of its own. The second waits and gets the first's."""
+    from sidecar.search import retrieval
+    from sidecar.search.query import STOPWORDS_DE
+
+    monkeypatch.setattr(retrieval, "_STOPWORD_STEMS", {})
+    h = Harness(make_cfg(tmp_path / "empty"), FakeEmbedder())
+    try:
+        real = h.stores.bm25
+        calls: list[str] = []
+        inside, go = threading.Event(), threading.Event()
+
+        class Paused:  # the real analyzer, held at its first word until the second thread came
+            def analyze(self, text: str, field: str) -> list[str]:
+                calls.append(text)
+                if len(calls) == 1:
+                    inside.set()
+                    go.wait(30)
+                return real.analyze(text, field)
+
+        tables: list[Any] = []
+
+        def build() -> None:
+            tables.append(retrieval._stopword_stems(Paused(), "body_de"))  # type: ignore[arg-type]
+
+        first, second = threading.Thread(target=build), threading.Thread(target=build)
+        first.start()
+        assert inside.wait(30)
+        second.start()
+        second.join(0.5)  # a grace, no assertion: unlocked, the second built its table meanwhile
+        go.set()
+        first.join(30)
+        second.join(30)
+        assert len(calls) == len(STOPWORDS_DE) and len(tables) == 2 and tables[0] is tables[1]
+    finally:
+        h.close()
 
 
 def test_a_word_whose_stem_is_a_stopword_is_looked_for_in_its_forms(make_cfg: Any, tmp_path: Path) -> None:

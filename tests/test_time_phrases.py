@@ -462,3 +462,129 @@ def test_since_takes_a_german_date(value: str, day: str) -> None:
 def test_a_german_date_that_is_no_day_is_refused() -> None:
     with pytest.raises(query.FilterError, match="not a valid date"):
         query.parse_day("31.02.2026", TODAY, name="since")
+
+
+@pytest.mark.parametrize(
+    ("said", "phrase", "rest"),
+    [
+        # the first phrase by position scopes the search, whether it counts from today or not
+        ("what did I note on November 12 about the meeting yesterday", "on November 12", "meeting yesterday"),
+        ("Am 3. März schrieb ich über das Treffen von gestern", "Am 3. März", "Treffen von gestern"),
+        ("Notizen vom 3. März zum Treffen heute", "vom 3. März", "Treffen heute"),
+        ("was habe ich gestern über die Reise im November notiert?", "gestern", "Reise im November"),
+        ("was habe ich heute zum Meeting letzte Woche notiert?", "heute", "Meeting letzte Woche"),
+        ("im November über den Termin am 3. März", "im November", "am 3. März"),
+        # at one position the longest
+        ("what did I do in November last year", "in November last year", "what did I do"),
+    ],
+)
+def test_the_first_phrase_scopes_the_search(said: str, phrase: str, rest: str) -> None:
+    """A phrase counting from today won over a named day before it: "what did I note on November
+    12 about the meeting yesterday" read yesterday, though November 12 is when it was noted."""
+    text, f = split_filters(said, TODAY)
+    assert f.phrase == phrase and rest in text, (said, f, text)
+
+
+@pytest.mark.parametrize(
+    ("said", "since", "until"),
+    [
+        # the agenda: the coming day or month, a period to its end
+        ("Was steht am 3. März an?", "2027-03-03", "2027-03-03"),
+        ("what's on March 3rd?", "2027-03-03", "2027-03-03"),
+        ("Was habe ich im März vor?", "2027-03-01", "2027-03-31"),
+        ("was steht am 3.3. an", "2027-03-03", "2027-03-03"),
+        ("Was steht diese Woche an?", "2026-11-30", "2026-12-06"),
+        ("what's planned this month?", "2026-12-01", "2026-12-31"),
+        ("Was steht im Dezember an?", "2026-12-01", "2026-12-31"),
+        ("Was steht am 5. Dezember an?", "2026-12-05", "2026-12-05"),  # this year's, still to come
+        # the past: as before
+        ("Was hatte ich am 3. März geplant?", "2026-03-03", "2026-03-03"),
+        ("was habe ich am 3. März gemacht?", "2026-03-03", "2026-03-03"),
+        ("What was on March 3rd?", "2026-03-03", "2026-03-03"),
+        ("Meeting with Will on March 3rd", "2026-03-03", "2026-03-03"),  # a name, no future
+        ("what did I do this week", "2026-11-30", _TODAY),
+        ("Was habe ich vor 3 Tagen gemacht", "2026-11-29", "2026-11-29"),
+        ("Anna sagte, was am 3. März ansteht", "2026-03-03", "2026-03-03"),  # reported
+        ("was steht Freitag diese Woche an?", "2026-12-04", "2026-12-04"),  # a day to come
+    ],
+)
+def test_an_agenda_question_reads_the_coming_day(said: str, since: str, until: str) -> None:
+    """ "Was steht am 3. März an?" asked in December read the March 3rd gone by, and "this week"
+    ended today: a question about what is to come reads the coming day, month or whole period."""
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.until) == (since, until), said
+
+
+@pytest.mark.parametrize(
+    ("said", "monday", "sunday"),
+    [
+        ("this week", ("2026-11-30", _TODAY), ("2026-11-29", _TODAY)),
+        ("last week", ("2026-11-23", "2026-11-29"), ("2026-11-22", "2026-11-28")),
+        ("2 weeks ago", ("2026-11-16", "2026-11-22"), ("2026-11-15", "2026-11-21")),
+        ("letzte Woche Dienstag", ("2026-11-24", "2026-11-24"), ("2026-11-24", "2026-11-24")),
+        ("Sunday of last week", ("2026-11-29", "2026-11-29"), ("2026-11-22", "2026-11-22")),
+        ("since the start of the week", ("2026-11-30", _TODAY), ("2026-11-29", _TODAY)),
+        ("last weekend", ("2026-11-28", "2026-11-29"), ("2026-11-28", "2026-11-29")),  # Sat and Sun
+    ],
+)
+def test_weeks_begin_on_the_vaults_week_start(
+    said: str, monday: tuple[str, str], sunday: tuple[str, str]
+) -> None:
+    """Weeks began on Monday whatever the vault's calendar says; a Sunday start moves them."""
+    for start, window in ((0, monday), (6, sunday)):
+        f = split_filters(said, TODAY, week_start=start)[1]
+        assert (f.since, f.until) == window, (said, start)
+
+
+@pytest.mark.parametrize(
+    ("settings", "start"),
+    [
+        ({"weekStart": "sunday"}, 6),
+        ({"weekStart": "Saturday"}, 5),
+        ({"weekStart": "locale", "localeOverride": "en-us"}, 6),
+        ({"weekStart": "locale", "localeOverride": "de"}, 0),
+        ({"weekStart": "locale", "localeOverride": "system-default"}, 0),
+        ({}, 0),
+        (["sunday"], 0),
+    ],
+)
+def test_the_week_start_obsidian_records(settings: object, start: int) -> None:
+    """The Calendar plugin's weekStart, or its locale override's; Monday when neither says."""
+    from sidecar.vault.weekstart import week_start_in
+
+    assert week_start_in(settings) == start
+
+
+@pytest.mark.parametrize(
+    ("said", "today", "since", "until"),
+    [
+        # words that may look ahead are no agenda question: the past reading, as before
+        ("notes on the planned migration in November", TODAY, "2026-11-01", "2026-11-30"),
+        ("Anna said she will call in November", TODAY, "2026-11-01", "2026-11-30"),
+        ("Anna sagte, sie werde im November anrufen", TODAY, "2026-11-01", "2026-11-30"),
+        ("Wie werde ich die Datei im November los?", TODAY, "2026-11-01", "2026-11-30"),
+        ("Was habe ich im März geplant?", TODAY, "2026-03-01", "2026-03-31"),
+        ("notes about the will in March", TODAY, "2026-03-01", "2026-03-31"),
+        ("what will Bob present on May 3?", TODAY, "2026-05-03", "2026-05-03"),
+        ("what will I do this week?", TODAY, "2026-11-30", _TODAY),
+        # a day or month just gone by stays the recent one
+        ("what's due on November 30?", dt.date(2026, 12, 5), "2026-11-30", "2026-11-30"),
+        ("what's on November 30?", dt.date(2026, 12, 5), "2026-11-30", "2026-11-30"),
+        ("Was habe ich im Dezember geplant?", dt.date(2027, 1, 1), "2026-12-01", "2026-12-31"),
+        ("was steht am 31. Dezember an?", dt.date(2027, 1, 1), "2026-12-31", "2026-12-31"),
+        ("Was habe ich im Dezember vor?", dt.date(2027, 1, 1), "2026-12-01", "2026-12-31"),
+        # since: never ahead
+        ("Was habe ich seit März geplant?", TODAY, "2026-03-01", _TODAY),
+        ("Was habe ich seit März vor?", TODAY, "2026-03-01", _TODAY),
+        ("Was steht seit dem 3.3. an?", TODAY, "2026-03-03", _TODAY),
+        # a plain agenda question still reads the coming one
+        ("was steht am 3. März an?", dt.date(2026, 12, 5), "2027-03-03", "2027-03-03"),
+    ],
+)
+def test_only_a_plain_agenda_question_reads_ahead(said: str, today: dt.date, since: str, until: str) -> None:
+    """ "will", "planned", "werde", "geplant" read a named month a year ahead ("notes on the planned
+    migration in November" asked in December was November 2027); an agenda question moved a day
+    just gone by a year ahead ("what's on November 30?" asked December 5th); "seit März" in an
+    agenda question was no window."""
+    f = split_filters(said, today)[1]
+    assert (f.since, f.until) == (since, until), said

@@ -67,7 +67,7 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
         if window.get("listed"):
             lines.append(
                 f"{window['listed']} hit(s) (relevance 0) are notes of that period listed by date "
-                "(daily notes first, newest first), not ranked by the query's words."
+                "(newest first, notes dated by name or property first), not ranked by the query's words."
             )
     elif window:
         lines.append(f"{ignored_phrase_note(shown(window['phrase']))}.")

@@ -101,6 +101,17 @@ def build_handlers(
 ) -> Handlers:
     """One handler per protocol op, over the built parts."""
     stores = parts.stores
+    retriever = Retriever(
+        stores,
+        slot,
+        cfg.search,
+        cfg.recall,
+        cfg.embedder.languages,
+        model_stem=model_stem(cfg),
+        model_gates=model_gates(cfg),
+    )
+    week = parts.indexer.week_start
+    retriever.week_start = lambda: week.value  # Obsidian's, as the last sweep read it
     return Handlers(
         cfg,
         indexer=parts.indexer,
@@ -108,15 +119,7 @@ def build_handlers(
         supervisor=parts.supervisor,
         vectors=parts.vectors,
         problems=parts.problems,
-        retriever=Retriever(
-            stores,
-            slot,
-            cfg.search,
-            cfg.recall,
-            cfg.embedder.languages,
-            model_stem=model_stem(cfg),
-            model_gates=model_gates(cfg),
-        ),
+        retriever=retriever,
         slot=slot,
         service=service,
         memory=MemoryOps(cfg, inboxes, parts.indexer, slot, stores=stores, problems=parts.problems),

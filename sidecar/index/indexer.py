@@ -38,6 +38,7 @@ from sidecar.vault.ignore import IgnoreRules
 from sidecar.vault.sources import NoteFile, Root, inboxes_in_use, stamp_ns
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
 from sidecar.vault.timeout import run_with_timeout
+from sidecar.vault.weekstart import WeekStart
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,7 @@ class Indexer:
             if kept.get("vault") == str(cfg.vault.path):
                 self.daily_formats.resume(kept.get("daily_notes"))
                 self.manifest.day_formats = self.daily_formats.formats()
+        self.week_start = WeekStart(cfg.vault.path)  # time phrases' weeks (Calendar plugin)
         self.problems = problems
         self.changes = ChangeFinder(cfg, stores.manifest, supervisor, problems, self.excluded_by)
         self.writer = Writer(stores, vectors, cfg.vault.wiki_subfolder)
@@ -417,13 +419,14 @@ class Indexer:
             self.problems.clear("obsidian_settings")
 
     def _read_settings(self) -> tuple[tuple[str, str], ...] | None:
-        """Obsidian's settings this index follows: Excluded files, and the daily-note formats;
-        None (the settings in force stay) while the vault is not there: a bare mount point has
-        no .obsidian, and reading it as "no settings" forgot the daily-note format for the
-        whole outage (the notes stay searchable, their dates went)."""
+        """Obsidian's settings this index follows: Excluded files, the daily-note formats and the
+        week start searches read weeks by; None (the settings in force stay) while the vault is not
+        there: a bare mount point has no .obsidian, and reading it as "no settings" forgot the
+        daily-note format for the whole outage (the notes stay searchable, their dates went)."""
         if self.supervisor.vault_not_there():
             return None
         self.ignore.refresh()
+        self.week_start.refresh()
         return self.daily_formats.refresh()
 
     def index_files(self, notes: Sequence[NoteFile], data: dict[str, bytes] | None = None) -> int:

@@ -19,6 +19,7 @@ from sidecar.search.retrieval import (
     SearchRequest,
     bm25_text,
     filters_alone,
+    period_listing,
     typed_part,
     with_filters,
 )
@@ -177,7 +178,7 @@ def _listed_by_date(
     # words', or found by meaning) do not already show, as Retriever.with_period lists them (the
     # place among all the period's notes counted the hits' notes too).
     shown = {h.reference for h in hits if not _by_date(h)}
-    listed = [n for n in r.dated_notes(req) if public_reference(n.key, req.agent) not in shown]
+    listed = period_listing(r.dated_notes(req), shown, req.agent)
     place = next((i for i, n in enumerate(listed, 1) if n.key == key), None)
     if place is None:
         return first  # not of the period (or a filter leaves it out)
@@ -185,7 +186,8 @@ def _listed_by_date(
     after = f", after the {len(shown)} note(s) of the hits" if shown else ""
     outcome = (
         f"a note of '{phrase}' beyond the limit of {req.limit}: #{place} of the period's {len(listed)} "
-        f"notes in the order they are listed by date (daily notes first, newest first){after}{words}"
+        "notes in the order they are listed by date (newest first, notes dated by name or property "
+        f"first){after}{words}"
     )
     return replace(first, outcome=outcome)
 

@@ -99,6 +99,7 @@ _YESTERDAY = ("yesterday", "gestern")
 _ISO_LOOSE = re.compile(r"^(\d{4})-(\d{1,2})-(\d{1,2})$")
 _ISO_MONTH_ONLY = re.compile(r"^(\d{4})-(\d{1,2})$")
 _DAYS_AGO = re.compile(r"^(\d{1,4})d$")
+_ISO_DAY = r"(\d{4}-\d{1,2}-\d{1,2})"  # a day in a time phrase ("since 2026-11-20")
 # German dates as a daily-note format writes them: 04.12.2026, 4.12.2026, 4.12. (this year)
 _DOTTED = re.compile(r"^(\d{1,2})\.(\d{1,2})\.(\d{4})?$")
 DAY_VALUES = "YYYY-MM-DD, YYYY-MM, DD.MM.YYYY, today, yesterday, a weekday or Nd (N days ago)"
@@ -155,6 +156,16 @@ _WD = "(" + "|".join(_WEEKDAYS) + ")"
 Window = tuple[dt.date, dt.date]
 
 
+@dataclass(frozen=True)
+class Reading:
+    """How a text's time phrases are read: ``ahead`` for a question about the agenda (a named day
+    or month is the coming one, a period runs to its end, not to today), ``week_start`` the
+    weekday a week begins on (0 Monday ... 6 Sunday; Obsidian's calendar setting)."""
+
+    ahead: bool = False
+    week_start: int = 0
+
+
 def _num(word: str) -> int:
     return int(word) if word.isdigit() else _NUMBERS[word.lower()]
 
@@ -163,26 +174,30 @@ def _one(day: dt.date) -> Window:
     return day, day
 
 
-def _week(today: dt.date, back: int) -> Window:
-    monday = today - dt.timedelta(days=today.weekday()) - dt.timedelta(weeks=back)
-    return monday, min(today, monday + dt.timedelta(days=6))
+# Periods are whole here (this week to its last day); time_window ends them at today unless the
+# question is about the agenda.
+def _week(today: dt.date, back: int, start: int = 0) -> Window:
+    """This week (``back`` 0) or an earlier one, beginning on weekday ``start``."""
+    first = today - dt.timedelta(days=(today.weekday() - start) % 7) - dt.timedelta(weeks=back)
+    return first, first + dt.timedelta(days=6)
 
 
 def _month(today: dt.date, back: int) -> Window:
     first = today.replace(day=1)
     for _ in range(back):
         first = (first - dt.timedelta(days=1)).replace(day=1)
-    return first, min(today, _month_end(first))
+    return first, _month_end(first)
 
 
-def _weekday_of_week(today: dt.date, back: int, weekday: str) -> Window:
+def _weekday_of_week(today: dt.date, back: int, weekday: str, start: int = 0) -> Window:
     """One weekday of this week (``back`` 0) or of an earlier one ("letzte Woche Dienstag")."""
-    return _one(_week(today, back)[0] + dt.timedelta(days=_weekday_number(weekday)))
+    first = _week(today, back, start)[0]
+    return _one(first + dt.timedelta(days=(_weekday_number(weekday) - start) % 7))
 
 
 def _year(today: dt.date, back: int) -> Window:
     first = dt.date(today.year - back, 1, 1)
-    return first, min(today, dt.date(first.year, 12, 31))
+    return first, dt.date(first.year, 12, 31)
 
 
 def _months_back(today: dt.date, months: int) -> dt.date:
@@ -232,7 +247,8 @@ _OF_SOMETHING = (
 _UNITS_EN = r"(days?|weeks?|months?|years?)"
 _UNITS_DE = r"(tage?|tagen|wochen?|monate?|monaten|jahre?|jahren)"
 
-Phrase = tuple[str, Callable[[dt.date, re.Match[str]], Window]]
+PhraseWindow = Callable[[dt.date, re.Match[str], Reading], Window]
+Phrase = tuple[str, PhraseWindow]
 
 # Month names by their number, English and German ("März" also as "Maerz"); "mar", "sep" … are
 # no names of their own here ("in mar" is no month anyone says). Keys folded (see _month_number).
@@ -286,32 +302,62 @@ def _year_of(today: dt.date, year: str | None, previous: str | None) -> int | No
     return today.year - 1 if previous else None
 
 
-def _named_month(today: dt.date, name: str, year: str | None, previous: str | None = None) -> Window:
+def _named_month(
+    today: dt.date, name: str, year: str | None, previous: str | None = None, *, ahead: bool = False
+) -> Window:
     """A month by its name: of the year said; else this year's once begun, or last year's when it
     ended within two months ("im Dezember" asked in January); else no window ("im Mai bin ich im
-    Urlaub" asked in January is the May to come)."""
+    Urlaub" asked in January is the May to come). Asked ``ahead`` (the agenda), this year's
+    unless it ended more than two months ago, else next year's ("was habe ich im März vor?"
+    asked in December; "im Dezember" asked in January stays the one just over)."""
     number = _month_number(name)
     said = _year_of(today, year, previous)
     first = dt.date(said or today.year, number, 1)
-    if said is None and first > today:
+    if said is None and first > today:  # last year's, if it ended within two months
         first = first.replace(year=today.year - 1)
         if (today - _month_end(first)).days > _MONTH_BACK_DAYS:
-            raise FilterError("a month to come")
-    return first, min(today, _month_end(first))
+            if not ahead:
+                raise FilterError("a month to come")
+            first = first.replace(year=today.year)  # the agenda: the coming one
+    elif said is None and ahead and (today - _month_end(first)).days > _MONTH_BACK_DAYS:
+        first = first.replace(year=today.year + 1)  # over and not just over: the coming one
+    return first, _month_end(first)
 
 
-def _named_day(today: dt.date, day: str, month: int, year: str | None, previous: str | None = None) -> Window:
+def _named_day(
+    today: dt.date,
+    day: str,
+    month: int,
+    year: str | None,
+    previous: str | None = None,
+    *,
+    ahead: bool = False,
+) -> Window:
     """A day of a month: of the year said; else this year's once come, or last year's within a
-    month ("am 30. Dezember" asked on January 3rd); else no window (a day to come)."""
+    month ("am 30. Dezember" asked on January 3rd); else no window (a day to come). Asked
+    ``ahead`` (the agenda), the coming one ("was steht am 3. März an?" asked in December), unless
+    it went by within a month ("was steht am 30. November an?" asked December 5th)."""
     said = _year_of(today, year, previous)
     try:
         when = dt.date(said or today.year, month, int(day))
-        if said is None and when > today:
-            when = when.replace(year=today.year - 1)
     except ValueError as exc:  # "am 31. Februar", Feb 29 of a common year: words
         raise FilterError(f"no such day ({exc})") from exc
-    if said is None and (today - when).days > _DAY_BACK_DAYS and when.year < today.year:
-        raise FilterError("a day to come")
+    if said is None and when > today:  # last year's, if it went by within a month
+        try:
+            when = when.replace(year=today.year - 1)
+        except ValueError as exc:  # Feb 29 asked in a leap year before it: last year had none
+            if not ahead:
+                raise FilterError(f"no such day ({exc})") from exc
+        else:
+            if (today - when).days > _DAY_BACK_DAYS:
+                if not ahead:
+                    raise FilterError("a day to come")
+                when = when.replace(year=today.year)  # the agenda: the coming one
+    elif said is None and ahead and (today - when).days > _DAY_BACK_DAYS:
+        try:  # gone by and not just gone by: the coming one
+            when = when.replace(year=today.year + 1)
+        except ValueError as exc:  # Feb 29 a year on: no such day
+            raise FilterError(f"no such day ({exc})") from exc
     return _one(when)
 
 
@@ -322,8 +368,9 @@ def _weekday_before(today: dt.date, weekday: str) -> Window:
 
 
 def _weekend(today: dt.date, back: int) -> Window:
+    # a weekend is Saturday and Sunday whichever day a week begins on
     saturday = _week(today, back)[0] + dt.timedelta(days=5)
-    return saturday, min(today, saturday + dt.timedelta(days=1))
+    return saturday, saturday + dt.timedelta(days=1)
 
 
 # A day by its month's name: "3. Dezember", "3.Dezember", "3 December", "December 3rd", "the 3rd
@@ -339,15 +386,15 @@ _ON_DAY = (
 _DAY_FORMS: tuple[Phrase, ...] = (
     (
         r"(\d{1,2})(?:\.\s*|" + _ORD + r"\s+)(?:of\s+)?" + _MONTH + _YEAR_OF + _NO_RANGE,
-        lambda t, m: _named_day(t, m[1], _month_number(m[2]), m[3], m[4]),
+        lambda t, m, r: _named_day(t, m[1], _month_number(m[2]), m[3], m[4], ahead=r.ahead),
     ),
     (
         r"the\s+(\d{1,2})" + _ORD + r"\s+of\s+" + _MONTH + _YEAR_OF + _NO_RANGE,
-        lambda t, m: _named_day(t, m[1], _month_number(m[2]), m[3], m[4]),
+        lambda t, m, r: _named_day(t, m[1], _month_number(m[2]), m[3], m[4], ahead=r.ahead),
     ),
     (
         _MONTH + r"\s+(\d{1,2})" + _ORD + _YEAR_OF + _NO_RANGE,
-        lambda t, m: _named_day(t, m[2], _month_number(m[1]), m[3], m[4]),
+        lambda t, m, r: _named_day(t, m[2], _month_number(m[1]), m[3], m[4], ahead=r.ahead),
     ),
 )
 # German numerals, "3.12.", "3.12" or "03.12.2026": only after "am" and "seit dem" ("ab 5.1." is
@@ -355,8 +402,8 @@ _DAY_FORMS: tuple[Phrase, ...] = (
 _NUMERIC_DAY = r"(\d{1,2})\.(\d{1,2})(?:\.((?:19|20)\d\d)?)?(?![\d.])" + _NO_RANGE
 
 
-def _numeric_day(t: dt.date, m: re.Match[str]) -> Window:
-    return _named_day(t, m[1], int(m[2]), m[3])
+def _numeric_day(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+    return _named_day(t, m[1], int(m[2]), m[3], ahead=r.ahead)
 
 
 # Phrases that name a period (pattern, window from today and the match). "since"/"seit"/"seit
@@ -366,7 +413,7 @@ _PERIODS: tuple[Phrase, ...] = (
     # ("the last 6 months of my thesis", "in den letzten 3 Monaten der Schwangerschaft": words)
     (
         r"(?:in\s+)?(?:the\s+)?(?:last|past)\s+" + _NUM + r"\s+" + _UNITS_EN + _OF_SOMETHING,
-        lambda t, m: _rolling(t, m[2], _num(m[1])),
+        lambda t, m, r: _rolling(t, m[2], _num(m[1])),
     ),
     (
         # "die letzten 3 Monate" is as common as "in den letzten 3 Monaten" ("meine letzten 3
@@ -376,7 +423,7 @@ _PERIODS: tuple[Phrase, ...] = (
         + r"\s+"
         + _UNITS_DE
         + _OF_SOMETHING,
-        lambda t, m: _rolling(t, m[2], _num(m[1])),
+        lambda t, m, r: _rolling(t, m[2], _num(m[1])),
     ),
     # "in the last year", "over the past week": the last twelve months (seven days, one month) up
     # to today, as "in the last 12 months" and "in the last 7 days" are; "the last year" alone or
@@ -389,32 +436,36 @@ _PERIODS: tuple[Phrase, ...] = (
         r"(?:(?:in|over|during|within|for)\s+the\s+(?:last|past)\s+(week|month|year)"
         + _OF_SOMETHING
         + r"|the\s+past\s+(week|month|year)(?=\s*(?:[.,;:!?)]|$)))",
-        lambda t, m: _rolling(t, m[1] or m[2], 1),
+        lambda t, m, r: _rolling(t, m[1] or m[2], 1),
     ),
     # "im letzten Jahr", "in der letzten Woche": read as "letztes Jahr", "letzte Woche" are, the
     # calendar year (week, month) before this one, the reading German speakers mostly mean;
     # the rolling sense has its own unambiguous phrase ("in den letzten 12 Monaten").
     (
         r"(?:im|in\s+de[mr])\s+(?:letzten|vorigen|vergangenen)\s+(woche|monat|jahr)" + _OF_SOMETHING,
-        lambda t, m: {"woche": _week, "monat": _month, "jahr": _year}[m[1].lower()](t, 1),
+        lambda t, m, r: (
+            _week(t, 1, r.week_start)
+            if m[1].lower() == "woche"
+            else {"monat": _month, "jahr": _year}[m[1].lower()](t, 1)
+        ),
     ),
-    (_NUM + r"\s+days?\s+ago", lambda t, m: _one(t - dt.timedelta(days=_num(m[1])))),
-    (r"vor\s+" + _NUM + r"\s+tage?n?", lambda t, m: _one(t - dt.timedelta(days=_num(m[1])))),
+    (_NUM + r"\s+days?\s+ago", lambda t, m, r: _one(t - dt.timedelta(days=_num(m[1])))),
+    (r"vor\s+" + _NUM + r"\s+tage?n?", lambda t, m, r: _one(t - dt.timedelta(days=_num(m[1])))),
     # "2 weeks ago", "vor zwei Wochen": that week, Monday to Sunday
-    (r"(an?|" + _NUM[1:] + r"\s+weeks?\s+ago", lambda t, m: _week(t, _num(m[1]))),
-    (r"vor\s+" + _NUM + r"\s+wochen?", lambda t, m: _week(t, _num(m[1]))),
+    (r"(an?|" + _NUM[1:] + r"\s+weeks?\s+ago", lambda t, m, r: _week(t, _num(m[1]), r.week_start)),
+    (r"vor\s+" + _NUM + r"\s+wochen?", lambda t, m, r: _week(t, _num(m[1]), r.week_start)),
     # A weekday with its week ("letzte Woche Dienstag", "Tuesday last week"): that day.
-    (_ON_WD + r"\s+(?:of\s+)?" + _LAST_WEEK, lambda t, m: _weekday_of_week(t, 1, m[1])),
-    (_LAST_WEEK + r"(?:\s+(?:on|am))?\s+" + _WD, lambda t, m: _weekday_of_week(t, 1, m[1])),
-    (_ON_WD + r"\s+(?:of\s+)?" + _THIS_WEEK, lambda t, m: _weekday_of_week(t, 0, m[1])),
-    (_THIS_WEEK + r"(?:\s+(?:on|am))?\s+" + _WD, lambda t, m: _weekday_of_week(t, 0, m[1])),
-    (r"(?:the\s+)?week\s+before\s+last|vorletzte[rn]?\s+woche", lambda t, m: _week(t, 2)),
-    (_THIS_WEEK, lambda t, m: _week(t, 0)),
-    (_LAST_WEEK, lambda t, m: _week(t, 1)),
+    (_ON_WD + r"\s+(?:of\s+)?" + _LAST_WEEK, lambda t, m, r: _weekday_of_week(t, 1, m[1], r.week_start)),
+    (_LAST_WEEK + r"(?:\s+(?:on|am))?\s+" + _WD, lambda t, m, r: _weekday_of_week(t, 1, m[1], r.week_start)),
+    (_ON_WD + r"\s+(?:of\s+)?" + _THIS_WEEK, lambda t, m, r: _weekday_of_week(t, 0, m[1], r.week_start)),
+    (_THIS_WEEK + r"(?:\s+(?:on|am))?\s+" + _WD, lambda t, m, r: _weekday_of_week(t, 0, m[1], r.week_start)),
+    (r"(?:the\s+)?week\s+before\s+last|vorletzte[rn]?\s+woche", lambda t, m, r: _week(t, 2, r.week_start)),
+    (_THIS_WEEK, lambda t, m, r: _week(t, 0, r.week_start)),
+    (_LAST_WEEK, lambda t, m, r: _week(t, 1, r.week_start)),
     # last week's Saturday and Sunday
     (
         rf"(?:{_LAST_EN}|{_LAST_DE})\s+(?:weekend|wochenende)",
-        lambda t, m: _weekend(t, 1),
+        lambda t, m, r: _weekend(t, 1),
     ),
     # "last Tuesday", "letzten Dienstag": the one before today; words when a determiner comes
     # before it ("the last Tuesday", "jeden letzten Freitag"), a place in time after it ("last
@@ -423,18 +474,18 @@ _PERIODS: tuple[Phrase, ...] = (
     (
         rf"(?:{_LAST_EN}\s+{_WD}{_NO_TITLE}|{_LAST_DE}\s+{_WD})"
         r"(?!\s+(?:of|in|before|after|des|der|im|vor|nach)\b)",
-        lambda t, m: _weekday_before(t, m[1] or m[2]),
+        lambda t, m, r: _weekday_before(t, m[1] or m[2]),
     ),
     # the weekend just gone: this one on a Sunday, else last week's ("this weekend" is mostly one
     # to come, "am Wochenende" either; "over the weekend of the wedding" one of something)
-    (r"over\s+the\s+weekend" + _OF_SOMETHING, lambda t, m: _weekend(t, 0 if t.weekday() == 6 else 1)),
-    (r"this\s+month|diese[nrm]?\s+monat", lambda t, m: _month(t, 0)),
-    (_LAST_MONTH, lambda t, m: _month(t, 1)),
-    (r"this\s+year|dieses\s+jahr|diesem\s+jahr", lambda t, m: _year(t, 0)),
-    (_LAST_YEAR, lambda t, m: _year(t, 1)),
-    (r"(?:the\s+)?day\s+before\s+yesterday|vorgestern", lambda t, m: _one(t - dt.timedelta(days=2))),
-    (r"(?:yesterday|gestern)", lambda t, m: _one(t - dt.timedelta(days=1))),
-    (r"(?:today|heute|this\s+(?:morning|afternoon|evening))", lambda t, m: (t, t)),
+    (r"over\s+the\s+weekend" + _OF_SOMETHING, lambda t, m, r: _weekend(t, 0 if t.weekday() == 6 else 1)),
+    (r"this\s+month|diese[nrm]?\s+monat", lambda t, m, r: _month(t, 0)),
+    (_LAST_MONTH, lambda t, m, r: _month(t, 1)),
+    (r"this\s+year|dieses\s+jahr|diesem\s+jahr", lambda t, m, r: _year(t, 0)),
+    (_LAST_YEAR, lambda t, m, r: _year(t, 1)),
+    (r"(?:the\s+)?day\s+before\s+yesterday|vorgestern", lambda t, m, r: _one(t - dt.timedelta(days=2))),
+    (r"(?:yesterday|gestern)", lambda t, m, r: _one(t - dt.timedelta(days=1))),
+    (r"(?:today|heute|this\s+(?:morning|afternoon|evening))", lambda t, m, r: (t, t)),
     # "in November", "im Mai 2025", "in March of last year": that month (see _named_month)
     (
         r"(?:(?:in|during)\s+"
@@ -446,7 +497,7 @@ _PERIODS: tuple[Phrase, ...] = (
         + _YEAR_OF
         + ")"
         + _NO_RANGE,
-        lambda t, m: _named_month(t, m[1] or m[4], m[2] or m[5], m[3] or m[6]),
+        lambda t, m, r: _named_month(t, m[1] or m[4], m[2] or m[5], m[3] or m[6], ahead=r.ahead),
     ),
     # a day after "on" or "am", or notes "from" it (see _DAY_FORMS)
     *((_ON_DAY + pat, fn) for pat, fn in _DAY_FORMS),
@@ -472,17 +523,18 @@ _AB = r"ab(?:\s+de[mnr])?\s+" + _START_OF
 _SINCE_FORMS = ((_SINCE, ""), (r"from\s+", r"\s+(?:onwards?|on(?=\s*(?:[.,;:!?)]|$)))"))
 
 
-def _since(period: Callable[[dt.date, re.Match[str]], Window]) -> Callable[[dt.date, re.Match[str]], Window]:
-    """Since a period: from its first day up to today ("since last weekend" ended on Sunday)."""
-    return lambda t, m: (period(t, m)[0], t)
+def _since(period: PhraseWindow) -> PhraseWindow:
+    """Since a period: from its first day up to today ("since last weekend" ended on Sunday),
+    read as the past whatever the question ("Was habe ich seit März vor?" counts from March gone)."""
+    return lambda t, m, r: (period(t, m, Reading(False, r.week_start))[0], t)
 
 
-_THIS: dict[str, Callable[[dt.date], Window]] = {
-    "wee": lambda t: _week(t, 0),
-    "woc": lambda t: _week(t, 0),
-    "mon": lambda t: _month(t, 0),
-    "yea": lambda t: _year(t, 0),
-    "jah": lambda t: _year(t, 0),
+_THIS: dict[str, Callable[[dt.date, Reading], Window]] = {
+    "wee": lambda t, r: _week(t, 0, r.week_start),
+    "woc": lambda t, r: _week(t, 0, r.week_start),
+    "mon": lambda t, r: _month(t, 0),
+    "yea": lambda t, r: _year(t, 0),
+    "jah": lambda t, r: _year(t, 0),
 }
 
 
@@ -490,20 +542,20 @@ _THIS: dict[str, Callable[[dt.date], Window]] = {
 # and German "seit 3 Tagen" / "seit 2 Wochen", a duration (for three days), not a point.
 _SINCE_ONLY: tuple[Phrase, ...] = (
     *(
-        (lead + _WD + tail, lambda t, m: (_last_weekday(t, _weekday_number(m[1])), t))
+        (lead + _WD + tail, lambda t, m, r: (_last_weekday(t, _weekday_number(m[1])), t))
         for lead, tail in _SINCE_FORMS
     ),
     *(
-        (lead + r"(\d{4}-\d{1,2}-\d{1,2})" + tail, lambda t, m: (parse_day(m[1], t, name="since"), t))
+        (lead + _ISO_DAY + tail, lambda t, m, r: (parse_day(m[1], t, name="since"), t))
         for lead, tail in (*_SINCE_FORMS, (_AB, ""))
     ),
-    (r"seit\s+" + _NUM + r"\s+tage?n?", lambda t, m: (t - dt.timedelta(days=_num(m[1])), t)),
-    (r"seit\s+" + _NUM + r"\s+wochen?", lambda t, m: (t - dt.timedelta(weeks=_num(m[1])), t)),
+    (r"seit\s+" + _NUM + r"\s+tage?n?", lambda t, m, r: (t - dt.timedelta(days=_num(m[1])), t)),
+    (r"seit\s+" + _NUM + r"\s+wochen?", lambda t, m, r: (t - dt.timedelta(weeks=_num(m[1])), t)),
     # since a month by its name, or a day of one ("seit dem 3. Dezember", "since December 3rd")
     *(
         (
             lead + _MONTH + _YEAR_OF + tail + _NO_RANGE,
-            lambda t, m: (_named_month(t, m[1], m[2], m[3])[0], t),
+            lambda t, m, r: (_named_month(t, m[1], m[2], m[3])[0], t),  # since: never ahead
         )
         for lead, tail in _SINCE_FORMS
     ),
@@ -511,7 +563,7 @@ _SINCE_ONLY: tuple[Phrase, ...] = (
     (r"seit\s+dem\s+" + _NUMERIC_DAY, _since(_numeric_day)),
     # "since the start of the year", "seit Anfang des Monats", "seit Jahresbeginn": this one's
     *(
-        (lead + pat, lambda t, m: (_THIS[m[1].lower()[:3]](t)[0], t))
+        (lead + pat, lambda t, m, r: (_THIS[m[1].lower()[:3]](t, r)[0], t))
         for lead in (r"(?:since|seit)\s+",)
         for pat in (
             r"(?:the\s+)?(?:beginning|start)\s+of\s+(?:the|this)\s+(week|month|year)(?!\s+\d)",
@@ -529,7 +581,7 @@ def _need(pat: str) -> str | None:
     return "month" if _MONTH in pat else "digit" if _NUMERIC_DAY in pat else None
 
 
-_PHRASES: tuple[tuple[re.Pattern[str], Callable[[dt.date, re.Match[str]], Window], str | None], ...] = tuple(
+_PHRASES: tuple[tuple[re.Pattern[str], PhraseWindow, str | None], ...] = tuple(
     # "today's date" names a thing, not a time: a possessive is no phrase.
     (re.compile(r"(?<!\w)(?:" + pat + r")(?![\w'’])", re.IGNORECASE), fn, _need(pat))
     for pat, fn in (
@@ -563,9 +615,44 @@ _DETERMINED = re.compile(
 _LOOKBEHIND = 40  # characters: the longest determiner, its spaces and the character before it
 
 
-def time_window(text: str, today: dt.date) -> tuple[str, Window | None, str | None]:
-    """The first time phrase of ``text`` (by position; at one position the longest) as a window
-    of days; the text without it; the phrase."""
+# A question about the agenda: a named day or month in it is the coming one, a period runs to its
+# end ("Was steht am 3. März an?", "was habe ich im Januar vor?", "what's on March 3rd?", "what
+# is planned this week?"). Only questions that say so plainly: German separable verbs that end
+# their clause ("steht … an", "habe … vor"), English questions opening with "what's on", "what's
+# planned", "what do I have on". Words that merely may look ahead ("will", "planned", "werde",
+# "geplant", "going to") keep the past reading: "notes on the planned migration in November",
+# "Anna said she will call in November", "Wie werde ich die Datei im November los?", "Was habe
+# ich im März geplant?" ask about notes already written. A past form or reported speech in the
+# text keeps the past reading too ("was hatte ich am 3. März geplant?", "Anna sagte, was am 3.
+# März ansteht").
+_AGENDA = re.compile(
+    r"\bsteh(?:e|st|t|en)\b(?:[^.?!;]|(?<=\d)\.)*\ban\s*(?:[?.!;]|$)"
+    r"|\b(?:hab(?:e|en)?|hast|hat|habt)\b(?:[^.?!;]|(?<=\d)\.)*\bvor\s*(?:[?.!;]|$)"
+    r"|^\W*what(?:'s|’s|\s+is)\s+(?:on|planned)\b"
+    r"|^\W*what\s+do\s+(?:i|we)\s+have\s+(?:on|planned)\b",
+    re.IGNORECASE,
+)
+_PAST = re.compile(
+    # (German "was" is "what": English "was" only before what it says of the past)
+    r"\b(?:did|were|had|wrote|happened|said|told|asked|hatte\w*|war(?:en|st)?|wurde\w*|gemacht"
+    r"|notiert|geschrieben|gesagt|sagte\w*|meinte\w*|erzählte\w*|fragte\w*|schrieb\w*)\b"
+    r"|\bwas\s+(?:planned|scheduled|on|due|there|it|i)\b",
+    re.IGNORECASE,
+)
+
+
+def asks_ahead(text: str) -> bool:
+    """Whether ``text`` asks about the agenda (see _AGENDA)."""
+    return _AGENDA.search(text) is not None and _PAST.search(text) is None
+
+
+def time_window(text: str, today: dt.date, week_start: int = 0) -> tuple[str, Window | None, str | None]:
+    """The first time phrase of ``text`` (by position; at one position the longest: "since last
+    week" before "last week", "in November last year" before "last year") as a window of days;
+    the text without it; the phrase. A question about the agenda (``asks_ahead``) reads the
+    coming day or month and whole periods; any other ends its window at today and names no day
+    to come. ``week_start`` is the weekday weeks begin on (0 Monday, 6 Sunday)."""
+    reading = Reading(asks_ahead(text), week_start)
     best: tuple[tuple[int, int], re.Match[str], Window] | None = None
     held = {"month": _ANY_MONTH.search(text) is not None, "digit": _ANY_DIGIT.search(text) is not None}
     for pattern, window, need in _PHRASES:
@@ -573,11 +660,15 @@ def time_window(text: str, today: dt.date) -> tuple[str, Window | None, str | No
             continue
         for m in pattern.finditer(text):
             try:
-                days = window(today, m)
+                days = window(today, m, reading)
             except FilterError:
                 continue  # prose naming no day ("since 2026-02-30"): words, not a window
-            if days[0] > days[1] or days[0] > today:
-                continue  # a day to come ("seit 2027-01-01 gilt …"): words, not a window
+            if not reading.ahead:
+                days = (days[0], min(days[1], today))
+                if days[0] > today:
+                    continue  # a day to come ("seit 2027-01-01 gilt …"): words, not a window
+            if days[0] > days[1]:
+                continue
             # the few characters before the phrase: from the text's start, a text of skipped
             # phrases ("the last week" again and again) took time by the square of its length
             if _DETERMINED.search(text, max(0, m.start() - _LOOKBEHIND), m.start()):
@@ -594,7 +685,12 @@ def time_window(text: str, today: dt.date) -> tuple[str, Window | None, str | No
 
 
 def split_filters(
-    text: str, today: dt.date | None = None, *, phrases: bool = True, window_given: bool = False
+    text: str,
+    today: dt.date | None = None,
+    *,
+    phrases: bool = True,
+    window_given: bool = False,
+    week_start: int = 0,
 ) -> tuple[str, Filters]:
     """Strip inline filters and a time phrase from the text that is ranked; return both.
 
@@ -636,7 +732,7 @@ def split_filters(
     until = parse_day(found["until"], day, name="until", end=True).isoformat() if "until" in found else None
     phrase = None
     if phrases:
-        rest, window, phrase = time_window(rest, day)
+        rest, window, phrase = time_window(rest, day, week_start)
         # A given window wins; the phrase still says the period's notes were asked for (listed
         # over the given window: "what did I do last week?" with since/until answered nothing).
         if window is not None and not (window_given or since is not None or until is not None):

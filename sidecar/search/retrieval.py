@@ -50,6 +50,7 @@ from sidecar.vault.sources import public_reference
 log = logging.getLogger(__name__)
 
 _NAME_WORD = re.compile(r"\w+")
+_LETTER_OR_DIGIT = re.compile(r"[^\W_]")  # "\w" but the underscore: "_" alone is no word
 
 
 @dataclass(frozen=True)
@@ -263,6 +264,7 @@ class Retriever:
         self.cfg = cfg
         self.recall_cfg = recall
         self.today: Callable[[], dt.date] = dt.date.today  # local day; tests pin it
+        self.week_start: Callable[[], int] = lambda: 0  # weeks' first weekday, 0 Monday (the vault's)
         self.queries = QueryCache(cfg.query_cache)
         self._pending: tuple[float, int] = (-1.0, 0)  # (when counted, chunks without a vector)
 
@@ -733,7 +735,7 @@ class Retriever:
         """The request's text to rank and its inline filters. A window given as a parameter wins
         over a time phrase of the query, as an inline one does (see split_filters)."""
         given = bool(req.filters.since or req.filters.until)
-        return split_filters(req.query, self.today(), window_given=given)
+        return split_filters(req.query, self.today(), window_given=given, week_start=self.week_start())
 
     def search(self, req: SearchRequest) -> SearchResult:
         text, inline = self.read_query(req)
@@ -777,13 +779,11 @@ class Retriever:
         ]
 
     def listed(self, req: SearchRequest) -> SearchResult:
-        """A search of filters alone: the notes they select, newest first by their day (a daily
-        note's name or a date property, else their last change, which also stands for a day after
-        today; then by the last change), up to
-        the limit, each with its first chunk, relevance 0 and no arm score (nothing ranked them;
-        ``minScore`` does not apply)."""
+        """A search of filters alone: the notes they select in the listing order (``listing_order``)
+        up to the limit, each with its first chunk, relevance 0 and no arm score (nothing ranked
+        them; ``minScore`` does not apply)."""
         notes = self._selected(req)
-        notes.sort(key=self._listing_order(), reverse=True)
+        notes.sort(key=self._listing_order(req), reverse=True)
         notes = notes[: req.limit]
         views = self.stores.manifest.first_chunks([n.key for n in notes])
         hits = tuple(
@@ -793,37 +793,27 @@ class Retriever:
         )
         return SearchResult(hits, None, analysis_of(analyze(""), req.filters), listed=len(hits))
 
-    def _listing_order(self) -> Callable[[NoteDay], tuple[str, int, str]]:
-        """The key ``listed`` sorts by, highest first: a note's day, then its last change, then its
-        key (a total order, so that ``listed_place`` counts the same places). A day after today (a
-        plan, a deadline) gives way to the day of the last change: by it, a note dated 2099 headed
-        every listing for good."""
-        today = self.today().isoformat()
-
-        def order(n: NoteDay) -> tuple[str, int, str]:
-            day = n.date if n.date and n.date <= today else local_day(n.mtime_ns)
-            return day, n.mtime_ns, n.key
-
-        return order
+    def _listing_order(self, req: SearchRequest) -> Callable[[NoteDay], tuple[str, int, int, str]]:
+        """``listing_order`` for ``req``: a day after today (or after the window's last day, when
+        the window asked about days to come) is no note's day to list it by."""
+        return listing_order(max(self.today().isoformat(), req.filters.until or ""))
 
     def listed_place(self, req: SearchRequest, key: str) -> int | None:
         """The place of note ``key`` in ``listed``'s order for ``req`` at any depth (None when the
         filters do not select it): the notes ordered before it are counted, none is sorted and no
         chunk read (why asked a listing of 10,000 first chunks, each masked, for one place)."""
         notes = self._selected(req)
-        order = self._listing_order()
+        order = self._listing_order(req)
         mine = next((order(n) for n in notes if n.key == key), None)
         if mine is None:
             return None
         return 1 + sum(1 for n in notes if order(n) > mine)
 
     def dated_notes(self, req: SearchRequest) -> list[NoteDay]:
-        """The notes a request's date window (and its other filters and scope) holds, in the order
-        a period is listed: daily notes (dated by their name) first, then notes dated by a
-        property, then by their last change; newest first within each."""
+        """The notes a request's date window (and its other filters and scope) holds, in the
+        listing order (``listing_order``, the one a search of filters alone lists by)."""
         notes = self._selected(req)
-        notes.sort(key=lambda n: (n.date or "", n.mtime_ns), reverse=True)
-        notes.sort(key=lambda n: 0 if n.named else 1 if n.date else 2)  # stable: newest first within
+        notes.sort(key=self._listing_order(req), reverse=True)
         return notes
 
     def with_period(self, result: SearchResult, dated: Sequence[NoteDay], req: SearchRequest) -> SearchResult:
@@ -863,7 +853,7 @@ class Retriever:
                 others += 1
             kept.append(h)
         shown = {h.reference for h in kept}
-        more = [n for n in dated if public_reference(n.key, agent) not in shown][: limit - len(kept)]
+        more = period_listing(dated, shown, agent)[: limit - len(kept)]
         views = self.stores.manifest.first_chunks([n.key for n in more])
         mask_secrets = self.cfg.mask_secrets
 
@@ -907,28 +897,69 @@ class Retriever:
         )
 
 
+def listing_order(horizon: str) -> Callable[[NoteDay], tuple[str, int, int, str]]:
+    """The key notes are listed by, highest first, where nothing ranked them (a search of filters
+    alone, the notes of a period a time phrase asked about): newest day first, the day being the
+    one the note names (a daily note's name, a date property) up to ``horizon`` (ISO), else that of
+    its last change; at one day its daily note, then a note dated by a property, then a note only
+    changed that day (the record of the day before what merely touched it: a sync or a plugin
+    changes any note on any day); then the last change; then the key (a total order, so that a
+    place can be counted). A day after the horizon gives way to the last change: by it, a note
+    dated 2099 headed every listing for good. (The two listings ordered apart: a period's daily
+    notes of any day came before its other notes, a listing of filters alone knew no daily note.)
+    """
+
+    def order(n: NoteDay) -> tuple[str, int, int, str]:
+        if n.date and n.date <= horizon:
+            return n.date, 2 if n.named else 1, n.mtime_ns, n.key
+        return local_day(n.mtime_ns), 0, n.mtime_ns, n.key
+
+    return order
+
+
+def period_listing(dated: Sequence[NoteDay], shown: Collection[str], agent: str | None) -> list[NoteDay]:
+    """The notes of a period a search lists by date beside its hits (``shown``, references): the
+    period's own notes (named by it, or dated by a property) before those merely changed in it,
+    each in the listing order. That is which notes take the places, not an order: a plugin that
+    touches every file makes the whole vault "yesterday", and must not take yesterday's daily
+    note's place. A listing of filters alone has no such rule: its notes are the ones asked for."""
+    rest = [n for n in dated if public_reference(n.key, agent) not in shown]
+    return [n for n in rest if n.date] + [n for n in rest if not n.date]
+
+
 def filters_alone(text: str, inline: Filters) -> bool:
-    """Whether a query held inline filters and no other word (a time phrase is words)."""
+    """Whether a query held inline filters and no other word (a time phrase is words). What is
+    left beside them without a letter or digit ("- tag:x", "tag:x ?", "tag:x _", a list bullet
+    pasted with it) is no word: searched, it was a query of no content word, which found nothing."""
     return (
-        not text.strip()
+        _LETTER_OR_DIGIT.search(text) is None
         and inline.phrase is None
         and bool(inline.tags or inline.path_prefix or inline.since or inline.until or inline.sources)
     )
 
 
 _STOPWORD_STEMS: dict[str, dict[str, tuple[str, ...]]] = {}
+_STOPWORD_STEMS_LOCK = threading.Lock()
 
 
 def _stopword_stems(bm25: Bm25Index, field: str) -> dict[str, tuple[str, ...]]:
     """The stopwords of the field's language by their stem in that field (every index analyzes a
-    field alike: once per process and field)."""
-    if field not in _STOPWORD_STEMS:
-        by_stem: dict[str, list[str]] = {}
-        for w in sorted(STOPWORDS_DE if field == "body_de" else STOPWORDS_EN):
-            for t in bm25.analyze(w, field):
-                by_stem.setdefault(t, []).append(w)
-        _STOPWORD_STEMS[field] = {t: tuple(ws) for t, ws in by_stem.items()}
-    return _STOPWORD_STEMS[field]
+    field alike: once per process and field). The server's threads search at once: the first
+    to need a field builds its table under the lock and the others wait for it (unlocked, each
+    thread that came before it was done built one of its own, a few hundred analyzer calls)."""
+    done = _STOPWORD_STEMS.get(field)
+    if done is not None:
+        return done
+    with _STOPWORD_STEMS_LOCK:
+        done = _STOPWORD_STEMS.get(field)
+        if done is None:
+            by_stem: dict[str, list[str]] = {}
+            for w in sorted(STOPWORDS_DE if field == "body_de" else STOPWORDS_EN):
+                for t in bm25.analyze(w, field):
+                    by_stem.setdefault(t, []).append(w)
+            done = {t: tuple(ws) for t, ws in by_stem.items()}
+            _STOPWORD_STEMS[field] = done
+    return done
 
 
 def _no_hits(qa: QueryAnalysis, filters: Filters) -> SearchResult:

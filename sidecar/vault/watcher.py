@@ -88,6 +88,7 @@ OBSIDIAN_SETTINGS = frozenset(
         ".obsidian/plugins/periodic-notes/data.json",
         ".obsidian/templates.json",  # the templates folder (left out of the index)
         ".obsidian/plugins/templater-obsidian/data.json",
+        ".obsidian/plugins/calendar/data.json",  # the week start time phrases read weeks by
     }
 )
 # The folders they lie in (.obsidian, .obsidian/plugins, ...): one made or removed (renamed away,

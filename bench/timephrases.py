@@ -1,0 +1,111 @@
+"""What reading a query's time phrases and inline filters costs (``split_filters``), and which
+phrase it reads, on this checkout or another one (``--code DIR``, a ``git archive`` export), so
+that two versions can be compared on the same machine load.
+
+    python bench/timephrases.py                          # this checkout, the labeled questions
+    python bench/timephrases.py --code /tmp/main-code    # another version, the same questions
+    python bench/timephrases.py --sentences VAULT --choices /tmp/out.tsv
+
+The queries: every question of ``bench/questions-*.jsonl`` (579), each with ten time phrases
+appended in turn ("… last week", "… am 3. März", …) and alone, about 6,400 texts. Each text is
+read ``--rounds`` times (interleaved, so that a slow stretch of the machine touches all); the
+figure is the median of the rounds' mean µs per text. ``--sentences`` reads every sentence of the
+Markdown notes under a folder instead (no timing) and writes the phrase each one yields to
+``--choices`` (text, phrase, since, until): ``diff`` two such files to see where two versions read
+a sentence differently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TODAY = dt.date(2026, 12, 2)  # a Wednesday, as the tests' fixed day
+SUFFIXES = (
+    "",
+    " last week",
+    " gestern",
+    " im November",
+    " am 3. März",
+    " seit letztem Monat",
+    " in the last 3 days",
+    " vor zwei Wochen",
+    " was steht am 3. März an?",
+    " in November last year",
+    " diese Woche",
+)
+
+
+def questions() -> list[str]:
+    texts = []
+    for path in sorted(HERE.glob("questions-*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                texts.append(json.loads(line)["q"])
+    return [q + s for q in texts for s in SUFFIXES]
+
+
+def sentences(folder: Path) -> list[str]:
+    out = []
+    for note in sorted(folder.rglob("*.md")):
+        text = note.read_text(encoding="utf-8", errors="replace")
+        out.extend(s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", text) if s.strip())
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--code", type=Path, help="the sidecar checkout to measure (default: this one)")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--sentences", type=Path, help="read the sentences of the notes under this folder")
+    ap.add_argument("--choices", type=Path, help="with --sentences: write each sentence's phrase here")
+    args = ap.parse_args()
+    sys.path.insert(0, str((args.code or HERE.parent).resolve()))
+    from sidecar.search.query import FilterError, split_filters
+
+    if args.sentences:
+        rows = []
+        for s in sentences(args.sentences):
+            try:
+                f = split_filters(s, TODAY)[1]
+            except FilterError:
+                continue
+            if f.phrase:
+                rows.append("\t".join((" ".join(s.split()), f.phrase, f.since or "", f.until or "")))
+        if args.choices:
+            args.choices.write_text("\n".join(rows) + "\n", encoding="utf-8")
+        print(json.dumps({"sentences_with_a_phrase": len(rows)}))
+        return
+    texts = questions()
+    for t in texts[:50]:  # warm the regular expressions' caches
+        split_filters(t, TODAY)
+    means = []
+    for _ in range(args.rounds):
+        start = time.perf_counter()
+        for t in texts:
+            with contextlib.suppress(FilterError):
+                split_filters(t, TODAY)
+        means.append((time.perf_counter() - start) / len(texts) * 1e6)
+    print(
+        json.dumps(
+            {
+                "code": str(args.code or HERE.parent),
+                "texts": len(texts),
+                "rounds": args.rounds,
+                "us_per_text_median": round(statistics.median(means), 1),
+                "us_per_text_rounds": [round(m, 1) for m in means],
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
