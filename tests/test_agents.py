@@ -2286,6 +2286,17 @@ def test_filters_alone_that_select_no_note_say_so(served: Served, capsys: pytest
     assert capsys.readouterr().out.strip() == "no note matches these filters"
 
 
+def test_an_empty_search_is_a_clear_error(served: Served) -> None:
+    """`sidecar search ""` answered "nothing relevant found" (exit 0), which reads as a search that
+    found nothing: an empty query is a bad request that says what to give; filters alone list."""
+    _garden(served)
+    for params in ({"query": ""}, {"query": "   "}, {"query": "\n\t"}, {"query": "", "since": "2026-01-01"}):
+        with pytest.raises(SidecarError, match="'query' is empty: give words to look for, or filters alone"):
+            served.call("search", params)
+    listed = served.call("search", {"query": "tag:garten since:2026-09-01"})
+    assert listed["listed"] == 3, listed
+
+
 def test_an_agenda_question_lists_the_notes_of_the_coming_day(served: Served, agent_vault: Path) -> None:
     """ "Was steht am 3. März an?" asked in December listed the notes of the March 3rd gone by; a
     question about the agenda lists the notes dated the coming one (a plan made ahead)."""

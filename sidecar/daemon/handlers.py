@@ -266,6 +266,13 @@ class Handlers:
         p = req.params
         check_known(p, ("query", *_SEARCH_PARAMS))
         request = self._request(p, req.agent, "query", self.retriever.cfg.limit)
+        if not request.query.strip():
+            # Nothing to look for: answered "nothing relevant found" (exit 0), which reads as a
+            # search that found nothing (also beside a window given as a parameter).
+            raise ProtocolError(
+                "'query' is empty: give words to look for, or filters alone to list notes "
+                "(tag:garten path:Projekte/ since:2026-09-01)"
+            )
         try:
             result = self.retriever.search(request)
         except FilterError as exc:
