@@ -119,6 +119,18 @@ def test_a_renamed_key_still_loads_with_a_warning(tmp_path: Path) -> None:
         load_config(env={"SIDECAR_SEARCH_RARE_TERM_CHUNKS": "2", "SIDECAR_SEARCH_RARE_TERM_NOTES": "1"})
 
 
+def test_an_error_names_the_warnings_beside_it(tmp_path: Path) -> None:
+    """An unknown key beside renamed ones showed only the error; the renames came to light once
+    it was mended, a round of editing later. The error carries them."""
+    bad = _yaml(tmp_path, "search:\n  rareTermChunks: 3\n  limitt: 4\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(config_file=str(bad), env={})
+    text = str(err.value)
+    assert "limitt" in text and "warning: search.rareTermChunks is now search.rareTermNotes" in text.replace(
+        f"{bad}: ", ""
+    )
+
+
 def test_a_file_of_an_older_release_still_loads(tmp_path: Path) -> None:
     """A setting that is gone is a warning saying why, not an error (an unknown key stopped a
     service with exit 3, which it does not restart); one that moved is renamed."""

@@ -154,10 +154,13 @@ def _unknown_key(where: Path, dotted: str, raw: Any, known: Mapping[str, Setting
     return f"{where}: unknown key {dotted!r} (value {raw!r}); {hint}{EXAMPLE_HINT}"
 
 
-def _problems(problems: list[str]) -> ConfigError:
+def _problems(problems: list[str], warnings: list[str]) -> ConfigError:
+    # The warnings too: shown only once the errors were mended, a renamed key came to light a
+    # round of editing later ("every problem at once").
+    also = "".join(f"\nwarning: {w}" for w in warnings)
     if len(problems) == 1:
-        return ConfigError(problems[0])
-    return ConfigError(f"{len(problems)} configuration problems:\n  " + "\n  ".join(problems))
+        return ConfigError(problems[0] + also)
+    return ConfigError(f"{len(problems)} configuration problems:\n  " + "\n  ".join(problems) + also)
 
 
 class _Layers:
@@ -325,7 +328,7 @@ def load_config(
     values, origins, problems, warnings = layers.values, layers.origins, layers.problems, layers.warnings
 
     if problems:
-        raise _problems(problems)
+        raise _problems(problems, warnings)
     cfg = _with_model(_build(Config, values), origins)
     # Every command loads the configuration (status, search, each MCP shim's start): a hung
     # share must not hold them. A share slower than this keeps the path as written (only a path
