@@ -111,6 +111,9 @@ def test_a_rebuild_while_the_share_is_away_is_refused_and_keeps_the_index(tmp_pa
         assert status["index"]["by_source"]["vault"]["files"] == 5
         for p in list((tmp_path / "aside").iterdir()):
             shutil.move(str(p), str(v / p.name))
+        # Back once a sweep has seen it (as the refusal says: status shows when it is back); a
+        # rebuild asked in the same instant could still meet the daemon's word "offline".
+        assert _cli(d, "index").returncode == 0
         r = _cli(d, "index", "--rebuild")
         assert r.returncode == 0 and "indexed 6 notes" in r.stdout + r.stderr, (r.stdout, r.stderr)
     finally:
