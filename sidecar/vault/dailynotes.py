@@ -4,21 +4,20 @@
 of its 1.x versions). Read beside Obsidian's Excluded files (``sidecar.vault.ignore``), once per
 sweep, each file again only when its size or mtime changed. The formats are returned as written,
 each with the folder its notes are made in (``sidecar.notes.dayformat`` reads them). Imports only
-the confined reads (``sidecar.vault.confine``).
+the settings read (``sidecar.vault.settingsfile``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
 from typing import Any
 
-from sidecar.vault.confine import open_regular, printable, read_fd
+from sidecar.vault.confine import printable
+from sidecar.vault.settingsfile import read_settings_json
 
 log = logging.getLogger(__name__)
-_MAX_SETTINGS_BYTES = 1 << 20  # a few settings: a file far larger is not one to read whole
 _FILES = (Path(".obsidian/daily-notes.json"), Path(".obsidian/plugins/periodic-notes/data.json"))
 
 
@@ -130,11 +129,7 @@ class DailyNoteFormats:
         if path in self._read and before[0] == stamp:
             return before[1]
         try:
-            # Opened as a note is (never a blocking read of a pipe) and read up to a cap.
-            raw = read_fd(open_regular(path), _MAX_SETTINGS_BYTES + 1)
-            if len(raw) > _MAX_SETTINGS_BYTES:
-                raise ValueError(f"larger than {_MAX_SETTINGS_BYTES} bytes")
-            formats = _formats_in(json.loads(raw.decode("utf-8")))
+            formats = _formats_in(read_settings_json(path))
         except (OSError, ValueError, RecursionError) as exc:
             # A file half-written by Obsidian: the formats read before stay until it reads well;
             # said once per version of the file, and in status (a log line alone left the user

@@ -30,6 +30,16 @@ MAX_SETTINGS_BYTES = 1 << 20
 SETTINGS_GRACE_S = 30 * 60.0
 
 
+def read_settings_json(path: Path, encoding: str = "utf-8") -> Any:
+    """The JSON of one of Obsidian's settings files, opened as a note is (never a blocking read of
+    a pipe, a device is refused) and read up to ``MAX_SETTINGS_BYTES``: the file is the vault's,
+    whatever it holds. Raises OSError or ValueError (RecursionError for absurd nesting)."""
+    raw = read_fd(open_regular(path), MAX_SETTINGS_BYTES + 1)
+    if len(raw) > MAX_SETTINGS_BYTES:
+        raise ValueError(f"larger than {MAX_SETTINGS_BYTES} bytes")
+    return json.loads(raw.decode(encoding))
+
+
 class SettingsFile:
     """The values one settings file gives (``extract`` of its JSON), as they are in force."""
 
@@ -64,12 +74,7 @@ class SettingsFile:
         if stamp == self._stamp:
             return self.values
         try:
-            # Opened as a note is (never a blocking read of a pipe, a device is refused) and read
-            # up to a cap: the file is the vault's, whatever it holds.
-            raw = read_fd(open_regular(self.path), MAX_SETTINGS_BYTES + 1)
-            if len(raw) > MAX_SETTINGS_BYTES:
-                raise ValueError(f"larger than {MAX_SETTINGS_BYTES} bytes")
-            values = self.extract(json.loads(raw.decode("utf-8")))
+            values = self.extract(read_settings_json(self.path))
         except (OSError, ValueError, AttributeError, RecursionError) as exc:
             # Said once per version of the file; the values in force stay (a note the user left
             # out is not indexed because the file could not be read this time).

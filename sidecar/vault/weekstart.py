@@ -4,22 +4,21 @@ its ``localeOverride``): time phrases ("this week", "last week") read weeks so. 
 vault records none (Obsidian's own language setting is kept outside the vault; Monday is
 the German and ISO week, and Obsidian's English locale, en-gb, begins on Monday too). Read beside
 the daily-note settings, once per sweep, again only when the file's size or mtime changed.
-Imports only the confined reads (``sidecar.vault.confine``).
+Imports only the confined reads and the settings read (``sidecar.vault.settingsfile``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
 from typing import Any
 
-from sidecar.vault.confine import open_regular, printable, read_fd
+from sidecar.vault.confine import printable
+from sidecar.vault.settingsfile import read_settings_json
 
 log = logging.getLogger(__name__)
 CALENDAR_SETTINGS = Path(".obsidian/plugins/calendar/data.json")
-_MAX_SETTINGS_BYTES = 1 << 20  # a few settings: a file far larger is not one to read whole
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 # Moment.js locales whose week begins on Sunday, as the plugin's locale override names them.
 _SUNDAY_LOCALES = frozenset({"en", "en-us", "en-ca", "ja", "ko", "he", "pt-br"})
@@ -64,10 +63,7 @@ class WeekStart:
         if stamp == self._stamp:
             return self.value
         try:
-            raw = read_fd(open_regular(path), _MAX_SETTINGS_BYTES + 1)
-            if len(raw) > _MAX_SETTINGS_BYTES:
-                raise ValueError(f"larger than {_MAX_SETTINGS_BYTES} bytes")
-            start = week_start_in(json.loads(raw.decode("utf-8-sig")))  # a BOM an editor added
+            start = week_start_in(read_settings_json(path, "utf-8-sig"))  # a BOM an editor added
         except (OSError, ValueError, RecursionError) as exc:
             # half-written by Obsidian: the week start read before stays until it reads well; a
             # file left malformed is told once per change, not at every sweep
