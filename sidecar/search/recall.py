@@ -307,24 +307,24 @@ def _on_keywords(s: Scored, own: Scale, covers: _Coverage, *, embedded: bool) ->
         return False
     share = own.bm25(bm, 0.0)
     cid = s.candidate.chunk_id
-    held, missing, rare = covers.counts(cid)
+    # The figures of the message and the share first: the words held are asked of the keyword
+    # index, once per word of the message, only for a candidate these leave in play.
     if not embedded:
         # No vector yet (a first index): only the stricter rule. The name rule is for a name the
         # model read and could not place; here the model has not read the chunk at all, and at
         # the name rule's share a real first index let asides in ("Wie viel ist auf meinen
         # Laufwerken noch frei?" found a page of a cipher tool).
-        return share >= _UNEMBEDDED_SHARE and held >= 2 and covers.most(cid)
+        return share >= _UNEMBEDDED_SHARE and covers.counts(cid)[0] >= 2 and covers.most(cid)
     # "Wer ist Herr Ozturk?" (the note says "Herrn"): a name carries the question when the chunk
     # holds every name of it and more of the message's words than it misses. A tie let asides in
     # ("I watched Dust yesterday?", "Dust on my monitor?"), also with the name typed with a
     # capital: German nouns and a sentence's first word have one too.
     return (
-        rare > 0
-        and covers.asks
+        covers.asks
         and covers.several
         and share >= _NAME_SHARE
-        and missing <= 1
-        and held > missing
+        and covers.counts(cid)[2] > 0
+        and covers.most(cid)
         and not covers.misses_rare(cid)
         and not covers.misses_unknown(cid)
     )
