@@ -16,6 +16,7 @@ import yaml
 from sidecar.clients.mcp_texts import trash_dropped_note
 from sidecar.contracts.errors import NotFoundError, RemoteError, SourceError
 from sidecar.memory import inbox as inbox_mod
+from sidecar.memory import trash as trash_mod
 from sidecar.memory.inbox import Inboxes, InboxFullError, MemoryWriteError
 from sidecar.notes.frontmatter import split_front_matter
 
@@ -590,7 +591,7 @@ def _fill_trash(trash: Path, n: int, days_ago: float = 30) -> list[str]:
 
 def _disk_use(trash: Path) -> tuple[int, int]:
     """(files, allocated bytes) of sidecar's kept texts in ``trash``, as the caps count them."""
-    kept = [p for p in trash.iterdir() if inbox_mod._KEPT.match(p.name)]
+    kept = [p for p in trash.iterdir() if trash_mod.KEPT.match(p.name)]
     return len(kept), sum(p.stat().st_blocks * 512 for p in kept)
 
 

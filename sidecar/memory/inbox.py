@@ -9,7 +9,7 @@ the inbox's own descriptor, so a folder swapped for a link mid-write cannot redi
 note that is a symlink is refused. Writes are atomic (temp file, fsync, rename, fsync of the
 folder) and serialised per note; ``created`` and ``updated`` are managed in the front matter,
 every other key is kept as given; secrets are redacted before anything reaches disk. Imports
-config, confine, sources, frontmatter, redact, errors.
+config, confine, sources, frontmatter, redact, errors, and trash (the kept texts' ledger).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import yaml
 
 from sidecar.config import Config, agent_name_problem, valid_agent
 from sidecar.contracts.errors import NotFoundError, SourceError, StorageError
+from sidecar.memory.trash import KEPT, TRASH_TEMP, Trash, is_time, over, trash_dir
 from sidecar.notes.frontmatter import front_matter_problem, parse_front_matter, split_front_matter
 from sidecar.notes.redact import redact_entry, redact_written
 from sidecar.runtime.steadyclock import SteadyClock
@@ -48,11 +49,9 @@ from sidecar.vault.homeguard import HomeGuard
 from sidecar.vault.sources import SLUG_RE, agent_inbox, is_conflict_copy, is_markdown_name
 
 _MANAGED = ("created", "updated")
-_KEPT = re.compile(r"^[a-z0-9][a-z0-9_-]*--(\d{8}T\d{12})\.md$")  # <slug>--<time>.md in .trash
 # write_in's temp files, no one else's (and those of versions that named them by mkstemp: eight of
 # a-z, 0-9 and "_", left by a killed write and never removed)
 _TEMP = re.compile(r"^\.[a-z0-9][a-z0-9_-]*\.[a-z0-9_]{8}\.tmp$")
-_TRASH_TEMP = re.compile(r"^\.[a-z0-9][a-z0-9_-]*--\d{8}T\d{12}\.[0-9a-f]{8}\.tmp$")  # _keep's, in .trash
 
 log = logging.getLogger(__name__)
 
@@ -176,11 +175,11 @@ class Inboxes:
         self._retiring: set[str] = set()
         self._retired = threading.Condition(self._guard)
         self._audit_lock = threading.Lock()
-        self._trashes: dict[str, _Trash] = {}
+        self._trashes: dict[str, Trash] = {}
 
-    def _trash_of(self, agent: str) -> _Trash:
+    def _trash_of(self, agent: str) -> Trash:
         with self._guard:
-            return self._trashes.setdefault(agent, _Trash())
+            return self._trashes.setdefault(agent, Trash())
 
     def path_of(self, agent: str, slug: str) -> Path:
         """Where the note lives; refuses at once an inbox that is not a private folder."""
@@ -316,7 +315,7 @@ class Inboxes:
             dropped: tuple[str, ...] = ()
             if previous is not None:  # only now: a write that fails must not have cost older texts
                 try:
-                    with contextlib.closing(_Fd(_trash_dir(inbox_fd))) as trash:
+                    with contextlib.closing(_Fd(trash_dir(inbox_fd))) as trash:
                         dropped = self._cap_trash(ledger, trash.fd, previous.name)
                 except (OSError, SourceError) as exc:  # housekeeping: the write is made
                     ledger.release(previous.name)
@@ -339,7 +338,7 @@ class Inboxes:
         )
 
     def _replace(
-        self, inbox_fd: int, name: str, seen: _State, data: bytes, *, ledger: _Trash, previous: Path | None
+        self, inbox_fd: int, name: str, seen: _State, data: bytes, *, ledger: Trash, previous: Path | None
     ) -> tuple[int, int]:
         """Write the note unless it changed since it was read (the window is the rendering and
         the .trash copy): replacing it then would lose that change; the copy kept of the old
@@ -347,7 +346,7 @@ class Inboxes:
         if _state(inbox_fd, name) != seen:
             if previous is not None:
                 kept = previous.name
-                with contextlib.closing(_Fd(_trash_dir(inbox_fd))) as trash, ledger.lock:
+                with contextlib.closing(_Fd(trash_dir(inbox_fd))) as trash, ledger.lock:
                     ledger.change(trash.fd, kept, -1, lambda: os.unlink(kept, dir_fd=trash.fd))
             raise MemoryConflictError(
                 f"{name[:-3]!r} was changed by someone else while this edit was prepared; nothing "
@@ -355,12 +354,12 @@ class Inboxes:
             )
         return write_in(inbox_fd, name, data)
 
-    def _keep(self, ledger: _Trash, inbox_fd: int, slug: str, old: bytes) -> str:
+    def _keep(self, ledger: Trash, inbox_fd: int, slug: str, old: bytes) -> str:
         """Put the replaced text in ``.trash/<slug>--<time>.md`` through the inbox's descriptor
         (the caller holds the note's lock; it caps .trash once its write is made, and releases
         the name from ``ledger.busy`` whatever happens); returns the file name."""
         target = f"{slug}--{dt.datetime.now().strftime('%Y%m%dT%H%M%S%f')}.md"
-        with contextlib.closing(_Fd(_trash_dir(inbox_fd))) as trash, ledger.lock:
+        with contextlib.closing(_Fd(trash_dir(inbox_fd))) as trash, ledger.lock:
             ledger.change(trash.fd, target, +1, lambda: write_in(trash.fd, target, old))
             ledger.busy.add(target)
         return target
@@ -380,11 +379,11 @@ class Inboxes:
                 "merge them with memory_edit"
             )
 
-    def _cap_trash(self, ledger: _Trash, trash_fd: int, newest: str) -> tuple[str, ...]:
+    def _cap_trash(self, ledger: Trash, trash_fd: int, newest: str) -> tuple[str, ...]:
         """Remove the oldest kept texts while .trash holds more than ``memory.maxTrashBytes`` or
         ``memory.maxTrashFiles`` (``newest``, the one just kept, stays): rewrites in a loop would
         fill the disk within ``memory.trashDays``. Returns the names removed: the reply says
-        which texts are gone. Costs no listing of the folder until a cap is passed (see _Trash)."""
+        which texts are gone. Costs no listing of the folder until a cap is passed (see Trash)."""
         caps = self._caps()
         removed: list[str] = []
         try:  # housekeeping: the change it follows is made and must be reported as made
@@ -393,7 +392,7 @@ class Inboxes:
                 if caps == (0, 0):
                     return ()
                 ledger.counted(trash_fd)
-                if _over(ledger.used, ledger.files, caps):
+                if over(ledger.used, ledger.files, caps):
                     removed = ledger.shed(trash_fd, caps, keep={newest})
         except OSError as exc:
             log.warning("memory_trash_cap_failed error=%s", exc)
@@ -485,7 +484,7 @@ class Inboxes:
             with contextlib.suppress(OSError):
                 data = read_fd(open_regular(name, dir_fd=inbox_fd, follow=False), st.st_size + 1)
             ledger = self._trash_of(agent)
-            with contextlib.closing(_Fd(_trash_dir(inbox_fd))) as trash:
+            with contextlib.closing(_Fd(trash_dir(inbox_fd))) as trash:
                 stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S%f")
                 target = f"{slug}--{stamp}.md"
                 with ledger.lock:
@@ -554,7 +553,7 @@ class Inboxes:
                 ledger = self._trash_of(agent)
                 with (
                     contextlib.suppress(FileNotFoundError),
-                    contextlib.closing(_Fd(_trash_dir(inbox_fd, create=False))) as kept,
+                    contextlib.closing(_Fd(trash_dir(inbox_fd, create=False))) as kept,
                     ledger.lock,
                 ):
                     ledger.counted(kept.fd)  # what the cap counts (a file of the user's is not)
@@ -576,7 +575,7 @@ class Inboxes:
         """Remove texts kept in the inboxes' .trash longer than ``memory.trashDays`` (their age is
         the time in their name, as written by this daemon; other files are left alone), and the
         oldest beyond the caps (a trash kept by an older version, or caps lowered); leftovers of
-        a keep that was killed go too. Counts each trash afresh for the caps (see _Trash). An
+        a keep that was killed go too. Counts each trash afresh for the caps (see Trash). An
         agent in a loop of rewrites would otherwise fill the disk the index shares over the years.
         Then retires the folders of agents with nothing left (see ``_retire``). Returns how many
         kept texts were removed.
@@ -622,25 +621,25 @@ class Inboxes:
         try:
             with self._dirs(agent, create=False) as (_agent_fd, inbox_fd):
                 try:
-                    trash = _trash_dir(inbox_fd, create=False)
+                    trash = trash_dir(inbox_fd, create=False)
                 except FileNotFoundError:
                     return 0, 0
                 ledger = self._trash_of(agent)
                 with contextlib.closing(_Fd(trash)), ledger.lock:
                     for name in os.listdir(trash):
-                        m = _KEPT.match(name)
-                        if m is not None and m.group(1) < cutoff and _is_time(m.group(1)):
+                        m = KEPT.match(name)
+                        if m is not None and m.group(1) < cutoff and is_time(m.group(1)):
                             with contextlib.suppress(OSError):  # gone, or a folder so named
                                 os.unlink(name, dir_fd=trash)
                                 aged += 1
-                        elif m is None and _TRASH_TEMP.match(name):
+                        elif m is None and TRASH_TEMP.match(name):
                             # Left by a keep that was killed (a keep runs under the lock held).
                             with contextlib.suppress(OSError):
                                 os.unlink(name, dir_fd=trash)
                     ledger.seen = None  # counted again, with what is left
                     if caps != (0, 0):  # else when asked (a stat of each kept text)
                         ledger.counted(trash)
-                        if _over(ledger.used, ledger.files, caps):
+                        if over(ledger.used, ledger.files, caps):
                             capped = len(ledger.shed(trash, caps, keep=set()))
         except (OSError, SourceError):
             pass  # no inbox, or not a private one; what was removed is still counted
@@ -708,7 +707,7 @@ class Inboxes:
                     return False  # a note, a hidden one, a temp file of a write, the user's file
                 if names:
                     trash_fd = stack.enter_context(
-                        contextlib.closing(_Fd(_trash_dir(inbox_fd, create=False)))
+                        contextlib.closing(_Fd(trash_dir(inbox_fd, create=False)))
                     ).fd
                     if os.listdir(trash_fd):
                         return False
@@ -802,140 +801,6 @@ def _note_sizes(inbox_fd: int) -> Iterator[tuple[str, int]]:
 def _notes_bytes(inbox_fd: int) -> int:
     """The size of the inbox's notes together."""
     return sum(size for _name, size in _note_sizes(inbox_fd))
-
-
-def _trash_dir(inbox_fd: int, *, create: bool = True) -> int:
-    return open_private_dir(inbox_fd, ".trash", create=create, what="the trash folder")
-
-
-def _is_time(stamp: str) -> bool:
-    try:
-        dt.datetime.strptime(stamp, "%Y%m%dT%H%M%S%f")
-    except ValueError:  # digits that are no date: not ours to remove
-        return False
-    return True
-
-
-def _over(used: int, files: int, caps: tuple[int, int]) -> bool:
-    return (caps[0] > 0 and used > caps[0]) or (caps[1] > 0 and files > caps[1])
-
-
-_Kept = tuple[str, str, int]  # (time in the name, name, allocated bytes) of a kept text
-# (device, inode, mtime, ctime in ns) of a .trash folder: any entry added or removed moves the times
-_Ident = tuple[int, int, int, int]
-
-
-def _ident(dir_fd: int) -> _Ident:
-    st = os.fstat(dir_fd)
-    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns
-
-
-def _disk_use(st: os.stat_result) -> int:
-    """What a file takes on disk: a 600-byte text takes a 4 KiB block (its size said 6x less)."""
-    return st.st_blocks * 512
-
-
-def _scan(trash_fd: int) -> list[_Kept]:
-    """The kept texts of a .trash folder: regular files named by this daemon (no one else's)."""
-    out: list[_Kept] = []
-    with os.scandir(trash_fd) as entries:
-        for e in entries:
-            m = _KEPT.match(e.name)
-            if m is None:
-                continue
-            with contextlib.suppress(OSError):  # gone meanwhile
-                st = e.stat(follow_symlinks=False)
-                if stat.S_ISREG(st.st_mode):
-                    out.append((m.group(1), e.name, _disk_use(st)))
-    return out
-
-
-class _Trash:
-    """What one agent's .trash holds as the caps count it, kept up to date by this daemon's own
-    changes, so that a write does not list and stat the whole folder (it did, and a write over
-    100,000 kept texts took 17x as long). ``seen`` is the folder's identity and times after our
-    last change: anything else that changed it since (the user, a sync tool, another process)
-    makes the next check count it again, so the figures stay right when files are removed
-    behind our back (a change within the same clock tick as ours can be missed until the daily
-    prune counts afresh). The folder is listed again only when a cap is passed, and then emptied
-    down to 95% of the caps, so the writes that follow do not list it again. Use under ``lock``
-    (several writers of one agent share its .trash)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.files = 0
-        self.used = 0  # allocated bytes
-        self.seen: _Ident | None = None  # None: count afresh at the next check
-        self.busy: set[str] = set()  # kept texts whose write is not done: no cap removes them
-
-    def counted(self, trash_fd: int) -> None:
-        """Bring the figures up to date (listing the folder only if it changed behind our back)."""
-        ident = _ident(trash_fd)
-        if ident != self.seen:
-            self._count(_scan(trash_fd), ident)
-
-    def _count(self, kept: list[_Kept], ident: _Ident | None) -> None:
-        self.files, self.used, self.seen = len(kept), sum(k[2] for k in kept), ident
-
-    def change(self, trash_fd: int, name: str, sign: int, act: Any) -> None:
-        """Do ``act`` (our own change: ``name`` added, sign +1, or removed, -1) and count it, if
-        the figures were right before it; otherwise they are counted at the next check."""
-        valid = self.seen is not None and _ident(trash_fd) == self.seen
-        size = None
-        if sign < 0 and valid:
-            size = self._kept_size(trash_fd, name)
-        act()
-        if not valid:
-            return
-        if sign > 0:
-            size = self._kept_size(trash_fd, name)
-        if size is not None:
-            self.files += sign
-            self.used += sign * size
-        self.seen = _ident(trash_fd)
-
-    @staticmethod
-    def _kept_size(trash_fd: int, name: str) -> int | None:
-        try:
-            st = os.stat(name, dir_fd=trash_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            return None
-        return _disk_use(st) if stat.S_ISREG(st.st_mode) and _KEPT.match(name) else None
-
-    def release(self, name: str) -> None:
-        with self.lock:
-            self.busy.discard(name)
-
-    def shed(self, trash_fd: int, caps: tuple[int, int], keep: set[str]) -> list[str]:
-        """Remove the oldest kept texts (not those in ``keep`` nor busy ones) down to 95% of
-        the caps; returns their names. Lists the folder: it alone knows which are the oldest."""
-        ident = _ident(trash_fd)
-        kept = _scan(trash_fd)
-        self._count(kept, ident)
-        low = (caps[0] - caps[0] // 20, caps[1] - caps[1] // 20)
-        removed: list[str] = []
-        kept.sort()
-        # The newest kept text always stays, whoever caps (the prune at start removed a large
-        # one a write had just kept and named as its 'previous').
-        newest = {kept[-1][1]} if kept else set()
-        for _when, name, size in kept:
-            if not _over(self.used, self.files, low):
-                break
-            if name in keep or name in self.busy or name in newest:
-                continue
-            try:
-                os.unlink(name, dir_fd=trash_fd)
-                removed.append(name)
-            except FileNotFoundError:  # removed meanwhile (by the user)
-                pass
-            except OSError as exc:  # cannot be removed (immutable): the next oldest goes instead
-                log.warning("memory_trash_cap_failed name=%s error=%s", name, exc)
-                continue
-            self.files -= 1
-            self.used -= size
-        if removed:
-            self.seen = _ident(trash_fd)
-        return removed
 
 
 _READ_ATTEMPTS = 3

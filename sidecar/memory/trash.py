@@ -1,0 +1,157 @@
+"""What an agent's ``.trash`` folder holds: the texts a write replaced or a delete removed, named
+``<slug>--<time>.md``, and the ledger that counts them against the caps without listing the folder
+on every write. Imports confine only; the inbox (:mod:`sidecar.memory.inbox`) decides what is kept
+and when the caps are applied.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import os
+import re
+import stat
+import threading
+from typing import Any
+
+from sidecar.vault.confine import open_private_dir
+
+log = logging.getLogger(__name__)
+
+KEPT = re.compile(r"^[a-z0-9][a-z0-9_-]*--(\d{8}T\d{12})\.md$")  # <slug>--<time>.md in .trash
+TRASH_TEMP = re.compile(r"^\.[a-z0-9][a-z0-9_-]*--\d{8}T\d{12}\.[0-9a-f]{8}\.tmp$")  # _keep's, in .trash
+
+
+def trash_dir(inbox_fd: int, *, create: bool = True) -> int:
+    return open_private_dir(inbox_fd, ".trash", create=create, what="the trash folder")
+
+
+def is_time(stamp: str) -> bool:
+    try:
+        dt.datetime.strptime(stamp, "%Y%m%dT%H%M%S%f")
+    except ValueError:  # digits that are no date: not ours to remove
+        return False
+    return True
+
+
+def over(used: int, files: int, caps: tuple[int, int]) -> bool:
+    return (caps[0] > 0 and used > caps[0]) or (caps[1] > 0 and files > caps[1])
+
+
+_Kept = tuple[str, str, int]  # (time in the name, name, allocated bytes) of a kept text
+# (device, inode, mtime, ctime in ns) of a .trash folder: any entry added or removed moves the times
+_Ident = tuple[int, int, int, int]
+
+
+def _ident(dir_fd: int) -> _Ident:
+    st = os.fstat(dir_fd)
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _disk_use(st: os.stat_result) -> int:
+    """What a file takes on disk: a 600-byte text takes a 4 KiB block (its size said 6x less)."""
+    return st.st_blocks * 512
+
+
+def _scan(trash_fd: int) -> list[_Kept]:
+    """The kept texts of a .trash folder: regular files named by this daemon (no one else's)."""
+    out: list[_Kept] = []
+    with os.scandir(trash_fd) as entries:
+        for e in entries:
+            m = KEPT.match(e.name)
+            if m is None:
+                continue
+            with contextlib.suppress(OSError):  # gone meanwhile
+                st = e.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode):
+                    out.append((m.group(1), e.name, _disk_use(st)))
+    return out
+
+
+class Trash:
+    """What one agent's .trash holds as the caps count it, kept up to date by this daemon's own
+    changes, so that a write does not list and stat the whole folder (it did, and a write over
+    100,000 kept texts took 17x as long). ``seen`` is the folder's identity and times after our
+    last change: anything else that changed it since (the user, a sync tool, another process)
+    makes the next check count it again, so the figures stay right when files are removed
+    behind our back (a change within the same clock tick as ours can be missed until the daily
+    prune counts afresh). The folder is listed again only when a cap is passed, and then emptied
+    down to 95% of the caps, so the writes that follow do not list it again. Use under ``lock``
+    (several writers of one agent share its .trash)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.files = 0
+        self.used = 0  # allocated bytes
+        self.seen: _Ident | None = None  # None: count afresh at the next check
+        self.busy: set[str] = set()  # kept texts whose write is not done: no cap removes them
+
+    def counted(self, trash_fd: int) -> None:
+        """Bring the figures up to date (listing the folder only if it changed behind our back)."""
+        ident = _ident(trash_fd)
+        if ident != self.seen:
+            self._count(_scan(trash_fd), ident)
+
+    def _count(self, kept: list[_Kept], ident: _Ident | None) -> None:
+        self.files, self.used, self.seen = len(kept), sum(k[2] for k in kept), ident
+
+    def change(self, trash_fd: int, name: str, sign: int, act: Any) -> None:
+        """Do ``act`` (our own change: ``name`` added, sign +1, or removed, -1) and count it, if
+        the figures were right before it; otherwise they are counted at the next check."""
+        valid = self.seen is not None and _ident(trash_fd) == self.seen
+        size = None
+        if sign < 0 and valid:
+            size = self._kept_size(trash_fd, name)
+        act()
+        if not valid:
+            return
+        if sign > 0:
+            size = self._kept_size(trash_fd, name)
+        if size is not None:
+            self.files += sign
+            self.used += sign * size
+        self.seen = _ident(trash_fd)
+
+    @staticmethod
+    def _kept_size(trash_fd: int, name: str) -> int | None:
+        try:
+            st = os.stat(name, dir_fd=trash_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        return _disk_use(st) if stat.S_ISREG(st.st_mode) and KEPT.match(name) else None
+
+    def release(self, name: str) -> None:
+        with self.lock:
+            self.busy.discard(name)
+
+    def shed(self, trash_fd: int, caps: tuple[int, int], keep: set[str]) -> list[str]:
+        """Remove the oldest kept texts (not those in ``keep`` nor busy ones) down to 95% of
+        the caps; returns their names. Lists the folder: it alone knows which are the oldest."""
+        ident = _ident(trash_fd)
+        kept = _scan(trash_fd)
+        self._count(kept, ident)
+        low = (caps[0] - caps[0] // 20, caps[1] - caps[1] // 20)
+        removed: list[str] = []
+        kept.sort()
+        # The newest kept text always stays, whoever caps (the prune at start removed a large
+        # one a write had just kept and named as its 'previous').
+        newest = {kept[-1][1]} if kept else set()
+        for _when, name, size in kept:
+            if not over(self.used, self.files, low):
+                break
+            if name in keep or name in self.busy or name in newest:
+                continue
+            try:
+                os.unlink(name, dir_fd=trash_fd)
+                removed.append(name)
+            except FileNotFoundError:  # removed meanwhile (by the user)
+                pass
+            except OSError as exc:  # cannot be removed (immutable): the next oldest goes instead
+                log.warning("memory_trash_cap_failed name=%s error=%s", name, exc)
+                continue
+            self.files -= 1
+            self.used -= size
+        if removed:
+            self.seen = _ident(trash_fd)
+        return removed
