@@ -114,8 +114,9 @@ def test_the_pass_waits_for_a_root_offline_now(tmp_path: Path, make_cfg: Any) ->
         h.indexer.sweep()
         vault = next(r for r in h.indexer.changes.roots() if r.name == "vault")
         h.supervisor.mark_offline(vault, "share gone (test)")
-        assert not h.indexer.links_due()  # the index loop waits, rather than spin
-        h.indexer.reread_links()
+        while h.indexer.links_due():  # the wiki (no notes) is done; then the vault waits
+            h.indexer.reread_links()
+        assert not h.indexer.reread_links()  # the index loop waits, rather than spin
         assert h.indexer.links.due  # not finished
         assert _links(h, "vault/Tabelle") == [("Haus", "Dach\\", "vault/Haus")]
         h.supervisor.mark_online(vault)
@@ -146,8 +147,10 @@ def test_status_shows_the_pass_while_it_runs(daemon_factory: Any, tmp_path: Path
     links = d.call("get", {"reference": "vault/Tabelle"})["links"]
     assert [(x["target"], x["anchor"]) for x in links] == [("vault/Haus", "Dach")]
     health = d.health()
-    health["index"]["links_reread"] = {"done": 1200, "total": 5000}
-    assert "Links read again after an upgrade: 1,200 of 5,000 notes" in render_status(health)
+    health["index"]["links_reread"] = {"done": 1200, "total": 5000, "waiting": ["vault"]}
+    shown = render_status(health)
+    assert "Links read again after an upgrade: 1,200 of 5,000 notes" in shown
+    assert "waiting for vault to answer again (offline)" in shown
 
 
 def test_sidecar_index_without_a_daemon_reads_the_links_again(tmp_path: Path, make_cfg: Any) -> None:
@@ -168,3 +171,40 @@ def test_sidecar_index_without_a_daemon_reads_the_links_again(tmp_path: Path, ma
         version = db.execute("SELECT value FROM meta WHERE name = ?", (linkreread.VERSION_META,)).fetchone()
     assert rows == [("Haus", "Dach", "vault/Haus")]
     assert version == (str(LINKS_VERSION),)
+
+
+def test_a_root_away_for_good_does_not_hold_the_other_roots(tmp_path: Path, make_cfg: Any) -> None:
+    """The pass waited while any root was offline: a share gone for good (still configured) held
+    the links of every other root's unchanged notes at the old reader's for good. Each root is
+    read on its own now: the wiki's links are right while the vault is away, status names what
+    the pass waits for, and the vault's are read once it answers again."""
+    v = _vault(tmp_path)
+    write(
+        v / "wiki" / "Karte.md", "# Karte\n\n| Teil | Wo |\n| --- | --- |\n| Dach | [[Haus#Dach\\|Dach]] |\n"
+    )
+    cfg = make_cfg(v)
+    model = FakeEmbedder()
+    h = Harness(cfg, model)
+    h.sweep()
+    h.close()
+    with sqlite3.connect(cfg.index_dir / "manifest.sqlite") as db:
+        _as_an_old_version_left_it(db)
+        db.execute("UPDATE links SET anchor = 'Dach\\', dst = NULL WHERE src = 'wiki/Karte'")
+    h = Harness(cfg, model)
+    try:
+        h.indexer.sweep()
+        vault = next(r for r in h.indexer.changes.roots() if r.name == "vault")
+        h.supervisor.mark_offline(vault, "share gone (test)")
+        while h.indexer.links_due():
+            h.indexer.reread_links()
+        assert _links(h, "wiki/Karte") == [("Haus", "Dach", "vault/Haus")]  # read while the vault is away
+        assert _links(h, "vault/Tabelle") == [("Haus", "Dach\\", "vault/Haus")]  # waits for it
+        progress = h.indexer.links.progress
+        assert progress is not None and progress.waiting == ("vault",)
+        h.supervisor.mark_online(vault)
+        while h.indexer.links.due:
+            h.indexer.reread_links()
+        assert _links(h, "vault/Tabelle") == [("Haus", "Dach", "vault/Haus")]
+        assert h.sweep()["changed"] == 0  # links only: nothing cut or written again
+    finally:
+        h.close()

@@ -186,7 +186,7 @@ class Handlers:
                 "links": LinkGraph(self.manifest.read).totals(),
                 # The pass reading unchanged notes' links again after an upgrade, while it runs.
                 "links_reread": (
-                    {"done": lp.done, "total": lp.total}
+                    {"done": lp.done, "total": lp.total, "waiting": list(lp.waiting)}
                     if (lp := self.indexer.links.progress) is not None
                     else None
                 ),

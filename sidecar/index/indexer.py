@@ -585,9 +585,10 @@ class Indexer:
             log.info("index_chunking_recorded counted=%s", counted)
 
     def links_due(self) -> bool:
-        """Whether the link pass has a batch to run now: not while a root is offline or a read of
-        it hangs (the pass waits for it rather than leave its notes to be read whole)."""
-        return self.links.due and not any(self._away(r) for r in self.changes.roots())
+        """Whether the link pass has a batch to run now: not while every root with notes left is
+        offline or a read of it hangs (the pass waits for those rather than leave their notes to
+        be read whole; the other roots go on)."""
+        return self.links.due and not self.links.waits_for(self.changes.roots(), self._away)
 
     def _away(self, root: Root) -> bool:
         status = self.supervisor.status(root)

@@ -6,8 +6,9 @@ anchor written ``[[Note#Heading\\|alias]]``, a link to a Canvas) the notes nobod
 links the old reader found, for good. This pass reads each indexed note once more for its links
 alone: no chunk, keyword document or vector is touched (the text is as indexed, checked by its
 hash), so it costs a read and a parse per note, never an embedding. It runs in batches between
-sweeps, in key order; the last key done is kept in the manifest, so a stop or a kill -9 resumes
-there. The pass waits while a root is offline or a read of it hangs (``Indexer.links_due``), and a
+sweeps, root by root in key order; the last key done of each root is kept in the manifest, so a
+stop or a kill -9 resumes there. A root that is offline or whose read hangs is passed over until it
+answers (the other roots go on: one share away for good held every root's links before), and a
 batch stops at a read that hangs: marking those notes for the sweep would cut and write every note
 of a share that was away for a moment. A note that cannot be read (a read error) is left to the
 next sweep, which reads it whole (its vectors kept by text), as a chunker upgrade does.
@@ -15,6 +16,7 @@ next sweep, which reads it whole (its vectors kept by text), as a chunker upgrad
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,16 +31,18 @@ from sidecar.vault.supervisor import RootUnreachable
 log = logging.getLogger(__name__)
 
 VERSION_META = "links_read"  # the reader version every indexed note's links were read with
-CURSOR_META = "links_reread_after"  # the last key whose links this pass read again
+CURSOR_META = "links_reread_after"  # per root, the last key whose links this pass read again
 BATCH = 200  # notes per batch: the index loop looks at its queue between batches
 
 
 @dataclass
 class LinkProgress:
-    """How far the pass is, for status (None in health once there is nothing to do)."""
+    """How far the pass is, for status (None in health once there is nothing to do); ``waiting``
+    names the roots whose notes wait for them to answer again."""
 
     done: int = 0
     total: int = 0
+    waiting: tuple[str, ...] = ()
 
 
 class LinkReread:
@@ -55,11 +59,9 @@ class LinkReread:
         if have is None and not manifest.read("SELECT 1 FROM files LIMIT 1"):
             self.finish()  # a new index: every note is read by today's reader
             return
-        after = manifest.get_meta(CURSOR_META) or ""
-        total, done = manifest.read(
-            "SELECT count(*), coalesce(sum(key <= ?), 0) FROM files WHERE state = 'indexed'", (after,)
-        )[0]
-        self.progress = LinkProgress(int(done), int(total))
+        total = int(manifest.read("SELECT count(*) FROM files WHERE state = 'indexed'")[0][0])
+        done = sum(self._count(name, after) for name, after in self._cursors().items())
+        self.progress = LinkProgress(done, total)
         log.info(
             "links_reread_started notes=%d done=%d old=%s new=%d", total, done, have or "1", LINKS_VERSION
         )
@@ -68,29 +70,43 @@ class LinkReread:
     def due(self) -> bool:
         return self.progress is not None
 
-    def step(self, roots: Sequence[Root], offline: Callable[[Root], bool], read: Reader) -> bool:
-        """Read the links of the next batch of notes again and write them (one transaction); none
-        while a root is offline (the pass waits for it), up to a read that hangs. Whether the
-        pass moved on."""
-        progress = self.progress
-        if progress is None or any(offline(r) for r in roots):
+    def waits_for(self, roots: Sequence[Root], away: Callable[[Root], bool]) -> bool:
+        """Whether every root with notes left to read is away now (nothing to do until one
+        answers); the roots it waits for are kept for status."""
+        if self.progress is None:
             return False
-        after = self.manifest.get_meta(CURSOR_META) or ""
-        rows = self.manifest.read(
-            "SELECT key, source, agent, rel, hash, mtime_ns, size FROM files "
-            "WHERE state = 'indexed' AND key > ? ORDER BY key LIMIT ?",
-            (after, BATCH),
-        )
-        if not rows:
+        left = self._left(roots)
+        self.progress.waiting = tuple(r.name for r in left if away(r))
+        return len(self.progress.waiting) == len(left) > 0
+
+    def step(self, roots: Sequence[Root], offline: Callable[[Root], bool], read: Reader) -> bool:
+        """Read the links of the next batch of notes of the first root not done that answers, and
+        write them (one transaction); up to a read that hangs. A root away is passed over (the
+        pass comes back to it). Whether the pass moved on."""
+        progress = self.progress
+        if progress is None:
+            return False
+        left = self._left(roots)
+        if not left:
             self.finish()
             return True
-        by_name = {r.name: r for r in roots}
+        root = next((r for r in left if not offline(r)), None)
+        if root is None:
+            progress.waiting = tuple(r.name for r in left)
+            return False
+        cursors = self._cursors()
+        after = cursors.get(root.name, "")
+        low, high = _range(root.name)
+        rows = self.manifest.read(
+            "SELECT key, rel, hash, mtime_ns, size FROM files "
+            "WHERE state = 'indexed' AND key > ? AND key < ? ORDER BY key LIMIT ?",
+            (max(after, low), high, BATCH),
+        )
         found: dict[str, tuple[str, tuple[Link, ...]]] = {}
         later: list[str] = []  # unreadable: the next sweep reads them whole
         last, done, stopped = after, 0, False
-        for key, source, agent, rel, digest, mtime_ns, size in rows:
-            root = by_name.get(f"memory/{agent}" if source == "memory" else source)
-            if root is not None and digest:  # else no root of it any more, or the sweep reads it
+        for key, rel, digest, mtime_ns, size in rows:
+            if digest:  # else the sweep reads it
                 note = NoteFile(key, root, root.path / rel, rel, mtime_ns, size)
                 try:
                     got = draft(note, None, None, self.max_bytes, read)
@@ -104,13 +120,43 @@ class LinkReread:
                 # A changed note (another hash) or one gone: the sweep indexes or deletes it.
             last, done = str(key), done + 1
         self.writer.relink(found, later)
-        if last != after:
-            self.manifest.set_meta(CURSOR_META, last)
-        progress.done = min(progress.total, progress.done + done)  # notes new since: read anew
         if not stopped and len(rows) < BATCH:
+            cursors[root.name] = _DONE
+        elif last != after:
+            cursors[root.name] = last
+        self.manifest.set_meta(CURSOR_META, json.dumps(cursors, sort_keys=True))
+        progress.done = min(progress.total, progress.done + done)  # notes new since: read anew
+        if not self._left(roots):
             self.finish()
             return True
-        return last != after
+        return last != after or not stopped
+
+    def _left(self, roots: Sequence[Root]) -> list[Root]:
+        """The roots whose notes' links are not all read again yet, in key order."""
+        cursors = self._cursors()
+        return sorted((r for r in roots if cursors.get(r.name) != _DONE), key=lambda r: _range(r.name)[0])
+
+    def _cursors(self) -> dict[str, str]:
+        """Each root's last key done (``_DONE`` once all its notes are read). The one key an
+        older version kept for the whole index is not read: the pass starts over, which costs a
+        read and a parse per note again, never an embedding."""
+        raw = self.manifest.get_meta(CURSOR_META) or ""
+        try:
+            got = json.loads(raw) if raw.startswith("{") else None
+        except ValueError:
+            got = None
+        return {str(k): str(v) for k, v in got.items()} if isinstance(got, dict) else {}
+
+    def _count(self, name: str, after: str) -> int:
+        """How many of a root's notes the pass has read (up to ``after``)."""
+        low, high = _range(name)
+        upto = high if after == _DONE else after
+        return int(
+            self.manifest.read(
+                "SELECT count(*) FROM files WHERE state = 'indexed' AND key > ? AND key <= ? AND key < ?",
+                (low, upto, high),
+            )[0][0]
+        )
 
     def finish(self) -> None:
         """Every indexed note's links are today's reader's (the pass ended, or the index is new)."""
@@ -119,3 +165,12 @@ class LinkReread:
         if self.progress is not None:
             log.info("links_reread_done notes=%d", self.progress.done)
         self.progress = None
+
+
+_DONE = "done"  # a root's cursor once all its notes are read (no key: keys hold a "/")
+
+
+def _range(name: str) -> tuple[str, str]:
+    """The keys of a root's notes lie strictly between these two: ``name/`` and ``name0`` ('0'
+    follows '/'), so ``memory/a`` holds no key of ``memory/ab``."""
+    return f"{name}/", f"{name}0"
