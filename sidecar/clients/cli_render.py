@@ -120,7 +120,7 @@ def render_status(h: dict[str, Any]) -> str:
             "right once its note is done)"
         )
         if relink.get("waiting"):
-            lines.append(f"  waiting for {', '.join(relink['waiting'])} to answer again (offline)")
+            lines.append(f"  waiting for {', '.join(relink['waiting'])} to answer again")
     if h.get("vault") and "daily_notes" in h:
         lines.append(f"Daily notes: {daily_notes_line(h['daily_notes'])}")
     unread = idx.get("front_matter_unread") or {"notes": 0}

@@ -134,8 +134,12 @@ class IndexLoop:
             self.beat(None)
             self.indexer.summary.flush()
             if self._links_due():
-                failures = self._reread_links(failures)
-                continue
+                failures, moved = self._reread_links(failures)
+                if moved:
+                    continue
+                # No batch moved on (a read that hangs): wait for the next job as when nothing
+                # is due, never round again at once (that loop wrote the manifest thousands of
+                # times a second).
             job = self._next()
             if job is None:
                 continue
@@ -158,20 +162,21 @@ class IndexLoop:
             and self.hot.wait(1.0) > 0  # no held note due now
         )
 
-    def _reread_links(self, failures: int) -> int:
-        """One batch of the link pass; a failure (disk full) is retried as a sweep's is."""
+    def _reread_links(self, failures: int) -> tuple[int, bool]:
+        """One batch of the link pass; a failure (disk full) is retried as a sweep's is. The
+        failures counted, and whether the pass moved on."""
         try:
-            self.indexer.reread_links()
+            moved = self.indexer.reread_links()
         except Exception as exc:
             failures += 1
             delay = self.retry.delay(failures)
             log.error("links_reread_failed error=%s retry_in=%.0fs", exc, delay)
             self.problems.report("index", f"reading links again failed: {exc} (retrying in {delay:.0f} s)")
             self.stop.wait(delay)
-            return failures
+            return failures, True
         if failures:
             self.problems.clear("index")
-        return 0
+        return 0, moved
 
     def _next(self) -> Job | None:
         """The next sweep: the queued requests (a burst merged into one) without the events of

@@ -592,7 +592,8 @@ class Indexer:
 
     def _away(self, root: Root) -> bool:
         status = self.supervisor.status(root)
-        return status.offline or status.hanging is not None
+        # The wiki while a call on the vault around it hangs: its reads are refused at once.
+        return status.offline or status.hanging is not None or self.supervisor.stuck_within(root) is not None
 
     def reread_links(self) -> bool:
         """One batch of the pass that reads the links of unchanged notes again after an upgrade

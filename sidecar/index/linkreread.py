@@ -31,7 +31,11 @@ from sidecar.vault.supervisor import RootUnreachable
 log = logging.getLogger(__name__)
 
 VERSION_META = "links_read"  # the reader version every indexed note's links were read with
-CURSOR_META = "links_reread_after"  # per root, the last key whose links this pass read again
+# Per root, the last key whose links this pass read again (JSON). Not the name the single cursor
+# of earlier versions had ("links_reread_after"): one of those going back mid-pass read this value
+# as a key above every note's, ended the pass and recorded the new version.
+CURSOR_META = "links_reread_roots"
+OLD_CURSOR_META = "links_reread_after"
 BATCH = 200  # notes per batch: the index loop looks at its queue between batches
 
 
@@ -124,17 +128,32 @@ class LinkReread:
             cursors[root.name] = _DONE
         elif last != after:
             cursors[root.name] = last
+        else:  # stopped at its first note (a read that hangs): nothing to write, wait for it
+            progress.waiting = tuple(sorted({*progress.waiting, root.name}))
+            return False
         self.manifest.set_meta(CURSOR_META, json.dumps(cursors, sort_keys=True))
         progress.done = min(progress.total, progress.done + done)  # notes new since: read anew
         if not self._left(roots):
             self.finish()
             return True
-        return last != after or not stopped
+        return True
 
     def _left(self, roots: Sequence[Root]) -> list[Root]:
-        """The roots whose notes' links are not all read again yet, in key order."""
+        """The roots with notes whose links are not read again yet, in key order (a root with
+        none left is done, offline or not: an empty vault away held the pass for good)."""
         cursors = self._cursors()
-        return sorted((r for r in roots if cursors.get(r.name) != _DONE), key=lambda r: _range(r.name)[0])
+        left = []
+        for r in sorted(roots, key=lambda r: _range(r.name)[0]):
+            after = cursors.get(r.name, "")
+            if after == _DONE:
+                continue
+            low, high = _range(r.name)
+            if self.manifest.read(
+                "SELECT 1 FROM files WHERE state = 'indexed' AND key > ? AND key < ? LIMIT 1",
+                (max(after, low), high),
+            ):
+                left.append(r)
+        return left
 
     def _cursors(self) -> dict[str, str]:
         """Each root's last key done (``_DONE`` once all its notes are read). The one key an
@@ -142,10 +161,18 @@ class LinkReread:
         read and a parse per note again, never an embedding."""
         raw = self.manifest.get_meta(CURSOR_META) or ""
         try:
-            got = json.loads(raw) if raw.startswith("{") else None
-        except ValueError:
+            got = json.loads(raw)
+        except (ValueError, RecursionError):  # edited by hand: start over (links only, cheap)
             got = None
-        return {str(k): str(v) for k, v in got.items()} if isinstance(got, dict) else {}
+        if not isinstance(got, dict):
+            return {}
+        # A value that is no key of its root (edited by hand) starts that root over rather than
+        # mark it done unread.
+        return {
+            k: v
+            for k, v in got.items()
+            if isinstance(k, str) and isinstance(v, str) and (v == _DONE or _range(k)[0] < v < _range(k)[1])
+        }
 
     def _count(self, name: str, after: str) -> int:
         """How many of a root's notes the pass has read (up to ``after``)."""
@@ -160,8 +187,10 @@ class LinkReread:
 
     def finish(self) -> None:
         """Every indexed note's links are today's reader's (the pass ended, or the index is new)."""
+        # The cursors go first: a kill between the two leaves the old version with no cursor (the
+        # pass starts over), never a cursor of done roots that the next upgrade's pass would trust.
+        self.manifest.delete_meta([CURSOR_META, OLD_CURSOR_META])
         self.manifest.set_meta(VERSION_META, str(LINKS_VERSION))
-        self.manifest.delete_meta([CURSOR_META])
         if self.progress is not None:
             log.info("links_reread_done notes=%d", self.progress.done)
         self.progress = None
