@@ -280,3 +280,32 @@ def test_a_rebuild_is_refused_only_for_an_offline_root_with_notes_indexed(
     assert not indexer.manifest.file_states("vault/") and not indexer.manifest.file_states("wiki/")
     assert not roots["vault"].offline and roots["wiki"].offline
     indexer.refuse_rebuild()
+
+
+def test_hits_of_notes_whose_deletion_is_held_say_so(tmp_path: Path, serve_in_process: Any) -> None:
+    """Most of a folder deleted at once is held by the mass-deletion guard (for hours): search and
+    recall kept answering with the deleted notes' text as current, while `get` said the note was
+    gone. Each such hit is marked now (``deletionHeld``; the CLI and the MCP text say it), the
+    recall block says which, and a hit of a note still there is not marked."""
+    from sidecar.clients.mcp_texts import text_of_search
+    from sidecar.contracts.wire import DELETION_HELD_MARK
+
+    v = tmp_path / "v"
+    for i in range(6):
+        write(v / f"Alt/n{i}.md", f"# Alt {i}\n\nDer Leuchtturmwärter {i} notiert Sturmflut {i}.\n")
+    write(v / "Bleibt.md", "# Bleibt\n\nDer Leuchtturmwärter Hauke notiert jede Sturmflut.\n")
+    server = serve_in_process(v, model=KEYWORD_ONLY)
+    shutil.rmtree(v / "Alt")
+    server.harness.sweep()
+    st = server.harness.supervisor.roots["vault"]
+    assert st.hold_kind == "mass" and st.held_deletions == 6
+    got = server.call("search", {"query": "Leuchtturmwärter Sturmflut", "limit": 10})
+    marks = {h["reference"]: h.get("deletionHeld", False) for h in got["hits"]}
+    assert marks["vault/Bleibt"] is False
+    assert marks["vault/Alt/n0"] is True and sum(marks.values()) == 6
+    assert f"; {DELETION_HELD_MARK})" in text_of_search("Leuchtturmwärter Sturmflut", got)
+    recalled = server.call("recall", {"message": "Was notiert der Leuchtturmwärter zur Sturmflut?"})
+    held = [h["reference"] for h in recalled["hits"] if h.get("deletionHeld")]
+    assert held and "deleted on disk; sidecar holds" in recalled["context"]
+    note = [line for line in recalled["context"].splitlines() if line.startswith("Note: ")]
+    assert len(note) == 1 and all(ref in note[0] for ref in held)

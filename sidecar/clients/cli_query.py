@@ -19,6 +19,7 @@ from sidecar.contracts.errors import ExitCode, NotFoundError
 from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.printable import escape_terminal
 from sidecar.contracts.wire import (
+    DELETION_HELD_MARK,
     ignored_phrase_note,
     indexing_note,
     offline_note,
@@ -81,7 +82,8 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
     for i, hit in enumerate(result.hits, 1):
         where = f"lines {hit.lines[0]}-{hit.lines[1]}" + (f", dated {hit.date}" if hit.date else "")
         scores = f"relevance {hit.relevance:.2f}, score {hit.score:.3f}"
-        print(f"{i:>2}. {shown(hit.reference)}  ({scores}, {where})")
+        held = f"; {DELETION_HELD_MARK}" if hit.deletion_held else ""
+        print(f"{i:>2}. {shown(hit.reference)}  ({scores}, {where}{held})")
         print(f"    {shown(snippet(hit.text, args.query))}")
     return int(ExitCode.OK)
 

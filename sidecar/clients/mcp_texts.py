@@ -10,6 +10,7 @@ from typing import Any
 
 from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.wire import (
+    DELETION_HELD_MARK,
     ignored_phrase_note,
     indexing_note,
     offline_note,
@@ -75,7 +76,10 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
         head = shown(" › ".join(h.get("headings") or []))
         lines.append(
             f"\n{i}. [{h['source']}] {shown(h['reference'])} (lines {h['lines'][0]}-{h['lines'][1]}, "
-            f"relevance {h.get('relevance', 0.0):.2f}{_dated(h)})" + (f"\n   section: {head}" if head else "")
+            f"relevance {h.get('relevance', 0.0):.2f}{_dated(h)}"
+            + (f"; {DELETION_HELD_MARK}" if h.get("deletionHeld") else "")
+            + ")"
+            + (f"\n   section: {head}" if head else "")
         )
         lines.extend("   " + line for line in h["text"].splitlines())
     if not hits and building:

@@ -67,6 +67,10 @@ class Hit:
     similarity: float | None = None
     keywords: float | None = None
     gate: str | None = None
+    # The note's file is gone from disk while the mass-deletion guard holds its deletion (many
+    # notes went at once): its indexed text is still found until the deletion is confirmed or
+    # the hold ends, and read as current it misled (``get`` says it is gone).
+    deletion_held: bool = False
 
 
 # What kept a recall candidate out of the block (a preview lists them under ``dropped``).
@@ -272,7 +276,22 @@ def hit_json(h: Hit) -> dict[str, Any]:
         out["keywords"] = h.keywords
     if h.gate is not None:
         out["gate"] = h.gate
+    if h.deletion_held:
+        out["deletionHeld"] = True
     return out
+
+
+DELETION_HELD_MARK = "deleted on disk, deletion held"
+
+
+def held_note(references: list[str]) -> str:
+    """What the recall block says of hits whose files are gone while their deletion is held."""
+    many = len(references) > 1
+    return (
+        f"{', '.join(references)} {'were' if many else 'was'} deleted on disk; sidecar holds "
+        f"{'their' if many else 'its'} deletion (many notes went at once) until confirmed: "
+        "the text shown may be gone"
+    )
 
 
 def analysis_json(a: Analysis) -> dict[str, Any]:
@@ -400,6 +419,7 @@ def parse_hit(d: Mapping[str, Any]) -> Hit:
         similarity=d.get("similarity"),
         keywords=d.get("keywords"),
         gate=d.get("gate"),
+        deletion_held=bool(d.get("deletionHeld")),
     )
 
 

@@ -38,7 +38,14 @@ from sidecar.contracts.protocol import (
     param_opt_str,
     param_str,
 )
-from sidecar.contracts.wire import SOURCES, SearchResult, explanation_json, search_json, stale_note
+from sidecar.contracts.wire import (
+    SOURCES,
+    SearchResult,
+    explanation_json,
+    held_note,
+    search_json,
+    stale_note,
+)
 from sidecar.index.indexer import Indexer
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Vectoring
@@ -277,7 +284,8 @@ class Handlers:
             result = self.retriever.search(request)
         except FilterError as exc:
             raise ProtocolError(f"bad filter in 'query': {exc}") from exc
-        out = search_json(self._while_building(result), preview=param_bool(p, "preview", default=False))
+        result = self._marked_held(self._while_building(result))
+        out = search_json(result, preview=param_bool(p, "preview", default=False))
         out.update(self._offline_roots(request.sources))
         if request.sources is None or "memory" in request.sources:
             refused = self.memory.inbox_refused(req.agent)
@@ -345,11 +353,41 @@ class Handlers:
             result = recall(self.retriever, search.query, history, search, count, explain=preview)
         except FilterError as exc:
             raise ProtocolError(f"bad filter in 'message': {exc}") from exc
-        result = self._while_building(result)
+        result = self._marked_held(self._while_building(result))
         if result.stale_since is not None:  # said where the agent reads it, not only to the client
             result = replace(result, context=with_note(result.context, stale_note(result.stale_since)))
+        if held := [h.reference for h in result.hits if h.deletion_held]:
+            result = replace(result, context=with_note(result.context, held_note(held)))
         out = search_json(result, preview=preview)
         return {**out, **self._offline_roots(search.sources)}
+
+    def _marked_held(self, result: SearchResult) -> SearchResult:
+        """``result`` with each hit whose file is gone while the mass-deletion guard holds its
+        root's deletions marked (``deletionHeld``). Only while a hold is on (the folder is there
+        and followed): a look per hit of that root, within the probe timeout; a look that does not
+        answer leaves the hit unmarked."""
+        roots = self.supervisor.roots
+        held = {n for n in ("vault", "wiki") if (st := roots.get(n)) is not None and st.hold_kind == "mass"}
+        if not held or not any(h.source in held for h in result.hits):
+            return result
+
+        def gone(key: str) -> bool:
+            rel = self.manifest.rel_of(key)
+            if rel is None:
+                return False
+            try:
+                self._on_disk(key, lambda: path_for_key(self.cfg, key, rel))
+            except NotFoundError:
+                return True
+            except (NoAnswer, SourceError):  # no answer, or refused: not known to be gone
+                return False
+            return False
+
+        hits = tuple(
+            replace(h, deletion_held=True) if h.source in held and gone(h.reference) else h
+            for h in result.hits
+        )
+        return replace(result, hits=hits)
 
     def _offline_roots(self, sources: tuple[str, ...] | None) -> dict[str, Any]:
         """``{"offline": [root, ...]}`` while the vault or the wiki searched is offline (an
