@@ -620,6 +620,45 @@ def test_status_shows_a_batch_of_changes_being_indexed(shared: DaemonProcess) ->
     assert "the daemon runs 0.0.9, this installation is " in render_status(h)
 
 
+def test_status_shows_one_line_per_problem_area_in_plain_words(shared: DaemonProcess) -> None:
+    """A disk that filled up again and again: status shows one line per area (a problem now hides
+    that area's recoveries, recoveries collapse to the latest with their count), and a Tantivy
+    error's Rust debug dump is said in plain words; health keeps the whole text."""
+    from sidecar.clients.cli_render import render_status
+    from sidecar.index.problems import Problems
+
+    problems = Problems()
+    dump = (
+        "updating the index failed: BM25 commit failed: Failed to open file for write: 'IoError { io_error: "
+        'Os { code: 28, kind: StorageFull, message: "No space left on device" }, filepath: '
+        '"/home/u/.local/share/sidecar/index/bm25/3f2a.idx" }\' (retrying in 5 s)'
+    )
+    for _ in range(3):  # three episodes, each cleared
+        problems.report("memory_write", "writing the ada inbox failed: [Errno 28] No space left on device")
+        problems.clear("memory_write")
+    problems.report("index", dump)
+    problems.clear("index")
+    problems.report("memory_write", "writing the ada inbox failed: [Errno 28] No space left on device")
+    h = shared.health()
+    h["problems"] = problems.describe()
+    text = render_status(h)
+    assert text.count("(memory writes,") == 1 and "Recovered (memory writes" not in text
+    assert "PROBLEM (memory writes, since " in text
+    index = [line for line in text.splitlines() if line.startswith("Recovered (index updates")]
+    assert index == [
+        f"Recovered (index updates, {index[0].split(', ')[1].split(')')[0]}): disk full: updating the index "
+        "failed: BM25 commit failed: Failed to open file for write: No space left on device "
+        "(/home/u/.local/share/sidecar/index/bm25/3f2a.idx) (retrying in 5 s)"
+    ]
+    assert "IoError" not in text and "kind:" not in text
+    problems.clear("memory_write")  # the disk has room again: the four episodes are one line
+    h["problems"] = problems.describe()
+    text = render_status(h)
+    assert "PROBLEM" not in text and text.count("(memory writes,") == 1
+    assert re.search(r"\nRecovered \(memory writes, .+ ago, recovered 4 times\): disk full: writing", text)
+    assert any("IoError" in p["error"] for p in h["problems"]["recent"])  # health keeps the whole text
+
+
 def test_status_names_copies_of_damaged_stores_kept_for_inspection(shared: DaemonProcess) -> None:
     """A store moved aside as damaged (at this start or any before) is named by status, with its
     age and when it goes: copies of a whole index were kept for good and named nowhere."""
