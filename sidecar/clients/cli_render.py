@@ -73,9 +73,9 @@ def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
         todo.append(HOME_TODO)
     if "stores" in areas:
         todo.append("restart the daemon so it rebuilds its index (e.g. `systemctl --user restart sidecar`)")
-    for p, times in _recoveries(problems)[-3:]:
+    for p, recovered in _recoveries(problems)[-3:]:
         area = _PROBLEM_AREAS.get(p["area"], p["area"])
-        again = f", recovered {times} times" if times > 1 else ""
+        again = f", recovered {recovered} times" if recovered > 1 else ""
         out.append(f"Recovered ({area}, {_ago(p['cleared'])}{again}): {shown(plain_error(p['error']))}")
     return out
 
