@@ -659,6 +659,40 @@ def test_status_shows_one_line_per_problem_area_in_plain_words(shared: DaemonPro
     assert any("IoError" in p["error"] for p in h["problems"]["recent"])  # health keeps the whole text
 
 
+def test_query_commands_leave_keys_of_an_older_release_to_the_commands_a_person_runs(
+    shared: DaemonProcess, tmp_path: Path
+) -> None:
+    """A file with a renamed and a retired key: search, get, recall ... (an agent's hook, every
+    prompt) print nothing about them; config check, status and doctor say both. Any other
+    warning (an unknown SIDECAR_* variable) and errors stay loud everywhere."""
+    old = tmp_path / "old.yaml"
+    old.write_text("search:\n  rareTermChunks: 3\n  vectorMinSpread: 0.1\n", encoding="utf-8")
+    env = {"SIDECAR_CONFIG": str(old)}
+    for argv in (
+        ("search", "audio"),
+        ("get", "Audio.md"),
+        ("get", "Audio.md", "--links"),
+        ("recall", "how do I record audio"),
+        ("preview", "how do I record audio"),
+        ("why", "audio", "Audio.md"),
+        ("related", "Audio.md"),
+    ):
+        r = _run(shared, *argv, env=env)
+        assert r.returncode == 0, (argv, r.stderr)
+        assert "rareTermChunks" not in r.stderr and "vectorMinSpread" not in r.stderr, argv
+        r = _run(shared, *argv, env={**env, "SIDECAR_SEARCH_LIMITT": "3"})
+        assert "sidecar: warning: environment: SIDECAR_SEARCH_LIMITT is not a sidecar setting" in r.stderr
+    for argv in (("status",), ("doctor",)):
+        r = _run(shared, *argv, env=env)
+        assert "search.rareTermChunks is now search.rareTermNotes" in r.stderr, argv
+        assert "search.vectorMinSpread is no longer a setting" in r.stderr, argv
+    r = _run(shared, "config", "check", env=env)
+    assert "search.rareTermChunks is now" in r.stdout and "search.vectorMinSpread is no" in r.stdout
+    old.write_text("search:\n  rareTermChunks: 3\n  limit: many\n", encoding="utf-8")
+    r = _run(shared, "search", "audio", env=env)  # an error: the daemon is reached, the file named
+    assert "search.limit = 'many'" in r.stderr and "rareTermChunks" in r.stderr
+
+
 def test_status_names_copies_of_damaged_stores_kept_for_inspection(shared: DaemonProcess) -> None:
     """A store moved aside as damaged (at this start or any before) is named by status, with its
     age and when it goes: copies of a whole index were kept for good and named nowhere."""

@@ -309,6 +309,8 @@ class Daemon:
                 changed.append(which)
                 loop.request_sweep(False, None, frozenset())  # excluded notes leave, included ones come
         log.info("config_reloaded changed=%s", ",".join(changed) or "nothing")
+        for warning in new.warnings:  # at the start the command line said them on stderr
+            log.warning("config_warning %s", warning)
         if self._model_wanted() and self._scheduler is not None:
             # A reload is how a user says "I fixed it": the model file put right is tried now,
             # not at the next embedder.retryMinutes.
