@@ -192,8 +192,11 @@ def _one_line(r: Any, code: int, needle: str) -> None:
         # a value out of the daemon's range is a bad command line too, named with the range
         (["search", "x", "--limit", "0"], ExitCode.USAGE, "--limit: 0 is not between 1 and 200"),
         (["search", "x", "--limit", "201"], ExitCode.USAGE, "--limit: 201 is not between 1 and 200"),
-        (["search", "x", "--min-score", "101"], ExitCode.USAGE, "--min-score: 101 is not between 0 and 100"),
-        (["search", "x", "--min-score", "nan"], ExitCode.USAGE, "--min-score: nan is not between 0 and 100"),
+        # Relevance is 0-1: a floor above it dropped every hit with no word of why.
+        (["search", "x", "--min-score", "2"], ExitCode.USAGE, "--min-score: 2 is not between 0 and 1"),
+        (["search", "x", "--min-score", "1.01"], ExitCode.USAGE, "--min-score: 1.01 is not between 0 and 1"),
+        (["search", "x", "--min-score", "-0.1"], ExitCode.USAGE, "--min-score: -0.1 is not between 0 and 1"),
+        (["search", "x", "--min-score", "nan"], ExitCode.USAGE, "--min-score: nan is not between 0 and 1"),
         (["recall", "x", "--limit", "0"], ExitCode.USAGE, "--limit: 0 is not between 1 and 200"),
         # -n as in head, grep -m and qmd: the same option, the same range
         (["search", "x", "-n", "0"], ExitCode.USAGE, "-n/--limit: 0 is not between 1 and 200"),
@@ -751,7 +754,7 @@ def test_option_ranges_are_the_daemons(shared: DaemonProcess) -> None:
     """The CLI refuses what the daemon would (exit 2, above) and passes its bounds through: the
     edges of each range are answered, and --min-score's help names relevance, what it filters on."""
     for argv in (
-        ["search", "audio", "--limit", "200", "--min-score", "100"],
+        ["search", "audio", "--limit", "200", "--min-score", "1"],
         ["search", "audio", "--limit", "1", "--min-score", "0"],
         ["recall", "audio", "--limit", "200", "--tokens", "50000"],
         ["outline", "--tokens", "100"],
