@@ -111,8 +111,7 @@ def test_a_rebuild_while_the_share_is_away_is_refused_and_keeps_the_index(tmp_pa
         assert status["index"]["by_source"]["vault"]["files"] == 5
         for p in list((tmp_path / "aside").iterdir()):
             shutil.move(str(p), str(v / p.name))
-        # Back once a sweep has seen it (as the refusal says: status shows when it is back); a
-        # rebuild asked in the same instant could still meet the daemon's word "offline".
+        # Back, and a sweep has seen it (the next test asks in the same instant).
         assert _cli(d, "index").returncode == 0
         r = _cli(d, "index", "--rebuild")
         assert r.returncode == 0 and "indexed 6 notes" in r.stdout + r.stderr, (r.stdout, r.stderr)
@@ -122,6 +121,37 @@ def test_a_rebuild_while_the_share_is_away_is_refused_and_keeps_the_index(tmp_pa
     r = _cli(d, "index", "--rebuild", "--vault", str(v))
     assert r.returncode == ExitCode.REQUEST_FAILED and "not rebuilt: vault" in r.stderr, (r.stdout, r.stderr)
     assert "Traceback" not in r.stderr
+
+
+def test_a_rebuild_asked_the_instant_the_share_is_back_runs(tmp_path: Path, serve_in_process: Any) -> None:
+    """The share mounted again and `sidecar index --rebuild` asked before any sweep has seen it:
+    the refusal asks the roots again (a listing, as a sweep's probe does) and the rebuild runs
+    (was: refused with exit 7, "vault, wiki cannot be read now", until a sweep came by). A root
+    still away is refused in the same instant, without a sweep either."""
+    from sidecar.contracts.errors import RemoteError
+
+    v = _journal_vault(tmp_path / "nas")
+    write(v / "wiki/Backups.md", "# Backups\n\nThe NAS is backed up every night by Kranichflug.\n")
+    server = serve_in_process(v, model=KEYWORD_ONLY)
+    roots = server.harness.supervisor.roots
+    _unmount(v, tmp_path / "aside")
+    server.harness.sweep()
+    assert roots["vault"].offline and roots["wiki"].offline
+    with pytest.raises(RemoteError, match="not rebuilt: vault, wiki cannot be read now"):
+        server.call("index", {"rebuild": True})
+    for p in list((tmp_path / "aside").iterdir()):
+        shutil.move(str(p), str(v / p.name))
+    assert roots["vault"].offline and roots["wiki"].offline  # no sweep has seen it back
+    assert server.call("index", {"rebuild": True})["queued"]
+    assert server.sweeps == [(True, None, frozenset())]
+    assert not roots["vault"].offline and not roots["wiki"].offline
+    found = server.call("search", {"query": "Kranichflug"})
+    assert [h["reference"] for h in found["hits"]] == ["wiki/Backups"] and "offline" not in found
+    assert len(server.harness.indexer.manifest.file_states("vault/")) == 6
+    _unmount(v, tmp_path / "aside2")  # gone again the instant after a sweep saw it there
+    with pytest.raises(RemoteError, match="not rebuilt: vault cannot be read now"):
+        server.call("index", {"rebuild": True})
+    assert len(server.sweeps) == 1
 
 
 def test_recall_gives_up_on_a_silent_daemon_after_its_timeout(
