@@ -66,6 +66,10 @@ def test_daily_note_format_stays_while_the_share_is_unmounted(tmp_path: Path, se
     assert answer["offline"] == ["vault", "wiki"]
     recalled = server.call("recall", {"message": "Was hab ich vorgestern gemacht?"})
     assert recalled["offline"] == ["vault", "wiki"]
+    # The block an agent's hook reads says it too, under its header, as a stale index is said.
+    lines = recalled["context"].split("\n")
+    assert lines[2].startswith("Note: the vault and the wiki are offline (share unmounted")
+    assert "Optiker" in recalled["context"]
     server.close()
     server.harness.close()
     again = serve_in_process(v, model=KEYWORD_ONLY)  # a restart while the share is still away
@@ -107,6 +111,9 @@ def test_a_rebuild_while_the_share_is_away_is_refused_and_keeps_the_index(tmp_pa
         assert "kept as indexed" not in r.stdout + r.stderr
         found = _cli(d, "search", "Kranichflug")
         assert "wiki/Backups" in found.stdout and "the vault and the wiki are offline" in found.stderr
+        recalled = _cli(d, "recall", "When is the NAS backed up by Kranichflug?")  # an agent's hook
+        assert "wiki/Backups" in recalled.stdout, (recalled.stdout, recalled.stderr)
+        assert "\nNote: the vault and the wiki are offline" in recalled.stdout
         status = json.loads(_cli(d, "status", "--json").stdout)
         assert status["index"]["by_source"]["vault"]["files"] == 5
         for p in list((tmp_path / "aside").iterdir()):

@@ -38,7 +38,14 @@ from sidecar.contracts.protocol import (
     param_opt_str,
     param_str,
 )
-from sidecar.contracts.wire import SOURCES, SearchResult, explanation_json, search_json, stale_note
+from sidecar.contracts.wire import (
+    SOURCES,
+    SearchResult,
+    explanation_json,
+    offline_note,
+    search_json,
+    stale_note,
+)
 from sidecar.index.indexer import Indexer
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Vectoring
@@ -348,8 +355,11 @@ class Handlers:
         result = self._while_building(result)
         if result.stale_since is not None:  # said where the agent reads it, not only to the client
             result = replace(result, context=with_note(result.context, stale_note(result.stale_since)))
+        offline = self._offline_roots(search.sources)
+        if offline:  # likewise: an agent's hook reads the block, not the client's stderr or JSON
+            result = replace(result, context=with_note(result.context, offline_note(offline["offline"])))
         out = search_json(result, preview=preview)
-        return {**out, **self._offline_roots(search.sources)}
+        return {**out, **offline}
 
     def _offline_roots(self, sources: tuple[str, ...] | None) -> dict[str, Any]:
         """``{"offline": [root, ...]}`` while the vault or the wiki searched is offline (an
