@@ -519,6 +519,20 @@ class ChangeFinder:
         self._say_unreadable(root.name)
         return tuple(key for _, key in unread)
 
+    def _unreadable_seen(
+        self, root: Root, found: Sequence[NoteFile | Skipped], looked: Sequence[str]
+    ) -> None:
+        """What the events' look found unreadable, and what it read again (a folder walked, a
+        path gone), into what status says of ``root``: a folder made unreadable or readable again
+        shows at once, not at the next full sweep."""
+        wheres = tuple(str(root.path / rel) for rel in looked)
+        was = self._listed_unreadable.get(root.name, [])
+        now = [p for p in was if not any(p == w or p.startswith(w + "/") for w in wheres)]
+        now += [str(path) for path, _ in _unreadable(root, found) if str(path) not in now]
+        if now != was:
+            self._listed_unreadable[root.name] = now
+            self._say_unreadable(root.name)
+
     def _say_unreadable(self, name: str) -> None:
         """The folders and notes of root ``name`` that cannot be read, in its status and problems:
         those its listing could not read, and the notes kept because their read failed."""
@@ -617,6 +631,7 @@ class ChangeFinder:
                 missing.update(k for k in manifest.file_states(_prefix(root, rel)) if not k.startswith(kept))
         for n in notes:
             self._skips.pop((root.name, str(n.path)), None)
+        self._unreadable_seen(root, found, gone + walked)
         seen = notes
         notes, excluded = self._excluded_seen(root, notes, missing, gone=gone, walked=walked)
         kept_keys = {n.key for n in notes}
@@ -719,7 +734,11 @@ class ChangeFinder:
                     try:
                         listed = list(scan(root, max_bytes, start=rel))
                     except OSError:
-                        continue  # not listed: nothing known of what it holds
+                        # Not listed: nothing known of what it holds, kept as it is. Said now (a
+                        # chmod 000 is an event for the folder): status showed no problem until
+                        # the next full sweep, index.rescanMinutes later.
+                        found.append(Skipped(path, "unreadable folder"))
+                        continue
                     found.extend(listed)
                     walked.append(rel)
                     for n in listed:
