@@ -26,8 +26,6 @@ _CAUSES = (
     ("read-only file system", ("read-only file system", "readonlyfilesystem", "os error 30")),
 )
 
-_LONGEST = 240
-
 
 def _dump_end(text: str, start: int) -> int:
     """The index after the bracket that closes the one opened at or after ``start`` (quotes
@@ -68,7 +66,8 @@ def cause_of(text: str) -> str | None:
 
 def plain_error(text: str) -> str:
     """``text`` as one line for status: its first line, each Rust debug dump replaced by its own
-    message, a known cause said first, at most ``_LONGEST`` characters; the log keeps it whole."""
+    message, a known cause said first; the log keeps it whole. Not cut to a length: sidecar's own
+    messages are long where they say what to do (an unmounted home's)."""
     lines = text.strip().splitlines() or [""]
     line, cut = lines[0], len(lines) > 1
     for _ in range(8):  # a dump whose message holds a dump again: bounded
@@ -82,6 +81,4 @@ def plain_error(text: str) -> str:
     cause = cause_of(text)
     if cause is not None and cause not in line.lower():
         line = f"{cause}: {line}"
-    if len(line) > _LONGEST:
-        line, cut = line[: _LONGEST - 1].rstrip() + "…", True
     return f"{line} (the daemon's log has the rest)" if cut else line
