@@ -35,7 +35,7 @@ from sidecar.stores.manifest import FileState
 from sidecar.vault.canvas import CANVAS_READER_VERSION, CANVAS_SUFFIX
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.ignore import IgnoreRules
-from sidecar.vault.sources import NoteFile, Root, inboxes_in_use, stamp_ns, vault_roots
+from sidecar.vault.sources import NoteFile, Root, inboxes_in_use, stamp_ns
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
 from sidecar.vault.timeout import run_with_timeout
 from sidecar.vault.weekstart import WeekStart
@@ -608,17 +608,11 @@ class Indexer:
         """Roots with notes indexed that a sweep cannot read now, with why (an offline root with
         none has nothing a rebuild could lose): those offline (a mass deletion held is not:
         its folder is there) and the vault when its folder is missing, empty or not the mount it
-        was on (a share unmounted since the last sweep), asked with the probe timeout. A vault
-        or wiki the last sweep found offline is asked again: back now (a share mounted a moment
-        ago), a sweep will read it, and a rebuild was refused until one had."""
-        by_name = {r.name: r for r in vault_roots(self.cfg)}
+        was on (a share unmounted since the last sweep), asked with the probe timeout."""
         out = {
             st.name: st.error or "offline"
             for st in list(self.supervisor.roots.values())
-            if st.offline
-            and st.hold_kind != "mass"
-            and self.manifest.has_files(f"{st.name}/")
-            and not (st.name in by_name and self.supervisor.there_now(by_name[st.name]))
+            if st.offline and st.hold_kind != "mass" and self.manifest.has_files(f"{st.name}/")
         }
         if self.cfg.vault.path is not None and "vault" not in out and self.manifest.has_files("vault/"):
             try:

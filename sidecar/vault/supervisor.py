@@ -563,15 +563,6 @@ class Supervisor:
             return self.home.problem() is None
         if self.status(root).offline:
             return False
-        return self.there_now(root)
-
-    def there_now(self, root: Root) -> bool:
-        """Whether ``root``'s folder answers now (within the probe timeout), is not empty and is
-        on the mount and device it was on: asked live, whatever the last sweep found (a share
-        mounted again a moment ago is back here before a sweep has seen it). A call on it that
-        still hangs: not there."""
-        if self.status(root).hanging is not None:
-            return False
 
         def look() -> tuple[Identity, bool]:
             ident = identity_of(root.path, self.mounts)
