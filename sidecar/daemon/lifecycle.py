@@ -454,6 +454,8 @@ def index_once(
         if slot.model is not None:
             attach(cfg, vectors, slot.model, parts.problems)
         if rebuild:
+            # No sweep ran in this process: what cannot be read is not known until it is listed.
+            indexer.changes.list_unreadable()
             indexer.refuse_rebuild()  # the vault's share away: its notes would leave the index
             indexer.clear()
         report = (lambda a: progress(a.phase, a.done, a.total)) if progress else None

@@ -185,6 +185,41 @@ class ChangeFinder:
             out[root.key_of(path.relative_to(root.path).as_posix())] = (path, reason)
         return out
 
+    def list_unreadable(self) -> None:
+        """List every root once (no note read) to record what cannot be read, as a sweep does:
+        `sidecar index --rebuild` without a daemon has no sweep of its own before it clears the
+        index, and would drop the notes of a folder of mode 000. A root that cannot be listed is
+        marked offline, as a sweep marks it."""
+        for root in self.roots():
+            try:
+                found = self.supervisor.list_root(root)
+            except RootUnreachable as exc:
+                self.supervisor.mark_offline(root, str(exc))
+                continue
+            self._unreadable_prefixes(root, [s for s in found if isinstance(s, Skipped)])
+
+    def unreadable_indexed(self) -> list[str]:
+        """The folders (and notes) recorded as unreadable now that hold notes indexed: a rebuild
+        forgets every note first, and theirs could not be read back (status says they are kept)."""
+        by_name = {r.name: r for r in vault_roots(self.cfg)}
+        out = [p for (_, p) in self._unread_notes]  # only indexed notes are kept unreadable
+        for name, paths in list(self._listed_unreadable.items()):
+            root = (
+                inbox_root(self.cfg, name.removeprefix("memory/"))
+                if name.startswith("memory/")
+                else by_name.get(name)
+            )
+            for where in paths:
+                path = Path(where)
+                if root is None or not path.is_relative_to(root.path) or where in out:
+                    continue
+                rel = path.relative_to(root.path).as_posix()
+                if self.manifest.has_files(_prefix(root, rel)) or self.manifest.file_states_of(
+                    [root.key_of(rel)]
+                ):
+                    out.append(where)
+        return sorted(out)
+
     def keep_roots(self, names: Collection[str]) -> None:
         """Forget what is kept of roots no longer swept (an agent's inbox emptied or removed, a
         root taken out of the configuration): their skips were counted in status for as long as
