@@ -696,6 +696,55 @@ def test_query_commands_leave_keys_of_an_older_release_to_the_commands_a_person_
     assert "search.limit = 'many'" in r.stderr and "rareTermChunks" in r.stderr
 
 
+def test_status_says_engine_errors_plainly_without_sources_or_a_wrong_cause() -> None:
+    """A quota is not a full disk (`df` shows free space), a Rust source location is not for the
+    user (the same cleaning as CLI warnings), and a folder named like a Rust struct is a path."""
+    from sidecar.clients.plainerror import plain_error
+
+    quota = "writing the ada inbox failed: [Errno 122] Disk quota exceeded: '/h/a.md'"
+    assert plain_error(quota) == quota  # was: "disk full: writing …"
+    assert plain_error("BM25 commit failed: Os { code: 122, kind: FilesystemQuotaExceeded }") == (
+        "disk quota exceeded: BM25 commit failed: FilesystemQuotaExceeded"
+    )
+    lance = plain_error(
+        "vector search failed: LanceError(IO): Generic LocalFileSystem error: Read-only file system, "
+        "/root/.cargo/registry/src/index.crates.io-6f17d22bba/lance-io-0.10.1/src/object_store.rs:345:12 "
+        "(retrying in 30 s)"
+    )
+    assert ".rs:" not in lance and ".cargo" not in lance, lance
+    assert lance.endswith("Read-only file system (retrying in 30 s)"), lance
+    path = "3 folder(s) or note(s) of vault cannot be read (/v/Custom {draft}/a.md); their notes stay"
+    assert plain_error(path) == path
+
+
+def test_status_keeps_recoveries_of_each_agent_and_store_apart(shared: DaemonProcess) -> None:
+    """Recoveries collapse per area and subject: agent a's then agent b's memory-write recovery
+    are two lines (was: one, "recovered 2 times", with b's error only), and two stores repaired
+    at one start are two lines, so the first one's aside name is still in status."""
+    from sidecar.clients.cli_render import render_status
+    from sidecar.index.problems import Problems
+
+    problems = Problems()
+    for agent in ("ada", "bob"):
+        problems.report(
+            "memory_write", f"writing the {agent} inbox failed: [Errno 28] No space", subject=agent
+        )
+        problems.clear("memory_write", subject=agent)
+    h = shared.health()
+    h["problems"] = problems.describe()
+    lines = [x for x in render_status(h).splitlines() if x.startswith("Recovered (memory writes")]
+    assert len(lines) == 2 and "ada inbox" in lines[0] and "bob inbox" in lines[1], lines
+    assert not any("recovered 2 times" in x for x in lines)
+    problems = Problems()
+    problems.note(
+        "stores", "bm25 could not be opened (x); moved to bm25.broken-1 and rebuilt", subject="bm25"
+    )
+    problems.note("stores", "vectors damaged; moved to vectors.broken-1, re-embedding", subject="vectors")
+    h["problems"] = problems.describe()
+    text = render_status(h)
+    assert "bm25.broken-1" in text and "vectors.broken-1" in text
+
+
 def test_status_names_copies_of_damaged_stores_kept_for_inspection(shared: DaemonProcess) -> None:
     """A store moved aside as damaged (at this start or any before) is named by status, with its
     age and when it goes: copies of a whole index were kept for good and named nowhere."""

@@ -81,15 +81,18 @@ def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
 
 
 def _recoveries(problems: dict[str, Any]) -> list[tuple[dict[str, Any], int]]:
-    """The latest recovery of each area that does not fail now, and how many it had, the most
-    recent last: a disk that filled up again and again showed one line per episode, and a
-    "Recovered" beside the same area's "PROBLEM" read as if both were true."""
-    failing = {p["area"] for p in problems["active"]}
-    latest: dict[str, tuple[dict[str, Any], int]] = {}
+    """The latest recovery of each area and subject (an agent's inbox, a store) that does not
+    fail now, and how many it had, the most recent last: a disk that filled up again and again
+    showed one line per episode, and a "Recovered" beside the same "PROBLEM" read as if both were
+    true. Keyed by subject too: two agents' recoveries, or two stores repaired at one start, are
+    not one line with a count that mixes them."""
+    failing = {(p["area"], p.get("subject", "")) for p in problems["active"]}
+    latest: dict[tuple[str, str], tuple[dict[str, Any], int]] = {}
     for p in problems["recent"]:  # oldest first
-        if p["area"] not in failing:
-            _, times = latest.pop(p["area"], (p, 0))
-            latest[p["area"]] = (p, times + 1)
+        key = (p["area"], p.get("subject", ""))
+        if key not in failing:
+            _, times = latest.pop(key, (p, 0))
+            latest[key] = (p, times + 1)
     return list(latest.values())
 
 

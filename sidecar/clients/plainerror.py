@@ -3,16 +3,21 @@
 The daemon keeps an error's whole text (health's ``problems``, the log): an engine's message can
 carry a Rust debug dump (Tantivy's ``IoError { io_error: Os { code: 28, kind: StorageFull,
 message: "No space left on device" }, filepath: "…" }``) that says "disk full" in sixty words.
-Imports only ``re``.
+Imports only ``re`` and the engine-message cleaning of ``sidecar.contracts.errors`` (Rust source
+locations, hints and ``IoError(Os {…})`` forms are removed there, for status and CLI warnings alike).
 """
 
 from __future__ import annotations
 
 import re
 
-# The start of a Rust debug form of an error: a struct (`IoError {`, `Os {`, `Custom {`) or a
-# tuple variant (`IoError(Os {`), opened where the text switches to the engine's own words.
-_DUMP_START = re.compile(r"'?\b(?:IoError|Os|Custom|SimpleMessage)(?: \{|\((?=\w+ \{))")
+from sidecar.contracts.errors import engine_text
+
+# The start of a Rust debug form of an error: a struct (`IoError { io_error: …`, `Os { code: …`,
+# `Custom { kind: …`) or a tuple variant (`IoError(Os { …`), opened where the text switches to the
+# engine's own words. A field name must follow the bracket: a folder named `Custom {draft}` is a
+# path, not a dump.
+_DUMP_START = re.compile(r"'?\b(?:IoError|Os|Custom|SimpleMessage)(?: \{(?= \w+: )|\((?=\w+ \{ \w+: ))")
 _MESSAGE = re.compile(r'\b(?:message|error): "((?:[^"\\]|\\.)*)"')
 _FILEPATH = re.compile(r'\bfilepath: "((?:[^"\\]|\\.)*)"')
 _KIND = re.compile(r"\bkind: (\w+)")
@@ -21,7 +26,9 @@ _OS_ERROR = re.compile(r"\s*\(os error \d+\)")
 # A short cause for the usual faults, from the OS's words, Rust's error kinds or the errno
 # Rust appends ("(os error 28)"); said first when the line does not already say it.
 _CAUSES = (
-    ("disk full", ("no space left", "storagefull", "os error 28", "disk is full", "quota exceeded")),
+    # EDQUOT: `df` shows free space, so not "disk full"
+    ("disk quota exceeded", ("quota exceeded", "filesystemquotaexceeded", "os error 122")),
+    ("disk full", ("no space left", "storagefull", "os error 28", "disk is full")),
     ("permission denied", ("permission denied", "permissiondenied", "os error 13", "os error 1)")),
     ("read-only file system", ("read-only file system", "readonlyfilesystem", "os error 30")),
 )
@@ -59,7 +66,7 @@ def _plain_dump(dump: str) -> str:
 
 
 def cause_of(text: str) -> str | None:
-    """ "disk full", "permission denied", "read-only file system", or None."""
+    """ "disk quota exceeded", "disk full", "permission denied", "read-only file system", or None."""
     low = text.lower()
     return next((cause for cause, words in _CAUSES if any(w in low for w in words)), None)
 
@@ -69,7 +76,7 @@ def plain_error(text: str) -> str:
     message, a known cause said first; the log keeps it whole. Not cut to a length: sidecar's own
     messages are long where they say what to do (an unmounted home's)."""
     lines = text.strip().splitlines() or [""]
-    line, cut = lines[0], len(lines) > 1
+    line, cut = engine_text(lines[0]), len(lines) > 1
     for _ in range(8):  # a dump whose message holds a dump again: bounded
         if not (m := _DUMP_START.search(line)):
             break
