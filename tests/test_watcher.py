@@ -223,6 +223,44 @@ def test_a_folder_made_unreadable_is_a_problem_at_its_event_not_at_the_next_swee
         h.close()
 
 
+def test_a_folder_gone_between_its_stat_and_its_listing_is_not_unreadable(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder renamed or removed in the instant between the look's stat and its listing (a sync
+    tool's flap) is not an unreadable folder: no PROBLEM (was: "unreadable" in status until the
+    next event for it). A listing refused for permission still is one."""
+    v = tmp_path / "v"
+    for i in range(3):
+        write(v / "Sync" / f"s{i}.md", f"# S{i}\n\nsynced note {i}\n")
+    folder = v / "Sync"
+    real_scandir = os.scandir
+    error: list[OSError] = []
+
+    def scandir(path: Any = ".") -> Any:
+        if os.fspath(path) == str(folder) and error:
+            raise error[0]
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        keys = _keys(h)
+        for gone in (
+            FileNotFoundError(2, "No such file or directory"),
+            NotADirectoryError(20, "Not a directory"),
+        ):
+            error[:] = [gone]
+            _sweeps(h)({str(folder)}, frozenset())
+            assert h.problems.active_in("unreadable") is None, gone
+            assert h.supervisor.roots["vault"].unreadable == [] and _keys(h) == keys
+        error[:] = [PermissionError(13, "Permission denied")]
+        _sweeps(h)({str(folder)}, frozenset())
+        assert h.supervisor.roots["vault"].unreadable == [str(folder)] and _keys(h) == keys
+    finally:
+        h.close()
+
+
 def test_a_new_folder_is_looked_at_again_once_a_folder_by_folder_watch_covers_it(
     make_cfg: Any, tmp_path: Path
 ) -> None:

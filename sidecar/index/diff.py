@@ -768,11 +768,11 @@ class ChangeFinder:
                 if root.source != "memory":
                     try:
                         listed = list(scan(root, max_bytes, start=rel))
-                    except OSError:
+                    except OSError as exc:
                         # Not listed: nothing known of what it holds, kept as it is. Said now (a
                         # chmod 000 is an event for the folder): status showed no problem until
                         # the next full sweep, index.rescanMinutes later.
-                        found.append(Skipped(path, "unreadable folder"))
+                        found.extend(_unlisted(path, exc))
                         continue
                     found.extend(listed)
                     walked.append(rel)
@@ -873,6 +873,15 @@ def _file(  # noqa: PLR0911 - one return per kind of file
     if st.st_size > max_bytes:
         return Skipped(path, "too large")
     return NoteFile.of(root.key_of(rel), root, path, rel, st, linked=linked)
+
+
+def _unlisted(folder: Path, exc: OSError) -> list[Skipped]:
+    """What a folder whose listing failed is: unreadable (no permission, an I/O error), or
+    nothing when it was renamed, removed or replaced by a file since its stat (a sync tool's
+    flap; the event of its going or of what took its place follows)."""
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+        return []
+    return [Skipped(folder, "unreadable folder")]
 
 
 def _prefix(root: Root, rel: str) -> str:
