@@ -192,8 +192,11 @@ def _one_line(r: Any, code: int, needle: str) -> None:
         # a value out of the daemon's range is a bad command line too, named with the range
         (["search", "x", "--limit", "0"], ExitCode.USAGE, "--limit: 0 is not between 1 and 200"),
         (["search", "x", "--limit", "201"], ExitCode.USAGE, "--limit: 201 is not between 1 and 200"),
-        (["search", "x", "--min-score", "101"], ExitCode.USAGE, "--min-score: 101 is not between 0 and 100"),
-        (["search", "x", "--min-score", "nan"], ExitCode.USAGE, "--min-score: nan is not between 0 and 100"),
+        # Relevance is 0-1: a floor above it dropped every hit with no word of why.
+        (["search", "x", "--min-score", "2"], ExitCode.USAGE, "--min-score: 2 is not between 0 and 1"),
+        (["search", "x", "--min-score", "1.01"], ExitCode.USAGE, "--min-score: 1.01 is not between 0 and 1"),
+        (["search", "x", "--min-score", "-0.1"], ExitCode.USAGE, "--min-score: -0.1 is not between 0 and 1"),
+        (["search", "x", "--min-score", "nan"], ExitCode.USAGE, "--min-score: nan is not between 0 and 1"),
         (["recall", "x", "--limit", "0"], ExitCode.USAGE, "--limit: 0 is not between 1 and 200"),
         # -n as in head, grep -m and qmd: the same option, the same range
         (["search", "x", "-n", "0"], ExitCode.USAGE, "-n/--limit: 0 is not between 1 and 200"),
@@ -620,6 +623,128 @@ def test_status_shows_a_batch_of_changes_being_indexed(shared: DaemonProcess) ->
     assert "the daemon runs 0.0.9, this installation is " in render_status(h)
 
 
+def test_status_shows_one_line_per_problem_area_in_plain_words(shared: DaemonProcess) -> None:
+    """A disk that filled up again and again: status shows one line per area (a problem now hides
+    that area's recoveries, recoveries collapse to the latest with their count), and a Tantivy
+    error's Rust debug dump is said in plain words; health keeps the whole text."""
+    from sidecar.clients.cli_render import render_status
+    from sidecar.index.problems import Problems
+
+    problems = Problems()
+    dump = (
+        "updating the index failed: BM25 commit failed: Failed to open file for write: 'IoError { io_error: "
+        'Os { code: 28, kind: StorageFull, message: "No space left on device" }, filepath: '
+        '"/home/u/.local/share/sidecar/index/bm25/3f2a.idx" }\' (retrying in 5 s)'
+    )
+    for _ in range(3):  # three episodes, each cleared
+        problems.report("memory_write", "writing the ada inbox failed: [Errno 28] No space left on device")
+        problems.clear("memory_write")
+    problems.report("index", dump)
+    problems.clear("index")
+    problems.report("memory_write", "writing the ada inbox failed: [Errno 28] No space left on device")
+    h = shared.health()
+    h["problems"] = problems.describe()
+    text = render_status(h)
+    assert text.count("(memory writes,") == 1 and "Recovered (memory writes" not in text
+    assert "PROBLEM (memory writes, since " in text
+    index = [line for line in text.splitlines() if line.startswith("Recovered (index updates")]
+    assert index == [
+        f"Recovered (index updates, {index[0].split(', ')[1].split(')')[0]}): disk full: updating the index "
+        "failed: BM25 commit failed: Failed to open file for write: No space left on device "
+        "(/home/u/.local/share/sidecar/index/bm25/3f2a.idx) (retrying in 5 s)"
+    ]
+    assert "IoError" not in text and "kind:" not in text
+    problems.clear("memory_write")  # the disk has room again: the four episodes are one line
+    h["problems"] = problems.describe()
+    text = render_status(h)
+    assert "PROBLEM" not in text and text.count("(memory writes,") == 1
+    assert re.search(r"\nRecovered \(memory writes, .+ ago, recovered 4 times\): disk full: writing", text)
+    assert any("IoError" in p["error"] for p in h["problems"]["recent"])  # health keeps the whole text
+
+
+def test_query_commands_leave_keys_of_an_older_release_to_the_commands_a_person_runs(
+    shared: DaemonProcess, tmp_path: Path
+) -> None:
+    """A file with a renamed and a retired key: search, get, recall ... (an agent's hook, every
+    prompt) print nothing about them; config check, status and doctor say both. Any other
+    warning (an unknown SIDECAR_* variable) and errors stay loud everywhere."""
+    old = tmp_path / "old.yaml"
+    old.write_text("search:\n  rareTermChunks: 3\n  vectorMinSpread: 0.1\n", encoding="utf-8")
+    env = {"SIDECAR_CONFIG": str(old)}
+    for argv in (
+        ("search", "audio"),
+        ("get", "Audio.md"),
+        ("get", "Audio.md", "--links"),
+        ("recall", "how do I record audio"),
+        ("preview", "how do I record audio"),
+        ("why", "audio", "Audio.md"),
+        ("related", "Audio.md"),
+    ):
+        r = _run(shared, *argv, env=env)
+        assert r.returncode == 0, (argv, r.stderr)
+        assert "rareTermChunks" not in r.stderr and "vectorMinSpread" not in r.stderr, argv
+        r = _run(shared, *argv, env={**env, "SIDECAR_SEARCH_LIMITT": "3"})
+        assert "sidecar: warning: environment: SIDECAR_SEARCH_LIMITT is not a sidecar setting" in r.stderr
+    for argv in (("status",), ("doctor",)):
+        r = _run(shared, *argv, env=env)
+        assert "search.rareTermChunks is now search.rareTermNotes" in r.stderr, argv
+        assert "search.vectorMinSpread is no longer a setting" in r.stderr, argv
+    r = _run(shared, "config", "check", env=env)
+    assert "search.rareTermChunks is now" in r.stdout and "search.vectorMinSpread is no" in r.stdout
+    old.write_text("search:\n  rareTermChunks: 3\n  limit: many\n", encoding="utf-8")
+    r = _run(shared, "search", "audio", env=env)  # an error: the daemon is reached, the file named
+    assert "search.limit = 'many'" in r.stderr and "rareTermChunks" in r.stderr
+
+
+def test_status_says_engine_errors_plainly_without_sources_or_a_wrong_cause() -> None:
+    """A quota is not a full disk (`df` shows free space), a Rust source location is not for the
+    user (the same cleaning as CLI warnings), and a folder named like a Rust struct is a path."""
+    from sidecar.clients.plainerror import plain_error
+
+    quota = "writing the ada inbox failed: [Errno 122] Disk quota exceeded: '/h/a.md'"
+    assert plain_error(quota) == quota  # was: "disk full: writing …"
+    assert plain_error("BM25 commit failed: Os { code: 122, kind: FilesystemQuotaExceeded }") == (
+        "disk quota exceeded: BM25 commit failed: FilesystemQuotaExceeded"
+    )
+    lance = plain_error(
+        "vector search failed: LanceError(IO): Generic LocalFileSystem error: Read-only file system, "
+        "/root/.cargo/registry/src/index.crates.io-6f17d22bba/lance-io-0.10.1/src/object_store.rs:345:12 "
+        "(retrying in 30 s)"
+    )
+    assert ".rs:" not in lance and ".cargo" not in lance, lance
+    assert lance.endswith("Read-only file system (retrying in 30 s)"), lance
+    path = "3 folder(s) or note(s) of vault cannot be read (/v/Custom {draft}/a.md); their notes stay"
+    assert plain_error(path) == path
+
+
+def test_status_keeps_recoveries_of_each_agent_and_store_apart(shared: DaemonProcess) -> None:
+    """Recoveries collapse per area and subject: agent a's then agent b's memory-write recovery
+    are two lines (was: one, "recovered 2 times", with b's error only), and two stores repaired
+    at one start are two lines, so the first one's aside name is still in status."""
+    from sidecar.clients.cli_render import render_status
+    from sidecar.index.problems import Problems
+
+    problems = Problems()
+    for agent in ("ada", "bob"):
+        problems.report(
+            "memory_write", f"writing the {agent} inbox failed: [Errno 28] No space", subject=agent
+        )
+        problems.clear("memory_write", subject=agent)
+    h = shared.health()
+    h["problems"] = problems.describe()
+    lines = [x for x in render_status(h).splitlines() if x.startswith("Recovered (memory writes")]
+    assert len(lines) == 2 and "ada inbox" in lines[0] and "bob inbox" in lines[1], lines
+    assert not any("recovered 2 times" in x for x in lines)
+    problems = Problems()
+    problems.note(
+        "stores", "bm25 could not be opened (x); moved to bm25.broken-1 and rebuilt", subject="bm25"
+    )
+    problems.note("stores", "vectors damaged; moved to vectors.broken-1, re-embedding", subject="vectors")
+    h["problems"] = problems.describe()
+    text = render_status(h)
+    assert "bm25.broken-1" in text and "vectors.broken-1" in text
+
+
 def test_status_names_copies_of_damaged_stores_kept_for_inspection(shared: DaemonProcess) -> None:
     """A store moved aside as damaged (at this start or any before) is named by status, with its
     age and when it goes: copies of a whole index were kept for good and named nowhere."""
@@ -678,7 +803,7 @@ def test_option_ranges_are_the_daemons(shared: DaemonProcess) -> None:
     """The CLI refuses what the daemon would (exit 2, above) and passes its bounds through: the
     edges of each range are answered, and --min-score's help names relevance, what it filters on."""
     for argv in (
-        ["search", "audio", "--limit", "200", "--min-score", "100"],
+        ["search", "audio", "--limit", "200", "--min-score", "1"],
         ["search", "audio", "--limit", "1", "--min-score", "0"],
         ["recall", "audio", "--limit", "200", "--tokens", "50000"],
         ["outline", "--tokens", "100"],

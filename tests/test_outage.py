@@ -66,6 +66,10 @@ def test_daily_note_format_stays_while_the_share_is_unmounted(tmp_path: Path, se
     assert answer["offline"] == ["vault", "wiki"]
     recalled = server.call("recall", {"message": "Was hab ich vorgestern gemacht?"})
     assert recalled["offline"] == ["vault", "wiki"]
+    # The block an agent's hook reads says it too, under its header, as a stale index is said.
+    lines = recalled["context"].split("\n")
+    assert lines[2].startswith("Note: the vault and the wiki are offline (share unmounted")
+    assert "Optiker" in recalled["context"]
     server.close()
     server.harness.close()
     again = serve_in_process(v, model=KEYWORD_ONLY)  # a restart while the share is still away
@@ -107,6 +111,9 @@ def test_a_rebuild_while_the_share_is_away_is_refused_and_keeps_the_index(tmp_pa
         assert "kept as indexed" not in r.stdout + r.stderr
         found = _cli(d, "search", "Kranichflug")
         assert "wiki/Backups" in found.stdout and "the vault and the wiki are offline" in found.stderr
+        recalled = _cli(d, "recall", "When is the NAS backed up by Kranichflug?")  # an agent's hook
+        assert "wiki/Backups" in recalled.stdout, (recalled.stdout, recalled.stderr)
+        assert "\nNote: the vault and the wiki are offline" in recalled.stdout
         status = json.loads(_cli(d, "status", "--json").stdout)
         assert status["index"]["by_source"]["vault"]["files"] == 5
         for p in list((tmp_path / "aside").iterdir()):
@@ -122,6 +129,107 @@ def test_a_rebuild_while_the_share_is_away_is_refused_and_keeps_the_index(tmp_pa
     r = _cli(d, "index", "--rebuild", "--vault", str(v))
     assert r.returncode == ExitCode.REQUEST_FAILED and "not rebuilt: vault" in r.stderr, (r.stdout, r.stderr)
     assert "Traceback" not in r.stderr
+
+
+def test_a_rebuild_is_refused_while_the_vault_holds_only_its_settings(
+    tmp_path: Path, serve_in_process: Any
+) -> None:
+    """The vault's notes gone but its folder not empty (`.obsidian/` left, a `#recycle` folder, an
+    empty filesystem mounted again on the same device number): the rebuild is refused and the
+    notes stay indexed until a sweep finds them again (was: a live re-probe counted any listing
+    as back, the rebuild ran and emptied the vault from the index)."""
+    from sidecar.contracts.errors import RemoteError
+
+    v = tmp_path / "nas"
+    write(v / ".obsidian/app.json", "{}")
+    for i in range(6):
+        write(v / f"Notes/n{i}.md", f"# Note {i}\n\nThe keeper of lighthouse {i} logs zebrafinch.\n")
+    server = serve_in_process(v, model=KEYWORD_ONLY)
+    (tmp_path / "aside").mkdir()
+    shutil.move(str(v / "Notes"), str(tmp_path / "aside" / "Notes"))  # .obsidian stays
+    (v / "#recycle").mkdir()
+    server.harness.sweep()
+    st = server.harness.supervisor.roots["vault"]
+    assert st.offline and st.hold_kind == "empty"
+    with pytest.raises(RemoteError, match="not rebuilt: vault cannot be read now"):
+        server.call("index", {"rebuild": True})
+    assert len(server.harness.indexer.manifest.file_states("vault/")) == 6
+    assert [h["reference"] for h in server.call("search", {"query": "zebrafinch"})["hits"]]
+
+
+def _private_unreadable(v: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A vault whose Private folder, once of mode 000, cannot be listed (this runs as root, which
+    reads it anyway: refused here as it is for any other user)."""
+    for i in range(3):
+        write(v / "Private" / f"p{i}.md", f"# P{i}\n\nprivate heronsgate note {i}\n")
+        write(v / "Work" / f"w{i}.md", f"# W{i}\n\nwork note {i}\n")
+    private = v / "Private"
+    real_scandir = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if os.fspath(path) == str(private) and not private.stat().st_mode & 0o777:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    return private
+
+
+def test_a_rebuild_is_refused_while_a_folder_with_notes_indexed_cannot_be_read(
+    tmp_path: Path, serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder of indexed notes made unreadable (`chmod 000`): status says its notes stay in
+    the index, and `index --rebuild` is refused naming the folder (exit 7, nothing changed), as
+    for an offline root (was: the rebuild ran and dropped that folder's notes). Readable again
+    and swept, the rebuild runs."""
+    from sidecar.contracts.errors import RemoteError
+
+    v = tmp_path / "v"
+    private = _private_unreadable(v, monkeypatch)
+    server = serve_in_process(v, model=KEYWORD_ONLY)
+    manifest = server.harness.indexer.manifest
+    assert len(manifest.file_states("vault/")) == 6
+    private.chmod(0)
+    try:
+        server.harness.sweep()
+        assert "their notes stay in the index" in str(server.harness.problems.active_in("unreadable"))
+        with pytest.raises(RemoteError, match=f"not rebuilt: {private} cannot be read now") as refused:
+            server.call("index", {"rebuild": True})
+        assert "Nothing was changed" in str(refused.value) and "confirm-deletions" not in str(refused.value)
+        assert len(manifest.file_states("vault/")) == 6
+        assert len(server.call("search", {"query": "heronsgate"})["hits"]) == 3
+    finally:
+        private.chmod(0o755)
+    server.harness.sweep()
+    assert server.call("index", {"rebuild": True})["queued"]
+
+
+def test_a_rebuild_without_a_daemon_is_refused_while_a_folder_cannot_be_read(
+    tmp_path: Path, make_cfg: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sidecar index --rebuild` with no daemon: no sweep of this process has seen the folder
+    unreadable, so it lists the roots first, and refuses (was: it cleared the index and the
+    sweep after it dropped the folder's notes)."""
+    from sidecar.contracts.errors import UnreadableError
+    from sidecar.daemon.lifecycle import index_once
+    from sidecar.stores.manifest import Manifest
+
+    v = tmp_path / "v"
+    private = _private_unreadable(v, monkeypatch)
+    cfg = make_cfg(v, **{"embedder.enabled": False})
+    assert index_once(cfg, rebuild=False)["changed"] == 6
+    private.chmod(0)
+    try:
+        with pytest.raises(UnreadableError, match=f"not rebuilt: {private} cannot be read now"):
+            index_once(cfg, rebuild=True)
+    finally:
+        private.chmod(0o755)
+    manifest = Manifest(cfg.index_dir / "manifest.sqlite")
+    try:
+        assert len(manifest.file_states("vault/")) == 6
+    finally:
+        manifest.close()
+    index_once(cfg, rebuild=True)
 
 
 def test_recall_gives_up_on_a_silent_daemon_after_its_timeout(

@@ -314,6 +314,16 @@ def test_sighup_reloads_ranking_weights(daemon_factory: Any, vault: Path, tmp_pa
     areas = [p["area"] for p in d.health()["problems"]["active"]]
     assert "config" not in areas and "restart" in areas  # status says a restart is due
     assert "config_needs_restart keys=watch.pollSeconds" in d.log.read_text()
+    # A key of an older release that a reload brings: the log says what to write instead (the
+    # query commands an agent runs leave it unsaid).
+    cfg_file.write_text(
+        "search:\n  vectorWeight: 0.5\n  limit: 1\n  rareTermChunks: 3\nwatch:\n  pollSeconds: 77\n"
+    )
+    d.call("reload")
+    assert (
+        "config_warning " in d.log.read_text()
+        and "rareTermChunks is now search.rareTermNotes" in d.log.read_text()
+    )
 
 
 def test_a_reload_of_an_emptied_or_foreign_file_applies_nothing(

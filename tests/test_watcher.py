@@ -173,6 +173,94 @@ def test_a_folder_named_with_a_dot_follows_its_moves_into_the_index(make_cfg: An
         h.close()
 
 
+def test_a_folder_made_unreadable_is_a_problem_at_its_event_not_at_the_next_sweep(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`chmod 000` on a folder of notes is an event for the folder (inotify's IN_ATTRIB, which
+    watchfiles reports as the folder modified): its look says the folder is unreadable in status
+    at once and keeps its notes, and `chmod 755` clears it, each without a full sweep (was: no
+    PROBLEM until the next full sweep, index.rescanMinutes later)."""
+    v = tmp_path / "v"
+    for i in range(3):
+        write(v / "Private" / f"p{i}.md", f"# P{i}\n\nprivate note {i}\n")
+        write(v / f"n{i}.md", f"# N{i}\n\nnote {i}\n")
+    private = v / "Private"
+    real_scandir = os.scandir
+
+    def scandir(path: Any = ".") -> Any:  # root reads a folder of mode 000: refused as it would be
+        if os.fspath(path) == str(private) and not private.stat().st_mode & 0o777:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    h = Harness(make_cfg(v), FakeEmbedder())
+    sweeps: list[set[str]] = []
+
+    def on_change(paths: set[str], gone: frozenset[str]) -> None:
+        sweeps.append(set(paths))
+        _sweeps(h)(paths, gone)
+
+    def unreadable() -> str | None:
+        problem = h.problems.active_in("unreadable")
+        return None if problem is None else str(problem["error"])
+
+    try:
+        h.sweep()
+        keys = _keys(h)
+        with watching(v, on_change):
+            private.chmod(0)
+            try:
+                _until(lambda: unreadable() is not None)
+                assert f"of vault cannot be read ({private})" in str(unreadable())
+                assert h.supervisor.roots["vault"].unreadable == [str(private)]
+                assert _keys(h) == keys  # its notes stay as they were
+            finally:
+                private.chmod(0o755)
+            _until(lambda: unreadable() is None)
+            assert h.supervisor.roots["vault"].unreadable == [] and _keys(h) == keys
+        assert sweeps and all(paths == {str(private)} for paths in sweeps)  # no full sweep
+    finally:
+        h.close()
+
+
+def test_a_folder_gone_between_its_stat_and_its_listing_is_not_unreadable(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder renamed or removed in the instant between the look's stat and its listing (a sync
+    tool's flap) is not an unreadable folder: no PROBLEM (was: "unreadable" in status until the
+    next event for it). A listing refused for permission still is one."""
+    v = tmp_path / "v"
+    for i in range(3):
+        write(v / "Sync" / f"s{i}.md", f"# S{i}\n\nsynced note {i}\n")
+    folder = v / "Sync"
+    real_scandir = os.scandir
+    error: list[OSError] = []
+
+    def scandir(path: Any = ".") -> Any:
+        if os.fspath(path) == str(folder) and error:
+            raise error[0]
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        keys = _keys(h)
+        for gone in (
+            FileNotFoundError(2, "No such file or directory"),
+            NotADirectoryError(20, "Not a directory"),
+        ):
+            error[:] = [gone]
+            _sweeps(h)({str(folder)}, frozenset())
+            assert h.problems.active_in("unreadable") is None, gone
+            assert h.supervisor.roots["vault"].unreadable == [] and _keys(h) == keys
+        error[:] = [PermissionError(13, "Permission denied")]
+        _sweeps(h)({str(folder)}, frozenset())
+        assert h.supervisor.roots["vault"].unreadable == [str(folder)] and _keys(h) == keys
+    finally:
+        h.close()
+
+
 def test_a_new_folder_is_looked_at_again_once_a_folder_by_folder_watch_covers_it(
     make_cfg: Any, tmp_path: Path
 ) -> None:

@@ -48,6 +48,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# Commands an agent runs on every prompt (a recall hook) or a tool call: they do not repeat that
+# the file holds keys of an older release (renamed, retired), which `config check`, doctor, status
+# and the daemon's log say; every other warning and every error they still print.
+QUERY_COMMANDS = frozenset(
+    {"search", "get", "related", "outline", "recall", "preview", "why", "mcp", "memory"}
+)
+
+
 def command_for(name: str) -> Command:
     module, function = COMMANDS[name]
     return cast(Command, getattr(importlib.import_module(f"sidecar.clients.{module}"), function))
@@ -68,8 +76,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_text_args(args)
         cfg = config_of(args)
         if (args.command, getattr(args, "action", None)) != ("config", "check"):  # check lists them
+            quiet = cfg.outdated if args.command in QUERY_COMMANDS else ()
             for warning in cfg.warnings:
-                print(f"sidecar: warning: {warning}", file=sys.stderr)
+                if warning not in quiet:
+                    print(f"sidecar: warning: {warning}", file=sys.stderr)
         code = command_for(args.command)(args, cfg)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below
         return code

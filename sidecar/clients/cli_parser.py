@@ -19,8 +19,8 @@ from sidecar.contracts.protocol import (
     LIMIT_RANGE,
     LIST_LIMIT_DEFAULT,
     LIST_LIMIT_RANGE,
-    MIN_SCORE_RANGE,
     RELATED_LIMIT_RANGE,
+    RELEVANCE_RANGE,
     TOKEN_BUDGET_RANGE,
 )
 from sidecar.contracts.wire import SOURCES
@@ -297,7 +297,7 @@ def _search(p: argparse.ArgumentParser) -> None:
     p.add_argument("--source", choices=SOURCES, action="append", help="only this source (repeatable)")
     p.add_argument(
         "--min-score",
-        type=_in_range(float, MIN_SCORE_RANGE),
+        type=_in_range(float, RELEVANCE_RANGE),
         default=None,
         help="drop hits whose relevance (0-1, not the score) is below this; 0 keeps every candidate "
         "(default search.minScore)",

@@ -9,6 +9,7 @@ from typing import Any, TextIO
 
 from sidecar import __version__
 from sidecar.clients.foreground import duration
+from sidecar.clients.plainerror import plain_error
 from sidecar.contracts.printable import escape_controls as shown
 from sidecar.stores.aside import KEEP_MOVED_ASIDE_DAYS
 
@@ -64,7 +65,7 @@ def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
     for p in problems["active"]:
         area = _PROBLEM_AREAS.get(p["area"], p["area"])
         times = f", {p['count']} times" if p["count"] > 1 else ""
-        out.append(f"PROBLEM ({area}, since {_ago(p['since'])}{times}): {shown(p['error'])}")
+        out.append(f"PROBLEM ({area}, since {_ago(p['since'])}{times}): {shown(plain_error(p['error']))}")
     areas = {p["area"] for p in problems["active"]}
     if areas & {"index", "embedding", "vectors", "memory_write", "memory_audit"}:
         todo.append("check free disk space and permissions of the home folder; the daemon retries by itself")
@@ -72,10 +73,27 @@ def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
         todo.append(HOME_TODO)
     if "stores" in areas:
         todo.append("restart the daemon so it rebuilds its index (e.g. `systemctl --user restart sidecar`)")
-    for p in problems["recent"][-3:]:
+    for p, recovered in _recoveries(problems)[-3:]:
         area = _PROBLEM_AREAS.get(p["area"], p["area"])
-        out.append(f"Recovered ({area}, {_ago(p['cleared'])}): {shown(p['error'])}")
+        again = f", recovered {recovered} times" if recovered > 1 else ""
+        out.append(f"Recovered ({area}, {_ago(p['cleared'])}{again}): {shown(plain_error(p['error']))}")
     return out
+
+
+def _recoveries(problems: dict[str, Any]) -> list[tuple[dict[str, Any], int]]:
+    """The latest recovery of each area and subject (an agent's inbox, a store) that does not
+    fail now, and how many it had, the most recent last: a disk that filled up again and again
+    showed one line per episode, and a "Recovered" beside the same "PROBLEM" read as if both were
+    true. Keyed by subject too: two agents' recoveries, or two stores repaired at one start, are
+    not one line with a count that mixes them."""
+    failing = {(p["area"], p.get("subject", "")) for p in problems["active"]}
+    latest: dict[tuple[str, str], tuple[dict[str, Any], int]] = {}
+    for p in problems["recent"]:  # oldest first
+        key = (p["area"], p.get("subject", ""))
+        if key not in failing:
+            _, times = latest.pop(key, (p, 0))
+            latest[key] = (p, times + 1)
+    return list(latest.values())
 
 
 # Changes to more notes than this at once are shown as work in progress.

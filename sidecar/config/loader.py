@@ -172,6 +172,9 @@ class _Layers:
         self.origins = origins
         self.problems: list[str] = []  # every one is reported at once
         self.warnings: list[str] = []
+        # Those of keys an older release wrote (renamed or retired): the query commands an agent's
+        # hook runs on every prompt leave them to `config check`, doctor, status and the log.
+        self.outdated: list[str] = []
 
     def put(self, setting: Setting, raw: Any, where: str, origin: str, base: Path) -> None:
         try:
@@ -190,7 +193,8 @@ class _Layers:
         if both:
             self.problems.append(f"{where}: {old} and {new} are one setting: keep {new}")
             return False
-        self.warnings.append(f"{where}: {old} is now {new}; its value is used, rename it there")
+        self.outdated.append(f"{where}: {old} is now {new}; its value is used, rename it there")
+        self.warnings.append(self.outdated[-1])
         return True
 
     def read_file(self, path: Path, source_file: Path) -> None:
@@ -201,9 +205,10 @@ class _Layers:
                 continue
             setting = self.known.get(dotted)
             if dotted in RETIRED:
-                self.warnings.append(
+                self.outdated.append(
                     f"{path}: {dotted} is no longer a setting ({RETIRED[dotted]}); it is ignored: delete it"
                 )
+                self.warnings.append(self.outdated[-1])
             elif setting is None:
                 self.problems.append(_unknown_key(path, dotted, raw, self.known))
             else:
@@ -397,6 +402,7 @@ def load_config(
         notify_socket=env.get("NOTIFY_SOCKET") or None,
         watchdog_usec=int(env["WATCHDOG_USEC"]) if env.get("WATCHDOG_USEC", "").isdigit() else None,
         warnings=tuple(warnings),
+        outdated=tuple(layers.outdated),
         state_dir=_default_state_dir(env),
     )
 

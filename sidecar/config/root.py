@@ -35,8 +35,10 @@ class Config:
     journald: bool = field(default=False, metadata={"internal": True})  # stderr goes to journald
     notify_socket: str | None = field(default=None, metadata={"internal": True})  # systemd Type=notify
     watchdog_usec: int | None = field(default=None, metadata={"internal": True})
-    # Not fatal, shown by every command and by `config check` (an unknown SIDECAR_* variable).
+    # Not fatal, shown by `config check` and every command (an unknown SIDECAR_* variable); see outdated.
     warnings: tuple[str, ...] = field(default=(), metadata={"internal": True})
+    # The warnings of keys an older release wrote (renamed, retired): not said by query commands.
+    outdated: tuple[str, ...] = field(default=(), metadata={"internal": True})
     # Where the daemon keeps what must outlive the home (its share unmounted takes index/ along):
     # $XDG_STATE_HOME/sidecar or ~/.local/state/sidecar; None when not loaded from the layers.
     state_dir: Path | None = field(default=None, metadata={"internal": True})

@@ -160,7 +160,12 @@ _RUST_SOURCE = re.compile(r",?\s*(?:/rustc/[0-9a-f]+|\S*/\.cargo/registry/src)/\
 def engine_message(exc: BaseException) -> str:
     """An engine's error as a person can read it in status or a CLI warning: the OS error's own
     words, without the Rust debug forms, generic hints and Rust source locations around them."""
-    text = _RUST_OS_ERROR.sub(lambda m: m.group(1), str(exc))
+    return engine_text(str(exc))
+
+
+def engine_text(text: str) -> str:
+    """``engine_message`` of an error's text (a problem's, as health keeps it)."""
+    text = _RUST_OS_ERROR.sub(lambda m: m.group(1), text)
     return _RUST_SOURCE.sub("", _RUST_HINT.sub("", text)).strip()
 
 

@@ -26,6 +26,10 @@ MAX_DEPTH = 32
 # and the MCP shim check the same ranges before they ask.
 LIMIT_RANGE = (1, 200)  # search and recall: hits
 MIN_SCORE_RANGE = (0.0, 100.0)  # search and recall: minScore (relevance is 0-1; 0 keeps everything)
+# What a person or an agent may ask for as minScore (`search --min-score`, the MCP tools): relevance
+# is 0-1, so a floor above 1 drops every hit; the daemon's wider range lets a configured
+# search.minScore above 1 (a floor that empties search on purpose) still answer.
+RELEVANCE_RANGE = (0.0, 1.0)
 RELATED_LIMIT_RANGE = (1, 100)  # related: notes
 LIST_LIMIT_RANGE = (1, 1000)  # list: notes
 LIST_LIMIT_DEFAULT = 200

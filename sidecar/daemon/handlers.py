@@ -43,6 +43,7 @@ from sidecar.contracts.wire import (
     SearchResult,
     explanation_json,
     held_note,
+    offline_note,
     search_json,
     stale_note,
 )
@@ -358,8 +359,11 @@ class Handlers:
             result = replace(result, context=with_note(result.context, stale_note(result.stale_since)))
         if held := [h.reference for h in result.hits if h.deletion_held]:
             result = replace(result, context=with_note(result.context, held_note(held)))
+        offline = self._offline_roots(search.sources)
+        if offline:  # likewise: an agent's hook reads the block, not the client's stderr or JSON
+            result = replace(result, context=with_note(result.context, offline_note(offline["offline"])))
         out = search_json(result, preview=preview)
-        return {**out, **self._offline_roots(search.sources)}
+        return {**out, **offline}
 
     def _marked_held(self, result: SearchResult) -> SearchResult:
         """``result`` with each hit whose file is gone while the mass-deletion guard holds its

@@ -309,6 +309,8 @@ class Daemon:
                 changed.append(which)
                 loop.request_sweep(False, None, frozenset())  # excluded notes leave, included ones come
         log.info("config_reloaded changed=%s", ",".join(changed) or "nothing")
+        for warning in new.warnings:  # at the start the command line said them on stderr
+            log.warning("config_warning %s", warning)
         if self._model_wanted() and self._scheduler is not None:
             # A reload is how a user says "I fixed it": the model file put right is tried now,
             # not at the next embedder.retryMinutes.
@@ -452,6 +454,8 @@ def index_once(
         if slot.model is not None:
             attach(cfg, vectors, slot.model, parts.problems)
         if rebuild:
+            # No sweep ran in this process: what cannot be read is not known until it is listed.
+            indexer.changes.list_unreadable()
             indexer.refuse_rebuild()  # the vault's share away: its notes would leave the index
             indexer.clear()
         report = (lambda a: progress(a.phase, a.done, a.total)) if progress else None

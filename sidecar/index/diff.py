@@ -185,6 +185,41 @@ class ChangeFinder:
             out[root.key_of(path.relative_to(root.path).as_posix())] = (path, reason)
         return out
 
+    def list_unreadable(self) -> None:
+        """List every root once (no note read) to record what cannot be read, as a sweep does:
+        `sidecar index --rebuild` without a daemon has no sweep of its own before it clears the
+        index, and would drop the notes of a folder of mode 000. A root that cannot be listed is
+        marked offline, as a sweep marks it."""
+        for root in self.roots():
+            try:
+                found = self.supervisor.list_root(root)
+            except RootUnreachable as exc:
+                self.supervisor.mark_offline(root, str(exc))
+                continue
+            self._unreadable_prefixes(root, [s for s in found if isinstance(s, Skipped)])
+
+    def unreadable_indexed(self) -> list[str]:
+        """The folders (and notes) recorded as unreadable now that hold notes indexed: a rebuild
+        forgets every note first, and theirs could not be read back (status says they are kept)."""
+        by_name = {r.name: r for r in vault_roots(self.cfg)}
+        out = [p for (_, p) in self._unread_notes]  # only indexed notes are kept unreadable
+        for name, paths in list(self._listed_unreadable.items()):
+            root = (
+                inbox_root(self.cfg, name.removeprefix("memory/"))
+                if name.startswith("memory/")
+                else by_name.get(name)
+            )
+            for where in paths:
+                path = Path(where)
+                if root is None or not path.is_relative_to(root.path) or where in out:
+                    continue
+                rel = path.relative_to(root.path).as_posix()
+                if self.manifest.has_files(_prefix(root, rel)) or self.manifest.file_states_of(
+                    [root.key_of(rel)]
+                ):
+                    out.append(where)
+        return sorted(out)
+
     def keep_roots(self, names: Collection[str]) -> None:
         """Forget what is kept of roots no longer swept (an agent's inbox emptied or removed, a
         root taken out of the configuration): their skips were counted in status for as long as
@@ -519,6 +554,20 @@ class ChangeFinder:
         self._say_unreadable(root.name)
         return tuple(key for _, key in unread)
 
+    def _unreadable_seen(
+        self, root: Root, found: Sequence[NoteFile | Skipped], looked: Sequence[str]
+    ) -> None:
+        """What the events' look found unreadable, and what it read again (a folder walked, a
+        path gone), into what status says of ``root``: a folder made unreadable or readable again
+        shows at once, not at the next full sweep."""
+        wheres = tuple(str(root.path / rel) for rel in looked)
+        was = self._listed_unreadable.get(root.name, [])
+        now = [p for p in was if not any(p == w or p.startswith(w + "/") for w in wheres)]
+        now += [str(path) for path, _ in _unreadable(root, found) if str(path) not in now]
+        if now != was:
+            self._listed_unreadable[root.name] = now
+            self._say_unreadable(root.name)
+
     def _say_unreadable(self, name: str) -> None:
         """The folders and notes of root ``name`` that cannot be read, in its status and problems:
         those its listing could not read, and the notes kept because their read failed."""
@@ -617,6 +666,7 @@ class ChangeFinder:
                 missing.update(k for k in manifest.file_states(_prefix(root, rel)) if not k.startswith(kept))
         for n in notes:
             self._skips.pop((root.name, str(n.path)), None)
+        self._unreadable_seen(root, found, gone + walked)
         seen = notes
         notes, excluded = self._excluded_seen(root, notes, missing, gone=gone, walked=walked)
         kept_keys = {n.key for n in notes}
@@ -718,8 +768,12 @@ class ChangeFinder:
                 if root.source != "memory":
                     try:
                         listed = list(scan(root, max_bytes, start=rel))
-                    except OSError:
-                        continue  # not listed: nothing known of what it holds
+                    except OSError as exc:
+                        # Not listed: nothing known of what it holds, kept as it is. Said now (a
+                        # chmod 000 is an event for the folder): status showed no problem until
+                        # the next full sweep, index.rescanMinutes later.
+                        found.extend(_unlisted(path, exc))
+                        continue
                     found.extend(listed)
                     walked.append(rel)
                     for n in listed:
@@ -819,6 +873,15 @@ def _file(  # noqa: PLR0911 - one return per kind of file
     if st.st_size > max_bytes:
         return Skipped(path, "too large")
     return NoteFile.of(root.key_of(rel), root, path, rel, st, linked=linked)
+
+
+def _unlisted(folder: Path, exc: OSError) -> list[Skipped]:
+    """What a folder whose listing failed is: unreadable (no permission, an I/O error), or
+    nothing when it was renamed, removed or replaced by a file since its stat (a sync tool's
+    flap; the event of its going or of what took its place follows)."""
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+        return []
+    return [Skipped(folder, "unreadable folder")]
 
 
 def _prefix(root: Root, rel: str) -> str:

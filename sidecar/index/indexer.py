@@ -628,22 +628,42 @@ class Indexer:
         return out
 
     def refuse_rebuild(self) -> None:
-        """Raise UnreadableError when a root that has notes indexed cannot be read now: a rebuild
-        forgets every note first and reads them again, so it emptied an unmounted vault (and its
-        wiki) from the index for the whole outage, where a sweep keeps them as indexed."""
+        """Raise UnreadableError when a root that has notes indexed cannot be read now, or a
+        folder (or note) with notes indexed is recorded unreadable (no permission, an I/O error):
+        a rebuild forgets every note first and reads them again, so it emptied an unmounted vault
+        (and its wiki) from the index for the whole outage, and dropped the notes of a folder of
+        mode 000 while status said they stay, where a sweep keeps them as indexed."""
         gone = self.unreachable_roots()
-        if not gone:
+        folders = self.changes.unreadable_indexed()
+        if not gone and not folders:
             return
-        said = "; ".join(f"{name}: {why}" for name, why in sorted(gone.items()))
-        raise UnreadableError(
-            f"not rebuilt: {', '.join(sorted(gone))} cannot be read now ({said}). A rebuild reads every "
-            "note again, and notes that cannot be read would be gone from the index until they can. "
-            "Nothing was changed. Mount the share (`sidecar status` shows when it is back) and run "
-            "`sidecar index --rebuild` again; `sidecar index` updates the rest now and keeps those "
-            "notes as indexed. If you emptied it on purpose, "
-            + " and ".join(f"`sidecar index --confirm-deletions {name}`" for name in sorted(gone))
-            + " removes its notes from the index; a rebuild runs after that"
+        what: list[str] = []
+        then: list[str] = []
+        if gone:
+            said = "; ".join(f"{name}: {why}" for name, why in sorted(gone.items()))
+            what.append(f"{', '.join(sorted(gone))} cannot be read now ({said})")
+            then.append("Mount the share (`sidecar status` shows when it is back)")
+        if folders:
+            named = ", ".join(folders[:3]) + (f" and {len(folders) - 3} more" if len(folders) > 3 else "")
+            what.append(
+                f"{named} cannot be read now (unreadable, with notes indexed: no permission or an I/O error)"
+            )
+            first = "make them readable" if gone else "Make them readable"
+            then.append(f"{first} to the daemon's user (`sidecar status` shows while they are not)")
+        message = (
+            f"not rebuilt: {'; '.join(what)}. A rebuild reads every note again, and notes that cannot "
+            "be read would be gone from the index until they can. Nothing was changed. "
+            f"{' and '.join(then)} and run `sidecar index --rebuild` again; `sidecar index` updates "
+            "the rest now and keeps those notes as indexed."
         )
+        if gone:
+            message = (
+                message[:-1]
+                + ". If you emptied it on purpose, "
+                + " and ".join(f"`sidecar index --confirm-deletions {name}`" for name in sorted(gone))
+                + " removes its notes from the index; a rebuild runs after that"
+            )
+        raise UnreadableError(message)
 
     def clear(self) -> None:
         """Forget everything indexed (for a rebuild); the next sweep reads every note again."""

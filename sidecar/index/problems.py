@@ -35,6 +35,7 @@ class Problems:
             if item is None:
                 self._active[(area, subject)] = {
                     "area": area, "error": error, "since": now, "last": now, "count": 1,
+                    **({"subject": subject} if subject else {}),
                 }  # fmt: skip
                 log.warning(
                     "problem area=%s%s error=%s", area, f" subject={subject}" if subject else "", error
@@ -56,11 +57,15 @@ class Problems:
             item["cleared"] - item["since"],
         )
 
-    def note(self, area: str, what: str) -> None:
-        """Something that went wrong and was already repaired (a corrupt store rebuilt at start)."""
+    def note(self, area: str, what: str, *, subject: str = "") -> None:
+        """Something that went wrong and was already repaired (a corrupt store rebuilt at start);
+        ``subject``: which (the store), so two repairs at one start are two lines in status."""
         now = self._clock()
         with self._lock:
-            self._recent.append({"area": area, "error": what, "since": now, "cleared": now, "count": 1})
+            self._recent.append(
+                {"area": area, "error": what, "since": now, "cleared": now, "count": 1}
+                | ({"subject": subject} if subject else {})
+            )
 
     def active(self) -> list[dict[str, Any]]:
         with self._lock:

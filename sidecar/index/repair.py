@@ -216,7 +216,9 @@ class Repair:
             fill_bm25(fresh, stores.manifest)
             stores.bm25 = fresh
         log.error("index_rebuilt store=bm25 reason=%s moved_to=%s", reason, aside)
-        self.problems.note("stores", f"the keyword index failed ({reason}); moved aside and rebuilt")
+        self.problems.note(
+            "stores", f"the keyword index failed ({reason}); moved aside and rebuilt", subject="bm25"
+        )
         self.problems.clear("keyword_search")
 
     def repair_inboxes(self, agents: Collection[str], reason: str) -> None:
@@ -225,7 +227,11 @@ class Repair:
         for agent in sorted(agents):
             refill_inbox(self.stores, agent)
             log.error("index_rebuilt store=bm25 inbox=%s reason=%s", agent, reason)
-        self.problems.note("stores", f"an agent's keyword index failed ({reason}); moved aside and rebuilt")
+        self.problems.note(
+            "stores",
+            f"an agent's keyword index failed ({reason}); moved aside and rebuilt",
+            subject="inboxes",
+        )
         self.problems.clear("keyword_search")
 
     def repair_vectors(self, reason: str) -> bool:
@@ -306,6 +312,7 @@ class Repair:
             "stores",
             f"the vector table {table}, rebuilt at {when}, could not be read again ({because}); "
             "moved aside a second time and re-embedding; a third time it is left as it is",
+            subject="vectors",
         )
         return True
 

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 class Notes(Protocol):
     """Where a store that was moved aside is noted (health's problems)."""
 
-    def note(self, area: str, what: str) -> None: ...
+    def note(self, area: str, what: str, *, subject: str = "") -> None: ...
 
 
 def open_stores(cfg: Config, problems: Notes) -> tuple[Manifest, Bm25Index]:
@@ -67,7 +67,11 @@ def _open_or_reset(path: Path, opener: Callable[[Path], Any], cfg: Config, probl
         _unless_disk_full(path, exc)
         aside = move_aside(path)
         log.error("index_rebuilt store=%s reason=%s moved_to=%s", path.name, exc, aside)
-        problems.note("stores", f"{path.name} could not be opened ({exc}); moved to {aside.name} and rebuilt")
+        problems.note(
+            "stores",
+            f"{path.name} could not be opened ({exc}); moved to {aside.name} and rebuilt",
+            subject=path.stem,
+        )
         if path.name == "manifest.sqlite":
             # Without the manifest the keyword index cannot be trusted: started over too. The
             # vector tables stay: a row's chunk id is its note's key and embedded text, so the
@@ -151,7 +155,11 @@ def discard_vectors(path: Path, table: str, why: str, problems: Notes | None) ->
         return None
     log.error("index_rebuilt store=vectors table=%s reason=%s moved_to=%s", table, why, aside)
     if problems is not None:
-        problems.note("stores", f"vectors {why}; moved to {aside.name}, re-embedding what cannot be read")
+        problems.note(
+            "stores",
+            f"vectors {why}; moved to {aside.name}, re-embedding what cannot be read",
+            subject="vectors",
+        )
     return aside
 
 
