@@ -588,3 +588,83 @@ def test_only_a_plain_agenda_question_reads_ahead(said: str, today: dt.date, sin
     agenda question was no window."""
     f = split_filters(said, today)[1]
     assert (f.since, f.until) == (since, until), said
+
+
+@pytest.mark.parametrize(
+    ("said", "today", "since"),
+    [
+        # a past form, a plain question about what happened, or the phrase alone: the last one
+        ("Was war am Donnerstag?", TODAY, "2026-11-26"),
+        ("am Donnerstag", TODAY, "2026-11-26"),
+        ("what happened on Thursday", TODAY, "2026-11-26"),
+        ("on Thursday", TODAY, "2026-11-26"),
+        ("und am Donnerstag?", TODAY, "2026-11-26"),
+        ("Was ist am Donnerstag passiert?", TODAY, "2026-11-26"),
+        ("what did I do on Tuesday?", TODAY, "2026-12-01"),
+        ("was habe ich am Mittwoch gemacht?", TODAY, "2026-11-25"),  # today is no "am Mittwoch"
+        ("Wie war das Meeting am Montag?", TODAY, "2026-11-30"),
+        # notes from a weekday: one gone by, whatever the question
+        ("Notizen vom Montag", TODAY, "2026-11-30"),
+        ("what's in my notes from Monday?", TODAY, "2026-11-30"),
+        # the agenda: the coming one
+        ("Was steht am Donnerstag an?", TODAY, "2026-12-03"),
+        ("what's on Thursday?", TODAY, "2026-12-03"),
+        ("Was steht am Mittwoch an?", TODAY, "2026-12-09"),
+        ("what do I have on Monday?", TODAY, "2026-12-07"),
+        # with its week, as before
+        ("am Donnerstag letzter Woche", TODAY, "2026-11-26"),
+    ],
+)
+def test_a_weekday_after_on_or_am_is_the_nearest_one(said: str, today: dt.date, since: str) -> None:
+    """'Was war am Donnerstag?', 'what happened on Thursday' were no time phrase (only 'letzten
+    Donnerstag' was): the days just gone by were searched as words and their daily notes missed."""
+    f = split_filters(said, today)[1]
+    assert (f.since, f.until) == (since, since), (said, f)
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "Meeting am Donnerstag",  # no tense: a day to come as often as one gone by
+        "don't deploy on Friday",
+        "Anna sagte, das Treffen ist am Donnerstag",  # reported speech
+        "Anna said the call is on Thursday",
+        "was wird am Donnerstag besprochen?",  # a future
+        "what needs to be done on Friday? I wrote it down",
+        "am Donnerstag vor Ostern war ich im Garten",  # a Thursday of something
+        "what did I do on Thursday of that week",
+        "was war am Freitag-Termin?",  # in a word
+        "what happened on Friday.md",
+        "what happened on Friday Night Lights",  # a title
+        "what happened on Thursdays",
+        "the donnerstag script on Mondays failed",
+        "Wer war Robinsons Freitag?",  # a name, no am
+        "Was war am Donnerstag, 3.12.?",  # its date after it: the date is the day
+        "what did I do on Thursday, December 3",
+    ],
+)
+def test_a_weekday_that_names_no_day_gone_by_stays_words(said: str) -> None:
+    """A weekday with no tense, in reported speech, with a future, of something, in a word or a
+    title, or with its date after it is no window."""
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.phrase) == (None, None), (said, f)
+
+
+@pytest.mark.parametrize(
+    ("said", "today", "day"),
+    [
+        ("What's on the note from December 1", dt.date(2027, 1, 15), "2026-12-01"),
+        ("what is on the note from December 1?", dt.date(2027, 1, 15), "2026-12-01"),
+        ("Was steht in der Notiz vom 1. Dezember?", dt.date(2027, 1, 15), "2026-12-01"),
+        ("what's in my notes from November 1", dt.date(2027, 1, 15), "2026-11-01"),
+        ("Einträge vom 1.11.", dt.date(2027, 1, 15), "2026-11-01"),
+        ("what's on my notes from March 3?", TODAY, "2026-03-03"),
+        # "on" and "am" as before: a day to come stays words unless the agenda asks
+        ("what's on March 3?", TODAY, "2027-03-03"),
+    ],
+)
+def test_notes_from_a_day_are_of_a_day_gone_by(said: str, today: dt.date, day: str) -> None:
+    """'What's on the note from December 1' opened as an agenda question does and read the
+    December 1 to come; notes from a day long gone (November 1 asked in January) were words."""
+    f = split_filters(said, today)[1]
+    assert (f.since, f.until) == (day, day), (said, f)

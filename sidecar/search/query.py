@@ -164,6 +164,8 @@ class Reading:
 
     ahead: bool = False
     week_start: int = 0
+    done: bool = False  # the text says what was done or happened (see _DONE)
+    gone: bool = False  # the phrase names a day gone by (notes "from" or "vom" it)
 
 
 def _num(word: str) -> int:
@@ -332,11 +334,13 @@ def _named_day(
     previous: str | None = None,
     *,
     ahead: bool = False,
+    gone: bool = False,
 ) -> Window:
     """A day of a month: of the year said; else this year's once come, or last year's within a
     month ("am 30. Dezember" asked on January 3rd); else no window (a day to come). Asked
     ``ahead`` (the agenda), the coming one ("was steht am 3. März an?" asked in December), unless
-    it went by within a month ("was steht am 30. November an?" asked December 5th)."""
+    it went by within a month ("was steht am 30. November an?" asked December 5th). A day
+    ``gone`` by (notes "from" it) is the last one however long ago: a note was written then."""
     said = _year_of(today, year, previous)
     try:
         when = dt.date(said or today.year, month, int(day))
@@ -349,11 +353,11 @@ def _named_day(
             if not ahead:
                 raise FilterError(f"no such day ({exc})") from exc
         else:
-            if (today - when).days > _DAY_BACK_DAYS:
+            if (today - when).days > _DAY_BACK_DAYS and not gone:
                 if not ahead:
                     raise FilterError("a day to come")
                 when = when.replace(year=today.year)  # the agenda: the coming one
-    elif said is None and ahead and (today - when).days > _DAY_BACK_DAYS:
+    elif said is None and ahead and not gone and (today - when).days > _DAY_BACK_DAYS:
         try:  # gone by and not just gone by: the coming one
             when = when.replace(year=today.year + 1)
         except ValueError as exc:  # Feb 29 a year on: no such day
@@ -379,22 +383,22 @@ def _weekend(today: dt.date, back: int) -> Window:
 # from December 3" a paper's date, not the day the note was written.
 _ORD = r"(?:st|nd|rd|th)?"
 # (the note word stays before the phrase: "my notes from December 3" is no possessive's day)
-_ON_DAY = (
-    r"(?:on|am|(?:(?<=notes\s)|(?<=note\s)|(?<=entries\s))from"
+_NOTES_FROM = (
+    r"(?:(?:(?<=notes\s)|(?<=note\s)|(?<=entries\s))from"
     r"|(?:(?<=notizen\s)|(?<=notiz\s)|(?<=einträge\s)|(?<=eintrag\s))vom)\s+"
 )
 _DAY_FORMS: tuple[Phrase, ...] = (
     (
         r"(\d{1,2})(?:\.\s*|" + _ORD + r"\s+)(?:of\s+)?" + _MONTH + _YEAR_OF + _NO_RANGE,
-        lambda t, m, r: _named_day(t, m[1], _month_number(m[2]), m[3], m[4], ahead=r.ahead),
+        lambda t, m, r: _named_day(t, m[1], _month_number(m[2]), m[3], m[4], ahead=r.ahead, gone=r.gone),
     ),
     (
         r"the\s+(\d{1,2})" + _ORD + r"\s+of\s+" + _MONTH + _YEAR_OF + _NO_RANGE,
-        lambda t, m, r: _named_day(t, m[1], _month_number(m[2]), m[3], m[4], ahead=r.ahead),
+        lambda t, m, r: _named_day(t, m[1], _month_number(m[2]), m[3], m[4], ahead=r.ahead, gone=r.gone),
     ),
     (
         _MONTH + r"\s+(\d{1,2})" + _ORD + _YEAR_OF + _NO_RANGE,
-        lambda t, m, r: _named_day(t, m[2], _month_number(m[1]), m[3], m[4], ahead=r.ahead),
+        lambda t, m, r: _named_day(t, m[2], _month_number(m[1]), m[3], m[4], ahead=r.ahead, gone=r.gone),
     ),
 )
 # German numerals, "3.12.", "3.12" or "03.12.2026": only after "am" and "seit dem" ("ab 5.1." is
@@ -403,7 +407,46 @@ _NUMERIC_DAY = r"(\d{1,2})\.(\d{1,2})(?:\.((?:19|20)\d\d)?)?(?![\d.])" + _NO_RAN
 
 
 def _numeric_day(t: dt.date, m: re.Match[str], r: Reading) -> Window:
-    return _named_day(t, m[1], int(m[2]), m[3], ahead=r.ahead)
+    return _named_day(t, m[1], int(m[2]), m[3], ahead=r.ahead, gone=r.gone)
+
+
+def _gone(day: PhraseWindow) -> PhraseWindow:
+    """A day notes are "from": one gone by, whatever the question ("what's on the note from
+    December 1?" opens as an agenda question does, and read the December to come)."""
+    return lambda t, m, r: day(t, m, replace(r, ahead=False, gone=True))
+
+
+# A weekday after "on" or "am" alone ("was war am Donnerstag?", "what happened on Thursday"),
+# or notes "from"/"vom" it; not a weekday of something ("am Donnerstag vor Ostern", "on Thursday
+# of that week"), one with its date after it ("am Donnerstag, 3.12.", "on Thursday, December 3":
+# the date is the day), in a word ("am Freitag-Termin", "on Friday.md") or a title ("on Friday
+# Night Lights").
+_MONTH_WORD = "(?:" + _MONTH[1:]  # a month's name, no group of its own
+_WD_ALONE = (
+    r"(?![-./]\w)(?!,?\s+(?:of|in|before|after|des|der|dem|den|vor|nach|the)\b)(?!,?\s*(?:\d|"
+    + _MONTH_WORD
+    + r"\b))"
+)
+
+
+def _weekday_near(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+    """The weekday named: asked about the agenda ("Was steht am Donnerstag an?", "what's on
+    Thursday?") the coming one; with a past form ("was war am Donnerstag?", "what did I do on
+    Thursday") or as the whole message ("am Donnerstag?", "and on Thursday?") the last one; never
+    today (that is "today"). Else words: "Meeting am Donnerstag", "Anna sagte, es ist am
+    Donnerstag", "don't deploy on Friday" name a day to come or none as often as a day gone by."""
+    weekday = _weekday_number(m[1] or m[2])
+    if r.ahead:
+        return _one(t + dt.timedelta(days=(weekday - t.weekday()) % 7 or 7))
+    if r.done or _alone(m):
+        return _weekday_before(t, m[1] or m[2])
+    raise FilterError("a weekday with no tense")
+
+
+def _alone(m: re.Match[str]) -> bool:
+    """Whether the phrase is the whole message, a conjunction aside ("und am Donnerstag?")."""
+    around = _WORD.findall(m.string[: m.start()] + " " + m.string[m.end() :])
+    return all(w.lower() in ("and", "und", "or", "oder") for w in around)
 
 
 # Phrases that name a period (pattern, window from today and the match). "since"/"seit"/"seit
@@ -499,12 +542,17 @@ _PERIODS: tuple[Phrase, ...] = (
         + _NO_RANGE,
         lambda t, m, r: _named_month(t, m[1] or m[4], m[2] or m[5], m[3] or m[6], ahead=r.ahead),
     ),
-    # a day after "on" or "am", or notes "from" it (see _DAY_FORMS)
-    *((_ON_DAY + pat, fn) for pat, fn in _DAY_FORMS),
-    (
-        r"(?:am|(?:(?<=notizen\s)|(?<=notiz\s)|(?<=einträge\s)|(?<=eintrag\s))vom)\s+" + _NUMERIC_DAY,
-        _numeric_day,
-    ),
+    # a day after "on" or "am" (see _DAY_FORMS)
+    *((r"(?:on|am)\s+" + pat, fn) for pat, fn in _DAY_FORMS),
+    (r"am\s+" + _NUMERIC_DAY, _numeric_day),
+)
+# Days that are no period to count "since" from: a weekday alone (see _weekday_near; "since
+# Thursday" is in _SINCE_ONLY) and the day notes are "from" (a day gone by, see _gone).
+_DAYS: tuple[Phrase, ...] = (
+    (rf"(?:on\s+{_WD}{_NO_TITLE}|am\s+{_WD}){_WD_ALONE}", _weekday_near),
+    (_NOTES_FROM + _WD + _WD_ALONE, _gone(lambda t, m, r: _weekday_before(t, m[1]))),
+    *((_NOTES_FROM + pat, _gone(fn)) for pat, fn in _DAY_FORMS),
+    (_NOTES_FROM + _NUMERIC_DAY, _gone(_numeric_day)),
 )
 
 # "since X" in the forms it is said in; "from last week" alone is "of last week" ("notes from last
@@ -592,6 +640,7 @@ _PHRASES: tuple[tuple[re.Pattern[str], PhraseWindow, str | None], ...] = tuple(
             for lead, tail in (*_SINCE_FORMS, (_AB, ""))
         ),
         *_PERIODS,
+        *_DAYS,
     )
 )
 # One pass tells which patterns can match at all (half of them name a month or a numeral day).
@@ -641,6 +690,18 @@ _PAST = re.compile(
 )
 
 
+# What was done or happened, for a weekday alone (_weekday_near): past forms, not reported speech
+# ("Anna sagte, das Treffen ist am Donnerstag" is the Thursday to come), and none of them beside a
+# future or a duty ("was wird am Donnerstag besprochen?", "what needs to be done on Friday").
+_DONE = re.compile(
+    r"^(?!.*\b(?:will|shall|gonna|going\s+to|needs?|wird|werden|werde|wirst|muss|müssen|soll|sollen)\b)"
+    r".*(?:\b(?:did|were|had|wrote|written|happened|worked|decided|talked|met|hatte\w*|war(?:en|st)?"
+    r"|wurde\w*|gab|gemacht|getan|geschrieben|notiert|gearbeitet|erledigt|passiert|geschehen"
+    r"|entschieden|besprochen|gesprochen|beschlossen)\b|\bwas\s+(?:planned|scheduled|on|due|there|it|i|the|my|our)\b)",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
 def asks_ahead(text: str) -> bool:
     """Whether ``text`` asks about the agenda (see _AGENDA)."""
     return _AGENDA.search(text) is not None and _PAST.search(text) is None
@@ -652,7 +713,7 @@ def time_window(text: str, today: dt.date, week_start: int = 0) -> tuple[str, Wi
     the text without it; the phrase. A question about the agenda (``asks_ahead``) reads the
     coming day or month and whole periods; any other ends its window at today and names no day
     to come. ``week_start`` is the weekday weeks begin on (0 Monday, 6 Sunday)."""
-    reading = Reading(asks_ahead(text), week_start)
+    reading = Reading(asks_ahead(text), week_start, done=_DONE.search(text) is not None)
     best: tuple[tuple[int, int], re.Match[str], Window] | None = None
     held = {"month": _ANY_MONTH.search(text) is not None, "digit": _ANY_DIGIT.search(text) is not None}
     for pattern, window, need in _PHRASES:
