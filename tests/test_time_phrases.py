@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from pathlib import Path
 
 import pytest
 
@@ -537,22 +538,60 @@ def test_weeks_begin_on_the_vaults_week_start(
 
 
 @pytest.mark.parametrize(
-    ("settings", "start"),
+    ("settings", "system", "start"),
     [
-        ({"weekStart": "sunday"}, 6),
-        ({"weekStart": "Saturday"}, 5),
-        ({"weekStart": "locale", "localeOverride": "en-us"}, 6),
-        ({"weekStart": "locale", "localeOverride": "de"}, 0),
-        ({"weekStart": "locale", "localeOverride": "system-default"}, 0),
-        ({}, 0),
-        (["sunday"], 0),
+        ({"weekStart": "sunday"}, "de_DE.UTF-8", 6),
+        ({"weekStart": "Saturday"}, None, 5),
+        ({"weekStart": "locale", "localeOverride": "en-us"}, None, 6),
+        ({"weekStart": "locale", "localeOverride": "de"}, "en_US.UTF-8", 0),
+        ({"weekStart": "locale", "localeOverride": "system-default"}, None, 0),
+        ({}, None, 0),
+        (["sunday"], None, 0),
+        # Saturday-start locales, as Moment.js has them
+        ({"weekStart": "locale", "localeOverride": "ar"}, None, 5),
+        ({"weekStart": "locale", "localeOverride": "fa"}, None, 5),
+        ({"localeOverride": "ar-ly"}, None, 5),
+        ({"weekStart": "locale", "localeOverride": "ar-sa"}, None, 6),
+        ({"weekStart": "locale", "localeOverride": "de-xx"}, None, 0),  # its language's
+        ({"weekStart": "locale", "localeOverride": "xx"}, "en_US.UTF-8", 0),  # unknown: Monday
+        # the system's locale for "system-default" (and for the plugin's defaults)
+        ({"weekStart": "locale", "localeOverride": "system-default"}, "en_US.UTF-8", 6),
+        ({"weekStart": "locale", "localeOverride": "system-default"}, "en_GB.UTF-8", 0),
+        ({"weekStart": "locale", "localeOverride": "system-default"}, "fa_IR", 5),
+        ({"weekStart": "locale"}, "he_IL.UTF-8", 6),
+        ({}, "en_US.UTF-8", 6),
+        ({}, "C.UTF-8", 0),
+        ({}, "POSIX", 0),
+        ({"weekStart": "locale", "localeOverride": "system-default"}, "tlh_XX", 0),  # unknown
     ],
 )
-def test_the_week_start_obsidian_records(settings: object, start: int) -> None:
-    """The Calendar plugin's weekStart, or its locale override's; Monday when neither says."""
+def test_the_week_start_obsidian_records(settings: object, system: str | None, start: int) -> None:
+    """The Calendar plugin's weekStart, or its locale's: Saturday locales (ar, fa) were read as
+    Monday, and "system-default" as Monday on a US English system whose plugin begins on Sunday."""
     from sidecar.vault.weekstart import week_start_in
 
-    assert week_start_in(settings) == start
+    assert week_start_in(settings, system)[0] == start
+
+
+@pytest.mark.parametrize(
+    ("env", "locale"),
+    [
+        ({"LANG": "en_US.UTF-8"}, "en_US.UTF-8"),
+        ({"LANG": "en_US.UTF-8", "LC_TIME": "de_DE.UTF-8"}, "de_DE.UTF-8"),
+        ({"LANG": "en_US.UTF-8", "LC_TIME": "de_DE.UTF-8", "LC_ALL": "fa_IR"}, "fa_IR"),
+        ({"LANG": ""}, None),
+        ({}, None),
+    ],
+)
+def test_the_system_locale_is_read_as_posix_picks_it(
+    env: dict[str, str], locale: str | None, tmp_path: Path
+) -> None:
+    """The configuration reads the system's locale for dates (LC_ALL, LC_TIME, LANG); the week
+    start reads no environment of its own."""
+    from sidecar.config import load_config
+
+    cfg = load_config(env={"HOME": str(tmp_path), **env}, read_file=False)
+    assert cfg.system_locale == locale
 
 
 @pytest.mark.parametrize(

@@ -398,7 +398,13 @@ def load_config(
         watchdog_usec=int(env["WATCHDOG_USEC"]) if env.get("WATCHDOG_USEC", "").isdigit() else None,
         warnings=tuple(warnings),
         state_dir=_default_state_dir(env),
+        system_locale=_default_system_locale(env),
     )
+
+
+def _default_system_locale(env: Mapping[str, str]) -> str | None:
+    """The locale dates are written in, as POSIX picks it: LC_ALL, else LC_TIME, else LANG."""
+    return next((env[n] for n in ("LC_ALL", "LC_TIME", "LANG") if env.get(n)), None)
 
 
 def _default_state_dir(env: Mapping[str, str]) -> Path:
