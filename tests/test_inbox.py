@@ -1012,6 +1012,7 @@ def test_a_secret_under_its_key_in_front_matter_and_a_card_number_are_redacted(i
         {
             "password": "hunter2hunter2",
             "pin": 12345678,
+            "room": 4711,
             "db": {"api_key": "9f8e7d6c5b4a3928"},
             "api_key": 98765432109,
             "tags": ["nas"],
@@ -1025,7 +1026,8 @@ def test_a_secret_under_its_key_in_front_matter_and_a_card_number_are_redacted(i
     meta = yaml.safe_load(raw.split("---\n")[1])
     assert meta["password"] == "[REDACTED:password]" and meta["db"] == {"api_key": "[REDACTED:password]"}
     assert meta["api_key"] == "[REDACTED:password]"
-    assert meta["pin"] == 12345678 and meta["count"] == 3 and meta["tags"] == ["nas"]
+    assert meta["pin"] == "[REDACTED:pin]"  # a PIN under its key, as "PIN: 4711" in the text
+    assert meta["room"] == 4711 and meta["count"] == 3 and meta["tags"] == ["nas"]
     assert meta["description"] == "the NAS login"
     assert "order 7992739871 and ticket 1234567812345670." in raw  # 1234…: Luhn-valid, no issuer's prefix
-    assert w.redacted == {"password": 4, "card_number": 1}
+    assert w.redacted == {"password": 4, "pin": 1, "card_number": 1}
