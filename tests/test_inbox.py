@@ -142,6 +142,21 @@ def test_secrets_are_redacted_in_body_and_front_matter(inboxes: Inboxes) -> None
     assert yaml.safe_load(raw.split("---\n")[1])["note"] == "token [REDACTED:github_token]"
 
 
+def test_sign_up_links_paths_and_systems_after_login_words_reach_disk(inboxes: Inboxes) -> None:
+    """ "Anmeldung: https://…", "Login: Linux/Ubuntu22.04" are no passwords: a memory write kept
+    "Anmeldung: https:[REDACTED:password]" on disk; a real login's password still goes."""
+    text = (
+        "Kurs Python\nAnmeldung: https://eveeno.com/anmeldung2025\nRaum: Kurs/B2.04\n"
+        "Login: Linux/Ubuntu22.04\nNAS login admin / Tr0ub4dor&3\n"
+    )
+    w = inboxes.write("claude", "kurs", text, {"anmeldung": "https://eveeno.com/x2025"}, must_exist=False)
+    raw = w.path.read_text()
+    assert "Anmeldung: https://eveeno.com/anmeldung2025\n" in raw and "Login: Linux/Ubuntu22.04\n" in raw
+    assert "NAS login admin / [REDACTED:password]\n" in raw and "Tr0ub4dor" not in raw
+    assert yaml.safe_load(raw.split("---\n")[1])["anmeldung"] == "https://eveeno.com/x2025"
+    assert w.redacted == {"password": 1}
+
+
 def test_delete_moves_to_trash_and_is_idempotent(inboxes: Inboxes) -> None:
     """delete moves the note to <inbox>/.trash/; a second delete is a no-op."""
     w = inboxes.write("claude", "old", "obsolete", None, must_exist=False)

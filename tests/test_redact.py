@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.notes.redact import redact, redact_written
+from sidecar.notes.redact import mask, redact, redact_entry, redact_written
 
 PEM = (
     "-----BEGIN OPENSSH PRIVATE KEY-----\n"
@@ -76,7 +76,12 @@ SECRETS = [
     # a login as "user / password" or "user:password"
     ("NAS login admin / Tr0ub4dor&3", "password"),
     ("Zugang: admin:Sommer2024!", "password"),
-    ("Login: root | hunter22hunter", "password"),
+    ("Login: anna@firma.de / P@ssw0rd1", "password"),
+    # a value that only starts like a version or an architecture
+    ("password: 12.34.56-Geheim", "password"),
+    ("password: win32-Secret", "password"),
+    ("password: x86_Pass", "password"),
+    ("the password is 1.2.3-abc9", "password"),
     ("Zugangsdaten **admin** / `Mondlicht!99`", "password"),
 ]
 
@@ -202,6 +207,56 @@ NAMES_AND_NUMBERS = [
     "login page / dashboard",
     "Zugang: Tür 3 / Raum 4711",
 ]
+
+
+# What follows "Anmeldung", "Login", "Zugang", "credentials" in notes: sign-up links, paths, rooms,
+# systems and "service/user" pairs. The login rule replaced them for good ("Anmeldung:
+# https:[REDACTED:password]") and hid them from agents reading the user's own notes.
+LOGIN_WORDS_NOT_SECRETS = [
+    "Anmeldung: https://eveeno.com/anmeldung2025",
+    "Zur Anmeldung: https://forms.gle/aBc123XyZ",
+    "Login: https://portal.example.com/login?id=42",
+    "Login: https://portal.example.com/login?id=42&x=1",
+    "Login: http://fritz.box:8080/login2?a=1&b=2",
+    "Zugang: https://nextcloud.example.de/s/aB3dE9",
+    "credentials: ~/.aws/credentials2",
+    "creds: vault/kv/prod/db01",
+    "Anmeldung: Raum/B2.04",
+    "Zugang: Keller/Abteil-12a",
+    "Anmeldung: Kita/Gruppe-3b",
+    "Login: Linux/Ubuntu22.04",
+    "Login: Linux / Ubuntu22.04",
+    "Login: Windows/Win11Pro",
+    "Login: Windows / Win11Pro",
+    "Anmeldung: iPhone/iOS17.2",
+    "Login: Steam/anna_gamer99",
+    "Login: Steam / anna_gamer99",
+    "Login: anna@firma.de / Outlook365",
+    "Login: Konto/DE89370400440532013000",
+    "Anmeldung: 10:30h-12:00h",
+    "Zugangsdaten: Server/srv-backup-01",
+    "Username: anna / anna.mueller@firma2.de",
+    "Login: root@srv01:/home/anna2",
+    "Zugang: Server:/srv/data2",
+    "Login: SSO/Okta-2FA!",
+    "Login: admin | Rolle: Admin-2",
+    "| Login | Anna | Room-12b |",
+    "Anmeldung: Zoom|ID 845 2239 1180",
+    "Anmeldung: bis 15.3./spätestens 20.3.",
+    "Login: <user>/<pass1>",
+    "Benutzername: Mustermann:Erika2",
+]
+
+
+@pytest.mark.parametrize("text", LOGIN_WORDS_NOT_SECRETS)
+def test_links_paths_and_names_after_login_words_survive_a_write_and_the_mask(text: str) -> None:
+    """A URL, a path, a room, a system or a user name after "Anmeldung"/"Login"/"Zugang" is no
+    password: a memory write, a front matter entry and the search mask keep it."""
+    assert redact_written(text) == (text, {})
+    assert mask(text) == (text, {})
+    key, _, value = text.partition(": ")
+    if value:
+        assert redact_entry(key.lower(), value) == (value, {})
 
 
 @pytest.mark.parametrize("text", NAMES_AND_NUMBERS)

@@ -41,12 +41,16 @@ _SAID = (
 # Names, not secrets, of any length: versions ("v1.2.3", "2.4.1-rc1", "3.0.0+build.5"), dates and
 # times ("2026-12-01", "2026-12-01T10:00") and processor architectures ("x86_64", "aarch64",
 # "armv7l", "i686", "win32", "ppc64le", "x86_64-linux-gnu"): after "secret:" or "is" they were
-# redacted for good.
+# redacted for good. Each is a whole value of that shape, its tails named: a value that only
+# starts like one ("12.34.56-Geheim", "win32-Secret", "x86_Pass", "1.2.3-abc9") is a secret.
 _NAMES = (
-    r"[vV]?\d+(?:\.\d+)+[^\W_]*(?:[-+~][0-9A-Za-z.]+)*"
+    r"[vV]?\d+(?:\.\d+)+[^\W_]*"
+    r"(?:[-~.](?i:rc|alpha|beta|pre|preview|dev|snapshot|post|final|lts)\.?\d*)?(?:\+(?:build\.?)?\d+)?"
     r"|\d{4}-\d\d-\d\d(?:[T ]\d\d:\d\d(?::\d\d)?)?"
-    r"|(?i:(?:x86(?:[-_]64)?|x64|amd64|arm64(?:e|ec)?|aarch64(?:_be)?|armv\d+[a-z]*|i[3-6]86|win(?:32|64)"
-    r"|ppc64(?:le)?|s390x|riscv(?:32|64)|mips(?:64)?(?:el|le)?|loongarch64|sparc64)(?:[-_][a-z]+)*)"
+    r"|(?i:x86(?:[-_]64)?|x64|amd64|arm64(?:e|ec)?|aarch64(?:_be)?|armv\d+[a-z]*|i[3-6]86|win(?:32|64)"
+    r"|ppc64(?:le)?|s390x|riscv(?:32|64)|mips(?:64)?(?:el|le)?|loongarch64|sparc64)"
+    r"(?:-(?:unknown|pc|apple|linux|gnu|gnueabi|gnueabihf|musl|musleabihf|msvc|windows|darwin|android"
+    r"|androideabi|eabi|eabihf|none|w64|mingw32|elf|freebsd))*"
 )
 _NAMED = re.compile(_NAMES)
 # Shapes of words, not secrets, that hold a digit or a symbol; a write removes text for good, so a
@@ -110,24 +114,38 @@ _DIGITS_SAID = (
     + r"[\"']?(?!\[REDACTED:)(\d{4,})(?![\w-])"
     + r"(?=[\"'`*_]*(?:[.,;!?)]|[ \t]*$|\s+(?:and|und|or|oder|but|aber)\b))"
 )
-# A login written as "user / password" or "user:password" after a word for it ("NAS login admin /
-# Tr0ub4dor&3", "Zugang: admin:Sommer2024!"): the part after the separator, when it looks like a
-# secret and has a symbol or 8 or more characters ("login Google / OAuth2" stays).
+# A login written as "user / password" (spaces around the slash) or "user:password" right after a
+# word for it ("NAS login admin / Tr0ub4dor&3", "Zugang: admin:Sommer2024!"). Those words head
+# sign-up links, paths, rooms and "service/user" pairs as often ("Anmeldung: https://eveeno.com/
+# anmeldung2025", "credentials: ~/.aws/credentials2", "Login: Linux/Ubuntu22.04", "Login:
+# Steam/anna_gamer99"), and a write removes text for good: the user is a plain name (a letter
+# first, no URL's scheme: the colon is not followed by "/"), and the password must hold a digit, a
+# letter and a symbol no name or address is made of (see _login_secret).
 _LOGIN = (
     r"(?i)(?<![a-z0-9])(?:login|log-in|logon|sign-in|credentials|creds|username|zugang(?:sdaten)?|"
     r"anmeldedaten|anmeldung|benutzername)\b"
     + _MARKS
-    + r"\s*:?\s*"
+    + r"[ \t]*:?[ \t]*"
     + _MARKS
-    + r"[^\s/:|\"'`]{1,64}(?:\s*[/|]\s*|:)"
+    + r"[a-z][\w.@+-]{0,63}"
+    + _MARKS
+    + r"(?:[ \t]+/[ \t]+|:(?![/\\]))"
     + _MARKS
     + r"[\"']?(?!\[REDACTED:)([^\s\"'`]{3,}[^\s\"'`.,;:)])"
 )
-_SYMBOL = re.compile(r"[^\w\s]|_")
+# A password's symbol: not one of names, paths and addresses ("anna_gamer99", "Ubuntu22.04",
+# "srv-backup-01", "anna.mueller@firma2.de"; "@" counts outside an address: "P@ssw0rd").
+_LOGIN_SYMBOL = re.compile(r"[!#$%&*+=?^~§€<>@]")
+_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 
 
 def _login_secret(value: str) -> bool:
-    return _said_value_is_secret(value) and (len(value) >= 8 or _SYMBOL.search(value) is not None)
+    return (
+        _said_value_is_secret(value)
+        and _LOGIN_SYMBOL.search(value) is not None
+        and "/" not in value  # a path or an address, never a value to remove
+        and _EMAIL.fullmatch(value) is None
+    )
 
 
 RULES: tuple[Rule, ...] = (
