@@ -1500,7 +1500,8 @@ def test_a_locale_default_week_start_follows_the_system_locale(tmp_path: Path) -
     assert us.refresh() == 6  # the plugin's defaults: locale, same as system
     assert us.describe() == {
         "weekday": "sunday",
-        "source": "the Calendar plugin's locale default, the system locale en_US.UTF-8",
+        "source": "the Calendar plugin's locale default, 'Same as system': the system locale en_US.UTF-8,"
+        " assuming Obsidian runs in that language",
     }
     settings.write_text('{"weekStart": "locale", "localeOverride": "system-default"}')
     assert [WeekStart(tmp_path, name).refresh() for name in ("en_US.UTF-8", "de_DE.UTF-8", "fa_IR")] == [
@@ -1511,11 +1512,13 @@ def test_a_locale_default_week_start_follows_the_system_locale(tmp_path: Path) -
     plain = WeekStart(tmp_path, "C.UTF-8")
     assert plain.refresh() == 0
     assert plain.describe()["source"] == (
-        "the Calendar plugin's locale default; the system locale C.UTF-8 names none: Monday"
+        "the Calendar plugin's locale default, 'Same as system'; the system locale C.UTF-8 names none: Monday"
     )
     unset = WeekStart(tmp_path, None)
     unset.refresh()
-    assert unset.source == "the Calendar plugin's locale default; no system locale is set: Monday"
+    assert unset.source == (
+        "the Calendar plugin's locale default, 'Same as system'; no system locale is set: Monday"
+    )
 
 
 def test_a_malformed_calendar_setting_is_told_once_per_change(

@@ -577,16 +577,22 @@ def test_the_week_start_obsidian_records(settings: object, system: str | None, s
     ("env", "locale"),
     [
         ({"LANG": "en_US.UTF-8"}, "en_US.UTF-8"),
-        ({"LANG": "en_US.UTF-8", "LC_TIME": "de_DE.UTF-8"}, "de_DE.UTF-8"),
-        ({"LANG": "en_US.UTF-8", "LC_TIME": "de_DE.UTF-8", "LC_ALL": "fa_IR"}, "fa_IR"),
+        # the language, not the date format: LC_TIME=en_GB with LANG=en_US is a US English Obsidian
+        ({"LANG": "en_US.UTF-8", "LC_TIME": "de_DE.UTF-8"}, "en_US.UTF-8"),
+        ({"LANG": "en_US.UTF-8", "LC_TIME": "en_GB.UTF-8"}, "en_US.UTF-8"),
+        ({"LANG": "en_US.UTF-8", "LC_MESSAGES": "de_DE.UTF-8"}, "de_DE.UTF-8"),
+        ({"LANG": "en_US.UTF-8", "LC_MESSAGES": "de_DE.UTF-8", "LC_ALL": "fa_IR"}, "fa_IR"),
+        ({"LANG": "en_US.UTF-8", "LANGUAGE": "de_DE:de:en"}, "de_DE"),
+        ({"LANG": "de_DE.UTF-8", "LANGUAGE": ""}, "de_DE.UTF-8"),
         ({"LANG": ""}, None),
         ({}, None),
     ],
 )
-def test_the_system_locale_is_read_as_posix_picks_it(
+def test_the_system_locale_is_read_as_electron_picks_its_language(
     env: dict[str, str], locale: str | None, tmp_path: Path
 ) -> None:
-    """The configuration reads the system's locale for dates (LC_ALL, LC_TIME, LANG); the week
+    """The configuration reads the system's language as Obsidian (Electron) does on Linux:
+    LANGUAGE, LC_ALL, LC_MESSAGES, LANG; LC_TIME (the date format) was read before LANG. The week
     start reads no environment of its own."""
     from sidecar.config import load_config
 

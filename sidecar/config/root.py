@@ -40,8 +40,9 @@ class Config:
     # Where the daemon keeps what must outlive the home (its share unmounted takes index/ along):
     # $XDG_STATE_HOME/sidecar or ~/.local/state/sidecar; None when not loaded from the layers.
     state_dir: Path | None = field(default=None, metadata={"internal": True})
-    # The daemon's locale for dates (LC_ALL, else LC_TIME, else LANG; "en_US.UTF-8"): the system's
-    # locale Obsidian's Calendar plugin begins weeks by when set to "Locale default".
+    # The system's language as the daemon sees it (LANGUAGE, else LC_ALL, LC_MESSAGES, LANG;
+    # "en_US.UTF-8"): the Calendar plugin at "Same as system" begins weeks by it when Obsidian runs
+    # in that language, which the vault does not record.
     system_locale: str | None = field(default=None, metadata={"internal": True})
 
     @property

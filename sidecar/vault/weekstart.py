@@ -4,10 +4,12 @@
 The plugin stores ``weekStart``, a weekday's name or ``"locale"`` (its default), and
 ``localeOverride``, a Moment.js locale or ``"system-default"`` (its default). "locale" begins weeks
 on the day that locale begins them (Moment's table, ``data/week-start-locales.txt``: Sunday for
-``en``/``en-us``, Saturday for ``ar``/``fa``, Monday for ``de``/``en-gb``); ``"system-default"``
-on the day the system's locale begins them, which the vault does not record: the daemon's own
-(LC_ALL, LC_TIME, LANG, read by the configuration) stands in for it, and Monday (the ISO and German
-week) when that names none ("C", unset) or one Moment does not know. A vault without the plugin
+``en``/``en-us``, Saturday for ``ar``/``fa``, Monday for ``de``/``en-gb``). At ``"system-default"``
+the plugin takes Obsidian's language (``en`` is ``en-gb``, Monday) and the system's locale only when
+it is of that language; neither is in the vault. The daemon's own language (LANGUAGE, LC_ALL,
+LC_MESSAGES, LANG, read by the configuration, as Electron reads its own on Linux) stands in for
+both, assuming Obsidian runs in the system's language as most do; Monday (the ISO and German week)
+when that names none ("C", unset) or one Moment does not know. A vault without the plugin
 begins weeks on Monday. Read beside the daily-note settings, once per sweep, again only when the
 file's size or mtime changed. Imports only the confined reads and the settings read.
 """
@@ -71,11 +73,16 @@ def week_start_in(settings: Any, system_locale: str | None = None) -> tuple[int,
         if found is not None:
             return found, f"the Calendar plugin's locale {override.strip()}"
         return MONDAY, f"the Calendar plugin's locale {override.strip()}, not known: Monday"
+    # The plugin begins weeks by Obsidian's language (kept outside the vault), refined by the
+    # system's locale when that is of the same language: the system's stands in for both.
     found = locale_week_start(system_locale)
     if found is not None:
-        return found, f"the Calendar plugin's locale default, the system locale {system_locale}"
+        return found, (
+            f"the Calendar plugin's locale default, 'Same as system': the system locale {system_locale},"
+            " assuming Obsidian runs in that language"
+        )
     said = f"the system locale {system_locale} names none" if system_locale else "no system locale is set"
-    return MONDAY, f"the Calendar plugin's locale default; {said}: Monday"
+    return MONDAY, f"the Calendar plugin's locale default, 'Same as system'; {said}: Monday"
 
 
 class WeekStart:
