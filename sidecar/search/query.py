@@ -474,16 +474,15 @@ _CLAUSE_EDGE = re.compile(
     r"welche[rnms]?|wie|how)\b",
     re.IGNORECASE,
 )
-_SENTENCE_START = re.compile(r"(?:^|[.!?;\n])\W*$")
 # Past forms in the weekday's own clause ("passiert" only beside "ist"/"sind": "Was passiert am
 # Freitag?" is the Friday to come).
 _DONE = re.compile(
     r"\b(?:did|were|had|wrote|written|happened|worked|decided|talked|met|hatte\w*|war(?:en|st)?"
     r"|wurde\w*|gab|gemacht|getan|geschrieben|notiert|gearbeitet|erledigt|geschehen"
-    r"|entschieden|besprochen|gesprochen|beschlossen)\b|\bwas\s+(?:planned|scheduled|on|there|it|i|the|my|our)\b"
-    r"|\b(?:ist|sind)\b.*\bpassiert\b",
-    re.IGNORECASE | re.DOTALL,
+    r"|entschieden|besprochen|gesprochen|beschlossen)\b|\bwas\s+(?:planned|scheduled|on|there|it|i|the|my|our)\b",
+    re.IGNORECASE,
 )
+_HAPPENED_DE = (re.compile(r"\bpassiert\b", re.IGNORECASE), re.compile(r"\b(?:ist|sind)\b", re.IGNORECASE))
 # A future or a duty anywhere: "was wird am Donnerstag besprochen?", "what was due on Friday?".
 _TO_COME = re.compile(
     r"\b(?:will|shall|gonna|going\s+to|needs?|due|wird|werden|werde|wirst|muss|müssen|soll|sollen|fällig)\b",
@@ -503,13 +502,14 @@ def _clause_says_done(m: re.Match[str]) -> bool:
     begin, opener = 0, ""
     for edge in _CLAUSE_EDGE.finditer(text, 0, m.start()):
         begin, opener = edge.start(), edge.group(0).lower()
-    if opener in _SUBORDINATE and not _SENTENCE_START.search(text, 0, begin):
-        return False
+    sentence = max(text.rfind(c, 0, begin) for c in ".!?;\n") + 1
+    if opener in _SUBORDINATE and _WORD.search(text, sentence, begin):
+        return False  # a conjunction inside the sentence, not the question's first word
     after = _CLAUSE_EDGE.search(text, m.end())
     clause = text[begin : after.start() if after else len(text)]
     if _OF_A_THING.search(text[max(begin, m.start() - 60) : m.start()]):
         return False
-    return _DONE.search(clause) is not None
+    return _DONE.search(clause) is not None or all(p.search(clause) for p in _HAPPENED_DE)
 
 
 # Phrases that name a period (pattern, window from today and the match). "since"/"seit"/"seit
