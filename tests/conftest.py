@@ -46,6 +46,10 @@ def hermetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prepared_models: P
             "WATCHDOG_USEC",
         ):
             monkeypatch.delenv(name)
+    # the system language a "Same as system" week start follows: none, whatever the machine's
+    for name in ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LC_TIME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LANG", "C.UTF-8")
     monkeypatch.setenv("HOME", str(tmp_path / "userhome"))
     (tmp_path / "userhome").mkdir(exist_ok=True)
     monkeypatch.setenv("SIDECAR_EMBEDDER_CACHE_DIR", str(prepared_models))

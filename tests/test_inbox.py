@@ -143,6 +143,21 @@ def test_secrets_are_redacted_in_body_and_front_matter(inboxes: Inboxes) -> None
     assert yaml.safe_load(raw.split("---\n")[1])["note"] == "token [REDACTED:github_token]"
 
 
+def test_sign_up_links_paths_and_systems_after_login_words_reach_disk(inboxes: Inboxes) -> None:
+    """ "Anmeldung: https://…", "Login: Linux/Ubuntu22.04" are no passwords: a memory write kept
+    "Anmeldung: https:[REDACTED:password]" on disk; a real login's password still goes."""
+    text = (
+        "Kurs Python\nAnmeldung: https://eveeno.com/anmeldung2025\nRaum: Kurs/B2.04\n"
+        "Login: Linux/Ubuntu22.04\nNAS login admin / Tr0ub4dor&3\n"
+    )
+    w = inboxes.write("claude", "kurs", text, {"anmeldung": "https://eveeno.com/x2025"}, must_exist=False)
+    raw = w.path.read_text()
+    assert "Anmeldung: https://eveeno.com/anmeldung2025\n" in raw and "Login: Linux/Ubuntu22.04\n" in raw
+    assert "NAS login admin / [REDACTED:password]\n" in raw and "Tr0ub4dor" not in raw
+    assert yaml.safe_load(raw.split("---\n")[1])["anmeldung"] == "https://eveeno.com/x2025"
+    assert w.redacted == {"password": 1}
+
+
 def test_delete_moves_to_trash_and_is_idempotent(inboxes: Inboxes) -> None:
     """delete moves the note to <inbox>/.trash/; a second delete is a no-op."""
     w = inboxes.write("claude", "old", "obsolete", None, must_exist=False)
@@ -1013,6 +1028,7 @@ def test_a_secret_under_its_key_in_front_matter_and_a_card_number_are_redacted(i
         {
             "password": "hunter2hunter2",
             "pin": 12345678,
+            "room": 4711,
             "db": {"api_key": "9f8e7d6c5b4a3928"},
             "api_key": 98765432109,
             "tags": ["nas"],
@@ -1026,7 +1042,8 @@ def test_a_secret_under_its_key_in_front_matter_and_a_card_number_are_redacted(i
     meta = yaml.safe_load(raw.split("---\n")[1])
     assert meta["password"] == "[REDACTED:password]" and meta["db"] == {"api_key": "[REDACTED:password]"}
     assert meta["api_key"] == "[REDACTED:password]"
-    assert meta["pin"] == 12345678 and meta["count"] == 3 and meta["tags"] == ["nas"]
+    assert meta["pin"] == "[REDACTED:pin]"  # a PIN under its key, as "PIN: 4711" in the text
+    assert meta["room"] == 4711 and meta["count"] == 3 and meta["tags"] == ["nas"]
     assert meta["description"] == "the NAS login"
     assert "order 7992739871 and ticket 1234567812345670." in raw  # 1234…: Luhn-valid, no issuer's prefix
-    assert w.redacted == {"password": 4, "card_number": 1}
+    assert w.redacted == {"password": 4, "pin": 1, "card_number": 1}

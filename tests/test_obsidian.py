@@ -1460,8 +1460,11 @@ def test_time_phrases_read_weeks_from_the_vaults_calendar_setting(
     tmp_path: Path, serve_in_process: Any
 ) -> None:
     """ "this week" began on Monday though the vault's Calendar plugin begins weeks on Sunday:
-    the week start it records is read at each sweep, and a change to it counts at the next."""
+    the week start it records is read at each sweep, and a change to it counts at the next;
+    status says which weekday and why."""
     import datetime as dt
+
+    from sidecar.clients.cli_render import render_status
 
     v = tmp_path / "weeks"
     write(v / "Daily/2026-11-29.md", "# Sunday\n\nBaked bread.\n")
@@ -1471,6 +1474,7 @@ def test_time_phrases_read_weeks_from_the_vaults_calendar_setting(
     server.handlers.retriever.today = lambda: dt.date(2026, 12, 2)
     refs = [h["reference"] for h in server.call("search", {"query": "what did I do this week?"})["hits"]]
     assert refs == ["vault/Daily/2026-11-30", "vault/Daily/2026-11-29"], refs
+    assert "Weeks begin on: Sunday (the Calendar plugin's setting)" in render_status(server.call("health"))
     write(
         v / ".obsidian/plugins/calendar/data.json",
         json.dumps({"weekStart": "locale", "localeOverride": "de"}),
@@ -1478,6 +1482,43 @@ def test_time_phrases_read_weeks_from_the_vaults_calendar_setting(
     server.harness.sweep()
     refs = [h["reference"] for h in server.call("search", {"query": "what did I do this week?"})["hits"]]
     assert refs == ["vault/Daily/2026-11-30"], refs
+    health = server.call("health")
+    assert health["week_start"] == {"weekday": "monday", "source": "the Calendar plugin's locale de"}
+    assert "Weeks begin on: Monday (the Calendar plugin's locale de)" in render_status(health)
+
+
+def test_a_locale_default_week_start_follows_the_system_locale(tmp_path: Path) -> None:
+    """The Calendar plugin left at "Locale default" and "Same as system" began weeks on Sunday on
+    a US English system and sidecar on Monday; a Saturday locale was Monday too. The plugin
+    installed with no settings written is its defaults; no plugin at all is Monday."""
+    from sidecar.vault.weekstart import CALENDAR_SETTINGS, WeekStart
+
+    settings = tmp_path / CALENDAR_SETTINGS
+    assert WeekStart(tmp_path, "en_US.UTF-8").refresh() == 0  # no plugin
+    settings.parent.mkdir(parents=True)
+    us = WeekStart(tmp_path, "en_US.UTF-8")
+    assert us.refresh() == 6  # the plugin's defaults: locale, same as system
+    assert us.describe() == {
+        "weekday": "sunday",
+        "source": "the Calendar plugin's locale default, 'Same as system': the system locale en_US.UTF-8,"
+        " assuming Obsidian runs in that language",
+    }
+    settings.write_text('{"weekStart": "locale", "localeOverride": "system-default"}')
+    assert [WeekStart(tmp_path, name).refresh() for name in ("en_US.UTF-8", "de_DE.UTF-8", "fa_IR")] == [
+        6,
+        0,
+        5,
+    ]
+    plain = WeekStart(tmp_path, "C.UTF-8")
+    assert plain.refresh() == 0
+    assert plain.describe()["source"] == (
+        "the Calendar plugin's locale default, 'Same as system'; the system locale C.UTF-8 names none: Monday"
+    )
+    unset = WeekStart(tmp_path, None)
+    unset.refresh()
+    assert unset.source == (
+        "the Calendar plugin's locale default, 'Same as system'; no system locale is set: Monday"
+    )
 
 
 def test_a_malformed_calendar_setting_is_told_once_per_change(

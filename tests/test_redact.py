@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.notes.redact import redact, redact_written
+from sidecar.notes.redact import mask, redact, redact_entry, redact_written
 
 PEM = (
     "-----BEGIN OPENSSH PRIVATE KEY-----\n"
@@ -64,6 +64,25 @@ SECRETS = [
     ("the password is c0rrect-horse-battery", "password"),
     ("the password was hunter2.", "password"),
     ("password: abc123", "password"),
+    # digits only after "is"/"ist"/"lautet", and PINs
+    ("the PIN is 4711", "pin"),
+    ("Die PIN lautet 4711.", "pin"),
+    ("my PIN number is 123456!", "pin"),
+    ("PIN: 4711", "pin"),
+    ("**SIM-PIN-Code** = 0815", "pin"),
+    ("Passwort ist 12345678", "password"),
+    ("the password is 12345678, the user admin", "password"),
+    ("Das WLAN-Passwort ist 4711 und der Name Fritz", "password"),
+    # a login as "user / password" or "user:password"
+    ("NAS login admin / Tr0ub4dor&3", "password"),
+    ("Zugang: admin:Sommer2024!", "password"),
+    ("Login: anna@firma.de / P@ssw0rd1", "password"),
+    # a value that only starts like a version or an architecture
+    ("password: 12.34.56-Geheim", "password"),
+    ("password: win32-Secret", "password"),
+    ("password: x86_Pass", "password"),
+    ("the password is 1.2.3-abc9", "password"),
+    ("Zugangsdaten **admin** / `Mondlicht!99`", "password"),
 ]
 
 
@@ -155,6 +174,112 @@ SAID_WORDS = [
 SHORT_WORDS = ["password: 8-chars", "secret: v1.2.3", "password: SHA-256", "password: ask-bob", "pw: min-6"]
 
 
+# Names, numbers and logins that are no secret, beside the key words or not: a memory write lost
+# "x86_64" after "secret:" for good ("x86_64" has a digit and a letter and no word's shape).
+NAMES_AND_NUMBERS = [
+    "password: x86_64",
+    "secret: aarch64",
+    "the secret is x86_64",
+    "the API key is arm64-only",
+    "secret: x86_64-linux-gnu",
+    "Build for x86_64, aarch64, armv7l and i686; the secret is amd64",
+    "secret: 2.4.1-rc1",
+    "the password is v3.2.1",
+    "password: 3.0.0+build.5",
+    "password: 2026-12-01",
+    "the password is 2026-12-01T10:00",
+    "the password was reset on 2026-12-01",
+    "the password is valid until 31.12.2026",
+    "Das Passwort ist 2026 abgelaufen",
+    "the PIN was set on 01.02.2025",
+    "PIN: 2025-01-02",
+    "The PIN is 4 digits long, die PIN ist vierstellig",
+    "the PIN is 1234 by default and must be changed",
+    "the LED pin is 13; GPIO pin: 17; Data pin: GPIO17",
+    "Raum 4711",
+    "Treffen in Raum 4711, Tel. 0171 4711 0815",
+    "Call +49 30 1234567 or 030-1234567 about the password reset",
+    "ISBN 978-3-16-148410-0",
+    "ISBN: 9783161484100",
+    "Die PUK steht im Brief, Nummer 12345678",
+    "login Google / OAuth2",
+    "Login: bob / password",
+    "login page / dashboard",
+    "Zugang: Tür 3 / Raum 4711",
+]
+
+
+# What follows "Anmeldung", "Login", "Zugang", "credentials" in notes: sign-up links, paths, rooms,
+# systems and "service/user" pairs. The login rule replaced them for good ("Anmeldung:
+# https:[REDACTED:password]") and hid them from agents reading the user's own notes.
+LOGIN_WORDS_NOT_SECRETS = [
+    "Anmeldung: https://eveeno.com/anmeldung2025",
+    "Zur Anmeldung: https://forms.gle/aBc123XyZ",
+    "Login: https://portal.example.com/login?id=42",
+    "Login: https://portal.example.com/login?id=42&x=1",
+    "Login: http://fritz.box:8080/login2?a=1&b=2",
+    "Zugang: https://nextcloud.example.de/s/aB3dE9",
+    "credentials: ~/.aws/credentials2",
+    "creds: vault/kv/prod/db01",
+    "Anmeldung: Raum/B2.04",
+    "Zugang: Keller/Abteil-12a",
+    "Anmeldung: Kita/Gruppe-3b",
+    "Login: Linux/Ubuntu22.04",
+    "Login: Linux / Ubuntu22.04",
+    "Login: Windows/Win11Pro",
+    "Login: Windows / Win11Pro",
+    "Anmeldung: iPhone/iOS17.2",
+    "Login: Steam/anna_gamer99",
+    "Login: Steam / anna_gamer99",
+    "Login: anna@firma.de / Outlook365",
+    "Login: Konto/DE89370400440532013000",
+    "Anmeldung: 10:30h-12:00h",
+    "Zugangsdaten: Server/srv-backup-01",
+    "Username: anna / anna.mueller@firma2.de",
+    "Login: root@srv01:/home/anna2",
+    "Zugang: Server:/srv/data2",
+    "Login: SSO/Okta-2FA!",
+    "Login: admin | Rolle: Admin-2",
+    "| Login | Anna | Room-12b |",
+    "Anmeldung: Zoom|ID 845 2239 1180",
+    "Anmeldung: bis 15.3./spätestens 20.3.",
+    "Login: <user>/<pass1>",
+    "Benutzername: Mustermann:Erika2",
+]
+
+
+@pytest.mark.parametrize("text", LOGIN_WORDS_NOT_SECRETS)
+def test_links_paths_and_names_after_login_words_survive_a_write_and_the_mask(text: str) -> None:
+    """A URL, a path, a room, a system or a user name after "Anmeldung"/"Login"/"Zugang" is no
+    password: a memory write, a front matter entry and the search mask keep it."""
+    assert redact_written(text) == (text, {})
+    assert mask(text) == (text, {})
+    key, _, value = text.partition(": ")
+    if value:
+        assert redact_entry(key.lower(), value) == (value, {})
+
+
+@pytest.mark.parametrize("text", NAMES_AND_NUMBERS)
+def test_names_and_numbers_survive_a_write(text: str) -> None:
+    """Architectures, versions, dates, phone-like numbers, rooms, ISBNs and logins without a
+    secret stay as written, however near a key word they stand."""
+    assert redact_written(text) == (text, {})
+
+
+def test_a_digit_only_password_pin_or_free_form_login_never_reaches_disk() -> None:
+    """ "the PIN is 4711", "Passwort ist 12345678" and "NAS login admin / Tr0ub4dor&3" reached disk
+    in clear through a memory write; the sentences around them stay."""
+    kept, counts = redact_written(
+        "the PIN is 4711\nPasswort ist 12345678.\nNAS login admin / Tr0ub4dor&3\nRaum 4711\n"
+    )
+    assert "4711\n" not in kept.split("Raum")[0] and "12345678" not in kept and "Tr0ub4dor" not in kept
+    assert kept == (
+        "the PIN is [REDACTED:pin]\nPasswort ist [REDACTED:password].\n"
+        "NAS login admin / [REDACTED:password]\nRaum 4711\n"
+    )
+    assert counts == {"pin": 1, "password": 2}
+
+
 @pytest.mark.parametrize("text", SAID_WORDS + SHORT_WORDS)
 def test_words_after_a_key_survive_a_write_and_the_search_mask(text: str) -> None:
     """Only a value with a digit and a letter and no word's shape is a secret here."""
@@ -187,7 +312,17 @@ def test_mask_adds_card_numbers_and_connection_strings() -> None:
 
 
 @pytest.mark.parametrize(
-    "unit", ["secret:", "-eyJ", "password=", "**password**:", "eyJaaaaaaaaaa.", "ab://c:dddd"]
+    "unit",
+    [
+        "secret:",
+        "-eyJ",
+        "password=",
+        "**password**:",
+        "eyJaaaaaaaaaa.",
+        "ab://c:dddd",
+        "login a / ",
+        "PIN is 1111 ",
+    ],
 )
 def test_masking_is_linear_on_hostile_runs(unit: str) -> None:
     """200 kB of one rule's opener takes well under a second: the password rule's lookahead and

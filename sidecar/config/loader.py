@@ -404,7 +404,16 @@ def load_config(
         warnings=tuple(warnings),
         outdated=tuple(layers.outdated),
         state_dir=_default_state_dir(env),
+        system_locale=_default_system_locale(env),
     )
+
+
+def _default_system_locale(env: Mapping[str, str]) -> str | None:
+    """The system's language as Obsidian (Electron, Chromium) picks its own on Linux: the first of
+    LANGUAGE's list, else LC_ALL, else LC_MESSAGES, else LANG. Not LC_TIME: the Calendar plugin's
+    "Same as system" follows the language the app runs in, not the format dates are written in."""
+    first = env.get("LANGUAGE", "").split(":")[0].strip()
+    return first or next((env[n] for n in ("LC_ALL", "LC_MESSAGES", "LANG") if env.get(n)), None)
 
 
 def _default_state_dir(env: Mapping[str, str]) -> Path:

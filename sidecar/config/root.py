@@ -42,6 +42,10 @@ class Config:
     # Where the daemon keeps what must outlive the home (its share unmounted takes index/ along):
     # $XDG_STATE_HOME/sidecar or ~/.local/state/sidecar; None when not loaded from the layers.
     state_dir: Path | None = field(default=None, metadata={"internal": True})
+    # The system's language as the daemon sees it (LANGUAGE, else LC_ALL, LC_MESSAGES, LANG;
+    # "en_US.UTF-8"): the Calendar plugin at "Same as system" begins weeks by it when Obsidian runs
+    # in that language, which the vault does not record.
+    system_locale: str | None = field(default=None, metadata={"internal": True})
 
     @property
     def index_dir(self) -> Path:

@@ -219,6 +219,8 @@ class Handlers:
             # The daily-note formats in force and the settings file each came from: what dates a
             # note by its name (an unreadable file is a problem of obsidian_settings).
             "daily_notes": self.indexer.daily_formats.describe(),
+            # The weekday weeks begin on for time phrases, and how it was read (Calendar plugin).
+            "week_start": self.indexer.week_start.describe(),
             # The asking agent's own inbox (an agent near memory.maxInboxBytes sees it coming).
             **({"inbox": self.memory.usage(req.agent)} if req.agent is not None else {}),
         }

@@ -116,7 +116,9 @@ class Indexer:
             if kept.get("vault") == str(cfg.vault.path):
                 self.daily_formats.resume(kept.get("daily_notes"))
                 self.manifest.day_formats = self.daily_formats.formats()
-        self.week_start = WeekStart(cfg.vault.path)  # time phrases' weeks (Calendar plugin)
+        self.week_start = WeekStart(
+            cfg.vault.path, cfg.system_locale
+        )  # time phrases' weeks (Calendar plugin)
         self.problems = problems
         self.changes = ChangeFinder(cfg, stores.manifest, supervisor, problems, self.excluded_by)
         self.writer = Writer(stores, vectors, cfg.vault.wiki_subfolder)

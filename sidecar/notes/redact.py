@@ -38,28 +38,47 @@ _SAID = (
     r"account|konto|e-mail|email|mail)){0,4}"
 )
 
+# Names, not secrets, of any length: versions ("v1.2.3", "2.4.1-rc1", "3.0.0+build.5"), dates and
+# times ("2026-12-01", "2026-12-01T10:00") and processor architectures ("x86_64", "aarch64",
+# "armv7l", "i686", "win32", "ppc64le", "x86_64-linux-gnu"): after "secret:" or "is" they were
+# redacted for good. Each is a whole value of that shape, its tails named: a value that only
+# starts like one ("12.34.56-Geheim", "win32-Secret", "x86_Pass", "1.2.3-abc9") is a secret.
+_NAMES = (
+    r"[vV]?\d+(?:\.\d+)+[^\W_]*"
+    r"(?:[-~.](?i:rc|alpha|beta|pre|preview|dev|snapshot|post|final|lts)\.?\d*)?(?:\+(?:build\.?)?\d+)?"
+    r"|\d{4}-\d\d-\d\d(?:[T ]\d\d:\d\d(?::\d\d)?)?"
+    r"|(?i:x86(?:[-_]64)?|x64|amd64|arm64(?:e|ec)?|aarch64(?:_be)?|armv\d+[a-z]*|i[3-6]86|win(?:32|64)"
+    r"|ppc64(?:le)?|s390x|riscv(?:32|64)|mips(?:64)?(?:el|le)?|loongarch64|sparc64)"
+    r"(?:-(?:unknown|pc|apple|linux|gnu|gnueabi|gnueabihf|musl|musleabihf|msvc|windows|darwin|android"
+    r"|androideabi|eabi|eabihf|none|w64|mingw32|elf|freebsd))*"
+)
+_NAMED = re.compile(_NAMES)
 # Shapes of words, not secrets, that hold a digit or a symbol; a write removes text for good, so a
 # value of these shapes stays: letters joined by - _ . ("single-use", "hashed_pw", "E-Mail-basiert"),
 # a code or a word with one hyphen and a word ("2FA-protected", "sha256-hashed", "1Password-managed",
 # "ask-bob"), digits then letters ("8-chars", "24h", "1Password"), letters then digits after a
-# hyphen ("SHA-256"), versions ("v1.2.3"), dotted names ("settings.API_KEY"), addresses
-# ("https://vault.example.com/item/42") and the names of hashes and encodings ("sha256", "AES256").
+# hyphen ("SHA-256"), dotted names ("settings.API_KEY"), addresses
+# ("https://vault.example.com/item/42"), the names of hashes and encodings ("sha256", "AES256"),
+# and the names above.
 _WORDISH = re.compile(
     r"[^\W\d_]+(?:[-_.][^\W\d_]+)+"
     r"|[^\W_]+-[^\W\d_]{3,}"
     r"|\d+[-_.]?[^\W\d_]+"
     r"|[^\W\d_]+-\d+"
-    r"|[vV]?\d+(?:\.\d+)+[^\W_]*"
     r"|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+"
     r"|[a-zA-Z][a-zA-Z0-9+.-]*://\S*"
     r"|(?i:sha|md|aes|rsa|base|utf|ipv|crc|pbkdf|argon|ed|wpa)\d+[^\W_]*"
+    r"|" + _NAMES
 )
 _DIGIT = re.compile(r"\d")
 _LETTER = re.compile(r"[^\W\d_]")
 
 
 def _short_value_is_secret(value: str) -> bool:
-    """A 6-7 character value after a colon: a digit and no word's shape ("hunter2", not "8-chars")."""
+    """A value after a colon: 8 or more characters, or 6-7 with a digit and no word's shape
+    ("hunter2", not "8-chars"); never a version, a date or an architecture ("secret: x86_64")."""
+    if _NAMED.fullmatch(value):
+        return False
     return len(value) >= 8 or (_DIGIT.search(value) is not None and not _WORDISH.fullmatch(value))
 
 
@@ -81,6 +100,52 @@ _KEYS = (
     r"access[_-]?token|auth[_-]?token|secret[_-]?key|private[_-]?key|"
     r"passw(?:o|ö|oe)rt|kennwort|(?:wlan|wifi|api|netzwerk)[_ -]?schl(?:ü|ue)ssel)\b"
 )
+
+
+# A PIN: digits only ("PIN: 4711", "die PIN lautet 4711"), named by these words alone ("pin" is
+# also a connector's: "the LED pin is 13", "Data pin: GPIO17" stay, having fewer digits or letters).
+_PIN_KEYS = r"(?:pin|puk|geheimzahl)(?:[- ]?(?:code|nummer|number))?\b"
+# Digits only as a password or PIN after "is"/"ist"/"lautet": 4 or more of them ending the clause
+# ("the PIN is 4711", "Passwort ist 12345678."); "the password is 12 characters long", "The secret
+# is 42.", "Das Passwort ist 2026 abgelaufen" stay.
+_DIGITS_SAID = (
+    r"\s+(?:is|was|ist|war|lautet)\s+"
+    + _MARKS
+    + r"[\"']?(?!\[REDACTED:)(\d{4,})(?![\w-])"
+    + r"(?=[\"'`*_]*(?:[.,;!?)]|[ \t]*$|\s+(?:and|und|or|oder|but|aber)\b))"
+)
+# A login written as "user / password" (spaces around the slash) or "user:password" right after a
+# word for it ("NAS login admin / Tr0ub4dor&3", "Zugang: admin:Sommer2024!"). Those words head
+# sign-up links, paths, rooms and "service/user" pairs as often ("Anmeldung: https://eveeno.com/
+# anmeldung2025", "credentials: ~/.aws/credentials2", "Login: Linux/Ubuntu22.04", "Login:
+# Steam/anna_gamer99"), and a write removes text for good: the user is a plain name (a letter
+# first, no URL's scheme: the colon is not followed by "/"), and the password must hold a digit, a
+# letter and a symbol no name or address is made of (see _login_secret).
+_LOGIN = (
+    r"(?i)(?<![a-z0-9])(?:login|log-in|logon|sign-in|credentials|creds|username|zugang(?:sdaten)?|"
+    r"anmeldedaten|anmeldung|benutzername)\b"
+    + _MARKS
+    + r"[ \t]*:?[ \t]*"
+    + _MARKS
+    + r"[a-z][\w.@+-]{0,63}"
+    + _MARKS
+    + r"(?:[ \t]+/[ \t]+|:(?![/\\]))"
+    + _MARKS
+    + r"[\"']?(?!\[REDACTED:)([^\s\"'`]{3,}[^\s\"'`.,;:)])"
+)
+# A password's symbol: not one of names, paths and addresses ("anna_gamer99", "Ubuntu22.04",
+# "srv-backup-01", "anna.mueller@firma2.de"; "@" counts outside an address: "P@ssw0rd").
+_LOGIN_SYMBOL = re.compile(r"[!#$%&*+=?^~§€<>@]")
+_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+
+
+def _login_secret(value: str) -> bool:
+    return (
+        _said_value_is_secret(value)
+        and _LOGIN_SYMBOL.search(value) is not None
+        and "/" not in value  # a path or an address, never a value to remove
+        and _EMAIL.fullmatch(value) is None
+    )
 
 
 RULES: tuple[Rule, ...] = (
@@ -163,6 +228,25 @@ RULES: tuple[Rule, ...] = (
         1,
         accept=_said_value_is_secret,
     ),
+    Rule("password", re.compile(r"(?i)(?<![a-z0-9])" + _KEYS + _MARKS + _SAID + _DIGITS_SAID, re.M), 1),
+    Rule("pin", re.compile(r"(?i)(?<![a-z0-9])" + _PIN_KEYS + _MARKS + _SAID + _DIGITS_SAID, re.M), 1),
+    # "PIN: 4711", "PIN-Code = 123456" (4 to 8 digits; a password after a colon is the rule above)
+    Rule(
+        "pin",
+        re.compile(
+            r"(?i)(?<![a-z0-9])"
+            + _PIN_KEYS
+            + _MARKS
+            + _SAID
+            + r"[\"']?\s*[:=]"
+            + _MARKS
+            + r"\s*"
+            + _MARKS
+            + r"[\"']?(?!\[REDACTED:)(\d{4,8})(?![\w.,:/-]*\w)"
+        ),
+        1,
+    ),
+    Rule("password", re.compile(_LOGIN), 1, accept=_login_secret),
 )
 
 

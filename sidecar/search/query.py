@@ -164,6 +164,7 @@ class Reading:
 
     ahead: bool = False
     week_start: int = 0
+    gone: bool = False  # the phrase names a day gone by (notes "from" or "vom" it)
 
 
 def _num(word: str) -> int:
@@ -332,11 +333,13 @@ def _named_day(
     previous: str | None = None,
     *,
     ahead: bool = False,
+    gone: bool = False,
 ) -> Window:
     """A day of a month: of the year said; else this year's once come, or last year's within a
     month ("am 30. Dezember" asked on January 3rd); else no window (a day to come). Asked
     ``ahead`` (the agenda), the coming one ("was steht am 3. März an?" asked in December), unless
-    it went by within a month ("was steht am 30. November an?" asked December 5th)."""
+    it went by within a month ("was steht am 30. November an?" asked December 5th). A day
+    ``gone`` by (notes "from" it) is the last one however long ago: a note was written then."""
     said = _year_of(today, year, previous)
     try:
         when = dt.date(said or today.year, month, int(day))
@@ -349,11 +352,11 @@ def _named_day(
             if not ahead:
                 raise FilterError(f"no such day ({exc})") from exc
         else:
-            if (today - when).days > _DAY_BACK_DAYS:
+            if (today - when).days > _DAY_BACK_DAYS and not gone:
                 if not ahead:
                     raise FilterError("a day to come")
                 when = when.replace(year=today.year)  # the agenda: the coming one
-    elif said is None and ahead and (today - when).days > _DAY_BACK_DAYS:
+    elif said is None and ahead and not gone and (today - when).days > _DAY_BACK_DAYS:
         try:  # gone by and not just gone by: the coming one
             when = when.replace(year=today.year + 1)
         except ValueError as exc:  # Feb 29 a year on: no such day
@@ -379,22 +382,22 @@ def _weekend(today: dt.date, back: int) -> Window:
 # from December 3" a paper's date, not the day the note was written.
 _ORD = r"(?:st|nd|rd|th)?"
 # (the note word stays before the phrase: "my notes from December 3" is no possessive's day)
-_ON_DAY = (
-    r"(?:on|am|(?:(?<=notes\s)|(?<=note\s)|(?<=entries\s))from"
+_NOTES_FROM = (
+    r"(?:(?:(?<=notes\s)|(?<=note\s)|(?<=entries\s))from"
     r"|(?:(?<=notizen\s)|(?<=notiz\s)|(?<=einträge\s)|(?<=eintrag\s))vom)\s+"
 )
 _DAY_FORMS: tuple[Phrase, ...] = (
     (
         r"(\d{1,2})(?:\.\s*|" + _ORD + r"\s+)(?:of\s+)?" + _MONTH + _YEAR_OF + _NO_RANGE,
-        lambda t, m, r: _named_day(t, m[1], _month_number(m[2]), m[3], m[4], ahead=r.ahead),
+        lambda t, m, r: _named_day(t, m[1], _month_number(m[2]), m[3], m[4], ahead=r.ahead, gone=r.gone),
     ),
     (
         r"the\s+(\d{1,2})" + _ORD + r"\s+of\s+" + _MONTH + _YEAR_OF + _NO_RANGE,
-        lambda t, m, r: _named_day(t, m[1], _month_number(m[2]), m[3], m[4], ahead=r.ahead),
+        lambda t, m, r: _named_day(t, m[1], _month_number(m[2]), m[3], m[4], ahead=r.ahead, gone=r.gone),
     ),
     (
         _MONTH + r"\s+(\d{1,2})" + _ORD + _YEAR_OF + _NO_RANGE,
-        lambda t, m, r: _named_day(t, m[2], _month_number(m[1]), m[3], m[4], ahead=r.ahead),
+        lambda t, m, r: _named_day(t, m[2], _month_number(m[1]), m[3], m[4], ahead=r.ahead, gone=r.gone),
     ),
 )
 # German numerals, "3.12.", "3.12" or "03.12.2026": only after "am" and "seit dem" ("ab 5.1." is
@@ -403,7 +406,110 @@ _NUMERIC_DAY = r"(\d{1,2})\.(\d{1,2})(?:\.((?:19|20)\d\d)?)?(?![\d.])" + _NO_RAN
 
 
 def _numeric_day(t: dt.date, m: re.Match[str], r: Reading) -> Window:
-    return _named_day(t, m[1], int(m[2]), m[3], ahead=r.ahead)
+    return _named_day(t, m[1], int(m[2]), m[3], ahead=r.ahead, gone=r.gone)
+
+
+def _gone(day: PhraseWindow) -> PhraseWindow:
+    """A day notes are "from": one gone by, whatever the question ("what's on the note from
+    December 1?" opens as an agenda question does, and read the December to come)."""
+    return lambda t, m, r: day(t, m, replace(r, ahead=False, gone=True))
+
+
+# A weekday after "on" or "am" alone ("was war am Donnerstag?", "what happened on Thursday"),
+# or notes "from"/"vom" it; not a weekday of something ("am Donnerstag vor Ostern", "on Thursday
+# of that week", "am Montag im Urlaub"), one with its date after it ("am Donnerstag, 3.12.", "on
+# Thursday, December 3": the date is the day), the first of a range ("from Monday to Friday", "am
+# Montag bis Mittwoch", "Friday & Saturday": its first day alone would hide the rest), in a word
+# ("am Freitag-Termin", "on Friday.md"), a title ("on Friday Night Lights") or a habit ("on
+# Monday mornings").
+_MONTH_WORD = "(?:" + _MONTH[1:]  # a month's name, no group of its own
+_WD_ALONE = (
+    r"(?![-./]\w)(?!,?\s+(?:of|in|im|during|während|before|after|des|der|dem|den|vor|nach|the)\b)(?!,?\s*(?:\d|"
+    + _MONTH_WORD
+    + r"\b))(?!\s*(?:[-–&/+]|bis\b|to\b|until\b|till\b|through\b|thru\b))"
+    r"(?!\s+(?:mornings|afternoons|evenings|nights|weekly)\b)"
+)
+
+
+def _weekday_near(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+    """The weekday named: asked about the agenda ("Was steht am Donnerstag an?", "what's on
+    Thursday?") the coming one; with a past form in its own clause ("was war am Donnerstag?",
+    "what did I do on Thursday") or as the whole message ("am Donnerstag?", "and on Thursday?")
+    the last one; never today (that is "today"). Else words: "Meeting am Donnerstag", "don't deploy
+    on Friday", "Where did I write that the dentist is on Friday?", "What did I buy for the party
+    on Saturday?" name a day to come or none as often as a day gone by (see _clause_says_done)."""
+    weekday = _weekday_number(m[1] or m[2])
+    if r.ahead:
+        return _one(t + dt.timedelta(days=(weekday - t.weekday()) % 7 or 7))
+    if _alone(m) or _clause_says_done(m):
+        return _weekday_before(t, m[1] or m[2])
+    raise FilterError("a weekday with no tense")
+
+
+def _alone(m: re.Match[str]) -> bool:
+    """Whether the phrase is the whole message, a conjunction aside ("und am Donnerstag?")."""
+    around = _WORD.findall(m.string[: m.start()] + " " + m.string[m.end() :])
+    return all(w.lower() in ("and", "und", "or", "oder") for w in around)
+
+
+# Where a weekday's clause begins and ends: punctuation, or a word that opens a clause of its own.
+# After a conjunction ("Where did I write that the dentist is on Friday?", "Wo hatte ich notiert,
+# dass der Zahnarzt am Freitag ist?") the past form is the writing, the weekday the event's: words.
+_SUBORDINATE = (
+    "dass",
+    "daß",
+    "that",
+    "ob",
+    "whether",
+    "if",
+    "weil",
+    "because",
+    "als",
+    "wenn",
+    "when",
+    "while",
+)
+_CLAUSE_EDGE = re.compile(
+    r"[.!?;:,()\[\]\n]|\b(?:" + "|".join(_SUBORDINATE) + r"|what|which|where|who|was|wo|wann|wer|"
+    r"welche[rnms]?|wie|how)\b",
+    re.IGNORECASE,
+)
+# Past forms in the weekday's own clause ("passiert" only beside "ist"/"sind": "Was passiert am
+# Freitag?" is the Friday to come).
+_DONE = re.compile(
+    r"\b(?:did|were|had|wrote|written|happened|worked|decided|talked|met|hatte\w*|war(?:en|st)?"
+    r"|wurde\w*|gab|gemacht|getan|geschrieben|notiert|gearbeitet|erledigt|geschehen"
+    r"|entschieden|besprochen|gesprochen|beschlossen)\b|\bwas\s+(?:planned|scheduled|on|there|it|i|the|my|our)\b",
+    re.IGNORECASE,
+)
+_HAPPENED_DE = (re.compile(r"\bpassiert\b", re.IGNORECASE), re.compile(r"\b(?:ist|sind)\b", re.IGNORECASE))
+# A future or a duty anywhere: "was wird am Donnerstag besprochen?", "what was due on Friday?".
+_TO_COME = re.compile(
+    r"\b(?:will|shall|gonna|going\s+to|needs?|due|wird|werden|werde|wirst|muss|müssen|soll|sollen|fällig)\b",
+    re.IGNORECASE,
+)
+# A thing the weekday belongs to, after a preposition: "for the party on Saturday", "für die Party
+# am Samstag", "about the film Never on Sunday" (the buying or writing came before that day).
+_OF_A_THING = re.compile(r"\b(?:for|für|fürs|about|über|zum|zur|to)\s+(?:[\w-]+\s+){1,3}$", re.IGNORECASE)
+
+
+def _clause_says_done(m: re.Match[str]) -> bool:
+    """Whether the weekday's own clause has a past form (see _DONE), no future or duty is said,
+    and the clause is no subordinate one (see _SUBORDINATE) nor the weekday a thing's."""
+    text = m.string
+    if _TO_COME.search(text):
+        return False
+    begin, opener = 0, ""
+    for edge in _CLAUSE_EDGE.finditer(text, 0, m.start()):
+        begin, opener = edge.start(), edge.group(0).lower()
+    sentence = max(text.rfind(c, 0, begin) for c in ".!?;\n") + 1
+    if opener in _SUBORDINATE and _WORD.search(text, sentence, begin):
+        return False  # a conjunction inside the sentence, not the question's first word
+    after = _CLAUSE_EDGE.search(text, m.end())
+    clause = text[begin : after.start() if after else len(text)]
+    if _OF_A_THING.search(text[max(begin, m.start() - 60) : m.start()]):
+        return False
+    return _DONE.search(clause) is not None or all(p.search(clause) for p in _HAPPENED_DE)
 
 
 # Phrases that name a period (pattern, window from today and the match). "since"/"seit"/"seit
@@ -499,12 +605,19 @@ _PERIODS: tuple[Phrase, ...] = (
         + _NO_RANGE,
         lambda t, m, r: _named_month(t, m[1] or m[4], m[2] or m[5], m[3] or m[6], ahead=r.ahead),
     ),
-    # a day after "on" or "am", or notes "from" it (see _DAY_FORMS)
-    *((_ON_DAY + pat, fn) for pat, fn in _DAY_FORMS),
-    (
-        r"(?:am|(?:(?<=notizen\s)|(?<=notiz\s)|(?<=einträge\s)|(?<=eintrag\s))vom)\s+" + _NUMERIC_DAY,
-        _numeric_day,
-    ),
+    # a day after "on" or "am" (see _DAY_FORMS)
+    *((r"(?:on|am)\s+" + pat, fn) for pat, fn in _DAY_FORMS),
+    (r"am\s+" + _NUMERIC_DAY, _numeric_day),
+)
+# Days that are no period to count "since" from: a weekday alone (see _weekday_near; "since
+# Thursday" is in _SINCE_ONLY) and the day notes are "from" (a day gone by, see _gone).
+_WEEKDAY_DAYS: tuple[Phrase, ...] = (
+    (rf"(?:on\s+{_WD}{_NO_TITLE}|am\s+{_WD}){_WD_ALONE}", _weekday_near),
+    (_NOTES_FROM + _WD + _WD_ALONE, _gone(lambda t, m, r: _weekday_before(t, m[1]))),
+)
+_DAYS: tuple[Phrase, ...] = (
+    *((_NOTES_FROM + pat, _gone(fn)) for pat, fn in _DAY_FORMS),
+    (_NOTES_FROM + _NUMERIC_DAY, _gone(_numeric_day)),
 )
 
 # "since X" in the forms it is said in; "from last week" alone is "of last week" ("notes from last
@@ -592,6 +705,7 @@ _PHRASES: tuple[tuple[re.Pattern[str], PhraseWindow, str | None], ...] = tuple(
             for lead, tail in (*_SINCE_FORMS, (_AB, ""))
         ),
         *_PERIODS,
+        *_DAYS,
     )
 )
 # One pass tells which patterns can match at all (half of them name a month or a numeral day).
@@ -646,6 +760,38 @@ def asks_ahead(text: str) -> bool:
     return _AGENDA.search(text) is not None and _PAST.search(text) is None
 
 
+# Weekday names (plurals and "montags" too) and weekends: a second one makes a range, a list or a
+# habit of the first ("on Monday or Tuesday", "on Monday, Tue and Wed"). Quotes and code marks
+# hold someone's words or a title ("Never on Sunday", `on Monday`), not the day asked about.
+_ANY_WEEKDAY = re.compile(
+    r"(?<!\w)(?:" + _WD[1:-1] + r"|tues?|wed|thu(?:rs?)?|fri|weekend|wochenende)s?(?!\w)", re.IGNORECASE
+)
+_QUOTED = re.compile(r"[\"`“”„«»‹›]|(?<!\w)['‘’]|['‘’](?!\w)")
+_WEEKDAY_PHRASES = tuple(
+    (re.compile(r"(?<!\w)(?:" + pat + r")(?![\w'’])", re.IGNORECASE), fn) for pat, fn in _WEEKDAY_DAYS
+)
+
+
+def _weekday_alone(text: str, today: dt.date, reading: Reading) -> tuple[re.Match[str], Window] | None:
+    """A weekday after "on"/"am" or notes "from"/"vom" it, read only as the message's one time
+    phrase (time_window calls it when no other was said: "on Monday two weeks ago" is the week
+    two weeks ago), its one weekday, and outside quotes; one pass over the text for each test."""
+    if len(_ANY_WEEKDAY.findall(text)) != 1 or _QUOTED.search(text):
+        return None
+    for pattern, window in _WEEKDAY_PHRASES:
+        m = pattern.search(text)
+        if m is None:
+            continue
+        try:
+            days = window(today, m, reading)
+        except FilterError:
+            return None
+        if _DETERMINED.search(text, max(0, m.start() - _LOOKBEHIND), m.start()):
+            return None
+        return m, days
+    return None
+
+
 def time_window(text: str, today: dt.date, week_start: int = 0) -> tuple[str, Window | None, str | None]:
     """The first time phrase of ``text`` (by position; at one position the longest: "since last
     week" before "last week", "in November last year" before "last year") as a window of days;
@@ -655,10 +801,12 @@ def time_window(text: str, today: dt.date, week_start: int = 0) -> tuple[str, Wi
     reading = Reading(asks_ahead(text), week_start)
     best: tuple[tuple[int, int], re.Match[str], Window] | None = None
     held = {"month": _ANY_MONTH.search(text) is not None, "digit": _ANY_DIGIT.search(text) is not None}
+    said = False  # any time phrase, read or not: a weekday alone is then words (see _weekday_alone)
     for pattern, window, need in _PHRASES:
         if need is not None and not held[need]:
             continue
         for m in pattern.finditer(text):
+            said = True
             try:
                 days = window(today, m, reading)
             except FilterError:
@@ -677,6 +825,10 @@ def time_window(text: str, today: dt.date, week_start: int = 0) -> tuple[str, Wi
             if best is None or place < best[0]:
                 best = (place, m, days)
             break  # this pattern's first phrase in the text is the one to compare
+    if best is None and not said:
+        alone = _weekday_alone(text, today, reading)
+        if alone is not None:
+            best = ((0, 0), *alone)
     if best is None:
         return text, None, None
     _, m, days = best
