@@ -287,7 +287,29 @@ def apply_rules(
         if rules.log_demotion != 1.0 and not chronicle and c.key.startswith(rules.log_prefix):
             s = _boost(s, "log", rules.log_demotion)
         out.append(s)
-    return support(out, rules.page_support)
+    ranked = support(out, rules.page_support)
+    if rules.full_name_boost == 1.0 or not content_words:
+        return ranked
+    return _named_first(ranked, content_words)
+
+
+def _named_first(ranked: list[Scored], content_words: frozenset[str]) -> list[Scored]:
+    """A query that is exactly a note's title or one of its aliases ("Schuppen", a one-word
+    alias) asks for that note, as ``[[Schuppen]]`` links to it: its chunks go first, lifted by the
+    best score, in their own order. A factor could not do it: the notes that merely hold the word
+    in their text (or link to the note) scored four and five times the named one, whose body need
+    not hold its alias at all."""
+    top = max((s.score for s in ranked), default=0.0)
+    if top <= 0:
+        return ranked
+    out = [
+        replace(s, score=s.score + top, boosts={**s.boosts, "name": round(top, 4)})
+        if any(n == content_words for n in s.candidate.full_names)
+        else s
+        for s in ranked
+    ]
+    out.sort(key=lambda s: -s.score)
+    return out
 
 
 def support(hits: Sequence[Scored], share: float) -> list[Scored]:
