@@ -227,6 +227,20 @@ def test_slug_boost_moves_the_named_page_up_and_turns_off() -> None:
     assert off[0].candidate.key == "vault/Other" and "slug" not in off[0].boosts  # off by default
 
 
+def test_a_query_that_is_exactly_a_notes_alias_puts_that_note_first() -> None:
+    """A one-word alias named alone lifts its note over notes that score five times as much by
+    holding the word (the "name" boost); a query with another word beside it, or fullNameBoost
+    1.0, leaves the order alone."""
+    alias = (frozenset({"gartenhaus"}), frozenset({"schuppen"}))
+    hits = [_scored("a", "vault/Holz", 1.2), _scored("b", "vault/Gartenhaus", 0.23, full_names=alias)]
+    first = apply_rules(hits, frozenset({"schuppen"}), False, Rules(page_support=0))[0]
+    assert first.candidate.key == "vault/Gartenhaus" and first.boosts["name"] == 1.2
+    words = frozenset({"schuppen", "brennholz"})
+    assert apply_rules(hits, words, False, Rules(page_support=0))[0].candidate.key == "vault/Holz"
+    off = Rules(full_name_boost=1.0, page_support=0)
+    assert apply_rules(hits, frozenset({"schuppen"}), False, off)[0].candidate.key == "vault/Holz"
+
+
 def test_full_name_boost_needs_every_word_of_a_multiword_name() -> None:
     """`audio recorder` fully named in the query beats a partial match (search.fullNameBoost)."""
     full = (frozenset({"audio", "recorder"}),)

@@ -1,0 +1,83 @@
+"""A note asked for by its name: a one-word alias searched alone, a person's name asked about in
+another language than the note, with the real model (recall's gates are the model's)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import DaemonProcess, write
+
+pytestmark = pytest.mark.model
+
+_NOTES = {
+    "Projekte/Gartenhaus": "---\naliases: [Schuppen, Garden shed]\n---\n# Gartenhaus\n\nDas Fundament "
+    "ist gegossen, die Wände stehen. Als Nächstes kommt das Dach mit Dachpappe; die Tür fehlt noch.\n",
+    "Nur Frontmatter": "---\naliases: [Metadatenzettel]\ntags: [meta]\nstatus: draft\n---\n",
+    "Zuhause/Übersicht": "# Übersicht\n\nSiehe [[Metadatenzettel]] und [[Gartenhaus]]. Der Keller ist "
+    "aufgeräumt.\n",
+    "Zuhause/Holz": "# Holz\n\nIm Schuppen liegt noch Brennholz für den Winter, etwa zwei Ster Buche.\n",
+    "Personen/Anna Berger": "# Anna Berger\n\nAnna ist meine Schwester. Sie wohnt in Freiburg. "
+    "Geburtstag: 12. März\n",
+    "Personen/Tom Hardy": "# Tom Hardy\n\nTom is my manager at work. Birthday: 4 July. He prefers "
+    "short status reports on Mondays.\n",
+    "Birthday": "# Birthday\n\nIdeas for birthday presents: a book, concert tickets, a cooking class.\n",
+    "Rezepte/Linsensuppe": "# Linsensuppe\n\nRote Linsen, Karotten, Zwiebeln, Kreuzkümmel. 25 Minuten "
+    "kochen.\n",
+    "Arbeit/Backup": "# Backup\n\nDas NAS sichert jede Nacht um 2 Uhr mit restic auf die externe Platte.\n",
+    "Arbeit/Onboarding": "# Onboarding\n\nNew hires get a laptop, an account and a buddy for the first "
+    "two weeks.\n",
+    "Reisen/Norwegen": "# Norwegen\n\nPackliste: Regenjacke, Wanderschuhe, Stirnlampe. Fähre ab Kiel.\n",
+    "Garten/Tomaten": "# Tomaten\n\nDie Tomaten brauchen jeden Tag Sonne und Wasser.\n",
+}
+
+
+@pytest.fixture
+def named(daemon_factory: Any, tmp_path: Path) -> DaemonProcess:
+    vault = tmp_path / "namesvault"
+    for name, text in _NOTES.items():
+        write(vault / f"{name}.md", text)
+    d: DaemonProcess = daemon_factory(vault).start()
+    d.wait_for(lambda h: h["index"]["pending_vectors"] == 0)
+    return d
+
+
+def _first(d: DaemonProcess, query: str) -> str:
+    hits = d.call("search", {"query": query, "limit": 3})["hits"]
+    return str(hits[0]["reference"]) if hits else ""
+
+
+def _recalled(d: DaemonProcess, message: str) -> list[str]:
+    return [h["reference"] for h in d.call("recall", {"message": message})["hits"]]
+
+
+def test_a_search_for_a_notes_one_word_alias_finds_that_note_first(named: DaemonProcess) -> None:
+    """A query that is exactly a one-word alias puts the aliased note first, before a note that
+    holds the word in its text and one that merely links the alias (``[[Metadatenzettel]]``);
+    a query of an alias word beside another word is ranked as before."""
+    assert _first(named, "Schuppen") == "vault/Projekte/Gartenhaus"
+    assert _first(named, "Metadatenzettel") == "vault/Nur Frontmatter"
+    assert _first(named, "Garden shed") == "vault/Projekte/Gartenhaus"
+    assert _first(named, "Brennholz im Schuppen") == "vault/Zuhause/Holz"
+
+
+def test_a_question_naming_a_note_recalls_it_in_either_language(named: DaemonProcess) -> None:
+    """A question with a question word naming a person of the notes recalls that person's note
+    when it is asked in the other language than the note, and a question naming a one-word alias
+    recalls the aliased note; a word of the message that titles a note of everyday words
+    ("birthday") names nothing, nor does a name in a statement, alone, or in a question without a
+    question word."""
+    assert _recalled(named, "When is Anna's birthday?") == ["vault/Personen/Anna Berger"]
+    assert _recalled(named, "Wann hat Tom Geburtstag?") == ["vault/Personen/Tom Hardy"]
+    assert _recalled(named, "Wann hat Anna Geburtstag?")[:1] == ["vault/Personen/Anna Berger"]
+    assert _recalled(named, "wie weit ist der Schuppen")[:1] == ["vault/Projekte/Gartenhaus"]
+    for aside in (
+        "Anna",
+        "Anna?",
+        "ich habe Anna gestern im Zug getroffen",
+        "I talked to Tom about the weather",
+        "Garden shed",
+    ):
+        assert _recalled(named, aside) == [], aside
