@@ -228,17 +228,22 @@ def test_slug_boost_moves_the_named_page_up_and_turns_off() -> None:
 
 
 def test_a_query_that_is_exactly_a_notes_alias_puts_that_note_first() -> None:
-    """A one-word alias named alone lifts its note over notes that score five times as much by
-    holding the word (the "name" boost); a query with another word beside it, or fullNameBoost
-    1.0, leaves the order alone."""
+    """A one-word alias searched alone lifts its note over notes that score five times as much by
+    holding the word (the "name" boost); the word in a question, a query with another word beside
+    it, or fullNameBoost 1.0 leaves the order alone."""
     alias = (frozenset({"gartenhaus"}), frozenset({"schuppen"}))
     hits = [_scored("a", "vault/Holz", 1.2), _scored("b", "vault/Gartenhaus", 0.23, full_names=alias)]
-    first = apply_rules(hits, frozenset({"schuppen"}), False, Rules(page_support=0))[0]
+    first = apply_rules(hits, frozenset({"schuppen"}), False, Rules(page_support=0), bare=True)[0]
     assert first.candidate.key == "vault/Gartenhaus" and first.boosts["name"] == 1.2
+    # the same word in a question ("wo ist der Schuppen?"): one word of a sentence
+    assert (
+        apply_rules(hits, frozenset({"schuppen"}), False, Rules(page_support=0))[0].candidate.key
+        == "vault/Holz"
+    )
     words = frozenset({"schuppen", "brennholz"})
-    assert apply_rules(hits, words, False, Rules(page_support=0))[0].candidate.key == "vault/Holz"
+    assert apply_rules(hits, words, False, Rules(page_support=0), bare=True)[0].candidate.key == "vault/Holz"
     off = Rules(full_name_boost=1.0, page_support=0)
-    assert apply_rules(hits, frozenset({"schuppen"}), False, off)[0].candidate.key == "vault/Holz"
+    assert apply_rules(hits, frozenset({"schuppen"}), False, off, bare=True)[0].candidate.key == "vault/Holz"
 
 
 def test_full_name_boost_needs_every_word_of_a_multiword_name() -> None:
