@@ -1,5 +1,6 @@
-"""A note asked for by its name: a one-word alias searched alone, a person's name asked about in
-another language than the note, with the real model (recall's gates are the model's)."""
+"""A note asked for by its name: a one-word alias searched alone finds it first; a question about
+a namesake of a person of the notes recalls nothing. With the real model (recall's gates are the
+model's)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ _NOTES = {
     "Rezepte/Linsensuppe": "# Linsensuppe\n\nRote Linsen, Karotten, Zwiebeln, Kreuzkümmel. 25 Minuten "
     "kochen.\n",
     "Arbeit/Backup": "# Backup\n\nDas NAS sichert jede Nacht um 2 Uhr mit restic auf die externe Platte.\n",
-    "Arbeit/Onboarding": "# Onboarding\n\nNew hires get a laptop, an account and a buddy for the first "
-    "two weeks.\n",
+    "Arbeit/Onboarding": "---\naliases: [2024, Einarbeitung]\n---\n# Onboarding\n\nNew hires get a "
+    "laptop, an account and a buddy for the first two weeks.\n",
+    "Daily/2024-03-01": "# 2024-03-01\n\nMit Anna telefoniert. Tomaten gegossen.\n",
+    "Daily/2024-03-02": "# 2024-03-02\n\nBackup geprüft, alles gut.\n",
     "Reisen/Norwegen": "# Norwegen\n\nPackliste: Regenjacke, Wanderschuhe, Stirnlampe. Fähre ab Kiel.\n",
     "Garten/Tomaten": "# Tomaten\n\nDie Tomaten brauchen jeden Tag Sonne und Wasser.\n",
 }
@@ -61,23 +64,12 @@ def test_a_search_for_a_notes_one_word_alias_finds_that_note_first(named: Daemon
     assert _first(named, "Metadatenzettel") == "vault/Nur Frontmatter"
     assert _first(named, "Garden shed") == "vault/Projekte/Gartenhaus"
     assert _first(named, "Brennholz im Schuppen") == "vault/Zuhause/Holz"
+    assert _first(named, "Einarbeitung") == "vault/Arbeit/Onboarding"
 
 
-def test_a_question_naming_a_note_recalls_it_in_either_language(named: DaemonProcess) -> None:
-    """A question with a question word naming a person of the notes recalls that person's note
-    when it is asked in the other language than the note, and a question naming a one-word alias
-    recalls the aliased note; a word of the message that titles a note of everyday words
-    ("birthday") names nothing, nor does a name in a statement, alone, or in a question without a
-    question word."""
-    assert _recalled(named, "When is Anna's birthday?") == ["vault/Personen/Anna Berger"]
-    assert _recalled(named, "Wann hat Tom Geburtstag?") == ["vault/Personen/Tom Hardy"]
-    assert _recalled(named, "Wann hat Anna Geburtstag?")[:1] == ["vault/Personen/Anna Berger"]
-    assert _recalled(named, "wie weit ist der Schuppen")[:1] == ["vault/Projekte/Gartenhaus"]
-    for aside in (
-        "Anna",
-        "Anna?",
-        "ich habe Anna gestern im Zug getroffen",
-        "I talked to Tom about the weather",
-        "Garden shed",
-    ):
-        assert _recalled(named, aside) == [], aside
+def test_a_question_about_a_namesake_recalls_nothing(named: DaemonProcess) -> None:
+    """A question about someone who shares a first name with a person of the notes ("Who is Tom
+    Hanks?" beside "Tom Hardy") is not about that person: recall injects nothing (a rule that let
+    a capitalised title word name a note injected Tom Hardy's note here)."""
+    for message in ("Who is Tom Hanks?", "Wer war Anna Seghers?", "When Tom calls, tell him I'm out."):
+        assert _recalled(named, message) == [], message

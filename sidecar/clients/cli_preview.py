@@ -77,10 +77,7 @@ def preview_lines(result: SearchResult) -> list[str]:
         if least is not None and h.similarity is None and "rareTerm" not in h.boosts:
             lines.append("     no similarity (no vector yet): passed on its keywords alone")
         elif least is not None and (h.similarity is None or h.similarity < least):
-            lines.append(
-                "     under recall.minSimilarity: passed on its keywords, a rare word or code, "
-                "or the note's name"
-            )
+            lines.append("     under recall.minSimilarity: passed on its keywords, a rare word or code")
     if result.dropped:
         lines.append(f"Kept out: {len(result.dropped)} candidate(s), best first")
     for i, h in enumerate(result.dropped, 1):

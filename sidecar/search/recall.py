@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 
 from sidecar.config import RecallConfig
-from sidecar.contracts.errors import StoreError
 from sidecar.contracts.wire import Hit, SearchResult
 from sidecar.search.context import render_block
 from sidecar.search.fusion import Scale, Scored
@@ -22,7 +21,6 @@ from sidecar.search.query import (
     QueryAnalysis,
     analyze,
     asks_about_self,
-    fold,
     is_small_talk,
     split_filters,
 )
@@ -145,13 +143,11 @@ def _recall(
     foreign = not r.reads(qa)
     # Which of the message's own words each candidate holds, for the gate of a chunk without a
     # cosine to weigh (asked of the keyword index only then).
-    covers = _Coverage(r, qa, ranking.ranked, rare, req.agent)
+    covers = _Coverage(r, qa, ranking.ranked, rare)
 
     def gate(s: Scored) -> str | None:
         """The gate that keeps ``s`` out of the block, None when it passes."""
         if named and "rareTerm" in s.boosts:  # named, not guessed: neither floor applies
-            return None
-        if covers.names_note(s, own):  # asked for by its name: see _Coverage.names_note
             return None
         if s.relevance < floor:
             return "scoreFloor"
@@ -232,23 +228,6 @@ _NAME_SHARE = _RARE_WORD[0]
 _UNEMBEDDED_SHARE = _ALL_WORDS[0]
 
 
-# A question asked with a question word ("When is Anna's birthday?", "wie weit ist der Schuppen"):
-# the word opens the message, or the message ends its sentence with a question mark. Bare words
-# with a question mark ("Dust allergy?", "Hast du Dust gesehen?") name a page of the notes next
-# to a topic of their own as often as they ask about it (bench/offtopic-names.txt).
-_QUESTION_WORDS = frozenset(
-    {
-        *("what", "when", "where", "who", "whom", "whose", "why", "how", "which"),
-        *("was", "wann", "wo", "wer", "wen", "wem", "wessen", "warum", "wieso", "weshalb", "wie"),
-        *("welche", "welcher", "welches", "welchen", "welchem", "woher", "wohin", "wozu", "wovon"),
-    }
-)
-# A message's word names a note when it is a word of the note's title or of an alias and at most
-# this many notes hold it in their text: a person's first name ("Anna" of "Anna Berger"), an
-# alias ("Schuppen"); not a word of everyday text that happens to title a note ("Birthday",
-# "Ideas", "Meeting", "Sync": in many notes of any vault that has such a title).
-_NAME_NOTES = 5
-
 # Titles before a name ("Wer ist Herr Ozturk?"; the note says "Herrn"): they mark the word after
 # them as a person's name and are no word a note must hold.
 _HONORIFICS = frozenset({"herr", "herrn", "frau", "mr", "mrs", "ms", "dr", "prof"})
@@ -261,14 +240,7 @@ class _Coverage:
     """Which of a message's content words (distinct) each candidate holds; asked of the keyword
     index once per word, only when a gate needs it."""
 
-    def __init__(
-        self,
-        r: Retriever,
-        qa: QueryAnalysis,
-        among: list[Scored],
-        rare: Sequence[str],
-        agent: str | None = None,
-    ) -> None:
+    def __init__(self, r: Retriever, qa: QueryAnalysis, among: list[Scored], rare: Sequence[str]) -> None:
         self._r, self._among, self._lang = r, among, qa.language
         # Words with a letter: a number ("17 times 23") names no topic a page could hold.
         typed = list(dict.fromkeys(w.lower() for w in qa.content_words if any(c.isalpha() for c in w)))
@@ -283,19 +255,9 @@ class _Coverage:
         # "Zimt?", "Ozturk Ozturk?") says nothing of what is asked about it and needs the cosine
         # the corroborated pass asks (_RARE_WORD).
         self.several = len(typed) >= 2
-        words = [w.lower() for w in qa.words]
-        self.wh = bool(words) and (
-            words[0] in _QUESTION_WORDS
-            or (bool(_QUESTION.search(qa.text)) and any(w in _QUESTION_WORDS for w in words))
-        )
-        # Words typed with a capital, not as the message's first word: how a name is written
-        # ("When is Anna's birthday?"), where "birthday" also titles a note of presents.
-        self._capital = {w.lower() for w in qa.words[1:] if w[:1].isupper()}
-        self._agent = agent
         self._held: dict[str, set[str]] | None = None
         self._held_of: dict[str, list[str]] = {}
         self._known: dict[str, bool] = {}
-        self._few: dict[str, bool] = {}
 
     def counts(self, chunk_id: str) -> tuple[int, int, int]:
         """(words held, words missing, rare words of the message held)."""
@@ -309,6 +271,7 @@ class _Coverage:
         return any(w not in held for w in self.words if w in self._rare)
 
     def _held_by(self, chunk_id: str) -> list[str]:
+        # Memoised per chunk: counts, misses_rare, most and misses_unknown each ask in turn.
         done = self._held_of.get(chunk_id)
         if done is not None:
             return done
@@ -319,42 +282,6 @@ class _Coverage:
             self._held = {w: r.holding([w], among, lang) for w in self.words}
         held = self._held_of[chunk_id] = [w for w, ids in self._held.items() if chunk_id in ids]
         return held
-
-    def names_note(self, s: Scored, own: Scale) -> bool:
-        """Whether a question with a question word names the chunk's note: a word of the message
-        typed as a name is (with ``fold``) a word of the note's title or one of its aliases and is
-        held by few notes (_NAME_NOTES), and the chunk holds the message's words but at most
-        one. Either the message holds every word of that title or alias ("wie weit ist der
-        Schuppen", an alias the note's text never says: a title is a small part of the keyword
-        score), or the keywords agree at the name rule's share ("When is Anna's birthday?" over
-        a German note "Anna Berger": a small model puts a name in another language than its note
-        near the unrelated cosine)."""
-        c = s.candidate
-        if not (self.wh and self.several and c.full_names and c.bm25 is not None):
-            return False
-        typed = {fold(w): w for w in self.words if w in self._capital}
-        named = [
-            n
-            for n in c.full_names
-            if n & typed.keys() and all(self._named(typed.get(w, w)) for w in n & typed.keys())
-        ]
-        if not named:
-            return False
-        whole = any(n <= typed.keys() for n in named)
-        if not whole and own.bm25(c.bm25, 0.0) < _NAME_SHARE:
-            return False
-        held, missing, _ = self.counts(c.chunk_id)
-        return held > 0 and missing <= 1
-
-    def _named(self, word: str) -> bool:
-        """Whether few notes hold ``word`` in their text (it can name a note; see _NAME_NOTES)."""
-        if word not in self._few:
-            try:
-                n = self._r.stores.bm25.doc_freq(word, pages=True, agent=self._agent)
-            except StoreError:  # a damaged index: the keyword arm reports it
-                n = _NAME_NOTES + 1
-            self._few[word] = n <= _NAME_NOTES
-        return self._few[word]
 
     def misses_unknown(self, chunk_id: str) -> bool:
         """Whether a word of the message the chunk lacks is in no note at all, in no form: the
