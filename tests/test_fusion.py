@@ -246,6 +246,19 @@ def test_a_query_that_is_exactly_a_notes_alias_puts_that_note_first() -> None:
     assert apply_rules(hits, frozenset({"schuppen"}), False, off, bare=True)[0].candidate.key == "vault/Holz"
 
 
+def test_a_number_alias_does_not_put_its_note_first() -> None:
+    """A name of digits only (YAML ``aliases: [2024]``) is no name the query "2024" asks for: the
+    notes that hold the number keep their order; a name with a letter still goes first."""
+    hits = [
+        _scored("a", "vault/Daily/2024-03-01", 0.9, full_names=(frozenset({"2024", "03", "01"}),)),
+        _scored("b", "vault/Arbeit/Onboarding", 0.2, full_names=(frozenset({"2024"}),)),
+    ]
+    ranked = apply_rules(hits, frozenset({"2024"}), False, Rules(page_support=0), bare=True)
+    assert ranked[0].candidate.key == "vault/Daily/2024-03-01" and "name" not in ranked[1].boosts
+    q3 = [hits[0], _scored("c", "vault/Plan", 0.2, full_names=(frozenset({"q3"}),))]
+    assert apply_rules(q3, frozenset({"q3"}), False, Rules(page_support=0), bare=True)[0].candidate.key == "vault/Plan"
+
+
 def test_full_name_boost_needs_every_word_of_a_multiword_name() -> None:
     """`audio recorder` fully named in the query beats a partial match (search.fullNameBoost)."""
     full = (frozenset({"audio", "recorder"}),)

@@ -59,12 +59,14 @@ def _recalled(d: DaemonProcess, message: str) -> list[str]:
 def test_a_search_for_a_notes_one_word_alias_finds_that_note_first(named: DaemonProcess) -> None:
     """A query that is exactly a one-word alias puts the aliased note first, before a note that
     holds the word in its text and one that merely links the alias (``[[Metadatenzettel]]``);
-    a query of an alias word beside another word is ranked as before."""
+    a query of an alias word beside another word is ranked as before, and so is a number alias."""
     assert _first(named, "Schuppen") == "vault/Projekte/Gartenhaus"
     assert _first(named, "Metadatenzettel") == "vault/Nur Frontmatter"
     assert _first(named, "Garden shed") == "vault/Projekte/Gartenhaus"
     assert _first(named, "Brennholz im Schuppen") == "vault/Zuhause/Holz"
     assert _first(named, "Einarbeitung") == "vault/Arbeit/Onboarding"
+    # a number alias (YAML reads it as a number) names nothing: the notes of that year come first
+    assert _first(named, "2024").startswith("vault/Daily/")
 
 
 def test_a_question_about_a_namesake_recalls_nothing(named: DaemonProcess) -> None:

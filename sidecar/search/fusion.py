@@ -303,9 +303,11 @@ def _named_first(ranked: list[Scored], content_words: frozenset[str]) -> list[Sc
     in their text (or link to the note) scored four and five times the named one, whose body need
     not hold its alias at all. Only a query of bare words: in a question the name's word is one
     word of a sentence ("how do I fold them?" is not the page "Folding" with the alias "Fold";
-    help set MRR@10 0.833 -> 0.822 with questions too, BENCHMARKS.md)."""
+    help set MRR@10 0.833 -> 0.822 with questions too, BENCHMARKS.md). Only a name with a
+    letter: YAML reads ``aliases: [2024]`` as a number, and the query "2024" asks for the notes of
+    that year, not for the one note that happens to list it."""
     top = max((s.score for s in ranked), default=0.0)
-    if top <= 0:
+    if top <= 0 or not any(ch.isalpha() for w in content_words for ch in w):
         return ranked
     out = [
         replace(s, score=s.score + top, boosts={**s.boosts, "name": round(top, 4)})
