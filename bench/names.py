@@ -7,7 +7,10 @@ filler; labeled cases run on a daemon of the code in ``--code`` (old against new
   birthday?" over a German note), in the note's own language, and questions naming an alias;
   right (the note among the hits) and wrong notes recalled beside it;
 - asides: statements, bare names and questions without a question word that mention a name in
-  passing, and questions about an everyday word that titles a note; injected (any hit) counts.
+  passing, and questions about an everyday word that titles a note; injected (any hit) counts;
+- namesakes: questions about a well-known person who shares a first name with a person of the
+  notes ("Who is Tom Hanks?" beside "Tom Hardy"), and statements opening with a question word
+  ("When Tom calls, ..."); injected (any hit) counts.
 
     python bench/names.py [--code DIR] [--out FILE]
 
@@ -36,6 +39,19 @@ PEOPLE = [
     ("Grace Miller", False, "Toronto", "11 February", "my piano teacher"),
     ("Felix Brandt", True, "Erfurt", "25. April", "mein Schwager"),
 ]
+# A well-known namesake of each person: a question about them is not about the note's person.
+NAMESAKES = {
+    "Anna": "Anna Netrebko",
+    "Tom": "Tom Hanks",
+    "Jonas": "Jonas Kaufmann",
+    "Emily": "Emily Blunt",
+    "Lena": "Lena Meyer-Landrut",
+    "Oliver": "Oliver Twist",
+    "Mia": "Mia Farrow",
+    "Noah": "Noah Webster",
+    "Grace": "Grace Kelly",
+    "Felix": "Felix Mendelssohn",
+}
 # (path, aliases, body)
 ALIASED = [
     (
@@ -128,6 +144,15 @@ def cases() -> dict[str, list[tuple[str, str]]]:
             (f"Hast du {first} gesehen?", ""),
             (f"{first} sends her regards, by the way", ""),
         ]
+    namesakes = []
+    for title, german, *_ in PEOPLE:
+        first = title.split()[0]
+        other = NAMESAKES[first]
+        namesakes += [
+            (f"Wer ist {other}?" if german else f"Who is {other}?", ""),
+            (f"Wann hat {other} Geburtstag?" if german else f"When is {other}'s birthday?", ""),
+            (f"When {first} calls, tell them I'm out.", ""),
+        ]
     alias_q = []
     for path, aliases, _ in ALIASED:
         a = aliases[0]
@@ -143,7 +168,13 @@ def cases() -> dict[str, list[tuple[str, str]]]:
         ("What is the capital of Peru?", ""),
         ("Wie spät ist es in Tokio?", ""),
     ]
-    return {"other language": other, "own language": own, "aliases": alias_q, "asides": asides}
+    return {
+        "other language": other,
+        "own language": own,
+        "aliases": alias_q,
+        "asides": asides,
+        "namesakes": namesakes,
+    }
 
 
 def search_aliases(d: Any) -> dict[str, Any]:
@@ -187,7 +218,7 @@ def run(code: Path, base: Path) -> dict[str, Any]:
                 "right": right,
                 "wrong notes": wrong,
                 "injected": injected,
-                "misses" if group != "asides" else "injecting": misses,
+                "injecting" if group in ("asides", "namesakes") else "misses": misses,
             }
         return out
     finally:
