@@ -147,10 +147,10 @@ def cases() -> dict[str, list[tuple[str, str]]]:
     namesakes = []
     for title, german, *_ in PEOPLE:
         first = title.split()[0]
-        other = NAMESAKES[first]
+        famous = NAMESAKES[first]
         namesakes += [
-            (f"Wer ist {other}?" if german else f"Who is {other}?", ""),
-            (f"Wann hat {other} Geburtstag?" if german else f"When is {other}'s birthday?", ""),
+            (f"Wer ist {famous}?" if german else f"Who is {famous}?", ""),
+            (f"Wann hat {famous} Geburtstag?" if german else f"When is {famous}'s birthday?", ""),
             (f"When {first} calls, tell them I'm out.", ""),
         ]
     alias_q = []
