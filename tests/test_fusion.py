@@ -256,7 +256,8 @@ def test_a_number_alias_does_not_put_its_note_first() -> None:
     ranked = apply_rules(hits, frozenset({"2024"}), False, Rules(page_support=0), bare=True)
     assert ranked[0].candidate.key == "vault/Daily/2024-03-01" and "name" not in ranked[1].boosts
     q3 = [hits[0], _scored("c", "vault/Plan", 0.2, full_names=(frozenset({"q3"}),))]
-    assert apply_rules(q3, frozenset({"q3"}), False, Rules(page_support=0), bare=True)[0].candidate.key == "vault/Plan"
+    named = apply_rules(q3, frozenset({"q3"}), False, Rules(page_support=0), bare=True)
+    assert named[0].candidate.key == "vault/Plan"
 
 
 def test_full_name_boost_needs_every_word_of_a_multiword_name() -> None:
