@@ -227,6 +227,39 @@ def test_slug_boost_moves_the_named_page_up_and_turns_off() -> None:
     assert off[0].candidate.key == "vault/Other" and "slug" not in off[0].boosts  # off by default
 
 
+def test_a_query_that_is_exactly_a_notes_alias_puts_that_note_first() -> None:
+    """A one-word alias searched alone lifts its note over notes that score five times as much by
+    holding the word (the "name" boost); the word in a question, a query with another word beside
+    it, or fullNameBoost 1.0 leaves the order alone."""
+    alias = (frozenset({"gartenhaus"}), frozenset({"schuppen"}))
+    hits = [_scored("a", "vault/Holz", 1.2), _scored("b", "vault/Gartenhaus", 0.23, full_names=alias)]
+    first = apply_rules(hits, frozenset({"schuppen"}), False, Rules(page_support=0), bare=True)[0]
+    assert first.candidate.key == "vault/Gartenhaus" and first.boosts["name"] == 1.2
+    # the same word in a question ("wo ist der Schuppen?"): one word of a sentence
+    assert (
+        apply_rules(hits, frozenset({"schuppen"}), False, Rules(page_support=0))[0].candidate.key
+        == "vault/Holz"
+    )
+    words = frozenset({"schuppen", "brennholz"})
+    assert apply_rules(hits, words, False, Rules(page_support=0), bare=True)[0].candidate.key == "vault/Holz"
+    off = Rules(full_name_boost=1.0, page_support=0)
+    assert apply_rules(hits, frozenset({"schuppen"}), False, off, bare=True)[0].candidate.key == "vault/Holz"
+
+
+def test_a_number_alias_does_not_put_its_note_first() -> None:
+    """A name of digits only (YAML ``aliases: [2024]``) is no name the query "2024" asks for: the
+    notes that hold the number keep their order; a name with a letter still goes first."""
+    hits = [
+        _scored("a", "vault/Daily/2024-03-01", 0.9, full_names=(frozenset({"2024", "03", "01"}),)),
+        _scored("b", "vault/Arbeit/Onboarding", 0.2, full_names=(frozenset({"2024"}),)),
+    ]
+    ranked = apply_rules(hits, frozenset({"2024"}), False, Rules(page_support=0), bare=True)
+    assert ranked[0].candidate.key == "vault/Daily/2024-03-01" and "name" not in ranked[1].boosts
+    q3 = [hits[0], _scored("c", "vault/Plan", 0.2, full_names=(frozenset({"q3"}),))]
+    named = apply_rules(q3, frozenset({"q3"}), False, Rules(page_support=0), bare=True)
+    assert named[0].candidate.key == "vault/Plan"
+
+
 def test_full_name_boost_needs_every_word_of_a_multiword_name() -> None:
     """`audio recorder` fully named in the query beats a partial match (search.fullNameBoost)."""
     full = (frozenset({"audio", "recorder"}),)

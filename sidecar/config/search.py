@@ -142,7 +142,8 @@ class SearchConfig:
     )
     full_name_boost: float = _opt(
         1.3,
-        "Factor when the query contains every word of a note's title or alias (2+ words).",
+        "Factor when the query contains every word of a note's title or alias (2+ words); a query "
+        "that is exactly a title or alias (one word too) puts that note first. 1.0: both off.",
         min=0.0,
         max=10.0,
     )

@@ -272,9 +272,12 @@ def apply_rules(
     chronicle: bool,
     rules: Rules,
     rare_chunks: frozenset[str] = frozenset(),
+    *,
+    bare: bool = False,
 ) -> list[Scored]:
     """Name boosts, rare-term boost and log demotion per chunk, then page support; best first.
-    ``rare_chunks`` are the chunks that contain a rare word of the query (``Retriever.rare_words``)."""
+    ``rare_chunks`` are the chunks that contain a rare word of the query (``Retriever.rare_words``).
+    ``bare``: the query is content words alone (no stopword), so it can be a note's name."""
     out: list[Scored] = []
     for hit in hits:
         s, c = hit, hit.candidate
@@ -287,7 +290,33 @@ def apply_rules(
         if rules.log_demotion != 1.0 and not chronicle and c.key.startswith(rules.log_prefix):
             s = _boost(s, "log", rules.log_demotion)
         out.append(s)
-    return support(out, rules.page_support)
+    ranked = support(out, rules.page_support)
+    if rules.full_name_boost == 1.0 or not content_words or not bare:
+        return ranked
+    return _named_first(ranked, content_words)
+
+
+def _named_first(ranked: list[Scored], content_words: frozenset[str]) -> list[Scored]:
+    """A query that is exactly a note's title or one of its aliases ("Schuppen", a one-word
+    alias) asks for that note, as ``[[Schuppen]]`` links to it: its chunks go first, lifted by the
+    best score, in their own order. A factor could not do it: the notes that merely hold the word
+    in their text (or link to the note) scored four and five times the named one, whose body need
+    not hold its alias at all. Only a query of bare words: in a question the name's word is one
+    word of a sentence ("how do I fold them?" is not the page "Folding" with the alias "Fold";
+    help set MRR@10 0.833 -> 0.822 with questions too, BENCHMARKS.md). Only a name with a
+    letter: YAML reads ``aliases: [2024]`` as a number, and the query "2024" asks for the notes of
+    that year, not for the one note that happens to list it."""
+    top = max((s.score for s in ranked), default=0.0)
+    if top <= 0 or not any(ch.isalpha() for w in content_words for ch in w):
+        return ranked
+    out = [
+        replace(s, score=s.score + top, boosts={**s.boosts, "name": round(top, 4)})
+        if any(n == content_words for n in s.candidate.full_names)
+        else s
+        for s in ranked
+    ]
+    out.sort(key=lambda s: -s.score)
+    return out
 
 
 def support(hits: Sequence[Scored], share: float) -> list[Scored]:

@@ -256,6 +256,7 @@ class _Coverage:
         # the corroborated pass asks (_RARE_WORD).
         self.several = len(typed) >= 2
         self._held: dict[str, set[str]] | None = None
+        self._held_of: dict[str, list[str]] = {}
         self._known: dict[str, bool] = {}
 
     def counts(self, chunk_id: str) -> tuple[int, int, int]:
@@ -270,12 +271,17 @@ class _Coverage:
         return any(w not in held for w in self.words if w in self._rare)
 
     def _held_by(self, chunk_id: str) -> list[str]:
+        # Memoised per chunk: counts, misses_rare, most and misses_unknown each ask in turn.
+        done = self._held_of.get(chunk_id)
+        if done is not None:
+            return done
         if self._held is None:
             r, among, lang = self._r, self._among, self._lang
             # As written ("Ozturk"), in the title, or in any form of the message's language
             # ("verbreitert"; "Ueberschriften" typed for "Überschriften").
             self._held = {w: r.holding([w], among, lang) for w in self.words}
-        return [w for w, ids in self._held.items() if chunk_id in ids]
+        held = self._held_of[chunk_id] = [w for w, ids in self._held.items() if chunk_id in ids]
+        return held
 
     def misses_unknown(self, chunk_id: str) -> bool:
         """Whether a word of the message the chunk lacks is in no note at all, in no form: the

@@ -649,7 +649,8 @@ class Retriever:
         content = frozenset(fold_word(w) for w in qa.content_words)
         agents = {a for s in best.values() if (a := memory_agent(s.candidate.key)) is not None}
         rare_chunks = frozenset(self._holding(rare, list(best), agents))
-        ruled = apply_rules(list(best.values()), content, qa.chronicle, rules, rare_chunks)
+        bare = len(qa.words) == len(qa.content_words)
+        ruled = apply_rules(list(best.values()), content, qa.chronicle, rules, rare_chunks, bare=bare)
         if cfg.link_lift > 0:
             ruled = self._link_lift(ruled, cfg.link_lift)
         folded = fold(ruled, cfg.fold)
