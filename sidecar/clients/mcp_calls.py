@@ -26,7 +26,8 @@ from sidecar.contracts.wire import hit_json, parse_search, resolved_notes, windo
 log = logging.getLogger(__name__)
 
 # What a search hit shows an agent (the scores behind relevance are for tuning, not for it).
-# A note's day (date, datedBy) when a date window judged it: which day of a period it belongs to.
+# A note's day (date, datedBy) when a date window judged it: which day of a period it belongs to;
+# deletionHeld when its file is gone while its deletion is held.
 HIT_KEYS = (
     "reference",
     "source",
@@ -39,6 +40,7 @@ HIT_KEYS = (
     "masked",
     "date",
     "datedBy",
+    "deletionHeld",
 )
 
 Tool = Callable[[dict[str, Any]], tuple[str, dict[str, Any]]]
