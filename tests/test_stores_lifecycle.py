@@ -182,6 +182,74 @@ def test_a_newer_manifest_is_not_written_to_when_refused(tmp_path: Path) -> None
     assert sorted(p.name for p in path.parent.iterdir()) == ["manifest.sqlite"]
 
 
+def _newer_keyword_index(cfg: Any, recorded: bool) -> None:
+    """Make the kept keyword index look as a newer sidecar left it: analyzers of the next
+    generation in every meta.json, and (``recorded``) the next layout in its layout file."""
+    from sidecar.stores.versions import BM25_LAYOUT
+
+    bm25 = cfg.index_dir / "bm25"
+    for meta in bm25.rglob("meta.json"):
+        meta.write_text(meta.read_text().replace(f"_{BM25_LAYOUT}\"", f"_{BM25_LAYOUT + 1}\""))
+    layout = bm25 / "layout.json"
+    if recorded:
+        layout.write_text(f'{{"layout": {BM25_LAYOUT + 1}}}\n')
+    else:
+        layout.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["layout-file", "analyzer-names"])
+def test_a_keyword_index_of_a_newer_layout_is_refused_not_deleted(
+    make_cfg: Any, vault: Path, recorded: bool
+) -> None:
+    """A keyword index a newer sidecar wrote (its layout file, or its analyzers' names, say a newer
+    layout) is refused like a newer manifest (exit code 3, what to do), and not a byte of it is
+    changed (it was taken for an older layout by its fields, deleted and rebuilt)."""
+    from sidecar.contracts.errors import ExitCode, StoreNewerError
+    from sidecar.stores.lifecycle import open_stores
+    from tests.index_helpers import snapshot
+
+    cfg = make_cfg(vault)
+    index_and_close(cfg)
+    _newer_keyword_index(cfg, recorded)
+    before = snapshot(cfg.index_dir / "bm25")
+    names = sorted(p.name for p in cfg.index_dir.iterdir())
+    with pytest.raises(StoreNewerError, match="written by a newer sidecar") as err:
+        open_stores(cfg, _problems())
+    assert "index --rebuild" in str(err.value) and "Nothing was deleted" in str(err.value)
+    assert err.value.exit_code == ExitCode.CONFIG
+    assert snapshot(cfg.index_dir / "bm25") == before
+    assert sorted(p.name for p in cfg.index_dir.iterdir()) == names
+
+
+def test_a_rebuild_on_purpose_replaces_a_newer_keyword_index(make_cfg: Any, vault: Path) -> None:
+    """`sidecar index --rebuild` (no daemon) is the way out named in the refusal: the newer keyword
+    index is moved aside and this version's is built from the notes; a plain run stays refused."""
+    from sidecar.contracts.errors import StoreNewerError
+    from sidecar.daemon.lifecycle import index_once
+    from sidecar.stores.versions import BM25_LAYOUT, bm25_layout
+
+    cfg = make_cfg(vault)
+    expected = index_and_close(cfg)
+    _newer_keyword_index(cfg, recorded=True)
+    with pytest.raises(StoreNewerError):
+        index_once(cfg, rebuild=False)
+    summary = index_once(cfg, rebuild=True)
+    assert summary["chunks"] == expected
+    assert bm25_layout(cfg.index_dir / "bm25") == BM25_LAYOUT
+    assert any(p.name.startswith("bm25.broken-") for p in cfg.index_dir.iterdir())
+
+
+def test_a_new_keyword_index_records_its_layout(make_cfg: Any, vault: Path) -> None:
+    """The layout is written beside the index, so that an older sidecar can tell a newer one."""
+    import json
+
+    from sidecar.stores.versions import BM25_LAYOUT
+
+    cfg = make_cfg(vault)
+    index_and_close(cfg)
+    assert json.loads((cfg.index_dir / "bm25" / "layout.json").read_text()) == {"layout": BM25_LAYOUT}
+
+
 def _problems() -> Any:
     from sidecar.index.problems import Problems
 
@@ -243,7 +311,7 @@ def test_bm25_index_of_an_older_layout_is_upgraded(
         assert h2.stores.bm25.num_docs() == expected
         assert h2.stores.bm25.num_pages() == h2.stores.manifest.indexed_page_count() > 0
         names = sorted(p.name for p in (cfg.index_dir / "bm25").iterdir())
-        assert names == ["chunks", "memory", "pages", "umlauts.txt"]  # the notes' umlaut words beside
+        assert names == ["chunks", "layout.json", "memory", "pages", "umlauts.txt"]  # the notes' umlaut words beside
         assert not any(r.levelname in ("WARNING", "ERROR") for r in caplog.records)
     finally:
         h2.close()

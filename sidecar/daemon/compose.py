@@ -52,12 +52,15 @@ def build(
     slot: EmbedderSlot,
     beat: Callable[[], None] | None = None,
     clock: SteadyClock | None = None,
+    *,
+    replace_newer: bool = False,
 ) -> Parts:
     """Open the stores and build the parts over them; ``beat``: the indexer thread's heartbeat;
-    ``clock``: the steady clock (one kept beside the home's record by default)."""
+    ``clock``: the steady clock (one kept beside the home's record by default);
+    ``replace_newer``: a store a newer sidecar wrote is replaced (a rebuild on purpose)."""
     clock = clock if clock is not None else SteadyClock(clock_path(cfg))
     problems = Problems()
-    manifest, bm25 = open_stores(cfg, problems)
+    manifest, bm25 = open_stores(cfg, problems, replace_newer=replace_newer)
     stores = Stores(manifest, bm25, problems=problems)
     vectors = Vectoring(
         stores, cfg.index.keep_deleted_vectors_hours * 3600, cfg.index.keep_deleted_vectors_max

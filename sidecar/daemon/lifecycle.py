@@ -432,7 +432,11 @@ def index_once(
     lock = IndexLock(cfg.index_dir)
     lock.acquire()
     slot = EmbedderSlot()
-    parts = build(cfg, slot)
+    try:
+        parts = build(cfg, slot, replace_newer=rebuild)  # a newer version's index replaced on purpose only
+    except BaseException:
+        lock.release()  # refused (a newer index) or failed: the next run or daemon may lock it
+        raise
     manifest, vectors, indexer = parts.stores.manifest, parts.vectors, parts.indexer
     if waiting is not None:
         supervisor = parts.supervisor

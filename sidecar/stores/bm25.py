@@ -31,6 +31,7 @@ from sidecar.contracts.errors import (
     DaemonRunningError,
     DiskFullError,
     StoreError,
+    StoreNewerError,
     StoreOutdatedError,
     engine_message,
     is_disk_full,
@@ -41,6 +42,7 @@ from sidecar.contracts.wire import memory_agent
 from sidecar.stores.aside import aside_name
 from sidecar.stores.cjk import bigrams
 from sidecar.stores.umlauts import UmlautWords
+from sidecar.stores.versions import BM25_LAYOUT, LAYOUT_FILE, bm25_layout, record_bm25_layout
 
 log = logging.getLogger(__name__)
 
@@ -596,6 +598,23 @@ def _live_docs(folder: Path) -> int:
     return total - deleted
 
 
+def check_layout(path: Path) -> None:
+    """A keyword index of a newer layout (written by a newer sidecar: a downgrade) is refused, not
+    replaced: the newer version finds it again after a re-upgrade (it was taken for an older one
+    by its fields, deleted and rebuilt). One of an older layout is replaced (derived data)."""
+    layout = bm25_layout(path)
+    if layout is None or layout == BM25_LAYOUT:
+        return
+    if layout < BM25_LAYOUT:
+        raise StoreOutdatedError(f"BM25 index {path} has layout {layout}, this version writes {BM25_LAYOUT}")
+    raise StoreNewerError(
+        f"the keyword index {path} was written by a newer sidecar (layout {layout}; this version "
+        f"reads up to {BM25_LAYOUT}): sidecar was downgraded? Nothing was deleted. Start the newer "
+        "version again, or run `sidecar index --rebuild` on purpose to have this version build a "
+        "new index from the notes"
+    )
+
+
 class Bm25Index:
     """BM25 over chunks and over whole notes (pages): one Tantivy index each in ``chunks/`` and
     ``pages/`` for the vault and the wiki, and the same pair for each agent's memory in
@@ -614,6 +633,7 @@ class Bm25Index:
 
     def __init__(self, path: Path) -> None:
         self.path = path  # made by its parts' folders (with their guard)
+        check_layout(path)  # before anything is made or written in the folder
         if (path / "meta.json").exists():  # one index in the folder itself: before pages
             raise StoreOutdatedError(f"BM25 index {path} has no page index")
         if (path / "chunks").exists() and not (path / "memory").is_dir():
@@ -648,6 +668,11 @@ class Bm25Index:
         for p in found:
             if _REMOVED in p.name:  # a removal cut short (a crash, a file that would not go)
                 shutil.rmtree(p, ignore_errors=True)
+        if not (path / LAYOUT_FILE).is_file():
+            try:
+                record_bm25_layout(path)
+            except OSError as exc:  # a full disk: the layout is read from the analyzers meanwhile
+                log.warning("bm25_layout_not_recorded path=%s error=%s", path, exc.strerror or exc)
 
     @property
     def _searcher(self) -> tantivy.Searcher:

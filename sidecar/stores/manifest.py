@@ -32,8 +32,9 @@ from sidecar.contracts.wire import memory_agent
 from sidecar.notes import links
 from sidecar.notes.dayformat import DayFormats, day_of_path
 from sidecar.stores.vectorbook import NO_VECTOR, VectorBook, _in_groups
+from sidecar.stores.versions import MANIFEST_SCHEMA, manifest_schema
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = MANIFEST_SCHEMA  # read by thin clients from stores.versions
 SOURCE_RANK = {"memory": 0, "wiki": 1, "vault": 2}
 
 log = logging.getLogger(__name__)
@@ -324,25 +325,19 @@ def _newer(path: Path, version: int) -> StoreNewerError:
     return StoreNewerError(
         f"the index in {path.parent} was written by a newer sidecar (manifest schema "
         f"{version}; this version reads up to {SCHEMA_VERSION}): sidecar was downgraded? "
-        "Start the newer version again, or move that folder away to have this version "
-        "build a new index (the newer one is left as it is)"
+        "Start the newer version again, or run `sidecar index --rebuild` on purpose (or move that "
+        "folder away) to have this version build a new index from the notes"
     )
 
 
 def _refuse_newer(path: Path) -> None:
     """Refuse a newer version's manifest before the writable open changes it (``journal_mode``
     rewrites the header; even a read-only SQLite open of a WAL file leaves a -wal and -shm): the
-    version is read from the file's header (offset 60, big-endian). A change still in a newer
-    version's write-ahead log is caught by the check after the open, as before."""
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(100)
-    except OSError:
-        return  # no file yet, or one the open below says what is wrong with
-    if len(head) == 100 and head.startswith(b"SQLite format 3\x00"):
-        version = int.from_bytes(head[60:64], "big", signed=True)
-        if version > SCHEMA_VERSION:
-            raise _newer(path, version)
+    version is read from the file's header (``versions.manifest_schema``). A change still in a
+    newer version's write-ahead log is caught by the check after the open, as before."""
+    version = manifest_schema(path)
+    if version is not None and version > SCHEMA_VERSION:
+        raise _newer(path, version)
 
 
 class Manifest(VectorBook):
