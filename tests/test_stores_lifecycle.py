@@ -189,7 +189,7 @@ def _newer_keyword_index(cfg: Any, recorded: bool) -> None:
 
     bm25 = cfg.index_dir / "bm25"
     for meta in bm25.rglob("meta.json"):
-        meta.write_text(meta.read_text().replace(f"_{BM25_LAYOUT}\"", f"_{BM25_LAYOUT + 1}\""))
+        meta.write_text(meta.read_text().replace(f'_{BM25_LAYOUT}"', f'_{BM25_LAYOUT + 1}"'))
     layout = bm25 / "layout.json"
     if recorded:
         layout.write_text(f'{{"layout": {BM25_LAYOUT + 1}}}\n')
@@ -311,7 +311,8 @@ def test_bm25_index_of_an_older_layout_is_upgraded(
         assert h2.stores.bm25.num_docs() == expected
         assert h2.stores.bm25.num_pages() == h2.stores.manifest.indexed_page_count() > 0
         names = sorted(p.name for p in (cfg.index_dir / "bm25").iterdir())
-        assert names == ["chunks", "layout.json", "memory", "pages", "umlauts.txt"]  # the notes' umlaut words beside
+        # the notes' umlaut words and the layout beside
+        assert names == ["chunks", "layout.json", "memory", "pages", "umlauts.txt"]
         assert not any(r.levelname in ("WARNING", "ERROR") for r in caplog.records)
     finally:
         h2.close()

@@ -39,9 +39,7 @@ class Notes(Protocol):
     def note(self, area: str, what: str) -> None: ...
 
 
-def open_stores(
-    cfg: Config, problems: Notes, *, replace_newer: bool = False
-) -> tuple[Manifest, Bm25Index]:
+def open_stores(cfg: Config, problems: Notes, *, replace_newer: bool = False) -> tuple[Manifest, Bm25Index]:
     """Open manifest and BM25; a store that cannot be opened is moved aside and started fresh.
     A store written by a newer sidecar is refused (StoreNewerError), unless ``replace_newer`` (a
     rebuild asked for on purpose): then it is moved aside like a damaged one."""
