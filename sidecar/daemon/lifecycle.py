@@ -15,6 +15,8 @@ import asyncio
 import contextlib
 import functools
 import logging
+import random
+import shutil
 import signal
 import sqlite3
 import threading
@@ -25,12 +27,14 @@ from typing import Any
 
 from sidecar.config import Config
 from sidecar.config.settings import settings
-from sidecar.contracts.errors import ConfigError, SidecarError, StoreError
+from sidecar.contracts.errors import ConfigError, DiskFullError, SidecarError, StorageError, StoreError
+from sidecar.contracts.protocol import Request
 from sidecar.daemon.backfill import Backfill
 from sidecar.daemon.compose import (
     Parts,
     build,
     build_handlers,
+    build_read_only,
     build_server,
     build_watcher,
     model_gates,
@@ -45,10 +49,12 @@ from sidecar.daemon.server import Server, bind_socket
 from sidecar.daemon.watchdog import Watchdog, status_line
 from sidecar.index.indexer import Indexer
 from sidecar.index.migration import attach, serving_model
+from sidecar.index.problems import Problems
 from sidecar.memory.inbox import Inboxes
 from sidecar.model.embedder import EmbedderSlot, model_name
 from sidecar.runtime.notify import Notifier
 from sidecar.search.retrieval import Retriever
+from sidecar.stores.space import disk_full_at
 from sidecar.stores.vectors import warm as warm_vector_library
 from sidecar.vault.homeguard import HomeGuard, held
 from sidecar.vault.timeout import folder_state
@@ -91,6 +97,8 @@ class Daemon:
         self._scheduler: Schedule | None = None
         self._retriever: Retriever | None = None
         self.parts: Parts | None = None
+        self._read_only_parts: Parts | None = None  # serving while the index's disk is full
+        self._handlers_now: Handlers | None = None
         self._inboxes: Inboxes | None = None
         self.loop: IndexLoop | None = None
         self.watcher: Watcher | None = None
@@ -149,6 +157,24 @@ class Daemon:
                     cfg.vault.path,
                     f" ({why})" if why else "",
                 )
+        try:
+            if disk_full_at(cfg.index_dir) and (cfg.index_dir / "manifest.sqlite").exists():
+                # Asked first: a writable open that fails for want of space leaves a -wal and -shm
+                raise DiskFullError(f"the disk of {cfg.index_dir} is full")
+            handlers = self._start_parts()
+        except DiskFullError as exc:
+            handlers = self._start_read_only(exc)
+        self._handlers_now = handlers
+        return build_server(cfg, _Dispatch(self._current_handlers))
+
+    def _current_handlers(self) -> Handlers:
+        assert self._handlers_now is not None
+        return self._handlers_now
+
+    def _start_parts(self) -> Handlers:
+        """Build the parts over the stores opened for writing, start the threads and the
+        scheduler, ask for the first sweep; the handlers over them."""
+        cfg = self.cfg
         beat = self.watchdog.indexer_alive
         parts = self.parts = build(cfg, self.slot, beat=beat)
         indexer, problems, vectors = parts.indexer, parts.problems, parts.vectors
@@ -193,7 +219,58 @@ class Daemon:
         )
         scheduler.start()
         loop.request_sweep()
-        return build_server(cfg, handlers)
+        return handlers
+
+    def _start_read_only(self, full: DiskFullError) -> Handlers:
+        """The stores cannot be opened for writing because the index's disk is full: serve search,
+        recall and get from the index as it is, opened for reading only, and refuse what writes
+        (``ReadOnly``); a thread watches the disk and starts the daemon's normal work once there
+        is space (``_wait_for_space``). ``full`` is raised again when the index cannot be read
+        that way (the daemon exits 5, as before)."""
+        cfg = self.cfg
+        try:
+            parts = build_read_only(cfg, self.slot)
+        except StoreError as exc:
+            log.error("index_read_only_refused error=%s", exc)
+            raise full from exc
+        self._read_only_parts = parts
+        parts.indexer.activity.first_sweep_done = True  # the index as it was: nothing is read now
+        self.slot.set_failed("not loaded while the disk holding the index is full (keyword search meanwhile)")
+        refusal = ReadOnly(cfg.index_dir, parts.stores.manifest.path)
+        parts.problems.report("index", refusal.message(), since=refusal.since)
+        log.error("index_read_only %s", refusal.message())
+        service = ServiceState(self.started, lambda: 0, lambda *_a: None, list, self.reload)
+        inboxes = Inboxes(cfg, home=parts.supervisor.home, clock=parts.clock)
+        handlers = build_handlers(cfg, parts, self.slot, service, inboxes)
+        self._retriever = handlers.retriever
+        refusal.wrap(handlers, parts.problems)
+        self._start_thread("space-watch", lambda: self._wait_for_space(refusal, parts))
+        return handlers
+
+    def _wait_for_space(self, refusal: ReadOnly, parts: Parts) -> None:
+        """Ask the disk (statvfs, then a small written probe) with growing waits (1 s doubling up
+        to ``watch.faultRetryMaxSeconds``, jittered); once it has room, start the normal work (its
+        first sweep catches up) and hand the socket's requests to it."""
+        wait = 1.0
+        while not self.stop.wait(wait * random.uniform(0.8, 1.2)):
+            wait = min(wait * 2, self.cfg.watch.fault_retry_max_seconds)
+            self.watchdog.indexer_alive()
+            if self.notifier.enabled:
+                self.watchdog.notify(lambda: "read-only: the disk holding the index is full")
+            if disk_full_at(self.cfg.index_dir):
+                parts.problems.report("index", refusal.message(), since=refusal.since)
+                continue
+            try:
+                handlers = self._start_parts()
+            except DiskFullError as exc:
+                log.warning("index_read_only_still error=%s", exc)
+                continue
+            except SidecarError as exc:
+                log.error("index_writable_failed error=%s; serving read-only", exc)
+                continue
+            self._handlers_now = handlers
+            log.warning("index_writable_again the disk has room: indexing resumes (catch-up sweep)")
+            return
 
     def _handlers(self, parts: Parts, loop: IndexLoop, watcher: Watcher) -> Handlers:
         cfg = self.cfg
@@ -375,6 +452,8 @@ class Daemon:
                         parts.vectors.mark_clean()
                 parts.stores.close()
                 parts.clock.save()
+            if self._read_only_parts is not None:
+                self._read_only_parts.stores.close()
         finally:
             if self._listener is not None:
                 self._listener.close()
@@ -397,6 +476,53 @@ class Daemon:
                 stuck = True
                 log.warning("shutdown_timeout thread=%s", t.name)
         return stuck
+
+
+class _Dispatch:
+    """The server's handler: the handlers of the moment (read-only ones are replaced by the
+    normal ones once the disk has room, without closing the socket)."""
+
+    def __init__(self, current: Callable[[], Handlers]) -> None:
+        self._current = current
+
+    def dispatch(self, req: Request) -> dict[str, Any]:
+        return self._current().dispatch(req)
+
+
+class ReadOnly:
+    """What a daemon serving an index opened read-only (its disk full) refuses, and says."""
+
+    WRITES = frozenset({"index", "write", "edit", "delete"})  # indexing, memory writes, rebuilds
+
+    def __init__(self, index_dir: Path, manifest: Path) -> None:
+        self.index_dir = index_dir
+        try:
+            self.since = manifest.stat().st_mtime  # the index's last write
+        except OSError:
+            self.since = time.time()
+
+    def message(self) -> str:
+        try:
+            free = shutil.disk_usage(self.index_dir).free
+        except OSError:
+            free = 0
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.since))
+        return (
+            f"the disk holding the index is full: {free / 1e6:.1f} MB free; answers come from the "
+            f"index as it was at {when}; indexing, memory writes and rebuilds wait until there is "
+            "space (the daemon resumes by itself)"
+        )
+
+    def wrap(self, handlers: Handlers, problems: Problems) -> None:
+        """Make ``handlers`` refuse the ops that write, with the message (code ``storage``)."""
+        real = handlers.dispatch
+
+        def dispatch(req: Request) -> dict[str, Any]:
+            if req.op in self.WRITES:
+                raise StorageError(self.message())
+            return real(req)
+
+        handlers.dispatch = dispatch  # type: ignore[method-assign]
 
 
 def _record_counting(cfg: Config, slot: EmbedderSlot, indexer: Indexer) -> None:

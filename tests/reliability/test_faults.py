@@ -119,6 +119,47 @@ def test_a_keyword_writer_killed_by_a_full_disk_comes_back(tmp_path: Path) -> No
             index.close()
 
 
+def test_a_start_on_a_full_disk_serves_the_index_read_only_and_resumes(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
+    """A start whose index disk is full (the stores cannot be opened for writing) exited 5 and the
+    service retried it forever, although the index on disk was whole. Now the daemon serves
+    search, recall and get from it read-only (``staleSince`` on the answers), refuses indexing and
+    memory writes with what is wrong, writes nothing into the index folder, and once space is back
+    resumes by itself (same process) and catches up with the notes written meanwhile."""
+    with tmpfs(tmp_path / "home", "24m") as home:
+        d: DaemonProcess = daemon_factory(vault, keyword_only=True, env=FAST_RETRY).start()
+        d.call("write", {"slug": "plan", "content": "# Plan\n\nRotate the backup disks monthly.\n"}, agent="ops")
+        assert d.stop() == 0
+        filler = fill(home)
+        index = {k: v for k, v in _snapshot(home / "index").items() if k != ".lock"}
+        write(vault / "Later.md", "# Later\n\nThe lighthouse keeper logs every storm.\n")
+        d.start(wait=None)
+        h = d.wait_for(lambda h: "index" in _active(h), timeout=120)
+        pid = h["pid"]
+        problem = next(p for p in h["problems"]["active"] if p["area"] == "index")
+        assert "the disk holding the index is full" in problem["error"]
+        assert "answers come from the index as it was at" in problem["error"]
+        found = d.call("search", {"query": "spark plugs"})
+        assert found["hits"][0]["reference"] == "vault/Projects/Boat" and found.get("staleSince")
+        assert d.call("get", {"reference": "vault/Garden"})["text"].startswith("---")
+        assert "monthly" in d.call("search", {"query": "rotate backup disks"}, agent="ops")["hits"][0]["text"]
+        assert d.call("recall", {"message": "how do we back up the NAS?"}).get("staleSince")
+        for op, params in (("write", {"slug": "new", "content": "# New\n\nx\n"}), ("index", {})):
+            with pytest.raises(RemoteError) as err:
+                d.call(op, params, agent="ops")
+            assert err.value.code == "storage" and "the disk holding the index is full" in str(err.value)
+        status = d.run_cli("status").stdout
+        assert "PROBLEM" in status and "the disk holding the index is full" in status
+        assert {k: v for k, v in _snapshot(home / "index").items() if k != ".lock"} == index
+        filler.unlink()
+        d.wait_for(lambda h: "index" not in _active(h) and h["index"]["files"] == 6, timeout=120)
+        hits = d.call("search", {"query": "lighthouse keeper storm"})["hits"]
+        assert hits[0]["reference"] == "vault/Later" and d.health()["pid"] == pid
+        d.call("write", {"slug": "new", "content": "# New\n\nThe disk has room again.\n"}, agent="ops")
+        assert d.stop() == 0
+
+
 def test_read_only_index_directory(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
     """A read-only index folder: searches still answer, health says indexing fails, and once the
     folder is writable again the notes saved meanwhile are indexed."""
