@@ -129,7 +129,8 @@ def test_a_start_on_a_full_disk_serves_the_index_read_only_and_resumes(
     resumes by itself (same process) and catches up with the notes written meanwhile."""
     with tmpfs(tmp_path / "home", "24m") as home:
         d: DaemonProcess = daemon_factory(vault, keyword_only=True, env=FAST_RETRY).start()
-        d.call("write", {"slug": "plan", "content": "# Plan\n\nRotate the backup disks monthly.\n"}, agent="ops")
+        plan = "# Plan\n\nRotate the backup disks monthly.\n"
+        d.call("write", {"slug": "plan", "content": plan}, agent="ops")
         assert d.stop() == 0
         filler = fill(home)
         index = {k: v for k, v in _snapshot(home / "index").items() if k != ".lock"}
