@@ -250,6 +250,47 @@ def test_a_new_keyword_index_records_its_layout(make_cfg: Any, vault: Path) -> N
     assert json.loads((cfg.index_dir / "bm25" / "layout.json").read_text()) == {"layout": BM25_LAYOUT}
 
 
+def test_a_read_only_manifest_writes_nothing_and_refuses_what_it_cannot_read_whole(
+    make_cfg: Any, vault: Path
+) -> None:
+    """Opened read-only (its disk full) the manifest makes no -wal, -shm or any other file and
+    answers reads; a write-ahead log holding commits (a stop that was not clean) is refused, as
+    only a writer reads it safely (the daemon then exits 5 as before), and so is an older schema."""
+    import sqlite3
+
+    from sidecar.contracts.errors import StoreError
+    from sidecar.stores.manifest import SCHEMA_VERSION, Manifest
+    from tests.index_helpers import snapshot
+
+    cfg = make_cfg(vault)
+    expected = index_and_close(cfg)
+    path = cfg.index_dir / "manifest.sqlite"
+    before = snapshot(cfg.index_dir)
+    m = Manifest(path, read_only=True)
+    try:
+        assert m.chunk_count() == expected > 0
+        with pytest.raises(sqlite3.OperationalError):
+            m.set_meta("x", "y")
+    finally:
+        m.close()
+    assert snapshot(cfg.index_dir) == before
+    writer = sqlite3.connect(path)
+    try:
+        writer.execute("PRAGMA wal_autocheckpoint=0")
+        writer.execute("CREATE TABLE later(x)")
+        writer.commit()
+        with pytest.raises(StoreError, match="write-ahead log"):
+            Manifest(path, read_only=True)
+    finally:
+        writer.close()
+    writer = sqlite3.connect(path)
+    writer.execute(f"PRAGMA user_version={SCHEMA_VERSION - 1}")
+    writer.commit()
+    writer.close()
+    with pytest.raises(StoreError, match="an upgrade writes"):
+        Manifest(path, read_only=True)
+
+
 def _problems() -> Any:
     from sidecar.index.problems import Problems
 

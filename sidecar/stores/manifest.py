@@ -419,6 +419,8 @@ class Manifest(VectorBook):
         older schema (its upgrade is a write)."""
         path = self.path
         version = manifest_schema(path)
+        if version is None:
+            raise StoreError(f"there is no readable manifest {path} (no index yet?)")
         if version != SCHEMA_VERSION:
             raise StoreError(
                 f"manifest {path} has schema {version}, this version reads {SCHEMA_VERSION} "
