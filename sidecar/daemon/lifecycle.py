@@ -160,7 +160,10 @@ class Daemon:
         try:
             if disk_full_at(cfg.index_dir) and (cfg.index_dir / "manifest.sqlite").exists():
                 # Asked first: a writable open that fails for want of space leaves a -wal and -shm
-                raise DiskFullError(f"the disk of {cfg.index_dir} is full")
+                raise DiskFullError(
+                    f"the disk of {cfg.index_dir} is full: nothing was moved aside; free some space "
+                    "and the daemon starts again"
+                )
             handlers = self._start_parts()
         except DiskFullError as exc:
             handlers = self._start_read_only(exc)
@@ -230,7 +233,7 @@ class Daemon:
         cfg = self.cfg
         try:
             parts = build_read_only(cfg, self.slot)
-        except StoreError as exc:
+        except (StoreError, sqlite3.Error, OSError) as exc:
             log.error("index_read_only_refused error=%s", exc)
             raise full from exc
         self._read_only_parts = parts
