@@ -181,9 +181,16 @@ class Daemon:
         beat = self.watchdog.indexer_alive
         parts = self.parts = build(cfg, self.slot, beat=beat)
         indexer, problems, vectors = parts.indexer, parts.problems, parts.vectors
-        indexer.finish_interrupted()
-        indexer.reparse_if_chunking_changed()
-        indexer.reread_canvases_if_read_differently()
+        try:
+            indexer.finish_interrupted()
+            indexer.reparse_if_chunking_changed()
+            indexer.reread_canvases_if_read_differently()
+        except BaseException:
+            # Closed for the next try (space watch): left open, its keyword writer's lock made
+            # every later open fail as "in use by another process".
+            self.parts = None
+            parts.stores.close()
+            raise
         loop = self.loop = IndexLoop(cfg, indexer, self.slot, problems, stop=self.stop, beat=beat)
         watcher = self.watcher = build_watcher(cfg, loop.changed, self.stop)
         handlers = self._handlers(parts, loop, watcher)
@@ -268,7 +275,7 @@ class Daemon:
             except DiskFullError as exc:
                 log.warning("index_read_only_still error=%s", exc)
                 continue
-            except SidecarError as exc:
+            except (SidecarError, sqlite3.Error, OSError) as exc:  # tried again at the next tick
                 log.error("index_writable_failed error=%s; serving read-only", exc)
                 continue
             self._handlers_now = handlers
