@@ -250,6 +250,31 @@ def test_a_new_keyword_index_records_its_layout(make_cfg: Any, vault: Path) -> N
     assert json.loads((cfg.index_dir / "bm25" / "layout.json").read_text()) == {"layout": BM25_LAYOUT}
 
 
+@pytest.mark.parametrize(
+    "text", ['{"layout": 1}', '{"layout": true}', '{"layout": 0}', '{"layout": -5}', '{"layout": "3"}',
+             '{"layout": 3.0}', '{"version": 3}', "[3]", "not json"],
+)  # fmt: skip
+def test_a_layout_file_no_version_wrote_is_not_taken_for_an_older_layout(
+    make_cfg: Any, vault: Path, text: str, caplog: Any
+) -> None:
+    """A layout file holding no layout any version records (a hand-written one, true, 0, a
+    string) was taken for an older layout and the keyword index emptied, with an INFO line; now
+    the analyzers' names tell the layout, and a warning names the file."""
+    from sidecar.index.problems import Problems
+    from sidecar.stores.lifecycle import open_stores
+
+    cfg = make_cfg(vault)
+    expected = index_and_close(cfg)
+    (cfg.index_dir / "bm25" / "layout.json").write_text(text)
+    manifest, bm25 = open_stores(cfg, Problems())
+    try:
+        assert bm25.num_docs() == expected
+    finally:
+        manifest.close()
+        bm25.close()
+    assert any("bm25_layout_un" in r.message for r in caplog.records)
+
+
 def test_a_read_only_manifest_writes_nothing_and_refuses_what_it_cannot_read_whole(
     make_cfg: Any, vault: Path
 ) -> None:

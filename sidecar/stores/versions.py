@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 MANIFEST_SCHEMA = 4
 # The keyword index's layout: its fields, their analyzers and its folders. A change that an index
@@ -23,6 +26,7 @@ MANIFEST_SCHEMA = 4
 # differently). 2: chunks, pages and memory/<agent> folders, analyzers ``sidecar_*_2``.
 BM25_LAYOUT = 2
 LAYOUT_FILE = "layout.json"
+FIRST_RECORDED_LAYOUT = 2  # the layout that came with the file: none lower was ever recorded
 _ANALYZER_GENERATION = re.compile(r"^sidecar_[a-z]+_(\d+)$")
 
 
@@ -41,10 +45,9 @@ def manifest_schema(path: Path) -> int | None:
 def bm25_layout(folder: Path) -> int | None:
     """The layout of the keyword index in ``folder``: the recorded one, else the one its analyzers'
     names carry (1 for names without a number); None without an index there or when unreadable."""
-    with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
-        recorded = json.loads((folder / LAYOUT_FILE).read_text(encoding="utf-8"))["layout"]
-        if isinstance(recorded, int):
-            return recorded
+    recorded = _recorded_layout(folder)
+    if recorded is not None:
+        return recorded
     try:
         fields = json.loads((folder / "chunks" / "meta.json").read_text(encoding="utf-8"))["schema"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -57,6 +60,26 @@ def bm25_layout(folder: Path) -> int | None:
             if m:
                 generations.append(int(m.group(1)))
     return max(generations)
+
+
+def _recorded_layout(folder: Path) -> int | None:
+    """The layout ``layout.json`` records; None without the file or when it holds no layout any
+    version writes (a plain number from 2, the first one recorded): such a file is not taken for
+    an older layout (whose index is replaced), the analyzers' names tell instead."""
+    path = folder / LAYOUT_FILE
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.warning("bm25_layout_unreadable path=%s error=%s (read from the analyzers)", path, exc)
+        return None
+    layout = recorded.get("layout") if isinstance(recorded, dict) else None
+    # bool is an int; 1 and below were never recorded (the file came with layout 2)
+    if type(layout) is int and layout >= FIRST_RECORDED_LAYOUT:
+        return layout
+    log.warning("bm25_layout_unknown path=%s value=%r (read from the analyzers)", path, recorded)
+    return None
 
 
 def record_bm25_layout(folder: Path) -> None:
