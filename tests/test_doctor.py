@@ -403,3 +403,23 @@ def test_doctor_and_status_say_the_index_is_a_newer_sidecars(
     assert r.returncode == ExitCode.NOT_RUNNING
     assert "refuses to start (exit code 3)" in r.stdout and f"{found}, this one reads {reads}" in r.stdout
     assert "sidecar index --rebuild" in r.stdout
+
+
+def test_status_without_a_daemon_does_not_hang_on_an_index_file_that_never_answers(tmp_path: Path) -> None:
+    """`status` finding no daemon reads the index's files to say why a start is refused; a home
+    on a share that went away (a FIFO stands in) hung it with no limit. It is bounded now."""
+    from sidecar.contracts.errors import ExitCode
+
+    home = tmp_path / "home"
+    (home / "index").mkdir(parents=True)
+    os.mkfifo(home / "index" / "manifest.sqlite")
+    env = {
+        **os.environ,
+        "SIDECAR_HOME": str(home),
+        "SIDECAR_SOCKET": str(tmp_path / "s.sock"),
+        "SIDECAR_WATCH_PROBE_TIMEOUT_SECONDS": "1",
+    }
+    r = subprocess.run(
+        [sys.executable, "-m", "sidecar", "status"], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    assert r.returncode == ExitCode.NOT_RUNNING and "not running" in r.stdout

@@ -316,9 +316,11 @@ def _refused_index(cfg: Config) -> str | None:
     """Why the daemon refuses to start on this home's index (exit 3), said where its log is not
     read: a store written by a newer sidecar."""
     from sidecar.stores.versions import newer_store
+    from sidecar.vault.timeout import run_with_timeout
 
-    newer = newer_store(cfg.index_dir)
-    if newer is None:
+    # Bounded like ``other_daemon``: a home on a share that went away hangs a read of its files.
+    newer, stuck = run_with_timeout(lambda: newer_store(cfg.index_dir), cfg.watch.probe_timeout_seconds, "index")
+    if stuck is not None or newer is None:
         return None
     return (
         f"The daemon refuses to start (exit code 3): {newer.describe()}. Start the newer sidecar "
