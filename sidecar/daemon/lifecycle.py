@@ -27,7 +27,14 @@ from typing import Any
 
 from sidecar.config import Config
 from sidecar.config.settings import settings
-from sidecar.contracts.errors import ConfigError, DiskFullError, SidecarError, StorageError, StoreError
+from sidecar.contracts.errors import (
+    ConfigError,
+    DiskFullError,
+    SidecarError,
+    StorageError,
+    StoreError,
+    StoreNewerError,
+)
 from sidecar.contracts.protocol import Request
 from sidecar.daemon.backfill import Backfill
 from sidecar.daemon.compose import (
@@ -238,20 +245,28 @@ class Daemon:
         is space (``_wait_for_space``). ``full`` is raised again when the index cannot be read
         that way (the daemon exits 5, as before)."""
         cfg = self.cfg
+        # A slot of its own: the daemon's stays fresh for the resume, whose indexer waits for the
+        # model's tokenizer (a "failed" slot let its catch-up sweep cut notes by a word estimate).
+        slot = EmbedderSlot()
+        if cfg.embedder.enabled:
+            slot.set_failed("not loaded while the disk holding the index is full (keyword search meanwhile)")
+        else:
+            slot.set_failed("disabled by configuration (embedder.enabled: false)", state="off")
         try:
-            parts = build_read_only(cfg, self.slot)
+            parts = build_read_only(cfg, slot)
+        except StoreNewerError:
+            raise  # a newer version's index: refused (exit 3) whatever the disk's space
         except (StoreError, sqlite3.Error, OSError) as exc:
             log.error("index_read_only_refused error=%s", exc)
             raise full from exc
         self._read_only_parts = parts
         parts.indexer.activity.first_sweep_done = True  # the index as it was: nothing is read now
-        self.slot.set_failed("not loaded while the disk holding the index is full (keyword search meanwhile)")
         refusal = ReadOnly(cfg.index_dir, parts.stores.manifest.path)
         parts.problems.report("index", refusal.message(), since=refusal.since)
         log.error("index_read_only %s", refusal.message())
         service = ServiceState(self.started, lambda: 0, lambda *_a: None, list, self.reload)
         inboxes = Inboxes(cfg, home=parts.supervisor.home, clock=parts.clock)
-        handlers = build_handlers(cfg, parts, self.slot, service, inboxes)
+        handlers = build_handlers(cfg, parts, slot, service, inboxes)
         self._retriever = handlers.retriever
         refusal.wrap(handlers, parts.problems)
         self._start_thread("space-watch", lambda: self._wait_for_space(refusal, parts))

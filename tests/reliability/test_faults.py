@@ -161,6 +161,40 @@ def test_a_start_on_a_full_disk_serves_the_index_read_only_and_resumes(
         assert d.stop() == 0
 
 
+LONG = " ".join(f"x{i:x}q{i * 7919:x}z{i * 104729:x}" for i in range(400))  # few words, many tokens
+
+
+def test_notes_caught_up_after_a_read_only_start_are_cut_by_the_model_s_tokenizer(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
+    """The read-only start marked the daemon's model slot failed; the resume's catch-up sweep then
+    cut the notes written meanwhile by a word estimate (4 chunks of ~1200 real tokens where the
+    model's tokenizer makes 26) and nothing cut them again. They are cut as a normal start cuts."""
+    import sqlite3
+
+    with tmpfs(tmp_path / "home", "160m") as home:
+        write(vault / "Control.md", f"# Control\n\n{LONG}\n")
+        d: DaemonProcess = daemon_factory(vault, env=FAST_RETRY).start()
+        d.wait_for(lambda h: h["index"]["files"] == 5, timeout=300)
+        assert d.stop() == 0
+        filler = fill(home)
+        write(vault / "Later.md", f"# Control\n\n{LONG}\n")
+        d.start(wait=None)
+        d.wait_for(lambda h: "index" in _active(h), timeout=120)
+        filler.unlink()
+        d.wait_for(lambda h: "index" not in _active(h) and h["index"]["files"] == 6, timeout=300)
+        assert d.stop() == 0
+        db = sqlite3.connect(home / "index" / "manifest.sqlite")
+        rows = dict(
+            db.execute(
+                "SELECT key, count(*) FROM chunks "
+                "WHERE key IN ('vault/Control', 'vault/Later') GROUP BY key"
+            ).fetchall()
+        )
+        db.close()
+        assert rows["vault/Later"] == rows["vault/Control"] > 20, rows  # the word estimate made 4
+
+
 def test_read_only_index_directory(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
     """A read-only index folder: searches still answer, health says indexing fails, and once the
     folder is writable again the notes saved meanwhile are indexed."""
