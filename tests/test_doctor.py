@@ -420,6 +420,11 @@ def test_status_without_a_daemon_does_not_hang_on_an_index_file_that_never_answe
         "SIDECAR_WATCH_PROBE_TIMEOUT_SECONDS": "1",
     }
     r = subprocess.run(
-        [sys.executable, "-m", "sidecar", "status"], capture_output=True, text=True, env=env, timeout=60, check=False
+        [sys.executable, "-m", "sidecar", "status"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
     )
     assert r.returncode == ExitCode.NOT_RUNNING and "not running" in r.stdout

@@ -825,3 +825,52 @@ def test_the_readable_rows_of_a_damaged_table_are_found_by_few_reads(
     assert kept == [i for i in range(count) if not unreadable(i)]
     assert walk.lost == bad and walk.lost_rows == count - len(kept)
     assert walk.reads <= count // batch + 2 + 60 * len(bad)
+
+
+def test_the_switch_to_writable_holds_requests_while_the_read_only_stores_close() -> None:
+    """The resume opened the manifest for writing (which may vacuum and checkpoint it) while the
+    read-only handlers still read it through an immutable connection, which then reads garbage.
+    The switch now waits for the requests on the read-only handlers, holds new ones while it
+    closes them and opens the writable stores, and hands those to the new handlers."""
+    import threading
+    import time
+
+    from sidecar.daemon.lifecycle import _Dispatch
+
+    order: list[str] = []
+    entered, finish = threading.Event(), threading.Event()
+
+    class ReadOnlyHandlers:
+        def dispatch(self, req: Any) -> dict[str, Any]:
+            entered.set()
+            finish.wait(30)
+            order.append("read-only answered")
+            return {"by": "read-only"}
+
+    class Writable:
+        def dispatch(self, req: Any) -> dict[str, Any]:
+            return {"by": "writable"}
+
+    dispatch = _Dispatch(ReadOnlyHandlers())
+    answers: list[dict[str, Any]] = []
+    first = threading.Thread(target=lambda: answers.append(dispatch.dispatch(None)))  # type: ignore[arg-type]
+    first.start()
+    entered.wait(30)
+
+    def switch() -> None:
+        dispatch.hold()
+        order.append("held: read-only stores closed")
+
+    switcher = threading.Thread(target=switch)
+    switcher.start()
+    while dispatch._handlers is not None:  # the hold has begun
+        time.sleep(0.01)
+    later = threading.Thread(target=lambda: answers.append(dispatch.dispatch(None)))  # type: ignore[arg-type]
+    later.start()
+    finish.set()
+    switcher.join(30)
+    dispatch.release(Writable())
+    first.join(30)
+    later.join(30)
+    assert order == ["read-only answered", "held: read-only stores closed"]
+    assert answers == [{"by": "read-only"}, {"by": "writable"}]

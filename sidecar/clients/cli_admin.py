@@ -319,7 +319,9 @@ def _refused_index(cfg: Config) -> str | None:
     from sidecar.vault.timeout import run_with_timeout
 
     # Bounded like ``other_daemon``: a home on a share that went away hangs a read of its files.
-    newer, stuck = run_with_timeout(lambda: newer_store(cfg.index_dir), cfg.watch.probe_timeout_seconds, "index")
+    newer, stuck = run_with_timeout(
+        lambda: newer_store(cfg.index_dir), cfg.watch.probe_timeout_seconds, "index"
+    )
     if stuck is not None or newer is None:
         return None
     return (

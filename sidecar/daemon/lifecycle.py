@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import logging
 import random
 import shutil
@@ -21,7 +22,8 @@ import signal
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,7 @@ from sidecar.contracts.errors import (
 from sidecar.contracts.protocol import Request
 from sidecar.daemon.backfill import Backfill
 from sidecar.daemon.compose import (
+    Dispatcher,
     Parts,
     build,
     build_handlers,
@@ -105,7 +108,8 @@ class Daemon:
         self._retriever: Retriever | None = None
         self.parts: Parts | None = None
         self._read_only_parts: Parts | None = None  # serving while the index's disk is full
-        self._handlers_now: Handlers | None = None
+        self._refusal: ReadOnly | None = None
+        self._dispatch: _Dispatch | None = None
         self._inboxes: Inboxes | None = None
         self.loop: IndexLoop | None = None
         self.watcher: Watcher | None = None
@@ -174,12 +178,8 @@ class Daemon:
             handlers = self._start_parts()
         except DiskFullError as exc:
             handlers = self._start_read_only(exc)
-        self._handlers_now = handlers
-        return build_server(cfg, _Dispatch(self._current_handlers))
-
-    def _current_handlers(self) -> Handlers:
-        assert self._handlers_now is not None
-        return self._handlers_now
+        self._dispatch = _Dispatch(handlers)
+        return build_server(cfg, self._dispatch)
 
     def _start_parts(self) -> Handlers:
         """Build the parts over the stores opened for writing, start the threads and the
@@ -244,6 +244,18 @@ class Daemon:
         (``ReadOnly``); a thread watches the disk and starts the daemon's normal work once there
         is space (``_wait_for_space``). ``full`` is raised again when the index cannot be read
         that way (the daemon exits 5, as before)."""
+        try:
+            handlers = self._read_only_handlers()
+        except StoreNewerError:
+            raise  # a newer version's index: refused (exit 3) whatever the disk's space
+        except (StoreError, sqlite3.Error, OSError) as exc:
+            log.error("index_read_only_refused error=%s", exc)
+            raise full from exc
+        self._start_thread("space-watch", self._wait_for_space)
+        return handlers
+
+    def _read_only_handlers(self) -> Handlers:
+        """The handlers over the index opened read-only, refusing what writes."""
         cfg = self.cfg
         # A slot of its own: the daemon's stays fresh for the resume, whose indexer waits for the
         # model's tokenizer (a "failed" slot let its catch-up sweep cut notes by a word estimate).
@@ -252,16 +264,10 @@ class Daemon:
             slot.set_failed("not loaded while the disk holding the index is full (keyword search meanwhile)")
         else:
             slot.set_failed("disabled by configuration (embedder.enabled: false)", state="off")
-        try:
-            parts = build_read_only(cfg, slot)
-        except StoreNewerError:
-            raise  # a newer version's index: refused (exit 3) whatever the disk's space
-        except (StoreError, sqlite3.Error, OSError) as exc:
-            log.error("index_read_only_refused error=%s", exc)
-            raise full from exc
+        parts = build_read_only(cfg, slot)
         self._read_only_parts = parts
         parts.indexer.activity.first_sweep_done = True  # the index as it was: nothing is read now
-        refusal = ReadOnly(cfg.index_dir, parts.stores.manifest.path)
+        refusal = self._refusal = ReadOnly(cfg.index_dir, parts.stores.manifest.path)
         parts.problems.report("index", refusal.message(), since=refusal.since)
         log.error("index_read_only %s", refusal.message())
         service = ServiceState(self.started, lambda: 0, lambda *_a: None, list, self.reload)
@@ -269,33 +275,91 @@ class Daemon:
         handlers = build_handlers(cfg, parts, slot, service, inboxes)
         self._retriever = handlers.retriever
         refusal.wrap(handlers, parts.problems)
-        self._start_thread("space-watch", lambda: self._wait_for_space(refusal, parts))
         return handlers
 
-    def _wait_for_space(self, refusal: ReadOnly, parts: Parts) -> None:
+    def _wait_for_space(self) -> None:
         """Ask the disk (statvfs, then a small written probe) with growing waits (1 s doubling up
-        to ``watch.faultRetryMaxSeconds``, jittered); once it has room, start the normal work (its
-        first sweep catches up) and hand the socket's requests to it."""
-        wait = 1.0
+        to ``watch.faultRetryMaxSeconds``, and below the systemd watchdog's interval: this thread
+        feeds it meanwhile; jittered); once it has room, start the normal work (its first sweep
+        catches up) and hand the socket's requests to it."""
+        cap = self.cfg.watch.fault_retry_max_seconds
+        if self.cfg.watchdog_usec:
+            cap = min(cap, self.cfg.watchdog_usec / 1e6 / 4)
+        wait = min(1.0, cap)
         while not self.stop.wait(wait * random.uniform(0.8, 1.2)):
-            wait = min(wait * 2, self.cfg.watch.fault_retry_max_seconds)
-            self.watchdog.indexer_alive()
-            if self.notifier.enabled:
-                self.watchdog.notify(lambda: "read-only: the disk holding the index is full")
+            wait = min(wait * 2, cap)
+            self._feed_watchdog()
             if disk_full_at(self.cfg.index_dir):
-                parts.problems.report("index", refusal.message(), since=refusal.since)
+                ro, refusal = self._read_only_parts, self._refusal
+                if ro is None and self._dispatch is not None:  # a failed switch left it unreadable
+                    self._dispatch.release(self._read_only_again())
+                elif ro is not None and refusal is not None:
+                    ro.problems.report("index", refusal.message(), since=refusal.since)
                 continue
-            try:
+            if self._switch_to_writable():
+                log.warning("index_writable_again the disk has room: indexing resumes (catch-up sweep)")
+                return
+
+    def _feed_watchdog(self) -> None:
+        self.watchdog.indexer_alive()
+        if self.notifier.enabled:
+            self.watchdog.notify(lambda: "read-only: the disk holding the index is full")
+
+    def _switch_to_writable(self) -> bool:
+        """Open the stores for writing and hand the requests to the normal handlers; False (read-only
+        again) when that fails. An immutable SQLite reader reads garbage once a writer changes the
+        file (the writable open may vacuum and checkpoint it), and the read-only keyword readers
+        keep the segments a merge deletes: both are closed before the writable open, with the
+        requests held meanwhile (none reads through them then)."""
+        dispatch = self._dispatch
+        assert dispatch is not None
+        dispatch.hold()  # returns once the requests on the read-only handlers are answered
+        self._close_read_only()
+        try:
+            with self._watchdog_fed():  # finishing an interrupted batch or a re-cut can take minutes
                 handlers = self._start_parts()
-            except DiskFullError as exc:
-                log.warning("index_read_only_still error=%s", exc)
-                continue
-            except (SidecarError, sqlite3.Error, OSError) as exc:  # tried again at the next tick
-                log.error("index_writable_failed error=%s; serving read-only", exc)
-                continue
-            self._handlers_now = handlers
-            log.warning("index_writable_again the disk has room: indexing resumes (catch-up sweep)")
-            return
+        except (SidecarError, sqlite3.Error, OSError) as exc:  # tried again at the next tick
+            name = "index_read_only_still" if isinstance(exc, DiskFullError) else "index_writable_failed"
+            log.warning("%s error=%s; serving read-only", name, exc)
+            dispatch.release(self._read_only_again())
+            return False
+        dispatch.release(handlers)
+        return True
+
+    def _read_only_again(self) -> Handlers | _Refusing:
+        """The read-only handlers after a failed switch (the index opened anew: what the failed
+        writable open wrote is read), or a refusal of every request until the next try."""
+        try:
+            return self._read_only_handlers()
+        except (StoreError, sqlite3.Error, OSError) as exc:
+            log.error("index_read_only_refused error=%s (requests are refused until the next try)", exc)
+            return _Refusing(f"the index cannot be read now ({exc}); the daemon tries again")
+
+    def _close_read_only(self) -> None:
+        parts, self._read_only_parts = self._read_only_parts, None
+        if parts is not None:
+            parts.stores.close()
+            # The read-only handlers form a cycle (``ReadOnly.wrap``): collected now, their Tantivy
+            # readers unmap the segments (the space of those a merge deletes returns at once).
+            gc.collect()
+
+    @contextlib.contextmanager
+    def _watchdog_fed(self) -> Iterator[None]:
+        """Keep systemd's watchdog fed from another thread while the block runs (the scheduler,
+        which feeds it normally, starts only at the block's end)."""
+        done = threading.Event()
+
+        def feed() -> None:
+            while not done.wait(5.0):
+                self._feed_watchdog()
+
+        feeder = threading.Thread(target=feed, name="watchdog-feed", daemon=True)
+        feeder.start()
+        try:
+            yield
+        finally:
+            done.set()
+            feeder.join()
 
     def _handlers(self, parts: Parts, loop: IndexLoop, watcher: Watcher) -> Handlers:
         cfg = self.cfg
@@ -479,6 +543,8 @@ class Daemon:
                 parts.clock.save()
             if self._read_only_parts is not None:
                 self._read_only_parts.stores.close()
+            if self._dispatch is not None:
+                self._dispatch.release(_Refusing("the daemon is stopping"))  # nothing waits on
         finally:
             if self._listener is not None:
                 self._listener.close()
@@ -503,15 +569,53 @@ class Daemon:
         return stuck
 
 
-class _Dispatch:
-    """The server's handler: the handlers of the moment (read-only ones are replaced by the
-    normal ones once the disk has room, without closing the socket)."""
+class _Refusing:
+    """Handlers that refuse every request (code ``storage``) with why."""
 
-    def __init__(self, current: Callable[[], Handlers]) -> None:
-        self._current = current
+    def __init__(self, why: str) -> None:
+        self.why = why
 
     def dispatch(self, req: Request) -> dict[str, Any]:
-        return self._current().dispatch(req)
+        raise StorageError(self.why)
+
+
+class _Dispatch:
+    """The server's handler: the handlers of the moment (read-only ones are replaced by the
+    normal ones once the disk has room, without closing the socket). ``hold`` makes new requests
+    wait and returns once those on the current handlers are answered; ``release`` hands them on."""
+
+    def __init__(self, handlers: Dispatcher) -> None:
+        self._cond = threading.Condition()
+        self._handlers: Dispatcher | None = handlers
+        self._generation = 0
+        self._running: Counter[int] = Counter()  # requests in flight, by handlers' generation
+
+    def dispatch(self, req: Request) -> dict[str, Any]:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._handlers is not None, _SWITCH_WAIT):
+                raise StorageError("the index is being reopened for writing; try again in a moment")
+            handlers, generation = self._handlers, self._generation
+            self._running[generation] += 1
+        assert handlers is not None
+        try:
+            return handlers.dispatch(req)
+        finally:
+            with self._cond:
+                self._running[generation] -= 1
+                self._cond.notify_all()
+
+    def hold(self) -> None:
+        with self._cond:
+            self._handlers = None
+            held = self._generation
+            self._cond.wait_for(lambda: self._running[held] <= 0)
+            del self._running[held]
+
+    def release(self, handlers: Dispatcher) -> None:
+        with self._cond:
+            self._generation += 1
+            self._handlers = handlers
+            self._cond.notify_all()
 
 
 class ReadOnly:
@@ -548,6 +652,9 @@ class ReadOnly:
             return real(req)
 
         handlers.dispatch = dispatch  # type: ignore[method-assign]
+
+
+_SWITCH_WAIT = 60.0  # a request held while the stores are reopened for writing, at most
 
 
 def _record_counting(cfg: Config, slot: EmbedderSlot, indexer: Indexer) -> None:

@@ -380,6 +380,12 @@ class _Folder:
             self._reopen()
 
     def close(self) -> None:
+        if self.read_only:
+            # Its readers map the segment files: let go now (the daemon goes on writing the same
+            # folder, whose merges delete those files; a map kept their space on a disk that ran full).
+            self.__dict__.pop("searcher", None)
+            self.__dict__.pop("index", None)
+            return
         if self._writer is None:
             return
         try:

@@ -8,6 +8,7 @@ that is not available they skip and say so. Figures of the longer runs are in RE
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -187,12 +188,53 @@ def test_notes_caught_up_after_a_read_only_start_are_cut_by_the_model_s_tokenize
         db = sqlite3.connect(home / "index" / "manifest.sqlite")
         rows = dict(
             db.execute(
-                "SELECT key, count(*) FROM chunks "
-                "WHERE key IN ('vault/Control', 'vault/Later') GROUP BY key"
+                "SELECT key, count(*) FROM chunks WHERE key IN ('vault/Control', 'vault/Later') GROUP BY key"
             ).fetchall()
         )
         db.close()
         assert rows["vault/Later"] == rows["vault/Control"] > 20, rows  # the word estimate made 4
+
+
+def _deleted_but_held(pid: int, home: Path) -> list[str]:
+    """Files under ``home`` the process still has open or mapped though they were deleted."""
+    held = [
+        f"map {line.split(maxsplit=5)[-1]}" for line in Path(f"/proc/{pid}/maps").read_text().splitlines()
+    ]
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            held.append("fd " + os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return sorted({h for h in held if str(home) in h and h.endswith("(deleted)")})
+
+
+def test_the_read_only_stores_are_closed_when_the_daemon_resumes(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
+    """The read-only keyword readers stayed open after the resume: every segment a merge deleted
+    kept its space on the disk that had just run full, for the life of the process. They are
+    closed at the switch (with the immutable manifest)."""
+    with tmpfs(tmp_path / "home", "24m") as home:
+        for i in range(30):
+            write(vault / "A" / f"n{i}.md", f"# N{i}\n\nbody number {i} of the first batch.\n")
+        d: DaemonProcess = daemon_factory(vault, keyword_only=True, env=FAST_RETRY).start()
+        assert d.stop() == 0
+        filler = fill(home)
+        d.start(wait=None)
+        pid = d.wait_for(lambda h: "index" in _active(h), timeout=120)["pid"]
+        assert d.call("search", {"query": "body number 7 first batch"})["hits"]  # read-only readers
+        first = [p for p in (home / "index" / "bm25").rglob("*") if p.suffix in {".idx", ".store"}]
+        filler.unlink()
+        d.wait_for(lambda h: "index" not in _active(h) and h["index"]["files"] == 34, timeout=120)
+        for j in range(25):  # commits enough for a merge, which deletes the first segments
+            for i in range(4):
+                write(vault / "B" / f"m{j}-{i}.md", f"# M{j}\n\nsecond batch {j} {i} lighthouse.\n")
+            d.wait_for(lambda h, j=j: h["index"]["files"] == 34 + 4 * (j + 1), timeout=60)
+        for i in range(30):
+            (vault / "A" / f"n{i}.md").unlink()
+        d.wait_for(lambda h: h["index"]["files"] == 4 + 100, timeout=120)
+        d.wait_for(lambda h: not all(p.exists() for p in first), timeout=120)  # merged away
+        held = _deleted_but_held(pid, home)
+        assert d.stop() == 0
+        assert not [h for h in held if "/bm25/" in h or "manifest" in h], held
 
 
 def test_read_only_index_directory(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
