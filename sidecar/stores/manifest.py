@@ -429,8 +429,9 @@ class Manifest(VectorBook):
         wal = path.with_name(path.name + "-wal")
         if wal.exists() and wal.stat().st_size > 0:
             raise StoreError(
-                f"manifest {path} has changes in its write-ahead log {wal.name} that only a writer "
-                "can read (the daemon was not stopped cleanly)"
+                f"manifest {path} has changes in its write-ahead log {wal.name} not yet written into "
+                "the file, which only a writer can read (a stop on a full disk could not write them "
+                "back, or the daemon was not stopped cleanly)"
             )
         uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro&immutable=1"
         try:
