@@ -305,7 +305,7 @@ def test_a_read_only_manifest_writes_nothing_and_refuses_what_it_cannot_read_who
         writer.execute("CREATE TABLE later(x)")
         writer.commit()
         with pytest.raises(
-            StoreError, match="write-ahead log .*a stop on a full disk could not write them back, or"
+            StoreError, match=r"write-ahead log .*a stop on a full disk could not write them back, or"
         ):
             Manifest(path, read_only=True)
     finally:

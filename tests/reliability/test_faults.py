@@ -237,6 +237,25 @@ def test_the_read_only_stores_are_closed_when_the_daemon_resumes(
         assert not [h for h in held if "/bm25/" in h or "manifest" in h], held
 
 
+def test_an_index_of_a_newer_sidecar_on_a_full_disk_is_refused_as_such(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
+    """A newer version's index on a full disk exited 5 ("free some space"), which the service
+    restarts every few seconds: it is refused as a newer index (exit 3), as with space."""
+    import sqlite3
+
+    with tmpfs(tmp_path / "home", "24m") as home:
+        d: DaemonProcess = daemon_factory(vault, keyword_only=True, env=FAST_RETRY).start()
+        assert d.stop() == 0
+        db = sqlite3.connect(home / "index" / "manifest.sqlite")
+        db.execute("PRAGMA user_version=99")
+        db.commit()
+        db.close()
+        fill(home)
+        d.start(wait=None)
+        assert d.proc is not None and d.proc.wait(timeout=120) == ExitCode.CONFIG
+
+
 def test_read_only_index_directory(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
     """A read-only index folder: searches still answer, health says indexing fails, and once the
     folder is writable again the notes saved meanwhile are indexed."""
