@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -835,7 +836,6 @@ def test_the_switch_to_writable_holds_requests_while_the_read_only_stores_close(
     The switch now waits for the requests on the read-only handlers, holds new ones while it
     closes them and opens the writable stores, and hands those to the new handlers."""
     import threading
-    import time
 
     from sidecar.daemon.lifecycle import _Dispatch
 
@@ -876,3 +876,30 @@ def test_the_switch_to_writable_holds_requests_while_the_read_only_stores_close(
     later.join(30)
     assert order == ["read-only answered", "held: read-only stores closed"]
     assert answers == [{"by": "read-only"}, {"by": "writable"}]
+
+
+def test_the_switch_to_writable_feeds_the_systemd_watchdog(
+    make_cfg: Any, vault: Path, tmp_path: Path
+) -> None:
+    """While read-only only the space check fed the watchdog, and nothing during the resume's start
+    of the parts (an interrupted batch or a re-cut of every note can take minutes): systemd
+    killed the daemon mid-way. The switch is fed now, and the check's waits stay below it."""
+    import dataclasses
+    import socket
+
+    from sidecar.daemon.lifecycle import Daemon
+
+    path = tmp_path / "notify.sock"
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sink.bind(str(path))
+    sink.settimeout(30)
+    cfg = dataclasses.replace(make_cfg(vault), notify_socket=str(path), watchdog_usec=2_000_000)
+    daemon = Daemon(cfg)
+    assert daemon._feed_every() <= 0.5
+    daemon.watchdog.loop_beat = daemon.watchdog.indexer_beat = time.monotonic() + 3600  # alive
+    seen: list[str] = []
+    with daemon._watchdog_fed():  # the resume's start of the parts runs here
+        while "WATCHDOG=1" not in seen:
+            seen.extend(sink.recv(4096).decode().splitlines())
+    daemon.notifier.close()
+    sink.close()

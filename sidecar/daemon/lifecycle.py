@@ -282,9 +282,7 @@ class Daemon:
         to ``watch.faultRetryMaxSeconds``, and below the systemd watchdog's interval: this thread
         feeds it meanwhile; jittered); once it has room, start the normal work (its first sweep
         catches up) and hand the socket's requests to it."""
-        cap = self.cfg.watch.fault_retry_max_seconds
-        if self.cfg.watchdog_usec:
-            cap = min(cap, self.cfg.watchdog_usec / 1e6 / 4)
+        cap = min(self.cfg.watch.fault_retry_max_seconds, self._feed_every())
         wait = min(1.0, cap)
         while not self.stop.wait(wait * random.uniform(0.8, 1.2)):
             wait = min(wait * 2, cap)
@@ -299,6 +297,11 @@ class Daemon:
             if self._switch_to_writable():
                 log.warning("index_writable_again the disk has room: indexing resumes (catch-up sweep)")
                 return
+
+    def _feed_every(self) -> float:
+        """How often the read-only daemon's own threads feed systemd's watchdog (seconds)."""
+        usec = self.cfg.watchdog_usec
+        return min(5.0, usec / 1e6 / 4) if usec else 5.0
 
     def _feed_watchdog(self) -> None:
         self.watchdog.indexer_alive()
@@ -350,7 +353,7 @@ class Daemon:
         done = threading.Event()
 
         def feed() -> None:
-            while not done.wait(5.0):
+            while not done.wait(self._feed_every()):
                 self._feed_watchdog()
 
         feeder = threading.Thread(target=feed, name="watchdog-feed", daemon=True)
