@@ -347,3 +347,84 @@ def test_doctor_checks_the_vault_the_running_daemon_was_given(in_process: Any, t
 def test_doctor_without_a_daemon_keeps_no_vault(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, None)
     assert doctor.served_config(cfg) == (cfg, "not configured")
+
+
+def _newer_than_this(cfg: Config, store: str) -> None:
+    """Mark one store of a kept index as a newer sidecar left it (a downgrade)."""
+    import sqlite3
+
+    from sidecar.stores.versions import BM25_LAYOUT, MANIFEST_SCHEMA
+
+    if store == "manifest":
+        db = sqlite3.connect(cfg.index_dir / "manifest.sqlite")
+        db.execute(f"PRAGMA user_version={MANIFEST_SCHEMA + 1}")
+        db.commit()
+        db.close()
+    else:
+        (cfg.index_dir / "bm25" / "layout.json").write_text(f'{{"layout": {BM25_LAYOUT + 1}}}\n')
+
+
+@pytest.mark.parametrize("store", ["manifest", "keyword"])
+def test_doctor_and_status_say_the_index_is_a_newer_sidecars(
+    daemon_factory: Any, tmp_path: Path, vault: Path, store: str
+) -> None:
+    """A daemon refused on an index a newer sidecar wrote (exit 3) was only explained in its log:
+    `doctor` (no daemon needed) names the store, its version and this one's, and what to do;
+    `status` finding no daemon says why it does not start instead of only "not running"."""
+    from sidecar.contracts.errors import ExitCode
+    from sidecar.stores.versions import BM25_LAYOUT, MANIFEST_SCHEMA
+
+    d = daemon_factory(vault, keyword_only=True).start()
+    assert d.stop() == 0
+    cfg = _cfg(tmp_path, vault, home=str(d.home))
+    assert {c.name: c for c in run_checks(cfg, _probes(tmp_path))}["index"].ok
+    _newer_than_this(cfg, store)
+    d.start(wait=None)
+    assert d.proc is not None and d.proc.wait(timeout=120) == ExitCode.CONFIG
+    index = {c.name: c for c in run_checks(cfg, _probes(tmp_path))}["index"]
+    found, reads = (
+        (f"schema {MANIFEST_SCHEMA + 1}", MANIFEST_SCHEMA)
+        if store == "manifest"
+        else (f"layout {BM25_LAYOUT + 1}", BM25_LAYOUT)
+    )
+    assert not index.ok
+    assert f"index written by a newer sidecar ({store}" in index.verdict
+    assert f"{found}, this one reads {reads}" in index.verdict
+    assert "upgrade again, or rebuild" in index.verdict
+    assert "sidecar index --rebuild" in index.todo
+    r = subprocess.run(
+        [sys.executable, "-m", "sidecar", "status"],
+        capture_output=True,
+        text=True,
+        env={**d.env, "SIDECAR_HOME": str(d.home)},
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == ExitCode.NOT_RUNNING
+    assert "refuses to start (exit code 3)" in r.stdout and f"{found}, this one reads {reads}" in r.stdout
+    assert "sidecar index --rebuild" in r.stdout
+
+
+def test_status_without_a_daemon_does_not_hang_on_an_index_file_that_never_answers(tmp_path: Path) -> None:
+    """`status` finding no daemon reads the index's files to say why a start is refused; a home
+    on a share that went away (a FIFO stands in) hung it with no limit. It is bounded now."""
+    from sidecar.contracts.errors import ExitCode
+
+    home = tmp_path / "home"
+    (home / "index").mkdir(parents=True)
+    os.mkfifo(home / "index" / "manifest.sqlite")
+    env = {
+        **os.environ,
+        "SIDECAR_HOME": str(home),
+        "SIDECAR_SOCKET": str(tmp_path / "s.sock"),
+        "SIDECAR_WATCH_PROBE_TIMEOUT_SECONDS": "1",
+    }
+    r = subprocess.run(
+        [sys.executable, "-m", "sidecar", "status"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == ExitCode.NOT_RUNNING and "not running" in r.stdout

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +183,142 @@ def test_a_newer_manifest_is_not_written_to_when_refused(tmp_path: Path) -> None
     assert sorted(p.name for p in path.parent.iterdir()) == ["manifest.sqlite"]
 
 
+def _newer_keyword_index(cfg: Any, recorded: bool) -> None:
+    """Make the kept keyword index look as a newer sidecar left it: analyzers of the next
+    generation in every meta.json, and (``recorded``) the next layout in its layout file."""
+    from sidecar.stores.versions import BM25_LAYOUT
+
+    bm25 = cfg.index_dir / "bm25"
+    for meta in bm25.rglob("meta.json"):
+        meta.write_text(meta.read_text().replace(f'_{BM25_LAYOUT}"', f'_{BM25_LAYOUT + 1}"'))
+    layout = bm25 / "layout.json"
+    if recorded:
+        layout.write_text(f'{{"layout": {BM25_LAYOUT + 1}}}\n')
+    else:
+        layout.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["layout-file", "analyzer-names"])
+def test_a_keyword_index_of_a_newer_layout_is_refused_not_deleted(
+    make_cfg: Any, vault: Path, recorded: bool
+) -> None:
+    """A keyword index a newer sidecar wrote (its layout file, or its analyzers' names, say a newer
+    layout) is refused like a newer manifest (exit code 3, what to do), and not a byte of it is
+    changed (it was taken for an older layout by its fields, deleted and rebuilt)."""
+    from sidecar.contracts.errors import ExitCode, StoreNewerError
+    from sidecar.stores.lifecycle import open_stores
+    from tests.index_helpers import snapshot
+
+    cfg = make_cfg(vault)
+    index_and_close(cfg)
+    _newer_keyword_index(cfg, recorded)
+    before = snapshot(cfg.index_dir / "bm25")
+    names = sorted(p.name for p in cfg.index_dir.iterdir())
+    with pytest.raises(StoreNewerError, match="written by a newer sidecar") as err:
+        open_stores(cfg, _problems())
+    assert "index --rebuild" in str(err.value) and "Nothing was deleted" in str(err.value)
+    assert err.value.exit_code == ExitCode.CONFIG
+    assert snapshot(cfg.index_dir / "bm25") == before
+    assert sorted(p.name for p in cfg.index_dir.iterdir()) == names
+
+
+def test_a_rebuild_on_purpose_replaces_a_newer_keyword_index(make_cfg: Any, vault: Path) -> None:
+    """`sidecar index --rebuild` (no daemon) is the way out named in the refusal: the newer keyword
+    index is moved aside and this version's is built from the notes; a plain run stays refused."""
+    from sidecar.contracts.errors import StoreNewerError
+    from sidecar.daemon.lifecycle import index_once
+    from sidecar.stores.versions import BM25_LAYOUT, bm25_layout
+
+    cfg = make_cfg(vault)
+    expected = index_and_close(cfg)
+    _newer_keyword_index(cfg, recorded=True)
+    with pytest.raises(StoreNewerError):
+        index_once(cfg, rebuild=False)
+    summary = index_once(cfg, rebuild=True)
+    assert summary["chunks"] == expected
+    assert bm25_layout(cfg.index_dir / "bm25") == BM25_LAYOUT
+    assert any(p.name.startswith("bm25.broken-") for p in cfg.index_dir.iterdir())
+
+
+def test_a_new_keyword_index_records_its_layout(make_cfg: Any, vault: Path) -> None:
+    """The layout is written beside the index, so that an older sidecar can tell a newer one."""
+    import json
+
+    from sidecar.stores.versions import BM25_LAYOUT
+
+    cfg = make_cfg(vault)
+    index_and_close(cfg)
+    assert json.loads((cfg.index_dir / "bm25" / "layout.json").read_text()) == {"layout": BM25_LAYOUT}
+
+
+@pytest.mark.parametrize(
+    "text", ['{"layout": 1}', '{"layout": true}', '{"layout": 0}', '{"layout": -5}', '{"layout": "3"}',
+             '{"layout": 3.0}', '{"version": 3}', "[3]", "not json"],
+)  # fmt: skip
+def test_a_layout_file_no_version_wrote_is_not_taken_for_an_older_layout(
+    make_cfg: Any, vault: Path, text: str, caplog: Any
+) -> None:
+    """A layout file holding no layout any version records (a hand-written one, true, 0, a
+    string) was taken for an older layout and the keyword index emptied, with an INFO line; now
+    the analyzers' names tell the layout, and a warning names the file."""
+    from sidecar.index.problems import Problems
+    from sidecar.stores.lifecycle import open_stores
+
+    cfg = make_cfg(vault)
+    expected = index_and_close(cfg)
+    (cfg.index_dir / "bm25" / "layout.json").write_text(text)
+    manifest, bm25 = open_stores(cfg, Problems())
+    try:
+        assert bm25.num_docs() == expected
+    finally:
+        manifest.close()
+        bm25.close()
+    assert any("bm25_layout_un" in r.message for r in caplog.records)
+
+
+def test_a_read_only_manifest_writes_nothing_and_refuses_what_it_cannot_read_whole(
+    make_cfg: Any, vault: Path
+) -> None:
+    """Opened read-only (its disk full) the manifest makes no -wal, -shm or any other file and
+    answers reads; a write-ahead log holding commits (a stop that was not clean) is refused, as
+    only a writer reads it safely (the daemon then exits 5 as before), and so is an older schema."""
+    import sqlite3
+
+    from sidecar.contracts.errors import StoreError
+    from sidecar.stores.manifest import SCHEMA_VERSION, Manifest
+    from tests.index_helpers import snapshot
+
+    cfg = make_cfg(vault)
+    expected = index_and_close(cfg)
+    path = cfg.index_dir / "manifest.sqlite"
+    before = snapshot(cfg.index_dir)
+    m = Manifest(path, read_only=True)
+    try:
+        assert m.chunk_count() == expected > 0
+        with pytest.raises(sqlite3.OperationalError):
+            m.set_meta("x", "y")
+    finally:
+        m.close()
+    assert snapshot(cfg.index_dir) == before
+    writer = sqlite3.connect(path)
+    try:
+        writer.execute("PRAGMA wal_autocheckpoint=0")
+        writer.execute("CREATE TABLE later(x)")
+        writer.commit()
+        with pytest.raises(
+            StoreError, match=r"write-ahead log .*a stop on a full disk could not write them back, or"
+        ):
+            Manifest(path, read_only=True)
+    finally:
+        writer.close()
+    writer = sqlite3.connect(path)
+    writer.execute(f"PRAGMA user_version={SCHEMA_VERSION - 1}")
+    writer.commit()
+    writer.close()
+    with pytest.raises(StoreError, match="an upgrade writes"):
+        Manifest(path, read_only=True)
+
+
 def _problems() -> Any:
     from sidecar.index.problems import Problems
 
@@ -243,7 +380,8 @@ def test_bm25_index_of_an_older_layout_is_upgraded(
         assert h2.stores.bm25.num_docs() == expected
         assert h2.stores.bm25.num_pages() == h2.stores.manifest.indexed_page_count() > 0
         names = sorted(p.name for p in (cfg.index_dir / "bm25").iterdir())
-        assert names == ["chunks", "memory", "pages", "umlauts.txt"]  # the notes' umlaut words beside
+        # the notes' umlaut words and the layout beside
+        assert names == ["chunks", "layout.json", "memory", "pages", "umlauts.txt"]
         assert not any(r.levelname in ("WARNING", "ERROR") for r in caplog.records)
     finally:
         h2.close()
@@ -690,3 +828,78 @@ def test_the_readable_rows_of_a_damaged_table_are_found_by_few_reads(
     assert kept == [i for i in range(count) if not unreadable(i)]
     assert walk.lost == bad and walk.lost_rows == count - len(kept)
     assert walk.reads <= count // batch + 2 + 60 * len(bad)
+
+
+def test_the_switch_to_writable_holds_requests_while_the_read_only_stores_close() -> None:
+    """The resume opened the manifest for writing (which may vacuum and checkpoint it) while the
+    read-only handlers still read it through an immutable connection, which then reads garbage.
+    The switch now waits for the requests on the read-only handlers, holds new ones while it
+    closes them and opens the writable stores, and hands those to the new handlers."""
+    import threading
+
+    from sidecar.daemon.lifecycle import _Dispatch
+
+    order: list[str] = []
+    entered, finish = threading.Event(), threading.Event()
+
+    class ReadOnlyHandlers:
+        def dispatch(self, req: Any) -> dict[str, Any]:
+            entered.set()
+            finish.wait(30)
+            order.append("read-only answered")
+            return {"by": "read-only"}
+
+    class Writable:
+        def dispatch(self, req: Any) -> dict[str, Any]:
+            return {"by": "writable"}
+
+    dispatch = _Dispatch(ReadOnlyHandlers())
+    answers: list[dict[str, Any]] = []
+    first = threading.Thread(target=lambda: answers.append(dispatch.dispatch(None)))  # type: ignore[arg-type]
+    first.start()
+    entered.wait(30)
+
+    def switch() -> None:
+        dispatch.hold()
+        order.append("held: read-only stores closed")
+
+    switcher = threading.Thread(target=switch)
+    switcher.start()
+    while dispatch._handlers is not None:  # the hold has begun
+        time.sleep(0.01)
+    later = threading.Thread(target=lambda: answers.append(dispatch.dispatch(None)))  # type: ignore[arg-type]
+    later.start()
+    finish.set()
+    switcher.join(30)
+    dispatch.release(Writable())
+    first.join(30)
+    later.join(30)
+    assert order == ["read-only answered", "held: read-only stores closed"]
+    assert answers == [{"by": "read-only"}, {"by": "writable"}]
+
+
+def test_the_switch_to_writable_feeds_the_systemd_watchdog(
+    make_cfg: Any, vault: Path, tmp_path: Path
+) -> None:
+    """While read-only only the space check fed the watchdog, and nothing during the resume's start
+    of the parts (an interrupted batch or a re-cut of every note can take minutes): systemd
+    killed the daemon mid-way. The switch is fed now, and the check's waits stay below it."""
+    import dataclasses
+    import socket
+
+    from sidecar.daemon.lifecycle import Daemon
+
+    path = tmp_path / "notify.sock"
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sink.bind(str(path))
+    sink.settimeout(30)
+    cfg = dataclasses.replace(make_cfg(vault), notify_socket=str(path), watchdog_usec=2_000_000)
+    daemon = Daemon(cfg)
+    assert daemon._feed_every() <= 0.5
+    daemon.watchdog.loop_beat = daemon.watchdog.indexer_beat = time.monotonic() + 3600  # alive
+    seen: list[str] = []
+    with daemon._watchdog_fed():  # the resume's start of the parts runs here
+        while "WATCHDOG=1" not in seen:
+            seen.extend(sink.recv(4096).decode().splitlines())
+    daemon.notifier.close()
+    sink.close()

@@ -294,6 +294,9 @@ def cmd_status(args: argparse.Namespace, cfg: Config) -> int:
 
         other = other_daemon(cfg)  # one that holds this home elsewhere: no "start it" for a second
         why = str(exc) if other is None else f"no sidecar daemon answers on {cfg.socket_path}, but {other}"
+        refused = _refused_index(cfg) if other is None else None
+        if refused is not None:  # the daemon cannot start on this index: "start it" would not help
+            why = f"{why}\n{refused}"
         if args.json:
             error = {"code": exc.code, "message": why}  # the shape of every command's error
             print(json.dumps({"running": False, "socket": str(cfg.socket_path), "error": error}))
@@ -307,6 +310,25 @@ def cmd_status(args: argparse.Namespace, cfg: Config) -> int:
     else:
         print(render_status(health))
     return int(ExitCode.OK)
+
+
+def _refused_index(cfg: Config) -> str | None:
+    """Why the daemon refuses to start on this home's index (exit 3), said where its log is not
+    read: a store written by a newer sidecar."""
+    from sidecar.stores.versions import newer_store
+    from sidecar.vault.timeout import run_with_timeout
+
+    # Bounded like ``other_daemon``: a home on a share that went away hangs a read of its files.
+    newer, stuck = run_with_timeout(
+        lambda: newer_store(cfg.index_dir), cfg.watch.probe_timeout_seconds, "index"
+    )
+    if stuck is not None or newer is None:
+        return None
+    return (
+        f"The daemon refuses to start (exit code 3): {newer.describe()}. Start the newer sidecar "
+        "again, or run `sidecar index --rebuild` to build this version's index from the notes "
+        "(`sidecar doctor` says the same)."
+    )
 
 
 def cmd_reload(args: argparse.Namespace, cfg: Config) -> int:

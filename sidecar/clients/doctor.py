@@ -41,6 +41,7 @@ from sidecar.clients.snippets import daemon_args, mcp_snippets
 from sidecar.config import Config, env_name
 from sidecar.contracts.errors import DaemonNotRunningError, EmbedderError, SidecarError
 from sidecar.stores.aside import KEEP_MOVED_ASIDE_DAYS, moved_aside
+from sidecar.stores.versions import MANIFEST_SCHEMA, bm25_layout, manifest_schema, newer_store
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.mounts import is_network, mount_containing, read_mounts
 from sidecar.vault.timeout import folder_state, run_with_timeout
@@ -692,6 +693,27 @@ def check_disk(cfg: Config) -> Check:
     return Check("disk", True, f"{_size(free)} free at {base}{size}")
 
 
+REBUILD_TODO = (
+    "start the newer sidecar again, or run `sidecar index --rebuild` (with the daemon stopped) to "
+    "build this version's index from the notes; the newer one is moved aside"
+)
+
+
+def check_index(cfg: Config) -> Check:
+    """The versions the index's stores were written in: one a newer sidecar wrote (a downgrade)
+    refuses the daemon's start (exit 3), which only its log said."""
+    newer = newer_store(cfg.index_dir)
+    if newer is not None:
+        return Check("index", False, newer.describe(), REBUILD_TODO)
+    schema = manifest_schema(cfg.index_dir / "manifest.sqlite")
+    if schema is None:
+        return Check("index", True, "no index yet: the daemon builds it at its first start")
+    layout = bm25_layout(cfg.index_dir / "bm25")
+    later = " (upgraded at the next start)" if schema < MANIFEST_SCHEMA else ""
+    keywords = f"keyword index layout {layout}" if layout is not None else "no keyword index yet"
+    return Check("index", True, f"manifest schema {schema}{later}, {keywords}: this version reads them")
+
+
 def _files(path: Path) -> list[Path]:
     try:
         return [path] if path.is_file() else [f for f in path.rglob("*") if f.is_file()]
@@ -782,6 +804,12 @@ class _Run:
             ("disk",), lambda: [check_disk(self.cfg)], max(self.t, 30.0), f"the home {self.cfg.home}"
         )
 
+    def index(self) -> list[Check]:
+        if "home" in self.hung:
+            return [self._skip("index")]
+        where = f"the index {self.cfg.index_dir}"
+        return _bounded(("index",), lambda: [check_index(self.cfg)], self.t, where)
+
     def model(self) -> list[Check]:
         e = self.cfg.embedder
         if e.enabled and e.path is None and "home" in self.hung:
@@ -827,6 +855,7 @@ def run_checks(
         run.vault,
         run.file_events,
         run.disk,
+        run.index,
         run.model,
         run.daemon,
         run.service,

@@ -14,8 +14,10 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from sidecar.config import Config
+from sidecar.contracts.protocol import Request
 from sidecar.daemon.handlers import Handlers, ServiceState
 from sidecar.daemon.server import Server
 from sidecar.index.indexer import Indexer
@@ -52,12 +54,15 @@ def build(
     slot: EmbedderSlot,
     beat: Callable[[], None] | None = None,
     clock: SteadyClock | None = None,
+    *,
+    replace_newer: bool = False,
 ) -> Parts:
     """Open the stores and build the parts over them; ``beat``: the indexer thread's heartbeat;
-    ``clock``: the steady clock (one kept beside the home's record by default)."""
+    ``clock``: the steady clock (one kept beside the home's record by default);
+    ``replace_newer``: a store a newer sidecar wrote is replaced (a rebuild on purpose)."""
     clock = clock if clock is not None else SteadyClock(clock_path(cfg))
     problems = Problems()
-    manifest, bm25 = open_stores(cfg, problems)
+    manifest, bm25 = open_stores(cfg, problems, replace_newer=replace_newer)
     stores = Stores(manifest, bm25, problems=problems)
     vectors = Vectoring(
         stores, cfg.index.keep_deleted_vectors_hours * 3600, cfg.index.keep_deleted_vectors_max
@@ -66,6 +71,32 @@ def build(
     with contextlib.suppress(sqlite3.Error):  # kept fresh: an old copy would lag by many reboots
         manifest.set_meta(CLOCK_META, clock.record())
     supervisor = Supervisor(cfg, meta=manifest, beat=beat, hold_clock=clock.now, hold_record=clock.record)
+    indexer = Indexer(cfg, stores, slot, vectors=vectors, supervisor=supervisor, problems=problems)
+    repair = Repair(cfg, stores, vectors, slot, problems)
+    return Parts(problems, stores, vectors, supervisor, indexer, repair, clock)
+
+
+def build_read_only(cfg: Config, slot: EmbedderSlot, clock: SteadyClock | None = None) -> Parts:
+    """The parts over the index as it is on disk, opened for reading only (its disk is full):
+    nothing in the index folder is made, moved aside or written. StoreError when a store cannot
+    be read that way (``Manifest._open_read_only``, a missing keyword index)."""
+    from sidecar.stores.bm25 import Bm25Index
+    from sidecar.stores.manifest import Manifest
+
+    clock = clock if clock is not None else SteadyClock(clock_path(cfg))
+    problems = Problems()
+    manifest = Manifest(cfg.index_dir / "manifest.sqlite", read_only=True)
+    try:
+        bm25 = Bm25Index(cfg.index_dir / "bm25", read_only=True)
+    except BaseException:
+        manifest.close()
+        raise
+    stores = Stores(manifest, bm25, problems=problems)
+    vectors = Vectoring(
+        stores, cfg.index.keep_deleted_vectors_hours * 3600, cfg.index.keep_deleted_vectors_max
+    )
+    clock.floor(manifest.get_meta(CLOCK_META))
+    supervisor = Supervisor(cfg, meta=manifest, hold_clock=clock.now, hold_record=clock.record)
     indexer = Indexer(cfg, stores, slot, vectors=vectors, supervisor=supervisor, problems=problems)
     repair = Repair(cfg, stores, vectors, slot, problems)
     return Parts(problems, stores, vectors, supervisor, indexer, repair, clock)
@@ -126,7 +157,13 @@ def build_handlers(
     )
 
 
-def build_server(cfg: Config, handlers: Handlers) -> Server:
+class Dispatcher(Protocol):
+    """What the server hands each request to (the handlers, or what chooses them)."""
+
+    def dispatch(self, req: Request) -> dict[str, Any]: ...
+
+
+def build_server(cfg: Config, handlers: Dispatcher) -> Server:
     """The socket loop in front of the handlers, with the configured limits."""
     s = cfg.server
     return Server(

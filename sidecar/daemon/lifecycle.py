@@ -14,23 +14,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import logging
+import random
+import shutil
 import signal
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from sidecar.config import Config
 from sidecar.config.settings import settings
-from sidecar.contracts.errors import ConfigError, SidecarError, StoreError
+from sidecar.contracts.errors import (
+    ConfigError,
+    DiskFullError,
+    SidecarError,
+    StorageError,
+    StoreError,
+    StoreNewerError,
+)
+from sidecar.contracts.protocol import Request
 from sidecar.daemon.backfill import Backfill
 from sidecar.daemon.compose import (
+    Dispatcher,
     Parts,
     build,
     build_handlers,
+    build_read_only,
     build_server,
     build_watcher,
     model_gates,
@@ -45,10 +59,12 @@ from sidecar.daemon.server import Server, bind_socket
 from sidecar.daemon.watchdog import Watchdog, status_line
 from sidecar.index.indexer import Indexer
 from sidecar.index.migration import attach, serving_model
+from sidecar.index.problems import Problems
 from sidecar.memory.inbox import Inboxes
 from sidecar.model.embedder import EmbedderSlot, model_name
 from sidecar.runtime.notify import Notifier
 from sidecar.search.retrieval import Retriever
+from sidecar.stores.space import disk_full_at
 from sidecar.stores.vectors import warm as warm_vector_library
 from sidecar.vault.homeguard import HomeGuard, held
 from sidecar.vault.timeout import folder_state
@@ -91,6 +107,9 @@ class Daemon:
         self._scheduler: Schedule | None = None
         self._retriever: Retriever | None = None
         self.parts: Parts | None = None
+        self._read_only_parts: Parts | None = None  # serving while the index's disk is full
+        self._refusal: ReadOnly | None = None
+        self._dispatch: _Dispatch | None = None
         self._inboxes: Inboxes | None = None
         self.loop: IndexLoop | None = None
         self.watcher: Watcher | None = None
@@ -149,12 +168,36 @@ class Daemon:
                     cfg.vault.path,
                     f" ({why})" if why else "",
                 )
+        try:
+            if disk_full_at(cfg.index_dir) and (cfg.index_dir / "manifest.sqlite").exists():
+                # Asked first: a writable open that fails for want of space leaves a -wal and -shm
+                raise DiskFullError(
+                    f"the disk of {cfg.index_dir} is full: nothing was moved aside; free some space "
+                    "and the daemon starts again"
+                )
+            handlers = self._start_parts()
+        except DiskFullError as exc:
+            handlers = self._start_read_only(exc)
+        self._dispatch = _Dispatch(handlers)
+        return build_server(cfg, self._dispatch)
+
+    def _start_parts(self) -> Handlers:
+        """Build the parts over the stores opened for writing, start the threads and the
+        scheduler, ask for the first sweep; the handlers over them."""
+        cfg = self.cfg
         beat = self.watchdog.indexer_alive
         parts = self.parts = build(cfg, self.slot, beat=beat)
         indexer, problems, vectors = parts.indexer, parts.problems, parts.vectors
-        indexer.finish_interrupted()
-        indexer.reparse_if_chunking_changed()
-        indexer.reread_canvases_if_read_differently()
+        try:
+            indexer.finish_interrupted()
+            indexer.reparse_if_chunking_changed()
+            indexer.reread_canvases_if_read_differently()
+        except BaseException:
+            # Closed for the next try (space watch): left open, its keyword writer's lock made
+            # every later open fail as "in use by another process".
+            self.parts = None
+            parts.stores.close()
+            raise
         loop = self.loop = IndexLoop(cfg, indexer, self.slot, problems, stop=self.stop, beat=beat)
         watcher = self.watcher = build_watcher(cfg, loop.changed, self.stop)
         handlers = self._handlers(parts, loop, watcher)
@@ -193,7 +236,133 @@ class Daemon:
         )
         scheduler.start()
         loop.request_sweep()
-        return build_server(cfg, handlers)
+        return handlers
+
+    def _start_read_only(self, full: DiskFullError) -> Handlers:
+        """The stores cannot be opened for writing because the index's disk is full: serve search,
+        recall and get from the index as it is, opened for reading only, and refuse what writes
+        (``ReadOnly``); a thread watches the disk and starts the daemon's normal work once there
+        is space (``_wait_for_space``). ``full`` is raised again when the index cannot be read
+        that way (the daemon exits 5, as before)."""
+        try:
+            handlers = self._read_only_handlers()
+        except StoreNewerError:
+            raise  # a newer version's index: refused (exit 3) whatever the disk's space
+        except (StoreError, sqlite3.Error, OSError) as exc:
+            log.error("index_read_only_refused error=%s", exc)
+            raise full from exc
+        self._start_thread("space-watch", self._wait_for_space)
+        return handlers
+
+    def _read_only_handlers(self) -> Handlers:
+        """The handlers over the index opened read-only, refusing what writes."""
+        cfg = self.cfg
+        # A slot of its own: the daemon's stays fresh for the resume, whose indexer waits for the
+        # model's tokenizer (a "failed" slot let its catch-up sweep cut notes by a word estimate).
+        slot = EmbedderSlot()
+        if cfg.embedder.enabled:
+            slot.set_failed("not loaded while the disk holding the index is full (keyword search meanwhile)")
+        else:
+            slot.set_failed("disabled by configuration (embedder.enabled: false)", state="off")
+        parts = build_read_only(cfg, slot)
+        self._read_only_parts = parts
+        parts.indexer.activity.first_sweep_done = True  # the index as it was: nothing is read now
+        refusal = self._refusal = ReadOnly(cfg.index_dir, parts.stores.manifest.path)
+        parts.problems.report("index", refusal.message(), since=refusal.since)
+        log.error("index_read_only %s", refusal.message())
+        service = ServiceState(self.started, lambda: 0, lambda *_a: None, list, self.reload)
+        inboxes = Inboxes(cfg, home=parts.supervisor.home, clock=parts.clock)
+        handlers = build_handlers(cfg, parts, slot, service, inboxes)
+        self._retriever = handlers.retriever
+        refusal.wrap(handlers, parts.problems)
+        return handlers
+
+    def _wait_for_space(self) -> None:
+        """Ask the disk (statvfs, then a small written probe) with growing waits (1 s doubling up
+        to ``watch.faultRetryMaxSeconds``, and below the systemd watchdog's interval: this thread
+        feeds it meanwhile; jittered); once it has room, start the normal work (its first sweep
+        catches up) and hand the socket's requests to it."""
+        cap = min(self.cfg.watch.fault_retry_max_seconds, self._feed_every())
+        wait = min(1.0, cap)
+        while not self.stop.wait(wait * random.uniform(0.8, 1.2)):
+            wait = min(wait * 2, cap)
+            self._feed_watchdog()
+            if disk_full_at(self.cfg.index_dir):
+                ro, refusal = self._read_only_parts, self._refusal
+                if ro is None and self._dispatch is not None:  # a failed switch left it unreadable
+                    self._dispatch.release(self._read_only_again())
+                elif ro is not None and refusal is not None:
+                    ro.problems.report("index", refusal.message(), since=refusal.since)
+                continue
+            if self._switch_to_writable():
+                log.warning("index_writable_again the disk has room: indexing resumes (catch-up sweep)")
+                return
+
+    def _feed_every(self) -> float:
+        """How often the read-only daemon's own threads feed systemd's watchdog (seconds)."""
+        usec = self.cfg.watchdog_usec
+        return min(5.0, usec / 1e6 / 4) if usec else 5.0
+
+    def _feed_watchdog(self) -> None:
+        self.watchdog.indexer_alive()
+        if self.notifier.enabled:
+            self.watchdog.notify(lambda: "read-only: the disk holding the index is full")
+
+    def _switch_to_writable(self) -> bool:
+        """Open the stores for writing and hand the requests to the normal handlers; False (read-only
+        again) when that fails. An immutable SQLite reader reads garbage once a writer changes the
+        file (the writable open may vacuum and checkpoint it), and the read-only keyword readers
+        keep the segments a merge deletes: both are closed before the writable open, with the
+        requests held meanwhile (none reads through them then)."""
+        dispatch = self._dispatch
+        assert dispatch is not None
+        dispatch.hold()  # returns once the requests on the read-only handlers are answered
+        self._close_read_only()
+        try:
+            with self._watchdog_fed():  # finishing an interrupted batch or a re-cut can take minutes
+                handlers = self._start_parts()
+        except (SidecarError, sqlite3.Error, OSError) as exc:  # tried again at the next tick
+            name = "index_read_only_still" if isinstance(exc, DiskFullError) else "index_writable_failed"
+            log.warning("%s error=%s; serving read-only", name, exc)
+            dispatch.release(self._read_only_again())
+            return False
+        dispatch.release(handlers)
+        return True
+
+    def _read_only_again(self) -> Handlers | _Refusing:
+        """The read-only handlers after a failed switch (the index opened anew: what the failed
+        writable open wrote is read), or a refusal of every request until the next try."""
+        try:
+            return self._read_only_handlers()
+        except (StoreError, sqlite3.Error, OSError) as exc:
+            log.error("index_read_only_refused error=%s (requests are refused until the next try)", exc)
+            return _Refusing(f"the index cannot be read now ({exc}); the daemon tries again")
+
+    def _close_read_only(self) -> None:
+        parts, self._read_only_parts = self._read_only_parts, None
+        if parts is not None:
+            parts.stores.close()
+            # The read-only handlers form a cycle (``ReadOnly.wrap``): collected now, their Tantivy
+            # readers unmap the segments (the space of those a merge deletes returns at once).
+            gc.collect()
+
+    @contextlib.contextmanager
+    def _watchdog_fed(self) -> Iterator[None]:
+        """Keep systemd's watchdog fed from another thread while the block runs (the scheduler,
+        which feeds it normally, starts only at the block's end)."""
+        done = threading.Event()
+
+        def feed() -> None:
+            while not done.wait(self._feed_every()):
+                self._feed_watchdog()
+
+        feeder = threading.Thread(target=feed, name="watchdog-feed", daemon=True)
+        feeder.start()
+        try:
+            yield
+        finally:
+            done.set()
+            feeder.join()
 
     def _handlers(self, parts: Parts, loop: IndexLoop, watcher: Watcher) -> Handlers:
         cfg = self.cfg
@@ -377,6 +546,10 @@ class Daemon:
                         parts.vectors.mark_clean()
                 parts.stores.close()
                 parts.clock.save()
+            if self._read_only_parts is not None:
+                self._read_only_parts.stores.close()
+            if self._dispatch is not None:
+                self._dispatch.release(_Refusing("the daemon is stopping"))  # nothing waits on
         finally:
             if self._listener is not None:
                 self._listener.close()
@@ -399,6 +572,94 @@ class Daemon:
                 stuck = True
                 log.warning("shutdown_timeout thread=%s", t.name)
         return stuck
+
+
+class _Refusing:
+    """Handlers that refuse every request (code ``storage``) with why."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def dispatch(self, req: Request) -> dict[str, Any]:
+        raise StorageError(self.why)
+
+
+class _Dispatch:
+    """The server's handler: the handlers of the moment (read-only ones are replaced by the
+    normal ones once the disk has room, without closing the socket). ``hold`` makes new requests
+    wait and returns once those on the current handlers are answered; ``release`` hands them on."""
+
+    def __init__(self, handlers: Dispatcher) -> None:
+        self._cond = threading.Condition()
+        self._handlers: Dispatcher | None = handlers
+        self._generation = 0
+        self._running: Counter[int] = Counter()  # requests in flight, by handlers' generation
+
+    def dispatch(self, req: Request) -> dict[str, Any]:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._handlers is not None, _SWITCH_WAIT):
+                raise StorageError("the index is being reopened for writing; try again in a moment")
+            handlers, generation = self._handlers, self._generation
+            self._running[generation] += 1
+        assert handlers is not None
+        try:
+            return handlers.dispatch(req)
+        finally:
+            with self._cond:
+                self._running[generation] -= 1
+                self._cond.notify_all()
+
+    def hold(self) -> None:
+        with self._cond:
+            self._handlers = None
+            held = self._generation
+            self._cond.wait_for(lambda: self._running[held] <= 0)
+            del self._running[held]
+
+    def release(self, handlers: Dispatcher) -> None:
+        with self._cond:
+            self._generation += 1
+            self._handlers = handlers
+            self._cond.notify_all()
+
+
+class ReadOnly:
+    """What a daemon serving an index opened read-only (its disk full) refuses, and says."""
+
+    WRITES = frozenset({"index", "write", "edit", "delete"})  # indexing, memory writes, rebuilds
+
+    def __init__(self, index_dir: Path, manifest: Path) -> None:
+        self.index_dir = index_dir
+        try:
+            self.since = manifest.stat().st_mtime  # the index's last write
+        except OSError:
+            self.since = time.time()
+
+    def message(self) -> str:
+        try:
+            free = shutil.disk_usage(self.index_dir).free
+        except OSError:
+            free = 0
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.since))
+        return (
+            f"the disk holding the index is full: {free / 1e6:.1f} MB free; answers come from the "
+            f"index as it was at {when}; indexing, memory writes and rebuilds wait until there is "
+            "space (the daemon resumes by itself)"
+        )
+
+    def wrap(self, handlers: Handlers, problems: Problems) -> None:
+        """Make ``handlers`` refuse the ops that write, with the message (code ``storage``)."""
+        real = handlers.dispatch
+
+        def dispatch(req: Request) -> dict[str, Any]:
+            if req.op in self.WRITES:
+                raise StorageError(self.message())
+            return real(req)
+
+        handlers.dispatch = dispatch  # type: ignore[method-assign]
+
+
+_SWITCH_WAIT = 60.0  # a request held while the stores are reopened for writing, at most
 
 
 def _record_counting(cfg: Config, slot: EmbedderSlot, indexer: Indexer) -> None:
@@ -434,7 +695,11 @@ def index_once(
     lock = IndexLock(cfg.index_dir)
     lock.acquire()
     slot = EmbedderSlot()
-    parts = build(cfg, slot)
+    try:
+        parts = build(cfg, slot, replace_newer=rebuild)  # a newer version's index replaced on purpose only
+    except BaseException:
+        lock.release()  # refused (a newer index) or failed: the next run or daemon may lock it
+        raise
     manifest, vectors, indexer = parts.stores.manifest, parts.vectors, parts.indexer
     if waiting is not None:
         supervisor = parts.supervisor

@@ -26,15 +26,17 @@ class Problems:
         self._active: dict[tuple[str, str], dict[str, Any]] = {}
         self._recent: deque[dict[str, Any]] = deque(maxlen=20)
 
-    def report(self, area: str, error: str, *, subject: str = "") -> None:
+    def report(self, area: str, error: str, *, subject: str = "", since: float | None = None) -> None:
         """``subject``: what in the area failed (an agent's inbox): one entry each, so one
-        inbox's failure neither hides nor clears another's."""
+        inbox's failure neither hides nor clears another's. ``since``: when it began, if before
+        now (the index's last write, for one that could not be opened for writing)."""
         now = self._clock()
         with self._lock:
             item = self._active.get((area, subject))
             if item is None:
                 self._active[(area, subject)] = {
-                    "area": area, "error": error, "since": now, "last": now, "count": 1,
+                    "area": area, "error": error, "since": now if since is None else since,
+                    "last": now, "count": 1,
                     **({"subject": subject} if subject else {}),
                 }  # fmt: skip
                 log.warning(

@@ -31,6 +31,7 @@ from sidecar.contracts.errors import (
     DaemonRunningError,
     DiskFullError,
     StoreError,
+    StoreNewerError,
     StoreOutdatedError,
     engine_message,
     is_disk_full,
@@ -41,6 +42,7 @@ from sidecar.contracts.wire import memory_agent
 from sidecar.stores.aside import aside_name
 from sidecar.stores.cjk import bigrams
 from sidecar.stores.umlauts import UmlautWords
+from sidecar.stores.versions import BM25_LAYOUT, LAYOUT_FILE, bm25_layout, record_bm25_layout
 
 log = logging.getLogger(__name__)
 
@@ -211,14 +213,19 @@ class _Folder:
     writer costs 2 MB and six threads, and an inbox is written now and then (twenty agents' open
     writers held 107 MB and 336 threads)."""
 
-    def __init__(self, path: Path, schema: tantivy.Schema, *, lazy: bool = False) -> None:
+    def __init__(
+        self, path: Path, schema: tantivy.Schema, *, lazy: bool = False, read_only: bool = False
+    ) -> None:
         self.path = path
+        self.read_only = read_only  # readers only, nothing made (its disk is full): never a writer
+        if read_only and not (path / "meta.json").is_file():
+            raise StoreError(f"BM25 index {path} does not exist (nothing is made while read-only)")
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # a file where the folder belongs: moved aside like a damaged store
             raise store_error_class(exc)(f"BM25 index {path} cannot be made: {exc.strerror or exc}") from exc
         self.schema = schema
-        self.lazy = lazy
+        self.lazy = lazy or read_only
         self.commits = 0
         self.dirty = False  # documents added or deleted since the last commit
         # Each segment file of the searcher as first seen (size, mtime, inode), and the folder's
@@ -252,6 +259,8 @@ class _Folder:
 
     @property
     def writer(self) -> tantivy.IndexWriter:
+        if self.read_only:  # a writer takes the lock file and writes meta.json at its commit
+            raise DiskFullError(f"BM25 index {self.path} is open read-only (its disk is full)")
         if self._writer is None:
             with _engine("writer"):
                 self._writer = self.index.writer(heap_size=_WRITER_HEAP, num_threads=1)
@@ -371,6 +380,12 @@ class _Folder:
             self._reopen()
 
     def close(self) -> None:
+        if self.read_only:
+            # Its readers map the segment files: let go now (the daemon goes on writing the same
+            # folder, whose merges delete those files; a map kept their space on a disk that ran full).
+            self.__dict__.pop("searcher", None)
+            self.__dict__.pop("index", None)
+            return
         if self._writer is None:
             return
         try:
@@ -596,6 +611,31 @@ def _live_docs(folder: Path) -> int:
     return total - deleted
 
 
+def _subfolders(folder: Path) -> list[Path]:
+    """The folders in ``folder`` (none when it is missing or cannot be listed)."""
+    try:
+        return [p for p in folder.iterdir() if p.is_dir()]
+    except OSError:
+        return []
+
+
+def check_layout(path: Path) -> None:
+    """A keyword index of a newer layout (written by a newer sidecar: a downgrade) is refused, not
+    replaced: the newer version finds it again after a re-upgrade (it was taken for an older one
+    by its fields, deleted and rebuilt). One of an older layout is replaced (derived data)."""
+    layout = bm25_layout(path)
+    if layout is None or layout == BM25_LAYOUT:
+        return
+    if layout < BM25_LAYOUT:
+        raise StoreOutdatedError(f"BM25 index {path} has layout {layout}, this version writes {BM25_LAYOUT}")
+    raise StoreNewerError(
+        f"the keyword index {path} was written by a newer sidecar (layout {layout}; this version "
+        f"reads up to {BM25_LAYOUT}): sidecar was downgraded? Nothing was deleted. Start the newer "
+        "version again, or run `sidecar index --rebuild` on purpose to have this version build a "
+        "new index from the notes"
+    )
+
+
 class Bm25Index:
     """BM25 over chunks and over whole notes (pages): one Tantivy index each in ``chunks/`` and
     ``pages/`` for the vault and the wiki, and the same pair for each agent's memory in
@@ -612,8 +652,11 @@ class Bm25Index:
     leaves it empty.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = path  # made by its parts' folders (with their guard)
+        check_layout(path)  # before anything is made or written in the folder
+        # Readers only (its disk is full): nothing is made, moved aside, removed or written.
+        self.read_only = read_only
         if (path / "meta.json").exists():  # one index in the folder itself: before pages
             raise StoreOutdatedError(f"BM25 index {path} has no page index")
         if (path / "chunks").exists() and not (path / "memory").is_dir():
@@ -623,8 +666,8 @@ class Bm25Index:
         self._lock = threading.Lock()  # writes, commits, and closing an inbox
         self._inbox_lock = threading.RLock()  # the table of open inboxes
         self._closed = False
-        self._chunks = _Folder(path / "chunks", self.schema)
-        self._pages = _Folder(path / "pages", self.schema)
+        self._chunks = _Folder(path / "chunks", self.schema, read_only=read_only)
+        self._pages = _Folder(path / "pages", self.schema, read_only=read_only)
         self._open: OrderedDict[str, Pair] = OrderedDict()  # least recently used first
         self._emptied: set[str] = set()  # agents whose documents ``delete_all`` dropped (uncommitted)
         self._touched: set[str] = set()  # agents whose inbox was written since the last commit
@@ -638,6 +681,9 @@ class Bm25Index:
         self.umlauts = UmlautWords(path)
         self._wide_until = 0.0  # a person's search was lately: ``_MAX_OPEN_INBOXES`` stay open until
         memory = path / "memory"
+        if read_only:
+            self._agents = {p.name for p in _subfolders(memory) if "." not in p.name}
+            return
         try:
             memory.mkdir(exist_ok=True)
             # An agent's name has no dot: ``x.broken-…`` or a stray folder is none of theirs.
@@ -648,6 +694,11 @@ class Bm25Index:
         for p in found:
             if _REMOVED in p.name:  # a removal cut short (a crash, a file that would not go)
                 shutil.rmtree(p, ignore_errors=True)
+        if not read_only and not (path / LAYOUT_FILE).is_file():
+            try:
+                record_bm25_layout(path)
+            except OSError as exc:  # a full disk: the layout is read from the analyzers meanwhile
+                log.warning("bm25_layout_not_recorded path=%s error=%s", path, exc.strerror or exc)
 
     @property
     def _searcher(self) -> tantivy.Searcher:
@@ -672,6 +723,8 @@ class Bm25Index:
             except (DaemonRunningError, DiskFullError):
                 raise  # in use, or a full disk: nothing is damaged, nothing moved aside
             except StoreError as exc:  # damaged: moved aside, started empty, refilled by the repair
+                if self.read_only:
+                    raise  # nothing moved or made while read-only
                 self._move_aside(agent, exc)
                 pair = self._open_pair(agent)
             self._agents.add(agent)
@@ -685,13 +738,18 @@ class Bm25Index:
 
     def _open_pair(self, agent: str) -> Pair:
         base = self.path / "memory" / agent
-        return _Folder(base / "chunks", self.schema, lazy=True), _Folder(
-            base / "pages", self.schema, lazy=True
+        ro = self.read_only
+        return _Folder(base / "chunks", self.schema, lazy=True, read_only=ro), _Folder(
+            base / "pages", self.schema, lazy=True, read_only=ro
         )
 
     def _move_aside(self, agent: str, exc: BaseException) -> None:
         """A damaged inbox index moved into the index folder (where status names it and a month
         removes it); ``failing`` reports it so that the repair refills the keyword index."""
+        if self.read_only:  # said, not moved: repaired once the index can be written
+            log.error("index_damaged store=bm25 inbox=%s reason=%s (read-only: left in place)", agent, exc)
+            self.failing[agent] = f"damaged ({exc}); repaired once the index can be written"
+            return
         with self._inbox_lock:
             pair = self._open.pop(agent, None)
         if pair is not None:

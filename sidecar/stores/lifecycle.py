@@ -14,6 +14,7 @@ do. What was moved is noted on ``problems`` for health to show.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import time
@@ -24,7 +25,7 @@ from typing import Any, Protocol
 from sidecar.config import Config
 from sidecar.contracts.errors import DiskFullError, StoreError, StoreNewerError, StoreOutdatedError
 from sidecar.stores.aside import aside_name, remove_old_moved_aside
-from sidecar.stores.bm25 import Bm25Index
+from sidecar.stores.bm25 import Bm25Index, check_layout
 from sidecar.stores.manifest import Manifest
 from sidecar.stores.space import disk_full_at
 from sidecar.stores.vectors import VectorStore, table_name
@@ -38,17 +39,28 @@ class Notes(Protocol):
     def note(self, area: str, what: str, *, subject: str = "") -> None: ...
 
 
-def open_stores(cfg: Config, problems: Notes) -> tuple[Manifest, Bm25Index]:
-    """Open manifest and BM25; a store that cannot be opened is moved aside and started fresh."""
+def open_stores(cfg: Config, problems: Notes, *, replace_newer: bool = False) -> tuple[Manifest, Bm25Index]:
+    """Open manifest and BM25; a store that cannot be opened is moved aside and started fresh.
+    A store written by a newer sidecar is refused (StoreNewerError), unless ``replace_newer`` (a
+    rebuild asked for on purpose): then it is moved aside like a damaged one."""
     index_dir = cfg.index_dir
     index_dir.mkdir(parents=True, exist_ok=True)
     remove_old_moved_aside(index_dir)
-    manifest = _open_or_reset(index_dir / "manifest.sqlite", Manifest, cfg, problems)
-    bm25 = _open_or_reset(index_dir / "bm25", Bm25Index, cfg, problems)
+    if not replace_newer:
+        with contextlib.suppress(StoreOutdatedError):  # replaced when it is opened
+            check_layout(index_dir / "bm25")  # refused before the manifest's open writes anything
+    manifest = _open_or_reset(index_dir / "manifest.sqlite", Manifest, cfg, problems, replace_newer)
+    try:
+        bm25 = _open_or_reset(index_dir / "bm25", Bm25Index, cfg, problems, replace_newer)
+    except BaseException:
+        manifest.close()  # no write-ahead log left behind by a refused or failed start
+        raise
     return manifest, bm25
 
 
-def _open_or_reset(path: Path, opener: Callable[[Path], Any], cfg: Config, problems: Notes) -> Any:
+def _open_or_reset(
+    path: Path, opener: Callable[[Path], Any], cfg: Config, problems: Notes, replace_newer: bool = False
+) -> Any:
     try:
         return opener(path)
     except DiskFullError:
@@ -56,8 +68,10 @@ def _open_or_reset(path: Path, opener: Callable[[Path], Any], cfg: Config, probl
         # read every note again. The daemon stops (exit 5); its service starts it again until
         # there is space.
         raise
-    except StoreNewerError:
-        raise  # a newer version's index: kept as it is for it, the start refused (exit 3)
+    except StoreNewerError as exc:
+        if not replace_newer:
+            raise  # a newer version's index: kept as it is for it, the start refused (exit 3)
+        return _reset(path, opener, cfg, problems, exc, asked=True)
     except StoreOutdatedError as exc:
         # Derived data in an older layout (e.g. the BM25 fields of 0.2): replaced, not kept.
         log.info("index_upgraded store=%s reason=%s", path.name, exc)
@@ -65,23 +79,40 @@ def _open_or_reset(path: Path, opener: Callable[[Path], Any], cfg: Config, probl
         return opener(path)
     except StoreError as exc:
         _unless_disk_full(path, exc)
-        aside = move_aside(path)
+        return _reset(path, opener, cfg, problems, exc)
+
+
+def _reset(
+    path: Path,
+    opener: Callable[[Path], Any],
+    cfg: Config,
+    problems: Notes,
+    exc: StoreError,
+    *,
+    asked: bool = False,
+) -> Any:
+    """Move the store at ``path`` aside (a manifest takes the keyword index along) and open a new
+    one; ``asked``: a newer version's store replaced by a rebuild the user asked for (no damage)."""
+    aside = move_aside(path)
+    if asked:
+        log.warning("index_newer_replaced store=%s moved_to=%s (a rebuild asked for)", path.name, aside)
+    else:
         log.error("index_rebuilt store=%s reason=%s moved_to=%s", path.name, exc, aside)
         problems.note(
             "stores",
             f"{path.name} could not be opened ({exc}); moved to {aside.name} and rebuilt",
             subject=path.stem,
         )
-        if path.name == "manifest.sqlite":
-            # Without the manifest the keyword index cannot be trusted: started over too. The
-            # vector tables stay: a row's chunk id is its note's key and embedded text, so the
-            # rebuilt manifest names the same ids again, and the rows it does not name are
-            # deleted after the first sweep (``Vectoring.first_sweep_done``). A table that does
-            # not open is moved aside on its own when it is attached.
-            bm25 = cfg.index_dir / "bm25"
-            if bm25.exists():
-                move_aside(bm25)
-        return opener(path)
+    if path.name == "manifest.sqlite":
+        # Without the manifest the keyword index cannot be trusted: started over too. The
+        # vector tables stay: a row's chunk id is its note's key and embedded text, so the
+        # rebuilt manifest names the same ids again, and the rows it does not name are
+        # deleted after the first sweep (``Vectoring.first_sweep_done``). A table that does
+        # not open is moved aside on its own when it is attached.
+        bm25 = cfg.index_dir / "bm25"
+        if bm25.exists():
+            move_aside(bm25)
+    return opener(path)
 
 
 def _unless_disk_full(path: Path, exc: StoreError) -> None:

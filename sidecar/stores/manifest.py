@@ -32,8 +32,9 @@ from sidecar.contracts.wire import memory_agent
 from sidecar.notes import links
 from sidecar.notes.dayformat import DayFormats, day_of_path
 from sidecar.stores.vectorbook import NO_VECTOR, VectorBook, _in_groups
+from sidecar.stores.versions import MANIFEST_SCHEMA, manifest_schema
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = MANIFEST_SCHEMA  # read by thin clients from stores.versions
 SOURCE_RANK = {"memory": 0, "wiki": 1, "vault": 2}
 
 log = logging.getLogger(__name__)
@@ -324,32 +325,27 @@ def _newer(path: Path, version: int) -> StoreNewerError:
     return StoreNewerError(
         f"the index in {path.parent} was written by a newer sidecar (manifest schema "
         f"{version}; this version reads up to {SCHEMA_VERSION}): sidecar was downgraded? "
-        "Start the newer version again, or move that folder away to have this version "
-        "build a new index (the newer one is left as it is)"
+        "Start the newer version again, or run `sidecar index --rebuild` on purpose (or move that "
+        "folder away) to have this version build a new index from the notes"
     )
 
 
 def _refuse_newer(path: Path) -> None:
     """Refuse a newer version's manifest before the writable open changes it (``journal_mode``
     rewrites the header; even a read-only SQLite open of a WAL file leaves a -wal and -shm): the
-    version is read from the file's header (offset 60, big-endian). A change still in a newer
-    version's write-ahead log is caught by the check after the open, as before."""
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(100)
-    except OSError:
-        return  # no file yet, or one the open below says what is wrong with
-    if len(head) == 100 and head.startswith(b"SQLite format 3\x00"):
-        version = int.from_bytes(head[60:64], "big", signed=True)
-        if version > SCHEMA_VERSION:
-            raise _newer(path, version)
+    version is read from the file's header (``versions.manifest_schema``). A change still in a
+    newer version's write-ahead log is caught by the check after the open, as before."""
+    version = manifest_schema(path)
+    if version is not None and version > SCHEMA_VERSION:
+        raise _newer(path, version)
 
 
 class Manifest(VectorBook):
     """Thread-safe wrapper over one sqlite connection (WAL); the daemon is the only writer."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = path
+        self.read_only = read_only
         # The vault's daily-note name formats (Obsidian's settings, set by each sweep's read of
         # them): a note's date is read with them (``note_date``).
         self.day_formats: DayFormats = ()
@@ -362,6 +358,9 @@ class Manifest(VectorBook):
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         _refuse_newer(path)  # before anything writes to it (journal_mode=WAL rewrites the header)
+        if read_only:
+            self._open_read_only()
+            return
         try:
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -411,6 +410,41 @@ class Manifest(VectorBook):
                 db.close()  # not left open (and its write-ahead log behind) by a failed start
             raise store_error_class(exc)(f"manifest {path} cannot be opened: {exc}") from exc
 
+    def _open_read_only(self) -> None:
+        """Open the file as it is, writing nothing (its disk is full): SQLite's ``immutable`` mode,
+        which makes no -wal or -shm file (a plain read-only open of a WAL database makes both, and
+        cannot on a full disk) and takes no lock (the index lock keeps every writer away). Refused
+        (StoreError) where that would not read the index whole: a write-ahead log holding commits
+        not yet in the file (a stop that was not clean: only a writer reads them safely), or an
+        older schema (its upgrade is a write)."""
+        path = self.path
+        version = manifest_schema(path)
+        if version is None:
+            raise StoreError(f"there is no readable manifest {path} (no index yet?)")
+        if version != SCHEMA_VERSION:
+            raise StoreError(
+                f"manifest {path} has schema {version}, this version reads {SCHEMA_VERSION} "
+                "(an upgrade writes)"
+            )
+        wal = path.with_name(path.name + "-wal")
+        if wal.exists() and wal.stat().st_size > 0:
+            raise StoreError(
+                f"manifest {path} has changes in its write-ahead log {wal.name} not yet written into "
+                "the file, which only a writer can read (a stop on a full disk could not write them "
+                "back, or the daemon was not stopped cleanly)"
+            )
+        uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro&immutable=1"
+        try:
+            self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA query_only=ON")
+            if self._db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                raise StoreError(f"manifest {path} failed its integrity check")
+            self.inode = path.stat().st_ino
+        except (sqlite3.Error, OSError) as exc:
+            if (db := getattr(self, "_db", None)) is not None:
+                db.close()
+            raise StoreError(f"manifest {path} cannot be opened read-only: {exc}") from exc
+
     def _shrink(self) -> None:
         """Give the disk back after mass deletions: SQLite reuses free pages but never returns
         them, so a vault that once held 40,000 notes kept its manifest's size for good. Rewritten
@@ -451,8 +485,9 @@ class Manifest(VectorBook):
             for reader in self._readers:
                 reader.close()
             self._readers.clear()
-            with contextlib.suppress(sqlite3.Error):  # a full disk: the next open replays it
-                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            if not self.read_only:
+                with contextlib.suppress(sqlite3.Error):  # a full disk: the next open replays it
+                    self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()
 
     def _committed(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
@@ -461,7 +496,8 @@ class Manifest(VectorBook):
         with it an old snapshot, open past its call."""
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
         if db is None:
-            db = self._open_reader()
+            # Read-only (immutable): nothing writes, and a reader of its own would make files.
+            db = None if self.read_only else self._open_reader()
             if db is None:
                 return self._query(sql, args)
         return db.execute(sql, args).fetchall()

@@ -8,6 +8,7 @@ that is not available they skip and say so. Figures of the longer runs are in RE
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -117,6 +118,142 @@ def test_a_keyword_writer_killed_by_a_full_disk_comes_back(tmp_path: Path) -> No
             assert index.num_docs() == 50 and index.num_pages() == 50
         finally:
             index.close()
+
+
+def test_a_start_on_a_full_disk_serves_the_index_read_only_and_resumes(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
+    """A start whose index disk is full (the stores cannot be opened for writing) exited 5 and the
+    service retried it forever, although the index on disk was whole. Now the daemon serves
+    search, recall and get from it read-only (``staleSince`` on the answers), refuses indexing and
+    memory writes with what is wrong, writes nothing into the index folder, and once space is back
+    resumes by itself (same process) and catches up with the notes written meanwhile."""
+    with tmpfs(tmp_path / "home", "24m") as home:
+        d: DaemonProcess = daemon_factory(vault, keyword_only=True, env=FAST_RETRY).start()
+        plan = "# Plan\n\nRotate the backup disks monthly.\n"
+        d.call("write", {"slug": "plan", "content": plan}, agent="ops")
+        assert d.stop() == 0
+        filler = fill(home)
+        index = {k: v for k, v in _snapshot(home / "index").items() if k != ".lock"}
+        write(vault / "Later.md", "# Later\n\nThe lighthouse keeper logs every storm.\n")
+        d.start(wait=None)
+        h = d.wait_for(lambda h: "index" in _active(h), timeout=120)
+        pid = h["pid"]
+        problem = next(p for p in h["problems"]["active"] if p["area"] == "index")
+        assert "the disk holding the index is full" in problem["error"]
+        assert "answers come from the index as it was at" in problem["error"]
+        found = d.call("search", {"query": "spark plugs"})
+        assert found["hits"][0]["reference"] == "vault/Projects/Boat" and found.get("staleSince")
+        assert d.call("get", {"reference": "vault/Garden"})["text"].startswith("---")
+        assert "monthly" in d.call("search", {"query": "rotate backup disks"}, agent="ops")["hits"][0]["text"]
+        assert d.call("recall", {"message": "how do we back up the NAS?"}).get("staleSince")
+        for op, params in (("write", {"slug": "new", "content": "# New\n\nx\n"}), ("index", {})):
+            with pytest.raises(RemoteError) as err:
+                d.call(op, params, agent="ops")
+            assert err.value.code == "storage" and "the disk holding the index is full" in str(err.value)
+        status = d.run_cli("status").stdout
+        assert "PROBLEM" in status and "the disk holding the index is full" in status
+        assert {k: v for k, v in _snapshot(home / "index").items() if k != ".lock"} == index
+        filler.unlink()
+        d.wait_for(lambda h: "index" not in _active(h) and h["index"]["files"] == 6, timeout=120)
+        hits = d.call("search", {"query": "lighthouse keeper storm"})["hits"]
+        assert hits[0]["reference"] == "vault/Later" and d.health()["pid"] == pid
+        d.call("write", {"slug": "new", "content": "# New\n\nThe disk has room again.\n"}, agent="ops")
+        assert d.stop() == 0
+
+
+LONG = " ".join(f"x{i:x}q{i * 7919:x}z{i * 104729:x}" for i in range(400))  # few words, many tokens
+
+
+def test_notes_caught_up_after_a_read_only_start_are_cut_by_the_model_s_tokenizer(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
+    """The read-only start marked the daemon's model slot failed; the resume's catch-up sweep then
+    cut the notes written meanwhile by a word estimate (4 chunks of ~1200 real tokens where the
+    model's tokenizer makes 26) and nothing cut them again. They are cut as a normal start cuts."""
+    import sqlite3
+
+    with tmpfs(tmp_path / "home", "160m") as home:
+        write(vault / "Control.md", f"# Control\n\n{LONG}\n")
+        d: DaemonProcess = daemon_factory(vault, env=FAST_RETRY).start()
+        d.wait_for(lambda h: h["index"]["files"] == 5, timeout=300)
+        assert d.stop() == 0
+        filler = fill(home)
+        write(vault / "Later.md", f"# Control\n\n{LONG}\n")
+        d.start(wait=None)
+        d.wait_for(lambda h: "index" in _active(h), timeout=120)
+        filler.unlink()
+        d.wait_for(lambda h: "index" not in _active(h) and h["index"]["files"] == 6, timeout=300)
+        assert d.stop() == 0
+        db = sqlite3.connect(home / "index" / "manifest.sqlite")
+        rows = dict(
+            db.execute(
+                "SELECT key, count(*) FROM chunks WHERE key IN ('vault/Control', 'vault/Later') GROUP BY key"
+            ).fetchall()
+        )
+        db.close()
+        assert rows["vault/Later"] == rows["vault/Control"] > 20, rows  # the word estimate made 4
+
+
+def _deleted_but_held(pid: int, home: Path) -> list[str]:
+    """Files under ``home`` the process still has open or mapped though they were deleted."""
+    held = [
+        f"map {line.split(maxsplit=5)[-1]}" for line in Path(f"/proc/{pid}/maps").read_text().splitlines()
+    ]
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            held.append("fd " + os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return sorted({h for h in held if str(home) in h and h.endswith("(deleted)")})
+
+
+def test_the_read_only_stores_are_closed_when_the_daemon_resumes(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
+    """The read-only keyword readers stayed open after the resume: every segment a merge deleted
+    kept its space on the disk that had just run full, for the life of the process. They are
+    closed at the switch (with the immutable manifest)."""
+    with tmpfs(tmp_path / "home", "24m") as home:
+        for i in range(30):
+            write(vault / "A" / f"n{i}.md", f"# N{i}\n\nbody number {i} of the first batch.\n")
+        d: DaemonProcess = daemon_factory(vault, keyword_only=True, env=FAST_RETRY).start()
+        assert d.stop() == 0
+        filler = fill(home)
+        d.start(wait=None)
+        pid = d.wait_for(lambda h: "index" in _active(h), timeout=120)["pid"]
+        assert d.call("search", {"query": "body number 7 first batch"})["hits"]  # read-only readers
+        first = [p for p in (home / "index" / "bm25").rglob("*") if p.suffix in {".idx", ".store"}]
+        filler.unlink()
+        d.wait_for(lambda h: "index" not in _active(h) and h["index"]["files"] == 34, timeout=120)
+        for j in range(25):  # commits enough for a merge, which deletes the first segments
+            for i in range(4):
+                write(vault / "B" / f"m{j}-{i}.md", f"# M{j}\n\nsecond batch {j} {i} lighthouse.\n")
+            d.wait_for(lambda h, j=j: h["index"]["files"] == 34 + 4 * (j + 1), timeout=60)
+        for i in range(30):
+            (vault / "A" / f"n{i}.md").unlink()
+        d.wait_for(lambda h: h["index"]["files"] == 4 + 100, timeout=120)
+        d.wait_for(lambda h: not all(p.exists() for p in first), timeout=120)  # merged away
+        held = _deleted_but_held(pid, home)
+        assert d.stop() == 0
+        assert not [h for h in held if "/bm25/" in h or "manifest" in h], held
+
+
+def test_an_index_of_a_newer_sidecar_on_a_full_disk_is_refused_as_such(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
+    """A newer version's index on a full disk exited 5 ("free some space"), which the service
+    restarts every few seconds: it is refused as a newer index (exit 3), as with space."""
+    import sqlite3
+
+    with tmpfs(tmp_path / "home", "24m") as home:
+        d: DaemonProcess = daemon_factory(vault, keyword_only=True, env=FAST_RETRY).start()
+        assert d.stop() == 0
+        db = sqlite3.connect(home / "index" / "manifest.sqlite")
+        db.execute("PRAGMA user_version=99")
+        db.commit()
+        db.close()
+        fill(home)
+        d.start(wait=None)
+        assert d.proc is not None and d.proc.wait(timeout=120) == ExitCode.CONFIG
 
 
 def test_read_only_index_directory(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
