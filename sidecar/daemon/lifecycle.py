@@ -157,6 +157,7 @@ class Daemon:
         indexer.reread_canvases_if_read_differently()
         loop = self.loop = IndexLoop(cfg, indexer, self.slot, problems, stop=self.stop, beat=beat)
         watcher = self.watcher = build_watcher(cfg, loop.changed, self.stop)
+        loop.on_lost, loop.watched = watcher.events_lost, lambda: [str(p) for p in watcher.watching]
         handlers = self._handlers(parts, loop, watcher)
         backfill = Backfill(
             cfg,
@@ -307,7 +308,8 @@ class Daemon:
             )
             if which is not None:
                 changed.append(which)
-                loop.request_sweep(False, None, frozenset())  # excluded notes leave, included ones come
+                # Excluded notes leave, included ones come: no events were lost for those.
+                loop.request_sweep(False, None, frozenset(), audit=False)
         log.info("config_reloaded changed=%s", ",".join(changed) or "nothing")
         if self._model_wanted() and self._scheduler is not None:
             # A reload is how a user says "I fixed it": the model file put right is tried now,

@@ -205,6 +205,16 @@ class Watcher:
         # set up had no event).
         self._catch_up = False
         self._stuck_looks: dict[str, threading.Thread] = {}  # a look at a batch's paths still hangs
+        # Why file events were lost (``events_lost``): the watch is built again at its next turn.
+        self._lost: str | None = None
+
+    def events_lost(self, why: str) -> None:
+        """File events never came (a sweep found notes none told): the kernel's queue overflowed
+        in a burst, and a folder made or renamed then got no watch, deaf for good. watchfiles
+        drops notify's sign of it (a rescan event without a path), so the index loop tells. The
+        watch is built again within a few seconds (``rust_timeout``) and a sweep of every root
+        follows once it runs (what changed meanwhile had no event)."""
+        self._lost = why
 
     def _stat(self, path: Path) -> os.stat_result | None:
         """A watched folder's stat with a deadline: None when it fails or hangs (a share that is
@@ -283,6 +293,10 @@ class Watcher:
         # vault: `r -> /` meant thousands, /proc included) though their notes are never indexed:
         # with such a link inside, the watch goes folder by folder, links left out, until the
         # link is gone (asked again at every start of the watch).
+        if self._lost is not None:
+            log.warning("watch_restarted reason=events lost: %s", self._lost)
+            self._lost = None
+            self._catch_up = True
         walked, linked = _walk(existing)
         linked = linked and len(walked) < MAX_FLAT_FOLDERS
         if linked and not self.linked:
@@ -333,6 +347,8 @@ class Watcher:
                     # watch it too (the walk of its event covers the notes there now).
                     self._recheck = new
                     return
+            if self._lost is not None:
+                return
             # inotify dies silently when a watched folder is deleted, recreated or remounted:
             # compare device and inode now and then and start a new watch (and a catch-up sweep).
             if time.monotonic() - checked < _IDENTITY_EVERY_S:
