@@ -5,7 +5,9 @@ burst is merged into one sweep. A sweep that fails (disk full, read-only) is ret
 backoff policy, capped low (``watch.faultRetryMaxSeconds``): notes saved meanwhile must be
 searchable seconds after the fault clears. A retry needs only the paths the failed sweep
 scanned but did not write. A note that changes again right after it was indexed is indexed at
-most every few times what that cost (``sidecar.daemon.hot``), after the other notes' changes.
+most every few times what that cost (``sidecar.daemon.hot``), after the other notes' changes. A
+scheduled or asked-for sweep that finds notes no file event told has the watch built again
+(``Watcher.events_lost``).
 """
 
 from __future__ import annotations

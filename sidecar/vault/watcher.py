@@ -1,19 +1,20 @@
 """File events (watchfiles) that trigger indexing soon after a save.
 
-Each batch of changes hands its paths to the indexer, which looks at those paths only (a stat
-each; a new folder is walked), never at the rest of their root: a memory write does not walk a
-vault on a share. What events miss (edits made on other machines of a network share, files in
-freshly created nested folders, a watch that died) arrives with the scheduled full sweeps and the
-polling of network roots; a watched folder that was replaced, mounted or unmounted restarts the
-watch and asks for a full sweep (an empty set of paths). Editor temp files, dot-folders and
-non-Markdown files are filtered out, but not folders named with a dot ("Node.js"): one that
-appears is walked, one deleted or moved away (or a file that may have been one) is named, once
-for a whole deleted tree. A folder whose name is not valid UTF-8 makes the recursive watch fail
-("Unable to decode path"): the watcher then watches every other folder one by one (not
-recursively), restarting when a folder appears and looking at that folder again once the new
-watch runs, so events keep flowing for the rest of the tree. So does a tree holding a folder
-symlink: the recursive watch would follow it out of the vault. Obsidian's settings that decide what
-is indexed are events in either mode (folder by folder, their own folders are watched).
+Each batch of changes hands its paths to the indexer, which looks at those paths only (a stat each;
+a new folder is walked), never at the rest of their root: a memory write does not walk a vault on a
+share. What events miss (edits made on other machines of a network share, files in freshly created
+nested folders, a watch that died) arrives with the scheduled full sweeps and the polling of network
+roots; a watched folder that was replaced, mounted or unmounted restarts the watch and asks for a
+full sweep (an empty set of paths), and so do lost events (``events_lost``: a queue overflow that
+left folders made meanwhile unwatched, told by the index loop). Editor temp files, dot-folders and
+non-Markdown files are filtered out, but not folders named with a dot ("Node.js"): one that appears
+is walked, one deleted or moved away (or a file that may have been one) is named, once for a whole
+deleted tree. A folder whose name is not valid UTF-8 makes the recursive watch fail ("Unable to
+decode path"): the watcher then watches every other folder one by one (not recursively), restarting
+when a folder appears and looking at that folder again once the new watch runs, so events keep
+flowing for the rest of the tree. So does a tree holding a folder symlink: the recursive watch would
+follow it out of the vault. Obsidian's settings that decide what is indexed are events in either
+mode (folder by folder, their own folders are watched).
 """
 
 from __future__ import annotations
