@@ -364,6 +364,8 @@ def test_a_folder_made_while_events_overflow_is_watched_again_after_a_sweep_find
     write(vault / "a.md", "# a\n\nalpha\n")
     write(vault / "b.md", "# b\n\nbravo\n")
     d = daemon_factory(vault, keyword_only=True).start()
+    write(vault / "probe.md", "# probe\n\nzqxpppq\n")  # found by its event: the watch is set up
+    _until(lambda: _hits(d, "zqxpppq") == ["vault/probe"], 60)
     os.kill(d.pid, signal.SIGSTOP)  # the daemon reads no event: the burst overflows its queue
     try:
         # Alternating files: the kernel merges an event only into the same one queued just before.
