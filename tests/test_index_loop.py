@@ -677,3 +677,45 @@ def test_an_inbox_segment_file_garbled_in_place_is_damage(make_cfg: Any, vault: 
         assert _answer(h, "kayak", "beta")[0] == ["memory/trip"]
     finally:
         h.close()
+
+
+def test_a_sweep_that_finds_notes_no_event_told_has_the_watch_built_again(looped: Any, vault: Path) -> None:
+    """A scheduled or asked-for sweep that finds notes, not just changed, in a watched folder and
+    told by no file event means events were lost: the watcher is told, health says so until the
+    watch's catch-up sweep ran. A note changed just now (its event may be on its way), one an event
+    told, and a sweep asked for by a settings change are no sign."""
+    h, loop, calls = looped
+    lost: list[str] = []
+    loop.on_lost, loop.watched = lost.append, lambda: [str(vault)]
+
+    def swept(audit: bool = True) -> None:
+        """A sweep, done with its check: the job after it has begun."""
+        n = len(calls)
+        loop.request_sweep(audit=audit)
+        _until(lambda: len(calls) > n)
+        loop.jobs.put(Job(roots=frozenset({"no-such-root"})))  # never taken into a running sweep
+        _until(lambda: len(calls) > n + 1)
+
+    swept()  # the first sweep: what changed while the daemon was down had no event to give
+    write(vault / "Fresh.md", "# fresh\n")  # saved just now
+    told = write(vault / "Told.md", "# told\n")
+    loop.changed({str(vault / "Folder")})  # a folder's event: the notes under it are told too
+    (vault / "Folder").mkdir()
+    hour_ago = time.time() - 3600
+    for p in (told, write(vault / "Folder" / "In.md", "# in\n")):
+        os.utime(p, (hour_ago, hour_ago))
+    loop.changed({str(told)})
+    _until(lambda: search(h, "told") != [])
+    swept()
+    quiet = write(vault / "Quiet.md", "# quiet\n")
+    os.utime(quiet, (hour_ago, hour_ago))
+    swept(audit=False)  # e.g. Excluded files changed in Obsidian: notes come and go
+    assert lost == [] and h.problems.active_in("watch") is None
+    missed = write(vault / "Missed.md", "# missed\n")
+    os.utime(missed, (hour_ago, hour_ago))
+    swept()
+    assert len(lost) == 1 and str(missed) in lost[0]
+    assert "file events were lost" in (h.problems.active_in("watch") or {}).get("error", "")
+    n = len(calls)
+    loop.changed(set())  # the watcher's catch-up once its new watch runs
+    _until(lambda: len(calls) > n and h.problems.active_in("watch") is None)

@@ -78,10 +78,18 @@ def test_sync_conflict_copies_are_counted_as_skipped_and_a_note_named_alike_is_r
         "Garden (SFConflict dave@example.org 2026-12-04-15-30-12).md",  # Seafile
         "Garden (Case Conflict).md",  # Dropbox
         "Garden-DESKTOP-A1B2C3D.md",  # OneDrive
+        "Garden (Conflicted copy MyMacBook2 202411281430).md",  # Obsidian Sync
+        "Garden (Conflicted copy Lisa's Pixel 7 20241128143012).md",  # Obsidian Sync, with seconds
     ]
     for name in copies:
         write(vault / name, "# Garden\n\nthe other device's edit\n")
-    own = ["How I fixed a (conflicted copy) mess.md", "buy-laptop-battery.md", "linux-desktop-screens.md"]
+    own = [
+        "How I fixed a (conflicted copy) mess.md",
+        "buy-laptop-battery.md",
+        "linux-desktop-screens.md",
+        "Conflicted copy 202411281430.md",  # no parentheses, no device: a title
+        "Meeting (conflict 2026-12-05).md",  # may be a real title
+    ]
     for name in own:  # the user's own notes, named alike
         write(vault / name, "# Mine\n\nmy own note\n")
     # An inbox's notes are the daemon's own writes: a slug alike is a note.

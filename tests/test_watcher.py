@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -432,3 +433,47 @@ def test_a_note_written_while_the_watch_turns_folder_by_folder_is_swept(
         os.mkdir(os.fsencode(vault / "b") + b"/caf\xe9")  # not UTF-8: the watch goes flat
         _until(lambda: watcher.flat and late.exists())
         _until(lambda: True in sweeps)
+
+
+def _hits(d: Any, word: str) -> list[str]:
+    return [h["reference"] for h in d.call("search", {"query": word, "minScore": 0})["hits"]]
+
+
+def test_a_folder_made_while_events_overflow_is_watched_again_after_a_sweep_finds_it(
+    daemon_factory: Any, tmp_path: Path
+) -> None:
+    """More file events than the kernel queues (a big checkout while the daemon is busy) drop the
+    event of a folder made then, and notify's sign of the overflow (watchfiles passes none on):
+    that folder had no watch for the daemon's whole life. A sweep (`sidecar index`) that finds
+    notes no event told builds the watch again, says so in the log and in health until a sweep
+    caught up, and later notes in that folder arrive by their events (was: only every
+    rescanMinutes, whatever `index` did)."""
+    vault = tmp_path / "vault"
+    write(vault / "a.md", "# a\n\nalpha\n")
+    write(vault / "b.md", "# b\n\nbravo\n")
+    d = daemon_factory(vault, keyword_only=True).start()
+    write(vault / "probe.md", "# probe\n\nzqxpppq\n")  # found by its event: the watch is set up
+    _until(lambda: _hits(d, "zqxpppq") == ["vault/probe"], 60)
+    os.kill(d.pid, signal.SIGSTOP)  # the daemon reads no event: the burst overflows its queue
+    try:
+        # Alternating files: the kernel merges an event only into the same one queued just before.
+        for i in range(int(Path("/proc/sys/fs/inotify/max_queued_events").read_text()) + 200):
+            os.utime(vault / ("a.md" if i % 2 else "b.md"))
+        made = write(vault / "New" / "Sub" / "A.md", "# A\n\nzqxaaaq\n")
+        hour_ago = time.time() - 3600  # as a sync tool keeps it (not changed just now)
+        os.utime(made, (hour_ago, hour_ago))
+    finally:
+        os.kill(d.pid, signal.SIGCONT)
+    d.call("index")  # the remedy the README gives: finds A.md, which no event told
+    _until(lambda: _hits(d, "zqxaaaq") == ["vault/New/Sub/A"], 60)
+    write(vault / "New" / "Sub" / "B.md", "# B\n\nzqxbbbq\n")
+    _until(lambda: _hits(d, "zqxbbbq") == ["vault/New/Sub/B"], 60)
+    _until(lambda: "watch_caught_up" in d.log.read_text(), 60)
+    log = d.log.read_text()
+    assert "watch_restarted reason=events lost" in log and "problem area=watch" in log
+    recent = d.health()["problems"]
+    assert not [p for p in recent["active"] if p["area"] == "watch"]
+    assert any(p["area"] == "watch" for p in recent["recent"])
+    # Only an event brings this one now: the catch-up sweep is over, the next is 10 min away.
+    write(vault / "New" / "Sub" / "C.md", "# C\n\nzqxcccq\n")
+    _until(lambda: _hits(d, "zqxcccq") == ["vault/New/Sub/C"], 60)

@@ -5,15 +5,19 @@ burst is merged into one sweep. A sweep that fails (disk full, read-only) is ret
 backoff policy, capped low (``watch.faultRetryMaxSeconds``): notes saved meanwhile must be
 searchable seconds after the fault clears. A retry needs only the paths the failed sweep
 scanned but did not write. A note that changes again right after it was indexed is indexed at
-most every few times what that cost (``sidecar.daemon.hot``), after the other notes' changes.
+most every few times what that cost (``sidecar.daemon.hot``), after the other notes' changes. A
+scheduled or asked-for sweep that finds notes no file event told has the watch built again
+(``Watcher.events_lost``).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,6 +33,13 @@ from sidecar.vault.watcher import obsidian_setting
 
 log = logging.getLogger(__name__)
 
+# A note changed this shortly before a sweep began may have its file event still on the way.
+_IN_FLIGHT_S = 5.0
+# Paths told by file events kept between two checks for lost events, at most (then one check is
+# skipped rather than the memory grow without end).
+_REPORTED_MAX = 200_000
+LOST_AREA = "watch"
+
 
 @dataclass(frozen=True)
 class Job:
@@ -38,11 +49,22 @@ class Job:
     roots: frozenset[str] | None = None  # None: every root
     confirm: frozenset[str] = frozenset()  # roots whose mass deletion the user confirmed
     paths: frozenset[str] = frozenset()  # changed files or folders (file events): only these
+    # A scheduled or asked-for sweep: what it finds in a watched root, events should have told
+    # (merged with any other request it is not: a watch restart or a settings change finds changes).
+    audit: bool = False
+    restarted: bool = False  # the watch was (re)started: this sweep catches up with it
 
     def merge(self, other: Job) -> Job:
         roots = None if self.roots is None or other.roots is None else self.roots | other.roots
         paths = frozenset() if roots is None else self.paths | other.paths
-        return Job(self.rebuild or other.rebuild, roots, self.confirm | other.confirm, paths)
+        return Job(
+            self.rebuild or other.rebuild,
+            roots,
+            self.confirm | other.confirm,
+            paths,
+            self.audit and other.audit,
+            self.restarted or other.restarted,
+        )
 
 
 class IndexLoop:
@@ -75,6 +97,11 @@ class IndexLoop:
         indexer.hot_back = self.changed
         self.hot = hot or HotNotes()
         indexer.on_indexed = self.hot.indexed
+        # Told when a sweep finds notes no file event reported (the watcher: build the watch again).
+        self.on_lost: Callable[[str], None] | None = None
+        self.watched: Callable[[], list[str]] = list  # the folders the watch covers now
+        self._reported: set[str] = set()  # paths file events told since the last check
+        self._lost = False  # the watch was restarted for lost events: status says so until caught up
 
     def depth(self) -> int:
         """Requests waiting, held events of hot notes included (health's queue depth)."""
@@ -101,6 +128,8 @@ class IndexLoop:
         A note deleted or renamed away is never held (``gone``): a hot note's deletion must not
         wait its quiet time, a search would show it for up to a minute."""
         self.hot.release(gone)
+        if len(self._reported) < _REPORTED_MAX:
+            self._reported |= paths
         settings = {p for p in paths if obsidian_setting(p, self.cfg.vault.path)}
         if settings:
             # Excluded files or the daily notes' format changed in Obsidian: a sweep of every
@@ -111,15 +140,18 @@ class IndexLoop:
         if paths:
             self.jobs.put(Job(roots=frozenset(), paths=frozenset(paths)))
         elif not settings:
-            self.jobs.put(Job())
+            self.jobs.put(Job(restarted=True))
 
     def request_sweep(
         self,
         rebuild: bool = False,
         roots: frozenset[str] | None = None,
         confirm: frozenset[str] = frozenset(),
+        audit: bool = True,
     ) -> None:
-        self.jobs.put(Job(rebuild, roots, confirm))
+        """A sweep (the schedule, the index op); ``audit``: one whose finds in a watched folder
+        are file events that were lost."""
+        self.jobs.put(Job(rebuild, roots, confirm, audit=audit and not rebuild))
 
     def sweep_roots(self, names: list[str]) -> None:
         """Roots whose retry or poll is due; skipped while other work waits (it sweeps them too)."""
@@ -203,12 +235,49 @@ class IndexLoop:
         indexer = self.indexer
         if job.rebuild:
             indexer.clear()
+        audit = job.audit and not job.paths and indexer.activity.first_sweep_done
+        began = time.time()
         summary = indexer.sweep(
             only=job.roots, stop=self.stop, confirm_deletions=job.confirm, progress=self.beat, paths=job.paths
         )
         if summary.get("changed", 0) > 100:
             heap.trim()  # parsing a large batch leaves freed pages behind
         self.problems.clear("index")
+        if job.restarted and job.roots is None and self._lost:
+            self._lost = False
+            log.info("watch_caught_up changed=%d", summary.get("changed", 0))
+            self.problems.clear(LOST_AREA)
+        if audit:
+            self._check_lost(began)
+
+    def _check_lost(self, began: float) -> None:
+        """After a scheduled or asked-for sweep: notes it found new or changed in a folder the
+        watch covers, that no file event told and not changed just now, mean events were lost
+        (the kernel's queue overflowed in a burst: watchfiles passes no sign of it on) and a
+        folder made then may have no watch at all: the watch is built again and a sweep follows."""
+        reported, self._reported = self._reported, set()
+        if len(reported) >= _REPORTED_MAX or self.on_lost is None:
+            return
+        tops = [w.rstrip("/") + "/" for w in self.watched()]
+        before = int((began - _IN_FLIGHT_S) * 1e9)
+        held = self.hot.held()
+        missed = [
+            path
+            for path, mtime_ns in self.indexer.found_by_listing
+            if mtime_ns < before
+            and path not in held
+            and any(path.startswith(t) for t in tops)
+            and not _told(path, reported)
+        ]
+        if not missed:
+            return
+        why = f"a sweep found notes no file event told ({len(missed)}, e.g. {missed[0]})"
+        self._lost = True
+        self.problems.report(
+            LOST_AREA,
+            f"file events were lost: {why}; the watch is started again and a full sweep catches up",
+        )
+        self.on_lost(why)
 
     def _failed(self, job: Job, exc: Exception, delay: float) -> None:
         if isinstance(exc, (StoreError, OSError, sqlite3.Error)):
@@ -235,3 +304,14 @@ class IndexLoop:
         if leftover is not None and not job.rebuild and self.indexer.activity.first_sweep_done:
             job = Job(roots=frozenset(), confirm=job.confirm, paths=leftover)
         self.jobs.put(job)
+
+
+def _told(path: str, reported: set[str]) -> bool:
+    """Whether a file event named ``path`` or a folder it lies in (a new folder is walked)."""
+    while True:
+        if path in reported:
+            return True
+        parent = os.path.dirname(path)
+        if parent == path:
+            return False
+        path = parent

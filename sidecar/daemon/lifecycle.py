@@ -200,6 +200,7 @@ class Daemon:
             raise
         loop = self.loop = IndexLoop(cfg, indexer, self.slot, problems, stop=self.stop, beat=beat)
         watcher = self.watcher = build_watcher(cfg, loop.changed, self.stop)
+        loop.on_lost, loop.watched = watcher.events_lost, lambda: [str(p) for p in watcher.watching]
         handlers = self._handlers(parts, loop, watcher)
         backfill = Backfill(
             cfg,
@@ -476,7 +477,8 @@ class Daemon:
             )
             if which is not None:
                 changed.append(which)
-                loop.request_sweep(False, None, frozenset())  # excluded notes leave, included ones come
+                # Excluded notes leave, included ones come: no events were lost for those.
+                loop.request_sweep(False, None, frozenset(), audit=False)
         log.info("config_reloaded changed=%s", ",".join(changed) or "nothing")
         for warning in new.warnings:  # at the start the command line said them on stderr
             log.warning("config_warning %s", warning)

@@ -136,6 +136,9 @@ class Indexer:
         # a note that is costly to index waits before it is indexed again).
         self.on_indexed: Callable[[dict[str, float]], None] | None = None
         self.summary = ActivitySummary()
+        # The notes the last sweep found new or changed by listing a local root whole, with
+        # their mtime: what the file events should have told (``IndexLoop``'s check for lost events).
+        self.found_by_listing: list[tuple[str, int]] = []
         self._waited_for_tokenizer = False
         self._tokenizer_wait = 0.0  # seconds the one wait for the model's tokenizer took
 
@@ -216,6 +219,7 @@ class Indexer:
             self.manifest.stamp(diff.stamps)
         self._forget_linked(diff.linked)
         act.phase, act.total = "indexing", len(diff.work) + len(diff.gone)
+        self.found_by_listing = self._found_by_listing(diff, listed)
         changed = self._apply(diff, every if not paths else None, progress, stop)
         self._retire_emptied(diff.gone, names)
         self._record_excluded(diff, every)
@@ -226,16 +230,20 @@ class Indexer:
         if not self._swept:
             self._count_read_whole(listed, names, stop)
         act.phase = "idle"
+        return self._sweep_done(diff, changed, chosen, bool(paths))
+
+    def _sweep_done(self, diff: Diff, changed: int, chosen: list[Root], paths: bool) -> dict[str, int]:
+        """The sweep's counts, logged."""
         summary = {
             "changed": changed,
             "deleted": len(diff.gone),
             "unchanged": diff.unchanged,
             "skipped": sum(diff.skipped.values()),
         }
-        seconds = time.time() - act.started
+        seconds = time.time() - self.activity.started
         # File events that only wrote notes are summed into one line a minute (``index_activity``);
         # a walk of a root, a deletion or a skip keeps its own line.
-        quiet = bool(paths) and not chosen and not diff.gone and not diff.skipped
+        quiet = paths and not chosen and not diff.gone and not diff.skipped
         if quiet and changed:
             self.summary.add(changed, [n.key for n in diff.work], seconds)
         log.log(
@@ -246,6 +254,14 @@ class Indexer:
             ",".join(r.name for r in chosen) or "-",
         )
         return summary
+
+    def _found_by_listing(self, diff: Diff, listed: list[Root]) -> list[tuple[str, int]]:
+        """The notes to index that a listing of a local root found (a share's own edits have no event)."""
+        return [
+            (str(n.path), n.mtime_ns)
+            for n in diff.work
+            if n.root in listed and not self.supervisor.status(n.root).network
+        ]
 
     def _apply(
         self,

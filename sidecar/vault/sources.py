@@ -52,6 +52,8 @@ _CONFLICTS = re.compile(
         (
             r"\.sync-conflict-\d{8}-\d{6}",  # Syncthing
             r"\([^()]*conflicted copy \d{4}-\d{2}-\d{2}",  # Dropbox, Nextcloud
+            # Obsidian Sync: "(Conflicted copy DEVICE YYYYMMDDHHMM)" (its help shows seconds too)
+            r"\(Conflicted copy [^()]* \d{12}(?:\d{2})?\)",
             r"_conflict-\d{8}-\d{6}",  # ownCloud
             r"\(SFConflict [^()]*\d{4}-\d{2}-\d{2}",  # Seafile
             r" \(Case Conflict(?: \d+)?\)",  # Dropbox: names differing by case only

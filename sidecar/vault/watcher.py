@@ -1,19 +1,20 @@
 """File events (watchfiles) that trigger indexing soon after a save.
 
-Each batch of changes hands its paths to the indexer, which looks at those paths only (a stat
-each; a new folder is walked), never at the rest of their root: a memory write does not walk a
-vault on a share. What events miss (edits made on other machines of a network share, files in
-freshly created nested folders, a watch that died) arrives with the scheduled full sweeps and the
-polling of network roots; a watched folder that was replaced, mounted or unmounted restarts the
-watch and asks for a full sweep (an empty set of paths). Editor temp files, dot-folders and
-non-Markdown files are filtered out, but not folders named with a dot ("Node.js"): one that
-appears is walked, one deleted or moved away (or a file that may have been one) is named, once
-for a whole deleted tree. A folder whose name is not valid UTF-8 makes the recursive watch fail
-("Unable to decode path"): the watcher then watches every other folder one by one (not
-recursively), restarting when a folder appears and looking at that folder again once the new
-watch runs, so events keep flowing for the rest of the tree. So does a tree holding a folder
-symlink: the recursive watch would follow it out of the vault. Obsidian's settings that decide what
-is indexed are events in either mode (folder by folder, their own folders are watched).
+Each batch of changes hands its paths to the indexer, which looks at those paths only (a stat each;
+a new folder is walked), never at the rest of their root: a memory write does not walk a vault on a
+share. What events miss (edits made on other machines of a network share, files in freshly created
+nested folders, a watch that died) arrives with the scheduled full sweeps and the polling of network
+roots; a watched folder that was replaced, mounted or unmounted restarts the watch and asks for a
+full sweep (an empty set of paths), and so do lost events (``events_lost``: a queue overflow that
+left folders made meanwhile unwatched, told by the index loop). Editor temp files, dot-folders and
+non-Markdown files are filtered out, but not folders named with a dot ("Node.js"): one that appears
+is walked, one deleted or moved away (or a file that may have been one) is named, once for a whole
+deleted tree. A folder whose name is not valid UTF-8 makes the recursive watch fail ("Unable to
+decode path"): the watcher then watches every other folder one by one (not recursively), restarting
+when a folder appears and looking at that folder again once the new watch runs, so events keep
+flowing for the rest of the tree. So does a tree holding a folder symlink: the recursive watch would
+follow it out of the vault. Obsidian's settings that decide what is indexed are events in either
+mode (folder by folder, their own folders are watched).
 """
 
 from __future__ import annotations
@@ -205,6 +206,16 @@ class Watcher:
         # set up had no event).
         self._catch_up = False
         self._stuck_looks: dict[str, threading.Thread] = {}  # a look at a batch's paths still hangs
+        # Why file events were lost (``events_lost``): the watch is built again at its next turn.
+        self._lost: str | None = None
+
+    def events_lost(self, why: str) -> None:
+        """File events never came (a sweep found notes none told): the kernel's queue overflowed
+        in a burst, and a folder made or renamed then got no watch, deaf for good. watchfiles
+        drops notify's sign of it (a rescan event without a path), so the index loop tells. The
+        watch is built again within a few seconds (``rust_timeout``) and a sweep of every root
+        follows once it runs (what changed meanwhile had no event)."""
+        self._lost = why
 
     def _stat(self, path: Path) -> os.stat_result | None:
         """A watched folder's stat with a deadline: None when it fails or hangs (a share that is
@@ -283,6 +294,10 @@ class Watcher:
         # vault: `r -> /` meant thousands, /proc included) though their notes are never indexed:
         # with such a link inside, the watch goes folder by folder, links left out, until the
         # link is gone (asked again at every start of the watch).
+        if self._lost is not None:
+            log.warning("watch_restarted reason=events lost: %s", self._lost)
+            self._lost = None
+            self._catch_up = True
         walked, linked = _walk(existing)
         linked = linked and len(walked) < MAX_FLAT_FOLDERS
         if linked and not self.linked:
@@ -333,6 +348,8 @@ class Watcher:
                     # watch it too (the walk of its event covers the notes there now).
                     self._recheck = new
                     return
+            if self._lost is not None:
+                return
             # inotify dies silently when a watched folder is deleted, recreated or remounted:
             # compare device and inode now and then and start a new watch (and a catch-up sweep).
             if time.monotonic() - checked < _IDENTITY_EVERY_S:
