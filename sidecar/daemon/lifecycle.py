@@ -443,6 +443,14 @@ class Daemon:
         return new
 
     def _reload(self) -> dict[str, Any]:
+        if self.parts is None and self._read_only_parts is not None:
+            # The switch to writable builds the parts from the configuration of the start: a
+            # reload applied now was undone then, silently (a folder excluded meanwhile came back).
+            raise StorageError(
+                "the index is read-only while its disk is full; nothing applied: reload once "
+                "`sidecar status` no longer says so (a reload now would be undone when the index "
+                "becomes writable)"
+            )
         if self.reload_config is None or self._retriever is None:
             return {"reloaded": False, "changed": []}
         problems = self.parts.problems if self.parts is not None else None

@@ -151,6 +151,9 @@ def test_a_start_on_a_full_disk_serves_the_index_read_only_and_resumes(
             with pytest.raises(RemoteError) as err:
                 d.call(op, params, agent="ops")
             assert err.value.code == "storage" and "the disk holding the index is full" in str(err.value)
+        with pytest.raises(RemoteError) as err:  # applied now, the switch to writable undid it
+            d.call("reload", {})
+        assert err.value.code == "storage" and "read-only while its disk is full" in str(err.value)
         status = d.run_cli("status").stdout
         assert "PROBLEM" in status and "the disk holding the index is full" in status
         assert {k: v for k, v in _snapshot(home / "index").items() if k != ".lock"} == index
