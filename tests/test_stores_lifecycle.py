@@ -878,6 +878,37 @@ def test_the_switch_to_writable_holds_requests_while_the_read_only_stores_close(
     assert answers == [{"by": "read-only"}, {"by": "writable"}]
 
 
+def test_a_request_that_does_not_end_defers_the_switch_instead_of_holding_every_request() -> None:
+    """The switch waited without limit for the requests on the read-only handlers: one that never
+    ended (a read of a hung share) held the switch and every request behind it for good, and the
+    switching thread, the only one feeding the systemd watchdog while read-only, with it. Now the
+    wait is bounded: the read-only handlers serve again and the switch is tried at the next tick."""
+    import threading
+
+    from sidecar.daemon.lifecycle import _Dispatch
+
+    stuck, entered = threading.Event(), threading.Event()
+
+    class ReadOnlyHandlers:
+        def dispatch(self, req: Any) -> dict[str, Any]:
+            if req == "stuck":
+                entered.set()
+                stuck.wait(30)
+            return {"by": "read-only"}
+
+    dispatch = _Dispatch(ReadOnlyHandlers())
+    first = threading.Thread(target=lambda: dispatch.dispatch("stuck"))  # type: ignore[arg-type]
+    first.start()
+    entered.wait(30)
+    try:
+        assert dispatch.hold(0.2) is False  # not drained: nothing held, nothing closed
+        assert dispatch.dispatch("later") == {"by": "read-only"}  # type: ignore[arg-type]
+    finally:
+        stuck.set()
+        first.join(30)
+    assert dispatch.hold(5) is True  # once it ended, the switch can go on
+
+
 def test_the_switch_to_writable_feeds_the_systemd_watchdog(
     make_cfg: Any, vault: Path, tmp_path: Path
 ) -> None:

@@ -317,7 +317,11 @@ class Daemon:
         requests held meanwhile (none reads through them then)."""
         dispatch = self._dispatch
         assert dispatch is not None
-        dispatch.hold()  # returns once the requests on the read-only handlers are answered
+        if not dispatch.hold():  # the requests on the read-only handlers answered
+            log.warning(
+                "index_switch_deferred reason=a request on the read-only index did not end; tried again"
+            )
+            return False
         self._close_read_only()
         try:
             with self._watchdog_fed():  # finishing an interrupted batch or a re-cut can take minutes
@@ -619,12 +623,22 @@ class _Dispatch:
                 self._running[generation] -= 1
                 self._cond.notify_all()
 
-    def hold(self) -> None:
+    def hold(self, most: float | None = None) -> bool:
+        """Whether the requests on the current handlers were answered within ``most`` seconds (new
+        ones wait meanwhile). If not, the current handlers serve again and nothing is held: a
+        request that never ends (a read of a hung share) held the switch, and every request
+        behind it, for good, with nothing feeding the systemd watchdog."""
         with self._cond:
-            self._handlers = None
+            handlers, self._handlers = self._handlers, None
             held = self._generation
-            self._cond.wait_for(lambda: self._running[held] <= 0)
+            if not self._cond.wait_for(
+                lambda: self._running[held] <= 0, _HOLD_WAIT if most is None else most
+            ):
+                self._handlers = handlers
+                self._cond.notify_all()
+                return False
             del self._running[held]
+            return True
 
     def release(self, handlers: Dispatcher) -> None:
         with self._cond:
@@ -670,6 +684,9 @@ class ReadOnly:
 
 
 _SWITCH_WAIT = 60.0  # a request held while the stores are reopened for writing, at most
+# The requests on the read-only handlers waited for before a switch, at most: below any watchdog
+# interval (the switching thread is the one that feeds it while read-only).
+_HOLD_WAIT = 5.0
 
 
 def _record_counting(cfg: Config, slot: EmbedderSlot, indexer: Indexer) -> None:
