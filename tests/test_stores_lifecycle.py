@@ -909,6 +909,31 @@ def test_a_request_that_does_not_end_defers_the_switch_instead_of_holding_every_
     assert dispatch.hold(5) is True  # once it ended, the switch can go on
 
 
+def test_a_switch_that_fails_in_an_unforeseen_way_serves_read_only_again(make_cfg: Any, vault: Path) -> None:
+    """A failure of a type the switch did not name (RuntimeError: no thread could be started)
+    left the space check dead and every request held for good ("being reopened for writing").
+    Any failure now serves read-only again, and the switch is tried at the next check."""
+    from sidecar.daemon.lifecycle import Daemon, _Dispatch
+
+    class ReadOnlyHandlers:
+        def dispatch(self, req: Any) -> dict[str, Any]:
+            return {"by": "read-only"}
+
+    def fails() -> Any:
+        raise RuntimeError("can't start new thread")
+
+    daemon = Daemon(make_cfg(vault))
+    dispatch = daemon._dispatch = _Dispatch(ReadOnlyHandlers())
+    daemon._close_read_only = lambda: None  # type: ignore[method-assign]
+    daemon._start_parts = fails  # type: ignore[method-assign]
+    daemon._read_only_again = ReadOnlyHandlers  # type: ignore[assignment,method-assign]
+    try:
+        assert daemon._switch_to_writable() is False
+        assert dispatch.dispatch(None) == {"by": "read-only"}  # type: ignore[arg-type]
+    finally:
+        daemon.notifier.close()
+
+
 def test_the_switch_to_writable_feeds_the_systemd_watchdog(
     make_cfg: Any, vault: Path, tmp_path: Path
 ) -> None:

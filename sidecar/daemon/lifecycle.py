@@ -326,7 +326,9 @@ class Daemon:
         try:
             with self._watchdog_fed():  # finishing an interrupted batch or a re-cut can take minutes
                 handlers = self._start_parts()
-        except (SidecarError, sqlite3.Error, OSError) as exc:  # tried again at the next tick
+        except Exception as exc:  # tried again at the next tick
+            # Any failure: one of another type (no thread could be started) killed the space
+            # check with every request held for good.
             name = "index_read_only_still" if isinstance(exc, DiskFullError) else "index_writable_failed"
             log.warning("%s error=%s; serving read-only", name, exc)
             dispatch.release(self._read_only_again())
