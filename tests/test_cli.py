@@ -964,3 +964,29 @@ def test_search_says_when_a_time_phrase_was_searched_as_words(shared: DaemonProc
     assert r.returncode == 0, r.stderr
     assert "'last year': no note has that date, so it was searched as words" in r.stderr
     assert "wiki/Backups" in r.stdout
+
+
+def test_a_multi_line_error_keeps_its_files_and_cause_and_drops_backtraces() -> None:
+    """A multi-line error showed its first line only ("2 configuration problems:"), losing the
+    files and keys to mend and an engine's "Caused by" line; backtrace frames stay out, and a
+    long one says how many lines the log keeps."""
+    from sidecar.clients.plainerror import plain_error
+
+    config = plain_error(
+        "the configuration file could not be reloaded: 2 configuration problems:\n"
+        "  /c/sidecar.yaml: unknown key 'serch'\n  /c/sidecar.yaml: search.limit = 'many' is not a number"
+    )
+    assert config == (
+        "the configuration file could not be reloaded: 2 configuration problems: /c/sidecar.yaml: "
+        "unknown key 'serch'; /c/sidecar.yaml: search.limit = 'many' is not a number"
+    )
+    chained = plain_error(
+        "vector search failed: lance error: IO\n"
+        'Caused by: Os { code: 13, kind: PermissionDenied, message: "Permission denied" }\n'
+        "stack backtrace:\n   0: lance::io::open\n             at /rustc/1f2e/library/std/src/x.rs:12:5\n"
+    )
+    assert chained == "vector search failed: lance error: IO; Caused by: Permission denied"
+    long = plain_error("\n".join(f"line {i}" for i in range(10)))
+    assert long.startswith("line 0; line 1") and long.endswith(
+        "(and 4 more lines: the daemon's log has them)"
+    )

@@ -428,3 +428,25 @@ def test_status_without_a_daemon_does_not_hang_on_an_index_file_that_never_answe
         check=False,
     )
     assert r.returncode == ExitCode.NOT_RUNNING and "not running" in r.stdout
+
+
+def test_doctor_says_the_daemons_problems_in_status_words(in_process: Any) -> None:
+    """doctor showed a problem's raw text (a Rust debug dump of sixty words, clipped at 300
+    characters) where status says it plainly; a multi-line error keeps what its later lines
+    name (the file, the key), not its first line alone."""
+    in_process.harness.problems.report(
+        "keyword_search",
+        "BM25 commit failed: 'IoError { io_error: Os { code: 28, kind: StorageFull, message: \"No "
+        'space left on device" }, filepath: "/h/index/bm25/meta.json" }\'',
+    )
+    in_process.harness.problems.report(
+        "config",
+        "the configuration file could not be reloaded: 2 configuration problems:\n"
+        "  /c/sidecar.yaml: unknown key 'serch' (value 1)\n"
+        "  /c/sidecar.yaml: search.limit = 'many' is not a number",
+    )
+    checks = {c.name: c for c in doctor._Run(in_process.cfg, Probes()).daemon()}
+    verdict = checks["daemon problems"].verdict
+    assert "disk full: BM25 commit failed: No space left on device (/h/index/bm25/meta.json)" in verdict
+    assert "IoError" not in verdict and "\n" not in verdict
+    assert "unknown key 'serch'" in verdict and "search.limit = 'many' is not a number" in verdict

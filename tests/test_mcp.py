@@ -407,3 +407,36 @@ def test_an_answer_of_another_shape_is_an_error_not_an_empty_success(tmp_path: P
             result = reply["result"]
             assert result["isError"] is True, (answer, tool, result)
             assert "an answer this shim cannot read" in result["content"][0]["text"]
+
+
+# An engine's debug dump and a multi-line error, as health keeps them whole.
+_DUMP_ERROR = (
+    "BM25 commit failed: 'IoError { io_error: Os { code: 28, kind: StorageFull, message: \"No space "
+    'left on device" }, filepath: "/h/index/bm25/meta.json" }\''
+)
+_MULTILINE_ERROR = (
+    "the configuration file could not be reloaded: 2 configuration problems:\n"
+    "  /c/sidecar.yaml: unknown key 'serch' (value 1)\n"
+    "  /c/sidecar.yaml: search.limit = 'many' is not a number"
+)
+
+
+def test_memory_status_says_errors_in_plain_words_with_every_line() -> None:
+    """memory_status showed an engine's debug dump as it came, and an agent reading a multi-line
+    error had the whole text with its line breaks escaped: now `sidecar status`' plain words,
+    the file and cause of each line kept."""
+    from sidecar.clients.mcp_texts import status_of
+
+    health = {
+        "problems": {
+            "active": [
+                {"area": "keyword_search", "error": _DUMP_ERROR},
+                {"area": "config", "error": _MULTILINE_ERROR},
+            ]
+        }
+    }
+    out = status_of(health, "a")
+    dump, config = (p["error"] for p in out["problems"])
+    assert dump == "disk full: BM25 commit failed: No space left on device (/h/index/bm25/meta.json)"
+    assert "IoError" not in out["message"] and "\\n" not in out["message"]
+    assert "unknown key 'serch'" in config and "search.limit = 'many'" in config and "\n" not in config

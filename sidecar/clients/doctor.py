@@ -30,6 +30,7 @@ from sidecar import __version__
 from sidecar.clients.cli_render import HOME_TODO, daily_notes_line, problem_area
 from sidecar.clients.client import Client
 from sidecar.clients.lockholder import listening_on, lock_holder
+from sidecar.clients.plainerror import plain_error
 from sidecar.clients.service import (
     LABEL,
     existing_text,
@@ -390,7 +391,9 @@ def check_problems(health: dict[str, Any]) -> Check:
     active = (health.get("problems") or {}).get("active", [])
     if not active:
         return Check("daemon problems", True, "the daemon reports none")
-    said = "; ".join(f"{problem_area(str(p['area']))}: {_clip(str(p['error']))}" for p in active)
+    # In status' plain words (a Rust debug dump said "disk full" in sixty words), not clipped: the
+    # lines after the first of a multi-line error name the file and the cause.
+    said = "; ".join(f"{problem_area(str(p['area']))}: {plain_error(str(p['error']))}" for p in active)
     fix = (
         "`sidecar status` shows each with what to do (README, Troubleshooting); most clear by themselves "
         "once the fault is gone"
@@ -411,7 +414,7 @@ def check_roots(health: dict[str, Any]) -> Check:
     if not offline and not held:
         return Check("roots", True, "the daemon reads every folder")
     said = "; ".join(
-        f"{r['name']} {r['mode']}: {_clip(str(r.get('error') or ''), 200)}" for r in offline + held
+        f"{r['name']} {r['mode']}: {plain_error(str(r.get('error') or ''))}" for r in offline + held
     )
     if offline:
         return Check(
@@ -428,10 +431,6 @@ def check_roots(health: dict[str, Any]) -> Check:
         "if the notes were removed on purpose, confirm with the command named; else put them back",
         warning=True,
     )
-
-
-def _clip(text: str, most: int = 300) -> str:
-    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 _REINSTALL = (

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from sidecar.clients.plainerror import plain_error
 from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.wire import (
     DELETION_HELD_MARK,
@@ -175,7 +176,7 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
         {
             "name": r.get("name", "?"),
             "path": r.get("path", ""),
-            "why": r.get("error") or "unreachable",
+            "why": plain_error(r.get("error") or "unreachable"),
             "mode": r.get("mode"),
         }
         for r in health.get("roots", [])
@@ -220,8 +221,10 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
         shown(f"{r['name']} {'deletions held' if r['mode'] == 'held' else 'offline'}: {r['why']}")
         for r in offline
     )
+    # Errors in status' plain words, as `sidecar status` says them: an engine's debug dump and
+    # a multi-line error's later lines (the file, the cause) read as the person's words.
     problems = [
-        {"area": p.get("area", ""), "error": p.get("error", "")}
+        {"area": p.get("area", ""), "error": plain_error(p.get("error", ""))}
         for p in (health.get("problems") or {}).get("active", [])
         if not (
             (p.get("area", "").startswith("memory_") or p.get("area") == "unreadable")
@@ -242,7 +245,7 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
         "embedder": {
             "state": emb.get("state", ""),
             "model": emb.get("model"),
-            "error": emb.get("error") or "",
+            "error": plain_error(emb.get("error") or ""),
             # The configured model and why it failed, while ``model`` answers in its place.
             **({"fallback": emb["fallback"]} if emb.get("fallback") else {}),
         },

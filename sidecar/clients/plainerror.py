@@ -1,4 +1,5 @@
-"""An error of a problem as one short line a person can read in ``sidecar status`` (pure).
+"""An error of a problem as one line a person can read in ``sidecar status``, ``sidecar doctor``
+and the MCP ``memory_status`` tool (pure).
 
 The daemon keeps an error's whole text (health's ``problems``, the log): an engine's message can
 carry a Rust debug dump (Tantivy's ``IoError { io_error: Os { code: 28, kind: StorageFull,
@@ -71,12 +72,9 @@ def cause_of(text: str) -> str | None:
     return next((cause for cause, words in _CAUSES if any(w in low for w in words)), None)
 
 
-def plain_error(text: str) -> str:
-    """``text`` as one line for status: its first line, each Rust debug dump replaced by its own
-    message, a known cause said first; the log keeps it whole. Not cut to a length: sidecar's own
-    messages are long where they say what to do (an unmounted home's)."""
-    lines = text.strip().splitlines() or [""]
-    line, cut = engine_text(lines[0]), len(lines) > 1
+def _plain_line(line: str) -> str:
+    """One line of an error: engine text cleaned, each Rust debug dump replaced by its message."""
+    line = engine_text(line)
     for _ in range(8):  # a dump whose message holds a dump again: bounded
         if not (m := _DUMP_START.search(line)):
             break
@@ -84,8 +82,54 @@ def plain_error(text: str) -> str:
         if end < len(line) and line[end] == "'" and line[m.start()] == "'":
             end += 1  # the quotes Tantivy puts around the dump
         line = line[: m.start()] + _plain_dump(line[m.start() : end]) + line[end:]
-    line = _OS_ERROR.sub("", line)
+    return _OS_ERROR.sub("", line).strip()
+
+
+# Lines of a multi-line error that say nothing to a person: the frames of a Rust or Python
+# backtrace ("   3: tantivy::…", "at /rustc/…/src/x.rs:12:5", 'File "x.py", line 3, in f' and the
+# source line under it) and the hint to turn backtraces on.
+_FRAME = re.compile(
+    r"\s*(?:stack backtrace:|\d+: [\w:<>$.]|at \S+:\d+|Traceback \(most recent call last\):|"
+    r'File "[^"]*", line \d+|note: run with `RUST_BACKTRACE)'
+)
+# At most this many lines of a multi-line error are said; the log keeps the rest.
+_MOST_LINES = 6
+
+
+def _said_lines(text: str) -> list[str]:
+    """The lines of ``text`` a person needs: blank lines, backtrace frames (and the source line
+    under a Python frame) and repeats left out."""
+    out: list[str] = []
+    under_frame = False
+    for raw in text.strip().splitlines():
+        if _FRAME.match(raw):
+            under_frame = raw.lstrip().startswith("File ")
+            continue
+        if under_frame and raw.startswith("    "):
+            under_frame = False
+            continue
+        under_frame = False
+        line = _plain_line(raw)
+        if line and line not in out:
+            out.append(line)
+    return out
+
+
+def plain_error(text: str) -> str:
+    """``text`` as one line: each line cleaned (Rust debug dumps replaced by their own message),
+    a known cause said first; the log keeps it whole. A multi-line error (a configuration with
+    several problems, an engine's "caused by" chain) keeps its lines, joined, up to
+    ``_MOST_LINES``: its first line alone ("2 configuration problems:") lost the files and keys
+    the person must mend. Not cut to a length: sidecar's own messages are long where they say
+    what to do (an unmounted home's)."""
+    lines = _said_lines(text) or [""]
+    kept = lines[:_MOST_LINES]
+    line = kept[0]
+    for more in kept[1:]:
+        line += f" {more}" if line.endswith(":") else f"; {more}"
     cause = cause_of(text)
     if cause is not None and cause not in line.lower():
         line = f"{cause}: {line}"
-    return f"{line} (the daemon's log has the rest)" if cut else line
+    if len(lines) > len(kept):
+        line += f" (and {len(lines) - len(kept)} more lines: the daemon's log has them)"
+    return line
