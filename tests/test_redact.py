@@ -355,3 +355,58 @@ def test_a_key_before_a_url_keeps_the_url_but_its_password() -> None:
     the secret, its host and path stay."""
     clean, counts = redact("pw: postgres://u:Hunter2222@db/x")
     assert clean == "pw: postgres://u:[REDACTED:url_password]@db/x" and counts == {"url_password": 1}
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        # what the secret is for, between its noun and the verb or colon
+        ("The PIN for the front door is 4711", "The PIN for the front door is [REDACTED:pin]"),
+        (
+            "Die PIN für die Haustür im Keller ist 4711.",
+            "Die PIN für die Haustür im Keller ist [REDACTED:pin].",
+        ),
+        ("PIN for the garage: 8472", "PIN for the garage: [REDACTED:pin]"),
+        (
+            "The password for Anna's Netflix account is Sommer2024!",
+            "The password for Anna's Netflix account is [REDACTED:password]",
+        ),
+        # a login pair whose password is digits only
+        ("Login: admin / 12345678", "Login: admin / [REDACTED:password]"),
+        ("Zugang: admin:90817263", "Zugang: admin:[REDACTED:password]"),
+        # digits in groups parted by spaces: all of them, not the first group
+        ("PIN: 1234 5678", "PIN: [REDACTED:pin]"),
+        ("The PUK is 1234 5678.", "The PUK is [REDACTED:pin]."),
+        ("SIM_PIN_CODE = 4711", "SIM_PIN_CODE = [REDACTED:pin]"),  # the name says it is a code
+        # a year said as the password is redacted: four digits ending the clause cannot be told
+        # from a year there, and a password left in clear costs more than a year hidden
+        ("Das Passwort war 2023", "Das Passwort war [REDACTED:password]"),
+    ],
+)
+def test_secrets_for_something_in_groups_or_after_a_login_are_redacted(text: str, kept: str) -> None:
+    """A PIN "for the front door", a login whose password is digits only, and a PIN in groups
+    ("1234 5678": half of it stayed) reached disk in clear; the sentence around them stays."""
+    assert redact_written(text)[0] == kept
+    assert mask(text)[0] == kept
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "LED_PIN = 1023",  # a connector's pin in code: a constant whose name ends in PIN
+        "STATUS_LED_PIN: 4711",
+        "led_pin = 1023",
+        "SIM_PIN = 1234",  # the price of the rule: a snake_case name ending in PIN is code's
+        "the password for this account is 12 characters long",
+        "The PIN for the card is 4 digits long",
+        "the password for the NAS is printed on the router",
+        "PIN for GPIO pin: 17",
+        "PIN: 2025-01-02",
+        "The PIN is 1234 by default",
+    ],
+)
+def test_code_names_and_prose_about_a_secret_for_something_stay(text: str) -> None:
+    """A pin constant in code ("LED_PIN = 1023" was redacted for good by a memory write) and
+    prose about what a secret is for, with no value of a secret's shape, stay as written."""
+    assert redact_written(text) == (text, {})
+    assert mask(text) == (text, {})

@@ -36,6 +36,10 @@ _SAID = (
     r"(?:\s+(?:is|was|for|of|the|my|our|to|on|ist|war|lautet|für|fuer|vom|von|des|der|die|das|den|"
     r"dem|zum|zur|am|im|mein|meine|meines|unser|unsere|wlan|wifi|wi-fi|nas|router|server|admin|root|"
     r"account|konto|e-mail|email|mail)){0,4}"
+    # and what the secret is for, in up to four words of any kind, before its verb or colon ("The
+    # PIN for the front door is 4711", "Password for the Netflix account: Sommer2024!"): only the
+    # small words above passed, so a door or a service named left the PIN in clear
+    r"(?:\s+(?:for|für|fuer)(?:\s+[^\W\d_][\w'’-]*){1,4})?"
 )
 
 # Names, not secrets, of any length: versions ("v1.2.3", "2.4.1-rc1", "3.0.0+build.5"), dates and
@@ -104,14 +108,28 @@ _KEYS = (
 
 # A PIN: digits only ("PIN: 4711", "die PIN lautet 4711"), named by these words alone ("pin" is
 # also a connector's: "the LED pin is 13", "Data pin: GPIO17" stay, having fewer digits or letters).
-_PIN_KEYS = r"(?:pin|puk|geheimzahl)(?:[- ]?(?:code|nummer|number))?\b"
-# Digits only as a password or PIN after "is"/"ist"/"lautet": 4 or more of them ending the clause
-# ("the PIN is 4711", "Passwort ist 12345678."); "the password is 12 characters long", "The secret
-# is 42.", "Das Passwort ist 2026 abgelaufen" stay.
+# In code a connector's pin is a constant whose name ends in PIN ("LED_PIN = 1023", "led_pin =
+# 1023"): "pin" as the last part of a longer snake_case name is no PIN (nor "SIM_PIN", the price
+# of the rule), unless the name says it is a code ("SIM_PIN_CODE"). A password's key in such a name
+# stays a secret ("DB_PASSWORD"): no connector is called a password.
+_PIN_WORD = r"(?:pin|puk|geheimzahl)"
+_PIN_KEYS = (
+    r"(?:(?<!_)" + _PIN_WORD + r"(?:[- ]?(?:code|nummer|number))?"
+    r"|" + _PIN_WORD + r"[-_ ]?(?:code|nummer|number))\b"
+)
+# A PIN's digits, in one run or in groups parted by single spaces as cards print them ("1234
+# 5678": only its first group was redacted); a date's hyphens are no groups ("PIN: 2025-01-02").
+_PIN_DIGITS = r"(\d{2,4}(?: \d{2,4}){1,3}|\d{4,8})"
+# Digits only as a password or PIN after "is"/"ist"/"lautet": 4 or more of them (or groups parted
+# by spaces: "1234 5678") ending the clause ("the PIN is 4711", "Passwort ist 12345678."); "the
+# password is 12 characters long", "The secret is 42.", "Das Passwort ist 2026 abgelaufen" stay.
+# A year ending the clause is taken as the value it is said to be ("Das Passwort war 2023"): a
+# year and a password of four digits cannot be told apart there, and a password left in clear
+# costs more than a year redacted.
 _DIGITS_SAID = (
     r"\s+(?:is|was|ist|war|lautet)\s+"
     + _MARKS
-    + r"[\"']?(?!\[REDACTED:)(\d{4,})(?![\w-])"
+    + r"[\"']?(?!\[REDACTED:)(\d{2,4}(?: \d{2,4})+|\d{4,})(?![\w-])"
     + r"(?=[\"'`*_]*(?:[.,;!?)]|[ \t]*$|\s+(?:and|und|or|oder|but|aber)\b))"
 )
 # A login written as "user / password" (spaces around the slash) or "user:password" right after a
@@ -140,11 +158,38 @@ _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 
 
 def _login_secret(value: str) -> bool:
+    """A password beside a user name: a digit, a letter and a symbol (see _LOGIN), or digits
+    only, six or more ("Login: admin / 12345678" stayed in clear): no system, room or release
+    is named by digits alone after a user name and a slash."""
+    if value.isdigit():
+        return len(value) >= 6
     return (
         _said_value_is_secret(value)
         and _LOGIN_SYMBOL.search(value) is not None
         and "/" not in value  # a path or an address, never a value to remove
         and _EMAIL.fullmatch(value) is None
+    )
+
+
+def _after_colon(kind: str, keys: str, value: str, accept: Callable[[str], bool] | None = None) -> Rule:
+    """A secret named by ``keys`` (a few words may follow, see _SAID), then a colon or an equals
+    sign and ``value`` (its one group), marks and quotes allowed around both."""
+    return Rule(
+        kind,
+        re.compile(
+            r"(?i)(?<![a-z0-9])"
+            + keys
+            + _MARKS
+            + _SAID
+            + r"[\"']?\s*[:=]"
+            + _MARKS
+            + r"\s*"
+            + _MARKS
+            + r"[\"']?(?!\[REDACTED:)"
+            + value
+        ),
+        1,
+        accept,
     )
 
 
@@ -189,22 +234,12 @@ RULES: tuple[Rule, ...] = (
     # password = "..." / api_key: ... / **Password**: ... / "Kennwort für das NAS: ..."; the value
     # must look like a secret (6+ characters, no spaces, a digit or a symbol among them:
     # "password: hunter2" reached disk in clear with 8 asked for).
-    Rule(
+    _after_colon(
         "password",
-        re.compile(
-            r"(?i)(?<![a-z0-9])"
-            + _KEYS
-            + _MARKS
-            + _SAID
-            + r"[\"']?\s*[:=]"
-            + _MARKS
-            + r"\s*"
-            + _MARKS
-            + r"[\"']?(?!\[REDACTED:)([^\s\"'`]{6,})"
-        ),
-        1,
+        _KEYS,
+        r"([^\s\"'`]{6,})",
         # a value an earlier rule redacted part of (a URL's password after "pw:") keeps the rest
-        accept=lambda value: (
+        lambda value: (
             _SECRETISH.search(value) is not None
             and "[REDACTED:" not in value
             and _short_value_is_secret(value)
@@ -230,21 +265,13 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule("password", re.compile(r"(?i)(?<![a-z0-9])" + _KEYS + _MARKS + _SAID + _DIGITS_SAID, re.M), 1),
     Rule("pin", re.compile(r"(?i)(?<![a-z0-9])" + _PIN_KEYS + _MARKS + _SAID + _DIGITS_SAID, re.M), 1),
-    # "PIN: 4711", "PIN-Code = 123456" (4 to 8 digits; a password after a colon is the rule above)
-    Rule(
+    # "PIN: 4711", "PIN-Code = 123456", "PIN: 1234 5678" (4 to 8 digits, up to 12 in groups; a
+    # password after a colon is the rule above)
+    _after_colon(
         "pin",
-        re.compile(
-            r"(?i)(?<![a-z0-9])"
-            + _PIN_KEYS
-            + _MARKS
-            + _SAID
-            + r"[\"']?\s*[:=]"
-            + _MARKS
-            + r"\s*"
-            + _MARKS
-            + r"[\"']?(?!\[REDACTED:)(\d{4,8})(?![\w.,:/-]*\w)"
-        ),
-        1,
+        _PIN_KEYS,
+        _PIN_DIGITS + r"(?![\w.,:/-]*\w)",
+        lambda value: 4 <= len(value.replace(" ", "")) <= 12,
     ),
     Rule("password", re.compile(_LOGIN), 1, accept=_login_secret),
 )
