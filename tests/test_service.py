@@ -679,3 +679,21 @@ def test_the_sandboxed_service_may_write_the_state_folder(tmp_path: Path) -> Non
     assert all(name != "XDG_STATE_HOME" for name, _ in pinned_env(default))
     example = (Path(__file__).parent.parent / "systemd" / "sidecar.service").read_text()
     assert "-%h/.local/state/sidecar" in example
+
+
+def test_the_launchd_agent_carries_the_installing_shells_language(tmp_path: Path) -> None:
+    """launchd starts an agent with no LANG, so the week start of the Calendar plugin's "Same as
+    system" read Monday on a US Mac: the plist pins the language the installing shell has (the
+    one the daemon reads), and none when that shell has none."""
+    from sidecar.vault.weekstart import week_start_in
+
+    cfg = load_config(env={"SIDECAR_HOME": str(tmp_path / "home"), "LANG": "en_US.UTF-8"})
+    env = plistlib.loads(service_file(cfg, tmp_path, platform="darwin").text.encode())["EnvironmentVariables"]
+    assert env["LANG"] == "en_US.UTF-8"
+    served = load_config(env=env)
+    assert week_start_in({}, served.system_locale)[0] == 6  # Sunday, as the plugin shows it there
+    bare = load_config(env={"SIDECAR_HOME": str(tmp_path / "home")})
+    env = plistlib.loads(service_file(bare, tmp_path, platform="darwin").text.encode())[
+        "EnvironmentVariables"
+    ]
+    assert "LANG" not in env

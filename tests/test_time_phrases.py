@@ -821,3 +821,45 @@ def test_weekday_heavy_text_is_read_in_one_pass(monkeypatch: pytest.MonkeyPatch)
         assert query.time_window(text, TODAY)[1] is None
         assert len(calls) <= 1
         calls.clear()
+
+
+@pytest.mark.parametrize(
+    ("said", "day"),
+    [
+        # what was written about a thing on a day: the plain question, not the thing's day
+        ("What did I write about the project on Monday?", "2026-11-30"),
+        ("Was habe ich über das Projekt am Montag geschrieben?", "2026-11-30"),
+        # German perfect, whatever the verb: a form of haben (or sein) and a participle
+        ("Was hat der Arzt am Montag gesagt?", "2026-11-30"),
+        ("Was haben wir am Montag eingekauft?", "2026-11-30"),
+        ("Was hat Anna am Montag erzählt?", "2026-11-30"),
+        ("Was hast du am Freitag telefoniert?", "2026-11-27"),
+        ("Wohin sind wir am Montag gefahren?", "2026-11-30"),
+        # English: an auxiliary and a participle in -ed
+        ("What was discussed on Monday?", "2026-11-30"),
+        ("What has Anna mentioned on Monday?", "2026-11-30"),
+    ],
+)
+def test_a_perfect_or_a_writing_about_a_thing_reads_the_last_weekday(said: str, day: str) -> None:
+    """The past forms were a hand-picked list ("gesagt", "eingekauft" were not on it), and "about
+    the project on Monday" was taken for the project's Monday: both stayed words."""
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.until) == (day, day), (said, f)
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "Was ist am Montag geplant?",  # a state: the plan of a Monday to come
+        "Was habe ich am Montag zu erledigen?",  # an infinitive after "zu"
+        "Was habe ich am Montag zu gewinnen?",
+        "What is scheduled on Monday?",  # "is", not a past auxiliary
+        "Hat das Angebot am Montag Bestand?",  # a capitalised noun is no participle
+        "What did I note about the film Never on Sunday?",  # a title
+        "Anna hat gesagt, das Treffen ist am Donnerstag",  # the perfect is another clause's
+    ],
+)
+def test_no_perfect_in_the_weekdays_clause_stays_words(said: str) -> None:
+    """The general perfect still needs its auxiliary and a participle in the weekday's clause."""
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.phrase) == (None, None), (said, f)

@@ -356,10 +356,16 @@ WantedBy=default.target
 
 
 def launchd_plist(cfg: Config, run: Launcher, config: Path | None, logs: Path) -> str:
+    env = dict([*pinned_env(cfg), *run.env])
+    if cfg.system_locale and "LANG" not in env:
+        # launchd starts an agent without LANG (macOS keeps the language in its preferences, not
+        # the environment), so the Calendar plugin's "Same as system" read Monday as the week
+        # start whatever the Mac's language: the installing shell's language goes with the agent.
+        env["LANG"] = cfg.system_locale
     data = {
         "Label": LABEL,
         "ProgramArguments": _serve_args(run, config),
-        "EnvironmentVariables": dict([*pinned_env(cfg), *run.env]),
+        "EnvironmentVariables": env,
         "RunAtLoad": True,
         # launchd cannot skip a restart by exit code: a configuration error (exit 3) is retried
         # every ThrottleInterval seconds until it is fixed or the agent is booted out.
