@@ -232,6 +232,48 @@ def test_a_rebuild_without_a_daemon_is_refused_while_a_folder_cannot_be_read(
     index_once(cfg, rebuild=True)
 
 
+def test_a_rebuild_without_a_daemon_is_refused_while_an_indexed_note_cannot_be_read(
+    tmp_path: Path, make_cfg: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One indexed note made unreadable (`chmod 000`; its open fails for any user but root, who
+    opens it anyway: refused here by hand): a rebuild with no daemon running cleared the index
+    and its sweep dropped that note, where the daemon refused. Refused now too, naming the note
+    and how to get past it, nothing changed; readable again, the rebuild runs and keeps it."""
+    import sidecar.vault.sources as sources_mod
+    from sidecar.contracts.errors import UnreadableError
+    from sidecar.daemon.lifecycle import index_once
+    from sidecar.stores.manifest import Manifest
+
+    v = tmp_path / "v"
+    for i in range(3):
+        write(v / "Work" / f"w{i}.md", f"# W{i}\n\nwork note {i} about the heronsgate\n")
+    cfg = make_cfg(v, **{"embedder.enabled": False})
+    assert index_once(cfg, rebuild=False)["changed"] == 3
+    locked = v / "Work" / "w1.md"
+    real = sources_mod.open_regular
+
+    def open_regular(path: Any, *args: Any, **kwargs: Any) -> int:
+        if str(path) == str(locked) and not locked.stat().st_mode & 0o777:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(sources_mod, "open_regular", open_regular)
+    locked.chmod(0)
+    try:
+        with pytest.raises(UnreadableError, match=f"not rebuilt: {locked} cannot be read now") as refused:
+            index_once(cfg, rebuild=True)
+    finally:
+        locked.chmod(0o644)
+    said = str(refused.value)
+    assert "Nothing was changed" in said and "chmod u+r" in said and "move them out of the vault" in said
+    manifest = Manifest(cfg.index_dir / "manifest.sqlite")
+    try:
+        assert sorted(manifest.file_states("vault/")) == ["vault/Work/w0", "vault/Work/w1", "vault/Work/w2"]
+    finally:
+        manifest.close()
+    assert index_once(cfg, rebuild=True)["files"] == 3
+
+
 def test_recall_gives_up_on_a_silent_daemon_after_its_timeout(
     tmp_path: Path, silent_socket: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

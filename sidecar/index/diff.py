@@ -42,6 +42,7 @@ from sidecar.vault.sources import (
     is_note_name,
     link_refusal,
     name_refusal,
+    read_refusal,
     root_refusal,
     roots,
     scan,
@@ -50,6 +51,7 @@ from sidecar.vault.sources import (
     vault_roots,
 )
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
+from sidecar.vault.timeout import run_with_timeout
 
 log = logging.getLogger(__name__)
 
@@ -186,10 +188,12 @@ class ChangeFinder:
         return out
 
     def list_unreadable(self) -> None:
-        """List every root once (no note read) to record what cannot be read, as a sweep does:
-        `sidecar index --rebuild` without a daemon has no sweep of its own before it clears the
-        index, and would drop the notes of a folder of mode 000. A root that cannot be listed is
-        marked offline, as a sweep marks it."""
+        """List every root once to record what cannot be read, as a sweep does: `sidecar index
+        --rebuild` without a daemon has no sweep of its own before it clears the index, and
+        would drop the notes of a folder of mode 000. Each indexed note is opened too (its first
+        byte read): a note of mode 000 is listed like any other, and the rebuild dropped it where
+        the daemon, whose sweep had failed to read it, refused. A root that cannot be listed, or
+        whose notes do not answer, is marked offline, as a sweep marks it."""
         for root in self.roots():
             try:
                 found = self.supervisor.list_root(root)
@@ -197,6 +201,27 @@ class ChangeFinder:
                 self.supervisor.mark_offline(root, str(exc))
                 continue
             self._unreadable_prefixes(root, [s for s in found if isinstance(s, Skipped)])
+            self._probe_indexed(root, [n for n in found if isinstance(n, NoteFile)])
+
+    def _probe_indexed(self, root: Root, notes: list[NoteFile]) -> None:
+        """Record the indexed ``notes`` that cannot be read now as kept unreadable (what a sweep
+        that failed to read them records), all within the scan timeout."""
+        states = self.manifest.file_states_of([n.key for n in notes])
+        indexed = [n for n in notes if n.key in states]
+
+        def probe() -> list[tuple[NoteFile, str]]:
+            return [(n, why) for n in indexed if (why := read_refusal(n.path)) is not None]
+
+        timeout = self.cfg.watch.scan_timeout_seconds
+        failed, stuck = run_with_timeout(probe, timeout, root.name, self.supervisor.beat)
+        if stuck is not None:
+            self.supervisor.mark_offline(
+                root, f"reading the notes of {root.path} did not answer within {timeout:.0f} s (hung share?)"
+            )
+            return
+        for note, why in failed or []:
+            log.warning("file_unreadable path=%s reason=%s", note.path, why)
+            self.kept_unreadable(root, note.path, why)
 
     def unreadable_indexed(self) -> list[str]:
         """The folders (and notes) recorded as unreadable now that hold notes indexed: a rebuild

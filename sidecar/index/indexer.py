@@ -667,13 +667,22 @@ class Indexer:
                 f"{named} cannot be read now (unreadable, with notes indexed: no permission or an I/O error)"
             )
             first = "make them readable" if gone else "Make them readable"
-            then.append(f"{first} to the daemon's user (`sidecar status` shows while they are not)")
+            then.append(
+                f"{first} to the user sidecar runs as (e.g. `chmod u+r` a note, `chmod u+rx` a folder; "
+                "`sidecar status` shows while they are not)"
+            )
         message = (
             f"not rebuilt: {'; '.join(what)}. A rebuild reads every note again, and notes that cannot "
             "be read would be gone from the index until they can. Nothing was changed. "
             f"{' and '.join(then)} and run `sidecar index --rebuild` again; `sidecar index` updates "
             "the rest now and keeps those notes as indexed."
         )
+        if folders:
+            # The way past the refusal when those notes are to leave the index.
+            message += (
+                " To rebuild without them, move them out of the vault (or delete them) and run "
+                "`sidecar index` first: their notes leave the index, and the rebuild runs."
+            )
         if gone:
             message = (
                 message[:-1]

@@ -609,6 +609,25 @@ def read_note(path: Path, max_bytes: int, root: Root | None = None) -> tuple[byt
     return data, canvas_text(text, path) if is_canvas_name(path.name) else text
 
 
+def read_refusal(path: Path) -> str | None:
+    """Why the note at ``path`` cannot be read now ("unreadable (Permission denied)", as
+    ``read_note`` says it), or None: it opens and its first byte reads. Nothing else is looked at
+    (a note gone, or no regular file any more, is the sweep's to find)."""
+    try:
+        fd = open_regular(path)
+    except (FileNotFoundError, NotRegularError):
+        return None
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    try:
+        os.read(fd, 1)
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    finally:
+        os.close(fd)
+    return None
+
+
 def canvas_text(text: str, path: Path) -> str:
     """A Canvas's JSON read as its Markdown (``vault.canvas``); one that is no Canvas is skipped."""
     try:
