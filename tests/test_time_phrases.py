@@ -855,6 +855,7 @@ def test_a_perfect_or_a_writing_about_a_thing_reads_the_last_weekday(said: str, 
         "Was habe ich am Montag zu gewinnen?",
         "What is scheduled on Monday?",  # "is", not a past auxiliary
         "Hat das Angebot am Montag Bestand?",  # a capitalised noun is no participle
+        "Welche Apotheke hat am Sonntag geöffnet?",  # opening hours: a state
         "What did I note about the film Never on Sunday?",  # a title
         "Anna hat gesagt, das Treffen ist am Donnerstag",  # the perfect is another clause's
     ],

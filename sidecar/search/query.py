@@ -492,14 +492,20 @@ _HAPPENED_DE = (re.compile(r"\bpassiert\b", re.IGNORECASE), re.compile(r"\b(?:is
 # participle in ge…en ("Wohin sind wir am Montag gefahren?"): "ist … geplant" is a state, the plan
 # of a day to come. Participles are lowercase (a capitalised "Angebot" is a noun) and no
 # infinitive after "zu" ("Was habe ich am Montag zu gewinnen?").
-_PERFECT_EN = re.compile(r"\b(?:was|were|has|have|had|'ve|’ve)\s+(?:\w+\s+){0,2}?[a-z]+ed\b", re.IGNORECASE)
+_PERFECT_EN = re.compile(
+    r"\b(?:was|were|has|have|had|'ve|’ve)\s+(?:\w+\s+){0,2}?[a-z]{2,}ed\b", re.IGNORECASE
+)
 _HABEN = re.compile(r"\b(?:[Hh]abe|[Hh]ab|[Hh]ast|[Hh]at|[Hh]aben|[Hh]abt|[Hh]atte\w*)\b")
 _SEIN = re.compile(r"\b(?:[Ii]st|[Bb]in|[Bb]ist|[Ss]ind|[Ss]eid|[Ww]ar|[Ww]aren|[Ww]arst)\b")
 _LOWER = r"[a-zäöüß]"
-_GE_EN = r"(?<!\bzu )(?<![\w-])" + _LOWER + r"*ge" + _LOWER + r"{2,}en\b"
+# Opening hours are a state, not a perfect: "Welche Apotheke hat am Sonntag geöffnet?" asks about
+# a Sunday to come (or every Sunday).
+_OPEN_HOURS = r"(?!(?:geöffnet|geoeffnet|geschlossen)\b)"
+_GE_EN = r"(?<!\bzu )(?<![\w-])" + _OPEN_HOURS + _LOWER + r"*ge" + _LOWER + r"{2,}en\b"
 _PARTICIPLE_DE = re.compile(
     _GE_EN
     + r"|(?<![\w-])"
+    + _OPEN_HOURS
     + _LOWER
     + r"*ge"
     + _LOWER
