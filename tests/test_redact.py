@@ -393,10 +393,6 @@ def test_secrets_for_something_in_groups_or_after_a_login_are_redacted(text: str
 @pytest.mark.parametrize(
     "text",
     [
-        "LED_PIN = 1023",  # a connector's pin in code: a constant whose name ends in PIN
-        "STATUS_LED_PIN: 4711",
-        "led_pin = 1023",
-        "SIM_PIN = 1234",  # the price of the rule: a snake_case name ending in PIN is code's
         "the password for this account is 12 characters long",
         "The PIN for the card is 4 digits long",
         "the password for the NAS is printed on the router",
@@ -406,7 +402,32 @@ def test_secrets_for_something_in_groups_or_after_a_login_are_redacted(text: str
     ],
 )
 def test_code_names_and_prose_about_a_secret_for_something_stay(text: str) -> None:
-    """A pin constant in code ("LED_PIN = 1023" was redacted for good by a memory write) and
-    prose about what a secret is for, with no value of a secret's shape, stay as written."""
+    """Prose about what a secret is for, with no value of a secret's shape, stays as written."""
     assert redact_written(text) == (text, {})
     assert mask(text) == (text, {})
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("SIM_PIN = 1234", "SIM_PIN = [REDACTED:pin]"),
+        ('SIM_PIN="1234"', 'SIM_PIN="[REDACTED:pin]"'),
+        ("sim_pin: 1234", "sim_pin: [REDACTED:pin]"),
+        ('"sim_pin": "1234"', '"sim_pin": "[REDACTED:pin]"'),
+        ("export BANK_PIN=4711", "export BANK_PIN=[REDACTED:pin]"),
+        ("CARD_PIN: 4711", "CARD_PIN: [REDACTED:pin]"),
+        ("DEFAULT_PIN = 0000", "DEFAULT_PIN = [REDACTED:pin]"),
+        # a connector's constant with a PIN's digits is redacted too: the cheaper error
+        ("LED_PIN = 1023", "LED_PIN = [REDACTED:pin]"),
+    ],
+)
+def test_a_pin_in_a_code_name_is_redacted(text: str, kept: str) -> None:
+    """A name ending in PIN holds a PIN ("SIM_PIN = 1234" stayed in clear in writes and reads
+    when a snake_case name ending in PIN was taken for a connector's constant)."""
+    assert redact_written(text)[0] == kept
+    assert mask(text)[0] == kept
+
+
+def test_a_pin_under_a_code_name_in_front_matter_is_redacted() -> None:
+    """A front matter key ending in pin holds a PIN ("sim_pin: 1234" stayed in clear)."""
+    assert redact_entry("sim_pin", "1234")[0] == "[REDACTED:pin]"

@@ -108,15 +108,10 @@ _KEYS = (
 
 # A PIN: digits only ("PIN: 4711", "die PIN lautet 4711"), named by these words alone ("pin" is
 # also a connector's: "the LED pin is 13", "Data pin: GPIO17" stay, having fewer digits or letters).
-# In code a connector's pin is a constant whose name ends in PIN ("LED_PIN = 1023", "led_pin =
-# 1023"): "pin" as the last part of a longer snake_case name is no PIN (nor "SIM_PIN", the price
-# of the rule), unless the name says it is a code ("SIM_PIN_CODE"). A password's key in such a name
-# stays a secret ("DB_PASSWORD"): no connector is called a password.
-_PIN_WORD = r"(?:pin|puk|geheimzahl)"
-_PIN_KEYS = (
-    r"(?:(?<!_)" + _PIN_WORD + r"(?:[- ]?(?:code|nummer|number))?"
-    r"|" + _PIN_WORD + r"[-_ ]?(?:code|nummer|number))\b"
-)
+# A name of any kind that ends in PIN holds one ("SIM_PIN = 1234", "sim_pin: 1234", "BANK_PIN"),
+# also when it says it is a code ("SIM_PIN_CODE"): a connector's constant with a PIN's digits
+# ("LED_PIN = 1023") is redacted too, a false positive being cheaper than a PIN left in clear.
+_PIN_KEYS = r"(?:pin|puk|geheimzahl)(?:[-_ ]?(?:code|nummer|number))?\b"
 # A PIN's digits, in one run or in groups parted by single spaces as cards print them ("1234
 # 5678": only its first group was redacted); a date's hyphens are no groups ("PIN: 2025-01-02").
 _PIN_DIGITS = r"(\d{2,4}(?: \d{2,4}){1,3}|\d{4,8})"
