@@ -697,3 +697,25 @@ def test_the_launchd_agent_carries_the_installing_shells_language(tmp_path: Path
         "EnvironmentVariables"
     ]
     assert "LANG" not in env
+
+
+@pytest.mark.parametrize(
+    "lang", ["C", "POSIX", "  ", "C.UTF-8", "a\x01b", "en_US.UTF-8\n", "de_DE; rm -rf ~"]
+)
+def test_the_launchd_agent_pins_no_language_that_names_none(tmp_path: Path, lang: str) -> None:
+    """C, POSIX, a blank or a value not shaped as a locale's name is not pinned into the agent
+    (it was written as it came, and a control character stopped the install with plistlib's
+    ValueError): the plist is written without LANG."""
+    cfg = load_config(env={"SIDECAR_HOME": str(tmp_path / "home"), "LANG": lang})
+    env = plistlib.loads(service_file(cfg, tmp_path, platform="darwin").text.encode())["EnvironmentVariables"]
+    assert "LANG" not in env
+
+
+def test_the_launchd_agent_language_without_a_codeset_gets_utf8(tmp_path: Path) -> None:
+    """A language without a codeset (LANGUAGE=de_DE:en gives "de_DE") is pinned as de_DE.UTF-8: a
+    bare de_DE is ISO8859-1 on macOS, and the daemon's text encoding would follow it."""
+    cfg = load_config(
+        env={"SIDECAR_HOME": str(tmp_path / "home"), "LANGUAGE": "de_DE:en", "LANG": "en_US.UTF-8"}
+    )
+    env = plistlib.loads(service_file(cfg, tmp_path, platform="darwin").text.encode())["EnvironmentVariables"]
+    assert env["LANG"] == "de_DE.UTF-8"

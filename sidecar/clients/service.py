@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import plistlib
+import re
 import shlex
 import shutil
 import site
@@ -355,13 +356,32 @@ WantedBy=default.target
 """
 
 
+# A locale's name: language, territory, codeset, modifier ("en_US.UTF-8", "de_DE@euro", "sr_RS.UTF-8@latin").
+_LOCALE_NAME = re.compile(
+    r"[a-z]{2,3}(?:_[A-Z]{2}|_[0-9]{3})?(?:\.[A-Za-z0-9-]{1,20})?(?:@[A-Za-z0-9]{1,20})?"
+)
+
+
+def agent_language(system_locale: str | None) -> str | None:
+    """The LANG the launchd agent gets: the installing shell's language when it names one. None
+    for C, POSIX, a blank or anything not shaped as a locale's name (a control character would
+    stop plistlib, and a stray value pinned for good helps no one): the agent then runs as launchd
+    starts it. A name without a codeset gets UTF-8 ("de_DE" from LANGUAGE=de_DE:en), as a bare
+    "de_DE" is ISO8859-1 on macOS and would become the daemon's text encoding."""
+    name = system_locale or ""
+    if not _LOCALE_NAME.fullmatch(name):
+        return None
+    return f"{name}.UTF-8" if "_" in name and not any(c in name for c in ".@") else name
+
+
 def launchd_plist(cfg: Config, run: Launcher, config: Path | None, logs: Path) -> str:
     env = dict([*pinned_env(cfg), *run.env])
-    if cfg.system_locale and "LANG" not in env:
+    language = agent_language(cfg.system_locale)
+    if language and "LANG" not in env:
         # launchd starts an agent without LANG (macOS keeps the language in its preferences, not
         # the environment), so the Calendar plugin's "Same as system" read Monday as the week
         # start whatever the Mac's language: the installing shell's language goes with the agent.
-        env["LANG"] = cfg.system_locale
+        env["LANG"] = language
     data = {
         "Label": LABEL,
         "ProgramArguments": _serve_args(run, config),

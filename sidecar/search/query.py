@@ -483,66 +483,18 @@ _DONE = re.compile(
     re.IGNORECASE,
 )
 _HAPPENED_DE = (re.compile(r"\bpassiert\b", re.IGNORECASE), re.compile(r"\b(?:ist|sind)\b", re.IGNORECASE))
-# Past forms made of an auxiliary and a participle in the clause, whatever the verb (the list
-# above named a few: "Was hat der Arzt am Montag gesagt?", "What was discussed on Monday?" stayed
-# words). English: "was"/"were"/"has"/"have"/"had" and a participle in -ed within two words
-# ("What has Anna mentioned on Monday?"); not "is"/"are" ("What is scheduled on Monday?" is the
-# Monday to come). German perfect: a form of "haben" and a participle (ge…t, ge…en, also after a
-# separable prefix: "eingekauft"; …iert; be-/emp-/ent-/er-/ver-/zer-…t), or of "sein"/"war" and a
-# participle in ge…en ("Wohin sind wir am Montag gefahren?"): "ist … geplant" is a state, the plan
-# of a day to come. Participles are lowercase (a capitalised "Angebot" is a noun) and no
-# infinitive after "zu" ("Was habe ich am Montag zu gewinnen?").
-_PERFECT_EN = re.compile(
-    r"\b(?:was|were|has|have|had|'ve|’ve)\s+(?:\w+\s+){0,2}?[a-z]{2,}ed\b", re.IGNORECASE
-)
-_HABEN = re.compile(r"\b(?:[Hh]abe|[Hh]ab|[Hh]ast|[Hh]at|[Hh]aben|[Hh]abt|[Hh]atte\w*)\b")
-_SEIN = re.compile(r"\b(?:[Ii]st|[Bb]in|[Bb]ist|[Ss]ind|[Ss]eid|[Ww]ar|[Ww]aren|[Ww]arst)\b")
-_LOWER = r"[a-zäöüß]"
-# Opening hours are a state, not a perfect: "Welche Apotheke hat am Sonntag geöffnet?" asks about
-# a Sunday to come (or every Sunday).
-_OPEN_HOURS = r"(?!(?:geöffnet|geoeffnet|geschlossen)\b)"
-_GE_EN = r"(?<!\bzu )(?<![\w-])" + _OPEN_HOURS + _LOWER + r"*ge" + _LOWER + r"{2,}en\b"
-_PARTICIPLE_DE = re.compile(
-    _GE_EN
-    + r"|(?<![\w-])"
-    + _OPEN_HOURS
-    + _LOWER
-    + r"*ge"
-    + _LOWER
-    + r"{2,}t\b|(?<![\w-])"
-    + _LOWER
-    + r"{2,}iert\b|(?<![\w-])(?:be|emp|ent|er|ver|zer)"
-    + _LOWER
-    + r"{2,}t\b"
-)
-_PARTICIPLE_EN_DE = re.compile(_GE_EN)
-
-
-def _perfect(clause: str) -> bool:
-    """Whether ``clause`` holds a past form of an auxiliary and a participle (see _PERFECT_EN)."""
-    if _PERFECT_EN.search(clause):
-        return True
-    if _HABEN.search(clause) and _PARTICIPLE_DE.search(clause):
-        return True
-    return _SEIN.search(clause) is not None and _PARTICIPLE_EN_DE.search(clause) is not None
-
-
 # A future or a duty anywhere: "was wird am Donnerstag besprochen?", "what was due on Friday?".
 _TO_COME = re.compile(
     r"\b(?:will|shall|gonna|going\s+to|needs?|due|wird|werden|werde|wirst|muss|müssen|soll|sollen|fällig)\b",
     re.IGNORECASE,
 )
 # A thing the weekday belongs to, after a preposition: "for the party on Saturday", "für die Party
-# am Samstag" (the buying came before that day). Not after "about"/"über": what was written about
-# a thing on a day is the plain question ("What did I write about the project on Monday?"), unless
-# the weekday is in a title, told by a capitalised word after a lowercase one right before it
-# ("about the film Never on Sunday"; German capitalises every noun, so English only).
-_OF_A_THING = re.compile(r"\b(?:for|für|fürs|zum|zur|to)\s+(?:[\w-]+\s+){1,3}$", re.IGNORECASE)
-_TITLED = re.compile(r"(?i:\babout)\s+(?:[\w-]+\s+)*?[a-z][\w-]*\s+[A-Z][\w-]*\s+$")
+# am Samstag", "about the film Never on Sunday" (the buying or writing came before that day).
+_OF_A_THING = re.compile(r"\b(?:for|für|fürs|about|über|zum|zur|to)\s+(?:[\w-]+\s+){1,3}$", re.IGNORECASE)
 
 
 def _clause_says_done(m: re.Match[str]) -> bool:
-    """Whether the weekday's own clause has a past form (see _DONE and _perfect), no future or duty is said,
+    """Whether the weekday's own clause has a past form (see _DONE), no future or duty is said,
     and the clause is no subordinate one (see _SUBORDINATE) nor the weekday a thing's."""
     text = m.string
     if _TO_COME.search(text):
@@ -555,10 +507,9 @@ def _clause_says_done(m: re.Match[str]) -> bool:
         return False  # a conjunction inside the sentence, not the question's first word
     after = _CLAUSE_EDGE.search(text, m.end())
     clause = text[begin : after.start() if after else len(text)]
-    before = text[max(begin, m.start() - 60) : m.start()]
-    if _OF_A_THING.search(before) or _TITLED.search(before):
+    if _OF_A_THING.search(text[max(begin, m.start() - 60) : m.start()]):
         return False
-    return _DONE.search(clause) is not None or all(p.search(clause) for p in _HAPPENED_DE) or _perfect(clause)
+    return _DONE.search(clause) is not None or all(p.search(clause) for p in _HAPPENED_DE)
 
 
 # Phrases that name a period (pattern, window from today and the match). "since"/"seit"/"seit
