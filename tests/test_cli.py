@@ -990,3 +990,57 @@ def test_a_multi_line_error_keeps_its_files_and_cause_and_drops_backtraces() -> 
     assert long.startswith("line 0; line 1") and long.endswith(
         "(and 4 more lines: the daemon's log has them)"
     )
+
+
+def test_an_engines_numbered_cause_chain_stays_and_its_backtrace_goes() -> None:
+    """anyhow numbers its causes ("    0: opening …", "    1: No space left …") as a backtrace
+    numbers its frames: the causes were dropped with the frames and the "Stack backtrace:"
+    header was kept as the message. Only lines under the backtrace's header are frames."""
+    from sidecar.clients.plainerror import plain_error
+
+    said = plain_error(
+        "failed to open the index\n\nCaused by:\n    0: opening /h/index/bm25/meta.json\n"
+        "    1: No space left on device (os error 28)\n\nStack backtrace:\n"
+        "   0: std::backtrace::Backtrace::create\n"
+        "             at /rustc/1f2e/library/std/src/backtrace.rs:331:13\n"
+        "   1: tantivy::x\n"
+    )
+    assert said == (
+        "disk full: failed to open the index; Caused by: 0: opening /h/index/bm25/meta.json; "
+        "1: No space left on device"
+    )
+    assert plain_error("errors:\n  0: config.toml: bad key\n  1: missing path") == (
+        "errors: 0: config.toml: bad key; 1: missing path"
+    )
+    assert plain_error("locked\n  at /home/a/.local/state/sidecar/lock:1 by pid 42") == (
+        "locked; at /home/a/.local/state/sidecar/lock:1 by pid 42"
+    )
+
+
+def test_an_error_of_frames_or_blanks_alone_is_never_said_as_nothing() -> None:
+    """An error that was a backtrace alone became an empty string (doctor printed "keyword
+    search: " and memory_status an empty error): its first line is said, cut."""
+    from sidecar.clients.plainerror import plain_error
+
+    assert plain_error("stack backtrace:\n   0: tantivy::x\n   1: y\n") == "stack backtrace:"
+    assert plain_error(" \n ") == "an error without a message (the daemon's log may say more)"
+    frames = plain_error('File "' + "x" * 500 + '.py", line 3, in f\n')
+    assert 0 < len(frames) <= 200 and frames.endswith("…")
+
+
+def test_an_error_shows_no_control_characters() -> None:
+    """Escape sequences, BEL and NUL in an error reached doctor's terminal and memory_status as
+    they came: they are taken out, the words around them stay."""
+    from sidecar.clients.plainerror import plain_error
+
+    said = plain_error("bad\x1b[31m red\x1b[0m \x07bell \x00nul\x1b]0;title\x07 \u202eend\rCR only line")
+    assert said == "bad red bell nul end; CR only line"
+
+
+def test_a_long_error_line_is_cut_before_it_is_cleaned() -> None:
+    """Cleaning a line without spaces takes time growing faster than its length, and doctor and
+    memory_status clean every line: each line is cut to 2,000 characters first."""
+    from sidecar.clients.plainerror import plain_error
+
+    said = plain_error(("/" + "a" * 20000 + "\n") * 3 + "b" * 100000)
+    assert all(len(part) <= 2000 for part in said.split("; "))

@@ -440,3 +440,21 @@ def test_memory_status_says_errors_in_plain_words_with_every_line() -> None:
     assert dump == "disk full: BM25 commit failed: No space left on device (/h/index/bm25/meta.json)"
     assert "IoError" not in out["message"] and "\\n" not in out["message"]
     assert "unknown key 'serch'" in config and "search.limit = 'many'" in config and "\n" not in config
+
+
+def test_memory_status_shows_no_control_characters_and_no_empty_error() -> None:
+    """A problem's error reached the agent with its escape sequences and NUL, and an error that
+    was a backtrace alone as an empty string."""
+    from sidecar.clients.mcp_texts import status_of
+
+    health = {
+        "problems": {
+            "active": [
+                {"area": "keyword_search", "error": "commit failed\x1b[31m\x00 \x07now"},
+                {"area": "vectors", "error": "stack backtrace:\n   0: lance::x\n"},
+            ]
+        }
+    }
+    dirty, frames = (p["error"] for p in status_of(health, "a")["problems"])
+    assert dirty == "commit failed now"
+    assert frames == "stack backtrace:"

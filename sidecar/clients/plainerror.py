@@ -85,23 +85,47 @@ def _plain_line(line: str) -> str:
     return _OS_ERROR.sub("", line).strip()
 
 
-# Lines of a multi-line error that say nothing to a person: the frames of a Rust or Python
-# backtrace ("   3: tantivy::…", "at /rustc/…/src/x.rs:12:5", 'File "x.py", line 3, in f' and the
-# source line under it) and the hint to turn backtraces on.
+# Lines of a multi-line error that say nothing to a person: a Python traceback's frames ('File
+# "x.py", line 3, in f' and the source line under it), the hint to turn backtraces on, and a Rust
+# backtrace: its header ("stack backtrace:", anyhow's "Stack backtrace:") and the frames under it
+# ("   3: tantivy::…", "at /rustc/…/src/x.rs:12:5"). A numbered line outside a backtrace is the
+# error's own ("Caused by:" then "    0: opening …/meta.json", "    1: No space left on device").
 _FRAME = re.compile(
-    r"\s*(?:stack backtrace:|\d+: [\w:<>$.]|at \S+:\d+|Traceback \(most recent call last\):|"
-    r'File "[^"]*", line \d+|note: run with `RUST_BACKTRACE)'
+    r'\s*(?:Traceback \(most recent call last\):|File "[^"]*", line \d+|note: run with `RUST_BACKTRACE)'
 )
+_BACKTRACE = re.compile(r"(?i)\s*stack backtrace:\s*$")
+_BACKTRACE_FRAME = re.compile(r"\s*(?:\d+: [\w:<>$.]|at \S+:\d+)|\s+\.\.\.|\s*$")
+# Control characters the terminal of doctor or an MCP client would act on: escape sequences
+# (colours, title changes, clipboard writes), BEL, NUL, the other C0 and C1 controls and DEL, and
+# the bidirectional overrides that show a line in another order than it is stored. Taken out.
+_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-_]?)")
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# A line is cut to this many characters before it is cleaned: cleaning a long line without spaces
+# (a dump, a minified path) takes time that grows faster than its length, and doctor and
+# memory_status clean every line.
+_LONGEST_LINE = 2000
 # At most this many lines of a multi-line error are said; the log keeps the rest.
 _MOST_LINES = 6
+
+
+def _printable(line: str) -> str:
+    """``line`` without escape sequences and control characters (a tab is a space)."""
+    return _CONTROL.sub("", _ESCAPE.sub("", line.replace("\t", " ")))
 
 
 def _said_lines(text: str) -> list[str]:
     """The lines of ``text`` a person needs: blank lines, backtrace frames (and the source line
     under a Python frame) and repeats left out."""
     out: list[str] = []
-    under_frame = False
-    for raw in text.strip().splitlines():
+    under_frame = in_backtrace = False
+    for whole in text.strip().splitlines():
+        raw = _printable(whole[:_LONGEST_LINE])
+        if _BACKTRACE.match(raw):
+            in_backtrace = True
+            continue
+        if in_backtrace and _BACKTRACE_FRAME.match(raw):
+            continue
+        in_backtrace = False
         if _FRAME.match(raw):
             under_frame = raw.lstrip().startswith("File ")
             continue
@@ -115,6 +139,15 @@ def _said_lines(text: str) -> list[str]:
     return out
 
 
+def _first_line(text: str) -> str:
+    """The first line of ``text`` that says anything, cut, for an error whose every line was left
+    out (a backtrace alone showed as an empty error in doctor and memory_status)."""
+    first = next((p for raw in text.splitlines() if (p := _printable(raw).strip())), "")
+    if not first:
+        return "an error without a message (the daemon's log may say more)"
+    return first if len(first) <= 200 else first[:199] + "…"
+
+
 def plain_error(text: str) -> str:
     """``text`` as one line: each line cleaned (Rust debug dumps replaced by their own message),
     a known cause said first; the log keeps it whole. A multi-line error (a configuration with
@@ -122,7 +155,7 @@ def plain_error(text: str) -> str:
     ``_MOST_LINES``: its first line alone ("2 configuration problems:") lost the files and keys
     the person must mend. Not cut to a length: sidecar's own messages are long where they say
     what to do (an unmounted home's)."""
-    lines = _said_lines(text) or [""]
+    lines = _said_lines(text) or [_first_line(text)]
     kept = lines[:_MOST_LINES]
     line = kept[0]
     for more in kept[1:]:
