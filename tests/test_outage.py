@@ -459,3 +459,68 @@ def test_hits_of_notes_whose_deletion_is_held_say_so(tmp_path: Path, serve_in_pr
     assert held and "deleted on disk; sidecar holds" in recalled["context"]
     note = [line for line in recalled["context"].splitlines() if line.startswith("Note: ")]
     assert len(note) == 1 and all(ref in note[0] for ref in held)
+
+
+def test_a_rebuild_without_a_daemon_is_not_refused_for_a_slow_note_check(
+    tmp_path: Path, make_cfg: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The rebuild's check that opens every indexed note one after another could outlast the
+    scan timeout on a large vault on a slow share, and then refused a rebuild that worked before
+    ("cannot be read now … hung share?"). It stops when half the timeout is spent (here the first
+    open takes all of it), says so in the log, and the rebuild runs; a note it did not reach is
+    not taken as unreadable."""
+    import sidecar.index.diff as diff_mod
+    from sidecar.daemon.lifecycle import index_once
+
+    v = tmp_path / "v"
+    for i in range(3):
+        write(v / "Work" / f"w{i}.md", f"# W{i}\n\nwork note {i} about the heronsgate\n")
+    cfg = make_cfg(v, **{"embedder.enabled": False})
+    assert index_once(cfg, rebuild=False)["changed"] == 3
+    now = [0.0]
+    asked: list[Path] = []
+
+    def slow_refusal(path: Path) -> str | None:
+        """Each open takes the whole timeout; a note reached after the first is unreadable."""
+        asked.append(path)
+        now[0] += cfg.watch.scan_timeout_seconds
+        return "unreadable (Permission denied)" if len(asked) > 1 else None
+
+    monkeypatch.setattr(diff_mod, "_clock", lambda: now[0], raising=False)
+    monkeypatch.setattr(diff_mod, "read_refusal", slow_refusal)
+    with caplog.at_level("WARNING", logger="sidecar.index.diff"):
+        assert index_once(cfg, rebuild=True)["files"] == 3
+    assert len(asked) == 1
+    assert "rebuild_check_incomplete root=vault checked=1 of=3" in caplog.text
+
+
+def test_a_rebuild_without_a_daemon_runs_when_one_notes_open_does_not_return(
+    tmp_path: Path, make_cfg: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A note whose open does not return within the scan timeout marked the whole root offline
+    and refused the rebuild ("hung share?") although its listing had answered: the check gives
+    up on the rest, says so in the log, and the rebuild runs."""
+    import threading
+
+    import sidecar.index.diff as diff_mod
+    from sidecar.daemon.lifecycle import index_once
+
+    v = tmp_path / "v"
+    for i in range(2):
+        write(v / "Work" / f"w{i}.md", f"# W{i}\n\nwork note {i} about the heronsgate\n")
+    cfg = make_cfg(v, **{"embedder.enabled": False, "watch.scanTimeoutSeconds": 1})
+    assert index_once(cfg, rebuild=False)["changed"] == 2
+    release = threading.Event()
+
+    def hung_refusal(path: Path) -> str | None:
+        """The open of a note on a share that stopped answering."""
+        release.wait(30)
+        return None
+
+    monkeypatch.setattr(diff_mod, "read_refusal", hung_refusal)
+    try:
+        with caplog.at_level("WARNING", logger="sidecar.index.diff"):
+            assert index_once(cfg, rebuild=True)["files"] == 2
+    finally:
+        release.set()
+    assert "rebuild_check_incomplete root=vault checked=some of=2" in caplog.text
