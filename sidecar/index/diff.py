@@ -219,7 +219,7 @@ class ChangeFinder:
         deadline = _clock() + timeout / 2
 
         def probe() -> tuple[list[tuple[NoteFile, str]], int]:
-            failed = []
+            failed: list[tuple[NoteFile, str]] = []
             for checked, note in enumerate(indexed):
                 if _clock() >= deadline:
                     return failed, checked
