@@ -1079,3 +1079,57 @@ def test_a_word_typed_without_umlauts_scores_as_written_with_them(make_cfg: Any,
         assert [x["score"] for x in poet if x["reference"] == "vault/Tee"] < [pot[0]["score"]]
     finally:
         h.close()
+
+
+def _keyword_hits(h: Harness, query: str) -> list[str]:
+    return [hit["reference"] for hit in search(h, query) if (hit["bm25Score"] or 0) > 0]
+
+
+def test_underscore_emphasis_is_no_part_of_a_word(make_cfg: Any, tmp_path: Path) -> None:
+    """Markdown's underscore emphasis is raw text in a chunk: "_Cargo.toml_" and "__Anhänge__" are
+    found by "Cargo.toml" and "Anhänge" (they were indexed as "_cargo", "toml_", "__anhänge__");
+    an identifier keeps its inner underscore (LED_PIN is one word, not "led" and "pin")."""
+    vault = tmp_path / "v"
+    write(vault / "Projekt.md", "# Projekt\n\nDie Datei _Cargo.toml_ beschreibt das Paket.\n")
+    write(vault / "Mail.md", "# Mail\n\nDie __Anhänge__ kamen nicht an.\n")
+    write(vault / "Board.md", "# Board\n\nSet LED_PIN to 13 before flashing.\n")
+    write(vault / "Lamp.md", "# Lamp\n\nThe led lamp has a pin socket.\n")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        assert _keyword_hits(h, "Cargo.toml") == ["vault/Projekt"]
+        assert _keyword_hits(h, "Anhänge") == ["vault/Mail"]
+        assert _keyword_hits(h, "LED_PIN") == ["vault/Board"]
+        assert _keyword_hits(h, "led pin") == ["vault/Lamp"]
+    finally:
+        h.close()
+
+
+def test_a_keyword_index_of_the_older_word_layout_is_refilled(make_cfg: Any, tmp_path: Path) -> None:
+    """An index written when edge underscores were part of a word (layout 2) is replaced at the
+    next start and refilled from the manifest, no note read or embedded again: its words then
+    meet today's queries."""
+    import json
+
+    from sidecar.stores import bm25 as bm25_mod
+
+    vault = tmp_path / "v"
+    write(vault / "Projekt.md", "# Projekt\n\nDie Datei _Cargo.toml_ beschreibt das Paket.\n")
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    folder = h.stores.bm25.path
+    h.close()
+    # What layout 2 wrote: its analyzers' names, its recorded layout
+    for meta in folder.rglob("meta.json"):
+        meta.write_text(meta.read_text().replace(f"_{bm25_mod.BM25_LAYOUT}\"", '_2"'))
+    (folder / "layout.json").write_text(json.dumps({"layout": 2}) + "\n")
+    embedder = FakeEmbedder()
+    h = Harness(cfg, embedder)
+    try:
+        h.sweep()
+        assert _keyword_hits(h, "Cargo.toml") == ["vault/Projekt"]
+        assert json.loads((folder / "layout.json").read_text()) == {"layout": bm25_mod.BM25_LAYOUT}
+        assert embedder.embedded == []
+    finally:
+        h.close()
