@@ -1122,7 +1122,7 @@ def test_a_keyword_index_of_the_older_word_layout_is_refilled(make_cfg: Any, tmp
     h.close()
     # What layout 2 wrote: its analyzers' names, its recorded layout
     for meta in folder.rglob("meta.json"):
-        meta.write_text(meta.read_text().replace(f"_{bm25_mod.BM25_LAYOUT}\"", '_2"'))
+        meta.write_text(meta.read_text().replace(f'_{bm25_mod.BM25_LAYOUT}"', '_2"'))
     (folder / "layout.json").write_text(json.dumps({"layout": 2}) + "\n")
     embedder = FakeEmbedder()
     h = Harness(cfg, embedder)
