@@ -5,10 +5,17 @@ cannot keep the indexer busy and the other notes' edits waiting.
 A file event for such a note is held until its quiet time ends, counted from the end of its last
 indexing and never pushed back by later events, so its last state is always indexed. A cheap
 note (most notes: milliseconds) is never held, nor the deletion of a hot one.
+
+A note whose file then settles (no event for ``SETTLE_S``) is handed out before its quiet time
+ends once nothing else waits, but only every other time: one slow save (a large file written over
+seconds, whose first indexing caught it half written) is indexed whole seconds after it ends,
+not a minute later, while a note written to all the time still waits its quiet time at least
+every second indexing.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -20,6 +27,8 @@ HOT_FACTOR = 10.0
 HOT_MAX_S = 60.0
 # Shorter waits are not kept: the debounce and the sweep itself space such notes already.
 HOT_MIN_S = 1.0
+# A held note with no file event for this long is settled (a save ended, see above).
+SETTLE_S = 2.0
 
 
 def quiet_seconds(cost: float) -> float:
@@ -36,18 +45,27 @@ class HotNotes:
         self._lock = threading.Lock()
         self._quiet_until: dict[str, float] = {}  # path -> end of its quiet time
         self._held: dict[str, float] = {}  # path -> when its held event is due
+        self._last_event: dict[str, float] = {}  # held path -> when its latest event came
+        self._early: set[str] = set()  # handed out settled, not indexed yet
+        self._early_last: set[str] = set()  # last indexed as settled: the next hold is whole
 
     def indexed(self, costs: Mapping[str, float]) -> None:
         """Notes just indexed, with what each cost in seconds."""
         now = self.clock()
         with self._lock:
             for path, cost in costs.items():
+                if path in self._early:
+                    self._early.discard(path)
+                    self._early_last.add(path)
+                else:
+                    self._early_last.discard(path)
                 wait = quiet_seconds(cost)
                 if wait >= HOT_MIN_S:
                     self._quiet_until[path] = now + wait
                 else:
                     self._quiet_until.pop(path, None)
             self._quiet_until = {p: t for p, t in self._quiet_until.items() if t > now}
+            self._early_last &= self._quiet_until.keys() | self._held.keys()
 
     def hold(self, paths: Collection[str]) -> frozenset[str]:
         """The paths to look at now; the others are held until their note's quiet time ends (a
@@ -59,7 +77,10 @@ class HotNotes:
                 until = self._quiet_until.get(path)
                 if until is not None and until > now:
                     self._held.setdefault(path, until)
-                elif path not in self._held:
+                    self._last_event[path] = now
+                elif path in self._held:
+                    self._last_event[path] = now
+                else:
                     ready.add(path)
         return frozenset(ready)
 
@@ -71,6 +92,9 @@ class HotNotes:
             for path in paths:
                 self._quiet_until.pop(path, None)
                 self._held.pop(path, None)
+                self._last_event.pop(path, None)
+                self._early.discard(path)
+                self._early_last.discard(path)
 
     def due(self, late: float = 0.0) -> frozenset[str]:
         """Held paths whose time came at least ``late`` seconds ago, no longer held."""
@@ -79,12 +103,31 @@ class HotNotes:
             out = frozenset(p for p, t in self._held.items() if t + late <= now)
             for path in out:
                 del self._held[path]
+                self._last_event.pop(path, None)
         return out
+
+    def settled(self) -> frozenset[str]:
+        """Held paths whose file settled (no event for ``SETTLE_S``) and whose last indexing was
+        not a settled one, no longer held: for when nothing else waits."""
+        now = self.clock()
+        with self._lock:
+            out = frozenset(p for p in self._held if self._settles(p) <= now)
+            for path in out:
+                del self._held[path]
+                self._last_event.pop(path, None)
+                self._early.add(path)
+        return out
+
+    def _settles(self, path: str) -> float:
+        """Caller holds the lock. When held ``path`` counts as settled (never, after a settled one)."""
+        if path in self._early_last:
+            return math.inf
+        return self._last_event.get(path, -math.inf) + SETTLE_S
 
     def wait(self, most: float) -> float:
         """Seconds until the next held path is due, at most ``most`` (0: one is due now)."""
         with self._lock:
-            first = min(self._held.values(), default=None)
+            first = min((min(t, self._settles(p)) for p, t in self._held.items()), default=None)
         return most if first is None else max(0.0, min(most, first - self.clock()))
 
     def held(self) -> frozenset[str]:
