@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.daemon.hot import HOT_MAX_S, SETTLE_S, HotNotes
+from sidecar.daemon.hot import BUDGET_SHARE, BUDGET_WINDOW_S, HOT_MAX_S, SETTLE_S, HotNotes
 from sidecar.daemon.indexing import IndexLoop
 from sidecar.index import indexer as indexer_mod
 from sidecar.index.summary import SUMMARY_EVERY_S, ActivitySummary
@@ -132,18 +132,18 @@ def test_a_costly_note_waits_a_multiple_of_its_cost_and_is_never_put_off_for_goo
     assert hot.due() == {"/v/log.md"} and hot.held() == frozenset()
     assert hot.hold({"/v/log.md"}) == {"/v/log.md"}  # its quiet time is over
     assert hot.hold({"/v/huge.md"}) == frozenset()
-    assert hot.wait(100.0) == pytest.approx(SETTLE_S)
+    assert hot.wait(100.0) == pytest.approx(HOT_MAX_S - 20)  # past its budget: it never settles
     clock.now += HOT_MAX_S
     assert hot.due(late=HOT_MAX_S) == frozenset()
     clock.now += HOT_MAX_S
     assert hot.due(late=HOT_MAX_S) == {"/v/huge.md"}
 
 
-def test_a_held_note_whose_file_settles_comes_early_every_other_time() -> None:
+def test_a_held_note_whose_file_settles_comes_early_within_its_budget() -> None:
     """A held note with no event for SETTLE_S is handed out before its quiet time ends (one slow
-    save, whose first indexing caught it half written); its next hold waits the whole quiet time
-    (a note written to all the time is not indexed at every pause); a note that keeps changing
-    never settles."""
+    save, whose first indexing caught it half written); a note that keeps changing never settles;
+    once its indexing of the window passes the budget (a note written to all the time, spending
+    its quiet-time indexings) it waits its whole quiet time again."""
     clock = Clock()
     hot = HotNotes(clock)
     hot.indexed({"/v/big.md": 5.0})  # 50 s quiet
@@ -154,13 +154,24 @@ def test_a_held_note_whose_file_settles_comes_early_every_other_time() -> None:
     assert hot.settled() == frozenset() and hot.wait(10.0) == pytest.approx(0.1)
     clock.now += 0.1
     assert hot.settled() == {"/v/big.md"} and hot.held() == frozenset()
-    hot.indexed({"/v/big.md": 5.0})  # the settled state indexed: the next hold is whole
+    # within the budget while what it spent, the next one counted at its cost, fits: the first
+    # indexing and the settled one above count already
+    early = int(BUDGET_SHARE * BUDGET_WINDOW_S // 5.0) - 2
+    for _ in range(early):
+        hot.indexed({"/v/big.md": 5.0})  # the settled state indexed
+        assert hot.hold({"/v/big.md"}) == frozenset()
+        clock.now += SETTLE_S
+        assert hot.settled() == {"/v/big.md"}
+    hot.indexed({"/v/big.md": 5.0})
     assert hot.hold({"/v/big.md"}) == frozenset()
-    clock.now += 10
-    assert hot.settled() == frozenset() and hot.wait(100.0) == pytest.approx(40.0)
-    clock.now += 40
+    clock.now += SETTLE_S
+    assert hot.settled() == frozenset()  # spent: the next one would pass the budget
+    assert hot.held() == {"/v/big.md"} and hot.wait(100.0) > SETTLE_S
+    clock.now += HOT_MAX_S
     assert hot.due() == {"/v/big.md"}
-    hot.indexed({"/v/big.md": 5.0})  # a whole wait again: the next settled one may come early
+    hot.indexed({"/v/big.md": 5.0})
+    clock.now += BUDGET_WINDOW_S  # the window passed: a settled save comes early again
+    hot.indexed({"/v/big.md": 5.0})
     assert hot.hold({"/v/big.md"}) == frozenset()
     clock.now += SETTLE_S
     assert hot.settled() == {"/v/big.md"}

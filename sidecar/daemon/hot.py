@@ -6,11 +6,12 @@ A file event for such a note is held until its quiet time ends, counted from the
 indexing and never pushed back by later events, so its last state is always indexed. A cheap
 note (most notes: milliseconds) is never held, nor the deletion of a hot one.
 
-A note whose file then settles (no event for ``SETTLE_S``) is handed out before its quiet time
-ends once nothing else waits, but only every other time: one slow save (a large file written over
-seconds, whose first indexing caught it half written) is indexed whole seconds after it ends,
-not a minute later, while a note written to all the time still waits its quiet time at least
-every second indexing.
+A held note whose file then settles (no event for ``SETTLE_S``) is handed out before its quiet
+time ends once nothing else waits, while its indexing of the last ``BUDGET_WINDOW_S`` stays within
+the share the quiet time allows (a tenth): one slow save (a large file written over seconds, whose
+first indexing caught it half written) is indexed whole seconds after it ends, not a minute
+later, while a note written to all the time, every second or every few, has spent that share on
+its quiet-time indexings and waits as before (handing out every pause doubled its CPU).
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ HOT_MAX_S = 60.0
 HOT_MIN_S = 1.0
 # A held note with no file event for this long is settled (a save ended, see above).
 SETTLE_S = 2.0
+# A settled note comes early only while its indexing over this window costs at most this share.
+BUDGET_WINDOW_S = 600.0
+BUDGET_SHARE = 0.5 / HOT_FACTOR
 
 
 def quiet_seconds(cost: float) -> float:
@@ -46,26 +50,24 @@ class HotNotes:
         self._quiet_until: dict[str, float] = {}  # path -> end of its quiet time
         self._held: dict[str, float] = {}  # path -> when its held event is due
         self._last_event: dict[str, float] = {}  # held path -> when its latest event came
-        self._early: set[str] = set()  # handed out settled, not indexed yet
-        self._early_last: set[str] = set()  # last indexed as settled: the next hold is whole
+        # costly notes -> (end, cost) of their indexings within BUDGET_WINDOW_S
+        self._spent: dict[str, list[tuple[float, float]]] = {}
 
     def indexed(self, costs: Mapping[str, float]) -> None:
         """Notes just indexed, with what each cost in seconds."""
         now = self.clock()
         with self._lock:
             for path, cost in costs.items():
-                if path in self._early:
-                    self._early.discard(path)
-                    self._early_last.add(path)
-                else:
-                    self._early_last.discard(path)
                 wait = quiet_seconds(cost)
                 if wait >= HOT_MIN_S:
                     self._quiet_until[path] = now + wait
+                    self._spent.setdefault(path, []).append((now, cost))
                 else:
                     self._quiet_until.pop(path, None)
             self._quiet_until = {p: t for p, t in self._quiet_until.items() if t > now}
-            self._early_last &= self._quiet_until.keys() | self._held.keys()
+            since = now - BUDGET_WINDOW_S
+            spent = ((p, [x for x in v if x[0] > since]) for p, v in self._spent.items())
+            self._spent = {p: kept for p, kept in spent if kept}
 
     def hold(self, paths: Collection[str]) -> frozenset[str]:
         """The paths to look at now; the others are held until their note's quiet time ends (a
@@ -93,8 +95,7 @@ class HotNotes:
                 self._quiet_until.pop(path, None)
                 self._held.pop(path, None)
                 self._last_event.pop(path, None)
-                self._early.discard(path)
-                self._early_last.discard(path)
+                self._spent.pop(path, None)
 
     def due(self, late: float = 0.0) -> frozenset[str]:
         """Held paths whose time came at least ``late`` seconds ago, no longer held."""
@@ -107,28 +108,30 @@ class HotNotes:
         return out
 
     def settled(self) -> frozenset[str]:
-        """Held paths whose file settled (no event for ``SETTLE_S``) and whose last indexing was
-        not a settled one, no longer held: for when nothing else waits."""
+        """Held paths whose file settled (no event for ``SETTLE_S``) within their budget, no
+        longer held: for when nothing else waits."""
         now = self.clock()
         with self._lock:
-            out = frozenset(p for p in self._held if self._settles(p) <= now)
+            out = frozenset(p for p in self._held if self._settles(p, now) <= now)
             for path in out:
                 del self._held[path]
                 self._last_event.pop(path, None)
-                self._early.add(path)
         return out
 
-    def _settles(self, path: str) -> float:
-        """Caller holds the lock. When held ``path`` counts as settled (never, after a settled one)."""
-        if path in self._early_last:
+    def _settles(self, path: str, now: float) -> float:
+        """Caller holds the lock. When held ``path`` counts as settled: never while its indexing
+        of the window, the next one counted at its last cost, passes the budget."""
+        spent = [cost for end, cost in self._spent.get(path, ()) if end > now - BUDGET_WINDOW_S]
+        if spent and sum(spent) + spent[-1] > BUDGET_SHARE * BUDGET_WINDOW_S:
             return math.inf
         return self._last_event.get(path, -math.inf) + SETTLE_S
 
     def wait(self, most: float) -> float:
         """Seconds until the next held path is due, at most ``most`` (0: one is due now)."""
+        now = self.clock()
         with self._lock:
-            first = min((min(t, self._settles(p)) for p, t in self._held.items()), default=None)
-        return most if first is None else max(0.0, min(most, first - self.clock()))
+            first = min((min(t, self._settles(p, now)) for p, t in self._held.items()), default=None)
+        return most if first is None else max(0.0, min(most, first - now))
 
     def held(self) -> frozenset[str]:
         with self._lock:
