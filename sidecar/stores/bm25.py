@@ -48,14 +48,10 @@ log = logging.getLogger(__name__)
 
 # The names are part of the index's schema: text prepared differently (CJK bigrams since 0.4, the
 # file name in the title field since chunker 6) gets new names, so an index written the old way no
-# longer opens and is refilled from the manifest (3: a word's edge underscores are no part of it).
-ANALYZER = "sidecar_text_3"
-ANALYZER_EN = "sidecar_en_3"
-ANALYZER_DE = "sidecar_de_3"
-# A word: letters and digits, underscores only inside it. Markdown's underscore emphasis
-# ("_Cargo.toml_", "__wichtig__") is raw text in a chunk, and ``\w+`` made "_cargo" and "toml_" of
-# it, which no query's "Cargo.toml" met; an identifier (LED_PIN, snake_case) stays one word.
-WORD = r"[^\W_]+(?:_+[^\W_]+)*"
+# longer opens and is refilled from the manifest.
+ANALYZER = "sidecar_text_2"
+ANALYZER_EN = "sidecar_en_2"
+ANALYZER_DE = "sidecar_de_2"
 # A chunk's heading path is part of its body: a heading word is one more occurrence, saturating
 # with the body's own (BM25F's idea). Scored as a field of its own, a short heading path got a
 # high idf and nearly no length penalty, and a generic word there outweighed the body (keyword arm
@@ -141,7 +137,7 @@ def german_fold(text: str) -> str:
 def text_analyzer(stem: str | None = None) -> tantivy.TextAnalyzer:
     """Unicode words, lowercased, accents folded (Straße -> strasse), optionally stemmed."""
     builder = (
-        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(WORD))
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(r"[\w]+"))
         .filter(tantivy.Filter.remove_long(64))
         .filter(tantivy.Filter.lowercase())
         .filter(tantivy.Filter.ascii_fold())

@@ -38,8 +38,7 @@ def transcribed(word: str) -> str:
 
 def umlaut_words(text: str) -> set[str]:
     """The words of ``text`` written with an umlaut or ß, lowercased."""
-    # A word's edge underscores are no part of it, as in the keyword index ("_Anhänge_" emphasis)
-    return {w.strip("_").lower() for w in _HAS_UMLAUT.findall(text)} if _has_any(text) else set()
+    return {w.lower() for w in _HAS_UMLAUT.findall(text)} if _has_any(text) else set()
 
 
 def _has_any(text: str) -> bool:

@@ -23,9 +23,8 @@ log = logging.getLogger(__name__)
 MANIFEST_SCHEMA = 4
 # The keyword index's layout: its fields, their analyzers and its folders. A change that an index
 # written before cannot serve raises it (and the analyzers get new names when text is prepared
-# differently). 2: chunks, pages and memory/<agent> folders, analyzers ``sidecar_*_2``. 3: a word's
-# edge underscores dropped (``sidecar_*_3``).
-BM25_LAYOUT = 3
+# differently). 2: chunks, pages and memory/<agent> folders, analyzers ``sidecar_*_2``.
+BM25_LAYOUT = 2
 LAYOUT_FILE = "layout.json"
 FIRST_RECORDED_LAYOUT = 2  # the layout that came with the file: none lower was ever recorded
 _ANALYZER_GENERATION = re.compile(r"^sidecar_[a-z]+_(\d+)$")
