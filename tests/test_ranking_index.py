@@ -1096,5 +1096,11 @@ def test_words_with_combining_marks_are_found_by_keyword(make_cfg: Any, tmp_path
         for query, note in (("हिन्दी", "vault/Hindi"), ("সম্পাদনা", "vault/Bangla"), ("مُحَمَّد", "vault/Arabic")):
             hits = [hit["reference"] for hit in search(h, query) if (hit["bm25Score"] or 0) > 0]
             assert hits == [note], query
+        write(vault / "Sun.md", "# Sun\n\nA sunny day ☀️ and a heart ❤️ for the family 👨\u200d👩\u200d👧.\n")
+        h.sweep()
+        # An emoji's variation selector or joiner is no word of a query (it matched every note
+        # holding such an emoji, and small talk with one recalled notes).
+        assert [hit["reference"] for hit in search(h, "ok ✔️") if (hit["bm25Score"] or 0) > 0] == []
+        assert analyze("thanks ❤️").content_words == () and analyze("garden ❤️").content_words == ("garden",)
     finally:
         h.close()

@@ -34,8 +34,10 @@ def _mark_class() -> str:
     return "".join(f"\\U{a:08x}" if a == b else f"\\U{a:08x}-\\U{b:08x}" for a, b in runs)
 
 
-# A word as the keyword index reads one: word characters and the marks within them.
-WORD = re.compile(rf"[\w{_mark_class()}]+")
+# A word as the keyword index reads one: word characters and the marks within them. It starts
+# with a word character: an emoji's variation selector or joiner alone ("☀️", "👨‍👩‍👧") is no word
+# (read as one, "have a nice day today ☀️" recalled the daily note).
+WORD = re.compile(rf"\w[\w{_mark_class()}]*")
 _WORD = WORD
 
 
