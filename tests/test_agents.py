@@ -518,7 +518,9 @@ def test_a_question_about_ones_own_day_recalls_it_small_talk_does_not(
             f"[vault] vault/Daily/{TODAY.isoformat()} (lines 1-3, dated {TODAY.isoformat()})" in r["context"]
         )
     history = ["Can you help me fix the backup script?", "Sure, done."]
-    for message in SMALL_TALK:
+    # An emoji's variation selector or joiner after small talk names nothing either.
+    emoji = ("☀️", "❤️", "👨\u200d👩\u200d👧")
+    for message in SMALL_TALK + [f"{m} {e}" for m in SMALL_TALK[:7] for e in emoji]:
         for turns in ([], history):
             answer = served.call("recall", {"message": message, "history": turns})
             # Nothing at all: "have a nice day today" recalled today's daily note (relevance

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.daemon.hot import HOT_MAX_S, HotNotes
+from sidecar.daemon.hot import BUDGET_SHARE, BUDGET_WINDOW_S, HOT_MAX_S, SETTLE_S, HotNotes
 from sidecar.daemon.indexing import IndexLoop
 from sidecar.index import indexer as indexer_mod
 from sidecar.index.summary import SUMMARY_EVERY_S, ActivitySummary
@@ -126,16 +126,90 @@ def test_a_costly_note_waits_a_multiple_of_its_cost_and_is_never_put_off_for_goo
     assert hot.hold({"/v/log.md", "/v/note.md"}) == {"/v/note.md"}
     clock.now += 15
     assert hot.hold({"/v/log.md"}) == frozenset() and hot.due() == frozenset()
-    assert hot.wait(30.0) == pytest.approx(5.0)
+    assert hot.wait(30.0) == pytest.approx(SETTLE_S)  # it settles first (see below)
+    assert hot.hold({"/v/log.md"}) == frozenset()  # ... unless written again
     clock.now += 5
     assert hot.due() == {"/v/log.md"} and hot.held() == frozenset()
     assert hot.hold({"/v/log.md"}) == {"/v/log.md"}  # its quiet time is over
     assert hot.hold({"/v/huge.md"}) == frozenset()
-    assert hot.wait(100.0) == pytest.approx(HOT_MAX_S - 20)
+    assert hot.wait(100.0) == pytest.approx(HOT_MAX_S - 20)  # past its budget: it never settles
     clock.now += HOT_MAX_S
     assert hot.due(late=HOT_MAX_S) == frozenset()
     clock.now += HOT_MAX_S
     assert hot.due(late=HOT_MAX_S) == {"/v/huge.md"}
+
+
+def test_a_held_note_whose_file_settles_comes_early_within_the_budget() -> None:
+    """A held note with no event for SETTLE_S is handed out before its quiet time ends (one slow
+    save, whose first indexing caught it half written); a note that keeps changing never settles;
+    never twice in a row; and not once the early indexings of all notes, or the note's own
+    indexings, would pass the budget (writers every few seconds doubled their CPU)."""
+    clock = Clock()
+    hot = HotNotes(clock)
+    big = "/v/big.md"
+    hot.indexed({big: 5.0})  # 50 s quiet
+    assert hot.hold({big}) == frozenset()
+    clock.now += 1.5
+    assert hot.hold({big}) == frozenset()  # the save goes on
+    clock.now += SETTLE_S - 0.1
+    assert hot.settled() == frozenset() and hot.wait(10.0) == pytest.approx(0.1)
+    clock.now += 0.1
+    assert hot.settled() == {big} and hot.held() == frozenset()
+    hot.indexed({big: 5.0})  # the settled state indexed: the next one waits its quiet time
+    assert hot.hold({big}) == frozenset()
+    clock.now += SETTLE_S
+    assert hot.settled() == frozenset() and hot.wait(100.0) == pytest.approx(50.0 - SETTLE_S)
+    clock.now += 50.0
+    assert hot.due() == {big}
+    hot.indexed({big: 5.0})  # a whole wait again: the next settled one may come early
+    assert hot.hold({big}) == frozenset()
+    clock.now += SETTLE_S
+    assert hot.settled() == {big}
+    hot.indexed({big: 5.0})
+
+    # The early indexings of all notes share one budget.
+    budget = BUDGET_SHARE * BUDGET_WINDOW_S
+    others = [f"/v/n{i}.md" for i in range(int(budget // 5.0) + 2)]
+    hot.indexed(dict.fromkeys(others, 5.0))
+    early = 2  # big's two
+    for path in others:
+        assert hot.hold({path}) == frozenset()
+        clock.now += SETTLE_S
+        got = hot.settled()
+        if (early + 1) * 5.0 > budget:
+            assert got == frozenset(), path  # spent
+            break
+        assert got == {path}
+        hot.indexed({path: 5.0})
+        early += 1
+    else:
+        raise AssertionError("the budget was never spent")
+    clock.now += BUDGET_WINDOW_S  # the window passed: a settled save comes early again
+    hot.indexed({big: 5.0})
+    assert hot.hold({big}) == frozenset()
+    clock.now += SETTLE_S
+    assert big in hot.settled()
+
+
+def test_a_slow_save_of_a_hot_note_is_indexed_once_it_settles(
+    hot_loop: tuple[Harness, IndexLoop, Clock], vault: Path
+) -> None:
+    """The loop hands a settled note out once nothing else waits: its last state is searchable
+    seconds after the save ended, not after its whole quiet time (a 4 MB note written over 3 s
+    was stale for a minute)."""
+    h, loop, clock = hot_loop
+    loop.request_sweep()
+    _until(lambda: h.indexer.activity.sweeps == 1)
+    log = vault / "Sync log.md"
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write("- zebra synced\n")
+    loop.changed({str(log)})
+    _until(lambda: loop.hot.held() == {str(log)})
+    time.sleep(0.6)
+    assert "vault/Sync log" not in _refs(h, "zebra")
+    clock.now += SETTLE_S
+    _until(lambda: "vault/Sync log" in _refs(h, "zebra"))
+    assert clock.now < 1000.0 + 50.0
 
 
 def test_the_wait_for_the_models_tokenizer_is_no_cost_of_a_note(
@@ -204,7 +278,9 @@ def test_a_hot_note_waits_while_other_notes_go_first_and_its_last_state_comes(
     with log.open("a", encoding="utf-8") as fh:
         fh.write("- yak synced\n")
     loop.changed({str(log)})
-    clock.now += 49  # more events do not put it off
+    for _ in range(49):  # written to all the time (it never settles); more events do not put it off
+        clock.now += 1
+        loop.changed({str(log)})
     time.sleep(0.6)
     assert "vault/Sync log" not in _refs(h, "yak")
     clock.now += 2

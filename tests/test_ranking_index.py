@@ -1079,3 +1079,28 @@ def test_a_word_typed_without_umlauts_scores_as_written_with_them(make_cfg: Any,
         assert [x["score"] for x in poet if x["reference"] == "vault/Tee"] < [pot[0]["score"]]
     finally:
         h.close()
+
+
+def test_words_with_combining_marks_are_found_by_keyword(make_cfg: Any, tmp_path: Path) -> None:
+    """Hindi, Bengali and vowelled Arabic write vowels as combining marks; the query's words are
+    read whole, as the keyword index reads them (Python's \\w stopped at each mark, so "हिन्दी"
+    became pieces no indexed word equals and the keyword arm found nothing)."""
+    vault = tmp_path / "v"
+    write(vault / "Hindi.md", "# भाषा\n\nहिन्दी एक भाषा है।\n")
+    write(vault / "Bangla.md", "# নোট\n\nসম্পাদনা করুন এই নোট।\n")
+    write(vault / "Arabic.md", "# ملاحظة\n\nاسمه مُحَمَّد في الملاحظة.\n")
+    write(vault / "Other.md", "# Other\n\nnothing here at all\n")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        for query, note in (("हिन्दी", "vault/Hindi"), ("সম্পাদনা", "vault/Bangla"), ("مُحَمَّد", "vault/Arabic")):
+            hits = [hit["reference"] for hit in search(h, query) if (hit["bm25Score"] or 0) > 0]
+            assert hits == [note], query
+        write(vault / "Sun.md", "# Sun\n\nA sunny day ☀️ and a heart ❤️ for the family 👨\u200d👩\u200d👧.\n")
+        h.sweep()
+        # An emoji's variation selector or joiner is no word of a query (it matched every note
+        # holding such an emoji, and small talk with one recalled notes).
+        assert [hit["reference"] for hit in search(h, "ok ✔️") if (hit["bm25Score"] or 0) > 0] == []
+        assert analyze("thanks ❤️").content_words == () and analyze("garden ❤️").content_words == ("garden",)
+    finally:
+        h.close()

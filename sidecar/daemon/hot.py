@@ -5,10 +5,19 @@ cannot keep the indexer busy and the other notes' edits waiting.
 A file event for such a note is held until its quiet time ends, counted from the end of its last
 indexing and never pushed back by later events, so its last state is always indexed. A cheap
 note (most notes: milliseconds) is never held, nor the deletion of a hot one.
+
+A held note whose file then settles (no event for ``SETTLE_S``) is handed out before its quiet
+time ends once nothing else waits: one slow save (a large file written over seconds, whose first
+indexing caught it half written) is indexed whole seconds after it ends, not a minute later. Such
+early indexings are bounded for the whole daemon (``BUDGET_SHARE`` of ``BUDGET_WINDOW_S``: at most
+a twentieth of a core more than the quiet times allow) and never come twice in a row for a note:
+a note written every few seconds settles at every pause, and handing each pause out doubled its
+CPU, per note and at every burst.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -20,6 +29,11 @@ HOT_FACTOR = 10.0
 HOT_MAX_S = 60.0
 # Shorter waits are not kept: the debounce and the sweep itself space such notes already.
 HOT_MIN_S = 1.0
+# A held note with no file event for this long is settled (a save ended, see above).
+SETTLE_S = 2.0
+# Early indexings of settled notes, all notes together, cost at most this share of this window.
+BUDGET_WINDOW_S = 600.0
+BUDGET_SHARE = 0.05
 
 
 def quiet_seconds(cost: float) -> float:
@@ -36,18 +50,39 @@ class HotNotes:
         self._lock = threading.Lock()
         self._quiet_until: dict[str, float] = {}  # path -> end of its quiet time
         self._held: dict[str, float] = {}  # path -> when its held event is due
+        self._last_event: dict[str, float] = {}  # held path -> when its latest event came
+        self._cost: dict[str, float] = {}  # costly note -> what its last indexing cost
+        self._early: set[str] = set()  # handed out settled, not indexed since
+        self._early_last: set[str] = set()  # last indexed early: the next one waits its quiet time
+        self._early_spent: list[tuple[float, float]] = []  # (end, cost) of early indexings lately
+        self._spent: dict[str, list[tuple[float, float]]] = {}  # costly note -> its indexings lately
 
     def indexed(self, costs: Mapping[str, float]) -> None:
         """Notes just indexed, with what each cost in seconds."""
         now = self.clock()
         with self._lock:
             for path, cost in costs.items():
+                if path in self._early:
+                    self._early.discard(path)
+                    self._early_last.add(path)
+                    self._early_spent.append((now, cost))
+                else:
+                    self._early_last.discard(path)
                 wait = quiet_seconds(cost)
                 if wait >= HOT_MIN_S:
                     self._quiet_until[path] = now + wait
+                    self._cost[path] = cost
+                    self._spent.setdefault(path, []).append((now, cost))
                 else:
                     self._quiet_until.pop(path, None)
             self._quiet_until = {p: t for p, t in self._quiet_until.items() if t > now}
+            kept = self._quiet_until.keys() | self._held.keys()
+            self._cost = {p: c for p, c in self._cost.items() if p in kept}
+            self._early_last &= kept
+            since = now - BUDGET_WINDOW_S
+            self._early_spent = [x for x in self._early_spent if x[0] > since]
+            recent = ((p, [x for x in v if x[0] > since]) for p, v in self._spent.items())
+            self._spent = {p: v for p, v in recent if v}
 
     def hold(self, paths: Collection[str]) -> frozenset[str]:
         """The paths to look at now; the others are held until their note's quiet time ends (a
@@ -59,7 +94,10 @@ class HotNotes:
                 until = self._quiet_until.get(path)
                 if until is not None and until > now:
                     self._held.setdefault(path, until)
-                elif path not in self._held:
+                    self._last_event[path] = now
+                elif path in self._held:
+                    self._last_event[path] = now
+                else:
                     ready.add(path)
         return frozenset(ready)
 
@@ -71,6 +109,11 @@ class HotNotes:
             for path in paths:
                 self._quiet_until.pop(path, None)
                 self._held.pop(path, None)
+                self._last_event.pop(path, None)
+                self._cost.pop(path, None)
+                self._spent.pop(path, None)
+                self._early.discard(path)
+                self._early_last.discard(path)
 
     def due(self, late: float = 0.0) -> frozenset[str]:
         """Held paths whose time came at least ``late`` seconds ago, no longer held."""
@@ -79,13 +122,41 @@ class HotNotes:
             out = frozenset(p for p, t in self._held.items() if t + late <= now)
             for path in out:
                 del self._held[path]
+                self._last_event.pop(path, None)
         return out
+
+    def settled(self) -> frozenset[str]:
+        """Held paths whose file settled (no event for ``SETTLE_S``), within the budget and not
+        early the last time, no longer held: for when nothing else waits."""
+        now = self.clock()
+        with self._lock:
+            out = frozenset(p for p in self._held if self._settles(p, now) <= now)
+            for path in out:
+                del self._held[path]
+                self._last_event.pop(path, None)
+                self._early.add(path)
+        return out
+
+    def _settles(self, path: str, now: float) -> float:
+        """Caller holds the lock. When held ``path`` counts as settled: never after an early one,
+        nor while this one, counted at its note's last cost, would take the early indexings of the
+        window past the budget, or the note's own indexings (a note written to all the time has
+        spent its share on its quiet-time ones)."""
+        if path in self._early_last or path in self._early:
+            return math.inf
+        since, cost, budget = now - BUDGET_WINDOW_S, self._cost.get(path, 0.0), BUDGET_SHARE * BUDGET_WINDOW_S
+        early = sum(c for end, c in self._early_spent if end > since)
+        own = sum(c for end, c in self._spent.get(path, ()) if end > since)
+        if early + cost > budget or own + cost > budget:
+            return math.inf
+        return self._last_event.get(path, -math.inf) + SETTLE_S
 
     def wait(self, most: float) -> float:
         """Seconds until the next held path is due, at most ``most`` (0: one is due now)."""
+        now = self.clock()
         with self._lock:
-            first = min(self._held.values(), default=None)
-        return most if first is None else max(0.0, min(most, first - self.clock()))
+            first = min((min(t, self._settles(p, now)) for p, t in self._held.items()), default=None)
+        return most if first is None else max(0.0, min(most, first - now))
 
     def held(self) -> frozenset[str]:
         with self._lock:

@@ -228,7 +228,8 @@ class IndexLoop:
         return job.merge(Job(roots=frozenset(), paths=late)) if late else job
 
     def _due(self) -> Job | None:
-        due = self.hot.due()
+        """Held notes whose time came, and (nothing else waits here) those whose file settled."""
+        due = self.hot.due() | self.hot.settled()
         return Job(roots=frozenset(), paths=due) if due else None
 
     def _run(self, job: Job) -> None:

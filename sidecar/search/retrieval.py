@@ -31,6 +31,7 @@ from sidecar.search.fusion import Candidate, Rules, Scale, Scored, apply_rules, 
 from sidecar.search.query import (
     STOPWORDS_DE,
     STOPWORDS_EN,
+    WORD,
     FilterError,
     Filters,
     QueryAnalysis,
@@ -49,7 +50,7 @@ from sidecar.vault.sources import public_reference
 
 log = logging.getLogger(__name__)
 
-_NAME_WORD = re.compile(r"\w+")
+_NAME_WORD = WORD
 _LETTER_OR_DIGIT = re.compile(r"[^\W_]")  # "\w" but the underscore: "_" alone is no word
 
 
@@ -84,7 +85,7 @@ def typed_part(spelled: Mapping[str, str]) -> BmParts:
     return [(" ".join(spelled), 1.0)] if spelled else []
 
 
-_WORD = re.compile(r"\w+")
+_WORD = WORD
 
 
 def _with_umlauts(text: str, spelled: Mapping[str, str]) -> str:
