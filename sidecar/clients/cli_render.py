@@ -119,7 +119,14 @@ def render_status(h: dict[str, Any]) -> str:
             f"{shown(waiting['path'])} (hung share?); after {waiting['timeout_seconds']:.0f} s the root "
             "goes offline and the others are indexed on"
         )
-    lines.append(f"  {idx['files']:,} notes, {idx['chunks']:,} chunks")
+    leaving = (idx.get("catching_up") or {}).get("leaving", 0)
+    if leaving:  # moved or deleted notes still indexed until the change is in: not counted twice
+        lines.append(
+            f"  {idx['files'] - leaving:,} notes ({leaving:,} more still indexed under old paths until the "
+            f"changes are in), {idx['chunks']:,} chunks"
+        )
+    else:
+        lines.append(f"  {idx['files']:,} notes, {idx['chunks']:,} chunks")
     for source, c in sorted(idx["by_source"].items()):
         lines.append(f"    {source:<7} {c['files']:>7,} notes {c['chunks']:>8,} chunks")
     todo: list[str] = []
@@ -172,6 +179,13 @@ def _index_line(h: dict[str, Any]) -> str:
     idx = h["index"]
     if idx["state"] == "building":
         return _building_line(h)
+    if catching := idx.get("catching_up"):
+        # File changes wait or are being applied (a branch switch, a synced folder).
+        return (
+            f"Index: ready; catching up with changes in the notes ({catching['done']:,} of "
+            f"{catching['total']:,} applied): notes moved or deleted may still be found under their old "
+            "paths, new ones may be missing"
+        )
     if idx["phase"] == "indexing" and idx["progress"]["total"] > _BUSY_NOTES:
         # Ready, and a batch of changes (a checkout, a synced folder) is being read in.
         prog = idx["progress"]

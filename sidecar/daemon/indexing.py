@@ -102,10 +102,27 @@ class IndexLoop:
         self.watched: Callable[[], list[str]] = list  # the folders the watch covers now
         self._reported: set[str] = set()  # paths file events told since the last check
         self._lost = False  # the watch was restarted for lost events: status says so until caught up
+        self._running: Job | None = None  # the sweep under way (``catching_up``)
 
     def depth(self) -> int:
         """Requests waiting, held events of hot notes included (health's queue depth)."""
         return self.jobs.qsize() + len(self.hot.held())
+
+    def catching_up(self) -> tuple[int, int] | None:
+        """(changes applied, changes known) while file changes wait or are being applied: paths
+        of file events queued or held (a hot note), a sweep's notes to index and to remove once it
+        found any, deletions waiting for a second look (``index.diff.SETTLE_S``); else None. A
+        branch switch's answers held old and new paths for seconds and looked complete."""
+        with self.jobs.mutex:
+            queued = sum(len(job.paths) for job in self.jobs.queue)
+        total = queued + len(self.hot.held()) + self.indexer.changes.settling()
+        done = 0
+        act, running = self.indexer.activity, self._running
+        if running is not None and act.phase == "indexing" and act.total:
+            done, total = act.done, total + act.total
+        elif running is not None and act.phase == "scanning":
+            total += len(running.paths)  # file events being looked at (a full sweep may find none)
+        return (done, total) if total > done else None
 
     def take_paths(self) -> frozenset[str]:
         """The paths of the queued file-event jobs, taken off the queue; other jobs stay."""
@@ -237,9 +254,17 @@ class IndexLoop:
             indexer.clear()
         audit = job.audit and not job.paths and indexer.activity.first_sweep_done
         began = time.time()
-        summary = indexer.sweep(
-            only=job.roots, stop=self.stop, confirm_deletions=job.confirm, progress=self.beat, paths=job.paths
-        )
+        self._running = job
+        try:
+            summary = indexer.sweep(
+                only=job.roots,
+                stop=self.stop,
+                confirm_deletions=job.confirm,
+                progress=self.beat,
+                paths=job.paths,
+            )
+        finally:
+            self._running = None
         if summary.get("changed", 0) > 100:
             heap.trim()  # parsing a large batch leaves freed pages behind
         self.problems.clear("index")

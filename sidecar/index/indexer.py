@@ -63,6 +63,8 @@ class Activity:
     ready_once: bool = False
     scan_skipped: dict[str, int] = field(default_factory=dict)
     excluded: dict[str, int] = field(default_factory=dict)  # rule -> notes it leaves out
+    # Notes this sweep found deleted or moved away, still indexed until its new notes are in.
+    leaving: int = 0
 
 
 class Indexer:
@@ -191,6 +193,7 @@ class Indexer:
             self._gone_left = []
         act = self.activity
         act.phase, act.done, act.total, act.started = "scanning", 0, 0, time.time()
+        act.leaving = 0
         if not act.first_sweep_done:
             refill_new_bm25(self.stores, stop)
         self.stores.bm25.close_idle()  # the inboxes a person's search kept open, once it is a while ago
@@ -201,7 +204,7 @@ class Indexer:
         every = self.changes.roots()
         names = {r.name for r in every}
         self.supervisor.keep_memory_roots(names)  # inboxes emptied or removed meanwhile
-        chosen = [r for r in every if only is None or r.name in only]
+        chosen = self.changes.with_settling([r for r in every if only is None or r.name in only], every)
         listed = list(chosen)  # walked whole (the roots of ``paths`` are only looked at there)
         if paths:
             rest = [r for r in every if r not in chosen]
@@ -219,6 +222,7 @@ class Indexer:
             self.manifest.stamp(diff.stamps)
         self._forget_linked(diff.linked)
         act.phase, act.total = "indexing", len(diff.work) + len(diff.gone)
+        act.leaving = len(diff.gone)
         self.found_by_listing = self._found_by_listing(diff, listed)
         changed = self._apply(diff, every if not paths else None, progress, stop)
         self._retire_emptied(diff.gone, names)
@@ -304,6 +308,7 @@ class Indexer:
         if diff.gone:
             self.delete(self._still_gone(diff.gone))
             act.done += len(diff.gone)
+            act.leaving = 0
         if self._deferred and self.hot_back is not None:
             self.hot_back(set(self._deferred))  # looked at again after this sweep, with their roots
         self._deferred.clear()
