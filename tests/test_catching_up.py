@@ -15,7 +15,6 @@ from sidecar.clients.cli_render import render_status
 from sidecar.clients.mcp_texts import status_of, text_of_search
 from sidecar.clients.mcp_tools import TOOLS
 from sidecar.daemon.indexing import IndexLoop
-from sidecar.index import diff
 from tests.conftest import FakeEmbedder, Harness, write
 from tests.in_process import InProcessServer
 
@@ -51,7 +50,7 @@ def _events(h: Harness, *paths: Path) -> None:
 
 def _second_look(h: Harness) -> None:
     """The look at each root whose deletion was under way, which the daemon's tick takes once
-    ``SETTLE_S`` passed (``Supervisor.due``)."""
+    ``watch.settleSeconds`` passed (``Supervisor.due``)."""
     settling = [st for st in h.supervisor.roots.values() if st.settle_at is not None]
     assert settling, "no deletion waits for a second look"
     due = h.supervisor.due(now=max(st.settle_at or 0 for st in settling))
@@ -190,7 +189,7 @@ def test_a_branch_switch_that_moves_and_edits_most_notes_is_no_held_loss(big: Ha
 
 
 def test_settling_waits_for_a_second_look(big: Harness) -> None:
-    """The second look is due ``SETTLE_S`` after the first (the tick's ``due``), not before."""
+    """The second look is due ``watch.settleSeconds`` after the first (the tick's ``due``), not before."""
     vault = big.cfg.vault.path
     assert vault is not None
     gone = sorted((vault / "Notes").glob("*.md"))[:5]
@@ -199,7 +198,7 @@ def test_settling_waits_for_a_second_look(big: Harness) -> None:
     _events(big, *gone)
     st = big.supervisor.roots["vault"]
     assert st.settle_at is not None
-    assert "vault" not in big.supervisor.due(now=st.settle_at - diff.SETTLE_S / 2)
+    assert "vault" not in big.supervisor.due(now=st.settle_at - big.cfg.watch.settle_seconds / 2)
     assert "vault" in big.supervisor.due(now=st.settle_at)
 
 
@@ -223,3 +222,31 @@ def test_the_second_look_sees_where_the_notes_went(big: Harness, vault: Path, tm
     assert not st.offline and st.hold_kind is None, st.error
     assert len(_keys(big, "vault/Notes/")) == 8
     assert len(_keys(big, "wiki/Notes/")) == 12
+
+
+def test_a_running_daemon_holds_a_deletion_spanning_two_batches_whole(
+    daemon_factory: Any, tmp_path: Path
+) -> None:
+    """A real daemon and its file events: 6 of 24 notes deleted, then (while the first part waits
+    for its second look) 10 more: one decision, all 16 held (the first 6 were deleted at once and
+    only the rest held)."""
+    vault = tmp_path / "vault"
+    notes = _notes(vault / "Notes", 20)
+    for name in ("Garden", "Boat", "Bread"):
+        write(vault / f"{name}.md", f"# {name}\n\nA note on the {name.lower()}.\n")
+    d = daemon_factory(vault, keyword_only=True, env={"SIDECAR_WATCH_SETTLE_SECONDS": "5"}).start()
+    write(vault / "probe.md", "# probe\n\nzqxpppq\n")  # found by its event: the watch is set up
+    d.wait_for(lambda h: h["index"]["by_source"]["vault"]["files"] == 24, 60)
+
+    def leaving(n: int) -> Any:
+        return lambda h: (h["index"].get("catching_up") or {}).get("leaving") == n
+
+    for p in notes[:6]:
+        p.unlink()
+    d.wait_for(leaving(6), 30)  # the first part waits for its second look
+    for p in notes[6:16]:
+        p.unlink()
+    h = d.wait_for(lambda h: any(r["name"] == "vault" and r["hold"] for r in h["roots"]), 60)
+    vault_root = next(r for r in h["roots"] if r["name"] == "vault")
+    assert (vault_root["hold"]["kind"], vault_root["held_deletions"]) == ("mass", 16), vault_root["error"]
+    assert h["index"]["by_source"]["vault"]["files"] == 24  # none applied

@@ -56,7 +56,7 @@ def _sweep(h: Harness, how: str, paths: set[Path]) -> None:
 
 def second_look(h: Harness) -> None:
     """The look at the roots whose deletion was still under way that the daemon's tick takes
-    ``SETTLE_S`` later (a deletion of more than a few notes is decided once it stopped growing)."""
+    ``watch.settleSeconds`` later (a deletion of more than a few notes is decided once it stopped growing)."""
     due = frozenset(st.name for st in h.supervisor.roots.values() if st.settle_at is not None)
     if due:
         h.indexer.sweep(only=due)

@@ -111,7 +111,7 @@ class IndexLoop:
     def catching_up(self) -> tuple[int, int] | None:
         """(changes applied, changes known) while file changes wait or are being applied: paths
         of file events queued or held (a hot note), a sweep's notes to index and to remove once it
-        found any, deletions waiting for a second look (``index.diff.SETTLE_S``); else None. A
+        found any, deletions waiting for a second look (``watch.settleSeconds``); else None. A
         branch switch's answers held old and new paths for seconds and looked complete."""
         with self.jobs.mutex:
             queued = sum(len(job.paths) for job in self.jobs.queue)

@@ -74,11 +74,10 @@ class _Sibling:
 EVENT_DELETIONS_MAX = 4
 EVENT_DELETION_WINDOW_S = 60.0
 # More deletions than that, seen by file events (a branch switch, an ``rm -r`` under way), are
-# decided once they stop growing: a look at the root this much later must miss the same notes.
-# Judged batch by batch, a deletion that spanned two batches was applied in part (its first
+# decided once they stop growing: a look at the root ``watch.settleSeconds`` later must miss the
+# same notes. Judged batch by batch, a deletion that spanned two batches was applied in part (its first
 # batch below the guard's share) and held in part; and a checkout's notes moved and edited were
 # held as a mass loss until their new halves were indexed, both paths found meanwhile.
-SETTLE_S = 2.0
 # A deletion that keeps changing is decided after this long all the same.
 SETTLE_MAX_S = 60.0
 
@@ -385,7 +384,7 @@ class ChangeFinder:
     def _may_settle(
         self, root: Root, confirm: bool, notes: Sequence[NoteFile], missing: Sequence[str]
     ) -> bool:
-        """Whether this root's deletion may wait for a second look (``SETTLE_S``): file events
+        """Whether this root's deletion may wait for a second look (``watch.settleSeconds``): file events
         are deleting its notes now, more than a few, with notes still there, on the mount it
         was on (an emptied or replaced folder is held by the guard at once), not confirmed."""
         if (
@@ -410,7 +409,7 @@ class ChangeFinder:
             self._settled(root)
             return False
         self._settling[root.name] = _Settling(losses, now if before is None else before.first)
-        self.supervisor.settle(root, SETTLE_S)
+        self.supervisor.settle(root, self.cfg.watch.settle_seconds)
         log.info("deletion_settling root=%s missing=%d", root.name, len(losses))
         return True
 
@@ -428,7 +427,7 @@ class ChangeFinder:
         return chosen + [r for r in every if r not in chosen and r.source != "memory"]
 
     def settling(self) -> int:
-        """Notes still indexed whose deletion waits for a second look (``SETTLE_S``)."""
+        """Notes still indexed whose deletion waits for a second look (``watch.settleSeconds``)."""
         return sum(len(s.losses) for s in list(self._settling.values()))
 
     def _moves(
