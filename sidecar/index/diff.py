@@ -7,7 +7,8 @@ notes not found elsewhere: every root of a sweep is listed before any root's del
 decided, so a note moved to another key (in any root) is told from a loss. Changed paths from file
 events are looked at one by one (a stat each; a folder is walked and compared with its indexed
 notes; a vanished path takes the notes below it too), never the rest of their root; a root that
-changed as a whole, is offline, or loses many notes at once gets a full sweep.
+changed as a whole, is offline, or loses many notes at once gets a full sweep, and such a loss is
+decided once a second look finds it stopped growing (one decision for one deletion).
 """
 
 from __future__ import annotations
@@ -75,10 +76,10 @@ EVENT_DELETIONS_MAX = 4
 EVENT_DELETION_WINDOW_S = 60.0
 # More deletions than that, seen by file events (a branch switch, an ``rm -r`` under way), are
 # decided once they stop growing: a look at the root ``watch.settleSeconds`` later must miss the
-# same notes. Judged batch by batch, a deletion that spanned two batches was applied in part (its first
-# batch below the guard's share) and held in part; and a checkout's notes moved and edited were
-# held as a mass loss until their new halves were indexed, both paths found meanwhile.
-# A deletion that keeps changing is decided after this long all the same.
+# same notes (``ChangeFinder._defer``). Judged batch by batch, a deletion that spanned two batches
+# was applied in part (its first batch below the guard's share) and held in part, and a checkout's
+# notes moved and edited were held as a mass loss until their new halves outweighed them. One that
+# keeps changing is decided after this long all the same:
 SETTLE_MAX_S = 60.0
 
 _SETTLED = ("indexed", "skipped")
