@@ -119,6 +119,16 @@ def test_clients_say_it_in_plain_words(serve_in_process: Any) -> None:
     assert "catchingUp" in search_tool["outputSchema"]["properties"]
 
 
+def test_a_memory_writes_own_event_is_not_catching_up(harness: Harness) -> None:
+    """A memory write indexes its note before it answers: the file event it causes does not flag
+    the answers that follow (a vault note's does)."""
+    loop = _loop(harness)
+    loop.changed({str(harness.cfg.agents_dir / "claude" / "2026-12-05 note.md")})
+    assert loop.catching_up() is None
+    loop.changed({str(harness.cfg.vault.path / "New.md")})  # type: ignore[operator]
+    assert loop.catching_up() == (0, 1)
+
+
 # --- one decision for one deletion ---------------------------------------------------------------
 
 

@@ -18,7 +18,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from sidecar.config import Config
@@ -114,15 +114,21 @@ class IndexLoop:
         found any, deletions waiting for a second look (``watch.settleSeconds``); else None. A
         branch switch's answers held old and new paths for seconds and looked complete."""
         with self.jobs.mutex:
-            queued = sum(len(job.paths) for job in self.jobs.queue)
-        total = queued + len(self.hot.held()) + self.indexer.changes.settling()
+            queued = [p for job in self.jobs.queue for p in job.paths]
+        total = self._notes_of(queued) + self._notes_of(self.hot.held()) + self.indexer.changes.settling()
         done = 0
         act, running = self.indexer.activity, self._running
         if running is not None and act.phase == "indexing" and act.total:
             done, total = act.done, total + act.total
         elif running is not None and act.phase == "scanning":
-            total += len(running.paths)  # file events being looked at (a full sweep may find none)
+            total += self._notes_of(running.paths)  # being looked at (a full sweep may find none)
         return (done, total) if total > done else None
+
+    def _notes_of(self, paths: Collection[str]) -> int:
+        """The paths of file events outside the agents' inboxes: a memory write indexes its note
+        before it answers, and its own event would flag the answers that follow."""
+        inboxes = str(self.cfg.agents_dir).rstrip("/") + "/"
+        return sum(1 for p in paths if not p.startswith(inboxes))
 
     def take_paths(self) -> frozenset[str]:
         """The paths of the queued file-event jobs, taken off the queue; other jobs stay."""
