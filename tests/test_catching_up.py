@@ -1,15 +1,12 @@
 """A big change in the vault (a branch switch, an ``rm -r`` under way) while the daemon serves:
-answers and `status` say the index is catching up while file changes wait or are applied, a
-deletion seen by file events is decided once it stopped growing (one decision for one deletion,
-however many event batches it spans), and `status` does not count a moved note twice."""
+answers and `status` say the index is catching up while file changes wait or are applied, and
+`status` does not count a moved note twice."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from sidecar.clients.cli_render import render_status
 from sidecar.clients.mcp_texts import status_of, text_of_search
@@ -26,10 +23,6 @@ def _notes(folder: Path, n: int, word: str = "lighthouse") -> list[Path]:
     ]
 
 
-def _keys(h: Harness, prefix: str) -> set[str]:
-    return set(h.stores.manifest.file_states(prefix))
-
-
 def _loop(h: Harness, beat: Any = None) -> IndexLoop:
     return IndexLoop(
         h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=beat or (lambda _act: None)
@@ -41,21 +34,6 @@ def _run_queued(loop: IndexLoop) -> None:
     job = loop._next()
     assert job is not None
     loop._run(job)
-
-
-def _events(h: Harness, *paths: Path) -> None:
-    """The file events of a change, as the watcher hands them to the indexer."""
-    h.indexer.sweep(only=frozenset(), paths={str(p) for p in paths})
-
-
-def _second_look(h: Harness) -> None:
-    """The look at each root whose deletion was under way, which the daemon's tick takes once
-    ``watch.settleSeconds`` passed (``Supervisor.due``)."""
-    settling = [st for st in h.supervisor.roots.values() if st.settle_at is not None]
-    assert settling, "no deletion waits for a second look"
-    due = h.supervisor.due(now=max(st.settle_at or 0 for st in settling))
-    assert {st.name for st in settling} <= set(due)
-    h.indexer.sweep(only=frozenset(due))
 
 
 # --- catchingUp -------------------------------------------------------------------------------
@@ -127,136 +105,3 @@ def test_a_memory_writes_own_event_is_not_catching_up(harness: Harness) -> None:
     assert loop.catching_up() is None
     loop.changed({str(harness.cfg.vault.path / "New.md")})  # type: ignore[operator]
     assert loop.catching_up() == (0, 1)
-
-
-# --- one decision for one deletion ---------------------------------------------------------------
-
-
-@pytest.fixture
-def big(make_cfg: Any, vault: Path) -> Any:
-    """The vault fixture (3 notes, a wiki with 1) plus 20 notes in Notes/: 23 vault notes."""
-    _notes(vault / "Notes", 20)
-    h = Harness(make_cfg(vault), FakeEmbedder())
-    h.sweep()
-    yield h
-    h.close()
-
-
-def test_a_deletion_spanning_two_event_batches_is_held_whole(big: Harness, vault: Path) -> None:
-    """6 of 23 notes deleted (under the guard's share), then 10 more in the next batch of file
-    events: the first 6 were deleted at once and only the 10 held ("lost 10 of 17"); now the
-    whole deletion (16 of 23) is held, none applied."""
-    notes = sorted((vault / "Notes").glob("*.md"))
-    for p in notes[:6]:
-        p.unlink()
-    _events(big, *notes[:6])
-    assert len(_keys(big, "vault/Notes/")) == 20  # under way: not decided yet
-    for p in notes[6:16]:
-        p.unlink()
-    _events(big, *notes[6:16])
-    _second_look(big)
-    st = big.supervisor.roots["vault"]
-    assert (st.hold_kind, st.held_deletions) == ("mass", 16), st.error
-    assert "lost 16 of 23" in (st.error or "")
-    assert len(_keys(big, "vault/Notes/")) == 20  # every deletion held, none applied
-
-
-def test_an_ordinary_deletion_is_applied_after_its_second_look(big: Harness, vault: Path) -> None:
-    """A folder of 6 notes removed (under the share): applied once a second look finds the same
-    notes missing; meanwhile they count as leaving (``catching_up``)."""
-    loop = _loop(big)
-    folder = vault / "Notes"
-    gone = sorted(folder.glob("*.md"))[:6]
-    for p in gone:
-        p.unlink()
-    _events(big, *gone)
-    assert big.indexer.changes.settling() == 6
-    assert loop.catching_up() == (0, 6)
-    _second_look(big)
-    assert len(_keys(big, "vault/Notes/")) == 14
-    st = big.supervisor.roots["vault"]
-    assert not st.offline and st.hold_kind is None and st.settle_at is None
-    assert loop.catching_up() is None
-
-
-def test_a_branch_switch_that_moves_and_edits_most_notes_is_no_held_loss(big: Harness, vault: Path) -> None:
-    """20 of 23 notes moved to another folder and edited (a checkout: no move by stat): the
-    first batch judged "vault lost 20 of 23", held the deletions and showed every note under its
-    old and its new path until the new ones outweighed the old. Now the loss waits for a second
-    look, which judges it beside the new notes and applies it."""
-    old = sorted((vault / "Notes").glob("*.md"))
-    for p in old:
-        write(vault / "Hilfe" / p.name, p.read_text(encoding="utf-8") + "\nEdited on the other branch.\n")
-        p.unlink()
-    _events(big, vault / "Notes", vault / "Hilfe")
-    st = big.supervisor.roots["vault"]
-    assert not st.offline and st.hold_kind is None, st.error
-    assert len(_keys(big, "vault/Hilfe/")) == 20
-    assert big.indexer.changes.settling() == 20
-    _second_look(big)
-    assert not _keys(big, "vault/Notes/")
-    assert not st.offline and st.hold_kind is None and not big.problems.active_in("index")
-
-
-def test_settling_waits_for_a_second_look(big: Harness) -> None:
-    """The second look is due ``watch.settleSeconds`` after the first (the tick's ``due``), not before."""
-    vault = big.cfg.vault.path
-    assert vault is not None
-    gone = sorted((vault / "Notes").glob("*.md"))[:5]
-    for p in gone:
-        p.unlink()
-    _events(big, *gone)
-    st = big.supervisor.roots["vault"]
-    assert st.settle_at is not None
-    assert "vault" not in big.supervisor.due(now=st.settle_at - big.cfg.watch.settle_seconds / 2)
-    assert "vault" in big.supervisor.due(now=st.settle_at)
-
-
-def test_the_second_look_sees_where_the_notes_went(big: Harness, vault: Path, tmp_path: Path) -> None:
-    """12 of 23 vault notes moved into the wiki, their new halves come in a later batch of
-    events: the first look saw only a loss; the second, asked for the vault alone, lists the
-    wiki too and finds them moved (listing the vault alone, it held "12 of 23" as a loss)."""
-    notes = sorted((vault / "Notes").glob("*.md"))[:12]
-    aside = tmp_path / "aside"
-    aside.mkdir()
-    for p in notes:
-        p.rename(aside / p.name)  # a rename keeps mtime and size
-    _events(big, *notes)
-    assert big.indexer.changes.settling() == 12
-    (vault / "wiki/Notes").mkdir()
-    for p in notes:
-        (aside / p.name).rename(vault / "wiki/Notes" / p.name)
-    _events(big, vault / "wiki/Notes")
-    _second_look(big)
-    st = big.supervisor.roots["vault"]
-    assert not st.offline and st.hold_kind is None, st.error
-    assert len(_keys(big, "vault/Notes/")) == 8
-    assert len(_keys(big, "wiki/Notes/")) == 12
-
-
-def test_a_running_daemon_holds_a_deletion_spanning_two_batches_whole(
-    daemon_factory: Any, tmp_path: Path
-) -> None:
-    """A real daemon and its file events: 6 of 24 notes deleted, then (while the first part waits
-    for its second look) 10 more: one decision, all 16 held (the first 6 were deleted at once and
-    only the rest held)."""
-    vault = tmp_path / "vault"
-    notes = _notes(vault / "Notes", 20)
-    for name in ("Garden", "Boat", "Bread"):
-        write(vault / f"{name}.md", f"# {name}\n\nA note on the {name.lower()}.\n")
-    d = daemon_factory(vault, keyword_only=True, env={"SIDECAR_WATCH_SETTLE_SECONDS": "5"}).start()
-    write(vault / "probe.md", "# probe\n\nzqxpppq\n")  # found by its event: the watch is set up
-    d.wait_for(lambda h: h["index"]["by_source"]["vault"]["files"] == 24, 60)
-
-    def leaving(n: int) -> Any:
-        return lambda h: (h["index"].get("catching_up") or {}).get("leaving") == n
-
-    for p in notes[:6]:
-        p.unlink()
-    d.wait_for(leaving(6), 30)  # the first part waits for its second look
-    for p in notes[6:16]:
-        p.unlink()
-    h = d.wait_for(lambda h: any(r["name"] == "vault" and r["hold"] for r in h["roots"]), 60)
-    vault_root = next(r for r in h["roots"] if r["name"] == "vault")
-    assert (vault_root["hold"]["kind"], vault_root["held_deletions"]) == ("mass", 16), vault_root["error"]
-    assert h["index"]["by_source"]["vault"]["files"] == 24  # none applied

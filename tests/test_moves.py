@@ -51,15 +51,6 @@ def _sweep(h: Harness, how: str, paths: set[Path]) -> None:
         h.sweep()
     else:  # the file events of the move: the folder gone and the folder come, nothing else
         h.indexer.sweep(only=frozenset(), paths={str(p) for p in paths})
-        second_look(h)
-
-
-def second_look(h: Harness) -> None:
-    """The look at the roots whose deletion was still under way that the daemon's tick takes
-    ``watch.settleSeconds`` later (a deletion of more than a few notes is decided once it stopped growing)."""
-    due = frozenset(st.name for st in h.supervisor.roots.values() if st.settle_at is not None)
-    if due:
-        h.indexer.sweep(only=due)
 
 
 def _online(h: Harness, *names: str) -> None:

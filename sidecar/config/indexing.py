@@ -74,13 +74,6 @@ class WatchConfig:
     fault_retry_max_seconds: float = _opt(
         5.0, "Longest wait before an index update that failed (disk full, read-only) is tried again.", min=0.1
     )
-    settle_seconds: float = _opt(
-        2.0,
-        "A deletion of more than 4 notes seen by file events (a branch switch, an rm -r under way) is "
-        "judged once a look at its folder this much later misses the same notes.",
-        min=0.1,
-        max=60.0,
-    )
     probe_timeout_seconds: float = _opt(
         10.0, "A root whose listing takes longer is treated as unreachable (hung share).", min=0.1
     )

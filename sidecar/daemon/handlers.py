@@ -236,7 +236,7 @@ class Handlers:
         if got is None or self._building() is not None:
             return None
         act = self.indexer.activity
-        leaving = (act.leaving if act.phase == "indexing" else 0) + self.indexer.changes.settling()
+        leaving = act.leaving if act.phase == "indexing" else 0
         return {"done": got[0], "total": got[1], "leaving": leaving}
 
     def _watched(self, path: str) -> bool:

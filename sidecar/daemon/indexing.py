@@ -111,11 +111,11 @@ class IndexLoop:
     def catching_up(self) -> tuple[int, int] | None:
         """(changes applied, changes known) while file changes wait or are being applied: paths
         of file events queued or held (a hot note), a sweep's notes to index and to remove once it
-        found any, deletions waiting for a second look (``watch.settleSeconds``); else None. A
-        branch switch's answers held old and new paths for seconds and looked complete."""
+        found any; else None. A branch switch's answers held old and new paths for seconds and
+        looked complete."""
         with self.jobs.mutex:
             queued = [p for job in self.jobs.queue for p in job.paths]
-        total = self._notes_of(queued) + self._notes_of(self.hot.held()) + self.indexer.changes.settling()
+        total = self._notes_of(queued) + self._notes_of(self.hot.held())
         done = 0
         act, running = self.indexer.activity, self._running
         if running is not None and act.phase == "indexing" and act.total:

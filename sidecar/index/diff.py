@@ -7,8 +7,7 @@ notes not found elsewhere: every root of a sweep is listed before any root's del
 decided, so a note moved to another key (in any root) is told from a loss. Changed paths from file
 events are looked at one by one (a stat each; a folder is walked and compared with its indexed
 notes; a vanished path takes the notes below it too), never the rest of their root; a root that
-changed as a whole, is offline, or loses many notes at once gets a full sweep, and such a loss is
-decided once a second look finds it stopped growing (one decision for one deletion).
+changed as a whole, is offline, or loses many notes at once gets a full sweep.
 """
 
 from __future__ import annotations
@@ -74,13 +73,6 @@ class _Sibling:
 # full sweep of the root decides (an emptied mount point sends an event per vanished file).
 EVENT_DELETIONS_MAX = 4
 EVENT_DELETION_WINDOW_S = 60.0
-# More deletions than that, seen by file events (a branch switch, an ``rm -r`` under way), are
-# decided once they stop growing: a look at the root ``watch.settleSeconds`` later must miss the
-# same notes (``ChangeFinder._defer``). Judged batch by batch, a deletion that spanned two batches
-# was applied in part (its first batch below the guard's share) and held in part, and a checkout's
-# notes moved and edited were held as a mass loss until their new halves outweighed them. One that
-# keeps changing is decided after this long all the same:
-SETTLE_MAX_S = 60.0
 
 _SETTLED = ("indexed", "skipped")
 
@@ -106,14 +98,6 @@ class Diff:
     # (device, inode) of excluded files with other links: a hard-linked backup of indexed notes
     # (``Manifest.forget_ids``).
     linked: set[tuple[int, int]] = field(default_factory=set)
-
-
-@dataclass(frozen=True)
-class _Settling:
-    """A root's deletion under way: the notes its last look missed, since when (monotonic)."""
-
-    losses: frozenset[str]
-    first: float
 
 
 @dataclass
@@ -158,10 +142,6 @@ class ChangeFinder:
         # name, path): counted and named as unreadable until they are read, vanish or their root goes.
         self._unread_notes: dict[tuple[str, str], str] = {}
         self._event_deletions: dict[str, list[float]] = {}  # root name -> times of recent ones
-        # Roots whose file events deleted more than a few notes (their full sweep settles the
-        # deletion first), and the deletions being settled, by root name.
-        self._deleting: set[str] = set()
-        self._settling: dict[str, _Settling] = {}
         self._skips_named: set[tuple[str, str]] = set()  # (path, reason) already in the log
         # Files left out now, by (root name, path): full sweeps set a root's, events each path's.
         self._skips: dict[tuple[str, str], str] = {}
@@ -348,17 +328,10 @@ class ChangeFinder:
         moved: set[str] = set()
         away: set[str] = set()
         copies = 0
-        settling = self._may_settle(root, confirm, notes, missing)
-        if settling or supervisor.may_hold(root, len(known), len(missing), len(notes)):
+        if supervisor.may_hold(root, len(known), len(missing), len(notes)):
             left_out = self._left_out(listings, alien, diff.left_out)
             moved, away = self._moves(listing, listings, alien, diff, left_out)
             copies = self._excluded_copies(listing, left_out, moved)
-        if settling and self._defer(root, frozenset(missing) - moved):
-            diff.gone.extend(k for k in missing if k in moved)  # moves are no loss: at once
-            status = supervisor.status(root)
-            status.last_sweep, status.last_sweep_seconds = time.time(), time.time() - listing.started
-            self._add_work(notes, known, diff)
-            return True
         hold = supervisor.hold_deletions(
             root,
             len(known),
@@ -381,55 +354,6 @@ class ChangeFinder:
             return False  # what is there now is not the share: leave the root alone while it stays so
         self._add_work(notes, known, diff)
         return True
-
-    def _may_settle(
-        self, root: Root, confirm: bool, notes: Sequence[NoteFile], missing: Sequence[str]
-    ) -> bool:
-        """Whether this root's deletion may wait for a second look (``watch.settleSeconds``): file events
-        are deleting its notes now, more than a few, with notes still there, on the mount it
-        was on (an emptied or replaced folder is held by the guard at once), not confirmed."""
-        if (
-            (root.name in self._deleting or root.name in self._settling)
-            and not confirm
-            and notes
-            and len(missing) > EVENT_DELETIONS_MAX
-            and not self.supervisor.foreign(root)
-        ):
-            return True
-        self._settled(root)
-        return False
-
-    def _defer(self, root: Root, losses: frozenset[str]) -> bool:
-        """Whether the loss of these notes waits for a second look: it is new or has changed
-        since the last look (moves are no loss). Else it is decided now, by the guard, whole."""
-        now = time.monotonic()
-        before = self._settling.get(root.name)
-        if len(losses) <= EVENT_DELETIONS_MAX or (
-            before is not None and (before.losses == losses or now - before.first >= SETTLE_MAX_S)
-        ):
-            self._settled(root)
-            return False
-        self._settling[root.name] = _Settling(losses, now if before is None else before.first)
-        self.supervisor.settle(root, self.cfg.watch.settle_seconds)
-        log.info("deletion_settling root=%s missing=%d", root.name, len(losses))
-        return True
-
-    def _settled(self, root: Root) -> None:
-        self._deleting.discard(root.name)
-        if self._settling.pop(root.name, None) is not None:
-            self.supervisor.settle(root, None)
-
-    def with_settling(self, chosen: list[Root], every: Sequence[Root]) -> list[Root]:
-        """The roots to list: ``chosen``, and when one of them has a deletion under way, every
-        root but the inboxes: its second look must see where its notes moved (the wiki, the
-        vault), as its first did through the events' paths."""
-        if not any(r.name in self._settling for r in chosen):
-            return chosen
-        return chosen + [r for r in every if r not in chosen and r.source != "memory"]
-
-    def settling(self) -> int:
-        """Notes still indexed whose deletion waits for a second look (``watch.settleSeconds``)."""
-        return sum(len(s.losses) for s in list(self._settling.values()))
 
     def _moves(
         self,
@@ -871,14 +795,11 @@ class ChangeFinder:
     def _may_delete(self, root: Root, count: int) -> bool:
         """Deletions seen by events are applied at once only a few at a time, on a root that is
         where it was and not empty; more go through a full sweep of the root and its guard."""
-        if root.name in self._settling:
-            return False  # a deletion under way: this one joins it, decided with it
         now = time.monotonic()
         recent = [t for t in self._event_deletions.get(root.name, []) if now - t < EVENT_DELETION_WINDOW_S]
-        if root.source != "memory" and len(recent) + count > EVENT_DELETIONS_MAX:
-            self._deleting.add(root.name)  # its full sweep settles the deletion first
-            return False
-        if root.source != "memory" and not self.supervisor.deletable(root):
+        if root.source != "memory" and (
+            len(recent) + count > EVENT_DELETIONS_MAX or not self.supervisor.deletable(root)
+        ):
             return False
         self._event_deletions[root.name] = recent + [now] * count
         return True

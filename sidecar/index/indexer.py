@@ -204,7 +204,7 @@ class Indexer:
         every = self.changes.roots()
         names = {r.name for r in every}
         self.supervisor.keep_memory_roots(names)  # inboxes emptied or removed meanwhile
-        chosen = self.changes.with_settling([r for r in every if only is None or r.name in only], every)
+        chosen = [r for r in every if only is None or r.name in only]
         listed = list(chosen)  # walked whole (the roots of ``paths`` are only looked at there)
         if paths:
             rest = [r for r in every if r not in chosen]

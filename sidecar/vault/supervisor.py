@@ -105,8 +105,6 @@ class RootStatus:
     held_deletions: int = 0
     hold_kind: str | None = None  # unmounted | device | empty | mass
     hold_since: float | None = None
-    # A deletion still under way (``index.diff``): a second look at the root is due then (clock).
-    settle_at: float | None = None
     unreadable: list[str] = field(default_factory=list)  # folders/files kept because unreadable
     identity: Identity | None = None  # as seen by the last listing
     absent: bool = False  # the folder is not there inside a reachable parent (a wiki not made yet)
@@ -548,19 +546,6 @@ class Supervisor:
             return False
         return gone is False
 
-    def foreign(self, root: Root) -> bool:
-        """Whether the root's folder, as the last listing saw it, is not on the mount or device
-        it was on (the guard holds what it misses as not the share's: never a deletion)."""
-        ident = self.status(root).identity
-        if ident is None:
-            return True
-        memo = self._remembered(root)
-        return _moved(memo, ident) or memo.get("dev", ident.dev) != ident.dev
-
-    def settle(self, root: Root, seconds: float | None) -> None:
-        """Look at the root again in ``seconds`` (a deletion under way); None: no longer."""
-        self.status(root).settle_at = None if seconds is None else self.clock() + seconds
-
     def applies_at(self, st: RootStatus) -> float | None:
         """When a mass hold ends, as the wall clock reads it now (held time is real time)."""
         if st.hold_kind != "mass" or st.hold_since is None:
@@ -595,8 +580,7 @@ class Supervisor:
         return not (empty or _moved(memo, ident) or memo.get("dev", ident.dev) != ident.dev)
 
     def due(self, now: float | None = None) -> list[str]:
-        """Roots to sweep now: offline ones whose retry is due, ones whose deletion under way is due
-        a second look, network ones whose poll is due."""
+        """Roots to sweep now: offline ones whose retry is due, network ones whose poll is due."""
         now = self.clock() if now is None else now
         out = []
         with self._lock:
@@ -604,9 +588,8 @@ class Supervisor:
                 if st.offline:
                     if st.next_retry is not None and st.next_retry <= now:
                         out.append(st.name)
-                elif (st.settle_at is not None and st.settle_at <= now) or (
-                    st.network
-                    and (st.last_sweep is None or now - st.last_sweep >= self.cfg.watch.poll_seconds)
+                elif st.network and (
+                    st.last_sweep is None or now - st.last_sweep >= self.cfg.watch.poll_seconds
                 ):
                     out.append(st.name)
         return out
