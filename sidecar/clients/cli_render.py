@@ -119,16 +119,7 @@ def render_status(h: dict[str, Any]) -> str:
             f"{shown(waiting['path'])} (hung share?); after {waiting['timeout_seconds']:.0f} s the root "
             "goes offline and the others are indexed on"
         )
-    leaving = (idx.get("catching_up") or {}).get("leaving", 0)
-    if leaving:  # moved or deleted notes still indexed until the change is in: not counted twice
-        lines.append(
-            f"  {idx['files'] - leaving:,} notes ({leaving:,} more still indexed under old paths until the "
-            f"changes are in), {idx['chunks']:,} chunks"
-        )
-    else:
-        lines.append(f"  {idx['files']:,} notes, {idx['chunks']:,} chunks")
-    for source, c in sorted(idx["by_source"].items()):
-        lines.append(f"    {source:<7} {c['files']:>7,} notes {c['chunks']:>8,} chunks")
+    lines += _count_lines(idx)
     todo: list[str] = []
     lines += _vector_lines(h, todo)
     lines += _root_lines(h["roots"], todo)
@@ -172,6 +163,20 @@ def render_status(h: dict[str, Any]) -> str:
     if todo:
         lines.append("To do: " + "; ".join(todo))
     return "\n".join(lines)
+
+
+def _count_lines(idx: dict[str, Any]) -> list[str]:
+    """The notes and chunks indexed, in all and by source; moved or deleted notes still indexed
+    until a catch-up's changes are in are left out of the notes (a moved note is not counted
+    twice) and said once."""
+    catching = idx.get("catching_up") or {}
+    leaving, by_source = catching.get("leaving", 0), catching.get("leaving_by_source") or {}
+    more = f" ({leaving:,} more still indexed under old paths until the changes are in)" if leaving else ""
+    lines = [f"  {idx['files'] - leaving:,} notes{more}, {idx['chunks']:,} chunks"]
+    for source, c in sorted(idx["by_source"].items()):
+        files = c["files"] - by_source.get(source, 0)
+        lines.append(f"    {source:<7} {files:>7,} notes {c['chunks']:>8,} chunks")
+    return lines
 
 
 def _index_line(h: dict[str, Any]) -> str:

@@ -231,13 +231,18 @@ class Handlers:
             **({"inbox": self.memory.usage(req.agent)} if req.agent is not None else {}),
         }
 
-    def _catching_up(self) -> dict[str, int] | None:
+    def _catching_up(self) -> dict[str, Any] | None:
         got = self.service.catching_up()
         if got is None or self._building() is not None:
             return None
         act = self.indexer.activity
-        leaving = act.leaving if act.phase == "indexing" else 0
-        return {"done": got[0], "total": got[1], "leaving": leaving}
+        by_source = dict(act.leaving) if act.phase == "indexing" else {}
+        return {
+            "done": got[0],
+            "total": got[1],
+            "leaving": sum(by_source.values()),
+            "leaving_by_source": by_source,
+        }
 
     def _watched(self, path: str) -> bool:
         """Whether a live file watch covers this root (else it is only swept)."""
