@@ -391,3 +391,50 @@ def test_only_the_pipes_escape_is_taken_off_a_link(text: str, want: tuple[str, s
     """The escaped pipe's backslash is no part of an anchor; every other trailing one was taken
     off too (``[[Note#Heading\\]]`` became "Heading", a property's ``[[Note\\]]`` "Note")."""
     assert [(link.target, link.anchor, link.display) for link in extract_links(text)] == [want]
+
+
+def _candidates(h: Harness, src: str) -> list[tuple[str | None, int]]:
+    rows = h.stores.manifest.read("SELECT dst, candidates FROM links WHERE src = ? ORDER BY ord", (src,))
+    return [(dst, n) for dst, n in rows]
+
+
+def test_a_moved_note_linked_by_its_alias_is_no_second_candidate(make_cfg: Any, tmp_path: Path) -> None:
+    """A folder renamed whose note links to itself by its alias: the new note's link was
+    resolved while the old key was still indexed (deletions come after the new notes), and the
+    deletion resolved again only the links named by the old file name, so the link said
+    "ambiguous: 2" for good (a fresh index says 1)."""
+    v = tmp_path / "v"
+    text = (
+        "---\naliases: [Interpreting web pages]\n---\n# Interpreter\n\n"
+        "See [[Interpreting web pages#Templates]].\n"
+    )
+    write(v / "fr/Interpreter.md", text)
+    write(v / "Other.md", "# Other\n\nSee [[Interpreting web pages]].\n")
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        assert _candidates(h, "vault/fr/Interpreter") == [("vault/fr/Interpreter", 1)]
+        (v / "fr").rename(v / "fr-old")
+        h.sweep()
+        assert _candidates(h, "vault/fr-old/Interpreter") == [("vault/fr-old/Interpreter", 1)]
+        assert _candidates(h, "vault/Other") == [("vault/fr-old/Interpreter", 1)]
+    finally:
+        h.close()
+
+
+def test_an_alias_dropped_leaves_the_links_it_made_ambiguous(make_cfg: Any, tmp_path: Path) -> None:
+    """Two notes with one alias, a link by it (2 candidates); one drops the alias: the link has
+    one candidate again (it kept counting the note that no longer answers to the name)."""
+    v = tmp_path / "v"
+    write(v / "A.md", "---\naliases: [Harbour]\n---\n# A\n\nText a.\n")
+    write(v / "Sub/B.md", "---\naliases: [Harbour]\n---\n# B\n\nText b.\n")
+    write(v / "C.md", "# C\n\nSee [[Harbour]].\n")
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        assert [n for _, n in _candidates(h, "vault/C")] == [2]
+        write(v / "Sub/B.md", "# B\n\nText b, no alias now.\n")
+        h.sweep()
+        assert _candidates(h, "vault/C") == [("vault/A", 1)]
+    finally:
+        h.close()

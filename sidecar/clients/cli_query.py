@@ -20,6 +20,7 @@ from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.printable import escape_terminal
 from sidecar.contracts.wire import (
     DELETION_HELD_MARK,
+    catching_up_note,
     ignored_phrase_note,
     indexing_note,
     offline_note,
@@ -54,6 +55,8 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         print(f"note: {indexing_note(*result.indexing)}", file=sys.stderr)
     if result.stale_since is not None:
         print(f"note: {stale_note(result.stale_since)}", file=sys.stderr)
+    if result.catching_up is not None:
+        print(f"note: {catching_up_note(*result.catching_up)}", file=sys.stderr)
     if reply.get("offline"):
         print(f"note: {offline_note(reply['offline'])}", file=sys.stderr)
     if reply.get("inboxRefused"):
@@ -122,6 +125,8 @@ def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
         print(f"note: {recall_pending_note(result.pending_vectors)}", file=sys.stderr)
     if result.stale_since is not None:
         print(f"note: {stale_note(result.stale_since)}", file=sys.stderr)
+    if result.catching_up is not None:
+        print(f"note: {catching_up_note(*result.catching_up)}", file=sys.stderr)
     if reply.get("offline"):
         print(f"note: {offline_note(reply['offline'])}", file=sys.stderr)
     if args.preview:

@@ -119,9 +119,7 @@ def render_status(h: dict[str, Any]) -> str:
             f"{shown(waiting['path'])} (hung share?); after {waiting['timeout_seconds']:.0f} s the root "
             "goes offline and the others are indexed on"
         )
-    lines.append(f"  {idx['files']:,} notes, {idx['chunks']:,} chunks")
-    for source, c in sorted(idx["by_source"].items()):
-        lines.append(f"    {source:<7} {c['files']:>7,} notes {c['chunks']:>8,} chunks")
+    lines += _count_lines(idx)
     todo: list[str] = []
     lines += _vector_lines(h, todo)
     lines += _root_lines(h["roots"], todo)
@@ -167,11 +165,32 @@ def render_status(h: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _count_lines(idx: dict[str, Any]) -> list[str]:
+    """The notes and chunks indexed, in all and by source; moved or deleted notes still indexed
+    until a catch-up's changes are in are left out of the notes (a moved note is not counted
+    twice) and said once."""
+    catching = idx.get("catching_up") or {}
+    leaving, by_source = catching.get("leaving", 0), catching.get("leaving_by_source") or {}
+    more = f" ({leaving:,} more still indexed under old paths until the changes are in)" if leaving else ""
+    lines = [f"  {idx['files'] - leaving:,} notes{more}, {idx['chunks']:,} chunks"]
+    for source, c in sorted(idx["by_source"].items()):
+        files = c["files"] - by_source.get(source, 0)
+        lines.append(f"    {source:<7} {files:>7,} notes {c['chunks']:>8,} chunks")
+    return lines
+
+
 def _index_line(h: dict[str, Any]) -> str:
     """The Index line of `status`: building (what it waits for) or ready."""
     idx = h["index"]
     if idx["state"] == "building":
         return _building_line(h)
+    if catching := idx.get("catching_up"):
+        # File changes wait or are being applied (a branch switch, a synced folder).
+        return (
+            f"Index: ready; catching up with changes in the notes ({catching['done']:,} of "
+            f"{catching['total']:,} applied): notes moved or deleted may still be found under their old "
+            "paths, new ones may be missing"
+        )
     if idx["phase"] == "indexing" and idx["progress"]["total"] > _BUSY_NOTES:
         # Ready, and a batch of changes (a checkout, a synced folder) is being read in.
         prog = idx["progress"]

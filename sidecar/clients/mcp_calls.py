@@ -171,6 +171,8 @@ class ToolCalls:
             out["indexing"] = {"done": result.indexing[0], "total": result.indexing[1]}
         if result.stale_since is not None:
             out["staleSince"] = result.stale_since
+        if result.catching_up is not None:
+            out["catchingUp"] = {"done": result.catching_up[0], "total": result.catching_up[1]}
         if result.window:
             out["window"] = window_json(result.window)
         if result.listed is not None:

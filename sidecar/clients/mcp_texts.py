@@ -12,6 +12,7 @@ from sidecar.clients.plainerror import plain_error
 from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.wire import (
     DELETION_HELD_MARK,
+    catching_up_note,
     ignored_phrase_note,
     indexing_note,
     offline_note,
@@ -42,9 +43,10 @@ def building_note(building: dict[str, int]) -> str:
     return f"note: {indexing_note(building['done'], building['total'])}; memory_status shows progress"
 
 
-def text_of_search(query: str, result: dict[str, Any]) -> str:
-    hits = result.get("hits", [])
-    lines = [f'{len(hits)} hit(s) for "{shown(query)}"  ({LEGEND})']
+def _state_notes(result: dict[str, Any]) -> list[str]:
+    """What an answer says of the index's state: the vector arm, an offline root, the build,
+    failing updates, changes being caught up with."""
+    lines = []
     if result.get("degraded"):
         lines.append(f"note: {result['degraded']}")
     if result.get("pendingVectors"):
@@ -53,11 +55,19 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
         lines.append(f"note: {offline_note(result['offline'])}")
     if result.get("inboxRefused"):
         lines.append(refused_note(result["inboxRefused"]))
-    building = result.get("indexing")
-    if building:
+    if building := result.get("indexing"):
         lines.append(building_note(building))
     if result.get("staleSince") is not None:
         lines.append(f"note: {stale_note(result['staleSince'])}")
+    if catching := result.get("catchingUp"):
+        lines.append(f"note: {catching_up_note(catching['done'], catching['total'])}")
+    return lines
+
+
+def text_of_search(query: str, result: dict[str, Any]) -> str:
+    hits = result.get("hits", [])
+    lines = [f'{len(hits)} hit(s) for "{shown(query)}"  ({LEGEND})', *_state_notes(result)]
+    building = result.get("indexing")
     if result.get("listed"):
         lines.append(
             f"The query holds filters alone: {result['listed']} hit(s) (relevance 0) are the notes they "
@@ -207,6 +217,8 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
         f"index {index['state']}{building}",
         f"{index['files']} notes, {index['chunks']} chunks",
     ]
+    if catching := idx.get("catching_up"):
+        parts.append(catching_up_note(catching["done"], catching["total"]))
     if index["pendingVectors"]:
         parts.append(f"{index['pendingVectors']} chunks wait for their vector (found by keywords only)")
     vec = health.get("vectors") or {}

@@ -139,6 +139,9 @@ class SearchResult:
     # Index updates have been failing since then (seconds since the epoch; a full disk): notes
     # added or changed since may be missing from the hits, deleted ones still among them.
     stale_since: float | None = None
+    # File changes are waiting or being applied (changes applied, changes known; a branch
+    # switch): notes moved or deleted may still be found under their old paths, new ones missed.
+    catching_up: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,14 @@ def indexing_note(done: int, total: int) -> str:
     """What a client says while a new or rebuilt index has not read every note yet."""
     read = f"{done:,} of {total:,} notes read so far" if total else "not every note is read yet"
     return f"the index is still being built ({read}): notes not read yet cannot be found"
+
+
+def catching_up_note(done: int, total: int) -> str:
+    """What a client says while file changes wait or are being applied (``catchingUp``)."""
+    return (
+        f"the index is catching up with changes in the notes ({done:,} of {total:,} applied): notes "
+        "moved or deleted may still be found under their old paths, new ones may be missing"
+    )
 
 
 def resolved_notes(asked: str, got: dict[str, Any]) -> list[str]:
@@ -344,6 +355,8 @@ def search_json(result: SearchResult, *, preview: bool) -> dict[str, Any]:
         out["indexing"] = {"done": result.indexing[0], "total": result.indexing[1]}
     if result.stale_since is not None:
         out["staleSince"] = result.stale_since
+    if result.catching_up is not None:
+        out["catchingUp"] = {"done": result.catching_up[0], "total": result.catching_up[1]}
     if result.listed is not None:
         out["listed"] = result.listed
     window = result.window or (window_of(result.analysis) if result.analysis else None)
@@ -464,6 +477,9 @@ def parse_search(d: Mapping[str, Any]) -> SearchResult:
         indexing=(int(d["indexing"]["done"]), int(d["indexing"]["total"])) if d.get("indexing") else None,
         listed=int(d["listed"]) if d.get("listed") is not None else None,
         stale_since=float(d["staleSince"]) if d.get("staleSince") is not None else None,
+        catching_up=(
+            (int(d["catchingUp"]["done"]), int(d["catchingUp"]["total"])) if d.get("catchingUp") else None
+        ),
         dropped=tuple(parse_hit(h) for h in d.get("dropped") or ()),
         gates=dict(d["gates"]) if d.get("gates") else None,
     )

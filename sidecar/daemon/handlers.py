@@ -41,6 +41,7 @@ from sidecar.contracts.protocol import (
 from sidecar.contracts.wire import (
     SOURCES,
     SearchResult,
+    catching_up_note,
     explanation_json,
     held_note,
     offline_note,
@@ -106,6 +107,8 @@ class ServiceState:
     request_sweep: Callable[[bool, frozenset[str] | None, frozenset[str]], None]
     watched: Callable[[], list[Path]]
     reload: Callable[[], dict[str, Any]]
+    # (changes applied, changes known) while file changes wait or are being applied, else None.
+    catching_up: Callable[[], tuple[int, int] | None] = lambda: None
 
 
 class Handlers:
@@ -199,6 +202,9 @@ class Handlers:
                     else None
                 ),
                 "sweeps": act.sweeps,
+                # File changes waiting or being applied (``catchingUp`` of answers): done, total,
+                # and the notes counted in ``files`` that are gone or moved away and leave with them.
+                "catching_up": self._catching_up(),
                 # False while a new or rebuilt index has not read every note (a build cut short,
                 # a folder offline): its searches say so (``indexing``).
                 "complete": not self.indexer.reading_first_time,
@@ -223,6 +229,19 @@ class Handlers:
             "week_start": self.indexer.week_start.describe(),
             # The asking agent's own inbox (an agent near memory.maxInboxBytes sees it coming).
             **({"inbox": self.memory.usage(req.agent)} if req.agent is not None else {}),
+        }
+
+    def _catching_up(self) -> dict[str, Any] | None:
+        got = self.service.catching_up()
+        if got is None or self._building() is not None:
+            return None
+        act = self.indexer.activity
+        by_source = dict(act.leaving) if act.phase == "indexing" else {}
+        return {
+            "done": got[0],
+            "total": got[1],
+            "leaving": sum(by_source.values()),
+            "leaving_by_source": by_source,
         }
 
     def _watched(self, path: str) -> bool:
@@ -359,6 +378,8 @@ class Handlers:
         result = self._marked_held(self._while_building(result))
         if result.stale_since is not None:  # said where the agent reads it, not only to the client
             result = replace(result, context=with_note(result.context, stale_note(result.stale_since)))
+        if result.catching_up is not None:
+            result = replace(result, context=with_note(result.context, catching_up_note(*result.catching_up)))
         if held := [h.reference for h in result.hits if h.deletion_held]:
             result = replace(result, context=with_note(result.context, held_note(held)))
         offline = self._offline_roots(search.sources)
@@ -416,6 +437,10 @@ class Handlers:
         building = self._building()
         if building is not None:
             result = replace(result, indexing=building)
+        elif (catching := self.service.catching_up()) is not None:
+            # File changes not applied yet (a branch switch): old paths may still be found, new
+            # notes missed, and the answer says so.
+            result = replace(result, catching_up=catching)
         # Updates failing (a full disk): the hits are what was indexed before, and say so (an
         # agent took "nothing relevant found" for "there is no such note").
         failing = self.problems.active_in("index")

@@ -158,6 +158,13 @@ class HotNotes:
             first = min((min(t, self._settles(p, now)) for p, t in self._held.items()), default=None)
         return most if first is None else max(0.0, min(most, first - now))
 
+    def quiet(self, paths: Collection[str]) -> frozenset[str]:
+        """The paths among these whose events are held now, or would be (a note saved over and
+        over: no change to catch up with, ``IndexLoop.catching_up``)."""
+        now = self.clock()
+        with self._lock:
+            return frozenset(p for p in paths if p in self._held or self._quiet_until.get(p, now) > now)
+
     def held(self) -> frozenset[str]:
         with self._lock:
             return frozenset(self._held)

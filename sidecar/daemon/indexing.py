@@ -18,7 +18,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from sidecar.config import Config
@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 
 # A note changed this shortly before a sweep began may have its file event still on the way.
 _IN_FLIGHT_S = 5.0
+# Fewer notes than this changed in all are no catch-up to tell of (``catchingUp``): a note or a few
+# being saved are indexed within a second, and a hot note held (``sidecar.daemon.hot``) is no
+# bulk change at all; the wording about old paths still found was on all the time a person typed.
+CATCHING_UP_MIN = 10
 # Paths told by file events kept between two checks for lost events, at most (then one check is
 # skipped rather than the memory grow without end).
 _REPORTED_MAX = 200_000
@@ -102,10 +106,43 @@ class IndexLoop:
         self.watched: Callable[[], list[str]] = list  # the folders the watch covers now
         self._reported: set[str] = set()  # paths file events told since the last check
         self._lost = False  # the watch was restarted for lost events: status says so until caught up
+        # The sweep under way and the notes the sweeps of this catch-up applied (``catching_up``),
+        # read together by the handlers' threads.
+        self._progress = threading.Lock()
+        self._running: Job | None = None
+        self._applied = 0
 
     def depth(self) -> int:
         """Requests waiting, held events of hot notes included (health's queue depth)."""
         return self.jobs.qsize() + len(self.hot.held())
+
+    def catching_up(self) -> tuple[int, int] | None:
+        """(notes applied, notes known) while a bulk of file changes waits or is being applied (a
+        branch switch, a synced folder): the paths of file events queued, a sweep's notes to
+        index and to remove once it found them, counted since the catch-up began (nothing
+        pending before it), so ``done`` grows over a switch's several sweeps; None once nothing
+        waits, or while fewer than ``CATCHING_UP_MIN`` notes make the whole catch-up. A branch
+        switch's answers held old and new paths for seconds and looked complete."""
+        with self._progress:
+            running, applied = self._running, self._applied
+            with self.jobs.mutex:
+                queued = [p for job in self.jobs.queue for p in job.paths]
+            act = self.indexer.activity
+            pending = self._notes_of(queued, self.hot.quiet(queued))
+            done = applied
+            if running is not None and act.phase == "indexing":
+                done += act.done
+                pending += max(0, act.total - act.done)
+            elif running is not None and act.phase == "scanning":
+                pending += self._notes_of(running.paths)  # being looked at (a full sweep may find none)
+        total = done + pending
+        return (done, total) if pending and total >= CATCHING_UP_MIN else None
+
+    def _notes_of(self, paths: Collection[str], hot: Collection[str] = ()) -> int:
+        """How many of these paths are neither ``hot`` nor in the agents' inboxes (a memory write
+        indexes its note before it answers, and its own event would flag the answers after it)."""
+        inboxes = str(self.cfg.agents_dir).rstrip("/") + "/"
+        return sum(1 for p in set(paths) if not p.startswith(inboxes) and p not in hot)
 
     def take_paths(self) -> frozenset[str]:
         """The paths of the queued file-event jobs, taken off the queue; other jobs stay."""
@@ -238,9 +275,18 @@ class IndexLoop:
             indexer.clear()
         audit = job.audit and not job.paths and indexer.activity.first_sweep_done
         began = time.time()
-        summary = indexer.sweep(
-            only=job.roots, stop=self.stop, confirm_deletions=job.confirm, progress=self.beat, paths=job.paths
-        )
+        with self._progress:
+            self._running = job
+        try:
+            summary = indexer.sweep(
+                only=job.roots,
+                stop=self.stop,
+                confirm_deletions=job.confirm,
+                progress=self.beat,
+                paths=job.paths,
+            )
+        finally:
+            self._swept()
         if summary.get("changed", 0) > 100:
             heap.trim()  # parsing a large batch leaves freed pages behind
         self.problems.clear("index")
@@ -250,6 +296,19 @@ class IndexLoop:
             self.problems.clear(LOST_AREA)
         if audit:
             self._check_lost(began)
+
+    def _swept(self) -> None:
+        """A sweep ended: its notes count as applied while more changes wait (the catch-up goes
+        on); with none queued it is over, and the next change begins a new one (held events of a
+        hot note are none: a note saved over and over would keep one catch-up going for good)."""
+        with self._progress:
+            act = self.indexer.activity
+            self._applied += act.done if act.phase != "scanning" else 0
+            self._running = None
+            with self.jobs.mutex:
+                queued = [p for job in self.jobs.queue for p in job.paths]
+            if not self._notes_of(queued, self.hot.quiet(queued)):
+                self._applied = 0
 
     def _check_lost(self, began: float) -> None:
         """After a scheduled or asked-for sweep: notes it found new or changed in a folder the

@@ -379,7 +379,12 @@ class Daemon:
         inboxes.prune_trash()
         self._inboxes = inboxes
         service = ServiceState(
-            self.started, loop.depth, loop.request_sweep, lambda: watcher.watching, self.reload
+            self.started,
+            loop.depth,
+            loop.request_sweep,
+            lambda: watcher.watching,
+            self.reload,
+            loop.catching_up,
         )
         handlers = build_handlers(cfg, parts, self.slot, service, inboxes)
         self._retriever = handlers.retriever

@@ -14,6 +14,7 @@ import json
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +64,9 @@ class Activity:
     ready_once: bool = False
     scan_skipped: dict[str, int] = field(default_factory=dict)
     excluded: dict[str, int] = field(default_factory=dict)  # rule -> notes it leaves out
+    # Notes this sweep found deleted or moved away, still indexed until its new notes are in, by
+    # source (``vault``, ``wiki``, ``memory``).
+    leaving: dict[str, int] = field(default_factory=dict)
 
 
 class Indexer:
@@ -191,6 +195,7 @@ class Indexer:
             self._gone_left = []
         act = self.activity
         act.phase, act.done, act.total, act.started = "scanning", 0, 0, time.time()
+        act.leaving = {}
         if not act.first_sweep_done:
             refill_new_bm25(self.stores, stop)
         self.stores.bm25.close_idle()  # the inboxes a person's search kept open, once it is a while ago
@@ -219,6 +224,7 @@ class Indexer:
             self.manifest.stamp(diff.stamps)
         self._forget_linked(diff.linked)
         act.phase, act.total = "indexing", len(diff.work) + len(diff.gone)
+        act.leaving = dict(Counter(k.split("/", 1)[0] for k in diff.gone))
         self.found_by_listing = self._found_by_listing(diff, listed)
         changed = self._apply(diff, every if not paths else None, progress, stop)
         self._retire_emptied(diff.gone, names)
@@ -304,6 +310,7 @@ class Indexer:
         if diff.gone:
             self.delete(self._still_gone(diff.gone))
             act.done += len(diff.gone)
+            act.leaving = {}
         if self._deferred and self.hot_back is not None:
             self.hot_back(set(self._deferred))  # looked at again after this sweep, with their roots
         self._deferred.clear()

@@ -12,9 +12,11 @@ notes are committed. Before the commit the writer yields to searches in flight (
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import sqlite3
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 
@@ -97,7 +99,9 @@ class Writer:
             FOREGROUND.yield_to(COMMIT_YIELD_S)
             stores.bm25.commit()
             with stores.manifest.transaction() as db:
-                names: set[str] = set()
+                # The names the notes answered to before too: an alias dropped leaves the links
+                # it made ambiguous (their count kept it as a candidate).
+                names = _alias_names(db, [r.key for r, _ in built])
                 for (record, chunks), p in zip(built, prepared, strict=True):
                     stores.manifest.commit_file(record, chunks, db)
                     replace_links(db, record.key, p.links)
@@ -119,11 +123,14 @@ class Writer:
             self.vectors.delete_keys(list(keys))
             stores.bm25.commit()
             with stores.manifest.transaction() as db:
+                # Read before the rows go: a link named by a deleted note's alias (its copy left
+                # under a new path) kept the deleted note among its candidates.
+                names = _names(keys) | _alias_names(db, keys)
                 for key in keys:
                     stores.manifest.delete_file(key, db)
                 drop_links(db, keys)
                 if not self.defer_links:
-                    reresolve(db, self.wiki_subfolder, names=_names(keys), keys=list(keys))
+                    reresolve(db, self.wiki_subfolder, names=names, keys=list(keys))
         log.info("notes_deleted count=%d", len(keys))
 
     def set_excluded(self, found: dict[str, dict[str, str]], sources: Collection[str]) -> None:
@@ -212,6 +219,19 @@ def _already_indexed(p: Prepared, state: FileState | None) -> bool:
         and p.skip_reason is None
         and state.hash == p.hash
     )
+
+
+def _alias_names(db: sqlite3.Connection, keys: Sequence[str]) -> set[str]:
+    """The link names of these notes' aliases as the manifest holds them now."""
+    out: set[str] = set()
+    for start in range(0, len(keys), 500):
+        part = list(keys[start : start + 500])
+        marks = ",".join("?" * len(part))
+        sql = f"SELECT key, front_matter FROM files WHERE key IN ({marks}) AND front_matter LIKE '%alias%'"
+        for key, front_matter in db.execute(sql, part):
+            with contextlib.suppress(ValueError, TypeError):
+                out |= names_of(key, aliases_of(json.loads(front_matter)))
+    return out
 
 
 def _names(keys: Sequence[str]) -> set[str]:

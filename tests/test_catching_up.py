@@ -1,0 +1,187 @@
+"""A big change in the vault (a branch switch, an ``rm -r`` under way) while the daemon serves:
+answers and `status` say the index is catching up while file changes wait or are applied (a bulk
+of them: not a note or a few being saved), with the notes applied since the catch-up began, and
+`status` does not count a moved note twice."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from sidecar.clients.cli_render import render_status
+from sidecar.clients.mcp_texts import status_of, text_of_search
+from sidecar.clients.mcp_tools import TOOLS
+from sidecar.daemon.indexing import CATCHING_UP_MIN, IndexLoop
+from tests.conftest import FakeEmbedder, Harness, write
+from tests.in_process import InProcessServer
+
+
+def _notes(folder: Path, n: int, word: str = "lighthouse") -> list[Path]:
+    return [
+        write(folder / f"n{i}.md", f"# Note {i}\n\nThe keeper of {word} {i} logs storm {i}.\n")
+        for i in range(n)
+    ]
+
+
+def _loop(h: Harness, beat: Any = None) -> IndexLoop:
+    return IndexLoop(
+        h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=beat or (lambda _act: None)
+    )
+
+
+def _run_queued(loop: IndexLoop) -> None:
+    """The index loop's next sweep, run here (what its thread does)."""
+    job = loop._next()
+    assert job is not None
+    loop._run(job)
+
+
+# --- catchingUp -------------------------------------------------------------------------------
+
+
+def test_answers_say_the_index_is_catching_up_while_changes_wait(serve_in_process: Any, vault: Path) -> None:
+    """New notes whose file events wait: search, recall and health say the index is catching
+    up (a branch switch's answers held old and new paths for seconds and looked complete); once
+    applied, nothing is said."""
+    server: InProcessServer = serve_in_process()
+    h = server.harness
+    loop = _loop(h)  # type: ignore[arg-type]
+    server.handlers.service.catching_up = loop.catching_up
+    new = _notes(vault / "Switched", 12, "harbour")
+    loop.changed({str(p) for p in new})
+    found = server.call("search", {"query": "harbour keeper"})
+    assert found["catchingUp"] == {"done": 0, "total": 12}
+    assert not found["hits"]
+    recalled = server.call("recall", {"message": "garden tomatoes sun water", "minScore": 0})
+    assert recalled["catchingUp"] == {"done": 0, "total": 12}
+    assert "catching up" in recalled["context"]
+    status = server.call("health")["index"]["catching_up"]
+    assert status == {"done": 0, "total": 12, "leaving": 0, "leaving_by_source": {}}
+    _run_queued(loop)
+    after = server.call("search", {"query": "harbour keeper"})
+    assert "catchingUp" not in after and after["hits"]
+    assert server.call("health")["index"]["catching_up"] is None
+
+
+def test_a_sweep_applying_changes_reports_its_progress(make_cfg: Any, vault: Path) -> None:
+    """While a sweep writes the changes it found, batch by batch, the count says how far it is."""
+    h = Harness(make_cfg(vault, **{"index.batchFiles": 2}), FakeEmbedder())
+    try:
+        h.sweep()
+        seen: list[tuple[int, int] | None] = []
+        loop = _loop(h, beat=lambda act: seen.append(loop.catching_up()) if act is not None else None)
+        loop.changed({str(p) for p in _notes(vault / "Batch", 12)})
+        _run_queued(loop)
+        during = [s for s in seen if s is not None]
+        assert during and all(done < total for done, total in during)
+        assert during[0][1] == 12 and during[-1][0] >= 10
+        assert loop.catching_up() is None
+    finally:
+        h.close()
+
+
+def test_clients_say_it_in_plain_words(serve_in_process: Any) -> None:
+    """The CLI's status line, the notes count without the notes leaving, the MCP text and the
+    MCP tool's output schema."""
+    server: InProcessServer = serve_in_process()
+    health = server.call("health")
+    health["index"]["catching_up"] = {
+        "done": 40,
+        "total": 1500,
+        "leaving": 3,
+        "leaving_by_source": {"vault": 2, "wiki": 1},
+    }
+    files, by_source = health["index"]["files"], health["index"]["by_source"]
+    shown = render_status(health)
+    assert "Index: ready; catching up with changes in the notes (40 of 1,500 applied)" in shown
+    assert f"  {files - 3:,} notes (3 more still indexed under old paths" in shown
+    # The sources' lines add up to the headline (they counted the notes leaving, it did not).
+    assert f"    vault   {by_source['vault']['files'] - 2:>7,} notes" in shown
+    assert f"    wiki    {by_source['wiki']['files'] - 1:>7,} notes" in shown
+    text = text_of_search("x", {"hits": [], "catchingUp": {"done": 40, "total": 1500}})
+    assert "note: the index is catching up with changes in the notes (40 of 1,500 applied)" in text
+    assert "catching up with changes in the notes (40 of 1,500 applied)" in status_of(health)["message"]
+    search_tool = next(t for t in TOOLS if t["name"] == "memory_search")
+    assert "catchingUp" in search_tool["outputSchema"]["properties"]
+
+
+def test_a_memory_writes_own_event_is_not_catching_up(harness: Harness) -> None:
+    """A memory write indexes its note before it answers: the file event it causes does not flag
+    the answers that follow (a vault note's does)."""
+    loop = _loop(harness)
+    inbox = harness.cfg.agents_dir / "claude"
+    loop.changed({str(inbox / f"2026-12-05 note {i}.md") for i in range(12)})
+    assert loop.catching_up() is None
+    vault = harness.cfg.vault.path
+    assert vault is not None
+    loop.changed({str(vault / f"New {i}.md") for i in range(12)})
+    assert loop.catching_up() == (0, 12)
+
+
+# --- a bulk, counted from its start ---------------------------------------------------------------
+
+
+def test_a_few_notes_being_saved_are_no_catch_up(harness: Harness) -> None:
+    """A note or a few saved (a person typing, an agent's edits) are indexed within a second: no
+    answer says the index is catching up ("notes moved or deleted may still be found under their
+    old paths" was said for every note saved); a bulk of changes is."""
+    loop = _loop(harness)
+    vault = harness.cfg.vault.path
+    assert vault is not None
+    few = _notes(vault / "Few", CATCHING_UP_MIN - 1)
+    loop.changed({str(p) for p in few})
+    assert loop.catching_up() is None
+    _run_queued(loop)
+    loop.changed({str(p) for p in _notes(vault / "Bulk", CATCHING_UP_MIN)})
+    assert loop.catching_up() == (0, CATCHING_UP_MIN)  # counted from here: the few are not in it
+
+
+def test_a_note_saved_over_and_over_is_no_catch_up(harness: Harness) -> None:
+    """A hot note (indexed again at most every few seconds, ``HotNotes``) whose events keep coming
+    is no change to catch up with: it neither counts nor keeps a catch-up going when its event
+    waits as a sweep ends, so the next bulk is counted from 0 (summed over the sweeps, a note
+    saved all the time said "catching up" for good)."""
+    vault = harness.cfg.vault.path
+    assert vault is not None
+    log_note = str(write(vault / "Log.md", "# Log\n\nline\n"))
+    loop = _loop(harness, beat=lambda act: loop.changed({log_note}) if act is not None else None)
+    for _ in range(3):
+        loop.hot.indexed({log_note: 5.0})  # it cost that much: quiet for a while
+        loop.changed({str(p) for p in _notes(vault / "Bulk", 12)})
+        _run_queued(loop)  # the note saved again meanwhile: its event waits
+        assert loop.jobs.qsize()
+        for _ in range(CATCHING_UP_MIN + 2):
+            loop.changed({log_note})  # and again and again
+        assert loop.catching_up() is None
+    loop.changed({str(p) for p in _notes(vault / "Next", 12)})
+    assert loop.catching_up() == (0, 12)
+
+
+def test_done_counts_every_sweep_of_the_catch_up(make_cfg: Any, vault: Path) -> None:
+    """A switch whose file events come while a sweep runs is applied in several sweeps: ``done``
+    counts the notes every sweep of the catch-up applied (it read 0 of N at each sweep's start,
+    no progress for a person reading it twice a second), and ``total`` keeps them."""
+    h = Harness(make_cfg(vault, **{"index.batchFiles": 4}), FakeEmbedder())
+    try:
+        h.sweep()
+        later = _notes(vault / "Later", 12, "harbour")
+        seen: list[tuple[int, int] | None] = []
+
+        def beat(act: Any) -> None:
+            if act is not None and not seen:
+                loop.changed({str(p) for p in later})  # the checkout's next batch of events
+            seen.append(loop.catching_up())
+
+        loop = _loop(h, beat=beat)
+        loop.changed({str(p) for p in _notes(vault / "First", 12)})
+        _run_queued(loop)
+        assert loop.catching_up() == (12, 24)
+        seen.clear()
+        seen.append(None)  # no more events
+        _run_queued(loop)
+        during = [s for s in seen if s is not None]
+        assert during and all(total == 24 and 12 < done < 24 for done, total in during)
+        assert loop.catching_up() is None
+    finally:
+        h.close()
