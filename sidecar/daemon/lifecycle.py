@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import functools
 import gc
 import logging
@@ -108,7 +109,16 @@ class Daemon:
         self._retriever: Retriever | None = None
         self.parts: Parts | None = None
         self._read_only_parts: Parts | None = None  # serving while the index's disk is full
+        # A failed start's writable stores, kept for the read-only handlers when their commits could
+        # not be written back into the manifest's file (``_let_go``).
+        self._kept: Parts | None = None
         self._refusal: ReadOnly | None = None
+        # Held by a switch to writable (and a read-only reopen): the stop waits for it before it
+        # closes the stores and releases the index lock.
+        self._switching = threading.Lock()
+        # The threads of the writable parts stop on it (and on a stop): a switch that fails after
+        # starting them stops them without stopping the daemon.
+        self._work_stop = threading.Event()
         self._dispatch: _Dispatch | None = None
         self._inboxes: Inboxes | None = None
         self.loop: IndexLoop | None = None
@@ -183,23 +193,35 @@ class Daemon:
 
     def _start_parts(self) -> Handlers:
         """Build the parts over the stores opened for writing, start the threads and the
-        scheduler, ask for the first sweep; the handlers over them."""
+        scheduler, ask for the first sweep; the handlers over them. On any failure what was
+        started is stopped again, and the stores are closed (a switch to writable is tried again
+        in this process), or kept for the read-only handlers (``_let_go``)."""
+        parts = self.parts = build(self.cfg, self.slot, beat=self.watchdog.indexer_alive)
+        work = self._work_stop = threading.Event()
+        first = len(self._threads)
+        try:
+            return self._start_work(parts, work)
+        except BaseException:
+            self.parts = None
+            self._stop_work(parts, work, self._threads[first:])
+            del self._threads[first:]
+            self._kept = self._let_go(parts)
+            raise
+
+    def _start_work(self, parts: Parts, work: threading.Event) -> Handlers:
         cfg = self.cfg
         beat = self.watchdog.indexer_alive
-        parts = self.parts = build(cfg, self.slot, beat=beat)
         indexer, problems, vectors = parts.indexer, parts.problems, parts.vectors
-        try:
-            indexer.finish_interrupted()
-            indexer.reparse_if_chunking_changed()
-            indexer.reread_canvases_if_read_differently()
-        except BaseException:
-            # Closed for the next try (space watch): left open, its keyword writer's lock made
-            # every later open fail as "in use by another process".
-            self.parts = None
-            parts.stores.close()
-            raise
-        loop = self.loop = IndexLoop(cfg, indexer, self.slot, problems, stop=self.stop, beat=beat)
-        watcher = self.watcher = build_watcher(cfg, loop.changed, self.stop)
+        for step in (
+            indexer.finish_interrupted,
+            indexer.reparse_if_chunking_changed,
+            indexer.reread_canvases_if_read_differently,
+        ):
+            self._unless_stopping()  # a switch to writable can take minutes: a stop ends it early
+            step()
+        self._unless_stopping()
+        loop = self.loop = IndexLoop(cfg, indexer, self.slot, problems, stop=work, beat=beat)
+        watcher = self.watcher = build_watcher(cfg, loop.changed, work)
         loop.on_lost, loop.watched = watcher.events_lost, lambda: [str(p) for p in watcher.watching]
         handlers = self._handlers(parts, loop, watcher)
         backfill = Backfill(
@@ -209,7 +231,7 @@ class Daemon:
             parts.repair,
             problems=problems,
             activity=indexer.activity,
-            stop=self.stop,
+            stop=work,
         )
         self._start_thread("embedder-load", self._load_embedder)
         self._start_thread("indexer", loop.run)
@@ -239,6 +261,45 @@ class Daemon:
         loop.request_sweep()
         return handlers
 
+    def _unless_stopping(self) -> None:
+        if self.stop.is_set():
+            raise StorageError("the daemon is stopping")
+
+    def _stop_work(self, parts: Parts, work: threading.Event, threads: list[threading.Thread]) -> None:
+        """Stop what a failed start of the parts started: its scheduler, and its threads (told to
+        stop, waited for with a bound). Left running, a writable indexer wrote beside the
+        read-only handlers, and its stores stayed open beside theirs."""
+        work.set()
+        scheduler, self._scheduler = self._scheduler, None
+        if scheduler is not None:
+            scheduler.shutdown()
+        parts.vectors.stop_builds()
+        for t in threads:
+            t.join(_JOIN_TIMEOUT)
+            if t.is_alive():
+                log.warning("switch_cleanup_timeout thread=%s (its stores are closed under it)", t.name)
+        self.loop = self.watcher = None
+        self._inboxes = None
+
+    def _let_go(self, parts: Parts) -> Parts | None:
+        """Close the writable stores of a failed start; or keep them open (returned) when what
+        they committed cannot be written back into the manifest's file (its disk filled again):
+        the read-only open refuses a write-ahead log holding commits, which only a writer reads,
+        and every request, health included, was refused until space was freed. The read-only
+        handlers then read through this writer (the index lock keeps every other one away)."""
+        try:
+            if parts.stores.manifest.written_back():
+                parts.stores.close()
+                return None
+        except (StoreError, sqlite3.Error, OSError) as exc:
+            log.warning("index_close_failed error=%s", exc)
+            return None
+        log.warning(
+            "index_kept_open reason=the manifest's write-ahead log could not be written into the file "
+            "(disk full); read-only answers read through the writable connection"
+        )
+        return parts
+
     def _start_read_only(self, full: DiskFullError) -> Handlers:
         """The stores cannot be opened for writing because the index's disk is full: serve search,
         recall and get from the index as it is, opened for reading only, and refuse what writes
@@ -265,7 +326,8 @@ class Daemon:
             slot.set_failed("not loaded while the disk holding the index is full (keyword search meanwhile)")
         else:
             slot.set_failed("disabled by configuration (embedder.enabled: false)", state="off")
-        parts = build_read_only(cfg, slot)
+        kept, self._kept = self._kept, None
+        parts = kept if kept is not None else build_read_only(cfg, slot)
         self._read_only_parts = parts
         parts.indexer.activity.first_sweep_done = True  # the index as it was: nothing is read now
         refusal = self._refusal = ReadOnly(cfg.index_dir, parts.stores.manifest.path)
@@ -289,15 +351,33 @@ class Daemon:
             wait = min(wait * 2, cap)
             self._feed_watchdog()
             if disk_full_at(self.cfg.index_dir):
-                ro, refusal = self._read_only_parts, self._refusal
-                if ro is None and self._dispatch is not None:  # a failed switch left it unreadable
-                    self._dispatch.release(self._read_only_again())
-                elif ro is not None and refusal is not None:
-                    ro.problems.report("index", refusal.message(), since=refusal.since)
+                with self._unless_stopped() as going_on:
+                    if going_on:
+                        self._still_full()
                 continue
             if self._switch_to_writable():
                 log.warning("index_writable_again the disk has room: indexing resumes (catch-up sweep)")
                 return
+
+    def _still_full(self) -> None:
+        ro, refusal = self._read_only_parts, self._refusal
+        if ro is None and self._dispatch is not None:  # a failed switch left it unreadable
+            self._dispatch.release(self._read_only_again())
+        elif ro is not None and refusal is not None:
+            ro.problems.report("index", refusal.message(), since=refusal.since)
+
+    @contextlib.contextmanager
+    def _unless_stopped(self) -> Iterator[bool]:
+        """Whether the block may open stores: the daemon does not stop, and a stop waits for the
+        block (``_switching``) before it closes the stores and releases the index lock. A switch
+        that went on after a stop opened stores with the lock released and re-armed the requests."""
+        if not self._switching.acquire(blocking=False):
+            yield False
+            return
+        try:
+            yield not self.stop.is_set()
+        finally:
+            self._switching.release()
 
     def _feed_every(self) -> float:
         """How often the read-only daemon's own threads feed systemd's watchdog (seconds)."""
@@ -314,27 +394,43 @@ class Daemon:
         again) when that fails. An immutable SQLite reader reads garbage once a writer changes the
         file (the writable open may vacuum and checkpoint it), and the read-only keyword readers
         keep the segments a merge deletes: both are closed before the writable open, with the
-        requests held meanwhile (none reads through them then)."""
+        requests held meanwhile (none reads through them then; health answers from a snapshot)."""
         dispatch = self._dispatch
-        assert dispatch is not None
-        if not dispatch.hold():  # the requests on the read-only handlers answered
-            log.warning(
-                "index_switch_deferred reason=a request on the read-only index did not end; tried again"
-            )
+        if dispatch is None:  # the space check began before the server was built: the next tick
             return False
-        self._close_read_only()
+        with self._unless_stopped() as going_on:
+            if not going_on:
+                return False
+            if not dispatch.hold(interim=self._switching_health(dispatch)):
+                log.warning(
+                    "index_switch_deferred reason=a request on the read-only index did not end; tried again"
+                )
+                return False
+            self._close_read_only()
+            try:
+                with self._watchdog_fed():  # finishing an interrupted batch or a re-cut can take minutes
+                    handlers = self._start_parts()
+            except Exception as exc:  # tried again at the next tick
+                if self.stop.is_set():
+                    return False  # the stop (waiting for this) closes what is open
+                # Any failure: one of another type (no thread could be started) killed the space
+                # check with every request held for good.
+                name = "index_read_only_still" if isinstance(exc, DiskFullError) else "index_writable_failed"
+                log.warning("%s error=%s; serving read-only", name, exc)
+                dispatch.release(self._read_only_again())
+                return False
+            dispatch.release(handlers)  # a no-op once the daemon stops: it refuses from then on
+            return True
+
+    def _switching_health(self, dispatch: _Dispatch) -> _Switching | None:
+        """What answers health during the switch: the read-only handlers' last answer with the
+        switch as the index's problem (``sidecar status`` gave up after 10 s of a held health)."""
         try:
-            with self._watchdog_fed():  # finishing an interrupted batch or a re-cut can take minutes
-                handlers = self._start_parts()
-        except Exception as exc:  # tried again at the next tick
-            # Any failure: one of another type (no thread could be started) killed the space
-            # check with every request held for good.
-            name = "index_read_only_still" if isinstance(exc, DiskFullError) else "index_writable_failed"
-            log.warning("%s error=%s; serving read-only", name, exc)
-            dispatch.release(self._read_only_again())
-            return False
-        dispatch.release(handlers)
-        return True
+            health = dispatch.dispatch(Request("health"))
+        except (SidecarError, sqlite3.Error, OSError) as exc:
+            log.debug("switch_health_snapshot_failed error=%s", exc)
+            return None
+        return _Switching(health)
 
     def _read_only_again(self) -> Handlers | _Refusing:
         """The read-only handlers after a failed switch (the index opened anew: what the failed
@@ -551,7 +647,21 @@ class Daemon:
     def shutdown(self) -> None:
         """Stop the threads (bounded), flush the stores, remove the socket, release the lock."""
         self.stop.set()
+        if self._dispatch is not None:  # held requests answered now, not after the joins
+            self._dispatch.close(_Refusing("the daemon is stopping"))
+        # A switch to writable opens stores under the index lock: waited for (it stops between its
+        # steps). One still running after the wait keeps the lock until the process exits: released,
+        # another daemon could open the index while this one still wrote it.
+        idle = self._switching.acquire(timeout=_JOIN_TIMEOUT)
         try:
+            if not idle:
+                self.stuck = True
+                log.warning(
+                    "shutdown_timeout thread=space-watch (switching to writable): the index stays "
+                    "locked until this process exits"
+                )
+                return
+            self._work_stop.set()
             if self._scheduler is not None:
                 self._scheduler.shutdown()
             stuck = self.stuck = self._join_workers()
@@ -562,16 +672,15 @@ class Daemon:
                         parts.vectors.mark_clean()
                 parts.stores.close()
                 parts.clock.save()
-            if self._read_only_parts is not None:
-                self._read_only_parts.stores.close()
-            if self._dispatch is not None:
-                self._dispatch.release(_Refusing("the daemon is stopping"))  # nothing waits on
+            for other in (self._read_only_parts, self._kept):
+                if other is not None:
+                    other.stores.close()
         finally:
             if self._listener is not None:
                 self._listener.close()
                 with contextlib.suppress(FileNotFoundError):
                     self.cfg.socket_path.unlink()
-            if self._lock is not None:
+            if self._lock is not None and idle:
                 self._lock.release()
             log.info("daemon_stopped")
 
@@ -610,11 +719,21 @@ class _Dispatch:
         self._handlers: Dispatcher | None = handlers
         self._generation = 0
         self._running: Counter[int] = Counter()  # requests in flight, by handlers' generation
+        self._interim: Dispatcher | None = None  # answers health while held
+        self._closed = False  # the daemon stops: no handlers are handed on any more
 
     def dispatch(self, req: Request) -> dict[str, Any]:
         with self._cond:
+            interim = self._interim
+            if self._handlers is None and interim is not None and req.op in _AT_ONCE:
+                return interim.dispatch(req)
+            # Held well below the clients' timeouts (60 s): a memory write held longer was applied
+            # after its client had given up on it, and a retry of an edit applied it twice.
             if not self._cond.wait_for(lambda: self._handlers is not None, _SWITCH_WAIT):
-                raise StorageError("the index is being reopened for writing; try again in a moment")
+                raise StorageError(
+                    "the disk has room again and the index is being reopened for writing; nothing "
+                    "was done: try again in a moment"
+                )
             handlers, generation = self._handlers, self._generation
             self._running[generation] += 1
         assert handlers is not None
@@ -625,18 +744,23 @@ class _Dispatch:
                 self._running[generation] -= 1
                 self._cond.notify_all()
 
-    def hold(self, most: float | None = None) -> bool:
+    def hold(self, most: float | None = None, interim: Dispatcher | None = None) -> bool:
         """Whether the requests on the current handlers were answered within ``most`` seconds (new
-        ones wait meanwhile). If not, the current handlers serve again and nothing is held: a
-        request that never ends (a read of a hung share) held the switch, and every request
-        behind it, for good, with nothing feeding the systemd watchdog."""
+        ones wait meanwhile, but health, answered by ``interim`` if given). If not, the current
+        handlers serve again and nothing is held: a request that never ends (a read of a hung
+        share) held the switch, and every request behind it, for good, with nothing feeding the
+        systemd watchdog."""
         with self._cond:
+            if self._closed:
+                return False
             handlers, self._handlers = self._handlers, None
+            self._interim = interim
             held = self._generation
             if not self._cond.wait_for(
                 lambda: self._running[held] <= 0, _HOLD_WAIT if most is None else most
             ):
-                self._handlers = handlers
+                if not self._closed:
+                    self._handlers, self._interim = handlers, None
                 self._cond.notify_all()
                 return False
             del self._running[held]
@@ -644,9 +768,50 @@ class _Dispatch:
 
     def release(self, handlers: Dispatcher) -> None:
         with self._cond:
-            self._generation += 1
-            self._handlers = handlers
-            self._cond.notify_all()
+            if not self._closed:
+                self._hand_on(handlers)
+
+    def close(self, handlers: Dispatcher) -> None:
+        """Hand on ``handlers`` for good (the daemon stops): a switch that ends later hands on
+        nothing (it re-armed the requests with stores opened after the stop)."""
+        with self._cond:
+            self._closed = True
+            self._hand_on(handlers)
+
+    def _hand_on(self, handlers: Dispatcher) -> None:
+        self._generation += 1
+        self._handlers, self._interim = handlers, None
+        self._cond.notify_all()
+
+
+class _Switching:
+    """health while the index is reopened for writing (requests are held meanwhile): the last
+    answer of the read-only handlers, with the switch as the index's problem."""
+
+    def __init__(self, health: dict[str, Any]) -> None:
+        self.health = health
+        self.since = time.time()
+
+    def dispatch(self, req: Request) -> dict[str, Any]:
+        answer = copy.deepcopy(self.health)
+        if isinstance(started := answer.get("started"), (int, float)):
+            answer["uptime_seconds"] = round(time.time() - started, 1)
+        problems = answer.setdefault("problems", {})
+        active = [p for p in problems.get("active", []) if p.get("area") != "index"]
+        active.append(
+            {
+                "area": "index",
+                "error": (
+                    "switching to writable: the disk has room again and the index is being reopened "
+                    f"for writing; other requests wait up to {_SWITCH_WAIT:.0f} s meanwhile"
+                ),
+                "since": self.since,
+                "last": time.time(),
+                "count": 1,
+            }
+        )
+        problems["active"] = active
+        return answer
 
 
 class ReadOnly:
@@ -685,7 +850,8 @@ class ReadOnly:
         handlers.dispatch = dispatch  # type: ignore[method-assign]
 
 
-_SWITCH_WAIT = 60.0  # a request held while the stores are reopened for writing, at most
+_SWITCH_WAIT = 15.0  # a request held while the stores are reopened for writing, at most
+_AT_ONCE = frozenset({"health"})  # answered during the switch (status, doctor, memory_status)
 # The requests on the read-only handlers waited for before a switch, at most: below any watchdog
 # interval (the switching thread is the one that feeds it while read-only).
 _HOLD_WAIT = 5.0

@@ -490,6 +490,22 @@ class Manifest(VectorBook):
                     self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()
 
+    def written_back(self) -> bool:
+        """Whether every commit is in the main file now (the write-ahead log checkpointed and
+        emptied), so that the index can be opened read-only (``_open_read_only``) once this
+        writer is closed. False when the checkpoint fails (the file cannot grow: its disk is full):
+        only a writer reads those commits then."""
+        wal = self.path.with_name(self.path.name + "-wal")
+        with self._lock:
+            try:
+                busy = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            except sqlite3.Error:
+                return False
+            try:
+                return busy == 0 and (not wal.exists() or wal.stat().st_size == 0)
+            except OSError:
+                return False
+
     def _committed(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
         """A read of what is committed, on this thread's own connection (opened on first use).
         Every statement is read to its end (``fetchall``), so none keeps a read transaction, and

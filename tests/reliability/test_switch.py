@@ -1,0 +1,245 @@
+"""The switch of a read-only start (its index disk full) to writable, driven in this process over real
+stores on a small tmpfs (root and mount(2) needed, else skipped): failures in the switch, a disk
+that fills again, health during the switch, and a stop during it.
+
+The space check's thread is left out (``_wait_for_space`` is a no-op here): each test calls
+``_switch_to_writable`` itself, so nothing depends on its timing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.config import load_config
+from sidecar.contracts.errors import DaemonRunningError, DiskFullError, SidecarError
+from sidecar.contracts.protocol import Request
+from sidecar.daemon import lifecycle
+from sidecar.daemon.lifecycle import Daemon, index_once
+from sidecar.daemon.process import IndexLock
+from sidecar.index.indexer import Indexer
+from tests.reliability.disks import fill, tmpfs
+
+
+class ReadOnlyStart:
+    """A daemon started read-only on a full tmpfs, and what the tests ask it."""
+
+    def __init__(self, disk: Path, daemon: Daemon) -> None:
+        self.disk, self.d = disk, daemon
+
+    def ask(self, op: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        dispatch = self.d._dispatch
+        assert dispatch is not None
+        return dispatch.dispatch(Request(op, params or {}, agent="ops"))
+
+    def refused(self, op: str, params: dict[str, Any] | None = None) -> SidecarError:
+        with pytest.raises(SidecarError) as err:
+            self.ask(op, params)
+        return err.value
+
+    def free(self) -> None:
+        for f in self.disk.glob("filler*.bin"):
+            f.unlink()
+
+    def handlers(self) -> str:
+        dispatch = self.d._dispatch
+        assert dispatch is not None
+        return type(dispatch._handlers).__name__
+
+    def workers(self) -> list[str]:
+        return sorted(t.name for t in threading.enumerate() if t.name in ("indexer", "watcher", "vectors"))
+
+
+@pytest.fixture
+def read_only_start(tmp_path: Path, vault: Path, monkeypatch: Any) -> Iterator[ReadOnlyStart]:
+    monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)  # the tests switch themselves
+    with tmpfs(tmp_path / "disk", "24m") as disk, tempfile.TemporaryDirectory(dir="/tmp") as run:
+        for i in range(30):
+            (vault / "Many").mkdir(exist_ok=True)
+            (vault / "Many" / f"n{i}.md").write_text(f"# Note {i}\n\nlighthouse keeper number {i}\n")
+        flags = {
+            "home": str(disk / "home"),
+            "vault.path": str(vault),
+            "embedder.enabled": False,
+            "socket": str(Path(run) / "s.sock"),
+        }
+        cfg = load_config(flags=flags, env={})
+        (disk / "home" / "agents").mkdir(parents=True)
+        index_once(cfg, rebuild=False)
+        fill(disk)
+        d = Daemon(cfg)
+        lock = d._lock = IndexLock(cfg.index_dir)
+        lock.acquire()
+        try:
+            d.startup()
+            assert d._read_only_parts is not None and d.parts is None
+            yield ReadOnlyStart(disk, d)
+        finally:
+            d.shutdown()
+            d.notifier.close()
+
+
+def _found(start: ReadOnlyStart) -> bool:
+    return bool(start.ask("search", {"query": "lighthouse keeper number 7"})["hits"])
+
+
+def test_a_switch_that_fails_with_the_disk_full_again_keeps_answering(
+    read_only_start: ReadOnlyStart, monkeypatch: Any
+) -> None:
+    """A switch whose writable open committed (an interrupted batch redone) and then met a full disk
+    again left commits in the manifest's write-ahead log, which the read-only open refuses: every
+    request, health included, was refused until space was freed. The writable connection is kept
+    and the read-only handlers read through it; writes are refused (``storage``)."""
+    start = read_only_start
+    real = Indexer.finish_interrupted
+
+    def redone_then_full(self: Indexer) -> None:
+        self.stores.manifest.set_meta("batch", "x" * 3_000_000)  # the batch's commits (in the WAL)
+        fill(start.disk)
+        raise DiskFullError("the disk filled again during the resume")
+
+    monkeypatch.setattr(Indexer, "finish_interrupted", redone_then_full)
+    start.free()
+    assert start.d._switch_to_writable() is False
+    wal = start.d.cfg.index_dir / "manifest.sqlite-wal"
+    assert wal.stat().st_size > 0  # the commits could not be written back
+    health = start.ask("health")
+    assert "the disk holding the index is full" in str(health["problems"]["active"])
+    assert _found(start)
+    assert start.ask("get", {"reference": "vault/Garden"})["text"]
+    err = start.refused("write", {"slug": "new", "content": "# New\n\nx\n"})
+    assert err.code == "storage" and "the disk holding the index is full" in str(err)
+    assert start.workers() == []
+    monkeypatch.setattr(Indexer, "finish_interrupted", real)
+    start.free()
+    assert start.d._switch_to_writable() is True
+    assert start.handlers() == "Handlers" and _found(start)
+    start.ask("write", {"slug": "new", "content": "# New\n\nThe disk has room again.\n"})
+
+
+@pytest.mark.parametrize("where", ["handlers", "scheduler"])
+def test_a_switch_that_fails_after_its_first_steps_closes_what_it_opened(
+    read_only_start: ReadOnlyStart, monkeypatch: Any, where: str
+) -> None:
+    """A failure after the switch's guarded indexer steps (the inboxes' folder unreadable, the
+    scheduler not starting) left the writable stores open beside the read-only ones, and the
+    indexer, watcher and vector threads running: the keyword writer's lock made every later switch
+    fail ("in use by another process") and the daemon stayed read-only for good. Everything the
+    switch opened or started is closed or stopped; the next try succeeds."""
+    start = read_only_start
+    failures = [OSError(errno.EIO, "simulated I/O error")]
+
+    def once() -> None:
+        if failures:
+            raise failures.pop()
+
+    if where == "handlers":
+        real_handlers = Daemon._handlers
+
+        def handlers(self: Daemon, *a: Any) -> Any:
+            once()
+            return real_handlers(self, *a)
+
+        monkeypatch.setattr(Daemon, "_handlers", handlers)
+    else:  # after the indexer, vector and watcher threads started
+        real_build = lifecycle.build_scheduler
+
+        def build_scheduler(*a: Any, **kw: Any) -> Any:
+            once()
+            return real_build(*a, **kw)
+
+        monkeypatch.setattr(lifecycle, "build_scheduler", build_scheduler)
+    start.free()
+    assert start.d._switch_to_writable() is False
+    assert start.d.parts is None and start.workers() == []
+    assert start.ask("health")["index"]["files"] > 30 and _found(start)
+    assert start.d._switch_to_writable() is True
+    assert start.handlers() == "Handlers" and _found(start)
+
+
+def test_health_answers_at_once_during_the_switch_and_held_requests_are_bounded(
+    read_only_start: ReadOnlyStart, monkeypatch: Any
+) -> None:
+    """health was held for the whole switch (``sidecar status`` gave up after 10 s, the MCP status
+    too) and every request up to 60 s, the clients' own timeout: a memory write held that long
+    was applied after its client had given up. health now answers at once from the read-only
+    handlers' last answer, saying the index is switching; a held request is refused well before
+    the clients give up (``storage``, nothing done)."""
+    start = read_only_start
+    entered, finish = threading.Event(), threading.Event()
+    real = Indexer.finish_interrupted
+
+    def slow(self: Indexer) -> None:
+        entered.set()
+        assert finish.wait(60)
+        real(self)
+
+    monkeypatch.setattr(Indexer, "finish_interrupted", slow)
+    assert lifecycle._SWITCH_WAIT <= 20  # well below the clients' 60 s
+    monkeypatch.setattr(lifecycle, "_SWITCH_WAIT", 0.3)
+    start.free()
+    switch = threading.Thread(target=lambda: switched.append(start.d._switch_to_writable()))
+    switched: list[bool] = []
+    switch.start()
+    try:
+        assert entered.wait(60)
+        health = start.ask("health")
+        index = [p for p in health["problems"]["active"] if p["area"] == "index"]
+        assert len(index) == 1 and "switching to writable" in index[0]["error"]
+        assert health["index"]["files"] > 30
+        err = start.refused("write", {"slug": "held", "content": "# Held\n\nx\n"})
+        assert err.code == "storage" and "try again" in str(err)
+    finally:
+        finish.set()
+        switch.join(60)
+    assert switched == [True]
+    assert not list((start.d.cfg.agents_dir).rglob("held.md"))  # refused: never applied later
+    assert "switching" not in str(start.ask("health")["problems"]["active"])
+
+
+def test_a_stop_during_the_switch_keeps_the_index_locked_and_hands_nothing_on(
+    read_only_start: ReadOnlyStart, monkeypatch: Any
+) -> None:
+    """A stop during a long switch (a re-cut of every note) released the index lock while the
+    switch still ran, and the switch then re-armed the requests with stores opened after the
+    stop. The stop now waits for the switch; one still running keeps the lock until the process
+    exits, and what the switch opened is closed by it, with nothing handed on."""
+    start = read_only_start
+    entered, finish = threading.Event(), threading.Event()
+
+    def recut(self: Indexer) -> None:
+        entered.set()
+        assert finish.wait(60)
+
+    monkeypatch.setattr(Indexer, "reparse_if_chunking_changed", recut)
+    monkeypatch.setattr(lifecycle, "_JOIN_TIMEOUT", 0.2)
+    start.free()
+    switched: list[bool] = []
+    switch = threading.Thread(target=lambda: switched.append(start.d._switch_to_writable()))
+    switch.start()
+    try:
+        assert entered.wait(60)
+        start.d.shutdown()
+        assert start.d.stuck
+        other = IndexLock(start.d.cfg.index_dir)
+        with pytest.raises(DaemonRunningError):
+            other.acquire()
+    finally:
+        finish.set()
+        switch.join(60)
+    assert switched == [False]
+    assert start.d.parts is None and start.workers() == []
+    err = start.refused("health")
+    assert err.code == "storage" and "stopping" in str(err)
+    lock = start.d._lock
+    assert lock is not None
+    lock.release()  # what the process's exit does
+    with contextlib.suppress(Exception):
+        other.release()
