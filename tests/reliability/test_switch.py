@@ -243,3 +243,18 @@ def test_a_stop_during_the_switch_keeps_the_index_locked_and_hands_nothing_on(
     lock.release()  # what the process's exit does
     with contextlib.suppress(Exception):
         other.release()
+
+
+def test_no_layout_temp_file_is_left_on_a_full_disk(tmp_path: Path) -> None:
+    """Recording the keyword index's layout on a full disk left an empty ``.layout.json.tmp`` in
+    the index folder; it is removed when the write fails."""
+    from sidecar.stores.versions import record_bm25_layout
+
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        folder = disk / "bm25"
+        folder.mkdir()
+        fill(disk)
+        with pytest.raises(OSError, match="No space left") as err:
+            record_bm25_layout(folder)
+        assert err.value.errno == errno.ENOSPC
+        assert sorted(p.name for p in folder.iterdir()) == []
