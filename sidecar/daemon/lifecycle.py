@@ -17,6 +17,7 @@ import copy
 import functools
 import gc
 import logging
+import os
 import random
 import shutil
 import signal
@@ -330,7 +331,7 @@ class Daemon:
         parts = kept if kept is not None else build_read_only(cfg, slot)
         self._read_only_parts = parts
         parts.indexer.activity.first_sweep_done = True  # the index as it was: nothing is read now
-        refusal = self._refusal = ReadOnly(cfg.index_dir, parts.stores.manifest.path)
+        refusal = self._refusal = ReadOnly(cfg.index_dir, parts.stores.manifest.path, cfg.agents_dir)
         parts.problems.report("index", refusal.message(), since=refusal.since)
         log.error("index_read_only %s", refusal.message())
         service = ServiceState(self.started, lambda: 0, lambda *_a: None, list, self.reload)
@@ -818,13 +819,28 @@ class ReadOnly:
     """What a daemon serving an index opened read-only (its disk full) refuses, and says."""
 
     WRITES = frozenset({"index", "write", "edit", "delete"})  # indexing, memory writes, rebuilds
+    MEMORY = frozenset({"write", "edit", "delete"})
 
-    def __init__(self, index_dir: Path, manifest: Path) -> None:
+    def __init__(self, index_dir: Path, manifest: Path, agents_dir: Path | None = None) -> None:
         self.index_dir = index_dir
+        self.agents_dir = agents_dir
         try:
             self.since = manifest.stat().st_mtime  # the index's last write
         except OSError:
             self.since = time.time()
+
+    def inboxes_elsewhere(self) -> bool:
+        """Whether the agents' inboxes are on another file system than the index (asked at each
+        write: a share can be mounted or unmounted meanwhile). Then a memory write is saved in its
+        inbox, which is what it promises, and indexed by the catch-up sweep once the index can be
+        written (the write's answer says `searchable: false`); on the index's own full disk it is
+        refused, nothing written."""
+        if self.agents_dir is None:
+            return False
+        try:
+            return os.stat(self.agents_dir).st_dev != os.stat(self.index_dir).st_dev
+        except OSError:  # the agents folder gone: refused with the read-only message
+            return False
 
     def message(self) -> str:
         try:
@@ -832,10 +848,15 @@ class ReadOnly:
         except OSError:
             free = 0
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.since))
+        waits = (
+            "indexing and rebuilds wait until there is space (memory writes are saved in the "
+            "inboxes, on another disk, and found by search then)"
+            if self.inboxes_elsewhere()
+            else "indexing, memory writes and rebuilds wait until there is space"
+        )
         return (
             f"the disk holding the index is full: {free / 1e6:.1f} MB free; answers come from the "
-            f"index as it was at {when}; indexing, memory writes and rebuilds wait until there is "
-            "space (the daemon resumes by itself)"
+            f"index as it was at {when}; {waits} (the daemon resumes by itself)"
         )
 
     def wrap(self, handlers: Handlers, problems: Problems) -> None:
@@ -843,9 +864,15 @@ class ReadOnly:
         real = handlers.dispatch
 
         def dispatch(req: Request) -> dict[str, Any]:
-            if req.op in self.WRITES:
+            if req.op not in self.WRITES:
+                return real(req)
+            if req.op not in self.MEMORY or not self.inboxes_elsewhere():
                 raise StorageError(self.message())
-            return real(req)
+            try:
+                return real(req)
+            finally:
+                # Its failed index update reported itself as the index's problem: this is the one.
+                problems.report("index", self.message(), since=self.since)
 
         handlers.dispatch = dispatch  # type: ignore[method-assign]
 

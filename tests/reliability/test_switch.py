@@ -12,6 +12,7 @@ import contextlib
 import errno
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,10 +58,15 @@ class ReadOnlyStart:
         return sorted(t.name for t in threading.enumerate() if t.name in ("indexer", "watcher", "vectors"))
 
 
-@pytest.fixture
-def read_only_start(tmp_path: Path, vault: Path, monkeypatch: Any) -> Iterator[ReadOnlyStart]:
-    monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)  # the tests switch themselves
-    with tmpfs(tmp_path / "disk", "24m") as disk, tempfile.TemporaryDirectory(dir="/tmp") as run:
+@contextlib.contextmanager
+def _started(tmp_path: Path, vault: Path, *, agents_disk: bool = False) -> Iterator[ReadOnlyStart]:
+    """The daemon started read-only on a full 24 MB tmpfs (its agents folder on a tmpfs of its
+    own with room, if ``agents_disk``)."""
+    with contextlib.ExitStack() as stack:
+        disk = stack.enter_context(tmpfs(tmp_path / "disk", "24m"))
+        run = stack.enter_context(tempfile.TemporaryDirectory(dir="/tmp"))
+        if agents_disk:
+            stack.enter_context(tmpfs(disk / "home" / "agents", "4m"))
         for i in range(30):
             (vault / "Many").mkdir(exist_ok=True)
             (vault / "Many" / f"n{i}.md").write_text(f"# Note {i}\n\nlighthouse keeper number {i}\n")
@@ -71,7 +77,7 @@ def read_only_start(tmp_path: Path, vault: Path, monkeypatch: Any) -> Iterator[R
             "socket": str(Path(run) / "s.sock"),
         }
         cfg = load_config(flags=flags, env={})
-        (disk / "home" / "agents").mkdir(parents=True)
+        (disk / "home" / "agents").mkdir(parents=True, exist_ok=True)
         index_once(cfg, rebuild=False)
         fill(disk)
         d = Daemon(cfg)
@@ -84,6 +90,13 @@ def read_only_start(tmp_path: Path, vault: Path, monkeypatch: Any) -> Iterator[R
         finally:
             d.shutdown()
             d.notifier.close()
+
+
+@pytest.fixture
+def read_only_start(tmp_path: Path, vault: Path, monkeypatch: Any) -> Iterator[ReadOnlyStart]:
+    monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)  # the tests switch themselves
+    with _started(tmp_path, vault) as start:
+        yield start
 
 
 def _found(start: ReadOnlyStart) -> bool:
@@ -258,3 +271,41 @@ def test_no_layout_temp_file_is_left_on_a_full_disk(tmp_path: Path) -> None:
             record_bm25_layout(folder)
         assert err.value.errno == errno.ENOSPC
         assert sorted(p.name for p in folder.iterdir()) == []
+
+
+def test_memory_writes_are_saved_while_read_only_when_the_inboxes_are_on_another_disk(
+    tmp_path: Path, vault: Path, monkeypatch: Any
+) -> None:
+    """Memory writes were refused while the index was read-only, also when the agents' inboxes are
+    on another disk with room: the write promises the note is kept in its inbox, and the index part
+    can wait. It is saved now (``searchable: false``, with why), an edit and a delete too, and the
+    catch-up sweep after the switch indexes what is there; indexing itself stays refused."""
+    monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)
+    with _started(tmp_path, vault, agents_disk=True) as start:
+        saved = start.ask("write", {"slug": "plan", "content": "# Plan\n\nRotate the harbour lights.\n"})
+        assert saved["searchable"] is False and "not searchable yet" in saved["warning"]
+        start.ask("write", {"slug": "gone", "content": "# Gone\n\nA note to delete.\n"})
+        assert start.ask("delete", {"slug": "gone"})["deleted"] is True
+        edited = start.ask("edit", {"slug": "plan", "content": "# Plan\n\nRotate the harbour lanterns.\n"})
+        assert edited["action"] == "updated"
+        inbox = start.d.cfg.agents_dir / "ops" / "memory"
+        assert "lanterns" in (inbox / "plan.md").read_text() and not (inbox / "gone.md").exists()
+        err = start.refused("index")
+        assert err.code == "storage" and "memory writes are saved in the inboxes" in str(err)
+        index = [p for p in start.ask("health")["problems"]["active"] if p["area"] == "index"]
+        assert "the disk holding the index is full" in index[0]["error"]
+        start.free()
+        assert start.d._switch_to_writable() is True
+        deadline = time.monotonic() + 60
+        while not start.ask("search", {"query": "harbour lanterns"})["hits"]:
+            assert time.monotonic() < deadline, "the catch-up sweep did not index the saved note"
+            time.sleep(0.1)
+
+
+def test_memory_writes_stay_refused_while_read_only_when_the_inboxes_share_the_full_disk(
+    read_only_start: ReadOnlyStart,
+) -> None:
+    """On the index's own full disk a memory write is refused as before, nothing written."""
+    err = read_only_start.refused("write", {"slug": "plan", "content": "# Plan\n\nx\n"})
+    assert err.code == "storage" and "memory writes and rebuilds wait" in str(err)
+    assert not list(read_only_start.d.cfg.agents_dir.rglob("plan.md"))
