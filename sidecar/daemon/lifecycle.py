@@ -317,8 +317,9 @@ class Daemon:
         self._start_thread("space-watch", self._wait_for_space)
         return handlers
 
-    def _read_only_handlers(self) -> Handlers:
-        """The handlers over the index opened read-only, refusing what writes."""
+    def _read_only_handlers(self, failed: str | None = None) -> Handlers:
+        """The handlers over the index opened read-only, refusing what writes; ``failed``: why the
+        last switch to writable failed, when it was not the disk's space."""
         cfg = self.cfg
         # A slot of its own: the daemon's stays fresh for the resume, whose indexer waits for the
         # model's tokenizer (a "failed" slot let its catch-up sweep cut notes by a word estimate).
@@ -332,6 +333,7 @@ class Daemon:
         self._read_only_parts = parts
         parts.indexer.activity.first_sweep_done = True  # the index as it was: nothing is read now
         refusal = self._refusal = ReadOnly(cfg.index_dir, parts.stores.manifest.path, cfg.agents_dir)
+        refusal.failed = failed
         parts.problems.report("index", refusal.message(), since=refusal.since)
         log.error("index_read_only %s", refusal.message())
         service = ServiceState(self.started, lambda: 0, lambda *_a: None, list, self.reload)
@@ -365,6 +367,7 @@ class Daemon:
         if ro is None and self._dispatch is not None:  # a failed switch left it unreadable
             self._dispatch.release(self._read_only_again())
         elif ro is not None and refusal is not None:
+            refusal.failed = None  # the disk is full (again): that is the reason now
             ro.problems.report("index", refusal.message(), since=refusal.since)
 
     @contextlib.contextmanager
@@ -418,7 +421,8 @@ class Daemon:
                 # check with every request held for good.
                 name = "index_read_only_still" if isinstance(exc, DiskFullError) else "index_writable_failed"
                 log.warning("%s error=%s; serving read-only", name, exc)
-                dispatch.release(self._read_only_again())
+                failed = None if isinstance(exc, DiskFullError) else str(exc)
+                dispatch.release(self._read_only_again(failed))
                 return False
             dispatch.release(handlers)  # a no-op once the daemon stops: it refuses from then on
             return True
@@ -433,11 +437,11 @@ class Daemon:
             return None
         return _Switching(health)
 
-    def _read_only_again(self) -> Handlers | _Refusing:
+    def _read_only_again(self, failed: str | None = None) -> Handlers | _Refusing:
         """The read-only handlers after a failed switch (the index opened anew: what the failed
         writable open wrote is read), or a refusal of every request until the next try."""
         try:
-            return self._read_only_handlers()
+            return self._read_only_handlers(failed)
         except (StoreError, sqlite3.Error, OSError) as exc:
             log.error("index_read_only_refused error=%s (requests are refused until the next try)", exc)
             return _Refusing(f"the index cannot be read now ({exc}); the daemon tries again")
@@ -824,6 +828,7 @@ class ReadOnly:
     def __init__(self, index_dir: Path, manifest: Path, agents_dir: Path | None = None) -> None:
         self.index_dir = index_dir
         self.agents_dir = agents_dir
+        self.failed: str | None = None  # why the last switch to writable failed, if not for space
         try:
             self.since = manifest.stat().st_mtime  # the index's last write
         except OSError:
@@ -854,9 +859,14 @@ class ReadOnly:
             if self.inboxes_elsewhere()
             else "indexing, memory writes and rebuilds wait until there is space"
         )
+        # A failure of another kind said "the disk holding the index is full: 24.5 MB free".
+        why = (
+            f"the index could not be opened for writing ({self.failed}; tried again every few seconds)"
+            if self.failed
+            else f"the disk holding the index is full: {free / 1e6:.1f} MB free"
+        )
         return (
-            f"the disk holding the index is full: {free / 1e6:.1f} MB free; answers come from the "
-            f"index as it was at {when}; {waits} (the daemon resumes by itself)"
+            f"{why}; answers come from the index as it was at {when}; {waits} (the daemon resumes by itself)"
         )
 
     def wrap(self, handlers: Handlers, problems: Problems) -> None:

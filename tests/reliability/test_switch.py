@@ -172,7 +172,10 @@ def test_a_switch_that_fails_after_its_first_steps_closes_what_it_opened(
     start.free()
     assert start.d._switch_to_writable() is False
     assert start.d.parts is None and start.workers() == []
-    assert start.ask("health")["index"]["files"] > 30 and _found(start)
+    health = start.ask("health")
+    assert health["index"]["files"] > 30 and _found(start)
+    index = [p for p in health["problems"]["active"] if p["area"] == "index"]
+    assert "could not be opened for writing (" in index[0]["error"]  # not "the disk ... is full"
     assert start.d._switch_to_writable() is True
     assert start.handlers() == "Handlers" and _found(start)
 
