@@ -687,6 +687,8 @@ class Daemon:
                     self.cfg.socket_path.unlink()
             if self._lock is not None and idle:
                 self._lock.release()
+            if idle:  # whoever takes it next sees the stop and opens nothing
+                self._switching.release()
             log.info("daemon_stopped")
 
     def _join_workers(self) -> bool:
