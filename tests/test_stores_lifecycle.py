@@ -926,7 +926,7 @@ def test_a_switch_that_fails_in_an_unforeseen_way_serves_read_only_again(make_cf
     dispatch = daemon._dispatch = _Dispatch(ReadOnlyHandlers())
     daemon._close_read_only = lambda: None  # type: ignore[method-assign]
     daemon._start_parts = fails  # type: ignore[method-assign]
-    daemon._read_only_again = ReadOnlyHandlers  # type: ignore[assignment,method-assign]
+    daemon._read_only_again = lambda *_a: ReadOnlyHandlers()  # type: ignore[assignment,method-assign,return-value]
     try:
         assert daemon._switch_to_writable() is False
         assert dispatch.dispatch(None) == {"by": "read-only"}  # type: ignore[arg-type]

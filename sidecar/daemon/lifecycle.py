@@ -410,8 +410,8 @@ class Daemon:
                     "index_switch_deferred reason=a request on the read-only index did not end; tried again"
                 )
                 return False
-            self._close_read_only()
             try:
+                self._close_read_only()  # kept writable stores (``_let_go``) write back at close
                 with self._watchdog_fed():  # finishing an interrupted batch or a re-cut can take minutes
                     handlers = self._start_parts()
             except Exception as exc:  # tried again at the next tick
@@ -803,7 +803,7 @@ class _Switching:
         answer = copy.deepcopy(self.health)
         if isinstance(started := answer.get("started"), (int, float)):
             answer["uptime_seconds"] = round(time.time() - started, 1)
-        problems = answer.setdefault("problems", {})
+        problems, since = answer.setdefault("problems", {}), self.since
         active = [p for p in problems.get("active", []) if p.get("area") != "index"]
         active.append(
             {
@@ -812,7 +812,7 @@ class _Switching:
                     "switching to writable: the disk has room again and the index is being reopened "
                     f"for writing; other requests wait up to {_SWITCH_WAIT:.0f} s meanwhile"
                 ),
-                "since": self.since,
+                "since": since,
                 "last": time.time(),
                 "count": 1,
             }
