@@ -330,17 +330,31 @@ class Daemon:
             slot.set_failed("disabled by configuration (embedder.enabled: false)", state="off")
         kept, self._kept = self._kept, None
         parts = kept if kept is not None else build_read_only(cfg, slot)
-        self._read_only_parts = parts
-        parts.indexer.activity.first_sweep_done = True  # the index as it was: nothing is read now
-        refusal = self._refusal = ReadOnly(cfg.index_dir, parts.stores.manifest.path, cfg.agents_dir)
-        refusal.failed = failed
-        parts.problems.report("index", refusal.message(), since=refusal.since)
-        log.error("index_read_only %s", refusal.message())
-        service = ServiceState(self.started, lambda: 0, lambda *_a: None, list, self.reload)
-        inboxes = Inboxes(cfg, home=parts.supervisor.home, clock=parts.clock)
-        handlers = build_handlers(cfg, parts, slot, service, inboxes)
-        self._retriever = handlers.retriever
-        refusal.wrap(handlers, parts.problems)
+        try:
+            self._read_only_parts = parts
+            parts.indexer.activity.first_sweep_done = True  # the index as it was: nothing is read now
+            refusal = self._refusal = ReadOnly(cfg.index_dir, parts.stores.manifest.path, cfg.agents_dir)
+            refusal.failed = failed
+            # Kept writable stores: a memory write would go through their writable indexer, onto
+            # the full disk (and wait a minute for a tokenizer never loaded): refused instead.
+            refusal.kept = kept is not None
+            parts.problems.report("index", refusal.message(), since=refusal.since)
+            log.error("index_read_only %s", refusal.message())
+            service = ServiceState(self.started, lambda: 0, lambda *_a: None, list, self.reload)
+            inboxes = Inboxes(cfg, home=parts.supervisor.home, clock=parts.clock)
+            handlers = build_handlers(cfg, parts, slot, service, inboxes)
+            self._retriever = handlers.retriever
+            refusal.wrap(handlers, parts.problems)
+        except BaseException:
+            # A state the next try starts from: kept stores stay kept (the only connection that
+            # reads their write-ahead log), read-only ones are closed.
+            self._read_only_parts = None
+            if kept is not None:
+                self._kept = kept
+            else:
+                with contextlib.suppress(Exception):
+                    parts.stores.close()
+            raise
         return handlers
 
     def _wait_for_space(self) -> None:
@@ -352,15 +366,22 @@ class Daemon:
         wait = min(1.0, cap)
         while not self.stop.wait(wait * random.uniform(0.8, 1.2)):
             wait = min(wait * 2, cap)
-            self._feed_watchdog()
-            if disk_full_at(self.cfg.index_dir):
-                with self._unless_stopped() as going_on:
-                    if going_on:
-                        self._still_full()
-                continue
-            if self._switch_to_writable():
-                log.warning("index_writable_again the disk has room: indexing resumes (catch-up sweep)")
-                return
+            try:
+                if self._space_check():
+                    log.warning("index_writable_again the disk has room: indexing resumes (catch-up sweep)")
+                    return
+            except Exception:  # an unforeseen failure ended this thread: read-only (or refusing) for good
+                log.exception("space_check_failed (tried again at the next check)")
+
+    def _space_check(self) -> bool:
+        """One check of the disk: whether the daemon is writable now."""
+        self._feed_watchdog()
+        if disk_full_at(self.cfg.index_dir):
+            with self._unless_stopped() as going_on:
+                if going_on:
+                    self._still_full()
+            return False
+        return self._switch_to_writable()
 
     def _still_full(self) -> None:
         ro, refusal = self._read_only_parts, self._refusal
@@ -422,7 +443,11 @@ class Daemon:
                 name = "index_read_only_still" if isinstance(exc, DiskFullError) else "index_writable_failed"
                 log.warning("%s error=%s; serving read-only", name, exc)
                 failed = None if isinstance(exc, DiskFullError) else str(exc)
-                dispatch.release(self._read_only_again(failed))
+                again: Dispatcher = _Refusing("the index cannot be read now; the daemon tries again")
+                try:
+                    again = self._read_only_again(failed)
+                finally:  # never left held: every request waited and was refused, for good
+                    dispatch.release(again)
                 return False
             dispatch.release(handlers)  # a no-op once the daemon stops: it refuses from then on
             return True
@@ -442,17 +467,33 @@ class Daemon:
         writable open wrote is read), or a refusal of every request until the next try."""
         try:
             return self._read_only_handlers(failed)
-        except (StoreError, sqlite3.Error, OSError) as exc:
+        except Exception as exc:  # any kind: one outside these ended the space check (retried)
+            if not isinstance(exc, (StoreError, sqlite3.Error, OSError)):
+                log.exception("index_read_only_failed")
             log.error("index_read_only_refused error=%s (requests are refused until the next try)", exc)
             return _Refusing(f"the index cannot be read now ({exc}); the daemon tries again")
 
     def _close_read_only(self) -> None:
+        """Close the read-only stores before the writable open; kept writable ones (``_let_go``)
+        only once their write-ahead log is written back into the file (DiskFullError, and they
+        stay kept, if not: closed without it, the read-only open refused that log and every
+        request was refused until more space than the log's size was freed)."""
         parts, self._read_only_parts = self._read_only_parts, None
-        if parts is not None:
-            parts.stores.close()
-            # The read-only handlers form a cycle (``ReadOnly.wrap``): collected now, their Tantivy
-            # readers unmap the segments (the space of those a merge deletes returns at once).
-            gc.collect()
+        if parts is None:
+            parts, self._kept = self._kept, None  # a failed reopen left them kept
+        if parts is None:
+            return
+        manifest = parts.stores.manifest
+        if not manifest.read_only and not manifest.written_back():
+            self._kept = parts
+            raise DiskFullError(
+                f"the write-ahead log of {manifest.path} cannot be written back into the file yet "
+                "(not enough space)"
+            )
+        parts.stores.close()
+        # The read-only handlers form a cycle (``ReadOnly.wrap``): collected now, their Tantivy
+        # readers unmap the segments (the space of those a merge deletes returns at once).
+        gc.collect()
 
     @contextlib.contextmanager
     def _watchdog_fed(self) -> Iterator[None]:
@@ -831,6 +872,9 @@ class ReadOnly:
         self.index_dir = index_dir
         self.agents_dir = agents_dir
         self.failed: str | None = None  # why the last switch to writable failed, if not for space
+        # Serving through kept writable stores (``Daemon._let_go``): memory writes are refused
+        # wherever the inboxes are, their index update would write onto the full disk.
+        self.kept = False
         try:
             self.since = manifest.stat().st_mtime  # the index's last write
         except OSError:
@@ -842,7 +886,7 @@ class ReadOnly:
         inbox, which is what it promises, and indexed by the catch-up sweep once the index can be
         written (the write's answer says `searchable: false`); on the index's own full disk it is
         refused, nothing written."""
-        if self.agents_dir is None:
+        if self.agents_dir is None or self.kept:
             return False
         try:
             return os.stat(self.agents_dir).st_dev != os.stat(self.index_dir).st_dev

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import tempfile
 import threading
 import time
@@ -26,6 +27,7 @@ from sidecar.daemon import lifecycle
 from sidecar.daemon.lifecycle import Daemon, index_once
 from sidecar.daemon.process import IndexLock
 from sidecar.index.indexer import Indexer
+from sidecar.stores.space import disk_full_at
 from tests.reliability.disks import fill, tmpfs
 
 
@@ -101,6 +103,105 @@ def read_only_start(tmp_path: Path, vault: Path, monkeypatch: Any) -> Iterator[R
 
 def _found(start: ReadOnlyStart) -> bool:
     return bool(start.ask("search", {"query": "lighthouse keeper number 7"})["hits"])
+
+
+def _kept(start: ReadOnlyStart, monkeypatch: Any) -> Path:
+    """A switch whose writable open committed (an interrupted batch redone) and then met a full
+    disk again: its writable stores are kept, with those commits in the manifest's write-ahead log
+    (returned). ``finish_interrupted`` is the real one again after it."""
+    real = Indexer.finish_interrupted
+
+    def redone_then_full(self: Indexer) -> None:
+        self.stores.manifest.set_meta("batch", "x" * 3_000_000)  # the batch's commits (in the WAL)
+        fill(start.disk)
+        raise DiskFullError("the disk filled again during the resume")
+
+    monkeypatch.setattr(Indexer, "finish_interrupted", redone_then_full)
+    start.free()
+    assert start.d._switch_to_writable() is False
+    monkeypatch.setattr(Indexer, "finish_interrupted", real)
+    wal = start.d.cfg.index_dir / "manifest.sqlite-wal"
+    assert wal.stat().st_size > 2_000_000 and start.handlers() == "Handlers"
+    return wal
+
+
+def test_kept_stores_stay_kept_while_the_space_back_is_less_than_their_write_ahead_log(
+    read_only_start: ReadOnlyStart, monkeypatch: Any
+) -> None:
+    """Kept writable stores, and some space back (more than the 1 MB that counts as full, less than
+    their 3 MB write-ahead log): the switch closed them without the log written back, the writable
+    open failed, and the read-only open refused the log: every request, health included, refused
+    at each try. They are closed only once the log is written back; until then the switch fails
+    and they keep answering."""
+    start = read_only_start
+    wal = _kept(start, monkeypatch)
+    start.free()
+    filler = fill(start.disk)
+    os.truncate(filler, filler.stat().st_size - 1_500_000)
+    assert not disk_full_at(start.d.cfg.index_dir)  # not full for the space check: it switches
+    for _ in range(2):
+        assert start.d._switch_to_writable() is False
+        assert start.handlers() == "Handlers" and wal.stat().st_size > 2_000_000
+        assert start.ask("health")["index"]["files"] > 30 and _found(start)
+    start.free()
+    assert start.d._switch_to_writable() is True
+    assert start.handlers() == "Handlers" and _found(start)
+    assert start.ask("get", {"reference": "vault/Garden"})["text"]
+
+
+def test_memory_writes_are_refused_at_once_through_kept_stores(
+    tmp_path: Path, vault: Path, monkeypatch: Any
+) -> None:
+    """With kept writable stores and the inboxes on another disk, a memory write went through
+    their writable indexer: it waited a minute for a tokenizer never loaded (the clients' own
+    timeout), then wrote into the index on the full disk. It is refused (``storage``), nothing
+    written, and saved again once the switch succeeds."""
+    import sidecar.index.indexer as indexer_module
+
+    monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)
+    monkeypatch.setattr(indexer_module, "TOKENIZER_WAIT_S", 0.5)  # the old wait, cut short here
+    with _started(tmp_path, vault, agents_disk=True) as start:
+        _kept(start, monkeypatch)
+        err = start.refused("write", {"slug": "plan", "content": "# Plan\n\nRotate the harbour lights.\n"})
+        assert err.code == "storage" and "memory writes and rebuilds wait" in str(err)
+        assert not list(start.d.cfg.agents_dir.rglob("plan.md"))
+        index = [p for p in start.ask("health")["problems"]["active"] if p["area"] == "index"]
+        assert "memory writes are saved" not in index[0]["error"]
+        start.free()
+        assert start.d._switch_to_writable() is True
+        start.ask("write", {"slug": "plan", "content": "# Plan\n\nRotate the harbour lights.\n"})
+
+
+def test_an_unforeseen_failure_of_the_read_only_reopen_leaves_nothing_held(
+    read_only_start: ReadOnlyStart, monkeypatch: Any
+) -> None:
+    """A failure of a kind outside the storage errors while the index was reopened read-only after a
+    failed switch ended the space check with every request held, and health saying a switch was
+    under way, for good. Requests are refused (``storage``) until the next try, which succeeds."""
+    start = read_only_start
+    real_finish, real_build = Indexer.finish_interrupted, lifecycle.build_read_only
+
+    def full(self: Indexer) -> None:
+        raise DiskFullError("the disk filled again during the resume")
+
+    def broken(*a: Any, **kw: Any) -> Any:
+        raise ValueError("simulated unforeseen failure")
+
+    monkeypatch.setattr(Indexer, "finish_interrupted", full)
+    monkeypatch.setattr(lifecycle, "build_read_only", broken)
+    start.free()
+    assert start.d._switch_to_writable() is False
+    assert start.handlers() == "_Refusing"
+    err = start.refused("health")
+    assert err.code == "storage" and "cannot be read now" in str(err)
+    monkeypatch.setattr(lifecycle, "build_read_only", real_build)
+    fill(start.disk)
+    assert start.d._space_check() is False  # still full: read-only again
+    assert start.handlers() == "Handlers" and _found(start)
+    monkeypatch.setattr(Indexer, "finish_interrupted", real_finish)
+    start.free()
+    assert start.d._space_check() is True
+    assert start.handlers() == "Handlers" and _found(start)
 
 
 def test_a_switch_that_fails_with_the_disk_full_again_keeps_answering(
