@@ -285,8 +285,9 @@ class Daemon:
     def _let_go(self, parts: Parts) -> Parts | None:
         """Close the writable stores of a failed start; or keep them open (returned) when what
         they committed cannot be written back into the manifest's file (its disk filled again):
-        the read-only open refuses a write-ahead log holding commits, which only a writer reads,
-        and every request, health included, was refused until space was freed. The read-only
+        the read-only open refused a write-ahead log holding commits (it reads one now only
+        through the -shm a writer leaves), and every request, health included, was refused until
+        space was freed. The read-only
         handlers then read through this writer (the index lock keeps every other one away)."""
         try:
             if parts.stores.manifest.written_back():

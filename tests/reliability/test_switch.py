@@ -11,6 +11,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -61,9 +64,12 @@ class ReadOnlyStart:
 
 
 @contextlib.contextmanager
-def _started(tmp_path: Path, vault: Path, *, agents_disk: bool = False) -> Iterator[ReadOnlyStart]:
+def _started(
+    tmp_path: Path, vault: Path, *, agents_disk: bool = False, killed_writer: bool = False
+) -> Iterator[ReadOnlyStart]:
     """The daemon started read-only on a full 24 MB tmpfs (its agents folder on a tmpfs of its
-    own with room, if ``agents_disk``)."""
+    own with room, if ``agents_disk``; after a writer killed with 3 MB of commits in the manifest's
+    write-ahead log, if ``killed_writer``)."""
     with contextlib.ExitStack() as stack:
         disk = stack.enter_context(tmpfs(tmp_path / "disk", "24m"))
         run = stack.enter_context(tempfile.TemporaryDirectory(dir="/tmp"))
@@ -81,6 +87,8 @@ def _started(tmp_path: Path, vault: Path, *, agents_disk: bool = False) -> Itera
         cfg = load_config(flags=flags, env={})
         (disk / "home" / "agents").mkdir(parents=True, exist_ok=True)
         index_once(cfg, rebuild=False)
+        if killed_writer:
+            _kill_a_writer(cfg.index_dir / "manifest.sqlite")
         fill(disk)
         d = Daemon(cfg)
         lock = d._lock = IndexLock(cfg.index_dir)
@@ -92,6 +100,20 @@ def _started(tmp_path: Path, vault: Path, *, agents_disk: bool = False) -> Itera
         finally:
             d.shutdown()
             d.notifier.close()
+
+
+def _kill_a_writer(manifest: Path) -> None:
+    """A writer killed (SIGKILL) with 3 MB committed to the manifest's write-ahead log."""
+    code = (
+        "import os, signal, sqlite3, sys\n"
+        "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "db.execute('PRAGMA wal_autocheckpoint=0')\n"
+        "db.execute(\"INSERT OR REPLACE INTO meta(name, value) VALUES ('batch', ?)\", ('x' * 3000000,))\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(manifest)], check=False, timeout=60)
+    assert done.returncode == -signal.SIGKILL
+    assert manifest.with_name("manifest.sqlite-wal").stat().st_size > 2_000_000
 
 
 @pytest.fixture
@@ -202,6 +224,23 @@ def test_an_unforeseen_failure_of_the_read_only_reopen_leaves_nothing_held(
     start.free()
     assert start.d._space_check() is True
     assert start.handlers() == "Handlers" and _found(start)
+
+
+def test_a_start_on_a_full_disk_after_a_kill_reads_the_write_ahead_log(
+    tmp_path: Path, vault: Path, monkeypatch: Any
+) -> None:
+    """A daemon killed with commits in the manifest's write-ahead log (kept writable stores, a kill
+    -9) and started again on the full disk exited 5: the read-only open refused the log. It now
+    reads the log through its -shm (nothing made, nothing written back) and serves read-only; the
+    switch then opens for writing as usual."""
+    monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)
+    with _started(tmp_path, vault, killed_writer=True) as start:
+        parts = start.d._read_only_parts
+        assert parts is not None and parts.stores.manifest.get_meta("batch") == "x" * 3_000_000
+        assert start.handlers() == "Handlers" and _found(start)
+        start.free()
+        assert start.d._switch_to_writable() is True
+        assert start.handlers() == "Handlers" and _found(start)
 
 
 def test_a_switch_that_fails_with_the_disk_full_again_keeps_answering(
