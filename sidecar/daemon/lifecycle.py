@@ -66,7 +66,7 @@ from sidecar.memory.inbox import Inboxes
 from sidecar.model.embedder import EmbedderSlot, model_name
 from sidecar.runtime.notify import Notifier
 from sidecar.search.retrieval import Retriever
-from sidecar.stores.space import disk_full_at
+from sidecar.stores.space import LOW_BYTES, disk_full_at
 from sidecar.stores.vectors import warm as warm_vector_library
 from sidecar.vault.homeguard import HomeGuard, held
 from sidecar.vault.timeout import folder_state
@@ -882,7 +882,7 @@ class ReadOnly:
             self.since = time.time()
 
     def inboxes_elsewhere(self) -> bool:
-        """Whether the agents' inboxes are on another file system than the index (asked at each
+        """Whether the agents' inboxes are on another file system than the index, with room (asked at each
         write: a share can be mounted or unmounted meanwhile). Then a memory write is saved in its
         inbox, which is what it promises, and indexed by the catch-up sweep once the index can be
         written (the write's answer says `searchable: false`); on the index's own full disk it is
@@ -890,7 +890,12 @@ class ReadOnly:
         if self.agents_dir is None or self.kept:
             return False
         try:
-            return os.stat(self.agents_dir).st_dev != os.stat(self.index_dir).st_dev
+            if os.stat(self.agents_dir).st_dev == os.stat(self.index_dir).st_dev:
+                return False
+            # Another device number is not always another disk with room (a btrfs subvolume of
+            # the same full disk, an agents disk full too): the message said writes were saved
+            # beside the write's own "not written".
+            return shutil.disk_usage(self.agents_dir).free >= LOW_BYTES
         except OSError:  # the agents folder gone: refused with the read-only message
             return False
 
@@ -924,7 +929,9 @@ class ReadOnly:
             if req.op not in self.WRITES:
                 return real(req)
             if req.op not in self.MEMORY or not self.inboxes_elsewhere():
-                raise StorageError(self.message())
+                message = self.message()
+                problems.report("index", message, since=self.since)  # health says what this answer says
+                raise StorageError(message)
             try:
                 return real(req)
             finally:

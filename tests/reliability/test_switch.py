@@ -445,6 +445,24 @@ def test_memory_writes_are_saved_while_read_only_when_the_inboxes_are_on_another
             time.sleep(0.1)
 
 
+def test_memory_writes_are_refused_while_read_only_when_the_inboxes_disk_is_full_too(
+    tmp_path: Path, vault: Path, monkeypatch: Any
+) -> None:
+    """The inboxes on another disk that is full too (or a btrfs subvolume of the index's own full
+    disk: another device number, the same space): the index's problem said memory writes were
+    saved in the inboxes while each write answered "not written". They are refused with the
+    read-only message, which says they wait."""
+    monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)
+    with _started(tmp_path, vault, agents_disk=True) as start:
+        agents = start.d.cfg.agents_dir
+        fill(agents)
+        err = start.refused("write", {"slug": "plan", "content": "# Plan\n\nx\n"})
+        assert err.code == "storage" and "memory writes and rebuilds wait" in str(err)
+        index = [p for p in start.ask("health")["problems"]["active"] if p["area"] == "index"]
+        assert "memory writes are saved" not in index[0]["error"]
+        assert not list(agents.rglob("plan.md"))
+
+
 def test_memory_writes_stay_refused_while_read_only_when_the_inboxes_share_the_full_disk(
     read_only_start: ReadOnlyStart,
 ) -> None:
