@@ -205,8 +205,11 @@ class Daemon:
         except BaseException:
             self.parts = None
             self._stop_work(parts, work, self._threads[first:])
-            del self._threads[first:]
-            self._kept = self._let_go(parts)
+            # One still running stays listed (the stop waits for it and reports it), and its stores
+            # are not kept for the read-only handlers: it went on writing through them.
+            stragglers = [t for t in self._threads[first:] if t.is_alive()]
+            self._threads[first:] = stragglers
+            self._kept = self._let_go(parts, keep=not stragglers)
             raise
 
     def _start_work(self, parts: Parts, work: threading.Event) -> Handlers:
@@ -282,15 +285,16 @@ class Daemon:
         self.loop = self.watcher = None
         self._inboxes = None
 
-    def _let_go(self, parts: Parts) -> Parts | None:
+    def _let_go(self, parts: Parts, *, keep: bool = True) -> Parts | None:
         """Close the writable stores of a failed start; or keep them open (returned) when what
         they committed cannot be written back into the manifest's file (its disk filled again):
         the read-only open refused a write-ahead log holding commits (it reads one now only
         through the -shm a writer leaves), and every request, health included, was refused until
-        space was freed. The read-only
-        handlers then read through this writer (the index lock keeps every other one away)."""
+        space was freed. The read-only handlers then read through this writer (the index lock
+        keeps every other one away). Not kept (``keep`` False) while a thread of the failed start
+        still runs on them: closed, the read-only open reads their log through the -shm left."""
         try:
-            if parts.stores.manifest.written_back():
+            if not keep or parts.stores.manifest.written_back():
                 parts.stores.close()
                 return None
         except (StoreError, sqlite3.Error, OSError) as exc:

@@ -243,6 +243,47 @@ def test_a_start_on_a_full_disk_after_a_kill_reads_the_write_ahead_log(
         assert start.handlers() == "Handlers" and _found(start)
 
 
+def test_stores_are_not_kept_while_a_thread_of_the_failed_switch_still_runs(
+    read_only_start: ReadOnlyStart, monkeypatch: Any
+) -> None:
+    """A thread of a failed switch that did not stop within the cleanup's bound went on writing
+    through the writable stores kept for the read-only handlers (onto the full disk), and was
+    dropped from the daemon's threads (the stop neither waited for it nor reported it). Those stores
+    are closed now (the read-only open reads their write-ahead log) and the thread stays listed."""
+    from sidecar.daemon.indexing import IndexLoop
+
+    start = read_only_start
+    hang = threading.Event()
+    real_run, real_build = IndexLoop.run, lifecycle.build_scheduler
+
+    def deaf(self: IndexLoop) -> None:  # ignores the stop until the test lets it go
+        hang.wait(60)
+
+    def full(*a: Any, **kw: Any) -> Any:
+        start.d.parts.stores.manifest.set_meta("batch", "x" * 3_000_000)  # type: ignore[union-attr]
+        fill(start.disk)
+        raise DiskFullError("the disk filled again during the resume")
+
+    monkeypatch.setattr(IndexLoop, "run", deaf)
+    monkeypatch.setattr(lifecycle, "build_scheduler", full)
+    monkeypatch.setattr(lifecycle, "_JOIN_TIMEOUT", 0.2)
+    start.free()
+    try:
+        assert start.d._switch_to_writable() is False
+        parts = start.d._read_only_parts
+        assert parts is not None and parts.stores.manifest.read_only  # not the kept writer
+        assert parts.stores.manifest.get_meta("batch") == "x" * 3_000_000
+        assert [t.name for t in start.d._threads if t.is_alive() and t.name == "indexer"] == ["indexer"]
+        assert start.handlers() == "Handlers" and _found(start)
+    finally:
+        hang.set()
+    monkeypatch.setattr(IndexLoop, "run", real_run)
+    monkeypatch.setattr(lifecycle, "build_scheduler", real_build)
+    start.free()
+    assert start.d._switch_to_writable() is True
+    assert start.handlers() == "Handlers" and _found(start)
+
+
 def test_a_switch_that_fails_with_the_disk_full_again_keeps_answering(
     read_only_start: ReadOnlyStart, monkeypatch: Any
 ) -> None:
