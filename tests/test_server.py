@@ -253,6 +253,32 @@ def test_a_request_that_hangs_is_answered_timeout_and_the_server_goes_on(
         release.set()
 
 
+def test_health_answers_while_searches_hold_every_read_worker(serve_in_process: Any) -> None:
+    """health ran on the read lane: with its workers held by searches (held up to 15 s each while
+    a read-only daemon switches to writable), `sidecar status` and the MCP memory_status gave up
+    after 10 s. It has a lane of its own."""
+    server: InProcessServer = serve_in_process(**{"server.workers": 1})
+    entered, release = threading.Event(), threading.Event()
+    real = server.server.dispatch
+
+    def dispatch(req: Any) -> dict[str, Any]:
+        if req.op == "search":
+            entered.set()
+            release.wait(60)  # past the 30 s the health exchange waits
+        return real(req)
+
+    server.server.dispatch = dispatch
+    held = _connect(server.socket)
+    try:
+        held.sendall(b'{"id": 1, "op": "search", "params": {"query": "restic"}}\n')
+        assert entered.wait(10)
+        answer = exchange(server.socket, b'{"id": 2, "op": "health"}\n')
+        assert answer[0]["id"] == 2 and "result" in answer[0]
+    finally:
+        release.set()
+        held.close()
+
+
 def test_index_op_sweeps_new_notes(in_process: InProcessServer, vault: Path) -> None:
     """The in-process server's index op sweeps at once: a note written before it is found after."""
     write(vault / "Kayak.md", "# Kayak\n\nThe kayak paddle is in the shed.\n")

@@ -280,8 +280,8 @@ def test_a_read_only_manifest_writes_nothing_and_refuses_what_it_cannot_read_who
     make_cfg: Any, vault: Path
 ) -> None:
     """Opened read-only (its disk full) the manifest makes no -wal, -shm or any other file and
-    answers reads; a write-ahead log holding commits (a stop that was not clean) is refused, as
-    only a writer reads it safely (the daemon then exits 5 as before), and so is an older schema."""
+    answers reads; a write-ahead log holding commits (a stop that was not clean) is read through
+    its -shm, and refused without one (making it writes); an older schema is refused."""
     import sqlite3
 
     from sidecar.contracts.errors import StoreError
@@ -304,11 +304,25 @@ def test_a_read_only_manifest_writes_nothing_and_refuses_what_it_cannot_read_who
     try:
         writer.execute("PRAGMA wal_autocheckpoint=0")
         writer.execute("CREATE TABLE later(x)")
+        writer.execute("INSERT INTO meta(name, value) VALUES ('later', 'in the log')")
         writer.commit()
-        with pytest.raises(
-            StoreError, match=r"write-ahead log .*a stop on a full disk could not write them back, or"
-        ):
-            Manifest(path, read_only=True)
+        # Commits in the write-ahead log (a kill on the full disk): read through its -shm, nothing
+        # made (they were refused, and with them every request of a daemon restarted then).
+        pending = snapshot(cfg.index_dir)
+        m = Manifest(path, read_only=True)
+        try:
+            assert m.get_meta("later") == "in the log" and m.chunk_count() == expected
+        finally:
+            m.close()
+        assert sorted(snapshot(cfg.index_dir)) == sorted(pending)
+        assert (cfg.index_dir / "manifest.sqlite-wal").stat().st_size > 0  # not checkpointed
+        copy = cfg.index_dir.parent / "copy"
+        copy.mkdir()
+        for name in ("manifest.sqlite", "manifest.sqlite-wal"):
+            (copy / name).write_bytes((cfg.index_dir / name).read_bytes())
+        with pytest.raises(StoreError, match=r"write-ahead log .*no manifest.sqlite-shm to read them with"):
+            Manifest(copy / "manifest.sqlite", read_only=True)
+        assert sorted(p.name for p in copy.iterdir()) == ["manifest.sqlite", "manifest.sqlite-wal"]
     finally:
         writer.close()
     writer = sqlite3.connect(path)
@@ -926,7 +940,7 @@ def test_a_switch_that_fails_in_an_unforeseen_way_serves_read_only_again(make_cf
     dispatch = daemon._dispatch = _Dispatch(ReadOnlyHandlers())
     daemon._close_read_only = lambda: None  # type: ignore[method-assign]
     daemon._start_parts = fails  # type: ignore[method-assign]
-    daemon._read_only_again = ReadOnlyHandlers  # type: ignore[assignment,method-assign]
+    daemon._read_only_again = lambda *_a: ReadOnlyHandlers()  # type: ignore[assignment,method-assign,return-value]
     try:
         assert daemon._switch_to_writable() is False
         assert dispatch.dispatch(None) == {"by": "read-only"}  # type: ignore[arg-type]

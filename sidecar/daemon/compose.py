@@ -64,15 +64,21 @@ def build(
     problems = Problems()
     manifest, bm25 = open_stores(cfg, problems, replace_newer=replace_newer)
     stores = Stores(manifest, bm25, problems=problems)
-    vectors = Vectoring(
-        stores, cfg.index.keep_deleted_vectors_hours * 3600, cfg.index.keep_deleted_vectors_max
-    )
-    clock.floor(manifest.get_meta(CLOCK_META))  # the clock file lost: the index's copy of it
-    with contextlib.suppress(sqlite3.Error):  # kept fresh: an old copy would lag by many reboots
-        manifest.set_meta(CLOCK_META, clock.record())
-    supervisor = Supervisor(cfg, meta=manifest, beat=beat, hold_clock=clock.now, hold_record=clock.record)
-    indexer = Indexer(cfg, stores, slot, vectors=vectors, supervisor=supervisor, problems=problems)
-    repair = Repair(cfg, stores, vectors, slot, problems)
+    try:
+        vectors = Vectoring(
+            stores, cfg.index.keep_deleted_vectors_hours * 3600, cfg.index.keep_deleted_vectors_max
+        )
+        clock.floor(manifest.get_meta(CLOCK_META))  # the clock file lost: the index's copy of it
+        with contextlib.suppress(sqlite3.Error):  # kept fresh: an old copy would lag by many reboots
+            manifest.set_meta(CLOCK_META, clock.record())
+        supervisor = Supervisor(cfg, meta=manifest, beat=beat, hold_clock=clock.now, hold_record=clock.record)
+        indexer = Indexer(cfg, stores, slot, vectors=vectors, supervisor=supervisor, problems=problems)
+        repair = Repair(cfg, stores, vectors, slot, problems)
+    except BaseException:
+        # Not left open: the daemon's switch to writable is tried again in the same process, and
+        # an open keyword writer's lock made that "in use by another process".
+        stores.close()
+        raise
     return Parts(problems, stores, vectors, supervisor, indexer, repair, clock)
 
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import functools
 import gc
 import logging
+import os
 import random
 import shutil
 import signal
@@ -64,7 +66,7 @@ from sidecar.memory.inbox import Inboxes
 from sidecar.model.embedder import EmbedderSlot, model_name
 from sidecar.runtime.notify import Notifier
 from sidecar.search.retrieval import Retriever
-from sidecar.stores.space import disk_full_at
+from sidecar.stores.space import LOW_BYTES, disk_full_at
 from sidecar.stores.vectors import warm as warm_vector_library
 from sidecar.vault.homeguard import HomeGuard, held
 from sidecar.vault.timeout import folder_state
@@ -108,7 +110,16 @@ class Daemon:
         self._retriever: Retriever | None = None
         self.parts: Parts | None = None
         self._read_only_parts: Parts | None = None  # serving while the index's disk is full
+        # A failed start's writable stores, kept for the read-only handlers when their commits could
+        # not be written back into the manifest's file (``_let_go``).
+        self._kept: Parts | None = None
         self._refusal: ReadOnly | None = None
+        # Held by a switch to writable (and a read-only reopen): the stop waits for it before it
+        # closes the stores and releases the index lock.
+        self._switching = threading.Lock()
+        # The threads of the writable parts stop on it (and on a stop): a switch that fails after
+        # starting them stops them without stopping the daemon.
+        self._work_stop = threading.Event()
         self._dispatch: _Dispatch | None = None
         self._inboxes: Inboxes | None = None
         self.loop: IndexLoop | None = None
@@ -183,23 +194,38 @@ class Daemon:
 
     def _start_parts(self) -> Handlers:
         """Build the parts over the stores opened for writing, start the threads and the
-        scheduler, ask for the first sweep; the handlers over them."""
+        scheduler, ask for the first sweep; the handlers over them. On any failure what was
+        started is stopped again, and the stores are closed (a switch to writable is tried again
+        in this process), or kept for the read-only handlers (``_let_go``)."""
+        parts = self.parts = build(self.cfg, self.slot, beat=self.watchdog.indexer_alive)
+        work = self._work_stop = threading.Event()
+        first = len(self._threads)
+        try:
+            return self._start_work(parts, work)
+        except BaseException:
+            self.parts = None
+            self._stop_work(parts, work, self._threads[first:])
+            # One still running stays listed (the stop waits for it and reports it), and its stores
+            # are not kept for the read-only handlers: it went on writing through them.
+            stragglers = [t for t in self._threads[first:] if t.is_alive()]
+            self._threads[first:] = stragglers
+            self._kept = self._let_go(parts, keep=not stragglers)
+            raise
+
+    def _start_work(self, parts: Parts, work: threading.Event) -> Handlers:
         cfg = self.cfg
         beat = self.watchdog.indexer_alive
-        parts = self.parts = build(cfg, self.slot, beat=beat)
         indexer, problems, vectors = parts.indexer, parts.problems, parts.vectors
-        try:
-            indexer.finish_interrupted()
-            indexer.reparse_if_chunking_changed()
-            indexer.reread_canvases_if_read_differently()
-        except BaseException:
-            # Closed for the next try (space watch): left open, its keyword writer's lock made
-            # every later open fail as "in use by another process".
-            self.parts = None
-            parts.stores.close()
-            raise
-        loop = self.loop = IndexLoop(cfg, indexer, self.slot, problems, stop=self.stop, beat=beat)
-        watcher = self.watcher = build_watcher(cfg, loop.changed, self.stop)
+        for step in (
+            indexer.finish_interrupted,
+            indexer.reparse_if_chunking_changed,
+            indexer.reread_canvases_if_read_differently,
+        ):
+            self._unless_stopping()  # a switch to writable can take minutes: a stop ends it early
+            step()
+        self._unless_stopping()
+        loop = self.loop = IndexLoop(cfg, indexer, self.slot, problems, stop=work, beat=beat)
+        watcher = self.watcher = build_watcher(cfg, loop.changed, work)
         loop.on_lost, loop.watched = watcher.events_lost, lambda: [str(p) for p in watcher.watching]
         handlers = self._handlers(parts, loop, watcher)
         backfill = Backfill(
@@ -209,7 +235,7 @@ class Daemon:
             parts.repair,
             problems=problems,
             activity=indexer.activity,
-            stop=self.stop,
+            stop=work,
         )
         self._start_thread("embedder-load", self._load_embedder)
         self._start_thread("indexer", loop.run)
@@ -239,6 +265,47 @@ class Daemon:
         loop.request_sweep()
         return handlers
 
+    def _unless_stopping(self) -> None:
+        if self.stop.is_set():
+            raise StorageError("the daemon is stopping")
+
+    def _stop_work(self, parts: Parts, work: threading.Event, threads: list[threading.Thread]) -> None:
+        """Stop what a failed start of the parts started: its scheduler, and its threads (told to
+        stop, waited for with a bound). Left running, a writable indexer wrote beside the
+        read-only handlers, and its stores stayed open beside theirs."""
+        work.set()
+        scheduler, self._scheduler = self._scheduler, None
+        if scheduler is not None:
+            scheduler.shutdown()
+        parts.vectors.stop_builds()
+        for t in threads:
+            t.join(_JOIN_TIMEOUT)
+            if t.is_alive():
+                log.warning("switch_cleanup_timeout thread=%s (its stores are closed under it)", t.name)
+        self.loop = self.watcher = None
+        self._inboxes = None
+
+    def _let_go(self, parts: Parts, *, keep: bool = True) -> Parts | None:
+        """Close the writable stores of a failed start; or keep them open (returned) when what
+        they committed cannot be written back into the manifest's file (its disk filled again):
+        the read-only open refused a write-ahead log holding commits (it reads one now only
+        through the -shm a writer leaves), and every request, health included, was refused until
+        space was freed. The read-only handlers then read through this writer (the index lock
+        keeps every other one away). Not kept (``keep`` False) while a thread of the failed start
+        still runs on them: closed, the read-only open reads their log through the -shm left."""
+        try:
+            if not keep or parts.stores.manifest.written_back():
+                parts.stores.close()
+                return None
+        except (StoreError, sqlite3.Error, OSError) as exc:
+            log.warning("index_close_failed error=%s", exc)
+            return None
+        log.warning(
+            "index_kept_open reason=the manifest's write-ahead log could not be written into the file "
+            "(disk full); read-only answers read through the writable connection"
+        )
+        return parts
+
     def _start_read_only(self, full: DiskFullError) -> Handlers:
         """The stores cannot be opened for writing because the index's disk is full: serve search,
         recall and get from the index as it is, opened for reading only, and refuse what writes
@@ -255,8 +322,9 @@ class Daemon:
         self._start_thread("space-watch", self._wait_for_space)
         return handlers
 
-    def _read_only_handlers(self) -> Handlers:
-        """The handlers over the index opened read-only, refusing what writes."""
+    def _read_only_handlers(self, failed: str | None = None) -> Handlers:
+        """The handlers over the index opened read-only, refusing what writes; ``failed``: why the
+        last switch to writable failed, when it was not the disk's space."""
         cfg = self.cfg
         # A slot of its own: the daemon's stays fresh for the resume, whose indexer waits for the
         # model's tokenizer (a "failed" slot let its catch-up sweep cut notes by a word estimate).
@@ -265,17 +333,33 @@ class Daemon:
             slot.set_failed("not loaded while the disk holding the index is full (keyword search meanwhile)")
         else:
             slot.set_failed("disabled by configuration (embedder.enabled: false)", state="off")
-        parts = build_read_only(cfg, slot)
-        self._read_only_parts = parts
-        parts.indexer.activity.first_sweep_done = True  # the index as it was: nothing is read now
-        refusal = self._refusal = ReadOnly(cfg.index_dir, parts.stores.manifest.path)
-        parts.problems.report("index", refusal.message(), since=refusal.since)
-        log.error("index_read_only %s", refusal.message())
-        service = ServiceState(self.started, lambda: 0, lambda *_a: None, list, self.reload)
-        inboxes = Inboxes(cfg, home=parts.supervisor.home, clock=parts.clock)
-        handlers = build_handlers(cfg, parts, slot, service, inboxes)
-        self._retriever = handlers.retriever
-        refusal.wrap(handlers, parts.problems)
+        kept, self._kept = self._kept, None
+        parts = kept if kept is not None else build_read_only(cfg, slot)
+        try:
+            self._read_only_parts = parts
+            parts.indexer.activity.first_sweep_done = True  # the index as it was: nothing is read now
+            refusal = self._refusal = ReadOnly(cfg.index_dir, parts.stores.manifest.path, cfg.agents_dir)
+            refusal.failed = failed
+            # Kept writable stores: a memory write would go through their writable indexer, onto
+            # the full disk (and wait a minute for a tokenizer never loaded): refused instead.
+            refusal.kept = kept is not None
+            parts.problems.report("index", refusal.message(), since=refusal.since)
+            log.error("index_read_only %s", refusal.message())
+            service = ServiceState(self.started, lambda: 0, lambda *_a: None, list, self.reload)
+            inboxes = Inboxes(cfg, home=parts.supervisor.home, clock=parts.clock)
+            handlers = build_handlers(cfg, parts, slot, service, inboxes)
+            self._retriever = handlers.retriever
+            refusal.wrap(handlers, parts.problems)
+        except BaseException:
+            # A state the next try starts from: kept stores stay kept (the only connection that
+            # reads their write-ahead log), read-only ones are closed.
+            self._read_only_parts = None
+            if kept is not None:
+                self._kept = kept
+            else:
+                with contextlib.suppress(Exception):
+                    parts.stores.close()
+            raise
         return handlers
 
     def _wait_for_space(self) -> None:
@@ -287,17 +371,43 @@ class Daemon:
         wait = min(1.0, cap)
         while not self.stop.wait(wait * random.uniform(0.8, 1.2)):
             wait = min(wait * 2, cap)
-            self._feed_watchdog()
-            if disk_full_at(self.cfg.index_dir):
-                ro, refusal = self._read_only_parts, self._refusal
-                if ro is None and self._dispatch is not None:  # a failed switch left it unreadable
-                    self._dispatch.release(self._read_only_again())
-                elif ro is not None and refusal is not None:
-                    ro.problems.report("index", refusal.message(), since=refusal.since)
-                continue
-            if self._switch_to_writable():
-                log.warning("index_writable_again the disk has room: indexing resumes (catch-up sweep)")
-                return
+            try:
+                if self._space_check():
+                    log.warning("index_writable_again the disk has room: indexing resumes (catch-up sweep)")
+                    return
+            except Exception:  # an unforeseen failure ended this thread: read-only (or refusing) for good
+                log.exception("space_check_failed (tried again at the next check)")
+
+    def _space_check(self) -> bool:
+        """One check of the disk: whether the daemon is writable now."""
+        self._feed_watchdog()
+        if disk_full_at(self.cfg.index_dir):
+            with self._unless_stopped() as going_on:
+                if going_on:
+                    self._still_full()
+            return False
+        return self._switch_to_writable()
+
+    def _still_full(self) -> None:
+        ro, refusal = self._read_only_parts, self._refusal
+        if ro is None and self._dispatch is not None:  # a failed switch left it unreadable
+            self._dispatch.release(self._read_only_again())
+        elif ro is not None and refusal is not None:
+            refusal.failed = None  # the disk is full (again): that is the reason now
+            ro.problems.report("index", refusal.message(), since=refusal.since)
+
+    @contextlib.contextmanager
+    def _unless_stopped(self) -> Iterator[bool]:
+        """Whether the block may open stores: the daemon does not stop, and a stop waits for the
+        block (``_switching``) before it closes the stores and releases the index lock. A switch
+        that went on after a stop opened stores with the lock released and re-armed the requests."""
+        if not self._switching.acquire(blocking=False):
+            yield False
+            return
+        try:
+            yield not self.stop.is_set()
+        finally:
+            self._switching.release()
 
     def _feed_every(self) -> float:
         """How often the read-only daemon's own threads feed systemd's watchdog (seconds)."""
@@ -314,44 +424,81 @@ class Daemon:
         again) when that fails. An immutable SQLite reader reads garbage once a writer changes the
         file (the writable open may vacuum and checkpoint it), and the read-only keyword readers
         keep the segments a merge deletes: both are closed before the writable open, with the
-        requests held meanwhile (none reads through them then)."""
+        requests held meanwhile (none reads through them then; health answers from a snapshot)."""
         dispatch = self._dispatch
-        assert dispatch is not None
-        if not dispatch.hold():  # the requests on the read-only handlers answered
-            log.warning(
-                "index_switch_deferred reason=a request on the read-only index did not end; tried again"
-            )
+        if dispatch is None:  # the space check began before the server was built: the next tick
             return False
-        self._close_read_only()
-        try:
-            with self._watchdog_fed():  # finishing an interrupted batch or a re-cut can take minutes
-                handlers = self._start_parts()
-        except Exception as exc:  # tried again at the next tick
-            # Any failure: one of another type (no thread could be started) killed the space
-            # check with every request held for good.
-            name = "index_read_only_still" if isinstance(exc, DiskFullError) else "index_writable_failed"
-            log.warning("%s error=%s; serving read-only", name, exc)
-            dispatch.release(self._read_only_again())
-            return False
-        dispatch.release(handlers)
-        return True
+        with self._unless_stopped() as going_on:
+            if not going_on:
+                return False
+            if not dispatch.hold(interim=self._switching_health(dispatch)):
+                log.warning(
+                    "index_switch_deferred reason=a request on the read-only index did not end; tried again"
+                )
+                return False
+            try:
+                self._close_read_only()  # kept writable stores (``_let_go``) write back at close
+                with self._watchdog_fed():  # finishing an interrupted batch or a re-cut can take minutes
+                    handlers = self._start_parts()
+            except Exception as exc:  # tried again at the next tick
+                if self.stop.is_set():
+                    return False  # the stop (waiting for this) closes what is open
+                # Any failure: one of another type (no thread could be started) killed the space
+                # check with every request held for good.
+                name = "index_read_only_still" if isinstance(exc, DiskFullError) else "index_writable_failed"
+                log.warning("%s error=%s; serving read-only", name, exc)
+                failed = None if isinstance(exc, DiskFullError) else str(exc)
+                again: Dispatcher = _Refusing("the index cannot be read now; the daemon tries again")
+                try:
+                    again = self._read_only_again(failed)
+                finally:  # never left held: every request waited and was refused, for good
+                    dispatch.release(again)
+                return False
+            dispatch.release(handlers)  # a no-op once the daemon stops: it refuses from then on
+            return True
 
-    def _read_only_again(self) -> Handlers | _Refusing:
+    def _switching_health(self, dispatch: _Dispatch) -> _Switching | None:
+        """What answers health during the switch: the read-only handlers' last answer with the
+        switch as the index's problem (``sidecar status`` gave up after 10 s of a held health)."""
+        try:
+            health = dispatch.dispatch(Request("health"))
+        except (SidecarError, sqlite3.Error, OSError) as exc:
+            log.debug("switch_health_snapshot_failed error=%s", exc)
+            return None
+        return _Switching(health)
+
+    def _read_only_again(self, failed: str | None = None) -> Handlers | _Refusing:
         """The read-only handlers after a failed switch (the index opened anew: what the failed
         writable open wrote is read), or a refusal of every request until the next try."""
         try:
-            return self._read_only_handlers()
-        except (StoreError, sqlite3.Error, OSError) as exc:
+            return self._read_only_handlers(failed)
+        except Exception as exc:  # any kind: one outside these ended the space check (retried)
+            if not isinstance(exc, (StoreError, sqlite3.Error, OSError)):
+                log.exception("index_read_only_failed")
             log.error("index_read_only_refused error=%s (requests are refused until the next try)", exc)
             return _Refusing(f"the index cannot be read now ({exc}); the daemon tries again")
 
     def _close_read_only(self) -> None:
+        """Close the read-only stores before the writable open; kept writable ones (``_let_go``)
+        only once their write-ahead log is written back into the file (DiskFullError, and they
+        stay kept, if not: closed without it, the read-only open refused that log and every
+        request was refused until more space than the log's size was freed)."""
         parts, self._read_only_parts = self._read_only_parts, None
-        if parts is not None:
-            parts.stores.close()
-            # The read-only handlers form a cycle (``ReadOnly.wrap``): collected now, their Tantivy
-            # readers unmap the segments (the space of those a merge deletes returns at once).
-            gc.collect()
+        if parts is None:
+            parts, self._kept = self._kept, None  # a failed reopen left them kept
+        if parts is None:
+            return
+        manifest = parts.stores.manifest
+        if not manifest.read_only and not manifest.written_back():
+            self._kept = parts
+            raise DiskFullError(
+                f"the write-ahead log of {manifest.path} cannot be written back into the file yet "
+                "(not enough space)"
+            )
+        parts.stores.close()
+        # The read-only handlers form a cycle (``ReadOnly.wrap``): collected now, their Tantivy
+        # readers unmap the segments (the space of those a merge deletes returns at once).
+        gc.collect()
 
     @contextlib.contextmanager
     def _watchdog_fed(self) -> Iterator[None]:
@@ -556,7 +703,21 @@ class Daemon:
     def shutdown(self) -> None:
         """Stop the threads (bounded), flush the stores, remove the socket, release the lock."""
         self.stop.set()
+        if self._dispatch is not None:  # held requests answered now, not after the joins
+            self._dispatch.close(_Refusing("the daemon is stopping"))
+        # A switch to writable opens stores under the index lock: waited for (it stops between its
+        # steps). One still running after the wait keeps the lock until the process exits: released,
+        # another daemon could open the index while this one still wrote it.
+        idle = self._switching.acquire(timeout=_JOIN_TIMEOUT)
         try:
+            if not idle:
+                self.stuck = True
+                log.warning(
+                    "shutdown_timeout thread=space-watch (switching to writable): the index stays "
+                    "locked until this process exits"
+                )
+                return
+            self._work_stop.set()
             if self._scheduler is not None:
                 self._scheduler.shutdown()
             stuck = self.stuck = self._join_workers()
@@ -567,17 +728,18 @@ class Daemon:
                         parts.vectors.mark_clean()
                 parts.stores.close()
                 parts.clock.save()
-            if self._read_only_parts is not None:
-                self._read_only_parts.stores.close()
-            if self._dispatch is not None:
-                self._dispatch.release(_Refusing("the daemon is stopping"))  # nothing waits on
+            for other in (self._read_only_parts, self._kept):
+                if other is not None:
+                    other.stores.close()
         finally:
             if self._listener is not None:
                 self._listener.close()
                 with contextlib.suppress(FileNotFoundError):
                     self.cfg.socket_path.unlink()
-            if self._lock is not None:
+            if self._lock is not None and idle:
                 self._lock.release()
+            if idle:  # whoever takes it next sees the stop and opens nothing
+                self._switching.release()
             log.info("daemon_stopped")
 
     def _join_workers(self) -> bool:
@@ -615,11 +777,21 @@ class _Dispatch:
         self._handlers: Dispatcher | None = handlers
         self._generation = 0
         self._running: Counter[int] = Counter()  # requests in flight, by handlers' generation
+        self._interim: Dispatcher | None = None  # answers health while held
+        self._closed = False  # the daemon stops: no handlers are handed on any more
 
     def dispatch(self, req: Request) -> dict[str, Any]:
         with self._cond:
+            interim = self._interim
+            if self._handlers is None and interim is not None and req.op in _AT_ONCE:
+                return interim.dispatch(req)
+            # Held well below the clients' timeouts (60 s): a memory write held longer was applied
+            # after its client had given up on it, and a retry of an edit applied it twice.
             if not self._cond.wait_for(lambda: self._handlers is not None, _SWITCH_WAIT):
-                raise StorageError("the index is being reopened for writing; try again in a moment")
+                raise StorageError(
+                    "the disk has room again and the index is being reopened for writing; nothing "
+                    "was done: try again in a moment"
+                )
             handlers, generation = self._handlers, self._generation
             self._running[generation] += 1
         assert handlers is not None
@@ -630,18 +802,23 @@ class _Dispatch:
                 self._running[generation] -= 1
                 self._cond.notify_all()
 
-    def hold(self, most: float | None = None) -> bool:
+    def hold(self, most: float | None = None, interim: Dispatcher | None = None) -> bool:
         """Whether the requests on the current handlers were answered within ``most`` seconds (new
-        ones wait meanwhile). If not, the current handlers serve again and nothing is held: a
-        request that never ends (a read of a hung share) held the switch, and every request
-        behind it, for good, with nothing feeding the systemd watchdog."""
+        ones wait meanwhile, but health, answered by ``interim`` if given). If not, the current
+        handlers serve again and nothing is held: a request that never ends (a read of a hung
+        share) held the switch, and every request behind it, for good, with nothing feeding the
+        systemd watchdog."""
         with self._cond:
+            if self._closed:
+                return False
             handlers, self._handlers = self._handlers, None
+            self._interim = interim
             held = self._generation
             if not self._cond.wait_for(
                 lambda: self._running[held] <= 0, _HOLD_WAIT if most is None else most
             ):
-                self._handlers = handlers
+                if not self._closed:
+                    self._handlers, self._interim = handlers, None
                 self._cond.notify_all()
                 return False
             del self._running[held]
@@ -649,22 +826,87 @@ class _Dispatch:
 
     def release(self, handlers: Dispatcher) -> None:
         with self._cond:
-            self._generation += 1
-            self._handlers = handlers
-            self._cond.notify_all()
+            if not self._closed:
+                self._hand_on(handlers)
+
+    def close(self, handlers: Dispatcher) -> None:
+        """Hand on ``handlers`` for good (the daemon stops): a switch that ends later hands on
+        nothing (it re-armed the requests with stores opened after the stop)."""
+        with self._cond:
+            self._closed = True
+            self._hand_on(handlers)
+
+    def _hand_on(self, handlers: Dispatcher) -> None:
+        self._generation += 1
+        self._handlers, self._interim = handlers, None
+        self._cond.notify_all()
+
+
+class _Switching:
+    """health while the index is reopened for writing (requests are held meanwhile): the last
+    answer of the read-only handlers, with the switch as the index's problem."""
+
+    def __init__(self, health: dict[str, Any]) -> None:
+        self.health = health
+        self.since = time.time()
+
+    def dispatch(self, req: Request) -> dict[str, Any]:
+        answer = copy.deepcopy(self.health)
+        if isinstance(started := answer.get("started"), (int, float)):
+            answer["uptime_seconds"] = round(time.time() - started, 1)
+        problems, since = answer.setdefault("problems", {}), self.since
+        active = [p for p in problems.get("active", []) if p.get("area") != "index"]
+        active.append(
+            {
+                "area": "index",
+                "error": (
+                    "switching to writable: the disk has room again and the index is being reopened "
+                    f"for writing; other requests wait up to {_SWITCH_WAIT:.0f} s meanwhile"
+                ),
+                "since": since,
+                "last": time.time(),
+                "count": 1,
+            }
+        )
+        problems["active"] = active
+        return answer
 
 
 class ReadOnly:
     """What a daemon serving an index opened read-only (its disk full) refuses, and says."""
 
     WRITES = frozenset({"index", "write", "edit", "delete"})  # indexing, memory writes, rebuilds
+    MEMORY = frozenset({"write", "edit", "delete"})
 
-    def __init__(self, index_dir: Path, manifest: Path) -> None:
+    def __init__(self, index_dir: Path, manifest: Path, agents_dir: Path | None = None) -> None:
         self.index_dir = index_dir
+        self.agents_dir = agents_dir
+        self.failed: str | None = None  # why the last switch to writable failed, if not for space
+        # Serving through kept writable stores (``Daemon._let_go``): memory writes are refused
+        # wherever the inboxes are, their index update would write onto the full disk.
+        self.kept = False
         try:
             self.since = manifest.stat().st_mtime  # the index's last write
         except OSError:
             self.since = time.time()
+
+    def inboxes_elsewhere(self) -> bool:
+        """Whether the agents' inboxes are on another file system than the index, with room (asked at each
+        write: a share can be mounted or unmounted meanwhile). Then a memory write is saved in its
+        inbox, which is what it promises, and indexed by the catch-up sweep once the index can be
+        written (the write's answer says `searchable: false`); on the index's own full disk it is
+        refused, nothing written."""
+        if self.agents_dir is None or self.kept:
+            return False
+        try:
+            if os.stat(self.agents_dir).st_dev == os.stat(self.index_dir).st_dev:
+                return False
+            # Another device number is not always another disk with room (a btrfs subvolume of
+            # the same full disk, an agents disk full too): the message said writes were saved
+            # beside the write's own "not written".
+            return shutil.disk_usage(self.agents_dir).free >= LOW_BYTES
+        except OSError:  # the agents folder gone: refused with the read-only message
+            return False
 
     def message(self) -> str:
         try:
@@ -672,10 +914,20 @@ class ReadOnly:
         except OSError:
             free = 0
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.since))
+        waits = (
+            "indexing and rebuilds wait until there is space (memory writes are saved in the "
+            "inboxes, on another disk, and found by search then)"
+            if self.inboxes_elsewhere()
+            else "indexing, memory writes and rebuilds wait until there is space"
+        )
+        # A failure of another kind said "the disk holding the index is full: 24.5 MB free".
+        why = (
+            f"the index could not be opened for writing ({self.failed}; tried again every few seconds)"
+            if self.failed
+            else f"the disk holding the index is full: {free / 1e6:.1f} MB free"
+        )
         return (
-            f"the disk holding the index is full: {free / 1e6:.1f} MB free; answers come from the "
-            f"index as it was at {when}; indexing, memory writes and rebuilds wait until there is "
-            "space (the daemon resumes by itself)"
+            f"{why}; answers come from the index as it was at {when}; {waits} (the daemon resumes by itself)"
         )
 
     def wrap(self, handlers: Handlers, problems: Problems) -> None:
@@ -683,14 +935,23 @@ class ReadOnly:
         real = handlers.dispatch
 
         def dispatch(req: Request) -> dict[str, Any]:
-            if req.op in self.WRITES:
-                raise StorageError(self.message())
-            return real(req)
+            if req.op not in self.WRITES:
+                return real(req)
+            if req.op not in self.MEMORY or not self.inboxes_elsewhere():
+                message = self.message()
+                problems.report("index", message, since=self.since)  # health says what this answer says
+                raise StorageError(message)
+            try:
+                return real(req)
+            finally:
+                # Its failed index update reported itself as the index's problem: this is the one.
+                problems.report("index", self.message(), since=self.since)
 
         handlers.dispatch = dispatch  # type: ignore[method-assign]
 
 
-_SWITCH_WAIT = 60.0  # a request held while the stores are reopened for writing, at most
+_SWITCH_WAIT = 15.0  # a request held while the stores are reopened for writing, at most
+_AT_ONCE = frozenset({"health"})  # answered during the switch (status, doctor, memory_status)
 # The requests on the read-only handlers waited for before a switch, at most: below any watchdog
 # interval (the switching thread is the one that feeds it while read-only).
 _HOLD_WAIT = 5.0

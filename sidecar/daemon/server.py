@@ -3,15 +3,15 @@
 The socket lives in a directory of mode 0700, has mode 0600, and every connection's peer UID is
 checked (SO_PEERCRED on Linux, LOCAL_PEERCRED on macOS). Requests run on thread pools so a slow
 search never stalls the loop; writes have their own pool, so searches never wait for a worker a
-write holds, and read requests in flight are counted as foreground (write-side and background
-work yields the cores to them, ``sidecar.runtime.foreground``). Bounded: a frame over the limit
-is answered with an error and the connection closed; at ``server.maxConnections`` the
-longest-idle connection is closed to make room (with a ``busy`` frame), and a new one is refused
-with that frame when none is idle; input beyond ``server.maxBufferedBytes`` (summed over every
-connection's unfinished frame) is refused likewise; a request running longer than
-``server.requestTimeoutSeconds`` is answered ``timeout`` (should every worker be stuck, requests
-go to a fresh pool). Imports protocol and errors (and the foreground count and the peer check)
-only: handlers arrive as a callable.
+write holds, and health has its own, so it answers while searches fill theirs; read requests in
+flight are counted as foreground (write-side and background work yields the cores to them,
+``sidecar.runtime.foreground``). Bounded: a frame over the limit is answered with an error and the
+connection closed; at ``server.maxConnections`` the longest-idle connection is closed to make room
+(with a ``busy`` frame), and a new one is refused with that frame when none is idle; input beyond
+``server.maxBufferedBytes`` (summed over every connection's unfinished frame) is refused likewise; a
+request running longer than ``server.requestTimeoutSeconds`` is answered ``timeout`` (should every
+worker be stuck, requests go to a fresh pool). Imports protocol and errors (and the foreground count
+and the peer check) only: handlers arrive as a callable.
 """
 
 from __future__ import annotations
@@ -72,6 +72,9 @@ _WRITE_TIMEOUT = 30.0
 _READ_CHUNK = 1 << 16
 # Ops that change the inbox or the index: they run on their own pool (see the module doc).
 WRITE_OPS = frozenset({"write", "edit", "delete", "index", "reload"})
+# Answered on a lane of their own: behind held or slow searches in the read lane, `sidecar status`
+# and the MCP memory_status gave up after 10 s while the daemon was answering.
+OWN_LANE_OPS = frozenset({"health"})
 
 
 def ensure_private_dir(path: Path) -> None:
@@ -182,7 +185,11 @@ class Server:
         self.max_connections = max_connections
         self.max_buffered = max_buffered
         self.request_timeout = request_timeout
-        self.lanes = {"read": _Lane("request", workers), "write": _Lane("write", write_workers)}
+        self.lanes = {
+            "read": _Lane("request", workers),
+            "write": _Lane("write", write_workers),
+            "health": _Lane("health", 2),
+        }
         self.foreground = foreground
         self.connections = 0
         self.buffered = 0  # bytes of unfinished frames held, over every connection
@@ -220,6 +227,8 @@ class Server:
         work yields the cores to it (``sidecar.runtime.foreground``)."""
         if req.op in WRITE_OPS:
             return await self._run(self.lanes["write"], req)
+        if req.op in OWN_LANE_OPS:
+            return await self._run(self.lanes["health"], req)
         with self.foreground.serving():
             return await self._run(self.lanes["read"], req)
 

@@ -413,10 +413,10 @@ class Manifest(VectorBook):
     def _open_read_only(self) -> None:
         """Open the file as it is, writing nothing (its disk is full): SQLite's ``immutable`` mode,
         which makes no -wal or -shm file (a plain read-only open of a WAL database makes both, and
-        cannot on a full disk) and takes no lock (the index lock keeps every writer away). Refused
-        (StoreError) where that would not read the index whole: a write-ahead log holding commits
-        not yet in the file (a stop that was not clean: only a writer reads them safely), or an
-        older schema (its upgrade is a write)."""
+        cannot on a full disk) and takes no lock (the index lock keeps every writer away); a
+        write-ahead log holding commits not yet in the file (a stop that was not clean) is read
+        through its existing -shm instead. Refused (StoreError) where that would not read the index
+        whole: such a log without its -shm, or an older schema (its upgrade is a write)."""
         path = self.path
         version = manifest_schema(path)
         if version is None:
@@ -427,13 +427,19 @@ class Manifest(VectorBook):
                 "(an upgrade writes)"
             )
         wal = path.with_name(path.name + "-wal")
-        if wal.exists() and wal.stat().st_size > 0:
+        shm = path.with_name(path.name + "-shm")
+        pending = wal.exists() and wal.stat().st_size > 0
+        if pending and not shm.exists():
             raise StoreError(
                 f"manifest {path} has changes in its write-ahead log {wal.name} not yet written into "
-                "the file, which only a writer can read (a stop on a full disk could not write them "
-                "back, or the daemon was not stopped cleanly)"
+                f"the file, and no {shm.name} to read them with (making one writes; a stop on a full "
+                "disk could not write them back, or the daemon was not stopped cleanly)"
             )
-        uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro&immutable=1"
+        # Commits still in the write-ahead log (a kill or a stop on the full disk): a plain read-only
+        # connection reads them through the existing -shm, makes no file and never checkpoints
+        # (immutable would read the file without them). Refused, every request with it, before.
+        mode = "mode=ro" if pending else "mode=ro&immutable=1"
+        uri = "file:" + urllib.parse.quote(str(path)) + "?" + mode
         try:
             self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA query_only=ON")
@@ -489,6 +495,22 @@ class Manifest(VectorBook):
                 with contextlib.suppress(sqlite3.Error):  # a full disk: the next open replays it
                     self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()
+
+    def written_back(self) -> bool:
+        """Whether every commit is in the main file now (the write-ahead log checkpointed and
+        emptied), so that the index can be opened read-only (``_open_read_only``) once this
+        writer is closed. False when the checkpoint fails (the file cannot grow: its disk is full):
+        only a writer reads those commits then."""
+        wal = self.path.with_name(self.path.name + "-wal")
+        with self._lock:
+            try:
+                busy = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            except sqlite3.Error:
+                return False
+            try:
+                return busy == 0 and (not wal.exists() or wal.stat().st_size == 0)
+            except OSError:
+                return False
 
     def _committed(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
         """A read of what is committed, on this thread's own connection (opened on first use).

@@ -87,8 +87,14 @@ def record_bm25_layout(folder: Path) -> None:
     Raises OSError (a full disk): the caller decides whether it matters."""
     target = folder / LAYOUT_FILE
     temp = folder / f".{LAYOUT_FILE}.tmp"
-    temp.write_text(json.dumps({"layout": BM25_LAYOUT}) + "\n", encoding="utf-8")
-    os.replace(temp, target)
+    try:
+        temp.write_text(json.dumps({"layout": BM25_LAYOUT}) + "\n", encoding="utf-8")
+        os.replace(temp, target)
+    except OSError:
+        # A full disk leaves an empty or partial temporary file: not left in the index folder.
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        raise
 
 
 @dataclass(frozen=True)

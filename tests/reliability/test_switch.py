@@ -1,0 +1,541 @@
+"""The switch of a read-only start (its index disk full) to writable, driven in this process over real
+stores on a small tmpfs (root and mount(2) needed, else skipped): failures in the switch, a disk
+that fills again, health during the switch, and a stop during it.
+
+The space check's thread is left out (``_wait_for_space`` is a no-op here): each test calls
+``_switch_to_writable`` itself, so nothing depends on its timing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.config import load_config
+from sidecar.contracts.errors import DaemonRunningError, DiskFullError, SidecarError
+from sidecar.contracts.protocol import Request
+from sidecar.daemon import lifecycle
+from sidecar.daemon.lifecycle import Daemon, index_once
+from sidecar.daemon.process import IndexLock
+from sidecar.index.indexer import Indexer
+from sidecar.stores.space import disk_full_at
+from tests.reliability.disks import fill, tmpfs
+
+
+class ReadOnlyStart:
+    """A daemon started read-only on a full tmpfs, and what the tests ask it."""
+
+    def __init__(self, disk: Path, daemon: Daemon) -> None:
+        self.disk, self.d = disk, daemon
+
+    def ask(self, op: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        dispatch = self.d._dispatch
+        assert dispatch is not None
+        return dispatch.dispatch(Request(op, params or {}, agent="ops"))
+
+    def refused(self, op: str, params: dict[str, Any] | None = None) -> SidecarError:
+        with pytest.raises(SidecarError) as err:
+            self.ask(op, params)
+        return err.value
+
+    def free(self) -> None:
+        for f in self.disk.glob("filler*.bin"):
+            f.unlink()
+
+    def handlers(self) -> str:
+        dispatch = self.d._dispatch
+        assert dispatch is not None
+        return type(dispatch._handlers).__name__
+
+    def workers(self) -> list[str]:
+        return sorted(t.name for t in threading.enumerate() if t.name in ("indexer", "watcher", "vectors"))
+
+
+@contextlib.contextmanager
+def _started(
+    tmp_path: Path,
+    vault: Path,
+    *,
+    agents_disk: bool = False,
+    killed_writer: bool = False,
+    memory: dict[str, str] | None = None,
+) -> Iterator[ReadOnlyStart]:
+    """The daemon started read-only on a full 24 MB tmpfs (its agents folder on a tmpfs of its
+    own with room, if ``agents_disk``; after a writer killed with 3 MB of commits in the manifest's
+    write-ahead log, if ``killed_writer``)."""
+    with contextlib.ExitStack() as stack:
+        disk = stack.enter_context(tmpfs(tmp_path / "disk", "24m"))
+        run = stack.enter_context(tempfile.TemporaryDirectory(dir="/tmp"))
+        if agents_disk:
+            stack.enter_context(tmpfs(disk / "home" / "agents", "4m"))
+        for i in range(30):
+            (vault / "Many").mkdir(exist_ok=True)
+            (vault / "Many" / f"n{i}.md").write_text(f"# Note {i}\n\nlighthouse keeper number {i}\n")
+        flags = {
+            "home": str(disk / "home"),
+            "vault.path": str(vault),
+            "embedder.enabled": False,
+            "socket": str(Path(run) / "s.sock"),
+        }
+        cfg = load_config(flags=flags, env={})
+        (disk / "home" / "agents").mkdir(parents=True, exist_ok=True)
+        inbox = cfg.agents_dir / "ops" / "memory"
+        for slug, text in (memory or {}).items():  # indexed before the outage
+            inbox.mkdir(parents=True, exist_ok=True)
+            (inbox / f"{slug}.md").write_text(text)
+        index_once(cfg, rebuild=False)
+        if killed_writer:
+            _kill_a_writer(cfg.index_dir / "manifest.sqlite")
+        fill(disk)
+        d = Daemon(cfg)
+        lock = d._lock = IndexLock(cfg.index_dir)
+        lock.acquire()
+        try:
+            d.startup()
+            assert d._read_only_parts is not None and d.parts is None
+            yield ReadOnlyStart(disk, d)
+        finally:
+            d.shutdown()
+            d.notifier.close()
+
+
+def _kill_a_writer(manifest: Path) -> None:
+    """A writer killed (SIGKILL) with 3 MB committed to the manifest's write-ahead log."""
+    code = (
+        "import os, signal, sqlite3, sys\n"
+        "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "db.execute('PRAGMA wal_autocheckpoint=0')\n"
+        "db.execute(\"INSERT OR REPLACE INTO meta(name, value) VALUES ('batch', ?)\", ('x' * 3000000,))\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(manifest)], check=False, timeout=60)
+    assert done.returncode == -signal.SIGKILL
+    assert manifest.with_name("manifest.sqlite-wal").stat().st_size > 2_000_000
+
+
+@pytest.fixture
+def read_only_start(tmp_path: Path, vault: Path, monkeypatch: Any) -> Iterator[ReadOnlyStart]:
+    monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)  # the tests switch themselves
+    with _started(tmp_path, vault) as start:
+        yield start
+
+
+def _found(start: ReadOnlyStart) -> bool:
+    return bool(start.ask("search", {"query": "lighthouse keeper number 7"})["hits"])
+
+
+def _kept(start: ReadOnlyStart, monkeypatch: Any) -> Path:
+    """A switch whose writable open committed (an interrupted batch redone) and then met a full
+    disk again: its writable stores are kept, with those commits in the manifest's write-ahead log
+    (returned). ``finish_interrupted`` is the real one again after it."""
+    real = Indexer.finish_interrupted
+
+    def redone_then_full(self: Indexer) -> None:
+        self.stores.manifest.set_meta("batch", "x" * 3_000_000)  # the batch's commits (in the WAL)
+        fill(start.disk)
+        raise DiskFullError("the disk filled again during the resume")
+
+    monkeypatch.setattr(Indexer, "finish_interrupted", redone_then_full)
+    start.free()
+    assert start.d._switch_to_writable() is False
+    monkeypatch.setattr(Indexer, "finish_interrupted", real)
+    wal = start.d.cfg.index_dir / "manifest.sqlite-wal"
+    assert wal.stat().st_size > 2_000_000 and start.handlers() == "Handlers"
+    return wal
+
+
+def test_kept_stores_stay_kept_while_the_space_back_is_less_than_their_write_ahead_log(
+    read_only_start: ReadOnlyStart, monkeypatch: Any
+) -> None:
+    """Kept writable stores, and some space back (more than the 1 MB that counts as full, less than
+    their 3 MB write-ahead log): the switch closed them without the log written back, the writable
+    open failed, and the read-only open refused the log: every request, health included, refused
+    at each try. They are closed only once the log is written back; until then the switch fails
+    and they keep answering."""
+    start = read_only_start
+    wal = _kept(start, monkeypatch)
+    start.free()
+    filler = fill(start.disk)
+    os.truncate(filler, filler.stat().st_size - 1_500_000)
+    assert not disk_full_at(start.d.cfg.index_dir)  # not full for the space check: it switches
+    for _ in range(2):
+        assert start.d._switch_to_writable() is False
+        assert start.handlers() == "Handlers" and wal.stat().st_size > 2_000_000
+        assert start.ask("health")["index"]["files"] > 30 and _found(start)
+    start.free()
+    assert start.d._switch_to_writable() is True
+    assert start.handlers() == "Handlers" and _found(start)
+    assert start.ask("get", {"reference": "vault/Garden"})["text"]
+
+
+def test_memory_writes_are_refused_at_once_through_kept_stores(
+    tmp_path: Path, vault: Path, monkeypatch: Any
+) -> None:
+    """With kept writable stores and the inboxes on another disk, a memory write went through
+    their writable indexer: it waited a minute for a tokenizer never loaded (the clients' own
+    timeout), then wrote into the index on the full disk. It is refused (``storage``), nothing
+    written, and saved again once the switch succeeds."""
+    import sidecar.index.indexer as indexer_module
+
+    monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)
+    monkeypatch.setattr(indexer_module, "TOKENIZER_WAIT_S", 0.5)  # the old wait, cut short here
+    with _started(tmp_path, vault, agents_disk=True) as start:
+        _kept(start, monkeypatch)
+        err = start.refused("write", {"slug": "plan", "content": "# Plan\n\nRotate the harbour lights.\n"})
+        assert err.code == "storage" and "memory writes and rebuilds wait" in str(err)
+        assert not list(start.d.cfg.agents_dir.rglob("plan.md"))
+        index = [p for p in start.ask("health")["problems"]["active"] if p["area"] == "index"]
+        assert "memory writes are saved" not in index[0]["error"]
+        start.free()
+        assert start.d._switch_to_writable() is True
+        start.ask("write", {"slug": "plan", "content": "# Plan\n\nRotate the harbour lights.\n"})
+
+
+def test_an_unforeseen_failure_of_the_read_only_reopen_leaves_nothing_held(
+    read_only_start: ReadOnlyStart, monkeypatch: Any
+) -> None:
+    """A failure of a kind outside the storage errors while the index was reopened read-only after a
+    failed switch ended the space check with every request held, and health saying a switch was
+    under way, for good. Requests are refused (``storage``) until the next try, which succeeds."""
+    start = read_only_start
+    real_finish, real_build = Indexer.finish_interrupted, lifecycle.build_read_only
+
+    def full(self: Indexer) -> None:
+        raise DiskFullError("the disk filled again during the resume")
+
+    def broken(*a: Any, **kw: Any) -> Any:
+        raise ValueError("simulated unforeseen failure")
+
+    monkeypatch.setattr(Indexer, "finish_interrupted", full)
+    monkeypatch.setattr(lifecycle, "build_read_only", broken)
+    start.free()
+    assert start.d._switch_to_writable() is False
+    assert start.handlers() == "_Refusing"
+    err = start.refused("health")
+    assert err.code == "storage" and "cannot be read now" in str(err)
+    monkeypatch.setattr(lifecycle, "build_read_only", real_build)
+    fill(start.disk)
+    assert start.d._space_check() is False  # still full: read-only again
+    assert start.handlers() == "Handlers" and _found(start)
+    monkeypatch.setattr(Indexer, "finish_interrupted", real_finish)
+    start.free()
+    assert start.d._space_check() is True
+    assert start.handlers() == "Handlers" and _found(start)
+
+
+def test_a_start_on_a_full_disk_after_a_kill_reads_the_write_ahead_log(
+    tmp_path: Path, vault: Path, monkeypatch: Any
+) -> None:
+    """A daemon killed with commits in the manifest's write-ahead log (kept writable stores, a kill
+    -9) and started again on the full disk exited 5: the read-only open refused the log. It now
+    reads the log through its -shm (nothing made, nothing written back) and serves read-only; the
+    switch then opens for writing as usual."""
+    monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)
+    with _started(tmp_path, vault, killed_writer=True) as start:
+        parts = start.d._read_only_parts
+        assert parts is not None and parts.stores.manifest.get_meta("batch") == "x" * 3_000_000
+        assert start.handlers() == "Handlers" and _found(start)
+        start.free()
+        assert start.d._switch_to_writable() is True
+        assert start.handlers() == "Handlers" and _found(start)
+
+
+def test_stores_are_not_kept_while_a_thread_of_the_failed_switch_still_runs(
+    read_only_start: ReadOnlyStart, monkeypatch: Any
+) -> None:
+    """A thread of a failed switch that did not stop within the cleanup's bound went on writing
+    through the writable stores kept for the read-only handlers (onto the full disk), and was
+    dropped from the daemon's threads (the stop neither waited for it nor reported it). Those stores
+    are closed now (the read-only open reads their write-ahead log) and the thread stays listed."""
+    from sidecar.daemon.indexing import IndexLoop
+
+    start = read_only_start
+    hang = threading.Event()
+    real_run, real_build = IndexLoop.run, lifecycle.build_scheduler
+
+    def deaf(self: IndexLoop) -> None:  # ignores the stop until the test lets it go
+        hang.wait(60)
+
+    def full(*a: Any, **kw: Any) -> Any:
+        start.d.parts.stores.manifest.set_meta("batch", "x" * 3_000_000)  # type: ignore[union-attr]
+        fill(start.disk)
+        raise DiskFullError("the disk filled again during the resume")
+
+    monkeypatch.setattr(IndexLoop, "run", deaf)
+    monkeypatch.setattr(lifecycle, "build_scheduler", full)
+    monkeypatch.setattr(lifecycle, "_JOIN_TIMEOUT", 0.2)
+    start.free()
+    try:
+        assert start.d._switch_to_writable() is False
+        parts = start.d._read_only_parts
+        assert parts is not None and parts.stores.manifest.read_only  # not the kept writer
+        assert parts.stores.manifest.get_meta("batch") == "x" * 3_000_000
+        assert [t.name for t in start.d._threads if t.is_alive() and t.name == "indexer"] == ["indexer"]
+        assert start.handlers() == "Handlers" and _found(start)
+    finally:
+        hang.set()
+    monkeypatch.setattr(IndexLoop, "run", real_run)
+    monkeypatch.setattr(lifecycle, "build_scheduler", real_build)
+    start.free()
+    assert start.d._switch_to_writable() is True
+    assert start.handlers() == "Handlers" and _found(start)
+
+
+def test_a_switch_that_fails_with_the_disk_full_again_keeps_answering(
+    read_only_start: ReadOnlyStart, monkeypatch: Any
+) -> None:
+    """A switch whose writable open committed (an interrupted batch redone) and then met a full disk
+    again left commits in the manifest's write-ahead log, which the read-only open refuses: every
+    request, health included, was refused until space was freed. The writable connection is kept
+    and the read-only handlers read through it; writes are refused (``storage``)."""
+    start = read_only_start
+    real = Indexer.finish_interrupted
+
+    def redone_then_full(self: Indexer) -> None:
+        self.stores.manifest.set_meta("batch", "x" * 3_000_000)  # the batch's commits (in the WAL)
+        fill(start.disk)
+        raise DiskFullError("the disk filled again during the resume")
+
+    monkeypatch.setattr(Indexer, "finish_interrupted", redone_then_full)
+    start.free()
+    assert start.d._switch_to_writable() is False
+    wal = start.d.cfg.index_dir / "manifest.sqlite-wal"
+    assert wal.stat().st_size > 0  # the commits could not be written back
+    health = start.ask("health")
+    assert "the disk holding the index is full" in str(health["problems"]["active"])
+    assert _found(start)
+    assert start.ask("get", {"reference": "vault/Garden"})["text"]
+    err = start.refused("write", {"slug": "new", "content": "# New\n\nx\n"})
+    assert err.code == "storage" and "the disk holding the index is full" in str(err)
+    assert start.workers() == []
+    monkeypatch.setattr(Indexer, "finish_interrupted", real)
+    start.free()
+    assert start.d._switch_to_writable() is True
+    assert start.handlers() == "Handlers" and _found(start)
+    start.ask("write", {"slug": "new", "content": "# New\n\nThe disk has room again.\n"})
+
+
+@pytest.mark.parametrize("where", ["handlers", "scheduler"])
+def test_a_switch_that_fails_after_its_first_steps_closes_what_it_opened(
+    read_only_start: ReadOnlyStart, monkeypatch: Any, where: str
+) -> None:
+    """A failure after the switch's guarded indexer steps (the inboxes' folder unreadable, the
+    scheduler not starting) left the writable stores open beside the read-only ones, and the
+    indexer, watcher and vector threads running: the keyword writer's lock made every later switch
+    fail ("in use by another process") and the daemon stayed read-only for good. Everything the
+    switch opened or started is closed or stopped; the next try succeeds."""
+    start = read_only_start
+    failures = [OSError(errno.EIO, "simulated I/O error")]
+
+    def once() -> None:
+        if failures:
+            raise failures.pop()
+
+    if where == "handlers":
+        real_handlers = Daemon._handlers
+
+        def handlers(self: Daemon, *a: Any) -> Any:
+            once()
+            return real_handlers(self, *a)
+
+        monkeypatch.setattr(Daemon, "_handlers", handlers)
+    else:  # after the indexer, vector and watcher threads started
+        real_build = lifecycle.build_scheduler
+
+        def build_scheduler(*a: Any, **kw: Any) -> Any:
+            once()
+            return real_build(*a, **kw)
+
+        monkeypatch.setattr(lifecycle, "build_scheduler", build_scheduler)
+    start.free()
+    assert start.d._switch_to_writable() is False
+    assert start.d.parts is None and start.workers() == []
+    health = start.ask("health")
+    assert health["index"]["files"] > 30 and _found(start)
+    index = [p for p in health["problems"]["active"] if p["area"] == "index"]
+    assert "could not be opened for writing (" in index[0]["error"]  # not "the disk ... is full"
+    assert start.d._switch_to_writable() is True
+    assert start.handlers() == "Handlers" and _found(start)
+
+
+def test_health_answers_at_once_during_the_switch_and_held_requests_are_bounded(
+    read_only_start: ReadOnlyStart, monkeypatch: Any
+) -> None:
+    """health was held for the whole switch (``sidecar status`` gave up after 10 s, the MCP status
+    too) and every request up to 60 s, the clients' own timeout: a memory write held that long
+    was applied after its client had given up. health now answers at once from the read-only
+    handlers' last answer, saying the index is switching; a held request is refused well before
+    the clients give up (``storage``, nothing done)."""
+    start = read_only_start
+    entered, finish = threading.Event(), threading.Event()
+    real = Indexer.finish_interrupted
+
+    def slow(self: Indexer) -> None:
+        entered.set()
+        assert finish.wait(60)
+        real(self)
+
+    monkeypatch.setattr(Indexer, "finish_interrupted", slow)
+    assert lifecycle._SWITCH_WAIT <= 20  # well below the clients' 60 s
+    monkeypatch.setattr(lifecycle, "_SWITCH_WAIT", 0.3)
+    start.free()
+    switch = threading.Thread(target=lambda: switched.append(start.d._switch_to_writable()))
+    switched: list[bool] = []
+    switch.start()
+    try:
+        assert entered.wait(60)
+        health = start.ask("health")
+        index = [p for p in health["problems"]["active"] if p["area"] == "index"]
+        assert len(index) == 1 and "switching to writable" in index[0]["error"]
+        assert health["index"]["files"] > 30
+        err = start.refused("write", {"slug": "held", "content": "# Held\n\nx\n"})
+        assert err.code == "storage" and "try again" in str(err)
+    finally:
+        finish.set()
+        switch.join(60)
+    assert switched == [True]
+    assert not list((start.d.cfg.agents_dir).rglob("held.md"))  # refused: never applied later
+    assert "switching" not in str(start.ask("health")["problems"]["active"])
+
+
+def test_a_stop_during_the_switch_keeps_the_index_locked_and_hands_nothing_on(
+    read_only_start: ReadOnlyStart, monkeypatch: Any
+) -> None:
+    """A stop during a long switch (a re-cut of every note) released the index lock while the
+    switch still ran, and the switch then re-armed the requests with stores opened after the
+    stop. The stop now waits for the switch; one still running keeps the lock until the process
+    exits, and what the switch opened is closed by it, with nothing handed on."""
+    start = read_only_start
+    entered, finish = threading.Event(), threading.Event()
+
+    def recut(self: Indexer) -> None:
+        entered.set()
+        assert finish.wait(60)
+
+    monkeypatch.setattr(Indexer, "reparse_if_chunking_changed", recut)
+    monkeypatch.setattr(lifecycle, "_JOIN_TIMEOUT", 0.2)
+    start.free()
+    switched: list[bool] = []
+    switch = threading.Thread(target=lambda: switched.append(start.d._switch_to_writable()))
+    switch.start()
+    try:
+        assert entered.wait(60)
+        start.d.shutdown()
+        assert start.d.stuck
+        other = IndexLock(start.d.cfg.index_dir)
+        with pytest.raises(DaemonRunningError):
+            other.acquire()
+    finally:
+        finish.set()
+        switch.join(60)
+    assert switched == [False]
+    assert start.d.parts is None and start.workers() == []
+    err = start.refused("health")
+    assert err.code == "storage" and "stopping" in str(err)
+    lock = start.d._lock
+    assert lock is not None
+    lock.release()  # what the process's exit does
+    with contextlib.suppress(Exception):
+        other.release()
+
+
+def test_no_layout_temp_file_is_left_on_a_full_disk(tmp_path: Path) -> None:
+    """Recording the keyword index's layout on a full disk left an empty ``.layout.json.tmp`` in
+    the index folder; it is removed when the write fails."""
+    from sidecar.stores.versions import record_bm25_layout
+
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        folder = disk / "bm25"
+        folder.mkdir()
+        fill(disk)
+        with pytest.raises(OSError, match="No space left") as err:
+            record_bm25_layout(folder)
+        assert err.value.errno == errno.ENOSPC
+        assert sorted(p.name for p in folder.iterdir()) == []
+
+
+def test_memory_writes_are_saved_while_read_only_when_the_inboxes_are_on_another_disk(
+    tmp_path: Path, vault: Path, monkeypatch: Any
+) -> None:
+    """Memory writes were refused while the index was read-only, also when the agents' inboxes are
+    on another disk with room: the write promises the note is kept in its inbox, and the index part
+    can wait. It is saved now (``searchable: false``, with why), an edit and a delete too, and the
+    catch-up sweep after the switch indexes what is there; indexing itself stays refused."""
+    monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)
+    with _started(tmp_path, vault, agents_disk=True) as start:
+        saved = start.ask("write", {"slug": "plan", "content": "# Plan\n\nRotate the harbour lights.\n"})
+        assert saved["searchable"] is False and "not searchable yet" in saved["warning"]
+        start.ask("write", {"slug": "gone", "content": "# Gone\n\nA note to delete.\n"})
+        assert start.ask("delete", {"slug": "gone"})["deleted"] is True
+        edited = start.ask("edit", {"slug": "plan", "content": "# Plan\n\nRotate the harbour lanterns.\n"})
+        assert edited["action"] == "updated"
+        inbox = start.d.cfg.agents_dir / "ops" / "memory"
+        assert "lanterns" in (inbox / "plan.md").read_text() and not (inbox / "gone.md").exists()
+        err = start.refused("index")
+        assert err.code == "storage" and "memory writes are saved in the inboxes" in str(err)
+        index = [p for p in start.ask("health")["problems"]["active"] if p["area"] == "index"]
+        assert "the disk holding the index is full" in index[0]["error"]
+        start.free()
+        assert start.d._switch_to_writable() is True
+        deadline = time.monotonic() + 60
+        while not start.ask("search", {"query": "harbour lanterns"})["hits"]:
+            assert time.monotonic() < deadline, "the catch-up sweep did not index the saved note"
+            time.sleep(0.1)
+
+
+def test_memory_writes_are_refused_while_read_only_when_the_inboxes_disk_is_full_too(
+    tmp_path: Path, vault: Path, monkeypatch: Any
+) -> None:
+    """The inboxes on another disk that is full too (or a btrfs subvolume of the index's own full
+    disk: another device number, the same space): the index's problem said memory writes were
+    saved in the inboxes while each write answered "not written". They are refused with the
+    read-only message, which says they wait."""
+    monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)
+    with _started(tmp_path, vault, agents_disk=True) as start:
+        agents = start.d.cfg.agents_dir
+        fill(agents)
+        err = start.refused("write", {"slug": "plan", "content": "# Plan\n\nx\n"})
+        assert err.code == "storage" and "memory writes and rebuilds wait" in str(err)
+        index = [p for p in start.ask("health")["problems"]["active"] if p["area"] == "index"]
+        assert "memory writes are saved" not in index[0]["error"]
+        assert not list(agents.rglob("plan.md"))
+
+
+def test_list_shows_the_inbox_as_it_is_while_the_index_cannot_follow(
+    tmp_path: Path, vault: Path, monkeypatch: Any
+) -> None:
+    """Read-only with the inboxes on another disk: after a delete, `list` still showed the note
+    (indexed, with its chunks) that `get` called not found, and an edited note as indexed with its
+    old chunks. A note gone from the inbox is not listed; one changed since it was indexed is
+    listed as not indexed, with why."""
+    monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)
+    notes = {"old": "# Old\n\nquokka\n", "kept": "# Kept\n\nwombat\n", "same": "# Same\n\nnumbat\n"}
+    with _started(tmp_path, vault, agents_disk=True, memory=notes) as start:
+        assert start.ask("delete", {"slug": "old"})["deleted"] is True
+        start.ask("edit", {"slug": "kept", "content": "# Kept\n\nplatypus\n"})
+        listed = {n["reference"]: n for n in start.ask("list")["notes"]}
+        assert sorted(listed) == ["memory/kept", "memory/same"]
+        assert listed["memory/kept"]["indexed"] is False and listed["memory/kept"]["chunks"] == 0
+        assert "changed since it was indexed" in listed["memory/kept"]["why"]
+        assert listed["memory/same"]["indexed"] is True and listed["memory/same"]["chunks"] > 0
+
+
+def test_memory_writes_stay_refused_while_read_only_when_the_inboxes_share_the_full_disk(
+    read_only_start: ReadOnlyStart,
+) -> None:
+    """On the index's own full disk a memory write is refused as before, nothing written."""
+    err = read_only_start.refused("write", {"slug": "plan", "content": "# Plan\n\nx\n"})
+    assert err.code == "storage" and "memory writes and rebuilds wait" in str(err)
+    assert not list(read_only_start.d.cfg.agents_dir.rglob("plan.md"))
