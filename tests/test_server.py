@@ -421,3 +421,60 @@ def test_outline_counts_read_in_the_singular_for_one(in_process: InProcessServer
     vault = in_process.call("outline", {"source": "vault", "pathPrefix": "Projects"})
     assert vault["pages"] == 1 and vault["folders"] == 1
     assert vault["outline"].startswith("Outline of the vault (1 page, 1 folder);"), vault["outline"]
+
+
+def test_a_request_whose_client_hung_up_is_dropped_before_a_worker_starts_it(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Searches queued behind a busy worker whose clients close are never run, and their
+    connections stop counting; a client that only half-closes still gets its answer."""
+    server: InProcessServer = serve_in_process(model=KEYWORD_ONLY, **{"server.workers": 1})
+    release, started = threading.Event(), threading.Event()
+    searched: list[str] = []
+    counts = server.handlers.manifest.counts
+
+    def stuck() -> dict[str, Any]:
+        started.set()
+        release.wait(30)
+        return counts()
+
+    monkeypatch.setattr(server.handlers.manifest, "counts", stuck)
+    real_call = server.server.call
+
+    def call(req: Any) -> bytes:
+        if req.op == "search":
+            searched.append(req.params["query"])
+        return real_call(req)
+
+    monkeypatch.setattr(server.server, "call", call)
+    arrived: list[str] = []  # requests the loop has read, whether or not a worker runs them
+    real_run = server.server.run
+
+    def run(req: Any) -> Any:
+        arrived.append(req.op)
+        return real_run(req)
+
+    monkeypatch.setattr(server.server, "run", run)
+    busy = _connect(server.socket)
+    try:
+        busy.sendall(b'{"id": 0, "op": "health"}\n')
+        assert started.wait(10)  # the only worker is held
+        for i in range(5):  # each sends a search and hangs up at once
+            with _connect(server.socket) as s:
+                s.sendall(b'{"id": %d, "op": "search", "params": {"query": "gone %d"}}\n' % (i, i))
+        half = _connect(server.socket)
+        half.sendall(b'{"id": 9, "op": "search", "params": {"query": "sourdough"}}\n')
+        half.shutdown(socket.SHUT_WR)
+        deadline = time.monotonic() + 10
+        while (len(arrived) < 7 or server.server.connections > 2) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(arrived) == 7
+        assert server.server.connections == 2  # the busy one and the half-closed one
+    finally:
+        release.set()
+    with busy, busy.makefile("rb") as lines:
+        assert json.loads(lines.readline())["id"] == 0
+    answer = json.loads(_recv_all(half))
+    half.close()
+    assert answer["id"] == 9 and _refs(answer)[0] == "vault/Recipes/Bread"
+    assert searched == ["sourdough"]
