@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -246,6 +247,43 @@ def test_vector_table_is_compacted_once_writes_pause(harness: Harness, vault: Pa
     assert harness.vectors.compact_if_quiet(0.0)
     assert store._table.stats()["fragment_stats"]["num_fragments"] == 1
     assert not store.compact_if_quiet(0.0)  # nothing written since
+    assert search(harness, "burst of writes number 4")[0]["reference"] == "vault/Burst 4"
+
+
+class _AnHourLater:
+    """The ``time`` module as seen an hour later (for one module)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    def monotonic(self) -> float:
+        return time.monotonic() + 3600
+
+
+def test_the_version_a_quiet_compaction_replaced_is_dropped_once_aged(
+    harness: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The quiet compaction has to keep the version it replaced (younger than the grace); a
+    later pass, once that version has aged, drops it and its data files."""
+    import sidecar.stores.vectors as vectors_mod
+
+    harness.sweep()
+    store = harness.stores.vectors
+    assert store is not None
+    for i in range(6):
+        write(vault / f"Burst {i}.md", f"# Burst {i}\n\nNote number {i} of a burst of writes.\n")
+        harness.indexer.index_now(Root("vault", vault), vault / f"Burst {i}.md")
+    data = Path(store._table.uri) / "data"
+    assert harness.vectors.compact_if_quiet(0.0)
+    kept = len(list(data.glob("*.lance")))
+    assert kept > 1  # the live file and the burst's, which the replaced version still names
+    # Time passes (monotonic for the schedule, the version's own age for LanceDB).
+    monkeypatch.setattr(vectors_mod, "_KEEP_VERSIONS", timedelta(milliseconds=1))
+    monkeypatch.setattr(vectors_mod, "time", _AnHourLater())
+    assert harness.vectors.compact_if_quiet(0.0)
+    monkeypatch.undo()
+    assert len(list(data.glob("*.lance"))) == 1
+    assert not store.compact_if_quiet(0.0)  # nothing due any more
     assert search(harness, "burst of writes number 4")[0]["reference"] == "vault/Burst 4"
 
 

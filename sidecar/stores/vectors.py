@@ -200,6 +200,9 @@ class VectorStore:
         self._lock = threading.Lock()
         self._writes = 0
         self._last_write = 0.0  # monotonic
+        # When the version a compaction replaced is older than _KEEP_VERSIONS, so a cleanup pass
+        # can drop it (monotonic; None: none due).
+        self._cleanup_at: float | None = None
         self._building = False  # an index build runs outside the lock; compaction waits for it
         # Set by ``close`` when the table is replaced (a repair): another table may stand at the
         # same path, and this handle's writes would land in it naming this one's data files.
@@ -696,15 +699,23 @@ class VectorStore:
         """Compact once writes have paused: a burst of memory writes otherwise leaves hundreds of
         versions and fragments (and their cached metadata) until the next scheduled optimize."""
         with self._lock:
-            if (
-                not self._writes
-                or self._building
-                or self.closed
-                or time.monotonic() - self._last_write < quiet_seconds
-            ):
+            if self._building or self.closed:
                 return False
+            if not self._writes or time.monotonic() - self._last_write < quiet_seconds:
+                return self._cleanup_if_due()
             self._compact()
         log.info("vectors_compacted table=%s reason=writes paused", self.name)
+        return True
+
+    def _cleanup_if_due(self) -> bool:
+        """Drop the version the last compaction replaced, once it is older than the grace: that
+        compaction had to keep it, and the folder stayed twice the table's size until the next
+        scheduled optimize (up to an hour). The caller holds the lock."""
+        if self._cleanup_at is None or time.monotonic() < self._cleanup_at:
+            return False
+        self._cleanup_at = None
+        self._wrap("optimize", lambda: self._table.optimize(cleanup_older_than=_KEEP_VERSIONS))
+        log.info("vectors_cleaned table=%s reason=replaced version aged", self.name)
         return True
 
     def _count_write(self) -> None:
@@ -717,6 +728,7 @@ class VectorStore:
         """Compaction and old-version cleanup; the caller holds the lock."""
         self._wrap("optimize", lambda: self._table.optimize(cleanup_older_than=_KEEP_VERSIONS))
         self._writes = 0
+        self._cleanup_at = time.monotonic() + _KEEP_VERSIONS.total_seconds() + 1.0
 
     def _write(self, what: str, fn: Any, change: Any = None) -> Any:
         """A write that changes the rows; the caller holds the lock. ``change`` makes the same
