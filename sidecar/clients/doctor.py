@@ -41,7 +41,7 @@ from sidecar.clients.snippets import daemon_args, mcp_snippets
 from sidecar.config import Config, env_name
 from sidecar.contracts.errors import DaemonNotRunningError, EmbedderError, SidecarError
 from sidecar.stores.aside import KEEP_MOVED_ASIDE_DAYS, moved_aside
-from sidecar.stores.versions import MANIFEST_SCHEMA, bm25_layout, manifest_schema, newer_store
+from sidecar.stores.versions import BM25_LAYOUT, MANIFEST_SCHEMA, bm25_layout, manifest_schema, newer_store
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.mounts import is_network, mount_containing, read_mounts
 from sidecar.vault.timeout import folder_state, run_with_timeout
@@ -711,6 +711,8 @@ def check_index(cfg: Config) -> Check:
     layout = bm25_layout(cfg.index_dir / "bm25")
     later = " (upgraded at the next start)" if schema < MANIFEST_SCHEMA else ""
     keywords = f"keyword index layout {layout}" if layout is not None else "no keyword index yet"
+    if layout is not None and layout < BM25_LAYOUT:
+        keywords += " (rebuilt at the next start)"
     return Check("index", True, f"manifest schema {schema}{later}, {keywords}: this version reads them")
 
 
