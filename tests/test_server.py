@@ -448,13 +448,16 @@ def test_a_request_whose_client_hung_up_is_dropped_before_a_worker_starts_it(
 
     monkeypatch.setattr(server.server, "call", call)
     arrived: list[str] = []  # requests the loop has read, whether or not a worker runs them
-    real_run = server.server.run
+    import sidecar.daemon.server as server_mod
 
-    def run(req: Any) -> Any:
+    parse = server_mod.parse_request
+
+    def parse_request(line: bytes) -> Any:
+        req = parse(line)
         arrived.append(req.op)
-        return real_run(req)
+        return req
 
-    monkeypatch.setattr(server.server, "run", run)
+    monkeypatch.setattr(server_mod, "parse_request", parse_request)
     busy = _connect(server.socket)
     try:
         busy.sendall(b'{"id": 0, "op": "health"}\n')

@@ -339,6 +339,8 @@ class Server:
                 except SidecarError as exc:
                     await self._send(writer, error_frame(request_id_of(line), exc.code, str(exc)))
                     continue
+                if req.op not in WRITE_OPS and _peer_closed(writer):
+                    return  # sent and hung up at once: nobody reads the answer
                 answer = await self._unless_hung_up(self.run(req), reader, writer, buf)
                 if answer is None:
                     return
