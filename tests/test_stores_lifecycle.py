@@ -982,3 +982,21 @@ def test_doctor_names_a_keyword_index_of_the_single_folder_layout(make_cfg: Any,
     assert "keyword index layout 1 (rebuilt at the next start)" in verdict
     Harness(cfg, FakeEmbedder()).close()
     assert f"keyword index layout {BM25_LAYOUT}:" in check_index(cfg).verdict
+
+
+def test_doctor_warns_of_hundreds_of_agent_inboxes(make_cfg: Any, vault: Path) -> None:
+    """Past 200 agents with an inbox index doctor warns what they cost and points to the README's
+    advice on agent names; below that it says nothing of them."""
+    from sidecar.clients.doctor import check_agents
+
+    cfg = make_cfg(vault)
+    index_and_close(cfg)
+    memory = cfg.index_dir / "bm25" / "memory"
+    for i in range(199):
+        (memory / f"sess-{i}").mkdir()
+    (memory / "x.broken-20260101").mkdir()  # not an agent's
+    assert check_agents(cfg) == []
+    (memory / "sess-199").mkdir()
+    (warn,) = check_agents(cfg)
+    assert warn.ok and warn.warning and warn.verdict.startswith("200 agents' inboxes")
+    assert "Agents named per session or per project" in warn.todo
