@@ -253,6 +253,39 @@ def test_a_request_that_hangs_is_answered_timeout_and_the_server_goes_on(
         release.set()
 
 
+def test_a_hung_request_whose_client_hung_up_still_counts_as_stuck(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request that hangs in its worker and whose client gives up first (every client's limit
+    is below the server's bound) is still timed: its worker counts as stuck, the pool is replaced
+    and the next search is answered."""
+    server: InProcessServer = serve_in_process(**{"server.workers": 1, "server.requestTimeoutSeconds": 1})
+    release, started = threading.Event(), threading.Event()
+    counts = server.handlers.manifest.counts
+
+    def stuck() -> dict[str, Any]:
+        started.set()
+        release.wait(60)
+        return counts()
+
+    monkeypatch.setattr(server.handlers.manifest, "counts", stuck)
+    lane = server.server.lanes["read"]
+    old_pool = lane.pool
+    try:
+        with _connect(server.socket) as gone:
+            gone.sendall(b'{"id": 1, "op": "health"}\n')
+            assert started.wait(10)
+        deadline = time.monotonic() + 20
+        while lane.pool is old_pool and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert lane.pool is not old_pool  # the stuck worker was counted and its pool replaced
+        monkeypatch.setattr(server.handlers.manifest, "counts", counts)
+        answer = exchange(server.socket, b'{"id": 2, "op": "search", "params": {"query": "restic"}}\n')
+        assert answer[0]["id"] == 2 and _refs(answer[0])[0] == "wiki/Backups"
+    finally:
+        release.set()
+
+
 def test_index_op_sweeps_new_notes(in_process: InProcessServer, vault: Path) -> None:
     """The in-process server's index op sweeps at once: a note written before it is found after."""
     write(vault / "Kayak.md", "# Kayak\n\nThe kayak paddle is in the shed.\n")

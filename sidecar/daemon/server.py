@@ -192,6 +192,8 @@ class Server:
         # Every open connection's handler task and writer: Python 3.11's server leaves them open
         # when it closes, and the loop's end then cancels each one with an ERROR and a traceback.
         self._open: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        # Requests whose client hung up while a worker ran them, still timed (see ``_run``).
+        self._watches: set[asyncio.Task[None]] = set()
         self._uid = os.getuid()
         self._log_refused_peer: dict[int, Throttled] = {}  # by uid: a second user is named too
         self._log_refused = Throttled(
@@ -226,23 +228,40 @@ class Server:
 
     async def _run(self, lane: _Lane, req: Request) -> bytes:
         fut = lane.pool.submit(self.call, req)
+        deadline = asyncio.get_running_loop().time() + self.request_timeout
         try:
             return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), self.request_timeout)
         except asyncio.CancelledError:
             # Its client hung up: a read still queued is dropped before a worker starts it. A write
             # it sent is applied whole all the same (it runs, or not, as one handler call).
-            if req.op not in WRITE_OPS:
-                fut.cancel()
+            if req.op in WRITE_OPS or not fut.cancel():
+                # Running (or a write): it still holds a worker, so it is still timed, or a hung
+                # native call would hold the lane for good with nobody counting it as stuck.
+                watch = asyncio.get_running_loop().create_task(self._overrun_watch(lane, req, fut, deadline))
+                self._watches.add(watch)
+                watch.add_done_callback(self._watches.discard)
             raise
         except TimeoutError:
-            log.error("request_timeout op=%s seconds=%.0f", req.op, self.request_timeout)
-            lane.overran(fut)
+            self._overran(lane, req, fut)
             return error_frame(
                 req.id,
                 "timeout",
                 f"{req.op!r} did not finish within {self.request_timeout:.0f} s "
                 "(server.requestTimeoutSeconds); a write may still complete, check before retrying",
             )
+
+    async def _overrun_watch(self, lane: _Lane, req: Request, fut: Future[bytes], deadline: float) -> None:
+        """Time a request nobody waits for any more, as ``_run`` would have (``call`` turns its
+        failures into frames, so the future only ends, is cancelled or overruns)."""
+        remaining = max(0.0, deadline - asyncio.get_running_loop().time())
+        try:
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), remaining)
+        except TimeoutError:
+            self._overran(lane, req, fut)
+
+    def _overran(self, lane: _Lane, req: Request, fut: Future[bytes]) -> None:
+        log.error("request_timeout op=%s seconds=%.0f", req.op, self.request_timeout)
+        lane.overran(fut)
 
     async def serve(self, listener: socket.socket, stop: asyncio.Event) -> None:
         server = await asyncio.start_unix_server(self._client, sock=listener, limit=_READ_CHUNK)
@@ -256,7 +275,7 @@ class Server:
             server.close()
             for writer in self._open.values():
                 writer.close()
-            tasks = list(self._open)
+            tasks = [*self._open, *self._watches]
             for task in tasks:
                 task.cancel()
             if tasks:
