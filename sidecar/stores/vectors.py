@@ -708,10 +708,14 @@ class VectorStore:
         return True
 
     def _cleanup_if_due(self) -> bool:
-        """Drop the version the last compaction replaced, once it is older than the grace: that
-        compaction had to keep it, and the folder stayed twice the table's size until the next
-        scheduled optimize (up to an hour). The caller holds the lock."""
-        if self._cleanup_at is None or time.monotonic() < self._cleanup_at:
+        """Drop the versions the last compaction left, once older than the grace: its own cleanup
+        ran before the version its compaction made aged, and the folder stayed about twice the
+        table's size until the next scheduled optimize (up to an hour). Only while nothing was
+        written since: LanceDB (without pylance) has no cleanup apart from ``optimize``, which
+        then compacts nothing and so only cleans; after new writes it would compact mid-burst
+        under the lock, so it waits for the quiet compaction, which cleans too. The caller holds
+        the lock."""
+        if self._cleanup_at is None or time.monotonic() < self._cleanup_at or self._writes:
             return False
         self._cleanup_at = None
         self._wrap("optimize", lambda: self._table.optimize(cleanup_older_than=_KEEP_VERSIONS))
