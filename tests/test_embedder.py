@@ -201,23 +201,6 @@ def test_prepare_keeps_int8_weights_int8(tmp_path: Path) -> None:
     assert ensure_prepared(source, target) == target  # cached: no second child
 
 
-def test_preparing_a_model_removes_its_copies_for_other_runtimes(tmp_path: Path) -> None:
-    """A prepared copy of an earlier onnxruntime or rewrite (24 MB each for MiniLM) is removed
-    when the model is prepared for this one; another model's copies stay."""
-    from sidecar.model.int8prep import cache_name, ensure_prepared
-
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    source, target = tmp_path / "tiny.onnx", cache / cache_name("8199be6f699a", "9.9.9")
-    _tiny_model(source, quantized=True)
-    older = [cache / "8199be6f699a-p1-ort1.31.0.onnx", cache / "8199be6f699a-p0-ort1.32.0.skip"]
-    other = cache / "0123456789ab-p1-ort1.31.0.onnx"
-    for path in [*older, other]:
-        path.write_bytes(b"stale")
-    assert ensure_prepared(source, target) == target
-    assert sorted(p.name for p in cache.iterdir()) == sorted([target.name, other.name])
-
-
 def test_prepare_leaves_other_models_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A float model has nothing to rewrite: a .skip note says so and later starts do not ask again;
     a child that fails (not a model) leaves no note, so the next start tries again."""

@@ -49,21 +49,9 @@ def cache_name(digest: str, ort_version: str) -> str:
     return f"{digest}-p{PREP_VERSION}-ort{ort_version}.onnx"
 
 
-def remove_other_copies(target: Path) -> None:
-    """The model's copies (and skip notes) of an earlier rewrite or onnxruntime beside ``target``:
-    nothing reads them again, and each onnxruntime upgrade left another 24 MB."""
-    digest = target.name.split("-", 1)[0]
-    for suffix in (".onnx", ".skip"):
-        for other in target.parent.glob(f"{digest}-p*-ort*{suffix}"):
-            if other.name not in (target.name, target.with_suffix(".skip").name):
-                other.unlink(missing_ok=True)
-                log.info("model_cache_removed file=%s", other)
-
-
 def ensure_prepared(source: Path, target: Path, timeout: float = CHILD_TIMEOUT_S) -> Path | None:
     """The prepared model at ``target``, made by a child process if missing; None to load the
     source as it is (no pattern, failed check, or the child failed: the reason is logged)."""
-    remove_other_copies(target)
     if target.is_file():
         return target
     skip = target.with_suffix(".skip")
