@@ -285,7 +285,7 @@ def _fallback_words(emb: dict[str, Any], todo: list[str]) -> str:
 # at most ``_TROUBLED_INBOXES`` of them (300 agents printed 300 lines); `status --json` lists each.
 _LISTED_INBOXES = 5
 _TROUBLED_INBOXES = 10
-# Past this many inboxes status says what they cost (each its own keyword index, all opened by a
+# From this many inboxes on status says what they cost (each its own keyword index, all opened by a
 # person's search: 300 of them made it 1 s instead of 17 ms); `sidecar doctor` warns likewise.
 _MANY_INBOXES = 200
 

@@ -716,7 +716,7 @@ def check_index(cfg: Config) -> Check:
     return Check("index", True, f"manifest schema {schema}{later}, {keywords}: this version reads them")
 
 
-MANY_AGENTS = 200  # inboxes with a keyword index of their own past which doctor says what they cost
+MANY_AGENTS = 200  # from this many inboxes (each its own keyword index) on, doctor says what they cost
 
 
 def check_agents(cfg: Config) -> list[Check]:

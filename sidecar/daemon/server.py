@@ -233,7 +233,7 @@ class Server:
             return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), self.request_timeout)
         except asyncio.CancelledError:
             # Its client hung up: a read still queued is dropped before a worker starts it. A write
-            # it sent is applied whole all the same (it runs, or not, as one handler call).
+            # taken up is applied whole all the same (it runs, or not, as one handler call).
             if req.op in WRITE_OPS or not fut.cancel():
                 # Running (or a write): it still holds a worker, so it is still timed, or a hung
                 # native call would hold the lane for good with nobody counting it as stuck.
