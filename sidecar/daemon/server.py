@@ -275,11 +275,16 @@ class Server:
             server.close()
             for writer in self._open.values():
                 writer.close()
-            tasks = [*self._open, *self._watches]
+            tasks = list(self._open)
             for task in tasks:
                 task.cancel()
             if tasks:
                 await asyncio.wait(tasks, timeout=5.0)
+            watches = list(self._watches)  # also those the cancelled connections just left
+            for watch in watches:
+                watch.cancel()
+            if watches:
+                await asyncio.wait(watches, timeout=1.0)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), 5.0)
             for lane in self.lanes.values():
