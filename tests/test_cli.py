@@ -928,7 +928,8 @@ def test_status_with_the_vault_not_mounted_says_it_waits(shared: DaemonProcess) 
 def test_status_sums_up_many_inboxes_and_names_those_with_a_problem(shared: DaemonProcess) -> None:
     """300 agents' inboxes printed 300 root lines: past a few they are one line (how many, in
     which mode, how many with a problem), followed by a line of each that has a problem (at most
-    ten); the vault's and the wiki's lines stay; a few inboxes are still listed one by one."""
+    ten); the vault's and the wiki's lines stay; a few inboxes are still listed one by one. Past
+    200 a line says what so many cost."""
     from sidecar.clients.cli_render import render_status
 
     h = shared.health()
@@ -944,6 +945,8 @@ def test_status_sums_up_many_inboxes_and_names_those_with_a_problem(shared: Daem
     text = render_status(h)
     assert sum("memory/agent" in line for line in text.splitlines()) == 2
     assert "memory/*" in text and "300 agents' inboxes: 299 events, 1 offline; 2 with a problem" in text
+    assert "a search without --agent opens all 300 (slower, hundreds of threads)" in text
+    assert "opens all" not in render_status({**h, "roots": h["roots"][:-150]})  # 150: no word of it
     assert "memory/agent007  offline" in text and "folder not answering" in text
     assert "memory/agent042" in text and "unreadable: notes/x.md" in text
     vault_roots = [r for r in shared.health()["roots"] if not r["name"].startswith("memory/")]

@@ -279,6 +279,39 @@ def test_health_answers_while_searches_hold_every_read_worker(serve_in_process: 
         held.close()
 
 
+def test_a_hung_request_whose_client_hung_up_still_counts_as_stuck(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request that hangs in its worker and whose client gives up first (every client's limit
+    is below the server's bound) is still timed: its worker counts as stuck, the pool is replaced
+    and the next search is answered."""
+    server: InProcessServer = serve_in_process(**{"server.workers": 1, "server.requestTimeoutSeconds": 1})
+    release, started = threading.Event(), threading.Event()
+    counts = server.handlers.manifest.counts
+
+    def stuck() -> dict[str, Any]:
+        started.set()
+        release.wait(60)
+        return counts()
+
+    monkeypatch.setattr(server.handlers.manifest, "counts", stuck)
+    lane = server.server.lanes["read"]
+    old_pool = lane.pool
+    try:
+        with _connect(server.socket) as gone:
+            gone.sendall(b'{"id": 1, "op": "health"}\n')
+            assert started.wait(10)
+        deadline = time.monotonic() + 20
+        while lane.pool is old_pool and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert lane.pool is not old_pool  # the stuck worker was counted and its pool replaced
+        monkeypatch.setattr(server.handlers.manifest, "counts", counts)
+        answer = exchange(server.socket, b'{"id": 2, "op": "search", "params": {"query": "restic"}}\n')
+        assert answer[0]["id"] == 2 and _refs(answer[0])[0] == "wiki/Backups"
+    finally:
+        release.set()
+
+
 def test_index_op_sweeps_new_notes(in_process: InProcessServer, vault: Path) -> None:
     """The in-process server's index op sweeps at once: a note written before it is found after."""
     write(vault / "Kayak.md", "# Kayak\n\nThe kayak paddle is in the shed.\n")
@@ -447,3 +480,63 @@ def test_outline_counts_read_in_the_singular_for_one(in_process: InProcessServer
     vault = in_process.call("outline", {"source": "vault", "pathPrefix": "Projects"})
     assert vault["pages"] == 1 and vault["folders"] == 1
     assert vault["outline"].startswith("Outline of the vault (1 page, 1 folder);"), vault["outline"]
+
+
+def test_a_request_whose_client_hung_up_is_dropped_before_a_worker_starts_it(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Searches queued behind a busy worker whose clients close are never run, and their
+    connections stop counting; a client that only half-closes still gets its answer."""
+    server: InProcessServer = serve_in_process(model=KEYWORD_ONLY, **{"server.workers": 1})
+    release, started = threading.Event(), threading.Event()
+    searched: list[str] = []
+    counts = server.handlers.manifest.counts
+
+    def stuck() -> dict[str, Any]:
+        started.set()
+        release.wait(30)
+        return counts()
+
+    monkeypatch.setattr(server.handlers.manifest, "counts", stuck)
+    real_call = server.server.call
+
+    def call(req: Any) -> bytes:
+        if req.op == "search":
+            searched.append(req.params["query"])
+        return real_call(req)
+
+    monkeypatch.setattr(server.server, "call", call)
+    arrived: list[str] = []  # requests the loop has read, whether or not a worker runs them
+    import sidecar.daemon.server as server_mod
+
+    parse = server_mod.parse_request
+
+    def parse_request(line: bytes) -> Any:
+        req = parse(line)
+        arrived.append(req.op)
+        return req
+
+    monkeypatch.setattr(server_mod, "parse_request", parse_request)
+    busy = _connect(server.socket)
+    try:
+        busy.sendall(b'{"id": 0, "op": "health"}\n')
+        assert started.wait(10)  # the only worker is held
+        for i in range(5):  # each sends a search and hangs up at once
+            with _connect(server.socket) as s:
+                s.sendall(b'{"id": %d, "op": "search", "params": {"query": "gone %d"}}\n' % (i, i))
+        half = _connect(server.socket)
+        half.sendall(b'{"id": 9, "op": "search", "params": {"query": "sourdough"}}\n')
+        half.shutdown(socket.SHUT_WR)
+        deadline = time.monotonic() + 10
+        while (len(arrived) < 7 or server.server.connections > 2) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(arrived) == 7
+        assert server.server.connections == 2  # the busy one and the half-closed one
+    finally:
+        release.set()
+    with busy, busy.makefile("rb") as lines:
+        assert json.loads(lines.readline())["id"] == 0
+    answer = json.loads(_recv_all(half))
+    half.close()
+    assert answer["id"] == 9 and _refs(answer)[0] == "vault/Recipes/Bread"
+    assert searched == ["sourdough"]

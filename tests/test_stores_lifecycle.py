@@ -973,3 +973,44 @@ def test_the_switch_to_writable_feeds_the_systemd_watchdog(
             seen.extend(sink.recv(4096).decode().splitlines())
     daemon.notifier.close()
     sink.close()
+
+
+def test_doctor_names_a_keyword_index_of_the_single_folder_layout(make_cfg: Any, vault: Path) -> None:
+    """A keyword index from before the chunks/ and pages/ folders (Tantivy's files directly in
+    bm25/) is an index of an older layout, rebuilt at the next start: not "no keyword index yet"."""
+    import shutil
+
+    from sidecar.clients.doctor import check_index
+    from sidecar.stores.versions import BM25_LAYOUT, LAYOUT_FILE
+
+    cfg = make_cfg(vault)
+    index_and_close(cfg)
+    bm25 = cfg.index_dir / "bm25"
+    for f in (bm25 / "chunks").iterdir():
+        f.rename(bm25 / f.name)
+    for part in ("chunks", "pages", "memory"):
+        shutil.rmtree(bm25 / part)
+    (bm25 / LAYOUT_FILE).unlink()
+    verdict = check_index(cfg).verdict
+    assert "no keyword index yet" not in verdict
+    assert "keyword index layout 1 (rebuilt at the next start)" in verdict
+    Harness(cfg, FakeEmbedder()).close()
+    assert f"keyword index layout {BM25_LAYOUT}:" in check_index(cfg).verdict
+
+
+def test_doctor_warns_of_hundreds_of_agent_inboxes(make_cfg: Any, vault: Path) -> None:
+    """Past 200 agents with an inbox index doctor warns what they cost and points to the README's
+    advice on agent names; below that it says nothing of them."""
+    from sidecar.clients.doctor import check_agents
+
+    cfg = make_cfg(vault)
+    index_and_close(cfg)
+    memory = cfg.index_dir / "bm25" / "memory"
+    for i in range(199):
+        (memory / f"sess-{i}").mkdir()
+    (memory / "x.broken-20260101").mkdir()  # not an agent's
+    assert check_agents(cfg) == []
+    (memory / "sess-199").mkdir()
+    (warn,) = check_agents(cfg)
+    assert warn.ok and warn.warning and warn.verdict.startswith("200 agents' inboxes")
+    assert "Agents named per session or per project" in warn.todo

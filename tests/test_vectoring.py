@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -247,6 +248,74 @@ def test_vector_table_is_compacted_once_writes_pause(harness: Harness, vault: Pa
     assert store._table.stats()["fragment_stats"]["num_fragments"] == 1
     assert not store.compact_if_quiet(0.0)  # nothing written since
     assert search(harness, "burst of writes number 4")[0]["reference"] == "vault/Burst 4"
+
+
+class _AnHourLater:
+    """The ``time`` module as seen an hour later (for one module)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    def monotonic(self) -> float:
+        return time.monotonic() + 3600
+
+
+def test_the_version_a_quiet_compaction_replaced_is_dropped_once_aged(
+    harness: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The quiet compaction's own cleanup runs before the version it makes has aged, so the
+    burst's data files stay; a later pass, once it has, drops them."""
+    import sidecar.stores.vectors as vectors_mod
+
+    harness.sweep()
+    store = harness.stores.vectors
+    assert store is not None
+    for i in range(6):
+        write(vault / f"Burst {i}.md", f"# Burst {i}\n\nNote number {i} of a burst of writes.\n")
+        harness.indexer.index_now(Root("vault", vault), vault / f"Burst {i}.md")
+    data = Path(store._table.uri) / "data"
+    assert harness.vectors.compact_if_quiet(0.0)
+    kept = len(list(data.glob("*.lance")))
+    assert kept > 1  # the live file and the burst's, which the replaced version still names
+    # Time passes (monotonic for the schedule, the version's own age for LanceDB).
+    monkeypatch.setattr(vectors_mod, "_KEEP_VERSIONS", timedelta(milliseconds=1))
+    monkeypatch.setattr(vectors_mod, "time", _AnHourLater())
+    assert harness.vectors.compact_if_quiet(0.0)
+    monkeypatch.undo()
+    assert len(list(data.glob("*.lance"))) == 1
+    assert not store.compact_if_quiet(0.0)  # nothing due any more
+    assert search(harness, "burst of writes number 4")[0]["reference"] == "vault/Burst 4"
+
+
+def test_the_aged_cleanup_does_not_compact_a_burst_that_goes_on(
+    harness: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a cleanup is due after a quiet compaction, writes that started again are not
+    compacted by it (that waits for them to pause); the quiet compaction then does both."""
+    import sidecar.stores.vectors as vectors_mod
+
+    harness.sweep()
+    store = harness.stores.vectors
+    assert store is not None
+    for i in range(3):
+        write(vault / f"Burst {i}.md", f"# Burst {i}\n\nNote number {i} of a burst of writes.\n")
+        harness.indexer.index_now(Root("vault", vault), vault / f"Burst {i}.md")
+    assert harness.vectors.compact_if_quiet(0.0)
+    for i in range(3, 7):
+        write(vault / f"Burst {i}.md", f"# Burst {i}\n\nNote number {i} of a burst of writes.\n")
+        harness.indexer.index_now(Root("vault", vault), vault / f"Burst {i}.md")
+    fragments = store._table.stats()["fragment_stats"]["num_fragments"]
+    assert fragments >= 4
+    writes = store._writes
+    monkeypatch.setattr(vectors_mod, "_KEEP_VERSIONS", timedelta(milliseconds=1))
+    monkeypatch.setattr(vectors_mod, "time", _AnHourLater())
+    assert not store.compact_if_quiet(10.0**9)  # the cleanup is due, the writes are not quiet
+    assert store._table.stats()["fragment_stats"]["num_fragments"] == fragments
+    assert store._writes == writes
+    assert harness.vectors.compact_if_quiet(0.0)
+    monkeypatch.undo()
+    assert store._table.stats()["fragment_stats"]["num_fragments"] == 1
+    assert search(harness, "burst of writes number 6")[0]["reference"] == "vault/Burst 6"
 
 
 def test_an_older_kind_of_vector_index_is_replaced(make_cfg: Any, tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import watchfiles
 
-from sidecar.vault.watcher import Watcher
+from sidecar.vault.watcher import Watcher, watch_step
 from tests.conftest import FakeEmbedder, Harness, write
 
 
@@ -492,3 +492,12 @@ def test_a_folder_made_while_events_overflow_is_watched_again_after_a_sweep_find
     # Only an event brings this one now: the catch-up sweep is over, the next is 10 min away.
     write(vault / "New" / "Sub" / "C.md", "# C\n\nzqxcccq\n")
     _until(lambda: _hits(d, "zqxcccq") == ["vault/New/Sub/C"], 60)
+
+
+def test_the_watch_wakes_at_half_the_debounce_not_every_50_ms() -> None:
+    """An idle watch looks for changes every half debounce (150 ms at the default 300 ms, 6.7
+    wakeups a second instead of 20), between 10 and 250 ms whatever the debounce."""
+    assert watch_step(300) == 150
+    assert watch_step(100) == 50
+    assert watch_step(5000) == 250
+    assert watch_step(1) == 10

@@ -304,6 +304,9 @@ def _fallback_words(emb: dict[str, Any], todo: list[str]) -> str:
 # at most ``_TROUBLED_INBOXES`` of them (300 agents printed 300 lines); `status --json` lists each.
 _LISTED_INBOXES = 5
 _TROUBLED_INBOXES = 10
+# From this many inboxes on status says what they cost (each its own keyword index, all opened by a
+# person's search: 300 of them made it 1 s instead of 17 ms); `sidecar doctor` warns likewise.
+_MANY_INBOXES = 200
 
 
 def _troubled(root: dict[str, Any]) -> bool:
@@ -338,7 +341,14 @@ def _root_lines(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
         "(`sidecar status --json` lists each)"
     )
     shown_troubled, rest = troubled[:_TROUBLED_INBOXES], troubled[_TROUBLED_INBOXES:]
-    lines = ["Roots:", *_each_root(others, todo), summary, *_each_root(shown_troubled, todo)]
+    lines = ["Roots:", *_each_root(others, todo), summary]
+    if len(inboxes) >= _MANY_INBOXES:
+        lines.append(
+            f"{'':<19}each agent has a keyword index of its own: a search without --agent opens all "
+            f"{len(inboxes):,} (slower, hundreds of threads); name agents per project, not per session "
+            '(README, "Agents named per session or per project")'
+        )
+    lines += _each_root(shown_troubled, todo)
     if rest:
         lines.append(f"    and {len(rest):,} more inboxes with a problem")
         if any(r["mode"] == "offline" for r in rest):

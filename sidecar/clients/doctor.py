@@ -42,7 +42,7 @@ from sidecar.clients.snippets import daemon_args, mcp_snippets
 from sidecar.config import Config, env_name
 from sidecar.contracts.errors import DaemonNotRunningError, EmbedderError, SidecarError
 from sidecar.stores.aside import KEEP_MOVED_ASIDE_DAYS, moved_aside
-from sidecar.stores.versions import MANIFEST_SCHEMA, bm25_layout, manifest_schema, newer_store
+from sidecar.stores.versions import BM25_LAYOUT, MANIFEST_SCHEMA, bm25_layout, manifest_schema, newer_store
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.mounts import is_network, mount_containing, read_mounts
 from sidecar.vault.timeout import folder_state, run_with_timeout
@@ -710,7 +710,39 @@ def check_index(cfg: Config) -> Check:
     layout = bm25_layout(cfg.index_dir / "bm25")
     later = " (upgraded at the next start)" if schema < MANIFEST_SCHEMA else ""
     keywords = f"keyword index layout {layout}" if layout is not None else "no keyword index yet"
+    if layout is not None and layout < BM25_LAYOUT:
+        keywords += " (rebuilt at the next start)"
     return Check("index", True, f"manifest schema {schema}{later}, {keywords}: this version reads them")
+
+
+MANY_AGENTS = 200  # from this many inboxes (each its own keyword index) on, doctor says what they cost
+
+
+def check_agents(cfg: Config) -> list[Check]:
+    """A warning once hundreds of agent names hold an inbox: each has a keyword index of its own
+    (about 76 KB, 20 files and 2 file watches for one small note), and a person's search, which
+    covers every inbox, opens them all (300 agents: 1 s instead of 17 ms per search, 640 threads)."""
+    try:
+        inboxes = sum(
+            1 for p in (cfg.index_dir / "bm25" / "memory").iterdir() if p.is_dir() and "." not in p.name
+        )
+    except OSError:
+        return []
+    if inboxes < MANY_AGENTS:
+        return []
+    return [
+        Check(
+            "agents",
+            True,
+            f"{inboxes} agents' inboxes are indexed, each with a keyword index of its own: a search "
+            "without --agent opens them all (slower searches, hundreds of threads), and each costs "
+            "files and file watches",
+            'name agents per project or per tool rather than per session (README, "Agents named '
+            'per session or per project"); an agent whose notes are all deleted is retired after '
+            "memory.trashDays",
+            warning=True,
+        )
+    ]
 
 
 def _files(path: Path) -> list[Path]:
@@ -807,7 +839,7 @@ class _Run:
         if "home" in self.hung:
             return [self._skip("index")]
         where = f"the index {self.cfg.index_dir}"
-        return _bounded(("index",), lambda: [check_index(self.cfg)], self.t, where)
+        return _bounded(("index",), lambda: [check_index(self.cfg), *check_agents(self.cfg)], self.t, where)
 
     def model(self) -> list[Check]:
         e = self.cfg.embedder

@@ -21,11 +21,12 @@ import contextlib
 import errno
 import logging
 import os
+import select
 import socket
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -198,6 +199,8 @@ class Server:
         # Every open connection's handler task and writer: Python 3.11's server leaves them open
         # when it closes, and the loop's end then cancels each one with an ERROR and a traceback.
         self._open: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        # Requests whose client hung up while a worker ran them, still timed (see ``_run``).
+        self._watches: set[asyncio.Task[None]] = set()
         self._uid = os.getuid()
         self._log_refused_peer: dict[int, Throttled] = {}  # by uid: a second user is named too
         self._log_refused = Throttled(
@@ -234,17 +237,40 @@ class Server:
 
     async def _run(self, lane: _Lane, req: Request) -> bytes:
         fut = lane.pool.submit(self.call, req)
+        deadline = asyncio.get_running_loop().time() + self.request_timeout
         try:
             return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), self.request_timeout)
+        except asyncio.CancelledError:
+            # Its client hung up: a read still queued is dropped before a worker starts it. A write
+            # taken up is applied whole all the same (it runs, or not, as one handler call).
+            if req.op in WRITE_OPS or not fut.cancel():
+                # Running (or a write): it still holds a worker, so it is still timed, or a hung
+                # native call would hold the lane for good with nobody counting it as stuck.
+                watch = asyncio.get_running_loop().create_task(self._overrun_watch(lane, req, fut, deadline))
+                self._watches.add(watch)
+                watch.add_done_callback(self._watches.discard)
+            raise
         except TimeoutError:
-            log.error("request_timeout op=%s seconds=%.0f", req.op, self.request_timeout)
-            lane.overran(fut)
+            self._overran(lane, req, fut)
             return error_frame(
                 req.id,
                 "timeout",
                 f"{req.op!r} did not finish within {self.request_timeout:.0f} s "
                 "(server.requestTimeoutSeconds); a write may still complete, check before retrying",
             )
+
+    async def _overrun_watch(self, lane: _Lane, req: Request, fut: Future[bytes], deadline: float) -> None:
+        """Time a request nobody waits for any more, as ``_run`` would have (``call`` turns its
+        failures into frames, so the future only ends, is cancelled or overruns)."""
+        remaining = max(0.0, deadline - asyncio.get_running_loop().time())
+        try:
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), remaining)
+        except TimeoutError:
+            self._overran(lane, req, fut)
+
+    def _overran(self, lane: _Lane, req: Request, fut: Future[bytes]) -> None:
+        log.error("request_timeout op=%s seconds=%.0f", req.op, self.request_timeout)
+        lane.overran(fut)
 
     async def serve(self, listener: socket.socket, stop: asyncio.Event) -> None:
         server = await asyncio.start_unix_server(self._client, sock=listener, limit=_READ_CHUNK)
@@ -263,6 +289,11 @@ class Server:
                 task.cancel()
             if tasks:
                 await asyncio.wait(tasks, timeout=5.0)
+            watches = list(self._watches)  # also those the cancelled connections just left
+            for watch in watches:
+                watch.cancel()
+            if watches:
+                await asyncio.wait(watches, timeout=1.0)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), 5.0)
             for lane in self.lanes.values():
@@ -341,9 +372,58 @@ class Server:
                 except SidecarError as exc:
                     await self._send(writer, error_frame(request_id_of(line), exc.code, str(exc)))
                     continue
-                await self._send(writer, await self.run(req))
+                if req.op not in WRITE_OPS and _peer_closed(writer):
+                    return  # sent and hung up at once: nobody reads the answer
+                answer = await self._unless_hung_up(self.run(req), reader, writer, buf)
+                if answer is None:
+                    return
+                await self._send(writer, answer)
         finally:
             self.buffered -= len(buf)
+
+    async def _unless_hung_up(
+        self,
+        request: Coroutine[Any, Any, bytes],
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        buf: bytearray,
+    ) -> bytes | None:
+        """The request's answer, or None once its client has gone (closed or reset): the request
+        is then cancelled (a queued read never reaches a worker) and the connection stops counting
+        against ``server.maxConnections``. Abandoned searches piled up behind live ones before
+        (1,100 of them made the next search take 19 s). Input that arrives meanwhile is kept in
+        ``buf`` for the next request."""
+        running = asyncio.ensure_future(request)
+        watch = asyncio.ensure_future(self._watch_hang_up(reader, writer, buf))
+        try:
+            await asyncio.wait({running, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if not running.done() and watch.result():
+                running.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await running
+                return None
+            return await running
+        finally:
+            watch.cancel()
+            running.cancel()
+
+    async def _watch_hang_up(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, buf: bytearray
+    ) -> bool:
+        """True when the client hangs up while its request runs; False (after reading as much as
+        the bounds allow) when it sends more than a frame or the budget can hold, to be refused
+        after the answer. A half-close (``shutdown(SHUT_WR)``, as ``nc -N`` does) is no hang-up:
+        that client still reads its answer."""
+        while len(buf) <= self.max_frame and self.buffered + _READ_CHUNK <= self.max_buffered:
+            try:
+                chunk = await reader.read(_READ_CHUNK)
+            except ConnectionError:
+                return True
+            if not chunk:
+                return _peer_closed(writer)
+            buf += chunk
+            self.buffered += len(chunk)
+        return False
 
     async def _next_line(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, buf: bytearray
@@ -410,3 +490,15 @@ class Server:
     async def _send(self, writer: asyncio.StreamWriter, frame: bytes) -> None:
         writer.write(frame)
         await asyncio.wait_for(writer.drain(), _WRITE_TIMEOUT)
+
+
+def _peer_closed(writer: asyncio.StreamWriter) -> bool:
+    """After end of input: has the peer closed its end for good (not only for writing)? Linux and
+    macOS flag that as POLLHUP on a Unix socket; where that cannot be told, assume the client
+    still reads (its request runs as before)."""
+    sock = writer.get_extra_info("socket")
+    if sock is None or not hasattr(select, "poll"):
+        return False
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLOUT)
+    return any(events & (select.POLLHUP | select.POLLERR) for _fd, events in poller.poll(0))

@@ -200,6 +200,9 @@ class VectorStore:
         self._lock = threading.Lock()
         self._writes = 0
         self._last_write = 0.0  # monotonic
+        # When the version a compaction replaced is older than _KEEP_VERSIONS, so a cleanup pass
+        # can drop it (monotonic; None: none due).
+        self._cleanup_at: float | None = None
         self._building = False  # an index build runs outside the lock; compaction waits for it
         # Set by ``close`` when the table is replaced (a repair): another table may stand at the
         # same path, and this handle's writes would land in it naming this one's data files.
@@ -696,15 +699,27 @@ class VectorStore:
         """Compact once writes have paused: a burst of memory writes otherwise leaves hundreds of
         versions and fragments (and their cached metadata) until the next scheduled optimize."""
         with self._lock:
-            if (
-                not self._writes
-                or self._building
-                or self.closed
-                or time.monotonic() - self._last_write < quiet_seconds
-            ):
+            if self._building or self.closed:
                 return False
+            if not self._writes or time.monotonic() - self._last_write < quiet_seconds:
+                return self._cleanup_if_due()
             self._compact()
         log.info("vectors_compacted table=%s reason=writes paused", self.name)
+        return True
+
+    def _cleanup_if_due(self) -> bool:
+        """Drop the versions the last compaction left, once older than the grace: its own cleanup
+        ran before the version its compaction made aged, and the folder stayed about twice the
+        table's size until the next scheduled optimize (up to an hour). Only while nothing was
+        written since: LanceDB (without pylance) has no cleanup apart from ``optimize``, which
+        then compacts nothing and so only cleans; after new writes it would compact mid-burst
+        under the lock, so it waits for the quiet compaction, which cleans too. The caller holds
+        the lock."""
+        if self._cleanup_at is None or time.monotonic() < self._cleanup_at or self._writes:
+            return False
+        self._cleanup_at = None
+        self._wrap("optimize", lambda: self._table.optimize(cleanup_older_than=_KEEP_VERSIONS))
+        log.info("vectors_cleaned table=%s reason=replaced version aged", self.name)
         return True
 
     def _count_write(self) -> None:
@@ -717,6 +732,7 @@ class VectorStore:
         """Compaction and old-version cleanup; the caller holds the lock."""
         self._wrap("optimize", lambda: self._table.optimize(cleanup_older_than=_KEEP_VERSIONS))
         self._writes = 0
+        self._cleanup_at = time.monotonic() + _KEEP_VERSIONS.total_seconds() + 1.0
 
     def _write(self, what: str, fn: Any, change: Any = None) -> Any:
         """A write that changes the rows; the caller holds the lock. ``change`` makes the same

@@ -44,10 +44,13 @@ def manifest_schema(path: Path) -> int | None:
 
 def bm25_layout(folder: Path) -> int | None:
     """The layout of the keyword index in ``folder``: the recorded one, else the one its analyzers'
-    names carry (1 for names without a number); None without an index there or when unreadable."""
+    names carry (1 for names without a number, and for the single index of before the chunks/ and
+    pages/ folders); None without an index there or when unreadable."""
     recorded = _recorded_layout(folder)
     if recorded is not None:
         return recorded
+    if (folder / "meta.json").is_file() and not (folder / "chunks").exists():
+        return 1  # one index in the folder itself, from before the chunks/ and pages/ folders
     try:
         fields = json.loads((folder / "chunks" / "meta.json").read_text(encoding="utf-8"))["schema"]
     except (OSError, ValueError, KeyError, TypeError):
