@@ -16,7 +16,6 @@ import os
 import re
 import sqlite3
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 from sidecar.config import Config
@@ -370,16 +369,6 @@ class MemoryOps:
         for key, src, _owner, title, tags_json, mtime_ns, chunks, fm_json in manifest.list_files(where, args):
             known.add(key)
             reference = public_reference(key, agent)
-            if src == "memory":
-                # Deleted or changed in the inbox since it was indexed (an index that cannot be
-                # written: its disk full): listed as the inbox holds it, not as the index does.
-                now_ns = _inbox_mtime(agent_inbox(self.cfg, agent), key.split("/", 2)[2])
-                if now_ns is None:
-                    continue
-                if now_ns != mtime_ns:
-                    if _under(reference, prefix) and not tag:
-                        notes.append(_unindexed_note(reference, src, now_ns, "changed since it was indexed"))
-                    continue
             tags = json.loads(tags_json)
             if not _under(reference, prefix):
                 continue
@@ -540,16 +529,6 @@ def _audit_warning(error: str | None, agent: str, problems: Problems) -> str | N
 
 def _local(mtime_ns: int) -> str:
     return dt.datetime.fromtimestamp(mtime_ns / 1e9).astimezone().isoformat(timespec="seconds")
-
-
-def _inbox_mtime(inbox: Path, stem: str) -> int | None:
-    """The time of the inbox's note with that key (``Root.key_of`` drops ``.md``); None if gone."""
-    for name in (stem + ".md", stem):
-        try:
-            return os.stat(inbox / name).st_mtime_ns
-        except OSError:
-            continue
-    return None
 
 
 def _unindexed_note(reference: str, source: str, mtime_ns: int, why: str) -> dict[str, Any]:

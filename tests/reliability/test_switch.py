@@ -65,12 +65,7 @@ class ReadOnlyStart:
 
 @contextlib.contextmanager
 def _started(
-    tmp_path: Path,
-    vault: Path,
-    *,
-    agents_disk: bool = False,
-    killed_writer: bool = False,
-    memory: dict[str, str] | None = None,
+    tmp_path: Path, vault: Path, *, agents_disk: bool = False, killed_writer: bool = False
 ) -> Iterator[ReadOnlyStart]:
     """The daemon started read-only on a full 24 MB tmpfs (its agents folder on a tmpfs of its
     own with room, if ``agents_disk``; after a writer killed with 3 MB of commits in the manifest's
@@ -91,10 +86,6 @@ def _started(
         }
         cfg = load_config(flags=flags, env={})
         (disk / "home" / "agents").mkdir(parents=True, exist_ok=True)
-        inbox = cfg.agents_dir / "ops" / "memory"
-        for slug, text in (memory or {}).items():  # indexed before the outage
-            inbox.mkdir(parents=True, exist_ok=True)
-            (inbox / f"{slug}.md").write_text(text)
         index_once(cfg, rebuild=False)
         if killed_writer:
             _kill_a_writer(cfg.index_dir / "manifest.sqlite")
@@ -511,25 +502,6 @@ def test_memory_writes_are_refused_while_read_only_when_the_inboxes_disk_is_full
         index = [p for p in start.ask("health")["problems"]["active"] if p["area"] == "index"]
         assert "memory writes are saved" not in index[0]["error"]
         assert not list(agents.rglob("plan.md"))
-
-
-def test_list_shows_the_inbox_as_it_is_while_the_index_cannot_follow(
-    tmp_path: Path, vault: Path, monkeypatch: Any
-) -> None:
-    """Read-only with the inboxes on another disk: after a delete, `list` still showed the note
-    (indexed, with its chunks) that `get` called not found, and an edited note as indexed with its
-    old chunks. A note gone from the inbox is not listed; one changed since it was indexed is
-    listed as not indexed, with why."""
-    monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)
-    notes = {"old": "# Old\n\nquokka\n", "kept": "# Kept\n\nwombat\n", "same": "# Same\n\nnumbat\n"}
-    with _started(tmp_path, vault, agents_disk=True, memory=notes) as start:
-        assert start.ask("delete", {"slug": "old"})["deleted"] is True
-        start.ask("edit", {"slug": "kept", "content": "# Kept\n\nplatypus\n"})
-        listed = {n["reference"]: n for n in start.ask("list")["notes"]}
-        assert sorted(listed) == ["memory/kept", "memory/same"]
-        assert listed["memory/kept"]["indexed"] is False and listed["memory/kept"]["chunks"] == 0
-        assert "changed since it was indexed" in listed["memory/kept"]["why"]
-        assert listed["memory/same"]["indexed"] is True and listed["memory/same"]["chunks"] > 0
 
 
 def test_memory_writes_stay_refused_while_read_only_when_the_inboxes_share_the_full_disk(
