@@ -287,25 +287,25 @@ def test_a_hung_request_whose_client_hung_up_still_counts_as_stuck(
     and the next search is answered."""
     server: InProcessServer = serve_in_process(**{"server.workers": 1, "server.requestTimeoutSeconds": 1})
     release, started = threading.Event(), threading.Event()
-    counts = server.handlers.manifest.counts
+    real_call = server.server.call
 
-    def stuck() -> dict[str, Any]:
-        started.set()
-        release.wait(60)
-        return counts()
+    def call(req: Any) -> bytes:
+        if req.op == "search" and req.params["query"] == "hang":  # a native call that hangs
+            started.set()
+            release.wait(60)
+        return real_call(req)
 
-    monkeypatch.setattr(server.handlers.manifest, "counts", stuck)
+    monkeypatch.setattr(server.server, "call", call)
     lane = server.server.lanes["read"]
     old_pool = lane.pool
     try:
         with _connect(server.socket) as gone:
-            gone.sendall(b'{"id": 1, "op": "health"}\n')
+            gone.sendall(b'{"id": 1, "op": "search", "params": {"query": "hang"}}\n')
             assert started.wait(10)
         deadline = time.monotonic() + 20
         while lane.pool is old_pool and time.monotonic() < deadline:
             time.sleep(0.05)
         assert lane.pool is not old_pool  # the stuck worker was counted and its pool replaced
-        monkeypatch.setattr(server.handlers.manifest, "counts", counts)
         answer = exchange(server.socket, b'{"id": 2, "op": "search", "params": {"query": "restic"}}\n')
         assert answer[0]["id"] == 2 and _refs(answer[0])[0] == "wiki/Backups"
     finally:
@@ -490,18 +490,13 @@ def test_a_request_whose_client_hung_up_is_dropped_before_a_worker_starts_it(
     server: InProcessServer = serve_in_process(model=KEYWORD_ONLY, **{"server.workers": 1})
     release, started = threading.Event(), threading.Event()
     searched: list[str] = []
-    counts = server.handlers.manifest.counts
-
-    def stuck() -> dict[str, Any]:
-        started.set()
-        release.wait(30)
-        return counts()
-
-    monkeypatch.setattr(server.handlers.manifest, "counts", stuck)
     real_call = server.server.call
 
     def call(req: Any) -> bytes:
-        if req.op == "search":
+        if req.op == "search" and req.params["query"] == "hold":  # holds the only read worker
+            started.set()
+            release.wait(30)
+        elif req.op == "search":
             searched.append(req.params["query"])
         return real_call(req)
 
@@ -519,7 +514,7 @@ def test_a_request_whose_client_hung_up_is_dropped_before_a_worker_starts_it(
     monkeypatch.setattr(server_mod, "parse_request", parse_request)
     busy = _connect(server.socket)
     try:
-        busy.sendall(b'{"id": 0, "op": "health"}\n')
+        busy.sendall(b'{"id": 0, "op": "search", "params": {"query": "hold"}}\n')
         assert started.wait(10)  # the only worker is held
         for i in range(5):  # each sends a search and hangs up at once
             with _connect(server.socket) as s:
