@@ -436,8 +436,9 @@ class Manifest(VectorBook):
                 "disk could not write them back, or the daemon was not stopped cleanly)"
             )
         # Commits still in the write-ahead log (a kill or a stop on the full disk): a plain read-only
-        # connection reads them through the existing -shm, makes no file and never checkpoints
-        # (immutable would read the file without them). Refused, every request with it, before.
+        # connection reads them through the existing -shm, makes no new file and never checkpoints
+        # (immutable would read the file without them); SQLite may rebuild the -shm in place, and
+        # one it cannot rebuild on the full disk fails the open (exit 5, as before this read).
         mode = "mode=ro" if pending else "mode=ro&immutable=1"
         uri = "file:" + urllib.parse.quote(str(path)) + "?" + mode
         try:
@@ -449,7 +450,8 @@ class Manifest(VectorBook):
         except (sqlite3.Error, OSError) as exc:
             if (db := getattr(self, "_db", None)) is not None:
                 db.close()
-            raise StoreError(f"manifest {path} cannot be opened read-only: {exc}") from exc
+            hint = f" (reading {wal.name} rebuilds {shm.name}: free some space)" if pending else ""
+            raise StoreError(f"manifest {path} cannot be opened read-only: {exc}{hint}") from exc
 
     def _shrink(self) -> None:
         """Give the disk back after mass deletions: SQLite reuses free pages but never returns
