@@ -51,7 +51,6 @@ class HotNotes:
         self._quiet_until: dict[str, float] = {}  # path -> end of its quiet time
         self._held: dict[str, float] = {}  # path -> when its held event is due
         self._last_event: dict[str, float] = {}  # held path -> when its latest event came
-        self._cost: dict[str, float] = {}  # costly note -> what its last indexing cost
         self._early: set[str] = set()  # handed out settled, not indexed since
         self._early_last: set[str] = set()  # last indexed early: the next one waits its quiet time
         self._early_spent: list[tuple[float, float]] = []  # (end, cost) of early indexings lately
@@ -71,13 +70,11 @@ class HotNotes:
                 wait = quiet_seconds(cost)
                 if wait >= HOT_MIN_S:
                     self._quiet_until[path] = now + wait
-                    self._cost[path] = cost
                     self._spent.setdefault(path, []).append((now, cost))
                 else:
                     self._quiet_until.pop(path, None)
             self._quiet_until = {p: t for p, t in self._quiet_until.items() if t > now}
             kept = self._quiet_until.keys() | self._held.keys()
-            self._cost = {p: c for p, c in self._cost.items() if p in kept}
             self._early_last &= kept
             since = now - BUDGET_WINDOW_S
             self._early_spent = [x for x in self._early_spent if x[0] > since]
@@ -110,7 +107,6 @@ class HotNotes:
                 self._quiet_until.pop(path, None)
                 self._held.pop(path, None)
                 self._last_event.pop(path, None)
-                self._cost.pop(path, None)
                 self._spent.pop(path, None)
                 self._early.discard(path)
                 self._early_last.discard(path)
@@ -144,10 +140,12 @@ class HotNotes:
         spent its share on its quiet-time ones)."""
         if path in self._early_last or path in self._early:
             return math.inf
-        since, cost, budget = now - BUDGET_WINDOW_S, self._cost.get(path, 0.0), BUDGET_SHARE * BUDGET_WINDOW_S
+        since, budget = now - BUDGET_WINDOW_S, BUDGET_SHARE * BUDGET_WINDOW_S
+        # A held note's last indexing is in the window (its quiet time is at most a minute).
+        own = [c for end, c in self._spent.get(path, ()) if end > since]
+        cost = own[-1] if own else 0.0
         early = sum(c for end, c in self._early_spent if end > since)
-        own = sum(c for end, c in self._spent.get(path, ()) if end > since)
-        if early + cost > budget or own + cost > budget:
+        if early + cost > budget or sum(own) + cost > budget:
             return math.inf
         return self._last_event.get(path, -math.inf) + SETTLE_S
 
