@@ -38,7 +38,6 @@ def _mark_class() -> str:
 # with a word character: an emoji's variation selector or joiner alone ("☀️", "👨‍👩‍👧") is no word
 # (read as one, "have a nice day today ☀️" recalled the daily note).
 WORD = re.compile(rf"\w[\w{_mark_class()}]*")
-_WORD = WORD
 
 
 def _words_file(name: str) -> frozenset[str]:
@@ -470,7 +469,7 @@ def _weekday_near(t: dt.date, m: re.Match[str], r: Reading) -> Window:
 
 def _alone(m: re.Match[str]) -> bool:
     """Whether the phrase is the whole message, a conjunction aside ("und am Donnerstag?")."""
-    around = _WORD.findall(m.string[: m.start()] + " " + m.string[m.end() :])
+    around = WORD.findall(m.string[: m.start()] + " " + m.string[m.end() :])
     return all(w.lower() in ("and", "und", "or", "oder") for w in around)
 
 
@@ -525,7 +524,7 @@ def _clause_says_done(m: re.Match[str]) -> bool:
     for edge in _CLAUSE_EDGE.finditer(text, 0, m.start()):
         begin, opener = edge.start(), edge.group(0).lower()
     sentence = max(text.rfind(c, 0, begin) for c in ".!?;\n") + 1
-    if opener in _SUBORDINATE and _WORD.search(text, sentence, begin):
+    if opener in _SUBORDINATE and WORD.search(text, sentence, begin):
         return False  # a conjunction inside the sentence, not the question's first word
     after = _CLAUSE_EDGE.search(text, m.end())
     clause = text[begin : after.start() if after else len(text)]
@@ -1028,7 +1027,7 @@ def asks_about_self(text: str) -> bool:
     with no modal ("should I deploy today?" asks what to do) and addressing no one ("how was your
     weekend?", "wie war dein Tag heute?", "was meinen Sie?" are small talk; so, to be safe, is
     "can you tell me what I did today?")."""
-    tokens = _WORD.findall(_CLITIC.sub("", text))
+    tokens = WORD.findall(_CLITIC.sub("", text))
     words = [w.lower() for w in tokens]
     if not words or _addressed(tokens, words) or any(w in _PERSONS["modal"] for w in words):
         return False
@@ -1049,7 +1048,7 @@ def is_small_talk(text: str) -> bool:
     word "today" in it. Time words alone ("rest day", "day of the week", "Feierabend") may be a
     topic: without a greeting they are left to recall's gates."""
     text = unicodedata.normalize("NFC", text)
-    tokens = _WORD.findall(_CLITIC.sub("", text))
+    tokens = WORD.findall(_CLITIC.sub("", text))
     words = [w.lower() for w in tokens]
     content = [w.lower() for w in tokens if not is_stopword(w)]
     if not content or refers_back(tuple(tokens)):
@@ -1072,7 +1071,7 @@ _CLITIC = re.compile(r"(?<=\w)['’](?:s|t|re|ve|ll|d|m)\b", re.IGNORECASE)
 
 def analyze(text: str) -> QueryAnalysis:
     text = unicodedata.normalize("NFC", text)
-    words = tuple(_WORD.findall(_CLITIC.sub("", text)))
+    words = tuple(WORD.findall(_CLITIC.sub("", text)))
     content = tuple(w for w in words if not is_stopword(w))
     return QueryAnalysis(
         text, words, content, is_chronicle(text, words), language(text, words), refers_back(words)

@@ -50,7 +50,6 @@ from sidecar.vault.sources import public_reference
 
 log = logging.getLogger(__name__)
 
-_NAME_WORD = WORD
 _LETTER_OR_DIGIT = re.compile(r"[^\W_]")  # "\w" but the underscore: "_" alone is no word
 
 
@@ -85,9 +84,6 @@ def typed_part(spelled: Mapping[str, str]) -> BmParts:
     return [(" ".join(spelled), 1.0)] if spelled else []
 
 
-_WORD = WORD
-
-
 def _with_umlauts(text: str, spelled: Mapping[str, str]) -> str:
     """``text`` with each word of ``spelled`` (by the word lowercased) replaced, its case kept."""
     if not spelled:
@@ -102,7 +98,7 @@ def _with_umlauts(text: str, spelled: Mapping[str, str]) -> str:
             return written.upper()
         return written[:1].upper() + written[1:] if typed[:1].isupper() else written
 
-    return _WORD.sub(read, text)
+    return WORD.sub(read, text)
 
 
 PAGE_FAILURE = "page index: "  # how a failing page search is reported (keyword_search)
@@ -216,7 +212,7 @@ def _language_set(languages: str) -> frozenset[str]:
 
 @functools.lru_cache(maxsize=65_536)  # titles repeat across queries; folding them was 4 ms a query
 def _words(text: str) -> frozenset[str]:
-    return frozenset(fold_word(w) for w in _NAME_WORD.findall(text) if not is_stopword(w))
+    return frozenset(fold_word(w) for w in WORD.findall(text) if not is_stopword(w))
 
 
 def _passes(view: ChunkView, filters: Filters) -> bool:
