@@ -21,7 +21,7 @@ from sidecar.clients.mcp_texts import (
 )
 from sidecar.contracts.errors import DaemonNotRunningError, NoAnswerError, ProtocolError, RemoteError
 from sidecar.contracts.printable import escape_controls as shown
-from sidecar.contracts.wire import hit_json, parse_search, resolved_notes, window_json
+from sidecar.contracts.wire import hit_json, parse_search, resolved_notes, state_json, window_json
 
 log = logging.getLogger(__name__)
 
@@ -162,17 +162,7 @@ class ToolCalls:
         for h in result.hits:
             for kind, n in h.masked.items():
                 masked[kind] = masked.get(kind, 0) + n
-        out: dict[str, Any] = {"query": query, "hits": hits}
-        if result.degraded:
-            out["degraded"] = result.degraded
-        if result.pending_vectors:
-            out["pendingVectors"] = result.pending_vectors
-        if result.indexing is not None:
-            out["indexing"] = {"done": result.indexing[0], "total": result.indexing[1]}
-        if result.stale_since is not None:
-            out["staleSince"] = result.stale_since
-        if result.catching_up is not None:
-            out["catchingUp"] = {"done": result.catching_up[0], "total": result.catching_up[1]}
+        out: dict[str, Any] = {"query": query, "hits": hits, **state_json(result)}
         if result.window:
             out["window"] = window_json(result.window)
         if result.listed is not None:

@@ -342,11 +342,11 @@ def window_json(w: Window) -> dict[str, Any]:
     return out
 
 
-def search_json(result: SearchResult, *, preview: bool) -> dict[str, Any]:
-    """The reply of ``search`` (and of ``recall``, with its ``context``)."""
-    out: dict[str, Any] = {"hits": [hit_json(h) for h in result.hits]}
-    if result.context is not None:
-        out["context"] = result.context
+def state_json(result: SearchResult) -> dict[str, Any]:
+    """What an answer says of the index it came from (degraded, vectors or notes still coming,
+    a stale share, a catch-up), as the socket and the MCP shim both put it: one place, so a
+    mark added for one is not missing from the other."""
+    out: dict[str, Any] = {}
     if result.degraded:
         out["degraded"] = result.degraded
     if result.pending_vectors:
@@ -357,6 +357,15 @@ def search_json(result: SearchResult, *, preview: bool) -> dict[str, Any]:
         out["staleSince"] = result.stale_since
     if result.catching_up is not None:
         out["catchingUp"] = {"done": result.catching_up[0], "total": result.catching_up[1]}
+    return out
+
+
+def search_json(result: SearchResult, *, preview: bool) -> dict[str, Any]:
+    """The reply of ``search`` (and of ``recall``, with its ``context``)."""
+    out: dict[str, Any] = {"hits": [hit_json(h) for h in result.hits]}
+    if result.context is not None:
+        out["context"] = result.context
+    out.update(state_json(result))
     if result.listed is not None:
         out["listed"] = result.listed
     window = result.window or (window_of(result.analysis) if result.analysis else None)
