@@ -34,8 +34,9 @@ from sidecar.daemon.handlers import Handlers, ServiceState
 from sidecar.daemon.server import Server, bind_socket
 from sidecar.memory.inbox import Inboxes
 from sidecar.memory.ops import MemoryOps
+from sidecar.search.days import FilterError
 from sidecar.search.fusion import Candidate, Scale, Scored
-from sidecar.search.query import FilterError, analyze, split_filters
+from sidecar.search.query import analyze, split_filters
 from sidecar.search.recall import _Coverage, _on_keywords
 from sidecar.search.retrieval import Retriever
 from tests.conftest import KEYWORD_ONLY, FakeEmbedder, Harness, write

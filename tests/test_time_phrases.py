@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.search import query
+from sidecar.search import days, query
 from sidecar.search.query import split_filters
 
 TODAY = dt.date(2026, 12, 2)  # a Wednesday
@@ -75,7 +75,7 @@ SINCE_FORMS = ["since {}", "seit {}", "seit dem {}", "from {} on"]
 def test_the_table_holds_every_period_the_parser_knows() -> None:
     """Each period pattern is said by a phrase of the table (a new phrase gets its since forms
     checked too)."""
-    for pattern, _ in query._PERIODS:
+    for pattern, _ in days._PERIODS:
         rx = re.compile(pattern, re.IGNORECASE)
         assert any(rx.fullmatch(phrase) for phrase, _, _ in PERIODS), pattern
 
@@ -457,12 +457,12 @@ def test_a_range_leaves_the_phrase_after_it() -> None:
 )
 def test_since_takes_a_german_date(value: str, day: str) -> None:
     """--since 04.12.2026 (a daily-note format German vaults use) was refused."""
-    assert query.parse_day(value, TODAY, name="since").isoformat() == day
+    assert days.parse_day(value, TODAY, name="since").isoformat() == day
 
 
 def test_a_german_date_that_is_no_day_is_refused() -> None:
-    with pytest.raises(query.FilterError, match="not a valid date"):
-        query.parse_day("31.02.2026", TODAY, name="since")
+    with pytest.raises(days.FilterError, match="not a valid date"):
+        days.parse_day("31.02.2026", TODAY, name="since")
 
 
 @pytest.mark.parametrize(
@@ -815,9 +815,9 @@ def test_weekday_heavy_text_is_read_in_one_pass(monkeypatch: pytest.MonkeyPatch)
     """Each "am Montag" without a tense rescanned the whole text (4,000 characters took 60 ms, 50 kB
     6 s): the weekday rule looks at a text once, whatever its number of weekdays."""
     calls = []
-    alone = query._alone
-    monkeypatch.setattr(query, "_alone", lambda m: calls.append(m) or alone(m))
+    alone = days._alone
+    monkeypatch.setattr(days, "_alone", lambda m: calls.append(m) or alone(m))
     for text in ("Meeting am Montag. " * 200, "Meeting on Friday, " * 200 + "what did I do on Monday?"):
-        assert query.time_window(text, TODAY)[1] is None
+        assert days.time_window(text, TODAY)[1] is None
         assert len(calls) <= 1
         calls.clear()

@@ -62,8 +62,9 @@ from sidecar.notes.outline import render as render_outline
 from sidecar.notes.redact import mask, masked_line
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.search.context import with_note
+from sidecar.search.days import FilterError, parse_day
 from sidecar.search.explain import explain
-from sidecar.search.query import MAX_TAGS, FilterError, Filters, parse_day
+from sidecar.search.query import MAX_TAGS, Filters
 from sidecar.search.recall import recall
 from sidecar.search.retrieval import Retriever, SearchRequest
 from sidecar.stores.aside import moved_aside

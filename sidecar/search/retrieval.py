@@ -27,12 +27,11 @@ from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, VectorSet
 from sidecar.model.embedder import Embedder, EmbedderSlot, cosine_range, model_name
 from sidecar.notes.links import cited_by
+from sidecar.search.days import FilterError
 from sidecar.search.fusion import Candidate, Rules, Scale, Scored, apply_rules, cap_per_note, fold, fuse
 from sidecar.search.query import (
     STOPWORDS_DE,
     STOPWORDS_EN,
-    WORD,
-    FilterError,
     Filters,
     QueryAnalysis,
     a_form_of,
@@ -41,9 +40,10 @@ from sidecar.search.query import (
     split_filters,
     word_forms,
 )
-from sidecar.search.query import fold as fold_word
 from sidecar.search.querycache import QueryCache
 from sidecar.search.results import analysis_of, local_day, to_hit
+from sidecar.search.words import WORD
+from sidecar.search.words import fold as fold_word
 from sidecar.stores.bm25 import Bm25Index
 from sidecar.stores.manifest import ChunkView, NoteDay
 from sidecar.vault.sources import public_reference

@@ -1,0 +1,760 @@
+"""Days (pure): ``since:``/``until:`` values and the time phrases of a question ("last week",
+"seit Montag", "am 4.12.") read as a window of days. Imports nothing of the project but the word
+lists."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from sidecar.search.words import WORD, fold, numbered_file
+
+
+class FilterError(ValueError):
+    """An inline filter or time value that cannot be honoured; the message names it."""
+
+
+_WEEKDAYS = numbered_file("weekdays.txt")
+_NUMBERS = numbered_file("numbers.txt")
+_TODAY = ("today", "heute")
+_YESTERDAY = ("yesterday", "gestern")
+_ISO_LOOSE = re.compile(r"^(\d{4})-(\d{1,2})-(\d{1,2})$")
+_ISO_MONTH_ONLY = re.compile(r"^(\d{4})-(\d{1,2})$")
+_DAYS_AGO = re.compile(r"^(\d{1,4})d$")
+_ISO_DAY = r"(\d{4}-\d{1,2}-\d{1,2})"  # a day in a time phrase ("since 2026-11-20")
+# German dates as a daily-note format writes them: 04.12.2026, 4.12.2026, 4.12. (this year)
+_DOTTED = re.compile(r"^(\d{1,2})\.(\d{1,2})\.(\d{4})?$")
+DAY_VALUES = "YYYY-MM-DD, YYYY-MM, DD.MM.YYYY, today, yesterday, a weekday or Nd (N days ago)"
+
+
+def _last_weekday(today: dt.date, weekday: int) -> dt.date:
+    return today - dt.timedelta(days=(today.weekday() - weekday) % 7)
+
+
+def _month_end(day: dt.date) -> dt.date:
+    nxt = (day.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
+    return nxt - dt.timedelta(days=1)
+
+
+def _written_day(v: str, today: dt.date, end: bool) -> dt.date | None:
+    """A day written as digits (ISO, a month, the German dotted form); None: not so written.
+    Raises ValueError for a form that names no day (2026-02-30)."""
+    if m := _ISO_LOOSE.match(v):
+        return dt.date(int(m[1]), int(m[2]), int(m[3]))
+    if m := _ISO_MONTH_ONLY.match(v):
+        first = dt.date(int(m[1]), int(m[2]), 1)
+        return _month_end(first) if end else first
+    if m := _DOTTED.match(v):
+        return dt.date(int(m[3]) if m[3] else today.year, int(m[2]), int(m[1]))
+    return None
+
+
+def parse_day(value: str, today: dt.date, *, name: str, end: bool = False) -> dt.date:
+    """A ``since:``/``until:`` value as a day; ``end`` picks the last day of a month value."""
+    v = value.strip().lower()
+    try:
+        written = _written_day(v, today, end)
+    except ValueError as exc:
+        raise FilterError(f"{name}:{value} is not a valid date ({exc})") from exc
+    if written is not None:
+        return written
+    if v in _TODAY:
+        return today
+    if v in _YESTERDAY:
+        return today - dt.timedelta(days=1)
+    if v in _WEEKDAYS:
+        return _last_weekday(today, _WEEKDAYS[v])
+    if m := _DAYS_AGO.match(v):
+        return today - dt.timedelta(days=int(m[1]))
+    raise FilterError(f"{name}:{value} is not a date: use {DAY_VALUES}")
+
+
+_NUM = (
+    r"(\d{1,3}|"
+    + "|".join(sorted((w for w in _NUMBERS if w not in ("a", "an")), key=len, reverse=True))
+    + ")"
+)
+_WD = "(" + "|".join(_WEEKDAYS) + ")"
+Window = tuple[dt.date, dt.date]
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How a text's time phrases are read: ``ahead`` for a question about the agenda (a named day
+    or month is the coming one, a period runs to its end, not to today), ``week_start`` the
+    weekday a week begins on (0 Monday ... 6 Sunday; Obsidian's calendar setting)."""
+
+    ahead: bool = False
+    week_start: int = 0
+    gone: bool = False  # the phrase names a day gone by (notes "from" or "vom" it)
+
+
+def _num(word: str) -> int:
+    return int(word) if word.isdigit() else _NUMBERS[word.lower()]
+
+
+def _one(day: dt.date) -> Window:
+    return day, day
+
+
+# Periods are whole here (this week to its last day); time_window ends them at today unless the
+# question is about the agenda.
+def _week(today: dt.date, back: int, start: int = 0) -> Window:
+    """This week (``back`` 0) or an earlier one, beginning on weekday ``start``."""
+    first = today - dt.timedelta(days=(today.weekday() - start) % 7) - dt.timedelta(weeks=back)
+    return first, first + dt.timedelta(days=6)
+
+
+def _month(today: dt.date, back: int) -> Window:
+    first = today.replace(day=1)
+    for _ in range(back):
+        first = (first - dt.timedelta(days=1)).replace(day=1)
+    return first, _month_end(first)
+
+
+def _weekday_of_week(today: dt.date, back: int, weekday: str, start: int = 0) -> Window:
+    """One weekday of this week (``back`` 0) or of an earlier one ("letzte Woche Dienstag")."""
+    first = _week(today, back, start)[0]
+    return _one(first + dt.timedelta(days=(_weekday_number(weekday) - start) % 7))
+
+
+def _year(today: dt.date, back: int) -> Window:
+    first = dt.date(today.year - back, 1, 1)
+    return first, dt.date(first.year, 12, 31)
+
+
+def _months_back(today: dt.date, months: int) -> dt.date:
+    """The same day ``months`` months before (that month's last day when it has fewer days)."""
+    index = today.year * 12 + today.month - 1 - months
+    first = dt.date(index // 12, index % 12 + 1, 1)
+    return first.replace(day=min(today.day, _month_end(first).day))
+
+
+def _rolling(today: dt.date, unit: str, count: int) -> Window:
+    """The last ``count`` days, weeks, months or years up to today, today counted ("in the last 3
+    days" is today and the two days before; "in the past year", "in den letzten 12 Monaten" the
+    day after the same day a year ago up to today): "in the last week" was eight days."""
+    return _ROLLING_START[unit.lower()[:3]](today, count) + dt.timedelta(days=1), today
+
+
+# The day before a rolling window's first, by the unit's first three letters (English, German).
+_ROLLING_START: dict[str, Callable[[dt.date, int], dt.date]] = {
+    "day": lambda t, n: t - dt.timedelta(days=n),
+    "tag": lambda t, n: t - dt.timedelta(days=n),
+    "wee": lambda t, n: t - dt.timedelta(weeks=n),
+    "woc": lambda t, n: t - dt.timedelta(weeks=n),
+    "mon": _months_back,
+    "yea": lambda t, n: _months_back(t, 12 * n),
+    "jah": lambda t, n: _months_back(t, 12 * n),
+}
+
+
+# "the last week of the project", "die letzte Woche des Urlaubs", "the last month before the
+# move": a week, month or year of something else, not the one before this one.
+_LAST_EN = r"(?:last|previous)"
+_LAST_DE = r"(?:letzte|vorige|vergangene)[rnsm]?"
+_LAST_WEEK = rf"(?:{_LAST_EN}\s+week|{_LAST_DE}\s+woche)"
+_THIS_WEEK = r"(?:(?:this|current)\s+week|diese[rn]?\s+woche)"
+# German genitives too: "Anfang letzten Monats", "im Sommer letzten Jahres"
+_LAST_MONTH = rf"(?:{_LAST_EN}\s+month|{_LAST_DE}\s+monats?)"
+_LAST_YEAR = rf"(?:{_LAST_EN}\s+year|{_LAST_DE}\s+jahr(?:es)?)"
+_ON_WD = r"(?:(?:on|am)\s+)?" + _WD  # "on Tuesday", "am Dienstag"
+# What follows "in the last year" or "im letzten Jahr" when it is a year of something else ("in
+# the last year of the project", "im letzten Monat der Schwangerschaft", "in der letzten Woche vor
+# dem Umzug").
+# Only the genitive possessives mean "of": "im letzten Monat meine Mutter besucht" is last month
+# ("meine" begins the sentence's object), "im letzten Jahr meines Studiums" a year of something else.
+_OF_SOMETHING = (
+    r"(?!\s+(?:of|before|des|der|vor|meine[rs]|unse?re[rs]|seine[rs]|ihre[rs]|deine[rs]|eure[rs])\b)"
+)
+_UNITS_EN = r"(days?|weeks?|months?|years?)"
+_UNITS_DE = r"(tage?|tagen|wochen?|monate?|monaten|jahre?|jahren)"
+
+PhraseWindow = Callable[[dt.date, re.Match[str], Reading], Window]
+Phrase = tuple[str, PhraseWindow]
+
+# Month names by their number, English and German ("März" also as "Maerz"); "mar", "sep" … are
+# no names of their own here ("in mar" is no month anyone says). Keys folded (see _month_number).
+_MONTH_NAMES = (
+    ("january", "januar", "jänner"),
+    ("february", "februar", "feber"),
+    ("march", "märz", "maerz"),
+    ("april",),
+    ("may", "mai"),
+    ("june", "juni"),
+    ("july", "juli"),
+    ("august",),
+    ("september",),
+    ("october", "oktober"),
+    ("november",),
+    ("december", "dezember"),
+)
+_MONTH_NUMBERS = {fold(name): number for number, names in enumerate(_MONTH_NAMES, start=1) for name in names}
+_MONTH = "(" + "|".join(sorted((n for names in _MONTH_NAMES for n in names), key=len, reverse=True)) + ")"
+# A year after a month or day: "2025", "of 2025", "'25", "last year", "letzten Jahres". Atomic
+# ("(?>…)"): "in May 2025 to June" must not fall back to "in May" of this year.
+_YEAR_OF = (
+    r"(?>(?:,?\s+(?:of\s+)?((?:19|20)\d\d|'\d\d)"
+    r"|\s+(?:of\s+)?((?:last|previous)\s+year|(?:des\s+)?(?:letzte|vorige|vergangene)[ns]?\s+jahr(?:es)?))?)"
+)
+# What makes a day or month no window of its own: a range ("from December 3 to 5", "vom 1.10. bis
+# 31.10.": its first day alone would hide the rest) or "of" something ("in March of the Penguins").
+_NO_RANGE = r"(?!\s*(?:-|–|bis\b|to\b|until\b|till\b|through\b|and\b|und\b|of\b))"
+# English titles go on with a capital ("in November Rain", "Last Friday Night"); German nouns too,
+# so only after the English forms.
+_NO_TITLE = r"(?!\s+(?-i:[A-Z][a-z]))"
+_MONTH_BACK_DAYS = 62  # a month named at a year's turn: December asked in January is the last one
+_DAY_BACK_DAYS = 31
+
+
+def _weekday_number(name: str) -> int:
+    """A weekday's number by its name, as written in any case ("FRİDAY" folds to friday)."""
+    return _WEEKDAYS[fold(name)]
+
+
+def _month_number(name: str) -> int:
+    """A month's number by its name; lowercase "may" is the verb ("sign in may fail")."""
+    if name.lower() == "may" and not name[0].isupper():
+        raise FilterError("'may' in lowercase is a verb")
+    return _MONTH_NUMBERS[fold(name)]
+
+
+def _year_of(today: dt.date, year: str | None, previous: str | None) -> int | None:
+    if year:
+        return int(year) if len(year) == 4 else 2000 + int(year[1:])
+    return today.year - 1 if previous else None
+
+
+def _named_month(
+    today: dt.date, name: str, year: str | None, previous: str | None = None, *, ahead: bool = False
+) -> Window:
+    """A month by its name: of the year said; else this year's once begun, or last year's when it
+    ended within two months ("im Dezember" asked in January); else no window ("im Mai bin ich im
+    Urlaub" asked in January is the May to come). Asked ``ahead`` (the agenda), this year's
+    unless it ended more than two months ago, else next year's ("was habe ich im März vor?"
+    asked in December; "im Dezember" asked in January stays the one just over)."""
+    number = _month_number(name)
+    said = _year_of(today, year, previous)
+    first = dt.date(said or today.year, number, 1)
+    if said is None and first > today:  # last year's, if it ended within two months
+        first = first.replace(year=today.year - 1)
+        if (today - _month_end(first)).days > _MONTH_BACK_DAYS:
+            if not ahead:
+                raise FilterError("a month to come")
+            first = first.replace(year=today.year)  # the agenda: the coming one
+    elif said is None and ahead and (today - _month_end(first)).days > _MONTH_BACK_DAYS:
+        first = first.replace(year=today.year + 1)  # over and not just over: the coming one
+    return first, _month_end(first)
+
+
+def _named_day(
+    today: dt.date,
+    day: str,
+    month: int,
+    year: str | None,
+    previous: str | None = None,
+    *,
+    ahead: bool = False,
+    gone: bool = False,
+) -> Window:
+    """A day of a month: of the year said; else this year's once come, or last year's within a
+    month ("am 30. Dezember" asked on January 3rd); else no window (a day to come). Asked
+    ``ahead`` (the agenda), the coming one ("was steht am 3. März an?" asked in December), unless
+    it went by within a month ("was steht am 30. November an?" asked December 5th). A day
+    ``gone`` by (notes "from" it) is the last one however long ago: a note was written then."""
+    said = _year_of(today, year, previous)
+    try:
+        when = dt.date(said or today.year, month, int(day))
+    except ValueError as exc:  # "am 31. Februar", Feb 29 of a common year: words
+        raise FilterError(f"no such day ({exc})") from exc
+    if said is None and when > today:  # last year's, if it went by within a month
+        try:
+            when = when.replace(year=today.year - 1)
+        except ValueError as exc:  # Feb 29 asked in a leap year before it: last year had none
+            if not ahead:
+                raise FilterError(f"no such day ({exc})") from exc
+        else:
+            if (today - when).days > _DAY_BACK_DAYS and not gone:
+                if not ahead:
+                    raise FilterError("a day to come")
+                when = when.replace(year=today.year)  # the agenda: the coming one
+    elif said is None and ahead and not gone and (today - when).days > _DAY_BACK_DAYS:
+        try:  # gone by and not just gone by: the coming one
+            when = when.replace(year=today.year + 1)
+        except ValueError as exc:  # Feb 29 a year on: no such day
+            raise FilterError(f"no such day ({exc})") from exc
+    return _one(when)
+
+
+def _weekday_before(today: dt.date, weekday: str) -> Window:
+    """ "last Tuesday", "letzten Dienstag": the Tuesday before today (a week ago on a Tuesday)."""
+    back = (today.weekday() - _weekday_number(weekday)) % 7 or 7
+    return _one(today - dt.timedelta(days=back))
+
+
+def _weekend(today: dt.date, back: int) -> Window:
+    # a weekend is Saturday and Sunday whichever day a week begins on
+    saturday = _week(today, back)[0] + dt.timedelta(days=5)
+    return saturday, saturday + dt.timedelta(days=1)
+
+
+# A day by its month's name: "3. Dezember", "3.Dezember", "3 December", "December 3rd", "the 3rd
+# of December", each with an optional year. Only after "on"/"am" or notes "from"/"vom" it: "December
+# 3 deadline" may name a day to come as often as not, "Rechnung vom 3. Dezember" or "the invoice
+# from December 3" a paper's date, not the day the note was written.
+_ORD = r"(?:st|nd|rd|th)?"
+# (the note word stays before the phrase: "my notes from December 3" is no possessive's day)
+_NOTES_FROM = (
+    r"(?:(?:(?<=notes\s)|(?<=note\s)|(?<=entries\s))from"
+    r"|(?:(?<=notizen\s)|(?<=notiz\s)|(?<=einträge\s)|(?<=eintrag\s))vom)\s+"
+)
+_DAY_FORMS: tuple[Phrase, ...] = (
+    (
+        r"(\d{1,2})(?:\.\s*|" + _ORD + r"\s+)(?:of\s+)?" + _MONTH + _YEAR_OF + _NO_RANGE,
+        lambda t, m, r: _named_day(t, m[1], _month_number(m[2]), m[3], m[4], ahead=r.ahead, gone=r.gone),
+    ),
+    (
+        r"the\s+(\d{1,2})" + _ORD + r"\s+of\s+" + _MONTH + _YEAR_OF + _NO_RANGE,
+        lambda t, m, r: _named_day(t, m[1], _month_number(m[2]), m[3], m[4], ahead=r.ahead, gone=r.gone),
+    ),
+    (
+        _MONTH + r"\s+(\d{1,2})" + _ORD + _YEAR_OF + _NO_RANGE,
+        lambda t, m, r: _named_day(t, m[2], _month_number(m[1]), m[3], m[4], ahead=r.ahead, gone=r.gone),
+    ),
+)
+# German numerals, "3.12.", "3.12" or "03.12.2026": only after "am" and "seit dem" ("ab 5.1." is
+# mostly a version, "vom 30.09." a paper's date).
+_NUMERIC_DAY = r"(\d{1,2})\.(\d{1,2})(?:\.((?:19|20)\d\d)?)?(?![\d.])" + _NO_RANGE
+
+
+def _numeric_day(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+    return _named_day(t, m[1], int(m[2]), m[3], ahead=r.ahead, gone=r.gone)
+
+
+def _gone(day: PhraseWindow) -> PhraseWindow:
+    """A day notes are "from": one gone by, whatever the question ("what's on the note from
+    December 1?" opens as an agenda question does, and read the December to come)."""
+    return lambda t, m, r: day(t, m, replace(r, ahead=False, gone=True))
+
+
+# A weekday after "on" or "am" alone ("was war am Donnerstag?", "what happened on Thursday"),
+# or notes "from"/"vom" it; not a weekday of something ("am Donnerstag vor Ostern", "on Thursday
+# of that week", "am Montag im Urlaub"), one with its date after it ("am Donnerstag, 3.12.", "on
+# Thursday, December 3": the date is the day), the first of a range ("from Monday to Friday", "am
+# Montag bis Mittwoch", "Friday & Saturday": its first day alone would hide the rest), in a word
+# ("am Freitag-Termin", "on Friday.md"), a title ("on Friday Night Lights") or a habit ("on
+# Monday mornings").
+_MONTH_WORD = "(?:" + _MONTH[1:]  # a month's name, no group of its own
+_WD_ALONE = (
+    r"(?![-./]\w)(?!,?\s+(?:of|in|im|during|während|before|after|des|der|dem|den|vor|nach|the)\b)(?!,?\s*(?:\d|"
+    + _MONTH_WORD
+    + r"\b))(?!\s*(?:[-–&/+]|bis\b|to\b|until\b|till\b|through\b|thru\b))"
+    r"(?!\s+(?:mornings|afternoons|evenings|nights|weekly)\b)"
+)
+
+
+def _weekday_near(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+    """The weekday named: asked about the agenda ("Was steht am Donnerstag an?", "what's on
+    Thursday?") the coming one; with a past form in its own clause ("was war am Donnerstag?",
+    "what did I do on Thursday") or as the whole message ("am Donnerstag?", "and on Thursday?")
+    the last one; never today (that is "today"). Else words: "Meeting am Donnerstag", "don't deploy
+    on Friday", "Where did I write that the dentist is on Friday?", "What did I buy for the party
+    on Saturday?" name a day to come or none as often as a day gone by (see _clause_says_done)."""
+    weekday = _weekday_number(m[1] or m[2])
+    if r.ahead:
+        return _one(t + dt.timedelta(days=(weekday - t.weekday()) % 7 or 7))
+    if _alone(m) or _clause_says_done(m):
+        return _weekday_before(t, m[1] or m[2])
+    raise FilterError("a weekday with no tense")
+
+
+def _alone(m: re.Match[str]) -> bool:
+    """Whether the phrase is the whole message, a conjunction aside ("und am Donnerstag?")."""
+    around = WORD.findall(m.string[: m.start()] + " " + m.string[m.end() :])
+    return all(w.lower() in ("and", "und", "or", "oder") for w in around)
+
+
+# Where a weekday's clause begins and ends: punctuation, or a word that opens a clause of its own.
+# After a conjunction ("Where did I write that the dentist is on Friday?", "Wo hatte ich notiert,
+# dass der Zahnarzt am Freitag ist?") the past form is the writing, the weekday the event's: words.
+_SUBORDINATE = (
+    "dass",
+    "daß",
+    "that",
+    "ob",
+    "whether",
+    "if",
+    "weil",
+    "because",
+    "als",
+    "wenn",
+    "when",
+    "while",
+)
+_CLAUSE_EDGE = re.compile(
+    r"[.!?;:,()\[\]\n]|\b(?:" + "|".join(_SUBORDINATE) + r"|what|which|where|who|was|wo|wann|wer|"
+    r"welche[rnms]?|wie|how)\b",
+    re.IGNORECASE,
+)
+# Past forms in the weekday's own clause ("passiert" only beside "ist"/"sind": "Was passiert am
+# Freitag?" is the Friday to come).
+_DONE = re.compile(
+    r"\b(?:did|were|had|wrote|written|happened|worked|decided|talked|met|hatte\w*|war(?:en|st)?"
+    r"|wurde\w*|gab|gemacht|getan|geschrieben|notiert|gearbeitet|erledigt|geschehen"
+    r"|entschieden|besprochen|gesprochen|beschlossen)\b|\bwas\s+(?:planned|scheduled|on|there|it|i|the|my|our)\b",
+    re.IGNORECASE,
+)
+_HAPPENED_DE = (re.compile(r"\bpassiert\b", re.IGNORECASE), re.compile(r"\b(?:ist|sind)\b", re.IGNORECASE))
+# A future or a duty anywhere: "was wird am Donnerstag besprochen?", "what was due on Friday?".
+_TO_COME = re.compile(
+    r"\b(?:will|shall|gonna|going\s+to|needs?|due|wird|werden|werde|wirst|muss|müssen|soll|sollen|fällig)\b",
+    re.IGNORECASE,
+)
+# A thing the weekday belongs to, after a preposition: "for the party on Saturday", "für die Party
+# am Samstag", "about the film Never on Sunday" (the buying or writing came before that day).
+_OF_A_THING = re.compile(r"\b(?:for|für|fürs|about|über|zum|zur|to)\s+(?:[\w-]+\s+){1,3}$", re.IGNORECASE)
+
+
+def _clause_says_done(m: re.Match[str]) -> bool:
+    """Whether the weekday's own clause has a past form (see _DONE), no future or duty is said,
+    and the clause is no subordinate one (see _SUBORDINATE) nor the weekday a thing's."""
+    text = m.string
+    if _TO_COME.search(text):
+        return False
+    begin, opener = 0, ""
+    for edge in _CLAUSE_EDGE.finditer(text, 0, m.start()):
+        begin, opener = edge.start(), edge.group(0).lower()
+    sentence = max(text.rfind(c, 0, begin) for c in ".!?;\n") + 1
+    if opener in _SUBORDINATE and WORD.search(text, sentence, begin):
+        return False  # a conjunction inside the sentence, not the question's first word
+    after = _CLAUSE_EDGE.search(text, m.end())
+    clause = text[begin : after.start() if after else len(text)]
+    if _OF_A_THING.search(text[max(begin, m.start() - 60) : m.start()]):
+        return False
+    return _DONE.search(clause) is not None or all(p.search(clause) for p in _HAPPENED_DE)
+
+
+# Phrases that name a period (pattern, window from today and the match). "since"/"seit"/"seit
+# dem"/"from … on" before any of them runs from the period's first day up to today (_SINCE_FORMS).
+_PERIODS: tuple[Phrase, ...] = (
+    # The last N days, weeks, months or years, up to today.
+    # ("the last 6 months of my thesis", "in den letzten 3 Monaten der Schwangerschaft": words)
+    (
+        r"(?:in\s+)?(?:the\s+)?(?:last|past)\s+" + _NUM + r"\s+" + _UNITS_EN + _OF_SOMETHING,
+        lambda t, m, r: _rolling(t, m[2], _num(m[1])),
+    ),
+    (
+        # "die letzten 3 Monate" is as common as "in den letzten 3 Monaten" ("meine letzten 3
+        # Jahre" stays words: a possessive before the phrase)
+        r"(?:in\s+)?(?:de[nm]\s+|die\s+)?(?:letzten|vergangenen)\s+"
+        + _NUM
+        + r"\s+"
+        + _UNITS_DE
+        + _OF_SOMETHING,
+        lambda t, m, r: _rolling(t, m[2], _num(m[1])),
+    ),
+    # "in the last year", "over the past week": the last twelve months (seven days, one month) up
+    # to today, as "in the last 12 months" and "in the last 7 days" are; "the last year" alone or
+    # "in the last year of the project" is a year of something else (words). Without its
+    # preposition "past year" is as often a name ("past year review", "the past month view",
+    # "this past year"): only "the past week" ending a clause ("what did I do the past week?")
+    # is the period. A missed window costs little (the words are still searched); a wrong one
+    # answers with the period's notes instead of the topic's.
+    (
+        r"(?:(?:in|over|during|within|for)\s+the\s+(?:last|past)\s+(week|month|year)"
+        + _OF_SOMETHING
+        + r"|the\s+past\s+(week|month|year)(?=\s*(?:[.,;:!?)]|$)))",
+        lambda t, m, r: _rolling(t, m[1] or m[2], 1),
+    ),
+    # "im letzten Jahr", "in der letzten Woche": read as "letztes Jahr", "letzte Woche" are, the
+    # calendar year (week, month) before this one, the reading German speakers mostly mean;
+    # the rolling sense has its own unambiguous phrase ("in den letzten 12 Monaten").
+    (
+        r"(?:im|in\s+de[mr])\s+(?:letzten|vorigen|vergangenen)\s+(woche|monat|jahr)" + _OF_SOMETHING,
+        lambda t, m, r: (
+            _week(t, 1, r.week_start)
+            if m[1].lower() == "woche"
+            else {"monat": _month, "jahr": _year}[m[1].lower()](t, 1)
+        ),
+    ),
+    (_NUM + r"\s+days?\s+ago", lambda t, m, r: _one(t - dt.timedelta(days=_num(m[1])))),
+    (r"vor\s+" + _NUM + r"\s+tage?n?", lambda t, m, r: _one(t - dt.timedelta(days=_num(m[1])))),
+    # "2 weeks ago", "vor zwei Wochen": that week, Monday to Sunday
+    (r"(an?|" + _NUM[1:] + r"\s+weeks?\s+ago", lambda t, m, r: _week(t, _num(m[1]), r.week_start)),
+    (r"vor\s+" + _NUM + r"\s+wochen?", lambda t, m, r: _week(t, _num(m[1]), r.week_start)),
+    # A weekday with its week ("letzte Woche Dienstag", "Tuesday last week"): that day.
+    (_ON_WD + r"\s+(?:of\s+)?" + _LAST_WEEK, lambda t, m, r: _weekday_of_week(t, 1, m[1], r.week_start)),
+    (_LAST_WEEK + r"(?:\s+(?:on|am))?\s+" + _WD, lambda t, m, r: _weekday_of_week(t, 1, m[1], r.week_start)),
+    (_ON_WD + r"\s+(?:of\s+)?" + _THIS_WEEK, lambda t, m, r: _weekday_of_week(t, 0, m[1], r.week_start)),
+    (_THIS_WEEK + r"(?:\s+(?:on|am))?\s+" + _WD, lambda t, m, r: _weekday_of_week(t, 0, m[1], r.week_start)),
+    (r"(?:the\s+)?week\s+before\s+last|vorletzte[rn]?\s+woche", lambda t, m, r: _week(t, 2, r.week_start)),
+    (_THIS_WEEK, lambda t, m, r: _week(t, 0, r.week_start)),
+    (_LAST_WEEK, lambda t, m, r: _week(t, 1, r.week_start)),
+    # last week's Saturday and Sunday
+    (
+        rf"(?:{_LAST_EN}|{_LAST_DE})\s+(?:weekend|wochenende)",
+        lambda t, m, r: _weekend(t, 1),
+    ),
+    # "last Tuesday", "letzten Dienstag": the one before today; words when a determiner comes
+    # before it ("the last Tuesday", "jeden letzten Freitag"), a place in time after it ("last
+    # Tuesday of the month", "letzten Dienstag vor Weihnachten") or a title goes on ("Last Friday
+    # Night")
+    (
+        rf"(?:{_LAST_EN}\s+{_WD}{_NO_TITLE}|{_LAST_DE}\s+{_WD})"
+        r"(?!\s+(?:of|in|before|after|des|der|im|vor|nach)\b)",
+        lambda t, m, r: _weekday_before(t, m[1] or m[2]),
+    ),
+    # the weekend just gone: this one on a Sunday, else last week's ("this weekend" is mostly one
+    # to come, "am Wochenende" either; "over the weekend of the wedding" one of something)
+    (r"over\s+the\s+weekend" + _OF_SOMETHING, lambda t, m, r: _weekend(t, 0 if t.weekday() == 6 else 1)),
+    (r"this\s+month|diese[nrm]?\s+monat", lambda t, m, r: _month(t, 0)),
+    (_LAST_MONTH, lambda t, m, r: _month(t, 1)),
+    (r"this\s+year|dieses\s+jahr|diesem\s+jahr", lambda t, m, r: _year(t, 0)),
+    (_LAST_YEAR, lambda t, m, r: _year(t, 1)),
+    (r"(?:the\s+)?day\s+before\s+yesterday|vorgestern", lambda t, m, r: _one(t - dt.timedelta(days=2))),
+    (r"(?:yesterday|gestern)", lambda t, m, r: _one(t - dt.timedelta(days=1))),
+    (r"(?:today|heute|this\s+(?:morning|afternoon|evening))", lambda t, m, r: (t, t)),
+    # "in November", "im Mai 2025", "in March of last year": that month (see _named_month)
+    (
+        r"(?:(?:in|during)\s+"
+        + _MONTH
+        + _YEAR_OF
+        + _NO_TITLE
+        + r"|im\s+"
+        + _MONTH
+        + _YEAR_OF
+        + ")"
+        + _NO_RANGE,
+        lambda t, m, r: _named_month(t, m[1] or m[4], m[2] or m[5], m[3] or m[6], ahead=r.ahead),
+    ),
+    # a day after "on" or "am" (see _DAY_FORMS)
+    *((r"(?:on|am)\s+" + pat, fn) for pat, fn in _DAY_FORMS),
+    (r"am\s+" + _NUMERIC_DAY, _numeric_day),
+)
+# Days that are no period to count "since" from: a weekday alone (see _weekday_near; "since
+# Thursday" is in _SINCE_ONLY) and the day notes are "from" (a day gone by, see _gone).
+_WEEKDAY_DAYS: tuple[Phrase, ...] = (
+    (rf"(?:on\s+{_WD}{_NO_TITLE}|am\s+{_WD}){_WD_ALONE}", _weekday_near),
+    (_NOTES_FROM + _WD + _WD_ALONE, _gone(lambda t, m, r: _weekday_before(t, m[1]))),
+)
+_DAYS: tuple[Phrase, ...] = (
+    *((_NOTES_FROM + pat, _gone(fn)) for pat, fn in _DAY_FORMS),
+    (_NOTES_FROM + _NUMERIC_DAY, _gone(_numeric_day)),
+)
+
+# "since X" in the forms it is said in; "from last week" alone is "of last week" ("notes from last
+# week"), so "from" needs its "onwards", or an "on" that ends the clause: "on" before a word
+# names a topic or a day ("notes from last week on Kubernetes", "… on Tuesday", "from Monday on
+# Zoom").
+# "since the beginning of last month", "seit Anfang letzten Monats" is since last month.
+# "seit Ende letzten Monats" runs from that month's first day too: more days, never fewer.
+_START_OF = (
+    r"(?:(?:the\s+)?(?:beginning|start|end|middle)\s+of\s+|(?:anfang|beginn|ende|mitte)\s+(?:de[sr]\s+)?)?"
+)
+_SINCE = r"(?:since|seit(?:\s+de[mnr])?)\s+" + _START_OF
+# German "ab letzter Woche", "ab gestern" (from then on); not before a weekday, a month or a day:
+# "ab Montag bin ich im Urlaub", "ab Januar gilt die neue Regel" are mostly the ones to come.
+_AB = r"ab(?:\s+de[mnr])?\s+" + _START_OF
+_SINCE_FORMS = ((_SINCE, ""), (r"from\s+", r"\s+(?:onwards?|on(?=\s*(?:[.,;:!?)]|$)))"))
+
+
+def _since(period: PhraseWindow) -> PhraseWindow:
+    """Since a period: from its first day up to today ("since last weekend" ended on Sunday),
+    read as the past whatever the question ("Was habe ich seit März vor?" counts from March gone)."""
+    return lambda t, m, r: (period(t, m, Reading(False, r.week_start))[0], t)
+
+
+_THIS: dict[str, Callable[[dt.date, Reading], Window]] = {
+    "wee": lambda t, r: _week(t, 0, r.week_start),
+    "woc": lambda t, r: _week(t, 0, r.week_start),
+    "mon": lambda t, r: _month(t, 0),
+    "yea": lambda t, r: _year(t, 0),
+    "jah": lambda t, r: _year(t, 0),
+}
+
+
+# Points that are no period of their own: "since Monday" (the last Monday), "since 2026-11-20";
+# and German "seit 3 Tagen" / "seit 2 Wochen", a duration (for three days), not a point.
+_SINCE_ONLY: tuple[Phrase, ...] = (
+    *(
+        (lead + _WD + tail, lambda t, m, r: (_last_weekday(t, _weekday_number(m[1])), t))
+        for lead, tail in _SINCE_FORMS
+    ),
+    *(
+        (lead + _ISO_DAY + tail, lambda t, m, r: (parse_day(m[1], t, name="since"), t))
+        for lead, tail in (*_SINCE_FORMS, (_AB, ""))
+    ),
+    (r"seit\s+" + _NUM + r"\s+tage?n?", lambda t, m, r: (t - dt.timedelta(days=_num(m[1])), t)),
+    (r"seit\s+" + _NUM + r"\s+wochen?", lambda t, m, r: (t - dt.timedelta(weeks=_num(m[1])), t)),
+    # since a month by its name, or a day of one ("seit dem 3. Dezember", "since December 3rd")
+    *(
+        (
+            lead + _MONTH + _YEAR_OF + tail + _NO_RANGE,
+            lambda t, m, r: (_named_month(t, m[1], m[2], m[3])[0], t),  # since: never ahead
+        )
+        for lead, tail in _SINCE_FORMS
+    ),
+    *((lead + pat + tail, _since(fn)) for pat, fn in _DAY_FORMS for lead, tail in _SINCE_FORMS),
+    (r"seit\s+dem\s+" + _NUMERIC_DAY, _since(_numeric_day)),
+    # "since the start of the year", "seit Anfang des Monats", "seit Jahresbeginn": this one's
+    *(
+        (lead + pat, lambda t, m, r: (_THIS[m[1].lower()[:3]](t, r)[0], t))
+        for lead in (r"(?:since|seit)\s+",)
+        for pat in (
+            r"(?:the\s+)?(?:beginning|start)\s+of\s+(?:the|this)\s+(week|month|year)(?!\s+\d)",
+            r"(?:anfang|beginn)\s+(?:de[sr]|dieser|dieses)\s+(woche|monats|jahres)",
+            r"(woche|monat|jahr)(?:e?s|n)?(?:beginn|anfang)",
+        )
+    ),
+)
+
+
+# (pattern, window from today and the match). Of the phrases in a text the first counts (by
+# position, the longest at that position: "since last week" before "last week"); see time_window.
+def _need(pat: str) -> str | None:
+    """What a text must hold for the pattern to match: a month's name, a digit, or nothing known."""
+    return "month" if _MONTH in pat else "digit" if _NUMERIC_DAY in pat else None
+
+
+_PHRASES: tuple[tuple[re.Pattern[str], PhraseWindow, str | None], ...] = tuple(
+    # "today's date" names a thing, not a time: a possessive is no phrase.
+    (re.compile(r"(?<!\w)(?:" + pat + r")(?![\w'’])", re.IGNORECASE), fn, _need(pat))
+    for pat, fn in (
+        *_SINCE_ONLY,
+        *(
+            (lead + "(?:" + pat + ")" + tail, _since(fn))
+            for pat, fn in _PERIODS
+            for lead, tail in (*_SINCE_FORMS, (_AB, ""))
+        ),
+        *_PERIODS,
+        *_DAYS,
+    )
+)
+# One pass tells which patterns can match at all (half of them name a month or a numeral day).
+_ANY_MONTH = re.compile(r"(?<!\w)" + _MONTH + r"(?!\w)", re.IGNORECASE)
+_ANY_DIGIT = re.compile(r"\d")
+
+
+# A determiner or a possessive before "last week" makes it a week of something else ("the last
+# week of the project", "die letzte Woche des Urlaubs", "my last year at school", "our last week in
+# Berlin"), not the one before this one ("in the last year" and "im letzten Jahr" are phrases of
+# their own, matched from "in" on, see _PERIODS). Without one, "letzte Woche der Arzt" and "last
+# week before the deadline" are the week before this one.
+_DETERMINED = re.compile(
+    r"(?:^|[^\w])(?:the|my|our|his|her|their|your|its|every|each|die|der|dem|den|des|das|im|"
+    r"jede[rnms]?|mein(?:e[rnms]?)?|unser(?:e[rnms]?)?|seine[rnms]?|ihre[rnms]?|dein(?:e[rnms]?)?|"
+    r"euer|eure[rnms]?)\s+$",
+    re.IGNORECASE,
+)
+
+
+_LOOKBEHIND = 40  # characters: the longest determiner, its spaces and the character before it
+
+
+# A question about the agenda: a named day or month in it is the coming one, a period runs to its
+# end ("Was steht am 3. März an?", "was habe ich im Januar vor?", "what's on March 3rd?", "what
+# is planned this week?"). Only questions that say so plainly: German separable verbs that end
+# their clause ("steht … an", "habe … vor"), English questions opening with "what's on", "what's
+# planned", "what do I have on". Words that merely may look ahead ("will", "planned", "werde",
+# "geplant", "going to") keep the past reading: "notes on the planned migration in November",
+# "Anna said she will call in November", "Wie werde ich die Datei im November los?", "Was habe
+# ich im März geplant?" ask about notes already written. A past form or reported speech in the
+# text keeps the past reading too ("was hatte ich am 3. März geplant?", "Anna sagte, was am 3.
+# März ansteht").
+_AGENDA = re.compile(
+    r"\bsteh(?:e|st|t|en)\b(?:[^.?!;]|(?<=\d)\.)*\ban\s*(?:[?.!;]|$)"
+    r"|\b(?:hab(?:e|en)?|hast|hat|habt)\b(?:[^.?!;]|(?<=\d)\.)*\bvor\s*(?:[?.!;]|$)"
+    r"|^\W*what(?:'s|’s|\s+is)\s+(?:on|planned)\b"
+    r"|^\W*what\s+do\s+(?:i|we)\s+have\s+(?:on|planned)\b",
+    re.IGNORECASE,
+)
+_PAST = re.compile(
+    # (German "was" is "what": English "was" only before what it says of the past)
+    r"\b(?:did|were|had|wrote|happened|said|told|asked|hatte\w*|war(?:en|st)?|wurde\w*|gemacht"
+    r"|notiert|geschrieben|gesagt|sagte\w*|meinte\w*|erzählte\w*|fragte\w*|schrieb\w*)\b"
+    r"|\bwas\s+(?:planned|scheduled|on|due|there|it|i)\b",
+    re.IGNORECASE,
+)
+
+
+def asks_ahead(text: str) -> bool:
+    """Whether ``text`` asks about the agenda (see _AGENDA)."""
+    return _AGENDA.search(text) is not None and _PAST.search(text) is None
+
+
+# Weekday names (plurals and "montags" too) and weekends: a second one makes a range, a list or a
+# habit of the first ("on Monday or Tuesday", "on Monday, Tue and Wed"). Quotes and code marks
+# hold someone's words or a title ("Never on Sunday", `on Monday`), not the day asked about.
+_ANY_WEEKDAY = re.compile(
+    r"(?<!\w)(?:" + _WD[1:-1] + r"|tues?|wed|thu(?:rs?)?|fri|weekend|wochenende)s?(?!\w)", re.IGNORECASE
+)
+_QUOTED = re.compile(r"[\"`“”„«»‹›]|(?<!\w)['‘’]|['‘’](?!\w)")
+_WEEKDAY_PHRASES = tuple(
+    (re.compile(r"(?<!\w)(?:" + pat + r")(?![\w'’])", re.IGNORECASE), fn) for pat, fn in _WEEKDAY_DAYS
+)
+
+
+def _weekday_alone(text: str, today: dt.date, reading: Reading) -> tuple[re.Match[str], Window] | None:
+    """A weekday after "on"/"am" or notes "from"/"vom" it, read only as the message's one time
+    phrase (time_window calls it when no other was said: "on Monday two weeks ago" is the week
+    two weeks ago), its one weekday, and outside quotes; one pass over the text for each test."""
+    if len(_ANY_WEEKDAY.findall(text)) != 1 or _QUOTED.search(text):
+        return None
+    for pattern, window in _WEEKDAY_PHRASES:
+        m = pattern.search(text)
+        if m is None:
+            continue
+        try:
+            days = window(today, m, reading)
+        except FilterError:
+            return None
+        if _DETERMINED.search(text, max(0, m.start() - _LOOKBEHIND), m.start()):
+            return None
+        return m, days
+    return None
+
+
+def time_window(text: str, today: dt.date, week_start: int = 0) -> tuple[str, Window | None, str | None]:
+    """The first time phrase of ``text`` (by position; at one position the longest: "since last
+    week" before "last week", "in November last year" before "last year") as a window of days;
+    the text without it; the phrase. A question about the agenda (``asks_ahead``) reads the
+    coming day or month and whole periods; any other ends its window at today and names no day
+    to come. ``week_start`` is the weekday weeks begin on (0 Monday, 6 Sunday)."""
+    reading = Reading(asks_ahead(text), week_start)
+    best: tuple[tuple[int, int], re.Match[str], Window] | None = None
+    held = {"month": _ANY_MONTH.search(text) is not None, "digit": _ANY_DIGIT.search(text) is not None}
+    said = False  # any time phrase, read or not: a weekday alone is then words (see _weekday_alone)
+    for pattern, window, need in _PHRASES:
+        if need is not None and not held[need]:
+            continue
+        for m in pattern.finditer(text):
+            said = True
+            try:
+                days = window(today, m, reading)
+            except FilterError:
+                continue  # prose naming no day ("since 2026-02-30"): words, not a window
+            if not reading.ahead:
+                days = (days[0], min(days[1], today))
+                if days[0] > today:
+                    continue  # a day to come ("seit 2027-01-01 gilt …"): words, not a window
+            if days[0] > days[1]:
+                continue
+            # the few characters before the phrase: from the text's start, a text of skipped
+            # phrases ("the last week" again and again) took time by the square of its length
+            if _DETERMINED.search(text, max(0, m.start() - _LOOKBEHIND), m.start()):
+                continue  # "the last week of the project", "my last year at school": no period
+            place = (m.start(), m.start() - m.end())
+            if best is None or place < best[0]:
+                best = (place, m, days)
+            break  # this pattern's first phrase in the text is the one to compare
+    if best is None and not said:
+        alone = _weekday_alone(text, today, reading)
+        if alone is not None:
+            best = ((0, 0), *alone)
+    if best is None:
+        return text, None, None
+    _, m, days = best
+    rest = " ".join((text[: m.start()] + " " + text[m.end() :]).split())
+    return rest, days, m.group(0)
