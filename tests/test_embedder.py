@@ -355,3 +355,33 @@ def test_onnxruntime_reports_nothing_and_writes_nothing_outside_the_home(tmp_pat
     )
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
     assert not (tmp_path / ".cache").exists(), sorted(p.name for p in tmp_path.rglob("*"))
+
+
+def test_a_conversion_unused_for_a_month_goes_after_a_switch_away(
+    model: OnnxEmbedder, tmp_path: Path
+) -> None:
+    """A user who switched from multilingual-e5-small to MiniLM kept its 80 MB conversion for
+    good (only an e5 start removed conversions): a month after its last use, a start of any
+    model removes it; the copy the start loads is kept and marked used."""
+    import os
+    import time
+
+    from sidecar.config import load_config
+
+    assert model.prepared is not None
+    copy = tmp_path / model.prepared.name
+    shutil.copyfile(model.prepared, copy)  # this start's int8 copy, not made again here
+    e5_folder = tmp_path / "multilingual-e5-small-1571fc982750-e5-ort1.32.0"
+    e5_folder.mkdir()
+    (e5_folder / "model.onnx").write_bytes(b"x")
+    month_ago = time.time() - 31 * 86400
+    for path in (copy, e5_folder):
+        os.utime(path, (month_ago, month_ago))
+    env = {
+        "SIDECAR_HOME": "/nonexistent-home",
+        "SIDECAR_EMBEDDER_CACHE_DIR": str(tmp_path),
+        "SIDECAR_EMBEDDER_MODEL": MINILM_MODEL,
+    }
+    loaded = load_model(load_config(env=env))
+    assert loaded.prepared == copy and copy.is_file() and time.time() - copy.stat().st_mtime < 3600
+    assert not e5_folder.exists()

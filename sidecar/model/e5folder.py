@@ -59,15 +59,6 @@ def early_tokenizer(target: Path) -> Path:
     return target.with_name(target.name + ".tokenizer.model")
 
 
-def remove_older(target: Path) -> None:
-    """Other conversions of the model beside ``target`` (an earlier PREP_VERSION or onnxruntime,
-    a crashed conversion's work folder): about 80 MB each that nothing reads again."""
-    for other in target.parent.glob(f"{MODEL_NAME}-*"):
-        if other.is_dir() and other.name != target.name:
-            shutil.rmtree(other, ignore_errors=True)
-            log.info("model_cache_removed folder=%s", other)
-
-
 def ensure_converted(
     source: Path,
     target: Path,
@@ -79,9 +70,6 @@ def ensure_converted(
     if (target / SUMS).is_file():
         try:
             verify_folder(target)
-            # Also here: a conversion an older version made again after a rollback stayed
-            # beside this one for good once the upgrade came back (80 MB each).
-            remove_older(target)
             return target
         except EmbedderError as exc:  # a cache: made again from the (verified) source
             log.warning("model_cache_damaged folder=%s error=%s", target, exc)
@@ -108,7 +96,6 @@ def ensure_converted(
             time.perf_counter() - t0,
             detail,
         )
-        remove_older(target)
         return target
     if code == EXIT_REFUSED:
         raise EmbedderError(f"{MODEL_NAME} cannot run here: {detail} (noted in {skip})")
