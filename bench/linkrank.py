@@ -32,7 +32,8 @@ from sidecar.daemon.compose import build
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.notes.links import LinkGraph
 from sidecar.search.query import Filters
-from sidecar.search.retrieval import Retriever, SearchRequest
+from sidecar.search.request import SearchRequest
+from sidecar.search.retrieval import Retriever
 
 
 def metrics(rankings: list[list[str]], expected: list[set[str]]) -> dict[str, float]:

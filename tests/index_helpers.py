@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.contracts.wire import hit_json
-from sidecar.search.retrieval import Retriever, SearchRequest
+from sidecar.search.request import SearchRequest
+from sidecar.search.retrieval import Retriever
 from tests.conftest import FakeEmbedder, Harness, write
 
 

@@ -746,7 +746,7 @@ def test_masking_can_be_switched_off(make_cfg: Any, agent_vault: Path) -> None:
     try:
         h.sweep()
         r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
-        from sidecar.search.retrieval import SearchRequest
+        from sidecar.search.request import SearchRequest
 
         hits = r.search(SearchRequest("router admin password", 5, 0.0)).hits
         assert any(SECRET in x.text for x in hits)

@@ -538,7 +538,8 @@ def _cut_short(folder: Path, suffix: str) -> None:
 
 
 def _answer(h: Harness, query: str, agent: str | None = None) -> tuple[list[str], str | None]:
-    from sidecar.search.retrieval import Retriever, SearchRequest
+    from sidecar.search.request import SearchRequest
+    from sidecar.search.retrieval import Retriever
 
     r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
     result = r.search(SearchRequest(query, 10, 0.0, agent=agent))

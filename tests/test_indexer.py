@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from sidecar.index import records as records_mod
-from sidecar.search.retrieval import Retriever, SearchRequest
+from sidecar.search.request import SearchRequest
+from sidecar.search.retrieval import Retriever
 from tests.conftest import FakeEmbedder, Harness, write
 from tests.index_helpers import (
     search,

@@ -306,7 +306,8 @@ def test_link_lift_raises_a_note_the_top_notes_link_to(linked: Any) -> None:
     from dataclasses import replace
 
     from sidecar.search.query import Filters
-    from sidecar.search.retrieval import Retriever, SearchRequest
+    from sidecar.search.request import SearchRequest
+    from sidecar.search.retrieval import Retriever
 
     h, _v = linked
     req = SearchRequest("sync", 20, 0.0, None, None, Filters())

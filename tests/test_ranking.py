@@ -13,7 +13,8 @@ import pytest
 from sidecar.contracts.wire import Analysis, Hit
 from sidecar.model.embedder import load_model
 from sidecar.search.recall import recall
-from sidecar.search.retrieval import Retriever, SearchRequest
+from sidecar.search.request import SearchRequest
+from sidecar.search.retrieval import Retriever
 from tests.conftest import FakeEmbedder, Harness, write
 
 

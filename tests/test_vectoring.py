@@ -13,7 +13,8 @@ import pytest
 
 from sidecar.contracts.errors import DiskFullError
 from sidecar.index.vectoring import RETIRE_GRACE_S
-from sidecar.search.retrieval import Retriever, SearchRequest
+from sidecar.search.request import SearchRequest
+from sidecar.search.retrieval import Retriever
 from sidecar.stores.lifecycle import open_vectors
 from sidecar.vault.sources import Root
 from tests.conftest import FakeEmbedder, Harness, write

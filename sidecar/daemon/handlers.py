@@ -66,7 +66,8 @@ from sidecar.search.days import FilterError, parse_day
 from sidecar.search.explain import explain
 from sidecar.search.query import MAX_TAGS, Filters
 from sidecar.search.recall import recall
-from sidecar.search.retrieval import Retriever, SearchRequest
+from sidecar.search.request import SearchRequest
+from sidecar.search.retrieval import Retriever
 from sidecar.stores.aside import moved_aside
 from sidecar.stores.manifest import Manifest
 from sidecar.vault.ignore import OWN_RULES

@@ -12,17 +12,11 @@ import numpy as np
 
 from sidecar.contracts.errors import StoreError
 from sidecar.contracts.wire import ChunkExplanation, Explanation, Hit
+from sidecar.search.listing import period_listing
 from sidecar.search.query import Filters, split_filters
+from sidecar.search.request import SearchRequest, filters_alone, with_filters
 from sidecar.search.results import analysis_of
-from sidecar.search.retrieval import (
-    Retriever,
-    SearchRequest,
-    bm25_text,
-    filters_alone,
-    period_listing,
-    typed_part,
-    with_filters,
-)
+from sidecar.search.retrieval import Retriever, bm25_text, typed_part
 from sidecar.stores.manifest import ChunkView
 from sidecar.vault.sources import public_reference
 

@@ -24,8 +24,9 @@ from sidecar.search.query import (
     is_small_talk,
     split_filters,
 )
+from sidecar.search.request import SearchRequest, with_filters
 from sidecar.search.results import analysis_of, to_hit
-from sidecar.search.retrieval import BmParts, Retriever, SearchRequest, with_filters
+from sidecar.search.retrieval import BmParts, Retriever
 
 # The candidates a preview lists below recall's gates (and past its limit), each.
 _DROPPED_SHOWN = 10

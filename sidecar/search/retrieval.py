@@ -22,13 +22,14 @@ import numpy as np
 
 from sidecar.config import MODEL_DEFAULTS, RecallConfig, SearchConfig
 from sidecar.contracts.errors import EmbedderError, StoreError
-from sidecar.contracts.wire import SOURCES, Hit, SearchResult, Window, memory_agent, under_prefix
+from sidecar.contracts.wire import SearchResult, memory_agent
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, VectorSet
 from sidecar.model.embedder import Embedder, EmbedderSlot, cosine_range, model_name
 from sidecar.notes.links import cited_by
-from sidecar.search.days import FilterError
+from sidecar.search import listing
 from sidecar.search.fusion import Candidate, Rules, Scale, Scored, apply_rules, cap_per_note, fold, fuse
+from sidecar.search.listing import passes
 from sidecar.search.query import (
     STOPWORDS_DE,
     STOPWORDS_EN,
@@ -41,27 +42,14 @@ from sidecar.search.query import (
     word_forms,
 )
 from sidecar.search.querycache import QueryCache
-from sidecar.search.results import analysis_of, local_day, to_hit
+from sidecar.search.request import SearchRequest, filters_alone, with_filters
+from sidecar.search.results import analysis_of, to_hit
 from sidecar.search.words import WORD
 from sidecar.search.words import fold as fold_word
 from sidecar.stores.bm25 import Bm25Index
 from sidecar.stores.manifest import ChunkView, NoteDay
-from sidecar.vault.sources import public_reference
 
 log = logging.getLogger(__name__)
-
-_LETTER_OR_DIGIT = re.compile(r"[^\W_]")  # "\w" but the underscore: "_" alone is no word
-
-
-@dataclass(frozen=True)
-class SearchRequest:
-    query: str
-    limit: int
-    min_score: float
-    sources: tuple[str, ...] | None = None
-    agent: str | None = None  # scope: own memory plus vault and wiki
-    filters: Filters = field(default_factory=Filters)
-    token_budget: int | None = None  # recall: this call's block budget (else recall.tokenBudget)
 
 
 @dataclass(frozen=True)
@@ -213,29 +201,6 @@ def _language_set(languages: str) -> frozenset[str]:
 @functools.lru_cache(maxsize=65_536)  # titles repeat across queries; folding them was 4 ms a query
 def _words(text: str) -> frozenset[str]:
     return frozenset(fold_word(w) for w in WORD.findall(text) if not is_stopword(w))
-
-
-def _passes(view: ChunkView, filters: Filters) -> bool:
-    note = NoteDay(view.key, view.source, view.agent, view.tags, view.mtime_ns, view.date, named=False)
-    return _note_passes(note, filters)
-
-
-def _note_passes(note: NoteDay, filters: Filters) -> bool:
-    key, source, tags = note.key, note.source, note.tags
-    if filters.tags and not any(t == f or t.startswith(f + "/") for f in filters.tags for t in tags):
-        return False
-    if filters.path_prefix:
-        # A memory note's path follows its agent (memory/<agent>/<path>); its agent sees memory/<path>.
-        roots = ("memory", "/".join(key.split("/", 2)[:2])) if source == "memory" else (source,)
-        path = key.split("/", 2)[-1] if source == "memory" else key.split("/", 1)[1]
-        if not under_prefix(path, filters.path_prefix, *roots):
-            return False
-    if filters.since or filters.until:
-        # The note's own day when it names one (front matter, daily-note name), else its local mtime.
-        day = note.date or local_day(note.mtime_ns)
-        if (filters.since and day < filters.since) or (filters.until and day > filters.until):
-            return False
-    return True
 
 
 class Retriever:
@@ -577,7 +542,7 @@ class Retriever:
     ) -> Ranking:
         bm, vec_lists, stem = found.keywords, found.vectors, found.stem
         ids = list(dict.fromkeys([c for c, _ in bm] + [c for vl in vec_lists for c, _, _ in vl]))
-        views = {k: v for k, v in self.stores.manifest.views(ids).items() if _passes(v, req.filters)}
+        views = {k: v for k, v in self.stores.manifest.views(ids).items() if passes(v, req.filters)}
         cfg = self.cfg
         boosts = {"vault": cfg.boosts.vault, "wiki": cfg.boosts.wiki, "memory": cfg.boosts.memory}
         bm_scores = dict(bm)
@@ -766,112 +731,24 @@ class Retriever:
         assert result.analysis is not None
         return replace(result, analysis=replace(result.analysis, time_phrase_ignored=phrase))
 
-    def _selected(self, req: SearchRequest) -> list[NoteDay]:
-        """The indexed notes a request's filters and scope select."""
-        return [
-            n
-            for n in self.stores.manifest.note_days()
-            if (req.sources is None or n.source in req.sources)
-            and (req.agent is None or n.source != "memory" or n.agent == req.agent)
-            and _note_passes(n, req.filters)
-        ]
-
     def listed(self, req: SearchRequest) -> SearchResult:
-        """A search of filters alone: the notes they select in the listing order (``listing_order``)
-        up to the limit, each with its first chunk, relevance 0 and no arm score (nothing ranked
-        them; ``minScore`` does not apply)."""
-        notes = self._selected(req)
-        notes.sort(key=self._listing_order(req), reverse=True)
-        notes = notes[: req.limit]
-        views = self.stores.manifest.first_chunks([n.key for n in notes])
-        hits = tuple(
-            to_hit(_by_date(v), v, req.agent, mask_secrets=self.cfg.mask_secrets, dated=True)
-            for n in notes
-            if (v := views.get(n.key)) is not None
-        )
-        return SearchResult(hits, None, analysis_of(analyze(""), req.filters), listed=len(hits))
-
-    def _listing_order(self, req: SearchRequest) -> Callable[[NoteDay], tuple[str, int, int, str]]:
-        """``listing_order`` for ``req``: a day after today (or after the window's last day, when
-        the window asked about days to come) is no note's day to list it by."""
-        return listing_order(max(self.today().isoformat(), req.filters.until or ""))
+        """A search of filters alone (``listing.listed``)."""
+        return listing.listed(self.stores.manifest, req, self.today(), mask_secrets=self.cfg.mask_secrets)
 
     def listed_place(self, req: SearchRequest, key: str) -> int | None:
-        """The place of note ``key`` in ``listed``'s order for ``req`` at any depth (None when the
-        filters do not select it): the notes ordered before it are counted, none is sorted and no
-        chunk read (why asked a listing of 10,000 first chunks, each masked, for one place)."""
-        notes = self._selected(req)
-        order = self._listing_order(req)
-        mine = next((order(n) for n in notes if n.key == key), None)
-        if mine is None:
-            return None
-        return 1 + sum(1 for n in notes if order(n) > mine)
+        """Note ``key``'s place in ``listed``'s order (``listing.listed_place``)."""
+        return listing.listed_place(self.stores.manifest, req, key, self.today())
 
     def dated_notes(self, req: SearchRequest) -> list[NoteDay]:
-        """The notes a request's date window (and its other filters and scope) holds, in the
-        listing order (``listing_order``, the one a search of filters alone lists by)."""
-        notes = self._selected(req)
-        notes.sort(key=self._listing_order(req), reverse=True)
-        return notes
+        """The notes of a request's date window in the listing order (``listing.dated_notes``)."""
+        return listing.dated_notes(self.stores.manifest, req, self.today())
 
     def with_period(self, result: SearchResult, dated: Sequence[NoteDay], req: SearchRequest) -> SearchResult:
-        """``result`` (hits in the window, in rank order, possibly more than the limit) with the
-        window's other notes listed by date, up to the request's limit, each with its first chunk;
-        the window says how many were listed."""
-        limit, agent = req.limit, req.agent
-        of = {public_reference(n.key, agent): n for n in dated}
-        # A hit no word of the query is in, found by meaning alone and weaker than recall would
-        # inject (recall.scoreFloor), follows the period's own notes: in a small window the model
-        # always finds some nearest notes ("was habe ich gestern notiert?" put nine notes edited
-        # yesterday before yesterday's daily note).
+        """``result`` with the window's other notes listed by date (``listing.with_period``)."""
         floor = self.recall_settings().score_floor
-
-        def strong(h: Hit) -> bool:
-            return h.bm25_score is not None or h.relevance >= floor
-
-        def own(h: Hit) -> bool:  # in a note of the period's own: dated by its name or a property
-            n = of.get(h.reference)
-            return n is not None and bool(n.date) and strong(h)
-
-        # The words' hits in the period's own notes ("budget this year": this year's budget notes)
-        # take every place they rank for. Other hits, in notes merely edited in the window or
-        # found by meaning alone, leave up to half the places to the period's own notes: a plugin
-        # touching every file makes the whole vault "yesterday", and must not crowd out
-        # yesterday's daily note.
-        owned = sum(1 for n in dated if n.date)
-        others_cap = limit - min(owned, limit // 2)
-        kept: list[Hit] = []
-        others = 0
-        for h in result.hits:
-            if len(kept) == limit:
-                break
-            if not own(h):
-                if others == others_cap:
-                    continue
-                others += 1
-            kept.append(h)
-        shown = {h.reference for h in kept}
-        more = period_listing(dated, shown, agent)[: limit - len(kept)]
-        views = self.stores.manifest.first_chunks([n.key for n in more])
-        mask_secrets = self.cfg.mask_secrets
-
-        def listed(dated_by_name_or_property: bool) -> tuple[Hit, ...]:
-            return tuple(
-                to_hit(_by_date(v), v, agent, mask_secrets=mask_secrets, dated=True)
-                for n in more
-                if bool(n.date) == dated_by_name_or_property and (v := views.get(n.key))
-            )
-
-        own_listed, edited_listed = listed(True), listed(False)
-        ordered = (
-            tuple(h for h in kept if strong(h))
-            + own_listed
-            + tuple(h for h in kept if not strong(h))
-            + edited_listed
+        return listing.with_period(
+            self.stores.manifest, result, dated, req, floor=floor, mask_secrets=self.cfg.mask_secrets
         )
-        f = req.filters
-        window = Window(f.phrase or "", True, f.since, f.until, listed=len(own_listed) + len(edited_listed))
-        return replace(result, hits=ordered, window=window)
 
     def search_text(self, req: SearchRequest, text: str) -> SearchResult:
         """The hits for ``text`` (filters already split off) under ``req``."""
@@ -893,47 +770,6 @@ class Retriever:
         return SearchResult(
             hits, found.degraded, analysis_of(qa, req.filters, rare), pending_vectors=found.pending
         )
-
-
-def listing_order(horizon: str) -> Callable[[NoteDay], tuple[str, int, int, str]]:
-    """The key notes are listed by, highest first, where nothing ranked them (a search of filters
-    alone, the notes of a period a time phrase asked about): newest day first, the day being the
-    one the note names (a daily note's name, a date property) up to ``horizon`` (ISO), else that of
-    its last change; at one day its daily note, then a note dated by a property, then a note only
-    changed that day (the record of the day before what merely touched it: a sync or a plugin
-    changes any note on any day); then the last change; then the key (a total order, so that a
-    place can be counted). A day after the horizon gives way to the last change: by it, a note
-    dated 2099 headed every listing for good. (The two listings ordered apart: a period's daily
-    notes of any day came before its other notes, a listing of filters alone knew no daily note.)
-    """
-
-    def order(n: NoteDay) -> tuple[str, int, int, str]:
-        if n.date and n.date <= horizon:
-            return n.date, 2 if n.named else 1, n.mtime_ns, n.key
-        return local_day(n.mtime_ns), 0, n.mtime_ns, n.key
-
-    return order
-
-
-def period_listing(dated: Sequence[NoteDay], shown: Collection[str], agent: str | None) -> list[NoteDay]:
-    """The notes of a period a search lists by date beside its hits (``shown``, references): the
-    period's own notes (named by it, or dated by a property) before those merely changed in it,
-    each in the listing order. That is which notes take the places, not an order: a plugin that
-    touches every file makes the whole vault "yesterday", and must not take yesterday's daily
-    note's place. A listing of filters alone has no such rule: its notes are the ones asked for."""
-    rest = [n for n in dated if public_reference(n.key, agent) not in shown]
-    return [n for n in rest if n.date] + [n for n in rest if not n.date]
-
-
-def filters_alone(text: str, inline: Filters) -> bool:
-    """Whether a query held inline filters and no other word (a time phrase is words). What is
-    left beside them without a letter or digit ("- tag:x", "tag:x ?", "tag:x _", a list bullet
-    pasted with it) is no word: searched, it was a query of no content word, which found nothing."""
-    return (
-        _LETTER_OR_DIGIT.search(text) is None
-        and inline.phrase is None
-        and bool(inline.tags or inline.path_prefix or inline.since or inline.until or inline.sources)
-    )
 
 
 _STOPWORD_STEMS: dict[str, dict[str, tuple[str, ...]]] = {}
@@ -964,12 +800,6 @@ def _no_hits(qa: QueryAnalysis, filters: Filters) -> SearchResult:
     return SearchResult((), None, analysis_of(qa, filters))
 
 
-def _by_date(view: ChunkView) -> Scored:
-    """A note listed for its date alone: no arm found it, so no score and no relevance."""
-    c = Candidate(view.chunk_id, view.key, view.source, view.start_line, view.end_line)
-    return Scored(c, 0.0, 0.0, 0.0)
-
-
 def unread_words(words: Sequence[str], pieces: Sequence[int]) -> bool:
     """Whether a tokenizer broke ``words`` (with ``pieces`` word pieces each) into scraps: every
     word it split is in Latin, Greek or Cyrillic letters, at least one was split, none was kept
@@ -984,16 +814,3 @@ def unread_words(words: Sequence[str], pieces: Sequence[int]) -> bool:
 
 def _alphabetic(word: str) -> bool:
     return all(ch.isdigit() or unicodedata.name(ch, "").startswith(_ALPHABETS) for ch in word)
-
-
-def with_filters(req: SearchRequest, inline: Filters) -> SearchRequest:
-    """The request with the query's inline filters: tags add to the parameter's (any of them), an
-    inline ``path:``, ``since:``, ``until:`` or ``source:`` replaces the parameter. A window left
-    empty by the two together (``since`` given, an inline ``until:`` before it) is refused."""
-    filters = req.filters.merged(inline)
-    if filters.since and filters.until and filters.since > filters.until:
-        raise FilterError(f"the date window is empty: since {filters.since} is after until {filters.until}")
-    sources = req.sources
-    if inline.sources:
-        sources = tuple(s for s in inline.sources if s in SOURCES) or sources
-    return SearchRequest(req.query, req.limit, req.min_score, sources, req.agent, filters, req.token_budget)
