@@ -69,8 +69,8 @@ def main() -> None:
     ap.add_argument("--choices", type=Path, help="with --sentences: write each sentence's phrase here")
     args = ap.parse_args()
     sys.path.insert(0, str((args.code or HERE.parent).resolve()))
-    from sidecar.search.days import FilterError
-    from sidecar.search.query import split_filters
+    # query.py imports FilterError in every version (it moved to days.py): older exports run too
+    from sidecar.search.query import FilterError, split_filters
 
     if args.sentences:
         rows = []

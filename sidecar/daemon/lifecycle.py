@@ -63,6 +63,7 @@ from sidecar.index.indexer import Indexer
 from sidecar.index.migration import attach, serving_model
 from sidecar.index.problems import Problems
 from sidecar.memory.inbox import Inboxes
+from sidecar.model import prepared
 from sidecar.model.embedder import EmbedderSlot, model_name
 from sidecar.runtime.notify import Notifier
 from sidecar.search.retrieval import Retriever
@@ -678,6 +679,9 @@ class Daemon:
         # steady clock, which a forward step does not move: a step ages nothing anyway.
         if self._inboxes is not None:
             self._inboxes.prune_trash()
+        # The loaded models' prepared copies marked used again, those no daemon used for a month
+        # removed; first a while after the start, when every model a switch loads is loaded.
+        prepared.tidy(self.cfg.prepared_dir)
 
     def _load_embedder(self) -> None:
         """The configured model; if it fails, the model of the index's serving table stands in."""

@@ -40,6 +40,9 @@ CLOCK_STEP_S = 1.0
 CLOCK_CHECK_S = 1.0
 # A job that keeps failing is logged with its traceback once, then once per this many seconds.
 _REPEAT_LOG_S = 600.0
+# The daily housekeeping's first run after a start: not during it (a daemon restarted every day
+# would otherwise never run it; a model switch loads its previous model after the new one).
+DAILY_FIRST_S = 600.0
 
 
 class Schedule:
@@ -193,8 +196,9 @@ def build_scheduler(
     # Native libraries free into malloc's arenas, which keep the pages: hand them back now and
     # then (a few milliseconds; 50-60 MB after loading the model, BENCHMARKS.md).
     scheduler.add_job(heap.trim, "interval", seconds=60, id="trim")
-    if daily is not None:  # housekeeping: old texts in the inboxes' .trash
-        scheduler.add_job(daily, "interval", hours=24, id="daily")
+    if daily is not None:  # housekeeping: old texts in the inboxes' .trash, unused model copies
+        first = datetime.fromtimestamp(time.time() + DAILY_FIRST_S, scheduler.timezone)
+        scheduler.add_job(daily, "interval", hours=24, id="daily", next_run_time=first)
     if notify is not None:  # its own thread: a long repair in the tick must not delay it
         seconds = min(5.0, cfg.watchdog_usec / 2e6) if cfg.watchdog_usec else 5.0
         schedule.every("notify", seconds, notify)

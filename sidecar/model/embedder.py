@@ -18,11 +18,11 @@ import numpy.typing as npt
 
 from sidecar.config import Config, EmbedderConfig
 from sidecar.contracts.errors import EmbedderError
+from sidecar.model import prepared
 from sidecar.model.files import ModelFiles, sha256_file
 from sidecar.model.int8prep import cache_name, ensure_prepared
 from sidecar.model.kernels import FLOAT, with_accuracy
 from sidecar.model.locate import resolve_model
-from sidecar.model.prepared import used
 from sidecar.model.tokenizer import Tokenizer, make_tokenizer
 
 log = logging.getLogger(__name__)
@@ -117,8 +117,8 @@ class OnnxEmbedder:
         self.files = files
         # How the 4-bit weights are multiplied (kernels.json of the converted folder).
         self.compute = "float32" if files.accuracy == FLOAT or self.weights == "float32" else "int8"
-        if prepared_dir is not None:  # the copies this start loaded are in use (``prepared``)
-            used(prepared_dir, [self.prepared, files.onnx.parent])
+        if prepared_dir is not None:  # the copies it was read from are in use (``prepared``)
+            prepared.loaded(self, prepared_dir, [self.prepared, files.onnx.parent])
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Word pieces per text, special tokens excluded, never truncated."""

@@ -1,13 +1,18 @@
 """The prepared copies of models in ``<home>/models/.prepared/`` (``embedder.cacheDir``): which
-one a start uses, and which ones no start has used for long.
+ones this process uses, and which ones no process has used for long.
 
 A copy is made for one onnxruntime and one version of its preparation (an e5 conversion, about
 80 MB; an int8 copy, about 23 MB), so an upgrade or a switch of model leaves the earlier ones
-behind. They are removed once no start has loaded them for ``UNUSED_DAYS``, not at the first
-start of another: two installs sharing a home (two virtualenvs, another onnxruntime each) need
-one copy each, and removing the other's at every start made each convert its model again at
-every start. The time of a copy's last use is its modification time, set by each start that
-loads it."""
+behind. They are removed once no daemon has used them for ``UNUSED_DAYS``, not at the start of
+another: two installs sharing a home (two virtualenvs, another onnxruntime each) need one copy
+each, and removing the other's at every start made each convert its model again at every start.
+A copy's last use is its modification time: set when a model is loaded from it and again by the
+daily tidy while the model stays loaded (a daemon up for months keeps its copies). The tidy runs
+a while after the start, never during it: a switch of model loads the previous one after the new
+one, and a removal at the first load took the copy the second was about to read.
+
+Only names the preparations write are touched (``embedder.cacheDir`` may be a folder of the
+user's); ``.skip`` notes stay (they remember why a model cannot run here, and are tiny)."""
 
 from __future__ import annotations
 
@@ -15,62 +20,126 @@ import logging
 import os
 import re
 import shutil
+import threading
 import time
+import weakref
 from collections.abc import Iterable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 UNUSED_DAYS = 30.0
-# What a preparation writes: an e5 conversion's folder (its early tokenizer, a crashed one's
-# work folder), an int8 copy (and a crashed rewrite's temp file). ``.skip`` notes stay: they
-# remember why a model cannot run here, and are a few bytes.
-_MADE_HERE = re.compile(r"multilingual-e5-small-.+|[0-9a-f]+-p\d+-ort.+\.onnx|\.[0-9a-f]+-p\d+-ort.+\.tmp")
+# A work folder, an early tokenizer or a temp file older than this is left by a preparation that
+# died (the children are stopped after 10-15 minutes): not kept for a month (83 MB).
+LEFT_OVER_S = 86_400.0
+# The onnxruntime version a copy was made with ("1.32.0", "1.22.0.dev20250101", "1.17.0rc1").
+_ORT = r"ort\d+\.\d+(?:\.\d+)?(?:\.?(?:dev|post|rc|a|b)\d+)*(?:\+\w+)?"
+# What the preparations write: an e5 conversion's folder (sidecar.model.e5folder), an int8 copy
+# (sidecar.model.int8prep), and a copy being removed (renamed first, see ``_remove``).
+_COPY = re.compile(rf"(?:multilingual-e5-small-[0-9a-f]{{12}}-e\d+-{_ORT}|[0-9a-f]{{12}}-p\d+-{_ORT}\.onnx)")
+# What a preparation under way writes beside its copy: e5's work folder (its process id last) and
+# early tokenizer, an int8 rewrite's temp file (runtime.atomic).
+_WORK = re.compile(rf"(?P<copy>{_COPY.pattern})\.(?:tmp-(?P<pid>\d+)|tokenizer\.model)")
+_TEMP = re.compile(rf"\.[0-9a-f]{{12}}-p\d+-{_ORT}\.\w+\.tmp")
+_REMOVING = ".removing-"
+
+_lock = threading.Lock()
+_loaded: dict[int, tuple[Path, ...]] = {}  # a loaded model (by id) -> the copies it was read from
 
 
-def used(folder: Path, paths: Iterable[Path | None]) -> None:
-    """A start loaded ``paths`` (those in ``folder`` count): marked used; the copies no start
-    used for ``UNUSED_DAYS`` removed."""
-    in_use = [p for p in paths if p is not None and p.parent == folder]
-    for path in in_use:
-        mark_used(path)
-    remove_unused(folder, in_use)
+def loaded(model: object, folder: Path, paths: Iterable[Path | None]) -> None:
+    """``model`` was loaded from ``paths``: those that are copies in ``folder`` are marked used
+    now, and again by each ``tidy`` while ``model`` lives."""
+    copies = tuple(p for p in paths if p is not None and p.parent == folder and _COPY.fullmatch(p.name))
+    for path in copies:
+        _mark_used(path)
+    with _lock:
+        _loaded[id(model)] = copies
+    weakref.finalize(model, _forget, id(model))
 
 
-def mark_used(path: Path) -> None:
-    """``path`` (a copy a start loads) was used now."""
+def _forget(key: int) -> None:
+    with _lock:
+        _loaded.pop(key, None)
+
+
+def _mark_used(path: Path) -> None:
     try:
         os.utime(path, follow_symlinks=False)
     except OSError as exc:  # a read-only cache: its copies are then only ever removed by hand
         log.debug("model_cache_unmarked path=%s error=%s", path, exc)
 
 
-def remove_unused(folder: Path, keep: Iterable[Path], *, now: float | None = None) -> list[Path]:
-    """Remove the copies in ``folder`` (but ``keep``) that no start loaded for ``UNUSED_DAYS``;
-    the ones removed. Anything else there (a link, a file of another name) is left alone."""
+def tidy(folder: Path, *, now: float | None = None) -> list[Path]:
+    """The copies the loaded models use marked again; those no daemon used for ``UNUSED_DAYS``
+    and what a dead preparation left removed. The paths removed."""
+    with _lock:
+        in_use = {p for copies in _loaded.values() for p in copies}
+    for path in in_use:
+        _mark_used(path)
     now = time.time() if now is None else now
-    kept = {p.name for p in keep}
     removed: list[Path] = []
     try:
         entries = list(os.scandir(folder))
     except OSError:
         return removed
     for entry in entries:
-        if entry.name in kept or entry.name.endswith(".skip") or not _MADE_HERE.fullmatch(entry.name):
+        if Path(entry.path) in in_use or not _stale(entry, now):
             continue
-        try:
-            unused = (now - entry.stat(follow_symlinks=False).st_mtime) / 86400
-            if unused < UNUSED_DAYS:
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path)
-            elif entry.is_file(follow_symlinks=False):
-                os.unlink(entry.path)
-            else:
-                continue
-        except OSError as exc:
-            log.warning("model_cache_remove_failed path=%s error=%s", entry.path, exc)
-            continue
-        log.info("model_cache_removed path=%s unused_days=%.0f", entry.path, unused)
-        removed.append(Path(entry.path))
+        if _remove(Path(entry.path)):
+            removed.append(Path(entry.path))
     return removed
+
+
+def _stale(entry: os.DirEntry[str], now: float) -> bool:
+    """Whether ``entry`` is a copy unused for ``UNUSED_DAYS``, or what a dead preparation left."""
+    name = entry.name
+    if entry.is_symlink() or name.endswith(".skip"):  # a link the user made; a refusal noted
+        return False
+    if name.startswith(_REMOVING):  # a removal a crash cut short
+        return bool(_COPY.fullmatch(name[len(_REMOVING) :].rsplit(".", 1)[0]))
+    work = _WORK.fullmatch(name)
+    if work is not None and work["pid"] and _alive(int(work["pid"])):
+        return False  # a conversion under way (its clock may be off: its age says nothing)
+    left_over = work is not None or _TEMP.fullmatch(name) is not None
+    if not left_over and not _COPY.fullmatch(name):
+        return False
+    try:
+        age = now - entry.stat(follow_symlinks=False).st_mtime
+    except OSError:
+        return False
+    return age >= (LEFT_OVER_S if left_over else UNUSED_DAYS * 86_400)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def _remove(path: Path) -> bool:
+    """Remove ``path``: renamed to a hidden name first, so that a start reading it finds it whole
+    or not at all, and a folder that cannot be changed (read-only) is left whole, not emptied."""
+    if path.name.startswith(_REMOVING):
+        gone = path
+    else:
+        gone = path.with_name(f"{_REMOVING}{path.name}.{os.getpid()}")
+        try:
+            path.rename(gone)
+        except OSError as exc:
+            log.warning("model_cache_remove_failed path=%s error=%s", path, exc)
+            return False
+    try:
+        if gone.is_dir() and not gone.is_symlink():
+            shutil.rmtree(gone)
+        else:
+            gone.unlink()
+    except OSError as exc:
+        log.warning("model_cache_remove_failed path=%s error=%s", gone, exc)
+        return False
+    log.info("model_cache_removed path=%s", path)
+    return True

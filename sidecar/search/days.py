@@ -1,6 +1,7 @@
 """Days (pure): ``since:``/``until:`` values and the time phrases of a question ("last week",
-"seit Montag", "am 4.12.") read as a window of days. Imports nothing of the project but the word
-lists."""
+"seit Montag", "am 4.12.") read as a window of days. ``FilterError`` is here, the lowest module
+that raises it (a ``since:`` value that is no day); ``query`` raises it for the other filters.
+Imports nothing of the project but ``words`` (the word pattern, folding, the word lists)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Words as the keyword index reads them, and the word lists of the package's data folder
-(pure): the pattern of a word, accent folding, the loaders of one-word-a-line lists. Imports
-nothing of the project."""
+"""Words as the keyword index reads them, and the word lists of the package's data folder: the
+pattern of a word, accent folding, the loaders of one-word-a-line lists (read at import by the
+modules that keep a list). Imports nothing of the project."""
 
 from __future__ import annotations
 
