@@ -2335,3 +2335,36 @@ def test_a_plan_dated_next_year_does_not_hide_the_month_gone_by(served: Served, 
         assert "vault/Plan2027" not in _refs(r)
     ahead = served.call("search", {"query": "Was habe ich im November vor?"})
     assert (ahead["window"]["since"], ahead["window"]["until"]) == ("2026-11-01", "2026-11-30")  # just over
+
+
+def test_a_write_too_large_or_past_the_inbox_limit_is_refused_before_the_duplicate_check(
+    make_cfg: Any, agent_vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write over memory.maxNoteBytes or past memory.maxInboxBytes is refused before its text is
+    embedded for the duplicate check: with the default model a 1 MB write was refused after 21 s
+    (a 100 kB one after 15-41 s), holding a write worker, and a valid write waited behind it."""
+    from sidecar.memory.inbox import InboxFullError, MemoryWriteError
+
+    cfg = make_cfg(agent_vault, **{"memory.maxNoteBytes": 2_000, "memory.maxInboxBytes": 3_000})
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        ops = MemoryOps(cfg, Inboxes(cfg), h.indexer, h.slot, stores=h.stores, problems=h.problems)
+        checked: list[str] = []
+        real = ops._near_duplicates
+        monkeypatch.setattr(ops, "_near_duplicates", lambda *a: checked.append(a[1]) or real(*a))
+
+        def write(slug: str, content: str) -> dict[str, Any]:
+            return ops.write(Request(op="write", params={"slug": slug, "content": content}, agent="bot"))
+
+        with pytest.raises(MemoryWriteError, match="maxNoteBytes"):
+            write("big", "word " * 1_000)
+        write("one", "x" * 1_500)
+        write("two", "y" * 1_000)
+        assert checked == ["one", "two"]
+        with pytest.raises(InboxFullError, match="maxInboxBytes"):
+            write("three", "z" * 1_000)
+        write("one", "x" * 500)  # a note that shrinks is let through, as before
+        assert checked == ["one", "two", "one"]
+    finally:
+        h.close()

@@ -371,3 +371,17 @@ def test_a_line_cut_by_characters_is_cut_between_what_a_reader_sees_as_character
         for piece in pieces[:-1]:
             at += len(piece)
             assert at in bounds, (budget, piece[-4:])
+
+
+def test_a_line_without_spaces_is_cut_without_a_tokenizer() -> None:
+    """With no model loaded (keyword-only, or a model that failed), a line of 200,000 characters
+    without a space counted as one word: one chunk of the whole line, returned whole by every
+    answer. The estimate counts a long word by its length, so the chunker cuts it."""
+    from sidecar.model.embedder import approx_token_count
+
+    line = "a" * 200_000
+    assert approx_token_count([line])[0] >= 200_000 // 4
+    assert approx_token_count(["a few ordinary words here"]) == [7]  # ordinary text as before
+    note = chunk_note(f"# Blob\n\n{line}\n", title="Blob", count_tokens=approx_token_count, max_tokens=200)
+    assert len(note.chunks) > 100
+    assert max(len(c.text) for c in note.chunks) <= 2_000

@@ -117,6 +117,7 @@ class MemoryOps:
         content = param_str(p, "content", max_len=self.cfg.server.max_frame_bytes)  # size: inbox checks bytes
         front_matter = p.get("frontmatter")
         self.inboxes.path_of(agent, slug)  # validates before any similarity work
+        self.inboxes.precheck(agent, slug, content, front_matter)
         duplicates, fresh = self._near_duplicates(agent, slug, content)
         if duplicates and not must_exist and self.cfg.memory.write.on_duplicate == "reject":
             best = duplicates[0]

@@ -228,9 +228,23 @@ def _graph_bytes(path: Path, files: ModelFiles) -> bytes:
     return data
 
 
+# A word longer than this (a URL, a blob, a line without spaces) counts a piece per
+# ``_CHARS_PER_PIECE`` characters, as a tokenizer cuts it: counted as one word, a 4.9 MB line
+# became one chunk, which every search and recall then returned whole (4.9 MB for a recall
+# budget of 1,500 tokens).
+_LONG_WORD = 24
+_CHARS_PER_PIECE = 4
+
+
 def approx_token_count(texts: Sequence[str]) -> list[int]:
-    """Token estimate when no tokenizer could load (BM25-only mode): ~1.4 pieces per word."""
-    return [int(len(t.split()) * 1.4) + t.count("\n") for t in texts]
+    """Token estimate when no tokenizer could load (BM25-only mode): ~1.4 pieces per word, a
+    long word one per four characters."""
+    out = []
+    for t in texts:
+        words = t.split()
+        long = sum(len(w) / _CHARS_PER_PIECE - 1.4 for w in words if len(w) > _LONG_WORD)
+        out.append(int(len(words) * 1.4 + long) + t.count("\n"))
+    return out
 
 
 def load_model(cfg: Config, on_tokenizer: Callable[[CountTokens], None] | None = None) -> OnnxEmbedder:
