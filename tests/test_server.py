@@ -312,6 +312,51 @@ def test_a_hung_request_whose_client_hung_up_still_counts_as_stuck(
         release.set()
 
 
+def test_health_answers_while_inbox_counts_hang(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """health with an agent counts that agent's inbox: two such calls on inboxes that hang (an
+    unmounted share) took both health threads, and `sidecar status` gave up after 10 s while
+    searches were answered. A count is waited for a bounded time (the inbox is then null, or the
+    last count marked ``stale``); while one hangs no other is started and health answers at once."""
+    from sidecar.memory import ops
+
+    monkeypatch.setattr(ops, "USAGE_WAIT_S", 0.5, raising=False)
+    server: InProcessServer = serve_in_process()
+    release, counted = threading.Event(), []
+    inboxes = server.handlers.memory.inboxes
+    real = inboxes.usage
+
+    def usage(agent: str) -> dict[str, int]:
+        counted.append(agent)
+        if agent.startswith("hung"):
+            release.wait(60)  # past the 10 s a status waits
+        return real(agent)
+
+    monkeypatch.setattr(inboxes, "usage", usage)
+    assert server.call("health", agent="ops")["inbox"]["notes"] == 0  # counted: kept as the last
+    held = [_connect(server.socket) for _ in range(2)]
+    try:
+        for i, s in enumerate(held):
+            s.sendall(b'{"id": %d, "op": "health", "agent": "hung%d"}\n' % (i, i))
+        plain = _connect(server.socket)  # 10 s, as `sidecar status`
+        plain.sendall(b'{"id": 9, "op": "health"}\n')
+        answer = json.loads(plain.makefile("rb").readline())
+        assert answer["id"] == 9 and "inbox" not in answer["result"]
+        for s in held:
+            agent_health = json.loads(s.makefile("rb").readline())
+            assert agent_health["result"]["inbox"] is None
+        monkeypatch.setattr(inboxes, "usage", lambda agent: counted.append(agent) or real(agent))
+        stale = server.call("health", agent="ops")["inbox"]  # at once: no count while one hangs
+        assert stale["notes"] == 0 and "hung share" in stale["stale"] and "counted_at" in stale
+        assert sorted(counted) == ["hung0", "ops"] or sorted(counted) == ["hung1", "ops"]
+    finally:
+        release.set()
+        for s in held:
+            s.close()
+    plain.close()
+
+
 def test_index_op_sweeps_new_notes(in_process: InProcessServer, vault: Path) -> None:
     """The in-process server's index op sweeps at once: a note written before it is found after."""
     write(vault / "Kayak.md", "# Kayak\n\nThe kayak paddle is in the shed.\n")

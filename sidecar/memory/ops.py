@@ -35,6 +35,7 @@ from sidecar.contracts.wire import SOURCES, under_prefix
 from sidecar.index.indexer import Indexer
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import WRITE_YIELD_S, Stores
+from sidecar.memory.counting import BoundedCounts
 from sidecar.memory.inbox import Inboxes, check_agent, check_slug
 from sidecar.model.embedder import EmbedderSlot, cosine_range
 from sidecar.notes.chunking import chunk_note
@@ -61,6 +62,9 @@ DUPLICATE_SOURCES = ("memory", "wiki", "vault")
 _DUPLICATE_QUERY_CHARS = 2000  # of a written note's text, asked of the keyword index for copies
 MAX_DUPLICATE_CHUNKS = 32  # a longer note is compared by its first 32 chunks' vectors (and all its words)
 _WORDS = re.compile(r"\w+")
+# How long health waits for an inbox's count: well below the 10 s `sidecar status` and the MCP
+# status wait for health itself, with both health threads waiting at once.
+USAGE_WAIT_S = 2.0
 
 
 class DuplicateError(SidecarError):
@@ -88,10 +92,16 @@ class MemoryOps:
         self.manifest = stores.manifest
         self.problems = problems
         inboxes.indexed = lambda agent: bool(self.manifest.file_states(f"memory/{agent}/"))
+        self._counts = BoundedCounts(self._usage, min(USAGE_WAIT_S, cfg.watch.probe_timeout_seconds))
 
-    def usage(self, agent: str) -> dict[str, int] | None:
-        """The agent's inbox against its limits; None when it cannot be read (the status of
-        the daemon must not fail on an inbox that is not a private folder)."""
+    def usage(self, agent: str) -> dict[str, Any] | None:
+        """The agent's inbox against its limits, counted within a bound (``BoundedCounts``: an
+        inbox on a share that hangs held health's threads); else the last count, marked ``stale``."""
+        return self._counts.usage(agent)
+
+    def _usage(self, agent: str) -> dict[str, Any] | None:
+        """None when the inbox cannot be read (the status of the daemon must not fail on an
+        inbox that is not a private folder)."""
         try:
             return self.inboxes.usage(agent)
         except (OSError, SidecarError) as exc:
