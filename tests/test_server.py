@@ -580,3 +580,76 @@ def test_a_request_whose_client_hung_up_is_dropped_before_a_worker_starts_it(
     half.close()
     assert answer["id"] == 9 and _refs(answer)[0] == "vault/Recipes/Bread"
     assert searched == ["sourdough"]
+
+
+def _held_worker(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, list[str]]:
+    """The only read worker held by a search for ``hold`` until ``release``; other searches' queries
+    are recorded as a worker runs them."""
+    release, started = threading.Event(), threading.Event()
+    searched: list[str] = []
+    real_call = server.server.call
+
+    def call(req: Any) -> bytes:
+        if req.op == "search" and req.params["query"] == "hold":
+            started.set()
+            release.wait(30)
+        elif req.op == "search":
+            searched.append(req.params["query"])
+        return real_call(req)
+
+    monkeypatch.setattr(server.server, "call", call)
+    return release, started, searched
+
+
+def _until(check: Any, seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while not check() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return bool(check())
+
+
+def test_a_half_closed_client_that_then_closes_has_its_queued_read_dropped(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that half-closes (``nc -N``) and then closes on its own timeout while its search
+    waits for a worker: the search still ran, for nobody (only a close without the half-close was
+    seen). The close is watched for after the half-close too."""
+    server: InProcessServer = serve_in_process(model=KEYWORD_ONLY, **{"server.workers": 1})
+    release, started, searched = _held_worker(server, monkeypatch)
+    busy = _connect(server.socket)
+    try:
+        busy.sendall(b'{"id": 0, "op": "search", "params": {"query": "hold"}}\n')
+        assert started.wait(10)
+        half = _connect(server.socket)
+        half.sendall(b'{"id": 1, "op": "search", "params": {"query": "gone"}}\n')
+        half.shutdown(socket.SHUT_WR)
+        assert _until(lambda: server.server.buffered == 0 and server.server.connections == 2)
+        half.close()
+        assert _until(lambda: server.server.connections == 1)  # its request was given up
+    finally:
+        release.set()
+    with busy, busy.makefile("rb") as lines:
+        assert json.loads(lines.readline())["id"] == 0
+    after = exchange(server.socket, b'{"id": 2, "op": "search", "params": {"query": "sourdough"}}\n')
+    assert after[0]["id"] == 2 and searched == ["sourdough"]
+
+
+def test_a_read_whose_client_hung_up_stays_foreground_while_its_worker_runs(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A running search whose client hung up let go of its foreground claim at once, while its
+    worker still computed: background work stopped yielding the cores to it. The claim is held
+    until the worker ends."""
+    server: InProcessServer = serve_in_process(model=KEYWORD_ONLY, **{"server.workers": 1})
+    release, started, _searched = _held_worker(server, monkeypatch)
+    foreground = server.server.foreground
+    before = foreground.active
+    try:
+        with _connect(server.socket) as gone:
+            gone.sendall(b'{"id": 0, "op": "search", "params": {"query": "hold"}}\n')
+            assert started.wait(10)
+        assert _until(lambda: server.server.connections == 0)  # the hang-up was seen
+        assert foreground.active == before + 1
+    finally:
+        release.set()
+    assert _until(lambda: foreground.active == before)
