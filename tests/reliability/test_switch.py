@@ -171,6 +171,29 @@ def test_kept_stores_stay_kept_while_the_space_back_is_less_than_their_write_ahe
     assert start.ask("get", {"reference": "vault/Garden"})["text"]
 
 
+def test_a_retry_does_not_grow_the_manifest_into_space_that_cannot_hold_its_log(
+    read_only_start: ReadOnlyStart, monkeypatch: Any
+) -> None:
+    """Kept writable stores and some space back, less than their write-ahead log needs: each
+    retry's write-back grew the manifest's file into the freed space and failed, so whatever the
+    user freed the space for found the disk full again. The write-back is not tried while the
+    file cannot grow by what the log holds; once there is room it is, and the switch succeeds."""
+    start = read_only_start
+    _kept(start, monkeypatch)
+    manifest = start.d.cfg.index_dir / "manifest.sqlite"
+    start.free()
+    filler = fill(start.disk)
+    os.truncate(filler, filler.stat().st_size - 1_500_000)
+    size, free = manifest.stat().st_size, os.statvfs(start.disk).f_bfree
+    for _ in range(2):
+        assert start.d._switch_to_writable() is False
+    assert manifest.stat().st_size == size and os.statvfs(start.disk).f_bfree == free
+    assert start.handlers() == "Handlers" and _found(start)
+    start.free()
+    assert start.d._switch_to_writable() is True
+    assert start.handlers() == "Handlers" and _found(start)
+
+
 def test_memory_writes_are_refused_at_once_through_kept_stores(
     tmp_path: Path, vault: Path, monkeypatch: Any
 ) -> None:
