@@ -21,6 +21,7 @@ import threading
 import time
 import unicodedata
 import urllib.parse
+from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -341,6 +342,11 @@ def _refuse_newer(path: Path) -> None:
         raise _newer(path, version)
 
 
+# Writable connections open in this process, by file (``_open_read_only``).
+_open_writers: Counter[Path] = Counter()
+_writers_lock = threading.Lock()
+
+
 class Manifest(VectorBook):
     """Thread-safe wrapper over one sqlite connection (WAL); the daemon is the only writer."""
 
@@ -359,6 +365,7 @@ class Manifest(VectorBook):
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._write_back_waits = False  # ``written_back`` said it waits for room (said once)
+        self._counted = False  # in ``_open_writers``
         _refuse_newer(path)  # before anything writes to it (journal_mode=WAL rewrites the header)
         if read_only:
             self._open_read_only()
@@ -401,6 +408,7 @@ class Manifest(VectorBook):
                 raise StoreError(f"manifest {path} failed its integrity check")
             self._shrink()
             self.inode = path.stat().st_ino  # the daemon notices a deleted or replaced file
+            self._count_writer()
         except StoreError:
             if (db := getattr(self, "_db", None)) is not None:
                 db.close()  # the file is not ours to keep open (a newer version's, a damaged one)
@@ -411,6 +419,11 @@ class Manifest(VectorBook):
             if (db := getattr(self, "_db", None)) is not None:
                 db.close()  # not left open (and its write-ahead log behind) by a failed start
             raise store_error_class(exc)(f"manifest {path} cannot be opened: {exc}") from exc
+
+    def _count_writer(self) -> None:
+        with _writers_lock:
+            _open_writers[self.path] += 1
+        self._counted = True
 
     def _open_read_only(self) -> None:
         """Open the file as it is, writing nothing (its disk is full): SQLite's ``immutable`` mode,
@@ -441,7 +454,10 @@ class Manifest(VectorBook):
         # connection reads them through the existing -shm, makes no new file and never checkpoints
         # (immutable would read the file without them); SQLite may rebuild the -shm in place, and
         # one it cannot rebuild on the full disk fails the open (exit 5, as before this read).
-        mode = "mode=ro" if pending else "mode=ro&immutable=1"
+        # Immutable neither while a writer of this process still has the file open (a thread of a
+        # failed switch to writable, its stores closed once it ends): its commits would change the
+        # file under a reader that takes it for unchanging.
+        mode = "mode=ro" if pending or _open_writers[path] > 0 else "mode=ro&immutable=1"
         uri = "file:" + urllib.parse.quote(str(path)) + "?" + mode
         try:
             self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
@@ -498,6 +514,12 @@ class Manifest(VectorBook):
             if not self.read_only:
                 with contextlib.suppress(sqlite3.Error):  # a full disk: the next open replays it
                     self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                if self._counted:  # a second close counts nothing
+                    self._counted = False
+                    with _writers_lock:
+                        _open_writers[self.path] -= 1
+                        if _open_writers[self.path] <= 0:
+                            del _open_writers[self.path]
             self._db.close()
 
     def written_back(self) -> bool:
