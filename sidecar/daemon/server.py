@@ -538,9 +538,9 @@ async def _closed_later(writer: asyncio.StreamWriter) -> bool:
 
 
 def _peer_closed(writer: asyncio.StreamWriter) -> bool:
-    """After end of input: has the peer closed its end for good (not only for writing)? Linux and
-    macOS flag that as POLLHUP on a Unix socket; where that cannot be told, assume the client
-    still reads (its request runs as before)."""
+    """After end of input: has the peer closed its end for good (not only for writing)? Linux
+    flags that as POLLHUP on a Unix socket (tested), macOS too by its poll(2) (not tested here);
+    where that cannot be told, assume the client still reads (its request runs as before)."""
     sock = writer.get_extra_info("socket")
     if sock is None or not hasattr(select, "poll"):
         return False
