@@ -40,7 +40,9 @@ class BoundedCounts:
 
         def run() -> None:
             try:
-                box["value"] = self._count(agent)
+                box["value"] = value = self._count(agent)
+                if value is not None:  # also a count that came after its caller stopped waiting
+                    self._last[agent] = (value, self._clock())
             except BaseException as exc:  # raised again in the caller's thread
                 box["error"] = exc
             finally:
@@ -54,10 +56,7 @@ class BoundedCounts:
             return self._earlier(agent, f"the inbox did not answer within {self.wait:.0f} s (hung share?)")
         if "error" in box:
             raise box["error"]
-        value = box["value"]
-        if value is not None:
-            self._last[agent] = (value, self._clock())
-        return value  # type: ignore[no-any-return]
+        return box["value"]  # type: ignore[no-any-return]
 
     def _earlier(self, agent: str, why: str) -> dict[str, Any] | None:
         """The figure last counted for ``agent``, with when and why it is not a new one."""
