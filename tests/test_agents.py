@@ -847,6 +847,27 @@ def test_list_shows_descriptions_all_and_unindexed(served: Served) -> None:
         served.call("list", {"source": "everything"})
 
 
+def test_list_leaves_out_a_memory_note_deleted_from_the_inbox(served: Served) -> None:
+    """A memory note deleted from the inbox while the index still holds it (the index read-only on
+    a full disk, or before the next sweep of a polled inbox) was listed as indexed, with chunks,
+    while get called it not found. list shows the inbox as it is (one read of the folder, as it
+    did for unindexed notes); a note named .Md stays listed; an offline inbox is not emptied."""
+    from sidecar.vault.supervisor import RootStatus
+
+    for slug in ("plan", "keep"):
+        served.call("write", {"slug": slug, "content": f"# {slug}\n\nharbour lights {slug}\n"})
+    inbox = served.cfg.agents_dir / "claude" / "memory"
+    (inbox / "mixed.Md").write_text("# Mixed\n\nokapi sightings\n")
+    served.h.sweep()
+    (inbox / "plan.md").unlink()  # by hand, not indexed yet
+    listed = {n["reference"]: n["indexed"] for n in served.call("list", {})["notes"]}
+    assert listed == {"memory/keep": True, "memory/mixed": True}
+    every = {n["reference"] for n in served.call("list", {"source": "all"})["notes"]}
+    assert "memory/plan" not in every and "memory/keep" in every
+    served.h.supervisor.roots["memory/claude"] = RootStatus("memory/claude", str(inbox), offline=True)
+    assert "memory/plan" in {n["reference"] for n in served.call("list", {})["notes"]}
+
+
 def test_references_in_one_form(served: Served) -> None:
     served.call("write", {"slug": "ref-note", "content": "reference form check"})
     own = served.call("get", {"reference": "memory/ref-note"})

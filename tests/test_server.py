@@ -312,6 +312,51 @@ def test_a_hung_request_whose_client_hung_up_still_counts_as_stuck(
         release.set()
 
 
+def test_health_answers_while_inbox_counts_hang(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """health with an agent counts that agent's inbox: two such calls on inboxes that hang (an
+    unmounted share) took both health threads, and `sidecar status` gave up after 10 s while
+    searches were answered. A count is waited for a bounded time (the inbox is then null, or the
+    last count marked ``stale``); while one hangs no other is started and health answers at once."""
+    from sidecar.memory import ops
+
+    monkeypatch.setattr(ops, "USAGE_WAIT_S", 0.5, raising=False)
+    server: InProcessServer = serve_in_process()
+    release, counted = threading.Event(), []
+    inboxes = server.handlers.memory.inboxes
+    real = inboxes.usage
+
+    def usage(agent: str) -> dict[str, int]:
+        counted.append(agent)
+        if agent.startswith("hung"):
+            release.wait(60)  # past the 10 s a status waits
+        return real(agent)
+
+    monkeypatch.setattr(inboxes, "usage", usage)
+    assert server.call("health", agent="ops")["inbox"]["notes"] == 0  # counted: kept as the last
+    held = [_connect(server.socket) for _ in range(2)]
+    try:
+        for i, s in enumerate(held):
+            s.sendall(b'{"id": %d, "op": "health", "agent": "hung%d"}\n' % (i, i))
+        plain = _connect(server.socket)  # 10 s, as `sidecar status`
+        plain.sendall(b'{"id": 9, "op": "health"}\n')
+        answer = json.loads(plain.makefile("rb").readline())
+        assert answer["id"] == 9 and "inbox" not in answer["result"]
+        for s in held:
+            agent_health = json.loads(s.makefile("rb").readline())
+            assert agent_health["result"]["inbox"] is None
+        monkeypatch.setattr(inboxes, "usage", lambda agent: counted.append(agent) or real(agent))
+        stale = server.call("health", agent="ops")["inbox"]  # at once: no count while one hangs
+        assert stale["notes"] == 0 and "hung share" in stale["stale"] and "counted_at" in stale
+        assert sorted(counted) == ["hung0", "ops"] or sorted(counted) == ["hung1", "ops"]
+    finally:
+        release.set()
+        for s in held:
+            s.close()
+    plain.close()
+
+
 def test_index_op_sweeps_new_notes(in_process: InProcessServer, vault: Path) -> None:
     """The in-process server's index op sweeps at once: a note written before it is found after."""
     write(vault / "Kayak.md", "# Kayak\n\nThe kayak paddle is in the shed.\n")
@@ -535,3 +580,76 @@ def test_a_request_whose_client_hung_up_is_dropped_before_a_worker_starts_it(
     half.close()
     assert answer["id"] == 9 and _refs(answer)[0] == "vault/Recipes/Bread"
     assert searched == ["sourdough"]
+
+
+def _held_worker(server: InProcessServer, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, list[str]]:
+    """The only read worker held by a search for ``hold`` until ``release``; other searches' queries
+    are recorded as a worker runs them."""
+    release, started = threading.Event(), threading.Event()
+    searched: list[str] = []
+    real_call = server.server.call
+
+    def call(req: Any) -> bytes:
+        if req.op == "search" and req.params["query"] == "hold":
+            started.set()
+            release.wait(30)
+        elif req.op == "search":
+            searched.append(req.params["query"])
+        return real_call(req)
+
+    monkeypatch.setattr(server.server, "call", call)
+    return release, started, searched
+
+
+def _until(check: Any, seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while not check() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return bool(check())
+
+
+def test_a_half_closed_client_that_then_closes_has_its_queued_read_dropped(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that half-closes (``nc -N``) and then closes on its own timeout while its search
+    waits for a worker: the search still ran, for nobody (only a close without the half-close was
+    seen). The close is watched for after the half-close too."""
+    server: InProcessServer = serve_in_process(model=KEYWORD_ONLY, **{"server.workers": 1})
+    release, started, searched = _held_worker(server, monkeypatch)
+    busy = _connect(server.socket)
+    try:
+        busy.sendall(b'{"id": 0, "op": "search", "params": {"query": "hold"}}\n')
+        assert started.wait(10)
+        half = _connect(server.socket)
+        half.sendall(b'{"id": 1, "op": "search", "params": {"query": "gone"}}\n')
+        half.shutdown(socket.SHUT_WR)
+        assert _until(lambda: server.server.buffered == 0 and server.server.connections == 2)
+        half.close()
+        assert _until(lambda: server.server.connections == 1)  # its request was given up
+    finally:
+        release.set()
+    with busy, busy.makefile("rb") as lines:
+        assert json.loads(lines.readline())["id"] == 0
+    after = exchange(server.socket, b'{"id": 2, "op": "search", "params": {"query": "sourdough"}}\n')
+    assert after[0]["id"] == 2 and searched == ["sourdough"]
+
+
+def test_a_read_whose_client_hung_up_stays_foreground_while_its_worker_runs(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A running search whose client hung up let go of its foreground claim at once, while its
+    worker still computed: background work stopped yielding the cores to it. The claim is held
+    until the worker ends."""
+    server: InProcessServer = serve_in_process(model=KEYWORD_ONLY, **{"server.workers": 1})
+    release, started, _searched = _held_worker(server, monkeypatch)
+    foreground = server.server.foreground
+    before = foreground.active
+    try:
+        with _connect(server.socket) as gone:
+            gone.sendall(b'{"id": 0, "op": "search", "params": {"query": "hold"}}\n')
+            assert started.wait(10)
+        assert _until(lambda: server.server.connections == 0)  # the hang-up was seen
+        assert foreground.active == before + 1
+    finally:
+        release.set()
+    assert _until(lambda: foreground.active == before)

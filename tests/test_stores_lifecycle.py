@@ -333,6 +333,36 @@ def test_a_read_only_manifest_writes_nothing_and_refuses_what_it_cannot_read_who
         Manifest(path, read_only=True)
 
 
+def test_a_read_only_manifest_beside_a_writer_of_this_process_reads_its_new_commits(
+    make_cfg: Any, vault: Path
+) -> None:
+    """A read-only open while a writer of this process still has the manifest open (a thread of a
+    failed switch to writable, its stores closed once it ends) was immutable when the write-ahead
+    log was empty: the writer's later commits changed the file under a reader that took it for
+    unchanging. It reads the file as it is then, commits of the writer included."""
+    from sidecar.stores.manifest import Manifest
+
+    cfg = make_cfg(vault)
+    index_and_close(cfg)
+    path = cfg.index_dir / "manifest.sqlite"
+    writer = Manifest(path)
+    try:
+        assert writer.written_back()  # an empty write-ahead log
+        reader = Manifest(path, read_only=True)
+        try:
+            writer.set_meta("later", "from the writer")
+            assert reader.get_meta("later") == "from the writer"
+        finally:
+            reader.close()
+    finally:
+        writer.close()
+    reader = Manifest(path, read_only=True)  # the writer closed: immutable as before
+    try:
+        assert reader.get_meta("later") == "from the writer"
+    finally:
+        reader.close()
+
+
 def _problems() -> Any:
     from sidecar.index.problems import Problems
 

@@ -6,6 +6,7 @@ keeps them exact)."""
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 from sidecar.clients.plainerror import plain_error
@@ -250,7 +251,12 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
         of = f" of {_size(limit)} ({inbox['bytes'] * 100 // limit} %)" if limit > 0 else ""
         notes = inbox.get("notes", 0)
         used = _size(inbox.get("bytes", 0))
-        parts.append(f"your memory: {notes} note{'' if notes == 1 else 's'}, {used}{of}")
+        # The last count, when the inbox did not answer in time (a share that hangs).
+        when = inbox.get("counted_at")
+        then = ""
+        if when:
+            then = f" (counted at {time.strftime('%H:%M', time.localtime(when))}: {inbox.get('stale')})"
+        parts.append(f"your memory: {notes} note{'' if notes == 1 else 's'}, {used}{of}{then}")
     return {
         "daemon": "running",
         "message": "; ".join(parts) + ".",

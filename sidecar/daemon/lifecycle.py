@@ -121,6 +121,9 @@ class Daemon:
         # The threads of the writable parts stop on it (and on a stop): a switch that fails after
         # starting them stops them without stopping the daemon.
         self._work_stop = threading.Event()
+        # Closes the stores of a failed switch once its threads still running end (``_close_after``).
+        self._closing: threading.Thread | None = None
+        self._said_closing = False
         self._dispatch: _Dispatch | None = None
         self._inboxes: Inboxes | None = None
         self.loop: IndexLoop | None = None
@@ -207,11 +210,33 @@ class Daemon:
             self.parts = None
             self._stop_work(parts, work, self._threads[first:])
             # One still running stays listed (the stop waits for it and reports it), and its stores
-            # are not kept for the read-only handlers: it went on writing through them.
+            # are not kept for the read-only handlers: it went on writing through them. Nor are
+            # they closed under it: a thread of their own closes them once it ends.
             stragglers = [t for t in self._threads[first:] if t.is_alive()]
             self._threads[first:] = stragglers
-            self._kept = self._let_go(parts, keep=not stragglers)
+            if stragglers:
+                self._close_after(parts, stragglers)
+            else:
+                self._kept = self._let_go(parts)
             raise
+
+    def _close_after(self, parts: Parts, stragglers: list[threading.Thread]) -> None:
+        """Close the stores of a failed switch once the threads still using them end. Closed
+        under them (the close waited 10 s), a statement of theirs could keep the closed connection
+        alive with the write lock, and every later switch failed ("database is locked"); a switch
+        waits for this (``_switch_to_writable``), as the stop does (the thread is listed)."""
+
+        def close() -> None:
+            for t in stragglers:
+                t.join()
+            try:
+                parts.stores.close()
+            except (StoreError, sqlite3.Error, OSError) as exc:
+                log.warning("index_close_failed error=%s", exc)
+            log.info("switch_stores_closed (the threads of the failed switch ended)")
+
+        self._start_thread("switch-close", close)
+        self._closing = self._threads[-1]
 
     def _start_work(self, parts: Parts, work: threading.Event) -> Handlers:
         cfg = self.cfg
@@ -282,20 +307,20 @@ class Daemon:
         for t in threads:
             t.join(_JOIN_TIMEOUT)
             if t.is_alive():
-                log.warning("switch_cleanup_timeout thread=%s (its stores are closed under it)", t.name)
+                log.warning("switch_cleanup_timeout thread=%s (its stores are closed once it ends)", t.name)
         self.loop = self.watcher = None
         self._inboxes = None
 
-    def _let_go(self, parts: Parts, *, keep: bool = True) -> Parts | None:
+    def _let_go(self, parts: Parts) -> Parts | None:
         """Close the writable stores of a failed start; or keep them open (returned) when what
         they committed cannot be written back into the manifest's file (its disk filled again):
         the read-only open refused a write-ahead log holding commits (it reads one now only
         through the -shm a writer leaves), and every request, health included, was refused until
         space was freed. The read-only handlers then read through this writer (the index lock
-        keeps every other one away). Not kept (``keep`` False) while a thread of the failed start
-        still runs on them: closed, the read-only open reads their log through the -shm left."""
+        keeps every other one away). Neither while a thread of the failed start still runs on
+        them (``_close_after``)."""
         try:
-            if not keep or parts.stores.manifest.written_back():
+            if parts.stores.manifest.written_back():
                 parts.stores.close()
                 return None
         except (StoreError, sqlite3.Error, OSError) as exc:
@@ -430,7 +455,7 @@ class Daemon:
         if dispatch is None:  # the space check began before the server was built: the next tick
             return False
         with self._unless_stopped() as going_on:
-            if not going_on:
+            if not going_on or self._still_closing():
                 return False
             if not dispatch.hold(interim=self._switching_health(dispatch)):
                 log.warning(
@@ -457,6 +482,21 @@ class Daemon:
                 return False
             dispatch.release(handlers)  # a no-op once the daemon stops: it refuses from then on
             return True
+
+    def _still_closing(self) -> bool:
+        """Whether a thread of the last failed switch still runs on its stores (said once): a
+        writable open beside them would be a second writer of the same files."""
+        closing = self._closing
+        if closing is None or not closing.is_alive():
+            self._said_closing = False
+            return False
+        if not self._said_closing:
+            log.warning(
+                "index_switch_deferred reason=a thread of the failed switch still runs; "
+                "tried again once it ends"
+            )
+        self._said_closing = True
+        return True
 
     def _switching_health(self, dispatch: _Dispatch) -> _Switching | None:
         """What answers health during the switch: the read-only handlers' last answer with the

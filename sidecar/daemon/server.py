@@ -166,6 +166,20 @@ class _Lane:
             self.stuck = max(0, self.stuck - 1)
 
 
+class _Once:
+    """A callable that runs ``fn`` on its first call only, from whichever thread calls first."""
+
+    def __init__(self, fn: Callable[[], object] | None) -> None:
+        self._fn = fn
+        self._lock = threading.Lock()
+
+    def __call__(self) -> None:
+        with self._lock:
+            fn, self._fn = self._fn, None
+        if fn is not None:
+            fn()
+
+
 class Server:
     def __init__(
         self,
@@ -232,10 +246,11 @@ class Server:
             return await self._run(self.lanes["write"], req)
         if req.op in OWN_LANE_OPS:
             return await self._run(self.lanes["health"], req)
-        with self.foreground.serving():
-            return await self._run(self.lanes["read"], req)
+        with contextlib.ExitStack() as claim:
+            claim.enter_context(self.foreground.serving())
+            return await self._run(self.lanes["read"], req, claim)
 
-    async def _run(self, lane: _Lane, req: Request) -> bytes:
+    async def _run(self, lane: _Lane, req: Request, claim: contextlib.ExitStack | None = None) -> bytes:
         fut = lane.pool.submit(self.call, req)
         deadline = asyncio.get_running_loop().time() + self.request_timeout
         try:
@@ -245,8 +260,14 @@ class Server:
             # taken up is applied whole all the same (it runs, or not, as one handler call).
             if req.op in WRITE_OPS or not fut.cancel():
                 # Running (or a write): it still holds a worker, so it is still timed, or a hung
-                # native call would hold the lane for good with nobody counting it as stuck.
-                watch = asyncio.get_running_loop().create_task(self._overrun_watch(lane, req, fut, deadline))
+                # native call would hold the lane for good with nobody counting it as stuck. A read
+                # keeps its foreground claim until its worker ends (or overruns): background work
+                # yielded no more to a search still computing.
+                release = _Once(claim.pop_all().close if claim is not None else None)
+                fut.add_done_callback(lambda _fut: release())
+                watch = asyncio.get_running_loop().create_task(
+                    self._overrun_watch(lane, req, fut, deadline, release)
+                )
                 self._watches.add(watch)
                 watch.add_done_callback(self._watches.discard)
             raise
@@ -259,14 +280,21 @@ class Server:
                 "(server.requestTimeoutSeconds); a write may still complete, check before retrying",
             )
 
-    async def _overrun_watch(self, lane: _Lane, req: Request, fut: Future[bytes], deadline: float) -> None:
+    async def _overrun_watch(
+        self, lane: _Lane, req: Request, fut: Future[bytes], deadline: float, release: _Once
+    ) -> None:
         """Time a request nobody waits for any more, as ``_run`` would have (``call`` turns its
-        failures into frames, so the future only ends, is cancelled or overruns)."""
+        failures into frames, so the future only ends, is cancelled or overruns). Past its bound
+        its foreground claim is let go, as a reply would have (a hung call is nobody's foreground)."""
         remaining = max(0.0, deadline - asyncio.get_running_loop().time())
         try:
             await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), remaining)
         except TimeoutError:
+            release()
             self._overran(lane, req, fut)
+        except asyncio.CancelledError:  # serving stops
+            release()
+            raise
 
     def _overran(self, lane: _Lane, req: Request, fut: Future[bytes]) -> None:
         log.error("request_timeout op=%s seconds=%.0f", req.op, self.request_timeout)
@@ -413,14 +441,14 @@ class Server:
         """True when the client hangs up while its request runs; False (after reading as much as
         the bounds allow) when it sends more than a frame or the budget can hold, to be refused
         after the answer. A half-close (``shutdown(SHUT_WR)``, as ``nc -N`` does) is no hang-up:
-        that client still reads its answer."""
+        that client still reads its answer, and is watched on for its close (``_closed_later``)."""
         while len(buf) <= self.max_frame and self.buffered + _READ_CHUNK <= self.max_buffered:
             try:
                 chunk = await reader.read(_READ_CHUNK)
             except ConnectionError:
                 return True
             if not chunk:
-                return _peer_closed(writer)
+                return await _closed_later(writer)
             buf += chunk
             self.buffered += len(chunk)
         return False
@@ -492,10 +520,27 @@ class Server:
         await asyncio.wait_for(writer.drain(), _WRITE_TIMEOUT)
 
 
+async def _closed_later(writer: asyncio.StreamWriter) -> bool:
+    """After end of input: True once the peer closes for good (a half-closed client that then
+    gives up, on its own timeout: its queued read ran for nobody); runs until cancelled, or False
+    where a close cannot be told. Asked by polling (a reader on the socket would spin: its end of
+    input stays readable), every 50 ms at first, every 0.5 s at most."""
+    if _peer_closed(writer):
+        return True
+    sock = writer.get_extra_info("socket")
+    if sock is None or not hasattr(select, "poll"):
+        return False
+    wait = 0.05
+    while not _peer_closed(writer):
+        await asyncio.sleep(wait)
+        wait = min(wait * 2, 0.5)
+    return True
+
+
 def _peer_closed(writer: asyncio.StreamWriter) -> bool:
-    """After end of input: has the peer closed its end for good (not only for writing)? Linux and
-    macOS flag that as POLLHUP on a Unix socket; where that cannot be told, assume the client
-    still reads (its request runs as before)."""
+    """After end of input: has the peer closed its end for good (not only for writing)? Linux
+    flags that as POLLHUP on a Unix socket (tested), macOS too by its poll(2) (not tested here);
+    where that cannot be told, assume the client still reads (its request runs as before)."""
     sock = writer.get_extra_info("socket")
     if sock is None or not hasattr(select, "poll"):
         return False

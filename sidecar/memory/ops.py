@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import sqlite3
+import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -35,6 +36,7 @@ from sidecar.contracts.wire import SOURCES, under_prefix
 from sidecar.index.indexer import Indexer
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import WRITE_YIELD_S, Stores
+from sidecar.memory.counting import BoundedCounts
 from sidecar.memory.inbox import Inboxes, check_agent, check_slug
 from sidecar.model.embedder import EmbedderSlot, cosine_range
 from sidecar.notes.chunking import chunk_note
@@ -61,6 +63,9 @@ DUPLICATE_SOURCES = ("memory", "wiki", "vault")
 _DUPLICATE_QUERY_CHARS = 2000  # of a written note's text, asked of the keyword index for copies
 MAX_DUPLICATE_CHUNKS = 32  # a longer note is compared by its first 32 chunks' vectors (and all its words)
 _WORDS = re.compile(r"\w+")
+# How long health waits for an inbox's count: well below the 10 s `sidecar status` and the MCP
+# status wait for health itself, with both health threads waiting at once.
+USAGE_WAIT_S = 2.0
 
 
 class DuplicateError(SidecarError):
@@ -88,10 +93,16 @@ class MemoryOps:
         self.manifest = stores.manifest
         self.problems = problems
         inboxes.indexed = lambda agent: bool(self.manifest.file_states(f"memory/{agent}/"))
+        self._counts = BoundedCounts(self._usage, min(USAGE_WAIT_S, cfg.watch.probe_timeout_seconds))
 
-    def usage(self, agent: str) -> dict[str, int] | None:
-        """The agent's inbox against its limits; None when it cannot be read (the status of
-        the daemon must not fail on an inbox that is not a private folder)."""
+    def usage(self, agent: str) -> dict[str, Any] | None:
+        """The agent's inbox against its limits, counted within a bound (``BoundedCounts``: an
+        inbox on a share that hangs held health's threads); else the last count, marked ``stale``."""
+        return self._counts.usage(agent)
+
+    def _usage(self, agent: str) -> dict[str, Any] | None:
+        """None when the inbox cannot be read (the status of the daemon must not fail on an
+        inbox that is not a private folder)."""
         try:
             return self.inboxes.usage(agent)
         except (OSError, SidecarError) as exc:
@@ -367,8 +378,13 @@ class MemoryOps:
         show = masked_line if self.cfg.search.mask_secrets else str
         notes = []
         known: set[str] = set()
+        refused = self.inbox_refused(agent) if source in ("memory", "all") else None
+        listing = self._inbox_listing(agent) if source in ("memory", "all") and refused is None else None
+        there = self._there(agent, listing)
         for key, src, _owner, title, tags_json, mtime_ns, chunks, fm_json in manifest.list_files(where, args):
             known.add(key)
+            if there is not None and src == "memory" and _stem(key) not in there:
+                continue  # deleted from the inbox, not yet from the index (read-only, or a sweep away)
             reference = public_reference(key, agent)
             tags = json.loads(tags_json)
             if not _under(reference, prefix):
@@ -387,11 +403,10 @@ class MemoryOps:
                     "indexed": True,
                 }
             )
-        refused = self.inbox_refused(agent) if source in ("memory", "all") else None
         if not tag:  # unindexed files have no tags to match
             notes.extend(
                 self._unindexed(
-                    where, args, agent, source=source, prefix=prefix, known=known, refused=refused
+                    where, args, agent, source=source, prefix=prefix, known=known, listing=listing
                 )
             )
         notes.sort(key=lambda n: n["reference"])
@@ -399,6 +414,32 @@ class MemoryOps:
         if refused:
             out["inboxRefused"] = refused
         return out
+
+    def _inbox_listing(self, agent: str) -> Sequence[tuple[str, bool]] | None:
+        """The inbox's files (name, is a link), one folder read; None when it cannot be read. An
+        inbox that is a link (into another agent's, or elsewhere) is never asked for: neither read
+        nor listed. A note that is a symbolic link is listed (never followed: its name only), with
+        why it is not read (it went unlisted, though list promises every note there)."""
+        try:
+            with os.scandir(agent_inbox(self.cfg, agent)) as entries:
+                return [
+                    (e.name, e.is_symlink())
+                    for e in entries
+                    if e.is_file(follow_symlinks=False) or e.is_symlink()
+                ]
+        except OSError:
+            return None
+
+    def _there(self, agent: str, listing: Sequence[tuple[str, bool]] | None) -> set[str] | None:
+        """The stems of the inbox's files (NFC), to leave out indexed notes deleted since; None
+        when that cannot be told: the inbox unread, or its root offline (an unreachable share is
+        not an empty one: its notes stay listed as they stay searchable)."""
+        if listing is None:
+            return None
+        status = self.indexer.supervisor.roots.get(f"memory/{agent}")
+        if status is not None and status.offline:
+            return None
+        return {_nfc(name[:-3] if name.lower().endswith(".md") else name) for name, _linked in listing}
 
     def inbox_refused(self, agent: str | None) -> str | None:
         """Why the agent's inbox is neither read nor listed (a symlink, not a folder, another
@@ -417,7 +458,7 @@ class MemoryOps:
         source: str,
         prefix: str,
         known: set[str],
-        refused: str | None,
+        listing: Sequence[tuple[str, bool]] | None,
     ) -> Iterable[dict[str, Any]]:
         """Files that are there but not searchable: skipped ones, and memory notes not indexed yet."""
         out = []
@@ -442,19 +483,8 @@ class MemoryOps:
             known.add(key)
             out.append(_unindexed_note(reference, src, mtime_ns, f"skipped: {reason}"))
         inbox = agent_inbox(self.cfg, agent)
-        # An inbox that is a link (into another agent's, or elsewhere) is neither read nor listed.
-        if source in ("memory", "all") and refused is None:
-            try:
-                # A note that is a symbolic link is listed (never followed: its name only), with
-                # why it is not read (it went unlisted, though list promises every note there).
-                with os.scandir(inbox) as entries:
-                    names = sorted(
-                        (e.name, e.is_symlink())
-                        for e in entries
-                        if (e.is_file(follow_symlinks=False) or e.is_symlink()) and is_markdown_name(e.name)
-                    )
-            except OSError:
-                names = []
+        if listing is not None:
+            names = sorted((n, linked) for n, linked in listing if is_markdown_name(n))
             for name, linked in names:
                 key = f"memory/{agent}/{name[:-3]}"
                 if key in known or not _under(f"memory/{name[:-3]}", prefix):
@@ -467,6 +497,15 @@ class MemoryOps:
                 why = _why_not_indexed(name, linked=linked, left_out=left)
                 out.append(_unindexed_note(public_reference(key, agent), "memory", mtime_ns, why))
         return out
+
+
+def _stem(key: str) -> str:
+    """A memory note's key (``memory/<agent>/<stem>``) as the inbox's file stems are kept (NFC)."""
+    return _nfc(key.split("/", 2)[2])
+
+
+def _nfc(name: str) -> str:
+    return unicodedata.normalize("NFC", name)
 
 
 def _why_not_indexed(name: str, *, linked: bool, left_out: str | None) -> str:

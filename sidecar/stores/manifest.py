@@ -4,7 +4,7 @@ It is the root of the derived indexes: chunk text and metadata live here, Tantiv
 only what they search on plus the chunk id. A file's ``state`` is written before the stores are
 touched (``indexing`` / ``deleting``) and after they committed (``indexed``), so a start after a
 crash knows what to redo. Imports ``errors``, the link graph's table (``notes.links``) and its
-own vector bookkeeping (``vectorbook``).
+own vector bookkeeping (``vectorbook``), and the disk's free space (``space``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import threading
 import time
 import unicodedata
 import urllib.parse
+from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from sidecar.contracts.errors import StoreError, StoreNewerError, store_error_cl
 from sidecar.contracts.wire import memory_agent
 from sidecar.notes import links
 from sidecar.notes.dayformat import DayFormats, day_of_path
+from sidecar.stores.space import PROBE_BYTES, free_bytes
 from sidecar.stores.vectorbook import NO_VECTOR, VectorBook, _in_groups
 from sidecar.stores.versions import MANIFEST_SCHEMA, manifest_schema
 
@@ -340,6 +342,11 @@ def _refuse_newer(path: Path) -> None:
         raise _newer(path, version)
 
 
+# Writable connections open in this process, by file (``_open_read_only``).
+_open_writers: Counter[Path] = Counter()
+_writers_lock = threading.Lock()
+
+
 class Manifest(VectorBook):
     """Thread-safe wrapper over one sqlite connection (WAL); the daemon is the only writer."""
 
@@ -357,6 +364,8 @@ class Manifest(VectorBook):
         # ``_lock`` for tens of ms under a load of memory writes (a search waited up to 80 ms).
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
+        self._write_back_waits = False  # ``written_back`` said it waits for room (said once)
+        self._counted = False  # in ``_open_writers``
         _refuse_newer(path)  # before anything writes to it (journal_mode=WAL rewrites the header)
         if read_only:
             self._open_read_only()
@@ -399,6 +408,7 @@ class Manifest(VectorBook):
                 raise StoreError(f"manifest {path} failed its integrity check")
             self._shrink()
             self.inode = path.stat().st_ino  # the daemon notices a deleted or replaced file
+            self._count_writer()
         except StoreError:
             if (db := getattr(self, "_db", None)) is not None:
                 db.close()  # the file is not ours to keep open (a newer version's, a damaged one)
@@ -409,6 +419,11 @@ class Manifest(VectorBook):
             if (db := getattr(self, "_db", None)) is not None:
                 db.close()  # not left open (and its write-ahead log behind) by a failed start
             raise store_error_class(exc)(f"manifest {path} cannot be opened: {exc}") from exc
+
+    def _count_writer(self) -> None:
+        with _writers_lock:
+            _open_writers[self.path] += 1
+        self._counted = True
 
     def _open_read_only(self) -> None:
         """Open the file as it is, writing nothing (its disk is full): SQLite's ``immutable`` mode,
@@ -439,7 +454,10 @@ class Manifest(VectorBook):
         # connection reads them through the existing -shm, makes no new file and never checkpoints
         # (immutable would read the file without them); SQLite may rebuild the -shm in place, and
         # one it cannot rebuild on the full disk fails the open (exit 5, as before this read).
-        mode = "mode=ro" if pending else "mode=ro&immutable=1"
+        # Immutable neither while a writer of this process still has the file open (a thread of a
+        # failed switch to writable, its stores closed once it ends): its commits would change the
+        # file under a reader that takes it for unchanging.
+        mode = "mode=ro" if pending or _open_writers[path] > 0 else "mode=ro&immutable=1"
         uri = "file:" + urllib.parse.quote(str(path)) + "?" + mode
         try:
             self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
@@ -496,23 +514,51 @@ class Manifest(VectorBook):
             if not self.read_only:
                 with contextlib.suppress(sqlite3.Error):  # a full disk: the next open replays it
                     self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                if self._counted:  # a second close counts nothing
+                    self._counted = False
+                    with _writers_lock:
+                        _open_writers[self.path] -= 1
+                        if _open_writers[self.path] <= 0:
+                            del _open_writers[self.path]
             self._db.close()
 
     def written_back(self) -> bool:
         """Whether every commit is in the main file now (the write-ahead log checkpointed and
         emptied), so that the index can be opened read-only (``_open_read_only``) once this
         writer is closed. False when the checkpoint fails (the file cannot grow: its disk is full):
-        only a writer reads those commits then."""
+        only a writer reads those commits then. Not tried while the disk has less room than the
+        file must grow by: a failed try left the file grown into whatever space the user had
+        freed, at every retry (the space check's, every few seconds), up to the log's size."""
         wal = self.path.with_name(self.path.name + "-wal")
         with self._lock:
             try:
+                grows = self._growth()
+                free = free_bytes(self.path.parent)
+                if free is not None and grows + PROBE_BYTES > free:
+                    if not self._write_back_waits:
+                        log.warning(
+                            "index_write_back_waits needed_bytes=%d free_bytes=%d (tried again once "
+                            "there is room)",
+                            grows,
+                            free,
+                        )
+                    self._write_back_waits = True
+                    return False
                 busy = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-            except sqlite3.Error:
+            except (sqlite3.Error, OSError):
                 return False
+            self._write_back_waits = False
             try:
                 return busy == 0 and (not wal.exists() or wal.stat().st_size == 0)
             except OSError:
                 return False
+
+    def _growth(self) -> int:
+        """By how many bytes writing the log back grows the main file: the database's size as
+        this connection sees it (its log's commits included) past the file's size now."""
+        pages = self._db.execute("PRAGMA page_count").fetchone()[0]
+        page_size = self._db.execute("PRAGMA page_size").fetchone()[0]
+        return max(0, int(pages) * int(page_size) - self.path.stat().st_size)
 
     def _committed(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
         """A read of what is committed, on this thread's own connection (opened on first use).

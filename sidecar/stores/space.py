@@ -25,6 +25,16 @@ PROBE_BYTES = 64 * 1024
 LOW_BYTES = 1 << 20
 
 
+def free_bytes(folder: Path) -> int | None:
+    """The space free to this user on ``folder``'s disk (root may use the reserve); None when it
+    cannot be asked."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    return (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
+
+
 def disk_full_at(folder: Path) -> bool:
     """True when ``folder``'s disk is (nearly) full: less than ``LOW_BYTES`` free to this user
     (root may use the filesystem's reserve), or a written and synced probe file of

@@ -171,6 +171,29 @@ def test_kept_stores_stay_kept_while_the_space_back_is_less_than_their_write_ahe
     assert start.ask("get", {"reference": "vault/Garden"})["text"]
 
 
+def test_a_retry_does_not_grow_the_manifest_into_space_that_cannot_hold_its_log(
+    read_only_start: ReadOnlyStart, monkeypatch: Any
+) -> None:
+    """Kept writable stores and some space back, less than their write-ahead log needs: each
+    retry's write-back grew the manifest's file into the freed space and failed, so whatever the
+    user freed the space for found the disk full again. The write-back is not tried while the
+    file cannot grow by what the log holds; once there is room it is, and the switch succeeds."""
+    start = read_only_start
+    _kept(start, monkeypatch)
+    manifest = start.d.cfg.index_dir / "manifest.sqlite"
+    start.free()
+    filler = fill(start.disk)
+    os.truncate(filler, filler.stat().st_size - 1_500_000)
+    size, free = manifest.stat().st_size, os.statvfs(start.disk).f_bfree
+    for _ in range(2):
+        assert start.d._switch_to_writable() is False
+    assert manifest.stat().st_size == size and os.statvfs(start.disk).f_bfree == free
+    assert start.handlers() == "Handlers" and _found(start)
+    start.free()
+    assert start.d._switch_to_writable() is True
+    assert start.handlers() == "Handlers" and _found(start)
+
+
 def test_memory_writes_are_refused_at_once_through_kept_stores(
     tmp_path: Path, vault: Path, monkeypatch: Any
 ) -> None:
@@ -248,16 +271,26 @@ def test_stores_are_not_kept_while_a_thread_of_the_failed_switch_still_runs(
 ) -> None:
     """A thread of a failed switch that did not stop within the cleanup's bound went on writing
     through the writable stores kept for the read-only handlers (onto the full disk), and was
-    dropped from the daemon's threads (the stop neither waited for it nor reported it). Those stores
-    are closed now (the read-only open reads their write-ahead log) and the thread stays listed."""
+    dropped from the daemon's threads (the stop neither waited for it nor reported it). Then its
+    stores were closed under it (a statement of its could keep the closed connection with the
+    write lock, failing every later switch). They are neither kept nor closed under it now: the
+    read-only handlers open the index anew, the thread stays listed and can still read, the next
+    switch waits for it, and its stores are closed once it ends."""
     from sidecar.daemon.indexing import IndexLoop
 
     start = read_only_start
     hang = threading.Event()
     real_run, real_build = IndexLoop.run, lifecycle.build_scheduler
+    after: list[object] = []
 
     def deaf(self: IndexLoop) -> None:  # ignores the stop until the test lets it go
         hang.wait(60)
+        try:
+            manifest = self.indexer.stores.manifest
+            after.append(manifest.get_meta("batch") == "x" * 3_000_000)
+            manifest.set_meta("late", "written by the thread")  # the disk has room by then
+        except Exception as exc:  # the old close under it: "Cannot operate on a closed database"
+            after.append(exc)
 
     def full(*a: Any, **kw: Any) -> Any:
         start.d.parts.stores.manifest.set_meta("batch", "x" * 3_000_000)  # type: ignore[union-attr]
@@ -273,13 +306,23 @@ def test_stores_are_not_kept_while_a_thread_of_the_failed_switch_still_runs(
         parts = start.d._read_only_parts
         assert parts is not None and parts.stores.manifest.read_only  # not the kept writer
         assert parts.stores.manifest.get_meta("batch") == "x" * 3_000_000
-        assert [t.name for t in start.d._threads if t.is_alive() and t.name == "indexer"] == ["indexer"]
+        indexer = [t for t in start.d._threads if t.is_alive() and t.name == "indexer"]
+        assert len(indexer) == 1
         assert start.handlers() == "Handlers" and _found(start)
+        monkeypatch.setattr(IndexLoop, "run", real_run)
+        monkeypatch.setattr(lifecycle, "build_scheduler", real_build)
+        start.free()
+        assert start.d._switch_to_writable() is False  # waits for the thread
+        assert start.d._read_only_parts is parts and _found(start)
     finally:
         hang.set()
-    monkeypatch.setattr(IndexLoop, "run", real_run)
-    monkeypatch.setattr(lifecycle, "build_scheduler", real_build)
-    start.free()
+    indexer[0].join(10)
+    closing = start.d._closing
+    assert closing is not None
+    closing.join(10)
+    assert after == [True]
+    # Read as it is (not as an unchanging file: a writer of this process had it open).
+    assert parts.stores.manifest.get_meta("late") == "written by the thread"
     assert start.d._switch_to_writable() is True
     assert start.handlers() == "Handlers" and _found(start)
 
