@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sidecar.config import Config
+from sidecar.index.bursts import Bursts
 from sidecar.index.problems import Problems
 from sidecar.stores.manifest import FileState, Manifest
 from sidecar.vault.homeguard import held
@@ -147,6 +148,9 @@ class ChangeFinder:
         # name, path): counted and named as unreadable until they are read, vanish or their root goes.
         self._unread_notes: dict[tuple[str, str], str] = {}
         self._event_deletions: dict[str, list[float]] = {}  # root name -> times of recent ones
+        # A root's deletions beyond the few applied at once wait for its file events to go quiet
+        # and are judged whole (the index loop tells it the events, and asks for the sweeps).
+        self.bursts = Bursts(cfg.index.mass_deletion_quiet_seconds)
         self._skips_named: set[tuple[str, str]] = set()  # (path, reason) already in the log
         # Files left out now, by (root name, path): full sweeps set a root's, events each path's.
         self._skips: dict[tuple[str, str], str] = {}
@@ -317,6 +321,7 @@ class ChangeFinder:
         present = {r.agent for r in out if r.source == "memory"}
         indexed = set(self.manifest.memory_agents())
         out.extend(inbox_root(self.cfg, a) for a in sorted(indexed - present))
+        self.bursts.set_roots(out)
         return out
 
     def diff_roots(
@@ -348,6 +353,7 @@ class ChangeFinder:
             found = supervisor.list_root(root)
         except RootUnreachable as exc:
             supervisor.mark_offline(root, str(exc))
+            status.waiting_deletions = 0  # nothing judged, nothing deleted: the retry looks again
             return None
         notes = [f for f in found if isinstance(f, NoteFile)]
         prefix = root.key_of("x")[:-1]  # "vault/", "wiki/", "memory/<agent>/"
@@ -382,10 +388,14 @@ class ChangeFinder:
         moved: set[str] = set()
         away: set[str] = set()
         copies = 0
-        if supervisor.may_hold(root, len(known), len(missing), len(notes)):
+        # Deletions applied a moment ago by file events or an earlier judgment count with these
+        # (one deletion in several bursts or batches is judged as one), unless confirmed.
+        applied = len(self._recent_deletions(root)) if missing and not confirm else 0
+        if supervisor.may_hold(root, len(known), len(missing), len(notes), applied):
             left_out = self._left_out(listings, alien, diff.left_out)
             moved, away = self._moves(listing, listings, alien, diff, left_out)
             copies = self._excluded_copies(listing, left_out, moved)
+        was_held = supervisor.status(root).hold_kind is not None
         hold = supervisor.hold_deletions(
             root,
             len(known),
@@ -395,16 +405,30 @@ class ChangeFinder:
             moved=len(moved),
             moved_away=len(away),
             copies=copies,
+            arrived=max(0, sum(1 for n in notes if n.key not in known) - (len(moved) - len(away))),
+            applied=applied,
+            settling=bool(missing) and not confirm and self.bursts.busy(root.name),
         )
+        if hold == "wait":
+            self.bursts.wait(root.name, len(missing))
+            supervisor.status(root).waiting_deletions = len(missing)
+        else:
+            self.bursts.judged(root.name)
+            supervisor.status(root).waiting_deletions = 0
         if hold is None:
             supervisor.mark_online(root)
-            self._event_deletions.pop(root.name, None)
+            if confirm or was_held:
+                self._event_deletions.pop(root.name, None)  # a hold ended: no burst goes on
+            else:
+                self._applied(root, len(missing))
             diff.gone.extend(missing)
         elif hold == "mass":
             diff.gone.extend(k for k in missing if k in moved)  # moves are no loss: at once
         status = supervisor.status(root)
         status.last_sweep, status.last_sweep_seconds = time.time(), time.time() - listing.started
-        if hold not in (None, "mass"):
+        if hold == "wait" and status.offline and status.hold_kind != "mass":
+            supervisor.mark_online(root)  # reachable and on its mount: only its deletions wait
+        if hold not in (None, "mass", "wait"):
             return False  # what is there now is not the share: leave the root alone while it stays so
         self._add_work(notes, known, diff)
         return True
@@ -738,8 +762,14 @@ class ChangeFinder:
                         manifest.file_states_of([root.key_of(s.path.relative_to(root.path).as_posix())])
                     )
         missing -= {n.key for n in notes}
-        if missing and not self._may_delete(root, len(missing)):
-            return False
+        if missing:
+            verdict = self._event_verdict(root, len(missing))
+            if verdict == "sweep":
+                return False
+            if verdict == "wait":  # judged whole once the root's events go quiet; the rest goes on
+                self.bursts.wait(root.name, self.bursts.waiting(root.name) + len(missing))
+                self.supervisor.status(root).waiting_deletions = self.bursts.waiting(root.name)
+                missing = set()
         diff.gone.extend(sorted(missing))
         diff.excluded.update(excluded)
         diff.left_out.extend(left_out)
@@ -846,17 +876,34 @@ class ChangeFinder:
                 found.append(got)
         return found, gone, walked
 
-    def _may_delete(self, root: Root, count: int) -> bool:
-        """Deletions seen by events are applied at once only a few at a time, on a root that is
-        where it was and not empty; more go through a full sweep of the root and its guard."""
+    def _event_verdict(self, root: Root, count: int) -> str:
+        """What becomes of deletions seen by events: ``apply`` (at once: only a few at a time, on a
+        root that is where it was and not empty, with none waiting), ``wait`` (more, while the
+        root's events still come: judged whole once they go quiet, ``index.bursts``) or ``sweep``
+        (a full sweep of the root and its guard now: its events are quiet already, so the whole
+        change is there to see, or the root is not what it was)."""
+        if root.source == "memory":
+            self._applied(root, count)
+            return "apply"
+        ok = self.supervisor.deletable(root)
+        waiting = self.bursts.waiting(root.name) > 0
+        if ok and not waiting and len(self._recent_deletions(root)) + count <= EVENT_DELETIONS_MAX:
+            self._applied(root, count)
+            return "apply"
+        st = self.supervisor.status(root)
+        if (ok or (st.offline and st.hold_kind == "mass")) and self.bursts.busy(root.name):
+            return "wait"
+        return "sweep"
+
+    def _recent_deletions(self, root: Root) -> list[float]:
         now = time.monotonic()
-        recent = [t for t in self._event_deletions.get(root.name, []) if now - t < EVENT_DELETION_WINDOW_S]
-        if root.source != "memory" and (
-            len(recent) + count > EVENT_DELETIONS_MAX or not self.supervisor.deletable(root)
-        ):
-            return False
-        self._event_deletions[root.name] = recent + [now] * count
-        return True
+        return [t for t in self._event_deletions.get(root.name, []) if now - t < EVENT_DELETION_WINDOW_S]
+
+    def _applied(self, root: Root, count: int) -> None:
+        """``count`` deletions of the root applied now (without the guard's hold): counted with
+        the next deletions within ``EVENT_DELETION_WINDOW_S``."""
+        if count:
+            self._event_deletions[root.name] = self._recent_deletions(root) + [time.monotonic()] * count
 
     def _without_excluded(
         self,
