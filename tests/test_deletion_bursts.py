@@ -113,6 +113,7 @@ def test_deletions_waiting_at_a_kill_9_are_judged_whole_at_the_restart(
     _delete_in_batches(notes, 6)
     h = d.wait_for(lambda h: _root(h).get("waiting_deletions", 0) == 30, timeout=30)
     assert h["index"]["files"] == 34 and h["index"]["catching_up"] is not None
+    assert "30 deletions wait for the changes under way to end" in d.run_cli("status").stdout
     d.kill()
     d.start()
     h = d.wait_for(lambda h: _root(h)["hold"] is not None, timeout=60)
