@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sidecar.index.bursts import MAX_WAIT_S, Bursts
+from sidecar.vault.sources import Root
 from tests.conftest import DaemonProcess, write
 
 # Deletion batches come 0.4 s apart below: a quiet time well above that, so a busy machine does not
@@ -119,3 +121,43 @@ def test_deletions_waiting_at_a_kill_9_are_judged_whole_at_the_restart(
     h = d.wait_for(lambda h: _root(h)["hold"] is not None, timeout=60)
     assert _root(h)["hold"]["kind"] == "mass" and _root(h)["held_deletions"] == 30
     assert h["index"]["files"] == 34
+
+
+def test_quiet_and_the_longest_wait_on_a_clock() -> None:
+    """The rule itself, on a clock moved by hand: an event keeps a root busy for the quiet time; a
+    wiki's events are the wiki's, a folder holding the vault makes both busy; waiting deletions are
+    due once the root is quiet, or after MAX_WAIT_S for a root whose events never stop, and are
+    judged then whatever comes (they were put back to wait by their own judgment); an inbox never
+    waits."""
+    now = [100.0]
+    bursts = Bursts(2.0, clock=lambda: now[0])
+    vault, wiki = Path("/v"), Path("/v/wiki")
+    bursts.set_roots(
+        [Root("vault", vault), Root("wiki", wiki, within=vault), Root("memory", Path("/m"), "a")]
+    )
+    bursts.heard({"/v/wiki/x.md"})
+    assert bursts.busy("wiki") and not bursts.busy("vault")
+    bursts.heard({"/m/x.md"})
+    assert not bursts.busy("memory/a")
+    bursts.heard({"/"})
+    assert bursts.busy("vault") and bursts.busy("wiki")
+    bursts.wait("vault", 30)
+    assert bursts.waiting() == 30 and bursts.due() == [] and bursts.next_in(5.0) == 2.0
+    now[0] += 1.5
+    bursts.heard({"/v/a.md"})  # still coming
+    now[0] += 1.9
+    assert bursts.due() == [] and bursts.busy("vault")
+    now[0] += 0.1
+    assert bursts.due() == ["vault"] and bursts.waiting("vault") == 30  # quiet: judged now
+    bursts.judged("vault")
+    assert bursts.waiting() == 0
+    bursts.wait("vault", 5)  # a root whose events never stop
+    for _ in range(int(MAX_WAIT_S)):
+        bursts.heard({"/v/b.md"})
+        assert bursts.busy("vault") and bursts.due() == []
+        now[0] += 1.0
+    assert bursts.due() == ["vault"]
+    bursts.heard({"/v/b.md"})
+    assert not bursts.busy("vault")  # its judgment judges it, busy or not
+    bursts.judged("vault")
+    assert bursts.busy("vault") and bursts.waiting() == 0

@@ -34,6 +34,9 @@ class Bursts:
         self._tops: list[tuple[str, str]] = []  # (root folder + "/", root name), longest first
         self._heard: dict[str, float] = {}  # root name -> time of its last file event
         self._waiting: dict[str, tuple[float, int]] = {}  # root name -> (waiting since, deletions)
+        # Roots handed to a sweep to be judged (``due``): judged as they stand, busy or not (a root
+        # whose events never stop was put back to wait by its own judgment, for good).
+        self._judging: dict[str, int] = {}
 
     def set_roots(self, roots: Sequence[Root]) -> None:
         """The roots whose events count (an agent's inbox never waits: its deletions are the agent's)."""
@@ -66,7 +69,8 @@ class Bursts:
         with self._lock:
             heard = self._heard.get(name)
             waiting = self._waiting.get(name)
-        if heard is None or now - heard >= self.quiet_s:
+            judging = name in self._judging
+        if judging or heard is None or now - heard >= self.quiet_s:
             return False
         return waiting is None or now - waiting[0] < MAX_WAIT_S
 
@@ -77,14 +81,16 @@ class Bursts:
             self._waiting[name] = (since, max(known, count))
 
     def judged(self, name: str) -> None:
-        """A full sweep judged the root's deletions: none wait any more."""
+        """A full sweep judged the root's deletions (or could not list the root: its offline
+        retry looks again): none wait any more."""
         with self._lock:
             self._waiting.pop(name, None)
+            self._judging.pop(name, None)
 
     def due(self) -> list[str]:
         """The roots whose waiting deletions are to be judged now (quiet, or waited their
-        longest), taken off the waiting list: a sweep of each judges them (one that cannot list
-        the root leaves it to the offline retry; it is not asked again every turn)."""
+        longest), handed over: a sweep of each judges them (one that cannot list the root leaves
+        it to the offline retry; it is not asked again every turn)."""
         now = self.clock()
         with self._lock:
             out = [
@@ -93,7 +99,7 @@ class Bursts:
                 if now - self._heard.get(name, 0.0) >= self.quiet_s or now - since >= MAX_WAIT_S
             ]
             for name in out:
-                del self._waiting[name]
+                self._judging[name] = self._waiting.pop(name)[1]
         return sorted(out)
 
     def next_in(self, most: float) -> float:
@@ -110,5 +116,6 @@ class Bursts:
         """Deletions waiting to be judged (of one root, or of all)."""
         with self._lock:
             if name is not None:
-                return self._waiting.get(name, (0.0, 0))[1]
-            return sum(count for _, count in self._waiting.values())
+                return self._waiting.get(name, (0.0, 0))[1] or self._judging.get(name, 0)
+            counts = {n: c for n, (_, c) in self._waiting.items()}
+            return sum({**self._judging, **counts}.values())

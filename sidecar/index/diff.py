@@ -354,6 +354,7 @@ class ChangeFinder:
         except RootUnreachable as exc:
             supervisor.mark_offline(root, str(exc))
             status.waiting_deletions = 0  # nothing judged, nothing deleted: the retry looks again
+            self.bursts.judged(root.name)
             return None
         notes = [f for f in found if isinstance(f, NoteFile)]
         prefix = root.key_of("x")[:-1]  # "vault/", "wiki/", "memory/<agent>/"
