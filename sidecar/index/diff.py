@@ -148,6 +148,9 @@ class ChangeFinder:
         # name, path): counted and named as unreadable until they are read, vanish or their root goes.
         self._unread_notes: dict[tuple[str, str], str] = {}
         self._event_deletions: dict[str, list[float]] = {}  # root name -> times of recent ones
+        # Every deletion applied without a hold, by root (file events' and judgments'): counted
+        # with the next judgment within EVENT_DELETION_WINDOW_S.
+        self._deleted: dict[str, list[float]] = {}
         # A root's deletions beyond the few applied at once wait for its file events to go quiet
         # and are judged whole (the index loop tells it the events, and asks for the sweeps).
         self.bursts = Bursts(cfg.index.mass_deletion_quiet_seconds)
@@ -284,6 +287,7 @@ class ChangeFinder:
         it ran, and an entry per agent that ever wrote stayed for good."""
         self._skips = {k: v for k, v in self._skips.items() if k[0] in names}
         self._event_deletions = {k: v for k, v in self._event_deletions.items() if k in names}
+        self._deleted = {k: v for k, v in self._deleted.items() if k in names}
         self._unread_notes = {k: v for k, v in self._unread_notes.items() if k[0] in names}
         self._listed_unreadable = {k: v for k, v in self._listed_unreadable.items() if k in names}
         if any(k not in names for k in self._unreadable):
@@ -391,7 +395,7 @@ class ChangeFinder:
         copies = 0
         # Deletions applied a moment ago by file events or an earlier judgment count with these
         # (one deletion in several bursts or batches is judged as one), unless confirmed.
-        applied = len(self._recent_deletions(root)) if missing and not confirm else 0
+        applied = len(_recent(self._deleted, root)) if missing and not confirm else 0
         if supervisor.may_hold(root, len(known), len(missing), len(notes), applied):
             left_out = self._left_out(listings, alien, diff.left_out)
             moved, away = self._moves(listing, listings, alien, diff, left_out)
@@ -418,10 +422,11 @@ class ChangeFinder:
             supervisor.status(root).waiting_deletions = 0
         if hold is None:
             supervisor.mark_online(root)
+            self._event_deletions.pop(root.name, None)  # judged: a few may go at once again
             if confirm or was_held:
-                self._event_deletions.pop(root.name, None)  # a hold ended: no burst goes on
+                self._deleted.pop(root.name, None)  # a hold ended: no burst goes on
             else:
-                self._applied(root, len(missing))
+                self._deleted[root.name] = _recent(self._deleted, root) + [time.monotonic()] * len(missing)
             diff.gone.extend(missing)
         elif hold == "mass":
             diff.gone.extend(k for k in missing if k in moved)  # moves are no loss: at once
@@ -888,7 +893,7 @@ class ChangeFinder:
             return "apply"
         ok = self.supervisor.deletable(root)
         waiting = self.bursts.waiting(root.name) > 0
-        if ok and not waiting and len(self._recent_deletions(root)) + count <= EVENT_DELETIONS_MAX:
+        if ok and not waiting and len(_recent(self._event_deletions, root)) + count <= EVENT_DELETIONS_MAX:
             self._applied(root, count)
             return "apply"
         st = self.supervisor.status(root)
@@ -896,15 +901,12 @@ class ChangeFinder:
             return "wait"
         return "sweep"
 
-    def _recent_deletions(self, root: Root) -> list[float]:
-        now = time.monotonic()
-        return [t for t in self._event_deletions.get(root.name, []) if now - t < EVENT_DELETION_WINDOW_S]
-
     def _applied(self, root: Root, count: int) -> None:
-        """``count`` deletions of the root applied now (without the guard's hold): counted with
-        the next deletions within ``EVENT_DELETION_WINDOW_S``."""
-        if count:
-            self._event_deletions[root.name] = self._recent_deletions(root) + [time.monotonic()] * count
+        """``count`` deletions of the root applied now by file events: a few a minute go at once,
+        and the next judgment counts them."""
+        now = time.monotonic()
+        for times in (self._event_deletions, self._deleted):
+            times[root.name] = _recent(times, root) + [now] * count
 
     def _without_excluded(
         self,
@@ -984,6 +986,12 @@ def _unlisted(folder: Path, exc: OSError) -> list[Skipped]:
     if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
         return []
     return [Skipped(folder, "unreadable folder")]
+
+
+def _recent(times: dict[str, list[float]], root: Root) -> list[float]:
+    """The times of ``root`` in ``times`` within ``EVENT_DELETION_WINDOW_S``."""
+    now = time.monotonic()
+    return [t for t in times.get(root.name, []) if now - t < EVENT_DELETION_WINDOW_S]
 
 
 def _prefix(root: Root, rel: str) -> str:
