@@ -59,6 +59,8 @@ def test_a_root_emptied_over_several_batches_is_held_whole(daemon_factory: Any, 
     assert _root(h)["held_deletions"] == 30 and _root(h)["mode"] == "held"
     assert h["index"]["files"] == 34  # nothing applied
     assert "lost 30 of 33" in (_root(h)["error"] or "")
+    log = d.log.read_text()
+    assert "deletions_waiting root=vault" in log and "deletions_judged root=vault missing=30 hold=mass" in log
 
 
 def test_a_checkout_that_deletes_first_and_writes_after_is_applied(daemon_factory: Any, vault: Path) -> None:

@@ -415,11 +415,9 @@ class ChangeFinder:
             settling=bool(missing) and not confirm and self.bursts.busy(root.name),
         )
         if hold == "wait":
-            self.bursts.wait(root.name, len(missing))
-            supervisor.status(root).waiting_deletions = len(missing)
+            self._wait(root, len(missing))
         else:
-            self.bursts.judged(root.name)
-            supervisor.status(root).waiting_deletions = 0
+            self._judged(root, hold, len(missing))
         if hold is None:
             supervisor.mark_online(root)
             self._event_deletions.pop(root.name, None)  # judged: a few may go at once again
@@ -773,8 +771,7 @@ class ChangeFinder:
             if verdict == "sweep":
                 return False
             if verdict == "wait":  # judged whole once the root's events go quiet; the rest goes on
-                self.bursts.wait(root.name, self.bursts.waiting(root.name) + len(missing))
-                self.supervisor.status(root).waiting_deletions = self.bursts.waiting(root.name)
+                self._wait(root, self.bursts.waiting(root.name) + len(missing))
                 missing = set()
         diff.gone.extend(sorted(missing))
         diff.excluded.update(excluded)
@@ -900,6 +897,25 @@ class ChangeFinder:
         if (ok or (st.offline and st.hold_kind == "mass")) and self.bursts.busy(root.name):
             return "wait"
         return "sweep"
+
+    def _wait(self, root: Root, count: int) -> None:
+        """``count`` deletions of the root wait for its file events to go quiet (said once)."""
+        st = self.supervisor.status(root)
+        if not st.waiting_deletions:
+            log.info(
+                "deletions_waiting root=%s count=%d until=no file event for %.1fs",
+                root.name, count, self.bursts.quiet_s,
+            )  # fmt: skip
+        self.bursts.wait(root.name, count)
+        st.waiting_deletions = count
+
+    def _judged(self, root: Root, hold: str | None, count: int) -> None:
+        """A full sweep judged the root's deletions: those that waited are said in the log."""
+        self.bursts.judged(root.name)
+        st = self.supervisor.status(root)
+        if st.waiting_deletions:
+            log.info("deletions_judged root=%s missing=%d hold=%s", root.name, count, hold or "-")
+        st.waiting_deletions = 0
 
     def _applied(self, root: Root, count: int) -> None:
         """``count`` deletions of the root applied now by file events: a few a minute go at once,
