@@ -232,6 +232,7 @@ class IndexLoop:
             and indexer.activity.first_sweep_done
             and self.jobs.empty()
             and self.hot.wait(1.0) > 0  # no held note due now
+            and self.indexer.changes.bursts.next_in(1.0) > 0  # no deletions due to be judged now
         )
 
     def _reread_links(self, failures: int) -> tuple[int, bool]:
