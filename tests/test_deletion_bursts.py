@@ -6,13 +6,15 @@ deletions wait loses nothing."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from sidecar.daemon.indexing import IndexLoop
 from sidecar.index.bursts import MAX_WAIT_S, Bursts
 from sidecar.vault.sources import Root
-from tests.conftest import DaemonProcess, write
+from tests.conftest import DaemonProcess, FakeEmbedder, Harness, write
 
 # Deletion batches come 0.4 s apart below: a quiet time well above that, so a busy machine does not
 # cut the burst in two (the default, 2 s, is for people and git).
@@ -163,3 +165,37 @@ def test_quiet_and_the_longest_wait_on_a_clock() -> None:
     assert not bursts.busy("vault")  # its judgment judges it, busy or not
     bursts.judged("vault")
     assert bursts.busy("vault") and bursts.waiting() == 0
+
+
+def test_a_full_sweep_during_the_deletion_leaves_it_waiting(make_cfg: Any, vault: Path) -> None:
+    """The schedule's sweep (or a network poll) in the middle of an ``rm -r``: it judged the part
+    it saw (12 of 33 notes gone: under the share, applied); now the deletion waits, and once the
+    root is quiet it is judged whole (30 of 33: held)."""
+    notes = _notes(vault / "Import", 30)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        now = [1000.0]
+        h.indexer.changes.bursts.clock = lambda: now[0]
+        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _act: None)
+        first, rest = notes[:12], notes[12:]
+        for p in first:
+            p.unlink()
+        loop.changed({str(vault / "Garden.md")})  # the root's events are busy (a note saved)
+        h.indexer.sweep()  # the schedule's sweep, now
+        st = h.supervisor.roots["vault"]
+        assert len(h.stores.manifest.file_states("vault/Import/")) == 30, "applied in part"
+        assert st.hold_kind is None and st.waiting_deletions == 12
+        assert loop.catching_up() == (0, 12 + 1)  # with the saved note's event, queued
+        for p in rest:
+            p.unlink()
+        now[0] += 1.0
+        loop.changed({str(p) for p in rest}, frozenset(str(p) for p in rest))
+        now[0] += 2.0  # no event for the quiet time
+        job = loop._next()
+        assert job is not None and job.roots is not None and "vault" in job.roots
+        loop._run(job)
+        assert st.hold_kind == "mass" and st.held_deletions == 30 and st.waiting_deletions == 0
+        assert len(h.stores.manifest.file_states("vault/Import/")) == 30
+    finally:
+        h.close()
