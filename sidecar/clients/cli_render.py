@@ -391,6 +391,12 @@ def _each_root(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
                 f"    {r['held_deletions']:,} deletions held ({hold['kind']}) since {_ago(hold['since'])}"
                 f"{when}; to apply them now: {hold['confirm']}"
             )
+        if r.get("waiting_deletions"):
+            # A deletion under way (rm -r, a sync, a branch switch) is judged whole once it ends.
+            lines.append(
+                f"    {r['waiting_deletions']:,} deletions wait for the changes under way to end, "
+                "then pass the mass-deletion guard"
+            )
         if r["mode"] == "offline" and not with_vault:
             todo.append(f"check that {shown(r['path'])} is mounted and readable")
         elif r["mode"] == "held" and hold:

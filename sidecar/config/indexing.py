@@ -29,6 +29,14 @@ class IndexConfig:
         "replaced share is held for as long as it stays so, whatever this says).",
         min=0.0,
     )
+    mass_deletion_quiet_seconds: float = _opt(
+        2.0,
+        "Deletions of more than a few notes seen by file events are judged once their root had no file "
+        "event for this long (a branch switch deletes first and writes after: judged whole, with the "
+        "notes that came in).",
+        min=0.1,
+        max=60.0,
+    )
     keep_deleted_vectors_hours: float = _opt(
         168.0,
         "Vectors of deleted chunks are kept this long, by text: a note that comes back is not re-embedded.",

@@ -128,7 +128,8 @@ class IndexLoop:
             with self.jobs.mutex:
                 queued = [p for job in self.jobs.queue for p in job.paths]
             act = self.indexer.activity
-            pending = self._notes_of(queued, self.hot.quiet(queued))
+            # Deletions waiting for their root's events to go quiet (``index.bursts``) are pending too.
+            pending = self._notes_of(queued, self.hot.quiet(queued)) + self.indexer.changes.bursts.waiting()
             done = applied
             if running is not None and act.phase == "indexing":
                 done += act.done
@@ -165,6 +166,8 @@ class IndexLoop:
         A note deleted or renamed away is never held (``gone``): a hot note's deletion must not
         wait its quiet time, a search would show it for up to a minute."""
         self.hot.release(gone)
+        if paths:  # the roots' event streams are busy: deletions of theirs wait for them to go quiet
+            self.indexer.changes.bursts.heard(paths)
         if len(self._reported) < _REPORTED_MAX:
             self._reported |= paths
         settings = {p for p in paths if obsidian_setting(p, self.cfg.vault.path)}
@@ -229,6 +232,7 @@ class IndexLoop:
             and indexer.activity.first_sweep_done
             and self.jobs.empty()
             and self.hot.wait(1.0) > 0  # no held note due now
+            and self.indexer.changes.bursts.next_in(1.0) > 0  # no deletions due to be judged now
         )
 
     def _reread_links(self, failures: int) -> tuple[int, bool]:
@@ -251,12 +255,16 @@ class IndexLoop:
         """The next sweep: the queued requests (a burst merged into one) without the events of
         hot notes, which are held; held notes whose time came once nothing else waits (or once
         they are late by ``HOT_MAX_S``: a stream of other edits must not hold them for good)."""
+        bursts = self.indexer.changes.bursts
         try:
-            job = self.jobs.get(timeout=self.hot.wait(0.5))
+            job = self.jobs.get(timeout=bursts.next_in(self.hot.wait(0.5)))
         except queue.Empty:
             return self._due()
         while not self.jobs.empty():  # coalesce a burst of requests into one sweep
             job = job.merge(self.jobs.get_nowait())
+        judge = bursts.due()  # roots whose deletions waited for quiet: listed whole now
+        if judge:
+            job = job.merge(Job(roots=frozenset(judge)))
         if job.paths:
             job = Job(job.rebuild, job.roots, job.confirm, self.hot.hold(job.paths))
         if job.roots == frozenset() and not (job.paths or job.rebuild or job.confirm):
@@ -265,9 +273,13 @@ class IndexLoop:
         return job.merge(Job(roots=frozenset(), paths=late)) if late else job
 
     def _due(self) -> Job | None:
-        """Held notes whose time came, and (nothing else waits here) those whose file settled."""
+        """Held notes whose time came, and (nothing else waits here) those whose file settled; roots
+        whose deletions waited for their events to go quiet (a full sweep of each judges them)."""
         due = self.hot.due() | self.hot.settled()
-        return Job(roots=frozenset(), paths=due) if due else None
+        judge = frozenset(self.indexer.changes.bursts.due())
+        if not (due or judge):
+            return None
+        return Job(roots=judge, paths=due)
 
     def _run(self, job: Job) -> None:
         indexer = self.indexer
@@ -307,7 +319,10 @@ class IndexLoop:
             self._running = None
             with self.jobs.mutex:
                 queued = [p for job in self.jobs.queue for p in job.paths]
-            if not self._notes_of(queued, self.hot.quiet(queued)):
+            if (
+                not self._notes_of(queued, self.hot.quiet(queued))
+                and not self.indexer.changes.bursts.waiting()
+            ):
                 self._applied = 0
 
     def _check_lost(self, began: float) -> None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sidecar.config import Config
+from sidecar.index.bursts import Bursts
 from sidecar.index.problems import Problems
 from sidecar.stores.manifest import FileState, Manifest
 from sidecar.vault.homeguard import held
@@ -147,6 +148,12 @@ class ChangeFinder:
         # name, path): counted and named as unreadable until they are read, vanish or their root goes.
         self._unread_notes: dict[tuple[str, str], str] = {}
         self._event_deletions: dict[str, list[float]] = {}  # root name -> times of recent ones
+        # Every deletion applied without a hold, by root (file events' and judgments'): counted
+        # with the next judgment within EVENT_DELETION_WINDOW_S.
+        self._deleted: dict[str, list[float]] = {}
+        # A root's deletions beyond the few applied at once wait for its file events to go quiet
+        # and are judged whole (the index loop tells it the events, and asks for the sweeps).
+        self.bursts = Bursts(cfg.index.mass_deletion_quiet_seconds)
         self._skips_named: set[tuple[str, str]] = set()  # (path, reason) already in the log
         # Files left out now, by (root name, path): full sweeps set a root's, events each path's.
         self._skips: dict[tuple[str, str], str] = {}
@@ -280,6 +287,7 @@ class ChangeFinder:
         it ran, and an entry per agent that ever wrote stayed for good."""
         self._skips = {k: v for k, v in self._skips.items() if k[0] in names}
         self._event_deletions = {k: v for k, v in self._event_deletions.items() if k in names}
+        self._deleted = {k: v for k, v in self._deleted.items() if k in names}
         self._unread_notes = {k: v for k, v in self._unread_notes.items() if k[0] in names}
         self._listed_unreadable = {k: v for k, v in self._listed_unreadable.items() if k in names}
         if any(k not in names for k in self._unreadable):
@@ -317,6 +325,7 @@ class ChangeFinder:
         present = {r.agent for r in out if r.source == "memory"}
         indexed = set(self.manifest.memory_agents())
         out.extend(inbox_root(self.cfg, a) for a in sorted(indexed - present))
+        self.bursts.set_roots(out)
         return out
 
     def diff_roots(
@@ -348,6 +357,8 @@ class ChangeFinder:
             found = supervisor.list_root(root)
         except RootUnreachable as exc:
             supervisor.mark_offline(root, str(exc))
+            status.waiting_deletions = 0  # nothing judged, nothing deleted: the retry looks again
+            self.bursts.judged(root.name)
             return None
         notes = [f for f in found if isinstance(f, NoteFile)]
         prefix = root.key_of("x")[:-1]  # "vault/", "wiki/", "memory/<agent>/"
@@ -382,10 +393,14 @@ class ChangeFinder:
         moved: set[str] = set()
         away: set[str] = set()
         copies = 0
-        if supervisor.may_hold(root, len(known), len(missing), len(notes)):
+        # Deletions applied a moment ago by file events or an earlier judgment count with these
+        # (one deletion in several bursts or batches is judged as one), unless confirmed.
+        applied = len(_recent(self._deleted, root)) if missing and not confirm else 0
+        if supervisor.may_hold(root, len(known), len(missing), len(notes), applied):
             left_out = self._left_out(listings, alien, diff.left_out)
             moved, away = self._moves(listing, listings, alien, diff, left_out)
             copies = self._excluded_copies(listing, left_out, moved)
+        was_held = supervisor.status(root).hold_kind is not None
         hold = supervisor.hold_deletions(
             root,
             len(known),
@@ -395,16 +410,29 @@ class ChangeFinder:
             moved=len(moved),
             moved_away=len(away),
             copies=copies,
+            arrived=max(0, sum(1 for n in notes if n.key not in known) - (len(moved) - len(away))),
+            applied=applied,
+            settling=bool(missing) and not confirm and self.bursts.busy(root.name),
         )
+        if hold == "wait":
+            self._wait(root, len(missing))
+        else:
+            self._judged(root, hold, len(missing))
         if hold is None:
             supervisor.mark_online(root)
-            self._event_deletions.pop(root.name, None)
+            self._event_deletions.pop(root.name, None)  # judged: a few may go at once again
+            if confirm or was_held:
+                self._deleted.pop(root.name, None)  # a hold ended: no burst goes on
+            else:
+                self._deleted[root.name] = _recent(self._deleted, root) + [time.monotonic()] * len(missing)
             diff.gone.extend(missing)
         elif hold == "mass":
             diff.gone.extend(k for k in missing if k in moved)  # moves are no loss: at once
         status = supervisor.status(root)
         status.last_sweep, status.last_sweep_seconds = time.time(), time.time() - listing.started
-        if hold not in (None, "mass"):
+        if hold == "wait" and status.offline and status.hold_kind != "mass":
+            supervisor.mark_online(root)  # reachable and on its mount: only its deletions wait
+        if hold not in (None, "mass", "wait"):
             return False  # what is there now is not the share: leave the root alone while it stays so
         self._add_work(notes, known, diff)
         return True
@@ -738,8 +766,13 @@ class ChangeFinder:
                         manifest.file_states_of([root.key_of(s.path.relative_to(root.path).as_posix())])
                     )
         missing -= {n.key for n in notes}
-        if missing and not self._may_delete(root, len(missing)):
-            return False
+        if missing:
+            verdict = self._event_verdict(root, len(missing))
+            if verdict == "sweep":
+                return False
+            if verdict == "wait":  # judged whole once the root's events go quiet; the rest goes on
+                self._wait(root, self.bursts.waiting(root.name) + len(missing))
+                missing = set()
         diff.gone.extend(sorted(missing))
         diff.excluded.update(excluded)
         diff.left_out.extend(left_out)
@@ -846,17 +879,50 @@ class ChangeFinder:
                 found.append(got)
         return found, gone, walked
 
-    def _may_delete(self, root: Root, count: int) -> bool:
-        """Deletions seen by events are applied at once only a few at a time, on a root that is
-        where it was and not empty; more go through a full sweep of the root and its guard."""
+    def _event_verdict(self, root: Root, count: int) -> str:
+        """What becomes of deletions seen by events: ``apply`` (at once: only a few at a time, on a
+        root that is where it was and not empty, with none waiting), ``wait`` (more, while the
+        root's events still come: judged whole once they go quiet, ``index.bursts``) or ``sweep``
+        (a full sweep of the root and its guard now: its events are quiet already, so the whole
+        change is there to see, or the root is not what it was)."""
+        if root.source == "memory":
+            self._applied(root, count)
+            return "apply"
+        ok = self.supervisor.deletable(root)
+        waiting = self.bursts.waiting(root.name) > 0
+        if ok and not waiting and len(_recent(self._event_deletions, root)) + count <= EVENT_DELETIONS_MAX:
+            self._applied(root, count)
+            return "apply"
+        st = self.supervisor.status(root)
+        if (ok or (st.offline and st.hold_kind == "mass")) and self.bursts.busy(root.name):
+            return "wait"
+        return "sweep"
+
+    def _wait(self, root: Root, count: int) -> None:
+        """``count`` deletions of the root wait for its file events to go quiet (said once)."""
+        st = self.supervisor.status(root)
+        if not st.waiting_deletions:
+            log.info(
+                "deletions_waiting root=%s count=%d until=no file event for %.1fs",
+                root.name, count, self.bursts.quiet_s,
+            )  # fmt: skip
+        self.bursts.wait(root.name, count)
+        st.waiting_deletions = count
+
+    def _judged(self, root: Root, hold: str | None, count: int) -> None:
+        """A full sweep judged the root's deletions: those that waited are said in the log."""
+        self.bursts.judged(root.name)
+        st = self.supervisor.status(root)
+        if st.waiting_deletions:
+            log.info("deletions_judged root=%s missing=%d hold=%s", root.name, count, hold or "-")
+        st.waiting_deletions = 0
+
+    def _applied(self, root: Root, count: int) -> None:
+        """``count`` deletions of the root applied now by file events: a few a minute go at once,
+        and the next judgment counts them."""
         now = time.monotonic()
-        recent = [t for t in self._event_deletions.get(root.name, []) if now - t < EVENT_DELETION_WINDOW_S]
-        if root.source != "memory" and (
-            len(recent) + count > EVENT_DELETIONS_MAX or not self.supervisor.deletable(root)
-        ):
-            return False
-        self._event_deletions[root.name] = recent + [now] * count
-        return True
+        for times in (self._event_deletions, self._deleted):
+            times[root.name] = _recent(times, root) + [now] * count
 
     def _without_excluded(
         self,
@@ -936,6 +1002,12 @@ def _unlisted(folder: Path, exc: OSError) -> list[Skipped]:
     if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
         return []
     return [Skipped(folder, "unreadable folder")]
+
+
+def _recent(times: dict[str, list[float]], root: Root) -> list[float]:
+    """The times of ``root`` in ``times`` within ``EVENT_DELETION_WINDOW_S``."""
+    now = time.monotonic()
+    return [t for t in times.get(root.name, []) if now - t < EVENT_DELETION_WINDOW_S]
 
 
 def _prefix(root: Root, rel: str) -> str:

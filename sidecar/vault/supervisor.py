@@ -103,6 +103,7 @@ class RootStatus:
     seen: int = 0
     skipped: int = 0
     held_deletions: int = 0
+    waiting_deletions: int = 0  # deletions seen while the root's file events still come (index.bursts)
     hold_kind: str | None = None  # unmounted | device | empty | mass
     hold_since: float | None = None
     unreadable: list[str] = field(default_factory=list)  # folders/files kept because unreadable
@@ -412,14 +413,16 @@ class Supervisor:
         )
         return got is not None and got[0] != got[1]
 
-    def may_hold(self, root: Root, known: int, missing: int, present: int) -> bool:
+    def may_hold(self, root: Root, known: int, missing: int, present: int, applied: int = 0) -> bool:
         """Whether the guard could hold this many deletions for their count (the root emptied,
-        or more than the mass-deletion share gone): only then are they checked for moves."""
+        or more than the mass-deletion share gone, ``applied`` of the same burst counted): only
+        then are they checked for moves."""
+        known, lost = known + applied, missing + applied
         return (
             root.source != "memory"
             and missing > 0
             and known >= MASS_DELETION_MIN_FILES
-            and (present == 0 or missing / known > self.cfg.index.mass_deletion_share)
+            and (present == 0 or lost / known > self.cfg.index.mass_deletion_share)
         )
 
     def hold_deletions(
@@ -433,8 +436,12 @@ class Supervisor:
         moved: int = 0,
         moved_away: int = 0,
         copies: int = 0,
+        arrived: int = 0,
+        applied: int = 0,
+        settling: bool = False,
     ) -> str | None:
-        """Why this sweep must not delete (``unmounted``, ``device``, ``empty``, ``mass``), or None.
+        """Why this sweep must not delete (``unmounted``, ``device``, ``empty``, ``mass``,
+        ``wait``), or None.
 
         ``mass`` still lets the sweep index the notes that are there; the others leave the root
         alone entirely (what is there is not the share). The hold's start is remembered across
@@ -446,9 +453,17 @@ class Supervisor:
         mass loss is judged against the notes that stay (``known`` less them), as it would be had
         the move been seen on its own first; moves within the root stay among its notes.
         ``copies`` of the held notes have a look-alike in an excluded folder (said, no evidence).
+        ``arrived`` notes are new in the root (no move's new half): a branch switch that moves and
+        edits its notes brings as many as it takes, and is no loss; they count among the notes
+        that stay. ``applied`` deletions of the same burst left the index already (file events
+        apply a few at once): they count as lost and as known, not as held. ``settling``: the
+        root's file events are still coming (``index.bursts``): a deletion the guard would apply
+        or hold as ``mass`` waits (``wait``) to be judged whole; the other kinds hold at once.
         """
-        lost = missing - moved
-        staying = known - moved_away
+        applied = applied if missing > moved else 0  # only beside a loss now
+        lost = missing - moved + applied
+        indexed = known - moved_away + applied  # what the root held, as the message counts it
+        staying = indexed + arrived
         st = self.status(root)
         ident = st.identity
         memo = self._remembered(root)
@@ -467,24 +482,10 @@ class Supervisor:
                     "root_path_changed root=%s from=%s to=%s deleted=%d",
                     root.name, memo.get("path"), root.path, missing,
                 )  # fmt: skip
-        elif missing and ident is not None and _moved(memo, ident):
-            kind = "unmounted"
-        elif (
-            missing
-            and ident is not None
-            and "dev" in memo
-            and memo["dev"] != ident.dev
-            and (present == 0 or missing / max(known, 1) > self.cfg.index.mass_deletion_share)
-        ):
-            kind = "device"
-        elif known >= MASS_DELETION_MIN_FILES and present == 0 and lost and not self._inside_vault(root):
-            # An empty folder where notes were is what an unmounted share looks like; not when
-            # all its notes went elsewhere in the vault, nor for a wiki emptied inside a vault
-            # that is there (its share is the vault's): a loss there is a mass deletion like any
-            # other. Some notes moved and the rest lost: still empty, held whole.
-            kind = "empty"
-        elif staying >= MASS_DELETION_MIN_FILES and lost / staying > self.cfg.index.mass_deletion_share:
-            kind = "mass"
+        else:
+            kind = self._kind(root, memo, ident, (known, missing, present), lost=lost, staying=staying)
+        if settling and kind in (None, "mass"):
+            return "wait"  # judged once the root's events went quiet: nothing changes now
         if kind is None:
             if ident is not None:
                 self._remember(root, _memo_of(ident, root))
@@ -507,9 +508,11 @@ class Supervisor:
         self._remember(root, {**memo, "hold": {"kind": kind, "since": since}})
         if self.meta is not None and self.hold_record is not None:
             self.meta.set_meta(CLOCK_META, self.hold_record())
-        held = lost if kind == "mass" else missing  # a mass hold applies the moves at once
+        held = lost - applied if kind == "mass" else missing  # a mass hold applies the moves at once
         st.held_deletions, st.hold_kind, st.hold_since = held, kind, since
-        why = HOLD_WHY[kind].format(missing=held, known=staying if kind == "mass" else known)
+        why = HOLD_WHY[kind].format(
+            missing=lost if kind == "mass" else held, known=indexed if kind == "mass" else known
+        )
         if kind == "mass":
             left = self.cfg.index.mass_deletion_hold_minutes * 60 - (now - since)
             then = f"applied in {_duration(left)} unless they come back"
@@ -527,6 +530,40 @@ class Supervisor:
             f"(or `sidecar index --confirm-deletions {root.name}`)",
         )
         return kind
+
+    def _kind(
+        self,
+        root: Root,
+        memo: dict[str, Any],
+        ident: Identity | None,
+        counts: tuple[int, int, int],
+        *,
+        lost: int,
+        staying: int,
+    ) -> str | None:
+        """The kind of hold a sweep's deletions call for (``hold_deletions``), or None;
+        ``counts``: the notes known, missing and present."""
+        known, missing, present = counts
+        share = self.cfg.index.mass_deletion_share
+        if missing and ident is not None and _moved(memo, ident):
+            return "unmounted"
+        if (
+            missing
+            and ident is not None
+            and "dev" in memo
+            and memo["dev"] != ident.dev
+            and (present == 0 or missing / max(known, 1) > share)
+        ):
+            return "device"
+        if known >= MASS_DELETION_MIN_FILES and present == 0 and lost and not self._inside_vault(root):
+            # An empty folder where notes were is what an unmounted share looks like; not when
+            # all its notes went elsewhere in the vault, nor for a wiki emptied inside a vault
+            # that is there (its share is the vault's): a loss there is a mass deletion like any
+            # other. Some notes moved and the rest lost: still empty, held whole.
+            return "empty"
+        if staying >= MASS_DELETION_MIN_FILES and lost / staying > share:
+            return "mass"
+        return None
 
     def _inside_vault(self, root: Root) -> bool:
         """Whether this root is a folder inside a vault that is there: the vault answers, is not
@@ -638,6 +675,7 @@ class Supervisor:
                     "absent": st.absent,
                     "files_skipped": st.skipped,
                     "held_deletions": st.held_deletions,
+                    "waiting_deletions": st.waiting_deletions,
                     "hold": None
                     if st.hold_kind is None
                     else {
