@@ -3,6 +3,7 @@ lasts its time in real time (a step ahead emptied both at once); status words a 
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 import types
@@ -227,3 +228,27 @@ def test_an_unwritable_clock_file_is_warned_about_once(
     clock.save()
     said = [r for r in caplog.records if r.getMessage().startswith("steady_clock_file_unusable op=write")]
     assert len(said) == 1
+
+
+def test_the_daily_housekeeping_tidies_model_copies_once_the_models_are_settled(
+    make_cfg: Any, vault: Path, tmp_path: Path
+) -> None:
+    """The daily run removes prepared model copies no daemon used for 30 days (sidecar.model.
+    prepared), but not while a model loads: a switch loads the previous model, whose copy serves
+    meanwhile, only after the new one. Its first run comes 10 minutes after the start (a daemon
+    restarted every day never reached the first run 24 h on: ``test_schedule``)."""
+    from sidecar.daemon.lifecycle import Daemon
+
+    cfg = make_cfg(vault, **{"embedder.cacheDir": str(tmp_path / "cache")})
+    cfg.prepared_dir.mkdir(parents=True)
+    old = cfg.prepared_dir / "0123456789ab-p1-ort1.20.0.onnx"
+    old.write_bytes(b"x")
+    month_ago = time.time() - 31 * 86400
+    os.utime(old, (month_ago, month_ago))
+    daemon = Daemon(cfg)
+    daemon.slot.set_loading()
+    daemon._daily()
+    assert old.exists()
+    daemon.slot.set_failed("disabled by configuration", state="off")
+    daemon._daily()
+    assert not old.exists()

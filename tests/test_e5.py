@@ -164,10 +164,12 @@ def test_prepared_copies_unused_for_a_month_go_and_the_rest_stay(tmp_path: Path)
     dead.wait()
     gone = [
         folder(f"{e5_name}-1571fc982750-e4-ort1.32.0", 31),
-        folder(f"{in_use.name}.tmp-{dead.pid}", 2),
-        file(f"{in_use.name}.tokenizer.model", 2),
+        folder(f"{in_use.name}.tmp-{dead.pid}", 0),  # its process is gone
+        folder(f"{e5_name}-1571fc982750-e3-ort1.31.0.tmp-{os.getpid()}", 0.1),  # a pid reused since
+        file(f"{in_use.name}.tokenizer.model", 0.1),
         file("0123456789ab-p1-ort1.20.0.onnx", 200),
-        file(".0123456789ab-p1-ort1.20.0.x1y2z3ab.tmp", 2),
+        file(".0123456789ab-p1-ort1.20.0.x1y2z3ab.tmp", 0.1),
+        file(f".removing-0123456789ab-p1-ort1.19.0.onnx.{dead.pid}", 0),  # a removal cut short
     ]
     (tmp_path / "elsewhere").mkdir()
     link = tmp_path / f"{e5_name}-1571fc982750-e3-ort1.30.0"
@@ -176,7 +178,8 @@ def test_prepared_copies_unused_for_a_month_go_and_the_rest_stay(tmp_path: Path)
     custom = folder("my-minilm", 400)
     stay = [
         folder(f"{e5_name}-1571fc982750-e5-ort1.22.0", 20),  # another install's, used lately
-        folder(f"{in_use.name}.tmp-{os.getpid()}", 40),  # a conversion under way
+        folder(f"{in_use.name}.tmp-{os.getpid()}", 0.01),  # a conversion under way
+        file(f".removing-0123456789ab-p1-ort1.18.0.onnx.{os.getppid()}", 0),  # being removed by another
         file(f"{in_use.name}.tokenizer.model.x", 40),
         file("0123456789ab-p1-ort1.22.0.onnx", 29),
         file(f"{e5_name}-1571fc982750-e4-ort1.32.skip", 400),
@@ -196,7 +199,9 @@ def test_prepared_copies_unused_for_a_month_go_and_the_rest_stay(tmp_path: Path)
     assert not any(p.exists() for p in gone) and sorted(removed) == sorted(gone)
     assert all(p.is_symlink() or p.exists() for p in stay) and (tmp_path / "elsewhere").is_dir()
     assert time.time() - in_use.stat().st_mtime < 3600 and custom.stat().st_mtime == custom_time
-    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".removing-")]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".removing-")] == [
+        f".removing-0123456789ab-p1-ort1.18.0.onnx.{os.getppid()}"
+    ]
 
 
 def test_a_loaded_models_copy_stays_used_for_as_long_as_it_is_loaded(tmp_path: Path) -> None:
@@ -220,6 +225,52 @@ def test_a_loaded_models_copy_stays_used_for_as_long_as_it_is_loaded(tmp_path: P
     del model
     gc.collect()
     assert prepared.tidy(tmp_path, now=time.time() + 31 * 86400) == [copy]
+
+
+def test_a_copy_is_renamed_before_it_is_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy being removed is first renamed: a start reading it finds it whole or not at all,
+    and a removal cut short (here: the folder's files cannot be deleted) is finished next time."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    old = cache / e5folder.folder_name("1.20.0")
+    old.mkdir()
+    (old / "model.onnx").write_bytes(b"x")
+    _aged(old, 40)
+
+    def cut_short(path: Any) -> None:
+        raise OSError("cannot delete")
+
+    monkeypatch.setattr(prepared.shutil, "rmtree", cut_short)
+    assert prepared.tidy(cache) == []
+    left = [p.name for p in cache.iterdir()]
+    assert left == [f".removing-{old.name}.{os.getpid()}"]
+    monkeypatch.undo()
+    prepared.tidy(cache)
+    assert list(cache.iterdir()) == []
+
+
+def test_a_failed_conversion_leaves_no_work_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A conversion child killed (a timeout, the OOM killer) leaves its work folder (77 MB): the
+    parent removes it once the child is gone, not a day later (the model retry made one every
+    few minutes)."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    target = cache / e5folder.folder_name("1.32.0")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+
+    def killed(module: str, source: Path, out: Path, *rest: Any) -> tuple[int, str]:
+        work = out.with_name(f"{out.name}.tmp-{dead.pid}")
+        work.mkdir()
+        (work / "model.onnx").write_bytes(b"x" * 1000)
+        return -9, "killed"
+
+    monkeypatch.setattr(child, "run", killed)
+    source = e5folder.source_path()
+    assert source is not None
+    with pytest.raises(EmbedderError, match="exit -9"):
+        e5folder.ensure_converted(source, target)
+    assert list(cache.iterdir()) == []
 
 
 def test_a_start_marks_its_conversion_used_and_leaves_another_installs(

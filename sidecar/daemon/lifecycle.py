@@ -720,8 +720,18 @@ class Daemon:
         if self._inboxes is not None:
             self._inboxes.prune_trash()
         # The loaded models' prepared copies marked used again, those no daemon used for a month
-        # removed; first a while after the start, when every model a switch loads is loaded.
-        prepared.tidy(self.cfg.prepared_dir)
+        # removed. Not while a model loads or its vectors are not attached yet: a switch loads
+        # the previous model (whose copy serves meanwhile) only after the new one.
+        if self._models_settled():
+            prepared.tidy(self.cfg.prepared_dir)
+        else:
+            log.info("model_cache_tidy_skipped reason=a model is loading; tried again tomorrow")
+
+    def _models_settled(self) -> bool:
+        if self.slot.state in ("idle", "loading"):
+            return False
+        parts = self.parts
+        return self.slot.model is None or (parts is not None and parts.vectors.stores.serving is not None)
 
     def _load_embedder(self) -> None:
         """The configured model; if it fails, the model of the index's serving table stands in."""

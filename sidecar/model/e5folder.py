@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sidecar.contracts.errors import EmbedderError
-from sidecar.model import child
+from sidecar.model import child, prepared
 from sidecar.model.files import SUMS, package_dir, read_sums, verify_file
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,8 @@ def ensure_converted(
         raise EmbedderError(f"converting {source} failed: {exc}") from exc
     finally:
         early_tokenizer(target).unlink(missing_ok=True)
+        # A child killed (a timeout, the OOM killer) leaves its work folder, 77 MB each retry.
+        prepared.remove_dead_work(target.parent, target.name)
     if code == 0 and (target / SUMS).is_file():
         log.info(
             "model_converted source=%s target=%s seconds=%.1f %s",

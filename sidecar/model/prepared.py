@@ -20,7 +20,6 @@ import logging
 import os
 import re
 import shutil
-import threading
 import time
 import weakref
 from collections.abc import Iterable
@@ -30,8 +29,10 @@ log = logging.getLogger(__name__)
 
 UNUSED_DAYS = 30.0
 # A work folder, an early tokenizer or a temp file older than this is left by a preparation that
-# died (the children are stopped after 10-15 minutes): not kept for a month (83 MB).
-LEFT_OVER_S = 86_400.0
+# died (the children are stopped after 10-15 minutes): not kept for a month (83 MB). A work
+# folder whose process is gone goes at once; one whose process id lives on (reused after a
+# reboot, in a container) goes at this age too.
+LEFT_OVER_S = 3600.0
 # The onnxruntime version a copy was made with ("1.32.0", "1.22.0.dev20250101", "1.17.0rc1").
 _ORT = r"ort\d+\.\d+(?:\.\d+)?(?:\.?(?:dev|post|rc|a|b)\d+)*(?:\+\w+)?"
 # What the preparations write: an e5 conversion's folder (sidecar.model.e5folder), an int8 copy
@@ -43,8 +44,10 @@ _WORK = re.compile(rf"(?P<copy>{_COPY.pattern})\.(?:tmp-(?P<pid>\d+)|tokenizer\.
 _TEMP = re.compile(rf"\.[0-9a-f]{{12}}-p\d+-{_ORT}\.\w+\.tmp")
 _REMOVING = ".removing-"
 
-_lock = threading.Lock()
-_loaded: dict[int, tuple[Path, ...]] = {}  # a loaded model (by id) -> the copies it was read from
+# A loaded model (by id) -> the copies it was read from. No lock: a model's finalizer removes its
+# entry, and a collection can run it in a thread that holds any lock (it waited for itself); each
+# change of the dict is one atomic step, and ``tidy`` reads a copy.
+_loaded: dict[int, tuple[Path, ...]] = {}
 
 
 def loaded(model: object, folder: Path, paths: Iterable[Path | None]) -> None:
@@ -53,14 +56,8 @@ def loaded(model: object, folder: Path, paths: Iterable[Path | None]) -> None:
     copies = tuple(p for p in paths if p is not None and p.parent == folder and _COPY.fullmatch(p.name))
     for path in copies:
         _mark_used(path)
-    with _lock:
-        _loaded[id(model)] = copies
-    weakref.finalize(model, _forget, id(model))
-
-
-def _forget(key: int) -> None:
-    with _lock:
-        _loaded.pop(key, None)
+    _loaded[id(model)] = copies
+    weakref.finalize(model, _loaded.pop, id(model), None)
 
 
 def _mark_used(path: Path) -> None:
@@ -73,8 +70,7 @@ def _mark_used(path: Path) -> None:
 def tidy(folder: Path, *, now: float | None = None) -> list[Path]:
     """The copies the loaded models use marked again; those no daemon used for ``UNUSED_DAYS``
     and what a dead preparation left removed. The paths removed."""
-    with _lock:
-        in_use = {p for copies in _loaded.values() for p in copies}
+    in_use = {p for copies in _loaded.copy().values() for p in copies}
     for path in in_use:
         _mark_used(path)
     now = time.time() if now is None else now
@@ -96,11 +92,11 @@ def _stale(entry: os.DirEntry[str], now: float) -> bool:
     name = entry.name
     if entry.is_symlink() or name.endswith(".skip"):  # a link the user made; a refusal noted
         return False
-    if name.startswith(_REMOVING):  # a removal a crash cut short
-        return bool(_COPY.fullmatch(name[len(_REMOVING) :].rsplit(".", 1)[0]))
+    if name.startswith(_REMOVING):  # a removal cut short; not one another daemon makes now
+        was, _, pid = name[len(_REMOVING) :].rpartition(".")
+        ours = any(p.fullmatch(was) for p in (_COPY, _WORK, _TEMP))
+        return ours and (pid == str(os.getpid()) or not _alive(pid))
     work = _WORK.fullmatch(name)
-    if work is not None and work["pid"] and _alive(int(work["pid"])):
-        return False  # a conversion under way (its clock may be off: its age says nothing)
     left_over = work is not None or _TEMP.fullmatch(name) is not None
     if not left_over and not _COPY.fullmatch(name):
         return False
@@ -108,12 +104,31 @@ def _stale(entry: os.DirEntry[str], now: float) -> bool:
         age = now - entry.stat(follow_symlinks=False).st_mtime
     except OSError:
         return False
+    if work is not None and work["pid"]:
+        # A conversion under way keeps its folder; a dead one's goes at once.
+        return not _alive(work["pid"]) or age >= LEFT_OVER_S
     return age >= (LEFT_OVER_S if left_over else UNUSED_DAYS * 86_400)
 
 
-def _alive(pid: int) -> bool:
+def remove_dead_work(folder: Path, copy: str) -> list[Path]:
+    """The work folders of ``copy``'s preparations whose process is gone, removed (the parent's
+    cleanup after a child that failed, timed out or was killed: each attempt left 77 MB, and the
+    model retry makes one every few minutes)."""
+    removed: list[Path] = []
+    for path in folder.glob(f"{copy}.tmp-*"):
+        work = _WORK.fullmatch(path.name)
+        if work is not None and work["pid"] and not _alive(work["pid"]) and _remove(path):
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: str) -> bool:
+    """Whether a process of id ``pid`` (as written in a name) runs; a number no process can have
+    is none."""
+    if not pid.isdigit() or len(pid) > 9:
+        return False
     try:
-        os.kill(pid, 0)
+        os.kill(int(pid), 0)
     except ProcessLookupError:
         return False
     except OSError:  # another user's process: alive
