@@ -62,6 +62,7 @@ from sidecar.daemon.watchdog import Watchdog, status_line
 from sidecar.index.indexer import Indexer
 from sidecar.index.migration import attach, serving_model
 from sidecar.index.problems import Problems
+from sidecar.memory.counting import BoundedCounts
 from sidecar.memory.inbox import Inboxes
 from sidecar.model.embedder import EmbedderSlot, model_name
 from sidecar.runtime.notify import Notifier
@@ -125,6 +126,9 @@ class Daemon:
         self._said_closing = False
         self._dispatch: _Dispatch | None = None
         self._inboxes: Inboxes | None = None
+        # health's inbox counts: one per daemon, not per handler build (a failed switch rebuilds
+        # them every few seconds; each new one started one more stuck count and forgot the last).
+        self._counts = BoundedCounts()
         self.loop: IndexLoop | None = None
         self.watcher: Watcher | None = None
         # Reloads one at a time, each reading the file inside: two SIGHUPs close together ran in
@@ -372,7 +376,7 @@ class Daemon:
             log.error("index_read_only %s", refusal.message())
             service = ServiceState(self.started, lambda: 0, lambda *_a: None, list, self.reload)
             inboxes = Inboxes(cfg, home=parts.supervisor.home, clock=parts.clock)
-            handlers = build_handlers(cfg, parts, slot, service, inboxes)
+            handlers = build_handlers(cfg, parts, slot, service, inboxes, counts=self._counts)
             self._retriever = handlers.retriever
             refusal.wrap(handlers, parts.problems)
         except BaseException:
@@ -573,7 +577,7 @@ class Daemon:
             self.reload,
             loop.catching_up,
         )
-        handlers = build_handlers(cfg, parts, self.slot, service, inboxes)
+        handlers = build_handlers(cfg, parts, self.slot, service, inboxes, counts=self._counts)
         self._retriever = handlers.retriever
         return handlers
 

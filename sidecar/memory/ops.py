@@ -84,6 +84,7 @@ class MemoryOps:
         *,
         stores: Stores,
         problems: Problems,
+        counts: BoundedCounts | None = None,
     ) -> None:
         self.cfg = cfg
         self.inboxes = inboxes
@@ -93,12 +94,14 @@ class MemoryOps:
         self.manifest = stores.manifest
         self.problems = problems
         inboxes.indexed = lambda agent: bool(self.manifest.file_states(f"memory/{agent}/"))
-        self._counts = BoundedCounts(self._usage, min(USAGE_WAIT_S, cfg.watch.probe_timeout_seconds))
+        # The daemon's one instance (``Daemon``), which outlives these handlers: it holds the
+        # counts still running and the last figures across handler builds.
+        self._counts = counts if counts is not None else BoundedCounts()
 
     def usage(self, agent: str) -> dict[str, Any] | None:
         """The agent's inbox against its limits, counted within a bound (``BoundedCounts``: an
         inbox on a share that hangs held health's threads); else the last count, marked ``stale``."""
-        return self._counts.usage(agent)
+        return self._counts.usage(agent, self._usage, min(USAGE_WAIT_S, self.cfg.watch.probe_timeout_seconds))
 
     def _usage(self, agent: str) -> dict[str, Any] | None:
         """None when the inbox cannot be read (the status of the daemon must not fail on an
