@@ -418,7 +418,9 @@ class MemoryOps:
         return out
 
     def _inbox_listing(self, agent: str) -> Sequence[tuple[str, bool]] | None:
-        """The inbox's files (name, is a link), one folder read; None when it cannot be read. An
+        """The inbox's files (name, is a link), one folder read; none when the folder is not there
+        (removed whole: its notes are gone, though the index still holds them, and were listed
+        again as indexed); None when it cannot be read (what is there is not known). An
         inbox that is a link (into another agent's, or elsewhere) is never asked for: neither read
         nor listed. A note that is a symbolic link is listed (never followed: its name only), with
         why it is not read (it went unlisted, though list promises every note there)."""
@@ -429,6 +431,8 @@ class MemoryOps:
                     for e in entries
                     if e.is_file(follow_symlinks=False) or e.is_symlink()
                 ]
+        except FileNotFoundError:
+            return []
         except OSError:
             return None
 
