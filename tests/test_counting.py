@@ -9,6 +9,11 @@ from sidecar.memory import counting
 from sidecar.memory.counting import BoundedCounts
 
 
+def _counting(earlier: set[threading.Thread]) -> int:
+    """The count threads started since ``earlier`` that still run (other tests' may end late)."""
+    return sum(1 for t in set(threading.enumerate()) - earlier if t.name == "inbox-count")
+
+
 def _figure(notes: int) -> dict[str, Any]:
     return {"notes": notes, "bytes": 0}
 
@@ -17,7 +22,7 @@ def test_a_hung_inbox_does_not_make_other_agents_counts_stale() -> None:
     """While agent A's count hung, every other agent's health answered its old figure (or null)
     as "the inbox did not answer (hung share?)", their own inboxes fine. Counts are one at a
     time per agent: another agent's is counted anew."""
-    counts, release = BoundedCounts(), threading.Event()
+    counts, release, earlier = BoundedCounts(), threading.Event(), set(threading.enumerate())
 
     def count(agent: str) -> dict[str, Any]:
         if agent == "a":
@@ -30,7 +35,7 @@ def test_a_hung_inbox_does_not_make_other_agents_counts_stale() -> None:
         assert counts.usage("ops", count, 30) == _figure(3)  # fresh, not stale
         assert counts.usage("other", count, 30) == _figure(5)
         assert counts.usage("a", count, 30) is None  # at once: its count still hangs
-        assert sum(1 for t in threading.enumerate() if t.name == "inbox-count") == 1
+        assert _counting(earlier) == 1
     finally:
         release.set()
 
@@ -56,7 +61,7 @@ def test_a_short_wait_is_said_with_its_decimal() -> None:
 def test_counts_of_hung_inboxes_are_bounded_in_all(monkeypatch: Any) -> None:
     """Each agent's inbox can hang (a share each): at most ``MAX_RUNNING`` counts run."""
     monkeypatch.setattr(counting, "MAX_RUNNING", 2)
-    counts, release = BoundedCounts(), threading.Event()
+    counts, release, earlier = BoundedCounts(), threading.Event(), set(threading.enumerate())
 
     def count(agent: str) -> dict[str, Any]:
         release.wait(60)
@@ -65,7 +70,7 @@ def test_counts_of_hung_inboxes_are_bounded_in_all(monkeypatch: Any) -> None:
     try:
         for agent in ("a", "b", "c", "d"):
             assert counts.usage(agent, count, 0.01) is None
-        assert sum(1 for t in threading.enumerate() if t.name == "inbox-count") == 2
+        assert _counting(earlier) == 2
     finally:
         release.set()
 

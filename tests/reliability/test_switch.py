@@ -559,19 +559,22 @@ def test_memory_writes_stay_refused_while_read_only_when_the_inboxes_share_the_f
 def test_failed_switches_start_no_second_count_of_a_hung_inbox_and_keep_its_last_figure(
     read_only_start: ReadOnlyStart, monkeypatch: Any
 ) -> None:
-    """Each failed switch to writable (here: the write-back waits for room, every few seconds)
-    built new handlers, and with them a new inbox counter: one more stuck count thread of a hung
-    inbox at each try, and the last figure forgotten (health's inbox null). The daemon keeps one
-    counter: one stuck thread, and health answers the last figure, marked stale."""
+    """Each failed switch to writable (tried every few seconds) built new handlers, and with them
+    a new inbox counter: one more stuck count thread of a hung inbox at each try, and the last
+    figure forgotten (health's inbox null). The daemon keeps one counter: one stuck thread, and
+    health answers the last figure, marked stale."""
+    from sidecar.contracts.errors import StorageError
     from sidecar.memory import ops
     from sidecar.memory.inbox import Inboxes
 
     start = read_only_start
     monkeypatch.setattr(ops, "USAGE_WAIT_S", 0.2)
-    _kept(start, monkeypatch)
+
+    def fails(self: Indexer) -> None:
+        raise StorageError("the resume failed")  # a switch that fails for another reason
+
+    monkeypatch.setattr(Indexer, "finish_interrupted", fails)
     start.free()
-    filler = fill(start.disk)
-    os.truncate(filler, filler.stat().st_size - 1_500_000)  # room, less than the log needs
     release, hang = threading.Event(), threading.Event()
     real = Inboxes.usage
 
@@ -583,12 +586,15 @@ def test_failed_switches_start_no_second_count_of_a_hung_inbox_and_keep_its_last
     monkeypatch.setattr(Inboxes, "usage", usage)
     try:
         assert start.ask("health")["inbox"]["notes"] == 0
+        earlier = set(threading.enumerate())
         hang.set()
         for _ in range(3):
-            assert start.d._space_check() is False  # the read-only handlers built anew
+            before = start.d._dispatch._handlers  # type: ignore[union-attr]
+            assert start.d._space_check() is False
+            assert start.d._dispatch._handlers is not before  # type: ignore[union-attr]
             inbox = start.ask("health")["inbox"]
             assert inbox is not None and inbox["notes"] == 0 and "hung share" in inbox["stale"]
-        assert sum(1 for t in threading.enumerate() if t.name == "inbox-count") == 1
+        assert sum(1 for t in set(threading.enumerate()) - earlier if t.name == "inbox-count") == 1
     finally:
         release.set()
 
