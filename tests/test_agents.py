@@ -868,6 +868,36 @@ def test_list_leaves_out_a_memory_note_deleted_from_the_inbox(served: Served) ->
     assert "memory/plan" in {n["reference"] for n in served.call("list", {})["notes"]}
 
 
+def test_list_leaves_out_the_notes_of_an_inbox_folder_removed_whole(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole inbox folder removed while the index still holds its notes: every one was listed
+    as indexed again (the one hidden a moment before too), get said not found for each. A missing
+    folder has no notes; one that cannot be read (here: refused) keeps them listed."""
+    import shutil
+
+    from sidecar.memory import ops
+
+    for slug in ("plan", "keep"):
+        served.call("write", {"slug": slug, "content": f"# {slug}\n\nharbour lights {slug}\n"})
+    inbox = served.cfg.agents_dir / "claude" / "memory"
+    served.h.sweep()
+    (inbox / "plan.md").unlink()
+    assert [n["reference"] for n in served.call("list", {})["notes"]] == ["memory/keep"]
+    shutil.rmtree(inbox)
+    assert served.call("list", {})["notes"] == []
+    inbox.mkdir()
+    real = os.scandir
+
+    def refused(path: Any) -> Any:
+        if Path(path) == inbox:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(ops.os, "scandir", refused)
+    assert {n["reference"] for n in served.call("list", {})["notes"]} == {"memory/keep", "memory/plan"}
+
+
 def test_references_in_one_form(served: Served) -> None:
     served.call("write", {"slug": "ref-note", "content": "reference form check"})
     own = served.call("get", {"reference": "memory/ref-note"})

@@ -458,3 +458,27 @@ def test_memory_status_shows_no_control_characters_and_no_empty_error() -> None:
     dirty, frames = (p["error"] for p in status_of(health, "a")["problems"])
     assert dirty == "commit failed now"
     assert frames == "stack backtrace:"
+
+
+def test_memory_status_marks_an_earlier_inbox_count_in_its_structured_content_and_dates_it() -> None:
+    """An earlier count (the inbox did not answer in time) lost its ``counted_at`` and ``stale``
+    in the structured ``inbox``, where it read as fresh; and the text said only HH:MM, a count of
+    two days before reading as today's."""
+    import time
+
+    from sidecar.clients.mcp_texts import status_of
+
+    two_days_ago = time.time() - 2 * 86400
+    usage = {"notes": 3, "bytes": 900, "max_bytes": 1000, "trash_bytes": 0}
+    stale = {
+        **usage,
+        "counted_at": two_days_ago,
+        "stale": "the inbox did not answer within 2.0 s (hung share?)",
+    }
+    said = status_of({"inbox": stale}, "claude")
+    assert said["inbox"]["countedAt"] == two_days_ago and "hung share" in said["inbox"]["stale"]
+    day = time.strftime("%Y-%m-%d", time.localtime(two_days_ago))
+    assert f"counted at {day} " in said["message"]
+    fresh = status_of({"inbox": usage}, "claude")
+    assert "stale" not in fresh["inbox"] and "countedAt" not in fresh["inbox"]
+    assert "counted at" not in fresh["message"]

@@ -255,7 +255,7 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
         when = inbox.get("counted_at")
         then = ""
         if when:
-            then = f" (counted at {time.strftime('%H:%M', time.localtime(when))}: {inbox.get('stale')})"
+            then = f" (counted at {_when(when)}: {inbox.get('stale')})"
         parts.append(f"your memory: {notes} note{'' if notes == 1 else 's'}, {used}{of}{then}")
     return {
         "daemon": "running",
@@ -287,12 +287,25 @@ def _searchable(idx: dict[str, Any], agent: str | None) -> dict[str, int]:
 
 
 def _inbox(usage: dict[str, Any]) -> dict[str, Any]:
-    return {
+    inbox = {
         "notes": usage.get("notes", 0),
         "bytes": usage.get("bytes", 0),
         "maxBytes": usage.get("max_bytes", 0),
         "trashBytes": usage.get("trash_bytes", 0),
     }
+    # An earlier count (the inbox did not answer in time) looked like a fresh one to a client
+    # reading the structured content.
+    if usage.get("stale"):
+        inbox["countedAt"] = usage.get("counted_at")
+        inbox["stale"] = usage["stale"]
+    return inbox
+
+
+def _when(epoch: float) -> str:
+    """A time of today as HH:MM, another day's with its date (a share hung for days read as today)."""
+    then = time.localtime(epoch)
+    today = time.localtime()
+    return time.strftime("%H:%M" if then[:3] == today[:3] else "%Y-%m-%d %H:%M", then)
 
 
 def _size(n: int) -> str:

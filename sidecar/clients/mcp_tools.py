@@ -15,6 +15,7 @@ from sidecar.clients.mcp_schemas import (
     INT,
     NOTE,
     NOTE_REF,
+    NUM,
     PATH_PREFIX,
     READ,
     SLUG,
@@ -286,7 +287,16 @@ TOOLS: list[dict[str, Any]] = [
                     "items": obj({"name": STR, "path": STR, "why": STR, "mode": STR}, ("name", "why")),
                 },
                 "problems": {"type": "array", "items": obj({"area": STR, "error": STR})},
-                "inbox": obj({"notes": INT, "bytes": INT, "maxBytes": INT, "trashBytes": INT}),
+                "inbox": obj(
+                    {
+                        "notes": INT,
+                        "bytes": INT,
+                        "maxBytes": INT,
+                        "trashBytes": INT,
+                        "countedAt": NUM,  # only on an earlier count, with why (``stale``)
+                        "stale": STR,
+                    }
+                ),
             },
             ("daemon", "message"),
         ),

@@ -24,6 +24,7 @@ from sidecar.index.indexer import Indexer
 from sidecar.index.problems import Problems
 from sidecar.index.repair import Repair
 from sidecar.index.vectoring import Stores, Vectoring
+from sidecar.memory.counting import BoundedCounts
 from sidecar.memory.inbox import Inboxes
 from sidecar.memory.ops import MemoryOps
 from sidecar.model.embedder import EmbedderSlot
@@ -134,9 +135,16 @@ def _left_to_models(cfg: Config, dotted: str) -> bool:
 
 
 def build_handlers(
-    cfg: Config, parts: Parts, slot: EmbedderSlot, service: ServiceState, inboxes: Inboxes
+    cfg: Config,
+    parts: Parts,
+    slot: EmbedderSlot,
+    service: ServiceState,
+    inboxes: Inboxes,
+    *,
+    counts: BoundedCounts | None = None,
 ) -> Handlers:
-    """One handler per protocol op, over the built parts."""
+    """One handler per protocol op, over the built parts; ``counts``: the daemon's inbox counts,
+    kept across handler builds."""
     stores = parts.stores
     retriever = Retriever(
         stores,
@@ -159,7 +167,9 @@ def build_handlers(
         retriever=retriever,
         slot=slot,
         service=service,
-        memory=MemoryOps(cfg, inboxes, parts.indexer, slot, stores=stores, problems=parts.problems),
+        memory=MemoryOps(
+            cfg, inboxes, parts.indexer, slot, stores=stores, problems=parts.problems, counts=counts
+        ),
     )
 
 

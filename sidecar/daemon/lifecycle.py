@@ -62,6 +62,7 @@ from sidecar.daemon.watchdog import Watchdog, status_line
 from sidecar.index.indexer import Indexer
 from sidecar.index.migration import attach, serving_model
 from sidecar.index.problems import Problems
+from sidecar.memory.counting import BoundedCounts
 from sidecar.memory.inbox import Inboxes
 from sidecar.model import prepared
 from sidecar.model.embedder import EmbedderSlot, model_name
@@ -76,6 +77,9 @@ from sidecar.vault.watcher import Watcher
 log = logging.getLogger(__name__)
 
 _JOIN_TIMEOUT = 10.0
+# How long a thread of a failed switch may keep the next switch waiting before status says to
+# restart: only a restart ends a thread stuck for good (a read of a hard-hung share, a native call).
+_CLOSING_STUCK_S = 180.0
 # Keys a reload applies; every other one is read at start.
 _RELOADED = ("search.", "recall.", "index.exclude", "index.obsidianExcludes", "index.obsidianTemplates")
 # Keys that say which daemon a file is for: a file naming others is not this daemon's any more
@@ -123,9 +127,18 @@ class Daemon:
         self._work_stop = threading.Event()
         # Closes the stores of a failed switch once its threads still running end (``_close_after``).
         self._closing: threading.Thread | None = None
+        self._closing_for: tuple[list[str], float] = ([], 0.0)  # its threads' names, since (monotonic)
         self._said_closing = False
+        self._said_stuck = False
+        # The read-only state last logged at ERROR/WARNING (a failed switch is tried every few
+        # seconds: each try logged both again); None once writable.
+        self._said_read_only: str | None = None
+        self._said_still: str | None = None
         self._dispatch: _Dispatch | None = None
         self._inboxes: Inboxes | None = None
+        # health's inbox counts: one per daemon, not per handler build (a failed switch rebuilds
+        # them every few seconds; each new one started one more stuck count and forgot the last).
+        self._counts = BoundedCounts()
         self.loop: IndexLoop | None = None
         self.watcher: Watcher | None = None
         # Reloads one at a time, each reading the file inside: two SIGHUPs close together ran in
@@ -237,6 +250,8 @@ class Daemon:
 
         self._start_thread("switch-close", close)
         self._closing = self._threads[-1]
+        self._closing_for = ([t.name for t in stragglers], time.monotonic())
+        self._said_stuck = False
 
     def _start_work(self, parts: Parts, work: threading.Event) -> Handlers:
         cfg = self.cfg
@@ -366,14 +381,17 @@ class Daemon:
             parts.indexer.activity.first_sweep_done = True  # the index as it was: nothing is read now
             refusal = self._refusal = ReadOnly(cfg.index_dir, parts.stores.manifest.path, cfg.agents_dir)
             refusal.failed = failed
+            refusal.waiting = self._switch_waits
+            manifest = parts.stores.manifest
+            refusal.needs = 0 if manifest.read_only else manifest.write_back_needs()
             # Kept writable stores: a memory write would go through their writable indexer, onto
             # the full disk (and wait a minute for a tokenizer never loaded): refused instead.
             refusal.kept = kept is not None
             parts.problems.report("index", refusal.message(), since=refusal.since)
-            log.error("index_read_only %s", refusal.message())
+            self._log_read_only(refusal)
             service = ServiceState(self.started, lambda: 0, lambda *_a: None, list, self.reload)
             inboxes = Inboxes(cfg, home=parts.supervisor.home, clock=parts.clock)
-            handlers = build_handlers(cfg, parts, slot, service, inboxes)
+            handlers = build_handlers(cfg, parts, slot, service, inboxes, counts=self._counts)
             self._retriever = handlers.retriever
             refusal.wrap(handlers, parts.problems)
         except BaseException:
@@ -387,6 +405,13 @@ class Daemon:
                     parts.stores.close()
             raise
         return handlers
+
+    def _log_read_only(self, refusal: ReadOnly) -> None:
+        """``index_read_only`` at ERROR once per reason, not at every failed switch."""
+        reason = refusal.reason()
+        level = logging.ERROR if reason != self._said_read_only else logging.DEBUG
+        self._said_read_only = reason
+        log.log(level, "index_read_only %s", refusal.message())
 
     def _wait_for_space(self) -> None:
         """Ask the disk (statvfs, then a small written probe) with growing waits (1 s doubling up
@@ -407,6 +432,7 @@ class Daemon:
     def _space_check(self) -> bool:
         """One check of the disk: whether the daemon is writable now."""
         self._feed_watchdog()
+        self._note_stuck()
         if disk_full_at(self.cfg.index_dir):
             with self._unless_stopped() as going_on:
                 if going_on:
@@ -455,7 +481,7 @@ class Daemon:
         if dispatch is None:  # the space check began before the server was built: the next tick
             return False
         with self._unless_stopped() as going_on:
-            if not going_on or self._still_closing():
+            if not going_on or self._still_closing() or self._write_back_waits():
                 return False
             if not dispatch.hold(interim=self._switching_health(dispatch)):
                 log.warning(
@@ -472,7 +498,13 @@ class Daemon:
                 # Any failure: one of another type (no thread could be started) killed the space
                 # check with every request held for good.
                 name = "index_read_only_still" if isinstance(exc, DiskFullError) else "index_writable_failed"
-                log.warning("%s error=%s; serving read-only", name, exc)
+                said = f"{name} error={exc}"
+                log.log(
+                    logging.WARNING if said != self._said_still else logging.DEBUG,
+                    "%s; serving read-only",
+                    said,
+                )
+                self._said_still = said
                 failed = None if isinstance(exc, DiskFullError) else str(exc)
                 again: Dispatcher = _Refusing("the index cannot be read now; the daemon tries again")
                 try:
@@ -481,6 +513,7 @@ class Daemon:
                     dispatch.release(again)
                 return False
             dispatch.release(handlers)  # a no-op once the daemon stops: it refuses from then on
+            self._said_read_only = self._said_still = None
             return True
 
     def _still_closing(self) -> bool:
@@ -496,7 +529,54 @@ class Daemon:
                 "tried again once it ends"
             )
         self._said_closing = True
+        self._report_read_only()  # the disk has room: the waiting is the reason now
         return True
+
+    def _switch_waits(self) -> str | None:
+        """Why the switch to writable waits for a thread of a failed one, or None (``ReadOnly``)."""
+        closing = self._closing
+        if closing is None or not closing.is_alive():
+            return None
+        names, since = self._closing_for
+        waited = time.monotonic() - since
+        text = (
+            f"a thread of a previous attempt to switch to writable ({', '.join(names) or 'switch'}) "
+            "is still running, and the switch waits for it to end"
+        )
+        if waited >= _CLOSING_STUCK_S:
+            return f"{text} (for {waited / 60:.0f} min; restart the daemon: only a restart ends it)"
+        return f"{text} (restart the daemon if this lasts)"
+
+    def _note_stuck(self) -> None:
+        """Past ``_CLOSING_STUCK_S`` a thread of a failed switch that still runs is a problem of
+        its own in status, with the restart it needs (logged once: ``index_switch_stuck``)."""
+        waits, ro = self._switch_waits(), self._read_only_parts
+        stuck = waits is not None and time.monotonic() - self._closing_for[1] >= _CLOSING_STUCK_S
+        if stuck and not self._said_stuck:
+            log.error("index_switch_stuck threads=%s; restart the daemon", ",".join(self._closing_for[0]))
+        self._said_stuck = stuck
+        if ro is not None:
+            if stuck and waits is not None:  # status: "PROBLEM (restart needed): …"
+                ro.problems.report("restart", waits, subject="switch")
+            else:
+                ro.problems.clear("restart", subject="switch")
+
+    def _write_back_waits(self) -> bool:
+        """Whether kept writable stores' log cannot be written back yet (too little room): the
+        switch is not tried (it held the requests and rebuilt the read-only handlers only to
+        fail), and status says how much space it needs."""
+        parts, refusal = self._read_only_parts, self._refusal
+        if parts is None or refusal is None or parts.stores.manifest.read_only:
+            return False
+        refusal.needs = parts.stores.manifest.write_back_needs()
+        self._report_read_only()
+        return refusal.needs > 0
+
+    def _report_read_only(self) -> None:
+        """The index's problem said anew (the reason or the free space changed)."""
+        ro, refusal = self._read_only_parts, self._refusal
+        if ro is not None and refusal is not None:
+            ro.problems.report("index", refusal.message(), since=refusal.since)
 
     def _switching_health(self, dispatch: _Dispatch) -> _Switching | None:
         """What answers health during the switch: the read-only handlers' last answer with the
@@ -574,7 +654,7 @@ class Daemon:
             self.reload,
             loop.catching_up,
         )
-        handlers = build_handlers(cfg, parts, self.slot, service, inboxes)
+        handlers = build_handlers(cfg, parts, self.slot, service, inboxes, counts=self._counts)
         self._retriever = handlers.retriever
         return handlers
 
@@ -936,6 +1016,9 @@ class ReadOnly:
         self.index_dir = index_dir
         self.agents_dir = agents_dir
         self.failed: str | None = None  # why the last switch to writable failed, if not for space
+        # Why the switch waits for a thread of a failed one, while it does (``Daemon._switch_waits``).
+        self.waiting: Callable[[], str | None] = lambda: None
+        self.needs = 0  # the free bytes kept stores' log needs to be written back, while it waits
         # Serving through kept writable stores (``Daemon._let_go``): memory writes are refused
         # wherever the inboxes are, their index update would write onto the full disk.
         self.kept = False
@@ -962,11 +1045,18 @@ class ReadOnly:
         except OSError:  # the agents folder gone: refused with the read-only message
             return False
 
+    def reason(self) -> str:
+        """The kind of reason ``message`` gives, without its figures (logged once per kind)."""
+        if self.waiting():
+            return "waiting"
+        return f"failed {self.failed}" if self.failed else ("needs" if self.needs else "full")
+
     def message(self) -> str:
         try:
             free = shutil.disk_usage(self.index_dir).free
         except OSError:
             free = 0
+        waiting = self.waiting()
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.since))
         waits = (
             "indexing and rebuilds wait until there is space (memory writes are saved in the "
@@ -975,11 +1065,22 @@ class ReadOnly:
             else "indexing, memory writes and rebuilds wait until there is space"
         )
         # A failure of another kind said "the disk holding the index is full: 24.5 MB free".
-        why = (
-            f"the index could not be opened for writing ({self.failed}; tried again every few seconds)"
-            if self.failed
-            else f"the disk holding the index is full: {free / 1e6:.1f} MB free"
-        )
+        if waiting:  # it said "the disk is full: 21.9 MB free", with room on the disk
+            until = waits.replace("until there is space", "until it ends")
+            return (
+                f"read-only: {waiting}; answers come from the index as it was at {when}; {until} "
+                f"({free / 1e6:.1f} MB free on the index's disk)"
+            )
+        if self.failed:
+            why = f"the index could not be opened for writing ({self.failed}; tried again every few seconds)"
+        else:
+            why = f"the disk holding the index is full: {free / 1e6:.1f} MB free"
+            if self.needs:  # said "full: 1.5 MB free" where the space check saw room
+                room = "is full" if free < LOW_BYTES else "has too little room"
+                why = (
+                    f"the disk holding the index {room}: {free / 1e6:.1f} MB free, "
+                    f"{self.needs / 1e6:.1f} MB needed to write the index's log back into its file"
+                )
         return (
             f"{why}; answers come from the index as it was at {when}; {waits} (the daemon resumes by itself)"
         )

@@ -84,6 +84,7 @@ class MemoryOps:
         *,
         stores: Stores,
         problems: Problems,
+        counts: BoundedCounts | None = None,
     ) -> None:
         self.cfg = cfg
         self.inboxes = inboxes
@@ -93,12 +94,14 @@ class MemoryOps:
         self.manifest = stores.manifest
         self.problems = problems
         inboxes.indexed = lambda agent: bool(self.manifest.file_states(f"memory/{agent}/"))
-        self._counts = BoundedCounts(self._usage, min(USAGE_WAIT_S, cfg.watch.probe_timeout_seconds))
+        # The daemon's one instance (``Daemon``), which outlives these handlers: it holds the
+        # counts still running and the last figures across handler builds.
+        self._counts = counts if counts is not None else BoundedCounts()
 
     def usage(self, agent: str) -> dict[str, Any] | None:
         """The agent's inbox against its limits, counted within a bound (``BoundedCounts``: an
         inbox on a share that hangs held health's threads); else the last count, marked ``stale``."""
-        return self._counts.usage(agent)
+        return self._counts.usage(agent, self._usage, min(USAGE_WAIT_S, self.cfg.watch.probe_timeout_seconds))
 
     def _usage(self, agent: str) -> dict[str, Any] | None:
         """None when the inbox cannot be read (the status of the daemon must not fail on an
@@ -416,7 +419,9 @@ class MemoryOps:
         return out
 
     def _inbox_listing(self, agent: str) -> Sequence[tuple[str, bool]] | None:
-        """The inbox's files (name, is a link), one folder read; None when it cannot be read. An
+        """The inbox's files (name, is a link), one folder read; none when the folder is not there
+        (removed whole: its notes are gone, though the index still holds them, and were listed
+        again as indexed); None when it cannot be read (what is there is not known). An
         inbox that is a link (into another agent's, or elsewhere) is never asked for: neither read
         nor listed. A note that is a symbolic link is listed (never followed: its name only), with
         why it is not read (it went unlisted, though list promises every note there)."""
@@ -427,6 +432,8 @@ class MemoryOps:
                     for e in entries
                     if e.is_file(follow_symlinks=False) or e.is_symlink()
                 ]
+        except FileNotFoundError:
+            return []
         except OSError:
             return None
 

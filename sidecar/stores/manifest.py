@@ -528,21 +528,12 @@ class Manifest(VectorBook):
         writer is closed. False when the checkpoint fails (the file cannot grow: its disk is full):
         only a writer reads those commits then. Not tried while the disk has less room than the
         file must grow by: a failed try left the file grown into whatever space the user had
-        freed, at every retry (the space check's, every few seconds), up to the log's size."""
+        freed, at every retry (the space check's, every few seconds), up to the log's size. Tried
+        on a full disk when the file need not grow: the checkpoint then only frees space."""
         wal = self.path.with_name(self.path.name + "-wal")
         with self._lock:
             try:
-                grows = self._growth()
-                free = free_bytes(self.path.parent)
-                if free is not None and grows + PROBE_BYTES > free:
-                    if not self._write_back_waits:
-                        log.warning(
-                            "index_write_back_waits needed_bytes=%d free_bytes=%d (tried again once "
-                            "there is room)",
-                            grows,
-                            free,
-                        )
-                    self._write_back_waits = True
+                if self._needs():
                     return False
                 busy = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
             except (sqlite3.Error, OSError):
@@ -552,6 +543,32 @@ class Manifest(VectorBook):
                 return busy == 0 and (not wal.exists() or wal.stat().st_size == 0)
             except OSError:
                 return False
+
+    def write_back_needs(self) -> int:
+        """The free bytes the disk must have before the write-back is tried; 0 when it is tried now
+        (there is room, or the file need not grow). Asked before a switch to writable, which would
+        hold the requests and reopen the read-only handlers only to find it waits."""
+        with self._lock:
+            try:
+                return self._needs()
+            except (sqlite3.Error, OSError):
+                return 0  # the write-back is tried and says what fails
+
+    def _needs(self) -> int:
+        """The free bytes the write-back waits for, 0 if none (``index_write_back_waits`` said
+        once while it waits)."""
+        grows = self._growth()
+        free = free_bytes(self.path.parent)
+        if not grows or free is None or grows + PROBE_BYTES <= free:
+            return 0
+        if not self._write_back_waits:
+            log.warning(
+                "index_write_back_waits needed_bytes=%d free_bytes=%d (tried again once there is room)",
+                grows,
+                free,
+            )
+        self._write_back_waits = True
+        return grows + PROBE_BYTES
 
     def _growth(self) -> int:
         """By how many bytes writing the log back grows the main file: the database's size as

@@ -554,3 +554,148 @@ def test_memory_writes_stay_refused_while_read_only_when_the_inboxes_share_the_f
     err = read_only_start.refused("write", {"slug": "plan", "content": "# Plan\n\nx\n"})
     assert err.code == "storage" and "memory writes and rebuilds wait" in str(err)
     assert not list(read_only_start.d.cfg.agents_dir.rglob("plan.md"))
+
+
+def test_failed_switches_start_no_second_count_of_a_hung_inbox_and_keep_its_last_figure(
+    read_only_start: ReadOnlyStart, monkeypatch: Any
+) -> None:
+    """Each failed switch to writable (tried every few seconds) built new handlers, and with them
+    a new inbox counter: one more stuck count thread of a hung inbox at each try, and the last
+    figure forgotten (health's inbox null). The daemon keeps one counter: one stuck thread, and
+    health answers the last figure, marked stale."""
+    from sidecar.contracts.errors import StorageError
+    from sidecar.memory import ops
+    from sidecar.memory.inbox import Inboxes
+
+    start = read_only_start
+    monkeypatch.setattr(ops, "USAGE_WAIT_S", 0.2)
+
+    def fails(self: Indexer) -> None:
+        raise StorageError("the resume failed")  # a switch that fails for another reason
+
+    monkeypatch.setattr(Indexer, "finish_interrupted", fails)
+    start.free()
+    release, hang = threading.Event(), threading.Event()
+    real = Inboxes.usage
+
+    def usage(self: Inboxes, agent: str) -> dict[str, int]:
+        if hang.is_set():
+            release.wait(60)  # the agents' share stopped answering
+        return real(self, agent)
+
+    monkeypatch.setattr(Inboxes, "usage", usage)
+    try:
+        assert start.ask("health")["inbox"]["notes"] == 0
+        earlier = set(threading.enumerate())
+        hang.set()
+        for _ in range(3):
+            before = start.d._dispatch._handlers  # type: ignore[union-attr]
+            assert start.d._space_check() is False
+            assert start.d._dispatch._handlers is not before  # type: ignore[union-attr]
+            inbox = start.ask("health")["inbox"]
+            assert inbox is not None and inbox["notes"] == 0 and "hung share" in inbox["stale"]
+        assert sum(1 for t in set(threading.enumerate()) - earlier if t.name == "inbox-count") == 1
+    finally:
+        release.set()
+
+
+def test_a_switch_waiting_for_a_thread_of_a_failed_one_says_so_and_asks_for_a_restart(
+    read_only_start: ReadOnlyStart, monkeypatch: Any
+) -> None:
+    """A thread of a failed switch that never ends (a read of a hard-hung share) defers every
+    later switch: status and the refused writes said "the disk holding the index is full: 21.9 MB
+    free" with the space freed. They say the switch waits for that thread; past a bound status has
+    a problem of its own asking for a restart (the stores are not closed under the thread)."""
+    from sidecar.daemon.indexing import IndexLoop
+
+    start = read_only_start
+    hang = threading.Event()
+    real_run, real_build = IndexLoop.run, lifecycle.build_scheduler
+
+    def deaf(self: IndexLoop) -> None:
+        hang.wait(60)
+
+    def full(*a: Any, **kw: Any) -> Any:
+        start.d.parts.stores.manifest.set_meta("batch", "x" * 3_000_000)  # type: ignore[union-attr]
+        fill(start.disk)
+        raise DiskFullError("the disk filled again during the resume")
+
+    monkeypatch.setattr(IndexLoop, "run", deaf)
+    monkeypatch.setattr(lifecycle, "build_scheduler", full)
+    monkeypatch.setattr(lifecycle, "_JOIN_TIMEOUT", 0.2)
+    start.free()
+
+    def problems() -> dict[str, str]:
+        return {p["area"]: p["error"] for p in start.ask("health")["problems"]["active"]}
+
+    try:
+        assert start.d._switch_to_writable() is False
+        monkeypatch.setattr(IndexLoop, "run", real_run)
+        monkeypatch.setattr(lifecycle, "build_scheduler", real_build)
+        start.free()
+        assert start.d._space_check() is False
+        said = problems()
+        assert "(indexer) is still running" in said["index"] and "restart the daemon if" in said["index"]
+        assert "disk holding the index is full" not in said["index"] and "restart" not in said
+        refused = start.refused("write", {"slug": "later", "content": "# Later\n\nafter the space\n"})
+        assert "(indexer) is still running" in str(refused)
+        monkeypatch.setattr(lifecycle, "_CLOSING_STUCK_S", 0.0)
+        assert start.d._space_check() is False
+        assert "only a restart ends it" in problems()["restart"]
+    finally:
+        hang.set()
+    closing = start.d._closing
+    assert closing is not None
+    closing.join(10)
+    assert start.d._space_check() is True
+    assert start.handlers() == "Handlers" and _found(start)
+
+
+def test_a_write_back_that_waits_for_room_is_not_tried_each_check_and_says_what_it_needs(
+    read_only_start: ReadOnlyStart, monkeypatch: Any, caplog: Any
+) -> None:
+    """Kept writable stores, some space back, less than their log needs: every check (5 s) held
+    the requests, rebuilt the read-only handlers and logged index_read_only_still and
+    index_read_only again, and status said "the disk holding the index is full: 1.5 MB free".
+    The switch is not tried while the write-back waits; status says the space it needs."""
+    import logging
+
+    start = read_only_start
+    _kept(start, monkeypatch)
+    start.free()
+    filler = fill(start.disk)
+    os.truncate(filler, filler.stat().st_size - 1_500_000)
+    caplog.set_level(logging.INFO)
+    caplog.clear()
+    for _ in range(4):
+        assert start.d._space_check() is False
+    said = [r.getMessage().split(" ")[0] for r in caplog.records if r.levelno >= logging.WARNING]
+    assert said.count("index_read_only") <= 1 and said.count("index_read_only_still") <= 1, said
+    index = {p["area"]: p["error"] for p in start.ask("health")["problems"]["active"]}["index"]
+    assert "MB needed to write the index's log back" in index, index
+    assert start.handlers() == "Handlers" and _found(start)
+    start.free()
+    assert start.d._space_check() is True
+    assert start.handlers() == "Handlers" and _found(start)
+
+
+def test_the_write_back_is_tried_on_a_full_disk_when_the_file_need_not_grow(tmp_path: Path) -> None:
+    """The write-back waited for room even when the manifest's file need not grow (its log only
+    rewrites pages it has): the checkpoint then only frees space, and is tried."""
+    from sidecar.stores.manifest import Manifest
+
+    with tmpfs(tmp_path / "disk", "8m") as disk:
+        manifest = Manifest(disk / "manifest.sqlite")
+        try:
+            manifest._db.execute("PRAGMA wal_autocheckpoint=0")
+            manifest.set_meta("batch", "x" * 1_000_000)
+            manifest._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            manifest.set_meta("batch", "y" * 1_000_000)  # the same pages rewritten: in the log
+            wal = disk / "manifest.sqlite-wal"
+            assert wal.stat().st_size > 1_000_000 and manifest._growth() == 0
+            fill(disk)
+            assert disk_full_at(disk)
+            assert manifest.written_back() is True
+            assert wal.stat().st_size == 0
+        finally:
+            manifest.close()
