@@ -24,6 +24,7 @@ from sidecar.config import MODEL_DEFAULTS, RecallConfig, SearchConfig
 from sidecar.contracts.errors import EmbedderError, StoreError
 from sidecar.contracts.wire import SearchResult, memory_agent
 from sidecar.index.problems import Problems
+from sidecar.index.repair import ready_inbox
 from sidecar.index.vectoring import Stores, VectorSet
 from sidecar.model.embedder import Embedder, EmbedderSlot, cosine_range, model_name
 from sidecar.notes.links import cited_by
@@ -752,6 +753,7 @@ class Retriever:
 
     def search_text(self, req: SearchRequest, text: str) -> SearchResult:
         """The hits for ``text`` (filters already split off) under ``req``."""
+        ready_inbox(self.stores, req.agent)  # an agent back after a long while: its index rebuilt
         seen, qa, spelled = self.read_spelling(text, req.agent)
         early = self.start_vectors(req, seen, qa)
         rare, weight = self.plan(qa, req.agent)
