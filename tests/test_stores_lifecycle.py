@@ -395,7 +395,7 @@ def test_bm25_index_of_an_older_layout_is_upgraded(
         assert h2.stores.bm25.num_pages() == h2.stores.manifest.indexed_page_count() > 0
         names = sorted(p.name for p in (cfg.index_dir / "bm25").iterdir())
         # the notes' umlaut words and the layout beside
-        assert names == ["chunks", "layout.json", "memory", "pages", "umlauts.txt"]
+        assert names == ["chunks", "layout.json", "memory", "memory-all", "pages", "umlauts.txt"]
         assert not any(r.levelname in ("WARNING", "ERROR") for r in caplog.records)
     finally:
         h2.close()

@@ -238,7 +238,9 @@ def _refill_inboxes(stores: Stores, chunks: int, pages: int) -> bool:
         fill_everyone(stores)
     # An agent without an index of its own (removed as idle) is no disagreement: a search with
     # its scope rebuilds it. Until the index of all memory is filled, each inbox counts.
-    agents = have.keys() if everyone is not None else wanted.keys() | have.keys()
+    # One moved aside as damaged (``inbox_counts``) is refilled now, as before.
+    aside = {a for a in stores.bm25.failing if "/" not in a and a in wanted}
+    agents = have.keys() | aside if everyone is not None else wanted.keys() | have.keys()
     apart = sorted(a for a in agents if wanted.get(a, (0, 0)) != have.get(a, (0, 0)))
     for agent in apart:
         refill_inbox(stores, agent)

@@ -1282,22 +1282,29 @@ class Bm25Index:
                 (tantivy.Occur.Must, tantivy.Query.term_set_query(schema, "chunk_id", list(among))),
             ]
         )
-        folders = [self._chunks]
+        folders = [(self._chunks, query)]
         if agents and self._everyone is not None and self.everyone_ready:
-            # Whether a chunk holds a word is the chunk's alone: one index answers for every agent.
-            folders.append(self._everyone[0])
+            # Whether a chunk holds a word is the chunk's alone: one index answers for every agent
+            # named (no agent's own index opened).
+            named = tantivy.Query.term_set_query(schema, "agent", sorted(agents))
+            folders.append(
+                (
+                    self._everyone[0],
+                    tantivy.Query.boolean_query([(tantivy.Occur.Must, query), (tantivy.Occur.Must, named)]),
+                )
+            )
             agents = ()
         for agent in sorted(agents):
             pair = self._inbox(agent)
             if pair is not None:
-                folders.append(pair[0])
+                folders.append((pair[0], query))
         out: set[str] = set()
-        for folder in folders:
+        for folder, asked in folders:
             searcher = folder.searcher
             if searcher.num_docs == 0:
                 continue
             with _engine("search"):
-                result = searcher.search(query, limit=len(among), count=False)
+                result = searcher.search(asked, limit=len(among), count=False)
                 out.update(
                     str(searcher.doc(address).get_first("chunk_id")) for _score, address in result.hits
                 )
