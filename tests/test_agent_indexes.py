@@ -293,3 +293,24 @@ def test_read_only_removes_and_rebuilds_nothing(tmp_path: Path) -> None:
     finally:
         idx.close()
     assert sorted(str(p) for p in path.rglob("*")) == before
+
+
+def test_why_scores_an_agents_note_as_its_search_does(make_cfg: Any, vault: Path) -> None:
+    """`why` asked by an agent gives its memory note the keyword score the agent's search gave
+    (from its own index), not a person's (all memory's lengths): other agents' longer notes
+    would move it."""
+    from sidecar.search.explain import explain
+    from sidecar.search.retrieval import Retriever, SearchRequest
+
+    long = "# Log\n\n" + " ".join(f"word{i}" for i in range(300)) + " kayak lake\n"
+    cfg = _with_agents(make_cfg, vault, {**_NOTES, "gamma": {"log": long, "log2": long + "more"}})
+    h = Harness(cfg, None)
+    try:
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        hits = r.search(SearchRequest("kayak lake", 10, 0.0, agent="alpha")).hits
+        scores = {hit.reference: hit.bm25_score for hit in hits}
+        why = explain(r, "memory/alpha/trip", "kayak lake", "alpha")
+        assert scores["memory/trip"] is not None
+        assert [c.bm25_score for c in why.chunks] == [pytest.approx(scores["memory/trip"], abs=1e-3)]
+    finally:
+        h.close()
