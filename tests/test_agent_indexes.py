@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from sidecar.index.repair import ready_inbox, remove_idle_inboxes
 from tests.conftest import FakeEmbedder, Harness, write
 from tests.index_helpers import search
 
@@ -117,6 +116,18 @@ _NOTES = {
     },
     "beta": {"trip": "# Trip\n\nThe kayak of beta waits at the river, kayak kayak.\n"},
 }
+
+
+def ready_inbox(stores: Any, agent: str | None) -> None:
+    from sidecar.index.repair import ready_inbox as ready
+
+    ready(stores, agent)
+
+
+def remove_idle_inboxes(stores: Any, days: int) -> None:
+    from sidecar.index.repair import remove_idle_inboxes as remove
+
+    remove(stores, days)
 
 
 def _age(cfg: Any, agent: str, days: float) -> None:
