@@ -325,3 +325,32 @@ def test_why_scores_an_agents_note_as_its_search_does(make_cfg: Any, vault: Path
         assert [c.bm25_score for c in why.chunks] == [pytest.approx(scores["memory/trip"], abs=1e-3)]
     finally:
         h.close()
+
+
+def test_an_index_of_all_memory_damaged_while_running_is_reported_and_refilled(tmp_path: Path) -> None:
+    """The index of every agent's memory failing a person's search: that search reads the
+    agents' own indexes instead, the failure is reported (``failing``) for the repair, and the
+    refill moves it aside and fills a new one; the agents' own indexes are left alone."""
+    from sidecar.stores.bm25 import EVERYONE, Bm25Index
+
+    path = tmp_path / "index" / "bm25"
+    idx = Bm25Index(path)
+    try:
+        docs = [_doc("memory/alpha/a", "kayak alpha"), _doc("memory/beta/b", "kayak beta")]
+        idx.add([_doc("vault/v", "kayak vault"), *docs])
+        idx.commit()
+        for f in (path / "memory-all" / "chunks").glob("*.term"):  # cut short under the open index
+            with f.open("r+b") as fh:
+                fh.truncate(f.stat().st_size // 3)
+        found = sorted(k for k, _ in idx.search("kayak", 10))
+        assert found == ["memory/alpha/a#0", "memory/beta/b#0", "vault/v#0"]
+        assert f"{EVERYONE}/chunks" in idx.failing
+        idx.refill_everyone(docs)
+        assert idx.failing == {} and idx.everyone_counts() == (2, 2)
+        assert [p.name.split(".broken-")[0] for p in (tmp_path / "index").glob("*.broken-*")] == [
+            "bm25-memory-all"
+        ]
+        idx._open.clear()
+        assert sorted(k for k, _ in idx.search("kayak", 10)) == found and idx._open == {}
+    finally:
+        idx.close()

@@ -47,7 +47,7 @@ from sidecar.search.request import SearchRequest, filters_alone, with_filters
 from sidecar.search.results import analysis_of, to_hit
 from sidecar.search.words import WORD
 from sidecar.search.words import fold as fold_word
-from sidecar.stores.bm25 import Bm25Index
+from sidecar.stores.bm25 import EVERYONE, Bm25Index
 from sidecar.stores.manifest import ChunkView, NoteDay
 
 log = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ def _inboxes_failing(bm25: Bm25Index, req: SearchRequest) -> str | None:
         agents = [a for a in agents if a == req.agent]
     if not agents:
         return None
-    names = ", ".join(f"memory/{a}" for a in agents)
+    names = ", ".join("all agents' memory" if a == EVERYONE else f"memory/{a}" for a in agents)
     return (
         f"the keyword index of {names} is damaged and is being rebuilt from the notes in the "
         "background: its notes may be missing from this answer"
