@@ -354,3 +354,70 @@ def test_an_index_of_all_memory_damaged_while_running_is_reported_and_refilled(t
         assert sorted(k for k, _ in idx.search("kayak", 10)) == found and idx._open == {}
     finally:
         idx.close()
+
+
+def test_a_failed_rebuild_of_a_returning_agents_index_is_said_and_tried_again(
+    make_cfg: Any, vault: Path, monkeypatch: Any
+) -> None:
+    """The rebuild of an idle-removed agent's index failing (a full disk at its commit): the
+    search answers (vault and vector results) and says the agent's notes may be missing; no
+    empty index is left to pass for the agent's memory; once there is room the next search
+    rebuilds it whole. `why` answers too."""
+    from sidecar.contracts.errors import DiskFullError
+    from sidecar.search.explain import explain
+    from sidecar.search.retrieval import Retriever, SearchRequest
+    from sidecar.stores import bm25 as b
+
+    cfg = _with_agents(make_cfg, vault, _NOTES)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        idx = h.stores.bm25
+        _age(h.cfg, "alpha", 40)
+        idx._used_at.clear()
+        assert idx.remove_idle(30 * 86400) == ["alpha"]
+        real = b._Folder.commit
+
+        def full(self: Any) -> None:
+            if "/memory/alpha/" in str(self.path):
+                raise DiskFullError("No space left on device (simulated)")
+            real(self)
+
+        monkeypatch.setattr(b._Folder, "commit", full)
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        for _ in range(2):
+            result = r.search(SearchRequest("kayak lake", 10, 0.0, agent="alpha"))
+            assert result.degraded is not None and "memory/alpha" in result.degraded
+            assert idx.inbox_missing("alpha") and "alpha" in idx.failing
+            assert not (cfg.index_dir / "bm25/memory/alpha").exists()
+        assert explain(r, "memory/alpha/trip", "kayak lake", "alpha").indexed
+        monkeypatch.setattr(b._Folder, "commit", real)
+        result = r.search(SearchRequest("kayak lake", 10, 0.0, agent="alpha"))
+        assert idx.failing == {} and not idx.inbox_missing("alpha")
+        assert {k for k in _keys(h, "kayak", "alpha") if k.startswith("memory/")} == {
+            "memory/alpha/trip",
+            "memory/alpha/gear",
+        }
+    finally:
+        h.close()
+
+
+def test_an_index_whose_searches_fail_is_not_removed_as_idle(tmp_path: Path) -> None:
+    """A search failure is reported as ``<agent>/chunks``: the idle removal leaves that index to
+    the repair (moved aside, kept as evidence), and its report stays."""
+    from sidecar.stores.bm25 import Bm25Index
+
+    path = tmp_path / "index" / "bm25"
+    idx = Bm25Index(path)
+    try:
+        idx.add([_doc("memory/alpha/a", "kayak alpha"), _doc("memory/beta/b", "kayak beta")])
+        idx.commit()
+        assert idx.everyone_ready
+        idx.failing["alpha/chunks"] = "damaged (simulated)"
+        when = time.time() - 40 * 86400
+        for f in (path / "memory").rglob("*"):
+            os.utime(f, (when, when))
+        idx._used_at.clear()
+        assert idx.remove_idle(30 * 86400) == ["beta"]
+        assert (path / "memory" / "alpha").is_dir() and "alpha/chunks" in idx.failing
+    finally:
+        idx.close()

@@ -71,7 +71,9 @@ def fill_everyone(stores: Stores) -> None:
 def ready_inbox(stores: Stores, agent: str | None) -> None:
     """Before a search with ``agent``'s scope: its own keyword index, rebuilt from the manifest
     when it was removed as idle (``Bm25Index.remove_idle``), so that the agent finds all its
-    memory scored from its own statistics; its use noted."""
+    memory scored from its own statistics; its use noted. A rebuild that fails (a full disk)
+    leaves no index and reports the agent's in ``failing``: the search goes on without it and
+    says so (as for a damaged one), the next search or the repair tries again."""
     if agent is None:
         return
     bm25 = stores.bm25
@@ -79,7 +81,12 @@ def ready_inbox(stores: Stores, agent: str | None) -> None:
         started = time.monotonic()
         with stores.write_lock:
             if stores.bm25.inbox_missing(agent):  # not rebuilt by another search meanwhile
-                refill_inbox(stores, agent)
+                try:
+                    refill_inbox(stores, agent)
+                except StoreError as exc:
+                    log.error("inbox_index_rebuild_failed agent=%s error=%s", agent, exc)
+                    bm25.not_rebuilt(agent, exc)
+                    return
                 log.info(
                     "inbox_index_rebuilt agent=%s reason=used again seconds=%.2f",
                     agent,

@@ -541,6 +541,7 @@ _FILLED = "filled"
 # (the mtime of ``memory/<agent>/used``); a write is its commit's (``meta.json``'s mtime).
 _USE_NOTED_EVERY = 3600.0
 _MOVED_ASIDE = "moved aside as damaged"  # how ``failing`` names an inbox index moved aside
+_NOT_REBUILT = "could not be rebuilt"  # how ``failing`` names an inbox index whose refill failed
 # The name part of an inbox folder being removed (an agent's name has no dot).
 _REMOVED = ".removed-"
 
@@ -832,7 +833,9 @@ class Bm25Index:
                 pair = self._open.get(agent)
                 if pair is not None and any(f.dirty or f._writer is not None for f in pair):
                     continue
-                if agent in self.failing or self._last_use(agent) >= cutoff:
+                # A failing index is moved aside by the repair (kept as evidence), not deleted.
+                failing = (agent, f"{agent}/chunks", f"{agent}/pages")
+                if any(n in self.failing for n in failing) or self._last_use(agent) >= cutoff:
                     continue
                 self._remove_inbox(agent)
                 self._used_at.pop(agent, None)
@@ -1356,6 +1359,12 @@ class Bm25Index:
         """Chunks and pages of the vault's and the wiki's index."""
         return int(self._searcher.num_docs), int(self._pages.searcher.num_docs)
 
+    def not_rebuilt(self, agent: str, exc: BaseException) -> None:
+        """``agent``'s index could not be rebuilt (none is left): reported in ``failing`` until a
+        refill is committed, so that its searches say its notes may be missing and the repair
+        refills it."""
+        self.failing[agent] = f"{_NOT_REBUILT} ({exc})"
+
     def refill_inbox(self, agent: str, docs: Sequence[Bm25Doc]) -> None:
         """One agent's inbox index replaced by ``docs`` (its notes, from the manifest), committed;
         the other indexes are left as they are (refilling all for one agent's cost what the whole
@@ -1370,12 +1379,23 @@ class Bm25Index:
             self._remove_inbox(agent)  # the empty one opened in its place since, if any
             self.failing.update(failed)  # reported until the refill is committed
             self._emptied.discard(agent)
-        if docs:  # its own index alone: the pair of every agent's memory holds them already
-            notes: dict[str, list[Bm25Doc]] = {}
-            for d in docs:
-                notes.setdefault(d.key, []).append(d)
-            self._add(notes, everyone=False)
-        self.commit()
+        try:
+            if docs:  # its own index alone: the pair of every agent's memory holds them already
+                notes: dict[str, list[Bm25Doc]] = {}
+                for d in docs:
+                    notes.setdefault(d.key, []).append(d)
+                self._add(notes, everyone=False)
+            self.commit()
+        except Exception as exc:
+            # A full disk, an I/O error: the half-made index would pass for the agent's whole
+            # memory (empty, unreported, kept until a restart). Dropped, so that the next search
+            # with its scope rebuilds it again; reported meanwhile (the answer says its notes may
+            # be missing, the repair refills it).
+            with self._lock:
+                self._remove_inbox(agent)
+                self.failing.update(failed)
+            self.not_rebuilt(agent, exc)
+            raise
         for name in failed:
             self.failing.pop(name, None)
 
