@@ -421,3 +421,38 @@ def test_an_index_whose_searches_fail_is_not_removed_as_idle(tmp_path: Path) -> 
         assert (path / "memory" / "alpha").is_dir() and "alpha/chunks" in idx.failing
     finally:
         idx.close()
+
+
+def test_memory_written_by_an_older_version_is_refilled_into_the_index_of_all_memory(
+    make_cfg: Any, vault: Path
+) -> None:
+    """A downgrade writes the agents' own indexes and the manifest, never the index of all memory
+    (its `filled` stays): an edit and a rename keep the counts, so the start's count check alone
+    kept a person's search on the old text and names for good. Simulated: that index put back
+    as it was before the edits. A restart with nothing written by another version refills
+    nothing."""
+    cfg = _with_agents(make_cfg, vault, _NOTES)
+    bm25 = cfg.index_dir / "bm25"
+    shutil.copytree(bm25 / "memory-all", cfg.index_dir / "kept-all")
+    inbox = cfg.agents_dir / "alpha/memory"
+    write(inbox / "trip.md", "# Trip\n\nThe canoe of alpha waits at the river.\n")  # edit
+    (inbox / "gear.md").rename(inbox / "kit.md")  # rename
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    h.close()
+    shutil.rmtree(bm25 / "memory-all")
+    shutil.copytree(cfg.index_dir / "kept-all", bm25 / "memory-all")  # as the older version left it
+    h = Harness(cfg, FakeEmbedder())  # the upgrade again
+    try:
+        h.sweep()
+        assert "memory/alpha/trip" in _keys(h, "canoe")
+        assert "memory/alpha/kit" in _keys(h, "paddle") and "memory/alpha/gear" not in _keys(h, "paddle")
+        write(inbox / "more.md", "# More\n\nA kayak trip.\n")
+        h.sweep()
+    finally:
+        h.close()
+    h = Harness(cfg, FakeEmbedder())  # its own restart: nothing to refill
+    try:
+        assert not h.stores.bm25.everyone_behind()
+    finally:
+        h.close()

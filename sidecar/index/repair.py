@@ -243,6 +243,9 @@ def _refill_inboxes(stores: Stores, chunks: int, pages: int) -> bool:
             memory, everyone,
         )  # fmt: skip
         fill_everyone(stores)
+    elif everyone is not None and stores.bm25.everyone_behind():  # an older version wrote memory
+        log.warning("index_rebuilt store=bm25 part=memory-all reason=inboxes written after it")
+        fill_everyone(stores)
     # An agent without an index of its own (removed as idle) is no disagreement: a search with
     # its scope rebuilds it. Until the index of all memory is filled, each inbox counts.
     # One moved aside as damaged (``inbox_counts``) is refilled now, as before.

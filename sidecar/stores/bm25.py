@@ -1173,8 +1173,38 @@ class Bm25Index:
                 self.umlauts.forget_unsaved()
                 raise StoreError(f"{exc}{_disk_hint(self.path)}") from exc
             self._after_commit()
+            self._stamp_everyone()
             self.umlauts.save()
             self._evict()
+
+    def _stamp_everyone(self) -> None:
+        """After a commit: the pair of every agent's memory holds what every inbox holds, as of
+        now (``filled``'s time; see ``everyone_behind``)."""
+        if self.read_only or self._everyone is None or not self.everyone_ready:
+            return
+        try:
+            os.utime(self.path / _EVERYONE_DIR / _FILLED)
+        except OSError as exc:  # the next start refills it: memory is small
+            log.debug("bm25_everyone_not_stamped error=%s", exc)
+
+    def everyone_behind(self) -> bool:
+        """Whether an agent's own index was committed after the pair of every agent's memory was
+        last known to hold all memory (``filled``'s time, set at each commit): by a version from
+        before that pair (a downgrade), which writes the inboxes and the manifest only. The
+        start's count check misses such an edit or rename, and a person's search kept the old
+        text and names for good."""
+        if self._everyone is None or not self.everyone_ready:
+            return False
+        try:
+            stamp = (self.path / _EVERYONE_DIR / _FILLED).stat().st_mtime_ns
+        except OSError:
+            return True
+        for agent in self.agents():
+            for part in ("chunks", "pages"):
+                with contextlib.suppress(OSError):
+                    if (self.path / "memory" / agent / part / "meta.json").stat().st_mtime_ns > stamp:
+                        return True
+        return False
 
     def _commit_inbox(self, agent: str, pair: Pair) -> None:
         """Commit one agent's inbox. One whose files are damaged (a commit reads its segments to
