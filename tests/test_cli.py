@@ -945,8 +945,8 @@ def test_status_sums_up_many_inboxes_and_names_those_with_a_problem(shared: Daem
     text = render_status(h)
     assert sum("memory/agent" in line for line in text.splitlines()) == 2
     assert "memory/*" in text and "300 agents' inboxes: 299 events, 1 offline; 2 with a problem" in text
-    assert "a search without --agent opens all 300 (slower, hundreds of threads)" in text
-    assert "opens all" not in render_status({**h, "roots": h["roots"][:-150]})  # 150: no word of it
+    assert "each of the 300 inboxes is watched (file watches)" in text
+    assert "is watched" not in render_status({**h, "roots": h["roots"][:-150]})  # 150: no word of it
     assert "memory/agent007  offline" in text and "folder not answering" in text
     assert "memory/agent042" in text and "unreadable: notes/x.md" in text
     vault_roots = [r for r in shared.health()["roots"] if not r["name"].startswith("memory/")]

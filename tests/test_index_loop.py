@@ -418,11 +418,11 @@ def _two_agents(make_cfg: Any, vault: Path) -> Any:
     return cfg
 
 
-def _kayaks(h: Harness) -> list[str]:
-    """The notes a search finds by the keyword (the search reports a failing index as a user's
-    search does)."""
-    search(h, "kayak")
-    ids = [chunk for chunk, _ in h.stores.bm25.search("kayak", 10)]
+def _kayaks(h: Harness, agent: str | None = None) -> list[str]:
+    """The notes a search (of ``agent``, or a person's) finds by the keyword (the search reports
+    a failing index as a user's search does)."""
+    search(h, "kayak", agent=agent)
+    ids = [chunk for chunk, _ in h.stores.bm25.search("kayak", 10, agent_scope=agent)]
     return sorted(v.key for v in h.stores.manifest.views(ids).values())
 
 
@@ -442,14 +442,16 @@ def test_one_agents_failing_keyword_index_is_refilled_alone(make_cfg: Any, vault
     h = Harness(cfg, FakeEmbedder())
     try:
         h.sweep()
-        assert _kayaks(h) == ["memory/alpha/trip"]
+        # A person's search reads the index of every agent's memory: beta's own is not read.
+        assert _kayaks(h) == ["memory/alpha/trip", "memory/beta/trip"]
+        assert _kayaks(h, "beta") == []
         problem = h.problems.active_in("keyword_search")
         assert problem is not None and "memory/beta" in problem["error"]
         bm25 = h.stores.bm25
         RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
         assert h.stores.bm25 is bm25 and _asides(cfg) == ["bm25-memory-beta"]
         assert (cfg.index_dir / "bm25/chunks/meta.json").read_bytes() == vault_meta
-        assert _kayaks(h) == ["memory/alpha/trip", "memory/beta/trip"]
+        assert _kayaks(h, "beta") == ["memory/beta/trip"]
         assert h.problems.active_in("keyword_search") is None and bm25.failing == {}
     finally:
         h.close()

@@ -670,7 +670,8 @@ def test_a_persons_searches_over_more_inboxes_than_the_cap_open_each_once(
     every search (the least recently used one was always the next one read: 300 agents cost 2-7 s
     a search). The inboxes it opened stay open for a while, so the next searches open none; once
     that while has passed, a sweep's ``close_idle`` closes them down to the cap. An agent's own
-    search opens one inbox and leaves the cap as it is."""
+    search opens one inbox and leaves the cap as it is. (A person's search reads the inboxes only
+    while the index of every agent's memory is not filled: an install from before it.)"""
     from sidecar.stores import bm25 as bm25_mod
     from sidecar.stores.bm25 import Bm25Index
 
@@ -682,7 +683,9 @@ def test_a_persons_searches_over_more_inboxes_than_the_cap_open_each_once(
         idx.add([_doc(f"memory/{agent}/n", f"kayak note of {agent}")])
     idx.commit()
     idx.close()
+    shutil.rmtree(path / "memory-all")  # as an install from before it left the index
     idx = Bm25Index(path)
+    assert not idx.everyone_ready
     opened: list[str] = []
     real = idx._open_pair
 
@@ -720,8 +723,8 @@ def test_a_persons_searches_over_more_inboxes_than_the_cap_open_each_once(
 
 def test_a_damaged_inbox_fails_no_one_elses_search(tmp_path: Path) -> None:
     """An agent's inbox index that cannot be read is skipped (reported in ``failing`` until a
-    search of it succeeds): a person's search over every inbox still answers, another agent's
-    search neither fails nor clears the report."""
+    search of it succeeds): another agent's search neither fails nor clears the report; a
+    person's search reads no inbox (the index of every agent's memory) and finds every note."""
     from sidecar.stores.bm25 import Bm25Index
 
     path = tmp_path / "bm25"
@@ -735,7 +738,8 @@ def test_a_damaged_inbox_fails_no_one_elses_search(tmp_path: Path) -> None:
     idx = Bm25Index(path)
     try:
         everyone = [k for k, _ in idx.search("kayak", 10)]
-        assert sorted(everyone) == ["memory/alpha/a#0", "vault/v#0"]
+        assert sorted(everyone) == ["memory/alpha/a#0", "memory/beta/b#0", "vault/v#0"]
+        assert [k for k, _ in idx.search("kayak", 10, agent_scope="beta")] == ["vault/v#0"]
         assert "beta" in idx.failing
         assert [k for k, _ in idx.search("kayak", 10, agent_scope="alpha")] != []
         assert "beta" in idx.failing
@@ -802,6 +806,7 @@ def test_a_damaged_inbox_stays_reported_while_other_agents_search(make_cfg: Any,
             h.stores.bm25._open.pop("beta")
         everyone = [hit["reference"] for hit in search(h, "kayak")]
         assert "memory/alpha/kayak" in everyone and "vault/Boat" in everyone
+        search(h, "kayak", agent="beta")
         assert h.stores.problems.active_in("keyword_search") is not None
         search(h, "kayak", agent="alpha")
         active = h.stores.problems.active_in("keyword_search")
@@ -897,7 +902,8 @@ def test_an_inbox_whose_count_cannot_be_read_is_moved_aside(tmp_path: Path) -> N
         idx.add([_doc("vault/v", "kayak vault")])
         idx.commit()
         (path / "memory" / "beta" / "chunks" / "meta.json").write_text("{ not json")
-        assert idx.num_docs() == 2
+        assert idx.inbox_counts() == {"alpha": (1, 1)}
+        assert idx.num_docs() == 3  # the index of every agent's memory holds beta's
         assert "beta" in idx.failing and not (path / "memory" / "beta").exists()
         assert [p.name.split(".broken-")[0] for p in (tmp_path / "index").glob("*.broken-*")] == [
             "bm25-memory-beta"

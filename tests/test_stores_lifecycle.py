@@ -425,7 +425,7 @@ def test_bm25_index_of_an_older_layout_is_upgraded(
         assert h2.stores.bm25.num_pages() == h2.stores.manifest.indexed_page_count() > 0
         names = sorted(p.name for p in (cfg.index_dir / "bm25").iterdir())
         # the notes' umlaut words and the layout beside
-        assert names == ["chunks", "layout.json", "memory", "pages", "umlauts.txt"]
+        assert names == ["chunks", "layout.json", "memory", "memory-all", "pages", "umlauts.txt"]
         assert not any(r.levelname in ("WARNING", "ERROR") for r in caplog.records)
     finally:
         h2.close()
@@ -1029,18 +1029,20 @@ def test_doctor_names_a_keyword_index_of_the_single_folder_layout(make_cfg: Any,
 
 
 def test_doctor_warns_of_hundreds_of_agent_inboxes(make_cfg: Any, vault: Path) -> None:
-    """Past 200 agents with an inbox index doctor warns what they cost and points to the README's
-    advice on agent names; below that it says nothing of them."""
+    """Past 200 agents with an inbox doctor warns what they cost and points to the README's
+    advice on agent names; below that it says nothing of them. Counted from the inboxes, not the
+    keyword indexes (those of idle agents are removed)."""
     from sidecar.clients.doctor import check_agents
 
     cfg = make_cfg(vault)
     index_and_close(cfg)
-    memory = cfg.index_dir / "bm25" / "memory"
     for i in range(199):
-        (memory / f"sess-{i}").mkdir()
-    (memory / "x.broken-20260101").mkdir()  # not an agent's
+        (cfg.agents_dir / f"sess-{i}" / "memory").mkdir(parents=True)
+    (cfg.agents_dir / ".retired").mkdir()  # not an agent's
+    (cfg.agents_dir / "stray").mkdir()  # no inbox
     assert check_agents(cfg) == []
-    (memory / "sess-199").mkdir()
+    (cfg.agents_dir / "sess-199" / "memory").mkdir(parents=True)
     (warn,) = check_agents(cfg)
     assert warn.ok and warn.warning and warn.verdict.startswith("200 agents' inboxes")
+    assert "removed when not used for 30 days" in warn.verdict
     assert "Agents named per session or per project" in warn.todo

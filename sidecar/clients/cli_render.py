@@ -304,8 +304,8 @@ def _fallback_words(emb: dict[str, Any], todo: list[str]) -> str:
 # at most ``_TROUBLED_INBOXES`` of them (300 agents printed 300 lines); `status --json` lists each.
 _LISTED_INBOXES = 5
 _TROUBLED_INBOXES = 10
-# From this many inboxes on status says what they cost (each its own keyword index, all opened by a
-# person's search: 300 of them made it 1 s instead of 17 ms); `sidecar doctor` warns likewise.
+# From this many inboxes on status says what they cost (each a root: file watches and a look at
+# every sweep; a keyword index of its own while its agent uses it); `sidecar doctor` warns likewise.
 _MANY_INBOXES = 200
 
 
@@ -344,8 +344,9 @@ def _root_lines(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
     lines = ["Roots:", *_each_root(others, todo), summary]
     if len(inboxes) >= _MANY_INBOXES:
         lines.append(
-            f"{'':<19}each agent has a keyword index of its own: a search without --agent opens all "
-            f"{len(inboxes):,} (slower, hundreds of threads); name agents per project, not per session "
+            f"{'':<19}each of the {len(inboxes):,} inboxes is watched (file watches) and looked at by "
+            "every sweep, and keeps a keyword index of its own while its agent uses it "
+            "(memory.indexIdleDays); name agents per project, not per session "
             '(README, "Agents named per session or per project")'
         )
     lines += _each_root(shown_troubled, todo)

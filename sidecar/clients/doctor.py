@@ -715,28 +715,29 @@ def check_index(cfg: Config) -> Check:
     return Check("index", True, f"manifest schema {schema}{later}, {keywords}: this version reads them")
 
 
-MANY_AGENTS = 200  # from this many inboxes (each its own keyword index) on, doctor says what they cost
+MANY_AGENTS = 200  # from this many agents' inboxes on, doctor says what they cost
 
 
 def check_agents(cfg: Config) -> list[Check]:
-    """A warning once hundreds of agent names hold an inbox: each has a keyword index of its own
-    (about 76 KB, 20 files and 2 file watches for one small note), and a person's search, which
-    covers every inbox, opens them all (300 agents: 1 s instead of 17 ms per search, 640 threads)."""
+    """A warning once hundreds of agent names hold an inbox: each is a root (file watches, a look
+    at every sweep, its .trash and audit log) and keeps a keyword index of its own (about 76 KB
+    and 20 files) while its agent uses it. A search without --agent reads one index of all memory
+    whatever the count."""
     try:
-        inboxes = sum(
-            1 for p in (cfg.index_dir / "bm25" / "memory").iterdir() if p.is_dir() and "." not in p.name
-        )
+        inboxes = sum(1 for p in cfg.agents_dir.iterdir() if "." not in p.name and (p / "memory").is_dir())
     except OSError:
         return []
     if inboxes < MANY_AGENTS:
         return []
+    days = cfg.memory.index_idle_days
+    kept = f"not used for {days} days" if days else "never (memory.indexIdleDays: 0)"
     return [
         Check(
             "agents",
             True,
-            f"{inboxes} agents' inboxes are indexed, each with a keyword index of its own: a search "
-            "without --agent opens them all (slower searches, hundreds of threads), and each costs "
-            "files and file watches",
+            f"{inboxes} agents' inboxes: each is watched (file watches) and looked at by every sweep, "
+            "and keeps its .trash and audit log; an agent's own keyword index is removed when "
+            f"{kept} and rebuilt when it is back",
             'name agents per project or per tool rather than per session (README, "Agents named '
             'per session or per project"); an agent whose notes are all deleted is retired after '
             "memory.trashDays",

@@ -51,6 +51,13 @@ class MemoryConfig:
         "memory.maxTrashBytes (0: no limit).",
         min=0,
     )
+    index_idle_days: int = _opt(
+        30,
+        "An agent's own keyword index not used for this many days (no search with its scope, no "
+        "write) is removed from disk; its memory stays searchable for a person, and the agent's "
+        "next search rebuilds the index from the notes' index (0: kept for ever).",
+        min=0,
+    )
     write: MemoryWriteConfig = field(default_factory=MemoryWriteConfig)
 
 

@@ -26,7 +26,7 @@ from sidecar.index.diff import ChangeFinder, Diff
 from sidecar.index.linkreread import LinkReread
 from sidecar.index.problems import Problems
 from sidecar.index.records import Drafted, Prepared, draft, finish
-from sidecar.index.repair import check_bm25, refill_new_bm25
+from sidecar.index.repair import check_bm25, refill_new_bm25, remove_idle_inboxes
 from sidecar.index.summary import ActivitySummary
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.index.writes import Writer
@@ -199,6 +199,7 @@ class Indexer:
         if not act.first_sweep_done:
             refill_new_bm25(self.stores, stop)
         self.stores.bm25.close_idle()  # the inboxes a person's search kept open, once it is a while ago
+        remove_idle_inboxes(self.stores, self.cfg.memory.index_idle_days)
         diff = Diff()
         self._hot_excluded = {}
         self.writer.defer_links = not act.first_sweep_done

@@ -21,7 +21,7 @@ from sidecar.contracts.errors import DiskFullError, StoreError
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.model.embedder import EmbedderSlot
-from sidecar.stores.bm25 import Bm25Doc, Bm25Index
+from sidecar.stores.bm25 import EVERYONE, Bm25Doc, Bm25Index
 from sidecar.stores.lifecycle import discard_vectors, move_aside, open_vectors, salvage_vectors
 from sidecar.stores.manifest import ChunkView, Manifest
 
@@ -46,10 +46,59 @@ def rebuild_bm25(stores: Stores, stop: threading.Event | None = None) -> None:
 
 
 def refill_inbox(stores: Stores, agent: str) -> None:
-    """One agent's keyword index refilled from the manifest, the others left as they are."""
+    """One agent's keyword index refilled from the manifest, the others left as they are
+    (``EVERYONE``: the index of every agent's memory)."""
+    if agent == EVERYONE:
+        fill_everyone(stores)
+        return
     with stores.write_lock:
         docs = [_doc(v) for v in stores.manifest.chunks_under(f"memory/{agent}/")]
         stores.bm25.refill_inbox(agent, docs)
+
+
+def fill_everyone(stores: Stores) -> None:
+    """The index of every agent's memory refilled from the manifest (an install from before it,
+    one moved aside, one whose counts disagree); a person's search reads the inboxes meanwhile.
+    Memory is small beside the vault: seconds for thousands of notes."""
+    started = time.monotonic()
+    with stores.write_lock:
+        docs = [_doc(v) for v in stores.manifest.chunks_under("memory/")]
+        stores.bm25.refill_everyone(docs)
+    seconds = time.monotonic() - started
+    log.info("index_rebuilt store=bm25 part=memory-all chunks=%d seconds=%.2f", len(docs), seconds)
+
+
+def ready_inbox(stores: Stores, agent: str | None) -> None:
+    """Before a search with ``agent``'s scope: its own keyword index, rebuilt from the manifest
+    when it was removed as idle (``Bm25Index.remove_idle``), so that the agent finds all its
+    memory scored from its own statistics; its use noted. A rebuild that fails (a full disk)
+    leaves no index and reports the agent's in ``failing``: the search goes on without it and
+    says so (as for a damaged one), the next search or the repair tries again."""
+    if agent is None:
+        return
+    bm25 = stores.bm25
+    if bm25.inbox_missing(agent):
+        started = time.monotonic()
+        with stores.write_lock:
+            if stores.bm25.inbox_missing(agent):  # not rebuilt by another search meanwhile
+                try:
+                    refill_inbox(stores, agent)
+                except StoreError as exc:
+                    log.error("inbox_index_rebuild_failed agent=%s error=%s", agent, exc)
+                    bm25.not_rebuilt(agent, exc)
+                    return
+                log.info(
+                    "inbox_index_rebuilt agent=%s reason=used again seconds=%.2f",
+                    agent,
+                    time.monotonic() - started,
+                )
+    stores.bm25.note_use(agent)
+
+
+def remove_idle_inboxes(stores: Stores, days: int) -> None:
+    """Agents' own keyword indexes unused for ``days`` removed (0: never); see ``remove_idle``."""
+    if days > 0:
+        stores.bm25.remove_idle(days * 86400.0)
 
 
 def refill_new_bm25(stores: Stores, stop: threading.Event | None = None) -> None:
@@ -63,6 +112,10 @@ def refill_new_bm25(stores: Stores, stop: threading.Event | None = None) -> None
     if stores.bm25.num_docs() * 2 >= chunks:
         if not stores.bm25.umlauts.complete:
             learn_umlauts(stores)
+        if not stores.bm25.everyone_ready and not stores.bm25.read_only:
+            # An install from before the index of every agent's memory: filled now (memory only;
+            # the daemon answers meanwhile, a person's search reading the inboxes).
+            fill_everyone(stores)
         return
     started = time.monotonic()
     rebuild_bm25(stores, stop)
@@ -149,12 +202,18 @@ def check_bm25(stores: Stores, stop: threading.Event | None = None) -> None:
     expected = stores.manifest.indexed_chunk_count()
     actual = stores.bm25.num_docs()
     pages, have_pages = stores.manifest.indexed_page_count(), stores.bm25.num_pages()
-    if (actual, have_pages) != (expected, pages) and _refill_inboxes(stores, expected, pages):
+    # The inboxes are checked each on its own, also when the totals agree: they are counted in
+    # no total once the index of every agent's memory holds it all.
+    if _refill_inboxes(stores, expected, pages):
         return
     if actual == expected and have_pages != pages:
         log.warning(
             "index_rebuilt store=bm25 reason=page count mismatch expected=%d actual=%d", pages, have_pages
         )
+        rebuild_bm25(stores, stop)
+    elif (actual, have_pages) == (expected, pages):
+        # The totals agree while the vault's own index does not (memory makes up the difference).
+        log.warning("index_rebuilt store=bm25 reason=count mismatch of the vault's and the wiki's index")
         rebuild_bm25(stores, stop)
     elif expected != actual:
         # A new (upgraded or moved-aside) index is expected to be empty: refilling it is routine.
@@ -173,10 +232,26 @@ def _refill_inboxes(stores: Stores, chunks: int, pages: int) -> bool:
     what it must (``chunks`` and ``pages``: all the manifest holds); False when it does not."""
     wanted = stores.manifest.inbox_counts()
     have = stores.bm25.inbox_counts()
-    shared = (chunks - sum(c for c, _ in wanted.values()), pages - sum(p for _, p in wanted.values()))
+    memory = (sum(c for c, _ in wanted.values()), sum(p for _, p in wanted.values()))
+    shared = (chunks - memory[0], pages - memory[1])
     if stores.bm25.shared_counts() != shared:
         return False
-    apart = sorted(a for a in wanted.keys() | have.keys() if wanted.get(a, (0, 0)) != have.get(a, (0, 0)))
+    everyone = stores.bm25.everyone_counts()
+    if everyone is not None and everyone != memory:  # a crash between its commit and an inbox's
+        log.warning(
+            "index_rebuilt store=bm25 part=memory-all reason=count mismatch expected=%s actual=%s",
+            memory, everyone,
+        )  # fmt: skip
+        fill_everyone(stores)
+    elif everyone is not None and stores.bm25.everyone_behind():  # an older version wrote memory
+        log.warning("index_rebuilt store=bm25 part=memory-all reason=inboxes written after it")
+        fill_everyone(stores)
+    # An agent without an index of its own (removed as idle) is no disagreement: a search with
+    # its scope rebuilds it. Until the index of all memory is filled, each inbox counts.
+    # One moved aside as damaged (``inbox_counts``) is refilled now, as before.
+    aside = {a for a in stores.bm25.failing if "/" not in a and a in wanted}
+    agents = have.keys() | aside if everyone is not None else wanted.keys() | have.keys()
+    apart = sorted(a for a in agents if wanted.get(a, (0, 0)) != have.get(a, (0, 0)))
     for agent in apart:
         refill_inbox(stores, agent)
         log.warning(

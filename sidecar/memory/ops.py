@@ -35,6 +35,7 @@ from sidecar.contracts.protocol import (
 from sidecar.contracts.wire import SOURCES, under_prefix
 from sidecar.index.indexer import Indexer
 from sidecar.index.problems import Problems
+from sidecar.index.repair import ready_inbox
 from sidecar.index.vectoring import WRITE_YIELD_S, Stores
 from sidecar.memory.counting import BoundedCounts
 from sidecar.memory.inbox import Inboxes, check_agent, check_slug
@@ -273,6 +274,7 @@ class MemoryOps:
         vector_keys = [k for k, _row in sorted(best.items(), key=lambda kv: -max(kv[1]))[:10]]
         text = " ".join(c.text for c in parsed.chunks)[:_DUPLICATE_QUERY_CHARS]
         try:
+            ready_inbox(self.stores, agent)  # its own notes are the copies looked for
             word_hits = self.stores.bm25.search(text, 20, DUPLICATE_SOURCES, agent)
         except StoreError as exc:
             log.warning("duplicate_check_failed error=%s", exc)

@@ -12,6 +12,7 @@ import numpy as np
 
 from sidecar.contracts.errors import StoreError
 from sidecar.contracts.wire import ChunkExplanation, Explanation, Hit
+from sidecar.index.repair import ready_inbox
 from sidecar.search.listing import period_listing
 from sidecar.search.query import Filters, split_filters
 from sidecar.search.request import SearchRequest, filters_alone, with_filters
@@ -23,6 +24,7 @@ from sidecar.vault.sources import public_reference
 
 def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanation:
     """Why a note ranks where it does (or not at all) for a query: scores, boosts, outcome."""
+    ready_inbox(r.stores, agent)  # as the search does: an agent back gets its index rebuilt
     asked = SearchRequest(query, r.cfg.limit, r.cfg.min_score, None, agent)
     text, inline = _read(r, asked)
     req = with_filters(asked, inline)
@@ -36,11 +38,12 @@ def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanatio
     ids = [c.chunk_id for c in chunks]
     stem = found.stem
     words = [(bm25_text(qa), 1.0), *typed_part(spelled)]
-    direct_bm = dict(r.stores.bm25.search(words, len(ids) + 5, key=key, stem=stem))
+    # Scored as the asker's search scores it: an agent's own index, a person's of all memory.
+    direct_bm = dict(r.stores.bm25.search(words, len(ids) + 5, agent_scope=agent, key=key, stem=stem))
     page_bm: dict[str, float] = {}
     if r.page_share(weight) > 0:
         with contextlib.suppress(StoreError):  # a failing page index: searches report it, why goes on
-            page_bm = dict(r.stores.bm25.search_pages(words, 1, key=key, stem=stem))
+            page_bm = dict(r.stores.bm25.search_pages(words, 1, agent_scope=agent, key=key, stem=stem))
     direct_vec: dict[str, float] = {}
     serving = r.stores.serving
     if serving is not None and qa.words:

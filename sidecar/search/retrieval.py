@@ -24,6 +24,7 @@ from sidecar.config import MODEL_DEFAULTS, RecallConfig, SearchConfig
 from sidecar.contracts.errors import EmbedderError, StoreError
 from sidecar.contracts.wire import SearchResult, memory_agent
 from sidecar.index.problems import Problems
+from sidecar.index.repair import ready_inbox
 from sidecar.index.vectoring import Stores, VectorSet
 from sidecar.model.embedder import Embedder, EmbedderSlot, cosine_range, model_name
 from sidecar.notes.links import cited_by
@@ -46,7 +47,7 @@ from sidecar.search.request import SearchRequest, filters_alone, with_filters
 from sidecar.search.results import analysis_of, to_hit
 from sidecar.search.words import WORD
 from sidecar.search.words import fold as fold_word
-from sidecar.stores.bm25 import Bm25Index
+from sidecar.stores.bm25 import EVERYONE, Bm25Index
 from sidecar.stores.manifest import ChunkView, NoteDay
 
 log = logging.getLogger(__name__)
@@ -175,7 +176,7 @@ def _inboxes_failing(bm25: Bm25Index, req: SearchRequest) -> str | None:
         agents = [a for a in agents if a == req.agent]
     if not agents:
         return None
-    names = ", ".join(f"memory/{a}" for a in agents)
+    names = ", ".join("all agents' memory" if a == EVERYONE else f"memory/{a}" for a in agents)
     return (
         f"the keyword index of {names} is damaged and is being rebuilt from the notes in the "
         "background: its notes may be missing from this answer"
@@ -752,6 +753,7 @@ class Retriever:
 
     def search_text(self, req: SearchRequest, text: str) -> SearchResult:
         """The hits for ``text`` (filters already split off) under ``req``."""
+        ready_inbox(self.stores, req.agent)  # an agent back after a long while: its index rebuilt
         seen, qa, spelled = self.read_spelling(text, req.agent)
         early = self.start_vectors(req, seen, qa)
         rare, weight = self.plan(qa, req.agent)

@@ -529,7 +529,19 @@ def _segment_counts(folder: Path) -> tuple[int, int]:
     return deleted, total
 
 
+# Every agent's memory in one more pair of indexes (``bm25/memory-all``), written beside the
+# inboxes: a person's search (no agent scope) reads it alone instead of every inbox (300 inboxes
+# cost 0.7-1.2 s a search and 640 threads for five minutes). Its name in ``failing`` has a dot,
+# which no agent's name has. ``filled`` in its folder says it holds all memory (an install from
+# before it fills it from the manifest; until then a person's search reads the inboxes).
+EVERYONE = ".all"
+_EVERYONE_DIR = "memory-all"
+_FILLED = "filled"
+# An agent's use of its own index (a search with its scope) is noted on disk at most this often
+# (the mtime of ``memory/<agent>/used``); a write is its commit's (``meta.json``'s mtime).
+_USE_NOTED_EVERY = 3600.0
 _MOVED_ASIDE = "moved aside as damaged"  # how ``failing`` names an inbox index moved aside
+_NOT_REBUILT = "could not be rebuilt"  # how ``failing`` names an inbox index whose refill failed
 # The name part of an inbox folder being removed (an agent's name has no dot).
 _REMOVED = ".removed-"
 
@@ -647,9 +659,11 @@ class Bm25Index:
 
     The keyword statistics (documents, lengths, how many hold a word) are those of the vault and
     the wiki alone: an agent's memory is scored against them and counted in none (``_Scorer``).
-    An inbox's pair is opened when used (at most ``_OPEN_INBOXES`` at once; after a person's
-    search over every inbox, up to ``_MAX_OPEN_INBOXES`` for a while) and removed when a commit
-    leaves it empty.
+    An inbox's pair is opened when used (at most ``_OPEN_INBOXES`` at once) and removed when a
+    commit leaves it empty, or when its agent has not used it for a long while (``remove_idle``;
+    rebuilt from the manifest when the agent is back, ``inbox_missing``). Every agent's memory is
+    also written to one more pair, ``memory-all``: a person's search reads that one, not every
+    inbox (see ``_everyone_hits``).
     """
 
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
@@ -680,9 +694,13 @@ class Bm25Index:
         # The notes' words written with an umlaut (``umlaut_readings``), kept beside the index.
         self.umlauts = UmlautWords(path)
         self._wide_until = 0.0  # a person's search was lately: ``_MAX_OPEN_INBOXES`` stay open until
+        self._everyone: Pair | None = None  # every agent's memory (None: read-only and not made)
+        self.everyone_ready = False  # it holds all memory: a person's search reads it alone
+        self._used_at: dict[str, float] = {}  # agent -> when its use was last noted on disk
         memory = path / "memory"
         if read_only:
             self._agents = {p.name for p in _subfolders(memory) if "." not in p.name}
+            self._open_everyone()
             return
         try:
             memory.mkdir(exist_ok=True)
@@ -694,6 +712,7 @@ class Bm25Index:
         for p in found:
             if _REMOVED in p.name:  # a removal cut short (a crash, a file that would not go)
                 shutil.rmtree(p, ignore_errors=True)
+        self._open_everyone()
         if not read_only and not (path / LAYOUT_FILE).is_file():
             try:
                 record_bm25_layout(path)
@@ -703,6 +722,136 @@ class Bm25Index:
     @property
     def _searcher(self) -> tantivy.Searcher:
         return self._chunks.searcher
+
+    def _open_everyone(self) -> None:
+        """The pair holding every agent's memory, opened (made when missing). Made new beside no
+        inbox, it holds all memory there is to hold (a new install); beside inboxes (an install
+        from before it) it is filled from the manifest at start (``fill_everyone``). Damaged, it
+        is moved aside and made anew, to be filled likewise."""
+        folder = self.path / _EVERYONE_DIR
+        made = not (folder / "chunks" / "meta.json").is_file()
+        try:
+            self._everyone = self._everyone_pair()
+        except (DaemonRunningError, DiskFullError):
+            if self.read_only:
+                return
+            raise
+        except StoreError as exc:
+            if self.read_only:  # nothing made or moved: a person's search reads the inboxes
+                log.warning("bm25_everyone_unavailable path=%s error=%s (read-only)", folder, exc)
+                return
+            self._everyone_aside(exc)
+            self._everyone = self._everyone_pair()
+            made = False  # memory there is: filled from the manifest
+        if (folder / _FILLED).is_file():
+            self.everyone_ready = True
+        elif made and not self._agents and not self.read_only:
+            self._mark_filled()
+
+    def _everyone_pair(self) -> Pair:
+        base, ro = self.path / _EVERYONE_DIR, self.read_only
+        return _Folder(base / "chunks", self.schema, lazy=True, read_only=ro), _Folder(
+            base / "pages", self.schema, lazy=True, read_only=ro
+        )
+
+    def _everyone_aside(self, exc: BaseException) -> None:
+        """The damaged pair of every agent's memory moved aside (next to the index, where status
+        names it and a month removes it); refilled from the manifest."""
+        pair, self._everyone, self.everyone_ready = self._everyone, None, False
+        if pair is not None:
+            self._scorer.forget(pair)
+        folder = self.path / _EVERYONE_DIR
+        target = aside_name(self.path.parent / f"bm25-{_EVERYONE_DIR}")
+        try:
+            folder.rename(target)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            _remove(folder)
+        log.error("index_rebuilt store=bm25 part=%s reason=%s moved_to=%s", _EVERYONE_DIR, exc, target)
+
+    def _mark_filled(self) -> None:
+        """The pair of every agent's memory holds all of it from now on (and after a restart)."""
+        self.everyone_ready = True
+        try:
+            (self.path / _EVERYONE_DIR / _FILLED).write_text("all memory\n", encoding="utf-8")
+        except OSError as exc:  # a full disk: the next start fills it again
+            log.warning("bm25_everyone_not_recorded error=%s", exc.strerror or exc)
+
+    def _everyone_holds(self, agent: str) -> bool:
+        """Whether the pair of every agent's memory holds a note of ``agent`` (as last committed)."""
+        pair = self._everyone
+        if pair is None:
+            return False
+        searcher = pair[1].searcher
+        if searcher.num_docs == 0:
+            return False
+        with _engine("count"):
+            query = tantivy.Query.term_query(self.schema, "agent", agent)
+            return bool(searcher.search(query, limit=1, count=True).count)  # type: ignore[attr-defined]  # missing from the stubs
+
+    def inbox_missing(self, agent: str) -> bool:
+        """Whether ``agent`` has memory but no index of its own (removed while it was idle, or
+        its first note written after that): to be rebuilt from the manifest (``refill_inbox``)
+        before a search with its scope."""
+        if self.read_only or not self.everyone_ready:
+            return False
+        with self._inbox_lock:
+            if agent in self._agents:
+                return False
+        try:
+            return self._everyone_holds(agent)
+        except StoreError:
+            return False
+
+    def note_use(self, agent: str) -> None:
+        """An agent searched with its own scope: its index counts as used (``remove_idle``)."""
+        now = time.time()
+        if self.read_only or now - self._used_at.get(agent, 0.0) < _USE_NOTED_EVERY:
+            return
+        folder = self.path / "memory" / agent
+        if not folder.is_dir():
+            return
+        self._used_at[agent] = now
+        try:
+            (folder / "used").touch()
+        except OSError as exc:
+            log.debug("bm25_use_not_noted agent=%s error=%s", agent, exc)
+
+    def remove_idle(self, seconds: float) -> list[str]:
+        """Agents' own indexes not used (no search with their scope, no write) for ``seconds``,
+        removed: each costs about 76 KB, 20 files and a thread while open, for good, and agents
+        named per session leave thousands. Their memory stays in ``memory-all`` for a person's
+        search; an agent back is given its index anew from the manifest (``inbox_missing``).
+        Nothing is removed before ``memory-all`` holds all memory, or while read-only."""
+        if seconds <= 0 or self.read_only or not self.everyone_ready:
+            return []
+        cutoff = time.time() - seconds
+        removed = []
+        with self._lock:
+            for agent in self.agents():
+                pair = self._open.get(agent)
+                if pair is not None and any(f.dirty or f._writer is not None for f in pair):
+                    continue
+                # A failing index is moved aside by the repair (kept as evidence), not deleted.
+                failing = (agent, f"{agent}/chunks", f"{agent}/pages")
+                if any(n in self.failing for n in failing) or self._last_use(agent) >= cutoff:
+                    continue
+                self._remove_inbox(agent)
+                self._used_at.pop(agent, None)
+                removed.append(agent)
+        if removed:
+            log.info("inbox_indexes_idle_removed count=%d days=%.0f", len(removed), seconds / 86400)
+        return removed
+
+    def _last_use(self, agent: str) -> float:
+        """When ``agent``'s index was last used: noted by a search, or its last commit."""
+        base = self.path / "memory" / agent
+        last = 0.0
+        for path in (base / "used", base / "chunks" / "meta.json", base / "pages" / "meta.json"):
+            with contextlib.suppress(OSError):
+                last = max(last, path.stat().st_mtime)
+        return last if last else time.time()  # unreadable: not taken for idle
 
     def agents(self) -> list[str]:
         """Agents with an inbox index."""
@@ -817,24 +966,38 @@ class Bm25Index:
             return list(self._open.values())
 
     def _folders(self) -> list[_Folder]:
-        return [self._chunks, self._pages, *(f for pair in self._open_pairs() for f in pair)]
+        everyone = self._everyone or ()
+        return [self._chunks, self._pages, *everyone, *(f for pair in self._open_pairs() for f in pair)]
 
-    def _target(self, key: str, agent: str | None = None) -> Pair:
-        """Where note ``key``'s documents are written: the shared pair, or its agent's inbox
-        (emptied first when a refill's ``delete_all`` dropped it)."""
+    def _targets(
+        self, key: str, agent: str | None = None, *, everyone: bool = True, new: bool = True
+    ) -> list[Pair]:
+        """Where note ``key``'s documents are written: the shared pair; or its agent's inbox
+        (emptied first when a refill's ``delete_all`` dropped it) and the pair of every agent's
+        memory (unless not ``everyone``). An agent without an index of its own gets one when
+        ``new`` and it has no memory yet (a new agent); one whose index was removed as idle gets
+        none: a search with its scope rebuilds it whole from the manifest (made here, it would
+        hold this note alone)."""
         owner = memory_agent(key)
         if owner is None:
-            return self._chunks, self._pages
+            return [(self._chunks, self._pages)]
         name = agent or owner
-        pair = self._inbox(name, create=True)
-        assert pair is not None
-        self._touched.add(name)
-        if name in self._emptied:
-            for folder in pair:
-                folder.writer.delete_all_documents()
-                folder.dirty = True
-            self._emptied.discard(name)
-        return pair
+        out = []
+        if name in self._agents or (
+            new and not (everyone and self.everyone_ready and self._everyone_holds(name))
+        ):
+            pair = self._inbox(name, create=True)
+            assert pair is not None
+            self._touched.add(name)
+            if name in self._emptied:
+                for folder in pair:
+                    folder.writer.delete_all_documents()
+                    folder.dirty = True
+                self._emptied.discard(name)
+            out.append(pair)
+        if everyone and self._everyone is not None:
+            out.append(self._everyone)
+        return out
 
     def _make_room(self, agent: str) -> None:
         """Before a note of ``agent`` is written (the write lock held): past ``_OPEN_WRITERS``
@@ -863,17 +1026,20 @@ class Bm25Index:
         for d in docs:
             notes.setdefault(d.key, []).append(d)
         self._learn(d for chunks in notes.values() for d in chunks)
+        self._add(notes)
+
+    def _add(self, notes: dict[str, list[Bm25Doc]], *, everyone: bool = True) -> None:
         with self._lock, self._writing("write"):
             for key, chunks in notes.items():  # a note's chunks and its page, then the next note
                 if (owner := memory_agent(key)) is not None:
                     self._make_room(owner)
-                target = self._target(key, chunks[0].agent)
-                bodies = []
-                for d in chunks:
-                    body = f"{d.headings}\n{d.body}" if d.headings else d.body
-                    self._put(target[0], d.chunk_id, d, body)
-                    bodies.append(body)
-                self._put(target[1], key, chunks[0], "\n".join(bodies))
+                for target in self._targets(key, chunks[0].agent, everyone=everyone):
+                    bodies = []
+                    for d in chunks:
+                        body = f"{d.headings}\n{d.body}" if d.headings else d.body
+                        self._put(target[0], d.chunk_id, d, body)
+                        bodies.append(body)
+                    self._put(target[1], key, chunks[0], "\n".join(bodies))
 
     def replace_note(
         self, key: str, docs: Sequence[Bm25Doc], held: Collection[str] = (), stale: Collection[str] = ()
@@ -886,26 +1052,26 @@ class Bm25Index:
         self._learn(d for d in docs if d.chunk_id not in held)
         with self._lock, self._writing("write"):
             owner = memory_agent(key)
-            if not docs and owner is not None and owner not in self._agents:
-                return  # an inbox that never held anything: nothing to remove
             if owner is not None:
                 self._make_room(owner)
-            chunks, pages = self._target(key, docs[0].agent if docs else None)
-            if held:
-                for chunk_id in stale:
-                    chunks.writer.delete_documents_by_term("chunk_id", chunk_id)
-            else:
-                chunks.writer.delete_documents_by_term("key", key)
-            pages.writer.delete_documents_by_term("key", key)
-            chunks.dirty = pages.dirty = True
-            bodies = []
-            for d in docs:
-                body = f"{d.headings}\n{d.body}" if d.headings else d.body
-                if d.chunk_id not in held:
-                    self._put(chunks, d.chunk_id, d, body)
-                bodies.append(body)
-            if docs:  # the page is the whole note: rewritten whenever any chunk changed
-                self._put(pages, key, docs[0], "\n".join(bodies))
+            # No docs: a note removed, which makes no agent's index (one that never held anything
+            # has nothing to remove).
+            for chunks, pages in self._targets(key, docs[0].agent if docs else None, new=bool(docs)):
+                if held:
+                    for chunk_id in stale:
+                        chunks.writer.delete_documents_by_term("chunk_id", chunk_id)
+                else:
+                    chunks.writer.delete_documents_by_term("key", key)
+                pages.writer.delete_documents_by_term("key", key)
+                chunks.dirty = pages.dirty = True
+                bodies = []
+                for d in docs:
+                    body = f"{d.headings}\n{d.body}" if d.headings else d.body
+                    if d.chunk_id not in held:
+                        self._put(chunks, d.chunk_id, d, body)
+                    bodies.append(body)
+                if docs:  # the page is the whole note: rewritten whenever any chunk changed
+                    self._put(pages, key, docs[0], "\n".join(bodies))
 
     def _learn(self, docs: Iterable[Bm25Doc]) -> None:
         """The umlaut words of the vault's and the wiki's chunks into ``umlauts`` (an agent's
@@ -964,18 +1130,16 @@ class Bm25Index:
 
     def delete_key(self, key: str) -> None:
         with self._lock, self._writing("delete"):
-            owner = memory_agent(key)
-            if owner is not None and owner not in self._agents:
-                return
-            for folder in self._target(key):
-                folder.writer.delete_documents_by_term("key", key)
-                folder.dirty = True
+            for pair in self._targets(key, new=False):
+                for folder in pair:
+                    folder.writer.delete_documents_by_term("key", key)
+                    folder.dirty = True
 
     def delete_all(self) -> None:
         """Every document dropped (at the commit). An inbox is emptied when it is written again
         or removed at the commit: no writer is opened for each agent's."""
         with self._lock, self._writing("delete"):
-            for folder in (self._chunks, self._pages):
+            for folder in (self._chunks, self._pages, *(self._everyone or ())):
                 folder.writer.delete_all_documents()
                 folder.dirty = True
             with self._inbox_lock:
@@ -995,7 +1159,7 @@ class Bm25Index:
         with self._lock:
             folders = self._folders()
             try:
-                for folder in (self._chunks, self._pages):
+                for folder in (self._chunks, self._pages, *(self._everyone or ())):
                     folder.commit()
                 with self._inbox_lock:
                     inboxes = list(self._open.items())
@@ -1009,8 +1173,38 @@ class Bm25Index:
                 self.umlauts.forget_unsaved()
                 raise StoreError(f"{exc}{_disk_hint(self.path)}") from exc
             self._after_commit()
+            self._stamp_everyone()
             self.umlauts.save()
             self._evict()
+
+    def _stamp_everyone(self) -> None:
+        """After a commit: the pair of every agent's memory holds what every inbox holds, as of
+        now (``filled``'s time; see ``everyone_behind``)."""
+        if self.read_only or self._everyone is None or not self.everyone_ready:
+            return
+        try:
+            os.utime(self.path / _EVERYONE_DIR / _FILLED)
+        except OSError as exc:  # the next start refills it: memory is small
+            log.debug("bm25_everyone_not_stamped error=%s", exc)
+
+    def everyone_behind(self) -> bool:
+        """Whether an agent's own index was committed after the pair of every agent's memory was
+        last known to hold all memory (``filled``'s time, set at each commit): by a version from
+        before that pair (a downgrade), which writes the inboxes and the manifest only. The
+        start's count check misses such an edit or rename, and a person's search kept the old
+        text and names for good."""
+        if self._everyone is None or not self.everyone_ready:
+            return False
+        try:
+            stamp = (self.path / _EVERYONE_DIR / _FILLED).stat().st_mtime_ns
+        except OSError:
+            return True
+        for agent in self.agents():
+            for part in ("chunks", "pages"):
+                with contextlib.suppress(OSError):
+                    if (self.path / "memory" / agent / part / "meta.json").stat().st_mtime_ns > stamp:
+                        return True
+        return False
 
     def _commit_inbox(self, agent: str, pair: Pair) -> None:
         """Commit one agent's inbox. One whose files are damaged (a commit reads its segments to
@@ -1046,6 +1240,8 @@ class Bm25Index:
                 gone.add(agent)
         if self._refilling:  # rebuilt from the manifest: what failed before is replaced
             self.failing.clear()
+            if self._everyone is not None and not self.everyone_ready:
+                self._mark_filled()
         self._forget_marks()
         for agent in gone:
             self._remove_inbox(agent)
@@ -1053,6 +1249,8 @@ class Bm25Index:
     def all_ids(self) -> set[str]:
         """Every chunk id in the index, memory's too (for consistency checks)."""
         out = self._ids(self._chunks)
+        if self._everyone is not None and self.everyone_ready:
+            return out | self._ids(self._everyone[0])
         for agent in self.agents():
             pair = self._inbox(agent)
             if pair is not None:
@@ -1117,18 +1315,29 @@ class Bm25Index:
                 (tantivy.Occur.Must, tantivy.Query.term_set_query(schema, "chunk_id", list(among))),
             ]
         )
-        folders = [self._chunks]
+        folders = [(self._chunks, query)]
+        if agents and self._everyone is not None and self.everyone_ready:
+            # Whether a chunk holds a word is the chunk's alone: one index answers for every agent
+            # named (no agent's own index opened).
+            named = tantivy.Query.term_set_query(schema, "agent", sorted(agents))
+            folders.append(
+                (
+                    self._everyone[0],
+                    tantivy.Query.boolean_query([(tantivy.Occur.Must, query), (tantivy.Occur.Must, named)]),
+                )
+            )
+            agents = ()
         for agent in sorted(agents):
             pair = self._inbox(agent)
             if pair is not None:
-                folders.append(pair[0])
+                folders.append((pair[0], query))
         out: set[str] = set()
-        for folder in folders:
+        for folder, asked in folders:
             searcher = folder.searcher
             if searcher.num_docs == 0:
                 continue
             with _engine("search"):
-                result = searcher.search(query, limit=len(among), count=False)
+                result = searcher.search(asked, limit=len(among), count=False)
                 out.update(
                     str(searcher.doc(address).get_first("chunk_id")) for _score, address in result.hits
                 )
@@ -1142,9 +1351,14 @@ class Bm25Index:
         return int(self._pages.searcher.num_docs) + self._inbox_docs("pages")
 
     def _inbox_docs(self, part: str) -> int:
-        """The inboxes' documents as their last commits left them; an inbox whose count cannot be
-        read is moved aside as damaged (it failed every sweep's check, reported nowhere) and
-        counts none, so that the check refills the index."""
+        """Memory's documents: those of the pair of every agent's memory once it holds all, else
+        the inboxes' as their last commits left them; an inbox whose count cannot be read is
+        moved aside as damaged (it failed every sweep's check, reported nowhere) and counts none,
+        so that the check refills the index."""
+        if self._everyone is not None and self.everyone_ready:
+            with contextlib.suppress(StoreError):  # unreadable: the check refills it
+                return _live_docs(self.path / _EVERYONE_DIR / part)
+            return 0
         total = 0
         with self._inbox_lock:
             agents = [a for a in sorted(self._agents) if a not in self._emptied]
@@ -1175,6 +1389,12 @@ class Bm25Index:
         """Chunks and pages of the vault's and the wiki's index."""
         return int(self._searcher.num_docs), int(self._pages.searcher.num_docs)
 
+    def not_rebuilt(self, agent: str, exc: BaseException) -> None:
+        """``agent``'s index could not be rebuilt (none is left): reported in ``failing`` until a
+        refill is committed, so that its searches say its notes may be missing and the repair
+        refills it."""
+        self.failing[agent] = f"{_NOT_REBUILT} ({exc})"
+
     def refill_inbox(self, agent: str, docs: Sequence[Bm25Doc]) -> None:
         """One agent's inbox index replaced by ``docs`` (its notes, from the manifest), committed;
         the other indexes are left as they are (refilling all for one agent's cost what the whole
@@ -1189,11 +1409,71 @@ class Bm25Index:
             self._remove_inbox(agent)  # the empty one opened in its place since, if any
             self.failing.update(failed)  # reported until the refill is committed
             self._emptied.discard(agent)
-        if docs:
-            self.add(docs)
-        self.commit()
+        try:
+            if docs:  # its own index alone: the pair of every agent's memory holds them already
+                notes: dict[str, list[Bm25Doc]] = {}
+                for d in docs:
+                    notes.setdefault(d.key, []).append(d)
+                self._add(notes, everyone=False)
+            self.commit()
+        except Exception as exc:
+            # A full disk, an I/O error: the half-made index would pass for the agent's whole
+            # memory (empty, unreported, kept until a restart). Dropped, so that the next search
+            # with its scope rebuilds it again; reported meanwhile (the answer says its notes may
+            # be missing, the repair refills it).
+            with self._lock:
+                self._remove_inbox(agent)
+                self.failing.update(failed)
+            self.not_rebuilt(agent, exc)
+            raise
         for name in failed:
             self.failing.pop(name, None)
+
+    def refill_everyone(self, docs: Sequence[Bm25Doc]) -> None:
+        """The pair of every agent's memory replaced by ``docs`` (all memory, from the manifest),
+        committed; the other indexes left as they are. One whose searches failed is moved aside
+        first. A person's search reads the inboxes until the commit."""
+        with self._lock:
+            if self.read_only:
+                return
+            if any(n.startswith(f"{EVERYONE}/") for n in self.failing) or self._everyone is None:
+                self._everyone_aside(StoreError(self.failing.get(f"{EVERYONE}/chunks", "not open")))
+                self._everyone = self._everyone_pair()
+            pair = self._everyone
+            self.everyone_ready = False
+            with self._writing("refill"):
+                for folder in pair:
+                    folder.writer.delete_all_documents()
+                    folder.dirty = True
+                notes: dict[str, list[Bm25Doc]] = {}
+                for d in docs:
+                    notes.setdefault(d.key, []).append(d)
+                for key, chunks in notes.items():
+                    bodies = []
+                    for d in chunks:
+                        body = f"{d.headings}\n{d.body}" if d.headings else d.body
+                        self._put(pair[0], d.chunk_id, d, body)
+                        bodies.append(body)
+                    self._put(pair[1], key, chunks[0], "\n".join(bodies))
+            try:
+                for folder in pair:
+                    folder.commit()
+            except StoreError as exc:
+                for folder in pair:
+                    folder.recover_writer()
+                raise StoreError(f"{exc}{_disk_hint(self.path)}") from exc
+            self._scorer.forget(pair)
+            self._mark_filled()
+            for part in ("chunks", "pages"):
+                self.failing.pop(f"{EVERYONE}/{part}", None)
+
+    def everyone_counts(self) -> tuple[int, int] | None:
+        """Chunks and pages of the pair of every agent's memory as its last commit left them;
+        None until it holds all memory."""
+        if self._everyone is None or not self.everyone_ready:
+            return None
+        base = self.path / _EVERYONE_DIR
+        return _live_docs(base / "chunks"), _live_docs(base / "pages")
 
     def collection_size(self) -> int:
         """Chunks whose words make the keyword statistics: the vault's and the wiki's."""
@@ -1338,10 +1618,29 @@ class Bm25Index:
                 if owner is not None and owner in inbox_keys:
                     per_agent.setdefault(owner, []).append(k)
             inbox_keys = dict(per_agent)
-        if len(inbox_keys) > _OPEN_INBOXES:  # a person's search: the inboxes it opens stay a while
-            self._wide_until = time.monotonic() + _HOLD_SECONDS
         found: list[tuple[str, float]] = []
         shared = shared_folder.searcher
+        if agent_scope is None and want_memory and self._everyone is not None and self.everyone_ready:
+            # A person's search: every agent's memory from one index, no inbox opened.
+            wanted_keys = None
+            if key is not None or keys is not None:
+                wanted_keys = [k for k in ([key] if key is not None else keys or ()) if memory_agent(k)]
+            try:
+                found += self._everyone_hits(
+                    pages,
+                    terms=terms,
+                    limit=limit,
+                    keys=wanted_keys,
+                    shared_folder=shared_folder,
+                    shared=shared,
+                )
+                self.failing.pop(f"{EVERYONE}/{'pages' if pages else 'chunks'}", None)
+                inbox_keys = {}
+            except StoreError as exc:  # read the inboxes instead; reported until the repair
+                log.warning("keyword_search_failed part=%s error=%s", _EVERYONE_DIR, exc)
+                self.failing[f"{EVERYONE}/{'pages' if pages else 'chunks'}"] = str(exc)
+        if len(inbox_keys) > _OPEN_INBOXES:  # a person's search: the inboxes it opens stay a while
+            self._wide_until = time.monotonic() + _HOLD_SECONDS
         if want_shared:
             found += self._query(
                 shared,
@@ -1368,9 +1667,35 @@ class Bm25Index:
                 # reported (``failing``) until a search of it succeeds or the repair rebuilds it.
                 log.warning("keyword_search_failed inbox=%s error=%s", agent, exc)
                 self.failing[f"{agent}/{'pages' if pages else 'chunks'}"] = str(exc)
-        if len(inbox_keys) > 1 or (want_shared and inbox_keys):
-            found.sort(key=lambda hit: -hit[1])
+        found.sort(key=lambda hit: -hit[1])
         return found[:limit]
+
+    def _everyone_hits(
+        self,
+        pages: bool,
+        *,
+        terms: Terms,
+        limit: int,
+        keys: Sequence[str] | None,
+        shared_folder: _Folder,
+        shared: tantivy.Searcher,
+    ) -> list[tuple[str, float]]:
+        """Every agent's memory hits from the pair that holds it all, its terms reweighted to the
+        vault's statistics as an inbox's are (``_Scorer``): the idf is the vault's, the length
+        normalisation that of all memory (an inbox's was its own agent's). A person sees all
+        memory: the statistics of all of it tell a person nothing new."""
+        assert self._everyone is not None
+        folder = self._everyone[1] if pages else self._everyone[0]
+        searcher = folder.searcher
+        if searcher.num_docs == 0 or keys == []:
+            return []
+        weighted = self._scorer.terms(
+            self._scorer.counts(folder, searcher), self._scorer.counts(shared_folder, shared), terms
+        )
+        hits = self._query(searcher, weighted, limit, sources=None, keys=keys) if weighted else []
+        if not hits:
+            self._check_files(folder)
+        return hits
 
     def _inbox_hits(
         self,
