@@ -13,7 +13,6 @@ from typing import Any
 
 from sidecar.daemon.indexing import IndexLoop
 from sidecar.index.bursts import MAX_WAIT_S, Bursts
-from sidecar.vault.sources import Root
 from tests.conftest import DaemonProcess, FakeEmbedder, Harness, write
 
 # Deletion batches come 0.4 s apart below: a quiet time well above that, so a busy machine does not
@@ -128,40 +127,40 @@ def test_deletions_waiting_at_a_kill_9_are_judged_whole_at_the_restart(
 
 
 def test_quiet_and_the_longest_wait_on_a_clock() -> None:
-    """The rule itself, on a clock moved by hand: an event keeps a root busy for the quiet time; a
-    wiki's events are the wiki's, a folder holding the vault makes both busy; waiting deletions are
-    due once the root is quiet, or after MAX_WAIT_S for a root whose events never stop, and are
-    judged then whatever comes (they were put back to wait by their own judgment); an inbox never
-    waits."""
+    """The rule itself, on a clock moved by hand: a deletion or a new note keeps a root busy for
+    the quiet time (each root its own); waiting deletions are counted by note (one named by two
+    batches once, one that came back no more, a full sweep's replace them), due once the root is
+    quiet, or after MAX_WAIT_S for a root whose events never stop, and are judged then whatever
+    comes (they were put back to wait by their own judgment)."""
     now = [100.0]
     bursts = Bursts(2.0, clock=lambda: now[0])
-    vault, wiki = Path("/v"), Path("/v/wiki")
-    bursts.set_roots(
-        [Root("vault", vault), Root("wiki", wiki, within=vault), Root("memory", Path("/m"), "a")]
-    )
-    bursts.heard({"/v/wiki/x.md"})
+    bursts.heard("wiki")
     assert bursts.busy("wiki") and not bursts.busy("vault")
-    bursts.heard({"/m/x.md"})
-    assert not bursts.busy("memory/a")
-    bursts.heard({"/"})
-    assert bursts.busy("vault") and bursts.busy("wiki")
-    bursts.wait("vault", 30)
+    bursts.heard("vault")
+    keys = [f"vault/n{i}.md" for i in range(30)]
+    bursts.wait("vault", keys[:20])
+    bursts.wait("vault", keys[10:])  # named again by the next batch: counted once
     assert bursts.waiting() == 30 and bursts.due() == [] and bursts.next_in(5.0) == 2.0
+    bursts.wait("vault", (), back=keys[:2])  # written again (a checkout): waits no more
+    assert bursts.waiting("vault") == 28
     now[0] += 1.5
-    bursts.heard({"/v/a.md"})  # still coming
+    bursts.heard("vault")  # still coming
     now[0] += 1.9
     assert bursts.due() == [] and bursts.busy("vault")
+    bursts.wait("vault", keys[:29], whole=True)  # a full sweep's view: all that wait now
+    assert bursts.waiting("vault") == 29
     now[0] += 0.1
-    assert bursts.due() == ["vault"] and bursts.waiting("vault") == 30  # quiet: judged now
+    assert bursts.due() == ["vault"] and bursts.waiting("vault") == 29  # quiet: judged now
+    assert bursts.judging() == {"vault"}
     bursts.judged("vault")
-    assert bursts.waiting() == 0
-    bursts.wait("vault", 5)  # a root whose events never stop
+    assert bursts.waiting() == 0 and bursts.judging() == frozenset()
+    bursts.wait("vault", keys[:5])  # a root whose events never stop
     for _ in range(int(MAX_WAIT_S)):
-        bursts.heard({"/v/b.md"})
+        bursts.heard("vault")
         assert bursts.busy("vault") and bursts.due() == []
         now[0] += 1.0
     assert bursts.due() == ["vault"]
-    bursts.heard({"/v/b.md"})
+    bursts.heard("vault")
     assert not bursts.busy("vault")  # its judgment judges it, busy or not
     bursts.judged("vault")
     assert bursts.busy("vault") and bursts.waiting() == 0
@@ -181,12 +180,14 @@ def test_a_full_sweep_during_the_deletion_leaves_it_waiting(make_cfg: Any, vault
         first, rest = notes[:12], notes[12:]
         for p in first:
             p.unlink()
-        loop.changed({str(vault / "Garden.md")})  # the root's events are busy (a note saved)
+        # The root is busy: a new note came (events of deletions and new notes make a burst).
+        loop.changed({str(write(vault / "Fresh.md", "# New\n\nA note just come.\n"))})
+        h.indexer.sweep(only=(), paths=loop.take_paths())
         h.indexer.sweep()  # the schedule's sweep, now
         st = h.supervisor.roots["vault"]
         assert len(h.stores.manifest.file_states("vault/Import/")) == 30, "applied in part"
         assert st.hold_kind is None and st.waiting_deletions == 12
-        assert loop.catching_up() == (0, 12 + 1)  # with the saved note's event, queued
+        assert loop.catching_up() == (0, 12)
         for p in rest:
             p.unlink()
         now[0] += 1.0
