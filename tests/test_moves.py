@@ -9,6 +9,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,15 @@ def _sweep(h: Harness, how: str, paths: set[Path]) -> None:
         h.sweep()
     else:  # the file events of the move: the folder gone and the folder come, nothing else
         h.indexer.sweep(only=frozenset(), paths={str(p) for p in paths})
+        # A loss no move explains waits for the root to go quiet; the index loop then asks for
+        # the judgment: here at once, on a clock past the quiet time.
+        bursts = h.indexer.changes.bursts
+        if bursts.waiting():
+            bursts.clock = lambda: time.monotonic() + 3600.0
+            try:
+                h.indexer.sweep(only=frozenset(bursts.due()))
+            finally:
+                bursts.clock = time.monotonic
 
 
 def _online(h: Harness, *names: str) -> None:

@@ -31,9 +31,9 @@ class IndexConfig:
     )
     mass_deletion_quiet_seconds: float = _opt(
         2.0,
-        "Deletions of more than a few notes seen by file events are judged once their root had no file "
-        "event for this long (a branch switch deletes first and writes after: judged whole, with the "
-        "notes that came in).",
+        "Deletions of more than a few notes seen by file events, that no move explains, are judged once "
+        "their root had no deletion or new note for this long (a branch switch deletes first and "
+        "writes after: judged whole, with the notes that came in).",
         min=0.1,
         max=60.0,
     )

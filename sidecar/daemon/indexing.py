@@ -166,8 +166,6 @@ class IndexLoop:
         A note deleted or renamed away is never held (``gone``): a hot note's deletion must not
         wait its quiet time, a search would show it for up to a minute."""
         self.hot.release(gone)
-        if paths:  # the roots' event streams are busy: deletions of theirs wait for them to go quiet
-            self.indexer.changes.bursts.heard(paths)
         if len(self._reported) < _REPORTED_MAX:
             self._reported |= paths
         settings = {p for p in paths if obsidian_setting(p, self.cfg.vault.path)}
@@ -377,7 +375,10 @@ class IndexLoop:
         # leftover paths, it never counted as done, and status said "building" until the next
         # scheduled sweep.
         if leftover is not None and not job.rebuild and self.indexer.activity.first_sweep_done:
-            job = Job(roots=frozenset(), confirm=job.confirm, paths=leftover)
+            # Roots handed over to be judged and not judged yet are swept again with it: as paths
+            # only, they said "waiting" until the next scheduled sweep.
+            judge = self.indexer.changes.bursts.judging()
+            job = Job(roots=judge, confirm=job.confirm, paths=leftover)
         self.jobs.put(job)
 
 

@@ -4,20 +4,19 @@ A deletion that file events bring in several batches (an ``rm -r`` under way, a 
 emptying a folder, a branch switch that removes the old files before it writes the new ones)
 was judged by the mass-deletion guard one batch at a time: each batch under the guard's share was
 applied, and a root could leave the index batch by batch without the guard ever firing. Here a
-root's deletions beyond the few applied at once wait while its event stream is busy; once no event
-came for the root for ``index.massDeletionQuietSeconds`` (or they waited ``MAX_WAIT_S``: a root
-that never goes quiet is judged anyway), a full sweep of the root judges them with the whole
-picture: what is lost, what stays and what came in. Nothing here is kept across a restart: the
-start's sweep finds the files missing and judges the root at once. Imports only the sources' Root.
+root's deletions that no move explains, beyond the few applied at once, wait while it is busy;
+once no deletion or new note came for the root for ``index.massDeletionQuietSeconds`` (or
+they waited ``MAX_WAIT_S``: a root that never goes quiet is judged anyway), a full sweep of the
+root judges them with the whole picture: what is lost, what stays and what came in. Nothing here
+is kept across a restart: the start's sweep finds the files missing and judges the root at once.
+Only a deletion or a new note makes a root busy (``heard``). Imports nothing of the project.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
-
-from sidecar.vault.sources import Root
+from collections.abc import Callable, Collection
 
 # A root whose event stream never goes quiet (a sync running for minutes) has its waiting
 # deletions judged after this long anyway, as they stand then.
@@ -25,46 +24,32 @@ MAX_WAIT_S = 60.0
 
 
 class Bursts:
-    """When each root last had a file event, and the roots whose deletions wait for it to go quiet."""
+    """When each root last had a deletion or a new note, and the roots whose deletions wait for
+    it to go quiet."""
 
     def __init__(self, quiet_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.quiet_s = quiet_s
         self.clock = clock
         self._lock = threading.Lock()
-        self._tops: list[tuple[str, str]] = []  # (root folder + "/", root name), longest first
-        self._heard: dict[str, float] = {}  # root name -> time of its last file event
-        self._waiting: dict[str, tuple[float, int]] = {}  # root name -> (waiting since, deletions)
+        self._heard: dict[str, float] = {}  # root name -> time of its last deletion or new note
+        # root name -> (waiting since, the keys of its waiting deletions): a set, so a note named
+        # by two batches counts once and one that came back counts no more.
+        self._waiting: dict[str, tuple[float, set[str]]] = {}
         # Roots handed to a sweep to be judged (``due``): judged as they stand, busy or not (a root
         # whose events never stop was put back to wait by its own judgment, for good).
         self._judging: dict[str, int] = {}
 
-    def set_roots(self, roots: Sequence[Root]) -> None:
-        """The roots whose events count (an agent's inbox never waits: its deletions are the agent's)."""
-        tops = sorted(
-            ((str(r.path).rstrip("/") + "/", r.name) for r in roots if r.source != "memory"),
-            key=lambda t: len(t[0]),
-            reverse=True,
-        )
+    def heard(self, name: str) -> None:
+        """File events of this root brought a deletion or a new note now. Only these count: a
+        burst (an ``rm -r``, a sync, a branch switch) is made of them, while an editor saving a
+        note every second (or a hot note's saves) says nothing about one, and kept the root
+        "busy" for good."""
         with self._lock:
-            self._tops = tops
-
-    def heard(self, paths: Collection[str]) -> None:
-        """File events named these paths now (the watcher's thread)."""
-        now = self.clock()
-        with self._lock:
-            for path in paths:
-                for top, name in self._tops:
-                    if path.startswith(top) or path == top[:-1]:
-                        self._heard[name] = now
-                        break
-                # A folder that holds whole roots (the vault's parent renamed): each of them.
-                for top, name in self._tops:
-                    if top.startswith(path.rstrip("/") + "/"):
-                        self._heard[name] = now
+            self._heard[name] = self.clock()
 
     def busy(self, name: str) -> bool:
-        """Whether the root had a file event within the quiet time, and any deletions of it have
-        not waited their longest yet."""
+        """Whether the root had a deletion or a new note within the quiet time, and any deletions
+        of it have not waited their longest yet."""
         now = self.clock()
         with self._lock:
             heard = self._heard.get(name)
@@ -74,11 +59,18 @@ class Bursts:
             return False
         return waiting is None or now - waiting[0] < MAX_WAIT_S
 
-    def wait(self, name: str, count: int) -> None:
-        """Deletions of this root wait for its events to go quiet (``count``: those known now)."""
+    def wait(self, name: str, keys: Collection[str], back: Collection[str] = (), whole: bool = False) -> None:
+        """Deletions of this root wait for its events to go quiet: ``keys`` more of them (a full
+        sweep's are the ``whole`` of them); ``back``: notes there again, waiting no more."""
         with self._lock:
-            since, known = self._waiting.get(name, (self.clock(), 0))
-            self._waiting[name] = (since, max(known, count))
+            since, known = self._waiting.get(name, (self.clock(), set()))
+            now = set(keys) if whole else (known | set(keys))
+            self._waiting[name] = (since, now - set(back))
+
+    def keys(self, name: str) -> set[str]:
+        """The keys of the root's waiting deletions."""
+        with self._lock:
+            return set(self._waiting.get(name, (0.0, set()))[1])
 
     def judged(self, name: str) -> None:
         """A full sweep judged the root's deletions (or could not list the root: its offline
@@ -99,8 +91,14 @@ class Bursts:
                 if now - self._heard.get(name, 0.0) >= self.quiet_s or now - since >= MAX_WAIT_S
             ]
             for name in out:
-                self._judging[name] = self._waiting.pop(name)[1]
+                self._judging[name] = len(self._waiting.pop(name)[1])
         return sorted(out)
+
+    def judging(self) -> frozenset[str]:
+        """The roots handed to a sweep to be judged that it has not judged yet (a sweep that
+        failed: its retry must judge them, or they said "waiting" until the next scheduled sweep)."""
+        with self._lock:
+            return frozenset(self._judging)
 
     def next_in(self, most: float) -> float:
         """Seconds until waiting deletions are due, at most ``most`` (0: due now)."""
@@ -115,7 +113,7 @@ class Bursts:
     def waiting(self, name: str | None = None) -> int:
         """Deletions waiting to be judged (of one root, or of all)."""
         with self._lock:
+            counts = {n: len(k) for n, (_, k) in self._waiting.items()}
             if name is not None:
-                return self._waiting.get(name, (0.0, 0))[1] or self._judging.get(name, 0)
-            counts = {n: c for n, (_, c) in self._waiting.items()}
+                return counts.get(name, 0) or self._judging.get(name, 0)
             return sum({**self._judging, **counts}.values())

@@ -151,6 +151,9 @@ class ChangeFinder:
         # Every deletion applied without a hold, by root (file events' and judgments'): counted
         # with the next judgment within EVENT_DELETION_WINDOW_S.
         self._deleted: dict[str, list[float]] = {}
+        # The keys a mass hold holds, by root: an event naming them again (a folder walked) neither
+        # waits nor sweeps for them (they were counted as waiting beside the hold).
+        self._held: dict[str, set[str]] = {}
         # A root's deletions beyond the few applied at once wait for its file events to go quiet
         # and are judged whole (the index loop tells it the events, and asks for the sweeps).
         self.bursts = Bursts(cfg.index.mass_deletion_quiet_seconds)
@@ -288,6 +291,7 @@ class ChangeFinder:
         self._skips = {k: v for k, v in self._skips.items() if k[0] in names}
         self._event_deletions = {k: v for k, v in self._event_deletions.items() if k in names}
         self._deleted = {k: v for k, v in self._deleted.items() if k in names}
+        self._held = {k: v for k, v in self._held.items() if k in names}
         self._unread_notes = {k: v for k, v in self._unread_notes.items() if k[0] in names}
         self._listed_unreadable = {k: v for k, v in self._listed_unreadable.items() if k in names}
         if any(k not in names for k in self._unreadable):
@@ -325,7 +329,6 @@ class ChangeFinder:
         present = {r.agent for r in out if r.source == "memory"}
         indexed = set(self.manifest.memory_agents())
         out.extend(inbox_root(self.cfg, a) for a in sorted(indexed - present))
-        self.bursts.set_roots(out)
         return out
 
     def diff_roots(
@@ -396,7 +399,16 @@ class ChangeFinder:
         # Deletions applied a moment ago by file events or an earlier judgment count with these
         # (one deletion in several bursts or batches is judged as one), unless confirmed.
         applied = len(_recent(self._deleted, root)) if missing and not confirm else 0
-        if supervisor.may_hold(root, len(known), len(missing), len(notes), applied):
+        # A root whose deletions and new notes still come (``index.bursts``; a held root is held
+        # already: its retry judges it at once, or it was swept whole every second while busy).
+        settling = (
+            bool(missing)
+            and not confirm
+            and supervisor.status(root).hold_kind is None
+            and self.bursts.busy(root.name)
+        )
+        # Moves are looked for while the root settles too: a folder renamed is applied at once.
+        if settling or supervisor.may_hold(root, len(known), len(missing), len(notes), applied):
             left_out = self._left_out(listings, alien, diff.left_out)
             moved, away = self._moves(listing, listings, alien, diff, left_out)
             copies = self._excluded_copies(listing, left_out, moved)
@@ -412,21 +424,26 @@ class ChangeFinder:
             copies=copies,
             arrived=max(0, sum(1 for n in notes if n.key not in known) - (len(moved) - len(away))),
             applied=applied,
-            settling=bool(missing) and not confirm and self.bursts.busy(root.name),
+            settling=settling,
         )
-        if hold == "wait":
-            self._wait(root, len(missing))
+        if hold == "wait":  # only the loss no move explains waits: the moves are applied below
+            self._wait(root, set(missing) - moved, whole=True)
         else:
             self._judged(root, hold, len(missing))
+        if hold == "mass":
+            self._held[root.name] = set(missing) - moved
+        else:
+            self._held.pop(root.name, None)
         if hold is None:
             supervisor.mark_online(root)
             self._event_deletions.pop(root.name, None)  # judged: a few may go at once again
             if confirm or was_held:
                 self._deleted.pop(root.name, None)  # a hold ended: no burst goes on
-            else:
-                self._deleted[root.name] = _recent(self._deleted, root) + [time.monotonic()] * len(missing)
+            else:  # moves are no loss: not counted with the next judgment
+                lost = len(set(missing) - moved)
+                self._deleted[root.name] = _recent(self._deleted, root) + [time.monotonic()] * lost
             diff.gone.extend(missing)
-        elif hold == "mass":
+        elif hold in ("mass", "wait"):
             diff.gone.extend(k for k in missing if k in moved)  # moves are no loss: at once
         status = supervisor.status(root)
         status.last_sweep, status.last_sweep_seconds = time.time(), time.time() - listing.started
@@ -766,19 +783,42 @@ class ChangeFinder:
                         manifest.file_states_of([root.key_of(s.path.relative_to(root.path).as_posix())])
                     )
         missing -= {n.key for n in notes}
-        if missing:
-            verdict = self._event_verdict(root, len(missing))
-            if verdict == "sweep":
-                return False
-            if verdict == "wait":  # judged whole once the root's events go quiet; the rest goes on
-                self._wait(root, self.bursts.waiting(root.name) + len(missing))
-                missing = set()
+        states = manifest.file_states_of([n.key for n in notes])
+        applied = self._event_deletions_of(root, notes, missing, states)
+        if applied is None:
+            return False
+        missing = applied
         diff.gone.extend(sorted(missing))
         diff.excluded.update(excluded)
         diff.left_out.extend(left_out)
         diff.linked.update(n.shared for n in left_out if n.shared[1])
-        self._add_work(notes, manifest.file_states_of([n.key for n in notes]), diff)
+        self._add_work(notes, states, diff)
         return True
+
+    def _event_deletions_of(
+        self, root: Root, notes: list[NoteFile], missing: set[str], states: Collection[str]
+    ) -> set[str] | None:
+        """The deletions file events found in ``root`` that are applied now (those that wait are
+        handed to ``bursts``), or None: the root needs a full sweep instead. ``states``: the
+        manifest's entries of ``notes``."""
+        back = self.bursts.keys(root.name) & {n.key for n in notes}
+        # A burst is made of deletions and new notes (a note that came back among them): an
+        # edited note's saves (a hot note's, an editor's) do not keep its root busy.
+        arrived = bool(back) or any(n.key not in states for n in notes)
+        if (missing or arrived) and root.source != "memory":
+            self.bursts.heard(root.name)
+        if back:
+            self.bursts.wait(root.name, (), back=back)
+        missing = missing - self._held.get(root.name, set())  # held already: stay held, never "waiting"
+        if not missing:
+            return missing
+        verdict = self._event_verdict(root, len(missing), arrived)
+        if verdict == "sweep":
+            return None
+        if verdict == "wait":  # judged whole once the root's events go quiet; the rest goes on
+            self._wait(root, missing)
+            return set()
+        return missing
 
     def _excluded_seen(
         self,
@@ -879,12 +919,14 @@ class ChangeFinder:
                 found.append(got)
         return found, gone, walked
 
-    def _event_verdict(self, root: Root, count: int) -> str:
+    def _event_verdict(self, root: Root, count: int, arrived: bool) -> str:
         """What becomes of deletions seen by events: ``apply`` (at once: only a few at a time, on a
-        root that is where it was and not empty, with none waiting), ``wait`` (more, while the
-        root's events still come: judged whole once they go quiet, ``index.bursts``) or ``sweep``
-        (a full sweep of the root and its guard now: its events are quiet already, so the whole
-        change is there to see, or the root is not what it was)."""
+        root that is where it was and not empty, with none waiting), ``sweep`` (a full sweep of the
+        root and its guard now: it applies at once the moves it finds and what they explain, and
+        lets only the loss left wait while the root is busy; the root is not what it was) or
+        ``wait`` (deletions of a root whose deletions wait already, in a batch with no new note
+        that could be a move's other half; or of a held root: judged whole once it is quiet,
+        ``index.bursts``, not listed whole at every batch of an ``rm -r``)."""
         if root.source == "memory":
             self._applied(root, count)
             return "apply"
@@ -894,19 +936,22 @@ class ChangeFinder:
             self._applied(root, count)
             return "apply"
         st = self.supervisor.status(root)
-        if (ok or (st.offline and st.hold_kind == "mass")) and self.bursts.busy(root.name):
+        held = st.offline and st.hold_kind == "mass"
+        if (held or (ok and waiting and not arrived)) and self.bursts.busy(root.name):
             return "wait"
         return "sweep"
 
-    def _wait(self, root: Root, count: int) -> None:
-        """``count`` deletions of the root wait for its file events to go quiet (said once)."""
+    def _wait(self, root: Root, keys: Collection[str], whole: bool = False) -> None:
+        """These deletions of the root wait for its events to go quiet (said once); ``whole``: a
+        full sweep's, all that wait now."""
         st = self.supervisor.status(root)
+        self.bursts.wait(root.name, keys, whole=whole)
+        count = self.bursts.waiting(root.name)
         if not st.waiting_deletions:
             log.info(
-                "deletions_waiting root=%s count=%d until=no file event for %.1fs",
+                "deletions_waiting root=%s count=%d until=no deletion or new note for %.1fs",
                 root.name, count, self.bursts.quiet_s,
             )  # fmt: skip
-        self.bursts.wait(root.name, count)
         st.waiting_deletions = count
 
     def _judged(self, root: Root, hold: str | None, count: int) -> None:

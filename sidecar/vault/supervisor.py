@@ -457,8 +457,9 @@ class Supervisor:
         edits its notes brings as many as it takes, and is no loss; they count among the notes
         that stay. ``applied`` deletions of the same burst left the index already (file events
         apply a few at once): they count as lost and as known, not as held. ``settling``: the
-        root's file events are still coming (``index.bursts``): a deletion the guard would apply
-        or hold as ``mass`` waits (``wait``) to be judged whole; the other kinds hold at once.
+        root's deletions and new notes are still coming (``index.bursts``): a loss the guard
+        would apply or hold as ``mass`` waits (``wait``) to be judged whole (the moves are applied
+        at once: a folder renamed is no loss); the other kinds hold at once.
         """
         applied = applied if missing > moved else 0  # only beside a loss now
         lost = missing - moved + applied
@@ -484,8 +485,8 @@ class Supervisor:
                 )  # fmt: skip
         else:
             kind = self._kind(root, memo, ident, (known, missing, present), lost=lost, staying=staying)
-        if settling and kind in (None, "mass"):
-            return "wait"  # judged once the root's events went quiet: nothing changes now
+        if settling and kind in (None, "mass") and missing > moved:
+            return "wait"  # judged once the root went quiet: only the moves are applied now
         if kind is None:
             if ident is not None:
                 self._remember(root, _memo_of(ident, root))
