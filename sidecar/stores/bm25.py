@@ -1685,17 +1685,12 @@ class Bm25Index:
         normalisation that of all memory (an inbox's was its own agent's). A person sees all
         memory: the statistics of all of it tell a person nothing new."""
         assert self._everyone is not None
-        folder = self._everyone[1] if pages else self._everyone[0]
-        searcher = folder.searcher
-        if searcher.num_docs == 0 or keys == []:
+        if keys == []:
             return []
-        weighted = self._scorer.terms(
-            self._scorer.counts(folder, searcher), self._scorer.counts(shared_folder, shared), terms
+        folder = self._everyone[1] if pages else self._everyone[0]
+        return self._on_vault_scale(
+            folder, terms=terms, limit=limit, keys=keys, shared_folder=shared_folder, shared=shared
         )
-        hits = self._query(searcher, weighted, limit, sources=None, keys=keys) if weighted else []
-        if not hits:
-            self._check_files(folder)
-        return hits
 
     def _inbox_hits(
         self,
@@ -1708,13 +1703,35 @@ class Bm25Index:
         shared_folder: _Folder,
         shared: tantivy.Searcher,
     ) -> list[tuple[str, float]]:
-        """An agent's hits, its terms reweighted to the vault's statistics (``_Scorer``); one
-        searcher of each index for the statistics and the search (a commit between two reads
-        mixed an old count with a new index: a score nine times too high)."""
+        """An agent's hits from its own index, on the vault's scale (``_on_vault_scale``)."""
         pair = self._inbox(agent)
         if pair is None:
             return []
         folder = pair[1] if pages else pair[0]
+        if folder.searcher.num_docs == 0:
+            return []
+        hits = self._on_vault_scale(
+            folder, terms=terms, limit=limit, keys=keys, shared_folder=shared_folder, shared=shared
+        )
+        self.failing.pop(f"{agent}/{'pages' if pages else 'chunks'}", None)
+        if self._open.get(agent) is not pair:  # opened for this search alone (see ``_inbox``)
+            self._scorer.forget(pair)
+        return hits
+
+    def _on_vault_scale(
+        self,
+        folder: _Folder,
+        *,
+        terms: Terms,
+        limit: int,
+        keys: Sequence[str] | None,
+        shared_folder: _Folder,
+        shared: tantivy.Searcher,
+    ) -> list[tuple[str, float]]:
+        """Hits of a memory index (an inbox's, or all memory's), its terms reweighted to the
+        vault's statistics (``_Scorer``); one searcher of each index for the statistics and the
+        search (a commit between two reads mixed an old count with a new index: a score nine
+        times too high). An index that matched nothing is checked for damage."""
         searcher = folder.searcher
         if searcher.num_docs == 0:
             return []
@@ -1724,9 +1741,6 @@ class Bm25Index:
         hits = self._query(searcher, weighted, limit, sources=None, keys=keys) if weighted else []
         if not hits:
             self._check_files(folder)
-        self.failing.pop(f"{agent}/{'pages' if pages else 'chunks'}", None)
-        if self._open.get(agent) is not pair:  # opened for this search alone (see ``_inbox``)
-            self._scorer.forget(pair)
         return hits
 
     def _check_files(self, folder: _Folder) -> None:
