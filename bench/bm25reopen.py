@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from common import emit  # noqa: E402
 
-from sidecar.stores import bm25 as bm25_mod  # noqa: E402
+from sidecar.stores import bm25_folder  # noqa: E402
 from sidecar.stores.bm25 import Bm25Doc, Bm25Index  # noqa: E402
 
 WORDS = [
@@ -94,10 +94,10 @@ def _doc(i: int, body: str) -> Bm25Doc:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--commits", type=int, default=3000)
-    ap.add_argument("--reopen-every", type=int, default=bm25_mod.REOPEN_EVERY, help="0: never")
+    ap.add_argument("--reopen-every", type=int, default=bm25_folder.REOPEN_EVERY, help="0: never")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    bm25_mod.REOPEN_EVERY = args.reopen_every or 10**12
+    bm25_folder.REOPEN_EVERY = args.reopen_every or 10**12
     folder = Path(tempfile.mkdtemp(prefix="sidecar-bm25reopen-")) / "bm25"
     idx = Bm25Index(folder)
     rng = random.Random(7)

@@ -2,7 +2,7 @@
 vault's ``en/`` and ``de/`` paragraphs) and ``--agents`` inboxes (the German Rust book's
 paragraphs, spread over them). Times the keyword arm's search for the vault alone and for the
 vault with one agent's memory (every inbox's query is reweighted to the vault's statistics:
-``stores.bm25._Scorer``), for chunks and pages, and reads the process's resident memory and
+``stores.bm25_scoring.Scorer``), for chunks and pages, and reads the process's resident memory and
 threads after opening the index anew (an inbox's writer is held only while it is written).
 Each query is three words drawn from the memory notes (seeded), so each search meets both.
 

@@ -366,7 +366,7 @@ def test_a_failed_rebuild_of_a_returning_agents_index_is_said_and_tried_again(
     from sidecar.contracts.errors import DiskFullError
     from sidecar.search.explain import explain
     from sidecar.search.retrieval import Retriever, SearchRequest
-    from sidecar.stores import bm25 as b
+    from sidecar.stores import bm25_folder as b
 
     cfg = _with_agents(make_cfg, vault, _NOTES)
     h = Harness(cfg, FakeEmbedder())
@@ -375,14 +375,14 @@ def test_a_failed_rebuild_of_a_returning_agents_index_is_said_and_tried_again(
         _age(h.cfg, "alpha", 40)
         idx._used_at.clear()
         assert idx.remove_idle(30 * 86400) == ["alpha"]
-        real = b._Folder.commit
+        real = b.Folder.commit
 
         def full(self: Any) -> None:
             if "/memory/alpha/" in str(self.path):
                 raise DiskFullError("No space left on device (simulated)")
             real(self)
 
-        monkeypatch.setattr(b._Folder, "commit", full)
+        monkeypatch.setattr(b.Folder, "commit", full)
         r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
         for _ in range(2):
             result = r.search(SearchRequest("kayak lake", 10, 0.0, agent="alpha"))
@@ -390,7 +390,7 @@ def test_a_failed_rebuild_of_a_returning_agents_index_is_said_and_tried_again(
             assert idx.inbox_missing("alpha") and "alpha" in idx.failing
             assert not (cfg.index_dir / "bm25/memory/alpha").exists()
         assert explain(r, "memory/alpha/trip", "kayak lake", "alpha").indexed
-        monkeypatch.setattr(b._Folder, "commit", real)
+        monkeypatch.setattr(b.Folder, "commit", real)
         result = r.search(SearchRequest("kayak lake", 10, 0.0, agent="alpha"))
         assert idx.failing == {} and not idx.inbox_missing("alpha")
         assert {k for k in _keys(h, "kayak", "alpha") if k.startswith("memory/")} == {

@@ -211,7 +211,7 @@ def test_keyword_index_of_the_analyzer_before_cjk_is_rebuilt(make_cfg: Any, vaul
 
     import tantivy
 
-    from sidecar.stores.bm25 import FIELD_BOOSTS
+    from sidecar.stores.bm25_text import FIELD_BOOSTS
 
     cfg = make_cfg(vault)
     h = Harness(cfg, FakeEmbedder())

@@ -393,10 +393,10 @@ def test_a_keyword_index_is_opened_anew_every_so_many_commits(tmp_path: Path, mo
     memory grew by about 1 KB a commit for good (a long soak: +28.6 MB/h, a note written to every
     second 250 MB a day). Each index is opened anew every REOPEN_EVERY commits; searches, writes
     and a searcher held across the reopening keep working."""
-    from sidecar.stores import bm25 as bm25_mod
+    from sidecar.stores import bm25_folder
     from sidecar.stores.bm25 import Bm25Doc, Bm25Index
 
-    monkeypatch.setattr(bm25_mod, "REOPEN_EVERY", 3)
+    monkeypatch.setattr(bm25_folder, "REOPEN_EVERY", 3)
     idx = Bm25Index(tmp_path / "bm25")
     try:
         first = idx._chunks.index
@@ -855,6 +855,7 @@ def test_inboxes_committed_early_hold_whole_notes(tmp_path: Path, monkeypatch: A
     notes' pages (a page index was published holding only the emptying), and closes the least
     recently used; one an early commit left empty and a search closed is removed at the commit."""
     from sidecar.stores import bm25 as bm25_mod
+    from sidecar.stores import bm25_folder
     from sidecar.stores.bm25 import Bm25Index
 
     monkeypatch.setattr(bm25_mod, "_OPEN_WRITERS", 2)
@@ -872,7 +873,7 @@ def test_inboxes_committed_early_hold_whole_notes(tmp_path: Path, monkeypatch: A
         idx.rollback()
         for a in agents:
             base = path / "memory" / a
-            assert bm25_mod._live_docs(base / "chunks") == bm25_mod._live_docs(base / "pages") == 3
+            assert bm25_folder.live_docs(base / "chunks") == bm25_folder.live_docs(base / "pages") == 3
         idx.delete_all()
         idx.add(notes)
         idx.commit()
@@ -966,13 +967,13 @@ def test_a_full_disk_moves_no_inbox_index_aside(tmp_path: Path, monkeypatch: Any
     and once there is space the note is indexed (a full disk taken for damage moved the new
     index aside, then the whole keyword index, and refilled it on the full disk)."""
     from sidecar.contracts.errors import StoreError
-    from sidecar.stores import bm25 as bm25_module
+    from sidecar.stores import bm25_folder
     from sidecar.stores.bm25 import Bm25Index
 
     path = tmp_path / "index" / "bm25"
     idx = Bm25Index(path)
     full = True
-    real_open = bm25_module._Folder._open
+    real_open = bm25_folder.Folder._open
 
     def open_on_a_full_disk(self: Any) -> Any:
         if full and "memory" in self.path.parts:
@@ -980,7 +981,7 @@ def test_a_full_disk_moves_no_inbox_index_aside(tmp_path: Path, monkeypatch: Any
             raise ValueError("An IO error occurred: 'No space left on device (os error 28)'")
         return real_open(self)
 
-    monkeypatch.setattr(bm25_module._Folder, "_open", open_on_a_full_disk)
+    monkeypatch.setattr(bm25_folder.Folder, "_open", open_on_a_full_disk)
     try:
         idx.add([_doc("vault/v", "quince in the vault")])
         idx.commit()
@@ -1044,14 +1045,14 @@ def test_an_inbox_commit_failing_for_the_share_keeps_the_index(tmp_path: Path, e
     from unittest import mock
 
     from sidecar.contracts.errors import StoreError
-    from sidecar.stores import bm25 as bm25_mod
+    from sidecar.stores import bm25_folder
     from sidecar.stores.bm25 import Bm25Index
 
     idx = Bm25Index(tmp_path / "bm25")
     idx.add([_doc("memory/beta/n0", "kayak of beta")])
     idx.commit()
     idx.add([_doc("memory/beta/n1", "canoe of beta")])
-    real = bm25_mod._Folder.commit
+    real = bm25_folder.Folder.commit
 
     def failing(self: Any) -> None:
         if "beta" in str(self.path) and self.dirty:
@@ -1059,7 +1060,7 @@ def test_an_inbox_commit_failing_for_the_share_keeps_the_index(tmp_path: Path, e
         real(self)
 
     try:
-        with mock.patch.object(bm25_mod._Folder, "commit", failing), pytest.raises(StoreError):
+        with mock.patch.object(bm25_folder.Folder, "commit", failing), pytest.raises(StoreError):
             idx.commit()
         assert not [p.name for p in tmp_path.iterdir() if "broken" in p.name] and "beta" not in idx.failing
         assert "memory/beta/n0#0" in idx.all_ids()  # the index as it was, still read

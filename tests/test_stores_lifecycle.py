@@ -401,7 +401,7 @@ def test_bm25_index_of_an_older_layout_is_upgraded(
 
     import tantivy
 
-    from sidecar.stores.bm25 import FIELD_ANALYZER, FIELD_BOOSTS
+    from sidecar.stores.bm25_text import FIELD_ANALYZER, FIELD_BOOSTS
 
     cfg = make_cfg(vault)
     expected = index_and_close(cfg)
@@ -819,7 +819,7 @@ def test_engine_errors_read_in_plain_words() -> None:
     """What the engines raise reaches status and the CLI without Rust's debug forms, generic
     hints and source locations (as a hostile test saw them in status, verbatim)."""
     from sidecar.contracts.errors import StoreError, engine_message
-    from sidecar.stores import bm25
+    from sidecar.stores import bm25_folder
 
     lock = (
         'Failed to acquire Lockfile: IoError(Os { code: 2, kind: NotFound, message: "No such file or '
@@ -827,7 +827,7 @@ def test_engine_errors_read_in_plain_words() -> None:
         "means there is already an `IndexWriter` working on this `Directory`, in this process or in a "
         'different process.")'
     )
-    with pytest.raises(StoreError) as caught, bm25._engine("writer"):
+    with pytest.raises(StoreError) as caught, bm25_folder.engine("writer"):
         raise ValueError(lock)
     assert str(caught.value) == "BM25 writer failed: Failed to acquire Lockfile: No such file or directory"
     lance = (

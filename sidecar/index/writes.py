@@ -26,7 +26,7 @@ from sidecar.notes.links import aliases_of, drop_links, names_of, replace_links,
 from sidecar.notes.linktext import Link
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.group import GroupCommit
-from sidecar.stores.bm25 import Bm25Doc
+from sidecar.stores.bm25_text import Bm25Doc
 from sidecar.stores.manifest import ChunkRecord, FileRecord, FileState, IndexedNote
 
 log = logging.getLogger(__name__)

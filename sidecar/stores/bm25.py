@@ -2,28 +2,22 @@
 
 Queries are built from analysed terms with ``Query.term_query``: no user text ever reaches
 Tantivy's query parser, so ``[[x]]``, ``"``, ``(``, ``AND``, ``foo:bar`` cannot raise or match
-everything. Imports ``errors`` and ``cjk``.
+everything. How text is read: ``bm25_text``; one index folder: ``bm25_folder``; an inbox's
+hits on the vault's scale: ``bm25_scoring``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import json
 import logging
 import math
 import os
-import re
 import shutil
-import struct
 import threading
 import time
-import zlib
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import tantivy
 
@@ -31,372 +25,41 @@ from sidecar.contracts.errors import (
     DaemonRunningError,
     DiskFullError,
     StoreError,
-    StoreNewerError,
     StoreOutdatedError,
-    engine_message,
     is_disk_full,
     is_io_fault,
-    store_error_class,
 )
 from sidecar.contracts.wire import memory_agent
 from sidecar.stores.aside import aside_name
+from sidecar.stores.bm25_folder import (
+    REMOVED_MARK,
+    Folder,
+    check_layout,
+    disk_hint,
+    engine,
+    live_docs,
+    low_disk,
+    remove_folder,
+    segment_counts,
+    subfolders,
+)
+from sidecar.stores.bm25_scoring import Scorer, Terms
+from sidecar.stores.bm25_text import (
+    ANALYZER_DE,
+    FIELD_ANALYZER,
+    Bm25Doc,
+    all_analyzers,
+    build_schema,
+    field_boosts,
+    german_fold,
+)
 from sidecar.stores.cjk import bigrams
 from sidecar.stores.umlauts import UmlautWords
-from sidecar.stores.versions import BM25_LAYOUT, LAYOUT_FILE, bm25_layout, record_bm25_layout
+from sidecar.stores.versions import LAYOUT_FILE, record_bm25_layout
 
 log = logging.getLogger(__name__)
 
-# The names are part of the index's schema: text prepared differently (CJK bigrams since 0.4, the
-# file name in the title field since chunker 6) gets new names, so an index written the old way no
-# longer opens and is refilled from the manifest.
-ANALYZER = "sidecar_text_2"
-ANALYZER_EN = "sidecar_en_2"
-ANALYZER_DE = "sidecar_de_2"
-# A chunk's heading path is part of its body: a heading word is one more occurrence, saturating
-# with the body's own (BM25F's idea). Scored as a field of its own, a short heading path got a
-# high idf and nearly no length penalty, and a generic word there outweighed the body (keyword arm
-# on the German set MRR 0.45 -> 0.54, SciFact nDCG 0.62 -> 0.66; BENCHMARKS.md, twelfth session).
-# The note's title and aliases stay a field of their own, counted once beside the body.
-# The body is indexed three times: as written (folded), English-stemmed and German-stemmed, so a
-# note matches in its own language without detecting it. The exact form counts most unless the
-# query's language is known: then that language's stemmed copy does (``field_boosts``).
-FIELD_BOOSTS = {"title": 1.0, "body": 1.0, "body_en": 0.5, "body_de": 0.5}
-
-
-def field_boosts(stem: str | None = None) -> dict[str, float]:
-    """The field weights; with ``stem`` (a query's language) the body as written and the body
-    stemmed in that language swap weights: a word's other forms in the query's language count
-    as much as its exact form."""
-    boosts = dict(FIELD_BOOSTS)
-    if stem and f"body_{stem}" in boosts:
-        boosts["body"], boosts[f"body_{stem}"] = boosts[f"body_{stem}"], boosts["body"]
-    return boosts
-
-
-FIELD_ANALYZER = {"title": ANALYZER, "body": ANALYZER, "body_en": ANALYZER_EN, "body_de": ANALYZER_DE}
-_WRITER_HEAP = 64_000_000
-_LOW_DISK = 2 * _WRITER_HEAP  # less free than two writer flushes: a failed write likely met a full disk
-# str.replace per letter: str.translate looks every character up in a dict, 75 times slower on
-# a note's text, and the German field folds every chunk and page of a sweep.
-_UMLAUT = (("ä", "a"), ("ö", "o"), ("ü", "u"), ("Ä", "a"), ("Ö", "o"), ("Ü", "u"), ("ß", "ss"))
-_DIGRAPH = re.compile(r"(?<=[a-z])([aou])e", re.IGNORECASE)
-
-
-def _engine_failure(exc: BaseException) -> bool:
-    """Tantivy's errors on damaged files: raised ones, and its panics, which pyo3 turns into a
-    ``PanicException`` that derives from BaseException (an ``except Exception`` lets it through)."""
-    return isinstance(exc, (ValueError, OSError, RuntimeError)) or type(exc).__name__ == "PanicException"
-
-
-@contextlib.contextmanager
-def _engine(what: str) -> Iterator[None]:
-    """Tantivy's failures (raised or panicking) as a StoreError naming ``what`` was done."""
-    try:
-        yield
-    except StoreError:
-        raise
-    except BaseException as exc:
-        if not _engine_failure(exc):
-            raise
-        raise StoreError(f"BM25 {what} failed: {engine_message(exc)}") from exc
-
-
-def _low_disk(path: Path) -> int | None:
-    """The bytes free on ``path``'s disk when fewer than two writer flushes need, else None."""
-    try:
-        free = shutil.disk_usage(path).free
-    except OSError:
-        return None
-    return free if free < _LOW_DISK else None
-
-
-def _disk_hint(path: Path) -> str:
-    """What a failed write most likely met, when the disk says so: Tantivy's own message after a
-    worker died ("an index writer was killed") no longer names the full disk."""
-    free = _low_disk(path)
-    return "" if free is None else f" (only {free / 1e6:.1f} MB free on the index's disk: full?)"
-
-
-def _failed_open(path: Path, exc: BaseException) -> StoreError:
-    """An index that could not be opened or made: a full disk (its message says so, or the disk
-    is all but full) is a fault that passes, anything else damage. A full disk taken for damage
-    moved an agent's new index aside, then the whole keyword index, and refilled it on the full
-    disk."""
-    kind = DiskFullError if _low_disk(path) is not None else store_error_class(exc)
-    return kind(f"BM25 index {path} cannot be opened: {engine_message(exc)}")
-
-
-def german_fold(text: str) -> str:
-    """Kündigung, Kuendigung and Kundigung meet as kundigung; Straße and Strasse as strasse."""
-    for letter, plain in _UMLAUT:
-        if letter in text:
-            text = text.replace(letter, plain)
-    return _DIGRAPH.sub(r"\1", text)
-
-
-def text_analyzer(stem: str | None = None) -> tantivy.TextAnalyzer:
-    """Unicode words, lowercased, accents folded (Straße -> strasse), optionally stemmed."""
-    builder = (
-        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(r"[\w]+"))
-        .filter(tantivy.Filter.remove_long(64))
-        .filter(tantivy.Filter.lowercase())
-        .filter(tantivy.Filter.ascii_fold())
-    )
-    if stem:
-        builder = builder.filter(tantivy.Filter.stemmer(stem))
-    return builder.build()
-
-
-_ANALYZERS = {ANALYZER: None, ANALYZER_EN: "english", ANALYZER_DE: "german"}
-
-
-@functools.cache
-def _analyzers() -> dict[str, tantivy.TextAnalyzer]:
-    """The three analyzers, built once: every index registers the same ones (each index copies
-    them), and building them took a third of opening an inbox's index, which a person's search
-    over hundreds of inboxes did hundreds of times."""
-    return {name: text_analyzer(stem) for name, stem in _ANALYZERS.items()}
-
-
-def _schema() -> tantivy.Schema:
-    # Only term queries are ever run: no positions (the .pos files were a fifth of the index and
-    # their pages stayed mapped); the filter fields need neither positions nor frequencies.
-    sb = tantivy.SchemaBuilder()
-    sb.add_text_field("chunk_id", stored=True, tokenizer_name="raw", index_option="basic")
-    sb.add_text_field("key", stored=False, tokenizer_name="raw", index_option="basic")
-    sb.add_text_field("source", stored=False, tokenizer_name="raw", index_option="basic")
-    sb.add_text_field("agent", stored=False, tokenizer_name="raw", index_option="basic")
-    for name in FIELD_BOOSTS:
-        sb.add_text_field(name, stored=False, tokenizer_name=FIELD_ANALYZER[name], index_option="freq")
-    return sb.build()
-
-
-@dataclass(frozen=True)
-class Bm25Doc:
-    chunk_id: str
-    key: str
-    source: str
-    agent: str
-    title: str  # the note's title and aliases
-    headings: str  # the chunk's heading path, indexed as part of the body
-    body: str
-
-    @classmethod
-    def of(
-        cls,
-        chunk_id: str,
-        key: str,
-        source: str,
-        agent: str,
-        *,
-        title: str,
-        aliases: Sequence[str],
-        headings: Sequence[str],
-        body: str,
-    ) -> Bm25Doc:
-        """One chunk's document, the same whether written from a note or refilled from the manifest.
-        Its title field holds the note's title, its file name when a ``title`` property differs
-        (the name Obsidian shows everywhere: a web clipping's "Rezept Linsensuppe" was not found
-        by "Linsensuppe") and its aliases."""
-        name = key.rsplit("/", 1)[-1]
-        names = [title] if name.casefold() == title.casefold() else [title, name]
-        return cls(chunk_id, key, source, agent, " ".join([*names, *aliases]), " ".join(headings), body)
-
-
-REOPEN_EVERY = 500  # commits between openings anew of a keyword index (see _Folder._reopen)
-
-
-class _Folder:
-    """One Tantivy index in one folder: its writer and its current searcher.
-
-    A ``lazy`` folder (an agent's inbox) holds its writer only from a change to its commit: a
-    writer costs 2 MB and six threads, and an inbox is written now and then (twenty agents' open
-    writers held 107 MB and 336 threads)."""
-
-    def __init__(
-        self, path: Path, schema: tantivy.Schema, *, lazy: bool = False, read_only: bool = False
-    ) -> None:
-        self.path = path
-        self.read_only = read_only  # readers only, nothing made (its disk is full): never a writer
-        if read_only and not (path / "meta.json").is_file():
-            raise StoreError(f"BM25 index {path} does not exist (nothing is made while read-only)")
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:  # a file where the folder belongs: moved aside like a damaged store
-            raise store_error_class(exc)(f"BM25 index {path} cannot be made: {exc.strerror or exc}") from exc
-        self.schema = schema
-        self.lazy = lazy or read_only
-        self.commits = 0
-        self.dirty = False  # documents added or deleted since the last commit
-        # Each segment file of the searcher as first seen (size, mtime, inode), and the folder's
-        # (device, inode): see ``damage``.
-        self._files: dict[str, tuple[int, int, int]] = {}
-        self._where: tuple[int, int] | None = None
-        try:
-            self.index, self._writer, self.searcher = self._open()
-        except BaseException as exc:
-            if not _engine_failure(exc):
-                raise
-            if "schema does not match" in str(exc):
-                raise StoreOutdatedError(f"BM25 index {path} has the fields of another version") from exc
-            if "LockBusy" in str(exc):
-                # Another process writes this index (a daemon whose lock file was removed): in
-                # use, not damaged. Moved aside as broken, the running daemon's index was lost.
-                raise DaemonRunningError(
-                    f"the keyword index {path} is in use by another process (another sidecar daemon "
-                    "on this home?); not opened"
-                ) from exc
-            raise _failed_open(path, exc) from exc
-        self._note_files()
-
-    def _open(self) -> tuple[tantivy.Index, tantivy.IndexWriter | None, tantivy.Searcher]:
-        index = tantivy.Index(self.schema, path=str(self.path), reuse=True)
-        for name, analyzer in _analyzers().items():
-            index.register_tokenizer(name, analyzer)
-        writer = None if self.lazy else index.writer(heap_size=_WRITER_HEAP, num_threads=1)
-        index.reload()
-        return index, writer, index.searcher()
-
-    @property
-    def writer(self) -> tantivy.IndexWriter:
-        if self.read_only:  # a writer takes the lock file and writes meta.json at its commit
-            raise DiskFullError(f"BM25 index {self.path} is open read-only (its disk is full)")
-        if self._writer is None:
-            with _engine("writer"):
-                self._writer = self.index.writer(heap_size=_WRITER_HEAP, num_threads=1)
-        return self._writer
-
-    def _release(self) -> None:
-        """A lazy folder's writer ended (its merges finished, the index lock released)."""
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            try:
-                with _engine("merge wait"):
-                    writer.wait_merging_threads()
-            except StoreError as exc:
-                log.debug("bm25_close %s", exc)
-
-    def _reopen(self) -> None:
-        """The index opened anew: Tantivy's directory keeps the path of every segment file it
-        ever opened, deleted ones too (about 1 KB a commit, never given back: a note written to
-        every second cost 250 MB a day); a fresh one holds only the live files'. Searches keep
-        the searcher they hold; the new one is swapped in whole."""
-        try:
-            with _engine("reopen"):
-                if self._writer is not None:
-                    self._writer.wait_merging_threads()  # ends the writer: releases the index lock
-                    self._writer = None
-                index, writer, searcher = self._open()
-        except StoreError as exc:
-            log.warning("bm25_reopen_failed path=%s error=%s", self.path, exc)
-            self.recover_writer()  # a writer on the index as it was
-            return
-        self.index, self._writer, self.searcher = index, writer, searcher
-        self._note_files()
-
-    def _note_files(self) -> None:
-        """Remember the segment files the searcher reads, each as first seen: Tantivy never
-        changes one once written (a change makes new files), so one that differs later was
-        truncated or overwritten under the running daemon."""
-        seen: dict[str, tuple[int, int, int]] = {}
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return
-        self._where = st.st_dev, st.st_ino
-        for name in _segment_files(self.path):
-            kept = self._files.get(name)
-            if kept is None:
-                try:
-                    st = os.stat(self.path / name)
-                except OSError:
-                    continue
-                kept = st.st_size, st.st_mtime_ns, st.st_ino
-            seen[name] = kept
-        self._files = seen
-
-    def damage(self) -> str | None:
-        """What is wrong with a segment file the searcher reads (gone, truncated, overwritten),
-        or None. A truncated term dictionary answered every search with nothing and no error
-        until a restart opened it (and failed). Asked with the index's write lock held, so that
-        no commit or merge changes the files meanwhile. A folder gone or replaced is none: the
-        home's share unmounted (the lock keeper says so); moved aside and refilled, the inbox
-        would be made anew on the bare mount point."""
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        if (st.st_dev, st.st_ino) != self._where:
-            return None
-        for name, kept in list(self._files.items()):
-            why, now = _changed(self.path / name, kept)
-            if why is not None:
-                return f"its file {name} {why}"
-            self._files[name] = now  # the same bytes under a new stat: checked once
-        return None
-
-    def recover_writer(self) -> None:
-        """After a failed commit: drop the uncommitted documents (the manifest still marks those
-        notes as being indexed, so the next sweep redoes them) and keep a usable writer."""
-        self.dirty = False
-        if self.lazy:
-            if self._writer is not None:
-                with contextlib.suppress(StoreError), _engine("rollback"):
-                    self._writer.rollback()
-            self._release()  # the next change opens a fresh one
-            return
-        try:
-            with _engine("rollback"):
-                self.writer.rollback()
-            return
-        except StoreError as exc:
-            log.warning("bm25_writer_reset reason=%s", exc)
-        with contextlib.suppress(StoreError), _engine("merge wait"):
-            self.writer.wait_merging_threads()  # releases the index lock
-        self._writer = None
-        try:
-            self.writer  # noqa: B018  # a new writer, opened now
-        except StoreError as exc:
-            log.error("bm25_writer_unavailable error=%s", exc)
-
-    def commit(self) -> None:
-        if not self.dirty:  # nothing to publish (an inbox no write touched)
-            return
-        try:
-            with _engine("commit"):  # disk full, read-only folder, damaged segments
-                self.writer.commit()
-        except StoreError:
-            self.recover_writer()
-            raise
-        if self.lazy:
-            self._release()
-        with _engine("reload"):
-            self.index.reload()
-            self.searcher = self.index.searcher()
-        self._note_files()
-        self.dirty = False
-        self.commits += 1
-        if self.commits % REOPEN_EVERY == 0:
-            self._reopen()
-
-    def close(self) -> None:
-        if self.read_only:
-            # Its readers map the segment files: let go now (the daemon goes on writing the same
-            # folder, whose merges delete those files; a map kept their space on a disk that ran full).
-            self.__dict__.pop("searcher", None)
-            self.__dict__.pop("index", None)
-            return
-        if self._writer is None:
-            return
-        try:
-            with _engine("close"):
-                self._writer.wait_merging_threads()
-        except StoreError as exc:  # a failed writer: nothing more to flush
-            log.debug("bm25_close %s", exc)
-
-
-Terms = dict[tuple[str, str], float]  # (field, term) -> boost
-Pair = tuple[_Folder, _Folder]  # an index's chunks and pages
+Pair = tuple[Folder, Folder]  # an index's chunks and pages
 
 # An agent's inbox index is opened when used and closed when more than this many others were
 # used since: each open Tantivy index keeps a thread that polls its files (a thousand agent names
@@ -414,121 +77,6 @@ _HOLD_SECONDS = 300.0
 # and released first (a refill of 200 agents' memory held 2,800 threads and 1.1 GB).
 _OPEN_WRITERS = 8
 
-
-def _idf(docs: int, df: int) -> float:
-    """Tantivy's BM25 idf."""
-    return math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
-
-
-class _Counts:
-    """An index's statistics at one commit, as Tantivy's BM25 takes them: documents (the deleted
-    ones of unmerged segments too) and, as asked, how many hold a term."""
-
-    def __init__(self, schema: tantivy.Schema, searcher: tantivy.Searcher) -> None:
-        self.searcher = searcher
-        self.docs = _total_docs(schema, searcher)
-        self._df: dict[tuple[str, str], int] = {}
-
-    def df(self, field: str, term: str) -> int:
-        found = self._df.get((field, term))
-        if found is None:
-            with _engine("doc_freq"):
-                found = int(self.searcher.doc_freq(field, term)) if self.docs else 0
-            if len(self._df) < 50_000:
-                self._df[field, term] = found
-        return found
-
-
-def _total_docs(schema: tantivy.Schema, searcher: tantivy.Searcher) -> int:
-    """The document count Tantivy's BM25 uses (deleted documents of unmerged segments included,
-    unlike ``num_docs``), read from the explanation of a live document's id: the binding has no
-    other way to it."""
-    if searcher.num_docs == 0:
-        return 0
-    with _engine("statistics"):
-        first = searcher.search(tantivy.Query.all_query(), limit=1, count=False).hits
-        if not first:
-            return int(searcher.num_docs)
-        query = tantivy.Query.term_query(
-            schema, "chunk_id", str(searcher.doc(first[0][1]).get_first("chunk_id"))
-        )
-        hits = searcher.search(query, limit=1, count=False).hits
-        if not hits:
-            return int(searcher.num_docs)
-        found = _explained_docs(json.loads(query.explain(searcher, hits[0][1]).to_json()))
-    return found or int(searcher.num_docs)
-
-
-def _explained_docs(node: dict[str, Any]) -> int:
-    if str(node.get("description", "")).startswith("N,"):
-        return int(node.get("value", 0))
-    for child in node.get("details") or ():
-        found = _explained_docs(child)
-        if found:
-            return found
-    return 0
-
-
-class _Scorer:
-    """An inbox's hits on the vault's scale, with no other agent's memory in it.
-
-    Every agent's memory has an index of its own, and no memory enters the statistics of the
-    vault and the wiki: with every inbox in one index, an agent's own note scored differently
-    when another agent's private notes held the query's words (a side channel: whether someone's
-    memory holds a word). An inbox is searched in its own index with each term boosted by the
-    ratio of its idf in the vault and the wiki to its idf in the inbox: a hit's score is then
-    BM25 with the vault's word statistics and the inbox's own lengths (its tf part, relative to
-    the inbox's average length), on the scale of a vault hit, from no data but the vault's and
-    the agent's own."""
-
-    def __init__(self) -> None:
-        self._counts: dict[Path, _Counts] = {}  # folder -> its statistics at the searcher's commit
-        self._lock = threading.Lock()
-
-    def counts(self, folder: _Folder, searcher: tantivy.Searcher) -> _Counts:
-        with self._lock:
-            cached = self._counts.get(folder.path)
-            if cached is not None and cached.searcher is searcher:
-                return cached
-        fresh = _Counts(folder.schema, searcher)
-        with self._lock:
-            self._counts[folder.path] = fresh
-        return fresh
-
-    def forget(self, folders: Iterable[_Folder]) -> None:
-        """A closed index's statistics dropped (they held its searcher, and its files mapped)."""
-        with self._lock:
-            for folder in folders:
-                self._counts.pop(folder.path, None)
-
-    @staticmethod
-    def terms(own: _Counts, vault: _Counts, terms: Terms) -> Terms:
-        """``terms`` reweighted for the inbox of ``own`` (the terms it does not hold left out)."""
-        out: Terms = {}
-        for (f, t), boost in terms.items():
-            held = own.df(f, t)
-            if held:
-                # An empty vault counts as one document, as ``ideal_score`` takes it.
-                out[f, t] = boost * _idf(max(vault.docs, 1), vault.df(f, t)) / _idf(own.docs, held)
-        return out
-
-
-def _segment_counts(folder: Path) -> tuple[int, int]:
-    """(deleted, all) documents of an index as its last commit left them, read from its meta.json
-    (no index is opened to count); (0, 0) for an index never committed."""
-    try:
-        segments = json.loads((folder / "meta.json").read_text(encoding="utf-8"))["segments"]
-    except FileNotFoundError:
-        return 0, 0
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise StoreError(f"BM25 index {folder} cannot be read: {engine_message(exc)}") from exc
-    deleted = total = 0
-    for seg in segments:
-        total += int(seg.get("max_doc", 0))
-        deleted += int((seg.get("deletes") or {}).get("num_deleted_docs", 0))
-    return deleted, total
-
-
 # Every agent's memory in one more pair of indexes (``bm25/memory-all``), written beside the
 # inboxes: a person's search (no agent scope) reads it alone instead of every inbox (300 inboxes
 # cost 0.7-1.2 s a search and 640 threads for five minutes). Its name in ``failing`` has a dot,
@@ -542,110 +90,6 @@ _FILLED = "filled"
 _USE_NOTED_EVERY = 3600.0
 _MOVED_ASIDE = "moved aside as damaged"  # how ``failing`` names an inbox index moved aside
 _NOT_REBUILT = "could not be rebuilt"  # how ``failing`` names an inbox index whose refill failed
-# The name part of an inbox folder being removed (an agent's name has no dot).
-_REMOVED = ".removed-"
-
-
-def _remove(folder: Path) -> None:
-    """An inbox's folder removed: renamed first to a name no agent has, so that a removal cut
-    short (a crash, a file that would not go) leaves no part of an index that the next start
-    opens as the agent's (it is removed then); in place when it cannot be renamed."""
-    gone = folder.with_name(f"{folder.name}{_REMOVED}{time.time_ns()}")
-    try:
-        folder.rename(gone)
-    except FileNotFoundError:
-        return
-    except OSError:
-        gone = folder
-    shutil.rmtree(gone, ignore_errors=True)
-
-
-def _changed(path: Path, kept: tuple[int, int, int]) -> tuple[str | None, tuple[int, int, int]]:
-    """How the file at ``path`` differs from ``kept`` (size, mtime, inode), or None; and its stat
-    now. A file with its size and a new mtime or inode (touched, copied back from a backup, a sync
-    tool's rewrite of the same bytes) is damage only if its bytes fail Tantivy's own checksum:
-    taken for overwritten, the inbox was moved aside and refilled, and the answer said "damaged"."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return "was deleted", kept
-    except OSError as exc:
-        return f"cannot be read: {exc.strerror or exc}", kept
-    now = st.st_size, st.st_mtime_ns, st.st_ino
-    if st.st_size != kept[0]:
-        return f"was cut short or grown ({st.st_size} bytes, was {kept[0]})", kept
-    if now[1:] != kept[1:] and not _checksum_holds(path):
-        return "was overwritten", kept
-    return None, now
-
-
-# Every file of a Tantivy segment ends in a footer: its JSON (with the CRC32 of the bytes before
-# it), the JSON's length and this number, both u32 little-endian.
-_FOOTER_MAGIC = 1337
-_FOOTER_MOST = 4096  # a footer's JSON is about 90 bytes
-
-
-def _checksum_holds(path: Path) -> bool:
-    """Whether a segment file's bytes match the checksum in its footer (read whole: an inbox's
-    files are small, and only a file whose stat changed is read)."""
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return False
-    if len(data) < 8:
-        return False
-    size, magic = struct.unpack("<II", data[-8:])
-    if magic != _FOOTER_MAGIC or size > min(_FOOTER_MOST, len(data) - 8):
-        return False
-    try:
-        footer = json.loads(data[-8 - size : -8])
-        crc = footer["crc"]
-    except (ValueError, KeyError, TypeError):
-        return False
-    return isinstance(crc, int) and zlib.crc32(data[: -8 - size]) == crc
-
-
-def _segment_files(folder: Path) -> list[str]:
-    """The files of the segments an index's last commit names (none when unreadable: the open or
-    the search that reads it says so)."""
-    try:
-        segments = json.loads((folder / "meta.json").read_text(encoding="utf-8"))["segments"]
-        ids = tuple(str(seg["segment_id"]).replace("-", "") for seg in segments)
-        names = os.listdir(folder)
-    except (OSError, ValueError, KeyError, TypeError):
-        return []
-    return [n for n in names if n.startswith(ids)] if ids else []
-
-
-def _live_docs(folder: Path) -> int:
-    """Documents of an index as its last commit left them."""
-    deleted, total = _segment_counts(folder)
-    return total - deleted
-
-
-def _subfolders(folder: Path) -> list[Path]:
-    """The folders in ``folder`` (none when it is missing or cannot be listed)."""
-    try:
-        return [p for p in folder.iterdir() if p.is_dir()]
-    except OSError:
-        return []
-
-
-def check_layout(path: Path) -> None:
-    """A keyword index of a newer layout (written by a newer sidecar: a downgrade) is refused, not
-    replaced: the newer version finds it again after a re-upgrade (it was taken for an older one
-    by its fields, deleted and rebuilt). One of an older layout is replaced (derived data)."""
-    layout = bm25_layout(path)
-    if layout is None or layout == BM25_LAYOUT:
-        return
-    if layout < BM25_LAYOUT:
-        raise StoreOutdatedError(f"BM25 index {path} has layout {layout}, this version writes {BM25_LAYOUT}")
-    raise StoreNewerError(
-        f"the keyword index {path} was written by a newer sidecar (layout {layout}; this version "
-        f"reads up to {BM25_LAYOUT}): sidecar was downgraded? Nothing was deleted. Start the newer "
-        "version again, or run `sidecar index --rebuild` on purpose to have this version build a "
-        "new index from the notes"
-    )
 
 
 class Bm25Index:
@@ -658,7 +102,7 @@ class Bm25Index:
     index scores that (``search_pages``), and fusion hands it to the page's chunks.
 
     The keyword statistics (documents, lengths, how many hold a word) are those of the vault and
-    the wiki alone: an agent's memory is scored against them and counted in none (``_Scorer``).
+    the wiki alone: an agent's memory is scored against them and counted in none (``Scorer``).
     An inbox's pair is opened when used (at most ``_OPEN_INBOXES`` at once) and removed when a
     commit leaves it empty, or when its agent has not used it for a long while (``remove_idle``;
     rebuilt from the manifest when the agent is back, ``inbox_missing``). Every agent's memory is
@@ -675,13 +119,13 @@ class Bm25Index:
             raise StoreOutdatedError(f"BM25 index {path} has no page index")
         if (path / "chunks").exists() and not (path / "memory").is_dir():
             raise StoreOutdatedError(f"BM25 index {path} holds memory beside the vault")
-        self.schema = _schema()
-        self.analyzers = _analyzers()
+        self.schema = build_schema()
+        self.analyzers = all_analyzers()
         self._lock = threading.Lock()  # writes, commits, and closing an inbox
         self._inbox_lock = threading.RLock()  # the table of open inboxes
         self._closed = False
-        self._chunks = _Folder(path / "chunks", self.schema, read_only=read_only)
-        self._pages = _Folder(path / "pages", self.schema, read_only=read_only)
+        self._chunks = Folder(path / "chunks", self.schema, read_only=read_only)
+        self._pages = Folder(path / "pages", self.schema, read_only=read_only)
         self._open: OrderedDict[str, Pair] = OrderedDict()  # least recently used first
         self._emptied: set[str] = set()  # agents whose documents ``delete_all`` dropped (uncommitted)
         self._touched: set[str] = set()  # agents whose inbox was written since the last commit
@@ -690,7 +134,7 @@ class Bm25Index:
         # search of that index succeeds or a refill rebuilt it (the repair refills the index).
         self.failing: dict[str, str] = {}
         self._refilling = False  # ``delete_all`` was called: the next commit ends a refill
-        self._scorer = _Scorer()
+        self._scorer = Scorer()
         # The notes' words written with an umlaut (``umlaut_readings``), kept beside the index.
         self.umlauts = UmlautWords(path)
         self._wide_until = 0.0  # a person's search was lately: ``_MAX_OPEN_INBOXES`` stay open until
@@ -699,7 +143,7 @@ class Bm25Index:
         self._used_at: dict[str, float] = {}  # agent -> when its use was last noted on disk
         memory = path / "memory"
         if read_only:
-            self._agents = {p.name for p in _subfolders(memory) if "." not in p.name}
+            self._agents = {p.name for p in subfolders(memory) if "." not in p.name}
             self._open_everyone()
             return
         try:
@@ -710,7 +154,7 @@ class Bm25Index:
             raise StoreError(f"BM25 index {memory} cannot be made: {exc.strerror or exc}") from exc
         self._agents = {p.name for p in found if "." not in p.name}
         for p in found:
-            if _REMOVED in p.name:  # a removal cut short (a crash, a file that would not go)
+            if REMOVED_MARK in p.name:  # a removal cut short (a crash, a file that would not go)
                 shutil.rmtree(p, ignore_errors=True)
         self._open_everyone()
         if not read_only and not (path / LAYOUT_FILE).is_file():
@@ -750,7 +194,7 @@ class Bm25Index:
 
     def _everyone_pair(self) -> Pair:
         base, ro = self.path / _EVERYONE_DIR, self.read_only
-        return _Folder(base / "chunks", self.schema, lazy=True, read_only=ro), _Folder(
+        return Folder(base / "chunks", self.schema, lazy=True, read_only=ro), Folder(
             base / "pages", self.schema, lazy=True, read_only=ro
         )
 
@@ -767,7 +211,7 @@ class Bm25Index:
         except FileNotFoundError:
             pass
         except OSError:
-            _remove(folder)
+            remove_folder(folder)
         log.error("index_rebuilt store=bm25 part=%s reason=%s moved_to=%s", _EVERYONE_DIR, exc, target)
 
     def _mark_filled(self) -> None:
@@ -786,7 +230,7 @@ class Bm25Index:
         searcher = pair[1].searcher
         if searcher.num_docs == 0:
             return False
-        with _engine("count"):
+        with engine("count"):
             query = tantivy.Query.term_query(self.schema, "agent", agent)
             return bool(searcher.search(query, limit=1, count=True).count)  # type: ignore[attr-defined]  # missing from the stubs
 
@@ -888,7 +332,7 @@ class Bm25Index:
     def _open_pair(self, agent: str) -> Pair:
         base = self.path / "memory" / agent
         ro = self.read_only
-        return _Folder(base / "chunks", self.schema, lazy=True, read_only=ro), _Folder(
+        return Folder(base / "chunks", self.schema, lazy=True, read_only=ro), Folder(
             base / "pages", self.schema, lazy=True, read_only=ro
         )
 
@@ -911,7 +355,7 @@ class Bm25Index:
             if is_io_fault(err):  # a read-only or failing share: what cannot be moved is not removed
                 log.error("index_move_aside_failed store=bm25 inbox=%s error=%s", agent, err)
                 return  # opened again when next used; damaged still, it is found again then
-            _remove(folder)
+            remove_folder(folder)
         log.error("index_rebuilt store=bm25 inbox=%s reason=%s moved_to=%s", agent, exc, target)
         self.failing[agent] = f"{_MOVED_ASIDE} ({exc})"
 
@@ -957,7 +401,7 @@ class Bm25Index:
             for folder in pair:
                 folder.close()
             self._scorer.forget(pair)
-        _remove(self.path / "memory" / agent)
+        remove_folder(self.path / "memory" / agent)
         for name in (agent, f"{agent}/chunks", f"{agent}/pages"):
             self.failing.pop(name, None)
 
@@ -965,7 +409,7 @@ class Bm25Index:
         with self._inbox_lock:
             return list(self._open.values())
 
-    def _folders(self) -> list[_Folder]:
+    def _folders(self) -> list[Folder]:
         everyone = self._everyone or ()
         return [self._chunks, self._pages, *everyone, *(f for pair in self._open_pairs() for f in pair)]
 
@@ -1092,7 +536,7 @@ class Bm25Index:
         index writer was killed"): without a new one the index never recovered, however much
         space was freed. What was not committed is redone by the next sweep."""
         try:
-            with _engine(what):
+            with engine(what):
                 yield
         except StoreError as exc:
             for folder in self._folders():
@@ -1100,7 +544,7 @@ class Bm25Index:
                 if folder.dirty or not folder.lazy or folder._writer is not None:
                     folder.recover_writer()
             self._forget_marks()  # the emptying is rolled back with the rest
-            raise StoreError(f"{exc}{_disk_hint(self.path)}") from exc
+            raise StoreError(f"{exc}{disk_hint(self.path)}") from exc
 
     def _forget_marks(self) -> None:
         """What ``delete_all`` and writes marked for the next commit, dropped (a rollback or a
@@ -1110,7 +554,7 @@ class Bm25Index:
         self._touched.clear()
         self._refilling = False
 
-    def _put(self, folder: _Folder, doc_id: str, d: Bm25Doc, body: str) -> None:
+    def _put(self, folder: Folder, doc_id: str, d: Bm25Doc, body: str) -> None:
         folder.writer.add_document(self._document(doc_id, d, body))
         folder.dirty = True
 
@@ -1171,7 +615,7 @@ class Bm25Index:
                         folder.recover_writer()
                 self._forget_marks()
                 self.umlauts.forget_unsaved()
-                raise StoreError(f"{exc}{_disk_hint(self.path)}") from exc
+                raise StoreError(f"{exc}{disk_hint(self.path)}") from exc
             self._after_commit()
             self._stamp_everyone()
             self.umlauts.save()
@@ -1218,7 +662,7 @@ class Bm25Index:
         except StoreError as exc:
             # A full disk or a share's fault is no damage: the commit fails and is retried (a
             # share that hiccuped moved every inbox with a pending write aside).
-            if self._refilling or is_disk_full(exc) or is_io_fault(exc) or _low_disk(self.path) is not None:
+            if self._refilling or is_disk_full(exc) or is_io_fault(exc) or low_disk(self.path) is not None:
                 raise
             for folder in pair:
                 folder.recover_writer()
@@ -1234,7 +678,7 @@ class Bm25Index:
             if pair is None:  # closed by a search since its last write: counted from its files
                 with contextlib.suppress(StoreError):
                     base = self.path / "memory" / agent
-                    if _live_docs(base / "chunks") == _live_docs(base / "pages") == 0:
+                    if live_docs(base / "chunks") == live_docs(base / "pages") == 0:
                         gone.add(agent)
             elif not any(f.dirty for f in pair) and all(f.searcher.num_docs == 0 for f in pair):
                 gone.add(agent)
@@ -1258,12 +702,12 @@ class Bm25Index:
         return out
 
     @staticmethod
-    def _ids(folder: _Folder) -> set[str]:
+    def _ids(folder: Folder) -> set[str]:
         searcher = folder.searcher
         n = searcher.num_docs
         if n == 0:
             return set()
-        with _engine("read"):
+        with engine("read"):
             hits = searcher.search(tantivy.Query.all_query(), limit=n, count=False).hits
             return {str(searcher.doc(address).get_first("chunk_id")) for _score, address in hits}
 
@@ -1278,7 +722,7 @@ class Bm25Index:
         own = self._inbox(agent) if agent is not None else None
         if own is not None:
             searchers.append(own[1].searcher if pages else own[0].searcher)
-        with _engine("count"):
+        with engine("count"):
             counts = [
                 sum(
                     s.search(tantivy.Query.term_query(self.schema, field, t), limit=1, count=True).count  # type: ignore[attr-defined]  # missing from the stubs
@@ -1336,7 +780,7 @@ class Bm25Index:
             searcher = folder.searcher
             if searcher.num_docs == 0:
                 continue
-            with _engine("search"):
+            with engine("search"):
                 result = searcher.search(asked, limit=len(among), count=False)
                 out.update(
                     str(searcher.doc(address).get_first("chunk_id")) for _score, address in result.hits
@@ -1357,14 +801,14 @@ class Bm25Index:
         so that the check refills the index."""
         if self._everyone is not None and self.everyone_ready:
             with contextlib.suppress(StoreError):  # unreadable: the check refills it
-                return _live_docs(self.path / _EVERYONE_DIR / part)
+                return live_docs(self.path / _EVERYONE_DIR / part)
             return 0
         total = 0
         with self._inbox_lock:
             agents = [a for a in sorted(self._agents) if a not in self._emptied]
         for agent in agents:
             try:
-                total += _live_docs(self.path / "memory" / agent / part)
+                total += live_docs(self.path / "memory" / agent / part)
             except StoreError as exc:
                 with self._lock:
                     self._move_aside(agent, exc)
@@ -1379,7 +823,7 @@ class Bm25Index:
         for agent in agents:
             base = self.path / "memory" / agent
             try:
-                out[agent] = (_live_docs(base / "chunks"), _live_docs(base / "pages"))
+                out[agent] = (live_docs(base / "chunks"), live_docs(base / "pages"))
             except StoreError as exc:
                 with self._lock:
                     self._move_aside(agent, exc)
@@ -1461,7 +905,7 @@ class Bm25Index:
             except StoreError as exc:
                 for folder in pair:
                     folder.recover_writer()
-                raise StoreError(f"{exc}{_disk_hint(self.path)}") from exc
+                raise StoreError(f"{exc}{disk_hint(self.path)}") from exc
             self._scorer.forget(pair)
             self._mark_filled()
             for part in ("chunks", "pages"):
@@ -1473,7 +917,7 @@ class Bm25Index:
         if self._everyone is None or not self.everyone_ready:
             return None
         base = self.path / _EVERYONE_DIR
-        return _live_docs(base / "chunks"), _live_docs(base / "pages")
+        return live_docs(base / "chunks"), live_docs(base / "pages")
 
     def collection_size(self) -> int:
         """Chunks whose words make the keyword statistics: the vault's and the wiki's."""
@@ -1488,7 +932,7 @@ class Bm25Index:
         deleted = total = 0
         for folder in (self._chunks, self._pages):
             try:
-                gone, held = _segment_counts(folder.path)
+                gone, held = segment_counts(folder.path)
             except StoreError:
                 continue  # unreadable: judged again next time
             deleted, total = deleted + gone, total + held
@@ -1563,7 +1007,7 @@ class Bm25Index:
         if own is not None:
             searchers.append(own[0].searcher)
         terms = dict.fromkeys(self.analyze(word))
-        with _engine("count"):
+        with engine("count"):
             return any(
                 s.search(tantivy.Query.term_query(self.schema, f, t), limit=1, count=True).count  # type: ignore[attr-defined]  # missing from the stubs
                 for s in searchers
@@ -1677,11 +1121,11 @@ class Bm25Index:
         terms: Terms,
         limit: int,
         keys: Sequence[str] | None,
-        shared_folder: _Folder,
+        shared_folder: Folder,
         shared: tantivy.Searcher,
     ) -> list[tuple[str, float]]:
         """Every agent's memory hits from the pair that holds it all, its terms reweighted to the
-        vault's statistics as an inbox's are (``_Scorer``): the idf is the vault's, the length
+        vault's statistics as an inbox's are (``Scorer``): the idf is the vault's, the length
         normalisation that of all memory (an inbox's was its own agent's). A person sees all
         memory: the statistics of all of it tell a person nothing new."""
         assert self._everyone is not None
@@ -1700,7 +1144,7 @@ class Bm25Index:
         terms: Terms,
         limit: int,
         keys: Sequence[str] | None,
-        shared_folder: _Folder,
+        shared_folder: Folder,
         shared: tantivy.Searcher,
     ) -> list[tuple[str, float]]:
         """An agent's hits from its own index, on the vault's scale (``_on_vault_scale``)."""
@@ -1720,16 +1164,16 @@ class Bm25Index:
 
     def _on_vault_scale(
         self,
-        folder: _Folder,
+        folder: Folder,
         *,
         terms: Terms,
         limit: int,
         keys: Sequence[str] | None,
-        shared_folder: _Folder,
+        shared_folder: Folder,
         shared: tantivy.Searcher,
     ) -> list[tuple[str, float]]:
         """Hits of a memory index (an inbox's, or all memory's), its terms reweighted to the
-        vault's statistics (``_Scorer``); one searcher of each index for the statistics and the
+        vault's statistics (``Scorer``); one searcher of each index for the statistics and the
         search (a commit between two reads mixed an old count with a new index: a score nine
         times too high). An index that matched nothing is checked for damage."""
         searcher = folder.searcher
@@ -1743,7 +1187,7 @@ class Bm25Index:
             self._check_files(folder)
         return hits
 
-    def _check_files(self, folder: _Folder) -> None:
+    def _check_files(self, folder: Folder) -> None:
         """An inbox that holds notes and matched nothing: StoreError if a file of it was damaged
         under the running daemon (it answers nothing, without an error). Skipped while a write
         holds the index (a search does not wait for one; the next search checks)."""
@@ -1784,7 +1228,7 @@ class Bm25Index:
         keys: Sequence[str] | None,
     ) -> list[tuple[str, float]]:
         query = self._restricted(terms, sources, keys)
-        with _engine("search"):  # damaged segment files
+        with engine("search"):  # damaged segment files
             result = searcher.search(query, limit=limit, count=False)
             return [
                 (str(searcher.doc(address).get_first("chunk_id")), float(score))
@@ -1805,7 +1249,7 @@ class Bm25Index:
         for f in ("body", "body_en", "body_de"):
             for t in dict.fromkeys(self.analyze(text, f)):
                 try:
-                    with _engine("doc_freq"):
+                    with engine("doc_freq"):
                         df = int(searcher.doc_freq(f, t))
                 except StoreError:
                     df = 0

@@ -25,7 +25,8 @@ from typing import Any, Protocol
 from sidecar.config import Config
 from sidecar.contracts.errors import DiskFullError, StoreError, StoreNewerError, StoreOutdatedError
 from sidecar.stores.aside import aside_name, remove_old_moved_aside
-from sidecar.stores.bm25 import Bm25Index, check_layout
+from sidecar.stores.bm25 import Bm25Index
+from sidecar.stores.bm25_folder import check_layout
 from sidecar.stores.manifest import Manifest
 from sidecar.stores.space import disk_full_at
 from sidecar.stores.vectors import VectorStore, table_name

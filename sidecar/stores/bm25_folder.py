@@ -1,0 +1,393 @@
+"""One Tantivy index in one folder (``Folder``): its writer, its searcher, the checks that find
+its files damaged under the running daemon; and what is read from an index's files without
+opening it (its documents, its layout)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import struct
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import tantivy
+
+from sidecar.contracts.errors import (
+    DaemonRunningError,
+    DiskFullError,
+    StoreError,
+    StoreNewerError,
+    StoreOutdatedError,
+    engine_message,
+    store_error_class,
+)
+from sidecar.stores.bm25_text import all_analyzers
+from sidecar.stores.versions import BM25_LAYOUT, bm25_layout
+
+log = logging.getLogger(__name__)
+
+_WRITER_HEAP = 64_000_000
+_LOW_DISK = 2 * _WRITER_HEAP  # less free than two writer flushes: a failed write likely met a full disk
+
+
+def engine_failure(exc: BaseException) -> bool:
+    """Tantivy's errors on damaged files: raised ones, and its panics, which pyo3 turns into a
+    ``PanicException`` that derives from BaseException (an ``except Exception`` lets it through)."""
+    return isinstance(exc, (ValueError, OSError, RuntimeError)) or type(exc).__name__ == "PanicException"
+
+
+@contextlib.contextmanager
+def engine(what: str) -> Iterator[None]:
+    """Tantivy's failures (raised or panicking) as a StoreError naming ``what`` was done."""
+    try:
+        yield
+    except StoreError:
+        raise
+    except BaseException as exc:
+        if not engine_failure(exc):
+            raise
+        raise StoreError(f"BM25 {what} failed: {engine_message(exc)}") from exc
+
+
+def low_disk(path: Path) -> int | None:
+    """The bytes free on ``path``'s disk when fewer than two writer flushes need, else None."""
+    try:
+        free = shutil.disk_usage(path).free
+    except OSError:
+        return None
+    return free if free < _LOW_DISK else None
+
+
+def disk_hint(path: Path) -> str:
+    """What a failed write most likely met, when the disk says so: Tantivy's own message after a
+    worker died ("an index writer was killed") no longer names the full disk."""
+    free = low_disk(path)
+    return "" if free is None else f" (only {free / 1e6:.1f} MB free on the index's disk: full?)"
+
+
+def _failed_open(path: Path, exc: BaseException) -> StoreError:
+    """An index that could not be opened or made: a full disk (its message says so, or the disk
+    is all but full) is a fault that passes, anything else damage. A full disk taken for damage
+    moved an agent's new index aside, then the whole keyword index, and refilled it on the full
+    disk."""
+    kind = DiskFullError if low_disk(path) is not None else store_error_class(exc)
+    return kind(f"BM25 index {path} cannot be opened: {engine_message(exc)}")
+
+
+REOPEN_EVERY = 500  # commits between openings anew of a keyword index (see Folder._reopen)
+
+
+class Folder:
+    """One Tantivy index in one folder: its writer and its current searcher.
+
+    A ``lazy`` folder (an agent's inbox) holds its writer only from a change to its commit: a
+    writer costs 2 MB and six threads, and an inbox is written now and then (twenty agents' open
+    writers held 107 MB and 336 threads)."""
+
+    def __init__(
+        self, path: Path, schema: tantivy.Schema, *, lazy: bool = False, read_only: bool = False
+    ) -> None:
+        self.path = path
+        self.read_only = read_only  # readers only, nothing made (its disk is full): never a writer
+        if read_only and not (path / "meta.json").is_file():
+            raise StoreError(f"BM25 index {path} does not exist (nothing is made while read-only)")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file where the folder belongs: moved aside like a damaged store
+            raise store_error_class(exc)(f"BM25 index {path} cannot be made: {exc.strerror or exc}") from exc
+        self.schema = schema
+        self.lazy = lazy or read_only
+        self.commits = 0
+        self.dirty = False  # documents added or deleted since the last commit
+        # Each segment file of the searcher as first seen (size, mtime, inode), and the folder's
+        # (device, inode): see ``damage``.
+        self._files: dict[str, tuple[int, int, int]] = {}
+        self._where: tuple[int, int] | None = None
+        try:
+            self.index, self._writer, self.searcher = self._open()
+        except BaseException as exc:
+            if not engine_failure(exc):
+                raise
+            if "schema does not match" in str(exc):
+                raise StoreOutdatedError(f"BM25 index {path} has the fields of another version") from exc
+            if "LockBusy" in str(exc):
+                # Another process writes this index (a daemon whose lock file was removed): in
+                # use, not damaged. Moved aside as broken, the running daemon's index was lost.
+                raise DaemonRunningError(
+                    f"the keyword index {path} is in use by another process (another sidecar daemon "
+                    "on this home?); not opened"
+                ) from exc
+            raise _failed_open(path, exc) from exc
+        self._note_files()
+
+    def _open(self) -> tuple[tantivy.Index, tantivy.IndexWriter | None, tantivy.Searcher]:
+        index = tantivy.Index(self.schema, path=str(self.path), reuse=True)
+        for name, analyzer in all_analyzers().items():
+            index.register_tokenizer(name, analyzer)
+        writer = None if self.lazy else index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+        index.reload()
+        return index, writer, index.searcher()
+
+    @property
+    def writer(self) -> tantivy.IndexWriter:
+        if self.read_only:  # a writer takes the lock file and writes meta.json at its commit
+            raise DiskFullError(f"BM25 index {self.path} is open read-only (its disk is full)")
+        if self._writer is None:
+            with engine("writer"):
+                self._writer = self.index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+        return self._writer
+
+    def _release(self) -> None:
+        """A lazy folder's writer ended (its merges finished, the index lock released)."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            try:
+                with engine("merge wait"):
+                    writer.wait_merging_threads()
+            except StoreError as exc:
+                log.debug("bm25_close %s", exc)
+
+    def _reopen(self) -> None:
+        """The index opened anew: Tantivy's directory keeps the path of every segment file it
+        ever opened, deleted ones too (about 1 KB a commit, never given back: a note written to
+        every second cost 250 MB a day); a fresh one holds only the live files'. Searches keep
+        the searcher they hold; the new one is swapped in whole."""
+        try:
+            with engine("reopen"):
+                if self._writer is not None:
+                    self._writer.wait_merging_threads()  # ends the writer: releases the index lock
+                    self._writer = None
+                index, writer, searcher = self._open()
+        except StoreError as exc:
+            log.warning("bm25_reopen_failed path=%s error=%s", self.path, exc)
+            self.recover_writer()  # a writer on the index as it was
+            return
+        self.index, self._writer, self.searcher = index, writer, searcher
+        self._note_files()
+
+    def _note_files(self) -> None:
+        """Remember the segment files the searcher reads, each as first seen: Tantivy never
+        changes one once written (a change makes new files), so one that differs later was
+        truncated or overwritten under the running daemon."""
+        seen: dict[str, tuple[int, int, int]] = {}
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return
+        self._where = st.st_dev, st.st_ino
+        for name in _segment_files(self.path):
+            kept = self._files.get(name)
+            if kept is None:
+                try:
+                    st = os.stat(self.path / name)
+                except OSError:
+                    continue
+                kept = st.st_size, st.st_mtime_ns, st.st_ino
+            seen[name] = kept
+        self._files = seen
+
+    def damage(self) -> str | None:
+        """What is wrong with a segment file the searcher reads (gone, truncated, overwritten),
+        or None. A truncated term dictionary answered every search with nothing and no error
+        until a restart opened it (and failed). Asked with the index's write lock held, so that
+        no commit or merge changes the files meanwhile. A folder gone or replaced is none: the
+        home's share unmounted (the lock keeper says so); moved aside and refilled, the inbox
+        would be made anew on the bare mount point."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        if (st.st_dev, st.st_ino) != self._where:
+            return None
+        for name, kept in list(self._files.items()):
+            why, now = _changed(self.path / name, kept)
+            if why is not None:
+                return f"its file {name} {why}"
+            self._files[name] = now  # the same bytes under a new stat: checked once
+        return None
+
+    def recover_writer(self) -> None:
+        """After a failed commit: drop the uncommitted documents (the manifest still marks those
+        notes as being indexed, so the next sweep redoes them) and keep a usable writer."""
+        self.dirty = False
+        if self.lazy:
+            if self._writer is not None:
+                with contextlib.suppress(StoreError), engine("rollback"):
+                    self._writer.rollback()
+            self._release()  # the next change opens a fresh one
+            return
+        try:
+            with engine("rollback"):
+                self.writer.rollback()
+            return
+        except StoreError as exc:
+            log.warning("bm25_writer_reset reason=%s", exc)
+        with contextlib.suppress(StoreError), engine("merge wait"):
+            self.writer.wait_merging_threads()  # releases the index lock
+        self._writer = None
+        try:
+            self.writer  # noqa: B018  # a new writer, opened now
+        except StoreError as exc:
+            log.error("bm25_writer_unavailable error=%s", exc)
+
+    def commit(self) -> None:
+        if not self.dirty:  # nothing to publish (an inbox no write touched)
+            return
+        try:
+            with engine("commit"):  # disk full, read-only folder, damaged segments
+                self.writer.commit()
+        except StoreError:
+            self.recover_writer()
+            raise
+        if self.lazy:
+            self._release()
+        with engine("reload"):
+            self.index.reload()
+            self.searcher = self.index.searcher()
+        self._note_files()
+        self.dirty = False
+        self.commits += 1
+        if self.commits % REOPEN_EVERY == 0:
+            self._reopen()
+
+    def close(self) -> None:
+        if self.read_only:
+            # Its readers map the segment files: let go now (the daemon goes on writing the same
+            # folder, whose merges delete those files; a map kept their space on a disk that ran full).
+            self.__dict__.pop("searcher", None)
+            self.__dict__.pop("index", None)
+            return
+        if self._writer is None:
+            return
+        try:
+            with engine("close"):
+                self._writer.wait_merging_threads()
+        except StoreError as exc:  # a failed writer: nothing more to flush
+            log.debug("bm25_close %s", exc)
+
+
+def segment_counts(folder: Path) -> tuple[int, int]:
+    """(deleted, all) documents of an index as its last commit left them, read from its meta.json
+    (no index is opened to count); (0, 0) for an index never committed."""
+    try:
+        segments = json.loads((folder / "meta.json").read_text(encoding="utf-8"))["segments"]
+    except FileNotFoundError:
+        return 0, 0
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise StoreError(f"BM25 index {folder} cannot be read: {engine_message(exc)}") from exc
+    deleted = total = 0
+    for seg in segments:
+        total += int(seg.get("max_doc", 0))
+        deleted += int((seg.get("deletes") or {}).get("num_deleted_docs", 0))
+    return deleted, total
+
+
+# The name part of an inbox folder being removed (an agent's name has no dot).
+REMOVED_MARK = ".removed-"
+
+
+def remove_folder(folder: Path) -> None:
+    """An inbox's folder removed: renamed first to a name no agent has, so that a removal cut
+    short (a crash, a file that would not go) leaves no part of an index that the next start
+    opens as the agent's (it is removed then); in place when it cannot be renamed."""
+    gone = folder.with_name(f"{folder.name}{REMOVED_MARK}{time.time_ns()}")
+    try:
+        folder.rename(gone)
+    except FileNotFoundError:
+        return
+    except OSError:
+        gone = folder
+    shutil.rmtree(gone, ignore_errors=True)
+
+
+def _changed(path: Path, kept: tuple[int, int, int]) -> tuple[str | None, tuple[int, int, int]]:
+    """How the file at ``path`` differs from ``kept`` (size, mtime, inode), or None; and its stat
+    now. A file with its size and a new mtime or inode (touched, copied back from a backup, a sync
+    tool's rewrite of the same bytes) is damage only if its bytes fail Tantivy's own checksum:
+    taken for overwritten, the inbox was moved aside and refilled, and the answer said "damaged"."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "was deleted", kept
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or exc}", kept
+    now = st.st_size, st.st_mtime_ns, st.st_ino
+    if st.st_size != kept[0]:
+        return f"was cut short or grown ({st.st_size} bytes, was {kept[0]})", kept
+    if now[1:] != kept[1:] and not _checksum_holds(path):
+        return "was overwritten", kept
+    return None, now
+
+
+# Every file of a Tantivy segment ends in a footer: its JSON (with the CRC32 of the bytes before
+# it), the JSON's length and this number, both u32 little-endian.
+_FOOTER_MAGIC = 1337
+_FOOTER_MOST = 4096  # a footer's JSON is about 90 bytes
+
+
+def _checksum_holds(path: Path) -> bool:
+    """Whether a segment file's bytes match the checksum in its footer (read whole: an inbox's
+    files are small, and only a file whose stat changed is read)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    if len(data) < 8:
+        return False
+    size, magic = struct.unpack("<II", data[-8:])
+    if magic != _FOOTER_MAGIC or size > min(_FOOTER_MOST, len(data) - 8):
+        return False
+    try:
+        footer = json.loads(data[-8 - size : -8])
+        crc = footer["crc"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    return isinstance(crc, int) and zlib.crc32(data[: -8 - size]) == crc
+
+
+def _segment_files(folder: Path) -> list[str]:
+    """The files of the segments an index's last commit names (none when unreadable: the open or
+    the search that reads it says so)."""
+    try:
+        segments = json.loads((folder / "meta.json").read_text(encoding="utf-8"))["segments"]
+        ids = tuple(str(seg["segment_id"]).replace("-", "") for seg in segments)
+        names = os.listdir(folder)
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [n for n in names if n.startswith(ids)] if ids else []
+
+
+def live_docs(folder: Path) -> int:
+    """Documents of an index as its last commit left them."""
+    deleted, total = segment_counts(folder)
+    return total - deleted
+
+
+def subfolders(folder: Path) -> list[Path]:
+    """The folders in ``folder`` (none when it is missing or cannot be listed)."""
+    try:
+        return [p for p in folder.iterdir() if p.is_dir()]
+    except OSError:
+        return []
+
+
+def check_layout(path: Path) -> None:
+    """A keyword index of a newer layout (written by a newer sidecar: a downgrade) is refused, not
+    replaced: the newer version finds it again after a re-upgrade (it was taken for an older one
+    by its fields, deleted and rebuilt). One of an older layout is replaced (derived data)."""
+    layout = bm25_layout(path)
+    if layout is None or layout == BM25_LAYOUT:
+        return
+    if layout < BM25_LAYOUT:
+        raise StoreOutdatedError(f"BM25 index {path} has layout {layout}, this version writes {BM25_LAYOUT}")
+    raise StoreNewerError(
+        f"the keyword index {path} was written by a newer sidecar (layout {layout}; this version "
+        f"reads up to {BM25_LAYOUT}): sidecar was downgraded? Nothing was deleted. Start the newer "
+        "version again, or run `sidecar index --rebuild` on purpose to have this version build a "
+        "new index from the notes"
+    )
