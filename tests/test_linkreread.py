@@ -157,7 +157,7 @@ def test_status_shows_the_pass_while_it_runs(daemon_factory: Any, tmp_path: Path
 def test_sidecar_index_without_a_daemon_reads_the_links_again(tmp_path: Path, make_cfg: Any) -> None:
     """`sidecar index` with no daemon never ran the pass: an index kept up that way kept the old
     reader's links for good. It runs the pass after its sweep."""
-    from sidecar.daemon.lifecycle import index_once
+    from sidecar.daemon.oneshot import index_once
 
     v = _vault(tmp_path)
     cfg = make_cfg(v)

@@ -211,7 +211,7 @@ def test_a_rebuild_without_a_daemon_is_refused_while_a_folder_cannot_be_read(
     unreadable, so it lists the roots first, and refuses (was: it cleared the index and the
     sweep after it dropped the folder's notes)."""
     from sidecar.contracts.errors import UnreadableError
-    from sidecar.daemon.lifecycle import index_once
+    from sidecar.daemon.oneshot import index_once
     from sidecar.stores.manifest import Manifest
 
     v = tmp_path / "v"
@@ -241,7 +241,7 @@ def test_a_rebuild_without_a_daemon_is_refused_while_an_indexed_note_cannot_be_r
     and how to get past it, nothing changed; readable again, the rebuild runs and keeps it."""
     import sidecar.vault.sources as sources_mod
     from sidecar.contracts.errors import UnreadableError
-    from sidecar.daemon.lifecycle import index_once
+    from sidecar.daemon.oneshot import index_once
     from sidecar.stores.manifest import Manifest
 
     v = tmp_path / "v"
@@ -470,7 +470,7 @@ def test_a_rebuild_without_a_daemon_is_not_refused_for_a_slow_note_check(
     open takes all of it), says so in the log, and the rebuild runs; a note it did not reach is
     not taken as unreadable."""
     import sidecar.index.diff as diff_mod
-    from sidecar.daemon.lifecycle import index_once
+    from sidecar.daemon.oneshot import index_once
 
     v = tmp_path / "v"
     for i in range(3):
@@ -503,7 +503,7 @@ def test_a_rebuild_without_a_daemon_runs_when_one_notes_open_does_not_return(
     import threading
 
     import sidecar.index.diff as diff_mod
-    from sidecar.daemon.lifecycle import index_once
+    from sidecar.daemon.oneshot import index_once
 
     v = tmp_path / "v"
     for i in range(2):

@@ -226,7 +226,7 @@ def test_a_rebuild_on_purpose_replaces_a_newer_keyword_index(make_cfg: Any, vaul
     """`sidecar index --rebuild` (no daemon) is the way out named in the refusal: the newer keyword
     index is moved aside and this version's is built from the notes; a plain run stays refused."""
     from sidecar.contracts.errors import StoreNewerError
-    from sidecar.daemon.lifecycle import index_once
+    from sidecar.daemon.oneshot import index_once
     from sidecar.stores.versions import BM25_LAYOUT, bm25_layout
 
     cfg = make_cfg(vault)
@@ -881,7 +881,7 @@ def test_the_switch_to_writable_holds_requests_while_the_read_only_stores_close(
     closes them and opens the writable stores, and hands those to the new handlers."""
     import threading
 
-    from sidecar.daemon.lifecycle import _Dispatch
+    from sidecar.daemon.readonly import Dispatch
 
     order: list[str] = []
     entered, finish = threading.Event(), threading.Event()
@@ -897,7 +897,7 @@ def test_the_switch_to_writable_holds_requests_while_the_read_only_stores_close(
         def dispatch(self, req: Any) -> dict[str, Any]:
             return {"by": "writable"}
 
-    dispatch = _Dispatch(ReadOnlyHandlers())
+    dispatch = Dispatch(ReadOnlyHandlers())
     answers: list[dict[str, Any]] = []
     first = threading.Thread(target=lambda: answers.append(dispatch.dispatch(None)))  # type: ignore[arg-type]
     first.start()
@@ -929,7 +929,7 @@ def test_a_request_that_does_not_end_defers_the_switch_instead_of_holding_every_
     wait is bounded: the read-only handlers serve again and the switch is tried at the next tick."""
     import threading
 
-    from sidecar.daemon.lifecycle import _Dispatch
+    from sidecar.daemon.readonly import Dispatch
 
     stuck, entered = threading.Event(), threading.Event()
 
@@ -940,7 +940,7 @@ def test_a_request_that_does_not_end_defers_the_switch_instead_of_holding_every_
                 stuck.wait(30)
             return {"by": "read-only"}
 
-    dispatch = _Dispatch(ReadOnlyHandlers())
+    dispatch = Dispatch(ReadOnlyHandlers())
     first = threading.Thread(target=lambda: dispatch.dispatch("stuck"))  # type: ignore[arg-type]
     first.start()
     entered.wait(30)
@@ -957,7 +957,8 @@ def test_a_switch_that_fails_in_an_unforeseen_way_serves_read_only_again(make_cf
     """A failure of a type the switch did not name (RuntimeError: no thread could be started)
     left the space check dead and every request held for good ("being reopened for writing").
     Any failure now serves read-only again, and the switch is tried at the next check."""
-    from sidecar.daemon.lifecycle import Daemon, _Dispatch
+    from sidecar.daemon.lifecycle import Daemon
+    from sidecar.daemon.readonly import Dispatch
 
     class ReadOnlyHandlers:
         def dispatch(self, req: Any) -> dict[str, Any]:
@@ -967,7 +968,7 @@ def test_a_switch_that_fails_in_an_unforeseen_way_serves_read_only_again(make_cf
         raise RuntimeError("can't start new thread")
 
     daemon = Daemon(make_cfg(vault))
-    dispatch = daemon._dispatch = _Dispatch(ReadOnlyHandlers())
+    dispatch = daemon._dispatch = Dispatch(ReadOnlyHandlers())
     daemon._close_read_only = lambda: None  # type: ignore[method-assign]
     daemon._start_parts = fails  # type: ignore[method-assign]
     daemon._read_only_again = lambda *_a: ReadOnlyHandlers()  # type: ignore[assignment,method-assign,return-value]

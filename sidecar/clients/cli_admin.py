@@ -215,7 +215,7 @@ def _index_here(args: argparse.Namespace, cfg: Config, bar: Progress) -> int:
     _check_vault(args, cfg, serving=False)
     if args.confirm_deletions:
         _check_root(cfg, args.confirm_deletions)
-    from sidecar.daemon.lifecycle import index_once
+    from sidecar.daemon.oneshot import index_once
     from sidecar.runtime import logs
 
     logs.setup(cfg.logging.level if cfg.logging.level != "info" else "warning", journald=cfg.journald)

@@ -1,4 +1,4 @@
-"""The daemon: startup -> serve -> shutdown, and `sidecar index` when no daemon runs.
+"""The daemon: startup -> serve -> shutdown (`sidecar index` when no daemon runs: ``oneshot``).
 
 startup: lock the index, bind the socket, build the parts (the composition root), finish
 interrupted deletions, start the model loader, the indexer thread (first sweep, then scheduled
@@ -13,18 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import functools
 import gc
 import logging
-import os
 import random
-import shutil
 import signal
 import sqlite3
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -54,21 +50,20 @@ from sidecar.daemon.compose import (
 )
 from sidecar.daemon.handlers import Handlers, ServiceState
 from sidecar.daemon.indexing import IndexLoop
-from sidecar.daemon.process import IndexLock, load_embedder, make_private, raise_fd_limit
+from sidecar.daemon.process import IndexLock, load_embedder, make_private, raise_fd_limit, record_counting
+from sidecar.daemon.readonly import Dispatch, ReadOnly, Refusing, SwitchingHealth
 from sidecar.daemon.repairs import RepairPolicy
 from sidecar.daemon.schedule import Schedule, build_scheduler
 from sidecar.daemon.server import Server, bind_socket
 from sidecar.daemon.watchdog import Watchdog, status_line
-from sidecar.index.indexer import Indexer
-from sidecar.index.migration import attach, serving_model
-from sidecar.index.problems import Problems
+from sidecar.index.migration import serving_model
 from sidecar.memory.counting import BoundedCounts
 from sidecar.memory.inbox import Inboxes
 from sidecar.model import prepared
-from sidecar.model.embedder import EmbedderSlot, model_name
+from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime.notify import Notifier
 from sidecar.search.retrieval import Retriever
-from sidecar.stores.space import LOW_BYTES, disk_full_at
+from sidecar.stores.space import disk_full_at
 from sidecar.stores.vectors import warm as warm_vector_library
 from sidecar.vault.homeguard import HomeGuard, held
 from sidecar.vault.timeout import folder_state
@@ -134,7 +129,7 @@ class Daemon:
         # seconds: each try logged both again); None once writable.
         self._said_read_only: str | None = None
         self._said_still: str | None = None
-        self._dispatch: _Dispatch | None = None
+        self._dispatch: Dispatch | None = None
         self._inboxes: Inboxes | None = None
         # health's inbox counts: one per daemon, not per handler build (a failed switch rebuilds
         # them every few seconds; each new one started one more stuck count and forgot the last).
@@ -206,7 +201,7 @@ class Daemon:
             handlers = self._start_parts()
         except DiskFullError as exc:
             handlers = self._start_read_only(exc)
-        self._dispatch = _Dispatch(handlers)
+        self._dispatch = Dispatch(handlers)
         return build_server(cfg, self._dispatch)
 
     def _start_parts(self) -> Handlers:
@@ -506,7 +501,7 @@ class Daemon:
                 )
                 self._said_still = said
                 failed = None if isinstance(exc, DiskFullError) else str(exc)
-                again: Dispatcher = _Refusing("the index cannot be read now; the daemon tries again")
+                again: Dispatcher = Refusing("the index cannot be read now; the daemon tries again")
                 try:
                     again = self._read_only_again(failed)
                 finally:  # never left held: every request waited and was refused, for good
@@ -578,7 +573,7 @@ class Daemon:
         if ro is not None and refusal is not None:
             ro.problems.report("index", refusal.message(), since=refusal.since)
 
-    def _switching_health(self, dispatch: _Dispatch) -> _Switching | None:
+    def _switching_health(self, dispatch: Dispatch) -> SwitchingHealth | None:
         """What answers health during the switch: the read-only handlers' last answer with the
         switch as the index's problem (``sidecar status`` gave up after 10 s of a held health)."""
         try:
@@ -586,9 +581,9 @@ class Daemon:
         except (SidecarError, sqlite3.Error, OSError) as exc:
             log.debug("switch_health_snapshot_failed error=%s", exc)
             return None
-        return _Switching(health)
+        return SwitchingHealth(health)
 
-    def _read_only_again(self, failed: str | None = None) -> Handlers | _Refusing:
+    def _read_only_again(self, failed: str | None = None) -> Handlers | Refusing:
         """The read-only handlers after a failed switch (the index opened anew: what the failed
         writable open wrote is read), or a refusal of every request until the next try."""
         try:
@@ -597,7 +592,7 @@ class Daemon:
             if not isinstance(exc, (StoreError, sqlite3.Error, OSError)):
                 log.exception("index_read_only_failed")
             log.error("index_read_only_refused error=%s (requests are refused until the next try)", exc)
-            return _Refusing(f"the index cannot be read now ({exc}); the daemon tries again")
+            return Refusing(f"the index cannot be read now ({exc}); the daemon tries again")
 
     def _close_read_only(self) -> None:
         """Close the read-only stores before the writable open; kept writable ones (``_let_go``)
@@ -820,7 +815,7 @@ class Daemon:
             return
         vectors = parts.vectors
         load_embedder(cfg, self.slot, lambda: serving_model(cfg, vectors), parts.problems)
-        _record_counting(cfg, self.slot, parts.indexer)
+        record_counting(cfg, self.slot, parts.indexer)
 
     def _retry_embedder(self) -> None:
         # Also while a fallback answers: the configured model is what the user asked for.
@@ -838,7 +833,7 @@ class Daemon:
         """Stop the threads (bounded), flush the stores, remove the socket, release the lock."""
         self.stop.set()
         if self._dispatch is not None:  # held requests answered now, not after the joins
-            self._dispatch.close(_Refusing("the daemon is stopping"))
+            self._dispatch.close(Refusing("the daemon is stopping"))
         # A switch to writable opens stores under the index lock: waited for (it stops between its
         # steps). One still running after the wait keeps the lock until the process exits: released,
         # another daemon could open the index while this one still wrote it.
@@ -891,315 +886,9 @@ class Daemon:
         return stuck
 
 
-class _Refusing:
-    """Handlers that refuse every request (code ``storage``) with why."""
-
-    def __init__(self, why: str) -> None:
-        self.why = why
-
-    def dispatch(self, req: Request) -> dict[str, Any]:
-        raise StorageError(self.why)
-
-
-class _Dispatch:
-    """The server's handler: the handlers of the moment (read-only ones are replaced by the
-    normal ones once the disk has room, without closing the socket). ``hold`` makes new requests
-    wait and returns once those on the current handlers are answered; ``release`` hands them on."""
-
-    def __init__(self, handlers: Dispatcher) -> None:
-        self._cond = threading.Condition()
-        self._handlers: Dispatcher | None = handlers
-        self._generation = 0
-        self._running: Counter[int] = Counter()  # requests in flight, by handlers' generation
-        self._interim: Dispatcher | None = None  # answers health while held
-        self._closed = False  # the daemon stops: no handlers are handed on any more
-
-    def dispatch(self, req: Request) -> dict[str, Any]:
-        with self._cond:
-            interim = self._interim
-            if self._handlers is None and interim is not None and req.op in _AT_ONCE:
-                return interim.dispatch(req)
-            # Held well below the clients' timeouts (60 s): a memory write held longer was applied
-            # after its client had given up on it, and a retry of an edit applied it twice.
-            if not self._cond.wait_for(lambda: self._handlers is not None, _SWITCH_WAIT):
-                raise StorageError(
-                    "the disk has room again and the index is being reopened for writing; nothing "
-                    "was done: try again in a moment"
-                )
-            handlers, generation = self._handlers, self._generation
-            self._running[generation] += 1
-        assert handlers is not None
-        try:
-            return handlers.dispatch(req)
-        finally:
-            with self._cond:
-                self._running[generation] -= 1
-                self._cond.notify_all()
-
-    def hold(self, most: float | None = None, interim: Dispatcher | None = None) -> bool:
-        """Whether the requests on the current handlers were answered within ``most`` seconds (new
-        ones wait meanwhile, but health, answered by ``interim`` if given). If not, the current
-        handlers serve again and nothing is held: a request that never ends (a read of a hung
-        share) held the switch, and every request behind it, for good, with nothing feeding the
-        systemd watchdog."""
-        with self._cond:
-            if self._closed:
-                return False
-            handlers, self._handlers = self._handlers, None
-            self._interim = interim
-            held = self._generation
-            if not self._cond.wait_for(
-                lambda: self._running[held] <= 0, _HOLD_WAIT if most is None else most
-            ):
-                if not self._closed:
-                    self._handlers, self._interim = handlers, None
-                self._cond.notify_all()
-                return False
-            del self._running[held]
-            return True
-
-    def release(self, handlers: Dispatcher) -> None:
-        with self._cond:
-            if not self._closed:
-                self._hand_on(handlers)
-
-    def close(self, handlers: Dispatcher) -> None:
-        """Hand on ``handlers`` for good (the daemon stops): a switch that ends later hands on
-        nothing (it re-armed the requests with stores opened after the stop)."""
-        with self._cond:
-            self._closed = True
-            self._hand_on(handlers)
-
-    def _hand_on(self, handlers: Dispatcher) -> None:
-        self._generation += 1
-        self._handlers, self._interim = handlers, None
-        self._cond.notify_all()
-
-
-class _Switching:
-    """health while the index is reopened for writing (requests are held meanwhile): the last
-    answer of the read-only handlers, with the switch as the index's problem."""
-
-    def __init__(self, health: dict[str, Any]) -> None:
-        self.health = health
-        self.since = time.time()
-
-    def dispatch(self, req: Request) -> dict[str, Any]:
-        answer = copy.deepcopy(self.health)
-        if isinstance(started := answer.get("started"), (int, float)):
-            answer["uptime_seconds"] = round(time.time() - started, 1)
-        problems, since = answer.setdefault("problems", {}), self.since
-        active = [p for p in problems.get("active", []) if p.get("area") != "index"]
-        active.append(
-            {
-                "area": "index",
-                "error": (
-                    "switching to writable: the disk has room again and the index is being reopened "
-                    f"for writing; other requests wait up to {_SWITCH_WAIT:.0f} s meanwhile"
-                ),
-                "since": since,
-                "last": time.time(),
-                "count": 1,
-            }
-        )
-        problems["active"] = active
-        return answer
-
-
-class ReadOnly:
-    """What a daemon serving an index opened read-only (its disk full) refuses, and says."""
-
-    WRITES = frozenset({"index", "write", "edit", "delete"})  # indexing, memory writes, rebuilds
-    MEMORY = frozenset({"write", "edit", "delete"})
-
-    def __init__(self, index_dir: Path, manifest: Path, agents_dir: Path | None = None) -> None:
-        self.index_dir = index_dir
-        self.agents_dir = agents_dir
-        self.failed: str | None = None  # why the last switch to writable failed, if not for space
-        # Why the switch waits for a thread of a failed one, while it does (``Daemon._switch_waits``).
-        self.waiting: Callable[[], str | None] = lambda: None
-        self.needs = 0  # the free bytes kept stores' log needs to be written back, while it waits
-        # Serving through kept writable stores (``Daemon._let_go``): memory writes are refused
-        # wherever the inboxes are, their index update would write onto the full disk.
-        self.kept = False
-        try:
-            self.since = manifest.stat().st_mtime  # the index's last write
-        except OSError:
-            self.since = time.time()
-
-    def inboxes_elsewhere(self) -> bool:
-        """Whether the agents' inboxes are on another file system than the index, with room (asked at each
-        write: a share can be mounted or unmounted meanwhile). Then a memory write is saved in its
-        inbox, which is what it promises, and indexed by the catch-up sweep once the index can be
-        written (the write's answer says `searchable: false`); on the index's own full disk it is
-        refused, nothing written."""
-        if self.agents_dir is None or self.kept:
-            return False
-        try:
-            if os.stat(self.agents_dir).st_dev == os.stat(self.index_dir).st_dev:
-                return False
-            # Another device number is not always another disk with room (a btrfs subvolume of
-            # the same full disk, an agents disk full too): the message said writes were saved
-            # beside the write's own "not written".
-            return shutil.disk_usage(self.agents_dir).free >= LOW_BYTES
-        except OSError:  # the agents folder gone: refused with the read-only message
-            return False
-
-    def reason(self) -> str:
-        """The kind of reason ``message`` gives, without its figures (logged once per kind)."""
-        if self.waiting():
-            return "waiting"
-        return f"failed {self.failed}" if self.failed else ("needs" if self.needs else "full")
-
-    def message(self) -> str:
-        try:
-            free = shutil.disk_usage(self.index_dir).free
-        except OSError:
-            free = 0
-        waiting = self.waiting()
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.since))
-        waits = (
-            "indexing and rebuilds wait until there is space (memory writes are saved in the "
-            "inboxes, on another disk, and found by search then)"
-            if self.inboxes_elsewhere()
-            else "indexing, memory writes and rebuilds wait until there is space"
-        )
-        # A failure of another kind said "the disk holding the index is full: 24.5 MB free".
-        if waiting:  # it said "the disk is full: 21.9 MB free", with room on the disk
-            until = waits.replace("until there is space", "until it ends")
-            return (
-                f"read-only: {waiting}; answers come from the index as it was at {when}; {until} "
-                f"({free / 1e6:.1f} MB free on the index's disk)"
-            )
-        if self.failed:
-            why = f"the index could not be opened for writing ({self.failed}; tried again every few seconds)"
-        else:
-            why = f"the disk holding the index is full: {free / 1e6:.1f} MB free"
-            if self.needs:  # said "full: 1.5 MB free" where the space check saw room
-                room = "is full" if free < LOW_BYTES else "has too little room"
-                why = (
-                    f"the disk holding the index {room}: {free / 1e6:.1f} MB free, "
-                    f"{self.needs / 1e6:.1f} MB needed to write the index's log back into its file"
-                )
-        return (
-            f"{why}; answers come from the index as it was at {when}; {waits} (the daemon resumes by itself)"
-        )
-
-    def wrap(self, handlers: Handlers, problems: Problems) -> None:
-        """Make ``handlers`` refuse the ops that write, with the message (code ``storage``)."""
-        real = handlers.dispatch
-
-        def dispatch(req: Request) -> dict[str, Any]:
-            if req.op not in self.WRITES:
-                return real(req)
-            if req.op not in self.MEMORY or not self.inboxes_elsewhere():
-                message = self.message()
-                problems.report("index", message, since=self.since)  # health says what this answer says
-                raise StorageError(message)
-            try:
-                return real(req)
-            finally:
-                # Its failed index update reported itself as the index's problem: this is the one.
-                problems.report("index", self.message(), since=self.since)
-
-        handlers.dispatch = dispatch  # type: ignore[method-assign]
-
-
-_SWITCH_WAIT = 15.0  # a request held while the stores are reopened for writing, at most
-_AT_ONCE = frozenset({"health"})  # answered during the switch (status, doctor, memory_status)
-# The requests on the read-only handlers waited for before a switch, at most: below any watchdog
-# interval (the switching thread is the one that feeds it while read-only).
-_HOLD_WAIT = 5.0
-
-
-def _record_counting(cfg: Config, slot: EmbedderSlot, indexer: Indexer) -> None:
-    """Chunks cut with another model's tokenizer than the configured one (a fallback answers) or
-    by words (no model) are recorded so: the next start with the configured model cuts them again."""
-    if not cfg.embedder.enabled:
-        return
-    model = slot.model
-    if slot.fallback is not None and model is not None:
-        indexer.counted_with(model_name(model.model_id))
-    elif model is None:
-        indexer.counted_with("words")
-
-
 def _hung_up(stop: asyncio.Event) -> None:
     log.info("daemon_hangup its terminal closed: stopping (`sidecar reload` re-reads the configuration)")
     stop.set()
-
-
-def index_once(
-    cfg: Config,
-    *,
-    rebuild: bool,
-    progress: Callable[[str, int, int], None] | None = None,
-    confirm: frozenset[str] = frozenset(),
-    waiting: Callable[[dict[str, Any]], None] | None = None,
-) -> dict[str, Any]:
-    """`sidecar index` with no daemon running: this process is the one writer until it is done.
-    ``waiting`` is told, about once a second, of a note whose read has not answered for a second
-    or more (``Supervisor.describe_waiting``); the summary's ``offline`` lists the roots that
-    could not be read (name, error), kept as indexed."""
-    make_private(cfg)
-    lock = IndexLock(cfg.index_dir)
-    lock.acquire()
-    slot = EmbedderSlot()
-    try:
-        parts = build(cfg, slot, replace_newer=rebuild)  # a newer version's index replaced on purpose only
-    except BaseException:
-        lock.release()  # refused (a newer index) or failed: the next run or daemon may lock it
-        raise
-    manifest, vectors, indexer = parts.stores.manifest, parts.vectors, parts.indexer
-    if waiting is not None:
-        supervisor = parts.supervisor
-
-        def beat() -> None:
-            w = supervisor.describe_waiting()
-            if w is not None:
-                waiting(w)
-
-        supervisor.beat = beat
-    try:
-        load_embedder(cfg, slot, lambda: serving_model(cfg, vectors), parts.problems)
-        indexer.finish_interrupted()
-        indexer.reparse_if_chunking_changed()
-        indexer.reread_canvases_if_read_differently()
-        _record_counting(cfg, slot, indexer)
-        if slot.model is not None:
-            attach(cfg, vectors, slot.model, parts.problems)
-        if rebuild:
-            # No sweep ran in this process: what cannot be read is not known until it is listed.
-            indexer.changes.list_unreadable()
-            indexer.refuse_rebuild()  # the vault's share away: its notes would leave the index
-            indexer.clear()
-        report = (lambda a: progress(a.phase, a.done, a.total)) if progress else None
-        summary = indexer.sweep(progress=report, confirm_deletions=confirm)
-        # The links of unchanged notes after an upgrade, as the daemon reads them after its first
-        # sweep: an index kept up by `sidecar index` alone never had them read. A root away (or a
-        # read that hangs) leaves the rest to the next run or the daemon.
-        while indexer.links_due() and (lp := indexer.links.progress) is not None:
-            if progress:
-                progress("links", lp.done, lp.total)
-            if not indexer.reread_links():
-                break
-        total = manifest.chunk_count()
-        while vectors.embed_pending() > 0:
-            if progress:
-                progress("embedding", total - manifest.pending_count(), total)
-        counts = manifest.counts()
-        return {
-            **summary,
-            "files": counts["files"],
-            "chunks": counts["chunks"],
-            "pending_vectors": manifest.pending_count(),
-            "offline": [
-                {"name": st.name, "error": st.error} for st in parts.supervisor.roots.values() if st.offline
-            ],
-        }
-    finally:
-        parts.stores.close()
-        lock.release()
 
 
 def _settled(path: Path, wait: float = 0.1, limit: float = 2.0) -> None:

@@ -21,8 +21,9 @@ from typing import IO
 
 from sidecar.config import Config
 from sidecar.contracts.errors import DaemonRunningError, EmbedderError
+from sidecar.index.indexer import Indexer
 from sidecar.index.problems import Problems
-from sidecar.model.embedder import Embedder, EmbedderSlot, load_model
+from sidecar.model.embedder import Embedder, EmbedderSlot, load_model, model_name
 from sidecar.runtime import heap
 from sidecar.vault.confine import tighten_home
 
@@ -217,3 +218,15 @@ def _report_fallback(cfg: Config, slot: EmbedderSlot, error: str, problems: Prob
         "also picked up by the retry every embedder.retryMinutes); the switch to the configured "
         "model then runs in the background",
     )
+
+
+def record_counting(cfg: Config, slot: EmbedderSlot, indexer: Indexer) -> None:
+    """Chunks cut with another model's tokenizer than the configured one (a fallback answers) or
+    by words (no model) are recorded so: the next start with the configured model cuts them again."""
+    if not cfg.embedder.enabled:
+        return
+    model = slot.model
+    if slot.fallback is not None and model is not None:
+        indexer.counted_with(model_name(model.model_id))
+    elif model is None:
+        indexer.counted_with("words")

@@ -26,8 +26,9 @@ import pytest
 from sidecar.config import load_config
 from sidecar.contracts.errors import DaemonRunningError, DiskFullError, SidecarError
 from sidecar.contracts.protocol import Request
-from sidecar.daemon import lifecycle
-from sidecar.daemon.lifecycle import Daemon, index_once
+from sidecar.daemon import lifecycle, readonly
+from sidecar.daemon.lifecycle import Daemon
+from sidecar.daemon.oneshot import index_once
 from sidecar.daemon.process import IndexLock
 from sidecar.index.indexer import Indexer
 from sidecar.stores.space import disk_full_at
@@ -236,7 +237,7 @@ def test_an_unforeseen_failure_of_the_read_only_reopen_leaves_nothing_held(
     monkeypatch.setattr(lifecycle, "build_read_only", broken)
     start.free()
     assert start.d._switch_to_writable() is False
-    assert start.handlers() == "_Refusing"
+    assert start.handlers() == "Refusing"
     err = start.refused("health")
     assert err.code == "storage" and "cannot be read now" in str(err)
     monkeypatch.setattr(lifecycle, "build_read_only", real_build)
@@ -422,8 +423,8 @@ def test_health_answers_at_once_during_the_switch_and_held_requests_are_bounded(
         real(self)
 
     monkeypatch.setattr(Indexer, "finish_interrupted", slow)
-    assert lifecycle._SWITCH_WAIT <= 20  # well below the clients' 60 s
-    monkeypatch.setattr(lifecycle, "_SWITCH_WAIT", 0.3)
+    assert readonly._SWITCH_WAIT <= 20  # well below the clients' 60 s
+    monkeypatch.setattr(readonly, "_SWITCH_WAIT", 0.3)
     start.free()
     switch = threading.Thread(target=lambda: switched.append(start.d._switch_to_writable()))
     switched: list[bool] = []

@@ -1,0 +1,85 @@
+"""`sidecar index` when no daemon runs: this process is the one writer until it is done."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sidecar.config import Config
+from sidecar.daemon.compose import build
+from sidecar.daemon.process import IndexLock, load_embedder, make_private, record_counting
+from sidecar.index.migration import attach, serving_model
+from sidecar.model.embedder import EmbedderSlot
+
+
+def index_once(
+    cfg: Config,
+    *,
+    rebuild: bool,
+    progress: Callable[[str, int, int], None] | None = None,
+    confirm: frozenset[str] = frozenset(),
+    waiting: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """`sidecar index` with no daemon running: this process is the one writer until it is done.
+    ``waiting`` is told, about once a second, of a note whose read has not answered for a second
+    or more (``Supervisor.describe_waiting``); the summary's ``offline`` lists the roots that
+    could not be read (name, error), kept as indexed."""
+    make_private(cfg)
+    lock = IndexLock(cfg.index_dir)
+    lock.acquire()
+    slot = EmbedderSlot()
+    try:
+        parts = build(cfg, slot, replace_newer=rebuild)  # a newer version's index replaced on purpose only
+    except BaseException:
+        lock.release()  # refused (a newer index) or failed: the next run or daemon may lock it
+        raise
+    manifest, vectors, indexer = parts.stores.manifest, parts.vectors, parts.indexer
+    if waiting is not None:
+        supervisor = parts.supervisor
+
+        def beat() -> None:
+            w = supervisor.describe_waiting()
+            if w is not None:
+                waiting(w)
+
+        supervisor.beat = beat
+    try:
+        load_embedder(cfg, slot, lambda: serving_model(cfg, vectors), parts.problems)
+        indexer.finish_interrupted()
+        indexer.reparse_if_chunking_changed()
+        indexer.reread_canvases_if_read_differently()
+        record_counting(cfg, slot, indexer)
+        if slot.model is not None:
+            attach(cfg, vectors, slot.model, parts.problems)
+        if rebuild:
+            # No sweep ran in this process: what cannot be read is not known until it is listed.
+            indexer.changes.list_unreadable()
+            indexer.refuse_rebuild()  # the vault's share away: its notes would leave the index
+            indexer.clear()
+        report = (lambda a: progress(a.phase, a.done, a.total)) if progress else None
+        summary = indexer.sweep(progress=report, confirm_deletions=confirm)
+        # The links of unchanged notes after an upgrade, as the daemon reads them after its first
+        # sweep: an index kept up by `sidecar index` alone never had them read. A root away (or a
+        # read that hangs) leaves the rest to the next run or the daemon.
+        while indexer.links_due() and (lp := indexer.links.progress) is not None:
+            if progress:
+                progress("links", lp.done, lp.total)
+            if not indexer.reread_links():
+                break
+        total = manifest.chunk_count()
+        while vectors.embed_pending() > 0:
+            if progress:
+                progress("embedding", total - manifest.pending_count(), total)
+        counts = manifest.counts()
+        return {
+            **summary,
+            "files": counts["files"],
+            "chunks": counts["chunks"],
+            "pending_vectors": manifest.pending_count(),
+            "offline": [
+                {"name": st.name, "error": st.error} for st in parts.supervisor.roots.values() if st.offline
+            ],
+        }
+    finally:
+        parts.stores.close()
+        lock.release()

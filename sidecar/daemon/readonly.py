@@ -1,0 +1,244 @@
+"""Serving while the index's disk is full: what the read-only daemon refuses and says
+(``ReadOnly``), and the server's handler of the moment (``Dispatch``), which hands the socket's
+requests from the read-only handlers to the writable ones once the disk has room, without closing
+the socket."""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sidecar.contracts.errors import StorageError
+from sidecar.contracts.protocol import Request
+from sidecar.daemon.compose import Dispatcher
+from sidecar.daemon.handlers import Handlers
+from sidecar.index.problems import Problems
+from sidecar.stores.space import LOW_BYTES
+
+
+class Refusing:
+    """Handlers that refuse every request (code ``storage``) with why."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def dispatch(self, req: Request) -> dict[str, Any]:
+        raise StorageError(self.why)
+
+
+class Dispatch:
+    """The server's handler: the handlers of the moment (read-only ones are replaced by the
+    normal ones once the disk has room, without closing the socket). ``hold`` makes new requests
+    wait and returns once those on the current handlers are answered; ``release`` hands them on."""
+
+    def __init__(self, handlers: Dispatcher) -> None:
+        self._cond = threading.Condition()
+        self._handlers: Dispatcher | None = handlers
+        self._generation = 0
+        self._running: Counter[int] = Counter()  # requests in flight, by handlers' generation
+        self._interim: Dispatcher | None = None  # answers health while held
+        self._closed = False  # the daemon stops: no handlers are handed on any more
+
+    def dispatch(self, req: Request) -> dict[str, Any]:
+        with self._cond:
+            interim = self._interim
+            if self._handlers is None and interim is not None and req.op in _AT_ONCE:
+                return interim.dispatch(req)
+            # Held well below the clients' timeouts (60 s): a memory write held longer was applied
+            # after its client had given up on it, and a retry of an edit applied it twice.
+            if not self._cond.wait_for(lambda: self._handlers is not None, _SWITCH_WAIT):
+                raise StorageError(
+                    "the disk has room again and the index is being reopened for writing; nothing "
+                    "was done: try again in a moment"
+                )
+            handlers, generation = self._handlers, self._generation
+            self._running[generation] += 1
+        assert handlers is not None
+        try:
+            return handlers.dispatch(req)
+        finally:
+            with self._cond:
+                self._running[generation] -= 1
+                self._cond.notify_all()
+
+    def hold(self, most: float | None = None, interim: Dispatcher | None = None) -> bool:
+        """Whether the requests on the current handlers were answered within ``most`` seconds (new
+        ones wait meanwhile, but health, answered by ``interim`` if given). If not, the current
+        handlers serve again and nothing is held: a request that never ends (a read of a hung
+        share) held the switch, and every request behind it, for good, with nothing feeding the
+        systemd watchdog."""
+        with self._cond:
+            if self._closed:
+                return False
+            handlers, self._handlers = self._handlers, None
+            self._interim = interim
+            held = self._generation
+            if not self._cond.wait_for(
+                lambda: self._running[held] <= 0, _HOLD_WAIT if most is None else most
+            ):
+                if not self._closed:
+                    self._handlers, self._interim = handlers, None
+                self._cond.notify_all()
+                return False
+            del self._running[held]
+            return True
+
+    def release(self, handlers: Dispatcher) -> None:
+        with self._cond:
+            if not self._closed:
+                self._hand_on(handlers)
+
+    def close(self, handlers: Dispatcher) -> None:
+        """Hand on ``handlers`` for good (the daemon stops): a switch that ends later hands on
+        nothing (it re-armed the requests with stores opened after the stop)."""
+        with self._cond:
+            self._closed = True
+            self._hand_on(handlers)
+
+    def _hand_on(self, handlers: Dispatcher) -> None:
+        self._generation += 1
+        self._handlers, self._interim = handlers, None
+        self._cond.notify_all()
+
+
+class SwitchingHealth:
+    """health while the index is reopened for writing (requests are held meanwhile): the last
+    answer of the read-only handlers, with the switch as the index's problem."""
+
+    def __init__(self, health: dict[str, Any]) -> None:
+        self.health = health
+        self.since = time.time()
+
+    def dispatch(self, req: Request) -> dict[str, Any]:
+        answer = copy.deepcopy(self.health)
+        if isinstance(started := answer.get("started"), (int, float)):
+            answer["uptime_seconds"] = round(time.time() - started, 1)
+        problems, since = answer.setdefault("problems", {}), self.since
+        active = [p for p in problems.get("active", []) if p.get("area") != "index"]
+        active.append(
+            {
+                "area": "index",
+                "error": (
+                    "switching to writable: the disk has room again and the index is being reopened "
+                    f"for writing; other requests wait up to {_SWITCH_WAIT:.0f} s meanwhile"
+                ),
+                "since": since,
+                "last": time.time(),
+                "count": 1,
+            }
+        )
+        problems["active"] = active
+        return answer
+
+
+class ReadOnly:
+    """What a daemon serving an index opened read-only (its disk full) refuses, and says."""
+
+    WRITES = frozenset({"index", "write", "edit", "delete"})  # indexing, memory writes, rebuilds
+    MEMORY = frozenset({"write", "edit", "delete"})
+
+    def __init__(self, index_dir: Path, manifest: Path, agents_dir: Path | None = None) -> None:
+        self.index_dir = index_dir
+        self.agents_dir = agents_dir
+        self.failed: str | None = None  # why the last switch to writable failed, if not for space
+        # Why the switch waits for a thread of a failed one, while it does (``Daemon._switch_waits``).
+        self.waiting: Callable[[], str | None] = lambda: None
+        self.needs = 0  # the free bytes kept stores' log needs to be written back, while it waits
+        # Serving through kept writable stores (``Daemon._let_go``): memory writes are refused
+        # wherever the inboxes are, their index update would write onto the full disk.
+        self.kept = False
+        try:
+            self.since = manifest.stat().st_mtime  # the index's last write
+        except OSError:
+            self.since = time.time()
+
+    def inboxes_elsewhere(self) -> bool:
+        """Whether the agents' inboxes are on another file system than the index, with room (asked at each
+        write: a share can be mounted or unmounted meanwhile). Then a memory write is saved in its
+        inbox, which is what it promises, and indexed by the catch-up sweep once the index can be
+        written (the write's answer says `searchable: false`); on the index's own full disk it is
+        refused, nothing written."""
+        if self.agents_dir is None or self.kept:
+            return False
+        try:
+            if os.stat(self.agents_dir).st_dev == os.stat(self.index_dir).st_dev:
+                return False
+            # Another device number is not always another disk with room (a btrfs subvolume of
+            # the same full disk, an agents disk full too): the message said writes were saved
+            # beside the write's own "not written".
+            return shutil.disk_usage(self.agents_dir).free >= LOW_BYTES
+        except OSError:  # the agents folder gone: refused with the read-only message
+            return False
+
+    def reason(self) -> str:
+        """The kind of reason ``message`` gives, without its figures (logged once per kind)."""
+        if self.waiting():
+            return "waiting"
+        return f"failed {self.failed}" if self.failed else ("needs" if self.needs else "full")
+
+    def message(self) -> str:
+        try:
+            free = shutil.disk_usage(self.index_dir).free
+        except OSError:
+            free = 0
+        waiting = self.waiting()
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.since))
+        waits = (
+            "indexing and rebuilds wait until there is space (memory writes are saved in the "
+            "inboxes, on another disk, and found by search then)"
+            if self.inboxes_elsewhere()
+            else "indexing, memory writes and rebuilds wait until there is space"
+        )
+        # A failure of another kind said "the disk holding the index is full: 24.5 MB free".
+        if waiting:  # it said "the disk is full: 21.9 MB free", with room on the disk
+            until = waits.replace("until there is space", "until it ends")
+            return (
+                f"read-only: {waiting}; answers come from the index as it was at {when}; {until} "
+                f"({free / 1e6:.1f} MB free on the index's disk)"
+            )
+        if self.failed:
+            why = f"the index could not be opened for writing ({self.failed}; tried again every few seconds)"
+        else:
+            why = f"the disk holding the index is full: {free / 1e6:.1f} MB free"
+            if self.needs:  # said "full: 1.5 MB free" where the space check saw room
+                room = "is full" if free < LOW_BYTES else "has too little room"
+                why = (
+                    f"the disk holding the index {room}: {free / 1e6:.1f} MB free, "
+                    f"{self.needs / 1e6:.1f} MB needed to write the index's log back into its file"
+                )
+        return (
+            f"{why}; answers come from the index as it was at {when}; {waits} (the daemon resumes by itself)"
+        )
+
+    def wrap(self, handlers: Handlers, problems: Problems) -> None:
+        """Make ``handlers`` refuse the ops that write, with the message (code ``storage``)."""
+        real = handlers.dispatch
+
+        def dispatch(req: Request) -> dict[str, Any]:
+            if req.op not in self.WRITES:
+                return real(req)
+            if req.op not in self.MEMORY or not self.inboxes_elsewhere():
+                message = self.message()
+                problems.report("index", message, since=self.since)  # health says what this answer says
+                raise StorageError(message)
+            try:
+                return real(req)
+            finally:
+                # Its failed index update reported itself as the index's problem: this is the one.
+                problems.report("index", self.message(), since=self.since)
+
+        handlers.dispatch = dispatch  # type: ignore[method-assign]
+
+
+_SWITCH_WAIT = 15.0  # a request held while the stores are reopened for writing, at most
+_AT_ONCE = frozenset({"health"})  # answered during the switch (status, doctor, memory_status)
+# The requests on the read-only handlers waited for before a switch, at most: below any watchdog
+# interval (the switching thread is the one that feeds it while read-only).
+_HOLD_WAIT = 5.0
