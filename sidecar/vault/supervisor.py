@@ -47,7 +47,7 @@ HOLD_WHY = {
     "unmounted": "is not on the mount it was on any more (share unmounted?)",
     "device": "is on a different device than before (another share or disk mounted here?)",
     "empty": "is empty or missing although {known} of its notes are indexed (unmounted? moved?)",
-    "mass": "lost {missing} of {known} indexed notes at once",
+    "mass": "lost {missing} of {known} indexed notes in one burst of deletions",
 }
 
 
