@@ -77,6 +77,18 @@ def test_a_restarted_watch_asks_for_every_root() -> None:
     assert full.roots is None and full.paths == frozenset()
 
 
+def test_a_scheduled_sweep_merged_with_file_events_still_checks_for_lost_events() -> None:
+    """File events queued beside a scheduled sweep leave its check for lost events standing (their
+    paths were noted as told); a settings change, a watch restart or a rebuild do not."""
+    events = Job(roots=frozenset(), paths=frozenset({"/v/a.md"}))
+    scheduled = Job(audit=True)
+    assert scheduled.merge(events).audit and events.merge(scheduled).audit
+    assert scheduled.merge(events).merge(events).audit
+    assert not events.merge(events).audit
+    for other in (Job(), Job(restarted=True), Job(rebuild=True), Job(roots=frozenset({"wiki"}))):
+        assert not scheduled.merge(other).audit and not other.merge(scheduled).audit
+
+
 def test_a_failed_sweep_is_retried_with_what_it_did_not_write(looped: Any, vault: Path) -> None:
     """Disk full mid-sweep: reported with the policy's delay, retried with the leftover paths only
     once the first sweep is done (a failed first sweep is retried whole, so that it counts as

@@ -19,7 +19,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sidecar.config import Config
 from sidecar.contracts.errors import StoreError
@@ -61,14 +61,24 @@ class Job:
     def merge(self, other: Job) -> Job:
         roots = None if self.roots is None or other.roots is None else self.roots | other.roots
         paths = frozenset() if roots is None else self.paths | other.paths
+        # File events leave an audit standing: their paths were noted as told when they came
+        # (``IndexLoop.changed``). Taken as any other request, a scheduled sweep merged with the
+        # events queued meanwhile checked nothing, and in a vault saved to all the time (an agent
+        # writing its memory) lost events were never found.
+        audit = (self.audit or self.events_only) and (other.audit or other.events_only)
         return Job(
             self.rebuild or other.rebuild,
             roots,
             self.confirm | other.confirm,
             paths,
-            self.audit and other.audit,
+            audit and (self.audit or other.audit),
             self.restarted or other.restarted,
         )
+
+    @property
+    def events_only(self) -> bool:
+        """File events and nothing else: these paths, no root walked."""
+        return self.roots == frozenset() and not (self.rebuild or self.confirm or self.restarted)
 
 
 class IndexLoop:
@@ -264,7 +274,7 @@ class IndexLoop:
         if judge:
             job = job.merge(Job(roots=frozenset(judge)))
         if job.paths:
-            job = Job(job.rebuild, job.roots, job.confirm, self.hot.hold(job.paths))
+            job = replace(job, paths=self.hot.hold(job.paths))
         if job.roots == frozenset() and not (job.paths or job.rebuild or job.confirm):
             return self._due() if self.jobs.empty() else None  # only held events
         late = self.hot.due(late=HOT_MAX_S)
