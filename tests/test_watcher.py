@@ -501,3 +501,80 @@ def test_the_watch_wakes_at_half_the_debounce_not_every_50_ms() -> None:
     assert watch_step(100) == 50
     assert watch_step(5000) == 250
     assert watch_step(1) == 10
+
+
+def test_a_watch_that_ran_out_of_inotify_watches_says_so_and_watches_again_once_the_limit_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """watchfiles passes over a folder it cannot watch, the system's limit of inotify watches used
+    up included (on a real kernel: 600 watches for 1,531 folders, no error, status said "events").
+    Each new watch is probed: while the limit is used up the watcher says so, covers nothing (its
+    roots are polled) and watches again, with a sweep of every root, once the limit changes. The
+    kernel's limit is the system's, not lowered here: the probe's answer is given."""
+    from sidecar.vault import watcher as w
+
+    vault = tmp_path / "vault"
+    vault.mkdir()
+    said: list[str | None] = []
+    sweeps: list[int] = []
+    used_up = [True]
+    monkeypatch.setattr(w, "watches_used_up", lambda _path: used_up[0])
+    monkeypatch.setattr(w, "watch_limit", lambda: 600 if used_up[0] else 524_288)
+    monkeypatch.setattr(w, "_IDENTITY_EVERY_S", 0.2)
+
+    def on_change(paths: set[str], gone: frozenset[str]) -> None:
+        if not paths:
+            sweeps.append(1)
+
+    stop = threading.Event()
+    watcher = Watcher([vault], on_change, stop, debounce_ms=100)
+    watcher.on_partial = said.append
+    thread = threading.Thread(target=watcher.run, daemon=True)
+    thread.start()
+    try:
+        _until(lambda: said != [])
+        why = said[0]
+        assert why is not None and "600 inotify watches" in why and "max_user_watches=" in why
+        assert watcher.partial == why and watcher.covered() == [] and watcher.watching == [vault]
+        used_up[0] = False  # the user raised the limit
+        _until(lambda: len(said) == 2)
+        assert said[1] is None and watcher.partial is None and watcher.covered() == [vault]
+        _until(lambda: sweeps != [])  # what only the polls would have found: a sweep of every root
+    finally:
+        stop.set()
+        thread.join(10)
+
+
+def test_the_probe_for_used_up_inotify_watches_answers_on_this_kernel(tmp_path: Path) -> None:
+    """The probe itself (one watch added and dropped through libc) runs here and finds room."""
+    from sidecar.vault import watcher as w
+
+    assert w.watches_used_up(tmp_path) is False
+    limit = w.watch_limit()
+    assert limit is None or limit > 0
+
+
+def test_roots_are_polled_and_the_problem_said_while_the_watch_covers_part_of_them(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """The index loop, told by the watcher, reports the problem (status shows it) and has every
+    root polled like a share's; told the watch covers all again, it clears both."""
+    from sidecar.daemon.indexing import LOST_AREA, WATCH_LIMIT, IndexLoop
+
+    vault = tmp_path / "vault"
+    vault.mkdir()
+    write(vault / "a.md", "# a\n")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.indexer.sweep()
+        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+        sup = h.supervisor
+        now = time.time() + 10 * h.cfg.watch.poll_seconds
+        assert sup.due(now) == [] and not loop.polled()
+        loop.watch_partial("file events cover only part of the watched folders: …")
+        assert loop.polled() and "vault" in sup.due(now, poll_all=loop.polled())
+        assert h.problems.active_in(LOST_AREA, subject=WATCH_LIMIT) is not None
+        loop.watch_partial(None)
+        assert not loop.polled() and h.problems.active_in(LOST_AREA, subject=WATCH_LIMIT) is None
+    finally:
+        h.close()

@@ -43,6 +43,7 @@ CATCHING_UP_MIN = 10
 # skipped rather than the memory grow without end).
 _REPORTED_MAX = 200_000
 LOST_AREA = "watch"
+WATCH_LIMIT = "limit"  # the subject of the watch's problem of running out of inotify watches
 
 
 @dataclass(frozen=True)
@@ -116,11 +117,25 @@ class IndexLoop:
         self.watched: Callable[[], list[str]] = list  # the folders the watch covers now
         self._reported: set[str] = set()  # paths file events told since the last check
         self._lost = False  # the watch was restarted for lost events: status says so until caught up
+        self._partial = False  # the watch covers only part of the folders: every root is polled
         # The sweep under way and the notes the sweeps of this catch-up applied (``catching_up``),
         # read together by the handlers' threads.
         self._progress = threading.Lock()
         self._running: Job | None = None
         self._applied = 0
+
+    def watch_partial(self, why: str | None) -> None:
+        """The watcher's word on its coverage (``Watcher.partial``): while it covers only part of
+        the folders, status says why and every root is polled like a share's (``polled``)."""
+        self._partial = why is not None
+        if why is None:
+            self.problems.clear(LOST_AREA, subject=WATCH_LIMIT)
+        else:
+            self.problems.report(LOST_AREA, why, subject=WATCH_LIMIT)
+
+    def polled(self) -> bool:
+        """Whether every root is polled (the watch covers only part of the folders)."""
+        return self._partial
 
     def depth(self) -> int:
         """Requests waiting, held events of hot notes included (health's queue depth)."""

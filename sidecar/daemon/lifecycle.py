@@ -262,7 +262,8 @@ class Daemon:
         self._unless_stopping()
         loop = self.loop = IndexLoop(cfg, indexer, self.slot, problems, stop=work, beat=beat)
         watcher = self.watcher = build_watcher(cfg, loop.changed, work)
-        loop.on_lost, loop.watched = watcher.events_lost, lambda: [str(p) for p in watcher.watching]
+        loop.on_lost, loop.watched = watcher.events_lost, lambda: [str(p) for p in watcher.covered()]
+        watcher.on_partial = loop.watch_partial
         handlers = self._handlers(parts, loop, watcher)
         backfill = Backfill(
             cfg,
@@ -645,7 +646,7 @@ class Daemon:
             self.started,
             loop.depth,
             loop.request_sweep,
-            lambda: watcher.watching,
+            watcher.covered,
             self.reload,
             loop.catching_up,
         )

@@ -184,7 +184,7 @@ def build_scheduler(
     scheduler.add_job(loop.request_sweep, "interval", minutes=cfg.index.rescan_minutes, id="sweep")
 
     def tick() -> None:
-        loop.sweep_roots(supervisor.due())
+        loop.sweep_roots(supervisor.due(poll_all=loop.polled()))
         policy.tick()
 
     every = min(1.0, cfg.watch.poll_seconds, cfg.watch.retry_base_seconds)  # due() is a few compares

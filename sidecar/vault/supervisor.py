@@ -617,8 +617,9 @@ class Supervisor:
         memo = self._remembered(root)
         return not (empty or _moved(memo, ident) or memo.get("dev", ident.dev) != ident.dev)
 
-    def due(self, now: float | None = None) -> list[str]:
-        """Roots to sweep now: offline ones whose retry is due, network ones whose poll is due."""
+    def due(self, now: float | None = None, *, poll_all: bool = False) -> list[str]:
+        """Roots to sweep now: offline ones whose retry is due, network ones whose poll is due
+        (every root's with ``poll_all``: file events cover only part of the folders)."""
         now = self.clock() if now is None else now
         out = []
         with self._lock:
@@ -626,7 +627,7 @@ class Supervisor:
                 if st.offline:
                     if st.next_retry is not None and st.next_retry <= now:
                         out.append(st.name)
-                elif st.network and (
+                elif (st.network or poll_all) and (
                     st.last_sweep is None or now - st.last_sweep >= self.cfg.watch.poll_seconds
                 ):
                     out.append(st.name)
