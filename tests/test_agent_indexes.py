@@ -192,6 +192,41 @@ def test_an_idle_agents_index_is_removed_and_rebuilt_on_return_with_the_same_sco
         h.close()
 
 
+def test_an_idle_removal_racing_an_agents_search_leaves_the_search_its_index(
+    make_cfg: Any, vault: Path, monkeypatch: Any
+) -> None:
+    """A sweep's removal of idle indexes landing between a returning agent's look for its index
+    and its search (forced here) left that search without the agent's memory, and nothing said
+    so. The use is told first: a removal after it keeps the index, one before it is rebuilt."""
+    cfg = _with_agents(make_cfg, vault, _NOTES)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        idx = h.stores.bm25
+        real = idx.inbox_missing
+        removed: list[list[str]] = []
+
+        def racing(agent: str) -> bool:
+            missing = real(agent)
+            removed.append(idx.remove_idle(30 * 86400))  # the sweep, at the worst moment
+            return missing
+
+        for raced in ("after the look", "before the look"):
+            _age(h.cfg, "alpha", 40)
+            idx._used_at.clear()
+            if raced == "before the look":
+                removed.append(idx.remove_idle(30 * 86400))
+            else:
+                monkeypatch.setattr(idx, "inbox_missing", racing)
+            ready_inbox(h.stores, "alpha")
+            monkeypatch.setattr(idx, "inbox_missing", real)
+            assert "alpha" in idx.agents(), (raced, removed)
+            mine = {k for k in _keys(h, "kayak", "alpha") if k.startswith("memory/")}
+            assert mine == {"memory/alpha/trip", "memory/alpha/gear"}, raced
+        assert removed == [[], ["alpha"]]  # raced after the look: kept; before: removed, rebuilt
+    finally:
+        h.close()
+
+
 def test_a_crash_between_the_two_writes_is_repaired_at_start(make_cfg: Any, vault: Path) -> None:
     """A memory note is committed to the index of every agent's memory and to its agent's own
     index one after the other: a crash between the two leaves them disagreeing (here each copy

@@ -78,6 +78,7 @@ def ready_inbox(stores: Stores, agent: str | None) -> None:
     if agent is None:
         return
     bm25 = stores.bm25
+    bm25.note_use(agent)  # first: an idle removal after this leaves the index to this search
     if bm25.inbox_missing(agent):
         started = time.monotonic()
         with stores.write_lock:
@@ -93,7 +94,6 @@ def ready_inbox(stores: Stores, agent: str | None) -> None:
                     agent,
                     time.monotonic() - started,
                 )
-    stores.bm25.note_use(agent)
 
 
 def remove_idle_inboxes(stores: Stores, days: int) -> None:

@@ -249,14 +249,19 @@ class Bm25Index:
             return False
 
     def note_use(self, agent: str) -> None:
-        """An agent searched with its own scope: its index counts as used (``remove_idle``)."""
+        """An agent searches with its own scope: its index counts as used (``remove_idle``). Told
+        before the search looks for the index (``ready_inbox``): a removal as idle after this
+        waits (it reads ``_used_at`` under the same lock); one before it left no index, which
+        the search then rebuilds. Told after the look, a removal in between left the search
+        without the agent's memory, and nothing said so."""
         now = time.time()
         if self.read_only or now - self._used_at.get(agent, 0.0) < _USE_NOTED_EVERY:
             return
         folder = self.path / "memory" / agent
-        if not folder.is_dir():
-            return
-        self._used_at[agent] = now
+        with self._inbox_lock:
+            if not folder.is_dir():
+                return
+            self._used_at[agent] = now
         try:
             (folder / "used").touch()
         except OSError as exc:
@@ -281,8 +286,11 @@ class Bm25Index:
                 failing = (agent, f"{agent}/chunks", f"{agent}/pages")
                 if any(n in self.failing for n in failing) or self._last_use(agent) >= cutoff:
                     continue
-                self._remove_inbox(agent)
-                self._used_at.pop(agent, None)
+                with self._inbox_lock:  # a search that told its use meanwhile keeps the index
+                    if self._used_at.get(agent, 0.0) >= cutoff:
+                        continue
+                    self._remove_inbox(agent)
+                    self._used_at.pop(agent, None)
                 removed.append(agent)
         if removed:
             log.info("inbox_indexes_idle_removed count=%d days=%.0f", len(removed), seconds / 86400)
