@@ -5,6 +5,7 @@ backfill attaches vectors once the model is there, and a failing keyword index i
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -80,12 +81,13 @@ def test_a_restarted_watch_asks_for_every_root() -> None:
 def test_a_scheduled_sweep_merged_with_file_events_still_checks_for_lost_events() -> None:
     """File events queued beside a scheduled sweep leave its check for lost events standing (their
     paths were noted as told); a settings change, a watch restart or a rebuild do not."""
-    events = Job(roots=frozenset(), paths=frozenset({"/v/a.md"}))
+    events = Job(roots=frozenset(), paths=frozenset({"/v/a.md"}), told=True)
     scheduled = Job(audit=True)
     assert scheduled.merge(events).audit and events.merge(scheduled).audit
     assert scheduled.merge(events).merge(events).audit
     assert not events.merge(events).audit
-    for other in (Job(), Job(restarted=True), Job(rebuild=True), Job(roots=frozenset({"wiki"}))):
+    leftover = Job(roots=frozenset(), paths=frozenset({"/v/b.md"}))  # a failed sweep's retry
+    for other in (Job(), Job(restarted=True), Job(rebuild=True), Job(roots=frozenset({"wiki"})), leftover):
         assert not scheduled.merge(other).audit and not other.merge(scheduled).audit
 
 
@@ -734,3 +736,91 @@ def test_a_sweep_that_finds_notes_no_event_told_has_the_watch_built_again(looped
     n = len(calls)
     loop.changed(set())  # the watcher's catch-up once its new watch runs
     _until(lambda: len(calls) > n and h.problems.active_in("watch") is None)
+
+
+def _audit_loop(h: Harness, vault: Path, lost: list[str]) -> IndexLoop:
+    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+    loop.on_lost, loop.watched = lost.append, lambda: [str(vault)]
+    return loop
+
+
+def test_an_event_told_during_an_audited_sweep_and_merged_into_the_next_is_no_lost_event(
+    make_cfg: Any, vault: Path
+) -> None:
+    """A note saved while an audited sweep S1 runs (after S1 listed its folder): its event is
+    queued and noted as told, S1 ends with no batch (so ``take_paths`` never took it) and its
+    check lets go of the told paths. A scheduled sweep or ``sidecar index`` queued meanwhile is
+    merged with that event and checked: the event's path counts as told for it (the note, saved
+    more than ``_IN_FLIGHT_S`` before it began, was reported as a lost event)."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        lost: list[str] = []
+        loop = _audit_loop(h, vault, lost)
+        h.indexer.sweep()  # the first sweep is done
+        real = h.indexer.sweep
+        saved = vault / "Saved.md"
+
+        def saved_during(**kw: Any) -> dict[str, int]:
+            out = real(**kw)
+            write(saved, "# saved\n")  # saved after S1 listed its folder ...
+            ago = time.time() - 10  # ... S1's scan of a large vault went on for 10 s after
+            os.utime(saved, (ago, ago))
+            loop.changed({str(saved)})  # its event, before S1 ended
+            loop.request_sweep()  # the schedule's next sweep (or `sidecar index`), queued meanwhile
+            return out
+
+        h.indexer.sweep = saved_during  # type: ignore[method-assign]
+        loop.request_sweep()
+        s1 = loop._next()
+        assert s1 is not None and s1.audit
+        loop._run(s1)
+        h.indexer.sweep = real  # type: ignore[method-assign]
+        merged = loop._next()
+        assert merged is not None
+        loop._run(merged)
+        assert lost == [], lost
+        assert h.problems.active_in("watch") is None
+    finally:
+        h.close()
+
+
+def test_a_failed_settings_sweep_retried_beside_a_scheduled_one_is_no_lost_event(
+    make_cfg: Any, vault: Path
+) -> None:
+    """Obsidian's Excluded files changed: the settings sweep (not checked: notes come and go with
+    no event) fails mid-way (disk full) and is retried as the paths it did not write, which look
+    like file events and are not. The scheduled sweep queued during the retry's wait, merged with
+    it, is not checked: the notes the settings brought in (old, no event ever) were reported as
+    lost events."""
+    write(vault / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Archive/"]}))
+    ago = time.time() - 3600
+    for i in range(3):
+        p = write(vault / "Archive" / f"Old{i}.md", f"# old {i}\n")
+        os.utime(p, (ago, ago))
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        lost: list[str] = []
+        loop = _audit_loop(h, vault, lost)
+        h.indexer.sweep()  # the first sweep, Archive/ excluded
+        write(vault / ".obsidian/app.json", json.dumps({"userIgnoreFilters": []}))
+        loop.changed({str(vault / ".obsidian/app.json")})  # a settings sweep, Job()
+        job = loop._next()
+        assert job is not None and not job.audit
+        real = h.indexer.index_files
+        h.indexer.index_files = lambda *a, **k: (_ for _ in ()).throw(  # type: ignore[method-assign]
+            OSError(errno.ENOSPC, "No space left on device")
+        )
+        try:
+            loop._run(job)
+        except OSError as exc:
+            loop.request_sweep()  # the schedule fired during the retry's wait
+            loop._failed(job, exc, 0.0)
+        else:
+            raise AssertionError("the settings sweep should have failed")
+        h.indexer.index_files = real  # type: ignore[method-assign]
+        merged = loop._next()
+        assert merged is not None
+        loop._run(merged)
+        assert lost == [], lost
+    finally:
+        h.close()

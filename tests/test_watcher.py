@@ -503,14 +503,16 @@ def test_the_watch_wakes_at_half_the_debounce_not_every_50_ms() -> None:
     assert watch_step(1) == 10
 
 
-def test_a_watch_that_ran_out_of_inotify_watches_says_so_and_watches_again_once_the_limit_changes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("freed", ["the limit raised", "watches given back"])
+def test_a_watch_that_ran_out_of_inotify_watches_says_so_and_watches_again_once_there_is_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, freed: str
 ) -> None:
     """watchfiles passes over a folder it cannot watch, the system's limit of inotify watches used
     up included (on a real kernel: 600 watches for 1,531 folders, no error, status said "events").
     Each new watch is probed: while the limit is used up the watcher says so, covers nothing (its
-    roots are polled) and watches again, with a sweep of every root, once the limit changes. The
-    kernel's limit is the system's, not lowered here: the probe's answer is given."""
+    roots are polled) and watches again, with a sweep of every root, once the limit changes or
+    another program gave watches back. The kernel's limit is the system's, not lowered here: the
+    probe's answer is given."""
     from sidecar.vault import watcher as w
 
     vault = tmp_path / "vault"
@@ -519,8 +521,10 @@ def test_a_watch_that_ran_out_of_inotify_watches_says_so_and_watches_again_once_
     sweeps: list[int] = []
     used_up = [True]
     monkeypatch.setattr(w, "watches_used_up", lambda _path: used_up[0])
-    monkeypatch.setattr(w, "watch_limit", lambda: 600 if used_up[0] else 524_288)
+    raised = freed == "the limit raised"
+    monkeypatch.setattr(w, "watch_limit", lambda: 600 if used_up[0] or not raised else 524_288)
     monkeypatch.setattr(w, "_IDENTITY_EVERY_S", 0.2)
+    monkeypatch.setattr(w, "_ROOM_PROBE_S", 0.5 if not raised else 3600.0)
 
     def on_change(paths: set[str], gone: frozenset[str]) -> None:
         if not paths:
@@ -536,7 +540,7 @@ def test_a_watch_that_ran_out_of_inotify_watches_says_so_and_watches_again_once_
         why = said[0]
         assert why is not None and "600 inotify watches" in why and "max_user_watches=" in why
         assert watcher.partial == why and watcher.covered() == [] and watcher.watching == [vault]
-        used_up[0] = False  # the user raised the limit
+        used_up[0] = False  # the user raised the limit, or another program ended
         _until(lambda: len(said) == 2)
         assert said[1] is None and watcher.partial is None and watcher.covered() == [vault]
         _until(lambda: sweeps != [])  # what only the polls would have found: a sweep of every root

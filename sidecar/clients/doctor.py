@@ -227,7 +227,7 @@ def check_inotify(cfg: Config, probes: Probes, vault_network: bool, vault_there:
             "file events",
             False,
             f"the vault has {counted} folders but the inotify limit is {limit:,} watches: "
-            "changes in some folders would be seen only by the periodic sweep",
+            "the daemon would poll the vault every watch.pollSeconds instead of following file events",
             f"raise it: sudo sysctl fs.inotify.max_user_watches={max(524288, folders * 4)} (and put "
             "the same line in /etc/sysctl.d/90-inotify.conf)",
         )

@@ -18,7 +18,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 
 from sidecar.config import Config
@@ -58,14 +58,17 @@ class Job:
     # (merged with any other request it is not: a watch restart or a settings change finds changes).
     audit: bool = False
     restarted: bool = False  # the watch was (re)started: this sweep catches up with it
+    # File events and nothing else (``IndexLoop.changed``, held ones coming due): their paths are
+    # told. A failed sweep's leftover paths have the same shape and are not.
+    told: bool = False
 
     def merge(self, other: Job) -> Job:
         roots = None if self.roots is None or other.roots is None else self.roots | other.roots
         paths = frozenset() if roots is None else self.paths | other.paths
-        # File events leave an audit standing: their paths were noted as told when they came
-        # (``IndexLoop.changed``). Taken as any other request, a scheduled sweep merged with the
-        # events queued meanwhile checked nothing, and in a vault saved to all the time (an agent
-        # writing its memory) lost events were never found.
+        # File events leave an audit standing (``IndexLoop._next`` counts their paths as told for
+        # its check). Taken as any other request, a scheduled sweep merged with the events queued
+        # meanwhile checked nothing, and in a vault saved to all the time (an agent writing its
+        # memory) lost events were never found.
         audit = (self.audit or self.events_only) and (other.audit or other.events_only)
         return Job(
             self.rebuild or other.rebuild,
@@ -74,12 +77,17 @@ class Job:
             paths,
             audit and (self.audit or other.audit),
             self.restarted or other.restarted,
+            self.told and other.told,
         )
 
     @property
     def events_only(self) -> bool:
         """File events and nothing else: these paths, no root walked."""
-        return self.roots == frozenset() and not (self.rebuild or self.confirm or self.restarted)
+        return (
+            self.told
+            and self.roots == frozenset()
+            and not (self.rebuild or self.confirm or self.restarted or self.audit)
+        )
 
 
 class IndexLoop:
@@ -191,8 +199,7 @@ class IndexLoop:
         A note deleted or renamed away is never held (``gone``): a hot note's deletion must not
         wait its quiet time, a search would show it for up to a minute."""
         self.hot.release(gone)
-        if len(self._reported) < _REPORTED_MAX:
-            self._reported |= paths
+        self._told(paths)
         settings = {p for p in paths if obsidian_setting(p, self.cfg.vault.path)}
         if settings:
             # Excluded files or the daily notes' format changed in Obsidian: a sweep of every
@@ -201,9 +208,14 @@ class IndexLoop:
             paths = paths - settings
             self.jobs.put(Job())
         if paths:
-            self.jobs.put(Job(roots=frozenset(), paths=frozenset(paths)))
+            self.jobs.put(Job(roots=frozenset(), paths=frozenset(paths), told=True))
         elif not settings:
             self.jobs.put(Job(restarted=True))
+
+    def _told(self, paths: Iterable[str]) -> None:
+        """Paths file events told, for the next check for lost events (bounded)."""
+        if len(self._reported) < _REPORTED_MAX:
+            self._reported.update(paths)
 
     def request_sweep(
         self,
@@ -283,8 +295,10 @@ class IndexLoop:
             job = self.jobs.get(timeout=bursts.next_in(self.hot.wait(0.5)))
         except queue.Empty:
             return self._due()
+        merged = [job]
         while not self.jobs.empty():  # coalesce a burst of requests into one sweep
-            job = job.merge(self.jobs.get_nowait())
+            merged.append(self.jobs.get_nowait())
+            job = job.merge(merged[-1])
         judge = bursts.due()  # roots whose deletions waited for quiet: listed whole now
         if judge:
             job = job.merge(Job(roots=frozenset(judge)))
@@ -293,7 +307,14 @@ class IndexLoop:
         if job.roots == frozenset() and not (job.paths or job.rebuild or job.confirm):
             return self._due() if self.jobs.empty() else None  # only held events
         late = self.hot.due(late=HOT_MAX_S)
-        return job.merge(Job(roots=frozenset(), paths=late)) if late else job
+        if late:
+            merged.append(Job(roots=frozenset(), paths=late, told=True))
+            job = job.merge(merged[-1])
+        if job.audit:
+            # The events merged in are told for this sweep's check: a check that ran while they
+            # waited (the sweep before, whose listing came before them) had let go of them.
+            self._told(p for j in merged if j.told for p in j.paths)
+        return job
 
     def _due(self) -> Job | None:
         """Held notes whose time came, and (nothing else waits here) those whose file settled; roots

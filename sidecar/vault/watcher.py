@@ -17,7 +17,8 @@ follow it out of the vault. Obsidian's settings that decide what is indexed are 
 mode (folder by folder, their own folders are watched). A watch that ran out of the system's inotify
 watches (``fs.inotify.max_user_watches``) covers only part of the tree, and watchfiles says
 nothing of it: each new watch is probed, and while the limit is used up the watcher says so
-(``partial``; the roots are then polled like a share's) and watches again once the limit changes.
+(``partial``; the roots are then polled like a share's) and watches again once the limit changes
+or watches are given back.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ _UNDECODABLE = "Unable to decode path"
 MAX_FLAT_FOLDERS = 50_000
 WATCH_LIMIT_FILE = Path("/proc/sys/fs/inotify/max_user_watches")
 _IN_CLOEXEC = 0o2000000
+# While the inotify watches are used up: how often to ask whether some were given back (seconds).
+_ROOM_PROBE_S = 60.0
 _IN_ATTRIB = 0x4
 
 
@@ -260,6 +263,7 @@ class Watcher:
         self.partial: str | None = None
         self.on_partial: Callable[[str | None], None] = lambda _why: None
         self._limit_seen: int | None = None
+        self._probed = 0.0  # when the limit was last probed (monotonic)
 
     def covered(self) -> list[Path]:
         """The folders whose every change file events tell: none while the watch covers only
@@ -420,22 +424,38 @@ class Watcher:
                 log.info("watcher_restart reason=a watched folder was replaced, mounted or unmounted")
                 self.on_change(set(), frozenset())
                 return
-            if self.partial is not None and watch_limit() != self._limit_seen:
-                log.info("watcher_restart reason=the inotify watch limit changed")
+            if self.partial is not None and self._room_again(existing[0]):
+                log.info("watcher_restart reason=inotify watches to spare again")
                 self._catch_up = True  # what the polls have not found yet
                 return
+
+    def _room_again(self, path: Path) -> bool:
+        """While the limit is used up: whether a new watch may cover every folder now, because the
+        limit changed (asked every few seconds) or watches were given back (another program
+        ended; probed once a minute: each try builds the whole watch again)."""
+        if watch_limit() != self._limit_seen:
+            return True
+        now = time.monotonic()
+        if now - self._probed < _ROOM_PROBE_S:
+            return False
+        self._probed = now
+        return not watches_used_up(path)
 
     def _check_limit(self, existing: list[Path]) -> None:
         """Whether the watch just set up ran out of inotify watches; said as it changes."""
         limit = self._limit_seen = watch_limit()
+        self._probed = time.monotonic()
         why = None
         if watches_used_up(existing[0]):
             shown = f"{limit:,}" if limit is not None else "its"
+            # Used up by this watch or by other programs (editors, sync clients): either way a
+            # folder beyond the limit, or one made from now on, gets no file events.
             why = (
-                f"file events cover only part of the watched folders: the system's limit of "
-                f"{shown} inotify watches (fs.inotify.max_user_watches) is used up; these roots are "
-                "polled meanwhile. Raise it: sudo sysctl fs.inotify.max_user_watches=524288 (and put "
-                "the same line in /etc/sysctl.d/90-inotify.conf); the watch starts again by itself"
+                f"file events may not cover every watched folder: the system's limit of {shown} "
+                "inotify watches (fs.inotify.max_user_watches) is used up, by this watch or other "
+                "programs; these roots are polled meanwhile. Raise it: sudo sysctl "
+                "fs.inotify.max_user_watches=524288 (and put the same line in "
+                "/etc/sysctl.d/90-inotify.conf); the watch starts again by itself once watches are free"
             )
         if why == self.partial:
             return
