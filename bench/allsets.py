@@ -8,8 +8,9 @@ ranking changes since the sixteenth session:
     python bench/allsets.py --work W --model minilm --only de,help,scifact --out bench/out/all-minilm
 
 W holds one ``eval.py --work`` folder per corpus and model (``help-e5``, ``de-e5``, ``scifact-e5``,
-``xqde-e5``, ``xqen-e5``, ``ids-e5``; ``-minilm`` likewise): the first run builds them (which takes
-as long as indexing each corpus), later runs reuse them. Corpora come from ``../shared/eval``.
+``xqde-e5``, ``xqen-e5``, ``ids-e5``, ``lang-e5``; ``-minilm`` likewise): the first run builds
+them (which takes as long as indexing each corpus), later runs reuse them. Corpora come from
+``../shared/eval``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ GERMAN_VAULTS = [
     f"help={HELP}:de",
 ]
 HELP_VAULT = ["--vault", str(HELP), "--subset", "en,de"]
+# The help vault's "teams" permalink section (its smallest section of more than one page) in all of
+# its 34 languages; each folder is one language, so the share of the question's language is counted.
+TEAMS_34 = ["--vault", str(HELP), "--permalink", "teams", "--language-folders"]
 MODELS = {"e5": [], "minilm": ["--set", "embedder.model=all-MiniLM-L6-v2"]}
 
 # name -> (eval.py command and its input, corpus folder prefix, questions counted in "net")
@@ -46,6 +50,7 @@ SETS: dict[str, tuple[list[str], str, bool]] = {
     "help2": (["questions", "bench/questions-help2.jsonl", *HELP_VAULT], "help", True),
     "blind-help": (["questions", "bench/questions-blind-help.jsonl", *HELP_VAULT], "help", True),
     "short-help": (["questions", "bench/questions-blind-short-help.jsonl", *HELP_VAULT], "help", True),
+    "lang": (["questions", "bench/questions-lang.jsonl", *TEAMS_34], "lang", True),
     "scifact": (["beir", str(EVAL / "scifact")], "scifact", False),
     "xqde": (["beir", str(EVAL / "xquad-de")], "xqde", False),
     "xqen": (["beir", str(EVAL / "xquad-en")], "xqen", False),
@@ -69,6 +74,21 @@ def figure(name: str, arm: dict[str, Any]) -> float:
     """MRR@10 for question sets, nDCG@10 for the BEIR-form ones (their first relevant document
     is not the whole story)."""
     return float(arm["ndcg@10"] if SETS[name][0][0] == "beir" else arm["mrr@10"])
+
+
+def language_table(results: dict[str, dict[str, Any]]) -> str:
+    """For the sets that count languages: hit@5, MRR@10 (the question's language only), the share of
+    the question's language in the top ten and the expected pages' translations in it, per arm."""
+    lines = []
+    for name, res in results.items():
+        for arm, summary in res.items():
+            if isinstance(summary, dict) and "lang@10" in summary:
+                if not lines:
+                    head = "| set | arm | hit@5 | MRR@10 | lang@10 | translations@10 |"
+                    lines = [head, "| --- |" * 2 + " ---: |" * 4]
+                figures = (summary[k] for k in ("hit@5", "mrr@10", "lang@10", "translations@10"))
+                lines.append(f"| {name} | {arm} | " + " | ".join(f"{v:.3f}" for v in figures) + " |")
+    return "\n".join(lines)
 
 
 def table(results: dict[str, dict[str, Any]]) -> str:
@@ -112,6 +132,9 @@ def main() -> None:
         print(f"{name} ...", file=sys.stderr, flush=True)
         results[name] = run_set(name, args.work, args.model, args.out, extra)
     text = table(results)
+    languages = language_table(results)
+    if languages:
+        text += "\n\n" + languages
     (args.out / "table.md").write_text(text + "\n")
     print(text)
 

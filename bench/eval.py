@@ -234,6 +234,42 @@ def summarise_groups(
     return out
 
 
+def ref_language(ref: str) -> str:
+    """A reference's language where the vault keeps one folder per language (``vault/de/...``)."""
+    return ref.removeprefix("vault/").split("/", 1)[0]
+
+
+def language_share(ranked: list[str], language: str, k: int = 10) -> float:
+    """Share of the first ``k`` documents in the question's language (1.0 when none returned: an
+    empty answer crowds nothing out)."""
+    top = ranked[:k]
+    return sum(ref_language(d) == language for d in top) / len(top) if top else 1.0
+
+
+def translations_of(vault: Path, refs: Sequence[str]) -> set[str]:
+    """The references of the same pages in the vault's other language folders: notes whose
+    permalink is that of one of ``refs`` (the expected pages, in the question's language)."""
+    links = {permalink(vault / f"{r.removeprefix('vault/')}.md") for r in refs} - {None}
+    langs = {ref_language(r) for r in refs}
+    out = set()
+    for note in vault.rglob("*.md"):
+        ref = "vault/" + note.relative_to(vault).with_suffix("").as_posix()
+        if ref_language(ref) not in langs and permalink(note) in links:
+            out.add(ref)
+    return out
+
+
+def language_figures(
+    rankings: dict[str, list[str]], languages: dict[str, str], translations: dict[str, set[str]]
+) -> dict[str, float]:
+    """Over questions with a ``lang``: the mean share of the top ten in the question's language
+    (``lang@10``) and the mean count of the expected pages' translations in it (``translations@10``)."""
+    shares = [language_share(rankings[q], lang) for q, lang in languages.items()]
+    counts = [sum(d in translations.get(q, set()) for d in rankings[q][:10]) for q in languages]
+    n = max(1, len(shares))
+    return {"lang@10": round(sum(shares) / n, 4), "translations@10": round(sum(counts) / n, 4)}
+
+
 def tempting_share(
     rankings: dict[str, list[str]], qrels: dict[str, dict[str, int]], tempting: dict[str, set[str]]
 ) -> float:
@@ -250,21 +286,60 @@ def tempting_share(
     return round(hits / max(1, len(tempting)), 4)
 
 
-def build_vault(specs: Sequence[str], subset: str, work: Path, copy: bool = False) -> Path:
+PERMALINK = re.compile(r"^permalink:[ \t]*[\"']?([^\"'\n]*?)[\"']?[ \t]*$", re.MULTILINE)
+
+
+def permalink(note: Path) -> str | None:
+    """The ``permalink`` key of a note's front matter (the help vault's pages share it across their
+    translations), None without one."""
+    text = note.read_text(encoding="utf-8", errors="replace")
+    if not text.startswith("---"):
+        return None
+    block = text[3:].split("\n---", 1)[0]
+    match = PERMALINK.search(block)
+    return match.group(1).strip() if match else None
+
+
+def copy_permalinked(vault: Path, section: str, target: Path) -> int:
+    """Every note of ``vault`` whose permalink is ``section`` or lies under ``section/``, copied to
+    ``target`` at its own path: one section of a translated vault in every language it has."""
+    copied = 0
+    for note in sorted(vault.rglob("*.md")):
+        link = permalink(note)
+        if link is not None and (link == section or link.startswith(section + "/")):
+            dest = target / note.relative_to(vault)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if not dest.is_file() or dest.read_bytes() != note.read_bytes():  # kept work: no re-index
+                shutil.copyfile(note, dest)
+            copied += 1
+    if not copied:
+        raise SystemExit(f"no note of {vault} has a permalink under {section!r}")
+    return copied
+
+
+def build_vault(specs: Sequence[str], subset: str, work: Path, copy: bool = False, section: str = "") -> Path:
     """The vault of a run. One plain folder is used in place (copied when ``copy``, or only its
-    ``subset`` folders); ``name=DIR[:sub1,sub2]`` specs are copied each under ``name/`` of one vault."""
+    ``subset`` folders, or only the notes of a permalink ``section``); ``name=DIR[:sub1,sub2]`` specs
+    are copied each under ``name/`` of one vault."""
     mounts = [spec for spec in specs if "=" in spec.split("/", 1)[0]]
     if not mounts:
         if len(specs) != 1:
             raise SystemExit("several --vault folders need the name=DIR form")
         vault = Path(specs[0]).resolve()
+        if section:
+            if subset:
+                raise SystemExit("--permalink and --subset cannot be mixed")
+            copy_permalinked(vault, section, work / "vault")
+            return work / "vault"
         if not subset and not copy:
             return vault
         for name in subset.split(",") if subset else ["."]:
             shutil.copytree(vault / name, work / "vault" / name, dirs_exist_ok=True)
         return work / "vault"
-    if len(mounts) != len(specs) or subset:
-        raise SystemExit("name=DIR[:subfolders] cannot be mixed with a plain --vault or --subset")
+    if len(mounts) != len(specs) or subset or section:
+        raise SystemExit(
+            "name=DIR[:subfolders] cannot be mixed with --subset, --permalink or a plain --vault"
+        )
     for spec in mounts:
         name, _, rest = spec.partition("=")
         folder, _, subs = rest.rpartition(":") if re.search(r":[^/:]+$", rest) else (rest, "", "")
@@ -299,6 +374,8 @@ def evaluate(
     only: Sequence[str] = (),
     misses: Path | None = None,
     info: dict[str, dict[str, Any]] | None = None,
+    languages: dict[str, str] | None = None,
+    translations: dict[str, set[str]] | None = None,
 ) -> dict[str, Any]:
     base = base or {}
     config = work / "sidecar.yaml"
@@ -323,6 +400,8 @@ def evaluate(
                 out[arm]["groups"] = summarise_groups(res["rankings"], qrels, groups)
             if tempting:
                 out[arm]["tempting_in_top3"] = tempting_share(res["rankings"], qrels, tempting)
+            if languages:
+                out[arm].update(language_figures(res["rankings"], languages, translations or {}))
             print(arm, json.dumps(out[arm]), file=sys.stderr)
         if misses:
             write_misses(misses, queries, qrels, per_arm, info)
@@ -392,7 +471,7 @@ def cmd_questions(args: argparse.Namespace) -> dict[str, Any]:
             groups["hub"].append(str(i))
     work = workdir(args)
     # a vault made of some folders of a larger one (e.g. en and de of the help vault), or of several
-    vault = build_vault(args.vault, args.subset, work)
+    vault = build_vault(args.vault, args.subset, work, section=args.permalink)
     missing = missing_references(rows, vault)
     print(
         f"references: {sum(len(r['expected']) for r in rows)} checked, {len(missing)} missing",
@@ -405,6 +484,11 @@ def cmd_questions(args: argparse.Namespace) -> dict[str, Any]:
         return {"questions": str(args.file), "vault": args.vault, "checked": len(rows), "missing": 0}
     tempting = {str(i): set(r["tempting"]) for i, r in enumerate(rows) if r.get("tempting")}
     offtopic = read_messages(args.offtopic) if args.offtopic else []
+    languages: dict[str, str] = {}
+    translations: dict[str, set[str]] = {}
+    if args.language_folders:  # the vault's first folders are languages: count the question's own
+        languages = {str(i): r["lang"] for i, r in enumerate(rows) if "lang" in r}
+        translations = {q: translations_of(vault, rows[int(q)]["expected"]) for q in languages}
     result = evaluate(
         vault,
         work,
@@ -422,6 +506,8 @@ def cmd_questions(args: argparse.Namespace) -> dict[str, Any]:
             str(i): {k: r[k] for k in ("kind", "lang", "source", "hub", "tempting") if k in r}
             for i, r in enumerate(rows)
         },
+        languages=languages,
+        translations=translations,
     )
     return {"questions": str(args.file), "vault": args.vault, "subset": args.subset, **result}
 
@@ -549,6 +635,16 @@ def main() -> None:
     p.add_argument("--vault", action="append", required=True, help=vault_help)
     p.add_argument(
         "--subset", default="", help="comma-separated folders of the vault to copy into the test vault"
+    )
+    p.add_argument(
+        "--permalink",
+        default="",
+        help="copy only the notes whose front matter permalink is this or lies under it/ (all languages)",
+    )
+    p.add_argument(
+        "--language-folders",
+        action="store_true",
+        help="the vault's first folders are languages: report lang@10 and translations@10",
     )
     p.add_argument("--check", action="store_true", help="check the expected references and stop")
     p.add_argument(
