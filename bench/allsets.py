@@ -85,7 +85,7 @@ def language_table(results: dict[str, dict[str, Any]]) -> str:
             if isinstance(summary, dict) and "lang@10" in summary:
                 if not lines:
                     head = "| set | arm | hit@5 | MRR@10 | lang@10 | translations@10 |"
-                    lines = [head, "| --- |" * 2 + " ---: |" * 4]
+                    lines = [head, "| --- | --- |" + " ---: |" * 4]
                 figures = (summary[k] for k in ("hit@5", "mrr@10", "lang@10", "translations@10"))
                 lines.append(f"| {name} | {arm} | " + " | ".join(f"{v:.3f}" for v in figures) + " |")
     return "\n".join(lines)
