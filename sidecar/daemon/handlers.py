@@ -364,8 +364,14 @@ class Handlers:
                 error = self.manifest.read("SELECT error FROM files WHERE key = ?", (key,))
                 why = error[0][0] if error and error[0][0] else "see `file_skipped` in the log"
                 out = replace(out, reason=f"the file was skipped when indexing: {why}")
-            elif exists and key in (left_out := self.indexer.changes.skipped_notes()):
-                out = replace(out, reason=f"the file is left out when indexing: {left_out[key][1]}")
+            elif exists and key in (left_out := self.indexer.changes.skipped_files()):
+                skip = left_out[key]
+                size = (
+                    f" ({skip.size:,} bytes, over index.maxFileBytes: {self.cfg.index.max_file_bytes:,})"
+                    if skip.size
+                    else ""
+                )
+                out = replace(out, reason=f"the file is left out when indexing: {skip.reason}{size}")
             elif exists:
                 out = replace(out, reason="the file exists but is not indexed yet (a sweep will pick it up)")
             else:

@@ -831,8 +831,8 @@ def path_for_key(cfg: Config, key: str, rel: str | None = None) -> tuple[Root, P
     except FileNotFoundError as exc:
         raise NotFoundError(f"no note {quoted(key)}") from exc
     except (OSError, RuntimeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "a symlink loop"
-        raise UnreadableError(f"{quoted(key)} cannot be resolved ({why})") from exc
+        cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else "a symlink loop"
+        raise UnreadableError(f"{quoted(key)} cannot be resolved ({cause})") from exc
     if not resolved.is_relative_to(base):
         raise UnreadableError(f"{quoted(key)} resolves outside its root; refused")
     if path.is_symlink() or resolved != path.absolute():
