@@ -611,7 +611,7 @@ class Handlers:
                     if own is not None and manifest.rel_of(own) is not None
                     else " (a reference as search returns it starts with vault/, wiki/ or memory/)"
                 )
-                raise NotFoundError(f"no note named {path!r} in the vault or the wiki{hint}") from None
+                raise NotFoundError(f"no note named {quoted(path)} in the vault or the wiki{hint}") from None
             return Named(found, anchor, candidates)
         if not key.startswith("memory/") and key != reference:
             # "vault/a.md" may name the note a.md.md (its reference as search returns it).
