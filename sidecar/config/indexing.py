@@ -20,7 +20,7 @@ class IndexConfig:
         "Chunks of one note that get vectors (search by meaning): the first this many; the rest of "
         "a longer note is found by keywords only, and `sidecar status` names such notes. A chunk "
         "holds at most chunking.maxTokens (200) tokens, some 600-900 characters of prose: 2,000 "
-        "chunks embed a note of 1-2 MB of prose, or of about 300 KB cut at every short heading (a "
+        "chunks embed a note of about 1-1.5 MB of prose, or of 300 KB cut at every short heading (a "
         "journal, a log), whole; a 4.9 MB note cut into 8,764 chunks took an hour of embedding on "
         "two busy cores. Raised (then `sidecar reload`): the chunks past the old limit "
         "are embedded; lowered: vectors already computed are kept, none are computed past it.",
