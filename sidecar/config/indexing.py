@@ -14,7 +14,9 @@ class VaultConfig:
 @section
 class IndexConfig:
     rescan_minutes: float = _opt(10.0, "Full sweep interval in minutes.", min=0.1)
-    max_file_bytes: int = _opt(5_000_000, "Notes larger than this are skipped (and counted).", min=1024)
+    max_file_bytes: int = _opt(
+        5_000_000, "Notes larger than this are skipped (counted, and named in `sidecar status`).", min=1024
+    )
     max_vector_chunks_per_note: int = _opt(
         2_000,
         "Chunks of one note that get vectors (search by meaning): the first this many; the rest of "
