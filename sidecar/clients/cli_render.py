@@ -305,7 +305,7 @@ def _keyword_only_lines(capped: dict[str, Any] | None, todo: list[str]) -> list[
     ]
     more = capped["notes"] - len(named)
     if more > 0:
-        named.append(f"{more:,} more" if named else f"{more:,} notes")
+        named.append(f"{more:,} more" if named else "in agents' memory")  # an agent's are not named
     notes = capped["notes"]
     todo.append(
         f"to have every chunk searched by meaning too, raise {capped['setting']} and run `sidecar reload`"
