@@ -141,3 +141,16 @@ def test_status_says_indexing_waits_for_the_models_tokenizer(
         "loaded or converted, to cut notes in its tokens (at most 60 s, then words are counted); "
         "search answers meanwhile)"
     ) in render_status(health)
+
+
+def test_a_skipped_name_that_is_not_utf8_is_listed_escaped(serve_in_process: Serve, vault: Path) -> None:
+    """A file name that does not decode is skipped; listing it by its key made health fail
+    (JSON cannot carry the surrogates it decodes to): it is listed escaped."""
+    import os
+
+    with open(os.fsencode(vault) + b"/Caf\xe9.md", "wb") as fh:
+        fh.write(b"# Cafe\n")
+    health = serve_in_process(vault, model=KEYWORD_ONLY).call("health")
+    listed = [f for f in health["index"]["skipped_files"] if f["reference"].startswith("vault/Caf")]
+    assert listed == [{"reference": "vault/Caf\\udce9", "reason": listed[0]["reason"]}]
+    assert "vault/Caf\\udce9" in render_status(health)

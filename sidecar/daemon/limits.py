@@ -49,10 +49,16 @@ def skipped_files(indexer: Indexer, manifest: Manifest) -> list[dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for key, skip in sorted(indexer.changes.skipped_files().items()):
         if not key.startswith("memory/"):
-            entry: dict[str, Any] = {"reference": key, "reason": skip.reason}
+            entry: dict[str, Any] = {"reference": _printable(key), "reason": skip.reason}
             if skip.size:
                 entry["bytes"] = skip.size
             out[key] = entry
     for key, reason in manifest.skipped_files(SKIPPED_LISTED + 1):
         out.setdefault(key, {"reference": key, "reason": reason or "unknown"})
     return [out[k] for k in sorted(out)[:SKIPPED_LISTED]]
+
+
+def _printable(key: str) -> str:
+    """A key as JSON can carry it: a file name that is not valid UTF-8 (skipped for that) holds
+    the bytes Python decoded as surrogates, shown escaped (``\\udcff``); it names no reference."""
+    return key.encode("utf-8", "backslashreplace").decode("utf-8")
