@@ -74,7 +74,7 @@ CREATE INDEX IF NOT EXISTS chunks_by_key ON chunks(key);
 DROP INDEX IF EXISTS chunks_pending;
 CREATE INDEX IF NOT EXISTS chunks_waiting ON chunks(key, ord) WHERE has_vector = 0;
 CREATE INDEX IF NOT EXISTS chunks_by_text ON chunks(embed_hash) WHERE embed_hash != '';
--- The backfill queue in priority order: walking this index and probing chunks_pending answers
+-- The backfill queue in priority order: walking this index and probing chunks_waiting answers
 -- "the next 256 chunks without a vector" in under a millisecond, where sorting every pending
 -- chunk took 0.2 s per call at 100 k chunks (the ORDER BY of pending_vectors must match it).
 -- Vectors of deleted chunks, by text and table, so a note that comes back (a remount, a checkout,
