@@ -123,9 +123,7 @@ def render_status(h: dict[str, Any]) -> str:
     todo: list[str] = []
     lines += _vector_lines(h, todo)
     lines += _root_lines(h["roots"], todo)
-    if idx["skipped"]:
-        parts = ", ".join(f"{n} {reason}" for reason, n in sorted(idx["skipped"].items()))
-        lines.append(f"Skipped files: {parts}")
+    lines += skipped_lines(idx)
     if idx.get("excluded"):
         parts = ", ".join(f"{n} by {rule}" for rule, n in sorted(idx["excluded"].items()))
         lines.append(f"Excluded notes: {parts}")
@@ -211,6 +209,17 @@ def _building_line(h: dict[str, Any]) -> str:
         return f"Index: waiting for {shown(first['path'])} to be readable (see Roots); nothing indexed yet"
     if idx["phase"] in ("scanning", "indexing", "starting"):
         prog = idx["progress"]
+        waited = idx.get("tokenizer_wait_seconds")
+        if waited is not None:
+            # A first start over notes indexed without the model: they are cut again in its
+            # tokens, once its tokenizer is there (it stood at "indexing 0/3 notes" for a minute).
+            most = idx.get("tokenizer_wait_max_seconds")
+            bound = f" (at most {most:.0f} s, then words are counted)" if most else ""
+            return (
+                f"Index: building ({idx['phase']} {prog['done']:,}/{prog['total']:,} notes; waiting "
+                f"{waited:.0f} s for the model's tokenizer, which is being loaded or converted, to cut "
+                f"notes in its tokens{bound}; search answers meanwhile)"
+            )
         return f"Index: building ({idx['phase']} {prog['done']:,}/{prog['total']:,} notes)"
     if not idx["pending_vectors"] and h["embedder"]["state"] == "loading":
         # A restart over a complete index: nothing is computed, the model only loads.
@@ -243,12 +252,14 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
         if waiting:
             left = eta(waiting, idx.get("embed_rate_chunks_per_second"))
             lines.append(
-                f"Vectors: {waiting:,} chunks waiting for vectors{left}; keyword search covers them already"
+                f"Vectors: {waiting:,} chunks waiting for vectors{_largest_words(idx, pending)}{left}; "
+                "keyword search covers them already"
             )
         elif pending:
             lines.append(f"Vectors: storing the last {pending:,} computed")
         else:
             lines.append("Vectors: every chunk has a vector")
+        lines += _keyword_only_lines(idx.get("keyword_only"), todo)
         vec = h.get("vectors") or {}
         if vec.get("building"):  # a model switch: the old model's vectors answer meanwhile
             left = vec.get("building_pending", 0)
@@ -269,6 +280,65 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
         elif emb["state"] == "off":
             lines.append("Vectors: off; search is keyword-only (embedder.enabled: true turns them on)")
     return lines
+
+
+# A note is named in the Vectors line when it holds at least half of the chunks waiting, and at
+# least this many (a backfill batch: below it the queue is minutes long at most).
+_LARGEST_NAMED = 256
+
+
+def _largest_words(idx: dict[str, Any], pending: int) -> str:
+    """The Vectors line's ", 7,800 of them from vault/x" when one note is most of the queue (a
+    long note just saved); '' otherwise."""
+    largest = idx.get("pending_largest")
+    if not largest or largest["chunks"] < _LARGEST_NAMED or largest["chunks"] * 2 < pending:
+        return ""
+    return f", {largest['chunks']:,} of them from {shown(largest['reference'])}"
+
+
+def _keyword_only_lines(capped: dict[str, Any] | None, todo: list[str]) -> list[str]:
+    """Notes longer than the per-note vector limit: their chunks past it are found by keywords only."""
+    if not capped:
+        return []
+    named = [
+        f"{shown(e['reference'])} ({e['keyword_only']:,} of {e['chunks']:,})" for e in capped["examples"]
+    ]
+    more = capped["notes"] - len(named)
+    if more > 0:
+        named.append(f"{more:,} more" if named else "in agents' memory")  # an agent's are not named
+    notes = capped["notes"]
+    todo.append(
+        f"to have every chunk searched by meaning too, raise {capped['setting']} and run `sidecar reload`"
+    )
+    return [
+        f"Keyword-only chunks: {capped['chunks']:,} in {notes:,} note{'s' if notes != 1 else ''} longer "
+        f"than {capped['setting']} ({capped['limit']:,} chunks get vectors per note): " + ", ".join(named)
+    ]
+
+
+def skipped_lines(idx: dict[str, Any]) -> list[str]:
+    """The Skipped files line: counts by reason ("too large" with its limit), then a few files."""
+    if not idx["skipped"]:
+        return []
+    limit = idx.get("max_file_bytes")
+    parts = []
+    for reason, n in sorted(idx["skipped"].items()):
+        over = f" (over index.maxFileBytes, {limit:,} bytes)" if reason == "too large" and limit else ""
+        parts.append(f"{n} {shown(reason)}{over}")
+    lines = [f"Skipped files: {', '.join(parts)}"]
+    files = idx.get("skipped_files") or []
+    if files:
+        shown_files = [
+            f"{shown(f['reference'])} ({f['bytes']:,} bytes)" if f.get("bytes") else shown(f["reference"])
+            for f in files[:_SKIPPED_SHOWN]
+        ]
+        total = sum(idx["skipped"].values())
+        more = f" and {total - len(shown_files):,} more" if total > len(shown_files) else ""
+        lines.append(f"  {', '.join(shown_files)}{more}")
+    return lines
+
+
+_SKIPPED_SHOWN = 3
 
 
 def _paused_lines(vec: dict[str, Any]) -> list[str]:
@@ -359,6 +429,16 @@ def _root_lines(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
     return lines
 
 
+def _listed(root: dict[str, Any]) -> str:
+    """When a root's folder was last listed. An inbox an agent just made is not listed until the
+    next sweep, while its notes are indexed as they are written ("listed never" beside them)."""
+    if root.get("last_sweep") is not None:
+        return f"listed {_ago(root['last_sweep'])}"
+    if root["name"].startswith("memory/"):
+        return "not listed yet (notes written through sidecar are indexed at once)"
+    return "not listed yet"
+
+
 def _each_root(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
     lines = []
     vault_offline = any(r["name"] == "vault" and r["mode"] == "offline" for r in roots)
@@ -378,8 +458,7 @@ def _each_root(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
         lines.append(
             # When its folder was last listed: a sweep may still be writing what that listing found
             # ("last sweep 5s ago" read as a sweep done while the first one was at 1,920 of 40,004).
-            f"  {shown(r['name']):<16} {r['mode']:<8} listed {_ago(r['last_sweep'])}  "
-            f"{shown(r['path'])}{extra}"
+            f"  {shown(r['name']):<16} {r['mode']:<8} {_listed(r)}  {shown(r['path'])}{extra}"
         )
         hold = r.get("hold")
         if hold:

@@ -14,7 +14,21 @@ class VaultConfig:
 @section
 class IndexConfig:
     rescan_minutes: float = _opt(10.0, "Full sweep interval in minutes.", min=0.1)
-    max_file_bytes: int = _opt(5_000_000, "Notes larger than this are skipped (and counted).", min=1024)
+    max_file_bytes: int = _opt(
+        5_000_000, "Notes larger than this are skipped (counted, and named in `sidecar status`).", min=1024
+    )
+    max_vector_chunks_per_note: int = _opt(
+        2_000,
+        "Chunks of one note that get vectors (search by meaning): the first this many; the rest of "
+        "a longer note is found by keywords only, and `sidecar status` names such notes. A chunk "
+        "holds at most chunking.maxTokens (200) tokens, some 600-900 characters of prose: 2,000 "
+        "chunks embed a note of about 1-1.5 MB of prose, or of 300 KB cut at every short heading (a "
+        "journal, a log), whole; a 4.9 MB note cut into 8,764 chunks took an hour of embedding on "
+        "two busy cores. Raised (then `sidecar reload`): the chunks past the old limit "
+        "are embedded; lowered: vectors already computed are kept, none are computed past it.",
+        min=1,
+        max=10**7,
+    )
     batch_files: int = _opt(128, "Notes written to the stores per batch during a sweep.", min=1, max=10_000)
     mass_deletion_share: float = _opt(
         0.5,

@@ -34,3 +34,16 @@ def escape_terminal(text: str) -> str:
     return _TERMINAL_CONTROL.sub(
         lambda m: m.group().encode("unicode_escape").decode("ascii"), text.replace("\r\n", "\n")
     )
+
+
+# A name quoted in a one-line message is cut past this many characters (a reference of 8 KB was
+# echoed whole into the error it caused).
+QUOTED_CHARS = 120
+
+
+def quoted(text: str, most: int = QUOTED_CHARS) -> str:
+    """``text`` quoted as ``repr`` does, cut to its first ``most`` characters with how long it was
+    said when it is longer: ``'vault/aaa…' (8,192 characters)``."""
+    if len(text) <= most:
+        return repr(text)
+    return f"{text[:most]!r}… ({len(text):,} characters)"

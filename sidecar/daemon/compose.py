@@ -64,6 +64,7 @@ def build(
     clock = clock if clock is not None else SteadyClock(clock_path(cfg))
     problems = Problems()
     manifest, bm25 = open_stores(cfg, problems, replace_newer=replace_newer)
+    manifest.vector_cap = cfg.index.max_vector_chunks_per_note
     stores = Stores(manifest, bm25, problems=problems)
     try:
         vectors = Vectoring(
@@ -93,6 +94,7 @@ def build_read_only(cfg: Config, slot: EmbedderSlot, clock: SteadyClock | None =
     clock = clock if clock is not None else SteadyClock(clock_path(cfg))
     problems = Problems()
     manifest = Manifest(cfg.index_dir / "manifest.sqlite", read_only=True)
+    manifest.vector_cap = cfg.index.max_vector_chunks_per_note
     try:
         bm25 = Bm25Index(cfg.index_dir / "bm25", read_only=True)
     except BaseException:

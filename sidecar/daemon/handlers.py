@@ -5,6 +5,7 @@ through ``sidecar.contracts.wire``.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -19,6 +20,7 @@ from typing import Any, TypeVar
 from sidecar import __version__
 from sidecar.config import Config, agent_name_problem, valid_agent
 from sidecar.contracts.errors import ExcludedError, NotFoundError, ProtocolError, SourceError, UnreadableError
+from sidecar.contracts.printable import quoted
 from sidecar.contracts.protocol import (
     LIMIT_RANGE,
     MAX_DAY_CHARS,
@@ -48,7 +50,8 @@ from sidecar.contracts.wire import (
     search_json,
     stale_note,
 )
-from sidecar.index.indexer import Indexer
+from sidecar.daemon import limits
+from sidecar.index.indexer import TOKENIZER_WAIT_S, Indexer
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Vectoring
 from sidecar.memory.ops import MemoryOps
@@ -72,6 +75,7 @@ from sidecar.stores.aside import moved_aside
 from sidecar.stores.manifest import Manifest
 from sidecar.vault.ignore import OWN_RULES
 from sidecar.vault.sources import (
+    TOO_LARGE,
     NoteUnreadable,
     key_for_reference,
     path_for_key,
@@ -184,16 +188,29 @@ class Handlers:
                 "state": state,
                 "phase": act.phase,
                 "progress": {"done": act.done, "total": act.total},
+                # Seconds notes have waited to be cut for the model's tokenizer (it loads, or a
+                # first start converts the model), else None.
+                "tokenizer_wait_seconds": (
+                    None if (since := act.tokenizer_wait_since) is None else round(time.time() - since, 1)
+                ),
+                "tokenizer_wait_max_seconds": TOKENIZER_WAIT_S,
                 # A note whose read has not answered for a second or more (a share that hangs):
                 # {root, path, seconds, timeout_seconds}, else None.
                 "waiting": self.supervisor.describe_waiting(),
                 "files": counts["files"],
                 "chunks": counts["chunks"],
                 "pending_vectors": pending,
+                # The note with most of those (a long note can be most of the queue), and the
+                # chunks past index.maxVectorChunksPerNote found by keywords only.
+                "pending_largest": limits.pending_largest(self.manifest, pending),
+                "keyword_only": limits.keyword_only(self.manifest) if embedder["state"] != "off" else None,
                 "embed_rate_chunks_per_second": round(rate, 2) if rate else None,
                 "by_source": counts["by_source"],
                 "by_agent": counts["by_agent"],
                 "skipped": {**act.scan_skipped, **{k or "unknown": v for k, v in counts["skipped"].items()}},
+                # Which files (vault and wiki, a few), and the limit "too large" means.
+                "skipped_files": limits.skipped_files(self.indexer, self.manifest),
+                "max_file_bytes": self.cfg.index.max_file_bytes,
                 "excluded": act.excluded,
                 "front_matter_unread": counts["front_matter_unread"],
                 "links": LinkGraph(self.manifest.read).totals(),
@@ -347,8 +364,14 @@ class Handlers:
                 error = self.manifest.read("SELECT error FROM files WHERE key = ?", (key,))
                 why = error[0][0] if error and error[0][0] else "see `file_skipped` in the log"
                 out = replace(out, reason=f"the file was skipped when indexing: {why}")
-            elif exists and key in (left_out := self.indexer.changes.skipped_notes()):
-                out = replace(out, reason=f"the file is left out when indexing: {left_out[key][1]}")
+            elif exists and key in (left_out := self.indexer.changes.skipped_files()):
+                skip = left_out[key]
+                size = (
+                    f" ({skip.size:,} bytes, over index.maxFileBytes: {self.cfg.index.max_file_bytes:,})"
+                    if skip.size
+                    else ""
+                )
+                out = replace(out, reason=f"the file is left out when indexing: {skip.reason}{size}")
             elif exists:
                 out = replace(out, reason="the file exists but is not indexed yet (a sweep will pick it up)")
             else:
@@ -470,7 +493,7 @@ class Handlers:
             # its readers too. Obsidian's Excluded files hide notes from Obsidian's search only,
             # and are read by name as Obsidian opens them.
             raise ExcludedError(
-                f"{reference!r} is left out by {rule}: sidecar does not show notes its "
+                f"{quoted(reference)} is left out by {rule}: sidecar does not show notes its "
                 "configuration excludes (open it in the vault)"
             )
         offline = self._offline(key, reference)
@@ -478,7 +501,7 @@ class Handlers:
             path, text = self._on_disk(key, lambda: self._read(key, reference))
         except NoAnswer as exc:
             raise UnreadableError(
-                f"{reference!r} cannot be read now: {exc}; its indexed text is still found by search"
+                f"{quoted(reference)} cannot be read now: {exc}; its indexed text is still found by search"
             ) from exc
         except SourceError as exc:
             if offline is None or manifest.rel_of(key) is None:
@@ -498,7 +521,7 @@ class Handlers:
         lines = line_count(text)  # of the file: a masked private key is a line, not a block
         if part is not None and part[0] > max(lines, 1):
             raise ProtocolError(
-                f"'startLine' {part[0]} is past the end of {reference!r}: it has {lines:,} line(s)"
+                f"'startLine' {part[0]} is past the end of {quoted(reference)}: it has {lines:,} line(s)"
             )
         section = anchor_lines(text, named.anchor) if named.anchor else None
         if part is None and section is not None:
@@ -543,14 +566,14 @@ class Handlers:
         if status is not None and status.offline and status.hold_kind == "mass":
             # The folder is there and read; most of its notes vanished at once: this one among them.
             offline = UnreadableError(
-                f"{reference!r} is no longer in the {source}: its deletion is held with "
+                f"{quoted(reference)} is no longer in the {source}: its deletion is held with "
                 f"{status.held_deletions} others (`sidecar index --confirm-deletions {source}` applies "
                 "them; `sidecar status` says when they apply by themselves); its indexed text is "
                 "still found by search"
             )
         elif status is not None and status.offline:
             offline = UnreadableError(
-                f"{reference!r} cannot be read now: the {source} is offline ({status.error}); "
+                f"{quoted(reference)} cannot be read now: the {source} is offline ({status.error}); "
                 "its indexed text is still found by search"
             )
             if status.hanging is not None or status.hold_kind in _NOT_THE_SHARE:
@@ -571,7 +594,7 @@ class Handlers:
             path, anchor = pasted_link(reference)
             if not path and anchor:
                 raise SourceError(
-                    f"{reference!r} names a heading or block of the note it is written in: put that "
+                    f"{quoted(reference)} names a heading or block of the note it is written in: put that "
                     "note's name before the '#' (e.g. [[Boat#Budget]])"
                 ) from None
             if not path or path.startswith(("/", "./", "../")) or path[1:2] == ":":
@@ -588,7 +611,7 @@ class Handlers:
                     if own is not None and manifest.rel_of(own) is not None
                     else " (a reference as search returns it starts with vault/, wiki/ or memory/)"
                 )
-                raise NotFoundError(f"no note named {path!r} in the vault or the wiki{hint}") from None
+                raise NotFoundError(f"no note named {quoted(path)} in the vault or the wiki{hint}") from None
             return Named(found, anchor, candidates)
         if not key.startswith("memory/") and key != reference:
             # "vault/a.md" may name the note a.md.md (its reference as search returns it).
@@ -642,9 +665,14 @@ class Handlers:
             else:
                 _data, text = read_note(path, limit, root)
         except FileNotFoundError as exc:
-            raise NotFoundError(f"no note {reference!r}") from exc
+            raise NotFoundError(f"no note {quoted(reference)}") from exc
         except NoteUnreadable as exc:
-            raise UnreadableError(f"{reference!r} cannot be read: {exc.reason}") from exc
+            why = exc.reason
+            if why == TOO_LARGE:
+                with contextlib.suppress(OSError):
+                    why = f"{why}: {path.stat().st_size:,} bytes"
+                why += f", over index.maxFileBytes ({limit:,} bytes); such notes are not indexed either"
+            raise UnreadableError(f"{quoted(reference)} cannot be read: {why}") from exc
         return path, text
 
     def related(self, req: Request) -> dict[str, Any]:
@@ -659,7 +687,7 @@ class Handlers:
             try:  # not_found / unreadable for a note that does not exist or cannot be looked at
                 self._on_disk(key, lambda: path_for_key(self.cfg, key))
             except NoAnswer as exc:
-                raise UnreadableError(f"{reference!r} cannot be looked at now: {exc}") from exc
+                raise UnreadableError(f"{quoted(reference)} cannot be looked at now: {exc}") from exc
         graph = LinkGraph(manifest.read)
         items = graph.related(key, limit, req.agent)
         for item in items:

@@ -76,7 +76,14 @@ _JOIN_TIMEOUT = 10.0
 # restart: only a restart ends a thread stuck for good (a read of a hard-hung share, a native call).
 _CLOSING_STUCK_S = 180.0
 # Keys a reload applies; every other one is read at start.
-_RELOADED = ("search.", "recall.", "index.exclude", "index.obsidianExcludes", "index.obsidianTemplates")
+_RELOADED = (
+    "search.",
+    "recall.",
+    "index.exclude",
+    "index.obsidianExcludes",
+    "index.obsidianTemplates",
+    "index.maxVectorChunksPerNote",
+)
 # Keys that say which daemon a file is for: a file naming others is not this daemon's any more
 # (emptied, cut short while being written) and none of it is applied.
 _IDENTITY = ("home", "socket", "vault.path")
@@ -762,6 +769,13 @@ class Daemon:
                 changed.append(which)
                 # Excluded notes leave, included ones come: no events were lost for those.
                 loop.request_sweep(False, None, frozenset(), audit=False)
+            cap = new.index.max_vector_chunks_per_note
+            if parts.stores.manifest.vector_cap != cap:
+                # Read by every query of pending vectors: a raised limit queues the chunks it lets
+                # in (the backfill is woken for them), a lowered one keeps the vectors computed.
+                parts.stores.manifest.vector_cap = cap
+                changed.append("index.maxVectorChunksPerNote")
+                parts.vectors.notify_written()
         log.info("config_reloaded changed=%s", ",".join(changed) or "nothing")
         for warning in new.warnings:  # at the start the command line said them on stderr
             log.warning("config_warning %s", warning)

@@ -34,6 +34,7 @@ from sidecar.vault.sources import (
     CANVAS_TWIN_REASON,
     LINK_REASON,
     NOTE_SUFFIXES,
+    TOO_LARGE,
     TWIN_REASON,
     NoteFile,
     Root,
@@ -160,6 +161,7 @@ class ChangeFinder:
         self._skips_named: set[tuple[str, str]] = set()  # (path, reason) already in the log
         # Files left out now, by (root name, path): full sweeps set a root's, events each path's.
         self._skips: dict[tuple[str, str], str] = {}
+        self._skip_sizes: dict[tuple[str, str], int] = {}  # their bytes, of those too large
 
     def skip_counts(self) -> dict[str, int]:
         """Files left out now, by reason (what `status` lists as skipped)."""
@@ -182,12 +184,12 @@ class ChangeFinder:
         for name in names:
             self._say_unreadable(name)
 
-    def skipped_notes(self) -> dict[str, tuple[Path, str]]:
+    def skipped_files(self) -> dict[str, Skipped]:
         """Notes the folder scans leave out now (too large, hidden, a link out of the root, ...),
-        by the key they would have: (path, reason). They never reach the manifest, so ``list``
-        and ``why`` ask here."""
+        by the key they would have, with why (and their size where that is why). They never
+        reach the manifest, so ``list``, ``why`` and health ask here."""
         by_name = {r.name: r for r in vault_roots(self.cfg)}  # an inbox's by its name: no listing
-        out: dict[str, tuple[Path, str]] = {}
+        out: dict[str, Skipped] = {}
         for (name, where), reason in list(self._skips.items()):
             root = (
                 inbox_root(self.cfg, name.removeprefix("memory/"))
@@ -197,8 +199,13 @@ class ChangeFinder:
             path = Path(where)
             if root is None or not is_note_name(path.name, root.source) or not path.is_relative_to(root.path):
                 continue
-            out[root.key_of(path.relative_to(root.path).as_posix())] = (path, reason)
+            size = self._skip_sizes.get((name, where), 0) if reason == TOO_LARGE else 0
+            out[root.key_of(path.relative_to(root.path).as_posix())] = Skipped(path, reason, size)
         return out
+
+    def skipped_notes(self) -> dict[str, tuple[Path, str]]:
+        """``skipped_files`` as (path, reason) by key."""
+        return {key: (s.path, s.reason) for key, s in self.skipped_files().items()}
 
     def list_unreadable(self) -> None:
         """List every root once to record what cannot be read, as a sweep does: `sidecar index
@@ -300,6 +307,10 @@ class ChangeFinder:
 
     def _skipped(self, root: Root, s: Skipped) -> None:
         self._skips[(root.name, str(s.path))] = s.reason
+        if s.size:
+            self._skip_sizes[(root.name, str(s.path))] = s.size
+            if len(self._skip_sizes) > 2 * len(self._skips) + 100:  # of files no longer skipped
+                self._skip_sizes = {k: v for k, v in self._skip_sizes.items() if k in self._skips}
         if (str(s.path), s.reason) not in self._skips_named:  # named once, not at every sweep
             self._skips_named.add((str(s.path), s.reason))
             log.info("file_skipped path=%s reason=%s", s.path, s.reason)
@@ -1036,7 +1047,7 @@ def _file(  # noqa: PLR0911 - one return per kind of file
     if twin is not None:
         return Skipped(path, twin)
     if st.st_size > max_bytes:
-        return Skipped(path, "too large")
+        return Skipped(path, TOO_LARGE, st.st_size)
     return NoteFile.of(root.key_of(rel), root, path, rel, st, linked=linked)
 
 

@@ -67,6 +67,9 @@ class Activity:
     # Notes this sweep found deleted or moved away, still indexed until its new notes are in, by
     # source (``vault``, ``wiki``, ``memory``).
     leaving: dict[str, int] = field(default_factory=dict)
+    # Since when notes wait to be cut for the model's tokenizer (loaded or converted on a first
+    # start; at most TOKENIZER_WAIT_S), else None: status says why "indexing 0/3" stands still.
+    tokenizer_wait_since: float | None = None
 
 
 class Indexer:
@@ -173,7 +176,11 @@ class Indexer:
             # Once: a tokenizer that does not come within the bound is not waited for again
             # (sizes are then estimated, as without a model).
             started = time.perf_counter()
-            self.slot.wait_countable(TOKENIZER_WAIT_S)
+            self.activity.tokenizer_wait_since = time.time()
+            try:
+                self.slot.wait_countable(TOKENIZER_WAIT_S)
+            finally:
+                self.activity.tokenizer_wait_since = None
             self._waited_for_tokenizer = True
             self._tokenizer_wait = time.perf_counter() - started
             count = self.slot.counter()  # None: loading failed or is still under way

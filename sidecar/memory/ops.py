@@ -206,8 +206,11 @@ class MemoryOps:
         if state is None or state.state != "indexed":
             why = state.state if state is not None else "not in the index"
             return False, [], f"saved, but not searchable: the note was {why} when indexing"
-        flags = [int(r[0]) for r in manifest.read("SELECT has_vector FROM chunks WHERE key = ?", (key,))]
-        if not flags:
+        rows = manifest.read("SELECT has_vector, ord FROM chunks WHERE key = ?", (key,))
+        # Chunks past index.maxVectorChunksPerNote wait for no vector: keyword-only for good.
+        flags = [int(f) for f, o in rows if o < manifest.vector_cap]
+        capped = sum(1 for f, o in rows if o >= manifest.vector_cap and int(f) == 0)
+        if not rows:
             return True, ["keywords"], None
         if self.slot.state == "off":
             return (
@@ -219,7 +222,11 @@ class MemoryOps:
         if all(f == NO_VECTOR for f in flags):  # an empty note, or data such as base64
             return True, ["keywords"], "searchable by keywords; it holds no text to search by meaning"
         if all(f != 0 for f in flags):
-            return True, ["keywords", "meaning"], None
+            past = (
+                f"{capped:,} of its chunks are past index.maxVectorChunksPerNote "
+                f"({manifest.vector_cap:,}): those are found by keywords only"
+            )
+            return True, ["keywords", "meaning"], past if capped else None
         why = "the embedding model is not loaded yet" if self.stores.serving is None else "it is queued"
         return True, ["keywords"], f"searchable by keywords now, by meaning once its vectors exist ({why})"
 

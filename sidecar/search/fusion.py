@@ -23,7 +23,7 @@ class Candidate:
     bm25: float | None = None
     name_words: frozenset[str] = frozenset()  # folded words of the note's file name and title
     full_names: tuple[frozenset[str], ...] = ()  # folded word sets of title and aliases
-    embedded: bool = True  # False: no vector yet (just written, or the backfill has not reached it)
+    embedded: bool = True  # False: no vector (not yet, or past index.maxVectorChunksPerNote)
     hub: float = 0.0  # how much nearer than average the chunk lies to the table's centre
     page_bm25: float | None = None  # the BM25 score of the chunk's whole note
 

@@ -43,6 +43,11 @@ log = logging.getLogger(__name__)
 # Below this much free space a rewrite at open is not worth its seconds.
 _SHRINK_MIN_BYTES = 8 * 2**20
 
+# The notes status counts: those indexed, and those indexed before that a batch is writing again
+# (marked ``indexing``, their old chunks still found meanwhile): a re-cut of every note showed
+# "0 notes, 0 chunks" while its batches were written. A new note counts once it is in.
+_COUNTED = "(state = 'indexed' OR (state = 'indexing' AND indexed_at > 0 AND chunks > 0))"
+
 # A file's columns as ``FileState`` holds them.
 _STATE_COLUMNS = "key, mtime_ns, size, hash, state, ctime_ns, dev, ino, btime_ns"
 
@@ -63,9 +68,13 @@ CREATE TABLE IF NOT EXISTS chunks (
   has_next INTEGER NOT NULL DEFAULT 0, embed_hash TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS chunks_by_key ON chunks(key);
-CREATE INDEX IF NOT EXISTS chunks_pending ON chunks(key) WHERE has_vector = 0;
+-- Chunks without a vector by note and place: the backfill's probe takes a note's first
+-- index.maxVectorChunksPerNote of them without reading the rest, and status counts those past it
+-- from this index alone. It replaced chunks_pending(key), which an older version makes again.
+DROP INDEX IF EXISTS chunks_pending;
+CREATE INDEX IF NOT EXISTS chunks_waiting ON chunks(key, ord) WHERE has_vector = 0;
 CREATE INDEX IF NOT EXISTS chunks_by_text ON chunks(embed_hash) WHERE embed_hash != '';
--- The backfill queue in priority order: walking this index and probing chunks_pending answers
+-- The backfill queue in priority order: walking this index and probing chunks_waiting answers
 -- "the next 256 chunks without a vector" in under a millisecond, where sorting every pending
 -- chunk took 0.2 s per call at 100 k chunks (the ORDER BY of pending_vectors must match it).
 -- Vectors of deleted chunks, by text and table, so a note that comes back (a remount, a checkout,
@@ -1001,15 +1010,14 @@ class Manifest(VectorBook):
         """Files and chunks per source and per agent, plus skipped files by reason."""
         by_source: dict[str, dict[str, int]] = {}
         for source, files, chunks in self._query(
-            "SELECT source, count(*), coalesce(sum(chunks), 0) FROM files WHERE state = 'indexed' "
-            "GROUP BY source"
+            f"SELECT source, count(*), coalesce(sum(chunks), 0) FROM files WHERE {_COUNTED} GROUP BY source"
         ):
             by_source[source] = {"files": files, "chunks": chunks}
         by_agent = {
             agent: {"files": files, "chunks": chunks}
             for agent, files, chunks in self._query(
                 "SELECT agent, count(*), coalesce(sum(chunks), 0) FROM files "
-                "WHERE state = 'indexed' AND source = 'memory' GROUP BY agent"
+                f"WHERE {_COUNTED} AND source = 'memory' GROUP BY agent"
             )
         }
         skipped = dict(
@@ -1033,6 +1041,18 @@ class Manifest(VectorBook):
                 "examples": [{"reference": k, "reason": e} for k, e in unread[:5]],
             },
         }
+
+    def skipped_files(self, limit: int) -> list[tuple[str, str | None]]:
+        """(key, reason) of vault and wiki notes skipped when read (binary, not UTF-8, ...), by
+        key, at most ``limit``."""
+        return [
+            (str(k), e)
+            for k, e in self._query(
+                "SELECT key, error FROM files WHERE state = 'skipped' "
+                "AND (key < 'memory/' OR key >= 'memory0') ORDER BY key LIMIT ?",
+                (limit,),
+            )
+        ]
 
     def indexed_chunk_count(self) -> int:
         """Chunks of files in state indexed: what BM25 must hold."""

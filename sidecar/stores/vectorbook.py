@@ -16,6 +16,10 @@ from typing import Any, TypeVar
 # front-matter-only note).
 FLAGS = ("has_vector", "has_next")
 NO_VECTOR = 2
+# A chunk at or past this place in its note (``ord``) waits for no vector (index.maxVectorChunksPerNote,
+# set by the daemon): it is found by keywords only. Not stored in the flags: a raised limit queues
+# the chunks it lets in, a lowered one keeps the vectors computed, with no rewrite of any row.
+UNLIMITED = 2**62
 
 
 _T = TypeVar("_T")
@@ -36,6 +40,8 @@ def _flag(name: str) -> str:
 
 class VectorBook:
     """Vector flags and kept vectors; the subclass owns the connection."""
+
+    vector_cap = UNLIMITED  # chunks of one note that get a vector (``UNLIMITED``); set per instance
 
     def _query(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
         raise NotImplementedError
@@ -60,12 +66,38 @@ class VectorBook:
         return self._query(
             "SELECT c.chunk_id, c.key, c.embed_text, c.embed_hash FROM files f "
             "JOIN chunks c ON c.key = f.key "
-            f"WHERE c.{_flag(flag)} = 0 AND f.state = 'indexed' {only}"
+            f"WHERE c.{_flag(flag)} = 0 AND c.ord < ? AND f.state = 'indexed' {only}"
             "ORDER BY CASE f.source WHEN 'memory' THEN 0 WHEN 'wiki' THEN 1 ELSE 2 END, "
             "f.mtime_ns DESC, c.ord "
             "LIMIT ?",
-            (key, limit) if key is not None else (limit,),
+            (self.vector_cap, key, limit) if key is not None else (self.vector_cap, limit),
         )
+
+    def keyword_only(self, examples: int = 5) -> tuple[int, int, list[tuple[str, int, int]]]:
+        """Chunks past the per-note limit (``vector_cap``) without a vector in the serving table:
+        how many notes, how many chunks, and the notes with most of them, vault and wiki only
+        (key, its chunks, those keyword-only; an agent's notes are not named to others). Read
+        from the pending index alone (no chunk row): cheap enough for every status."""
+        rows = self._query(
+            "SELECT key, count(*) FROM chunks WHERE has_vector = 0 AND ord >= ? GROUP BY key",
+            (self.vector_cap,),
+        )
+        named = sorted(((n, k) for k, n in rows if not k.startswith("memory/")), reverse=True)[:examples]
+        sizes = self._pairs("SELECT key, chunks FROM files WHERE key IN ({marks})", [k for _, k in named])
+        return (
+            len(rows),
+            sum(n for _, n in rows),
+            [(k, int(sizes.get(k, 0)), n) for n, k in named],
+        )
+
+    def pending_largest(self, flag: str = "has_vector") -> tuple[str, int] | None:
+        """The vault or wiki note with the most chunks waiting for a vector, and how many."""
+        rows = self._query(
+            f"SELECT key, count(*) AS n FROM chunks WHERE {_flag(flag)} = 0 AND ord < ? "
+            "AND (key < 'memory/' OR key >= 'memory0') GROUP BY key ORDER BY n DESC, key LIMIT 1",
+            (self.vector_cap,),
+        )
+        return (str(rows[0][0]), int(rows[0][1])) if rows else None
 
     def vector_donors(self, hashes: Sequence[str], flag: str = "has_vector") -> dict[str, str]:
         """For texts about to be embedded: a chunk with the same text that already has a vector."""
@@ -118,7 +150,10 @@ class VectorBook:
         return int(self._query(f"SELECT count(*) FROM chunks WHERE {_flag(flag)} = 1")[0][0])
 
     def pending_count(self, flag: str = "has_vector") -> int:
-        return int(self._query(f"SELECT count(*) FROM chunks WHERE {_flag(flag)} = 0")[0][0])
+        """Chunks that wait for a vector in ``flag``'s table (those past the per-note limit wait
+        for none)."""
+        sql = f"SELECT count(*) FROM chunks WHERE {_flag(flag)} = 0 AND ord < ?"
+        return int(self._query(sql, (self.vector_cap,))[0][0])
 
     def still_pending(self, chunk_ids: Sequence[str], flag: str) -> set[str]:
         """Those of ``chunk_ids`` that exist and still wait for a vector (asked under the write

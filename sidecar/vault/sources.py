@@ -22,6 +22,7 @@ from pathlib import Path
 
 from sidecar.config import Config, valid_agent
 from sidecar.contracts.errors import NotFoundError, SourceError, UnreadableError
+from sidecar.contracts.printable import quoted
 from sidecar.contracts.wire import SOURCES
 from sidecar.vault.birth import birth_ns
 from sidecar.vault.canvas import CANVAS_SUFFIX, CanvasError, canvas_markdown, is_canvas_name
@@ -167,6 +168,7 @@ class Skipped:
 
     path: Path
     reason: str
+    size: int = 0  # its bytes, where the size is the reason (too large); else 0
 
 
 def agent_inbox(cfg: Config, agent: str) -> Path:
@@ -364,6 +366,9 @@ def is_note_name(name: str, source: str = "vault") -> bool:
 # Obsidian's Bases (``.base``): a view's definition in YAML (filters, columns), no text a person
 # wrote. Not indexed, but counted, so that every file is either a note, excluded or skipped.
 BASE_REASON = "Bases view definition (no text to index)"
+# Larger than index.maxFileBytes: the category health counts skipped files under (kept as it is:
+# --json readers count by it); the size and the limit are said beside it, not in it.
+TOO_LARGE = "too large"
 
 
 def is_base_name(name: str) -> bool:
@@ -499,9 +504,9 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
         return Skipped(Path(entry.path), BASE_REASON) if base_file else None
     if not stat.S_ISREG(st.st_mode):
         return Skipped(Path(entry.path), "not a regular file")
-    why = name_refusal(root, entry.name) or ("too large" if st.st_size > max_bytes else None)
+    why = name_refusal(root, entry.name) or (TOO_LARGE if st.st_size > max_bytes else None)
     return (
-        Skipped(Path(entry.path), why)
+        Skipped(Path(entry.path), why, st.st_size if why == TOO_LARGE else 0)
         if why
         else NoteFile.of(root.key_of(rel), root, Path(entry.path), rel, st, linked=is_link)
     )
@@ -704,7 +709,7 @@ def read_inbox_note(root: Root, name: str, max_bytes: int) -> tuple[bytes, str]:
 def decode_note(data: bytes, max_bytes: int, where: object = "-") -> str:
     """The text of a note's bytes; NoteUnreadable when it cannot be indexed as text."""
     if len(data) > max_bytes:
-        raise NoteUnreadable("too large")
+        raise NoteUnreadable(TOO_LARGE)
     if data[:2] in (b"\xff\xfe", b"\xfe\xff"):  # its NUL bytes are no binary data, but text
         raise NoteUnreadable("not UTF-8 (UTF-16)")
     if b"\0" in data[:8192]:
@@ -745,16 +750,18 @@ def key_for_reference(reference: str, agent: str | None) -> str:
     if "\0" in reference:
         raise SourceError("reference contains a NUL byte")
     if reference.startswith("/") or re.match(r"^[A-Za-z]:", reference):
-        raise SourceError(f"reference {reference!r} is an absolute path; use a reference returned by search")
+        raise SourceError(
+            f"reference {quoted(reference)} is an absolute path; use a reference returned by search"
+        )
     ref = reference[:-3] if reference.lower().endswith(".md") else reference
     parts = ref.split("/")
     if any(p in ("", ".", "..") for p in parts):
-        raise SourceError(f"reference {reference!r} leaves its root or has empty segments")
+        raise SourceError(f"reference {quoted(reference)} leaves its root or has empty segments")
     if any(p.startswith(".") for p in parts):
-        raise SourceError(f"reference {reference!r} points into a hidden folder")
+        raise SourceError(f"reference {quoted(reference)} points into a hidden folder")
     source = parts[0]
     if source not in SOURCES or len(parts) < 2:
-        raise SourceError(f"reference {reference!r} must start with vault/, wiki/ or memory/")
+        raise SourceError(f"reference {quoted(reference)} must start with vault/, wiki/ or memory/")
     if source == "memory":
         if agent is not None:
             # memory/<slug> is the agent's own; memory/<agent>/<slug> (as the CLI prints it) too.
@@ -762,20 +769,20 @@ def key_for_reference(reference: str, agent: str | None) -> str:
                 parts = [parts[0], parts[2]]
             if len(parts) != 2:
                 raise SourceError(
-                    f"reference {reference!r}: memory references are memory/<slug> (your own notes)"
+                    f"reference {quoted(reference)}: memory references are memory/<slug> (your own notes)"
                 )
             owner, slug = agent, parts[1]
         else:
             if len(parts) != 3:
                 raise SourceError(
-                    f"reference {reference!r}: without an agent, use memory/<agent>/<slug> "
+                    f"reference {quoted(reference)}: without an agent, use memory/<agent>/<slug> "
                     "(or name the agent: --agent NAME)"
                 )
             owner, slug = parts[1], parts[2]
         if not valid_agent(owner):
-            raise SourceError(f"reference {reference!r}: invalid agent name")
+            raise SourceError(f"reference {quoted(reference)}: invalid agent name")
         if not SLUG_RE.fullmatch(slug):
-            raise SourceError(f"reference {reference!r}: invalid slug")
+            raise SourceError(f"reference {quoted(reference)}: invalid slug")
         return f"memory/{owner}/{slug}"
     return "/".join(parts)
 
@@ -791,16 +798,16 @@ def path_for_key(cfg: Config, key: str, rel: str | None = None) -> tuple[Root, P
         root = Root("memory", agent_inbox(cfg, agent), agent=agent)
         refusal = inbox_refusal(root)
         if refusal is not None:
-            raise UnreadableError(f"{key!r}: {refusal}")
+            raise UnreadableError(f"{quoted(key)}: {refusal}")
         path = root.path / f"{slug}.md"
         try:
             st = path.lstat()
         except FileNotFoundError as exc:
-            raise NotFoundError(f"no note {key!r}") from exc
+            raise NotFoundError(f"no note {quoted(key)}") from exc
         except OSError as exc:
-            raise UnreadableError(f"{key!r} cannot be read: {exc.strerror}") from exc
+            raise UnreadableError(f"{quoted(key)} cannot be read: {exc.strerror}") from exc
         if stat.S_ISLNK(st.st_mode):
-            raise UnreadableError(f"{key!r} is a symbolic link in a memory inbox; refused")
+            raise UnreadableError(f"{quoted(key)} is a symbolic link in a memory inbox; refused")
         return root, path
     if cfg.vault.path is None:
         raise NotFoundError("no vault is configured")
@@ -809,10 +816,10 @@ def path_for_key(cfg: Config, key: str, rel: str | None = None) -> tuple[Root, P
         root = Root("wiki", cfg.vault.path / wiki, within=cfg.vault.path)
         refusal = root_refusal(root)
         if refusal is not None:
-            raise UnreadableError(f"{key!r}: {refusal}; refused")
+            raise UnreadableError(f"{quoted(key)}: {refusal}; refused")
     else:
         if rest == wiki or rest.startswith(wiki + "/"):
-            raise SourceError(f"{key!r} lies in the wiki; use wiki/{rest[len(wiki) + 1 :]}")
+            raise SourceError(f"{quoted(key)} lies in the wiki; use wiki/{rest[len(wiki) + 1 :]}")
         root = Root("vault", cfg.vault.path, exclude=wiki)
     # A canvas's key names its file, unless a Markdown note "<name>.canvas.md" has that key.
     markdown = is_canvas_name(rest) and not os.path.lexists(root.path / f"{rest}.md")
@@ -822,13 +829,14 @@ def path_for_key(cfg: Config, key: str, rel: str | None = None) -> tuple[Root, P
         resolved = path.resolve(strict=True)
         base = root.path.resolve(strict=True)
     except FileNotFoundError as exc:
-        raise NotFoundError(f"no note {key!r}") from exc
+        raise NotFoundError(f"no note {quoted(key)}") from exc
     except (OSError, RuntimeError) as exc:
-        raise UnreadableError(f"{key!r} cannot be resolved") from exc
+        cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else "a symlink loop"
+        raise UnreadableError(f"{quoted(key)} cannot be resolved ({cause})") from exc
     if not resolved.is_relative_to(base):
-        raise UnreadableError(f"{key!r} resolves outside its root; refused")
+        raise UnreadableError(f"{quoted(key)} resolves outside its root; refused")
     if path.is_symlink() or resolved != path.absolute():
         why = link_refusal(root, path, base)
         if why is not None:
-            raise UnreadableError(f"{key!r}: {why}; refused")
+            raise UnreadableError(f"{quoted(key)}: {why}; refused")
     return root, resolved

@@ -1,0 +1,156 @@
+"""What status and errors say at the index's limits: a note too large names its size and
+index.maxFileBytes, status names the skipped files, a long reference is cut in its error, a new
+inbox is not "listed never", a re-cut keeps the counts, and a wait for the model's tokenizer is
+said. Real stores and a real socket in this process."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.clients.cli_render import render_status
+from sidecar.contracts.errors import RemoteError, SidecarError
+from sidecar.model.embedder import EmbedderSlot
+from tests.conftest import KEYWORD_ONLY, Harness, write
+from tests.in_process import InProcessServer
+
+Serve = Callable[..., InProcessServer]
+BIG = 3_000  # bytes of the note over a limit of 1,024
+
+
+def test_get_of_a_note_too_large_names_its_size_and_the_limit(serve_in_process: Serve, vault: Path) -> None:
+    """`get` said "cannot be read: too large" with neither the limit nor the size."""
+    write(vault / "Big.md", "# Big\n\n" + "x" * (BIG - 7))
+    server = serve_in_process(vault, model=KEYWORD_ONLY, **{"index.maxFileBytes": 1024})
+    with pytest.raises(RemoteError) as err:
+        server.call("get", {"reference": "vault/Big"})
+    assert err.value.code == "unreadable"
+    assert "'vault/Big' cannot be read: too large: 3,000 bytes, over index.maxFileBytes (1,024 bytes)" in str(
+        err.value
+    )
+
+
+def test_status_names_the_skipped_files_and_the_size_limit(serve_in_process: Serve, vault: Path) -> None:
+    """status said "Skipped files: 1 too large": now the limit and the files, with their size;
+    health keeps counting by the same reasons and lists the files (bounded)."""
+    write(vault / "Big.md", "# Big\n\n" + "x" * (BIG - 7))
+    server = serve_in_process(vault, model=KEYWORD_ONLY, **{"index.maxFileBytes": 1024})
+    health = server.call("health")
+    idx = health["index"]
+    assert idx["skipped"] == {"too large": 1}
+    assert idx["skipped_files"] == [{"reference": "vault/Big", "reason": "too large", "bytes": BIG}]
+    assert idx["max_file_bytes"] == 1024
+    text = render_status(health)
+    said = "Skipped files: 1 too large (over index.maxFileBytes, 1,024 bytes)\n  vault/Big (3,000 bytes)\n"
+    assert said in text
+
+
+def test_many_skipped_files_are_named_a_few_then_counted(serve_in_process: Serve, vault: Path) -> None:
+    """Five files too large: status names three and says how many more."""
+    for i in range(5):
+        write(vault / f"Big{i}.md", "# Big\n\n" + "x" * (BIG - 7))
+    server = serve_in_process(vault, model=KEYWORD_ONLY, **{"index.maxFileBytes": 1024})
+    text = render_status(server.call("health"))
+    named = "vault/Big0 (3,000 bytes), vault/Big1 (3,000 bytes), vault/Big2 (3,000 bytes) and 2 more"
+    assert f"\n  {named}\n" in text
+
+
+def test_a_long_reference_is_cut_in_its_error(serve_in_process: Serve) -> None:
+    """A reference of 8 KB was echoed whole in the one-line error; now its start and its length."""
+    server = serve_in_process(model=KEYWORD_ONLY)
+    reference = "vault/" + "a" * 8186
+    with pytest.raises(SidecarError) as err:
+        server.call("get", {"reference": reference})
+    message = str(err.value)
+    assert "(8,192 characters)" in message and len(message) < 400, message
+
+
+def test_a_new_inbox_is_not_shown_as_listed_never(serve_in_process: Serve) -> None:
+    """An inbox made by a memory write is indexed at once but listed only by the next sweep:
+    status said "listed never" beside its indexed notes."""
+    server = serve_in_process(model=KEYWORD_ONLY)
+    server.call("write", {"slug": "kayak", "content": "The kayak paddle hangs in the loft."}, agent="tester")
+    health = server.call("health")
+    vault_root = next(r for r in health["roots"] if r["name"] == "vault")
+    inbox = {**vault_root, "name": "memory/tester", "path": str(server.cfg.agents_dir / "tester/memory")}
+    health["roots"].append(inbox)
+    inbox["last_sweep"] = None  # as before the next sweep lists it
+    text = render_status(health)
+    assert "listed never" not in text
+    assert "not listed yet (notes written through sidecar are indexed at once)" in text
+
+
+def test_notes_written_again_stay_counted(harness: Harness) -> None:
+    """A re-cut marks each batch's notes `indexing` while it writes them: status counted them
+    out ("0 notes, 0 chunks"). Notes indexed before stay counted; a new one counts once it is in."""
+    harness.sweep()
+    manifest = harness.stores.manifest
+    before = manifest.counts()
+    keys = manifest.keys_in_state("indexed")
+    manifest.mark_state(keys, "indexing")
+    during = manifest.counts()
+    assert (during["files"], during["chunks"]) == (before["files"], before["chunks"])
+    assert during["by_source"] == before["by_source"]
+    vault = harness.cfg.vault.path
+    assert vault is not None
+    manifest.mark_state(keys, "indexed")
+    write(vault / "New.md", "# New\n\nA note being written.\n")
+    from sidecar.stores.manifest import FileRecord
+
+    manifest.mark([FileRecord("vault/New", "vault", "", "New.md", 1, 10, "", "indexing")])
+    assert manifest.counts()["files"] == before["files"]
+
+
+def test_status_says_indexing_waits_for_the_models_tokenizer(
+    make_cfg: Any, vault: Path, serve_in_process: Serve
+) -> None:
+    """Turned on over a keyword-only index, the model converts on the first start: notes wait
+    for its tokenizer to be cut (up to a minute). Status said only "indexing 0/3 notes"."""
+    h = Harness(make_cfg(vault), None)
+    slot = EmbedderSlot()
+    slot.set_loading()
+    h.indexer.slot = slot
+    try:
+        sweep = threading.Thread(target=h.indexer.sweep)
+        sweep.start()
+        seen = threading.Event()
+        for _ in range(600):  # the sweep reaches the wait within a few ms; bounded all the same
+            if h.indexer.activity.tokenizer_wait_since is not None:
+                seen.set()
+                break
+            threading.Event().wait(0.05)
+        slot.set_failed("test: the model is off", state="off")
+        sweep.join(60)
+        assert seen.is_set() and h.indexer.activity.tokenizer_wait_since is None
+    finally:
+        h.close()
+    health = serve_in_process(model=KEYWORD_ONLY).call("health")
+    health["index"].update(
+        state="building",
+        phase="indexing",
+        progress={"done": 0, "total": 3},
+        tokenizer_wait_seconds=12.4,
+        tokenizer_wait_max_seconds=60.0,
+    )
+    assert (
+        "Index: building (indexing 0/3 notes; waiting 12 s for the model's tokenizer, which is being "
+        "loaded or converted, to cut notes in its tokens (at most 60 s, then words are counted); "
+        "search answers meanwhile)"
+    ) in render_status(health)
+
+
+def test_a_skipped_name_that_is_not_utf8_is_listed_escaped(serve_in_process: Serve, vault: Path) -> None:
+    """A file name that does not decode is skipped; listing it by its key made health fail
+    (JSON cannot carry the surrogates it decodes to): it is listed escaped."""
+    import os
+
+    with open(os.fsencode(vault) + b"/Caf\xe9.md", "wb") as fh:
+        fh.write(b"# Cafe\n")
+    health = serve_in_process(vault, model=KEYWORD_ONLY).call("health")
+    listed = [f for f in health["index"]["skipped_files"] if f["reference"].startswith("vault/Caf")]
+    assert listed == [{"reference": "vault/Caf\\udce9", "reason": listed[0]["reason"]}]
+    assert "vault/Caf\\udce9" in render_status(health)
