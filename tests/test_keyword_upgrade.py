@@ -147,10 +147,9 @@ def test_an_upgrade_refills_beside_the_old_index_which_answers_meanwhile(
     _layout_2_index(cfg)
     h = Harness(cfg, FakeEmbedder())
     try:
-        assert h.stores.bm25.layout == 2
         thread = _start_sweep(h)
         assert entered.wait(_WAIT)
-        assert h.stores.upgrading and (cfg.index_dir / "bm25.next").is_dir()
+        assert (cfg.index_dir / "bm25.next").is_dir() and h.stores.upgrading
         # The old index answers, read with its own words (``_cargo`` is its word: not "cargo").
         assert "Garden" in _found(h, "tomatoes")
         assert "Code" in _found(h, "my_function")
@@ -164,7 +163,7 @@ def test_an_upgrade_refills_beside_the_old_index_which_answers_meanwhile(
         release.set()
         thread.join(_WAIT)
         assert not thread.is_alive()
-        assert not h.stores.upgrading and h.stores.bm25.layout == 3
+        assert not h.stores.upgrading
         assert bm25_layout(cfg.index_dir / "bm25") == 3
         assert sorted(p.name for p in cfg.index_dir.iterdir() if p.name.startswith("bm25")) == ["bm25"]
         assert "Boat" in _found(h, "outboard")
@@ -183,6 +182,8 @@ def test_memory_written_during_the_refill_is_in_the_new_index(
 ) -> None:
     """A memory note written while the refill runs is not held for it, is found at once, and is
     in the index swapped in (its agent's own index and the one of all memory)."""
+    from sidecar.stores.versions import bm25_layout
+
     entered, release = held
     cfg = make_cfg(underscores)
     (cfg.agents_dir / "alpha" / "memory").mkdir(parents=True)
@@ -199,7 +200,7 @@ def test_memory_written_during_the_refill_is_in_the_new_index(
         assert "kayak" in _found(h, "lake")
         release.set()
         thread.join(_WAIT)
-        assert not thread.is_alive() and h.stores.bm25.layout == 3
+        assert not thread.is_alive() and bm25_layout(cfg.index_dir / "bm25") == 3
         assert "kayak" in _found(h, "kayak")  # the new word: "_kayak_" was "_kayak_"
         scoped = search(h, "kayak", agent="alpha", sources=["memory"])
         assert [hit["reference"].rsplit("/", 1)[-1] for hit in scoped if hit["bm25Score"]] == ["kayak"]
@@ -228,7 +229,7 @@ def test_a_stopped_refill_leaves_the_old_index_and_the_next_start_finishes(
         release.set()
         thread.join(_WAIT)
         assert not thread.is_alive()
-        assert h.stores.bm25.layout == 2 and "Garden" in _found(h, "tomatoes")
+        assert bm25_layout(cfg.index_dir / "bm25") == 2 and "Garden" in _found(h, "tomatoes")
         assert not (cfg.index_dir / "bm25.next").exists()
     finally:
         h.close()
@@ -236,7 +237,7 @@ def test_a_stopped_refill_leaves_the_old_index_and_the_next_start_finishes(
     h2 = Harness(cfg, FakeEmbedder())
     try:
         h2.sweep()
-        assert h2.stores.bm25.layout == 3 and "Rust" in _found(h2, "cargo")
+        assert bm25_layout(cfg.index_dir / "bm25") == 3 and "Rust" in _found(h2, "cargo")
     finally:
         h2.close()
 
@@ -270,7 +271,7 @@ def test_a_kill_at_any_point_leaves_one_whole_index(make_cfg: Any, underscores: 
 
     manifest, bm25 = open_stores(cfg, Problems())
     try:
-        assert bm25.layout == expected
+        assert bm25_layout(old) == expected
         assert bm25.num_docs() == manifest.indexed_chunk_count()
     finally:
         manifest.close()
@@ -287,6 +288,7 @@ def test_a_full_disk_during_the_refill_leaves_the_old_index_answering(
     answering, the side folder removed, and status says so; the next start tries again."""
     from sidecar.contracts.errors import DiskFullError
     from sidecar.stores import bm25 as bm25_mod
+    from sidecar.stores.versions import bm25_layout
 
     cfg = make_cfg(underscores)
     index_and_close(cfg)
@@ -302,7 +304,7 @@ def test_a_full_disk_during_the_refill_leaves_the_old_index_answering(
     h = Harness(cfg, FakeEmbedder())
     try:
         h.sweep()
-        assert h.stores.bm25.layout == 2 and "Garden" in _found(h, "tomatoes")
+        assert bm25_layout(cfg.index_dir / "bm25") == 2 and "Garden" in _found(h, "tomatoes")
         assert not (cfg.index_dir / "bm25.next").exists()
         active = h.stores.problems.describe()["active"]
         assert any(p["area"] == "keyword_index" and "old index" in p["error"] for p in active)
