@@ -19,7 +19,12 @@ from tests.index_helpers import index_and_close, search
 _WAIT = 60.0  # a bound against a hang, never reached when the code works
 
 _LAYOUT_2 = {"sidecar_text_2": None, "sidecar_en_2": "english", "sidecar_de_2": "german"}
-_FIELDS_2 = {"title": "sidecar_text_2", "body": "sidecar_text_2", "body_en": "sidecar_en_2", "body_de": "sidecar_de_2"}
+_FIELDS_2 = {
+    "title": "sidecar_text_2",
+    "body": "sidecar_text_2",
+    "body_en": "sidecar_en_2",
+    "body_de": "sidecar_de_2",
+}
 
 
 @pytest.fixture
@@ -85,9 +90,15 @@ def _layout_2_index(cfg: Any) -> None:
         for doc_id, key, source, title, text in units:
             writer.add_document(
                 tantivy.Document(
-                    chunk_id=doc_id, key=key, source=source, agent="", title=title,
-                    body=text, body_en=text, body_de=german_fold(text),
-                )  # fmt: skip
+                    chunk_id=doc_id,
+                    key=key,
+                    source=source,
+                    agent="",
+                    title=title,
+                    body=text,
+                    body_en=text,
+                    body_de=german_fold(text),
+                )
             )
         writer.commit()
         writer.wait_merging_threads()
@@ -121,6 +132,16 @@ def held(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, thr
     release.set()
 
 
+def _health(h: Harness) -> dict[str, Any]:
+    from tests.in_process import InProcessServer
+
+    server = InProcessServer(h)
+    try:
+        return server.call("health")
+    finally:
+        server.close()
+
+
 def _start_sweep(h: Harness, stop: threading.Event | None = None) -> threading.Thread:
     thread = threading.Thread(target=h.indexer.sweep, kwargs={"stop": stop}, name="upgrade", daemon=True)
     thread.start()
@@ -134,7 +155,9 @@ def test_an_upgrade_refills_beside_the_old_index_which_answers_meanwhile(
     refilled beside it (it answered nothing until the refill ended); a note and a memory written
     meanwhile are found after the swap; then underscore emphasis is found by its word and a
     snake_case name as typed, and status says what happens while it runs."""
+    from sidecar.clients.cli_render import render_status
     from sidecar.stores.versions import bm25_layout
+    from tests.in_process import InProcessServer
 
     entered, release = held
     cfg = make_cfg(underscores)
@@ -150,7 +173,16 @@ def test_an_upgrade_refills_beside_the_old_index_which_answers_meanwhile(
         thread = _start_sweep(h)
         assert entered.wait(_WAIT)
         assert (cfg.index_dir / "bm25.next").is_dir() and h.stores.upgrading
-        # The old index answers, read with its own words (``_cargo`` is its word: not "cargo").
+        server = InProcessServer(h)
+        try:  # status says it; a search through the daemon's handlers answers from the old index
+            health = server.call("health")
+            assert health["index"]["keyword_upgrade"] is True
+            assert "keyword index: being rebuilt in the background" in render_status(health)
+            hits = server.call("search", {"query": "tomatoes"})["hits"]
+            assert any(hit["reference"].endswith("Garden") and hit["bm25Score"] for hit in hits)
+        finally:
+            server.close()
+        # The old index answers, read with its own words.
         assert "Garden" in _found(h, "tomatoes")
         assert "Code" in _found(h, "my_function")
         # Written during the refill: into the old index now, into the new one at the swap.
@@ -172,6 +204,7 @@ def test_an_upgrade_refills_beside_the_old_index_which_answers_meanwhile(
         assert "Mail" in _found(h, "anhänge")
         assert "Code" in _found(h, "my_function")
         assert h.stores.bm25.num_docs() == h.stores.manifest.indexed_chunk_count()
+        assert "keyword index: being rebuilt" not in render_status(_health(h))
     finally:
         release.set()
         h.close()

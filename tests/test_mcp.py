@@ -277,7 +277,9 @@ def test_memory_status_names_a_held_deletion() -> None:
     reason and command, as an offline one is (the shim looked for 'offline' only)."""
     from sidecar.clients.mcp_texts import status_of
 
-    why = "lost 9 of 10 indexed notes in one burst of deletions; (or `sidecar index --confirm-deletions vault`)"
+    why = (
+        "lost 9 of 10 indexed notes in one burst of deletions; (or `sidecar index --confirm-deletions vault`)"
+    )
     out = status_of({"roots": [{"name": "vault", "mode": "held", "path": "/v", "error": why}]}, "a")
     assert out["offlineRoots"][0]["mode"] == "held" and "--confirm-deletions vault" in out["message"]
     assert "vault deletions held" in out["message"]

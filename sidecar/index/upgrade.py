@@ -21,7 +21,7 @@ from sidecar.contracts.errors import StoreError
 from sidecar.index.repair import bm25_doc, fill_bm25
 from sidecar.index.vectoring import Stores
 from sidecar.stores.bm25 import Bm25Index
-from sidecar.stores.bm25_side import discard, side_folder, swap_in, swap_out
+from sidecar.stores.bm25_side import discard, drop_previous, side_folder, swap_in, swap_out
 from sidecar.stores.manifest import Manifest
 from sidecar.stores.versions import BM25_LAYOUT
 
@@ -62,6 +62,7 @@ def upgrade_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
             old.move(lambda: swap_out(index_dir))
             current = swap_in(index_dir)
             stores.bm25 = Bm25Index(current)
+        drop_previous(index_dir)
     except (StoreError, OSError) as exc:
         # A full disk, most likely: the old index answers on; the next start tries again.
         log.error("bm25_upgrade_failed error=%s (the old index answers; retried at the next start)", exc)

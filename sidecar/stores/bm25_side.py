@@ -61,12 +61,17 @@ def swap_out(index_dir: Path) -> Path:
 
 
 def swap_in(index_dir: Path) -> Path:
-    """The second rename: the new index to ``bm25``, then the old one removed."""
+    """The second rename: the new index to ``bm25`` (the old one is removed by ``drop_previous``
+    once nothing reads it)."""
     current = index_dir / "bm25"
     (index_dir / NEXT).rename(current)
     _sync(index_dir)
-    shutil.rmtree(index_dir / PREVIOUS, ignore_errors=True)
     return current
+
+
+def drop_previous(index_dir: Path) -> None:
+    """The old index removed after a swap (searches under way keep the files they have open)."""
+    shutil.rmtree(index_dir / PREVIOUS, ignore_errors=True)
 
 
 def _sync(folder: Path) -> None:
