@@ -351,3 +351,44 @@ def test_query_words_hold_underscores_only_inside() -> None:
     from sidecar.search.query import analyze
 
     assert analyze("_Cargo.toml_ __init__ my_function").words == ("Cargo", "toml", "init", "my_function")
+
+
+def test_a_rebuild_on_purpose_builds_layout_3_from_a_layout_2_index(make_cfg: Any, underscores: Path) -> None:
+    """`sidecar index --rebuild` (no daemon) over a layout-2 index builds this version's index
+    from the notes (the old one read until then), and the words in underscores are found."""
+    from sidecar.daemon.oneshot import index_once
+    from sidecar.stores.versions import bm25_layout
+
+    cfg = make_cfg(underscores)
+    expected = index_and_close(cfg)
+    _layout_2_index(cfg)
+    assert index_once(cfg, rebuild=True)["chunks"] == expected
+    assert bm25_layout(cfg.index_dir / "bm25") == 3
+    assert sorted(p.name for p in cfg.index_dir.iterdir() if p.name.startswith("bm25")) == ["bm25"]
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        assert "Rust" in _found(h, "cargo") and "Mail" in _found(h, "anhänge")
+    finally:
+        h.close()
+
+
+def test_the_read_only_open_reads_a_layout_2_index_as_it_is(make_cfg: Any, underscores: Path) -> None:
+    """On a full disk the daemon serves the index read-only: a layout-2 index is read with its own
+    analyzers (nothing refilled, nothing written), and the refill waits for a writable start."""
+    from sidecar.daemon.compose import build_read_only
+    from sidecar.model.embedder import EmbedderSlot
+    from tests.index_helpers import snapshot
+
+    cfg = make_cfg(underscores)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    before = snapshot(cfg.index_dir / "bm25")
+    parts = build_read_only(cfg, EmbedderSlot())
+    try:
+        assert parts.stores.bm25.layout == 2
+        assert parts.stores.bm25.search("tomatoes", 5)
+        assert parts.stores.bm25.search("my_function", 5)
+    finally:
+        parts.stores.close()
+    assert snapshot(cfg.index_dir / "bm25") == before
+    assert not (cfg.index_dir / "bm25.next").exists()
