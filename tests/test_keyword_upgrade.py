@@ -203,6 +203,8 @@ def test_an_upgrade_refills_beside_the_old_index_which_answers_meanwhile(
         assert "Rust" in _found(h, "cargo")
         assert "Mail" in _found(h, "anhänge")
         assert "Code" in _found(h, "my_function")
+        # The list of umlaut words reads them the same way: "Anhaenge" is read as "anhänge".
+        assert h.stores.bm25.umlaut_readings(["Anhaenge"]) == {"anhaenge": "anhänge"}
         assert h.stores.bm25.num_docs() == h.stores.manifest.indexed_chunk_count()
         assert "keyword index: being rebuilt" not in render_status(_health(h))
     finally:
