@@ -32,6 +32,7 @@ from levers import score
 from sidecar.search.query import analyze
 from sidecar.search.retrieval import bm25_text
 from sidecar.stores import bm25 as kw
+from sidecar.stores import bm25_text as kt
 from sidecar.stores.cjk import bigrams
 
 Chunk = tuple[str, str, str, str, str]  # chunk id, note key, title + aliases, heading path, text
@@ -73,9 +74,9 @@ def load_chunks(home: Path) -> list[Chunk]:
 
 def build(chunks: list[Chunk], layout: Layout, boosts: dict[str, float]) -> kw.Bm25Index:
     """A fresh index of ``chunks``: sidecar's analyzers and query code, this variant's fields."""
-    kw.FIELD_ANALYZER["headings"] = kw.ANALYZER  # the field the old layout had
-    kw.FIELD_BOOSTS.clear()
-    kw.FIELD_BOOSTS.update(boosts)
+    kt.FIELD_ANALYZER["headings"] = kt.ANALYZER  # the field the old layout had
+    kt.FIELD_BOOSTS.clear()
+    kt.FIELD_BOOSTS.update(boosts)
     index = kw.Bm25Index(Path(tempfile.mkdtemp()))
     writer = index._chunks.writer  # the chunk index alone: this script ranks by chunks
     for cid, key, title, heads, text in chunks:
@@ -84,9 +85,10 @@ def build(chunks: list[Chunk], layout: Layout, boosts: dict[str, float]) -> kw.B
         doc = {"title": bigrams(t), "headings": bigrams(h), "body": body, "body_en": body}
         writer.add_document(
             tantivy.Document(
-                chunk_id=cid, key=key, source="vault", agent="", body_de=kw.german_fold(body), **doc
+                chunk_id=cid, key=key, source="vault", agent="", body_de=kt.german_fold(body), **doc
             )
         )
+    index._chunks.dirty = True  # written past the index's own methods: committed all the same
     index.commit()
     return index
 

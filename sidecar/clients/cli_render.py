@@ -34,6 +34,7 @@ _PROBLEM_AREAS = {
     "vectors": "vector table",
     "embedder": "model",
     "keyword_search": "keyword search",
+    "keyword_index": "keyword index",
     "vector_search": "vector search",
     "memory_write": "memory writes",
     "memory_audit": "memory audit log",
@@ -112,6 +113,11 @@ def render_status(h: dict[str, Any]) -> str:
             "to run the installed one (systemctl --user restart sidecar, or stop and start `sidecar serve`)"
         )
     lines.append(_index_line(h))
+    if idx.get("keyword_upgrade"):
+        lines.append(
+            "  keyword index: being rebuilt in the background for this version's reading of words; "
+            "searches answer from the old index until it is swapped in"
+        )
     waiting = idx.get("waiting")
     if waiting:  # a read that has not answered for a second or more: what indexing waits for
         lines.append(

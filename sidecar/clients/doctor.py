@@ -711,7 +711,12 @@ def check_index(cfg: Config) -> Check:
     later = " (upgraded at the next start)" if schema < MANIFEST_SCHEMA else ""
     keywords = f"keyword index layout {layout}" if layout is not None else "no keyword index yet"
     if layout is not None and layout < BM25_LAYOUT:
-        keywords += " (rebuilt at the next start)"
+        # Layout 2 is refilled beside itself and answers meanwhile (``index.upgrade``).
+        keywords += (
+            " (rebuilt in the background at the next start; searches answer from it meanwhile)"
+            if layout == BM25_LAYOUT - 1
+            else " (rebuilt at the next start)"
+        )
     return Check("index", True, f"manifest schema {schema}{later}, {keywords}: this version reads them")
 
 

@@ -88,7 +88,7 @@ def build_read_only(cfg: Config, slot: EmbedderSlot, clock: SteadyClock | None =
     """The parts over the index as it is on disk, opened for reading only (its disk is full):
     nothing in the index folder is made, moved aside or written. StoreError when a store cannot
     be read that way (``Manifest._open_read_only``, a missing keyword index)."""
-    from sidecar.stores.bm25 import Bm25Index
+    from sidecar.stores.bm25 import open_bm25
     from sidecar.stores.manifest import Manifest
 
     clock = clock if clock is not None else SteadyClock(clock_path(cfg))
@@ -96,7 +96,7 @@ def build_read_only(cfg: Config, slot: EmbedderSlot, clock: SteadyClock | None =
     manifest = Manifest(cfg.index_dir / "manifest.sqlite", read_only=True)
     manifest.vector_cap = cfg.index.max_vector_chunks_per_note
     try:
-        bm25 = Bm25Index(cfg.index_dir / "bm25", read_only=True)
+        bm25 = open_bm25(cfg.index_dir / "bm25", read_only=True)  # an older layout's as it is
     except BaseException:
         manifest.close()
         raise

@@ -220,6 +220,9 @@ class Handlers:
                     if (lp := self.indexer.links.progress) is not None
                     else None
                 ),
+                # The keyword index being refilled in this version's layout beside the old one,
+                # which answers searches meanwhile (an upgrade's first start).
+                "keyword_upgrade": self.vectors.stores.upgrading,
                 "sweeps": act.sweeps,
                 # File changes waiting or being applied (``catchingUp`` of answers): done, total,
                 # and the notes counted in ``files`` that are gone or moved away and leave with them.

@@ -28,6 +28,7 @@ from sidecar.index.problems import Problems
 from sidecar.index.records import Drafted, Prepared, draft, finish
 from sidecar.index.repair import check_bm25, refill_new_bm25, remove_idle_inboxes
 from sidecar.index.summary import ActivitySummary
+from sidecar.index.upgrade import upgrade_bm25
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.index.writes import Writer
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
@@ -204,6 +205,7 @@ class Indexer:
         act.phase, act.done, act.total, act.started = "scanning", 0, 0, time.time()
         act.leaving = {}
         if not act.first_sweep_done:
+            upgrade_bm25(self.stores, stop)  # an older layout's index answers meanwhile
             refill_new_bm25(self.stores, stop)
         self.stores.bm25.close_idle()  # the inboxes a person's search kept open, once it is a while ago
         remove_idle_inboxes(self.stores, self.cfg.memory.index_idle_days)

@@ -53,7 +53,7 @@ def refill_inbox(stores: Stores, agent: str) -> None:
         fill_everyone(stores)
         return
     with stores.write_lock:
-        docs = [_doc(v) for v in stores.manifest.chunks_under(f"memory/{agent}/")]
+        docs = [bm25_doc(v) for v in stores.manifest.chunks_under(f"memory/{agent}/")]
         stores.bm25.refill_inbox(agent, docs)
 
 
@@ -63,7 +63,7 @@ def fill_everyone(stores: Stores) -> None:
     Memory is small beside the vault: seconds for thousands of notes."""
     started = time.monotonic()
     with stores.write_lock:
-        docs = [_doc(v) for v in stores.manifest.chunks_under("memory/")]
+        docs = [bm25_doc(v) for v in stores.manifest.chunks_under("memory/")]
         stores.bm25.refill_everyone(docs)
     seconds = time.monotonic() - started
     log.info("index_rebuilt store=bm25 part=memory-all chunks=%d seconds=%.2f", len(docs), seconds)
@@ -136,7 +136,7 @@ def learn_umlauts(stores: Stores) -> None:
     # Outside the write lock (a memory write waited for it, 1.8 s for 7,218 chunks on a loaded
     # machine): the list has its own lock, the manifest is read in one query, and a note written
     # meanwhile teaches the list its words itself.
-    stores.bm25.learn_umlauts(_doc(v) for v in stores.manifest.all_chunks())
+    stores.bm25.learn_umlauts(bm25_doc(v) for v in stores.manifest.all_chunks())
     log.info(
         "umlaut_words_learned words=%d seconds=%.2f", len(stores.bm25.umlauts), time.monotonic() - started
     )
@@ -172,7 +172,7 @@ def fill_bm25(index: Bm25Index, manifest: Manifest, stop: threading.Event | None
                 return
             index.add(docs)
             docs = []
-        docs.append(_doc(v))
+        docs.append(bm25_doc(v))
     if stop is not None and stop.is_set():
         index.rollback()
         return
@@ -180,7 +180,8 @@ def fill_bm25(index: Bm25Index, manifest: Manifest, stop: threading.Event | None
     index.commit()
 
 
-def _doc(v: ChunkView) -> Bm25Doc:
+def bm25_doc(v: ChunkView) -> Bm25Doc:
+    """A chunk's keyword document, from the manifest."""
     return Bm25Doc.of(
         v.chunk_id,
         v.key,

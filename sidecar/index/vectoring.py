@@ -83,6 +83,9 @@ class Stores:
     building: VectorSet | None = None
     write_lock: RLock = field(default_factory=RLock)
     problems: Problems = field(default_factory=Problems)
+    # The keyword index is being refilled in this version's layout beside the old one, which
+    # answers meanwhile (``index.upgrade``).
+    upgrading: bool = False
 
     @property
     def vectors(self) -> VectorStore | None:

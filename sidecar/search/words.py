@@ -26,10 +26,12 @@ def _mark_class() -> str:
     return "".join(f"\\U{a:08x}" if a == b else f"\\U{a:08x}-\\U{b:08x}" for a, b in runs)
 
 
-# A word as the keyword index reads one: word characters and the marks within them. It starts
-# with a word character: an emoji's variation selector or joiner alone ("☀️", "👨‍👩‍👧") is no word
-# (read as one, "have a nice day today ☀️" recalled the daily note).
-WORD = re.compile(rf"\w[\w{_mark_class()}]*")
+# A word as the keyword index reads one: letters, digits and the marks within them, underscores
+# only inside ("my_function"; "_Cargo.toml_" is "Cargo" and "toml", as the index's layout 3 reads
+# it). It starts with a letter or digit: an emoji's variation selector or joiner alone ("☀️",
+# "👨‍👩‍👧") is no word (read as one, "have a nice day today ☀️" recalled the daily note).
+_PART = rf"(?:[^\W_]|[{_mark_class()}])"
+WORD = re.compile(rf"[^\W_]{_PART}*(?:_+{_PART}+)*")
 
 
 def words_file(name: str) -> frozenset[str]:

@@ -16,7 +16,7 @@ import shutil
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import tantivy
@@ -45,17 +45,17 @@ from sidecar.stores.bm25_folder import (
 )
 from sidecar.stores.bm25_scoring import Scorer, Terms
 from sidecar.stores.bm25_text import (
-    ANALYZER_DE,
-    FIELD_ANALYZER,
+    READABLE_LAYOUTS,
     Bm25Doc,
     all_analyzers,
     build_schema,
+    field_analyzers,
     field_boosts,
     german_fold,
 )
 from sidecar.stores.cjk import bigrams
 from sidecar.stores.umlauts import UmlautWords
-from sidecar.stores.versions import LAYOUT_FILE, record_bm25_layout
+from sidecar.stores.versions import BM25_LAYOUT, LAYOUT_FILE, bm25_layout, record_bm25_layout
 
 log = logging.getLogger(__name__)
 
@@ -110,22 +110,30 @@ class Bm25Index:
     inbox (see ``_everyone_hits``).
     """
 
-    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False, layout: int = BM25_LAYOUT) -> None:
         self.path = path  # made by its parts' folders (with their guard)
-        check_layout(path)  # before anything is made or written in the folder
+        check_layout(path, layout)  # before anything is made or written in the folder
+        # An older layout's index is read with its own analyzers while an upgrade refills the
+        # index in a side folder (``index.upgrade``); writes reach it too, and are noted there.
+        self.layout = layout
         # Readers only (its disk is full): nothing is made, moved aside, removed or written.
         self.read_only = read_only
         if (path / "meta.json").exists():  # one index in the folder itself: before pages
             raise StoreOutdatedError(f"BM25 index {path} has no page index")
         if (path / "chunks").exists() and not (path / "memory").is_dir():
             raise StoreOutdatedError(f"BM25 index {path} holds memory beside the vault")
-        self.schema = build_schema()
-        self.analyzers = all_analyzers()
+        self.schema = build_schema(layout)
+        self.analyzers = all_analyzers(layout)
+        self._field_analyzer = field_analyzers(layout)
+        # Notes written since an upgrade's refill began (``changes_since``), None when none runs;
+        # ``_all_changed``: every document was dropped meanwhile (a rebuild).
+        self._changed: set[str] | None = None
+        self._all_changed = False
         self._lock = threading.Lock()  # writes, commits, and closing an inbox
         self._inbox_lock = threading.RLock()  # the table of open inboxes
         self._closed = False
-        self._chunks = Folder(path / "chunks", self.schema, read_only=read_only)
-        self._pages = Folder(path / "pages", self.schema, read_only=read_only)
+        self._chunks = Folder(path / "chunks", self.schema, read_only=read_only, layout=layout)
+        self._pages = Folder(path / "pages", self.schema, read_only=read_only, layout=layout)
         self._open: OrderedDict[str, Pair] = OrderedDict()  # least recently used first
         self._emptied: set[str] = set()  # agents whose documents ``delete_all`` dropped (uncommitted)
         self._touched: set[str] = set()  # agents whose inbox was written since the last commit
@@ -159,7 +167,7 @@ class Bm25Index:
         self._open_everyone()
         if not read_only and not (path / LAYOUT_FILE).is_file():
             try:
-                record_bm25_layout(path)
+                record_bm25_layout(path, layout)
             except OSError as exc:  # a full disk: the layout is read from the analyzers meanwhile
                 log.warning("bm25_layout_not_recorded path=%s error=%s", path, exc.strerror or exc)
 
@@ -193,9 +201,12 @@ class Bm25Index:
             self._mark_filled()
 
     def _everyone_pair(self) -> Pair:
-        base, ro = self.path / _EVERYONE_DIR, self.read_only
-        return Folder(base / "chunks", self.schema, lazy=True, read_only=ro), Folder(
-            base / "pages", self.schema, lazy=True, read_only=ro
+        return self._pair(self.path / _EVERYONE_DIR)
+
+    def _pair(self, base: Path) -> Pair:
+        ro, layout = self.read_only, self.layout
+        return Folder(base / "chunks", self.schema, lazy=True, read_only=ro, layout=layout), Folder(
+            base / "pages", self.schema, lazy=True, read_only=ro, layout=layout
         )
 
     def _everyone_aside(self, exc: BaseException) -> None:
@@ -338,11 +349,7 @@ class Bm25Index:
         return pair
 
     def _open_pair(self, agent: str) -> Pair:
-        base = self.path / "memory" / agent
-        ro = self.read_only
-        return Folder(base / "chunks", self.schema, lazy=True, read_only=ro), Folder(
-            base / "pages", self.schema, lazy=True, read_only=ro
-        )
+        return self._pair(self.path / "memory" / agent)
 
     def _move_aside(self, agent: str, exc: BaseException) -> None:
         """A damaged inbox index moved into the index folder (where status names it and a month
@@ -467,9 +474,9 @@ class Bm25Index:
 
     def analyze(self, text: str, field: str = "body") -> list[str]:
         """Terms of ``text`` as the field indexes them (CJK runs as bigrams, see ``stores.cjk``)."""
-        name = FIELD_ANALYZER[field]
+        name = self._field_analyzer[field]
         text = bigrams(text)
-        return list(self.analyzers[name].analyze(german_fold(text) if name == ANALYZER_DE else text))
+        return list(self.analyzers[name].analyze(german_fold(text) if field == "body_de" else text))
 
     def add(self, docs: Iterable[Bm25Doc]) -> None:
         """Chunks, grouped by note: each note's chunks also make its page (all of a note's chunks
@@ -477,8 +484,27 @@ class Bm25Index:
         notes: dict[str, list[Bm25Doc]] = {}
         for d in docs:
             notes.setdefault(d.key, []).append(d)
+        self._note_changes(notes)
         self._learn(d for chunks in notes.values() for d in chunks)
         self._add(notes)
+
+    def changes_since(self, on: bool = True) -> None:
+        """From now on, note the keys of the notes written or deleted (an upgrade's refill began:
+        what changes meanwhile is written into the new index from the manifest before the swap);
+        ``on`` False: no more (the refill was given up)."""
+        with self._lock:
+            self._changed, self._all_changed = (set() if on else None), False
+
+    def changes(self) -> tuple[set[str], bool]:
+        """The keys written or deleted since ``changes_since``, and whether every document was
+        dropped meanwhile (a rebuild); called with the stores' write lock held, nothing more
+        comes until it is released."""
+        with self._lock:
+            return set(self._changed or ()), self._all_changed
+
+    def _note_changes(self, keys: Iterable[str]) -> None:
+        if self._changed is not None:
+            self._changed.update(keys)
 
     def _add(self, notes: dict[str, list[Bm25Doc]], *, everyone: bool = True) -> None:
         with self._lock, self._writing("write"):
@@ -502,6 +528,7 @@ class Bm25Index:
         ``stale``: the note's other chunk ids in the index, removed. Without ``held`` every chunk
         of the note is replaced."""
         self._learn(d for d in docs if d.chunk_id not in held)
+        self._note_changes((key,))
         with self._lock, self._writing("write"):
             owner = memory_agent(key)
             if owner is not None:
@@ -581,6 +608,7 @@ class Bm25Index:
         )
 
     def delete_key(self, key: str) -> None:
+        self._note_changes((key,))
         with self._lock, self._writing("delete"):
             for pair in self._targets(key, new=False):
                 for folder in pair:
@@ -591,6 +619,7 @@ class Bm25Index:
         """Every document dropped (at the commit). An inbox is emptied when it is written again
         or removed at the commit: no writer is opened for each agent's."""
         with self._lock, self._writing("delete"):
+            self._all_changed = self._changed is not None
             for folder in (self._chunks, self._pages, *(self._everyone or ())):
                 folder.writer.delete_all_documents()
                 folder.dirty = True
@@ -1264,6 +1293,14 @@ class Bm25Index:
                 total += boosts[f] * math.log(1.0 + (n - df + 0.5) / (df + 0.5))
         return total
 
+    def move(self, rename: Callable[[], Path]) -> None:
+        """Its folder renamed by ``rename`` (returning the new path: an upgrade's swap, this index
+        closed and the stores' write lock held): an inbox a search opens from now on is opened
+        there, never in the new index that takes the old name (read with this layout's
+        analyzers, its fields would not match, and it would be moved aside as damaged)."""
+        with self._inbox_lock:
+            self.path = rename()
+
     def close(self) -> None:
         """Wait for background merges and release the writer locks; safe to call twice."""
         with self._lock:
@@ -1272,3 +1309,13 @@ class Bm25Index:
             self._closed = True
             for folder in self._folders():
                 folder.close()
+
+
+def open_bm25(path: Path, *, read_only: bool = False) -> Bm25Index:
+    """The keyword index in ``path``: one of an older layout this version still reads is opened
+    in it (it answers while an upgrade refills it beside, ``index.upgrade``); any other in this
+    version's (an older one it cannot read raises StoreOutdatedError: replaced)."""
+    layout = bm25_layout(path)
+    if layout is not None and layout < BM25_LAYOUT and layout in READABLE_LAYOUTS:
+        return Bm25Index(path, read_only=read_only, layout=layout)
+    return Bm25Index(path, read_only=read_only)

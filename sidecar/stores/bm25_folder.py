@@ -90,9 +90,16 @@ class Folder:
     writers held 107 MB and 336 threads)."""
 
     def __init__(
-        self, path: Path, schema: tantivy.Schema, *, lazy: bool = False, read_only: bool = False
+        self,
+        path: Path,
+        schema: tantivy.Schema,
+        *,
+        lazy: bool = False,
+        read_only: bool = False,
+        layout: int = BM25_LAYOUT,
     ) -> None:
         self.path = path
+        self.layout = layout  # whose analyzers read it (an older one's while an upgrade refills)
         self.read_only = read_only  # readers only, nothing made (its disk is full): never a writer
         if read_only and not (path / "meta.json").is_file():
             raise StoreError(f"BM25 index {path} does not exist (nothing is made while read-only)")
@@ -127,7 +134,7 @@ class Folder:
 
     def _open(self) -> tuple[tantivy.Index, tantivy.IndexWriter | None, tantivy.Searcher]:
         index = tantivy.Index(self.schema, path=str(self.path), reuse=True)
-        for name, analyzer in all_analyzers().items():
+        for name, analyzer in all_analyzers(self.layout).items():
             index.register_tokenizer(name, analyzer)
         writer = None if self.lazy else index.writer(heap_size=_WRITER_HEAP, num_threads=1)
         index.reload()
@@ -376,17 +383,21 @@ def subfolders(folder: Path) -> list[Path]:
         return []
 
 
-def check_layout(path: Path) -> None:
+def check_layout(path: Path, layout: int = BM25_LAYOUT) -> None:
     """A keyword index of a newer layout (written by a newer sidecar: a downgrade) is refused, not
     replaced: the newer version finds it again after a re-upgrade (it was taken for an older one
-    by its fields, deleted and rebuilt). One of an older layout is replaced (derived data)."""
-    layout = bm25_layout(path)
-    if layout is None or layout == BM25_LAYOUT:
+    by its fields, deleted and rebuilt). One of an older layout than ``layout`` is outdated: read
+    while it is refilled in a side folder (``index.upgrade``), or replaced when this version
+    cannot read it at all (derived data)."""
+    found = bm25_layout(path)
+    if found is None or found == layout:
         return
-    if layout < BM25_LAYOUT:
-        raise StoreOutdatedError(f"BM25 index {path} has layout {layout}, this version writes {BM25_LAYOUT}")
+    if found < layout:
+        raise StoreOutdatedError(f"BM25 index {path} has layout {found}, this version writes {layout}")
+    if found <= BM25_LAYOUT:  # asked to read it as an older layout: none of ours
+        raise StoreOutdatedError(f"BM25 index {path} has layout {found}, not {layout}")
     raise StoreNewerError(
-        f"the keyword index {path} was written by a newer sidecar (layout {layout}; this version "
+        f"the keyword index {path} was written by a newer sidecar (layout {found}; this version "
         f"reads up to {BM25_LAYOUT}): sidecar was downgraded? Nothing was deleted. Start the newer "
         "version again, or run `sidecar index --rebuild` on purpose to have this version build a "
         "new index from the notes"

@@ -11,11 +11,20 @@ from dataclasses import dataclass
 import tantivy
 
 # The names are part of the index's schema: text prepared differently (CJK bigrams since 0.4, the
-# file name in the title field since chunker 6) gets new names, so an index written the old way no
-# longer opens and is refilled from the manifest.
-ANALYZER = "sidecar_text_2"
-ANALYZER_EN = "sidecar_en_2"
-ANALYZER_DE = "sidecar_de_2"
+# file name in the title field since chunker 6, the word of layout 3) gets new names, so an index
+# written the old way no longer opens with the new ones. Layout 3's word holds letters and digits
+# with underscores only inside: Markdown's underscore emphasis ("_Cargo.toml_", "__Anhänge__")
+# made "_cargo", "toml_" and "__anhänge__" of layout 2's ``\w+``, words no query meets
+# (thousands in a vault); "my_function" stays one word.
+ANALYZER = "sidecar_text_3"
+ANALYZER_EN = "sidecar_en_3"
+ANALYZER_DE = "sidecar_de_3"
+WORD_PATTERN = r"[^\W_]+(?:_+[^\W_]+)*"
+# Layout 2, read while an upgrade refills the index into a side folder (``index.upgrade``): its
+# searches answer from the old index, whose words only its own analyzers read. Can go once no
+# install holds a layout-2 index (then an index of layout 2 is replaced at the start, as layout 1 is).
+_LAYOUT_2 = {"sidecar_text_2": None, "sidecar_en_2": "english", "sidecar_de_2": "german"}
+_LAYOUT_2_PATTERN = r"[\w]+"
 # A chunk's heading path is part of its body: a heading word is one more occurrence, saturating
 # with the body's own (BM25F's idea). Scored as a field of its own, a short heading path got a
 # high idf and nearly no length penalty, and a generic word there outweighed the body (keyword arm
@@ -52,10 +61,10 @@ def german_fold(text: str) -> str:
     return _DIGRAPH.sub(r"\1", text)
 
 
-def text_analyzer(stem: str | None = None) -> tantivy.TextAnalyzer:
+def text_analyzer(stem: str | None = None, pattern: str = WORD_PATTERN) -> tantivy.TextAnalyzer:
     """Unicode words, lowercased, accents folded (Straße -> strasse), optionally stemmed."""
     builder = (
-        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(r"[\w]+"))
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(pattern))
         .filter(tantivy.Filter.remove_long(64))
         .filter(tantivy.Filter.lowercase())
         .filter(tantivy.Filter.ascii_fold())
@@ -66,17 +75,27 @@ def text_analyzer(stem: str | None = None) -> tantivy.TextAnalyzer:
 
 
 _ANALYZERS = {ANALYZER: None, ANALYZER_EN: "english", ANALYZER_DE: "german"}
+READABLE_LAYOUTS = (2, 3)  # the layouts this version opens: 3 its own, 2 until the upgrade's swap
 
 
 @functools.cache
-def all_analyzers() -> dict[str, tantivy.TextAnalyzer]:
-    """The three analyzers, built once: every index registers the same ones (each index copies
-    them), and building them took a third of opening an inbox's index, which a person's search
-    over hundreds of inboxes did hundreds of times."""
+def all_analyzers(layout: int = 3) -> dict[str, tantivy.TextAnalyzer]:
+    """The three analyzers of ``layout``, built once: every index registers the same ones (each
+    index copies them), and building them took a third of opening an inbox's index, which a
+    person's search over hundreds of inboxes did hundreds of times."""
+    if layout == 2:
+        return {name: text_analyzer(stem, _LAYOUT_2_PATTERN) for name, stem in _LAYOUT_2.items()}
     return {name: text_analyzer(stem) for name, stem in _ANALYZERS.items()}
 
 
-def build_schema() -> tantivy.Schema:
+def field_analyzers(layout: int = 3) -> dict[str, str]:
+    """Each text field's analyzer name in ``layout``."""
+    if layout == 2:
+        return {f: name.replace("_3", "_2") for f, name in FIELD_ANALYZER.items()}
+    return dict(FIELD_ANALYZER)
+
+
+def build_schema(layout: int = 3) -> tantivy.Schema:
     # Only term queries are ever run: no positions (the .pos files were a fifth of the index and
     # their pages stayed mapped); the filter fields need neither positions nor frequencies.
     sb = tantivy.SchemaBuilder()
@@ -84,8 +103,9 @@ def build_schema() -> tantivy.Schema:
     sb.add_text_field("key", stored=False, tokenizer_name="raw", index_option="basic")
     sb.add_text_field("source", stored=False, tokenizer_name="raw", index_option="basic")
     sb.add_text_field("agent", stored=False, tokenizer_name="raw", index_option="basic")
+    analyzers = field_analyzers(layout)
     for name in FIELD_BOOSTS:
-        sb.add_text_field(name, stored=False, tokenizer_name=FIELD_ANALYZER[name], index_option="freq")
+        sb.add_text_field(name, stored=False, tokenizer_name=analyzers[name], index_option="freq")
     return sb.build()
 
 

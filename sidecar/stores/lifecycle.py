@@ -25,8 +25,9 @@ from typing import Any, Protocol
 from sidecar.config import Config
 from sidecar.contracts.errors import DiskFullError, StoreError, StoreNewerError, StoreOutdatedError
 from sidecar.stores.aside import aside_name, remove_old_moved_aside
-from sidecar.stores.bm25 import Bm25Index
+from sidecar.stores.bm25 import Bm25Index, open_bm25
 from sidecar.stores.bm25_folder import check_layout
+from sidecar.stores.bm25_side import settle
 from sidecar.stores.manifest import Manifest
 from sidecar.stores.space import disk_full_at
 from sidecar.stores.vectors import VectorStore, table_name
@@ -47,12 +48,13 @@ def open_stores(cfg: Config, problems: Notes, *, replace_newer: bool = False) ->
     index_dir = cfg.index_dir
     index_dir.mkdir(parents=True, exist_ok=True)
     remove_old_moved_aside(index_dir)
+    settle(index_dir)  # an upgrade's refill or swap cut short: the old index or the new one
     if not replace_newer:
-        with contextlib.suppress(StoreOutdatedError):  # replaced when it is opened
+        with contextlib.suppress(StoreOutdatedError):  # refilled beside it, or replaced
             check_layout(index_dir / "bm25")  # refused before the manifest's open writes anything
     manifest = _open_or_reset(index_dir / "manifest.sqlite", Manifest, cfg, problems, replace_newer)
     try:
-        bm25 = _open_or_reset(index_dir / "bm25", Bm25Index, cfg, problems, replace_newer)
+        bm25 = _open_or_reset(index_dir / "bm25", open_bm25, cfg, problems, replace_newer)
     except BaseException:
         manifest.close()  # no write-ahead log left behind by a refused or failed start
         raise

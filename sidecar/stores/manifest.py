@@ -910,6 +910,10 @@ class Manifest(VectorBook):
         where, args = _under(prefix, "c.key")
         yield from self._views(f"f.state = 'indexed' AND {where}", args)
 
+    def indexed_chunks_of(self, key: str) -> list[ChunkView]:
+        """The chunks of note ``key`` if it is indexed (none while it is being written or deleted)."""
+        return list(self._views("f.state = 'indexed' AND c.key = ?", (key,)))
+
     def chunks_of(self, key: str) -> list[ChunkView]:
         return list(self._views("c.key = ?", (key,)))
 

@@ -38,7 +38,9 @@ def transcribed(word: str) -> str:
 
 def umlaut_words(text: str) -> set[str]:
     """The words of ``text`` written with an umlaut or ß, lowercased."""
-    return {w.lower() for w in _HAS_UMLAUT.findall(text)} if _has_any(text) else set()
+    # Its underscores at the edges are none of the word's, as the keyword index reads it
+    # ("__Anhänge__" is "anhänge"); those inside are ("my_größe").
+    return {w.strip("_").lower() for w in _HAS_UMLAUT.findall(text)} if _has_any(text) else set()
 
 
 def _has_any(text: str) -> bool:

@@ -23,8 +23,10 @@ log = logging.getLogger(__name__)
 MANIFEST_SCHEMA = 4
 # The keyword index's layout: its fields, their analyzers and its folders. A change that an index
 # written before cannot serve raises it (and the analyzers get new names when text is prepared
-# differently). 2: chunks, pages and memory/<agent> folders, analyzers ``sidecar_*_2``.
-BM25_LAYOUT = 2
+# differently). 2: chunks, pages and memory/<agent> folders, analyzers ``sidecar_*_2``. 3: a word
+# holds underscores only inside (``sidecar_*_3``); a layout-2 index answers while layout 3 is
+# refilled beside it (``index.upgrade``).
+BM25_LAYOUT = 3
 LAYOUT_FILE = "layout.json"
 FIRST_RECORDED_LAYOUT = 2  # the layout that came with the file: none lower was ever recorded
 _ANALYZER_GENERATION = re.compile(r"^sidecar_[a-z]+_(\d+)$")
@@ -85,13 +87,13 @@ def _recorded_layout(folder: Path) -> int | None:
     return None
 
 
-def record_bm25_layout(folder: Path) -> None:
-    """Write this version's layout into ``folder`` (through a temporary file: never half a file).
-    Raises OSError (a full disk): the caller decides whether it matters."""
+def record_bm25_layout(folder: Path, layout: int = BM25_LAYOUT) -> None:
+    """Write ``layout`` (this version's) into ``folder`` (through a temporary file: never half a
+    file). Raises OSError (a full disk): the caller decides whether it matters."""
     target = folder / LAYOUT_FILE
     temp = folder / f".{LAYOUT_FILE}.tmp"
     try:
-        temp.write_text(json.dumps({"layout": BM25_LAYOUT}) + "\n", encoding="utf-8")
+        temp.write_text(json.dumps({"layout": layout}) + "\n", encoding="utf-8")
         os.replace(temp, target)
     except OSError:
         # A full disk leaves an empty or partial temporary file: not left in the index folder.

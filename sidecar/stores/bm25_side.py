@@ -1,0 +1,84 @@
+"""A keyword index refilled beside the one that answers (an upgrade to a new layout), and its swap.
+
+The new index is filled in ``bm25.next``; the swap renames ``bm25`` to ``bm25.previous``, then
+``bm25.next`` to ``bm25``, then removes ``bm25.previous``. The first rename is made only once the
+new index holds everything, so ``settle`` at the next start finishes a swap a kill cut short
+(``bm25`` missing beside ``bm25.previous``: the new one goes in) or undoes a refill cut short
+(``bm25`` there: the half-made ``bm25.next`` is removed): either the old index or the new one,
+never a mix. Imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+NEXT = "bm25.next"
+PREVIOUS = "bm25.previous"
+
+
+def settle(index_dir: Path) -> None:
+    """A swap or refill cut short (a kill, a crash, a full disk) put right, before the keyword
+    index is opened: a swap is finished, a half-made side folder removed."""
+    current, side, previous = index_dir / "bm25", index_dir / NEXT, index_dir / PREVIOUS
+    if not current.exists() and previous.is_dir():
+        if side.is_dir():  # cut between the two renames: the new index is whole
+            side.rename(current)
+            log.info("bm25_upgrade_swap_finished path=%s", current)
+        else:
+            previous.rename(current)
+            log.warning("bm25_upgrade_swap_undone path=%s (no new index beside it)", current)
+        _sync(index_dir)
+    for leftover in (side, previous):
+        if leftover.exists():
+            shutil.rmtree(leftover, ignore_errors=True)
+            log.info("bm25_upgrade_leftover_removed path=%s", leftover)
+
+
+def side_folder(index_dir: Path) -> Path:
+    """The empty side folder a new keyword index is filled in (a leftover removed first)."""
+    side = index_dir / NEXT
+    if side.exists():
+        shutil.rmtree(side)
+    return side
+
+
+def discard(index_dir: Path) -> None:
+    """A refill given up (a stop, a full disk): its side folder removed."""
+    shutil.rmtree(index_dir / NEXT, ignore_errors=True)
+
+
+def swap_out(index_dir: Path) -> Path:
+    """The first rename of the swap: the old index to ``bm25.previous`` (the new one is whole)."""
+    previous = index_dir / PREVIOUS
+    (index_dir / "bm25").rename(previous)
+    return previous
+
+
+def swap_in(index_dir: Path) -> Path:
+    """The second rename: the new index to ``bm25`` (the old one is removed by ``drop_previous``
+    once nothing reads it)."""
+    current = index_dir / "bm25"
+    (index_dir / NEXT).rename(current)
+    _sync(index_dir)
+    return current
+
+
+def drop_previous(index_dir: Path) -> None:
+    """The old index removed after a swap (searches under way keep the files they have open)."""
+    shutil.rmtree(index_dir / PREVIOUS, ignore_errors=True)
+
+
+def _sync(folder: Path) -> None:
+    """The renames in ``folder`` made durable (a power cut after the swap keeps it)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

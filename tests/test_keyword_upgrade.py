@@ -1,0 +1,396 @@
+"""A keyword index of the layout before this one (2: a word is ``\\w+``, underscores at its edges
+kept) is refilled in this version's layout beside it while it answers, then swapped in; a kill
+or a stop leaves one index whole. Layout 3's word holds underscores only inside."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import FakeEmbedder, Harness, write
+from tests.index_helpers import index_and_close, search
+
+_WAIT = 60.0  # a bound against a hang, never reached when the code works
+
+_LAYOUT_2 = {"sidecar_text_2": None, "sidecar_en_2": "english", "sidecar_de_2": "german"}
+_FIELDS_2 = {
+    "title": "sidecar_text_2",
+    "body": "sidecar_text_2",
+    "body_en": "sidecar_en_2",
+    "body_de": "sidecar_de_2",
+}
+
+
+@pytest.fixture
+def underscores(tmp_path: Path) -> Path:
+    """A vault whose words sit in Markdown's underscore emphasis, and a snake_case name."""
+    v = tmp_path / "vault"
+    write(v / "Rust.md", "# Rust\n\nThe crate's manifest is _Cargo.toml_ in the project folder.\n")
+    write(v / "Mail.md", "# Mail\n\nDie Rechnung liegt in den __Anhänge__ der Mail vom Montag.\n")
+    write(v / "Code.md", "# Code\n\nThe helper my_function parses the request body.\n")
+    write(v / "Garden.md", "# Garden\n\nTomatoes need sun and water every day.\n")
+    return v
+
+
+def _analyzer(stem: str | None) -> Any:
+    import tantivy
+
+    builder = (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(r"[\w]+"))
+        .filter(tantivy.Filter.remove_long(64))
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.ascii_fold())
+    )
+    return (builder.filter(tantivy.Filter.stemmer(stem)) if stem else builder).build()
+
+
+def _layout_2_index(cfg: Any) -> None:
+    """The kept keyword index written anew as layout 2 wrote it (its analyzers' names and word,
+    its layout file), from the manifest's chunks (the vault's: no memory yet)."""
+    import sqlite3
+
+    import tantivy
+
+    from sidecar.stores.bm25_text import german_fold
+
+    bm25 = cfg.index_dir / "bm25"
+    shutil.rmtree(bm25)
+    sb = tantivy.SchemaBuilder()
+    sb.add_text_field("chunk_id", stored=True, tokenizer_name="raw", index_option="basic")
+    for name in ("key", "source", "agent"):
+        sb.add_text_field(name, stored=False, tokenizer_name="raw", index_option="basic")
+    for name, analyzer in _FIELDS_2.items():
+        sb.add_text_field(name, stored=False, tokenizer_name=analyzer, index_option="freq")
+    schema = sb.build()
+    db = sqlite3.connect(cfg.index_dir / "manifest.sqlite")
+    rows = db.execute(
+        "SELECT c.chunk_id, c.key, f.source, f.title, c.text FROM chunks c JOIN files f USING (key) "
+        "WHERE f.state = 'indexed' ORDER BY c.key, c.ord"
+    ).fetchall()
+    db.close()
+    assert rows and not any(r[2] == "memory" for r in rows)
+    pages: dict[str, list[Any]] = {}
+    for row in rows:
+        pages.setdefault(row[1], []).append(row)
+    for part in ("chunks", "pages"):
+        (bm25 / part).mkdir(parents=True)
+        index = tantivy.Index(schema, path=str(bm25 / part), reuse=True)
+        for name, stem in _LAYOUT_2.items():
+            index.register_tokenizer(name, _analyzer(stem))
+        writer = index.writer(heap_size=15_000_000, num_threads=1)
+        units = [(r[0], r[1], r[2], r[3], r[4]) for r in rows] if part == "chunks" else [
+            (key, key, rs[0][2], rs[0][3], "\n".join(r[4] for r in rs)) for key, rs in pages.items()
+        ]  # fmt: skip
+        for doc_id, key, source, title, text in units:
+            writer.add_document(
+                tantivy.Document(
+                    chunk_id=doc_id,
+                    key=key,
+                    source=source,
+                    agent="",
+                    title=title,
+                    body=text,
+                    body_en=text,
+                    body_de=german_fold(text),
+                )
+            )
+        writer.commit()
+        writer.wait_merging_threads()
+    (bm25 / "memory").mkdir()
+    (bm25 / "layout.json").write_text('{"layout": 2}\n')
+
+
+def _found(h: Harness, query: str) -> set[str]:
+    """The notes the keyword arm finds for ``query`` (file names)."""
+    hits = search(h, query, sources=["vault", "memory"])
+    return {hit["reference"].rsplit("/", 1)[-1] for hit in hits if hit["bm25Score"]}
+
+
+@pytest.fixture
+def held(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, threading.Event]]:
+    """(entered, release): the upgrade's read of the manifest waits for ``release`` once it has
+    set ``entered`` (the refill held half-way, so that what happens meanwhile can be seen)."""
+    from sidecar.stores.manifest import Manifest
+
+    entered, release = threading.Event(), threading.Event()
+    real = Manifest.all_chunks
+
+    def all_chunks(self: Any) -> Iterator[Any]:
+        if threading.current_thread().name == "upgrade" and not release.is_set():
+            entered.set()
+            assert release.wait(_WAIT)
+        yield from real(self)
+
+    monkeypatch.setattr(Manifest, "all_chunks", all_chunks)
+    yield entered, release
+    release.set()
+
+
+def _health(h: Harness) -> dict[str, Any]:
+    from tests.in_process import InProcessServer
+
+    server = InProcessServer(h)
+    try:
+        return server.call("health")
+    finally:
+        server.close()
+
+
+def _start_sweep(h: Harness, stop: threading.Event | None = None) -> threading.Thread:
+    thread = threading.Thread(target=h.indexer.sweep, kwargs={"stop": stop}, name="upgrade", daemon=True)
+    thread.start()
+    return thread
+
+
+def test_an_upgrade_refills_beside_the_old_index_which_answers_meanwhile(
+    make_cfg: Any, underscores: Path, held: tuple[threading.Event, threading.Event]
+) -> None:
+    """At the first start after the upgrade the layout-2 index answers searches while layout 3 is
+    refilled beside it (it answered nothing until the refill ended); a note and a memory written
+    meanwhile are found after the swap; then underscore emphasis is found by its word and a
+    snake_case name as typed, and status says what happens while it runs."""
+    from sidecar.clients.cli_render import render_status
+    from sidecar.stores.versions import bm25_layout
+    from tests.in_process import InProcessServer
+
+    entered, release = held
+    cfg = make_cfg(underscores)
+    write(cfg.agents_dir / "alpha/memory/start.md", "# Start\n\nThe first memory of alpha.\n")
+    index_and_close(cfg)
+    shutil.rmtree(cfg.agents_dir / "alpha")  # the layout-2 index is made of the vault alone
+    h0 = Harness(cfg, FakeEmbedder())
+    h0.sweep()
+    h0.close()
+    _layout_2_index(cfg)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        thread = _start_sweep(h)
+        assert entered.wait(_WAIT)
+        assert (cfg.index_dir / "bm25.next").is_dir() and h.stores.upgrading
+        server = InProcessServer(h)
+        try:  # status says it; a search through the daemon's handlers answers from the old index
+            health = server.call("health")
+            assert health["index"]["keyword_upgrade"] is True
+            assert "keyword index: being rebuilt in the background" in render_status(health)
+            hits = server.call("search", {"query": "tomatoes"})["hits"]
+            assert any(hit["reference"].endswith("Garden") and hit["bm25Score"] for hit in hits)
+        finally:
+            server.close()
+        # The old index answers, read with its own words.
+        assert "Garden" in _found(h, "tomatoes")
+        assert "Code" in _found(h, "my_function")
+        # Written during the refill: into the old index now, into the new one at the swap.
+        write(underscores / "Boat.md", "# Boat\n\nThe outboard engine needs new spark plugs.\n")
+        vault_root = next(r for r in h.indexer.changes.roots() if r.name == "vault")
+        h.indexer.index_now(vault_root, underscores / "Boat.md")
+        (underscores / "Garden.md").unlink()
+        h.indexer.delete(["vault/Garden"])
+        assert "Boat" in _found(h, "outboard") and "Garden" not in _found(h, "tomatoes")
+        release.set()
+        thread.join(_WAIT)
+        assert not thread.is_alive()
+        assert not h.stores.upgrading
+        assert bm25_layout(cfg.index_dir / "bm25") == 3
+        assert sorted(p.name for p in cfg.index_dir.iterdir() if p.name.startswith("bm25")) == ["bm25"]
+        assert "Boat" in _found(h, "outboard")
+        assert "Garden" not in _found(h, "tomatoes")
+        assert "Rust" in _found(h, "cargo")
+        assert "Mail" in _found(h, "anhänge")
+        assert "Code" in _found(h, "my_function")
+        # The list of umlaut words reads them the same way: "Anhaenge" is read as "anhänge".
+        assert h.stores.bm25.umlaut_readings(["Anhaenge"]) == {"anhaenge": "anhänge"}
+        assert h.stores.bm25.num_docs() == h.stores.manifest.indexed_chunk_count()
+        assert "keyword index: being rebuilt" not in render_status(_health(h))
+    finally:
+        release.set()
+        h.close()
+
+
+def test_memory_written_during_the_refill_is_in_the_new_index(
+    make_cfg: Any, underscores: Path, held: tuple[threading.Event, threading.Event]
+) -> None:
+    """A memory note written while the refill runs is not held for it, is found at once, and is
+    in the index swapped in (its agent's own index and the one of all memory)."""
+    from sidecar.stores.versions import bm25_layout
+
+    entered, release = held
+    cfg = make_cfg(underscores)
+    (cfg.agents_dir / "alpha" / "memory").mkdir(parents=True)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        thread = _start_sweep(h)
+        assert entered.wait(_WAIT)
+        path = cfg.agents_dir / "alpha/memory/kayak.md"
+        write(path, "# Kayak\n\nThe _kayak_ trip to the lake with alpha.\n")
+        root = next(r for r in h.indexer.changes.roots() if r.name == "memory/alpha")
+        h.indexer.index_now(root, path)  # returns while the refill is held: no wait for it
+        assert "kayak" in _found(h, "lake")
+        release.set()
+        thread.join(_WAIT)
+        assert not thread.is_alive() and bm25_layout(cfg.index_dir / "bm25") == 3
+        assert "kayak" in _found(h, "kayak")  # the new word: "_kayak_" was "_kayak_"
+        scoped = search(h, "kayak", agent="alpha", sources=["memory"])
+        assert [hit["reference"].rsplit("/", 1)[-1] for hit in scoped if hit["bm25Score"]] == ["kayak"]
+    finally:
+        release.set()
+        h.close()
+
+
+def test_a_stopped_refill_leaves_the_old_index_and_the_next_start_finishes(
+    make_cfg: Any, underscores: Path, held: tuple[threading.Event, threading.Event]
+) -> None:
+    """A stop during the refill (the daemon told to stop) leaves the old index whole and answering,
+    and the side folder removed; the next start refills and swaps."""
+    from sidecar.stores.versions import bm25_layout
+
+    entered, release = held
+    cfg = make_cfg(underscores)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    h = Harness(cfg, FakeEmbedder())
+    stop = threading.Event()
+    try:
+        thread = _start_sweep(h, stop)
+        assert entered.wait(_WAIT)
+        stop.set()
+        release.set()
+        thread.join(_WAIT)
+        assert not thread.is_alive()
+        assert bm25_layout(cfg.index_dir / "bm25") == 2 and "Garden" in _found(h, "tomatoes")
+        assert not (cfg.index_dir / "bm25.next").exists()
+    finally:
+        h.close()
+    assert bm25_layout(cfg.index_dir / "bm25") == 2
+    h2 = Harness(cfg, FakeEmbedder())
+    try:
+        h2.sweep()
+        assert bm25_layout(cfg.index_dir / "bm25") == 3 and "Rust" in _found(h2, "cargo")
+    finally:
+        h2.close()
+
+
+@pytest.mark.parametrize("cut", ["refilling", "between-renames", "before-removal"])
+def test_a_kill_at_any_point_leaves_one_whole_index(make_cfg: Any, underscores: Path, cut: str) -> None:
+    """A kill during the refill leaves a half-made ``bm25.next`` (removed at the next start, the
+    old index kept and refilled again); one between the swap's two renames leaves ``bm25`` gone
+    beside a whole new index (put in place at the next start); one before the old index's removal
+    leaves it beside the new one (removed). Never a mix of the two."""
+    from sidecar.stores.bm25_side import NEXT, PREVIOUS
+    from sidecar.stores.versions import bm25_layout
+
+    cfg = make_cfg(underscores)
+    index_and_close(cfg)
+    old = cfg.index_dir / "bm25"
+    if cut == "refilling":
+        _layout_2_index(cfg)
+        (cfg.index_dir / NEXT / "chunks").mkdir(parents=True)
+        (cfg.index_dir / NEXT / "chunks" / "meta.json").write_text("{ half")
+        expected = 2
+    else:
+        shutil.copytree(old, cfg.index_dir / NEXT)  # the new index, whole (layout 3)
+        _layout_2_index(cfg)
+        old.rename(cfg.index_dir / PREVIOUS)
+        if cut == "before-removal":
+            (cfg.index_dir / NEXT).rename(old)
+        expected = 3
+    from sidecar.index.problems import Problems
+    from sidecar.stores.lifecycle import open_stores
+
+    manifest, bm25 = open_stores(cfg, Problems())
+    try:
+        assert bm25_layout(old) == expected
+        assert bm25.num_docs() == manifest.indexed_chunk_count()
+    finally:
+        manifest.close()
+        bm25.close()
+    assert sorted(p.name for p in cfg.index_dir.iterdir() if p.name.startswith("bm25")) == ["bm25"]
+    assert bm25_layout(old) == expected
+    assert json.loads((old / "layout.json").read_text()) == {"layout": expected}
+
+
+def test_a_full_disk_during_the_refill_leaves_the_old_index_answering(
+    make_cfg: Any, underscores: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refill that fails (the disk ran full: the new index's commit fails) leaves the old index
+    answering, the side folder removed, and status says so; the next start tries again."""
+    from sidecar.contracts.errors import DiskFullError
+    from sidecar.stores import bm25 as bm25_mod
+    from sidecar.stores.versions import bm25_layout
+
+    cfg = make_cfg(underscores)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    real = bm25_mod.Bm25Index.commit
+
+    def commit(self: Any) -> None:
+        if self.path.name == "bm25.next":
+            raise DiskFullError("BM25 commit failed: No space left on device")
+        real(self)
+
+    monkeypatch.setattr(bm25_mod.Bm25Index, "commit", commit)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        assert bm25_layout(cfg.index_dir / "bm25") == 2 and "Garden" in _found(h, "tomatoes")
+        assert not (cfg.index_dir / "bm25.next").exists()
+        active = h.stores.problems.describe()["active"]
+        assert any(p["area"] == "keyword_index" and "old index" in p["error"] for p in active)
+    finally:
+        h.close()
+
+
+def test_query_words_hold_underscores_only_inside() -> None:
+    """A query's words are read as the index reads them: "_Cargo.toml_" is cargo and toml,
+    "__init__" is init, "my_function" stays one word."""
+    from sidecar.search.query import analyze
+
+    assert analyze("_Cargo.toml_ __init__ my_function").words == ("Cargo", "toml", "init", "my_function")
+
+
+def test_a_rebuild_on_purpose_builds_layout_3_from_a_layout_2_index(make_cfg: Any, underscores: Path) -> None:
+    """`sidecar index --rebuild` (no daemon) over a layout-2 index builds this version's index
+    from the notes (the old one read until then), and the words in underscores are found."""
+    from sidecar.daemon.oneshot import index_once
+    from sidecar.stores.versions import bm25_layout
+
+    cfg = make_cfg(underscores)
+    expected = index_and_close(cfg)
+    _layout_2_index(cfg)
+    assert index_once(cfg, rebuild=True)["chunks"] == expected
+    assert bm25_layout(cfg.index_dir / "bm25") == 3
+    assert sorted(p.name for p in cfg.index_dir.iterdir() if p.name.startswith("bm25")) == ["bm25"]
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        assert "Rust" in _found(h, "cargo") and "Mail" in _found(h, "anhänge")
+    finally:
+        h.close()
+
+
+def test_the_read_only_open_reads_a_layout_2_index_as_it_is(make_cfg: Any, underscores: Path) -> None:
+    """On a full disk the daemon serves the index read-only: a layout-2 index is read with its own
+    analyzers (nothing refilled, nothing written), and the refill waits for a writable start."""
+    from sidecar.daemon.compose import build_read_only
+    from sidecar.model.embedder import EmbedderSlot
+    from tests.index_helpers import snapshot
+
+    cfg = make_cfg(underscores)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    before = snapshot(cfg.index_dir / "bm25")
+    parts = build_read_only(cfg, EmbedderSlot())
+    try:
+        assert parts.stores.bm25.layout == 2
+        assert parts.stores.bm25.search("tomatoes", 5)
+        assert parts.stores.bm25.search("my_function", 5)
+    finally:
+        parts.stores.close()
+    assert snapshot(cfg.index_dir / "bm25") == before
+    assert not (cfg.index_dir / "bm25.next").exists()
