@@ -83,7 +83,9 @@ def _add(store: VectorStore, vectors: np.ndarray[Any, Any], start: int) -> None:
         store.add([(i, f"vault/{i}", "vault", "") for i in ids], part)
 
 
-def _measure(store: VectorStore, all_rows: np.ndarray[Any, Any], queries: np.ndarray[Any, Any]) -> dict[str, Any]:
+def _measure(
+    store: VectorStore, all_rows: np.ndarray[Any, Any], queries: np.ndarray[Any, Any]
+) -> dict[str, Any]:
     """recall@10 against numpy's exact top 10 over ``all_rows`` (ids r0..), latency p50/p95."""
     exact = np.argsort(-(queries @ all_rows.T), axis=1)[:, :10]
     lat: list[float] = []
@@ -173,7 +175,8 @@ def main() -> None:
             fresh = _open(work / f"fresh-{n}", args.threshold)
             fresh.trained_rows = args.threshold
             t0 = time.perf_counter()
-            assert fresh.ensure_ann(retrain=True) and fresh.trained_rows == n
+            assert fresh.ensure_ann(retrain=True)
+            assert fresh.trained_rows == n
             row["retrain_s"] = round(time.perf_counter() - t0, 1)
             row["retrained"] = _measure(fresh, all_rows[:n], queries)
             row["retrained"].update(_index_info(fresh))
