@@ -190,3 +190,31 @@ def test_the_first_index_is_built_while_vectors_are_still_queued(
         assert search(h, "word42 topic8", limit=5)[0]["reference"] == "vault/n042"
     finally:
         h.close()
+
+
+def test_the_idle_upkeep_trains_the_index_again(make_cfg: Any, tmp_path: Path) -> None:
+    """The backfill's idle upkeep (nothing waits for a vector) is where the index is trained
+    again: at 600 rows after a training at 300, not at 599."""
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None and store.ensure_ann()
+        backfill = Backfill(
+            h.cfg,
+            h.slot,
+            h.vectors,
+            h.repair,
+            problems=h.problems,
+            activity=h.indexer.activity,
+            stop=threading.Event(),
+        )
+        _grow(store, 299, "early")
+        backfill._upkeep()
+        assert store.trained_rows == 300
+        _grow(store, 1, "late")
+        backfill._ann_checked = 0.0  # the upkeep looks at the index once a minute
+        backfill._upkeep()
+        assert store.trained_rows == 600 and store.indexed
+    finally:
+        h.close()

@@ -631,7 +631,7 @@ class VectorStore:
 
         An index without a record (built before the record was kept) counts as trained at the
         threshold: that is where the earlier versions built it, at the first idle moment past it."""
-        if self.closed or self.ann_threshold <= 0:
+        if self.closed or self.ann_threshold <= 0 or (self.indexed and not retrain):
             return None
         rows = self._row_count()
         if not self.indexed:
