@@ -3,8 +3,9 @@
 It waits for the model (it may load late, or only after a retry), attaches the vector table
 (through the model migration if the index holds another model's vectors; again when the configured
 model loads after a fallback answered in its place), then embeds what is pending, yielding the CPU
-to a large sweep's parsing. While nothing waits for a vector it compacts the tables after a write
-burst and builds the ANN index once the table is large.
+to a large sweep's parsing. It builds the ANN index as soon as the table is large, and while
+nothing waits for a vector it compacts the tables after a write burst and trains the index again
+once the table has grown enough.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class Backfill:
         self.activity = activity
         self.stop = stop
         self._ann_checked = 0.0
+        self._ann_failed = float("-inf")  # monotonic: a failed build is tried again a minute later
 
     def run(self) -> None:
         # Wait for a model: it may load late (first start) or only after a retry.
@@ -92,6 +94,12 @@ class Backfill:
             try:
                 stored = self.vectors.embed_pending(stop=self.stop)
                 busy = busy or stored > 0
+                if stored and self._ann_retry_ok() and self.vectors.first_index_due():
+                    # At once, not when the queue is empty: past EXACT_MAX_ROWS there is no copy
+                    # in memory any more and every search would scan the table unindexed until
+                    # then (an hour or more of a long first embedding). Embedding waits for the
+                    # build (IVF_PQ: ~10 s at 20 k rows, BENCHMARKS.md).
+                    self._build_ann()
                 failures = 0
                 self.problems.clear("embedding")
             except Exception as exc:  # ours, or e.g. sqlite "disk is full" while flagging vectors
@@ -187,11 +195,21 @@ class Backfill:
         if time.monotonic() - self._ann_checked > 60:
             self._ann_checked = time.monotonic()
             tidy_paused(self.vectors, self.cfg.index_dir / "vectors")
-            try:
-                if self.vectors.ensure_ann():
-                    heap.trim()  # the build's buffers (hundreds of MB at 100 k vectors)
-            except StoreError as exc:
-                if self.stop.is_set():  # the build was ended because the daemon stops
-                    log.info("vector_index_build_stopped error=%s", exc)
-                else:
-                    log.error("vector_index_failed error=%s", exc)
+            self._build_ann(retrain=True)
+
+    def _build_ann(self, *, retrain: bool = False) -> None:
+        """Build the ANN index if it is due; ``retrain`` (only while nothing waits for a vector):
+        also train it again once the table has grown enough. Searches go on meanwhile."""
+        try:
+            if self.vectors.ensure_ann(retrain=retrain):
+                heap.trim()  # the build's buffers (hundreds of MB at 100 k vectors)
+        except StoreError as exc:
+            if self.stop.is_set():  # the build was ended because the daemon stops
+                log.info("vector_index_build_stopped error=%s", exc)
+            else:
+                log.error("vector_index_failed error=%s", exc)
+            self._ann_failed = time.monotonic()
+
+    def _ann_retry_ok(self) -> bool:
+        """A build that failed is not tried again after every batch of vectors."""
+        return time.monotonic() - self._ann_failed > 60

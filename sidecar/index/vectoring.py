@@ -702,13 +702,20 @@ class Vectoring:
         compacted = [store.compact_if_quiet(quiet_seconds) for store in self.stores.vector_stores()]
         return any(compacted)
 
-    def ensure_ann(self) -> bool:
-        """Index the serving table once it is large (called when the backfill is idle); True if
-        the index came with this call (a build's buffers are then worth giving back)."""
+    def ensure_ann(self, *, retrain: bool = False) -> bool:
+        """Index the serving table once it is large, and with ``retrain`` train its index again
+        once the table has grown enough (``VectorStore.ann_due``); True if an index was built by
+        this call (a build's buffers are then worth giving back)."""
         serving = self.stores.serving
-        if serving is None or serving.store.indexed:
+        if serving is None or (serving.store.indexed and serving.store.ann_due(retrain=retrain) is None):
             return False
-        return serving.store.ensure_ann()
+        return serving.store.ensure_ann(retrain=retrain)
+
+    def first_index_due(self) -> bool:
+        """The serving table has reached ``search.annThreshold`` rows and has no index of the
+        configured kind yet (cheap: the row count kept between writes)."""
+        serving = self.stores.serving
+        return serving is not None and serving.store.ann_due(retrain=False) == "threshold"
 
     def stop_builds(self) -> None:
         for vs in (self.stores.serving, self.stores.building):

@@ -6,7 +6,9 @@ the chunk text lives in the manifest. Imports ``errors``.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import os
 import re
 import shutil
 import stat
@@ -40,6 +42,16 @@ OPTIMIZE_EVERY = 100
 # an older version could fail (this process is the only reader, but the margin costs nothing).
 _KEEP_VERSIONS = timedelta(seconds=30)
 BUILD_TIMEOUT_S = 6 * 3600  # IVF_PQ took 71 s at 94 k vectors on 2 cores; generous for millions
+# The index is trained again (at an idle moment) once the table holds this many times the rows
+# it was trained on. LanceDB's optimize files later rows under the centroids and codebooks of
+# the first training, whose sample (the first rows embedded: memory, wiki, newest notes) need not
+# look like the rest (BENCHMARKS.md, "Training the index again"). Doubling keeps the rebuilds to a
+# handful over a table's life: 20 k, 40 k, 80 k, ...
+RETRAIN_GROWTH = 2.0
+# How many rows the index was trained on, kept inside the table's folder (LanceDB ignores other
+# files there, and the record goes wherever the table goes: dropped, moved aside by a repair).
+# LanceDB's own index statistics count the rows optimize folded in too, so they cannot tell.
+ANN_RECORD = "sidecar-ann.json"
 
 
 # The ANN index kinds (config search.annIndex): how lancedb's list_indices names each, how to
@@ -217,6 +229,9 @@ class VectorStore:
         self._rows_lock = threading.Lock()
         self._exact: _Exact | None = None
         self._exact_lock = threading.Lock()  # one reader fills the copy; the others wait for it
+        # Rows the index was trained on (None: no index, or built by a version that kept no
+        # record; see ``ann_due``).
+        self.trained_rows: int | None = None
         self.schema = pa.schema(
             [
                 pa.field("chunk_id", pa.string()),
@@ -240,6 +255,7 @@ class VectorStore:
                 self._check_schema()
                 # Probes and re-ranking apply from the first search, not from the first idle tick.
                 self.indexed = self._ann_type in self._index_kinds()
+                self.trained_rows = self._read_record() if self.indexed else None
             else:
                 self._table = self._create()
                 self.created = True
@@ -607,26 +623,50 @@ class VectorStore:
         """Kinds of the table's indices as lancedb names them (``IvfPq``, ...)."""
         return {str(i.index_type) for i in self._wrap("indices", self._table.list_indices)}
 
-    def ensure_ann(self) -> bool:
-        """Build the configured index once the table is large enough; True if one exists.
+    def ann_due(self, *, retrain: bool = True) -> str | None:
+        """Why an index build is due now: ``threshold`` (no index of the configured kind yet and
+        ``ann_threshold`` rows reached), ``grown`` (``retrain``, and the table holds
+        ``RETRAIN_GROWTH`` times the rows the index was trained on), else None. Cheap: the row
+        count kept between writes, no LanceDB call while it is current.
+
+        An index without a record (built before the record was kept) counts as trained at the
+        threshold: that is where the earlier versions built it, at the first idle moment past it."""
+        if self.closed or self.ann_threshold <= 0 or (self.indexed and not retrain):
+            return None
+        rows = self._row_count()
+        if not self.indexed:
+            return "threshold" if rows >= self.ann_threshold else None
+        trained = self.trained_rows or self.ann_threshold
+        if retrain and rows >= RETRAIN_GROWTH * trained:
+            return "grown"
+        return None
+
+    def ensure_ann(self, *, retrain: bool = False) -> bool:
+        """Build the configured index once the table is large enough, and with ``retrain`` build
+        it again once the table has grown ``RETRAIN_GROWTH`` times past the rows it was trained on;
+        True if one exists.
 
         Measured at 94 k chunks with 65 real queries, top 60 (``bench/ann.py``, BENCHMARKS.md):
         IVF_PQ (96-byte codes, 2x re-ranked) built in 71 s, 13 MB cached, 6.1 ms, 100 % of the
         exact top 10; IVF_SQ 2.4 s, 32 MB, 3.8 ms, 99.8 %; IVF_HNSW_SQ 14 s, 51 MB, 2.6 ms,
         89.8 %. An index of another kind (IVF_FLAT of 0.1, IVF_HNSW_SQ of 0.2) is replaced.
-        Below the threshold an exact scan is fast enough.
+        Below the threshold an exact scan is fast enough. While an index is trained again,
+        searches go on with the old one: the child commits the new index in one version, and
+        this process moves to it only afterwards (``checkout_latest``).
         """
-        if self.indexed:
+        if self.indexed and self.ann_due(retrain=retrain) is None:
             return True
         with self._lock:
             if self.closed:
                 return False
             kinds = self._index_kinds()
+            rows = int(self._table.count_rows())
+            trained = self.trained_rows
             if self._ann_type in kinds:
                 self.indexed = True
-                return True
-            if self.ann_threshold <= 0 or self._table.count_rows() < self.ann_threshold:
-                return False
+            reason = self._build_reason(kinds, rows, retrain=retrain)
+            if reason is None:
+                return self.indexed
             self._building = True
         # Outside the lock and in a child process (sidecar.stores.annbuild): a build takes a
         # minute and hundreds of MB at 100 k vectors (IVF_PQ), and writes must not wait for it (a
@@ -645,14 +685,54 @@ class VectorStore:
         if self._ann_type not in kinds_now:
             raise StoreError(f"vector index build left no {self._ann_type} index on {self.name}")
         self.indexed = True
+        self.trained_rows = rows
+        self._write_record(rows)
         log.info(
-            "vector_index_built table=%s kind=%s replaced=%s seconds=%.1f",
+            "vector_index_built table=%s kind=%s reason=%s rows=%d trained_before=%s replaced=%s "
+            "seconds=%.1f",
             self.name,
             self._ann_type,
+            reason,
+            rows,
+            trained if reason == "grown" else None,
             ",".join(sorted(kinds)) or None,
             time.perf_counter() - t0,
         )
         return True
+
+    def _build_reason(self, kinds: set[str], rows: int, *, retrain: bool) -> str | None:
+        """``ann_due``'s answer from the table itself (its index kinds and row count)."""
+        if self.ann_threshold <= 0:
+            return None
+        if self._ann_type in kinds:
+            grown = retrain and rows >= RETRAIN_GROWTH * (self.trained_rows or self.ann_threshold)
+            return "grown" if grown else None
+        if rows < self.ann_threshold:
+            return None
+        return "kind" if kinds else "threshold"
+
+    def _record_path(self) -> Path:
+        return self.path / f"{self.name}.lance" / ANN_RECORD
+
+    def _read_record(self) -> int | None:
+        """Rows the table's index was trained on, if its record names the configured kind."""
+        try:
+            record = json.loads(self._record_path().read_text(encoding="utf-8"))
+            rows = record["rows"] if record.get("kind") == self._ann_type else None
+        except (OSError, ValueError, KeyError, AttributeError):
+            return None
+        return rows if isinstance(rows, int) and rows > 0 else None
+
+    def _write_record(self, rows: int) -> None:
+        """Keep the trained row count for the next start (written whole, then renamed). A record
+        that cannot be written costs one more training after a restart, nothing else."""
+        path = self._record_path()
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            tmp.write_text(json.dumps({"kind": self._ann_type, "rows": rows}), encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.warning("vector_index_record_failed table=%s error=%s", self.name, exc)
 
     def build_index(self) -> None:
         """Run ``sidecar.stores.annbuild`` for this table; StoreError with its last words."""

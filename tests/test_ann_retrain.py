@@ -1,0 +1,220 @@
+"""The ANN index over time: trained again once the table has grown (RETRAIN_GROWTH), the trained
+row count kept across restarts, searches answering from the old index during a rebuild, and the
+first index built as soon as the table crosses search.annThreshold during a long backfill.
+Real LanceDB in tmp dirs, real build children, a fake embedder; search.annThreshold 256."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.daemon.backfill import Backfill
+from sidecar.stores.vectors import VectorStore
+from tests.conftest import FakeEmbedder, Harness
+from tests.index_helpers import harness_over_ann_threshold, search
+
+THRESHOLD = 256
+ANN_RECORD = "sidecar-ann.json"  # the trained row count, inside the table's folder
+
+
+def _grow(store: VectorStore, n: int, tag: str) -> None:
+    """``n`` rows of distinct words, added as the backfill adds them."""
+    fake = FakeEmbedder()
+    texts = [f"{tag}{i} extra row {i % 13} about {tag}" for i in range(n)]
+    rows = [(f"{tag}#{i}", f"vault/{tag}{i}", "vault", "") for i in range(n)]
+    store.add(rows, fake.embed_passages(texts))
+
+
+def _counting_builds(store: VectorStore) -> list[int]:
+    """Row counts the store saw at each build it started (the real child still builds)."""
+    seen: list[int] = []
+    real = store.build_index
+
+    def build() -> None:
+        seen.append(store.count())
+        real()
+
+    store.build_index = build  # type: ignore[method-assign]
+    return seen
+
+
+def _reopen(store: VectorStore) -> VectorStore:
+    """The same table opened again, as the next daemon start opens it."""
+    return VectorStore(store.path, FakeEmbedder.model_id, FakeEmbedder.dim, "mean", ann_threshold=THRESHOLD)
+
+
+def _index_uuid(store: VectorStore) -> str:
+    (index,) = store._table.list_indices()
+    return str(index.index_uuid)
+
+
+def test_the_index_is_trained_again_once_the_table_doubled(make_cfg: Any, tmp_path: Path) -> None:
+    """Built at 300 rows; idle checks at 599 rows do not rebuild, at 600 they do (and record 600);
+    the scheduled check (no retrain) never rebuilds."""
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None
+        builds = _counting_builds(store)
+        assert store.ensure_ann() and builds == [300] and store.trained_rows == 300
+        _grow(store, 299, "early")
+        assert store.ann_due() is None
+        assert store.ensure_ann(retrain=True) and builds == [300]
+        _grow(store, 1, "late")
+        assert store.ann_due() == "grown" and store.ann_due(retrain=False) is None
+        assert store.ensure_ann() and builds == [300]  # the scheduled optimize's call
+        assert h.vectors.ensure_ann(retrain=True)
+        assert builds == [300, 600] and store.trained_rows == 600
+        assert store.indexed and store.ann_due() is None
+        record = json.loads((store.path / f"{store.name}.lance" / ANN_RECORD).read_text())
+        assert record == {"kind": "IvfPq", "rows": 600}
+        fake = FakeEmbedder()
+        hits = store.search(fake.embed_query("late0 extra row 0 about late"), 3)
+        assert hits[0][0] == "late#0"
+    finally:
+        h.close()
+
+
+def test_a_restart_remembers_the_rows_the_index_was_trained_on(make_cfg: Any, tmp_path: Path) -> None:
+    """After a restart the index trained at 300 rows is neither trained again at once nor
+    forgotten: a table of 450 rows keeps it, one of 600 gets a new one. An index without a
+    record (built by an earlier version) counts as trained at the threshold."""
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    try:
+        h.sweep()
+        first = h.stores.vectors
+        assert first is not None and first.ensure_ann()
+        _grow(first, 150, "more")
+        again = _reopen(first)
+        assert again.indexed and again.trained_rows == 300
+        builds = _counting_builds(again)
+        assert again.ann_due() is None and again.ensure_ann(retrain=True) and builds == []
+        _grow(again, 150, "most")
+        third = _reopen(again)
+        builds = _counting_builds(third)
+        assert third.ann_due() == "grown" and third.ensure_ann(retrain=True)
+        assert builds == [600] and _reopen(third).trained_rows == 600
+        (third.path / f"{third.name}.lance" / ANN_RECORD).unlink()
+        unrecorded = _reopen(third)
+        assert unrecorded.indexed and unrecorded.trained_rows is None
+        assert unrecorded.ann_due() == "grown"  # 600 rows >= 2 x the threshold of 256
+    finally:
+        h.close()
+
+
+def test_searches_use_the_old_index_while_a_new_one_is_trained(make_cfg: Any, tmp_path: Path) -> None:
+    """While the child trains and commits the new index, this process keeps searching with the
+    old one (same version, same index) and finds the rows; then it moves to the new index."""
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None and store.ensure_ann()
+        old = _index_uuid(store)
+        _grow(store, 300, "grown")
+        store.optimize()  # folds the new rows into the old index, as the schedule does
+        old = _index_uuid(store)
+        real = store.build_index
+        committed, release = threading.Event(), threading.Event()
+
+        def build_then_wait() -> None:
+            real()  # the child has committed the new index when this returns
+            committed.set()
+            assert release.wait(30)
+
+        store.build_index = build_then_wait  # type: ignore[method-assign]
+        builder = threading.Thread(target=store.ensure_ann, kwargs={"retrain": True})
+        builder.start()
+        try:
+            assert committed.wait(120)
+            fake = FakeEmbedder()
+            for tag, i in (("grown", 7), ("grown", 250)):
+                query = fake.embed_query(f"{tag}{i} extra row {i % 13} about {tag}")
+                assert store.search(query, 5)[0][0] == f"{tag}#{i}"
+            assert store.indexed and _index_uuid(store) == old  # the old index answered
+        finally:
+            release.set()
+            builder.join(60)
+        assert not builder.is_alive() and store.trained_rows == 600
+        assert _index_uuid(store) != old
+        query = FakeEmbedder().embed_query("grown7 extra row 7 about grown")
+        assert store.search(query, 5)[0][0] == "grown#7"
+    finally:
+        h.close()
+
+
+def test_the_first_index_is_built_while_vectors_are_still_queued(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long first backfill does not wait for an empty queue (nor the hourly optimize) to build
+    the index: it is built as soon as the table holds search.annThreshold rows, embedding paused
+    meanwhile; the rest is embedded afterwards."""
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    h.close()
+    h = Harness(h.cfg, None)  # keyword-only first: the model comes later, with 300 chunks queued
+    try:
+        h.sweep()
+        assert h.stores.manifest.pending_count() == 300
+        pending_at_build: list[int] = []
+        real = VectorStore.build_index
+
+        def build(store: VectorStore) -> None:
+            pending_at_build.append(h.stores.manifest.pending_count())
+            real(store)
+
+        monkeypatch.setattr(VectorStore, "build_index", build)
+        stop = threading.Event()
+        backfill = Backfill(
+            h.cfg, h.slot, h.vectors, h.repair, problems=h.problems, activity=h.indexer.activity, stop=stop
+        )
+        thread = threading.Thread(target=backfill.run, daemon=True)
+        thread.start()
+        h.slot.set_ok(FakeEmbedder(), "test")
+        try:
+            deadline = time.monotonic() + 120
+            while not (pending_at_build and h.stores.manifest.pending_count() == 0):
+                assert time.monotonic() < deadline, "timed out"
+                time.sleep(0.02)
+        finally:
+            stop.set()
+            thread.join(30)
+        assert pending_at_build == [300 - THRESHOLD]  # built with the rest of the queue waiting
+        store = h.stores.vectors
+        assert store is not None and store.indexed and store.count() == 300
+        assert search(h, "word42 topic8", limit=5)[0]["reference"] == "vault/n042"
+    finally:
+        h.close()
+
+
+def test_the_idle_upkeep_trains_the_index_again(make_cfg: Any, tmp_path: Path) -> None:
+    """The backfill's idle upkeep (nothing waits for a vector) is where the index is trained
+    again: at 600 rows after a training at 300, not at 599."""
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None and store.ensure_ann()
+        backfill = Backfill(
+            h.cfg,
+            h.slot,
+            h.vectors,
+            h.repair,
+            problems=h.problems,
+            activity=h.indexer.activity,
+            stop=threading.Event(),
+        )
+        _grow(store, 299, "early")
+        backfill._upkeep()
+        assert store.trained_rows == 300
+        _grow(store, 1, "late")
+        backfill._ann_checked = 0.0  # the upkeep looks at the index once a minute
+        backfill._upkeep()
+        assert store.trained_rows == 600 and store.indexed
+    finally:
+        h.close()
