@@ -162,6 +162,23 @@ def test_status_names_capped_notes_and_the_note_that_fills_the_queue(
     assert "of them from" not in render_status(health)  # a third of the queue: not named
 
 
+def test_status_says_every_chunk_within_the_limit_has_a_vector_beside_keyword_only_ones(
+    serve_in_process: Callable[..., InProcessServer], vault: Path
+) -> None:
+    """status said "Vectors: every chunk has a vector" and on the next line "Keyword-only
+    chunks: 7 ...": the Vectors line names the limit while some chunks are past it."""
+    write(vault / "Long.md", _long_note(12))
+    write(vault / "Short.md", "# Short\n\nsome words\n")
+    server = serve_in_process(vault, **{"index.maxVectorChunksPerNote": CAP})
+    health = server.call("health")
+    text = render_status(health)
+    assert "Vectors: every chunk within index.maxVectorChunksPerNote has a vector\n" in text
+    assert "Keyword-only chunks: 7" in text
+    assert "every chunk has a vector" not in text
+    health["index"]["keyword_only"] = None  # no note past the limit: every chunk
+    assert "Vectors: every chunk has a vector\n" in render_status(health)
+
+
 def test_pending_largest_names_the_note_with_most_waiting_chunks(make_cfg: Any, vault: Path) -> None:
     """Before any vector: the long note is the one most chunks wait for (vault and wiki only)."""
     write(vault / "Long.md", _long_note(12))
