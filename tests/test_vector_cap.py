@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.clients import cli_render
 from sidecar.clients.cli_render import render_status
 from sidecar.stores.lifecycle import open_vectors
 from sidecar.stores.manifest import Manifest
@@ -177,6 +178,60 @@ def test_status_says_every_chunk_within_the_limit_has_a_vector_beside_keyword_on
     assert "every chunk has a vector" not in text
     health["index"]["keyword_only"] = None  # no note past the limit: every chunk
     assert "Vectors: every chunk has a vector\n" in render_status(health)
+
+
+def test_health_scans_the_queue_for_its_limits_at_most_once_a_second(
+    serve_in_process: Callable[..., InProcessServer], vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each health ran keyword_only and pending_largest, each a scan of the queue's index under
+    the manifest's lock, and `sidecar index` asks twice a second: now each is kept a second (a
+    changed limit counts anew), and the largest note is not looked for under 256 waiting."""
+    write(vault / "Long.md", _long_note(12))
+    server = serve_in_process(vault, **{"index.maxVectorChunksPerNote": CAP})
+    handlers = server.handlers
+    manifest = handlers.manifest
+    calls: dict[str, int] = {"keyword_only": 0, "pending_largest": 0}
+
+    def counted(name: str) -> Callable[..., Any]:
+        real = getattr(manifest, name)
+
+        def run(*args: Any) -> Any:
+            calls[name] += 1
+            return real(*args)
+
+        return run
+
+    for name in calls:
+        monkeypatch.setattr(manifest, name, counted(name))
+    now = [1000.0]
+    handlers.limits.clock = lambda: now[0]
+    for _ in range(3):
+        assert server.call("health")["index"]["keyword_only"]["chunks"] == 7
+    assert calls == {"keyword_only": 1, "pending_largest": 0}  # nothing waits: never looked for
+    now[0] += 1.5
+    server.call("health")
+    assert calls["keyword_only"] == 2
+    manifest.vector_cap = 8  # a reload changed the limit: counted at once
+    assert server.call("health")["index"]["keyword_only"]["chunks"] == 4
+    assert calls["keyword_only"] == 3
+    limits = handlers.limits
+    assert limits.pending_largest(255) is None and calls["pending_largest"] == 0
+    limits.pending_largest(300)
+    limits.pending_largest(300)
+    assert calls["pending_largest"] == 1
+    manifest.pending_largest = lambda *a: (KEY, 290)  # type: ignore[method-assign]
+    now[0] += 1.5
+    assert limits.pending_largest(300) == {"reference": KEY, "chunks": 290}
+    # Kept a second while the queue shrinks: never more of it than waits now.
+    assert limits.pending_largest(260) == {"reference": KEY, "chunks": 260}
+
+
+def test_status_names_a_note_of_the_queue_from_as_many_chunks_as_health_looks_for_it() -> None:
+    """health does not look for the largest note under limits.LARGEST_NAMED waiting chunks: status
+    must not name one under more."""
+    from sidecar.daemon.limits import LARGEST_NAMED
+
+    assert LARGEST_NAMED == cli_render._LARGEST_NAMED
 
 
 def test_pending_largest_names_the_note_with_most_waiting_chunks(make_cfg: Any, vault: Path) -> None:
