@@ -6,6 +6,8 @@ of 5 chunks instead of long notes."""
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -268,6 +270,42 @@ def test_a_manifest_of_the_previous_version_opens_with_the_new_index(tmp_path: P
         assert "chunks_waiting" in plan
     finally:
         m.close()
+
+
+def test_a_kill_while_the_pending_index_is_swapped_leaves_one_of_them(tmp_path: Path) -> None:
+    """The open that replaces the old pending index dropped it in one statement and made the new
+    one in the next: killed between them (here as the second one starts), the queue had neither
+    until the next writable open. One transaction now: the old index is still there."""
+    path = tmp_path / "manifest.sqlite"
+    Manifest(path).close()
+    db = sqlite3.connect(path)
+    db.execute("DROP INDEX chunks_waiting")
+    db.execute("CREATE INDEX chunks_pending ON chunks(key) WHERE has_vector = 0")
+    db.commit()
+    db.close()
+    script = (
+        "import os, sqlite3, sys\n"
+        "from sidecar.stores.manifest import Manifest\n"
+        "real = sqlite3.connect\n"
+        "mark = 'INDEX IF NOT EXISTS chunks_waiting'\n"
+        "def connect(*a, **k):\n"
+        "    db = real(*a, **k)\n"
+        "    db.set_trace_callback(lambda sql: os._exit(9) if mark in sql else None)\n"
+        "    return db\n"
+        "sqlite3.connect = connect\n"
+        "Manifest(__import__('pathlib').Path(sys.argv[1]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(path)], check=False, timeout=60)
+    assert done.returncode == 9  # killed at the second statement, as planned
+    db = sqlite3.connect(path)
+    names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    db.close()
+    assert "chunks_pending" in names and "chunks_waiting" not in names
+    Manifest(path).close()  # the next open swaps them
+    db = sqlite3.connect(path)
+    names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    db.close()
+    assert "chunks_waiting" in names and "chunks_pending" not in names
 
 
 def test_a_reload_that_raises_the_limit_embeds_the_chunks_it_lets_in(
