@@ -332,3 +332,51 @@ def test_a_reload_that_raises_the_limit_embeds_the_chunks_it_lets_in(
         timeout=120,
     )
     assert after["index"]["keyword_only"]["limit"] == 9
+
+
+def test_an_edit_at_the_start_shifts_chunks_past_the_limit_with_their_own_vectors(capped: Harness) -> None:
+    """Three sections put at the start: they are embedded, the five old ones keep theirs (now at
+    3..7, past the limit), each vector still belongs to its own text."""
+    h = capped
+    h.sweep()
+    vault = h.cfg.vault.path
+    assert vault is not None
+    new = "".join(f"## New {i}\n\nFresh{i} prefaced words.\n\n" for i in range(3))
+    write(vault / "Long.md", _long_note(12).replace("# Long\n", "# Long\n\n" + new))
+    h.sweep()
+    m = h.stores.manifest
+    assert _vectors_of(h, KEY) == set(range(8))
+    assert m.pending_count() == 0
+    assert m.keyword_only()[:2] == (1, 7)
+    rows = m.read("SELECT ord, text FROM chunks WHERE key = ? AND ord BETWEEN 5 AND 7 ORDER BY ord", (KEY,))
+    assert ["Section2" in rows[0][1], "Section3" in rows[1][1], "Section4" in rows[2][1]] == [True] * 3
+    hit = search(h, "Section4 topic4")[0]
+    assert hit["reference"] == KEY and hit["vecScore"] is not None
+
+
+def test_an_appended_journal_keeps_its_newest_entries_keyword_only(capped: Harness) -> None:
+    """The limit keeps a note's first chunks (README, the config's comment): a log written at its
+    end has its newest entries past it, found by their words, never embedded."""
+    h = capped
+    h.sweep()
+    vault = h.cfg.vault.path
+    assert vault is not None
+    write(vault / "Long.md", _long_note(12) + "\n## Today\n\nTodaysentry newest words.\n")
+    h.sweep()
+    hit = search(h, "Todaysentry newest")[0]
+    assert hit["reference"] == KEY
+    assert hit["vecScore"] is None
+
+
+def test_an_agents_note_past_the_limit_is_counted_not_named(
+    serve_in_process: Callable[..., InProcessServer], vault: Path
+) -> None:
+    write(vault / "a.md", "# A\n\nsome words\n")
+    server = serve_in_process(vault, **{"index.maxVectorChunksPerNote": CAP})
+    answer = server.call("write", {"slug": "longmem", "content": _long_note(12)}, agent="claude")
+    assert answer.get("searchable") is True
+    health = server.call("health")
+    ko = health["index"]["keyword_only"]
+    assert ko["notes"] == 1 and ko["examples"] == []
+    text = render_status(health)
+    assert "memory/claude" not in text and "longmem" not in text
