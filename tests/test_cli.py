@@ -516,6 +516,22 @@ def test_foreground_summary_says_keyword_ready_eta_and_done() -> None:
     assert text.count("done: every chunk has a vector") == 1
 
 
+def test_foreground_summary_done_names_the_vector_limit_when_chunks_are_past_it() -> None:
+    """`sidecar index` said "done: every chunk has a vector" with chunks of a long note past
+    index.maxVectorChunksPerNote found by keywords only."""
+    s = Summary(clock=lambda: 0.0)
+    h = _health("idle", 1, 0)
+    h["index"]["keyword_only"] = {
+        "notes": 1,
+        "chunks": 7,
+        "limit": 5,
+        "setting": "index.maxVectorChunksPerNote",
+    }
+    said = "\n".join(s.lines(h))
+    assert "done: every chunk within index.maxVectorChunksPerNote has a vector" in said
+    assert "every chunk has a vector" not in said
+
+
 def test_foreground_summary_follows_a_model_switch_to_its_end() -> None:
     """`sidecar serve` in a terminal at the start of a model switch: no "done" before the tables
     are attached, then the switch's progress, and "done" only once the new model's table serves.

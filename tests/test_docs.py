@@ -41,3 +41,15 @@ def test_every_op_is_in_the_protocol_doc() -> None:
     } <= ops
     for op in ops:
         assert f"### `{op}`" in doc, op
+
+
+def test_code_fences_stand_alone_on_their_lines() -> None:
+    """A fence line is three backticks and at most a language name: text after a closing fence
+    makes it no fence (CommonMark), the block runs on and every later fence pairs the wrong way."""
+    for doc in [ROOT / "README.md", ROOT / "RELIABILITY.md", ROOT / "BENCHMARKS.md", *ROOT.glob("docs/*.md")]:
+        bad = [
+            n
+            for n, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1)
+            if line.startswith("```") and not re.fullmatch(r"`{3,}[\w+-]*", line.rstrip())
+        ]
+        assert bad == [], f"{doc.name}: {bad}"

@@ -6,12 +6,15 @@ of 5 chunks instead of long notes."""
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sidecar.clients import cli_render
 from sidecar.clients.cli_render import render_status
 from sidecar.stores.lifecycle import open_vectors
 from sidecar.stores.manifest import Manifest
@@ -162,6 +165,77 @@ def test_status_names_capped_notes_and_the_note_that_fills_the_queue(
     assert "of them from" not in render_status(health)  # a third of the queue: not named
 
 
+def test_status_says_every_chunk_within_the_limit_has_a_vector_beside_keyword_only_ones(
+    serve_in_process: Callable[..., InProcessServer], vault: Path
+) -> None:
+    """status said "Vectors: every chunk has a vector" and on the next line "Keyword-only
+    chunks: 7 ...": the Vectors line names the limit while some chunks are past it."""
+    write(vault / "Long.md", _long_note(12))
+    write(vault / "Short.md", "# Short\n\nsome words\n")
+    server = serve_in_process(vault, **{"index.maxVectorChunksPerNote": CAP})
+    health = server.call("health")
+    text = render_status(health)
+    assert "Vectors: every chunk within index.maxVectorChunksPerNote has a vector\n" in text
+    assert "Keyword-only chunks: 7" in text
+    assert "every chunk has a vector" not in text
+    health["index"]["keyword_only"] = None  # no note past the limit: every chunk
+    assert "Vectors: every chunk has a vector\n" in render_status(health)
+
+
+def test_health_scans_the_queue_for_its_limits_at_most_once_a_second(
+    serve_in_process: Callable[..., InProcessServer], vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each health ran keyword_only and pending_largest, each a scan of the queue's index under
+    the manifest's lock, and `sidecar index` asks twice a second: now each is kept a second (a
+    changed limit counts anew), and the largest note is not looked for under 256 waiting."""
+    write(vault / "Long.md", _long_note(12))
+    server = serve_in_process(vault, **{"index.maxVectorChunksPerNote": CAP})
+    handlers = server.handlers
+    manifest = handlers.manifest
+    calls: dict[str, int] = {"keyword_only": 0, "pending_largest": 0}
+
+    def counted(name: str) -> Callable[..., Any]:
+        real = getattr(manifest, name)
+
+        def run(*args: Any) -> Any:
+            calls[name] += 1
+            return real(*args)
+
+        return run
+
+    for name in calls:
+        monkeypatch.setattr(manifest, name, counted(name))
+    now = [1000.0]
+    handlers.limits.clock = lambda: now[0]
+    for _ in range(3):
+        assert server.call("health")["index"]["keyword_only"]["chunks"] == 7
+    assert calls == {"keyword_only": 1, "pending_largest": 0}  # nothing waits: never looked for
+    now[0] += 1.5
+    server.call("health")
+    assert calls["keyword_only"] == 2
+    manifest.vector_cap = 8  # a reload changed the limit: counted at once
+    assert server.call("health")["index"]["keyword_only"]["chunks"] == 4
+    assert calls["keyword_only"] == 3
+    limits = handlers.limits
+    assert limits.pending_largest(255) is None and calls["pending_largest"] == 0
+    limits.pending_largest(300)
+    limits.pending_largest(300)
+    assert calls["pending_largest"] == 1
+    manifest.pending_largest = lambda *a: (KEY, 290)  # type: ignore[method-assign]
+    now[0] += 1.5
+    assert limits.pending_largest(300) == {"reference": KEY, "chunks": 290}
+    # Kept a second while the queue shrinks: never more of it than waits now.
+    assert limits.pending_largest(260) == {"reference": KEY, "chunks": 260}
+
+
+def test_status_names_a_note_of_the_queue_from_as_many_chunks_as_health_looks_for_it() -> None:
+    """health does not look for the largest note under limits.LARGEST_NAMED waiting chunks: status
+    must not name one under more."""
+    from sidecar.daemon.limits import LARGEST_NAMED
+
+    assert LARGEST_NAMED == cli_render._LARGEST_NAMED
+
+
 def test_pending_largest_names_the_note_with_most_waiting_chunks(make_cfg: Any, vault: Path) -> None:
     """Before any vector: the long note is the one most chunks wait for (vault and wiki only)."""
     write(vault / "Long.md", _long_note(12))
@@ -198,6 +272,42 @@ def test_a_manifest_of_the_previous_version_opens_with_the_new_index(tmp_path: P
         m.close()
 
 
+def test_a_kill_while_the_pending_index_is_swapped_leaves_one_of_them(tmp_path: Path) -> None:
+    """The open that replaces the old pending index dropped it in one statement and made the new
+    one in the next: killed between them (here as the second one starts), the queue had neither
+    until the next writable open. One transaction now: the old index is still there."""
+    path = tmp_path / "manifest.sqlite"
+    Manifest(path).close()
+    db = sqlite3.connect(path)
+    db.execute("DROP INDEX chunks_waiting")
+    db.execute("CREATE INDEX chunks_pending ON chunks(key) WHERE has_vector = 0")
+    db.commit()
+    db.close()
+    script = (
+        "import os, sqlite3, sys\n"
+        "from sidecar.stores.manifest import Manifest\n"
+        "real = sqlite3.connect\n"
+        "mark = 'INDEX IF NOT EXISTS chunks_waiting'\n"
+        "def connect(*a, **k):\n"
+        "    db = real(*a, **k)\n"
+        "    db.set_trace_callback(lambda sql: os._exit(9) if mark in sql else None)\n"
+        "    return db\n"
+        "sqlite3.connect = connect\n"
+        "Manifest(__import__('pathlib').Path(sys.argv[1]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(path)], check=False, timeout=60)
+    assert done.returncode == 9  # killed at the second statement, as planned
+    db = sqlite3.connect(path)
+    names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    db.close()
+    assert "chunks_pending" in names and "chunks_waiting" not in names
+    Manifest(path).close()  # the next open swaps them
+    db = sqlite3.connect(path)
+    names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    db.close()
+    assert "chunks_waiting" in names and "chunks_pending" not in names
+
+
 def test_a_reload_that_raises_the_limit_embeds_the_chunks_it_lets_in(
     daemon_factory: Any, vault: Path, tmp_path: Path
 ) -> None:
@@ -222,3 +332,51 @@ def test_a_reload_that_raises_the_limit_embeds_the_chunks_it_lets_in(
         timeout=120,
     )
     assert after["index"]["keyword_only"]["limit"] == 9
+
+
+def test_an_edit_at_the_start_shifts_chunks_past_the_limit_with_their_own_vectors(capped: Harness) -> None:
+    """Three sections put at the start: they are embedded, the five old ones keep theirs (now at
+    3..7, past the limit), each vector still belongs to its own text."""
+    h = capped
+    h.sweep()
+    vault = h.cfg.vault.path
+    assert vault is not None
+    new = "".join(f"## New {i}\n\nFresh{i} prefaced words.\n\n" for i in range(3))
+    write(vault / "Long.md", _long_note(12).replace("# Long\n", "# Long\n\n" + new))
+    h.sweep()
+    m = h.stores.manifest
+    assert _vectors_of(h, KEY) == set(range(8))
+    assert m.pending_count() == 0
+    assert m.keyword_only()[:2] == (1, 7)
+    rows = m.read("SELECT ord, text FROM chunks WHERE key = ? AND ord BETWEEN 5 AND 7 ORDER BY ord", (KEY,))
+    assert ["Section2" in rows[0][1], "Section3" in rows[1][1], "Section4" in rows[2][1]] == [True] * 3
+    hit = search(h, "Section4 topic4")[0]
+    assert hit["reference"] == KEY and hit["vecScore"] is not None
+
+
+def test_an_appended_journal_keeps_its_newest_entries_keyword_only(capped: Harness) -> None:
+    """The limit keeps a note's first chunks (README, the config's comment): a log written at its
+    end has its newest entries past it, found by their words, never embedded."""
+    h = capped
+    h.sweep()
+    vault = h.cfg.vault.path
+    assert vault is not None
+    write(vault / "Long.md", _long_note(12) + "\n## Today\n\nTodaysentry newest words.\n")
+    h.sweep()
+    hit = search(h, "Todaysentry newest")[0]
+    assert hit["reference"] == KEY
+    assert hit["vecScore"] is None
+
+
+def test_an_agents_note_past_the_limit_is_counted_not_named(
+    serve_in_process: Callable[..., InProcessServer], vault: Path
+) -> None:
+    write(vault / "a.md", "# A\n\nsome words\n")
+    server = serve_in_process(vault, **{"index.maxVectorChunksPerNote": CAP})
+    answer = server.call("write", {"slug": "longmem", "content": _long_note(12)}, agent="claude")
+    assert answer.get("searchable") is True
+    health = server.call("health")
+    ko = health["index"]["keyword_only"]
+    assert ko["notes"] == 1 and ko["examples"] == []
+    text = render_status(health)
+    assert "memory/claude" not in text and "longmem" not in text

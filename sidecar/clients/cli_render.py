@@ -8,7 +8,7 @@ import time
 from typing import Any, TextIO
 
 from sidecar import __version__
-from sidecar.clients.foreground import duration
+from sidecar.clients.foreground import all_vectors_words, duration
 from sidecar.clients.plainerror import plain_error
 from sidecar.contracts.printable import escape_controls as shown
 from sidecar.stores.aside import KEEP_MOVED_ASIDE_DAYS
@@ -264,7 +264,7 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
         elif pending:
             lines.append(f"Vectors: storing the last {pending:,} computed")
         else:
-            lines.append("Vectors: every chunk has a vector")
+            lines.append(f"Vectors: {all_vectors_words(idx)}")
         lines += _keyword_only_lines(idx.get("keyword_only"), todo)
         vec = h.get("vectors") or {}
         if vec.get("building"):  # a model switch: the old model's vectors answer meanwhile

@@ -19,6 +19,15 @@ from sidecar.contracts.errors import SidecarError
 _ETA_EVERY = 60.0  # seconds between two "vectors: ... left" lines
 
 
+def all_vectors_words(idx: dict[str, Any]) -> str:
+    """ "every chunk has a vector", or, beside chunks past the per-note limit (found by keywords
+    only), every chunk within it: the line must not say all while the next one says some have none."""
+    capped = idx.get("keyword_only")
+    if not capped:
+        return "every chunk has a vector"
+    return f"every chunk within {capped['setting']} has a vector"
+
+
 def duration(seconds: float) -> str:
     seconds = int(seconds)
     if seconds < 60:
@@ -142,7 +151,7 @@ class Summary:
                 )
         elif vec.get("serving") and (idx["chunks"] or "vectors" in self.said):
             # Only once the table is attached: before, a switch about to start looked done.
-            self._once("done", f"done: every chunk has a vector (after {duration(now - self.started)})", out)
+            self._once("done", f"done: {all_vectors_words(idx)} (after {duration(now - self.started)})", out)
         for r in h.get("roots", []):
             if r["mode"] in ("offline", "held") and r["name"] not in self.offline:
                 self.offline.add(r["name"])

@@ -19,8 +19,10 @@ class IndexConfig:
     )
     max_vector_chunks_per_note: int = _opt(
         2_000,
-        "Chunks of one note that get vectors (search by meaning): the first this many; the rest of "
-        "a longer note is found by keywords only, and `sidecar status` names such notes. A chunk "
+        "Chunks of one note that get vectors (search by meaning): the first this many, from the "
+        "note's top; the rest of a longer note is found by keywords only, and `sidecar status` "
+        "names such notes. A log appended at its end keeps vectors for its oldest part: its newest "
+        "entries are the keyword-only ones (write it newest first, or one note per month). A chunk "
         "holds at most chunking.maxTokens (200) tokens, some 600-900 characters of prose: 2,000 "
         "chunks embed a note of about 1-1.5 MB of prose, or of 300 KB cut at every short heading (a "
         "journal, a log), whole; a 4.9 MB note cut into 8,764 chunks took an hour of embedding on "

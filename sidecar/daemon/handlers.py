@@ -142,6 +142,8 @@ class Handlers:
         self.slot = slot
         self.service = service
         self.memory = memory
+        # The index limits' figures of health, each kept a second (a scan of the queue each).
+        self.limits = limits.Limits(manifest)
         # A call on a note's file that still hangs, per root (see _on_disk).
         self._hanging: dict[str, threading.Thread] = {}
         self._ops: dict[str, Callable[[Request], dict[str, Any]]] = {
@@ -202,8 +204,8 @@ class Handlers:
                 "pending_vectors": pending,
                 # The note with most of those (a long note can be most of the queue), and the
                 # chunks past index.maxVectorChunksPerNote found by keywords only.
-                "pending_largest": limits.pending_largest(self.manifest, pending),
-                "keyword_only": limits.keyword_only(self.manifest) if embedder["state"] != "off" else None,
+                "pending_largest": self.limits.pending_largest(pending),
+                "keyword_only": self.limits.keyword_only() if embedder["state"] != "off" else None,
                 "embed_rate_chunks_per_second": round(rate, 2) if rate else None,
                 "by_source": counts["by_source"],
                 "by_agent": counts["by_agent"],

@@ -8,6 +8,8 @@ are counted all the same). Imports the manifest and the indexer's scan (what it 
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from sidecar.index.indexer import Indexer
@@ -19,6 +21,43 @@ NAMED = 5
 SKIPPED_LISTED = 20
 VECTOR_CAP_KEY = "index.maxVectorChunksPerNote"
 FILE_BYTES_KEY = "index.maxFileBytes"
+
+
+# Chunks waiting below which no note is named as most of the queue: status names one only from
+# that many of its chunks on (cli_render's _LARGEST_NAMED; a test keeps them equal).
+LARGEST_NAMED = 256
+# Seconds a figure below is kept: each is a scan of the pending index under the manifest's lock
+# (long at a million chunks waiting) and `sidecar index` asks for health twice a second.
+KEPT_SECONDS = 1.0
+
+
+class Limits:
+    """keyword_only and pending_largest of health, each counted at most once a second (as the
+    retriever's pending count is); a changed per-note limit (a reload) counts them anew."""
+
+    def __init__(self, manifest: Manifest, clock: Callable[[], float] = time.monotonic) -> None:
+        self.manifest = manifest
+        self.clock = clock
+        self._kept: dict[str, tuple[float, int, dict[str, Any] | None]] = {}  # name -> (when, limit, figure)
+
+    def keyword_only(self) -> dict[str, Any] | None:
+        return self._counted("keyword_only", lambda: keyword_only(self.manifest))
+
+    def pending_largest(self, pending: int) -> dict[str, Any] | None:
+        if pending < LARGEST_NAMED:  # no note could be named: spare the scan
+            return None
+        largest = self._counted("pending_largest", lambda: pending_largest(self.manifest, pending))
+        # Counted up to a second ago: never more of the queue than waits now.
+        return {**largest, "chunks": min(largest["chunks"], pending)} if largest else None
+
+    def _counted(self, name: str, count: Callable[[], dict[str, Any] | None]) -> dict[str, Any] | None:
+        now, cap = self.clock(), self.manifest.vector_cap
+        kept = self._kept.get(name)
+        if kept is not None and kept[1] == cap and 0 <= now - kept[0] <= KEPT_SECONDS:
+            return kept[2]
+        figure = count()
+        self._kept[name] = (now, cap, figure)
+        return figure
 
 
 def keyword_only(manifest: Manifest) -> dict[str, Any] | None:

@@ -51,6 +51,16 @@ _COUNTED = "(state = 'indexed' OR (state = 'indexing' AND indexed_at > 0 AND chu
 # A file's columns as ``FileState`` holds them.
 _STATE_COLUMNS = "key, mtime_ns, size, hash, state, ctime_ns, dev, ino, btime_ns"
 
+# Chunks without a vector by note and place: the backfill's probe takes a note's first
+# index.maxVectorChunksPerNote of them without reading the rest, and status counts those past it
+# from this index alone. It replaced chunks_pending(key), which an older version makes again. The
+# swap is one transaction: a kill between the two statements left the queue with no index.
+_PENDING_INDEX = """
+BEGIN;
+DROP INDEX IF EXISTS chunks_pending;
+CREATE INDEX IF NOT EXISTS chunks_waiting ON chunks(key, ord) WHERE has_vector = 0;
+COMMIT;
+"""
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS files (
@@ -68,11 +78,6 @@ CREATE TABLE IF NOT EXISTS chunks (
   has_next INTEGER NOT NULL DEFAULT 0, embed_hash TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS chunks_by_key ON chunks(key);
--- Chunks without a vector by note and place: the backfill's probe takes a note's first
--- index.maxVectorChunksPerNote of them without reading the rest, and status counts those past it
--- from this index alone. It replaced chunks_pending(key), which an older version makes again.
-DROP INDEX IF EXISTS chunks_pending;
-CREATE INDEX IF NOT EXISTS chunks_waiting ON chunks(key, ord) WHERE has_vector = 0;
 CREATE INDEX IF NOT EXISTS chunks_by_text ON chunks(embed_hash) WHERE embed_hash != '';
 -- The backfill queue in priority order: walking this index and probing chunks_waiting answers
 -- "the next 256 chunks without a vector" in under a millisecond, where sorting every pending
@@ -407,7 +412,7 @@ class Manifest(VectorBook):
             for column in ("dev", "ino", "btime_ns"):
                 if columns and column not in columns:
                     self._db.execute(f"ALTER TABLE files ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
-            self._db.executescript(_SCHEMA)
+            self._db.executescript(_SCHEMA + _PENDING_INDEX)
             if links.ensure_schema(self._db) and version != 0:
                 # Schema 4 adds the link graph, read from the notes themselves: forget their
                 # stat and hash so the next sweep reads each once (chunk ids, and so vectors, stay).

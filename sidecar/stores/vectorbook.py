@@ -77,7 +77,7 @@ class VectorBook:
         """Chunks past the per-note limit (``vector_cap``) without a vector in the serving table:
         how many notes, how many chunks, and the notes with most of them, vault and wiki only
         (key, its chunks, those keyword-only; an agent's notes are not named to others). Read
-        from the pending index alone (no chunk row): cheap enough for every status."""
+        from the pending index alone (no chunk row); health keeps it a second."""
         rows = self._query(
             "SELECT key, count(*) FROM chunks WHERE has_vector = 0 AND ord >= ? GROUP BY key",
             (self.vector_cap,),
