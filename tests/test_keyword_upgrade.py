@@ -394,3 +394,38 @@ def test_the_read_only_open_reads_a_layout_2_index_as_it_is(make_cfg: Any, under
         parts.stores.close()
     assert snapshot(cfg.index_dir / "bm25") == before
     assert not (cfg.index_dir / "bm25.next").exists()
+
+
+def test_a_failed_open_of_the_swapped_in_index_leaves_a_usable_index(
+    make_cfg: Any, underscores: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new index fails to open after the two renames: the swap is undone and the old index
+    opened again (kept closed and renamed, every write failed, "IndexWriter was consumed")."""
+    import sidecar.index.upgrade as upgrade
+    from sidecar.contracts.errors import StoreError
+    from sidecar.stores.bm25 import Bm25Index
+
+    cfg = make_cfg(underscores)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+
+    def opened(path: Path, **kw: Any) -> Bm25Index:
+        if path.name == "bm25":
+            raise StoreError(f"BM25 index {path} cannot be opened: Too many open files")
+        return Bm25Index(path, **kw)
+
+    monkeypatch.setattr(upgrade, "Bm25Index", opened)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        bm25 = h.stores.bm25
+        assert bm25.path.name == "bm25", f"the daemon serves the index in {bm25.path.name}"
+        assert bm25.layout == 2  # the old one, tried again at the next start
+        assert sorted(p.name for p in cfg.index_dir.iterdir() if p.name.startswith("bm25.")) == []
+        write(underscores / "Boat.md", "# Boat\n\nThe outboard engine needs new spark plugs.\n")
+        vault_root = next(r for r in h.indexer.changes.roots() if r.name == "vault")
+        h.indexer.index_now(vault_root, underscores / "Boat.md")
+        assert "Boat" in _found(h, "outboard")
+        assert "keyword_index" in json.dumps(_health(h))
+    finally:
+        h.close()

@@ -16,12 +16,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from pathlib import Path
 
 from sidecar.contracts.errors import StoreError
 from sidecar.index.repair import bm25_doc, fill_bm25
 from sidecar.index.vectoring import Stores
-from sidecar.stores.bm25 import Bm25Index
-from sidecar.stores.bm25_side import discard, drop_previous, side_folder, swap_in, swap_out
+from sidecar.stores.bm25 import Bm25Index, open_bm25
+from sidecar.stores.bm25_side import discard, drop_previous, side_folder, swap_in, swap_out, swap_undone
 from sidecar.stores.manifest import Manifest
 from sidecar.stores.versions import BM25_LAYOUT
 
@@ -60,8 +61,8 @@ def upgrade_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
             new = None
             old.close()  # its searchers still answer searches under way
             old.move(lambda: swap_out(index_dir))
-            current = swap_in(index_dir)
-            stores.bm25 = Bm25Index(current)
+            swap_in(index_dir)
+            _open_swapped_in(stores, index_dir)
         drop_previous(index_dir)
     except (StoreError, OSError) as exc:
         # A full disk, most likely: the old index answers on; the next start tries again.
@@ -89,6 +90,18 @@ def upgrade_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
     )
     stores.problems.clear("keyword_index")
     return True
+
+
+def _open_swapped_in(stores: Stores, index_dir: Path) -> None:
+    """The new index opened where the swap put it, as ``stores.bm25``. When it cannot be (too
+    many open files, a full disk), the swap is undone and the old index opened again before the
+    error goes on: kept closed and renamed, it failed every write ("IndexWriter was consumed")."""
+    try:
+        stores.bm25 = Bm25Index(index_dir / "bm25")
+    except StoreError:
+        swap_undone(index_dir)
+        stores.bm25 = open_bm25(index_dir / "bm25")
+        raise
 
 
 def _catch_up(new: Bm25Index, manifest: Manifest, keys: set[str], *, everything: bool) -> None:
