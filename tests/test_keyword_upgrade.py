@@ -429,3 +429,35 @@ def test_a_failed_open_of_the_swapped_in_index_leaves_a_usable_index(
         assert "keyword_index" in json.dumps(_health(h))
     finally:
         h.close()
+
+
+def test_a_search_holding_the_old_index_after_the_swap_opens_no_inbox_in_a_removed_folder(
+    make_cfg: Any, underscores: Path
+) -> None:
+    """A search that took the old index before the swap, opening an agent's inbox after it
+    (inboxes open lazily), reads the new index: the old one made ``bm25.previous`` again (an
+    empty index in the folder the swap removed) and answered without that agent's memory."""
+    cfg = make_cfg(underscores)
+    (cfg.agents_dir / "alpha" / "memory").mkdir(parents=True)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    h = Harness(cfg, FakeEmbedder())  # a layout-2 index: memory written into it before the upgrade
+    try:
+        path = cfg.agents_dir / "alpha/memory/quokka.md"
+        write(path, "# Quokka\n\nAlpha keeps notes about the quokka.\n")
+        root = next(r for r in h.indexer.changes.roots() if r.name == "memory/alpha")
+        h.indexer.index_now(root, path)
+    finally:
+        h.close()
+    h = Harness(cfg, FakeEmbedder())  # alpha's inbox not opened yet in the old index
+    try:
+        old = h.stores.bm25
+        assert old.layout == 2
+        h.sweep()  # the upgrade: refilled beside, swapped in, the old folder removed
+        assert h.stores.bm25.layout == 3
+        hits = old.search("quokka", limit=5, sources=["memory"], agent_scope="alpha")
+        pages = old.search_pages("quokka", limit=5, sources=["memory"], agent_scope="alpha")
+        assert sorted(p.name for p in cfg.index_dir.iterdir() if p.name.startswith("bm25.")) == []
+        assert hits and pages, "alpha's memory missing from a search that began before the swap"
+    finally:
+        h.close()

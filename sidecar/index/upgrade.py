@@ -63,6 +63,7 @@ def upgrade_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
             old.move(lambda: swap_out(index_dir))
             swap_in(index_dir)
             _open_swapped_in(stores, index_dir)
+            old.retire(stores.bm25)
         drop_previous(index_dir)
     except (StoreError, OSError) as exc:
         # A full disk, most likely: the old index answers on; the next start tries again.
