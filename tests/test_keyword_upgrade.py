@@ -461,3 +461,69 @@ def test_a_search_holding_the_old_index_after_the_swap_opens_no_inbox_in_a_remov
         assert hits and pages, "alpha's memory missing from a search that began before the swap"
     finally:
         h.close()
+
+
+def _no_room_beside(monkeypatch: pytest.MonkeyPatch, *, in_place_fails: bool = False) -> None:
+    """A disk with less free than a second keyword index: the free space told is 10 MB, and a
+    commit beside fails as the full disk fails it (in place too when ``in_place_fails``)."""
+    import sidecar.index.upgrade as upgrade
+    from sidecar.contracts.errors import DiskFullError
+    from sidecar.stores import bm25 as bm25_mod
+
+    monkeypatch.setattr(upgrade, "free_space", lambda path: 10_000_000, raising=False)  # none before
+    real = bm25_mod.Bm25Index.commit
+    full = {"bm25.next", "bm25"} if in_place_fails else {"bm25.next"}
+
+    def commit(self: Any) -> None:
+        if self.path.name in full:
+            raise DiskFullError("BM25 commit failed: No space left on device")
+        real(self)
+
+    monkeypatch.setattr(bm25_mod.Bm25Index, "commit", commit)
+
+
+def test_without_room_for_a_second_index_the_upgrade_refills_in_place(
+    make_cfg: Any, underscores: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Less free space than a second copy of the keyword index: the refill beside failed at every
+    start (the disk full for a moment each time) and the upgrade never ended. The old index is
+    refilled in place instead, as before the refill beside, and the upgrade ends."""
+    from sidecar.stores.versions import bm25_layout
+
+    cfg = make_cfg(underscores)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    _no_room_beside(monkeypatch)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        with caplog.at_level("INFO"):
+            h.sweep()
+        assert bm25_layout(cfg.index_dir / "bm25") == 3
+        assert h.stores.bm25.layout == 3
+        assert "Rust" in _found(h, "cargo") and "Garden" in _found(h, "tomatoes")
+        assert "bm25_upgrade_in_place reason=" in caplog.text
+        assert sorted(p.name for p in cfg.index_dir.iterdir() if p.name.startswith("bm25.")) == []
+        assert h.stores.problems.active_in("keyword_index") is None
+    finally:
+        h.close()
+
+
+def test_an_upgrade_failing_in_place_too_says_how_much_room_it_needs(
+    make_cfg: Any, underscores: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No room beside, and the refill in place fails too (the disk full): status says how many
+    MB the index's disk needs free, not only that the index could not be rebuilt."""
+    from sidecar.index.upgrade import upgrade_bm25
+
+    cfg = make_cfg(underscores)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    _no_room_beside(monkeypatch, in_place_fails=True)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        assert upgrade_bm25(h.stores) is False
+        problem = h.stores.problems.active_in("keyword_index")
+        assert problem is not None and "MB free are needed" in problem["error"], problem
+        assert h.stores.bm25.path == cfg.index_dir / "bm25"
+    finally:
+        h.close()

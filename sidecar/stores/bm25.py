@@ -134,6 +134,7 @@ class Bm25Index:
         self._closed = False
         # The index that took this one's place at an upgrade's swap (``retire``): searches read it.
         self._successor: Bm25Index | None = None
+        self._retired = False
         self._chunks = Folder(path / "chunks", self.schema, read_only=read_only, layout=layout)
         self._pages = Folder(path / "pages", self.schema, read_only=read_only, layout=layout)
         self._open: OrderedDict[str, Pair] = OrderedDict()  # least recently used first
@@ -324,7 +325,7 @@ class Bm25Index:
                 return pair
             if not create and agent not in self._agents:
                 return None
-            if self._successor is not None:
+            if self._retired:
                 # Swapped out, its folder removed: an inbox opened now would be made empty there
                 # (a folder is made when missing), holding none of the agent's memory.
                 return None
@@ -1305,12 +1306,12 @@ class Bm25Index:
         with self._inbox_lock:
             self.path = rename()
 
-    def retire(self, successor: Bm25Index) -> None:
+    def retire(self, successor: Bm25Index | None = None) -> None:
         """Swapped out by ``successor`` (an upgrade, this index closed, its folder about to be
-        removed): a search that took this index before reads ``successor``; an inbox not open
-        yet is never opened (made) in the removed folder."""
+        removed; None: the new one not open yet): a search that took this index before reads
+        ``successor``; an inbox not open yet is never opened (made) in the removed folder."""
         with self._inbox_lock:
-            self._successor = successor
+            self._retired, self._successor = True, successor
 
     def close(self) -> None:
         """Wait for background merges and release the writer locks; safe to call twice."""
