@@ -394,3 +394,136 @@ def test_the_read_only_open_reads_a_layout_2_index_as_it_is(make_cfg: Any, under
         parts.stores.close()
     assert snapshot(cfg.index_dir / "bm25") == before
     assert not (cfg.index_dir / "bm25.next").exists()
+
+
+def test_a_failed_open_of_the_swapped_in_index_leaves_a_usable_index(
+    make_cfg: Any, underscores: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new index fails to open after the two renames: the swap is undone and the old index
+    opened again (kept closed and renamed, every write failed, "IndexWriter was consumed")."""
+    import sidecar.index.upgrade as upgrade
+    from sidecar.contracts.errors import StoreError
+    from sidecar.stores.bm25 import Bm25Index
+
+    cfg = make_cfg(underscores)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+
+    def opened(path: Path, **kw: Any) -> Bm25Index:
+        if path.name == "bm25":
+            raise StoreError(f"BM25 index {path} cannot be opened: Too many open files")
+        return Bm25Index(path, **kw)
+
+    monkeypatch.setattr(upgrade, "Bm25Index", opened)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        bm25 = h.stores.bm25
+        assert bm25.path.name == "bm25", f"the daemon serves the index in {bm25.path.name}"
+        assert bm25.layout == 2  # the old one, tried again at the next start
+        assert sorted(p.name for p in cfg.index_dir.iterdir() if p.name.startswith("bm25.")) == []
+        write(underscores / "Boat.md", "# Boat\n\nThe outboard engine needs new spark plugs.\n")
+        vault_root = next(r for r in h.indexer.changes.roots() if r.name == "vault")
+        h.indexer.index_now(vault_root, underscores / "Boat.md")
+        assert "Boat" in _found(h, "outboard")
+        assert "keyword_index" in json.dumps(_health(h))
+    finally:
+        h.close()
+
+
+def test_a_search_holding_the_old_index_after_the_swap_opens_no_inbox_in_a_removed_folder(
+    make_cfg: Any, underscores: Path
+) -> None:
+    """A search that took the old index before the swap, opening an agent's inbox after it
+    (inboxes open lazily), reads the new index: the old one made ``bm25.previous`` again (an
+    empty index in the folder the swap removed) and answered without that agent's memory."""
+    cfg = make_cfg(underscores)
+    (cfg.agents_dir / "alpha" / "memory").mkdir(parents=True)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    h = Harness(cfg, FakeEmbedder())  # a layout-2 index: memory written into it before the upgrade
+    try:
+        path = cfg.agents_dir / "alpha/memory/quokka.md"
+        write(path, "# Quokka\n\nAlpha keeps notes about the quokka.\n")
+        root = next(r for r in h.indexer.changes.roots() if r.name == "memory/alpha")
+        h.indexer.index_now(root, path)
+    finally:
+        h.close()
+    h = Harness(cfg, FakeEmbedder())  # alpha's inbox not opened yet in the old index
+    try:
+        old = h.stores.bm25
+        assert old.layout == 2
+        h.sweep()  # the upgrade: refilled beside, swapped in, the old folder removed
+        assert h.stores.bm25.layout == 3
+        hits = old.search("quokka", limit=5, sources=["memory"], agent_scope="alpha")
+        pages = old.search_pages("quokka", limit=5, sources=["memory"], agent_scope="alpha")
+        assert sorted(p.name for p in cfg.index_dir.iterdir() if p.name.startswith("bm25.")) == []
+        assert hits and pages, "alpha's memory missing from a search that began before the swap"
+    finally:
+        h.close()
+
+
+def _no_room_beside(monkeypatch: pytest.MonkeyPatch, *, in_place_fails: bool = False) -> None:
+    """A disk with less free than a second keyword index: the free space told is 10 MB, and a
+    commit beside fails as the full disk fails it (in place too when ``in_place_fails``)."""
+    import sidecar.index.upgrade as upgrade
+    from sidecar.contracts.errors import DiskFullError
+    from sidecar.stores import bm25 as bm25_mod
+
+    monkeypatch.setattr(upgrade, "free_space", lambda path: 10_000_000, raising=False)  # none before
+    real = bm25_mod.Bm25Index.commit
+    full = {"bm25.next", "bm25"} if in_place_fails else {"bm25.next"}
+
+    def commit(self: Any) -> None:
+        if self.path.name in full:
+            raise DiskFullError("BM25 commit failed: No space left on device")
+        real(self)
+
+    monkeypatch.setattr(bm25_mod.Bm25Index, "commit", commit)
+
+
+def test_without_room_for_a_second_index_the_upgrade_refills_in_place(
+    make_cfg: Any, underscores: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Less free space than a second copy of the keyword index: the refill beside failed at every
+    start (the disk full for a moment each time) and the upgrade never ended. The old index is
+    refilled in place instead, as before the refill beside, and the upgrade ends."""
+    from sidecar.stores.versions import bm25_layout
+
+    cfg = make_cfg(underscores)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    _no_room_beside(monkeypatch)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        with caplog.at_level("INFO"):
+            h.sweep()
+        assert bm25_layout(cfg.index_dir / "bm25") == 3
+        assert h.stores.bm25.layout == 3
+        assert "Rust" in _found(h, "cargo") and "Garden" in _found(h, "tomatoes")
+        assert "bm25_upgrade_in_place reason=" in caplog.text
+        assert sorted(p.name for p in cfg.index_dir.iterdir() if p.name.startswith("bm25.")) == []
+        assert h.stores.problems.active_in("keyword_index") is None
+    finally:
+        h.close()
+
+
+def test_an_upgrade_failing_in_place_too_says_how_much_room_it_needs(
+    make_cfg: Any, underscores: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No room beside, and the refill in place fails too (the disk full): status says how many
+    MB the index's disk needs free, not only that the index could not be rebuilt."""
+    from sidecar.index.upgrade import upgrade_bm25
+
+    cfg = make_cfg(underscores)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    _no_room_beside(monkeypatch, in_place_fails=True)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        assert upgrade_bm25(h.stores) is False
+        problem = h.stores.problems.active_in("keyword_index")
+        assert problem is not None and "MB free are needed" in problem["error"], problem
+        assert h.stores.bm25.path == cfg.index_dir / "bm25"
+    finally:
+        h.close()

@@ -132,6 +132,9 @@ class Bm25Index:
         self._lock = threading.Lock()  # writes, commits, and closing an inbox
         self._inbox_lock = threading.RLock()  # the table of open inboxes
         self._closed = False
+        # The index that took this one's place at an upgrade's swap (``retire``): searches read it.
+        self._successor: Bm25Index | None = None
+        self._retired = False
         self._chunks = Folder(path / "chunks", self.schema, read_only=read_only, layout=layout)
         self._pages = Folder(path / "pages", self.schema, read_only=read_only, layout=layout)
         self._open: OrderedDict[str, Pair] = OrderedDict()  # least recently used first
@@ -329,6 +332,10 @@ class Bm25Index:
                 self._open.move_to_end(agent)
                 return pair
             if not create and agent not in self._agents:
+                return None
+            if self._retired:
+                # Swapped out, its folder removed: an inbox opened now would be made empty there
+                # (a folder is made when missing), holding none of the agent's memory.
                 return None
             try:
                 pair = self._open_pair(agent)
@@ -994,6 +1001,8 @@ class Bm25Index:
         wiki stay). Restrictions score nothing: a hit's score is its text's match alone, the same
         with or without them.
         """
+        if self._successor is not None:  # a search that took this index before the swap
+            return self._successor.search(text, limit, sources, agent_scope, key=key, stem=stem)
         return self._search(False, text, limit, sources=sources, agent_scope=agent_scope, key=key, stem=stem)
 
     def search_pages(
@@ -1009,6 +1018,10 @@ class Bm25Index:
     ) -> list[tuple[str, float]]:
         """(note key, bm25 score) for whole notes (only the one ``key``, or only ``keys``), as
         ``search`` scores chunks."""
+        if self._successor is not None:
+            return self._successor.search_pages(
+                text, limit, sources, agent_scope, key=key, keys=keys, stem=stem
+            )
         return self._search(
             True, text, limit, sources=sources, agent_scope=agent_scope, key=key, keys=keys, stem=stem
         )
@@ -1300,6 +1313,13 @@ class Bm25Index:
         analyzers, its fields would not match, and it would be moved aside as damaged)."""
         with self._inbox_lock:
             self.path = rename()
+
+    def retire(self, successor: Bm25Index | None = None) -> None:
+        """Swapped out by ``successor`` (an upgrade, this index closed, its folder about to be
+        removed; None: the new one not open yet): a search that took this index before reads
+        ``successor``; an inbox not open yet is never opened (made) in the removed folder."""
+        with self._inbox_lock:
+            self._retired, self._successor = True, successor
 
     def close(self) -> None:
         """Wait for background merges and release the writer locks; safe to call twice."""

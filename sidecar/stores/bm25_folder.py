@@ -31,7 +31,8 @@ from sidecar.stores.versions import BM25_LAYOUT, bm25_layout
 
 log = logging.getLogger(__name__)
 
-_WRITER_HEAP = 64_000_000
+WRITER_HEAP = 64_000_000  # what a writer holds before it flushes a segment to disk
+_WRITER_HEAP = WRITER_HEAP
 _LOW_DISK = 2 * _WRITER_HEAP  # less free than two writer flushes: a failed write likely met a full disk
 
 

@@ -69,6 +69,18 @@ def swap_in(index_dir: Path) -> Path:
     return current
 
 
+def swap_undone(index_dir: Path) -> None:
+    """The swap taken back (the new index would not open): the new one removed (a refill makes
+    it again), the old one back to ``bm25``."""
+    current = index_dir / "bm25"
+    shutil.rmtree(current, ignore_errors=True)
+    if current.exists():  # not removed whole: renamed away, its remains removed with the side folder
+        current.rename(index_dir / NEXT)
+        shutil.rmtree(index_dir / NEXT, ignore_errors=True)
+    (index_dir / PREVIOUS).rename(current)
+    _sync(index_dir)
+
+
 def drop_previous(index_dir: Path) -> None:
     """The old index removed after a swap (searches under way keep the files they have open)."""
     shutil.rmtree(index_dir / PREVIOUS, ignore_errors=True)
