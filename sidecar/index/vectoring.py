@@ -703,10 +703,17 @@ class Vectoring:
         """Index the serving table once it is large, and with ``retrain`` train its index again
         once the table has grown enough (``VectorStore.ann_due``); True if an index was built by
         this call (a build's buffers are then worth giving back)."""
-        serving = self.stores.serving
-        if serving is None or (serving.store.indexed and serving.store.ann_due(retrain=retrain) is None):
+        if not self.ann_build_due(retrain=retrain):
             return False
-        return serving.store.ensure_ann(retrain=retrain)
+        serving = self.stores.serving
+        return serving is not None and serving.store.ensure_ann(retrain=retrain)
+
+    def ann_build_due(self, *, retrain: bool = False) -> bool:
+        """``ensure_ann`` has a build to start (cheap: the row count kept between writes)."""
+        serving = self.stores.serving
+        if serving is None or serving.store.build_running is not None:
+            return False
+        return not (serving.store.indexed and serving.store.ann_due(retrain=retrain) is None)
 
     def first_index_due(self) -> bool:
         """The serving table has reached ``search.annThreshold`` rows and has no index of the
