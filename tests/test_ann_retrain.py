@@ -320,3 +320,47 @@ def test_an_edit_during_a_retrain_does_not_wait_for_the_whole_retrain(
         if thread is not None:
             thread.join(30)
         h.close()
+
+
+def test_status_says_while_an_index_is_built_whether_new_vectors_wait(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first index is built in the embedding loop itself (about a minute at 20 k rows): health
+    and `sidecar status` say meanwhile that the index is being built and new vectors wait. A
+    retrain runs beside embedding: status says it runs, and that new vectors go on."""
+    from sidecar.clients.cli_render import _index_build_lines
+
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None and not store.indexed and h.vectors.describe()["index_build"] is None
+        seen: list[dict[str, Any]] = []
+        real = VectorStore.build_index
+
+        def build(self: VectorStore) -> None:
+            seen.append(h.vectors.describe()["index_build"])
+            real(self)
+
+        monkeypatch.setattr(VectorStore, "build_index", build)
+        backfill = _backfill(h)
+        backfill._build_ann()  # as the embedding loop does once the threshold is crossed
+        first = seen[0]
+        assert first["reason"] == "threshold" and first["rows"] == 300 and first["vectors_wait"] is True
+        assert first["last_seconds"] is None
+        line = _index_build_lines({"index_build": first})[0]
+        assert line.startswith("Vector index: being built over 300 vectors") and "new vectors wait" in line
+        assert h.vectors.describe()["index_build"] is None and store.last_build_seconds is not None
+        _grow_vault(h, tmp_path)
+        backfill._ann_checked = 0.0
+        backfill._upkeep()
+        backfill.wait_for_retrain()
+        again = seen[1]
+        assert again["reason"] == "grown" and again["rows"] == 600 and again["vectors_wait"] is False
+        assert again["last_seconds"] is not None  # the first build's length
+        line = _index_build_lines({"index_build": again})[0]
+        assert "being trained again over 600 vectors" in line and "the last build took" in line
+        assert "new vectors go on" in line
+        assert h.vectors.describe()["index_build"] is None
+    finally:
+        h.close()

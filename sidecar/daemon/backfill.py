@@ -102,7 +102,8 @@ class Backfill:
                     # At once, not when the queue is empty: past EXACT_MAX_ROWS there is no copy
                     # in memory any more and every search would scan the table unindexed until
                     # then (an hour or more of a long first embedding). Embedding waits for the
-                    # build (IVF_PQ: ~10 s at 20 k rows, BENCHMARKS.md).
+                    # build: about a minute at 20 k rows (IVF_PQ, 62-67 s measured on 2 cores);
+                    # status says meanwhile that new vectors wait.
                     self._build_ann()
                 failures = 0
                 self.problems.clear("embedding")
@@ -221,6 +222,8 @@ class Backfill:
     def _build_ann(self, *, retrain: bool = False) -> None:
         """Build the ANN index if it is due; ``retrain`` (only while nothing waits for a vector):
         also train it again once the table has grown enough. Searches go on meanwhile."""
+        waits = not retrain  # called from the embedding loop itself, not the upkeep's thread
+        self.vectors.embedding_waits_for_index = waits
         try:
             if self.vectors.ensure_ann(retrain=retrain):
                 heap.trim()  # the build's buffers (hundreds of MB at 100 k vectors)
@@ -230,6 +233,9 @@ class Backfill:
             else:
                 log.error("vector_index_failed error=%s", exc)
             self._ann_failed = time.monotonic()
+        finally:
+            if waits:
+                self.vectors.embedding_waits_for_index = False
 
     def _ann_retry_ok(self) -> bool:
         """A build that failed is not tried again after every batch of vectors."""
