@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from sidecar.contracts.errors import StoreError
 from sidecar.daemon.backfill import Backfill
 from sidecar.stores.vectors import VectorStore
-from tests.conftest import FakeEmbedder, Harness
+from tests.conftest import FakeEmbedder, Harness, write
 from tests.index_helpers import harness_over_ann_threshold, search
 
 THRESHOLD = 256
@@ -215,6 +216,151 @@ def test_the_idle_upkeep_trains_the_index_again(make_cfg: Any, tmp_path: Path) -
         _grow(store, 1, "late")
         backfill._ann_checked = 0.0  # the upkeep looks at the index once a minute
         backfill._upkeep()
+        backfill.wait_for_retrain()  # in a thread of its own
         assert store.trained_rows == 600 and store.indexed
+    finally:
+        h.close()
+
+
+def _backfill(h: Any, stop: threading.Event | None = None) -> Backfill:
+    return Backfill(
+        h.cfg,
+        h.slot,
+        h.vectors,
+        h.repair,
+        problems=h.problems,
+        activity=h.indexer.activity,
+        stop=stop or threading.Event(),
+    )
+
+
+def _grow_vault(h: Any, tmp_path: Path) -> Path:
+    """300 more notes in the harness's vault, swept: the table doubles to 600 rows."""
+    vault = tmp_path / "big"
+    for i in range(300, 600):
+        write(vault / f"n{i:03d}.md", f"# Note {i}\n\nword{i} topic{i % 17} more text {i}\n")
+    h.sweep()
+    return vault
+
+
+def test_a_failed_retrain_is_not_started_again_every_minute(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retrain is optional (the old index serves). One that fails (the child killed by the OOM
+    killer, a timeout) is not started again at every idle minute while the table has not grown:
+    only once it has grown RETRAIN_GROWTH times past the rows at which it failed."""
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None and store.ensure_ann() and store.trained_rows == 300
+        _grow_vault(h, tmp_path)
+        assert store.count() == 600 and store.ann_due() == "grown"
+        attempts: list[int] = []
+
+        def killed(self: VectorStore) -> None:
+            attempts.append(self.count())
+            raise StoreError(f"vector index build for {self.name} failed (-9): no output")
+
+        monkeypatch.setattr(VectorStore, "build_index", killed)
+        backfill = _backfill(h)
+        for _minute in range(3):
+            backfill._ann_checked = 0.0  # a minute later
+            backfill._upkeep()
+            backfill.wait_for_retrain()
+        assert store.indexed and store.trained_rows == 300  # the old index still serves
+        assert attempts == [600], f"a failed retrain was started again each minute: {attempts}"
+        assert store.ann_due() is None
+        _grow(store, 599, "more")
+        assert store.ann_due() is None  # 1199 rows: not yet twice the 600 at which it failed
+        _grow(store, 1, "last")
+        assert store.ann_due() == "grown"
+    finally:
+        h.close()
+
+
+def test_an_edit_during_a_retrain_does_not_wait_for_the_whole_retrain(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backfill goes on embedding while the index is trained again (4-5 minutes at 60-100 k
+    rows in BENCHMARKS.md): the fake build writes a note while "training" and gives the backfill
+    20 s to embed it."""
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    stop = threading.Event()
+    thread: threading.Thread | None = None
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None and store.ensure_ann()
+        vault = _grow_vault(h, tmp_path)
+        assert store.ann_due() == "grown"
+        pending_after: list[int] = []
+        real = VectorStore.build_index
+
+        def build(self: VectorStore) -> None:
+            write(vault / "late.md", "# Late\n\nwritten while the index trains again\n")
+            h.indexer.sweep()
+            deadline = time.monotonic() + 20
+            while h.stores.manifest.pending_count() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            pending_after.append(h.stores.manifest.pending_count())
+            real(self)
+
+        monkeypatch.setattr(VectorStore, "build_index", build)
+        thread = threading.Thread(target=_backfill(h, stop).run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 120
+        # (the backfill's attach opens the table again: look at the serving handle)
+        while not pending_after or h.vectors.stores.serving.store.trained_rows != 600:
+            assert time.monotonic() < deadline, "timed out"
+            time.sleep(0.05)
+        assert pending_after == [0], "the edited note waited for the whole retrain"
+    finally:
+        stop.set()
+        if thread is not None:
+            thread.join(30)
+        h.close()
+
+
+def test_status_says_while_an_index_is_built_whether_new_vectors_wait(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first index is built in the embedding loop itself (about a minute at 20 k rows): health
+    and `sidecar status` say meanwhile that the index is being built and new vectors wait. A
+    retrain runs beside embedding: status says it runs, and that new vectors go on."""
+    from sidecar.clients.cli_render import _index_build_lines
+
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None and not store.indexed and h.vectors.describe()["index_build"] is None
+        seen: list[dict[str, Any]] = []
+        real = VectorStore.build_index
+
+        def build(self: VectorStore) -> None:
+            seen.append(h.vectors.describe()["index_build"])
+            real(self)
+
+        monkeypatch.setattr(VectorStore, "build_index", build)
+        backfill = _backfill(h)
+        backfill._build_ann()  # as the embedding loop does once the threshold is crossed
+        first = seen[0]
+        assert first["reason"] == "threshold" and first["rows"] == 300 and first["vectors_wait"] is True
+        assert first["last_seconds"] is None
+        line = _index_build_lines({"index_build": first})[0]
+        assert line.startswith("Vector index: being built over 300 vectors") and "new vectors wait" in line
+        assert h.vectors.describe()["index_build"] is None and store.last_build_seconds is not None
+        _grow_vault(h, tmp_path)
+        backfill._ann_checked = 0.0
+        backfill._upkeep()
+        backfill.wait_for_retrain()
+        again = seen[1]
+        assert again["reason"] == "grown" and again["rows"] == 600 and again["vectors_wait"] is False
+        assert again["last_seconds"] is not None  # the first build's length
+        line = _index_build_lines({"index_build": again})[0]
+        assert "being trained again over 600 vectors" in line and "the last build took" in line
+        assert "new vectors go on" in line
+        assert h.vectors.describe()["index_build"] is None
     finally:
         h.close()

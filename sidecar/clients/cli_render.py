@@ -274,6 +274,7 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
                 f"vectors{eta(left, vec.get('building_rate_chunks_per_second'))}; searches use "
                 f"{vec.get('serving_model')}'s until then"
             )
+        lines += _index_build_lines(vec)
         lines += _paused_lines(vec)
     else:
         lines.append(f"Embedder: {emb['state']}" + (f": {shown(emb['error'])}" if emb.get("error") else ""))
@@ -345,6 +346,21 @@ def skipped_lines(idx: dict[str, Any]) -> list[str]:
 
 
 _SKIPPED_SHOWN = 3
+
+
+def _index_build_lines(vec: dict[str, Any]) -> list[str]:
+    """An ANN index build running now: the first one holds new vectors back until it ends."""
+    build = vec.get("index_build")
+    if not build:
+        return []
+    last = f"; the last build took {duration(build['last_seconds'])}" if build.get("last_seconds") else ""
+    since = time.strftime("%H:%M", time.localtime(build["since"]))
+    what = "trained again" if build.get("reason") == "grown" else "built"
+    if build.get("vectors_wait"):
+        meanwhile = "new vectors wait until it is done (notes are searchable by keyword meanwhile)"
+    else:
+        meanwhile = "searches and new vectors go on meanwhile"
+    return [f"Vector index: being {what} over {build['rows']:,} vectors since {since}{last}; {meanwhile}"]
 
 
 def _paused_lines(vec: dict[str, Any]) -> list[str]:

@@ -64,6 +64,10 @@ class Backfill:
         self.stop = stop
         self._ann_checked = 0.0
         self._ann_failed = float("-inf")  # monotonic: a failed build is tried again a minute later
+        # The idle upkeep's index build (a retrain: minutes at 60-100 k rows) runs in a thread of
+        # its own, so a note edited meanwhile gets its vector at once; appends go on during the
+        # child's build, and compaction waits for it (VectorStore._building).
+        self._retrain: threading.Thread | None = None
 
     def run(self) -> None:
         # Wait for a model: it may load late (first start) or only after a retry.
@@ -98,7 +102,8 @@ class Backfill:
                     # At once, not when the queue is empty: past EXACT_MAX_ROWS there is no copy
                     # in memory any more and every search would scan the table unindexed until
                     # then (an hour or more of a long first embedding). Embedding waits for the
-                    # build (IVF_PQ: ~10 s at 20 k rows, BENCHMARKS.md).
+                    # build: about a minute at 20 k rows (IVF_PQ, 62-67 s measured on 2 cores);
+                    # status says meanwhile that new vectors wait.
                     self._build_ann()
                 failures = 0
                 self.problems.clear("embedding")
@@ -112,6 +117,7 @@ class Backfill:
                     heap.trim()  # an embedding burst is over: give its buffers back
                 self._upkeep()
                 self.vectors.wait_for_writes(1.0)
+        self.wait_for_retrain(30)  # its child was ended first (stop_builds)
 
     def _embed_failed(self, exc: Exception, delay: float) -> None:
         if is_disk_full(exc):
@@ -195,11 +201,29 @@ class Backfill:
         if time.monotonic() - self._ann_checked > 60:
             self._ann_checked = time.monotonic()
             tidy_paused(self.vectors, self.cfg.index_dir / "vectors")
-            self._build_ann(retrain=True)
+            self._start_retrain()
+
+    def _start_retrain(self) -> None:
+        """Build the index in the background if it is due, trained again once the table has grown
+        (started only while nothing waits for a vector; embedding goes on meanwhile)."""
+        if self._retrain is not None and self._retrain.is_alive():
+            return
+        if not self.vectors.ann_build_due(retrain=True):
+            return
+        self._retrain = threading.Thread(
+            target=self._build_ann, kwargs={"retrain": True}, name="ann-retrain", daemon=True
+        )
+        self._retrain.start()
+
+    def wait_for_retrain(self, timeout: float | None = None) -> None:
+        if self._retrain is not None:
+            self._retrain.join(timeout)
 
     def _build_ann(self, *, retrain: bool = False) -> None:
         """Build the ANN index if it is due; ``retrain`` (only while nothing waits for a vector):
         also train it again once the table has grown enough. Searches go on meanwhile."""
+        waits = not retrain  # called from the embedding loop itself, not the upkeep's thread
+        self.vectors.embedding_waits_for_index = waits
         try:
             if self.vectors.ensure_ann(retrain=retrain):
                 heap.trim()  # the build's buffers (hundreds of MB at 100 k vectors)
@@ -209,6 +233,9 @@ class Backfill:
             else:
                 log.error("vector_index_failed error=%s", exc)
             self._ann_failed = time.monotonic()
+        finally:
+            if waits:
+                self.vectors.embedding_waits_for_index = False
 
     def _ann_retry_ok(self) -> bool:
         """A build that failed is not tried again after every batch of vectors."""

@@ -143,6 +143,9 @@ class Vectoring:
         self._stashed: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self._retired: dict[str, tuple[VectorStore, float]] = {}  # name -> (table, drop after)
         self.last_optimize: float | None = None
+        # The embedding thread waits for an index build (the first index, built as soon as the
+        # table crosses search.annThreshold): status says that new vectors wait meanwhile.
+        self.embedding_waits_for_index = False
         self._unsure: set[str] = set()  # flags whose table may disagree with the manifest
         self._claims: Counter[str] = Counter()  # keys a memory write embeds itself (the backfill skips)
         self._expected: OrderedDict[tuple[int, str], Any] = OrderedDict()  # (id(model), hash) -> vector
@@ -706,16 +709,25 @@ class Vectoring:
         """Index the serving table once it is large, and with ``retrain`` train its index again
         once the table has grown enough (``VectorStore.ann_due``); True if an index was built by
         this call (a build's buffers are then worth giving back)."""
-        serving = self.stores.serving
-        if serving is None or (serving.store.indexed and serving.store.ann_due(retrain=retrain) is None):
+        if not self.ann_build_due(retrain=retrain):
             return False
-        return serving.store.ensure_ann(retrain=retrain)
+        serving = self.stores.serving
+        return serving is not None and serving.store.ensure_ann(retrain=retrain)
+
+    def ann_build_due(self, *, retrain: bool = False) -> bool:
+        """``ensure_ann`` has a build to start (cheap: the row count kept between writes)."""
+        serving = self.stores.serving
+        if serving is None or serving.store.build_running is not None:
+            return False
+        return not (serving.store.indexed and serving.store.ann_due(retrain=retrain) is None)
 
     def first_index_due(self) -> bool:
         """The serving table has reached ``search.annThreshold`` rows and has no index of the
         configured kind yet (cheap: the row count kept between writes)."""
         serving = self.stores.serving
-        return serving is not None and serving.store.ann_due(retrain=False) == "threshold"
+        if serving is None or serving.store.build_running is not None:  # the upkeep's, running
+            return False
+        return serving.store.ann_due(retrain=False) == "threshold"
 
     def stop_builds(self) -> None:
         for vs in (self.stores.serving, self.stores.building):
@@ -726,6 +738,17 @@ class Vectoring:
         for vs in (self.stores.serving, self.stores.building):
             if vs is not None:
                 vs.store.tune(ann_kind, nprobes, ann_threshold)
+
+    def _index_build(self, store: VectorStore | None) -> dict[str, Any] | None:
+        """The serving table's index build running now, for status."""
+        running = store.build_running if store is not None else None
+        if running is None or store is None:
+            return None
+        return {
+            **running,
+            "vectors_wait": self.embedding_waits_for_index,
+            "last_seconds": store.last_build_seconds,
+        }
 
     def paused_switch(self) -> dict[str, Any] | None:
         """A switch undone before it finished: the manifest still names its table as the next one,
@@ -758,6 +781,7 @@ class Vectoring:
             "paused": self.paused_switch(),
             "retired": sorted(self._retired),
             "last_optimize": self.last_optimize,
+            "index_build": self._index_build(s.store if s else None),
             "embedded": self.embedded,
             "reused": self.reused,
             "reused_after_deletion": self.kept_reused,

@@ -232,6 +232,14 @@ class VectorStore:
         # Rows the index was trained on (None: no index, or built by a version that kept no
         # record; see ``ann_due``).
         self.trained_rows: int | None = None
+        # Rows at which a retrain last failed (the child killed, a timeout): the next one waits
+        # until the table has grown RETRAIN_GROWTH times past them, not for the next idle minute
+        # (the old index serves meanwhile). Kept in memory: a restart tries once more.
+        self.retrain_failed_rows: int | None = None
+        # An index build running now: {"reason", "rows", "since" (epoch)}; and the last one's
+        # length in seconds. Shown by status (vectors wait while a first index is built).
+        self.build_running: dict[str, Any] | None = None
+        self.last_build_seconds: float | None = None
         self.schema = pa.schema(
             [
                 pa.field("chunk_id", pa.string()),
@@ -636,10 +644,15 @@ class VectorStore:
         rows = self._row_count()
         if not self.indexed:
             return "threshold" if rows >= self.ann_threshold else None
-        trained = self.trained_rows or self.ann_threshold
-        if retrain and rows >= RETRAIN_GROWTH * trained:
+        if retrain and rows >= self._retrain_at():
             return "grown"
         return None
+
+    def _retrain_at(self) -> int:
+        """Row count from which the index is trained again: ``RETRAIN_GROWTH`` times the rows it
+        was trained on, or past the rows at which a retrain failed."""
+        trained = self.trained_rows or self.ann_threshold
+        return int(RETRAIN_GROWTH * max(trained, self.retrain_failed_rows or 0))
 
     def ensure_ann(self, *, retrain: bool = False) -> bool:
         """Build the configured index once the table is large enough, and with ``retrain`` build
@@ -659,6 +672,8 @@ class VectorStore:
         with self._lock:
             if self.closed:
                 return False
+            if self._building:  # another thread's build (the upkeep's retrain, the optimize)
+                return self.indexed
             kinds = self._index_kinds()
             rows = int(self._table.count_rows())
             trained = self.trained_rows
@@ -668,22 +683,37 @@ class VectorStore:
             if reason is None:
                 return self.indexed
             self._building = True
+            self.build_running = {"reason": reason, "rows": rows, "since": time.time()}
         # Outside the lock and in a child process (sidecar.stores.annbuild): a build takes a
         # minute and hundreds of MB at 100 k vectors (IVF_PQ), and writes must not wait for it (a
         # memory write embeds and stores at once). Rows added meanwhile are searched exactly until
         # compaction folds them into the index.
         t0 = time.perf_counter()
         try:
-            self.build_index()
-            if self.closed:  # replaced meanwhile: the build was ended, nothing to look at
-                return False
-            self._wrap("checkout", self._table.checkout_latest)
-            kinds_now = self._index_kinds()
-        finally:
-            with self._lock:
-                self._building = False
-        if self._ann_type not in kinds_now:
-            raise StoreError(f"vector index build left no {self._ann_type} index on {self.name}")
+            try:
+                self.build_index()
+                if self.closed:  # replaced meanwhile: the build was ended, nothing to look at
+                    return False
+                self._wrap("checkout", self._table.checkout_latest)
+                kinds_now = self._index_kinds()
+            finally:
+                with self._lock:
+                    self._building = False
+                    self.build_running = None
+            if self._ann_type not in kinds_now:
+                raise StoreError(f"vector index build left no {self._ann_type} index on {self.name}")
+        except StoreError:
+            if reason == "grown" and not self.closed:
+                self.retrain_failed_rows = rows
+                log.warning(
+                    "vector_index_retrain_deferred table=%s rows=%d retry_at_rows=%d",
+                    self.name,
+                    rows,
+                    self._retrain_at(),
+                )
+            raise
+        self.last_build_seconds = round(time.perf_counter() - t0, 1)
+        self.retrain_failed_rows = None
         self.indexed = True
         self.trained_rows = rows
         self._write_record(rows)
@@ -705,7 +735,7 @@ class VectorStore:
         if self.ann_threshold <= 0:
             return None
         if self._ann_type in kinds:
-            grown = retrain and rows >= RETRAIN_GROWTH * (self.trained_rows or self.ann_threshold)
+            grown = retrain and rows >= self._retrain_at()
             return "grown" if grown else None
         if rows < self.ann_threshold:
             return None
