@@ -364,3 +364,40 @@ def test_status_says_while_an_index_is_built_whether_new_vectors_wait(
         assert h.vectors.describe()["index_build"] is None
     finally:
         h.close()
+
+
+def test_no_index_build_starts_after_the_daemon_stops(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stop ends the builds that run (``stop_builds``) while the backfill thread may still be
+    in its upkeep (compacting): a retrain it started after that ran on, and the stop waited for it
+    past its bound (the thread counted as stuck, the clean mark skipped). No build child starts
+    after the stop, from the upkeep or from anywhere else."""
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None and store.ensure_ann()
+        _grow_vault(h, tmp_path)
+        assert store.ann_due() == "grown"
+        started: list[bool] = []
+        real = VectorStore.build_index
+
+        def build(self: VectorStore) -> None:
+            started.append(True)
+            real(self)
+
+        monkeypatch.setattr(VectorStore, "build_index", build)
+        stop = threading.Event()
+        backfill = _backfill(h, stop)
+        stop.set()
+        h.vectors.stop_builds()  # what the daemon's stop does first
+        backfill._ann_checked = 0.0
+        backfill._upkeep()  # the backfill thread's last turn, after the stop
+        backfill.wait_for_retrain()
+        assert started == [], "an index build was started after the daemon's stop"
+        monkeypatch.setattr(VectorStore, "build_index", real)
+        with pytest.raises(StoreError, match="not started"):
+            store.ensure_ann(retrain=True)  # any other caller: refused before a child is made
+    finally:
+        h.close()

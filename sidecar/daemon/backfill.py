@@ -206,7 +206,7 @@ class Backfill:
     def _start_retrain(self) -> None:
         """Build the index in the background if it is due, trained again once the table has grown
         (started only while nothing waits for a vector; embedding goes on meanwhile)."""
-        if self._retrain is not None and self._retrain.is_alive():
+        if self.stop.is_set() or (self._retrain is not None and self._retrain.is_alive()):
             return
         if not self.vectors.ann_build_due(retrain=True):
             return

@@ -220,6 +220,11 @@ class VectorStore:
         # same path, and this handle's writes would land in it naming this one's data files.
         self.closed = False
         self._child: subprocess.Popen[str] | None = None
+        # Set by ``stop_build`` (the daemon stops): no build child is started after it. A retrain
+        # the idle upkeep began a moment after the stop ended the running ones ran on, and the
+        # stop waited for it past its bound.
+        self._stopped = False
+        self._child_lock = threading.Lock()
         self._centroid: tuple[int, np.ndarray[Any, Any] | None] = (-1, None)  # (row count, mean)
         # Row count for the centroid check, kept between writes: count_rows on every query cost a
         # round trip through lancedb's event loop. ``_generation`` counts writes, so a count read
@@ -767,14 +772,17 @@ class VectorStore:
     def build_index(self) -> None:
         """Run ``sidecar.stores.annbuild`` for this table; StoreError with its last words."""
         cmd = self._build_command()
-        try:
-            # Our own interpreter and module, arguments from our own config: no shell.
-            child = subprocess.Popen(  # noqa: S603
-                cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=child_env()
-            )
-        except OSError as exc:
-            raise StoreError(f"vector index build for {self.name} failed: {engine_message(exc)}") from exc
-        self._child = child
+        with self._child_lock:  # ``stop_build`` either sees this child or keeps it from starting
+            if self._stopped:
+                raise StoreError(f"vector index build for {self.name} not started: the daemon stops")
+            try:
+                # Our own interpreter and module, arguments from our own config: no shell.
+                child = subprocess.Popen(  # noqa: S603
+                    cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=child_env()
+                )
+            except OSError as exc:
+                raise StoreError(f"vector index build for {self.name} failed: {engine_message(exc)}") from exc
+            self._child = child
         try:
             _, err = child.communicate(timeout=BUILD_TIMEOUT_S)
         except subprocess.TimeoutExpired as exc:
@@ -792,8 +800,11 @@ class VectorStore:
         return [sys.executable, "-m", "sidecar.stores.annbuild", *args]
 
     def stop_build(self) -> None:
-        """End a running index build (the daemon is stopping); it is started again later."""
-        child = self._child
+        """End a running index build and start none after it (the daemon is stopping); the next
+        start builds again."""
+        with self._child_lock:
+            self._stopped = True
+            child = self._child
         if child is not None and child.poll() is None:
             child.terminate()
 
