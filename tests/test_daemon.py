@@ -199,9 +199,13 @@ def test_a_removed_index_lock_is_made_again_and_a_second_daemon_still_refused(
     lock = running.home / "index" / ".lock"
     lock.unlink()
     deadline = time.monotonic() + 10
-    while not lock.exists() and time.monotonic() < deadline:
+
+    def restored() -> bool:  # the file is made before the line is logged: both waited for
+        return lock.exists() and "index_lock_restored" in running.log.read_text()
+
+    while not restored() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert lock.exists() and "index_lock_restored" in running.log.read_text()
+    assert restored()
     second = DaemonProcess(running.home, vault)
     cmd = [*second.cmd(), "--socket", str(tmp_path / "other.sock")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)

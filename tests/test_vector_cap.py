@@ -317,8 +317,13 @@ def test_a_reload_that_raises_the_limit_embeds_the_chunks_it_lets_in(
     cfg_file = tmp_path / "sidecar.yaml"
     cfg_file.write_text(f"index:\n  maxVectorChunksPerNote: {CAP}\n")
     d = daemon_factory(vault, extra=["--config", str(cfg_file)]).start()
-    before = d.wait_for(
-        lambda h: h["embedder"]["state"] == "ok" and h["index"]["pending_vectors"] == 0, timeout=120
+    before = d.wait_for(  # keyword_only may lag a second behind the queue (health caches it)
+        lambda h: (
+            h["embedder"]["state"] == "ok"
+            and h["index"]["pending_vectors"] == 0
+            and h["index"]["keyword_only"]
+        ),
+        timeout=120,
     )["index"]["keyword_only"]
     assert before["notes"] == 1 and before["examples"][0]["reference"] == KEY
     cfg_file.write_text("index:\n  maxVectorChunksPerNote: 9\n")
