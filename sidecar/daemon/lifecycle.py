@@ -121,6 +121,9 @@ class Daemon:
         # not be written back into the manifest's file (``_let_go``).
         self._kept: Parts | None = None
         self._refusal: ReadOnly | None = None
+        # A reload asked while read-only: applied once the switch to writable has built the parts
+        # (built from the configuration of the start, they would have undone it).
+        self._reload_waits = False
         # Held by a switch to writable (and a read-only reopen): the stop waits for it before it
         # closes the stores and releases the index lock.
         self._switching = threading.Lock()
@@ -428,6 +431,10 @@ class Daemon:
             try:
                 if self._space_check():
                     log.warning("index_writable_again the disk has room: indexing resumes (catch-up sweep)")
+                    if self._reload_waits:
+                        self._reload_waits = False
+                        log.info("config_reload_applied_now reason=asked while the index was read-only")
+                        self._reload_quietly()
                     return
             except Exception:  # an unforeseen failure ended this thread: read-only (or refusing) for good
                 log.exception("space_check_failed (tried again at the next check)")
@@ -728,10 +735,14 @@ class Daemon:
         if self.parts is None and self._read_only_parts is not None:
             # The switch to writable builds the parts from the configuration of the start: a
             # reload applied now was undone then, silently (a folder excluded meanwhile came back).
+            # So it waits for the switch, which applies the file as it is then.
+            self._reload_waits = True
+            self._read_only_parts.problems.report(
+                "config", "a configuration reload waits until the index is writable again"
+            )
             raise StorageError(
-                "the index is read-only while its disk is full; nothing applied: reload once "
-                "`sidecar status` no longer says so (a reload now would be undone when the index "
-                "becomes writable)"
+                "the index is read-only while its disk is full; nothing applied yet: the reload is "
+                "applied as soon as the index is writable again (`sidecar status` says when)"
             )
         if self.reload_config is None or self._retriever is None:
             return {"reloaded": False, "changed": []}

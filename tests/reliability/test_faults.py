@@ -165,6 +165,35 @@ def test_a_start_on_a_full_disk_serves_the_index_read_only_and_resumes(
         assert d.stop() == 0
 
 
+def test_a_reload_asked_while_read_only_is_applied_once_the_index_is_writable(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
+    """A reload was refused while the index was read-only (the switch to writable builds the parts
+    from the start's configuration and would undo it), and the user was told to ask again later:
+    a folder excluded in the file stayed in search after the disk had room. It is applied by the
+    switch now."""
+    cfg_file = tmp_path / "sidecar.yaml"
+    cfg_file.write_text("embedder:\n  enabled: false\n")
+    with tmpfs(tmp_path / "home", "24m") as home:
+        d: DaemonProcess = daemon_factory(vault, extra=["--config", str(cfg_file)], env=FAST_RETRY).start()
+        assert d.call("search", {"query": "spark plugs"})["hits"][0]["reference"] == "vault/Projects/Boat"
+        assert d.stop() == 0
+        filler = fill(home)
+        d.start(wait=None)
+        d.wait_for(lambda h: "index" in _active(h), timeout=120)
+        cfg_file.write_text("embedder:\n  enabled: false\nindex:\n  exclude: [Projects/]\n")
+        with pytest.raises(RemoteError) as err:
+            d.call("reload", {})
+        assert err.value.code == "storage" and "applied as soon as the index is writable" in str(err.value)
+        assert d.call("search", {"query": "spark plugs"})["hits"]  # nothing applied yet
+        assert "a configuration reload waits until the index is writable" in d.run_cli("status").stdout
+        filler.unlink()
+        d.wait_for(lambda h: "index" not in _active(h), timeout=120)
+        d.wait_for(lambda h: h["index"]["excluded"] == {"index.exclude: Projects/": 1}, timeout=120)
+        assert not d.call("search", {"query": "spark plugs", "minScore": 0})["hits"]
+        assert d.stop() == 0
+
+
 LONG = " ".join(f"x{i:x}q{i * 7919:x}z{i * 104729:x}" for i in range(400))  # few words, many tokens
 
 
