@@ -549,6 +549,41 @@ def test_a_watch_that_ran_out_of_inotify_watches_says_so_and_watches_again_once_
         thread.join(10)
 
 
+def test_watches_used_up_after_the_watch_was_set_up_are_found_by_the_probe_each_minute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe ran only when a watch was set up: watches used up later (another program took
+    them, or the vault grew into new folders) left every folder made from then on without file
+    events, and status said "events". The running watch is probed again now and then."""
+    from sidecar.vault import watcher as w
+
+    vault = tmp_path / "vault"
+    vault.mkdir()
+    said: list[str | None] = []
+    used_up = [False]
+    monkeypatch.setattr(w, "watches_used_up", lambda _path: used_up[0])
+    monkeypatch.setattr(w, "watch_limit", lambda: 8192)
+    monkeypatch.setattr(w, "_IDENTITY_EVERY_S", 0.2)
+    monkeypatch.setattr(w, "_ROOM_PROBE_S", 0.5)
+    stop = threading.Event()
+    watcher = Watcher([vault], lambda _paths, _gone: None, stop, debounce_ms=100)
+    watcher.on_partial = said.append
+    thread = threading.Thread(target=watcher.run, daemon=True)
+    thread.start()
+    try:
+        _until(lambda: watcher._probed > 0)  # the watch is set up and probed: every folder watched
+        assert said == [] and watcher.covered() == [vault]
+        used_up[0] = True  # another program takes the rest of the watches
+        _until(lambda: len(said) == 1)
+        assert said[0] is not None and "8,192 inotify watches" in said[0] and watcher.covered() == []
+        used_up[0] = False
+        _until(lambda: len(said) == 2)
+        assert said[1] is None and watcher.covered() == [vault]
+    finally:
+        stop.set()
+        thread.join(10)
+
+
 def test_the_probe_for_used_up_inotify_watches_answers_on_this_kernel(tmp_path: Path) -> None:
     """The probe itself (one watch added and dropped through libc) runs here and finds room."""
     from sidecar.vault import watcher as w

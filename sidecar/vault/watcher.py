@@ -16,9 +16,10 @@ flowing for the rest of the tree. So does a tree holding a folder symlink: the r
 follow it out of the vault. Obsidian's settings that decide what is indexed are events in either
 mode (folder by folder, their own folders are watched). A watch that ran out of the system's inotify
 watches (``fs.inotify.max_user_watches``) covers only part of the tree, and watchfiles says
-nothing of it: each new watch is probed, and while the limit is used up the watcher says so
-(``partial``; the roots are then polled like a share's) and watches again once the limit changes
-or watches are given back.
+nothing of it: each new watch is probed (and probed again once a minute: watches used up later
+leave a folder made from then on without events), and while the limit is used up the watcher says
+so (``partial``; the roots are then polled like a share's) and watches again once the limit
+changes or watches are given back.
 """
 
 from __future__ import annotations
@@ -428,6 +429,11 @@ class Watcher:
                 log.info("watcher_restart reason=inotify watches to spare again")
                 self._catch_up = True  # what the polls have not found yet
                 return
+            if self.partial is None and time.monotonic() - self._probed >= _ROOM_PROBE_S:
+                # Watches used up after this watch was set up (other programs took them, or it
+                # grew into new folders): a folder made from then on gets none, silently. Probed
+                # once a minute; the roots are polled until there is room again.
+                self._check_limit(existing)
 
     def _room_again(self, path: Path) -> bool:
         """While the limit is used up: whether a new watch may cover every folder now, because the
