@@ -535,19 +535,7 @@ def test_a_request_whose_client_hung_up_is_dropped_before_a_worker_starts_it(
     """Searches queued behind a busy worker whose clients close are never run, and their
     connections stop counting; a client that only half-closes still gets its answer."""
     server: InProcessServer = serve_in_process(model=KEYWORD_ONLY, **{"server.workers": 1})
-    release, started = threading.Event(), threading.Event()
-    searched: list[str] = []
-    real_call = server.server.call
-
-    def call(req: Any) -> bytes:
-        if req.op == "search" and req.params["query"] == "hold":  # holds the only read worker
-            started.set()
-            release.wait(30)
-        elif req.op == "search":
-            searched.append(req.params["query"])
-        return real_call(req)
-
-    monkeypatch.setattr(server.server, "call", call)
+    release, started, searched = _held_worker(server, monkeypatch)
     arrived: list[str] = []  # requests the loop has read, whether or not a worker runs them
     import sidecar.daemon.server as server_mod
 

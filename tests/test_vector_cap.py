@@ -247,9 +247,8 @@ def test_pending_largest_names_the_note_with_most_waiting_chunks(make_cfg: Any, 
         h.close()
 
 
-def test_a_manifest_of_the_previous_version_opens_with_the_new_index(tmp_path: Path) -> None:
-    """A manifest with the old pending index (chunks_pending) opens: it is replaced by the one
-    over (key, ord), and an older version opening it again makes its own back (no schema bump)."""
+def _manifest_of_the_previous_version(tmp_path: Path) -> Path:
+    """A manifest as the version before made it: its pending index over key alone."""
     path = tmp_path / "manifest.sqlite"
     Manifest(path).close()
     db = sqlite3.connect(path)
@@ -257,6 +256,13 @@ def test_a_manifest_of_the_previous_version_opens_with_the_new_index(tmp_path: P
     db.execute("CREATE INDEX chunks_pending ON chunks(key) WHERE has_vector = 0")
     db.commit()
     db.close()
+    return path
+
+
+def test_a_manifest_of_the_previous_version_opens_with_the_new_index(tmp_path: Path) -> None:
+    """A manifest with the old pending index (chunks_pending) opens: it is replaced by the one
+    over (key, ord), and an older version opening it again makes its own back (no schema bump)."""
+    path = _manifest_of_the_previous_version(tmp_path)
     m = Manifest(path)
     try:
         names = {r[0] for r in m.read("SELECT name FROM sqlite_master WHERE type = 'index'")}
@@ -276,13 +282,7 @@ def test_a_kill_while_the_pending_index_is_swapped_leaves_one_of_them(tmp_path: 
     """The open that replaces the old pending index dropped it in one statement and made the new
     one in the next: killed between them (here as the second one starts), the queue had neither
     until the next writable open. One transaction now: the old index is still there."""
-    path = tmp_path / "manifest.sqlite"
-    Manifest(path).close()
-    db = sqlite3.connect(path)
-    db.execute("DROP INDEX chunks_waiting")
-    db.execute("CREATE INDEX chunks_pending ON chunks(key) WHERE has_vector = 0")
-    db.commit()
-    db.close()
+    path = _manifest_of_the_previous_version(tmp_path)
     script = (
         "import os, sqlite3, sys\n"
         "from sidecar.stores.manifest import Manifest\n"

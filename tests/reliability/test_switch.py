@@ -293,14 +293,8 @@ def test_stores_are_not_kept_while_a_thread_of_the_failed_switch_still_runs(
         except Exception as exc:  # the old close under it: "Cannot operate on a closed database"
             after.append(exc)
 
-    def full(*a: Any, **kw: Any) -> Any:
-        start.d.parts.stores.manifest.set_meta("batch", "x" * 3_000_000)  # type: ignore[union-attr]
-        fill(start.disk)
-        raise DiskFullError("the disk filled again during the resume")
-
     monkeypatch.setattr(IndexLoop, "run", deaf)
-    monkeypatch.setattr(lifecycle, "build_scheduler", full)
-    monkeypatch.setattr(lifecycle, "_JOIN_TIMEOUT", 0.2)
+    _disk_fills_during_the_switch(start, monkeypatch)
     start.free()
     try:
         assert start.d._switch_to_writable() is False
@@ -326,6 +320,19 @@ def test_stores_are_not_kept_while_a_thread_of_the_failed_switch_still_runs(
     assert parts.stores.manifest.get_meta("late") == "written by the thread"
     assert start.d._switch_to_writable() is True
     assert start.handlers() == "Handlers" and _found(start)
+
+
+def _disk_fills_during_the_switch(start: ReadOnlyStart, monkeypatch: Any) -> None:
+    """The switch writes 3 MB into the manifest, the disk fills again and the switch fails (at its
+    scheduler: after the indexer thread started); the stop waits 0.2 s for each thread."""
+
+    def full(*a: Any, **kw: Any) -> Any:
+        start.d.parts.stores.manifest.set_meta("batch", "x" * 3_000_000)  # type: ignore[union-attr]
+        fill(start.disk)
+        raise DiskFullError("the disk filled again during the resume")
+
+    monkeypatch.setattr(lifecycle, "build_scheduler", full)
+    monkeypatch.setattr(lifecycle, "_JOIN_TIMEOUT", 0.2)
 
 
 def test_a_switch_that_fails_with_the_disk_full_again_keeps_answering(
@@ -616,14 +623,8 @@ def test_a_switch_waiting_for_a_thread_of_a_failed_one_says_so_and_asks_for_a_re
     def deaf(self: IndexLoop) -> None:
         hang.wait(60)
 
-    def full(*a: Any, **kw: Any) -> Any:
-        start.d.parts.stores.manifest.set_meta("batch", "x" * 3_000_000)  # type: ignore[union-attr]
-        fill(start.disk)
-        raise DiskFullError("the disk filled again during the resume")
-
     monkeypatch.setattr(IndexLoop, "run", deaf)
-    monkeypatch.setattr(lifecycle, "build_scheduler", full)
-    monkeypatch.setattr(lifecycle, "_JOIN_TIMEOUT", 0.2)
+    _disk_fills_during_the_switch(start, monkeypatch)
     start.free()
 
     def problems() -> dict[str, str]:
