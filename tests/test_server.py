@@ -76,6 +76,25 @@ def test_each_bad_frame_gets_an_error_and_the_connection_goes_on(in_process: InP
     assert good["id"] == 7 and _refs(good)[0] == "vault/Projects/Boat"
 
 
+def test_long_names_in_a_request_are_cut_in_its_error(in_process: InProcessServer) -> None:
+    """An op, slug, agent name or version of 8 KB was echoed whole in the one-line error (as a
+    reference was): now its start and its length, each error a few hundred characters."""
+    long = "x" * 8192
+    frames = [
+        json.dumps({"id": 1, "op": long}),
+        json.dumps({"id": 2, "op": "write", "agent": "a1", "params": {"slug": long, "content": "x"}}),
+        json.dumps({"id": 3, "op": "health", "agent": long}),
+        json.dumps({"id": 4, "v": [long], "op": "health"}),
+        json.dumps({"id": 5, "op": "index", "params": {"confirmDeletions": "y" * 190}}),
+        json.dumps({"id": 6, "op": "outline", "params": {"source": "vault", "pathPrefix": "z" * 900}}),
+    ]
+    answers = exchange(in_process.socket, "\n".join(frames).encode() + b"\n")
+    *refused, outline = answers
+    assert [a["ok"] for a in refused] == [False] * len(refused) and outline["ok"]
+    for message in [a["error"]["message"] for a in refused] + [outline["result"]["outline"]]:
+        assert "characters)" in message and len(message) < 600, message
+
+
 def test_typed_errors_travel_as_data(in_process: InProcessServer) -> None:
     """A handler's typed error becomes that error's code and message; the connection stays open."""
     with _connect(in_process.socket) as s, s.makefile("rb") as answers:

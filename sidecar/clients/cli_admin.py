@@ -18,6 +18,7 @@ from sidecar.clients.client import Client
 from sidecar.config import Config
 from sidecar.contracts.errors import DaemonNotRunningError, DaemonUnreachableError, ExitCode, StorageError
 from sidecar.contracts.printable import escape_controls as shown
+from sidecar.contracts.printable import quoted
 from sidecar.vault.homeguard import forget, record_path
 
 
@@ -253,7 +254,7 @@ def _check_root(cfg: Config, name: str) -> None:
         agents = []
     known = {r.name for r in vault_roots(cfg)} | {inbox_root(cfg, a).name for a in agents}
     if name not in known:
-        raise UsageError(f"unknown root {name!r}; roots: {', '.join(sorted(known)) or 'none yet'}")
+        raise UsageError(f"unknown root {quoted(name)}; roots: {', '.join(sorted(known)) or 'none yet'}")
 
 
 def _failing_since(health: dict[str, Any], since: float, areas: tuple[str, ...]) -> str | None:

@@ -14,6 +14,7 @@ from sidecar.clients.mcp_texts import trash_dropped_note
 from sidecar.config import Config
 from sidecar.contracts.errors import ExitCode, RemoteError
 from sidecar.contracts.printable import escape_controls as shown
+from sidecar.contracts.printable import quoted
 from sidecar.contracts.protocol import LIST_LIMIT_RANGE
 from sidecar.contracts.wire import refused_note
 
@@ -35,7 +36,7 @@ def cmd_memory(args: argparse.Namespace, cfg: Config) -> int:
     params: dict[str, Any] = {}
     if args.action == "list":
         if args.slug:  # it was taken silently and ignored
-            raise UsageError(f"memory list takes no SLUG (got {args.slug!r}); --tag TAG filters")
+            raise UsageError(f"memory list takes no SLUG (got {quoted(args.slug)}); --tag TAG filters")
         if args.tag:
             params["tag"] = args.tag
         if args.source:
@@ -77,7 +78,7 @@ def _slug(args: argparse.Namespace) -> str:
         )
     if not SLUG_RE.fullmatch(args.slug):
         raise UsageError(
-            f"invalid slug {args.slug!r}: use 1-128 characters a-z, 0-9, '_' and '-', starting with a "
+            f"invalid slug {quoted(args.slug)}: use 1-128 characters a-z, 0-9, '_' and '-', starting with a "
             "letter or digit (no folders, no extension), e.g. 'nas-backup-setup'"
         )
     return str(args.slug)

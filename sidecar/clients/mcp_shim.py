@@ -27,7 +27,7 @@ from sidecar import __version__
 from sidecar.clients.mcp_calls import ToolCalls, ToolError
 from sidecar.clients.mcp_schemas import out_of_bounds
 from sidecar.clients.mcp_tools import INSTRUCTIONS, TOOLS
-from sidecar.contracts.printable import escape_terminal
+from sidecar.contracts.printable import escape_terminal, quoted
 from sidecar.contracts.protocol import MAX_QUERY_CHARS
 
 # Each tool's argument names (its input schema's properties), for the unknown-argument check.
@@ -205,7 +205,7 @@ class Shim:
             raise RpcError(-32602, "'name' is required: the tool to call")
         tool = self.calls.tools.get(str(name))
         if tool is None:
-            raise RpcError(-32602, f"unknown tool {name!r}")
+            raise RpcError(-32602, f"unknown tool {quoted(name)}")
         if not isinstance(args, dict):
             raise RpcError(-32602, "'arguments' must be an object")
         known = INPUTS[str(name)]
@@ -249,7 +249,7 @@ class Shim:
             elif uri.startswith(NOTE_URI) and len(uri) > len(NOTE_URI):
                 text = self.note_text(uri[len(NOTE_URI) :])
             else:
-                raise RpcError(-32602, f"unknown resource {uri!r}; use {NOTE_URI}<reference>")
+                raise RpcError(-32602, f"unknown resource {quoted(uri)}; use {NOTE_URI}<reference>")
         except ToolError as exc:
             raise RpcError(-32002, str(exc)) from exc
         return {"contents": [{"uri": uri, "mimeType": "text/markdown", "text": escape_terminal(text)}]}
@@ -274,7 +274,7 @@ class Shim:
 
     def get_prompt(self, params: dict[str, Any]) -> dict[str, Any]:
         if params.get("name") != "recall":
-            raise RpcError(-32602, f"unknown prompt {params.get('name')!r}")
+            raise RpcError(-32602, f"unknown prompt {quoted(params.get('name'))}")
         args = params.get("arguments") or {}
         if not isinstance(args, dict):
             raise RpcError(-32602, "'arguments' must be an object")

@@ -11,6 +11,7 @@ from sidecar.config.fields import _opt, section
 from sidecar.config.indexing import IndexConfig, VaultConfig, WatchConfig
 from sidecar.config.search import RecallConfig, SearchConfig
 from sidecar.config.service import LoggingConfig, MemoryConfig, ServerConfig
+from sidecar.contracts.printable import quoted
 
 _AGENT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
@@ -77,6 +78,6 @@ def valid_agent(name: str) -> bool:
 def agent_name_problem(name: object) -> str:
     """What is wrong with an agent name (one wording for the CLI, the shim and the daemon)."""
     return (
-        f"invalid agent name {name!r}: use 1-64 characters a-z, 0-9, '_' and '-', starting with a "
+        f"invalid agent name {quoted(name)}: use 1-64 characters a-z, 0-9, '_' and '-', starting with a "
         "letter or digit"
     )

@@ -41,9 +41,13 @@ def escape_terminal(text: str) -> str:
 QUOTED_CHARS = 120
 
 
-def quoted(text: str, most: int = QUOTED_CHARS) -> str:
+def quoted(text: object, most: int = QUOTED_CHARS) -> str:
     """``text`` quoted as ``repr`` does, cut to its first ``most`` characters with how long it was
-    said when it is longer: ``'vault/aaa…' (8,192 characters)``."""
+    said when it is longer: ``'vault/aaa…' (8,192 characters)``. Not text (a request's JSON may
+    give a list where a name belongs): its ``repr``, cut alike."""
+    if not isinstance(text, str):
+        shown = repr(text)
+        return shown if len(shown) <= most else f"{shown[:most]}… ({len(shown):,} characters)"
     if len(text) <= most:
         return repr(text)
     return f"{text[:most]!r}… ({len(text):,} characters)"

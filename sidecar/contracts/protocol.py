@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sidecar.contracts.errors import ProtocolError
+from sidecar.contracts.printable import quoted
 
 PROTOCOL_VERSION = 1
 DEFAULT_MAX_FRAME = 1_048_576
@@ -93,7 +94,7 @@ def parse_request(line: bytes) -> Request:
     version = data.get("v", PROTOCOL_VERSION)
     if type(version) is not int or version != PROTOCOL_VERSION:  # true and 1.0 equal 1 in Python
         raise ProtocolError(
-            f"unsupported protocol version {version!r}; this daemon speaks {PROTOCOL_VERSION}"
+            f"unsupported protocol version {quoted(version)}; this daemon speaks {PROTOCOL_VERSION}"
         )
     req_id = data.get("id")
     if req_id is not None and (not isinstance(req_id, str | int) or isinstance(req_id, bool)):

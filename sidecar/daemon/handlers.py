@@ -162,7 +162,7 @@ class Handlers:
     def dispatch(self, req: Request) -> dict[str, Any]:
         handler = self._ops.get(req.op)
         if handler is None:
-            raise ProtocolError(f"unknown op {req.op!r}; known ops: {', '.join(sorted(self._ops))}")
+            raise ProtocolError(f"unknown op {quoted(req.op)}; known ops: {', '.join(sorted(self._ops))}")
         if req.agent is not None and not valid_agent(req.agent):
             raise ProtocolError(agent_name_problem(req.agent))
         return handler(req)
@@ -747,7 +747,7 @@ class Handlers:
         if prefix and not pages:
             folders = ", ".join(sorted(tops)[:30]) + (", ..." if len(tops) > 30 else "")
             text = (
-                f"No page of the {source} is under {prefix + '/'!r}"
+                f"No page of the {source} is under {quoted(prefix + '/')}"
                 + (f"; its top folders: {show(folders)}" if tops else "")
                 + " (the outline without a path prefix shows every folder)."
             )
@@ -772,7 +772,9 @@ class Handlers:
         # Every root a sweep would read (the agents' inboxes too), and those it has seen.
         known = {r.name for r in note_roots(self.cfg)} | set(self.supervisor.roots)
         if confirm is not None and confirm not in known:
-            raise ProtocolError(f"unknown root {confirm!r}; roots: {', '.join(sorted(known)) or 'none yet'}")
+            raise ProtocolError(
+                f"unknown root {quoted(confirm)}; roots: {', '.join(sorted(known)) or 'none yet'}"
+            )
         if rebuild:
             self.indexer.refuse_rebuild()  # a root offline: its notes would leave the index
         self.service.request_sweep(rebuild, None, frozenset([confirm]) if confirm else frozenset())

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.contracts.errors import ConfigError, DaemonRunningError, SidecarError
+from sidecar.contracts.printable import quoted
 from sidecar.contracts.protocol import Request, error_frame, ok_frame, parse_request, request_id_of
 from sidecar.runtime.foreground import FOREGROUND, Foreground
 from sidecar.runtime.peer import peer_uid
@@ -235,7 +236,7 @@ class Server:
                 raise
             log.exception("request_failed op=%s", req.op)
             return error_frame(
-                req.id, "internal", f"internal error while running {req.op!r}; see the daemon log"
+                req.id, "internal", f"internal error while running {quoted(req.op)}; see the daemon log"
             )
 
     async def run(self, req: Request) -> bytes:
@@ -276,7 +277,7 @@ class Server:
             return error_frame(
                 req.id,
                 "timeout",
-                f"{req.op!r} did not finish within {self.request_timeout:.0f} s "
+                f"{quoted(req.op)} did not finish within {self.request_timeout:.0f} s "
                 "(server.requestTimeoutSeconds); a write may still complete, check before retrying",
             )
 

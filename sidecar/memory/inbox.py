@@ -33,6 +33,7 @@ import yaml
 
 from sidecar.config import Config, agent_name_problem, valid_agent
 from sidecar.contracts.errors import NotFoundError, SourceError, StorageError
+from sidecar.contracts.printable import quoted
 from sidecar.memory.trash import KEPT, TRASH_TEMP, Trash, is_time, over, trash_dir
 from sidecar.notes.frontmatter import front_matter_problem, parse_front_matter, split_front_matter
 from sidecar.notes.redact import redact_entry, redact_written
@@ -133,8 +134,8 @@ def check_slug(slug: Any) -> str:
         raise MemoryWriteError("'slug' is missing: name the note, e.g. 'nas-backup-setup'")
     if not isinstance(slug, str) or not SLUG_RE.fullmatch(slug):
         raise MemoryWriteError(
-            f"invalid slug {slug!r}: use 1-128 characters a-z, 0-9, '_' and '-', starting with a letter or "
-            "digit (no folders, no extension), e.g. 'nas-backup-setup'"
+            f"invalid slug {quoted(slug)}: use 1-128 characters a-z, 0-9, '_' and '-', starting with a "
+            "letter or digit (no folders, no extension), e.g. 'nas-backup-setup'"
         )
     return slug
 
