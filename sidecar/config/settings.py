@@ -55,6 +55,20 @@ def _collect(cls: type, prefix: str, attrs: tuple[str, ...]) -> list[Setting]:
     return out
 
 
+def carried(cfg: Config, new: Config, prefixes: tuple[str, ...]) -> Config:
+    """``cfg`` with the value of every setting whose key starts with one of ``prefixes`` taken
+    from ``new`` (the reloadable ones of a file read again; the others stay as started)."""
+    for s in settings():
+        if s.dotted.startswith(prefixes):
+            cfg = _replaced(cfg, s.attrs, functools.reduce(getattr, s.attrs, new))
+    return cfg
+
+
+def _replaced(section: Any, attrs: tuple[str, ...], value: Any) -> Any:
+    inner = value if len(attrs) == 1 else _replaced(getattr(section, attrs[0]), attrs[1:], value)
+    return dataclasses.replace(section, **{attrs[0]: inner})
+
+
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.config import Config
-from sidecar.config.settings import settings
+from sidecar.config.settings import carried, settings
 from sidecar.contracts.errors import (
     ConfigError,
     DiskFullError,
@@ -87,6 +87,7 @@ _RELOADED = (
 # Keys that say which daemon a file is for: a file naming others is not this daemon's any more
 # (emptied, cut short while being written) and none of it is applied.
 _IDENTITY = ("home", "socket", "vault.path")
+_RELOAD_WAITS = "a configuration reload waits until the index is writable again"
 
 
 class Daemon:
@@ -121,8 +122,11 @@ class Daemon:
         # not be written back into the manifest's file (``_let_go``).
         self._kept: Parts | None = None
         self._refusal: ReadOnly | None = None
-        # A reload asked while read-only: applied once the switch to writable has built the parts
-        # (built from the configuration of the start, they would have undone it).
+        # Serving read-only since the start (its disk full) until the switch to writable is over.
+        self._read_only = False
+        # A reload asked meanwhile: its file's reloadable settings are carried into the
+        # configuration the switch builds the parts from (built from the start's, they undid it),
+        # then the reload is answered in the log and status as any other.
         self._reload_waits = False
         # Held by a switch to writable (and a read-only reopen): the stop waits for it before it
         # closes the stores and releases the index lock.
@@ -359,6 +363,7 @@ class Daemon:
         (``ReadOnly``); a thread watches the disk and starts the daemon's normal work once there
         is space (``_wait_for_space``). ``full`` is raised again when the index cannot be read
         that way (the daemon exits 5, as before)."""
+        self._read_only = True
         try:
             handlers = self._read_only_handlers()
         except StoreNewerError:
@@ -394,6 +399,8 @@ class Daemon:
             # the full disk (and wait a minute for a tokenizer never loaded): refused instead.
             refusal.kept = kept is not None
             parts.problems.report("index", refusal.message(), since=refusal.since)
+            if self._reload_waits:  # the problems of a failed switch's parts are new ones
+                parts.problems.report("config", _RELOAD_WAITS)
             self._log_read_only(refusal)
             service = ServiceState(self.started, lambda: 0, lambda *_a: None, list, self.reload)
             inboxes = Inboxes(cfg, home=parts.supervisor.home, clock=parts.clock)
@@ -431,13 +438,26 @@ class Daemon:
             try:
                 if self._space_check():
                     log.warning("index_writable_again the disk has room: indexing resumes (catch-up sweep)")
-                    if self._reload_waits:
-                        self._reload_waits = False
-                        log.info("config_reload_applied_now reason=asked while the index was read-only")
-                        self._reload_quietly()
-                    return
+                    break
             except Exception:  # an unforeseen failure ended this thread: read-only (or refusing) for good
                 log.exception("space_check_failed (tried again at the next check)")
+        else:
+            return  # the daemon stops
+        self._writable_now()
+
+    def _writable_now(self) -> None:
+        """After the switch: reloads are applied again, and one asked while read-only (its
+        settings already carried into the parts) is answered: what changed, what needs a
+        restart, or why the file was refused."""
+        with self._reload_lock:
+            self._read_only = False
+            waits, self._reload_waits = self._reload_waits, False
+        if waits:
+            log.info("config_reload_applied_now reason=asked while the index was read-only")
+            try:
+                self._reload_quietly()
+            except Exception:  # the daemon runs on with the settings carried
+                log.exception("reload_failed after the switch to writable")
 
     def _space_check(self) -> bool:
         """One check of the disk: whether the daemon is writable now."""
@@ -500,6 +520,7 @@ class Daemon:
                 return False
             try:
                 self._close_read_only()  # kept writable stores (``_let_go``) write back at close
+                self._carry_waiting_reload()
                 with self._watchdog_fed():  # finishing an interrupted batch or a re-cut can take minutes
                     handlers = self._start_parts()
             except Exception as exc:  # tried again at the next tick
@@ -525,6 +546,20 @@ class Daemon:
             dispatch.release(handlers)  # a no-op once the daemon stops: it refuses from then on
             self._said_read_only = self._said_still = None
             return True
+
+    def _carry_waiting_reload(self) -> None:
+        """A reload asked while read-only: the file's reloadable settings go into the
+        configuration the parts are built from (its catch-up sweep already leaves a folder
+        excluded meanwhile out). A file refused now is said by the reload after the switch."""
+        with self._reload_lock:
+            if not self._reload_waits or self.reload_config is None:
+                return
+            try:
+                new = self._loaded()
+            except SidecarError as exc:
+                log.error("reload_failed error=%s; the switch keeps the running configuration", exc)
+                return
+            self.cfg = carried(self.cfg, new, _RELOADED)
 
     def _still_closing(self) -> bool:
         """Whether a thread of the last failed switch still runs on its stores (said once): a
@@ -732,14 +767,14 @@ class Daemon:
         return new
 
     def _reload(self) -> dict[str, Any]:
-        if self.parts is None and self._read_only_parts is not None:
-            # The switch to writable builds the parts from the configuration of the start: a
-            # reload applied now was undone then, silently (a folder excluded meanwhile came back).
-            # So it waits for the switch, which applies the file as it is then.
+        if self._read_only:
+            # Applied to the read-only parts now, it was undone by the switch to writable, which
+            # builds its parts from the configuration (a folder excluded meanwhile came back); so
+            # the switch carries it (also one asked while the switch runs).
             self._reload_waits = True
-            self._read_only_parts.problems.report(
-                "config", "a configuration reload waits until the index is writable again"
-            )
+            ro = self._read_only_parts
+            if ro is not None:  # None while a switch runs
+                ro.problems.report("config", _RELOAD_WAITS)
             raise StorageError(
                 "the index is read-only while its disk is full; nothing applied yet: the reload is "
                 "applied as soon as the index is writable again (`sidecar status` says when)"

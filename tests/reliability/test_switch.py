@@ -34,6 +34,8 @@ from sidecar.index.indexer import Indexer
 from sidecar.stores.space import disk_full_at
 from tests.reliability.disks import fill, tmpfs
 
+_WAIT_FOR_SPACE = Daemon._wait_for_space  # the fixture makes it a no-op; one test runs it
+
 
 class ReadOnlyStart:
     """A daemon started read-only on a full tmpfs, and what the tests ask it."""
@@ -701,3 +703,110 @@ def test_the_write_back_is_tried_on_a_full_disk_when_the_file_need_not_grow(tmp_
             assert wal.stat().st_size == 0
         finally:
             manifest.close()
+
+
+def _reload_file_excludes(start: ReadOnlyStart, folder: str) -> None:
+    """The configuration file, read again by a reload, now excludes ``folder`` (the daemon's other
+    settings as started)."""
+    cfg = start.d.cfg
+    flags = {
+        "home": str(cfg.home),
+        "vault.path": str(cfg.vault.path),
+        "embedder.enabled": False,
+        "socket": str(cfg.socket_path),
+        "index.exclude": folder,
+    }
+    start.d.reload_config = lambda: load_config(flags=flags, env={})
+
+
+def _many_found(start: ReadOnlyStart) -> bool:
+    return bool(start.ask("search", {"query": "lighthouse keeper number 7", "minScore": 0})["hits"])
+
+
+def test_a_reload_asked_while_read_only_builds_the_switch_s_parts_and_is_answered_after_it(
+    read_only_start: ReadOnlyStart,
+) -> None:
+    """A reload asked while read-only waits (status says so, also after a failed switch, whose
+    parts have new problems); the switch builds its parts with the file's reloadable settings,
+    so its catch-up sweep already leaves the excluded folder out, and the reload is answered
+    after it (the problem line gone)."""
+    start = read_only_start
+    _reload_file_excludes(start, "Many/")
+    with pytest.raises(SidecarError) as err:
+        start.d.reload()
+    assert "applied as soon as the index is writable" in str(err.value)
+    waits = "a configuration reload waits until the index is writable again"
+    assert {p["area"]: p["error"] for p in start.ask("health")["problems"]["active"]}["config"] == waits
+    assert _many_found(start)
+    assert start.d._switch_to_writable() is False  # the disk is still full: read-only parts again
+    assert {p["area"]: p["error"] for p in start.ask("health")["problems"]["active"]}["config"] == waits
+    start.free()
+    assert start.d._switch_to_writable() is True
+    parts = start.d.parts
+    assert parts is not None and parts.indexer.ignore.patterns == ("Many/",)
+    start.d._writable_now()
+    assert "config" not in {p["area"] for p in start.ask("health")["problems"]["active"]}
+    deadline = time.monotonic() + 30
+    while _many_found(start) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _many_found(start)
+    assert start.d.reload()["changed"] == []  # nothing left to apply
+
+
+def test_a_reload_during_the_switch_is_carried_not_applied_to_the_parts_it_replaces(
+    read_only_start: ReadOnlyStart, monkeypatch: Any
+) -> None:
+    """A reload (SIGHUP is not held with the requests) while the switch builds its parts skipped
+    the read-only guard (those parts were already closed), was applied to the retriever about to
+    be replaced and answered as applied: lost. It waits like one asked while read-only."""
+    start = read_only_start
+    answers: list[object] = []
+    real = Indexer.finish_interrupted
+
+    def reload_meanwhile(self: Indexer) -> None:
+        try:
+            answers.append(start.d.reload())
+        except SidecarError as exc:
+            answers.append(exc)
+        real(self)
+
+    monkeypatch.setattr(Indexer, "finish_interrupted", reload_meanwhile)
+    _reload_file_excludes(start, "Many/")
+    start.free()
+    assert start.d._switch_to_writable() is True
+    assert len(answers) == 1 and isinstance(answers[0], SidecarError)
+    start.d._writable_now()
+    parts = start.d.parts
+    assert parts is not None and parts.indexer.ignore.patterns == ("Many/",)
+    assert start.d.reload()["changed"] == []
+
+
+def test_a_failure_of_the_waiting_reload_does_not_switch_a_second_time(
+    read_only_start: ReadOnlyStart, monkeypatch: Any
+) -> None:
+    """The reload waiting for the switch ran inside the space check's retry: a failure of it other
+    than a configuration error (a store's) looked like a failed check, and the next one built the
+    parts a second time over the running ones."""
+    start = read_only_start
+    _reload_file_excludes(start, "Many/")
+    with pytest.raises(SidecarError):
+        start.d.reload()
+    start.free()
+    builds: list[int] = []
+    real_start = Daemon._start_parts
+
+    def counted(self: Daemon) -> Any:
+        builds.append(1)
+        return real_start(self)
+
+    def broken(*_a: Any, **_k: Any) -> Any:
+        raise RuntimeError("the manifest failed under the reload")
+
+    monkeypatch.setattr(Daemon, "_start_parts", counted)
+    monkeypatch.setattr(Daemon, "_reload", broken)
+    monkeypatch.setattr(lifecycle.random, "uniform", lambda *_a: 0.001)
+    thread = threading.Thread(target=_WAIT_FOR_SPACE, args=(start.d,), daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive() and builds == [1]
+    assert start.handlers() == "Handlers" and _found(start)
