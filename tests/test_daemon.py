@@ -328,6 +328,32 @@ def test_broken_model_degrades_to_keyword_search(daemon_factory: Any, vault: Pat
     assert "search is keyword-only" in d.run_cli("status").stdout
 
 
+def test_a_file_still_being_written_when_reloaded_is_read_again_once_it_changes(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
+    """A reload that read the start of a file still being written (the writer paused longer than
+    the settle wait) applied it: without its exclusions a private folder came back into search and
+    stayed there until the next reload. A change of the file within seconds after a reload is
+    read again by itself."""
+    write(vault / "Private" / "Secret.md", "# Secret\n\nThe zebraquartz code.\n")
+    whole = "embedder:\n  enabled: false\nindex:\n  exclude: [Private/]\n"
+    cfg_file = tmp_path / "sidecar.yaml"
+    cfg_file.write_text(whole)
+    d: DaemonProcess = daemon_factory(vault, extra=["--config", str(cfg_file)]).start()
+
+    def found() -> bool:
+        return bool(d.call("search", {"query": "zebraquartz", "minScore": 0})["hits"])
+
+    assert not found()
+    cfg_file.write_text(whole[: whole.index("index:")])  # the writer pauses here
+    assert "index.exclude" in d.call("reload")["changed"]
+    d.wait_for(lambda h: not h["index"]["excluded"] and found(), timeout=60)
+    cfg_file.write_text(whole)  # and ends: nobody reloads
+    d.wait_for(lambda h: h["index"]["excluded"] == {"index.exclude: Private/": 1}, timeout=60)
+    d.wait_for(lambda _h: not found(), timeout=60)
+    assert "config_changed_after_reload" in d.log.read_text()
+
+
 def test_reload_tries_a_failed_model_again_at_once(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
     """A reload is how a user says the model's files are put right: it is tried then, not at the
     next embedder.retryMinutes (an hour here)."""

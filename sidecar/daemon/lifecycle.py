@@ -88,6 +88,8 @@ _RELOADED = (
 # (emptied, cut short while being written) and none of it is applied.
 _IDENTITY = ("home", "socket", "vault.path")
 _RELOAD_WAITS = "a configuration reload waits until the index is writable again"
+# How long after a reload a change of the file read brings another reload (a writer still at it).
+_RECHECK_S = 30.0
 
 
 class Daemon:
@@ -128,6 +130,8 @@ class Daemon:
         # configuration the switch builds the parts from (built from the start's, they undid it),
         # then the reload is answered in the log and status as any other.
         self._reload_waits = False
+        self._read_stamp: tuple[int, int, int] | None = None  # the file as the last reload read it
+        self._recheck: tuple[tuple[int, int, int] | None, float] | None = None  # (stamp, until)
         # Held by a switch to writable (and a read-only reopen): the stop waits for it before it
         # closes the stores and releases the index lock.
         self._switching = threading.Lock()
@@ -311,6 +315,7 @@ class Daemon:
             retry_embedder=self._retry_embedder,
             notify=notify,
             daily=self._daily,
+            also=self._recheck_config,
         )
         scheduler.start()
         loop.request_sweep()
@@ -746,13 +751,15 @@ class Daemon:
         it dropped every exclusion and brought private folders back into search)."""
         assert self.reload_config is not None
         source = self.cfg.source_file
-        if source is not None:
-            _settled(source)
-            with contextlib.suppress(OSError):  # a missing file is the loader's error
-                text = source.read_text(encoding="utf-8", errors="replace")
-                if not any(line.strip() and not line.lstrip().startswith("#") for line in text.splitlines()):
-                    raise ConfigError(f"{source} is empty (being written?); nothing applied")
-        new = self.reload_config()
+        for _ in range(3):  # read again while the file changes under the read
+            seen = None
+            if source is not None:
+                seen = _settled(source)
+                _refuse_empty(source)
+            new = self.reload_config()
+            if source is None or _stamp(source) == seen:
+                break
+        self._read_stamp = seen
         for s in settings():
             if s.dotted in _IDENTITY:
                 was, now = (
@@ -847,7 +854,25 @@ class Daemon:
                 )
             else:
                 problems.clear("restart")
+        # A writer that paused longer than the settle wait (an editor saving over a network home,
+        # a tool writing in pieces) left a valid start of the file, applied now: if the file
+        # changes in the next seconds, it is read again (the tick looks).
+        self._recheck = (self._read_stamp, time.monotonic() + _RECHECK_S)
         return {"reloaded": True, "changed": changed, "needsRestart": restart}
+
+    def _recheck_config(self) -> None:
+        """On the tick: the file read by the last reload changed within ``_RECHECK_S`` after it:
+        reloaded again (in a thread of its own: the settle wait must not hold the tick)."""
+        recheck, source = self._recheck, self.cfg.source_file
+        if recheck is None or source is None:
+            return
+        stamp, until = recheck
+        if time.monotonic() > until:
+            self._recheck = None
+        elif _stamp(source) != stamp:
+            self._recheck = None
+            log.warning("config_changed_after_reload the file changed right after it was read: read again")
+            threading.Thread(target=self._reload_quietly, name="config-reload", daemon=True).start()
 
     def _daily(self) -> None:
         # No skip after a clock jump: every resume from suspend counts as one, so on a laptop the
@@ -952,18 +977,31 @@ def _hung_up(stop: asyncio.Event) -> None:
     stop.set()
 
 
-def _settled(path: Path, wait: float = 0.1, limit: float = 2.0) -> None:
+def _refuse_empty(source: Path) -> None:
+    with contextlib.suppress(OSError):  # a missing file is the loader's error
+        text = source.read_text(encoding="utf-8", errors="replace")
+        if not any(line.strip() and not line.lstrip().startswith("#") for line in text.splitlines()):
+            raise ConfigError(f"{source} is empty (being written?); nothing applied")
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    """The file's size, time and inode (None when it cannot be looked at)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def _settled(path: Path, wait: float = 0.1, limit: float = 2.0) -> tuple[int, int, int] | None:
     """Return once ``path``'s size and time hold still for ``wait`` (at most ``limit``): a reload
-    that lands while an editor writes the file reads it whole."""
+    that lands while an editor writes the file reads it whole. Its stamp then."""
     deadline = time.monotonic() + limit
     before = None
     while time.monotonic() < deadline:
-        try:
-            st = path.stat()
-        except OSError:
-            return
-        now = (st.st_size, st.st_mtime_ns, st.st_ino)
-        if now == before:
-            return
+        now = _stamp(path)
+        if now is None or now == before:
+            return now
         before = now
         time.sleep(wait)
+    return before

@@ -170,8 +170,10 @@ def build_scheduler(
     retry_embedder: Callable[[], None],
     notify: Callable[[], None] | None,
     daily: Callable[[], None] | None = None,
+    also: Callable[[], None] | None = None,
 ) -> Schedule:
-    """The schedule with every job added, not started. ``notify``: None without systemd."""
+    """The schedule with every job added, not started. ``notify``: None without systemd;
+    ``also``: a look of a few compares run on the tick (no thread of its own)."""
     # misfire_grace_time None: a run that came due during a suspend (or while the scheduler's
     # thread was held up) runs late instead of being dropped; coalesce makes that one run.
     scheduler = BackgroundScheduler(
@@ -186,6 +188,8 @@ def build_scheduler(
     def tick() -> None:
         loop.sweep_roots(supervisor.due(poll_all=loop.polled()))
         policy.tick()
+        if also is not None:
+            also()
 
     every = min(1.0, cfg.watch.poll_seconds, cfg.watch.retry_base_seconds)  # due() is a few compares
     schedule.every("tick", every, tick)
