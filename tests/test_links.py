@@ -341,6 +341,28 @@ def test_anchor_lines_find_sections_and_blocks_as_obsidian_opens_them() -> None:
     assert anchor_lines("# A\rtext\r# B\rmore\r", "B") == (3, 4)  # old Mac line ends, as get numbers them
 
 
+def test_an_id_line_right_under_a_callout_or_a_list_names_that_block() -> None:
+    """An ``^id`` line with no blank line before it continues the callout, quote or list item
+    above it (Obsidian's own help writes callout ids so): it names that block. It was read as a
+    block of its own and named the block before: the paragraph above the callout, the callout
+    above the list."""
+    text = (
+        "Intro paragraph here.\n\n> [!tip] Tip\n> The callout text.\n^tipblock\n\n"
+        "- item one\n- item two\n  more of two\n^listblock\n\nA paragraph\n^parablock\n\n"
+        "Alone before.\n\n^alone\n"
+    )
+    lines = text.split("\n")
+
+    def shown(anchor: str) -> list[str] | None:
+        found = anchor_lines(text, anchor)
+        return lines[found[0] - 1 : found[1]] if found else None
+
+    assert shown("^tipblock") == ["> [!tip] Tip", "> The callout text."]
+    assert shown("^listblock") == ["- item two", "  more of two"]
+    assert shown("^parablock") == ["A paragraph"]
+    assert shown("^alone") == ["Alone before."]  # after a blank line: the block before, as before
+
+
 def test_pasted_links_and_names() -> None:
     assert pasted_link("[[Boat#Budget|costs]]") == ("Boat", "Budget")
     assert pasted_link(" ![[Folder/Boat.md#A#B]] ") == ("Folder/Boat.md", "A › B")

@@ -360,6 +360,9 @@ def _in_order(parts: Sequence[str], path: Sequence[str]) -> bool:
     return all(any(p == q for q in it) for p in parts)
 
 
+_LIST_ITEM = re.compile(r"\s*(?:[-*+]|\d+[.)])\s")
+
+
 def _block_lines(
     sections: Sequence[Section], lines: Sequence[str], code: Container[int], block_id: str
 ) -> tuple[int, int] | None:
@@ -368,12 +371,23 @@ def _block_lines(
     if at is None or not block_id:
         return None
     blocks = [b for s in sections for b in s.blocks]
-    if lines[at].strip().startswith("^"):  # the id on a line of its own names the block before it
+    if lines[at].strip().startswith("^"):
+        # Right under a callout, quote, list item or paragraph (no blank line between) the id line
+        # continues it and names it (Obsidian's help writes callout ids so); after a blank line it
+        # names the block before it.
+        under = next((b for b in blocks if b.start < at < b.end and lines[at - 1].strip()), None)
+        if under is not None:
+            first = under.start
+            for i in range(at - 1, under.start - 1, -1):  # the list item the line continues
+                if _LIST_ITEM.match(lines[i]):
+                    first = i
+                    break
+            return first + 1, at
         before = [b for b in blocks if b.end <= at and not (b.start <= at < b.end)]
         if before:
             return before[-1].start + 1, before[-1].end
         return at + 1, at + 1
-    if re.match(r"\s*(?:[-*+]|\d+[.)])\s", lines[at]):  # one item of a list
+    if _LIST_ITEM.match(lines[at]):  # one item of a list
         return at + 1, at + 1
     block = next((b for b in blocks if b.start <= at < b.end), None)
     return (block.start + 1, at + 1) if block is not None else (at + 1, at + 1)
