@@ -1702,6 +1702,19 @@ def test_the_shims_small_refusals_are_clear(tmp_path: Path) -> None:
     assert old["id"] == 7 and old["error"]["code"] == -32600
     nameless = ask("tools/call", {"arguments": {}})["error"]
     assert nameless["code"] == -32602 and "'name' is required" in nameless["message"]
+    # Names sent back in an error are cut (each at 120 characters, five of them at most)
+    many = {f"k{i}": 1 for i in range(3000)}
+    for method, params in (
+        ("x" * 9000, {}),
+        ("tools/call", {"name": "y" * 9000, "arguments": {}}),
+        ("tools/call", {"name": "memory_search", "arguments": {"query": "q", **many}}),
+        ("prompts/get", {"name": "z" * 9000}),
+        ("prompts/get", {"name": "recall", "arguments": many}),
+        ("resources/read", {"uri": "w" * 9000}),
+    ):
+        answer = ask(method, params)
+        said = answer["error"]["message"] if "error" in answer else str(answer["result"])
+        assert len(said) < 600 and ("characters)" in said or "more" in said), said
 
 
 def test_tool_errors_name_the_agents_notes_as_its_answers_do(served: Served) -> None:

@@ -86,13 +86,17 @@ def test_long_names_in_a_request_are_cut_in_its_error(in_process: InProcessServe
         json.dumps({"id": 3, "op": "health", "agent": long}),
         json.dumps({"id": 4, "v": [long], "op": "health"}),
         json.dumps({"id": 5, "op": "index", "params": {"confirmDeletions": "y" * 190}}),
-        json.dumps({"id": 6, "op": "outline", "params": {"source": "vault", "pathPrefix": "z" * 900}}),
+        json.dumps({"id": 6, "op": "search", "params": {"query": "x", long + "\x1b[2J": 1}}),
+        json.dumps({"id": 7, "op": "search", "params": {"query": "x", **{f"k{i}": 1 for i in range(5000)}}}),
+        json.dumps({"id": 8, "op": "outline", "params": {"source": "vault", "pathPrefix": "z" * 900}}),
     ]
     answers = exchange(in_process.socket, "\n".join(frames).encode() + b"\n")
     *refused, outline = answers
     assert [a["ok"] for a in refused] == [False] * len(refused) and outline["ok"]
     for message in [a["error"]["message"] for a in refused] + [outline["result"]["outline"]]:
-        assert "characters)" in message and len(message) < 600, message
+        assert ("characters)" in message or "more" in message) and len(message) < 600, message
+        assert "\x1b" not in message
+    assert "and 4,995 more" in refused[6]["error"]["message"]
 
 
 def test_typed_errors_travel_as_data(in_process: InProcessServer) -> None:
@@ -535,7 +539,7 @@ def test_an_op_without_parameters_says_so_for_an_unknown_one(in_process: InProce
     with pytest.raises(RemoteError) as err:
         in_process.call(op, {"verbose": True})
     assert err.value.code == "bad_request"
-    assert str(err.value) == "unknown parameter(s) verbose; this op takes no parameters"
+    assert str(err.value) == "unknown parameter(s) 'verbose'; this op takes no parameters"
 
 
 def test_outline_counts_read_in_the_singular_for_one(in_process: InProcessServer) -> None:

@@ -27,7 +27,7 @@ from sidecar import __version__
 from sidecar.clients.mcp_calls import ToolCalls, ToolError
 from sidecar.clients.mcp_schemas import out_of_bounds
 from sidecar.clients.mcp_tools import INSTRUCTIONS, TOOLS
-from sidecar.contracts.printable import escape_terminal, quoted
+from sidecar.contracts.printable import escape_terminal, quoted, quoted_names
 from sidecar.contracts.protocol import MAX_QUERY_CHARS
 
 # Each tool's argument names (its input schema's properties), for the unknown-argument check.
@@ -182,7 +182,7 @@ class Shim:
             "prompts/get": self.get_prompt,
         }
         if method not in calls:
-            raise RpcError(-32601, f"method not found: {method}")
+            raise RpcError(-32601, f"method not found: {quoted(method)}")
         return calls[method](params)
 
     def initialize(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -213,7 +213,7 @@ class Shim:
         try:
             if unknown:
                 raise ToolError(
-                    f"unknown argument{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} for "
+                    f"unknown argument{'s' if len(unknown) > 1 else ''} {quoted_names(unknown)} for "
                     f"{name}; it takes {', '.join(known) or 'no arguments'}"
                 )
             # the schema's ranges and lengths are the tool's, checked here (see out_of_bounds)
@@ -279,9 +279,7 @@ class Shim:
         if not isinstance(args, dict):
             raise RpcError(-32602, "'arguments' must be an object")
         if unknown := sorted(str(k) for k in args if k != "topic"):  # refused as the tools refuse them
-            raise RpcError(
-                -32602, f"unknown argument {', '.join(map(repr, unknown))} for recall; it takes topic"
-            )
+            raise RpcError(-32602, f"unknown argument {quoted_names(unknown)} for recall; it takes topic")
         topic = args.get("topic")
         if topic is not None and not isinstance(topic, str):
             raise RpcError(-32602, "'topic' must be a string")

@@ -4,6 +4,7 @@ note is any string, and text for people and agents must not let one break a line
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 # C0 and C1 controls, DEL, line and paragraph separators, and the bidirectional marks, embeddings,
 # overrides and isolates: a name holding one would break a line (forging an entry or a hit), drive
@@ -51,3 +52,10 @@ def quoted(text: object, most: int = QUOTED_CHARS) -> str:
     if len(text) <= most:
         return repr(text)
     return f"{text[:most]!r}… ({len(text):,} characters)"
+
+
+def quoted_names(names: Sequence[object], most: int = 5) -> str:
+    """Names a request gave, each ``quoted``: at most ``most`` of them, then how many more (a
+    request of ten thousand unknown keys is answered in one line)."""
+    shown = ", ".join(quoted(n) for n in names[:most])
+    return shown if len(names) <= most else f"{shown} and {len(names) - most:,} more"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sidecar.contracts.errors import ProtocolError
-from sidecar.contracts.printable import quoted
+from sidecar.contracts.printable import quoted, quoted_names
 
 PROTOCOL_VERSION = 1
 DEFAULT_MAX_FRAME = 1_048_576
@@ -202,4 +202,4 @@ def check_known(params: dict[str, Any], allowed: tuple[str, ...]) -> None:
     unknown = sorted(set(params) - set(allowed))
     if unknown:
         takes = f"allowed: {', '.join(allowed)}" if allowed else "this op takes no parameters"
-        raise ProtocolError(f"unknown parameter(s) {', '.join(unknown)}; {takes}")
+        raise ProtocolError(f"unknown parameter(s) {quoted_names(unknown)}; {takes}")
