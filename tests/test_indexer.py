@@ -744,7 +744,7 @@ def test_notes_under_a_name_past_u_ffff_leave_when_deleted_moved_or_excluded(
         (v / "𝔊 Fraktur.md").unlink()
         h.sweep()
         h.indexer.sweep(only=frozenset(), paths=[str(v / "📥 Inbox")])  # the folder's event too
-        assert h.indexer.set_excludes(["🎯 Private/"], False) == "index.exclude"
+        assert h.indexer.set_excludes(["🎯 Private/"], False) == "index.exclude,index.obsidianExcludes"
         h.sweep()  # a reload asks for one
         assert h.stores.bm25.search("zqemoji", 10) == []
         assert not set(h.stores.manifest.file_states("vault/")) - {f"vault/Plain/n{i}" for i in range(8)}

@@ -819,7 +819,7 @@ class Daemon:
                 new.index.exclude, new.index.obsidian_excludes, new.index.obsidian_templates
             )
             if which is not None:
-                changed.append(which)
+                changed.extend(which.split(","))
                 # Excluded notes leave, included ones come: no events were lost for those.
                 loop.request_sweep(False, None, frozenset(), audit=False)
             cap = new.index.max_vector_chunks_per_note

@@ -151,13 +151,12 @@ class Indexer:
         self._tokenizer_wait = 0.0  # seconds the one wait for the model's tokenizer took
 
     def set_excludes(self, patterns: Sequence[str], obsidian: bool, templates: bool = True) -> str | None:
-        """New exclusion rules (config reload): what changed ("index.exclude", or Obsidian's
-        "Excluded files", read again now: an edit there waited for a full sweep), else None."""
-        if (tuple(patterns), obsidian, templates) == (
-            self.ignore.patterns,
-            self.ignore.obsidian,
-            self.ignore.templates,
-        ):
+        """New exclusion rules (config reload): the keys that changed ("index.exclude",
+        "index.obsidianExcludes", "index.obsidianTemplates", or Obsidian's "Excluded files", read
+        again now: an edit there waited for a full sweep), comma-separated, else None."""
+        was = (self.ignore.patterns, self.ignore.obsidian, self.ignore.templates)
+        now = (tuple(patterns), obsidian, templates)
+        if now == was:
             before = self.ignore.rules()
             self._refresh_ignore()  # with the probe timeout, as a sweep reads them: a share may hang
             return "Obsidian excluded files" if self.ignore.rules() != before else None
@@ -165,7 +164,8 @@ class Indexer:
         rules.carry_over(self.ignore)
         self.ignore = rules
         self.problems.clear("obsidian_settings")  # said again by the next read if still true
-        return "index.exclude"
+        keys = ("index.exclude", "index.obsidianExcludes", "index.obsidianTemplates")
+        return ",".join(k for k, a, b in zip(keys, was, now, strict=True) if a != b)
 
     def excluded_by(self, key: str) -> str | None:
         """The rule that leaves this note out of the index, or None."""
