@@ -342,6 +342,15 @@ def test_a_configuration_file_that_does_not_load_leaves_clients_the_daemon(
     assert r.returncode == 0 and "invalid YAML at line 3" in r.stderr and r.stderr.count("\n") == 1
     r = _run(shared, "doctor", "--config", str(broken))
     assert r.returncode == ExitCode.CONFIG
+    # No daemon at the home the file names: the hint to start one names the file (it said
+    # `sidecar serve --vault PATH`, a daemon of another home).
+    broken.write_text(f"home: {tmp_path / 'elsewhere'}\nsearch:\n  limt: 5\n")
+    r = subprocess.run(
+        [sys.executable, "-m", "sidecar", "status", "--config", str(broken)],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    said = r.stdout + r.stderr
+    assert f"sidecar serve --config {broken.resolve()}" in said and "--vault PATH" not in said, said
     r = _run(shared, "search", "x", "--config", str(tmp_path / "missing.yaml"))
     assert r.returncode == ExitCode.CONFIG and "not found" in r.stderr
 

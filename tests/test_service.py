@@ -30,6 +30,11 @@ def test_unit_and_plist_render_absolute_paths(tmp_path: Path, vault: Path) -> No
     cfg = load_config(config_file=str(cfg_file), env={})
     unit = service_file(cfg, tmp_path, platform="linux")
     assert unit.path == tmp_path / ".config" / "systemd" / "user" / "sidecar.service"
+    # Where systemd looks when XDG_CONFIG_HOME is set (it wrote to ~/.config whatever the variable)
+    elsewhere = tmp_path / "xdg"
+    moved = service_file(cfg, tmp_path, platform="linux", env={"XDG_CONFIG_HOME": str(elsewhere)})
+    assert moved.path == elsewhere / "systemd" / "user" / "sidecar.service"
+    assert service_file(cfg, tmp_path, platform="linux", env={"XDG_CONFIG_HOME": "rel"}).path == unit.path
     exec_start = next(line for line in unit.text.splitlines() if line.startswith("ExecStart="))
     exe = exec_start.split("=", 1)[1].split()[0]
     assert Path(exe).is_absolute() and Path(exe).exists()

@@ -480,9 +480,14 @@ def remove(svc: ServiceFile) -> list[Path]:
 
 
 def service_file(
-    cfg: Config, home_dir: Path, platform: str = sys.platform, sandbox: bool | None = None
+    cfg: Config,
+    home_dir: Path,
+    platform: str = sys.platform,
+    sandbox: bool | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> ServiceFile:
     run, config = launcher(), cfg.source_file  # the file in use, if any
+    env = os.environ if env is None else env
     if platform == "darwin":
         path = home_dir / "Library" / "LaunchAgents" / f"{LABEL}.plist"
         return ServiceFile(
@@ -492,7 +497,11 @@ def service_file(
             # By label: a bootout naming the file needs the file, gone after an uninstall.
             f"launchctl bootout gui/$(id -u)/{LABEL}",
         )
-    path = home_dir / ".config" / "systemd" / "user" / UNIT
+    # systemd reads user units from $XDG_CONFIG_HOME/systemd/user when it is set (an absolute
+    # path; a relative one is ignored, as systemd does), else ~/.config/systemd/user.
+    xdg = env.get("XDG_CONFIG_HOME", "")
+    config_home = Path(xdg) if xdg and Path(xdg).is_absolute() else home_dir / ".config"
+    path = config_home / "systemd" / "user" / UNIT
     return ServiceFile(
         path,
         systemd_unit(cfg, run, config, sandbox),

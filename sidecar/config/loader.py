@@ -272,7 +272,9 @@ def daemon_address(
                     full = Path(value).expanduser()  # relative: to the real file, as load_config
                     where[key] = str(full if full.is_absolute() else path.resolve().parent / full)
     given = {k: v for k, v in flags.items() if v is not None}
-    return load_config(flags={**where, **given}, env=env, cwd=cwd, read_file=False)
+    cfg = load_config(flags={**where, **given}, env=env, cwd=cwd, read_file=False)
+    # Still the file the daemon is started with (the "no daemon" hint names it, fixed or not).
+    return dataclasses.replace(cfg, source_file=path.resolve()) if path is not None else cfg
 
 
 _TOP_LEVEL = re.compile(
