@@ -119,6 +119,17 @@ def test_a_renamed_key_still_loads_with_a_warning(tmp_path: Path) -> None:
         load_config(env={"SIDECAR_SEARCH_RARE_TERM_CHUNKS": "2", "SIDECAR_SEARCH_RARE_TERM_NOTES": "1"})
 
 
+def test_a_key_given_twice_is_a_warning(tmp_path: Path) -> None:
+    """YAML keeps the last of two equal keys without a word: a user who edited the first one saw
+    nothing happen. Loaded as before (the last one), with a warning naming the key and its line."""
+    twice = _yaml(tmp_path, "search:\n  limit: 3\n  limit: 2\nindex:\n  exclude: [a/]\n")
+    cfg = load_config(config_file=str(twice), env={})
+    assert cfg.search.limit == 2
+    assert len(cfg.warnings) == 1 and "'limit' given twice in one section (line 3)" in cfg.warnings[0]
+    once = _yaml(tmp_path, "search:\n  limit: 3\nrecall:\n  limit: 2\n")  # one per section
+    assert not load_config(config_file=str(once), env={}).warnings
+
+
 def test_an_error_names_the_warnings_beside_it(tmp_path: Path) -> None:
     """An unknown key beside renamed ones showed only the error; the renames came to light once
     it was mended, a round of editing later. The error carries them."""

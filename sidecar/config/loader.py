@@ -74,7 +74,9 @@ def _flatten(data: Mapping[str, Any], where: str, prefix: str = "") -> dict[str,
     return out
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def _read_yaml(path: Path, warnings: list[str] | None = None) -> dict[str, Any]:
+    """The file's keys, flattened; a key given twice in one mapping is said in ``warnings`` (YAML
+    keeps the last one silently: the first was what a user edited)."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -83,8 +85,21 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: the configuration file is not UTF-8") from exc
     import yaml  # only when there is a file: a thin client without one starts faster
 
+    twice: list[str] = []
+
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[Any] = set()
+            for key_node, _value in node.value:
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+                if key is not None and key in seen:
+                    at = key_node.start_mark.line + 1
+                    twice.append(f"{path}: {key!r} given twice in one section (line {at}): the last is used")
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=Loader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
         # One line, as every user error: where, and what the parser missed.
         mark = getattr(exc, "problem_mark", None)
@@ -95,6 +110,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: the top level must be a mapping of keys")
+    if warnings is not None:
+        warnings.extend(twice)
     return _flatten(data, str(path))
 
 
@@ -198,7 +215,7 @@ class _Layers:
         return True
 
     def read_file(self, path: Path, source_file: Path) -> None:
-        values = _read_yaml(path)
+        values = _read_yaml(path, self.warnings)
         for written, raw in values.items():
             dotted = RENAMED.get(written, written)
             if dotted != written and not self.renamed(str(path), written, dotted, dotted in values):
