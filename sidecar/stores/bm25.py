@@ -132,6 +132,8 @@ class Bm25Index:
         self._lock = threading.Lock()  # writes, commits, and closing an inbox
         self._inbox_lock = threading.RLock()  # the table of open inboxes
         self._closed = False
+        # Why it is closed with no index open in its place (``lost``), else None.
+        self.unavailable: str | None = None
         # The index that took this one's place at an upgrade's swap (``retire``): searches read it.
         self._successor: Bm25Index | None = None
         self._retired = False
@@ -287,7 +289,7 @@ class Bm25Index:
         named per session leave thousands. Their memory stays in ``memory-all`` for a person's
         search; an agent back is given its index anew from the manifest (``inbox_missing``).
         Nothing is removed before ``memory-all`` holds all memory, or while read-only."""
-        if seconds <= 0 or self.read_only or not self.everyone_ready:
+        if seconds <= 0 or self.read_only or not self.everyone_ready or self.unavailable is not None:
             return []
         cutoff = time.time() - seconds
         removed = []
@@ -577,6 +579,7 @@ class Bm25Index:
         thread died (a segment flush that hit a full disk) refuses every later document ("an
         index writer was killed"): without a new one the index never recovered, however much
         space was freed. What was not committed is redone by the next sweep."""
+        self._usable()  # before the writers are touched: a lost index opens none
         try:
             with engine(what):
                 yield
@@ -637,6 +640,8 @@ class Bm25Index:
 
     def rollback(self) -> None:
         """Drop what was written since the last commit (a refill cut short by a stop)."""
+        if self.unavailable is not None:  # nothing written: no writer opened on a lost index
+            return
         with self._lock:
             self._forget_marks()
             self.umlauts.forget_unsaved()
@@ -644,6 +649,7 @@ class Bm25Index:
                 folder.recover_writer()
 
     def commit(self) -> None:
+        self._usable()
         with self._lock:
             folders = self._folders()
             try:
@@ -888,6 +894,7 @@ class Bm25Index:
         the other indexes are left as they are (refilling all for one agent's cost what the whole
         index costs). One whose searches failed is moved aside first (once); one that merely
         disagrees with the manifest is dropped, as a refill empties it."""
+        self._usable()  # before its folder is removed: a lost index's files are kept as they are
         names = (agent, f"{agent}/chunks", f"{agent}/pages")
         with self._lock:
             why = self.failing.get(names[1]) or self.failing.get(names[2])
@@ -921,6 +928,7 @@ class Bm25Index:
         """The pair of every agent's memory replaced by ``docs`` (all memory, from the manifest),
         committed; the other indexes left as they are. One whose searches failed is moved aside
         first. A person's search reads the inboxes until the commit."""
+        self._usable()
         with self._lock:
             if self.read_only:
                 return
@@ -1091,6 +1099,7 @@ class Bm25Index:
         keys: Sequence[str] | None = None,
         stem: str | None = None,
     ) -> list[tuple[str, float]]:
+        self._usable()
         terms = self._terms(text, stem)
         if not terms or limit <= 0:
             return []
@@ -1320,6 +1329,22 @@ class Bm25Index:
         ``successor``; an inbox not open yet is never opened (made) in the removed folder."""
         with self._inbox_lock:
             self._retired, self._successor = True, successor
+
+    def lost(self, why: str) -> None:
+        """Closed, and no index could be opened in its place (an upgrade's swap undone, or its
+        refill in place, and the open after it failed too: too many open files): every search
+        and write raises a StoreError saying so, nothing is written or removed in its folder,
+        until the stores hold one opened again (``index.upgrade.reopen_bm25``). Left closed and
+        unmarked, every write failed ("IndexWriter was consumed") until a restart."""
+        self.close()
+        self.unavailable = why
+
+    def _usable(self) -> None:
+        if self.unavailable is not None:
+            raise StoreError(
+                f"the keyword index is not open ({self.unavailable}); it is opened again by itself "
+                "every few seconds"
+            )
 
     def close(self) -> None:
         """Wait for background merges and release the writer locks; safe to call twice."""
