@@ -5,7 +5,9 @@ The new index is filled in ``bm25.next``; the swap renames ``bm25`` to ``bm25.pr
 new index holds everything, so ``settle`` at the next start finishes a swap a kill cut short
 (``bm25`` missing beside ``bm25.previous``: the new one goes in) or undoes a refill cut short
 (``bm25`` there: the half-made ``bm25.next`` is removed): either the old index or the new one,
-never a mix. Imports only the standard library.
+never a mix. A newer version's swap cut short is undone by this one (a downgrade): it reads
+the old index, not the new one (finishing it refused the start). Imports only the standard
+library and ``stores.versions``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import logging
 import os
 import shutil
 from pathlib import Path
+
+from sidecar.stores.versions import BM25_LAYOUT, bm25_layout
 
 log = logging.getLogger(__name__)
 
@@ -27,17 +31,26 @@ def settle(index_dir: Path) -> None:
     index is opened: a swap is finished, a half-made side folder removed."""
     current, side, previous = index_dir / "bm25", index_dir / NEXT, index_dir / PREVIOUS
     if not current.exists() and previous.is_dir():
-        if side.is_dir():  # cut between the two renames: the new index is whole
-            side.rename(current)
+        if side.is_dir() and not _newer_than_read(side, previous):
+            side.rename(current)  # cut between the two renames: the new index is whole
             log.info("bm25_upgrade_swap_finished path=%s", current)
         else:
+            # No new index beside it, or a newer version's (a downgrade after a swap it cut
+            # short): finished, the index this version reads was removed and the start refused.
             previous.rename(current)
-            log.warning("bm25_upgrade_swap_undone path=%s (no new index beside it)", current)
+            log.warning("bm25_upgrade_swap_undone path=%s (no new index beside it to read)", current)
         _sync(index_dir)
     for leftover in (side, previous):
         if leftover.exists():
             shutil.rmtree(leftover, ignore_errors=True)
             log.info("bm25_upgrade_leftover_removed path=%s", leftover)
+
+
+def _newer_than_read(side: Path, previous: Path) -> bool:
+    """Whether the new index beside is of a layout newer than this version reads while the old
+    one is not: the swap of a newer version, cut short before a downgrade."""
+    new, old = bm25_layout(side), bm25_layout(previous)
+    return new is not None and new > BM25_LAYOUT and old is not None and old <= BM25_LAYOUT
 
 
 def side_folder(index_dir: Path) -> Path:
