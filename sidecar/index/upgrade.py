@@ -53,8 +53,8 @@ def upgrade_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
     """The keyword index refilled in this version's layout beside the old one, then swapped in;
     True once it is. Nothing is done for an index of this layout, or one open read-only."""
     old = stores.bm25
-    if old.layout == BM25_LAYOUT or old.read_only:
-        return False
+    if old.layout == BM25_LAYOUT or old.read_only or old.unavailable is not None:
+        return False  # a lost index is opened again first (``reopen_bm25``), upgraded at a start
     index_dir = old.path.parent
     size, free = folder_size(old.path), free_space(index_dir)
     if free is not None and free < size * _BESIDE_MARGIN + WRITER_HEAP:
