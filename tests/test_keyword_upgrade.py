@@ -567,7 +567,7 @@ def _policy(h: Harness) -> Any:
 
 
 def test_a_swap_undone_whose_old_index_will_not_open_either_heals_without_a_restart(
-    make_cfg: Any, underscores: Path, monkeypatch: pytest.MonkeyPatch
+    make_cfg: Any, underscores: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The new index fails to open after the swap and the old one, put back, too (no file handles
     left): the stores held the closed old index until a restart, every write failing. Now status
@@ -601,7 +601,9 @@ def test_a_swap_undone_whose_old_index_will_not_open_either_heals_without_a_rest
             kayak = {"slug": "kayak", "content": "The kayak trip to the lake."}
             saved = server.call("write", kayak, agent="alpha")
             assert saved["searchable"] is False and "keyword index is not open" in saved["warning"], saved
-            _policy(h).tick()  # still no handles: tried again later, nothing moved aside
+            with caplog.at_level("ERROR"):
+                _policy(h).tick()  # still no handles: tried again later, nothing moved aside
+            assert "bm25_reopen_failed" in caplog.text and "retry_in=1s" in caplog.text
             assert h.stores.bm25.unavailable is not None
             assert not any(p.name.startswith("bm25.broken") for p in cfg.index_dir.iterdir())
             fault.on = False
