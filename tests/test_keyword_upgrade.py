@@ -704,6 +704,7 @@ def test_status_says_an_in_place_refill_finds_nothing_until_it_ends(
     _layout_2_index(cfg)
     _no_room_beside(monkeypatch)
     h = Harness(cfg, FakeEmbedder())
+    thread = None
     try:
         thread = _start_sweep(h)
         assert entered.wait(_WAIT)
@@ -721,6 +722,8 @@ def test_status_says_an_in_place_refill_finds_nothing_until_it_ends(
         assert "keyword index: being rebuilt" not in render_status(health)
     finally:
         release.set()
+        if thread is not None:
+            thread.join(_WAIT)  # the store is not closed under the refill
         h.close()
 
 
