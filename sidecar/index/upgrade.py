@@ -234,16 +234,17 @@ def _report_old_answers(stores: Stores, exc: BaseException) -> None:
 def _lose(stores: Stores, index: Bm25Index, exc: BaseException) -> None:
     """No keyword index could be opened (the old one, the swap undone, or the new one in place):
     ``index`` (closed) stays in the stores marked lost, so that searches and writes fail with a
-    StoreError saying so (a write is not acknowledged: its note stays to be indexed and the
-    sweep's retry writes it), and it is said as a problem until ``reopen_bm25`` opens one."""
+    StoreError saying so (a sweep's batch fails and is redone; a memory write is saved and said
+    not searchable yet, and indexed once it opens), and it is said as a problem until
+    ``reopen_bm25`` opens one."""
     index.lost(str(exc))
     stores.bm25 = index
     log.error("bm25_unavailable error=%s (opened again in the background)", exc)
     stores.problems.report(
         UPGRADE_AREA,
         f"the keyword index could not be opened ({exc}); keyword search finds nothing and notes "
-        "and memory cannot be indexed until it is (writes fail with an error, nothing is lost); "
-        "it is tried again by itself every few seconds",
+        "and memory cannot be indexed until it is (they are kept and indexed then); it is tried "
+        "again by itself every few seconds",
     )
 
 
