@@ -799,3 +799,47 @@ def test_a_refill_cut_by_a_downgrade_leaves_no_side_folder_at_the_next_start(
         assert bm25_layout(cfg.index_dir / "bm25") == 3 and "Rust" in _found(h, "cargo")
     finally:
         h.close()
+
+
+def test_a_search_failing_on_the_lost_index_reporting_after_the_reopen_moves_nothing_aside(
+    make_cfg: Any, underscores: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search that met the lost index and reported its failure after the reopen left a
+    keyword_search problem active, and the next tick's repair moved the healthy, reopened index
+    aside and rebuilt it. The lost index is said by keyword_index alone: nothing is moved."""
+    import sidecar.search.retrieval as retrieval
+    from sidecar.index.upgrade import upgrade_bm25
+
+    cfg = make_cfg(underscores)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        fault = _NoHandles(monkeypatch)
+        assert upgrade_bm25(h.stores) is False
+        assert h.stores.bm25.unavailable is not None
+        entered, release = threading.Event(), threading.Event()
+        real_warning = retrieval.log.warning
+
+        def warning(msg: str, *args: Any) -> None:
+            if threading.current_thread().name == "late-search" and "keyword_search_failed" in msg:
+                entered.set()
+                assert release.wait(_WAIT)
+            real_warning(msg, *args)
+
+        monkeypatch.setattr(retrieval.log, "warning", warning)
+        thread = threading.Thread(target=search, args=(h, "tomatoes"), name="late-search", daemon=True)
+        thread.start()
+        assert entered.wait(_WAIT)
+        fault.on = False
+        policy = _policy(h)
+        policy.tick()
+        assert h.stores.bm25.unavailable is None
+        release.set()
+        thread.join(_WAIT)
+        policy.tick()
+        assert not any(p.name.startswith("bm25.broken") for p in cfg.index_dir.iterdir())
+        assert h.stores.problems.active_in("keyword_search") is None
+        assert "Garden" in _found(h, "tomatoes")
+    finally:
+        h.close()

@@ -91,6 +91,11 @@ class StoreOutdatedError(StoreError):
     """A store written by another version with another layout: rebuilt, nothing is wrong."""
 
 
+class IndexNotOpenError(StoreError):
+    """The keyword index is not open (lost: it and the one put back would not open); it is
+    opened again by itself. Its files are whole: not damage, never moved aside."""
+
+
 class DiskFullError(StoreError):
     """A store could not be written because its disk is full: a fault that passes, not damage
     (nothing is moved aside; the write is tried again once there is space)."""

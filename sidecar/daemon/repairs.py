@@ -24,6 +24,7 @@ from sidecar.index.upgrade import reopen_bm25
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime.backoff import Backoff
 from sidecar.search.retrieval import INBOX_FAILURE
+from sidecar.stores.bm25 import NOT_OPEN
 from sidecar.stores.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,11 @@ class RepairPolicy:
             name, why = min(broken.items())
             self.problems.report("keyword_search", f"{INBOX_FAILURE}{name}: {why}")
             failing = self.problems.active_in("keyword_search")
+        if failing is not None and NOT_OPEN in str(failing["error"]):
+            # A search that met the lost index and said so after the reopen: the index it failed
+            # on is whole and open again; moved aside, it was rebuilt for nothing.
+            self.problems.clear("keyword_search")
+            return
         if failing is None or time.monotonic() - self._bm25_repaired < BM25_REPAIR_EVERY_S:
             return
         self._bm25_repaired = time.monotonic()

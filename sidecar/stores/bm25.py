@@ -24,6 +24,7 @@ import tantivy
 from sidecar.contracts.errors import (
     DaemonRunningError,
     DiskFullError,
+    IndexNotOpenError,
     StoreError,
     StoreOutdatedError,
     is_disk_full,
@@ -90,6 +91,9 @@ _FILLED = "filled"
 _USE_NOTED_EVERY = 3600.0
 _MOVED_ASIDE = "moved aside as damaged"  # how ``failing`` names an inbox index moved aside
 _NOT_REBUILT = "could not be rebuilt"  # how ``failing`` names an inbox index whose refill failed
+
+
+NOT_OPEN = "the keyword index is not open"  # how a search or write on a lost index begins
 
 
 class Bm25Index:
@@ -1341,9 +1345,8 @@ class Bm25Index:
 
     def _usable(self) -> None:
         if self.unavailable is not None:
-            raise StoreError(
-                f"the keyword index is not open ({self.unavailable}); it is opened again by itself "
-                "every few seconds"
+            raise IndexNotOpenError(
+                f"{NOT_OPEN} ({self.unavailable}); it is opened again by itself every few seconds"
             )
 
     def close(self) -> None:
