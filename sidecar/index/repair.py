@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 
 from sidecar.config import Config
-from sidecar.contracts.errors import DiskFullError, StoreError
+from sidecar.contracts.errors import PassingFaultError, StoreError
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.model.embedder import EmbedderSlot
@@ -347,7 +347,7 @@ class Repair:
             try:
                 store.verify()
                 rebuilt = False
-            except DiskFullError:
+            except PassingFaultError:
                 raise  # no damage: nothing to replace
             except StoreError as exc:
                 why = f"could not be read ({exc}; searches: {reason})"

@@ -23,8 +23,8 @@ import tantivy
 
 from sidecar.contracts.errors import (
     DaemonRunningError,
-    DiskFullError,
     IndexNotOpenError,
+    PassingFaultError,
     StoreError,
     StoreOutdatedError,
     is_disk_full,
@@ -142,7 +142,11 @@ class Bm25Index:
         self._successor: Bm25Index | None = None
         self._retired = False
         self._chunks = Folder(path / "chunks", self.schema, read_only=read_only, layout=layout)
-        self._pages = Folder(path / "pages", self.schema, read_only=read_only, layout=layout)
+        try:
+            self._pages = Folder(path / "pages", self.schema, read_only=read_only, layout=layout)
+        except BaseException:
+            self._chunks.close()  # its writer's lock released: the next try would find it busy
+            raise
         self._open: OrderedDict[str, Pair] = OrderedDict()  # least recently used first
         self._emptied: set[str] = set()  # agents whose documents ``delete_all`` dropped (uncommitted)
         self._touched: set[str] = set()  # agents whose inbox was written since the last commit
@@ -158,6 +162,17 @@ class Bm25Index:
         self._everyone: Pair | None = None  # every agent's memory (None: read-only and not made)
         self.everyone_ready = False  # it holds all memory: a person's search reads it alone
         self._used_at: dict[str, float] = {}  # agent -> when its use was last noted on disk
+        try:
+            self._open_memory(path, read_only, layout)
+        except BaseException:
+            # No file handles left, say: the vault's writers closed, or the next try (the reopen
+            # of a lost index) finds their locks held and takes them for another daemon's.
+            self._chunks.close()
+            self._pages.close()
+            raise
+
+    def _open_memory(self, path: Path, read_only: bool, layout: int) -> None:
+        """The agents' inboxes found and the pair of every agent's memory opened."""
         memory = path / "memory"
         if read_only:
             self._agents = {p.name for p in subfolders(memory) if "." not in p.name}
@@ -193,7 +208,7 @@ class Bm25Index:
         made = not (folder / "chunks" / "meta.json").is_file()
         try:
             self._everyone = self._everyone_pair()
-        except (DaemonRunningError, DiskFullError):
+        except (DaemonRunningError, PassingFaultError):
             if self.read_only:
                 return
             raise
@@ -345,8 +360,8 @@ class Bm25Index:
                 return None
             try:
                 pair = self._open_pair(agent)
-            except (DaemonRunningError, DiskFullError):
-                raise  # in use, or a full disk: nothing is damaged, nothing moved aside
+            except (DaemonRunningError, PassingFaultError):
+                raise  # in use, a full disk, no handles: nothing is damaged, nothing moved aside
             except StoreError as exc:  # damaged: moved aside, started empty, refilled by the repair
                 if self.read_only:
                     raise  # nothing moved or made while read-only
@@ -1167,7 +1182,7 @@ class Bm25Index:
                     shared_folder=shared_folder,
                     shared=shared,
                 )
-            except DiskFullError as exc:  # not made yet for want of space: no damage to repair
+            except PassingFaultError as exc:  # not made yet for want of space (or handles): no damage
                 log.warning("keyword_search_failed inbox=%s error=%s", agent, exc)
             except StoreError as exc:
                 # One agent's damaged index: its hits are missing, no one else's search fails;
