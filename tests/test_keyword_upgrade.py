@@ -555,9 +555,9 @@ class _NoHandles:
 
     @staticmethod
     def _error(path: Path) -> Exception:
-        from sidecar.contracts.errors import StoreError
+        from sidecar.contracts.errors import NoHandlesError
 
-        return StoreError(f"BM25 index {path} cannot be opened: Too many open files (os error 24)")
+        return NoHandlesError(f"BM25 index {path} cannot be opened: Too many open files (os error 24)")
 
 
 def _policy(h: Harness) -> Any:
@@ -843,3 +843,99 @@ def test_a_search_failing_on_the_lost_index_reporting_after_the_reopen_moves_not
         assert "Garden" in _found(h, "tomatoes")
     finally:
         h.close()
+
+
+def test_an_in_place_removal_cut_part_way_heals_once_handles_are_free(
+    make_cfg: Any, underscores: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No room beside; the removal of the old index fails part-way (no file handles left) and
+    the index is lost: the half-removed folder stayed at ``bm25`` and every reopen refused it for
+    ever. The old index is renamed away before it is removed: the reopen makes a new one and
+    refills it from the manifest."""
+    import sidecar.index.upgrade as upgrade
+
+    cfg = make_cfg(underscores)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    _no_room_beside(monkeypatch)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        fault = _NoHandles(monkeypatch)
+        real_rmtree = shutil.rmtree
+
+        def rmtree(path: Any, ignore_errors: bool = False, **kw: Any) -> None:
+            if fault.on and Path(path).name in ("bm25", "bm25.undone"):
+                (Path(path) / "chunks" / "meta.json").unlink()  # a part removed, then no handles
+                if not ignore_errors:
+                    raise OSError(24, "Too many open files")
+                return
+            real_rmtree(path, ignore_errors=ignore_errors, **kw)
+
+        monkeypatch.setattr(upgrade.shutil, "rmtree", rmtree)
+        assert upgrade.upgrade_bm25(h.stores) is False
+        assert h.stores.bm25.unavailable is not None
+        fault.on = False
+        _policy(h).tick()
+        assert h.stores.bm25.unavailable is None and h.stores.bm25.layout == 3
+        assert "Rust" in _found(h, "cargo") and "Garden" in _found(h, "tomatoes")
+        assert sorted(p.name for p in cfg.index_dir.iterdir() if p.name.startswith("bm25.")) == []
+    finally:
+        h.close()
+
+
+def test_a_lost_index_whose_files_are_damaged_is_moved_aside_and_refilled_by_the_reopen(
+    make_cfg: Any, underscores: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lost index whose folder will not open for damage (not for want of handles): the reopen
+    failed at every try for ever (the repair skips a lost index). It is moved aside and made
+    anew, refilled from the manifest, as a start does."""
+    from sidecar.index.upgrade import upgrade_bm25
+
+    cfg = make_cfg(underscores)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        fault = _NoHandles(monkeypatch)
+        assert upgrade_bm25(h.stores) is False
+        assert h.stores.bm25.unavailable is not None
+        (cfg.index_dir / "bm25" / "chunks" / "meta.json").write_text("{not json")
+        fault.on = False
+        _policy(h).tick()
+        assert h.stores.bm25.unavailable is None, h.stores.bm25.unavailable
+        assert "Rust" in _found(h, "cargo") and "Garden" in _found(h, "tomatoes")
+        assert h.stores.bm25.num_docs() == h.stores.manifest.indexed_chunk_count()
+        assert any(p.name.startswith("bm25.broken") for p in cfg.index_dir.iterdir())
+    finally:
+        h.close()
+
+
+class _Kill(BaseException):
+    """The process killed at this point."""
+
+
+def test_a_swap_undo_cut_short_keeps_the_old_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The undo of a swap removed the new index in ``bm25`` first, then renamed what was left to
+    ``bm25.next``: a kill between left a part that the next start's ``settle`` promoted, removing
+    the old index in ``bm25.previous``. The new one is renamed away (``bm25.undone``) first."""
+    from sidecar.stores import bm25_side
+
+    index_dir = tmp_path / "index"
+    for name in ("bm25", "bm25.previous"):
+        (index_dir / name / "chunks").mkdir(parents=True)
+        (index_dir / name / "chunks" / "meta.json").write_text(name)
+        (index_dir / name / "chunks" / "seg").write_text(name)
+    real_rmtree = shutil.rmtree
+
+    def killed(path: Any, *args: Any, **kw: Any) -> None:
+        (Path(path) / "chunks" / "seg").unlink()
+        raise _Kill
+
+    monkeypatch.setattr(bm25_side.shutil, "rmtree", killed)
+    with pytest.raises(_Kill):
+        bm25_side.swap_undone(index_dir)
+    monkeypatch.setattr(bm25_side.shutil, "rmtree", real_rmtree)
+    bm25_side.settle(index_dir)  # the next start
+    assert (index_dir / "bm25" / "chunks" / "meta.json").read_text() == "bm25.previous"
+    assert (index_dir / "bm25" / "chunks" / "seg").is_file()
+    assert sorted(p.name for p in index_dir.iterdir()) == ["bm25"]

@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-from sidecar.contracts.errors import StoreError
+from sidecar.contracts.errors import PassingFaultError, StoreError, StoreNewerError
 from sidecar.index.repair import UPGRADE_AREA, bm25_doc, fill_bm25
 from sidecar.index.vectoring import Stores
 from sidecar.stores.bm25 import Bm25Index, open_bm25
@@ -32,12 +32,14 @@ from sidecar.stores.bm25_folder import WRITER_HEAP
 from sidecar.stores.bm25_side import (
     discard,
     drop_previous,
+    remove_index,
     settle,
     side_folder,
     swap_in,
     swap_out,
     swap_undone,
 )
+from sidecar.stores.lifecycle import move_aside
 from sidecar.stores.manifest import Manifest
 from sidecar.stores.versions import BM25_LAYOUT
 
@@ -155,7 +157,7 @@ def _upgrade_in_place(
             old.retire()  # nothing made again in the folder removed now
             total = stores.manifest.indexed_chunk_count()
             stores.upgrade_in_place = (0, total)
-            shutil.rmtree(path)
+            remove_index(path)
             stores.bm25 = Bm25Index(path)
             old.retire(stores.bm25)
             fill_bm25(stores.bm25, stores.manifest, stop, lambda done: _filled(stores, done, total))
@@ -260,7 +262,7 @@ def reopen_bm25(stores: Stores) -> bool:
             return True
         index_dir = lost.path.parent
         settle(index_dir)
-        fresh = open_bm25(index_dir / "bm25")
+        fresh = _open_or_replace(index_dir / "bm25")
         try:
             manifest = stores.manifest
             if (fresh.num_docs(), fresh.num_pages()) != (
@@ -280,6 +282,21 @@ def reopen_bm25(stores: Stores) -> bool:
         _report_old_answers(stores, StoreError(f"the old index was opened again after: {lost.unavailable}"))
     stores.problems.clear("keyword_search")  # searches that failed meanwhile: it answers again
     return True
+
+
+def _open_or_replace(path: Path) -> Bm25Index:
+    """The keyword index in ``path`` opened; one whose files are damaged moved aside and made
+    anew (refilled from the manifest by the caller), as a start does: a refill in place cut
+    half-way left files the open refused at every try. A fault that passes (no file handles,
+    a full disk), another daemon's or a newer version's index: raised, nothing moved."""
+    try:
+        return open_bm25(path)
+    except (PassingFaultError, StoreNewerError):
+        raise
+    except StoreError as exc:
+        moved = move_aside(path)
+        log.error("index_rebuilt store=bm25 reason=%s moved_to=%s", exc, moved)
+        return open_bm25(path)
 
 
 def _catch_up(new: Bm25Index, manifest: Manifest, keys: set[str], *, everything: bool) -> None:

@@ -5,9 +5,10 @@ The new index is filled in ``bm25.next``; the swap renames ``bm25`` to ``bm25.pr
 new index holds everything, so ``settle`` at the next start finishes a swap a kill cut short
 (``bm25`` missing beside ``bm25.previous``: the new one goes in) or undoes a refill cut short
 (``bm25`` there: the half-made ``bm25.next`` is removed): either the old index or the new one,
-never a mix. A newer version's swap cut short is undone by this one (a downgrade): it reads
-the old index, not the new one (finishing it refused the start). Imports only the standard
-library and ``stores.versions``.
+never a mix. An index removed (the swap undone, a refill in place) is first renamed to
+``bm25.undone``, which nothing promotes. A newer version's swap cut short is undone by this
+one (a downgrade): it reads the old index, not the new one (finishing it refused the start).
+Imports only the standard library and ``stores.versions``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ log = logging.getLogger(__name__)
 
 NEXT = "bm25.next"
 PREVIOUS = "bm25.previous"
+# An index being removed (the swap's new one undone, the old one refilled in place): renamed here
+# first, in one step, so that a removal cut short leaves nothing ``settle`` promotes or a start
+# opens as the index; ``settle`` removes it.
+UNDONE = "bm25.undone"
 
 
 def settle(index_dir: Path) -> None:
@@ -40,7 +45,7 @@ def settle(index_dir: Path) -> None:
             previous.rename(current)
             log.warning("bm25_upgrade_swap_undone path=%s (no new index beside it to read)", current)
         _sync(index_dir)
-    for leftover in (side, previous):
+    for leftover in (side, previous, index_dir / UNDONE):
         if leftover.exists():
             shutil.rmtree(leftover, ignore_errors=True)
             log.info("bm25_upgrade_leftover_removed path=%s", leftover)
@@ -86,12 +91,29 @@ def swap_undone(index_dir: Path) -> None:
     """The swap taken back (the new index would not open): the new one removed (a refill makes
     it again), the old one back to ``bm25``."""
     current = index_dir / "bm25"
-    shutil.rmtree(current, ignore_errors=True)
-    if current.exists():  # not removed whole: renamed away, its remains removed with the side folder
-        current.rename(index_dir / NEXT)
-        shutil.rmtree(index_dir / NEXT, ignore_errors=True)
+    # Renamed away before anything is removed: removed first, then renamed to ``bm25.next``, a
+    # stop between left a part of it that ``settle`` promoted, removing the old index.
+    doomed = _renamed_away(current)
     (index_dir / PREVIOUS).rename(current)
     _sync(index_dir)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def remove_index(path: Path) -> None:
+    """The keyword index in ``path`` removed (a refill in place makes it anew): renamed away in
+    one step first, so that a removal that fails part-way (too many open files) leaves no
+    half-removed index where the next open looks (it refused it for ever)."""
+    shutil.rmtree(_renamed_away(path), ignore_errors=True)
+
+
+def _renamed_away(path: Path) -> Path:
+    """``path`` renamed to ``bm25.undone`` beside it (a leftover of one removed first)."""
+    doomed = path.parent / UNDONE
+    if doomed.exists():
+        shutil.rmtree(doomed)
+    path.rename(doomed)
+    _sync(path.parent)
+    return doomed
 
 
 def drop_previous(index_dir: Path) -> None:
