@@ -586,7 +586,9 @@ def test_a_swap_undone_whose_old_index_will_not_open_either_heals_without_a_rest
     h = Harness(cfg, FakeEmbedder())
     try:
         fault = _NoHandles(monkeypatch)
-        assert upgrade_bm25(h.stores) is False
+        with caplog.at_level("ERROR"):
+            assert upgrade_bm25(h.stores) is False
+        assert "the old index answers" not in caplog.text  # none does
         problem = h.stores.problems.active_in("keyword_index")
         assert problem is not None and "keyword search finds nothing" in problem["error"], problem
         assert "Too many open files" in problem["error"]
@@ -939,3 +941,35 @@ def test_a_swap_undo_cut_short_keeps_the_old_index(tmp_path: Path, monkeypatch: 
     assert (index_dir / "bm25" / "chunks" / "meta.json").read_text() == "bm25.previous"
     assert (index_dir / "bm25" / "chunks" / "seg").is_file()
     assert sorted(p.name for p in index_dir.iterdir()) == ["bm25"]
+
+
+def test_a_reopen_failing_on_the_manifest_is_tried_again_later(
+    make_cfg: Any, underscores: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The reopen's refill reads the manifest: a sqlite error there escaped the repair tick with
+    no backoff. It is a failed try like the others: logged, tried again later."""
+    import sqlite3
+
+    from sidecar.index.upgrade import upgrade_bm25
+    from sidecar.stores.manifest import Manifest
+
+    cfg = make_cfg(underscores)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    _no_room_beside(monkeypatch)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        fault = _NoHandles(monkeypatch)
+        assert upgrade_bm25(h.stores) is False
+        fault.on = False
+
+        def locked(self: Any) -> int:
+            raise sqlite3.OperationalError("database is locked")
+
+        monkeypatch.setattr(Manifest, "indexed_chunk_count", locked)
+        with caplog.at_level("ERROR"):
+            _policy(h).tick()
+        assert "bm25_reopen_failed" in caplog.text and "database is locked" in caplog.text
+        assert h.stores.bm25.unavailable is not None
+    finally:
+        h.close()

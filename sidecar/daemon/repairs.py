@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sqlite3
 import time
 from collections.abc import Callable
 
@@ -82,7 +83,7 @@ class RepairPolicy:
             return
         try:
             reopen_bm25(self.repair.stores)
-        except (StoreError, OSError) as exc:
+        except (StoreError, OSError, sqlite3.Error) as exc:  # the manifest read for a refill too
             self._reopen_failures += 1
             delay = self._reopen_policy.delay(self._reopen_failures)
             self._reopen_at = now + delay

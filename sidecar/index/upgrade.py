@@ -90,9 +90,11 @@ def upgrade_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
         drop_previous(index_dir)
     except (StoreError, OSError) as exc:
         # A full disk, most likely: the old index answers on; the next start tries again.
-        log.error("bm25_upgrade_failed error=%s (the old index answers; retried at the next start)", exc)
         if stores.bm25.unavailable is None:  # else said by ``_lose``: no index answers
+            log.error("bm25_upgrade_failed error=%s (the old index answers; retried at the next start)", exc)
             _report_old_answers(stores, exc)
+        else:
+            log.error("bm25_upgrade_failed error=%s (no index answers until it is opened again)", exc)
         if stores.bm25 is old and old.unavailable is None:
             old.changes_since(False)
         return False
