@@ -527,3 +527,449 @@ def test_an_upgrade_failing_in_place_too_says_how_much_room_it_needs(
         assert h.stores.bm25.path == cfg.index_dir / "bm25"
     finally:
         h.close()
+
+
+class _NoHandles:
+    """Opens of the keyword index in ``bm25`` fail as with no file handles left (EMFILE) while
+    ``on``: the open calls of the upgrade (the new index, in place too) and, when ``old_too``,
+    of the old one put back and of the reopen are patched; the rest is real."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, old_too: bool = True) -> None:
+        import sidecar.index.upgrade as upgrade
+
+        self.on = True
+        real_index, real_open = upgrade.Bm25Index, upgrade.open_bm25
+
+        def index(path: Path, **kw: Any) -> Any:
+            if self.on and path.name == "bm25":
+                raise self._error(path)
+            return real_index(path, **kw)
+
+        def opened(path: Path, **kw: Any) -> Any:
+            if self.on and old_too and path.name == "bm25":
+                raise self._error(path)
+            return real_open(path, **kw)
+
+        monkeypatch.setattr(upgrade, "Bm25Index", index)
+        monkeypatch.setattr(upgrade, "open_bm25", opened)
+
+    @staticmethod
+    def _error(path: Path) -> Exception:
+        from sidecar.contracts.errors import NoHandlesError
+
+        return NoHandlesError(f"BM25 index {path} cannot be opened: Too many open files (os error 24)")
+
+
+def _policy(h: Harness) -> Any:
+    from sidecar.daemon.repairs import RepairPolicy
+
+    return RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot)
+
+
+def test_a_swap_undone_whose_old_index_will_not_open_either_heals_without_a_restart(
+    make_cfg: Any, underscores: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The new index fails to open after the swap and the old one, put back, too (no file handles
+    left): the stores held the closed old index until a restart, every write failing. Now status
+    says so in plain words, a search answers with a clear note, a memory write fails with an
+    error (not acknowledged), and once handles are free the repair tick opens the old index
+    again: writes and searches work, the note written meanwhile is indexed by the sweep."""
+    from sidecar.contracts.errors import StoreError
+    from sidecar.index.upgrade import upgrade_bm25
+    from sidecar.stores.versions import bm25_layout
+    from tests.in_process import InProcessServer
+
+    cfg = make_cfg(underscores)
+    (cfg.agents_dir / "alpha" / "memory").mkdir(parents=True)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        fault = _NoHandles(monkeypatch)
+        with caplog.at_level("ERROR"):
+            assert upgrade_bm25(h.stores) is False
+        assert "the old index answers" not in caplog.text  # none does
+        problem = h.stores.problems.active_in("keyword_index")
+        assert problem is not None and "keyword search finds nothing" in problem["error"], problem
+        assert "Too many open files" in problem["error"]
+        assert bm25_layout(cfg.index_dir / "bm25") == 2  # the old index, put back whole
+        with pytest.raises(StoreError, match="the keyword index is not open"):
+            h.stores.bm25.search("tomatoes", 5)
+        server = InProcessServer(h)
+        try:
+            answer = server.call("search", {"query": "tomatoes"})  # vectors alone, and why
+            assert "keyword search failed" in json.dumps(answer), answer
+            # Saved, said to be not searchable yet (the index catches up once it opens).
+            kayak = {"slug": "kayak", "content": "The kayak trip to the lake."}
+            saved = server.call("write", kayak, agent="alpha")
+            assert saved["searchable"] is False and "keyword index is not open" in saved["warning"], saved
+            with caplog.at_level("ERROR"):
+                _policy(h).tick()  # still no handles: tried again later, nothing moved aside
+            assert "bm25_reopen_failed" in caplog.text and "retry_in=1s" in caplog.text
+            assert h.stores.bm25.unavailable is not None
+            assert not any(p.name.startswith("bm25.broken") for p in cfg.index_dir.iterdir())
+            fault.on = False
+            _policy(h).tick()
+            assert h.stores.bm25.unavailable is None and h.stores.bm25.path == cfg.index_dir / "bm25"
+            assert "Garden" in _found(h, "tomatoes")
+            written = server.call("write", {"slug": "canoe", "content": "The canoe is red."}, agent="alpha")
+            assert written["searchable"] is True, written
+        finally:
+            server.close()
+        problem = h.stores.problems.active_in("keyword_index")  # the upgrade waits for a start
+        assert problem is not None and "answer from the old index" in problem["error"], problem
+        assert h.stores.problems.active_in("keyword_search") is None
+        h.sweep()  # what could not be indexed meanwhile is now (and this first sweep upgrades)
+        assert "kayak" in _found(h, "lake") and "canoe" in _found(h, "red")
+    finally:
+        h.close()
+
+
+def test_an_in_place_refill_whose_index_will_not_open_heals_without_a_restart(
+    make_cfg: Any, underscores: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No room beside; the old index removed, the new one in its place will not open (no file
+    handles left), nor an empty one after: the stores held the closed, removed old index until a
+    restart. Now the repair tick opens a new one once it can, refilled from the manifest, and
+    the problem goes."""
+    from sidecar.contracts.errors import StoreError
+    from sidecar.index.upgrade import upgrade_bm25
+
+    cfg = make_cfg(underscores)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    _no_room_beside(monkeypatch)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        fault = _NoHandles(monkeypatch)
+        assert upgrade_bm25(h.stores) is False
+        assert h.stores.problems.active_in("keyword_index") is not None
+        with pytest.raises(StoreError, match="the keyword index is not open"):
+            h.stores.bm25.search("cargo", 5)
+        fault.on = False
+        _policy(h).tick()
+        assert h.stores.bm25.layout == 3 and h.stores.bm25.unavailable is None
+        assert "Rust" in _found(h, "cargo") and "Garden" in _found(h, "tomatoes")
+        assert h.stores.bm25.num_docs() == h.stores.manifest.indexed_chunk_count()
+        assert h.stores.problems.active_in("keyword_index") is None
+    finally:
+        h.close()
+
+
+def test_an_undone_swap_leaves_the_old_object_pointing_at_the_index(
+    make_cfg: Any, underscores: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The swap undone (the new index would not open), a search holding the old object that opens
+    an agent's inbox reads the index put back: it pointed at ``bm25.previous`` and made an empty
+    inbox there (removed at the next start), answering without the agent's memory."""
+    from sidecar.index.upgrade import upgrade_bm25
+
+    cfg = make_cfg(underscores)
+    (cfg.agents_dir / "alpha" / "memory").mkdir(parents=True)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        path = cfg.agents_dir / "alpha/memory/quokka.md"
+        write(path, "# Quokka\n\nAlpha keeps notes about the quokka.\n")
+        root = next(r for r in h.indexer.changes.roots() if r.name == "memory/alpha")
+        h.indexer.index_now(root, path)
+    finally:
+        h.close()
+    h = Harness(cfg, FakeEmbedder())  # alpha's inbox not opened yet in the old index
+    try:
+        old = h.stores.bm25
+        _NoHandles(monkeypatch, old_too=False)
+        assert upgrade_bm25(h.stores) is False
+        assert h.stores.bm25.layout == 2 and h.stores.bm25 is not old  # the old index opened again
+        hits = old.search("quokka", limit=5, sources=["memory"], agent_scope="alpha")
+        assert sorted(p.name for p in cfg.index_dir.iterdir() if p.name.startswith("bm25.")) == []
+        assert hits, "alpha's memory missing from a search holding the old object"
+    finally:
+        h.close()
+
+
+def test_status_says_an_in_place_refill_finds_nothing_until_it_ends(
+    make_cfg: Any,
+    underscores: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    held: tuple[threading.Event, threading.Event],
+) -> None:
+    """During a refill in place (no room beside) status said the index was rebuilt in the
+    background, as if the old one answered, while keyword search found nothing: it says so now,
+    and how far the refill is."""
+    from sidecar.clients.cli_render import render_status
+
+    entered, release = held
+    cfg = make_cfg(underscores)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    _no_room_beside(monkeypatch)
+    h = Harness(cfg, FakeEmbedder())
+    thread = None
+    try:
+        thread = _start_sweep(h)
+        assert entered.wait(_WAIT)
+        health = _health(h)
+        chunks = h.stores.manifest.indexed_chunk_count()
+        assert health["index"]["keyword_upgrade_in_place"] == {"done": 0, "total": chunks}
+        shown = render_status(health)
+        assert "keyword search finds nothing until it ends" in shown, shown
+        assert f"0 of {chunks} chunks so far" in shown and "in the background" not in shown
+        release.set()
+        thread.join(_WAIT)
+        assert not thread.is_alive()
+        health = _health(h)
+        assert health["index"]["keyword_upgrade_in_place"] is None
+        assert "keyword index: being rebuilt" not in render_status(health)
+    finally:
+        release.set()
+        if thread is not None:
+            thread.join(_WAIT)  # the store is not closed under the refill
+        h.close()
+
+
+def test_a_failed_in_place_refill_is_no_problem_once_a_later_refill_succeeds(
+    make_cfg: Any, underscores: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refill in place failed (the disk full), then the refill the sweep tries again works
+    (space freed): its problem ("searches find no words") stayed until the next start."""
+    from sidecar.index.upgrade import upgrade_bm25
+
+    cfg = make_cfg(underscores)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    _no_room_beside(monkeypatch, in_place_fails=True)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        assert upgrade_bm25(h.stores) is False
+        assert h.stores.problems.active_in("keyword_index") is not None
+        monkeypatch.undo()  # space freed
+        h.sweep()  # the first sweep refills the new, empty index
+        assert "Rust" in _found(h, "cargo") and h.stores.bm25.layout == 3
+        assert h.stores.problems.active_in("keyword_index") is None
+    finally:
+        h.close()
+
+
+def test_a_newer_versions_swap_cut_short_is_undone_after_a_downgrade(
+    make_cfg: Any, underscores: Path
+) -> None:
+    """A newer version killed between its swap's renames, then this version started (a downgrade):
+    the newer index was put in place, the one this version reads removed, and the start refused.
+    Now the swap is undone: this version's index serves, the newer one's side folder is removed
+    (its next start refills it)."""
+    from sidecar.index.problems import Problems
+    from sidecar.stores.bm25_side import NEXT, PREVIOUS
+    from sidecar.stores.lifecycle import open_stores
+    from sidecar.stores.versions import bm25_layout
+
+    cfg = make_cfg(underscores)
+    index_and_close(cfg)
+    current = cfg.index_dir / "bm25"
+    shutil.copytree(current, cfg.index_dir / NEXT)
+    (cfg.index_dir / NEXT / "layout.json").write_text('{"layout": 4}\n')  # a newer version's
+    current.rename(cfg.index_dir / PREVIOUS)
+    manifest, bm25 = open_stores(cfg, Problems())
+    try:
+        assert bm25.layout == 3 and bm25_layout(current) == 3
+        assert bm25.num_docs() == manifest.indexed_chunk_count()
+    finally:
+        manifest.close()
+        bm25.close()
+    assert sorted(p.name for p in cfg.index_dir.iterdir() if p.name.startswith("bm25")) == ["bm25"]
+
+
+def test_a_refill_cut_by_a_downgrade_leaves_no_side_folder_at_the_next_start(
+    make_cfg: Any, underscores: Path
+) -> None:
+    """A refill cut short (a kill), then the version before ran (it knows no side folder) and
+    wrote its layout-2 index: this version's next start removes ``bm25.next`` (the disk it held)
+    before anything else, never the live index, and refills again."""
+    from sidecar.stores.bm25_side import NEXT
+    from sidecar.stores.versions import bm25_layout
+
+    cfg = make_cfg(underscores)
+    index_and_close(cfg)
+    shutil.copytree(cfg.index_dir / "bm25", cfg.index_dir / NEXT)  # the refill, cut short
+    _layout_2_index(cfg)  # what the version before wrote meanwhile
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        assert not (cfg.index_dir / NEXT).exists()
+        assert h.stores.bm25.layout == 2 and "Garden" in _found(h, "tomatoes")
+        h.sweep()
+        assert bm25_layout(cfg.index_dir / "bm25") == 3 and "Rust" in _found(h, "cargo")
+    finally:
+        h.close()
+
+
+def test_a_search_failing_on_the_lost_index_reporting_after_the_reopen_moves_nothing_aside(
+    make_cfg: Any, underscores: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search that met the lost index and reported its failure after the reopen left a
+    keyword_search problem active, and the next tick's repair moved the healthy, reopened index
+    aside and rebuilt it. The lost index is said by keyword_index alone: nothing is moved."""
+    import sidecar.search.retrieval as retrieval
+    from sidecar.index.upgrade import upgrade_bm25
+
+    cfg = make_cfg(underscores)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        fault = _NoHandles(monkeypatch)
+        assert upgrade_bm25(h.stores) is False
+        assert h.stores.bm25.unavailable is not None
+        entered, release = threading.Event(), threading.Event()
+        real_warning = retrieval.log.warning
+
+        def warning(msg: str, *args: Any) -> None:
+            if threading.current_thread().name == "late-search" and "keyword_search_failed" in msg:
+                entered.set()
+                assert release.wait(_WAIT)
+            real_warning(msg, *args)
+
+        monkeypatch.setattr(retrieval.log, "warning", warning)
+        thread = threading.Thread(target=search, args=(h, "tomatoes"), name="late-search", daemon=True)
+        thread.start()
+        assert entered.wait(_WAIT)
+        fault.on = False
+        policy = _policy(h)
+        policy.tick()
+        assert h.stores.bm25.unavailable is None
+        release.set()
+        thread.join(_WAIT)
+        policy.tick()
+        assert not any(p.name.startswith("bm25.broken") for p in cfg.index_dir.iterdir())
+        assert h.stores.problems.active_in("keyword_search") is None
+        assert "Garden" in _found(h, "tomatoes")
+    finally:
+        h.close()
+
+
+def test_an_in_place_removal_cut_part_way_heals_once_handles_are_free(
+    make_cfg: Any, underscores: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No room beside; the removal of the old index fails part-way (no file handles left) and
+    the index is lost: the half-removed folder stayed at ``bm25`` and every reopen refused it for
+    ever. The old index is renamed away before it is removed: the reopen makes a new one and
+    refills it from the manifest."""
+    import sidecar.index.upgrade as upgrade
+
+    cfg = make_cfg(underscores)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    _no_room_beside(monkeypatch)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        fault = _NoHandles(monkeypatch)
+        real_rmtree = shutil.rmtree
+
+        def rmtree(path: Any, ignore_errors: bool = False, **kw: Any) -> None:
+            if fault.on and Path(path).name in ("bm25", "bm25.undone"):
+                (Path(path) / "chunks" / "meta.json").unlink()  # a part removed, then no handles
+                if not ignore_errors:
+                    raise OSError(24, "Too many open files")
+                return
+            real_rmtree(path, ignore_errors=ignore_errors, **kw)
+
+        monkeypatch.setattr(upgrade.shutil, "rmtree", rmtree)
+        assert upgrade.upgrade_bm25(h.stores) is False
+        assert h.stores.bm25.unavailable is not None
+        fault.on = False
+        _policy(h).tick()
+        assert h.stores.bm25.unavailable is None and h.stores.bm25.layout == 3
+        assert "Rust" in _found(h, "cargo") and "Garden" in _found(h, "tomatoes")
+        assert sorted(p.name for p in cfg.index_dir.iterdir() if p.name.startswith("bm25.")) == []
+    finally:
+        h.close()
+
+
+def test_a_lost_index_whose_files_are_damaged_is_moved_aside_and_refilled_by_the_reopen(
+    make_cfg: Any, underscores: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lost index whose folder will not open for damage (not for want of handles): the reopen
+    failed at every try for ever (the repair skips a lost index). It is moved aside and made
+    anew, refilled from the manifest, as a start does."""
+    from sidecar.index.upgrade import upgrade_bm25
+
+    cfg = make_cfg(underscores)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        fault = _NoHandles(monkeypatch)
+        assert upgrade_bm25(h.stores) is False
+        assert h.stores.bm25.unavailable is not None
+        (cfg.index_dir / "bm25" / "chunks" / "meta.json").write_text("{not json")
+        fault.on = False
+        _policy(h).tick()
+        assert h.stores.bm25.unavailable is None, h.stores.bm25.unavailable
+        assert "Rust" in _found(h, "cargo") and "Garden" in _found(h, "tomatoes")
+        assert h.stores.bm25.num_docs() == h.stores.manifest.indexed_chunk_count()
+        assert any(p.name.startswith("bm25.broken") for p in cfg.index_dir.iterdir())
+    finally:
+        h.close()
+
+
+class _Kill(BaseException):
+    """The process killed at this point."""
+
+
+def test_a_swap_undo_cut_short_keeps_the_old_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The undo of a swap removed the new index in ``bm25`` first, then renamed what was left to
+    ``bm25.next``: a kill between left a part that the next start's ``settle`` promoted, removing
+    the old index in ``bm25.previous``. The new one is renamed away (``bm25.undone``) first."""
+    from sidecar.stores import bm25_side
+
+    index_dir = tmp_path / "index"
+    for name in ("bm25", "bm25.previous"):
+        (index_dir / name / "chunks").mkdir(parents=True)
+        (index_dir / name / "chunks" / "meta.json").write_text(name)
+        (index_dir / name / "chunks" / "seg").write_text(name)
+    real_rmtree = shutil.rmtree
+
+    def killed(path: Any, *args: Any, **kw: Any) -> None:
+        (Path(path) / "chunks" / "seg").unlink()
+        raise _Kill
+
+    monkeypatch.setattr(bm25_side.shutil, "rmtree", killed)
+    with pytest.raises(_Kill):
+        bm25_side.swap_undone(index_dir)
+    monkeypatch.setattr(bm25_side.shutil, "rmtree", real_rmtree)
+    bm25_side.settle(index_dir)  # the next start
+    assert (index_dir / "bm25" / "chunks" / "meta.json").read_text() == "bm25.previous"
+    assert (index_dir / "bm25" / "chunks" / "seg").is_file()
+    assert sorted(p.name for p in index_dir.iterdir()) == ["bm25"]
+
+
+def test_a_reopen_failing_on_the_manifest_is_tried_again_later(
+    make_cfg: Any, underscores: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The reopen's refill reads the manifest: a sqlite error there escaped the repair tick with
+    no backoff. It is a failed try like the others: logged, tried again later."""
+    import sqlite3
+
+    from sidecar.index.upgrade import upgrade_bm25
+    from sidecar.stores.manifest import Manifest
+
+    cfg = make_cfg(underscores)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    _no_room_beside(monkeypatch)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        fault = _NoHandles(monkeypatch)
+        assert upgrade_bm25(h.stores) is False
+        fault.on = False
+
+        def locked(self: Any) -> int:
+            raise sqlite3.OperationalError("database is locked")
+
+        monkeypatch.setattr(Manifest, "indexed_chunk_count", locked)
+        with caplog.at_level("ERROR"):
+            _policy(h).tick()
+        assert "bm25_reopen_failed" in caplog.text and "database is locked" in caplog.text
+        assert h.stores.bm25.unavailable is not None
+    finally:
+        h.close()

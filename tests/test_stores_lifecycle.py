@@ -1047,3 +1047,32 @@ def test_doctor_warns_of_hundreds_of_agent_inboxes(make_cfg: Any, vault: Path) -
     assert warn.ok and warn.warning and warn.verdict.startswith("200 agents' inboxes")
     assert "removed when not used for 30 days" in warn.verdict
     assert "Agents named per session or per project" in warn.todo
+
+
+def test_no_file_handles_left_moves_no_memory_index_aside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pair of every agent's memory failing to open with no file handles left (EMFILE) was
+    taken for damage: each reopen try moved the healthy index aside and made it anew. It is a
+    fault that passes: the open fails, nothing is moved."""
+    from sidecar.contracts.errors import StoreError
+    from sidecar.stores import bm25 as bm25_mod
+    from sidecar.stores.bm25_folder import _failed_open
+
+    bm25_mod.open_bm25(tmp_path / "bm25").close()  # made whole first
+    real = bm25_mod.Folder
+
+    def folder(path: Path, *args: Any, **kw: Any) -> Any:
+        if path.parent.name == "memory-all":
+            raise _failed_open(path, OSError(24, "Too many open files"))
+        return real(path, *args, **kw)
+
+    monkeypatch.setattr(bm25_mod, "Folder", folder)
+    with caplog.at_level("ERROR"):
+        for _ in range(3):
+            with pytest.raises(StoreError, match="Too many open files"):
+                bm25_mod.open_bm25(tmp_path / "bm25")
+    assert "moved_to" not in caplog.text
+    assert not any(p.name.startswith("bm25-memory-all.broken") for p in tmp_path.iterdir())
+    monkeypatch.setattr(bm25_mod, "Folder", real)
+    bm25_mod.open_bm25(tmp_path / "bm25").close()  # handles free again: it opens as it was

@@ -113,7 +113,15 @@ def render_status(h: dict[str, Any]) -> str:
             "to run the installed one (systemctl --user restart sidecar, or stop and start `sidecar serve`)"
         )
     lines.append(_index_line(h))
-    if idx.get("keyword_upgrade"):
+    in_place = idx.get("keyword_upgrade_in_place")
+    if in_place:
+        lines.append(
+            "  keyword index: being rebuilt in place for this version's reading of words (the disk "
+            "has no room for a copy beside the old one): keyword search finds nothing until it "
+            f"ends ({in_place['done']:,} of {in_place['total']:,} chunks so far); notes and memory "
+            "written meanwhile wait for it"
+        )
+    elif idx.get("keyword_upgrade"):
         lines.append(
             "  keyword index: being rebuilt in the background for this version's reading of words; "
             "searches answer from the old index until it is swapped in"

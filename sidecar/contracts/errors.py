@@ -91,9 +91,24 @@ class StoreOutdatedError(StoreError):
     """A store written by another version with another layout: rebuilt, nothing is wrong."""
 
 
-class DiskFullError(StoreError):
+class IndexNotOpenError(StoreError):
+    """The keyword index is not open (lost: it and the one put back would not open); it is
+    opened again by itself. Its files are whole: not damage, never moved aside."""
+
+
+class PassingFaultError(StoreError):
+    """A store could not be opened or written for a fault that passes (a full disk, no file
+    handles left): not damage, nothing is moved aside; tried again later."""
+
+
+class DiskFullError(PassingFaultError):
     """A store could not be written because its disk is full: a fault that passes, not damage
     (nothing is moved aside; the write is tried again once there is space)."""
+
+
+class NoHandlesError(PassingFaultError):
+    """A store could not be opened for want of file handles (EMFILE, ENFILE): its files are
+    whole. Taken for damage, each try moved a healthy index aside."""
 
 
 # How a full disk reads in the messages of the engines that do not keep the errno: LanceDB's
@@ -107,9 +122,11 @@ _DISK_FULL_WORDS = (
 
 
 def store_error_class(exc: BaseException) -> type[StoreError]:
-    """The error a store raises for ``exc``: a full disk is a fault that passes (nothing is
-    damaged, nothing is moved aside), anything else may be damage."""
-    return DiskFullError if is_disk_full(exc) else StoreError
+    """The error a store raises for ``exc``: a full disk or no file handles left is a fault that
+    passes (nothing is damaged, nothing is moved aside), anything else may be damage."""
+    if is_disk_full(exc):
+        return DiskFullError
+    return NoHandlesError if is_out_of_handles(exc) else StoreError
 
 
 def _chain(exc: BaseException | None) -> Iterator[BaseException]:
@@ -137,6 +154,21 @@ _IO_FAULTS = (
     errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.ESTALE, errno.ENOTCONN, errno.ETIMEDOUT,
 )  # fmt: skip
 _OS_ERROR_CODE = re.compile(r"\(os error (\d+)\)")
+
+
+_NO_HANDLES = (errno.EMFILE, errno.ENFILE)
+
+
+def is_out_of_handles(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an error it was raised from) says no file handles are left, also as a
+    Rust engine's message ("Too many open files (os error 24)")."""
+    return any(
+        isinstance(e, NoHandlesError)
+        or (isinstance(e, OSError) and e.errno in _NO_HANDLES)
+        or any(int(code) in _NO_HANDLES for code in _OS_ERROR_CODE.findall(str(e)))
+        or "too many open files" in str(e).lower()
+        for e in _chain(exc)
+    )
 
 
 def is_io_fault(exc: BaseException | None) -> bool:

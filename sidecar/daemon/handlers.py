@@ -225,6 +225,9 @@ class Handlers:
                 # The keyword index being refilled in this version's layout beside the old one,
                 # which answers searches meanwhile (an upgrade's first start).
                 "keyword_upgrade": self.vectors.stores.upgrading,
+                # Refilled in place instead (no room for a copy beside): the keyword arm finds
+                # nothing until it ends; {done, total} chunks, else None.
+                "keyword_upgrade_in_place": _in_place(self.vectors.stores.upgrade_in_place),
                 "sweeps": act.sweeps,
                 # File changes waiting or being applied (``catchingUp`` of answers): done, total,
                 # and the notes counted in ``files`` that are gone or moved away and leave with them.
@@ -842,3 +845,7 @@ def _tags(p: dict[str, Any]) -> tuple[str, ...]:
     if not all(tags):
         raise ProtocolError("'tag' has an empty tag")
     return tags
+
+
+def _in_place(progress: tuple[int, int] | None) -> dict[str, int] | None:
+    return None if progress is None else {"done": progress[0], "total": progress[1]}

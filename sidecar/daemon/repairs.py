@@ -14,14 +14,18 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sqlite3
 import time
 from collections.abc import Callable
 
 from sidecar.contracts.errors import StoreError
 from sidecar.index.problems import Problems
 from sidecar.index.repair import Repair
+from sidecar.index.upgrade import reopen_bm25
 from sidecar.model.embedder import EmbedderSlot
+from sidecar.runtime.backoff import Backoff
 from sidecar.search.retrieval import INBOX_FAILURE
+from sidecar.stores.bm25 import NOT_OPEN
 from sidecar.stores.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -51,17 +55,48 @@ class RepairPolicy:
         self.slot = slot
         self._bm25_repaired = -1e9
         self._vectors_repaired = -1e9
+        # A lost keyword index opened again (``reopen_keyword_index``): tries failed in a row,
+        # and when the next is due.
+        self._reopen_policy = Backoff(base=1.0, cap=repair.cfg.watch.fault_retry_max_seconds, jitter=0.0)
+        self._reopen_failures = 0
+        self._reopen_at = 0.0
 
     def tick(self) -> None:
         self.check_manifest()
         self.check_lock()
         self.check_disk_room()
+        self.reopen_keyword_index()
         self.repair_keyword_index()
         self.repair_vector_table()
 
+    def reopen_keyword_index(self) -> None:
+        """No keyword index is open (an upgrade's swap undone, or its refill in place, and the
+        open after it failed too: too many open files): opened again, with a growing wait between
+        tries (the index update's fault policy: 1 s doubling up to ``watch.faultRetryMaxSeconds``),
+        until it opens. Until then searches and writes fail saying so (problem keyword_index)."""
+        bm25 = self.repair.stores.bm25
+        if bm25.unavailable is None:
+            self._reopen_failures = 0
+            return
+        now = time.monotonic()
+        if now < self._reopen_at:
+            return
+        try:
+            reopen_bm25(self.repair.stores)
+        except (StoreError, OSError, sqlite3.Error) as exc:  # the manifest read for a refill too
+            self._reopen_failures += 1
+            delay = self._reopen_policy.delay(self._reopen_failures)
+            self._reopen_at = now + delay
+            log.error("bm25_reopen_failed error=%s retry_in=%.0fs", exc, delay)
+            return
+        self._reopen_failures = 0
+
     def repair_keyword_index(self) -> None:
         """Searches found the BM25 index damaged: rebuild it in place (at most once a minute);
-        only the agents' inbox indexes that fail when the vault's own index answers."""
+        only the agents' inbox indexes that fail when the vault's own index answers. Not while no
+        index is open (``reopen_keyword_index``): its files are whole, moving them aside is no cure."""
+        if self.repair.stores.bm25.unavailable is not None:
+            return
         failing = self.problems.active_in("keyword_search")
         broken = dict(self.repair.stores.bm25.failing)
         if failing is None and broken:
@@ -69,6 +104,11 @@ class RepairPolicy:
             name, why = min(broken.items())
             self.problems.report("keyword_search", f"{INBOX_FAILURE}{name}: {why}")
             failing = self.problems.active_in("keyword_search")
+        if failing is not None and NOT_OPEN in str(failing["error"]):
+            # A search that met the lost index and said so after the reopen: the index it failed
+            # on is whole and open again; moved aside, it was rebuilt for nothing.
+            self.problems.clear("keyword_search")
+            return
         if failing is None or time.monotonic() - self._bm25_repaired < BM25_REPAIR_EVERY_S:
             return
         self._bm25_repaired = time.monotonic()

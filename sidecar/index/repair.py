@@ -13,11 +13,11 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from sidecar.config import Config
-from sidecar.contracts.errors import DiskFullError, StoreError
+from sidecar.contracts.errors import PassingFaultError, StoreError
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.model.embedder import EmbedderSlot
@@ -25,6 +25,7 @@ from sidecar.stores.bm25 import EVERYONE, Bm25Index
 from sidecar.stores.bm25_text import Bm25Doc
 from sidecar.stores.lifecycle import discard_vectors, move_aside, open_vectors, salvage_vectors
 from sidecar.stores.manifest import ChunkView, Manifest
+from sidecar.stores.versions import BM25_LAYOUT
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +39,19 @@ _FILL_BATCH = 5000  # chunks added at a time by a refill (a stop is looked at be
 # can) and a copy kept for a month.
 MAX_VECTOR_REBUILDS = 2
 _DATA_FILE = re.compile(r"data/([0-9A-Za-z_-]+\.lance)")
+# The problem area of a keyword index that could not be upgraded or opened (``index.upgrade``).
+UPGRADE_AREA = "keyword_index"
 
 
 def rebuild_bm25(stores: Stores, stop: threading.Event | None = None) -> None:
     """Refill Tantivy from the manifest: no file is read, no vector recomputed."""
     with stores.write_lock:
         fill_bm25(stores.bm25, stores.manifest, stop)
+        done = not (stop is not None and stop.is_set())
+    if done and stores.bm25.layout == BM25_LAYOUT:
+        # An upgrade's refill in place that failed (a full disk) is done now: its problem went on
+        # saying searches find no words until the next start.
+        stores.problems.clear(UPGRADE_AREA)
 
 
 def refill_inbox(stores: Stores, agent: str) -> None:
@@ -159,18 +167,28 @@ def compact_bm25(stores: Stores) -> bool:
     return True
 
 
-def fill_bm25(index: Bm25Index, manifest: Manifest, stop: threading.Event | None = None) -> None:
+def fill_bm25(
+    index: Bm25Index,
+    manifest: Manifest,
+    stop: threading.Event | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> None:
     """Every indexed chunk of the manifest into ``index`` (emptied first), committed. A stop
     ends it between notes, uncommitted: a daemon told to stop within its service's timeout must
-    not wait for a refill of a large vault (the next start refills, its counts not matching)."""
+    not wait for a refill of a large vault (the next start refills, its counts not matching).
+    ``progress`` is told the chunks added so far after each batch."""
     index.delete_all()
     docs: list[Bm25Doc] = []
+    added = 0
     for v in manifest.all_chunks():  # in note order: a note's chunks go in together (its page)
         if len(docs) >= _FILL_BATCH and docs[-1].key != v.key:
             if stop is not None and stop.is_set():
                 index.rollback()  # the emptying too: the index stays as it was
                 return
             index.add(docs)
+            added += len(docs)
+            if progress is not None:
+                progress(added)
             docs = []
         docs.append(bm25_doc(v))
     if stop is not None and stop.is_set():
@@ -297,6 +315,7 @@ class Repair:
             "stores", f"the keyword index failed ({reason}); moved aside and rebuilt", subject="bm25"
         )
         self.problems.clear("keyword_search")
+        self.problems.clear(UPGRADE_AREA)  # an upgrade's failed refill in place: this one is whole
 
     def repair_inboxes(self, agents: Collection[str], reason: str) -> None:
         """Agents' inbox indexes that fail under the running daemon, while the vault's answers:
@@ -328,7 +347,7 @@ class Repair:
             try:
                 store.verify()
                 rebuilt = False
-            except DiskFullError:
+            except PassingFaultError:
                 raise  # no damage: nothing to replace
             except StoreError as exc:
                 why = f"could not be read ({exc}; searches: {reason})"

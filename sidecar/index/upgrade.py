@@ -24,12 +24,22 @@ import threading
 import time
 from pathlib import Path
 
-from sidecar.contracts.errors import StoreError
-from sidecar.index.repair import bm25_doc, fill_bm25
+from sidecar.contracts.errors import PassingFaultError, StoreError, StoreNewerError
+from sidecar.index.repair import UPGRADE_AREA, bm25_doc, fill_bm25
 from sidecar.index.vectoring import Stores
 from sidecar.stores.bm25 import Bm25Index, open_bm25
 from sidecar.stores.bm25_folder import WRITER_HEAP
-from sidecar.stores.bm25_side import discard, drop_previous, side_folder, swap_in, swap_out, swap_undone
+from sidecar.stores.bm25_side import (
+    discard,
+    drop_previous,
+    remove_index,
+    settle,
+    side_folder,
+    swap_in,
+    swap_out,
+    swap_undone,
+)
+from sidecar.stores.lifecycle import move_aside
 from sidecar.stores.manifest import Manifest
 from sidecar.stores.versions import BM25_LAYOUT
 
@@ -45,8 +55,8 @@ def upgrade_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
     """The keyword index refilled in this version's layout beside the old one, then swapped in;
     True once it is. Nothing is done for an index of this layout, or one open read-only."""
     old = stores.bm25
-    if old.layout == BM25_LAYOUT or old.read_only:
-        return False
+    if old.layout == BM25_LAYOUT or old.read_only or old.unavailable is not None:
+        return False  # a lost index is opened again first (``reopen_bm25``), upgraded at a start
     index_dir = old.path.parent
     size, free = folder_size(old.path), free_space(index_dir)
     if free is not None and free < size * _BESIDE_MARGIN + WRITER_HEAP:
@@ -75,18 +85,17 @@ def upgrade_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
             old.close()  # its searchers still answer searches under way
             old.move(lambda: swap_out(index_dir))
             swap_in(index_dir)
-            _open_swapped_in(stores, index_dir)
+            _open_swapped_in(stores, old, index_dir)
             old.retire(stores.bm25)
         drop_previous(index_dir)
     except (StoreError, OSError) as exc:
         # A full disk, most likely: the old index answers on; the next start tries again.
-        log.error("bm25_upgrade_failed error=%s (the old index answers; retried at the next start)", exc)
-        stores.problems.report(
-            "keyword_index",
-            f"{UPGRADE_FAILED} ({exc}); searches answer from the old index (words joined by "
-            "underscores at their edges, as in _emphasis_, are not found); tried again at the next start",
-        )
-        if stores.bm25 is old:
+        if stores.bm25.unavailable is None:  # else said by ``_lose``: no index answers
+            log.error("bm25_upgrade_failed error=%s (the old index answers; retried at the next start)", exc)
+            _report_old_answers(stores, exc)
+        else:
+            log.error("bm25_upgrade_failed error=%s (no index answers until it is opened again)", exc)
+        if stores.bm25 is old and old.unavailable is None:
             old.changes_since(False)
         return False
     finally:
@@ -102,7 +111,7 @@ def upgrade_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
         "all" if everything else len(keys),
         time.monotonic() - started,
     )
-    stores.problems.clear("keyword_index")
+    stores.problems.clear(UPGRADE_AREA)
     return True
 
 
@@ -148,27 +157,34 @@ def _upgrade_in_place(
             path = old.path
             old.close()  # its searchers still answer searches under way
             old.retire()  # nothing made again in the folder removed now
-            shutil.rmtree(path)
+            total = stores.manifest.indexed_chunk_count()
+            stores.upgrade_in_place = (0, total)
+            remove_index(path)
             stores.bm25 = Bm25Index(path)
             old.retire(stores.bm25)
-            fill_bm25(stores.bm25, stores.manifest, stop)
+            fill_bm25(stores.bm25, stores.manifest, stop, lambda done: _filled(stores, done, total))
     except (StoreError, OSError) as exc:
-        if stores.bm25 is old:  # removed, the new one not made: an empty one if it can be
-            with contextlib.suppress(StoreError):
-                stores.bm25 = Bm25Index(old.path)
         had = free + size  # the old index's room freed for the new one: not enough
         log.error(
             "bm25_upgrade_failed in_place error=%s free_mb=%.1f needed_mb=%.1f", exc, had / 1e6, beside / 1e6
         )
+        if stores.bm25 is old:  # removed, the new one not made: an empty one if it can be
+            try:
+                stores.bm25 = Bm25Index(old.path)
+            except (StoreError, OSError) as again:
+                _lose(stores, old, again)
+                return False
+            old.retire(stores.bm25)
         stores.problems.report(
-            "keyword_index",
+            UPGRADE_AREA,
             f"{UPGRADE_FAILED} ({exc}); about {beside / 1e6:.0f} MB free are needed on the index's "
-            f"disk, {had / 1e6:.0f} MB were; searches find no words until it is rebuilt; tried "
-            "again at the next start",
+            f"disk, {had / 1e6:.0f} MB were; keyword search finds nothing until it is rebuilt, which "
+            "is tried again by itself every few seconds",
         )
         return False
     finally:
         stores.upgrading = False
+        stores.upgrade_in_place = None
     if stop is not None and stop.is_set():
         log.info("bm25_upgrade_stopped (the next start refills)")
         return False
@@ -179,20 +195,110 @@ def _upgrade_in_place(
         stores.bm25.num_docs(),
         time.monotonic() - started,
     )
-    stores.problems.clear("keyword_index")
+    stores.problems.clear(UPGRADE_AREA)
     return True
 
 
-def _open_swapped_in(stores: Stores, index_dir: Path) -> None:
+def _filled(stores: Stores, done: int, total: int) -> None:
+    stores.upgrade_in_place = (done, total)
+
+
+def _open_swapped_in(stores: Stores, old: Bm25Index, index_dir: Path) -> None:
     """The new index opened where the swap put it, as ``stores.bm25``. When it cannot be (too
     many open files, a full disk), the swap is undone and the old index opened again before the
-    error goes on: kept closed and renamed, it failed every write ("IndexWriter was consumed")."""
+    error goes on: kept closed and renamed, it failed every write ("IndexWriter was consumed").
+    The old object points at ``bm25`` again (left at ``bm25.previous``, a search holding it made
+    an empty inbox there); when the old index will not open either, it is marked lost
+    (``_lose``) and opened again in the background (``reopen_bm25``)."""
     try:
         stores.bm25 = Bm25Index(index_dir / "bm25")
     except StoreError:
-        swap_undone(index_dir)
-        stores.bm25 = open_bm25(index_dir / "bm25")
+        current = index_dir / "bm25"
+        try:
+            swap_undone(index_dir)
+            old.move(lambda: current)
+            stores.bm25 = open_bm25(current)
+        except (StoreError, OSError) as again:
+            old.move(lambda: current)  # where ``settle`` puts it back, if the undo was cut short
+            _lose(stores, old, again)
+            raise
+        old.retire(stores.bm25)  # a search holding the old object reads the one opened again
         raise
+
+
+def _report_old_answers(stores: Stores, exc: BaseException) -> None:
+    """The upgrade failed and the old index answers: said, with when it is tried again."""
+    stores.problems.report(
+        UPGRADE_AREA,
+        f"{UPGRADE_FAILED} ({exc}); searches answer from the old index (words joined by "
+        "underscores at their edges, as in _emphasis_, are not found); tried again at the next start",
+    )
+
+
+def _lose(stores: Stores, index: Bm25Index, exc: BaseException) -> None:
+    """No keyword index could be opened (the old one, the swap undone, or the new one in place):
+    ``index`` (closed) stays in the stores marked lost, so that searches and writes fail with a
+    StoreError saying so (a sweep's batch fails and is redone; a memory write is saved and said
+    not searchable yet, and indexed once it opens), and it is said as a problem until
+    ``reopen_bm25`` opens one."""
+    index.lost(str(exc))
+    stores.bm25 = index
+    log.error("bm25_unavailable error=%s (opened again in the background)", exc)
+    stores.problems.report(
+        UPGRADE_AREA,
+        f"the keyword index could not be opened ({exc}); keyword search finds nothing and notes "
+        "and memory cannot be indexed until it is (they are kept and indexed then); it is tried "
+        "again by itself every few seconds",
+    )
+
+
+def reopen_bm25(stores: Stores) -> bool:
+    """A keyword index marked lost (``_lose``) opened again, as ``stores.bm25``: the old one
+    where the undone swap put it back (a swap undone half-way is finished by ``settle``), or, in
+    place, a new one refilled from the manifest. True when the stores hold an open index (also
+    when none was lost); StoreError or OSError while it still cannot be opened (too many open
+    files: the caller tries again later). A search holding the lost object reads the new one."""
+    with stores.write_lock:
+        lost = stores.bm25
+        if lost.unavailable is None:
+            return True
+        index_dir = lost.path.parent
+        settle(index_dir)
+        fresh = _open_or_replace(index_dir / "bm25")
+        try:
+            manifest = stores.manifest
+            if (fresh.num_docs(), fresh.num_pages()) != (
+                manifest.indexed_chunk_count(),
+                manifest.indexed_page_count(),
+            ):  # in place: a new, empty index; refilled before it serves
+                fill_bm25(fresh, manifest)
+        except BaseException:
+            fresh.close()
+            raise
+        stores.bm25 = fresh
+        lost.retire(fresh)
+    log.info("bm25_reopened path=%s layout=%d chunks=%d", fresh.path, fresh.layout, fresh.num_docs())
+    if fresh.layout == BM25_LAYOUT:
+        stores.problems.clear(UPGRADE_AREA)
+    else:  # the swap's old index: the upgrade is tried again at the next start
+        _report_old_answers(stores, StoreError(f"the old index was opened again after: {lost.unavailable}"))
+    stores.problems.clear("keyword_search")  # searches that failed meanwhile: it answers again
+    return True
+
+
+def _open_or_replace(path: Path) -> Bm25Index:
+    """The keyword index in ``path`` opened; one whose files are damaged moved aside and made
+    anew (refilled from the manifest by the caller), as a start does: a refill in place cut
+    half-way left files the open refused at every try. A fault that passes (no file handles,
+    a full disk), another daemon's or a newer version's index: raised, nothing moved."""
+    try:
+        return open_bm25(path)
+    except (PassingFaultError, StoreNewerError):
+        raise
+    except StoreError as exc:
+        moved = move_aside(path)
+        log.error("index_rebuilt store=bm25 reason=%s moved_to=%s", exc, moved)
+        return open_bm25(path)
 
 
 def _catch_up(new: Bm25Index, manifest: Manifest, keys: set[str], *, everything: bool) -> None:

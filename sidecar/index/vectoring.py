@@ -86,6 +86,9 @@ class Stores:
     # The keyword index is being refilled in this version's layout beside the old one, which
     # answers meanwhile (``index.upgrade``).
     upgrading: bool = False
+    # The refill in place instead (no room on the disk for a second copy; the keyword arm finds
+    # nothing until it ends): (chunks added, chunks in all), else None.
+    upgrade_in_place: tuple[int, int] | None = None
 
     @property
     def vectors(self) -> VectorStore | None:

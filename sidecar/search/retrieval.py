@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from sidecar.config import MODEL_DEFAULTS, RecallConfig, SearchConfig
-from sidecar.contracts.errors import EmbedderError, StoreError
+from sidecar.contracts.errors import EmbedderError, IndexNotOpenError, StoreError
 from sidecar.contracts.wire import SearchResult, memory_agent
 from sidecar.index.problems import Problems
 from sidecar.index.repair import ready_inbox
@@ -447,7 +447,8 @@ class Retriever:
                 bm_note = _inboxes_failing(self.stores.bm25, req)
             except StoreError as exc:  # a damaged keyword index: answer from vectors alone
                 log.warning("keyword_search_failed error=%s", exc)
-                problems.report("keyword_search", str(exc))
+                if not isinstance(exc, IndexNotOpenError):  # keyword_index says so; no damage
+                    problems.report("keyword_search", str(exc))
                 bm_note, bm_error = f"keyword search failed ({exc}); vector results only", exc
 
         def found(vec_lists: list[VecList], note: str | None) -> Found:
@@ -666,7 +667,8 @@ class Retriever:
             )
         except StoreError as exc:  # reported so that the repair rebuilds both parts
             log.warning("keyword_search_failed part=pages error=%s", exc)
-            problems.report("keyword_search", f"{PAGE_FAILURE}{exc}")
+            if not isinstance(exc, IndexNotOpenError):  # keyword_index says so; no damage
+                problems.report("keyword_search", f"{PAGE_FAILURE}{exc}")
             return []
         if not _inbox_failure_reported(self.stores.bm25, problems) and _page_failure_active(problems):
             problems.clear("keyword_search")

@@ -23,7 +23,8 @@ import tantivy
 
 from sidecar.contracts.errors import (
     DaemonRunningError,
-    DiskFullError,
+    IndexNotOpenError,
+    PassingFaultError,
     StoreError,
     StoreOutdatedError,
     is_disk_full,
@@ -92,6 +93,9 @@ _MOVED_ASIDE = "moved aside as damaged"  # how ``failing`` names an inbox index 
 _NOT_REBUILT = "could not be rebuilt"  # how ``failing`` names an inbox index whose refill failed
 
 
+NOT_OPEN = "the keyword index is not open"  # how a search or write on a lost index begins
+
+
 class Bm25Index:
     """BM25 over chunks and over whole notes (pages): one Tantivy index each in ``chunks/`` and
     ``pages/`` for the vault and the wiki, and the same pair for each agent's memory in
@@ -132,11 +136,17 @@ class Bm25Index:
         self._lock = threading.Lock()  # writes, commits, and closing an inbox
         self._inbox_lock = threading.RLock()  # the table of open inboxes
         self._closed = False
+        # Why it is closed with no index open in its place (``lost``), else None.
+        self.unavailable: str | None = None
         # The index that took this one's place at an upgrade's swap (``retire``): searches read it.
         self._successor: Bm25Index | None = None
         self._retired = False
         self._chunks = Folder(path / "chunks", self.schema, read_only=read_only, layout=layout)
-        self._pages = Folder(path / "pages", self.schema, read_only=read_only, layout=layout)
+        try:
+            self._pages = Folder(path / "pages", self.schema, read_only=read_only, layout=layout)
+        except BaseException:
+            self._chunks.close()  # its writer's lock released: the next try would find it busy
+            raise
         self._open: OrderedDict[str, Pair] = OrderedDict()  # least recently used first
         self._emptied: set[str] = set()  # agents whose documents ``delete_all`` dropped (uncommitted)
         self._touched: set[str] = set()  # agents whose inbox was written since the last commit
@@ -152,6 +162,17 @@ class Bm25Index:
         self._everyone: Pair | None = None  # every agent's memory (None: read-only and not made)
         self.everyone_ready = False  # it holds all memory: a person's search reads it alone
         self._used_at: dict[str, float] = {}  # agent -> when its use was last noted on disk
+        try:
+            self._open_memory(path, read_only, layout)
+        except BaseException:
+            # No file handles left, say: the vault's writers closed, or the next try (the reopen
+            # of a lost index) finds their locks held and takes them for another daemon's.
+            self._chunks.close()
+            self._pages.close()
+            raise
+
+    def _open_memory(self, path: Path, read_only: bool, layout: int) -> None:
+        """The agents' inboxes found and the pair of every agent's memory opened."""
         memory = path / "memory"
         if read_only:
             self._agents = {p.name for p in subfolders(memory) if "." not in p.name}
@@ -187,7 +208,7 @@ class Bm25Index:
         made = not (folder / "chunks" / "meta.json").is_file()
         try:
             self._everyone = self._everyone_pair()
-        except (DaemonRunningError, DiskFullError):
+        except (DaemonRunningError, PassingFaultError):
             if self.read_only:
                 return
             raise
@@ -287,7 +308,7 @@ class Bm25Index:
         named per session leave thousands. Their memory stays in ``memory-all`` for a person's
         search; an agent back is given its index anew from the manifest (``inbox_missing``).
         Nothing is removed before ``memory-all`` holds all memory, or while read-only."""
-        if seconds <= 0 or self.read_only or not self.everyone_ready:
+        if seconds <= 0 or self.read_only or not self.everyone_ready or self.unavailable is not None:
             return []
         cutoff = time.time() - seconds
         removed = []
@@ -339,8 +360,8 @@ class Bm25Index:
                 return None
             try:
                 pair = self._open_pair(agent)
-            except (DaemonRunningError, DiskFullError):
-                raise  # in use, or a full disk: nothing is damaged, nothing moved aside
+            except (DaemonRunningError, PassingFaultError):
+                raise  # in use, a full disk, no handles: nothing is damaged, nothing moved aside
             except StoreError as exc:  # damaged: moved aside, started empty, refilled by the repair
                 if self.read_only:
                     raise  # nothing moved or made while read-only
@@ -577,6 +598,7 @@ class Bm25Index:
         thread died (a segment flush that hit a full disk) refuses every later document ("an
         index writer was killed"): without a new one the index never recovered, however much
         space was freed. What was not committed is redone by the next sweep."""
+        self._usable()  # before the writers are touched: a lost index opens none
         try:
             with engine(what):
                 yield
@@ -637,6 +659,8 @@ class Bm25Index:
 
     def rollback(self) -> None:
         """Drop what was written since the last commit (a refill cut short by a stop)."""
+        if self.unavailable is not None:  # nothing written: no writer opened on a lost index
+            return
         with self._lock:
             self._forget_marks()
             self.umlauts.forget_unsaved()
@@ -644,6 +668,7 @@ class Bm25Index:
                 folder.recover_writer()
 
     def commit(self) -> None:
+        self._usable()
         with self._lock:
             folders = self._folders()
             try:
@@ -888,6 +913,7 @@ class Bm25Index:
         the other indexes are left as they are (refilling all for one agent's cost what the whole
         index costs). One whose searches failed is moved aside first (once); one that merely
         disagrees with the manifest is dropped, as a refill empties it."""
+        self._usable()  # before its folder is removed: a lost index's files are kept as they are
         names = (agent, f"{agent}/chunks", f"{agent}/pages")
         with self._lock:
             why = self.failing.get(names[1]) or self.failing.get(names[2])
@@ -921,6 +947,7 @@ class Bm25Index:
         """The pair of every agent's memory replaced by ``docs`` (all memory, from the manifest),
         committed; the other indexes left as they are. One whose searches failed is moved aside
         first. A person's search reads the inboxes until the commit."""
+        self._usable()
         with self._lock:
             if self.read_only:
                 return
@@ -1091,6 +1118,7 @@ class Bm25Index:
         keys: Sequence[str] | None = None,
         stem: str | None = None,
     ) -> list[tuple[str, float]]:
+        self._usable()
         terms = self._terms(text, stem)
         if not terms or limit <= 0:
             return []
@@ -1154,7 +1182,7 @@ class Bm25Index:
                     shared_folder=shared_folder,
                     shared=shared,
                 )
-            except DiskFullError as exc:  # not made yet for want of space: no damage to repair
+            except PassingFaultError as exc:  # not made yet for want of space (or handles): no damage
                 log.warning("keyword_search_failed inbox=%s error=%s", agent, exc)
             except StoreError as exc:
                 # One agent's damaged index: its hits are missing, no one else's search fails;
@@ -1320,6 +1348,21 @@ class Bm25Index:
         ``successor``; an inbox not open yet is never opened (made) in the removed folder."""
         with self._inbox_lock:
             self._retired, self._successor = True, successor
+
+    def lost(self, why: str) -> None:
+        """Closed, and no index could be opened in its place (an upgrade's swap undone, or its
+        refill in place, and the open after it failed too: too many open files): every search
+        and write raises a StoreError saying so, nothing is written or removed in its folder,
+        until the stores hold one opened again (``index.upgrade.reopen_bm25``). Left closed and
+        unmarked, every write failed ("IndexWriter was consumed") until a restart."""
+        self.close()
+        self.unavailable = why
+
+    def _usable(self) -> None:
+        if self.unavailable is not None:
+            raise IndexNotOpenError(
+                f"{NOT_OPEN} ({self.unavailable}); it is opened again by itself every few seconds"
+            )
 
     def close(self) -> None:
         """Wait for background merges and release the writer locks; safe to call twice."""

@@ -5,7 +5,10 @@ The new index is filled in ``bm25.next``; the swap renames ``bm25`` to ``bm25.pr
 new index holds everything, so ``settle`` at the next start finishes a swap a kill cut short
 (``bm25`` missing beside ``bm25.previous``: the new one goes in) or undoes a refill cut short
 (``bm25`` there: the half-made ``bm25.next`` is removed): either the old index or the new one,
-never a mix. Imports only the standard library.
+never a mix. An index removed (the swap undone, a refill in place) is first renamed to
+``bm25.undone``, which nothing promotes. A newer version's swap cut short is undone by this
+one (a downgrade): it reads the old index, not the new one (finishing it refused the start).
+Imports only the standard library and ``stores.versions``.
 """
 
 from __future__ import annotations
@@ -16,10 +19,16 @@ import os
 import shutil
 from pathlib import Path
 
+from sidecar.stores.versions import BM25_LAYOUT, bm25_layout
+
 log = logging.getLogger(__name__)
 
 NEXT = "bm25.next"
 PREVIOUS = "bm25.previous"
+# An index being removed (the swap's new one undone, the old one refilled in place): renamed here
+# first, in one step, so that a removal cut short leaves nothing ``settle`` promotes or a start
+# opens as the index; ``settle`` removes it.
+UNDONE = "bm25.undone"
 
 
 def settle(index_dir: Path) -> None:
@@ -27,17 +36,26 @@ def settle(index_dir: Path) -> None:
     index is opened: a swap is finished, a half-made side folder removed."""
     current, side, previous = index_dir / "bm25", index_dir / NEXT, index_dir / PREVIOUS
     if not current.exists() and previous.is_dir():
-        if side.is_dir():  # cut between the two renames: the new index is whole
-            side.rename(current)
+        if side.is_dir() and not _newer_than_read(side, previous):
+            side.rename(current)  # cut between the two renames: the new index is whole
             log.info("bm25_upgrade_swap_finished path=%s", current)
         else:
+            # No new index beside it, or a newer version's (a downgrade after a swap it cut
+            # short): finished, the index this version reads was removed and the start refused.
             previous.rename(current)
-            log.warning("bm25_upgrade_swap_undone path=%s (no new index beside it)", current)
+            log.warning("bm25_upgrade_swap_undone path=%s (no new index beside it to read)", current)
         _sync(index_dir)
-    for leftover in (side, previous):
+    for leftover in (side, previous, index_dir / UNDONE):
         if leftover.exists():
             shutil.rmtree(leftover, ignore_errors=True)
             log.info("bm25_upgrade_leftover_removed path=%s", leftover)
+
+
+def _newer_than_read(side: Path, previous: Path) -> bool:
+    """Whether the new index beside is of a layout newer than this version reads while the old
+    one is not: the swap of a newer version, cut short before a downgrade."""
+    new, old = bm25_layout(side), bm25_layout(previous)
+    return new is not None and new > BM25_LAYOUT and old is not None and old <= BM25_LAYOUT
 
 
 def side_folder(index_dir: Path) -> Path:
@@ -73,12 +91,29 @@ def swap_undone(index_dir: Path) -> None:
     """The swap taken back (the new index would not open): the new one removed (a refill makes
     it again), the old one back to ``bm25``."""
     current = index_dir / "bm25"
-    shutil.rmtree(current, ignore_errors=True)
-    if current.exists():  # not removed whole: renamed away, its remains removed with the side folder
-        current.rename(index_dir / NEXT)
-        shutil.rmtree(index_dir / NEXT, ignore_errors=True)
+    # Renamed away before anything is removed: removed first, then renamed to ``bm25.next``, a
+    # stop between left a part of it that ``settle`` promoted, removing the old index.
+    doomed = _renamed_away(current)
     (index_dir / PREVIOUS).rename(current)
     _sync(index_dir)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def remove_index(path: Path) -> None:
+    """The keyword index in ``path`` removed (a refill in place makes it anew): renamed away in
+    one step first, so that a removal that fails part-way (too many open files) leaves no
+    half-removed index where the next open looks (it refused it for ever)."""
+    shutil.rmtree(_renamed_away(path), ignore_errors=True)
+
+
+def _renamed_away(path: Path) -> Path:
+    """``path`` renamed to ``bm25.undone`` beside it (a leftover of one removed first)."""
+    doomed = path.parent / UNDONE
+    if doomed.exists():
+        shutil.rmtree(doomed)
+    path.rename(doomed)
+    _sync(path.parent)
+    return doomed
 
 
 def drop_previous(index_dir: Path) -> None:

@@ -23,7 +23,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sidecar.config import Config
-from sidecar.contracts.errors import DiskFullError, StoreError, StoreNewerError, StoreOutdatedError
+from sidecar.contracts.errors import (
+    DiskFullError,
+    PassingFaultError,
+    StoreError,
+    StoreNewerError,
+    StoreOutdatedError,
+)
 from sidecar.stores.aside import aside_name, remove_old_moved_aside
 from sidecar.stores.bm25 import Bm25Index, open_bm25
 from sidecar.stores.bm25_folder import check_layout
@@ -66,7 +72,7 @@ def _open_or_reset(
 ) -> Any:
     try:
         return opener(path)
-    except DiskFullError:
+    except PassingFaultError:
         # No damage: moved aside, a manifest took the keyword index with it and the next start
         # read every note again. The daemon stops (exit 5); its service starts it again until
         # there is space.
@@ -157,7 +163,7 @@ def open_vectors(
     }
     try:
         return VectorStore(path, model_id, dim, pooling, **opts)
-    except DiskFullError:
+    except PassingFaultError:
         raise  # a fault that passes: the caller tries again once there is space
     except StoreError as exc:
         _unless_disk_full(path, exc)
