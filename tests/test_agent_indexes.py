@@ -205,8 +205,8 @@ def test_an_idle_removal_racing_an_agents_search_leaves_the_search_its_index(
         real = idx.inbox_missing
         removed: list[list[str]] = []
 
-        def racing(agent: str) -> bool:
-            missing = real(agent)
+        def racing(agent: str, held: Any = None) -> bool:
+            missing = real(agent, held)
             removed.append(idx.remove_idle(30 * 86400))  # the sweep, at the worst moment
             return missing
 
@@ -490,4 +490,134 @@ def test_memory_written_by_an_older_version_is_refilled_into_the_index_of_all_me
     try:
         assert not h.stores.bm25.everyone_behind()
     finally:
+        h.close()
+
+
+def _idle_alpha_then_memory_all_damaged(make_cfg: Any, vault: Path) -> Any:
+    """Agents alpha and beta; alpha's own index removed as idle; then the index of every agent's
+    memory damaged while stopped (moved aside and refilled at the next start's first sweep)."""
+    cfg = _with_agents(make_cfg, vault, _NOTES)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        _age(h.cfg, "alpha", 40)
+        assert h.stores.bm25.remove_idle(30 * 86400) == ["alpha"]
+    finally:
+        h.close()
+    (cfg.index_dir / "bm25/memory-all/chunks/meta.json").write_text("{not json")
+    return cfg
+
+
+def test_until_the_index_of_all_memory_is_filled_no_agents_memory_goes_unsaid(
+    make_cfg: Any, vault: Path
+) -> None:
+    """Until the index of every agent's memory is filled (moved aside as damaged here), a person's
+    search reads the agents' own indexes: an agent whose own one was removed as idle was found by
+    nobody, and nothing said so. A person's answer says how many agents' memory its words cannot
+    find yet; the agent's own search rebuilds its index from the manifest and finds all its
+    notes; once filled, a person's search finds them and says nothing."""
+    from sidecar.search.retrieval import Retriever, SearchRequest
+
+    cfg = _idle_alpha_then_memory_all_damaged(make_cfg, vault)
+    h = Harness(cfg, None)  # keyword search alone: what the words find
+    try:
+        idx = h.stores.bm25
+        assert not idx.everyone_ready and idx.agents() == ["beta"]
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        person = r.search(SearchRequest("kayak lake paddle", 10, 0.0))
+        assert person.degraded is not None
+        assert "memory of 1 agent " in person.degraded and "being filled" in person.degraded
+        mine = r.search(SearchRequest("kayak lake paddle", 10, 0.0, agent="alpha"))
+        assert {"memory/trip", "memory/gear"} <= {hit.reference for hit in mine.hits}
+        assert idx.agents() == ["alpha", "beta"]
+        assert mine.degraded is None or "memory of" not in mine.degraded
+        h.sweep()
+        assert idx.everyone_ready
+        person = r.search(SearchRequest("kayak lake paddle", 10, 0.0))
+        assert person.degraded is None or "memory of" not in person.degraded
+        refs = {hit.reference for hit in person.hits}
+        assert {"memory/alpha/trip", "memory/alpha/gear", "memory/beta/trip"} <= refs
+    finally:
+        h.close()
+
+
+def test_a_write_before_the_index_of_all_memory_is_filled_rebuilds_the_agents_whole_index(
+    make_cfg: Any, vault: Path
+) -> None:
+    """A note written for an agent whose own index was removed as idle, before the index of every
+    agent's memory is filled: it made an index holding that one note, which its agent's searches
+    and a person's took for all its memory (until the first sweep's check). The write rebuilds the
+    agent's whole index from the manifest, the new note with it."""
+    cfg = _idle_alpha_then_memory_all_damaged(make_cfg, vault)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        idx = h.stores.bm25
+        assert not idx.everyone_ready
+        path = cfg.agents_dir / "alpha/memory/more.md"
+        write(path, "# More\n\nAnother kayak trip to the lake.\n")
+        root = next(r for r in h.indexer.changes.roots() if r.name == "memory/alpha")
+        h.indexer.index_now(root, path)
+        assert not idx.everyone_ready  # still the window: no sweep ran
+        assert idx.inbox_counts()["alpha"] == (3, 3)
+        want = {"memory/alpha/trip", "memory/alpha/gear", "memory/alpha/more"}
+        assert want <= _keys(h, "kayak", "alpha")
+        assert want <= _keys(h, "kayak")  # a person's search, reading the agents' own indexes
+    finally:
+        h.close()
+
+
+def test_no_index_is_removed_as_idle_while_the_index_of_all_memory_fails(tmp_path: Path) -> None:
+    """While the index of every agent's memory fails its searches (damaged, its repair pending),
+    a person's search reads the agents' own indexes: one removed as idle then was found by
+    nobody. None is removed until the repair has refilled it."""
+    from sidecar.stores.bm25 import EVERYONE, Bm25Index
+
+    path = tmp_path / "index" / "bm25"
+    idx = Bm25Index(path)
+    try:
+        docs = [_doc("memory/alpha/a", "kayak alpha"), _doc("memory/beta/b", "kayak beta")]
+        idx.add(docs)
+        idx.commit()
+        idx.failing[f"{EVERYONE}/chunks"] = "damaged (simulated)"
+        when = time.time() - 40 * 86400
+        for f in (path / "memory").rglob("*"):
+            os.utime(f, (when, when))
+        idx._used_at.clear()
+        assert idx.remove_idle(30 * 86400) == []
+        assert idx.agents() == ["alpha", "beta"]
+        idx.refill_everyone(docs)
+        assert sorted(idx.remove_idle(30 * 86400)) == ["alpha", "beta"]
+    finally:
+        idx.close()
+
+
+def test_status_and_answers_over_the_socket_say_while_all_memory_is_being_indexed(
+    make_cfg: Any, vault: Path
+) -> None:
+    """Over the socket, before the first sweep has filled the index of every agent's memory: health
+    says it is being filled and whose memory a person's search cannot find by its words
+    (`index.memory_all`), status says it in a line, a person's answer says it in `degraded`;
+    once filled, none of them says anything."""
+    from sidecar.clients.cli_render import render_status
+    from tests.in_process import InProcessServer
+
+    cfg = _idle_alpha_then_memory_all_damaged(make_cfg, vault)
+    h = Harness(cfg, None)
+    server = InProcessServer(h)
+    try:
+        health = server.call("health")
+        assert health["index"]["memory_all"] == {"state": "filling", "agents_not_searchable": 1}
+        shown = render_status(health)
+        assert "keyword index of all agents' memory: being filled from the notes" in shown
+        assert "the memory of 1 agent whose own index was removed as unused" in shown
+        answer = server.call("search", {"query": "kayak lake"})
+        assert "memory of 1 agent " in answer["degraded"]
+        h.sweep()
+        health = server.call("health")
+        assert health["index"]["memory_all"] is None
+        assert "all agents' memory" not in render_status(health)
+        answer = server.call("search", {"query": "kayak lake"})
+        assert "memory of" not in (answer.get("degraded") or "")
+        assert "memory/alpha/trip" in {hit["reference"] for hit in answer["hits"]}
+    finally:
+        server.close()
         h.close()

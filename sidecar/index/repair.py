@@ -78,11 +78,12 @@ def ready_inbox(stores: Stores, agent: str | None) -> None:
     if agent is None:
         return
     bm25 = stores.bm25
+    held = stores.manifest.holds_memory_of
     bm25.note_use(agent)  # first: an idle removal after this leaves the index to this search
-    if bm25.inbox_missing(agent):
+    if bm25.inbox_missing(agent, held):
         started = time.monotonic()
         with stores.write_lock:
-            if stores.bm25.inbox_missing(agent):  # not rebuilt by another search meanwhile
+            if stores.bm25.inbox_missing(agent, held):  # not rebuilt by another search meanwhile
                 try:
                     refill_inbox(stores, agent)
                 except StoreError as exc:
@@ -94,6 +95,33 @@ def ready_inbox(stores: Stores, agent: str | None) -> None:
                     agent,
                     time.monotonic() - started,
                 )
+
+
+def inboxes_before_write(stores: Stores, agents: Collection[str]) -> None:
+    """Before notes of ``agents`` are written (the write lock held): while a person's search
+    reads the agents' own indexes (``Bm25Index.everyone_gap``), an agent whose own one was
+    removed as idle gets it back whole from the manifest. Made by the write, it held that note
+    alone, and every search took it for all the agent's memory until the first sweep's check.
+    Otherwise the write makes none: the pair of every agent's memory holds the note, and the
+    agent's next search rebuilds its own index."""
+    bm25 = stores.bm25
+    if bm25.everyone_gap() is None:
+        return
+    for agent in sorted(agents):
+        if bm25.inbox_missing(agent, stores.manifest.holds_memory_of):
+            refill_inbox(stores, agent)
+            log.info("inbox_index_rebuilt agent=%s reason=written before all memory was indexed", agent)
+
+
+def memory_gap(stores: Stores) -> tuple[str, int] | None:
+    """While a person's search reads the agents' own indexes instead of the one of every agent's
+    memory: why (``Bm25Index.everyone_gap``) and how many agents with memory have no own index
+    (removed as idle): their notes are found by no word until it reads it again. None otherwise."""
+    bm25 = stores.bm25
+    why = bm25.everyone_gap()
+    if why is None:
+        return None
+    return why, len(stores.manifest.agents_with_memory() - set(bm25.agents()))
 
 
 def remove_idle_inboxes(stores: Stores, days: int) -> None:

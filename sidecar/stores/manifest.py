@@ -1089,5 +1089,25 @@ class Manifest(VectorBook):
         )
         return {str(agent): (int(chunks), int(pages)) for agent, chunks, pages in rows}
 
+    def holds_memory_of(self, agent: str) -> bool:
+        """Whether ``agent`` has an indexed memory note with chunks (what its own keyword index
+        must hold): one row read, as last committed (a search asks, it never waits for a writer)."""
+        where, args = _under(f"memory/{agent}/", "c.key")
+        return bool(
+            self._committed(
+                "SELECT 1 FROM chunks c JOIN files f ON f.key = c.key "
+                f"WHERE f.state = 'indexed' AND {where} LIMIT 1",
+                args,
+            )
+        )
+
+    def agents_with_memory(self) -> set[str]:
+        """The agents that have an indexed memory note with chunks, as last committed."""
+        rows = self._committed(
+            "SELECT DISTINCT f.agent FROM files f WHERE f.source = 'memory' AND f.state = 'indexed' "
+            "AND EXISTS (SELECT 1 FROM chunks c WHERE c.key = f.key)"
+        )
+        return {str(r[0]) for r in rows}
+
     def chunk_count(self) -> int:
         return int(self._query("SELECT count(*) FROM chunks")[0][0])
