@@ -621,3 +621,33 @@ def test_status_and_answers_over_the_socket_say_while_all_memory_is_being_indexe
     finally:
         server.close()
         h.close()
+
+
+def test_idle_agents_memory_does_not_make_a_damaged_index_of_all_memory_rebuild_the_vaults(
+    make_cfg: Any, vault: Path, caplog: Any
+) -> None:
+    """The index of every agent's memory moved aside at start is refilled alone, memory only. The
+    start's look for a new keyword index counted the notes of agents whose own index was removed
+    as idle as missing: with more of them than the vault's, it refilled the vault's index too,
+    and a person's search read the agents' own indexes all that time."""
+    many = {f"n{i}": f"# N{i}\n\nThe kayak of alpha, trip {i} to the lake.\n" for i in range(12)}
+    cfg = _with_agents(make_cfg, vault, {"alpha": many, "beta": _NOTES["beta"]})
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        _age(h.cfg, "alpha", 40)
+        assert h.stores.bm25.remove_idle(30 * 86400) == ["alpha"]
+    finally:
+        h.close()
+    bm25 = cfg.index_dir / "bm25"
+    (bm25 / "memory-all/chunks/meta.json").write_text("{not json")
+    vault_meta = (bm25 / "chunks/meta.json").read_bytes()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        caplog.set_level("INFO", logger="sidecar")
+        h.sweep()
+        assert h.stores.bm25.everyone_ready and h.stores.bm25.agents() == ["beta"]
+        assert (bm25 / "chunks/meta.json").read_bytes() == vault_meta
+        assert "reason=new keyword index" not in caplog.text
+        assert len([k for k in _keys(h, "kayak lake") if k.startswith("memory/alpha/")]) == 12
+    finally:
+        h.close()

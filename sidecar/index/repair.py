@@ -138,7 +138,7 @@ def refill_new_bm25(stores: Stores, stop: threading.Event | None = None) -> None
     chunks = stores.manifest.indexed_chunk_count()
     # Under half the documents, not none: a memory write answered right after the start may have
     # put its note in already (a smaller gap is the check after the sweep's).
-    if stores.bm25.num_docs() * 2 >= chunks:
+    if _held_docs(stores) * 2 >= chunks:
         if not stores.bm25.umlauts.complete:
             learn_umlauts(stores)
         if not stores.bm25.everyone_ready and not stores.bm25.read_only:
@@ -155,6 +155,20 @@ def refill_new_bm25(stores: Stores, stop: threading.Event | None = None) -> None
         chunks,
         time.monotonic() - started,
     )
+
+
+def _held_docs(stores: Stores) -> int:
+    """The chunks the keyword index holds, for the look for a new one: until the index of all
+    memory is filled, memory counts in the agents' own indexes alone, and the notes of those
+    removed as idle count as held (none is missing: it has not been filled yet). Counted as
+    missing, more of them than the vault's chunks refilled the vault's index too (minutes on a
+    large vault) when only the index of all memory was new."""
+    bm25 = stores.bm25
+    held = bm25.num_docs()
+    if bm25.everyone_gap() is not None:
+        own = set(bm25.agents())
+        held += sum(c for agent, (c, _pages) in stores.manifest.inbox_counts().items() if agent not in own)
+    return held
 
 
 def learn_umlauts(stores: Stores) -> None:
