@@ -651,3 +651,47 @@ def test_idle_agents_memory_does_not_make_a_damaged_index_of_all_memory_rebuild_
         assert len([k for k in _keys(h, "kayak lake") if k.startswith("memory/alpha/")]) == 12
     finally:
         h.close()
+
+
+def _vault_index_emptied(cfg: Any) -> None:
+    """The vault's and the wiki's keyword index emptied while stopped (a new one at next start)."""
+    bm25 = cfg.index_dir / "bm25"
+    shutil.rmtree(bm25 / "chunks")
+    shutil.rmtree(bm25 / "pages")
+
+
+@pytest.mark.parametrize("memory_all", ["filled", "damaged, agents idle"])
+def test_a_new_vault_index_is_refilled_at_start_whatever_memory_holds(
+    make_cfg: Any, vault: Path, memory_all: str
+) -> None:
+    """A new (emptied) vault index is refilled before the first sweep also when memory holds more
+    chunks than the vault: counted with memory's (a filled index of all memory, or the notes of
+    agents whose own index was removed as idle), its emptiness was hidden, and a person's search
+    found no vault note by its words until the check after the whole sweep."""
+    many = {f"n{i}": f"# N{i}\n\nThe kayak of alpha, trip {i} to the lake.\n" for i in range(40)}
+    cfg = _with_agents(make_cfg, vault, {"alpha": many, "beta": _NOTES["beta"]})
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        vault_chunks = h.stores.bm25.shared_counts()[0]
+        assert 0 < vault_chunks < 40
+        if memory_all != "filled":
+            _age(h.cfg, "alpha", 40)
+            assert h.stores.bm25.remove_idle(30 * 86400) == ["alpha"]
+    finally:
+        h.close()
+    _vault_index_emptied(cfg)
+    if memory_all != "filled":
+        (cfg.index_dir / "bm25/memory-all/chunks/meta.json").write_text("{not json")
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        from sidecar.index.repair import refill_new_bm25
+
+        assert h.stores.bm25.shared_counts()[0] == 0
+        refill_new_bm25(h.stores)  # what the start does before its first sweep
+        assert h.stores.bm25.shared_counts()[0] == vault_chunks
+        assert h.stores.bm25.everyone_ready
+        hits = h.stores.bm25.search("kayak lake", 100)
+        keys = {v.key for v in h.stores.manifest.views([c for c, _ in hits]).values()}
+        assert len([k for k in keys if k.startswith("memory/alpha/")]) == 40
+    finally:
+        h.close()

@@ -135,15 +135,19 @@ def refill_new_bm25(stores: Stores, stop: threading.Event | None = None) -> None
     aside) while the manifest holds chunks is refilled from the manifest first. The sweep keeps
     unchanged chunks' keyword documents as they are, so until a check after the whole sweep those
     notes, memory included, were found by no word (9 minutes for 6,400 notes)."""
-    chunks = stores.manifest.indexed_chunk_count()
-    # Under half the documents, not none: a memory write answered right after the start may have
-    # put its note in already (a smaller gap is the check after the sweep's).
-    if _held_docs(stores) * 2 >= chunks:
-        if not stores.bm25.umlauts.complete:
+    bm25 = stores.bm25
+    chunks = stores.manifest.indexed_shared_chunk_count()
+    # The vault's and the wiki's index judged alone: counted with memory's, a filled index of all
+    # memory, or the notes of agents whose own index was removed as idle, hid an emptied one, and
+    # a person's search found no vault note by its words until the check after the whole sweep.
+    # Under half, not none: a note written right after the start may have put its chunks in.
+    if bm25.shared_counts()[0] * 2 >= chunks:
+        if not bm25.umlauts.complete:
             learn_umlauts(stores)
-        if not stores.bm25.everyone_ready and not stores.bm25.read_only:
-            # An install from before the index of every agent's memory: filled now (memory only;
-            # the daemon answers meanwhile, a person's search reading the inboxes).
+        if _memory_all_short(stores) and not bm25.read_only:
+            # Memory alone (seconds; the vault's index is left as it is): an install from before
+            # the index of every agent's memory, one moved aside or emptied. The daemon answers
+            # meanwhile, a person's search reading the agents' own indexes.
             fill_everyone(stores)
         return
     started = time.monotonic()
@@ -157,18 +161,16 @@ def refill_new_bm25(stores: Stores, stop: threading.Event | None = None) -> None
     )
 
 
-def _held_docs(stores: Stores) -> int:
-    """The chunks the keyword index holds, for the look for a new one: until the index of all
-    memory is filled, memory counts in the agents' own indexes alone, and the notes of those
-    removed as idle count as held (none is missing: it has not been filled yet). Counted as
-    missing, more of them than the vault's chunks refilled the vault's index too (minutes on a
-    large vault) when only the index of all memory was new."""
-    bm25 = stores.bm25
-    held = bm25.num_docs()
-    if bm25.everyone_gap() is not None:
-        own = set(bm25.agents())
-        held += sum(c for agent, (c, _pages) in stores.manifest.inbox_counts().items() if agent not in own)
-    return held
+def _memory_all_short(stores: Stores) -> bool:
+    """Whether the index of every agent's memory is to be filled at start: not filled yet, or
+    holding under half of memory's chunks (emptied beside its mark of being filled)."""
+    try:
+        counts = stores.bm25.everyone_counts()
+    except StoreError:
+        return False  # unreadable: the check after the first sweep moves it aside and refills it
+    if counts is None:
+        return True
+    return counts[0] * 2 < sum(c for c, _pages in stores.manifest.inbox_counts().values())
 
 
 def learn_umlauts(stores: Stores) -> None:

@@ -1071,6 +1071,16 @@ class Manifest(VectorBook):
             )[0][0]
         )
 
+    def indexed_shared_chunk_count(self) -> int:
+        """Chunks of vault and wiki files in state indexed: what their keyword index must hold
+        (memory's are held by the agents' indexes)."""
+        return int(
+            self._query(
+                "SELECT count(*) FROM chunks c JOIN files f ON f.key = c.key "
+                "WHERE f.state = 'indexed' AND f.source != 'memory'"
+            )[0][0]
+        )
+
     def indexed_page_count(self) -> int:
         """Files in state indexed that have chunks: what BM25's page index must hold."""
         return int(
