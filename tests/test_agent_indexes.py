@@ -695,3 +695,35 @@ def test_a_new_vault_index_is_refilled_at_start_whatever_memory_holds(
         assert len([k for k in keys if k.startswith("memory/alpha/")]) == 40
     finally:
         h.close()
+
+
+def test_read_only_an_agent_whose_index_was_removed_as_idle_is_told_its_memory_is_not_found(
+    make_cfg: Any, vault: Path
+) -> None:
+    """Served read-only (a full disk at start), an agent whose own keyword index was removed as
+    idle gets none back (nothing is written): its search found none of its memory by its words,
+    and its answer said nothing. It says so; another agent's answer does not."""
+    from sidecar.daemon.compose import build_read_only
+    from sidecar.model.embedder import EmbedderSlot
+    from sidecar.search.retrieval import Retriever, SearchRequest
+
+    cfg = _with_agents(make_cfg, vault, _NOTES)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        _age(h.cfg, "alpha", 40)
+        assert h.stores.bm25.remove_idle(30 * 86400) == ["alpha"]
+    finally:
+        h.close()
+    slot = EmbedderSlot()
+    parts = build_read_only(cfg, slot)
+    try:
+        r = Retriever(parts.stores, slot, cfg.search, cfg.recall)
+        mine = r.search(SearchRequest("kayak lake paddle", 10, 0.0, agent="alpha"))
+        assert not [hit for hit in mine.hits if hit.reference.startswith("memory/")]
+        assert mine.degraded is not None
+        assert "your memory's keyword index" in mine.degraded and "read-only" in mine.degraded
+        other = r.search(SearchRequest("kayak river", 10, 0.0, agent="beta"))
+        assert "memory/trip" in {hit.reference for hit in other.hits}
+        assert other.degraded is None or "your memory" not in other.degraded
+    finally:
+        parts.stores.close()

@@ -187,9 +187,12 @@ def _memory_unindexed(stores: Stores, req: SearchRequest) -> str | None:
     """What a person's answer says while it reads the agents' own keyword indexes instead of the
     one of every agent's memory (not filled yet, or read-only) and some agents have none (removed
     as idle): their notes are found by no word, which an empty or thin answer did not say. Its
-    damage is said by ``_inboxes_failing``. An agent's own search rebuilds its index first."""
-    if req.agent is not None or (req.sources is not None and "memory" not in req.sources):
+    damage is said by ``_inboxes_failing``. An agent's own search rebuilds its index first, but
+    not while the index is read-only: then its own answer says its memory is not found."""
+    if req.sources is not None and "memory" not in req.sources:
         return None
+    if req.agent is not None:
+        return _own_memory_unindexed(stores, req.agent)
     gap = memory_gap(stores)
     if gap is None or gap[0] == "damaged" or gap[1] == 0:
         return None
@@ -199,6 +202,20 @@ def _memory_unindexed(stores: Stores, req: SearchRequest) -> str | None:
         f"the keyword index of all agents' memory {state}: the memory of {agents} agent"
         f"{'' if agents == 1 else 's'} (their own index removed as unused, memory.indexIdleDays) "
         "is not found by its words until then"
+    )
+
+
+def _own_memory_unindexed(stores: Stores, agent: str) -> str | None:
+    """What an agent's answer says when its own keyword index was removed as idle and cannot be
+    rebuilt (the index is read-only, ``Bm25Index.inbox_missing``): its search read no index of
+    its memory and found none of it by its words, and nothing said so."""
+    bm25 = stores.bm25
+    if not bm25.read_only or agent in bm25.agents() or not stores.manifest.holds_memory_of(agent):
+        return None
+    return (
+        "your memory's keyword index was removed as unused (memory.indexIdleDays) and cannot be "
+        "rebuilt while the index is read-only: your memory is not found by its words until the "
+        "index can be written again"
     )
 
 
