@@ -37,6 +37,9 @@ _FILL_BATCH = 5000  # chunks added at a time by a refill (a stop is looked at be
 # model run of every chunk whose vector cannot be read (hours with e5 on a large vault when none
 # can) and a copy kept for a month.
 MAX_VECTOR_REBUILDS = 2
+# Seconds the agents with memory are kept by ``unsearchable_agents`` (one query of the manifest).
+MEMORY_AGENTS_KEPT = 1.0
+_clock = time.monotonic  # the clock of that, replaced by tests
 _DATA_FILE = re.compile(r"data/([0-9A-Za-z_-]+\.lance)")
 
 
@@ -117,11 +120,21 @@ def memory_gap(stores: Stores) -> tuple[str, int] | None:
     """While a person's search reads the agents' own indexes instead of the one of every agent's
     memory: why (``Bm25Index.everyone_gap``) and how many agents with memory have no own index
     (removed as idle): their notes are found by no word until it reads it again. None otherwise."""
-    bm25 = stores.bm25
-    why = bm25.everyone_gap()
+    why = stores.bm25.everyone_gap()
     if why is None:
         return None
-    return why, len(stores.manifest.agents_with_memory() - set(bm25.agents()))
+    return why, unsearchable_agents(stores)
+
+
+def unsearchable_agents(stores: Stores) -> int:
+    """How many agents with memory have no own keyword index (removed as idle); see
+    ``memory_gap``. The manifest's agents are read at most once a second (``MEMORY_AGENTS_KEPT``):
+    health and every person's search ask while the index of all memory is not filled."""
+    now = _clock()
+    kept = stores.memory_agents
+    if kept is None or not 0 <= now - kept[0] <= MEMORY_AGENTS_KEPT:
+        kept = stores.memory_agents = (now, frozenset(stores.manifest.agents_with_memory()))
+    return len(kept[1] - set(stores.bm25.agents()))
 
 
 def remove_idle_inboxes(stores: Stores, days: int) -> None:

@@ -86,6 +86,8 @@ class Stores:
     # The keyword index is being refilled in this version's layout beside the old one, which
     # answers meanwhile (``index.upgrade``).
     upgrading: bool = False
+    # The agents with memory as last read, and when (``repair.unsearchable_agents``).
+    memory_agents: tuple[float, frozenset[str]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def vectors(self) -> VectorStore | None:

@@ -24,7 +24,7 @@ from sidecar.config import MODEL_DEFAULTS, RecallConfig, SearchConfig
 from sidecar.contracts.errors import EmbedderError, StoreError
 from sidecar.contracts.wire import SearchResult, memory_agent
 from sidecar.index.problems import Problems
-from sidecar.index.repair import memory_gap, ready_inbox
+from sidecar.index.repair import ready_inbox, unsearchable_agents
 from sidecar.index.vectoring import Stores, VectorSet
 from sidecar.model.embedder import Embedder, EmbedderSlot, cosine_range, model_name
 from sidecar.notes.links import cited_by
@@ -193,10 +193,12 @@ def _memory_unindexed(stores: Stores, req: SearchRequest) -> str | None:
         return None
     if req.agent is not None:
         return _own_memory_unindexed(stores, req.agent)
-    gap = memory_gap(stores)
-    if gap is None or gap[0] == "damaged" or gap[1] == 0:
+    why = stores.bm25.everyone_gap()
+    if why is None or why == "damaged":  # the agents not counted: said otherwise
         return None
-    why, agents = gap
+    agents = unsearchable_agents(stores)
+    if agents == 0:
+        return None
     state = "cannot be filled while the index is read-only" if why == "read-only" else "is being filled"
     return (
         f"the keyword index of all agents' memory {state}: the memory of {agents} agent"

@@ -1113,9 +1113,14 @@ class Manifest(VectorBook):
 
     def agents_with_memory(self) -> set[str]:
         """The agents that have an indexed memory note with chunks, as last committed."""
+        # The key range lets the primary key find memory's rows: with the source alone every file
+        # was scanned (58 ms at 100,000 files), on each health call and person's search while the
+        # index of all memory is not filled.
+        where, args = _under("memory/", "f.key")
         rows = self._committed(
-            "SELECT DISTINCT f.agent FROM files f WHERE f.source = 'memory' AND f.state = 'indexed' "
-            "AND EXISTS (SELECT 1 FROM chunks c WHERE c.key = f.key)"
+            f"SELECT DISTINCT f.agent FROM files f WHERE {where} AND f.source = 'memory' "
+            "AND f.state = 'indexed' AND EXISTS (SELECT 1 FROM chunks c WHERE c.key = f.key)",
+            args,
         )
         return {str(r[0]) for r in rows}
 
