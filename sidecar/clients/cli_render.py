@@ -97,6 +97,29 @@ def _recoveries(problems: dict[str, Any]) -> list[tuple[dict[str, Any], int]]:
     return list(latest.values())
 
 
+def _memory_all_lines(gap: dict[str, Any] | None) -> list[str]:
+    """While a person's search reads each agent's own keyword index instead of the one of all
+    memory: why, and whose memory it finds by no word meanwhile."""
+    if not gap:
+        return []
+    state = {
+        "filling": "being filled from the notes (seconds to a few minutes)",
+        "damaged": "damaged, being rebuilt from the notes",
+        "read-only": "not filled: the index is read-only (its disk is full)",
+    }.get(str(gap.get("state")), str(gap.get("state")))
+    n = int(gap.get("agents_not_searchable") or 0)
+    missing = (
+        f"; the memory of {n:,} agent{'' if n == 1 else 's'} whose own index was removed as unused "
+        "(memory.indexIdleDays) is not found by its words until then"
+        if n
+        else ""
+    )
+    return [
+        f"  keyword index of all agents' memory: {state}; a person's search reads each agent's own "
+        f"index meanwhile{missing}"
+    ]
+
+
 # Changes to more notes than this at once are shown as work in progress.
 _BUSY_NOTES = 20
 
@@ -126,6 +149,7 @@ def render_status(h: dict[str, Any]) -> str:
             "  keyword index: being rebuilt in the background for this version's reading of words; "
             "searches answer from the old index until it is swapped in"
         )
+    lines += _memory_all_lines(idx.get("memory_all"))
     waiting = idx.get("waiting")
     if waiting:  # a read that has not answered for a second or more: what indexing waits for
         lines.append(

@@ -53,6 +53,7 @@ from sidecar.contracts.wire import (
 from sidecar.daemon import limits
 from sidecar.index.indexer import TOKENIZER_WAIT_S, Indexer
 from sidecar.index.problems import Problems
+from sidecar.index.repair import memory_gap
 from sidecar.index.vectoring import Vectoring
 from sidecar.memory.ops import MemoryOps
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
@@ -228,6 +229,14 @@ class Handlers:
                 # Refilled in place instead (no room for a copy beside): the keyword arm finds
                 # nothing until it ends; {done, total} chunks, else None.
                 "keyword_upgrade_in_place": _in_place(self.vectors.stores.upgrade_in_place),
+                # While a person's search reads the agents' own keyword indexes instead of the one
+                # of all memory (being filled, damaged, read-only): why, and how many agents'
+                # memory it finds by no word meanwhile (their own index removed as unused).
+                "memory_all": (
+                    None
+                    if (gap := memory_gap(self.vectors.stores)) is None
+                    else {"state": gap[0], "agents_not_searchable": gap[1]}
+                ),
                 "sweeps": act.sweeps,
                 # File changes waiting or being applied (``catchingUp`` of answers): done, total,
                 # and the notes counted in ``files`` that are gone or moved away and leave with them.

@@ -38,6 +38,9 @@ _FILL_BATCH = 5000  # chunks added at a time by a refill (a stop is looked at be
 # model run of every chunk whose vector cannot be read (hours with e5 on a large vault when none
 # can) and a copy kept for a month.
 MAX_VECTOR_REBUILDS = 2
+# Seconds the agents with memory are kept by ``unsearchable_agents`` (one query of the manifest).
+MEMORY_AGENTS_KEPT = 1.0
+_clock = time.monotonic  # the clock of that, replaced by tests
 _DATA_FILE = re.compile(r"data/([0-9A-Za-z_-]+\.lance)")
 # The problem area of a keyword index that could not be upgraded or opened (``index.upgrade``).
 UPGRADE_AREA = "keyword_index"
@@ -86,11 +89,12 @@ def ready_inbox(stores: Stores, agent: str | None) -> None:
     if agent is None:
         return
     bm25 = stores.bm25
+    held = stores.manifest.holds_memory_of
     bm25.note_use(agent)  # first: an idle removal after this leaves the index to this search
-    if bm25.inbox_missing(agent):
+    if bm25.inbox_missing(agent, held):
         started = time.monotonic()
         with stores.write_lock:
-            if stores.bm25.inbox_missing(agent):  # not rebuilt by another search meanwhile
+            if stores.bm25.inbox_missing(agent, held):  # not rebuilt by another search meanwhile
                 try:
                     refill_inbox(stores, agent)
                 except StoreError as exc:
@@ -104,6 +108,43 @@ def ready_inbox(stores: Stores, agent: str | None) -> None:
                 )
 
 
+def inboxes_before_write(stores: Stores, agents: Collection[str]) -> None:
+    """Before notes of ``agents`` are written (the write lock held): while a person's search
+    reads the agents' own indexes (``Bm25Index.everyone_gap``), an agent whose own one was
+    removed as idle gets it back whole from the manifest. Made by the write, it held that note
+    alone, and every search took it for all the agent's memory until the first sweep's check.
+    Otherwise the write makes none: the pair of every agent's memory holds the note, and the
+    agent's next search rebuilds its own index."""
+    bm25 = stores.bm25
+    if bm25.everyone_gap() is None:
+        return
+    for agent in sorted(agents):
+        if bm25.inbox_missing(agent, stores.manifest.holds_memory_of):
+            refill_inbox(stores, agent)
+            log.info("inbox_index_rebuilt agent=%s reason=written before all memory was indexed", agent)
+
+
+def memory_gap(stores: Stores) -> tuple[str, int] | None:
+    """While a person's search reads the agents' own indexes instead of the one of every agent's
+    memory: why (``Bm25Index.everyone_gap``) and how many agents with memory have no own index
+    (removed as idle): their notes are found by no word until it reads it again. None otherwise."""
+    why = stores.bm25.everyone_gap()
+    if why is None:
+        return None
+    return why, unsearchable_agents(stores)
+
+
+def unsearchable_agents(stores: Stores) -> int:
+    """How many agents with memory have no own keyword index (removed as idle); see
+    ``memory_gap``. The manifest's agents are read at most once a second (``MEMORY_AGENTS_KEPT``):
+    health and every person's search ask while the index of all memory is not filled."""
+    now = _clock()
+    kept = stores.memory_agents
+    if kept is None or not 0 <= now - kept[0] <= MEMORY_AGENTS_KEPT:
+        kept = stores.memory_agents = (now, frozenset(stores.manifest.agents_with_memory()))
+    return len(kept[1] - set(stores.bm25.agents()))
+
+
 def remove_idle_inboxes(stores: Stores, days: int) -> None:
     """Agents' own keyword indexes unused for ``days`` removed (0: never); see ``remove_idle``."""
     if days > 0:
@@ -115,15 +156,19 @@ def refill_new_bm25(stores: Stores, stop: threading.Event | None = None) -> None
     aside) while the manifest holds chunks is refilled from the manifest first. The sweep keeps
     unchanged chunks' keyword documents as they are, so until a check after the whole sweep those
     notes, memory included, were found by no word (9 minutes for 6,400 notes)."""
-    chunks = stores.manifest.indexed_chunk_count()
-    # Under half the documents, not none: a memory write answered right after the start may have
-    # put its note in already (a smaller gap is the check after the sweep's).
-    if stores.bm25.num_docs() * 2 >= chunks:
-        if not stores.bm25.umlauts.complete:
+    bm25 = stores.bm25
+    chunks = stores.manifest.indexed_shared_chunk_count()
+    # The vault's and the wiki's index judged alone: counted with memory's, a filled index of all
+    # memory, or the notes of agents whose own index was removed as idle, hid an emptied one, and
+    # a person's search found no vault note by its words until the check after the whole sweep.
+    # Under half, not none: a note written right after the start may have put its chunks in.
+    if bm25.shared_counts()[0] * 2 >= chunks:
+        if not bm25.umlauts.complete:
             learn_umlauts(stores)
-        if not stores.bm25.everyone_ready and not stores.bm25.read_only:
-            # An install from before the index of every agent's memory: filled now (memory only;
-            # the daemon answers meanwhile, a person's search reading the inboxes).
+        if _memory_all_short(stores) and not bm25.read_only:
+            # Memory alone (seconds; the vault's index is left as it is): an install from before
+            # the index of every agent's memory, one moved aside or emptied. The daemon answers
+            # meanwhile, a person's search reading the agents' own indexes.
             fill_everyone(stores)
         return
     started = time.monotonic()
@@ -135,6 +180,18 @@ def refill_new_bm25(stores: Stores, stop: threading.Event | None = None) -> None
         chunks,
         time.monotonic() - started,
     )
+
+
+def _memory_all_short(stores: Stores) -> bool:
+    """Whether the index of every agent's memory is to be filled at start: not filled yet, or
+    holding under half of memory's chunks (emptied beside its mark of being filled)."""
+    try:
+        counts = stores.bm25.everyone_counts()
+    except StoreError:
+        return False  # unreadable: the check after the first sweep moves it aside and refills it
+    if counts is None:
+        return True
+    return counts[0] * 2 < sum(c for c, _pages in stores.manifest.inbox_counts().values())
 
 
 def learn_umlauts(stores: Stores) -> None:

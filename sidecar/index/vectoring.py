@@ -89,6 +89,8 @@ class Stores:
     # The refill in place instead (no room on the disk for a second copy; the keyword arm finds
     # nothing until it ends): (chunks added, chunks in all), else None.
     upgrade_in_place: tuple[int, int] | None = None
+    # The agents with memory as last read, and when (``repair.unsearchable_agents``).
+    memory_agents: tuple[float, frozenset[str]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def vectors(self) -> VectorStore | None:

@@ -20,7 +20,9 @@ import sqlite3
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 
+from sidecar.contracts.wire import memory_agent
 from sidecar.index.records import Prepared, file_record, records
+from sidecar.index.repair import inboxes_before_write
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.notes.links import aliases_of, drop_links, names_of, replace_links, reresolve, set_excluded
 from sidecar.notes.linktext import Link
@@ -83,6 +85,9 @@ class Writer:
         built = [records(p, "indexed") for p in prepared]
         twice = {k for k, n in Counter(p.note.key for p in prepared).items() if n > 1}
         with stores.write_lock:
+            # Before the marks: a rebuild reads the agent's notes as indexed, these ones' last
+            # state included (what ``held`` below takes the index to hold).
+            inboxes_before_write(stores, {a for p in prepared if (a := memory_agent(p.note.key)) is not None})
             # Read before the marks: only a note recorded ``indexed`` is known to be in BM25 as
             # the manifest says (twice in one batch: the second must replace the first entirely).
             before = {p.note.key: stores.manifest.indexed_chunks(p.note.key) for p in prepared}

@@ -24,7 +24,7 @@ from sidecar.config import MODEL_DEFAULTS, RecallConfig, SearchConfig
 from sidecar.contracts.errors import EmbedderError, IndexNotOpenError, StoreError
 from sidecar.contracts.wire import SearchResult, memory_agent
 from sidecar.index.problems import Problems
-from sidecar.index.repair import ready_inbox
+from sidecar.index.repair import ready_inbox, unsearchable_agents
 from sidecar.index.vectoring import Stores, VectorSet
 from sidecar.model.embedder import Embedder, EmbedderSlot, cosine_range, model_name
 from sidecar.notes.links import cited_by
@@ -180,6 +180,44 @@ def _inboxes_failing(bm25: Bm25Index, req: SearchRequest) -> str | None:
     return (
         f"the keyword index of {names} is damaged and is being rebuilt from the notes in the "
         "background: its notes may be missing from this answer"
+    )
+
+
+def _memory_unindexed(stores: Stores, req: SearchRequest) -> str | None:
+    """What a person's answer says while it reads the agents' own keyword indexes instead of the
+    one of every agent's memory (not filled yet, or read-only) and some agents have none (removed
+    as idle): their notes are found by no word, which an empty or thin answer did not say. Its
+    damage is said by ``_inboxes_failing``. An agent's own search rebuilds its index first, but
+    not while the index is read-only: then its own answer says its memory is not found."""
+    if req.sources is not None and "memory" not in req.sources:
+        return None
+    if req.agent is not None:
+        return _own_memory_unindexed(stores, req.agent)
+    why = stores.bm25.everyone_gap()
+    if why is None or why == "damaged":  # the agents not counted: said otherwise
+        return None
+    agents = unsearchable_agents(stores)
+    if agents == 0:
+        return None
+    state = "cannot be filled while the index is read-only" if why == "read-only" else "is being filled"
+    return (
+        f"the keyword index of all agents' memory {state}: the memory of {agents} agent"
+        f"{'' if agents == 1 else 's'} (their own index removed as unused, memory.indexIdleDays) "
+        "is not found by its words until then"
+    )
+
+
+def _own_memory_unindexed(stores: Stores, agent: str) -> str | None:
+    """What an agent's answer says when its own keyword index was removed as idle and cannot be
+    rebuilt (the index is read-only, ``Bm25Index.inbox_missing``): its search read no index of
+    its memory and found none of it by its words, and nothing said so."""
+    bm25 = stores.bm25
+    if not bm25.read_only or agent in bm25.agents() or not stores.manifest.holds_memory_of(agent):
+        return None
+    return (
+        "your memory's keyword index was removed as unused (memory.indexIdleDays) and cannot be "
+        "rebuilt while the index is read-only: your memory is not found by its words until the "
+        "index can be written again"
     )
 
 
@@ -444,7 +482,9 @@ class Retriever:
                     problems
                 ):
                     problems.clear("keyword_search")
-                bm_note = _inboxes_failing(self.stores.bm25, req)
+                bm_note = _joined(
+                    _inboxes_failing(self.stores.bm25, req), _memory_unindexed(self.stores, req)
+                )
             except StoreError as exc:  # a damaged keyword index: answer from vectors alone
                 log.warning("keyword_search_failed error=%s", exc)
                 if not isinstance(exc, IndexNotOpenError):  # keyword_index says so; no damage

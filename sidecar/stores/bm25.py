@@ -269,19 +269,34 @@ class Bm25Index:
             query = tantivy.Query.term_query(self.schema, "agent", agent)
             return bool(searcher.search(query, limit=1, count=True).count)  # type: ignore[attr-defined]  # missing from the stubs
 
-    def inbox_missing(self, agent: str) -> bool:
+    def inbox_missing(self, agent: str, held: Callable[[str], bool] | None = None) -> bool:
         """Whether ``agent`` has memory but no index of its own (removed while it was idle, or
         its first note written after that): to be rebuilt from the manifest (``refill_inbox``)
-        before a search with its scope."""
-        if self.read_only or not self.everyone_ready:
+        before a search with its scope. Told by the pair of every agent's memory while a person's
+        search reads it (``everyone_gap``), else by ``held`` (the manifest): asked of that pair
+        alone, an agent back before it was filled (an upgrade, one moved aside as damaged)
+        searched without its memory, and its next write made an index of that one note."""
+        if self.read_only:
             return False
         with self._inbox_lock:
             if agent in self._agents:
                 return False
-        try:
-            return self._everyone_holds(agent)
-        except StoreError:
-            return False
+        if self.everyone_gap() is None:
+            with contextlib.suppress(StoreError):
+                return self._everyone_holds(agent)
+        return held is not None and held(agent)
+
+    def everyone_gap(self) -> str | None:
+        """Why a person's search does not read the pair of every agent's memory, but the agents'
+        own indexes (where an agent whose own one was removed as idle has no word found):
+        ``filling`` (not filled yet: an upgrade's first start, one moved aside and refilled),
+        ``damaged`` (its searches fail, the repair refills it), ``read-only`` (it cannot be
+        filled); None while it reads it."""
+        if any(name.startswith(f"{EVERYONE}/") for name in dict(self.failing)):
+            return "damaged"
+        if self._everyone is not None and self.everyone_ready:
+            return None
+        return "read-only" if self.read_only else "filling"
 
     def note_use(self, agent: str) -> None:
         """An agent searches with its own scope: its index counts as used (``remove_idle``). Told
@@ -307,8 +322,9 @@ class Bm25Index:
         removed: each costs about 76 KB, 20 files and a thread while open, for good, and agents
         named per session leave thousands. Their memory stays in ``memory-all`` for a person's
         search; an agent back is given its index anew from the manifest (``inbox_missing``).
-        Nothing is removed before ``memory-all`` holds all memory, or while read-only."""
-        if seconds <= 0 or self.read_only or not self.everyone_ready or self.unavailable is not None:
+        Nothing is removed before ``memory-all`` holds all memory, while it fails (a person's
+        search reads the agents' own indexes then), while read-only, or while the index is lost."""
+        if seconds <= 0 or self.read_only or self.everyone_gap() is not None or self.unavailable is not None:
             return []
         cutoff = time.time() - seconds
         removed = []
