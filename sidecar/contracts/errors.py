@@ -91,6 +91,11 @@ class StoreOutdatedError(StoreError):
     """A store written by another version with another layout: rebuilt, nothing is wrong."""
 
 
+class IndexBuildStoppedError(StoreError):
+    """A vector index build was ended on purpose (the daemon stops, its table was emptied,
+    dropped or replaced): nothing failed, and it is neither logged nor counted as a failure."""
+
+
 class DiskFullError(StoreError):
     """A store could not be written because its disk is full: a fault that passes, not damage
     (nothing is moved aside; the write is tried again once there is space)."""
