@@ -5,6 +5,7 @@ Real LanceDB in tmp dirs, real build children, a fake embedder; search.annThresh
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -672,3 +673,86 @@ def test_a_switch_cut_short_by_the_stop_waits_for_the_retrain(
         stop.set()
         joining.set()
         h.close()
+
+
+def _fresh_store(tmp_path: Path) -> VectorStore:
+    """A real table of 300 rows (over the threshold), no index yet."""
+    store = VectorStore(
+        tmp_path / "vectors", FakeEmbedder.model_id, FakeEmbedder.dim, "mean", ann_threshold=THRESHOLD
+    )
+    _grow(store, 300, "old")
+    return store
+
+
+def _first_index_in_thread(store: VectorStore) -> threading.Thread:
+    def build() -> None:
+        with contextlib.suppress(StoreError):  # ended by the clear: the tests look at the table
+            store.ensure_ann()
+
+    builder = threading.Thread(target=build, daemon=True)
+    builder.start()
+    return builder
+
+
+def test_a_clear_kills_a_build_that_ignores_the_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build child that ignores SIGTERM past the clear's wait is killed: its index (trained on
+    the deleted rows) never lands on the refilled table, nor after a restart."""
+    ready = tmp_path / "child-ready"
+    real = VectorStore._build_command
+
+    def stubborn(self: VectorStore) -> list[str]:
+        code = (
+            "import runpy, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            f"open({str(ready)!r}, 'w').close(); time.sleep(4); "
+            "runpy.run_module('sidecar.stores.annbuild', run_name='__main__')"
+        )
+        return [sys.executable, "-c", code, *real(self)[3:]]
+
+    monkeypatch.setattr(VectorStore, "_build_command", stubborn)
+    monkeypatch.setattr("sidecar.stores.vectors.END_BUILD_WAIT_S", 1.0)
+    store = _fresh_store(tmp_path)
+    builder = _first_index_in_thread(store)
+    deadline = time.monotonic() + 60
+    while not ready.exists():  # SIGTERM is ignored from here on
+        assert time.monotonic() < deadline, "the build child did not start"
+        time.sleep(0.02)
+    store.clear()
+    _grow(store, 300, "new")
+    builder.join(60)
+    assert not builder.is_alive()
+    store._table.checkout_latest()
+    assert store._index_kinds() == set() and not store.indexed
+    assert not _reopen(store).indexed and _record(store) is None
+    store.stop_build()
+
+
+def test_an_index_a_late_build_commits_after_a_clear_is_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A build whose thread outlived the clear's wait (logged) and whose child then commits an
+    index: the index goes when the build ends, and the refilled table gets its first index at the
+    threshold, recorded as trained on its own rows."""
+    monkeypatch.setattr("sidecar.stores.vectors.END_BUILD_WAIT_S", 0.5)
+    cleared = threading.Event()
+    real = VectorStore.build_index
+
+    def late(self: VectorStore) -> None:
+        assert cleared.wait(60)
+        real(self)
+
+    monkeypatch.setattr(VectorStore, "build_index", late)
+    store = _fresh_store(tmp_path)
+    builder = _first_index_in_thread(store)
+    while store.build_running is None:
+        time.sleep(0.02)
+    with caplog.at_level(logging.WARNING, logger="sidecar"):
+        store.clear()
+    assert any("vector_index_build_not_ended" in w for w in _warnings(caplog))
+    _grow(store, 300, "new")
+    cleared.set()
+    builder.join(60)
+    assert not builder.is_alive()
+    assert store._index_kinds() == set() and not store.indexed and not _reopen(store).indexed
+    monkeypatch.setattr(VectorStore, "build_index", real)
+    assert store.ann_due() == "threshold" and store.ensure_ann()
+    assert _record(store) == {"kind": "IvfPq", "rows": 300}

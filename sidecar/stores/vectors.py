@@ -394,11 +394,22 @@ class VectorStore:
         self._ending = True
         self._epoch += 1  # a build begun before is not recorded, even if it ends after the wait
         self._epoch_why = why
-        with self._child_lock:
-            child = self._child
-        if child is not None and child.poll() is None:
-            child.terminate()
-        return self._lock.wait_for(lambda: not self._building, END_BUILD_WAIT_S)
+        for signal_child in ("terminate", "kill"):  # a child that ignores the first goes with the second
+            with self._child_lock:
+                child = self._child
+            if child is not None and child.poll() is None:
+                getattr(child, signal_child)()
+            if self._lock.wait_for(lambda: not self._building, END_BUILD_WAIT_S):
+                return True
+        # Still running (its thread is stuck, or the machine stalls): an index it commits after
+        # this is dropped when it ends (``_build_ended``), the epoch has moved on.
+        log.warning(
+            "vector_index_build_not_ended table=%s reason=%s waited_s=%.0f",
+            self.name,
+            why,
+            2 * END_BUILD_WAIT_S,
+        )
+        return False
 
     def close(self) -> None:
         """This handle writes no more: its table is being replaced (a repair moves it aside and
@@ -814,6 +825,8 @@ class VectorStore:
                 ended = "stopped"
             else:
                 ended = None
+            if epoch != self._epoch and built:
+                self._drop_late_index()
             if ended is None and built:
                 self.indexed, self.trained_rows, self.retrain_failed_rows = True, rows, None
                 self._write_record(rows, None)
@@ -822,6 +835,17 @@ class VectorStore:
                 self._write_record(self.trained_rows, rows)
             self._lock.notify_all()
         return ended
+
+    def _drop_late_index(self) -> None:
+        """A build the clear could not end committed its index afterwards: trained on rows the
+        clear deleted, it goes (the caller holds the lock; the refilled table gets its first index
+        at the threshold)."""
+        try:
+            for index in self._wrap("indices", self._table.list_indices):
+                self._wrap("drop index", lambda n=index.name: self._table.drop_index(n))
+        except StoreError as exc:
+            log.warning("vector_index_late_drop_failed table=%s error=%s", self.name, exc)
+        self._forget_index()
 
     def _log_ended(self, reason: str, rows: int, why: str) -> None:
         if reason == "grown":  # the old index serves on; the next start or doubling trains again
