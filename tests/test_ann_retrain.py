@@ -756,3 +756,28 @@ def test_an_index_a_late_build_commits_after_a_clear_is_dropped(
     monkeypatch.setattr(VectorStore, "build_index", real)
     assert store.ann_due() == "threshold" and store.ensure_ann()
     assert _record(store) == {"kind": "IvfPq", "rows": 300}
+
+
+def test_a_retrain_that_finished_as_the_stop_came_is_recorded(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retrain whose child committed its index just before the daemon's stop is recorded as
+    trained: the next start does not train again at once."""
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None and store.ensure_ann()
+        _grow(store, 300, "more")
+        real = VectorStore.build_index
+
+        def then_stop(self: VectorStore) -> None:
+            real(self)
+            self.stop_build()  # the stop comes between the child's exit and the record
+
+        monkeypatch.setattr(VectorStore, "build_index", then_stop)
+        assert store.ensure_ann(retrain=True)
+        assert store.trained_rows == 600 and _record(store) == {"kind": "IvfPq", "rows": 600}
+        assert _reopen(store).ann_due() is None
+    finally:
+        h.close()

@@ -821,7 +821,7 @@ class VectorStore:
                 ended: str | None = self._epoch_why
             elif self.closed:
                 ended = "table replaced"
-            elif self._stopped:
+            elif self._stopped and not built:  # one that finished before the stop counts
                 ended = "stopped"
             else:
                 ended = None
