@@ -5,7 +5,10 @@ Real LanceDB in tmp dirs, real build children, a fake embedder; search.annThresh
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import sys
 import threading
 import time
 from pathlib import Path
@@ -15,6 +18,8 @@ import pytest
 
 from sidecar.contracts.errors import StoreError
 from sidecar.daemon.backfill import Backfill
+from sidecar.index.vectoring import RETIRE_GRACE_S
+from sidecar.stores.lifecycle import open_vectors
 from sidecar.stores.vectors import VectorStore
 from tests.conftest import FakeEmbedder, Harness, write
 from tests.index_helpers import harness_over_ann_threshold, search
@@ -52,6 +57,19 @@ def _reopen(store: VectorStore) -> VectorStore:
 def _index_uuid(store: VectorStore) -> str:
     (index,) = store._table.list_indices()
     return str(index.index_uuid)
+
+
+def _backfill(h: Any, stop: threading.Event | None = None) -> Backfill:
+    """The harness's backfill, not started: a test runs it or calls its steps."""
+    return Backfill(
+        h.cfg,
+        h.slot,
+        h.vectors,
+        h.repair,
+        problems=h.problems,
+        activity=h.indexer.activity,
+        stop=stop or threading.Event(),
+    )
 
 
 def test_the_index_is_trained_again_once_the_table_doubled(make_cfg: Any, tmp_path: Path) -> None:
@@ -171,10 +189,7 @@ def test_the_first_index_is_built_while_vectors_are_still_queued(
 
         monkeypatch.setattr(VectorStore, "build_index", build)
         stop = threading.Event()
-        backfill = Backfill(
-            h.cfg, h.slot, h.vectors, h.repair, problems=h.problems, activity=h.indexer.activity, stop=stop
-        )
-        thread = threading.Thread(target=backfill.run, daemon=True)
+        thread = threading.Thread(target=_backfill(h, stop).run, daemon=True)
         thread.start()
         h.slot.set_ok(FakeEmbedder(), "test")
         try:
@@ -201,15 +216,7 @@ def test_the_idle_upkeep_trains_the_index_again(make_cfg: Any, tmp_path: Path) -
         h.sweep()
         store = h.stores.vectors
         assert store is not None and store.ensure_ann()
-        backfill = Backfill(
-            h.cfg,
-            h.slot,
-            h.vectors,
-            h.repair,
-            problems=h.problems,
-            activity=h.indexer.activity,
-            stop=threading.Event(),
-        )
+        backfill = _backfill(h)
         _grow(store, 299, "early")
         backfill._upkeep()
         assert store.trained_rows == 300
@@ -220,18 +227,6 @@ def test_the_idle_upkeep_trains_the_index_again(make_cfg: Any, tmp_path: Path) -
         assert store.trained_rows == 600 and store.indexed
     finally:
         h.close()
-
-
-def _backfill(h: Any, stop: threading.Event | None = None) -> Backfill:
-    return Backfill(
-        h.cfg,
-        h.slot,
-        h.vectors,
-        h.repair,
-        problems=h.problems,
-        activity=h.indexer.activity,
-        stop=stop or threading.Event(),
-    )
 
 
 def _grow_vault(h: Any, tmp_path: Path) -> Path:
@@ -399,5 +394,390 @@ def test_no_index_build_starts_after_the_daemon_stops(
         monkeypatch.setattr(VectorStore, "build_index", real)
         with pytest.raises(StoreError, match="not started"):
             store.ensure_ann(retrain=True)  # any other caller: refused before a child is made
+    finally:
+        h.close()
+
+
+def _slow_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Index builds run a real child that only sleeps: running until something ends it."""
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    monkeypatch.setattr(VectorStore, "_build_command", lambda _self: sleeper)
+
+
+def _child_running(store: VectorStore) -> None:
+    deadline = time.monotonic() + 60
+    while store._child is None:
+        assert time.monotonic() < deadline, "the build child did not start"
+        time.sleep(0.02)
+
+
+def _record(store: VectorStore) -> Any:
+    path = store.path / f"{store.name}.lance" / ANN_RECORD
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_rebuilt_table_gets_its_first_index_at_the_threshold(make_cfg: Any, tmp_path: Path) -> None:
+    """After a clear (a rebuild empties every store) the index and its record go: the refilled
+    table gets its first index as soon as it holds search.annThreshold rows and is trained again
+    at twice that, not once it has doubled past the rows trained on before the clear."""
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None and store.ensure_ann()
+        _grow(store, 300, "before")
+        assert store.ensure_ann(retrain=True) and store.trained_rows == 600
+        h.indexer.clear()
+        assert store.count() == 0 and not store.indexed and store.trained_rows is None
+        assert _record(store) is None and not _reopen(store).indexed
+        h.sweep()  # the rebuild's sweep refills the table: 300 rows
+        assert store.count() == 300 and h.vectors.first_index_due()
+        builds = _counting_builds(store)
+        assert store.ensure_ann() and builds == [300] and store.trained_rows == 300
+        assert _record(store) == {"kind": "IvfPq", "rows": 300}
+        hits = store.search(FakeEmbedder().embed_query("# Note 42\n\nword42 topic8"), 3)
+        assert hits[0][0] in h.stores.manifest.chunk_ids_of(["vault/n042"])
+        _grow(store, 300, "after")
+        assert store.ann_due() == "grown"  # twice the 300 trained on since the clear
+    finally:
+        h.close()
+
+
+def test_a_clear_ends_a_retrain_over_the_old_rows(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A retrain running when the table is emptied is ended before the rows go, and not recorded
+    as trained on the old rows (nor as failed): the refilled table starts from the threshold."""
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None and store.ensure_ann()
+        _grow(store, 300, "before")
+        _slow_child(monkeypatch)
+        errors: list[StoreError] = []
+
+        def retrain() -> None:
+            try:
+                store.ensure_ann(retrain=True)
+            except StoreError as exc:
+                errors.append(exc)
+
+        builder = threading.Thread(target=retrain, daemon=True)
+        builder.start()
+        _child_running(store)
+        with caplog.at_level(logging.INFO, logger="sidecar"):
+            h.indexer.clear()
+            assert store.build_running is None, "the clear did not end the build over the old rows"
+            builder.join(30)
+        assert not builder.is_alive() and len(errors) == 1
+        assert not store.indexed and store.trained_rows is None and store.retrain_failed_rows is None
+        assert _record(store) is None and _warnings(caplog) == []
+        said = [r.getMessage() for r in caplog.records if "vector_index_retrain_stopped" in r.getMessage()]
+        assert len(said) == 1 and "reason=table emptied" in said[0]
+    finally:
+        h.vectors.stop_builds()
+        h.close()
+
+
+class _OtherModel(FakeEmbedder):
+    model_id = "other-model@2"
+    dim = 32
+
+
+def _retraining_when_retired(
+    h: Harness, tmp_path: Path, backfill: Backfill, monkeypatch: pytest.MonkeyPatch
+) -> VectorStore:
+    """The serving table's retrain (a slow child) still runs when a model switch retires it."""
+    h.sweep()
+    old = h.stores.serving
+    assert old is not None and old.store.ensure_ann()
+    _grow_vault(h, tmp_path)
+    _slow_child(monkeypatch)
+    backfill._upkeep()  # the idle upkeep starts the retrain in its thread
+    _child_running(old.store)
+    other = _OtherModel()
+    new_table = open_vectors(h.cfg, other.model_id, other.dim, other.pooling)
+    h.vectors.begin_migration(old.store, old.model, new_table, other)
+    h.sweep()  # the new table is filled and serves; the old one is retired
+    assert h.stores.serving is not None and h.stores.serving.store is new_table
+    assert h.vectors.retired_tables() == {old.store.name} and old.store.build_running is not None
+    return old.store
+
+
+def test_dropping_a_retired_table_ends_its_retrain(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A retrain begun before a model switch still runs when the retired table's grace is over:
+    the drop ends it first, and neither the drop nor the ended retrain is logged as a failure."""
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    backfill = _backfill(h)
+    try:
+        old = _retraining_when_retired(h, tmp_path, backfill, monkeypatch)
+        with caplog.at_level(logging.INFO, logger="sidecar"):
+            assert h.vectors.drop_retired(time.monotonic() + RETIRE_GRACE_S) == [old.name]
+            assert old.build_running is None, "the retired table was dropped under its build"
+            backfill.wait_for_retrain(30)
+        assert backfill._retrain is not None and not backfill._retrain.is_alive()
+        assert _warnings(caplog) == []
+        said = [r.getMessage() for r in caplog.records if "vector_index_retrain_stopped" in r.getMessage()]
+        assert len(said) == 1 and "reason=table dropped" in said[0]
+    finally:
+        h.vectors.stop_builds()
+        backfill.wait_for_retrain(30)
+        h.close()
+
+
+def test_the_stop_ends_a_retrain_on_a_retired_table(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon's stop ends the builds of the retired tables too, not only of the serving and
+    the building one: the retrain of a table a switch retired does not outlast the stop's wait."""
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    backfill = _backfill(h)
+    old = None
+    try:
+        old = _retraining_when_retired(h, tmp_path, backfill, monkeypatch)
+        h.vectors.stop_builds()  # what the daemon's stop does first
+        backfill.wait_for_retrain(30)
+        assert backfill._retrain is not None and not backfill._retrain.is_alive()
+        assert old.build_running is None
+    finally:
+        if old is not None:
+            old.stop_build()
+        backfill.wait_for_retrain(30)
+        h.close()
+
+
+def test_a_retrain_ended_by_the_stop_is_not_a_failure(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The daemon's stop ends a running retrain: logged as stopped (no warning), not counted as a
+    failed retrain, so the next start trains again at once."""
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    stop = threading.Event()
+    backfill = _backfill(h, stop)
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None and store.ensure_ann()
+        _grow_vault(h, tmp_path)
+        _slow_child(monkeypatch)
+        backfill._upkeep()
+        _child_running(store)
+        with caplog.at_level(logging.INFO, logger="sidecar"):
+            stop.set()
+            h.vectors.stop_builds()  # what the daemon's stop does first
+            backfill.wait_for_retrain(30)
+        assert backfill._retrain is not None and not backfill._retrain.is_alive()
+        assert _warnings(caplog) == []
+        said = [r.getMessage() for r in caplog.records if "vector_index_retrain_stopped" in r.getMessage()]
+        assert len(said) == 1 and "reason=stopped" in said[0]
+        assert store.retrain_failed_rows is None and _record(store) == {"kind": "IvfPq", "rows": 300}
+        assert _reopen(store).ann_due() == "grown"
+    finally:
+        stop.set()
+        h.vectors.stop_builds()
+        backfill.wait_for_retrain(30)
+        h.close()
+
+
+def test_a_failed_retrain_is_not_tried_again_at_every_restart(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retrain that fails (too little memory for the child) is recorded with the rows it failed
+    at: the next start does not try it again at once, a later doubling does, and a retrain that
+    then succeeds clears the failure."""
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None and store.ensure_ann()
+        _grow(store, 300, "more")
+        real = VectorStore.build_index
+
+        def killed(self: VectorStore) -> None:
+            raise StoreError(f"vector index build for {self.name} failed (-9): no output")
+
+        monkeypatch.setattr(VectorStore, "build_index", killed)
+        with pytest.raises(StoreError, match="-9"):
+            store.ensure_ann(retrain=True)
+        assert _record(store) == {"kind": "IvfPq", "rows": 300, "failed_rows": 600}
+        again = _reopen(store)
+        assert again.trained_rows == 300 and again.retrain_failed_rows == 600
+        assert again.ann_due() is None, "a restart tried the failed retrain again"
+        _grow(again, 600, "most")
+        monkeypatch.setattr(VectorStore, "build_index", real)
+        third = _reopen(again)
+        assert third.ann_due() == "grown" and third.ensure_ann(retrain=True)
+        assert _record(third) == {"kind": "IvfPq", "rows": 1200}
+        assert _reopen(third).retrain_failed_rows is None
+    finally:
+        h.close()
+
+
+def test_a_switch_cut_short_by_the_stop_waits_for_the_retrain(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backfill thread ends only after its retrain thread, also on the way out where the stop
+    cuts short the attach of a model switch (the daemon ends the build's child first)."""
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    stop = threading.Event()
+    backfill = _backfill(h, stop)
+    started, joining = threading.Event(), threading.Event()
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None and store.ensure_ann()
+        _grow_vault(h, tmp_path)
+
+        def build(self: VectorStore) -> None:  # a child that ends once the stop ended it
+            started.set()
+            stop.wait(60)
+            joining.wait(30)  # ... and whose thread ends only if the backfill waits for it
+            raise StoreError(f"vector index build for {self.name} failed (-15): no output")
+
+        monkeypatch.setattr(VectorStore, "build_index", build)
+        real_wait = backfill.wait_for_retrain
+
+        def wait_for_retrain(timeout: float | None = None) -> None:
+            joining.set()
+            real_wait(timeout)
+
+        monkeypatch.setattr(backfill, "wait_for_retrain", wait_for_retrain)
+        import sidecar.daemon.backfill as backfill_module
+
+        real_attach = backfill_module.attach
+
+        def attach(*args: Any, **kwargs: Any) -> None:
+            if args[2] is h.slot.model and started.is_set():  # the switch's attach
+                stop.set()  # the daemon stops meanwhile
+                h.vectors.stop_builds()
+                raise OSError("the new model's table cannot be made yet")
+            real_attach(*args, **kwargs)
+
+        monkeypatch.setattr(backfill_module, "attach", attach)
+        thread = threading.Thread(target=backfill.run, daemon=True)
+        thread.start()
+        assert started.wait(120), "the idle upkeep started no retrain"
+        h.slot.set_ok(FakeEmbedder(), "test")  # another model object: a switch begins
+        thread.join(60)
+        assert not thread.is_alive()
+        assert backfill._retrain is not None
+        assert not backfill._retrain.is_alive(), "the backfill ended before its retrain thread"
+    finally:
+        stop.set()
+        joining.set()
+        h.close()
+
+
+def _fresh_store(tmp_path: Path) -> VectorStore:
+    """A real table of 300 rows (over the threshold), no index yet."""
+    store = VectorStore(
+        tmp_path / "vectors", FakeEmbedder.model_id, FakeEmbedder.dim, "mean", ann_threshold=THRESHOLD
+    )
+    _grow(store, 300, "old")
+    return store
+
+
+def _first_index_in_thread(store: VectorStore) -> threading.Thread:
+    def build() -> None:
+        with contextlib.suppress(StoreError):  # ended by the clear: the tests look at the table
+            store.ensure_ann()
+
+    builder = threading.Thread(target=build, daemon=True)
+    builder.start()
+    return builder
+
+
+def test_a_clear_kills_a_build_that_ignores_the_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build child that ignores SIGTERM past the clear's wait is killed: its index (trained on
+    the deleted rows) never lands on the refilled table, nor after a restart."""
+    ready = tmp_path / "child-ready"
+    real = VectorStore._build_command
+
+    def stubborn(self: VectorStore) -> list[str]:
+        code = (
+            "import runpy, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            f"open({str(ready)!r}, 'w').close(); time.sleep(4); "
+            "runpy.run_module('sidecar.stores.annbuild', run_name='__main__')"
+        )
+        return [sys.executable, "-c", code, *real(self)[3:]]
+
+    monkeypatch.setattr(VectorStore, "_build_command", stubborn)
+    monkeypatch.setattr("sidecar.stores.vectors.END_BUILD_WAIT_S", 1.0)
+    store = _fresh_store(tmp_path)
+    builder = _first_index_in_thread(store)
+    deadline = time.monotonic() + 60
+    while not ready.exists():  # SIGTERM is ignored from here on
+        assert time.monotonic() < deadline, "the build child did not start"
+        time.sleep(0.02)
+    store.clear()
+    _grow(store, 300, "new")
+    builder.join(60)
+    assert not builder.is_alive()
+    store._table.checkout_latest()
+    assert store._index_kinds() == set() and not store.indexed
+    assert not _reopen(store).indexed and _record(store) is None
+    store.stop_build()
+
+
+def test_an_index_a_late_build_commits_after_a_clear_is_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A build whose thread outlived the clear's wait (logged) and whose child then commits an
+    index: the index goes when the build ends, and the refilled table gets its first index at the
+    threshold, recorded as trained on its own rows."""
+    monkeypatch.setattr("sidecar.stores.vectors.END_BUILD_WAIT_S", 0.5)
+    cleared = threading.Event()
+    real = VectorStore.build_index
+
+    def late(self: VectorStore) -> None:
+        assert cleared.wait(60)
+        real(self)
+
+    monkeypatch.setattr(VectorStore, "build_index", late)
+    store = _fresh_store(tmp_path)
+    builder = _first_index_in_thread(store)
+    while store.build_running is None:
+        time.sleep(0.02)
+    with caplog.at_level(logging.WARNING, logger="sidecar"):
+        store.clear()
+    assert any("vector_index_build_not_ended" in w for w in _warnings(caplog))
+    _grow(store, 300, "new")
+    cleared.set()
+    builder.join(60)
+    assert not builder.is_alive()
+    assert store._index_kinds() == set() and not store.indexed and not _reopen(store).indexed
+    monkeypatch.setattr(VectorStore, "build_index", real)
+    assert store.ann_due() == "threshold" and store.ensure_ann()
+    assert _record(store) == {"kind": "IvfPq", "rows": 300}
+
+
+def test_a_retrain_that_finished_as_the_stop_came_is_recorded(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retrain whose child committed its index just before the daemon's stop is recorded as
+    trained: the next start does not train again at once."""
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None and store.ensure_ann()
+        _grow(store, 300, "more")
+        real = VectorStore.build_index
+
+        def then_stop(self: VectorStore) -> None:
+            real(self)
+            self.stop_build()  # the stop comes between the child's exit and the record
+
+        monkeypatch.setattr(VectorStore, "build_index", then_stop)
+        assert store.ensure_ann(retrain=True)
+        assert store.trained_rows == 600 and _record(store) == {"kind": "IvfPq", "rows": 600}
+        assert _reopen(store).ann_due() is None
     finally:
         h.close()

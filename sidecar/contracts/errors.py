@@ -96,6 +96,11 @@ class IndexNotOpenError(StoreError):
     opened again by itself. Its files are whole: not damage, never moved aside."""
 
 
+class IndexBuildStoppedError(StoreError):
+    """A vector index build was ended on purpose (the daemon stops, its table was emptied,
+    dropped or replaced): nothing failed, and it is neither logged nor counted as a failure."""
+
+
 class PassingFaultError(StoreError):
     """A store could not be opened or written for a fault that passes (a full disk, no file
     handles left): not damage, nothing is moved aside; tried again later."""

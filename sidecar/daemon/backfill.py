@@ -16,7 +16,7 @@ import threading
 import time
 
 from sidecar.config import Config
-from sidecar.contracts.errors import EmbedderError, StoreError, is_disk_full
+from sidecar.contracts.errors import EmbedderError, IndexBuildStoppedError, StoreError, is_disk_full
 from sidecar.index.indexer import Activity
 from sidecar.index.migration import attach
 from sidecar.index.problems import Problems
@@ -70,6 +70,14 @@ class Backfill:
         self._retrain: threading.Thread | None = None
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            # On every way out, a switch's attach cut short by the stop too. Its child was ended
+            # first (stop_builds): a bounded wait, as for the thread itself.
+            self.wait_for_retrain(30)
+
+    def _run(self) -> None:
         # Wait for a model: it may load late (first start) or only after a retry.
         while self.slot.model is None:
             # Poll fast while the model loads, so vectors serve right after it is there.
@@ -117,7 +125,6 @@ class Backfill:
                     heap.trim()  # an embedding burst is over: give its buffers back
                 self._upkeep()
                 self.vectors.wait_for_writes(1.0)
-        self.wait_for_retrain(30)  # its child was ended first (stop_builds)
 
     def _embed_failed(self, exc: Exception, delay: float) -> None:
         if is_disk_full(exc):
@@ -227,6 +234,8 @@ class Backfill:
         try:
             if self.vectors.ensure_ann(retrain=retrain):
                 heap.trim()  # the build's buffers (hundreds of MB at 100 k vectors)
+        except IndexBuildStoppedError:
+            pass  # ended on purpose (the stop, its table emptied or dropped): logged, not a failure
         except StoreError as exc:
             if self.stop.is_set():  # the build was ended because the daemon stops
                 log.info("vector_index_build_stopped error=%s", exc)

@@ -15,6 +15,7 @@ before the table changes (bounded; ``sidecar.runtime.foreground``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import time
@@ -27,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from sidecar.contracts.errors import StoreError
+from sidecar.contracts.errors import IndexBuildStoppedError, StoreError
 from sidecar.contracts.wire import memory_agent
 from sidecar.index.problems import Problems
 from sidecar.model.embedder import Embedder
@@ -702,7 +703,8 @@ class Vectoring:
     def optimize(self) -> None:
         for store in self.stores.vector_stores():
             store.optimize()
-            store.ensure_ann()
+            with contextlib.suppress(IndexBuildStoppedError):  # ended on purpose, and logged so
+                store.ensure_ann()
         self.last_optimize = time.time()
 
     def compact_if_quiet(self, quiet_seconds: float) -> bool:
@@ -735,9 +737,10 @@ class Vectoring:
         return serving.store.ann_due(retrain=False) == "threshold"
 
     def stop_builds(self) -> None:
-        for vs in (self.stores.serving, self.stores.building):
-            if vs is not None:
-                vs.store.stop_build()
+        """End every index build and start none (the daemon stops); a retired table's too (a
+        retrain begun before its switch), or the stop waited for it past its bound."""
+        for store in self.stores.vector_stores() + [store for store, _ in self._retired.values()]:
+            store.stop_build()
 
     def tune(self, ann_kind: str, nprobes: int, ann_threshold: int) -> None:
         for vs in (self.stores.serving, self.stores.building):

@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from sidecar.contracts.errors import (
+    IndexBuildStoppedError,
     StoreError,
     engine_message,
     store_error_class,
@@ -52,6 +53,9 @@ RETRAIN_GROWTH = 2.0
 # files there, and the record goes wherever the table goes: dropped, moved aside by a repair).
 # LanceDB's own index statistics count the rows optimize folded in too, so they cannot tell.
 ANN_RECORD = "sidecar-ann.json"
+# A clear or a drop ends the index build running on the table and waits this long for it (the
+# child is terminated: it goes at once unless the machine stalls).
+END_BUILD_WAIT_S = 10.0
 
 
 # The ANN index kinds (config search.annIndex): how lancedb's list_indices names each, how to
@@ -209,7 +213,8 @@ class VectorStore:
         self.model_id = model_id
         self.dim = dim
         self.name = table_name(model_id, dim, pooling)
-        self._lock = threading.Lock()
+        # The writes' lock; a Condition, notified whenever an index build ends (``_end_build``).
+        self._lock = threading.Condition(threading.Lock())
         self._writes = 0
         self._last_write = 0.0  # monotonic
         # When the version a compaction replaced is older than _KEEP_VERSIONS, so a cleanup pass
@@ -225,6 +230,10 @@ class VectorStore:
         # stop waited for it past its bound.
         self._stopped = False
         self._child_lock = threading.Lock()
+        # A clear or a drop ends the running build (``_end_build``): none starts while it runs,
+        # and one begun before it (trained on rows that are gone) is not recorded, even if it
+        # ends only later.
+        self._ending, self._epoch, self._epoch_why = False, 0, ""
         self._centroid: tuple[int, np.ndarray[Any, Any] | None] = (-1, None)  # (row count, mean)
         # Row count for the centroid check, kept between writes: count_rows on every query cost a
         # round trip through lancedb's event loop. ``_generation`` counts writes, so a count read
@@ -239,7 +248,8 @@ class VectorStore:
         self.trained_rows: int | None = None
         # Rows at which a retrain last failed (the child killed, a timeout): the next one waits
         # until the table has grown RETRAIN_GROWTH times past them, not for the next idle minute
-        # (the old index serves meanwhile). Kept in memory: a restart tries once more.
+        # (the old index serves meanwhile). Kept in the record too: one that fails every time
+        # (too little memory) is not tried again at every restart.
         self.retrain_failed_rows: int | None = None
         # An index build running now: {"reason", "rows", "since" (epoch)}; and the last one's
         # length in seconds. Shown by status (vectors wait while a first index is built).
@@ -268,7 +278,7 @@ class VectorStore:
                 self._check_schema()
                 # Probes and re-ranking apply from the first search, not from the first idle tick.
                 self.indexed = self._ann_type in self._index_kinds()
-                self.trained_rows = self._read_record() if self.indexed else None
+                self.trained_rows, self.retrain_failed_rows = self._read_record()
             else:
                 self._table = self._create()
                 self.created = True
@@ -348,9 +358,58 @@ class VectorStore:
                 self._count_write()
 
     def clear(self) -> None:
+        """Remove every row (a rebuild, a model switch's table made again). The table is as new:
+        a build running over the old rows is ended, and the index and its record go, so the
+        refilled table gets its first index at ``ann_threshold`` and is trained again as it
+        doubles from there. (Kept, the old index counted as trained on the old row count: none
+        was trained again until the refilled table had doubled past it.)"""
         with self._lock:
-            self._write("clear", lambda: self._table.delete("true"), lambda _e: _empty_copy(self.dim))
+            self._check_open("clear")
+            try:
+                self._end_build("table emptied")
+                self._write("clear", self._delete_all, lambda _e: _empty_copy(self.dim))
+            finally:
+                self._ending = False
+            self._forget_index()
             self._count_write()
+
+    def _delete_all(self) -> None:
+        self._table.delete("true")
+        for index in self._table.list_indices():  # kept, it would hold none of the new rows
+            self._table.drop_index(index.name)
+
+    def _forget_index(self) -> None:
+        """No index and no record (the caller holds the lock)."""
+        self.indexed = False
+        self.trained_rows = self.retrain_failed_rows = None
+        try:
+            self._record_path().unlink(missing_ok=True)
+        except OSError as exc:  # the index is gone: a stale record is not read without one
+            log.warning("vector_index_record_failed table=%s error=%s", self.name, exc)
+
+    def _end_build(self, why: str) -> bool:
+        """End the index build running on this table (its child terminated) and wait for it, at
+        most ``END_BUILD_WAIT_S``; True if none runs now. The caller holds the lock (released
+        while waiting) and resets ``_ending`` when done: no build starts until then."""
+        self._ending = True
+        self._epoch += 1  # a build begun before is not recorded, even if it ends after the wait
+        self._epoch_why = why
+        for signal_child in ("terminate", "kill"):  # a child that ignores the first goes with the second
+            with self._child_lock:
+                child = self._child
+            if child is not None and child.poll() is None:
+                getattr(child, signal_child)()
+            if self._lock.wait_for(lambda: not self._building, END_BUILD_WAIT_S):
+                return True
+        # Still running (its thread is stuck, or the machine stalls): an index it commits after
+        # this is dropped when it ends (``_build_ended``), the epoch has moved on.
+        log.warning(
+            "vector_index_build_not_ended table=%s reason=%s waited_s=%.0f",
+            self.name,
+            why,
+            2 * END_BUILD_WAIT_S,
+        )
+        return False
 
     def close(self) -> None:
         """This handle writes no more: its table is being replaced (a repair moves it aside and
@@ -372,10 +431,19 @@ class VectorStore:
             )
 
     def drop(self) -> None:
-        """Remove this table (after a newer model's table took over)."""
+        """Remove this table (after a newer model's table took over). An index build running on
+        it (a retrain begun before the switch) is ended first: dropped under it, it failed."""
         with self._lock:
             self._check_open("drop")
-            self._wrap("drop", lambda: self._db.drop_table(self.name))
+            try:
+                if not self._end_build("table dropped"):
+                    raise StoreError(
+                        f"vector table {self.name} not dropped yet: its index build did not end "
+                        f"within {END_BUILD_WAIT_S:.0f} s"
+                    )
+                self._wrap("drop", lambda: self._db.drop_table(self.name))
+            finally:
+                self._ending = False
 
     def ids(self) -> set[str]:
         """Every chunk id in the table (one column read; used by the start-up reconcile)."""
@@ -677,7 +745,8 @@ class VectorStore:
         with self._lock:
             if self.closed:
                 return False
-            if self._building:  # another thread's build (the upkeep's retrain, the optimize)
+            # another thread's build (the upkeep's retrain, the optimize), or a clear ending one
+            if self._building or self._ending:
                 return self.indexed
             kinds = self._index_kinds()
             rows = int(self._table.count_rows())
@@ -689,39 +758,37 @@ class VectorStore:
                 return self.indexed
             self._building = True
             self.build_running = {"reason": reason, "rows": rows, "since": time.time()}
+            epoch = self._epoch
         # Outside the lock and in a child process (sidecar.stores.annbuild): a build takes a
         # minute and hundreds of MB at 100 k vectors (IVF_PQ), and writes must not wait for it (a
         # memory write embeds and stores at once). Rows added meanwhile are searched exactly until
         # compaction folds them into the index.
         t0 = time.perf_counter()
+        built, failure = False, None
         try:
             try:
                 self.build_index()
-                if self.closed:  # replaced meanwhile: the build was ended, nothing to look at
-                    return False
-                self._wrap("checkout", self._table.checkout_latest)
-                kinds_now = self._index_kinds()
-            finally:
-                with self._lock:
-                    self._building = False
-                    self.build_running = None
-            if self._ann_type not in kinds_now:
-                raise StoreError(f"vector index build left no {self._ann_type} index on {self.name}")
-        except StoreError:
-            if reason == "grown" and not self.closed:
-                self.retrain_failed_rows = rows
+                built = self._built()
+            except StoreError as exc:
+                failure = exc
+        finally:
+            ended = self._build_ended(epoch, reason, rows, built=built)
+        if ended is not None:
+            self._log_ended(reason, rows, ended)
+            message = str(failure or f"vector index build for {self.name} ended: {ended}")
+            raise IndexBuildStoppedError(message) from failure
+        if failure is not None or not built:
+            if reason == "grown":
                 log.warning(
                     "vector_index_retrain_deferred table=%s rows=%d retry_at_rows=%d",
                     self.name,
                     rows,
                     self._retrain_at(),
                 )
-            raise
+            if failure is not None:
+                raise failure
+            raise StoreError(f"vector index build left no {self._ann_type} index on {self.name}")
         self.last_build_seconds = round(time.perf_counter() - t0, 1)
-        self.retrain_failed_rows = None
-        self.indexed = True
-        self.trained_rows = rows
-        self._write_record(rows)
         log.info(
             "vector_index_built table=%s kind=%s reason=%s rows=%d trained_before=%s replaced=%s "
             "seconds=%.1f",
@@ -734,6 +801,57 @@ class VectorStore:
             time.perf_counter() - t0,
         )
         return True
+
+    def _built(self) -> bool:
+        """After the child's build: this process moves to the version it committed; True if it
+        holds an index of the configured kind."""
+        if self.closed:  # replaced meanwhile: the build was ended, nothing to look at
+            return False
+        self._wrap("checkout", self._table.checkout_latest)
+        return self._ann_type in self._index_kinds()
+
+    def _build_ended(self, epoch: int, reason: str, rows: int, *, built: bool) -> str | None:
+        """A build is over: record it (trained on ``rows``, or a retrain that failed there), under
+        the lock so that a clear cannot come between; why it was ended on purpose, if it was
+        (then nothing is recorded: it did not fail)."""
+        with self._lock:
+            self._building = False
+            self.build_running = None
+            if epoch != self._epoch:
+                ended: str | None = self._epoch_why
+            elif self.closed:
+                ended = "table replaced"
+            elif self._stopped and not built:  # one that finished before the stop counts
+                ended = "stopped"
+            else:
+                ended = None
+            if epoch != self._epoch and built:
+                self._drop_late_index()
+            if ended is None and built:
+                self.indexed, self.trained_rows, self.retrain_failed_rows = True, rows, None
+                self._write_record(rows, None)
+            elif ended is None and reason == "grown":
+                self.retrain_failed_rows = rows
+                self._write_record(self.trained_rows, rows)
+            self._lock.notify_all()
+        return ended
+
+    def _drop_late_index(self) -> None:
+        """A build the clear could not end committed its index afterwards: trained on rows the
+        clear deleted, it goes (the caller holds the lock; the refilled table gets its first index
+        at the threshold)."""
+        try:
+            for index in self._wrap("indices", self._table.list_indices):
+                self._wrap("drop index", lambda n=index.name: self._table.drop_index(n))
+        except StoreError as exc:
+            log.warning("vector_index_late_drop_failed table=%s error=%s", self.name, exc)
+        self._forget_index()
+
+    def _log_ended(self, reason: str, rows: int, why: str) -> None:
+        if reason == "grown":  # the old index serves on; the next start or doubling trains again
+            log.info("vector_index_retrain_stopped table=%s rows=%d reason=%s", self.name, rows, why)
+        else:
+            log.info("vector_index_build_stopped table=%s rows=%d reason=%s", self.name, rows, why)
 
     def _build_reason(self, kinds: set[str], rows: int, *, retrain: bool) -> str | None:
         """``ann_due``'s answer from the table itself (its index kinds and row count)."""
@@ -749,22 +867,32 @@ class VectorStore:
     def _record_path(self) -> Path:
         return self.path / f"{self.name}.lance" / ANN_RECORD
 
-    def _read_record(self) -> int | None:
-        """Rows the table's index was trained on, if its record names the configured kind."""
+    def _read_record(self) -> tuple[int | None, int | None]:
+        """(rows the table's index was trained on, rows at which a retrain of it failed), if it
+        has an index and its record names the configured kind; None where not known."""
+        if not self.indexed:
+            return None, None
         try:
             record = json.loads(self._record_path().read_text(encoding="utf-8"))
-            rows = record["rows"] if record.get("kind") == self._ann_type else None
-        except (OSError, ValueError, KeyError, AttributeError):
-            return None
-        return rows if isinstance(rows, int) and rows > 0 else None
+            if record.get("kind") != self._ann_type:
+                return None, None
+            counts = record.get("rows"), record.get("failed_rows")
+        except (OSError, ValueError, AttributeError):
+            return None, None
+        rows, failed = (n if isinstance(n, int) and n > 0 else None for n in counts)
+        return rows, failed
 
-    def _write_record(self, rows: int) -> None:
-        """Keep the trained row count for the next start (written whole, then renamed). A record
-        that cannot be written costs one more training after a restart, nothing else."""
+    def _write_record(self, rows: int | None, failed: int | None) -> None:
+        """Keep the trained row count (and a failed retrain's) for the next start (written whole,
+        then renamed). A record that cannot be written costs one more training after a restart,
+        nothing else."""
         path = self._record_path()
         tmp = path.with_name(path.name + ".tmp")
+        record: dict[str, Any] = {"kind": self._ann_type, "rows": rows}
+        if failed is not None:
+            record["failed_rows"] = failed
         try:
-            tmp.write_text(json.dumps({"kind": self._ann_type, "rows": rows}), encoding="utf-8")
+            tmp.write_text(json.dumps(record), encoding="utf-8")
             os.replace(tmp, path)
         except OSError as exc:
             log.warning("vector_index_record_failed table=%s error=%s", self.name, exc)
@@ -772,9 +900,10 @@ class VectorStore:
     def build_index(self) -> None:
         """Run ``sidecar.stores.annbuild`` for this table; StoreError with its last words."""
         cmd = self._build_command()
-        with self._child_lock:  # ``stop_build`` either sees this child or keeps it from starting
-            if self._stopped:
-                raise StoreError(f"vector index build for {self.name} not started: the daemon stops")
+        with self._child_lock:  # ``stop_build``, ``_end_build`` see this child or keep it from starting
+            if self._stopped or self._ending:
+                why = "the daemon stops" if self._stopped else self._epoch_why
+                raise StoreError(f"vector index build for {self.name} not started: {why}")
             try:
                 # Our own interpreter and module, arguments from our own config: no shell.
                 child = subprocess.Popen(  # noqa: S603
