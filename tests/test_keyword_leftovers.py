@@ -96,16 +96,24 @@ def test_stale_files_of_a_cut_commit_are_removed_at_open_and_commits_work(tmp_pa
         assert {n for n in names if n in _KEPT} <= set(os.listdir(folder))
 
 
-def test_a_commit_that_meets_a_leftover_file_cleans_up_and_the_next_one_works(tmp_path: Path) -> None:
+@pytest.mark.parametrize("part", ["pages", "memory-all/pages", "memory/beta/chunks"])
+def test_a_commit_that_meets_a_leftover_file_cleans_up_and_the_next_one_works(
+    tmp_path: Path, part: str
+) -> None:
     """A stale delete file that appears under the running daemon at the opstamp its next commit
-    takes: that commit fails, and the files it and the cut commit left are removed, so the retry
-    commits. Was: every retry failed with FileAlreadyExists and left six more segment files."""
+    takes (the vault's index, every agent's memory, an agent's own): that commit fails, the files
+    it and the cut commit left are removed, and the retry commits; an agent's index is not taken
+    for damaged. Was: every retry failed with FileAlreadyExists and left six more segment files
+    (an agent's index was moved aside and refilled)."""
     path = tmp_path / "bm25"
     _filled(path)
     idx = Bm25Index(path)
     try:
-        folder = path / "memory-all" / "pages"
+        folder = path / part
         before = set(os.listdir(folder))
+        key = "vault/Boat" if part == "pages" else "memory/beta/trip"
+        note = [_doc(key, "a canoe on the lake")]
+        idx.replace_note(key, note)  # its writer open: the files appear after the open's clean-up
         meta = json.loads((folder / "meta.json").read_text())
         stale = set()
         for seg in meta["segments"]:
@@ -113,14 +121,16 @@ def test_a_commit_that_meets_a_leftover_file_cleans_up_and_the_next_one_works(tm
                 stale.add(f"{seg['segment_id'].replace('-', '')}.{meta['opstamp'] + k}.del")
         for name in stale:
             (folder / name).write_bytes(b"\0" * 106)
-        note = [_doc("memory/beta/trip", "the kayak of beta and a canoe")]
-        idx.replace_note("memory/beta/trip", note)
         with pytest.raises(StoreError, match="FileAlreadyExists"):
             idx.commit()
         assert set(os.listdir(folder)) <= before, "the files of the failed commit stayed"
-        idx.replace_note("memory/beta/trip", note)  # the next sweep redoes the note
+        idx.replace_note(key, note)  # the next sweep redoes the note
         idx.commit()
-        assert [c for c, _ in idx.search("canoe", 5)] == ["memory/beta/trip#0"]
+        assert [c for c, _ in idx.search("canoe", 5)] == [f"{key}#0"]
+        assert [c for c, _ in idx.search("kayak", 5, agent_scope="beta")] == (
+            [] if "beta" in key else ["memory/beta/trip#0"]
+        )
+        assert not list(tmp_path.glob("*broken*")) and idx.failing == {}
     finally:
         idx.close()
 

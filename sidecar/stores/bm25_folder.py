@@ -57,6 +57,12 @@ def engine(what: str) -> Iterator[None]:
         raise StoreError(f"BM25 {what} failed: {engine_message(exc)}") from exc
 
 
+def leftover_met(exc: BaseException) -> bool:
+    """Whether a commit failed on a file a cut commit left under the name it writes (removed by
+    then: ``Folder.recover_writer``): no damage, the retry commits."""
+    return "FileAlreadyExists" in str(exc)
+
+
 def low_disk(path: Path) -> int | None:
     """The bytes free on ``path``'s disk when fewer than two writer flushes need, else None."""
     try:
@@ -136,7 +142,7 @@ class Folder:
         self._note_files()
 
     def _open(self) -> tuple[tantivy.Index, tantivy.IndexWriter | None, tantivy.Searcher]:
-        if not self.read_only:  # before any writer of ours exists (see ``remove_unreferenced``)
+        if not self.lazy:  # before its writer exists (see ``remove_unreferenced``)
             self._clean()
         index = tantivy.Index(self.schema, path=str(self.path), reuse=True)
         for name, analyzer in all_analyzers(self.layout).items():
@@ -150,6 +156,9 @@ class Folder:
         if self.read_only:  # a writer takes the lock file and writes meta.json at its commit
             raise DiskFullError(f"BM25 index {self.path} is open read-only (its disk is full)")
         if self._writer is None:
+            # A lazy folder's leftovers go as its writer opens: opened for a search (a person's
+            # search opens hundreds of inboxes), it writes nothing.
+            self._clean()
             with engine("writer"):
                 self._writer = self.index.writer(heap_size=_WRITER_HEAP, num_threads=1)
         return self._writer
@@ -244,11 +253,11 @@ class Folder:
             with contextlib.suppress(StoreError), engine("rollback"):
                 self._writer.rollback()
         self._release()  # ends the writer: its merges done, the index lock released
-        self._clean()
         if self.lazy:
-            return  # the next change opens a fresh one
+            self._clean()  # the next change opens a fresh writer
+            return
         try:
-            self.writer  # noqa: B018  # a new writer, opened now
+            self.writer  # noqa: B018  # a new writer, opened now (on the folder cleaned)
         except StoreError as exc:
             log.error("bm25_writer_unavailable error=%s", exc)
 
@@ -357,30 +366,31 @@ def remove_unreferenced(folder: Path, keep: Collection[str] = ()) -> list[str]:
         return removed
 
 
-def _deletes_opstamp(segment: dict[str, object]) -> object:
-    deletes = segment.get("deletes")
-    return deletes.get("opstamp") if isinstance(deletes, dict) else None
+def _live_segments(folder: Path) -> dict[str, str | None]:
+    """Each segment meta.json names (its id without dashes) and the opstamp of its delete file
+    (None: it has none)."""
+    out: dict[str, str | None] = {}
+    for seg in json.loads((folder / "meta.json").read_text(encoding="utf-8"))["segments"]:
+        deletes = seg.get("deletes")
+        out[str(seg["segment_id"]).replace("-", "")] = str(deletes["opstamp"]) if deletes else None
+    return out
+
+
+def _referenced(m: re.Match[str], live: dict[str, str | None]) -> bool:
+    """Whether the segment file ``m`` matched is one the segments ``live`` reference."""
+    seg, opstamp = m.group(1), m.group(2)
+    return seg in live and (opstamp is None or opstamp == live[seg])
 
 
 def _unreferenced(folder: Path) -> list[str]:
     """The files of ``folder`` named like a segment's that its meta.json does not reference
     (none when it cannot be read)."""
     try:
-        segments = json.loads((folder / "meta.json").read_text(encoding="utf-8"))["segments"]
-        # Each segment's id, and the opstamp of its delete file (None: it has none).
-        live = {str(g["segment_id"]).replace("-", ""): _deletes_opstamp(g) for g in segments}
+        live = _live_segments(folder)
         names = os.listdir(folder)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return []
-    out = []
-    for name in names:
-        m = _SEGMENT_FILE.fullmatch(name)
-        if m is None:
-            continue
-        seg, opstamp = m.group(1), m.group(2)
-        if seg not in live or (opstamp is not None and opstamp != str(live[seg])):
-            out.append(name)
-    return out
+    return [n for n in names if (m := _SEGMENT_FILE.fullmatch(n)) is not None and not _referenced(m, live)]
 
 
 @contextlib.contextmanager
@@ -450,14 +460,13 @@ def _checksum_holds(path: Path) -> bool:
 
 def _segment_files(folder: Path) -> list[str]:
     """The files of the segments an index's last commit names (none when unreadable: the open or
-    the search that reads it says so)."""
+    the search that reads it says so); not a delete file of another opstamp than its."""
     try:
-        segments = json.loads((folder / "meta.json").read_text(encoding="utf-8"))["segments"]
-        ids = tuple(str(seg["segment_id"]).replace("-", "") for seg in segments)
+        live = _live_segments(folder)
         names = os.listdir(folder)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return []
-    return [n for n in names if n.startswith(ids)] if ids else []
+    return [n for n in names if (m := _SEGMENT_FILE.fullmatch(n)) is not None and _referenced(m, live)]
 
 
 def live_docs(folder: Path) -> int:
