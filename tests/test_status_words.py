@@ -154,3 +154,51 @@ def test_a_skipped_name_that_is_not_utf8_is_listed_escaped(serve_in_process: Ser
     listed = [f for f in health["index"]["skipped_files"] if f["reference"].startswith("vault/Caf")]
     assert listed == [{"reference": "vault/Caf\\udce9", "reason": listed[0]["reason"]}]
     assert "vault/Caf\\udce9" in render_status(health)
+
+
+@pytest.mark.parametrize(
+    ("error", "disk"),
+    [
+        ("updating the index failed: BM25 commit failed: Failed to open file for write: "
+         "'FileAlreadyExists(\"4b5f2fd8.769.del\")' (retrying in 5 s)", False),
+        ("updating the index failed: BM25 commit failed: No space left on device (os error 28)", True),
+        ("indexing a memory write failed: BM25 commit failed: an index writer was killed "
+         "(only 0.2 MB free on the index's disk: full?)", True),
+    ],
+)  # fmt: skip
+def test_the_to_do_of_an_index_problem_names_the_disk_only_when_the_error_does(
+    serve_in_process: Serve, error: str, disk: bool
+) -> None:
+    """An index update failing for another cause than the disk (a leftover keyword index file)
+    is not sent to free disk space; a full disk still is. Was: every index problem's To do said
+    "check free disk space"."""
+    from sidecar.index.problems import Problems
+
+    health = serve_in_process(model=KEYWORD_ONLY).call("health")
+    problems = Problems()
+    problems.report("index", error)
+    health["problems"] = problems.describe()
+    text = render_status(health)
+    assert ("check free disk space" in text) is disk
+    assert ("not for lack of disk space" in text) is not disk
+
+
+def test_a_failure_reported_during_work_that_went_well_is_not_cleared_by_it() -> None:
+    """A memory write whose indexing failed (a full disk) while a sweep ran: the sweep's end
+    clears only failures reported before it began, so the failure stays until work begun after
+    it goes well. Was: cleared in the same millisecond it was raised, the disk still full."""
+    from sidecar.index.problems import Problems
+
+    problems = Problems()
+    problems.report("index", "updating the index failed: disk full")
+    sweep = problems.mark()
+    problems.clear("index", since=sweep)  # reported before the sweep began: it cleared that
+    assert problems.active_in("index") is None
+    sweep = problems.mark()
+    problems.report("index", "indexing a memory write failed: No space left on device")
+    problems.clear("index", since=sweep)
+    assert problems.active_in("index") is not None
+    later = problems.mark()
+    problems.clear("index", since=later)
+    assert problems.active_in("index") is None
+    assert [p["error"] for p in problems.describe()["recent"]][-1].startswith("indexing a memory write")

@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 from sidecar import __version__
 from sidecar.clients.foreground import all_vectors_words, duration
-from sidecar.clients.plainerror import plain_error
+from sidecar.clients.plainerror import cause_of, plain_error
 from sidecar.contracts.printable import escape_controls as shown
 from sidecar.stores.aside import KEEP_MOVED_ASIDE_DAYS
 
@@ -60,6 +60,26 @@ HOME_TODO = (
 )
 
 
+# What to do about an index update that fails for a cause other than the disk (a keyword index
+# file left by a commit cut short, a bug): sending the user to free space sent them the wrong way.
+INDEX_TODO = (
+    "the index could not be updated, and not for lack of disk space (the PROBLEM line says why): "
+    "the daemon retries by itself; if the line stays, restart the daemon (e.g. `systemctl --user "
+    "restart sidecar`), and if it comes back, run `sidecar index --rebuild`"
+)
+
+
+def _disk_likely(problem: dict[str, Any]) -> bool:
+    """Whether a problem most likely comes from the home's disk (full, read-only, permissions):
+    every one of the areas that write to it, an index update only when its error says so."""
+    if problem["area"] not in {"index", "embedding", "vectors", "memory_write", "memory_audit"}:
+        return False
+    error = str(problem["error"])
+    if problem["area"] != "index":
+        return True
+    return cause_of(error) is not None or "MB free" in error or "no room" in error
+
+
 def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
     """What is wrong now (and what was repaired lately), in the words of health's problems."""
     out = []
@@ -68,8 +88,10 @@ def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
         times = f", {p['count']} times" if p["count"] > 1 else ""
         out.append(f"PROBLEM ({area}, since {_ago(p['since'])}{times}): {shown(plain_error(p['error']))}")
     areas = {p["area"] for p in problems["active"]}
-    if areas & {"index", "embedding", "vectors", "memory_write", "memory_audit"}:
+    if any(_disk_likely(p) for p in problems["active"]):
         todo.append("check free disk space and permissions of the home folder; the daemon retries by itself")
+    if any(p["area"] == "index" and not _disk_likely(p) for p in problems["active"]):
+        todo.append(INDEX_TODO)
     if "home" in areas:
         todo.append(HOME_TODO)
     if "stores" in areas:

@@ -273,6 +273,7 @@ class IndexLoop:
     def _reread_links(self, failures: int) -> tuple[int, bool]:
         """One batch of the link pass; a failure (disk full) is retried as a sweep's is. The
         failures counted, and whether the pass moved on."""
+        mark = self.problems.mark()
         try:
             moved = self.indexer.reread_links()
         except Exception as exc:
@@ -283,7 +284,7 @@ class IndexLoop:
             self.stop.wait(delay)
             return failures, True
         if failures:
-            self.problems.clear("index")
+            self.problems.clear("index", since=mark)
         return 0, moved
 
     def _next(self) -> Job | None:
@@ -331,6 +332,7 @@ class IndexLoop:
             indexer.clear()
         audit = job.audit and not job.paths and indexer.activity.first_sweep_done
         began = time.time()
+        mark = self.problems.mark()
         with self._progress:
             self._running = job
         try:
@@ -345,7 +347,7 @@ class IndexLoop:
             self._swept()
         if summary.get("changed", 0) > 100:
             heap.trim()  # parsing a large batch leaves freed pages behind
-        self.problems.clear("index")
+        self.problems.clear("index", since=mark)
         if job.restarted and job.roots is None and self._lost:
             self._lost = False
             log.info("watch_caught_up changed=%d", summary.get("changed", 0))

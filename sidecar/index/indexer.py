@@ -529,11 +529,13 @@ class Indexer:
         self.changes.read_again(read)
         if prepared:
             started = time.perf_counter()
+            mark = self.problems.mark()
             self.writer.write(prepared)
             _share(spent, prepared, time.perf_counter() - started)
             # Written: the index can be updated again. Said now, not at the end of a catch-up that
-            # may take minutes ("disk is full" stood beside moving progress).
-            self.problems.clear("index")
+            # may take minutes ("disk is full" stood beside moving progress); not a failure
+            # reported meanwhile (a memory write's).
+            self.problems.clear("index", since=mark)
         for path in no_answer:
             spent.pop(path, None)
         if self.on_indexed is not None and spent:

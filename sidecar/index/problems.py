@@ -25,6 +25,8 @@ class Problems:
         self._lock = threading.Lock()
         self._active: dict[tuple[str, str], dict[str, Any]] = {}
         self._recent: deque[dict[str, Any]] = deque(maxlen=20)
+        self._reports = 0  # reports so far: what ``mark`` hands out
+        self._last: dict[tuple[str, str], int] = {}  # the number of each active problem's latest report
 
     def report(self, area: str, error: str, *, subject: str = "", since: float | None = None) -> None:
         """``subject``: what in the area failed (an agent's inbox): one entry each, so one
@@ -32,6 +34,8 @@ class Problems:
         now (the index's last write, for one that could not be opened for writing)."""
         now = self._clock()
         with self._lock:
+            self._reports += 1
+            self._last[(area, subject)] = self._reports
             item = self._active.get((area, subject))
             if item is None:
                 self._active[(area, subject)] = {
@@ -45,9 +49,20 @@ class Problems:
             else:
                 item.update(error=error, last=now, count=item["count"] + 1)
 
-    def clear(self, area: str, *, subject: str = "") -> None:
+    def mark(self) -> int:
+        """Where the reports stand now: handed to ``clear`` by work that began here."""
         with self._lock:
+            return self._reports
+
+    def clear(self, area: str, *, subject: str = "", since: int | None = None) -> None:
+        """``since``: a ``mark`` taken when the work that went well began; a failure reported
+        after it (another thread's, meanwhile) stays. A sweep that began before a memory write
+        failed on a full disk cleared that failure as it ended, in the same millisecond."""
+        with self._lock:
+            if since is not None and self._last.get((area, subject), 0) > since:
+                return
             item = self._active.pop((area, subject), None)
+            self._last.pop((area, subject), None)
             if item is None:
                 return
             item["cleared"] = self._clock()

@@ -38,6 +38,7 @@ from sidecar.stores.bm25_folder import (
     check_layout,
     disk_hint,
     engine,
+    leftover_met,
     live_docs,
     low_disk,
     remove_folder,
@@ -745,9 +746,11 @@ class Bm25Index:
             for folder in pair:
                 folder.commit()
         except StoreError as exc:
-            # A full disk or a share's fault is no damage: the commit fails and is retried (a
-            # share that hiccuped moved every inbox with a pending write aside).
-            if self._refilling or is_disk_full(exc) or is_io_fault(exc) or low_disk(self.path) is not None:
+            # A full disk, a share's fault or a file a cut commit left (removed by now) is no
+            # damage: the commit fails and is retried (a share that hiccuped moved every inbox
+            # with a pending write aside).
+            passing = is_disk_full(exc) or is_io_fault(exc) or leftover_met(exc)
+            if self._refilling or passing or low_disk(self.path) is not None:
                 raise
             for folder in pair:
                 folder.recover_writer()

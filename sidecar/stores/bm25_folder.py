@@ -5,14 +5,16 @@ opening it (its documents, its layout)."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
+import re
 import shutil
 import struct
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import tantivy
@@ -53,6 +55,12 @@ def engine(what: str) -> Iterator[None]:
         if not engine_failure(exc):
             raise
         raise StoreError(f"BM25 {what} failed: {engine_message(exc)}") from exc
+
+
+def leftover_met(exc: BaseException) -> bool:
+    """Whether a commit failed on a file a cut commit left under the name it writes (removed by
+    then: ``Folder.recover_writer``): no damage, the retry commits."""
+    return "FileAlreadyExists" in str(exc)
 
 
 def low_disk(path: Path) -> int | None:
@@ -134,6 +142,8 @@ class Folder:
         self._note_files()
 
     def _open(self) -> tuple[tantivy.Index, tantivy.IndexWriter | None, tantivy.Searcher]:
+        if not self.lazy:  # before its writer exists (see ``remove_unreferenced``)
+            self._clean()
         index = tantivy.Index(self.schema, path=str(self.path), reuse=True)
         for name, analyzer in all_analyzers(self.layout).items():
             index.register_tokenizer(name, analyzer)
@@ -146,6 +156,9 @@ class Folder:
         if self.read_only:  # a writer takes the lock file and writes meta.json at its commit
             raise DiskFullError(f"BM25 index {self.path} is open read-only (its disk is full)")
         if self._writer is None:
+            # A lazy folder's leftovers go as its writer opens: opened for a search (a person's
+            # search opens hundreds of inboxes), it writes nothing.
+            self._clean()
             with engine("writer"):
                 self._writer = self.index.writer(heap_size=_WRITER_HEAP, num_threads=1)
         return self._writer
@@ -219,27 +232,32 @@ class Folder:
             self._files[name] = now  # the same bytes under a new stat: checked once
         return None
 
+    def _clean(self) -> None:
+        """The files no commit references removed (see ``remove_unreferenced``); with no writer
+        of ours open. The files the searcher was opened on stay (a merge since may have left
+        them out of meta.json)."""
+        removed = remove_unreferenced(self.path, keep=self._files)
+        if removed:
+            log.warning(
+                "bm25_leftovers_removed path=%s files=%d e.g.=%s", self.path, len(removed), sorted(removed)[0]
+            )
+
     def recover_writer(self) -> None:
-        """After a failed commit: drop the uncommitted documents (the manifest still marks those
-        notes as being indexed, so the next sweep redoes them) and keep a usable writer."""
+        """After a failed write or commit: drop the uncommitted documents (the manifest still
+        marks those notes as being indexed, so the next sweep redoes them), remove the files the
+        failure left (a cut commit's segment and delete files: a rollback keeps them, and one
+        with the name the next commit takes failed every commit with FileAlreadyExists, each
+        leaving six more files), and keep a usable writer."""
         self.dirty = False
+        if self._writer is not None:
+            with contextlib.suppress(StoreError), engine("rollback"):
+                self._writer.rollback()
+        self._release()  # ends the writer: its merges done, the index lock released
         if self.lazy:
-            if self._writer is not None:
-                with contextlib.suppress(StoreError), engine("rollback"):
-                    self._writer.rollback()
-            self._release()  # the next change opens a fresh one
+            self._clean()  # the next change opens a fresh writer
             return
         try:
-            with engine("rollback"):
-                self.writer.rollback()
-            return
-        except StoreError as exc:
-            log.warning("bm25_writer_reset reason=%s", exc)
-        with contextlib.suppress(StoreError), engine("merge wait"):
-            self.writer.wait_merging_threads()  # releases the index lock
-        self._writer = None
-        try:
-            self.writer  # noqa: B018  # a new writer, opened now
+            self.writer  # noqa: B018  # a new writer, opened now (on the folder cleaned)
         except StoreError as exc:
             log.error("bm25_writer_unavailable error=%s", exc)
 
@@ -313,6 +331,88 @@ def remove_folder(folder: Path) -> None:
     shutil.rmtree(gone, ignore_errors=True)
 
 
+# A Tantivy segment's file: its id, then a component (``idx``, ``term`` ...) or ``<opstamp>.del``.
+_SEGMENT_FILE = re.compile(r"([0-9a-f]{32})\.(?:(\d+)\.del|[a-z]+)")
+
+
+def remove_unreferenced(folder: Path, keep: Collection[str] = ()) -> list[str]:
+    """The segment files in an index folder that its meta.json does not reference, removed (their
+    names): a commit cut short (a full disk, a hard stop) leaves its new segments and delete
+    files, which Tantivy removes only after a commit that works. A writer opened after a restart
+    takes meta.json's opstamp again, comes to the same delete file names, and failed every commit
+    with FileAlreadyExists. A referenced segment's delete files of other opstamps go too.
+
+    Only with the index's writer lock free (no writer of this process or another: what looks
+    unreferenced may be its segment being written), taken meanwhile; meta.json, Tantivy's own
+    files and anything not named like a segment file stay. Nothing goes when meta.json is missing
+    or unreadable (the open says so), nor the names in ``keep``."""
+    if not (folder / "meta.json").is_file():  # a new index (or none): nothing to compare with
+        return []
+    with _writer_lock(folder) as held:
+        if not held:
+            return []
+        removed = []
+        for name in _unreferenced(folder):
+            if name in keep:
+                continue
+            try:
+                (folder / name).unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:  # left: a later commit that meets it fails and says so
+                log.warning("bm25_leftover_not_removed path=%s error=%s", folder / name, exc.strerror or exc)
+                continue
+            removed.append(name)
+        return removed
+
+
+def _live_segments(folder: Path) -> dict[str, str | None]:
+    """Each segment meta.json names (its id without dashes) and the opstamp of its delete file
+    (None: it has none)."""
+    out: dict[str, str | None] = {}
+    for seg in json.loads((folder / "meta.json").read_text(encoding="utf-8"))["segments"]:
+        deletes = seg.get("deletes")
+        out[str(seg["segment_id"]).replace("-", "")] = str(deletes["opstamp"]) if deletes else None
+    return out
+
+
+def _referenced(m: re.Match[str], live: dict[str, str | None]) -> bool:
+    """Whether the segment file ``m`` matched is one the segments ``live`` reference."""
+    seg, opstamp = m.group(1), m.group(2)
+    return seg in live and (opstamp is None or opstamp == live[seg])
+
+
+def _unreferenced(folder: Path) -> list[str]:
+    """The files of ``folder`` named like a segment's that its meta.json does not reference
+    (none when it cannot be read)."""
+    try:
+        live = _live_segments(folder)
+        names = os.listdir(folder)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+    return [n for n in names if (m := _SEGMENT_FILE.fullmatch(n)) is not None and not _referenced(m, live)]
+
+
+@contextlib.contextmanager
+def _writer_lock(folder: Path) -> Iterator[bool]:
+    """Tantivy's writer lock of an index held (flock on ``.tantivy-writer.lock``, as Tantivy
+    takes it); whether it could be: False while a writer holds it."""
+    try:
+        fd = os.open(folder / ".tantivy-writer.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # the lock goes with it
+
+
 def _changed(path: Path, kept: tuple[int, int, int]) -> tuple[str | None, tuple[int, int, int]]:
     """How the file at ``path`` differs from ``kept`` (size, mtime, inode), or None; and its stat
     now. A file with its size and a new mtime or inode (touched, copied back from a backup, a sync
@@ -360,14 +460,13 @@ def _checksum_holds(path: Path) -> bool:
 
 def _segment_files(folder: Path) -> list[str]:
     """The files of the segments an index's last commit names (none when unreadable: the open or
-    the search that reads it says so)."""
+    the search that reads it says so); not a delete file of another opstamp than its."""
     try:
-        segments = json.loads((folder / "meta.json").read_text(encoding="utf-8"))["segments"]
-        ids = tuple(str(seg["segment_id"]).replace("-", "") for seg in segments)
+        live = _live_segments(folder)
         names = os.listdir(folder)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return []
-    return [n for n in names if n.startswith(ids)] if ids else []
+    return [n for n in names if (m := _SEGMENT_FILE.fullmatch(n)) is not None and _referenced(m, live)]
 
 
 def live_docs(folder: Path) -> int:

@@ -1,0 +1,170 @@
+"""Files a cut commit leaves in a keyword index folder (a full disk, a hard stop) and that no
+commit references: removed when the index is opened for writing and after a failed commit, so
+they neither block later commits nor pile up. Real Tantivy in ``tmp_path``."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sidecar.contracts.errors import StoreError
+from sidecar.stores.bm25 import Bm25Doc, Bm25Index
+
+_KEPT = {"meta.json", ".managed.json", ".tantivy-meta.lock", ".tantivy-writer.lock"}
+
+
+def _doc(key: str, body: str) -> Bm25Doc:
+    source = key.split("/", 1)[0]
+    agent = key.split("/")[1] if source == "memory" else ""
+    name = key.rsplit("/", 1)[-1]
+    return Bm25Doc.of(f"{key}#0", key, source, agent, title=name, aliases=(), headings=(), body=body)
+
+
+def _filled(path: Path) -> None:
+    """A keyword index holding a vault note and an agent's memory note, closed."""
+    idx = Bm25Index(path)
+    try:
+        idx.add([_doc("vault/Boat", "the boat on the lake")])
+        idx.add([_doc("memory/beta/trip", "the kayak of beta")])
+        idx.commit()
+    finally:
+        idx.close()
+
+
+def _index_folders(path: Path) -> list[Path]:
+    folders = sorted(p.parent for p in path.rglob("meta.json"))
+    assert len(folders) == 6  # chunks and pages of the vault, of memory-all, of beta's inbox
+    return folders
+
+
+def _referenced(folder: Path) -> set[str]:
+    """The files of the segments meta.json names, and the lock and bookkeeping files."""
+    meta = json.loads((folder / "meta.json").read_text())
+    ids = [s["segment_id"].replace("-", "") for s in meta["segments"]]
+    return {n for n in os.listdir(folder) if n.startswith(tuple(ids)) or n in _KEPT}
+
+
+def _leave_stale_files(folder: Path) -> set[str]:
+    """What a commit cut short leaves: a delete file of each segment at each of the next opstamps
+    (the ones a restarted writer comes to again), and the files of a segment meta.json does not
+    list. Their names."""
+    meta = json.loads((folder / "meta.json").read_text())
+    made = set()
+    for seg in meta["segments"]:
+        for k in range(1, 12):
+            made.add(f"{seg['segment_id'].replace('-', '')}.{meta['opstamp'] + k}.del")
+    orphan = uuid.uuid4().hex
+    made |= {f"{orphan}.{ext}" for ext in ("idx", "pos", "term", "store", "fast", "fieldnorm")}
+    for name in made:
+        (folder / name).write_bytes(b"\0" * 106)
+    return made
+
+
+def test_stale_files_of_a_cut_commit_are_removed_at_open_and_commits_work(tmp_path: Path) -> None:
+    """Stale delete files at the next opstamps and an unlisted segment in every index folder (the
+    vault's, every agent's memory, an agent's own): at the next open they are removed, what
+    meta.json references and Tantivy's own files kept, and a change to a vault note and to a
+    memory note commits. Was: every commit failed with FileAlreadyExists, for good."""
+    path = tmp_path / "bm25"
+    _filled(path)
+    kept = {folder: _referenced(folder) for folder in _index_folders(path)}
+    stale = {folder: _leave_stale_files(folder) for folder in kept}
+    idx = Bm25Index(path)
+    try:
+        idx.replace_note("vault/Boat", [_doc("vault/Boat", "the boat and the paddle on the lake")])
+        idx.replace_note("memory/beta/trip", [_doc("memory/beta/trip", "the kayak of beta and a canoe")])
+        idx.commit()
+        assert [c for c, _ in idx.search("paddle", 5)] == ["vault/Boat#0"]
+        assert [c for c, _ in idx.search("canoe", 5)] == ["memory/beta/trip#0"]
+        assert [c for c, _ in idx.search("canoe", 5, agent_scope="beta")] == ["memory/beta/trip#0"]
+    finally:
+        idx.close()
+    for folder, names in stale.items():
+        assert not names & set(os.listdir(folder)), folder
+    idx = Bm25Index(path)  # nothing the commits reference went: the index opens whole
+    try:
+        assert [c for c, _ in idx.search("canoe", 5)] == ["memory/beta/trip#0"]
+        assert idx.num_docs() == 2
+    finally:
+        idx.close()
+    for folder, names in kept.items():
+        assert {n for n in names if n in _KEPT} <= set(os.listdir(folder))
+
+
+@pytest.mark.parametrize("part", ["pages", "memory-all/pages", "memory/beta/chunks"])
+def test_a_commit_that_meets_a_leftover_file_cleans_up_and_the_next_one_works(
+    tmp_path: Path, part: str
+) -> None:
+    """A stale delete file that appears under the running daemon at the opstamp its next commit
+    takes (the vault's index, every agent's memory, an agent's own): that commit fails, the files
+    it and the cut commit left are removed, and the retry commits; an agent's index is not taken
+    for damaged. Was: every retry failed with FileAlreadyExists and left six more segment files
+    (an agent's index was moved aside and refilled)."""
+    path = tmp_path / "bm25"
+    _filled(path)
+    idx = Bm25Index(path)
+    try:
+        folder = path / part
+        before = set(os.listdir(folder))
+        key = "vault/Boat" if part == "pages" else "memory/beta/trip"
+        note = [_doc(key, "a canoe on the lake")]
+        idx.replace_note(key, note)  # its writer open: the files appear after the open's clean-up
+        meta = json.loads((folder / "meta.json").read_text())
+        stale = set()
+        for seg in meta["segments"]:
+            for k in range(1, 12):
+                stale.add(f"{seg['segment_id'].replace('-', '')}.{meta['opstamp'] + k}.del")
+        for name in stale:
+            (folder / name).write_bytes(b"\0" * 106)
+        with pytest.raises(StoreError, match="FileAlreadyExists"):
+            idx.commit()
+        assert set(os.listdir(folder)) <= before, "the files of the failed commit stayed"
+        idx.replace_note(key, note)  # the next sweep redoes the note
+        idx.commit()
+        assert [c for c, _ in idx.search("canoe", 5)] == [f"{key}#0"]
+        assert [c for c, _ in idx.search("kayak", 5, agent_scope="beta")] == (
+            [] if "beta" in key else ["memory/beta/trip#0"]
+        )
+        assert not list(tmp_path.glob("*broken*")) and idx.failing == {}
+    finally:
+        idx.close()
+
+
+def test_an_index_another_process_writes_is_not_cleaned(tmp_path: Path) -> None:
+    """An index whose writer lock another writer holds (another daemon on the same home) keeps
+    every file: what looks unreferenced may be that writer's segment being written."""
+    from sidecar.stores.bm25_folder import remove_unreferenced
+
+    path = tmp_path / "bm25"
+    _filled(path)
+    folder = path / "chunks"
+    stale = _leave_stale_files(folder)
+    fd = os.open(folder / ".tantivy-writer.lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert remove_unreferenced(folder) == []
+        assert stale <= set(os.listdir(folder))
+    finally:
+        os.close(fd)
+    assert sorted(remove_unreferenced(folder)) == sorted(stale)
+
+
+@pytest.mark.parametrize("meta", ["missing", "unreadable"])
+def test_a_folder_without_a_readable_meta_is_left_alone(tmp_path: Path, meta: str) -> None:
+    """No meta.json to say what is referenced (a new index, or a damaged one the open reports):
+    nothing is removed."""
+    from sidecar.stores.bm25_folder import remove_unreferenced
+
+    folder = tmp_path / "x"
+    folder.mkdir()
+    stray = folder / f"{uuid.uuid4().hex}.idx"
+    stray.write_bytes(b"x")
+    if meta == "unreadable":
+        (folder / "meta.json").write_text("{not json")
+    assert remove_unreferenced(folder) == []
+    assert stray.is_file()
