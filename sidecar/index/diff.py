@@ -105,6 +105,10 @@ class Diff:
     # (device, inode) of excluded files with other links: a hard-linked backup of indexed notes
     # (``Manifest.forget_ids``).
     linked: set[tuple[int, int]] = field(default_factory=set)
+    # Moves found: the old key of a note -> its new key (``gone`` holds the old ones). The old
+    # entry leaves once the new one is written, batch by batch: left to the sweep's end, a renamed
+    # folder's every note was found twice for as long as the whole folder took to read.
+    moves: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -510,6 +514,7 @@ class ChangeFinder:
             if match is not None:
                 pool.remove(match)
                 moved.add(key)
+                diff.moves[key] = match.key
                 if not match.key.startswith(prefix):
                     away.add(key)
         # The rest: the same bytes indexed under a key that this sweep saw, with that stat.
@@ -535,6 +540,7 @@ class ChangeFinder:
                     continue
                 used.add(other)
                 moved.add(key)
+                diff.moves[key] = other
                 if not other.startswith(prefix):
                     away.add(key)
                 break
