@@ -192,14 +192,20 @@ def test_done_counts_every_sweep_of_the_catch_up(make_cfg: Any, vault: Path) -> 
 
 
 def test_a_renamed_folder_is_never_found_twice_and_counted_once(serve_in_process: Any, vault: Path) -> None:
-    """A folder of 12 notes renamed, applied 4 notes a batch: after each batch no note is a hit
-    under both its old and its new path (the old entries left only at the sweep's end: every
+    """A folder of 12 notes renamed, applied 4 notes a batch: after each batch, and while old
+    entries are being removed, no note is a hit under both its old and its new path (the old
+    entries left only at the sweep's end: every
     note was found twice for as long as the whole folder took to read), ``total`` counts each
     moved note once (it said 24 for 12) and status never shows a count below 0."""
     server: InProcessServer = serve_in_process(**{"index.batchFiles": 4})
     h = server.harness
     _notes(vault / "Deutsch", 12)
     h.sweep()
+    while h.vectors.embed_pending():
+        pass
+    model = h.slot.model
+    assert isinstance(model, FakeEmbedder)
+    model.embedded.clear()
     (vault / "Deutsch").rename(vault / "de2")
     seen: list[tuple[list[str], tuple[int, int] | None, str]] = []
 
@@ -210,6 +216,14 @@ def test_a_renamed_folder_is_never_found_twice_and_counted_once(serve_in_process
         refs = [hit["reference"] for hit in found["hits"] if "/n" in hit["reference"]]
         seen.append((refs, loop.catching_up(), render_status(server.call("health"))))
 
+    removing = h.indexer.delete
+
+    def delete(keys: Any) -> None:  # a search while old entries are being removed: both are in
+        found = server.call("search", {"query": "keeper lighthouse storm logs", "limit": 50})
+        seen.append(([hit["reference"] for hit in found["hits"] if "/n" in hit["reference"]], None, ""))
+        removing(keys)
+
+    h.indexer.delete = delete  # type: ignore[method-assign]
     loop = _loop(h, beat=beat)
     server.handlers.service.catching_up = loop.catching_up
     loop.changed({str(vault / "Deutsch"), str(vault / "de2")})  # the events of `mv Deutsch de2`
@@ -224,6 +238,9 @@ def test_a_renamed_folder_is_never_found_twice_and_counted_once(serve_in_process
     assert sorted(hit["reference"] for hit in final["hits"] if "/n" in hit["reference"]) == sorted(
         f"vault/de2/n{i}" for i in range(12)
     )
+    while h.vectors.embed_pending():
+        pass
+    assert not [t for t in model.embedded if "lighthouse" in t]  # the moved notes' vectors reused
 
 
 def test_status_never_shows_a_count_below_zero(serve_in_process: Any) -> None:

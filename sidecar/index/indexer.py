@@ -91,6 +91,8 @@ class Indexer:
         self.manifest = stores.manifest
         self.slot = slot
         self.activity = Activity()
+        # Old keys of moved notes being removed now, their new entries written (``_delete_moved``).
+        self.superseded: frozenset[str] = frozenset()
         # Whether a full sweep has ever completed into this index (kept across restarts): a
         # restart's first sweep only catches up, every note read before is found meanwhile.
         swept = self.manifest.get_meta("swept")
@@ -362,10 +364,12 @@ class Indexer:
         if not old:
             return
         self.activity.leaving = dict(Counter(k.split("/", 1)[0] for k in old))
+        self.superseded = frozenset(old)  # no hit while the removal is under way (search asks)
         try:
             self.delete(old)
         finally:
             self.activity.leaving = {}
+            self.superseded = frozenset()
         left = set(old)
         gone[:] = [k for k in gone if k not in left]
 
