@@ -187,6 +187,15 @@ def _count_lines(idx: dict[str, Any]) -> list[str]:
 def _index_line(h: dict[str, Any]) -> str:
     """The Index line of `status`: building (what it waits for) or ready."""
     idx = h["index"]
+    if idx.get("rebuilding"):
+        # At its first moment the index is empty: "0 notes" alone read as a rebuild that found none.
+        prog = idx["progress"]
+        where = (
+            f"{idx['phase']} {prog['done']:,}/{prog['total']:,} notes"
+            if idx["phase"] in ("scanning", "indexing")
+            else "asked; it starts once the sweep under way ends"
+        )
+        return f"Index: building (a rebuild is under way: {where}); notes are found again as they are read"
     if idx["state"] == "building":
         return _building_line(h)
     if catching := idx.get("catching_up"):
@@ -264,6 +273,8 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
             )
         elif pending:
             lines.append(f"Vectors: storing the last {pending:,} computed")
+        elif idx.get("rebuilding"):
+            lines.append("Vectors: computed for the notes as the rebuild reads them")
         else:
             lines.append(f"Vectors: {all_vectors_words(idx)}")
         lines += _keyword_only_lines(idx.get("keyword_only"), todo)
