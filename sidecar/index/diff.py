@@ -805,12 +805,35 @@ class ChangeFinder:
         if applied is None:
             return False
         missing = applied
+        self._event_moves(missing, notes, states, diff)
         diff.gone.extend(sorted(missing))
         diff.excluded.update(excluded)
         diff.left_out.extend(left_out)
         diff.linked.update(n.shared for n in left_out if n.shared[1])
         self._add_work(notes, states, diff)
         return True
+
+    def _event_moves(
+        self, missing: Collection[str], notes: Sequence[NoteFile], states: Collection[str], diff: Diff
+    ) -> None:
+        """The deletions applied now that are moves within the batch (a folder of a few notes
+        renamed: its old and new paths are one batch of events): each note new to the index with
+        a missing note's mtime and size and its name or folder, into ``Diff.moves``, so its old
+        entry leaves with its new one (``states``: the manifest's entries of ``notes``)."""
+        if not missing:
+            return
+        pool: dict[tuple[int, int], list[NoteFile]] = {}
+        for n in notes:
+            if n.key not in states:
+                pool.setdefault((n.mtime_ns, n.size), []).append(n)
+        if not pool:
+            return
+        for key, st in self.manifest.file_states_of(sorted(missing)).items():
+            candidates = pool.get((st.mtime_ns, st.size), [])
+            match = next((n for n in candidates if _related(key, n.key)), None)
+            if match is not None:
+                candidates.remove(match)
+                diff.moves[key] = match.key
 
     def _event_deletions_of(
         self, root: Root, notes: list[NoteFile], missing: set[str], states: Collection[str]
