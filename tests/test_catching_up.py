@@ -5,9 +5,12 @@ of them: not a note or a few being saved), with the notes applied since the catc
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from sidecar.clients.cli_render import render_status
 from sidecar.clients.mcp_texts import status_of, text_of_search
@@ -185,3 +188,79 @@ def test_done_counts_every_sweep_of_the_catch_up(make_cfg: Any, vault: Path) -> 
         assert loop.catching_up() is None
     finally:
         h.close()
+
+
+# --- a folder renamed --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("count", [12, 3])
+def test_a_renamed_folder_is_never_found_twice_and_counted_once(
+    serve_in_process: Any, vault: Path, count: int
+) -> None:
+    """A folder of 12 notes renamed, applied 4 notes a batch (or of 3, whose events apply the
+    move without a sweep of the root): after each batch, and while old
+    entries are being removed, no note is a hit under both its old and its new path (the old
+    entries left only at the sweep's end: every
+    note was found twice for as long as the whole folder took to read), ``total`` counts each
+    moved note once (it said 24 for 12) and status never shows a count below 0."""
+    server: InProcessServer = serve_in_process(**{"index.batchFiles": 4})
+    h = server.harness
+    _notes(vault / "Deutsch", count)
+    h.sweep()
+    while h.vectors.embed_pending():
+        pass
+    model = h.slot.model
+    assert isinstance(model, FakeEmbedder)
+    model.embedded.clear()
+    (vault / "Deutsch").rename(vault / "de2")
+    seen: list[tuple[list[str], tuple[int, int] | None, str]] = []
+
+    def beat(act: Any) -> None:
+        if act is None or act.phase != "indexing":
+            return
+        found = server.call("search", {"query": "keeper lighthouse storm logs", "limit": 50})
+        refs = [hit["reference"] for hit in found["hits"] if "/n" in hit["reference"]]
+        seen.append((refs, loop.catching_up(), render_status(server.call("health"))))
+
+    removing = h.indexer.delete
+
+    def delete(keys: Any) -> None:  # a search while old entries are being removed: both are in
+        found = server.call("search", {"query": "keeper lighthouse storm logs", "limit": 50})
+        seen.append(([hit["reference"] for hit in found["hits"] if "/n" in hit["reference"]], None, ""))
+        removing(keys)
+
+    h.indexer.delete = delete  # type: ignore[method-assign]
+    loop = _loop(h, beat=beat)
+    server.handlers.service.catching_up = loop.catching_up
+    loop.changed({str(vault / "Deutsch"), str(vault / "de2")})  # the events of `mv Deutsch de2`
+    _run_queued(loop)
+    assert seen
+    for refs, catching, shown in seen:
+        names = [r.rpartition("/")[2] for r in refs]
+        assert len(names) == len(set(names)), refs  # one note, one hit
+        assert catching is None or catching[1] == count, catching
+        assert not re.search(r"\s-\d", shown), shown
+    final = server.call("search", {"query": "keeper lighthouse storm logs", "limit": 50})
+    assert sorted(hit["reference"] for hit in final["hits"] if "/n" in hit["reference"]) == sorted(
+        f"vault/de2/n{i}" for i in range(count)
+    )
+    while h.vectors.embed_pending():
+        pass
+    assert not [t for t in model.embedded if "lighthouse" in t]  # the moved notes' vectors reused
+
+
+def test_status_never_shows_a_count_below_zero(serve_in_process: Any) -> None:
+    """A daemon that counts notes leaving which its ``files`` dropped already (an exclusion added
+    by a reload): status said ``vault -154 notes``; it says 0 at worst."""
+    server: InProcessServer = serve_in_process()
+    health = server.call("health")
+    files = health["index"]["files"]
+    health["index"]["catching_up"] = {
+        "done": 0,
+        "total": 400,
+        "leaving": files + 170,
+        "leaving_by_source": {"vault": health["index"]["by_source"]["vault"]["files"] + 154},
+    }
+    shown = render_status(health)
+    assert "  0 notes (" in shown and "    vault         0 notes" in shown
+    assert not re.search(r"\s-\d", shown), shown

@@ -824,3 +824,69 @@ def test_a_failed_settings_sweep_retried_beside_a_scheduled_one_is_no_lost_event
         assert lost == [], lost
     finally:
         h.close()
+
+
+def test_index_rebuild_waits_for_its_own_sweep(
+    serve_in_process: Any, vault: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sidecar index --rebuild` through the daemon (real socket, real command): a sweep that was
+    running when it asked (file events) ends first; the command waits for the rebuild it asked
+    for and reports its figures (it stopped at any sweep that ended after it asked, and said
+    "indexed 0 notes" while the rebuild ran on for a minute). Status says a rebuild is under way
+    meanwhile, not "0 notes" and "every chunk has a vector"."""
+    from sidecar.clients.cli import command_for
+    from sidecar.clients.cli_parser import build_parser
+    from sidecar.clients.cli_render import render_status
+
+    server = serve_in_process()
+    h = server.harness
+    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+    service = server.handlers.service
+    service.request_sweep = loop.request_sweep
+    service.asked_done = lambda: loop.asked_done
+    service.rebuilding = loop.rebuilding
+    polled = threading.Semaphore(0)
+    health = server.handlers.health
+
+    def counted(req: Any) -> dict[str, Any]:
+        out = health(req)
+        polled.release()
+        return out
+
+    server.handlers._ops["health"] = counted
+    files = h.stores.manifest.counts()["files"]
+    write(vault / "Later.md", "# Later\n\nWritten while no event told it.\n")  # only a rebuild finds it
+    codes: list[int] = []
+    cli = threading.Thread(
+        target=lambda: codes.append(
+            command_for("index")(build_parser().parse_args(["index", "--rebuild", "--json"]), server.cfg)
+        )
+    )
+    cli.start()
+    _until(lambda: not loop.jobs.empty())  # the rebuild is queued
+    shown = render_status(server.call("health"))
+    assert "a rebuild is under way: asked" in shown, shown
+    h.indexer.sweep(only=frozenset(), paths={str(vault / "Garden.md")})  # the sweep under way ends
+    while polled.acquire(blocking=False):
+        pass
+    assert polled.acquire(timeout=30)  # the command looked at health after that sweep
+    assert cli.is_alive()
+    cleared = h.indexer.clear
+
+    def clear() -> None:  # the rebuild's first moment: the index is empty
+        cleared()
+        seen.append(render_status(server.call("health")))
+
+    seen: list[str] = []
+    h.indexer.clear = clear  # type: ignore[method-assign]
+    job = loop._next()
+    assert job is not None and job.rebuild
+    loop._run(job)
+    while h.vectors.embed_pending():
+        pass
+    cli.join(60)
+    assert codes == [0]
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["files"] == files + 1
+    assert "a rebuild is under way" in seen[0] and "every chunk has a vector" not in seen[0], seen[0]
+    assert "a rebuild is under way" not in render_status(server.call("health"))

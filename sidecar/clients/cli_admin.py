@@ -97,6 +97,18 @@ def _in_a_terminal() -> bool:
     return sys.stdin.isatty() and signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN
 
 
+def _swept(idx: dict[str, Any], ticket: int | None, before: int) -> bool:
+    """Whether the sweep this command asked for has ended: health's ``asked_done`` reached the
+    request's ``ticket``. Any sweep that ended since the request stood for it before: one already
+    running when it came (a note being saved) ended, the rebuild had only emptied the index, and
+    the command said "indexed 0 notes" while the rebuild ran on for a minute. A daemon that
+    numbers no requests (older) is still asked the old way."""
+    done = idx.get("asked_done")
+    if ticket is None or done is None:
+        return bool(idx["sweeps"] > before)
+    return bool(done >= ticket)
+
+
 def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
     bar = Progress(sys.stderr)
     if args.accept_home:
@@ -120,7 +132,8 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
                 params["confirmDeletions"] = args.confirm_deletions
             asked = time.time()
             sent = True  # from here a lost daemon may have taken the request: no fallback
-            client.call("index", params)
+            reply = client.call("index", params)
+            ticket = reply.get("ticket")
             if args.confirm_deletions and not _holds(first, args.confirm_deletions):
                 # Typed because status once said so, or by mistake: "indexed 425 notes" alone left
                 # the person wondering what was confirmed.
@@ -136,7 +149,7 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
                 _show_progress(bar, idx, health["embedder"])
                 _say_waiting(bar, idx.get("waiting"), said)
                 waiting = health["embedder"]["state"] == "ok" and idx["pending_vectors"] > 0
-                if idx["sweeps"] > before and idx["phase"] == "idle" and not waiting:
+                if _swept(idx, ticket, before) and idx["phase"] == "idle" and not waiting:
                     break
                 failing = _failing_since(health, asked, ("index", "stores"))
                 if failing is not None:  # the sweep cannot finish: say why instead of waiting on
@@ -145,7 +158,7 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
                         f"the index cannot be updated now: {failing}; nothing indexed is lost and the "
                         "daemon retries by itself (`sidecar status` shows when it recovers)"
                     )
-                if idx["sweeps"] > before and waiting and _failing_since(health, asked, ("embedding",)):
+                if _swept(idx, ticket, before) and waiting and _failing_since(health, asked, ("embedding",)):
                     break  # notes are in; their vectors wait for the model (status says why)
                 time.sleep(0.5)
         if args.accept_home:

@@ -224,15 +224,16 @@ def render_status(h: dict[str, Any]) -> str:
 
 
 def _count_lines(idx: dict[str, Any]) -> list[str]:
-    """The notes and chunks indexed, in all and by source; moved or deleted notes still indexed
-    until a catch-up's changes are in are left out of the notes (a moved note is not counted
-    twice) and said once."""
+    """The notes and chunks indexed, in all and by source; moved notes whose new entry is in
+    while the old one is still being removed are counted once (``leaving``) and said once.
+    Never below 0: a daemon before this one counted deleted and excluded notes in ``leaving``
+    too, which ``files`` had dropped already (``vault -154 notes``)."""
     catching = idx.get("catching_up") or {}
     leaving, by_source = catching.get("leaving", 0), catching.get("leaving_by_source") or {}
     more = f" ({leaving:,} more still indexed under old paths until the changes are in)" if leaving else ""
-    lines = [f"  {idx['files'] - leaving:,} notes{more}, {idx['chunks']:,} chunks"]
+    lines = [f"  {max(0, idx['files'] - leaving):,} notes{more}, {idx['chunks']:,} chunks"]
     for source, c in sorted(idx["by_source"].items()):
-        files = c["files"] - by_source.get(source, 0)
+        files = max(0, c["files"] - by_source.get(source, 0))
         lines.append(f"    {source:<7} {files:>7,} notes {c['chunks']:>8,} chunks")
     return lines
 
@@ -240,6 +241,15 @@ def _count_lines(idx: dict[str, Any]) -> list[str]:
 def _index_line(h: dict[str, Any]) -> str:
     """The Index line of `status`: building (what it waits for) or ready."""
     idx = h["index"]
+    if idx.get("rebuilding"):
+        # At its first moment the index is empty: "0 notes" alone read as a rebuild that found none.
+        prog = idx["progress"]
+        where = (
+            f"{idx['phase']} {prog['done']:,}/{prog['total']:,} notes"
+            if idx["phase"] in ("scanning", "indexing")
+            else "asked; it starts once the sweep under way ends"
+        )
+        return f"Index: building (a rebuild is under way: {where}); notes are found again as they are read"
     if idx["state"] == "building":
         return _building_line(h)
     if catching := idx.get("catching_up"):
@@ -317,6 +327,8 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
             )
         elif pending:
             lines.append(f"Vectors: storing the last {pending:,} computed")
+        elif idx.get("rebuilding"):
+            lines.append("Vectors: computed for the notes as the rebuild reads them")
         else:
             lines.append(f"Vectors: {all_vectors_words(idx)}")
         lines += _keyword_only_lines(idx.get("keyword_only"), todo)

@@ -111,11 +111,17 @@ class Named:
 class ServiceState:
     started: float
     queue_depth: Callable[[], int]
-    request_sweep: Callable[[bool, frozenset[str] | None, frozenset[str]], None]
+    # Queues a sweep; returns the request's number (``index.asked_done``), or None where requests
+    # are not numbered (a read-only index answers the op with an error first).
+    request_sweep: Callable[[bool, frozenset[str] | None, frozenset[str]], int | None]
     watched: Callable[[], list[Path]]
     reload: Callable[[], dict[str, Any]]
     # (changes applied, changes known) while file changes wait or are being applied, else None.
     catching_up: Callable[[], tuple[int, int] | None] = lambda: None
+    # The number of the last `index` request whose sweep has ended.
+    asked_done: Callable[[], int] = lambda: 0
+    # Whether a rebuild was asked and its sweep has not ended.
+    rebuilding: Callable[[], bool] = lambda: False
 
 
 class Handlers:
@@ -238,6 +244,10 @@ class Handlers:
                     else {"state": gap[0], "agents_not_searchable": gap[1]}
                 ),
                 "sweeps": act.sweeps,
+                # The number of the last `index` request (its reply's ``ticket``) whose sweep has
+                # ended, and whether a rebuild asked for is queued or under way.
+                "asked_done": self.service.asked_done(),
+                "rebuilding": self.service.rebuilding(),
                 # File changes waiting or being applied (``catchingUp`` of answers): done, total,
                 # and the notes counted in ``files`` that are gone or moved away and leave with them.
                 "catching_up": self._catching_up(),
@@ -789,8 +799,12 @@ class Handlers:
             )
         if rebuild:
             self.indexer.refuse_rebuild()  # a root offline: its notes would leave the index
-        self.service.request_sweep(rebuild, None, frozenset([confirm]) if confirm else frozenset())
-        return {"queued": True, "rebuild": rebuild, "sweeps": self.indexer.activity.sweeps}
+        sweeps = self.indexer.activity.sweeps
+        ticket = self.service.request_sweep(rebuild, None, frozenset([confirm]) if confirm else frozenset())
+        out: dict[str, Any] = {"queued": True, "rebuild": rebuild, "sweeps": sweeps}
+        if ticket is not None:  # done once health's index.asked_done reaches it
+            out["ticket"] = ticket
+        return out
 
 
 def _fm_description(fm_json: str) -> str:

@@ -61,6 +61,9 @@ class Job:
     # File events and nothing else (``IndexLoop.changed``, held ones coming due): their paths are
     # told. A failed sweep's leftover paths have the same shape and are not.
     told: bool = False
+    # The number of the latest `index` request this sweep answers (``IndexLoop.request_sweep``;
+    # 0: none): health says which ones are done, and `sidecar index` waits for its own.
+    ticket: int = 0
 
     def merge(self, other: Job) -> Job:
         roots = None if self.roots is None or other.roots is None else self.roots | other.roots
@@ -78,6 +81,7 @@ class Job:
             audit and (self.audit or other.audit),
             self.restarted or other.restarted,
             self.told and other.told,
+            max(self.ticket, other.ticket),
         )
 
     @property
@@ -131,6 +135,11 @@ class IndexLoop:
         self._progress = threading.Lock()
         self._running: Job | None = None
         self._applied = 0
+        # Requests numbered by ``request_sweep``: the last given, the last whose sweep ended, and
+        # the last that asked for a rebuild (under ``_progress``).
+        self._tickets = 0
+        self.asked_done = 0
+        self._rebuild_ticket = 0
 
     def watch_partial(self, why: str | None) -> None:
         """The watcher's word on its coverage (``Watcher.partial``): while it covers only part of
@@ -223,10 +232,23 @@ class IndexLoop:
         roots: frozenset[str] | None = None,
         confirm: frozenset[str] = frozenset(),
         audit: bool = True,
-    ) -> None:
+    ) -> int:
         """A sweep (the schedule, the index op); ``audit``: one whose finds in a watched folder
-        are file events that were lost."""
-        self.jobs.put(Job(rebuild, roots, confirm, audit=audit and not rebuild))
+        are file events that were lost. Returns the request's number: ``asked_done`` reaches it
+        once a sweep that took the request has ended."""
+        with self._progress:
+            self._tickets += 1
+            ticket = self._tickets
+            if rebuild:
+                self._rebuild_ticket = ticket
+        self.jobs.put(Job(rebuild, roots, confirm, audit=audit and not rebuild, ticket=ticket))
+        return ticket
+
+    def rebuilding(self) -> bool:
+        """Whether a rebuild was asked and its sweep has not ended (queued, or the index emptied
+        and being read again: status says so, not "0 notes" and "every chunk has a vector")."""
+        with self._progress:
+            return self._rebuild_ticket > self.asked_done
 
     def sweep_roots(self, names: list[str]) -> None:
         """Roots whose retry or poll is due; skipped while other work waits (it sweeps them too)."""
@@ -345,6 +367,9 @@ class IndexLoop:
             )
         finally:
             self._swept()
+        if job.ticket and not (self.stop.is_set() or self.indexer.leftover is not None):
+            with self._progress:  # a sweep cut short is none: the retry carries the ticket
+                self.asked_done = max(self.asked_done, job.ticket)
         if summary.get("changed", 0) > 100:
             heap.trim()  # parsing a large batch leaves freed pages behind
         self.problems.clear("index", since=mark)
@@ -426,7 +451,7 @@ class IndexLoop:
             # Roots handed over to be judged and not judged yet are swept again with it: as paths
             # only, they said "waiting" until the next scheduled sweep.
             judge = self.indexer.changes.bursts.judging()
-            job = Job(roots=judge, confirm=job.confirm, paths=leftover)
+            job = Job(roots=judge, confirm=job.confirm, paths=leftover, ticket=job.ticket)
         self.jobs.put(job)
 
 

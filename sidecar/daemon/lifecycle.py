@@ -703,6 +703,8 @@ class Daemon:
             watcher.covered,
             self.reload,
             loop.catching_up,
+            lambda: loop.asked_done,
+            loop.rebuilding,
         )
         handlers = build_handlers(cfg, parts, self.slot, service, inboxes, counts=self._counts)
         self._retriever = handlers.retriever

@@ -105,6 +105,10 @@ class Diff:
     # (device, inode) of excluded files with other links: a hard-linked backup of indexed notes
     # (``Manifest.forget_ids``).
     linked: set[tuple[int, int]] = field(default_factory=set)
+    # Moves found: the old key of a note -> its new key (``gone`` holds the old ones). The old
+    # entry leaves once the new one is written, batch by batch: left to the sweep's end, a renamed
+    # folder's every note was found twice for as long as the whole folder took to read.
+    moves: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -510,6 +514,7 @@ class ChangeFinder:
             if match is not None:
                 pool.remove(match)
                 moved.add(key)
+                diff.moves[key] = match.key
                 if not match.key.startswith(prefix):
                     away.add(key)
         # The rest: the same bytes indexed under a key that this sweep saw, with that stat.
@@ -535,6 +540,7 @@ class ChangeFinder:
                     continue
                 used.add(other)
                 moved.add(key)
+                diff.moves[key] = other
                 if not other.startswith(prefix):
                     away.add(key)
                 break
@@ -799,12 +805,35 @@ class ChangeFinder:
         if applied is None:
             return False
         missing = applied
+        self._event_moves(missing, notes, states, diff)
         diff.gone.extend(sorted(missing))
         diff.excluded.update(excluded)
         diff.left_out.extend(left_out)
         diff.linked.update(n.shared for n in left_out if n.shared[1])
         self._add_work(notes, states, diff)
         return True
+
+    def _event_moves(
+        self, missing: Collection[str], notes: Sequence[NoteFile], states: Collection[str], diff: Diff
+    ) -> None:
+        """The deletions applied now that are moves within the batch (a folder of a few notes
+        renamed: its old and new paths are one batch of events): each note new to the index with
+        a missing note's mtime and size and its name or folder, into ``Diff.moves``, so its old
+        entry leaves with its new one (``states``: the manifest's entries of ``notes``)."""
+        if not missing:
+            return
+        pool: dict[tuple[int, int], list[NoteFile]] = {}
+        for n in notes:
+            if n.key not in states:
+                pool.setdefault((n.mtime_ns, n.size), []).append(n)
+        if not pool:
+            return
+        for key, st in self.manifest.file_states_of(sorted(missing)).items():
+            candidates = pool.get((st.mtime_ns, st.size), [])
+            match = next((n for n in candidates if _related(key, n.key)), None)
+            if match is not None:
+                candidates.remove(match)
+                diff.moves[key] = match.key
 
     def _event_deletions_of(
         self, root: Root, notes: list[NoteFile], missing: set[str], states: Collection[str]

@@ -91,6 +91,8 @@ class Indexer:
         self.manifest = stores.manifest
         self.slot = slot
         self.activity = Activity()
+        # Old keys of moved notes being removed now, their new entries written (``_delete_moved``).
+        self.superseded: frozenset[str] = frozenset()
         # Whether a full sweep has ever completed into this index (kept across restarts): a
         # restart's first sweep only catches up, every note read before is found meanwhile.
         swept = self.manifest.get_meta("swept")
@@ -233,10 +235,12 @@ class Indexer:
         if diff.stamps:
             self.manifest.stamp(diff.stamps)
         self._forget_linked(diff.linked)
-        act.phase, act.total = "indexing", len(diff.work) + len(diff.gone)
-        act.leaving = dict(Counter(k.split("/", 1)[0] for k in diff.gone))
+        # A moved note is one change (its new key read, its old one removed with it), not two.
+        moves = _moves_applied(diff)
+        act.phase, act.total = "indexing", len(diff.work) + len(diff.gone) - len(moves)
+        act.leaving = {}
         self.found_by_listing = self._found_by_listing(diff, listed)
-        changed = self._apply(diff, every if not paths else None, progress, stop)
+        changed = self._apply(diff, moves, every if not paths else None, progress, stop)
         self._retire_emptied(diff.gone, names)
         self._record_excluded(diff, every)
         if not act.first_sweep_done:
@@ -264,10 +268,11 @@ class Indexer:
             self.summary.add(changed, [n.key for n in diff.work], seconds)
         log.log(
             logging.INFO if not quiet and (chosen or changed or diff.gone) else logging.DEBUG,
-            "sweep_done changed=%d deleted=%d unchanged=%d skipped=%d seconds=%.2f roots=%s",
+            "sweep_done changed=%d deleted=%d unchanged=%d skipped=%d seconds=%.2f roots=%s moved=%d",
             *summary.values(),
             seconds,
             ",".join(r.name for r in chosen) or "-",
+            len(diff.moves),
         )
         return summary
 
@@ -282,51 +287,91 @@ class Indexer:
     def _apply(
         self,
         diff: Diff,
+        moves: dict[str, str],
         every: Sequence[Root] | None,
         progress: Callable[[Activity], None] | None,
         stop: threading.Event | None,
     ) -> int:
         """Write a sweep's changes batch by batch (``every``: the roots, when notes saved meanwhile
-        are taken between batches), then its deletions; how many notes were read."""
+        are taken between batches), then its deletions; how many notes were read. ``moves``: new
+        key -> old key of the notes moved (``_moves_applied``): each old entry leaves as soon as its
+        new one is written."""
         act = self.activity
         self.leftover = None
         changed = 0
         batch = self.cfg.index.batch_files
+        gone = list(diff.gone)
+        # Moved notes whose new key an earlier sweep wrote already: nothing to wait for.
+        waiting = [k for k in gone if k in diff.moves and diff.moves[k] not in moves]
+        if waiting:
+            indexed = self.manifest.file_states_of([diff.moves[k] for k in waiting])
+            before = [k for k in waiting if (st := indexed.get(diff.moves[k])) and st.state == "indexed"]
+            self._delete_moved(before, gone)
+            act.done += len(before)
         for start in range(0, len(diff.work), batch):
             if stop is not None and stop.is_set():
                 break
+            part = diff.work[start : start + batch]
             try:
-                changed += self.index_files(diff.work[start : start + batch])
+                changed += self.index_files(part)
+                # Deletions after the new notes (deleted first, 6,668 moved notes were missing for
+                # up to 28 s), but a moved note's old entry with its new one, not at the end.
+                self._delete_moved(self._moved_written(part, moves), gone)
             except BaseException:
                 # Scanned, not written (disk full ...): a retry needs only these paths, not a walk.
                 left = {str(n.path) for n in diff.work[start:]}
                 try:  # gone notes leave now if they can
-                    self.delete(self._still_gone(diff.gone))
+                    self.delete(self._still_gone(gone))
                 except Exception:
                     # ... else first thing in the retry (a deletion needs disk too: left to the
                     # next full sweep, a deleted or newly excluded note was found for up to
                     # index.rescanMinutes), whose look at their paths reads a note back meanwhile.
-                    self._gone_left = self._still_gone(diff.gone)
-                    left |= self._paths_of(diff.gone, every or self.changes.roots())
+                    self._gone_left = self._still_gone(gone)
+                    left |= self._paths_of(gone, every or self.changes.roots())
                 self.leftover = frozenset(left)
                 raise
-            act.done += len(diff.work[start : start + batch])
+            act.done += len(part)
             if progress is not None:
                 progress(act)
             if every is not None:
                 self._index_hot()
-        # Deletions after the new notes: a renamed folder's notes are found under their old names
-        # until the new ones are in (deleted first, 6,668 moved notes were missing for up to 28 s).
-        if diff.gone:
-            self.delete(self._still_gone(diff.gone))
-            act.done += len(diff.gone)
-            act.leaving = {}
+        # The rest of the deletions after the new notes: a note deleted, and a move whose new
+        # note was not written (unreadable, a share that hangs) leaves with the sweep as before.
+        if gone:
+            self.delete(self._still_gone(gone))
+            act.done = min(act.total, act.done + len(gone))
+        act.leaving = {}
         if self._deferred and self.hot_back is not None:
             self.hot_back(set(self._deferred))  # looked at again after this sweep, with their roots
         self._deferred.clear()
         self._hot_written.clear()
         act.scan_skipped = self.changes.skip_counts()  # with the notes whose read failed now
         return changed
+
+    def _moved_written(self, part: Sequence[NoteFile], moves: dict[str, str]) -> list[str]:
+        """The old keys of the notes of ``part`` that were moved and whose new entry is written."""
+        new = [n.key for n in part if n.key in moves]
+        if not new:
+            return []
+        states = self.manifest.file_states_of(new)
+        return [moves[k] for k in new if k in states and states[k].state == "indexed"]
+
+    def _delete_moved(self, old: list[str], gone: list[str]) -> None:
+        """Remove moved notes' old entries now (their new ones are indexed), out of ``gone``.
+        Until the deletion is committed both are counted in ``files``: ``leaving`` says how many."""
+        pending = set(gone)
+        old = [k for k in self._still_gone(old) if k in pending]
+        if not old:
+            return
+        self.activity.leaving = dict(Counter(k.split("/", 1)[0] for k in old))
+        self.superseded = frozenset(old)  # no hit while the removal is under way (search asks)
+        try:
+            self.delete(old)
+        finally:
+            self.activity.leaving = {}
+            self.superseded = frozenset()
+        left = set(old)
+        gone[:] = [k for k in gone if k not in left]
 
     def _count_read_whole(
         self, listed: Sequence[Root], names: set[str], stop: threading.Event | None
@@ -757,6 +802,14 @@ class Indexer:
         if act.first_sweep_done and not waiting:
             act.ready_once = True  # later edits queue a few vectors without flipping back to building
         return "ready" if act.ready_once else "building"
+
+
+def _moves_applied(diff: Diff) -> dict[str, str]:
+    """New key -> old key of the moves whose old key this sweep deletes and whose new note it
+    reads (``Diff.moves``)."""
+    gone = set(diff.gone)
+    work = {n.key for n in diff.work}
+    return {new: old for old, new in diff.moves.items() if old in gone and new in work}
 
 
 def _after(scopes: dict[str, dict[str, str]], later: dict[str, dict[str, str]]) -> None:
