@@ -320,14 +320,20 @@ class Indexer:
             except BaseException:
                 # Scanned, not written (disk full ...): a retry needs only these paths, not a walk.
                 left = {str(n.path) for n in diff.work[start:]}
+                # Moved notes whose new entry is not written keep their old one (removed, they were
+                # found under neither path until the retry): the retry looks at both paths again.
+                unwritten = set(moves.values()) & set(gone)
+                roots = every or self.changes.roots()
+                if unwritten:
+                    left |= self._paths_of(sorted(unwritten), roots)
                 try:  # gone notes leave now if they can
-                    self.delete(self._still_gone(gone))
+                    self.delete([k for k in self._still_gone(gone) if k not in unwritten])
                 except Exception:
                     # ... else first thing in the retry (a deletion needs disk too: left to the
                     # next full sweep, a deleted or newly excluded note was found for up to
                     # index.rescanMinutes), whose look at their paths reads a note back meanwhile.
-                    self._gone_left = self._still_gone(gone)
-                    left |= self._paths_of(gone, every or self.changes.roots())
+                    self._gone_left = [k for k in self._still_gone(gone) if k not in unwritten]
+                    left |= self._paths_of(gone, roots)
                 self.leftover = frozenset(left)
                 raise
             act.done += len(part)
@@ -336,9 +342,15 @@ class Indexer:
             if every is not None:
                 self._index_hot()
         # The rest of the deletions after the new notes: a note deleted, and a move whose new
-        # note was not written (unreadable, a share that hangs) leaves with the sweep as before.
+        # note was not written (unreadable, a share that hangs) leaves with the sweep as before;
+        # not when the sweep was stopped before its batch: that note would be found under neither
+        # path until the next sweep (which finds the move again).
         if gone:
-            self.delete(self._still_gone(gone))
+            doomed = self._still_gone(gone)
+            if stop is not None and stop.is_set():
+                unwritten = set(moves.values())
+                doomed = [k for k in doomed if k not in unwritten]
+            self.delete(doomed)
             act.done = min(act.total, act.done + len(gone))
         act.leaving = {}
         if self._deferred and self.hot_back is not None:
