@@ -154,6 +154,33 @@ def test_an_index_another_process_writes_is_not_cleaned(tmp_path: Path) -> None:
     assert sorted(remove_unreferenced(folder)) == sorted(stale)
 
 
+def test_an_index_a_tantivy_writer_holds_is_not_cleaned(tmp_path: Path) -> None:
+    """The same with Tantivy's own writer holding the lock (the test above holds it with Python's
+    flock, which proves only that the lock is asked): the cleanup's safety rests on Tantivy taking
+    the same kind of lock, checked here with the installed tantivy."""
+    import tantivy
+
+    from sidecar.stores.bm25_folder import remove_unreferenced
+    from sidecar.stores.bm25_text import all_analyzers, build_schema
+
+    path = tmp_path / "bm25"
+    _filled(path)
+    folder = path / "chunks"
+    stale = _leave_stale_files(folder)
+    index = tantivy.Index(build_schema(), path=str(folder), reuse=True)
+    for name, analyzer in all_analyzers(3).items():
+        index.register_tokenizer(name, analyzer)
+    writer = index.writer(heap_size=15_000_000, num_threads=1)
+    try:
+        assert remove_unreferenced(folder) == []
+        assert stale <= set(os.listdir(folder))
+    finally:
+        writer.rollback()
+        writer.wait_merging_threads()
+        del writer, index
+    assert sorted(remove_unreferenced(folder)) == sorted(stale)
+
+
 @pytest.mark.parametrize("meta", ["missing", "unreadable"])
 def test_a_folder_without_a_readable_meta_is_left_alone(tmp_path: Path, meta: str) -> None:
     """No meta.json to say what is referenced (a new index, or a damaged one the open reports):

@@ -164,6 +164,10 @@ def test_a_skipped_name_that_is_not_utf8_is_listed_escaped(serve_in_process: Ser
         ("updating the index failed: BM25 commit failed: No space left on device (os error 28)", True),
         ("indexing a memory write failed: BM25 commit failed: an index writer was killed "
          "(only 0.2 MB free on the index's disk: full?)", True),
+        # a share's faults, and a writer killed by a full quota (`df` shows room: no hint)
+        ("updating the index failed: BM25 commit failed: Input/output error (os error 5)", True),
+        ("updating the index failed: BM25 commit failed: Stale file handle (os error 116)", True),
+        ("updating the index failed: BM25 commit failed: an index writer was killed", True),
     ],
 )  # fmt: skip
 def test_the_to_do_of_an_index_problem_names_the_disk_only_when_the_error_does(

@@ -10,6 +10,7 @@ from typing import Any, TextIO
 from sidecar import __version__
 from sidecar.clients.foreground import all_vectors_words, duration
 from sidecar.clients.plainerror import cause_of, plain_error
+from sidecar.contracts.errors import is_io_fault
 from sidecar.contracts.printable import escape_controls as shown
 from sidecar.stores.aside import KEEP_MOVED_ASIDE_DAYS
 
@@ -77,7 +78,13 @@ def _disk_likely(problem: dict[str, Any]) -> bool:
     error = str(problem["error"])
     if problem["area"] != "index":
         return True
-    return cause_of(error) is not None or "MB free" in error or "no room" in error
+    # A share's fault (os error 5, 116 ...) and a writer killed (a full quota: `df` shows room)
+    # are the disk's too: a rebuild there fails or makes it worse.
+    return (
+        cause_of(error) is not None
+        or is_io_fault(RuntimeError(error))
+        or any(words in error for words in ("MB free", "no room", "writer was killed"))
+    )
 
 
 def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
