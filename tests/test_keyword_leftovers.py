@@ -144,13 +144,14 @@ def test_an_index_another_process_writes_is_not_cleaned(tmp_path: Path) -> None:
     _filled(path)
     folder = path / "chunks"
     stale = _leave_stale_files(folder)
-    fd = os.open(folder / ".tantivy-writer.lock", os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        assert remove_unreferenced(folder) == []
-        assert stale <= set(os.listdir(folder))
-    finally:
-        os.close(fd)
+    for lock in (".tantivy-writer.lock", ".tantivy-meta.lock"):  # a writer; a reader opening segments
+        fd = os.open(folder / lock, os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            assert remove_unreferenced(folder) == []
+            assert stale <= set(os.listdir(folder))
+        finally:
+            os.close(fd)
     assert sorted(remove_unreferenced(folder)) == sorted(stale)
 
 

@@ -348,8 +348,10 @@ def remove_unreferenced(folder: Path, keep: Collection[str] = ()) -> list[str]:
     or unreadable (the open says so), nor the names in ``keep``."""
     if not (folder / "meta.json").is_file():  # a new index (or none): nothing to compare with
         return []
-    with _writer_lock(folder) as held:
-        if not held:
+    with _writer_lock(folder) as held, _writer_lock(folder, _META_LOCK, wait=2.0) as meta_held:
+        # The meta lock too: a reader holds it from reading meta.json until its segment files are
+        # open (Tantivy's own cleanup takes it as well).
+        if not (held and meta_held):
             return []
         removed = []
         for name in _unreferenced(folder):
@@ -393,21 +395,30 @@ def _unreferenced(folder: Path) -> list[str]:
     return [n for n in names if (m := _SEGMENT_FILE.fullmatch(n)) is not None and not _referenced(m, live)]
 
 
+_WRITER_LOCK = ".tantivy-writer.lock"
+_META_LOCK = ".tantivy-meta.lock"
+
+
 @contextlib.contextmanager
-def _writer_lock(folder: Path) -> Iterator[bool]:
-    """Tantivy's writer lock of an index held (flock on ``.tantivy-writer.lock``, as Tantivy
-    takes it); whether it could be: False while a writer holds it."""
+def _writer_lock(folder: Path, name: str = _WRITER_LOCK, wait: float = 0.0) -> Iterator[bool]:
+    """One of Tantivy's lock files of an index held (flock, as Tantivy takes it), asked for up
+    to ``wait`` seconds; whether it could be: False while another holds it."""
     try:
-        fd = os.open(folder / ".tantivy-writer.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(folder / name, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError:
         yield False
         return
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            yield False
-            return
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if time.monotonic() >= deadline:
+                    yield False
+                    return
+                time.sleep(0.01)
         yield True
     finally:
         os.close(fd)  # the lock goes with it
