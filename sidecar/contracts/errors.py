@@ -96,6 +96,11 @@ class IndexBuildStoppedError(StoreError):
     dropped or replaced): nothing failed, and it is neither logged nor counted as a failure."""
 
 
+class IndexBuildInterruptedError(StoreError):
+    """A vector index build failed for a cause that passes (its child killed, as the kernel does
+    when memory runs out; its time limit reached): not remembered across restarts."""
+
+
 class DiskFullError(StoreError):
     """A store could not be written because its disk is full: a fault that passes, not damage
     (nothing is moved aside; the write is tried again once there is space)."""
