@@ -842,3 +842,19 @@ def test_a_retrain_that_finished_as_the_stop_came_is_recorded(
         assert _reopen(store).ann_due() is None
     finally:
         h.close()
+
+
+def test_a_clear_whose_index_drop_fails_forgets_the_index_record(tmp_path: Path) -> None:
+    """The rows are deleted but dropping the old index fails: the clear says so, and the empty
+    table keeps no record of an index trained on the deleted rows."""
+    store = _fresh_store(tmp_path)
+    assert store.ensure_ann() and _record(store) == {"kind": "IvfPq", "rows": 300}
+
+    def refused(_name: str) -> None:
+        raise RuntimeError("drop refused")
+
+    store._table.drop_index = refused  # type: ignore[method-assign]
+    with pytest.raises(StoreError, match="drop refused"):
+        store.clear()
+    assert store.count() == 0 and _record(store) is None
+    assert not store.indexed and store.trained_rows is None

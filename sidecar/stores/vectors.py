@@ -376,16 +376,19 @@ class VectorStore:
             self._check_open("clear")
             try:
                 self._end_build("table emptied")
-                self._write("clear", self._delete_all, lambda _e: _empty_copy(self.dim))
+                self._write("clear", lambda: self._table.delete("true"), lambda _e: _empty_copy(self.dim))
+                try:
+                    self._drop_indices()  # kept, it would hold none of the new rows
+                finally:  # the rows are gone: the record of the index trained on them goes too
+                    self._forget_index()
             finally:
                 self._ending = False
-            self._forget_index()
             self._count_write()
 
-    def _delete_all(self) -> None:
-        self._table.delete("true")
-        for index in self._table.list_indices():  # kept, it would hold none of the new rows
-            self._table.drop_index(index.name)
+    def _drop_indices(self) -> None:
+        """Every index of the table goes (the caller holds the lock)."""
+        for index in self._wrap("indices", self._table.list_indices):
+            self._wrap("drop index", lambda n=index.name: self._table.drop_index(n))
 
     def _forget_index(self) -> None:
         """No index and no record (the caller holds the lock)."""
@@ -861,8 +864,7 @@ class VectorStore:
         clear deleted, it goes (the caller holds the lock; the refilled table gets its first index
         at the threshold)."""
         try:
-            for index in self._wrap("indices", self._table.list_indices):
-                self._wrap("drop index", lambda n=index.name: self._table.drop_index(n))
+            self._drop_indices()
         except StoreError as exc:
             log.warning("vector_index_late_drop_failed table=%s error=%s", self.name, exc)
         self._forget_index()
