@@ -451,7 +451,7 @@ class VectorStore:
                 if not self._end_build("table dropped"):
                     raise StoreError(
                         f"vector table {self.name} not dropped yet: its index build did not end "
-                        f"within {END_BUILD_WAIT_S:.0f} s"
+                        f"within {2 * END_BUILD_WAIT_S:.0f} s"
                     )
                 self._wrap("drop", lambda: self._db.drop_table(self.name))
             finally:
