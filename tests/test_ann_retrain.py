@@ -586,36 +586,97 @@ def test_a_retrain_ended_by_the_stop_is_not_a_failure(
         h.close()
 
 
+def _failing_child(monkeypatch: pytest.MonkeyPatch, code: str) -> None:
+    """Index builds run a real child that runs ``code`` (and builds nothing)."""
+    monkeypatch.setattr(VectorStore, "_build_command", lambda _self: [sys.executable, "-c", code])
+
+
+_LANCE_FAILED = "import sys; print('lance error: training found no centroids', file=sys.stderr); sys.exit(1)"
+
+
 def test_a_failed_retrain_is_not_tried_again_at_every_restart(
     make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A retrain that fails (too little memory for the child) is recorded with the rows it failed
-    at: the next start does not try it again at once, a later doubling does, and a retrain that
-    then succeeds clears the failure."""
+    """A retrain that fails for a cause that stays (the library's error) is recorded with the
+    rows it failed at and when: the next start does not try it again at once, a later doubling
+    does, and a retrain that then succeeds clears the failure."""
     h = harness_over_ann_threshold(make_cfg, tmp_path)
     try:
         h.sweep()
         store = h.stores.vectors
         assert store is not None and store.ensure_ann()
         _grow(store, 300, "more")
-        real = VectorStore.build_index
-
-        def killed(self: VectorStore) -> None:
-            raise StoreError(f"vector index build for {self.name} failed (-9): no output")
-
-        monkeypatch.setattr(VectorStore, "build_index", killed)
-        with pytest.raises(StoreError, match="-9"):
+        real = VectorStore._build_command
+        _failing_child(monkeypatch, _LANCE_FAILED)
+        before = time.time()
+        with pytest.raises(StoreError, match="no centroids"):
             store.ensure_ann(retrain=True)
-        assert _record(store) == {"kind": "IvfPq", "rows": 300, "failed_rows": 600}
+        record = _record(store)
+        assert record.pop("failed_at") >= int(before)
+        assert record == {"kind": "IvfPq", "rows": 300, "failed_rows": 600}
         again = _reopen(store)
         assert again.trained_rows == 300 and again.retrain_failed_rows == 600
         assert again.ann_due() is None, "a restart tried the failed retrain again"
         _grow(again, 600, "most")
-        monkeypatch.setattr(VectorStore, "build_index", real)
+        monkeypatch.setattr(VectorStore, "_build_command", real)
         third = _reopen(again)
         assert third.ann_due() == "grown" and third.ensure_ann(retrain=True)
         assert _record(third) == {"kind": "IvfPq", "rows": 1200}
         assert _reopen(third).retrain_failed_rows is None
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",  # as the out-of-memory killer
+        "import sys; print('No space left on device (os error 28)', file=sys.stderr); sys.exit(1)",
+        "import time; time.sleep(60)",  # past the time limit
+    ],
+    ids=["killed", "disk-full", "timeout"],
+)
+def test_a_retrain_failed_for_a_passing_cause_is_tried_again_after_a_restart(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str
+) -> None:
+    """A retrain whose child was killed, ran out of time or found the disk full waits for the
+    next doubling in this run, but is not recorded as failed: the next start tries again."""
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None and store.ensure_ann()
+        _grow(store, 300, "more")
+        _failing_child(monkeypatch, code)
+        monkeypatch.setattr("sidecar.stores.vectors.BUILD_TIMEOUT_S", 1.0)
+        with pytest.raises(StoreError):
+            store.ensure_ann(retrain=True)
+        assert store.retrain_failed_rows == 600 and store.ann_due() is None
+        assert _record(store) == {"kind": "IvfPq", "rows": 300}
+        assert _reopen(store).ann_due() == "grown"
+    finally:
+        h.close()
+
+
+def test_a_recorded_retrain_failure_expires(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retrain failure is kept a week (in the record and in a running daemon): then the retrain
+    is tried again without the table doubling first."""
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None and store.ensure_ann()
+        _grow(store, 300, "more")
+        _failing_child(monkeypatch, _LANCE_FAILED)
+        with pytest.raises(StoreError):
+            store.ensure_ann(retrain=True)
+        assert store.ann_due() is None and _reopen(store).ann_due() is None
+        week_later = time.time() + 7 * 86400 + 60
+        monkeypatch.setattr("sidecar.stores.vectors.time.time", lambda: week_later)
+        assert store.ann_due() == "grown", "the running daemon kept the failure past a week"
+        assert _reopen(store).ann_due() == "grown", "a start kept the recorded failure past a week"
     finally:
         h.close()
 
@@ -781,3 +842,19 @@ def test_a_retrain_that_finished_as_the_stop_came_is_recorded(
         assert _reopen(store).ann_due() is None
     finally:
         h.close()
+
+
+def test_a_clear_whose_index_drop_fails_forgets_the_index_record(tmp_path: Path) -> None:
+    """The rows are deleted but dropping the old index fails: the clear says so, and the empty
+    table keeps no record of an index trained on the deleted rows."""
+    store = _fresh_store(tmp_path)
+    assert store.ensure_ann() and _record(store) == {"kind": "IvfPq", "rows": 300}
+
+    def refused(_name: str) -> None:
+        raise RuntimeError("drop refused")
+
+    store._table.drop_index = refused  # type: ignore[method-assign]
+    with pytest.raises(StoreError, match="drop refused"):
+        store.clear()
+    assert store.count() == 0 and _record(store) is None
+    assert not store.indexed and store.trained_rows is None

@@ -101,6 +101,11 @@ class IndexBuildStoppedError(StoreError):
     dropped or replaced): nothing failed, and it is neither logged nor counted as a failure."""
 
 
+class IndexBuildInterruptedError(StoreError):
+    """A vector index build failed for a cause that passes (its child killed, as the kernel does
+    when memory runs out; its time limit reached): not remembered across restarts."""
+
+
 class PassingFaultError(StoreError):
     """A store could not be opened or written for a fault that passes (a full disk, no file
     handles left): not damage, nothing is moved aside; tried again later."""

@@ -739,7 +739,9 @@ class Vectoring:
     def stop_builds(self) -> None:
         """End every index build and start none (the daemon stops); a retired table's too (a
         retrain begun before its switch), or the stop waited for it past its bound."""
-        for store in self.stores.vector_stores() + [store for store, _ in self._retired.values()]:
+        # A copy at once: the backfill thread drops retired tables from the dict meanwhile.
+        retired = list(self._retired.values())
+        for store in self.stores.vector_stores() + [store for store, _ in retired]:
             store.stop_build()
 
     def tune(self, ann_kind: str, nprobes: int, ann_threshold: int) -> None:

@@ -26,9 +26,11 @@ import numpy as np
 import pyarrow as pa
 
 from sidecar.contracts.errors import (
+    IndexBuildInterruptedError,
     IndexBuildStoppedError,
     StoreError,
     engine_message,
+    is_disk_full,
     store_error_class,
 )
 from sidecar.runtime.orphan import child_env
@@ -56,6 +58,10 @@ ANN_RECORD = "sidecar-ann.json"
 # A clear or a drop ends the index build running on the table and waits this long for it (the
 # child is terminated: it goes at once unless the machine stalls).
 END_BUILD_WAIT_S = 10.0
+# A retrain that failed is tried again once the table has doubled past the rows it failed at, or
+# after this long: a failure that will not repeat (memory freed since, a library upgraded) must
+# not hold the index at its old training for good.
+RETRAIN_FAILURE_KEPT_S = 7 * 86400.0
 
 
 # The ANN index kinds (config search.annIndex): how lancedb's list_indices names each, how to
@@ -192,6 +198,8 @@ def _in_list(column: str, values: Sequence[str]) -> str:
 class VectorStore:
     """One LanceDB table for one model; thread-safe writes, concurrent reads."""
 
+    retrain_failed_at: float | None = None  # when ``retrain_failed_rows`` failed (see __init__)
+
     def __init__(
         self,
         path: Path,
@@ -246,10 +254,11 @@ class VectorStore:
         # Rows the index was trained on (None: no index, or built by a version that kept no
         # record; see ``ann_due``).
         self.trained_rows: int | None = None
-        # Rows at which a retrain last failed (the child killed, a timeout): the next one waits
-        # until the table has grown RETRAIN_GROWTH times past them, not for the next idle minute
-        # (the old index serves meanwhile). Kept in the record too: one that fails every time
-        # (too little memory) is not tried again at every restart.
+        # Rows at which a retrain last failed, and when (epoch seconds): the next one waits until
+        # the table has grown RETRAIN_GROWTH times past them or RETRAIN_FAILURE_KEPT_S went by,
+        # not for the next idle minute (the old index serves meanwhile). Kept in the record too
+        # (one that fails every time is not tried again at every restart), unless its cause
+        # passes (the child killed, the time limit, a full disk): the next start tries again.
         self.retrain_failed_rows: int | None = None
         # An index build running now: {"reason", "rows", "since" (epoch)}; and the last one's
         # length in seconds. Shown by status (vectors wait while a first index is built).
@@ -278,7 +287,7 @@ class VectorStore:
                 self._check_schema()
                 # Probes and re-ranking apply from the first search, not from the first idle tick.
                 self.indexed = self._ann_type in self._index_kinds()
-                self.trained_rows, self.retrain_failed_rows = self._read_record()
+                self.trained_rows, self.retrain_failed_rows, self.retrain_failed_at = self._read_record()
             else:
                 self._table = self._create()
                 self.created = True
@@ -367,21 +376,24 @@ class VectorStore:
             self._check_open("clear")
             try:
                 self._end_build("table emptied")
-                self._write("clear", self._delete_all, lambda _e: _empty_copy(self.dim))
+                self._write("clear", lambda: self._table.delete("true"), lambda _e: _empty_copy(self.dim))
+                try:
+                    self._drop_indices()  # kept, it would hold none of the new rows
+                finally:  # the rows are gone: the record of the index trained on them goes too
+                    self._forget_index()
             finally:
                 self._ending = False
-            self._forget_index()
             self._count_write()
 
-    def _delete_all(self) -> None:
-        self._table.delete("true")
-        for index in self._table.list_indices():  # kept, it would hold none of the new rows
-            self._table.drop_index(index.name)
+    def _drop_indices(self) -> None:
+        """Every index of the table goes (the caller holds the lock)."""
+        for index in self._wrap("indices", self._table.list_indices):
+            self._wrap("drop index", lambda n=index.name: self._table.drop_index(n))
 
     def _forget_index(self) -> None:
         """No index and no record (the caller holds the lock)."""
         self.indexed = False
-        self.trained_rows = self.retrain_failed_rows = None
+        self.trained_rows = self.retrain_failed_rows = self.retrain_failed_at = None
         try:
             self._record_path().unlink(missing_ok=True)
         except OSError as exc:  # the index is gone: a stale record is not read without one
@@ -439,7 +451,7 @@ class VectorStore:
                 if not self._end_build("table dropped"):
                     raise StoreError(
                         f"vector table {self.name} not dropped yet: its index build did not end "
-                        f"within {END_BUILD_WAIT_S:.0f} s"
+                        f"within {2 * END_BUILD_WAIT_S:.0f} s"
                     )
                 self._wrap("drop", lambda: self._db.drop_table(self.name))
             finally:
@@ -725,7 +737,10 @@ class VectorStore:
         """Row count from which the index is trained again: ``RETRAIN_GROWTH`` times the rows it
         was trained on, or past the rows at which a retrain failed."""
         trained = self.trained_rows or self.ann_threshold
-        return int(RETRAIN_GROWTH * max(trained, self.retrain_failed_rows or 0))
+        failed = self.retrain_failed_rows or 0
+        if self.retrain_failed_at is None or time.time() - self.retrain_failed_at > RETRAIN_FAILURE_KEPT_S:
+            failed = 0
+        return int(RETRAIN_GROWTH * max(trained, failed))
 
     def ensure_ann(self, *, retrain: bool = False) -> bool:
         """Build the configured index once the table is large enough, and with ``retrain`` build
@@ -772,7 +787,10 @@ class VectorStore:
             except StoreError as exc:
                 failure = exc
         finally:
-            ended = self._build_ended(epoch, reason, rows, built=built)
+            passing = failure is not None and (
+                isinstance(failure, IndexBuildInterruptedError) or is_disk_full(failure)
+            )
+            ended = self._build_ended(epoch, reason, rows, built=built, keep_failure=not passing)
         if ended is not None:
             self._log_ended(reason, rows, ended)
             message = str(failure or f"vector index build for {self.name} ended: {ended}")
@@ -810,10 +828,13 @@ class VectorStore:
         self._wrap("checkout", self._table.checkout_latest)
         return self._ann_type in self._index_kinds()
 
-    def _build_ended(self, epoch: int, reason: str, rows: int, *, built: bool) -> str | None:
-        """A build is over: record it (trained on ``rows``, or a retrain that failed there), under
-        the lock so that a clear cannot come between; why it was ended on purpose, if it was
-        (then nothing is recorded: it did not fail)."""
+    def _build_ended(
+        self, epoch: int, reason: str, rows: int, *, built: bool, keep_failure: bool = True
+    ) -> str | None:
+        """A build is over: record it (trained on ``rows``, or a retrain that failed there; that
+        failure in the record too with ``keep_failure``), under the lock so that a clear cannot
+        come between; why it was ended on purpose, if it was (then nothing is recorded: it did
+        not fail)."""
         with self._lock:
             self._building = False
             self.build_running = None
@@ -829,10 +850,12 @@ class VectorStore:
                 self._drop_late_index()
             if ended is None and built:
                 self.indexed, self.trained_rows, self.retrain_failed_rows = True, rows, None
-                self._write_record(rows, None)
+                self.retrain_failed_at = None
+                self._write_record(rows, None, None)
             elif ended is None and reason == "grown":
-                self.retrain_failed_rows = rows
-                self._write_record(self.trained_rows, rows)
+                self.retrain_failed_rows, self.retrain_failed_at = rows, time.time()
+                if keep_failure:
+                    self._write_record(self.trained_rows, rows, self.retrain_failed_at)
             self._lock.notify_all()
         return ended
 
@@ -841,8 +864,7 @@ class VectorStore:
         clear deleted, it goes (the caller holds the lock; the refilled table gets its first index
         at the threshold)."""
         try:
-            for index in self._wrap("indices", self._table.list_indices):
-                self._wrap("drop index", lambda n=index.name: self._table.drop_index(n))
+            self._drop_indices()
         except StoreError as exc:
             log.warning("vector_index_late_drop_failed table=%s error=%s", self.name, exc)
         self._forget_index()
@@ -867,22 +889,26 @@ class VectorStore:
     def _record_path(self) -> Path:
         return self.path / f"{self.name}.lance" / ANN_RECORD
 
-    def _read_record(self) -> tuple[int | None, int | None]:
-        """(rows the table's index was trained on, rows at which a retrain of it failed), if it
-        has an index and its record names the configured kind; None where not known."""
+    def _read_record(self) -> tuple[int | None, int | None, float | None]:
+        """(rows the table's index was trained on, rows at which a retrain of it failed, when it
+        failed), if it has an index and its record names the configured kind; None where not
+        known. A failure without its time counts as none: it is tried again."""
         if not self.indexed:
-            return None, None
+            return None, None, None
         try:
             record = json.loads(self._record_path().read_text(encoding="utf-8"))
             if record.get("kind") != self._ann_type:
-                return None, None
+                return None, None, None
             counts = record.get("rows"), record.get("failed_rows")
+            failed_at = record.get("failed_at")
         except (OSError, ValueError, AttributeError):
-            return None, None
+            return None, None, None
         rows, failed = (n if isinstance(n, int) and n > 0 else None for n in counts)
-        return rows, failed
+        if failed is None or not isinstance(failed_at, int | float):
+            return rows, None, None
+        return rows, failed, float(failed_at)
 
-    def _write_record(self, rows: int | None, failed: int | None) -> None:
+    def _write_record(self, rows: int | None, failed: int | None, failed_at: float | None) -> None:
         """Keep the trained row count (and a failed retrain's) for the next start (written whole,
         then renamed). A record that cannot be written costs one more training after a restart,
         nothing else."""
@@ -890,7 +916,7 @@ class VectorStore:
         tmp = path.with_name(path.name + ".tmp")
         record: dict[str, Any] = {"kind": self._ann_type, "rows": rows}
         if failed is not None:
-            record["failed_rows"] = failed
+            record["failed_rows"], record["failed_at"] = failed, round(failed_at or time.time())
         try:
             tmp.write_text(json.dumps(record), encoding="utf-8")
             os.replace(tmp, path)
@@ -917,12 +943,16 @@ class VectorStore:
         except subprocess.TimeoutExpired as exc:
             child.kill()
             child.communicate()
-            raise StoreError(f"vector index build for {self.name} failed: {engine_message(exc)}") from exc
+            raise IndexBuildInterruptedError(
+                f"vector index build for {self.name} failed: {engine_message(exc)}"
+            ) from exc
         finally:
             self._child = None
         if child.returncode != 0:
             last = (err.strip().splitlines() or ["no output"])[-1]
-            raise StoreError(f"vector index build for {self.name} failed ({child.returncode}): {last}")
+            # Killed by a signal (the kernel's out-of-memory killer): may not happen next time.
+            error = IndexBuildInterruptedError if child.returncode < 0 else StoreError
+            raise error(f"vector index build for {self.name} failed ({child.returncode}): {last}")
 
     def _build_command(self) -> list[str]:
         args = [str(self.path), self.name, self.ann_kind, str(self.dim)]
