@@ -890,3 +890,28 @@ def test_index_rebuild_waits_for_its_own_sweep(
     assert out["files"] == files + 1
     assert "a rebuild is under way" in seen[0] and "every chunk has a vector" not in seen[0], seen[0]
     assert "a rebuild is under way" not in render_status(server.call("health"))
+
+
+def test_sweep_requests_are_queued_in_the_order_of_their_tickets(make_cfg: Any, vault: Path) -> None:
+    """A request numbered before another but queued after it (another thread between the number
+    and the put): the loop could run the later one alone and count the earlier done, and
+    `sidecar index --rebuild` returned before its rebuild. Numbered and queued under one lock."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+        real_put = loop.jobs.put
+        other = threading.Thread(target=loop.request_sweep)
+
+        def put(job: Job, *a: Any, **k: Any) -> None:
+            if not other.is_alive() and other.ident is None:  # the first put: another asks now
+                other.start()
+                other.join(0.5)  # it queues at once unless the number and the put are one step
+            real_put(job, *a, **k)
+
+        loop.jobs.put = put  # type: ignore[method-assign]
+        first = loop.request_sweep(rebuild=True)
+        other.join(10)
+        queued = [loop.jobs.get_nowait().ticket for _ in range(2)]
+        assert queued == [first, first + 1]
+    finally:
+        h.close()

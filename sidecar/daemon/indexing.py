@@ -236,12 +236,12 @@ class IndexLoop:
         """A sweep (the schedule, the index op); ``audit``: one whose finds in a watched folder
         are file events that were lost. Returns the request's number: ``asked_done`` reaches it
         once a sweep that took the request has ended."""
-        with self._progress:
+        with self._progress:  # queued in the order of their numbers (put under the same lock)
             self._tickets += 1
             ticket = self._tickets
             if rebuild:
                 self._rebuild_ticket = ticket
-        self.jobs.put(Job(rebuild, roots, confirm, audit=audit and not rebuild, ticket=ticket))
+            self.jobs.put(Job(rebuild, roots, confirm, audit=audit and not rebuild, ticket=ticket))
         return ticket
 
     def rebuilding(self) -> bool:
