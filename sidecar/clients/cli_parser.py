@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from sidecar import __version__
-from sidecar.config import Config, agent_name_problem, daemon_address, load_config, valid_agent
+from sidecar.config import Config, agent_name_problem, daemon_address, holds_nothing, load_config, valid_agent
 from sidecar.contracts.errors import ConfigError, ExitCode, SidecarError
 from sidecar.contracts.protocol import (
     LIMIT_RANGE,
@@ -584,10 +584,9 @@ def _empty(path: Path | None) -> bool:
     try:
         if path is None or not path.is_file():
             return False
-        text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return False
-    return not any(line.strip() and not line.lstrip().startswith("#") for line in text.splitlines())
+    return holds_nothing(path)
 
 
 # Commands that only ask the daemon: a configuration file that does not load falls back to where

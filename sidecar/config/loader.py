@@ -121,6 +121,17 @@ def default_config_file(env: Mapping[str, str]) -> Path:
     return base / "sidecar" / "config.yaml"
 
 
+def holds_nothing(path: Path) -> bool:
+    """Whether the file at ``path`` has nothing but blank and comment lines (one being written, or
+    emptied by mistake: read as all defaults, it would drop every exclusion). False when it cannot
+    be read (a missing file is the loader's error)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return not any(line.strip() and not line.lstrip().startswith("#") for line in text.splitlines())
+
+
 def _default_config_path(flag: str | None, env: Mapping[str, str]) -> tuple[Path | None, bool]:
     """The config file to read and whether it must exist (named explicitly)."""
     if flag:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sidecar.config import Config
+from sidecar.config import Config, holds_nothing
 from sidecar.config.settings import carried, settings
 from sidecar.contracts.errors import (
     ConfigError,
@@ -980,10 +980,8 @@ def _hung_up(stop: asyncio.Event) -> None:
 
 
 def _refuse_empty(source: Path) -> None:
-    with contextlib.suppress(OSError):  # a missing file is the loader's error
-        text = source.read_text(encoding="utf-8", errors="replace")
-        if not any(line.strip() and not line.lstrip().startswith("#") for line in text.splitlines()):
-            raise ConfigError(f"{source} is empty (being written?); nothing applied")
+    if holds_nothing(source):
+        raise ConfigError(f"{source} is empty (being written?); nothing applied")
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:
