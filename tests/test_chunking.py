@@ -147,6 +147,25 @@ def test_broken_front_matter_keeps_the_body() -> None:
     assert "Still here." in note.chunks[0].text
 
 
+def test_a_key_given_twice_is_front_matter_that_does_not_read() -> None:
+    """A second ``tags:`` line silently dropped the first one's tags (YAML loaders keep the last
+    key); Obsidian's properties refuse such a block, and so does this, naming the key, so status
+    lists the note. A merge key ("<<") that a later key overrides is fine."""
+    note = chunk_note(
+        "---\ntags: [boat]\ntitle: Log\ntags: [sea]\n---\nBody.\n", title="t", count_tokens=words
+    )
+    assert note.front_matter == {} and note.front_matter_error is not None
+    assert "'tags' given twice" in note.front_matter_error
+    nested = chunk_note("---\nx:\n  a: 1\n  a: 2\n---\nBody.\n", title="t", count_tokens=words)
+    assert nested.front_matter_error is not None and "'a' given twice" in nested.front_matter_error
+    merged = chunk_note(
+        "---\nbase: &b {kind: draft}\ntitle: Log\nmeta:\n  <<: *b\n  kind: final\n---\nBody.\n",
+        title="t",
+        count_tokens=words,
+    )
+    assert merged.front_matter_error is None and merged.front_matter["meta"] == {"kind": "final"}
+
+
 def test_yaml_alias_bomb_is_contained() -> None:
     """A billion-laughs front matter is refused by the node budget, not expanded."""
     bomb = (

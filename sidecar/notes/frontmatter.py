@@ -17,7 +17,22 @@ _BASE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 class _Loader(_BASE_LOADER):  # type: ignore[misc]
     """The safe loader, with a date YAML cannot build ("2020-13-45") kept as the text it is:
-    one bad value no longer costs the note its title, tags and aliases."""
+    one bad value no longer costs the note its title, tags and aliases. A key given twice in one
+    mapping is an error, as Obsidian's properties view has it: YAML loaders that take the last one
+    lose the first value without a word (a second ``tags:`` line dropped the first's tags)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: set[tuple[str, str]] = set()
+        for key, _ in node.value:
+            if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+                continue  # "<<" merges may be overridden on purpose
+            name = (key.tag, key.value)
+            if name in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key.value[:40]!r} given twice", key.start_mark
+                )
+            seen.add(name)
+        return super().construct_mapping(node, deep)
 
 
 def _timestamp(loader: Any, node: Any) -> Any:
