@@ -648,6 +648,14 @@ def test_only_a_plain_agenda_question_reads_ahead(said: str, today: dt.date, sin
         ("what did I do on Tuesday?", TODAY, "2026-12-01"),
         ("was habe ich am Mittwoch gemacht?", TODAY, "2026-11-25"),  # today is no "am Mittwoch"
         ("Wie war das Meeting am Montag?", TODAY, "2026-11-30"),
+        # the perfect with "haben" (its participle last), "sein" with a verb of going, English past
+        ("Was hat der Arzt am Montag gesagt?", TODAY, "2026-11-30"),
+        ("Wen habe ich am Montag angerufen?", TODAY, "2026-11-30"),
+        ("Was hat Anna am Freitag erzählt?", TODAY, "2026-11-27"),
+        ("Welche Bücher habe ich am Samstag gelesen?", TODAY, "2026-11-28"),
+        ("Wohin bin ich am Sonntag gefahren?", TODAY, "2026-11-29"),
+        ("what the doctor said on Monday", TODAY, "2026-11-30"),
+        ("what Anna told me on Friday", TODAY, "2026-11-27"),
         # notes from a weekday: one gone by, whatever the question
         ("Notizen vom Montag", TODAY, "2026-11-30"),
         ("what's in my notes from Monday?", TODAY, "2026-11-30"),
@@ -674,6 +682,12 @@ def test_a_weekday_after_on_or_am_is_the_nearest_one(said: str, today: dt.date, 
         "don't deploy on Friday",
         "Anna sagte, das Treffen ist am Donnerstag",  # reported speech
         "Anna said the call is on Thursday",
+        "Was habe ich am Montag vor?",  # "vorhaben": the plan
+        "Was hat er am Montag gegen 10 Uhr?",
+        "Welche Gebühren habe ich am Montag?",  # a noun, not a participle
+        "was habe ich am montag zu erledigen?",
+        "Was ist am Montag geplant?",  # "sein" with a plan
+        "Anna told me the call's on Thursday",
         "was wird am Donnerstag besprochen?",  # a future
         "what needs to be done on Friday? I wrote it down",
         "am Donnerstag vor Ostern war ich im Garten",  # a Thursday of something

@@ -408,6 +408,28 @@ _DONE = re.compile(
     re.IGNORECASE,
 )
 _HAPPENED_DE = (re.compile(r"\bpassiert\b", re.IGNORECASE), re.compile(r"\b(?:ist|sind)\b", re.IGNORECASE))
+# English past forms a question about what someone said or did uses ("what the doctor said on
+# Monday"); "read" and "left" are left out ("what's left on Friday" is a day to come).
+_DONE_EN = re.compile(
+    r"\b(?:said|told|sent|asked|called|saw|went|got|made|bought|paid|spent|heard|found|lost|forgot"
+    r"|mentioned|agreed|promised|suggested|recommended|learned|learnt|ate|gave|took)\b",
+    re.IGNORECASE,
+)
+_NOW_EN = re.compile(r"\b(?:is|are)\b|'s\b|'re\b", re.IGNORECASE)
+# German perfect with "haben": a form of it anywhere in the clause and a past participle as its
+# last word, where German puts it ("Was hat der Arzt am Montag gesagt?", "Wen habe ich am Montag
+# angerufen?"); lower case only, so a noun that looks like one ("Gebühren") is none. With "sein",
+# only verbs of moving or staying ("ist ... geplant" is the plan to come).
+_HAVE_DE = re.compile(r"\b(?:hab(?:e|en|t)?|hat|hast)\b", re.IGNORECASE)
+_PARTICIPLE_DE = re.compile(
+    r"(?:(?:an|auf|aus|ein|mit|vor|zu|nach|ab|weg|zurück|los|fest|her|hin|um)?ge[a-zäöüß]{3,}(?:t|en)"
+    r"|(?:be|er|ver|zer|ent|emp|miss)[a-zäöüß]{3,}t)"
+)
+_BEEN_DE = re.compile(
+    r"\b(?:bin|bist|ist|sind|seid)\b.*\b(?:gewesen|gegangen|gefahren|gekommen|geflogen|gelaufen"
+    r"|geblieben|angekommen|abgereist|umgezogen|aufgestanden|eingeschlafen|gestorben)\b",
+    re.IGNORECASE,
+)
 # A future or a duty anywhere: "was wird am Donnerstag besprochen?", "what was due on Friday?".
 _TO_COME = re.compile(
     r"\b(?:will|shall|gonna|going\s+to|needs?|due|wird|werden|werde|wirst|muss|müssen|soll|sollen|fällig)\b",
@@ -416,6 +438,18 @@ _TO_COME = re.compile(
 # A thing the weekday belongs to, after a preposition: "for the party on Saturday", "für die Party
 # am Samstag", "about the film Never on Sunday" (the buying or writing came before that day).
 _OF_A_THING = re.compile(r"\b(?:for|für|fürs|about|über|zum|zur|to)\s+(?:[\w-]+\s+){1,3}$", re.IGNORECASE)
+
+
+def _past_form(clause: str) -> bool:
+    """Whether ``clause`` says something happened: a past form (see _DONE), "passiert" beside
+    "ist", an English past not followed by a present (reported speech), German perfect."""
+    if _DONE.search(clause) or _BEEN_DE.search(clause) or all(p.search(clause) for p in _HAPPENED_DE):
+        return True
+    said = _DONE_EN.search(clause)
+    if said and not _NOW_EN.search(clause, said.end()):  # "said the call is on Thursday": reported
+        return True
+    words = WORD.findall(clause)
+    return bool(words) and bool(_HAVE_DE.search(clause)) and bool(_PARTICIPLE_DE.fullmatch(words[-1]))
 
 
 def _clause_says_done(m: re.Match[str]) -> bool:
@@ -434,7 +468,7 @@ def _clause_says_done(m: re.Match[str]) -> bool:
     clause = text[begin : after.start() if after else len(text)]
     if _OF_A_THING.search(text[max(begin, m.start() - 60) : m.start()]):
         return False
-    return _DONE.search(clause) is not None or all(p.search(clause) for p in _HAPPENED_DE)
+    return _past_form(clause)
 
 
 # Phrases that name a period (pattern, window from today and the match). "since"/"seit"/"seit
