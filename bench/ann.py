@@ -29,7 +29,8 @@ from common import emit
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sidecar.runtime import heap
-from sidecar.stores.vectors import ANN_KINDS, VectorStore
+from sidecar.stores.vector_index import ANN_KINDS
+from sidecar.stores.vectors import VectorStore
 
 LIMIT = 60
 

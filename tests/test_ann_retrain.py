@@ -648,7 +648,7 @@ def test_a_retrain_failed_for_a_passing_cause_is_tried_again_after_a_restart(
         assert store is not None and store.ensure_ann()
         _grow(store, 300, "more")
         _failing_child(monkeypatch, code)
-        monkeypatch.setattr("sidecar.stores.vectors.BUILD_TIMEOUT_S", 1.0)
+        monkeypatch.setattr("sidecar.stores.vector_index.BUILD_TIMEOUT_S", 1.0)
         with pytest.raises(StoreError):
             store.ensure_ann(retrain=True)
         assert store.retrain_failed_rows == 600 and store.ann_due() is None
@@ -770,7 +770,7 @@ def test_a_clear_kills_a_build_that_ignores_the_end(tmp_path: Path, monkeypatch:
         return [sys.executable, "-c", code, *real(self)[3:]]
 
     monkeypatch.setattr(VectorStore, "_build_command", stubborn)
-    monkeypatch.setattr("sidecar.stores.vectors.END_BUILD_WAIT_S", 1.0)
+    monkeypatch.setattr("sidecar.stores.vector_index.END_BUILD_WAIT_S", 1.0)
     store = _fresh_store(tmp_path)
     builder = _first_index_in_thread(store)
     deadline = time.monotonic() + 60
@@ -793,7 +793,7 @@ def test_an_index_a_late_build_commits_after_a_clear_is_dropped(
     """A build whose thread outlived the clear's wait (logged) and whose child then commits an
     index: the index goes when the build ends, and the refilled table gets its first index at the
     threshold, recorded as trained on its own rows."""
-    monkeypatch.setattr("sidecar.stores.vectors.END_BUILD_WAIT_S", 0.5)
+    monkeypatch.setattr("sidecar.stores.vector_index.END_BUILD_WAIT_S", 0.5)
     cleared = threading.Event()
     real = VectorStore.build_index
 

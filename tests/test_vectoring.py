@@ -390,14 +390,14 @@ def test_a_failed_index_build_is_reported_and_search_goes_on(
     """A child that fails (here: an interpreter that cannot start) raises StoreError with the
     reason; the table stays unindexed and exact search keeps answering."""
     from sidecar.contracts.errors import StoreError
-    from sidecar.stores import vectors as vectors_mod
+    from sidecar.stores import vector_index
 
     h = harness_over_ann_threshold(make_cfg, tmp_path)
     try:
         h.sweep()
         store = h.stores.vectors
         assert store is not None
-        monkeypatch.setattr(vectors_mod.sys, "executable", str(tmp_path / "no-python"))
+        monkeypatch.setattr(vector_index.sys, "executable", str(tmp_path / "no-python"))
         with pytest.raises(StoreError, match="vector index build"):
             store.ensure_ann()
         assert not store.indexed and not store._building

@@ -23,7 +23,7 @@ def main(argv: list[str]) -> int:
         return 2
     import lancedb
 
-    from sidecar.stores.vectors import ANN_KINDS
+    from sidecar.stores.vector_index import ANN_KINDS
 
     # An orphaned build would commit an index the next daemon is building too (LanceDB then
     # refuses one as a commit conflict).
