@@ -11,6 +11,7 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,20 @@ def _counting_builds(store: VectorStore) -> list[int]:
 
     store.build_index = build  # type: ignore[method-assign]
     return seen
+
+
+@contextlib.contextmanager
+def _indexed_then_doubled(make_cfg: Any, tmp_path: Path) -> Iterator[VectorStore]:
+    """The harness's table indexed at 300 rows, then grown to 600 (a retrain is due)."""
+    h = harness_over_ann_threshold(make_cfg, tmp_path)
+    try:
+        h.sweep()
+        store = h.stores.vectors
+        assert store is not None and store.ensure_ann()
+        _grow(store, 300, "more")
+        yield store
+    finally:
+        h.close()
 
 
 def _reopen(store: VectorStore) -> VectorStore:
@@ -600,12 +615,7 @@ def test_a_failed_retrain_is_not_tried_again_at_every_restart(
     """A retrain that fails for a cause that stays (the library's error) is recorded with the
     rows it failed at and when: the next start does not try it again at once, a later doubling
     does, and a retrain that then succeeds clears the failure."""
-    h = harness_over_ann_threshold(make_cfg, tmp_path)
-    try:
-        h.sweep()
-        store = h.stores.vectors
-        assert store is not None and store.ensure_ann()
-        _grow(store, 300, "more")
+    with _indexed_then_doubled(make_cfg, tmp_path) as store:
         real = VectorStore._build_command
         _failing_child(monkeypatch, _LANCE_FAILED)
         before = time.time()
@@ -623,8 +633,6 @@ def test_a_failed_retrain_is_not_tried_again_at_every_restart(
         assert third.ann_due() == "grown" and third.ensure_ann(retrain=True)
         assert _record(third) == {"kind": "IvfPq", "rows": 1200}
         assert _reopen(third).retrain_failed_rows is None
-    finally:
-        h.close()
 
 
 @pytest.mark.parametrize(
@@ -641,12 +649,7 @@ def test_a_retrain_failed_for_a_passing_cause_is_tried_again_after_a_restart(
 ) -> None:
     """A retrain whose child was killed, ran out of time or found the disk full waits for the
     next doubling in this run, but is not recorded as failed: the next start tries again."""
-    h = harness_over_ann_threshold(make_cfg, tmp_path)
-    try:
-        h.sweep()
-        store = h.stores.vectors
-        assert store is not None and store.ensure_ann()
-        _grow(store, 300, "more")
+    with _indexed_then_doubled(make_cfg, tmp_path) as store:
         _failing_child(monkeypatch, code)
         monkeypatch.setattr("sidecar.stores.vector_index.BUILD_TIMEOUT_S", 1.0)
         with pytest.raises(StoreError):
@@ -654,8 +657,6 @@ def test_a_retrain_failed_for_a_passing_cause_is_tried_again_after_a_restart(
         assert store.retrain_failed_rows == 600 and store.ann_due() is None
         assert _record(store) == {"kind": "IvfPq", "rows": 300}
         assert _reopen(store).ann_due() == "grown"
-    finally:
-        h.close()
 
 
 def test_a_recorded_retrain_failure_expires(
@@ -663,12 +664,7 @@ def test_a_recorded_retrain_failure_expires(
 ) -> None:
     """A retrain failure is kept a week (in the record and in a running daemon): then the retrain
     is tried again without the table doubling first."""
-    h = harness_over_ann_threshold(make_cfg, tmp_path)
-    try:
-        h.sweep()
-        store = h.stores.vectors
-        assert store is not None and store.ensure_ann()
-        _grow(store, 300, "more")
+    with _indexed_then_doubled(make_cfg, tmp_path) as store:
         _failing_child(monkeypatch, _LANCE_FAILED)
         with pytest.raises(StoreError):
             store.ensure_ann(retrain=True)
@@ -677,8 +673,6 @@ def test_a_recorded_retrain_failure_expires(
         monkeypatch.setattr("sidecar.stores.vectors.time.time", lambda: week_later)
         assert store.ann_due() == "grown", "the running daemon kept the failure past a week"
         assert _reopen(store).ann_due() == "grown", "a start kept the recorded failure past a week"
-    finally:
-        h.close()
 
 
 def test_a_switch_cut_short_by_the_stop_waits_for_the_retrain(
@@ -824,12 +818,7 @@ def test_a_retrain_that_finished_as_the_stop_came_is_recorded(
 ) -> None:
     """A retrain whose child committed its index just before the daemon's stop is recorded as
     trained: the next start does not train again at once."""
-    h = harness_over_ann_threshold(make_cfg, tmp_path)
-    try:
-        h.sweep()
-        store = h.stores.vectors
-        assert store is not None and store.ensure_ann()
-        _grow(store, 300, "more")
+    with _indexed_then_doubled(make_cfg, tmp_path) as store:
         real = VectorStore.build_index
 
         def then_stop(self: VectorStore) -> None:
@@ -840,8 +829,6 @@ def test_a_retrain_that_finished_as_the_stop_came_is_recorded(
         assert store.ensure_ann(retrain=True)
         assert store.trained_rows == 600 and _record(store) == {"kind": "IvfPq", "rows": 600}
         assert _reopen(store).ann_due() is None
-    finally:
-        h.close()
 
 
 def test_a_clear_whose_index_drop_fails_forgets_the_index_record(tmp_path: Path) -> None:
