@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 from pathlib import Path
@@ -321,17 +322,18 @@ def test_link_lift_raises_a_note_the_top_notes_link_to(linked: Any) -> None:
     assert sync.score == pytest.approx(before.score * sync.boosts["linked"], rel=1e-4)
 
 
+def _shown(text: str, anchor: str) -> list[str] | None:
+    """The lines ``anchor`` opens in ``text`` (None: it names nothing there)."""
+    found = anchor_lines(text, anchor)
+    return text.split("\n")[found[0] - 1 : found[1]] if found else None
+
+
 def test_anchor_lines_find_sections_and_blocks_as_obsidian_opens_them() -> None:
     text = (
         "---\ntitle: '# not a heading'\n---\n# Top\n\n## Set up: Linux\n\napt\n\n```\n## In code\n```\n\n"
         "## Next\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n^table-id\n\n1. first ^one\n"
     )
-    lines = text.split("\n")
-
-    def shown(anchor: str) -> list[str] | None:
-        found = anchor_lines(text, anchor)
-        return lines[found[0] - 1 : found[1]] if found else None
-
+    shown = functools.partial(_shown, text)
     assert shown("Set up Linux") == ["## Set up: Linux", "", "apt", "", "```", "## In code", "```"]
     assert shown("top › set up: linux") == shown("Set up Linux")  # nested, any case, ":" dropped
     assert shown("In code") is None and shown("not a heading") is None
@@ -351,12 +353,7 @@ def test_an_id_line_right_under_a_callout_or_a_list_names_that_block() -> None:
         "- item one\n- item two\n  more of two\n^listblock\n\nA paragraph\n^parablock\n\n"
         "Alone before.\n\n^alone\n"
     )
-    lines = text.split("\n")
-
-    def shown(anchor: str) -> list[str] | None:
-        found = anchor_lines(text, anchor)
-        return lines[found[0] - 1 : found[1]] if found else None
-
+    shown = functools.partial(_shown, text)
     assert shown("^tipblock") == ["> [!tip] Tip", "> The callout text."]
     assert shown("^listblock") == ["- item two", "  more of two"]
     assert shown("^parablock") == ["A paragraph"]
