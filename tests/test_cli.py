@@ -22,7 +22,8 @@ import pytest
 
 from sidecar.clients.cli import COMMANDS, command_for
 from sidecar.clients.cli_parser import build_parser
-from sidecar.clients.doctor import Probes, check_model, render, run_checks
+from sidecar.clients.doctor import check_model, render, run_checks
+from sidecar.clients.doctor_checks import Probes
 from sidecar.clients.foreground import Eta, Summary
 from sidecar.config import load_config
 from sidecar.contracts.errors import ExitCode

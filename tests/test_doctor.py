@@ -26,7 +26,10 @@ from typing import Any
 import pytest
 
 from sidecar.clients import doctor, snippets
-from sidecar.clients.doctor import Probes, check_daemon, check_home, check_service, run_checks
+from sidecar.clients.doctor import check_daemon, run_checks
+from sidecar.clients.doctor_checks import Probes, plural, readable_size
+from sidecar.clients.doctor_service import check_service
+from sidecar.clients.doctor_storage import check_home
 from sidecar.clients.service import service_file
 from sidecar.config import Config, load_config
 from tests.conftest import write
@@ -282,9 +285,9 @@ def test_the_codex_snippet_is_toml_for_any_path(tmp_path: Path, vault: Path) -> 
 
 def test_sizes_and_counts_read_right() -> None:
     """ "1 vault folders" and "the index uses 0 MB" (a few hundred kilobytes) read wrong."""
-    assert doctor._plural(1, "folder") == "1 folder" and doctor._plural(2, "folder") == "2 folders"
-    assert doctor._size(235_000) == "235 KB" and doctor._size(12) == "1 KB"
-    assert doctor._size(5_300_000) == "5 MB" and doctor._size(66_000_000_000) == "66.0 GB"
+    assert plural(1, "folder") == "1 folder" and plural(2, "folder") == "2 folders"
+    assert readable_size(235_000) == "235 KB" and readable_size(12) == "1 KB"
+    assert readable_size(5_300_000) == "5 MB" and readable_size(66_000_000_000) == "66.0 GB"
 
 
 def test_the_configuration_loads_with_a_home_that_hangs(

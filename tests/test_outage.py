@@ -19,7 +19,8 @@ import pytest
 from sidecar.clients import cli_parser
 from sidecar.clients.cli import main
 from sidecar.clients.cli_render import render_status
-from sidecar.clients.doctor import Probes, render, run_checks
+from sidecar.clients.doctor import render, run_checks
+from sidecar.clients.doctor_checks import Probes
 from sidecar.contracts.errors import ExitCode
 from tests.conftest import KEYWORD_ONLY, write
 from tests.daemon_process import started_as_a_user_would

@@ -157,18 +157,19 @@ def test_an_installation_path_with_a_dollar_sign_runs(
     with pytest.raises(ConfigError, match="cannot name"):  # no escape of these works there
         systemd_unit(cfg, odd, None, sandbox=False)
     # doctor reports such an installation's service as a failed check (it ended with the error).
-    from sidecar.clients import doctor as doctor_mod
+    from sidecar.clients import doctor_checks, doctor_service
     from sidecar.clients import service as service_mod
 
     monkeypatch.setattr(service_mod, "launcher", lambda: odd)
-    check = doctor_mod.check_service(cfg, doctor_mod.Probes(home_dir=tmp_path))
+    check = doctor_service.check_service(cfg, doctor_checks.Probes(home_dir=tmp_path))
     assert not check.ok and "cannot name" in check.verdict
 
 
 def test_doctor_names_a_service_installed_with_another_home(tmp_path: Path, vault: Path) -> None:
     """A home changed in the configuration after the service was installed (the unit pins the
     home it was installed with): doctor says to install it again."""
-    from sidecar.clients.doctor import Probes, check_service
+    from sidecar.clients.doctor_checks import Probes
+    from sidecar.clients.doctor_service import check_service
 
     cfg = load_config(flags={"home": str(tmp_path / "old"), "vault.path": str(vault)}, env={})
     svc = service_file(cfg, tmp_path, platform="linux")
@@ -426,7 +427,8 @@ def test_install_carries_the_flags_and_variables_into_the_service(tmp_path: Path
     same home, socket and settings (it listened on the default socket and took none of the
     variables: the service and its clients never met); doctor names a unit whose socket differs
     from its own instead of calling it "ok"."""
-    from sidecar.clients.doctor import Probes, check_service
+    from sidecar.clients.doctor_checks import Probes
+    from sidecar.clients.doctor_service import check_service
     from sidecar.clients.service import installed_setup
 
     (tmp_path / "sockdir").mkdir(mode=0o700)

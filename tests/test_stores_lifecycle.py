@@ -705,7 +705,7 @@ def test_copies_of_damaged_stores_go_after_a_month(make_cfg: Any, vault: Path) -
     """A start removes the copies of damaged stores older than 30 days (a manifest's side files
     with it) and keeps younger ones; doctor counts what they hold and names them. Each damage or
     downgrade kept a full copy of the index for good."""
-    from sidecar.clients.doctor import check_disk
+    from sidecar.clients.doctor_storage import check_disk
     from sidecar.stores.lifecycle import move_aside_name
 
     cfg = make_cfg(vault)

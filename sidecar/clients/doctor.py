@@ -2,7 +2,8 @@
 and what to do. Reads only (the model is hash-checked, never loaded or converted; the index lock is
 probed, never kept). Every probe of the machine can be pointed elsewhere, which is how the tests
 build broken setups. Imports config, client, errors, mounts, lockholder, service, snippets and
-(for the model) model.
+(for the model) model. The checks of the home and its disk are in ``doctor_storage``, the
+service's in ``doctor_service``; ``doctor_checks`` holds what they share.
 
 Every check runs in a worker thread with a deadline: a home, vault or share that hangs (a hard NFS
 mount whose server is gone) gives a failed check "did not answer within N s" instead of a doctor
@@ -15,13 +16,10 @@ import contextlib
 import dataclasses
 import os
 import shlex
-import shutil
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -29,50 +27,23 @@ from typing import Any
 from sidecar import __version__
 from sidecar.clients.cli_render import HOME_TODO, daily_notes_line, problem_area
 from sidecar.clients.client import Client
+from sidecar.clients.doctor_checks import Check, Probes, plural
+from sidecar.clients.doctor_service import check_service
+from sidecar.clients.doctor_storage import check_disk, check_home, check_storage
 from sidecar.clients.lockholder import listening_on, lock_holder
 from sidecar.clients.plainerror import plain_error
 from sidecar.clients.service import (
     LABEL,
-    existing_text,
-    installed_setup,
-    launcher,
-    service_file,
 )
 from sidecar.clients.snippets import daemon_args, mcp_snippets
-from sidecar.config import Config, env_name
+from sidecar.config import Config
 from sidecar.contracts.errors import DaemonNotRunningError, EmbedderError, SidecarError
-from sidecar.stores.aside import KEEP_MOVED_ASIDE_DAYS, moved_aside
 from sidecar.stores.versions import BM25_LAYOUT, MANIFEST_SCHEMA, bm25_layout, manifest_schema, newer_store
 from sidecar.vault.dailynotes import DailyNoteFormats
-from sidecar.vault.mounts import is_network, mount_containing, read_mounts
 from sidecar.vault.timeout import folder_state, run_with_timeout
 
-_MIN_FREE_BYTES = 500 * 1024 * 1024
 _FOLDER_LIMIT = 200_000  # stop counting vault folders here: the verdict is clear by then
 _WALK_SECONDS = 60.0  # count vault folders at most this long (a slow share that still answers)
-_VOLATILE = frozenset({"tmpfs", "ramfs"})  # emptied at every reboot
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    verdict: str
-    todo: str = ""
-    warning: bool = False  # ok, but worth a look (shown "warn"; doctor still exits 0)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class Probes:
-    """Where the machine is read (tests point these at files of their own)."""
-
-    inotify_limit: Path = Path("/proc/sys/fs/inotify/max_user_watches")
-    mount_table: Path | None = None  # None: this machine's
-    systemctl: str = "systemctl"
-    home_dir: Path | None = None  # the user's home (service files); None: Path.home()
 
 
 def _count_folders(root: Path, stall: float, cap: float = _WALK_SECONDS) -> tuple[int, str | None]:
@@ -104,19 +75,6 @@ def _count_folders(root: Path, stall: float, cap: float = _WALK_SECONDS) -> tupl
             stop.set()
             return count[0] + 1, f"counting stopped after {cap:g} s"
     return count[0] + 1, None
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n:,} {word}{'' if n == 1 else 's'}"
-
-
-def _size(n: int) -> str:
-    """A byte count a person reads at a glance (never "0 MB" for a few kilobytes)."""
-    if n >= 1e9:
-        return f"{n / 1e9:,.1f} GB"
-    if n >= 1e6:
-        return f"{n / 1e6:,.0f} MB"
-    return f"{max(n / 1e3, 1):,.0f} KB"
 
 
 def check_vault(cfg: Config) -> tuple[Check, bool]:
@@ -217,7 +175,7 @@ def check_inotify(cfg: Config, probes: Probes, vault_network: bool, vault_there:
         return Check(
             "file events",
             False,
-            f"the vault {vault}: {cut} after {_plural(folders, 'folder')} (a hung share or disk?)",
+            f"the vault {vault}: {cut} after {plural(folders, 'folder')} (a hung share or disk?)",
             "check the disk or share the vault is on; the daemon reports such a folder and retries",
         )
     counted = f"at least {folders:,} ({cut})" if cut else f"{folders:,}"
@@ -401,7 +359,7 @@ def check_problems(health: dict[str, Any]) -> Check:
     if any(p["area"] == "home" for p in active):  # the command may be clipped off the message
         fix += f"; the home: {HOME_TODO}"
     return Check(
-        "daemon problems", False, f"the daemon reports {_plural(len(active), 'problem')}: {said}", fix
+        "daemon problems", False, f"the daemon reports {plural(len(active), 'problem')}: {said}", fix
     )
 
 
@@ -431,265 +389,6 @@ def check_roots(health: dict[str, Any]) -> Check:
         "if the notes were removed on purpose, confirm with the command named; else put them back",
         warning=True,
     )
-
-
-_REINSTALL = (
-    "run `sidecar service install` again with this command's --config/--home/--socket (or run this "
-    "command with the service's), then restart the service"
-)
-
-
-def _installed_differs(cfg: Config, svc_text: str, installed: str, path: Path) -> Check | None:
-    """A failed check when the installed service runs another installation, configuration file,
-    home or socket than this command looks at (its daemon and this command would never meet)."""
-    want, have = installed_setup(svc_text), installed_setup(installed)
-    run = launcher()
-    if have.argv[: len(run.argv)] != run.argv:
-        return Check(
-            "service",
-            False,
-            f"{path} starts another installation of sidecar ({shlex.join(have.argv[:1]) or 'nothing'}), "
-            f"not {shlex.join(run.argv)}",
-            "run `sidecar service install` again from this installation, then systemctl --user daemon-reload",
-        )
-    if have.argv != want.argv:
-        return Check(
-            "service",
-            False,
-            f"{path} runs `{shlex.join(have.argv[len(run.argv) :])}`, not "
-            f"`{shlex.join(want.argv[len(run.argv) :])}` (another configuration file)",
-            _REINSTALL,
-        )
-    for key, what in (("home", "home"), ("socket", "socket")):
-        name = env_name(key)
-        theirs, ours = have.env.get(name), want.env.get(name)
-        origin = cfg.origins.get(key, "default")
-        if theirs is None and not (origin == "flag" or origin.startswith("environment ")):
-            continue  # a unit of an older release, without the pin: its daemon derives it as we do
-        if theirs != ours:
-            # The unit pins the home and the socket it was installed with: a change since (in
-            # the file, a flag, XDG_RUNTIME_DIR) splits the daemon from its clients.
-            return Check(
-                "service",
-                False,
-                f"{path} runs the daemon with another {what} ({theirs or 'its default'}) than this "
-                f"command's {ours or 'default'}",
-                _REINSTALL,
-            )
-    return None
-
-
-def _extra_settings(svc_text: str, installed: str) -> list[str]:
-    """The other SIDECAR_* settings where the installed service and this command differ."""
-    want, have = installed_setup(svc_text).env, installed_setup(installed).env
-    compared = {env_name("home"), env_name("socket")}  # by _installed_differs
-    names = sorted(
-        n
-        for n in {*want, *have}
-        if n.startswith("SIDECAR_") and n not in compared and want.get(n) != have.get(n)
-    )
-    return [f"{n}={have[n]}" if n in have else f"without {n}" for n in names]
-
-
-def check_service(cfg: Config, probes: Probes) -> Check:
-    home_dir = probes.home_dir or Path.home()
-    try:
-        svc = service_file(cfg, home_dir)
-    except SidecarError as exc:  # no unit can name this installation: a verdict, not a crash
-        return Check("service", False, str(exc), "install sidecar under a plain path")
-    try:
-        installed = existing_text(svc)
-    except SidecarError as exc:  # a folder in its place, no permission (a `sudo` run's leftovers)
-        return Check("service", False, str(exc), "move it away, then sidecar service install")
-    if installed is None:
-        return Check("service", True, f"not installed ({svc.path}); optional: sidecar service install")
-    differs = _installed_differs(cfg, svc.text, installed, svc.path)
-    if differs is not None:
-        return differs
-    extra = _extra_settings(svc.text, installed)
-    state = _service_state(svc.path, svc.enable, probes)
-    if extra and state.ok:
-        return Check(
-            "service",
-            True,
-            f"{state.verdict}; its settings differ from this command's: {', '.join(extra)}",
-            state.todo or "to check the service's own setup, run doctor with the same settings",
-            warning=True,
-        )
-    return state
-
-
-def _service_state(path: Path, enable: str, probes: Probes) -> Check:
-    """What the service manager says about the installed service."""
-    if sys.platform == "darwin":
-        return Check("service", True, f"installed ({path})")
-    try:
-        out = subprocess.run(  # noqa: S603 - a fixed argument list, no shell
-            [probes.systemctl, "--user", "is-active", "sidecar"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return Check("service", True, f"installed ({path}); systemctl is not available to ask")
-    state = out.stdout.strip()
-    if not state:
-        # "Failed to connect to bus: …": no user service manager answers this shell; that is
-        # no state of the service (it runs only where a user manager does).
-        why = (out.stderr.strip().splitlines() or ["no answer"])[0]
-        return Check(
-            "service",
-            True,
-            f"installed ({path}), but the user service manager could not be asked: {why}",
-            "the service runs under a systemd user manager (a login session, or `loginctl "
-            "enable-linger` for one without); run doctor there, or run the daemon in the foreground",
-            warning=True,
-        )
-    if state == "active":
-        return Check("service", True, "installed and active")
-    if state == "failed":
-        return Check(
-            "service",
-            False,
-            "installed but failed",
-            "see why: journalctl --user -u sidecar -p warning -n 20; then systemctl --user restart sidecar",
-        )
-    return Check("service", True, f"installed, {state}; start it: {enable}")
-
-
-def _real(path: Path, timeout: float) -> str | None:
-    """The real path of ``path`` (of its nearest existing folder), or None when the file system
-    does not answer within ``timeout`` (realpath blocks on a hung share)."""
-    value, stuck = run_with_timeout(lambda: os.path.realpath(_existing(path)), timeout, "doctor-realpath")
-    return None if stuck is not None else value
-
-
-def _type_at(real: str | None, mounts: list[tuple[str, str]]) -> str | None:
-    found = mount_containing(real, mounts) if real else None
-    return found[1] if found else None
-
-
-def _existing(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
-def _unwritable(path: Path) -> str | None:
-    """Why the daemon could not write into the folder ``path``, or None."""
-    if os.access(path, os.W_OK | os.X_OK):
-        return None
-    with contextlib.suppress(OSError):
-        if os.statvfs(path).f_flag & os.ST_RDONLY:
-            return "read-only file system"
-    return "permission denied"
-
-
-def check_home(cfg: Config) -> Check:  # noqa: PLR0911 - one verdict per way a home is unusable
-    """The home is a folder the daemon can write, with its parts in their shapes (the daemon
-    exits 5 on each of these; doctor said "ok" to all of them)."""
-    home = cfg.home
-    fix = "fix it, or set --home / SIDECAR_HOME (home: in the configuration file) to a writable folder"
-    if not home.exists():
-        parent = _existing(home)
-        why = "not a folder" if not parent.is_dir() else _unwritable(parent)
-        if why:
-            return Check("home", False, f"the home {home} cannot be made in {parent}: {why}", fix)
-        return Check("home", True, f"{home} does not exist yet; the daemon makes it at its first start")
-    if not home.is_dir():
-        return Check("home", False, f"the home {home} is not a folder", fix)
-    why = _unwritable(home)
-    if why:
-        return Check("home", False, f"the home {home} cannot be written: {why}", fix)
-    for part in (cfg.agents_dir, cfg.index_dir, cfg.models_dir):
-        if part.exists() and not part.is_dir():
-            return Check("home", False, f"{part} is a file where a folder belongs", "move that file away")
-        if part.is_dir() and _unwritable(part):
-            return Check("home", False, f"{part} cannot be written: {_unwritable(part)}", fix)
-    lock = cfg.index_dir / ".lock"
-    if os.path.lexists(lock) and not lock.is_file():
-        return Check("home", False, f"the index lock {lock} is not a file", "remove it (no daemon runs here)")
-    return Check("home", True, f"{home} is a writable folder")
-
-
-def _storage(cfg: Config, probes: Probes, timeout: float) -> tuple[tuple[Check, bool], dict[str, str]]:
-    """The storage check, whether the vault is on a share, and the folders that did not answer."""
-    mounts = read_mounts(probes.mount_table)
-    hung: dict[str, str] = {}
-    late = f"did not answer within {timeout:g} s"
-    home_real = _real(cfg.home, timeout)
-    if home_real is None:
-        hung["home"] = late
-    vault_real = _real(cfg.vault.path, timeout) if cfg.vault.path else None
-    if cfg.vault.path and vault_real is None:
-        hung["vault"] = late
-    home_type, vault_type = _type_at(home_real, mounts), _type_at(vault_real, mounts)
-    vault_network = is_network(vault_type)
-    if "home" in hung:
-        check = Check(
-            "storage",
-            False,
-            f"the home {cfg.home} {late} (a hung share or disk?)",
-            "keep the home on a local disk (--home / SIDECAR_HOME)",
-        )
-        return (check, vault_network), hung
-    if is_network(home_type):
-        check = Check(
-            "storage",
-            False,
-            f"the home {cfg.home} is on a network filesystem ({home_type}): the index needs a local disk",
-            "set --home / SIDECAR_HOME (or home: in the config file) to a local folder",
-        )
-        return (check, vault_network), hung
-    where = (
-        f"the vault is on a network share ({vault_type}), polled every {cfg.watch.poll_seconds:g} s; "
-        if vault_network
-        else ""
-    )
-    if "vault" in hung:
-        where = f"the vault {cfg.vault.path} {late}; "
-    if home_type in _VOLATILE:
-        check = Check(
-            "storage",
-            True,
-            f"{where}the home {cfg.home} is in memory ({home_type}): the index and every agent's memory "
-            "inbox are lost at the next reboot",
-            "set --home / SIDECAR_HOME (or home: in the config file) to a folder on a disk",
-            warning=True,
-        )
-        return (check, vault_network), hung
-    check = Check(
-        "storage", True, f"{where}the home {cfg.home} is on a local disk ({home_type or 'unknown'})"
-    )
-    return (check, vault_network), hung
-
-
-def check_disk(cfg: Config) -> Check:
-    base = _existing(cfg.home)
-    free = shutil.disk_usage(base).free
-    used = (
-        sum(f.stat().st_size for f in cfg.index_dir.rglob("*") if f.is_file())
-        if cfg.index_dir.is_dir()
-        else 0
-    )
-    size = f"; the index uses {_size(used)}" if used else ""
-    aside = moved_aside(cfg.index_dir) if cfg.index_dir.is_dir() else []
-    if aside:
-        kept = sum(f.stat().st_size for c in aside for f in _files(c.path))
-        size += (
-            f" ({_size(kept)} of it in {len(aside)} cop{'y' if len(aside) == 1 else 'ies'} of damaged data "
-            f"moved aside, kept for inspection and removed {KEEP_MOVED_ASIDE_DAYS} days after the move: "
-            f"{', '.join(c.path.name for c in aside)}; delete them to free the space now)"
-        )
-    if free < max(_MIN_FREE_BYTES, used):
-        return Check(
-            "disk",
-            False,
-            f"{_size(free)} free at {base}{size}: too little to index and rebuild safely",
-            "free space on that disk, or move the home (--home) to a disk with room",
-        )
-    return Check("disk", True, f"{_size(free)} free at {base}{size}")
 
 
 REBUILD_TODO = (
@@ -751,13 +450,6 @@ def check_agents(cfg: Config) -> list[Check]:
     ]
 
 
-def _files(path: Path) -> list[Path]:
-    try:
-        return [path] if path.is_file() else [f for f in path.rglob("*") if f.is_file()]
-    except OSError:
-        return []
-
-
 # --- running the checks with deadlines -----------------------------------------------------------
 
 
@@ -793,7 +485,7 @@ class _Run:
 
     def storage(self) -> list[Check]:
         def run() -> list[Check]:
-            (check, self.vault_network), self.hung = _storage(self.cfg, self.probes, self.t)
+            (check, self.vault_network), self.hung = check_storage(self.cfg, self.probes, self.t)
             return [check]
 
         return _bounded(("storage",), run, 2 * self.t + 10, "the mount table")

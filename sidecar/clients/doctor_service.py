@@ -1,0 +1,139 @@
+"""``sidecar doctor``'s service check: the systemd unit or launchd agent is installed, runs this
+installation with this command's configuration, home and socket, and is enabled and running.
+Imports config, errors and service."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from sidecar.clients.doctor_checks import Check, Probes
+from sidecar.clients.service import existing_text, installed_setup, launcher, service_file
+from sidecar.config import Config, env_name
+from sidecar.contracts.errors import SidecarError
+
+_REINSTALL = (
+    "run `sidecar service install` again with this command's --config/--home/--socket (or run this "
+    "command with the service's), then restart the service"
+)
+
+
+def _installed_differs(cfg: Config, svc_text: str, installed: str, path: Path) -> Check | None:
+    """A failed check when the installed service runs another installation, configuration file,
+    home or socket than this command looks at (its daemon and this command would never meet)."""
+    want, have = installed_setup(svc_text), installed_setup(installed)
+    run = launcher()
+    if have.argv[: len(run.argv)] != run.argv:
+        return Check(
+            "service",
+            False,
+            f"{path} starts another installation of sidecar ({shlex.join(have.argv[:1]) or 'nothing'}), "
+            f"not {shlex.join(run.argv)}",
+            "run `sidecar service install` again from this installation, then systemctl --user daemon-reload",
+        )
+    if have.argv != want.argv:
+        return Check(
+            "service",
+            False,
+            f"{path} runs `{shlex.join(have.argv[len(run.argv) :])}`, not "
+            f"`{shlex.join(want.argv[len(run.argv) :])}` (another configuration file)",
+            _REINSTALL,
+        )
+    for key, what in (("home", "home"), ("socket", "socket")):
+        name = env_name(key)
+        theirs, ours = have.env.get(name), want.env.get(name)
+        origin = cfg.origins.get(key, "default")
+        if theirs is None and not (origin == "flag" or origin.startswith("environment ")):
+            continue  # a unit of an older release, without the pin: its daemon derives it as we do
+        if theirs != ours:
+            # The unit pins the home and the socket it was installed with: a change since (in
+            # the file, a flag, XDG_RUNTIME_DIR) splits the daemon from its clients.
+            return Check(
+                "service",
+                False,
+                f"{path} runs the daemon with another {what} ({theirs or 'its default'}) than this "
+                f"command's {ours or 'default'}",
+                _REINSTALL,
+            )
+    return None
+
+
+def _extra_settings(svc_text: str, installed: str) -> list[str]:
+    """The other SIDECAR_* settings where the installed service and this command differ."""
+    want, have = installed_setup(svc_text).env, installed_setup(installed).env
+    compared = {env_name("home"), env_name("socket")}  # by _installed_differs
+    names = sorted(
+        n
+        for n in {*want, *have}
+        if n.startswith("SIDECAR_") and n not in compared and want.get(n) != have.get(n)
+    )
+    return [f"{n}={have[n]}" if n in have else f"without {n}" for n in names]
+
+
+def check_service(cfg: Config, probes: Probes) -> Check:
+    home_dir = probes.home_dir or Path.home()
+    try:
+        svc = service_file(cfg, home_dir)
+    except SidecarError as exc:  # no unit can name this installation: a verdict, not a crash
+        return Check("service", False, str(exc), "install sidecar under a plain path")
+    try:
+        installed = existing_text(svc)
+    except SidecarError as exc:  # a folder in its place, no permission (a `sudo` run's leftovers)
+        return Check("service", False, str(exc), "move it away, then sidecar service install")
+    if installed is None:
+        return Check("service", True, f"not installed ({svc.path}); optional: sidecar service install")
+    differs = _installed_differs(cfg, svc.text, installed, svc.path)
+    if differs is not None:
+        return differs
+    extra = _extra_settings(svc.text, installed)
+    state = _service_state(svc.path, svc.enable, probes)
+    if extra and state.ok:
+        return Check(
+            "service",
+            True,
+            f"{state.verdict}; its settings differ from this command's: {', '.join(extra)}",
+            state.todo or "to check the service's own setup, run doctor with the same settings",
+            warning=True,
+        )
+    return state
+
+
+def _service_state(path: Path, enable: str, probes: Probes) -> Check:
+    """What the service manager says about the installed service."""
+    if sys.platform == "darwin":
+        return Check("service", True, f"installed ({path})")
+    try:
+        out = subprocess.run(  # noqa: S603 - a fixed argument list, no shell
+            [probes.systemctl, "--user", "is-active", "sidecar"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return Check("service", True, f"installed ({path}); systemctl is not available to ask")
+    state = out.stdout.strip()
+    if not state:
+        # "Failed to connect to bus: …": no user service manager answers this shell; that is
+        # no state of the service (it runs only where a user manager does).
+        why = (out.stderr.strip().splitlines() or ["no answer"])[0]
+        return Check(
+            "service",
+            True,
+            f"installed ({path}), but the user service manager could not be asked: {why}",
+            "the service runs under a systemd user manager (a login session, or `loginctl "
+            "enable-linger` for one without); run doctor there, or run the daemon in the foreground",
+            warning=True,
+        )
+    if state == "active":
+        return Check("service", True, "installed and active")
+    if state == "failed":
+        return Check(
+            "service",
+            False,
+            "installed but failed",
+            "see why: journalctl --user -u sidecar -p warning -n 20; then systemctl --user restart sidecar",
+        )
+    return Check("service", True, f"installed, {state}; start it: {enable}")

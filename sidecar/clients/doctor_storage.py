@@ -1,0 +1,161 @@
+"""``sidecar doctor``'s checks of where the index lives: the home is a writable folder in its
+shape, on a disk that keeps it (not a share, not a tmpfs) with room to index and rebuild. Imports
+config, mounts, timeout and (for damaged copies moved aside) stores.aside."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+
+from sidecar.clients.doctor_checks import Check, Probes, readable_size
+from sidecar.config import Config
+from sidecar.stores.aside import KEEP_MOVED_ASIDE_DAYS, moved_aside
+from sidecar.vault.mounts import is_network, mount_containing, read_mounts
+from sidecar.vault.timeout import run_with_timeout
+
+_MIN_FREE_BYTES = 500 * 1024 * 1024
+_VOLATILE = frozenset({"tmpfs", "ramfs"})  # emptied at every reboot
+
+
+def _real(path: Path, timeout: float) -> str | None:
+    """The real path of ``path`` (of its nearest existing folder), or None when the file system
+    does not answer within ``timeout`` (realpath blocks on a hung share)."""
+    value, stuck = run_with_timeout(lambda: os.path.realpath(_existing(path)), timeout, "doctor-realpath")
+    return None if stuck is not None else value
+
+
+def _type_at(real: str | None, mounts: list[tuple[str, str]]) -> str | None:
+    found = mount_containing(real, mounts) if real else None
+    return found[1] if found else None
+
+
+def _existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why the daemon could not write into the folder ``path``, or None."""
+    if os.access(path, os.W_OK | os.X_OK):
+        return None
+    with contextlib.suppress(OSError):
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return "read-only file system"
+    return "permission denied"
+
+
+def check_home(cfg: Config) -> Check:  # noqa: PLR0911 - one verdict per way a home is unusable
+    """The home is a folder the daemon can write, with its parts in their shapes (the daemon
+    exits 5 on each of these; doctor said "ok" to all of them)."""
+    home = cfg.home
+    fix = "fix it, or set --home / SIDECAR_HOME (home: in the configuration file) to a writable folder"
+    if not home.exists():
+        parent = _existing(home)
+        why = "not a folder" if not parent.is_dir() else _unwritable(parent)
+        if why:
+            return Check("home", False, f"the home {home} cannot be made in {parent}: {why}", fix)
+        return Check("home", True, f"{home} does not exist yet; the daemon makes it at its first start")
+    if not home.is_dir():
+        return Check("home", False, f"the home {home} is not a folder", fix)
+    why = _unwritable(home)
+    if why:
+        return Check("home", False, f"the home {home} cannot be written: {why}", fix)
+    for part in (cfg.agents_dir, cfg.index_dir, cfg.models_dir):
+        if part.exists() and not part.is_dir():
+            return Check("home", False, f"{part} is a file where a folder belongs", "move that file away")
+        if part.is_dir() and _unwritable(part):
+            return Check("home", False, f"{part} cannot be written: {_unwritable(part)}", fix)
+    lock = cfg.index_dir / ".lock"
+    if os.path.lexists(lock) and not lock.is_file():
+        return Check("home", False, f"the index lock {lock} is not a file", "remove it (no daemon runs here)")
+    return Check("home", True, f"{home} is a writable folder")
+
+
+def check_storage(cfg: Config, probes: Probes, timeout: float) -> tuple[tuple[Check, bool], dict[str, str]]:
+    """The storage check, whether the vault is on a share, and the folders that did not answer."""
+    mounts = read_mounts(probes.mount_table)
+    hung: dict[str, str] = {}
+    late = f"did not answer within {timeout:g} s"
+    home_real = _real(cfg.home, timeout)
+    if home_real is None:
+        hung["home"] = late
+    vault_real = _real(cfg.vault.path, timeout) if cfg.vault.path else None
+    if cfg.vault.path and vault_real is None:
+        hung["vault"] = late
+    home_type, vault_type = _type_at(home_real, mounts), _type_at(vault_real, mounts)
+    vault_network = is_network(vault_type)
+    if "home" in hung:
+        check = Check(
+            "storage",
+            False,
+            f"the home {cfg.home} {late} (a hung share or disk?)",
+            "keep the home on a local disk (--home / SIDECAR_HOME)",
+        )
+        return (check, vault_network), hung
+    if is_network(home_type):
+        check = Check(
+            "storage",
+            False,
+            f"the home {cfg.home} is on a network filesystem ({home_type}): the index needs a local disk",
+            "set --home / SIDECAR_HOME (or home: in the config file) to a local folder",
+        )
+        return (check, vault_network), hung
+    where = (
+        f"the vault is on a network share ({vault_type}), polled every {cfg.watch.poll_seconds:g} s; "
+        if vault_network
+        else ""
+    )
+    if "vault" in hung:
+        where = f"the vault {cfg.vault.path} {late}; "
+    if home_type in _VOLATILE:
+        check = Check(
+            "storage",
+            True,
+            f"{where}the home {cfg.home} is in memory ({home_type}): the index and every agent's memory "
+            "inbox are lost at the next reboot",
+            "set --home / SIDECAR_HOME (or home: in the config file) to a folder on a disk",
+            warning=True,
+        )
+        return (check, vault_network), hung
+    check = Check(
+        "storage", True, f"{where}the home {cfg.home} is on a local disk ({home_type or 'unknown'})"
+    )
+    return (check, vault_network), hung
+
+
+def check_disk(cfg: Config) -> Check:
+    base = _existing(cfg.home)
+    free = shutil.disk_usage(base).free
+    used = (
+        sum(f.stat().st_size for f in cfg.index_dir.rglob("*") if f.is_file())
+        if cfg.index_dir.is_dir()
+        else 0
+    )
+    size = f"; the index uses {readable_size(used)}" if used else ""
+    aside = moved_aside(cfg.index_dir) if cfg.index_dir.is_dir() else []
+    if aside:
+        kept = sum(f.stat().st_size for c in aside for f in _files(c.path))
+        size += (
+            f" ({readable_size(kept)} of it in {len(aside)} cop{'y' if len(aside) == 1 else 'ies'} of "
+            f"damaged data moved aside, kept for inspection and removed {KEEP_MOVED_ASIDE_DAYS} days after "
+            "the move: "
+            f"{', '.join(c.path.name for c in aside)}; delete them to free the space now)"
+        )
+    if free < max(_MIN_FREE_BYTES, used):
+        return Check(
+            "disk",
+            False,
+            f"{readable_size(free)} free at {base}{size}: too little to index and rebuild safely",
+            "free space on that disk, or move the home (--home) to a disk with room",
+        )
+    return Check("disk", True, f"{readable_size(free)} free at {base}{size}")
+
+
+def _files(path: Path) -> list[Path]:
+    try:
+        return [path] if path.is_file() else [f for f in path.rglob("*") if f.is_file()]
+    except OSError:
+        return []
