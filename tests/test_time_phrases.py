@@ -829,8 +829,8 @@ def test_weekday_heavy_text_is_read_in_one_pass(monkeypatch: pytest.MonkeyPatch)
     """Each "am Montag" without a tense rescanned the whole text (4,000 characters took 60 ms, 50 kB
     6 s): the weekday rule looks at a text once, whatever its number of weekdays."""
     calls = []
-    alone = days._alone
-    monkeypatch.setattr(days, "_alone", lambda m: calls.append(m) or alone(m))
+    alone = days.phrase_alone
+    monkeypatch.setattr(days, "phrase_alone", lambda m: calls.append(m) or alone(m))
     for text in ("Meeting am Montag. " * 200, "Meeting on Friday, " * 200 + "what did I do on Monday?"):
         assert days.time_window(text, TODAY)[1] is None
         assert len(calls) <= 1
