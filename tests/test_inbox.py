@@ -800,6 +800,29 @@ def test_an_agent_with_nothing_left_is_retired_once_its_trash_ages_out(make_cfg:
     assert _audit_ops(retired) == ["write", "delete", "write", "delete"]
 
 
+def test_a_retired_history_goes_after_memory_retired_audit_days(make_cfg: Any, vault: Path) -> None:
+    """Agents named per session each left an audit history in agents/.retired for good: one is
+    removed memory.retiredAuditDays after its last retirement (0: kept for ever); a young one, a
+    file not named for an agent and a folder stay."""
+    inboxes = Inboxes(make_cfg(vault, **{"memory.trashDays": 30, "memory.retiredAuditDays": 365}))
+    agents = inboxes.cfg.agents_dir
+    for agent in ("old", "young"):
+        inboxes.write(agent, "n", "x", None, must_exist=False)
+        inboxes.delete(agent, "n")
+    inboxes.prune_trash(now=time.time() + 31 * _DAY)
+    retired = agents / ".retired"
+    assert sorted(p.name for p in retired.iterdir()) == ["old.audit.log", "young.audit.log"]
+    year_ago = time.time() - 366 * _DAY
+    os.utime(retired / "old.audit.log", (year_ago, year_ago))
+    (retired / "notes.txt").write_text("mine")
+    os.utime(retired / "notes.txt", (year_ago, year_ago))
+    (retired / "gone.audit.log").mkdir()
+    Inboxes(make_cfg(vault, **{"memory.retiredAuditDays": 0})).prune_trash()
+    assert (retired / "old.audit.log").exists()  # 0: kept for ever
+    inboxes.prune_trash()
+    assert sorted(p.name for p in retired.iterdir()) == ["gone.audit.log", "notes.txt", "young.audit.log"]
+
+
 def test_the_rotated_audit_log_is_kept_too_and_a_cut_line_stays_apart(make_cfg: Any, vault: Path) -> None:
     """Both generations of the audit log are appended, oldest first; a retired history whose
     last line a crash cut keeps that line apart from the next."""

@@ -58,6 +58,12 @@ class MemoryConfig:
         "next search rebuilds the index from the notes' index (0: kept for ever).",
         min=0,
     )
+    retired_audit_days: int = _opt(
+        365,
+        "The audit history of a retired agent (agents/.retired/<agent>.audit.log) is removed this "
+        "many days after its last retirement, at start and once a day (0: kept for ever).",
+        min=0,
+    )
     write: MemoryWriteConfig = field(default_factory=MemoryWriteConfig)
 
 

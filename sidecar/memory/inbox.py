@@ -635,6 +635,36 @@ class Inboxes:
                 del self._trashes[agent]
         if retired:
             log.info("agents_retired count=%d audit_logs=%s", retired, self.cfg.agents_dir / RETIRED_DIR)
+        self._prune_retired(now)
+        return removed
+
+    def _prune_retired(self, now: float) -> int:
+        """Remove the audit histories of retired agents whose last retirement is older than
+        ``memory.retiredAuditDays`` (agents named per session left one file each, for good). Only
+        regular files named for an agent; anything else in the folder is left alone."""
+        days = self.cfg.memory.retired_audit_days
+        if days <= 0 or self.home.problem() is not None:
+            return 0
+        agents, removed = self.cfg.agents_dir, 0
+        what = "the retired agents' folder"
+        try:
+            with private_dirs(agents.parent, [agents.name, RETIRED_DIR], create=False, what=what) as fds:
+                retired_fd = fds[1]
+                for name in os.listdir(retired_fd):
+                    agent = name.removesuffix(".audit.log")
+                    if agent == name or not valid_agent(agent):
+                        continue
+                    with contextlib.suppress(FileNotFoundError):
+                        st = os.stat(name, dir_fd=retired_fd, follow_symlinks=False)
+                        if stat.S_ISREG(st.st_mode) and st.st_mtime < now - days * 86_400:
+                            os.unlink(name, dir_fd=retired_fd)
+                            removed += 1
+        except FileNotFoundError:
+            return removed  # nothing retired yet
+        except (OSError, SourceError) as exc:
+            log.warning("retired_audit_prune_failed error=%s", exc)
+        if removed:
+            log.info("retired_audit_pruned removed=%d older_than_days=%d", removed, days)
         return removed
 
     def _prune_one(self, agent: str, cutoff: str, caps: tuple[int, int]) -> tuple[int, int]:
