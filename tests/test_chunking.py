@@ -166,6 +166,16 @@ def test_a_key_given_twice_is_front_matter_that_does_not_read() -> None:
     assert merged.front_matter_error is None and merged.front_matter["meta"] == {"kind": "final"}
 
 
+def test_property_keys_in_any_case_and_alias_strings_split_by_commas() -> None:
+    """``Tags:``/``ALIASES:``/``Title:`` count as Obsidian reads them; an exactly written key wins;
+    an alias string is split at commas only (it was split at every space: "My Alias" made two)."""
+    text = "---\nTitle: Log\nTAGS: [a, b]\nAliases: My Alias, Other One\n---\nBody.\n"
+    note = chunk_note(text, title="t", count_tokens=words)
+    assert (note.title, note.tags, note.aliases) == ("Log", ("a", "b"), ("My Alias", "Other One"))
+    both = chunk_note("---\nTags: [upper]\ntags: [lower]\n---\nBody.\n", title="t", count_tokens=words)
+    assert both.tags == ("lower",)
+
+
 def test_yaml_alias_bomb_is_contained() -> None:
     """A billion-laughs front matter is refused by the node budget, not expanded."""
     bomb = (

@@ -685,6 +685,30 @@ def test_file_names_properties_and_dated_links_as_obsidian_shows_them(
     assert [h["reference"] for h in dated] == ["vault/Meetings/Kickoff"]
 
 
+def test_tags_and_aliases_keys_in_any_case_are_read_as_obsidian_reads_them(in_process: Any) -> None:
+    """Imports write "Tags:", "TAGS:", "Aliases:" (Obsidian reads the keys in any case): they were
+    ignored, so the tag filter and alias links missed those notes. An alias string names are
+    separated by commas only ("Grosse Halle, Saal" is two names; a space splits none)."""
+    vault = in_process.cfg.vault.path
+    (vault / "Gross.md").write_text("---\nTAGS: grossschrift\nAliases: [GrossAlias]\n---\nText zwei\n")
+    (vault / "Halle.md").write_text(
+        "---\nTags: ['#hashfm', Gross/Klein]\nALIAS: Grosse Halle, Saal\n---\nText\n"
+    )
+    in_process.call("index")
+
+    def tagged(tag: str) -> list[str]:
+        return [
+            h["reference"]
+            for h in in_process.call("search", {"query": "Text", "tag": tag, "minScore": 0})["hits"]
+        ]
+
+    assert tagged("grossschrift") == ["vault/Gross"]
+    assert tagged("hashfm") == tagged("gross") == ["vault/Halle"]
+    assert in_process.call("get", {"reference": "GrossAlias"})["reference"] == "vault/Gross"
+    for name in ("Grosse Halle", "Saal"):
+        assert in_process.call("get", {"reference": name})["reference"] == "vault/Halle", name
+
+
 def test_status_names_notes_whose_front_matter_does_not_read(in_process: Any) -> None:
     """A note whose front matter is not valid YAML is indexed by its text alone (no title, tags,
     aliases, dates): status says which, and why (it said nothing, and `get "Alias"` just failed).

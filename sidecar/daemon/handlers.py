@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import os
 import threading
 import time
@@ -58,6 +57,7 @@ from sidecar.index.vectoring import Vectoring
 from sidecar.memory.ops import MemoryOps
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
 from sidecar.notes.chunking import line_count, line_range, lines_within
+from sidecar.notes.frontmatter import description_of
 from sidecar.notes.links import LinkGraph, unresolved_paths
 from sidecar.notes.linktext import pasted_link
 from sidecar.notes.markdown import anchor_lines
@@ -757,7 +757,7 @@ class Handlers:
                 if "/" in path:
                     tops.add(path.split("/", 1)[0])
                 continue
-            description = _fm_description(fm)
+            description = description_of(fm)
             if not description:
                 # Else the first prose of the page: headings only repeat the title.
                 description = lead_line(line for c in manifest.chunks_of(key) for line in c.text.splitlines())
@@ -805,15 +805,6 @@ class Handlers:
         if ticket is not None:  # done once health's index.asked_done reaches it
             out["ticket"] = ticket
         return out
-
-
-def _fm_description(fm_json: str) -> str:
-    try:
-        fm = json.loads(fm_json)
-    except ValueError:
-        return ""
-    value = (fm.get("description") or fm.get("summary")) if isinstance(fm, dict) else None
-    return value if isinstance(value, str) else ""
 
 
 def _day(p: dict[str, Any], name: str, today: dt.date, *, end: bool = False) -> str | None:

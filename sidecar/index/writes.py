@@ -24,7 +24,8 @@ from sidecar.contracts.wire import memory_agent
 from sidecar.index.records import Prepared, file_record, records
 from sidecar.index.repair import inboxes_before_write
 from sidecar.index.vectoring import Stores, Vectoring
-from sidecar.notes.links import aliases_of, drop_links, names_of, replace_links, reresolve, set_excluded
+from sidecar.notes.frontmatter import aliases_of
+from sidecar.notes.links import drop_links, names_of, replace_links, reresolve, set_excluded
 from sidecar.notes.linktext import Link
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.group import GroupCommit
@@ -110,7 +111,7 @@ class Writer:
                 for (record, chunks), p in zip(built, prepared, strict=True):
                     stores.manifest.commit_file(record, chunks, db)
                     replace_links(db, record.key, p.links)
-                    names |= names_of(record.key, aliases_of(p.parsed.front_matter) if p.parsed else ())
+                    names |= names_of(record.key, p.parsed.aliases if p.parsed else ())
                 # A new or changed note may be what an ambiguous or dangling name now means.
                 if not self.defer_links:
                     reresolve(db, self.wiki_subfolder, names=names, keys=[r.key for r, _ in built])

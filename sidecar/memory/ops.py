@@ -41,6 +41,7 @@ from sidecar.memory.counting import BoundedCounts
 from sidecar.memory.inbox import Inboxes, check_agent, check_slug
 from sidecar.model.embedder import EmbedderSlot, cosine_range
 from sidecar.notes.chunking import chunk_note
+from sidecar.notes.frontmatter import description_of
 from sidecar.notes.redact import masked_line
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.stores.manifest import embed_hash
@@ -408,7 +409,7 @@ class MemoryOps:
                     "reference": reference,
                     "source": src,
                     "title": show(title),
-                    "description": show(_description(fm_json))[:300],
+                    "description": show(description_of(fm_json))[:300],
                     "tags": tags,
                     "modified": _local(mtime_ns),
                     "chunks": chunks,
@@ -599,16 +600,6 @@ def _unindexed_note(reference: str, source: str, mtime_ns: int, why: str) -> dic
         "indexed": False,
         "why": why,
     }
-
-
-def _description(fm_json: str) -> str:
-    """Front matter ``description`` (or ``summary``), on one line."""
-    try:
-        fm = json.loads(fm_json)
-    except ValueError:
-        return ""
-    value = (fm.get("description") or fm.get("summary")) if isinstance(fm, dict) else None
-    return " ".join(value.split()) if isinstance(value, str) else ""
 
 
 def _triples(text: str) -> set[tuple[str, ...]]:

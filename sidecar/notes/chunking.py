@@ -16,7 +16,7 @@ from typing import Any
 
 import regex
 
-from sidecar.notes.frontmatter import parse_front_matter
+from sidecar.notes.frontmatter import aliases_of, parse_front_matter, property_value
 from sidecar.notes.markdown import (
     Block,
     Section,
@@ -234,13 +234,14 @@ def parse_note(text: str, *, title: str) -> NoteDraft:
     hidden = parsed.hidden | (_drawing_lines(sections, lines) if "excalidraw-plugin" in fm else frozenset())
     if hidden:
         lines = ["" if i in hidden else line for i, line in enumerate(lines)]
-    fm_title = fm.get("title")
+    fm_title = property_value(fm, "title")
     note_title = (
         str(fm_title).strip() if isinstance(fm_title, str | int | float) and str(fm_title).strip() else title
     )
-    aliases = tuple(str_list(fm.get("aliases", fm.get("alias"))))
-    description = str(fm.get("description") or "").strip() if isinstance(fm.get("description"), str) else ""
-    tags = str_list(fm.get("tags", fm.get("tag"))) + inline_tags(lines, code, fm_end)
+    aliases = aliases_of(fm)
+    fm_description = property_value(fm, "description")
+    description = fm_description.strip() if isinstance(fm_description, str) else ""
+    tags = str_list(property_value(fm, "tags", "tag")) + inline_tags(lines, code, fm_end)
     tag_set = tuple(dict.fromkeys(norm_tag(t) for t in tags if norm_tag(t)))
     readable = [_readable(line) for line in lines]
     note = ParsedNote(note_title, aliases, description, tag_set, fm, fm_error)

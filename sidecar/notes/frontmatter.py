@@ -4,7 +4,9 @@ node budget against alias bombs, a size cap), or the reason it cannot be read.""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -81,6 +83,47 @@ def parse_front_matter(raw: str) -> tuple[dict[str, Any], str | None]:
     except (ValueError, RecursionError) as exc:
         return {}, str(exc) or "front matter too deep"
     return safe, None
+
+
+def property_value(front_matter: Mapping[str, Any], *names: str) -> Any:
+    """The value of the first of ``names`` the front matter gives, its key written in any case as
+    Obsidian reads ``tags``/``aliases`` ("Tags:", "ALIASES:" from an import); a key written
+    exactly as named wins over one in another case. None when none is given."""
+    for name in names:
+        if name in front_matter:
+            return front_matter[name]
+    folded: dict[str, Any] = {}
+    for key, value in front_matter.items():
+        folded.setdefault(str(key).lower(), value)
+    for name in names:
+        if name in folded:
+            return folded[name]
+    return None
+
+
+def aliases_of(front_matter: Any) -> tuple[str, ...]:
+    """A note's aliases as Obsidian reads them: ``aliases`` or ``alias`` (any case), a list of
+    names or one string of names separated by commas ("My Alias, Other" is two names; a space
+    does not separate). One reading for the sweep, the links and a refill from the index."""
+    value = property_value(front_matter, "aliases", "alias") if isinstance(front_matter, dict) else None
+    if isinstance(value, str):
+        return tuple(a.strip() for a in value.split(",") if a.strip())
+    if isinstance(value, list):
+        return tuple(str(a).strip() for a in value if isinstance(a, str | int | float) and str(a).strip())
+    return ()
+
+
+def description_of(front_matter_json: str) -> str:
+    """A note's ``description`` (or ``summary``) property from the front matter the index keeps
+    (JSON), on one line; '' when it gives none."""
+    try:
+        fm = json.loads(front_matter_json)
+    except ValueError:
+        return ""
+    value = (
+        (property_value(fm, "description") or property_value(fm, "summary")) if isinstance(fm, dict) else None
+    )
+    return " ".join(value.split()) if isinstance(value, str) else ""
 
 
 def front_matter_block(text: str) -> tuple[str, int] | None:

@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
+from sidecar.notes.frontmatter import aliases_of
 from sidecar.notes.linktext import Link, link_name, strip_md
 from sidecar.notes.resolver import Resolver, Target, vault_path
 
@@ -45,16 +46,6 @@ def ensure_schema(db: sqlite3.Connection) -> bool:
     return existed is None
 
 
-def aliases_of(front_matter: Any) -> tuple[str, ...]:
-    """A note's aliases as link names: a list, or one string (commas separate several)."""
-    value = front_matter.get("aliases", front_matter.get("alias")) if isinstance(front_matter, dict) else None
-    if isinstance(value, str):
-        return tuple(a.strip() for a in value.split(",") if a.strip())
-    if isinstance(value, list):
-        return tuple(str(a).strip() for a in value if isinstance(a, str | int | float) and str(a).strip())
-    return ()
-
-
 # What a link can mean: notes known to the index, and excluded notes (by their path only: their
 # aliases are not read, as nothing of an excluded note is).
 _TARGETS = (
@@ -69,7 +60,7 @@ def _targets(rows: Iterable[tuple[Any, ...]], wiki_subfolder: str) -> list[Targe
     out: list[Target] = []
     for key, source, agent, front_matter in rows:
         aliases: tuple[str, ...] = ()
-        if source != "memory" and front_matter and "alias" in front_matter:  # most notes have none
+        if source != "memory" and front_matter and "alias" in front_matter.lower():  # most notes have none
             try:
                 aliases = aliases_of(json.loads(front_matter))
             except ValueError:

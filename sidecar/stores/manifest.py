@@ -32,6 +32,7 @@ from sidecar.contracts.errors import StoreError, StoreNewerError, store_error_cl
 from sidecar.contracts.wire import memory_agent
 from sidecar.notes import links
 from sidecar.notes.dayformat import DayFormats, day_of_path
+from sidecar.notes.frontmatter import aliases_of
 from sidecar.stores.space import PROBE_BYTES, free_bytes
 from sidecar.stores.vectorbook import NO_VECTOR, VectorBook, _in_groups
 from sidecar.stores.versions import MANIFEST_SCHEMA, manifest_schema
@@ -123,18 +124,12 @@ def embed_hash(embed_text: str) -> str:
 
 @functools.lru_cache(maxsize=16_384)  # every chunk of a note carries the same front matter
 def _aliases(front_matter: str) -> tuple[str, ...]:
-    """The note's aliases as the parser reads them (``aliases`` or ``alias``; scalar items only),
-    so a keyword index refilled from the manifest holds what a sweep wrote."""
+    """The note's aliases as the sweep reads them (``aliases_of``), so a keyword index refilled from
+    the manifest holds what a sweep wrote."""
     try:
-        fm = json.loads(front_matter)
-        value = fm.get("aliases", fm.get("alias"))
-    except (ValueError, AttributeError):
+        return aliases_of(json.loads(front_matter))
+    except ValueError:
         return ()
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, list):
-        return tuple(str(v) for v in value if isinstance(v, str | int | float) and str(v).strip())
-    return ()
 
 
 _DAY = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
