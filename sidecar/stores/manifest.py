@@ -83,12 +83,16 @@ CREATE INDEX IF NOT EXISTS chunks_by_text ON chunks(embed_hash) WHERE embed_hash
 -- "the next 256 chunks without a vector" in under a millisecond, where sorting every pending
 -- chunk took 0.2 s per call at 100 k chunks (the ORDER BY of pending_vectors must match it).
 -- Vectors of deleted chunks, by text and table, so a note that comes back (a remount, a checkout,
--- an undo) is not embedded again; bounded by age and count (Manifest.prune_kept).
+-- an undo) is not embedded again; bounded by age and count (Manifest.prune_kept). note: '' for
+-- chunks of a note that left the index (deleted, moved, excluded), else the key of the note whose
+-- edit replaced them: those are kept for its last few edits only (Manifest.prune_edits).
 CREATE TABLE IF NOT EXISTS kept_vectors (
   vec_table TEXT NOT NULL, embed_hash TEXT NOT NULL, vector BLOB NOT NULL, kept_at REAL NOT NULL,
+  note TEXT NOT NULL DEFAULT '',
   PRIMARY KEY (vec_table, embed_hash)
 );
 CREATE INDEX IF NOT EXISTS kept_by_age ON kept_vectors(kept_at);
+CREATE INDEX IF NOT EXISTS kept_by_note ON kept_vectors(vec_table, note, kept_at) WHERE note != '';
 CREATE INDEX IF NOT EXISTS files_queue ON files(
   (CASE source WHEN 'memory' THEN 0 WHEN 'wiki' THEN 1 ELSE 2 END), mtime_ns DESC
 ) WHERE state = 'indexed';
@@ -412,6 +416,11 @@ class Manifest(VectorBook):
             for column in ("dev", "ino", "btime_ns"):
                 if columns and column not in columns:
                     self._db.execute(f"ALTER TABLE files ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
+            kept = {r[1] for r in self._db.execute("PRAGMA table_info(kept_vectors)").fetchall()}
+            if kept and "note" not in kept:
+                # Rows kept before the column was: taken for notes that left the index (the
+                # longer-kept kind). An older version writes rows without it: the default.
+                self._db.execute("ALTER TABLE kept_vectors ADD COLUMN note TEXT NOT NULL DEFAULT ''")
             self._db.executescript(_SCHEMA + _PENDING_INDEX)
             if links.ensure_schema(self._db) and version != 0:
                 # Schema 4 adds the link graph, read from the notes themselves: forget their

@@ -115,14 +115,37 @@ class VectorBook:
             chunk_ids,
         )
 
-    def keep_vectors(self, table: str, rows: Sequence[tuple[str, bytes]], now: float) -> None:
-        """Remember (text hash, vector bytes) of chunks about to lose their vector."""
+    def keep_vectors(self, table: str, rows: Sequence[tuple[str, bytes, str]], now: float) -> None:
+        """Remember (text hash, vector bytes, note) of chunks about to lose their vector; note is
+        "" for a note that leaves the index, else the key of the note whose edit replaced them. A
+        text kept for a note that left stays so (the note may come back whole)."""
         with self.transaction() as db:
             db.executemany(
-                "INSERT OR REPLACE INTO kept_vectors(vec_table, embed_hash, vector, kept_at) "
-                "VALUES (?,?,?,?)",
-                [(table, h, v, now) for h, v in rows],
+                "INSERT INTO kept_vectors(vec_table, embed_hash, vector, kept_at, note) "
+                "VALUES (?,?,?,?,?) ON CONFLICT(vec_table, embed_hash) DO UPDATE SET "
+                "vector = excluded.vector, kept_at = excluded.kept_at, "
+                "note = CASE kept_vectors.note WHEN '' THEN '' ELSE excluded.note END",
+                [(table, h, v, now, note) for h, v, note in rows],
             )
+
+    def prune_edits(self, table: str, notes: Iterable[str], edits: int) -> int:
+        """Forget the vectors that edits of ``notes`` replaced, but for their last ``edits`` edits
+        (an edit's rows share their ``kept_at``): a note rewritten every few seconds for hours
+        would otherwise fill the whole budget with texts that never come back."""
+        n = 0
+        with self.transaction() as db:
+            for note in notes:
+                n += db.execute(
+                    "DELETE FROM kept_vectors WHERE vec_table = ? AND note = ? AND kept_at < ("
+                    "SELECT min(kept_at) FROM (SELECT DISTINCT kept_at FROM kept_vectors "
+                    "WHERE vec_table = ? AND note = ? ORDER BY kept_at DESC LIMIT ?))",
+                    (table, note, table, note, edits),
+                ).rowcount
+        return int(n)
+
+    def chunk_notes(self, chunk_ids: Sequence[str]) -> dict[str, str]:
+        """chunk_id -> the key of its note."""
+        return self._pairs("SELECT chunk_id, key FROM chunks WHERE chunk_id IN ({marks})", chunk_ids)
 
     def kept_vectors(self, table: str, hashes: Sequence[str]) -> dict[str, bytes]:
         return self._pairs(
@@ -142,8 +165,11 @@ class VectorBook:
             ).rowcount
         return int(n)
 
-    def kept_count(self) -> int:
-        return int(self._query("SELECT count(*) FROM kept_vectors")[0][0])
+    def kept_count(self, note: str | None = None) -> int:
+        """Kept vectors; of ``note``: those its edits replaced ("": of notes that left the index)."""
+        if note is None:
+            return int(self._query("SELECT count(*) FROM kept_vectors")[0][0])
+        return int(self._query("SELECT count(*) FROM kept_vectors WHERE note = ?", (note,))[0][0])
 
     def vector_count(self, flag: str = "has_vector") -> int:
         """Chunks with a vector in ``flag``'s table."""
