@@ -404,23 +404,7 @@ class Manifest(VectorBook):
                 self._db.execute("ALTER TABLE chunks ADD COLUMN has_next INTEGER NOT NULL DEFAULT 0")
             if version in (1, 2):
                 self._add_embed_hashes()
-            columns = {r[1] for r in self._db.execute("PRAGMA table_info(files)").fetchall()}
-            if columns and "ctime_ns" not in columns:
-                # Edits that keep size and mtime (mtime restored, coarse clocks) change ctime.
-                self._db.execute("ALTER TABLE files ADD COLUMN ctime_ns INTEGER NOT NULL DEFAULT 0")
-            # The file's device, inode and birth time tell a note renamed into an excluded folder
-            # from a copy of it there (index.diff). 0 is "not known": such a note is held as before
-            # until a sweep has recorded them (no note is read again for it). Each column on its
-            # own: each ALTER commits alone, and one interrupted between two made the next open
-            # add the first again ("duplicate column"), which took the manifest for damaged.
-            for column in ("dev", "ino", "btime_ns"):
-                if columns and column not in columns:
-                    self._db.execute(f"ALTER TABLE files ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
-            kept = {r[1] for r in self._db.execute("PRAGMA table_info(kept_vectors)").fetchall()}
-            if kept and "note" not in kept:
-                # Rows kept before the column was: taken for notes that left the index (the
-                # longer-kept kind). An older version writes rows without it: the default.
-                self._db.execute("ALTER TABLE kept_vectors ADD COLUMN note TEXT NOT NULL DEFAULT ''")
+            self._add_columns()
             self._db.executescript(_SCHEMA + _PENDING_INDEX)
             if links.ensure_schema(self._db) and version != 0:
                 # Schema 4 adds the link graph, read from the notes themselves: forget their
@@ -516,6 +500,27 @@ class Manifest(VectorBook):
             free * page / 2**20,
             time.monotonic() - started,
         )
+
+    def _add_columns(self) -> None:
+        """Columns added to existing tables without a schema version of their own, each where missing."""
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(files)").fetchall()}
+        if columns and "ctime_ns" not in columns:
+            # Edits that keep size and mtime (mtime restored, coarse clocks) change ctime.
+            self._db.execute("ALTER TABLE files ADD COLUMN ctime_ns INTEGER NOT NULL DEFAULT 0")
+        # The file's device, inode and birth time tell a note renamed into an excluded folder
+        # from a copy of it there (index.diff). 0 is "not known": such a note is held as before
+        # until a sweep has recorded them (no note is read again for it). Each column on its
+        # own: each ALTER commits alone, and one interrupted between two made the next open
+        # add the first again ("duplicate column"), which took the manifest for damaged.
+        for column in ("dev", "ino", "btime_ns"):
+            if columns and column not in columns:
+                self._db.execute(f"ALTER TABLE files ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
+        # The note whose edit replaced a kept vector (``kept_vectors.note``). Rows kept before the
+        # column was are taken for notes that left the index (the longer-kept kind); an older
+        # version writes rows without it: the default.
+        kept = {r[1] for r in self._db.execute("PRAGMA table_info(kept_vectors)").fetchall()}
+        if kept and "note" not in kept:
+            self._db.execute("ALTER TABLE kept_vectors ADD COLUMN note TEXT NOT NULL DEFAULT ''")
 
     def _add_embed_hashes(self) -> None:
         """Schema 3: the text identity that lets equal chunks share one embedding."""
