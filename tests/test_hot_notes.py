@@ -15,13 +15,19 @@ from typing import Any
 
 import pytest
 
+from sidecar.clients.cli_render import render_status
+from sidecar.clients.mcp_texts import status_of, text_of_search
+from sidecar.contracts.wire import state_json, waiting_vectors
 from sidecar.daemon.hot import BUDGET_SHARE, BUDGET_WINDOW_S, HOT_MAX_S, SETTLE_S, HotNotes
 from sidecar.daemon.indexing import IndexLoop
 from sidecar.index import indexer as indexer_mod
 from sidecar.index.summary import SUMMARY_EVERY_S, ActivitySummary
 from sidecar.model.embedder import EmbedderSlot
+from sidecar.search.request import SearchRequest
+from sidecar.search.retrieval import Retriever
 from sidecar.stores.bm25 import Bm25Index
 from tests.conftest import FakeEmbedder, Harness, write
+from tests.in_process import InProcessServer
 from tests.index_helpers import search
 
 
@@ -341,3 +347,93 @@ def test_a_hot_note_deleted_or_renamed_away_leaves_search_at_once(
     # the clock stands still: no quiet time ends (a rename's two paths land in two commits)
     _until(lambda: "vault/Sync log" not in _refs(h, "synced"), timeout=10)
     assert loop.hot.held() == frozenset()
+
+
+def test_only_a_note_indexed_again_and_again_counts_as_written_continuously() -> None:
+    """One costly indexing (a large note saved once) is no note written continuously; the third
+    within the window, with the note in its quiet time, is; once its quiet time ends, no more."""
+    clock = Clock()
+    hot = HotNotes(clock)
+    hot.indexed({"/v/Big.md": 5.0}, {"/v/Big.md": "vault/Big"})
+    assert hot.continuous() == frozenset()
+    for _ in range(2):
+        clock.now += 60.0
+        hot.indexed({"/v/Big.md": 5.0}, {"/v/Big.md": "vault/Big"})
+    assert hot.continuous() == {"vault/Big"}
+    clock.now += 40.0
+    assert hot.hold(["/v/Big.md"]) == frozenset()  # held: still written to
+    clock.now += 20.0
+    assert hot.continuous() == {"vault/Big"}
+    assert hot.due() == {"/v/Big.md"}
+    assert hot.continuous() == frozenset()  # its quiet time is over and nothing holds it
+    hot.indexed({"/v/Cheap.md": 0.01}, {"/v/Cheap.md": "vault/Cheap"})
+    assert hot.continuous() == frozenset()
+
+
+def test_answers_do_not_count_a_note_written_continuously_as_waiting(make_cfg: Any, vault: Path) -> None:
+    """While a note is written continuously, the chunks each of its indexings leaves without a
+    vector are not counted as waiting by an answer's notice (they are found by their words at
+    once), the edit of another note still is; `status` says the note apart in plain words."""
+    write(vault / "Sync log.md", _log_note(3))
+    write(vault / "Other.md", "# Other\n\nNothing yet.\n")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        clock = Clock()
+        hot = HotNotes(clock)
+        IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None, hot=hot)
+        h.indexer.on_indexed = lambda costs: hot.indexed(dict.fromkeys(costs, 5.0), h.indexer.last_keys)
+        log = vault / "Sync log.md"
+        for word in ("zebra", "yak", "okapi"):
+            clock.now += 60.0
+            with log.open("a", encoding="utf-8") as fh:
+                fh.write(f"- {word} synced\n")
+            h.indexer.sweep(only=frozenset(), paths=[str(log)])
+        assert hot.continuous() == {"vault/Sync log"}
+        retriever = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        result = retriever.search(SearchRequest("okapi", 10, 0.0))
+        assert [hit.reference for hit in result.hits][:1] == ["vault/Sync log"]  # by its words
+        assert result.pending_vectors == result.pending_continuous > 0
+        assert waiting_vectors(result) == 0
+        assert state_json(result)["pendingContinuous"] == result.pending_continuous
+        write(vault / "Other.md", "# Other\n\nThe walrus moved in.\n")
+        h.indexer.sweep(only=frozenset(), paths=[str(vault / "Other.md")])
+        retriever = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        result = retriever.search(SearchRequest("walrus", 10, 0.0))
+        assert waiting_vectors(result) == h.stores.manifest.pending_count_of({"vault/Other"}) > 0
+    finally:
+        h.close()
+
+
+def test_status_says_a_note_written_continuously_in_plain_words(
+    serve_in_process: Callable[..., InProcessServer], vault: Path
+) -> None:
+    """health names the note written continuously with its chunks waiting; status and the agents'
+    status say it apart from a backlog, and an answer's notice leaves those chunks out."""
+    write(vault / "Sync log.md", _log_note(3))
+    server = serve_in_process(vault)
+    h = server.harness
+    h.stores.continuous = lambda: frozenset({"vault/Sync log"})
+    log = vault / "Sync log.md"
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write("- okapi synced\n")
+    h.indexer.sweep(only=frozenset(), paths=[str(log)])
+    health = server.call("health")
+    idx = health["index"]
+    assert idx["continuous"] == {
+        "notes": 1,
+        "pending_vectors": idx["pending_vectors"],
+        "examples": ["vault/Sync log"],
+    }
+    assert idx["pending_vectors"] > 0 and idx["state"] == "ready"
+    text = render_status(health)
+    assert (
+        "Written continuously: vault/Sync log (1 note), indexed again at most every minute: what each "
+        "indexing adds is found by its words at once, by meaning once its vectors are computed; "
+    ) in text
+    assert "Vectors: every other chunk has a vector" in text and "waiting for vectors" not in text
+    message = status_of(health)["message"]
+    assert "1 note is written continuously" in message and "wait for their vector" not in message
+    reply = server.call("search", {"query": "okapi"})
+    assert reply["pendingContinuous"] == reply["pendingVectors"] > 0
+    assert "wait for" not in text_of_search("okapi", reply)

@@ -16,7 +16,9 @@ EDITS = 30  # a note re-indexed every minute for half an hour
 
 def _log(vault: Path, edit: int) -> None:
     """The log note as a plugin leaves it after ``edit``: every section's text changes."""
-    sections = [f"## Run {edit}.{j}\n\nsync pass {edit} step {j} moved file{edit * 7 + j}.md\n" for j in range(3)]
+    sections = [
+        f"## Run {edit}.{j}\n\nsync pass {edit} step {j} moved file{edit * 7 + j}.md\n" for j in range(3)
+    ]
     write(vault / "Log.md", "# Sync log\n\n" + "\n".join(sections))
 
 
@@ -25,7 +27,10 @@ def test_a_note_edited_all_day_keeps_the_vectors_of_notes_that_left(make_cfg: An
     its last few edits only: the vectors of a folder deleted before stay kept, and the folder
     restored is not embedded again. Measured: before, the log's rows filled the whole budget
     (20 of 20, the folder's 10 all pushed out); now they are those of its last 3 edits."""
-    folder = [write(vault / "Moved" / f"m{i}.md", f"# Place {i}\n\nThe ferry to island {i} leaves at dawn.\n") for i in range(10)]
+    folder = [
+        write(vault / "Moved" / f"m{i}.md", f"# Place {i}\n\nThe ferry to island {i} leaves at dawn.\n")
+        for i in range(10)
+    ]
     _log(vault, 0)
     h = Harness(make_cfg(vault, **{"index.keepDeletedVectorsMax": 20}), FakeEmbedder())
     try:

@@ -183,7 +183,10 @@ class Handlers:
         embedder = self.slot.describe()
         # With the model off by configuration no chunk waits for a vector: none will come.
         pending = self.manifest.pending_count() if embedder["state"] != "off" else 0
-        state = self.indexer.index_state(pending, embedder["state"])
+        continuous = limits.continuous(self.manifest, self.vectors.stores.continuous(), pending)
+        # The chunks each indexing of a note written continuously leaves are no backlog.
+        backlog = pending - (continuous["pending_vectors"] if continuous else 0)
+        state = self.indexer.index_state(backlog, embedder["state"])
         vec = self.vectors
         rate = vec.rate(vec.stores.serving)  # recent batches of the serving table
         return {
@@ -212,6 +215,9 @@ class Handlers:
                 # The note with most of those (a long note can be most of the queue), and the
                 # chunks past index.maxVectorChunksPerNote found by keywords only.
                 "pending_largest": self.limits.pending_largest(pending),
+                # Notes written continuously (a log appended to all the time): indexed again at
+                # most every minute; {notes, pending_vectors (theirs, of the above), examples}.
+                "continuous": continuous,
                 "keyword_only": self.limits.keyword_only() if embedder["state"] != "off" else None,
                 "embed_rate_chunks_per_second": round(rate, 2) if rate else None,
                 "by_source": counts["by_source"],

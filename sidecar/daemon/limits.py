@@ -1,6 +1,7 @@
 """What the index's size limits leave out, for health: notes whose chunks past
 index.maxVectorChunksPerNote are found by keywords only, the note most of the vector queue
-belongs to, and the files skipped when indexing (too large for index.maxFileBytes, ...), named.
+belongs to, the notes written continuously, and the files skipped when indexing (too large for
+index.maxFileBytes, ...), named.
 
 Vault and wiki notes only are named: health must not name one agent's notes to another (they
 are counted all the same). Imports the manifest and the indexer's scan (what it skipped).
@@ -9,7 +10,7 @@ are counted all the same). Imports the manifest and the indexer's scan (what it 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from sidecar.index.indexer import Indexer
@@ -71,6 +72,19 @@ def keyword_only(manifest: Manifest) -> dict[str, Any] | None:
         "limit": manifest.vector_cap,
         "setting": VECTOR_CAP_KEY,
         "examples": [{"reference": k, "chunks": total, "keyword_only": n} for k, total, n in examples],
+    }
+
+
+def continuous(manifest: Manifest, keys: Collection[str], pending: int) -> dict[str, Any] | None:
+    """The notes written continuously now (``sidecar.daemon.hot``): how many, how many of the
+    ``pending`` chunks waiting for a vector are theirs, a few named (None when there are none)."""
+    if not keys:
+        return None
+    named = sorted(k for k in keys if not k.startswith("memory/"))[:NAMED]
+    return {
+        "notes": len(keys),
+        "pending_vectors": min(pending, manifest.pending_count_of(keys)) if pending else 0,
+        "examples": named,
     }
 
 

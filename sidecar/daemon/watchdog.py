@@ -73,9 +73,14 @@ def status_line(
     else:
         counts = manifest.counts()
         pending = manifest.pending_count()
+        keys = vectors.stores.continuous() if vectors is not None else frozenset()
+        # Not the chunks each indexing of a note written continuously leaves: no backlog.
+        pending -= min(pending, manifest.pending_count_of(keys)) if pending and keys else 0
         text = f"ready: {counts['files']:,} notes, {counts['chunks']:,} chunks"
         if pending and embedder_state == "ok":
             text += f", {pending:,} waiting for vectors"
+        if keys:
+            text += f", {len(keys):,} written continuously"
         elif embedder_state == "off":
             text += ", keyword search only (vectors off)"
         elif embedder_state != "ok":

@@ -145,6 +145,7 @@ class Indexer:
         # What each note of a batch cost to read, cut and write, by path (set by the index loop:
         # a note that is costly to index waits before it is indexed again).
         self.on_indexed: Callable[[dict[str, float]], None] | None = None
+        self.last_keys: dict[str, str] = {}  # path -> key of the notes ``on_indexed`` was told of
         self.summary = ActivitySummary()
         # The notes the last sweep found new or changed by listing a local root whole, with
         # their mtime: what the file events should have told (``IndexLoop``'s check for lost events).
@@ -596,6 +597,7 @@ class Indexer:
         for path in no_answer:
             spent.pop(path, None)
         if self.on_indexed is not None and spent:
+            self.last_keys = {str(n.path): n.key for n in notes}
             self.on_indexed(spent)
         return len(prepared)
 
