@@ -20,6 +20,7 @@ from sidecar.clients.mcp_texts import status_of, text_of_search
 from sidecar.contracts.wire import state_json, waiting_vectors
 from sidecar.daemon.hot import BUDGET_SHARE, BUDGET_WINDOW_S, HOT_MAX_S, SETTLE_S, HotNotes
 from sidecar.daemon.indexing import IndexLoop
+from sidecar.daemon.watchdog import status_line
 from sidecar.index import indexer as indexer_mod
 from sidecar.index.summary import SUMMARY_EVERY_S, ActivitySummary
 from sidecar.model.embedder import EmbedderSlot
@@ -432,6 +433,8 @@ def test_status_says_a_note_written_continuously_in_plain_words(
         "indexing adds is found by its words at once, by meaning once its vectors are computed; "
     ) in text
     assert "Vectors: every other chunk has a vector" in text and "waiting for vectors" not in text
+    line = status_line(h.indexer.activity, h.supervisor, h.stores.manifest, "ok", h.vectors)
+    assert line.endswith(", 1 note written continuously") and "waiting for vectors" not in line
     message = status_of(health)["message"]
     assert "1 note is written continuously" in message and "wait for their vector" not in message
     reply = server.call("search", {"query": "okapi"})

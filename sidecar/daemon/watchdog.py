@@ -80,7 +80,7 @@ def status_line(
         if pending and embedder_state == "ok":
             text += f", {pending:,} waiting for vectors"
         if keys:
-            text += f", {len(keys):,} written continuously"
+            text += f", {len(keys):,} note{'' if len(keys) == 1 else 's'} written continuously"
         elif embedder_state == "off":
             text += ", keyword search only (vectors off)"
         elif embedder_state != "ok":
