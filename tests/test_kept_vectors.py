@@ -7,6 +7,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from sidecar.index.vectoring import EDITS_KEPT_PER_NOTE
 from sidecar.stores.manifest import Manifest
 from tests.conftest import FakeEmbedder, Harness, write
@@ -22,17 +24,21 @@ def _log(vault: Path, edit: int) -> None:
     write(vault / "Log.md", "# Sync log\n\n" + "\n".join(sections))
 
 
-def test_a_note_edited_all_day_keeps_the_vectors_of_notes_that_left(make_cfg: Any, vault: Path) -> None:
+@pytest.mark.parametrize("cap", [20, 12])
+def test_a_note_edited_all_day_keeps_the_vectors_of_notes_that_left(
+    make_cfg: Any, vault: Path, cap: int
+) -> None:
     """Edits of one note (a clock stepped a minute per edit) keep the replaced chunks' vectors of
     its last few edits only: the vectors of a folder deleted before stay kept, and the folder
     restored is not embedded again. Measured: before, the log's rows filled the whole budget
-    (20 of 20, the folder's 10 all pushed out); now they are those of its last 3 edits."""
+    (20 of 20, the folder's 10 all pushed out); now they are those of its last 3 edits (9), and
+    with a budget too small for both (12) the edits' go first."""
     folder = [
         write(vault / "Moved" / f"m{i}.md", f"# Place {i}\n\nThe ferry to island {i} leaves at dawn.\n")
         for i in range(10)
     ]
     _log(vault, 0)
-    h = Harness(make_cfg(vault, **{"index.keepDeletedVectorsMax": 20}), FakeEmbedder())
+    h = Harness(make_cfg(vault, **{"index.keepDeletedVectorsMax": cap}), FakeEmbedder())
     try:
         now = [1_000_000.0]
         h.vectors.clock = lambda: now[0]
@@ -59,6 +65,7 @@ def test_a_note_edited_all_day_keeps_the_vectors_of_notes_that_left(make_cfg: An
         h.sweep()
         assert not [t for t in model.embedded if "ferry" in t]
         assert manifest.kept_count("vault/Log") <= EDITS_KEPT_PER_NOTE * max(per_edit)
+        assert manifest.kept_count() <= cap
     finally:
         h.close()
 

@@ -155,14 +155,16 @@ class VectorBook:
         )
 
     def prune_kept(self, older_than: float, keep_at_most: int) -> int:
-        """Forget kept vectors older than ``older_than`` and all but the newest ``keep_at_most``."""
+        """Forget kept vectors older than ``older_than``, and past ``keep_at_most`` those that edits
+        replaced first, then the oldest: the notes that left the index have the whole budget."""
         with self.transaction() as db:
             n = db.execute("DELETE FROM kept_vectors WHERE kept_at < ?", (older_than,)).rowcount
-            n += db.execute(
-                "DELETE FROM kept_vectors WHERE rowid NOT IN "
-                "(SELECT rowid FROM kept_vectors ORDER BY kept_at DESC LIMIT ?)",
-                (keep_at_most,),
-            ).rowcount
+            if db.execute("SELECT count(*) FROM kept_vectors").fetchone()[0] > keep_at_most:
+                n += db.execute(
+                    "DELETE FROM kept_vectors WHERE rowid NOT IN (SELECT rowid FROM kept_vectors "
+                    "ORDER BY note = '' DESC, kept_at DESC LIMIT ?)",
+                    (keep_at_most,),
+                ).rowcount
         return int(n)
 
     def kept_count(self, note: str | None = None) -> int:
