@@ -440,3 +440,26 @@ def test_status_says_a_note_written_continuously_in_plain_words(
     reply = server.call("search", {"query": "okapi"})
     assert reply["pendingContinuous"] == reply["pendingVectors"] > 0
     assert "wait for" not in text_of_search("okapi", reply)
+
+
+@pytest.mark.parametrize(
+    ("state", "said"),
+    [
+        ("failed", "keyword search only (model failed)"),
+        ("loading", "keyword search only (model loading)"),
+        ("off", "keyword search only (vectors off)"),
+    ],
+)
+def test_the_status_line_says_the_models_state_beside_a_note_written_continuously(
+    make_cfg: Any, vault: Path, state: str, said: str
+) -> None:
+    """A note written continuously is said beside the model's state, never instead of it."""
+    write(vault / "Sync log.md", _log_note(3))
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        h.stores.continuous = lambda: frozenset({"vault/Sync log"})
+        line = status_line(h.indexer.activity, h.supervisor, h.stores.manifest, state, h.vectors)
+        assert said in line and line.endswith(", 1 note written continuously")
+    finally:
+        h.close()

@@ -79,12 +79,12 @@ def status_line(
         text = f"ready: {counts['files']:,} notes, {counts['chunks']:,} chunks"
         if pending and embedder_state == "ok":
             text += f", {pending:,} waiting for vectors"
-        if keys:
-            text += f", {len(keys):,} note{'' if len(keys) == 1 else 's'} written continuously"
         elif embedder_state == "off":
             text += ", keyword search only (vectors off)"
         elif embedder_state != "ok":
             text += f", keyword search only (model {embedder_state})"
+        if keys:  # beside what the model's state says, never instead of it
+            text += f", {len(keys):,} note{'' if len(keys) == 1 else 's'} written continuously"
         if vectors is not None and vectors.stores.building is not None:
             waiting = manifest.pending_count("has_next")
             text += f"; model switch: {waiting:,} chunks wait for the new model's vectors"
