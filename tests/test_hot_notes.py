@@ -463,3 +463,24 @@ def test_the_status_line_says_the_models_state_beside_a_note_written_continuousl
         assert said in line and line.endswith(", 1 note written continuously")
     finally:
         h.close()
+
+
+def test_with_the_model_failed_every_chunk_waiting_counts_a_continuous_notes_too(
+    serve_in_process: Callable[..., InProcessServer], vault: Path
+) -> None:
+    """The chunks of a note written continuously are left out only while the model computes
+    vectors: with it failed, status, the agents' status and `sidecar index` count them all."""
+    write(vault / "Sync log.md", _log_note(3))
+    server = serve_in_process(vault)
+    h = server.harness
+    h.stores.continuous = lambda: frozenset({"vault/Sync log"})
+    log = vault / "Sync log.md"
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write("- okapi synced\n")
+    h.indexer.sweep(only=frozenset(), paths=[str(log)])
+    h.slot.state, h.slot.error = "failed", "no model here"
+    health = server.call("health")
+    idx = health["index"]
+    assert idx["pending_vectors"] > 0 and idx["continuous"]["pending_vectors"] == 0
+    assert f"Vectors: {idx['pending_vectors']:,} chunks wait for the model" in render_status(health)
+    assert f"{idx['pending_vectors']} chunks wait for their vector" in status_of(health)["message"]

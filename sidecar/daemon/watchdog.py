@@ -75,7 +75,8 @@ def status_line(
         pending = manifest.pending_count()
         keys = vectors.stores.continuous() if vectors is not None else frozenset()
         # Not the chunks each indexing of a note written continuously leaves: no backlog.
-        pending -= min(pending, manifest.pending_count_of(keys)) if pending and keys else 0
+        ok = embedder_state == "ok"  # else every waiting chunk counts (none gets a vector)
+        pending -= min(pending, manifest.pending_count_of(keys)) if pending and keys and ok else 0
         text = f"ready: {counts['files']:,} notes, {counts['chunks']:,} chunks"
         if pending and embedder_state == "ok":
             text += f", {pending:,} waiting for vectors"
