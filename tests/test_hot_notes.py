@@ -239,7 +239,7 @@ def test_the_wait_for_the_models_tokenizer_is_no_cost_of_a_note(
     # It comes while the sweep waits for it (asked with a timeout), not while it reads ahead.
     monkeypatch.setattr(slot, "wait_countable", lambda timeout: timeout > 0 and tokenizer_comes())
     costs: dict[str, float] = {}
-    h.indexer.on_indexed = costs.update
+    h.indexer.on_indexed = lambda spent, _written: costs.update(spent)
     try:
         assert h.indexer.sweep()["changed"] == 4
     finally:
@@ -258,7 +258,7 @@ def hot_loop(make_cfg: Any, vault: Path) -> Iterator[tuple[Harness, IndexLoop, C
     stop = threading.Event()
     loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=stop, beat=lambda _a: None, hot=hot)
     log = str(vault / "Sync log.md")
-    h.indexer.on_indexed = lambda costs: hot.indexed({p: 5.0 if p == log else 0.0 for p in costs})
+    h.indexer.on_indexed = lambda costs, _w: hot.indexed({p: 5.0 if p == log else 0.0 for p in costs})
     thread = threading.Thread(target=loop.run, daemon=True)
     thread.start()
     yield h, loop, clock
@@ -355,20 +355,20 @@ def test_only_a_note_indexed_again_and_again_counts_as_written_continuously() ->
     within the window, with the note in its quiet time, is; once its quiet time ends, no more."""
     clock = Clock()
     hot = HotNotes(clock)
-    hot.indexed({"/v/Big.md": 5.0}, {"/v/Big.md": "vault/Big"})
-    assert hot.continuous() == frozenset()
+    hot.indexed({"/v/Big.md": 5.0}, {"/v/Big.md": ("vault/Big", 900)})
+    assert hot.continuous() == {}
     for _ in range(2):
         clock.now += 60.0
-        hot.indexed({"/v/Big.md": 5.0}, {"/v/Big.md": "vault/Big"})
-    assert hot.continuous() == {"vault/Big"}
+        hot.indexed({"/v/Big.md": 5.0}, {"/v/Big.md": ("vault/Big", 2)})
+    assert hot.continuous() == {"vault/Big": 2}
     clock.now += 40.0
     assert hot.hold(["/v/Big.md"]) == frozenset()  # held: still written to
     clock.now += 20.0
-    assert hot.continuous() == {"vault/Big"}
+    assert hot.continuous() == {"vault/Big": 2}
     assert hot.due() == {"/v/Big.md"}
-    assert hot.continuous() == frozenset()  # its quiet time is over and nothing holds it
-    hot.indexed({"/v/Cheap.md": 0.01}, {"/v/Cheap.md": "vault/Cheap"})
-    assert hot.continuous() == frozenset()
+    assert hot.continuous() == {}  # its quiet time is over and nothing holds it
+    hot.indexed({"/v/Cheap.md": 0.01}, {"/v/Cheap.md": ("vault/Cheap", 1)})
+    assert hot.continuous() == {}
 
 
 def test_answers_do_not_count_a_note_written_continuously_as_waiting(make_cfg: Any, vault: Path) -> None:
@@ -383,14 +383,14 @@ def test_answers_do_not_count_a_note_written_continuously_as_waiting(make_cfg: A
         clock = Clock()
         hot = HotNotes(clock)
         IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None, hot=hot)
-        h.indexer.on_indexed = lambda costs: hot.indexed(dict.fromkeys(costs, 5.0), h.indexer.last_keys)
+        h.indexer.on_indexed = lambda costs, written: hot.indexed(dict.fromkeys(costs, 5.0), written)
         log = vault / "Sync log.md"
         for word in ("zebra", "yak", "okapi"):
             clock.now += 60.0
             with log.open("a", encoding="utf-8") as fh:
                 fh.write(f"- {word} synced\n")
             h.indexer.sweep(only=frozenset(), paths=[str(log)])
-        assert hot.continuous() == {"vault/Sync log"}
+        assert set(hot.continuous()) == {"vault/Sync log"}
         retriever = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
         result = retriever.search(SearchRequest("okapi", 10, 0.0))
         assert [hit.reference for hit in result.hits][:1] == ["vault/Sync log"]  # by its words
@@ -401,7 +401,7 @@ def test_answers_do_not_count_a_note_written_continuously_as_waiting(make_cfg: A
         h.indexer.sweep(only=frozenset(), paths=[str(vault / "Other.md")])
         retriever = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
         result = retriever.search(SearchRequest("walrus", 10, 0.0))
-        assert waiting_vectors(result) == h.stores.manifest.pending_count_of({"vault/Other"}) > 0
+        assert waiting_vectors(result) == h.stores.manifest.pending_count_of({"vault/Other": 10**6}) > 0
     finally:
         h.close()
 
@@ -414,7 +414,7 @@ def test_status_says_a_note_written_continuously_in_plain_words(
     write(vault / "Sync log.md", _log_note(3))
     server = serve_in_process(vault)
     h = server.harness
-    h.stores.continuous = lambda: frozenset({"vault/Sync log"})
+    h.stores.continuous = lambda: {"vault/Sync log": 10**6}
     log = vault / "Sync log.md"
     with log.open("a", encoding="utf-8") as fh:
         fh.write("- okapi synced\n")
@@ -458,7 +458,7 @@ def test_the_status_line_says_the_models_state_beside_a_note_written_continuousl
     h = Harness(make_cfg(vault), FakeEmbedder())
     try:
         h.sweep()
-        h.stores.continuous = lambda: frozenset({"vault/Sync log"})
+        h.stores.continuous = lambda: {"vault/Sync log": 10**6}
         line = status_line(h.indexer.activity, h.supervisor, h.stores.manifest, state, h.vectors)
         assert said in line and line.endswith(", 1 note written continuously")
     finally:
@@ -473,7 +473,7 @@ def test_with_the_model_failed_every_chunk_waiting_counts_a_continuous_notes_too
     write(vault / "Sync log.md", _log_note(3))
     server = serve_in_process(vault)
     h = server.harness
-    h.stores.continuous = lambda: frozenset({"vault/Sync log"})
+    h.stores.continuous = lambda: {"vault/Sync log": 10**6}
     log = vault / "Sync log.md"
     with log.open("a", encoding="utf-8") as fh:
         fh.write("- okapi synced\n")
@@ -484,3 +484,38 @@ def test_with_the_model_failed_every_chunk_waiting_counts_a_continuous_notes_too
     assert idx["pending_vectors"] > 0 and idx["continuous"]["pending_vectors"] == 0
     assert f"Vectors: {idx['pending_vectors']:,} chunks wait for the model" in render_status(health)
     assert f"{idx['pending_vectors']} chunks wait for their vector" in status_of(health)["message"]
+
+
+def test_a_long_note_saved_three_times_leaves_out_only_what_its_last_indexing_added(
+    make_cfg: Any, vault: Path
+) -> None:
+    """Of a note written continuously, only the chunks its last indexing added are no backlog:
+    a long new note saved three times in a few minutes keeps its first chunks counted as
+    waiting; a rebuild's clear forgets which notes are written continuously."""
+    write(vault / "Other.md", "# Other\n\nNothing yet.\n")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        clock = Clock()
+        hot = HotNotes(clock)
+        IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None, hot=hot)
+        h.indexer.on_indexed = lambda costs, written: hot.indexed(dict.fromkeys(costs, 5.0), written)
+        log = vault / "Sync log.md"
+        write(log, _log_note(30))
+        for word in ("zebra", "yak", "okapi"):
+            clock.now += 60.0
+            with log.open("a", encoding="utf-8") as fh:
+                fh.write(f"- {word} synced\n")
+            h.indexer.sweep(only=frozenset(), paths=[str(log)])
+        caps = hot.continuous()
+        pending = h.stores.manifest.pending_count()
+        assert set(caps) == {"vault/Sync log"} and 0 < caps["vault/Sync log"] < 5 and pending >= 30
+        result = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall).search(
+            SearchRequest("okapi", 10, 0.0)
+        )
+        assert result.pending_continuous == caps["vault/Sync log"]
+        assert waiting_vectors(result) == pending - caps["vault/Sync log"]
+        h.indexer.clear()
+        assert hot.continuous() == {}
+    finally:
+        h.close()

@@ -183,7 +183,7 @@ class Handlers:
         embedder = self.slot.describe()
         # With the model off by configuration no chunk waits for a vector: none will come.
         pending = self.manifest.pending_count() if embedder["state"] != "off" else 0
-        # The chunks each indexing of a note written continuously leaves are no backlog while the
+        # The chunks the last indexing of a note written continuously added are no backlog while the
         # model computes their vectors; with it failed, loading or off every waiting chunk counts.
         ok = embedder["state"] == "ok"
         continuous = limits.continuous(self.manifest, self.vectors.stores.continuous(), pending if ok else 0)

@@ -15,8 +15,10 @@ a note written every few seconds settles at every pause, and handing each pause 
 CPU, per note and at every burst.
 
 A note indexed at a cost again and again and held or in its quiet time now is written
-continuously (``continuous``): each of its indexings leaves a few chunks waiting for a vector, which
-search answers do not count as waiting and status says apart.
+continuously (``continuous``): each of its indexings leaves a few chunks waiting for a vector.
+Those its last indexing added (no more: a backlog from before is still one) are not counted as
+waiting by search answers while the model computes vectors, and status says them apart; a
+rebuild's clear forgets which notes are so.
 """
 
 from __future__ import annotations
@@ -63,10 +65,13 @@ class HotNotes:
         self._early_last: set[str] = set()  # last indexed early: the next one waits its quiet time
         self._early_spent: list[tuple[float, float]] = []  # (end, cost) of early indexings lately
         self._spent: dict[str, list[tuple[float, float]]] = {}  # costly note -> its indexings lately
-        self._keys: dict[str, str] = {}  # costly note -> its key in the index
+        # Costly note -> its key in the index and the chunks its last indexing added.
+        self._keys: dict[str, tuple[str, int]] = {}
+        self._cleared = -math.inf  # the index was cleared (a rebuild): indexings before do not count
 
-    def indexed(self, costs: Mapping[str, float], keys: Mapping[str, str] | None = None) -> None:
-        """Notes just indexed, with what each cost in seconds (and their keys in the index, by path)."""
+    def indexed(self, costs: Mapping[str, float], keys: Mapping[str, tuple[str, int]] | None = None) -> None:
+        """Notes just indexed, with what each cost in seconds (and, by path, their keys in the index
+        and the chunks the indexing added)."""
         now = self.clock()
         with self._lock:
             for path in costs:
@@ -177,17 +182,25 @@ class HotNotes:
         with self._lock:
             return frozenset(p for p in paths if p in self._held or self._quiet_until.get(p, now) > now)
 
-    def continuous(self) -> frozenset[str]:
-        """The keys of the notes written continuously now (``CONTINUOUS_INDEXINGS``)."""
-        now = self.clock()
-        since = now - BUDGET_WINDOW_S
+    def cleared(self) -> None:
+        """The index was cleared (a rebuild): its first indexing of each note adds every chunk, so
+        no note is written continuously until indexed again ``CONTINUOUS_INDEXINGS`` times."""
         with self._lock:
-            return frozenset(
-                key
-                for path, key in self._keys.items()
+            self._cleared = self.clock()
+            self._keys.clear()
+
+    def continuous(self) -> dict[str, int]:
+        """The notes written continuously now (``CONTINUOUS_INDEXINGS``): key -> the chunks its last
+        indexing added (of its chunks waiting for a vector, at most so many are no backlog)."""
+        now = self.clock()
+        with self._lock:
+            since = max(now - BUDGET_WINDOW_S, self._cleared)
+            return {
+                key: added
+                for path, (key, added) in self._keys.items()
                 if sum(1 for end, _ in self._spent.get(path, ()) if end > since) >= CONTINUOUS_INDEXINGS
                 and (path in self._held or self._quiet_until.get(path, now) > now)
-            )
+            }
 
     def held(self) -> frozenset[str]:
         with self._lock:

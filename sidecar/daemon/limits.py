@@ -10,7 +10,7 @@ are counted all the same). Imports the manifest and the indexer's scan (what it 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sidecar.index.indexer import Indexer
@@ -75,9 +75,11 @@ def keyword_only(manifest: Manifest) -> dict[str, Any] | None:
     }
 
 
-def continuous(manifest: Manifest, keys: Collection[str], pending: int) -> dict[str, Any] | None:
-    """The notes written continuously now (``sidecar.daemon.hot``): how many, how many of the
-    ``pending`` chunks waiting for a vector are theirs, a few named (None when there are none)."""
+def continuous(manifest: Manifest, keys: Mapping[str, int], pending: int) -> dict[str, Any] | None:
+    """The notes written continuously now (``sidecar.daemon.hot``, key -> chunks its last indexing
+    added): how many, how many of the ``pending`` chunks waiting for a vector are theirs (at most
+    what each one's last indexing added: an older backlog counts as one), a few named (None when
+    there are none)."""
     if not keys:
         return None
     named = sorted(k for k in keys if not k.startswith("memory/"))[:NAMED]

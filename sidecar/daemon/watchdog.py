@@ -73,8 +73,8 @@ def status_line(
     else:
         counts = manifest.counts()
         pending = manifest.pending_count()
-        keys = vectors.stores.continuous() if vectors is not None else frozenset()
-        # Not the chunks each indexing of a note written continuously leaves: no backlog.
+        keys = vectors.stores.continuous() if vectors is not None else {}
+        # Not the chunks the last indexing of a note written continuously added: no backlog.
         ok = embedder_state == "ok"  # else every waiting chunk counts (none gets a vector)
         pending -= min(pending, manifest.pending_count_of(keys)) if pending and keys and ok else 0
         text = f"ready: {counts['files']:,} notes, {counts['chunks']:,} chunks"

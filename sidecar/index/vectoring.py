@@ -95,9 +95,9 @@ class Stores:
     # The refill in place instead (no room on the disk for a second copy; the keyword arm finds
     # nothing until it ends): (chunks added, chunks in all), else None.
     upgrade_in_place: tuple[int, int] | None = None
-    # The keys of the notes written continuously now (``sidecar.daemon.hot``, set by the index
-    # loop): each of their indexings leaves chunks waiting for a vector for a while.
-    continuous: Callable[[], frozenset[str]] = field(default=frozenset, repr=False, compare=False)
+    # The notes written continuously now (``sidecar.daemon.hot``, set by the index loop), key ->
+    # the chunks its last indexing added: those wait for a vector for a while, no backlog.
+    continuous: Callable[[], Mapping[str, int]] = field(default=dict, repr=False, compare=False)
     # The agents with memory as last read, and when (``repair.unsearchable_agents``).
     memory_agents: tuple[float, frozenset[str]] | None = field(default=None, repr=False, compare=False)
 

@@ -283,8 +283,8 @@ class Retriever:
         if now - at > 1.0:
             try:
                 n = self.stores.manifest.pending_count()
-                keys = self.stores.continuous() if n else frozenset()
-                continuous = min(n, self.stores.manifest.pending_count_of(keys)) if keys else 0
+                caps = self.stores.continuous() if n else {}
+                continuous = min(n, self.stores.manifest.pending_count_of(caps)) if caps else 0
             except sqlite3.Error:  # the answer is a courtesy: never fail a search for it
                 n = continuous = 0
             self._pending = (now, n, continuous)

@@ -6,7 +6,7 @@ over the same connection."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
@@ -183,12 +183,15 @@ class VectorBook:
         sql = f"SELECT count(*) FROM chunks WHERE {_flag(flag)} = 0 AND ord < ?"
         return int(self._query(sql, (self.vector_cap,))[0][0])
 
-    def pending_count_of(self, keys: Collection[str], flag: str = "has_vector") -> int:
-        """Of ``pending_count``, the chunks of these notes."""
+    def pending_count_of(self, caps: Mapping[str, int], flag: str = "has_vector") -> int:
+        """Of ``pending_count``, the chunks of these notes, at most ``caps[key]`` of each."""
         n = 0
-        for part, marks in _in_groups(sorted(keys)):
-            sql = f"SELECT count(*) FROM chunks WHERE key IN ({marks}) AND {_flag(flag)} = 0 AND ord < ?"
-            n += int(self._query(sql, [*part, self.vector_cap])[0][0])
+        for part, marks in _in_groups(sorted(caps)):
+            sql = (
+                f"SELECT key, count(*) FROM chunks WHERE key IN ({marks}) AND {_flag(flag)} = 0 "
+                "AND ord < ? GROUP BY key"
+            )
+            n += sum(min(int(c), caps[k]) for k, c in self._query(sql, [*part, self.vector_cap]))
         return n
 
     def still_pending(self, chunk_ids: Sequence[str], flag: str) -> set[str]:
