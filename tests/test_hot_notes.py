@@ -519,3 +519,22 @@ def test_a_long_note_saved_three_times_leaves_out_only_what_its_last_indexing_ad
         assert hot.continuous() == {}
     finally:
         h.close()
+
+
+def test_status_names_the_largest_of_the_backlog_not_a_note_written_continuously(
+    serve_in_process: Callable[..., InProcessServer], vault: Path
+) -> None:
+    """The Vectors line's "N of them from ..." counts what waits as a backlog: the chunks a note
+    written continuously just added are not, so another note is named, with its own figure."""
+    write(vault / "Other.md", "# Other\n\nNothing yet.\n")
+    server = serve_in_process(vault)
+    h = server.harness
+    write(vault / "Sync log.md", _log_note(300))
+    write(vault / "Big.md", _log_note(280))
+    h.indexer.sweep(only=frozenset(), paths=[str(vault / "Sync log.md"), str(vault / "Big.md")])
+    log_pending = h.stores.manifest.pending_count_of({"vault/Sync log": 10**6})
+    h.stores.continuous = lambda: {"vault/Sync log": log_pending}
+    idx = server.call("health")["index"]
+    big = h.stores.manifest.pending_count_of({"vault/Big": 10**6})
+    assert idx["pending_vectors"] == log_pending + big and idx["continuous"]["pending_vectors"] == log_pending
+    assert idx["pending_largest"] == {"reference": "vault/Big", "chunks": big}

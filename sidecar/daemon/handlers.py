@@ -186,7 +186,8 @@ class Handlers:
         # The chunks the last indexing of a note written continuously added are no backlog while the
         # model computes their vectors; with it failed, loading or off every waiting chunk counts.
         ok = embedder["state"] == "ok"
-        continuous = limits.continuous(self.manifest, self.vectors.stores.continuous(), pending if ok else 0)
+        caps = self.vectors.stores.continuous()
+        continuous = limits.continuous(self.manifest, caps, pending if ok else 0)
         backlog = pending - (continuous["pending_vectors"] if continuous else 0)
         state = self.indexer.index_state(backlog, embedder["state"])
         vec = self.vectors
@@ -214,9 +215,9 @@ class Handlers:
                 "files": counts["files"],
                 "chunks": counts["chunks"],
                 "pending_vectors": pending,
-                # The note with most of those (a long note can be most of the queue), and the
+                # The note with most of the backlog (a long note can be most of it), and the
                 # chunks past index.maxVectorChunksPerNote found by keywords only.
-                "pending_largest": self.limits.pending_largest(pending),
+                "pending_largest": self.limits.pending_largest(backlog, caps if continuous and ok else None),
                 # Notes written continuously (a log appended to all the time): indexed again at
                 # most every minute; {notes, pending_vectors (theirs, of the above), examples}.
                 "continuous": continuous,

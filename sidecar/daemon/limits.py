@@ -44,10 +44,11 @@ class Limits:
     def keyword_only(self) -> dict[str, Any] | None:
         return self._counted("keyword_only", lambda: keyword_only(self.manifest))
 
-    def pending_largest(self, pending: int) -> dict[str, Any] | None:
+    def pending_largest(self, pending: int, less: Mapping[str, int] | None = None) -> dict[str, Any] | None:
+        """``pending``: the chunks counted as waiting, ``less`` those left out of them, by note."""
         if pending < LARGEST_NAMED:  # no note could be named: spare the scan
             return None
-        largest = self._counted("pending_largest", lambda: pending_largest(self.manifest, pending))
+        largest = self._counted("pending_largest", lambda: pending_largest(self.manifest, pending, less))
         # Counted up to a second ago: never more of the queue than waits now.
         return {**largest, "chunks": min(largest["chunks"], pending)} if largest else None
 
@@ -90,11 +91,13 @@ def continuous(manifest: Manifest, keys: Mapping[str, int], pending: int) -> dic
     }
 
 
-def pending_largest(manifest: Manifest, pending: int) -> dict[str, Any] | None:
-    """The note with the most chunks waiting for a vector (while any wait)."""
+def pending_largest(
+    manifest: Manifest, pending: int, less: Mapping[str, int] | None = None
+) -> dict[str, Any] | None:
+    """The note with the most chunks waiting for a vector (while any wait), ``less`` left out."""
     if pending <= 0:
         return None
-    largest = manifest.pending_largest()
+    largest = manifest.pending_largest(less=less)
     return {"reference": largest[0], "chunks": largest[1]} if largest else None
 
 

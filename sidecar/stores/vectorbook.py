@@ -90,14 +90,23 @@ class VectorBook:
             [(k, int(sizes.get(k, 0)), n) for n, k in named],
         )
 
-    def pending_largest(self, flag: str = "has_vector") -> tuple[str, int] | None:
-        """The vault or wiki note with the most chunks waiting for a vector, and how many."""
+    def pending_largest(
+        self, flag: str = "has_vector", less: Mapping[str, int] | None = None
+    ) -> tuple[str, int] | None:
+        """The vault or wiki note with the most chunks waiting for a vector, and how many; ``less``:
+        so many fewer of these notes count (a note written continuously: what its last indexing
+        added is no backlog)."""
+        less = less or {}
+        # Only the notes in ``less`` lose chunks: the largest is among one more than they are.
         rows = self._query(
             f"SELECT key, count(*) AS n FROM chunks WHERE {_flag(flag)} = 0 AND ord < ? "
-            "AND (key < 'memory/' OR key >= 'memory0') GROUP BY key ORDER BY n DESC, key LIMIT 1",
-            (self.vector_cap,),
+            "AND (key < 'memory/' OR key >= 'memory0') GROUP BY key ORDER BY n DESC, key LIMIT ?",
+            (self.vector_cap, len(less) + 1),
         )
-        return (str(rows[0][0]), int(rows[0][1])) if rows else None
+        counted = sorted(
+            ((int(n) - less.get(str(k), 0), str(k)) for k, n in rows), key=lambda x: (-x[0], x[1])
+        )
+        return (counted[0][1], counted[0][0]) if counted and counted[0][0] > 0 else None
 
     def vector_donors(self, hashes: Sequence[str], flag: str = "has_vector") -> dict[str, str]:
         """For texts about to be embedded: a chunk with the same text that already has a vector."""
