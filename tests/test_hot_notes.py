@@ -538,3 +538,22 @@ def test_status_names_the_largest_of_the_backlog_not_a_note_written_continuously
     big = h.stores.manifest.pending_count_of({"vault/Big": 10**6})
     assert idx["pending_vectors"] == log_pending + big and idx["continuous"]["pending_vectors"] == log_pending
     assert idx["pending_largest"] == {"reference": "vault/Big", "chunks": big}
+
+
+def test_status_subtracts_the_batch_computed_now_from_the_backlog_only_beyond_a_continuous_notes() -> None:
+    """The batch the model computes now may hold a note written continuously's chunks, which the
+    backlog leaves out: the Vectors line must not say the backlog is being stored."""
+    health = {
+        "version": "x", "started": 0, "pid": 1, "socket": "s", "home": "h", "vault": None,
+        "index": {"state": "ready", "phase": "idle", "progress": {"done": 0, "total": 0}, "files": 2,
+                  "chunks": 900, "by_source": {}, "skipped": {}, "pending_vectors": 60,
+                  "continuous": {"notes": 1, "pending_vectors": 40, "examples": ["vault/Log"]}},
+        "embedder": {"state": "ok", "model": "m", "origin": "o"},
+        "vectors": {"computing": 30}, "roots": [],
+    }  # fmt: skip
+    text = render_status(health)
+    assert "Vectors: 20 chunks waiting for vectors" in text and "storing" not in text
+    health["vectors"]["computing"] = 50  # beyond the continuous note's 40: 10 of the backlog's
+    assert "Vectors: 10 chunks waiting for vectors" in render_status(health)
+    health["vectors"]["computing"] = 60
+    assert "Vectors: storing the last 20 computed" in render_status(health)

@@ -311,8 +311,10 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
     # The chunks each indexing of a note written continuously leaves: said on a line of their own.
     pending = backlog(idx)
     # Less what the model computed of the batch it runs now: the count moves as the model does,
-    # not once a batch is stored (minutes apart on a slow CPU).
-    waiting = max(pending - int((h.get("vectors") or {}).get("computing") or 0), 0)
+    # not once a batch is stored (minutes apart on a slow CPU). That batch may be a continuous
+    # note's chunks, left out of ``pending``: only what it holds beyond those is the backlog's.
+    computing = int((h.get("vectors") or {}).get("computing") or 0)
+    waiting = max(min(pending, int(idx["pending_vectors"]) - computing), 0)
     lines: list[str] = []
     active = (h.get("problems") or {}).get("active", [])
     # While vectors cannot be stored (a full disk) nothing moves: no ETA, say why instead.
