@@ -107,3 +107,23 @@ def test_rows_kept_before_the_note_column_count_as_notes_that_left(tmp_path: Pat
         assert m.kept_count("vault/Log") == 1
     finally:
         m.close()
+
+
+def test_pruning_a_notes_edits_reads_the_note_index_not_the_whole_table(tmp_path: Path) -> None:
+    """prune_edits runs per edited note under the write lock: each of its reads of the kept table
+    must go through kept_by_note (a partial index, used only when the query implies note != '')."""
+    m = Manifest(tmp_path / "manifest.sqlite")
+    try:
+        m.keep_vectors("t", [(f"h{i}", b"\0", "vault/Log" if i % 2 else "") for i in range(20)], 1.0)
+        statements: list[str] = []
+        m._db.set_trace_callback(statements.append)
+        m.prune_edits("t", ["vault/Log"], EDITS_KEPT_PER_NOTE)
+        m._db.set_trace_callback(None)
+        deletes = [s for s in statements if s.lstrip().upper().startswith("DELETE")]
+        assert deletes
+        for sql in deletes:
+            plan = [row[-1] for row in m._db.execute("EXPLAIN QUERY PLAN " + sql).fetchall()]
+            on_kept = [p for p in plan if "kept_vectors" in p]
+            assert on_kept and all("kept_by_note" in p for p in on_kept), plan
+    finally:
+        m.close()

@@ -24,6 +24,14 @@ UNLIMITED = 2**62
 
 _T = TypeVar("_T")
 
+# ``note != ''`` lets SQLite use the partial index kept_by_note (``note = ?`` alone does not imply
+# it): without, each edited note scanned the whole kept table under the write lock.
+PRUNE_EDITS = (
+    "DELETE FROM kept_vectors WHERE vec_table = ? AND note = ? AND note != '' AND kept_at < ("
+    "SELECT min(kept_at) FROM (SELECT DISTINCT kept_at FROM kept_vectors "
+    "WHERE vec_table = ? AND note = ? AND note != '' ORDER BY kept_at DESC LIMIT ?))"
+)
+
 
 def _in_groups(values: Sequence[_T]) -> Iterator[tuple[list[_T], str]]:
     """``values`` in groups that fit one SQL ``IN (...)``: each group with its placeholders."""
@@ -144,12 +152,7 @@ class VectorBook:
         n = 0
         with self.transaction() as db:
             for note in notes:
-                n += db.execute(
-                    "DELETE FROM kept_vectors WHERE vec_table = ? AND note = ? AND kept_at < ("
-                    "SELECT min(kept_at) FROM (SELECT DISTINCT kept_at FROM kept_vectors "
-                    "WHERE vec_table = ? AND note = ? ORDER BY kept_at DESC LIMIT ?))",
-                    (table, note, table, note, edits),
-                ).rowcount
+                n += db.execute(PRUNE_EDITS, (table, note, table, note, edits)).rowcount
         return int(n)
 
     def chunk_notes(self, chunk_ids: Sequence[str]) -> dict[str, str]:
