@@ -429,10 +429,19 @@ def test_status_says_a_note_written_continuously_in_plain_words(
     assert idx["pending_vectors"] > 0 and idx["state"] == "ready"
     text = render_status(health)
     assert (
-        "Written continuously: vault/Sync log (1 note), indexed again at most every minute: what each "
-        "indexing adds is found by its words at once, by meaning once its vectors are computed; "
+        "Written continuously: vault/Sync log (1 note), each change indexed at most a minute later: what "
+        "each indexing adds is found by its words at once, by meaning once its vectors are computed; "
+        f"{idx['pending_vectors']:,} of its chunks without a vector now"
     ) in text
-    assert "Vectors: every other chunk has a vector" in text and "waiting for vectors" not in text
+    assert (
+        f"Vectors: every chunk but the {idx['pending_vectors']:,} a note written continuously just added "
+        "has a vector"
+    ) in text and "waiting for vectors" not in text
+    two = {
+        **health,
+        "index": {**idx, "continuous": {**idx["continuous"], "notes": 2, "examples": ["vault/A"]}},
+    }
+    assert "(2 notes), each change" in render_status(two) and "of their chunks" in render_status(two)
     line = status_line(h.indexer.activity, h.supervisor, h.stores.manifest, "ok", h.vectors)
     assert line.endswith(", 1 note written continuously") and "waiting for vectors" not in line
     message = status_of(health)["message"]

@@ -388,9 +388,9 @@ def _continuous_lines(continuous: dict[str, Any] | None) -> list[str]:
     n, wait = continuous["notes"], continuous["pending_vectors"]
     named = ", ".join(shown(k) for k in continuous["examples"])
     which = f"{named} ({n} note{'' if n == 1 else 's'})" if named else f"{n} note{'' if n == 1 else 's'}"
-    now = f"; {wait:,} of its chunks without a vector now" if wait else ""
+    now = f"; {wait:,} of {'its' if n == 1 else 'their'} chunks without a vector now" if wait else ""
     return [
-        f"Written continuously: {which}, indexed again at most every minute: what each indexing adds "
+        f"Written continuously: {which}, each change indexed at most a minute later: what each indexing adds "
         f"is found by its words at once, by meaning once its vectors are computed{now} (not counted "
         "as waiting in search answers)"
     ]

@@ -29,12 +29,13 @@ def backlog(idx: dict[str, Any]) -> int:
 def all_vectors_words(idx: dict[str, Any]) -> str:
     """ "every chunk has a vector", or, beside chunks past the per-note limit (found by keywords
     only), every chunk within it: the line must not say all while the next one says some have none
-    (nor while chunks of a note written continuously wait: every other one)."""
+    (nor while chunks of a note written continuously wait: all but those, said which)."""
     capped = idx.get("keyword_only")
-    other = "other " if (idx.get("continuous") or {}).get("pending_vectors") else ""
+    left = int((idx.get("continuous") or {}).get("pending_vectors") or 0)
+    but = f" but the {left:,} a note written continuously just added" if left else ""
     if not capped:
-        return f"every {other}chunk has a vector"
-    return f"every {other}chunk within {capped['setting']} has a vector"
+        return f"every chunk{but} has a vector"
+    return f"every chunk within {capped['setting']}{but} has a vector"
 
 
 def duration(seconds: float) -> str:

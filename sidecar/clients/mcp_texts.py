@@ -231,8 +231,8 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
     if continuous:
         n = continuous.get("notes", 0)
         parts.append(
-            f"{n} note{' is' if n == 1 else 's are'} written continuously: indexed again at most every "
-            "minute, what each indexing adds found by its words at once, by meaning once its vectors "
+            f"{n} note{' is' if n == 1 else 's are'} written continuously: each change indexed at most a "
+            "minute later, what each indexing adds found by its words at once, by meaning once its vectors "
             "are computed"
         )
     vec = health.get("vectors") or {}

@@ -218,8 +218,8 @@ class Handlers:
                 # The note with most of the backlog (a long note can be most of it), and the
                 # chunks past index.maxVectorChunksPerNote found by keywords only.
                 "pending_largest": self.limits.pending_largest(backlog, caps if continuous and ok else None),
-                # Notes written continuously (a log appended to all the time): indexed again at
-                # most every minute; {notes, pending_vectors (theirs, of the above), examples}.
+                # Notes written continuously (a log appended to all the time): each change indexed
+                # at most a minute later; {notes, pending_vectors (theirs, of the above), examples}.
                 "continuous": continuous,
                 "keyword_only": self.limits.keyword_only() if embedder["state"] != "off" else None,
                 "embed_rate_chunks_per_second": round(rate, 2) if rate else None,
