@@ -15,13 +15,20 @@ from typing import Any
 
 import pytest
 
+from sidecar.clients.cli_render import render_status
+from sidecar.clients.mcp_texts import status_of, text_of_search
+from sidecar.contracts.wire import state_json, waiting_vectors
 from sidecar.daemon.hot import BUDGET_SHARE, BUDGET_WINDOW_S, HOT_MAX_S, SETTLE_S, HotNotes
 from sidecar.daemon.indexing import IndexLoop
+from sidecar.daemon.watchdog import status_line
 from sidecar.index import indexer as indexer_mod
 from sidecar.index.summary import SUMMARY_EVERY_S, ActivitySummary
 from sidecar.model.embedder import EmbedderSlot
+from sidecar.search.request import SearchRequest
+from sidecar.search.retrieval import Retriever
 from sidecar.stores.bm25 import Bm25Index
 from tests.conftest import FakeEmbedder, Harness, write
+from tests.in_process import InProcessServer
 from tests.index_helpers import search
 
 
@@ -232,7 +239,7 @@ def test_the_wait_for_the_models_tokenizer_is_no_cost_of_a_note(
     # It comes while the sweep waits for it (asked with a timeout), not while it reads ahead.
     monkeypatch.setattr(slot, "wait_countable", lambda timeout: timeout > 0 and tokenizer_comes())
     costs: dict[str, float] = {}
-    h.indexer.on_indexed = costs.update
+    h.indexer.on_indexed = lambda spent, _written: costs.update(spent)
     try:
         assert h.indexer.sweep()["changed"] == 4
     finally:
@@ -251,7 +258,7 @@ def hot_loop(make_cfg: Any, vault: Path) -> Iterator[tuple[Harness, IndexLoop, C
     stop = threading.Event()
     loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=stop, beat=lambda _a: None, hot=hot)
     log = str(vault / "Sync log.md")
-    h.indexer.on_indexed = lambda costs: hot.indexed({p: 5.0 if p == log else 0.0 for p in costs})
+    h.indexer.on_indexed = lambda costs, _w: hot.indexed({p: 5.0 if p == log else 0.0 for p in costs})
     thread = threading.Thread(target=loop.run, daemon=True)
     thread.start()
     yield h, loop, clock
@@ -341,3 +348,221 @@ def test_a_hot_note_deleted_or_renamed_away_leaves_search_at_once(
     # the clock stands still: no quiet time ends (a rename's two paths land in two commits)
     _until(lambda: "vault/Sync log" not in _refs(h, "synced"), timeout=10)
     assert loop.hot.held() == frozenset()
+
+
+def test_only_a_note_indexed_again_and_again_counts_as_written_continuously() -> None:
+    """One costly indexing (a large note saved once) is no note written continuously; the third
+    within the window, with the note in its quiet time, is; once its quiet time ends, no more."""
+    clock = Clock()
+    hot = HotNotes(clock)
+    hot.indexed({"/v/Big.md": 5.0}, {"/v/Big.md": ("vault/Big", 900)})
+    assert hot.continuous() == {}
+    for _ in range(2):
+        clock.now += 60.0
+        hot.indexed({"/v/Big.md": 5.0}, {"/v/Big.md": ("vault/Big", 2)})
+    assert hot.continuous() == {"vault/Big": 2}
+    clock.now += 40.0
+    assert hot.hold(["/v/Big.md"]) == frozenset()  # held: still written to
+    clock.now += 20.0
+    assert hot.continuous() == {"vault/Big": 2}
+    assert hot.due() == {"/v/Big.md"}
+    assert hot.continuous() == {}  # its quiet time is over and nothing holds it
+    hot.indexed({"/v/Cheap.md": 0.01}, {"/v/Cheap.md": ("vault/Cheap", 1)})
+    assert hot.continuous() == {}
+
+
+def test_answers_do_not_count_a_note_written_continuously_as_waiting(make_cfg: Any, vault: Path) -> None:
+    """While a note is written continuously, the chunks each of its indexings leaves without a
+    vector are not counted as waiting by an answer's notice (they are found by their words at
+    once), the edit of another note still is; `status` says the note apart in plain words."""
+    write(vault / "Sync log.md", _log_note(3))
+    write(vault / "Other.md", "# Other\n\nNothing yet.\n")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        clock = Clock()
+        hot = HotNotes(clock)
+        IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None, hot=hot)
+        h.indexer.on_indexed = lambda costs, written: hot.indexed(dict.fromkeys(costs, 5.0), written)
+        log = vault / "Sync log.md"
+        for word in ("zebra", "yak", "okapi"):
+            clock.now += 60.0
+            with log.open("a", encoding="utf-8") as fh:
+                fh.write(f"- {word} synced\n")
+            h.indexer.sweep(only=frozenset(), paths=[str(log)])
+        assert set(hot.continuous()) == {"vault/Sync log"}
+        retriever = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        result = retriever.search(SearchRequest("okapi", 10, 0.0))
+        assert [hit.reference for hit in result.hits][:1] == ["vault/Sync log"]  # by its words
+        assert result.pending_vectors == result.pending_continuous > 0
+        assert waiting_vectors(result) == 0
+        assert state_json(result)["pendingContinuous"] == result.pending_continuous
+        write(vault / "Other.md", "# Other\n\nThe walrus moved in.\n")
+        h.indexer.sweep(only=frozenset(), paths=[str(vault / "Other.md")])
+        retriever = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        result = retriever.search(SearchRequest("walrus", 10, 0.0))
+        assert waiting_vectors(result) == h.stores.manifest.pending_count_of({"vault/Other": 10**6}) > 0
+    finally:
+        h.close()
+
+
+def test_status_says_a_note_written_continuously_in_plain_words(
+    serve_in_process: Callable[..., InProcessServer], vault: Path
+) -> None:
+    """health names the note written continuously with its chunks waiting; status and the agents'
+    status say it apart from a backlog, and an answer's notice leaves those chunks out."""
+    write(vault / "Sync log.md", _log_note(3))
+    server = serve_in_process(vault)
+    h = server.harness
+    h.stores.continuous = lambda: {"vault/Sync log": 10**6}
+    log = vault / "Sync log.md"
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write("- okapi synced\n")
+    h.indexer.sweep(only=frozenset(), paths=[str(log)])
+    health = server.call("health")
+    idx = health["index"]
+    assert idx["continuous"] == {
+        "notes": 1,
+        "pending_vectors": idx["pending_vectors"],
+        "examples": ["vault/Sync log"],
+    }
+    assert idx["pending_vectors"] > 0 and idx["state"] == "ready"
+    text = render_status(health)
+    assert (
+        "Written continuously: vault/Sync log (1 note), each change indexed at most a minute later: what "
+        "each indexing adds is found by its words at once, by meaning once its vectors are computed; "
+        f"{idx['pending_vectors']:,} of its chunks without a vector now"
+    ) in text
+    assert (
+        f"Vectors: every chunk but the {idx['pending_vectors']:,} a note written continuously just added "
+        "has a vector"
+    ) in text and "waiting for vectors" not in text
+    two = {
+        **health,
+        "index": {**idx, "continuous": {**idx["continuous"], "notes": 2, "examples": ["vault/A"]}},
+    }
+    assert "(2 notes), each change" in render_status(two) and "of their chunks" in render_status(two)
+    line = status_line(h.indexer.activity, h.supervisor, h.stores.manifest, "ok", h.vectors)
+    assert line.endswith(", 1 note written continuously") and "waiting for vectors" not in line
+    message = status_of(health)["message"]
+    assert "1 note is written continuously" in message and "wait for their vector" not in message
+    reply = server.call("search", {"query": "okapi"})
+    assert reply["pendingContinuous"] == reply["pendingVectors"] > 0
+    assert "wait for" not in text_of_search("okapi", reply)
+
+
+@pytest.mark.parametrize(
+    ("state", "said"),
+    [
+        ("failed", "keyword search only (model failed)"),
+        ("loading", "keyword search only (model loading)"),
+        ("off", "keyword search only (vectors off)"),
+    ],
+)
+def test_the_status_line_says_the_models_state_beside_a_note_written_continuously(
+    make_cfg: Any, vault: Path, state: str, said: str
+) -> None:
+    """A note written continuously is said beside the model's state, never instead of it."""
+    write(vault / "Sync log.md", _log_note(3))
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        h.stores.continuous = lambda: {"vault/Sync log": 10**6}
+        line = status_line(h.indexer.activity, h.supervisor, h.stores.manifest, state, h.vectors)
+        assert said in line and line.endswith(", 1 note written continuously")
+    finally:
+        h.close()
+
+
+def test_with_the_model_failed_every_chunk_waiting_counts_a_continuous_notes_too(
+    serve_in_process: Callable[..., InProcessServer], vault: Path
+) -> None:
+    """The chunks of a note written continuously are left out only while the model computes
+    vectors: with it failed, status, the agents' status and `sidecar index` count them all."""
+    write(vault / "Sync log.md", _log_note(3))
+    server = serve_in_process(vault)
+    h = server.harness
+    h.stores.continuous = lambda: {"vault/Sync log": 10**6}
+    log = vault / "Sync log.md"
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write("- okapi synced\n")
+    h.indexer.sweep(only=frozenset(), paths=[str(log)])
+    h.slot.state, h.slot.error = "failed", "no model here"
+    health = server.call("health")
+    idx = health["index"]
+    assert idx["pending_vectors"] > 0 and idx["continuous"]["pending_vectors"] == 0
+    assert f"Vectors: {idx['pending_vectors']:,} chunks wait for the model" in render_status(health)
+    assert f"{idx['pending_vectors']} chunks wait for their vector" in status_of(health)["message"]
+
+
+def test_a_long_note_saved_three_times_leaves_out_only_what_its_last_indexing_added(
+    make_cfg: Any, vault: Path
+) -> None:
+    """Of a note written continuously, only the chunks its last indexing added are no backlog:
+    a long new note saved three times in a few minutes keeps its first chunks counted as
+    waiting; a rebuild's clear forgets which notes are written continuously."""
+    write(vault / "Other.md", "# Other\n\nNothing yet.\n")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        clock = Clock()
+        hot = HotNotes(clock)
+        IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None, hot=hot)
+        h.indexer.on_indexed = lambda costs, written: hot.indexed(dict.fromkeys(costs, 5.0), written)
+        log = vault / "Sync log.md"
+        write(log, _log_note(30))
+        for word in ("zebra", "yak", "okapi"):
+            clock.now += 60.0
+            with log.open("a", encoding="utf-8") as fh:
+                fh.write(f"- {word} synced\n")
+            h.indexer.sweep(only=frozenset(), paths=[str(log)])
+        caps = hot.continuous()
+        pending = h.stores.manifest.pending_count()
+        assert set(caps) == {"vault/Sync log"} and 0 < caps["vault/Sync log"] < 5 and pending >= 30
+        result = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall).search(
+            SearchRequest("okapi", 10, 0.0)
+        )
+        assert result.pending_continuous == caps["vault/Sync log"]
+        assert waiting_vectors(result) == pending - caps["vault/Sync log"]
+        h.indexer.clear()
+        assert hot.continuous() == {}
+    finally:
+        h.close()
+
+
+def test_status_names_the_largest_of_the_backlog_not_a_note_written_continuously(
+    serve_in_process: Callable[..., InProcessServer], vault: Path
+) -> None:
+    """The Vectors line's "N of them from ..." counts what waits as a backlog: the chunks a note
+    written continuously just added are not, so another note is named, with its own figure."""
+    write(vault / "Other.md", "# Other\n\nNothing yet.\n")
+    server = serve_in_process(vault)
+    h = server.harness
+    write(vault / "Sync log.md", _log_note(300))
+    write(vault / "Big.md", _log_note(280))
+    h.indexer.sweep(only=frozenset(), paths=[str(vault / "Sync log.md"), str(vault / "Big.md")])
+    log_pending = h.stores.manifest.pending_count_of({"vault/Sync log": 10**6})
+    h.stores.continuous = lambda: {"vault/Sync log": log_pending}
+    idx = server.call("health")["index"]
+    big = h.stores.manifest.pending_count_of({"vault/Big": 10**6})
+    assert idx["pending_vectors"] == log_pending + big and idx["continuous"]["pending_vectors"] == log_pending
+    assert idx["pending_largest"] == {"reference": "vault/Big", "chunks": big}
+
+
+def test_status_subtracts_the_batch_computed_now_from_the_backlog_only_beyond_a_continuous_notes() -> None:
+    """The batch the model computes now may hold a note written continuously's chunks, which the
+    backlog leaves out: the Vectors line must not say the backlog is being stored."""
+    health = {
+        "version": "x", "started": 0, "pid": 1, "socket": "s", "home": "h", "vault": None,
+        "index": {"state": "ready", "phase": "idle", "progress": {"done": 0, "total": 0}, "files": 2,
+                  "chunks": 900, "by_source": {}, "skipped": {}, "pending_vectors": 60,
+                  "continuous": {"notes": 1, "pending_vectors": 40, "examples": ["vault/Log"]}},
+        "embedder": {"state": "ok", "model": "m", "origin": "o"},
+        "vectors": {"computing": 30}, "roots": [],
+    }  # fmt: skip
+    text = render_status(health)
+    assert "Vectors: 20 chunks waiting for vectors" in text and "storing" not in text
+    health["vectors"]["computing"] = 50  # beyond the continuous note's 40: 10 of the backlog's
+    assert "Vectors: 10 chunks waiting for vectors" in render_status(health)
+    health["vectors"]["computing"] = 60
+    assert "Vectors: storing the last 20 computed" in render_status(health)

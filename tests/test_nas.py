@@ -642,7 +642,7 @@ def test_a_note_whose_read_hangs_takes_its_root_offline_not_the_indexer(
         inbox = h.cfg.agents_dir / "eve" / "memory"
         write(inbox / "plan.md", "# Plan\n\nThe guava harvest.\n")
         costs: dict[str, float] = {}
-        h.indexer.on_indexed = costs.update
+        h.indexer.on_indexed = lambda spent, _written: costs.update(spent)
         started = time.monotonic()
         h.indexer.sweep()
         assert time.monotonic() - started < 10

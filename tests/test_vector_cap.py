@@ -197,9 +197,9 @@ def test_health_scans_the_queue_for_its_limits_at_most_once_a_second(
     def counted(name: str) -> Callable[..., Any]:
         real = getattr(manifest, name)
 
-        def run(*args: Any) -> Any:
+        def run(*args: Any, **kwargs: Any) -> Any:
             calls[name] += 1
-            return real(*args)
+            return real(*args, **kwargs)
 
         return run
 
@@ -221,7 +221,7 @@ def test_health_scans_the_queue_for_its_limits_at_most_once_a_second(
     limits.pending_largest(300)
     limits.pending_largest(300)
     assert calls["pending_largest"] == 1
-    manifest.pending_largest = lambda *a: (KEY, 290)  # type: ignore[method-assign]
+    manifest.pending_largest = lambda *a, **k: (KEY, 290)  # type: ignore[method-assign]
     now[0] += 1.5
     assert limits.pending_largest(300) == {"reference": KEY, "chunks": 290}
     # Kept a second while the queue shrinks: never more of it than waits now.

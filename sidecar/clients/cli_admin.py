@@ -15,6 +15,7 @@ from typing import Any
 from sidecar.clients.cli_parser import UsageError, build_parser, config_of, serve_flags
 from sidecar.clients.cli_render import Progress, render_status
 from sidecar.clients.client import Client
+from sidecar.clients.foreground import backlog
 from sidecar.config import Config
 from sidecar.contracts.errors import DaemonNotRunningError, DaemonUnreachableError, ExitCode, StorageError
 from sidecar.contracts.printable import escape_controls as shown
@@ -148,7 +149,7 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
                 idx = health["index"]
                 _show_progress(bar, idx, health["embedder"])
                 _say_waiting(bar, idx.get("waiting"), said)
-                waiting = health["embedder"]["state"] == "ok" and idx["pending_vectors"] > 0
+                waiting = health["embedder"]["state"] == "ok" and backlog(idx) > 0
                 if _swept(idx, ticket, before) and idx["phase"] == "idle" and not waiting:
                     break
                 failing = _failing_since(health, asked, ("index", "stores"))
@@ -293,9 +294,9 @@ def _say_waiting(bar: Progress, waiting: dict[str, Any] | None, said: set[tuple[
 def _show_progress(bar: Progress, idx: dict[str, Any], embedder: dict[str, Any]) -> None:
     if idx["phase"] in ("scanning", "indexing"):
         bar.update(idx["phase"], idx["progress"]["done"], idx["progress"]["total"])
-    elif embedder["state"] == "ok" and idx["pending_vectors"]:
+    elif embedder["state"] == "ok" and (pending := backlog(idx)):
         total = idx["chunks"]
-        bar.update("embedding", total - idx["pending_vectors"], total)
+        bar.update("embedding", total - pending, total)
 
 
 def cmd_status(args: argparse.Namespace, cfg: Config) -> int:

@@ -5,7 +5,7 @@ a parsed ``recall`` reply in, lines out."""
 from __future__ import annotations
 
 from sidecar.contracts.printable import escape_controls as shown
-from sidecar.contracts.wire import Analysis, Hit, SearchResult
+from sidecar.contracts.wire import Analysis, Hit, SearchResult, waiting_vectors
 
 # What each gate compares, as the preview explains a candidate it kept out.
 _WHY = {
@@ -67,8 +67,8 @@ def preview_lines(result: SearchResult) -> list[str]:
             f"{gates.get('scoreFloor')}, similarity (calibrated cosine) >= recall.minSimilarity "
             f"{gates.get('minSimilarity')}"
         )
-    if result.pending_vectors:
-        lines.append(f"Vectors: {recall_pending_note(result.pending_vectors)}")
+    if waiting := waiting_vectors(result):
+        lines.append(f"Vectors: {recall_pending_note(waiting)}")
     lines.append(f"Recalled: {len(result.hits)} hit(s)")
     least = gates.get("minSimilarity")
     for i, h in enumerate(result.hits, 1):

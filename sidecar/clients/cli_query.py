@@ -30,6 +30,7 @@ from sidecar.contracts.wire import (
     refused_note,
     resolved_notes,
     stale_note,
+    waiting_vectors,
 )
 
 
@@ -49,8 +50,8 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
     result = parse_search(reply)
     if result.degraded:
         print(f"note: {result.degraded}", file=sys.stderr)
-    if result.pending_vectors:
-        print(f"note: {pending_note(result.pending_vectors)}", file=sys.stderr)
+    if waiting := waiting_vectors(result):
+        print(f"note: {pending_note(waiting)}", file=sys.stderr)
     if result.indexing is not None:
         print(f"note: {indexing_note(*result.indexing)}", file=sys.stderr)
     if result.stale_since is not None:
@@ -121,8 +122,8 @@ def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
     result = parse_search(reply)
     if result.indexing is not None:
         print(f"note: {indexing_note(*result.indexing)}", file=sys.stderr)
-    if result.pending_vectors and not args.preview:  # the preview says it among its lines
-        print(f"note: {recall_pending_note(result.pending_vectors)}", file=sys.stderr)
+    if (waiting := waiting_vectors(result)) and not args.preview:  # the preview says it among its lines
+        print(f"note: {recall_pending_note(waiting)}", file=sys.stderr)
     if result.stale_since is not None:
         print(f"note: {stale_note(result.stale_since)}", file=sys.stderr)
     if result.catching_up is not None:

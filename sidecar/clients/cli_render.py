@@ -8,7 +8,7 @@ import time
 from typing import Any, TextIO
 
 from sidecar import __version__
-from sidecar.clients.foreground import all_vectors_words, duration
+from sidecar.clients.foreground import all_vectors_words, backlog, duration
 from sidecar.clients.plainerror import cause_of, plain_error
 from sidecar.contracts.errors import is_io_fault
 from sidecar.contracts.printable import escape_controls as shown
@@ -307,10 +307,14 @@ def _building_line(h: dict[str, Any]) -> str:
 def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
     """The Embedder and Vectors lines of `status` (a model switch in progress included)."""
     idx, emb = h["index"], h["embedder"]
-    pending = idx["pending_vectors"]
+    continuous = idx.get("continuous")
+    # The chunks each indexing of a note written continuously leaves: said on a line of their own.
+    pending = backlog(idx)
     # Less what the model computed of the batch it runs now: the count moves as the model does,
-    # not once a batch is stored (minutes apart on a slow CPU).
-    waiting = max(pending - int((h.get("vectors") or {}).get("computing") or 0), 0)
+    # not once a batch is stored (minutes apart on a slow CPU). That batch may be a continuous
+    # note's chunks, left out of ``pending``: only what it holds beyond those is the backlog's.
+    computing = int((h.get("vectors") or {}).get("computing") or 0)
+    waiting = max(min(pending, int(idx["pending_vectors"]) - computing), 0)
     lines: list[str] = []
     active = (h.get("problems") or {}).get("active", [])
     # While vectors cannot be stored (a full disk) nothing moves: no ETA, say why instead.
@@ -338,6 +342,7 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
             lines.append("Vectors: computed for the notes as the rebuild reads them")
         else:
             lines.append(f"Vectors: {all_vectors_words(idx)}")
+        lines += _continuous_lines(continuous)
         lines += _keyword_only_lines(idx.get("keyword_only"), todo)
         vec = h.get("vectors") or {}
         if vec.get("building"):  # a model switch: the old model's vectors answer meanwhile
@@ -374,6 +379,21 @@ def _largest_words(idx: dict[str, Any], pending: int) -> str:
     if not largest or largest["chunks"] < _LARGEST_NAMED or largest["chunks"] * 2 < pending:
         return ""
     return f", {largest['chunks']:,} of them from {shown(largest['reference'])}"
+
+
+def _continuous_lines(continuous: dict[str, Any] | None) -> list[str]:
+    """Notes written continuously (a log appended to all the time): what search has of them."""
+    if not continuous:
+        return []
+    n, wait = continuous["notes"], continuous["pending_vectors"]
+    named = ", ".join(shown(k) for k in continuous["examples"])
+    which = f"{named} ({n} note{'' if n == 1 else 's'})" if named else f"{n} note{'' if n == 1 else 's'}"
+    now = f"; {wait:,} of {'its' if n == 1 else 'their'} chunks without a vector now" if wait else ""
+    return [
+        f"Written continuously: {which}, each change indexed at most a minute later: what each indexing adds "
+        f"is found by its words at once, by meaning once its vectors are computed{now} (not counted "
+        "as waiting in search answers)"
+    ]
 
 
 def _keyword_only_lines(capped: dict[str, Any] | None, todo: list[str]) -> list[str]:

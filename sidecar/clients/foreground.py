@@ -19,13 +19,23 @@ from sidecar.contracts.errors import SidecarError
 _ETA_EVERY = 60.0  # seconds between two "vectors: ... left" lines
 
 
+def backlog(idx: dict[str, Any]) -> int:
+    """health's chunks waiting for a vector, but those of notes written continuously (each of their
+    indexings leaves a few, computed at once: no backlog to wait for or to report as one)."""
+    continuous = idx.get("continuous") or {}
+    return max(int(idx["pending_vectors"]) - int(continuous.get("pending_vectors") or 0), 0)
+
+
 def all_vectors_words(idx: dict[str, Any]) -> str:
     """ "every chunk has a vector", or, beside chunks past the per-note limit (found by keywords
-    only), every chunk within it: the line must not say all while the next one says some have none."""
+    only), every chunk within it: the line must not say all while the next one says some have none
+    (nor while chunks of a note written continuously wait: all but those, said which)."""
     capped = idx.get("keyword_only")
+    left = int((idx.get("continuous") or {}).get("pending_vectors") or 0)
+    but = f" but the {left:,} a note written continuously just added" if left else ""
     if not capped:
-        return "every chunk has a vector"
-    return f"every chunk within {capped['setting']} has a vector"
+        return f"every chunk{but} has a vector"
+    return f"every chunk within {capped['setting']}{but} has a vector"
 
 
 def duration(seconds: float) -> str:
@@ -119,7 +129,7 @@ class Summary:
             f"(after {duration(now - self.started)})",
             out,
         )
-        pending = idx["pending_vectors"]
+        pending = backlog(idx)
         vec = h.get("vectors") or {}
         fallback = emb.get("fallback")
         if emb["state"] == "ok" and fallback:

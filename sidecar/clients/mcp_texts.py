@@ -50,8 +50,10 @@ def _state_notes(result: dict[str, Any]) -> list[str]:
     lines = []
     if result.get("degraded"):
         lines.append(f"note: {result['degraded']}")
-    if result.get("pendingVectors"):
-        lines.append(f"note: {pending_note(result['pendingVectors'])}")
+    # Not the chunks each indexing of a note written continuously leaves (no backlog: said on
+    # every answer for hours, the notice would be ignored).
+    if waiting := max(int(result.get("pendingVectors") or 0) - int(result.get("pendingContinuous") or 0), 0):
+        lines.append(f"note: {pending_note(waiting)}")
     if result.get("offline"):
         lines.append(f"note: {offline_note(result['offline'])}")
     if result.get("inboxRefused"):
@@ -204,13 +206,17 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
         **_searchable(idx, agent),
         "pendingVectors": idx.get("pending_vectors", 0),
     }
+    continuous = idx.get("continuous") or {}
+    # Of pendingVectors, the chunks of notes written continuously (their vectors follow each
+    # indexing): no backlog.
+    waiting = max(index["pendingVectors"] - int(continuous.get("pending_vectors") or 0), 0)
     # While building: notes read so far during the sweep, then the vectors (the sweep's counter
     # stays at its end while chunks wait for theirs).
     building = ""
     if index["state"] == "building":
         if index["total"] and index["done"] < index["total"]:
             building = f" ({index['done']}/{index['total']} notes read)"
-        elif index["pendingVectors"]:
+        elif waiting:
             building = " (computing vectors)"
     elif not idx.get("complete", True):
         building = " (not every note is read yet: notes not read cannot be found)"
@@ -220,8 +226,15 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
     ]
     if catching := idx.get("catching_up"):
         parts.append(catching_up_note(catching["done"], catching["total"]))
-    if index["pendingVectors"]:
-        parts.append(f"{index['pendingVectors']} chunks wait for their vector (found by keywords only)")
+    if waiting:
+        parts.append(f"{waiting} chunks wait for their vector (found by keywords only)")
+    if continuous:
+        n = continuous.get("notes", 0)
+        parts.append(
+            f"{n} note{' is' if n == 1 else 's are'} written continuously: each change indexed at most a "
+            "minute later, what each indexing adds found by its words at once, by meaning once its vectors "
+            "are computed"
+        )
     vec = health.get("vectors") or {}
     if vec.get("building"):
         parts.append(

@@ -59,7 +59,11 @@ class IndexConfig:
         min=0.0,
     )
     keep_deleted_vectors_max: int = _opt(
-        20_000, "At most this many kept vectors of deleted chunks (oldest go first).", min=0, max=10**7
+        20_000,
+        "At most this many kept vectors of deleted chunks (those an edit replaced go first, then the "
+        "oldest; an edited note's are kept for its last 3 edits only).",
+        min=0,
+        max=10**7,
     )
     optimize_minutes: float = _opt(
         60.0, "Compact the vector table (and drop old versions) this often.", min=1.0

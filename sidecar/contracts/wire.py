@@ -126,6 +126,9 @@ class SearchResult:
     context: str | None = None
     window: Window | None = None
     pending_vectors: int = 0  # chunks not yet searchable by meaning (vectors being computed)
+    # Of those, chunks of notes written continuously (a log appended to all the time): each of
+    # their indexings leaves a few waiting; no backlog, so no notice of an answer counts them.
+    pending_continuous: int = 0
     # recall's preview: the candidates its gates kept out (each with its ``gate``), best first,
     # and the gates' values in force (recall.scoreFloor, recall.minSimilarity).
     dropped: tuple[Hit, ...] = ()
@@ -240,6 +243,13 @@ def stale_note(since: float, now: float | None = None) -> str:
     )
 
 
+def waiting_vectors(result: SearchResult) -> int:
+    """The chunks an answer's notice counts as waiting for their vector: not those of notes written
+    continuously (each indexing of a log appended to all the time leaves a few for seconds; said
+    on every answer for hours, the notice taught people to ignore it)."""
+    return max(result.pending_vectors - result.pending_continuous, 0)
+
+
 def pending_note(n: int) -> str:
     """What a client says when some chunks had no vector yet (the hits may miss them)."""
     chunks = "1 chunk still waits for its vector" if n == 1 else f"{n:,} chunks still wait for their vectors"
@@ -351,6 +361,8 @@ def state_json(result: SearchResult) -> dict[str, Any]:
         out["degraded"] = result.degraded
     if result.pending_vectors:
         out["pendingVectors"] = result.pending_vectors
+    if result.pending_continuous:
+        out["pendingContinuous"] = result.pending_continuous
     if result.indexing is not None:
         out["indexing"] = {"done": result.indexing[0], "total": result.indexing[1]}
     if result.stale_since is not None:
@@ -483,6 +495,7 @@ def parse_search(d: Mapping[str, Any]) -> SearchResult:
         context=d.get("context"),
         window=window,
         pending_vectors=int(d.get("pendingVectors") or 0),
+        pending_continuous=int(d.get("pendingContinuous") or 0),
         indexing=(int(d["indexing"]["done"]), int(d["indexing"]["total"])) if d.get("indexing") else None,
         listed=int(d["listed"]) if d.get("listed") is not None else None,
         stale_since=float(d["staleSince"]) if d.get("staleSince") is not None else None,

@@ -183,7 +183,13 @@ class Handlers:
         embedder = self.slot.describe()
         # With the model off by configuration no chunk waits for a vector: none will come.
         pending = self.manifest.pending_count() if embedder["state"] != "off" else 0
-        state = self.indexer.index_state(pending, embedder["state"])
+        # The chunks the last indexing of a note written continuously added are no backlog while the
+        # model computes their vectors; with it failed, loading or off every waiting chunk counts.
+        ok = embedder["state"] == "ok"
+        caps = self.vectors.stores.continuous()
+        continuous = limits.continuous(self.manifest, caps, pending if ok else 0)
+        backlog = pending - (continuous["pending_vectors"] if continuous else 0)
+        state = self.indexer.index_state(backlog, embedder["state"])
         vec = self.vectors
         rate = vec.rate(vec.stores.serving)  # recent batches of the serving table
         return {
@@ -209,9 +215,12 @@ class Handlers:
                 "files": counts["files"],
                 "chunks": counts["chunks"],
                 "pending_vectors": pending,
-                # The note with most of those (a long note can be most of the queue), and the
+                # The note with most of the backlog (a long note can be most of it), and the
                 # chunks past index.maxVectorChunksPerNote found by keywords only.
-                "pending_largest": self.limits.pending_largest(pending),
+                "pending_largest": self.limits.pending_largest(backlog, caps if continuous and ok else None),
+                # Notes written continuously (a log appended to all the time): each change indexed
+                # at most a minute later; {notes, pending_vectors (theirs, of the above), examples}.
+                "continuous": continuous,
                 "keyword_only": self.limits.keyword_only() if embedder["state"] != "off" else None,
                 "embed_rate_chunks_per_second": round(rate, 2) if rate else None,
                 "by_source": counts["by_source"],

@@ -13,6 +13,12 @@ early indexings are bounded for the whole daemon (``BUDGET_SHARE`` of ``BUDGET_W
 a twentieth of a core more than the quiet times allow) and never come twice in a row for a note:
 a note written every few seconds settles at every pause, and handing each pause out doubled its
 CPU, per note and at every burst.
+
+A note indexed at a cost again and again and held or in its quiet time now is written
+continuously (``continuous``): each of its indexings leaves a few chunks waiting for a vector.
+Those its last indexing added (no more: a backlog from before is still one) are not counted as
+waiting by search answers while the model computes vectors, and status says them apart; a
+rebuild's clear forgets which notes are so.
 """
 
 from __future__ import annotations
@@ -34,6 +40,10 @@ SETTLE_S = 2.0
 # Early indexings of settled notes, all notes together, cost at most this share of this window.
 BUDGET_WINDOW_S = 600.0
 BUDGET_SHARE = 0.05
+# A note indexed at a cost this many times within ``BUDGET_WINDOW_S`` and held or in its quiet
+# time now is written continuously: status names it, and search answers do not count the chunks
+# each of its indexings leaves waiting for a vector (one edit of a large note is no such note).
+CONTINUOUS_INDEXINGS = 3
 
 
 def quiet_seconds(cost: float) -> float:
@@ -55,11 +65,18 @@ class HotNotes:
         self._early_last: set[str] = set()  # last indexed early: the next one waits its quiet time
         self._early_spent: list[tuple[float, float]] = []  # (end, cost) of early indexings lately
         self._spent: dict[str, list[tuple[float, float]]] = {}  # costly note -> its indexings lately
+        # Costly note -> its key in the index and the chunks its last indexing added.
+        self._keys: dict[str, tuple[str, int]] = {}
+        self._cleared = -math.inf  # the index was cleared (a rebuild): indexings before do not count
 
-    def indexed(self, costs: Mapping[str, float]) -> None:
-        """Notes just indexed, with what each cost in seconds."""
+    def indexed(self, costs: Mapping[str, float], keys: Mapping[str, tuple[str, int]] | None = None) -> None:
+        """Notes just indexed, with what each cost in seconds (and, by path, their keys in the index
+        and the chunks the indexing added)."""
         now = self.clock()
         with self._lock:
+            for path in costs:
+                if keys and path in keys:
+                    self._keys[path] = keys[path]
             for path, cost in costs.items():
                 if path in self._early:
                     self._early.discard(path)
@@ -80,6 +97,7 @@ class HotNotes:
             self._early_spent = [x for x in self._early_spent if x[0] > since]
             recent = ((p, [x for x in v if x[0] > since]) for p, v in self._spent.items())
             self._spent = {p: v for p, v in recent if v}
+            self._keys = {p: k for p, k in self._keys.items() if p in self._spent}
 
     def hold(self, paths: Collection[str]) -> frozenset[str]:
         """The paths to look at now; the others are held until their note's quiet time ends (a
@@ -108,6 +126,7 @@ class HotNotes:
                 self._held.pop(path, None)
                 self._last_event.pop(path, None)
                 self._spent.pop(path, None)
+                self._keys.pop(path, None)
                 self._early.discard(path)
                 self._early_last.discard(path)
 
@@ -162,6 +181,26 @@ class HotNotes:
         now = self.clock()
         with self._lock:
             return frozenset(p for p in paths if p in self._held or self._quiet_until.get(p, now) > now)
+
+    def cleared(self) -> None:
+        """The index was cleared (a rebuild): its first indexing of each note adds every chunk, so
+        no note is written continuously until indexed again ``CONTINUOUS_INDEXINGS`` times."""
+        with self._lock:
+            self._cleared = self.clock()
+            self._keys.clear()
+
+    def continuous(self) -> dict[str, int]:
+        """The notes written continuously now (``CONTINUOUS_INDEXINGS``): key -> the chunks its last
+        indexing added (of its chunks waiting for a vector, at most so many are no backlog)."""
+        now = self.clock()
+        with self._lock:
+            since = max(now - BUDGET_WINDOW_S, self._cleared)
+            return {
+                key: added
+                for path, (key, added) in self._keys.items()
+                if sum(1 for end, _ in self._spent.get(path, ()) if end > since) >= CONTINUOUS_INDEXINGS
+                and (path in self._held or self._quiet_until.get(path, now) > now)
+            }
 
     def held(self) -> frozenset[str]:
         with self._lock:

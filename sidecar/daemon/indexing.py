@@ -124,6 +124,8 @@ class IndexLoop:
         indexer.hot_back = self.changed
         self.hot = hot or HotNotes()
         indexer.on_indexed = self.hot.indexed
+        indexer.on_cleared = self.hot.cleared
+        indexer.stores.continuous = self.hot.continuous  # said apart in answers and status
         # Told when a sweep finds notes no file event reported (the watcher: build the watch again).
         self.on_lost: Callable[[str], None] | None = None
         self.watched: Callable[[], list[str]] = list  # the folders the watch covers now

@@ -1,6 +1,7 @@
 """What the index's size limits leave out, for health: notes whose chunks past
 index.maxVectorChunksPerNote are found by keywords only, the note most of the vector queue
-belongs to, and the files skipped when indexing (too large for index.maxFileBytes, ...), named.
+belongs to, the notes written continuously, and the files skipped when indexing (too large for
+index.maxFileBytes, ...), named.
 
 Vault and wiki notes only are named: health must not name one agent's notes to another (they
 are counted all the same). Imports the manifest and the indexer's scan (what it skipped).
@@ -9,7 +10,7 @@ are counted all the same). Imports the manifest and the indexer's scan (what it 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sidecar.index.indexer import Indexer
@@ -43,10 +44,11 @@ class Limits:
     def keyword_only(self) -> dict[str, Any] | None:
         return self._counted("keyword_only", lambda: keyword_only(self.manifest))
 
-    def pending_largest(self, pending: int) -> dict[str, Any] | None:
+    def pending_largest(self, pending: int, less: Mapping[str, int] | None = None) -> dict[str, Any] | None:
+        """``pending``: the chunks counted as waiting, ``less`` those left out of them, by note."""
         if pending < LARGEST_NAMED:  # no note could be named: spare the scan
             return None
-        largest = self._counted("pending_largest", lambda: pending_largest(self.manifest, pending))
+        largest = self._counted("pending_largest", lambda: pending_largest(self.manifest, pending, less))
         # Counted up to a second ago: never more of the queue than waits now.
         return {**largest, "chunks": min(largest["chunks"], pending)} if largest else None
 
@@ -74,11 +76,28 @@ def keyword_only(manifest: Manifest) -> dict[str, Any] | None:
     }
 
 
-def pending_largest(manifest: Manifest, pending: int) -> dict[str, Any] | None:
-    """The note with the most chunks waiting for a vector (while any wait)."""
+def continuous(manifest: Manifest, keys: Mapping[str, int], pending: int) -> dict[str, Any] | None:
+    """The notes written continuously now (``sidecar.daemon.hot``, key -> chunks its last indexing
+    added): how many, how many of the ``pending`` chunks waiting for a vector are theirs (at most
+    what each one's last indexing added: an older backlog counts as one), a few named (None when
+    there are none)."""
+    if not keys:
+        return None
+    named = sorted(k for k in keys if not k.startswith("memory/"))[:NAMED]
+    return {
+        "notes": len(keys),
+        "pending_vectors": min(pending, manifest.pending_count_of(keys)) if pending else 0,
+        "examples": named,
+    }
+
+
+def pending_largest(
+    manifest: Manifest, pending: int, less: Mapping[str, int] | None = None
+) -> dict[str, Any] | None:
+    """The note with the most chunks waiting for a vector (while any wait), ``less`` left out."""
     if pending <= 0:
         return None
-    largest = manifest.pending_largest()
+    largest = manifest.pending_largest(less=less)
     return {"reference": largest[0], "chunks": largest[1]} if largest else None
 
 

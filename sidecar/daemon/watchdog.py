@@ -73,6 +73,10 @@ def status_line(
     else:
         counts = manifest.counts()
         pending = manifest.pending_count()
+        keys = vectors.stores.continuous() if vectors is not None else {}
+        # Not the chunks the last indexing of a note written continuously added: no backlog.
+        ok = embedder_state == "ok"  # else every waiting chunk counts (none gets a vector)
+        pending -= min(pending, manifest.pending_count_of(keys)) if pending and keys and ok else 0
         text = f"ready: {counts['files']:,} notes, {counts['chunks']:,} chunks"
         if pending and embedder_state == "ok":
             text += f", {pending:,} waiting for vectors"
@@ -80,6 +84,8 @@ def status_line(
             text += ", keyword search only (vectors off)"
         elif embedder_state != "ok":
             text += f", keyword search only (model {embedder_state})"
+        if keys:  # beside what the model's state says, never instead of it
+            text += f", {len(keys):,} note{'' if len(keys) == 1 else 's'} written continuously"
         if vectors is not None and vectors.stores.building is not None:
             waiting = manifest.pending_count("has_next")
             text += f"; model switch: {waiting:,} chunks wait for the new model's vectors"

@@ -144,7 +144,9 @@ class Indexer:
         self._hot_excluded: dict[str, dict[str, str]] = {}
         # What each note of a batch cost to read, cut and write, by path (set by the index loop:
         # a note that is costly to index waits before it is indexed again).
-        self.on_indexed: Callable[[dict[str, float]], None] | None = None
+        # Told with them: path -> (key, chunks the write added) of the notes written.
+        self.on_indexed: Callable[[dict[str, float], dict[str, tuple[str, int]]], None] | None = None
+        self.on_cleared: Callable[[], None] | None = None  # told of a rebuild's ``clear``
         self.summary = ActivitySummary()
         # The notes the last sweep found new or changed by listing a local root whole, with
         # their mtime: what the file events should have told (``IndexLoop``'s check for lost events).
@@ -595,8 +597,9 @@ class Indexer:
             self.problems.clear("index", since=mark)
         for path in no_answer:
             spent.pop(path, None)
+        written = {str(p.note.path): (p.note.key, self.writer.added.pop(p.note.key, 0)) for p in prepared}
         if self.on_indexed is not None and spent:
-            self.on_indexed(spent)
+            self.on_indexed(spent, written)
         return len(prepared)
 
     def _keep_unreadable(self, note: NoteFile, why: str, st: FileState | None) -> None:
@@ -776,6 +779,8 @@ class Indexer:
         self._swept = False
         self._read_whole.clear()
         self.activity.first_sweep_done = self.activity.ready_once = False
+        if self.on_cleared is not None:
+            self.on_cleared()
         log.info("index_cleared reason=rebuild requested")
 
     def index_now(self, root: Root, path: Path, written: tuple[bytes, int, int] | None = None) -> str:

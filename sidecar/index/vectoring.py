@@ -20,7 +20,7 @@ import logging
 import sqlite3
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from threading import Event, Lock, RLock
@@ -63,6 +63,11 @@ RETIRE_GRACE_S = 60.0
 # keeps when it was paused under this key.
 PAUSED_KEEP_S = 7 * 86400.0
 PAUSED_SINCE = "vector_table_next_paused"
+# The vectors that an edit of a note replaced are kept for its last this many edits only (an undo,
+# a checkout and back); those of notes that left the index (deleted, moved, excluded) have the
+# whole budget (index.keepDeletedVectorsMax). A note rewritten every minute for hours filled it
+# in an afternoon, and a folder moved the day before was embedded again in full.
+EDITS_KEPT_PER_NOTE = 3
 
 
 @dataclass
@@ -90,6 +95,9 @@ class Stores:
     # The refill in place instead (no room on the disk for a second copy; the keyword arm finds
     # nothing until it ends): (chunks added, chunks in all), else None.
     upgrade_in_place: tuple[int, int] | None = None
+    # The notes written continuously now (``sidecar.daemon.hot``, set by the index loop), key ->
+    # the chunks its last indexing added: those wait for a vector for a while, no backlog.
+    continuous: Callable[[], Mapping[str, int]] = field(default=dict, repr=False, compare=False)
     # The agents with memory as last read, and when (``repair.unsearchable_agents``).
     memory_agents: tuple[float, frozenset[str]] | None = field(default=None, repr=False, compare=False)
 
@@ -124,8 +132,15 @@ def _source_agent(key: str) -> tuple[str, str]:
 class Vectoring:
     """The vector tables of the stores: attach, embed what is pending, delete, keep, switch models."""
 
-    def __init__(self, stores: Stores, keep_seconds: float = 7 * 86400.0, keep_max: int = 20_000) -> None:
+    def __init__(
+        self,
+        stores: Stores,
+        keep_seconds: float = 7 * 86400.0,
+        keep_max: int = 20_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.stores = stores
+        self.clock = clock  # when vectors are kept (wall clock: the rows outlive the process)
         self.manifest = stores.manifest
         self._changed = Event()
         self.embedded = 0  # vectors computed by the model
@@ -628,13 +643,13 @@ class Vectoring:
     def delete_ids(self, chunk_ids: list[str]) -> None:
         if self._held is not None:
             self._held[1].difference_update(chunk_ids)
-        self._keep(chunk_ids)
+        self._keep(chunk_ids, edited=True)
         for store in self._stores_for_deletion():
             store.delete_ids(chunk_ids)
 
     def delete_keys(self, keys: list[str]) -> None:
         if self.keep_max > 0:
-            self._keep(self.manifest.chunk_ids_of(keys))
+            self._keep(self.manifest.chunk_ids_of(keys), edited=False)
         for store in self._stores_for_deletion():
             store.delete_keys(keys)
 
@@ -647,12 +662,15 @@ class Vectoring:
             self.manifest.set_meta("vectors_clean", "")
         return stores
 
-    def _keep(self, chunk_ids: list[str]) -> None:
+    def _keep(self, chunk_ids: list[str], *, edited: bool) -> None:
         """Remember the vectors of chunks about to be deleted, by text, for a while (bounded):
-        a note that comes back (a remount, a checkout, an undo, a move) is not embedded again."""
+        a note that comes back (a remount, a checkout, an undo, a move) is not embedded again.
+        ``edited``: chunks an edit of their note replaced (``delete_ids``), kept for the note's
+        last ``EDITS_KEPT_PER_NOTE`` edits; else their notes leave the index (``delete_keys``)."""
         if self.keep_max <= 0 or self.keep_seconds <= 0 or not chunk_ids:
             return
         manifest = self.manifest
+        notes = manifest.chunk_notes(chunk_ids[: self.keep_max]) if edited else {}
         for vs in (self.stores.serving, self.stores.building):
             if vs is None:
                 continue
@@ -660,9 +678,13 @@ class Vectoring:
             if not hashes:
                 continue
             vecs = vs.store.vectors_of(list(hashes))
-            rows = [(hashes[cid], np.asarray(v, dtype=np.float32).tobytes()) for cid, v in vecs.items()]
-            now = time.time()
+            rows = [
+                (hashes[cid], np.asarray(v, dtype=np.float32).tobytes(), notes.get(cid, ""))
+                for cid, v in vecs.items()
+            ]
+            now = self.clock()
             manifest.keep_vectors(vs.store.name, rows, now)
+            manifest.prune_edits(vs.store.name, {n for _, _, n in rows if n}, EDITS_KEPT_PER_NOTE)
             manifest.prune_kept(now - self.keep_seconds, self.keep_max)
 
     def clear(self) -> None:

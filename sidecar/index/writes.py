@@ -50,6 +50,9 @@ class Writer:
         # names again and again.
         self.defer_links = False
         self.group: GroupCommit[Sequence[Prepared]] = GroupCommit(stores.write_lock)
+        # Note key -> the chunks its last write added (new texts: each waits for a vector), taken
+        # by the indexer once the write returns (``Indexer.index_files``).
+        self.added: dict[str, int] = {}
 
     def write(self, prepared: Sequence[Prepared]) -> None:
         """Write a batch of notes (sharing the commit with writers queued behind the lock)."""
@@ -98,6 +101,7 @@ class Writer:
                 prior = None if record.key in twice else before[record.key]
                 old = set(prior.chunks) if prior is not None else stores.manifest.chunk_ids(record.key)
                 vanished.extend(old - {c.chunk_id for c in chunks})
+                self.added[record.key] = len({c.chunk_id for c in chunks} - old)
                 held = _held(prior, record, chunks)
                 stores.bm25.replace_note(record.key, _bm25_docs(record, p, chunks), held, old - held)
             if vanished:

@@ -203,7 +203,14 @@ def _recall(
     block = render_block(hits, req.token_budget or rc.token_budget, count_tokens, own=req.agent is not None)
     gates = {"scoreFloor": floor, "minSimilarity": rc.min_similarity} if explain else None
     return SearchResult(
-        hits, degraded, analysis, context=block, pending_vectors=found.pending, dropped=dropped, gates=gates
+        hits,
+        degraded,
+        analysis,
+        context=block,
+        pending_vectors=found.pending,
+        pending_continuous=found.pending_continuous,
+        dropped=dropped,
+        gates=gates,
     )
 
 

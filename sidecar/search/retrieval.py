@@ -141,6 +141,7 @@ class Found:
     keywords_answered: bool = False
     stem: str | None = None  # the language whose stemmed forms the keyword arm searched first
     pending: int = 0  # chunks the vector arm could not see: their vectors are still being computed
+    pending_continuous: int = 0  # of those, chunks of notes written continuously (``Stores.continuous``)
     # The query's words read with umlauts, by the word as typed (``Retriever.read_spelling``).
     spelled: Mapping[str, str] = field(default_factory=dict)
 
@@ -270,20 +271,24 @@ class Retriever:
         # never a hit (the note is found under its new path; the old one is gone from the disk).
         self.leaving: Callable[[], Collection[str]] = frozenset
         self.queries = QueryCache(cfg.query_cache)
-        self._pending: tuple[float, int] = (-1.0, 0)  # (when counted, chunks without a vector)
+        # (when counted, chunks without a vector, of which of notes written continuously)
+        self._pending: tuple[float, int, int] = (-1.0, 0, 0)
 
-    def pending_vectors(self) -> int:
-        """Chunks of the serving table still waiting for their vector, counted at most once a
-        second (a search during a backfill or after a table was replaced says so)."""
-        at, n = self._pending
+    def pending_vectors(self) -> tuple[int, int]:
+        """Chunks of the serving table still waiting for their vector, and how many of those are
+        of notes written continuously, counted at most once a second (a search during a backfill
+        or after a table was replaced says so)."""
+        at, n, continuous = self._pending
         now = time.monotonic()
         if now - at > 1.0:
             try:
                 n = self.stores.manifest.pending_count()
+                caps = self.stores.continuous() if n else {}
+                continuous = min(n, self.stores.manifest.pending_count_of(caps)) if caps else 0
             except sqlite3.Error:  # the answer is a courtesy: never fail a search for it
-                n = 0
-            self._pending = (now, n)
-        return n
+                n = continuous = 0
+            self._pending = (now, n, continuous)
+        return n, continuous
 
     def query_vector(self, model: Embedder, text: str) -> np.ndarray[Any, Any]:
         """The query's vector by ``model`` (``search.queryCache`` recent ones are kept per model)."""
@@ -517,7 +522,8 @@ class Retriever:
         try:
             hits = self._vector_hits(serving, vectors, text, req, early=early)
             problems.clear("vector_search")
-            return replace(found(hits, bm_note), pending=self.pending_vectors())
+            pending, continuous = self.pending_vectors()
+            return replace(found(hits, bm_note), pending=pending, pending_continuous=continuous)
         except (EmbedderError, StoreError) as exc:
             if self.stores.serving is not serving:
                 # A model switch overtook this search (the old table went): no damage, nothing
@@ -820,7 +826,11 @@ class Retriever:
             for s in kept
         )
         return SearchResult(
-            hits, found.degraded, analysis_of(qa, req.filters, rare), pending_vectors=found.pending
+            hits,
+            found.degraded,
+            analysis_of(qa, req.filters, rare),
+            pending_vectors=found.pending,
+            pending_continuous=found.pending_continuous,
         )
 
 

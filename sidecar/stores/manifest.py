@@ -84,12 +84,16 @@ CREATE INDEX IF NOT EXISTS chunks_by_text ON chunks(embed_hash) WHERE embed_hash
 -- "the next 256 chunks without a vector" in under a millisecond, where sorting every pending
 -- chunk took 0.2 s per call at 100 k chunks (the ORDER BY of pending_vectors must match it).
 -- Vectors of deleted chunks, by text and table, so a note that comes back (a remount, a checkout,
--- an undo) is not embedded again; bounded by age and count (Manifest.prune_kept).
+-- an undo) is not embedded again; bounded by age and count (Manifest.prune_kept). note: '' for
+-- chunks of a note that left the index (deleted, moved, excluded), else the key of the note whose
+-- edit replaced them: those are kept for its last few edits only (Manifest.prune_edits).
 CREATE TABLE IF NOT EXISTS kept_vectors (
   vec_table TEXT NOT NULL, embed_hash TEXT NOT NULL, vector BLOB NOT NULL, kept_at REAL NOT NULL,
+  note TEXT NOT NULL DEFAULT '',
   PRIMARY KEY (vec_table, embed_hash)
 );
 CREATE INDEX IF NOT EXISTS kept_by_age ON kept_vectors(kept_at);
+CREATE INDEX IF NOT EXISTS kept_by_note ON kept_vectors(vec_table, note, kept_at) WHERE note != '';
 CREATE INDEX IF NOT EXISTS files_queue ON files(
   (CASE source WHEN 'memory' THEN 0 WHEN 'wiki' THEN 1 ELSE 2 END), mtime_ns DESC
 ) WHERE state = 'indexed';
@@ -395,18 +399,7 @@ class Manifest(VectorBook):
                 self._db.execute("ALTER TABLE chunks ADD COLUMN has_next INTEGER NOT NULL DEFAULT 0")
             if version in (1, 2):
                 self._add_embed_hashes()
-            columns = {r[1] for r in self._db.execute("PRAGMA table_info(files)").fetchall()}
-            if columns and "ctime_ns" not in columns:
-                # Edits that keep size and mtime (mtime restored, coarse clocks) change ctime.
-                self._db.execute("ALTER TABLE files ADD COLUMN ctime_ns INTEGER NOT NULL DEFAULT 0")
-            # The file's device, inode and birth time tell a note renamed into an excluded folder
-            # from a copy of it there (index.diff). 0 is "not known": such a note is held as before
-            # until a sweep has recorded them (no note is read again for it). Each column on its
-            # own: each ALTER commits alone, and one interrupted between two made the next open
-            # add the first again ("duplicate column"), which took the manifest for damaged.
-            for column in ("dev", "ino", "btime_ns"):
-                if columns and column not in columns:
-                    self._db.execute(f"ALTER TABLE files ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
+            self._add_columns()
             self._db.executescript(_SCHEMA + _PENDING_INDEX)
             if links.ensure_schema(self._db) and version != 0:
                 # Schema 4 adds the link graph, read from the notes themselves: forget their
@@ -502,6 +495,27 @@ class Manifest(VectorBook):
             free * page / 2**20,
             time.monotonic() - started,
         )
+
+    def _add_columns(self) -> None:
+        """Columns added to existing tables without a schema version of their own, each where missing."""
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(files)").fetchall()}
+        if columns and "ctime_ns" not in columns:
+            # Edits that keep size and mtime (mtime restored, coarse clocks) change ctime.
+            self._db.execute("ALTER TABLE files ADD COLUMN ctime_ns INTEGER NOT NULL DEFAULT 0")
+        # The file's device, inode and birth time tell a note renamed into an excluded folder
+        # from a copy of it there (index.diff). 0 is "not known": such a note is held as before
+        # until a sweep has recorded them (no note is read again for it). Each column on its
+        # own: each ALTER commits alone, and one interrupted between two made the next open
+        # add the first again ("duplicate column"), which took the manifest for damaged.
+        for column in ("dev", "ino", "btime_ns"):
+            if columns and column not in columns:
+                self._db.execute(f"ALTER TABLE files ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
+        # The note whose edit replaced a kept vector (``kept_vectors.note``). Rows kept before the
+        # column was are taken for notes that left the index (the longer-kept kind); an older
+        # version writes rows without it: the default.
+        kept = {r[1] for r in self._db.execute("PRAGMA table_info(kept_vectors)").fetchall()}
+        if kept and "note" not in kept:
+            self._db.execute("ALTER TABLE kept_vectors ADD COLUMN note TEXT NOT NULL DEFAULT ''")
 
     def _add_embed_hashes(self) -> None:
         """Schema 3: the text identity that lets equal chunks share one embedding."""

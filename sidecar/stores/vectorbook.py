@@ -6,7 +6,7 @@ over the same connection."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
@@ -23,6 +23,14 @@ UNLIMITED = 2**62
 
 
 _T = TypeVar("_T")
+
+# ``note != ''`` lets SQLite use the partial index kept_by_note (``note = ?`` alone does not imply
+# it): without, each edited note scanned the whole kept table under the write lock.
+PRUNE_EDITS = (
+    "DELETE FROM kept_vectors WHERE vec_table = ? AND note = ? AND note != '' AND kept_at < ("
+    "SELECT min(kept_at) FROM (SELECT DISTINCT kept_at FROM kept_vectors "
+    "WHERE vec_table = ? AND note = ? AND note != '' ORDER BY kept_at DESC LIMIT ?))"
+)
 
 
 def _in_groups(values: Sequence[_T]) -> Iterator[tuple[list[_T], str]]:
@@ -90,14 +98,23 @@ class VectorBook:
             [(k, int(sizes.get(k, 0)), n) for n, k in named],
         )
 
-    def pending_largest(self, flag: str = "has_vector") -> tuple[str, int] | None:
-        """The vault or wiki note with the most chunks waiting for a vector, and how many."""
+    def pending_largest(
+        self, flag: str = "has_vector", less: Mapping[str, int] | None = None
+    ) -> tuple[str, int] | None:
+        """The vault or wiki note with the most chunks waiting for a vector, and how many; ``less``:
+        so many fewer of these notes count (a note written continuously: what its last indexing
+        added is no backlog)."""
+        less = less or {}
+        # Only the notes in ``less`` lose chunks: the largest is among one more than they are.
         rows = self._query(
             f"SELECT key, count(*) AS n FROM chunks WHERE {_flag(flag)} = 0 AND ord < ? "
-            "AND (key < 'memory/' OR key >= 'memory0') GROUP BY key ORDER BY n DESC, key LIMIT 1",
-            (self.vector_cap,),
+            "AND (key < 'memory/' OR key >= 'memory0') GROUP BY key ORDER BY n DESC, key LIMIT ?",
+            (self.vector_cap, len(less) + 1),
         )
-        return (str(rows[0][0]), int(rows[0][1])) if rows else None
+        counted = sorted(
+            ((int(n) - less.get(str(k), 0), str(k)) for k, n in rows), key=lambda x: (-x[0], x[1])
+        )
+        return (counted[0][1], counted[0][0]) if counted and counted[0][0] > 0 else None
 
     def vector_donors(self, hashes: Sequence[str], flag: str = "has_vector") -> dict[str, str]:
         """For texts about to be embedded: a chunk with the same text that already has a vector."""
@@ -115,14 +132,32 @@ class VectorBook:
             chunk_ids,
         )
 
-    def keep_vectors(self, table: str, rows: Sequence[tuple[str, bytes]], now: float) -> None:
-        """Remember (text hash, vector bytes) of chunks about to lose their vector."""
+    def keep_vectors(self, table: str, rows: Sequence[tuple[str, bytes, str]], now: float) -> None:
+        """Remember (text hash, vector bytes, note) of chunks about to lose their vector; note is
+        "" for a note that leaves the index, else the key of the note whose edit replaced them. A
+        text kept for a note that left stays so (the note may come back whole)."""
         with self.transaction() as db:
             db.executemany(
-                "INSERT OR REPLACE INTO kept_vectors(vec_table, embed_hash, vector, kept_at) "
-                "VALUES (?,?,?,?)",
-                [(table, h, v, now) for h, v in rows],
+                "INSERT INTO kept_vectors(vec_table, embed_hash, vector, kept_at, note) "
+                "VALUES (?,?,?,?,?) ON CONFLICT(vec_table, embed_hash) DO UPDATE SET "
+                "vector = excluded.vector, kept_at = excluded.kept_at, "
+                "note = CASE kept_vectors.note WHEN '' THEN '' ELSE excluded.note END",
+                [(table, h, v, now, note) for h, v, note in rows],
             )
+
+    def prune_edits(self, table: str, notes: Iterable[str], edits: int) -> int:
+        """Forget the vectors that edits of ``notes`` replaced, but for their last ``edits`` edits
+        (an edit's rows share their ``kept_at``): a note rewritten every few seconds for hours
+        would otherwise fill the whole budget with texts that never come back."""
+        n = 0
+        with self.transaction() as db:
+            for note in notes:
+                n += db.execute(PRUNE_EDITS, (table, note, table, note, edits)).rowcount
+        return int(n)
+
+    def chunk_notes(self, chunk_ids: Sequence[str]) -> dict[str, str]:
+        """chunk_id -> the key of its note."""
+        return self._pairs("SELECT chunk_id, key FROM chunks WHERE chunk_id IN ({marks})", chunk_ids)
 
     def kept_vectors(self, table: str, hashes: Sequence[str]) -> dict[str, bytes]:
         return self._pairs(
@@ -132,18 +167,23 @@ class VectorBook:
         )
 
     def prune_kept(self, older_than: float, keep_at_most: int) -> int:
-        """Forget kept vectors older than ``older_than`` and all but the newest ``keep_at_most``."""
+        """Forget kept vectors older than ``older_than``, and past ``keep_at_most`` those that edits
+        replaced first, then the oldest: the notes that left the index have the whole budget."""
         with self.transaction() as db:
             n = db.execute("DELETE FROM kept_vectors WHERE kept_at < ?", (older_than,)).rowcount
-            n += db.execute(
-                "DELETE FROM kept_vectors WHERE rowid NOT IN "
-                "(SELECT rowid FROM kept_vectors ORDER BY kept_at DESC LIMIT ?)",
-                (keep_at_most,),
-            ).rowcount
+            if db.execute("SELECT count(*) FROM kept_vectors").fetchone()[0] > keep_at_most:
+                n += db.execute(
+                    "DELETE FROM kept_vectors WHERE rowid NOT IN (SELECT rowid FROM kept_vectors "
+                    "ORDER BY note = '' DESC, kept_at DESC LIMIT ?)",
+                    (keep_at_most,),
+                ).rowcount
         return int(n)
 
-    def kept_count(self) -> int:
-        return int(self._query("SELECT count(*) FROM kept_vectors")[0][0])
+    def kept_count(self, note: str | None = None) -> int:
+        """Kept vectors; of ``note``: those its edits replaced ("": of notes that left the index)."""
+        if note is None:
+            return int(self._query("SELECT count(*) FROM kept_vectors")[0][0])
+        return int(self._query("SELECT count(*) FROM kept_vectors WHERE note = ?", (note,))[0][0])
 
     def vector_count(self, flag: str = "has_vector") -> int:
         """Chunks with a vector in ``flag``'s table."""
@@ -154,6 +194,17 @@ class VectorBook:
         for none)."""
         sql = f"SELECT count(*) FROM chunks WHERE {_flag(flag)} = 0 AND ord < ?"
         return int(self._query(sql, (self.vector_cap,))[0][0])
+
+    def pending_count_of(self, caps: Mapping[str, int], flag: str = "has_vector") -> int:
+        """Of ``pending_count``, the chunks of these notes, at most ``caps[key]`` of each."""
+        n = 0
+        for part, marks in _in_groups(sorted(caps)):
+            sql = (
+                f"SELECT key, count(*) FROM chunks WHERE key IN ({marks}) AND {_flag(flag)} = 0 "
+                "AND ord < ? GROUP BY key"
+            )
+            n += sum(min(int(c), caps[k]) for k, c in self._query(sql, [*part, self.vector_cap]))
+        return n
 
     def still_pending(self, chunk_ids: Sequence[str], flag: str) -> set[str]:
         """Those of ``chunk_ids`` that exist and still wait for a vector (asked under the write

@@ -1,0 +1,129 @@
+"""Vectors of deleted chunks kept by text: a note rewritten over and over (a log a plugin appends
+to) keeps those of its last few edits only, and cannot push out those of notes that left the index."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.index.vectoring import EDITS_KEPT_PER_NOTE
+from sidecar.stores.manifest import Manifest
+from tests.conftest import FakeEmbedder, Harness, write
+
+EDITS = 30  # a note re-indexed every minute for half an hour
+
+
+def _log(vault: Path, edit: int) -> None:
+    """The log note as a plugin leaves it after ``edit``: every section's text changes."""
+    sections = [
+        f"## Run {edit}.{j}\n\nsync pass {edit} step {j} moved file{edit * 7 + j}.md\n" for j in range(3)
+    ]
+    write(vault / "Log.md", "# Sync log\n\n" + "\n".join(sections))
+
+
+@pytest.mark.parametrize("cap", [20, 12])
+def test_a_note_edited_all_day_keeps_the_vectors_of_notes_that_left(
+    make_cfg: Any, vault: Path, cap: int
+) -> None:
+    """Edits of one note (a clock stepped a minute per edit) keep the replaced chunks' vectors of
+    its last few edits only: the vectors of a folder deleted before stay kept, and the folder
+    restored is not embedded again. Measured: before, the log's rows filled the whole budget
+    (20 of 20, the folder's 10 all pushed out); now they are those of its last 3 edits (9), and
+    with a budget too small for both (12) the edits' go first."""
+    folder = [
+        write(vault / "Moved" / f"m{i}.md", f"# Place {i}\n\nThe ferry to island {i} leaves at dawn.\n")
+        for i in range(10)
+    ]
+    _log(vault, 0)
+    h = Harness(make_cfg(vault, **{"index.keepDeletedVectorsMax": cap}), FakeEmbedder())
+    try:
+        now = [1_000_000.0]
+        h.vectors.clock = lambda: now[0]
+        h.sweep()
+        saved = {p: p.read_bytes() for p in folder}
+        for p in folder:
+            p.unlink()
+        h.indexer.sweep(confirm_deletions={"vault"})
+        manifest = h.stores.manifest
+        assert manifest.kept_count() == 10
+        per_edit = set()
+        for edit in range(1, EDITS + 1):
+            now[0] += 60.0
+            before = manifest.chunk_ids("vault/Log")
+            _log(vault, edit)
+            h.sweep()
+            per_edit.add(len(before - manifest.chunk_ids("vault/Log")))
+        assert per_edit and min(per_edit) > 0  # every edit replaced chunks
+        model = h.slot.model
+        assert isinstance(model, FakeEmbedder)
+        model.embedded.clear()
+        for p, data in saved.items():
+            p.write_bytes(data)
+        h.sweep()
+        assert not [t for t in model.embedded if "ferry" in t]
+        assert manifest.kept_count("vault/Log") <= EDITS_KEPT_PER_NOTE * max(per_edit)
+        assert manifest.kept_count() <= cap
+    finally:
+        h.close()
+
+
+def test_the_last_edit_undone_is_not_embedded_again(make_cfg: Any, vault: Path) -> None:
+    """An edit undone (the note's text as before) takes the replaced chunks' kept vectors."""
+    _log(vault, 0)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        first = (vault / "Log.md").read_bytes()
+        _log(vault, 1)
+        h.sweep()
+        model = h.slot.model
+        assert isinstance(model, FakeEmbedder)
+        model.embedded.clear()
+        (vault / "Log.md").write_bytes(first)
+        h.sweep()
+        assert model.embedded == []
+    finally:
+        h.close()
+
+
+def test_rows_kept_before_the_note_column_count_as_notes_that_left(tmp_path: Path) -> None:
+    """A manifest whose kept vectors predate the note column gets it; its rows keep the budget of
+    notes that left the index."""
+    path = tmp_path / "manifest.sqlite"
+    Manifest(path).close()
+    db = sqlite3.connect(path)
+    db.execute("DROP INDEX kept_by_note")
+    db.execute("ALTER TABLE kept_vectors DROP COLUMN note")
+    db.execute("INSERT INTO kept_vectors VALUES ('t', 'h1', x'00', 1.0)")
+    db.commit()
+    db.close()
+    m = Manifest(path)
+    try:
+        assert m.kept_count("") == 1
+        m.keep_vectors("t", [("h2", b"\0", "vault/Log")], 2.0)
+        assert m.kept_count("vault/Log") == 1
+    finally:
+        m.close()
+
+
+def test_pruning_a_notes_edits_reads_the_note_index_not_the_whole_table(tmp_path: Path) -> None:
+    """prune_edits runs per edited note under the write lock: each of its reads of the kept table
+    must go through kept_by_note (a partial index, used only when the query implies note != '')."""
+    m = Manifest(tmp_path / "manifest.sqlite")
+    try:
+        m.keep_vectors("t", [(f"h{i}", b"\0", "vault/Log" if i % 2 else "") for i in range(20)], 1.0)
+        statements: list[str] = []
+        m._db.set_trace_callback(statements.append)
+        m.prune_edits("t", ["vault/Log"], EDITS_KEPT_PER_NOTE)
+        m._db.set_trace_callback(None)
+        deletes = [s for s in statements if s.lstrip().upper().startswith("DELETE")]
+        assert deletes
+        for sql in deletes:
+            plan = [row[-1] for row in m._db.execute("EXPLAIN QUERY PLAN " + sql).fetchall()]
+            on_kept = [p for p in plan if "kept_vectors" in p]
+            assert on_kept and all("kept_by_note" in p for p in on_kept), plan
+    finally:
+        m.close()
