@@ -9,11 +9,15 @@ import json
 import os
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sidecar.contracts.errors import StoreError
 from sidecar.stores.bm25 import Bm25Doc, Bm25Index
+from sidecar.stores.bm25_folder import STUCK_AFTER
+from tests.conftest import Harness, write
+from tests.index_helpers import search
 
 _KEPT = {"meta.json", ".managed.json", ".tantivy-meta.lock", ".tantivy-writer.lock"}
 
@@ -196,3 +200,56 @@ def test_a_folder_without_a_readable_meta_is_left_alone(tmp_path: Path, meta: st
         (folder / "meta.json").write_text("{not json")
     assert remove_unreferenced(folder) == []
     assert stray.is_file()
+
+
+def _block_next_delete_files(folder: Path) -> None:
+    """A folder under the name of each delete file the next commits write (each segment's, at the
+    next opstamps): a leftover no cleanup removes (unlink refuses a folder, root's too)."""
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["segments"]
+    for seg in meta["segments"]:
+        for k in range(1, 12):
+            (folder / f"{seg['segment_id'].replace('-', '')}.{meta['opstamp'] + k}.del").mkdir()
+
+
+@pytest.mark.parametrize("part", ["chunks", "memory-all/chunks", "memory/beta/chunks"])
+def test_a_leftover_the_cleanup_cannot_remove_gets_the_index_refilled(
+    make_cfg: Any, vault: Path, part: str
+) -> None:
+    """A leftover under the name the next commit writes that cannot be removed (a folder in its
+    place) in the vault's index, in every agent's memory, in an agent's own: after a few commits
+    in a row fail on it, the index (the agent's own alone) is moved aside and refilled from the
+    manifest, status says so, and the next sweep commits the change. Was: every commit failed
+    with FileAlreadyExists for good, and the keyword index never took a write again."""
+    from sidecar.daemon.repairs import RepairPolicy
+
+    cfg = make_cfg(vault)
+    inbox = cfg.agents_dir / "beta" / "memory"
+    inbox.mkdir(parents=True, mode=0o700)
+    os.chmod(inbox.parent, 0o700)
+    write(inbox / "trip.md", "# Trip\n\nThe kayak of beta waits at the lake.\n")
+    h = Harness(cfg, None)  # keyword search alone: what it finds is the keyword index's
+    try:
+        h.sweep()
+        _block_next_delete_files(cfg.index_dir / "bm25" / part)
+        write(vault / "Projects/Boat.md", "# Boat\n\nA canoe paddle for the lake.\n")
+        write(inbox / "trip.md", "# Trip\n\nThe canoe of beta waits at the lake.\n")
+        failed = 0
+        for _ in range(STUCK_AFTER):
+            try:
+                h.sweep()
+            except StoreError as exc:
+                assert "FileAlreadyExists" in str(exc)
+                failed += 1
+        assert failed >= STUCK_AFTER - 1
+        RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
+        asides = sorted(p.name.split(".broken-")[0] for p in cfg.index_dir.iterdir() if ".broken-" in p.name)
+        assert asides == (["bm25-memory-beta"] if part.startswith("memory/") else ["bm25"])
+        h.sweep()
+        assert {x["reference"] for x in search(h, "canoe")} == {"vault/Projects/Boat", "memory/beta/trip"}
+        assert sorted(x["reference"] for x in search(h, "canoe", agent="beta")) == ["memory/trip", "vault/Projects/Boat"]
+        said = json.dumps(h.problems.describe())
+        assert "could not be removed" in said and "moved aside and rebuilt" in said, said
+        assert h.problems.active_in("index") is None and h.stores.bm25.stuck is None
+    finally:
+        h.close()

@@ -139,6 +139,9 @@ class Bm25Index:
         self._closed = False
         # Why it is closed with no index open in its place (``lost``), else None.
         self.unavailable: str | None = None
+        # Why the index takes no commit until it is made anew (a leftover file that cannot be
+        # removed: ``_note_stuck``), else None: the repair moves it aside and refills it.
+        self.stuck: str | None = None
         # The index that took this one's place at an upgrade's swap (``retire``): searches read it.
         self._successor: Bm25Index | None = None
         self._retired = False
@@ -701,11 +704,27 @@ class Bm25Index:
                         folder.recover_writer()
                 self._forget_marks()
                 self.umlauts.forget_unsaved()
+                self._note_stuck()
                 raise StoreError(f"{exc}{disk_hint(self.path)}") from exc
             self._after_commit()
             self._stamp_everyone()
             self.umlauts.save()
             self._evict()
+
+    def _note_stuck(self) -> None:
+        """After a failed commit: the vault's and the wiki's index, or the pair of every agent's
+        memory, whose commits keep failing on a leftover file that cannot be removed
+        (``Folder.stuck``) is handed to the repair (``stuck``), which moves the whole index aside
+        and refills it from the manifest, as when it is damaged. An agent's own index is moved
+        aside alone (``_commit_inbox``)."""
+        if self.stuck is not None:
+            return
+        for folder in (self._chunks, self._pages, *(self._everyone or ())):
+            why = folder.stuck()
+            if why is not None:
+                self.stuck = why
+                log.error("bm25_commits_stuck path=%s reason=%s", folder.path, why)
+                return
 
     def _stamp_everyone(self) -> None:
         """After a commit: the pair of every agent's memory holds what every inbox holds, as of
@@ -749,12 +768,14 @@ class Bm25Index:
             # A full disk, a share's fault or a file a cut commit left (removed by now) is no
             # damage: the commit fails and is retried (a share that hiccuped moved every inbox
             # with a pending write aside).
-            passing = is_disk_full(exc) or is_io_fault(exc) or leftover_met(exc)
+            # A leftover file that cannot be removed is: every commit after failed on it for good.
+            stuck = next((why for f in pair if (why := f.stuck()) is not None), None)
+            passing = is_disk_full(exc) or is_io_fault(exc) or (leftover_met(exc) and stuck is None)
             if self._refilling or passing or low_disk(self.path) is not None:
                 raise
             for folder in pair:
                 folder.recover_writer()
-            self._move_aside(agent, exc)
+            self._move_aside(agent, exc if stuck is None else StoreError(stuck))
             self._touched.discard(agent)  # not removed as emptied: refilled
 
     def _after_commit(self) -> None:

@@ -89,6 +89,10 @@ def _failed_open(path: Path, exc: BaseException) -> StoreError:
 
 
 REOPEN_EVERY = 500  # commits between openings anew of a keyword index (see Folder._reopen)
+# Commits in a row that fail on a leftover file (``leftover_met``) before the index is given up
+# as stuck: one the cleanup cannot remove (a folder in its place, a share that refuses) failed
+# every later commit for good. Moved aside and refilled from the manifest then, as when damaged.
+STUCK_AFTER = 3
 
 
 class Folder:
@@ -119,6 +123,9 @@ class Folder:
         self.schema = schema
         self.lazy = lazy or read_only
         self.commits = 0
+        self.leftover_failures = 0  # commits in a row that failed on a leftover file
+        self.leftover_error = ""  # the last of those failures
+        self.unremovable = ""  # a leftover the last cleanup could not remove, and why
         self.dirty = False  # documents added or deleted since the last commit
         # Each segment file of the searcher as first seen (size, mtime, inode), and the folder's
         # (device, inode): see ``damage``.
@@ -236,7 +243,11 @@ class Folder:
         """The files no commit references removed (see ``remove_unreferenced``); with no writer
         of ours open. The files the searcher was opened on stay (a merge since may have left
         them out of meta.json)."""
-        removed = remove_unreferenced(self.path, keep=self._files)
+        refused: list[str] = []
+        removed = remove_unreferenced(self.path, keep=self._files, refused=refused)
+        self.unremovable = refused[0] if refused else ""
+        if refused:  # one line, not one a file: the cleanup runs after every failed commit
+            log.warning("bm25_leftovers_not_removed path=%s files=%d e.g.=%s", self.path, len(refused), refused[0])
         if removed:
             log.warning(
                 "bm25_leftovers_removed path=%s files=%d e.g.=%s", self.path, len(removed), sorted(removed)[0]
@@ -267,9 +278,13 @@ class Folder:
         try:
             with engine("commit"):  # disk full, read-only folder, damaged segments
                 self.writer.commit()
-        except StoreError:
+        except StoreError as exc:
+            if leftover_met(exc):
+                self.leftover_failures += 1
+                self.leftover_error = engine_message(exc)
             self.recover_writer()
             raise
+        self.leftover_failures = 0
         if self.lazy:
             self._release()
         with engine("reload"):
@@ -280,6 +295,17 @@ class Folder:
         self.commits += 1
         if self.commits % REOPEN_EVERY == 0:
             self._reopen()
+
+    def stuck(self) -> str | None:
+        """Why no commit will work until the index is made anew: ``STUCK_AFTER`` commits in a row
+        failed on a leftover file the cleanup could not remove; None otherwise."""
+        if self.leftover_failures < STUCK_AFTER:
+            return None
+        left = f"; not removed: {self.unremovable}" if self.unremovable else ""
+        return (
+            f"{self.leftover_failures} commits in a row of the keyword index {self.path} failed on "
+            f"a file a commit cut short left there, which could not be removed ({self.leftover_error}{left})"
+        )
 
     def close(self) -> None:
         if self.read_only:
@@ -335,7 +361,9 @@ def remove_folder(folder: Path) -> None:
 _SEGMENT_FILE = re.compile(r"([0-9a-f]{32})\.(?:(\d+)\.del|[a-z]+)")
 
 
-def remove_unreferenced(folder: Path, keep: Collection[str] = ()) -> list[str]:
+def remove_unreferenced(
+    folder: Path, keep: Collection[str] = (), refused: list[str] | None = None
+) -> list[str]:
     """The segment files in an index folder that its meta.json does not reference, removed (their
     names): a commit cut short (a full disk, a hard stop) leaves its new segments and delete
     files, which Tantivy removes only after a commit that works. A writer opened after a restart
@@ -345,7 +373,8 @@ def remove_unreferenced(folder: Path, keep: Collection[str] = ()) -> list[str]:
     Only with the index's writer lock free (no writer of this process or another: what looks
     unreferenced may be its segment being written), taken meanwhile; meta.json, Tantivy's own
     files and anything not named like a segment file stay. Nothing goes when meta.json is missing
-    or unreadable (the open says so), nor the names in ``keep``."""
+    or unreadable (the open says so), nor the names in ``keep``. ``refused`` is told each file
+    that could not be removed, and why."""
     if not (folder / "meta.json").is_file():  # a new index (or none): nothing to compare with
         return []
     with _writer_lock(folder) as held, _writer_lock(folder, _META_LOCK, wait=2.0) as meta_held:
@@ -361,8 +390,9 @@ def remove_unreferenced(folder: Path, keep: Collection[str] = ()) -> list[str]:
                 (folder / name).unlink()
             except FileNotFoundError:
                 pass
-            except OSError as exc:  # left: a later commit that meets it fails and says so
-                log.warning("bm25_leftover_not_removed path=%s error=%s", folder / name, exc.strerror or exc)
+            except OSError as exc:  # left: a later commit that meets it fails (see ``Folder.stuck``)
+                if refused is not None:
+                    refused.append(f"{name}: {exc.strerror or exc}")
                 continue
             removed.append(name)
         return removed
