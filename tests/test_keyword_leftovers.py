@@ -253,3 +253,26 @@ def test_a_leftover_the_cleanup_cannot_remove_gets_the_index_refilled(
         assert h.problems.active_in("index") is None and h.stores.bm25.stuck is None
     finally:
         h.close()
+
+
+def test_an_open_that_fails_removes_no_file(tmp_path: Path) -> None:
+    """An older meta.json copied back (a backup restored) naming a segment replaced since: the
+    open fails and every file stays in the folder (to be moved aside whole), the newer segment
+    that meta.json does not name included. Was: the cleanup ran before the open and removed it."""
+    path = tmp_path / "bm25"
+    idx = Bm25Index(path)
+    try:
+        idx.add([_doc("vault/Boat", "the boat on the lake")])
+        idx.commit()
+        backup = (path / "chunks" / "meta.json").read_bytes()
+        idx.delete_all()  # its segment dropped at the commit, a new one made
+        idx.add([_doc("vault/Canoe", "a canoe on the lake")])
+        idx.commit()
+    finally:
+        idx.close()
+    folder = path / "chunks"
+    newer = set(os.listdir(folder))
+    (folder / "meta.json").write_bytes(backup)
+    with pytest.raises(StoreError, match="cannot be opened"):
+        Bm25Index(path)
+    assert newer <= set(os.listdir(folder))

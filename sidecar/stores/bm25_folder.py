@@ -149,14 +149,18 @@ class Folder:
         self._note_files()
 
     def _open(self) -> tuple[tantivy.Index, tantivy.IndexWriter | None, tantivy.Searcher]:
-        if not self.lazy:  # before its writer exists (see ``remove_unreferenced``)
-            self._clean()
         index = tantivy.Index(self.schema, path=str(self.path), reuse=True)
         for name, analyzer in all_analyzers(self.layout).items():
             index.register_tokenizer(name, analyzer)
-        writer = None if self.lazy else index.writer(heap_size=_WRITER_HEAP, num_threads=1)
         index.reload()
-        return index, writer, index.searcher()
+        searcher = index.searcher()
+        # Leftovers go once the index opened (its segments read), before its writer exists (see
+        # ``remove_unreferenced``): an open that fails (an older meta.json copied back) moves the
+        # folder aside with every file in it, the newer segments a person may want back too.
+        if not self.lazy:
+            self._clean()
+        writer = None if self.lazy else index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+        return index, writer, searcher
 
     @property
     def writer(self) -> tantivy.IndexWriter:
