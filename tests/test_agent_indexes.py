@@ -4,9 +4,12 @@ kinds of index are kept in agreement across crashes, deletions, damage and an up
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -792,3 +795,71 @@ def test_a_persons_search_reads_the_agents_with_memory_at_most_once_a_second(
         assert len(reads) == 2
     finally:
         h.close()
+
+
+@contextlib.contextmanager
+def _no_file_handles_left() -> Iterator[None]:
+    """Every open of a file fails with EMFILE meanwhile, as in a process out of file handles: the
+    soft limit set to the lowest free descriptor (those open stay usable)."""
+    free = os.open(os.devnull, os.O_RDONLY)  # the number the next open takes
+    os.close(free)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (free, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_no_file_handles_left_in_a_search_moves_no_index_of_all_memory_aside(
+    make_cfg: Any, vault: Path
+) -> None:
+    """A person's search that meets no file handles left (EMFILE, real: the process's limit) in
+    the index of every agent's memory (a file of it touched, so that its checksum is read): the
+    search goes on without it, nothing is reported for repair and the repair moves nothing
+    aside. Was: taken for damage ("was overwritten"), reported, and the repair moved the index
+    aside and refilled it."""
+    from sidecar.daemon.repairs import RepairPolicy
+
+    cfg = _with_agents(make_cfg, vault, _NOTES)
+    h = Harness(cfg, None)
+    try:
+        bm25 = h.stores.bm25
+        assert bm25.everyone_gap() is None
+        for f in (cfg.index_dir / "bm25" / "memory-all" / "chunks").iterdir():
+            if f.suffix == ".term":  # touched: the next search that matches nothing reads it
+                st = f.stat()
+                os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+        with _no_file_handles_left():
+            bm25.search("zeppelin", 10)
+        assert bm25.failing == {} and bm25.everyone_gap() is None
+        RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
+        assert not list(cfg.index_dir.glob("*.broken-*"))
+        assert h.problems.active_in("keyword_search") is None
+        found = {x["reference"] for x in search(h, "kayak", sources=["memory"])}
+        assert found == {"memory/alpha/trip", "memory/alpha/gear", "memory/beta/trip"}
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize(
+    ("message", "kind"),
+    [
+        ("Too many open files (os error 24)", "NoHandlesError"),
+        ("Too many open files in system (os error 23)", "NoHandlesError"),
+        ("No space left on device (os error 28)", "DiskFullError"),
+        ("Data corrupted: checksum mismatch", "StoreError"),
+    ],
+)
+def test_a_keyword_engine_failure_that_passes_is_told_from_damage(message: str, kind: str) -> None:
+    """What Tantivy raises in a search, a commit or a count with no file handles left or on a
+    full disk is a fault that passes (PassingFaultError: nothing moved aside); anything else is a
+    plain StoreError (may be damage). Was: every engine failure a plain StoreError."""
+    from sidecar.contracts.errors import PassingFaultError, StoreError
+    from sidecar.stores.bm25_folder import engine
+
+    with pytest.raises(StoreError) as err:
+        with engine("search"):
+            raise ValueError(f"Failed to open file for read: {message}")
+    assert type(err.value).__name__ == kind
+    assert isinstance(err.value, PassingFaultError) == (kind != "StoreError")

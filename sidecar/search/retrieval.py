@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from sidecar.config import MODEL_DEFAULTS, RecallConfig, SearchConfig
-from sidecar.contracts.errors import EmbedderError, IndexNotOpenError, StoreError
+from sidecar.contracts.errors import EmbedderError, IndexNotOpenError, PassingFaultError, StoreError
 from sidecar.contracts.wire import SearchResult, memory_agent
 from sidecar.index.problems import Problems
 from sidecar.index.repair import ready_inbox, unsearchable_agents
@@ -490,7 +490,9 @@ class Retriever:
                 )
             except StoreError as exc:  # a damaged keyword index: answer from vectors alone
                 log.warning("keyword_search_failed error=%s", exc)
-                if not isinstance(exc, IndexNotOpenError):  # keyword_index says so; no damage
+                # Not reported for repair: a lost index (keyword_index says so), or a fault that
+                # passes (no file handles left: the repair moved a whole index aside for it).
+                if not isinstance(exc, (IndexNotOpenError, PassingFaultError)):
                     problems.report("keyword_search", str(exc))
                 bm_note, bm_error = f"keyword search failed ({exc}); vector results only", exc
 
@@ -715,7 +717,7 @@ class Retriever:
             )
         except StoreError as exc:  # reported so that the repair rebuilds both parts
             log.warning("keyword_search_failed part=pages error=%s", exc)
-            if not isinstance(exc, IndexNotOpenError):  # keyword_index says so; no damage
+            if not isinstance(exc, (IndexNotOpenError, PassingFaultError)):  # no damage
                 problems.report("keyword_search", f"{PAGE_FAILURE}{exc}")
             return []
         if not _inbox_failure_reported(self.stores.bm25, problems) and _page_failure_active(problems):

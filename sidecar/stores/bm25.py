@@ -770,7 +770,12 @@ class Bm25Index:
             # with a pending write aside).
             # A leftover file that cannot be removed is: every commit after failed on it for good.
             stuck = next((why for f in pair if (why := f.stuck()) is not None), None)
-            passing = is_disk_full(exc) or is_io_fault(exc) or (leftover_met(exc) and stuck is None)
+            passing = (
+                isinstance(exc, PassingFaultError)  # no file handles left, a full disk
+                or is_disk_full(exc)
+                or is_io_fault(exc)
+                or (leftover_met(exc) and stuck is None)
+            )
             if self._refilling or passing or low_disk(self.path) is not None:
                 raise
             for folder in pair:
@@ -1198,6 +1203,8 @@ class Bm25Index:
                 )
                 self.failing.pop(f"{EVERYONE}/{'pages' if pages else 'chunks'}", None)
                 inbox_keys = {}
+            except PassingFaultError as exc:  # no handles left, a full disk: no damage, not repaired
+                log.warning("keyword_search_failed part=%s error=%s", _EVERYONE_DIR, exc)
             except StoreError as exc:  # read the inboxes instead; reported until the repair
                 log.warning("keyword_search_failed part=%s error=%s", _EVERYONE_DIR, exc)
                 self.failing[f"{EVERYONE}/{'pages' if pages else 'chunks'}"] = str(exc)

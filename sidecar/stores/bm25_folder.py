@@ -22,10 +22,12 @@ import tantivy
 from sidecar.contracts.errors import (
     DaemonRunningError,
     DiskFullError,
+    NoHandlesError,
     StoreError,
     StoreNewerError,
     StoreOutdatedError,
     engine_message,
+    is_out_of_handles,
     store_error_class,
 )
 from sidecar.stores.bm25_text import all_analyzers
@@ -54,7 +56,9 @@ def engine(what: str) -> Iterator[None]:
     except BaseException as exc:
         if not engine_failure(exc):
             raise
-        raise StoreError(f"BM25 {what} failed: {engine_message(exc)}") from exc
+        # A full disk or no file handles left is a fault that passes (PassingFaultError): taken
+        # for damage, a search that met it had the index moved aside and refilled.
+        raise store_error_class(exc)(f"BM25 {what} failed: {engine_message(exc)}") from exc
 
 
 def leftover_met(exc: BaseException) -> bool:
@@ -229,7 +233,8 @@ class Folder:
         until a restart opened it (and failed). Asked with the index's write lock held, so that
         no commit or merge changes the files meanwhile. A folder gone or replaced is none: the
         home's share unmounted (the lock keeper says so); moved aside and refilled, the inbox
-        would be made anew on the bare mount point."""
+        would be made anew on the bare mount point. NoHandlesError when a file must be read and
+        no file handle is left (not known, not damage)."""
         try:
             st = os.stat(self.path)
         except OSError:
@@ -488,7 +493,9 @@ def _checksum_holds(path: Path) -> bool:
     files are small, and only a file whose stat changed is read)."""
     try:
         data = path.read_bytes()
-    except OSError:
+    except OSError as exc:
+        if is_out_of_handles(exc):  # its bytes unknown, not wrong: asked again by a later search
+            raise NoHandlesError(f"BM25 index file {path} cannot be read: {exc.strerror or exc}") from exc
         return False
     if len(data) < 8:
         return False
