@@ -858,8 +858,7 @@ def test_a_keyword_engine_failure_that_passes_is_told_from_damage(message: str, 
     from sidecar.contracts.errors import PassingFaultError, StoreError
     from sidecar.stores.bm25_folder import engine
 
-    with pytest.raises(StoreError) as err:
-        with engine("search"):
-            raise ValueError(f"Failed to open file for read: {message}")
+    with pytest.raises(StoreError) as err, engine("search"):
+        raise ValueError(f"Failed to open file for read: {message}")
     assert type(err.value).__name__ == kind
     assert isinstance(err.value, PassingFaultError) == (kind != "StoreError")

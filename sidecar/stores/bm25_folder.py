@@ -256,7 +256,9 @@ class Folder:
         removed = remove_unreferenced(self.path, keep=self._files, refused=refused)
         self.unremovable = refused[0] if refused else ""
         if refused:  # one line, not one a file: the cleanup runs after every failed commit
-            log.warning("bm25_leftovers_not_removed path=%s files=%d e.g.=%s", self.path, len(refused), refused[0])
+            log.warning(
+                "bm25_leftovers_not_removed path=%s files=%d e.g.=%s", self.path, len(refused), refused[0]
+            )
         if removed:
             log.warning(
                 "bm25_leftovers_removed path=%s files=%d e.g.=%s", self.path, len(removed), sorted(removed)[0]

@@ -6,8 +6,9 @@ new index holds everything, so ``settle`` at the next start finishes a swap a ki
 (``bm25`` missing beside ``bm25.previous``: the new one goes in) or undoes a refill cut short
 (``bm25`` there: the half-made ``bm25.next`` is removed): either the old index or the new one,
 never a mix. An index removed (the swap undone, a refill in place) is first renamed to
-``bm25.undone`` (``bm25.undone-<ns>`` beside one that would not go), which nothing promotes. A newer version's swap cut short is undone by this
-one (a downgrade): it reads the old index, not the new one (finishing it refused the start).
+``bm25.undone`` (``bm25.undone-<ns>`` beside one that would not go), which nothing promotes. A
+newer version's swap cut short is undone by this one (a downgrade): it reads the old index, not
+the new one (finishing it refused the start).
 Imports only the standard library and ``stores.versions``.
 """
 
