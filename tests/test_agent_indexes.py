@@ -862,3 +862,23 @@ def test_a_keyword_engine_failure_that_passes_is_told_from_damage(message: str, 
         raise ValueError(f"Failed to open file for read: {message}")
     assert type(err.value).__name__ == kind
     assert isinstance(err.value, PassingFaultError) == (kind != "StoreError")
+
+
+def test_no_file_handles_left_in_a_count_moves_no_agents_index_aside(make_cfg: Any, vault: Path) -> None:
+    """The check's count of each agent's index (its meta.json read) with no file handles left
+    (EMFILE, real): the count fails as a fault that passes and nothing is moved aside; counted
+    once handles are free, every index is whole. Was: each agent's index was taken for unreadable
+    and moved aside."""
+    from sidecar.contracts.errors import PassingFaultError
+
+    cfg = _with_agents(make_cfg, vault, _NOTES)
+    h = Harness(cfg, None)
+    try:
+        bm25 = h.stores.bm25
+        for count in (bm25.inbox_counts, bm25.num_docs):
+            with pytest.raises(PassingFaultError, match="Too many open files"), _no_file_handles_left():
+                count()
+        assert bm25.failing == {} and not list(cfg.index_dir.glob("*.broken-*"))
+        assert bm25.inbox_counts() == {"alpha": (2, 2), "beta": (1, 1)}
+    finally:
+        h.close()

@@ -914,15 +914,20 @@ class Bm25Index:
         moved aside as damaged (it failed every sweep's check, reported nowhere) and counts none,
         so that the check refills the index."""
         if self._everyone is not None and self.everyone_ready:
-            with contextlib.suppress(StoreError):  # unreadable: the check refills it
+            try:
                 return live_docs(self.path / _EVERYONE_DIR / part)
-            return 0
+            except PassingFaultError:
+                raise  # no file handles left: counted again later (as 0, the check refilled it)
+            except StoreError:  # unreadable: the check refills it
+                return 0
         total = 0
         with self._inbox_lock:
             agents = [a for a in sorted(self._agents) if a not in self._emptied]
         for agent in agents:
             try:
                 total += live_docs(self.path / "memory" / agent / part)
+            except PassingFaultError:
+                raise  # no file handles left: counted again later, nothing moved aside
             except StoreError as exc:
                 with self._lock:
                     self._move_aside(agent, exc)
@@ -938,6 +943,8 @@ class Bm25Index:
             base = self.path / "memory" / agent
             try:
                 out[agent] = (live_docs(base / "chunks"), live_docs(base / "pages"))
+            except PassingFaultError:
+                raise  # no file handles left: counted again later, nothing moved aside
             except StoreError as exc:
                 with self._lock:
                     self._move_aside(agent, exc)

@@ -342,7 +342,9 @@ def segment_counts(folder: Path) -> tuple[int, int]:
     except FileNotFoundError:
         return 0, 0
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise StoreError(f"BM25 index {folder} cannot be read: {engine_message(exc)}") from exc
+        # No file handles left: a fault that passes (PassingFaultError), not an unreadable index.
+        kind = store_error_class(exc) if isinstance(exc, OSError) else StoreError
+        raise kind(f"BM25 index {folder} cannot be read: {engine_message(exc)}") from exc
     deleted = total = 0
     for seg in segments:
         total += int(seg.get("max_doc", 0))
