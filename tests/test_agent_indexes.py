@@ -882,3 +882,31 @@ def test_no_file_handles_left_in_a_count_moves_no_agents_index_aside(make_cfg: A
         assert bm25.inbox_counts() == {"alpha": (2, 2), "beta": (1, 1)}
     finally:
         h.close()
+
+
+def test_a_keyword_search_out_of_file_handles_gets_no_index_rebuilt(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keyword search failing for want of file handles (as Tantivy says it): the answer comes
+    from vectors, and nothing is reported for the repair, which moves nothing aside. Was:
+    reported as a failing keyword index, and the whole index was moved aside and refilled."""
+    from sidecar.daemon.repairs import RepairPolicy
+    from sidecar.stores.bm25_folder import engine
+
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        bm25 = h.stores.bm25
+
+        def out_of_handles(*args: Any, **kw: Any) -> Any:
+            with engine("search"):
+                raise ValueError("Failed to open file for read: Too many open files (os error 24)")
+
+        monkeypatch.setattr(bm25, "search", out_of_handles)
+        assert search(h, "spark plugs")  # from vectors alone
+        assert h.problems.active_in("keyword_search") is None
+        monkeypatch.undo()
+        RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
+        assert not list(h.cfg.index_dir.glob("*.broken-*")) and h.stores.bm25 is bm25
+    finally:
+        h.close()
