@@ -276,3 +276,34 @@ def test_an_open_that_fails_removes_no_file(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="cannot be opened"):
         Bm25Index(path)
     assert newer <= set(os.listdir(folder))
+
+
+def test_commits_failing_where_the_cleanup_did_not_run_leave_the_index_unstuck(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Commits that fail on a leftover while the cleanup is skipped (another reader holds the
+    meta lock, the name kept for the searcher): no file was refused, so the index is not taken
+    for stuck. Was: 3 such failures had a healthy index moved aside and refilled whole, with
+    status saying a file could not be removed though none was tried."""
+    from sidecar.stores import bm25_folder
+
+    path = tmp_path / "bm25"
+    idx = Bm25Index(path)
+    try:
+        idx.add([_doc("vault/Boat", "the boat on the lake")])
+        idx.commit()
+        _block_next_delete_files(path / "chunks")
+        monkeypatch.setattr(bm25_folder, "remove_unreferenced", lambda *a, **k: [])  # lock busy
+        failures = 0
+        for n in range(STUCK_AFTER + 1):
+            idx.delete_key("vault/Boat")
+            idx.add([_doc("vault/Boat", f"the boat on the lake, take {n}")])
+            try:
+                idx.commit()
+            except StoreError as exc:
+                assert "FileAlreadyExists" in str(exc)
+                failures += 1
+        assert failures == STUCK_AFTER + 1
+        assert idx.stuck is None and idx._chunks.stuck() is None
+    finally:
+        idx.close()

@@ -290,10 +290,15 @@ class Folder:
             with engine("commit"):  # disk full, read-only folder, damaged segments
                 self.writer.commit()
         except StoreError as exc:
-            if leftover_met(exc):
+            self.recover_writer()  # its cleanup says whether a leftover could not be removed
+            # Counted only when the cleanup refused a file: one skipped (another reader held
+            # the meta lock, the name kept for the searcher) proves nothing, and 3 such failures
+            # had a healthy index refilled whole.
+            if leftover_met(exc) and self.unremovable:
                 self.leftover_failures += 1
                 self.leftover_error = engine_message(exc)
-            self.recover_writer()
+            else:
+                self.leftover_failures = 0
             raise
         self.leftover_failures = 0
         if self.lazy:
