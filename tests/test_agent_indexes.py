@@ -5,6 +5,7 @@ kinds of index are kept in agreement across crashes, deletions, damage and an up
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import resource
 import shutil
@@ -809,6 +810,92 @@ def _no_file_handles_left() -> Iterator[None]:
         yield
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+_SEGMENT_SUFFIXES = (".term", ".idx", ".pos", ".store", ".fast", ".fieldnorm", ".del")
+
+
+@contextlib.contextmanager
+def _reads_fail(under: Path, code: int, *, stats: bool = True) -> Iterator[None]:
+    """Every read (and stat) of an index file under ``under`` fails with ``code`` meanwhile, as
+    on a share that hiccups (EIO, ESTALE, EACCES, ENOTCONN): a segment file's stat and bytes,
+    meta.json's text. Other paths are read as ever."""
+    real_stat, real_bytes, real_text = os.stat, Path.read_bytes, Path.read_text
+
+    def hit(p: Any) -> bool:
+        return str(p).startswith(str(under) + os.sep)
+
+    def fail(p: Any) -> None:
+        raise OSError(code, os.strerror(code), str(p))
+
+    def stat(p: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if stats and hit(p) and str(p).endswith(_SEGMENT_SUFFIXES):
+            fail(p)
+        return real_stat(p, *args, **kwargs)
+
+    def read_bytes(self: Path) -> bytes:
+        if hit(self):
+            fail(self)
+        return real_bytes(self)
+
+    def read_text(self: Path, *args: Any, **kwargs: Any) -> str:
+        if hit(self) and self.name == "meta.json":
+            fail(self)
+        return real_text(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(os, "stat", stat)
+        m.setattr(Path, "read_bytes", read_bytes)
+        m.setattr(Path, "read_text", read_text)
+        yield
+
+
+@pytest.mark.parametrize(
+    ("what", "code"),
+    [
+        ("stat", errno.EIO),
+        ("checksum", errno.ESTALE),
+        ("checksum", errno.EACCES),
+        ("count", errno.ENOTCONN),
+        ("count", errno.EIO),
+    ],
+)
+def test_a_share_fault_in_a_damage_check_or_a_count_is_no_damage(
+    make_cfg: Any, vault: Path, code: int, what: str
+) -> None:
+    """A file-system fault that passes (as a failed commit takes it) in a search's damage check
+    (a segment file's stat, its bytes read for the checksum) or in the count of an agent's index
+    (its meta.json): a fault that passes, nothing reported for repair, nothing moved aside. Was:
+    "cannot be read" or "was overwritten" (damage), or an unreadable count: the index was moved
+    aside and refilled."""
+    from sidecar.contracts.errors import PassingFaultError
+    from sidecar.daemon.repairs import RepairPolicy
+
+    cfg = _with_agents(make_cfg, vault, _NOTES)
+    h = Harness(cfg, None)
+    try:
+        bm25 = h.stores.bm25
+        assert bm25.everyone_gap() is None
+        if what == "count":
+            with _reads_fail(cfg.index_dir / "bm25", code):
+                for count in (bm25.inbox_counts, bm25.num_docs):
+                    with pytest.raises(PassingFaultError):
+                        count()
+        else:
+            for f in (cfg.index_dir / "bm25" / "memory-all" / "chunks").iterdir():
+                if f.suffix == ".term":  # touched: the next search reads its checksum
+                    st = f.stat()
+                    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+            with _reads_fail(cfg.index_dir / "bm25" / "memory-all", code, stats=what == "stat"):
+                bm25.search("zeppelin", 10)
+        assert bm25.failing == {} and bm25.everyone_gap() is None
+        RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
+        assert not list(cfg.index_dir.glob("*.broken-*"))
+        assert bm25.inbox_counts() == {"alpha": (2, 2), "beta": (1, 1)}
+        found = {x["reference"] for x in search(h, "kayak", sources=["memory"])}
+        assert found == {"memory/alpha/trip", "memory/alpha/gear", "memory/beta/trip"}
+    finally:
+        h.close()
 
 
 def test_no_file_handles_left_in_a_search_moves_no_index_of_all_memory_aside(

@@ -27,8 +27,8 @@ from sidecar.contracts.errors import (
     PassingFaultError,
     StoreError,
     StoreOutdatedError,
-    is_disk_full,
     is_io_fault,
+    is_passing_fault,
 )
 from sidecar.contracts.wire import memory_agent
 from sidecar.stores.aside import aside_name
@@ -770,12 +770,7 @@ class Bm25Index:
             # with a pending write aside).
             # A leftover file that cannot be removed is: every commit after failed on it for good.
             stuck = next((why for f in pair if (why := f.stuck()) is not None), None)
-            passing = (
-                isinstance(exc, PassingFaultError)  # no file handles left, a full disk
-                or is_disk_full(exc)
-                or is_io_fault(exc)
-                or (leftover_met(exc) and stuck is None)
-            )
+            passing = is_passing_fault(exc) or (leftover_met(exc) and stuck is None)
             if self._refilling or passing or low_disk(self.path) is not None:
                 raise
             for folder in pair:

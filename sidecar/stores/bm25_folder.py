@@ -22,12 +22,12 @@ import tantivy
 from sidecar.contracts.errors import (
     DaemonRunningError,
     DiskFullError,
-    NoHandlesError,
+    PassingFaultError,
     StoreError,
     StoreNewerError,
     StoreOutdatedError,
     engine_message,
-    is_out_of_handles,
+    read_error_class,
     store_error_class,
 )
 from sidecar.stores.bm25_text import all_analyzers
@@ -233,8 +233,9 @@ class Folder:
         until a restart opened it (and failed). Asked with the index's write lock held, so that
         no commit or merge changes the files meanwhile. A folder gone or replaced is none: the
         home's share unmounted (the lock keeper says so); moved aside and refilled, the inbox
-        would be made anew on the bare mount point. NoHandlesError when a file must be read and
-        no file handle is left (not known, not damage)."""
+        would be made anew on the bare mount point. A PassingFaultError when a file must be read
+        and cannot be for a fault that passes (no file handle left, EIO, ESTALE, EACCES: not
+        known, not damage)."""
         try:
             st = os.stat(self.path)
         except OSError:
@@ -347,8 +348,9 @@ def segment_counts(folder: Path) -> tuple[int, int]:
     except FileNotFoundError:
         return 0, 0
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        # No file handles left: a fault that passes (PassingFaultError), not an unreadable index.
-        kind = store_error_class(exc) if isinstance(exc, OSError) else StoreError
+        # No file handles left, a share's fault: one that passes (PassingFaultError), not an
+        # unreadable index.
+        kind = read_error_class(exc) if isinstance(exc, OSError) else StoreError
         raise kind(f"BM25 index {folder} cannot be read: {engine_message(exc)}") from exc
     deleted = total = 0
     for seg in segments:
@@ -482,6 +484,7 @@ def _changed(path: Path, kept: tuple[int, int, int]) -> tuple[str | None, tuple[
     except FileNotFoundError:
         return "was deleted", kept
     except OSError as exc:
+        _raise_passing(path, exc)  # a share's hiccup is no damage: asked again by a later search
         return f"cannot be read: {exc.strerror or exc}", kept
     now = st.st_size, st.st_mtime_ns, st.st_ino
     if st.st_size != kept[0]:
@@ -497,14 +500,21 @@ _FOOTER_MAGIC = 1337
 _FOOTER_MOST = 4096  # a footer's JSON is about 90 bytes
 
 
+def _raise_passing(path: Path, exc: OSError) -> None:
+    """A fault that passes (no file handles left, EIO, ESTALE, EACCES: ``is_passing_fault``, as
+    for a failed commit) raised as one; anything else returns (what the file holds is wrong)."""
+    kind = read_error_class(exc)
+    if issubclass(kind, PassingFaultError):
+        raise kind(f"BM25 index file {path} cannot be read: {exc.strerror or exc}") from exc
+
+
 def _checksum_holds(path: Path) -> bool:
     """Whether a segment file's bytes match the checksum in its footer (read whole: an inbox's
     files are small, and only a file whose stat changed is read)."""
     try:
         data = path.read_bytes()
     except OSError as exc:
-        if is_out_of_handles(exc):  # its bytes unknown, not wrong: asked again by a later search
-            raise NoHandlesError(f"BM25 index file {path} cannot be read: {exc.strerror or exc}") from exc
+        _raise_passing(path, exc)  # its bytes unknown, not wrong: asked again by a later search
         return False
     if len(data) < 8:
         return False
