@@ -302,3 +302,65 @@ def test_commits_failing_where_the_cleanup_did_not_run_leave_the_index_unstuck(
         assert idx.stuck is None and idx._chunks.stuck() is None
     finally:
         idx.close()
+
+
+def _unblock(folder: Path) -> None:
+    """The folders ``_block_next_delete_files`` left under delete files' names removed."""
+    for p in folder.iterdir():
+        if p.is_dir():
+            p.rmdir()
+
+
+def test_a_commit_that_works_again_clears_stuck(tmp_path: Path) -> None:
+    """The index is taken for stuck after commits fail on a leftover that cannot be removed; the
+    leftover goes (a share's permission back) and the next commit works: no longer stuck. Was:
+    ``stuck`` was never cleared, and the repair refilled the whole index a minute later."""
+    path = tmp_path / "bm25"
+    idx = Bm25Index(path)
+    try:
+        idx.add([_doc("vault/Boat", "the boat on the lake")])
+        idx.commit()
+        _block_next_delete_files(path / "chunks")
+        for n in range(STUCK_AFTER):
+            idx.delete_key("vault/Boat")
+            idx.add([_doc("vault/Boat", f"the boat on the lake, take {n}")])
+            with pytest.raises(StoreError, match="FileAlreadyExists"):
+                idx.commit()
+        assert idx.stuck is not None and "could not be removed" in idx.stuck
+        _unblock(path / "chunks")
+        idx.delete_key("vault/Boat")
+        idx.add([_doc("vault/Boat", "the boat on the lake, at last")])
+        idx.commit()
+        assert idx.stuck is None
+    finally:
+        idx.close()
+
+
+def test_an_inbox_closed_and_reopened_keeps_its_failed_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent's index whose commits fail on a leftover that cannot be removed, closed between
+    two of them (more inboxes open than the cap) and opened again: its count goes on, and the
+    commit that makes it ``STUCK_AFTER`` moves it aside. Was: each reopen started at 0 again."""
+    path = tmp_path / "bm25"
+    idx = Bm25Index(path)
+    try:
+        idx.add([_doc("memory/beta/trip", "the kayak of beta")])
+        idx.commit()
+        _block_next_delete_files(path / "memory" / "beta" / "chunks")
+        for n in range(STUCK_AFTER):
+            idx.delete_key("memory/beta/trip")
+            idx.add([_doc("memory/beta/trip", f"the canoe of beta, take {n}")])
+            if n == STUCK_AFTER - 1:
+                idx.commit()  # moved aside, not failed
+                break
+            with pytest.raises(StoreError, match="FileAlreadyExists"):
+                idx.commit()
+            monkeypatch.setattr(idx, "_cap", lambda: 0)
+            idx._evict()  # closed: more inboxes open than the cap
+            monkeypatch.undo()
+            assert "beta" not in idx._open
+        assert "moved aside" in idx.failing.get("beta", ""), idx.failing
+        assert any(p.name.startswith("bm25-memory-beta.broken-") for p in tmp_path.iterdir())
+    finally:
+        idx.close()

@@ -142,6 +142,9 @@ class Bm25Index:
         # Why the index takes no commit until it is made anew (a leftover file that cannot be
         # removed: ``_note_stuck``), else None: the repair moves it aside and refills it.
         self.stuck: str | None = None
+        # Failed commits on a leftover (``Folder.leftover_failures``, its error) of each inbox
+        # closed meanwhile (``_evict``): an inbox reopened went on from 0 and was never stuck.
+        self._leftover_counts: dict[str, list[tuple[int, str]]] = {}
         # The index that took this one's place at an upgrade's swap (``retire``): searches read it.
         self._successor: Bm25Index | None = None
         self._retired = False
@@ -397,7 +400,10 @@ class Bm25Index:
         return pair
 
     def _open_pair(self, agent: str) -> Pair:
-        return self._pair(self.path / "memory" / agent)
+        pair = self._pair(self.path / "memory" / agent)
+        for folder, (failures, error) in zip(pair, self._leftover_counts.pop(agent, ()), strict=False):
+            folder.leftover_failures, folder.leftover_error = failures, error
+        return pair
 
     def _move_aside(self, agent: str, exc: BaseException) -> None:
         """A damaged inbox index moved into the index folder (where status names it and a month
@@ -408,6 +414,7 @@ class Bm25Index:
             return
         with self._inbox_lock:
             pair = self._open.pop(agent, None)
+            self._leftover_counts.pop(agent, None)
         if pair is not None:
             self._scorer.forget(pair)
         folder = self.path / "memory" / agent
@@ -454,12 +461,15 @@ class Bm25Index:
                     continue
                 del self._open[agent]
                 self._scorer.forget(pair)
+                if any(f.leftover_failures for f in pair):  # counted on when reopened
+                    self._leftover_counts[agent] = [(f.leftover_failures, f.leftover_error) for f in pair]
 
     def _remove_inbox(self, agent: str) -> None:
         """An inbox's index gone (committed empty, or emptied by a refill): closed and deleted."""
         with self._inbox_lock:
             pair = self._open.pop(agent, None)
             self._agents.discard(agent)
+            self._leftover_counts.pop(agent, None)
         if pair is not None:
             for folder in pair:
                 folder.close()
@@ -707,6 +717,12 @@ class Bm25Index:
                 self._note_stuck()
                 raise StoreError(f"{exc}{disk_hint(self.path)}") from exc
             self._after_commit()
+            # A commit of the stuck folder that worked after all (the leftover gone meanwhile):
+            # no longer handed to the repair, which refilled the whole index a minute later.
+            if self.stuck is not None and all(
+                f.stuck() is None for f in (self._chunks, self._pages, *(self._everyone or ()))
+            ):
+                self.stuck = None
             self._stamp_everyone()
             self.umlauts.save()
             self._evict()
