@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import resource
 import shutil
 import time
 from collections.abc import Iterator
@@ -798,18 +797,11 @@ def test_a_persons_search_reads_the_agents_with_memory_at_most_once_a_second(
         h.close()
 
 
-@contextlib.contextmanager
-def _no_file_handles_left() -> Iterator[None]:
-    """Every open of a file fails with EMFILE meanwhile, as in a process out of file handles: the
-    soft limit set to the lowest free descriptor (those open stay usable)."""
-    free = os.open(os.devnull, os.O_RDONLY)  # the number the next open takes
-    os.close(free)
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (free, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+def _no_file_handles_left(under: Path) -> contextlib.AbstractContextManager[None]:
+    """Every read of a keyword index file fails with EMFILE meanwhile, as in a process out of
+    file handles: injected at the read (a process-wide limit also failed the harness's own
+    threads, at random)."""
+    return _reads_fail(under, errno.EMFILE, stats=False)
 
 
 _SEGMENT_SUFFIXES = (".term", ".idx", ".pos", ".store", ".fast", ".fieldnorm", ".del")
@@ -901,7 +893,7 @@ def test_a_share_fault_in_a_damage_check_or_a_count_is_no_damage(
 def test_no_file_handles_left_in_a_search_moves_no_index_of_all_memory_aside(
     make_cfg: Any, vault: Path
 ) -> None:
-    """A person's search that meets no file handles left (EMFILE, real: the process's limit) in
+    """A person's search that meets no file handles left (EMFILE, at the read) in
     the index of every agent's memory (a file of it touched, so that its checksum is read): the
     search goes on without it, nothing is reported for repair and the repair moves nothing
     aside. Was: taken for damage ("was overwritten"), reported, and the repair moved the index
@@ -917,7 +909,7 @@ def test_no_file_handles_left_in_a_search_moves_no_index_of_all_memory_aside(
             if f.suffix == ".term":  # touched: the next search that matches nothing reads it
                 st = f.stat()
                 os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
-        with _no_file_handles_left():
+        with _no_file_handles_left(cfg.index_dir):
             bm25.search("zeppelin", 10)
         assert bm25.failing == {} and bm25.everyone_gap() is None
         RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
@@ -953,7 +945,7 @@ def test_a_keyword_engine_failure_that_passes_is_told_from_damage(message: str, 
 
 def test_no_file_handles_left_in_a_count_moves_no_agents_index_aside(make_cfg: Any, vault: Path) -> None:
     """The check's count of each agent's index (its meta.json read) with no file handles left
-    (EMFILE, real): the count fails as a fault that passes and nothing is moved aside; counted
+    (EMFILE, at the read): the count fails as a fault that passes and nothing is moved aside; counted
     once handles are free, every index is whole. Was: each agent's index was taken for unreadable
     and moved aside."""
     from sidecar.contracts.errors import PassingFaultError
@@ -963,7 +955,10 @@ def test_no_file_handles_left_in_a_count_moves_no_agents_index_aside(make_cfg: A
     try:
         bm25 = h.stores.bm25
         for count in (bm25.inbox_counts, bm25.num_docs):
-            with pytest.raises(PassingFaultError, match="Too many open files"), _no_file_handles_left():
+            with (
+                pytest.raises(PassingFaultError, match="Too many open files"),
+                _no_file_handles_left(cfg.index_dir),
+            ):
                 count()
         assert bm25.failing == {} and not list(cfg.index_dir.glob("*.broken-*"))
         assert bm25.inbox_counts() == {"alpha": (2, 2), "beta": (1, 1)}

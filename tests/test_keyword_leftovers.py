@@ -240,7 +240,10 @@ def test_a_leftover_the_cleanup_cannot_remove_gets_the_index_refilled(
                 h.sweep()
             except StoreError as exc:
                 failures.append(str(exc))
-        assert len(failures) >= STUCK_AFTER - 1 and all("FileAlreadyExists" in f for f in failures)
+        # An agent's own index is moved aside by the commit that makes it stuck (the sweep
+        # goes on); the others fail that commit too and the repair moves them aside.
+        assert len(failures) == (STUCK_AFTER - 1 if part.startswith("memory/") else STUCK_AFTER), failures
+        assert all("FileAlreadyExists" in f for f in failures)
         RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
         asides = sorted(p.name.split(".broken-")[0] for p in cfg.index_dir.iterdir() if ".broken-" in p.name)
         assert asides == (["bm25-memory-beta"] if part.startswith("memory/") else ["bm25"])
