@@ -367,3 +367,78 @@ def test_an_inbox_closed_and_reopened_keeps_its_failed_commits(
         assert any(p.name.startswith("bm25-memory-beta.broken-") for p in tmp_path.iterdir())
     finally:
         idx.close()
+
+
+def test_a_disk_near_full_marks_no_index_stuck_and_gets_none_refilled(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Commits failing on a leftover that cannot be removed while the disk is near full: the
+    index is not taken for stuck (its commits fail for want of room anyway), and a stuck one is
+    not moved aside and refilled until there is room (a refill fails half-way on such a disk).
+    Was: no low-disk guard on the stuck path."""
+    from sidecar.daemon.repairs import RepairPolicy
+    from sidecar.stores import bm25 as bm25_mod
+
+    path = make_cfg(vault).index_dir / "alone"
+    idx = Bm25Index(path)
+    try:
+        idx.add([_doc("vault/Boat", "the boat on the lake")])
+        idx.commit()
+        _block_next_delete_files(path / "chunks")
+        with monkeypatch.context() as m:
+            m.setattr(bm25_mod, "low_disk", lambda _path: 1000)
+            for n in range(STUCK_AFTER):
+                idx.delete_key("vault/Boat")
+                idx.add([_doc("vault/Boat", f"the boat on the lake, take {n}")])
+                with pytest.raises(StoreError, match="FileAlreadyExists"):
+                    idx.commit()
+            assert idx.stuck is None
+    finally:
+        idx.close()
+
+    cfg = make_cfg(vault)
+    h = Harness(cfg, None)
+    try:
+        h.sweep()
+        h.stores.bm25.stuck = "3 commits in a row failed on a file that could not be removed"
+        monkeypatch.setattr("sidecar.daemon.repairs.low_disk", lambda _path: 1000, raising=False)
+        RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
+        assert not [p for p in cfg.index_dir.iterdir() if ".broken-" in p.name]
+        assert h.stores.bm25.stuck is not None  # refilled once there is room
+    finally:
+        h.close()
+
+
+def test_a_failed_rebuild_of_a_stuck_index_is_opened_again_in_place_and_moved_aside_once(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The repair's refill of a stuck index fails (the manifest cannot be read meanwhile): the
+    half-filled index is closed, the stores hold an index marked lost, opened again in place and
+    refilled at the next tick, and no other copy is moved aside. Was: the stores kept the closed
+    old index (every write failed), the new one stayed open, and each minute another repair
+    moved a bm25.broken-* copy aside."""
+    from sidecar.daemon.repairs import RepairPolicy
+    from sidecar.index import repair as repair_mod
+
+    cfg = make_cfg(vault)
+    write(vault / "Projects/Boat.md", "# Boat\n\nA canoe paddle for the lake.\n")
+    h = Harness(cfg, None)
+    try:
+        h.sweep()
+        h.stores.bm25.stuck = "3 commits in a row failed on a file that could not be removed"
+
+        def refill_fails(*_args: Any, **_kwargs: Any) -> None:
+            raise StoreError("the manifest cannot be read")
+
+        monkeypatch.setattr(repair_mod, "fill_bm25", refill_fails)
+        policy = RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot)
+        policy.tick()
+        assert h.stores.bm25.unavailable is not None and "rebuild failed" in h.stores.bm25.unavailable
+        for _ in range(2):  # a minute later each time
+            policy._bm25_repaired = -1e9
+            policy.tick()
+        assert h.stores.bm25.unavailable is None and h.stores.bm25.stuck is None
+        assert len([p for p in cfg.index_dir.iterdir() if ".broken-" in p.name]) == 1
+        assert {x["reference"] for x in search(h, "canoe")} == {"vault/Projects/Boat"}
+    finally:
+        h.close()

@@ -26,6 +26,7 @@ from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime.backoff import Backoff
 from sidecar.search.retrieval import INBOX_FAILURE
 from sidecar.stores.bm25 import NOT_OPEN
+from sidecar.stores.bm25_folder import low_disk
 from sidecar.stores.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -134,6 +135,10 @@ class RepairPolicy:
     def _repair_whole(self, reason: str) -> None:
         """The whole keyword index moved aside and refilled (at most once a minute)."""
         if time.monotonic() - self._bm25_repaired < BM25_REPAIR_EVERY_S:
+            return
+        free = low_disk(self.repair.stores.bm25.path)
+        if free is not None:  # a refill on a disk this full fails half-way: tried once there is room
+            log.warning("bm25_repair_deferred reason=low_disk free=%d", free)
             return
         self._bm25_repaired = time.monotonic()
         try:

@@ -733,8 +733,8 @@ class Bm25Index:
         (``Folder.stuck``) is handed to the repair (``stuck``), which moves the whole index aside
         and refills it from the manifest, as when it is damaged. An agent's own index is moved
         aside alone (``_commit_inbox``)."""
-        if self.stuck is not None:
-            return
+        if self.stuck is not None or low_disk(self.path) is not None:
+            return  # a disk this full fails commits anyway: a refill would fail as well
         for folder in (self._chunks, self._pages, *(self._everyone or ())):
             why = folder.stuck()
             if why is not None:
