@@ -992,3 +992,38 @@ def test_a_keyword_search_out_of_file_handles_gets_no_index_rebuilt(
         assert not list(h.cfg.index_dir.glob("*.broken-*")) and h.stores.bm25 is bm25
     finally:
         h.close()
+
+
+def test_a_keyword_search_out_of_file_handles_is_said_in_status_until_one_works(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keyword searches failing for want of file handles: status says so in plain words, the
+    repair does not act on it (nothing moved aside), and the next keyword search that works
+    clears it. Was: keyword search stayed dead with nothing in status or health."""
+    import json
+
+    from sidecar.daemon.repairs import RepairPolicy
+    from sidecar.search.retrieval import NO_HANDLES
+    from sidecar.stores.bm25_folder import engine
+
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        bm25 = h.stores.bm25
+
+        def out_of_handles(*args: Any, **kw: Any) -> Any:
+            with engine("search"):
+                raise ValueError("Failed to open file for read: Too many open files (os error 24)")
+
+        monkeypatch.setattr(bm25, "search", out_of_handles)
+        assert search(h, "spark plugs")  # from vectors alone
+        said = json.dumps(h.problems.describe())
+        assert "keyword search fails: no file handles left" in said and "answering by meaning" in said, said
+        RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
+        assert not list(h.cfg.index_dir.glob("*.broken-*")) and h.stores.bm25 is bm25
+        assert h.problems.active_in("keyword_search", subject=NO_HANDLES) is not None
+        monkeypatch.undo()
+        assert search(h, "spark plugs")
+        assert h.problems.active_in("keyword_search", subject=NO_HANDLES) is None
+    finally:
+        h.close()
