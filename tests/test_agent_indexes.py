@@ -4,9 +4,12 @@ kinds of index are kept in agreement across crashes, deletions, damage and an up
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -790,5 +793,237 @@ def test_a_persons_search_reads_the_agents_with_memory_at_most_once_a_second(
         answer = r.search(SearchRequest("kayak lake", 10, 0.0))
         assert answer.degraded is not None and "all agents' memory is damaged" in answer.degraded
         assert len(reads) == 2
+    finally:
+        h.close()
+
+
+def _no_file_handles_left(under: Path) -> contextlib.AbstractContextManager[None]:
+    """Every read of a keyword index file fails with EMFILE meanwhile, as in a process out of
+    file handles: injected at the read (a process-wide limit also failed the harness's own
+    threads, at random)."""
+    return _reads_fail(under, errno.EMFILE, stats=False)
+
+
+_SEGMENT_SUFFIXES = (".term", ".idx", ".pos", ".store", ".fast", ".fieldnorm", ".del")
+
+
+@contextlib.contextmanager
+def _reads_fail(under: Path, code: int, *, stats: bool = True) -> Iterator[None]:
+    """Every read (and stat) of an index file under ``under`` fails with ``code`` meanwhile, as
+    on a share that hiccups (EIO, ESTALE, EACCES, ENOTCONN): a segment file's stat and bytes,
+    meta.json's text. Other paths are read as ever."""
+    real_stat, real_bytes, real_text = os.stat, Path.read_bytes, Path.read_text
+
+    def hit(p: Any) -> bool:
+        return str(p).startswith(str(under) + os.sep)
+
+    def fail(p: Any) -> None:
+        raise OSError(code, os.strerror(code), str(p))
+
+    def stat(p: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if stats and hit(p) and str(p).endswith(_SEGMENT_SUFFIXES):
+            fail(p)
+        return real_stat(p, *args, **kwargs)
+
+    def read_bytes(self: Path) -> bytes:
+        if hit(self):
+            fail(self)
+        return real_bytes(self)
+
+    def read_text(self: Path, *args: Any, **kwargs: Any) -> str:
+        if hit(self) and self.name == "meta.json":
+            fail(self)
+        return real_text(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(os, "stat", stat)
+        m.setattr(Path, "read_bytes", read_bytes)
+        m.setattr(Path, "read_text", read_text)
+        yield
+
+
+@pytest.mark.parametrize(
+    ("what", "code"),
+    [
+        ("stat", errno.EIO),
+        ("checksum", errno.ESTALE),
+        ("checksum", errno.EACCES),
+        ("count", errno.ENOTCONN),
+        ("count", errno.EIO),
+    ],
+)
+def test_a_share_fault_in_a_damage_check_or_a_count_is_no_damage(
+    make_cfg: Any, vault: Path, code: int, what: str
+) -> None:
+    """A file-system fault that passes (as a failed commit takes it) in a search's damage check
+    (a segment file's stat, its bytes read for the checksum) or in the count of an agent's index
+    (its meta.json): a fault that passes, nothing reported for repair, nothing moved aside. Was:
+    "cannot be read" or "was overwritten" (damage), or an unreadable count: the index was moved
+    aside and refilled."""
+    from sidecar.contracts.errors import PassingFaultError
+    from sidecar.daemon.repairs import RepairPolicy
+
+    cfg = _with_agents(make_cfg, vault, _NOTES)
+    h = Harness(cfg, None)
+    try:
+        bm25 = h.stores.bm25
+        assert bm25.everyone_gap() is None
+        if what == "count":
+            with _reads_fail(cfg.index_dir / "bm25", code):
+                for count in (bm25.inbox_counts, bm25.num_docs):
+                    with pytest.raises(PassingFaultError):
+                        count()
+        else:
+            for f in (cfg.index_dir / "bm25" / "memory-all" / "chunks").iterdir():
+                if f.suffix == ".term":  # touched: the next search reads its checksum
+                    st = f.stat()
+                    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+            with _reads_fail(cfg.index_dir / "bm25" / "memory-all", code, stats=what == "stat"):
+                bm25.search("zeppelin", 10)
+        assert bm25.failing == {} and bm25.everyone_gap() is None
+        RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
+        assert not list(cfg.index_dir.glob("*.broken-*"))
+        assert bm25.inbox_counts() == {"alpha": (2, 2), "beta": (1, 1)}
+        found = {x["reference"] for x in search(h, "kayak", sources=["memory"])}
+        assert found == {"memory/alpha/trip", "memory/alpha/gear", "memory/beta/trip"}
+    finally:
+        h.close()
+
+
+def test_no_file_handles_left_in_a_search_moves_no_index_of_all_memory_aside(
+    make_cfg: Any, vault: Path
+) -> None:
+    """A person's search that meets no file handles left (EMFILE, at the read) in
+    the index of every agent's memory (a file of it touched, so that its checksum is read): the
+    search goes on without it, nothing is reported for repair and the repair moves nothing
+    aside. Was: taken for damage ("was overwritten"), reported, and the repair moved the index
+    aside and refilled it."""
+    from sidecar.daemon.repairs import RepairPolicy
+
+    cfg = _with_agents(make_cfg, vault, _NOTES)
+    h = Harness(cfg, None)
+    try:
+        bm25 = h.stores.bm25
+        assert bm25.everyone_gap() is None
+        for f in (cfg.index_dir / "bm25" / "memory-all" / "chunks").iterdir():
+            if f.suffix == ".term":  # touched: the next search that matches nothing reads it
+                st = f.stat()
+                os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+        with _no_file_handles_left(cfg.index_dir):
+            bm25.search("zeppelin", 10)
+        assert bm25.failing == {} and bm25.everyone_gap() is None
+        RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
+        assert not list(cfg.index_dir.glob("*.broken-*"))
+        assert h.problems.active_in("keyword_search") is None
+        found = {x["reference"] for x in search(h, "kayak", sources=["memory"])}
+        assert found == {"memory/alpha/trip", "memory/alpha/gear", "memory/beta/trip"}
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize(
+    ("message", "kind"),
+    [
+        ("Too many open files (os error 24)", "NoHandlesError"),
+        ("Too many open files in system (os error 23)", "NoHandlesError"),
+        ("No space left on device (os error 28)", "DiskFullError"),
+        ("Data corrupted: checksum mismatch", "StoreError"),
+    ],
+)
+def test_a_keyword_engine_failure_that_passes_is_told_from_damage(message: str, kind: str) -> None:
+    """What Tantivy raises in a search, a commit or a count with no file handles left or on a
+    full disk is a fault that passes (PassingFaultError: nothing moved aside); anything else is a
+    plain StoreError (may be damage). Was: every engine failure a plain StoreError."""
+    from sidecar.contracts.errors import PassingFaultError, StoreError
+    from sidecar.stores.bm25_folder import engine
+
+    with pytest.raises(StoreError) as err, engine("search"):
+        raise ValueError(f"Failed to open file for read: {message}")
+    assert type(err.value).__name__ == kind
+    assert isinstance(err.value, PassingFaultError) == (kind != "StoreError")
+
+
+def test_no_file_handles_left_in_a_count_moves_no_agents_index_aside(make_cfg: Any, vault: Path) -> None:
+    """The check's count of each agent's index (its meta.json read) with no file handles left
+    (EMFILE, at the read): the count fails as a fault that passes and nothing is moved aside; counted
+    once handles are free, every index is whole. Was: each agent's index was taken for unreadable
+    and moved aside."""
+    from sidecar.contracts.errors import PassingFaultError
+
+    cfg = _with_agents(make_cfg, vault, _NOTES)
+    h = Harness(cfg, None)
+    try:
+        bm25 = h.stores.bm25
+        for count in (bm25.inbox_counts, bm25.num_docs):
+            with (
+                pytest.raises(PassingFaultError, match="Too many open files"),
+                _no_file_handles_left(cfg.index_dir),
+            ):
+                count()
+        assert bm25.failing == {} and not list(cfg.index_dir.glob("*.broken-*"))
+        assert bm25.inbox_counts() == {"alpha": (2, 2), "beta": (1, 1)}
+    finally:
+        h.close()
+
+
+def test_a_keyword_search_out_of_file_handles_gets_no_index_rebuilt(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keyword search failing for want of file handles (as Tantivy says it): the answer comes
+    from vectors, and nothing is reported for the repair, which moves nothing aside. Was:
+    reported as a failing keyword index, and the whole index was moved aside and refilled."""
+    from sidecar.daemon.repairs import RepairPolicy
+    from sidecar.stores.bm25_folder import engine
+
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        bm25 = h.stores.bm25
+
+        def out_of_handles(*args: Any, **kw: Any) -> Any:
+            with engine("search"):
+                raise ValueError("Failed to open file for read: Too many open files (os error 24)")
+
+        monkeypatch.setattr(bm25, "search", out_of_handles)
+        assert search(h, "spark plugs")  # from vectors alone
+        assert h.problems.active_in("keyword_search") is None
+        monkeypatch.undo()
+        RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
+        assert not list(h.cfg.index_dir.glob("*.broken-*")) and h.stores.bm25 is bm25
+    finally:
+        h.close()
+
+
+def test_a_keyword_search_out_of_file_handles_is_said_in_status_until_one_works(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keyword searches failing for want of file handles: status says so in plain words, the
+    repair does not act on it (nothing moved aside), and the next keyword search that works
+    clears it. Was: keyword search stayed dead with nothing in status or health."""
+    import json
+
+    from sidecar.daemon.repairs import RepairPolicy
+    from sidecar.search.retrieval import NO_HANDLES
+    from sidecar.stores.bm25_folder import engine
+
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        bm25 = h.stores.bm25
+
+        def out_of_handles(*args: Any, **kw: Any) -> Any:
+            with engine("search"):
+                raise ValueError("Failed to open file for read: Too many open files (os error 24)")
+
+        monkeypatch.setattr(bm25, "search", out_of_handles)
+        assert search(h, "spark plugs")  # from vectors alone
+        said = json.dumps(h.problems.describe())
+        assert "keyword search fails: no file handles left" in said and "answering by meaning" in said, said
+        RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
+        assert not list(h.cfg.index_dir.glob("*.broken-*")) and h.stores.bm25 is bm25
+        assert h.problems.active_in("keyword_search", subject=NO_HANDLES) is not None
+        monkeypatch.undo()
+        assert search(h, "spark plugs")
+        assert h.problems.active_in("keyword_search", subject=NO_HANDLES) is None
     finally:
         h.close()

@@ -9,11 +9,15 @@ import json
 import os
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sidecar.contracts.errors import StoreError
 from sidecar.stores.bm25 import Bm25Doc, Bm25Index
+from sidecar.stores.bm25_folder import STUCK_AFTER
+from tests.conftest import Harness, write
+from tests.index_helpers import search
 
 _KEPT = {"meta.json", ".managed.json", ".tantivy-meta.lock", ".tantivy-writer.lock"}
 
@@ -196,3 +200,245 @@ def test_a_folder_without_a_readable_meta_is_left_alone(tmp_path: Path, meta: st
         (folder / "meta.json").write_text("{not json")
     assert remove_unreferenced(folder) == []
     assert stray.is_file()
+
+
+def _block_next_delete_files(folder: Path) -> None:
+    """A folder under the name of each delete file the next commits write (each segment's, at the
+    next opstamps): a leftover no cleanup removes (unlink refuses a folder, root's too)."""
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["segments"]
+    for seg in meta["segments"]:
+        for k in range(1, 12):
+            (folder / f"{seg['segment_id'].replace('-', '')}.{meta['opstamp'] + k}.del").mkdir()
+
+
+@pytest.mark.parametrize("part", ["chunks", "memory-all/chunks", "memory/beta/chunks"])
+def test_a_leftover_the_cleanup_cannot_remove_gets_the_index_refilled(
+    make_cfg: Any, vault: Path, part: str
+) -> None:
+    """A leftover under the name the next commit writes that cannot be removed (a folder in its
+    place) in the vault's index, in every agent's memory, in an agent's own: after a few commits
+    in a row fail on it, the index (the agent's own alone) is moved aside and refilled from the
+    manifest, status says so, and the next sweep commits the change. Was: every commit failed
+    with FileAlreadyExists for good, and the keyword index never took a write again."""
+    from sidecar.daemon.repairs import RepairPolicy
+
+    cfg = make_cfg(vault)
+    inbox = cfg.agents_dir / "beta" / "memory"
+    inbox.mkdir(parents=True, mode=0o700)
+    os.chmod(inbox.parent, 0o700)
+    write(inbox / "trip.md", "# Trip\n\nThe kayak of beta waits at the lake.\n")
+    h = Harness(cfg, None)  # keyword search alone: what it finds is the keyword index's
+    try:
+        h.sweep()
+        _block_next_delete_files(cfg.index_dir / "bm25" / part)
+        write(vault / "Projects/Boat.md", "# Boat\n\nA canoe paddle for the lake.\n")
+        write(inbox / "trip.md", "# Trip\n\nThe canoe of beta waits at the lake.\n")
+        failures = []
+        for _ in range(STUCK_AFTER):
+            try:
+                h.sweep()
+            except StoreError as exc:
+                failures.append(str(exc))
+        # An agent's own index is moved aside by the commit that makes it stuck (the sweep
+        # goes on); the others fail that commit too and the repair moves them aside.
+        assert len(failures) == (STUCK_AFTER - 1 if part.startswith("memory/") else STUCK_AFTER), failures
+        assert all("FileAlreadyExists" in f for f in failures)
+        RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
+        asides = sorted(p.name.split(".broken-")[0] for p in cfg.index_dir.iterdir() if ".broken-" in p.name)
+        assert asides == (["bm25-memory-beta"] if part.startswith("memory/") else ["bm25"])
+        h.sweep()
+        assert {x["reference"] for x in search(h, "canoe")} == {"vault/Projects/Boat", "memory/beta/trip"}
+        scoped = sorted(x["reference"] for x in search(h, "canoe", agent="beta"))
+        assert scoped == ["memory/trip", "vault/Projects/Boat"]
+        said = json.dumps(h.problems.describe())
+        assert "could not be removed" in said and "moved aside and rebuilt" in said, said
+        assert h.problems.active_in("index") is None and h.stores.bm25.stuck is None
+    finally:
+        h.close()
+
+
+def test_an_open_that_fails_removes_no_file(tmp_path: Path) -> None:
+    """An older meta.json copied back (a backup restored) naming a segment replaced since: the
+    open fails and every file stays in the folder (to be moved aside whole), the newer segment
+    that meta.json does not name included. Was: the cleanup ran before the open and removed it."""
+    path = tmp_path / "bm25"
+    idx = Bm25Index(path)
+    try:
+        idx.add([_doc("vault/Boat", "the boat on the lake")])
+        idx.commit()
+        backup = (path / "chunks" / "meta.json").read_bytes()
+        idx.delete_all()  # its segment dropped at the commit, a new one made
+        idx.add([_doc("vault/Canoe", "a canoe on the lake")])
+        idx.commit()
+    finally:
+        idx.close()
+    folder = path / "chunks"
+    newer = set(os.listdir(folder))
+    (folder / "meta.json").write_bytes(backup)
+    with pytest.raises(StoreError, match="cannot be opened"):
+        Bm25Index(path)
+    assert newer <= set(os.listdir(folder))
+
+
+def test_commits_failing_where_the_cleanup_did_not_run_leave_the_index_unstuck(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Commits that fail on a leftover while the cleanup is skipped (another reader holds the
+    meta lock, the name kept for the searcher): no file was refused, so the index is not taken
+    for stuck. Was: 3 such failures had a healthy index moved aside and refilled whole, with
+    status saying a file could not be removed though none was tried."""
+    from sidecar.stores import bm25_folder
+
+    path = tmp_path / "bm25"
+    idx = Bm25Index(path)
+    try:
+        idx.add([_doc("vault/Boat", "the boat on the lake")])
+        idx.commit()
+        _block_next_delete_files(path / "chunks")
+        monkeypatch.setattr(bm25_folder, "remove_unreferenced", lambda *a, **k: [])  # lock busy
+        for n in range(STUCK_AFTER + 1):
+            idx.delete_key("vault/Boat")
+            idx.add([_doc("vault/Boat", f"the boat on the lake, take {n}")])
+            with pytest.raises(StoreError, match="FileAlreadyExists"):
+                idx.commit()
+        assert idx.stuck is None and idx._chunks.stuck() is None
+    finally:
+        idx.close()
+
+
+def _unblock(folder: Path) -> None:
+    """The folders ``_block_next_delete_files`` left under delete files' names removed."""
+    for p in folder.iterdir():
+        if p.is_dir():
+            p.rmdir()
+
+
+def test_a_commit_that_works_again_clears_stuck(tmp_path: Path) -> None:
+    """The index is taken for stuck after commits fail on a leftover that cannot be removed; the
+    leftover goes (a share's permission back) and the next commit works: no longer stuck. Was:
+    ``stuck`` was never cleared, and the repair refilled the whole index a minute later."""
+    path = tmp_path / "bm25"
+    idx = Bm25Index(path)
+    try:
+        idx.add([_doc("vault/Boat", "the boat on the lake")])
+        idx.commit()
+        _block_next_delete_files(path / "chunks")
+        for n in range(STUCK_AFTER):
+            idx.delete_key("vault/Boat")
+            idx.add([_doc("vault/Boat", f"the boat on the lake, take {n}")])
+            with pytest.raises(StoreError, match="FileAlreadyExists"):
+                idx.commit()
+        assert idx.stuck is not None and "could not be removed" in idx.stuck
+        _unblock(path / "chunks")
+        idx.delete_key("vault/Boat")
+        idx.add([_doc("vault/Boat", "the boat on the lake, at last")])
+        idx.commit()
+        assert idx.stuck is None
+    finally:
+        idx.close()
+
+
+def test_an_inbox_closed_and_reopened_keeps_its_failed_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent's index whose commits fail on a leftover that cannot be removed, closed between
+    two of them (more inboxes open than the cap) and opened again: its count goes on, and the
+    commit that makes it ``STUCK_AFTER`` moves it aside. Was: each reopen started at 0 again."""
+    path = tmp_path / "bm25"
+    idx = Bm25Index(path)
+    try:
+        idx.add([_doc("memory/beta/trip", "the kayak of beta")])
+        idx.commit()
+        _block_next_delete_files(path / "memory" / "beta" / "chunks")
+        for n in range(STUCK_AFTER):
+            idx.delete_key("memory/beta/trip")
+            idx.add([_doc("memory/beta/trip", f"the canoe of beta, take {n}")])
+            if n == STUCK_AFTER - 1:
+                idx.commit()  # moved aside, not failed
+                break
+            with pytest.raises(StoreError, match="FileAlreadyExists"):
+                idx.commit()
+            monkeypatch.setattr(idx, "_cap", lambda: 0)
+            idx._evict()  # closed: more inboxes open than the cap
+            monkeypatch.undo()
+            assert "beta" not in idx._open
+        assert "moved aside" in idx.failing.get("beta", ""), idx.failing
+        assert any(p.name.startswith("bm25-memory-beta.broken-") for p in tmp_path.iterdir())
+    finally:
+        idx.close()
+
+
+def test_a_disk_near_full_marks_no_index_stuck_and_gets_none_refilled(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Commits failing on a leftover that cannot be removed while the disk is near full: the
+    index is not taken for stuck (its commits fail for want of room anyway), and a stuck one is
+    not moved aside and refilled until there is room (a refill fails half-way on such a disk).
+    Was: no low-disk guard on the stuck path."""
+    from sidecar.daemon.repairs import RepairPolicy
+    from sidecar.stores import bm25 as bm25_mod
+
+    path = make_cfg(vault).index_dir / "alone"
+    idx = Bm25Index(path)
+    try:
+        idx.add([_doc("vault/Boat", "the boat on the lake")])
+        idx.commit()
+        _block_next_delete_files(path / "chunks")
+        with monkeypatch.context() as m:
+            m.setattr(bm25_mod, "low_disk", lambda _path: 1000)
+            for n in range(STUCK_AFTER):
+                idx.delete_key("vault/Boat")
+                idx.add([_doc("vault/Boat", f"the boat on the lake, take {n}")])
+                with pytest.raises(StoreError, match="FileAlreadyExists"):
+                    idx.commit()
+            assert idx.stuck is None
+    finally:
+        idx.close()
+
+    cfg = make_cfg(vault)
+    h = Harness(cfg, None)
+    try:
+        h.sweep()
+        h.stores.bm25.stuck = "3 commits in a row failed on a file that could not be removed"
+        monkeypatch.setattr("sidecar.daemon.repairs.low_disk", lambda _path: 1000, raising=False)
+        RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
+        assert not [p for p in cfg.index_dir.iterdir() if ".broken-" in p.name]
+        assert h.stores.bm25.stuck is not None  # refilled once there is room
+    finally:
+        h.close()
+
+
+def test_a_failed_rebuild_of_a_stuck_index_is_opened_again_in_place_and_moved_aside_once(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The repair's refill of a stuck index fails (the manifest cannot be read meanwhile): the
+    half-filled index is closed, the stores hold an index marked lost, opened again in place and
+    refilled at the next tick, and no other copy is moved aside. Was: the stores kept the closed
+    old index (every write failed), the new one stayed open, and each minute another repair
+    moved a bm25.broken-* copy aside."""
+    from sidecar.daemon.repairs import RepairPolicy
+    from sidecar.index import repair as repair_mod
+
+    cfg = make_cfg(vault)
+    write(vault / "Projects/Boat.md", "# Boat\n\nA canoe paddle for the lake.\n")
+    h = Harness(cfg, None)
+    try:
+        h.sweep()
+        h.stores.bm25.stuck = "3 commits in a row failed on a file that could not be removed"
+
+        def refill_fails(*_args: Any, **_kwargs: Any) -> None:
+            raise StoreError("the manifest cannot be read")
+
+        monkeypatch.setattr(repair_mod, "fill_bm25", refill_fails)
+        policy = RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot)
+        policy.tick()
+        assert h.stores.bm25.unavailable is not None and "rebuild failed" in h.stores.bm25.unavailable
+        for _ in range(2):  # a minute later each time
+            policy._bm25_repaired = -1e9
+            policy.tick()
+        assert h.stores.bm25.unavailable is None and h.stores.bm25.stuck is None
+        assert len([p for p in cfg.index_dir.iterdir() if ".broken-" in p.name]) == 1
+        assert {x["reference"] for x in search(h, "canoe")} == {"vault/Projects/Boat"}
+    finally:
+        h.close()

@@ -973,3 +973,90 @@ def test_a_reopen_failing_on_the_manifest_is_tried_again_later(
         assert h.stores.bm25.unavailable is not None
     finally:
         h.close()
+
+
+def _unremovable_undone(index_dir: Path, how: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A stale ``bm25.undone`` that cannot be removed: a file under its name (rmtree refuses a
+    file, root's too), or a folder whose removal the share refuses (rmtree patched for it)."""
+    from sidecar.stores import bm25_side
+
+    stale = index_dir / "bm25.undone"
+    if how == "a file":
+        stale.write_text("stale")
+        return stale
+    (stale / "chunks").mkdir(parents=True)
+    (stale / "chunks" / "meta.json").write_text("stale")
+    real_rmtree = shutil.rmtree
+
+    def refused(path: Any, ignore_errors: bool = False, **kw: Any) -> None:
+        if Path(path) == stale:
+            if not ignore_errors:
+                raise PermissionError(13, "Permission denied", str(path))
+            return
+        real_rmtree(path, ignore_errors=ignore_errors, **kw)
+
+    monkeypatch.setattr(bm25_side.shutil, "rmtree", refused)
+    return stale
+
+
+@pytest.mark.parametrize("how", ["a file", "a folder"])
+def test_a_stale_undone_that_cannot_be_removed_breaks_no_undo_removal_or_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """A ``bm25.undone`` left behind that cannot be removed: a swap's undo puts the old index
+    back, a removal before a refill in place removes the index, and the next start's ``settle``
+    leaves it and removes what it can. Was: the undo and the removal raised on it (the index was
+    lost until a restart, a refill in place never ran)."""
+    from sidecar.stores import bm25_side
+
+    index_dir = tmp_path / "index"
+    for name in ("bm25", "bm25.previous"):
+        (index_dir / name / "chunks").mkdir(parents=True)
+        (index_dir / name / "chunks" / "meta.json").write_text(name)
+    stale = _unremovable_undone(index_dir, how, monkeypatch)
+    bm25_side.swap_undone(index_dir)
+    assert (index_dir / "bm25" / "chunks" / "meta.json").read_text() == "bm25.previous"
+    bm25_side.remove_index(index_dir / "bm25")
+    assert not (index_dir / "bm25").exists()
+    bm25_side.settle(index_dir)  # the next start
+    if how == "a file":  # removed as a file: rmtree refused it
+        assert sorted(p.name for p in index_dir.iterdir()) == []
+        return
+    assert sorted(p.name for p in index_dir.iterdir()) == ["bm25.undone"] and stale.exists()
+    monkeypatch.undo()  # the share lets it go again
+    bm25_side.settle(index_dir)
+    assert sorted(p.name for p in index_dir.iterdir()) == []
+
+
+def test_a_swap_undone_beside_a_stale_undone_leaves_a_usable_index(
+    make_cfg: Any, underscores: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start beside a ``bm25.undone`` that cannot be removed, whose upgrade's new index fails
+    to open after the swap: the start goes on, the swap is undone, the old index answers and
+    takes writes. Was: the undo raised on the leftover and no keyword index was open."""
+    import sidecar.index.upgrade as upgrade
+    from sidecar.contracts.errors import StoreError
+    from sidecar.stores.bm25 import Bm25Index
+
+    cfg = make_cfg(underscores)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    _unremovable_undone(cfg.index_dir, "a folder", monkeypatch)
+
+    def opened(path: Path, **kw: Any) -> Bm25Index:
+        if path.name == "bm25":
+            raise StoreError(f"BM25 index {path} cannot be opened: Too many open files")
+        return Bm25Index(path, **kw)
+
+    monkeypatch.setattr(upgrade, "Bm25Index", opened)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        bm25 = h.stores.bm25
+        assert bm25.unavailable is None and bm25.path.name == "bm25" and bm25.layout == 2
+        write(underscores / "Boat.md", "# Boat\n\nThe outboard engine needs new spark plugs.\n")
+        vault_root = next(r for r in h.indexer.changes.roots() if r.name == "vault")
+        h.indexer.index_now(vault_root, underscores / "Boat.md")
+        assert "Boat" in _found(h, "outboard")
+    finally:
+        h.close()

@@ -1076,3 +1076,67 @@ def test_no_file_handles_left_moves_no_memory_index_aside(
     assert not any(p.name.startswith("bm25-memory-all.broken") for p in tmp_path.iterdir())
     monkeypatch.setattr(bm25_mod, "Folder", real)
     bm25_mod.open_bm25(tmp_path / "bm25").close()  # handles free again: it opens as it was
+
+
+# Imported first by the daemon's interpreter (``sitecustomize``): the keyword index's vault part
+# fails to open as Tantivy says it with no file handles left; everything else is real.
+_NO_HANDLES_AT_OPEN = """
+import os
+import tantivy
+
+_real = tantivy.Index
+_code = int(os.environ["TEST_NO_HANDLES_ERRNO"])
+
+
+def _index(schema, path=None, reuse=True):
+    if path is not None and path.endswith(os.path.join("bm25", "chunks")):
+        raise ValueError(
+            "Failed to open file for read: 'IoError { io_error: Os { code: %d, kind: Uncategorized, "
+            'message: "%s" }, filepath: "meta.json" }\\'' % (_code, os.strerror(_code))
+        )
+    return _real(schema, path=path, reuse=reuse)
+
+
+tantivy.Index = _index
+"""
+
+
+@pytest.mark.parametrize("code", ["EMFILE", "ENFILE"])
+def test_a_start_out_of_file_handles_stops_with_the_stores_error_and_moves_nothing(
+    make_cfg: Any, vault: Path, tmp_path: Path, code: str
+) -> None:
+    """`sidecar serve` whose keyword index cannot be opened for want of file handles (EMFILE, or
+    the system's table full: ENFILE): it stops with the store's exit code (5: the service starts
+    it again) and its message, and no store is moved aside; the next start opens the index as
+    it was."""
+    import errno
+    import subprocess
+    import sys
+
+    from sidecar.contracts.errors import ExitCode
+
+    cfg = make_cfg(vault)
+    index_and_close(cfg)
+    files = sorted(p.relative_to(cfg.index_dir) for p in (cfg.index_dir / "bm25").rglob("*") if p.is_file())
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_NO_HANDLES_AT_OPEN)
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"} | {
+        "SIDECAR_EMBEDDER_ENABLED": "false",
+        "PYTHONPATH": str(site),
+        "TEST_NO_HANDLES_ERRNO": str(getattr(errno, code)),
+    }
+    cmd = [sys.executable, "-m", "sidecar", "serve", "--home", str(cfg.home), "--vault", str(vault)]
+    proc = subprocess.run(
+        [*cmd, "--config", os.devnull], capture_output=True, text=True, timeout=60, check=False, env=env
+    )
+    assert proc.returncode == ExitCode.INDEX_UNUSABLE, proc.stderr
+    assert "Too many open files" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not [p.name for p in cfg.index_dir.iterdir() if ".broken-" in p.name]
+    after = sorted(p.relative_to(cfg.index_dir) for p in (cfg.index_dir / "bm25").rglob("*") if p.is_file())
+    assert after == files
+    h = Harness(cfg, None)  # handles free again: the index opens as it was, nothing refilled
+    try:
+        assert search(h, "spark plugs")[0]["reference"] == "vault/Projects/Boat"
+    finally:
+        h.close()

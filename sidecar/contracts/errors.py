@@ -121,6 +121,11 @@ class NoHandlesError(PassingFaultError):
     whole. Taken for damage, each try moved a healthy index aside."""
 
 
+class IoFaultError(PassingFaultError):
+    """A store's file could not be read for a fault of the file system (``is_io_fault``: EIO, a
+    stale NFS handle, a permission a sync tool flipped): its bytes are unknown, not wrong."""
+
+
 # How a full disk reads in the messages of the engines that do not keep the errno: LanceDB's
 # ("No space left on device (os error 28)"), sqlite's ("database or disk is full"), a quota's.
 _DISK_FULL_WORDS = (
@@ -189,6 +194,26 @@ def is_io_fault(exc: BaseException | None) -> bool:
         or any(int(code) in _IO_FAULTS for code in _OS_ERROR_CODE.findall(str(e)))
         for e in _chain(exc)
     )
+
+
+def is_passing_fault(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is a fault that passes (a full disk, no file handles left, a file-system
+    fault): the one test of a failed commit and of a read in a search's damage check or a count.
+    Such a fault is retried, never taken for damage (which moves an index aside)."""
+    return (
+        any(isinstance(e, PassingFaultError) for e in _chain(exc))
+        or is_disk_full(exc)
+        or is_out_of_handles(exc)
+        or is_io_fault(exc)
+    )
+
+
+def read_error_class(exc: BaseException) -> type[StoreError]:
+    """The error for a store's file that could not be read: a fault that passes
+    (``is_passing_fault``) is not damage; anything else may be."""
+    if is_io_fault(exc) and not (is_disk_full(exc) or is_out_of_handles(exc)):
+        return IoFaultError
+    return store_error_class(exc)
 
 
 # What the engines (Tantivy, Lance: Rust under Python) add to a message that says nothing to a

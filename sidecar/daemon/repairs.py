@@ -26,6 +26,7 @@ from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime.backoff import Backoff
 from sidecar.search.retrieval import INBOX_FAILURE
 from sidecar.stores.bm25 import NOT_OPEN
+from sidecar.stores.bm25_folder import low_disk
 from sidecar.stores.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -92,10 +93,17 @@ class RepairPolicy:
         self._reopen_failures = 0
 
     def repair_keyword_index(self) -> None:
-        """Searches found the BM25 index damaged: rebuild it in place (at most once a minute);
+        """Searches found the BM25 index damaged, or its commits fail for good on a file that
+        cannot be removed (``Bm25Index.stuck``): rebuild it in place (at most once a minute);
         only the agents' inbox indexes that fail when the vault's own index answers. Not while no
         index is open (``reopen_keyword_index``): its files are whole, moving them aside is no cure."""
-        if self.repair.stores.bm25.unavailable is not None:
+        bm25 = self.repair.stores.bm25
+        if bm25.unavailable is not None:
+            return
+        if bm25.stuck is not None:
+            # Its commits keep failing on a file that cannot be removed: no write is taken until
+            # it is made anew, whatever the searches say.
+            self._repair_whole(bm25.stuck)
             return
         failing = self.problems.active_in("keyword_search")
         broken = dict(self.repair.stores.bm25.failing)
@@ -109,16 +117,32 @@ class RepairPolicy:
             # on is whole and open again; moved aside, it was rebuilt for nothing.
             self.problems.clear("keyword_search")
             return
-        if failing is None or time.monotonic() - self._bm25_repaired < BM25_REPAIR_EVERY_S:
+        if failing is None:
             return
-        self._bm25_repaired = time.monotonic()
         error = str(failing["error"])
         inboxes = {name.split("/", 1)[0] for name in dict(self.repair.stores.bm25.failing)}
+        if not (error.startswith(INBOX_FAILURE) and inboxes):
+            self._repair_whole(error)
+            return
+        if time.monotonic() - self._bm25_repaired < BM25_REPAIR_EVERY_S:
+            return
+        self._bm25_repaired = time.monotonic()
         try:
-            if error.startswith(INBOX_FAILURE) and inboxes:
-                self.repair.repair_inboxes(inboxes, error)
-            else:
-                self.repair.repair_bm25(error)
+            self.repair.repair_inboxes(inboxes, error)
+        except (StoreError, OSError) as exc:
+            log.error("bm25_repair_failed error=%s", exc)
+
+    def _repair_whole(self, reason: str) -> None:
+        """The whole keyword index moved aside and refilled (at most once a minute)."""
+        if time.monotonic() - self._bm25_repaired < BM25_REPAIR_EVERY_S:
+            return
+        free = low_disk(self.repair.stores.bm25.path)
+        if free is not None:  # a refill on a disk this full fails half-way: tried once there is room
+            log.warning("bm25_repair_deferred reason=low_disk free=%d", free)
+            return
+        self._bm25_repaired = time.monotonic()
+        try:
+            self.repair.repair_bm25(reason)
         except (StoreError, OSError) as exc:
             log.error("bm25_repair_failed error=%s", exc)
 

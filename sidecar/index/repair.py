@@ -361,11 +361,23 @@ class Repair:
             old = stores.bm25
             with contextlib.suppress(StoreError, ValueError, OSError, RuntimeError):
                 old.close()
-            aside = move_aside(old.path)
-            # Filled before it serves: swapped in empty, it answered searches with nothing for
-            # as long as the refill took (an empty success, read as "nothing relevant").
-            fresh = Bm25Index(old.path)
-            fill_bm25(fresh, stores.manifest)
+            fresh = None
+            try:
+                aside = move_aside(old.path)
+                # Filled before it serves: swapped in empty, it answered searches with nothing
+                # for as long as the refill took (an empty success, read as "nothing relevant").
+                fresh = Bm25Index(old.path)
+                fill_bm25(fresh, stores.manifest)
+            except BaseException as exc:
+                # The half-filled one closed (its writer lock released); the stores hold the old
+                # one marked lost, which the policy opens again in place and refills with a
+                # growing wait, moving nothing aside meanwhile. Was: the stores held the closed
+                # old index, and each minute another repair moved a copy aside.
+                if fresh is not None:
+                    with contextlib.suppress(StoreError, ValueError, OSError, RuntimeError):
+                        fresh.close()
+                old.lost(f"its rebuild failed: {exc}")
+                raise
             stores.bm25 = fresh
         log.error("index_rebuilt store=bm25 reason=%s moved_to=%s", reason, aside)
         self.problems.note(

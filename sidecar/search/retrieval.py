@@ -21,7 +21,14 @@ from typing import Any
 import numpy as np
 
 from sidecar.config import MODEL_DEFAULTS, RecallConfig, SearchConfig
-from sidecar.contracts.errors import EmbedderError, IndexNotOpenError, StoreError
+from sidecar.contracts.errors import (
+    EmbedderError,
+    IndexNotOpenError,
+    PassingFaultError,
+    StoreError,
+    engine_message,
+    is_out_of_handles,
+)
 from sidecar.contracts.wire import SearchResult, memory_agent
 from sidecar.index.problems import Problems
 from sidecar.index.repair import ready_inbox, unsearchable_agents
@@ -91,6 +98,24 @@ def _with_umlauts(text: str, spelled: Mapping[str, str]) -> str:
 
 
 PAGE_FAILURE = "page index: "  # how a failing page search is reported (keyword_search)
+# The subject of keyword_search's problem for a search that failed for want of file handles:
+# shown in status, left alone by the repair (which reads the problem without a subject: the
+# files are whole), cleared by the next keyword search that works.
+NO_HANDLES = "file handles"
+
+
+def _report_no_handles(problems: Problems, exc: BaseException) -> None:
+    """A keyword search that failed for want of file handles, said in status (it was said
+    nowhere, and keyword search could stay dead for as long as the shortage lasted)."""
+    if is_out_of_handles(exc):
+        problems.report(
+            "keyword_search",
+            f"keyword search fails: no file handles left ({engine_message(exc)}); the daemon keeps "
+            "answering by meaning",
+            subject=NO_HANDLES,
+        )
+
+
 INBOX_FAILURE = "the keyword index of memory/"  # how an agent's failing inbox index is reported
 # Characters per word piece below which the model has not read a query's words. A tokenizer keeps
 # the words of its training text whole or in long pieces (e5: "Geschenkgutschein" 5.7) and breaks
@@ -490,13 +515,17 @@ class Retriever:
                     problems
                 ):
                     problems.clear("keyword_search")
+                problems.clear("keyword_search", subject=NO_HANDLES)
                 bm_note = _joined(
                     _inboxes_failing(self.stores.bm25, req), _memory_unindexed(self.stores, req)
                 )
             except StoreError as exc:  # a damaged keyword index: answer from vectors alone
                 log.warning("keyword_search_failed error=%s", exc)
-                if not isinstance(exc, IndexNotOpenError):  # keyword_index says so; no damage
+                # Not reported for repair: a lost index (keyword_index says so), or a fault that
+                # passes (no file handles left: the repair moved a whole index aside for it).
+                if not isinstance(exc, (IndexNotOpenError, PassingFaultError)):
                     problems.report("keyword_search", str(exc))
+                _report_no_handles(problems, exc)
                 bm_note, bm_error = f"keyword search failed ({exc}); vector results only", exc
 
         def found(vec_lists: list[VecList], note: str | None) -> Found:
@@ -721,8 +750,9 @@ class Retriever:
             )
         except StoreError as exc:  # reported so that the repair rebuilds both parts
             log.warning("keyword_search_failed part=pages error=%s", exc)
-            if not isinstance(exc, IndexNotOpenError):  # keyword_index says so; no damage
+            if not isinstance(exc, (IndexNotOpenError, PassingFaultError)):  # no damage
                 problems.report("keyword_search", f"{PAGE_FAILURE}{exc}")
+            _report_no_handles(problems, exc)
             return []
         if not _inbox_failure_reported(self.stores.bm25, problems) and _page_failure_active(problems):
             problems.clear("keyword_search")

@@ -27,8 +27,8 @@ from sidecar.contracts.errors import (
     PassingFaultError,
     StoreError,
     StoreOutdatedError,
-    is_disk_full,
     is_io_fault,
+    is_passing_fault,
 )
 from sidecar.contracts.wire import memory_agent
 from sidecar.stores.aside import aside_name
@@ -139,6 +139,12 @@ class Bm25Index:
         self._closed = False
         # Why it is closed with no index open in its place (``lost``), else None.
         self.unavailable: str | None = None
+        # Why the index takes no commit until it is made anew (a leftover file that cannot be
+        # removed: ``_note_stuck``), else None: the repair moves it aside and refills it.
+        self.stuck: str | None = None
+        # Failed commits on a leftover (``Folder.leftover_failures``, its error) of each inbox
+        # closed meanwhile (``_evict``): an inbox reopened went on from 0 and was never stuck.
+        self._leftover_counts: dict[str, list[tuple[int, str]]] = {}
         # The index that took this one's place at an upgrade's swap (``retire``): searches read it.
         self._successor: Bm25Index | None = None
         self._retired = False
@@ -394,7 +400,10 @@ class Bm25Index:
         return pair
 
     def _open_pair(self, agent: str) -> Pair:
-        return self._pair(self.path / "memory" / agent)
+        pair = self._pair(self.path / "memory" / agent)
+        for folder, (failures, error) in zip(pair, self._leftover_counts.pop(agent, ()), strict=False):
+            folder.leftover_failures, folder.leftover_error = failures, error
+        return pair
 
     def _move_aside(self, agent: str, exc: BaseException) -> None:
         """A damaged inbox index moved into the index folder (where status names it and a month
@@ -405,6 +414,7 @@ class Bm25Index:
             return
         with self._inbox_lock:
             pair = self._open.pop(agent, None)
+            self._leftover_counts.pop(agent, None)
         if pair is not None:
             self._scorer.forget(pair)
         folder = self.path / "memory" / agent
@@ -451,12 +461,15 @@ class Bm25Index:
                     continue
                 del self._open[agent]
                 self._scorer.forget(pair)
+                if any(f.leftover_failures for f in pair):  # counted on when reopened
+                    self._leftover_counts[agent] = [(f.leftover_failures, f.leftover_error) for f in pair]
 
     def _remove_inbox(self, agent: str) -> None:
         """An inbox's index gone (committed empty, or emptied by a refill): closed and deleted."""
         with self._inbox_lock:
             pair = self._open.pop(agent, None)
             self._agents.discard(agent)
+            self._leftover_counts.pop(agent, None)
         if pair is not None:
             for folder in pair:
                 folder.close()
@@ -701,11 +714,33 @@ class Bm25Index:
                         folder.recover_writer()
                 self._forget_marks()
                 self.umlauts.forget_unsaved()
+                self._note_stuck()
                 raise StoreError(f"{exc}{disk_hint(self.path)}") from exc
             self._after_commit()
+            # A commit of the stuck folder that worked after all (the leftover gone meanwhile):
+            # no longer handed to the repair, which refilled the whole index a minute later.
+            if self.stuck is not None and all(
+                f.stuck() is None for f in (self._chunks, self._pages, *(self._everyone or ()))
+            ):
+                self.stuck = None
             self._stamp_everyone()
             self.umlauts.save()
             self._evict()
+
+    def _note_stuck(self) -> None:
+        """After a failed commit: the vault's and the wiki's index, or the pair of every agent's
+        memory, whose commits keep failing on a leftover file that cannot be removed
+        (``Folder.stuck``) is handed to the repair (``stuck``), which moves the whole index aside
+        and refills it from the manifest, as when it is damaged. An agent's own index is moved
+        aside alone (``_commit_inbox``)."""
+        if self.stuck is not None or low_disk(self.path) is not None:
+            return  # a disk this full fails commits anyway: a refill would fail as well
+        for folder in (self._chunks, self._pages, *(self._everyone or ())):
+            why = folder.stuck()
+            if why is not None:
+                self.stuck = why
+                log.error("bm25_commits_stuck path=%s reason=%s", folder.path, why)
+                return
 
     def _stamp_everyone(self) -> None:
         """After a commit: the pair of every agent's memory holds what every inbox holds, as of
@@ -749,12 +784,14 @@ class Bm25Index:
             # A full disk, a share's fault or a file a cut commit left (removed by now) is no
             # damage: the commit fails and is retried (a share that hiccuped moved every inbox
             # with a pending write aside).
-            passing = is_disk_full(exc) or is_io_fault(exc) or leftover_met(exc)
+            # A leftover file that cannot be removed is: every commit after failed on it for good.
+            stuck = next((why for f in pair if (why := f.stuck()) is not None), None)
+            passing = is_passing_fault(exc) or (leftover_met(exc) and stuck is None)
             if self._refilling or passing or low_disk(self.path) is not None:
                 raise
             for folder in pair:
                 folder.recover_writer()
-            self._move_aside(agent, exc)
+            self._move_aside(agent, exc if stuck is None else StoreError(stuck))
             self._touched.discard(agent)  # not removed as emptied: refilled
 
     def _after_commit(self) -> None:
@@ -888,15 +925,20 @@ class Bm25Index:
         moved aside as damaged (it failed every sweep's check, reported nowhere) and counts none,
         so that the check refills the index."""
         if self._everyone is not None and self.everyone_ready:
-            with contextlib.suppress(StoreError):  # unreadable: the check refills it
+            try:
                 return live_docs(self.path / _EVERYONE_DIR / part)
-            return 0
+            except PassingFaultError:
+                raise  # no file handles left: counted again later (as 0, the check refilled it)
+            except StoreError:  # unreadable: the check refills it
+                return 0
         total = 0
         with self._inbox_lock:
             agents = [a for a in sorted(self._agents) if a not in self._emptied]
         for agent in agents:
             try:
                 total += live_docs(self.path / "memory" / agent / part)
+            except PassingFaultError:
+                raise  # no file handles left: counted again later, nothing moved aside
             except StoreError as exc:
                 with self._lock:
                     self._move_aside(agent, exc)
@@ -912,6 +954,8 @@ class Bm25Index:
             base = self.path / "memory" / agent
             try:
                 out[agent] = (live_docs(base / "chunks"), live_docs(base / "pages"))
+            except PassingFaultError:
+                raise  # no file handles left: counted again later, nothing moved aside
             except StoreError as exc:
                 with self._lock:
                     self._move_aside(agent, exc)
@@ -1177,6 +1221,8 @@ class Bm25Index:
                 )
                 self.failing.pop(f"{EVERYONE}/{'pages' if pages else 'chunks'}", None)
                 inbox_keys = {}
+            except PassingFaultError as exc:  # no handles left, a full disk: no damage, not repaired
+                log.warning("keyword_search_failed part=%s error=%s", _EVERYONE_DIR, exc)
             except StoreError as exc:  # read the inboxes instead; reported until the repair
                 log.warning("keyword_search_failed part=%s error=%s", _EVERYONE_DIR, exc)
                 self.failing[f"{EVERYONE}/{'pages' if pages else 'chunks'}"] = str(exc)

@@ -22,10 +22,12 @@ import tantivy
 from sidecar.contracts.errors import (
     DaemonRunningError,
     DiskFullError,
+    PassingFaultError,
     StoreError,
     StoreNewerError,
     StoreOutdatedError,
     engine_message,
+    read_error_class,
     store_error_class,
 )
 from sidecar.stores.bm25_text import all_analyzers
@@ -54,7 +56,9 @@ def engine(what: str) -> Iterator[None]:
     except BaseException as exc:
         if not engine_failure(exc):
             raise
-        raise StoreError(f"BM25 {what} failed: {engine_message(exc)}") from exc
+        # A full disk or no file handles left is a fault that passes (PassingFaultError): taken
+        # for damage, a search that met it had the index moved aside and refilled.
+        raise store_error_class(exc)(f"BM25 {what} failed: {engine_message(exc)}") from exc
 
 
 def leftover_met(exc: BaseException) -> bool:
@@ -89,6 +93,10 @@ def _failed_open(path: Path, exc: BaseException) -> StoreError:
 
 
 REOPEN_EVERY = 500  # commits between openings anew of a keyword index (see Folder._reopen)
+# Commits in a row that fail on a leftover file (``leftover_met``) before the index is given up
+# as stuck: one the cleanup cannot remove (a folder in its place, a share that refuses) failed
+# every later commit for good. Moved aside and refilled from the manifest then, as when damaged.
+STUCK_AFTER = 3
 
 
 class Folder:
@@ -119,6 +127,9 @@ class Folder:
         self.schema = schema
         self.lazy = lazy or read_only
         self.commits = 0
+        self.leftover_failures = 0  # commits in a row that failed on a leftover file
+        self.leftover_error = ""  # the last of those failures
+        self.unremovable = ""  # a leftover the last cleanup could not remove, and why
         self.dirty = False  # documents added or deleted since the last commit
         # Each segment file of the searcher as first seen (size, mtime, inode), and the folder's
         # (device, inode): see ``damage``.
@@ -142,14 +153,18 @@ class Folder:
         self._note_files()
 
     def _open(self) -> tuple[tantivy.Index, tantivy.IndexWriter | None, tantivy.Searcher]:
-        if not self.lazy:  # before its writer exists (see ``remove_unreferenced``)
-            self._clean()
         index = tantivy.Index(self.schema, path=str(self.path), reuse=True)
         for name, analyzer in all_analyzers(self.layout).items():
             index.register_tokenizer(name, analyzer)
-        writer = None if self.lazy else index.writer(heap_size=_WRITER_HEAP, num_threads=1)
         index.reload()
-        return index, writer, index.searcher()
+        searcher = index.searcher()
+        # Leftovers go once the index opened (its segments read), before its writer exists (see
+        # ``remove_unreferenced``): an open that fails (an older meta.json copied back) moves the
+        # folder aside with every file in it, the newer segments a person may want back too.
+        if not self.lazy:
+            self._clean()
+        writer = None if self.lazy else index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+        return index, writer, searcher
 
     @property
     def writer(self) -> tantivy.IndexWriter:
@@ -218,7 +233,9 @@ class Folder:
         until a restart opened it (and failed). Asked with the index's write lock held, so that
         no commit or merge changes the files meanwhile. A folder gone or replaced is none: the
         home's share unmounted (the lock keeper says so); moved aside and refilled, the inbox
-        would be made anew on the bare mount point."""
+        would be made anew on the bare mount point. A PassingFaultError when a file must be read
+        and cannot be for a fault that passes (no file handle left, EIO, ESTALE, EACCES: not
+        known, not damage)."""
         try:
             st = os.stat(self.path)
         except OSError:
@@ -236,7 +253,13 @@ class Folder:
         """The files no commit references removed (see ``remove_unreferenced``); with no writer
         of ours open. The files the searcher was opened on stay (a merge since may have left
         them out of meta.json)."""
-        removed = remove_unreferenced(self.path, keep=self._files)
+        refused: list[str] = []
+        removed = remove_unreferenced(self.path, keep=self._files, refused=refused)
+        self.unremovable = refused[0] if refused else ""
+        if refused:  # one line, not one a file: the cleanup runs after every failed commit
+            log.warning(
+                "bm25_leftovers_not_removed path=%s files=%d e.g.=%s", self.path, len(refused), refused[0]
+            )
         if removed:
             log.warning(
                 "bm25_leftovers_removed path=%s files=%d e.g.=%s", self.path, len(removed), sorted(removed)[0]
@@ -267,9 +290,18 @@ class Folder:
         try:
             with engine("commit"):  # disk full, read-only folder, damaged segments
                 self.writer.commit()
-        except StoreError:
-            self.recover_writer()
+        except StoreError as exc:
+            self.recover_writer()  # its cleanup says whether a leftover could not be removed
+            # Counted only when the cleanup refused a file: one skipped (another reader held
+            # the meta lock, the name kept for the searcher) proves nothing, and 3 such failures
+            # had a healthy index refilled whole.
+            if leftover_met(exc) and self.unremovable:
+                self.leftover_failures += 1
+                self.leftover_error = engine_message(exc)
+            else:
+                self.leftover_failures = 0
             raise
+        self.leftover_failures = 0
         if self.lazy:
             self._release()
         with engine("reload"):
@@ -280,6 +312,17 @@ class Folder:
         self.commits += 1
         if self.commits % REOPEN_EVERY == 0:
             self._reopen()
+
+    def stuck(self) -> str | None:
+        """Why no commit will work until the index is made anew: ``STUCK_AFTER`` commits in a row
+        failed on a leftover file the cleanup could not remove; None otherwise."""
+        if self.leftover_failures < STUCK_AFTER:
+            return None
+        left = f"; not removed: {self.unremovable}" if self.unremovable else ""
+        return (
+            f"{self.leftover_failures} commits in a row of the keyword index {self.path} failed on "
+            f"a file a commit cut short left there, which could not be removed ({self.leftover_error}{left})"
+        )
 
     def close(self) -> None:
         if self.read_only:
@@ -305,7 +348,10 @@ def segment_counts(folder: Path) -> tuple[int, int]:
     except FileNotFoundError:
         return 0, 0
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise StoreError(f"BM25 index {folder} cannot be read: {engine_message(exc)}") from exc
+        # No file handles left, a share's fault: one that passes (PassingFaultError), not an
+        # unreadable index.
+        kind = read_error_class(exc) if isinstance(exc, OSError) else StoreError
+        raise kind(f"BM25 index {folder} cannot be read: {engine_message(exc)}") from exc
     deleted = total = 0
     for seg in segments:
         total += int(seg.get("max_doc", 0))
@@ -335,7 +381,9 @@ def remove_folder(folder: Path) -> None:
 _SEGMENT_FILE = re.compile(r"([0-9a-f]{32})\.(?:(\d+)\.del|[a-z]+)")
 
 
-def remove_unreferenced(folder: Path, keep: Collection[str] = ()) -> list[str]:
+def remove_unreferenced(
+    folder: Path, keep: Collection[str] = (), refused: list[str] | None = None
+) -> list[str]:
     """The segment files in an index folder that its meta.json does not reference, removed (their
     names): a commit cut short (a full disk, a hard stop) leaves its new segments and delete
     files, which Tantivy removes only after a commit that works. A writer opened after a restart
@@ -345,7 +393,8 @@ def remove_unreferenced(folder: Path, keep: Collection[str] = ()) -> list[str]:
     Only with the index's writer lock free (no writer of this process or another: what looks
     unreferenced may be its segment being written), taken meanwhile; meta.json, Tantivy's own
     files and anything not named like a segment file stay. Nothing goes when meta.json is missing
-    or unreadable (the open says so), nor the names in ``keep``."""
+    or unreadable (the open says so), nor the names in ``keep``. ``refused`` is told each file
+    that could not be removed, and why."""
     if not (folder / "meta.json").is_file():  # a new index (or none): nothing to compare with
         return []
     with _writer_lock(folder) as held, _writer_lock(folder, _META_LOCK, wait=2.0) as meta_held:
@@ -361,8 +410,9 @@ def remove_unreferenced(folder: Path, keep: Collection[str] = ()) -> list[str]:
                 (folder / name).unlink()
             except FileNotFoundError:
                 pass
-            except OSError as exc:  # left: a later commit that meets it fails and says so
-                log.warning("bm25_leftover_not_removed path=%s error=%s", folder / name, exc.strerror or exc)
+            except OSError as exc:  # left: a later commit that meets it fails (see ``Folder.stuck``)
+                if refused is not None:
+                    refused.append(f"{name}: {exc.strerror or exc}")
                 continue
             removed.append(name)
         return removed
@@ -434,6 +484,7 @@ def _changed(path: Path, kept: tuple[int, int, int]) -> tuple[str | None, tuple[
     except FileNotFoundError:
         return "was deleted", kept
     except OSError as exc:
+        _raise_passing(path, exc)  # a share's hiccup is no damage: asked again by a later search
         return f"cannot be read: {exc.strerror or exc}", kept
     now = st.st_size, st.st_mtime_ns, st.st_ino
     if st.st_size != kept[0]:
@@ -449,12 +500,21 @@ _FOOTER_MAGIC = 1337
 _FOOTER_MOST = 4096  # a footer's JSON is about 90 bytes
 
 
+def _raise_passing(path: Path, exc: OSError) -> None:
+    """A fault that passes (no file handles left, EIO, ESTALE, EACCES: ``is_passing_fault``, as
+    for a failed commit) raised as one; anything else returns (what the file holds is wrong)."""
+    kind = read_error_class(exc)
+    if issubclass(kind, PassingFaultError):
+        raise kind(f"BM25 index file {path} cannot be read: {exc.strerror or exc}") from exc
+
+
 def _checksum_holds(path: Path) -> bool:
     """Whether a segment file's bytes match the checksum in its footer (read whole: an inbox's
     files are small, and only a file whose stat changed is read)."""
     try:
         data = path.read_bytes()
-    except OSError:
+    except OSError as exc:
+        _raise_passing(path, exc)  # its bytes unknown, not wrong: asked again by a later search
         return False
     if len(data) < 8:
         return False

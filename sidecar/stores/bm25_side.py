@@ -6,8 +6,9 @@ new index holds everything, so ``settle`` at the next start finishes a swap a ki
 (``bm25`` missing beside ``bm25.previous``: the new one goes in) or undoes a refill cut short
 (``bm25`` there: the half-made ``bm25.next`` is removed): either the old index or the new one,
 never a mix. An index removed (the swap undone, a refill in place) is first renamed to
-``bm25.undone``, which nothing promotes. A newer version's swap cut short is undone by this
-one (a downgrade): it reads the old index, not the new one (finishing it refused the start).
+``bm25.undone`` (``bm25.undone-<ns>`` beside one that would not go), which nothing promotes. A
+newer version's swap cut short is undone by this one (a downgrade): it reads the old index, not
+the new one (finishing it refused the start).
 Imports only the standard library and ``stores.versions``.
 """
 
@@ -17,6 +18,7 @@ import contextlib
 import logging
 import os
 import shutil
+import time
 from pathlib import Path
 
 from sidecar.stores.versions import BM25_LAYOUT, bm25_layout
@@ -45,10 +47,27 @@ def settle(index_dir: Path) -> None:
             previous.rename(current)
             log.warning("bm25_upgrade_swap_undone path=%s (no new index beside it to read)", current)
         _sync(index_dir)
-    for leftover in (side, previous, index_dir / UNDONE):
+    for leftover in (side, previous, *_undone(index_dir)):
         if leftover.exists():
-            shutil.rmtree(leftover, ignore_errors=True)
-            log.info("bm25_upgrade_leftover_removed path=%s", leftover)
+            _remove(leftover)
+            if leftover.exists():  # left for the next start; nothing opens or promotes it
+                log.warning("bm25_upgrade_leftover_not_removed path=%s", leftover)
+            else:
+                log.info("bm25_upgrade_leftover_removed path=%s", leftover)
+
+
+def _undone(index_dir: Path) -> list[Path]:
+    """The indexes being removed (``UNDONE``, and those renamed beside one that would not go)."""
+    return sorted(index_dir.glob(f"{UNDONE}*"))
+
+
+def _remove(path: Path) -> None:
+    """A folder removed as far as it can be (also a file under its name)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def _newer_than_read(side: Path, previous: Path) -> bool:
@@ -107,10 +126,16 @@ def remove_index(path: Path) -> None:
 
 
 def _renamed_away(path: Path) -> Path:
-    """``path`` renamed to ``bm25.undone`` beside it (a leftover of one removed first)."""
+    """``path`` renamed to ``bm25.undone`` beside it (a leftover of one removed first). A
+    leftover that cannot be removed (a file the share refuses to delete) is left to ``settle``
+    and the index goes to a name of its own beside it: raised, it failed the swap's undo (the
+    index was lost until a restart) and every refill in place."""
     doomed = path.parent / UNDONE
-    if doomed.exists():
-        shutil.rmtree(doomed)
+    if os.path.lexists(doomed):
+        _remove(doomed)
+    if os.path.lexists(doomed):
+        log.warning("bm25_upgrade_leftover_not_removed path=%s", doomed)
+        doomed = path.parent / f"{UNDONE}-{time.time_ns()}"
     path.rename(doomed)
     _sync(path.parent)
     return doomed
