@@ -864,6 +864,11 @@ def test_search_snippets_read_as_prose_around_the_query_words() -> None:
     assert snippet(chunk, "open sync settings").endswith("…")
     assert snippet(chunk, "zzz").startswith("Set up: First open")  # no word met: from the start
     assert snippet("Short **note**.", "note") == "Short note."
+    # block ids, as reading view shows the text: at a line's end or on a line of their own
+    assert plain_text("Run restic nightly. ^restore-cmd\n\n> [!tip] Tip\n> Keep it.\n^tipblock\n") == (
+        "Run restic nightly. Tip: Tip Keep it."
+    )
+    assert plain_text("Costs 5^2 euro and x ^ y") == "Costs 5^2 euro and x ^ y"
 
 
 def test_snippets_show_code_blocks_as_written() -> None:

@@ -45,6 +45,8 @@ def test_memory_lifecycle_and_scoping(running: DaemonProcess, vault: Path) -> No
     listed = running.call("list", {}, agent="claude")["notes"]
     assert [n["reference"] for n in listed] == ["memory/nas-backup"] and listed[0]["tags"] == ["nas"]
     assert running.call("list", {"tag": "nas"}, agent="claude")["total"] == 1
+    # as the tag pane shows a parent, and as search's tag filter takes it
+    assert running.call("list", {"tag": " #NAS/"}, agent="claude")["total"] == 1
     assert running.call("list", {"source": "wiki"}, agent="claude")["notes"][0]["reference"] == "wiki/Backups"
 
     # another agent sees vault and wiki but never claude's memory

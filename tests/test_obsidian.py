@@ -1546,6 +1546,22 @@ def test_a_locale_default_week_start_follows_the_system_locale(tmp_path: Path) -
     )
 
 
+def test_a_calendar_plugin_switched_off_sets_no_week_start(tmp_path: Path) -> None:
+    """Obsidian keeps a plugin's settings when it is switched off: a Sunday start of a Calendar
+    plugin no longer in community-plugins.json began "last week" on Sunday while Obsidian showed
+    no calendar. Switched on again, its setting counts again; no list at all: as before."""
+    from sidecar.vault.weekstart import CALENDAR_SETTINGS, COMMUNITY_PLUGINS, WeekStart
+
+    write(tmp_path / CALENDAR_SETTINGS, json.dumps({"weekStart": "sunday"}))
+    week = WeekStart(tmp_path)
+    assert week.refresh() == 6  # no list of plugins: taken as on
+    write(tmp_path / COMMUNITY_PLUGINS, json.dumps(["dataview"]))
+    assert week.refresh() == 0
+    assert week.describe() == {"weekday": "monday", "source": "the Calendar plugin is switched off: Monday"}
+    write(tmp_path / COMMUNITY_PLUGINS, json.dumps(["dataview", "calendar"]))
+    assert week.refresh() == 6
+
+
 def test_a_malformed_calendar_setting_is_told_once_per_change(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

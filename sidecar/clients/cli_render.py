@@ -682,6 +682,8 @@ _WIKILINK = re.compile(r"!?\[\[([^\[\]|]*?)(?:\|([^\[\]]*))?\]\]")
 _MDLINK = re.compile(r"!?\[([^\[\]]*)\]\([^()\s]*(?:\s+\"[^\"]*\")?\)")
 _EMPHASIS = re.compile(r"\*\*|__|~~|==|`+|(?<![\w*])\*(?=[^\s*])|(?<=[^\s*])\*(?![\w*])")
 _WORD = re.compile(r"\w{3,}")
+# A block id at a line's end or on a line of its own ("… restic. ^backup-cmd"): reading view hides it.
+_BLOCK_ID = re.compile(r"(?:^|\s)\^[A-Za-z0-9-]+\s*$")
 _MEDIA = re.compile(
     r"\.(?:png|jpe?g|gif|svg|webp|bmp|avif|heic|pdf|mp[34]|m4a|wav|ogg|flac|webm|mov|mkv|canvas)(?:#|$)", re.I
 )
@@ -689,7 +691,7 @@ _MEDIA = re.compile(
 
 def plain_text(text: str) -> str:
     """A chunk's Markdown as one line of prose: headings end with a colon, table rules, quote and
-    emphasis marks dropped, links shown as their text, callouts as their kind. A fenced code
+    emphasis marks and block ids dropped, links shown as their text, callouts as their kind. A fenced code
     block's lines are shown as written: its ``# comment`` is no heading, its ``|`` no table."""
     out = []
     fence = ""  # the open fence's marker, "" outside code
@@ -707,7 +709,7 @@ def plain_text(text: str) -> str:
             continue
         if _RULE_ROW.match(raw):
             continue
-        line = _WIKILINK.sub(_link_text, raw)
+        line = _WIKILINK.sub(_link_text, _BLOCK_ID.sub("", raw))
         line = _EMPHASIS.sub("", _MDLINK.sub(r"\1", line))
         heading = _HEADING.match(line)
         if heading:

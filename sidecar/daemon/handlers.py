@@ -60,7 +60,7 @@ from sidecar.notes.chunking import line_count, line_range, lines_within
 from sidecar.notes.frontmatter import description_of
 from sidecar.notes.links import LinkGraph, unresolved_paths
 from sidecar.notes.linktext import pasted_link
-from sidecar.notes.markdown import anchor_lines
+from sidecar.notes.markdown import anchor_lines, filter_tag
 from sidecar.notes.outline import Page, lead_line, one_line
 from sidecar.notes.outline import render as render_outline
 from sidecar.notes.redact import mask, masked_line
@@ -864,7 +864,7 @@ def _tags(p: dict[str, Any]) -> tuple[str, ...]:
         raise ProtocolError(f"'tag' must be a tag, 'a,b' or a list of at most {MAX_TAGS} tags")
     if any(len(t) > MAX_TAG_CHARS for t in items):
         raise ProtocolError(f"'tag' holds a tag longer than {MAX_TAG_CHARS} characters")
-    tags = tuple(dict.fromkeys(t.strip().lstrip("#").rstrip("/").lower() for t in items))
+    tags = tuple(dict.fromkeys(filter_tag(t) for t in items))
     if not all(tags):
         raise ProtocolError("'tag' has an empty tag")
     return tags

@@ -42,6 +42,7 @@ from sidecar.memory.inbox import Inboxes, check_agent, check_slug
 from sidecar.model.embedder import EmbedderSlot, cosine_range
 from sidecar.notes.chunking import chunk_note
 from sidecar.notes.frontmatter import description_of
+from sidecar.notes.markdown import filter_tag
 from sidecar.notes.redact import masked_line
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.stores.manifest import embed_hash
@@ -375,7 +376,7 @@ class MemoryOps:
         source = param_opt_str(p, "source") or "memory"
         if source not in (*SOURCES, "all"):
             raise ProtocolError(f"'source' must be one of {', '.join(SOURCES)} or all")
-        tag = (param_opt_str(p, "tag", max_len=MAX_TAG_CHARS) or "").lstrip("#").lower() or None
+        tag = filter_tag(param_opt_str(p, "tag", max_len=MAX_TAG_CHARS) or "") or None
         prefix = param_opt_str(p, "pathPrefix", max_len=MAX_PATH_PREFIX_CHARS) or ""
         limit = param_int(
             p, "limit", default=LIST_LIMIT_DEFAULT, lo=LIST_LIMIT_RANGE[0], hi=LIST_LIMIT_RANGE[1]

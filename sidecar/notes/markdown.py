@@ -90,6 +90,12 @@ def norm_tag(tag: str) -> str:
     return tag.strip().lstrip("#").lower()
 
 
+def filter_tag(tag: str) -> str:
+    """A tag asked for by a filter: as a note's (``norm_tag``), and "#project/" as the tag pane
+    shows a parent is the tag and those below it."""
+    return norm_tag(tag).rstrip("/")
+
+
 def inline_tags(lines: Sequence[str], code: Container[int] = frozenset(), start: int = 0) -> list[str]:
     """``#tags`` in ``lines[start:]``, outside the ``code`` lines (see ``code_lines``), inline code,
     comments and link targets."""

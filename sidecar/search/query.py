@@ -14,6 +14,7 @@ import re
 import unicodedata
 from dataclasses import dataclass, replace
 
+from sidecar.notes.markdown import filter_tag
 from sidecar.search.days import FilterError, parse_day, time_window
 from sidecar.search.words import WORD, fold, kinds_file, words_file
 
@@ -93,7 +94,7 @@ def split_filters(
             raise FilterError(f"{name}: needs a value")
         if name == "tag":
             # "#project/" as the tag pane shows a parent: the tag and those below it
-            parts = [t.strip().lstrip("#").rstrip("/").lower() for t in value.split(",")]
+            parts = [filter_tag(t) for t in value.split(",")]
             if not all(parts):
                 raise FilterError(f"tag:{value} has an empty tag; write tag:a,b")
             tags.extend(parts)

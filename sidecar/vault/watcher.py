@@ -132,6 +132,7 @@ OBSIDIAN_SETTINGS = frozenset(
         ".obsidian/templates.json",  # the templates folder (left out of the index)
         ".obsidian/plugins/templater-obsidian/data.json",
         ".obsidian/plugins/calendar/data.json",  # the week start time phrases read weeks by
+        ".obsidian/community-plugins.json",  # the plugins switched on (the Calendar plugin's start)
     }
 )
 # The folders they lie in (.obsidian, .obsidian/plugins, ...): one made or removed (renamed away,

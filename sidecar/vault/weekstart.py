@@ -10,8 +10,10 @@ it is of that language; neither is in the vault. The daemon's own language (LANG
 LC_MESSAGES, LANG, read by the configuration, as Electron reads its own on Linux) stands in for
 both, assuming Obsidian runs in the system's language as most do; Monday (the ISO and German week)
 when that names none ("C", unset) or one Moment does not know. A vault without the plugin
-begins weeks on Monday. Read beside the daily-note settings, once per sweep, again only when the
-file's size or mtime changed. Imports only the confined reads and the settings read.
+begins weeks on Monday, and so does one with the plugin switched off (Obsidian keeps its settings
+file; ``.obsidian/community-plugins.json`` lists the plugins switched on: a vault without that
+list is taken to have it on, as before). Read beside the daily-note settings, once per sweep,
+again only when the file's size or mtime changed. Imports only the confined reads and the settings read.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from sidecar.vault.settingsfile import read_settings_json
 
 log = logging.getLogger(__name__)
 CALENDAR_SETTINGS = Path(".obsidian/plugins/calendar/data.json")
+COMMUNITY_PLUGINS = Path(".obsidian/community-plugins.json")
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 MONDAY = 0
 
@@ -104,12 +107,20 @@ class WeekStart:
         if self.vault is None:
             return self.value
         path = self.vault / CALENDAR_SETTINGS
+        if _switched_off(self.vault, "calendar"):
+            self._stamp = None  # read again once it is switched on
+            self._set(path, MONDAY, "the Calendar plugin is switched off: Monday")
+            return self.value
+        return self._read(path)
+
+    def _read(self, path: Path) -> int:
+        """``refresh`` with the plugin not switched off: its settings file, read when changed."""
         try:
             st = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
             # no settings written: the plugin's defaults when it is installed, else Monday
             self._stamp = None
-            if (self.vault / CALENDAR_SETTINGS.parent).is_dir():
+            if path.parent.is_dir():
                 self._set(path, *week_start_in({}, self.system_locale))
             else:
                 self._set(path, MONDAY, "no Calendar plugin: Monday")
@@ -137,3 +148,13 @@ class WeekStart:
         if start != self.value:
             log.info("week_start path=%s weekday=%s", path, _WEEKDAYS[start])
         self.value, self.source = start, source
+
+
+def _switched_off(vault: Path, plugin: str) -> bool:
+    """Whether the vault's list of community plugins switched on leaves ``plugin`` out. False
+    when there is no list or it cannot be read (as before: no list is no proof it is off)."""
+    try:
+        enabled = read_settings_json(vault / COMMUNITY_PLUGINS, "utf-8-sig")
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(enabled, list) and plugin not in enabled
