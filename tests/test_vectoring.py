@@ -54,6 +54,41 @@ def test_identical_text_is_embedded_once_across_notes(harness: Harness) -> None:
     assert all((got[a] == got[b]).all() for a, b in zip(ids, copies, strict=True))
 
 
+def _private_folder(vault: Path, notes: int = 4) -> None:
+    for i in range(notes):
+        body = "".join(f"## Part {j}\n\nPrivate diary {i}, entry {j}: the canoe trip.\n\n" for j in range(3))
+        write(vault / "Private" / f"Diary {i}.md", f"# Diary {i}\n\n{body}")
+
+
+def test_a_folder_excluded_and_let_back_in_keeps_its_vectors(harness: Harness) -> None:
+    """A folder excluded by a reload and let back in by the next: its notes come back with their
+    kept vectors as they are written, nothing runs the model and no chunk waits for a vector (was:
+    every chunk counted as waiting, with the model's ETA, until the backfill got to them)."""
+    vault = harness.cfg.vault.path
+    assert vault is not None
+    _private_folder(vault)
+    model = harness.slot.model
+    assert isinstance(model, FakeEmbedder)
+    harness.sweep()
+    private = list(harness.stores.manifest.file_states("vault/Private/"))
+    chunks = sum(len(harness.stores.manifest.chunk_ids(k)) for k in private)
+    assert len(private) == 4 and chunks >= 12
+    harness.indexer.set_excludes(["Private/"], False)
+    harness.sweep()
+    assert not harness.stores.manifest.file_states("vault/Private/")
+    model.embedded.clear()
+    harness.indexer.set_excludes([], False)
+    harness.indexer.sweep()  # the sweep alone: no backfill batch runs
+    assert sorted(harness.stores.manifest.file_states("vault/Private/")) == sorted(private)
+    assert harness.stores.manifest.pending_count() == 0
+    assert harness.vectors.kept_reused == chunks
+    assert store_counts(harness)[0] == store_counts(harness)[2]
+    assert harness.vectors.embed_pending() == 0
+    assert model.embedded == []
+    hits = search(harness, "diary entry about the canoe trip")
+    assert hits[0]["reference"].startswith("vault/Private/") and hits[0]["vecScore"] is not None
+
+
 def test_orphan_and_missing_vectors_are_reconciled(harness: Harness) -> None:
     """Vectors of unknown chunks are dropped and chunks whose vector vanished are queued again."""
     harness.sweep()

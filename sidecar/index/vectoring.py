@@ -20,7 +20,7 @@ import logging
 import sqlite3
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from threading import Event, Lock, RLock
@@ -35,7 +35,7 @@ from sidecar.model.embedder import Embedder
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.group import GroupCommit
 from sidecar.stores.bm25 import Bm25Index
-from sidecar.stores.manifest import Manifest
+from sidecar.stores.manifest import ChunkRecord, Manifest
 from sidecar.stores.vectors import VectorStore, drop_table
 
 log = logging.getLogger(__name__)
@@ -521,6 +521,47 @@ class Vectoring:
         # A stashed vector was computed (and counted) before its batch failed: not a reuse.
         self.reused += len(done) - len(fresh) - sum(1 for i in done if ident[i] in stashed)
         return [rows[i] for i in done], np.stack([known[ident[i]] for i in done]).astype(np.float32)
+
+    def reuse_kept(self, chunks: Sequence[ChunkRecord]) -> int:
+        """Store now the vectors kept of deleted chunks (``_keep``) for chunks just written with
+        the same text (the caller holds the write lock); how many. A folder whose exclusion is
+        removed, an undo, a remount: left to the backfill, which waits for a long sweep to end,
+        their chunks had no vector meanwhile and status counted them as waiting for the model,
+        with an ETA at its pace (2,106 chunks of a folder let back in). A failure to store leaves
+        them to the backfill, which takes the same kept vectors."""
+        wanted = [c for c in chunks if c.embed_hash and c.ord < self.manifest.vector_cap]
+        if self.keep_max <= 0 or not wanted:
+            return 0
+        done = 0
+        for vs in (self.stores.serving, self.stores.building):
+            if vs is None or vs.store.closed:
+                continue
+            kept = self.manifest.kept_vectors(vs.store.name, sorted({c.embed_hash for c in wanted}))
+            vecs = {
+                h: v
+                for h, b in kept.items()
+                if (v := np.frombuffer(b, dtype=np.float32)).shape[0] == vs.store.dim
+            }
+            hits = [c for c in wanted if c.embed_hash in vecs]
+            if not hits:
+                continue
+            rows = [(c.chunk_id, c.key, c.embed_text, c.embed_hash) for c in hits]
+            try:
+                stored = self._store(vs, rows, np.stack([vecs[c.embed_hash] for c in hits]), 0.0)
+            except (StoreError, OSError, sqlite3.Error) as exc:
+                log.warning(
+                    "vectors_reuse_failed table=%s chunks=%d error=%s (the backfill stores them)",
+                    vs.store.name,
+                    len(rows),
+                    exc,
+                )
+                continue
+            if stored:
+                self.reused += stored
+                self.kept_reused += stored
+                self.stored += stored
+                done += stored
+        return done
 
     def _run_model(
         self,

@@ -114,6 +114,9 @@ class Writer:
                 # A new or changed note may be what an ambiguous or dangling name now means.
                 if not self.defer_links:
                     reresolve(db, self.wiki_subfolder, names=names, keys=[r.key for r, _ in built])
+            # A text whose vector was kept when its chunk was deleted (a note back in the index)
+            # has it at once, not after the backfill: never counted as waiting for the model.
+            self.vectors.reuse_kept([c for _, chunks in built for c in chunks])
         self.vectors.notify_written()
 
     def delete(self, keys: Sequence[str]) -> None:
