@@ -335,6 +335,63 @@ def test_a_note_made_in_an_excluded_folder_during_a_long_sweep_is_a_link_target(
         h.close()
 
 
+def test_a_folder_excluded_during_the_first_sweep_is_not_found_once_the_reload_is_done(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """A reload that excludes a folder while the first sweep runs, between a batch read and its
+    write: the folder's notes the sweep wrote already leave before the reload's part returns, and
+    the batch read before it writes none of them (both were found by search until a later sweep)."""
+    v = tmp_path / "first"
+    for i in range(6):
+        write(v / f"Private/p{i}.md", f"# P{i}\n\nThe secret diary of the lighthouse keeper {i}.\n")
+    write(v / "Open.md", "# Open\n\nThe public history of the lighthouse.\n")
+    h = Harness(make_cfg(v, **{"index.batchFiles": 2}), FakeEmbedder())
+    real = h.indexer.writer.write
+    batches: list[list[str]] = []
+    paused, go = threading.Event(), threading.Event()
+
+    def write_batch(prepared: Any) -> None:
+        batches.append([p.note.key for p in prepared])
+        if len(batches) == 2:  # the first batch is in; this one was listed and read before the reload
+            paused.set()
+            assert go.wait(30)
+        real(prepared)
+
+    def private() -> tuple[list[str], list[str]]:
+        found = [x["reference"] for x in search(h, "secret diary lighthouse keeper", min_score=0)]
+        indexed = list(h.stores.manifest.file_states("vault/Private/"))
+        return [r for r in found if r.startswith("vault/Private/")], indexed
+
+    h.indexer.writer.write = write_batch  # type: ignore[method-assign]
+    failed: list[BaseException] = []
+
+    def sweep() -> None:
+        try:
+            h.indexer.sweep()
+        except BaseException as exc:
+            failed.append(exc)
+
+    worker = threading.Thread(target=sweep, daemon=True)
+    try:
+        worker.start()
+        assert paused.wait(30)
+        assert all(any(k.startswith("vault/Private/") for k in b) for b in batches)
+        assert all(private()), "the first batch's private notes are in"
+        # What the reload does (Daemon._reload): the new rules, then what they leave out removed.
+        assert h.indexer.set_excludes(["Private/"], False)
+        assert h.indexer.remove_excluded() >= 1
+        assert private() == ([], [])
+        go.set()
+        worker.join(30)
+        assert not worker.is_alive() and not failed
+        assert private() == ([], [])
+        assert h.stores.manifest.file_states_of(["vault/Open"])
+    finally:
+        go.set()
+        worker.join(30)
+        h.close()
+
+
 def _backfill(h: Harness, stop: threading.Event) -> threading.Thread:
     backfill = Backfill(
         h.cfg, h.slot, h.vectors, h.repair, problems=h.problems, activity=h.indexer.activity, stop=stop

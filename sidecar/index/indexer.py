@@ -131,7 +131,7 @@ class Indexer:
         )  # time phrases' weeks (Calendar plugin)
         self.problems = problems
         self.changes = ChangeFinder(cfg, stores.manifest, supervisor, problems, self.excluded_by)
-        self.writer = Writer(stores, vectors, cfg.vault.wiki_subfolder)
+        self.writer = Writer(stores, vectors, cfg.vault.wiki_subfolder, self.excluded_by)
         self.links = LinkReread(self.manifest, self.writer, cfg.index.max_file_bytes)
         # Paths saved while a long sweep runs, and where to give back those it cannot take (set
         # by the index loop; see ``_index_hot``).
@@ -168,6 +168,24 @@ class Indexer:
         self.problems.clear("obsidian_settings")  # said again by the next read if still true
         keys = ("index.exclude", "index.obsidianExcludes", "index.obsidianTemplates")
         return ",".join(k for k, a, b in zip(keys, was, now, strict=True) if a != b)
+
+    def remove_excluded(self) -> int:
+        """Remove from every store the notes the rules leave out now (a reload changed them), at
+        once: left to the sweep the reload asks for, a private folder excluded during a long sweep
+        stayed searchable until that sweep had ended and the next one ran. Listed under the write
+        lock, which every batch holds while it asks the rules (``Writer``): a batch read before the
+        change is either in and removed here, or left out. How many notes."""
+        with self.stores.write_lock:
+            keys = [
+                k
+                for prefix in ("vault/", "wiki/")
+                for k in self.manifest.file_states(prefix)
+                if self.excluded_by(k) is not None
+            ]
+            self.delete(keys)
+        if keys:
+            log.info("excluded_notes_removed count=%d", len(keys))
+        return len(keys)
 
     def excluded_by(self, key: str) -> str | None:
         """The rule that leaves this note out of the index, or None."""

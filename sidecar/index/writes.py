@@ -18,7 +18,7 @@ import logging
 import os
 import sqlite3
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from sidecar.contracts.wire import memory_agent
 from sidecar.index.records import Prepared, file_record, records
@@ -40,10 +40,18 @@ COMMIT_YIELD_S = 0.5
 class Writer:
     """Writes prepared notes and deletions into manifest, BM25 and vectors under the write lock."""
 
-    def __init__(self, stores: Stores, vectors: Vectoring, wiki_subfolder: str) -> None:
+    def __init__(
+        self,
+        stores: Stores,
+        vectors: Vectoring,
+        wiki_subfolder: str,
+        excluded: Callable[[str], str | None] = lambda _key: None,
+    ) -> None:
         self.stores = stores
         self.vectors = vectors
         self.wiki_subfolder = wiki_subfolder
+        # The rule that leaves a note out now (``Indexer.excluded_by``), asked under the lock.
+        self.excluded = excluded
         # During the first sweep of a start every link is resolved once at its end
         # (resolve_all_links): resolving after each batch as well would redo the whole vault's
         # names again and again.
@@ -63,9 +71,14 @@ class Writer:
         # comes second finds them indexed already (checked under the lock) and writes nothing.
         states = self.stores.manifest.file_states_of([p.note.key for p in prepared])
         fresh = []
-        same = 0
+        same = left_out = 0
         for p in prepared:
-            if _already_indexed(p, states.get(p.note.key)):  # as a sweep treats an unchanged note
+            if self.excluded(p.note.key) is not None:
+                # Listed or read before a reload excluded it (a long sweep's batch): written now,
+                # it was searchable after the reload answered, which removed what was in under
+                # this lock (``Indexer.remove_excluded``).
+                left_out += 1
+            elif _already_indexed(p, states.get(p.note.key)):  # as a sweep treats an unchanged note
                 n = p.note
                 self.stores.manifest.touch(n.key, n.mtime_ns, n.size, n.ctime_ns, n.ids())
                 same += 1
@@ -77,6 +90,8 @@ class Writer:
                 fresh.append(p)
         if same:
             log.debug("write_skipped reason=already indexed with these bytes count=%d", same)
+        if left_out:
+            log.info("write_skipped reason=excluded since read count=%d", left_out)
         if fresh:
             self._write(fresh)
 
