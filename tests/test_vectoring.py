@@ -89,6 +89,32 @@ def test_a_folder_excluded_and_let_back_in_keeps_its_vectors(harness: Harness) -
     assert hits[0]["reference"].startswith("vault/Private/") and hits[0]["vecScore"] is not None
 
 
+def test_a_folder_excluded_while_no_vector_table_is_open_keeps_its_vectors(harness: Harness) -> None:
+    """Notes deleted while no vector table is open (the model loading at a start, or failed):
+    their rows stay in the table until it is attached, whose reconcile deleted them as unknown;
+    their vectors are kept by text first, so the folder let back in is not embedded again."""
+    vault = harness.cfg.vault.path
+    assert vault is not None
+    _private_folder(vault)
+    model = harness.slot.model
+    assert isinstance(model, FakeEmbedder)
+    harness.sweep()
+    serving = harness.stores.serving
+    assert serving is not None
+    harness.stores.serving = None  # the model is loading: nothing is attached
+    harness.indexer.set_excludes(["Private/"], False)
+    harness.indexer.sweep()
+    assert not harness.stores.manifest.file_states("vault/Private/")
+    harness.vectors.attach(serving.store, model)
+    assert store_counts(harness)[0] == store_counts(harness)[2]  # the unknown rows are gone
+    model.embedded.clear()
+    harness.indexer.set_excludes([], False)
+    harness.indexer.sweep()
+    assert len(harness.stores.manifest.file_states("vault/Private/")) == 4
+    assert harness.stores.manifest.pending_count() == 0
+    assert harness.vectors.embed_pending() == 0 and model.embedded == []
+
+
 def test_orphan_and_missing_vectors_are_reconciled(harness: Harness) -> None:
     """Vectors of unknown chunks are dropped and chunks whose vector vanished are queued again."""
     harness.sweep()

@@ -267,12 +267,32 @@ class Vectoring:
             self._held = (store, set(orphans))
         elif orphans:
             log.info("reconcile_vectors table=%s orphans=%d", store.name, len(orphans))
+            self._keep_orphans(store, orphans)
             store.delete_ids(orphans)
         found = sorted((in_table & known) - flagged)
         with manifest.transaction() as db:
             manifest.set_has_vector(found, 1, db, flag)
             manifest.set_has_vector(sorted(flagged - in_table), 0, db, flag)
         return len(found)
+
+    def _keep_orphans(self, store: VectorStore, orphans: list[str]) -> None:
+        """Keep by text the vectors of the rows about to be deleted whose chunks were deleted
+        while no table was open (``_keep``); those remembered are then forgotten."""
+        if self.keep_max <= 0 or self.keep_seconds <= 0:
+            return
+        later = self.manifest.kept_later(orphans)
+        if later:
+            vecs = store.vectors_of(sorted(later))
+            rows = [(later[cid], np.asarray(v, dtype=np.float32).tobytes()) for cid, v in vecs.items()]
+            now = time.time()
+            self.manifest.keep_vectors(store.name, rows, now)
+            self.manifest.prune_kept(now - self.keep_seconds, self.keep_max)
+            log.info(
+                "vectors_kept table=%s chunks=%d reason=deleted while no table was open",
+                store.name,
+                len(rows),
+            )
+        self.manifest.forget_kept_later()
 
     def settle(self) -> None:
         """The first sweep of a start has ended: the manifest names every chunk. Held rows it
@@ -694,6 +714,15 @@ class Vectoring:
         if self.keep_max <= 0 or self.keep_seconds <= 0 or not chunk_ids:
             return
         manifest = self.manifest
+        if self.stores.serving is None:
+            # No table open (the model loads, or failed): its rows stay on disk until it is
+            # attached, which deletes them as unknown; their texts are remembered, so that it
+            # keeps their vectors first (lost, a folder excluded meanwhile was embedded again
+            # when it was let back in).
+            now = time.time()
+            known = manifest.embed_hashes(chunk_ids[: self.keep_max])
+            manifest.keep_later(sorted(known.items()), now, now - self.keep_seconds, self.keep_max)
+            return
         for vs in (self.stores.serving, self.stores.building):
             if vs is None:
                 continue
