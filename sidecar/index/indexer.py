@@ -172,17 +172,19 @@ class Indexer:
     def remove_excluded(self) -> int:
         """Remove from every store the notes the rules leave out now (a reload changed them), at
         once: left to the sweep the reload asks for, a private folder excluded during a long sweep
-        stayed searchable until that sweep had ended and the next one ran. Listed under the write
-        lock, which every batch holds while it asks the rules (``Writer``): a batch read before the
-        change is either in and removed here, or left out. How many notes."""
+        stayed searchable until that sweep had ended and the next one ran. Every batch asks the
+        rules while it holds the write lock (``Writer``): once the lock was free after the change,
+        a batch that asked before is committed (and listed here), any later one leaves the notes
+        out. How many notes."""
         with self.stores.write_lock:
-            keys = [
-                k
-                for prefix in ("vault/", "wiki/")
-                for k in self.manifest.file_states(prefix)
-                if self.excluded_by(k) is not None
-            ]
-            self.delete(keys)
+            pass  # not held while every key is matched (seconds in a large vault)
+        keys = [
+            k
+            for prefix in ("vault/", "wiki/")
+            for k in self.manifest.file_states(prefix)
+            if self.excluded_by(k) is not None
+        ]
+        self.delete(keys)
         if keys:
             log.info("excluded_notes_removed count=%d", len(keys))
         return len(keys)
