@@ -562,12 +562,15 @@ class Vectoring:
                 for h, b in kept.items()
                 if (v := np.frombuffer(b, dtype=np.float32)).shape[0] == vs.store.dim
             }
-            hits = [c for c in wanted if c.embed_hash in vecs]
-            if not hits:
-                continue
-            rows = [(c.chunk_id, c.key, c.embed_text, c.embed_hash) for c in hits]
+            rows = [(c.chunk_id, c.key, c.embed_text, c.embed_hash) for c in wanted if c.embed_hash in vecs]
             try:
-                stored = self._store(vs, rows, np.stack([vecs[c.embed_hash] for c in hits]), 0.0)
+                # A row the table holds for the chunk already (held at a start) is taken first:
+                # a kept vector stored beside it doubled the chunk.
+                rows, adopted = self._adopt(vs, rows)
+                done += adopted
+                if not rows:
+                    continue
+                stored = self._store(vs, rows, np.stack([vecs[r[3]] for r in rows]), 0.0)
             except (StoreError, OSError, sqlite3.Error) as exc:
                 log.warning(
                     "vectors_reuse_failed table=%s chunks=%d error=%s (the backfill stores them)",
