@@ -165,7 +165,10 @@ class Indexer:
         rules = IgnoreRules(patterns, self.cfg.vault.path, obsidian, self.ignore.clock, templates)
         rules.carry_over(self.ignore)
         self.ignore = rules
-        self.problems.clear("obsidian_settings")  # said again by the next read if still true
+        self.problems.clear("obsidian_settings")  # said again by the read below if still true
+        # Obsidian's settings read anew now, not at the next sweep: rules turned on by the reload
+        # (or an app.json edited with it) are in force when the removal that follows asks them.
+        self._refresh_ignore()
         keys = ("index.exclude", "index.obsidianExcludes", "index.obsidianTemplates")
         return ",".join(k for k, a, b in zip(keys, was, now, strict=True) if a != b)
 
