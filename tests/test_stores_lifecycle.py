@@ -1076,3 +1076,29 @@ def test_no_file_handles_left_moves_no_memory_index_aside(
     assert not any(p.name.startswith("bm25-memory-all.broken") for p in tmp_path.iterdir())
     monkeypatch.setattr(bm25_mod, "Folder", real)
     bm25_mod.open_bm25(tmp_path / "bm25").close()  # handles free again: it opens as it was
+
+
+def test_notes_excluded_while_stopped_leave_before_the_first_sweep_writes(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder excluded in the configuration while the daemon was stopped (or by a reload asked
+    while read-only, carried into the switch): its notes stayed searchable through the whole first
+    sweep, whose deletions come after all its writes. They leave at the start, before any sweep."""
+    from sidecar.daemon import lifecycle
+    from sidecar.daemon.lifecycle import Daemon
+
+    index_and_close(make_cfg(vault))
+    seen: list[list[str]] = []
+
+    def no_loop(_cfg: Any, indexer: Any, *_a: Any, **_kw: Any) -> Any:
+        seen.append(list(indexer.manifest.file_states("vault/Projects/")))
+        raise RuntimeError("stopped here: the loop would start the first sweep")
+
+    monkeypatch.setattr(lifecycle, "IndexLoop", no_loop)
+    daemon = Daemon(make_cfg(vault, **{"index.exclude": "Projects/"}))
+    try:
+        with pytest.raises(RuntimeError, match="stopped here"):
+            daemon._start_parts()
+    finally:
+        daemon.notifier.close()
+    assert seen == [[]]

@@ -71,7 +71,7 @@ class IndexConfig:
         (),
         "Notes to leave out, as gitignore patterns relative to the vault (e.g. [Templates/, "
         "Archive/, '*.excalidraw.md']); newly excluded notes leave the index when the reload that "
-        "brings the pattern answers (or with the first sweep of a start).",
+        "brings the pattern answers (or at a start, before the first sweep).",
     )
     obsidian_excludes: bool = _opt(
         True, "Also leave out what Obsidian's 'Excluded files' setting (.obsidian/app.json) names."
