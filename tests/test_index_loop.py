@@ -392,6 +392,36 @@ def test_a_folder_excluded_during_the_first_sweep_is_not_found_once_the_reload_i
         h.close()
 
 
+@pytest.mark.parametrize("settings", ["app.json", "templates.json"])
+def test_a_folder_excluded_in_obsidian_leaves_on_the_settings_event(
+    make_cfg: Any, tmp_path: Path, settings: str
+) -> None:
+    """Obsidian's Excluded files (or templates folder) edited without a reload: the rules were read
+    only when a sweep started, so during a long sweep its notes were written and found for up to
+    two sweeps. The settings file's event reads them and removes the notes at once."""
+    v = tmp_path / "v"
+    write(v / "Private/p.md", "# P\n\nThe secret diary of the lighthouse keeper.\n")
+    write(v / "Open.md", "# Open\n\nThe public history of the harbour.\n")
+    write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": []}))
+    h = Harness(make_cfg(v), FakeEmbedder())
+    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+    try:
+        h.sweep()
+        assert h.stores.manifest.file_states_of(["vault/Private/p"])
+        if settings == "app.json":
+            write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Private/"]}))
+        else:
+            write(v / ".obsidian/templates.json", json.dumps({"folder": "Private"}))
+        loop.changed({str(v / ".obsidian" / settings)})  # no sweep runs: the loop is not started
+        assert not h.stores.manifest.file_states_of(["vault/Private/p"])
+        found = [x["reference"] for x in search(h, "secret diary lighthouse keeper", min_score=0)]
+        assert "vault/Private/p" not in found
+        assert h.indexer.excluded_by("vault/Private/p") is not None
+        assert h.stores.manifest.file_states_of(["vault/Open"])
+    finally:
+        h.close()
+
+
 def _backfill(h: Harness, stop: threading.Event) -> threading.Thread:
     backfill = Backfill(
         h.cfg, h.slot, h.vectors, h.repair, problems=h.problems, activity=h.indexer.activity, stop=stop

@@ -172,6 +172,16 @@ class Indexer:
         keys = ("index.exclude", "index.obsidianExcludes", "index.obsidianTemplates")
         return ",".join(k for k, a, b in zip(keys, was, now, strict=True) if a != b)
 
+    def reread_obsidian_rules(self) -> int:
+        """Obsidian's settings changed (a file event): read them now and remove the notes they
+        newly leave out, as a reload does. Read only when a sweep started, a folder excluded in
+        Obsidian during a long sweep was written by it and searchable for up to two sweeps. How
+        many notes left."""
+        rules = self.ignore
+        if self.set_excludes(rules.patterns, rules.obsidian, rules.templates) is None:
+            return 0
+        return self.remove_excluded()
+
     def remove_excluded(self) -> int:
         """Remove from every store the notes the rules leave out now (a reload changed them), at
         once: left to the sweep the reload asks for, a private folder excluded during a long sweep
