@@ -1002,3 +1002,35 @@ def test_sweep_requests_are_queued_in_the_order_of_their_tickets(make_cfg: Any, 
         assert queued == [first, first + 1]
     finally:
         h.close()
+
+
+def test_a_removal_that_fails_is_said_in_status_until_a_sweep_removes_the_notes(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """The notes a reload newly excludes could not be removed (a full disk): the reload said so
+    in its answer only, and status said nothing while search still found them."""
+    from sidecar.contracts.errors import StoreError
+
+    v = tmp_path / "v"
+    write(v / "Private/p.md", "# P\n\nThe secret diary of the lighthouse keeper.\n")
+    write(v / "Open.md", "# Open\n\nThe public history of the harbour.\n")
+    h = Harness(make_cfg(v), FakeEmbedder())
+    real = h.indexer.delete
+
+    def full(_keys: Any) -> None:
+        raise StoreError("database or disk is full")
+
+    try:
+        h.sweep()
+        assert h.indexer.set_excludes(["Private/"], True)
+        h.indexer.delete = full  # type: ignore[method-assign]
+        with pytest.raises(StoreError):
+            h.indexer.remove_excluded()
+        problem = next(p for p in h.problems.active() if p["area"] == "exclusions")
+        assert "could not be removed" in problem["error"] and "search may still find them" in problem["error"]
+        h.indexer.delete = real  # type: ignore[method-assign]
+        h.sweep()
+        assert not h.stores.manifest.file_states_of(["vault/Private/p"])
+        assert not [p for p in h.problems.active() if p["area"] == "exclusions"]
+    finally:
+        h.close()

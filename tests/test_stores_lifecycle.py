@@ -1102,3 +1102,37 @@ def test_notes_excluded_while_stopped_leave_before_the_first_sweep_writes(
     finally:
         daemon.notifier.close()
     assert seen == [[]]
+
+
+def test_a_removal_failing_in_any_way_leaves_the_rest_of_the_reload_applied(
+    make_cfg: Any, vault: Path
+) -> None:
+    """Only store, OS and SQLite errors of the removal at a reload were caught: any other skipped
+    the rest of the reload (the vector limit, the restart keys) and the answer said nothing of it."""
+    from types import SimpleNamespace
+
+    from sidecar.daemon.lifecycle import Daemon
+
+    cfg = make_cfg(vault)
+    new = make_cfg(vault, **{"index.exclude": "Projects/", "index.maxVectorChunksPerNote": 7})
+
+    def broken() -> int:
+        raise ValueError("an unforeseen failure")
+
+    manifest = SimpleNamespace(vector_cap=cfg.index.max_vector_chunks_per_note)
+    written: list[bool] = []
+    daemon = Daemon(cfg)
+    daemon.parts = SimpleNamespace(  # type: ignore[assignment]
+        vectors=SimpleNamespace(tune=lambda *_a: None, notify_written=lambda: written.append(True)),
+        indexer=SimpleNamespace(set_excludes=lambda *_a: "index.exclude", remove_excluded=broken),
+        stores=SimpleNamespace(manifest=manifest),
+    )
+    daemon.loop = SimpleNamespace(request_sweep=lambda *_a, **_k: 1)  # type: ignore[assignment]
+    changed: list[str] = []
+    try:
+        unremoved = daemon._reload_index(new, changed)
+    finally:
+        daemon.notifier.close()
+    assert isinstance(unremoved, ValueError)
+    assert changed == ["index.exclude", "index.maxVectorChunksPerNote"]
+    assert manifest.vector_cap == 7 and written == [True]

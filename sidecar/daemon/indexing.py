@@ -220,7 +220,7 @@ class IndexLoop:
             # after a sweep under way had written it); the sweep still applies the rest.
             try:
                 self.indexer.reread_obsidian_rules()
-            except (StoreError, OSError, sqlite3.Error) as exc:
+            except Exception as exc:  # the watcher's thread must not end: the sweep queued removes them
                 log.error("excluded_notes_removal_failed error=%s; the sweep queued removes them", exc)
         if paths:
             self.jobs.put(Job(roots=frozenset(), paths=frozenset(paths), told=True))

@@ -877,7 +877,7 @@ class Daemon:
             # until its end and the next sweep's).
             try:
                 parts.indexer.remove_excluded()
-            except (StoreError, OSError, sqlite3.Error) as exc:
+            except Exception as exc:  # any: the rest of the reload is applied all the same
                 log.error("excluded_notes_removal_failed error=%s; the sweep asked removes them", exc)
                 unremoved = exc
         cap = new.index.max_vector_chunks_per_note

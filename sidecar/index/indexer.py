@@ -197,7 +197,16 @@ class Indexer:
             for k in self.manifest.file_states(prefix)
             if self.excluded_by(k) is not None
         ]
-        self.delete(keys)
+        try:
+            self.delete(keys)
+        except Exception as exc:  # said in status until a full sweep (or a removal) takes them out
+            self.problems.report(
+                "exclusions",
+                f"{len(keys)} notes the rules now leave out could not be removed from the index yet "
+                f"({exc}); the next sweep removes them, until then search may still find them",
+            )
+            raise
+        self.problems.clear("exclusions")
         if keys:
             log.info("excluded_notes_removed count=%d", len(keys))
         return len(keys)
@@ -239,6 +248,7 @@ class Indexer:
         act = self.activity
         act.phase, act.done, act.total, act.started = "scanning", 0, 0, time.time()
         act.leaving = {}
+        mark = self.problems.mark()  # a removal failing after the rules this sweep reads stays said
         if not act.first_sweep_done:
             upgrade_bm25(self.stores, stop)  # an older layout's index answers meanwhile
             refill_new_bm25(self.stores, stop)
@@ -276,6 +286,8 @@ class Indexer:
         changed = self._apply(diff, moves, every if not paths else None, progress, stop)
         self._retire_emptied(diff.gone, names)
         self._record_excluded(diff, every)
+        if only is None and not paths:  # every excluded note found was removed (``_apply``)
+            self.problems.clear("exclusions", since=mark)
         if not act.first_sweep_done:
             self._first_sweep_ends(only is None and not paths, stop)
         act.sweeps += 1
