@@ -248,13 +248,13 @@ class Indexer:
         act = self.activity
         act.phase, act.done, act.total, act.started = "scanning", 0, 0, time.time()
         act.leaving = {}
-        mark = self.problems.mark()  # a removal failing after the rules this sweep reads stays said
         if not act.first_sweep_done:
             upgrade_bm25(self.stores, stop)  # an older layout's index answers meanwhile
             refill_new_bm25(self.stores, stop)
         self.stores.bm25.close_idle()  # the inboxes a person's search kept open, once it is a while ago
         remove_idle_inboxes(self.stores, self.cfg.memory.index_idle_days)
-        diff = Diff()
+        # A removal of excluded notes failing after this sweep read its rules stays said.
+        diff, mark = Diff(), self.problems.mark()
         self._hot_excluded = {}
         self.writer.defer_links = not act.first_sweep_done
         excluded: dict[str, int] = {}
@@ -285,9 +285,7 @@ class Indexer:
         self.found_by_listing = self._found_by_listing(diff, listed)
         changed = self._apply(diff, moves, every if not paths else None, progress, stop)
         self._retire_emptied(diff.gone, names)
-        self._record_excluded(diff, every)
-        if only is None and not paths:  # every excluded note found was removed (``_apply``)
-            self.problems.clear("exclusions", since=mark)
+        self._record_excluded(diff, every, mark if only is None and not paths else None)
         if not act.first_sweep_done:
             self._first_sweep_ends(only is None and not paths, stop)
         act.sweeps += 1
@@ -502,10 +500,13 @@ class Indexer:
             raise
         log.debug("hot_paths paths=%d indexed=%d deleted=%d", len(hot), len(diff.work), len(diff.gone))
 
-    def _record_excluded(self, diff: Diff, every: Sequence[Root] | None) -> None:
+    def _record_excluded(self, diff: Diff, every: Sequence[Root] | None, whole: int | None = None) -> None:
         """The excluded notes a sweep found, as link targets (notes.links.set_excluded); ``every``:
         the roots of a sweep, None for the file events taken between its batches, whose findings
-        are applied again after the sweep's own (newer than its listing)."""
+        are applied again after the sweep's own (newer than its listing). ``whole``: the problems'
+        mark at the start of a full sweep, which removed every excluded note it found."""
+        if whole is not None:
+            self.problems.clear("exclusions", since=whole)
         if every is None:
             _after(self._hot_excluded, diff.excluded)
         else:
