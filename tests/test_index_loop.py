@@ -422,6 +422,35 @@ def test_a_folder_excluded_in_obsidian_leaves_on_the_settings_event(
         h.close()
 
 
+def test_a_note_a_batch_leaves_out_after_a_reload_is_recorded_as_excluded(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """A note read before a reload excluded it is left out by its batch's write: it was not
+    recorded as excluded, so a link to it stayed unresolved and health did not count it until
+    the next sweep."""
+    v = tmp_path / "v"
+    write(v / "Hub.md", "# Hub\n\nSee [[Memo]].\n")
+    write(v / "Private/Memo.md", "# Memo\n\nThe secret diary of the lighthouse keeper.\n")
+    h = Harness(make_cfg(v, **{"index.batchFiles": 1}), FakeEmbedder())
+    graph = LinkGraph(h.stores.manifest.read)
+    real = h.indexer.writer.write
+
+    def batch(prepared: Any) -> None:
+        if any(p.note.key == "vault/Private/Memo" for p in prepared):  # read before the reload
+            assert h.indexer.set_excludes(["Private/"], True)
+        real(prepared)
+
+    try:
+        h.indexer.writer.write = batch  # type: ignore[method-assign]
+        h.indexer.sweep()
+        assert not h.stores.manifest.file_states_of(["vault/Private/Memo"])
+        link = graph.links_of("vault/Hub")[0]
+        assert (link["target"], link.get("excluded")) == ("vault/Private/Memo", "index.exclude: Private/")
+        assert h.indexer.activity.excluded == {"index.exclude: Private/": 1}
+    finally:
+        h.close()
+
+
 def _backfill(h: Harness, stop: threading.Event) -> threading.Thread:
     backfill = Backfill(
         h.cfg, h.slot, h.vectors, h.repair, problems=h.problems, activity=h.indexer.activity, stop=stop

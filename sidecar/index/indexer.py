@@ -255,7 +255,7 @@ class Indexer:
         remove_idle_inboxes(self.stores, self.cfg.memory.index_idle_days)
         # A removal of excluded notes failing after this sweep read its rules stays said.
         diff, mark = Diff(), self.problems.mark()
-        self._hot_excluded = {}
+        self._hot_excluded, self.writer.left_out = {}, {}
         self.writer.defer_links = not act.first_sweep_done
         excluded: dict[str, int] = {}
         every = self.changes.roots()
@@ -507,9 +507,13 @@ class Indexer:
         mark at the start of a full sweep, which removed every excluded note it found."""
         if whole is not None:
             self.problems.clear("exclusions", since=whole)
+            for rules in self.writer.left_out.values():  # listed before a reload excluded them
+                for rule in rules.values():
+                    self.activity.excluded[rule] = self.activity.excluded.get(rule, 0) + 1
         if every is None:
             _after(self._hot_excluded, diff.excluded)
         else:
+            _after(self._hot_excluded, self.writer.left_out)
             _after(diff.excluded, self._hot_excluded)
             self._hot_excluded = {}
         if diff.excluded:

@@ -56,6 +56,9 @@ class Writer:
         # (resolve_all_links): resolving after each batch as well would redo the whole vault's
         # names again and again.
         self.defer_links = False
+        # Notes a batch left out as excluded since they were read (``_write_groups``), for the
+        # sweep to record after its own findings (``Indexer._record_excluded``).
+        self.left_out: dict[str, dict[str, str]] = {}
         self.group: GroupCommit[Sequence[Prepared]] = GroupCommit(stores.write_lock)
 
     def write(self, prepared: Sequence[Prepared]) -> None:
@@ -71,13 +74,14 @@ class Writer:
         # comes second finds them indexed already (checked under the lock) and writes nothing.
         states = self.stores.manifest.file_states_of([p.note.key for p in prepared])
         fresh = []
-        same = left_out = 0
+        same = 0
+        left_out: dict[str, dict[str, str]] = {}  # key -> {key: the rule}, as a sweep finds them
         for p in prepared:
-            if self.excluded(p.note.key) is not None:
+            if (rule := self.excluded(p.note.key)) is not None:
                 # Listed or read before a reload excluded it (a long sweep's batch): written now,
                 # it was searchable after the reload answered, which removed what was in under
                 # this lock (``Indexer.remove_excluded``).
-                left_out += 1
+                left_out[p.note.key] = {p.note.key: rule}
             elif _already_indexed(p, states.get(p.note.key)):  # as a sweep treats an unchanged note
                 n = p.note
                 self.stores.manifest.touch(n.key, n.mtime_ns, n.size, n.ctime_ns, n.ids())
@@ -91,7 +95,11 @@ class Writer:
         if same:
             log.debug("write_skipped reason=already indexed with these bytes count=%d", same)
         if left_out:
-            log.info("write_skipped reason=excluded since read count=%d", left_out)
+            log.info("write_skipped reason=excluded since read count=%d", len(left_out))
+            # Recorded as excluded now (a link target, counted in health), not at the next sweep;
+            # kept for the sweep under way too, whose listing (older) would record them as absent.
+            self.set_excluded(left_out)
+            self.left_out.update(left_out)
         if fresh:
             self._write(fresh)
 
@@ -156,11 +164,15 @@ class Writer:
                     reresolve(db, self.wiki_subfolder, names=names, keys=list(keys))
         log.info("notes_deleted count=%d", len(keys))
 
-    def set_excluded(self, found: dict[str, dict[str, str]], sources: Collection[str]) -> None:
+    def set_excluded(self, found: dict[str, dict[str, str]], sources: Collection[str] | None = None) -> None:
         """Remember the excluded notes a sweep found (see ``links.set_excluded``); links whose
-        name one of those that came or went could mean are resolved again."""
+        name one of those that came or went could mean are resolved again. ``sources``: the
+        sources indexed (the rows of others go); None: every source's rows stay."""
         stores = self.stores
         with stores.write_lock, stores.manifest.transaction() as db:
+            if sources is None:
+                held = {row[0] for row in db.execute("SELECT DISTINCT source FROM excluded_notes")}
+                sources = held | {k.split("/", 1)[0] for k in found}
             changed = set_excluded(db, found, sources)
             if changed and not self.defer_links:
                 reresolve(db, self.wiki_subfolder, names=_names(sorted(changed)), keys=sorted(changed))
