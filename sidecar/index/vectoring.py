@@ -228,7 +228,8 @@ class Vectoring:
                 manifest.set_meta(PAUSED_SINCE, "")
             serving = self.stores.serving
             if serving is None or serving.store is not old:  # else attached (and reconciled) already
-                self._reconcile(old, "has_vector")
+                # The chunks deleted while no table was open are remembered for the second table too.
+                self._reconcile(old, "has_vector", forget=False)
             self._reconcile(new, "has_next")
             self.stores.serving = VectorSet(old, old_model, "has_vector")
             self.stores.building = VectorSet(new, model, "has_next")
@@ -242,10 +243,11 @@ class Vectoring:
         if serving is not None and not self._unsure and self.stores.building is None and not self._held:
             self.manifest.set_meta("vectors_clean", _stamp(serving.store))
 
-    def _reconcile(self, store: VectorStore, flag: str, hold: bool = False) -> int:
+    def _reconcile(self, store: VectorStore, flag: str, hold: bool = False, forget: bool = True) -> int:
         """Table and flags in agreement: doubled rows and rows of unknown chunks deleted (held
         instead with ``hold``, see ``first_sweep_done``), flags set as the table has them. How
-        many chunks were flagged (their vector was in the table)."""
+        many chunks were flagged (their vector was in the table). ``forget``: the chunks deleted
+        while no table was open are forgotten after (not while another table is attached next)."""
         manifest = self.manifest
         listed = store.id_list()
         in_table = set(listed)
@@ -269,6 +271,8 @@ class Vectoring:
             log.info("reconcile_vectors table=%s orphans=%d", store.name, len(orphans))
             self._keep_orphans(store, orphans)
             store.delete_ids(orphans)
+            if forget:
+                self.manifest.forget_kept_later()
         found = sorted((in_table & known) - flagged)
         with manifest.transaction() as db:
             manifest.set_has_vector(found, 1, db, flag)
@@ -277,22 +281,27 @@ class Vectoring:
 
     def _keep_orphans(self, store: VectorStore, orphans: list[str]) -> None:
         """Keep by text the vectors of the rows about to be deleted whose chunks were deleted
-        while no table was open (``_keep``); those remembered are then forgotten."""
+        while no table was open (``_keep``), as of when they were deleted (those deleted longer
+        ago than ``keep_seconds`` are not kept)."""
         if self.keep_max <= 0 or self.keep_seconds <= 0:
             return
-        later = self.manifest.kept_later(orphans)
+        now = time.time()
+        later = self.manifest.kept_later(orphans, now - self.keep_seconds)
         if later:
             vecs = store.vectors_of(sorted(later))
-            rows = [(later[cid], np.asarray(v, dtype=np.float32).tobytes()) for cid, v in vecs.items()]
-            now = time.time()
-            self.manifest.keep_vectors(store.name, rows, now)
+            # Kept as of their deletion: their age counts from then, not from this attach.
+            by_age: dict[float, list[tuple[str, bytes]]] = {}
+            for cid, v in vecs.items():
+                digest, at = later[cid]
+                by_age.setdefault(at, []).append((digest, np.asarray(v, dtype=np.float32).tobytes()))
+            for at, rows in by_age.items():
+                self.manifest.keep_vectors(store.name, rows, at)
             self.manifest.prune_kept(now - self.keep_seconds, self.keep_max)
             log.info(
                 "vectors_kept table=%s chunks=%d reason=deleted while no table was open",
                 store.name,
-                len(rows),
+                len(vecs),
             )
-        self.manifest.forget_kept_later()
 
     def settle(self) -> None:
         """The first sweep of a start has ended: the manifest names every chunk. Held rows it

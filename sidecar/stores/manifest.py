@@ -95,6 +95,7 @@ CREATE INDEX IF NOT EXISTS kept_by_age ON kept_vectors(kept_at);
 CREATE TABLE IF NOT EXISTS kept_later (
   chunk_id TEXT PRIMARY KEY, embed_hash TEXT NOT NULL, kept_at REAL NOT NULL
 );
+CREATE INDEX IF NOT EXISTS kept_later_by_age ON kept_later(kept_at);
 CREATE INDEX IF NOT EXISTS files_queue ON files(
   (CASE source WHEN 'memory' THEN 0 WHEN 'wiki' THEN 1 ELSE 2 END), mtime_ns DESC
 ) WHERE state = 'indexed';

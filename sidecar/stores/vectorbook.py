@@ -159,11 +159,18 @@ class VectorBook:
                 (keep_at_most,),
             )
 
-    def kept_later(self, chunk_ids: Sequence[str]) -> dict[str, str]:
-        """chunk id -> text hash of those of ``chunk_ids`` deleted while no table was open."""
-        return self._pairs(
-            "SELECT chunk_id, embed_hash FROM kept_later WHERE chunk_id IN ({marks})", chunk_ids
-        )
+    def kept_later(self, chunk_ids: Sequence[str], since: float) -> dict[str, tuple[str, float]]:
+        """chunk id -> (text hash, when it was deleted) of those of ``chunk_ids`` deleted while no
+        table was open, at ``since`` or later."""
+        out: dict[str, tuple[str, float]] = {}
+        for part, marks in _in_groups(chunk_ids):
+            rows = self._query(
+                f"SELECT chunk_id, embed_hash, kept_at FROM kept_later WHERE chunk_id IN ({marks}) "
+                "AND kept_at >= ?",
+                [*part, since],
+            )
+            out.update((cid, (h, float(at))) for cid, h, at in rows)
+        return out
 
     def forget_kept_later(self) -> None:
         with self.transaction() as db:
