@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FakeEmbedder, Harness
+from tests.conftest import FakeEmbedder, Harness, write
 from tests.index_helpers import (
     index_and_close,
     search,
@@ -1078,16 +1078,24 @@ def test_no_file_handles_left_moves_no_memory_index_aside(
     bm25_mod.open_bm25(tmp_path / "bm25").close()  # handles free again: it opens as it was
 
 
+@pytest.mark.parametrize("where", ["config", "obsidian"])
 def test_notes_excluded_while_stopped_leave_before_the_first_sweep_writes(
-    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
-    """A folder excluded in the configuration while the daemon was stopped (or by a reload asked
-    while read-only, carried into the switch): its notes stayed searchable through the whole first
-    sweep, whose deletions come after all its writes. They leave at the start, before any sweep."""
+    """A folder excluded in the configuration (or in Obsidian's Excluded files) while the daemon
+    was stopped, or by a reload asked while read-only, carried into the switch: its notes stayed
+    searchable through the whole first sweep, whose deletions come after all its writes. They
+    leave at the start, before any sweep."""
+    import json
+
     from sidecar.daemon import lifecycle
     from sidecar.daemon.lifecycle import Daemon
 
+    write(vault / ".obsidian/app.json", json.dumps({"userIgnoreFilters": []}))
     index_and_close(make_cfg(vault))
+    flags = {"index.exclude": "Projects/"} if where == "config" else {}
+    if where == "obsidian":
+        write(vault / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Projects/"]}))
     seen: list[list[str]] = []
 
     def no_loop(_cfg: Any, indexer: Any, *_a: Any, **_kw: Any) -> Any:
@@ -1095,7 +1103,7 @@ def test_notes_excluded_while_stopped_leave_before_the_first_sweep_writes(
         raise RuntimeError("stopped here: the loop would start the first sweep")
 
     monkeypatch.setattr(lifecycle, "IndexLoop", no_loop)
-    daemon = Daemon(make_cfg(vault, **{"index.exclude": "Projects/"}))
+    daemon = Daemon(make_cfg(vault, **flags))
     try:
         with pytest.raises(RuntimeError, match="stopped here"):
             daemon._start_parts()

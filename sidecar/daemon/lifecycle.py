@@ -273,10 +273,10 @@ class Daemon:
         for step in (
             indexer.finish_interrupted,
             # Notes the rules leave out now (a configuration edited while the daemon was stopped, or
-            # a reload asked while read-only) leave before the first sweep writes: its deletions
-            # come after all its writes, and they stayed searchable through it. Cheap: the keys are
-            # matched, nothing is read.
-            indexer.remove_excluded,
+            # a reload asked while read-only, Obsidian's settings edited meanwhile) leave before the
+            # first sweep writes: its deletions come after all its writes, and they stayed
+            # searchable through it. Cheap: the keys are matched, no note is read.
+            indexer.remove_excluded_at_start,
             indexer.reparse_if_chunking_changed,
             indexer.reread_canvases_if_read_differently,
         ):

@@ -172,6 +172,13 @@ class Indexer:
         keys = ("index.exclude", "index.obsidianExcludes", "index.obsidianTemplates")
         return ",".join(k for k, a, b in zip(keys, was, now, strict=True) if a != b)
 
+    def remove_excluded_at_start(self) -> int:
+        """At a start: Obsidian's settings read (an edit made while the daemon was stopped: the
+        rules a run before kept are in force until then), and the notes every rule leaves out
+        removed before the first sweep writes. How many notes."""
+        self._refresh_ignore()  # with the probe timeout: a share may hang
+        return self.remove_excluded()
+
     def reread_obsidian_rules(self) -> int:
         """Obsidian's settings changed (a file event): read them now and remove the notes they
         newly leave out, as a reload does. Read only when a sweep started, a folder excluded in
