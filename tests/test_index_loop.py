@@ -335,6 +335,122 @@ def test_a_note_made_in_an_excluded_folder_during_a_long_sweep_is_a_link_target(
         h.close()
 
 
+def test_a_folder_excluded_during_the_first_sweep_is_not_found_once_the_reload_is_done(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """A reload that excludes a folder while the first sweep runs, between a batch read and its
+    write: the folder's notes the sweep wrote already leave before the reload's part returns, and
+    the batch read before it writes none of them (both were found by search until a later sweep)."""
+    v = tmp_path / "first"
+    for i in range(6):
+        write(v / f"Private/p{i}.md", f"# P{i}\n\nThe secret diary of the lighthouse keeper {i}.\n")
+    write(v / "Open.md", "# Open\n\nThe public history of the lighthouse.\n")
+    h = Harness(make_cfg(v, **{"index.batchFiles": 2}), FakeEmbedder())
+    real = h.indexer.writer.write
+    batches: list[list[str]] = []
+    paused, go = threading.Event(), threading.Event()
+
+    def write_batch(prepared: Any) -> None:
+        batches.append([p.note.key for p in prepared])
+        if len(batches) == 2:  # the first batch is in; this one was listed and read before the reload
+            paused.set()
+            assert go.wait(30)
+        real(prepared)
+
+    def private() -> tuple[list[str], list[str]]:
+        found = [x["reference"] for x in search(h, "secret diary lighthouse keeper", min_score=0)]
+        indexed = list(h.stores.manifest.file_states("vault/Private/"))
+        return [r for r in found if r.startswith("vault/Private/")], indexed
+
+    h.indexer.writer.write = write_batch  # type: ignore[method-assign]
+    failed: list[BaseException] = []
+
+    def sweep() -> None:
+        try:
+            h.indexer.sweep()
+        except BaseException as exc:
+            failed.append(exc)
+
+    worker = threading.Thread(target=sweep, daemon=True)
+    try:
+        worker.start()
+        assert paused.wait(30)
+        assert all(any(k.startswith("vault/Private/") for k in b) for b in batches)
+        assert all(private()), "the first batch's private notes are in"
+        # What the reload does (Daemon._reload): the new rules, then what they leave out removed.
+        assert h.indexer.set_excludes(["Private/"], False)
+        assert h.indexer.remove_excluded() >= 1
+        assert private() == ([], [])
+        go.set()
+        worker.join(30)
+        assert not worker.is_alive() and not failed
+        assert private() == ([], [])
+        assert h.stores.manifest.file_states_of(["vault/Open"])
+    finally:
+        go.set()
+        worker.join(30)
+        h.close()
+
+
+@pytest.mark.parametrize("settings", ["app.json", "templates.json"])
+def test_a_folder_excluded_in_obsidian_leaves_on_the_settings_event(
+    make_cfg: Any, tmp_path: Path, settings: str
+) -> None:
+    """Obsidian's Excluded files (or templates folder) edited without a reload: the rules were read
+    only when a sweep started, so during a long sweep its notes were written and found for up to
+    two sweeps. The settings file's event reads them and removes the notes at once."""
+    v = tmp_path / "v"
+    write(v / "Private/p.md", "# P\n\nThe secret diary of the lighthouse keeper.\n")
+    write(v / "Open.md", "# Open\n\nThe public history of the harbour.\n")
+    write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": []}))
+    h = Harness(make_cfg(v), FakeEmbedder())
+    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+    try:
+        h.sweep()
+        assert h.stores.manifest.file_states_of(["vault/Private/p"])
+        if settings == "app.json":
+            write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Private/"]}))
+        else:
+            write(v / ".obsidian/templates.json", json.dumps({"folder": "Private"}))
+        loop.changed({str(v / ".obsidian" / settings)})  # no sweep runs: the loop is not started
+        assert not h.stores.manifest.file_states_of(["vault/Private/p"])
+        found = [x["reference"] for x in search(h, "secret diary lighthouse keeper", min_score=0)]
+        assert "vault/Private/p" not in found
+        assert h.indexer.excluded_by("vault/Private/p") is not None
+        assert h.stores.manifest.file_states_of(["vault/Open"])
+    finally:
+        h.close()
+
+
+def test_a_note_a_batch_leaves_out_after_a_reload_is_recorded_as_excluded(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """A note read before a reload excluded it is left out by its batch's write: it was not
+    recorded as excluded, so a link to it stayed unresolved and health did not count it until
+    the next sweep."""
+    v = tmp_path / "v"
+    write(v / "Hub.md", "# Hub\n\nSee [[Memo]].\n")
+    write(v / "Private/Memo.md", "# Memo\n\nThe secret diary of the lighthouse keeper.\n")
+    h = Harness(make_cfg(v, **{"index.batchFiles": 1}), FakeEmbedder())
+    graph = LinkGraph(h.stores.manifest.read)
+    real = h.indexer.writer.write
+
+    def batch(prepared: Any) -> None:
+        if any(p.note.key == "vault/Private/Memo" for p in prepared):  # read before the reload
+            assert h.indexer.set_excludes(["Private/"], True)
+        real(prepared)
+
+    try:
+        h.indexer.writer.write = batch  # type: ignore[method-assign]
+        h.indexer.sweep()
+        assert not h.stores.manifest.file_states_of(["vault/Private/Memo"])
+        link = graph.links_of("vault/Hub")[0]
+        assert (link["target"], link.get("excluded")) == ("vault/Private/Memo", "index.exclude: Private/")
+        assert h.indexer.activity.excluded == {"index.exclude: Private/": 1}
+    finally:
+        h.close()
+
+
 def _backfill(h: Harness, stop: threading.Event) -> threading.Thread:
     backfill = Backfill(
         h.cfg, h.slot, h.vectors, h.repair, problems=h.problems, activity=h.indexer.activity, stop=stop
@@ -913,5 +1029,37 @@ def test_sweep_requests_are_queued_in_the_order_of_their_tickets(make_cfg: Any, 
         other.join(10)
         queued = [loop.jobs.get_nowait().ticket for _ in range(2)]
         assert queued == [first, first + 1]
+    finally:
+        h.close()
+
+
+def test_a_removal_that_fails_is_said_in_status_until_a_sweep_removes_the_notes(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """The notes a reload newly excludes could not be removed (a full disk): the reload said so
+    in its answer only, and status said nothing while search still found them."""
+    from sidecar.contracts.errors import StoreError
+
+    v = tmp_path / "v"
+    write(v / "Private/p.md", "# P\n\nThe secret diary of the lighthouse keeper.\n")
+    write(v / "Open.md", "# Open\n\nThe public history of the harbour.\n")
+    h = Harness(make_cfg(v), FakeEmbedder())
+    real = h.indexer.delete
+
+    def full(_keys: Any) -> None:
+        raise StoreError("database or disk is full")
+
+    try:
+        h.sweep()
+        assert h.indexer.set_excludes(["Private/"], True)
+        h.indexer.delete = full  # type: ignore[method-assign]
+        with pytest.raises(StoreError):
+            h.indexer.remove_excluded()
+        problem = next(p for p in h.problems.active() if p["area"] == "exclusions")
+        assert "could not be removed" in problem["error"] and "search may still find them" in problem["error"]
+        h.indexer.delete = real  # type: ignore[method-assign]
+        h.sweep()
+        assert not h.stores.manifest.file_states_of(["vault/Private/p"])
+        assert not [p for p in h.problems.active() if p["area"] == "exclusions"]
     finally:
         h.close()

@@ -691,9 +691,9 @@ def test_full_sweep_overwrites_what_events_recorded_meanwhile(make_cfg: Any, vau
         calls: list[dict[str, Any]] = []
         real_record = h.indexer._record_excluded
 
-        def record(diff: Any, every: Any) -> None:
+        def record(diff: Any, every: Any, *rest: Any) -> None:
             calls.append({k: dict(v) for k, v in diff.excluded.items()})
-            real_record(diff, every)
+            real_record(diff, every, *rest)
 
         h.indexer._record_excluded = record  # type: ignore[method-assign]
         h.indexer.sweep()

@@ -20,6 +20,7 @@ from sidecar.notes.dayformat import compile_format, day_of_path
 from sidecar.stores.cjk import bigrams
 from sidecar.vault.sources import CANVAS_TWIN_REASON, path_for_key
 from tests.conftest import KEYWORD_ONLY, DaemonProcess, FakeEmbedder, Harness, write
+from tests.index_helpers import search
 
 
 def _keys(h: Harness) -> set[str]:
@@ -308,10 +309,11 @@ def test_daemon_links_related_and_excludes_after_reload(daemon_factory: Any, tmp
     assert d.call("search", {"query": "outboard engine", "minScore": 0})["hits"]
     cfg_file.write_text("embedder:\n  enabled: false\nindex:\n  exclude: [Projects/]\n")
     assert "index.exclude" in d.call("reload")["changed"]
-    _wait(lambda: not d.call("search", {"query": "outboard engine", "minScore": 0})["hits"])
-    # The keyword index lets go of a note just before the manifest does: waited for too.
-    _wait(lambda: not d.call("why", {"reference": "vault/Projects/Boat", "query": "engine"})["indexed"])
+    # Gone once the reload answered (not with the sweep it asks for).
+    assert not d.call("search", {"query": "outboard engine", "minScore": 0})["hits"]
     why = d.call("why", {"reference": "vault/Projects/Boat", "query": "engine"})
+    assert why["indexed"] is False
+    _wait(lambda: d.health()["index"]["excluded"] == {"index.exclude: Projects/": 1})  # the sweep's count
     assert why["indexed"] is False and why["excluded"] == "index.exclude: Projects/"
     assert d.health()["index"]["excluded"] == {"index.exclude: Projects/": 1}
     assert d.health()["index"]["links"] == {"links": 6, "unresolved": 1}
@@ -1583,3 +1585,50 @@ def test_a_malformed_calendar_setting_is_told_once_per_change(
     assert [r.getMessage().split()[0] for r in caplog.records] == ["week_start_settings_unreadable"]
     settings.write_bytes(b'\xef\xbb\xbf{"weekStart": "saturday"}')
     assert week.refresh() == 5
+
+
+@pytest.mark.parametrize("toggle", ["excludes", "templates"])
+def test_obsidian_rules_turned_on_by_a_reload_are_in_force_when_it_answers(
+    tmp_path: Path, make_cfg: Any, toggle: str
+) -> None:
+    """index.obsidianExcludes (or obsidianTemplates) turned on by a reload: the rules were built
+    without reading Obsidian's settings, so the removal at the reload found nothing to remove and
+    the folder stayed searchable until the next sweep read them."""
+    v = tmp_path / "v"
+    folder = "Private" if toggle == "excludes" else "Tpl"
+    write(v / f"{folder}/p.md", "# P\n\nThe secret diary of the lighthouse keeper.\n")
+    write(v / "Open.md", "# Open\n\nThe public history of the harbour.\n")
+    write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Private/"]}))
+    write(v / ".obsidian/templates.json", json.dumps({"folder": "Tpl"}))
+    key = f"index.obsidian{toggle.capitalize()}"
+    h = Harness(make_cfg(v, **{key: "false"}), FakeEmbedder())
+    try:
+        h.sweep()
+        assert f"vault/{folder}/p" in _keys(h)
+        before = (False, True) if toggle == "excludes" else (True, False)
+        assert (h.indexer.ignore.obsidian, h.indexer.ignore.templates) == before
+        assert h.indexer.set_excludes([], True, True) == key
+        assert h.indexer.remove_excluded() == 1
+        assert f"vault/{folder}/p" not in _keys(h)
+        found = [x["reference"] for x in search(h, "secret diary lighthouse keeper", min_score=0)]
+        assert f"vault/{folder}/p" not in found
+    finally:
+        h.close()
+
+
+def test_an_exclude_reload_reads_obsidians_settings_anew(tmp_path: Path, make_cfg: Any) -> None:
+    """An index.exclude edit reloaded together with an app.json edit: the new rules carried the
+    app.json text read before, and the folder newly excluded there stayed in until the next sweep."""
+    v = tmp_path / "v"
+    write(v / "Private/p.md", "# P\n\nThe secret diary of the lighthouse keeper.\n")
+    write(v / "Archive/a.md", "# A\n\nOld archived plans.\n")
+    write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": []}))
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Private/"]}))
+        assert h.indexer.set_excludes(["Archive/"], True) == "index.exclude"
+        assert h.indexer.remove_excluded() == 2
+        assert not {"vault/Private/p", "vault/Archive/a"} & _keys(h)
+    finally:
+        h.close()

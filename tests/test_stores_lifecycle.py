@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FakeEmbedder, Harness
+from tests.conftest import FakeEmbedder, Harness, write
 from tests.index_helpers import (
     index_and_close,
     search,
@@ -1140,3 +1140,71 @@ def test_a_start_out_of_file_handles_stops_with_the_stores_error_and_moves_nothi
         assert search(h, "spark plugs")[0]["reference"] == "vault/Projects/Boat"
     finally:
         h.close()
+
+
+@pytest.mark.parametrize("where", ["config", "obsidian"])
+def test_notes_excluded_while_stopped_leave_before_the_first_sweep_writes(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A folder excluded in the configuration (or in Obsidian's Excluded files) while the daemon
+    was stopped, or by a reload asked while read-only, carried into the switch: its notes stayed
+    searchable through the whole first sweep, whose deletions come after all its writes. They
+    leave at the start, before any sweep."""
+    import json
+
+    from sidecar.daemon import lifecycle
+    from sidecar.daemon.lifecycle import Daemon
+
+    write(vault / ".obsidian/app.json", json.dumps({"userIgnoreFilters": []}))
+    index_and_close(make_cfg(vault))
+    flags = {"index.exclude": "Projects/"} if where == "config" else {}
+    if where == "obsidian":
+        write(vault / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Projects/"]}))
+    seen: list[list[str]] = []
+
+    def no_loop(_cfg: Any, indexer: Any, *_a: Any, **_kw: Any) -> Any:
+        seen.append(list(indexer.manifest.file_states("vault/Projects/")))
+        raise RuntimeError("stopped here: the loop would start the first sweep")
+
+    monkeypatch.setattr(lifecycle, "IndexLoop", no_loop)
+    daemon = Daemon(make_cfg(vault, **flags))
+    try:
+        with pytest.raises(RuntimeError, match="stopped here"):
+            daemon._start_parts()
+    finally:
+        daemon.notifier.close()
+    assert seen == [[]]
+
+
+def test_a_removal_failing_in_any_way_leaves_the_rest_of_the_reload_applied(
+    make_cfg: Any, vault: Path
+) -> None:
+    """Only store, OS and SQLite errors of the removal at a reload were caught: any other skipped
+    the rest of the reload (the vector limit, the restart keys) and the answer said nothing of it."""
+    from types import SimpleNamespace
+
+    from sidecar.daemon.lifecycle import Daemon
+
+    cfg = make_cfg(vault)
+    new = make_cfg(vault, **{"index.exclude": "Projects/", "index.maxVectorChunksPerNote": 7})
+
+    def broken() -> int:
+        raise ValueError("an unforeseen failure")
+
+    manifest = SimpleNamespace(vector_cap=cfg.index.max_vector_chunks_per_note)
+    written: list[bool] = []
+    daemon = Daemon(cfg)
+    daemon.parts = SimpleNamespace(  # type: ignore[assignment]
+        vectors=SimpleNamespace(tune=lambda *_a: None, notify_written=lambda: written.append(True)),
+        indexer=SimpleNamespace(set_excludes=lambda *_a: "index.exclude", remove_excluded=broken),
+        stores=SimpleNamespace(manifest=manifest),
+    )
+    daemon.loop = SimpleNamespace(request_sweep=lambda *_a, **_k: 1)  # type: ignore[assignment]
+    changed: list[str] = []
+    try:
+        unremoved = daemon._reload_index(new, changed)
+    finally:
+        daemon.notifier.close()
+    assert isinstance(unremoved, ValueError)
+    assert changed == ["index.exclude", "index.maxVectorChunksPerNote"]
+    assert manifest.vector_cap == 7 and written == [True]

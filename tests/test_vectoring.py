@@ -9,6 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from sidecar.contracts.errors import DiskFullError
@@ -52,6 +53,109 @@ def test_identical_text_is_embedded_once_across_notes(harness: Harness) -> None:
     copies = [c.chunk_id for c in harness.stores.manifest.chunks_of("vault/2024/Weekly review")]
     got = store.vectors_of(ids + copies)
     assert all((got[a] == got[b]).all() for a, b in zip(ids, copies, strict=True))
+
+
+def _private_folder(vault: Path, notes: int = 4) -> None:
+    for i in range(notes):
+        body = "".join(f"## Part {j}\n\nPrivate diary {i}, entry {j}: the canoe trip.\n\n" for j in range(3))
+        write(vault / "Private" / f"Diary {i}.md", f"# Diary {i}\n\n{body}")
+
+
+def test_a_folder_excluded_and_let_back_in_keeps_its_vectors(harness: Harness) -> None:
+    """A folder excluded by a reload and let back in by the next: its notes come back with their
+    kept vectors as they are written, nothing runs the model and no chunk waits for a vector (was:
+    every chunk counted as waiting, with the model's ETA, until the backfill got to them)."""
+    vault = harness.cfg.vault.path
+    assert vault is not None
+    _private_folder(vault)
+    model = harness.slot.model
+    assert isinstance(model, FakeEmbedder)
+    harness.sweep()
+    private = list(harness.stores.manifest.file_states("vault/Private/"))
+    chunks = sum(len(harness.stores.manifest.chunk_ids(k)) for k in private)
+    assert len(private) == 4 and chunks >= 12
+    harness.indexer.set_excludes(["Private/"], False)
+    harness.sweep()
+    assert not harness.stores.manifest.file_states("vault/Private/")
+    model.embedded.clear()
+    harness.indexer.set_excludes([], False)
+    harness.indexer.sweep()  # the sweep alone: no backfill batch runs
+    assert sorted(harness.stores.manifest.file_states("vault/Private/")) == sorted(private)
+    assert harness.stores.manifest.pending_count() == 0
+    assert harness.vectors.kept_reused == chunks
+    assert store_counts(harness)[0] == store_counts(harness)[2]
+    assert harness.vectors.embed_pending() == 0
+    assert model.embedded == []
+    hits = search(harness, "diary entry about the canoe trip")
+    assert hits[0]["reference"].startswith("vault/Private/") and hits[0]["vecScore"] is not None
+
+
+def test_a_folder_excluded_while_no_vector_table_is_open_keeps_its_vectors(harness: Harness) -> None:
+    """Notes deleted while no vector table is open (the model loading at a start, or failed):
+    their rows stay in the table until it is attached, whose reconcile deleted them as unknown;
+    their vectors are kept by text first, so the folder let back in is not embedded again."""
+    vault = harness.cfg.vault.path
+    assert vault is not None
+    _private_folder(vault)
+    model = harness.slot.model
+    assert isinstance(model, FakeEmbedder)
+    harness.sweep()
+    serving = harness.stores.serving
+    assert serving is not None
+    harness.stores.serving = None  # the model is loading: nothing is attached
+    harness.indexer.set_excludes(["Private/"], False)
+    harness.indexer.sweep()
+    assert not harness.stores.manifest.file_states("vault/Private/")
+    harness.vectors.attach(serving.store, model)
+    assert store_counts(harness)[0] == store_counts(harness)[2]  # the unknown rows are gone
+    model.embedded.clear()
+    harness.indexer.set_excludes([], False)
+    harness.indexer.sweep()
+    assert len(harness.stores.manifest.file_states("vault/Private/")) == 4
+    assert harness.stores.manifest.pending_count() == 0
+    assert harness.vectors.embed_pending() == 0 and model.embedded == []
+
+
+def _private_deleted_while_detached(harness: Harness) -> tuple[Any, list[str], dict[str, str]]:
+    """The private folder indexed, then excluded while no vector table is open: the serving set,
+    the folder's chunk ids and their text hashes."""
+    vault = harness.cfg.vault.path
+    assert vault is not None
+    _private_folder(vault, notes=2)
+    harness.sweep()
+    serving = harness.stores.serving
+    assert serving is not None
+    keys = list(harness.stores.manifest.file_states("vault/Private/"))
+    ids = harness.stores.manifest.chunk_ids_of(keys)
+    hashes = harness.stores.manifest.embed_hashes(ids)
+    harness.stores.serving = None  # the model is loading: nothing is attached
+    harness.indexer.set_excludes(["Private/"], False)
+    harness.indexer.sweep()
+    return serving, ids, hashes
+
+
+def test_vectors_remembered_while_detached_keep_their_age(harness: Harness) -> None:
+    """Chunks deleted while no table was open were kept by text as of the attach, however long
+    ago they went: past index.keepDeletedVectorsHours they are no longer kept."""
+    serving, _ids, hashes = _private_deleted_while_detached(harness)
+    with harness.stores.manifest.transaction() as db:
+        db.execute("UPDATE kept_later SET kept_at = kept_at - ?", (harness.vectors.keep_seconds + 60,))
+    harness.vectors.attach(serving.store, serving.model)
+    assert harness.stores.manifest.kept_vectors(serving.store.name, sorted(set(hashes.values()))) == {}
+
+
+def test_vectors_remembered_while_detached_are_kept_for_both_tables_of_a_migration(harness: Harness) -> None:
+    """A migration attaches two tables: the first one's reconcile forgot every remembered chunk,
+    so the second (the table being built) deleted its rows of them without keeping them."""
+    serving, ids, hashes = _private_deleted_while_detached(harness)
+    other = OtherModel()
+    new_table = open_vectors(harness.cfg, other.model_id, other.dim, other.pooling)
+    rows = [(cid, "vault/Private/x", "vault", "") for cid in ids]
+    new_table.add(rows, np.ones((len(rows), other.dim), dtype=np.float32))
+    harness.vectors.begin_migration(serving.store, serving.model, new_table, other)
+    wanted = sorted(set(hashes.values()))
+    assert len(harness.stores.manifest.kept_vectors(serving.store.name, wanted)) == len(wanted)
+    assert len(harness.stores.manifest.kept_vectors(new_table.name, wanted)) == len(wanted)
 
 
 def test_orphan_and_missing_vectors_are_reconciled(harness: Harness) -> None:

@@ -74,7 +74,8 @@ class IndexConfig:
     exclude: tuple[str, ...] = _opt(
         (),
         "Notes to leave out, as gitignore patterns relative to the vault (e.g. [Templates/, "
-        "Archive/, '*.excalidraw.md']); excluded notes leave the index on the next sweep.",
+        "Archive/, '*.excalidraw.md']); newly excluded notes leave the index when the reload that "
+        "brings the pattern answers (or at a start, before the first sweep).",
     )
     obsidian_excludes: bool = _opt(
         True, "Also leave out what Obsidian's 'Excluded files' setting (.obsidian/app.json) names."

@@ -218,6 +218,12 @@ class IndexLoop:
             log.info("obsidian_settings_changed files=%d", len(settings))
             paths = paths - settings
             self.jobs.put(Job())
+            # What Obsidian now excludes leaves at once (the sweep would read it at its start,
+            # after a sweep under way had written it); the sweep still applies the rest.
+            try:
+                self.indexer.reread_obsidian_rules()
+            except Exception as exc:  # the watcher's thread must not end: the sweep queued removes them
+                log.error("excluded_notes_removal_failed error=%s; the sweep queued removes them", exc)
         if paths:
             self.jobs.put(Job(roots=frozenset(), paths=frozenset(paths), told=True))
         elif not settings:

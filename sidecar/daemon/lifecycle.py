@@ -272,6 +272,11 @@ class Daemon:
         indexer, problems, vectors = parts.indexer, parts.problems, parts.vectors
         for step in (
             indexer.finish_interrupted,
+            # Notes the rules leave out now (a configuration edited while the daemon was stopped, or
+            # a reload asked while read-only, Obsidian's settings edited meanwhile) leave before the
+            # first sweep writes: its deletions come after all its writes, and they stayed
+            # searchable through it. Cheap: the keys are matched, no note is read.
+            indexer.remove_excluded_at_start,
             indexer.reparse_if_chunking_changed,
             indexer.reread_canvases_if_read_differently,
         ):
@@ -813,24 +818,7 @@ class Daemon:
         self._retriever.recall_cfg = new.recall
         self._retriever.model_stem = model_stem(new)
         self._retriever.model_gates = model_gates(new)
-        parts, loop = self.parts, self.loop
-        if parts is not None and loop is not None:
-            s = new.search
-            parts.vectors.tune(s.ann_index, s.ann_probes, s.ann_threshold)
-            which = parts.indexer.set_excludes(
-                new.index.exclude, new.index.obsidian_excludes, new.index.obsidian_templates
-            )
-            if which is not None:
-                changed.extend(which.split(","))
-                # Excluded notes leave, included ones come: no events were lost for those.
-                loop.request_sweep(False, None, frozenset(), audit=False)
-            cap = new.index.max_vector_chunks_per_note
-            if parts.stores.manifest.vector_cap != cap:
-                # Read by every query of pending vectors: a raised limit queues the chunks it lets
-                # in (the backfill is woken for them), a lowered one keeps the vectors computed.
-                parts.stores.manifest.vector_cap = cap
-                changed.append("index.maxVectorChunksPerNote")
-                parts.vectors.notify_written()
+        unremoved = self._reload_index(new, changed)
         log.info("config_reloaded changed=%s", ",".join(changed) or "nothing")
         for warning in new.warnings:  # at the start the command line said them on stderr
             log.warning("config_warning %s", warning)
@@ -860,7 +848,46 @@ class Daemon:
         # a tool writing in pieces) left a valid start of the file, applied now: if the file
         # changes in the next seconds, it is read again (the tick looks).
         self._recheck = (self._read_stamp, time.monotonic() + _RECHECK_S)
+        if unremoved is not None:
+            raise StorageError(
+                f"the configuration is applied, but the notes it now excludes could not be removed "
+                f"from the index yet ({unremoved}); the sweep queued removes them, and until then "
+                "search may still find them"
+            )
         return {"reloaded": True, "changed": changed, "needsRestart": restart}
+
+    def _reload_index(self, new: Config, changed: list[str]) -> Exception | None:
+        """The index's reloadable settings applied (their keys added to ``changed``); the error
+        that kept the notes now excluded from being removed, if one did."""
+        parts, loop = self.parts, self.loop
+        if parts is None or loop is None:
+            return None
+        unremoved: Exception | None = None
+        s = new.search
+        parts.vectors.tune(s.ann_index, s.ann_probes, s.ann_threshold)
+        which = parts.indexer.set_excludes(
+            new.index.exclude, new.index.obsidian_excludes, new.index.obsidian_templates
+        )
+        if which is not None:
+            changed.extend(which.split(","))
+            # Excluded notes leave, included ones come: no events were lost for those.
+            loop.request_sweep(False, None, frozenset(), audit=False)
+            # Those it leaves out leave before the answer: excluded for privacy, a folder must not
+            # be found once the reload said it was applied (a running first sweep let them in
+            # until its end and the next sweep's).
+            try:
+                parts.indexer.remove_excluded()
+            except Exception as exc:  # any: the rest of the reload is applied all the same
+                log.error("excluded_notes_removal_failed error=%s; the sweep asked removes them", exc)
+                unremoved = exc
+        cap = new.index.max_vector_chunks_per_note
+        if parts.stores.manifest.vector_cap != cap:
+            # Read by every query of pending vectors: a raised limit queues the chunks it lets
+            # in (the backfill is woken for them), a lowered one keeps the vectors computed.
+            parts.stores.manifest.vector_cap = cap
+            changed.append("index.maxVectorChunksPerNote")
+            parts.vectors.notify_written()
+        return unremoved
 
     def _recheck_config(self) -> None:
         """On the tick: the file read by the last reload changed within ``_RECHECK_S`` after it:

@@ -131,7 +131,7 @@ class Indexer:
         )  # time phrases' weeks (Calendar plugin)
         self.problems = problems
         self.changes = ChangeFinder(cfg, stores.manifest, supervisor, problems, self.excluded_by)
-        self.writer = Writer(stores, vectors, cfg.vault.wiki_subfolder)
+        self.writer = Writer(stores, vectors, cfg.vault.wiki_subfolder, self.excluded_by)
         self.links = LinkReread(self.manifest, self.writer, cfg.index.max_file_bytes)
         # Paths saved while a long sweep runs, and where to give back those it cannot take (set
         # by the index loop; see ``_index_hot``).
@@ -167,9 +167,58 @@ class Indexer:
         rules = IgnoreRules(patterns, self.cfg.vault.path, obsidian, self.ignore.clock, templates)
         rules.carry_over(self.ignore)
         self.ignore = rules
-        self.problems.clear("obsidian_settings")  # said again by the next read if still true
+        self.problems.clear("obsidian_settings")  # said again by the read below if still true
+        # Obsidian's settings read anew now, not at the next sweep: rules turned on by the reload
+        # (or an app.json edited with it) are in force when the removal that follows asks them.
+        self._refresh_ignore()
         keys = ("index.exclude", "index.obsidianExcludes", "index.obsidianTemplates")
         return ",".join(k for k, a, b in zip(keys, was, now, strict=True) if a != b)
+
+    def remove_excluded_at_start(self) -> int:
+        """At a start: Obsidian's settings read (an edit made while the daemon was stopped: the
+        rules a run before kept are in force until then), and the notes every rule leaves out
+        removed before the first sweep writes. How many notes."""
+        self._refresh_ignore()  # with the probe timeout: a share may hang
+        return self.remove_excluded()
+
+    def reread_obsidian_rules(self) -> int:
+        """Obsidian's settings changed (a file event): read them now and remove the notes they
+        newly leave out, as a reload does. Read only when a sweep started, a folder excluded in
+        Obsidian during a long sweep was written by it and searchable for up to two sweeps. How
+        many notes left."""
+        rules = self.ignore
+        if self.set_excludes(rules.patterns, rules.obsidian, rules.templates) is None:
+            return 0
+        return self.remove_excluded()
+
+    def remove_excluded(self) -> int:
+        """Remove from every store the notes the rules leave out now (a reload changed them), at
+        once: left to the sweep the reload asks for, a private folder excluded during a long sweep
+        stayed searchable until that sweep had ended and the next one ran. Every batch asks the
+        rules while it holds the write lock (``Writer``): once the lock was free after the change,
+        a batch that asked before is committed (and listed here), any later one leaves the notes
+        out. How many notes."""
+        with self.stores.write_lock:
+            pass  # not held while every key is matched (seconds in a large vault)
+        keys = [
+            k
+            for prefix in ("vault/", "wiki/")
+            for k in self.manifest.file_states(prefix)
+            if self.excluded_by(k) is not None
+        ]
+        try:
+            self.delete(keys)
+        except Exception as exc:  # said in status until a full sweep (or a removal) takes them out
+            self.problems.report(
+                "exclusions",
+                f"{len(keys)} notes the rules now leave out could not be removed from the index yet "
+                f"({exc}); the next sweep removes them, until then search may still find them",
+            )
+            raise
+        self.problems.clear("exclusions")
+        if keys:
+            log.info("excluded_notes_removed count=%d", len(keys))
+        return len(keys)
 
     def excluded_by(self, key: str) -> str | None:
         """The rule that leaves this note out of the index, or None."""
@@ -213,8 +262,9 @@ class Indexer:
             refill_new_bm25(self.stores, stop)
         self.stores.bm25.close_idle()  # the inboxes a person's search kept open, once it is a while ago
         remove_idle_inboxes(self.stores, self.cfg.memory.index_idle_days)
-        diff = Diff()
-        self._hot_excluded = {}
+        # A removal of excluded notes failing after this sweep read its rules stays said.
+        diff, mark = Diff(), self.problems.mark()
+        self._hot_excluded, self.writer.left_out = {}, {}
         self.writer.defer_links = not act.first_sweep_done
         excluded: dict[str, int] = {}
         every = self.changes.roots()
@@ -244,7 +294,7 @@ class Indexer:
         self.found_by_listing = self._found_by_listing(diff, listed)
         changed = self._apply(diff, moves, every if not paths else None, progress, stop)
         self._retire_emptied(diff.gone, names)
-        self._record_excluded(diff, every)
+        self._record_excluded(diff, every, mark if only is None and not paths else None)
         if not act.first_sweep_done:
             self._first_sweep_ends(only is None and not paths, stop)
         act.sweeps += 1
@@ -459,13 +509,20 @@ class Indexer:
             raise
         log.debug("hot_paths paths=%d indexed=%d deleted=%d", len(hot), len(diff.work), len(diff.gone))
 
-    def _record_excluded(self, diff: Diff, every: Sequence[Root] | None) -> None:
+    def _record_excluded(self, diff: Diff, every: Sequence[Root] | None, whole: int | None = None) -> None:
         """The excluded notes a sweep found, as link targets (notes.links.set_excluded); ``every``:
         the roots of a sweep, None for the file events taken between its batches, whose findings
-        are applied again after the sweep's own (newer than its listing)."""
+        are applied again after the sweep's own (newer than its listing). ``whole``: the problems'
+        mark at the start of a full sweep, which removed every excluded note it found."""
+        if whole is not None:
+            self.problems.clear("exclusions", since=whole)
+            for rules in self.writer.left_out.values():  # listed before a reload excluded them
+                for rule in rules.values():
+                    self.activity.excluded[rule] = self.activity.excluded.get(rule, 0) + 1
         if every is None:
             _after(self._hot_excluded, diff.excluded)
         else:
+            _after(self._hot_excluded, self.writer.left_out)
             _after(diff.excluded, self._hot_excluded)
             self._hot_excluded = {}
         if diff.excluded:

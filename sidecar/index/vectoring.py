@@ -20,7 +20,7 @@ import logging
 import sqlite3
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from threading import Event, Lock, RLock
@@ -35,7 +35,7 @@ from sidecar.model.embedder import Embedder
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.group import GroupCommit
 from sidecar.stores.bm25 import Bm25Index
-from sidecar.stores.manifest import Manifest
+from sidecar.stores.manifest import ChunkRecord, Manifest
 from sidecar.stores.vectors import VectorStore, drop_table
 
 log = logging.getLogger(__name__)
@@ -243,7 +243,8 @@ class Vectoring:
                 manifest.set_meta(PAUSED_SINCE, "")
             serving = self.stores.serving
             if serving is None or serving.store is not old:  # else attached (and reconciled) already
-                self._reconcile(old, "has_vector")
+                # The chunks deleted while no table was open are remembered for the second table too.
+                self._reconcile(old, "has_vector", forget=False)
             self._reconcile(new, "has_next")
             self.stores.serving = VectorSet(old, old_model, "has_vector")
             self.stores.building = VectorSet(new, model, "has_next")
@@ -257,10 +258,11 @@ class Vectoring:
         if serving is not None and not self._unsure and self.stores.building is None and not self._held:
             self.manifest.set_meta("vectors_clean", _stamp(serving.store))
 
-    def _reconcile(self, store: VectorStore, flag: str, hold: bool = False) -> int:
+    def _reconcile(self, store: VectorStore, flag: str, hold: bool = False, forget: bool = True) -> int:
         """Table and flags in agreement: doubled rows and rows of unknown chunks deleted (held
         instead with ``hold``, see ``first_sweep_done``), flags set as the table has them. How
-        many chunks were flagged (their vector was in the table)."""
+        many chunks were flagged (their vector was in the table). ``forget``: the chunks deleted
+        while no table was open are forgotten after (not while another table is attached next)."""
         manifest = self.manifest
         listed = store.id_list()
         in_table = set(listed)
@@ -282,12 +284,40 @@ class Vectoring:
             self._held = (store, set(orphans))
         elif orphans:
             log.info("reconcile_vectors table=%s orphans=%d", store.name, len(orphans))
+            self._keep_orphans(store, orphans)
             store.delete_ids(orphans)
+            if forget:
+                self.manifest.forget_kept_later()
         found = sorted((in_table & known) - flagged)
         with manifest.transaction() as db:
             manifest.set_has_vector(found, 1, db, flag)
             manifest.set_has_vector(sorted(flagged - in_table), 0, db, flag)
         return len(found)
+
+    def _keep_orphans(self, store: VectorStore, orphans: list[str]) -> None:
+        """Keep by text the vectors of the rows about to be deleted whose chunks were deleted
+        while no table was open (``_keep``), as of when they were deleted (those deleted longer
+        ago than ``keep_seconds`` are not kept)."""
+        if self.keep_max <= 0 or self.keep_seconds <= 0:
+            return
+        now = self.clock()
+        later = self.manifest.kept_later(orphans, now - self.keep_seconds)
+        if later:
+            vecs = store.vectors_of(sorted(later))
+            # Kept as of their deletion: their age counts from then, not from this attach.
+            by_age: dict[float, list[tuple[str, bytes, str]]] = {}
+            for cid, v in vecs.items():
+                digest, at = later[cid]
+                # kept as of notes that left the index ("" note): their whole budget
+                by_age.setdefault(at, []).append((digest, np.asarray(v, dtype=np.float32).tobytes(), ""))
+            for at, rows in by_age.items():
+                self.manifest.keep_vectors(store.name, rows, at)
+            self.manifest.prune_kept(now - self.keep_seconds, self.keep_max)
+            log.info(
+                "vectors_kept table=%s chunks=%d reason=deleted while no table was open",
+                store.name,
+                len(vecs),
+            )
 
     def settle(self) -> None:
         """The first sweep of a start has ended: the manifest names every chunk. Held rows it
@@ -537,6 +567,50 @@ class Vectoring:
         self.reused += len(done) - len(fresh) - sum(1 for i in done if ident[i] in stashed)
         return [rows[i] for i in done], np.stack([known[ident[i]] for i in done]).astype(np.float32)
 
+    def reuse_kept(self, chunks: Sequence[ChunkRecord]) -> int:
+        """Store now the vectors kept of deleted chunks (``_keep``) for chunks just written with
+        the same text (the caller holds the write lock); how many. A folder whose exclusion is
+        removed, an undo, a remount: left to the backfill, which waits for a long sweep to end,
+        their chunks had no vector meanwhile and status counted them as waiting for the model,
+        with an ETA at its pace (2,106 chunks of a folder let back in). A failure to store leaves
+        them to the backfill, which takes the same kept vectors."""
+        wanted = [c for c in chunks if c.embed_hash and c.ord < self.manifest.vector_cap]
+        if self.keep_max <= 0 or not wanted:
+            return 0
+        done = 0
+        for vs in (self.stores.serving, self.stores.building):
+            if vs is None or vs.store.closed:
+                continue
+            kept = self.manifest.kept_vectors(vs.store.name, sorted({c.embed_hash for c in wanted}))
+            vecs = {
+                h: v
+                for h, b in kept.items()
+                if (v := np.frombuffer(b, dtype=np.float32)).shape[0] == vs.store.dim
+            }
+            rows = [(c.chunk_id, c.key, c.embed_text, c.embed_hash) for c in wanted if c.embed_hash in vecs]
+            try:
+                # A row the table holds for the chunk already (held at a start) is taken first:
+                # a kept vector stored beside it doubled the chunk.
+                rows, adopted = self._adopt(vs, rows)
+                done += adopted
+                if not rows:
+                    continue
+                stored = self._store(vs, rows, np.stack([vecs[r[3]] for r in rows]), 0.0)
+            except (StoreError, OSError, sqlite3.Error) as exc:
+                log.warning(
+                    "vectors_reuse_failed table=%s chunks=%d error=%s (the backfill stores them)",
+                    vs.store.name,
+                    len(rows),
+                    exc,
+                )
+                continue
+            if stored:
+                self.reused += stored
+                self.kept_reused += stored
+                self.stored += stored
+                done += stored
+        return done
+
     def _run_model(
         self,
         vs: VectorSet,
@@ -670,6 +744,15 @@ class Vectoring:
         if self.keep_max <= 0 or self.keep_seconds <= 0 or not chunk_ids:
             return
         manifest = self.manifest
+        if self.stores.serving is None:
+            # No table open (the model loads, or failed): its rows stay on disk until it is
+            # attached, which deletes them as unknown; their texts are remembered, so that it
+            # keeps their vectors first (lost, a folder excluded meanwhile was embedded again
+            # when it was let back in).
+            now = self.clock()
+            known = manifest.embed_hashes(chunk_ids[: self.keep_max])
+            manifest.keep_later(sorted(known.items()), now, now - self.keep_seconds, self.keep_max)
+            return
         notes = manifest.chunk_notes(chunk_ids[: self.keep_max]) if edited else {}
         for vs in (self.stores.serving, self.stores.building):
             if vs is None:

@@ -18,7 +18,7 @@ import logging
 import os
 import sqlite3
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from sidecar.contracts.wire import memory_agent
 from sidecar.index.records import Prepared, file_record, records
@@ -41,14 +41,25 @@ COMMIT_YIELD_S = 0.5
 class Writer:
     """Writes prepared notes and deletions into manifest, BM25 and vectors under the write lock."""
 
-    def __init__(self, stores: Stores, vectors: Vectoring, wiki_subfolder: str) -> None:
+    def __init__(
+        self,
+        stores: Stores,
+        vectors: Vectoring,
+        wiki_subfolder: str,
+        excluded: Callable[[str], str | None] = lambda _key: None,
+    ) -> None:
         self.stores = stores
         self.vectors = vectors
         self.wiki_subfolder = wiki_subfolder
+        # The rule that leaves a note out now (``Indexer.excluded_by``), asked under the lock.
+        self.excluded = excluded
         # During the first sweep of a start every link is resolved once at its end
         # (resolve_all_links): resolving after each batch as well would redo the whole vault's
         # names again and again.
         self.defer_links = False
+        # Notes a batch left out as excluded since they were read (``_write_groups``), for the
+        # sweep to record after its own findings (``Indexer._record_excluded``).
+        self.left_out: dict[str, dict[str, str]] = {}
         self.group: GroupCommit[Sequence[Prepared]] = GroupCommit(stores.write_lock)
         # Note key -> the chunks its last write added (new texts: each waits for a vector), taken
         # by the indexer once the write returns (``Indexer.index_files``).
@@ -68,8 +79,14 @@ class Writer:
         states = self.stores.manifest.file_states_of([p.note.key for p in prepared])
         fresh = []
         same = 0
+        left_out: dict[str, dict[str, str]] = {}  # key -> {key: the rule}, as a sweep finds them
         for p in prepared:
-            if _already_indexed(p, states.get(p.note.key)):  # as a sweep treats an unchanged note
+            if (rule := self.excluded(p.note.key)) is not None:
+                # Listed or read before a reload excluded it (a long sweep's batch): written now,
+                # it was searchable after the reload answered, which removed what was in under
+                # this lock (``Indexer.remove_excluded``).
+                left_out[p.note.key] = {p.note.key: rule}
+            elif _already_indexed(p, states.get(p.note.key)):  # as a sweep treats an unchanged note
                 n = p.note
                 self.stores.manifest.touch(n.key, n.mtime_ns, n.size, n.ctime_ns, n.ids())
                 same += 1
@@ -81,6 +98,12 @@ class Writer:
                 fresh.append(p)
         if same:
             log.debug("write_skipped reason=already indexed with these bytes count=%d", same)
+        if left_out:
+            log.info("write_skipped reason=excluded since read count=%d", len(left_out))
+            # Recorded as excluded now (a link target, counted in health), not at the next sweep;
+            # kept for the sweep under way too, whose listing (older) would record them as absent.
+            self.set_excluded(left_out)
+            self.left_out.update(left_out)
         if fresh:
             self._write(fresh)
 
@@ -119,6 +142,9 @@ class Writer:
                 # A new or changed note may be what an ambiguous or dangling name now means.
                 if not self.defer_links:
                     reresolve(db, self.wiki_subfolder, names=names, keys=[r.key for r, _ in built])
+            # A text whose vector was kept when its chunk was deleted (a note back in the index)
+            # has it at once, not after the backfill: never counted as waiting for the model.
+            self.vectors.reuse_kept([c for _, chunks in built for c in chunks])
         self.vectors.notify_written()
 
     def delete(self, keys: Sequence[str]) -> None:
@@ -143,11 +169,15 @@ class Writer:
                     reresolve(db, self.wiki_subfolder, names=names, keys=list(keys))
         log.info("notes_deleted count=%d", len(keys))
 
-    def set_excluded(self, found: dict[str, dict[str, str]], sources: Collection[str]) -> None:
+    def set_excluded(self, found: dict[str, dict[str, str]], sources: Collection[str] | None = None) -> None:
         """Remember the excluded notes a sweep found (see ``links.set_excluded``); links whose
-        name one of those that came or went could mean are resolved again."""
+        name one of those that came or went could mean are resolved again. ``sources``: the
+        sources indexed (the rows of others go); None: every source's rows stay."""
         stores = self.stores
         with stores.write_lock, stores.manifest.transaction() as db:
+            if sources is None:
+                held = {row[0] for row in db.execute("SELECT DISTINCT source FROM excluded_notes")}
+                sources = held | {k.split("/", 1)[0] for k in found}
             changed = set_excluded(db, found, sources)
             if changed and not self.defer_links:
                 reresolve(db, self.wiki_subfolder, names=_names(sorted(changed)), keys=sorted(changed))

@@ -94,6 +94,13 @@ CREATE TABLE IF NOT EXISTS kept_vectors (
 );
 CREATE INDEX IF NOT EXISTS kept_by_age ON kept_vectors(kept_at);
 CREATE INDEX IF NOT EXISTS kept_by_note ON kept_vectors(vec_table, note, kept_at) WHERE note != '';
+-- Chunks deleted while no vector table was open (the model loading or failed): their vectors are
+-- still in the table on disk, kept by text (kept_vectors) once it is attached, before its rows
+-- of unknown chunks are deleted (Vectoring._reconcile).
+CREATE TABLE IF NOT EXISTS kept_later (
+  chunk_id TEXT PRIMARY KEY, embed_hash TEXT NOT NULL, kept_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS kept_later_by_age ON kept_later(kept_at);
 CREATE INDEX IF NOT EXISTS files_queue ON files(
   (CASE source WHEN 'memory' THEN 0 WHEN 'wiki' THEN 1 ELSE 2 END), mtime_ns DESC
 ) WHERE state = 'indexed';

@@ -179,6 +179,40 @@ class VectorBook:
                 ).rowcount
         return int(n)
 
+    def keep_later(
+        self, rows: Sequence[tuple[str, str]], now: float, older_than: float, keep_at_most: int
+    ) -> None:
+        """Remember (chunk id, text hash) of chunks deleted while no vector table is open (their
+        rows stay in the table until it is attached), bounded as the kept vectors are."""
+        with self.transaction() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO kept_later(chunk_id, embed_hash, kept_at) VALUES (?,?,?)",
+                [(cid, h, now) for cid, h in rows],
+            )
+            db.execute("DELETE FROM kept_later WHERE kept_at < ?", (older_than,))
+            db.execute(
+                "DELETE FROM kept_later WHERE rowid NOT IN "
+                "(SELECT rowid FROM kept_later ORDER BY kept_at DESC LIMIT ?)",
+                (keep_at_most,),
+            )
+
+    def kept_later(self, chunk_ids: Sequence[str], since: float) -> dict[str, tuple[str, float]]:
+        """chunk id -> (text hash, when it was deleted) of those of ``chunk_ids`` deleted while no
+        table was open, at ``since`` or later."""
+        out: dict[str, tuple[str, float]] = {}
+        for part, marks in _in_groups(chunk_ids):
+            rows = self._query(
+                f"SELECT chunk_id, embed_hash, kept_at FROM kept_later WHERE chunk_id IN ({marks}) "
+                "AND kept_at >= ?",
+                [*part, since],
+            )
+            out.update((cid, (h, float(at))) for cid, h, at in rows)
+        return out
+
+    def forget_kept_later(self) -> None:
+        with self.transaction() as db:
+            db.execute("DELETE FROM kept_later")
+
     def kept_count(self, note: str | None = None) -> int:
         """Kept vectors; of ``note``: those its edits replaced ("": of notes that left the index)."""
         if note is None:
