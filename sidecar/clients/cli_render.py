@@ -231,17 +231,14 @@ def render_status(h: dict[str, Any]) -> str:
 
 
 def _count_lines(idx: dict[str, Any]) -> list[str]:
-    """The notes and chunks indexed, in all and by source; moved notes whose new entry is in
-    while the old one is still being removed are counted once (``leaving``) and said once.
-    Never below 0: a daemon before this one counted deleted and excluded notes in ``leaving``
-    too, which ``files`` had dropped already (``vault -154 notes``)."""
+    """The notes and chunks indexed, in all and by source. ``files`` counts a moved note once
+    (by its new path) while its old entry is removed (``leaving``), which is said beside it."""
     catching = idx.get("catching_up") or {}
-    leaving, by_source = catching.get("leaving", 0), catching.get("leaving_by_source") or {}
-    more = f" ({leaving:,} more still indexed under old paths until the changes are in)" if leaving else ""
-    lines = [f"  {max(0, idx['files'] - leaving):,} notes{more}, {idx['chunks']:,} chunks"]
+    leaving = catching.get("leaving", 0)
+    more = f" (the old entries of {leaving:,} moved notes are being removed)" if leaving else ""
+    lines = [f"  {idx['files']:,} notes{more}, {idx['chunks']:,} chunks"]
     for source, c in sorted(idx["by_source"].items()):
-        files = max(0, c["files"] - by_source.get(source, 0))
-        lines.append(f"    {source:<7} {files:>7,} notes {c['chunks']:>8,} chunks")
+        lines.append(f"    {source:<7} {c['files']:>7,} notes {c['chunks']:>8,} chunks")
     return lines
 
 
