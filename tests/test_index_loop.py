@@ -892,6 +892,65 @@ def test_index_rebuild_waits_for_its_own_sweep(
     assert "a rebuild is under way" not in render_status(server.call("health"))
 
 
+def test_index_returns_once_its_own_sweep_is_done_on_a_busy_daemon(
+    serve_in_process: Any, vault: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sidecar index` through a daemon that is never idle (a note saved over and over keeps a
+    sweep running, chunks wait for their vectors): it returns once the sweep it asked for is done
+    and says in words what still goes on (it waited for an idle daemon with no vector pending:
+    for good)."""
+    from sidecar.clients.cli import command_for
+    from sidecar.clients.cli_parser import build_parser
+
+    server = serve_in_process()
+    h = server.harness
+    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+    service = server.handlers.service
+    service.request_sweep = loop.request_sweep
+    service.asked_done = lambda: loop.asked_done
+    write(vault / "Later.md", "# Later\n\nRead by the sweep asked for; no backfill embeds it here.\n")
+    busy, release = threading.Event(), threading.Event()
+    health, index_files = server.handlers.health, h.indexer.index_files
+
+    def after_the_asked_sweep(req: Any) -> dict[str, Any]:  # the next sweep is under way by then
+        if loop.asked_done:
+            busy.wait(30)
+        return health(req)
+
+    def held(notes: Any, data: Any = None) -> int:  # the hot note's sweep: it runs on and on
+        if any(n.key == "vault/Hot" for n in notes):
+            busy.set()
+            release.wait(60)
+        return index_files(notes, data)
+
+    server.handlers._ops["health"] = after_the_asked_sweep
+    codes: list[int] = []
+    cli = threading.Thread(
+        target=lambda: codes.append(command_for("index")(build_parser().parse_args(["index"]), server.cfg)),
+        daemon=True,
+    )
+    cli.start()
+    _until(lambda: not loop.jobs.empty())  # the sweep asked for is queued
+    job = loop._next()
+    assert job is not None
+    loop._run(job)
+    write(vault / "Hot.md", "# Hot\n\nSaved every second.\n")
+    h.indexer.index_files = held  # type: ignore[method-assign]
+    hot = threading.Thread(
+        target=lambda: h.indexer.sweep(only=frozenset(), paths={str(vault / "Hot.md")}), daemon=True
+    )
+    hot.start()
+    cli.join(30)
+    waited = cli.is_alive()
+    release.set()
+    hot.join(30)
+    assert not waited and codes == [0]
+    err = capsys.readouterr().err
+    assert "(through the daemon)" in err
+    assert "note: the daemon goes on with changes made since (0 of 1)" in err, err
+    assert "chunks still wait for their vectors, computed in the background;" in err, err
+
+
 def test_sweep_requests_are_queued_in_the_order_of_their_tickets(make_cfg: Any, vault: Path) -> None:
     """A request numbered before another but queued after it (another thread between the number
     and the put): the loop could run the later one alone and count the earlier done, and

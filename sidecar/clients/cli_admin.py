@@ -142,30 +142,14 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
                     "confirm; the sweep runs as usual",
                     file=sys.stderr,
                 )
-            said: set[tuple[str, str]] = set()
-            while True:
-                health = client.call("health")
-                idx = health["index"]
-                _show_progress(bar, idx, health["embedder"])
-                _say_waiting(bar, idx.get("waiting"), said)
-                waiting = health["embedder"]["state"] == "ok" and idx["pending_vectors"] > 0
-                if _swept(idx, ticket, before) and idx["phase"] == "idle" and not waiting:
-                    break
-                failing = _failing_since(health, asked, ("index", "stores"))
-                if failing is not None:  # the sweep cannot finish: say why instead of waiting on
-                    bar.done("")
-                    raise StorageError(
-                        f"the index cannot be updated now: {failing}; nothing indexed is lost and the "
-                        "daemon retries by itself (`sidecar status` shows when it recovers)"
-                    )
-                if _swept(idx, ticket, before) and waiting and _failing_since(health, asked, ("embedding",)):
-                    break  # notes are in; their vectors wait for the model (status says why)
-                time.sleep(0.5)
+            health = _wait_for_sweep(client, bar, ticket, before, asked)
+            idx = health["index"]
         if args.accept_home:
             _say_if_still_refused(health, cfg)
         # A root that could not be swept keeps what was indexed (offline), or its deletions wait
         # (held): say so, not only the totals.
         offline = [r for r in health.get("roots", []) if r.get("mode") in ("offline", "held")]
+        still = _still_going_on(idx, health["embedder"])
         if args.json:
             print(
                 json.dumps(
@@ -173,6 +157,8 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
                         "through": "daemon",
                         "files": idx["files"],
                         "chunks": idx["chunks"],
+                        "pending_vectors": idx["pending_vectors"],
+                        "phase": idx["phase"],
                         "offline": [
                             {"name": r["name"], "mode": r["mode"], "error": r.get("error")} for r in offline
                         ],
@@ -187,6 +173,8 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
                 for r in offline
             )
             bar.done(f"indexed {idx['files']} notes, {idx['chunks']} chunks (through the daemon){kept}")
+        for line in still:
+            print(f"note: {line}", file=sys.stderr)
         return int(ExitCode.OK)
     except DaemonNotRunningError as exc:
         if sent:
@@ -201,6 +189,60 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
             )
             raise DaemonNotRunningError(f"the daemon stopped while it was indexing ({exc}); {again}") from exc
     return _index_here(args, cfg, bar)
+
+
+def _wait_for_sweep(
+    client: Client, bar: Progress, ticket: int | None, before: int, asked: float
+) -> dict[str, Any]:
+    """Health once the sweep `sidecar index` asked for is done, the progress shown meanwhile."""
+    said: set[tuple[str, str]] = set()
+    while True:
+        health = client.call("health")
+        idx = health["index"]
+        _show_progress(bar, idx, health["embedder"])
+        _say_waiting(bar, idx.get("waiting"), said)
+        swept = _swept(idx, ticket, before)
+        if swept and ticket is not None and idx.get("asked_done") is not None:
+            # Its own sweep is done: what goes on after it (vectors computed, the changes of a
+            # note saved over and over) is said, not waited for (a daemon never idle kept the
+            # command waiting for good).
+            return health
+        waiting = health["embedder"]["state"] == "ok" and idx["pending_vectors"] > 0
+        if swept and idx["phase"] == "idle" and not waiting:
+            return health  # a daemon that numbers no requests: its sweep is done once it is idle
+        failing = _failing_since(health, asked, ("index", "stores"))
+        if failing is not None:  # the sweep cannot finish: say why instead of waiting on
+            bar.done("")
+            raise StorageError(
+                f"the index cannot be updated now: {failing}; nothing indexed is lost and the "
+                "daemon retries by itself (`sidecar status` shows when it recovers)"
+            )
+        if swept and waiting and _failing_since(health, asked, ("embedding",)):
+            return health  # notes are in; their vectors wait for the model (status says why)
+        time.sleep(0.5)
+
+
+def _still_going_on(idx: dict[str, Any], embedder: dict[str, Any]) -> list[str]:
+    """What the daemon still does once the sweep `sidecar index` asked for is done, in words."""
+    out = []
+    if idx["phase"] in ("scanning", "indexing"):
+        progress = idx.get("progress") or {}
+        of = f" ({progress['done']:,} of {progress['total']:,})" if progress.get("total") else ""
+        out.append(
+            f"the daemon goes on with changes made since{of}: notes saved meanwhile are found "
+            "once it has read them (`sidecar status` shows it)"
+        )
+    pending = idx["pending_vectors"]
+    if pending and embedder["state"] != "off":
+        why = {
+            "ok": "",
+            "failed": " once the embedding model loads (it failed to: `sidecar status` says why)",
+        }.get(embedder["state"], " once the embedding model has loaded")
+        out.append(
+            f"{pending:,} chunks still wait for their vectors, computed in the background{why}; "
+            "search finds them by their words meanwhile (`sidecar status` shows the progress)"
+        )
+    return out
 
 
 def _say_if_still_refused(health: dict[str, Any], cfg: Config) -> None:
