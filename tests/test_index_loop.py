@@ -845,6 +845,7 @@ def test_index_rebuild_waits_for_its_own_sweep(
     service.request_sweep = loop.request_sweep
     service.asked_done = lambda: loop.asked_done
     service.rebuilding = loop.rebuilding
+    service.rebuild_queued = loop.rebuild_queued
     polled = threading.Semaphore(0)
     health = server.handlers.health
 
@@ -865,7 +866,7 @@ def test_index_rebuild_waits_for_its_own_sweep(
     cli.start()
     _until(lambda: not loop.jobs.empty())  # the rebuild is queued
     shown = render_status(server.call("health"))
-    assert "a rebuild is under way: asked" in shown, shown
+    assert "a rebuild is queued: it begins in a moment" in shown, shown
     h.indexer.sweep(only=frozenset(), paths={str(vault / "Garden.md")})  # the sweep under way ends
     while polled.acquire(blocking=False):
         pass
@@ -949,6 +950,32 @@ def test_index_returns_once_its_own_sweep_is_done_on_a_busy_daemon(
     assert "(through the daemon)" in err
     assert "note: the daemon goes on with changes made since (0 of 1)" in err, err
     assert "chunks still wait for their vectors, computed in the background;" in err, err
+
+
+def test_only_index_requests_are_numbered(serve_in_process: Any) -> None:
+    """``asked_done`` counts the `index` requests, as protocol.md says and its name and the
+    ticket promise: the daemon's own sweeps (the schedule's, the start's) took numbers from the
+    same sequence, and a first `index` request got ticket 3 and saw ``asked_done`` move with
+    sweeps nobody asked for."""
+    server = serve_in_process()
+    h = server.harness
+    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+    service = server.handlers.service
+    service.request_sweep = loop.request_sweep
+    service.asked_done = lambda: loop.asked_done
+    loop.schedule_sweep()  # the start's sweep
+    loop.schedule_sweep(audit=False)  # a reload's new exclusions
+    for _ in range(2):
+        job = loop.jobs.get_nowait()
+        assert job.ticket == 0
+        loop._run(job)
+    assert server.call("health")["index"]["asked_done"] == 0
+    ticket = server.call("index")["ticket"]
+    assert ticket == 1
+    job = loop._next()
+    assert job is not None
+    loop._run(job)
+    assert server.call("health")["index"]["asked_done"] == 1
 
 
 def test_sweep_requests_are_queued_in_the_order_of_their_tickets(make_cfg: Any, vault: Path) -> None:

@@ -318,7 +318,7 @@ class Daemon:
             also=self._recheck_config,
         )
         scheduler.start()
-        loop.request_sweep()
+        loop.schedule_sweep()
         return handlers
 
     def _unless_stopping(self) -> None:
@@ -705,6 +705,7 @@ class Daemon:
             loop.catching_up,
             lambda: loop.asked_done,
             loop.rebuilding,
+            loop.rebuild_queued,
         )
         handlers = build_handlers(cfg, parts, self.slot, service, inboxes, counts=self._counts)
         self._retriever = handlers.retriever
@@ -823,7 +824,7 @@ class Daemon:
             if which is not None:
                 changed.extend(which.split(","))
                 # Excluded notes leave, included ones come: no events were lost for those.
-                loop.request_sweep(False, None, frozenset(), audit=False)
+                loop.schedule_sweep(audit=False)
             cap = new.index.max_vector_chunks_per_note
             if parts.stores.manifest.vector_cap != cap:
                 # Read by every query of pending vectors: a raised limit queues the chunks it lets
