@@ -319,6 +319,65 @@ def test_every_answer_shows_a_moved_note_under_its_new_path_only(serve_in_proces
         assert "vault/de2/n1" in {r["reference"] for r in answers["related"]["related"]}, point
 
 
+def _linked_folder(vault: Path) -> None:
+    for i in range(4):
+        write(vault / "Deutsch" / f"n{i}.md", f"# Note {i}\n\nkeeper {i} logs storms. [[n{(i + 1) % 4}]]\n")
+    write(vault / "Harbour.md", "# Harbour\n\nThe keepers' logs start at [[n0]].\n")
+
+
+def test_links_name_the_new_path_during_a_starts_first_sweep(serve_in_process: Any, vault: Path) -> None:
+    """A folder renamed while the daemon was down: during the first sweep of the start, which
+    resolves links only at its end, a link to a moved note named its old path (marked deleting,
+    then gone) and the new note had no backlinks for the whole sweep."""
+    server: InProcessServer = serve_in_process()
+    h = server.harness
+    _linked_folder(vault)
+    h.sweep()
+    (vault / "Deutsch").rename(vault / "de2")
+    h.indexer.activity.first_sweep_done = False  # as at a start
+    seen: list[tuple[list[Any], list[str]]] = []
+    removing = h.vectors.delete_keys
+
+    def delete_keys(keys: list[str]) -> None:  # the old entries are being removed
+        if any("/Deutsch/" in k for k in keys):
+            links = server.call("get", {"reference": "vault/Harbour"})["links"]
+            back = server.call("get", {"reference": "vault/de2/n0"})["backlinks"]
+            seen.append(([x["target"] for x in links], [b["reference"] for b in back]))
+        removing(keys)
+
+    h.vectors.delete_keys = delete_keys  # type: ignore[method-assign]
+    h.sweep()
+    assert seen
+    for targets, back in seen:
+        assert targets == ["vault/de2/n0"], targets
+        assert "vault/Harbour" in back, back
+
+
+def test_links_to_notes_a_crash_left_deleting_are_resolved_when_the_deletion_is_redone(
+    serve_in_process: Any, vault: Path
+) -> None:
+    """A deletion interrupted (a crash) while a link still resolved to the note: redoing it at
+    the start left the link on the removed note until the first sweep's end."""
+    server: InProcessServer = serve_in_process()
+    h = server.harness
+    _linked_folder(vault)
+    h.sweep()
+    (vault / "Deutsch").rename(vault / "de2")
+    h.sweep()
+    old = [f"vault/Deutsch/n{i}" for i in range(4)]
+    with h.stores.manifest.transaction() as db:  # what a crash mid-deletion left behind
+        db.executemany(
+            "INSERT INTO files (key, source, agent, rel, mtime_ns, size, hash, state) "
+            "VALUES (?, 'vault', '', ?, 0, 0, '', 'deleting')", [(k, k[6:] + ".md") for k in old]
+        )
+        db.execute("UPDATE links SET dst = 'vault/Deutsch/n0' WHERE src = 'vault/Harbour'")
+    h.indexer.finish_interrupted()
+    links = server.call("get", {"reference": "vault/Harbour"})["links"]
+    assert [x["target"] for x in links] == ["vault/de2/n0"]
+    back = server.call("get", {"reference": "vault/de2/n0"})["backlinks"]
+    assert "vault/Harbour" in [b["reference"] for b in back]
+
+
 @pytest.mark.parametrize("cut", ["stopped", "failed"])
 def test_a_rename_cut_short_keeps_every_note_findable(serve_in_process: Any, vault: Path, cut: str) -> None:
     """A sweep applying a renamed folder stopped (the daemon stops) or failed (a full disk) after

@@ -2,8 +2,8 @@
 
 Per batch: the manifest marks the files ``indexing``; BM25 docs are replaced and vectors of
 vanished chunks deleted; BM25 commits; then one manifest transaction records the new chunks,
-their links and ``indexed``. Deletions mark ``deleting`` first (their links dropped and resolved
-again with it), in the same order. A start finds
+their links and ``indexed``. Deletions mark ``deleting`` first (their links dropped and the links to
+them resolved again with it, also while a start defers the rest), in the same order. A start finds
 any file still marked ``indexing`` / ``deleting`` and redoes it.
 
 Writers queued behind the write lock share one batch (group commit): one Tantivy commit and one
@@ -142,18 +142,20 @@ class Writer:
         """The intent, in one transaction before the stores are touched: the notes marked
         ``deleting`` (from then on no answer shows them), their links dropped and the names they
         answered to resolved again without them (a renamed folder's links then name the new
-        notes at once, not their old paths while the old entries are removed). Notes marked
-        already (``retire``, a deletion a crash interrupted) are not resolved again: a start
-        resolves every link once anyway."""
+        notes at once, not their old paths while the old entries are removed). Also during a
+        start's first sweep, which defers every other resolving to its end: only the links these
+        names reach are read, and the old paths stayed linked for the whole sweep. Notes marked
+        already (``retire``, a deletion a crash interrupted) are resolved again only where a link
+        still points at one of them."""
         with self.stores.manifest.transaction() as db:
             fresh = [k for k in keys if _state(db, k) not in (None, "deleting")]
             # Read before the rows go: a link named by a deleted note's alias (its copy left
             # under a new path) kept the deleted note among its candidates.
-            names = _names(fresh) | _alias_names(db, fresh)
+            names = _names(keys) | _alias_names(db, keys)
             db.executemany("UPDATE files SET state = 'deleting' WHERE key = ?", [(k,) for k in fresh])
             drop_links(db, keys)
-            if fresh and not self.defer_links:
-                reresolve(db, self.wiki_subfolder, names=names, keys=fresh)
+            if fresh or _pointed_at(db, keys):
+                reresolve(db, self.wiki_subfolder, names=names, keys=keys)
 
     def set_excluded(self, found: dict[str, dict[str, str]], sources: Collection[str]) -> None:
         """Remember the excluded notes a sweep found (see ``links.set_excluded``); links whose
@@ -246,6 +248,16 @@ def _already_indexed(p: Prepared, state: FileState | None) -> bool:
 def _state(db: sqlite3.Connection, key: str) -> str | None:
     row = db.execute("SELECT state FROM files WHERE key = ?", (key,)).fetchone()
     return None if row is None else str(row[0])
+
+
+def _pointed_at(db: sqlite3.Connection, keys: Sequence[str]) -> bool:
+    """Whether a link still resolves to one of these notes."""
+    for start in range(0, len(keys), 500):
+        part = list(keys[start : start + 500])
+        marks = ",".join("?" * len(part))
+        if db.execute(f"SELECT 1 FROM links WHERE dst IN ({marks}) LIMIT 1", part).fetchone():
+            return True
+    return False
 
 
 def _alias_names(db: sqlite3.Connection, keys: Sequence[str]) -> set[str]:
