@@ -894,14 +894,17 @@ def test_index_rebuild_waits_for_its_own_sweep(
 
 
 def test_index_returns_once_its_own_sweep_is_done_on_a_busy_daemon(
-    serve_in_process: Any, vault: Path, capsys: pytest.CaptureFixture[str]
+    serve_in_process: Any, vault: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`sidecar index` through a daemon that is never idle (a note saved over and over keeps a
-    sweep running, chunks wait for their vectors): it returns once the sweep it asked for is done
-    and says in words what still goes on (it waited for an idle daemon with no vector pending:
-    for good)."""
+    sweep running, chunks wait for their vectors that no backfill computes): it returns once the
+    sweep it asked for is done and the vectors stop coming, and says in words what still goes on
+    (it waited for an idle daemon with no vector pending: for good)."""
+    from sidecar.clients import cli_admin
     from sidecar.clients.cli import command_for
     from sidecar.clients.cli_parser import build_parser
+
+    monkeypatch.setattr(cli_admin, "VECTOR_STALL_S", 0.0)  # no vector comes here: given up at once
 
     server = serve_in_process()
     h = server.harness
@@ -949,7 +952,52 @@ def test_index_returns_once_its_own_sweep_is_done_on_a_busy_daemon(
     err = capsys.readouterr().err
     assert "(through the daemon)" in err
     assert "note: the daemon goes on with changes made since (0 of 1)" in err, err
-    assert "chunks still wait for their vectors, computed in the background;" in err, err
+    assert "chunks still wait for their vectors, computed in the background (no progress for 0 s" in err, err
+
+
+def test_index_waits_for_the_vectors_of_its_sweep(
+    serve_in_process: Any, vault: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sidecar index && sidecar search ...`: after its own sweep the command waits while the
+    model is ok until no chunk waits for a vector (it returned with them still waiting, and the
+    search right after found the new note by its words only)."""
+    from sidecar.clients.cli import command_for
+    from sidecar.clients.cli_parser import build_parser
+
+    server = serve_in_process()
+    h = server.harness
+    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+    service = server.handlers.service
+    service.request_sweep = loop.request_sweep
+    service.asked_done = lambda: loop.asked_done
+    write(vault / "Fresh.md", "# Fresh\n\nA note the sweep asked for reads; its vectors come later.\n")
+    health = server.handlers.health
+    seen: list[int] = []
+
+    def backfill_after_a_look(req: Any) -> dict[str, Any]:  # the backfill, once the command waits
+        answer = health(req)
+        if loop.asked_done and seen:
+            while h.vectors.embed_pending():
+                pass
+            answer = health(req)
+        if loop.asked_done:
+            seen.append(answer["index"]["pending_vectors"])
+        return answer
+
+    server.handlers._ops["health"] = backfill_after_a_look
+    codes: list[int] = []
+    args = build_parser().parse_args(["index", "--json"])
+    cli = threading.Thread(target=lambda: codes.append(command_for("index")(args, server.cfg)), daemon=True)
+    cli.start()
+    _until(lambda: not loop.jobs.empty())
+    job = loop._next()
+    assert job is not None
+    loop._run(job)
+    cli.join(30)
+    assert codes == [0] and seen[0] > 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["pending_vectors"] == 0, out
+    assert "computing the vectors of" in err and "still wait" not in err, err
 
 
 def test_only_index_requests_are_numbered(serve_in_process: Any) -> None:

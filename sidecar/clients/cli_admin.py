@@ -21,6 +21,10 @@ from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.printable import quoted
 from sidecar.vault.homeguard import forget, record_path
 
+# `sidecar index` stops waiting for vectors once the count of chunks waiting for one has not gone
+# down for this long (a model that hangs, a backfill held by searches): it says what is left.
+VECTOR_STALL_S = 120.0
+
 
 def _check_vault(args: argparse.Namespace, cfg: Config, *, serving: bool) -> None:
     """A vault folder that does not exist: the daemon waits for it (a share not mounted yet), with
@@ -143,13 +147,16 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
                     file=sys.stderr,
                 )
             health = _wait_for_sweep(client, bar, ticket, before, asked)
+            stalled = False
+            if ticket is not None and health["index"].get("asked_done") is not None:
+                health, stalled = _wait_for_vectors(client, bar, health, asked)
             idx = health["index"]
         if args.accept_home:
             _say_if_still_refused(health, cfg)
         # A root that could not be swept keeps what was indexed (offline), or its deletions wait
         # (held): say so, not only the totals.
         offline = [r for r in health.get("roots", []) if r.get("mode") in ("offline", "held")]
-        still = _still_going_on(idx, health["embedder"])
+        still = _still_going_on(idx, health["embedder"], stalled)
         if args.json:
             print(
                 json.dumps(
@@ -203,9 +210,9 @@ def _wait_for_sweep(
         _say_waiting(bar, idx.get("waiting"), said)
         swept = _swept(idx, ticket, before)
         if swept and ticket is not None and idx.get("asked_done") is not None:
-            # Its own sweep is done: what goes on after it (vectors computed, the changes of a
-            # note saved over and over) is said, not waited for (a daemon never idle kept the
-            # command waiting for good).
+            # Its own sweep is done: other sweeps after it (the changes of a note saved over and
+            # over) are said, not waited for (a daemon never idle kept the command waiting for
+            # good); its vectors are waited for next (``_wait_for_vectors``).
             return health
         waiting = health["embedder"]["state"] == "ok" and idx["pending_vectors"] > 0
         if swept and idx["phase"] == "idle" and not waiting:
@@ -222,7 +229,38 @@ def _wait_for_sweep(
         time.sleep(0.5)
 
 
-def _still_going_on(idx: dict[str, Any], embedder: dict[str, Any]) -> list[str]:
+def _wait_for_vectors(
+    client: Client, bar: Progress, health: dict[str, Any], asked: float
+) -> tuple[dict[str, Any], bool]:
+    """After its own sweep, `sidecar index` waits until no chunk waits for its vector while the
+    model is on and ok: `sidecar index && sidecar search ...` expects meaning-based hits. Never
+    for other sweeps or for an idle daemon; at once when the model is off, loading or failed (said
+    by ``_still_going_on``). Returns the last health and whether it gave up because the count
+    of waiting chunks stopped going down for ``VECTOR_STALL_S``."""
+    lowest, since, said = None, time.monotonic(), False
+    while True:
+        idx = health["index"]
+        pending = idx["pending_vectors"]
+        if health["embedder"]["state"] != "ok" or not pending:
+            return health, False
+        if _failing_since(health, asked, ("embedding",)):
+            return health, False  # the model fails on them: status says why
+        if not said:
+            bar.say(
+                f"computing the vectors of {pending:,} chunks, so that search finds them by their "
+                "meaning too (Ctrl-C stops waiting; the daemon goes on in the background)"
+            )
+            said = True
+        if lowest is None or pending < lowest:
+            lowest, since = pending, time.monotonic()
+        elif time.monotonic() - since >= VECTOR_STALL_S:
+            return health, True
+        bar.update("embedding", idx["chunks"] - pending, idx["chunks"])
+        time.sleep(0.5)
+        health = client.call("health")
+
+
+def _still_going_on(idx: dict[str, Any], embedder: dict[str, Any], stalled: bool = False) -> list[str]:
     """What the daemon still does once the sweep `sidecar index` asked for is done, in words."""
     out = []
     if idx["phase"] in ("scanning", "indexing"):
@@ -235,7 +273,7 @@ def _still_going_on(idx: dict[str, Any], embedder: dict[str, Any]) -> list[str]:
     pending = idx["pending_vectors"]
     if pending and embedder["state"] != "off":
         why = {
-            "ok": "",
+            "ok": f" (no progress for {VECTOR_STALL_S:.0f} s, so not waited for)" if stalled else "",
             "failed": " once the embedding model loads (it failed to: `sidecar status` says why)",
         }.get(embedder["state"], " once the embedding model has loaded")
         out.append(
