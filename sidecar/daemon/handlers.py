@@ -254,7 +254,8 @@ class Handlers:
                 "rebuilding": self.service.rebuilding(),
                 "rebuild_queued": self.service.rebuild_queued(),
                 # File changes waiting or being applied (``catchingUp`` of answers): done, total,
-                # and the notes counted in ``files`` that are gone or moved away and leave with them.
+                # and the moved notes whose old entry is being removed now (``files`` no longer
+                # counts them: the deletion marked them first).
                 "catching_up": self._catching_up(),
                 # False while a new or rebuilt index has not read every note (a build cut short,
                 # a folder offline): its searches say so (``indexing``).
