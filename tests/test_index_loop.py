@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.contracts.errors import StoreError
 from sidecar.daemon.backfill import Backfill
 from sidecar.daemon.indexing import IndexLoop, Job
 from sidecar.daemon.repairs import RepairPolicy
@@ -872,14 +873,14 @@ def test_index_rebuild_waits_for_its_own_sweep(
         pass
     assert polled.acquire(timeout=30)  # the command looked at health after that sweep
     assert cli.is_alive()
-    cleared = h.indexer.clear
+    sweep = h.indexer.sweep
 
-    def clear() -> None:  # the rebuild's first moment: the index is empty
-        cleared()
+    def swept(*a: Any, **kw: Any) -> Any:  # the rebuild's first moment: the index is empty
         seen.append(render_status(server.call("health")))
+        return sweep(*a, **kw)
 
     seen: list[str] = []
-    h.indexer.clear = clear  # type: ignore[method-assign]
+    h.indexer.sweep = swept  # type: ignore[method-assign]
     job = loop._next()
     assert job is not None and job.rebuild
     loop._run(job)
@@ -1047,5 +1048,27 @@ def test_sweep_requests_are_queued_in_the_order_of_their_tickets(make_cfg: Any, 
         other.join(10)
         queued = [loop.jobs.get_nowait().ticket for _ in range(2)]
         assert queued == [first, first + 1]
+    finally:
+        h.close()
+
+
+def test_a_rebuild_whose_clear_failed_is_not_said_under_way(make_cfg: Any, vault: Path) -> None:
+    """Emptying the index for a rebuild failed (a full disk): nothing was emptied, and the rebuild
+    is still queued, not said begun (status read "a rebuild is under way")."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+        loop.request_sweep(rebuild=True)
+
+        def clear() -> None:
+            raise StoreError("BM25 commit failed: No space left on device")
+
+        h.indexer.clear = clear  # type: ignore[method-assign]
+        job = loop._next()
+        assert job is not None and job.rebuild
+        with pytest.raises(StoreError):
+            loop._run(job)
+        assert loop.rebuilding() and loop.rebuild_queued()
     finally:
         h.close()

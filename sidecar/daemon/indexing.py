@@ -363,9 +363,9 @@ class IndexLoop:
     def _run(self, job: Job) -> None:
         indexer = self.indexer
         if job.rebuild:
-            with self._progress:
-                self._rebuild_begun = max(self._rebuild_begun, job.ticket)
             indexer.clear()
+            with self._progress:  # begun once the index is empty: a clear that failed emptied nothing
+                self._rebuild_begun = max(self._rebuild_begun, job.ticket)
         audit = job.audit and not job.paths and indexer.activity.first_sweep_done
         began = time.time()
         mark = self.problems.mark()
