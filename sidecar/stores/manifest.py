@@ -720,14 +720,17 @@ class Manifest(VectorBook):
 
     def keys_like(self, stats: Collection[tuple[int, int, str]]) -> dict[tuple[int, int, str], list[str]]:
         """Indexed keys by (mtime_ns, size, hash), for those in ``stats``: where the same bytes,
-        written at the same time, are indexed under other keys (a move a sweep saw half of)."""
+        written at the same time, are indexed under other keys (a move a sweep saw half of).
+        Keys being deleted too: a move undone after the removal of its old entries failed brings
+        those notes back (the caller takes only keys whose file it sees now, with that stat)."""
         wanted = set(stats)
         out: dict[tuple[int, int, str], list[str]] = {}
         mtimes = sorted({s[0] for s in wanted})
         for start in range(0, len(mtimes), 500):
             part = mtimes[start : start + 500]
             rows = self._query(
-                "SELECT key, mtime_ns, size, hash FROM files WHERE state = 'indexed' AND hash != '' "
+                "SELECT key, mtime_ns, size, hash FROM files WHERE state IN ('indexed', 'deleting') "
+                "AND hash != '' "
                 f"AND mtime_ns IN ({','.join('?' * len(part))})",
                 part,
             )
