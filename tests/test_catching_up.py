@@ -422,19 +422,23 @@ def test_a_rename_cut_short_keeps_every_note_findable(serve_in_process: Any, vau
     )
 
 
-def test_status_never_shows_a_count_below_zero(serve_in_process: Any) -> None:
-    """A daemon that counts notes leaving which its ``files`` dropped already (an exclusion added
-    by a reload): status said ``vault -154 notes``; it shows ``files`` as counted, never less."""
+def test_status_says_the_moved_notes_leaving_beside_the_count(serve_in_process: Any) -> None:
+    """While moved notes' old entries are removed, ``files`` no longer counts them (marked
+    deleting first): status shows ``files`` and each source's count as they are, never less
+    what leaves (it once printed ``vault -154 notes``), and says beside the count how many old
+    entries are being removed (``leaving``, as protocol.md says)."""
     server: InProcessServer = serve_in_process()
     health = server.call("health")
     files = health["index"]["files"]
+    vault = health["index"]["by_source"]["vault"]["files"]
     health["index"]["catching_up"] = {
         "done": 0,
         "total": 400,
         "leaving": files + 170,
-        "leaving_by_source": {"vault": health["index"]["by_source"]["vault"]["files"] + 154},
+        "leaving_by_source": {"vault": vault + 154},
     }
     shown = render_status(health)
-    vault = health["index"]["by_source"]["vault"]["files"]
-    assert f"  {files:,} notes (" in shown and f"    vault   {vault:>7,} notes" in shown
+    leaving = f"{files + 170:,}"
+    assert f"  {files:,} notes (the old entries of {leaving} moved notes are being removed)" in shown, shown
+    assert f"    vault   {vault:>7,} notes" in shown, shown
     assert not re.search(r"\s-\d", shown), shown
