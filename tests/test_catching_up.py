@@ -368,7 +368,8 @@ def test_links_to_notes_a_crash_left_deleting_are_resolved_when_the_deletion_is_
     with h.stores.manifest.transaction() as db:  # what a crash mid-deletion left behind
         db.executemany(
             "INSERT INTO files (key, source, agent, rel, mtime_ns, size, hash, state) "
-            "VALUES (?, 'vault', '', ?, 0, 0, '', 'deleting')", [(k, k[6:] + ".md") for k in old]
+            "VALUES (?, 'vault', '', ?, 0, 0, '', 'deleting')",
+            [(k, k[6:] + ".md") for k in old],
         )
         db.execute("UPDATE links SET dst = 'vault/Deutsch/n0' WHERE src = 'vault/Harbour'")
     h.indexer.finish_interrupted()

@@ -43,8 +43,7 @@ from sidecar.model.embedder import EmbedderSlot, cosine_range
 from sidecar.notes.chunking import chunk_note
 from sidecar.notes.redact import masked_line
 from sidecar.runtime.foreground import FOREGROUND
-from sidecar.stores.manifest import Manifest
-from sidecar.stores.manifest import embed_hash
+from sidecar.stores.manifest import Manifest, embed_hash
 from sidecar.stores.vectorbook import NO_VECTOR
 from sidecar.vault.homeguard import HomeChangedError, held
 from sidecar.vault.sources import (
@@ -596,7 +595,9 @@ def _unindexed_warning(manifest: Manifest, key: str, exc: Exception) -> str:
     except sqlite3.Error:
         hidden = None
     if hidden is not None and hidden.state == "deleting":
-        return f"deleted and no longer found; its index entry is removed once the index can be written ({exc})"
+        return (
+            f"deleted and no longer found; its index entry is removed once the index can be written ({exc})"
+        )
     return f"deleted, but still found by search until the index can be written ({exc})"
 
 
