@@ -5,6 +5,7 @@ of them: not a note or a few being saved), with the notes applied since the catc
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from pathlib import Path
@@ -86,7 +87,7 @@ def test_a_sweep_applying_changes_reports_its_progress(make_cfg: Any, vault: Pat
 
 
 def test_clients_say_it_in_plain_words(serve_in_process: Any) -> None:
-    """The CLI's status line, the notes count without the notes leaving, the MCP text and the
+    """The CLI's status line, the notes count beside the notes leaving, the MCP text and the
     MCP tool's output schema."""
     server: InProcessServer = serve_in_process()
     health = server.call("health")
@@ -99,10 +100,10 @@ def test_clients_say_it_in_plain_words(serve_in_process: Any) -> None:
     files, by_source = health["index"]["files"], health["index"]["by_source"]
     shown = render_status(health)
     assert "Index: ready; catching up with changes in the notes (40 of 1,500 applied)" in shown
-    assert f"  {files - 3:,} notes (3 more still indexed under old paths" in shown
-    # The sources' lines add up to the headline (they counted the notes leaving, it did not).
-    assert f"    vault   {by_source['vault']['files'] - 2:>7,} notes" in shown
-    assert f"    wiki    {by_source['wiki']['files'] - 1:>7,} notes" in shown
+    # ``files`` counts a moved note once, by its new path (its old entry is no longer counted).
+    assert f"  {files:,} notes (the old entries of 3 moved notes are being removed)" in shown
+    assert f"    vault   {by_source['vault']['files']:>7,} notes" in shown
+    assert f"    wiki    {by_source['wiki']['files']:>7,} notes" in shown
     text = text_of_search("x", {"hits": [], "catchingUp": {"done": 40, "total": 1500}})
     assert "note: the index is catching up with changes in the notes (40 of 1,500 applied)" in text
     assert "catching up with changes in the notes (40 of 1,500 applied)" in status_of(health)["message"]
@@ -251,6 +252,133 @@ def test_a_renamed_folder_is_never_found_twice_and_counted_once(
     assert not [t for t in model.embedded if "lighthouse" in t]  # the moved notes' vectors reused
 
 
+def _every_answer(server: InProcessServer) -> dict[str, Any]:
+    """What each op answers about the notes of the ``_moved_folder`` test."""
+    call = server.call
+    return {
+        "search": call("search", {"query": "keeper logs storms", "limit": 50}),
+        "recall": call("recall", {"message": "keeper logs storms", "minScore": 0}),
+        "list": call("list", {"source": "all", "limit": 500}, agent="claude"),
+        "tagged": call("list", {"source": "vault", "tag": "harbour"}, agent="claude"),
+        "outline": call("outline", {"source": "vault"}),
+        "get": call("get", {"reference": "n1"}),  # by name, as a link names it
+        "backlinks": call("get", {"reference": "vault/de2/n0"}),
+        "harbour": call("get", {"reference": "vault/Harbour"}),
+        "related": call("related", {"reference": "vault/de2/n0"}),
+        "why_new": call("why", {"reference": "vault/de2/n2", "query": "keeper storms"}),
+        "why_old": call("why", {"reference": "vault/Deutsch/n2", "query": "keeper storms"}),
+    }
+
+
+def test_every_answer_shows_a_moved_note_under_its_new_path_only(serve_in_process: Any, vault: Path) -> None:
+    """While a renamed folder's old entries are being removed (their new ones written), no answer
+    names an old path: search and recall left them out, but list, outline, get (by name, its links
+    and backlinks), related and why still answered with them (or listed them as not indexed)."""
+    server: InProcessServer = serve_in_process()
+    h = server.harness
+    for i in range(4):
+        write(
+            vault / "Deutsch" / f"n{i}.md",
+            f"# Note {i}\n\n#harbour keeper {i} logs storms. [[n{(i + 1) % 4}]]\n",
+        )
+    write(vault / "Harbour.md", "# Harbour\n\nThe keepers' logs start at [[n0]].\n")
+    h.sweep()
+    (vault / "Deutsch").rename(vault / "de2")
+    asked: list[tuple[str, dict[str, int], dict[str, Any]]] = []
+    removing, removing_vectors = h.indexer.delete, h.vectors.delete_keys
+
+    def delete(keys: Any) -> None:  # the removal begins
+        if any("/Deutsch/" in k for k in keys):
+            asked.append(("begins", dict(h.indexer.activity.leaving), _every_answer(server)))
+        removing(keys)
+
+    def delete_keys(keys: list[str]) -> None:  # under way
+        if any("/Deutsch/" in k for k in keys):
+            asked.append(("under way", dict(h.indexer.activity.leaving), _every_answer(server)))
+        removing_vectors(keys)
+
+    h.indexer.delete = delete  # type: ignore[method-assign]
+    h.vectors.delete_keys = delete_keys  # type: ignore[method-assign]
+    loop = _loop(h)
+    loop.changed({str(vault / "Deutsch"), str(vault / "de2")})  # the events of `mv Deutsch de2`
+    _run_queued(loop)
+    assert [(point, leaving) for point, leaving, _ in asked] == [
+        ("begins", {"vault": 4}),  # a move, not 4 notes deleted and 4 new ones
+        ("under way", {"vault": 4}),
+    ]
+    for point, _, answers in asked:
+        old = {op: a for op, a in answers.items() if op != "why_old" and "Deutsch" in json.dumps(a)}
+        assert not old, (point, old)
+        tagged = {x["reference"] for x in answers["tagged"]["notes"]}
+        assert tagged == {f"vault/de2/n{i}" for i in range(4)}, point
+        assert answers["get"]["reference"] == "vault/de2/n1", point
+        backlinks = [b["reference"] for b in answers["backlinks"]["backlinks"]]
+        assert backlinks == ["vault/Harbour", "vault/de2/n3"], point
+        assert [x["target"] for x in answers["harbour"]["links"]] == ["vault/de2/n0"], point
+        assert answers["why_new"]["indexed"] and not answers["why_old"]["indexed"], point
+        assert "vault/de2/n1" in {r["reference"] for r in answers["related"]["related"]}, point
+
+
+def _linked_folder(vault: Path) -> None:
+    for i in range(4):
+        write(vault / "Deutsch" / f"n{i}.md", f"# Note {i}\n\nkeeper {i} logs storms. [[n{(i + 1) % 4}]]\n")
+    write(vault / "Harbour.md", "# Harbour\n\nThe keepers' logs start at [[n0]].\n")
+
+
+def test_links_name_the_new_path_during_a_starts_first_sweep(serve_in_process: Any, vault: Path) -> None:
+    """A folder renamed while the daemon was down: during the first sweep of the start, which
+    resolves links only at its end, a link to a moved note named its old path (marked deleting,
+    then gone) and the new note had no backlinks for the whole sweep."""
+    server: InProcessServer = serve_in_process()
+    h = server.harness
+    _linked_folder(vault)
+    h.sweep()
+    (vault / "Deutsch").rename(vault / "de2")
+    h.indexer.activity.first_sweep_done = False  # as at a start
+    seen: list[tuple[list[Any], list[str]]] = []
+    removing = h.vectors.delete_keys
+
+    def delete_keys(keys: list[str]) -> None:  # the old entries are being removed
+        if any("/Deutsch/" in k for k in keys):
+            links = server.call("get", {"reference": "vault/Harbour"})["links"]
+            back = server.call("get", {"reference": "vault/de2/n0"})["backlinks"]
+            seen.append(([x["target"] for x in links], [b["reference"] for b in back]))
+        removing(keys)
+
+    h.vectors.delete_keys = delete_keys  # type: ignore[method-assign]
+    h.sweep()
+    assert seen
+    for targets, back in seen:
+        assert targets == ["vault/de2/n0"], targets
+        assert "vault/Harbour" in back, back
+
+
+def test_links_to_notes_a_crash_left_deleting_are_resolved_when_the_deletion_is_redone(
+    serve_in_process: Any, vault: Path
+) -> None:
+    """A deletion interrupted (a crash) while a link still resolved to the note: redoing it at
+    the start left the link on the removed note until the first sweep's end."""
+    server: InProcessServer = serve_in_process()
+    h = server.harness
+    _linked_folder(vault)
+    h.sweep()
+    (vault / "Deutsch").rename(vault / "de2")
+    h.sweep()
+    old = [f"vault/Deutsch/n{i}" for i in range(4)]
+    with h.stores.manifest.transaction() as db:  # what a crash mid-deletion left behind
+        db.executemany(
+            "INSERT INTO files (key, source, agent, rel, mtime_ns, size, hash, state) "
+            "VALUES (?, 'vault', '', ?, 0, 0, '', 'deleting')",
+            [(k, k[6:] + ".md") for k in old],
+        )
+        db.execute("UPDATE links SET dst = 'vault/Deutsch/n0' WHERE src = 'vault/Harbour'")
+    h.indexer.finish_interrupted()
+    links = server.call("get", {"reference": "vault/Harbour"})["links"]
+    assert [x["target"] for x in links] == ["vault/de2/n0"]
+    back = server.call("get", {"reference": "vault/de2/n0"})["backlinks"]
+    assert "vault/Harbour" in [b["reference"] for b in back]
+
+
 @pytest.mark.parametrize("cut", ["stopped", "failed"])
 def test_a_rename_cut_short_keeps_every_note_findable(serve_in_process: Any, vault: Path, cut: str) -> None:
     """A sweep applying a renamed folder stopped (the daemon stops) or failed (a full disk) after
@@ -295,18 +423,23 @@ def test_a_rename_cut_short_keeps_every_note_findable(serve_in_process: Any, vau
     )
 
 
-def test_status_never_shows_a_count_below_zero(serve_in_process: Any) -> None:
-    """A daemon that counts notes leaving which its ``files`` dropped already (an exclusion added
-    by a reload): status said ``vault -154 notes``; it says 0 at worst."""
+def test_status_says_the_moved_notes_leaving_beside_the_count(serve_in_process: Any) -> None:
+    """While moved notes' old entries are removed, ``files`` no longer counts them (marked
+    deleting first): status shows ``files`` and each source's count as they are, never less
+    what leaves (it once printed ``vault -154 notes``), and says beside the count how many old
+    entries are being removed (``leaving``, as protocol.md says)."""
     server: InProcessServer = serve_in_process()
     health = server.call("health")
     files = health["index"]["files"]
+    vault = health["index"]["by_source"]["vault"]["files"]
     health["index"]["catching_up"] = {
         "done": 0,
         "total": 400,
         "leaving": files + 170,
-        "leaving_by_source": {"vault": health["index"]["by_source"]["vault"]["files"] + 154},
+        "leaving_by_source": {"vault": vault + 154},
     }
     shown = render_status(health)
-    assert "  0 notes (" in shown and "    vault         0 notes" in shown
+    leaving = f"{files + 170:,}"
+    assert f"  {files:,} notes (the old entries of {leaving} moved notes are being removed)" in shown, shown
+    assert f"    vault   {vault:>7,} notes" in shown, shown
     assert not re.search(r"\s-\d", shown), shown

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from sidecar.clients.mcp_texts import trash_dropped_note
-from sidecar.contracts.errors import NotFoundError, RemoteError, SourceError
+from sidecar.contracts.errors import NotFoundError, RemoteError, SourceError, StoreError
 from sidecar.memory import inbox as inbox_mod
 from sidecar.memory import trash as trash_mod
 from sidecar.memory.inbox import Inboxes, InboxFullError, MemoryWriteError
@@ -567,6 +567,25 @@ def test_a_delete_whose_index_entry_cannot_be_removed_is_reported_done(
     assert not (in_process.cfg.agents_dir / "dx" / "memory" / "gone.md").exists()
     with pytest.raises(Exception, match="'slug' is missing"):
         in_process.call("delete", {}, agent="dx")
+
+
+def test_a_delete_whose_keyword_step_fails_after_it_was_hidden_says_so(
+    in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The entry marked deleting (no answer shows it), then removing it from the keyword index
+    failed: the warning said it was still found by search, which was no longer true."""
+    in_process.call("write", {"slug": "gone", "content": "zqgone"}, agent="dx")
+    ops = _memory_ops(in_process)
+
+    def full(_key: Any) -> None:
+        raise StoreError("BM25 delete failed: No space left on device")
+
+    monkeypatch.setattr(ops.indexer.writer.stores.bm25, "delete_key", full)
+    out = in_process.call("delete", {"slug": "gone"}, agent="dx")
+    assert out["deleted"] and "still found" not in out["warning"], out
+    assert "no longer found" in out["warning"]
+    hits = in_process.call("search", {"query": "zqgone"}, agent="dx")["hits"]
+    assert "memory/gone" not in [hit["reference"] for hit in hits]
 
 
 def test_a_write_that_fails_costs_no_older_kept_text(

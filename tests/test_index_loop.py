@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.contracts.errors import StoreError
 from sidecar.daemon.backfill import Backfill
 from sidecar.daemon.indexing import IndexLoop, Job
 from sidecar.daemon.repairs import RepairPolicy
@@ -961,6 +962,7 @@ def test_index_rebuild_waits_for_its_own_sweep(
     service.request_sweep = loop.request_sweep
     service.asked_done = lambda: loop.asked_done
     service.rebuilding = loop.rebuilding
+    service.rebuild_queued = loop.rebuild_queued
     polled = threading.Semaphore(0)
     health = server.handlers.health
 
@@ -981,20 +983,20 @@ def test_index_rebuild_waits_for_its_own_sweep(
     cli.start()
     _until(lambda: not loop.jobs.empty())  # the rebuild is queued
     shown = render_status(server.call("health"))
-    assert "a rebuild is under way: asked" in shown, shown
+    assert "a rebuild is queued: it begins in a moment" in shown, shown
     h.indexer.sweep(only=frozenset(), paths={str(vault / "Garden.md")})  # the sweep under way ends
     while polled.acquire(blocking=False):
         pass
     assert polled.acquire(timeout=30)  # the command looked at health after that sweep
     assert cli.is_alive()
-    cleared = h.indexer.clear
+    sweep = h.indexer.sweep
 
-    def clear() -> None:  # the rebuild's first moment: the index is empty
-        cleared()
+    def swept(*a: Any, **kw: Any) -> Any:  # the rebuild's first moment: the index is empty
         seen.append(render_status(server.call("health")))
+        return sweep(*a, **kw)
 
     seen: list[str] = []
-    h.indexer.clear = clear  # type: ignore[method-assign]
+    h.indexer.sweep = swept  # type: ignore[method-assign]
     job = loop._next()
     assert job is not None and job.rebuild
     loop._run(job)
@@ -1006,6 +1008,139 @@ def test_index_rebuild_waits_for_its_own_sweep(
     assert out["files"] == files + 1
     assert "a rebuild is under way" in seen[0] and "every chunk has a vector" not in seen[0], seen[0]
     assert "a rebuild is under way" not in render_status(server.call("health"))
+
+
+def test_index_returns_once_its_own_sweep_is_done_on_a_busy_daemon(
+    serve_in_process: Any, vault: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sidecar index` through a daemon that is never idle (a note saved over and over keeps a
+    sweep running, chunks wait for their vectors that no backfill computes): it returns once the
+    sweep it asked for is done and the vectors stop coming, and says in words what still goes on
+    (it waited for an idle daemon with no vector pending: for good)."""
+    from sidecar.clients import cli_admin
+    from sidecar.clients.cli import command_for
+    from sidecar.clients.cli_parser import build_parser
+
+    monkeypatch.setattr(cli_admin, "VECTOR_STALL_S", 0.0)  # no vector comes here: given up at once
+
+    server = serve_in_process()
+    h = server.harness
+    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+    service = server.handlers.service
+    service.request_sweep = loop.request_sweep
+    service.asked_done = lambda: loop.asked_done
+    write(vault / "Later.md", "# Later\n\nRead by the sweep asked for; no backfill embeds it here.\n")
+    busy, release = threading.Event(), threading.Event()
+    health, index_files = server.handlers.health, h.indexer.index_files
+
+    def after_the_asked_sweep(req: Any) -> dict[str, Any]:  # the next sweep is under way by then
+        if loop.asked_done:
+            busy.wait(30)
+        return health(req)
+
+    def held(notes: Any, data: Any = None) -> int:  # the hot note's sweep: it runs on and on
+        if any(n.key == "vault/Hot" for n in notes):
+            busy.set()
+            release.wait(60)
+        return index_files(notes, data)
+
+    server.handlers._ops["health"] = after_the_asked_sweep
+    codes: list[int] = []
+    cli = threading.Thread(
+        target=lambda: codes.append(command_for("index")(build_parser().parse_args(["index"]), server.cfg)),
+        daemon=True,
+    )
+    cli.start()
+    _until(lambda: not loop.jobs.empty())  # the sweep asked for is queued
+    job = loop._next()
+    assert job is not None
+    loop._run(job)
+    write(vault / "Hot.md", "# Hot\n\nSaved every second.\n")
+    h.indexer.index_files = held  # type: ignore[method-assign]
+    hot = threading.Thread(
+        target=lambda: h.indexer.sweep(only=frozenset(), paths={str(vault / "Hot.md")}), daemon=True
+    )
+    hot.start()
+    cli.join(30)
+    waited = cli.is_alive()
+    release.set()
+    hot.join(30)
+    assert not waited and codes == [0]
+    err = capsys.readouterr().err
+    assert "(through the daemon)" in err
+    assert "note: the daemon goes on with changes made since (0 of 1)" in err, err
+    assert "chunks still wait for their vectors, computed in the background (no progress for 0 s" in err, err
+
+
+def test_index_waits_for_the_vectors_of_its_sweep(
+    serve_in_process: Any, vault: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sidecar index && sidecar search ...`: after its own sweep the command waits while the
+    model is ok until no chunk waits for a vector (it returned with them still waiting, and the
+    search right after found the new note by its words only)."""
+    from sidecar.clients.cli import command_for
+    from sidecar.clients.cli_parser import build_parser
+
+    server = serve_in_process()
+    h = server.harness
+    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+    service = server.handlers.service
+    service.request_sweep = loop.request_sweep
+    service.asked_done = lambda: loop.asked_done
+    write(vault / "Fresh.md", "# Fresh\n\nA note the sweep asked for reads; its vectors come later.\n")
+    health = server.handlers.health
+    seen: list[int] = []
+
+    def backfill_after_a_look(req: Any) -> dict[str, Any]:  # the backfill, once the command waits
+        answer = health(req)
+        if loop.asked_done and seen:
+            while h.vectors.embed_pending():
+                pass
+            answer = health(req)
+        if loop.asked_done:
+            seen.append(answer["index"]["pending_vectors"])
+        return answer
+
+    server.handlers._ops["health"] = backfill_after_a_look
+    codes: list[int] = []
+    args = build_parser().parse_args(["index", "--json"])
+    cli = threading.Thread(target=lambda: codes.append(command_for("index")(args, server.cfg)), daemon=True)
+    cli.start()
+    _until(lambda: not loop.jobs.empty())
+    job = loop._next()
+    assert job is not None
+    loop._run(job)
+    cli.join(30)
+    assert codes == [0] and seen[0] > 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["pending_vectors"] == 0, out
+    assert "computing the vectors of" in err and "still wait" not in err, err
+
+
+def test_only_index_requests_are_numbered(serve_in_process: Any) -> None:
+    """``asked_done`` counts the `index` requests, as protocol.md says and its name and the
+    ticket promise: the daemon's own sweeps (the schedule's, the start's) took numbers from the
+    same sequence, and a first `index` request got ticket 3 and saw ``asked_done`` move with
+    sweeps nobody asked for."""
+    server = serve_in_process()
+    h = server.harness
+    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+    service = server.handlers.service
+    service.request_sweep = loop.request_sweep
+    service.asked_done = lambda: loop.asked_done
+    loop.schedule_sweep()  # the start's sweep
+    loop.schedule_sweep(audit=False)  # a reload's new exclusions
+    for _ in range(2):
+        job = loop.jobs.get_nowait()
+        assert job.ticket == 0
+        loop._run(job)
+    assert server.call("health")["index"]["asked_done"] == 0
+    ticket = server.call("index")["ticket"]
+    assert ticket == 1
+    job = loop._next()
+    assert job is not None
+    loop._run(job)
+    assert server.call("health")["index"]["asked_done"] == 1
 
 
 def test_sweep_requests_are_queued_in_the_order_of_their_tickets(make_cfg: Any, vault: Path) -> None:
@@ -1061,5 +1196,27 @@ def test_a_removal_that_fails_is_said_in_status_until_a_sweep_removes_the_notes(
         h.sweep()
         assert not h.stores.manifest.file_states_of(["vault/Private/p"])
         assert not [p for p in h.problems.active() if p["area"] == "exclusions"]
+    finally:
+        h.close()
+
+
+def test_a_rebuild_whose_clear_failed_is_not_said_under_way(make_cfg: Any, vault: Path) -> None:
+    """Emptying the index for a rebuild failed (a full disk): nothing was emptied, and the rebuild
+    is still queued, not said begun (status read "a rebuild is under way")."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+        loop.request_sweep(rebuild=True)
+
+        def clear() -> None:
+            raise StoreError("BM25 commit failed: No space left on device")
+
+        h.indexer.clear = clear  # type: ignore[method-assign]
+        job = loop._next()
+        assert job is not None and job.rebuild
+        with pytest.raises(StoreError):
+            loop._run(job)
+        assert loop.rebuilding() and loop.rebuild_queued()
     finally:
         h.close()

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.contracts.errors import StoreError
 from sidecar.vault import sources
 from sidecar.vault.birth import birth_ns
 from tests.conftest import FakeEmbedder, Harness, write
@@ -920,3 +921,29 @@ def test_a_real_loss_beside_a_move_out_is_judged_against_the_notes_that_stay(
         assert _hits(h, "ferry 3") == ["vault/Other/o3"]
     finally:
         h.close()
+
+
+def test_a_move_undone_after_its_deletion_failed_is_a_move_back(big: Harness, vault: Path) -> None:
+    """A folder moved, the removal of its old entries failed (marked deleting, a full disk), then
+    the move undone: the old entries, hidden, were no twin of the notes come back, and the new
+    path stayed indexed beside them until its deletion's wait ended (up to a minute)."""
+    h = big
+    shutil.move(vault / "Notes", vault / "Moved")
+    real = h.vectors.delete_keys
+    failed: list[int] = []
+
+    def delete_keys(keys: list[str]) -> None:
+        if not failed:
+            failed.append(1)
+            raise StoreError("vector delete failed: No space left on device")
+        real(keys)
+
+    h.vectors.delete_keys = delete_keys  # type: ignore[method-assign]
+    with pytest.raises(StoreError):
+        h.sweep()
+    assert h.stores.manifest.keys_in_state("deleting")
+    shutil.move(vault / "Moved", vault / "Notes")  # undone; its file events:
+    h.indexer.sweep(only=frozenset(), paths={str(vault / "Moved"), str(vault / "Notes")})
+    assert not h.indexer.changes.bursts.waiting()
+    assert _hits(h, "lighthouse") == sorted(f"vault/Notes/n{i}" for i in range(10))
+    assert not _keys(h, "vault/Moved/") and not h.stores.manifest.keys_in_state("deleting")

@@ -71,7 +71,7 @@ def runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[tuple[Coun
     cfg = load_config(
         flags={"home": str(tmp_path / "home"), "index.rescanMinutes": 0.1}, env={"WATCHDOG_USEC": "1000000"}
     )
-    loop = SimpleNamespace(request_sweep=bump("sweep"), sweep_roots=lambda names: None, polled=lambda: False)
+    loop = SimpleNamespace(schedule_sweep=bump("sweep"), sweep_roots=lambda names: None, polled=lambda: False)
     schedule = build_scheduler(
         cfg,
         loop,  # type: ignore[arg-type]

@@ -206,3 +206,56 @@ def test_a_failure_reported_during_work_that_went_well_is_not_cleared_by_it() ->
     problems.clear("index", since=later)
     assert problems.active_in("index") is None
     assert [p["error"] for p in problems.describe()["recent"]][-1].startswith("indexing a memory write")
+
+
+def test_a_rebuild_queued_behind_a_sweep_is_said_queued_with_the_sweeps_progress(
+    serve_in_process: Serve, vault: Path
+) -> None:
+    """`sidecar index --rebuild` while a sweep of file changes runs: status said "a rebuild is
+    under way: indexing 0/1 notes", the progress of that sweep, before the rebuild began. It says
+    the rebuild is queued behind the sweep under way, and the progress is the rebuild's once it
+    runs."""
+    from sidecar.daemon.indexing import IndexLoop
+
+    server = serve_in_process()
+    h = server.harness
+    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+    service = server.handlers.service
+    service.request_sweep = loop.request_sweep
+    service.asked_done = lambda: loop.asked_done
+    service.rebuilding = loop.rebuilding
+    service.rebuild_queued = loop.rebuild_queued
+    write(vault / "Saved.md", "# Saved\n\nA note saved while the rebuild is asked.\n")
+    reading, release = threading.Event(), threading.Event()
+    index_files = h.indexer.index_files
+    shown: list[str] = []
+
+    def held(notes: Any, data: Any = None) -> int:
+        if any(n.key == "vault/Saved" for n in notes) and not release.is_set():
+            reading.set()  # the sweep of the file event is under way
+            release.wait(30)
+        elif release.is_set():
+            shown.append(render_status(server.call("health")))  # the rebuild reads its notes
+        return index_files(notes, data)
+
+    h.indexer.index_files = held  # type: ignore[method-assign]
+    sweep = threading.Thread(
+        target=lambda: h.indexer.sweep(only=frozenset(), paths={str(vault / "Saved.md")}), daemon=True
+    )
+    sweep.start()
+    assert reading.wait(30)
+    assert server.call("index", {"rebuild": True})["ticket"] == 1
+    queued = render_status(server.call("health"))
+    release.set()
+    sweep.join(30)
+    assert "Index: ready; a rebuild is queued behind the sweep under way (indexing 0/1 notes)" in queued, (
+        queued
+    )
+    assert "a rebuild is under way" not in queued
+    assert "Vectors: computed for the notes as the rebuild reads them" not in queued
+    job = loop._next()
+    assert job is not None and job.rebuild
+    loop._run(job)
+    assert shown and "Index: building (a rebuild is under way: indexing 0/" in shown[0], shown
+    assert "a rebuild is queued" not in shown[0]
+    assert "a rebuild is" not in render_status(server.call("health"))

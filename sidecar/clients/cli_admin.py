@@ -22,6 +22,10 @@ from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.printable import quoted
 from sidecar.vault.homeguard import forget, record_path
 
+# `sidecar index` stops waiting for vectors once the count of chunks waiting for one has not gone
+# down for this long (a model that hangs, a backfill held by searches): it says what is left.
+VECTOR_STALL_S = 120.0
+
 
 def _check_vault(args: argparse.Namespace, cfg: Config, *, serving: bool) -> None:
     """A vault folder that does not exist: the daemon waits for it (a share not mounted yet), with
@@ -143,30 +147,17 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
                     "confirm; the sweep runs as usual",
                     file=sys.stderr,
                 )
-            said: set[tuple[str, str]] = set()
-            while True:
-                health = client.call("health")
-                idx = health["index"]
-                _show_progress(bar, idx, health["embedder"])
-                _say_waiting(bar, idx.get("waiting"), said)
-                waiting = health["embedder"]["state"] == "ok" and backlog(idx) > 0
-                if _swept(idx, ticket, before) and idx["phase"] == "idle" and not waiting:
-                    break
-                failing = _failing_since(health, asked, ("index", "stores"))
-                if failing is not None:  # the sweep cannot finish: say why instead of waiting on
-                    bar.done("")
-                    raise StorageError(
-                        f"the index cannot be updated now: {failing}; nothing indexed is lost and the "
-                        "daemon retries by itself (`sidecar status` shows when it recovers)"
-                    )
-                if _swept(idx, ticket, before) and waiting and _failing_since(health, asked, ("embedding",)):
-                    break  # notes are in; their vectors wait for the model (status says why)
-                time.sleep(0.5)
+            health = _wait_for_sweep(client, bar, ticket, before, asked)
+            stalled = False
+            if ticket is not None and health["index"].get("asked_done") is not None:
+                health, stalled = _wait_for_vectors(client, bar, health, asked)
+            idx = health["index"]
         if args.accept_home:
             _say_if_still_refused(health, cfg)
         # A root that could not be swept keeps what was indexed (offline), or its deletions wait
         # (held): say so, not only the totals.
         offline = [r for r in health.get("roots", []) if r.get("mode") in ("offline", "held")]
+        still = _still_going_on(idx, health["embedder"], stalled)
         if args.json:
             print(
                 json.dumps(
@@ -174,6 +165,8 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
                         "through": "daemon",
                         "files": idx["files"],
                         "chunks": idx["chunks"],
+                        "pending_vectors": idx["pending_vectors"],
+                        "phase": idx["phase"],
                         "offline": [
                             {"name": r["name"], "mode": r["mode"], "error": r.get("error")} for r in offline
                         ],
@@ -188,6 +181,8 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
                 for r in offline
             )
             bar.done(f"indexed {idx['files']} notes, {idx['chunks']} chunks (through the daemon){kept}")
+        for line in still:
+            print(f"note: {line}", file=sys.stderr)
         return int(ExitCode.OK)
     except DaemonNotRunningError as exc:
         if sent:
@@ -202,6 +197,91 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
             )
             raise DaemonNotRunningError(f"the daemon stopped while it was indexing ({exc}); {again}") from exc
     return _index_here(args, cfg, bar)
+
+
+def _wait_for_sweep(
+    client: Client, bar: Progress, ticket: int | None, before: int, asked: float
+) -> dict[str, Any]:
+    """Health once the sweep `sidecar index` asked for is done, the progress shown meanwhile."""
+    said: set[tuple[str, str]] = set()
+    while True:
+        health = client.call("health")
+        idx = health["index"]
+        _show_progress(bar, idx, health["embedder"])
+        _say_waiting(bar, idx.get("waiting"), said)
+        swept = _swept(idx, ticket, before)
+        if swept and ticket is not None and idx.get("asked_done") is not None:
+            # Its own sweep is done: other sweeps after it (the changes of a note saved over and
+            # over) are said, not waited for (a daemon never idle kept the command waiting for
+            # good); its vectors are waited for next (``_wait_for_vectors``).
+            return health
+        waiting = health["embedder"]["state"] == "ok" and backlog(idx) > 0
+        if swept and idx["phase"] == "idle" and not waiting:
+            return health  # a daemon that numbers no requests: its sweep is done once it is idle
+        failing = _failing_since(health, asked, ("index", "stores"))
+        if failing is not None:  # the sweep cannot finish: say why instead of waiting on
+            bar.done("")
+            raise StorageError(
+                f"the index cannot be updated now: {failing}; nothing indexed is lost and the "
+                "daemon retries by itself (`sidecar status` shows when it recovers)"
+            )
+        if swept and waiting and _failing_since(health, asked, ("embedding",)):
+            return health  # notes are in; their vectors wait for the model (status says why)
+        time.sleep(0.5)
+
+
+def _wait_for_vectors(
+    client: Client, bar: Progress, health: dict[str, Any], asked: float
+) -> tuple[dict[str, Any], bool]:
+    """After its own sweep, `sidecar index` waits until no chunk waits for its vector while the
+    model is on and ok: `sidecar index && sidecar search ...` expects meaning-based hits. Never
+    for other sweeps or for an idle daemon; at once when the model is off, loading or failed (said
+    by ``_still_going_on``). Returns the last health and whether it gave up because the count
+    of waiting chunks stopped going down for ``VECTOR_STALL_S``."""
+    lowest, since, said = None, time.monotonic(), False
+    while True:
+        idx = health["index"]
+        pending = backlog(idx)  # a note written continuously leaves a few chunks: no backlog
+        if health["embedder"]["state"] != "ok" or not pending:
+            return health, False
+        if _failing_since(health, asked, ("embedding",)):
+            return health, False  # the model fails on them: status says why
+        if not said:
+            bar.say(
+                f"computing the vectors of {pending:,} chunks, so that search finds them by their "
+                "meaning too (Ctrl-C stops waiting; the daemon goes on in the background)"
+            )
+            said = True
+        if lowest is None or pending < lowest:
+            lowest, since = pending, time.monotonic()
+        elif time.monotonic() - since >= VECTOR_STALL_S:
+            return health, True
+        bar.update("embedding", idx["chunks"] - pending, idx["chunks"])
+        time.sleep(0.5)
+        health = client.call("health")
+
+
+def _still_going_on(idx: dict[str, Any], embedder: dict[str, Any], stalled: bool = False) -> list[str]:
+    """What the daemon still does once the sweep `sidecar index` asked for is done, in words."""
+    out = []
+    if idx["phase"] in ("scanning", "indexing"):
+        progress = idx.get("progress") or {}
+        of = f" ({progress['done']:,} of {progress['total']:,})" if progress.get("total") else ""
+        out.append(
+            f"the daemon goes on with changes made since{of}: notes saved meanwhile are found "
+            "once it has read them (`sidecar status` shows it)"
+        )
+    pending = idx["pending_vectors"]
+    if pending and embedder["state"] != "off":
+        why = {
+            "ok": f" (no progress for {VECTOR_STALL_S:.0f} s, so not waited for)" if stalled else "",
+            "failed": " once the embedding model loads (it failed to: `sidecar status` says why)",
+        }.get(embedder["state"], " once the embedding model has loaded")
+        out.append(
+            f"{pending:,} chunks still wait for their vectors, computed in the background{why}; "
+            "search finds them by their words meanwhile (`sidecar status` shows the progress)"
+        )
+    return out
 
 
 def _say_if_still_refused(health: dict[str, Any], cfg: Config) -> None:

@@ -231,17 +231,14 @@ def render_status(h: dict[str, Any]) -> str:
 
 
 def _count_lines(idx: dict[str, Any]) -> list[str]:
-    """The notes and chunks indexed, in all and by source; moved notes whose new entry is in
-    while the old one is still being removed are counted once (``leaving``) and said once.
-    Never below 0: a daemon before this one counted deleted and excluded notes in ``leaving``
-    too, which ``files`` had dropped already (``vault -154 notes``)."""
+    """The notes and chunks indexed, in all and by source. ``files`` counts a moved note once
+    (by its new path) while its old entry is removed (``leaving``), which is said beside it."""
     catching = idx.get("catching_up") or {}
-    leaving, by_source = catching.get("leaving", 0), catching.get("leaving_by_source") or {}
-    more = f" ({leaving:,} more still indexed under old paths until the changes are in)" if leaving else ""
-    lines = [f"  {max(0, idx['files'] - leaving):,} notes{more}, {idx['chunks']:,} chunks"]
+    leaving = catching.get("leaving", 0)
+    more = f" (the old entries of {leaving:,} moved notes are being removed)" if leaving else ""
+    lines = [f"  {idx['files']:,} notes{more}, {idx['chunks']:,} chunks"]
     for source, c in sorted(idx["by_source"].items()):
-        files = max(0, c["files"] - by_source.get(source, 0))
-        lines.append(f"    {source:<7} {files:>7,} notes {c['chunks']:>8,} chunks")
+        lines.append(f"    {source:<7} {c['files']:>7,} notes {c['chunks']:>8,} chunks")
     return lines
 
 
@@ -249,14 +246,7 @@ def _index_line(h: dict[str, Any]) -> str:
     """The Index line of `status`: building (what it waits for) or ready."""
     idx = h["index"]
     if idx.get("rebuilding"):
-        # At its first moment the index is empty: "0 notes" alone read as a rebuild that found none.
-        prog = idx["progress"]
-        where = (
-            f"{idx['phase']} {prog['done']:,}/{prog['total']:,} notes"
-            if idx["phase"] in ("scanning", "indexing")
-            else "asked; it starts once the sweep under way ends"
-        )
-        return f"Index: building (a rebuild is under way: {where}); notes are found again as they are read"
+        return _rebuild_line(idx)
     if idx["state"] == "building":
         return _building_line(h)
     if catching := idx.get("catching_up"):
@@ -274,6 +264,25 @@ def _index_line(h: dict[str, Any]) -> str:
         return "Index: ready"
     # The first sweep ended, but not every note is read (a folder offline, a build cut short).
     return "Index: ready, but not every note is read yet: notes not read cannot be found"
+
+
+def _rebuild_line(idx: dict[str, Any]) -> str:
+    """The Index line while a rebuild is asked: queued behind the sweep under way, or running."""
+    prog = idx["progress"]
+    busy = idx["phase"] in ("scanning", "indexing")
+    at = f"{idx['phase']} {prog['done']:,}/{prog['total']:,} notes"
+    if idx.get("rebuild_queued"):
+        # The progress is the sweep's under way (file changes): shown as the rebuild's, it read as
+        # a rebuild nearly done before it began. The index is as it was until the rebuild begins.
+        state = "ready" if idx["state"] == "ready" else "building"
+        if busy:
+            return (
+                f"Index: {state}; a rebuild is queued behind the sweep under way ({at}): it begins after it"
+            )
+        return f"Index: {state}; a rebuild is queued: it begins in a moment"
+    # At its first moment the index is empty: "0 notes" alone read as a rebuild that found none.
+    where = at if busy else "starting"
+    return f"Index: building (a rebuild is under way: {where}); notes are found again as they are read"
 
 
 def _building_line(h: dict[str, Any]) -> str:
@@ -338,7 +347,7 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
             )
         elif pending:
             lines.append(f"Vectors: storing the last {pending:,} computed")
-        elif idx.get("rebuilding"):
+        elif idx.get("rebuilding") and not idx.get("rebuild_queued"):
             lines.append("Vectors: computed for the notes as the rebuild reads them")
         else:
             lines.append(f"Vectors: {all_vectors_words(idx)}")

@@ -159,8 +159,6 @@ def build_handlers(
     )
     week = parts.indexer.week_start
     retriever.week_start = lambda: week.value  # Obsidian's, as the last sweep read it
-    indexer = parts.indexer
-    retriever.leaving = lambda: indexer.superseded  # a move's old entries, while they are removed
     return Handlers(
         cfg,
         indexer=parts.indexer,

@@ -118,10 +118,13 @@ class ServiceState:
     reload: Callable[[], dict[str, Any]]
     # (changes applied, changes known) while file changes wait or are being applied, else None.
     catching_up: Callable[[], tuple[int, int] | None] = lambda: None
-    # The number of the last `index` request whose sweep has ended.
+    # The highest number of an `index` request whose sweep has ended (the daemon's own sweeps
+    # are not numbered).
     asked_done: Callable[[], int] = lambda: 0
     # Whether a rebuild was asked and its sweep has not ended.
     rebuilding: Callable[[], bool] = lambda: False
+    # Whether that rebuild still waits in the queue (it has not emptied the index yet).
+    rebuild_queued: Callable[[], bool] = lambda: False
 
 
 class Handlers:
@@ -254,11 +257,14 @@ class Handlers:
                 ),
                 "sweeps": act.sweeps,
                 # The number of the last `index` request (its reply's ``ticket``) whose sweep has
-                # ended, and whether a rebuild asked for is queued or under way.
+                # ended, whether a rebuild asked for is queued or under way, and whether it is
+                # still queued (the progress shown is then the sweep's under way, not its own).
                 "asked_done": self.service.asked_done(),
                 "rebuilding": self.service.rebuilding(),
+                "rebuild_queued": self.service.rebuild_queued(),
                 # File changes waiting or being applied (``catchingUp`` of answers): done, total,
-                # and the notes counted in ``files`` that are gone or moved away and leave with them.
+                # and the moved notes whose old entry is being removed now (``files`` no longer
+                # counts them: the deletion marked them first).
                 "catching_up": self._catching_up(),
                 # False while a new or rebuilt index has not read every note (a build cut short,
                 # a folder offline): its searches say so (``indexing``).

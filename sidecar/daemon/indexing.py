@@ -142,6 +142,7 @@ class IndexLoop:
         self._tickets = 0
         self.asked_done = 0
         self._rebuild_ticket = 0
+        self._rebuild_begun = 0  # the last ticket of a rebuild that emptied the index (it runs)
 
     def watch_partial(self, why: str | None) -> None:
         """The watcher's word on its coverage (``Watcher.partial``): while it covers only part of
@@ -241,9 +242,9 @@ class IndexLoop:
         confirm: frozenset[str] = frozenset(),
         audit: bool = True,
     ) -> int:
-        """A sweep (the schedule, the index op); ``audit``: one whose finds in a watched folder
-        are file events that were lost. Returns the request's number: ``asked_done`` reaches it
-        once a sweep that took the request has ended."""
+        """A sweep the `index` op asks for; ``audit``: one whose finds in a watched folder are
+        file events that were lost. Returns the request's number: ``asked_done`` reaches it once
+        a sweep that took the request has ended."""
         with self._progress:  # queued in the order of their numbers (put under the same lock)
             self._tickets += 1
             ticket = self._tickets
@@ -252,11 +253,22 @@ class IndexLoop:
             self.jobs.put(Job(rebuild, roots, confirm, audit=audit and not rebuild, ticket=ticket))
         return ticket
 
+    def schedule_sweep(self, audit: bool = True) -> None:
+        """A sweep of the daemon's own (the schedule, the start, a reload's new exclusions): not
+        numbered, ``asked_done`` counts the `index` requests (what a client's ticket numbers)."""
+        self.jobs.put(Job(audit=audit))
+
     def rebuilding(self) -> bool:
         """Whether a rebuild was asked and its sweep has not ended (queued, or the index emptied
         and being read again: status says so, not "0 notes" and "every chunk has a vector")."""
         with self._progress:
             return self._rebuild_ticket > self.asked_done
+
+    def rebuild_queued(self) -> bool:
+        """Whether a rebuild was asked and waits in the queue (behind the sweep under way, whose
+        progress is not the rebuild's); false once it emptied the index, and through its retries."""
+        with self._progress:
+            return self._rebuild_ticket > max(self.asked_done, self._rebuild_begun)
 
     def sweep_roots(self, names: list[str]) -> None:
         """Roots whose retry or poll is due; skipped while other work waits (it sweeps them too)."""
@@ -360,6 +372,8 @@ class IndexLoop:
         indexer = self.indexer
         if job.rebuild:
             indexer.clear()
+            with self._progress:  # begun once the index is empty: a clear that failed emptied nothing
+                self._rebuild_begun = max(self._rebuild_begun, job.ticket)
         audit = job.audit and not job.paths and indexer.activity.first_sweep_done
         began = time.time()
         mark = self.problems.mark()

@@ -323,7 +323,7 @@ class Daemon:
             also=self._recheck_config,
         )
         scheduler.start()
-        loop.request_sweep()
+        loop.schedule_sweep()
         return handlers
 
     def _unless_stopping(self) -> None:
@@ -710,6 +710,7 @@ class Daemon:
             loop.catching_up,
             lambda: loop.asked_done,
             loop.rebuilding,
+            loop.rebuild_queued,
         )
         handlers = build_handlers(cfg, parts, self.slot, service, inboxes, counts=self._counts)
         self._retriever = handlers.retriever
@@ -871,7 +872,7 @@ class Daemon:
         if which is not None:
             changed.extend(which.split(","))
             # Excluded notes leave, included ones come: no events were lost for those.
-            loop.request_sweep(False, None, frozenset(), audit=False)
+            loop.schedule_sweep(audit=False)
             # Those it leaves out leave before the answer: excluded for privacy, a folder must not
             # be found once the reload said it was applied (a running first sweep let them in
             # until its end and the next sweep's).

@@ -183,7 +183,7 @@ def build_scheduler(
     for name in ("apscheduler.scheduler", "apscheduler.executors.default"):
         logging.getLogger(name).addFilter(_RELOGGED)
     schedule = Schedule(scheduler)
-    scheduler.add_job(loop.request_sweep, "interval", minutes=cfg.index.rescan_minutes, id="sweep")
+    scheduler.add_job(loop.schedule_sweep, "interval", minutes=cfg.index.rescan_minutes, id="sweep")
 
     def tick() -> None:
         loop.sweep_roots(supervisor.due(poll_all=loop.polled()))

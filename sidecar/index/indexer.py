@@ -91,8 +91,6 @@ class Indexer:
         self.manifest = stores.manifest
         self.slot = slot
         self.activity = Activity()
-        # Old keys of moved notes being removed now, their new entries written (``_delete_moved``).
-        self.superseded: frozenset[str] = frozenset()
         # Whether a full sweep has ever completed into this index (kept across restarts): a
         # restart's first sweep only catches up, every note read before is found meanwhile.
         swept = self.manifest.get_meta("swept")
@@ -422,18 +420,18 @@ class Indexer:
 
     def _delete_moved(self, old: list[str], gone: list[str]) -> None:
         """Remove moved notes' old entries now (their new ones are indexed), out of ``gone``.
-        Until the deletion is committed both are counted in ``files``: ``leaving`` says how many."""
+        From the deletion's first step no answer shows them (``deleting``) and ``files`` no longer
+        counts them; ``leaving`` says how many are being removed."""
         pending = set(gone)
         old = [k for k in self._still_gone(old) if k in pending]
         if not old:
             return
         self.activity.leaving = dict(Counter(k.split("/", 1)[0] for k in old))
-        self.superseded = frozenset(old)  # no hit while the removal is under way (search asks)
         try:
+            self.writer.retire(old)  # no answer shows them from now on
             self.delete(old)
         finally:
             self.activity.leaving = {}
-            self.superseded = frozenset()
         left = set(old)
         gone[:] = [k for k in gone if k not in left]
 

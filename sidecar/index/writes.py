@@ -2,7 +2,8 @@
 
 Per batch: the manifest marks the files ``indexing``; BM25 docs are replaced and vectors of
 vanished chunks deleted; BM25 commits; then one manifest transaction records the new chunks,
-their links and ``indexed``. Deletions mark ``deleting`` first, in the same order. A start finds
+their links and ``indexed``. Deletions mark ``deleting`` first (their links dropped and the links to
+them resolved again with it, also while a start defers the rest), in the same order. A start finds
 any file still marked ``indexing`` / ``deleting`` and redoes it.
 
 Writers queued behind the write lock share one batch (group commit): one Tantivy commit and one
@@ -153,21 +154,39 @@ class Writer:
             return
         stores = self.stores
         with stores.write_lock:
-            stores.manifest.mark_state(keys, "deleting")
+            self._retire(keys)
             for key in keys:
                 stores.bm25.delete_key(key)
             self.vectors.delete_keys(list(keys))
             stores.bm25.commit()
             with stores.manifest.transaction() as db:
-                # Read before the rows go: a link named by a deleted note's alias (its copy left
-                # under a new path) kept the deleted note among its candidates.
-                names = _names(keys) | _alias_names(db, keys)
                 for key in keys:
                     stores.manifest.delete_file(key, db)
-                drop_links(db, keys)
-                if not self.defer_links:
-                    reresolve(db, self.wiki_subfolder, names=names, keys=list(keys))
         log.info("notes_deleted count=%d", len(keys))
+
+    def retire(self, keys: Sequence[str]) -> None:
+        """Take notes out of every answer now, their removal to follow (``delete``)."""
+        with self.stores.write_lock:
+            self._retire(keys)
+
+    def _retire(self, keys: Sequence[str]) -> None:
+        """The intent, in one transaction before the stores are touched: the notes marked
+        ``deleting`` (from then on no answer shows them), their links dropped and the names they
+        answered to resolved again without them (a renamed folder's links then name the new
+        notes at once, not their old paths while the old entries are removed). Also during a
+        start's first sweep, which defers every other resolving to its end: only the links these
+        names reach are read, and the old paths stayed linked for the whole sweep. Notes marked
+        already (``retire``, a deletion a crash interrupted) are resolved again only where a link
+        still points at one of them."""
+        with self.stores.manifest.transaction() as db:
+            fresh = [k for k in keys if _state(db, k) not in (None, "deleting")]
+            # Read before the rows go: a link named by a deleted note's alias (its copy left
+            # under a new path) kept the deleted note among its candidates.
+            names = _names(keys) | _alias_names(db, keys)
+            db.executemany("UPDATE files SET state = 'deleting' WHERE key = ?", [(k,) for k in fresh])
+            drop_links(db, keys)
+            if fresh or _pointed_at(db, keys):
+                reresolve(db, self.wiki_subfolder, names=names, keys=keys)
 
     def set_excluded(self, found: dict[str, dict[str, str]], sources: Collection[str] | None = None) -> None:
         """Remember the excluded notes a sweep found (see ``links.set_excluded``); links whose
@@ -259,6 +278,21 @@ def _already_indexed(p: Prepared, state: FileState | None) -> bool:
         and p.skip_reason is None
         and state.hash == p.hash
     )
+
+
+def _state(db: sqlite3.Connection, key: str) -> str | None:
+    row = db.execute("SELECT state FROM files WHERE key = ?", (key,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def _pointed_at(db: sqlite3.Connection, keys: Sequence[str]) -> bool:
+    """Whether a link still resolves to one of these notes."""
+    for start in range(0, len(keys), 500):
+        part = list(keys[start : start + 500])
+        marks = ",".join("?" * len(part))
+        if db.execute(f"SELECT 1 FROM links WHERE dst IN ({marks}) LIMIT 1", part).fetchone():
+            return True
+    return False
 
 
 def _alias_names(db: sqlite3.Connection, keys: Sequence[str]) -> set[str]:

@@ -45,7 +45,7 @@ from sidecar.notes.frontmatter import description_of
 from sidecar.notes.markdown import filter_tag
 from sidecar.notes.redact import masked_line
 from sidecar.runtime.foreground import FOREGROUND
-from sidecar.stores.manifest import embed_hash
+from sidecar.stores.manifest import Manifest, embed_hash
 from sidecar.stores.vectorbook import NO_VECTOR
 from sidecar.vault.homeguard import HomeChangedError, held
 from sidecar.vault.sources import (
@@ -344,7 +344,7 @@ class MemoryOps:
                 # move's file event queues that sweep).
                 log.error("memory_index_failed agent=%s slug=%s error=%s", agent, slug, exc)
                 self.problems.report("index", f"removing a deleted memory note from the index failed: {exc}")
-                unindexed = f"deleted, but still found by search until the index can be written ({exc})"
+                unindexed = _unindexed_warning(self.manifest, key, exc)
         if moved is None:
             return {
                 "deleted": False,
@@ -587,6 +587,20 @@ def _audit_warning(error: str | None, agent: str, problems: Problems) -> str | N
 
 def _local(mtime_ns: int) -> str:
     return dt.datetime.fromtimestamp(mtime_ns / 1e9).astimezone().isoformat(timespec="seconds")
+
+
+def _unindexed_warning(manifest: Manifest, key: str, exc: Exception) -> str:
+    """What a delete whose index step failed says: once the entry is marked ``deleting`` no
+    answer shows it (only its removal from the keyword and vector indexes waits)."""
+    try:
+        hidden = manifest.file_states_of([key]).get(key)
+    except sqlite3.Error:
+        hidden = None
+    if hidden is not None and hidden.state == "deleting":
+        return (
+            f"deleted and no longer found; its index entry is removed once the index can be written ({exc})"
+        )
+    return f"deleted, but still found by search until the index can be written ({exc})"
 
 
 def _unindexed_note(reference: str, source: str, mtime_ns: int, why: str) -> dict[str, Any]:

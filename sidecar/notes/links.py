@@ -47,12 +47,14 @@ def ensure_schema(db: sqlite3.Connection) -> bool:
 
 
 # What a link can mean: notes known to the index, and excluded notes (by their path only: their
-# aliases are not read, as nothing of an excluded note is).
+# aliases are not read, as nothing of an excluded note is). A note being deleted is none of the
+# former (its links are resolved again as the deletion begins: ``Writer.delete``).
+_KNOWN = "state IN ('indexed', 'skipped', 'indexing')"
 _TARGETS = (
     "SELECT key, source, agent, front_matter FROM ("
-    "SELECT key, source, agent, front_matter FROM files WHERE state IN ('indexed', 'skipped', 'indexing') "
+    f"SELECT key, source, agent, front_matter FROM files WHERE {_KNOWN} "
     "UNION ALL SELECT key, source, '', '{}' FROM excluded_notes "
-    "WHERE key NOT IN (SELECT key FROM files)) WHERE 1 = 1"
+    f"WHERE key NOT IN (SELECT key FROM files WHERE {_KNOWN})) WHERE 1 = 1"
 )
 
 

@@ -292,9 +292,6 @@ class Retriever:
         self.recall_cfg = recall
         self.today: Callable[[], dt.date] = dt.date.today  # local day; tests pin it
         self.week_start: Callable[[], int] = lambda: 0  # weeks' first weekday, 0 Monday (the vault's)
-        # Old keys of moved notes whose new entry is written while the old one is being removed:
-        # never a hit (the note is found under its new path; the old one is gone from the disk).
-        self.leaving: Callable[[], Collection[str]] = frozenset
         self.queries = QueryCache(cfg.query_cache)
         # (when counted, chunks without a vector, of which of notes written continuously)
         self._pending: tuple[float, int, int] = (-1.0, 0, 0)
@@ -622,12 +619,8 @@ class Retriever:
     ) -> Ranking:
         bm, vec_lists, stem = found.keywords, found.vectors, found.stem
         ids = list(dict.fromkeys([c for c, _ in bm] + [c for vl in vec_lists for c, _, _ in vl]))
-        leaving = self.leaving()
-        views = {
-            k: v
-            for k, v in self.stores.manifest.views(ids).items()
-            if passes(v, req.filters) and v.key not in leaving
-        }
+        # Not the old entries of moved notes while they are removed: ``views`` leaves them out.
+        views = {k: v for k, v in self.stores.manifest.views(ids).items() if passes(v, req.filters)}
         cfg = self.cfg
         boosts = {"vault": cfg.boosts.vault, "wiki": cfg.boosts.wiki, "memory": cfg.boosts.memory}
         bm_scores = dict(bm)

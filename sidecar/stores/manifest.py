@@ -49,6 +49,11 @@ _SHRINK_MIN_BYTES = 8 * 2**20
 # "0 notes, 0 chunks" while its batches were written. A new note counts once it is in.
 _COUNTED = "(state = 'indexed' OR (state = 'indexing' AND indexed_at > 0 AND chunks > 0))"
 
+# The rows a read that answers may show: a note on its way out (``deleting``: deleted, or a moved
+# note's old entry once its new one is written) is found by no answer (search, get, why, list,
+# related): the moved note is answered under its new path only, the deleted one not at all.
+_SHOWN = "f.state != 'deleting'"
+
 # A file's columns as ``FileState`` holds them.
 _STATE_COLUMNS = "key, mtime_ns, size, hash, state, ctime_ns, dev, ino, btime_ns"
 
@@ -731,14 +736,17 @@ class Manifest(VectorBook):
 
     def keys_like(self, stats: Collection[tuple[int, int, str]]) -> dict[tuple[int, int, str], list[str]]:
         """Indexed keys by (mtime_ns, size, hash), for those in ``stats``: where the same bytes,
-        written at the same time, are indexed under other keys (a move a sweep saw half of)."""
+        written at the same time, are indexed under other keys (a move a sweep saw half of).
+        Keys being deleted too: a move undone after the removal of its old entries failed brings
+        those notes back (the caller takes only keys whose file it sees now, with that stat)."""
         wanted = set(stats)
         out: dict[tuple[int, int, str], list[str]] = {}
         mtimes = sorted({s[0] for s in wanted})
         for start in range(0, len(mtimes), 500):
             part = mtimes[start : start + 500]
             rows = self._query(
-                "SELECT key, mtime_ns, size, hash FROM files WHERE state = 'indexed' AND hash != '' "
+                "SELECT key, mtime_ns, size, hash FROM files WHERE state IN ('indexed', 'deleting') "
+                "AND hash != '' "
                 f"AND mtime_ns IN ({','.join('?' * len(part))})",
                 part,
             )
@@ -936,13 +944,16 @@ class Manifest(VectorBook):
         return list(self._views("f.state = 'indexed' AND c.key = ?", (key,)))
 
     def chunks_of(self, key: str) -> list[ChunkView]:
-        return list(self._views("c.key = ?", (key,)))
+        """The chunks of note ``key`` as answers show them (also while a batch writes it again)."""
+        return list(self._views(f"{_SHOWN} AND c.key = ?", (key,)))
 
     def views(self, chunk_ids: Sequence[str]) -> dict[str, ChunkView]:
-        """The chunks' views as last committed (a search's read: it never waits for a writer)."""
+        """The chunks' views as last committed (a search's read: it never waits for a writer),
+        those of notes on their way out left out."""
         out: dict[str, ChunkView] = {}
         for part, marks in _in_groups(chunk_ids):
-            out.update((v.chunk_id, v) for v in self._views(f"c.chunk_id IN ({marks})", part, committed=True))
+            where = f"{_SHOWN} AND c.chunk_id IN ({marks})"
+            out.update((v.chunk_id, v) for v in self._views(where, part, committed=True))
         return out
 
     def _views(self, where: str, args: Sequence[Any], *, committed: bool = False) -> Iterator[ChunkView]:
@@ -999,7 +1010,9 @@ class Manifest(VectorBook):
         """Each note's first chunk, by key (a note listed for its date shows its beginning)."""
         out: dict[str, ChunkView] = {}
         for part, marks in _in_groups(keys):
-            where = f"c.key IN ({marks}) AND c.ord = (SELECT min(ord) FROM chunks WHERE key = c.key)"
+            where = (
+                f"{_SHOWN} AND c.key IN ({marks}) AND c.ord = (SELECT min(ord) FROM chunks WHERE key = c.key)"
+            )
             out.update((v.key, v) for v in self._views(where, part, committed=True))
         return out
 
@@ -1019,10 +1032,11 @@ class Manifest(VectorBook):
         )
 
     def unindexed_files(self, where: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
-        """(key, source, mtime_ns, state, error) of known files that are not indexed (skipped)."""
+        """(key, source, mtime_ns, state, error) of known files that are not indexed (skipped),
+        not those on their way out (listed as "deleting", a moved note showed its old path)."""
         return self._query(
             "SELECT key, source, mtime_ns, state, error FROM files "
-            f"WHERE state != 'indexed' AND ({where}) ORDER BY key",
+            f"WHERE state NOT IN ('indexed', 'deleting') AND ({where}) ORDER BY key",
             args,
         )
 
