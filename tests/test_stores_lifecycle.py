@@ -1199,7 +1199,7 @@ def test_a_removal_failing_in_any_way_leaves_the_rest_of_the_reload_applied(
         indexer=SimpleNamespace(set_excludes=lambda *_a: "index.exclude", remove_excluded=broken),
         stores=SimpleNamespace(manifest=manifest),
     )
-    daemon.loop = SimpleNamespace(request_sweep=lambda *_a, **_k: 1)  # type: ignore[assignment]
+    daemon.loop = SimpleNamespace(schedule_sweep=lambda *_a, **_k: None)  # type: ignore[assignment]
     changed: list[str] = []
     try:
         unremoved = daemon._reload_index(new, changed)
