@@ -267,7 +267,9 @@ def test_a_time_phrase_with_no_notes_of_that_date_is_searched_as_words(served: S
     the words count."""
     r = served.call("search", {"query": "tomatoes sun water 3 days ago", "preview": True})
     assert "vault/Garden" in _refs(r)  # the window (2026-11-29) holds no note
-    assert r["window"] == {"phrase": "3 days ago", "applied": False}
+    assert r["window"] == {"phrase": "3 days ago", "applied": False, "why": "noNote"} | dict.fromkeys(
+        ("since", "until"), _ago(3)
+    )
     assert r["analysis"]["timePhraseIgnored"] == "3 days ago"
     recall = served.call("recall", {"message": "tomatoes sun water vor drei Tagen", "minScore": 0})
     assert recall["window"]["applied"] is False
@@ -2432,3 +2434,68 @@ def test_a_write_too_large_or_past_the_inbox_limit_is_refused_before_the_duplica
         assert checked == ["one", "two", "one"]
     finally:
         h.close()
+
+
+@pytest.mark.parametrize(
+    "message",
+    ["Was war gestern?", "What happened yesterday?", "Was war am Dienstag?", "Was ist gestern passiert?"],
+)
+def test_a_question_about_what_happened_recalls_the_days_notes(served: Served, message: str) -> None:
+    """'Was war gestern?' asks about yesterday's notes as 'was habe ich gestern gemacht?' does: it
+    recalled nothing and said no note had that date, though yesterday's daily note was there."""
+    r = served.call("recall", {"message": message})
+    assert f"vault/Daily/{_ago(1)}" in [h["reference"] for h in r["hits"]], (message, r)
+    assert "Pruned the garlic bed roses" in r["context"]
+    assert r["window"]["applied"] is True
+
+
+def test_a_phrase_not_applied_says_why_and_which_dates(served: Served) -> None:
+    """A time phrase not applied says truly why, with the dates it was read as: a message that did
+    not ask about the period's notes is not told 'no note has that date' when one has."""
+    r = served.call("recall", {"message": "what was the weather yesterday?", "preview": True})
+    window = r["window"]
+    assert window == {
+        "phrase": "yesterday",
+        "applied": False,
+        "why": "notAsked",
+        "since": _ago(1),
+        "until": _ago(1),
+    }, window
+    assert r["analysis"]["timePhraseWhy"] == "notAsked"
+    text = text_of_search("what was the weather yesterday?", r)
+    assert f"'yesterday' ({_ago(1)}): the message does not ask about the notes of that time" in text
+    assert "no note has that date" not in text
+    empty = served.call("recall", {"message": "was habe ich vor 3 Tagen im Garten gemacht?"})
+    assert empty["window"]["why"] == "noNote" and empty["window"]["since"] == _ago(3)
+    said = served.call("search", {"query": "tomatoes sun water 3 days ago"})
+    assert said["window"] == {
+        "phrase": "3 days ago",
+        "applied": False,
+        "why": "noNote",
+        **dict.fromkeys(("since", "until"), _ago(3)),
+    }
+    assert f"'3 days ago' ({_ago(3)}): no note has that date" in text_of_search("tomatoes 3 days ago", said)
+
+
+def test_a_given_window_is_said_as_given_never_none(
+    served: Served, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With --since alone and a time phrase the note said 'notes of 2026-11-01 to None' and named
+    the phrase as the window: it says the open window given and that the phrase was not used."""
+    args = build_parser().parse_args(
+        ["search", "was habe ich gestern gemacht", "--since", "2026-11-01", "--home", str(served.cfg.home)]
+    )
+    assert command_for("search")(args, served.cfg) == 0
+    err = capsys.readouterr().err
+    assert "None" not in err, err
+    assert "notes dated from 2026-11-01, with no end (--since; the phrase 'gestern' was not used)" in err, err
+    r = served.call("search", {"query": "garlic gestern", "since": "2026-11-01"})
+    assert r["window"]["given"] is True and r["window"]["until"] is None
+    text = text_of_search("garlic gestern", r)
+    assert "None" not in text, text
+    assert (
+        "'gestern': only notes dated from 2026-11-01, with no end (the since/until given; "
+        "the phrase 'gestern' was not used)." in text
+    ), text
+    both = served.call("search", {"query": "garlic gestern", "since": "2026-11-01", "until": "2026-11-30"})
+    assert "only notes dated 2026-11-01 to 2026-11-30 (the since/until given" in text_of_search("g", both)

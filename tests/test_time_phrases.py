@@ -835,3 +835,55 @@ def test_weekday_heavy_text_is_read_in_one_pass(monkeypatch: pytest.MonkeyPatch)
         assert days.time_window(text, TODAY)[1] is None
         assert len(calls) <= 1
         calls.clear()
+
+
+@pytest.mark.parametrize(
+    ("message", "asks"),
+    [
+        ("Was war gestern?", True),
+        ("What happened yesterday?", True),
+        ("Was war am Samstag?", True),
+        ("Was war vor 11 Tagen?", True),
+        ("Was ist am Samstag passiert?", True),
+        ("what was on Saturday?", True),
+        ("What happened last week?", True),
+        # something of its own: its words answer it
+        ("what was the weather yesterday?", False),
+        ("Was war das Ergebnis gestern?", False),
+        # someone addressed, a modal, no question, no question word first
+        ("what happened to you yesterday?", False),
+        ("was war bei dir gestern los?", False),
+        ("what should have happened yesterday?", False),
+        ("was war gestern", False),
+        ("yesterday was fun?", False),
+        # "what's up": small talk, not a question about the notes
+        ("Was ist heute los?", False),
+        ("What's going on today?", False),
+        ("What's happening today?", False),
+    ],
+)
+def test_a_question_about_what_happened_in_a_period(message: str, asks: bool) -> None:
+    """'Was war gestern?', 'What happened yesterday?' ask about that period's notes as 'what did I
+    do yesterday?' does (recall listed nothing and said no note had that date); small talk and a
+    question about something of its own do not."""
+    text, f = split_filters(message, TODAY)
+    assert f.phrase is not None, message
+    assert query.asks_what_happened(message, query.analyze(text).content_words) is asks
+    if asks:
+        assert not query.is_small_talk(message)
+
+
+def test_no_off_topic_message_asks_what_happened() -> None:
+    """The off-topic benchmarks' messages (recall must inject nothing for them) ask about no
+    period's notes: the new reading lists nothing for any of them."""
+    bench = Path(__file__).parent.parent / "bench"
+    lines = [
+        line.strip()
+        for name in sorted(bench.glob("offtopic*.txt"))
+        for line in name.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert len(lines) > 500
+    for line in lines:
+        text, _ = split_filters(line, TODAY)
+        assert not query.asks_what_happened(line, query.analyze(text).content_words), line

@@ -5,7 +5,7 @@ a parsed ``recall`` reply in, lines out."""
 from __future__ import annotations
 
 from sidecar.contracts.printable import escape_controls as shown
-from sidecar.contracts.wire import Analysis, Hit, SearchResult
+from sidecar.contracts.wire import Analysis, Hit, SearchResult, ignored_phrase_note
 
 # What each gate compares, as the preview explains a candidate it kept out.
 _WHY = {
@@ -42,7 +42,10 @@ def _analysis_lines(a: Analysis) -> list[str]:
     if f.time_phrase:
         lines.append(f"  time phrase {shown(f.time_phrase)!r}: {f.since} to {f.until}")
     if a.time_phrase_ignored:
-        lines.append(f"  time phrase {shown(a.time_phrase_ignored)!r}: no note dated then, searched as words")
+        note = ignored_phrase_note(
+            a.time_phrase_ignored, a.time_phrase_why, a.time_phrase_since, a.time_phrase_until
+        )
+        lines.append(f"  time phrase {shown(note)}")
     return lines
 
 

@@ -30,6 +30,7 @@ from sidecar.contracts.wire import (
     refused_note,
     resolved_notes,
     stale_note,
+    window_said,
 )
 
 
@@ -69,14 +70,18 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         )
     window = result.window
     if window is not None and window.listed:
+        said = shown(window_said(window, _given_as(args)))
         print(
-            f"note: '{shown(window.phrase)}': {window.listed} hit(s) (relevance 0) are notes of "
-            f"{window.since} to {window.until} listed by date, not ranked by the query's words",
+            f"note: '{shown(window.phrase)}': {window.listed} hit(s) (relevance 0) are {said}, "
+            "listed by date, not ranked by the query's words",
             file=sys.stderr,
         )
+    elif window is not None and window.applied and window.given:
+        print(f"note: {shown(window_said(window, _given_as(args)))}", file=sys.stderr)
     elif window is not None and not window.applied:
         # The hits come from any time: without this line they read as the period's notes.
-        print(f"note: {ignored_phrase_note(shown(window.phrase))}", file=sys.stderr)
+        note = ignored_phrase_note(window.phrase, window.why, window.since, window.until)
+        print(f"note: {shown(note)}", file=sys.stderr)
     if not result.hits and result.listed is not None:
         # Filters alone: "nothing relevant" read as "no relevant note" where no note has the tag.
         print("no note matches these filters")
@@ -89,6 +94,12 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         print(f"{i:>2}. {shown(hit.reference)}  ({scores}, {where}{held})")
         print(f"    {shown(snippet(hit.text, args.query))}")
     return int(ExitCode.OK)
+
+
+def _given_as(args: argparse.Namespace) -> str:
+    """How the dates that won over a time phrase were given: the options named, else inline."""
+    named = [f"--{o}" for o in ("since", "until") if getattr(args, o, None)]
+    return " and ".join(named) if named else "since:/until: in the query"
 
 
 def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:

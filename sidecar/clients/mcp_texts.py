@@ -17,8 +17,10 @@ from sidecar.contracts.wire import (
     ignored_phrase_note,
     indexing_note,
     offline_note,
+    parse_window,
     pending_note,
     stale_note,
+    window_said,
 )
 
 LEGEND = "[wiki] curated pages · [vault] the user's notes · [memory] your own earlier notes"
@@ -76,14 +78,18 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
         )
     window = result.get("window")
     if window and window["applied"]:
-        lines.append(f"'{shown(window['phrase'])}': only notes dated {window['since']} to {window['until']}.")
+        said = window_said(parse_window(window), "the since/until given")
+        lines.append(f"'{shown(window['phrase'])}': only {shown(said)}.")
         if window.get("listed"):
             lines.append(
                 f"{window['listed']} hit(s) (relevance 0) are notes of that period listed by date "
                 "(newest first, notes dated by name or property first), not ranked by the query's words."
             )
     elif window:
-        lines.append(f"{ignored_phrase_note(shown(window['phrase']))}.")
+        note = ignored_phrase_note(
+            window["phrase"], window.get("why"), window.get("since"), window.get("until")
+        )
+        lines.append(f"{shown(note)}.")
     for i, h in enumerate(hits, 1):
         head = shown(" › ".join(h.get("headings") or []))
         lines.append(

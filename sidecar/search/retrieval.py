@@ -44,7 +44,7 @@ from sidecar.search.query import (
 )
 from sidecar.search.querycache import QueryCache
 from sidecar.search.request import SearchRequest, filters_alone, with_filters
-from sidecar.search.results import analysis_of, to_hit
+from sidecar.search.results import analysis_of, phrase_ignored, to_hit
 from sidecar.search.words import WORD
 from sidecar.search.words import fold as fold_word
 from sidecar.stores.bm25 import EVERYONE, Bm25Index
@@ -779,8 +779,7 @@ class Retriever:
         phrase = inline.phrase
         text, inline = split_filters(req.query, self.today(), phrases=False)
         result = self.search_text(with_filters(req, inline), text)
-        assert result.analysis is not None
-        return replace(result, analysis=replace(result.analysis, time_phrase_ignored=phrase))
+        return phrase_ignored(result, phrase, "noNote", windowed.filters)
 
     def listed(self, req: SearchRequest) -> SearchResult:
         """A search of filters alone (``listing.listed``)."""
