@@ -26,6 +26,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from sidecar.clients.cli import command_for
 from sidecar.clients.cli_parser import build_parser
+from sidecar.clients.client import Client
 from sidecar.clients.mcp_texts import status_of, text_of_search
 from sidecar.contracts import wire
 from sidecar.contracts.errors import SidecarError
@@ -2499,3 +2500,36 @@ def test_a_given_window_is_said_as_given_never_none(
     ), text
     both = served.call("search", {"query": "garlic gestern", "since": "2026-11-01", "until": "2026-11-30"})
     assert "only notes dated 2026-11-01 to 2026-11-30 (the since/until given" in text_of_search("g", both)
+
+
+def test_time_phrases_count_from_the_askers_date(
+    served: Served, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """'gestern' is the asker's yesterday: a client a day ahead of the daemon (another time zone)
+    sends its date as `today` and is answered for its own yesterday (the daemon read its own: a
+    day too early); a date that is none, or days away, is refused; health says the daemon's day
+    and zone."""
+    tomorrow = (TODAY + dt.timedelta(days=1)).isoformat()
+    with Client(served.cfg.socket_path, agent="claude") as client:
+        own = client.call("search", {"query": "garlic gestern"})
+        asked = client.call("search", {"query": "garlic gestern", "today": tomorrow})
+        recalled = client.call("recall", {"message": "was habe ich gestern gemacht?", "today": tomorrow})
+        for bad in ("2026-12-2", "tomorrow", "2026-02-30"):
+            with pytest.raises(SidecarError, match="'today' must be the asker's local date"):
+                client.call("search", {"query": "garlic gestern", "today": bad})
+        far = client.call("search", {"query": "garlic gestern", "today": "2026-12-09"})
+        health = client.call("health")
+    assert own["window"]["since"] == _ago(1) and _refs(own) == [f"vault/Daily/{_ago(1)}"]
+    assert asked["window"]["since"] == _ago(0) and _refs(asked) == [f"vault/Daily/{_ago(0)}"]
+    assert f"vault/Daily/{_ago(0)}" in _refs(recalled) and f"vault/Daily/{_ago(1)}" not in _refs(recalled)
+    assert health["clock"]["today"] == TODAY.isoformat() and "utcOffset" in health["clock"]
+    # Days away: a wrong clock, not a time zone; the daemon's date is used, and said so.
+    assert far["window"]["since"] == _ago(1)
+    assert "is 7 days from the daemon's date 2026-12-02" in far["todayIgnored"]
+    assert far["todayIgnored"] in text_of_search("garlic gestern", far)
+    assert "the daemon's day is Wednesday 2026-12-02 (time zone" in status_of(health)["message"]
+    # The command line sends its own date.
+    monkeypatch.setattr("sidecar.clients.cli_query.local_today", lambda: tomorrow)
+    args = build_parser().parse_args(["search", "garlic gestern", "--json", "--home", str(served.cfg.home)])
+    assert command_for("search")(args, served.cfg) == 0
+    assert json.loads(capsys.readouterr().out)["window"]["since"] == _ago(0)

@@ -8,6 +8,7 @@ and another user can create a path first (``/tmp/sidecar-<uid>/…`` when the ho
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import os
 import shlex
@@ -29,6 +30,12 @@ from sidecar.runtime.peer import path_owner_problem, peer_uid
 
 _MAX_RESPONSE = 256 * 1024 * 1024
 _CONNECT_TRIES = 10
+
+
+def local_today() -> str:
+    """The asker's local date, sent as ``today`` with the ops that read time phrases: "today",
+    "gestern" are the asker's days, not those of a daemon in another time zone."""
+    return dt.date.today().isoformat()
 
 
 def serve_hint(config_file: Path | None, flags: Sequence[str] = ()) -> str:

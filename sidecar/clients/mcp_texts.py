@@ -14,6 +14,7 @@ from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.wire import (
     DELETION_HELD_MARK,
     catching_up_note,
+    clock_said,
     ignored_phrase_note,
     indexing_note,
     offline_note,
@@ -58,6 +59,8 @@ def _state_notes(result: dict[str, Any]) -> list[str]:
         lines.append(f"note: {offline_note(result['offline'])}")
     if result.get("inboxRefused"):
         lines.append(refused_note(result["inboxRefused"]))
+    if result.get("todayIgnored"):
+        lines.append(f"note: {shown(result['todayIgnored'])}")
     if building := result.get("indexing"):
         lines.append(building_note(building))
     if result.get("staleSince") is not None:
@@ -236,6 +239,8 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
         )
     if keyword_only:
         parts.append(f"keyword-only search (embedder {emb.get('state', 'unknown')})")
+    if health.get("clock"):
+        parts.append(shown(clock_said(health["clock"])))
     parts.extend(
         shown(f"{r['name']} {'deletions held' if r['mode'] == 'held' else 'offline'}: {r['why']}")
         for r in offline

@@ -6,6 +6,7 @@ client imports it.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 import unicodedata
 from collections.abc import Mapping
@@ -233,6 +234,22 @@ def refused_note(reason: str) -> str:
 # Why a time phrase of the query was not applied: its window held no dated note (search and
 # recall), or the message did not ask about that period's notes (recall lists them only then).
 IGNORED_WHY = ("noNote", "notAsked")
+
+
+def clock_said(clock: Mapping[str, Any]) -> str:
+    """The daemon's day and time zone in words (``health``'s ``clock``)."""
+    day = str(clock.get("today", "?"))
+    try:
+        weekday = dt.date.fromisoformat(day).strftime("%A ")
+    except ValueError:
+        weekday = ""
+    named = [str(clock["timeZone"])] if clock.get("timeZone") else []
+    zone = ", ".join(named + ([f"UTC{clock['utcOffset']}"] if clock.get("utcOffset") else []))
+    return (
+        f"the daemon's day is {weekday}{day} (time zone {zone or 'unknown'}); "
+        "'today', 'yesterday' and the like count from the asker's date when the client sends it, "
+        "else from this one"
+    )
 
 
 def dates_said(since: str | None, until: str | None) -> str:

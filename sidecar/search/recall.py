@@ -102,7 +102,7 @@ def recall(
     # Why, truly: a period asked about whose window holds no dated note, or a message that did
     # not ask about its notes (the window may well hold some: they were not listed unasked).
     phrase = inline.phrase
-    _, inline = split_filters(message, r.today(), phrases=False)
+    _, inline = split_filters(message, r.today_of(req), phrases=False)
     result = _recall(r, text, history, with_filters(req, inline), count_tokens, explain=explain)
     return phrase_ignored(result, phrase, "noNote" if asked else "notAsked", windowed.filters)
 
