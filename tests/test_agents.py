@@ -26,7 +26,9 @@ from mcp.client.stdio import StdioServerParameters
 
 from sidecar.clients.cli import command_for
 from sidecar.clients.cli_parser import build_parser
+from sidecar.clients.cli_render import render_status
 from sidecar.clients.client import Client
+from sidecar.clients.mcp_calls import ToolCalls
 from sidecar.clients.mcp_texts import status_of, text_of_search
 from sidecar.contracts import wire
 from sidecar.contracts.errors import SidecarError
@@ -377,8 +379,6 @@ def test_a_period_ranks_the_word_hits_of_its_own_notes_first(
     router = next(h for h in listed["hits"] if h["reference"] == "vault/Router")
     assert (router["date"], router["datedBy"]) == (_ago(3), "modified")
     assert all(h["date"] for h in listed["hits"])
-    from sidecar.clients.mcp_calls import ToolCalls
-
     text, structured = ToolCalls(served.cfg.socket_path, "claude").tools["memory_search"](
         {"query": "budget this year", "limit": 12}
     )
@@ -2528,7 +2528,13 @@ def test_time_phrases_count_from_the_askers_date(
     assert "is 7 days from the daemon's date 2026-12-02" in far["todayIgnored"]
     assert far["todayIgnored"] in text_of_search("garlic gestern", far)
     assert "the daemon's day is Wednesday 2026-12-02 (time zone" in status_of(health)["message"]
-    # The command line sends its own date.
+    assert "the daemon's day is Wednesday 2026-12-02" in render_status(health)
+    # The MCP shim's memory_search and the command line send their own date.
+    monkeypatch.setattr("sidecar.clients.mcp_calls.local_today", lambda: tomorrow)
+    _, structured = ToolCalls(served.cfg.socket_path, "claude").tools["memory_search"](
+        {"query": "garlic gestern"}
+    )
+    assert structured["window"]["since"] == _ago(0), structured
     monkeypatch.setattr("sidecar.clients.cli_query.local_today", lambda: tomorrow)
     args = build_parser().parse_args(["search", "garlic gestern", "--json", "--home", str(served.cfg.home)])
     assert command_for("search")(args, served.cfg) == 0
