@@ -466,6 +466,30 @@ def test_a_german_date_that_is_no_day_is_refused() -> None:
 
 
 @pytest.mark.parametrize(
+    ("value", "day"),
+    [
+        ("tomorrow", "2026-12-03"),
+        ("morgen", "2026-12-03"),
+        ("gestern", "2026-12-01"),
+        ("Montag", "2026-11-30"),
+    ],
+)
+def test_since_and_until_take_tomorrow_as_they_take_yesterday(value: str, day: str) -> None:
+    """since:morgen / --since tomorrow were refused while since:gestern was accepted."""
+    assert days.parse_day(value, TODAY, name="since").isoformat() == day
+    _, f = split_filters(f"Arzttermin until:{value}", TODAY)
+    assert f.until == day
+
+
+def test_a_value_that_is_no_day_names_the_german_words_too() -> None:
+    """The error listed only English words (today, yesterday) though German ones are read."""
+    with pytest.raises(days.FilterError) as caught:
+        days.parse_day("übermorgen", TODAY, name="since")
+    for word in ("heute", "gestern", "morgen", "Montag", "tomorrow"):
+        assert word in str(caught.value), caught.value
+
+
+@pytest.mark.parametrize(
     ("said", "phrase", "rest"),
     [
         # the first phrase by position scopes the search, whether it counts from today or not
