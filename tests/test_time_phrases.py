@@ -911,3 +911,34 @@ def test_no_off_topic_message_asks_what_happened() -> None:
     for line in lines:
         text, _ = split_filters(line, TODAY)
         assert not query.asks_what_happened(line, query.analyze(text).content_words), line
+
+
+@pytest.mark.parametrize(
+    ("said", "since", "until"),
+    [
+        ("was habe ich nächste Woche?", "2026-12-07", "2026-12-13"),
+        ("what do I have next week?", "2026-12-07", "2026-12-13"),
+        ("was steht in der nächsten Woche an?", "2026-12-07", "2026-12-13"),
+        ("Budget nächste Woche", "2026-12-07", "2026-12-13"),
+        ("what do I have next month?", "2027-01-01", "2027-01-31"),
+        ("Budget im nächsten Monat", "2027-01-01", "2027-01-31"),
+        ("Budget next year", "2027-01-01", "2027-12-31"),
+        ("was steht nächstes Jahr an?", "2027-01-01", "2027-12-31"),
+        ("what do I have tomorrow?", "2026-12-03", "2026-12-03"),
+    ],
+)
+def test_a_period_to_come_is_its_window(said: str, since: str, until: str) -> None:
+    """'nächste Woche', 'next year', 'tomorrow' were searched as words: a period to come names
+    its days in any question (not only one about the agenda)."""
+    _, f = split_filters(said, TODAY)
+    assert (f.since, f.until) == (since, until), (said, f)
+
+
+@pytest.mark.parametrize(
+    "said", ["the next week of the project", "Budget for the next year", "guten Morgen, wie geht's?"]
+)
+def test_a_next_period_of_something_else_stays_words(said: str) -> None:
+    """A determiner before it ('the next week of the project') or a morning ('Guten Morgen') is
+    no period to come."""
+    _, f = split_filters(said, TODAY)
+    assert f.phrase is None, f
