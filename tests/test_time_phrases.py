@@ -68,6 +68,8 @@ PERIODS = [
     ("on the 30th of November", "2026-11-30", "2026-11-30"),
     ("am 30.11", "2026-11-30", "2026-11-30"),
     ("am 30.11.2025", "2025-11-30", "2025-11-30"),
+    ("März 2026", "2026-03-01", "2026-03-31"),
+    ("Anfang November", "2026-11-01", "2026-11-30"),
 ]
 SINCE_FORMS = ["since {}", "seit {}", "seit dem {}", "from {} on"]
 
@@ -940,5 +942,30 @@ def test_a_period_to_come_is_its_window(said: str, since: str, until: str) -> No
 def test_a_next_period_of_something_else_stays_words(said: str) -> None:
     """A determiner before it ('the next week of the project') or a morning ('Guten Morgen') is
     no period to come."""
+    _, f = split_filters(said, TODAY)
+    assert f.phrase is None, f
+
+
+@pytest.mark.parametrize(
+    ("said", "since", "until"),
+    [
+        ("Budget März 2026", "2026-03-01", "2026-03-31"),
+        ("notes November 2025", "2025-11-01", "2025-11-30"),
+        ("was habe ich Anfang November gemacht?", "2026-11-01", "2026-11-30"),
+        ("Budget Ende Oktober letzten Jahres", "2025-10-01", "2025-10-31"),
+        ("Budget end of March 2025", "2025-03-01", "2025-03-31"),
+        ("Budget mid-November", "2026-11-01", "2026-11-30"),
+    ],
+)
+def test_a_month_with_its_year_or_a_part_of_it_is_that_month(said: str, since: str, until: str) -> None:
+    """'März 2026' and 'Anfang Dezember' were searched as words: a month with its year (no
+    preposition) or a part of a month is that whole month."""
+    _, f = split_filters(said, TODAY)
+    assert (f.since, f.until) == (since, until), (said, f)
+
+
+@pytest.mark.parametrize("said", ["the March 2026 report", "Release 2026", "from March 2026 to May 2026"])
+def test_a_month_of_something_or_to_come_stays_words(said: str) -> None:
+    """A determiner before the month, a year alone, or a range of months stays words."""
     _, f = split_filters(said, TODAY)
     assert f.phrase is None, f

@@ -472,6 +472,23 @@ _PERIODS: tuple[Phrase, ...] = (
         + _NO_RANGE,
         lambda t, m, r: _named_month(t, m[1] or m[4], m[2] or m[5], m[3] or m[6], ahead=r.ahead),
     ),
+    # "März 2026", "November 2025" (a month and its year, no preposition: the year makes it a
+    # date) and "Anfang Dezember", "end of March", "mid-November": that whole month (more days,
+    # never fewer; a part of a month is no window of its own)
+    (
+        # not the second month of a range ("in May 2025 to June 2025": no window at all)
+        r"(?<!to\s)(?<!bis\s)(?<!until\s)(?<!till\s)(?<!through\s)(?<!and\s)(?<!und\s)(?<![-–]\s)(?<![-–])"
+        "(?:"
+        + _MONTH
+        + r"\s+((?:19|20)\d\d)"
+        + r"|(?:(?:anfang|mitte|ende)\s+|(?:the\s+)?(?:beginning|start|middle|end)\s+of\s+"
+        + r"|(?:early|mid|late)[\s-]+)"
+        + _MONTH
+        + _YEAR_OF
+        + ")"
+        + _NO_RANGE,
+        lambda t, m, r: _named_month(t, m[1] or m[3], m[2] or m[4], m[5], ahead=r.ahead),
+    ),
     # a day after "on" or "am" (see _DAY_FORMS)
     *((r"(?:on|am)\s+" + pat, fn) for pat, fn in _DAY_FORMS),
     (r"am\s+" + _NUMERIC_DAY, _numeric_day),
