@@ -22,6 +22,7 @@ from sidecar.contracts.wire import (
     DELETION_HELD_MARK,
     Window,
     catching_up_note,
+    dates_said,
     ignored_phrase_note,
     indexing_note,
     offline_note,
@@ -183,7 +184,7 @@ def cmd_why(args: argparse.Namespace, cfg: Config) -> int:
     print(f"{name} for {shown(args.query)!r}: content words {words}, vector weight {weight}")
     f = a.filters
     if f.time_phrase:
-        print(f"time phrase {shown(f.time_phrase)!r}: notes dated {f.since} to {f.until}")
+        print(f"time phrase {shown(f.time_phrase)!r}: notes dated {dates_said(f.since, f.until)}")
     if r.page_bm25_score is not None:
         print(f"the whole note's keyword score: bm25={r.page_bm25_score}")
     if r.degraded:  # on stderr, as search's notes
