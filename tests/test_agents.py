@@ -2539,24 +2539,3 @@ def test_time_phrases_count_from_the_askers_date(
     args = build_parser().parse_args(["search", "garlic gestern", "--json", "--home", str(served.cfg.home)])
     assert command_for("search")(args, served.cfg) == 0
     assert json.loads(capsys.readouterr().out)["window"]["since"] == _ago(0)
-
-
-def test_a_period_to_come_is_listed_for_a_question_of_it_alone(served: Served, agent_vault: Path) -> None:
-    """'what do I have next week?' lists next week's notes ('next week' was searched as a word);
-    a message that names next week in passing, in the first person and with a question mark,
-    lists nothing."""
-    write(agent_vault / "Daily/2026-12-08.md", "# Plan\n\nDentist at nine, then the tax office.\n")
-    served.h.sweep()
-    asked = served.call("recall", {"message": "what do I have next week?"})
-    assert "vault/Daily/2026-12-08" in [h["reference"] for h in asked["hits"]], asked
-    aside = served.call(
-        "recall",
-        {
-            "message": "My sister is visiting from Spain next week and I have no idea what to cook. "
-            "Something vegetarian that still feels special?"
-        },
-    )
-    assert "vault/Daily/2026-12-08" not in [h["reference"] for h in aside["hits"]], aside
-    assert not (aside.get("window") or {}).get("listed"), aside
-    found = served.call("search", {"query": "dentist nächste Woche"})
-    assert _refs(found)[:1] == ["vault/Daily/2026-12-08"] and found["window"]["applied"] is True

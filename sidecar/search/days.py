@@ -472,47 +472,10 @@ _PERIODS: tuple[Phrase, ...] = (
         + _NO_RANGE,
         lambda t, m, r: _named_month(t, m[1] or m[4], m[2] or m[5], m[3] or m[6], ahead=r.ahead),
     ),
-    # "März 2026", "November 2025" (a month and its year, no preposition: the year makes it a
-    # date) and "Anfang Dezember", "end of March", "mid-November": that whole month (more days,
-    # never fewer; a part of a month is no window of its own)
-    (
-        # not the second month of a range ("in May 2025 to June 2025": no window at all)
-        r"(?<!to\s)(?<!bis\s)(?<!until\s)(?<!till\s)(?<!through\s)(?<!and\s)(?<!und\s)(?<![-–]\s)(?<![-–])"
-        "(?:"
-        + _MONTH
-        + r"\s+((?:19|20)\d\d)"
-        + r"|(?:(?:anfang|mitte|ende)\s+|(?:the\s+)?(?:beginning|start|middle|end)\s+of\s+"
-        + r"|(?:early|mid|late)[\s-]+)"
-        + _MONTH
-        + _YEAR_OF
-        + ")"
-        + _NO_RANGE,
-        lambda t, m, r: _named_month(t, m[1] or m[3], m[2] or m[4], m[5], ahead=r.ahead),
-    ),
     # a day after "on" or "am" (see _DAY_FORMS)
     *((r"(?:on|am)\s+" + pat, fn) for pat, fn in _DAY_FORMS),
     (r"am\s+" + _NUMERIC_DAY, _numeric_day),
 )
-# Periods to come ("next week", "nächsten Monat", "tomorrow"): they name no day gone by, so any
-# question reads them as they are (a past question ends its window at today and drops a window
-# that begins after it: "Budget nächste Woche" was searched as words). Never counted "since".
-# German "morgen" is left out: "heute Morgen", "Guten Morgen" are mornings.
-_NEXT_EN = r"(?:next|coming)"
-_NEXT_DE = r"(?:in\s+der\s+|im\s+)?(?:nächste|kommende)[nrsm]?"
-_COMING: tuple[Phrase, ...] = (
-    (r"tomorrow", lambda t, m, r: _one(t + dt.timedelta(days=1))),
-    (
-        rf"(?:{_NEXT_EN}\s+week|{_NEXT_DE}\s+woche)" + _OF_SOMETHING,
-        lambda t, m, r: _week(t, -1, r.week_start),
-    ),
-    (
-        rf"(?:{_NEXT_EN}\s+month|{_NEXT_DE}\s+monat)" + _OF_SOMETHING,
-        lambda t, m, r: _month(_month_end(t) + dt.timedelta(days=1), 0),
-    ),
-    (rf"(?:{_NEXT_EN}\s+year|{_NEXT_DE}\s+jahr)" + _OF_SOMETHING, lambda t, m, r: _year(t, -1)),
-)
-_COMING_WINDOWS = frozenset(fn for _, fn in _COMING)
-
 # Days that are no period to count "since" from: a weekday alone (see _weekday_near; "since
 # Thursday" is in _SINCE_ONLY) and the day notes are "from" (a day gone by, see _gone).
 _WEEKDAY_DAYS: tuple[Phrase, ...] = (
@@ -609,7 +572,6 @@ _PHRASES: tuple[tuple[re.Pattern[str], PhraseWindow, str | None], ...] = tuple(
             for lead, tail in (*_SINCE_FORMS, (_AB, ""))
         ),
         *_PERIODS,
-        *_COMING,
         *_DAYS,
     )
 )
@@ -685,7 +647,7 @@ def time_window(text: str, today: dt.date, week_start: int = 0) -> tuple[str, Wi
                 days = window(today, m, reading)
             except FilterError:
                 continue  # prose naming no day ("since 2026-02-30"): words, not a window
-            if not reading.ahead and window not in _COMING_WINDOWS:
+            if not reading.ahead:
                 days = (days[0], min(days[1], today))
                 if days[0] > today:
                     continue  # a day to come ("seit 2027-01-01 gilt …"): words, not a window

@@ -77,12 +77,7 @@ def recall(
     # A follow-up ("and yesterday?", "today?") asks what the turn it follows asked.
     # "Was war gestern?", "what happened on Saturday?" ask about that period's notes as well.
     about = asks_about_self(message) or asks_what_happened(message, qa.content_words)
-    # A period to come ("next week", "tomorrow") is listed only for a question of it alone ("what
-    # do I have next week?"): "My sister is visiting next week and I have no idea what to cook?"
-    # speaks in the first person and asks, about something else.
-    since = windowed.filters.since
-    coming = since is not None and since > r.today_of(req).isoformat()
-    asked = until is not None and (about or follow_up) and not (coming and qa.content_words)
+    asked = until is not None and (about or follow_up)
     dated = [n for n in r.dated_notes(windowed) if n.date] if asked else []
     if dated:
         # The period was asked about: the notes of it holding the message's words come first,
