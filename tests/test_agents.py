@@ -32,7 +32,7 @@ from sidecar.clients.mcp_calls import ToolCalls
 from sidecar.clients.mcp_texts import status_of, text_of_search
 from sidecar.contracts import wire
 from sidecar.contracts.errors import SidecarError
-from sidecar.contracts.protocol import Request
+from sidecar.contracts.protocol import Request, check_known
 from sidecar.daemon.handlers import Handlers, ServiceState
 from sidecar.daemon.server import Server, bind_socket
 from sidecar.memory.inbox import Inboxes
@@ -2539,3 +2539,41 @@ def test_time_phrases_count_from_the_askers_date(
     args = build_parser().parse_args(["search", "garlic gestern", "--json", "--home", str(served.cfg.home)])
     assert command_for("search")(args, served.cfg) == 0
     assert json.loads(capsys.readouterr().out)["window"]["since"] == _ago(0)
+
+
+def test_a_client_asks_a_daemon_older_than_today_again_without_it(
+    served: Served, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon older than `today` refuses it as unknown ('unknown parameter(s) 'today''): search,
+    recall, why and memory_search failed until it was restarted. The client asks once more without
+    it and sends it no more to that socket; any other refusal stays one."""
+    sent_today: list[str] = []
+
+    def older(params: dict[str, Any], allowed: tuple[str, ...]) -> None:
+        if "today" in params:
+            sent_today.append(str(params.get("query") or params.get("message")))
+        check_known(params, tuple(a for a in allowed if a != "today"))  # as main's daemon does
+
+    monkeypatch.setattr("sidecar.daemon.handlers.check_known", older)
+    tomorrow = (TODAY + dt.timedelta(days=1)).isoformat()
+    with Client(served.cfg.socket_path, agent="claude") as client:
+        with pytest.raises(SidecarError, match="unknown parameter\\(s\\) 'bogus', 'today'"):
+            client.call("search", {"query": "garlic gestern", "today": tomorrow, "bogus": 1})
+        found = client.call("search", {"query": "garlic gestern", "today": tomorrow})
+        recalled = client.call("recall", {"message": "was habe ich gestern gemacht?", "today": tomorrow})
+    # The daemon's own date counts, as it did before clients sent theirs.
+    assert found["window"]["since"] == _ago(1) and _refs(found) == [f"vault/Daily/{_ago(1)}"]
+    assert f"vault/Daily/{_ago(1)}" in _refs(recalled)
+    search = ToolCalls(served.cfg.socket_path, "claude").tools["memory_search"]
+    _, structured = search({"query": "garlic gestern"})
+    assert structured["window"]["since"] == _ago(1), structured
+    home = ["--home", str(served.cfg.home)]
+    for argv in (
+        ["search", "garlic gestern", "--json", *home],
+        ["recall", "was habe ich gestern gemacht?", *home],
+        ["why", f"vault/Daily/{_ago(1)}", "garlic gestern", "--json", *home],
+    ):
+        assert command_for(argv[0])(build_parser().parse_args(argv), served.cfg) == 0, argv
+    capsys.readouterr()
+    # Refused twice (the bogus one, then once): never sent to that socket again.
+    assert sent_today == ["garlic gestern", "garlic gestern"], sent_today
