@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import re
 import unicodedata
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from sidecar.search.days import FilterError, parse_day, time_window
@@ -249,21 +248,26 @@ def asks_about_self(text: str) -> bool:
     return _asked(text, words) and _doings(text, words) and any(w in _PERSONS["first"] for w in words)
 
 
-def asks_what_happened(text: str, rest: Sequence[str]) -> bool:
+def asks_what_happened(text: str, rest: str) -> bool:
     """Whether a message asks what happened in the period it names ("was war gestern?", "what
     happened on Saturday?", "was ist am Samstag passiert?", "what was on Saturday?"): a question
-    opened by "what"/"was", with no modal, addressing no one, and, beside its time phrase, no word
-    but such a verb (``rest``: its content words without the phrase). Like a question about one's
-    own doings it asks about the notes of that period; one about something of its own ("what was
-    the weather yesterday?") is answered by its words."""
-    tokens = WORD.findall(_CLITIC.sub("", text))
-    words = [w.lower() for w in tokens]
-    if not words or words[0] not in ("what", "was") or not text.rstrip().endswith("?"):
+    opened by "what"/"was", and, beside its time phrase (``rest``: the message without it), no
+    word at all but a verb of happening or being in the question's language and, in German, a
+    particle ("was war denn gestern?"). Like a question about one's own doings it asks about the
+    notes of that period; one about something of its own ("what was the weather yesterday?",
+    "what was that yesterday?", "was war das denn gestern?") is answered by its words, and
+    "Was that what happened yesterday?" is no German question."""
+    if not text.rstrip().endswith("?"):
         return False
-    if _addressed(tokens, words) or any(w in _PERSONS["modal"] for w in words):
+    words = [w.lower() for w in WORD.findall(_CLITIC.sub("", rest))]
+    if not words or words[0] not in ("what", "was"):
         return False
-    event = _PERSONS["event"]
-    return any(w in event for w in words[1:]) and all(w.lower() in event for w in rest)
+    verbs, allowed = (
+        (_PERSONS["event-en"], _PERSONS["event-en"])
+        if words[0] == "what"
+        else (_PERSONS["event-de"], _PERSONS["event-de"] | _PERSONS["particle-de"])
+    )
+    return any(w in verbs for w in words[1:]) and all(w in allowed for w in words[1:])
 
 
 _SMALL_TALK = kinds_file("small-talk.txt")

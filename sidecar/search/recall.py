@@ -76,7 +76,7 @@ def recall(
     # "should I deploy today?") injected the period's daily notes unasked.
     # A follow-up ("and yesterday?", "today?") asks what the turn it follows asked.
     # "Was war gestern?", "what happened on Saturday?" ask about that period's notes as well.
-    about = asks_about_self(message) or asks_what_happened(message, qa.content_words)
+    about = asks_about_self(message) or asks_what_happened(message, text)
     asked = until is not None and (about or follow_up)
     dated = [n for n in r.dated_notes(windowed) if n.date] if asked else []
     if dated:
