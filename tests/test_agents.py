@@ -2577,3 +2577,22 @@ def test_a_client_asks_a_daemon_older_than_today_again_without_it(
     capsys.readouterr()
     # Refused twice (the bogus one, then once): never sent to that socket again.
     assert sent_today == ["garlic gestern", "garlic gestern"], sent_today
+
+
+def test_the_askers_date_is_read_once_and_accepted_up_to_two_days_away(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`today` is read once per search and recall (it was read twice: two warnings for one
+    request, and the daemon's date could change between them); 2 days from the daemon's date is
+    a time zone's, 3 a wrong clock's."""
+    reads: list[object] = []
+    own = served.handlers._asker_today
+    monkeypatch.setattr(served.handlers, "_asker_today", lambda p: reads.append(p) or own(p))
+    two = (TODAY + dt.timedelta(days=2)).isoformat()
+    three = (TODAY - dt.timedelta(days=3)).isoformat()
+    near = served.call("search", {"query": "garlic gestern", "today": two})
+    assert len(reads) == 1 and "todayIgnored" not in near and near["window"]["since"] == _ago(-1), near
+    far = served.call("recall", {"message": "was habe ich gestern gemacht?", "today": three})
+    assert len(reads) == 2, reads
+    assert "is 3 days from the daemon's date 2026-12-02" in far["todayIgnored"]
+    assert served.call("search", {"query": "garlic gestern", "today": three})["window"]["since"] == _ago(1)

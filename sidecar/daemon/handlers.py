@@ -302,8 +302,12 @@ class Handlers:
         """Whether a live file watch covers this root (else it is only swept)."""
         return any(Path(path).is_relative_to(w) for w in self.service.watched())
 
-    def _request(self, p: dict[str, Any], agent: str | None, text_param: str, limit: int) -> SearchRequest:
-        """The search parameters shared by search and recall, validated."""
+    def _request(
+        self, p: dict[str, Any], agent: str | None, text_param: str, limit: int
+    ) -> tuple[SearchRequest, str | None]:
+        """The search parameters shared by search and recall, validated, and the note saying a
+        ``today`` too far from the daemon's was ignored (read once: a second reading may fall on
+        the other side of midnight, and logs its warning twice)."""
         query = param_str(p, text_param, max_len=MAX_QUERY_CHARS)
         if "\0" in query:
             raise ProtocolError(f"'{text_param}' contains a NUL byte")
@@ -323,7 +327,7 @@ class Handlers:
             sources = tuple(dict.fromkeys(source))
         else:
             raise ProtocolError(f"'source' must be one of {', '.join(SOURCES)} or a list of them")
-        asker, _ = self._asker_today(p)
+        asker, far = self._asker_today(p)
         today = asker or self.retriever.today()
         since = _day(p, "since", today)
         until = _day(p, "until", today, end=True)
@@ -344,7 +348,7 @@ class Handlers:
                 lo=TOKEN_BUDGET_RANGE[0],
                 hi=TOKEN_BUDGET_RANGE[1],
             )
-        return SearchRequest(query, limit, min_score, sources, agent, filters, budget, today=asker)
+        return SearchRequest(query, limit, min_score, sources, agent, filters, budget, today=asker), far
 
     def _clock(self) -> dict[str, str]:
         """The daemon's own day and time zone: time phrases of a client that sends no ``today``
@@ -384,7 +388,7 @@ class Handlers:
     def search(self, req: Request) -> dict[str, Any]:
         p = req.params
         check_known(p, ("query", *_SEARCH_PARAMS))
-        request = self._request(p, req.agent, "query", self.retriever.cfg.limit)
+        request, far = self._request(p, req.agent, "query", self.retriever.cfg.limit)
         if not request.query.strip():
             # Nothing to look for: answered "nothing relevant found" (exit 0), which reads as a
             # search that found nothing (also beside a window given as a parameter).
@@ -399,7 +403,7 @@ class Handlers:
         result = self._marked_held(self._while_building(result))
         out = search_json(result, preview=param_bool(p, "preview", default=False))
         out.update(self._offline_roots(request.sources))
-        if far := self._asker_today(p)[1]:
+        if far:
             out["todayIgnored"] = far
         if request.sources is None or "memory" in request.sources:
             refused = self.memory.inbox_refused(req.agent)
@@ -465,7 +469,7 @@ class Handlers:
                 "'history' must be a list of at most 100 strings (previous turns, oldest first)"
             )
         history = [unicodedata.normalize("NFC", t) for t in history]
-        search = self._request(p, req.agent, "message", self.retriever.recall_cfg.limit)
+        search, far = self._request(p, req.agent, "message", self.retriever.recall_cfg.limit)
         model = self.slot.model
         count = model.count_tokens if model is not None else approx_token_count
         preview = param_bool(p, "preview", default=False)
@@ -484,7 +488,7 @@ class Handlers:
         if offline:  # likewise: an agent's hook reads the block, not the client's stderr or JSON
             result = replace(result, context=with_note(result.context, offline_note(offline["offline"])))
         out = search_json(result, preview=preview)
-        if far := self._asker_today(p)[1]:
+        if far:
             out["todayIgnored"] = far
         return {**out, **offline}
 
