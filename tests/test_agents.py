@@ -26,10 +26,13 @@ from mcp.client.stdio import StdioServerParameters
 
 from sidecar.clients.cli import command_for
 from sidecar.clients.cli_parser import build_parser
+from sidecar.clients.cli_render import render_status
+from sidecar.clients.client import Client
+from sidecar.clients.mcp_calls import ToolCalls
 from sidecar.clients.mcp_texts import status_of, text_of_search
 from sidecar.contracts import wire
 from sidecar.contracts.errors import SidecarError
-from sidecar.contracts.protocol import Request
+from sidecar.contracts.protocol import Request, check_known
 from sidecar.daemon.handlers import Handlers, ServiceState
 from sidecar.daemon.server import Server, bind_socket
 from sidecar.memory.inbox import Inboxes
@@ -267,7 +270,9 @@ def test_a_time_phrase_with_no_notes_of_that_date_is_searched_as_words(served: S
     the words count."""
     r = served.call("search", {"query": "tomatoes sun water 3 days ago", "preview": True})
     assert "vault/Garden" in _refs(r)  # the window (2026-11-29) holds no note
-    assert r["window"] == {"phrase": "3 days ago", "applied": False}
+    assert r["window"] == {"phrase": "3 days ago", "applied": False, "why": "noNote"} | dict.fromkeys(
+        ("since", "until"), _ago(3)
+    )
     assert r["analysis"]["timePhraseIgnored"] == "3 days ago"
     recall = served.call("recall", {"message": "tomatoes sun water vor drei Tagen", "minScore": 0})
     assert recall["window"]["applied"] is False
@@ -374,8 +379,6 @@ def test_a_period_ranks_the_word_hits_of_its_own_notes_first(
     router = next(h for h in listed["hits"] if h["reference"] == "vault/Router")
     assert (router["date"], router["datedBy"]) == (_ago(3), "modified")
     assert all(h["date"] for h in listed["hits"])
-    from sidecar.clients.mcp_calls import ToolCalls
-
     text, structured = ToolCalls(served.cfg.socket_path, "claude").tools["memory_search"](
         {"query": "budget this year", "limit": 12}
     )
@@ -2432,3 +2435,164 @@ def test_a_write_too_large_or_past_the_inbox_limit_is_refused_before_the_duplica
         assert checked == ["one", "two", "one"]
     finally:
         h.close()
+
+
+@pytest.mark.parametrize(
+    "message",
+    ["Was war gestern?", "What happened yesterday?", "Was war am Dienstag?", "Was ist gestern passiert?"],
+)
+def test_a_question_about_what_happened_recalls_the_days_notes(served: Served, message: str) -> None:
+    """'Was war gestern?' asks about yesterday's notes as 'was habe ich gestern gemacht?' does: it
+    recalled nothing and said no note had that date, though yesterday's daily note was there."""
+    r = served.call("recall", {"message": message})
+    assert f"vault/Daily/{_ago(1)}" in [h["reference"] for h in r["hits"]], (message, r)
+    assert "Pruned the garlic bed roses" in r["context"]
+    assert r["window"]["applied"] is True
+
+
+def test_a_phrase_not_applied_says_why_and_which_dates(served: Served) -> None:
+    """A time phrase not applied says truly why, with the dates it was read as: a message that did
+    not ask about the period's notes is not told 'no note has that date' when one has."""
+    r = served.call("recall", {"message": "what was the weather yesterday?", "preview": True})
+    window = r["window"]
+    assert window == {
+        "phrase": "yesterday",
+        "applied": False,
+        "why": "notAsked",
+        "since": _ago(1),
+        "until": _ago(1),
+    }, window
+    assert r["analysis"]["timePhraseWhy"] == "notAsked"
+    text = text_of_search("what was the weather yesterday?", r)
+    assert f"'yesterday' ({_ago(1)}): the message does not ask about the notes of that time" in text
+    assert "no note has that date" not in text
+    empty = served.call("recall", {"message": "was habe ich vor 3 Tagen im Garten gemacht?"})
+    assert empty["window"]["why"] == "noNote" and empty["window"]["since"] == _ago(3)
+    said = served.call("search", {"query": "tomatoes sun water 3 days ago"})
+    assert said["window"] == {
+        "phrase": "3 days ago",
+        "applied": False,
+        "why": "noNote",
+        **dict.fromkeys(("since", "until"), _ago(3)),
+    }
+    assert f"'3 days ago' ({_ago(3)}): no note has that date" in text_of_search("tomatoes 3 days ago", said)
+
+
+def test_a_given_window_is_said_as_given_never_none(
+    served: Served, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With --since alone and a time phrase the note said 'notes of 2026-11-01 to None' and named
+    the phrase as the window: it says the open window given and that the phrase was not used."""
+    args = build_parser().parse_args(
+        ["search", "was habe ich gestern gemacht", "--since", "2026-11-01", "--home", str(served.cfg.home)]
+    )
+    assert command_for("search")(args, served.cfg) == 0
+    err = capsys.readouterr().err
+    assert "None" not in err, err
+    assert "notes dated from 2026-11-01, with no end (--since; the phrase 'gestern' was not used)" in err, err
+    r = served.call("search", {"query": "garlic gestern", "since": "2026-11-01"})
+    assert r["window"]["given"] is True and r["window"]["until"] is None
+    text = text_of_search("garlic gestern", r)
+    assert "None" not in text, text
+    assert (
+        "'gestern': only notes dated from 2026-11-01, with no end (the since/until given; "
+        "the phrase 'gestern' was not used)." in text
+    ), text
+    both = served.call("search", {"query": "garlic gestern", "since": "2026-11-01", "until": "2026-11-30"})
+    assert "only notes dated 2026-11-01 to 2026-11-30 (the since/until given" in text_of_search("g", both)
+
+
+def test_time_phrases_count_from_the_askers_date(
+    served: Served, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """'gestern' is the asker's yesterday: a client a day ahead of the daemon (another time zone)
+    sends its date as `today` and is answered for its own yesterday (the daemon read its own: a
+    day too early); a date that is none, or days away, is refused; health says the daemon's day
+    and zone."""
+    tomorrow = (TODAY + dt.timedelta(days=1)).isoformat()
+    with Client(served.cfg.socket_path, agent="claude") as client:
+        own = client.call("search", {"query": "garlic gestern"})
+        asked = client.call("search", {"query": "garlic gestern", "today": tomorrow})
+        recalled = client.call("recall", {"message": "was habe ich gestern gemacht?", "today": tomorrow})
+        for bad in ("2026-12-2", "tomorrow", "2026-02-30"):
+            with pytest.raises(SidecarError, match="'today' must be the asker's local date"):
+                client.call("search", {"query": "garlic gestern", "today": bad})
+        far = client.call("search", {"query": "garlic gestern", "today": "2026-12-09"})
+        health = client.call("health")
+    assert own["window"]["since"] == _ago(1) and _refs(own) == [f"vault/Daily/{_ago(1)}"]
+    assert asked["window"]["since"] == _ago(0) and _refs(asked) == [f"vault/Daily/{_ago(0)}"]
+    assert f"vault/Daily/{_ago(0)}" in _refs(recalled) and f"vault/Daily/{_ago(1)}" not in _refs(recalled)
+    assert health["clock"]["today"] == TODAY.isoformat() and "utcOffset" in health["clock"]
+    # Days away: a wrong clock, not a time zone; the daemon's date is used, and said so.
+    assert far["window"]["since"] == _ago(1)
+    assert "is 7 days from the daemon's date 2026-12-02" in far["todayIgnored"]
+    assert far["todayIgnored"] in text_of_search("garlic gestern", far)
+    assert "the daemon's day is Wednesday 2026-12-02 (time zone" in status_of(health)["message"]
+    assert "the daemon's day is Wednesday 2026-12-02" in render_status(health)
+    # The MCP shim's memory_search and the command line send their own date.
+    monkeypatch.setattr("sidecar.clients.mcp_calls.local_today", lambda: tomorrow)
+    _, structured = ToolCalls(served.cfg.socket_path, "claude").tools["memory_search"](
+        {"query": "garlic gestern"}
+    )
+    assert structured["window"]["since"] == _ago(0), structured
+    monkeypatch.setattr("sidecar.clients.cli_query.local_today", lambda: tomorrow)
+    args = build_parser().parse_args(["search", "garlic gestern", "--json", "--home", str(served.cfg.home)])
+    assert command_for("search")(args, served.cfg) == 0
+    assert json.loads(capsys.readouterr().out)["window"]["since"] == _ago(0)
+
+
+def test_a_client_asks_a_daemon_older_than_today_again_without_it(
+    served: Served, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon older than `today` refuses it as unknown ('unknown parameter(s) 'today''): search,
+    recall, why and memory_search failed until it was restarted. The client asks once more without
+    it and sends it no more to that socket; any other refusal stays one."""
+    sent_today: list[str] = []
+
+    def older(params: dict[str, Any], allowed: tuple[str, ...]) -> None:
+        if "today" in params:
+            sent_today.append(str(params.get("query") or params.get("message")))
+        check_known(params, tuple(a for a in allowed if a != "today"))  # as main's daemon does
+
+    monkeypatch.setattr("sidecar.daemon.handlers.check_known", older)
+    tomorrow = (TODAY + dt.timedelta(days=1)).isoformat()
+    with Client(served.cfg.socket_path, agent="claude") as client:
+        with pytest.raises(SidecarError, match="unknown parameter\\(s\\) 'bogus', 'today'"):
+            client.call("search", {"query": "garlic gestern", "today": tomorrow, "bogus": 1})
+        found = client.call("search", {"query": "garlic gestern", "today": tomorrow})
+        recalled = client.call("recall", {"message": "was habe ich gestern gemacht?", "today": tomorrow})
+    # The daemon's own date counts, as it did before clients sent theirs.
+    assert found["window"]["since"] == _ago(1) and _refs(found) == [f"vault/Daily/{_ago(1)}"]
+    assert f"vault/Daily/{_ago(1)}" in _refs(recalled)
+    search = ToolCalls(served.cfg.socket_path, "claude").tools["memory_search"]
+    _, structured = search({"query": "garlic gestern"})
+    assert structured["window"]["since"] == _ago(1), structured
+    home = ["--home", str(served.cfg.home)]
+    for argv in (
+        ["search", "garlic gestern", "--json", *home],
+        ["recall", "was habe ich gestern gemacht?", *home],
+        ["why", f"vault/Daily/{_ago(1)}", "garlic gestern", "--json", *home],
+    ):
+        assert command_for(argv[0])(build_parser().parse_args(argv), served.cfg) == 0, argv
+    capsys.readouterr()
+    # Refused twice (the bogus one, then once): never sent to that socket again.
+    assert sent_today == ["garlic gestern", "garlic gestern"], sent_today
+
+
+def test_the_askers_date_is_read_once_and_accepted_up_to_two_days_away(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`today` is read once per search and recall (it was read twice: two warnings for one
+    request, and the daemon's date could change between them); 2 days from the daemon's date is
+    a time zone's, 3 a wrong clock's."""
+    reads: list[object] = []
+    own = served.handlers._asker_today
+    monkeypatch.setattr(served.handlers, "_asker_today", lambda p: reads.append(p) or own(p))
+    two = (TODAY + dt.timedelta(days=2)).isoformat()
+    three = (TODAY - dt.timedelta(days=3)).isoformat()
+    near = served.call("search", {"query": "garlic gestern", "today": two})
+    assert len(reads) == 1 and "todayIgnored" not in near and near["window"]["since"] == _ago(-1), near
+    far = served.call("recall", {"message": "was habe ich gestern gemacht?", "today": three})
+    assert len(reads) == 2, reads
+    assert "is 3 days from the daemon's date 2026-12-02" in far["todayIgnored"]
+    assert served.call("search", {"query": "garlic gestern", "today": three})["window"]["since"] == _ago(1)

@@ -466,6 +466,30 @@ def test_a_german_date_that_is_no_day_is_refused() -> None:
 
 
 @pytest.mark.parametrize(
+    ("value", "day"),
+    [
+        ("tomorrow", "2026-12-03"),
+        ("morgen", "2026-12-03"),
+        ("gestern", "2026-12-01"),
+        ("Montag", "2026-11-30"),
+    ],
+)
+def test_since_and_until_take_tomorrow_as_they_take_yesterday(value: str, day: str) -> None:
+    """since:morgen / --since tomorrow were refused while since:gestern was accepted."""
+    assert days.parse_day(value, TODAY, name="since").isoformat() == day
+    _, f = split_filters(f"Arzttermin until:{value}", TODAY)
+    assert f.until == day
+
+
+def test_a_value_that_is_no_day_names_the_german_words_too() -> None:
+    """The error listed only English words (today, yesterday) though German ones are read."""
+    with pytest.raises(days.FilterError) as caught:
+        days.parse_day("übermorgen", TODAY, name="since")
+    for word in ("heute", "gestern", "morgen", "Montag", "tomorrow"):
+        assert word in str(caught.value), caught.value
+
+
+@pytest.mark.parametrize(
     ("said", "phrase", "rest"),
     [
         # the first phrase by position scopes the search, whether it counts from today or not
@@ -835,3 +859,66 @@ def test_weekday_heavy_text_is_read_in_one_pass(monkeypatch: pytest.MonkeyPatch)
         assert days.time_window(text, TODAY)[1] is None
         assert len(calls) <= 1
         calls.clear()
+
+
+@pytest.mark.parametrize(
+    ("message", "asks"),
+    [
+        ("Was war gestern?", True),
+        ("What happened yesterday?", True),
+        ("Was war am Samstag?", True),
+        ("Was war vor 11 Tagen?", True),
+        ("Was ist am Samstag passiert?", True),
+        ("what was on Saturday?", True),
+        ("What happened last week?", True),
+        ("what happened last week?", True),
+        ("Was ist gestern passiert?", True),
+        ("Was war denn gestern?", True),
+        ("What has happened on Saturday?", True),
+        # something of its own, in stop words too: its words answer it
+        ("What was that yesterday?", False),
+        ("What was it like yesterday?", False),
+        ("was war das denn gestern?", False),
+        ("what was that about yesterday?", False),
+        # English, not German "was"
+        ("Was that what happened yesterday?", False),
+        ("Was happened yesterday?", False),
+        ("what was the weather yesterday?", False),
+        ("Was war das Ergebnis gestern?", False),
+        # someone addressed, a modal, no question, no question word first
+        ("what happened to you yesterday?", False),
+        ("was war bei dir gestern los?", False),
+        ("what should have happened yesterday?", False),
+        ("was war gestern", False),
+        ("yesterday was fun?", False),
+        # "what's up": small talk, not a question about the notes
+        ("Was ist heute los?", False),
+        ("What's going on today?", False),
+        ("What's happening today?", False),
+    ],
+)
+def test_a_question_about_what_happened_in_a_period(message: str, asks: bool) -> None:
+    """'Was war gestern?', 'What happened yesterday?' ask about that period's notes as 'what did I
+    do yesterday?' does (recall listed nothing and said no note had that date); small talk and a
+    question about something of its own do not."""
+    text, f = split_filters(message, TODAY)
+    assert f.phrase is not None, message
+    assert query.asks_what_happened(message, text) is asks
+    if asks:
+        assert not query.is_small_talk(message)
+
+
+def test_no_off_topic_message_asks_what_happened() -> None:
+    """The off-topic benchmarks' messages (recall must inject nothing for them) ask about no
+    period's notes: the new reading lists nothing for any of them."""
+    bench = Path(__file__).parent.parent / "bench"
+    lines = [
+        line.strip()
+        for name in sorted(bench.glob("offtopic*.txt"))
+        for line in name.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert len(lines) > 500
+    for line in lines:
+        text, _ = split_filters(line, TODAY)
+        assert not query.asks_what_happened(line, text), line

@@ -303,7 +303,7 @@ def _search(p: argparse.ArgumentParser) -> None:
         "(default search.minScore)",
     )
     # As the MCP tool's parameters: a window given here wins over a time phrase of the query.
-    day = "YYYY-MM-DD, YYYY-MM, DD.MM.YYYY, today, yesterday, a weekday or Nd"
+    day = "YYYY-MM-DD, YYYY-MM, DD.MM.YYYY, today/heute, yesterday/gestern, tomorrow/morgen, a weekday or Nd"
     p.add_argument("--since", metavar="DAY", help=f"only notes dated this day or later ({day})")
     p.add_argument("--until", metavar="DAY", help=f"only notes dated this day or earlier ({day})")
     _agent(p, "search as this agent (its memory plus vault and wiki)")

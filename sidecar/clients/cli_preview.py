@@ -5,7 +5,14 @@ a parsed ``recall`` reply in, lines out."""
 from __future__ import annotations
 
 from sidecar.contracts.printable import escape_controls as shown
-from sidecar.contracts.wire import Analysis, Hit, SearchResult, waiting_vectors
+from sidecar.contracts.wire import (
+    Analysis,
+    Hit,
+    SearchResult,
+    dates_said,
+    ignored_phrase_note,
+    waiting_vectors,
+)
 
 # What each gate compares, as the preview explains a candidate it kept out.
 _WHY = {
@@ -40,9 +47,13 @@ def _analysis_lines(a: Analysis) -> list[str]:
         lines.append(f"  history: {a.history_turns} turn(s), share {a.history_share}, refers back: {back}")
     f = a.filters
     if f.time_phrase:
-        lines.append(f"  time phrase {shown(f.time_phrase)!r}: {f.since} to {f.until}")
+        given = " (the dates given; the phrase's own not used)" if f.window_given else ""
+        lines.append(f"  time phrase {shown(f.time_phrase)!r}: {dates_said(f.since, f.until)}{given}")
     if a.time_phrase_ignored:
-        lines.append(f"  time phrase {shown(a.time_phrase_ignored)!r}: no note dated then, searched as words")
+        note = ignored_phrase_note(
+            a.time_phrase_ignored, a.time_phrase_why, a.time_phrase_since, a.time_phrase_until
+        )
+        lines.append(f"  time phrase {shown(note)}")
     return lines
 
 

@@ -13,14 +13,16 @@ from typing import Any
 from sidecar.clients.cli_parser import QUERY_TIMEOUT_S, UsageError, serve_flags
 from sidecar.clients.cli_preview import preview_lines, recall_pending_note
 from sidecar.clients.cli_render import render_links, snippet
-from sidecar.clients.client import Client
+from sidecar.clients.client import Client, local_today
 from sidecar.config import Config
 from sidecar.contracts.errors import ExitCode, NotFoundError
 from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.printable import escape_terminal
 from sidecar.contracts.wire import (
     DELETION_HELD_MARK,
+    Window,
     catching_up_note,
+    dates_said,
     ignored_phrase_note,
     indexing_note,
     offline_note,
@@ -31,6 +33,7 @@ from sidecar.contracts.wire import (
     resolved_notes,
     stale_note,
     waiting_vectors,
+    window_said,
 )
 
 
@@ -43,6 +46,7 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         minScore=args.min_score,
         since=args.since,
         until=args.until,
+        today=local_today(),
     )
     reply = _call(args, cfg, "search", params)
     if reply is None:
@@ -62,22 +66,16 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         print(f"note: {offline_note(reply['offline'])}", file=sys.stderr)
     if reply.get("inboxRefused"):
         print(f"note: {shown(refused_note(reply['inboxRefused']))}", file=sys.stderr)
+    if reply.get("todayIgnored"):
+        print(f"note: {shown(reply['todayIgnored'])}", file=sys.stderr)
     if result.listed:  # none listed: said in place of "nothing relevant found" below
         print(
             f"note: the query holds filters alone: {result.listed} hit(s) (relevance 0) are the notes "
             "they select, newest first, not ranked by any word",
             file=sys.stderr,
         )
-    window = result.window
-    if window is not None and window.listed:
-        print(
-            f"note: '{shown(window.phrase)}': {window.listed} hit(s) (relevance 0) are notes of "
-            f"{window.since} to {window.until} listed by date, not ranked by the query's words",
-            file=sys.stderr,
-        )
-    elif window is not None and not window.applied:
-        # The hits come from any time: without this line they read as the period's notes.
-        print(f"note: {ignored_phrase_note(shown(window.phrase))}", file=sys.stderr)
+    if result.window is not None:
+        _window_note(result.window, args)
     if not result.hits and result.listed is not None:
         # Filters alone: "nothing relevant" read as "no relevant note" where no note has the tag.
         print("no note matches these filters")
@@ -90,6 +88,30 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         print(f"{i:>2}. {shown(hit.reference)}  ({scores}, {where}{held})")
         print(f"    {shown(snippet(hit.text, args.query))}")
     return int(ExitCode.OK)
+
+
+def _window_note(window: Window, args: argparse.Namespace) -> None:
+    """What the search's time phrase became, on stderr: the period listed, the dates given that
+    won over it, or why it was not applied."""
+    if window.listed:
+        said = shown(window_said(window, _given_as(args)))
+        print(
+            f"note: '{shown(window.phrase)}': {window.listed} hit(s) (relevance 0) are {said}, "
+            "listed by date, not ranked by the query's words",
+            file=sys.stderr,
+        )
+    elif window.applied and window.given:
+        print(f"note: {shown(window_said(window, _given_as(args)))}", file=sys.stderr)
+    elif not window.applied:
+        # The hits come from any time: without this line they read as the period's notes.
+        note = ignored_phrase_note(window.phrase, window.why, window.since, window.until)
+        print(f"note: {shown(note)}", file=sys.stderr)
+
+
+def _given_as(args: argparse.Namespace) -> str:
+    """How the dates that won over a time phrase were given: the options named, else inline."""
+    named = [f"--{o}" for o in ("since", "until") if getattr(args, o, None)]
+    return " and ".join(named) if named else "since:/until: in the query"
 
 
 def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
@@ -115,6 +137,7 @@ def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
         preview=bool(args.preview),
         limit=args.limit or None,
         tokenBudget=args.token_budget or None,
+        today=local_today(),
     )
     reply = _call(args, cfg, "recall", params)
     if reply is None:
@@ -130,6 +153,8 @@ def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
         print(f"note: {catching_up_note(*result.catching_up)}", file=sys.stderr)
     if reply.get("offline"):
         print(f"note: {offline_note(reply['offline'])}", file=sys.stderr)
+    if reply.get("todayIgnored"):
+        print(f"note: {shown(reply['todayIgnored'])}", file=sys.stderr)
     if args.preview:
         print("\n".join(preview_lines(result)))
     if result.context:
@@ -143,7 +168,7 @@ def cmd_why(args: argparse.Namespace, cfg: Config) -> int:
     with Client(
         cfg.socket_path, agent=args.agent, config_file=cfg.source_file, serve_flags=serve_flags(args, cfg)
     ) as client:
-        reply = client.call("why", {"reference": args.reference, "query": args.query})
+        reply = client.call("why", {"reference": args.reference, "query": args.query, "today": local_today()})
     r = parse_explanation(reply)
     if not r.indexed and r.exists is False:  # like `get`: a missing note fails, in its error shape
         raise NotFoundError(f"{shown(args.reference)}: not indexed: {shown(r.reason or 'no such note')}")
@@ -160,7 +185,7 @@ def cmd_why(args: argparse.Namespace, cfg: Config) -> int:
     print(f"{name} for {shown(args.query)!r}: content words {words}, vector weight {weight}")
     f = a.filters
     if f.time_phrase:
-        print(f"time phrase {shown(f.time_phrase)!r}: notes dated {f.since} to {f.until}")
+        print(f"time phrase {shown(f.time_phrase)!r}: notes dated {dates_said(f.since, f.until)}")
     if r.page_bm25_score is not None:
         print(f"the whole note's keyword score: bm25={r.page_bm25_score}")
     if r.degraded:  # on stderr, as search's notes

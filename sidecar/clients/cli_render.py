@@ -12,6 +12,7 @@ from sidecar.clients.foreground import all_vectors_words, backlog, duration
 from sidecar.clients.plainerror import cause_of, plain_error
 from sidecar.contracts.errors import is_io_fault
 from sidecar.contracts.printable import escape_controls as shown
+from sidecar.contracts.wire import clock_said
 from sidecar.stores.aside import KEEP_MOVED_ASIDE_DAYS
 
 
@@ -164,6 +165,8 @@ def render_status(h: dict[str, Any]) -> str:
             f"  the daemon runs {shown(str(h['version']))}, this installation is {__version__}: restart it "
             "to run the installed one (systemctl --user restart sidecar, or stop and start `sidecar serve`)"
         )
+    if h.get("clock"):
+        lines.append(f"  {shown(clock_said(h['clock']))}")
     lines.append(_index_line(h))
     in_place = idx.get("keyword_upgrade_in_place")
     if in_place:

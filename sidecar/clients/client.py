@@ -8,6 +8,7 @@ and another user can create a path first (``/tmp/sidecar-<uid>/…`` when the ho
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import os
 import shlex
@@ -29,6 +30,21 @@ from sidecar.runtime.peer import path_owner_problem, peer_uid
 
 _MAX_RESPONSE = 256 * 1024 * 1024
 _CONNECT_TRIES = 10
+# Sockets whose daemon refused ``today`` (one older than it): not sent there again by this process
+# (the MCP shim opens a client per call).
+_REFUSES_TODAY: set[str] = set()
+
+
+def local_today() -> str:
+    """The asker's local date, sent as ``today`` with the ops that read time phrases: "today",
+    "gestern" are the asker's days, not those of a daemon in another time zone."""
+    return dt.date.today().isoformat()
+
+
+def refuses_today(exc: RemoteError) -> bool:
+    """The refusal of a daemon older than ``today``: it names it, alone, as unknown (the op was
+    refused before anything was done, so asking again without it is safe)."""
+    return exc.code == "bad_request" and str(exc).startswith("unknown parameter(s) 'today';")
 
 
 def serve_hint(config_file: Path | None, flags: Sequence[str] = ()) -> str:
@@ -100,7 +116,26 @@ class Client:
             self._sock = None
 
     def call(self, op: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Send one request and wait for its answer; raise RemoteError if the daemon refused it."""
+        """Send one request and wait for its answer; raise RemoteError if the daemon refused it.
+
+        A daemon older than the asker's date (``today``) refuses it as unknown until it is
+        restarted: the request is sent once more without it, and ``today`` is no longer sent to
+        that socket (its time phrases then count from the daemon's own date, as they did)."""
+        params = params or {}
+        if "today" not in params:
+            return self._call(op, params)
+        without = {k: v for k, v in params.items() if k != "today"}
+        if str(self.socket_path) in _REFUSES_TODAY:
+            return self._call(op, without)
+        try:
+            return self._call(op, params)
+        except RemoteError as exc:
+            if not refuses_today(exc):
+                raise
+        _REFUSES_TODAY.add(str(self.socket_path))
+        return self._call(op, without)
+
+    def _call(self, op: str, params: dict[str, Any]) -> dict[str, Any]:
         try:  # refused here as the daemon would refuse it (a lone surrogate cannot even be sent)
             check_values(params or {})
             check_values({"agent": self.agent})

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sidecar.clients.client import Client
+from sidecar.clients.client import Client, local_today
 from sidecar.clients.mcp_texts import (
     building_note,
     masked_note,
@@ -155,6 +155,7 @@ class ToolCalls:
         for k in ("minScore", "source", "tag", "pathPrefix", "since", "until"):
             if a.get(k) is not None:
                 params[k] = a[k]
+        params["today"] = local_today()  # the agent's "today", not the daemon's
         raw = self.call("search", params)
         result = parse_search(raw)
         hits = [{k: j[k] for k in HIT_KEYS if k in j} for j in map(hit_json, result.hits)]
@@ -171,6 +172,8 @@ class ToolCalls:
             out["masked"] = masked
         if raw.get("inboxRefused"):
             out["inboxRefused"] = raw["inboxRefused"]
+        if raw.get("todayIgnored"):
+            out["todayIgnored"] = raw["todayIgnored"]
         return text_of_search(query, out), out
 
     def get(self, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:

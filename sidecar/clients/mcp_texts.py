@@ -14,11 +14,14 @@ from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.wire import (
     DELETION_HELD_MARK,
     catching_up_note,
+    clock_said,
     ignored_phrase_note,
     indexing_note,
     offline_note,
+    parse_window,
     pending_note,
     stale_note,
+    window_said,
 )
 
 LEGEND = "[wiki] curated pages · [vault] the user's notes · [memory] your own earlier notes"
@@ -58,6 +61,8 @@ def _state_notes(result: dict[str, Any]) -> list[str]:
         lines.append(f"note: {offline_note(result['offline'])}")
     if result.get("inboxRefused"):
         lines.append(refused_note(result["inboxRefused"]))
+    if result.get("todayIgnored"):
+        lines.append(f"note: {shown(result['todayIgnored'])}")
     if building := result.get("indexing"):
         lines.append(building_note(building))
     if result.get("staleSince") is not None:
@@ -78,14 +83,18 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
         )
     window = result.get("window")
     if window and window["applied"]:
-        lines.append(f"'{shown(window['phrase'])}': only notes dated {window['since']} to {window['until']}.")
+        said = window_said(parse_window(window), "the since/until given")
+        lines.append(f"'{shown(window['phrase'])}': only {shown(said)}.")
         if window.get("listed"):
             lines.append(
                 f"{window['listed']} hit(s) (relevance 0) are notes of that period listed by date "
                 "(newest first, notes dated by name or property first), not ranked by the query's words."
             )
     elif window:
-        lines.append(f"{ignored_phrase_note(shown(window['phrase']))}.")
+        note = ignored_phrase_note(
+            window["phrase"], window.get("why"), window.get("since"), window.get("until")
+        )
+        lines.append(f"{shown(note)}.")
     for i, h in enumerate(hits, 1):
         head = shown(" › ".join(h.get("headings") or []))
         lines.append(
@@ -243,6 +252,8 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
         )
     if keyword_only:
         parts.append(f"keyword-only search (embedder {emb.get('state', 'unknown')})")
+    if health.get("clock"):
+        parts.append(shown(clock_said(health["clock"])))
     parts.extend(
         shown(f"{r['name']} {'deletions held' if r['mode'] == 'held' else 'offline'}: {r['why']}")
         for r in offline

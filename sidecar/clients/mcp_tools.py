@@ -51,7 +51,10 @@ FILTER_HELP = (
     "('tag:garden path:Projects/') lists the notes they select, newest first (relevance 0). "
     "A filter value that cannot be used is an error naming it."
 )
-DAY_HELP = "A day: YYYY-MM-DD, YYYY-MM, DD.MM.YYYY, today, yesterday, a weekday name or Nd (N days ago)."
+DAY_HELP = (
+    "A day: YYYY-MM-DD, YYYY-MM, DD.MM.YYYY, today/heute, yesterday/gestern, tomorrow/morgen, "
+    "a weekday name (English or German) or Nd (N days ago)."
+)
 
 # A line of a note (the daemon takes as many: no note has more).
 LINE = {"type": "integer", "minimum": 1, "maximum": 10_000_000}

@@ -6,6 +6,7 @@ client imports it.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 import unicodedata
 from collections.abc import Mapping
@@ -84,6 +85,7 @@ class AnalysisFilters:
     since: str | None = None
     until: str | None = None
     time_phrase: str | None = None
+    window_given: bool = False  # since/until given as such won over the time phrase
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,10 @@ class Analysis:
     history_turns: int | None = None  # recall only
     history_share: float | None = None  # recall with history: the turns' share of the query
     refers_back: bool | None = None  # recall: the message continues an earlier turn
-    time_phrase_ignored: str | None = None  # a time phrase whose window held nothing
+    time_phrase_ignored: str | None = None  # a time phrase not applied (see IGNORED_WHY)
+    time_phrase_why: str | None = None  # why: a key of IGNORED_WHY
+    time_phrase_since: str | None = None  # the window it was read as (the dates tried)
+    time_phrase_until: str | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,10 @@ class Window:
     # Hits there for their date alone (relevance 0: no other word of the query found them): a
     # question about a period lists the period's notes.
     listed: int = 0
+    why: str | None = None  # not applied: a key of IGNORED_WHY
+    # Applied: since/until were given as such (parameters, options, inline) and won over the
+    # phrase, which only said that the notes of a period were asked for.
+    given: bool = False
 
 
 @dataclass(frozen=True)
@@ -225,9 +234,58 @@ def refused_note(reason: str) -> str:
     return f"the agent's inbox is not read: {reason}"
 
 
-def ignored_phrase_note(phrase: str) -> str:
-    """What a client says when a time phrase's window held no note (the hits are of any day)."""
-    return f"'{phrase}': no note has that date, so it was searched as words"
+# Why a time phrase of the query was not applied: its window held no dated note (search and
+# recall), or the message did not ask about that period's notes (recall lists them only then).
+IGNORED_WHY = ("noNote", "notAsked")
+
+
+def clock_said(clock: Mapping[str, Any]) -> str:
+    """The daemon's day and time zone in words (``health``'s ``clock``)."""
+    day = str(clock.get("today", "?"))
+    try:
+        weekday = dt.date.fromisoformat(day).strftime("%A ")
+    except ValueError:
+        weekday = ""
+    named = [str(clock["timeZone"])] if clock.get("timeZone") else []
+    zone = ", ".join(named + ([f"UTC{clock['utcOffset']}"] if clock.get("utcOffset") else []))
+    return (
+        f"the daemon's day is {weekday}{day} (time zone {zone or 'unknown'}); "
+        "'today', 'yesterday' and the like count from the asker's date when the client sends it, "
+        "else from this one"
+    )
+
+
+def dates_said(since: str | None, until: str | None) -> str:
+    """A window in words: one day, a range, or an end open on one side; never "None"."""
+    if since and until:
+        return since if since == until else f"{since} to {until}"
+    if since:
+        return f"from {since}"
+    return f"until {until}" if until else "any date"
+
+
+def window_said(w: Window, given_as: str = "the dates given") -> str:
+    """An applied window in words: its dates, and when dates given as such won over the phrase,
+    that the phrase's own period was not used (an open end stays open: later notes count too)."""
+    dates = dates_said(w.since, w.until)
+    if not w.given:
+        return f"notes dated {dates}"
+    open_end = ", with no end" if w.since and not w.until else ""
+    return f"notes dated {dates}{open_end} ({given_as}; the phrase '{w.phrase}' was not used)"
+
+
+def ignored_phrase_note(
+    phrase: str, why: str | None = None, since: str | None = None, until: str | None = None
+) -> str:
+    """What a client says when a time phrase was not applied (the hits are of any day): why, and
+    the dates it was read as."""
+    tried = f"'{phrase}' ({dates_said(since, until)})" if since or until else f"'{phrase}'"
+    if why == "notAsked":
+        return (
+            f"{tried}: the message does not ask about the notes of that time, so they were not "
+            "listed; its other words were searched in notes of any date"
+        )
+    return f"{tried}: no note has that date, so it was searched as words"
 
 
 def stale_note(since: float, now: float | None = None) -> str:
@@ -258,10 +316,16 @@ def pending_note(n: int) -> str:
 
 def window_of(analysis: Analysis) -> Window | None:
     if analysis.time_phrase_ignored:
-        return Window(analysis.time_phrase_ignored, applied=False)
+        return Window(
+            analysis.time_phrase_ignored,
+            applied=False,
+            since=analysis.time_phrase_since,
+            until=analysis.time_phrase_until,
+            why=analysis.time_phrase_why,
+        )
     f = analysis.filters
     if f.time_phrase:
-        return Window(f.time_phrase, applied=True, since=f.since, until=f.until)
+        return Window(f.time_phrase, applied=True, since=f.since, until=f.until, given=f.window_given)
     return None
 
 
@@ -332,6 +396,8 @@ def analysis_json(a: Analysis) -> dict[str, Any]:
             "timePhrase": f.time_phrase,
         },
     }
+    if f.window_given:
+        out["filters"]["windowGiven"] = True
     if a.history_turns is not None:
         out["historyTurns"] = a.history_turns
     if a.history_share is not None:
@@ -340,15 +406,26 @@ def analysis_json(a: Analysis) -> dict[str, Any]:
         out["refersBack"] = a.refers_back
     if a.time_phrase_ignored:
         out["timePhraseIgnored"] = a.time_phrase_ignored
+        for key, value in (
+            ("timePhraseWhy", a.time_phrase_why),
+            ("timePhraseSince", a.time_phrase_since),
+            ("timePhraseUntil", a.time_phrase_until),
+        ):
+            if value:
+                out[key] = value
     return out
 
 
 def window_json(w: Window) -> dict[str, Any]:
     if not w.applied:
-        return {"phrase": w.phrase, "applied": False}
+        ignored: dict[str, Any] = {"phrase": w.phrase, "applied": False}
+        ignored.update({k: v for k, v in (("why", w.why), ("since", w.since), ("until", w.until)) if v})
+        return ignored
     out: dict[str, Any] = {"phrase": w.phrase, "since": w.since, "until": w.until, "applied": True}
     if w.listed:
         out["listed"] = w.listed
+    if w.given:
+        out["given"] = True
     return out
 
 
@@ -472,21 +549,33 @@ def parse_analysis(d: Mapping[str, Any]) -> Analysis:
             since=f.get("since"),
             until=f.get("until"),
             time_phrase=f.get("timePhrase"),
+            window_given=bool(f.get("windowGiven")),
         ),
         history_turns=d.get("historyTurns"),
         history_share=d.get("historyShare"),
         refers_back=d.get("refersBack"),
         time_phrase_ignored=d.get("timePhraseIgnored"),
+        time_phrase_why=d.get("timePhraseWhy"),
+        time_phrase_since=d.get("timePhraseSince"),
+        time_phrase_until=d.get("timePhraseUntil"),
+    )
+
+
+def parse_window(w: Mapping[str, Any]) -> Window:
+    return Window(
+        w["phrase"],
+        bool(w["applied"]),
+        w.get("since"),
+        w.get("until"),
+        int(w.get("listed") or 0),
+        w.get("why"),
+        bool(w.get("given")),
     )
 
 
 def parse_search(d: Mapping[str, Any]) -> SearchResult:
     w = d.get("window")
-    window = (
-        Window(w["phrase"], bool(w["applied"]), w.get("since"), w.get("until"), int(w.get("listed") or 0))
-        if w
-        else None
-    )
+    window = parse_window(w) if w else None
     analysis = d.get("analysis")
     return SearchResult(
         hits=tuple(parse_hit(h) for h in d["hits"]),  # no hits key: not a search's answer

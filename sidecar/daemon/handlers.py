@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import logging
 import os
+import re
 import threading
 import time
 import unicodedata
@@ -92,9 +94,14 @@ MAX_LINE = 10_000_000  # beyond any note's line count (notes are at most index.m
 # Held roots whose folder is not the share: get does not read what lies there now.
 _NOT_THE_SHARE = frozenset({"unmounted", "device", "empty"})
 # Filters and options shared by `search` and `recall`.
-_SEARCH_PARAMS = ("limit", "minScore", "source", "tag", "pathPrefix", "since", "until", "preview")
+_SEARCH_PARAMS = ("limit", "minScore", "source", "tag", "pathPrefix", "since", "until", "preview", "today")
+# How far the asker's date ("today") may be from the daemon's: time zones lie at most 26 hours
+# apart, two calendar days; further is a wrong clock: the daemon's date is used, and said so.
+_TODAY_SLACK_DAYS = 2
+_ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 OUTLINE_BUDGET = 1000
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -201,6 +208,7 @@ class Handlers:
             "pid": os.getpid(),
             "started": self.service.started,
             "uptime_seconds": round(time.time() - self.service.started, 1),
+            "clock": self._clock(),
             "embedder": embedder,
             "index": {
                 "state": state,
@@ -309,8 +317,12 @@ class Handlers:
         """Whether a live file watch covers this root (else it is only swept)."""
         return any(Path(path).is_relative_to(w) for w in self.service.watched())
 
-    def _request(self, p: dict[str, Any], agent: str | None, text_param: str, limit: int) -> SearchRequest:
-        """The search parameters shared by search and recall, validated."""
+    def _request(
+        self, p: dict[str, Any], agent: str | None, text_param: str, limit: int
+    ) -> tuple[SearchRequest, str | None]:
+        """The search parameters shared by search and recall, validated, and the note saying a
+        ``today`` too far from the daemon's was ignored (read once: a second reading may fall on
+        the other side of midnight, and logs its warning twice)."""
         query = param_str(p, text_param, max_len=MAX_QUERY_CHARS)
         if "\0" in query:
             raise ProtocolError(f"'{text_param}' contains a NUL byte")
@@ -330,7 +342,8 @@ class Handlers:
             sources = tuple(dict.fromkeys(source))
         else:
             raise ProtocolError(f"'source' must be one of {', '.join(SOURCES)} or a list of them")
-        today = self.retriever.today()
+        asker, far = self._asker_today(p)
+        today = asker or self.retriever.today()
         since = _day(p, "since", today)
         until = _day(p, "until", today, end=True)
         if since and until and since > until:
@@ -350,12 +363,47 @@ class Handlers:
                 lo=TOKEN_BUDGET_RANGE[0],
                 hi=TOKEN_BUDGET_RANGE[1],
             )
-        return SearchRequest(query, limit, min_score, sources, agent, filters, budget)
+        return SearchRequest(query, limit, min_score, sources, agent, filters, budget, today=asker), far
+
+    def _clock(self) -> dict[str, str]:
+        """The daemon's own day and time zone: time phrases of a client that sends no ``today``
+        are read against them."""
+        now = dt.datetime.now().astimezone()
+        offset = now.strftime("%z")
+        return {
+            "today": self.retriever.today().isoformat(),
+            "timeZone": now.tzname() or "",
+            "utcOffset": f"{offset[:3]}:{offset[3:]}" if offset else "",
+        }
+
+    def _asker_today(self, p: dict[str, Any]) -> tuple[dt.date | None, str | None]:
+        """The ``today`` parameter: the asker's local date, which "today", "gestern", "last
+        Monday" count from (a client in another time zone than the daemon's); None when not sent,
+        or, with a note saying so, when it is days from the daemon's own (a wrong clock)."""
+        value = param_opt_str(p, "today", max_len=MAX_DAY_CHARS)
+        if value is None:
+            return None, None
+        try:
+            day = dt.date.fromisoformat(value) if _ISO_DAY.fullmatch(value) else None
+        except ValueError:
+            day = None
+        if day is None:
+            raise ProtocolError(f"'today' must be the asker's local date as YYYY-MM-DD, not {value!r}")
+        own = self.retriever.today()
+        apart = abs((day - own).days)
+        if apart > _TODAY_SLACK_DAYS:
+            log.warning("asker_today_ignored today=%s daemon_today=%s", value, own.isoformat())
+            return None, (
+                f"the asker's date ('today' {value}) is {apart} days from the daemon's date "
+                f"{own.isoformat()}, more than time zones explain ({_TODAY_SLACK_DAYS}): time phrases "
+                "were read against the daemon's date (one of the two clocks is wrong)"
+            )
+        return day, None
 
     def search(self, req: Request) -> dict[str, Any]:
         p = req.params
         check_known(p, ("query", *_SEARCH_PARAMS))
-        request = self._request(p, req.agent, "query", self.retriever.cfg.limit)
+        request, far = self._request(p, req.agent, "query", self.retriever.cfg.limit)
         if not request.query.strip():
             # Nothing to look for: answered "nothing relevant found" (exit 0), which reads as a
             # search that found nothing (also beside a window given as a parameter).
@@ -370,6 +418,8 @@ class Handlers:
         result = self._marked_held(self._while_building(result))
         out = search_json(result, preview=param_bool(p, "preview", default=False))
         out.update(self._offline_roots(request.sources))
+        if far:
+            out["todayIgnored"] = far
         if request.sources is None or "memory" in request.sources:
             refused = self.memory.inbox_refused(req.agent)
             if refused:
@@ -379,11 +429,11 @@ class Handlers:
     def why(self, req: Request) -> dict[str, Any]:
         """Explain a note's place (or absence) in the results of a query."""
         p = req.params
-        check_known(p, ("reference", "query"))
+        check_known(p, ("reference", "query", "today"))
         key = self._named(param_str(p, "reference", max_len=MAX_REFERENCE_CHARS), req.agent).key
         try:
             query = unicodedata.normalize("NFC", param_str(p, "query", max_len=MAX_QUERY_CHARS))
-            out = explain(self.retriever, key, query, req.agent)
+            out = explain(self.retriever, key, query, req.agent, self._asker_today(p)[0])
         except FilterError as exc:
             raise ProtocolError(f"bad filter in 'query': {exc}") from exc
         if not out.indexed:
@@ -434,7 +484,7 @@ class Handlers:
                 "'history' must be a list of at most 100 strings (previous turns, oldest first)"
             )
         history = [unicodedata.normalize("NFC", t) for t in history]
-        search = self._request(p, req.agent, "message", self.retriever.recall_cfg.limit)
+        search, far = self._request(p, req.agent, "message", self.retriever.recall_cfg.limit)
         model = self.slot.model
         count = model.count_tokens if model is not None else approx_token_count
         preview = param_bool(p, "preview", default=False)
@@ -453,6 +503,8 @@ class Handlers:
         if offline:  # likewise: an agent's hook reads the block, not the client's stderr or JSON
             result = replace(result, context=with_note(result.context, offline_note(offline["offline"])))
         out = search_json(result, preview=preview)
+        if far:
+            out["todayIgnored"] = far
         return {**out, **offline}
 
     def _marked_held(self, result: SearchResult) -> SearchResult:

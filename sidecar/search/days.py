@@ -23,13 +23,17 @@ _WEEKDAYS = numbered_file("weekdays.txt")
 _NUMBERS = numbered_file("numbers.txt")
 _TODAY = ("today", "heute")
 _YESTERDAY = ("yesterday", "gestern")
+_TOMORROW = ("tomorrow", "morgen")  # "until:tomorrow", "since:morgen": a plan for the coming day
 _ISO_LOOSE = re.compile(r"^(\d{4})-(\d{1,2})-(\d{1,2})$")
 _ISO_MONTH_ONLY = re.compile(r"^(\d{4})-(\d{1,2})$")
 _DAYS_AGO = re.compile(r"^(\d{1,4})d$")
 _ISO_DAY = r"(\d{4}-\d{1,2}-\d{1,2})"  # a day in a time phrase ("since 2026-11-20")
 # German dates as a daily-note format writes them: 04.12.2026, 4.12.2026, 4.12. (this year)
 _DOTTED = re.compile(r"^(\d{1,2})\.(\d{1,2})\.(\d{4})?$")
-DAY_VALUES = "YYYY-MM-DD, YYYY-MM, DD.MM.YYYY, today, yesterday, a weekday or Nd (N days ago)"
+DAY_VALUES = (
+    "YYYY-MM-DD, YYYY-MM, DD.MM.YYYY, today/heute, yesterday/gestern, tomorrow/morgen, "
+    "a weekday (Monday/Montag: the last one) or Nd (N days ago)"
+)
 
 
 def _last_weekday(today: dt.date, weekday: int) -> dt.date:
@@ -67,6 +71,8 @@ def parse_day(value: str, today: dt.date, *, name: str, end: bool = False) -> dt
         return today
     if v in _YESTERDAY:
         return today - dt.timedelta(days=1)
+    if v in _TOMORROW:
+        return today + dt.timedelta(days=1)
     if v in _WEEKDAYS:
         return _last_weekday(today, _WEEKDAYS[v])
     if m := _DAYS_AGO.match(v):

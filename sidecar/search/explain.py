@@ -5,6 +5,7 @@ limit, folded, capped, or not a candidate at all)."""
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -22,10 +23,13 @@ from sidecar.stores.manifest import ChunkView
 from sidecar.vault.sources import public_reference
 
 
-def explain(r: Retriever, key: str, query: str, agent: str | None) -> Explanation:
-    """Why a note ranks where it does (or not at all) for a query: scores, boosts, outcome."""
+def explain(
+    r: Retriever, key: str, query: str, agent: str | None, today: dt.date | None = None
+) -> Explanation:
+    """Why a note ranks where it does (or not at all) for a query: scores, boosts, outcome;
+    ``today``: the asker's date its time phrases are read against (else the daemon's)."""
     ready_inbox(r.stores, agent)  # as the search does: an agent back gets its index rebuilt
-    asked = SearchRequest(query, r.cfg.limit, r.cfg.min_score, None, agent)
+    asked = SearchRequest(query, r.cfg.limit, r.cfg.min_score, None, agent, today=today)
     text, inline = _read(r, asked)
     req = with_filters(asked, inline)
     seen, qa, spelled = r.read_spelling(text, agent)  # as the search reads it
@@ -108,7 +112,7 @@ def _read(r: Retriever, asked: SearchRequest) -> tuple[str, Filters]:
     inside the empty window, and the search's hit #1 was "not among the candidates")."""
     text, inline = r.read_query(asked)
     if inline.phrase and not r.dated_notes(with_filters(asked, inline)):
-        return split_filters(asked.query, r.today(), phrases=False)
+        return split_filters(asked.query, r.today_of(asked), phrases=False)
     return text, inline
 
 

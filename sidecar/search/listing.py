@@ -162,7 +162,8 @@ def with_period(
         + edited_listed
     )
     f = req.filters
-    window = Window(f.phrase or "", True, f.since, f.until, listed=len(own_listed) + len(edited_listed))
+    listed_n = len(own_listed) + len(edited_listed)
+    window = Window(f.phrase or "", True, f.since, f.until, listed=listed_n, given=f.given)
     return replace(result, hits=ordered, window=window)
 
 

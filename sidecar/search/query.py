@@ -50,6 +50,7 @@ class Filters:
     until: str | None = None
     sources: tuple[str, ...] = ()
     phrase: str | None = None  # the time phrase that set since/until ("last week")
+    given: bool = False  # a window given as such won over the phrase: since/until are not its
 
     def merged(self, other: Filters) -> Filters:
         return Filters(
@@ -59,6 +60,7 @@ class Filters:
             other.until or self.until,
             tuple(dict.fromkeys(self.sources + other.sources)),
             other.phrase or self.phrase,
+            other.given or self.given,
         )
 
     @property
@@ -117,11 +119,22 @@ def split_filters(
         rest, window, phrase = time_window(rest, day, week_start)
         # A given window wins; the phrase still says the period's notes were asked for (listed
         # over the given window: "what did I do last week?" with since/until answered nothing).
-        if window is not None and not (window_given or since is not None or until is not None):
+        given = window_given or since is not None or until is not None
+        if window is not None and not given:
             since, until = window[0].isoformat(), window[1].isoformat()
+    else:
+        given = False
     if since and until and since > until:
         raise FilterError(f"the date window is empty: since {since} is after until {until}")
-    return rest, Filters(tuple(dict.fromkeys(tags)), found.get("path"), since, until, tuple(sources), phrase)
+    return rest, Filters(
+        tuple(dict.fromkeys(tags)),
+        found.get("path"),
+        since,
+        until,
+        tuple(sources),
+        phrase,
+        given=given and phrase is not None,
+    )
 
 
 def with_window(filters: Filters, since: str | None, until: str | None) -> Filters:
@@ -234,6 +247,28 @@ def asks_about_self(text: str) -> bool:
     if not words or _addressed(tokens, words) or any(w in _PERSONS["modal"] for w in words):
         return False
     return _asked(text, words) and _doings(text, words) and any(w in _PERSONS["first"] for w in words)
+
+
+def asks_what_happened(text: str, rest: str) -> bool:
+    """Whether a message asks what happened in the period it names ("was war gestern?", "what
+    happened on Saturday?", "was ist am Samstag passiert?", "what was on Saturday?"): a question
+    opened by "what"/"was", and, beside its time phrase (``rest``: the message without it), no
+    word at all but a verb of happening or being in the question's language and, in German, a
+    particle ("was war denn gestern?"). Like a question about one's own doings it asks about the
+    notes of that period; one about something of its own ("what was the weather yesterday?",
+    "what was that yesterday?", "was war das denn gestern?") is answered by its words, and
+    "Was that what happened yesterday?" is no German question."""
+    if not text.rstrip().endswith("?"):
+        return False
+    words = [w.lower() for w in WORD.findall(_CLITIC.sub("", rest))]
+    if not words or words[0] not in ("what", "was"):
+        return False
+    verbs, allowed = (
+        (_PERSONS["event-en"], _PERSONS["event-en"])
+        if words[0] == "what"
+        else (_PERSONS["event-de"], _PERSONS["event-de"] | _PERSONS["particle-de"])
+    )
+    return any(w in verbs for w in words[1:]) and all(w in allowed for w in words[1:])
 
 
 _SMALL_TALK = kinds_file("small-talk.txt")

@@ -21,11 +21,12 @@ from sidecar.search.query import (
     QueryAnalysis,
     analyze,
     asks_about_self,
+    asks_what_happened,
     is_small_talk,
     split_filters,
 )
 from sidecar.search.request import SearchRequest, with_filters
-from sidecar.search.results import analysis_of, to_hit
+from sidecar.search.results import analysis_of, phrase_ignored, to_hit
 from sidecar.search.retrieval import BmParts, Retriever
 
 # The candidates a preview lists below recall's gates (and past its limit), each.
@@ -74,7 +75,9 @@ def recall(
     # message that merely names a period ("I bought this laptop last year, how do I reset it?",
     # "should I deploy today?") injected the period's daily notes unasked.
     # A follow-up ("and yesterday?", "today?") asks what the turn it follows asked.
-    asked = until is not None and (asks_about_self(message) or follow_up)
+    # "Was war gestern?", "what happened on Saturday?" ask about that period's notes as well.
+    about = asks_about_self(message) or asks_what_happened(message, text)
+    asked = until is not None and (about or follow_up)
     dated = [n for n in r.dated_notes(windowed) if n.date] if asked else []
     if dated:
         # The period was asked about: the notes of it holding the message's words come first,
@@ -96,11 +99,12 @@ def recall(
     # Nothing in the period: the words are recalled from any day (see Retriever.search), the time
     # phrase still not among them. In a message a person typed it names when, not what: searched
     # as a word, "today" found today's daily note by its title ("have a nice day today").
+    # Why, truly: a period asked about whose window holds no dated note, or a message that did
+    # not ask about its notes (the window may well hold some: they were not listed unasked).
     phrase = inline.phrase
-    _, inline = split_filters(message, r.today(), phrases=False)
+    _, inline = split_filters(message, r.today_of(req), phrases=False)
     result = _recall(r, text, history, with_filters(req, inline), count_tokens, explain=explain)
-    assert result.analysis is not None
-    return replace(result, analysis=replace(result.analysis, time_phrase_ignored=phrase))
+    return phrase_ignored(result, phrase, "noNote" if asked else "notAsked", windowed.filters)
 
 
 def _recall(

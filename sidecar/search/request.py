@@ -3,8 +3,9 @@ or inline in the query."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sidecar.contracts.wire import SOURCES
 from sidecar.search.days import FilterError
@@ -22,6 +23,9 @@ class SearchRequest:
     agent: str | None = None  # scope: own memory plus vault and wiki
     filters: Filters = field(default_factory=Filters)
     token_budget: int | None = None  # recall: this call's block budget (else recall.tokenBudget)
+    # The asker's local date ("today", "gestern" are the asker's days, not the daemon's); None:
+    # the daemon's own.
+    today: dt.date | None = None
 
 
 def with_filters(req: SearchRequest, inline: Filters) -> SearchRequest:
@@ -34,7 +38,7 @@ def with_filters(req: SearchRequest, inline: Filters) -> SearchRequest:
     sources = req.sources
     if inline.sources:
         sources = tuple(s for s in inline.sources if s in SOURCES) or sources
-    return SearchRequest(req.query, req.limit, req.min_score, sources, req.agent, filters, req.token_budget)
+    return replace(req, sources=sources, filters=filters)
 
 
 def filters_alone(text: str, inline: Filters) -> bool:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import datetime as dt
 import functools
 from collections.abc import Sequence
+from dataclasses import replace
 
-from sidecar.contracts.wire import Analysis, AnalysisFilters, Hit
+from sidecar.contracts.wire import IGNORED_WHY, Analysis, AnalysisFilters, Hit, SearchResult
 from sidecar.notes.redact import mask, masked_line
 from sidecar.search.fusion import Scored
 from sidecar.search.query import Filters, QueryAnalysis
@@ -68,5 +69,21 @@ def analysis_of(qa: QueryAnalysis, filters: Filters, rare: Sequence[str] = ()) -
             since=filters.since,
             until=filters.until,
             time_phrase=filters.phrase,
+            window_given=filters.given,
         ),
     )
+
+
+def phrase_ignored(result: SearchResult, phrase: str, why: str, tried: Filters) -> SearchResult:
+    """``result`` (searched without the time phrase's window) marked so: the phrase, why it was
+    not applied (a key of ``IGNORED_WHY``) and the dates it was read as."""
+    assert result.analysis is not None
+    assert why in IGNORED_WHY
+    analysis = replace(
+        result.analysis,
+        time_phrase_ignored=phrase,
+        time_phrase_why=why,
+        time_phrase_since=tried.since,
+        time_phrase_until=tried.until,
+    )
+    return replace(result, analysis=analysis)

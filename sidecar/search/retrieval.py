@@ -51,7 +51,7 @@ from sidecar.search.query import (
 )
 from sidecar.search.querycache import QueryCache
 from sidecar.search.request import SearchRequest, filters_alone, with_filters
-from sidecar.search.results import analysis_of, to_hit
+from sidecar.search.results import analysis_of, phrase_ignored, to_hit
 from sidecar.search.words import WORD
 from sidecar.search.words import fold as fold_word
 from sidecar.stores.bm25 import EVERYONE, Bm25Index
@@ -774,11 +774,15 @@ class Retriever:
 
     # --- search ---------------------------------------------------------------------------------
 
+    def today_of(self, req: SearchRequest) -> dt.date:
+        """The day a request's time phrases are read against: the asker's, when it sent it."""
+        return req.today or self.today()
+
     def read_query(self, req: SearchRequest) -> tuple[str, Filters]:
         """The request's text to rank and its inline filters. A window given as a parameter wins
         over a time phrase of the query, as an inline one does (see split_filters)."""
         given = bool(req.filters.since or req.filters.until)
-        return split_filters(req.query, self.today(), window_given=given, week_start=self.week_start())
+        return split_filters(req.query, self.today_of(req), window_given=given, week_start=self.week_start())
 
     def search(self, req: SearchRequest) -> SearchResult:
         text, inline = self.read_query(req)
@@ -806,22 +810,23 @@ class Retriever:
         # A soft filter: "a daily note for today" may ask about daily notes, not about notes of
         # today. When no note at all is dated in its window, the words are searched instead.
         phrase = inline.phrase
-        text, inline = split_filters(req.query, self.today(), phrases=False)
+        text, inline = split_filters(req.query, self.today_of(req), phrases=False)
         result = self.search_text(with_filters(req, inline), text)
-        assert result.analysis is not None
-        return replace(result, analysis=replace(result.analysis, time_phrase_ignored=phrase))
+        return phrase_ignored(result, phrase, "noNote", windowed.filters)
 
     def listed(self, req: SearchRequest) -> SearchResult:
         """A search of filters alone (``listing.listed``)."""
-        return listing.listed(self.stores.manifest, req, self.today(), mask_secrets=self.cfg.mask_secrets)
+        return listing.listed(
+            self.stores.manifest, req, self.today_of(req), mask_secrets=self.cfg.mask_secrets
+        )
 
     def listed_place(self, req: SearchRequest, key: str) -> int | None:
         """Note ``key``'s place in ``listed``'s order (``listing.listed_place``)."""
-        return listing.listed_place(self.stores.manifest, req, key, self.today())
+        return listing.listed_place(self.stores.manifest, req, key, self.today_of(req))
 
     def dated_notes(self, req: SearchRequest) -> list[NoteDay]:
         """The notes of a request's date window in the listing order (``listing.dated_notes``)."""
-        return listing.dated_notes(self.stores.manifest, req, self.today())
+        return listing.dated_notes(self.stores.manifest, req, self.today_of(req))
 
     def with_period(self, result: SearchResult, dated: Sequence[NoteDay], req: SearchRequest) -> SearchResult:
         """``result`` with the window's other notes listed by date (``listing.with_period``)."""
