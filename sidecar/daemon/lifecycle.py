@@ -158,6 +158,7 @@ class Daemon:
         # parallel threads and the one finishing last won, with an older file's values.
         self._reload_lock = threading.Lock()
         self.stuck = False  # a worker still ran (in native code) when the stop gave up waiting
+        self.stopped = threading.Event()  # set once the stop closed the stores (``_close_stores``)
 
     def run(self) -> None:
         """Serve until a signal; raises typed errors for the CLI to map to exit codes."""
@@ -918,14 +919,18 @@ class Daemon:
     # --- shutdown ------------------------------------------------------------------------------
 
     def shutdown(self) -> None:
-        """Stop the threads (bounded), flush the stores, remove the socket, release the lock."""
+        """Stop the threads (bounded), remove the socket, then flush and close the stores and
+        release the lock, once no request runs any more (the server drained them with a bound:
+        one that outlasted it was answered ``timeout`` and runs on, so they wait for it)."""
         self.stop.set()
-        if self._dispatch is not None:  # held requests answered now, not after the joins
-            self._dispatch.close(Refusing("the daemon is stopping"))
+        dispatch = self._dispatch
+        if dispatch is not None:  # held requests answered now, not after the joins
+            dispatch.close(Refusing("the daemon is stopping"))
         # A switch to writable opens stores under the index lock: waited for (it stops between its
         # steps). One still running after the wait keeps the lock until the process exits: released,
         # another daemon could open the index while this one still wrote it.
         idle = self._switching.acquire(timeout=_JOIN_TIMEOUT)
+        stuck = False
         try:
             if not idle:
                 self.stuck = True
@@ -938,26 +943,44 @@ class Daemon:
             if self._scheduler is not None:
                 self._scheduler.shutdown()
             stuck = self.stuck = self._join_workers()
+        finally:
+            if self._listener is not None:
+                self._listener.close()
+                with contextlib.suppress(FileNotFoundError):
+                    self.cfg.socket_path.unlink()
+            finish = functools.partial(self._close_stores, idle=idle, stuck=stuck)
+            if dispatch is not None and dispatch.after_running(functools.partial(_logged, finish)):
+                log.warning(
+                    "shutdown_waits_for_requests: the stores are closed and the index released "
+                    "once the requests still running end"
+                )
+            else:  # the dispatch refuses from now on: no request can start on the stores
+                finish()
+
+    def _close_stores(self, *, idle: bool, stuck: bool) -> None:
+        """Flush and close the stores, release the index: no request or worker uses them now."""
+        try:
             parts = self.parts
-            if parts is not None:
+            if idle and parts is not None:
                 if not stuck:
                     with contextlib.suppress(StoreError, sqlite3.Error):
                         parts.vectors.mark_clean()
                 parts.stores.close()
                 parts.clock.save()
             for other in (self._read_only_parts, self._kept):
-                if other is not None:
+                if idle and other is not None:
                     other.stores.close()
         finally:
-            if self._listener is not None:
-                self._listener.close()
-                with contextlib.suppress(FileNotFoundError):
-                    self.cfg.socket_path.unlink()
             if self._lock is not None and idle:
                 self._lock.release()
             if idle:  # whoever takes it next sees the stop and opens nothing
                 self._switching.release()
             log.info("daemon_stopped")
+            self.stopped.set()
+
+    def wait_stopped(self) -> bool:
+        """Whether the stores were closed, waiting a bounded time for requests still running."""
+        return self.stopped.wait(_JOIN_TIMEOUT)
 
     def _join_workers(self) -> bool:
         """Wait for the worker threads (an index build's child is ended first: the embedding
@@ -972,6 +995,14 @@ class Daemon:
                 stuck = True
                 log.warning("shutdown_timeout thread=%s", t.name)
         return stuck
+
+
+def _logged(finish: Callable[[], None]) -> None:
+    """``finish`` run by the last request's thread: a failure is logged, not handed to the request."""
+    try:
+        finish()
+    except Exception:
+        log.exception("shutdown_close_failed")
 
 
 def _hung_up(stop: asyncio.Event) -> None:

@@ -45,6 +45,7 @@ class Dispatch:
         self._running: Counter[int] = Counter()  # requests in flight, by handlers' generation
         self._interim: Dispatcher | None = None  # answers health while held
         self._closed = False  # the daemon stops: no handlers are handed on any more
+        self._when_idle: Callable[[], None] | None = None  # run by the last request to end
 
     def dispatch(self, req: Request) -> dict[str, Any]:
         with self._cond:
@@ -64,9 +65,27 @@ class Dispatch:
         try:
             return handlers.dispatch(req)
         finally:
+            then = None
             with self._cond:
                 self._running[generation] -= 1
                 self._cond.notify_all()
+                if self._when_idle is not None and self._idle():
+                    then, self._when_idle = self._when_idle, None
+            if then is not None:
+                then()
+
+    def _idle(self) -> bool:
+        return all(n <= 0 for n in self._running.values())
+
+    def after_running(self, then: Callable[[], None]) -> bool:
+        """Whether a request still runs: ``then`` is then run in the thread of the last one, once
+        it ends (the stop closes the stores only when no request can touch them: a write that
+        outlasted the stop's drain ran on into closed stores). False (nothing run) when none does."""
+        with self._cond:
+            if self._idle():
+                return False
+            self._when_idle = then
+            return True
 
     def hold(self, most: float | None = None, interim: Dispatcher | None = None) -> bool:
         """Whether the requests on the current handlers were answered within ``most`` seconds (new

@@ -10,7 +10,9 @@ connection closed; at ``server.maxConnections`` the longest-idle connection is c
 (with a ``busy`` frame), and a new one is refused with that frame when none is idle; input beyond
 ``server.maxBufferedBytes`` (summed over every connection's unfinished frame) is refused likewise; a
 request running longer than ``server.requestTimeoutSeconds`` is answered ``timeout`` (should every
-worker be stuck, requests go to a fresh pool). Imports protocol and errors (and the foreground count
+worker be stuck, requests go to a fresh pool). A stop drains: the requests taken up are answered
+(``drain_timeout`` at most; one still running then is answered ``timeout``), those arriving meanwhile
+are refused ``busy``, and only then are the connections closed. Imports protocol and errors (and the foreground count
 and the peer check) only: handlers arrive as a callable.
 """
 
@@ -71,6 +73,11 @@ class Throttled:
 
 Dispatch = Callable[[Request], dict[str, Any]]
 _WRITE_TIMEOUT = 30.0
+# How long a stop waits for the requests taken up (writes above all) before it answers them
+# ``timeout``: below systemd's TimeoutStopSec (30 s) with the rest of the stop.
+STOP_DRAIN_S = 10.0
+# After the drain: how long the connections get to send the answers their requests just got.
+_SEND_ANSWERS_S = 2.0
 _READ_CHUNK = 1 << 16
 # Ops that change the inbox or the index: they run on their own pool (see the module doc).
 WRITE_OPS = frozenset({"write", "edit", "delete", "index", "reload"})
@@ -194,6 +201,7 @@ class Server:
         request_timeout: float = 120.0,
         write_workers: int = 2,
         foreground: Foreground = FOREGROUND,
+        drain_timeout: float = STOP_DRAIN_S,
     ) -> None:
         self.dispatch = dispatch
         self.max_frame = max_frame
@@ -201,6 +209,12 @@ class Server:
         self.max_connections = max_connections
         self.max_buffered = max_buffered
         self.request_timeout = request_timeout
+        self.drain_timeout = drain_timeout
+        # Set when a stop begins (a threading event: tests in other threads wait for it).
+        self.stopping = threading.Event()
+        # The answer of every request taken up, until its worker ends (also one whose client hung
+        # up: a write runs on): what a stop drains.
+        self._answers: dict[asyncio.Future[bytes], Request] = {}
         self.lanes = {
             "read": _Lane("request", workers),
             "write": _Lane("write", write_workers),
@@ -253,9 +267,10 @@ class Server:
 
     async def _run(self, lane: _Lane, req: Request, claim: contextlib.ExitStack | None = None) -> bytes:
         fut = lane.pool.submit(self.call, req)
+        answer = self._answer_of(req, fut)
         deadline = asyncio.get_running_loop().time() + self.request_timeout
         try:
-            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), self.request_timeout)
+            return await asyncio.wait_for(asyncio.shield(answer), self.request_timeout)
         except asyncio.CancelledError:
             # Its client hung up: a read still queued is dropped before a worker starts it. A write
             # taken up is applied whole all the same (it runs, or not, as one handler call).
@@ -279,6 +294,48 @@ class Server:
                 "timeout",
                 f"{quoted(req.op)} did not finish within {self.request_timeout:.0f} s "
                 "(server.requestTimeoutSeconds); a write may still complete, check before retrying",
+            )
+
+    def _answer_of(self, req: Request, fut: Future[bytes]) -> asyncio.Future[bytes]:
+        """The frame ``fut`` ends with, or the one a stop answers it with when it outlasts the
+        drain (a future of its own: one wrapping ``fut`` cannot be answered before it ends)."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[bytes] = loop.create_future()
+
+        def settle(done: Future[bytes]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop has ended: nobody waits any more
+                loop.call_soon_threadsafe(_copy_result, done, answer)
+
+        self._answers[answer] = req
+        answer.add_done_callback(self._answered)
+        fut.add_done_callback(settle)
+        return answer
+
+    def _answered(self, answer: asyncio.Future[bytes]) -> None:
+        self._answers.pop(answer, None)
+
+    async def _drain(self) -> None:
+        """A stop begins: requests from now on are refused (``_loop``); those taken up get
+        ``drain_timeout`` to end, then the ones still running are answered ``timeout`` (their
+        worker runs on: the daemon closes its stores only once it ends)."""
+        self.stopping.set()
+        pending = [answer for answer in self._answers if not answer.done()]
+        if not pending:
+            return
+        log.info("daemon_draining requests=%d seconds=%.0f", len(pending), self.drain_timeout)
+        _done, late = await asyncio.wait(pending, timeout=self.drain_timeout)
+        for answer in late:
+            req = self._answers.get(answer)
+            if req is None or answer.done():
+                continue
+            log.warning("request_outlasted_stop op=%s seconds=%.0f", req.op, self.drain_timeout)
+            answer.set_result(
+                error_frame(
+                    req.id,
+                    "timeout",
+                    f"{quoted(req.op)} did not finish within the {self.drain_timeout:.0f} s the daemon's "
+                    "stop waits for it; a write may still complete, check before retrying",
+                )
             )
 
     async def _overrun_watch(
@@ -309,7 +366,14 @@ class Server:
                     await asyncio.wait_for(stop.wait(), _FLUSH_LOGS_S)
                 for line in self._throttled():
                     line.flush()
+            await self._drain()
+            # The connections whose requests were just answered send their answer and close
+            # (``_loop``); the idle ones are closed below.
+            sending = [task for task, writer in self._open.items() if writer not in self._idle]
+            if sending:
+                await asyncio.wait(sending, timeout=_SEND_ANSWERS_S)
         finally:
+            self.stopping.set()
             server.close()
             for writer in self._open.values():
                 writer.close()
@@ -401,12 +465,17 @@ class Server:
                 except SidecarError as exc:
                     await self._send(writer, error_frame(request_id_of(line), exc.code, str(exc)))
                     continue
+                if self.stopping.is_set():
+                    await self._send(writer, _stopping_frame(req))
+                    return
                 if req.op not in WRITE_OPS and _peer_closed(writer):
                     return  # sent and hung up at once: nobody reads the answer
                 answer = await self._unless_hung_up(self.run(req), reader, writer, buf)
                 if answer is None:
                     return
                 await self._send(writer, answer)
+                if self.stopping.is_set():
+                    return  # answered during a stop: the connection closes
         finally:
             self.buffered -= len(buf)
 
@@ -519,6 +588,27 @@ class Server:
     async def _send(self, writer: asyncio.StreamWriter, frame: bytes) -> None:
         writer.write(frame)
         await asyncio.wait_for(writer.drain(), _WRITE_TIMEOUT)
+
+
+def _stopping_frame(req: Request) -> bytes:
+    return error_frame(
+        req.id,
+        "busy",
+        f"the daemon is stopping: {quoted(req.op)} was not run; try again in a moment "
+        "(a restart takes a few seconds)",
+    )
+
+
+def _copy_result(done: Future[bytes], answer: asyncio.Future[bytes]) -> None:
+    """``done``'s outcome into ``answer``, unless a stop answered it already."""
+    if answer.done():
+        return
+    if done.cancelled():
+        answer.cancel()
+    elif (exc := done.exception()) is not None:
+        answer.set_exception(exc)
+    else:
+        answer.set_result(done.result())
 
 
 async def _closed_later(writer: asyncio.StreamWriter) -> bool:

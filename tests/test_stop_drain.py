@@ -1,0 +1,144 @@
+"""A stop during requests: those taken up are answered before the connections close, those
+arriving meanwhile are refused ``busy``, one outlasting the drain is answered ``timeout``, and the
+stores close only once no request can touch them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.contracts.protocol import parse_request
+from sidecar.daemon.compose import Parts
+from sidecar.daemon.readonly import Dispatch
+from sidecar.memory.ops import MemoryOps
+from tests.daemon_process import exchange
+from tests.in_process import InProcessServer
+
+_NOTE = "Zebrafinch migration notes: the zebrafinch flock leaves the valley in autumn.\n"
+
+
+def _write_frame(slug: str) -> bytes:
+    frame = {"id": 1, "op": "write", "agent": "alice", "params": {"slug": slug, "content": _NOTE}}
+    return json.dumps(frame).encode() + b"\n"
+
+
+def _answer(s: socket.socket) -> dict[str, Any]:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    answer: dict[str, Any] = json.loads(data)
+    return answer
+
+
+class Held:
+    """A memory write held in the middle (between its checks and its writing) until released."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.entered, self.release = threading.Event(), threading.Event()
+        real = MemoryOps._near_duplicates
+
+        def held(ops: MemoryOps, *args: Any, **kwargs: Any) -> Any:
+            self.entered.set()
+            assert self.release.wait(60)
+            return real(ops, *args, **kwargs)
+
+        monkeypatch.setattr(MemoryOps, "_near_duplicates", held)
+
+
+@pytest.fixture
+def held(monkeypatch: pytest.MonkeyPatch) -> Iterator[Held]:
+    h = Held(monkeypatch)
+    yield h
+    h.release.set()
+
+
+def _send_write(server: InProcessServer, held: Held, slug: str) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(30)
+    s.connect(str(server.socket))
+    s.sendall(_write_frame(slug))
+    assert held.entered.wait(30)
+    return s
+
+
+def _note(server: InProcessServer, slug: str) -> Path:
+    return server.cfg.agents_dir / "alice" / "memory" / f"{slug}.md"
+
+
+def test_a_stop_lets_a_running_write_finish_and_refuses_new_requests(
+    serve_in_process: Any, held: Held, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stop (SIGTERM at a restart) closed the connections at once: the write running got a broken
+    connection and ran on into closed stores. Now the write is answered and its note is on disk
+    and in the index; a request sent after the stop began is refused ``busy``, nothing run."""
+    server: InProcessServer = serve_in_process()
+    with _send_write(server, held, "held") as s:
+        server.ask_stop()
+        assert server.server.stopping.wait(30)
+        refused = exchange(server.socket, b'{"id": 2, "op": "health"}\n')
+        assert refused[0]["error"]["code"] == "busy"
+        assert "the daemon is stopping" in refused[0]["error"]["message"]
+        held.release.set()
+        answer = _answer(s)
+    assert answer["ok"] is True, answer
+    server.close()
+    assert _note(server, "held").read_text(encoding="utf-8").endswith(_NOTE)
+    found = server.handlers.dispatch(
+        parse_request(b'{"id": 3, "op": "search", "agent": "alice", "params": {"query": "zebrafinch"}}\n')
+    )
+    assert "memory/held" in [h["reference"] for h in found["hits"]]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_write_outlasting_the_drain_is_answered_timeout_and_the_stores_close_after_it(
+    serve_in_process: Any, held: Held, caplog: pytest.LogCaptureFixture, make_cfg: Any, vault: Path
+) -> None:
+    """A write still running when the stop's drain ends is answered ``timeout`` (not a broken
+    connection, not an internal error); the daemon's stop closes the stores and logs
+    ``daemon_stopped`` only once the write has ended: it never touches closed stores."""
+    from sidecar.daemon.lifecycle import Daemon
+
+    server: InProcessServer = serve_in_process()
+    server.server.drain_timeout = 0.0  # the drain's bound has passed at once
+    dispatch = Dispatch(server.handlers)
+    server.server.dispatch = dispatch.dispatch
+    h = server.harness
+    daemon = Daemon(server.cfg)
+    daemon._dispatch = dispatch
+    daemon.parts = Parts(h.problems, h.stores, h.vectors, h.supervisor, h.indexer, h.repair)
+    closed_during: list[bool] = []
+    close = h.stores.close
+
+    def recording_close() -> None:
+        closed_during.append(held.release.is_set())
+        close()
+
+    h.stores.close = recording_close  # type: ignore[method-assign]
+    try:
+        with _send_write(server, held, "late") as s:
+            server.ask_stop()
+            answer = _answer(s)
+            assert answer["error"]["code"] == "timeout", answer
+            assert "stop" in answer["error"]["message"]
+            server.close()
+            daemon.shutdown()  # the write still runs: the stores stay open
+            assert not daemon.stopped.is_set() and closed_during == []
+            assert "daemon_stopped" not in caplog.text
+            held.release.set()
+            assert daemon.stopped.wait(30)
+        assert closed_during == [True]
+        assert _note(server, "late").read_text(encoding="utf-8").endswith(_NOTE)
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    finally:
+        held.release.set()
+        daemon.notifier.close()
