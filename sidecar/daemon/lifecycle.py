@@ -159,6 +159,7 @@ class Daemon:
         self._reload_lock = threading.Lock()
         self.stuck = False  # a worker still ran (in native code) when the stop gave up waiting
         self.stopped = threading.Event()  # set once the stop closed the stores (``_close_stores``)
+        self._said_stopping = False
 
     def run(self) -> None:
         """Serve until a signal; raises typed errors for the CLI to map to exit codes."""
@@ -728,14 +729,23 @@ class Daemon:
         else:
             loop.add_signal_handler(signal.SIGHUP, lambda: loop.run_in_executor(None, self._reload_quietly))
         beat = asyncio.create_task(self.watchdog.beat())
+        # Said when the stop begins: the server drains the requests taken up before it returns.
+        stopping = asyncio.create_task(stop.wait())
+        stopping.add_done_callback(lambda _task: self._say_stopping())
         try:
             log.info("daemon_ready socket=%s", self.cfg.socket_path)
             self.notifier.send("READY=1", "STATUS=serving; first sweep starting")
             await server.serve(self._listener, stop)
         finally:
             beat.cancel()
+            stopping.cancel()
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
+            self._say_stopping()
+
+    def _say_stopping(self) -> None:
+        if not self._said_stopping:
+            self._said_stopping = True
             self.notifier.send("STOPPING=1", "STATUS=stopping")
             log.info("daemon_stopping")
 

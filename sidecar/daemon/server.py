@@ -11,9 +11,9 @@ connection closed; at ``server.maxConnections`` the longest-idle connection is c
 ``server.maxBufferedBytes`` (summed over every connection's unfinished frame) is refused likewise; a
 request running longer than ``server.requestTimeoutSeconds`` is answered ``timeout`` (should every
 worker be stuck, requests go to a fresh pool). A stop drains: the requests taken up are answered
-(``drain_timeout`` at most; one still running then is answered ``timeout``), those arriving meanwhile
-are refused ``busy``, and only then are the connections closed. Imports protocol and errors (and the foreground count
-and the peer check) only: handlers arrive as a callable.
+(``drain_timeout`` at most; one still running then is answered ``timeout``), those arriving
+meanwhile are refused ``busy``, and only then are the connections closed. Imports protocol and
+errors (and the foreground count and the peer check) only: handlers arrive as a callable.
 """
 
 from __future__ import annotations
