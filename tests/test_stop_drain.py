@@ -142,3 +142,37 @@ def test_a_write_outlasting_the_drain_is_answered_timeout_and_the_stores_close_a
     finally:
         held.release.set()
         daemon.notifier.close()
+
+
+def test_requests_held_by_a_switch_are_refused_when_a_stop_begins() -> None:
+    """Requests held while the index is reopened for writing waited out the stop's drain when a
+    stop began meanwhile; they are refused at once, and a dispatch holding nothing is left as is."""
+    from sidecar.contracts.errors import StorageError
+    from sidecar.daemon.readonly import Refusing
+
+    class Answering:
+        def dispatch(self, req: Any) -> dict[str, Any]:
+            return {"answered": True}
+
+    serving = Dispatch(Answering())
+    serving.close_if_held(Refusing("the daemon is stopping"))
+    assert serving.dispatch(None) == {"answered": True}  # type: ignore[arg-type]
+
+    held = Dispatch(Answering())
+    assert held.hold(most=0)
+    outcome: list[str] = []
+
+    def ask() -> None:
+        try:
+            held.dispatch(None)  # type: ignore[arg-type]
+        except StorageError as exc:
+            outcome.append(str(exc))
+
+    waiting = threading.Thread(target=ask)
+    waiting.start()
+    held.close_if_held(Refusing("the daemon is stopping"))
+    waiting.join(30)
+    assert outcome == ["the daemon is stopping"]
+    held.release(Answering())  # the switch ends later: it hands nothing on
+    with pytest.raises(StorageError):
+        held.dispatch(None)  # type: ignore[arg-type]

@@ -748,6 +748,8 @@ class Daemon:
             self._said_stopping = True
             self.notifier.send("STOPPING=1", "STATUS=stopping")
             log.info("daemon_stopping")
+            if self._dispatch is not None:
+                self._dispatch.close_if_held(Refusing("the daemon is stopping"))
 
     def _reload_quietly(self) -> None:
         with contextlib.suppress(SidecarError):  # already logged; the running configuration stays

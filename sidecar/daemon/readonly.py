@@ -121,6 +121,14 @@ class Dispatch:
             self._closed = True
             self._hand_on(handlers)
 
+    def close_if_held(self, handlers: Dispatcher) -> None:
+        """``close`` now if requests are held (a switch to writable runs while a stop begins): they
+        are answered at once, not at the end of the stop's drain."""
+        with self._cond:
+            if self._handlers is None and not self._closed:
+                self._closed = True
+                self._hand_on(handlers)
+
     def _hand_on(self, handlers: Dispatcher) -> None:
         self._generation += 1
         self._handlers, self._interim = handlers, None
