@@ -344,6 +344,7 @@ ExecReload=/bin/kill -HUP $MAINPID
 RestartSec=5
 # Exit codes {int(ExitCode.USAGE)} and {int(ExitCode.CONFIG)}: a bad command line or configuration (no loop).
 RestartPreventExitStatus={int(ExitCode.USAGE)} {int(ExitCode.CONFIG)}
+# Above the stop's own bounds: 10 s for the requests taken up, 10 s more for one still running.
 TimeoutStopSec=30
 # The daemon pings while its event loop turns and its indexer is alive or waiting on a bounded
 # scan (a slow share); a hung scan is reported in status after watch.scanTimeoutSeconds.

@@ -992,7 +992,13 @@ class Daemon:
 
     def wait_stopped(self) -> bool:
         """Whether the stores were closed, waiting a bounded time for requests still running."""
-        return self.stopped.wait(_JOIN_TIMEOUT)
+        if self.stopped.wait(_JOIN_TIMEOUT):
+            return True
+        log.warning(
+            "shutdown_timeout requests=still running: exiting without closing the index (it is "
+            "left as a crash leaves it; the next start catches up)"
+        )
+        return False
 
     def _join_workers(self) -> bool:
         """Wait for the worker threads (an index build's child is ended first: the embedding
