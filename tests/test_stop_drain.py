@@ -144,35 +144,43 @@ def test_a_write_outlasting_the_drain_is_answered_timeout_and_the_stores_close_a
         daemon.notifier.close()
 
 
-def test_requests_held_by_a_switch_are_refused_when_a_stop_begins() -> None:
+_HEALTH = parse_request(b'{"id": 7, "op": "health"}\n')
+
+
+def test_requests_held_by_a_switch_are_refused_busy_when_a_stop_begins() -> None:
     """Requests held while the index is reopened for writing waited out the stop's drain when a
-    stop began meanwhile; they are refused at once, and a dispatch holding nothing is left as is."""
-    from sidecar.contracts.errors import StorageError
-    from sidecar.daemon.readonly import Refusing
+    stop began meanwhile; they are refused at once, ``busy`` with the text of a request refused
+    during the drain (they got ``storage``, which the docs do not say), and a dispatch holding
+    nothing is left as is."""
+    from sidecar.contracts.errors import BusyError
+    from sidecar.daemon.readonly import Stopping
+    from sidecar.daemon.server import _stopping_frame
 
     class Answering:
         def dispatch(self, req: Any) -> dict[str, Any]:
             return {"answered": True}
 
     serving = Dispatch(Answering())
-    serving.close_if_held(Refusing("the daemon is stopping"))
-    assert serving.dispatch(None) == {"answered": True}  # type: ignore[arg-type]
+    serving.close_if_held(Stopping())
+    assert serving.dispatch(_HEALTH) == {"answered": True}
 
     held = Dispatch(Answering())
     assert held.hold(most=0)
-    outcome: list[str] = []
+    outcome: list[BusyError] = []
 
     def ask() -> None:
         try:
-            held.dispatch(None)  # type: ignore[arg-type]
-        except StorageError as exc:
-            outcome.append(str(exc))
+            held.dispatch(_HEALTH)
+        except BusyError as exc:
+            outcome.append(exc)
 
     waiting = threading.Thread(target=ask)
     waiting.start()
-    held.close_if_held(Refusing("the daemon is stopping"))
+    held.close_if_held(Stopping())
     waiting.join(30)
-    assert outcome == ["the daemon is stopping"]
+    assert [e.code for e in outcome] == ["busy"]
+    said = json.loads(_stopping_frame(_HEALTH))["error"]
+    assert (said["code"], said["message"]) == ("busy", str(outcome[0]))
     held.release(Answering())  # the switch ends later: it hands nothing on
-    with pytest.raises(StorageError):
-        held.dispatch(None)  # type: ignore[arg-type]
+    with pytest.raises(BusyError):
+        held.dispatch(_HEALTH)

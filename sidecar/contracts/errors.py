@@ -218,6 +218,21 @@ class StorageError(SidecarError):
     exit_code = ExitCode.REQUEST_FAILED
 
 
+class BusyError(SidecarError):
+    """The daemon cannot take the request now (it is stopping); nothing was done: retry later."""
+
+    code = "busy"
+    exit_code = ExitCode.REQUEST_FAILED
+
+
+def stopping_message(op: str) -> str:
+    """Why a request was refused while the daemon stops (``op`` as the error shows it, quoted)."""
+    return (
+        f"the daemon is stopping: {op} was not run; try again once it is back (a restart takes "
+        "up to about 30 s, plus the embedding model's load)"
+    )
+
+
 class ProtocolError(SidecarError):
     """A request or response violates the wire protocol."""
 

@@ -51,7 +51,7 @@ from sidecar.daemon.compose import (
 from sidecar.daemon.handlers import Handlers, ServiceState
 from sidecar.daemon.indexing import IndexLoop
 from sidecar.daemon.process import IndexLock, load_embedder, make_private, raise_fd_limit, record_counting
-from sidecar.daemon.readonly import Dispatch, ReadOnly, Refusing, SwitchingHealth
+from sidecar.daemon.readonly import Dispatch, ReadOnly, Refusing, Stopping, SwitchingHealth
 from sidecar.daemon.repairs import RepairPolicy
 from sidecar.daemon.schedule import Schedule, build_scheduler
 from sidecar.daemon.server import Server, bind_socket
@@ -749,7 +749,7 @@ class Daemon:
             self.notifier.send("STOPPING=1", "STATUS=stopping")
             log.info("daemon_stopping")
             if self._dispatch is not None:
-                self._dispatch.close_if_held(Refusing("the daemon is stopping"))
+                self._dispatch.close_if_held(Stopping())
 
     def _reload_quietly(self) -> None:
         with contextlib.suppress(SidecarError):  # already logged; the running configuration stays
@@ -937,7 +937,7 @@ class Daemon:
         self.stop.set()
         dispatch = self._dispatch
         if dispatch is not None:  # held requests answered now, not after the joins
-            dispatch.close(Refusing("the daemon is stopping"))
+            dispatch.close(Stopping())
         # A switch to writable opens stores under the index lock: waited for (it stops between its
         # steps). One still running after the wait keeps the lock until the process exits: released,
         # another daemon could open the index while this one still wrote it.

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sidecar.contracts.errors import StorageError
+from sidecar.contracts.errors import BusyError, StorageError, stopping_message
+from sidecar.contracts.printable import quoted
 from sidecar.contracts.protocol import Request
 from sidecar.daemon.compose import Dispatcher
 from sidecar.daemon.handlers import Handlers
@@ -31,6 +32,14 @@ class Refusing:
 
     def dispatch(self, req: Request) -> dict[str, Any]:
         raise StorageError(self.why)
+
+
+class Stopping:
+    """Handlers of a daemon that stops: every request is refused ``busy``, as the server refuses
+    those arriving during its drain (the docs promise ``busy``; ``storage`` said a file failed)."""
+
+    def dispatch(self, req: Request) -> dict[str, Any]:
+        raise BusyError(stopping_message(quoted(req.op)))
 
 
 class Dispatch:

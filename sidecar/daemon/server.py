@@ -33,7 +33,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from sidecar.contracts.errors import ConfigError, DaemonRunningError, SidecarError
+from sidecar.contracts.errors import ConfigError, DaemonRunningError, SidecarError, stopping_message
 from sidecar.contracts.printable import quoted
 from sidecar.contracts.protocol import Request, error_frame, ok_frame, parse_request, request_id_of
 from sidecar.runtime.foreground import FOREGROUND, Foreground
@@ -591,12 +591,7 @@ class Server:
 
 
 def _stopping_frame(req: Request) -> bytes:
-    return error_frame(
-        req.id,
-        "busy",
-        f"the daemon is stopping: {quoted(req.op)} was not run; try again in a moment "
-        "(a restart takes a few seconds)",
-    )
+    return error_frame(req.id, "busy", stopping_message(quoted(req.op)))
 
 
 def _copy_result(done: Future[bytes], answer: asyncio.Future[bytes]) -> None:
