@@ -4,6 +4,7 @@ stores close only once no request can touch them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
@@ -184,3 +185,152 @@ def test_requests_held_by_a_switch_are_refused_busy_when_a_stop_begins() -> None
     held.release(Answering())  # the switch ends later: it hands nothing on
     with pytest.raises(BusyError):
         held.dispatch(_HEALTH)
+
+
+class HeldReads:
+    """The daemon's handlers with every search held until released."""
+
+    def __init__(self, handlers: Any) -> None:
+        self.handlers = handlers
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def dispatch(self, req: Any) -> dict[str, Any]:
+        if req.op == "search":
+            self.entered.set()
+            assert self.release.wait(60)
+        result: dict[str, Any] = self.handlers.dispatch(req)
+        return result
+
+
+_SEARCH = b'{"id": 5, "op": "search", "agent": "alice", "params": {"query": "zebrafinch"}}\n'
+
+
+def _stopping_daemon(server: InProcessServer, dispatch: Dispatch) -> Any:
+    from sidecar.daemon.lifecycle import Daemon
+
+    h = server.harness
+    daemon = Daemon(server.cfg)
+    daemon._dispatch = dispatch
+    daemon.parts = Parts(h.problems, h.stores, h.vectors, h.supervisor, h.indexer, h.repair)
+    return daemon
+
+
+def test_a_read_answered_timeout_long_before_holds_up_neither_the_drain_nor_the_stores_close(
+    serve_in_process: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A read answered ``timeout`` (requestTimeoutSeconds) long before the stop, its worker hung on
+    a share: every later stop waited its full drain for it, answered it again
+    (``request_outlasted_stop``) and never closed the stores. Now nobody waits for it: the drain
+    is empty and the stores close at once; the read, once it returns, fails quietly ``busy``."""
+    server: InProcessServer = serve_in_process()
+    reads = HeldReads(server.handlers)
+    dispatch = Dispatch(reads)
+    server.server.dispatch = dispatch.dispatch
+    server.server.request_timeout = 0.0  # the read overruns at once
+    server.server.drain_timeout = 0.0
+    daemon = _stopping_daemon(server, dispatch)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(30)
+            s.connect(str(server.socket))
+            s.sendall(_SEARCH)
+            assert _answer(s)["error"]["code"] == "timeout"
+        assert reads.entered.is_set()
+        server.close()
+        assert "daemon_draining" not in caplog.text and "request_outlasted_stop" not in caplog.text
+        daemon.shutdown()
+        assert daemon.stopped.is_set()  # no write runs: closed at once
+        assert daemon.requests_left() == 1
+        caplog.clear()
+        reads.release.set()
+        for _ in range(3000):  # the read ends on its worker thread
+            if not daemon.requests_left():
+                break
+            threading.Event().wait(0.01)
+        assert daemon.requests_left() == 0
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    finally:
+        reads.release.set()
+        daemon.notifier.close()
+
+
+def test_a_read_left_running_by_the_stop_fails_busy_on_the_closed_stores(
+    serve_in_process: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A read the stop did not wait for that touches the closed stores is refused ``busy`` (the
+    daemon is stopping), not logged at ERROR as an internal failure."""
+    from sidecar.contracts.errors import BusyError
+
+    server: InProcessServer = serve_in_process()
+    reads = HeldReads(server.handlers)
+    dispatch = Dispatch(reads)
+    daemon = _stopping_daemon(server, dispatch)
+    outcome: list[Any] = []
+
+    def read() -> None:
+        try:
+            outcome.append(dispatch.dispatch(parse_request(_SEARCH)))
+        except BusyError as exc:
+            outcome.append(exc)
+
+    reading = threading.Thread(target=read)
+    reading.start()
+    try:
+        assert reads.entered.wait(30)
+        server.close()
+        daemon.shutdown()
+        assert daemon.stopped.is_set()
+        reads.release.set()
+        reading.join(30)
+        assert len(outcome) == 1
+        if isinstance(outcome[0], BusyError):
+            assert "the daemon is stopping" in str(outcome[0])
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    finally:
+        reads.release.set()
+        daemon.notifier.close()
+
+
+def test_a_read_whose_client_hung_up_is_not_drained(serve_in_process: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """A read whose client hung up while its worker hangs held every later stop for its drain."""
+    server: InProcessServer = serve_in_process()
+    reads = HeldReads(server.handlers)
+    server.server.dispatch = Dispatch(reads).dispatch
+    server.server.drain_timeout = 0.0
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(str(server.socket))
+            s.sendall(_SEARCH)
+            assert reads.entered.wait(30)
+        for _ in range(3000):  # the server sees the hang-up on its loop
+            if server.server.connections == 0:
+                break
+            threading.Event().wait(0.01)
+        assert server.server.connections == 0
+        server.close()
+        assert "daemon_draining" not in caplog.text and "request_outlasted_stop" not in caplog.text
+    finally:
+        reads.release.set()
+
+
+def test_a_request_taken_up_as_the_stop_begins_is_drained(
+    serve_in_process: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request past the check of ``stopping`` whose task had not run yet when the drain began
+    was missed by it (its answer was registered a loop turn later): the drain now counts it."""
+    from sidecar.daemon.server import Server
+
+    real = Server._unless_hung_up
+
+    async def racing(self: Server, *args: Any) -> Any:
+        drain = asyncio.ensure_future(self._drain())  # the stop begins in this very turn
+        answer = await real(self, *args)
+        await drain
+        return answer
+
+    monkeypatch.setattr(Server, "_unless_hung_up", racing)
+    server: InProcessServer = serve_in_process()
+    caplog.set_level(logging.INFO)
+    answer = exchange(server.socket, b'{"id": 2, "op": "health"}\n')
+    assert answer[0]["ok"] is True
+    assert "daemon_draining requests=1" in caplog.text

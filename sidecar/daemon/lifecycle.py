@@ -964,13 +964,16 @@ class Daemon:
             if dispatch is not None and dispatch.after_running(functools.partial(_logged, finish)):
                 log.warning(
                     "shutdown_waits_for_requests: the stores are closed and the index released "
-                    "once the requests still running end"
+                    "once the writes still running end"
                 )
             else:  # the dispatch refuses from now on: no request can start on the stores
                 finish()
 
     def _close_stores(self, *, idle: bool, stuck: bool) -> None:
-        """Flush and close the stores, release the index: no request or worker uses them now."""
+        """Flush and close the stores, release the index: no write or worker uses them now (a
+        read still running fails quietly ``busy``: see ``Dispatch.stores_closing``)."""
+        if self._dispatch is not None:
+            self._dispatch.stores_closing()
         try:
             parts = self.parts
             if idle and parts is not None:
@@ -989,6 +992,10 @@ class Daemon:
                 self._switching.release()
             log.info("daemon_stopped")
             self.stopped.set()
+
+    def requests_left(self) -> int:
+        """Requests still running after the stop (reads it did not wait for, hung on a share)."""
+        return self._dispatch.running() if self._dispatch is not None else 0
 
     def wait_stopped(self) -> bool:
         """Whether the stores were closed, waiting a bounded time for requests still running."""

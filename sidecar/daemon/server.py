@@ -212,8 +212,10 @@ class Server:
         self.drain_timeout = drain_timeout
         # Set when a stop begins (a threading event: tests in other threads wait for it).
         self.stopping = threading.Event()
-        # The answer of every request taken up, until its worker ends (also one whose client hung
-        # up: a write runs on): what a stop drains.
+        # The answer of every request taken up that someone still waits for: what a stop drains.
+        # One answered ``timeout`` (requestTimeoutSeconds) or whose client hung up is dropped: a
+        # read hung on a share hours ago kept every later stop waiting its full drain. (A write
+        # still running holds up the stores' close all the same: see ``Dispatch.after_running``.)
         self._answers: dict[asyncio.Future[bytes], Request] = {}
         self.lanes = {
             "read": _Lane("request", workers),
@@ -253,25 +255,35 @@ class Server:
                 req.id, "internal", f"internal error while running {quoted(req.op)}; see the daemon log"
             )
 
-    async def run(self, req: Request) -> bytes:
+    async def run(self, req: Request, answer: asyncio.Future[bytes] | None = None) -> bytes:
         """Run a request on its lane, answering ``timeout`` if it overruns its bound. A read
         request counts as foreground from its arrival to its reply: write-side and background
-        work yields the cores to it (``sidecar.runtime.foreground``)."""
+        work yields the cores to it (``sidecar.runtime.foreground``). ``answer``: its future
+        from ``_take_up`` when the caller took it up already."""
+        if answer is None:
+            answer = self._take_up(req)
         if req.op in WRITE_OPS:
-            return await self._run(self.lanes["write"], req)
+            return await self._run(self.lanes["write"], req, answer)
         if req.op in OWN_LANE_OPS:
-            return await self._run(self.lanes["health"], req)
+            return await self._run(self.lanes["health"], req, answer)
         with contextlib.ExitStack() as claim:
             claim.enter_context(self.foreground.serving())
-            return await self._run(self.lanes["read"], req, claim)
+            return await self._run(self.lanes["read"], req, answer, claim)
 
-    async def _run(self, lane: _Lane, req: Request, claim: contextlib.ExitStack | None = None) -> bytes:
+    async def _run(
+        self,
+        lane: _Lane,
+        req: Request,
+        answer: asyncio.Future[bytes],
+        claim: contextlib.ExitStack | None = None,
+    ) -> bytes:
         fut = lane.pool.submit(self.call, req)
-        answer = self._answer_of(req, fut)
+        self._settle(fut, answer)
         deadline = asyncio.get_running_loop().time() + self.request_timeout
         try:
             return await asyncio.wait_for(asyncio.shield(answer), self.request_timeout)
         except asyncio.CancelledError:
+            self._answers.pop(answer, None)  # nobody waits for it: a stop does not either
             # Its client hung up: a read still queued is dropped before a worker starts it. A write
             # taken up is applied whole all the same (it runs, or not, as one handler call).
             if req.op in WRITE_OPS or not fut.cancel():
@@ -288,6 +300,7 @@ class Server:
                 watch.add_done_callback(self._watches.discard)
             raise
         except TimeoutError:
+            self._answers.pop(answer, None)  # answered: a stop does not wait for it
             self._overran(lane, req, fut)
             return error_frame(
                 req.id,
@@ -296,20 +309,24 @@ class Server:
                 "(server.requestTimeoutSeconds); a write may still complete, check before retrying",
             )
 
-    def _answer_of(self, req: Request, fut: Future[bytes]) -> asyncio.Future[bytes]:
-        """The frame ``fut`` ends with, or the one a stop answers it with when it outlasts the
-        drain (a future of its own: one wrapping ``fut`` cannot be answered before it ends)."""
-        loop = asyncio.get_running_loop()
-        answer: asyncio.Future[bytes] = loop.create_future()
+    def _take_up(self, req: Request) -> asyncio.Future[bytes]:
+        """The future of ``req``'s answer, registered at once for a stop to drain: the frame its
+        worker ends with, or the one a stop answers it with when it outlasts the drain (a future
+        of its own: one wrapping the worker's cannot be answered before it ends)."""
+        answer: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._answers[answer] = req
+        answer.add_done_callback(self._answered)
+        return answer
+
+    @staticmethod
+    def _settle(fut: Future[bytes], answer: asyncio.Future[bytes]) -> None:
+        loop = answer.get_loop()
 
         def settle(done: Future[bytes]) -> None:
             with contextlib.suppress(RuntimeError):  # the loop has ended: nobody waits any more
                 loop.call_soon_threadsafe(_copy_result, done, answer)
 
-        self._answers[answer] = req
-        answer.add_done_callback(self._answered)
         fut.add_done_callback(settle)
-        return answer
 
     def _answered(self, answer: asyncio.Future[bytes]) -> None:
         self._answers.pop(answer, None)
@@ -470,7 +487,13 @@ class Server:
                     return
                 if req.op not in WRITE_OPS and _peer_closed(writer):
                     return  # sent and hung up at once: nobody reads the answer
-                answer = await self._unless_hung_up(self.run(req), reader, writer, buf)
+                # Taken up in the same step as the check of ``stopping`` above: a stop beginning
+                # before its task first runs drains it (it was missed, registered a turn later).
+                taken = self._take_up(req)
+                try:
+                    answer = await self._unless_hung_up(self.run(req, taken), reader, writer, buf)
+                finally:
+                    self._answers.pop(taken, None)  # answered, or its client hung up
                 if answer is None:
                     return
                 await self._send(writer, answer)
