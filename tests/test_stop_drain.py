@@ -334,3 +334,55 @@ def test_a_request_taken_up_as_the_stop_begins_is_drained(
     answer = exchange(server.socket, b'{"id": 2, "op": "health"}\n')
     assert answer[0]["ok"] is True
     assert "daemon_draining requests=1" in caplog.text
+
+
+def test_an_interrupt_during_the_joins_leaves_the_index_unmarked(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C (or an error) while the stop waited for its workers closed the stores and stamped
+    the index clean with the workers still running: the next start skipped its catch-up."""
+    server: InProcessServer = serve_in_process()
+    dispatch = Dispatch(server.handlers)
+    daemon = _stopping_daemon(server, dispatch)
+    marked: list[bool] = []
+    monkeypatch.setattr(server.harness.vectors, "mark_clean", lambda: marked.append(True))
+
+    def interrupted() -> bool:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(daemon, "_join_workers", interrupted)
+    server.close()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            daemon.shutdown()
+        assert marked == []
+        assert daemon.stopped.is_set()
+    finally:
+        daemon.notifier.close()
+
+
+def test_a_second_interrupt_during_the_stop_exits_at_once_without_closing(
+    caplog: pytest.LogCaptureFixture, make_cfg: Any, vault: Path
+) -> None:
+    """The stop's second Ctrl-C ends the process with its own exit code, the index left as a
+    crash leaves it, instead of breaking off the joins into a close with workers running."""
+    import signal
+
+    from sidecar.contracts.errors import ExitCode
+    from sidecar.daemon.lifecycle import Daemon
+
+    daemon = Daemon(make_cfg(vault))
+    exits: list[int] = []
+    daemon._exit = exits.append
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        daemon._exit_on_second_signal()
+        handler = signal.getsignal(signal.SIGINT)
+        assert callable(handler)
+        handler(signal.SIGINT, None)
+    finally:
+        for sig, old in before.items():
+            signal.signal(sig, old)
+        daemon.notifier.close()
+    assert exits == [int(ExitCode.STOP_ABANDONED)]
+    assert "shutdown_forced" in caplog.text

@@ -24,6 +24,7 @@ class ExitCode(IntEnum):
     NOT_RUNNING = 6  # a client found no daemon
     REQUEST_FAILED = 7  # the daemon answered with an error
     NO_ANSWER = 8  # the daemon took the request and did not answer in time: its outcome is unknown
+    STOP_ABANDONED = 9  # the stop gave up on a write (or a second Ctrl-C): the index was left open
 
 
 class SidecarError(Exception):

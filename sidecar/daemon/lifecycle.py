@@ -16,6 +16,7 @@ import contextlib
 import functools
 import gc
 import logging
+import os
 import random
 import signal
 import sqlite3
@@ -30,6 +31,7 @@ from sidecar.config.settings import carried, settings
 from sidecar.contracts.errors import (
     ConfigError,
     DiskFullError,
+    ExitCode,
     SidecarError,
     StorageError,
     StoreError,
@@ -159,6 +161,7 @@ class Daemon:
         self._reload_lock = threading.Lock()
         self.stuck = False  # a worker still ran (in native code) when the stop gave up waiting
         self.stopped = threading.Event()  # set once the stop closed the stores (``_close_stores``)
+        self._exit: Callable[[int], Any] = _exit_now  # a forced stop's (tests record it)
         self._said_stopping = False
 
     def run(self) -> None:
@@ -179,7 +182,22 @@ class Daemon:
             server = self.startup()
             asyncio.run(self.serve(server))
         finally:
+            self._exit_on_second_signal()
             self.shutdown()
+
+    def _exit_on_second_signal(self) -> None:
+        """A Ctrl-C (or SIGTERM) during the stop ends the process at once, the index left as a
+        crash leaves it: as KeyboardInterrupt it broke off the joins, and the stores were closed and
+        marked clean while the workers still ran."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def forced(signum: int, _frame: Any) -> None:
+            log.warning("shutdown_forced signal=%s: exiting without closing the index", signum)
+            self._exit(int(ExitCode.STOP_ABANDONED))
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, forced)
 
     def _make_agents_folder(self) -> None:
         """Make ``agents/`` unless the recorded home is not there (its share unmounted: the
@@ -942,7 +960,9 @@ class Daemon:
         # steps). One still running after the wait keeps the lock until the process exits: released,
         # another daemon could open the index while this one still wrote it.
         idle = self._switching.acquire(timeout=_JOIN_TIMEOUT)
-        stuck = False
+        # Marked clean only once the joins succeed: an error (or a Ctrl-C) in them leaves workers
+        # running, and the next start must catch up as after a crash.
+        stuck = True
         try:
             if not idle:
                 self.stuck = True
@@ -1020,6 +1040,11 @@ class Daemon:
                 stuck = True
                 log.warning("shutdown_timeout thread=%s", t.name)
         return stuck
+
+
+def _exit_now(code: int) -> None:
+    logging.shutdown()
+    os._exit(code)
 
 
 def _logged(finish: Callable[[], None]) -> None:
