@@ -386,3 +386,52 @@ def test_a_second_interrupt_during_the_stop_exits_at_once_without_closing(
         daemon.notifier.close()
     assert exits == [int(ExitCode.STOP_ABANDONED)]
     assert "shutdown_forced" in caplog.text
+
+
+def test_the_drain_gets_only_what_is_left_of_the_stops_bound(
+    serve_in_process: Any, held: Held, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every wait of the stop had its own bound (about a minute added up, past systemd's and
+    launchd's limits): the drain now gets what is left of one deadline for the whole stop."""
+    from sidecar.daemon.server import StopClock
+
+    server: InProcessServer = serve_in_process()
+    caplog.set_level(logging.INFO)
+    server.server.stop_clock = StopClock(budget=0.0)  # the stop's time is up
+    with _send_write(server, held, "spent") as s:
+        server.ask_stop()
+        answer = _answer(s)
+        held.release.set()
+    assert answer["error"]["code"] == "timeout", answer
+    assert "daemon_draining requests=1 seconds=0" in caplog.text
+
+
+def test_the_daemons_waits_share_the_stops_one_deadline(make_cfg: Any, vault: Path) -> None:
+    """The joins of the stop (10 s for each thread still running) and the wait for a write add up
+    to no more than the stop's one bound: a stop with threads stuck ended past TimeoutStopSec."""
+    from sidecar.daemon.lifecycle import Daemon
+    from sidecar.daemon.server import StopClock
+
+    now = [0.0]
+    waited: list[float] = []
+
+    class Stuck:
+        name = "stuck"
+
+        def join(self, timeout: float) -> None:
+            waited.append(timeout)
+            now[0] += timeout
+
+        def is_alive(self) -> bool:
+            return True
+
+    daemon = Daemon(make_cfg(vault))
+    daemon.stop_clock = StopClock(budget=20.0, clock=lambda: now[0])
+    daemon._threads = [Stuck(), Stuck(), Stuck()]  # type: ignore[list-item]
+    try:
+        daemon.shutdown()
+        assert daemon.stuck
+        assert sum(waited) <= 20.0 and waited[-1] == 0.0
+        assert daemon.stop_clock.left(10.0) == 0.0  # wait_stopped gets nothing more either
+    finally:
+        daemon.notifier.close()

@@ -56,7 +56,7 @@ from sidecar.daemon.process import IndexLock, load_embedder, make_private, raise
 from sidecar.daemon.readonly import Dispatch, ReadOnly, Refusing, Stopping, SwitchingHealth
 from sidecar.daemon.repairs import RepairPolicy
 from sidecar.daemon.schedule import Schedule, build_scheduler
-from sidecar.daemon.server import Server, bind_socket
+from sidecar.daemon.server import Server, StopClock, bind_socket
 from sidecar.daemon.watchdog import Watchdog, status_line
 from sidecar.index.migration import serving_model
 from sidecar.memory.counting import BoundedCounts
@@ -162,6 +162,7 @@ class Daemon:
         self.stuck = False  # a worker still ran (in native code) when the stop gave up waiting
         self.stopped = threading.Event()  # set once the stop closed the stores (``_close_stores``)
         self._exit: Callable[[int], Any] = _exit_now  # a forced stop's (tests record it)
+        self.stop_clock = StopClock()  # one deadline for every wait of the stop, the server's too
         self._said_stopping = False
 
     def run(self) -> None:
@@ -240,7 +241,9 @@ class Daemon:
         except DiskFullError as exc:
             handlers = self._start_read_only(exc)
         self._dispatch = Dispatch(handlers)
-        return build_server(cfg, self._dispatch)
+        server = build_server(cfg, self._dispatch)
+        server.stop_clock = self.stop_clock
+        return server
 
     def _start_parts(self) -> Handlers:
         """Build the parts over the stores opened for writing, start the threads and the
@@ -764,6 +767,7 @@ class Daemon:
     def _say_stopping(self) -> None:
         if not self._said_stopping:
             self._said_stopping = True
+            self.stop_clock.begin()
             self.notifier.send("STOPPING=1", "STATUS=stopping")
             log.info("daemon_stopping")
             if self._dispatch is not None:
@@ -953,13 +957,14 @@ class Daemon:
         release the lock, once no request runs any more (the server drained them with a bound:
         one that outlasted it was answered ``timeout`` and runs on, so they wait for it)."""
         self.stop.set()
+        self.stop_clock.begin()  # a failed start stops here: its waits are bounded alike
         dispatch = self._dispatch
         if dispatch is not None:  # held requests answered now, not after the joins
             dispatch.close(Stopping())
         # A switch to writable opens stores under the index lock: waited for (it stops between its
         # steps). One still running after the wait keeps the lock until the process exits: released,
         # another daemon could open the index while this one still wrote it.
-        idle = self._switching.acquire(timeout=_JOIN_TIMEOUT)
+        idle = self._switching.acquire(timeout=self.stop_clock.left(_JOIN_TIMEOUT))
         # Marked clean only once the joins succeed: an error (or a Ctrl-C) in them leaves workers
         # running, and the next start must catch up as after a crash.
         stuck = True
@@ -1019,7 +1024,7 @@ class Daemon:
 
     def wait_stopped(self) -> bool:
         """Whether the stores were closed, waiting a bounded time for requests still running."""
-        if self.stopped.wait(_JOIN_TIMEOUT):
+        if self.stopped.wait(self.stop_clock.left(_JOIN_TIMEOUT)):
             return True
         log.warning(
             "shutdown_timeout requests=still running: exiting without closing the index (it is "
@@ -1035,7 +1040,7 @@ class Daemon:
             parts.vectors.stop_builds()
         stuck = False
         for t in self._threads:
-            t.join(_JOIN_TIMEOUT)
+            t.join(self.stop_clock.left(_JOIN_TIMEOUT))
             if t.is_alive():
                 stuck = True
                 log.warning("shutdown_timeout thread=%s", t.name)

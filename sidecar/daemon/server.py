@@ -74,10 +74,40 @@ class Throttled:
 Dispatch = Callable[[Request], dict[str, Any]]
 _WRITE_TIMEOUT = 30.0
 # How long a stop waits for the requests taken up (writes above all) before it answers them
-# ``timeout``: below systemd's TimeoutStopSec (30 s) with the rest of the stop.
+# ``timeout``: half of the whole stop's bound (``StopClock``).
 STOP_DRAIN_S = 10.0
+# The whole stop, every wait of it together (drain, connections, the daemon's joins, the wait for a
+# write still running): 10 s under the service managers' own limits (systemd's TimeoutStopSec=30,
+# the launchd agent's ExitTimeOut=25), which kill the process without a word.
+STOP_BUDGET_S = 20.0
 # After the drain: how long the connections get to send the answers their requests just got.
 _SEND_ANSWERS_S = 2.0
+# What a task gets to send its answer, or to end once cancelled, even when the stop's time is up
+# (a few loop turns; the drain takes at most half the stop's bound, so this is a floor only).
+_LAST_WAIT_S = 0.5
+
+
+class StopClock:
+    """The stop's one deadline: each wait of the stop gets at most what is left of it (the
+    waits' own bounds added up to about a minute, past the service managers' limits)."""
+
+    def __init__(self, budget: float = STOP_BUDGET_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.budget = budget
+        self._clock = clock
+        self._deadline: float | None = None
+        self._lock = threading.Lock()
+
+    def begin(self) -> None:
+        """The stop begins (the first call counts)."""
+        with self._lock:
+            if self._deadline is None:
+                self._deadline = self._clock() + self.budget
+
+    def left(self, most: float) -> float:
+        """Seconds a wait of the stop may take: ``most``, or less as the stop's deadline nears."""
+        self.begin()
+        assert self._deadline is not None
+        return max(0.0, min(most, self._deadline - self._clock()))
 _READ_CHUNK = 1 << 16
 # Ops that change the inbox or the index: they run on their own pool (see the module doc).
 WRITE_OPS = frozenset({"write", "edit", "delete", "index", "reload"})
@@ -210,6 +240,7 @@ class Server:
         self.max_buffered = max_buffered
         self.request_timeout = request_timeout
         self.drain_timeout = drain_timeout
+        self.stop_clock = StopClock()  # the daemon's own, shared with its shutdown
         # Set when a stop begins (a threading event: tests in other threads wait for it).
         self.stopping = threading.Event()
         # The answer of every request taken up that someone still waits for: what a stop drains.
@@ -339,18 +370,19 @@ class Server:
         pending = [answer for answer in self._answers if not answer.done()]
         if not pending:
             return
-        log.info("daemon_draining requests=%d seconds=%.0f", len(pending), self.drain_timeout)
-        _done, late = await asyncio.wait(pending, timeout=self.drain_timeout)
+        most = self.stop_clock.left(self.drain_timeout)
+        log.info("daemon_draining requests=%d seconds=%.0f", len(pending), most)
+        _done, late = await asyncio.wait(pending, timeout=most)
         for answer in late:
             req = self._answers.get(answer)
             if req is None or answer.done():
                 continue
-            log.warning("request_outlasted_stop op=%s seconds=%.0f", req.op, self.drain_timeout)
+            log.warning("request_outlasted_stop op=%s seconds=%.0f", req.op, most)
             answer.set_result(
                 error_frame(
                     req.id,
                     "timeout",
-                    f"{quoted(req.op)} did not finish within the {self.drain_timeout:.0f} s the daemon's "
+                    f"{quoted(req.op)} did not finish within the {most:.0f} s the daemon's "
                     "stop waits for it; a write may still complete, check before retrying",
                 )
             )
@@ -383,29 +415,32 @@ class Server:
                     await asyncio.wait_for(stop.wait(), _FLUSH_LOGS_S)
                 for line in self._throttled():
                     line.flush()
+            self.stop_clock.begin()
             await self._drain()
             # The connections whose requests were just answered send their answer and close
             # (``_loop``); the idle ones are closed below.
             sending = [task for task, writer in self._open.items() if writer not in self._idle]
             if sending:
-                await asyncio.wait(sending, timeout=_SEND_ANSWERS_S)
+                await asyncio.wait(sending, timeout=max(self.stop_clock.left(_SEND_ANSWERS_S), _LAST_WAIT_S))
         finally:
             self.stopping.set()
+            left = self.stop_clock.left
             server.close()
             for writer in self._open.values():
                 writer.close()
             tasks = list(self._open)
             for task in tasks:
                 task.cancel()
+            # Cancelled, they end at once: these bounds are for a hang, and share the stop's.
             if tasks:
-                await asyncio.wait(tasks, timeout=5.0)
+                await asyncio.wait(tasks, timeout=max(left(5.0), _LAST_WAIT_S))
             watches = list(self._watches)  # also those the cancelled connections just left
             for watch in watches:
                 watch.cancel()
             if watches:
-                await asyncio.wait(watches, timeout=1.0)
+                await asyncio.wait(watches, timeout=max(left(1.0), _LAST_WAIT_S))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(server.wait_closed(), 5.0)
+                await asyncio.wait_for(server.wait_closed(), max(left(5.0), _LAST_WAIT_S))
             for lane in self.lanes.values():
                 lane.pool.shutdown(wait=False, cancel_futures=True)
 
