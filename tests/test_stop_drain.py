@@ -435,3 +435,40 @@ def test_the_daemons_waits_share_the_stops_one_deadline(make_cfg: Any, vault: Pa
         assert daemon.stop_clock.left(10.0) == 0.0  # wait_stopped gets nothing more either
     finally:
         daemon.notifier.close()
+
+
+def test_the_stop_beginning_refuses_requests_held_by_a_switch(make_cfg: Any, vault: Path) -> None:
+    """``daemon_stopping`` (said as the stop begins) answers the requests a switch holds, at once."""
+    from sidecar.contracts.errors import BusyError
+    from sidecar.daemon.lifecycle import Daemon
+
+    class Answering:
+        def dispatch(self, req: Any) -> dict[str, Any]:
+            return {"answered": True}
+
+    daemon = Daemon(make_cfg(vault))
+    dispatch = daemon._dispatch = Dispatch(Answering())
+    assert dispatch.hold(most=0)
+    try:
+        daemon._say_stopping()
+        with pytest.raises(BusyError):
+            dispatch.dispatch(_HEALTH)
+    finally:
+        daemon.notifier.close()
+
+
+def test_a_write_running_past_the_stops_bound_is_given_up_on(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A write still running when the stop's time is up: ``wait_stopped`` says so
+    (``shutdown_timeout``) and returns False, for serve to exit without closing the index."""
+    from sidecar.daemon.lifecycle import Daemon
+    from sidecar.daemon.server import StopClock
+
+    daemon = Daemon(make_cfg(vault))
+    daemon.stop_clock = StopClock(budget=0.0)
+    try:
+        assert daemon.wait_stopped() is False
+        assert "shutdown_timeout requests=still running" in caplog.text
+    finally:
+        daemon.notifier.close()
