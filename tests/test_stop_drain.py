@@ -291,7 +291,9 @@ def test_a_read_left_running_by_the_stop_fails_busy_on_the_closed_stores(
         daemon.notifier.close()
 
 
-def test_a_read_whose_client_hung_up_is_not_drained(serve_in_process: Any, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_read_whose_client_hung_up_is_not_drained(
+    serve_in_process: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     """A read whose client hung up while its worker hangs held every later stop for its drain."""
     server: InProcessServer = serve_in_process()
     reads = HeldReads(server.handlers)

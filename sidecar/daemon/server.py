@@ -108,6 +108,8 @@ class StopClock:
         self.begin()
         assert self._deadline is not None
         return max(0.0, min(most, self._deadline - self._clock()))
+
+
 _READ_CHUNK = 1 << 16
 # Ops that change the inbox or the index: they run on their own pool (see the module doc).
 WRITE_OPS = frozenset({"write", "edit", "delete", "index", "reload"})
