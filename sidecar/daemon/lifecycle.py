@@ -954,8 +954,9 @@ class Daemon:
 
     def shutdown(self) -> None:
         """Stop the threads (bounded), remove the socket, then flush and close the stores and
-        release the lock, once no request runs any more (the server drained them with a bound:
-        one that outlasted it was answered ``timeout`` and runs on, so they wait for it)."""
+        release the lock, once no write runs any more (the server drained the requests with a
+        bound: a write that outlasted it was answered ``timeout`` and runs on, so they wait for it;
+        a read still running is not waited for). Every wait gets what is left of ``stop_clock``."""
         self.stop.set()
         self.stop_clock.begin()  # a failed start stops here: its waits are bounded alike
         dispatch = self._dispatch
@@ -1023,7 +1024,8 @@ class Daemon:
         return self._dispatch.running() if self._dispatch is not None else 0
 
     def wait_stopped(self) -> bool:
-        """Whether the stores were closed, waiting a bounded time for requests still running."""
+        """Whether the stores were closed, waiting for writes still running as long as the stop's
+        bound leaves (False: the process exits without closing them, as after a crash)."""
         if self.stopped.wait(self.stop_clock.left(_JOIN_TIMEOUT)):
             return True
         log.warning(
