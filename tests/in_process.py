@@ -113,11 +113,15 @@ class InProcessServer:
         with self.client(agent) as c:
             return c.call(op, params)
 
-    def close(self) -> None:
-        """Stop serving (open connections are closed), remove the socket, re-raise a loop crash."""
+    def ask_stop(self) -> None:
+        """Begin the stop, as SIGTERM does, without waiting for it (``close`` waits)."""
         if self._loop is not None and self._stop is not None:
             with contextlib.suppress(RuntimeError):  # the loop ended on its own
                 self._loop.call_soon_threadsafe(self._stop.set)
+
+    def close(self) -> None:
+        """Stop serving (open connections are closed), remove the socket, re-raise a loop crash."""
+        self.ask_stop()
         self._thread.join(15)
         self.listener.close()
         self.cfg.socket_path.unlink(missing_ok=True)

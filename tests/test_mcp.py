@@ -484,3 +484,34 @@ def test_memory_status_marks_an_earlier_inbox_count_in_its_structured_content_an
     fresh = status_of({"inbox": usage}, "claude")
     assert "stale" not in fresh["inbox"] and "countedAt" not in fresh["inbox"]
     assert "counted at" not in fresh["message"]
+
+
+def test_a_refusal_as_the_daemon_stops_names_the_tool(tmp_path: Path) -> None:
+    """A tool call refused ``busy`` because the daemon stops named the daemon's op ('write'),
+    which the agent never called: the shim names its tool."""
+    import io
+
+    from sidecar.clients.mcp_calls import ToolCalls
+    from sidecar.clients.mcp_shim import Shim
+    from sidecar.contracts.errors import RemoteError, stopping_message
+
+    calls = ToolCalls(tmp_path / "no.sock", "claude")
+
+    def refused(*_a: Any, **_k: Any) -> dict[str, Any]:
+        raise RemoteError("busy", stopping_message("'write'"))
+
+    calls._ask = refused  # type: ignore[method-assign]
+    shim = Shim(tmp_path / "no.sock", "claude", io.BytesIO(), calls)
+    args = {"slug": "x", "content": "y"}
+    result = shim.answer(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "memory_write", "arguments": args},
+        }
+    )
+    assert result is not None and result["result"]["isError"] is True
+    text = result["result"]["content"][0]["text"]
+    assert text.startswith("busy: the daemon is stopping: memory_write was not run"), text
+    assert "30 s" in text

@@ -20,6 +20,7 @@ import pytest
 from sidecar.clients.service import LABEL, service_file
 from sidecar.config import load_config
 from sidecar.contracts.errors import ExitCode
+from sidecar.daemon.server import STOP_BUDGET_S
 from tests.conftest import DaemonProcess, write
 
 
@@ -54,12 +55,17 @@ def test_unit_and_plist_render_absolute_paths(tmp_path: Path, vault: Path) -> No
     assert data["ProgramArguments"][1:] == ["serve", "--config", str(cfg_file.resolve())]
     assert Path(data["ProgramArguments"][0]).is_absolute() and data["ThrottleInterval"] > 0
     assert data["StandardErrorPath"].startswith(str(tmp_path))
+    # The service managers kill a daemon still stopping at their limit (launchd's default: 20 s):
+    # both lie above the stop's one bound, with room for the process's own exit.
+    assert data["ExitTimeOut"] >= STOP_BUDGET_S + 5
+    assert f"TimeoutStopSec={data['ExitTimeOut'] + 5}" in unit.text
 
 
 def test_repository_plist_parses() -> None:
     """launchd/dev.sidecar.plist is a valid plist with the keys launchd needs."""
     data = plistlib.loads((Path(__file__).parent.parent / "launchd" / "dev.sidecar.plist").read_bytes())
     assert {"Label", "ProgramArguments", "RunAtLoad", "KeepAlive", "ThrottleInterval"} <= set(data)
+    assert data["ExitTimeOut"] >= STOP_BUDGET_S + 5
 
 
 @pytest.mark.parametrize("sandbox", [True, False])

@@ -10,12 +10,16 @@ from typing import Any
 
 import pytest
 
+from sidecar.contracts.protocol import parse_request
 from tests.conftest import FakeEmbedder, Harness, write
 from tests.index_helpers import (
     index_and_close,
     search,
     store_counts,
 )
+
+# A request for the dispatch tests (which requests run is what Dispatch counts, by their op).
+_HEALTH = parse_request(b'{"id": 1, "op": "health"}\n')
 
 
 def test_lost_bm25_index_is_rebuilt_from_manifest(harness: Harness) -> None:
@@ -899,7 +903,7 @@ def test_the_switch_to_writable_holds_requests_while_the_read_only_stores_close(
 
     dispatch = Dispatch(ReadOnlyHandlers())
     answers: list[dict[str, Any]] = []
-    first = threading.Thread(target=lambda: answers.append(dispatch.dispatch(None)))  # type: ignore[arg-type]
+    first = threading.Thread(target=lambda: answers.append(dispatch.dispatch(_HEALTH)))
     first.start()
     entered.wait(30)
 
@@ -911,7 +915,7 @@ def test_the_switch_to_writable_holds_requests_while_the_read_only_stores_close(
     switcher.start()
     while dispatch._handlers is not None:  # the hold has begun
         time.sleep(0.01)
-    later = threading.Thread(target=lambda: answers.append(dispatch.dispatch(None)))  # type: ignore[arg-type]
+    later = threading.Thread(target=lambda: answers.append(dispatch.dispatch(_HEALTH)))
     later.start()
     finish.set()
     switcher.join(30)
@@ -935,18 +939,20 @@ def test_a_request_that_does_not_end_defers_the_switch_instead_of_holding_every_
 
     class ReadOnlyHandlers:
         def dispatch(self, req: Any) -> dict[str, Any]:
-            if req == "stuck":
+            if req.id == "stuck":
                 entered.set()
                 stuck.wait(30)
             return {"by": "read-only"}
 
     dispatch = Dispatch(ReadOnlyHandlers())
-    first = threading.Thread(target=lambda: dispatch.dispatch("stuck"))  # type: ignore[arg-type]
+    first = threading.Thread(
+        target=lambda: dispatch.dispatch(parse_request(b'{"id": "stuck", "op": "health"}'))
+    )
     first.start()
     entered.wait(30)
     try:
         assert dispatch.hold(0.2) is False  # not drained: nothing held, nothing closed
-        assert dispatch.dispatch("later") == {"by": "read-only"}  # type: ignore[arg-type]
+        assert dispatch.dispatch(_HEALTH) == {"by": "read-only"}
     finally:
         stuck.set()
         first.join(30)
@@ -974,7 +980,7 @@ def test_a_switch_that_fails_in_an_unforeseen_way_serves_read_only_again(make_cf
     daemon._read_only_again = lambda *_a: ReadOnlyHandlers()  # type: ignore[assignment,method-assign,return-value]
     try:
         assert daemon._switch_to_writable() is False
-        assert dispatch.dispatch(None) == {"by": "read-only"}  # type: ignore[arg-type]
+        assert dispatch.dispatch(_HEALTH) == {"by": "read-only"}
     finally:
         daemon.notifier.close()
 

@@ -83,13 +83,18 @@ def cmd_serve(args: argparse.Namespace, cfg: Config) -> int:
         follow(cfg.socket_path, threading.Event(), sys.stdout)
     daemon = Daemon(cfg, reload_config=lambda: config_of(args), hangup_stops=_in_a_terminal())
     daemon.run()
-    if daemon.stuck:
+    # A request that outlasted the stop's drain runs on and the stores close after it: waited for,
+    # with a bound (the interpreter's exit would wait on its worker for ever).
+    stopped = daemon.wait_stopped()
+    if not stopped or daemon.stuck or daemon.requests_left():
         # A worker is still inside the model's native code (a batch of a model switch outlasts
         # the stop's wait): the interpreter's own exit would tear down under it and abort (exit
-        # 134, "terminate called without an active exception"). Everything is closed by now.
+        # 134, "terminate called without an active exception"), and it would wait for ever on a
+        # read hung on a share. Everything is closed by now, or a write still runs past both
+        # bounds (its stores' files are left as a crash leaves them: a code of its own says so).
         logging.shutdown()
         sys.stdout.flush()
-        os._exit(int(ExitCode.OK))
+        os._exit(int(ExitCode.OK if stopped else ExitCode.STOP_ABANDONED))
     return int(ExitCode.OK)
 
 

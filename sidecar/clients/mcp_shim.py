@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import queue
+import re
 import select
 import sys
 import threading
@@ -73,6 +74,10 @@ RESOURCE_TEMPLATES = [
         "mimeType": "text/markdown",
     }
 ]
+
+
+# A request refused as the daemon stops (``stopping_message``), as the shim renders it.
+_STOPPING = re.compile(r"^(busy: the daemon is stopping: )'[^']*' was not run")
 
 
 class Shim:
@@ -232,7 +237,9 @@ class Shim:
                     "not answering",
                 ) from exc
         except ToolError as exc:
-            error = {"content": [{"type": "text", "text": escape_terminal(str(exc))}], "isError": True}
+            # The daemon names its own op ('write'); the agent called a tool (memory_write).
+            said = _STOPPING.sub(rf"\g<1>{name} was not run", str(exc), count=1)
+            error = {"content": [{"type": "text", "text": escape_terminal(said)}], "isError": True}
             return error if exc.structured is None else {**error, "structuredContent": exc.structured}
         # Hosts print tool text in a terminal: a note's ESC sequences (a web clipping's title
         # change, OSC 52 clipboard writes) are shown as escapes there; structuredContent stays exact.

@@ -344,6 +344,8 @@ ExecReload=/bin/kill -HUP $MAINPID
 RestartSec=5
 # Exit codes {int(ExitCode.USAGE)} and {int(ExitCode.CONFIG)}: a bad command line or configuration (no loop).
 RestartPreventExitStatus={int(ExitCode.USAGE)} {int(ExitCode.CONFIG)}
+# 10 s above the stop's one bound (20 s for all its waits: the requests taken up, the threads,
+# a write still running); past it the daemon exits without closing the index, as after a crash.
 TimeoutStopSec=30
 # The daemon pings while its event loop turns and its indexer is alive or waiting on a bounded
 # scan (a slow share); a hung scan is reported in status after watch.scanTimeoutSeconds.
@@ -391,6 +393,9 @@ def launchd_plist(cfg: Config, run: Launcher, config: Path | None, logs: Path) -
         # every ThrottleInterval seconds until it is fixed or the agent is booted out.
         "KeepAlive": {"SuccessfulExit": False, "Crashed": True},
         "ThrottleInterval": 30,
+        # Above the stop's one bound (20 s, see the systemd unit's TimeoutStopSec), below which
+        # launchd's default (20 s) would kill the daemon at the end of its own wait.
+        "ExitTimeOut": 25,
         "StandardOutPath": str(logs / "sidecar.log"),
         "StandardErrorPath": str(logs / "sidecar.log"),
         "ProcessType": "Background",

@@ -24,6 +24,7 @@ class ExitCode(IntEnum):
     NOT_RUNNING = 6  # a client found no daemon
     REQUEST_FAILED = 7  # the daemon answered with an error
     NO_ANSWER = 8  # the daemon took the request and did not answer in time: its outcome is unknown
+    STOP_ABANDONED = 9  # the stop gave up on a write (or a second Ctrl-C): the index was left open
 
 
 class SidecarError(Exception):
@@ -241,6 +242,21 @@ class StorageError(SidecarError):
 
     code = "storage"
     exit_code = ExitCode.REQUEST_FAILED
+
+
+class BusyError(SidecarError):
+    """The daemon cannot take the request now (it is stopping); nothing was done: retry later."""
+
+    code = "busy"
+    exit_code = ExitCode.REQUEST_FAILED
+
+
+def stopping_message(op: str) -> str:
+    """Why a request was refused while the daemon stops (``op`` as the error shows it, quoted)."""
+    return (
+        f"the daemon is stopping: {op} was not run; try again once it is back (a restart takes "
+        "up to about 30 s, plus the embedding model's load)"
+    )
 
 
 class ProtocolError(SidecarError):

@@ -16,6 +16,7 @@ import contextlib
 import functools
 import gc
 import logging
+import os
 import random
 import signal
 import sqlite3
@@ -30,6 +31,7 @@ from sidecar.config.settings import carried, settings
 from sidecar.contracts.errors import (
     ConfigError,
     DiskFullError,
+    ExitCode,
     SidecarError,
     StorageError,
     StoreError,
@@ -51,10 +53,10 @@ from sidecar.daemon.compose import (
 from sidecar.daemon.handlers import Handlers, ServiceState
 from sidecar.daemon.indexing import IndexLoop
 from sidecar.daemon.process import IndexLock, load_embedder, make_private, raise_fd_limit, record_counting
-from sidecar.daemon.readonly import Dispatch, ReadOnly, Refusing, SwitchingHealth
+from sidecar.daemon.readonly import Dispatch, ReadOnly, Refusing, Stopping, SwitchingHealth
 from sidecar.daemon.repairs import RepairPolicy
 from sidecar.daemon.schedule import Schedule, build_scheduler
-from sidecar.daemon.server import Server, bind_socket
+from sidecar.daemon.server import Server, StopClock, bind_socket
 from sidecar.daemon.watchdog import Watchdog, status_line
 from sidecar.index.migration import serving_model
 from sidecar.memory.counting import BoundedCounts
@@ -158,6 +160,10 @@ class Daemon:
         # parallel threads and the one finishing last won, with an older file's values.
         self._reload_lock = threading.Lock()
         self.stuck = False  # a worker still ran (in native code) when the stop gave up waiting
+        self.stopped = threading.Event()  # set once the stop closed the stores (``_close_stores``)
+        self._exit: Callable[[int], Any] = _exit_now  # a forced stop's (tests record it)
+        self.stop_clock = StopClock()  # one deadline for every wait of the stop, the server's too
+        self._said_stopping = False
 
     def run(self) -> None:
         """Serve until a signal; raises typed errors for the CLI to map to exit codes."""
@@ -177,7 +183,22 @@ class Daemon:
             server = self.startup()
             asyncio.run(self.serve(server))
         finally:
+            self._exit_on_second_signal()
             self.shutdown()
+
+    def _exit_on_second_signal(self) -> None:
+        """A Ctrl-C (or SIGTERM) during the stop ends the process at once, the index left as a
+        crash leaves it: as KeyboardInterrupt it broke off the joins, and the stores were closed and
+        marked clean while the workers still ran."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def forced(signum: int, _frame: Any) -> None:
+            log.warning("shutdown_forced signal=%s: exiting without closing the index", signum)
+            self._exit(int(ExitCode.STOP_ABANDONED))
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, forced)
 
     def _make_agents_folder(self) -> None:
         """Make ``agents/`` unless the recorded home is not there (its share unmounted: the
@@ -220,7 +241,9 @@ class Daemon:
         except DiskFullError as exc:
             handlers = self._start_read_only(exc)
         self._dispatch = Dispatch(handlers)
-        return build_server(cfg, self._dispatch)
+        server = build_server(cfg, self._dispatch)
+        server.stop_clock = self.stop_clock
+        return server
 
     def _start_parts(self) -> Handlers:
         """Build the parts over the stores opened for writing, start the threads and the
@@ -733,16 +756,28 @@ class Daemon:
         else:
             loop.add_signal_handler(signal.SIGHUP, lambda: loop.run_in_executor(None, self._reload_quietly))
         beat = asyncio.create_task(self.watchdog.beat())
+        # Said when the stop begins: the server drains the requests taken up before it returns.
+        stopping = asyncio.create_task(stop.wait())
+        stopping.add_done_callback(lambda _task: self._say_stopping())
         try:
             log.info("daemon_ready socket=%s", self.cfg.socket_path)
             self.notifier.send("READY=1", "STATUS=serving; first sweep starting")
             await server.serve(self._listener, stop)
         finally:
             beat.cancel()
+            stopping.cancel()
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
+            self._say_stopping()
+
+    def _say_stopping(self) -> None:
+        if not self._said_stopping:
+            self._said_stopping = True
+            self.stop_clock.begin()
             self.notifier.send("STOPPING=1", "STATUS=stopping")
             log.info("daemon_stopping")
+            if self._dispatch is not None:
+                self._dispatch.close_if_held(Stopping())
 
     def _reload_quietly(self) -> None:
         with contextlib.suppress(SidecarError):  # already logged; the running configuration stays
@@ -946,14 +981,22 @@ class Daemon:
     # --- shutdown ------------------------------------------------------------------------------
 
     def shutdown(self) -> None:
-        """Stop the threads (bounded), flush the stores, remove the socket, release the lock."""
+        """Stop the threads (bounded), remove the socket, then flush and close the stores and
+        release the lock, once no write runs any more (the server drained the requests with a
+        bound: a write that outlasted it was answered ``timeout`` and runs on, so they wait for it;
+        a read still running is not waited for). Every wait gets what is left of ``stop_clock``."""
         self.stop.set()
-        if self._dispatch is not None:  # held requests answered now, not after the joins
-            self._dispatch.close(Refusing("the daemon is stopping"))
+        self.stop_clock.begin()  # a failed start stops here: its waits are bounded alike
+        dispatch = self._dispatch
+        if dispatch is not None:  # held requests answered now, not after the joins
+            dispatch.close(Stopping())
         # A switch to writable opens stores under the index lock: waited for (it stops between its
         # steps). One still running after the wait keeps the lock until the process exits: released,
         # another daemon could open the index while this one still wrote it.
-        idle = self._switching.acquire(timeout=_JOIN_TIMEOUT)
+        idle = self._switching.acquire(timeout=self.stop_clock.left(_JOIN_TIMEOUT))
+        # Marked clean only once the joins succeed: an error (or a Ctrl-C) in them leaves workers
+        # running, and the next start must catch up as after a crash.
+        stuck = True
         try:
             if not idle:
                 self.stuck = True
@@ -966,26 +1009,58 @@ class Daemon:
             if self._scheduler is not None:
                 self._scheduler.shutdown()
             stuck = self.stuck = self._join_workers()
+        finally:
+            if self._listener is not None:
+                self._listener.close()
+                with contextlib.suppress(FileNotFoundError):
+                    self.cfg.socket_path.unlink()
+            finish = functools.partial(self._close_stores, idle=idle, stuck=stuck)
+            if dispatch is not None and dispatch.after_running(functools.partial(_logged, finish)):
+                log.warning(
+                    "shutdown_waits_for_requests: the stores are closed and the index released "
+                    "once the writes still running end"
+                )
+            else:  # the dispatch refuses from now on: no request can start on the stores
+                finish()
+
+    def _close_stores(self, *, idle: bool, stuck: bool) -> None:
+        """Flush and close the stores, release the index: no write or worker uses them now (a
+        read still running fails quietly ``busy``: see ``Dispatch.stores_closing``)."""
+        if self._dispatch is not None:
+            self._dispatch.stores_closing()
+        try:
             parts = self.parts
-            if parts is not None:
+            if idle and parts is not None:
                 if not stuck:
                     with contextlib.suppress(StoreError, sqlite3.Error):
                         parts.vectors.mark_clean()
                 parts.stores.close()
                 parts.clock.save()
             for other in (self._read_only_parts, self._kept):
-                if other is not None:
+                if idle and other is not None:
                     other.stores.close()
         finally:
-            if self._listener is not None:
-                self._listener.close()
-                with contextlib.suppress(FileNotFoundError):
-                    self.cfg.socket_path.unlink()
             if self._lock is not None and idle:
                 self._lock.release()
             if idle:  # whoever takes it next sees the stop and opens nothing
                 self._switching.release()
             log.info("daemon_stopped")
+            self.stopped.set()
+
+    def requests_left(self) -> int:
+        """Requests still running after the stop (reads it did not wait for, hung on a share)."""
+        return self._dispatch.running() if self._dispatch is not None else 0
+
+    def wait_stopped(self) -> bool:
+        """Whether the stores were closed, waiting for writes still running as long as the stop's
+        bound leaves (False: the process exits without closing them, as after a crash)."""
+        if self.stopped.wait(self.stop_clock.left(_JOIN_TIMEOUT)):
+            return True
+        log.warning(
+            "shutdown_timeout requests=still running: exiting without closing the index (it is "
+            "left as a crash leaves it; the next start catches up)"
+        )
+        return False
 
     def _join_workers(self) -> bool:
         """Wait for the worker threads (an index build's child is ended first: the embedding
@@ -995,11 +1070,24 @@ class Daemon:
             parts.vectors.stop_builds()
         stuck = False
         for t in self._threads:
-            t.join(_JOIN_TIMEOUT)
+            t.join(self.stop_clock.left(_JOIN_TIMEOUT))
             if t.is_alive():
                 stuck = True
                 log.warning("shutdown_timeout thread=%s", t.name)
         return stuck
+
+
+def _exit_now(code: int) -> None:
+    logging.shutdown()
+    os._exit(code)
+
+
+def _logged(finish: Callable[[], None]) -> None:
+    """``finish`` run by the last request's thread: a failure is logged, not handed to the request."""
+    try:
+        finish()
+    except Exception:
+        log.exception("shutdown_close_failed")
 
 
 def _hung_up(stop: asyncio.Event) -> None:

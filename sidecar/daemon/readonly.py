@@ -15,10 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sidecar.contracts.errors import StorageError
+from sidecar.contracts.errors import BusyError, StorageError, stopping_message
+from sidecar.contracts.printable import quoted
 from sidecar.contracts.protocol import Request
 from sidecar.daemon.compose import Dispatcher
 from sidecar.daemon.handlers import Handlers
+from sidecar.daemon.server import WRITE_OPS
 from sidecar.index.problems import Problems
 from sidecar.stores.space import LOW_BYTES
 
@@ -33,6 +35,14 @@ class Refusing:
         raise StorageError(self.why)
 
 
+class Stopping:
+    """Handlers of a daemon that stops: every request is refused ``busy``, as the server refuses
+    those arriving during its drain (the docs promise ``busy``; ``storage`` said a file failed)."""
+
+    def dispatch(self, req: Request) -> dict[str, Any]:
+        raise BusyError(stopping_message(quoted(req.op)))
+
+
 class Dispatch:
     """The server's handler: the handlers of the moment (read-only ones are replaced by the
     normal ones once the disk has room, without closing the socket). ``hold`` makes new requests
@@ -45,6 +55,12 @@ class Dispatch:
         self._running: Counter[int] = Counter()  # requests in flight, by handlers' generation
         self._interim: Dispatcher | None = None  # answers health while held
         self._closed = False  # the daemon stops: no handlers are handed on any more
+        # Writes in flight (any generation): the stop closes the stores only once none runs. A read
+        # still running then is not waited for (one hung on a share would hold every stop up); it
+        # fails quietly (``busy``) if it touches the closed stores: a read changes no file.
+        self._writes = 0
+        self._when_idle: Callable[[], None] | None = None  # run by the last write to end
+        self._stores_closed = False
 
     def dispatch(self, req: Request) -> dict[str, Any]:
         with self._cond:
@@ -60,13 +76,46 @@ class Dispatch:
                 )
             handlers, generation = self._handlers, self._generation
             self._running[generation] += 1
+            write = req.op in WRITE_OPS
+            self._writes += write
         assert handlers is not None
         try:
             return handlers.dispatch(req)
+        except Exception:
+            if self._stores_closed:  # a read that outlasted the stop: its stores are gone
+                raise BusyError(stopping_message(quoted(req.op))) from None
+            raise
         finally:
+            then = None
             with self._cond:
                 self._running[generation] -= 1
+                self._writes -= write
                 self._cond.notify_all()
+                if self._when_idle is not None and self._writes <= 0:
+                    then, self._when_idle = self._when_idle, None
+            if then is not None:
+                then()
+
+    def running(self) -> int:
+        """Requests in flight (a read left running by the stop among them)."""
+        with self._cond:
+            return sum(n for n in self._running.values() if n > 0)
+
+    def after_running(self, then: Callable[[], None]) -> bool:
+        """Whether a write still runs: ``then`` is then run in the thread of the last one, once it
+        ends (the stop closes the stores only when no write can touch them: a write that outlasted
+        the stop's drain ran on into closed stores). False (nothing run) when none does. Reads are
+        not waited for (see ``stores_closing``)."""
+        with self._cond:
+            if self._writes <= 0:
+                return False
+            self._when_idle = then
+            return True
+
+    def stores_closing(self) -> None:
+        """The stop closes the stores now: a read still running that fails from here on is
+        answered ``busy`` (the daemon is stopping), not logged as an internal error."""
+        self._stores_closed = True
 
     def hold(self, most: float | None = None, interim: Dispatcher | None = None) -> bool:
         """Whether the requests on the current handlers were answered within ``most`` seconds (new
@@ -101,6 +150,14 @@ class Dispatch:
         with self._cond:
             self._closed = True
             self._hand_on(handlers)
+
+    def close_if_held(self, handlers: Dispatcher) -> None:
+        """``close`` now if requests are held (a switch to writable runs while a stop begins): they
+        are answered at once, not at the end of the stop's drain."""
+        with self._cond:
+            if self._handlers is None and not self._closed:
+                self._closed = True
+                self._hand_on(handlers)
 
     def _hand_on(self, handlers: Dispatcher) -> None:
         self._generation += 1

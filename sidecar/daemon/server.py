@@ -10,8 +10,10 @@ connection closed; at ``server.maxConnections`` the longest-idle connection is c
 (with a ``busy`` frame), and a new one is refused with that frame when none is idle; input beyond
 ``server.maxBufferedBytes`` (summed over every connection's unfinished frame) is refused likewise; a
 request running longer than ``server.requestTimeoutSeconds`` is answered ``timeout`` (should every
-worker be stuck, requests go to a fresh pool). Imports protocol and errors (and the foreground count
-and the peer check) only: handlers arrive as a callable.
+worker be stuck, requests go to a fresh pool). A stop drains: the requests taken up are answered
+(``drain_timeout`` at most; one still running then is answered ``timeout``), those arriving
+meanwhile are refused ``busy``, and only then are the connections closed. Imports protocol and
+errors (and the foreground count and the peer check) only: handlers arrive as a callable.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from sidecar.contracts.errors import ConfigError, DaemonRunningError, SidecarError
+from sidecar.contracts.errors import ConfigError, DaemonRunningError, SidecarError, stopping_message
 from sidecar.contracts.printable import quoted
 from sidecar.contracts.protocol import Request, error_frame, ok_frame, parse_request, request_id_of
 from sidecar.runtime.foreground import FOREGROUND, Foreground
@@ -71,6 +73,43 @@ class Throttled:
 
 Dispatch = Callable[[Request], dict[str, Any]]
 _WRITE_TIMEOUT = 30.0
+# How long a stop waits for the requests taken up (writes above all) before it answers them
+# ``timeout``: half of the whole stop's bound (``StopClock``).
+STOP_DRAIN_S = 10.0
+# The whole stop, every wait of it together (drain, connections, the daemon's joins, the wait for a
+# write still running): 10 s under the service managers' own limits (systemd's TimeoutStopSec=30,
+# the launchd agent's ExitTimeOut=25), which kill the process without a word.
+STOP_BUDGET_S = 20.0
+# After the drain: how long the connections get to send the answers their requests just got.
+_SEND_ANSWERS_S = 2.0
+# What a task gets to send its answer, or to end once cancelled, even when the stop's time is up
+# (a few loop turns; the drain takes at most half the stop's bound, so this is a floor only).
+_LAST_WAIT_S = 0.5
+
+
+class StopClock:
+    """The stop's one deadline: each wait of the stop gets at most what is left of it (the
+    waits' own bounds added up to about a minute, past the service managers' limits)."""
+
+    def __init__(self, budget: float = STOP_BUDGET_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.budget = budget
+        self._clock = clock
+        self._deadline: float | None = None
+        self._lock = threading.Lock()
+
+    def begin(self) -> None:
+        """The stop begins (the first call counts)."""
+        with self._lock:
+            if self._deadline is None:
+                self._deadline = self._clock() + self.budget
+
+    def left(self, most: float) -> float:
+        """Seconds a wait of the stop may take: ``most``, or less as the stop's deadline nears."""
+        self.begin()
+        assert self._deadline is not None
+        return max(0.0, min(most, self._deadline - self._clock()))
+
+
 _READ_CHUNK = 1 << 16
 # Ops that change the inbox or the index: they run on their own pool (see the module doc).
 WRITE_OPS = frozenset({"write", "edit", "delete", "index", "reload"})
@@ -194,6 +233,7 @@ class Server:
         request_timeout: float = 120.0,
         write_workers: int = 2,
         foreground: Foreground = FOREGROUND,
+        drain_timeout: float = STOP_DRAIN_S,
     ) -> None:
         self.dispatch = dispatch
         self.max_frame = max_frame
@@ -201,6 +241,15 @@ class Server:
         self.max_connections = max_connections
         self.max_buffered = max_buffered
         self.request_timeout = request_timeout
+        self.drain_timeout = drain_timeout
+        self.stop_clock = StopClock()  # the daemon's own, shared with its shutdown
+        # Set when a stop begins (a threading event: tests in other threads wait for it).
+        self.stopping = threading.Event()
+        # The answer of every request taken up that someone still waits for: what a stop drains.
+        # One answered ``timeout`` (requestTimeoutSeconds) or whose client hung up is dropped: a
+        # read hung on a share hours ago kept every later stop waiting its full drain. (A write
+        # still running holds up the stores' close all the same: see ``Dispatch.after_running``.)
+        self._answers: dict[asyncio.Future[bytes], Request] = {}
         self.lanes = {
             "read": _Lane("request", workers),
             "write": _Lane("write", write_workers),
@@ -239,24 +288,35 @@ class Server:
                 req.id, "internal", f"internal error while running {quoted(req.op)}; see the daemon log"
             )
 
-    async def run(self, req: Request) -> bytes:
+    async def run(self, req: Request, answer: asyncio.Future[bytes] | None = None) -> bytes:
         """Run a request on its lane, answering ``timeout`` if it overruns its bound. A read
         request counts as foreground from its arrival to its reply: write-side and background
-        work yields the cores to it (``sidecar.runtime.foreground``)."""
+        work yields the cores to it (``sidecar.runtime.foreground``). ``answer``: its future
+        from ``_take_up`` when the caller took it up already."""
+        if answer is None:
+            answer = self._take_up(req)
         if req.op in WRITE_OPS:
-            return await self._run(self.lanes["write"], req)
+            return await self._run(self.lanes["write"], req, answer)
         if req.op in OWN_LANE_OPS:
-            return await self._run(self.lanes["health"], req)
+            return await self._run(self.lanes["health"], req, answer)
         with contextlib.ExitStack() as claim:
             claim.enter_context(self.foreground.serving())
-            return await self._run(self.lanes["read"], req, claim)
+            return await self._run(self.lanes["read"], req, answer, claim)
 
-    async def _run(self, lane: _Lane, req: Request, claim: contextlib.ExitStack | None = None) -> bytes:
+    async def _run(
+        self,
+        lane: _Lane,
+        req: Request,
+        answer: asyncio.Future[bytes],
+        claim: contextlib.ExitStack | None = None,
+    ) -> bytes:
         fut = lane.pool.submit(self.call, req)
+        self._settle(fut, answer)
         deadline = asyncio.get_running_loop().time() + self.request_timeout
         try:
-            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), self.request_timeout)
+            return await asyncio.wait_for(asyncio.shield(answer), self.request_timeout)
         except asyncio.CancelledError:
+            self._answers.pop(answer, None)  # nobody waits for it: a stop does not either
             # Its client hung up: a read still queued is dropped before a worker starts it. A write
             # taken up is applied whole all the same (it runs, or not, as one handler call).
             if req.op in WRITE_OPS or not fut.cancel():
@@ -273,12 +333,60 @@ class Server:
                 watch.add_done_callback(self._watches.discard)
             raise
         except TimeoutError:
+            self._answers.pop(answer, None)  # answered: a stop does not wait for it
             self._overran(lane, req, fut)
             return error_frame(
                 req.id,
                 "timeout",
                 f"{quoted(req.op)} did not finish within {self.request_timeout:.0f} s "
                 "(server.requestTimeoutSeconds); a write may still complete, check before retrying",
+            )
+
+    def _take_up(self, req: Request) -> asyncio.Future[bytes]:
+        """The future of ``req``'s answer, registered at once for a stop to drain: the frame its
+        worker ends with, or the one a stop answers it with when it outlasts the drain (a future
+        of its own: one wrapping the worker's cannot be answered before it ends)."""
+        answer: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._answers[answer] = req
+        answer.add_done_callback(self._answered)
+        return answer
+
+    @staticmethod
+    def _settle(fut: Future[bytes], answer: asyncio.Future[bytes]) -> None:
+        loop = answer.get_loop()
+
+        def settle(done: Future[bytes]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop has ended: nobody waits any more
+                loop.call_soon_threadsafe(_copy_result, done, answer)
+
+        fut.add_done_callback(settle)
+
+    def _answered(self, answer: asyncio.Future[bytes]) -> None:
+        self._answers.pop(answer, None)
+
+    async def _drain(self) -> None:
+        """A stop begins: requests from now on are refused (``_loop``); those taken up get
+        ``drain_timeout`` to end, then the ones still running are answered ``timeout`` (their
+        worker runs on: the daemon closes its stores only once it ends)."""
+        self.stopping.set()
+        pending = [answer for answer in self._answers if not answer.done()]
+        if not pending:
+            return
+        most = self.stop_clock.left(self.drain_timeout)
+        log.info("daemon_draining requests=%d seconds=%.0f", len(pending), most)
+        _done, late = await asyncio.wait(pending, timeout=most)
+        for answer in late:
+            req = self._answers.get(answer)
+            if req is None or answer.done():
+                continue
+            log.warning("request_outlasted_stop op=%s seconds=%.0f", req.op, most)
+            answer.set_result(
+                error_frame(
+                    req.id,
+                    "timeout",
+                    f"{quoted(req.op)} did not finish within the {most:.0f} s the daemon's "
+                    "stop waits for it; a write may still complete, check before retrying",
+                )
             )
 
     async def _overrun_watch(
@@ -309,22 +417,32 @@ class Server:
                     await asyncio.wait_for(stop.wait(), _FLUSH_LOGS_S)
                 for line in self._throttled():
                     line.flush()
+            self.stop_clock.begin()
+            await self._drain()
+            # The connections whose requests were just answered send their answer and close
+            # (``_loop``); the idle ones are closed below.
+            sending = [task for task, writer in self._open.items() if writer not in self._idle]
+            if sending:
+                await asyncio.wait(sending, timeout=max(self.stop_clock.left(_SEND_ANSWERS_S), _LAST_WAIT_S))
         finally:
+            self.stopping.set()
+            left = self.stop_clock.left
             server.close()
             for writer in self._open.values():
                 writer.close()
             tasks = list(self._open)
             for task in tasks:
                 task.cancel()
+            # Cancelled, they end at once: these bounds are for a hang, and share the stop's.
             if tasks:
-                await asyncio.wait(tasks, timeout=5.0)
+                await asyncio.wait(tasks, timeout=max(left(5.0), _LAST_WAIT_S))
             watches = list(self._watches)  # also those the cancelled connections just left
             for watch in watches:
                 watch.cancel()
             if watches:
-                await asyncio.wait(watches, timeout=1.0)
+                await asyncio.wait(watches, timeout=max(left(1.0), _LAST_WAIT_S))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(server.wait_closed(), 5.0)
+                await asyncio.wait_for(server.wait_closed(), max(left(5.0), _LAST_WAIT_S))
             for lane in self.lanes.values():
                 lane.pool.shutdown(wait=False, cancel_futures=True)
 
@@ -401,12 +519,23 @@ class Server:
                 except SidecarError as exc:
                     await self._send(writer, error_frame(request_id_of(line), exc.code, str(exc)))
                     continue
+                if self.stopping.is_set():
+                    await self._send(writer, _stopping_frame(req))
+                    return
                 if req.op not in WRITE_OPS and _peer_closed(writer):
                     return  # sent and hung up at once: nobody reads the answer
-                answer = await self._unless_hung_up(self.run(req), reader, writer, buf)
+                # Taken up in the same step as the check of ``stopping`` above: a stop beginning
+                # before its task first runs drains it (it was missed, registered a turn later).
+                taken = self._take_up(req)
+                try:
+                    answer = await self._unless_hung_up(self.run(req, taken), reader, writer, buf)
+                finally:
+                    self._answers.pop(taken, None)  # answered, or its client hung up
                 if answer is None:
                     return
                 await self._send(writer, answer)
+                if self.stopping.is_set():
+                    return  # answered during a stop: the connection closes
         finally:
             self.buffered -= len(buf)
 
@@ -519,6 +648,22 @@ class Server:
     async def _send(self, writer: asyncio.StreamWriter, frame: bytes) -> None:
         writer.write(frame)
         await asyncio.wait_for(writer.drain(), _WRITE_TIMEOUT)
+
+
+def _stopping_frame(req: Request) -> bytes:
+    return error_frame(req.id, "busy", stopping_message(quoted(req.op)))
+
+
+def _copy_result(done: Future[bytes], answer: asyncio.Future[bytes]) -> None:
+    """``done``'s outcome into ``answer``, unless a stop answered it already."""
+    if answer.done():
+        return
+    if done.cancelled():
+        answer.cancel()
+    elif (exc := done.exception()) is not None:
+        answer.set_exception(exc)
+    else:
+        answer.set_result(done.result())
 
 
 async def _closed_later(writer: asyncio.StreamWriter) -> bool:
