@@ -68,6 +68,7 @@ PERIODS = [
     ("on the 30th of November", "2026-11-30", "2026-11-30"),
     ("am 30.11", "2026-11-30", "2026-11-30"),
     ("am 30.11.2025", "2025-11-30", "2025-11-30"),
+    ("on 2026-11-25", "2026-11-25", "2026-11-25"),
 ]
 SINCE_FORMS = ["since {}", "seit {}", "seit dem {}", "from {} on"]
 
@@ -731,6 +732,26 @@ def test_a_weekday_that_names_no_day_gone_by_stays_words(said: str) -> None:
     title, or with its date after it is no window."""
     f = split_filters(said, TODAY)[1]
     assert (f.since, f.phrase) == (None, None), (said, f)
+
+
+@pytest.mark.parametrize(
+    ("said", "day"),
+    [
+        ("what did I do on 2026-11-25", "2026-11-25"),
+        ("Was war am 2026-11-25?", "2026-11-25"),
+        ("notes from 2026-11-25", "2026-11-25"),
+        ("Notizen vom 2026-11-25", "2026-11-25"),
+        ("what's planned on 2027-01-05?", "2027-01-05"),  # a day written out is that day
+        ("on 2026-11-25 to 2026-11-27", None),  # a range: words
+        ("am 2026-13-45", None),  # no day
+        ("2026-11-25", None),  # alone: the daily note's name, found by its words
+    ],
+)
+def test_an_iso_day_after_on_am_or_notes_from_is_that_day(said: str, day: str | None) -> None:
+    """The default daily-note name and how agents write days: "what did I do on 2026-11-25" was
+    words, and recall injected another day's note."""
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.until) == (day, day), (said, f)
 
 
 @pytest.mark.parametrize(

@@ -342,6 +342,10 @@ def _numeric_day(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     return _named_day(t, m[1], int(m[2]), m[3], ahead=r.ahead, gone=r.gone)
 
 
+def _iso_day(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+    return _one(parse_day(m[1], t, name="day"))
+
+
 def _gone(day: PhraseWindow) -> PhraseWindow:
     """A day notes are "from": one gone by, whatever the question ("what's on the note from
     December 1?" opens as an agenda question does, and read the December to come)."""
@@ -475,6 +479,9 @@ _PERIODS: tuple[Phrase, ...] = (
     # a day after "on" or "am" (see _DAY_FORMS)
     *((r"(?:on|am)\s+" + pat, fn) for pat, fn in _DAY_FORMS),
     (r"am\s+" + _NUMERIC_DAY, _numeric_day),
+    # an ISO day after "on"/"am" or notes "from"/"vom" it: the default daily-note name, and how
+    # agents write days ("what did I do on 2026-11-25" was words, and recall injected another day)
+    (r"(?:(?:on|am)\s+|" + _NOTES_FROM + ")" + _ISO_DAY + r"(?![\d-])" + _NO_RANGE, _iso_day),
 )
 # Days that are no period to count "since" from: a weekday alone (see _weekday_near; "since
 # Thursday" is in _SINCE_ONLY) and the day notes are "from" (a day gone by, see _gone).
