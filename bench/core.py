@@ -80,14 +80,16 @@ def index_phases(vault: Path, home: Path) -> dict[str, Any]:
     model = slot.model
     assert model is not None
     prepare, write = Timer(), Timer()
-    unwrapped = indexer_mod.prepare
-    indexer_mod.prepare = prepare.wrap(unwrapped)  # type: ignore[assignment]
+    # A note is read and parsed (``draft``), then cut (``finish``): both are "scan + parse".
+    unwrapped = indexer_mod.draft, indexer_mod.finish
+    indexer_mod.draft = prepare.wrap(unwrapped[0])  # type: ignore[assignment]
+    indexer_mod.finish = prepare.wrap(unwrapped[1])  # type: ignore[assignment]
     indexer.writer.write = write.wrap(indexer.writer.write)  # type: ignore[method-assign]
     t0 = time.perf_counter()
     try:
         summary = indexer.sweep()
     finally:
-        indexer_mod.prepare = unwrapped
+        indexer_mod.draft, indexer_mod.finish = unwrapped
     sweep_s = time.perf_counter() - t0
     chunks = stores.manifest.chunk_count()
     tokens = sum(r[0] for r in stores.manifest._query("SELECT tokens FROM chunks"))
