@@ -431,6 +431,9 @@ _PERIODS: tuple[Phrase, ...] = (
     # "2 weeks ago", "vor zwei Wochen": that week, Monday to Sunday
     (r"(an?|" + _NUM[1:] + r"\s+weeks?\s+ago", lambda t, m, r: _week(t, _num(m[1]), r.week_start)),
     (r"vor\s+" + _NUM + r"\s+wochen?", lambda t, m, r: _week(t, _num(m[1]), r.week_start)),
+    # "a month ago", "vor zwei Monaten": that month, as "last month" is the month before this one
+    (r"(an?|" + _NUM[1:] + r"\s+months?\s+ago", lambda t, m, r: _month(t, _num(m[1]))),
+    (r"vor\s+" + _NUM + r"\s+monate?n?", lambda t, m, r: _month(t, _num(m[1]))),
     # A weekday with its week ("letzte Woche Dienstag", "Tuesday last week"): that day.
     (_ON_WD + r"\s+(?:of\s+)?" + _LAST_WEEK, lambda t, m, r: _weekday_of_week(t, 1, m[1], r.week_start)),
     (_LAST_WEEK + r"(?:\s+(?:on|am))?\s+" + _WD, lambda t, m, r: _weekday_of_week(t, 1, m[1], r.week_start)),
