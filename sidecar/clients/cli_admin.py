@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 import time
@@ -71,7 +70,7 @@ def cmd_serve(args: argparse.Namespace, cfg: Config) -> int:
     from sidecar.runtime import heap, logs
 
     heap.tune()  # before the stores' native threads exist
-    from sidecar.daemon.lifecycle import Daemon
+    from sidecar.daemon.lifecycle import Daemon, exit_now
 
     _check_vault(args, cfg, serving=True)
     logs.setup(cfg.logging.level, journald=cfg.journald)
@@ -92,9 +91,7 @@ def cmd_serve(args: argparse.Namespace, cfg: Config) -> int:
         # 134, "terminate called without an active exception"), and it would wait for ever on a
         # read hung on a share. Everything is closed by now, or a write still runs past both
         # bounds (its stores' files are left as a crash leaves them: a code of its own says so).
-        logging.shutdown()
-        sys.stdout.flush()
-        os._exit(int(ExitCode.OK if stopped else ExitCode.STOP_ABANDONED))
+        exit_now(int(ExitCode.OK if stopped else ExitCode.STOP_ABANDONED))
     return int(ExitCode.OK)
 
 

@@ -19,11 +19,15 @@ from sidecar.contracts.errors import SidecarError
 _ETA_EVERY = 60.0  # seconds between two "vectors: ... left" lines
 
 
+def _continuous_pending(idx: dict[str, Any]) -> int:
+    """health's chunks waiting for a vector that notes written continuously just added."""
+    return int((idx.get("continuous") or {}).get("pending_vectors") or 0)
+
+
 def backlog(idx: dict[str, Any]) -> int:
     """health's chunks waiting for a vector, but those of notes written continuously (each of their
     indexings leaves a few, computed at once: no backlog to wait for or to report as one)."""
-    continuous = idx.get("continuous") or {}
-    return max(int(idx["pending_vectors"]) - int(continuous.get("pending_vectors") or 0), 0)
+    return max(int(idx["pending_vectors"]) - _continuous_pending(idx), 0)
 
 
 def all_vectors_words(idx: dict[str, Any]) -> str:
@@ -31,7 +35,7 @@ def all_vectors_words(idx: dict[str, Any]) -> str:
     only), every chunk within it: the line must not say all while the next one says some have none
     (nor while chunks of a note written continuously wait: all but those, said which)."""
     capped = idx.get("keyword_only")
-    left = int((idx.get("continuous") or {}).get("pending_vectors") or 0)
+    left = _continuous_pending(idx)
     but = f" but the {left:,} a note written continuously just added" if left else ""
     if not capped:
         return f"every chunk{but} has a vector"

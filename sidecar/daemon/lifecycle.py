@@ -20,6 +20,7 @@ import os
 import random
 import signal
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -161,7 +162,7 @@ class Daemon:
         self._reload_lock = threading.Lock()
         self.stuck = False  # a worker still ran (in native code) when the stop gave up waiting
         self.stopped = threading.Event()  # set once the stop closed the stores (``_close_stores``)
-        self._exit: Callable[[int], Any] = _exit_now  # a forced stop's (tests record it)
+        self._exit: Callable[[int], Any] = exit_now  # a forced stop's (tests record it)
         self.stop_clock = StopClock()  # one deadline for every wait of the stop, the server's too
         self._said_stopping = False
 
@@ -1077,8 +1078,11 @@ class Daemon:
         return stuck
 
 
-def _exit_now(code: int) -> None:
+def exit_now(code: int) -> None:
+    """Leave the process at once, the logs flushed (no interpreter exit: it would wait on a worker
+    still running, or tear down under one inside native code)."""
     logging.shutdown()
+    sys.stdout.flush()
     os._exit(code)
 
 
