@@ -1,7 +1,7 @@
 """What an agent's ``.trash`` folder holds: the texts a write replaced or a delete removed, named
 ``<slug>--<time>.md``, and the ledger that counts them against the caps without listing the folder
-on every write. Imports confine only; the inbox (:mod:`sidecar.memory.inbox`) decides what is kept
-and when the caps are applied.
+on every write. Imports confine only; the inbox (:mod:`sidecar.memory.inbox`, its pruning in
+:mod:`sidecar.memory.retention`) decides what is kept and when the caps are applied.
 """
 
 from __future__ import annotations
@@ -25,6 +25,16 @@ TRASH_TEMP = re.compile(r"^\.[a-z0-9][a-z0-9_-]*--\d{8}T\d{12}\.[0-9a-f]{8}\.tmp
 
 def trash_dir(inbox_fd: int, *, create: bool = True) -> int:
     return open_private_dir(inbox_fd, ".trash", create=create, what="the trash folder")
+
+
+class Fd:
+    """A folder's descriptor, for ``contextlib.closing``."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 def is_time(stamp: str) -> bool:
