@@ -1012,7 +1012,7 @@ def test_the_days_of_notes_are_read_once_per_change(tmp_path: Path, make_cfg: An
 def test_date_properties_as_vaults_write_them(properties: dict[str, Any], day: str) -> None:
     """A note's day from its properties in the forms Obsidian vaults hold (a list, an unquoted link
     to the daily note, a capital key, slashes, the vault's own daily format); only a valid day."""
-    from sidecar.stores.manifest import note_date
+    from sidecar.stores.noteday import note_date
 
     assert note_date(json.dumps(properties), "vault/Notes/x", (("DD.MM.YYYY", ""),)) == day
     # A memory note's own write stamps date nothing; its 'date' does.
