@@ -371,6 +371,26 @@ def test_only_a_note_indexed_again_and_again_counts_as_written_continuously() ->
     assert hot.continuous() == {}
 
 
+def _hot_after_a_sweep(h: Harness) -> tuple[Clock, HotNotes]:
+    """Sweep, then count each note indexed as costing 5 s in hot notes on a clock the test moves
+    (an index loop made over them, never run)."""
+    h.sweep()
+    clock = Clock()
+    hot = HotNotes(clock)
+    IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None, hot=hot)
+    h.indexer.on_indexed = lambda costs, written: hot.indexed(dict.fromkeys(costs, 5.0), written)
+    return clock, hot
+
+
+def _save_three_times(h: Harness, clock: Clock, log: Path) -> None:
+    """A line appended to the note three times a minute apart, each save indexed at once."""
+    for word in ("zebra", "yak", "okapi"):
+        clock.now += 60.0
+        with log.open("a", encoding="utf-8") as fh:
+            fh.write(f"- {word} synced\n")
+        h.indexer.sweep(only=frozenset(), paths=[str(log)])
+
+
 def test_answers_do_not_count_a_note_written_continuously_as_waiting(make_cfg: Any, vault: Path) -> None:
     """While a note is written continuously, the chunks each of its indexings leaves without a
     vector are not counted as waiting by an answer's notice (they are found by their words at
@@ -379,17 +399,8 @@ def test_answers_do_not_count_a_note_written_continuously_as_waiting(make_cfg: A
     write(vault / "Other.md", "# Other\n\nNothing yet.\n")
     h = Harness(make_cfg(vault), FakeEmbedder())
     try:
-        h.sweep()
-        clock = Clock()
-        hot = HotNotes(clock)
-        IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None, hot=hot)
-        h.indexer.on_indexed = lambda costs, written: hot.indexed(dict.fromkeys(costs, 5.0), written)
-        log = vault / "Sync log.md"
-        for word in ("zebra", "yak", "okapi"):
-            clock.now += 60.0
-            with log.open("a", encoding="utf-8") as fh:
-                fh.write(f"- {word} synced\n")
-            h.indexer.sweep(only=frozenset(), paths=[str(log)])
+        clock, hot = _hot_after_a_sweep(h)
+        _save_three_times(h, clock, vault / "Sync log.md")
         assert set(hot.continuous()) == {"vault/Sync log"}
         retriever = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
         result = retriever.search(SearchRequest("okapi", 10, 0.0))
@@ -504,18 +515,10 @@ def test_a_long_note_saved_three_times_leaves_out_only_what_its_last_indexing_ad
     write(vault / "Other.md", "# Other\n\nNothing yet.\n")
     h = Harness(make_cfg(vault), FakeEmbedder())
     try:
-        h.sweep()
-        clock = Clock()
-        hot = HotNotes(clock)
-        IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None, hot=hot)
-        h.indexer.on_indexed = lambda costs, written: hot.indexed(dict.fromkeys(costs, 5.0), written)
+        clock, hot = _hot_after_a_sweep(h)
         log = vault / "Sync log.md"
         write(log, _log_note(30))
-        for word in ("zebra", "yak", "okapi"):
-            clock.now += 60.0
-            with log.open("a", encoding="utf-8") as fh:
-                fh.write(f"- {word} synced\n")
-            h.indexer.sweep(only=frozenset(), paths=[str(log)])
+        _save_three_times(h, clock, log)
         caps = hot.continuous()
         pending = h.stores.manifest.pending_count()
         assert set(caps) == {"vault/Sync log"} and 0 < caps["vault/Sync log"] < 5 and pending >= 30
