@@ -966,6 +966,22 @@ def test_no_file_handles_left_in_a_count_moves_no_agents_index_aside(make_cfg: A
         h.close()
 
 
+def _keyword_search_out_of_handles(h: Harness, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Sweep, then have every keyword search fail for want of file handles (as Tantivy says it)
+    until ``monkeypatch.undo()``; returns the keyword index."""
+    from sidecar.stores.bm25_folder import engine
+
+    h.sweep()
+    bm25 = h.stores.bm25
+
+    def out_of_handles(*args: Any, **kw: Any) -> Any:
+        with engine("search"):
+            raise ValueError("Failed to open file for read: Too many open files (os error 24)")
+
+    monkeypatch.setattr(bm25, "search", out_of_handles)
+    return bm25
+
+
 def test_a_keyword_search_out_of_file_handles_gets_no_index_rebuilt(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -973,18 +989,10 @@ def test_a_keyword_search_out_of_file_handles_gets_no_index_rebuilt(
     from vectors, and nothing is reported for the repair, which moves nothing aside. Was:
     reported as a failing keyword index, and the whole index was moved aside and refilled."""
     from sidecar.daemon.repairs import RepairPolicy
-    from sidecar.stores.bm25_folder import engine
 
     h = Harness(make_cfg(vault), FakeEmbedder())
     try:
-        h.sweep()
-        bm25 = h.stores.bm25
-
-        def out_of_handles(*args: Any, **kw: Any) -> Any:
-            with engine("search"):
-                raise ValueError("Failed to open file for read: Too many open files (os error 24)")
-
-        monkeypatch.setattr(bm25, "search", out_of_handles)
+        bm25 = _keyword_search_out_of_handles(h, monkeypatch)
         assert search(h, "spark plugs")  # from vectors alone
         assert h.problems.active_in("keyword_search") is None
         monkeypatch.undo()
@@ -1004,18 +1012,10 @@ def test_a_keyword_search_out_of_file_handles_is_said_in_status_until_one_works(
 
     from sidecar.daemon.repairs import RepairPolicy
     from sidecar.search.retrieval import NO_HANDLES
-    from sidecar.stores.bm25_folder import engine
 
     h = Harness(make_cfg(vault), FakeEmbedder())
     try:
-        h.sweep()
-        bm25 = h.stores.bm25
-
-        def out_of_handles(*args: Any, **kw: Any) -> Any:
-            with engine("search"):
-                raise ValueError("Failed to open file for read: Too many open files (os error 24)")
-
-        monkeypatch.setattr(bm25, "search", out_of_handles)
+        bm25 = _keyword_search_out_of_handles(h, monkeypatch)
         assert search(h, "spark plugs")  # from vectors alone
         said = json.dumps(h.problems.describe())
         assert "keyword search fails: no file handles left" in said and "answering by meaning" in said, said
