@@ -1,8 +1,10 @@
-"""Helpers for the index tests: store counts, a search, a closed index, a damaged vector table."""
+"""Helpers for the index tests: store counts, a search, a closed index, an index loop the test
+steps, a damaged vector table."""
 
 from __future__ import annotations
 
 import hashlib
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,23 @@ def search(h: Harness, query: str, **kw: Any) -> list[dict[str, Any]]:
     r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
     hits = r.search(SearchRequest(query, kw.pop("limit", 10), kw.pop("min_score", 0.0), **kw)).hits
     return [hit_json(hit) for hit in hits]
+
+
+def index_loop_of(server: Any, *, rebuilds: bool = False) -> Any:
+    """An index loop over an in-process server's stores, never run (the test takes its jobs),
+    that the server's `index` requests go to: the sweeps asked for and the count of those done
+    (with ``rebuilds``, whether a rebuild runs or is queued too)."""
+    from sidecar.daemon.indexing import IndexLoop
+
+    h = server.harness
+    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+    service = server.handlers.service
+    service.request_sweep = loop.request_sweep
+    service.asked_done = lambda: loop.asked_done
+    if rebuilds:
+        service.rebuilding = loop.rebuilding
+        service.rebuild_queued = loop.rebuild_queued
+    return loop
 
 
 def truncate_vector_data(cfg: Any) -> None:

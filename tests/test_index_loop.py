@@ -25,7 +25,7 @@ from sidecar.daemon.watchdog import status_line
 from sidecar.notes.links import LinkGraph
 from sidecar.runtime import backoff
 from tests.conftest import KEYWORD_ONLY, FakeEmbedder, Harness, write
-from tests.index_helpers import search
+from tests.index_helpers import index_loop_of, search
 
 
 @pytest.fixture
@@ -957,12 +957,7 @@ def test_index_rebuild_waits_for_its_own_sweep(
 
     server = serve_in_process()
     h = server.harness
-    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
-    service = server.handlers.service
-    service.request_sweep = loop.request_sweep
-    service.asked_done = lambda: loop.asked_done
-    service.rebuilding = loop.rebuilding
-    service.rebuild_queued = loop.rebuild_queued
+    loop = index_loop_of(server, rebuilds=True)
     polled = threading.Semaphore(0)
     health = server.handlers.health
 
@@ -1025,10 +1020,7 @@ def test_index_returns_once_its_own_sweep_is_done_on_a_busy_daemon(
 
     server = serve_in_process()
     h = server.harness
-    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
-    service = server.handlers.service
-    service.request_sweep = loop.request_sweep
-    service.asked_done = lambda: loop.asked_done
+    loop = index_loop_of(server)
     write(vault / "Later.md", "# Later\n\nRead by the sweep asked for; no backfill embeds it here.\n")
     busy, release = threading.Event(), threading.Event()
     health, index_files = server.handlers.health, h.indexer.index_files
@@ -1083,10 +1075,7 @@ def test_index_waits_for_the_vectors_of_its_sweep(
 
     server = serve_in_process()
     h = server.harness
-    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
-    service = server.handlers.service
-    service.request_sweep = loop.request_sweep
-    service.asked_done = lambda: loop.asked_done
+    loop = index_loop_of(server)
     write(vault / "Fresh.md", "# Fresh\n\nA note the sweep asked for reads; its vectors come later.\n")
     health = server.handlers.health
     seen: list[int] = []
@@ -1123,11 +1112,7 @@ def test_only_index_requests_are_numbered(serve_in_process: Any) -> None:
     same sequence, and a first `index` request got ticket 3 and saw ``asked_done`` move with
     sweeps nobody asked for."""
     server = serve_in_process()
-    h = server.harness
-    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
-    service = server.handlers.service
-    service.request_sweep = loop.request_sweep
-    service.asked_done = lambda: loop.asked_done
+    loop = index_loop_of(server)
     loop.schedule_sweep()  # the start's sweep
     loop.schedule_sweep(audit=False)  # a reload's new exclusions
     for _ in range(2):

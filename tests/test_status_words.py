@@ -17,6 +17,7 @@ from sidecar.contracts.errors import RemoteError, SidecarError
 from sidecar.model.embedder import EmbedderSlot
 from tests.conftest import KEYWORD_ONLY, Harness, write
 from tests.in_process import InProcessServer
+from tests.index_helpers import index_loop_of
 
 Serve = Callable[..., InProcessServer]
 BIG = 3_000  # bytes of the note over a limit of 1,024
@@ -215,16 +216,9 @@ def test_a_rebuild_queued_behind_a_sweep_is_said_queued_with_the_sweeps_progress
     under way: indexing 0/1 notes", the progress of that sweep, before the rebuild began. It says
     the rebuild is queued behind the sweep under way, and the progress is the rebuild's once it
     runs."""
-    from sidecar.daemon.indexing import IndexLoop
-
     server = serve_in_process()
     h = server.harness
-    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
-    service = server.handlers.service
-    service.request_sweep = loop.request_sweep
-    service.asked_done = lambda: loop.asked_done
-    service.rebuilding = loop.rebuilding
-    service.rebuild_queued = loop.rebuild_queued
+    loop = index_loop_of(server, rebuilds=True)
     write(vault / "Saved.md", "# Saved\n\nA note saved while the rebuild is asked.\n")
     reading, release = threading.Event(), threading.Event()
     index_files = h.indexer.index_files
