@@ -106,6 +106,32 @@ def _layout_2_index(cfg: Any) -> None:
     (bm25 / "layout.json").write_text('{"layout": 2}\n')
 
 
+def _kept_layout_2(make_cfg: Any, vault: Path, *, inbox: bool = False) -> Any:
+    """A config over ``vault`` whose index was swept and closed, its keyword index then written
+    anew as layout 2 wrote it (with ``inbox``, agent alpha's empty inbox made first)."""
+    cfg = make_cfg(vault)
+    if inbox:
+        (cfg.agents_dir / "alpha" / "memory").mkdir(parents=True)
+    index_and_close(cfg)
+    _layout_2_index(cfg)
+    return cfg
+
+
+def _swapped_in_will_not_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The upgrade's open of the index swapped in (``bm25``) fails for want of file handles; any
+    other folder opens."""
+    import sidecar.index.upgrade as upgrade
+    from sidecar.contracts.errors import StoreError
+    from sidecar.stores.bm25 import Bm25Index
+
+    def opened(path: Path, **kw: Any) -> Bm25Index:
+        if path.name == "bm25":
+            raise StoreError(f"BM25 index {path} cannot be opened: Too many open files")
+        return Bm25Index(path, **kw)
+
+    monkeypatch.setattr(upgrade, "Bm25Index", opened)
+
+
 def _found(h: Harness, query: str) -> set[str]:
     """The notes the keyword arm finds for ``query`` (file names)."""
     hits = search(h, query, sources=["vault", "memory"])
@@ -220,10 +246,7 @@ def test_memory_written_during_the_refill_is_in_the_new_index(
     from sidecar.stores.versions import bm25_layout
 
     entered, release = held
-    cfg = make_cfg(underscores)
-    (cfg.agents_dir / "alpha" / "memory").mkdir(parents=True)
-    index_and_close(cfg)
-    _layout_2_index(cfg)
+    cfg = _kept_layout_2(make_cfg, underscores, inbox=True)
     h = Harness(cfg, FakeEmbedder())
     try:
         thread = _start_sweep(h)
@@ -252,9 +275,7 @@ def test_a_stopped_refill_leaves_the_old_index_and_the_next_start_finishes(
     from sidecar.stores.versions import bm25_layout
 
     entered, release = held
-    cfg = make_cfg(underscores)
-    index_and_close(cfg)
-    _layout_2_index(cfg)
+    cfg = _kept_layout_2(make_cfg, underscores)
     h = Harness(cfg, FakeEmbedder())
     stop = threading.Event()
     try:
@@ -325,9 +346,7 @@ def test_a_full_disk_during_the_refill_leaves_the_old_index_answering(
     from sidecar.stores import bm25 as bm25_mod
     from sidecar.stores.versions import bm25_layout
 
-    cfg = make_cfg(underscores)
-    index_and_close(cfg)
-    _layout_2_index(cfg)
+    cfg = _kept_layout_2(make_cfg, underscores)
     real = bm25_mod.Bm25Index.commit
 
     def commit(self: Any) -> None:
@@ -381,9 +400,7 @@ def test_the_read_only_open_reads_a_layout_2_index_as_it_is(make_cfg: Any, under
     from sidecar.model.embedder import EmbedderSlot
     from tests.index_helpers import snapshot
 
-    cfg = make_cfg(underscores)
-    index_and_close(cfg)
-    _layout_2_index(cfg)
+    cfg = _kept_layout_2(make_cfg, underscores)
     before = snapshot(cfg.index_dir / "bm25")
     parts = build_read_only(cfg, EmbedderSlot())
     try:
@@ -401,20 +418,10 @@ def test_a_failed_open_of_the_swapped_in_index_leaves_a_usable_index(
 ) -> None:
     """The new index fails to open after the two renames: the swap is undone and the old index
     opened again (kept closed and renamed, every write failed, "IndexWriter was consumed")."""
-    import sidecar.index.upgrade as upgrade
-    from sidecar.contracts.errors import StoreError
-    from sidecar.stores.bm25 import Bm25Index
 
-    cfg = make_cfg(underscores)
-    index_and_close(cfg)
-    _layout_2_index(cfg)
+    cfg = _kept_layout_2(make_cfg, underscores)
 
-    def opened(path: Path, **kw: Any) -> Bm25Index:
-        if path.name == "bm25":
-            raise StoreError(f"BM25 index {path} cannot be opened: Too many open files")
-        return Bm25Index(path, **kw)
-
-    monkeypatch.setattr(upgrade, "Bm25Index", opened)
+    _swapped_in_will_not_open(monkeypatch)
     h = Harness(cfg, FakeEmbedder())
     try:
         h.sweep()
@@ -437,10 +444,7 @@ def test_a_search_holding_the_old_index_after_the_swap_opens_no_inbox_in_a_remov
     """A search that took the old index before the swap, opening an agent's inbox after it
     (inboxes open lazily), reads the new index: the old one made ``bm25.previous`` again (an
     empty index in the folder the swap removed) and answered without that agent's memory."""
-    cfg = make_cfg(underscores)
-    (cfg.agents_dir / "alpha" / "memory").mkdir(parents=True)
-    index_and_close(cfg)
-    _layout_2_index(cfg)
+    cfg = _kept_layout_2(make_cfg, underscores, inbox=True)
     h = Harness(cfg, FakeEmbedder())  # a layout-2 index: memory written into it before the upgrade
     try:
         path = cfg.agents_dir / "alpha/memory/quokka.md"
@@ -490,9 +494,7 @@ def test_without_room_for_a_second_index_the_upgrade_refills_in_place(
     refilled in place instead, as before the refill beside, and the upgrade ends."""
     from sidecar.stores.versions import bm25_layout
 
-    cfg = make_cfg(underscores)
-    index_and_close(cfg)
-    _layout_2_index(cfg)
+    cfg = _kept_layout_2(make_cfg, underscores)
     _no_room_beside(monkeypatch)
     h = Harness(cfg, FakeEmbedder())
     try:
@@ -515,9 +517,7 @@ def test_an_upgrade_failing_in_place_too_says_how_much_room_it_needs(
     MB the index's disk needs free, not only that the index could not be rebuilt."""
     from sidecar.index.upgrade import upgrade_bm25
 
-    cfg = make_cfg(underscores)
-    index_and_close(cfg)
-    _layout_2_index(cfg)
+    cfg = _kept_layout_2(make_cfg, underscores)
     _no_room_beside(monkeypatch, in_place_fails=True)
     h = Harness(cfg, FakeEmbedder())
     try:
@@ -579,10 +579,7 @@ def test_a_swap_undone_whose_old_index_will_not_open_either_heals_without_a_rest
     from sidecar.stores.versions import bm25_layout
     from tests.in_process import InProcessServer
 
-    cfg = make_cfg(underscores)
-    (cfg.agents_dir / "alpha" / "memory").mkdir(parents=True)
-    index_and_close(cfg)
-    _layout_2_index(cfg)
+    cfg = _kept_layout_2(make_cfg, underscores, inbox=True)
     h = Harness(cfg, FakeEmbedder())
     try:
         fault = _NoHandles(monkeypatch)
@@ -635,9 +632,7 @@ def test_an_in_place_refill_whose_index_will_not_open_heals_without_a_restart(
     from sidecar.contracts.errors import StoreError
     from sidecar.index.upgrade import upgrade_bm25
 
-    cfg = make_cfg(underscores)
-    index_and_close(cfg)
-    _layout_2_index(cfg)
+    cfg = _kept_layout_2(make_cfg, underscores)
     _no_room_beside(monkeypatch)
     h = Harness(cfg, FakeEmbedder())
     try:
@@ -664,10 +659,7 @@ def test_an_undone_swap_leaves_the_old_object_pointing_at_the_index(
     inbox there (removed at the next start), answering without the agent's memory."""
     from sidecar.index.upgrade import upgrade_bm25
 
-    cfg = make_cfg(underscores)
-    (cfg.agents_dir / "alpha" / "memory").mkdir(parents=True)
-    index_and_close(cfg)
-    _layout_2_index(cfg)
+    cfg = _kept_layout_2(make_cfg, underscores, inbox=True)
     h = Harness(cfg, FakeEmbedder())
     try:
         path = cfg.agents_dir / "alpha/memory/quokka.md"
@@ -701,9 +693,7 @@ def test_status_says_an_in_place_refill_finds_nothing_until_it_ends(
     from sidecar.clients.cli_render import render_status
 
     entered, release = held
-    cfg = make_cfg(underscores)
-    index_and_close(cfg)
-    _layout_2_index(cfg)
+    cfg = _kept_layout_2(make_cfg, underscores)
     _no_room_beside(monkeypatch)
     h = Harness(cfg, FakeEmbedder())
     thread = None
@@ -736,9 +726,7 @@ def test_a_failed_in_place_refill_is_no_problem_once_a_later_refill_succeeds(
     (space freed): its problem ("searches find no words") stayed until the next start."""
     from sidecar.index.upgrade import upgrade_bm25
 
-    cfg = make_cfg(underscores)
-    index_and_close(cfg)
-    _layout_2_index(cfg)
+    cfg = _kept_layout_2(make_cfg, underscores)
     _no_room_beside(monkeypatch, in_place_fails=True)
     h = Harness(cfg, FakeEmbedder())
     try:
@@ -812,9 +800,7 @@ def test_a_search_failing_on_the_lost_index_reporting_after_the_reopen_moves_not
     import sidecar.search.retrieval as retrieval
     from sidecar.index.upgrade import upgrade_bm25
 
-    cfg = make_cfg(underscores)
-    index_and_close(cfg)
-    _layout_2_index(cfg)
+    cfg = _kept_layout_2(make_cfg, underscores)
     h = Harness(cfg, FakeEmbedder())
     try:
         fault = _NoHandles(monkeypatch)
@@ -856,9 +842,7 @@ def test_an_in_place_removal_cut_part_way_heals_once_handles_are_free(
     refills it from the manifest."""
     import sidecar.index.upgrade as upgrade
 
-    cfg = make_cfg(underscores)
-    index_and_close(cfg)
-    _layout_2_index(cfg)
+    cfg = _kept_layout_2(make_cfg, underscores)
     _no_room_beside(monkeypatch)
     h = Harness(cfg, FakeEmbedder())
     try:
@@ -893,9 +877,7 @@ def test_a_lost_index_whose_files_are_damaged_is_moved_aside_and_refilled_by_the
     anew, refilled from the manifest, as a start does."""
     from sidecar.index.upgrade import upgrade_bm25
 
-    cfg = make_cfg(underscores)
-    index_and_close(cfg)
-    _layout_2_index(cfg)
+    cfg = _kept_layout_2(make_cfg, underscores)
     h = Harness(cfg, FakeEmbedder())
     try:
         fault = _NoHandles(monkeypatch)
@@ -953,9 +935,7 @@ def test_a_reopen_failing_on_the_manifest_is_tried_again_later(
     from sidecar.index.upgrade import upgrade_bm25
     from sidecar.stores.manifest import Manifest
 
-    cfg = make_cfg(underscores)
-    index_and_close(cfg)
-    _layout_2_index(cfg)
+    cfg = _kept_layout_2(make_cfg, underscores)
     _no_room_beside(monkeypatch)
     h = Harness(cfg, FakeEmbedder())
     try:
@@ -1034,21 +1014,11 @@ def test_a_swap_undone_beside_a_stale_undone_leaves_a_usable_index(
     """A start beside a ``bm25.undone`` that cannot be removed, whose upgrade's new index fails
     to open after the swap: the start goes on, the swap is undone, the old index answers and
     takes writes. Was: the undo raised on the leftover and no keyword index was open."""
-    import sidecar.index.upgrade as upgrade
-    from sidecar.contracts.errors import StoreError
-    from sidecar.stores.bm25 import Bm25Index
 
-    cfg = make_cfg(underscores)
-    index_and_close(cfg)
-    _layout_2_index(cfg)
+    cfg = _kept_layout_2(make_cfg, underscores)
     _unremovable_undone(cfg.index_dir, "a folder", monkeypatch)
 
-    def opened(path: Path, **kw: Any) -> Bm25Index:
-        if path.name == "bm25":
-            raise StoreError(f"BM25 index {path} cannot be opened: Too many open files")
-        return Bm25Index(path, **kw)
-
-    monkeypatch.setattr(upgrade, "Bm25Index", opened)
+    _swapped_in_will_not_open(monkeypatch)
     h = Harness(cfg, FakeEmbedder())
     try:
         h.sweep()
