@@ -5,6 +5,7 @@ stores close only once no request can touch them."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import socket
@@ -215,6 +216,20 @@ def _stopping_daemon(server: InProcessServer, dispatch: Dispatch) -> Any:
     return daemon
 
 
+@contextlib.contextmanager
+def _stopping_with_reads_held(server: InProcessServer) -> Iterator[tuple[HeldReads, Dispatch, Any]]:
+    """A daemon over the server's stores to stop, whose searches are held until released (they
+    are released, and its notifier closed, on the way out)."""
+    reads = HeldReads(server.handlers)
+    dispatch = Dispatch(reads)
+    daemon = _stopping_daemon(server, dispatch)
+    try:
+        yield reads, dispatch, daemon
+    finally:
+        reads.release.set()
+        daemon.notifier.close()
+
+
 def test_a_read_answered_timeout_long_before_holds_up_neither_the_drain_nor_the_stores_close(
     serve_in_process: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -223,13 +238,10 @@ def test_a_read_answered_timeout_long_before_holds_up_neither_the_drain_nor_the_
     (``request_outlasted_stop``) and never closed the stores. Now nobody waits for it: the drain
     is empty and the stores close at once; the read, once it returns, fails quietly ``busy``."""
     server: InProcessServer = serve_in_process()
-    reads = HeldReads(server.handlers)
-    dispatch = Dispatch(reads)
-    server.server.dispatch = dispatch.dispatch
-    server.server.request_timeout = 0.0  # the read overruns at once
-    server.server.drain_timeout = 0.0
-    daemon = _stopping_daemon(server, dispatch)
-    try:
+    with _stopping_with_reads_held(server) as (reads, dispatch, daemon):
+        server.server.dispatch = dispatch.dispatch
+        server.server.request_timeout = 0.0  # the read overruns at once
+        server.server.drain_timeout = 0.0
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(30)
             s.connect(str(server.socket))
@@ -249,9 +261,6 @@ def test_a_read_answered_timeout_long_before_holds_up_neither_the_drain_nor_the_
             threading.Event().wait(0.01)
         assert daemon.requests_left() == 0
         assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
-    finally:
-        reads.release.set()
-        daemon.notifier.close()
 
 
 def test_a_read_left_running_by_the_stop_fails_busy_on_the_closed_stores(
@@ -262,20 +271,17 @@ def test_a_read_left_running_by_the_stop_fails_busy_on_the_closed_stores(
     from sidecar.contracts.errors import BusyError
 
     server: InProcessServer = serve_in_process()
-    reads = HeldReads(server.handlers)
-    dispatch = Dispatch(reads)
-    daemon = _stopping_daemon(server, dispatch)
-    outcome: list[Any] = []
+    with _stopping_with_reads_held(server) as (reads, dispatch, daemon):
+        outcome: list[Any] = []
 
-    def read() -> None:
-        try:
-            outcome.append(dispatch.dispatch(parse_request(_SEARCH)))
-        except BusyError as exc:
-            outcome.append(exc)
+        def read() -> None:
+            try:
+                outcome.append(dispatch.dispatch(parse_request(_SEARCH)))
+            except BusyError as exc:
+                outcome.append(exc)
 
-    reading = threading.Thread(target=read)
-    reading.start()
-    try:
+        reading = threading.Thread(target=read)
+        reading.start()
         assert reads.entered.wait(30)
         server.close()
         daemon.shutdown()
@@ -286,9 +292,6 @@ def test_a_read_left_running_by_the_stop_fails_busy_on_the_closed_stores(
         if isinstance(outcome[0], BusyError):
             assert "the daemon is stopping" in str(outcome[0])
         assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
-    finally:
-        reads.release.set()
-        daemon.notifier.close()
 
 
 def test_a_read_whose_client_hung_up_is_not_drained(
