@@ -15,7 +15,6 @@ import os
 import stat
 import threading
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING
 
 from sidecar.config import Config, valid_agent
 from sidecar.contracts.errors import SourceError
@@ -43,15 +42,18 @@ class Retention:
     _retired: threading.Condition
     _trashes: dict[str, Trash]
 
-    if TYPE_CHECKING:  # Inboxes' own
+    # Inboxes' own (the inbox's folders, its ledgers, its caps, its agents)
+    def _dirs(self, agent: str, *, create: bool) -> AbstractContextManager[tuple[int, int]]:
+        raise NotImplementedError
 
-        def _dirs(self, agent: str, *, create: bool) -> AbstractContextManager[tuple[int, int]]: ...
+    def _trash_of(self, agent: str) -> Trash:
+        raise NotImplementedError
 
-        def _trash_of(self, agent: str) -> Trash: ...
+    def _caps(self) -> tuple[int, int]:
+        raise NotImplementedError
 
-        def _caps(self) -> tuple[int, int]: ...
-
-        def _agent_names(self) -> list[str]: ...
+    def _agent_names(self) -> list[str]:
+        raise NotImplementedError
 
     def prune_trash(self, now: float | None = None) -> int:
         """Remove texts kept in the inboxes' .trash longer than ``memory.trashDays`` (their age is
