@@ -496,16 +496,23 @@ def test_memory_written_by_an_older_version_is_refilled_into_the_index_of_all_me
         h.close()
 
 
-def _idle_alpha_then_memory_all_damaged(make_cfg: Any, vault: Path) -> Any:
-    """Agents alpha and beta; alpha's own index removed as idle; then the index of every agent's
-    memory damaged while stopped (moved aside and refilled at the next start's first sweep)."""
-    cfg = _with_agents(make_cfg, vault, _NOTES)
+def _alpha_removed_as_idle(make_cfg: Any, vault: Path, notes: dict[str, dict[str, str]]) -> Any:
+    """The agents' ``notes`` indexed, then alpha's own keyword index removed as idle (its notes
+    aged 40 days); the stores closed."""
+    cfg = _with_agents(make_cfg, vault, notes)
     h = Harness(cfg, FakeEmbedder())
     try:
         _age(h.cfg, "alpha", 40)
         assert h.stores.bm25.remove_idle(30 * 86400) == ["alpha"]
     finally:
         h.close()
+    return cfg
+
+
+def _idle_alpha_then_memory_all_damaged(make_cfg: Any, vault: Path) -> Any:
+    """Agents alpha and beta; alpha's own index removed as idle; then the index of every agent's
+    memory damaged while stopped (moved aside and refilled at the next start's first sweep)."""
+    cfg = _alpha_removed_as_idle(make_cfg, vault, _NOTES)
     (cfg.index_dir / "bm25/memory-all/chunks/meta.json").write_text("{not json")
     return cfg
 
@@ -634,13 +641,7 @@ def test_idle_agents_memory_does_not_make_a_damaged_index_of_all_memory_rebuild_
     as idle as missing: with more of them than the vault's, it refilled the vault's index too,
     and a person's search read the agents' own indexes all that time."""
     many = {f"n{i}": f"# N{i}\n\nThe kayak of alpha, trip {i} to the lake.\n" for i in range(12)}
-    cfg = _with_agents(make_cfg, vault, {"alpha": many, "beta": _NOTES["beta"]})
-    h = Harness(cfg, FakeEmbedder())
-    try:
-        _age(h.cfg, "alpha", 40)
-        assert h.stores.bm25.remove_idle(30 * 86400) == ["alpha"]
-    finally:
-        h.close()
+    cfg = _alpha_removed_as_idle(make_cfg, vault, {"alpha": many, "beta": _NOTES["beta"]})
     bm25 = cfg.index_dir / "bm25"
     (bm25 / "memory-all/chunks/meta.json").write_text("{not json")
     vault_meta = (bm25 / "chunks/meta.json").read_bytes()
@@ -710,13 +711,7 @@ def test_read_only_an_agent_whose_index_was_removed_as_idle_is_told_its_memory_i
     from sidecar.model.embedder import EmbedderSlot
     from sidecar.search.retrieval import Retriever, SearchRequest
 
-    cfg = _with_agents(make_cfg, vault, _NOTES)
-    h = Harness(cfg, FakeEmbedder())
-    try:
-        _age(h.cfg, "alpha", 40)
-        assert h.stores.bm25.remove_idle(30 * 86400) == ["alpha"]
-    finally:
-        h.close()
+    cfg = _alpha_removed_as_idle(make_cfg, vault, _NOTES)
     slot = EmbedderSlot()
     parts = build_read_only(cfg, slot)
     try:
