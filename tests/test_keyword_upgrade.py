@@ -117,6 +117,18 @@ def _kept_layout_2(make_cfg: Any, vault: Path, *, inbox: bool = False) -> Any:
     return cfg
 
 
+def _alpha_writes_a_quokka(cfg: Any) -> None:
+    """Agent alpha's note about the quokka written and indexed at once; the stores closed."""
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        path = cfg.agents_dir / "alpha/memory/quokka.md"
+        write(path, "# Quokka\n\nAlpha keeps notes about the quokka.\n")
+        root = next(r for r in h.indexer.changes.roots() if r.name == "memory/alpha")
+        h.indexer.index_now(root, path)
+    finally:
+        h.close()
+
+
 def _swapped_in_will_not_open(monkeypatch: pytest.MonkeyPatch) -> None:
     """The upgrade's open of the index swapped in (``bm25``) fails for want of file handles; any
     other folder opens."""
@@ -445,14 +457,7 @@ def test_a_search_holding_the_old_index_after_the_swap_opens_no_inbox_in_a_remov
     (inboxes open lazily), reads the new index: the old one made ``bm25.previous`` again (an
     empty index in the folder the swap removed) and answered without that agent's memory."""
     cfg = _kept_layout_2(make_cfg, underscores, inbox=True)
-    h = Harness(cfg, FakeEmbedder())  # a layout-2 index: memory written into it before the upgrade
-    try:
-        path = cfg.agents_dir / "alpha/memory/quokka.md"
-        write(path, "# Quokka\n\nAlpha keeps notes about the quokka.\n")
-        root = next(r for r in h.indexer.changes.roots() if r.name == "memory/alpha")
-        h.indexer.index_now(root, path)
-    finally:
-        h.close()
+    _alpha_writes_a_quokka(cfg)  # a layout-2 index: memory written into it before the upgrade
     h = Harness(cfg, FakeEmbedder())  # alpha's inbox not opened yet in the old index
     try:
         old = h.stores.bm25
@@ -660,14 +665,7 @@ def test_an_undone_swap_leaves_the_old_object_pointing_at_the_index(
     from sidecar.index.upgrade import upgrade_bm25
 
     cfg = _kept_layout_2(make_cfg, underscores, inbox=True)
-    h = Harness(cfg, FakeEmbedder())
-    try:
-        path = cfg.agents_dir / "alpha/memory/quokka.md"
-        write(path, "# Quokka\n\nAlpha keeps notes about the quokka.\n")
-        root = next(r for r in h.indexer.changes.roots() if r.name == "memory/alpha")
-        h.indexer.index_now(root, path)
-    finally:
-        h.close()
+    _alpha_writes_a_quokka(cfg)
     h = Harness(cfg, FakeEmbedder())  # alpha's inbox not opened yet in the old index
     try:
         old = h.stores.bm25
