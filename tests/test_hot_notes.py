@@ -417,11 +417,11 @@ def test_answers_do_not_count_a_note_written_continuously_as_waiting(make_cfg: A
         h.close()
 
 
-def test_status_says_a_note_written_continuously_in_plain_words(
+def _served_written_continuously(
     serve_in_process: Callable[..., InProcessServer], vault: Path
-) -> None:
-    """health names the note written continuously with its chunks waiting; status and the agents'
-    status say it apart from a backlog, and an answer's notice leaves those chunks out."""
+) -> InProcessServer:
+    """A daemon served over the vault whose "Sync log" counts as written continuously, a line
+    just appended to it and indexed (its new chunks wait for their vectors)."""
     write(vault / "Sync log.md", _log_note(3))
     server = serve_in_process(vault)
     h = server.harness
@@ -430,6 +430,16 @@ def test_status_says_a_note_written_continuously_in_plain_words(
     with log.open("a", encoding="utf-8") as fh:
         fh.write("- okapi synced\n")
     h.indexer.sweep(only=frozenset(), paths=[str(log)])
+    return server
+
+
+def test_status_says_a_note_written_continuously_in_plain_words(
+    serve_in_process: Callable[..., InProcessServer], vault: Path
+) -> None:
+    """health names the note written continuously with its chunks waiting; status and the agents'
+    status say it apart from a backlog, and an answer's notice leaves those chunks out."""
+    server = _served_written_continuously(serve_in_process, vault)
+    h = server.harness
     health = server.call("health")
     idx = health["index"]
     assert idx["continuous"] == {
@@ -490,14 +500,8 @@ def test_with_the_model_failed_every_chunk_waiting_counts_a_continuous_notes_too
 ) -> None:
     """The chunks of a note written continuously are left out only while the model computes
     vectors: with it failed, status, the agents' status and `sidecar index` count them all."""
-    write(vault / "Sync log.md", _log_note(3))
-    server = serve_in_process(vault)
+    server = _served_written_continuously(serve_in_process, vault)
     h = server.harness
-    h.stores.continuous = lambda: {"vault/Sync log": 10**6}
-    log = vault / "Sync log.md"
-    with log.open("a", encoding="utf-8") as fh:
-        fh.write("- okapi synced\n")
-    h.indexer.sweep(only=frozenset(), paths=[str(log)])
     h.slot.state, h.slot.error = "failed", "no model here"
     health = server.call("health")
     idx = health["index"]
