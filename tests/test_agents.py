@@ -41,6 +41,7 @@ from sidecar.search.days import FilterError
 from sidecar.search.fusion import Candidate, Scale, Scored
 from sidecar.search.query import analyze, split_filters
 from sidecar.search.recall import _Coverage, _on_keywords
+from sidecar.search.results import last_change
 from sidecar.search.retrieval import Retriever
 from tests.conftest import KEYWORD_ONLY, FakeEmbedder, Harness, write
 from tests.in_process import InProcessServer
@@ -2273,6 +2274,48 @@ def test_a_note_dated_after_today_does_not_head_a_listing_of_filters_alone(serve
         "outcome"
     ]
     assert told == "hit #3, listed by the query's filters alone (newest first)", told
+
+
+def test_a_file_dated_in_the_future_does_not_head_listings_for_ever(served: Served) -> None:
+    """`touch -d 2031-01-01` (a sync tool, a camera, a VM clock ahead): the note headed every
+    open-ended listing ('since:2026-12-01'), 'dated 2031-01-01 by its last change'. An mtime more
+    than a day ahead stands for when the note was indexed, and the answer says the file's date lies
+    in the future; one a minute ahead (a NAS clock) is trusted."""
+    vault = served.cfg.vault.path
+    assert vault is not None
+    write(vault / "Uhr/Zukunft.md", "---\ntags: [uhr]\n---\n# Zukunft\n\nText.\n")
+    ahead = dt.datetime(2031, 1, 1, 12).timestamp()
+    os.utime(vault / "Uhr/Zukunft.md", (ahead, ahead))
+    served.h.sweep()
+    write(vault / "Uhr/Heute.md", "---\ntags: [uhr]\n---\n# Heute\n\nText.\n")
+    soon = time.time() + 60
+    os.utime(vault / "Uhr/Heute.md", (soon, soon))
+    served.h.sweep()
+    query = "tag:uhr since:2026-12-01"
+    out = served.call("search", {"query": query})
+    assert _refs(out) == ["vault/Uhr/Heute", "vault/Uhr/Zukunft"], out
+    heute, zukunft = out["hits"]
+    indexed = dt.date.today().isoformat()
+    assert zukunft["date"] == indexed and zukunft["modifiedAhead"] == "2031-01-01", zukunft
+    assert zukunft["datedBy"] == "modified" and "modifiedAhead" not in heute, heute
+    assert f"dated {indexed} by when it was indexed (its file's date 2031-01-01 lies in the future)" in (
+        text_of_search(query, out)
+    )
+    place = served.call("why", {"reference": "vault/Uhr/Zukunft", "query": query})["chunks"][0]["outcome"]
+    assert place.startswith("hit #2,"), place
+    # A window after today's date holds it no more.
+    assert served.call("search", {"query": "tag:uhr since:2030-01-01"})["listed"] == 0
+
+
+@pytest.mark.parametrize(
+    ("ahead_s", "trusted"), [(-86_400 * 30, True), (60, True), (86_400, True), (86_400 + 60, False)]
+)
+def test_an_mtime_up_to_a_day_ahead_is_trusted(ahead_s: float, trusted: bool) -> None:
+    now = 1_800_000_000.0
+    mtime_ns = int((now + ahead_s) * 1e9)
+    changed, future = last_change(mtime_ns, now - 5, now)
+    assert future is not trusted
+    assert changed == (mtime_ns if trusted else int((now - 5) * 1e9))
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -45,13 +46,39 @@ def to_hit(s: Scored, view: ChunkView, agent: str | None, *, mask_secrets: bool,
         masked=dict(masked),
         agent=view.agent or None,
         page_bm25_score=None if c.page_bm25 is None else round(c.page_bm25, 6),
-        date=(view.date or local_day(view.mtime_ns)) if dated else None,
+        date=(view.date or local_day(last_change(view.mtime_ns, view.indexed_at)[0])) if dated else None,
         dated_by=(view.dated_by or "modified") if dated else None,
+        modified_ahead=_ahead(view) if dated and not view.date else None,
     )
 
 
+# How far past now a file's mtime may lie and still be its last change. A NAS or a VM whose
+# clock runs minutes ahead, or a FAT/exFAT file (a camera, a USB stick) whose local time was
+# read in a zone up to 14 hours east, is still trusted; more than a day ahead is a wrong clock
+# (a sync tool, `touch -d 2031-01-01`), and such a note headed every newest-first listing and
+# every open-ended window (`since:yesterday`) for years.
+FUTURE_SLACK_S = 86_400.0
+
+
+def last_change(mtime_ns: int, indexed_at: float, now: float | None = None) -> tuple[int, bool]:
+    """When a note counts as last changed (ns), for every listing by date, date window and day
+    shown: its mtime, unless that lies more than ``FUTURE_SLACK_S`` past ``now``; then when
+    sidecar indexed that version (``now`` when not known), and True (the mtime is in the future)."""
+    now = time.time() if now is None else now
+    if mtime_ns <= (now + FUTURE_SLACK_S) * 1e9:
+        return mtime_ns, False
+    seen = indexed_at if 0 < indexed_at <= now else now
+    return int(seen * 1e9), True
+
+
+def _ahead(view: ChunkView) -> str | None:
+    """The local day of a note's mtime when that lies in the future (``last_change``)."""
+    return local_day(view.mtime_ns) if last_change(view.mtime_ns, view.indexed_at)[1] else None
+
+
 def local_day(mtime_ns: int) -> str:
-    """The local day of a file's last change: the day of a note that names none."""
+    """The local day of a time in ns (a note's last change, ``last_change``: the day of a note
+    that names none)."""
     return dt.datetime.fromtimestamp(mtime_ns / 1e9).date().isoformat()
 
 
