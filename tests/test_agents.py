@@ -2589,7 +2589,7 @@ def test_a_client_asks_a_daemon_older_than_today_again_without_it(
 ) -> None:
     """A daemon older than `today` refuses it as unknown ('unknown parameter(s) 'today''): search,
     recall, why and memory_search failed until it was restarted. The client asks once more without
-    it and sends it no more to that socket; any other refusal stays one."""
+    it and sends it no more on that connection; any other refusal stays one."""
     sent_today: list[str] = []
 
     def older(params: dict[str, Any], allowed: tuple[str, ...]) -> None:
@@ -2618,8 +2618,31 @@ def test_a_client_asks_a_daemon_older_than_today_again_without_it(
     ):
         assert command_for(argv[0])(build_parser().parse_args(argv), served.cfg) == 0, argv
     capsys.readouterr()
-    # Refused twice (the bogus one, then once): never sent to that socket again.
-    assert sent_today == ["garlic gestern", "garlic gestern"], sent_today
+    # Refused twice on the first connection (the bogus one, then once), never again on it; each
+    # later connection (memory_search's, each command's) asks once with it.
+    refused = ["garlic gestern"] * 4 + ["was habe ich gestern gemacht?", "garlic gestern"]
+    assert sent_today == refused, sent_today
+
+
+def test_a_shim_that_met_an_older_daemon_sends_today_again_once_it_is_upgraded(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shim's fallback was kept for its whole life: after the old daemon was upgraded and
+    restarted, memory_search kept omitting `today` (the daemon's yesterday was searched) until the
+    editor restarted the shim. Each connection asks with it again."""
+    tomorrow = (TODAY + dt.timedelta(days=1)).isoformat()
+    monkeypatch.setattr("sidecar.clients.mcp_calls.local_today", lambda: tomorrow)
+
+    def older(params: dict[str, Any], allowed: tuple[str, ...]) -> None:
+        check_known(params, tuple(a for a in allowed if a != "today"))
+
+    search = ToolCalls(served.cfg.socket_path, "claude").tools["memory_search"]
+    with monkeypatch.context() as old:
+        old.setattr("sidecar.daemon.handlers.check_known", older)
+        _, before = search({"query": "garlic gestern"})
+    assert before["window"]["since"] == _ago(1), before  # the old daemon's own date
+    _, after = search({"query": "garlic gestern"})  # the upgraded daemon, the same shim
+    assert after["window"]["since"] == _ago(0), after
 
 
 def test_the_askers_date_is_read_once_and_accepted_up_to_two_days_away(

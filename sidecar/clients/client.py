@@ -30,9 +30,6 @@ from sidecar.runtime.peer import path_owner_problem, peer_uid
 
 _MAX_RESPONSE = 256 * 1024 * 1024
 _CONNECT_TRIES = 10
-# Sockets whose daemon refused ``today`` (one older than it): not sent there again by this process
-# (the MCP shim opens a client per call).
-_REFUSES_TODAY: set[str] = set()
 
 
 def local_today() -> str:
@@ -75,6 +72,10 @@ class Client:
         self._sock: socket.socket | None = None
         self._buf = b""
         self._ids = itertools.count(1)
+        # The daemon of this connection refused ``today`` (one older than it). Kept per connection,
+        # never per process: a shim that met an old daemon sent no ``today`` for the rest of its
+        # life, also after that daemon was upgraded and restarted (the shim connects per call).
+        self._refuses_today = False
 
     def __enter__(self) -> Client:
         return self
@@ -109,6 +110,7 @@ class Client:
             sock.close()
             raise
         self._sock = sock
+        self._refuses_today = False  # a new connection, maybe to a daemon restarted since
 
     def close(self) -> None:
         if self._sock is not None:
@@ -119,20 +121,21 @@ class Client:
         """Send one request and wait for its answer; raise RemoteError if the daemon refused it.
 
         A daemon older than the asker's date (``today``) refuses it as unknown until it is
-        restarted: the request is sent once more without it, and ``today`` is no longer sent to
-        that socket (its time phrases then count from the daemon's own date, as they did)."""
+        restarted: the request is sent once more without it, and ``today`` is no longer sent on
+        this connection (its time phrases then count from the daemon's own date, as they did); a
+        new connection asks with it again."""
         params = params or {}
         if "today" not in params:
             return self._call(op, params)
         without = {k: v for k, v in params.items() if k != "today"}
-        if str(self.socket_path) in _REFUSES_TODAY:
+        if self._refuses_today and self._sock is not None:
             return self._call(op, without)
         try:
             return self._call(op, params)
         except RemoteError as exc:
             if not refuses_today(exc):
                 raise
-        _REFUSES_TODAY.add(str(self.socket_path))
+        self._refuses_today = True
         return self._call(op, without)
 
     def _call(self, op: str, params: dict[str, Any]) -> dict[str, Any]:
