@@ -732,3 +732,39 @@ def test_the_launchd_agent_language_without_a_codeset_gets_utf8(tmp_path: Path) 
     )
     env = plistlib.loads(service_file(cfg, tmp_path, platform="darwin").text.encode())["EnvironmentVariables"]
     assert env["LANG"] == "de_DE.UTF-8"
+
+
+@pytest.mark.parametrize("zone", ["America/Argentina/Buenos_Aires", ":Europe/Berlin", "<+0530>-5:30"])
+def test_the_service_carries_the_installing_shells_time_zone(tmp_path: Path, zone: str) -> None:
+    """The unit and the plist set no TZ: the user manager starts the daemon in /etc/localtime's
+    zone, so a user with TZ in the shell (a NAS or VPS on UTC) got "today" and the day of a
+    note's change a zone off around midnight. Install (and --dry-run) carry the shell's TZ."""
+    from sidecar.clients.service import installed_setup
+
+    cfg = load_config(env={"SIDECAR_HOME": str(tmp_path / "home"), "TZ": zone})
+    unit = service_file(cfg, tmp_path, platform="linux", sandbox=False).text
+    assert installed_setup(unit).env["TZ"] == zone, unit
+    plist = plistlib.loads(service_file(cfg, tmp_path, platform="darwin").text.encode())
+    assert plist["EnvironmentVariables"]["TZ"] == zone
+    env = {**os.environ, "HOME": str(tmp_path), "SIDECAR_HOME": str(tmp_path / "h"), "TZ": zone}
+    out = subprocess.run(
+        [sys.executable, "-m", "sidecar", "service", "install", "--dry-run"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert f"TZ={zone}" in out or f"<string>{zone.replace('<', '&lt;').replace('>', '&gt;')}</string>" in out
+
+
+@pytest.mark.parametrize("zone", ["", "Europe/Berlin\n", "Europe/Ber lin", "a\x01b", 'x"; rm -rf ~'])
+def test_the_service_carries_no_time_zone_that_names_none(tmp_path: Path, zone: str) -> None:
+    """No TZ, or a value no zone is spelled as (a control character stopped a plist install),
+    is not pinned: the daemon runs in the system's zone."""
+    from sidecar.clients.service import installed_setup
+
+    cfg = load_config(env={"SIDECAR_HOME": str(tmp_path / "home"), "TZ": zone})
+    assert "TZ" not in installed_setup(service_file(cfg, tmp_path, platform="linux", sandbox=False).text).env
+    plist = plistlib.loads(service_file(cfg, tmp_path, platform="darwin").text.encode())
+    assert "TZ" not in plist["EnvironmentVariables"]

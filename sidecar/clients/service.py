@@ -116,8 +116,8 @@ def _env_text(value: Any) -> str:
 
 def pinned_env(cfg: Config) -> list[tuple[str, str]]:
     """The daemon's environment in the service: the home and the socket this command uses (the
-    default socket follows XDG_RUNTIME_DIR, which the service manager sets its own way), and
-    every other setting this command took from a flag or a variable."""
+    default socket follows XDG_RUNTIME_DIR, which the service manager sets its own way), every
+    other setting this command took from a flag or a variable, and its TZ when it has one."""
     out = [(env_name("home"), str(cfg.home)), (env_name("socket"), str(cfg.socket_path))]
     if cfg.state_dir is not None and cfg.state_dir != Path("~/.local/state/sidecar").expanduser():
         # The state folder follows XDG_STATE_HOME, which the service manager does not pass on.
@@ -130,7 +130,18 @@ def pinned_env(cfg: Config) -> list[tuple[str, str]]:
         for attr in s.attrs:
             value = getattr(value, attr)
         out.append((env_name(s.dotted), _env_text(value)))
+    if cfg.time_zone and _TIME_ZONE.fullmatch(cfg.time_zone):
+        # The systemd user manager and launchd start the daemon in the system's zone
+        # (/etc/localtime), not the installing shell's TZ: its "today", the day of a note's last
+        # change and the daily schedule were a zone off around midnight (a NAS or VPS on UTC).
+        out.append(("TZ", cfg.time_zone))
     return out
+
+
+# A TZ value as glibc and macOS read it: a zone name ("Europe/Berlin", ":Europe/Berlin"), a file
+# path, or a POSIX rule ("CET-1CEST,M3.5.0,M10.5.0/3", "<+0530>-5:30"). Anything else (a blank,
+# a control character: plistlib refuses those, and a unit would carry them for good) is left out.
+_TIME_ZONE = re.compile(r"[A-Za-z0-9_+\-/:.,<>]{1,200}")
 
 
 def user_namespaces() -> bool:
