@@ -37,6 +37,7 @@ from sidecar.daemon.handlers import Handlers, ServiceState
 from sidecar.daemon.server import Server, bind_socket
 from sidecar.memory.inbox import Inboxes
 from sidecar.memory.ops import MemoryOps
+from sidecar.search.context import render_block
 from sidecar.search.days import FilterError
 from sidecar.search.fusion import Candidate, Scale, Scored
 from sidecar.search.query import analyze, split_filters
@@ -2303,6 +2304,8 @@ def test_a_file_dated_in_the_future_does_not_head_listings_for_ever(served: Serv
     )
     place = served.call("why", {"reference": "vault/Uhr/Zukunft", "query": query})["chunks"][0]["outcome"]
     assert place.startswith("hit #2,"), place
+    block = render_block(wire.parse_search(out).hits, 2000, lambda parts: [len(p.split()) for p in parts])
+    assert f"dated {indexed} (its file's date 2031-01-01 lies in the future)" in block, block
     # A window after today's date holds it no more.
     assert served.call("search", {"query": "tag:uhr since:2030-01-01"})["listed"] == 0
 
