@@ -710,10 +710,11 @@ def test_hit_fields_are_the_documented_ones(served: Served) -> None:
         "masked",
         "date",
         "datedBy",
+        "modifiedAhead",
         "deletionHeld",
     }
     dated = served.call("search", {"query": "garlic this month"})["hits"][0]  # with its day
-    optional = {"agent", "masked", "deletionHeld"}
+    optional = {"agent", "masked", "deletionHeld", "modifiedAhead"}
     assert set(dated) <= set(documented) and set(documented) - set(dated) <= optional
 
 
