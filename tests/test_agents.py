@@ -2297,7 +2297,10 @@ def test_a_file_dated_in_the_future_does_not_head_listings_for_ever(served: Serv
     out = served.call("search", {"query": query})
     assert _refs(out) == ["vault/Uhr/Heute", "vault/Uhr/Zukunft"], out
     heute, zukunft = out["hits"]
-    indexed = dt.date.today().isoformat()
+    seen = next(
+        n.indexed_at for n in served.h.stores.manifest.note_days() if n.key.startswith("vault/Uhr/Zukunft")
+    )
+    indexed = dt.date.fromtimestamp(seen).isoformat()  # the day it was indexed (no midnight race)
     assert zukunft["date"] == indexed and zukunft["modifiedAhead"] == "2031-01-01", zukunft
     assert zukunft["datedBy"] == "modified" and "modifiedAhead" not in heute, heute
     assert f"dated {indexed} by when it was indexed (its file's date 2031-01-01 lies in the future)" in (
