@@ -2281,48 +2281,123 @@ def test_a_note_dated_after_today_does_not_head_a_listing_of_filters_alone(serve
 def test_a_file_dated_in_the_future_does_not_head_listings_for_ever(served: Served) -> None:
     """`touch -d 2031-01-01` (a sync tool, a camera, a VM clock ahead): the note headed every
     open-ended listing ('since:2026-12-01'), 'dated 2031-01-01 by its last change'. An mtime more
-    than a day ahead stands for when the note was indexed, and the answer says the file's date lies
-    in the future; one a minute ahead (a NAS clock) is trusted."""
+    than a day ahead stands for the file's status change time (which `touch -d` set to now), and
+    the answer says the file's date lies in the future; one a minute ahead (a NAS clock) is
+    trusted. The date is derived from now: a fixed year in the future runs out."""
     vault = served.cfg.vault.path
     assert vault is not None
     write(vault / "Uhr/Zukunft.md", "---\ntags: [uhr]\n---\n# Zukunft\n\nText.\n")
-    ahead = dt.datetime(2031, 1, 1, 12).timestamp()
+    ahead = time.time() + 5 * 365 * 86_400
+    future = dt.date.fromtimestamp(ahead).isoformat()
     os.utime(vault / "Uhr/Zukunft.md", (ahead, ahead))
+    changed = dt.date.fromtimestamp(os.stat(vault / "Uhr/Zukunft.md").st_ctime).isoformat()
     served.h.sweep()
     write(vault / "Uhr/Heute.md", "---\ntags: [uhr]\n---\n# Heute\n\nText.\n")
     soon = time.time() + 60
     os.utime(vault / "Uhr/Heute.md", (soon, soon))
     served.h.sweep()
-    query = "tag:uhr since:2026-12-01"
+    query = f"tag:uhr since:{dt.date.today() - dt.timedelta(days=7)}"
     out = served.call("search", {"query": query})
     assert _refs(out) == ["vault/Uhr/Heute", "vault/Uhr/Zukunft"], out
     heute, zukunft = out["hits"]
-    seen = next(
-        n.indexed_at for n in served.h.stores.manifest.note_days() if n.key.startswith("vault/Uhr/Zukunft")
-    )
-    indexed = dt.date.fromtimestamp(seen).isoformat()  # the day it was indexed (no midnight race)
-    assert zukunft["date"] == indexed and zukunft["modifiedAhead"] == "2031-01-01", zukunft
+    assert zukunft["date"] == changed and zukunft["modifiedAhead"] == future, zukunft
     assert zukunft["datedBy"] == "modified" and "modifiedAhead" not in heute, heute
-    assert f"dated {indexed} by when it was indexed (its file's date 2031-01-01 lies in the future)" in (
+    assert f"dated {changed} by its last change seen here (its file's date {future} lies in the future)" in (
         text_of_search(query, out)
     )
     place = served.call("why", {"reference": "vault/Uhr/Zukunft", "query": query})["chunks"][0]["outcome"]
     assert place.startswith("hit #2,"), place
     block = render_block(wire.parse_search(out).hits, 2000, lambda parts: [len(p.split()) for p in parts])
-    assert f"dated {indexed} (its file's date 2031-01-01 lies in the future)" in block, block
+    assert f"dated {changed} (its file's date {future} lies in the future)" in block, block
     # A window after today's date holds it no more.
-    assert served.call("search", {"query": "tag:uhr since:2030-01-01"})["listed"] == 0
+    later = dt.date.today() + dt.timedelta(days=2 * 365)
+    assert served.call("search", {"query": f"tag:uhr since:{later}"})["listed"] == 0
+
+
+def test_a_future_file_keeps_its_day_through_a_reindex_and_never_becomes_today(served: Served) -> None:
+    """The day of a note whose mtime lies in the future was when it was indexed, and every
+    re-index (a rebuild, a re-read) sets that anew: after one, every such note was "indexed
+    today". And when that time lay ahead too (a VM clock ahead at writing and indexing, corrected
+    since), the day was now: "today" on every query, heading every listing again. The file's
+    status change time comes first; with it ahead too, the index time; with both ahead, none."""
+    vault = served.cfg.vault.path
+    assert vault is not None
+    for name in ("Zukunft", "Heute"):
+        write(vault / f"Uhr/{name}.md", f"---\ntags: [uhr]\n---\n# {name}\n\nText.\n")
+    ahead = time.time() + 5 * 365 * 86_400
+    os.utime(vault / "Uhr/Zukunft.md", (ahead, ahead))
+    served.h.sweep()
+    manifest = served.h.stores.manifest
+    ten_days_ago = time.time() - 10 * 86_400
+    since = f"tag:uhr since:{dt.date.today() - dt.timedelta(days=30)}"
+
+    def rows(ctime: float, indexed: float) -> None:
+        with manifest.transaction() as db:  # a re-index today; the file changed ten days ago
+            db.execute(
+                "UPDATE files SET ctime_ns = ?, indexed_at = ? WHERE key LIKE 'vault/Uhr/Zukunft%'",
+                (int(ctime * 1e9), indexed),
+            )
+
+    rows(ten_days_ago, time.time())
+    out = served.call("search", {"query": since})
+    assert _refs(out) == ["vault/Uhr/Heute", "vault/Uhr/Zukunft"], out
+    assert out["hits"][1]["date"] == dt.date.fromtimestamp(ten_days_ago).isoformat(), out["hits"][1]
+    # Its status change ahead too: the index time.
+    rows(ahead, ten_days_ago)
+    out = served.call("search", {"query": since})
+    assert out["hits"][1]["date"] == dt.date.fromtimestamp(ten_days_ago).isoformat(), out["hits"][1]
+    # Both ahead: no day of its own (never today's), in no window, listed last.
+    rows(ahead, ahead)
+    assert _refs(served.call("search", {"query": since})) == ["vault/Uhr/Heute"]
+    until = f"tag:uhr until:{dt.date.today() + dt.timedelta(days=1)}"
+    assert _refs(served.call("search", {"query": until})) == ["vault/Uhr/Heute"]
+    assert _refs(served.call("search", {"query": "tag:uhr"})) == ["vault/Uhr/Heute", "vault/Uhr/Zukunft"]
+
+
+NOW = 1_800_000_000.0
+DAY = 86_400.0
+
+
+def _ns(seconds_from_now: float) -> int:
+    return int((NOW + seconds_from_now) * 1e9)
 
 
 @pytest.mark.parametrize(
-    ("ahead_s", "trusted"), [(-86_400 * 30, True), (60, True), (86_400, True), (86_400 + 60, False)]
+    ("mtime", "ctime", "indexed", "want"),
+    [
+        # A sane mtime, up to a day ahead (a NAS clock, a FAT file's local time), is the change.
+        (_ns(-30 * DAY), _ns(-DAY), NOW - 5, (_ns(-30 * DAY), False)),
+        (_ns(60), _ns(-DAY), NOW - 5, (_ns(60), False)),
+        (_ns(DAY), _ns(-DAY), NOW - 5, (_ns(DAY), False)),
+        (0, 0, 0.0, (0, False)),
+        # Ahead: the status change time when sane (up to a day ahead too)...
+        (_ns(DAY + 60), _ns(-DAY), NOW - 5, (_ns(-DAY), True)),
+        (_ns(5 * 365 * DAY), _ns(DAY), NOW + 3 * DAY, (_ns(DAY), True)),
+        # ...else (ahead, or not known) when this version was indexed, when sane...
+        (_ns(5 * 365 * DAY), _ns(3 * DAY), NOW - 5, (_ns(-5), True)),
+        (_ns(5 * 365 * DAY), 0, NOW - 5, (_ns(-5), True)),
+        # ...else none: never now.
+        (_ns(5 * 365 * DAY), _ns(3 * DAY), NOW + 3 * DAY, (0, True)),
+        (_ns(5 * 365 * DAY), 0, 0.0, (0, True)),
+    ],
+    ids=[
+        "mtime-past",
+        "mtime-minute-ahead",
+        "mtime-day-ahead",
+        "nothing-known",
+        "ctime",
+        "ctime-day-ahead",
+        "ctime-ahead-indexed",
+        "no-ctime-indexed",
+        "all-ahead-none",
+        "none-known-none",
+    ],
 )
-def test_an_mtime_up_to_a_day_ahead_is_trusted(ahead_s: float, trusted: bool) -> None:
-    now = 1_800_000_000.0
-    mtime_ns = int((now + ahead_s) * 1e9)
-    changed, future = last_change(mtime_ns, now - 5, now)
-    assert future is not trusted
-    assert changed == (mtime_ns if trusted else int((now - 5) * 1e9))
+def test_what_a_notes_last_change_is_when_its_mtime_lies_ahead(
+    mtime: int, ctime: int, indexed: float, want: tuple[int, bool]
+) -> None:
+    changed, ahead = last_change(mtime, ctime, indexed, NOW)
+    assert (changed, ahead) == (pytest.approx(want[0], abs=1000), want[1])
 
 
 @pytest.mark.parametrize(

@@ -125,7 +125,9 @@ def _dated(hit: dict[str, Any]) -> str:
         return ""
     if hit.get("modifiedAhead"):
         ahead = hit["modifiedAhead"]
-        return f", dated {hit['date']} by when it was indexed (its file's date {ahead} lies in the future)"
+        return (
+            f", dated {hit['date']} by its last change seen here (its file's date {ahead} lies in the future)"
+        )
     by = _DATED_BY.get(str(hit.get("datedBy")), "")
     return f", dated {hit['date']}" + (f" by {by}" if by else "")
 

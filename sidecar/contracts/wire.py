@@ -63,7 +63,8 @@ class Hit:
     date: str | None = None
     dated_by: str | None = None
     # With dated_by "modified": the file's own mtime day when that lies in the future (a wrong
-    # clock); ``date`` is then the day the note was indexed.
+    # clock); ``date`` is then the day of its status change, else of its indexing
+    # (``sidecar.search.results.last_change``).
     modified_ahead: str | None = None
     # recall's preview only: the figures its gates compare (the calibrated cosine against
     # recall.minSimilarity; the keyword share of the message's own words, 0-1) and, for a

@@ -27,6 +27,7 @@ def to_hit(s: Scored, view: ChunkView, agent: str | None, *, mask_secrets: bool,
     """``dated``: the hit carries its note's day (a search with a date window: an agent can tell
     which day of the period a note belongs to)."""
     c = s.candidate
+    changed, ahead = last_change(view.mtime_ns, view.ctime_ns, view.indexed_at)  # one clock for both
     text, masked = _masked(view.text) if mask_secrets else (view.text, ())
     title, headings = view.title, tuple(view.headings)
     if mask_secrets:
@@ -46,9 +47,9 @@ def to_hit(s: Scored, view: ChunkView, agent: str | None, *, mask_secrets: bool,
         masked=dict(masked),
         agent=view.agent or None,
         page_bm25_score=None if c.page_bm25 is None else round(c.page_bm25, 6),
-        date=(view.date or local_day(last_change(view.mtime_ns, view.indexed_at)[0])) if dated else None,
+        date=(view.date or local_day(changed)) if dated else None,
         dated_by=(view.dated_by or "modified") if dated else None,
-        modified_ahead=_ahead(view) if dated and not view.date else None,
+        modified_ahead=local_day(view.mtime_ns) if dated and ahead and not view.date else None,
     )
 
 
@@ -60,20 +61,31 @@ def to_hit(s: Scored, view: ChunkView, agent: str | None, *, mask_secrets: bool,
 FUTURE_SLACK_S = 86_400.0
 
 
-def last_change(mtime_ns: int, indexed_at: float, now: float | None = None) -> tuple[int, bool]:
+def sane(ns: int, now: float) -> bool:
+    """A file or index time (ns) that may be a note's last change: known (not 0) and at most
+    ``FUTURE_SLACK_S`` past ``now``."""
+    return ns != 0 and ns <= (now + FUTURE_SLACK_S) * 1e9
+
+
+def last_change(
+    mtime_ns: int, ctime_ns: int, indexed_at: float, now: float | None = None
+) -> tuple[int, bool]:
     """When a note counts as last changed (ns), for every listing by date, date window and day
-    shown: its mtime, unless that lies more than ``FUTURE_SLACK_S`` past ``now``; then when
-    sidecar indexed that version (``now`` when not known), and True (the mtime is in the future)."""
+    shown, and whether its mtime lies in the future (more than ``FUTURE_SLACK_S`` past ``now``).
+
+    Trusted in this order: the mtime; else the file's status change time (a `touch -d` or a sync
+    tool that sets the mtime cannot set it, and a rebuild of the index reads it again from the
+    file); else when sidecar indexed this version (reset by every re-index, so only after the
+    ctime); else 0 (never now: such a note was "today" on every query and headed every listing):
+    it sorts last and falls in no window that has a start. A ctime or index time ahead too is a
+    clock that was ahead when the file was written and indexed, and was corrected since."""
     now = time.time() if now is None else now
     if mtime_ns <= (now + FUTURE_SLACK_S) * 1e9:
         return mtime_ns, False
-    seen = indexed_at if 0 < indexed_at <= now else now
-    return int(seen * 1e9), True
-
-
-def _ahead(view: ChunkView) -> str | None:
-    """The local day of a note's mtime when that lies in the future (``last_change``)."""
-    return local_day(view.mtime_ns) if last_change(view.mtime_ns, view.indexed_at)[1] else None
+    if sane(ctime_ns, now):
+        return ctime_ns, True
+    indexed_ns = int(indexed_at * 1e9)
+    return (indexed_ns if sane(indexed_ns, now) else 0), True
 
 
 def local_day(mtime_ns: int) -> str:

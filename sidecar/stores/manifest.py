@@ -333,7 +333,10 @@ class ChunkView:
     has_vector: bool = True  # in the serving vector table
     date: str = ""  # the note's own day (front matter or daily-note name), '' when it has none
     dated_by: str = ""  # what gave ``date``: "name" or "property" (note_day)
-    indexed_at: float = 0.0  # when this version was indexed (s): stands for an mtime in the future
+    # The file's status change time (ns; 0 unknown) and when this version was indexed (s): what
+    # stands for an mtime in the future (``sidecar.search.results.last_change``).
+    ctime_ns: int = 0
+    indexed_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -347,7 +350,8 @@ class NoteDay:
     mtime_ns: int
     date: str
     named: bool  # a daily note: its name, not a property, gave the day (``daily_note``)
-    indexed_at: float = 0.0  # when this version was indexed (s): stands for an mtime in the future
+    ctime_ns: int = 0  # as ChunkView's: what stands for an mtime in the future
+    indexed_at: float = 0.0
 
 
 def _newer(path: Path, version: int) -> StoreNewerError:
@@ -961,7 +965,7 @@ class Manifest(VectorBook):
     def _views(self, where: str, args: Sequence[Any], *, committed: bool = False) -> Iterator[ChunkView]:
         rows = (self._committed if committed else self._query)(
             "SELECT c.chunk_id, c.key, f.source, f.agent, f.title, c.text, c.headings, c.start_line, "
-            "c.end_line, f.tags, f.mtime_ns, f.front_matter, c.has_vector, f.indexed_at "
+            "c.end_line, f.tags, f.mtime_ns, f.front_matter, c.has_vector, f.ctime_ns, f.indexed_at "
             "FROM chunks c JOIN files f ON f.key = c.key "
             f"WHERE {where} "
             "ORDER BY c.key, c.ord",
@@ -984,6 +988,7 @@ class Manifest(VectorBook):
                 bool(r[12]),
                 *note_day(r[11], r[1], self.day_formats),
                 r[13],
+                r[14],
             )
 
     def note_days(self) -> list[NoteDay]:
@@ -996,7 +1001,7 @@ class Manifest(VectorBook):
         if cached is not None and cached[0] == generation and cached[1] == formats:
             return list(cached[2])
         rows = self._committed(
-            "SELECT key, source, agent, tags, mtime_ns, front_matter, indexed_at FROM files "
+            "SELECT key, source, agent, tags, mtime_ns, front_matter, ctime_ns, indexed_at FROM files "
             "WHERE state = 'indexed' AND chunks > 0"
         )
         days = [
@@ -1008,9 +1013,10 @@ class Manifest(VectorBook):
                 mtime_ns,
                 day,
                 how == "name" and daily_note(key, formats),
+                ctime_ns,
                 indexed_at,
             )
-            for key, source, agent, tags, mtime_ns, fm, indexed_at in rows
+            for key, source, agent, tags, mtime_ns, fm, ctime_ns, indexed_at in rows
             for day, how in (note_day(fm, key, formats),)
         ]
         self._note_days = (generation, formats, days)
