@@ -8,6 +8,7 @@ clock can be set); the shim is a real subprocess.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import io
 import json
@@ -2671,7 +2672,7 @@ def test_a_client_asks_a_daemon_older_than_today_again_without_it(
 ) -> None:
     """A daemon older than `today` refuses it as unknown ('unknown parameter(s) 'today''): search,
     recall, why and memory_search failed until it was restarted. The client asks once more without
-    it and sends it no more on that connection; any other refusal stays one."""
+    it and sends it no more to that socket file; any other refusal stays one."""
     sent_today: list[str] = []
 
     def older(params: dict[str, Any], allowed: tuple[str, ...]) -> None:
@@ -2700,10 +2701,9 @@ def test_a_client_asks_a_daemon_older_than_today_again_without_it(
     ):
         assert command_for(argv[0])(build_parser().parse_args(argv), served.cfg) == 0, argv
     capsys.readouterr()
-    # Refused twice on the first connection (the bogus one, then once), never again on it; each
-    # later connection (memory_search's, each command's) asks once with it.
-    refused = ["garlic gestern"] * 4 + ["was habe ich gestern gemacht?", "garlic gestern"]
-    assert sent_today == refused, sent_today
+    # Refused twice (the bogus one, then once): never sent to that socket file again, by any
+    # connection of this process (the shim connects per call: each asked twice).
+    assert sent_today == ["garlic gestern", "garlic gestern"], sent_today
 
 
 def test_a_shim_that_met_an_older_daemon_sends_today_again_once_it_is_upgraded(
@@ -2711,7 +2711,7 @@ def test_a_shim_that_met_an_older_daemon_sends_today_again_once_it_is_upgraded(
 ) -> None:
     """The shim's fallback was kept for its whole life: after the old daemon was upgraded and
     restarted, memory_search kept omitting `today` (the daemon's yesterday was searched) until the
-    editor restarted the shim. Each connection asks with it again."""
+    editor restarted the shim. The restarted daemon's new socket file is asked with it again."""
     tomorrow = (TODAY + dt.timedelta(days=1)).isoformat()
     monkeypatch.setattr("sidecar.clients.mcp_calls.local_today", lambda: tomorrow)
 
@@ -2722,9 +2722,33 @@ def test_a_shim_that_met_an_older_daemon_sends_today_again_once_it_is_upgraded(
     with monkeypatch.context() as old:
         old.setattr("sidecar.daemon.handlers.check_known", older)
         _, before = search({"query": "garlic gestern"})
+        _, still = search({"query": "garlic gestern"})
     assert before["window"]["since"] == _ago(1), before  # the old daemon's own date
-    _, after = search({"query": "garlic gestern"})  # the upgraded daemon, the same shim
+    assert still["window"]["since"] == _ago(1), still  # not asked with it again: the same socket
+    with _restarted(served):  # the upgraded daemon binds a new socket file; the same shim
+        _, after = search({"query": "garlic gestern"})
     assert after["window"]["since"] == _ago(0), after
+
+
+@contextlib.contextmanager
+def _restarted(served: Served) -> Iterator[None]:
+    """The daemon restarted: the same handlers behind a new socket file at the same path."""
+    served.cfg.socket_path.rename(served.cfg.socket_path.with_name("before-restart.sock"))
+    listener = bind_socket(served.cfg.socket_path)
+    server = Server(served.handlers.dispatch, max_frame=1 << 20, workers=2, idle_timeout=30)
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    thread = threading.Thread(
+        target=loop.run_until_complete, args=(server.serve(listener, stop),), daemon=True
+    )
+    thread.start()
+    try:
+        yield
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(10)
+        loop.close()
+        listener.close()
 
 
 def test_the_askers_date_is_read_once_and_accepted_up_to_two_days_away(
