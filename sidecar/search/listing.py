@@ -191,8 +191,9 @@ def listing_order(horizon: str) -> Callable[[NoteDay], tuple[str, int, int, str]
     changes any note on any day); then the last change; then the key (a total order, so that a
     place can be counted). A day after the horizon gives way to the last change: by it, a note
     dated 2099 headed every listing for good; so does an mtime in the future give way to the
-    file's status change or indexing time (``last_change``). (The two listings ordered apart: a period's daily
-    notes of any day came before its other notes, a listing of filters alone knew no daily note.)
+    file's status change or indexing time (``last_change``). (The two listings ordered apart: a
+    period's daily notes of any day came before its other notes, a listing of filters alone knew
+    no daily note.)
     """
 
     now = time.time()  # one clock for the whole listing: its order is total

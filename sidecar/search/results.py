@@ -61,7 +61,7 @@ def to_hit(s: Scored, view: ChunkView, agent: str | None, *, mask_secrets: bool,
 FUTURE_SLACK_S = 86_400.0
 
 
-def sane(ns: int, now: float) -> bool:
+def _sane(ns: int, now: float) -> bool:
     """A file or index time (ns) that may be a note's last change: known (not 0) and at most
     ``FUTURE_SLACK_S`` past ``now``."""
     return ns != 0 and ns <= (now + FUTURE_SLACK_S) * 1e9
@@ -77,15 +77,15 @@ def last_change(
     tool that sets the mtime cannot set it, and a rebuild of the index reads it again from the
     file); else when sidecar indexed this version (reset by every re-index, so only after the
     ctime); else 0 (never now: such a note was "today" on every query and headed every listing):
-    it sorts last and falls in no window that has a start. A ctime or index time ahead too is a
+    it sorts last and falls in no date window (``note_passes``). A ctime or index time ahead too is a
     clock that was ahead when the file was written and indexed, and was corrected since."""
     now = time.time() if now is None else now
     if mtime_ns <= (now + FUTURE_SLACK_S) * 1e9:
         return mtime_ns, False
-    if sane(ctime_ns, now):
+    if _sane(ctime_ns, now):
         return ctime_ns, True
     indexed_ns = int(indexed_at * 1e9)
-    return (indexed_ns if sane(indexed_ns, now) else 0), True
+    return (indexed_ns if _sane(indexed_ns, now) else 0), True
 
 
 def local_day(mtime_ns: int) -> str:
