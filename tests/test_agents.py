@@ -8,6 +8,7 @@ clock can be set); the shim is a real subprocess.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import io
 import json
@@ -37,10 +38,12 @@ from sidecar.daemon.handlers import Handlers, ServiceState
 from sidecar.daemon.server import Server, bind_socket
 from sidecar.memory.inbox import Inboxes
 from sidecar.memory.ops import MemoryOps
+from sidecar.search.context import render_block
 from sidecar.search.days import FilterError
 from sidecar.search.fusion import Candidate, Scale, Scored
 from sidecar.search.query import analyze, split_filters
 from sidecar.search.recall import _Coverage, _on_keywords
+from sidecar.search.results import last_change
 from sidecar.search.retrieval import Retriever
 from tests.conftest import KEYWORD_ONLY, FakeEmbedder, Harness, write
 from tests.in_process import InProcessServer
@@ -708,10 +711,11 @@ def test_hit_fields_are_the_documented_ones(served: Served) -> None:
         "masked",
         "date",
         "datedBy",
+        "modifiedAhead",
         "deletionHeld",
     }
     dated = served.call("search", {"query": "garlic this month"})["hits"][0]  # with its day
-    optional = {"agent", "masked", "deletionHeld"}
+    optional = {"agent", "masked", "deletionHeld", "modifiedAhead"}
     assert set(dated) <= set(documented) and set(documented) - set(dated) <= optional
 
 
@@ -2275,6 +2279,128 @@ def test_a_note_dated_after_today_does_not_head_a_listing_of_filters_alone(serve
     assert told == "hit #3, listed by the query's filters alone (newest first)", told
 
 
+def test_a_file_dated_in_the_future_does_not_head_listings_for_ever(served: Served) -> None:
+    """`touch -d 2031-01-01` (a sync tool, a camera, a VM clock ahead): the note headed every
+    open-ended listing ('since:2026-12-01'), 'dated 2031-01-01 by its last change'. An mtime more
+    than a day ahead stands for the file's status change time (which `touch -d` set to now), and
+    the answer says the file's date lies in the future; one a minute ahead (a NAS clock) is
+    trusted. The date is derived from now: a fixed year in the future runs out."""
+    vault = served.cfg.vault.path
+    assert vault is not None
+    write(vault / "Uhr/Zukunft.md", "---\ntags: [uhr]\n---\n# Zukunft\n\nText.\n")
+    ahead = time.time() + 5 * 365 * 86_400
+    future = dt.date.fromtimestamp(ahead).isoformat()
+    os.utime(vault / "Uhr/Zukunft.md", (ahead, ahead))
+    changed = dt.date.fromtimestamp(os.stat(vault / "Uhr/Zukunft.md").st_ctime).isoformat()
+    served.h.sweep()
+    write(vault / "Uhr/Heute.md", "---\ntags: [uhr]\n---\n# Heute\n\nText.\n")
+    soon = time.time() + 60
+    os.utime(vault / "Uhr/Heute.md", (soon, soon))
+    served.h.sweep()
+    query = f"tag:uhr since:{dt.date.today() - dt.timedelta(days=7)}"
+    out = served.call("search", {"query": query})
+    assert _refs(out) == ["vault/Uhr/Heute", "vault/Uhr/Zukunft"], out
+    heute, zukunft = out["hits"]
+    assert zukunft["date"] == changed and zukunft["modifiedAhead"] == future, zukunft
+    assert zukunft["datedBy"] == "modified" and "modifiedAhead" not in heute, heute
+    assert f"dated {changed} by its last change seen here (its file's date {future} lies in the future)" in (
+        text_of_search(query, out)
+    )
+    place = served.call("why", {"reference": "vault/Uhr/Zukunft", "query": query})["chunks"][0]["outcome"]
+    assert place.startswith("hit #2,"), place
+    block = render_block(wire.parse_search(out).hits, 2000, lambda parts: [len(p.split()) for p in parts])
+    assert f"dated {changed} (its file's date {future} lies in the future)" in block, block
+    # A window after today's date holds it no more.
+    later = dt.date.today() + dt.timedelta(days=2 * 365)
+    assert served.call("search", {"query": f"tag:uhr since:{later}"})["listed"] == 0
+
+
+def test_a_future_file_keeps_its_day_through_a_reindex_and_never_becomes_today(served: Served) -> None:
+    """The day of a note whose mtime lies in the future was when it was indexed, and every
+    re-index (a rebuild, a re-read) sets that anew: after one, every such note was "indexed
+    today". And when that time lay ahead too (a VM clock ahead at writing and indexing, corrected
+    since), the day was now: "today" on every query, heading every listing again. The file's
+    status change time comes first; with it ahead too, the index time; with both ahead, none."""
+    vault = served.cfg.vault.path
+    assert vault is not None
+    for name in ("Zukunft", "Heute"):
+        write(vault / f"Uhr/{name}.md", f"---\ntags: [uhr]\n---\n# {name}\n\nText.\n")
+    ahead = time.time() + 5 * 365 * 86_400
+    os.utime(vault / "Uhr/Zukunft.md", (ahead, ahead))
+    served.h.sweep()
+    manifest = served.h.stores.manifest
+    ten_days_ago = time.time() - 10 * 86_400
+    since = f"tag:uhr since:{dt.date.today() - dt.timedelta(days=30)}"
+
+    def rows(ctime: float, indexed: float) -> None:
+        with manifest.transaction() as db:  # a re-index today; the file changed ten days ago
+            db.execute(
+                "UPDATE files SET ctime_ns = ?, indexed_at = ? WHERE key LIKE 'vault/Uhr/Zukunft%'",
+                (int(ctime * 1e9), indexed),
+            )
+
+    rows(ten_days_ago, time.time())
+    out = served.call("search", {"query": since})
+    assert _refs(out) == ["vault/Uhr/Heute", "vault/Uhr/Zukunft"], out
+    assert out["hits"][1]["date"] == dt.date.fromtimestamp(ten_days_ago).isoformat(), out["hits"][1]
+    # Its status change ahead too: the index time.
+    rows(ahead, ten_days_ago)
+    out = served.call("search", {"query": since})
+    assert out["hits"][1]["date"] == dt.date.fromtimestamp(ten_days_ago).isoformat(), out["hits"][1]
+    # Both ahead: no day of its own (never today's), in no window, listed last.
+    rows(ahead, ahead)
+    assert _refs(served.call("search", {"query": since})) == ["vault/Uhr/Heute"]
+    until = f"tag:uhr until:{dt.date.today() + dt.timedelta(days=1)}"
+    assert _refs(served.call("search", {"query": until})) == ["vault/Uhr/Heute"]
+    assert _refs(served.call("search", {"query": "tag:uhr"})) == ["vault/Uhr/Heute", "vault/Uhr/Zukunft"]
+
+
+NOW = 1_800_000_000.0
+DAY = 86_400.0
+
+
+def _ns(seconds_from_now: float) -> int:
+    return int((NOW + seconds_from_now) * 1e9)
+
+
+@pytest.mark.parametrize(
+    ("mtime", "ctime", "indexed", "want"),
+    [
+        # A sane mtime, up to a day ahead (a NAS clock, a FAT file's local time), is the change.
+        (_ns(-30 * DAY), _ns(-DAY), NOW - 5, (_ns(-30 * DAY), False)),
+        (_ns(60), _ns(-DAY), NOW - 5, (_ns(60), False)),
+        (_ns(DAY), _ns(-DAY), NOW - 5, (_ns(DAY), False)),
+        (0, 0, 0.0, (0, False)),
+        # Ahead: the status change time when sane (up to a day ahead too)...
+        (_ns(DAY + 60), _ns(-DAY), NOW - 5, (_ns(-DAY), True)),
+        (_ns(5 * 365 * DAY), _ns(DAY), NOW + 3 * DAY, (_ns(DAY), True)),
+        # ...else (ahead, or not known) when this version was indexed, when sane...
+        (_ns(5 * 365 * DAY), _ns(3 * DAY), NOW - 5, (_ns(-5), True)),
+        (_ns(5 * 365 * DAY), 0, NOW - 5, (_ns(-5), True)),
+        # ...else none: never now.
+        (_ns(5 * 365 * DAY), _ns(3 * DAY), NOW + 3 * DAY, (0, True)),
+        (_ns(5 * 365 * DAY), 0, 0.0, (0, True)),
+    ],
+    ids=[
+        "mtime-past",
+        "mtime-minute-ahead",
+        "mtime-day-ahead",
+        "nothing-known",
+        "ctime",
+        "ctime-day-ahead",
+        "ctime-ahead-indexed",
+        "no-ctime-indexed",
+        "all-ahead-none",
+        "none-known-none",
+    ],
+)
+def test_what_a_notes_last_change_is_when_its_mtime_lies_ahead(
+    mtime: int, ctime: int, indexed: float, want: tuple[int, bool]
+) -> None:
+    changed, ahead = last_change(mtime, ctime, indexed, NOW)
+    assert (changed, ahead) == (pytest.approx(want[0], abs=1000), want[1])
+
+
 @pytest.mark.parametrize(
     "query",
     ["- tag:garten", "tag:garten ?", "tag:garten -", "* tag:garten …", "tag:garten _", "__ tag:garten"],
@@ -2546,7 +2672,7 @@ def test_a_client_asks_a_daemon_older_than_today_again_without_it(
 ) -> None:
     """A daemon older than `today` refuses it as unknown ('unknown parameter(s) 'today''): search,
     recall, why and memory_search failed until it was restarted. The client asks once more without
-    it and sends it no more to that socket; any other refusal stays one."""
+    it and sends it no more to that socket file; any other refusal stays one."""
     sent_today: list[str] = []
 
     def older(params: dict[str, Any], allowed: tuple[str, ...]) -> None:
@@ -2575,8 +2701,54 @@ def test_a_client_asks_a_daemon_older_than_today_again_without_it(
     ):
         assert command_for(argv[0])(build_parser().parse_args(argv), served.cfg) == 0, argv
     capsys.readouterr()
-    # Refused twice (the bogus one, then once): never sent to that socket again.
+    # Refused twice (the bogus one, then once): never sent to that socket file again, by any
+    # connection of this process (the shim connects per call: each asked twice).
     assert sent_today == ["garlic gestern", "garlic gestern"], sent_today
+
+
+def test_a_shim_that_met_an_older_daemon_sends_today_again_once_it_is_upgraded(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shim's fallback was kept for its whole life: after the old daemon was upgraded and
+    restarted, memory_search kept omitting `today` (the daemon's yesterday was searched) until the
+    editor restarted the shim. The restarted daemon's new socket file is asked with it again."""
+    tomorrow = (TODAY + dt.timedelta(days=1)).isoformat()
+    monkeypatch.setattr("sidecar.clients.mcp_calls.local_today", lambda: tomorrow)
+
+    def older(params: dict[str, Any], allowed: tuple[str, ...]) -> None:
+        check_known(params, tuple(a for a in allowed if a != "today"))
+
+    search = ToolCalls(served.cfg.socket_path, "claude").tools["memory_search"]
+    with monkeypatch.context() as old:
+        old.setattr("sidecar.daemon.handlers.check_known", older)
+        _, before = search({"query": "garlic gestern"})
+        _, still = search({"query": "garlic gestern"})
+    assert before["window"]["since"] == _ago(1), before  # the old daemon's own date
+    assert still["window"]["since"] == _ago(1), still  # not asked with it again: the same socket
+    with _restarted(served):  # the upgraded daemon binds a new socket file; the same shim
+        _, after = search({"query": "garlic gestern"})
+    assert after["window"]["since"] == _ago(0), after
+
+
+@contextlib.contextmanager
+def _restarted(served: Served) -> Iterator[None]:
+    """The daemon restarted: the same handlers behind a new socket file at the same path."""
+    served.cfg.socket_path.rename(served.cfg.socket_path.with_name("before-restart.sock"))
+    listener = bind_socket(served.cfg.socket_path)
+    server = Server(served.handlers.dispatch, max_frame=1 << 20, workers=2, idle_timeout=30)
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    thread = threading.Thread(
+        target=loop.run_until_complete, args=(server.serve(listener, stop),), daemon=True
+    )
+    thread.start()
+    try:
+        yield
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(10)
+        loop.close()
+        listener.close()
 
 
 def test_the_askers_date_is_read_once_and_accepted_up_to_two_days_away(

@@ -220,3 +220,45 @@ def test_the_daily_housekeeping_first_runs_ten_minutes_after_the_start(runs: Any
     now = real_dt.datetime.now(real_dt.UTC)
     due = schedule.scheduler.get_job("daily").next_run_time - now
     assert real_dt.timedelta(minutes=9) < due <= real_dt.timedelta(minutes=10)
+
+
+@pytest.mark.parametrize("zone", ["<+0530>-5:30", "Europe/Berln"])
+def test_a_time_zone_the_database_does_not_know_runs_the_schedule_in_utc(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, zone: str
+) -> None:
+    """TZ a POSIX rule or a misspelled name (glibc reads it its own way): the scheduler's zone
+    lookup raised ZoneInfoNotFoundError, and `sidecar serve` exited at every start (a service
+    restarted every 5 s for ever). Its jobs run on intervals: in UTC, said once in the log."""
+    import tzlocal.unix
+
+    monkeypatch.setenv("TZ", zone)
+    monkeypatch.setattr(tzlocal.unix, "_cache_tz", None)  # tzlocal keeps the first zone it found
+    caplog.set_level(logging.WARNING, logger="sidecar.daemon.schedule")
+    nothing = SimpleNamespace(schedule_sweep=lambda: None, sweep_roots=lambda _: None, polled=lambda: False)
+    schedule = build_scheduler(
+        load_config(flags={"home": "/nonexistent"}, env={}),
+        nothing,  # type: ignore[arg-type]
+        SimpleNamespace(due=lambda poll_all=False: []),  # type: ignore[arg-type]
+        SimpleNamespace(tick=lambda: None),  # type: ignore[arg-type]
+        vectors=SimpleNamespace(),  # type: ignore[arg-type]
+        retry_embedder=lambda: None,
+        notify=None,
+        daily=lambda: None,
+    )
+    assert schedule.scheduler.timezone == real_dt.UTC
+    assert f"scheduler_zone_unknown tz={zone!r} zone=UTC" in caplog.text
+    schedule.start()
+    schedule.shutdown()
+
+
+def test_serve_runs_with_a_time_zone_the_database_does_not_know(tmp_path: Path) -> None:
+    """A plain `sidecar serve` under such a TZ answers (it exited with status 1 at its start)."""
+    from tests.daemon_process import DaemonProcess
+
+    d = DaemonProcess(tmp_path / "home", None, keyword_only=True, env={"TZ": "<+0530>-5:30"})
+    try:
+        d.start()
+        assert d.health()["index"]["state"] == "ready"
+    finally:
+        d.kill()
+    assert "scheduler_zone_unknown" in d.log.read_text()

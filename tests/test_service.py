@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import os
 import plistlib
@@ -732,3 +733,92 @@ def test_the_launchd_agent_language_without_a_codeset_gets_utf8(tmp_path: Path) 
     )
     env = plistlib.loads(service_file(cfg, tmp_path, platform="darwin").text.encode())["EnvironmentVariables"]
     assert env["LANG"] == "de_DE.UTF-8"
+
+
+@pytest.mark.parametrize("zone", ["America/Argentina/Buenos_Aires", ":Europe/Berlin", "zone file"])
+def test_the_service_carries_the_installing_shells_time_zone(tmp_path: Path, zone: str) -> None:
+    """The unit and the plist set no TZ: the user manager starts the daemon in /etc/localtime's
+    zone, so a user with TZ in the shell (a NAS or VPS on UTC) got "today" and the day of a
+    note's change a zone off around midnight. Install (and --dry-run) carry the shell's TZ."""
+    from sidecar.clients.service import installed_setup
+
+    if zone == "zone file":  # TZ may name a zone file by its path
+        zone = str(tmp_path / "Berlin.tzif")
+        Path(zone).write_bytes((importlib.resources.files("tzdata") / "zoneinfo/Europe/Berlin").read_bytes())
+    cfg = load_config(env={"SIDECAR_HOME": str(tmp_path / "home"), "TZ": zone})
+    unit = service_file(cfg, tmp_path, platform="linux", sandbox=False).text
+    assert installed_setup(unit).env["TZ"] == zone, unit
+    plist = plistlib.loads(service_file(cfg, tmp_path, platform="darwin").text.encode())
+    assert plist["EnvironmentVariables"]["TZ"] == zone
+    env = {**os.environ, "HOME": str(tmp_path), "SIDECAR_HOME": str(tmp_path / "h"), "TZ": zone}
+    out = subprocess.run(
+        [sys.executable, "-m", "sidecar", "service", "install", "--dry-run"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert f"TZ={zone}" in out or f"<string>{zone.replace('<', '&lt;').replace('>', '&gt;')}</string>" in out
+
+
+@pytest.mark.parametrize(
+    "zone",
+    [
+        "",
+        "Europe/Berlin\n",
+        "Europe/Ber lin",
+        "a\x01b",
+        'x"; rm -rf ~',
+        "<+0530>-5:30",
+        "CET-1CEST,M3.5.0,M10.5.0/3",
+        "Europe/Berln",
+        "Europe",
+        "/etc/hostname",
+    ],
+)
+def test_the_service_carries_no_time_zone_that_names_none(tmp_path: Path, zone: str) -> None:
+    """No TZ, or a value no zone is spelled as (a control character stopped a plist install),
+    is not pinned: the daemon runs in the system's zone. Nor is a POSIX rule or a misspelled
+    name, which glibc reads its own way: the daemon's scheduler looks the zone up in the time
+    zone database, failed, and the daemon exited at every start (systemd restarted it every 5 s
+    for ever). Install says why it pins none."""
+    from sidecar.clients.cli_service import _install_notes
+    from sidecar.clients.service import installed_setup
+
+    cfg = load_config(env={"SIDECAR_HOME": str(tmp_path / "home"), "TZ": zone})
+    svc = service_file(cfg, tmp_path, platform="linux", sandbox=False)
+    assert "TZ" not in installed_setup(svc.text).env
+    plist = plistlib.loads(service_file(cfg, tmp_path, platform="darwin").text.encode())
+    assert "TZ" not in plist["EnvironmentVariables"]
+    told = [n for n in _install_notes(cfg, svc, None) if n.startswith("TZ=")]
+    assert told == ([] if not zone else [told[0]]), told
+    if zone:
+        assert f"TZ={zone!r} is not pinned in the service" in told[0] and "system's zone" in told[0]
+
+
+def test_a_reinstall_names_a_changed_or_dropped_time_zone(tmp_path: Path, vault: Path) -> None:
+    """A reinstall from a shell with another TZ, or none, moves the daemon's day: install named
+    only a changed home or socket, and doctor compared only SIDECAR_* settings."""
+    from sidecar.clients.cli_service import _replaced
+    from sidecar.clients.doctor_checks import Probes
+    from sidecar.clients.doctor_service import check_service
+
+    def cfg(zone: str) -> Any:
+        return load_config(flags={"home": str(tmp_path / "h"), "vault.path": str(vault)}, env={"TZ": zone})
+
+    berlin = service_file(cfg("Europe/Berlin"), tmp_path, platform="linux", sandbox=False)
+    plain = service_file(cfg(""), tmp_path, platform="linux", sandbox=False)
+    tokyo = service_file(cfg("Asia/Tokyo"), tmp_path, platform="linux", sandbox=False)
+    assert "(the TZ Europe/Berlin -> the system's zone)" in _replaced(plain, berlin.text)
+    assert "(the TZ Europe/Berlin -> Asia/Tokyo)" in _replaced(tokyo, berlin.text)
+    berlin.path.parent.mkdir(parents=True)
+    berlin.path.write_text(berlin.text)
+    active = tmp_path / "systemctl"
+    active.write_text("#!/bin/sh\necho active\n")
+    active.chmod(0o755)
+    probes = Probes(home_dir=tmp_path, systemctl=str(active))
+    check = check_service(cfg(""), probes)
+    assert check.ok and check.warning, check
+    assert "its settings differ from this command's: TZ=Europe/Berlin" in check.verdict, check
+    assert not check_service(cfg("Europe/Berlin"), probes).warning

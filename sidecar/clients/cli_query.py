@@ -83,6 +83,10 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         print("nothing relevant found")
     for i, hit in enumerate(result.hits, 1):
         where = f"lines {hit.lines[0]}-{hit.lines[1]}" + (f", dated {hit.date}" if hit.date else "")
+        if hit.modified_ahead:
+            where += (
+                f" by its last change seen here (its file's date {hit.modified_ahead} lies in the future)"
+            )
         scores = f"relevance {hit.relevance:.2f}, score {hit.score:.3f}"
         held = f"; {DELETION_HELD_MARK}" if hit.deletion_held else ""
         print(f"{i:>2}. {shown(hit.reference)}  ({scores}, {where}{held})")

@@ -67,6 +67,13 @@ def _install_notes(cfg: Config, svc: ServiceFile, before: str | None) -> list[st
             f"the home {cfg.home} lies in a temporary folder, which many systems empty at boot: the "
             "index and every agent's memory inbox would go with it (set --home or home: elsewhere)."
         )
+    why = service.time_zone_problem(cfg.time_zone) if cfg.time_zone else None
+    if why is not None:
+        notes.append(
+            f"TZ={cfg.time_zone!r} is not pinned in the service ({why}; the daemon could not "
+            "start with it), so the daemon runs in the system's zone (/etc/localtime). Set TZ to "
+            "a zone name (TZ=Europe/Berlin) and install again to pin one."
+        )
     if before is not None and before != svc.text:
         notes.append(_replaced(svc, before))
     return notes
@@ -75,10 +82,12 @@ def _install_notes(cfg: Config, svc: ServiceFile, before: str | None) -> list[st
 def _replaced(svc: ServiceFile, before: str) -> str:
     """Say what changes for the running service when its file is replaced by another."""
     old, new = service.installed_setup(before).env, service.installed_setup(svc.text).env
+    # The time zone too: a reinstall from a shell with another TZ, or none, moves the daemon's day.
+    named = ((env_name("home"), "home", "default"), (env_name("socket"), "socket", "default"))
     changed = [
-        f"the {what} {old.get(env_name(key), 'default')} -> {new.get(env_name(key), 'default')}"
-        for key, what in (("home", "home"), ("socket", "socket"))
-        if old.get(env_name(key)) != new.get(env_name(key))
+        f"the {what} {old.get(name, unset)} -> {new.get(name, unset)}"
+        for name, what, unset in (*named, ("TZ", "TZ", "the system's zone"))
+        if old.get(name) != new.get(name)
     ]
     what = f" ({'; '.join(changed)})" if changed else ""
     restart = (

@@ -30,9 +30,11 @@ from sidecar.runtime.peer import path_owner_problem, peer_uid
 
 _MAX_RESPONSE = 256 * 1024 * 1024
 _CONNECT_TRIES = 10
-# Sockets whose daemon refused ``today`` (one older than it): not sent there again by this process
-# (the MCP shim opens a client per call).
-_REFUSES_TODAY: set[str] = set()
+# The sockets whose daemon refused ``today`` (one older than it), by the socket file's identity
+# (path, inode, status change time): not sent there again by this process (the MCP shim opens a
+# client per call; asking each time cost two requests a call). A daemon restarted after an
+# upgrade binds a new socket file, which is asked with it again.
+_REFUSES_TODAY: set[tuple[str, int, int]] = set()
 
 
 def local_today() -> str:
@@ -75,6 +77,7 @@ class Client:
         self._sock: socket.socket | None = None
         self._buf = b""
         self._ids = itertools.count(1)
+        self._socket_id: tuple[str, int, int] | None = None  # of the connected socket file
 
     def __enter__(self) -> Client:
         return self
@@ -109,6 +112,15 @@ class Client:
             sock.close()
             raise
         self._sock = sock
+        self._socket_id = self._socket_file()
+
+    def _socket_file(self) -> tuple[str, int, int] | None:
+        """The socket file's identity: a daemon restarted since (upgraded, maybe) bound a new one."""
+        try:
+            st = os.stat(self.socket_path)
+        except OSError:
+            return None
+        return str(self.socket_path), st.st_ino, st.st_ctime_ns
 
     def close(self) -> None:
         if self._sock is not None:
@@ -119,20 +131,22 @@ class Client:
         """Send one request and wait for its answer; raise RemoteError if the daemon refused it.
 
         A daemon older than the asker's date (``today``) refuses it as unknown until it is
-        restarted: the request is sent once more without it, and ``today`` is no longer sent to
-        that socket (its time phrases then count from the daemon's own date, as they did)."""
+        restarted: the request is sent once more without it, and ``today`` is no longer sent by
+        this process to that socket file (its time phrases then count from the daemon's own date,
+        as they did); the socket file of a daemon restarted since is asked with it again."""
         params = params or {}
         if "today" not in params:
             return self._call(op, params)
         without = {k: v for k, v in params.items() if k != "today"}
-        if str(self.socket_path) in _REFUSES_TODAY:
+        if (self._socket_id if self._sock is not None else self._socket_file()) in _REFUSES_TODAY:
             return self._call(op, without)
         try:
             return self._call(op, params)
         except RemoteError as exc:
             if not refuses_today(exc):
                 raise
-        _REFUSES_TODAY.add(str(self.socket_path))
+        if self._socket_id is not None:
+            _REFUSES_TODAY.add(self._socket_id)
         return self._call(op, without)
 
     def _call(self, op: str, params: dict[str, Any]) -> dict[str, Any]:

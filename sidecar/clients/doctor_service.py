@@ -61,13 +61,14 @@ def _installed_differs(cfg: Config, svc_text: str, installed: str, path: Path) -
 
 
 def _extra_settings(svc_text: str, installed: str) -> list[str]:
-    """The other SIDECAR_* settings where the installed service and this command differ."""
+    """The other SIDECAR_* settings and the TZ where the installed service and this command
+    differ (a TZ changed or unset since the install moves the daemon's day from this shell's)."""
     want, have = installed_setup(svc_text).env, installed_setup(installed).env
     compared = {env_name("home"), env_name("socket")}  # by _installed_differs
     names = sorted(
         n
         for n in {*want, *have}
-        if n.startswith("SIDECAR_") and n not in compared and want.get(n) != have.get(n)
+        if (n.startswith("SIDECAR_") or n == "TZ") and n not in compared and want.get(n) != have.get(n)
     )
     return [f"{n}={have[n]}" if n in have else f"without {n}" for n in names]
 

@@ -26,8 +26,8 @@ from sidecar.contracts.wire import hit_json, parse_search, resolved_notes, state
 log = logging.getLogger(__name__)
 
 # What a search hit shows an agent (the scores behind relevance are for tuning, not for it).
-# A note's day (date, datedBy) when a date window judged it: which day of a period it belongs to;
-# deletionHeld when its file is gone while its deletion is held.
+# A note's day (date, datedBy, modifiedAhead) when a date window judged it: which day of a period
+# it belongs to; deletionHeld when its file is gone while its deletion is held.
 HIT_KEYS = (
     "reference",
     "source",
@@ -40,6 +40,7 @@ HIT_KEYS = (
     "masked",
     "date",
     "datedBy",
+    "modifiedAhead",
     "deletionHeld",
 )
 

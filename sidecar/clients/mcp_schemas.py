@@ -40,6 +40,7 @@ HIT = obj(
         "masked": COUNTS,
         "date": STR,
         "datedBy": {"type": "string", "enum": ["name", "property", "modified"]},
+        "modifiedAhead": STR,
         "deletionHeld": BOOL,
     },
     ("reference", "source", "title", "lines", "text", "relevance"),

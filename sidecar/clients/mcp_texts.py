@@ -123,6 +123,11 @@ def _dated(hit: dict[str, Any]) -> str:
     """A hit's day, when a date window judged it: which day of the period the note belongs to."""
     if not hit.get("date"):
         return ""
+    if hit.get("modifiedAhead"):
+        ahead = hit["modifiedAhead"]
+        return (
+            f", dated {hit['date']} by its last change seen here (its file's date {ahead} lies in the future)"
+        )
     by = _DATED_BY.get(str(hit.get("datedBy")), "")
     return f", dated {hit['date']}" + (f" by {by}" if by else "")
 

@@ -27,6 +27,7 @@ import shutil
 import site
 import subprocess
 import sys
+import zoneinfo
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,8 +117,8 @@ def _env_text(value: Any) -> str:
 
 def pinned_env(cfg: Config) -> list[tuple[str, str]]:
     """The daemon's environment in the service: the home and the socket this command uses (the
-    default socket follows XDG_RUNTIME_DIR, which the service manager sets its own way), and
-    every other setting this command took from a flag or a variable."""
+    default socket follows XDG_RUNTIME_DIR, which the service manager sets its own way), every
+    other setting this command took from a flag or a variable, and its TZ when it has one."""
     out = [(env_name("home"), str(cfg.home)), (env_name("socket"), str(cfg.socket_path))]
     if cfg.state_dir is not None and cfg.state_dir != Path("~/.local/state/sidecar").expanduser():
         # The state folder follows XDG_STATE_HOME, which the service manager does not pass on.
@@ -130,7 +131,32 @@ def pinned_env(cfg: Config) -> list[tuple[str, str]]:
         for attr in s.attrs:
             value = getattr(value, attr)
         out.append((env_name(s.dotted), _env_text(value)))
+    if cfg.time_zone and time_zone_problem(cfg.time_zone) is None:
+        # The systemd user manager and launchd start the daemon in the system's zone
+        # (/etc/localtime), not the installing shell's TZ: its "today" and the day of a note's
+        # last change were a zone off around midnight (a NAS or VPS on UTC).
+        out.append(("TZ", cfg.time_zone))
     return out
+
+
+def time_zone_problem(value: str) -> str | None:
+    """Why a TZ value is not pinned in the service, None when it is: only a zone that zoneinfo
+    resolves (a name, ``:`` before it or not, or a zone file's absolute path). A POSIX rule
+    ("<+0530>-5:30") or a misspelled name ("Europe/Berln") glibc reads its own way, but the
+    scheduler's zone lookup (tzlocal) fails on it: the daemon would exit at every start and the
+    service manager restart it for ever."""
+    if not value.isprintable() or not value.strip():
+        return "it holds a blank or a control character"
+    name = value.removeprefix(":")
+    try:
+        if os.path.isabs(name):
+            with open(name, "rb") as f:
+                zoneinfo.ZoneInfo.from_file(f)
+        else:
+            zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        return "it names no zone of the time zone database (a POSIX rule or a misspelled name)"
+    return None
 
 
 def user_namespaces() -> bool:

@@ -435,6 +435,7 @@ def load_config(
         outdated=tuple(layers.outdated),
         state_dir=_default_state_dir(env),
         system_locale=_default_system_locale(env),
+        time_zone=env.get("TZ") or None,
     )
 
 

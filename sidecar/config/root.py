@@ -47,6 +47,9 @@ class Config:
     # "en_US.UTF-8"): the Calendar plugin at "Same as system" begins weeks by it when Obsidian runs
     # in that language, which the vault does not record.
     system_locale: str | None = field(default=None, metadata={"internal": True})
+    # The TZ variable of the loading process ("Europe/Berlin"), None when unset: a service installed
+    # from that shell carries it (a service manager starts the daemon in the system's zone).
+    time_zone: str | None = field(default=None, metadata={"internal": True})
 
     @property
     def index_dir(self) -> Path:

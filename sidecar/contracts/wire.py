@@ -62,6 +62,10 @@ class Hit:
     # ISO day, and what gave it ("name", "property" or "modified", the file's last change).
     date: str | None = None
     dated_by: str | None = None
+    # With dated_by "modified": the file's own mtime day when that lies in the future (a wrong
+    # clock); ``date`` is then the day of its status change, else of its indexing
+    # (``sidecar.search.results.last_change``).
+    modified_ahead: str | None = None
     # recall's preview only: the figures its gates compare (the calibrated cosine against
     # recall.minSimilarity; the keyword share of the message's own words, 0-1) and, for a
     # candidate a gate kept out, that gate's name (``RECALL_GATES``).
@@ -355,6 +359,8 @@ def hit_json(h: Hit) -> dict[str, Any]:
     if h.date is not None:
         out["date"] = h.date
         out["datedBy"] = h.dated_by
+    if h.modified_ahead is not None:
+        out["modifiedAhead"] = h.modified_ahead
     if h.similarity is not None:
         out["similarity"] = h.similarity
     if h.keywords is not None:
@@ -527,6 +533,7 @@ def parse_hit(d: Mapping[str, Any]) -> Hit:
         page_bm25_score=d.get("pageBm25Score"),
         date=d.get("date"),
         dated_by=d.get("datedBy"),
+        modified_ahead=d.get("modifiedAhead"),
         similarity=d.get("similarity"),
         keywords=d.get("keywords"),
         gate=d.get("gate"),

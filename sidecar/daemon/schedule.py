@@ -14,10 +14,12 @@ overdue job runs once at once (coalesced, no misfire limit), then on its interva
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+import zoneinfo
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobEvent
@@ -176,9 +178,15 @@ def build_scheduler(
     ``also``: a look of a few compares run on the tick (no thread of its own)."""
     # misfire_grace_time None: a run that came due during a suspend (or while the scheduler's
     # thread was held up) runs late instead of being dropped; coalesce makes that one run.
-    scheduler = BackgroundScheduler(
-        daemon=True, job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}
-    )
+    defaults = {"coalesce": True, "max_instances": 1, "misfire_grace_time": None}
+    try:
+        scheduler = BackgroundScheduler(daemon=True, job_defaults=defaults)
+    except zoneinfo.ZoneInfoNotFoundError:
+        # A TZ the time zone database does not know (a POSIX rule "<+0530>-5:30", a misspelled
+        # name): the scheduler's zone lookup fails, and the daemon exited at every start. Its jobs
+        # run on intervals, which no zone moves.
+        log.warning("scheduler_zone_unknown tz=%r zone=UTC", os.environ.get("TZ"))
+        scheduler = BackgroundScheduler(daemon=True, job_defaults=defaults, timezone=UTC)
     scheduler.add_listener(_log_event, EVENT_JOB_ERROR | EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
     for name in ("apscheduler.scheduler", "apscheduler.executors.default"):
         logging.getLogger(name).addFilter(_RELOGGED)

@@ -51,6 +51,8 @@ def render_block(
         # A file name may hold a line break: escaped, it cannot start a line of its own.
         # A note of a period the message named says its day (which day of "last week" it is).
         day = f", dated {h.date}" if h.date else ""
+        if h.modified_ahead:  # its mtime lies in the future: the date is a change seen here
+            day += f" (its file's date {h.modified_ahead} lies in the future)"
         head = (
             f"\n[{h.source}] {_as_text(escape_controls(h.reference))} (lines {h.lines[0]}-{h.lines[1]}{day})"
         )

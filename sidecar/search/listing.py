@@ -6,6 +6,7 @@ Nothing ranks these notes: their order is the day they name or were changed on (
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 
@@ -13,7 +14,7 @@ from sidecar.contracts.wire import Hit, SearchResult, Window, under_prefix
 from sidecar.search.fusion import Candidate, Scored
 from sidecar.search.query import Filters, analyze
 from sidecar.search.request import SearchRequest
-from sidecar.search.results import analysis_of, local_day, to_hit
+from sidecar.search.results import analysis_of, last_change, local_day, to_hit
 from sidecar.stores.manifest import ChunkView, Manifest, NoteDay
 from sidecar.vault.sources import public_reference
 
@@ -21,7 +22,17 @@ Order = Callable[[NoteDay], tuple[str, int, int, str]]
 
 
 def passes(view: ChunkView, filters: Filters) -> bool:
-    note = NoteDay(view.key, view.source, view.agent, view.tags, view.mtime_ns, view.date, named=False)
+    note = NoteDay(
+        view.key,
+        view.source,
+        view.agent,
+        view.tags,
+        view.mtime_ns,
+        view.date,
+        False,
+        view.ctime_ns,
+        view.indexed_at,
+    )
     return note_passes(note, filters)
 
 
@@ -36,8 +47,12 @@ def note_passes(note: NoteDay, filters: Filters) -> bool:
         if not under_prefix(path, filters.path_prefix, *roots):
             return False
     if filters.since or filters.until:
-        # The note's own day when it names one (front matter, daily-note name), else its local mtime.
-        day = note.date or local_day(note.mtime_ns)
+        # The note's own day when it names one (front matter, daily-note name), else that of its
+        # last change (an mtime in the future is none: ``last_change``); none known, no window.
+        changed, ahead = last_change(note.mtime_ns, note.ctime_ns, note.indexed_at)
+        if not note.date and ahead and changed == 0:
+            return False
+        day = note.date or local_day(changed)
         if (filters.since and day < filters.since) or (filters.until and day > filters.until):
             return False
     return True
@@ -175,14 +190,19 @@ def listing_order(horizon: str) -> Callable[[NoteDay], tuple[str, int, int, str]
     changed that day (the record of the day before what merely touched it: a sync or a plugin
     changes any note on any day); then the last change; then the key (a total order, so that a
     place can be counted). A day after the horizon gives way to the last change: by it, a note
-    dated 2099 headed every listing for good. (The two listings ordered apart: a period's daily
-    notes of any day came before its other notes, a listing of filters alone knew no daily note.)
+    dated 2099 headed every listing for good; so does an mtime in the future give way to the
+    file's status change or indexing time (``last_change``). (The two listings ordered apart: a
+    period's daily notes of any day came before its other notes, a listing of filters alone knew
+    no daily note.)
     """
 
+    now = time.time()  # one clock for the whole listing: its order is total
+
     def order(n: NoteDay) -> tuple[str, int, int, str]:
+        changed = last_change(n.mtime_ns, n.ctime_ns, n.indexed_at, now)[0]
         if n.date and n.date <= horizon:
-            return n.date, 2 if n.named else 1, n.mtime_ns, n.key
-        return local_day(n.mtime_ns), 0, n.mtime_ns, n.key
+            return n.date, 2 if n.named else 1, changed, n.key
+        return local_day(changed), 0, changed, n.key
 
     return order
 

@@ -235,6 +235,10 @@ class ChunkView:
     has_vector: bool = True  # in the serving vector table
     date: str = ""  # the note's own day (front matter or daily-note name), '' when it has none
     dated_by: str = ""  # what gave ``date``: "name" or "property" (note_day)
+    # The file's status change time (ns; 0 unknown) and when this version was indexed (s): what
+    # stands for an mtime in the future (``sidecar.search.results.last_change``).
+    ctime_ns: int = 0
+    indexed_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -248,6 +252,8 @@ class NoteDay:
     mtime_ns: int
     date: str
     named: bool  # a daily note: its name, not a property, gave the day (``daily_note``)
+    ctime_ns: int = 0  # as ChunkView's: what stands for an mtime in the future
+    indexed_at: float = 0.0
 
 
 def _newer(path: Path, version: int) -> StoreNewerError:
@@ -861,7 +867,7 @@ class Manifest(VectorBook):
     def _views(self, where: str, args: Sequence[Any], *, committed: bool = False) -> Iterator[ChunkView]:
         rows = (self._committed if committed else self._query)(
             "SELECT c.chunk_id, c.key, f.source, f.agent, f.title, c.text, c.headings, c.start_line, "
-            "c.end_line, f.tags, f.mtime_ns, f.front_matter, c.has_vector "
+            "c.end_line, f.tags, f.mtime_ns, f.front_matter, c.has_vector, f.ctime_ns, f.indexed_at "
             "FROM chunks c JOIN files f ON f.key = c.key "
             f"WHERE {where} "
             "ORDER BY c.key, c.ord",
@@ -883,6 +889,8 @@ class Manifest(VectorBook):
                 _aliases(r[11]),
                 bool(r[12]),
                 *note_day(r[11], r[1], self.day_formats),
+                r[13],
+                r[14],
             )
 
     def note_days(self) -> list[NoteDay]:
@@ -895,14 +903,22 @@ class Manifest(VectorBook):
         if cached is not None and cached[0] == generation and cached[1] == formats:
             return list(cached[2])
         rows = self._committed(
-            "SELECT key, source, agent, tags, mtime_ns, front_matter FROM files "
+            "SELECT key, source, agent, tags, mtime_ns, front_matter, ctime_ns, indexed_at FROM files "
             "WHERE state = 'indexed' AND chunks > 0"
         )
         days = [
             NoteDay(
-                key, source, agent, _strings(tags), mtime_ns, day, how == "name" and daily_note(key, formats)
+                key,
+                source,
+                agent,
+                _strings(tags),
+                mtime_ns,
+                day,
+                how == "name" and daily_note(key, formats),
+                ctime_ns,
+                indexed_at,
             )
-            for key, source, agent, tags, mtime_ns, fm in rows
+            for key, source, agent, tags, mtime_ns, fm, ctime_ns, indexed_at in rows
             for day, how in (note_day(fm, key, formats),)
         ]
         self._note_days = (generation, formats, days)
