@@ -47,7 +47,8 @@ _MIN_BUDGET = 24
 #    table's header again in each of its chunks; an embed's size ("|400") is no text.
 # 7: the words carried into the next chunk keep their line breaks and lie within its lines (they
 #    were glued onto the previous piece's last line).
-CHUNKER_VERSION = 7
+# 8: an Excalidraw note's element links and its text elements' ids are no text.
+CHUNKER_VERSION = 8
 
 
 def _norm(line: str) -> str:
@@ -231,9 +232,12 @@ def parse_note(text: str, *, title: str) -> NoteDraft:
     parsed = split_sections(text)
     sections, fm_raw, fm_end, code = parsed.sections, parsed.fm_raw, parsed.fm_end, parsed.code
     fm, fm_error = parse_front_matter(fm_raw) if fm_raw is not None else ({}, None)
-    hidden = parsed.hidden | (_drawing_lines(sections, lines) if "excalidraw-plugin" in fm else frozenset())
+    drawing = "excalidraw-plugin" in fm
+    hidden = parsed.hidden | (_drawing_lines(sections, lines) if drawing else frozenset())
     if hidden:
         lines = ["" if i in hidden else line for i, line in enumerate(lines)]
+    if drawing:  # each text element ends in its element's id, which reading view hides
+        lines = [_ELEMENT_ID.sub("", line) if i not in code else line for i, line in enumerate(lines)]
     fm_title = property_value(fm, "title")
     note_title = (
         str(fm_title).strip() if isinstance(fm_title, str | int | float) and str(fm_title).strip() else title
@@ -254,8 +258,11 @@ _QUERY_TEXT = re.compile(r"\$?=\s*[^=\s]")
 # A file pasted into the note as a data URI (a web clipping's image): its letters are no words.
 _DATA_URI = re.compile(r"data:[\w.+-]+/[\w.+-]+;base64,[A-Za-z0-9+/=]{32,}")
 # What the Excalidraw plugin keeps in a drawing's note besides the drawing's text: the drawing
-# (JSON, compressed or not), the list of embedded files, and a banner telling to switch views.
-_DRAWING_SECTIONS = frozenset({"drawing", "embedded files"})
+# (JSON, compressed or not), the list of embedded files, the elements' links ("e1f2g3: [[Note]]",
+# read as links all the same), and a banner telling to switch views.
+_DRAWING_SECTIONS = frozenset({"drawing", "embedded files", "element links"})
+# A text element's id at its end ("Zwiebelturm ^abc123XY"), as the plugin writes it.
+_ELEMENT_ID = re.compile(r"(?:^|[ \t]+)\^[A-Za-z0-9_-]+[ \t]*$")
 
 
 def _readable(line: str) -> str:
