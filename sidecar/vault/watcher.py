@@ -40,7 +40,7 @@ import watchfiles
 
 from sidecar.runtime.backoff import Backoff
 from sidecar.vault.confine import decodable, printable
-from sidecar.vault.sources import NOTE_SUFFIXES, is_debris
+from sidecar.vault.sources import COUNTED_SUFFIXES, NOTE_SUFFIXES, is_debris
 from sidecar.vault.timeout import NoAnswer, bounded_call, bounded_stat
 
 log = logging.getLogger(__name__)
@@ -194,8 +194,9 @@ class NoteFilter:
 
 
 def _other_kind(name: str) -> bool:
-    """A name with a dot that is not a note's (Markdown, Canvas): an attachment, or a folder named so."""
-    return "." in name and not name.lower().endswith(NOTE_SUFFIXES)
+    """A name with a dot that is not one a scan counts (a note's, a Bases file's, ...: a file of a
+    counted kind is counted by its events as a sweep counts it): an attachment, or a folder named so."""
+    return "." in name and not name.lower().endswith(COUNTED_SUFFIXES)
 
 
 def _is_real_folder(path: str) -> bool:
