@@ -628,6 +628,47 @@ def test_get_takes_a_notes_name_or_a_link_as_written(tmp_path: Path, serve_in_pr
         call("get", {"reference": "boat-fact"}, agent="codex")  # not another agent's
 
 
+def test_a_link_to_a_heading_or_block_that_is_not_there_is_marked(
+    tmp_path: Path, serve_in_process: Any
+) -> None:
+    """`get`'s links say whether the heading or block a link names is in its note now
+    (`anchor_found`), as Obsidian marks such a link: `[[Boat#Nowhere]]` was listed as a plain
+    link to the note. The CLI says "heading not found" / "block not found", the MCP text names
+    the links; a link without anchor or to no note has no `anchor_found`."""
+    from sidecar.clients.cli_render import render_links
+    from sidecar.clients.mcp_calls import ToolCalls
+
+    v = tmp_path / "anchors"
+    write(v / "Boat.md", "# Boat\n\n## Budget\n\nSails cost 900.\n\n- oars ^vests\n")
+    write(
+        v / "Log.md",
+        "# Log\n\n## Today\n\n[[Boat#Budget]] [[Boat#Nowhere]] [[Boat#^vests]] [[Boat#^gone]]\n"
+        "[[#Today]] [[#Tomorrow]] [[Boat]] [[Nirgends#Budget]] [[boat#budget]]\n",
+    )
+    server = serve_in_process(v)
+    got = server.call("get", {"reference": "vault/Log"})
+    assert [(x["link"], x.get("anchor_found")) for x in got["links"]] == [
+        ("Boat#Budget", True),
+        ("Boat#Nowhere", False),
+        ("Boat#^vests", True),
+        ("Boat#^gone", False),
+        ("#Today", True),
+        ("#Tomorrow", False),
+        ("Boat", None),
+        ("Nirgends#Budget", None),
+        ("boat#budget", True),  # headings match without regard to case, as in Obsidian
+    ]
+    shown = render_links(got)
+    assert "line 5: links to vault/Boat #Nowhere (heading not found)" in shown
+    assert "line 5: links to vault/Boat #^gone (block not found)" in shown
+    assert "#Budget (" not in shown and "#^vests (" not in shown
+    text, _ = ToolCalls(server.cfg.socket_path, "claude").tools["memory_get"]({"reference": "vault/Log"})
+    assert text.endswith(
+        "Links to a heading or block that is not there: Boat#Nowhere (line 5: heading not found), "
+        "Boat#^gone (line 5: block not found), #Tomorrow (line 6: heading not found)"
+    )
+
+
 def test_a_bare_name_after_vault_or_wiki_is_resolved_within_that_root(
     tmp_path: Path, serve_in_process: Any
 ) -> None:

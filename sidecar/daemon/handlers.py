@@ -62,7 +62,7 @@ from sidecar.notes.chunking import line_count, line_range, lines_within
 from sidecar.notes.frontmatter import description_of
 from sidecar.notes.links import LinkGraph, unresolved_paths
 from sidecar.notes.linktext import pasted_link
-from sidecar.notes.markdown import anchor_lines, filter_tag
+from sidecar.notes.markdown import anchor_lines, anchors_lines, filter_tag
 from sidecar.notes.outline import Page, lead_line, one_line
 from sidecar.notes.outline import render as render_outline
 from sidecar.notes.redact import mask, masked_line
@@ -76,6 +76,7 @@ from sidecar.search.request import SearchRequest
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.aside import moved_aside
 from sidecar.stores.manifest import Manifest
+from sidecar.vault.canvas import is_canvas_name
 from sidecar.vault.ignore import OWN_RULES
 from sidecar.vault.sources import (
     TOO_LARGE,
@@ -100,6 +101,8 @@ _SEARCH_PARAMS = ("limit", "minScore", "source", "tag", "pathPrefix", "since", "
 _TODAY_SLACK_DAYS = 2
 _ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 OUTLINE_BUDGET = 1000
+# How many linked notes ``get`` reads to tell whether a link's heading or block is there.
+ANCHOR_NOTES = 100
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
@@ -606,6 +609,7 @@ class Handlers:
         title = chunks[0].title if chunks else path.stem
         graph = LinkGraph(self.manifest.read)
         links = graph.links_of(key, req.agent)
+        self._look_up_anchors(key, text, links)
         for link in links:
             link["target"] = public_reference(link["target"], req.agent) if link["target"] else None
         backlinks = [
@@ -650,6 +654,27 @@ class Handlers:
         if masked:
             out["masked"] = masked
         return out
+
+    def _look_up_anchors(self, key: str, text: str, links: list[dict[str, Any]]) -> None:
+        """``anchor_found`` of each link to a heading or block of a note (``links``: targets by
+        key; ``text``: the note ``key``'s own): whether it is in that note now, as Obsidian
+        marks a link whose note is there and whose heading is not. Each note is read as ``get``
+        reads it, once, at most ``ANCHOR_NOTES`` of them; one that cannot be read now, a Canvas,
+        and a note sidecar's own rules leave out are not looked into (no ``anchor_found``)."""
+        wanted: dict[str, list[dict[str, Any]]] = {}
+        for link in links:
+            target = link["target"]
+            # A note the own rules leave out is never shown, so never looked into.
+            hidden = (link.get("excluded") or "").startswith(f"{OWN_RULES}:")
+            if link["anchor"] and target is not None and not is_canvas_name(target) and not hidden:
+                wanted.setdefault(target, []).append(link)
+        for target, some in list(wanted.items())[:ANCHOR_NOTES]:
+            try:
+                body = text if target == key else self._on_disk(target, lambda t=target: self._read(t, t))[1]
+            except (SourceError, NoAnswer):
+                continue
+            for link, lines in zip(some, anchors_lines(body, [x["anchor"] for x in some]), strict=True):
+                link["anchor_found"] = lines is not None
 
     def _offline(self, key: str, reference: str) -> UnreadableError | None:
         """Why ``get`` may not find a note of an offline root (raised at once when what is there

@@ -337,10 +337,20 @@ def anchor_lines(text: str, anchor: str) -> tuple[int, int] | None:
     """The 1-based first and last line a link's anchor points at: a heading's section (its
     subsections included; "Setup › Linux" is Linux under Setup), or the block ``^id`` ends (a
     paragraph, a list item, or the block before an id on a line of its own). None: not there."""
+    return anchors_lines(text, [anchor])[0]
+
+
+def anchors_lines(text: str, anchors: Sequence[str]) -> list[tuple[int, int] | None]:
+    """``anchor_lines`` of each of ``anchors`` in one note, parsed once."""
     text = text.replace("\r\n", "\n").replace("\r", "\n")  # lines as get numbers them
     parsed = split_sections(text)
-    sections, code = parsed.sections, parsed.code
     lines = text.split("\n")
+    return [_anchor_lines(parsed.sections, lines, parsed.code, anchor) for anchor in anchors]
+
+
+def _anchor_lines(
+    sections: Sequence[Section], lines: Sequence[str], code: Container[int], anchor: str
+) -> tuple[int, int] | None:
     if anchor.startswith("^"):
         return _block_lines(sections, lines, code, anchor[1:])
     want = [_anchor_key(part) for part in anchor.split(" › ")]
