@@ -15,6 +15,7 @@ import time
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -670,7 +671,8 @@ class Handlers:
                 wanted.setdefault(target, []).append(link)
         for target, some in list(wanted.items())[:ANCHOR_NOTES]:
             try:
-                body = text if target == key else self._on_disk(target, lambda t=target: self._read(t, t))[1]
+                read = partial(self._read, target, target)
+                body = text if target == key else self._on_disk(target, read)[1]
             except (SourceError, NoAnswer):
                 continue
             for link, lines in zip(some, anchors_lines(body, [x["anchor"] for x in some]), strict=True):
