@@ -337,7 +337,7 @@ def is_debris(name: str) -> bool:
 
 def _hidden_note_name(name: str, source: str = "memory") -> bool:
     """A hidden name of a note (counted as skipped): Markdown, and in the vault and the wiki a
-    Canvas or a Bases file too (each counted like a note: ``.Plan.canvas`` was in no count); not a
+    file of the other counted kinds too (``COUNTED_SUFFIXES``: ``.Plan.canvas`` was in no count); not a
     Mac's "._Note.md" (AppleDouble metadata beside each file copied from a Mac to a share)."""
     counted = (".md",) if source == "memory" else COUNTED_SUFFIXES
     return name.lower().endswith(counted) and not name.startswith("._")

@@ -7,7 +7,7 @@ nested folders, a watch that died) arrives with the scheduled full sweeps and th
 roots; a watched folder that was replaced, mounted or unmounted restarts the watch and asks for a
 full sweep (an empty set of paths), and so do lost events (``events_lost``: a queue overflow that
 left folders made meanwhile unwatched, told by the index loop). Editor temp files, dot-folders and
-non-Markdown files are filtered out, but not folders named with a dot ("Node.js"): one that appears
+attachments (no counted kind) are filtered out, but not folders named with a dot ("Node.js"): one that appears
 is walked, one deleted or moved away (or a file that may have been one) is named, once for a whole
 deleted tree. A folder whose name is not valid UTF-8 makes the recursive watch fail ("Unable to
 decode path"): the watcher then watches every other folder one by one (not recursively), restarting
