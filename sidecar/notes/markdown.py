@@ -337,20 +337,10 @@ def anchor_lines(text: str, anchor: str) -> tuple[int, int] | None:
     """The 1-based first and last line a link's anchor points at: a heading's section (its
     subsections included; "Setup › Linux" is Linux under Setup), or the block ``^id`` ends (a
     paragraph, a list item, or the block before an id on a line of its own). None: not there."""
-    return anchors_lines(text, [anchor])[0]
-
-
-def anchors_lines(text: str, anchors: Sequence[str]) -> list[tuple[int, int] | None]:
-    """``anchor_lines`` of each of ``anchors`` in one note, parsed once."""
     text = text.replace("\r\n", "\n").replace("\r", "\n")  # lines as get numbers them
     parsed = split_sections(text)
+    sections, code = parsed.sections, parsed.code
     lines = text.split("\n")
-    return [_anchor_lines(parsed.sections, lines, parsed.code, anchor) for anchor in anchors]
-
-
-def _anchor_lines(
-    sections: Sequence[Section], lines: Sequence[str], code: Container[int], anchor: str
-) -> tuple[int, int] | None:
     if anchor.startswith("^"):
         return _block_lines(sections, lines, code, anchor[1:])
     want = [_anchor_key(part) for part in anchor.split(" › ")]
@@ -369,6 +359,44 @@ def _anchor_lines(
             end -= 1
         return start + 1, end
     return None
+
+
+# A block's id ending a line (outside code), as ``_block_lines`` looks for one.
+_BLOCK_ID = re.compile(r"(?:^|\s)\^(\S+)\s*$")
+
+
+@dataclass(frozen=True)
+class Anchors:
+    """What links into one note can name, collected in one pass (``note_anchors``): its
+    headings' paths (as anchor keys, by last heading) and its block ids (lower case)."""
+
+    headings: dict[str, list[tuple[str, ...]]]
+    blocks: frozenset[str]
+    fm_raw: str | None  # the note's front matter, unparsed
+
+    def has(self, anchor: str) -> bool:
+        """Whether ``anchor`` (as a link writes it) is there: ``anchor_lines`` is not None."""
+        if anchor.startswith("^"):
+            return bool(anchor[1:]) and anchor[1:].lower() in self.blocks
+        want = [_anchor_key(part) for part in anchor.split(" › ")]
+        return any(_in_order(want[:-1], path[:-1]) for path in self.headings.get(want[-1], ()))
+
+
+def note_anchors(text: str) -> Anchors:
+    """The headings and block ids of a note, in one parse and one look at each line: a note
+    linked a hundred times by block is not searched a hundred times."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    parsed = split_sections(text)
+    headings: dict[str, list[tuple[str, ...]]] = {}
+    for path in {tuple(_anchor_key(h) for h in s.headings) for s in parsed.sections} - {()}:
+        headings.setdefault(path[-1], []).append(path)
+    code = parsed.code
+    blocks = frozenset(
+        m.group(1).lower()
+        for i, line in enumerate(text.split("\n"))
+        if "^" in line and i not in code and (m := _BLOCK_ID.search(line))
+    )
+    return Anchors(headings, blocks, parsed.fm_raw)
 
 
 def _in_order(parts: Sequence[str], path: Sequence[str]) -> bool:
