@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -47,8 +47,12 @@ _MIN_BUDGET = 24
 #    table's header again in each of its chunks; an embed's size ("|400") is no text.
 # 7: the words carried into the next chunk keep their line breaks and lie within its lines (they
 #    were glued onto the previous piece's last line).
-# 8: an Excalidraw note's element links and its text elements' ids are no text.
-CHUNKER_VERSION = 8
+CHUNKER_VERSION = 7
+# How Excalidraw drawings (notes with ``excalidraw-plugin`` in their front matter) are read; when
+# it changes, only the drawings are read again (``Indexer.reread_drawings_if_read_differently``),
+# not the whole vault as a CHUNKER_VERSION change does.
+# 2: the element links and the text elements' ids are no text.
+DRAWING_READER_VERSION = 2
 
 
 def _norm(line: str) -> str:
@@ -237,7 +241,8 @@ def parse_note(text: str, *, title: str) -> NoteDraft:
     if hidden:
         lines = ["" if i in hidden else line for i, line in enumerate(lines)]
     if drawing:  # each text element ends in its element's id, which reading view hides
-        lines = [_ELEMENT_ID.sub("", line) if i not in code else line for i, line in enumerate(lines)]
+        for i in _element_ends(sections, code):
+            lines[i] = _ELEMENT_ID.sub("", lines[i])
     fm_title = property_value(fm, "title")
     note_title = (
         str(fm_title).strip() if isinstance(fm_title, str | int | float) and str(fm_title).strip() else title
@@ -282,6 +287,19 @@ def _drawing_lines(sections: Sequence[Section], lines: Sequence[str]) -> frozens
             if drawing or (n == 0 and lines[block.start].lstrip().startswith("==⚠")):
                 out.update(range(block.start, block.end))
     return frozenset(out)
+
+
+def _element_ends(sections: Sequence[Section], code: Container[int]) -> list[int]:
+    """The last line of each text element of an Excalidraw note (each a block of its ``Text
+    Elements`` section), where the plugin writes the element's id: a "^2" inside the text
+    ("Fläche m ^2" on a line of its own within the element) is the text's."""
+    return [
+        block.end - 1
+        for section in sections
+        if section.headings and section.headings[-1].casefold() == "text elements"
+        for block in section.blocks
+        if not block.heading and block.end - 1 not in code
+    ]
 
 
 def cut_note(
