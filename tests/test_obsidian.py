@@ -682,21 +682,22 @@ def test_the_anchor_lookup_is_bounded(tmp_path: Path, serve_in_process: Any, mon
     write(v / "Small.md", "# Small\n\n## Kopf\n\nText.\n")
     write(v / "Third.md", "# Third\n\nx ^t1\n")
     links = " ".join(f"[[Big#^b{n}]]" for n in range(0, 400, 2)) + " [[Big#^none]]"
-    write(v / "Log.md", f"# Log\n\n{links}\n\n[[Small#Kopf]] [[Small#Fuss]]\n\n[[Third#^t1]]\n")
+    write(v / "Log.md", f"# Log\n\n{links}\n\n[[Small#Kopf]] [[Small#Fuss]]\n\n[[Third#^t1]] [[#Log]]\n")
     server = serve_in_process(v)
     got = server.call("get", {"reference": "vault/Log"})
     found = [x.get("anchor_found") for x in got["links"]]
-    assert found == [True] * 200 + [False, True, False, True]  # each note looked through once
-    # Big is past the bytes left to read: its links are not checked, the smaller notes still are.
+    assert found == [True] * 200 + [False, True, False, True, True]  # each note looked through once
+    # Big is past the bytes left to read: its links are not checked, the smaller notes still are
+    # (and Log's own, too large to parse within them, not).
     monkeypatch.setattr(handlers, "ANCHOR_BYTES", 1000)
     got = server.call("get", {"reference": "vault/Log"})
-    assert [x.get("anchor_found") for x in got["links"]] == [None] * 201 + [True, False, True]
-    monkeypatch.setattr(handlers, "ANCHOR_BYTES", 2 * 1024 * 1024)
-    # The deadline: each look at the clock 0.6 s later; past 1 s the notes left are not read.
+    assert [x.get("anchor_found") for x in got["links"]] == [None] * 201 + [True, False, True, None]
+    monkeypatch.undo()
+    # The deadline: each look at the clock 0.4 s later; past 1 s the notes left are not read.
     ticks = iter(range(100))
-    server.handlers.anchor_clock = lambda: next(ticks) * 0.6
+    server.handlers.anchor_clock = lambda: next(ticks) * 0.4
     got = server.call("get", {"reference": "vault/Log"})
-    assert [x.get("anchor_found") for x in got["links"]][-3:] == [None, None, None]
+    assert [x.get("anchor_found") for x in got["links"]][-4:] == [None, None, None, None]
     assert got["links"][0]["anchor_found"] is True
     # A page read on: no lookup, no line in memory_get's text; the first page has them.
     server.handlers.anchor_clock = time.monotonic

@@ -103,11 +103,12 @@ _TODAY_SLACK_DAYS = 2
 _ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 OUTLINE_BUDGET = 1000
 # ``get`` tells whether a link's heading or block is in its note (``anchor_found``) by reading
-# the linked notes, within bounds: at most this many notes, this many bytes read in all, and this
-# long in all (a note with hundreds of block links into a large note made each get take seconds,
-# past a client's timeout). The links past a bound are not looked into (no ``anchor_found``).
+# the linked notes, within bounds: at most this many notes, this many bytes read and parsed in all
+# (about 0.2 s a 500 KB note), and this long in all (a note with hundreds of block links into a
+# large note made each get take seconds, past a client's timeout). The links past a bound are not
+# looked into (no ``anchor_found``).
 ANCHOR_NOTES = 100
-ANCHOR_BYTES = 2 * 1024 * 1024
+ANCHOR_BYTES = 1024 * 1024
 ANCHOR_SECONDS = 1.0
 # Excalidraw's links to a drawing's group, area or frame: no heading or block of the note.
 _DRAWING_PART = re.compile(r"\^(?:group|area|frame|clippedframe)=", re.IGNORECASE)
@@ -714,7 +715,12 @@ class Handlers:
                     continue
                 except (SourceError, NoAnswer):
                     continue
-                budget -= len(body.encode("utf-8", "replace"))
+            size = len(body.encode("utf-8", "replace"))
+            if target == key and size > budget:
+                continue  # its links to itself, in a note larger than what is left to parse
+            budget -= size
+            if self.anchor_clock() >= deadline:
+                continue  # read too late to be parsed: the next turn stops
             anchors = note_anchors(body)
             if _is_drawing(anchors.fm_raw):
                 continue
