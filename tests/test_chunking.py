@@ -324,13 +324,20 @@ def test_what_reading_view_does_not_show_as_text_is_not_indexed() -> None:
         "---\nexcalidraw-plugin: parsed\ntags: [excalidraw]\n---\n"
         "==⚠  Switch to EXCALIDRAW VIEW in the MORE OPTIONS menu of this document. ⚠==\n\n"
         "# Excalidraw Data\n## Text Elements\nLastverteiler Nordflügel ^a1b2c3\n\n"
+        "Grundriss\nZwiebelturm ^Xy_9-kQ2\n\n"
+        "Fläche m ^2\nBüro ^Qw3e4r5t\n\n"
+        "## Element Links\ne1f2g3: [[Apfelbaum]]\n\n"
         "## Embedded Files\n4a2f: [[Screenshot.png]]\n\n"
         "%%\n## Drawing\n```compressed-json\nN4IgLgngDgpiBcIYA8DGBDANgSwCYCd0B3EAGhAD\n```\n%%\n"
     )
     note = chunk_note(drawing, title="Netzwerkplan.excalidraw", count_tokens=words)
     text = "\n".join(c.text for c in note.chunks)
-    assert "Lastverteiler Nordflügel" in text
+    assert "Lastverteiler Nordflügel" in text and "Grundriss\nZwiebelturm" in text
     assert not any(w in text for w in ("Switch to EXCALIDRAW", "N4Ig", "Drawing", "4a2f", "compressed"))
+    # The elements' ids and links list are no words of the drawing (the link stays a link: see
+    # test_obsidian); an id ends an element's last line only, a "^2" within its text is text.
+    assert not any(w in text for w in ("a1b2c3", "Xy_9-kQ2", "e1f2g3", "Qw3e4r5t"))
+    assert "Fläche m ^2\nBüro" in text
     legacy = (
         "---\nexcalidraw-plugin: parsed\n---\n# Text Elements\nGartenhaus\n\n"
         '# Drawing\n```json\n{"strokeColor": 1}\n```\n'

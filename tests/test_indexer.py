@@ -445,6 +445,38 @@ def test_other_chunking_is_redone_and_unchanged_chunks_keep_their_vectors(
     h.close()
 
 
+def test_a_new_drawing_reader_reads_the_drawings_again_and_nothing_else(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Excalidraw drawings are read again when the way they are read changes (their elements'
+    ids were words of the drawing), without a chunker version: that re-read the whole vault at
+    the next start (a NAS read whole) for a change to the drawings alone. A drawing is a note whose
+    stored front matter has ``excalidraw-plugin``, of any value."""
+    drawing = "---\nexcalidraw-plugin: {}\n---\n# Excalidraw Data\n## Text Elements\nTor ^t0r1\n\n"
+    write(vault / "Plan.excalidraw.md", drawing.format("parsed"))
+    write(vault / "Skizze.md", drawing.format(""))  # null, and not named as the plugin names it
+    write(vault / "Nur.md", "# Nur\n\nexcalidraw-plugin is named here, in no front matter.\n")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.indexer.reparse_if_chunking_changed()
+        h.indexer.reread_drawings_if_read_differently()  # a new index: recorded, nothing to read
+        h.sweep()
+        h.indexer.reread_drawings_if_read_differently()
+        assert h.sweep()["changed"] == 0
+        # An index the previous reader wrote: no version recorded.
+        with h.stores.manifest.transaction() as db:
+            db.execute("DELETE FROM meta WHERE name = 'drawing_reader'")
+        with caplog.at_level("INFO"):
+            h.indexer.reparse_if_chunking_changed()  # the chunker is the one that cut them
+            h.indexer.reread_drawings_if_read_differently()
+        assert "index_rechunk" not in caplog.text and "drawing_reread notes=2 old=1 new=" in caplog.text
+        assert h.sweep()["changed"] == 2  # the two drawings alone
+        h.indexer.reread_drawings_if_read_differently()  # recorded: nothing read again
+        assert h.sweep()["changed"] == 0
+    finally:
+        h.close()
+
+
 def test_a_first_sweep_reads_and_parses_while_the_tokenizer_loads(
     make_cfg: Any, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

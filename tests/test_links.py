@@ -13,7 +13,7 @@ import pytest
 from sidecar.notes.chunking import chunk_note
 from sidecar.notes.links import LinkGraph
 from sidecar.notes.linktext import extract_links, pasted_link
-from sidecar.notes.markdown import anchor_lines
+from sidecar.notes.markdown import anchor_lines, note_anchors
 from sidecar.notes.resolver import Resolver, Target
 from tests.conftest import FakeEmbedder, Harness, write
 
@@ -341,6 +341,23 @@ def test_anchor_lines_find_sections_and_blocks_as_obsidian_opens_them() -> None:
     assert shown("^one") == ["1. first ^one"]
     assert shown("^missing") is None and shown("Next › Top") is None
     assert anchor_lines("# A\rtext\r# B\rmore\r", "B") == (3, 4)  # old Mac line ends, as get numbers them
+
+
+def test_a_notes_anchors_collected_at_once_are_those_anchor_lines_finds() -> None:
+    """``note_anchors`` (one parse and one look at each line for all of a note's anchors, as
+    ``get`` checks its links) tells an anchor there exactly when ``anchor_lines`` finds it."""
+    text = (
+        "---\ntitle: '# not a heading'\n---\n# Top\n\n## Set up: Linux\n\napt ^Mixed-Case\n\n"
+        "```\n## In code\nx ^incode\n```\n\n## Next\n\n### Deep\n\n> [!note]\n> text\n^callout\n\n"
+        "- a ^one\n- b ^two ^three\nx ^a^b\n## Top\n"
+    )
+    anchors = note_anchors(text)
+    for anchor in (
+        *("Set up Linux", "top › set up: linux", "Top", "Next › Deep", "Top › Deep", "Deep › Next"),
+        *("In code", "not a heading", "Nowhere", "^mixed-case", "^Mixed-Case", "^incode", "^callout"),
+        *("^one", "^two", "^three", "^a^b", "^b", "^", "^missing"),
+    ):
+        assert anchors.has(anchor) == (anchor_lines(text, anchor) is not None), anchor
 
 
 def test_an_id_line_right_under_a_callout_or_a_list_names_that_block() -> None:

@@ -628,6 +628,142 @@ def test_get_takes_a_notes_name_or_a_link_as_written(tmp_path: Path, serve_in_pr
         call("get", {"reference": "boat-fact"}, agent="codex")  # not another agent's
 
 
+def test_a_link_to_a_heading_or_block_that_is_not_there_is_marked(
+    tmp_path: Path, serve_in_process: Any
+) -> None:
+    """`get`'s links say whether the heading or block a link names is in its note now
+    (`anchor_found`), as Obsidian marks such a link: `[[Boat#Nowhere]]` was listed as a plain
+    link to the note. The CLI says "heading not found" / "block not found", the MCP text names
+    the links; a link without anchor or to no note has no `anchor_found`."""
+    from sidecar.clients.cli_render import render_links
+    from sidecar.clients.mcp_calls import ToolCalls
+
+    v = tmp_path / "anchors"
+    write(v / "Boat.md", "# Boat\n\n## Budget\n\nSails cost 900.\n\n- oars ^vests\n")
+    write(
+        v / "Log.md",
+        "# Log\n\n## Today\n\n[[Boat#Budget]] [[Boat#Nowhere]] [[Boat#^vests]] [[Boat#^gone]]\n"
+        "[[#Today]] [[#Tomorrow]] [[Boat]] [[Nirgends#Budget]] [[boat#budget]]\n",
+    )
+    server = serve_in_process(v)
+    got = server.call("get", {"reference": "vault/Log"})
+    assert [(x["link"], x.get("anchor_found")) for x in got["links"]] == [
+        ("Boat#Budget", True),
+        ("Boat#Nowhere", False),
+        ("Boat#^vests", True),
+        ("Boat#^gone", False),
+        ("#Today", True),
+        ("#Tomorrow", False),
+        ("Boat", None),
+        ("Nirgends#Budget", None),
+        ("boat#budget", True),  # headings match without regard to case, as in Obsidian
+    ]
+    shown = render_links(got)
+    assert "line 5: links to vault/Boat #Nowhere (heading not found)" in shown
+    assert "line 5: links to vault/Boat #^gone (block not found)" in shown
+    assert "#Budget (" not in shown and "#^vests (" not in shown
+    text, _ = ToolCalls(server.cfg.socket_path, "claude").tools["memory_get"]({"reference": "vault/Log"})
+    assert text.endswith(
+        "Links to a heading or block that is not there: Boat#Nowhere (line 5: heading not found), "
+        "Boat#^gone (line 5: block not found), #Tomorrow (line 6: heading not found)"
+    )
+
+
+def test_the_anchor_lookup_is_bounded(tmp_path: Path, serve_in_process: Any, monkeypatch: Any) -> None:
+    """`get` read every linked note whole for its anchors and searched it once per anchor, on
+    every call (200 block links into a 560 KB note: 3 s a get, past a client's timeout). Now the
+    reads share one byte budget and one deadline (the links past them have no `anchor_found`:
+    not checked), and a page read on (`startLine` past 1) looks up nothing."""
+    from sidecar.clients.mcp_calls import ToolCalls
+    from sidecar.daemon import handlers
+
+    v = tmp_path / "bounded"
+    write(v / "Big.md", "# Big\n\n" + "".join(f"Line {n} ^b{n}\n\n" for n in range(400)))
+    write(v / "Small.md", "# Small\n\n## Kopf\n\nText.\n")
+    write(v / "Third.md", "# Third\n\nx ^t1\n")
+    links = " ".join(f"[[Big#^b{n}]]" for n in range(0, 400, 2)) + " [[Big#^none]]"
+    write(v / "Log.md", f"# Log\n\n{links}\n\n[[Small#Kopf]] [[Small#Fuss]]\n\n[[Third#^t1]] [[#Log]]\n")
+    server = serve_in_process(v)
+    got = server.call("get", {"reference": "vault/Log"})
+    found = [x.get("anchor_found") for x in got["links"]]
+    assert found == [True] * 200 + [False, True, False, True, True]  # each note looked through once
+    # Big is past the bytes left to read: its links are not checked, the smaller notes still are
+    # (and Log's own, too large to parse within them, not).
+    monkeypatch.setattr(handlers, "ANCHOR_BYTES", 1000)
+    got = server.call("get", {"reference": "vault/Log"})
+    assert [x.get("anchor_found") for x in got["links"]] == [None] * 201 + [True, False, True, None]
+    monkeypatch.undo()
+    # The deadline: each look at the clock 0.4 s later; past 1 s the notes left are not read.
+    ticks = iter(range(100))
+    server.handlers.anchor_clock = lambda: next(ticks) * 0.4
+    got = server.call("get", {"reference": "vault/Log"})
+    assert [x.get("anchor_found") for x in got["links"]][-4:] == [None, None, None, None]
+    assert got["links"][0]["anchor_found"] is True
+    # A page read on: no lookup, no line in memory_get's text; the first page has them.
+    server.handlers.anchor_clock = time.monotonic
+    got = server.call("get", {"reference": "vault/Log", "startLine": 3})
+    assert not any("anchor_found" in x for x in got["links"])
+    get = ToolCalls(server.cfg.socket_path, "claude").tools["memory_get"]
+    assert "not there: Big#^none" in get({"reference": "vault/Log", "startLine": 1})[0]
+    assert "not there" not in get({"reference": "vault/Log", "startLine": 3})[0]
+
+
+def test_links_into_a_drawing_or_a_hidden_note_are_not_checked(tmp_path: Path, serve_in_process: Any) -> None:
+    """Excalidraw links name a drawing's elements, groups, areas and frames (`#^group=ID`,
+    `#^abc123` of a rectangle), no block of its text: they were all "block not found". A note
+    `index.exclude` leaves out (by the rules in force now, not as of the last sweep) and another
+    agent's memory note are not looked into either: no `anchor_found`."""
+    v = tmp_path / "drawn"
+    write(
+        v / "Plan.excalidraw.md",
+        "---\nexcalidraw-plugin: parsed\n---\n# Excalidraw Data\n## Text Elements\nTor ^t0r1\n\n"
+        "## Element Links\ne1f2g3: [[Boat]]\n\n%%\n## Drawing\n```compressed-json\nN4Ig\n```\n%%\n",
+    )
+    write(v / "Boat.md", "# Boat\n\n## Budget\n\nSails. ^sails\n")
+    write(v / "Privat/Geheim.md", "# Geheim\n\n## Plan\n\nNur für mich.\n")
+    write(v / "Später/Notiz.md", "# Notiz\n\n## Teil\n\nText.\n")
+    write(
+        v / "Log.md",
+        "# Log\n\n[[Plan.excalidraw#^group=g1]] [[Plan.excalidraw#^area=a1]] [[Plan.excalidraw#^frame=f1]]\n"
+        "[[Plan.excalidraw#^clippedframe=f1]] [[Plan.excalidraw#^rect99]] [[Plan.excalidraw#Nirgends]]\n"
+        "[[Boat#^group=g1]] [[Boat#^sails]]\n[[Geheim#Plan]] [[Notiz#Teil]]\n",
+    )
+    server = serve_in_process(v, **{"index.exclude": "Privat/"})
+    got = server.call("get", {"reference": "vault/Log"})
+    assert [(x["link"], x.get("anchor_found")) for x in got["links"]] == [
+        ("Plan.excalidraw#^group=g1", None),
+        ("Plan.excalidraw#^area=a1", None),
+        ("Plan.excalidraw#^frame=f1", None),
+        ("Plan.excalidraw#^clippedframe=f1", None),
+        ("Plan.excalidraw#^rect99", None),
+        ("Plan.excalidraw#Nirgends", None),
+        ("Boat#^group=g1", None),
+        ("Boat#^sails", True),
+        ("Geheim#Plan", None),  # excluded: never read, its link still names it
+        ("Notiz#Teil", True),
+    ]
+    # The drawing's element links are links, its ids and that list no text.
+    drawn = server.call("get", {"reference": "vault/Plan.excalidraw"})
+    assert [x["target"] for x in drawn["links"]] == ["vault/Boat"]
+    text = server.harness.stores.manifest.chunks_of("vault/Plan.excalidraw")[0].text
+    assert "Tor" in text and not any(w in text for w in ("t0r1", "e1f2g3"))
+    # Excluded since the last sweep (a reload): the rules in force now are asked.
+    server.harness.indexer.set_excludes(["Privat/", "Später/"], obsidian=True)
+    got = server.call("get", {"reference": "vault/Log"})
+    assert got["links"][-1]["link"] == "Notiz#Teil" and "anchor_found" not in got["links"][-1]
+    # Another agent's memory note: no target for this agent, nothing looked into. (A memory
+    # note's links resolve in its own agent's inbox only: the row is set as if one did not.)
+    server.call("write", {"slug": "boot", "content": "# Boot\n\n## Segel\n\nBlau.\n"}, agent="codex")
+    server.call("write", {"slug": "log", "content": "See [[boot#Segel]]."}, agent="claude")
+    server.call("index", {})
+    with server.harness.stores.manifest.transaction() as db:
+        db.execute("UPDATE links SET dst = 'memory/codex/boot' WHERE src = 'memory/claude/log'")
+    seen = server.call("get", {"reference": "memory/claude/log"})  # the CLI sees every note
+    assert seen["links"][0]["target"] == "memory/codex/boot"
+    mine = server.call("get", {"reference": "memory/log"}, agent="claude")
+    assert [(x["target"], x.get("anchor_found")) for x in mine["links"]] == [(None, None)]
+
+
 def test_a_bare_name_after_vault_or_wiki_is_resolved_within_that_root(
     tmp_path: Path, serve_in_process: Any
 ) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import watchfiles
 
+from sidecar.vault.sources import BASE_REASON, EXCALIDRAW_REASON
 from sidecar.vault.watcher import Watcher, watch_step
 from tests.conftest import FakeEmbedder, Harness, write
 
@@ -170,6 +171,30 @@ def test_a_folder_named_with_a_dot_follows_its_moves_into_the_index(make_cfg: An
             _until(lambda: _keys(h) == moved | {"vault/Trip v1.0/day"})
             (v / "Trip v1.0").rename(out / "Trip v1.0")
             _until(lambda: _keys(h) == moved)
+    finally:
+        h.close()
+
+
+def test_a_file_of_a_counted_kind_is_counted_by_its_event_as_a_sweep_counts_it(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """A Bases file or a plain Excalidraw drawing made while running is counted as skipped at its
+    event (the watcher dropped it as an attachment: not counted until the next full sweep), and
+    no longer once it is gone."""
+    v = tmp_path / "v"
+    write(v / "Start.md", "# Start\n\nfirst note\n")
+    h = Harness(make_cfg(v), FakeEmbedder())
+    bases, drawings = BASE_REASON, EXCALIDRAW_REASON
+    try:
+        h.sweep()
+        with watching(v, _sweeps(h)):
+            write(v / "Garten.base", "filters:\n  and: []\n")
+            write(v / "Skizzen/Lindwurm.excalidraw", '{"type": "excalidraw", "elements": []}')
+            _until(lambda: h.indexer.changes.skip_counts() == {bases: 1, drawings: 1})
+            (v / "Garten.base").unlink()
+            _until(lambda: bases not in h.indexer.changes.skip_counts())
+        h.sweep()  # a full sweep counts what the events counted
+        assert h.indexer.changes.skip_counts() == {drawings: 1}
     finally:
         h.close()
 

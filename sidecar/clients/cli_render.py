@@ -12,7 +12,7 @@ from sidecar.clients.foreground import all_vectors_words, backlog, duration
 from sidecar.clients.plainerror import cause_of, plain_error
 from sidecar.contracts.errors import is_io_fault
 from sidecar.contracts.printable import escape_controls as shown
-from sidecar.contracts.wire import clock_said
+from sidecar.contracts.wire import anchor_missing, clock_said
 from sidecar.stores.aside import KEEP_MOVED_ASIDE_DAYS
 
 
@@ -623,6 +623,8 @@ def render_links(r: dict[str, Any]) -> str:
             anchor = f" #{shown(link['anchor'])}" if link["anchor"] else ""
             rule = link.get("excluded")
             excluded = f" (not indexed: excluded by {shown(rule)})" if rule else ""
+            missing = anchor_missing(link)
+            excluded += f" ({missing})" if missing else ""
             lines.append(f"  line {link['line']}: {kind} {shown(link['target'])}{anchor}{excluded}")
     for b in r["backlinks"]:
         # The same detail as the outgoing side: which section or block is meant, and embeds.

@@ -21,7 +21,14 @@ from sidecar.clients.mcp_texts import (
 )
 from sidecar.contracts.errors import DaemonNotRunningError, NoAnswerError, ProtocolError, RemoteError
 from sidecar.contracts.printable import escape_controls as shown
-from sidecar.contracts.wire import hit_json, parse_search, resolved_notes, state_json, window_json
+from sidecar.contracts.wire import (
+    anchor_missing,
+    hit_json,
+    parse_search,
+    resolved_notes,
+    state_json,
+    window_json,
+)
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +207,13 @@ class ToolCalls:
             text += (
                 f"\n\n---\nLinks to: {', '.join(links) or 'none'}\nLinked from: {', '.join(back) or 'none'}"
             )
+        missing = [
+            f"{shown(link['link'])} (line {link['line']}: {why})"
+            for link in r.get("links", [])
+            if (why := anchor_missing(link))
+        ]
+        if missing:  # the note is there, the part the link names is not: it opens at the top
+            text += f"\nLinks to a heading or block that is not there: {', '.join(missing)}"
         if r.get("masked"):
             text += "\n\n" + masked_note(r["masked"])
         return text, r

@@ -223,6 +223,14 @@ def resolved_notes(asked: str, got: dict[str, Any]) -> list[str]:
     return out
 
 
+def anchor_missing(link: dict[str, Any]) -> str | None:
+    """What a client says of a link of ``get``'s ``links`` whose note is there and whose heading
+    or block is not (``"anchor_found": false``), in Obsidian's words; None for any other link."""
+    if link.get("anchor_found") is not False:
+        return None
+    return "block not found" if str(link["anchor"]).startswith("^") else "heading not found"
+
+
 def offline_note(roots: list[str]) -> str:
     """What a client says when the vault or the wiki is offline (``offline`` of an answer)."""
     names = " and the ".join(roots)

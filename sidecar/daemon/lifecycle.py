@@ -303,6 +303,7 @@ class Daemon:
             indexer.remove_excluded_at_start,
             indexer.reparse_if_chunking_changed,
             indexer.reread_canvases_if_read_differently,
+            indexer.reread_drawings_if_read_differently,
         ):
             self._unless_stopping()  # a switch to writable can take minutes: a stop ends it early
             step()

@@ -48,6 +48,7 @@ def index_once(
         indexer.finish_interrupted()
         indexer.reparse_if_chunking_changed()
         indexer.reread_canvases_if_read_differently()
+        indexer.reread_drawings_if_read_differently()
         record_counting(cfg, slot, indexer)
         if slot.model is not None:
             attach(cfg, vectors, slot.model, parts.problems)

@@ -30,7 +30,6 @@ from sidecar.stores.manifest import FileState, Manifest
 from sidecar.vault.homeguard import held
 from sidecar.vault.mounts import stable_inodes
 from sidecar.vault.sources import (
-    BASE_REASON,
     CANVAS_TWIN_REASON,
     LINK_REASON,
     NOTE_SUFFIXES,
@@ -40,8 +39,8 @@ from sidecar.vault.sources import (
     Root,
     Skipped,
     inbox_root,
-    is_base_name,
     is_note_name,
+    kind_skipped,
     link_refusal,
     name_refusal,
     read_refusal,
@@ -1065,8 +1064,7 @@ def _file(  # noqa: PLR0911 - one return per kind of file
         if why is not None:
             return Skipped(path, why)
     if not is_note_name(path.name, root.source):
-        base_file = root.source != "memory" and stat.S_ISREG(st.st_mode) and is_base_name(path.name)
-        return Skipped(path, BASE_REASON) if base_file else None
+        return kind_skipped(root, path, st)
     if not stat.S_ISREG(st.st_mode):  # a pipe or device named like a note: counted, as a scan does
         return Skipped(path, "not a regular file")
     why = name_refusal(root, path.name)

@@ -32,7 +32,7 @@ from sidecar.index.upgrade import upgrade_bm25
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.index.writes import Writer
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
-from sidecar.notes.chunking import CHUNKER_VERSION
+from sidecar.notes.chunking import CHUNKER_VERSION, DRAWING_READER_VERSION
 from sidecar.stores.manifest import FileState
 from sidecar.vault.canvas import CANVAS_READER_VERSION, CANVAS_SUFFIX
 from sidecar.vault.dailynotes import DailyNoteFormats
@@ -723,6 +723,19 @@ class Indexer:
         if canvases:
             log.info("canvas_reread notes=%d old=%s new=%s", canvases, have or "1", want)
         self.manifest.set_meta("canvas_reader", want)
+
+    def reread_drawings_if_read_differently(self) -> None:
+        """Excalidraw drawings indexed by another drawing reader are read again by the next sweep
+        (their bytes are as they were): the elements' ids were words of the drawing. Only they
+        are read again, not every note as a chunker change does (a whole vault on a share)."""
+        want = str(DRAWING_READER_VERSION)
+        have = self.manifest.get_meta("drawing_reader")
+        if have == want:
+            return
+        drawings = self.manifest.reread_drawings()  # before the row: a crash between redoes it
+        if drawings:
+            log.info("drawing_reread notes=%d old=%s new=%s", drawings, have or "1", want)
+        self.manifest.set_meta("drawing_reader", want)
 
     def _chunking(self, counted: str) -> str:
         chunking = self.cfg.chunking

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -48,6 +48,11 @@ _MIN_BUDGET = 24
 # 7: the words carried into the next chunk keep their line breaks and lie within its lines (they
 #    were glued onto the previous piece's last line).
 CHUNKER_VERSION = 7
+# How Excalidraw drawings (notes with ``excalidraw-plugin`` in their front matter) are read; when
+# it changes, only the drawings are read again (``Indexer.reread_drawings_if_read_differently``),
+# not the whole vault as a CHUNKER_VERSION change does.
+# 2: the element links and the text elements' ids are no text.
+DRAWING_READER_VERSION = 2
 
 
 def _norm(line: str) -> str:
@@ -231,9 +236,13 @@ def parse_note(text: str, *, title: str) -> NoteDraft:
     parsed = split_sections(text)
     sections, fm_raw, fm_end, code = parsed.sections, parsed.fm_raw, parsed.fm_end, parsed.code
     fm, fm_error = parse_front_matter(fm_raw) if fm_raw is not None else ({}, None)
-    hidden = parsed.hidden | (_drawing_lines(sections, lines) if "excalidraw-plugin" in fm else frozenset())
+    drawing = "excalidraw-plugin" in fm
+    hidden = parsed.hidden | (_drawing_lines(sections, lines) if drawing else frozenset())
     if hidden:
         lines = ["" if i in hidden else line for i, line in enumerate(lines)]
+    if drawing:  # each text element ends in its element's id, which reading view hides
+        for i in _element_ends(sections, code):
+            lines[i] = _ELEMENT_ID.sub("", lines[i])
     fm_title = property_value(fm, "title")
     note_title = (
         str(fm_title).strip() if isinstance(fm_title, str | int | float) and str(fm_title).strip() else title
@@ -254,8 +263,11 @@ _QUERY_TEXT = re.compile(r"\$?=\s*[^=\s]")
 # A file pasted into the note as a data URI (a web clipping's image): its letters are no words.
 _DATA_URI = re.compile(r"data:[\w.+-]+/[\w.+-]+;base64,[A-Za-z0-9+/=]{32,}")
 # What the Excalidraw plugin keeps in a drawing's note besides the drawing's text: the drawing
-# (JSON, compressed or not), the list of embedded files, and a banner telling to switch views.
-_DRAWING_SECTIONS = frozenset({"drawing", "embedded files"})
+# (JSON, compressed or not), the list of embedded files, the elements' links ("e1f2g3: [[Note]]",
+# read as links all the same), and a banner telling to switch views.
+_DRAWING_SECTIONS = frozenset({"drawing", "embedded files", "element links"})
+# A text element's id at its end ("Zwiebelturm ^abc123XY"), as the plugin writes it.
+_ELEMENT_ID = re.compile(r"(?:^|[ \t]+)\^[A-Za-z0-9_-]+[ \t]*$")
 
 
 def _readable(line: str) -> str:
@@ -275,6 +287,19 @@ def _drawing_lines(sections: Sequence[Section], lines: Sequence[str]) -> frozens
             if drawing or (n == 0 and lines[block.start].lstrip().startswith("==⚠")):
                 out.update(range(block.start, block.end))
     return frozenset(out)
+
+
+def _element_ends(sections: Sequence[Section], code: Container[int]) -> list[int]:
+    """The last line of each text element of an Excalidraw note (each a block of its ``Text
+    Elements`` section), where the plugin writes the element's id: a "^2" inside the text
+    ("Fläche m ^2" on a line of its own within the element) is the text's."""
+    return [
+        block.end - 1
+        for section in sections
+        if section.headings and section.headings[-1].casefold() == "text elements"
+        for block in section.blocks
+        if not block.heading and block.end - 1 not in code
+    ]
 
 
 def cut_note(

@@ -606,6 +606,17 @@ class Manifest(VectorBook):
                 ).rowcount
             )
 
+    def reread_drawings(self) -> int:
+        """``reread_all`` for the Excalidraw drawings: notes whose front matter, as stored, has
+        ``excalidraw-plugin`` (of any value, null too)."""
+        with self.transaction() as db:
+            return int(
+                db.execute(
+                    "UPDATE files SET size = -1, hash = '' WHERE front_matter LIKE '%excalidraw-plugin%' "
+                    "AND json_type(front_matter, '$.\"excalidraw-plugin\"') IS NOT NULL"
+                ).rowcount
+            )
+
     def reread_keys(self, keys: Sequence[str], db: sqlite3.Connection) -> None:
         """``reread_all`` for these notes only, inside the caller's transaction."""
         db.executemany("UPDATE files SET size = -1, hash = '' WHERE key = ?", [(k,) for k in keys])

@@ -25,7 +25,7 @@ from sidecar.contracts.errors import NotFoundError, SourceError, UnreadableError
 from sidecar.contracts.printable import quoted
 from sidecar.contracts.wire import SOURCES
 from sidecar.vault.birth import birth_ns
-from sidecar.vault.canvas import CANVAS_SUFFIX, CanvasError, canvas_markdown, is_canvas_name
+from sidecar.vault.canvas import CanvasError, canvas_markdown, is_canvas_name
 from sidecar.vault.confine import (
     NotPrivateError,
     NotRegularError,
@@ -337,9 +337,9 @@ def is_debris(name: str) -> bool:
 
 def _hidden_note_name(name: str, source: str = "memory") -> bool:
     """A hidden name of a note (counted as skipped): Markdown, and in the vault and the wiki a
-    Canvas or a Bases file too (each counted like a note: ``.Plan.canvas`` was in no count); not a
+    file of the other counted kinds too (``COUNTED_SUFFIXES``: ``.Plan.canvas`` was in no count); not a
     Mac's "._Note.md" (AppleDouble metadata beside each file copied from a Mac to a share)."""
-    counted = (".md",) if source == "memory" else (".md", CANVAS_SUFFIX, ".base")
+    counted = (".md",) if source == "memory" else COUNTED_SUFFIXES
     return name.lower().endswith(counted) and not name.startswith("._")
 
 
@@ -366,13 +366,26 @@ def is_note_name(name: str, source: str = "vault") -> bool:
 # Obsidian's Bases (``.base``): a view's definition in YAML (filters, columns), no text a person
 # wrote. Not indexed, but counted, so that every file is either a note, excluded or skipped.
 BASE_REASON = "Bases view definition (no text to index)"
+# The Excalidraw plugin's drawing saved as plain JSON (its compatibility mode): not read (its
+# ``.excalidraw.md`` form is a note), but counted, so that its text not being found has a reason.
+EXCALIDRAW_REASON = "Excalidraw drawing saved as plain .excalidraw (not read; .excalidraw.md is)"
+_COUNTED_KINDS = {".base": BASE_REASON, ".excalidraw": EXCALIDRAW_REASON}
+# The names of the files a vault's or wiki's scan counts: notes, and the kinds above. File events
+# look at the same names, so a file of a counted kind is counted as soon as it appears.
+COUNTED_SUFFIXES = NOTE_SUFFIXES + tuple(_COUNTED_KINDS)
 # Larger than index.maxFileBytes: the category health counts skipped files under (kept as it is:
 # --json readers count by it); the size and the limit are said beside it, not in it.
 TOO_LARGE = "too large"
 
 
-def is_base_name(name: str) -> bool:
-    return name.lower().endswith(".base") and not is_debris(name)
+def kind_skipped(root: Root, path: Path, st: os.stat_result) -> Skipped | None:
+    """A file whose name is no note's, counted as skipped when it is of a counted kind (a Bases
+    file, a plain Excalidraw drawing), else None (an attachment). Scans and file events both ask
+    here, so a file is counted alike whichever found it."""
+    if root.source == "memory" or not stat.S_ISREG(st.st_mode) or is_debris(path.name):
+        return None
+    reason = _COUNTED_KINDS.get(path.suffix.lower())
+    return None if reason is None else Skipped(path, reason)
 
 
 # "Note.md" and "Note.MD" in one folder are one note to Obsidian's links and one key here.
@@ -500,8 +513,7 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
             else rel + "/"
         )
     if not is_note_name(entry.name, root.source):
-        base_file = root.source != "memory" and stat.S_ISREG(st.st_mode) and is_base_name(entry.name)
-        return Skipped(Path(entry.path), BASE_REASON) if base_file else None
+        return kind_skipped(root, Path(entry.path), st)
     if not stat.S_ISREG(st.st_mode):
         return Skipped(Path(entry.path), "not a regular file")
     why = name_refusal(root, entry.name) or (TOO_LARGE if st.st_size > max_bytes else None)

@@ -7,7 +7,7 @@ nested folders, a watch that died) arrives with the scheduled full sweeps and th
 roots; a watched folder that was replaced, mounted or unmounted restarts the watch and asks for a
 full sweep (an empty set of paths), and so do lost events (``events_lost``: a queue overflow that
 left folders made meanwhile unwatched, told by the index loop). Editor temp files, dot-folders and
-non-Markdown files are filtered out, but not folders named with a dot ("Node.js"): one that appears
+attachments (no counted kind) are filtered out, but not folders named with a dot ("Node.js"): one that appears
 is walked, one deleted or moved away (or a file that may have been one) is named, once for a whole
 deleted tree. A folder whose name is not valid UTF-8 makes the recursive watch fail ("Unable to
 decode path"): the watcher then watches every other folder one by one (not recursively), restarting
@@ -40,7 +40,7 @@ import watchfiles
 
 from sidecar.runtime.backoff import Backoff
 from sidecar.vault.confine import decodable, printable
-from sidecar.vault.sources import NOTE_SUFFIXES, is_debris
+from sidecar.vault.sources import COUNTED_SUFFIXES, NOTE_SUFFIXES, is_debris
 from sidecar.vault.timeout import NoAnswer, bounded_call, bounded_stat
 
 log = logging.getLogger(__name__)
@@ -194,8 +194,9 @@ class NoteFilter:
 
 
 def _other_kind(name: str) -> bool:
-    """A name with a dot that is not a note's (Markdown, Canvas): an attachment, or a folder named so."""
-    return "." in name and not name.lower().endswith(NOTE_SUFFIXES)
+    """A name with a dot that is not one a scan counts (a note's, a Bases file's, ...: a file of a
+    counted kind is counted by its events as a sweep counts it): an attachment, or a folder named so."""
+    return "." in name and not name.lower().endswith(COUNTED_SUFFIXES)
 
 
 def _is_real_folder(path: str) -> bool:
