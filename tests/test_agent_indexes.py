@@ -1027,3 +1027,44 @@ def test_a_keyword_search_out_of_file_handles_is_said_in_status_until_one_works(
         assert h.problems.active_in("keyword_search", subject=NO_HANDLES) is None
     finally:
         h.close()
+
+
+@pytest.mark.parametrize("part", ["memory-all", "own"])
+def test_a_memory_index_out_of_file_handles_is_said_in_status_and_in_the_answer(
+    make_cfg: Any, vault: Path, part: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keyword search whose memory index (every agent's, for a person; an agent's own, in its
+    scope) fails for want of file handles: status says so as for the vault's index, the answer
+    says that memory's notes may be missing, nothing is reported for the repair, and the next
+    search that reads it clears it. Was: logged alone, and the answer came back without the
+    memory hits as if complete."""
+    import json
+
+    from sidecar.search.request import SearchRequest
+    from sidecar.search.retrieval import NO_HANDLES, Retriever
+    from sidecar.stores.bm25_folder import engine
+
+    cfg = _with_agents(make_cfg, vault, _NOTES)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        bm25 = h.stores.bm25
+
+        def out_of_handles(*args: Any, **kw: Any) -> Any:
+            with engine("search"):
+                raise ValueError("Failed to open file for read: Too many open files (os error 24)")
+
+        agent = None if part == "memory-all" else "alpha"
+        monkeypatch.setattr(bm25, "_everyone_hits" if agent is None else "_inbox_hits", out_of_handles)
+        monkeypatch.setattr(bm25, "_inbox_hits", out_of_handles)  # a person's fallback fails alike
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        answer = r.search(SearchRequest("kayak", 10, 0.0, agent=agent))
+        assert answer.degraded is not None and "may be missing" in answer.degraded, answer.degraded
+        said = json.dumps(h.problems.describe())
+        assert "keyword search fails: no file handles left" in said, said
+        assert h.problems.active_in("keyword_search") is None  # nothing for the repair
+        monkeypatch.undo()
+        answer = r.search(SearchRequest("kayak", 10, 0.0, agent=agent))
+        assert any(hit.source == "memory" for hit in answer.hits)
+        assert h.problems.active_in("keyword_search", subject=NO_HANDLES) is None
+    finally:
+        h.close()

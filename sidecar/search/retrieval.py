@@ -54,7 +54,7 @@ from sidecar.search.request import SearchRequest, filters_alone, with_filters
 from sidecar.search.results import analysis_of, phrase_ignored, to_hit
 from sidecar.search.words import WORD
 from sidecar.search.words import fold as fold_word
-from sidecar.stores.bm25 import EVERYONE, Bm25Index
+from sidecar.stores.bm25 import EVERYONE, Bm25Index, SearchFault
 from sidecar.stores.manifest import ChunkView, NoteDay
 
 log = logging.getLogger(__name__)
@@ -104,9 +104,15 @@ PAGE_FAILURE = "page index: "  # how a failing page search is reported (keyword_
 NO_HANDLES = "file handles"
 
 
-def _report_no_handles(problems: Problems, exc: BaseException) -> None:
-    """A keyword search that failed for want of file handles, said in status (it was said
-    nowhere, and keyword search could stay dead for as long as the shortage lasted)."""
+def _keyword_failed(problems: Problems, exc: StoreError, damage: str) -> None:
+    """A keyword search that failed, in the vault's index, the page index or a memory index:
+    the one way each says so. Reported for the repair (as ``damage``) unless its index is lost
+    (problem keyword_index) or the fault passes (no file handles left, a share's hiccup: the
+    repair moved a whole index aside for it); no file handles left is said in status until a
+    keyword search works (it was said nowhere, and keyword search could stay dead for as long
+    as the shortage lasted; a memory index's was only logged)."""
+    if not isinstance(exc, (IndexNotOpenError, PassingFaultError)):
+        problems.report("keyword_search", damage)
     if is_out_of_handles(exc):
         problems.report(
             "keyword_search",
@@ -177,6 +183,21 @@ class EarlyVectors:
 
     serving: VectorSet
     found: Future[list[VecList]]
+
+
+def _memory_unread(faults: Sequence[SearchFault]) -> str | None:
+    """What the answer says of the memory indexes a keyword search could not read for a fault
+    that passes (``Bm25Index.search``'s ``faults``): their notes may be missing from it. An
+    answer without them read as complete."""
+    if not faults:
+        return None
+    names = ", ".join(
+        sorted({"all agents' memory" if part == EVERYONE else f"memory/{part}" for part, _ in faults})
+    )
+    return (
+        f"keyword search of {names} failed ({engine_message(faults[0][1])}): its notes may be "
+        "missing from this answer"
+    )
 
 
 def _inbox_failure_reported(bm25: Bm25Index, problems: Problems) -> bool:
@@ -498,10 +519,11 @@ class Retriever:
         answered = False
         read = spelled or {}
         if weight < 1.0 or vectors is not None:
+            faults: list[SearchFault] = []
             try:
                 words = [(bm25_text(qa), 1.0)] if parts is None else parts
                 bm = self.stores.bm25.search(
-                    [*words, *typed_part(read)], fetch, sources, req.agent, stem=stem
+                    [*words, *typed_part(read)], fetch, sources, req.agent, stem=stem, faults=faults
                 )
                 answered = True
                 # A failing page index stays reported until a page search succeeds (or the
@@ -512,17 +534,18 @@ class Retriever:
                     problems
                 ):
                     problems.clear("keyword_search")
-                problems.clear("keyword_search", subject=NO_HANDLES)
+                for _part, fault in faults:
+                    _keyword_failed(problems, fault, str(fault))
+                if not any(is_out_of_handles(fault) for _part, fault in faults):
+                    problems.clear("keyword_search", subject=NO_HANDLES)
                 bm_note = _joined(
-                    _inboxes_failing(self.stores.bm25, req), _memory_unindexed(self.stores, req)
+                    _memory_unread(faults),
+                    _inboxes_failing(self.stores.bm25, req),
+                    _memory_unindexed(self.stores, req),
                 )
             except StoreError as exc:  # a damaged keyword index: answer from vectors alone
                 log.warning("keyword_search_failed error=%s", exc)
-                # Not reported for repair: a lost index (keyword_index says so), or a fault that
-                # passes (no file handles left: the repair moved a whole index aside for it).
-                if not isinstance(exc, (IndexNotOpenError, PassingFaultError)):
-                    problems.report("keyword_search", str(exc))
-                _report_no_handles(problems, exc)
+                _keyword_failed(problems, exc, str(exc))
                 bm_note, bm_error = f"keyword search failed ({exc}); vector results only", exc
 
         def found(vec_lists: list[VecList], note: str | None) -> Found:
@@ -737,16 +760,17 @@ class Retriever:
         if not any(text for text, _ in parts):
             return []
         problems = self.stores.problems
+        faults: list[SearchFault] = []
         try:
             found = self.stores.bm25.search_pages(
-                parts, len(keys), req.sources, req.agent, keys=keys, stem=stem
+                parts, len(keys), req.sources, req.agent, keys=keys, stem=stem, faults=faults
             )
         except StoreError as exc:  # reported so that the repair rebuilds both parts
             log.warning("keyword_search_failed part=pages error=%s", exc)
-            if not isinstance(exc, (IndexNotOpenError, PassingFaultError)):  # no damage
-                problems.report("keyword_search", f"{PAGE_FAILURE}{exc}")
-            _report_no_handles(problems, exc)
+            _keyword_failed(problems, exc, f"{PAGE_FAILURE}{exc}")
             return []
+        for _part, fault in faults:  # the chunks' own scores count in full for those notes
+            _keyword_failed(problems, fault, str(fault))
         if not _inbox_failure_reported(self.stores.bm25, problems) and _page_failure_active(problems):
             problems.clear("keyword_search")
         return found

@@ -96,6 +96,21 @@ _NOT_REBUILT = "could not be rebuilt"  # how ``failing`` names an inbox index wh
 
 NOT_OPEN = "the keyword index is not open"  # how a search or write on a lost index begins
 
+SearchFault = tuple[
+    str, PassingFaultError
+]  # a memory index a search could not read (EVERYONE or an agent), and why
+
+
+def _passed(part: str, exc: PassingFaultError, faults: list[SearchFault] | None) -> None:
+    """A memory index a search could not read for a fault that passes: no damage (not reported
+    for repair), but its hits are missing, which the caller is told (``faults``) to say so. Was:
+    logged alone, and the answer came back thinner with nothing in status or the answer."""
+    log.warning(
+        "keyword_search_failed part=%s error=%s", _EVERYONE_DIR if part == EVERYONE else f"memory/{part}", exc
+    )
+    if faults is not None:
+        faults.append((part, exc))
+
 
 class Bm25Index:
     """BM25 over chunks and over whole notes (pages): one Tantivy index each in ``chunks/`` and
@@ -1081,6 +1096,7 @@ class Bm25Index:
         *,
         key: str | None = None,
         stem: str | None = None,
+        faults: list[SearchFault] | None = None,
     ) -> list[tuple[str, float]]:
         """(chunk_id, bm25 score) for chunks matching any word of ``text``, best first (of one note
         when ``key`` is given).
@@ -1089,11 +1105,17 @@ class Bm25Index:
         the message's). It is analysed per field (never parsed as query syntax); ``sources``
         restricts to those sources; ``agent_scope`` limits memory to one agent's inbox (vault and
         wiki stay). Restrictions score nothing: a hit's score is its text's match alone, the same
-        with or without them.
+        with or without them. ``faults``: told each memory index that could not be read for a
+        fault that passes (no file handles left, a share's hiccup): its hits are missing, the
+        others' are returned.
         """
         if self._successor is not None:  # a search that took this index before the swap
-            return self._successor.search(text, limit, sources, agent_scope, key=key, stem=stem)
-        return self._search(False, text, limit, sources=sources, agent_scope=agent_scope, key=key, stem=stem)
+            return self._successor.search(
+                text, limit, sources, agent_scope, key=key, stem=stem, faults=faults
+            )
+        return self._search(
+            False, text, limit, sources=sources, agent_scope=agent_scope, key=key, stem=stem, faults=faults
+        )
 
     def search_pages(
         self,
@@ -1105,15 +1127,24 @@ class Bm25Index:
         key: str | None = None,
         keys: Sequence[str] | None = None,
         stem: str | None = None,
+        faults: list[SearchFault] | None = None,
     ) -> list[tuple[str, float]]:
         """(note key, bm25 score) for whole notes (only the one ``key``, or only ``keys``), as
         ``search`` scores chunks."""
         if self._successor is not None:
             return self._successor.search_pages(
-                text, limit, sources, agent_scope, key=key, keys=keys, stem=stem
+                text, limit, sources, agent_scope, key=key, keys=keys, stem=stem, faults=faults
             )
         return self._search(
-            True, text, limit, sources=sources, agent_scope=agent_scope, key=key, keys=keys, stem=stem
+            True,
+            text,
+            limit,
+            sources=sources,
+            agent_scope=agent_scope,
+            key=key,
+            keys=keys,
+            stem=stem,
+            faults=faults,
         )
 
     def umlaut_readings(self, words: Iterable[str], agent: str | None = None) -> dict[str, str]:
@@ -1180,6 +1211,7 @@ class Bm25Index:
         key: str | None,
         keys: Sequence[str] | None = None,
         stem: str | None = None,
+        faults: list[SearchFault] | None = None,
     ) -> list[tuple[str, float]]:
         self._usable()
         terms = self._terms(text, stem)
@@ -1222,7 +1254,7 @@ class Bm25Index:
                 self.failing.pop(f"{EVERYONE}/{'pages' if pages else 'chunks'}", None)
                 inbox_keys = {}
             except PassingFaultError as exc:  # no handles left, a full disk: no damage, not repaired
-                log.warning("keyword_search_failed part=%s error=%s", _EVERYONE_DIR, exc)
+                _passed(EVERYONE, exc, faults)
             except StoreError as exc:  # read the inboxes instead; reported until the repair
                 log.warning("keyword_search_failed part=%s error=%s", _EVERYONE_DIR, exc)
                 self.failing[f"{EVERYONE}/{'pages' if pages else 'chunks'}"] = str(exc)
@@ -1248,7 +1280,7 @@ class Bm25Index:
                     shared=shared,
                 )
             except PassingFaultError as exc:  # not made yet for want of space (or handles): no damage
-                log.warning("keyword_search_failed inbox=%s error=%s", agent, exc)
+                _passed(agent, exc, faults)
             except StoreError as exc:
                 # One agent's damaged index: its hits are missing, no one else's search fails;
                 # reported (``failing``) until a search of it succeeds or the repair rebuilds it.
