@@ -442,3 +442,66 @@ def test_a_failed_rebuild_of_a_stuck_index_is_opened_again_in_place_and_moved_as
         assert {x["reference"] for x in search(h, "canoe")} == {"vault/Projects/Boat"}
     finally:
         h.close()
+
+
+def test_an_index_stuck_again_after_each_refill_is_left_after_a_few_and_said_in_status(
+    make_cfg: Any, vault: Path
+) -> None:
+    """A keyword index that gets stuck again after each refill (a leftover that comes back): after
+    ``MAX_STUCK_REFILLS`` refills within the hour it is not moved aside again; it stays open and
+    answers searches, and status says what to do. A commit that works again clears it. Was: a
+    copy moved aside and a whole refill every minute, for as long as the daemon ran."""
+    from sidecar.daemon.repairs import MAX_STUCK_REFILLS, STUCK_SUBJECT, RepairPolicy
+
+    cfg = make_cfg(vault)
+    write(vault / "Projects/Boat.md", "# Boat\n\nA canoe paddle for the lake.\n")
+    h = Harness(cfg, None)
+    try:
+        h.sweep()
+        policy = RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot)
+        for _ in range(MAX_STUCK_REFILLS + 2):
+            h.stores.bm25.stuck = "3 commits in a row failed on a file that could not be removed"
+            policy._bm25_repaired = -1e9  # a minute later each time
+            policy.tick()
+        assert len([p for p in cfg.index_dir.iterdir() if ".broken-" in p.name]) == MAX_STUCK_REFILLS
+        said = json.dumps(h.problems.describe())
+        assert "not rebuilt again" in said and "restart the daemon" in said, said
+        assert {x["reference"] for x in search(h, "canoe")} == {"vault/Projects/Boat"}
+        h.stores.bm25.stuck = None  # a commit worked again
+        policy.tick()
+        assert h.problems.active_in("keyword_index", subject=STUCK_SUBJECT) is None
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("raised", ["ValueError", "RuntimeError", "PanicException"])
+def test_a_keyword_rebuild_failing_in_tantivy_is_logged_and_said_and_the_tick_goes_on(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, raised: str
+) -> None:
+    """The repair's rebuild of the keyword index fails with one of Tantivy's own errors (its
+    binding's ValueError, a RuntimeError, a Rust panic, which is no Exception): logged, said in
+    status, and the tick returns (its thread goes on). Was: only StoreError and OSError were
+    caught; the error left the tick (a panic ended the thread that sweeps and repairs)."""
+    from sidecar.daemon.repairs import REPAIR_SUBJECT, RepairPolicy
+    from sidecar.index import repair as repair_mod
+
+    kind: type[BaseException] = {
+        "ValueError": ValueError,
+        "RuntimeError": RuntimeError,
+        "PanicException": type("PanicException", (BaseException,), {}),
+    }[raised]
+    cfg = make_cfg(vault)
+    h = Harness(cfg, None)
+    try:
+        h.sweep()
+        h.stores.bm25.stuck = "3 commits in a row failed on a file that could not be removed"
+
+        def refill_fails(*_args: Any, **_kwargs: Any) -> None:
+            raise kind("Failed to open file for write: invalid segment")
+
+        monkeypatch.setattr(repair_mod, "fill_bm25", refill_fails)
+        RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
+        problem = h.problems.active_in("keyword_index", subject=REPAIR_SUBJECT)
+        assert problem is not None and "could not be rebuilt" in problem["error"], problem
+    finally:
+        h.close()

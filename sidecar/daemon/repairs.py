@@ -18,7 +18,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 
-from sidecar.contracts.errors import StoreError
+from sidecar.contracts.errors import StoreError, engine_message
 from sidecar.index.problems import Problems
 from sidecar.index.repair import Repair
 from sidecar.index.upgrade import reopen_bm25
@@ -26,7 +26,7 @@ from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime.backoff import Backoff
 from sidecar.search.retrieval import INBOX_FAILURE
 from sidecar.stores.bm25 import NOT_OPEN
-from sidecar.stores.bm25_folder import low_disk
+from sidecar.stores.bm25_folder import engine_failure, low_disk
 from sidecar.stores.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,13 @@ VECTOR_REPAIR_AFTER_FAILURES = 1
 VECTOR_REPAIR_EVERY_S = 600.0
 # Free bytes on the home's disk that count as room again for memory writes (a note and its index).
 ROOM_FOR_WRITES = 16 << 20
+# Refills of a keyword index whose commits got stuck (``Bm25Index.stuck``) within this window past
+# which it is not moved aside again: a leftover that comes back after each refill (a share that
+# refuses every removal) had a whole index moved aside and refilled every minute, for good.
+MAX_STUCK_REFILLS = 3
+STUCK_WINDOW_S = 3600.0
+STUCK_SUBJECT = "stuck"  # the keyword_index problem of an index left stuck
+REPAIR_SUBJECT = "repair"  # the keyword_index problem of a repair that failed
 
 
 class RepairPolicy:
@@ -61,6 +68,7 @@ class RepairPolicy:
         self._reopen_policy = Backoff(base=1.0, cap=repair.cfg.watch.fault_retry_max_seconds, jitter=0.0)
         self._reopen_failures = 0
         self._reopen_at = 0.0
+        self._stuck_refills: list[float] = []  # when a stuck index was refilled (monotonic)
 
     def tick(self) -> None:
         self.check_manifest()
@@ -91,6 +99,7 @@ class RepairPolicy:
             log.error("bm25_reopen_failed error=%s retry_in=%.0fs", exc, delay)
             return
         self._reopen_failures = 0
+        self.problems.clear("keyword_index", subject=REPAIR_SUBJECT)  # a failed rebuild's: open again
 
     def repair_keyword_index(self) -> None:
         """Searches found the BM25 index damaged, or its commits fail for good on a file that
@@ -103,8 +112,9 @@ class RepairPolicy:
         if bm25.stuck is not None:
             # Its commits keep failing on a file that cannot be removed: no write is taken until
             # it is made anew, whatever the searches say.
-            self._repair_whole(bm25.stuck)
+            self._repair_stuck(bm25.stuck)
             return
+        self.problems.clear("keyword_index", subject=STUCK_SUBJECT)  # it takes commits again
         failing = self.problems.active_in("keyword_search")
         broken = dict(self.repair.stores.bm25.failing)
         if failing is None and broken:
@@ -127,10 +137,31 @@ class RepairPolicy:
         if time.monotonic() - self._bm25_repaired < BM25_REPAIR_EVERY_S:
             return
         self._bm25_repaired = time.monotonic()
-        try:
-            self.repair.repair_inboxes(inboxes, error)
-        except (StoreError, OSError) as exc:
-            log.error("bm25_repair_failed error=%s", exc)
+        self._keyword_repair(lambda: self.repair.repair_inboxes(inboxes, error))
+
+    def _repair_stuck(self, reason: str) -> None:
+        """A stuck keyword index refilled (``_repair_whole``), but not once more after
+        ``MAX_STUCK_REFILLS`` refills within ``STUCK_WINDOW_S``: left as it is (it answers
+        searches from what it holds; its commits fail), and status says what to do."""
+        now = time.monotonic()
+        recent = [t for t in self._stuck_refills if now - t < STUCK_WINDOW_S]
+        self._stuck_refills = recent
+        if len(recent) >= MAX_STUCK_REFILLS:
+            if self.problems.active_in("keyword_index", subject=STUCK_SUBJECT) is None:
+                log.error("bm25_repair_stopped refills=%d reason=%s", len(recent), reason)
+            self.problems.report(
+                "keyword_index",
+                f"the keyword index got stuck again after {len(recent)} rebuilds within the hour "
+                f"({reason}); it is not rebuilt again for now: searches answer from what it holds, "
+                "changed notes are not found by their words. Check that the index folder's disk "
+                "lets files be removed (permissions, a share's state), then restart the daemon",
+                subject=STUCK_SUBJECT,
+            )
+            return
+        before = self._bm25_repaired
+        self._repair_whole(reason)
+        if self._bm25_repaired != before:  # tried (not deferred for a full disk or the minute)
+            self._stuck_refills.append(self._bm25_repaired)
 
     def _repair_whole(self, reason: str) -> None:
         """The whole keyword index moved aside and refilled (at most once a minute)."""
@@ -141,10 +172,27 @@ class RepairPolicy:
             log.warning("bm25_repair_deferred reason=low_disk free=%d", free)
             return
         self._bm25_repaired = time.monotonic()
+        self._keyword_repair(lambda: self.repair.repair_bm25(reason))
+
+    def _keyword_repair(self, repair: Callable[[], None]) -> None:
+        """Run a keyword repair; its failure logged and said in status (tried again in a minute),
+        the tick going on. Beside our errors and the manifest's, Tantivy's own (its binding's
+        ValueError, a RuntimeError, a Rust panic, which is no Exception: ``engine_failure``)
+        escaped: the tick's other repairs were skipped, and a panic ended the tick's thread
+        (no sweep, no repair) for the rest of the run."""
         try:
-            self.repair.repair_bm25(reason)
-        except (StoreError, OSError) as exc:
+            repair()
+        except BaseException as exc:
+            if not isinstance(exc, (StoreError, OSError, sqlite3.Error)) and not engine_failure(exc):
+                raise
             log.error("bm25_repair_failed error=%s", exc)
+            self.problems.report(
+                "keyword_index",
+                f"the keyword index could not be rebuilt ({engine_message(exc)}); tried again in a minute",
+                subject=REPAIR_SUBJECT,
+            )
+            return
+        self.problems.clear("keyword_index", subject=REPAIR_SUBJECT)
 
     def repair_vector_table(self) -> None:
         """Vector searches keep failing with a working model: check the table, replace it if it
