@@ -505,3 +505,33 @@ def test_a_keyword_rebuild_failing_in_tantivy_is_logged_and_said_and_the_tick_go
         assert problem is not None and "could not be rebuilt" in problem["error"], problem
     finally:
         h.close()
+
+
+def test_a_close_with_changes_not_committed_leaves_no_files_behind(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A clean close while notes were written and not committed (a sweep cut by the stop): the
+    segment Tantivy writes for them as its writer ends is removed at the close, so the next open
+    finds nothing to remove and warns of nothing; what was committed stays searchable. Was: each
+    such stop left the segment's files, and the next start logged bm25_leftovers_removed as a
+    WARNING blaming a commit cut short."""
+    import logging
+
+    path = tmp_path / "bm25"
+    idx = Bm25Index(path)
+    try:
+        idx.add([_doc("vault/Boat", "the boat on the lake")])
+        idx.commit()
+        idx.add([_doc("vault/Canoe", "a canoe on the lake")])  # not committed
+        idx.delete_key("vault/Boat")
+    finally:
+        idx.close()
+    for folder in (path / "chunks", path / "pages"):
+        assert set(os.listdir(folder)) == _referenced(folder), folder
+    caplog.set_level(logging.INFO)
+    idx = Bm25Index(path)
+    try:
+        assert [k for k, _ in idx.search("boat", 5)] == ["vault/Boat#0"]
+        assert not [r for r in caplog.records if "bm25_leftovers_removed" in r.getMessage()]
+    finally:
+        idx.close()

@@ -338,6 +338,24 @@ class Folder:
                 self._writer.wait_merging_threads()
         except StoreError as exc:  # a failed writer: nothing more to flush
             log.debug("bm25_close %s", exc)
+        if self.dirty:
+            self._drop_uncommitted()
+
+    def _drop_uncommitted(self) -> None:
+        """After the writer ended at a close with changes not committed (a sweep or a refill cut
+        by the stop; they are redone from the manifest): the segment Tantivy wrote for them as
+        its writer ended removed. No commit ever references it: every clean stop during a sweep
+        left such files, and the next start removed them with a warning that blamed a commit
+        cut short."""
+        self.dirty = False
+        dropped = remove_unreferenced(self.path, keep=self._files)
+        if dropped:
+            log.info(
+                "bm25_uncommitted_dropped path=%s files=%d (changes not committed before the close; "
+                "the next sweep writes them again)",
+                self.path,
+                len(dropped),
+            )
 
 
 def segment_counts(folder: Path) -> tuple[int, int]:
