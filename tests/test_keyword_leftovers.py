@@ -535,3 +535,85 @@ def test_a_close_with_changes_not_committed_leaves_no_files_behind(
         assert not [r for r in caplog.records if "bm25_leftovers_removed" in r.getMessage()]
     finally:
         idx.close()
+
+
+def test_a_commit_after_the_close_raises_and_writes_nothing(tmp_path: Path) -> None:
+    """A write racing a close (a lost index, a stop with a worker still running): the commit that
+    follows the close raises, so the notes are not marked indexed; what was committed stays. Was:
+    the close dropped the uncommitted changes and marked the index clean, and the commit returned
+    as if it had written them."""
+    path = tmp_path / "bm25"
+    idx = Bm25Index(path)
+    idx.add([_doc("vault/Boat", "the boat on the lake")])
+    idx.commit()
+    idx.add([_doc("vault/Canoe", "a canoe on the lake")])  # not committed
+    idx.close()
+    with pytest.raises(StoreError):
+        idx.commit()
+    with pytest.raises(StoreError):
+        idx.add([_doc("vault/Kayak", "a kayak")])
+    idx = Bm25Index(path)
+    try:
+        assert [k for k, _ in idx.search("lake", 5)] == ["vault/Boat#0"]
+    finally:
+        idx.close()
+
+
+def test_a_close_that_meets_a_share_fault_releases_every_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A close with changes not committed whose cleanup meets a share's fault (ESTALE on
+    meta.json): it does not raise, and every writer is released, so the index opens again in
+    this process. Was: the OSError left the close half done, the other folders' writers open
+    with their locks (the reopen found the index in use by another process)."""
+    import errno
+
+    path = tmp_path / "bm25"
+    idx = Bm25Index(path)
+    idx.add([_doc("vault/Boat", "the boat on the lake")])
+    idx.commit()
+    idx.add([_doc("vault/Canoe", "a canoe on the lake")])  # not committed
+    real_stat = os.stat
+
+    def stale(p: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if os.fspath(p).endswith("meta.json"):
+            raise OSError(errno.ESTALE, os.strerror(errno.ESTALE), os.fspath(p))
+        return real_stat(p, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stale)
+    idx.close()
+    monkeypatch.undo()
+    idx = Bm25Index(path)
+    try:
+        idx.add([_doc("vault/Kayak", "a kayak on the lake")])
+        idx.commit()
+        assert sorted(k for k, _ in idx.search("lake", 5)) == ["vault/Boat#0", "vault/Kayak#0"]
+    finally:
+        idx.close()
+
+
+def test_a_refill_cut_by_a_stop_drops_its_files_at_info(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refill cut by a stop is rolled back on purpose: the files its changes left are removed
+    and said at info (bm25_uncommitted_dropped), with no warning blaming a commit cut short; the
+    index holds what it held. Was: bm25_leftovers_removed, a WARNING, at each such stop."""
+    import logging
+
+    path = tmp_path / "bm25"
+    idx = Bm25Index(path)
+    try:
+        idx.add([_doc("vault/Boat", "the boat on the lake")])
+        idx.commit()
+        caplog.set_level(logging.INFO)
+        idx.delete_all()  # as fill_bm25 does, then a batch before the stop
+        idx.add([_doc("vault/Canoe", "a canoe on the lake")])
+        idx.add([_doc("memory/beta/trip", "the kayak of beta on the lake")])
+        idx.rollback()
+        said = [r.getMessage() for r in caplog.records]
+        assert not [m for m in said if "bm25_leftovers_removed" in m], said
+        dropped = [r for r in caplog.records if "bm25_uncommitted_dropped" in r.getMessage()]
+        assert dropped and all(r.levelno == logging.INFO for r in dropped), said
+        assert [k for k, _ in idx.search("lake", 5)] == ["vault/Boat#0"]
+    finally:
+        idx.close()

@@ -710,7 +710,7 @@ class Bm25Index:
             self._forget_marks()
             self.umlauts.forget_unsaved()
             for folder in self._folders():
-                folder.recover_writer()
+                folder.recover_writer(deliberate=True)  # its files said at info, blamed on nothing
 
     def commit(self) -> None:
         self._usable()
