@@ -1033,32 +1033,28 @@ def test_a_keyword_search_out_of_file_handles_is_said_in_status_until_one_works(
 def test_a_memory_index_out_of_file_handles_is_said_in_status_and_in_the_answer(
     make_cfg: Any, vault: Path, part: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A keyword search whose memory index (every agent's, for a person; an agent's own, in its
-    scope) fails for want of file handles: status says so as for the vault's index, the answer
-    says that memory's notes may be missing, nothing is reported for the repair, and the next
-    search that reads it clears it. Was: logged alone, and the answer came back without the
-    memory hits as if complete."""
+    """A keyword search whose memory index (every agent's and the agents' own read in its place,
+    for a person; an agent's own, in its scope) fails for want of file handles: status says so as
+    for the vault's index, the answer says that memory's notes may be missing, nothing is
+    reported for the repair, and the next search that reads it clears it. Was: logged alone, and
+    the answer came back without the memory hits as if complete."""
     import json
 
     from sidecar.search.request import SearchRequest
     from sidecar.search.retrieval import NO_HANDLES, Retriever
-    from sidecar.stores.bm25_folder import engine
 
     cfg = _with_agents(make_cfg, vault, _NOTES)
     h = Harness(cfg, FakeEmbedder())
     try:
         bm25 = h.stores.bm25
-
-        def out_of_handles(*args: Any, **kw: Any) -> Any:
-            with engine("search"):
-                raise ValueError("Failed to open file for read: Too many open files (os error 24)")
-
         agent = None if part == "memory-all" else "alpha"
-        monkeypatch.setattr(bm25, "_everyone_hits" if agent is None else "_inbox_hits", out_of_handles)
-        monkeypatch.setattr(bm25, "_inbox_hits", out_of_handles)  # a person's fallback fails alike
+        if agent is None:
+            monkeypatch.setattr(bm25, "_everyone_hits", _out_of_handles)
+        monkeypatch.setattr(bm25, "_inbox_hits", _out_of_handles)  # a person's fallback fails alike
         r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
         answer = r.search(SearchRequest("kayak", 10, 0.0, agent=agent))
         assert answer.degraded is not None and "may be missing" in answer.degraded, answer.degraded
+        assert "memory/alpha" in answer.degraded, answer.degraded
         said = json.dumps(h.problems.describe())
         assert "keyword search fails: no file handles left" in said, said
         assert h.problems.active_in("keyword_search") is None  # nothing for the repair
@@ -1066,5 +1062,51 @@ def test_a_memory_index_out_of_file_handles_is_said_in_status_and_in_the_answer(
         answer = r.search(SearchRequest("kayak", 10, 0.0, agent=agent))
         assert any(hit.source == "memory" for hit in answer.hits)
         assert h.problems.active_in("keyword_search", subject=NO_HANDLES) is None
+    finally:
+        h.close()
+
+
+def _out_of_handles(*args: Any, **kw: Any) -> Any:
+    from sidecar.stores.bm25_folder import engine
+
+    with engine("search"):
+        raise ValueError("Failed to open file for read: Too many open files (os error 24)")
+
+
+def test_all_memory_out_of_file_handles_read_from_each_agents_index_is_no_fault(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A person's keyword search whose index of every agent's memory fails for want of file
+    handles reads each agent's own index instead: when that works, the answer holds every
+    agent's memory and says nothing is missing, and status says no keyword search fails. Only
+    agents whose own index was removed as unused are missed, and the answer says how many.
+    Was: the answer said all agents' memory may be missing and status that keyword search
+    fails, although every agent's own index had answered."""
+    import json
+
+    from sidecar.search.request import SearchRequest
+    from sidecar.search.retrieval import NO_HANDLES, Retriever
+
+    cfg = _with_agents(make_cfg, vault, _NOTES)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        bm25 = h.stores.bm25
+        monkeypatch.setattr(bm25, "_everyone_hits", _out_of_handles)
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        answer = r.search(SearchRequest("kayak", 10, 0.0))
+        assert {hit.agent for hit in answer.hits if hit.source == "memory"} == {"alpha", "beta"}
+        assert answer.degraded is None or "memory" not in answer.degraded, answer.degraded
+        assert h.problems.active_in("keyword_search", subject=NO_HANDLES) is None, h.problems.describe()
+        # Alpha's own index removed as unused: its memory is missed, and the answer says so.
+        monkeypatch.undo()
+        _age(h.cfg, "alpha", 40)
+        bm25._used_at.clear()
+        remove_idle_inboxes(h.stores, 30)
+        assert bm25.agents() == ["beta"]
+        monkeypatch.setattr(bm25, "_everyone_hits", _out_of_handles)
+        answer = r.search(SearchRequest("kayak", 10, 0.0))
+        assert answer.degraded is not None and "the memory of 1 agent whose" in answer.degraded, answer.degraded
+        said = json.dumps(h.problems.describe())
+        assert "keyword search fails: no file handles left" in said, said
     finally:
         h.close()

@@ -185,19 +185,39 @@ class EarlyVectors:
     found: Future[list[VecList]]
 
 
-def _memory_unread(faults: Sequence[SearchFault]) -> str | None:
+def _missed(stores: Stores, faults: Sequence[SearchFault]) -> list[SearchFault]:
+    """The memory indexes of ``faults`` (``Bm25Index.search``'s) whose notes a keyword search may
+    have missed. When every agent's memory could not be read, the agents' own indexes were read
+    instead (one that failed is a fault of its own): it missed notes only while some agents have
+    none (removed as unused). Was: named whenever it failed, so the answer said all agents'
+    memory may be missing, and status that keyword search fails, although every agent's own
+    index had answered."""
+    if any(part == EVERYONE for part, _ in faults) and unsearchable_agents(stores) == 0:
+        return [fault for fault in faults if fault[0] != EVERYONE]
+    return list(faults)
+
+
+def _memory_unread(stores: Stores, faults: Sequence[SearchFault]) -> str | None:
     """What the answer says of the memory indexes a keyword search could not read for a fault
-    that passes (``Bm25Index.search``'s ``faults``): their notes may be missing from it. An
-    answer without them read as complete."""
-    if not faults:
-        return None
-    names = ", ".join(
-        sorted({"all agents' memory" if part == EVERYONE else f"memory/{part}" for part, _ in faults})
-    )
-    return (
-        f"keyword search of {names} failed ({engine_message(faults[0][1])}): its notes may be "
-        "missing from this answer"
-    )
+    that passes (``_missed``): their notes may be missing from it. An answer without them read
+    as complete."""
+    said = []
+    own = {part: exc for part, exc in faults if part != EVERYONE}
+    if own:
+        names = ", ".join(f"memory/{agent}" for agent in sorted(own))
+        said.append(
+            f"keyword search of {names} failed ({engine_message(next(iter(own.values())))}): its "
+            "notes may be missing from this answer"
+        )
+    everyone = next((exc for part, exc in faults if part == EVERYONE), None)
+    if everyone is not None:
+        agents = unsearchable_agents(stores)
+        said.append(
+            f"keyword search of all agents' memory failed ({engine_message(everyone)}): the memory of "
+            f"{agents} agent{'' if agents == 1 else 's'} whose own index was removed as unused "
+            "(memory.indexIdleDays) may be missing from this answer"
+        )
+    return "; ".join(said) or None
 
 
 def _inbox_failure_reported(bm25: Bm25Index, problems: Problems) -> bool:
@@ -526,6 +546,7 @@ class Retriever:
                     [*words, *typed_part(read)], fetch, sources, req.agent, stem=stem, faults=faults
                 )
                 answered = True
+                faults = _missed(self.stores, faults)
                 # A failing page index stays reported until a page search succeeds (or the
                 # repair rebuilds it): cleared here, it would flap on every search. So does an
                 # agent's failing inbox until a search of it succeeds (other agents' searches,
@@ -539,7 +560,7 @@ class Retriever:
                 if not any(is_out_of_handles(fault) for _part, fault in faults):
                     problems.clear("keyword_search", subject=NO_HANDLES)
                 bm_note = _joined(
-                    _memory_unread(faults),
+                    _memory_unread(self.stores, faults),
                     _inboxes_failing(self.stores.bm25, req),
                     _memory_unindexed(self.stores, req),
                 )
@@ -769,7 +790,8 @@ class Retriever:
             log.warning("keyword_search_failed part=pages error=%s", exc)
             _keyword_failed(problems, exc, f"{PAGE_FAILURE}{exc}")
             return []
-        for _part, fault in faults:  # the chunks' own scores count in full for those notes
+        # Said as the chunk search says it (the chunks' own scores count in full for those notes).
+        for _part, fault in _missed(self.stores, faults):
             _keyword_failed(problems, fault, str(fault))
         if not _inbox_failure_reported(self.stores.bm25, problems) and _page_failure_active(problems):
             problems.clear("keyword_search")

@@ -1107,7 +1107,9 @@ class Bm25Index:
         wiki stay). Restrictions score nothing: a hit's score is its text's match alone, the same
         with or without them. ``faults``: told each memory index that could not be read for a
         fault that passes (no file handles left, a share's hiccup): its hits are missing, the
-        others' are returned.
+        others' are returned. Every agent's memory (``EVERYONE``) that cannot be read has the
+        agents' own indexes read in its place (each one that fails told as well): only the
+        agents without one (removed as unused) are missed.
         """
         if self._successor is not None:  # a search that took this index before the swap
             return self._successor.search(
