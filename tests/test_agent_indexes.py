@@ -1110,3 +1110,37 @@ def test_all_memory_out_of_file_handles_read_from_each_agents_index_is_no_fault(
         assert "keyword search fails: no file handles left" in said, said
     finally:
         h.close()
+
+
+def test_a_failed_inbox_repair_is_no_longer_said_once_nothing_fails(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The repair of an agent's failing keyword index fails (said in status, keyword_index/repair);
+    then a search with that agent's scope reads its index and nothing fails any more: the next
+    tick drops the line. Was: it stayed for as long as the daemon ran, no repair being tried
+    again to clear it."""
+    from sidecar.contracts.errors import StoreError
+    from sidecar.daemon.repairs import REPAIR_SUBJECT, RepairPolicy
+
+    cfg = _with_agents(make_cfg, vault, _NOTES)
+    h = Harness(cfg, None)
+    try:
+        bm25 = h.stores.bm25
+        bm25.failing["alpha/chunks"] = "damaged (simulated)"
+        policy = RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot)
+        real = policy.repair.repair_inboxes
+
+        def fails(*_args: Any) -> None:
+            raise StoreError("BM25 index cannot be made: Input/output error")
+
+        monkeypatch.setattr(policy.repair, "repair_inboxes", fails)
+        policy.tick()
+        assert h.problems.active_in("keyword_index", subject=REPAIR_SUBJECT) is not None
+        monkeypatch.setattr(policy.repair, "repair_inboxes", real)
+        found = {x["reference"] for x in search(h, "kayak", agent="alpha")}
+        assert {"memory/trip", "memory/gear"} <= found, found
+        assert bm25.failing == {} and h.problems.active_in("keyword_search") is None
+        policy.tick()
+        assert h.problems.active_in("keyword_index", subject=REPAIR_SUBJECT) is None
+    finally:
+        h.close()

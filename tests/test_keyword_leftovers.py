@@ -444,32 +444,99 @@ def test_a_failed_rebuild_of_a_stuck_index_is_opened_again_in_place_and_moved_as
         h.close()
 
 
-def test_an_index_stuck_again_after_each_refill_is_left_after_a_few_and_said_in_status(
-    make_cfg: Any, vault: Path
+class _Clock:
+    """``time`` of the repair policy, its monotonic clock moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def _stuck_policy(h: Harness, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, _Clock]:
+    from sidecar.daemon import repairs
+
+    clock = _Clock()
+    monkeypatch.setattr(repairs, "time", clock)
+    return repairs.RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot), clock
+
+
+_STUCK = "3 commits in a row failed on a file that could not be removed"
+
+
+def _moved_aside(cfg: Any) -> int:
+    return len([p for p in cfg.index_dir.iterdir() if ".broken-" in p.name])
+
+
+def test_an_index_stuck_again_after_each_refill_is_left_until_a_commit_works(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A keyword index that gets stuck again after each refill (a leftover that comes back): after
-    ``MAX_STUCK_REFILLS`` refills within the hour it is not moved aside again; it stays open and
-    answers searches, and status says what to do. A commit that works again clears it. Was: a
-    copy moved aside and a whole refill every minute, for as long as the daemon ran."""
-    from sidecar.daemon.repairs import MAX_STUCK_REFILLS, STUCK_SUBJECT, RepairPolicy
+    ``MAX_STUCK_REFILLS`` refills within the hour it is not moved aside again, an hour later
+    neither; it stays open and answers searches, and status says what to do. A commit that works
+    again clears it, and the next time it gets stuck it is refilled. Was: three more refills each
+    hour, for good, where status said it was not rebuilt again."""
+    from sidecar.daemon.repairs import MAX_STUCK_REFILLS, STUCK_SUBJECT, STUCK_WINDOW_S
 
     cfg = make_cfg(vault)
     write(vault / "Projects/Boat.md", "# Boat\n\nA canoe paddle for the lake.\n")
     h = Harness(cfg, None)
     try:
         h.sweep()
-        policy = RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot)
+        policy, clock = _stuck_policy(h, monkeypatch)
         for _ in range(MAX_STUCK_REFILLS + 2):
-            h.stores.bm25.stuck = "3 commits in a row failed on a file that could not be removed"
-            policy._bm25_repaired = -1e9  # a minute later each time
+            h.stores.bm25.stuck = _STUCK
+            clock.now += 61  # a minute later each time
             policy.tick()
-        assert len([p for p in cfg.index_dir.iterdir() if ".broken-" in p.name]) == MAX_STUCK_REFILLS
+        assert _moved_aside(cfg) == MAX_STUCK_REFILLS
+        clock.now += 2 * STUCK_WINDOW_S
+        policy.tick()
+        assert _moved_aside(cfg) == MAX_STUCK_REFILLS
         said = json.dumps(h.problems.describe())
-        assert "not rebuilt again" in said and "restart the daemon" in said, said
+        assert "not rebuilt again until a commit of it works" in said and "restart the daemon" in said, said
         assert {x["reference"] for x in search(h, "canoe")} == {"vault/Projects/Boat"}
         h.stores.bm25.stuck = None  # a commit worked again
         policy.tick()
         assert h.problems.active_in("keyword_index", subject=STUCK_SUBJECT) is None
+        h.stores.bm25.stuck = _STUCK
+        clock.now += 61
+        policy.tick()
+        assert _moved_aside(cfg) == MAX_STUCK_REFILLS + 1
+    finally:
+        h.close()
+
+
+def test_failed_rebuilds_of_a_stuck_index_do_not_count_as_stuck_again(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rebuilds of a stuck index that fail (said in status, tried again a minute later) are no
+    refills that got stuck again: once one can run, it runs. Was: each failure counted, and after
+    three the index was left stuck, status saying it got stuck again after 3 rebuilds."""
+    from sidecar.daemon.repairs import MAX_STUCK_REFILLS, REPAIR_SUBJECT, STUCK_SUBJECT
+
+    cfg = make_cfg(vault)
+    h = Harness(cfg, None)
+    try:
+        h.sweep()
+        policy, clock = _stuck_policy(h, monkeypatch)
+
+        def fails(_reason: str) -> None:
+            raise StoreError("BM25 index cannot be made: Input/output error")
+
+        real = policy.repair.repair_bm25
+        monkeypatch.setattr(policy.repair, "repair_bm25", fails)
+        h.stores.bm25.stuck = _STUCK
+        for _ in range(MAX_STUCK_REFILLS + 1):
+            clock.now += 61
+            policy.tick()
+        assert h.problems.active_in("keyword_index", subject=REPAIR_SUBJECT) is not None
+        monkeypatch.setattr(policy.repair, "repair_bm25", real)
+        clock.now += 61
+        policy.tick()
+        assert _moved_aside(cfg) == 1
+        assert h.problems.active_in("keyword_index", subject=STUCK_SUBJECT) is None
+        assert h.problems.active_in("keyword_index", subject=REPAIR_SUBJECT) is None
     finally:
         h.close()
 

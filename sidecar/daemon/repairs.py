@@ -39,8 +39,9 @@ VECTOR_REPAIR_EVERY_S = 600.0
 # Free bytes on the home's disk that count as room again for memory writes (a note and its index).
 ROOM_FOR_WRITES = 16 << 20
 # Refills of a keyword index whose commits got stuck (``Bm25Index.stuck``) within this window past
-# which it is not moved aside again: a leftover that comes back after each refill (a share that
-# refuses every removal) had a whole index moved aside and refilled every minute, for good.
+# which it is not moved aside again until a commit of it works or the daemon restarts: a leftover
+# that comes back after each refill (a share that refuses every removal) had a whole index moved
+# aside and refilled every minute, for good.
 MAX_STUCK_REFILLS = 3
 STUCK_WINDOW_S = 3600.0
 STUCK_SUBJECT = "stuck"  # the keyword_index problem of an index left stuck
@@ -69,6 +70,7 @@ class RepairPolicy:
         self._reopen_failures = 0
         self._reopen_at = 0.0
         self._stuck_refills: list[float] = []  # when a stuck index was refilled (monotonic)
+        self._stuck_stopped = False  # no refill for being stuck until a commit works (a restart)
 
     def tick(self) -> None:
         self.check_manifest()
@@ -114,6 +116,9 @@ class RepairPolicy:
             # it is made anew, whatever the searches say.
             self._repair_stuck(bm25.stuck)
             return
+        if self._stuck_stopped:  # a commit of it worked (the file removed): refilled when stuck again
+            log.info("bm25_repair_resumed")
+            self._stuck_stopped, self._stuck_refills = False, []
         self.problems.clear("keyword_index", subject=STUCK_SUBJECT)  # it takes commits again
         failing = self.problems.active_in("keyword_search")
         broken = dict(self.repair.stores.bm25.failing)
@@ -128,6 +133,9 @@ class RepairPolicy:
             self.problems.clear("keyword_search")
             return
         if failing is None:
+            # Nothing fails (an inbox whose rebuild failed was rebuilt by a search with its scope
+            # since): a failed repair's line goes, or it stayed for as long as the daemon ran.
+            self.problems.clear("keyword_index", subject=REPAIR_SUBJECT)
             return
         error = str(failing["error"])
         inboxes = {name.split("/", 1)[0] for name in dict(self.repair.stores.bm25.failing)}
@@ -137,62 +145,75 @@ class RepairPolicy:
         if time.monotonic() - self._bm25_repaired < BM25_REPAIR_EVERY_S:
             return
         self._bm25_repaired = time.monotonic()
-        self._keyword_repair(lambda: self.repair.repair_inboxes(inboxes, error))
+        self._keyword_repair(lambda: self.repair.repair_inboxes(inboxes, error), "tried again in a minute")
 
     def _repair_stuck(self, reason: str) -> None:
-        """A stuck keyword index refilled (``_repair_whole``), but not once more after
-        ``MAX_STUCK_REFILLS`` refills within ``STUCK_WINDOW_S``: left as it is (it answers
-        searches from what it holds; its commits fail), and status says what to do."""
-        now = time.monotonic()
-        recent = [t for t in self._stuck_refills if now - t < STUCK_WINDOW_S]
-        self._stuck_refills = recent
-        if len(recent) >= MAX_STUCK_REFILLS:
-            if self.problems.active_in("keyword_index", subject=STUCK_SUBJECT) is None:
-                log.error("bm25_repair_stopped refills=%d reason=%s", len(recent), reason)
+        """A stuck keyword index refilled (``_repair_whole``); after ``MAX_STUCK_REFILLS`` refills
+        within ``STUCK_WINDOW_S`` that each got stuck again, not refilled again until a commit of
+        it works (the file removed by hand, the share back: ``Bm25Index.stuck`` cleared) or the
+        daemon restarts: left as it is (it answers searches from what it holds; its commits
+        fail), and status says what to do. Was a rolling limit: three more refills each hour,
+        for good, where status said it was not rebuilt again. A refill that failed is no refill
+        that got stuck again: not counted."""
+        if not self._stuck_stopped:
+            now = time.monotonic()
+            self._stuck_refills = [t for t in self._stuck_refills if now - t < STUCK_WINDOW_S]
+            if len(self._stuck_refills) >= MAX_STUCK_REFILLS:
+                self._stuck_stopped = True
+                log.error("bm25_repair_stopped refills=%d reason=%s", len(self._stuck_refills), reason)
+        if self._stuck_stopped:
             self.problems.report(
                 "keyword_index",
-                f"the keyword index got stuck again after {len(recent)} rebuilds within the hour "
-                f"({reason}); it is not rebuilt again for now: searches answer from what it holds, "
-                "changed notes are not found by their words. Check that the index folder's disk "
-                "lets files be removed (permissions, a share's state), then restart the daemon",
+                f"the keyword index got stuck again after {MAX_STUCK_REFILLS} rebuilds within the hour "
+                f"({reason}); it is not rebuilt again until a commit of it works or the daemon "
+                "restarts: searches answer from what it holds, changed notes are not found by their "
+                "words. Check that the index folder's disk lets files be removed (permissions, a "
+                "share's state), then restart the daemon",
                 subject=STUCK_SUBJECT,
             )
             return
-        before = self._bm25_repaired
-        self._repair_whole(reason)
-        if self._bm25_repaired != before:  # tried (not deferred for a full disk or the minute)
-            self._stuck_refills.append(self._bm25_repaired)
+        if self._repair_whole(reason):
+            self._stuck_refills.append(time.monotonic())
 
-    def _repair_whole(self, reason: str) -> None:
-        """The whole keyword index moved aside and refilled (at most once a minute)."""
+    def _repair_whole(self, reason: str) -> bool:
+        """The whole keyword index moved aside and refilled (at most once a minute); whether it
+        was (not deferred, not failed)."""
         if time.monotonic() - self._bm25_repaired < BM25_REPAIR_EVERY_S:
-            return
+            return False
         free = low_disk(self.repair.stores.bm25.path)
         if free is not None:  # a refill on a disk this full fails half-way: tried once there is room
             log.warning("bm25_repair_deferred reason=low_disk free=%d", free)
-            return
+            return False
         self._bm25_repaired = time.monotonic()
-        self._keyword_repair(lambda: self.repair.repair_bm25(reason))
+        # A rebuild that failed leaves the index lost (``Repair.repair_bm25``): opened again in
+        # place by ``reopen_keyword_index``, not in a minute.
+        return self._keyword_repair(
+            lambda: self.repair.repair_bm25(reason),
+            "keyword searches and writes fail until it is opened again in place and refilled, tried "
+            f"by itself after 1 s, 2 s, … up to {self.repair.cfg.watch.fault_retry_max_seconds:.0f} s",
+        )
 
-    def _keyword_repair(self, repair: Callable[[], None]) -> None:
-        """Run a keyword repair; its failure logged and said in status (tried again in a minute),
-        the tick going on. Beside our errors and the manifest's, Tantivy's own (its binding's
-        ValueError, a RuntimeError, a Rust panic, which is no Exception: ``engine_failure``)
-        escaped: the tick's other repairs were skipped, and a panic ended the tick's thread
-        (no sweep, no repair) for the rest of the run."""
+    def _keyword_repair(self, repair: Callable[[], None], retry: str) -> bool:
+        """Run a keyword repair; whether it worked. Its failure is logged and said in status
+        (with ``retry``: what happens next), the tick going on. Beside our errors and the manifest's,
+        Tantivy's own (its binding's ValueError, a RuntimeError, a Rust panic, which is no
+        Exception: ``engine_failure``) escaped: the tick's other repairs were skipped, and a
+        panic ended the tick's thread (no sweep, no repair) for the rest of the run."""
         try:
             repair()
         except BaseException as exc:
             if not isinstance(exc, (StoreError, OSError, sqlite3.Error)) and not engine_failure(exc):
                 raise
-            log.error("bm25_repair_failed error=%s", exc)
+            # Not ours (Tantivy's, the manifest's): where it came from is in the traceback.
+            log.error("bm25_repair_failed error=%s", exc, exc_info=not isinstance(exc, StoreError))
             self.problems.report(
                 "keyword_index",
-                f"the keyword index could not be rebuilt ({engine_message(exc)}); tried again in a minute",
+                f"the keyword index could not be rebuilt ({engine_message(exc)}); {retry}",
                 subject=REPAIR_SUBJECT,
             )
-            return
+            return False
         self.problems.clear("keyword_index", subject=REPAIR_SUBJECT)
+        return True
 
     def repair_vector_table(self) -> None:
         """Vector searches keep failing with a working model: check the table, replace it if it
