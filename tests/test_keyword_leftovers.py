@@ -684,3 +684,52 @@ def test_a_refill_cut_by_a_stop_drops_its_files_at_info(
         assert [k for k, _ in idx.search("lake", 5)] == ["vault/Boat#0"]
     finally:
         idx.close()
+
+
+def test_a_panic_in_an_inbox_refill_drops_the_half_made_index_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refill of an agent's own index that Tantivy ends with a panic (pyo3's PanicException, no
+    Exception): the half-made index is dropped and the agent reported as not rebuilt (its next
+    search with its scope rebuilds it, the repair refills it), as for any other failure. Was:
+    ``except Exception`` let the panic through, the half-made index passed for the agent's whole
+    memory and nothing said so."""
+    path = tmp_path / "bm25"
+    _filled(path)
+    idx = Bm25Index(path)
+    panic = type("PanicException", (BaseException,), {})
+
+    def panics() -> None:
+        raise panic("called `Result::unwrap()` on an `Err` value")
+
+    try:
+        monkeypatch.setattr(idx, "commit", panics)
+        with pytest.raises(panic):
+            idx.refill_inbox("beta", [_doc("memory/beta/trip", "the kayak of beta")])
+        assert "could not be rebuilt" in idx.failing.get("beta", ""), idx.failing
+        assert "beta" not in idx.agents() and not (path / "memory" / "beta").exists()
+    finally:
+        monkeypatch.undo()
+        idx.close()
+
+
+def test_an_inbox_removed_with_changes_not_committed_says_nothing_of_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An agent's own index removed (here by its refill) while it holds changes not committed:
+    its folder is deleted, and no log says those changes are written again by the next sweep.
+    Was: bm25_uncommitted_dropped for a folder about to be deleted."""
+    import logging
+
+    path = tmp_path / "bm25"
+    _filled(path)
+    idx = Bm25Index(path)
+    try:
+        idx.add([_doc("memory/beta/more", "another kayak of beta")])  # not committed
+        caplog.set_level(logging.INFO)
+        idx.refill_inbox("beta", [_doc("memory/beta/trip", "the kayak of beta")])
+        said = [r.getMessage() for r in caplog.records if "bm25_uncommitted_dropped" in r.getMessage()]
+        assert not [m for m in said if "memory/beta" in m], said
+        assert [k for k, _ in idx.search("kayak", 5, agent_scope="beta")] == ["memory/beta/trip#0"]
+    finally:
+        idx.close()

@@ -38,6 +38,7 @@ from sidecar.stores.bm25_folder import (
     check_layout,
     disk_hint,
     engine,
+    engine_failure,
     leftover_met,
     live_docs,
     low_disk,
@@ -487,7 +488,7 @@ class Bm25Index:
             self._leftover_counts.pop(agent, None)
         if pair is not None:
             for folder in pair:
-                folder.close()
+                folder.close(removed=True)
             self._scorer.forget(pair)
         remove_folder(self.path / "memory" / agent)
         for name in (agent, f"{agent}/chunks", f"{agent}/pages"):
@@ -1008,11 +1009,13 @@ class Bm25Index:
                     notes.setdefault(d.key, []).append(d)
                 self._add(notes, everyone=False)
             self.commit()
-        except Exception as exc:
-            # A full disk, an I/O error: the half-made index would pass for the agent's whole
-            # memory (empty, unreported, kept until a restart). Dropped, so that the next search
-            # with its scope rebuilds it again; reported meanwhile (the answer says its notes may
-            # be missing, the repair refills it).
+        except BaseException as exc:
+            # A full disk, an I/O error, a panic in Tantivy (no Exception: ``engine_failure``):
+            # the half-made index would pass for the agent's whole memory (empty, unreported, kept
+            # until a restart). Dropped, so that the next search with its scope rebuilds it again;
+            # reported meanwhile (the answer says its notes may be missing, the repair refills it).
+            if not (isinstance(exc, Exception) or engine_failure(exc)):
+                raise
             with self._lock:
                 self._remove_inbox(agent)
                 self.failing.update(failed)

@@ -349,7 +349,9 @@ class Folder:
             f"a file a commit cut short left there, which could not be removed ({self.leftover_error}{left})"
         )
 
-    def close(self) -> None:
+    def close(self, *, removed: bool = False) -> None:
+        """Its writer ended, its locks released. ``removed``: the folder is deleted next, changes
+        not committed with it (nothing to drop, nothing written again for it)."""
         self.closed = True
         if self.read_only:
             # Its readers map the segment files: let go now (the daemon goes on writing the same
@@ -364,7 +366,7 @@ class Folder:
                 self._writer.wait_merging_threads()
         except StoreError as exc:  # a failed writer: nothing more to flush
             log.debug("bm25_close %s", exc)
-        if self.dirty:
+        if self.dirty and not removed:
             self._drop_uncommitted()
 
     def _drop_uncommitted(self) -> None:
