@@ -1003,7 +1003,7 @@ def test_a_keyword_search_out_of_file_handles_is_said_in_status_until_one_works(
     import json
 
     from sidecar.daemon.repairs import RepairPolicy
-    from sidecar.search.retrieval import NO_HANDLES
+    from sidecar.index.keyword_faults import NO_HANDLES
     from sidecar.stores.bm25_folder import engine
 
     h = Harness(make_cfg(vault), FakeEmbedder())
@@ -1040,8 +1040,9 @@ def test_a_memory_index_out_of_file_handles_is_said_in_status_and_in_the_answer(
     the answer came back without the memory hits as if complete."""
     import json
 
+    from sidecar.index.keyword_faults import NO_HANDLES
     from sidecar.search.request import SearchRequest
-    from sidecar.search.retrieval import NO_HANDLES, Retriever
+    from sidecar.search.retrieval import Retriever
 
     cfg = _with_agents(make_cfg, vault, _NOTES)
     h = Harness(cfg, FakeEmbedder())
@@ -1084,8 +1085,9 @@ def test_all_memory_out_of_file_handles_read_from_each_agents_index_is_no_fault(
     fails, although every agent's own index had answered."""
     import json
 
+    from sidecar.index.keyword_faults import NO_HANDLES
     from sidecar.search.request import SearchRequest
-    from sidecar.search.retrieval import NO_HANDLES, Retriever
+    from sidecar.search.retrieval import Retriever
 
     cfg = _with_agents(make_cfg, vault, _NOTES)
     h = Harness(cfg, FakeEmbedder())
@@ -1105,7 +1107,8 @@ def test_all_memory_out_of_file_handles_read_from_each_agents_index_is_no_fault(
         assert bm25.agents() == ["beta"]
         monkeypatch.setattr(bm25, "_everyone_hits", _out_of_handles)
         answer = r.search(SearchRequest("kayak", 10, 0.0))
-        assert answer.degraded is not None and "the memory of 1 agent whose" in answer.degraded, answer.degraded
+        note = answer.degraded
+        assert note is not None and "the memory of 1 agent whose" in note, note
         said = json.dumps(h.problems.describe())
         assert "keyword search fails: no file handles left" in said, said
     finally:
@@ -1142,5 +1145,71 @@ def test_a_failed_inbox_repair_is_no_longer_said_once_nothing_fails(
         assert bm25.failing == {} and h.problems.active_in("keyword_search") is None
         policy.tick()
         assert h.problems.active_in("keyword_index", subject=REPAIR_SUBJECT) is None
+    finally:
+        h.close()
+
+
+def test_no_file_handles_is_said_until_the_index_that_failed_is_read_again(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent's page index fails for want of file handles while its chunk index answers: status
+    says so from the first search on, steadily (not cleared by the chunk search of the next
+    request), a search of the vault alone leaves it, and the next search that reads that page
+    index clears it. Was: each request's chunk search cleared it and its page search reported it
+    again, and any search that worked (one of the vault alone) cleared it."""
+    from sidecar.index.keyword_faults import NO_HANDLES
+    from sidecar.search.request import SearchRequest
+    from sidecar.search.retrieval import Retriever
+
+    cfg = _with_agents(make_cfg, vault, _NOTES)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        bm25 = h.stores.bm25
+        real = bm25._inbox_hits
+
+        def pages_fail(agent: str, *, pages: bool, **kw: Any) -> Any:
+            if pages:
+                _out_of_handles()
+            return real(agent, pages=pages, **kw)
+
+        monkeypatch.setattr(bm25, "_inbox_hits", pages_fail)
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        for _ in range(3):
+            r.search(SearchRequest("kayak", 10, 0.0, agent="alpha"))
+            assert h.problems.active_in("keyword_search", subject=NO_HANDLES) is not None
+        said = h.problems.describe()
+        assert not [p for p in said["recent"] if p.get("subject") == NO_HANDLES], said
+        monkeypatch.undo()
+        r.search(SearchRequest("boat", 10, 0.0, sources=("vault",)))
+        assert h.problems.active_in("keyword_search", subject=NO_HANDLES) is not None
+        r.search(SearchRequest("kayak", 10, 0.0, agent="alpha"))
+        assert h.problems.active_in("keyword_search", subject=NO_HANDLES) is None
+    finally:
+        h.close()
+
+
+def test_a_memory_writes_duplicate_check_out_of_file_handles_is_said_in_status(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A memory write's duplicate check whose keyword search of the agent's own index fails for
+    want of file handles: the write is saved, and status says no file handles left as for a
+    search (cleared by the next one that reads that index). Was: only logged."""
+    from sidecar.contracts.protocol import Request
+    from sidecar.index.keyword_faults import NO_HANDLES
+    from sidecar.memory.inbox import Inboxes
+    from sidecar.memory.ops import MemoryOps
+
+    cfg = _with_agents(make_cfg, vault, _NOTES)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        ops = MemoryOps(cfg, Inboxes(cfg), h.indexer, h.slot, stores=h.stores, problems=h.problems)
+        monkeypatch.setattr(h.stores.bm25, "_inbox_hits", _out_of_handles)
+        params = {"slug": "canoe", "content": "# Canoe\n\nThe canoe of alpha waits at the lake.\n"}
+        ops.write(Request(op="write", params=params, agent="alpha"))
+        assert (cfg.agents_dir / "alpha/memory/canoe.md").is_file()
+        assert h.problems.active_in("keyword_search", subject=NO_HANDLES) is not None
+        monkeypatch.undo()
+        search(h, "kayak", agent="alpha")
+        assert h.problems.active_in("keyword_search", subject=NO_HANDLES) is None
     finally:
         h.close()

@@ -21,15 +21,9 @@ from typing import Any
 import numpy as np
 
 from sidecar.config import MODEL_DEFAULTS, RecallConfig, SearchConfig
-from sidecar.contracts.errors import (
-    EmbedderError,
-    IndexNotOpenError,
-    PassingFaultError,
-    StoreError,
-    engine_message,
-    is_out_of_handles,
-)
+from sidecar.contracts.errors import EmbedderError, StoreError, engine_message
 from sidecar.contracts.wire import SearchResult, memory_agent
+from sidecar.index.keyword_faults import handles_seen, keyword_damage
 from sidecar.index.problems import Problems
 from sidecar.index.repair import ready_inbox, unsearchable_agents
 from sidecar.index.vectoring import Stores, VectorSet
@@ -54,7 +48,7 @@ from sidecar.search.request import SearchRequest, filters_alone, with_filters
 from sidecar.search.results import analysis_of, phrase_ignored, to_hit
 from sidecar.search.words import WORD
 from sidecar.search.words import fold as fold_word
-from sidecar.stores.bm25 import EVERYONE, Bm25Index, SearchFault
+from sidecar.stores.bm25 import EVERYONE, SHARED, Bm25Index, SearchFault
 from sidecar.stores.manifest import ChunkView, NoteDay
 
 log = logging.getLogger(__name__)
@@ -98,30 +92,6 @@ def _with_umlauts(text: str, spelled: Mapping[str, str]) -> str:
 
 
 PAGE_FAILURE = "page index: "  # how a failing page search is reported (keyword_search)
-# The subject of keyword_search's problem for a search that failed for want of file handles:
-# shown in status, left alone by the repair (which reads the problem without a subject: the
-# files are whole), cleared by the next keyword search that works.
-NO_HANDLES = "file handles"
-
-
-def _keyword_failed(problems: Problems, exc: StoreError, damage: str) -> None:
-    """A keyword search that failed, in the vault's index, the page index or a memory index:
-    the one way each says so. Reported for the repair (as ``damage``) unless its index is lost
-    (problem keyword_index) or the fault passes (no file handles left, a share's hiccup: the
-    repair moved a whole index aside for it); no file handles left is said in status until a
-    keyword search works (it was said nowhere, and keyword search could stay dead for as long
-    as the shortage lasted; a memory index's was only logged)."""
-    if not isinstance(exc, (IndexNotOpenError, PassingFaultError)):
-        problems.report("keyword_search", damage)
-    if is_out_of_handles(exc):
-        problems.report(
-            "keyword_search",
-            f"keyword search fails: no file handles left ({engine_message(exc)}); the daemon keeps "
-            "answering by meaning",
-            subject=NO_HANDLES,
-        )
-
-
 INBOX_FAILURE = "the keyword index of memory/"  # how an agent's failing inbox index is reported
 # Characters per word piece below which the model has not read a query's words. A tokenizer keeps
 # the words of its training text whole or in long pieces (e5: "Geschenkgutschein" 5.7) and breaks
@@ -195,6 +165,21 @@ def _missed(stores: Stores, faults: Sequence[SearchFault]) -> list[SearchFault]:
     if any(part == EVERYONE for part, _ in faults) and unsearchable_agents(stores) == 0:
         return [fault for fault in faults if fault[0] != EVERYONE]
     return list(faults)
+
+
+def _keyword_read(
+    stores: Stores, kind: str, faults: Sequence[SearchFault], seen: set[str]
+) -> list[SearchFault]:
+    """After a keyword search of the ``kind`` indexes that answered: the memory indexes it missed
+    (``_missed``); what it read and what failed for want of file handles told to status
+    (``handles_seen``), every agent's memory counted as read when each agent's own index answered
+    in its place."""
+    missed = _missed(stores, faults)
+    covered = set(seen)
+    if any(part == EVERYONE for part, _ in faults) and not any(part == EVERYONE for part, _ in missed):
+        covered.add(EVERYONE)
+    handles_seen(stores, kind, covered, missed)
+    return missed
 
 
 def _memory_unread(stores: Stores, faults: Sequence[SearchFault]) -> str | None:
@@ -540,13 +525,20 @@ class Retriever:
         read = spelled or {}
         if weight < 1.0 or vectors is not None:
             faults: list[SearchFault] = []
+            seen: set[str] = set()
             try:
                 words = [(bm25_text(qa), 1.0)] if parts is None else parts
                 bm = self.stores.bm25.search(
-                    [*words, *typed_part(read)], fetch, sources, req.agent, stem=stem, faults=faults
+                    [*words, *typed_part(read)],
+                    fetch,
+                    sources,
+                    req.agent,
+                    stem=stem,
+                    faults=faults,
+                    read=seen,
                 )
                 answered = True
-                faults = _missed(self.stores, faults)
+                faults = _keyword_read(self.stores, "chunks", faults, seen)
                 # A failing page index stays reported until a page search succeeds (or the
                 # repair rebuilds it): cleared here, it would flap on every search. So does an
                 # agent's failing inbox until a search of it succeeds (other agents' searches,
@@ -555,10 +547,6 @@ class Retriever:
                     problems
                 ):
                     problems.clear("keyword_search")
-                for _part, fault in faults:
-                    _keyword_failed(problems, fault, str(fault))
-                if not any(is_out_of_handles(fault) for _part, fault in faults):
-                    problems.clear("keyword_search", subject=NO_HANDLES)
                 bm_note = _joined(
                     _memory_unread(self.stores, faults),
                     _inboxes_failing(self.stores.bm25, req),
@@ -566,7 +554,8 @@ class Retriever:
                 )
             except StoreError as exc:  # a damaged keyword index: answer from vectors alone
                 log.warning("keyword_search_failed error=%s", exc)
-                _keyword_failed(problems, exc, str(exc))
+                keyword_damage(problems, exc, str(exc))
+                handles_seen(self.stores, "chunks", seen, [(SHARED, exc), *faults])
                 bm_note, bm_error = f"keyword search failed ({exc}); vector results only", exc
 
         def found(vec_lists: list[VecList], note: str | None) -> Found:
@@ -782,17 +771,18 @@ class Retriever:
             return []
         problems = self.stores.problems
         faults: list[SearchFault] = []
+        seen: set[str] = set()
         try:
             found = self.stores.bm25.search_pages(
-                parts, len(keys), req.sources, req.agent, keys=keys, stem=stem, faults=faults
+                parts, len(keys), req.sources, req.agent, keys=keys, stem=stem, faults=faults, read=seen
             )
         except StoreError as exc:  # reported so that the repair rebuilds both parts
             log.warning("keyword_search_failed part=pages error=%s", exc)
-            _keyword_failed(problems, exc, f"{PAGE_FAILURE}{exc}")
+            keyword_damage(problems, exc, f"{PAGE_FAILURE}{exc}")
+            handles_seen(self.stores, "pages", seen, [(SHARED, exc), *faults])
             return []
         # Said as the chunk search says it (the chunks' own scores count in full for those notes).
-        for _part, fault in _missed(self.stores, faults):
-            _keyword_failed(problems, fault, str(fault))
+        _keyword_read(self.stores, "pages", faults, seen)
         if not _inbox_failure_reported(self.stores.bm25, problems) and _page_failure_active(problems):
             problems.clear("keyword_search")
         return found

@@ -86,6 +86,7 @@ _OPEN_WRITERS = 8
 # which no agent's name has. ``filled`` in its folder says it holds all memory (an install from
 # before it fills it from the manifest; until then a person's search reads the inboxes).
 EVERYONE = ".all"
+SHARED = ""  # the vault's and the wiki's index, as a search's ``read`` names it (no agent's name)
 _EVERYONE_DIR = "memory-all"
 _FILLED = "filled"
 # An agent's use of its own index (a search with its scope) is noted on disk at most this often
@@ -111,6 +112,12 @@ def _passed(part: str, exc: PassingFaultError, faults: list[SearchFault] | None)
     )
     if faults is not None:
         faults.append((part, exc))
+
+
+def _told(read: set[str] | None, part: str) -> None:
+    """A search read ``part`` without a fault (see ``Bm25Index.search``'s ``read``)."""
+    if read is not None:
+        read.add(part)
 
 
 class Bm25Index:
@@ -1100,6 +1107,7 @@ class Bm25Index:
         key: str | None = None,
         stem: str | None = None,
         faults: list[SearchFault] | None = None,
+        read: set[str] | None = None,
     ) -> list[tuple[str, float]]:
         """(chunk_id, bm25 score) for chunks matching any word of ``text``, best first (of one note
         when ``key`` is given).
@@ -1112,14 +1120,23 @@ class Bm25Index:
         fault that passes (no file handles left, a share's hiccup): its hits are missing, the
         others' are returned. Every agent's memory (``EVERYONE``) that cannot be read has the
         agents' own indexes read in its place (each one that fails told as well): only the
-        agents without one (removed as unused) are missed.
+        agents without one (removed as unused) are missed. ``read``: told each index read
+        without a fault (``SHARED``, ``EVERYONE``, an agent), whether it matched or not.
         """
         if self._successor is not None:  # a search that took this index before the swap
             return self._successor.search(
-                text, limit, sources, agent_scope, key=key, stem=stem, faults=faults
+                text, limit, sources, agent_scope, key=key, stem=stem, faults=faults, read=read
             )
         return self._search(
-            False, text, limit, sources=sources, agent_scope=agent_scope, key=key, stem=stem, faults=faults
+            False,
+            text,
+            limit,
+            sources=sources,
+            agent_scope=agent_scope,
+            key=key,
+            stem=stem,
+            faults=faults,
+            read=read,
         )
 
     def search_pages(
@@ -1133,12 +1150,13 @@ class Bm25Index:
         keys: Sequence[str] | None = None,
         stem: str | None = None,
         faults: list[SearchFault] | None = None,
+        read: set[str] | None = None,
     ) -> list[tuple[str, float]]:
         """(note key, bm25 score) for whole notes (only the one ``key``, or only ``keys``), as
         ``search`` scores chunks."""
         if self._successor is not None:
             return self._successor.search_pages(
-                text, limit, sources, agent_scope, key=key, keys=keys, stem=stem, faults=faults
+                text, limit, sources, agent_scope, key=key, keys=keys, stem=stem, faults=faults, read=read
             )
         return self._search(
             True,
@@ -1150,6 +1168,7 @@ class Bm25Index:
             keys=keys,
             stem=stem,
             faults=faults,
+            read=read,
         )
 
     def umlaut_readings(self, words: Iterable[str], agent: str | None = None) -> dict[str, str]:
@@ -1217,6 +1236,7 @@ class Bm25Index:
         keys: Sequence[str] | None = None,
         stem: str | None = None,
         faults: list[SearchFault] | None = None,
+        read: set[str] | None = None,
     ) -> list[tuple[str, float]]:
         self._usable()
         terms = self._terms(text, stem)
@@ -1258,6 +1278,7 @@ class Bm25Index:
                 )
                 self.failing.pop(f"{EVERYONE}/{'pages' if pages else 'chunks'}", None)
                 inbox_keys = {}
+                _told(read, EVERYONE)
             except PassingFaultError as exc:  # no handles left, a full disk: no damage, not repaired
                 _passed(EVERYONE, exc, faults)
             except StoreError as exc:  # read the inboxes instead; reported until the repair
@@ -1273,6 +1294,7 @@ class Bm25Index:
                 sources=None if sources is None else [s for s in sources if s != "memory"],
                 keys=shared_keys,
             )
+            _told(read, SHARED)
         for agent, agent_keys in inbox_keys.items():
             try:
                 found += self._inbox_hits(
@@ -1284,6 +1306,7 @@ class Bm25Index:
                     shared_folder=shared_folder,
                     shared=shared,
                 )
+                _told(read, agent)
             except PassingFaultError as exc:  # not made yet for want of space (or handles): no damage
                 _passed(agent, exc, faults)
             except StoreError as exc:
