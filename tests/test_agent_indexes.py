@@ -1006,7 +1006,7 @@ def test_a_keyword_search_out_of_file_handles_is_said_in_status_until_one_works(
     import json
 
     from sidecar.daemon.repairs import RepairPolicy
-    from sidecar.search.retrieval import NO_HANDLES
+    from sidecar.index.keyword_faults import NO_HANDLES
 
     h = Harness(make_cfg(vault), FakeEmbedder())
     try:
@@ -1019,6 +1019,192 @@ def test_a_keyword_search_out_of_file_handles_is_said_in_status_until_one_works(
         assert h.problems.active_in("keyword_search", subject=NO_HANDLES) is not None
         monkeypatch.undo()
         assert search(h, "spark plugs")
+        assert h.problems.active_in("keyword_search", subject=NO_HANDLES) is None
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("part", ["memory-all", "own"])
+def test_a_memory_index_out_of_file_handles_is_said_in_status_and_in_the_answer(
+    make_cfg: Any, vault: Path, part: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keyword search whose memory index (every agent's and the agents' own read in its place,
+    for a person; an agent's own, in its scope) fails for want of file handles: status says so as
+    for the vault's index, the answer says that memory's notes may be missing, nothing is
+    reported for the repair, and the next search that reads it clears it. Was: logged alone, and
+    the answer came back without the memory hits as if complete."""
+    import json
+
+    from sidecar.index.keyword_faults import NO_HANDLES
+    from sidecar.search.request import SearchRequest
+    from sidecar.search.retrieval import Retriever
+
+    cfg = _with_agents(make_cfg, vault, _NOTES)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        bm25 = h.stores.bm25
+        agent = None if part == "memory-all" else "alpha"
+        if agent is None:
+            monkeypatch.setattr(bm25, "_everyone_hits", _out_of_handles)
+        monkeypatch.setattr(bm25, "_inbox_hits", _out_of_handles)  # a person's fallback fails alike
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        answer = r.search(SearchRequest("kayak", 10, 0.0, agent=agent))
+        assert answer.degraded is not None and "may be missing" in answer.degraded, answer.degraded
+        assert "memory/alpha" in answer.degraded, answer.degraded
+        said = json.dumps(h.problems.describe())
+        assert "keyword search fails: no file handles left" in said, said
+        assert h.problems.active_in("keyword_search") is None  # nothing for the repair
+        monkeypatch.undo()
+        answer = r.search(SearchRequest("kayak", 10, 0.0, agent=agent))
+        assert any(hit.source == "memory" for hit in answer.hits)
+        assert h.problems.active_in("keyword_search", subject=NO_HANDLES) is None
+    finally:
+        h.close()
+
+
+def _out_of_handles(*args: Any, **kw: Any) -> Any:
+    from sidecar.stores.bm25_folder import engine
+
+    with engine("search"):
+        raise ValueError("Failed to open file for read: Too many open files (os error 24)")
+
+
+def test_all_memory_out_of_file_handles_read_from_each_agents_index_is_no_fault(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A person's keyword search whose index of every agent's memory fails for want of file
+    handles reads each agent's own index instead: when that works, the answer holds every
+    agent's memory and says nothing is missing, and status says no keyword search fails. Only
+    agents whose own index was removed as unused are missed, and the answer says how many.
+    Was: the answer said all agents' memory may be missing and status that keyword search
+    fails, although every agent's own index had answered."""
+    import json
+
+    from sidecar.index.keyword_faults import NO_HANDLES
+    from sidecar.search.request import SearchRequest
+    from sidecar.search.retrieval import Retriever
+
+    cfg = _with_agents(make_cfg, vault, _NOTES)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        bm25 = h.stores.bm25
+        monkeypatch.setattr(bm25, "_everyone_hits", _out_of_handles)
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        answer = r.search(SearchRequest("kayak", 10, 0.0))
+        assert {hit.agent for hit in answer.hits if hit.source == "memory"} == {"alpha", "beta"}
+        assert answer.degraded is None or "memory" not in answer.degraded, answer.degraded
+        assert h.problems.active_in("keyword_search", subject=NO_HANDLES) is None, h.problems.describe()
+        # Alpha's own index removed as unused: its memory is missed, and the answer says so.
+        monkeypatch.undo()
+        _age(h.cfg, "alpha", 40)
+        bm25._used_at.clear()
+        remove_idle_inboxes(h.stores, 30)
+        assert bm25.agents() == ["beta"]
+        monkeypatch.setattr(bm25, "_everyone_hits", _out_of_handles)
+        answer = r.search(SearchRequest("kayak", 10, 0.0))
+        note = answer.degraded
+        assert note is not None and "the memory of 1 agent whose" in note, note
+        said = json.dumps(h.problems.describe())
+        assert "keyword search fails: no file handles left" in said, said
+    finally:
+        h.close()
+
+
+def test_a_failed_inbox_repair_is_no_longer_said_once_nothing_fails(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The repair of an agent's failing keyword index fails (said in status, keyword_index/repair);
+    then a search with that agent's scope reads its index and nothing fails any more: the next
+    tick drops the line. Was: it stayed for as long as the daemon ran, no repair being tried
+    again to clear it."""
+    from sidecar.contracts.errors import StoreError
+    from sidecar.daemon.repairs import REPAIR_SUBJECT, RepairPolicy
+
+    cfg = _with_agents(make_cfg, vault, _NOTES)
+    h = Harness(cfg, None)
+    try:
+        bm25 = h.stores.bm25
+        bm25.failing["alpha/chunks"] = "damaged (simulated)"
+        policy = RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot)
+        real = policy.repair.repair_inboxes
+
+        def fails(*_args: Any) -> None:
+            raise StoreError("BM25 index cannot be made: Input/output error")
+
+        monkeypatch.setattr(policy.repair, "repair_inboxes", fails)
+        policy.tick()
+        assert h.problems.active_in("keyword_index", subject=REPAIR_SUBJECT) is not None
+        monkeypatch.setattr(policy.repair, "repair_inboxes", real)
+        found = {x["reference"] for x in search(h, "kayak", agent="alpha")}
+        assert {"memory/trip", "memory/gear"} <= found, found
+        assert bm25.failing == {} and h.problems.active_in("keyword_search") is None
+        policy.tick()
+        assert h.problems.active_in("keyword_index", subject=REPAIR_SUBJECT) is None
+    finally:
+        h.close()
+
+
+def test_no_file_handles_is_said_until_the_index_that_failed_is_read_again(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent's page index fails for want of file handles while its chunk index answers: status
+    says so from the first search on, steadily (not cleared by the chunk search of the next
+    request), a search of the vault alone leaves it, and the next search that reads that page
+    index clears it. Was: each request's chunk search cleared it and its page search reported it
+    again, and any search that worked (one of the vault alone) cleared it."""
+    from sidecar.index.keyword_faults import NO_HANDLES
+    from sidecar.search.request import SearchRequest
+    from sidecar.search.retrieval import Retriever
+
+    cfg = _with_agents(make_cfg, vault, _NOTES)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        bm25 = h.stores.bm25
+        real = bm25._inbox_hits
+
+        def pages_fail(agent: str, *, pages: bool, **kw: Any) -> Any:
+            if pages:
+                _out_of_handles()
+            return real(agent, pages=pages, **kw)
+
+        monkeypatch.setattr(bm25, "_inbox_hits", pages_fail)
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        for _ in range(3):
+            r.search(SearchRequest("kayak", 10, 0.0, agent="alpha"))
+            assert h.problems.active_in("keyword_search", subject=NO_HANDLES) is not None
+        said = h.problems.describe()
+        assert not [p for p in said["recent"] if p.get("subject") == NO_HANDLES], said
+        monkeypatch.undo()
+        r.search(SearchRequest("boat", 10, 0.0, sources=("vault",)))
+        assert h.problems.active_in("keyword_search", subject=NO_HANDLES) is not None
+        r.search(SearchRequest("kayak", 10, 0.0, agent="alpha"))
+        assert h.problems.active_in("keyword_search", subject=NO_HANDLES) is None
+    finally:
+        h.close()
+
+
+def test_a_memory_writes_duplicate_check_out_of_file_handles_is_said_in_status(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A memory write's duplicate check whose keyword search of the agent's own index fails for
+    want of file handles: the write is saved, and status says no file handles left as for a
+    search (cleared by the next one that reads that index). Was: only logged."""
+    from sidecar.contracts.protocol import Request
+    from sidecar.index.keyword_faults import NO_HANDLES
+    from sidecar.memory.inbox import Inboxes
+    from sidecar.memory.ops import MemoryOps
+
+    cfg = _with_agents(make_cfg, vault, _NOTES)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        ops = MemoryOps(cfg, Inboxes(cfg), h.indexer, h.slot, stores=h.stores, problems=h.problems)
+        monkeypatch.setattr(h.stores.bm25, "_inbox_hits", _out_of_handles)
+        params = {"slug": "canoe", "content": "# Canoe\n\nThe canoe of alpha waits at the lake.\n"}
+        ops.write(Request(op="write", params=params, agent="alpha"))
+        assert (cfg.agents_dir / "alpha/memory/canoe.md").is_file()
+        assert h.problems.active_in("keyword_search", subject=NO_HANDLES) is not None
+        monkeypatch.undo()
+        search(h, "kayak", agent="alpha")
         assert h.problems.active_in("keyword_search", subject=NO_HANDLES) is None
     finally:
         h.close()

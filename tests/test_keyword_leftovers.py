@@ -442,3 +442,294 @@ def test_a_failed_rebuild_of_a_stuck_index_is_opened_again_in_place_and_moved_as
         assert {x["reference"] for x in search(h, "canoe")} == {"vault/Projects/Boat"}
     finally:
         h.close()
+
+
+class _Clock:
+    """``time`` of the repair policy, its monotonic clock moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def _stuck_policy(h: Harness, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, _Clock]:
+    from sidecar.daemon import repairs
+
+    clock = _Clock()
+    monkeypatch.setattr(repairs, "time", clock)
+    return repairs.RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot), clock
+
+
+_STUCK = "3 commits in a row failed on a file that could not be removed"
+
+
+def _moved_aside(cfg: Any) -> int:
+    return len([p for p in cfg.index_dir.iterdir() if ".broken-" in p.name])
+
+
+def test_an_index_stuck_again_after_each_refill_is_left_until_a_commit_works(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keyword index that gets stuck again after each refill (a leftover that comes back): after
+    ``MAX_STUCK_REFILLS`` refills within the hour it is not moved aside again, an hour later
+    neither; it stays open and answers searches, and status says what to do. A commit that works
+    again clears it, and the next time it gets stuck it is refilled. Was: three more refills each
+    hour, for good, where status said it was not rebuilt again."""
+    from sidecar.daemon.repairs import MAX_STUCK_REFILLS, STUCK_SUBJECT, STUCK_WINDOW_S
+
+    cfg = make_cfg(vault)
+    write(vault / "Projects/Boat.md", "# Boat\n\nA canoe paddle for the lake.\n")
+    h = Harness(cfg, None)
+    try:
+        h.sweep()
+        policy, clock = _stuck_policy(h, monkeypatch)
+        for _ in range(MAX_STUCK_REFILLS + 2):
+            h.stores.bm25.stuck = _STUCK
+            clock.now += 61  # a minute later each time
+            policy.tick()
+        assert _moved_aside(cfg) == MAX_STUCK_REFILLS
+        clock.now += 2 * STUCK_WINDOW_S
+        policy.tick()
+        assert _moved_aside(cfg) == MAX_STUCK_REFILLS
+        said = json.dumps(h.problems.describe())
+        assert "not rebuilt again until a commit of it works" in said and "restart the daemon" in said, said
+        assert {x["reference"] for x in search(h, "canoe")} == {"vault/Projects/Boat"}
+        h.stores.bm25.stuck = None  # a commit worked again
+        policy.tick()
+        assert h.problems.active_in("keyword_index", subject=STUCK_SUBJECT) is None
+        h.stores.bm25.stuck = _STUCK
+        clock.now += 61
+        policy.tick()
+        assert _moved_aside(cfg) == MAX_STUCK_REFILLS + 1
+    finally:
+        h.close()
+
+
+def test_failed_rebuilds_of_a_stuck_index_do_not_count_as_stuck_again(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rebuilds of a stuck index that fail (said in status, tried again a minute later) are no
+    refills that got stuck again: once one can run, it runs. Was: each failure counted, and after
+    three the index was left stuck, status saying it got stuck again after 3 rebuilds."""
+    from sidecar.daemon.repairs import MAX_STUCK_REFILLS, REPAIR_SUBJECT, STUCK_SUBJECT
+
+    cfg = make_cfg(vault)
+    h = Harness(cfg, None)
+    try:
+        h.sweep()
+        policy, clock = _stuck_policy(h, monkeypatch)
+
+        def fails(_reason: str) -> None:
+            raise StoreError("BM25 index cannot be made: Input/output error")
+
+        real = policy.repair.repair_bm25
+        monkeypatch.setattr(policy.repair, "repair_bm25", fails)
+        h.stores.bm25.stuck = _STUCK
+        for _ in range(MAX_STUCK_REFILLS + 1):
+            clock.now += 61
+            policy.tick()
+        assert h.problems.active_in("keyword_index", subject=REPAIR_SUBJECT) is not None
+        monkeypatch.setattr(policy.repair, "repair_bm25", real)
+        clock.now += 61
+        policy.tick()
+        assert _moved_aside(cfg) == 1
+        assert h.problems.active_in("keyword_index", subject=STUCK_SUBJECT) is None
+        assert h.problems.active_in("keyword_index", subject=REPAIR_SUBJECT) is None
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("raised", ["ValueError", "RuntimeError", "PanicException"])
+def test_a_keyword_rebuild_failing_in_tantivy_is_logged_and_said_and_the_tick_goes_on(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, raised: str
+) -> None:
+    """The repair's rebuild of the keyword index fails with one of Tantivy's own errors (its
+    binding's ValueError, a RuntimeError, a Rust panic, which is no Exception): logged, said in
+    status, and the tick returns (its thread goes on). Was: only StoreError and OSError were
+    caught; the error left the tick (a panic ended the thread that sweeps and repairs)."""
+    from sidecar.daemon.repairs import REPAIR_SUBJECT, RepairPolicy
+    from sidecar.index import repair as repair_mod
+
+    kind: type[BaseException] = {
+        "ValueError": ValueError,
+        "RuntimeError": RuntimeError,
+        "PanicException": type("PanicException", (BaseException,), {}),
+    }[raised]
+    cfg = make_cfg(vault)
+    h = Harness(cfg, None)
+    try:
+        h.sweep()
+        h.stores.bm25.stuck = "3 commits in a row failed on a file that could not be removed"
+
+        def refill_fails(*_args: Any, **_kwargs: Any) -> None:
+            raise kind("Failed to open file for write: invalid segment")
+
+        monkeypatch.setattr(repair_mod, "fill_bm25", refill_fails)
+        RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
+        problem = h.problems.active_in("keyword_index", subject=REPAIR_SUBJECT)
+        assert problem is not None and "could not be rebuilt" in problem["error"], problem
+    finally:
+        h.close()
+
+
+def test_a_close_with_changes_not_committed_leaves_no_files_behind(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A clean close while notes were written and not committed (a sweep cut by the stop): the
+    segment Tantivy writes for them as its writer ends is removed at the close, so the next open
+    finds nothing to remove and warns of nothing; what was committed stays searchable. Was: each
+    such stop left the segment's files, and the next start logged bm25_leftovers_removed as a
+    WARNING blaming a commit cut short."""
+    import logging
+
+    path = tmp_path / "bm25"
+    idx = Bm25Index(path)
+    try:
+        idx.add([_doc("vault/Boat", "the boat on the lake")])
+        idx.commit()
+        idx.add([_doc("vault/Canoe", "a canoe on the lake")])  # not committed
+        idx.delete_key("vault/Boat")
+    finally:
+        idx.close()
+    for folder in (path / "chunks", path / "pages"):
+        assert set(os.listdir(folder)) == _referenced(folder), folder
+    caplog.set_level(logging.INFO)
+    idx = Bm25Index(path)
+    try:
+        assert [k for k, _ in idx.search("boat", 5)] == ["vault/Boat#0"]
+        assert not [r for r in caplog.records if "bm25_leftovers_removed" in r.getMessage()]
+    finally:
+        idx.close()
+
+
+def test_a_commit_after_the_close_raises_and_writes_nothing(tmp_path: Path) -> None:
+    """A write racing a close (a lost index, a stop with a worker still running): the commit that
+    follows the close raises, so the notes are not marked indexed; what was committed stays. Was:
+    the close dropped the uncommitted changes and marked the index clean, and the commit returned
+    as if it had written them."""
+    path = tmp_path / "bm25"
+    idx = Bm25Index(path)
+    idx.add([_doc("vault/Boat", "the boat on the lake")])
+    idx.commit()
+    idx.add([_doc("vault/Canoe", "a canoe on the lake")])  # not committed
+    idx.close()
+    with pytest.raises(StoreError):
+        idx.commit()
+    with pytest.raises(StoreError):
+        idx.add([_doc("vault/Kayak", "a kayak")])
+    idx = Bm25Index(path)
+    try:
+        assert [k for k, _ in idx.search("lake", 5)] == ["vault/Boat#0"]
+    finally:
+        idx.close()
+
+
+def test_a_close_that_meets_a_share_fault_releases_every_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A close with changes not committed whose cleanup meets a share's fault (ESTALE on
+    meta.json): it does not raise, and every writer is released, so the index opens again in
+    this process. Was: the OSError left the close half done, the other folders' writers open
+    with their locks (the reopen found the index in use by another process)."""
+    import errno
+
+    path = tmp_path / "bm25"
+    idx = Bm25Index(path)
+    idx.add([_doc("vault/Boat", "the boat on the lake")])
+    idx.commit()
+    idx.add([_doc("vault/Canoe", "a canoe on the lake")])  # not committed
+    real_stat = os.stat
+
+    def stale(p: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if os.fspath(p).endswith("meta.json"):
+            raise OSError(errno.ESTALE, os.strerror(errno.ESTALE), os.fspath(p))
+        return real_stat(p, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stale)
+    idx.close()
+    monkeypatch.undo()
+    idx = Bm25Index(path)
+    try:
+        idx.add([_doc("vault/Kayak", "a kayak on the lake")])
+        idx.commit()
+        assert sorted(k for k, _ in idx.search("lake", 5)) == ["vault/Boat#0", "vault/Kayak#0"]
+    finally:
+        idx.close()
+
+
+def test_a_refill_cut_by_a_stop_drops_its_files_at_info(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refill cut by a stop is rolled back on purpose: the files its changes left are removed
+    and said at info (bm25_uncommitted_dropped), with no warning blaming a commit cut short; the
+    index holds what it held. Was: bm25_leftovers_removed, a WARNING, at each such stop."""
+    import logging
+
+    path = tmp_path / "bm25"
+    idx = Bm25Index(path)
+    try:
+        idx.add([_doc("vault/Boat", "the boat on the lake")])
+        idx.commit()
+        caplog.set_level(logging.INFO)
+        idx.delete_all()  # as fill_bm25 does, then a batch before the stop
+        idx.add([_doc("vault/Canoe", "a canoe on the lake")])
+        idx.add([_doc("memory/beta/trip", "the kayak of beta on the lake")])
+        idx.rollback()
+        said = [r.getMessage() for r in caplog.records]
+        assert not [m for m in said if "bm25_leftovers_removed" in m], said
+        dropped = [r for r in caplog.records if "bm25_uncommitted_dropped" in r.getMessage()]
+        assert dropped and all(r.levelno == logging.INFO for r in dropped), said
+        assert [k for k, _ in idx.search("lake", 5)] == ["vault/Boat#0"]
+    finally:
+        idx.close()
+
+
+def test_a_panic_in_an_inbox_refill_drops_the_half_made_index_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refill of an agent's own index that Tantivy ends with a panic (pyo3's PanicException, no
+    Exception): the half-made index is dropped and the agent reported as not rebuilt (its next
+    search with its scope rebuilds it, the repair refills it), as for any other failure. Was:
+    ``except Exception`` let the panic through, the half-made index passed for the agent's whole
+    memory and nothing said so."""
+    path = tmp_path / "bm25"
+    _filled(path)
+    idx = Bm25Index(path)
+    panic = type("PanicException", (BaseException,), {})
+
+    def panics() -> None:
+        raise panic("called `Result::unwrap()` on an `Err` value")
+
+    try:
+        monkeypatch.setattr(idx, "commit", panics)
+        with pytest.raises(panic):
+            idx.refill_inbox("beta", [_doc("memory/beta/trip", "the kayak of beta")])
+        assert "could not be rebuilt" in idx.failing.get("beta", ""), idx.failing
+        assert "beta" not in idx.agents() and not (path / "memory" / "beta").exists()
+    finally:
+        monkeypatch.undo()
+        idx.close()
+
+
+def test_an_inbox_removed_with_changes_not_committed_says_nothing_of_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An agent's own index removed (here by its refill) while it holds changes not committed:
+    its folder is deleted, and no log says those changes are written again by the next sweep.
+    Was: bm25_uncommitted_dropped for a folder about to be deleted."""
+    import logging
+
+    path = tmp_path / "bm25"
+    _filled(path)
+    idx = Bm25Index(path)
+    try:
+        idx.add([_doc("memory/beta/more", "another kayak of beta")])  # not committed
+        caplog.set_level(logging.INFO)
+        idx.refill_inbox("beta", [_doc("memory/beta/trip", "the kayak of beta")])
+        said = [r.getMessage() for r in caplog.records if "bm25_uncommitted_dropped" in r.getMessage()]
+        assert not [m for m in said if "memory/beta" in m], said
+        assert [k for k, _ in idx.search("kayak", 5, agent_scope="beta")] == ["memory/beta/trip#0"]
+    finally:
+        idx.close()

@@ -18,7 +18,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 
-from sidecar.contracts.errors import StoreError
+from sidecar.contracts.errors import StoreError, engine_message
 from sidecar.index.problems import Problems
 from sidecar.index.repair import Repair
 from sidecar.index.upgrade import reopen_bm25
@@ -26,7 +26,7 @@ from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime.backoff import Backoff
 from sidecar.search.retrieval import INBOX_FAILURE
 from sidecar.stores.bm25 import NOT_OPEN
-from sidecar.stores.bm25_folder import low_disk
+from sidecar.stores.bm25_folder import engine_failure, low_disk
 from sidecar.stores.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,14 @@ VECTOR_REPAIR_AFTER_FAILURES = 1
 VECTOR_REPAIR_EVERY_S = 600.0
 # Free bytes on the home's disk that count as room again for memory writes (a note and its index).
 ROOM_FOR_WRITES = 16 << 20
+# Refills of a keyword index whose commits got stuck (``Bm25Index.stuck``) within this window past
+# which it is not moved aside again until a commit of it works or the daemon restarts: a leftover
+# that comes back after each refill (a share that refuses every removal) had a whole index moved
+# aside and refilled every minute, for good.
+MAX_STUCK_REFILLS = 3
+STUCK_WINDOW_S = 3600.0
+STUCK_SUBJECT = "stuck"  # the keyword_index problem of an index left stuck
+REPAIR_SUBJECT = "repair"  # the keyword_index problem of a repair that failed
 
 
 class RepairPolicy:
@@ -61,6 +69,8 @@ class RepairPolicy:
         self._reopen_policy = Backoff(base=1.0, cap=repair.cfg.watch.fault_retry_max_seconds, jitter=0.0)
         self._reopen_failures = 0
         self._reopen_at = 0.0
+        self._stuck_refills: list[float] = []  # when a stuck index was refilled (monotonic)
+        self._stuck_stopped = False  # no refill for being stuck until a commit works (a restart)
 
     def tick(self) -> None:
         self.check_manifest()
@@ -91,6 +101,7 @@ class RepairPolicy:
             log.error("bm25_reopen_failed error=%s retry_in=%.0fs", exc, delay)
             return
         self._reopen_failures = 0
+        self.problems.clear("keyword_index", subject=REPAIR_SUBJECT)  # a failed rebuild's: open again
 
     def repair_keyword_index(self) -> None:
         """Searches found the BM25 index damaged, or its commits fail for good on a file that
@@ -103,8 +114,12 @@ class RepairPolicy:
         if bm25.stuck is not None:
             # Its commits keep failing on a file that cannot be removed: no write is taken until
             # it is made anew, whatever the searches say.
-            self._repair_whole(bm25.stuck)
+            self._repair_stuck(bm25.stuck)
             return
+        if self._stuck_stopped:  # a commit of it worked (the file removed): refilled when stuck again
+            log.info("bm25_repair_resumed")
+            self._stuck_stopped, self._stuck_refills = False, []
+        self.problems.clear("keyword_index", subject=STUCK_SUBJECT)  # it takes commits again
         failing = self.problems.active_in("keyword_search")
         broken = dict(self.repair.stores.bm25.failing)
         if failing is None and broken:
@@ -118,6 +133,9 @@ class RepairPolicy:
             self.problems.clear("keyword_search")
             return
         if failing is None:
+            # Nothing fails (an inbox whose rebuild failed was rebuilt by a search with its scope
+            # since): a failed repair's line goes, or it stayed for as long as the daemon ran.
+            self.problems.clear("keyword_index", subject=REPAIR_SUBJECT)
             return
         error = str(failing["error"])
         inboxes = {name.split("/", 1)[0] for name in dict(self.repair.stores.bm25.failing)}
@@ -127,24 +145,75 @@ class RepairPolicy:
         if time.monotonic() - self._bm25_repaired < BM25_REPAIR_EVERY_S:
             return
         self._bm25_repaired = time.monotonic()
-        try:
-            self.repair.repair_inboxes(inboxes, error)
-        except (StoreError, OSError) as exc:
-            log.error("bm25_repair_failed error=%s", exc)
+        self._keyword_repair(lambda: self.repair.repair_inboxes(inboxes, error), "tried again in a minute")
 
-    def _repair_whole(self, reason: str) -> None:
-        """The whole keyword index moved aside and refilled (at most once a minute)."""
-        if time.monotonic() - self._bm25_repaired < BM25_REPAIR_EVERY_S:
+    def _repair_stuck(self, reason: str) -> None:
+        """A stuck keyword index refilled (``_repair_whole``); after ``MAX_STUCK_REFILLS`` refills
+        within ``STUCK_WINDOW_S`` that each got stuck again, not refilled again until a commit of
+        it works (the file removed by hand, the share back: ``Bm25Index.stuck`` cleared) or the
+        daemon restarts: left as it is (it answers searches from what it holds; its commits
+        fail), and status says what to do. Was a rolling limit: three more refills each hour,
+        for good, where status said it was not rebuilt again. A refill that failed is no refill
+        that got stuck again: not counted."""
+        if not self._stuck_stopped:
+            now = time.monotonic()
+            self._stuck_refills = [t for t in self._stuck_refills if now - t < STUCK_WINDOW_S]
+            if len(self._stuck_refills) >= MAX_STUCK_REFILLS:
+                self._stuck_stopped = True
+                log.error("bm25_repair_stopped refills=%d reason=%s", len(self._stuck_refills), reason)
+        if self._stuck_stopped:
+            self.problems.report(
+                "keyword_index",
+                f"the keyword index got stuck again after {MAX_STUCK_REFILLS} rebuilds within the hour "
+                f"({reason}); it is not rebuilt again until a commit of it works or the daemon "
+                "restarts: searches answer from what it holds, changed notes are not found by their "
+                "words. Check that the index folder's disk lets files be removed (permissions, a "
+                "share's state), then restart the daemon",
+                subject=STUCK_SUBJECT,
+            )
             return
+        if self._repair_whole(reason):
+            self._stuck_refills.append(time.monotonic())
+
+    def _repair_whole(self, reason: str) -> bool:
+        """The whole keyword index moved aside and refilled (at most once a minute); whether it
+        was (not deferred, not failed)."""
+        if time.monotonic() - self._bm25_repaired < BM25_REPAIR_EVERY_S:
+            return False
         free = low_disk(self.repair.stores.bm25.path)
         if free is not None:  # a refill on a disk this full fails half-way: tried once there is room
             log.warning("bm25_repair_deferred reason=low_disk free=%d", free)
-            return
+            return False
         self._bm25_repaired = time.monotonic()
+        # A rebuild that failed leaves the index lost (``Repair.repair_bm25``): opened again in
+        # place by ``reopen_keyword_index``, not in a minute.
+        return self._keyword_repair(
+            lambda: self.repair.repair_bm25(reason),
+            "keyword searches and writes fail until it is opened again in place and refilled, tried "
+            f"by itself after 1 s, 2 s, … up to {self.repair.cfg.watch.fault_retry_max_seconds:.0f} s",
+        )
+
+    def _keyword_repair(self, repair: Callable[[], None], retry: str) -> bool:
+        """Run a keyword repair; whether it worked. Its failure is logged and said in status
+        (with ``retry``: what happens next), the tick going on. Beside our errors and the manifest's,
+        Tantivy's own (its binding's ValueError, a RuntimeError, a Rust panic, which is no
+        Exception: ``engine_failure``) escaped: the tick's other repairs were skipped, and a
+        panic ended the tick's thread (no sweep, no repair) for the rest of the run."""
         try:
-            self.repair.repair_bm25(reason)
-        except (StoreError, OSError) as exc:
-            log.error("bm25_repair_failed error=%s", exc)
+            repair()
+        except BaseException as exc:
+            if not isinstance(exc, (StoreError, OSError, sqlite3.Error)) and not engine_failure(exc):
+                raise
+            # Not ours (Tantivy's, the manifest's): where it came from is in the traceback.
+            log.error("bm25_repair_failed error=%s", exc, exc_info=not isinstance(exc, StoreError))
+            self.problems.report(
+                "keyword_index",
+                f"the keyword index could not be rebuilt ({engine_message(exc)}); {retry}",
+                subject=REPAIR_SUBJECT,
+            )
+            return False
+        self.problems.clear("keyword_index", subject=REPAIR_SUBJECT)
+        return True
 
     def repair_vector_table(self) -> None:
         """Vector searches keep failing with a working model: check the table, replace it if it

@@ -100,6 +100,9 @@ class Stores:
     continuous: Callable[[], Mapping[str, int]] = field(default=dict, repr=False, compare=False)
     # The agents with memory as last read, and when (``repair.unsearchable_agents``).
     memory_agents: tuple[float, frozenset[str]] | None = field(default=None, repr=False, compare=False)
+    # The parts of the keyword index whose last search failed for want of file handles, by
+    # "<part>/<chunks|pages>", and why (``index.keyword_faults.handles_seen``).
+    keyword_no_handles: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def vectors(self) -> VectorStore | None:

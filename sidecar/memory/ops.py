@@ -34,6 +34,7 @@ from sidecar.contracts.protocol import (
 )
 from sidecar.contracts.wire import SOURCES, under_prefix
 from sidecar.index.indexer import Indexer
+from sidecar.index.keyword_faults import handles_seen
 from sidecar.index.problems import Problems
 from sidecar.index.repair import ready_inbox
 from sidecar.index.vectoring import WRITE_YIELD_S, Stores
@@ -45,6 +46,7 @@ from sidecar.notes.frontmatter import description_of
 from sidecar.notes.markdown import filter_tag
 from sidecar.notes.redact import masked_line
 from sidecar.runtime.foreground import FOREGROUND
+from sidecar.stores.bm25 import SHARED, SearchFault
 from sidecar.stores.manifest import Manifest, embed_hash
 from sidecar.stores.vectorbook import NO_VECTOR
 from sidecar.vault.homeguard import HomeChangedError, held
@@ -282,12 +284,7 @@ class MemoryOps:
         # a model switch) is no vector candidate, and an exact copy of it went unnamed.
         vector_keys = [k for k, _row in sorted(best.items(), key=lambda kv: -max(kv[1]))[:10]]
         text = " ".join(c.text for c in parsed.chunks)[:_DUPLICATE_QUERY_CHARS]
-        try:
-            ready_inbox(self.stores, agent)  # its own notes are the copies looked for
-            word_hits = self.stores.bm25.search(text, 20, DUPLICATE_SOURCES, agent)
-        except StoreError as exc:
-            log.warning("duplicate_check_failed error=%s", exc)
-            word_hits = []
+        word_hits = self._by_words(agent, text)
         found_views = manifest.views([cid for cid, _score in word_hits])
         word_keys = dict.fromkeys(
             v.key for cid, _s in word_hits if (v := found_views.get(cid)) is not None and v.key != own
@@ -318,6 +315,23 @@ class MemoryOps:
             }
             for k, sim, vec, words in found
         ], fresh
+
+    def _by_words(self, agent: str, text: str) -> list[tuple[str, float]]:
+        """The keyword hits of a duplicate check (none when the index fails). Its faults are said
+        in status as a search's are (no file handles left reading the agent's own index): asked
+        for by nobody, they were logged alone."""
+        faults: list[SearchFault] = []
+        seen: set[str] = set()
+        failed: list[tuple[str, BaseException]] = []
+        try:
+            ready_inbox(self.stores, agent)  # its own notes are the copies looked for
+            hits = self.stores.bm25.search(text, 20, DUPLICATE_SOURCES, agent, faults=faults, read=seen)
+        except StoreError as exc:
+            log.warning("duplicate_check_failed error=%s", exc)
+            hits = []
+            failed.append((SHARED, exc))
+        handles_seen(self.stores, "chunks", seen, [*faults, *failed])
+        return hits
 
     def delete(self, req: Request) -> dict[str, Any]:
         p = req.params

@@ -21,15 +21,9 @@ from typing import Any
 import numpy as np
 
 from sidecar.config import MODEL_DEFAULTS, RecallConfig, SearchConfig
-from sidecar.contracts.errors import (
-    EmbedderError,
-    IndexNotOpenError,
-    PassingFaultError,
-    StoreError,
-    engine_message,
-    is_out_of_handles,
-)
+from sidecar.contracts.errors import EmbedderError, StoreError, engine_message
 from sidecar.contracts.wire import SearchResult, memory_agent
+from sidecar.index.keyword_faults import handles_seen, keyword_damage
 from sidecar.index.problems import Problems
 from sidecar.index.repair import ready_inbox, unsearchable_agents
 from sidecar.index.vectoring import Stores, VectorSet
@@ -54,7 +48,7 @@ from sidecar.search.request import SearchRequest, filters_alone, with_filters
 from sidecar.search.results import analysis_of, phrase_ignored, to_hit
 from sidecar.search.words import WORD
 from sidecar.search.words import fold as fold_word
-from sidecar.stores.bm25 import EVERYONE, Bm25Index
+from sidecar.stores.bm25 import EVERYONE, SHARED, Bm25Index, SearchFault
 from sidecar.stores.manifest import ChunkView, NoteDay
 
 log = logging.getLogger(__name__)
@@ -98,24 +92,6 @@ def _with_umlauts(text: str, spelled: Mapping[str, str]) -> str:
 
 
 PAGE_FAILURE = "page index: "  # how a failing page search is reported (keyword_search)
-# The subject of keyword_search's problem for a search that failed for want of file handles:
-# shown in status, left alone by the repair (which reads the problem without a subject: the
-# files are whole), cleared by the next keyword search that works.
-NO_HANDLES = "file handles"
-
-
-def _report_no_handles(problems: Problems, exc: BaseException) -> None:
-    """A keyword search that failed for want of file handles, said in status (it was said
-    nowhere, and keyword search could stay dead for as long as the shortage lasted)."""
-    if is_out_of_handles(exc):
-        problems.report(
-            "keyword_search",
-            f"keyword search fails: no file handles left ({engine_message(exc)}); the daemon keeps "
-            "answering by meaning",
-            subject=NO_HANDLES,
-        )
-
-
 INBOX_FAILURE = "the keyword index of memory/"  # how an agent's failing inbox index is reported
 # Characters per word piece below which the model has not read a query's words. A tokenizer keeps
 # the words of its training text whole or in long pieces (e5: "Geschenkgutschein" 5.7) and breaks
@@ -177,6 +153,56 @@ class EarlyVectors:
 
     serving: VectorSet
     found: Future[list[VecList]]
+
+
+def _missed(stores: Stores, faults: Sequence[SearchFault]) -> list[SearchFault]:
+    """The memory indexes of ``faults`` (``Bm25Index.search``'s) whose notes a keyword search may
+    have missed. When every agent's memory could not be read, the agents' own indexes were read
+    instead (one that failed is a fault of its own): it missed notes only while some agents have
+    none (removed as unused). Was: named whenever it failed, so the answer said all agents'
+    memory may be missing, and status that keyword search fails, although every agent's own
+    index had answered."""
+    if any(part == EVERYONE for part, _ in faults) and unsearchable_agents(stores) == 0:
+        return [fault for fault in faults if fault[0] != EVERYONE]
+    return list(faults)
+
+
+def _keyword_read(
+    stores: Stores, kind: str, faults: Sequence[SearchFault], seen: set[str]
+) -> list[SearchFault]:
+    """After a keyword search of the ``kind`` indexes that answered: the memory indexes it missed
+    (``_missed``); what it read and what failed for want of file handles told to status
+    (``handles_seen``), every agent's memory counted as read when each agent's own index answered
+    in its place."""
+    missed = _missed(stores, faults)
+    covered = set(seen)
+    if any(part == EVERYONE for part, _ in faults) and not any(part == EVERYONE for part, _ in missed):
+        covered.add(EVERYONE)
+    handles_seen(stores, kind, covered, missed)
+    return missed
+
+
+def _memory_unread(stores: Stores, faults: Sequence[SearchFault]) -> str | None:
+    """What the answer says of the memory indexes a keyword search could not read for a fault
+    that passes (``_missed``): their notes may be missing from it. An answer without them read
+    as complete."""
+    said = []
+    own = {part: exc for part, exc in faults if part != EVERYONE}
+    if own:
+        names = ", ".join(f"memory/{agent}" for agent in sorted(own))
+        said.append(
+            f"keyword search of {names} failed ({engine_message(next(iter(own.values())))}): its "
+            "notes may be missing from this answer"
+        )
+    everyone = next((exc for part, exc in faults if part == EVERYONE), None)
+    if everyone is not None:
+        agents = unsearchable_agents(stores)
+        said.append(
+            f"keyword search of all agents' memory failed ({engine_message(everyone)}): the memory of "
+            f"{agents} agent{'' if agents == 1 else 's'} whose own index was removed as unused "
+            "(memory.indexIdleDays) may be missing from this answer"
+        )
+    return "; ".join(said) or None
 
 
 def _inbox_failure_reported(bm25: Bm25Index, problems: Problems) -> bool:
@@ -498,12 +524,21 @@ class Retriever:
         answered = False
         read = spelled or {}
         if weight < 1.0 or vectors is not None:
+            faults: list[SearchFault] = []
+            seen: set[str] = set()
             try:
                 words = [(bm25_text(qa), 1.0)] if parts is None else parts
                 bm = self.stores.bm25.search(
-                    [*words, *typed_part(read)], fetch, sources, req.agent, stem=stem
+                    [*words, *typed_part(read)],
+                    fetch,
+                    sources,
+                    req.agent,
+                    stem=stem,
+                    faults=faults,
+                    read=seen,
                 )
                 answered = True
+                faults = _keyword_read(self.stores, "chunks", faults, seen)
                 # A failing page index stays reported until a page search succeeds (or the
                 # repair rebuilds it): cleared here, it would flap on every search. So does an
                 # agent's failing inbox until a search of it succeeds (other agents' searches,
@@ -512,17 +547,15 @@ class Retriever:
                     problems
                 ):
                     problems.clear("keyword_search")
-                problems.clear("keyword_search", subject=NO_HANDLES)
                 bm_note = _joined(
-                    _inboxes_failing(self.stores.bm25, req), _memory_unindexed(self.stores, req)
+                    _memory_unread(self.stores, faults),
+                    _inboxes_failing(self.stores.bm25, req),
+                    _memory_unindexed(self.stores, req),
                 )
             except StoreError as exc:  # a damaged keyword index: answer from vectors alone
                 log.warning("keyword_search_failed error=%s", exc)
-                # Not reported for repair: a lost index (keyword_index says so), or a fault that
-                # passes (no file handles left: the repair moved a whole index aside for it).
-                if not isinstance(exc, (IndexNotOpenError, PassingFaultError)):
-                    problems.report("keyword_search", str(exc))
-                _report_no_handles(problems, exc)
+                keyword_damage(problems, exc, str(exc))
+                handles_seen(self.stores, "chunks", seen, [(SHARED, exc), *faults])
                 bm_note, bm_error = f"keyword search failed ({exc}); vector results only", exc
 
         def found(vec_lists: list[VecList], note: str | None) -> Found:
@@ -737,16 +770,19 @@ class Retriever:
         if not any(text for text, _ in parts):
             return []
         problems = self.stores.problems
+        faults: list[SearchFault] = []
+        seen: set[str] = set()
         try:
             found = self.stores.bm25.search_pages(
-                parts, len(keys), req.sources, req.agent, keys=keys, stem=stem
+                parts, len(keys), req.sources, req.agent, keys=keys, stem=stem, faults=faults, read=seen
             )
         except StoreError as exc:  # reported so that the repair rebuilds both parts
             log.warning("keyword_search_failed part=pages error=%s", exc)
-            if not isinstance(exc, (IndexNotOpenError, PassingFaultError)):  # no damage
-                problems.report("keyword_search", f"{PAGE_FAILURE}{exc}")
-            _report_no_handles(problems, exc)
+            keyword_damage(problems, exc, f"{PAGE_FAILURE}{exc}")
+            handles_seen(self.stores, "pages", seen, [(SHARED, exc), *faults])
             return []
+        # Said as the chunk search says it (the chunks' own scores count in full for those notes).
+        _keyword_read(self.stores, "pages", faults, seen)
         if not _inbox_failure_reported(self.stores.bm25, problems) and _page_failure_active(problems):
             problems.clear("keyword_search")
         return found

@@ -38,6 +38,7 @@ from sidecar.stores.bm25_folder import (
     check_layout,
     disk_hint,
     engine,
+    engine_failure,
     leftover_met,
     live_docs,
     low_disk,
@@ -85,6 +86,7 @@ _OPEN_WRITERS = 8
 # which no agent's name has. ``filled`` in its folder says it holds all memory (an install from
 # before it fills it from the manifest; until then a person's search reads the inboxes).
 EVERYONE = ".all"
+SHARED = ""  # the vault's and the wiki's index, as a search's ``read`` names it (no agent's name)
 _EVERYONE_DIR = "memory-all"
 _FILLED = "filled"
 # An agent's use of its own index (a search with its scope) is noted on disk at most this often
@@ -95,6 +97,27 @@ _NOT_REBUILT = "could not be rebuilt"  # how ``failing`` names an inbox index wh
 
 
 NOT_OPEN = "the keyword index is not open"  # how a search or write on a lost index begins
+
+SearchFault = tuple[
+    str, PassingFaultError
+]  # a memory index a search could not read (EVERYONE or an agent), and why
+
+
+def _passed(part: str, exc: PassingFaultError, faults: list[SearchFault] | None) -> None:
+    """A memory index a search could not read for a fault that passes: no damage (not reported
+    for repair), but its hits are missing, which the caller is told (``faults``) to say so. Was:
+    logged alone, and the answer came back thinner with nothing in status or the answer."""
+    log.warning(
+        "keyword_search_failed part=%s error=%s", _EVERYONE_DIR if part == EVERYONE else f"memory/{part}", exc
+    )
+    if faults is not None:
+        faults.append((part, exc))
+
+
+def _told(read: set[str] | None, part: str) -> None:
+    """A search read ``part`` without a fault (see ``Bm25Index.search``'s ``read``)."""
+    if read is not None:
+        read.add(part)
 
 
 class Bm25Index:
@@ -472,7 +495,7 @@ class Bm25Index:
             self._leftover_counts.pop(agent, None)
         if pair is not None:
             for folder in pair:
-                folder.close()
+                folder.close(removed=True)
             self._scorer.forget(pair)
         remove_folder(self.path / "memory" / agent)
         for name in (agent, f"{agent}/chunks", f"{agent}/pages"):
@@ -695,7 +718,7 @@ class Bm25Index:
             self._forget_marks()
             self.umlauts.forget_unsaved()
             for folder in self._folders():
-                folder.recover_writer()
+                folder.recover_writer(deliberate=True)  # its files said at info, blamed on nothing
 
     def commit(self) -> None:
         self._usable()
@@ -993,11 +1016,13 @@ class Bm25Index:
                     notes.setdefault(d.key, []).append(d)
                 self._add(notes, everyone=False)
             self.commit()
-        except Exception as exc:
-            # A full disk, an I/O error: the half-made index would pass for the agent's whole
-            # memory (empty, unreported, kept until a restart). Dropped, so that the next search
-            # with its scope rebuilds it again; reported meanwhile (the answer says its notes may
-            # be missing, the repair refills it).
+        except BaseException as exc:
+            # A full disk, an I/O error, a panic in Tantivy (no Exception: ``engine_failure``):
+            # the half-made index would pass for the agent's whole memory (empty, unreported, kept
+            # until a restart). Dropped, so that the next search with its scope rebuilds it again;
+            # reported meanwhile (the answer says its notes may be missing, the repair refills it).
+            if not (isinstance(exc, Exception) or engine_failure(exc)):
+                raise
             with self._lock:
                 self._remove_inbox(agent)
                 self.failing.update(failed)
@@ -1081,6 +1106,8 @@ class Bm25Index:
         *,
         key: str | None = None,
         stem: str | None = None,
+        faults: list[SearchFault] | None = None,
+        read: set[str] | None = None,
     ) -> list[tuple[str, float]]:
         """(chunk_id, bm25 score) for chunks matching any word of ``text``, best first (of one note
         when ``key`` is given).
@@ -1089,11 +1116,28 @@ class Bm25Index:
         the message's). It is analysed per field (never parsed as query syntax); ``sources``
         restricts to those sources; ``agent_scope`` limits memory to one agent's inbox (vault and
         wiki stay). Restrictions score nothing: a hit's score is its text's match alone, the same
-        with or without them.
+        with or without them. ``faults``: told each memory index that could not be read for a
+        fault that passes (no file handles left, a share's hiccup): its hits are missing, the
+        others' are returned. Every agent's memory (``EVERYONE``) that cannot be read has the
+        agents' own indexes read in its place (each one that fails told as well): only the
+        agents without one (removed as unused) are missed. ``read``: told each index read
+        without a fault (``SHARED``, ``EVERYONE``, an agent), whether it matched or not.
         """
         if self._successor is not None:  # a search that took this index before the swap
-            return self._successor.search(text, limit, sources, agent_scope, key=key, stem=stem)
-        return self._search(False, text, limit, sources=sources, agent_scope=agent_scope, key=key, stem=stem)
+            return self._successor.search(
+                text, limit, sources, agent_scope, key=key, stem=stem, faults=faults, read=read
+            )
+        return self._search(
+            False,
+            text,
+            limit,
+            sources=sources,
+            agent_scope=agent_scope,
+            key=key,
+            stem=stem,
+            faults=faults,
+            read=read,
+        )
 
     def search_pages(
         self,
@@ -1105,15 +1149,26 @@ class Bm25Index:
         key: str | None = None,
         keys: Sequence[str] | None = None,
         stem: str | None = None,
+        faults: list[SearchFault] | None = None,
+        read: set[str] | None = None,
     ) -> list[tuple[str, float]]:
         """(note key, bm25 score) for whole notes (only the one ``key``, or only ``keys``), as
         ``search`` scores chunks."""
         if self._successor is not None:
             return self._successor.search_pages(
-                text, limit, sources, agent_scope, key=key, keys=keys, stem=stem
+                text, limit, sources, agent_scope, key=key, keys=keys, stem=stem, faults=faults, read=read
             )
         return self._search(
-            True, text, limit, sources=sources, agent_scope=agent_scope, key=key, keys=keys, stem=stem
+            True,
+            text,
+            limit,
+            sources=sources,
+            agent_scope=agent_scope,
+            key=key,
+            keys=keys,
+            stem=stem,
+            faults=faults,
+            read=read,
         )
 
     def umlaut_readings(self, words: Iterable[str], agent: str | None = None) -> dict[str, str]:
@@ -1180,6 +1235,8 @@ class Bm25Index:
         key: str | None,
         keys: Sequence[str] | None = None,
         stem: str | None = None,
+        faults: list[SearchFault] | None = None,
+        read: set[str] | None = None,
     ) -> list[tuple[str, float]]:
         self._usable()
         terms = self._terms(text, stem)
@@ -1221,8 +1278,9 @@ class Bm25Index:
                 )
                 self.failing.pop(f"{EVERYONE}/{'pages' if pages else 'chunks'}", None)
                 inbox_keys = {}
+                _told(read, EVERYONE)
             except PassingFaultError as exc:  # no handles left, a full disk: no damage, not repaired
-                log.warning("keyword_search_failed part=%s error=%s", _EVERYONE_DIR, exc)
+                _passed(EVERYONE, exc, faults)
             except StoreError as exc:  # read the inboxes instead; reported until the repair
                 log.warning("keyword_search_failed part=%s error=%s", _EVERYONE_DIR, exc)
                 self.failing[f"{EVERYONE}/{'pages' if pages else 'chunks'}"] = str(exc)
@@ -1236,6 +1294,7 @@ class Bm25Index:
                 sources=None if sources is None else [s for s in sources if s != "memory"],
                 keys=shared_keys,
             )
+            _told(read, SHARED)
         for agent, agent_keys in inbox_keys.items():
             try:
                 found += self._inbox_hits(
@@ -1247,8 +1306,9 @@ class Bm25Index:
                     shared_folder=shared_folder,
                     shared=shared,
                 )
+                _told(read, agent)
             except PassingFaultError as exc:  # not made yet for want of space (or handles): no damage
-                log.warning("keyword_search_failed inbox=%s error=%s", agent, exc)
+                _passed(agent, exc, faults)
             except StoreError as exc:
                 # One agent's damaged index: its hits are missing, no one else's search fails;
                 # reported (``failing``) until a search of it succeeds or the repair rebuilds it.

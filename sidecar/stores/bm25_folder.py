@@ -22,6 +22,7 @@ import tantivy
 from sidecar.contracts.errors import (
     DaemonRunningError,
     DiskFullError,
+    IndexNotOpenError,
     PassingFaultError,
     StoreError,
     StoreNewerError,
@@ -131,6 +132,10 @@ class Folder:
         self.leftover_error = ""  # the last of those failures
         self.unremovable = ""  # a leftover the last cleanup could not remove, and why
         self.dirty = False  # documents added or deleted since the last commit
+        # Closed (``close``): its writer ended, no change is taken or committed any more. A write
+        # racing the close (a lost index, a stop with a worker still running) must fail, not
+        # commit nothing and have its notes marked indexed.
+        self.closed = False
         # Each segment file of the searcher as first seen (size, mtime, inode), and the folder's
         # (device, inode): see ``damage``.
         self._files: dict[str, tuple[int, int, int]] = {}
@@ -168,12 +173,19 @@ class Folder:
 
     @property
     def writer(self) -> tantivy.IndexWriter:
+        return self._writer_opened()
+
+    def _writer_opened(self, *, cleaned: bool = False) -> tantivy.IndexWriter:
+        """The writer, opened when none is (``cleaned``: the leftovers were just removed)."""
+        if self.closed:
+            raise IndexNotOpenError(f"BM25 index {self.path} is closed: no change is taken")
         if self.read_only:  # a writer takes the lock file and writes meta.json at its commit
             raise DiskFullError(f"BM25 index {self.path} is open read-only (its disk is full)")
         if self._writer is None:
             # A lazy folder's leftovers go as its writer opens: opened for a search (a person's
             # search opens hundreds of inboxes), it writes nothing.
-            self._clean()
+            if not cleaned:
+                self._clean()
             with engine("writer"):
                 self._writer = self.index.writer(heap_size=_WRITER_HEAP, num_threads=1)
         return self._writer
@@ -249,10 +261,11 @@ class Folder:
             self._files[name] = now  # the same bytes under a new stat: checked once
         return None
 
-    def _clean(self) -> None:
+    def _clean(self, *, dropped: bool = False) -> None:
         """The files no commit references removed (see ``remove_unreferenced``); with no writer
         of ours open. The files the searcher was opened on stay (a merge since may have left
-        them out of meta.json)."""
+        them out of meta.json). ``dropped``: after changes were dropped on purpose (a rollback,
+        a close), whose segment they are: said at info, not blamed on a commit cut short."""
         refused: list[str] = []
         removed = remove_unreferenced(self.path, keep=self._files, refused=refused)
         self.unremovable = refused[0] if refused else ""
@@ -260,27 +273,39 @@ class Folder:
             log.warning(
                 "bm25_leftovers_not_removed path=%s files=%d e.g.=%s", self.path, len(refused), refused[0]
             )
-        if removed:
+        if removed and dropped:
+            log.info(
+                "bm25_uncommitted_dropped path=%s files=%d (changes not committed, rolled back on "
+                "purpose; redone from the index's records)",
+                self.path,
+                len(removed),
+            )
+        elif removed:
             log.warning(
                 "bm25_leftovers_removed path=%s files=%d e.g.=%s", self.path, len(removed), sorted(removed)[0]
             )
 
-    def recover_writer(self) -> None:
+    def recover_writer(self, *, deliberate: bool = False) -> None:
         """After a failed write or commit: drop the uncommitted documents (the manifest still
         marks those notes as being indexed, so the next sweep redoes them), remove the files the
         failure left (a cut commit's segment and delete files: a rollback keeps them, and one
         with the name the next commit takes failed every commit with FileAlreadyExists, each
-        leaving six more files), and keep a usable writer."""
+        leaving six more files), and keep a usable writer. ``deliberate``: a rollback asked for
+        (a refill cut by a stop), no failure: the files its changes left are said at info
+        (``bm25_uncommitted_dropped``), not as a commit cut short. Nothing on a closed folder:
+        its writer ended with the close."""
         self.dirty = False
+        if self.closed:
+            return
         if self._writer is not None:
             with contextlib.suppress(StoreError), engine("rollback"):
                 self._writer.rollback()
         self._release()  # ends the writer: its merges done, the index lock released
+        self._clean(dropped=deliberate)
         if self.lazy:
-            self._clean()  # the next change opens a fresh writer
-            return
+            return  # the next change opens a fresh writer
         try:
-            self.writer  # noqa: B018  # a new writer, opened now (on the folder cleaned)
+            self._writer_opened(cleaned=True)  # a new writer, opened now (on the folder cleaned)
         except StoreError as exc:
             log.error("bm25_writer_unavailable error=%s", exc)
 
@@ -324,7 +349,10 @@ class Folder:
             f"a file a commit cut short left there, which could not be removed ({self.leftover_error}{left})"
         )
 
-    def close(self) -> None:
+    def close(self, *, removed: bool = False) -> None:
+        """Its writer ended, its locks released. ``removed``: the folder is deleted next, changes
+        not committed with it (nothing to drop, nothing written again for it)."""
+        self.closed = True
         if self.read_only:
             # Its readers map the segment files: let go now (the daemon goes on writing the same
             # folder, whose merges delete those files; a map kept their space on a disk that ran full).
@@ -338,6 +366,30 @@ class Folder:
                 self._writer.wait_merging_threads()
         except StoreError as exc:  # a failed writer: nothing more to flush
             log.debug("bm25_close %s", exc)
+        if self.dirty and not removed:
+            self._drop_uncommitted()
+
+    def _drop_uncommitted(self) -> None:
+        """After the writer ended at a close with changes not committed (a sweep or a refill cut
+        by the stop; they are redone from the manifest): the segment Tantivy wrote for them as
+        its writer ended removed. No commit ever references it: every clean stop during a sweep
+        left such files, and the next start removed them with a warning that blamed a commit
+        cut short. ``dirty`` stays: those changes were not committed (a commit now raises).
+        Never raises: a close that failed here left the other folders' writers open, holding
+        their locks (a reopen in this process found the index in use), and a lost index was
+        never marked so; a file left is removed at the next open."""
+        try:
+            dropped = remove_unreferenced(self.path, keep=self._files)
+        except OSError as exc:  # a share's fault (ESTALE, EIO, EACCES)
+            log.warning("bm25_uncommitted_not_dropped path=%s error=%s", self.path, exc.strerror or exc)
+            return
+        if dropped:
+            log.info(
+                "bm25_uncommitted_dropped path=%s files=%d (changes not committed before the close; "
+                "redone from the index's records)",
+                self.path,
+                len(dropped),
+            )
 
 
 def segment_counts(folder: Path) -> tuple[int, int]:
@@ -395,7 +447,9 @@ def remove_unreferenced(
     files and anything not named like a segment file stay. Nothing goes when meta.json is missing
     or unreadable (the open says so), nor the names in ``keep``. ``refused`` is told each file
     that could not be removed, and why."""
-    if not (folder / "meta.json").is_file():  # a new index (or none): nothing to compare with
+    # A new index (or none): nothing to compare with. Not Path.is_file, which re-raises what is
+    # not "missing" (ESTALE, EIO, EACCES): a share's fault here left a close half done.
+    if not os.path.isfile(folder / "meta.json"):
         return []
     with _writer_lock(folder) as held, _writer_lock(folder, _META_LOCK, wait=2.0) as meta_held:
         # The meta lock too: a reader holds it from reading meta.json until its segment files are
