@@ -597,6 +597,12 @@ def test_a_question_about_ones_own_agenda_recalls_the_day(served: Served, messag
         ("garlic since:today until:yesterday", "after until"),
         ("garlic tag:a,,b", "tag:a,,b"),
         ("garlic path:a path:b", "path:"),
+        # a key with no value was searched as its word ("tag:" found notes saying "tag")
+        ("tag:", "tag: needs a value"),
+        ("garlic path:", "path: needs a value"),
+        ("garlic since: 2026-09-01", "since: needs a value"),
+        ("until: garlic", "until: needs a value"),
+        ("garlic SOURCE:", "source: needs a value"),
     ],
 )
 def test_inline_filter_errors_name_the_value(served: Served, query: str, named: str) -> None:

@@ -31,11 +31,15 @@ MONTHS = words_file("months.txt")
 CHRONICLE_WORDS = words_file("chronicle.txt")  # about when something happened or changed
 _YEAR = re.compile(r"^(19|20)\d\d$")
 _ISO_MONTH = re.compile(r"\b(19|20)\d\d-(0[1-9]|1[0-2])(-\d\d)?\b")
-_FILTER = re.compile(r"(?<!\S)(tag|path|since|until|source):(\"[^\"]*\"|\S+)", re.IGNORECASE)
+# A key with no value ("tag:" alone, "since: 2026-01-01" with a space) is matched too, so that it
+# is answered as a filter lacking its value rather than searched as the word "tag".
+_FILTER = re.compile(r"(?<!\S)(tag|path|since|until|source):(\"[^\"]*\"|\S*)", re.IGNORECASE)
 
 
 SOURCE_NAMES = ("vault", "wiki", "memory")
 
+
+_EXAMPLE = {"tag": "garten", "path": "Projekte/", "since": "2026-09-01", "until": "2026-09-30", "source": "vault"}
 
 MAX_TAGS = 20  # tags a filter may name (inline or as the parameter)
 
@@ -93,7 +97,7 @@ def split_filters(
     for m in _FILTER.finditer(text):
         name, value = m.group(1).lower(), m.group(2).strip('"')
         if not value:
-            raise FilterError(f"{name}: needs a value")
+            raise FilterError(f"{name}: needs a value right after the colon, as in {name}:{_EXAMPLE[name]}")
         if name == "tag":
             # "#project/" as the tag pane shows a parent: the tag and those below it
             parts = [filter_tag(t) for t in value.split(",")]
