@@ -451,13 +451,15 @@ def test_front_matter_in_content_that_does_not_read_is_refused(inboxes: Inboxes)
 
 
 def test_content_after_an_empty_front_matter_block_keeps_its_rule(inboxes: Inboxes) -> None:
-    """"---/---/---/Dreifach": an empty block, then a rule; the rule was dropped from the body.
+    """ "---/---/---/Dreifach": an empty block, then a rule; the rule was dropped from the body.
     Text opening with a rule and no block is refused with advice that helps (an empty block)."""
     w = inboxes.write("claude", "rule", "---\n---\n---\nDreifach", None, must_exist=False)
     assert _read(w.path)[1] == "---\nDreifach\n"
     with pytest.raises(MemoryWriteError, match="put an empty block"):
         inboxes.write("claude", "teile", "---\nTeil eins\n\n---\nTeil zwei\n", None, must_exist=False)
-    w = inboxes.write("claude", "teile", "---\n---\n---\nTeil eins\n\n---\nTeil zwei\n", None, must_exist=False)
+    w = inboxes.write(
+        "claude", "teile", "---\n---\n---\nTeil eins\n\n---\nTeil zwei\n", None, must_exist=False
+    )
     assert _read(w.path)[1] == "---\nTeil eins\n\n---\nTeil zwei\n"
 
 

@@ -39,7 +39,13 @@ _FILTER = re.compile(r"(?<!\S)(tag|path|since|until|source):(\"[^\"]*\"|\S*)", r
 SOURCE_NAMES = ("vault", "wiki", "memory")
 
 
-_EXAMPLE = {"tag": "garten", "path": "Projekte/", "since": "2026-09-01", "until": "2026-09-30", "source": "vault"}
+_EXAMPLE = {
+    "tag": "garten",
+    "path": "Projekte/",
+    "since": "2026-09-01",
+    "until": "2026-09-30",
+    "source": "vault",
+}
 
 MAX_TAGS = 20  # tags a filter may name (inline or as the parameter)
 
