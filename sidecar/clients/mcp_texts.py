@@ -68,7 +68,9 @@ def _state_notes(result: dict[str, Any]) -> list[str]:
     if result.get("staleSince") is not None:
         lines.append(f"note: {stale_note(result['staleSince'])}")
     if catching := result.get("catchingUp"):
-        lines.append(f"note: {catching_up_note(catching['done'], catching['total'])}")
+        lines.append(
+            f"note: {catching_up_note(catching['done'], catching['total'], catching.get('recut', 0))}"
+        )
     return lines
 
 
@@ -234,7 +236,7 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
         f"{index['files']} notes, {index['chunks']} chunks",
     ]
     if catching := idx.get("catching_up"):
-        parts.append(catching_up_note(catching["done"], catching["total"]))
+        parts.append(catching_up_note(catching["done"], catching["total"], catching.get("recut", 0)))
     if waiting:
         parts.append(f"{waiting} chunks wait for their vector (found by keywords only)")
     if continuous:

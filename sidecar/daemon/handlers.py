@@ -124,7 +124,7 @@ class ServiceState:
     watched: Callable[[], list[Path]]
     reload: Callable[[], dict[str, Any]]
     # (changes applied, changes known) while file changes wait or are being applied, else None.
-    catching_up: Callable[[], tuple[int, int] | None] = lambda: None
+    catching_up: Callable[[], tuple[int, int, int] | None] = lambda: None
     # The highest number of an `index` request whose sweep has ended (the daemon's own sweeps
     # are not numbered).
     asked_done: Callable[[], int] = lambda: 0
@@ -309,6 +309,7 @@ class Handlers:
         return {
             "done": got[0],
             "total": got[1],
+            "recut": got[2],
             "leaving": sum(by_source.values()),
             "leaving_by_source": by_source,
         }
