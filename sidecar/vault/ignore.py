@@ -33,7 +33,7 @@ from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
 from sidecar.vault.canvas import is_canvas_name
 from sidecar.vault.confine import printable
-from sidecar.vault.settingsfile import SETTINGS_GRACE_S, SettingsFile
+from sidecar.vault.settingsfile import SETTINGS_GRACE_S, SettingsFile, switched_off
 
 log = logging.getLogger(__name__)
 # A filter matches a short path in microseconds; past this it is backtracking without end.
@@ -41,10 +41,16 @@ _REGEX_TIMEOUT_S = 0.05
 __all__ = ["OWN_RULES", "SETTINGS_GRACE_S", "TEMPLATES_ORIGIN", "IgnoreRules"]  # the grace: its tests
 APP_SETTINGS = Path(".obsidian/app.json")
 OWN_RULES = "index.exclude"  # the origin of sidecar's own rules, as a rule describes itself
-# The plugins that keep templates in a folder, and the key of that folder in their settings.
+# The plugins that keep templates in a folder, the key of that folder in their settings, and the
+# plugin's id in the list of core or community plugins switched on: a plugin switched off keeps
+# its settings file, and its folder then holds the user's notes like any other.
 TEMPLATE_SETTINGS = (
-    (Path(".obsidian/templates.json"), "folder"),
-    (Path(".obsidian/plugins/templater-obsidian/data.json"), "templates_folder"),
+    (Path(".obsidian/templates.json"), "folder", ("templates", True)),
+    (
+        Path(".obsidian/plugins/templater-obsidian/data.json"),
+        "templates_folder",
+        ("templater-obsidian", False),
+    ),
 )
 TEMPLATES_ORIGIN = "Obsidian templates folder"
 
@@ -156,11 +162,13 @@ class IgnoreRules:
         self._invalid: str | None = None  # filters that are no regular expression, for status
         # settings file (relative) -> its reader, and the templates folder it names
         self._template_files: dict[str, SettingsFile] = {}
+        self._template_plugins: dict[str, tuple[str, bool]] = {}  # settings file -> (plugin id, core)
         if templates and vault is not None:
-            for rel, key in TEMPLATE_SETTINGS:
+            for rel, key, plugin in TEMPLATE_SETTINGS:
                 self._template_files[rel.as_posix()] = SettingsFile(
                     vault / rel, _template_folder(key), "templates folder rule", now
                 )
+                self._template_plugins[rel.as_posix()] = plugin
         self._template_state: dict[str, str] = {}  # settings file (relative) -> its folder ("Vorlagen/")
 
     @property
@@ -252,8 +260,12 @@ class IgnoreRules:
     def _template_rules(self) -> None:
         """Read the template plugins' settings that changed; a folder read applies at once."""
         for rel, file in self._template_files.items():
-            values = file.read()
+            plugin, core = self._template_plugins[rel]
+            off = self.vault is not None and switched_off(self.vault, plugin, core=core)
+            values = [] if off else file.read()
             folder = values[0] if values else None
+            if off and rel in self._template_state:
+                log.info("templates_folder_off path=%s plugin=%s", file.path, plugin)
             if folder is None:
                 self._template_state.pop(rel, None)
             elif self._template_state.get(rel) != folder:

@@ -40,6 +40,27 @@ def read_settings_json(path: Path, encoding: str = "utf-8") -> Any:
     return json.loads(raw.decode(encoding))
 
 
+# The plugins switched on: community plugins as a list of ids; core plugins as a list of ids
+# (older Obsidian) or a map of id -> on (newer). Obsidian keeps a switched-off plugin's settings.
+COMMUNITY_PLUGINS = Path(".obsidian/community-plugins.json")
+CORE_PLUGINS = Path(".obsidian/core-plugins.json")
+
+
+def switched_off(vault: Path, plugin: str, *, core: bool = False) -> bool:
+    """Whether the vault's list of plugins switched on (core or community) leaves ``plugin`` out.
+    False when there is no list, it cannot be read, or it does not name the plugin in the map
+    form (as before: no list is no proof it is off)."""
+    try:
+        enabled = read_settings_json(vault / (CORE_PLUGINS if core else COMMUNITY_PLUGINS), "utf-8-sig")
+    except (OSError, ValueError, RecursionError):
+        return False
+    if isinstance(enabled, list):
+        return plugin not in enabled
+    if core and isinstance(enabled, dict):
+        return enabled.get(plugin) is False
+    return False
+
+
 class SettingsFile:
     """The values one settings file gives (``extract`` of its JSON), as they are in force."""
 
