@@ -2456,6 +2456,28 @@ def test_a_question_about_what_happened_recalls_the_days_notes(served: Served, m
     assert r["window"]["applied"] is True
 
 
+@pytest.mark.parametrize(
+    ("message", "note"),
+    [
+        ("Was war am Wochenende?", "Daily/2026-11-28"),
+        ("Was habe ich am Wochenende gemacht?", "Daily/2026-11-28"),
+        ("Was war vor einem Jahr?", "Daily/2025-12-01"),
+        ("Was war am 24.12.?", "Daily/2025-12-24"),
+    ],
+)
+def test_a_weekend_a_year_ago_or_a_day_gone_by_recalls_its_notes(
+    served: Served, agent_vault: Path, message: str, note: str
+) -> None:
+    """'Was war am Wochenende?', 'vor einem Jahr' and 'am 24.12.' asked before that day were
+    words: recall listed nothing. Now the weekend just gone, the week around the day a year ago
+    and the last 24th of December, and the day's note is recalled."""
+    write(agent_vault / f"{note}.md", "# Ein Tag\n\nMit Lena den Zaun gestrichen.\n")
+    served.h.sweep()
+    r = served.call("recall", {"message": message})
+    assert f"vault/{note}" in [h["reference"] for h in r["hits"]], (message, r)
+    assert r["window"]["applied"] is True
+
+
 def test_a_phrase_not_applied_says_why_and_which_dates(served: Served) -> None:
     """A time phrase not applied says truly why, with the dates it was read as: a message that did
     not ask about the period's notes is not told 'no note has that date' when one has."""

@@ -297,6 +297,17 @@ def _named_day(
     return _one(when)
 
 
+# Days either side of the day a year (or years) ago: a year back is said loosely ("vor einem Jahr"
+# is rarely that very day, and a whole calendar year answered with a year of notes), and its
+# weekday is another one; a week centred on it holds what was written around then whatever the
+# weekday, as "2 weeks ago" is a week.
+_AROUND_DAYS = 3
+
+
+def _around(day: dt.date) -> Window:
+    return day - dt.timedelta(days=_AROUND_DAYS), day + dt.timedelta(days=_AROUND_DAYS)
+
+
 def _weekday_before(today: dt.date, weekday: str) -> Window:
     """ "last Tuesday", "letzten Dienstag": the Tuesday before today (a week ago on a Tuesday)."""
     back = (today.weekday() - _weekday_number(weekday)) % 7 or 7
@@ -322,15 +333,21 @@ _NOTES_FROM = (
 _DAY_FORMS: tuple[Phrase, ...] = (
     (
         r"(\d{1,2})(?:\.\s*|" + _ORD + r"\s+)(?:of\s+)?" + _MONTH + _YEAR_OF + _NO_RANGE,
-        lambda t, m, r: _named_day(t, m[1], _month_number(m[2]), m[3], m[4], ahead=r.ahead, gone=r.gone),
+        lambda t, m, r: _named_day(
+            t, m[1], _month_number(m[2]), m[3], m[4], ahead=r.ahead, gone=_said_gone(m, r)
+        ),
     ),
     (
         r"the\s+(\d{1,2})" + _ORD + r"\s+of\s+" + _MONTH + _YEAR_OF + _NO_RANGE,
-        lambda t, m, r: _named_day(t, m[1], _month_number(m[2]), m[3], m[4], ahead=r.ahead, gone=r.gone),
+        lambda t, m, r: _named_day(
+            t, m[1], _month_number(m[2]), m[3], m[4], ahead=r.ahead, gone=_said_gone(m, r)
+        ),
     ),
     (
         _MONTH + r"\s+(\d{1,2})" + _ORD + _YEAR_OF + _NO_RANGE,
-        lambda t, m, r: _named_day(t, m[2], _month_number(m[1]), m[3], m[4], ahead=r.ahead, gone=r.gone),
+        lambda t, m, r: _named_day(
+            t, m[2], _month_number(m[1]), m[3], m[4], ahead=r.ahead, gone=_said_gone(m, r)
+        ),
     ),
 )
 # German numerals, "3.12.", "3.12" or "03.12.2026": only after "am" and "seit dem" ("ab 5.1." is
@@ -339,7 +356,15 @@ _NUMERIC_DAY = r"(\d{1,2})\.(\d{1,2})(?:\.((?:19|20)\d\d)?)?(?![\d.])" + _NO_RAN
 
 
 def _numeric_day(t: dt.date, m: re.Match[str], r: Reading) -> Window:
-    return _named_day(t, m[1], int(m[2]), m[3], ahead=r.ahead, gone=r.gone)
+    return _named_day(t, m[1], int(m[2]), m[3], ahead=r.ahead, gone=_said_gone(m, r))
+
+
+def _said_gone(m: re.Match[str], r: Reading) -> bool:
+    """Whether a day without its year is the last one however long ago: notes "from" it, or a
+    past form in its own clause ("Was war am 24.12.?" asked on December 6th is last year's, asked
+    in March the one of December gone; it was words past a month). A question about the agenda
+    reads the coming one ("Was steht am 24.12. an?"); one with no tense keeps the month's grace."""
+    return r.gone or (not r.ahead and clause_says_done(m))
 
 
 def _iso_day(t: dt.date, m: re.Match[str], r: Reading) -> Window:
@@ -434,6 +459,9 @@ _PERIODS: tuple[Phrase, ...] = (
     # "a month ago", "vor zwei Monaten": that month, as "last month" is the month before this one
     (r"(an?|" + _NUM[1:] + r"\s+months?\s+ago", lambda t, m, r: _month(t, _num(m[1]))),
     (r"vor\s+" + _NUM + r"\s+monate?n?", lambda t, m, r: _month(t, _num(m[1]))),
+    # "a year ago", "vor einem Jahr": the week around that day (see _around)
+    (r"(an?|" + _NUM[1:] + r"\s+years?\s+ago", lambda t, m, r: _around(_months_back(t, 12 * _num(m[1])))),
+    (r"vor\s+" + _NUM + r"\s+jahre?n?", lambda t, m, r: _around(_months_back(t, 12 * _num(m[1])))),
     # A weekday with its week ("letzte Woche Dienstag", "Tuesday last week"): that day.
     (_ON_WD + r"\s+(?:of\s+)?" + _LAST_WEEK, lambda t, m, r: _weekday_of_week(t, 1, m[1], r.week_start)),
     (_LAST_WEEK + r"(?:\s+(?:on|am))?\s+" + _WD, lambda t, m, r: _weekday_of_week(t, 1, m[1], r.week_start)),
@@ -492,10 +520,32 @@ _WEEKDAY_DAYS: tuple[Phrase, ...] = (
     (rf"(?:on\s+{_WD}{_NO_TITLE}|am\s+{_WD}){_WD_ALONE}", _weekday_near),
     (_NOTES_FROM + _WD + _WD_ALONE, _gone(lambda t, m, r: _weekday_before(t, m[1]))),
 )
+
+
+def _weekend_done(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+    """ "am Wochenende", "on the weekend" with a past form in its clause ("Was war am Wochenende?",
+    "What did I do on the weekend?"): the weekend just gone, as "over the weekend" is. Else words:
+    "am Wochenende" is as often the one to come ("Was machst du am Wochenende?", "Ausflug am
+    Wochenende") or a habit ("am Wochenende schlafe ich aus")."""
+    # With a weekday or another weekend beside it a list or a range ("on Friday and at the
+    # weekend"); in quotes someone's words: words, as a weekday alone is (see _weekday_alone).
+    text = m.string
+    if len(_ANY_WEEKDAY.findall(text)) != 1 or _QUOTED.search(text):
+        raise FilterError("a weekend in a list or a quote")
+    if r.ahead or not clause_says_done(m):
+        raise FilterError("a weekend with no past form")
+    return _weekend(t, 0 if t.weekday() == 6 else 1)
+
+
 _DAYS: tuple[Phrase, ...] = (
     *((_NOTES_FROM + pat, _gone(fn)) for pat, fn in _DAY_FORMS),
     (_NOTES_FROM + _NUMERIC_DAY, _gone(_numeric_day)),
+    (
+        r"(?:am|übers|(?:on|at)\s+the)\s+(?:wochenende|weekend)" + _OF_SOMETHING,
+        _weekend_done,
+    ),
 )
+
 
 # "since X" in the forms it is said in; "from last week" alone is "of last week" ("notes from last
 # week"), so "from" needs its "onwards", or an "on" that ends the clause: "on" before a word
