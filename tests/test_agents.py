@@ -597,12 +597,7 @@ def test_a_question_about_ones_own_agenda_recalls_the_day(served: Served, messag
         ("garlic since:today until:yesterday", "after until"),
         ("garlic tag:a,,b", "tag:a,,b"),
         ("garlic path:a path:b", "path:"),
-        # a key with no value was searched as its word ("tag:" found notes saying "tag")
-        ("tag:", "tag: needs a value"),
-        ("garlic path:", "path: needs a value"),
-        ("garlic since: 2026-09-01", "since: needs a value"),
-        ("until: garlic", "until: needs a value"),
-        ("garlic SOURCE:", "source: needs a value"),
+        ('garlic tag:""', "tag: needs a value"),
     ],
 )
 def test_inline_filter_errors_name_the_value(served: Served, query: str, named: str) -> None:
@@ -613,6 +608,76 @@ def test_inline_filter_errors_name_the_value(served: Served, query: str, named: 
     with pytest.raises(SidecarError, match=named) as err:
         served.call("search", {"query": query})
     assert err.value.code == "bad_request"
+    served.call("recall", {"message": query})
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "Source: Wikipedia heat pump",
+        "- source: the guardian",
+        "what was the source: book or article?",
+        "PATH: /usr/bin not found",
+        "Until: further notice",
+        "Since: when does the error happen",
+        "meeting notes tag: project-x",
+        "path: Projekte/ garlic",
+        "since: 2026-02-30 garlic",
+    ],
+)
+def test_prose_with_a_filters_key_and_a_colon_is_searched_as_words(served: Served, query: str) -> None:
+    """A key with a space after its colon is a filter only when the next word is surely its value:
+    prose with a colon ("Source: Wikipedia", "PATH: /usr/bin") was a bad_request from search and
+    why, where it had been searched as its words."""
+    rest, filters = split_filters(query, TODAY)
+    assert rest == query
+    assert (filters.tags, filters.path_prefix, filters.since, filters.until, filters.sources) == (
+        (),
+        None,
+        None,
+        None,
+        (),
+    )
+    r = served.call("search", {"query": query, "preview": True})
+    assert "filterNoValue" not in r
+    served.call("why", {"reference": "vault/Old", "query": query})
+
+
+@pytest.mark.parametrize(
+    ("query", "rest", "picked"),
+    [
+        ("garlic tag: #garten", "garlic", {"tags": ("garten",)}),
+        ("tag: #garten,#obst garlic", "garlic", {"tags": ("garten", "obst")}),
+        ("garlic since: 2026-09-01", "garlic", {"since": "2026-09-01"}),
+        ("garlic Until: yesterday", "garlic", {"until": _ago(1)}),
+        ("source: wiki garlic", "garlic", {"sources": ("wiki",)}),
+        # the word after is looked at, not taken: the filter after it is read
+        ("source: tag:garten garlic", "source: garlic", {"tags": ("garten",)}),
+    ],
+)
+def test_a_filters_value_a_space_after_its_colon(query: str, rest: str, picked: dict[str, object]) -> None:
+    """A value that is surely the key's (a day, a source's name, a '#tag') is taken as one with a
+    space after the colon too."""
+    got_rest, filters = split_filters(query, TODAY)
+    assert got_rest == rest
+    for key, value in picked.items():
+        assert getattr(filters, key) == value, (query, filters)
+
+
+@pytest.mark.parametrize(
+    ("query", "key"), [("tag:", "tag"), ("garlic SOURCE:", "source"), ("garlic until:  ", "until")]
+)
+def test_a_key_ending_the_query_is_a_word_and_the_answer_says_so(
+    served: Served, query: str, key: str
+) -> None:
+    """'tag:' with nothing after it was a bad_request; now its word is searched (as on older
+    versions) and the answer says the key had no value."""
+    rest, filters = split_filters(query, TODAY)
+    assert rest == query.strip() and filters.no_value == (key,)
+    r = served.call("search", {"query": query, "preview": True})
+    assert r["filterNoValue"].startswith(f"{key}: has no value, searched as a word")
+    assert r["analysis"]["filters"]["noValue"] == [key]
+    served.call("why", {"reference": "vault/Old", "query": query})
     served.call("recall", {"message": query})
 
 

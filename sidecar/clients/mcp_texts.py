@@ -63,6 +63,8 @@ def _state_notes(result: dict[str, Any]) -> list[str]:
         lines.append(refused_note(result["inboxRefused"]))
     if result.get("todayIgnored"):
         lines.append(f"note: {shown(result['todayIgnored'])}")
+    if result.get("filterNoValue"):
+        lines.append(f"note: {shown(result['filterNoValue'])}")
     if building := result.get("indexing"):
         lines.append(building_note(building))
     if result.get("staleSince") is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +86,7 @@ class AnalysisFilters:
     until: str | None = None
     time_phrase: str | None = None
     window_given: bool = False  # since/until given as such won over the time phrase
+    no_value: tuple[str, ...] = ()  # keys at the end of the query ("tag:"): searched as words
 
 
 @dataclass(frozen=True)
@@ -318,6 +319,15 @@ def waiting_vectors(result: SearchResult) -> int:
     return max(result.pending_vectors - result.pending_continuous, 0)
 
 
+def no_value_note(keys: Sequence[str]) -> str:
+    """What a search answer says of filter keys with nothing after them ("tag:" ending the query):
+    they were searched as words, not taken as filters (a query with a colon never fails)."""
+    named = ", ".join(f"{k}:" for k in keys)
+    return (
+        f"{named} {'has' if len(keys) == 1 else 'have'} no value, searched as a word (write {keys[0]}:VALUE)"
+    )
+
+
 def pending_note(n: int) -> str:
     """What a client says when some chunks had no vector yet (the hits may miss them)."""
     chunks = "1 chunk still waits for its vector" if n == 1 else f"{n:,} chunks still wait for their vectors"
@@ -408,6 +418,8 @@ def analysis_json(a: Analysis) -> dict[str, Any]:
     }
     if f.window_given:
         out["filters"]["windowGiven"] = True
+    if f.no_value:
+        out["filters"]["noValue"] = list(f.no_value)
     if a.history_turns is not None:
         out["historyTurns"] = a.history_turns
     if a.history_share is not None:
@@ -561,6 +573,7 @@ def parse_analysis(d: Mapping[str, Any]) -> Analysis:
             until=f.get("until"),
             time_phrase=f.get("timePhrase"),
             window_given=bool(f.get("windowGiven")),
+            no_value=tuple(f.get("noValue") or ()),
         ),
         history_turns=d.get("historyTurns"),
         history_share=d.get("historyShare"),

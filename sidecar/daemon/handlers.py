@@ -47,6 +47,7 @@ from sidecar.contracts.wire import (
     catching_up_note,
     explanation_json,
     held_note,
+    no_value_note,
     offline_note,
     search_json,
     stale_note,
@@ -419,6 +420,8 @@ class Handlers:
         result = self._marked_held(self._while_building(result))
         out = search_json(result, preview=param_bool(p, "preview", default=False))
         out.update(self._offline_roots(request.sources))
+        if result.analysis is not None and result.analysis.filters.no_value:
+            out["filterNoValue"] = no_value_note(result.analysis.filters.no_value)
         if far:
             out["todayIgnored"] = far
         if request.sources is None or "memory" in request.sources:

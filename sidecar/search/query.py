@@ -31,21 +31,19 @@ MONTHS = words_file("months.txt")
 CHRONICLE_WORDS = words_file("chronicle.txt")  # about when something happened or changed
 _YEAR = re.compile(r"^(19|20)\d\d$")
 _ISO_MONTH = re.compile(r"\b(19|20)\d\d-(0[1-9]|1[0-2])(-\d\d)?\b")
-# A key with no value ("tag:" alone, "since: 2026-01-01" with a space) is matched too, so that it
-# is answered as a filter lacking its value rather than searched as the word "tag".
-_FILTER = re.compile(r"(?<!\S)(tag|path|since|until|source):(\"[^\"]*\"|\S*)", re.IGNORECASE)
+# A filter is a key with its value right after the colon (``tag:garten``). A key followed by a
+# space is one only when the next word is a value of that key (``since: 2026-09-01``, ``tag:
+# #garten``, ``source: wiki``): a colon is common in prose ("Source: Wikipedia", "PATH: /usr/bin
+# not found", "Until: further notice"), which is searched as its words. A key at the end of the
+# text ("tag:") is searched as its word, and the answer says so. (The spaced value is looked at,
+# not taken: "source: tag:garten" leaves the tag filter to be read.)
+_FILTER = re.compile(
+    r"(?<!\S)(tag|path|since|until|source):(?:(\"[^\"]*\"|\S+)|\s+(?=(\"[^\"]*\"|\S+))|\s*$)", re.IGNORECASE
+)
 
 
 SOURCE_NAMES = ("vault", "wiki", "memory")
 
-
-_EXAMPLE = {
-    "tag": "garten",
-    "path": "Projekte/",
-    "since": "2026-09-01",
-    "until": "2026-09-30",
-    "source": "vault",
-}
 
 MAX_TAGS = 20  # tags a filter may name (inline or as the parameter)
 
@@ -61,6 +59,7 @@ class Filters:
     sources: tuple[str, ...] = ()
     phrase: str | None = None  # the time phrase that set since/until ("last week")
     given: bool = False  # a window given as such won over the phrase: since/until are not its
+    no_value: tuple[str, ...] = ()  # keys at the end of the text, no value: searched as words
 
     def merged(self, other: Filters) -> Filters:
         return Filters(
@@ -71,6 +70,7 @@ class Filters:
             tuple(dict.fromkeys(self.sources + other.sources)),
             other.phrase or self.phrase,
             other.given or self.given,
+            tuple(dict.fromkeys(self.no_value + other.no_value)),
         )
 
     @property
@@ -100,28 +100,22 @@ def split_filters(
     tags: list[str] = []
     sources: list[str] = []
     found: dict[str, str] = {}
+    no_value: list[str] = []
+    kept: list[str] = []  # the text outside the filters
+    at = 0
     for m in _FILTER.finditer(text):
-        name, value = m.group(1).lower(), m.group(2).strip('"')
-        if not value:
-            raise FilterError(f"{name}: needs a value right after the colon, as in {name}:{_EXAMPLE[name]}")
-        if name == "tag":
-            # "#project/" as the tag pane shows a parent: the tag and those below it
-            parts = [filter_tag(t) for t in value.split(",")]
-            if not all(parts):
-                raise FilterError(f"tag:{value} has an empty tag; write tag:a,b")
-            tags.extend(parts)
-            if len(tags) > MAX_TAGS:  # as the 'tag' parameter: each tag is a test per candidate
-                raise FilterError(f"tag: takes at most {MAX_TAGS} tags")
-        elif name == "source":
-            for s in value.lower().split(","):
-                if s not in SOURCE_NAMES:
-                    raise FilterError(f"source:{s} is not a source: use {', '.join(SOURCE_NAMES)}")
-                sources.append(s)
-        elif name in found:
-            raise FilterError(f"{name}: is given twice")
-        else:
-            found[name] = value
-    rest = " ".join(_FILTER.sub(" ", text).split())
+        name = m.group(1).lower()
+        if m.group(2) is None and m.group(3) is None:
+            no_value.append(name)  # "tag:" at the end: searched as the word, the answer says so
+            continue
+        value = (m.group(2) if m.group(2) is not None else m.group(3)).strip('"')
+        if m.group(3) is not None and not _spaced_value(name, value, day):
+            continue  # prose with a colon ("Source: Wikipedia"): its words
+        kept.append(text[at : m.start()])
+        at = m.end(2) if m.group(2) is not None else m.end(3)
+        _take(name, value, tags, sources, found)
+    kept.append(text[at:])
+    rest = " ".join(" ".join(kept).split())
     since = parse_day(found["since"], day, name="since").isoformat() if "since" in found else None
     until = parse_day(found["until"], day, name="until", end=True).isoformat() if "until" in found else None
     phrase = None
@@ -144,7 +138,52 @@ def split_filters(
         tuple(sources),
         phrase,
         given=given and phrase is not None,
+        no_value=tuple(dict.fromkeys(no_value)),
     )
+
+
+def _take(name: str, value: str, tags: list[str], sources: list[str], found: dict[str, str]) -> None:
+    """One inline filter's value, checked, into ``tags``, ``sources`` or ``found``."""
+    if not value:
+        raise FilterError(f"{name}: needs a value")
+    if name == "tag":
+        # "#project/" as the tag pane shows a parent: the tag and those below it
+        parts = [filter_tag(t) for t in value.split(",")]
+        if not all(parts):
+            raise FilterError(f"tag:{value} has an empty tag; write tag:a,b")
+        tags.extend(parts)
+        if len(tags) > MAX_TAGS:  # as the 'tag' parameter: each tag is a test per candidate
+            raise FilterError(f"tag: takes at most {MAX_TAGS} tags")
+    elif name == "source":
+        for s in value.lower().split(","):
+            if s not in SOURCE_NAMES:
+                raise FilterError(f"source:{s} is not a source: use {', '.join(SOURCE_NAMES)}")
+            sources.append(s)
+    elif name in found:
+        raise FilterError(f"{name}: is given twice")
+    else:
+        found[name] = value
+
+
+_SPACED_TAG = re.compile(r"#[\w/-]+")
+
+
+def _spaced_value(name: str, value: str, today: dt.date) -> bool:
+    """Whether ``value``, a space after ``name:``, is surely that key's value: a day for since/until,
+    a source's name, a ``#tag`` (with its hash: "tag: project-x" may be prose as well). A path is
+    never one ("PATH: /usr/bin not found")."""
+    if name in ("since", "until"):
+        try:
+            parse_day(value, today, name=name)
+        except FilterError:
+            return False
+        return True
+    parts = value.split(",")
+    if name == "source":
+        return all(p.lower() in SOURCE_NAMES for p in parts)
+    if name == "tag":
+        return all(_SPACED_TAG.fullmatch(p) and not p[1:].isdigit() for p in parts)
+    return False
 
 
 def with_window(filters: Filters, since: str | None, until: str | None) -> Filters:
