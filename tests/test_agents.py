@@ -2543,6 +2543,34 @@ def test_a_weekend_a_year_ago_or_a_day_gone_by_recalls_its_notes(
     assert r["window"]["applied"] is True
 
 
+@pytest.mark.parametrize(
+    ("tool", "text"),
+    [
+        ("search", "Wärmepumpe vor einem Jahr"),
+        ("recall", "Welche Wärmepumpe habe ich vor einem Jahr gekauft?"),
+        ("search", "Wärmepumpe heute vor einem Jahr"),
+    ],
+)
+def test_a_year_back_beside_a_topic_does_not_hide_its_note(
+    served: Served, agent_vault: Path, tool: str, text: str
+) -> None:
+    """'vor einem Jahr' beside a word of its own was the week about that day: the one note on the
+    heat pump, dated seven weeks off it, was out of the window. It is words there now. (Recall's
+    similarity gate is the test embedder's to pass: the note is to be among its candidates.)"""
+    write(
+        agent_vault / "Haus/Heizung.md",
+        "---\ndate: 2025-10-20\n---\n# Heizung\n\nDie Wärmepumpe gekauft, Luft-Wasser, 9 kW.\n",
+    )
+    for day in ("2025-12-01", "2025-12-02", TODAY.isoformat()):  # notes in the windows it was read as
+        write(agent_vault / f"Daily/{day}.md", "# Ein Tag\n\nMit Lena den Zaun gestrichen.\n")
+    served.h.sweep()
+    key = "query" if tool == "search" else "message"
+    r = served.call(tool, {key: text, "preview": True})
+    found = [h["reference"] for h in r["hits"]] + [h["reference"] for h in r.get("dropped", ())]
+    assert "vault/Haus/Heizung" in found, (text, r)
+    assert "window" not in r or r["window"]["applied"] is False, r
+
+
 def test_a_phrase_not_applied_says_why_and_which_dates(served: Served) -> None:
     """A time phrase not applied says truly why, with the dates it was read as: a message that did
     not ask about the period's notes is not told 'no note has that date' when one has."""

@@ -40,6 +40,9 @@ PERIODS = [
     ("a year ago", "2025-11-29", "2025-12-05"),  # the week around that day
     ("vor einem Jahr", "2025-11-29", "2025-12-05"),
     ("vor zwei Jahren", "2024-11-29", "2024-12-05"),
+    ("heute vor einem Jahr", "2025-12-02", "2025-12-02"),  # that day
+    ("today a year ago", "2025-12-02", "2025-12-02"),
+    ("a year ago today", "2025-12-02", "2025-12-02"),
     ("vor drei Monaten", "2026-09-01", "2026-09-30"),
     ("Tuesday of last week", "2026-11-24", "2026-11-24"),
     ("Montag letzter Woche", "2026-11-23", "2026-11-23"),
@@ -1014,3 +1017,62 @@ def test_a_year_ago_is_the_week_around_that_day() -> None:
     for plain in ("Urlaub Ende Dezember", "budget next year"):
         rest, f = split_filters(plain, TODAY)
         assert (rest, f.phrase) == (plain, None)
+
+
+@pytest.mark.parametrize(
+    ("said", "window"),
+    [
+        # beside a word of its own, "vor einem Jahr" is said loosely: words (a week hid the note)
+        ("Wärmepumpe vor einem Jahr", None),
+        ("Welche Wärmepumpe habe ich vor einem Jahr gekauft?", None),
+        ("vor 5 Jahren Umzug", None),
+        ("What did I buy a year ago for the garden?", None),
+        # asking only what happened then: the week about that day
+        ("Was war vor einem Jahr?", ("2025-11-29", "2025-12-05")),
+        ("Was ist vor einem Jahr passiert?", ("2025-11-29", "2025-12-05")),
+        ("Was war vor 5 Jahren?", ("2021-11-29", "2021-12-05")),
+        # "heute vor einem Jahr", "a year ago today": that very day, on the same terms
+        ("Was war heute vor einem Jahr?", ("2025-12-02", "2025-12-02")),
+        ("heute vor einem Jahr", ("2025-12-02", "2025-12-02")),
+        ("What happened a year ago today?", ("2025-12-02", "2025-12-02")),
+        ("What did I do today a year ago?", ("2025-12-02", "2025-12-02")),
+        ("Wärmepumpe heute vor einem Jahr", None),  # nor is it today
+        ("Rechnung a year ago today", None),
+    ],
+)
+def test_a_year_back_only_in_a_question_about_what_happened(
+    said: str, window: tuple[str, str] | None
+) -> None:
+    """A year back is read as its days only when the message asks what happened then and nothing
+    else; otherwise the phrase and any word of time inside it are words."""
+    rest, f = split_filters(said, TODAY)
+    assert ((f.since, f.until) if f.phrase else None) == window, (said, f)
+    if window is None:
+        assert rest == said
+
+
+@pytest.mark.parametrize(
+    ("said", "window"),
+    [
+        # another time phrase or a year says which weekend: that phrase is read, the weekend words
+        ("Wie war das Wetter am Wochenende in Berlin letztes Jahr?", ("2025-01-01", "2025-12-31")),
+        ("Was war am Wochenende 2025?", None),
+        ("What did I do on the weekend in May 2025?", ("2025-05-01", "2025-05-31")),
+        # the weekend's clause is no question about what happened: words, in German as in English
+        ("Ich war am Wochenende krank, was hilft gegen Husten?", None),
+        ("I was sick on the weekend, what helps against a cough?", None),
+        ("Am Wochenende war ich krank.", None),
+        # a question about it still is the weekend gone
+        ("Und was war am Wochenende?", ("2026-11-28", "2026-11-29")),
+        ("Habe ich am Wochenende Sport gemacht?", ("2026-11-28", "2026-11-29")),
+    ],
+)
+def test_the_weekend_gives_way_to_a_closer_phrase_and_needs_a_question(
+    said: str, window: tuple[str, str] | None
+) -> None:
+    """'am Wochenende … letztes Jahr' was this week's weekend with 'letztes Jahr' left as words,
+    and 'Ich war am Wochenende krank, was hilft gegen Husten?' limited the hits to the weekend."""
+    rest, f = split_filters(said, TODAY)
+    assert ((f.since, f.until) if f.phrase else None) == window, (said, f)
+    if window is None:
+        assert rest == said

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from sidecar.search.tense import asks_ahead, clause_says_done, phrase_alone
+from sidecar.search.tense import asks_ahead, clause_asks, clause_says_done, phrase_alone
 from sidecar.search.words import fold, numbered_file
 
 
@@ -98,6 +98,9 @@ class Reading:
     ahead: bool = False
     week_start: int = 0
     gone: bool = False  # the phrase names a day gone by (notes "from" or "vom" it)
+    # Whether a year back ("vor einem Jahr") is read as its days: given the text and the text
+    # without the phrase, the message asks only what happened then (see _year_ago). None: it is.
+    plain: Callable[[str, str], bool] | None = None
 
 
 def _num(word: str) -> int:
@@ -308,6 +311,27 @@ def _around(day: dt.date) -> Window:
     return day - dt.timedelta(days=_AROUND_DAYS), day + dt.timedelta(days=_AROUND_DAYS)
 
 
+class _LoosePhraseError(FilterError):
+    """A loose phrase (a year back) in a message that is about something of its own: its words,
+    a word of time inside it too ("heute vor einem Jahr" is not today)."""
+
+
+def _year_ago(around: bool) -> PhraseWindow:
+    """ "a year ago", "vor 2 Jahren" (``around``: the week about that day), "heute vor einem Jahr",
+    "a year ago today" (that day). Only for a message asking what happened then and nothing else
+    ("Was war vor einem Jahr?", "What did I do a year ago?"): beside a word of its own ("Welche
+    Wärmepumpe habe ich vor einem Jahr gekauft?") a week hid the note, dated other days, that the
+    words find; "vor einem Jahr" is said loosely."""
+
+    def window(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+        if r.plain is not None and not r.plain(m.string, m.string[: m.start()] + " " + m.string[m.end() :]):
+            raise _LoosePhraseError("a year back beside other words")
+        day = _months_back(t, 12 * _num(m[1]))
+        return _around(day) if around else _one(day)
+
+    return window
+
+
 def _weekday_before(today: dt.date, weekday: str) -> Window:
     """ "last Tuesday", "letzten Dienstag": the Tuesday before today (a week ago on a Tuesday)."""
     back = (today.weekday() - _weekday_number(weekday)) % 7 or 7
@@ -459,9 +483,13 @@ _PERIODS: tuple[Phrase, ...] = (
     # "a month ago", "vor zwei Monaten": that month, as "last month" is the month before this one
     (r"(an?|" + _NUM[1:] + r"\s+months?\s+ago", lambda t, m, r: _month(t, _num(m[1]))),
     (r"vor\s+" + _NUM + r"\s+monate?n?", lambda t, m, r: _month(t, _num(m[1]))),
-    # "a year ago", "vor einem Jahr": the week around that day (see _around)
-    (r"(an?|" + _NUM[1:] + r"\s+years?\s+ago", lambda t, m, r: _around(_months_back(t, 12 * _num(m[1])))),
-    (r"vor\s+" + _NUM + r"\s+jahre?n?", lambda t, m, r: _around(_months_back(t, 12 * _num(m[1])))),
+    # "a year ago", "vor einem Jahr": the week around that day (see _around); "heute vor einem
+    # Jahr", "a year ago today": that day
+    (r"(an?|" + _NUM[1:] + r"\s+years?\s+ago", _year_ago(around=True)),
+    (r"vor\s+" + _NUM + r"\s+jahre?n?", _year_ago(around=True)),
+    (r"heute\s+vor\s+" + _NUM + r"\s+jahre?n?", _year_ago(around=False)),
+    (r"today,?\s+(an?|" + _NUM[1:] + r"\s+years?\s+ago", _year_ago(around=False)),
+    (r"(an?|" + _NUM[1:] + r"\s+years?\s+ago,?\s+today", _year_ago(around=False)),
     # A weekday with its week ("letzte Woche Dienstag", "Tuesday last week"): that day.
     (_ON_WD + r"\s+(?:of\s+)?" + _LAST_WEEK, lambda t, m, r: _weekday_of_week(t, 1, m[1], r.week_start)),
     (_LAST_WEEK + r"(?:\s+(?:on|am))?\s+" + _WD, lambda t, m, r: _weekday_of_week(t, 1, m[1], r.week_start)),
@@ -532,9 +560,19 @@ def _weekend_done(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     text = m.string
     if len(_ANY_WEEKDAY.findall(text)) != 1 or _QUOTED.search(text):
         raise FilterError("a weekend in a list or a quote")
-    if r.ahead or not clause_says_done(m):
-        raise FilterError("a weekend with no past form")
+    # A question about what happened, in the weekend's own clause: "Ich war am Wochenende krank,
+    # was hilft gegen Husten?" asks about a cough (the weekend's clause is no question).
+    if r.ahead or not clause_says_done(m) or not clause_asks(m):
+        raise FilterError("a weekend with no question about what happened")
+    # Another time phrase or a year says which weekend ("am Wochenende … letztes Jahr", "am
+    # Wochenende im Mai 2025"): this one's is not it, and the other phrase is read.
+    others = text[: m.start()] + " " * (m.end() - m.start()) + text[m.end() :]
+    if _A_YEAR.search(others) or time_window(others, t, r.week_start, r.plain)[1] is not None:
+        raise FilterError("a weekend beside another time phrase")
     return _weekend(t, 0 if t.weekday() == 6 else 1)
+
+
+_A_YEAR = re.compile(r"(?<!\d)(?:19|20)\d\d(?!\d)")
 
 
 _DAYS: tuple[Phrase, ...] = (
@@ -688,14 +726,18 @@ def _weekday_alone(text: str, today: dt.date, reading: Reading) -> tuple[re.Matc
     return None
 
 
-def time_window(text: str, today: dt.date, week_start: int = 0) -> tuple[str, Window | None, str | None]:
+def time_window(
+    text: str, today: dt.date, week_start: int = 0, plain: Callable[[str, str], bool] | None = None
+) -> tuple[str, Window | None, str | None]:
     """The first time phrase of ``text`` (by position; at one position the longest: "since last
     week" before "last week", "in November last year" before "last year") as a window of days;
     the text without it; the phrase. A question about the agenda (``asks_ahead``) reads the
     coming day or month and whole periods; any other ends its window at today and names no day
-    to come. ``week_start`` is the weekday weeks begin on (0 Monday, 6 Sunday)."""
-    reading = Reading(asks_ahead(text), week_start)
-    best: tuple[tuple[int, int], re.Match[str], Window] | None = None
+    to come. ``week_start`` is the weekday weeks begin on (0 Monday, 6 Sunday); ``plain`` tells
+    whether a message asks only what happened in its phrase's period (see Reading.plain)."""
+    reading = Reading(asks_ahead(text), week_start, plain=plain)
+    found: list[tuple[tuple[int, int], re.Match[str], Window]] = []
+    loose: list[tuple[int, int]] = []  # loose phrases kept as words: no phrase inside them counts
     held = {"month": _ANY_MONTH.search(text) is not None, "digit": _ANY_DIGIT.search(text) is not None}
     said = False  # any time phrase, read or not: a weekday alone is then words (see _weekday_alone)
     for pattern, window, need in _PHRASES:
@@ -705,6 +747,9 @@ def time_window(text: str, today: dt.date, week_start: int = 0) -> tuple[str, Wi
             said = True
             try:
                 days = window(today, m, reading)
+            except _LoosePhraseError:
+                loose.append(m.span())
+                continue
             except FilterError:
                 continue  # prose naming no day ("since 2026-02-30"): words, not a window
             if not reading.ahead:
@@ -717,10 +762,10 @@ def time_window(text: str, today: dt.date, week_start: int = 0) -> tuple[str, Wi
             # phrases ("the last week" again and again) took time by the square of its length
             if _DETERMINED.search(text, max(0, m.start() - _LOOKBEHIND), m.start()):
                 continue  # "the last week of the project", "my last year at school": no period
-            place = (m.start(), m.start() - m.end())
-            if best is None or place < best[0]:
-                best = (place, m, days)
+            found.append(((m.start(), m.start() - m.end()), m, days))
             break  # this pattern's first phrase in the text is the one to compare
+    kept = [f for f in found if not any(a <= f[1].start() and f[1].end() <= b for a, b in loose)]
+    best = min(kept, key=lambda f: f[0]) if kept else None
     if best is None and not said:
         alone = _weekday_alone(text, today, reading)
         if alone is not None:

@@ -120,7 +120,7 @@ def split_filters(
     until = parse_day(found["until"], day, name="until", end=True).isoformat() if "until" in found else None
     phrase = None
     if phrases:
-        rest, window, phrase = time_window(rest, day, week_start)
+        rest, window, phrase = time_window(rest, day, week_start, asks_only_when)
         # A given window wins; the phrase still says the period's notes were asked for (listed
         # over the given window: "what did I do last week?" with since/until answered nothing).
         given = window_given or since is not None or until is not None
@@ -318,6 +318,18 @@ def asks_what_happened(text: str, rest: str) -> bool:
         else (_PERSONS["event-de"], _PERSONS["event-de"] | _PERSONS["particle-de"])
     )
     return any(w in verbs for w in words[1:]) and all(w in allowed for w in words[1:])
+
+
+def asks_only_when(text: str, rest: str) -> bool:
+    """Whether a message asks only what happened in the period of its time phrase: a question
+    about what happened ("Was war vor einem Jahr?", "What happened a year ago today?"), or no
+    content word beside the phrase (``rest``: the text without it) and the phrase alone or a
+    question about one's own doings ("What did I do a year ago?"). "Welche Wärmepumpe habe ich
+    vor einem Jahr gekauft?" asks about a heat pump."""
+    if asks_what_happened(text, rest):
+        return True
+    words = WORD.findall(_CLITIC.sub("", rest))
+    return all(is_stopword(w) for w in words) and (not words or asks_about_self(text))
 
 
 _SMALL_TALK = kinds_file("small-talk.txt")
