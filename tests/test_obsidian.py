@@ -1417,6 +1417,58 @@ def test_a_templates_folder_read_during_a_slow_settings_read_is_never_indexed(
         h.close()
 
 
+def test_a_templates_folder_a_daily_note_template_lies_in_stays_out(tmp_path: Path, make_cfg: Any) -> None:
+    """With the Templates plugin switched off, the Daily notes core plugin (or Periodic Notes) may
+    still make each day's note from a template in its folder ("template": "Vorlagen/Tagesnotiz"):
+    the form was searched, and ranked first for "was hab ich vorgestern gemacht". The folder
+    stays out while such a template lies in it."""
+    from sidecar.vault.ignore import IgnoreRules
+
+    v = _template_vault(tmp_path)
+    write(v / ".obsidian/core-plugins.json", json.dumps({"templates": False, "daily-notes": True}))
+    daily = v / ".obsidian/daily-notes.json"
+    periodic = v / ".obsidian/plugins/periodic-notes/data.json"
+    rules = IgnoreRules((), v)
+    for daily_text, periodic_text, community, left_out in [
+        (None, None, None, False),
+        ({"folder": "Journal", "template": "Vorlagen/Tagesnotiz"}, None, None, True),
+        ({"template": "/Vorlagen/Tagesnotiz.md"}, None, None, True),
+        ({"template": "Vorlagenkunde"}, None, None, False),  # alike in name, not in the folder
+        ({"template": ""}, None, None, False),
+        ({"template": "Vorlagen/Tagesnotiz"}, None, ["dataview"], True),
+        # Periodic Notes, 0.x and 1.x, switched on or off
+        ({}, {"daily": {"enabled": True, "template": "Vorlagen/Tagesnotiz"}}, ["periodic-notes"], True),
+        ({}, {"weekly": {"enabled": True, "template": "Vorlagen/Woche"}}, ["periodic-notes"], True),
+        ({}, {"daily": {"enabled": False, "template": "Vorlagen/Tagesnotiz"}}, ["periodic-notes"], False),
+        ({}, {"daily": {"enabled": True, "template": "Vorlagen/Tagesnotiz"}}, ["dataview"], False),
+        ({}, {"calendarSets": [{"day": {"templatePath": "Vorlagen/T.md"}}]}, ["periodic-notes"], True),
+    ]:
+        if daily_text is not None:
+            write(daily, json.dumps(daily_text))
+        if periodic_text is not None:
+            write(periodic, json.dumps(periodic_text))
+        if community is not None:
+            write(v / ".obsidian/community-plugins.json", json.dumps(community))
+        rules.refresh()
+        got = rules.match("Vorlagen/Tagesnotiz.md")
+        assert (got is not None) is left_out, (daily_text, periodic_text, community)
+    # The Daily notes plugin switched off too: its template makes no note, the folder is in.
+    write(daily, json.dumps({"template": "Vorlagen/Tagesnotiz"}))
+    write(periodic, json.dumps({}))
+    write(v / ".obsidian/core-plugins.json", json.dumps({"templates": False, "daily-notes": False}))
+    rules.refresh()
+    assert rules.match("Vorlagen/Tagesnotiz.md") is None
+    # The sweep: the form is not searched while the daily notes are made from it.
+    write(v / ".obsidian/core-plugins.json", json.dumps({"templates": False, "daily-notes": True}))
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        assert "vault/Vorlagen/Tagesnotiz" not in _keys(h)
+        assert h.indexer.excluded_by("vault/Vorlagen/Tagesnotiz") == "Obsidian templates folder: Vorlagen/"
+    finally:
+        h.close()
+
+
 def test_templates_turned_off_by_a_reload_index_the_folder_again(tmp_path: Path, make_cfg: Any) -> None:
     """index.obsidianTemplates: false by a configuration reload did nothing: the rules built anew
     took over the templates folder read before. Now the folder's notes are indexed again."""
