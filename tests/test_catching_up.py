@@ -114,6 +114,28 @@ def test_a_re_cut_says_the_notes_are_cut_again_not_moved(make_cfg: Any, vault: P
         h.close()
 
 
+def test_a_re_cut_beside_changed_files_says_both(make_cfg: Any, vault: Path) -> None:
+    """A re-cut (chunking settings, model or an upgrade) while files changed too: the loop counts
+    the notes only cut again among all, and the answer keeps the words about moved notes."""
+    h = Harness(make_cfg(vault, **{"index.batchFiles": 2}), FakeEmbedder())
+    try:
+        _notes(vault / "Kept", 12)
+        h.sweep()
+        h.indexer.manifest.reread_all()
+        _notes(vault / "Fresh", 8)
+        seen: list[tuple[int, int, int] | None] = []
+        loop = _loop(h, beat=lambda act: seen.append(loop.catching_up()) if act is not None else None)
+        loop.request_sweep(audit=False)
+        _run_queued(loop)
+        during = [s for s in seen if s is not None]
+        assert during and all(0 < recut < total for _done, total, recut in during), during
+        assert all(total - recut >= 8 for _done, total, recut in during)  # the new notes
+        said = catching_up_note(*during[0])
+        assert "only cut into chunks again" in said and "old paths" in said
+    finally:
+        h.close()
+
+
 def test_clients_say_it_in_plain_words(serve_in_process: Any) -> None:
     """The CLI's status line, the notes count beside the notes leaving, the MCP text and the
     MCP tool's output schema."""
