@@ -677,6 +677,7 @@ def test_a_key_ending_the_query_is_a_word_and_the_answer_says_so(
     r = served.call("search", {"query": query, "preview": True})
     assert r["filterNoValue"].startswith(f"{key}: has no value, searched as a word")
     assert r["analysis"]["filters"]["noValue"] == [key]
+    assert f"note: {r['filterNoValue']}" in text_of_search(query, r)  # what the MCP tool says
     served.call("why", {"reference": "vault/Old", "query": query})
     served.call("recall", {"message": query})
 
