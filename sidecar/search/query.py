@@ -32,8 +32,8 @@ CHRONICLE_WORDS = words_file("chronicle.txt")  # about when something happened o
 _YEAR = re.compile(r"^(19|20)\d\d$")
 _ISO_MONTH = re.compile(r"\b(19|20)\d\d-(0[1-9]|1[0-2])(-\d\d)?\b")
 # A filter is a key with its value right after the colon (``tag:garten``). A key followed by a
-# space is one only when the next word is a value of that key (``since: 2026-09-01``, ``tag:
-# #garten``, ``source: wiki``): a colon is common in prose ("Source: Wikipedia", "PATH: /usr/bin
+# space is one only when the next word is surely a value of that key (``since: 2026-09-01``,
+# ``tag: #garten``): a colon is common in prose ("Source: Wikipedia", "PATH: /usr/bin
 # not found", "Until: further notice"), which is searched as its words. A key at the end of the
 # text ("tag:") is searched as its word, and the answer says so. (The spaced value is looked at,
 # not taken: "source: tag:garten" leaves the tag filter to be read.)
@@ -165,24 +165,25 @@ def _take(name: str, value: str, tags: list[str], sources: list[str], found: dic
         found[name] = value
 
 
+_SPACED_DAY = re.compile(r"(19|20)\d\d-\d\d-\d\d")
 _SPACED_TAG = re.compile(r"#[\w/-]+")
 
 
 def _spaced_value(name: str, value: str, today: dt.date) -> bool:
-    """Whether ``value``, a space after ``name:``, is surely that key's value: a day for since/until,
-    a source's name, a ``#tag`` (with its hash: "tag: project-x" may be prose as well). A path is
-    never one ("PATH: /usr/bin not found")."""
+    """Whether ``value``, a space after ``name:``, is surely that key's value: an ISO day for
+    since/until, a ``#tag`` (with its hash: "tag: project-x" may be prose as well). A weekday or a
+    source's name is not ("Since: Monday the build fails", "source: memory leak in the parser"),
+    nor a path ("PATH: /usr/bin not found"): prose, searched as its words."""
     if name in ("since", "until"):
+        if _SPACED_DAY.fullmatch(value) is None:
+            return False
         try:
             parse_day(value, today, name=name)
         except FilterError:
-            return False
+            return False  # "since: 2026-02-30": no day, so not surely a filter
         return True
-    parts = value.split(",")
-    if name == "source":
-        return all(p.lower() in SOURCE_NAMES for p in parts)
     if name == "tag":
-        return all(_SPACED_TAG.fullmatch(p) and not p[1:].isdigit() for p in parts)
+        return all(_SPACED_TAG.fullmatch(p) and not p[1:].isdigit() for p in value.split(","))
     return False
 
 
