@@ -17,6 +17,7 @@ from sidecar.clients.cli_render import render_status
 from sidecar.clients.mcp_texts import status_of, text_of_search
 from sidecar.clients.mcp_tools import TOOLS
 from sidecar.contracts.errors import StoreError
+from sidecar.contracts.wire import catching_up_note
 from sidecar.daemon.indexing import CATCHING_UP_MIN, IndexLoop
 from tests.conftest import FakeEmbedder, Harness, write
 from tests.in_process import InProcessServer
@@ -62,7 +63,7 @@ def test_answers_say_the_index_is_catching_up_while_changes_wait(serve_in_proces
     assert recalled["catchingUp"] == {"done": 0, "total": 12}
     assert "catching up" in recalled["context"]
     status = server.call("health")["index"]["catching_up"]
-    assert status == {"done": 0, "total": 12, "leaving": 0, "leaving_by_source": {}}
+    assert status == {"done": 0, "total": 12, "recut": 0, "leaving": 0, "leaving_by_source": {}}
     _run_queued(loop)
     after = server.call("search", {"query": "harbour keeper"})
     assert "catchingUp" not in after and after["hits"]
@@ -79,9 +80,58 @@ def test_a_sweep_applying_changes_reports_its_progress(make_cfg: Any, vault: Pat
         loop.changed({str(p) for p in _notes(vault / "Batch", 12)})
         _run_queued(loop)
         during = [s for s in seen if s is not None]
-        assert during and all(done < total for done, total in during)
+        assert during and all(done < total for done, total, _recut in during)
         assert during[0][1] == 12 and during[-1][0] >= 10
         assert loop.catching_up() is None
+    finally:
+        h.close()
+
+
+def test_a_re_cut_says_the_notes_are_cut_again_not_moved(make_cfg: Any, vault: Path) -> None:
+    """The chunking settings changed: every note is read to be cut again, no file changed. The
+    answers said "notes moved or deleted may still be found under their old paths"; they say the
+    notes are cut again, vectors kept where the text stays, how many wait."""
+    h = Harness(make_cfg(vault, **{"index.batchFiles": 2}), FakeEmbedder())
+    try:
+        _notes(vault / "Kept", 12)
+        h.sweep()
+        h.indexer.manifest.reread_all()  # what a changed chunking does at start
+        seen: list[tuple[int, int, int] | None] = []
+        loop = _loop(h, beat=lambda act: seen.append(loop.catching_up()) if act is not None else None)
+        loop.request_sweep(audit=False)
+        _run_queued(loop)
+        during = [s for s in seen if s is not None]
+        assert during and all(recut == total >= 12 for _done, total, recut in during)  # the vault's notes too
+        done, total, recut = during[0]
+        said = catching_up_note(done, total, recut)
+        assert "cut into chunks again" in said and "moved" not in said and f"{total - done} waiting" in said
+        shown = text_of_search("x", {"hits": [], "catchingUp": {"done": 2, "total": 12, "recut": 12}})
+        assert "(2 of 12 done, 10 waiting): a chunk whose text stays keeps its vector" in shown
+        # Files changed beside the re-cut: the old wording, and how many are only cut again.
+        mixed = catching_up_note(2, 20, 12)
+        assert "(2 of 20 applied; 12 of them only cut into chunks again)" in mixed and "old paths" in mixed
+    finally:
+        h.close()
+
+
+def test_a_re_cut_beside_changed_files_says_both(make_cfg: Any, vault: Path) -> None:
+    """A re-cut (chunking settings, model or an upgrade) while files changed too: the loop counts
+    the notes only cut again among all, and the answer keeps the words about moved notes."""
+    h = Harness(make_cfg(vault, **{"index.batchFiles": 2}), FakeEmbedder())
+    try:
+        _notes(vault / "Kept", 12)
+        h.sweep()
+        h.indexer.manifest.reread_all()
+        _notes(vault / "Fresh", 8)
+        seen: list[tuple[int, int, int] | None] = []
+        loop = _loop(h, beat=lambda act: seen.append(loop.catching_up()) if act is not None else None)
+        loop.request_sweep(audit=False)
+        _run_queued(loop)
+        during = [s for s in seen if s is not None]
+        assert during and all(0 < recut < total for _done, total, recut in during), during
+        assert all(total - recut >= 8 for _done, total, recut in during)  # the new notes
+        said = catching_up_note(*during[0])
+        assert "only cut into chunks again" in said and "old paths" in said
     finally:
         h.close()
 
@@ -121,7 +171,7 @@ def test_a_memory_writes_own_event_is_not_catching_up(harness: Harness) -> None:
     vault = harness.cfg.vault.path
     assert vault is not None
     loop.changed({str(vault / f"New {i}.md") for i in range(12)})
-    assert loop.catching_up() == (0, 12)
+    assert loop.catching_up() == (0, 12, 0)
 
 
 # --- a bulk, counted from its start ---------------------------------------------------------------
@@ -139,7 +189,7 @@ def test_a_few_notes_being_saved_are_no_catch_up(harness: Harness) -> None:
     assert loop.catching_up() is None
     _run_queued(loop)
     loop.changed({str(p) for p in _notes(vault / "Bulk", CATCHING_UP_MIN)})
-    assert loop.catching_up() == (0, CATCHING_UP_MIN)  # counted from here: the few are not in it
+    assert loop.catching_up() == (0, CATCHING_UP_MIN, 0)  # counted from here: the few are not in it
 
 
 def test_a_note_saved_over_and_over_is_no_catch_up(harness: Harness) -> None:
@@ -160,7 +210,7 @@ def test_a_note_saved_over_and_over_is_no_catch_up(harness: Harness) -> None:
             loop.changed({log_note})  # and again and again
         assert loop.catching_up() is None
     loop.changed({str(p) for p in _notes(vault / "Next", 12)})
-    assert loop.catching_up() == (0, 12)
+    assert loop.catching_up() == (0, 12, 0)
 
 
 def test_done_counts_every_sweep_of_the_catch_up(make_cfg: Any, vault: Path) -> None:
@@ -181,12 +231,12 @@ def test_done_counts_every_sweep_of_the_catch_up(make_cfg: Any, vault: Path) -> 
         loop = _loop(h, beat=beat)
         loop.changed({str(p) for p in _notes(vault / "First", 12)})
         _run_queued(loop)
-        assert loop.catching_up() == (12, 24)
+        assert loop.catching_up() == (12, 24, 0)
         seen.clear()
         seen.append(None)  # no more events
         _run_queued(loop)
         during = [s for s in seen if s is not None]
-        assert during and all(total == 24 and 12 < done < 24 for done, total in during)
+        assert during and all(total == 24 and 12 < done < 24 for done, total, _recut in during)
         assert loop.catching_up() is None
     finally:
         h.close()

@@ -315,6 +315,36 @@ def test_a_dash_line_inside_a_quoted_value_does_not_end_the_front_matter() -> No
     assert chunk_note("---\ntags: [x]\n...\nBody\n", title="t", count_tokens=words).tags == ()
 
 
+def test_the_first_dash_line_closes_the_front_matter() -> None:
+    """The first "---" line after the opening one ends the block: "---/---" is an empty block and
+    what follows is body, a "---" rule included (the block ran to the third "---", and the rule,
+    or every line up to a later rule, was lost from the chunks)."""
+    shapes = {
+        "---\n---\n---\nDreifach\n": ("---\nDreifach", 3, 4),
+        "---\n---\nText\n---\nMehr\n": ("Text\n---\nMehr", 3, 5),
+        "---\ntags: [a]\n---\n---\nX\n": ("---\nX", 4, 5),
+        "---\n---\n---\n": ("---", 3, 3),
+        "---\n": ("---", 1, 1),  # a lone rule opens no block
+    }
+    for text, chunk in shapes.items():
+        note = chunk_note(text, title="t", count_tokens=words)
+        assert [(c.text, c.start_line, c.end_line) for c in note.chunks] == [chunk], text
+        assert note.front_matter_error is None, text
+    empty = chunk_note("---\n---\n", title="Leer", count_tokens=words)
+    assert [c.text for c in empty.chunks] == [""] and empty.front_matter == {}
+
+
+def test_yaml_lines_after_an_empty_front_matter_block_are_body() -> None:
+    """The block opens on line 1 and ends at the next "---" line: "---/---" is an empty block,
+    and "title: x" and "tags: [a]" after it are body text, not keys (before, the block ran to
+    the third "---" and they were read as front matter); the closing "---" after them a rule."""
+    note = chunk_note("---\n---\ntitle: x\ntags: [a]\n---\nBody\n", title="t", count_tokens=words)
+    assert note.front_matter == {} and note.tags == () and note.front_matter_error is None
+    assert [(c.text, c.start_line, c.end_line) for c in note.chunks] == [
+        ("title: x\ntags: [a]\n---\nBody", 3, 6)
+    ]
+
+
 def test_what_reading_view_does_not_show_as_text_is_not_indexed() -> None:
     """A plugin's data in comments (an Excalidraw drawing, Kanban settings), query fences
     (Dataview, Tasks, embedded search, Bases), inline queries, style sheets and the rest of an

@@ -187,7 +187,7 @@ def test_a_full_sweep_during_the_deletion_leaves_it_waiting(make_cfg: Any, vault
         st = h.supervisor.roots["vault"]
         assert len(h.stores.manifest.file_states("vault/Import/")) == 30, "applied in part"
         assert st.hold_kind is None and st.waiting_deletions == 12
-        assert loop.catching_up() == (0, 12)
+        assert loop.catching_up() == (0, 12, 0)
         for p in rest:
             p.unlink()
         now[0] += 1.0

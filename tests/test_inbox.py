@@ -450,6 +450,19 @@ def test_front_matter_in_content_that_does_not_read_is_refused(inboxes: Inboxes)
     assert not (inboxes.cfg.agents_dir / "claude" / "memory" / "fm.md").exists()
 
 
+def test_content_after_an_empty_front_matter_block_keeps_its_rule(inboxes: Inboxes) -> None:
+    """ "---/---/---/Dreifach": an empty block, then a rule; the rule was dropped from the body.
+    Text opening with a rule and no block is refused with advice that helps (an empty block)."""
+    w = inboxes.write("claude", "rule", "---\n---\n---\nDreifach", None, must_exist=False)
+    assert _read(w.path)[1] == "---\nDreifach\n"
+    with pytest.raises(MemoryWriteError, match="put an empty block"):
+        inboxes.write("claude", "teile", "---\nTeil eins\n\n---\nTeil zwei\n", None, must_exist=False)
+    w = inboxes.write(
+        "claude", "teile", "---\n---\n---\nTeil eins\n\n---\nTeil zwei\n", None, must_exist=False
+    )
+    assert _read(w.path)[1] == "---\nTeil eins\n\n---\nTeil zwei\n"
+
+
 def test_old_texts_in_trash_are_pruned(make_cfg: Any, vault: Path) -> None:
     """Texts kept in .trash longer than memory.trashDays go (an agent rewriting notes in a loop
     filled the disk the index shares); newer ones and files not named by sidecar stay."""

@@ -423,6 +423,33 @@ def test_a_folder_excluded_in_obsidian_leaves_on_the_settings_event(
         h.close()
 
 
+def test_the_templates_plugin_switched_on_leaves_its_folder_out_on_the_settings_event(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """core-plugins.json says whether the Templates plugin is on (its folder left out): its event
+    reads the rules again, as templates.json's does, without waiting for a sweep."""
+    v = tmp_path / "v"
+    write(v / "Private/p.md", "# P\n\nThe secret diary of the lighthouse keeper.\n")
+    write(v / "Open.md", "# Open\n\nThe public history of the harbour.\n")
+    write(v / ".obsidian/templates.json", json.dumps({"folder": "Private"}))
+    core = write(v / ".obsidian/core-plugins.json", json.dumps({"templates": False}))
+    h = Harness(make_cfg(v), FakeEmbedder())
+    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+    try:
+        h.sweep()
+        assert h.stores.manifest.file_states_of(["vault/Private/p"])
+        write(core, json.dumps({"templates": True}))
+        loop.changed({str(core)})  # no sweep runs: the loop is not started
+        assert not h.stores.manifest.file_states_of(["vault/Private/p"])
+        assert h.indexer.excluded_by("vault/Private/p") == "Obsidian templates folder: Private/"
+        write(core, json.dumps({"templates": False}))
+        loop.changed({str(core)})
+        assert h.indexer.excluded_by("vault/Private/p") is None
+        assert h.stores.manifest.file_states_of(["vault/Open"])
+    finally:
+        h.close()
+
+
 def test_a_note_a_batch_leaves_out_after_a_reload_is_recorded_as_excluded(
     make_cfg: Any, tmp_path: Path
 ) -> None:

@@ -1458,6 +1458,47 @@ def test_the_templates_folder_is_left_out_under_its_own_rule(tmp_path: Path, mak
         h.close()
 
 
+def test_a_templates_plugin_switched_off_leaves_its_folder_in(tmp_path: Path, make_cfg: Any) -> None:
+    """Obsidian keeps templates.json when the Templates core plugin is switched off; its folder
+    then holds notes like any other, and they stayed out of search. core-plugins.json in both
+    forms (a list of the plugins on, older Obsidian; a map of id -> on, newer); none, a broken one
+    or a map not naming the plugin: as before. Templater by community-plugins.json alike."""
+    from sidecar.vault.ignore import IgnoreRules
+
+    v = _template_vault(tmp_path)
+    core = v / ".obsidian/core-plugins.json"
+    rules = IgnoreRules((), v)
+    for text, left_out in [
+        (None, True),
+        (json.dumps({"daily-notes": False, "templates": False}), False),
+        (json.dumps({"templates": True}), True),
+        (json.dumps({"daily-notes": False}), True),
+        (json.dumps(["file-explorer", "daily-notes"]), False),
+        (json.dumps(["file-explorer", "templates"]), True),
+        ('{"templates": fal', True),
+    ]:
+        if text is not None:
+            write(core, text)
+        rules.refresh()
+        assert (rules.match("Vorlagen/Tagesnotiz.md") is not None) is left_out, text
+    write(v / ".obsidian/plugins/templater-obsidian/data.json", json.dumps({"templates_folder": "Tpl"}))
+    write(v / ".obsidian/community-plugins.json", json.dumps(["dataview"]))
+    rules.refresh()
+    assert rules.match("Tpl/a.md") is None and rules.match("Vorlagen/a.md") is not None
+    write(v / ".obsidian/community-plugins.json", json.dumps(["templater-obsidian"]))
+    rules.refresh()
+    assert rules.match("Tpl/a.md") == "Obsidian templates folder: Tpl/"
+    # The sweep: the note in the folder is searched once the plugin is off.
+    write(core, json.dumps({"templates": False}))
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        assert "vault/Vorlagen/Tagesnotiz" in _keys(h)
+        assert "Obsidian templates folder: Vorlagen/" not in h.indexer.activity.excluded
+    finally:
+        h.close()
+
+
 def test_a_templates_folder_set_anew_applies_at_once(tmp_path: Path, make_cfg: Any) -> None:
     """Templater's folder set to "Journal": a templates folder is in force as soon as it is read
     (no hold), its notes leave search at once, under the templates folder's rule."""
@@ -1508,6 +1549,58 @@ def test_a_templates_folder_read_during_a_slow_settings_read_is_never_indexed(
         stuck.join(30)
         h.sweep()
         assert _keys(h) == {"vault/Journal/a"}
+    finally:
+        h.close()
+
+
+def test_a_templates_folder_a_daily_note_template_lies_in_stays_out(tmp_path: Path, make_cfg: Any) -> None:
+    """With the Templates plugin switched off, the Daily notes core plugin (or Periodic Notes) may
+    still make each day's note from a template in its folder ("template": "Vorlagen/Tagesnotiz"):
+    the form was searched, and ranked first for "was hab ich vorgestern gemacht". The folder
+    stays out while such a template lies in it."""
+    from sidecar.vault.ignore import IgnoreRules
+
+    v = _template_vault(tmp_path)
+    write(v / ".obsidian/core-plugins.json", json.dumps({"templates": False, "daily-notes": True}))
+    daily = v / ".obsidian/daily-notes.json"
+    periodic = v / ".obsidian/plugins/periodic-notes/data.json"
+    rules = IgnoreRules((), v)
+    for daily_text, periodic_text, community, left_out in [
+        (None, None, None, False),
+        ({"folder": "Journal", "template": "Vorlagen/Tagesnotiz"}, None, None, True),
+        ({"template": "/Vorlagen/Tagesnotiz.md"}, None, None, True),
+        ({"template": "Vorlagenkunde"}, None, None, False),  # alike in name, not in the folder
+        ({"template": ""}, None, None, False),
+        ({"template": "Vorlagen/Tagesnotiz"}, None, ["dataview"], True),
+        # Periodic Notes, 0.x and 1.x, switched on or off
+        ({}, {"daily": {"enabled": True, "template": "Vorlagen/Tagesnotiz"}}, ["periodic-notes"], True),
+        ({}, {"weekly": {"enabled": True, "template": "Vorlagen/Woche"}}, ["periodic-notes"], True),
+        ({}, {"daily": {"enabled": False, "template": "Vorlagen/Tagesnotiz"}}, ["periodic-notes"], False),
+        ({}, {"daily": {"enabled": True, "template": "Vorlagen/Tagesnotiz"}}, ["dataview"], False),
+        ({}, {"calendarSets": [{"day": {"templatePath": "Vorlagen/T.md"}}]}, ["periodic-notes"], True),
+    ]:
+        if daily_text is not None:
+            write(daily, json.dumps(daily_text))
+        if periodic_text is not None:
+            write(periodic, json.dumps(periodic_text))
+        if community is not None:
+            write(v / ".obsidian/community-plugins.json", json.dumps(community))
+        rules.refresh()
+        got = rules.match("Vorlagen/Tagesnotiz.md")
+        assert (got is not None) is left_out, (daily_text, periodic_text, community)
+    # The Daily notes plugin switched off too: its template makes no note, the folder is in.
+    write(daily, json.dumps({"template": "Vorlagen/Tagesnotiz"}))
+    write(periodic, json.dumps({}))
+    write(v / ".obsidian/core-plugins.json", json.dumps({"templates": False, "daily-notes": False}))
+    rules.refresh()
+    assert rules.match("Vorlagen/Tagesnotiz.md") is None
+    # The sweep: the form is not searched while the daily notes are made from it.
+    write(v / ".obsidian/core-plugins.json", json.dumps({"templates": False, "daily-notes": True}))
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        assert "vault/Vorlagen/Tagesnotiz" not in _keys(h)
+        assert h.indexer.excluded_by("vault/Vorlagen/Tagesnotiz") == "Obsidian templates folder: Vorlagen/"
     finally:
         h.close()
 
@@ -1688,7 +1781,8 @@ def test_a_calendar_plugin_switched_off_sets_no_week_start(tmp_path: Path) -> No
     """Obsidian keeps a plugin's settings when it is switched off: a Sunday start of a Calendar
     plugin no longer in community-plugins.json began "last week" on Sunday while Obsidian showed
     no calendar. Switched on again, its setting counts again; no list at all: as before."""
-    from sidecar.vault.weekstart import CALENDAR_SETTINGS, COMMUNITY_PLUGINS, WeekStart
+    from sidecar.vault.settingsfile import COMMUNITY_PLUGINS
+    from sidecar.vault.weekstart import CALENDAR_SETTINGS, WeekStart
 
     write(tmp_path / CALENDAR_SETTINGS, json.dumps({"weekStart": "sunday"}))
     week = WeekStart(tmp_path)

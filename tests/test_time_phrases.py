@@ -37,6 +37,12 @@ PERIODS = [
     ("a month ago", "2026-11-01", "2026-11-30"),
     ("vor einem Monat", "2026-11-01", "2026-11-30"),
     ("3 months ago", "2026-09-01", "2026-09-30"),
+    ("a year ago", "2025-11-29", "2025-12-05"),  # the week around that day
+    ("vor einem Jahr", "2025-11-29", "2025-12-05"),
+    ("vor zwei Jahren", "2024-11-29", "2024-12-05"),
+    ("heute vor einem Jahr", "2025-12-02", "2025-12-02"),  # that day
+    ("today a year ago", "2025-12-02", "2025-12-02"),
+    ("a year ago today", "2025-12-02", "2025-12-02"),
     ("vor drei Monaten", "2026-09-01", "2026-09-30"),
     ("Tuesday of last week", "2026-11-24", "2026-11-24"),
     ("Montag letzter Woche", "2026-11-23", "2026-11-23"),
@@ -947,3 +953,126 @@ def test_no_off_topic_message_asks_what_happened() -> None:
     for line in lines:
         text, _ = split_filters(line, TODAY)
         assert not query.asks_what_happened(line, text), line
+
+
+@pytest.mark.parametrize(
+    ("said", "window"),
+    [
+        ("Was war am Wochenende?", ("2026-11-28", "2026-11-29")),
+        ("Was habe ich am Wochenende gemacht?", ("2026-11-28", "2026-11-29")),
+        ("Was habe ich übers Wochenende geschrieben?", ("2026-11-28", "2026-11-29")),
+        ("What did I do on the weekend?", ("2026-11-28", "2026-11-29")),
+        ("What happened at the weekend?", ("2026-11-28", "2026-11-29")),
+        # no past form, the agenda, a habit, a list: words, as before
+        ("Was machst du am Wochenende?", None),
+        ("Was steht am Wochenende an?", None),
+        ("Ausflug am Wochenende", None),
+        ("am Wochenende", None),
+        ("am Wochenende schlafe ich aus", None),
+        ("What did we do on Friday and at the weekend?", None),
+    ],
+)
+def test_the_weekend_in_a_past_question_is_the_last_one(said: str, window: tuple[str, str] | None) -> None:
+    """'Was war am Wochenende?' was words (recall listed nothing) while 'over the weekend' was the
+    weekend just gone: with a past form in its clause it is that weekend too."""
+    rest, f = split_filters(said, TODAY)
+    assert ((f.since, f.until) if f.phrase else None) == window, (said, f)
+    if window is None:
+        assert rest == said
+
+
+@pytest.mark.parametrize(
+    ("said", "today", "day"),
+    [
+        # asked before that day this year: the last one, last year's (it was words past a month)
+        ("Was war am 24.12.?", TODAY, "2025-12-24"),
+        ("Was habe ich am 24.12. gemacht?", TODAY, "2025-12-24"),
+        ("What did I do on December 24?", TODAY, "2025-12-24"),
+        # asked after it: this year's, also months on
+        ("Was war am 24.12.?", dt.date(2026, 12, 30), "2026-12-24"),
+        ("Was war am 24.12.?", dt.date(2027, 3, 10), "2026-12-24"),
+        # the agenda stays the coming one, a day with no tense a month's grace (else words)
+        ("Was steht am 24.12. an?", TODAY, "2026-12-24"),
+        ("Was steht am 24.12. an?", dt.date(2027, 3, 10), "2027-12-24"),
+        ("Geschenke am 24.12.", TODAY, None),
+        ("Geschenke am 24.12.", dt.date(2026, 12, 30), "2026-12-24"),
+    ],
+)
+def test_a_day_in_a_past_question_is_the_last_one(said: str, today: dt.date, day: str | None) -> None:
+    """A day with no year in a past question is the last one however long ago, as a day notes
+    are "from" is; the agenda's reading and a tenseless day's stay as they were."""
+    f = split_filters(said, today)[1]
+    assert ((f.since, f.until) if f.phrase else None) == ((day, day) if day else None), (said, today, f)
+
+
+def test_a_year_ago_is_the_week_around_that_day() -> None:
+    """'vor einem Jahr' / 'a year ago' was words (or would have been a whole calendar year): the
+    seven days centred on that day, whatever its weekday; a leap day a year on is February 28th's."""
+    for said in ("Was habe ich vor einem Jahr gemacht?", "What did I do a year ago?"):
+        f = split_filters(said, TODAY)[1]
+        assert (f.since, f.until) == ("2025-11-29", "2025-12-05"), said
+    f = split_filters("a year ago", dt.date(2028, 2, 29))[1]
+    assert (f.since, f.until) == ("2027-02-25", "2027-03-03")
+    # the words of a plain search stay words
+    for plain in ("Urlaub Ende Dezember", "budget next year"):
+        rest, f = split_filters(plain, TODAY)
+        assert (rest, f.phrase) == (plain, None)
+
+
+@pytest.mark.parametrize(
+    ("said", "window"),
+    [
+        # beside a word of its own, "vor einem Jahr" is said loosely: words (a week hid the note)
+        ("Wärmepumpe vor einem Jahr", None),
+        ("Welche Wärmepumpe habe ich vor einem Jahr gekauft?", None),
+        ("vor 5 Jahren Umzug", None),
+        ("What did I buy a year ago for the garden?", None),
+        # asking only what happened then: the week about that day
+        ("Was war vor einem Jahr?", ("2025-11-29", "2025-12-05")),
+        ("Was ist vor einem Jahr passiert?", ("2025-11-29", "2025-12-05")),
+        ("Was war vor 5 Jahren?", ("2021-11-29", "2021-12-05")),
+        # "heute vor einem Jahr", "a year ago today": that very day, on the same terms
+        ("Was war heute vor einem Jahr?", ("2025-12-02", "2025-12-02")),
+        ("heute vor einem Jahr", ("2025-12-02", "2025-12-02")),
+        ("What happened a year ago today?", ("2025-12-02", "2025-12-02")),
+        ("What did I do today a year ago?", ("2025-12-02", "2025-12-02")),
+        ("Wärmepumpe heute vor einem Jahr", None),  # nor is it today
+        ("Rechnung a year ago today", None),
+    ],
+)
+def test_a_year_back_only_in_a_question_about_what_happened(
+    said: str, window: tuple[str, str] | None
+) -> None:
+    """A year back is read as its days only when the message asks what happened then and nothing
+    else; otherwise the phrase and any word of time inside it are words."""
+    rest, f = split_filters(said, TODAY)
+    assert ((f.since, f.until) if f.phrase else None) == window, (said, f)
+    if window is None:
+        assert rest == said
+
+
+@pytest.mark.parametrize(
+    ("said", "window"),
+    [
+        # another time phrase or a year says which weekend: that phrase is read, the weekend words
+        ("Wie war das Wetter am Wochenende in Berlin letztes Jahr?", ("2025-01-01", "2025-12-31")),
+        ("Was war am Wochenende 2025?", None),
+        ("What did I do on the weekend in May 2025?", ("2025-05-01", "2025-05-31")),
+        # the weekend's clause is no question about what happened: words, in German as in English
+        ("Ich war am Wochenende krank, was hilft gegen Husten?", None),
+        ("I was sick on the weekend, what helps against a cough?", None),
+        ("Am Wochenende war ich krank.", None),
+        # a question about it still is the weekend gone
+        ("Und was war am Wochenende?", ("2026-11-28", "2026-11-29")),
+        ("Habe ich am Wochenende Sport gemacht?", ("2026-11-28", "2026-11-29")),
+    ],
+)
+def test_the_weekend_gives_way_to_a_closer_phrase_and_needs_a_question(
+    said: str, window: tuple[str, str] | None
+) -> None:
+    """'am Wochenende … letztes Jahr' was this week's weekend with 'letztes Jahr' left as words,
+    and 'Ich war am Wochenende krank, was hilft gegen Husten?' limited the hits to the weekend."""
+    rest, f = split_filters(said, TODAY)
+    assert ((f.since, f.until) if f.phrase else None) == window, (said, f)
+    if window is None:
+        assert rest == said

@@ -68,6 +68,8 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         print(f"note: {shown(refused_note(reply['inboxRefused']))}", file=sys.stderr)
     if reply.get("todayIgnored"):
         print(f"note: {shown(reply['todayIgnored'])}", file=sys.stderr)
+    if reply.get("filterNoValue"):
+        print(f"note: {shown(reply['filterNoValue'])}", file=sys.stderr)
     if result.listed:  # none listed: said in place of "nothing relevant found" below
         print(
             f"note: the query holds filters alone: {result.listed} hit(s) (relevance 0) are the notes "

@@ -12,7 +12,7 @@ from sidecar.clients.foreground import all_vectors_words, backlog, duration
 from sidecar.clients.plainerror import cause_of, plain_error
 from sidecar.contracts.errors import is_io_fault
 from sidecar.contracts.printable import escape_controls as shown
-from sidecar.contracts.wire import anchor_missing, clock_said
+from sidecar.contracts.wire import anchor_missing, catching_up_note, clock_said
 from sidecar.stores.aside import KEEP_MOVED_ASIDE_DAYS
 
 
@@ -254,11 +254,8 @@ def _index_line(h: dict[str, Any]) -> str:
         return _building_line(h)
     if catching := idx.get("catching_up"):
         # File changes wait or are being applied (a branch switch, a synced folder).
-        return (
-            f"Index: ready; catching up with changes in the notes ({catching['done']:,} of "
-            f"{catching['total']:,} applied): notes moved or deleted may still be found under their old "
-            "paths, new ones may be missing"
-        )
+        said = catching_up_note(catching["done"], catching["total"], catching.get("recut", 0))
+        return f"Index: ready; {said.removeprefix('the index is ')}"
     if idx["phase"] == "indexing" and idx["progress"]["total"] > _BUSY_NOTES:
         # Ready, and a batch of changes (a checkout, a synced folder) is being read in.
         prog = idx["progress"]

@@ -182,6 +182,8 @@ class ToolCalls:
             out["inboxRefused"] = raw["inboxRefused"]
         if raw.get("todayIgnored"):
             out["todayIgnored"] = raw["todayIgnored"]
+        if raw.get("filterNoValue"):
+            out["filterNoValue"] = raw["filterNoValue"]
         return text_of_search(query, out), out
 
     def get(self, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:

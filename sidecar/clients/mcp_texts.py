@@ -63,12 +63,16 @@ def _state_notes(result: dict[str, Any]) -> list[str]:
         lines.append(refused_note(result["inboxRefused"]))
     if result.get("todayIgnored"):
         lines.append(f"note: {shown(result['todayIgnored'])}")
+    if result.get("filterNoValue"):
+        lines.append(f"note: {shown(result['filterNoValue'])}")
     if building := result.get("indexing"):
         lines.append(building_note(building))
     if result.get("staleSince") is not None:
         lines.append(f"note: {stale_note(result['staleSince'])}")
     if catching := result.get("catchingUp"):
-        lines.append(f"note: {catching_up_note(catching['done'], catching['total'])}")
+        lines.append(
+            f"note: {catching_up_note(catching['done'], catching['total'], catching.get('recut', 0))}"
+        )
     return lines
 
 
@@ -239,7 +243,7 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
         f"{index['files']} notes, {index['chunks']} chunks",
     ]
     if catching := idx.get("catching_up"):
-        parts.append(catching_up_note(catching["done"], catching["total"]))
+        parts.append(catching_up_note(catching["done"], catching["total"], catching.get("recut", 0)))
     if waiting:
         parts.append(f"{waiting} chunks wait for their vector (found by keywords only)")
     if continuous:

@@ -101,7 +101,7 @@ TOOLS: list[dict[str, Any]] = [
                 "pendingVectors": {"type": "integer"},
                 "indexing": obj({"done": INT, "total": INT}),
                 "staleSince": {"type": "number"},
-                "catchingUp": obj({"done": INT, "total": INT}, ("done", "total")),
+                "catchingUp": obj({"done": INT, "total": INT, "recut": INT}, ("done", "total")),
                 "inboxRefused": STR,
                 "masked": COUNTS,
                 "listed": INT,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +90,7 @@ class AnalysisFilters:
     until: str | None = None
     time_phrase: str | None = None
     window_given: bool = False  # since/until given as such won over the time phrase
+    no_value: tuple[str, ...] = ()  # keys at the end of the query ("tag:"): searched as words
 
 
 @dataclass(frozen=True)
@@ -155,9 +156,10 @@ class SearchResult:
     # Index updates have been failing since then (seconds since the epoch; a full disk): notes
     # added or changed since may be missing from the hits, deleted ones still among them.
     stale_since: float | None = None
-    # File changes are waiting or being applied (changes applied, changes known; a branch
-    # switch): notes moved or deleted may still be found under their old paths, new ones missed.
-    catching_up: tuple[int, int] | None = None
+    # File changes are waiting or being applied (changes applied, changes known, those of them
+    # only cut again; a branch switch): notes moved or deleted may still be found under their old
+    # paths, new ones missed. Notes cut again (chunking settings changed) moved nowhere.
+    catching_up: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -193,11 +195,20 @@ def indexing_note(done: int, total: int) -> str:
     return f"the index is still being built ({read}): notes not read yet cannot be found"
 
 
-def catching_up_note(done: int, total: int) -> str:
-    """What a client says while file changes wait or are being applied (``catchingUp``)."""
+def catching_up_note(done: int, total: int, recut: int = 0) -> str:
+    """What a client says while file changes wait or are being applied (``catchingUp``). Notes
+    only cut again (the chunking settings, the model or sidecar's chunker changed) moved nowhere:
+    a re-cut alone said "notes moved or deleted may still be found under their old paths"."""
+    if recut and recut >= total:
+        return (
+            f"the notes are being cut into chunks again, their text unchanged ({done:,} of {total:,} "
+            f"done, {total - done:,} waiting): a chunk whose text stays keeps its vector, the others "
+            "are found by their words until their vectors are computed"
+        )
+    again = f"; {recut:,} of them only cut into chunks again" if recut else ""
     return (
-        f"the index is catching up with changes in the notes ({done:,} of {total:,} applied): notes "
-        "moved or deleted may still be found under their old paths, new ones may be missing"
+        f"the index is catching up with changes in the notes ({done:,} of {total:,} applied{again}): "
+        "notes moved or deleted may still be found under their old paths, new ones may be missing"
     )
 
 
@@ -320,6 +331,15 @@ def waiting_vectors(result: SearchResult) -> int:
     return max(result.pending_vectors - result.pending_continuous, 0)
 
 
+def no_value_note(keys: Sequence[str]) -> str:
+    """What a search answer says of filter keys with nothing after them ("tag:" ending the query):
+    they were searched as words, not taken as filters (a query with a colon never fails)."""
+    named = ", ".join(f"{k}:" for k in keys)
+    return (
+        f"{named} {'has' if len(keys) == 1 else 'have'} no value, searched as a word (write {keys[0]}:VALUE)"
+    )
+
+
 def pending_note(n: int) -> str:
     """What a client says when some chunks had no vector yet (the hits may miss them)."""
     chunks = "1 chunk still waits for its vector" if n == 1 else f"{n:,} chunks still wait for their vectors"
@@ -412,6 +432,8 @@ def analysis_json(a: Analysis) -> dict[str, Any]:
     }
     if f.window_given:
         out["filters"]["windowGiven"] = True
+    if f.no_value:
+        out["filters"]["noValue"] = list(f.no_value)
     if a.history_turns is not None:
         out["historyTurns"] = a.history_turns
     if a.history_share is not None:
@@ -459,7 +481,8 @@ def state_json(result: SearchResult) -> dict[str, Any]:
     if result.stale_since is not None:
         out["staleSince"] = result.stale_since
     if result.catching_up is not None:
-        out["catchingUp"] = {"done": result.catching_up[0], "total": result.catching_up[1]}
+        done, total, recut = result.catching_up
+        out["catchingUp"] = {"done": done, "total": total, **({"recut": recut} if recut else {})}
     return out
 
 
@@ -565,6 +588,7 @@ def parse_analysis(d: Mapping[str, Any]) -> Analysis:
             until=f.get("until"),
             time_phrase=f.get("timePhrase"),
             window_given=bool(f.get("windowGiven")),
+            no_value=tuple(f.get("noValue") or ()),
         ),
         history_turns=d.get("historyTurns"),
         history_share=d.get("historyShare"),
@@ -604,7 +628,13 @@ def parse_search(d: Mapping[str, Any]) -> SearchResult:
         listed=int(d["listed"]) if d.get("listed") is not None else None,
         stale_since=float(d["staleSince"]) if d.get("staleSince") is not None else None,
         catching_up=(
-            (int(d["catchingUp"]["done"]), int(d["catchingUp"]["total"])) if d.get("catchingUp") else None
+            (
+                int(d["catchingUp"]["done"]),
+                int(d["catchingUp"]["total"]),
+                int(d["catchingUp"].get("recut", 0)),
+            )
+            if d.get("catchingUp")
+            else None
         ),
         dropped=tuple(parse_hit(h) for h in d.get("dropped") or ()),
         gates=dict(d["gates"]) if d.get("gates") else None,

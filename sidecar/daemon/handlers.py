@@ -48,6 +48,7 @@ from sidecar.contracts.wire import (
     catching_up_note,
     explanation_json,
     held_note,
+    no_value_note,
     offline_note,
     search_json,
     stale_note,
@@ -136,7 +137,7 @@ class ServiceState:
     watched: Callable[[], list[Path]]
     reload: Callable[[], dict[str, Any]]
     # (changes applied, changes known) while file changes wait or are being applied, else None.
-    catching_up: Callable[[], tuple[int, int] | None] = lambda: None
+    catching_up: Callable[[], tuple[int, int, int] | None] = lambda: None
     # The highest number of an `index` request whose sweep has ended (the daemon's own sweeps
     # are not numbered).
     asked_done: Callable[[], int] = lambda: 0
@@ -325,6 +326,7 @@ class Handlers:
         return {
             "done": got[0],
             "total": got[1],
+            "recut": got[2],
             "leaving": sum(by_source.values()),
             "leaving_by_source": by_source,
         }
@@ -434,6 +436,8 @@ class Handlers:
         result = self._marked_held(self._while_building(result))
         out = search_json(result, preview=param_bool(p, "preview", default=False))
         out.update(self._offline_roots(request.sources))
+        if result.analysis is not None and result.analysis.filters.no_value:
+            out["filterNoValue"] = no_value_note(result.analysis.filters.no_value)
         if far:
             out["todayIgnored"] = far
         if request.sources is None or "memory" in request.sources:

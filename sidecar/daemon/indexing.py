@@ -161,13 +161,16 @@ class IndexLoop:
         """Requests waiting, held events of hot notes included (health's queue depth)."""
         return self.jobs.qsize() + len(self.hot.held())
 
-    def catching_up(self) -> tuple[int, int] | None:
-        """(notes applied, notes known) while a bulk of file changes waits or is being applied (a
-        branch switch, a synced folder): the paths of file events queued, a sweep's notes to
-        index and to remove once it found them, counted since the catch-up began (nothing
-        pending before it), so ``done`` grows over a switch's several sweeps; None once nothing
-        waits, or while fewer than ``CATCHING_UP_MIN`` notes make the whole catch-up. A branch
-        switch's answers held old and new paths for seconds and looked complete."""
+    def catching_up(self) -> tuple[int, int, int] | None:
+        """(notes applied, notes known, those of them only cut again) while a bulk of file changes
+        waits or is being applied (a branch switch, a synced folder): the paths of file events
+        queued, a sweep's notes to index and to remove once it found them, counted since the
+        catch-up began (nothing pending before it), so ``done`` grows over a switch's several
+        sweeps; None once nothing waits, or while fewer than ``CATCHING_UP_MIN`` notes make the
+        whole catch-up. A branch switch's answers held old and new paths for seconds and looked
+        complete. The third: the notes of the sweep under way read only to be cut again, their
+        files unchanged (chunking settings changed): no note moved, and the answers say what
+        does happen."""
         with self._progress:
             running, applied = self._running, self._applied
             with self.jobs.mutex:
@@ -175,14 +178,15 @@ class IndexLoop:
             act = self.indexer.activity
             # Deletions waiting for their root's events to go quiet (``index.bursts``) are pending too.
             pending = self._notes_of(queued, self.hot.quiet(queued)) + self.indexer.changes.bursts.waiting()
-            done = applied
+            done, recut = applied, 0
             if running is not None and act.phase == "indexing":
                 done += act.done
                 pending += max(0, act.total - act.done)
+                recut = act.recut
             elif running is not None and act.phase == "scanning":
                 pending += self._notes_of(running.paths)  # being looked at (a full sweep may find none)
         total = done + pending
-        return (done, total) if pending and total >= CATCHING_UP_MIN else None
+        return (done, total, recut) if pending and total >= CATCHING_UP_MIN else None
 
     def _notes_of(self, paths: Collection[str], hot: Collection[str] = ()) -> int:
         """How many of these paths are neither ``hot`` nor in the agents' inboxes (a memory write

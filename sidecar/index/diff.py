@@ -108,6 +108,9 @@ class Diff:
     # entry leaves once the new one is written, batch by batch: left to the sweep's end, a renamed
     # folder's every note was found twice for as long as the whole folder took to read.
     moves: dict[str, str] = field(default_factory=dict)
+    # Notes in ``work`` only because the index marked them to be cut again (chunking settings, the
+    # model or the chunker changed; ``Manifest.reread_all``): their files did not change.
+    recut: int = 0
 
 
 @dataclass
@@ -651,6 +654,8 @@ class ChangeFinder:
             st = known.get(n.key)
             if st is None or (st.mtime_ns, st.size) != (n.mtime_ns, n.size) or st.state not in _SETTLED:
                 diff.work.append(n)
+                if st is not None and st.size == -1 and st.mtime_ns == n.mtime_ns:
+                    diff.recut += 1
             elif st.ctime_ns and n.ctime_ns and st.ctime_ns != n.ctime_ns:
                 # Same size and mtime, yet changed (mtime set back by a tool, a clock too coarse
                 # for two saves): read again; equal bytes only update the stat.

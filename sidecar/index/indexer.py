@@ -68,6 +68,8 @@ class Activity:
     # Notes this sweep found deleted or moved away, still indexed until its new notes are in, by
     # source (``vault``, ``wiki``, ``memory``).
     leaving: dict[str, int] = field(default_factory=dict)
+    # Notes of this sweep read only to be cut again, their files unchanged (``Diff.recut``).
+    recut: int = 0
     # Since when notes wait to be cut for the model's tokenizer (loaded or converted on a first
     # start; at most TOKENIZER_WAIT_S), else None: status says why "indexing 0/3" stands still.
     tokenizer_wait_since: float | None = None
@@ -254,7 +256,7 @@ class Indexer:
             self._gone_left = []
         act = self.activity
         act.phase, act.done, act.total, act.started = "scanning", 0, 0, time.time()
-        act.leaving = {}
+        act.leaving, act.recut = {}, 0
         if not act.first_sweep_done:
             upgrade_bm25(self.stores, stop)  # an older layout's index answers meanwhile
             refill_new_bm25(self.stores, stop)
@@ -288,7 +290,7 @@ class Indexer:
         # A moved note is one change (its new key read, its old one removed with it), not two.
         moves = _moves_applied(diff)
         act.phase, act.total = "indexing", len(diff.work) + len(diff.gone) - len(moves)
-        act.leaving = {}
+        act.leaving, act.recut = {}, diff.recut
         self.found_by_listing = self._found_by_listing(diff, listed)
         changed = self._apply(diff, moves, every if not paths else None, progress, stop)
         self._retire_emptied(diff.gone, names)

@@ -434,7 +434,8 @@ class Inboxes(Retention):
         if problem is not None:  # it would be stored as body text, its keys lost to every reader
             raise MemoryWriteError(
                 f"the front matter at the top of 'content' cannot be read ({problem}): fix it, or "
-                "give the keys as 'frontmatter'"
+                "give the keys as 'frontmatter'; text that opens with a '---' rule and has no front "
+                "matter: put an empty block ('---' and '---' lines) before it"
             )
         if len(content.encode("utf-8")) > self.cfg.memory.max_note_bytes:
             raise MemoryWriteError(

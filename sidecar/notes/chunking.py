@@ -47,7 +47,9 @@ _MIN_BUDGET = 24
 #    table's header again in each of its chunks; an embed's size ("|400") is no text.
 # 7: the words carried into the next chunk keep their line breaks and lie within its lines (they
 #    were glued onto the previous piece's last line).
-CHUNKER_VERSION = 7
+# 8: the first "---" line after the opening one ends the front matter ("---/---/---" is an empty
+#    block and a rule, which was lost).
+CHUNKER_VERSION = 8
 # How Excalidraw drawings (notes with ``excalidraw-plugin`` in their front matter) are read; when
 # it changes, only the drawings are read again (``Indexer.reread_drawings_if_read_differently``),
 # not the whole vault as a CHUNKER_VERSION change does.

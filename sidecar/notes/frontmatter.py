@@ -48,7 +48,10 @@ _Loader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp)
 _LOADER = _Loader
 # A block at the very start: "---" line, YAML, "---" line (what the inbox writes and reads back).
 # Windows line ends too: an agent's text may come with them (notes read from disk are normalised).
-_BLOCK = re.compile(r"\A---[ \t]*\r?\n(.*?\r?\n)?---[ \t]*(?:\r?\n|\Z)", re.S)
+# The first "---" line after the opening one closes it: "---/---" is an empty block, and a "---"
+# after it is the body's rule (a greedy optional group took the second line as YAML and the third
+# as the end, and the rule was lost); YAML lines after an empty block are body.
+_BLOCK = re.compile(r"\A---[ \t]*\r?\n(.*?\r?\n)??---[ \t]*(?:\r?\n|\Z)", re.S)
 
 
 def _json_safe(value: Any, budget: list[int]) -> Any:

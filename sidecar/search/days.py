@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from sidecar.search.tense import asks_ahead, clause_says_done, phrase_alone
+from sidecar.search.tense import asks_ahead, clause_asks, clause_says_done, phrase_alone
 from sidecar.search.words import fold, numbered_file
 
 
@@ -98,6 +98,9 @@ class Reading:
     ahead: bool = False
     week_start: int = 0
     gone: bool = False  # the phrase names a day gone by (notes "from" or "vom" it)
+    # Whether a year back ("vor einem Jahr") is read as its days: given the text and the text
+    # without the phrase, the message asks only what happened then (see _year_ago). None: it is.
+    plain: Callable[[str, str], bool] | None = None
 
 
 def _num(word: str) -> int:
@@ -297,6 +300,38 @@ def _named_day(
     return _one(when)
 
 
+# Days either side of the day a year (or years) ago: a year back is said loosely ("vor einem Jahr"
+# is rarely that very day, and a whole calendar year answered with a year of notes), and its
+# weekday is another one; a week centred on it holds what was written around then whatever the
+# weekday, as "2 weeks ago" is a week.
+_AROUND_DAYS = 3
+
+
+def _around(day: dt.date) -> Window:
+    return day - dt.timedelta(days=_AROUND_DAYS), day + dt.timedelta(days=_AROUND_DAYS)
+
+
+class _LoosePhraseError(FilterError):
+    """A loose phrase (a year back) in a message that is about something of its own: its words,
+    a word of time inside it too ("heute vor einem Jahr" is not today)."""
+
+
+def _year_ago(around: bool) -> PhraseWindow:
+    """ "a year ago", "vor 2 Jahren" (``around``: the week about that day), "heute vor einem Jahr",
+    "a year ago today" (that day). Only for a message asking what happened then and nothing else
+    ("Was war vor einem Jahr?", "What did I do a year ago?"): beside a word of its own ("Welche
+    Wärmepumpe habe ich vor einem Jahr gekauft?") a week hid the note, dated other days, that the
+    words find; "vor einem Jahr" is said loosely."""
+
+    def window(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+        if r.plain is not None and not r.plain(m.string, m.string[: m.start()] + " " + m.string[m.end() :]):
+            raise _LoosePhraseError("a year back beside other words")
+        day = _months_back(t, 12 * _num(m[1]))
+        return _around(day) if around else _one(day)
+
+    return window
+
+
 def _weekday_before(today: dt.date, weekday: str) -> Window:
     """ "last Tuesday", "letzten Dienstag": the Tuesday before today (a week ago on a Tuesday)."""
     back = (today.weekday() - _weekday_number(weekday)) % 7 or 7
@@ -322,15 +357,21 @@ _NOTES_FROM = (
 _DAY_FORMS: tuple[Phrase, ...] = (
     (
         r"(\d{1,2})(?:\.\s*|" + _ORD + r"\s+)(?:of\s+)?" + _MONTH + _YEAR_OF + _NO_RANGE,
-        lambda t, m, r: _named_day(t, m[1], _month_number(m[2]), m[3], m[4], ahead=r.ahead, gone=r.gone),
+        lambda t, m, r: _named_day(
+            t, m[1], _month_number(m[2]), m[3], m[4], ahead=r.ahead, gone=_said_gone(m, r)
+        ),
     ),
     (
         r"the\s+(\d{1,2})" + _ORD + r"\s+of\s+" + _MONTH + _YEAR_OF + _NO_RANGE,
-        lambda t, m, r: _named_day(t, m[1], _month_number(m[2]), m[3], m[4], ahead=r.ahead, gone=r.gone),
+        lambda t, m, r: _named_day(
+            t, m[1], _month_number(m[2]), m[3], m[4], ahead=r.ahead, gone=_said_gone(m, r)
+        ),
     ),
     (
         _MONTH + r"\s+(\d{1,2})" + _ORD + _YEAR_OF + _NO_RANGE,
-        lambda t, m, r: _named_day(t, m[2], _month_number(m[1]), m[3], m[4], ahead=r.ahead, gone=r.gone),
+        lambda t, m, r: _named_day(
+            t, m[2], _month_number(m[1]), m[3], m[4], ahead=r.ahead, gone=_said_gone(m, r)
+        ),
     ),
 )
 # German numerals, "3.12.", "3.12" or "03.12.2026": only after "am" and "seit dem" ("ab 5.1." is
@@ -339,7 +380,15 @@ _NUMERIC_DAY = r"(\d{1,2})\.(\d{1,2})(?:\.((?:19|20)\d\d)?)?(?![\d.])" + _NO_RAN
 
 
 def _numeric_day(t: dt.date, m: re.Match[str], r: Reading) -> Window:
-    return _named_day(t, m[1], int(m[2]), m[3], ahead=r.ahead, gone=r.gone)
+    return _named_day(t, m[1], int(m[2]), m[3], ahead=r.ahead, gone=_said_gone(m, r))
+
+
+def _said_gone(m: re.Match[str], r: Reading) -> bool:
+    """Whether a day without its year is the last one however long ago: notes "from" it, or a
+    past form in its own clause ("Was war am 24.12.?" asked on December 6th is last year's, asked
+    in March the one of December gone; it was words past a month). A question about the agenda
+    reads the coming one ("Was steht am 24.12. an?"); one with no tense keeps the month's grace."""
+    return r.gone or (not r.ahead and clause_says_done(m))
 
 
 def _iso_day(t: dt.date, m: re.Match[str], r: Reading) -> Window:
@@ -434,6 +483,13 @@ _PERIODS: tuple[Phrase, ...] = (
     # "a month ago", "vor zwei Monaten": that month, as "last month" is the month before this one
     (r"(an?|" + _NUM[1:] + r"\s+months?\s+ago", lambda t, m, r: _month(t, _num(m[1]))),
     (r"vor\s+" + _NUM + r"\s+monate?n?", lambda t, m, r: _month(t, _num(m[1]))),
+    # "a year ago", "vor einem Jahr": the week around that day (see _around); "heute vor einem
+    # Jahr", "a year ago today": that day
+    (r"(an?|" + _NUM[1:] + r"\s+years?\s+ago", _year_ago(around=True)),
+    (r"vor\s+" + _NUM + r"\s+jahre?n?", _year_ago(around=True)),
+    (r"heute\s+vor\s+" + _NUM + r"\s+jahre?n?", _year_ago(around=False)),
+    (r"today,?\s+(an?|" + _NUM[1:] + r"\s+years?\s+ago", _year_ago(around=False)),
+    (r"(an?|" + _NUM[1:] + r"\s+years?\s+ago,?\s+today", _year_ago(around=False)),
     # A weekday with its week ("letzte Woche Dienstag", "Tuesday last week"): that day.
     (_ON_WD + r"\s+(?:of\s+)?" + _LAST_WEEK, lambda t, m, r: _weekday_of_week(t, 1, m[1], r.week_start)),
     (_LAST_WEEK + r"(?:\s+(?:on|am))?\s+" + _WD, lambda t, m, r: _weekday_of_week(t, 1, m[1], r.week_start)),
@@ -492,10 +548,42 @@ _WEEKDAY_DAYS: tuple[Phrase, ...] = (
     (rf"(?:on\s+{_WD}{_NO_TITLE}|am\s+{_WD}){_WD_ALONE}", _weekday_near),
     (_NOTES_FROM + _WD + _WD_ALONE, _gone(lambda t, m, r: _weekday_before(t, m[1]))),
 )
+
+
+def _weekend_done(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+    """ "am Wochenende", "on the weekend" with a past form in its clause ("Was war am Wochenende?",
+    "What did I do on the weekend?"): the weekend just gone, as "over the weekend" is. Else words:
+    "am Wochenende" is as often the one to come ("Was machst du am Wochenende?", "Ausflug am
+    Wochenende") or a habit ("am Wochenende schlafe ich aus")."""
+    # With a weekday or another weekend beside it a list or a range ("on Friday and at the
+    # weekend"); in quotes someone's words: words, as a weekday alone is (see _weekday_alone).
+    text = m.string
+    if len(_ANY_WEEKDAY.findall(text)) != 1 or _QUOTED.search(text):
+        raise FilterError("a weekend in a list or a quote")
+    # A question about what happened, in the weekend's own clause: "Ich war am Wochenende krank,
+    # was hilft gegen Husten?" asks about a cough (the weekend's clause is no question).
+    if r.ahead or not clause_says_done(m) or not clause_asks(m):
+        raise FilterError("a weekend with no question about what happened")
+    # Another time phrase or a year says which weekend ("am Wochenende … letztes Jahr", "am
+    # Wochenende im Mai 2025"): this one's is not it, and the other phrase is read.
+    others = text[: m.start()] + " " * (m.end() - m.start()) + text[m.end() :]
+    if _A_YEAR.search(others) or time_window(others, t, r.week_start, r.plain)[1] is not None:
+        raise FilterError("a weekend beside another time phrase")
+    return _weekend(t, 0 if t.weekday() == 6 else 1)
+
+
+_A_YEAR = re.compile(r"(?<!\d)(?:19|20)\d\d(?!\d)")
+
+
 _DAYS: tuple[Phrase, ...] = (
     *((_NOTES_FROM + pat, _gone(fn)) for pat, fn in _DAY_FORMS),
     (_NOTES_FROM + _NUMERIC_DAY, _gone(_numeric_day)),
+    (
+        r"(?:am|übers|(?:on|at)\s+the)\s+(?:wochenende|weekend)" + _OF_SOMETHING,
+        _weekend_done,
+    ),
 )
+
 
 # "since X" in the forms it is said in; "from last week" alone is "of last week" ("notes from last
 # week"), so "from" needs its "onwards", or an "on" that ends the clause: "on" before a word
@@ -638,14 +726,18 @@ def _weekday_alone(text: str, today: dt.date, reading: Reading) -> tuple[re.Matc
     return None
 
 
-def time_window(text: str, today: dt.date, week_start: int = 0) -> tuple[str, Window | None, str | None]:
+def time_window(
+    text: str, today: dt.date, week_start: int = 0, plain: Callable[[str, str], bool] | None = None
+) -> tuple[str, Window | None, str | None]:
     """The first time phrase of ``text`` (by position; at one position the longest: "since last
     week" before "last week", "in November last year" before "last year") as a window of days;
     the text without it; the phrase. A question about the agenda (``asks_ahead``) reads the
     coming day or month and whole periods; any other ends its window at today and names no day
-    to come. ``week_start`` is the weekday weeks begin on (0 Monday, 6 Sunday)."""
-    reading = Reading(asks_ahead(text), week_start)
-    best: tuple[tuple[int, int], re.Match[str], Window] | None = None
+    to come. ``week_start`` is the weekday weeks begin on (0 Monday, 6 Sunday); ``plain`` tells
+    whether a message asks only what happened in its phrase's period (see Reading.plain)."""
+    reading = Reading(asks_ahead(text), week_start, plain=plain)
+    found: list[tuple[tuple[int, int], re.Match[str], Window]] = []
+    loose: list[tuple[int, int]] = []  # loose phrases kept as words: no phrase inside them counts
     held = {"month": _ANY_MONTH.search(text) is not None, "digit": _ANY_DIGIT.search(text) is not None}
     said = False  # any time phrase, read or not: a weekday alone is then words (see _weekday_alone)
     for pattern, window, need in _PHRASES:
@@ -655,6 +747,9 @@ def time_window(text: str, today: dt.date, week_start: int = 0) -> tuple[str, Wi
             said = True
             try:
                 days = window(today, m, reading)
+            except _LoosePhraseError:
+                loose.append(m.span())
+                continue
             except FilterError:
                 continue  # prose naming no day ("since 2026-02-30"): words, not a window
             if not reading.ahead:
@@ -667,10 +762,10 @@ def time_window(text: str, today: dt.date, week_start: int = 0) -> tuple[str, Wi
             # phrases ("the last week" again and again) took time by the square of its length
             if _DETERMINED.search(text, max(0, m.start() - _LOOKBEHIND), m.start()):
                 continue  # "the last week of the project", "my last year at school": no period
-            place = (m.start(), m.start() - m.end())
-            if best is None or place < best[0]:
-                best = (place, m, days)
+            found.append(((m.start(), m.start() - m.end()), m, days))
             break  # this pattern's first phrase in the text is the one to compare
+    kept = [f for f in found if not any(a <= f[1].start() and f[1].end() <= b for a, b in loose)]
+    best = min(kept, key=lambda f: f[0]) if kept else None
     if best is None and not said:
         alone = _weekday_alone(text, today, reading)
         if alone is not None:

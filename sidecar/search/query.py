@@ -31,7 +31,15 @@ MONTHS = words_file("months.txt")
 CHRONICLE_WORDS = words_file("chronicle.txt")  # about when something happened or changed
 _YEAR = re.compile(r"^(19|20)\d\d$")
 _ISO_MONTH = re.compile(r"\b(19|20)\d\d-(0[1-9]|1[0-2])(-\d\d)?\b")
-_FILTER = re.compile(r"(?<!\S)(tag|path|since|until|source):(\"[^\"]*\"|\S+)", re.IGNORECASE)
+# A filter is a key with its value right after the colon (``tag:garten``). A key followed by a
+# space is one only when the next word is surely a value of that key (``since: 2026-09-01``,
+# ``tag: #garten``): a colon is common in prose ("Source: Wikipedia", "PATH: /usr/bin
+# not found", "Until: further notice"), which is searched as its words. A key at the end of the
+# text ("tag:") is searched as its word, and the answer says so. (The spaced value is looked at,
+# not taken: "source: tag:garten" leaves the tag filter to be read.)
+_FILTER = re.compile(
+    r"(?<!\S)(tag|path|since|until|source):(?:(\"[^\"]*\"|\S+)|\s+(?=(\"[^\"]*\"|\S+))|\s*$)", re.IGNORECASE
+)
 
 
 SOURCE_NAMES = ("vault", "wiki", "memory")
@@ -51,6 +59,7 @@ class Filters:
     sources: tuple[str, ...] = ()
     phrase: str | None = None  # the time phrase that set since/until ("last week")
     given: bool = False  # a window given as such won over the phrase: since/until are not its
+    no_value: tuple[str, ...] = ()  # keys at the end of the text, no value: searched as words
 
     def merged(self, other: Filters) -> Filters:
         return Filters(
@@ -61,6 +70,7 @@ class Filters:
             tuple(dict.fromkeys(self.sources + other.sources)),
             other.phrase or self.phrase,
             other.given or self.given,
+            tuple(dict.fromkeys(self.no_value + other.no_value)),
         )
 
     @property
@@ -90,33 +100,27 @@ def split_filters(
     tags: list[str] = []
     sources: list[str] = []
     found: dict[str, str] = {}
+    no_value: list[str] = []
+    kept: list[str] = []  # the text outside the filters
+    at = 0
     for m in _FILTER.finditer(text):
-        name, value = m.group(1).lower(), m.group(2).strip('"')
-        if not value:
-            raise FilterError(f"{name}: needs a value")
-        if name == "tag":
-            # "#project/" as the tag pane shows a parent: the tag and those below it
-            parts = [filter_tag(t) for t in value.split(",")]
-            if not all(parts):
-                raise FilterError(f"tag:{value} has an empty tag; write tag:a,b")
-            tags.extend(parts)
-            if len(tags) > MAX_TAGS:  # as the 'tag' parameter: each tag is a test per candidate
-                raise FilterError(f"tag: takes at most {MAX_TAGS} tags")
-        elif name == "source":
-            for s in value.lower().split(","):
-                if s not in SOURCE_NAMES:
-                    raise FilterError(f"source:{s} is not a source: use {', '.join(SOURCE_NAMES)}")
-                sources.append(s)
-        elif name in found:
-            raise FilterError(f"{name}: is given twice")
-        else:
-            found[name] = value
-    rest = " ".join(_FILTER.sub(" ", text).split())
+        name = m.group(1).lower()
+        if m.group(2) is None and m.group(3) is None:
+            no_value.append(name)  # "tag:" at the end: searched as the word, the answer says so
+            continue
+        value = (m.group(2) if m.group(2) is not None else m.group(3)).strip('"')
+        if m.group(3) is not None and not _spaced_value(name, value, day):
+            continue  # prose with a colon ("Source: Wikipedia"): its words
+        kept.append(text[at : m.start()])
+        at = m.end(2) if m.group(2) is not None else m.end(3)
+        _take(name, value, tags, sources, found)
+    kept.append(text[at:])
+    rest = " ".join(" ".join(kept).split())
     since = parse_day(found["since"], day, name="since").isoformat() if "since" in found else None
     until = parse_day(found["until"], day, name="until", end=True).isoformat() if "until" in found else None
     phrase = None
     if phrases:
-        rest, window, phrase = time_window(rest, day, week_start)
+        rest, window, phrase = time_window(rest, day, week_start, asks_only_when)
         # A given window wins; the phrase still says the period's notes were asked for (listed
         # over the given window: "what did I do last week?" with since/until answered nothing).
         given = window_given or since is not None or until is not None
@@ -134,7 +138,53 @@ def split_filters(
         tuple(sources),
         phrase,
         given=given and phrase is not None,
+        no_value=tuple(dict.fromkeys(no_value)),
     )
+
+
+def _take(name: str, value: str, tags: list[str], sources: list[str], found: dict[str, str]) -> None:
+    """One inline filter's value, checked, into ``tags``, ``sources`` or ``found``."""
+    if not value:
+        raise FilterError(f"{name}: needs a value")
+    if name == "tag":
+        # "#project/" as the tag pane shows a parent: the tag and those below it
+        parts = [filter_tag(t) for t in value.split(",")]
+        if not all(parts):
+            raise FilterError(f"tag:{value} has an empty tag; write tag:a,b")
+        tags.extend(parts)
+        if len(tags) > MAX_TAGS:  # as the 'tag' parameter: each tag is a test per candidate
+            raise FilterError(f"tag: takes at most {MAX_TAGS} tags")
+    elif name == "source":
+        for s in value.lower().split(","):
+            if s not in SOURCE_NAMES:
+                raise FilterError(f"source:{s} is not a source: use {', '.join(SOURCE_NAMES)}")
+            sources.append(s)
+    elif name in found:
+        raise FilterError(f"{name}: is given twice")
+    else:
+        found[name] = value
+
+
+_SPACED_DAY = re.compile(r"(19|20)\d\d-\d\d-\d\d")
+_SPACED_TAG = re.compile(r"#[\w/-]+")
+
+
+def _spaced_value(name: str, value: str, today: dt.date) -> bool:
+    """Whether ``value``, a space after ``name:``, is surely that key's value: an ISO day for
+    since/until, a ``#tag`` (with its hash: "tag: project-x" may be prose as well). A weekday or a
+    source's name is not ("Since: Monday the build fails", "source: memory leak in the parser"),
+    nor a path ("PATH: /usr/bin not found"): prose, searched as its words."""
+    if name in ("since", "until"):
+        if _SPACED_DAY.fullmatch(value) is None:
+            return False
+        try:
+            parse_day(value, today, name=name)
+        except FilterError:
+            return False  # "since: 2026-02-30": no day, so not surely a filter
+        return True
+    if name == "tag":
+        return all(_SPACED_TAG.fullmatch(p) and not p[1:].isdigit() for p in value.split(","))
+    return False
 
 
 def with_window(filters: Filters, since: str | None, until: str | None) -> Filters:
@@ -269,6 +319,18 @@ def asks_what_happened(text: str, rest: str) -> bool:
         else (_PERSONS["event-de"], _PERSONS["event-de"] | _PERSONS["particle-de"])
     )
     return any(w in verbs for w in words[1:]) and all(w in allowed for w in words[1:])
+
+
+def asks_only_when(text: str, rest: str) -> bool:
+    """Whether a message asks only what happened in the period of its time phrase: a question
+    about what happened ("Was war vor einem Jahr?", "What happened a year ago today?"), or no
+    content word beside the phrase (``rest``: the text without it) and the phrase alone or a
+    question about one's own doings ("What did I do a year ago?"). "Welche Wärmepumpe habe ich
+    vor einem Jahr gekauft?" asks about a heat pump."""
+    if asks_what_happened(text, rest):
+        return True
+    words = WORD.findall(_CLITIC.sub("", rest))
+    return all(is_stopword(w) for w in words) and (not words or asks_about_self(text))
 
 
 _SMALL_TALK = kinds_file("small-talk.txt")

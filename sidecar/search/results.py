@@ -109,6 +109,7 @@ def analysis_of(qa: QueryAnalysis, filters: Filters, rare: Sequence[str] = ()) -
             until=filters.until,
             time_phrase=filters.phrase,
             window_given=filters.given,
+            no_value=filters.no_value,
         ),
     )
 

@@ -111,6 +111,25 @@ def clause_says_done(m: re.Match[str]) -> bool:
     return _past_form(clause)
 
 
+_QUESTION_WORDS = re.compile(r"what|which|where|who|was|wo|wann|wer|welche[rnms]?|wie|how", re.IGNORECASE)
+
+
+def clause_asks(m: re.Match[str]) -> bool:
+    """Whether the phrase's own clause is a question: opened by a question word that begins its
+    sentence ("Was habe ich am Wochenende gemacht?", "What did I do on the weekend?"), or ended by
+    a question mark ("Und was war am Wochenende?"). Not "I was sick on the weekend, what helps?":
+    English "was" inside a sentence is no question word, and a comma ends the clause."""
+    text = m.string
+    begin, opener = 0, ""
+    for edge in _CLAUSE_EDGE.finditer(text, 0, m.start()):
+        begin, opener = edge.start(), edge.group(0)
+    sentence = max(text.rfind(c, 0, begin) for c in ".!?;\n") + 1
+    if _QUESTION_WORDS.fullmatch(opener) and not WORD.search(text, sentence, begin):
+        return True
+    after = _CLAUSE_EDGE.search(text, m.end())
+    return after is not None and after.group(0) == "?"
+
+
 # A question about the agenda: a named day or month in it is the coming one, a period runs to its
 # end ("Was steht am 3. März an?", "was habe ich im Januar vor?", "what's on March 3rd?", "what
 # is planned this week?"). Only questions that say so plainly: German separable verbs that end

@@ -8,7 +8,9 @@ in a ``.gitignore`` (the last matching pattern decides). Obsidian's setting
 expressions written ``/…/``. Memory inboxes are never excluded. The templates folder (the
 Templates core plugin's ``.obsidian/templates.json`` ``folder``, Templater's ``templates_folder``)
 is left out as well (``index.obsidianTemplates``): a template is a form with placeholders, never
-what the user did or wrote, and it matched every question of "what did I do". Each settings file
+what the user did or wrote, and it matched every question of "what did I do". A plugin switched
+off leaves its folder in, unless the Daily notes or Periodic Notes plugin makes notes from a
+template in it (``settingsfile.note_templates``). Each settings file
 is read with the same safeguards (``sidecar.vault.settingsfile``: read again when it changes, kept
 while unreadable or missing for a while, across a restart too). Of the project it
 imports only the settings files' reader (``sidecar.vault.settingsfile``), ``printable`` of the
@@ -33,7 +35,7 @@ from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
 from sidecar.vault.canvas import is_canvas_name
 from sidecar.vault.confine import printable
-from sidecar.vault.settingsfile import SETTINGS_GRACE_S, SettingsFile
+from sidecar.vault.settingsfile import SETTINGS_GRACE_S, SettingsFile, note_templates, switched_off
 
 log = logging.getLogger(__name__)
 # A filter matches a short path in microseconds; past this it is backtracking without end.
@@ -41,10 +43,16 @@ _REGEX_TIMEOUT_S = 0.05
 __all__ = ["OWN_RULES", "SETTINGS_GRACE_S", "TEMPLATES_ORIGIN", "IgnoreRules"]  # the grace: its tests
 APP_SETTINGS = Path(".obsidian/app.json")
 OWN_RULES = "index.exclude"  # the origin of sidecar's own rules, as a rule describes itself
-# The plugins that keep templates in a folder, and the key of that folder in their settings.
+# The plugins that keep templates in a folder, the key of that folder in their settings, and the
+# plugin's id in the list of core or community plugins switched on: a plugin switched off keeps
+# its settings file, and its folder then holds the user's notes like any other.
 TEMPLATE_SETTINGS = (
-    (Path(".obsidian/templates.json"), "folder"),
-    (Path(".obsidian/plugins/templater-obsidian/data.json"), "templates_folder"),
+    (Path(".obsidian/templates.json"), "folder", ("templates", True)),
+    (
+        Path(".obsidian/plugins/templater-obsidian/data.json"),
+        "templates_folder",
+        ("templater-obsidian", False),
+    ),
 )
 TEMPLATES_ORIGIN = "Obsidian templates folder"
 
@@ -156,11 +164,13 @@ class IgnoreRules:
         self._invalid: str | None = None  # filters that are no regular expression, for status
         # settings file (relative) -> its reader, and the templates folder it names
         self._template_files: dict[str, SettingsFile] = {}
+        self._template_plugins: dict[str, tuple[str, bool]] = {}  # settings file -> (plugin id, core)
         if templates and vault is not None:
-            for rel, key in TEMPLATE_SETTINGS:
+            for rel, key, plugin in TEMPLATE_SETTINGS:
                 self._template_files[rel.as_posix()] = SettingsFile(
                     vault / rel, _template_folder(key), "templates folder rule", now
                 )
+                self._template_plugins[rel.as_posix()] = plugin
         self._template_state: dict[str, str] = {}  # settings file (relative) -> its folder ("Vorlagen/")
 
     @property
@@ -252,8 +262,22 @@ class IgnoreRules:
     def _template_rules(self) -> None:
         """Read the template plugins' settings that changed; a folder read applies at once."""
         for rel, file in self._template_files.items():
+            plugin, core = self._template_plugins[rel]
             values = file.read()
             folder = values[0] if values else None
+            # Switched off, the plugin's folder holds notes like any other, unless the Daily
+            # notes or Periodic Notes plugin still makes notes from a template in it: the folder
+            # is then still one of forms (the whole of it: its other templates are forms too).
+            off = (
+                folder is not None
+                and self.vault is not None
+                and switched_off(self.vault, plugin, core=core)
+                and not _holds_a_template(folder, note_templates(self.vault))
+            )
+            if off:
+                folder = None
+                if rel in self._template_state:
+                    log.info("templates_folder_off path=%s plugin=%s", file.path, plugin)
             if folder is None:
                 self._template_state.pop(rel, None)
             elif self._template_state.get(rel) != folder:
@@ -281,6 +305,17 @@ class IgnoreRules:
         """The rule that excludes the note behind an index key (memory keys: never)."""
         rel = _vault_rel(key, wiki_subfolder)
         return None if rel is None else self.match(rel)
+
+
+def _holds_a_template(folder: str, templates: Sequence[str]) -> bool:
+    """Whether a templates folder ("Vorlagen/") holds one of ``templates`` ("Vorlagen/Tagesnotiz",
+    written with or without ".md", "/" or "\\" as it was typed)."""
+    inside = unicodedata.normalize("NFC", folder.strip("/")) + "/"
+    for t in templates:
+        path = unicodedata.normalize("NFC", t.strip().replace("\\", "/").lstrip("/"))
+        if path.startswith(inside):
+            return True
+    return False
 
 
 def _vault_rel(key: str, wiki_subfolder: str) -> str | None:

@@ -40,6 +40,61 @@ def read_settings_json(path: Path, encoding: str = "utf-8") -> Any:
     return json.loads(raw.decode(encoding))
 
 
+# The plugins switched on: community plugins as a list of ids; core plugins as a list of ids
+# (older Obsidian) or a map of id -> on (newer). Obsidian keeps a switched-off plugin's settings.
+COMMUNITY_PLUGINS = Path(".obsidian/community-plugins.json")
+CORE_PLUGINS = Path(".obsidian/core-plugins.json")
+
+
+def switched_off(vault: Path, plugin: str, *, core: bool = False) -> bool:
+    """Whether the vault's list of plugins switched on (core or community) leaves ``plugin`` out.
+    False when there is no list, it cannot be read, or it does not name the plugin in the map
+    form (as before: no list is no proof it is off)."""
+    try:
+        enabled = read_settings_json(vault / (CORE_PLUGINS if core else COMMUNITY_PLUGINS), "utf-8-sig")
+    except (OSError, ValueError, RecursionError):
+        return False
+    if isinstance(enabled, list):
+        return plugin not in enabled
+    if core and isinstance(enabled, dict):
+        return enabled.get(plugin) is False
+    return False
+
+
+# The settings of the plugins that make a note from a template of their own: the Daily notes core
+# plugin ("template"), Periodic Notes (each period's "template", 0.x; "templatePath" in the
+# calendar sets of 1.x).
+DAILY_NOTES = Path(".obsidian/daily-notes.json")
+PERIODIC_NOTES = Path(".obsidian/plugins/periodic-notes/data.json")
+_PERIODS = ("daily", "weekly", "monthly", "quarterly", "yearly", "day", "week", "month", "quarter", "year")
+
+
+def note_templates(vault: Path) -> list[str]:
+    """The templates the Daily notes core plugin and Periodic Notes make notes from, as written
+    ("Vorlagen/Tagesnotiz"), of the plugins not switched off; none of a file that cannot be read."""
+    found: list[Any] = []
+    if not switched_off(vault, "daily-notes", core=True):
+        settings = _settings_or_none(vault / DAILY_NOTES)
+        if isinstance(settings, dict):
+            found.append(settings.get("template"))
+    periodic = None if switched_off(vault, "periodic-notes") else _settings_or_none(vault / PERIODIC_NOTES)
+    if isinstance(periodic, dict):
+        sets = periodic.get("calendarSets")
+        for each in [periodic, *(sets if isinstance(sets, list) else [])]:
+            for period in _PERIODS:
+                entry = each.get(period) if isinstance(each, dict) else None
+                if isinstance(entry, dict) and entry.get("enabled", True) is not False:
+                    found += [entry.get("template"), entry.get("templatePath")]
+    return [t for t in found if isinstance(t, str) and t.strip()]
+
+
+def _settings_or_none(path: Path) -> Any:
+    try:
+        return read_settings_json(path, "utf-8-sig")
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
 class SettingsFile:
     """The values one settings file gives (``extract`` of its JSON), as they are in force."""
 

@@ -133,6 +133,7 @@ OBSIDIAN_SETTINGS = frozenset(
         ".obsidian/plugins/templater-obsidian/data.json",
         ".obsidian/plugins/calendar/data.json",  # the week start time phrases read weeks by
         ".obsidian/community-plugins.json",  # the plugins switched on (the Calendar plugin's start)
+        ".obsidian/core-plugins.json",  # the core plugins switched on (the Templates plugin's folder)
     }
 )
 # The folders they lie in (.obsidian, .obsidian/plugins, ...): one made or removed (renamed away,

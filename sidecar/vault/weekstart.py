@@ -25,11 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.vault.confine import printable
-from sidecar.vault.settingsfile import read_settings_json
+from sidecar.vault.settingsfile import read_settings_json, switched_off
 
 log = logging.getLogger(__name__)
 CALENDAR_SETTINGS = Path(".obsidian/plugins/calendar/data.json")
-COMMUNITY_PLUGINS = Path(".obsidian/community-plugins.json")
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 MONDAY = 0
 
@@ -107,7 +106,7 @@ class WeekStart:
         if self.vault is None:
             return self.value
         path = self.vault / CALENDAR_SETTINGS
-        if _switched_off(self.vault, "calendar"):
+        if switched_off(self.vault, "calendar"):
             self._stamp = None  # read again once it is switched on
             self._set(path, MONDAY, "the Calendar plugin is switched off: Monday")
             return self.value
@@ -148,13 +147,3 @@ class WeekStart:
         if start != self.value:
             log.info("week_start path=%s weekday=%s", path, _WEEKDAYS[start])
         self.value, self.source = start, source
-
-
-def _switched_off(vault: Path, plugin: str) -> bool:
-    """Whether the vault's list of community plugins switched on leaves ``plugin`` out. False
-    when there is no list or it cannot be read (as before: no list is no proof it is off)."""
-    try:
-        enabled = read_settings_json(vault / COMMUNITY_PLUGINS, "utf-8-sig")
-    except (OSError, ValueError, RecursionError):
-        return False
-    return isinstance(enabled, list) and plugin not in enabled
