@@ -62,14 +62,7 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         print(f"note: {stale_note(result.stale_since)}", file=sys.stderr)
     if result.catching_up is not None:
         print(f"note: {catching_up_note(*result.catching_up)}", file=sys.stderr)
-    if reply.get("offline"):
-        print(f"note: {offline_note(reply['offline'])}", file=sys.stderr)
-    if reply.get("inboxRefused"):
-        print(f"note: {shown(refused_note(reply['inboxRefused']))}", file=sys.stderr)
-    if reply.get("todayIgnored"):
-        print(f"note: {shown(reply['todayIgnored'])}", file=sys.stderr)
-    if reply.get("filterNoValue"):
-        print(f"note: {shown(reply['filterNoValue'])}", file=sys.stderr)
+    _reply_notes(reply)
     if result.listed:  # none listed: said in place of "nothing relevant found" below
         print(
             f"note: the query holds filters alone: {result.listed} hit(s) (relevance 0) are the notes "
@@ -94,6 +87,18 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         print(f"{i:>2}. {shown(hit.reference)}  ({scores}, {where}{held})")
         print(f"    {shown(snippet(hit.text, args.query))}")
     return int(ExitCode.OK)
+
+
+def _reply_notes(reply: dict[str, Any]) -> None:
+    """The search reply's own notes (offline parts, refused inboxes, an ignored date, a filter key
+    without a value), on stderr."""
+    if reply.get("offline"):
+        print(f"note: {offline_note(reply['offline'])}", file=sys.stderr)
+    if reply.get("inboxRefused"):
+        print(f"note: {shown(refused_note(reply['inboxRefused']))}", file=sys.stderr)
+    for key in ("todayIgnored", "filterNoValue"):
+        if reply.get(key):
+            print(f"note: {shown(reply[key])}", file=sys.stderr)
 
 
 def _window_note(window: Window, args: argparse.Namespace) -> None:
