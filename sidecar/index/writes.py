@@ -26,7 +26,14 @@ from sidecar.index.records import Prepared, file_record, records
 from sidecar.index.repair import inboxes_before_write
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.notes.frontmatter import aliases_of
-from sidecar.notes.links import drop_links, names_of, replace_links, reresolve, set_excluded
+from sidecar.notes.links import (
+    drop_links,
+    names_of,
+    replace_links,
+    reresolve,
+    reresolve_pages,
+    set_excluded,
+)
 from sidecar.notes.linktext import Link
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.group import GroupCommit
@@ -225,8 +232,17 @@ class Writer:
         """Once per start: resolve every link again (the rules or the notes may have changed while
         the daemon was down, e.g. a wiki subfolder renamed in the config)."""
         stores = self.stores
-        with stores.write_lock, stores.manifest.transaction() as db:
-            changed = reresolve(db, self.wiki_subfolder, everything=True)
+        manifest = stores.manifest
+        # A page of links per transaction, the searches in flight served between pages: the
+        # manifest is not held for the whole vault's links. The write lock keeps the notes (and
+        # so the names) as they are until the last page.
+        with stores.write_lock:
+            changed = reresolve_pages(
+                manifest.read,
+                manifest.transaction,
+                self.wiki_subfolder,
+                between=lambda: FOREGROUND.yield_to(COMMIT_YIELD_S),
+            )
         if changed:
             log.info("links_reresolved count=%d", changed)
 
