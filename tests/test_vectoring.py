@@ -1252,11 +1252,11 @@ def test_status_counts_the_batch_the_model_computes_and_its_pace(make_cfg: Any, 
         # The same texts again (a folder copied): vectors reused, no model run, no rate sample.
         write(vault / "elsewhere" / "note-000.md", (vault / "folder0" / "note-000.md").read_text())
         h.indexer.sweep()
-        before = list(h.vectors._recent[h.stores.serving.store.name])
+        before = list(h.vectors._recent[h.stores.serving.store.name].steps)
         reused, calls = h.vectors.reused, len(seen)
         assert h.vectors.embed_pending(batch=40) > 0
         assert h.vectors.reused > reused and len(seen) == calls
-        assert list(h.vectors._recent[h.stores.serving.store.name]) == before
+        assert list(h.vectors._recent[h.stores.serving.store.name].steps) == before
         assert h.vectors.rate(h.stores.serving) == pytest.approx(1.0)
     finally:
         h.close()

@@ -51,6 +51,18 @@ def duration(seconds: float) -> str:
     return f"{seconds // 3600}h {seconds % 3600 // 60}m"
 
 
+def time_left(left: float, rate: float | None, rough: bool | None = False) -> str:
+    """ ", about 3h 57m left" for ``left`` units at ``rate`` a second (the daemon's pace of a sweep
+    or of the vectors); "" without a rate. Said to be rough while the pace still settles: the first
+    figure of a long backfill on a busy host was 3.5 times the later one."""
+    if not rate or not left:
+        return ""
+    seconds = left / rate
+    # Never "0s left" while work waits: the last vectors of a batch are stored together.
+    words = f"about {duration(seconds)} left" if seconds >= 60 else "less than a minute left"
+    return f", {words}" + (" (a rough estimate: the pace is still settling)" if rough else "")
+
+
 class Eta:
     """Time left from a count that moves in steps (vectors arrive 256 chunks at a time): the rate
     is taken over the last ``window`` steps (one step's timing jitter barely moves it), and
