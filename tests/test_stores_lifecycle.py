@@ -1214,3 +1214,68 @@ def test_a_removal_failing_in_any_way_leaves_the_rest_of_the_reload_applied(
     assert isinstance(unremoved, ValueError)
     assert changed == ["index.exclude", "index.maxVectorChunksPerNote"]
     assert manifest.vector_cap == 7 and written == [True]
+
+
+def test_manifest_shrinks_when_a_third_of_it_is_free_and_the_disk_has_room(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """5,000 of 17,000 notes deleted left 110 MB of 350 free, and the manifest never shrank (it
+    waited for half): a quarter free is enough; without room on the disk for the live pages the
+    rewrite is not tried."""
+    from sidecar.stores import manifest as manifest_mod
+    from sidecar.stores.manifest import Manifest
+
+    path = tmp_path / "m.sqlite"
+    m = Manifest(path)
+    for i in range(300):
+        m.set_meta(f"bulk{i}", "x" * 100_000)  # 30 MB
+    for i in range(100):
+        m._query("DELETE FROM meta WHERE name = ?", (f"bulk{i}",))  # a third of it free
+    m.close()
+    before = path.stat().st_size
+    monkeypatch.setattr(manifest_mod, "free_bytes", lambda _folder: 2**20)  # 1 MB left on the disk
+    with caplog.at_level("INFO", logger="sidecar.stores.manifest"):
+        Manifest(path).close()
+    assert "manifest_shrink_skipped" in caplog.text and path.stat().st_size == before
+    monkeypatch.undo()
+    with caplog.at_level("INFO", logger="sidecar.stores.manifest"):
+        m = Manifest(path)
+    try:
+        assert "manifest_shrunk" in caplog.text and m.get_meta("bulk299") == "x" * 100_000
+        # Rewritten, it gives free pages back while it runs from now on (``give_back``).
+        assert m.read("PRAGMA auto_vacuum") == [(2,)]
+    finally:
+        m.close()
+    assert path.stat().st_size < before * 0.75
+
+
+def test_a_running_manifest_gives_free_pages_back_a_step_at_a_time(tmp_path: Path) -> None:
+    """A daemon running for weeks past a mass deletion never shrank its manifest (only an open
+    did): the daily housekeeping returns the free pages in steps, the manifest free between
+    them, and leaves a manifest with few free pages as it is."""
+    from sidecar.stores.manifest import Manifest
+
+    path = tmp_path / "m.sqlite"
+    m = Manifest(path)
+    try:
+        for i in range(300):
+            m.set_meta(f"bulk{i}", "x" * 100_000)  # 30 MB
+        assert m.give_back() == 0  # nothing free
+        for i in range(100):
+            m._query("DELETE FROM meta WHERE name = ?", (f"bulk{i}",))
+        m._query("PRAGMA wal_checkpoint(TRUNCATE)")
+        before = path.stat().st_size
+        steps: list[int] = []
+        reads: list[Any] = []
+
+        def between() -> None:  # the manifest answers between two steps
+            steps.append(1)
+            reads.append(m.get_meta("bulk299"))
+
+        given = m.give_back(between)
+        assert given * 4096 >= 9 * 2**20 and len(steps) >= 2
+        assert reads == ["x" * 100_000] * len(steps)
+        assert path.stat().st_size < before - 9 * 2**20
+        assert m.read("PRAGMA freelist_count") == [(0,)] and m.get_meta("bulk299") == "x" * 100_000
+    finally:
+        m.close()
