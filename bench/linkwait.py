@@ -49,13 +49,17 @@ def main() -> None:
     ap.add_argument("--notes", type=int, default=4000)
     ap.add_argument("--links-per-note", type=int, default=5)
     ap.add_argument("--code", type=Path, help="a checkout to import sidecar from")
+    ap.add_argument("--page", type=int, help="links resolved per transaction (links.PAGE_LINKS)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     sys.path.insert(0, str(args.code.resolve() if args.code else Path(__file__).resolve().parents[1]))
     from sidecar.index.writes import Writer  # after the path is chosen
+    from sidecar.notes import links
     from sidecar.notes.links import cited_by
     from sidecar.stores.manifest import Manifest
 
+    if args.page:
+        links.PAGE_LINKS = args.page  # type: ignore[attr-defined]  # older code has none
     with tempfile.TemporaryDirectory(prefix="linkwait-") as tmp:
         manifest = Manifest(Path(tmp) / "manifest.sqlite")
         fill(manifest, args.notes, args.links_per_note)
@@ -82,11 +86,12 @@ def main() -> None:
         time.sleep(0.2)
         done.set()
         thread.join()
-        links = manifest.read("SELECT count(*) FROM links")[0][0]
+        link_count = manifest.read("SELECT count(*) FROM links")[0][0]
         manifest.close()
     result = {
         "notes": args.notes,
-        "links": links,
+        "page": getattr(links, "PAGE_LINKS", None),
+        "links": link_count,
         "resolve_seconds": round(resolve_s, 2),
         "reads": len(waits),
         "read_ms_median": round(statistics.median(waits) * 1000, 1),
