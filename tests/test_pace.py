@@ -155,3 +155,23 @@ def test_index_says_how_long_it_waits_for_vectors(monkeypatch: Any) -> None:
         "still settling)"
     )
     assert bar.said[2:] == ["vectors: 5,800 chunks still to compute, about 48m 20s left"]  # 600 s later
+
+
+def test_serve_says_its_first_vector_estimate_is_rough() -> None:
+    """`sidecar serve`'s "vectors: … left" line is rough while the daemon's pace is."""
+    from sidecar.clients.foreground import Summary
+
+    clock = iter(float(t) for t in range(0, 10_000, 70))
+    s = Summary(clock=lambda: next(clock))
+
+    def health(pending: int, rough: bool) -> dict[str, Any]:
+        h = _health({"done": 10, "total": 10}, phase="embedding", sweeps=1, pending_vectors=pending)
+        h["index"].update(chunks=1000, embed_rate_chunks_per_second=2.0, embed_rate_rough=rough)
+        h["vectors"] = {"serving": "t"}
+        return h
+
+    said = [*s.lines(health(1000, True)), *s.lines(health(900, True)), *s.lines(health(800, False))]
+    said += s.lines(health(700, False))
+    vectors = [line for line in said if line.startswith("vectors:") and "left" in line]
+    assert vectors[0].endswith("left (a rough estimate: the pace is still settling)"), vectors
+    assert vectors[-1].endswith("left"), vectors

@@ -60,7 +60,11 @@ def time_left(left: float, rate: float | None, rough: bool | None = False) -> st
     seconds = left / rate
     # Never "0s left" while work waits: the last vectors of a batch are stored together.
     words = f"about {duration(seconds)} left" if seconds >= 60 else "less than a minute left"
-    return f", {words}" + (" (a rough estimate: the pace is still settling)" if rough else "")
+    return f", {words}" + (ROUGH if rough else "")
+
+
+# Said after an estimate from a pace that still settles (``index.embed_rate_rough``).
+ROUGH = " (a rough estimate: the pace is still settling)"
 
 
 class Eta:
@@ -164,7 +168,9 @@ class Summary:
             total = idx["chunks"]
             left = self.eta.update(total - pending, total, now)
             if self._eta_due(now, left):
-                eta = f", about {duration(left)} left" if left is not None else ""
+                # Counted down here between the daemon's batches; rough as long as its pace is.
+                rough = ROUGH if idx.get("embed_rate_rough") is not False else ""
+                eta = f", about {duration(left)} left{rough}" if left is not None else ""
                 out.append(f"vectors: {pending:,} of {total:,} chunks to embed{eta}")
         elif vec.get("building"):  # a model switch: the previous model's vectors answer meanwhile
             total, waiting = idx["chunks"], vec.get("building_pending", 0)
