@@ -40,6 +40,52 @@ def test_a_sweep_has_no_pace_in_its_first_seconds() -> None:
     assert pace.rate == 25.6
 
 
+def test_a_quick_sweeps_pace_counts_from_its_beginning() -> None:
+    """32 batches of 0.25 s never added up to the 10 s before a figure, nor the 30 s to settle: a
+    sweep of many quick batches showed no pace for as long as it ran. The seconds since it began
+    count."""
+    pace = Pace(32, SWEEP)
+    for _ in range(100):
+        pace.add(2, 0.25)
+    assert pace.rate == 8.0  # 25 s since it began
+    assert pace.rough  # not 30 s yet
+    for _ in range(40):
+        pace.add(2, 0.25)
+    assert not pace.rough  # 35 s, each half of the window at 8 a second
+
+
+def test_a_pace_read_while_a_step_is_added() -> None:
+    """The health thread reads the pace while the work's thread adds a step: reading a deque that
+    changes meanwhile raised "deque mutated during iteration". A step is added part-way through
+    each read here (by a trace hook, at a line of the read's summing)."""
+    import sys
+
+    from sidecar.runtime import pace as pace_mod
+
+    pace = Pace(8, VECTORS)
+    for _ in range(8):
+        pace.add(256, 30.0)
+    added: list[int] = []
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        if event == "line" and len(added) < 6:  # in the summing's loop too
+            added.append(1)
+            pace.add(256, 30.0)
+        return local
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        return local if frame.f_code is pace_mod._sum.__code__ else None
+
+    before = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        rate = pace.rate
+        rough = pace.rough
+    finally:
+        sys.settrace(before)
+    assert added and rate == 256 / 30 and not rough
+
+
 def test_a_sweep_reports_its_pace_in_health(make_cfg: Any, tmp_path: Path) -> None:
     """Each batch of a sweep counts into its pace by the activity's clock: health's progress has
     the notes per second once there are ten seconds of work, rough while few batches."""
