@@ -1004,11 +1004,16 @@ def test_the_switch_eta_uses_the_new_models_recent_rate(make_cfg: Any, tmp_path:
         while h.vectors.embed_pending(batch=8):
             pass
         assert h.vectors.rate(h.stores.serving) == pytest.approx(1.0)
+        # No switch, or one without a batch yet: no rate, so no word on how rough it is.
+        assert h.vectors.describe()["building_rate_rough"] is None
         attach(h.cfg, h.vectors, Fast())
+        described = h.vectors.describe()
+        assert described["building_rate_chunks_per_second"] is None and described["building_rate_rough"] is None
         for _ in range(RATE_BATCHES):
             h.vectors.embed_pending(batch=4)
         described = h.vectors.describe()
         assert described["building_rate_chunks_per_second"] == pytest.approx(10.0)
+        assert described["building_rate_rough"] is True  # seconds of work, not minutes
         assert h.vectors.rate(h.stores.serving) == pytest.approx(1.0)
     finally:
         h.close()

@@ -887,6 +887,7 @@ class Vectoring:
 
     def describe(self) -> dict[str, Any]:
         s, b = self.stores.serving, self.stores.building
+        building_rate = self.rate(b)
         return {
             "serving": s.store.name if s else None,
             "serving_model": s.model.model_id if s else None,
@@ -894,8 +895,8 @@ class Vectoring:
             "ann_kind": s.store.ann_kind if s else None,
             "building": b.store.name if b else None,
             "building_pending": self.manifest.pending_count("has_next") if b else 0,
-            "building_rate_chunks_per_second": _rounded(self.rate(b)),
-            "building_rate_rough": self.rough(b),
+            "building_rate_chunks_per_second": _rounded(building_rate),
+            "building_rate_rough": self.rough(b) if building_rate else None,  # null as the rate
             "computing": self.computing,
             "paused": self.paused_switch(),
             "retired": sorted(self._retired),
