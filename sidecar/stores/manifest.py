@@ -33,7 +33,7 @@ from sidecar.contracts.wire import memory_agent
 from sidecar.notes import links
 from sidecar.notes.dayformat import DayFormats, day_of_path
 from sidecar.notes.frontmatter import aliases_of
-from sidecar.stores.space import PROBE_BYTES, free_bytes
+from sidecar.stores.space import PROBE_BYTES, free_bytes, same_disk, sqlite_temp_dir
 from sidecar.stores.vectorbook import NO_VECTOR, VectorBook, _in_groups
 from sidecar.stores.versions import MANIFEST_SCHEMA, manifest_schema
 
@@ -498,17 +498,17 @@ class Manifest(VectorBook):
         them, so a vault that once held 40,000 notes kept its manifest's size for good. Rewritten
         at open (nothing else holds the file yet, no search waits on it) when free pages are a
         quarter of it or more: 5,000 of 17,000 notes deleted left 110 MB free in 350, under the
-        half this once asked for. A VACUUM writes the live pages once more (into the write-ahead
-        log): not tried without that much room on the disk beside them."""
+        half this once asked for. Not tried without room on the disk (``_vacuum_room``)."""
         page = self._db.execute("PRAGMA page_size").fetchone()[0]
         total = self._db.execute("PRAGMA page_count").fetchone()[0]
         free = self._db.execute("PRAGMA freelist_count").fetchone()[0]
         if free * page < _SHRINK_MIN_BYTES or free * _SHRINK_SHARE < total:
             return
-        room = free_bytes(self.path.parent)
-        needed = (total - free) * page + PROBE_BYTES
-        if room is not None and room < needed:
-            log.info("manifest_shrink_skipped path=%s needed_bytes=%d free_bytes=%d", self.path, needed, room)
+        short = _vacuum_room((total - free) * page, self.path.parent)
+        if short is not None:
+            log.info(
+                "manifest_shrink_skipped path=%s folder=%s needed_bytes=%d free_bytes=%d", self.path, *short
+            )
             return
         started = time.monotonic()
         try:
@@ -550,6 +550,9 @@ class Manifest(VectorBook):
         given, started = 0, time.monotonic()
         while free > 0:
             with self._lock:
+                if self._db.in_transaction:
+                    # executescript would commit it first, half done (a call from within one).
+                    raise sqlite3.ProgrammingError("give_back called within an open transaction")
                 # executescript steps the pragma to its end (``execute`` frees one page a call).
                 self._db.executescript(f"PRAGMA incremental_vacuum({_GIVE_BACK_PAGES});")
                 left = self._db.execute("PRAGMA freelist_count").fetchone()[0]
@@ -1215,3 +1218,21 @@ class Manifest(VectorBook):
 
     def chunk_count(self) -> int:
         return int(self._query("SELECT count(*) FROM chunks")[0][0])
+
+
+def _vacuum_room(live: int, folder: Path) -> tuple[Path, int, int] | None:
+    """Where a VACUUM of a database of ``live`` bytes of pages in ``folder`` lacks room: (the
+    folder, bytes it needs, bytes free there), or None when there is room. The VACUUM copies the
+    live pages into a temporary database (in SQLite's temporary folder), then writes them back
+    through the write-ahead log beside the database: twice the live pages when both are on one
+    disk. A folder that cannot be asked counts as roomy."""
+    temp = sqlite_temp_dir()
+    if temp is None or same_disk(folder, temp):
+        needs = [(folder, 2 * live + PROBE_BYTES)]
+    else:
+        needs = [(folder, live + PROBE_BYTES), (temp, live + PROBE_BYTES)]
+    for where, needed in needs:
+        room = free_bytes(where)
+        if room is not None and room < needed:
+            return where, needed, room
+    return None
