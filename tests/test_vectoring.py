@@ -1008,7 +1008,8 @@ def test_the_switch_eta_uses_the_new_models_recent_rate(make_cfg: Any, tmp_path:
         assert h.vectors.describe()["building_rate_rough"] is None
         attach(h.cfg, h.vectors, Fast())
         described = h.vectors.describe()
-        assert described["building_rate_chunks_per_second"] is None and described["building_rate_rough"] is None
+        assert described["building_rate_chunks_per_second"] is None
+        assert described["building_rate_rough"] is None
         for _ in range(RATE_BATCHES):
             h.vectors.embed_pending(batch=4)
         described = h.vectors.describe()

@@ -250,7 +250,9 @@ class Writer:
                 budget -= FOREGROUND.yield_to(min(RERESOLVE_PAGE_YIELD_S, budget))
 
         with stores.write_lock:
-            changed = reresolve_pages(manifest.read, manifest.transaction, self.wiki_subfolder, between=between)
+            changed = reresolve_pages(
+                manifest.read, manifest.transaction, self.wiki_subfolder, between=between
+            )
         if changed:
             log.info("links_reresolved count=%d", changed)
 
