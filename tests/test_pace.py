@@ -135,6 +135,20 @@ def test_status_says_the_sweeps_pace_and_time_left() -> None:
     assert "Index: building (indexing 128/17,162 notes)" in render_status(early)
 
 
+def test_status_says_a_slow_sweeps_pace_in_two_digits() -> None:
+    """A sweep of a note every half minute read "0.0 a second"; a rate that small is not rounded
+    away in health either (no figure, no time left)."""
+    from sidecar.index.indexer import Activity
+
+    slow = _health({"done": 120, "total": 17162, "notes_per_second": 0.034, "rough": False})
+    assert "(indexing 120/17,162 notes, 0.034 a second, about 139h 13m left)" in render_status(slow)
+    some = _health({"done": 120, "total": 17162, "notes_per_second": 4.24, "rough": False})
+    assert "(indexing 120/17,162 notes, 4.2 a second, about 1h 6m left)" in render_status(some)
+    act = Activity(phase="indexing")
+    act.pace.add(1, 250.0)  # a note in 250 s
+    assert _sweep_pace(act)["notes_per_second"] == 0.004
+
+
 def test_status_says_a_first_vector_estimate_is_rough() -> None:
     health = _health(
         {"done": 0, "total": 0},

@@ -8,7 +8,7 @@ import time
 from typing import Any, TextIO
 
 from sidecar import __version__
-from sidecar.clients.foreground import all_vectors_words, backlog, duration, time_left
+from sidecar.clients.foreground import all_vectors_words, backlog, duration, per_second, time_left
 from sidecar.clients.plainerror import cause_of, plain_error
 from sidecar.contracts.errors import is_io_fault
 from sidecar.contracts.printable import escape_controls as shown
@@ -310,7 +310,7 @@ def _building_line(h: dict[str, Any]) -> str:
                 f"notes in its tokens{bound}; search answers meanwhile)"
             )
         rate = prog.get("notes_per_second")
-        pace = f", {rate:,.0f} a second" if rate and rate >= 1 else f", {rate:.1f} a second" if rate else ""
+        pace = f", {per_second(rate)} a second" if rate else ""
         left = time_left(prog["total"] - prog["done"], rate, prog.get("rough"))
         return f"Index: building ({idx['phase']} {prog['done']:,}/{prog['total']:,} notes{pace}{left})"
     if not idx["pending_vectors"] and h["embedder"]["state"] == "loading":

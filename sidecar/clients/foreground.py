@@ -6,6 +6,7 @@ of it. Also the steady ETA that the progress bar and the summary share.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -49,6 +50,14 @@ def duration(seconds: float) -> str:
     if seconds < 3600:
         return f"{seconds // 60}m {seconds % 60}s"
     return f"{seconds // 3600}h {seconds % 3600 // 60}m"
+
+
+def per_second(rate: float) -> str:
+    """A rate as status says it: whole above 10 ("42"), else two significant digits ("4.2",
+    "0.042"; a very slow sweep once read "0.0 a second")."""
+    if rate >= 10 or rate <= 0:
+        return f"{rate:,.0f}"
+    return f"{rate:.{max(1, 1 - math.floor(math.log10(rate)))}f}"
 
 
 def time_left(left: float, rate: float | None, rough: bool | None = False) -> str:

@@ -939,4 +939,6 @@ def _sweep_pace(act: Activity) -> dict[str, Any]:
     """The sweep's pace for health's ``progress``: notes written per second (null before it
     has one: the first seconds, or between sweeps) and whether it still settles."""
     rate = act.pace.rate if act.phase == "indexing" else None
-    return {"notes_per_second": round(rate, 2) if rate else None, "rough": act.pace.rough if rate else None}
+    # Three significant digits: rounded to hundredths, a sweep slower than one note in 200 s had no rate.
+    per_second = float(f"{rate:.3g}") if rate else None
+    return {"notes_per_second": per_second, "rough": act.pace.rough if rate else None}
